@@ -1,0 +1,144 @@
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { type ArtifactMeta, LOCKFILE_NAME, MurmurError, type MurmurLock, parseCapsuleManifest, upsertLockEntry } from '@murmur/shared';
+import { ArtifactStore, type ArtifactSource, RoostRegistryClient, inspectArchive, readLockfile, storeSource, verifyResolved, writeLockfile } from '@murmur/shared/artifacts';
+import { globalStoreDir, projectStoreDir } from '@murmur/shared/node';
+import { type Output, formatFailure } from '../output.js';
+import { registryChoice, requireProjectRoot } from '../project.js';
+
+/**
+ * `mur install <zip | name@version>`, or with no reference every artifact the manifest declares:
+ * into the project store (or the global one with `-g`), pinning each in `murmur.lock`.
+ *
+ * An install lands whole or not at all: the bytes are verified against their digest and the
+ * archive vetted before the store is touched, a pin it would contradict is refused (`E-REG-005`)
+ * before anything is written, and the lock is upserted only after the store holds the bytes.
+ */
+
+interface InstallOptions {
+  global?: boolean;
+  registry?: string;
+}
+
+interface Target {
+  store: ArtifactStore;
+  /** The project whose lock an install pins; absent for a global install. */
+  projectRoot: string | undefined;
+}
+
+function target(options: InstallOptions): Target {
+  if (options.global) return { store: new ArtifactStore(globalStoreDir(), 'global'), projectRoot: undefined };
+  const projectRoot = requireProjectRoot();
+  return { store: new ArtifactStore(projectStoreDir(projectRoot), 'project'), projectRoot };
+}
+
+function sources(options: InstallOptions, into: ArtifactStore): ArtifactSource[] {
+  const choice = registryChoice(options.registry);
+  if (choice.kind === 'remote') return [new RoostRegistryClient(choice.url)];
+  const global = storeSource(new ArtifactStore(globalStoreDir(), 'global'));
+  if (choice.kind === 'local') return into.scope === 'global' ? [] : [global];
+  const roostUrl = process.env.MURMUR_ROOST_URL?.trim();
+  return [...(into.scope === 'global' ? [] : [global]), ...(roostUrl ? [new RoostRegistryClient(roostUrl)] : [])];
+}
+
+function isZipReference(reference: string): boolean {
+  return reference.startsWith('./') || reference.startsWith('../') || reference.startsWith('/') || reference.endsWith('.mur.zip');
+}
+
+function tildePath(file: string): string {
+  const home = os.homedir();
+  return file.startsWith(`${home}/`) ? `~/${file.slice(home.length + 1)}` : file;
+}
+
+async function checkPin(projectRoot: string | undefined, name: string, version: string, sha256: string): Promise<MurmurLock | undefined> {
+  if (!projectRoot) return undefined;
+  const lock = await readLockfile(path.join(projectRoot, LOCKFILE_NAME));
+  const pin = lock?.artifacts.find((entry) => entry.name === name);
+  if (pin && (pin.resolved_version !== version || pin.sha256.wasm !== sha256)) {
+    throw new MurmurError('E-REG-005', `murmur.lock conflict for '${name}': pinned ${name}@${pin.resolved_version} (sha256 ${pin.sha256.wasm}), but this install is ${name}@${version} (sha256 ${sha256})`, {
+      hint: 'if this is an intentional upgrade, remove the stale entry from murmur.lock before installing again',
+    });
+  }
+  return lock;
+}
+
+async function pin(projectRoot: string | undefined, lock: MurmurLock | undefined, name: string, version: string, sha256: string): Promise<void> {
+  if (!projectRoot) return;
+  await writeLockfile(path.join(projectRoot, LOCKFILE_NAME), upsertLockEntry(lock, { name, resolved_version: version, sha256: { wasm: sha256 } }));
+}
+
+async function installBytes(into: Target, bytes: Buffer, label: string, sourceMeta: ArtifactMeta | undefined): Promise<{ meta: ArtifactMeta; zipPath: string }> {
+  const inspected = await inspectArchive(bytes, label);
+  const meta = sourceMeta && sourceMeta.artifact_runtime !== '' ? { ...inspected.meta, ...sourceMeta } : inspected.meta;
+  const lock = await checkPin(into.projectRoot, meta.name, meta.version, inspected.sha256);
+  const { zipPath } = await into.store.install(bytes, meta, inspected.sha256);
+  await pin(into.projectRoot, lock, meta.name, meta.version, inspected.sha256);
+  return { meta, zipPath };
+}
+
+async function installReference(reference: string, into: Target, options: InstallOptions, output: Output): Promise<void> {
+  if (isZipReference(reference)) {
+    const file = path.resolve(reference);
+    const bytes = await fs.readFile(file).catch((error: Error) => {
+      throw new MurmurError('E-IO-001', `failed to read ${reference}: ${error.message}`, { path: file });
+    });
+    const { meta } = await installBytes(into, bytes, reference, undefined);
+    output.out(`Installed ${meta.name}@${meta.version} from ${reference}`);
+    return;
+  }
+  const at = reference.lastIndexOf('@');
+  const name = reference.slice(0, at).trim();
+  const version = reference.slice(at + 1).trim();
+  if (at <= 0 || name === '' || version === '') {
+    throw new MurmurError('E-IO-003', `artifact reference '${reference}' must be in the format <name@version> or a path to a .mur.zip`);
+  }
+  const from = sources(options, into.store);
+  for (const source of from) {
+    const resolved = await source.resolve(name, version);
+    if (!resolved) continue;
+    verifyResolved(resolved);
+    const { zipPath } = await installBytes(into, resolved.bytes, `${name}@${version}`, resolved.meta.artifact_runtime === '' ? undefined : resolved.meta);
+    output.out(`Installed ${name}@${version} → ${tildePath(zipPath)}`);
+    return;
+  }
+  const searched = from.length === 0 ? 'no registry (the global store cannot install into itself; pass --registry <roost url>)' : from.map((source) => source.location).join(', ');
+  throw new MurmurError('E-REG-001', `artifact ${name}@${version} not found in registry: looked in ${searched}`, {
+    hint: `publish it first ('mur publish <zip>'), or point MURMUR_ROOST_URL at a roost that has it`,
+  });
+}
+
+export async function installCommand(reference: string | undefined, options: InstallOptions, output: Output): Promise<number> {
+  const into = target(options);
+  if (reference !== undefined) {
+    await installReference(reference, into, options, output);
+    return 0;
+  }
+  const projectRoot = requireProjectRoot();
+  const text = await fs.readFile(path.join(projectRoot, 'murmur.yaml'), 'utf8');
+  const { manifest, warnings } = parseCapsuleManifest(text);
+  for (const warning of warnings) output.warn(warning);
+  const wanted = manifest.artifacts.filter((artifact) => artifact.source === undefined);
+  if (wanted.length === 0) {
+    output.out('No artifacts in manifest.');
+    return 0;
+  }
+  const failures: Array<{ label: string; error: unknown }> = [];
+  for (const artifact of wanted) {
+    const label = `${artifact.name}@${artifact.version}`;
+    try {
+      await installReference(label, { store: into.store, projectRoot }, options, output);
+    } catch (error) {
+      failures.push({ label, error });
+    }
+  }
+  if (failures.length === 0) return 0;
+  output.out('');
+  output.out(`${failures.length} of ${wanted.length} artifact${wanted.length === 1 ? '' : 's'} failed to install:`);
+  for (const failure of failures) {
+    output.out('');
+    output.out(`  ${failure.label}`);
+    for (const line of formatFailure(failure.error).split('\n')) output.out(`    ${line}`);
+  }
+  return 1;
+}

@@ -1,0 +1,46 @@
+import type { ArtifactMeta } from '@murmur/shared';
+import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
+import { globalStoreDir, projectStoreDir } from '@murmur/shared/node';
+import { type Output, table } from '../output.js';
+import { findProjectRoot, registryChoice } from '../project.js';
+
+function platforms(meta: ArtifactMeta): string {
+  return meta.platforms.length === 0 ? '—' : meta.platforms.map((pair) => pair.join('-')).join(', ');
+}
+
+/**
+ * `mur list`: the project store (or the global one outside a project, or with `-g`); `--all` shows
+ * both with a SCOPE column; `--registry <url>` lists a roost's index instead.
+ */
+export async function listCommand(options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }, output: Output): Promise<void> {
+  const rows: Array<{ scope: string; meta: ArtifactMeta }> = [];
+  const choice = registryChoice(options.registry);
+  if (choice.kind === 'remote') {
+    for (const meta of await new RoostRegistryClient(choice.url).list()) rows.push({ scope: 'roost', meta });
+  } else {
+    const project = findProjectRoot();
+    const global = new ArtifactStore(globalStoreDir(), 'global');
+    if (options.all) {
+      if (project) for (const meta of await new ArtifactStore(projectStoreDir(project), 'project').list()) rows.push({ scope: 'project', meta });
+      for (const meta of await global.list()) rows.push({ scope: 'global', meta });
+    } else {
+      const store = options.global || !project ? global : new ArtifactStore(projectStoreDir(project), 'project');
+      for (const meta of await store.list()) rows.push({ scope: store.scope, meta });
+    }
+  }
+  if (options.json) {
+    output.out(JSON.stringify(rows.map((row) => ({ scope: row.scope, ...row.meta }))));
+    return;
+  }
+  if (rows.length === 0) {
+    output.out('No artifacts found.');
+    return;
+  }
+  const header = ['NAME', 'VERSION', 'RUNTIME', 'PLATFORMS'];
+  const cells = rows.map(({ meta }) => [meta.name, meta.version, meta.artifact_runtime, platforms(meta)]);
+  if (options.all) {
+    for (const line of table(['SCOPE', ...header], cells.map((cell, index) => [rows[index]?.scope ?? '', ...cell]))) output.out(line);
+  } else {
+    for (const line of table(header, cells)) output.out(line);
+  }
+}

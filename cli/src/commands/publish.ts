@@ -1,0 +1,62 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { MurmurError, parseCapsuleManifest, parseYamlSource } from '@murmur/shared';
+import { ArtifactStore, RoostRegistryClient, inspectArchive } from '@murmur/shared/artifacts';
+import { globalStoreDir } from '@murmur/shared/node';
+import type { Output } from '../output.js';
+import { registryChoice } from '../project.js';
+
+/**
+ * `mur publish [zip]`: into the global store (or a roost with `--registry <url>`). Published
+ * versions never change: publishing one that exists is `E-REG-003`.
+ */
+export async function publishCommand(zipArgument: string | undefined, options: { registry?: string; platform?: string }, output: Output): Promise<void> {
+  const zipPath = zipArgument ?? (await defaultArtifactPath());
+  let bytes: Buffer;
+  try {
+    bytes = await fs.readFile(zipPath);
+  } catch (error) {
+    throw new MurmurError((error as NodeJS.ErrnoException).code === 'ENOENT' ? 'E-IO-001' : 'E-IO-003', `failed to read artifact at ${zipPath}: ${(error as Error).message}`, { path: zipPath });
+  }
+  const inspected = await inspectArchive(bytes, zipPath, options.platform === undefined ? {} : { platform: options.platform });
+  for (const warning of inspected.packaged.warnings) output.warn(warning);
+  const { meta } = inspected;
+  const choice = registryChoice(options.registry ?? (await manifestRegistry()));
+  if (meta.runtime === 'native' && options.platform === undefined) output.out(`Platform: ${meta.platforms[0]?.join('-') ?? 'unknown'} (auto-detected)`);
+  if (choice.kind === 'remote') {
+    await new RoostRegistryClient(choice.url).publish(bytes, meta);
+  } else {
+    await new ArtifactStore(globalStoreDir(), 'global').publish(bytes, meta);
+  }
+  output.out(`Published ${meta.name}@${meta.version}`);
+}
+
+/** `./<name>-<version>.mur.zip` for the project in the current directory, as `mur build` names it. */
+async function defaultArtifactPath(): Promise<string> {
+  const manifestPath = path.resolve('murmur.yaml');
+  const text = await fs.readFile(manifestPath, 'utf8').catch(() => {
+    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, { hint: 'pass the .mur.zip to publish, or run this in the directory you built' });
+  });
+  const raw = parseYamlSource(text).value as { runtime?: unknown; name?: unknown; version?: unknown } | null;
+  const { name, version } = raw && typeof raw === 'object' && 'runtime' in raw ? { name: String(raw.name), version: String(raw.version) } : parseCapsuleManifest(text).manifest;
+  const candidate = path.resolve(`${name.split('/').pop() as string}-${version}.mur.zip`);
+  try {
+    await fs.access(candidate);
+  } catch {
+    throw new MurmurError('E-IO-001', `default artifact path ${candidate} not found. Run 'mur build' first or pass an explicit artifact path.`, { path: candidate });
+  }
+  return candidate;
+}
+
+/** `registry.remote_url` of a capsule manifest in the current directory, if any. */
+async function manifestRegistry(): Promise<string | undefined> {
+  const text = await fs.readFile(path.resolve('murmur.yaml'), 'utf8').catch(() => undefined);
+  if (text === undefined) return undefined;
+  try {
+    const raw = parseYamlSource(text).value as { registry?: { remote_url?: unknown } } | null;
+    const url = raw?.registry?.remote_url;
+    return typeof url === 'string' && url.trim() !== '' ? url : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,69 @@
+import path from 'node:path';
+import { MurmurError, type StageRequest, type StagedPlan, commands } from '@murmur/shared';
+import { type Output, formatBytes } from '../output.js';
+import { terminalProgress } from '../progress.js';
+import { openRuntime } from '../runtime.js';
+
+export interface StageOptions {
+  capsule?: string;
+  capsuleVersion?: string;
+  json?: boolean;
+  verbose?: boolean;
+}
+
+/** Staging can transpile several large components cold; the bus request waits this long. */
+export const STAGE_TIMEOUT_MS = 180_000;
+
+export function stageRequestFor(directory: string | undefined, options: StageOptions): StageRequest {
+  const env_names = Object.keys(process.env);
+  if (options.capsule !== undefined) {
+    if (!options.capsuleVersion) throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0' });
+    return { source: { kind: 'registry', name: options.capsule, version: options.capsuleVersion }, env_names, project_dir: process.cwd() };
+  }
+  return { source: { kind: 'directory', manifest_dir: path.resolve(directory ?? '.') }, env_names };
+}
+
+/** `mur stage [dir]`: resolve, verify and transpile a capsule, and say what was staged. */
+export async function stageCommand(directory: string | undefined, options: StageOptions, output: Output): Promise<void> {
+  const request = stageRequestFor(directory, options);
+  const progress = terminalProgress(output);
+  const runtime = await openRuntime({ onStageProgress: progress.report, ...(options.verbose === undefined ? {} : { verbose: options.verbose }) });
+  try {
+    const plan = await runtime.bus.request(commands.stage, request, { timeoutMs: STAGE_TIMEOUT_MS });
+    for (const warning of plan.warnings) output.warn(warning);
+    if (options.json) output.out(JSON.stringify(plan));
+    else for (const line of describePlan(plan)) output.out(line);
+  } finally {
+    progress.stop();
+    await runtime.close();
+  }
+}
+
+function shortSha(sha256: string | undefined): string {
+  return sha256 ? sha256.slice(0, 12) : '-';
+}
+
+export function describePlan(plan: StagedPlan): string[] {
+  const { capsule, policy } = plan;
+  const lines = [`staged ${capsule.name}@${capsule.version} (${capsule.kind} capsule) in ${Math.round(plan.stats.duration_ms)} ms`];
+  lines.push(`  from:       ${capsule.origin.kind === 'directory' ? capsule.origin.manifest_dir : `${capsule.origin.name}@${capsule.origin.version} (${capsule.origin.origin} store)`}`);
+  if (capsule.component) {
+    const component = capsule.component;
+    lines.push(`  component:  ${formatBytes(component.size_bytes)}, sha256 ${shortSha(component.sha256)}, ${component.cache_hit ? 'cache hit' : 'transpiled'}`);
+    lines.push(`              ${path.join(component.bundle_dir, component.entry)}`);
+  }
+  lines.push(`  artifacts:  ${plan.artifacts.length === 0 ? 'none' : ''}`.trimEnd());
+  for (const artifact of plan.artifacts) {
+    const component = artifact.component ? `, ${artifact.component.cache_hit ? 'cache hit' : 'transpiled'}` : '';
+    lines.push(`    ${artifact.name}@${artifact.version}  ${artifact.role}/${artifact.packaging}  from ${artifact.origin}  sha256 ${shortSha(artifact.sha256)}${component}`);
+  }
+  lines.push(`  network:    ${policy.network_allow.length === 0 ? 'none' : policy.network_allow.join(', ')}`);
+  lines.push(`  env:        ${policy.env_allow.length === 0 ? 'none' : policy.env_allow.join(', ')}`);
+  lines.push(`  shell:      ${policy.shell_allow.length === 0 ? 'none' : policy.shell_allow.join(', ')}`);
+  lines.push(`  filesystem: ${policy.filesystem_scope === '.' ? 'the whole workdir' : policy.filesystem_scope}`);
+  lines.push(`  limits:     deadline ${policy.limits.deadline_seconds}s, memory ${formatBytes(policy.limits.memory_bytes)}`);
+  lines.push(`  lifecycle:  ${plan.lifecycle.task_acceptance}/${plan.lifecycle.after_task}`);
+  const lock = plan.lock;
+  lines.push(`  lock:       ${lock.status === 'honoured' ? `honoured (${lock.path})` : lock.status === 'absent' ? `none yet; a first run pins ${lock.entries.length} artifact${lock.entries.length === 1 ? '' : 's'}` : 'not applicable (staged from a registry)'}`);
+  return lines;
+}

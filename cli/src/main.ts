@@ -1,0 +1,94 @@
+import { Command, CommanderError, Option } from 'commander';
+import { buildCommand } from './commands/build.js';
+import { healthCommand } from './commands/health.js';
+import { installCommand } from './commands/install.js';
+import { listCommand } from './commands/list.js';
+import { publishCommand } from './commands/publish.js';
+import { roostCommand } from './commands/roost.js';
+import { stageCommand } from './commands/stage.js';
+import { type Output, formatFailure, processOutput } from './output.js';
+
+/**
+ * `mur`. Exit codes: 0 success, 1 a refusal or failure (printed as `error[CODE]: …` with a hint),
+ * 2 a usage error (unknown flag, missing argument).
+ */
+export async function main(argv: string[], output: Output = processOutput): Promise<number> {
+  let exitCode = 0;
+  const run =
+    <A extends unknown[]>(action: (...args: A) => Promise<number | void>) =>
+    async (...args: A): Promise<void> => {
+      exitCode = (await action(...args)) ?? 0;
+    };
+
+  const program = new Command('mur')
+    .description('Build, publish, install, stage and run Murmur capsules')
+    .version('0.1.0')
+    .showHelpAfterError('(run mur --help for usage)')
+    .exitOverride()
+    .configureOutput({ writeOut: (text) => process.stdout.write(text), writeErr: (text) => process.stderr.write(text) });
+
+  program
+    .command('build')
+    .description('pack a capsule or artifact source directory into a .mur.zip')
+    .argument('[source]', 'directory holding murmur.yaml', '.')
+    .option('-o, --output <path>', 'output .mur.zip, or a directory to write it into')
+    .option('--json', 'print the result as one JSON line')
+    .action(run((source: string, options: { output?: string; json?: boolean }) => buildCommand(source, options, output)));
+
+  program
+    .command('publish')
+    .description('publish a .mur.zip into the global store, or to a roost with --registry <url>')
+    .argument('[zip]', 'the artifact (default: ./<name>-<version>.mur.zip)')
+    .option('--registry <url|local>', "'local' (the global store) or a roost URL")
+    .option('--platform <os-arch>', 'publish as a native variant for this platform')
+    .action(run((zip: string | undefined, options: { registry?: string; platform?: string }) => publishCommand(zip, options, output)));
+
+  program
+    .command('install')
+    .description('install an artifact into the project store and pin it in murmur.lock')
+    .argument('[ref]', 'name@version, or a path to a .mur.zip (default: every artifact the manifest declares)')
+    .option('-g, --global', 'install into the global store instead (no lock)')
+    .option('--registry <url|local>', "where to look: 'local' (the global store) or a roost URL")
+    .action(run((ref: string | undefined, options: { global?: boolean; registry?: string }) => installCommand(ref, options, output)));
+
+  program
+    .command('list')
+    .description('list installed artifacts')
+    .option('-g, --global', 'the global store')
+    .addOption(new Option('--all', 'the project and the global store').conflicts('global'))
+    .option('--registry <url>', "a roost's index")
+    .option('--json', 'print JSON')
+    .action(run((options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }) => listCommand(options, output)));
+
+  program
+    .command('stage')
+    .description('resolve, verify and transpile a capsule, and print the staged plan')
+    .argument('[dir]', 'the capsule directory (holding murmur.yaml)')
+    .option('--capsule <name>', 'stage a capsule from a registry instead')
+    .option('--capsule-version <version>', 'the version of --capsule')
+    .option('--json', 'print the staged plan as JSON')
+    .option('-v, --verbose', 'log what the services do')
+    .action(run((dir: string | undefined, options: { capsule?: string; capsuleVersion?: string; json?: boolean; verbose?: boolean }) => stageCommand(dir, options, output)));
+
+  program
+    .command('health')
+    .description('ask every service on the bus (MURMUR_NATS_URL) for its health check')
+    .option('--json', 'print JSON')
+    .action(run((options: { json?: boolean }) => healthCommand(options, output)));
+
+  program
+    .command('roost')
+    .description('run roost (the registry over HTTP) on 127.0.0.1')
+    .option('--port <port>', 'port to listen on', '7700')
+    .option('--registry-path <dir>', 'the store to serve (default: the global store)')
+    .action(run((options: { port?: string; registryPath?: string }) => roostCommand(options, output)));
+
+  try {
+    await program.parseAsync(argv);
+    return exitCode;
+  } catch (error) {
+    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
+    output.err(formatFailure(error));
+    return 1;
+  }
+}

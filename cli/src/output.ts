@@ -1,0 +1,45 @@
+import { MurmurError, type MurmurWarning, formatWarning } from '@murmur/shared';
+
+/**
+ * What `mur` prints and where. stdout carries only what a command promises (a table, a JSON
+ * document, a result line), so it can be piped; warnings, progress and errors go to stderr.
+ */
+export interface Output {
+  out(line: string): void;
+  err(line: string): void;
+  warn(warning: MurmurWarning): void;
+  readonly stderrIsTerminal: boolean;
+}
+
+export const processOutput: Output = {
+  out: (line) => process.stdout.write(`${line}\n`),
+  err: (line) => process.stderr.write(`${line}\n`),
+  warn: (warning) => process.stderr.write(`${formatWarning(warning)}\n`),
+  get stderrIsTerminal() {
+    return process.stderr.isTTY === true;
+  },
+};
+
+/** `error[CODE]: message` (+ `  hint: …`), or the unexpected error with a request to report it. */
+export function formatFailure(error: unknown): string {
+  if (error instanceof MurmurError) return error.format();
+  const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
+  return `error[E-IO-003]: unexpected failure: ${message}\n  hint: this is a bug in mur; please report it with the command you ran`;
+}
+
+/** Left-aligned columns separated by two spaces; the last column is not padded. */
+export function table(header: string[], rows: string[][]): string[] {
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)));
+  const render = (row: string[]): string =>
+    row
+      .map((cell, column) => (column === row.length - 1 ? cell : cell.padEnd(widths[column] ?? 0)))
+      .join('  ')
+      .trimEnd();
+  return [render(header), ...rows.map(render)];
+}
+
+export function formatBytes(bytes: number): string {
+  if (bytes < 1000) return `${bytes} B`;
+  if (bytes < 1_000_000) return `${(bytes / 1000).toFixed(1)} KB`;
+  return `${(bytes / 1_000_000).toFixed(1)} MB`;
+}

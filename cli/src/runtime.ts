@@ -1,0 +1,39 @@
+import { type Bus, connectBus } from '@murmur/shared/bus';
+import { type Log, silentLog } from '@murmur/shared';
+import { createLogger } from '@murmur/shared/node';
+import { type StageProgress, startStagerService } from '@murmur/stager';
+
+/**
+ * Where `mur`'s work happens. With `MURMUR_NATS_URL` set, `mur` is a client: it asks the running
+ * services over NATS. Without it, `mur` starts the services it needs inside its own process on the
+ * in-process bus (the embedded default), and asks them the same way, so both paths run the same
+ * code through the same contracts.
+ */
+export interface Runtime {
+  bus: Bus;
+  inProcess: boolean;
+  close(): Promise<void>;
+}
+
+export interface RuntimeOptions {
+  env?: NodeJS.ProcessEnv;
+  onStageProgress?: (progress: StageProgress) => void;
+  verbose?: boolean;
+}
+
+export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime> {
+  const env = options.env ?? process.env;
+  const log: Log = options.verbose ? createLogger('mur', env) : silentLog;
+  const natsUrl = env.MURMUR_NATS_URL?.trim();
+  const bus = await connectBus({ natsUrl, name: 'mur', log });
+  if (natsUrl) return { bus, inProcess: false, close: () => bus.close() };
+  const stager = startStagerService({ bus, log, env, ...(options.onStageProgress ? { onProgress: options.onStageProgress } : {}) });
+  return {
+    bus,
+    inProcess: true,
+    async close() {
+      await stager.close();
+      await bus.close();
+    },
+  };
+}

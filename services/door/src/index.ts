@@ -1,0 +1,12 @@
+#!/usr/bin/env node
+import { runServiceProcess } from '@murmur/shared/node';
+import { startDoorService } from './service.js';
+
+await runServiceProcess({
+  service: 'door',
+  defaultPort: 7730,
+  async start({ bus, log }) {
+    const service = startDoorService({ bus, log });
+    return { http: service.http, close: () => service.close() };
+  },
+});

@@ -1,0 +1,12 @@
+#!/usr/bin/env node
+import { runServiceProcess } from '@murmur/shared/node';
+import { startExecutorService } from './service.js';
+
+await runServiceProcess({
+  service: 'executor',
+  defaultPort: 7720,
+  async start({ bus, log }) {
+    const service = startExecutorService({ bus, log });
+    return { close: () => service.close() };
+  },
+});

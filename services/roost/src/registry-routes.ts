@@ -1,0 +1,129 @@
+import { timingSafeEqual } from 'node:crypto';
+import { type ArtifactMeta, type Log, MurmurError, type PackagingType, isReservedVersion, parsePlatform } from '@murmur/shared';
+import { type ArtifactStore, SHA256_HEADER, inspectArchive, maxEntryBytesFromEnv, sha256Hex } from '@murmur/shared/artifacts';
+import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+
+/**
+ * roost's registry over HTTP, in upstream's `/v1/artifacts` shape so any client of a Murmur
+ * registry can use it:
+ *
+ * - `GET  /v1/artifacts`                      the index: every stored artifact's meta
+ * - `GET  /v1/artifacts/{name}/{version}`     the bytes, with `x-murmur-sha256`
+ * - `POST /v1/artifacts?name&version&runtime` publish (raw `.mur.zip` body)
+ *
+ * A published archive is opened with every guard and its manifest read before it is stored: roost
+ * never keeps bytes that staging would refuse, and never stores an archive under a name its own
+ * manifest disputes. Errors are `{"error": "<message>", "code": "E-…", "hint"?}`.
+ */
+
+export interface RegistryRoutesOptions {
+  store: ArtifactStore;
+  /** When set, publishing needs `authorization: Bearer <token>`; reading never does. */
+  publishToken?: string | undefined;
+  log: Log;
+}
+
+function errorBody(error: MurmurError): { error: string; code: string; hint?: string } {
+  return { error: error.message, code: error.code, ...(error.hint ? { hint: error.hint } : {}) };
+}
+
+function statusFor(error: MurmurError): ContentfulStatusCode {
+  switch (error.code) {
+    case 'E-REG-001':
+      return 404;
+    case 'E-REG-003':
+      return 409;
+    case 'E-REG-004':
+    case 'E-REG-006':
+    case 'E-ART-001':
+    case 'E-ART-002':
+    case 'E-ART-003':
+    case 'E-MAN-001':
+    case 'E-MAN-002':
+    case 'E-MAN-003':
+      return 422;
+    default:
+      return 500;
+  }
+}
+
+function tokenMatches(header: string | undefined, token: string): boolean {
+  const presented = Buffer.from(header?.replace(/^Bearer\s+/i, '') ?? '');
+  const expected = Buffer.from(token);
+  return presented.length === expected.length && timingSafeEqual(presented, expected);
+}
+
+/** `local/worker/0.1.0` or `local%2Fworker/0.1.0` → name `local/worker`, version `0.1.0`. */
+function nameAndVersion(rest: string): { name: string; version: string } | undefined {
+  const segments = rest.split('/').filter((segment) => segment !== '').map((segment) => decodeURIComponent(segment));
+  const version = segments.pop();
+  if (!version || segments.length === 0) return undefined;
+  return { name: segments.join('/'), version };
+}
+
+export function registryRoutes(options: RegistryRoutesOptions): Hono {
+  const app = new Hono();
+  const fail = (error: MurmurError) => ({ body: errorBody(error), status: statusFor(error) });
+
+  app.onError((error, context) => {
+    if (error instanceof MurmurError) {
+      const { body, status } = fail(error);
+      return context.json(body, status);
+    }
+    options.log.error({ err: error }, 'registry request failed');
+    return context.json({ error: `internal error: ${error.message}`, code: 'E-IO-003' }, 500);
+  });
+
+  app.get('/v1/artifacts', async (context) => context.json(await options.store.list()));
+
+  app.get('/v1/artifacts/*', async (context) => {
+    const rest = context.req.path.slice('/v1/artifacts/'.length);
+    const parsed = nameAndVersion(rest);
+    if (!parsed) return context.json({ error: 'expected /v1/artifacts/{name}/{version}', code: 'E-REG-001' }, 404);
+    const platform = context.req.query('platform');
+    const stored = await options.store.resolve(parsed.name, parsed.version, platform ?? 'unknown');
+    if (!stored) return context.json({ error: `artifact ${parsed.name}@${parsed.version} not found in registry`, code: 'E-REG-001' }, 404);
+    // Served only if the bytes still match their digest: a corrupted store is reported, not passed on.
+    if (sha256Hex(stored.bytes) !== stored.recordedSha256) {
+      throw new MurmurError('E-REG-002', `artifact integrity check failed for ${parsed.name}@${parsed.version}: the stored bytes no longer match their recorded sha256`);
+    }
+    return context.body(new Uint8Array(stored.bytes), 200, { 'content-type': 'application/octet-stream', [SHA256_HEADER]: stored.recordedSha256 });
+  });
+
+  app.post(
+    '/v1/artifacts',
+    bodyLimit({
+      maxSize: maxEntryBytesFromEnv(),
+      onError: (context) => context.json({ error: `the artifact is larger than the ${maxEntryBytesFromEnv()}-byte ceiling`, code: 'E-ART-002' }, 413),
+    }),
+    async (context) => {
+      if (options.publishToken !== undefined && !tokenMatches(context.req.header('authorization'), options.publishToken)) {
+        return context.json({ error: 'unauthorized: publishing needs the roost token', code: 'E-ROOST-001' }, 401);
+      }
+      const name = context.req.query('name')?.trim();
+      const version = context.req.query('version')?.trim();
+      if (!name || !version) return context.json({ error: 'name and version query parameters are required', code: 'E-MAN-001' }, 400);
+      if (isReservedVersion(version)) throw new MurmurError('E-REG-004', `reserved artifact version '${version}' is not allowed`);
+      const bytes = new Uint8Array(await context.req.arrayBuffer());
+      const platforms = context.req.queries('platform') ?? [];
+      const inspected = await inspectArchive(bytes, `${name}@${version}`, platforms[0] ? { platform: platforms[0] } : {});
+      if (inspected.meta.name !== name || inspected.meta.version !== version) {
+        throw new MurmurError('E-MAN-003', `the archive's murmur.yaml names ${inspected.meta.name}@${inspected.meta.version}, not ${name}@${version}`);
+      }
+      const runtime = context.req.query('runtime') as PackagingType | undefined;
+      const meta: ArtifactMeta = {
+        ...inspected.meta,
+        ...(runtime === 'wasm' || runtime === 'native' || runtime === 'static' ? { runtime } : {}),
+        platforms: platforms.length > 0 ? platforms.map((value) => parsePlatform(value)).filter((pair): pair is [string, string] => pair !== undefined) : inspected.meta.platforms,
+        artifact_runtime: context.req.query('artifact_runtime')?.trim() || inspected.meta.artifact_runtime,
+      };
+      const published = await options.store.publish(bytes, meta);
+      options.log.info({ artifact: `${name}@${version}`, sha256: published.sha256 }, 'published');
+      return context.json({ artifact_id: `${name}@${version}`, sha256: published.sha256 }, 201);
+    },
+  );
+
+  return app;
+}

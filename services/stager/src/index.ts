@@ -1,0 +1,12 @@
+#!/usr/bin/env node
+import { runServiceProcess } from '@murmur/shared/node';
+import { startStagerService } from './service.js';
+
+await runServiceProcess({
+  service: 'stager',
+  defaultPort: 7710,
+  async start({ bus, log, env }) {
+    const service = startStagerService({ bus, log, env });
+    return { close: () => service.close() };
+  },
+});

@@ -1,0 +1,153 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { MurmurError, type TranspiledComponent } from '@murmur/shared';
+import { renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
+import type { TranspileJob, TranspileReply } from './transpile-worker.js';
+
+/**
+ * Components transpiled once by jco into a content-addressed cache:
+ * `<cache>/transpiled/<transpiler>/<sha256 of the .wasm>/`, holding the instantiation-mode module
+ * (`component.js`), its core modules and `bundle.json`. An entry is written in full to a
+ * temporary sibling and renamed into place, so a reader finds a whole entry or none, and two
+ * stagers racing on the same bytes both end up reading the same entry.
+ */
+
+export const TRANSPILER_ID = 'jco-1.35.0-instantiation-async';
+const BUNDLE_FILE = 'bundle.json';
+const ENTRY_NAME = 'component';
+
+interface BundleRecord {
+  sha256: string;
+  size_bytes: number;
+  entry: string;
+  core_modules: string[];
+  imports: string[];
+  exports: string[];
+  transpiler: string;
+}
+
+/** A transpiled entry not yet in the cache: committed or discarded as one with the rest of a staging. */
+export interface PendingEntry {
+  temporaryDir: string;
+  finalDir: string;
+  component: TranspiledComponent;
+}
+
+export class ComponentCache {
+  private worker: Worker | undefined;
+  private nextJob = 1;
+  private readonly waiting = new Map<number, (reply: TranspileReply) => void>();
+
+  constructor(readonly cacheDir: string) {}
+
+  private get root(): string {
+    return path.join(this.cacheDir, 'transpiled', TRANSPILER_ID);
+  }
+
+  entryDir(sha256: string): string {
+    return path.join(this.root, sha256);
+  }
+
+  /** The cached entry for these bytes, or undefined when it has not been transpiled yet. */
+  async lookup(sha256: string): Promise<TranspiledComponent | undefined> {
+    const dir = this.entryDir(sha256);
+    try {
+      const record = JSON.parse(await fs.readFile(path.join(dir, BUNDLE_FILE), 'utf8')) as BundleRecord;
+      if (record.sha256 !== sha256) return undefined;
+      return { sha256, size_bytes: record.size_bytes, bundle_dir: dir, entry: record.entry, core_modules: record.core_modules, imports: record.imports, exports: record.exports, cache_hit: true };
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * Transpiles `bytes` into a temporary directory beside the cache entry it will become. Nothing
+   * is visible in the cache until `commit`.
+   */
+  async prepare(bytes: Uint8Array, sha256: string, label: string): Promise<PendingEntry> {
+    const reply = await this.runJob({ id: 0, name: ENTRY_NAME, bytes });
+    if (!reply.ok) {
+      throw new MurmurError('E-RUN-001', `failed to compile component for ${label}: ${reply.message}`, {
+        hint: 'the artifact is not a valid WebAssembly component; rebuild it (componentize-js, cargo component, wasm-tools component new)',
+      });
+    }
+    const finalDir = this.entryDir(sha256);
+    await fs.mkdir(this.root, { recursive: true });
+    const temporaryDir = temporarySibling(finalDir);
+    await fs.mkdir(temporaryDir);
+    try {
+      for (const [file, content] of Object.entries(reply.files)) {
+        const target = path.join(temporaryDir, file);
+        if (path.dirname(target) !== temporaryDir) throw new Error(`jco produced an unexpected file name '${file}'`);
+        await fs.writeFile(target, content);
+      }
+      const entry = `${ENTRY_NAME}.js`;
+      const coreModules = Object.keys(reply.files).filter((file) => file.endsWith('.wasm')).sort();
+      const record: BundleRecord = { sha256, size_bytes: bytes.byteLength, entry, core_modules: coreModules, imports: reply.imports, exports: reply.exports, transpiler: TRANSPILER_ID };
+      await fs.writeFile(path.join(temporaryDir, BUNDLE_FILE), JSON.stringify(record, null, 2));
+      return {
+        temporaryDir,
+        finalDir,
+        component: { sha256, size_bytes: bytes.byteLength, bundle_dir: finalDir, entry, core_modules: coreModules, imports: reply.imports, exports: reply.exports, cache_hit: false },
+      };
+    } catch (error) {
+      await fs.rm(temporaryDir, { recursive: true, force: true });
+      throw error;
+    }
+  }
+
+  /** Moves a prepared entry into place. Losing a race to an identical entry is fine. */
+  async commit(pending: PendingEntry): Promise<void> {
+    await renameDirectoryIntoPlace(pending.temporaryDir, pending.finalDir);
+  }
+
+  async discard(pending: PendingEntry): Promise<void> {
+    await fs.rm(pending.temporaryDir, { recursive: true, force: true });
+  }
+
+  private ensureWorker(): Worker {
+    if (this.worker) return this.worker;
+    // Always the compiled worker: under a TypeScript test runner `src/` holds no .js to start.
+    const here = path.dirname(fileURLToPath(import.meta.url));
+    const workerFile = path.join(here, '..', 'dist', 'transpile-worker.js');
+    const worker = new Worker(workerFile);
+    worker.unref();
+    worker.on('message', (reply: TranspileReply) => {
+      const resolve = this.waiting.get(reply.id);
+      this.waiting.delete(reply.id);
+      resolve?.(reply);
+      if (this.waiting.size === 0) worker.unref();
+    });
+    worker.on('error', (error) => this.failAll(error.message));
+    worker.on('exit', () => {
+      this.worker = undefined;
+      this.failAll('the transpiler worker exited');
+    });
+    this.worker = worker;
+    return worker;
+  }
+
+  private failAll(message: string): void {
+    for (const [id, resolve] of this.waiting) resolve({ id, ok: false, message });
+    this.waiting.clear();
+  }
+
+  private runJob(job: TranspileJob): Promise<TranspileReply> {
+    const worker = this.ensureWorker();
+    const id = this.nextJob++;
+    worker.ref();
+    return new Promise((resolve) => {
+      this.waiting.set(id, resolve);
+      const copy = Uint8Array.from(job.bytes);
+      worker.postMessage({ ...job, id, bytes: copy }, [copy.buffer]);
+    });
+  }
+
+  async close(): Promise<void> {
+    const worker = this.worker;
+    this.worker = undefined;
+    if (worker) await worker.terminate();
+  }
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env node
+import { runServiceProcess } from '@murmur/shared/node';
+import { startWatcherService } from './service.js';
+
+await runServiceProcess({
+  service: 'watcher',
+  defaultPort: 7740,
+  async start({ bus, log }) {
+    const service = startWatcherService({ bus, log });
+    return { close: () => service.close() };
+  },
+});

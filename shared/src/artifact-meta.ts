@@ -1,0 +1,44 @@
+import { z } from 'zod';
+import { PackagingTypeSchema } from './manifest/artifact.js';
+
+/**
+ * `<name>-<version>.meta.json` beside each stored artifact, and one entry of a registry index.
+ * `runtime` is the packaging type; `artifact_runtime` the role (`tool`, `driver`, `hook`, `skill`,
+ * or `capsule` for a packaged capsule). Upstream's exact shape, so stores are shared between
+ * implementations.
+ */
+export const PlatformPairSchema = z.tuple([z.string(), z.string()]);
+
+export const ArtifactMetaSchema = z.object({
+  name: z.string(),
+  version: z.string(),
+  runtime: PackagingTypeSchema,
+  artifact_runtime: z.string(),
+  platforms: z.array(PlatformPairSchema).default([]),
+  description: z.string().nullable().default(null),
+  tags: z.array(z.string()).default([]),
+});
+export type ArtifactMeta = z.infer<typeof ArtifactMetaSchema>;
+
+export const MetaFileSchema = z.object({ meta: ArtifactMetaSchema });
+
+/** The meta of an artifact stored without one: upstream's fallback. */
+export function fallbackMeta(name: string, version: string): ArtifactMeta {
+  return { name, version, runtime: 'wasm', artifact_runtime: '', platforms: [], description: null, tags: [] };
+}
+
+/** The registry index roost serves: every stored artifact's meta. */
+export const RegistryIndexSchema = z.array(ArtifactMetaSchema);
+
+/** This machine's platform as upstream names it (`linux-x86_64`), or `unknown`. */
+export function currentPlatform(platform: string = process.platform, arch: string = process.arch): string {
+  const os = platform === 'linux' ? 'linux' : platform === 'darwin' ? 'darwin' : undefined;
+  const cpu = arch === 'x64' ? 'x86_64' : arch === 'arm64' ? 'aarch64' : undefined;
+  return os && cpu ? `${os}-${cpu}` : 'unknown';
+}
+
+export function parsePlatform(value: string): [string, string] | undefined {
+  const index = value.indexOf('-');
+  if (index <= 0 || index === value.length - 1) return undefined;
+  return [value.slice(0, index), value.slice(index + 1)];
+}

@@ -1,0 +1,243 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { type ArtifactMeta, currentPlatform, parsePlatform } from '../artifact-meta.js';
+import { MurmurError, type MurmurWarning } from '../errors.js';
+import { type PackagedManifest, type PackagingType, artifactNameProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
+import { parseYamlSource } from '../manifest/yaml-source.js';
+import { writeFileAtomic } from '../node/atomic.js';
+import { normaliseEntryName, writeMurZip } from './mur-zip.js';
+import { sha256Hex } from './store.js';
+
+/**
+ * `mur build`: a source directory with a `murmur.yaml` becomes a `.mur.zip`.
+ *
+ * Everything that can refuse the build is decided before anything is written: the manifest, the
+ * name, every file to pack (no absolute paths, no `..`, no symlinks, no two files packing as one
+ * entry) and the payload's shape. Then the archive is written to a temporary file and renamed, so
+ * a failed build never leaves a half-written zip where a good one was.
+ *
+ * An artifact manifest packs itself plus `requires_files`. A capsule manifest (no `runtime:`)
+ * packs itself, `capsule.wasm` when the capsule has one, its `system_prompt_file`, and any
+ * `requires_files` it declares.
+ */
+
+export interface BuildOptions {
+  /** An output file (must end in `.mur.zip`) or an existing directory to put it in. */
+  output?: string;
+}
+
+export interface BuildResult {
+  outputPath: string;
+  name: string;
+  version: string;
+  kind: PackagedManifest['kind'];
+  packaging: PackagingType;
+  sha256: string;
+  entries: string[];
+  warnings: MurmurWarning[];
+  meta: ArtifactMeta;
+}
+
+interface PlannedFile {
+  declared: string;
+  archiveName: string;
+  sourcePath: string;
+}
+
+const WASM_COMPONENT_PREAMBLE = [0x00, 0x61, 0x73, 0x6d];
+
+/** Whether the bytes are a WebAssembly component (layer 1), as opposed to a core module. */
+export function isWasmComponent(bytes: Uint8Array): boolean {
+  if (bytes.length < 8 || WASM_COMPONENT_PREAMBLE.some((byte, index) => bytes[index] !== byte)) return false;
+  // Core modules carry version 1 (01 00 00 00); components a version with layer 1 (.. .. 01 00).
+  return bytes[6] === 0x01 && bytes[7] === 0x00 && !(bytes[4] === 0x01 && bytes[5] === 0x00);
+}
+
+/** W-SEC-004: a key that names a secret holding what looks like the secret itself. */
+export function scanForLiteralSecrets(value: unknown, file = 'murmur.yaml'): MurmurWarning[] {
+  const warnings: MurmurWarning[] = [];
+  const visit = (node: unknown, trail: string[]): void => {
+    if (Array.isArray(node)) return node.forEach((item, index) => visit(item, [...trail, String(index)]));
+    if (node === null || typeof node !== 'object') return;
+    for (const [key, child] of Object.entries(node)) {
+      const here = [...trail, key];
+      const sensitive = /api_key|token|secret|password/i.test(key);
+      if (sensitive && typeof child === 'string' && !/^\$\{[A-Z0-9_]+\}$/.test(child.trim()) && (child.startsWith('sk-') || Buffer.byteLength(child) > 8)) {
+        warnings.push({
+          code: 'W-SEC-004',
+          message: `${file}: field '${here.join('.')}' appears to contain a literal secret value (${child.slice(0, 4)}****); use a \${VAR_NAME} reference and inject the value through the environment`,
+          path: here.join('.'),
+        });
+      }
+      visit(child, here);
+    }
+  };
+  visit(value, []);
+  return warnings;
+}
+
+async function planFiles(sourceDir: string, declared: readonly string[], outputPath: string): Promise<{ files: PlannedFile[]; shadowed: PlannedFile[] }> {
+  const candidates: PlannedFile[] = [{ declared: 'murmur.yaml', archiveName: 'murmur.yaml', sourcePath: path.join(sourceDir, 'murmur.yaml') }];
+  for (const entry of declared) {
+    const unsafe = (reason: string): MurmurError =>
+      new MurmurError('E-BLD-002', `requires_files entry '${entry}' has an unsafe path: ${reason}`, { path: entry, hint: 'declare files by a relative path inside the source directory' });
+    if (entry.startsWith('/') || path.isAbsolute(entry)) throw unsafe('is an absolute path');
+    if (entry.split(/[/\\]/).includes('..')) throw unsafe("contains a '..' component");
+    const normalised = normaliseEntryName(entry.replaceAll('\\', '/'));
+    if (!normalised.ok) throw unsafe(normalised.reason);
+    const sourcePath = path.join(sourceDir, entry);
+    let stat;
+    try {
+      stat = await fs.lstat(sourcePath);
+    } catch {
+      throw new MurmurError('E-IO-003', `missing required file '${entry}' in ${sourceDir}`, { path: entry });
+    }
+    if (stat.isSymbolicLink()) {
+      throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is a symlink (${sourcePath}); declare the file it points to instead`, { path: entry, hint: 'copy the target into the source directory, or declare its real path' });
+    }
+    if (!stat.isFile()) throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is not a regular file (${sourcePath})`, { path: entry });
+    candidates.push({ declared: entry, archiveName: normalised.name, sourcePath });
+  }
+  const files: PlannedFile[] = [];
+  const shadowed: PlannedFile[] = [];
+  const seenSources = new Set<string>();
+  const byArchiveName = new Map<string, PlannedFile>();
+  for (const candidate of candidates) {
+    const resolved = path.resolve(candidate.sourcePath);
+    if (seenSources.has(resolved)) {
+      shadowed.push(candidate);
+      continue;
+    }
+    seenSources.add(resolved);
+    if (resolved === path.resolve(outputPath)) continue;
+    const clash = byArchiveName.get(candidate.archiveName);
+    if (clash) {
+      throw new MurmurError('E-BLD-002', `requires_files entries '${clash.declared}' and '${candidate.declared}' both pack as the archive entry '${candidate.archiveName}'`, {
+        hint: 'give each packaged file a distinct path inside the artifact',
+      });
+    }
+    byArchiveName.set(candidate.archiveName, candidate);
+    files.push(candidate);
+  }
+  return { files, shadowed };
+}
+
+function lint(files: PlannedFile[], shadowed: PlannedFile[], packaging: PackagingType): MurmurWarning[] {
+  const warnings: MurmurWarning[] = [];
+  for (const entry of shadowed) {
+    if (entry.archiveName === 'murmur.yaml' || entry.archiveName === 'capsule.wasm') {
+      warnings.push({ code: 'W-BLD-001', message: `requires_files entry '${entry.declared}' names the reserved archive entry '${entry.archiveName}', which mur build already packs; remove it from requires_files` });
+    }
+  }
+  const rootWasm = files.filter((file) => !file.archiveName.includes('/') && file.archiveName.endsWith('.wasm'));
+  if (rootWasm.some((file) => file.archiveName === 'capsule.wasm') && rootWasm.length > 1) {
+    const others = rootWasm.filter((file) => file.archiveName !== 'capsule.wasm').map((file) => file.archiveName);
+    warnings.push({ code: 'W-BLD-002', message: `root 'capsule.wasm' is always selected as the payload, so ${others.join(', ')} ships but never runs` });
+  }
+  if (packaging === 'wasm' || packaging === 'native') {
+    const sources = files
+      .map((file) => file.archiveName)
+      .filter((name) => name.split('/').includes('target') || /(^|\/)(Cargo\.toml|Cargo\.lock)$/.test(name) || name.endsWith('.rs'));
+    if (sources.length > 0) warnings.push({ code: 'W-BLD-003', message: `compiled artifact packages build inputs: ${sources.join(', ')}; a compiled artifact ships its payload, not its sources` });
+  }
+  return warnings;
+}
+
+function shapeError(message: string): MurmurError {
+  return new MurmurError('E-BLD-003', message, { hint: 'declare exactly one root *.wasm in requires_files: (or name it capsule.wasm)' });
+}
+
+async function checkPayload(files: PlannedFile[], packaging: PackagingType, packaged: PackagedManifest): Promise<void> {
+  const rootWasm = files.filter((file) => !file.archiveName.includes('/') && file.archiveName.endsWith('.wasm'));
+  const chosen = rootWasm.find((file) => file.archiveName === 'capsule.wasm') ?? (rootWasm.length === 1 ? rootWasm[0] : undefined);
+  if (packaged.kind === 'capsule' && packaged.manifest.inference !== undefined && rootWasm.length === 0) return;
+  if (packaging === 'wasm' || packaged.kind === 'capsule') {
+    if (rootWasm.length === 0) {
+      if (packaged.kind === 'capsule') {
+        throw new MurmurError('E-BLD-003', 'a capsule needs a capsule.wasm (a script capsule) or an inference: block (an agent capsule); this one has neither', { hint: 'put the component beside murmur.yaml as capsule.wasm' });
+      }
+      throw shapeError('missing root .wasm file (expected capsule.wasm or one root *.wasm)');
+    }
+    if (!chosen) throw shapeError(`multiple root .wasm files found: ${rootWasm.map((file) => file.archiveName).sort().join(', ')}`);
+    const bytes = await fs.readFile(chosen.sourcePath);
+    if (!isWasmComponent(bytes)) {
+      throw new MurmurError('E-BLD-003', `${chosen.archiveName} is not a WebAssembly component (a core module, or not wasm at all)`, {
+        hint: 'build it as a component: componentize-js, cargo component, or wasm-tools component new',
+      });
+    }
+  }
+  if (packaging === 'native' && packaged.kind === 'artifact') {
+    const binary = `bin/${packaged.manifest.name.split('/').pop() as string}`;
+    if (!files.some((file) => file.archiveName === binary)) {
+      throw new MurmurError('E-BLD-003', `a native tool packs its binary at ${binary}; declare it in requires_files`, { hint: `add '${binary}' to requires_files` });
+    }
+  }
+  if (packaging === 'static' && !files.some((file) => file.archiveName === 'skill.md')) {
+    throw new MurmurError('E-BLD-003', 'a skill packs its skill.md at the archive root; declare it in requires_files');
+  }
+}
+
+export async function buildArtifact(sourceDirInput: string, options: BuildOptions = {}): Promise<BuildResult> {
+  const sourceDir = path.resolve(sourceDirInput);
+  const manifestPath = path.join(sourceDir, 'murmur.yaml');
+  let manifestText: string;
+  try {
+    manifestText = await fs.readFile(manifestPath, 'utf8');
+  } catch (error) {
+    const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
+    throw new MurmurError(missing ? 'E-IO-001' : 'E-IO-003', missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`, { path: manifestPath });
+  }
+  const packaged = parsePackagedManifest(manifestText);
+  const { name, version } = packaged.manifest;
+  const warnings: MurmurWarning[] = [...packaged.warnings, ...scanForLiteralSecrets(parseYamlSource(manifestText).value)];
+  const nameProblem = artifactNameProblem(name);
+  if (nameProblem) throw new MurmurError('E-BLD-001', `invalid artifact name '${name}': ${nameProblem}`, { path: 'name', hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool)' });
+
+  const fileName = `${name.split('/').pop() as string}-${version}.mur.zip`;
+  let outputPath = path.join(sourceDir, fileName);
+  if (options.output !== undefined) {
+    const stat = await fs.stat(options.output).catch(() => undefined);
+    outputPath = stat?.isDirectory() ? path.join(path.resolve(options.output), fileName) : path.resolve(options.output);
+  }
+  if (!outputPath.endsWith('.mur.zip')) throw new MurmurError('E-IO-003', `output path must end with .mur.zip: ${outputPath}`, { path: outputPath });
+
+  let declared: string[];
+  let packaging: PackagingType;
+  if (packaged.kind === 'artifact') {
+    declared = packaged.manifest.requires_files;
+    packaging = packagingTypeOf(packaged.manifest);
+  } else {
+    const hasComponent = await fs
+      .lstat(path.join(sourceDir, 'capsule.wasm'))
+      .then((stat) => stat.isFile() || stat.isSymbolicLink())
+      .catch(() => false);
+    const promptFile = packaged.manifest.inference?.system_prompt_file;
+    declared = [...(hasComponent ? ['capsule.wasm'] : []), ...(promptFile ? [promptFile] : []), ...(packaged.manifest.requires_files ?? [])];
+    packaging = hasComponent ? 'wasm' : 'static';
+  }
+  const { files, shadowed } = await planFiles(sourceDir, declared, outputPath);
+  warnings.push(...lint(files, shadowed, packaging));
+  await checkPayload(files, packaging, packaged);
+
+  const inputs = await Promise.all(
+    files.map(async (file) => {
+      const stat = await fs.stat(file.sourcePath);
+      return { name: file.archiveName, data: await fs.readFile(file.sourcePath), executable: (stat.mode & 0o111) !== 0 };
+    }),
+  );
+  const bytes = await writeMurZip(inputs);
+  await fs.mkdir(path.dirname(outputPath), { recursive: true });
+  await writeFileAtomic(outputPath, bytes);
+
+  const platform = packaging === 'native' ? parsePlatform(currentPlatform()) : undefined;
+  const meta: ArtifactMeta = {
+    name,
+    version,
+    runtime: packaging,
+    artifact_runtime: packaged.kind === 'capsule' ? 'capsule' : packaged.manifest.runtime,
+    platforms: platform ? [platform] : [],
+    description: packaged.manifest.description ?? null,
+    tags: packaged.kind === 'artifact' ? packaged.manifest.tags : [],
+  };
+  return { outputPath, name, version, kind: packaged.kind, packaging, sha256: sha256Hex(bytes), entries: inputs.map((input) => input.name), warnings, meta };
+}

@@ -1,0 +1,56 @@
+import { type ArtifactMeta, currentPlatform, parsePlatform } from '../artifact-meta.js';
+import { MurmurError } from '../errors.js';
+import { type PackagedManifest, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
+import { MurZip } from './mur-zip.js';
+import { sha256Hex } from './store.js';
+
+export interface InspectedArchive {
+  packaged: PackagedManifest;
+  meta: ArtifactMeta;
+  sha256: string;
+  entries: string[];
+}
+
+/**
+ * Opens an archive with every guard, reads its manifest, and derives the meta a store keeps for
+ * it. What `mur publish`, `mur install <zip>` and roost's publish endpoint all do before storing
+ * bytes they were handed, so none of them stores an archive that staging would later refuse.
+ */
+export async function inspectArchive(bytes: Uint8Array, label: string, options: { platform?: string } = {}): Promise<InspectedArchive> {
+  const zip = await MurZip.open(bytes, { label });
+  try {
+    const text = await zip.manifestText();
+    let packaged: PackagedManifest;
+    try {
+      packaged = parsePackagedManifest(text);
+    } catch (error) {
+      if (error instanceof MurmurError) throw new MurmurError(error.code, `${label}: ${error.message}`, { ...(error.hint ? { hint: error.hint } : {}), ...(error.path ? { path: error.path } : {}) });
+      throw error;
+    }
+    let runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
+    if (runtime === 'wasm') zip.rootWasmName();
+    let platforms: Array<[string, string]> = [];
+    if (options.platform !== undefined) {
+      const pair = parsePlatform(options.platform);
+      if (!pair) throw new MurmurError('E-IO-003', `invalid platform '${options.platform}' (expected os-arch, e.g. linux-x86_64)`);
+      runtime = 'native';
+      platforms = [pair];
+    } else if (runtime === 'native') {
+      const pair = parsePlatform(currentPlatform());
+      if (!pair) throw new MurmurError('E-IO-003', 'cannot auto-detect the platform for a native artifact on this host', { hint: 'pass --platform <os-arch>, e.g. linux-x86_64' });
+      platforms = [pair];
+    }
+    const meta: ArtifactMeta = {
+      name: packaged.manifest.name,
+      version: packaged.manifest.version,
+      runtime,
+      artifact_runtime: packaged.kind === 'capsule' ? 'capsule' : packaged.manifest.runtime,
+      platforms,
+      description: packaged.manifest.description ?? null,
+      tags: packaged.kind === 'artifact' ? packaged.manifest.tags : [],
+    };
+    return { packaged, meta, sha256: sha256Hex(bytes), entries: zip.names };
+  } finally {
+    zip.close();
+  }
+}

@@ -1,0 +1,256 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import yauzl from 'yauzl';
+import yazl from 'yazl';
+import { MurmurError } from '../errors.js';
+
+/**
+ * `.mur.zip`: read with every guard up front, written reproducibly.
+ *
+ * Reading refuses the whole archive if **any** entry is unsafe (an absolute path, a `..`
+ * component, a symlink or other special file, a duplicate name, an encrypted entry), before a
+ * single byte of any entry is used. Upstream treats such entries as absent; an archive that
+ * carries one was built to attack its reader, so nothing in it is trusted. Each entry is also
+ * held to a decompression ceiling, counted on the actual bytes, not the size the header claims.
+ */
+
+export const DEFAULT_MAX_ENTRY_BYTES = 524_288_000;
+export const MAX_ENTRY_BYTES_ENV = 'MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES';
+
+/** The per-entry ceiling: `MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES` when it is a whole number, else 500 MiB. */
+export function maxEntryBytesFromEnv(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env[MAX_ENTRY_BYTES_ENV]?.trim();
+  if (raw && /^\d+$/.test(raw)) {
+    const value = Number(raw);
+    if (Number.isSafeInteger(value)) return value;
+  }
+  return DEFAULT_MAX_ENTRY_BYTES;
+}
+
+const S_IFMT = 0o170000;
+const S_IFREG = 0o100000;
+const S_IFDIR = 0o040000;
+const S_IFLNK = 0o120000;
+
+interface GuardedEntry {
+  readonly name: string;
+  readonly directory: boolean;
+  readonly executable: boolean;
+  readonly declaredSize: number;
+  readonly raw: yauzl.Entry;
+}
+
+/**
+ * The safe, normalised name of an entry, or the reason it is unsafe. Separators are `/` only
+ * (a backslash is refused rather than guessed at), `.` and empty components are dropped, `..` is
+ * refused wherever it appears.
+ */
+export function normaliseEntryName(raw: string): { ok: true; name: string } | { ok: false; reason: string } {
+  if (raw.includes('\0') || /[\u0001-\u001f]/.test(raw)) return { ok: false, reason: 'contains a control character' };
+  if (raw.includes('\\')) return { ok: false, reason: 'contains a backslash' };
+  if (raw.startsWith('/') || /^[A-Za-z]:/.test(raw)) return { ok: false, reason: 'is an absolute path' };
+  const components = raw.split('/').filter((component) => component !== '' && component !== '.');
+  if (components.includes('..')) return { ok: false, reason: "contains a '..' component" };
+  if (components.length === 0) return { ok: false, reason: 'is empty' };
+  return { ok: true, name: components.join('/') };
+}
+
+function openZip(bytes: Uint8Array): Promise<yauzl.ZipFile> {
+  return new Promise((resolve, reject) => {
+    yauzl.fromBuffer(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), { lazyEntries: true, decodeStrings: false, validateEntrySizes: true, autoClose: false, strictFileNames: false }, (error, zip) => {
+      if (error || !zip) reject(error ?? new Error('no archive'));
+      else resolve(zip);
+    });
+  });
+}
+
+function readEntries(zip: yauzl.ZipFile): Promise<yauzl.Entry[]> {
+  return new Promise((resolve, reject) => {
+    const entries: yauzl.Entry[] = [];
+    zip.on('entry', (entry: yauzl.Entry) => {
+      entries.push(entry);
+      zip.readEntry();
+    });
+    zip.on('end', () => resolve(entries));
+    zip.on('error', reject);
+    zip.readEntry();
+  });
+}
+
+export interface MurZipOptions {
+  /** What the archive is, for messages: `echo-tool@0.1.0`, or a file path. */
+  label: string;
+  maxEntryBytes?: number;
+}
+
+export class MurZip {
+  private constructor(
+    private readonly zip: yauzl.ZipFile,
+    private readonly entries: Map<string, GuardedEntry>,
+    private readonly order: string[],
+    readonly label: string,
+    readonly maxEntryBytes: number,
+  ) {}
+
+  /** Opens and vets every entry. Refuses the archive whole on the first unsafe entry. */
+  static async open(bytes: Uint8Array, options: MurZipOptions): Promise<MurZip> {
+    const maxEntryBytes = options.maxEntryBytes ?? maxEntryBytesFromEnv();
+    let zip: yauzl.ZipFile;
+    let rawEntries: yauzl.Entry[];
+    try {
+      zip = await openZip(bytes);
+      rawEntries = await readEntries(zip);
+    } catch (error) {
+      throw new MurmurError('E-ART-003', `${options.label} is not a valid .mur.zip archive: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    }
+    const entries = new Map<string, GuardedEntry>();
+    const order: string[] = [];
+    const refuse = (code: 'E-ART-001' | 'E-ART-002', message: string): never => {
+      zip.close();
+      throw new MurmurError(code, `${options.label}: ${message}`);
+    };
+    for (const entry of rawEntries) {
+      const rawName = Buffer.isBuffer(entry.fileName) ? entry.fileName.toString('utf8') : String(entry.fileName);
+      const normalised = normaliseEntryName(rawName);
+      if (!normalised.ok) refuse('E-ART-001', `zip entry '${rawName}' has an unsafe path: ${normalised.reason}`);
+      const name = (normalised as { name: string }).name;
+      if ((entry.generalPurposeBitFlag & 0x1) !== 0) refuse('E-ART-001', `zip entry '${rawName}' is encrypted`);
+      const madeByUnix = entry.versionMadeBy >> 8 === 3;
+      const mode = madeByUnix ? (entry.externalFileAttributes >>> 16) & 0xffff : 0;
+      const type = mode & S_IFMT;
+      const nameSaysDirectory = rawName.endsWith('/');
+      if (type === S_IFLNK) refuse('E-ART-001', `zip entry '${rawName}' is a symlink; artifacts may contain only regular files`);
+      if (type !== 0 && type !== S_IFREG && type !== S_IFDIR) refuse('E-ART-001', `zip entry '${rawName}' is a special file (mode ${mode.toString(8)}); artifacts may contain only regular files`);
+      const directory = nameSaysDirectory || type === S_IFDIR;
+      if (!directory && entry.uncompressedSize > maxEntryBytes) {
+        refuse('E-ART-002', `zip entry '${rawName}' exceeds the ${maxEntryBytes}-byte decompression ceiling`);
+      }
+      if (entries.has(name)) refuse('E-ART-001', `zip entry '${name}' appears more than once; an archive with two readings of one path is refused`);
+      entries.set(name, { name, directory, executable: (mode & 0o111) !== 0, declaredSize: entry.uncompressedSize, raw: entry });
+      order.push(name);
+    }
+    return new MurZip(zip, entries, order, options.label, maxEntryBytes);
+  }
+
+  /** File entries in archive order. */
+  get names(): string[] {
+    return this.order.filter((name) => !this.entries.get(name)?.directory);
+  }
+
+  has(name: string): boolean {
+    const entry = this.entries.get(name);
+    return entry !== undefined && !entry.directory;
+  }
+
+  isExecutable(name: string): boolean {
+    return this.entries.get(name)?.executable ?? false;
+  }
+
+  /** The bytes of one entry, stopping at the ceiling + 1 byte whatever the header claimed. */
+  async read(name: string): Promise<Buffer> {
+    const entry = this.entries.get(name);
+    if (!entry || entry.directory) throw new MurmurError('E-ART-003', `${this.label}: missing required file ${name}`);
+    const stream = await new Promise<Readable>((resolve, reject) => {
+      this.zip.openReadStream(entry.raw, (error, readable) => (error || !readable ? reject(error ?? new Error('no stream')) : resolve(readable)));
+    }).catch((error: unknown) => {
+      throw new MurmurError('E-ART-003', `${this.label}: cannot read zip entry '${name}': ${error instanceof Error ? error.message : String(error)}`);
+    });
+    const chunks: Buffer[] = [];
+    let total = 0;
+    try {
+      for await (const chunk of stream) {
+        total += (chunk as Buffer).length;
+        if (total > this.maxEntryBytes) {
+          stream.destroy();
+          throw new MurmurError('E-ART-002', `${this.label}: zip entry '${name}' exceeds the ${this.maxEntryBytes}-byte decompression ceiling`);
+        }
+        chunks.push(chunk as Buffer);
+      }
+    } catch (error) {
+      if (error instanceof MurmurError) throw error;
+      throw new MurmurError('E-ART-003', `${this.label}: cannot read zip entry '${name}': ${error instanceof Error ? error.message : String(error)}`);
+    }
+    return Buffer.concat(chunks, total);
+  }
+
+  async readText(name: string): Promise<string> {
+    const bytes = await this.read(name);
+    try {
+      return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    } catch {
+      throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' is not valid UTF-8`);
+    }
+  }
+
+  /** `murmur.yaml`, which every artifact must carry. */
+  async manifestText(): Promise<string> {
+    if (!this.has('murmur.yaml')) throw new MurmurError('E-ART-003', `${this.label}: artifact missing required file murmur.yaml`);
+    return this.readText('murmur.yaml');
+  }
+
+  /**
+   * The root component: `capsule.wasm` when present, else the one `*.wasm` at the root. Nested
+   * wasm files never count; two candidates without a `capsule.wasm` is ambiguous and refused.
+   */
+  rootWasmName(): string {
+    const candidates = this.names.filter((name) => !name.includes('/') && name.endsWith('.wasm'));
+    if (candidates.includes('capsule.wasm')) return 'capsule.wasm';
+    if (candidates.length === 1) return candidates[0] as string;
+    if (candidates.length === 0) throw new MurmurError('E-ART-003', `${this.label}: missing root .wasm file (expected capsule.wasm or one root *.wasm)`);
+    throw new MurmurError('E-ART-003', `${this.label}: multiple root .wasm files found: ${[...candidates].sort().join(', ')}`);
+  }
+
+  /** Whether the archive has a root component at all (a packaged agent capsule has none). */
+  hasRootWasm(): boolean {
+    return this.names.some((name) => !name.includes('/') && name.endsWith('.wasm'));
+  }
+
+  /**
+   * Writes every file entry except those in `skip` under `directory`, which must not exist yet
+   * and is created. Entry names were vetted at open, and each target is checked again to lie
+   * inside `directory` before it is written.
+   */
+  async extractTo(directory: string, skip: ReadonlySet<string> = new Set()): Promise<string[]> {
+    const base = path.resolve(directory);
+    await fs.mkdir(base, { recursive: true });
+    const written: string[] = [];
+    for (const name of this.names) {
+      if (skip.has(name)) continue;
+      const target = path.resolve(base, name);
+      if (!target.startsWith(`${base}${path.sep}`)) throw new MurmurError('E-ART-001', `${this.label}: zip entry '${name}' resolves outside the target directory`);
+      await fs.mkdir(path.dirname(target), { recursive: true });
+      await fs.writeFile(target, await this.read(name), { mode: this.isExecutable(name) ? 0o755 : 0o644, flag: 'wx' });
+      written.push(name);
+    }
+    return written;
+  }
+
+  close(): void {
+    this.zip.close();
+  }
+}
+
+/** Fixed entry timestamp: two builds of the same files are the same bytes, so the same sha256. */
+const REPRODUCIBLE_MTIME = new Date(Date.UTC(1980, 0, 2, 0, 0, 0));
+
+export interface ZipInput {
+  name: string;
+  data: Uint8Array;
+  executable?: boolean;
+}
+
+/** Deflate-compressed archive of `files` in the given order. */
+export function writeMurZip(files: readonly ZipInput[]): Promise<Buffer> {
+  const zip = new yazl.ZipFile();
+  for (const file of files) {
+    zip.addBuffer(Buffer.from(file.data), file.name, { mtime: REPRODUCIBLE_MTIME, mode: file.executable ? 0o100755 : 0o100644, compress: true });
+  }
+  zip.end();
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    zip.outputStream.on('data', (chunk: Buffer) => chunks.push(chunk));
+    zip.outputStream.on('end', () => resolve(Buffer.concat(chunks)));
+    zip.outputStream.on('error', reject);
+  });
+}

@@ -1,0 +1,188 @@
+import { type ArtifactMeta, RegistryIndexSchema, currentPlatform, fallbackMeta } from '../artifact-meta.js';
+import { MurmurError } from '../errors.js';
+import { maxEntryBytesFromEnv } from './mur-zip.js';
+import type { ArtifactStore } from './store.js';
+
+/**
+ * Where artifacts come from, in the order staging asks: the project store, the global store,
+ * then roost over HTTP. Every source hands back the bytes together with the digest it claims for
+ * them; whoever uses the bytes compares the two before doing anything else with them.
+ */
+
+export type SourceOrigin = 'project' | 'global' | 'roost';
+
+export interface ResolvedArtifact {
+  name: string;
+  version: string;
+  bytes: Buffer;
+  /** The digest the source recorded or sent. Not yet verified. */
+  claimedSha256: string;
+  meta: ArtifactMeta;
+  origin: SourceOrigin;
+  /** A path or URL, for messages. */
+  location: string;
+}
+
+export interface ArtifactSource {
+  readonly origin: SourceOrigin;
+  /** Where this source looks, for messages: a directory or a URL. */
+  readonly location: string;
+  resolve(name: string, version: string): Promise<ResolvedArtifact | undefined>;
+  list(): Promise<ArtifactMeta[]>;
+}
+
+export function storeSource(store: ArtifactStore): ArtifactSource {
+  return {
+    origin: store.scope,
+    location: store.root,
+    async resolve(name, version) {
+      const stored = await store.resolve(name, version);
+      if (!stored) return undefined;
+      return { name, version, bytes: stored.bytes, claimedSha256: stored.recordedSha256, meta: stored.meta, origin: store.scope, location: stored.zipPath };
+    },
+    list: () => store.list(),
+  };
+}
+
+export const SHA256_HEADER = 'x-murmur-sha256';
+const REQUEST_TIMEOUT_MS = 30_000;
+
+interface ErrorBody {
+  error?: string;
+  code?: string;
+  hint?: string;
+}
+
+/**
+ * roost's registry over HTTP, upstream's `/v1/artifacts` shape: `GET /v1/artifacts` (the index),
+ * `GET /v1/artifacts/{name}/{version}` (the bytes, with `x-murmur-sha256`), and
+ * `POST /v1/artifacts?name&version&runtime` (publish). Names are URL-encoded, so a namespaced
+ * `local/worker` is one path segment.
+ */
+export class RoostRegistryClient implements ArtifactSource {
+  readonly origin = 'roost' as const;
+  readonly location: string;
+
+  constructor(
+    baseUrl: string,
+    private readonly token: string | undefined = process.env.MURMUR_ROOST_TOKEN,
+  ) {
+    this.location = baseUrl.replace(/\/+$/, '');
+  }
+
+  private headers(extra: Record<string, string> = {}): Record<string, string> {
+    return this.token ? { authorization: `Bearer ${this.token}`, ...extra } : extra;
+  }
+
+  private async request(method: string, pathAndQuery: string, body?: Uint8Array): Promise<Response> {
+    const url = `${this.location}${pathAndQuery}`;
+    try {
+      const init: RequestInit = { method, headers: this.headers(body ? { 'content-type': 'application/octet-stream' } : {}), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
+      if (body) init.body = body;
+      return await fetch(url, init);
+    } catch (error) {
+      const cause = (error as { cause?: { code?: string } }).cause?.code;
+      throw new MurmurError('E-ROOST-001', `cannot reach roost at ${this.location}: ${cause ?? (error instanceof Error ? error.message : String(error))}`, { cause: error });
+    }
+  }
+
+  private async failure(response: Response, what: string): Promise<MurmurError> {
+    let body: ErrorBody = {};
+    const text = await response.text().catch(() => '');
+    try {
+      body = JSON.parse(text) as ErrorBody;
+    } catch {
+      body = { error: text };
+    }
+    const message = body.error?.trim() || `HTTP ${response.status}`;
+    if (response.status === 401 || response.status === 403) {
+      return new MurmurError('E-ROOST-001', `roost at ${this.location} refused ${what}: ${message}`, { hint: 'set MURMUR_ROOST_TOKEN to the token roost was started with' });
+    }
+    const code = body.code === 'E-REG-003' || response.status === 409 ? 'E-REG-003' : body.code === 'E-REG-004' ? 'E-REG-004' : body.code === 'E-REG-001' ? 'E-REG-001' : 'E-ROOST-001';
+    return new MurmurError(code, `roost at ${this.location} refused ${what}: ${message}`, body.hint ? { hint: body.hint } : {});
+  }
+
+  async resolve(name: string, version: string, platform: string = currentPlatform()): Promise<ResolvedArtifact | undefined> {
+    const query = platform === 'unknown' ? '' : `?platform=${encodeURIComponent(platform)}`;
+    const response = await this.request('GET', `/v1/artifacts/${encodeURIComponent(name)}/${encodeURIComponent(version)}${query}`);
+    if (response.status === 404) {
+      await response.body?.cancel();
+      return undefined;
+    }
+    if (!response.ok) throw await this.failure(response, `${name}@${version}`);
+    const claimed = response.headers.get(SHA256_HEADER)?.trim();
+    if (!claimed) {
+      await response.body?.cancel();
+      throw new MurmurError('E-REG-002', `roost at ${this.location} sent ${name}@${version} without an ${SHA256_HEADER} header; refusing bytes that cannot be verified`);
+    }
+    const bytes = await readCapped(response, maxEntryBytesFromEnv(), `${name}@${version}`);
+    const meta = await this.metaOf(name, version);
+    return { name, version, bytes, claimedSha256: claimed, meta, origin: 'roost', location: `${this.location}/v1/artifacts/${encodeURIComponent(name)}/${encodeURIComponent(version)}` };
+  }
+
+  /** The index entry for one artifact, or the fallback when the index does not list it. */
+  private async metaOf(name: string, version: string): Promise<ArtifactMeta> {
+    const index = await this.list().catch(() => [] as ArtifactMeta[]);
+    return index.find((meta) => meta.name === name && meta.version === version) ?? fallbackMeta(name, version);
+  }
+
+  async list(): Promise<ArtifactMeta[]> {
+    const response = await this.request('GET', '/v1/artifacts');
+    if (!response.ok) throw await this.failure(response, 'the index');
+    const parsed = RegistryIndexSchema.safeParse(await response.json().catch(() => undefined));
+    if (!parsed.success) throw new MurmurError('E-ROOST-001', `roost at ${this.location} sent an index that is not a list of artifact metas`);
+    return parsed.data;
+  }
+
+  async publish(bytes: Uint8Array, meta: ArtifactMeta): Promise<{ sha256: string }> {
+    const query = new URLSearchParams({ name: meta.name, version: meta.version, runtime: meta.runtime, artifact_runtime: meta.artifact_runtime });
+    for (const [os, arch] of meta.platforms) query.append('platform', `${os}-${arch}`);
+    if (meta.description) query.set('description', meta.description);
+    const response = await this.request('POST', `/v1/artifacts?${query.toString()}`, bytes);
+    if (response.status !== 201) throw await this.failure(response, `publishing ${meta.name}@${meta.version}`);
+    const body = (await response.json().catch(() => ({}))) as { sha256?: string };
+    return { sha256: body.sha256 ?? '' };
+  }
+}
+
+async function readCapped(response: Response, limit: number, what: string): Promise<Buffer> {
+  const declared = Number(response.headers.get('content-length') ?? '0');
+  if (declared > limit) {
+    await response.body?.cancel();
+    throw new MurmurError('E-ART-002', `${what} is ${declared} bytes, over the ${limit}-byte ceiling`);
+  }
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  if (response.body) {
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      total += chunk.byteLength;
+      if (total > limit) throw new MurmurError('E-ART-002', `${what} exceeds the ${limit}-byte ceiling`);
+      chunks.push(chunk);
+    }
+  }
+  return Buffer.concat(chunks, total);
+}
+
+export interface ChainHit {
+  artifact: ResolvedArtifact;
+}
+
+/** The sources in order; the first that has the artifact wins. */
+export class RegistryChain {
+  constructor(readonly sources: readonly ArtifactSource[]) {}
+
+  async resolve(name: string, version: string): Promise<ResolvedArtifact | undefined> {
+    for (const source of this.sources) {
+      const found = await source.resolve(name, version);
+      if (found) return found;
+    }
+    return undefined;
+  }
+
+  /** "the project store (/p), the global store (/g) and roost (http://…)": where a miss looked. */
+  describeSearch(): string {
+    const parts = this.sources.map((source) => (source.origin === 'roost' ? `roost (${source.location})` : `the ${source.origin} store (${source.location})`));
+    if (parts.length <= 1) return parts.join('');
+    return `${parts.slice(0, -1).join(', ')} and ${parts[parts.length - 1]}`;
+  }
+}

@@ -1,0 +1,297 @@
+import { createHash } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta } from '../artifact-meta.js';
+import { MurmurError } from '../errors.js';
+import { isReservedVersion } from '../manifest/artifact.js';
+import { temporarySibling } from '../node/atomic.js';
+
+/**
+ * An on-disk artifact store, laid out exactly as upstream's so the two share `~/.murmur`:
+ *
+ * ```
+ * <root>/<name>/<version>/<name>-<version>.mur.zip              generic (wasm, static)
+ *                         <name>-<version>.sha256               hex of the zip bytes
+ *                         <name>-<version>-<os>-<arch>.mur.zip  native variant (+ .sha256)
+ *                         <name>-<version>.meta.json            {"meta": {...}}
+ * ```
+ *
+ * A namespaced name (`local/worker`) nests one directory deeper and keeps its last segment in
+ * file names. Every write goes through temporary siblings and renames, so a reader never sees a
+ * zip without its digest or half of either.
+ */
+
+export type StoreScope = 'project' | 'global';
+
+export function sha256Hex(bytes: Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+export interface StoredArtifact {
+  name: string;
+  version: string;
+  bytes: Buffer;
+  /** The digest recorded beside the zip. Not yet compared with the bytes: that is the caller's check. */
+  recordedSha256: string;
+  meta: ArtifactMeta;
+  zipPath: string;
+  /** Set when a platform variant was chosen over the generic file. */
+  platform: string | undefined;
+}
+
+const SEGMENT = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
+
+/**
+ * Names and versions become directory and file names, so they are held to a shape that cannot
+ * climb (`..`), hide (`.x`) or nest beyond one namespace (`ns/name`).
+ */
+export function assertStorable(name: string, version: string): void {
+  const segments = name.split('/');
+  const badName = segments.length > 2 || segments.some((segment) => !SEGMENT.test(segment) || segment.includes('..'));
+  if (badName) throw new MurmurError('E-REG-006', `'${name}' cannot name an artifact in a store: use lowercase letters, digits and '-', with at most one 'namespace/'`, { path: name });
+  if (!SEGMENT.test(version) || version.includes('..')) {
+    throw new MurmurError('E-REG-006', `'${version}' cannot be an artifact version in a store: use letters, digits, '.', '+', '-' and '_'`, { path: version });
+  }
+}
+
+interface VariantFiles {
+  zip: string;
+  sha: string;
+}
+
+export class ArtifactStore {
+  constructor(
+    readonly root: string,
+    readonly scope: StoreScope,
+  ) {}
+
+  versionDir(name: string, version: string): string {
+    assertStorable(name, version);
+    return path.join(this.root, ...name.split('/'), version);
+  }
+
+  private stem(name: string, version: string): string {
+    return `${name.split('/').pop() as string}-${version}`;
+  }
+
+  variantFiles(name: string, version: string, platform?: string): VariantFiles {
+    const dir = this.versionDir(name, version);
+    const stem = platform ? `${this.stem(name, version)}-${platform}` : this.stem(name, version);
+    return { zip: path.join(dir, `${stem}.mur.zip`), sha: path.join(dir, `${stem}.sha256`) };
+  }
+
+  metaFile(name: string, version: string): string {
+    return path.join(this.versionDir(name, version), `${this.stem(name, version)}.meta.json`);
+  }
+
+  /**
+   * The stored artifact, preferring this machine's platform variant when both its files exist,
+   * else the generic pair; undefined when neither pair is whole.
+   */
+  async resolve(name: string, version: string, platform: string = currentPlatform()): Promise<StoredArtifact | undefined> {
+    const candidates: Array<{ files: VariantFiles; platform: string | undefined }> = [];
+    if (platform !== 'unknown') candidates.push({ files: this.variantFiles(name, version, platform), platform });
+    candidates.push({ files: this.variantFiles(name, version), platform: undefined });
+    for (const candidate of candidates) {
+      const [bytes, sha] = await Promise.all([readIfExists(candidate.files.zip), readIfExists(candidate.files.sha)]);
+      if (bytes === undefined || sha === undefined) continue;
+      const recordedSha256 = sha.toString('utf8').trim();
+      if (recordedSha256 === '') {
+        throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar (${candidate.files.sha})`, { path: candidate.files.sha, hint: 'republish or reinstall the artifact' });
+      }
+      return { name, version, bytes, recordedSha256, meta: await this.readMeta(name, version), zipPath: candidate.files.zip, platform: candidate.platform };
+    }
+    return undefined;
+  }
+
+  async readMeta(name: string, version: string): Promise<ArtifactMeta> {
+    const raw = await readIfExists(this.metaFile(name, version));
+    if (raw === undefined) return fallbackMeta(name, version);
+    try {
+      const parsed = MetaFileSchema.safeParse(JSON.parse(raw.toString('utf8')));
+      if (parsed.success) return { ...parsed.data.meta, name, version };
+    } catch {
+      // An unreadable meta file is treated like a missing one: the zip and digest are what matter.
+    }
+    return fallbackMeta(name, version);
+  }
+
+  /** Every stored artifact's meta, sorted by name, version, packaging type. */
+  async list(): Promise<ArtifactMeta[]> {
+    const found: ArtifactMeta[] = [];
+    const visit = async (prefix: string[], dir: string, depth: number): Promise<void> => {
+      for (const entry of await readDirectories(dir)) {
+        const name = [...prefix, entry].join('/');
+        const entryDir = path.join(dir, entry);
+        let versionsHere = 0;
+        for (const version of await readDirectories(entryDir)) {
+          if (!SEGMENT.test(version)) continue;
+          if (await this.hasVariant(entryDir, version, entry)) {
+            versionsHere += 1;
+            found.push(await this.readMeta(name, version));
+          }
+        }
+        if (versionsHere === 0 && depth === 0) await visit([entry], entryDir, 1);
+      }
+    };
+    await visit([], this.root, 0);
+    return found.sort((left, right) => left.name.localeCompare(right.name) || left.version.localeCompare(right.version) || left.runtime.localeCompare(right.runtime));
+  }
+
+  private async hasVariant(nameDir: string, version: string, baseName: string): Promise<boolean> {
+    const files = await fs.readdir(path.join(nameDir, version)).catch(() => [] as string[]);
+    const stem = `${baseName}-${version}`;
+    if (files.includes(`${stem}.mur.zip`) && files.includes(`${stem}.sha256`)) return true;
+    return files.some((file) => file.startsWith(`${stem}-`) && file.endsWith('.mur.zip'));
+  }
+
+  /**
+   * Adds a version that is not yet stored. Published versions are immutable: an existing zip or
+   * digest for this variant is `E-REG-003`, decided by a hard link that fails if the target
+   * exists, so two concurrent publishers cannot both win.
+   */
+  async publish(bytes: Uint8Array, meta: ArtifactMeta): Promise<{ sha256: string; zipPath: string }> {
+    if (isReservedVersion(meta.version)) {
+      throw new MurmurError('E-REG-004', `version '${meta.version}' is reserved and cannot be published`, { hint: 'reserved strings: latest, stable, edge — use an explicit version' });
+    }
+    const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
+    const files = this.variantFiles(meta.name, meta.version, platform);
+    const exists = (await pathPresent(files.zip)) || (await pathPresent(files.sha));
+    const conflict = (): MurmurError =>
+      new MurmurError('E-REG-003', `artifact ${meta.name}@${meta.version} already exists in the ${this.scope} store (${files.zip})`, { path: files.zip });
+    if (exists) throw conflict();
+    const sha256 = sha256Hex(bytes);
+    await fs.mkdir(path.dirname(files.zip), { recursive: true });
+    const staged = await stageFiles([
+      [files.zip, bytes],
+      [files.sha, sha256],
+      [this.metaFile(meta.name, meta.version), metaJson(meta)],
+    ]);
+    try {
+      try {
+        await fs.link(staged[0] as string, files.zip);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === 'EEXIST') throw conflict();
+        throw error;
+      }
+      try {
+        await fs.rename(staged[1] as string, files.sha);
+        await fs.rename(staged[2] as string, this.metaFile(meta.name, meta.version));
+      } catch (error) {
+        await fs.rm(files.zip, { force: true });
+        await fs.rm(files.sha, { force: true });
+        throw error;
+      }
+    } finally {
+      await Promise.all(staged.map((file) => fs.rm(file, { force: true })));
+    }
+    return { sha256, zipPath: files.zip };
+  }
+
+  /**
+   * Stores `bytes` as `meta`, replacing what is there (`mur install`). The bytes must hash to
+   * `expectedSha256` first. The old files are moved aside and restored if any rename fails, so an
+   * install either lands whole or leaves the store as it was.
+   */
+  async install(bytes: Uint8Array, meta: ArtifactMeta, expectedSha256: string): Promise<{ zipPath: string }> {
+    const actual = sha256Hex(bytes);
+    if (actual !== expectedSha256) {
+      throw new MurmurError('E-REG-002', `artifact integrity check failed for ${meta.name}@${meta.version}: the bytes hash to ${actual}, not ${expectedSha256}`);
+    }
+    const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
+    const files = this.variantFiles(meta.name, meta.version, platform);
+    const targets = [files.zip, files.sha, this.metaFile(meta.name, meta.version)];
+    await fs.mkdir(path.dirname(files.zip), { recursive: true });
+    const staged = await stageFiles([
+      [files.zip, bytes],
+      [files.sha, actual],
+      [targets[2] as string, metaJson(meta)],
+    ]);
+    const backups: Array<{ target: string; backup: string }> = [];
+    const committed: string[] = [];
+    try {
+      for (const target of targets) {
+        if (await pathPresent(target)) {
+          const backup = `${temporarySibling(target)}.bak`;
+          await fs.rename(target, backup);
+          backups.push({ target, backup });
+        }
+      }
+      for (const [index, target] of targets.entries()) {
+        await fs.rename(staged[index] as string, target);
+        committed.push(target);
+      }
+    } catch (error) {
+      for (const target of committed) await fs.rm(target, { force: true });
+      for (const { target, backup } of backups.reverse()) await fs.rename(backup, target).catch(() => {});
+      await Promise.all(staged.map((file) => fs.rm(file, { force: true })));
+      throw new MurmurError('E-IO-003', `could not install ${meta.name}@${meta.version} into the ${this.scope} store: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    }
+    await Promise.all(backups.map(({ backup }) => fs.rm(backup, { force: true })));
+    return { zipPath: files.zip };
+  }
+}
+
+function metaJson(meta: ArtifactMeta): string {
+  const ordered = {
+    meta: {
+      name: meta.name,
+      version: meta.version,
+      runtime: meta.runtime,
+      artifact_runtime: meta.artifact_runtime,
+      platforms: meta.platforms,
+      description: meta.description,
+      tags: meta.tags,
+    },
+  };
+  return JSON.stringify(ordered, null, 2);
+}
+
+/** Writes each `[target, data]` to a fsynced temporary sibling; returns the temporary paths. */
+async function stageFiles(files: Array<[string, Uint8Array | string]>): Promise<string[]> {
+  const staged: string[] = [];
+  try {
+    for (const [target, data] of files) {
+      const temporary = temporarySibling(target);
+      staged.push(temporary);
+      const handle = await fs.open(temporary, 'wx', 0o644);
+      try {
+        await handle.writeFile(data);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+    }
+    return staged;
+  } catch (error) {
+    await Promise.all(staged.map((file) => fs.rm(file, { force: true })));
+    throw error;
+  }
+}
+
+async function readIfExists(file: string): Promise<Buffer | undefined> {
+  try {
+    return await fs.readFile(file);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT' || (error as NodeJS.ErrnoException).code === 'ENOTDIR') return undefined;
+    throw error;
+  }
+}
+
+async function pathPresent(file: string): Promise<boolean> {
+  try {
+    await fs.lstat(file);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function readDirectories(dir: string): Promise<string[]> {
+  try {
+    const entries = await fs.readdir(dir, { withFileTypes: true });
+    return entries.filter((entry) => entry.isDirectory() && !entry.name.startsWith('.')).map((entry) => entry.name);
+  } catch {
+    return [];
+  }
+}

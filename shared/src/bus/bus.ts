@@ -1,0 +1,227 @@
+import { z } from 'zod';
+import { MurmurError, type MurmurErrorJson, isErrorCode } from '../errors.js';
+import type { Log } from '../log.js';
+import { isValidPattern } from './subject.js';
+import { type CommandTopic, type EventTopic, isConcrete } from './topic.js';
+import { type RawMessage, type Transport, TransportError } from './transport.js';
+
+export interface MessageInfo {
+  readonly subject: string;
+}
+
+export interface Subscription {
+  unsubscribe(): void;
+}
+
+export interface SubscribeOptions {
+  /** Members of one queue group share the messages: each goes to exactly one of them. */
+  queue?: string;
+}
+
+export interface RequestOptions {
+  timeoutMs?: number;
+}
+
+export const DEFAULT_REQUEST_TIMEOUT_MS = 5_000;
+
+/**
+ * The bus every service speaks: typed topics, payloads validated by their zod schema on send
+ * and again on receipt, and errors that travel back to the requester as catalogue codes.
+ *
+ * A payload that fails validation is refused and logged with its subject; it never reaches a
+ * handler and never takes the receiving service down. A handler that throws is logged too (and,
+ * for a request, answered with its error), for the same reason: one bad message must not cost a
+ * service its other sessions.
+ */
+export interface Bus {
+  /** `in-process`, or the NATS server URL. */
+  readonly description: string;
+  publish<T>(topic: EventTopic<T>, payload: T): void;
+  subscribe<T>(topic: EventTopic<T>, handler: (payload: T, info: MessageInfo) => unknown, options?: SubscribeOptions): Subscription;
+  /** Every message on `pattern`, undecoded past JSON: what a monitor such as `mur events` wants. */
+  tap(pattern: string, handler: (subject: string, payload: unknown) => unknown): Subscription;
+  request<Q, R>(topic: CommandTopic<Q, R>, payload: Q, options?: RequestOptions): Promise<R>;
+  serve<Q, R>(topic: CommandTopic<Q, R>, handler: (payload: Q, info: MessageInfo) => R | Promise<R>, options?: SubscribeOptions): Subscription;
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}
+
+const ErrorJsonSchema = z.object({
+  code: z.string(),
+  message: z.string(),
+  hint: z.string().optional(),
+  path: z.string().optional(),
+});
+
+/** How a reply travels: the handler's value, or the error it refused with. */
+const ReplyEnvelopeSchema = z.discriminatedUnion('ok', [
+  z.object({ ok: z.literal(true), data: z.unknown() }),
+  z.object({ ok: z.literal(false), error: ErrorJsonSchema }),
+]);
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function encode(value: unknown): Uint8Array {
+  return encoder.encode(JSON.stringify(value));
+}
+
+function decode(data: Uint8Array): unknown {
+  return JSON.parse(decoder.decode(data));
+}
+
+function describeIssues(error: z.ZodError): string {
+  return error.issues
+    .slice(0, 3)
+    .map((issue) => (issue.path.length > 0 ? `${issue.path.join('.')}: ${issue.message}` : issue.message))
+    .join('; ');
+}
+
+function toErrorJson(error: unknown): MurmurErrorJson {
+  if (error instanceof MurmurError) return error.toJSON();
+  const message = error instanceof Error ? error.message : String(error);
+  return { code: 'E-BUS-006', message: `the service failed while handling the request: ${message}` };
+}
+
+export function createBus(transport: Transport, log: Log): Bus {
+  function refuseOnSend(subject: string, reason: string): never {
+    log.warn({ subject, reason }, 'refused to send an invalid bus payload');
+    throw new MurmurError('E-BUS-001', `refused to send on '${subject}': ${reason}`, { path: subject });
+  }
+
+  function validateOutgoing<T>(subject: string, schema: z.ZodType<T>, payload: T): T {
+    if (!isConcrete({ subject })) refuseOnSend(subject, 'a message needs a concrete subject, not a pattern');
+    const parsed = schema.safeParse(payload);
+    if (!parsed.success) refuseOnSend(subject, `payload does not match its contract: ${describeIssues(parsed.error)}`);
+    return parsed.data;
+  }
+
+  /** Decode and validate a received payload, or log and return undefined. */
+  function receive<T>(message: RawMessage, schema: z.ZodType<T>): { ok: true; value: T } | { ok: false; reason: string } {
+    let raw: unknown;
+    try {
+      raw = decode(message.data);
+    } catch {
+      const reason = 'payload is not JSON';
+      log.warn({ subject: message.subject, reason }, 'refused an invalid bus payload');
+      return { ok: false, reason };
+    }
+    const parsed = schema.safeParse(raw);
+    if (!parsed.success) {
+      const reason = `payload does not match its contract: ${describeIssues(parsed.error)}`;
+      log.warn({ subject: message.subject, reason }, 'refused an invalid bus payload');
+      return { ok: false, reason };
+    }
+    return { ok: true, value: parsed.data };
+  }
+
+  function runHandler(subject: string, run: () => unknown): void {
+    try {
+      const result = run();
+      if (result instanceof Promise) {
+        result.catch((error: unknown) => log.error({ subject, err: error }, 'bus handler failed'));
+      }
+    } catch (error) {
+      log.error({ subject, err: error }, 'bus handler failed');
+    }
+  }
+
+  return {
+    description: transport.description,
+
+    publish(topic, payload) {
+      const valid = validateOutgoing(topic.subject, topic.schema, payload);
+      transport.publish(topic.subject, encode(valid));
+    },
+
+    subscribe(topic, handler, options = {}) {
+      return transport.subscribe(
+        topic.subject,
+        (message) => {
+          const received = receive(message, topic.schema);
+          if (!received.ok) return;
+          runHandler(message.subject, () => handler(received.value, { subject: message.subject }));
+        },
+        options.queue,
+      );
+    },
+
+    tap(pattern, handler) {
+      if (!isValidPattern(pattern)) throw new MurmurError('E-BUS-001', `'${pattern}' is not a valid subject pattern`, { hint: "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'" });
+      return transport.subscribe(pattern, (message) => {
+        let payload: unknown;
+        try {
+          payload = decode(message.data);
+        } catch {
+          payload = decoder.decode(message.data);
+        }
+        runHandler(message.subject, () => handler(message.subject, payload));
+      });
+    },
+
+    async request(topic, payload, options = {}) {
+      const timeoutMs = options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+      const valid = validateOutgoing(topic.subject, topic.request, payload);
+      let replyBytes: Uint8Array;
+      try {
+        replyBytes = await transport.request(topic.subject, encode(valid), timeoutMs);
+      } catch (error) {
+        if (error instanceof TransportError) {
+          if (error.failure === 'timeout') throw new MurmurError('E-BUS-003', `no reply on '${topic.subject}' within ${timeoutMs} ms`, { path: topic.subject });
+          if (error.failure === 'no-responders') throw new MurmurError('E-BUS-004', `no service answers '${topic.subject}' on ${transport.description}`, { path: topic.subject });
+          throw new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path: topic.subject });
+        }
+        throw error;
+      }
+      const envelope = receive({ subject: topic.subject, data: replyBytes }, ReplyEnvelopeSchema);
+      if (!envelope.ok) throw new MurmurError('E-BUS-002', `refused the reply on '${topic.subject}': ${envelope.reason}`, { path: topic.subject });
+      if (!envelope.value.ok) {
+        const { code, message, hint, path } = envelope.value.error;
+        throw new MurmurError(isErrorCode(code) ? code : 'E-BUS-006', message, { hint, path });
+      }
+      const reply = topic.reply.safeParse(envelope.value.data);
+      if (!reply.success) {
+        const reason = `payload does not match its contract: ${describeIssues(reply.error)}`;
+        log.warn({ subject: topic.subject, reason }, 'refused an invalid bus reply');
+        throw new MurmurError('E-BUS-002', `refused the reply on '${topic.subject}': ${reason}`, { path: topic.subject });
+      }
+      return reply.data;
+    },
+
+    serve(topic, handler, options = {}) {
+      return transport.subscribe(
+        topic.subject,
+        (message) => {
+          const respond = (envelope: z.infer<typeof ReplyEnvelopeSchema>): void => {
+            if (message.respond) message.respond(encode(envelope));
+          };
+          const received = receive(message, topic.request);
+          if (!received.ok) {
+            respond({ ok: false, error: { code: 'E-BUS-002', message: `refused the request on '${message.subject}': ${received.reason}` } });
+            return;
+          }
+          void (async () => {
+            try {
+              const result = await handler(received.value, { subject: message.subject });
+              const reply = topic.reply.safeParse(result);
+              if (!reply.success) {
+                const reason = `reply does not match its contract: ${describeIssues(reply.error)}`;
+                log.error({ subject: message.subject, reason }, 'refused to send an invalid bus reply');
+                respond({ ok: false, error: { code: 'E-BUS-001', message: `refused to reply on '${message.subject}': ${reason}` } });
+                return;
+              }
+              respond({ ok: true, data: reply.data });
+            } catch (error) {
+              if (!(error instanceof MurmurError)) log.error({ subject: message.subject, err: error }, 'bus request handler failed');
+              respond({ ok: false, error: toErrorJson(error) });
+            }
+          })();
+        },
+        options.queue,
+      );
+    },
+
+    flush: () => transport.flush(),
+    close: () => transport.close(),
+  };
+}

@@ -1,0 +1,20 @@
+import type { Log } from '../log.js';
+import { type Bus, createBus } from './bus.js';
+import { InProcessTransport } from './in-process.js';
+import { NatsTransport } from './nats.js';
+
+export interface ConnectBusOptions {
+  /** A NATS URL; absent means the embedded in-process bus. */
+  natsUrl?: string | undefined;
+  /** Which service is connecting, for the server's connection list. */
+  name?: string;
+  log: Log;
+}
+
+/** The bus a process should use: NATS when `MURMUR_NATS_URL` names one, in-process otherwise. */
+export async function connectBus(options: ConnectBusOptions): Promise<Bus> {
+  const url = options.natsUrl?.trim();
+  if (!url) return createBus(new InProcessTransport(), options.log);
+  const transport = await NatsTransport.connect(url, { log: options.log, ...(options.name ? { name: options.name } : {}) });
+  return createBus(transport, options.log);
+}

@@ -1,0 +1,112 @@
+import { subjectMatches } from './subject.js';
+import { type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
+
+interface Subscriber {
+  readonly pattern: string;
+  readonly queue: string | undefined;
+  readonly handler: (message: RawMessage) => void;
+  active: boolean;
+}
+
+/**
+ * The embedded default: NATS semantics inside one process. Delivery is asynchronous (a
+ * macrotask later), as it is over a socket, so code that works here does not silently depend on
+ * a handler running before `publish` returns. Queue groups hand each message to one member,
+ * round-robin; a request with nobody subscribed fails at once with no-responders, as NATS does.
+ */
+export class InProcessTransport implements Transport {
+  readonly description = 'in-process';
+  private subscribers: Subscriber[] = [];
+  private readonly queueCursor = new Map<string, number>();
+  private pending = 0;
+  private idleWaiters: Array<() => void> = [];
+  private closed = false;
+
+  publish(subject: string, data: Uint8Array): void {
+    this.deliver(subject, data, undefined);
+  }
+
+  subscribe(pattern: string, handler: (message: RawMessage) => void, queue?: string): RawSubscription {
+    const subscriber: Subscriber = { pattern, queue, handler, active: true };
+    this.subscribers.push(subscriber);
+    return {
+      unsubscribe: () => {
+        subscriber.active = false;
+        this.subscribers = this.subscribers.filter((candidate) => candidate !== subscriber);
+      },
+    };
+  }
+
+  request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array> {
+    return new Promise((resolve, reject) => {
+      let settled = false;
+      const timer = setTimeout(() => {
+        if (settled) return;
+        settled = true;
+        reject(new TransportError('timeout', `no reply on '${subject}' within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const respond = (reply: Uint8Array): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(Uint8Array.from(reply));
+      };
+      const delivered = this.deliver(subject, data, respond);
+      if (delivered === 0) {
+        settled = true;
+        clearTimeout(timer);
+        reject(new TransportError('no-responders', `no subscriber for '${subject}'`));
+      }
+    });
+  }
+
+  flush(): Promise<void> {
+    if (this.pending === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.subscribers = [];
+    await this.flush();
+  }
+
+  /** Schedules delivery to every matching subscriber (one per queue group); returns how many. */
+  private deliver(subject: string, data: Uint8Array, respond: ((reply: Uint8Array) => void) | undefined): number {
+    if (this.closed) throw new TransportError('closed', 'the in-process bus is closed');
+    const targets: Subscriber[] = [];
+    const groups = new Map<string, Subscriber[]>();
+    for (const subscriber of this.subscribers) {
+      if (!subjectMatches(subscriber.pattern, subject)) continue;
+      if (subscriber.queue === undefined) {
+        targets.push(subscriber);
+      } else {
+        const key = `${subscriber.queue}\u0000${subscriber.pattern}`;
+        const members = groups.get(key) ?? [];
+        members.push(subscriber);
+        groups.set(key, members);
+      }
+    }
+    for (const [key, members] of groups) {
+      const cursor = this.queueCursor.get(key) ?? 0;
+      targets.push(members[cursor % members.length] as Subscriber);
+      this.queueCursor.set(key, cursor + 1);
+    }
+    for (const target of targets) {
+      // Each subscriber gets its own copy, as each would over a socket.
+      const message: RawMessage = respond
+        ? { subject, data: Uint8Array.from(data), respond }
+        : { subject, data: Uint8Array.from(data) };
+      this.pending += 1;
+      setImmediate(() => {
+        try {
+          if (target.active) target.handler(message);
+        } finally {
+          this.pending -= 1;
+          if (this.pending === 0) for (const wake of this.idleWaiters.splice(0)) wake();
+        }
+      });
+    }
+    return targets.length;
+  }
+}

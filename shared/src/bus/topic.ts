@@ -1,0 +1,64 @@
+import type { z } from 'zod';
+import { isPublishableSubject, isValidPattern } from './subject.js';
+
+/**
+ * A subject together with the schema of what travels on it. Topics are the only way to publish
+ * or subscribe through the contract bus, so a payload can never reach the wire unvalidated.
+ *
+ * A topic's subject may hold `*` tokens (`session.*.events`); `at(...)` fills them in to get a
+ * subject that can be published to, while the pattern itself is what a monitor subscribes to.
+ */
+export interface EventTopic<T> {
+  readonly kind: 'event';
+  readonly subject: string;
+  readonly schema: z.ZodType<T>;
+  at(...tokens: string[]): EventTopic<T>;
+}
+
+/** A request/reply subject: the schema of the request and of the reply. */
+export interface CommandTopic<Q, R> {
+  readonly kind: 'command';
+  readonly subject: string;
+  readonly request: z.ZodType<Q>;
+  readonly reply: z.ZodType<R>;
+  at(...tokens: string[]): CommandTopic<Q, R>;
+}
+
+function fill(subject: string, tokens: string[]): string {
+  const queue = [...tokens];
+  const filled = subject
+    .split('.')
+    .map((token) => (token === '*' ? (queue.shift() ?? '*') : token))
+    .join('.');
+  if (queue.length > 0) throw new Error(`subject '${subject}' has fewer wildcards than the ${tokens.length} tokens given`);
+  return filled;
+}
+
+function checkPattern(subject: string): void {
+  if (!isValidPattern(subject)) throw new Error(`'${subject}' is not a valid subject`);
+}
+
+export function defineEvent<T>(subject: string, schema: z.ZodType<T>): EventTopic<T> {
+  checkPattern(subject);
+  return {
+    kind: 'event',
+    subject,
+    schema,
+    at: (...tokens) => defineEvent(fill(subject, tokens), schema),
+  };
+}
+
+export function defineCommand<Q, R>(subject: string, request: z.ZodType<Q>, reply: z.ZodType<R>): CommandTopic<Q, R> {
+  checkPattern(subject);
+  return {
+    kind: 'command',
+    subject,
+    request,
+    reply,
+    at: (...tokens) => defineCommand(fill(subject, tokens), request, reply),
+  };
+}
+
+export function isConcrete(topic: { subject: string }): boolean {
+  return isPublishableSubject(topic.subject);
+}

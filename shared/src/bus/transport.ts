@@ -1,0 +1,38 @@
+/**
+ * What a transport must do: move bytes between subjects, with NATS semantics. Validation,
+ * encoding and error mapping live above this, in the contract bus, so the two transports cannot
+ * differ in what they accept.
+ */
+export interface RawMessage {
+  readonly subject: string;
+  readonly data: Uint8Array;
+  /** Present when the sender is waiting for a reply. */
+  respond?(data: Uint8Array): void;
+}
+
+export interface RawSubscription {
+  unsubscribe(): void;
+}
+
+export type TransportFailure = 'timeout' | 'no-responders' | 'closed';
+
+/** Thrown by `Transport.request` so the bus can map it onto a catalogue code. */
+export class TransportError extends Error {
+  constructor(
+    readonly failure: TransportFailure,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface Transport {
+  /** `in-process`, or the server URL the transport is connected to. */
+  readonly description: string;
+  publish(subject: string, data: Uint8Array): void;
+  subscribe(pattern: string, handler: (message: RawMessage) => void, queue?: string): RawSubscription;
+  request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
+  /** Resolves once everything published so far has reached the server (or every local subscriber). */
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,129 @@
+import { z } from 'zod';
+import { MurmurError } from './errors.js';
+
+/**
+ * How a delegated child knows its spawner, and what it leaves behind when it ends.
+ *
+ * A child learns who delegated to it from one injected variable, `MURMUR_SPAWNER`, applied in the
+ * runtime-owned tail of its environment, never from anything it inherited. The handle names the
+ * parent session, the conversation and the delegation; only a handle with a `url` also says where
+ * to post the outcome. The outcome names the delegation and where the result is, and never carries
+ * the child's output: a parent that wants it reads the file deliberately.
+ */
+
+export const SPAWNER_ENV = 'MURMUR_SPAWNER';
+export const DELEGATION_ID_HEADER = 'x-murmur-delegation-id';
+export const COMPLETION_SESSION_HEADER = 'x-murmur-completion-session';
+export const COMPLETION_FILE = 'completion.json';
+/** Ceiling on `detail`, the one field built from something a child wrote. */
+export const MAX_DETAIL_BYTES = 2_000;
+
+/** Exactly these keys: `context_id`, `delegation_id`, `session_id`, and `url` when a completion is wanted. */
+export const SpawnerHandleSchema = z.strictObject({
+  session_id: z.string().min(1),
+  context_id: z.string().min(1),
+  delegation_id: z.string().min(1),
+  url: z.string().min(1).optional(),
+});
+export type SpawnerHandle = z.infer<typeof SpawnerHandleSchema>;
+
+/** The compact JSON injected as `MURMUR_SPAWNER`, keys in a fixed order. */
+export function spawnerHandleToEnv(handle: SpawnerHandle): string {
+  const ordered: SpawnerHandle = {
+    context_id: handle.context_id,
+    delegation_id: handle.delegation_id,
+    session_id: handle.session_id,
+  };
+  if (handle.url !== undefined) ordered.url = handle.url;
+  return JSON.stringify(ordered);
+}
+
+function unreadable(reason: string): MurmurError {
+  return new MurmurError(
+    'E-DLG-001',
+    `${SPAWNER_ENV} is set but unreadable: ${reason}; this capsule cannot record which session spawned it or tell its spawner that it finished`,
+    { path: SPAWNER_ENV, hint: `unset ${SPAWNER_ENV}, or launch the capsule through its parent's delegation` },
+  );
+}
+
+/** Parses one `MURMUR_SPAWNER` value. Refuses anything that is not a whole handle. */
+export function parseSpawnerHandle(value: string): SpawnerHandle {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch (error) {
+    throw unreadable(`it is not JSON (${error instanceof Error ? error.message : String(error)})`);
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw unreadable('it is not a JSON object');
+  for (const key of ['session_id', 'context_id', 'delegation_id'] as const) {
+    const field = (parsed as Record<string, unknown>)[key];
+    if (typeof field !== 'string' || field === '') throw unreadable(`it carries no '${key}'`);
+  }
+  const result = SpawnerHandleSchema.safeParse(parsed);
+  if (!result.success) {
+    const issue = result.error.issues[0];
+    const where = issue && issue.path.length > 0 ? `'${issue.path.join('.')}' ` : '';
+    throw unreadable(`${where}${issue?.message ?? 'it is not a spawner handle'}`.trim());
+  }
+  return result.data;
+}
+
+/**
+ * This process's own handle: `undefined` for a capsule nobody delegated (absent or blank), an
+ * error for a value that is set and unreadable. Running anyway would produce work whose
+ * provenance and outcome reach nobody.
+ */
+export function spawnerHandleFromEnv(env: NodeJS.ProcessEnv): SpawnerHandle | undefined {
+  const raw = env[SPAWNER_ENV];
+  if (raw === undefined || raw.trim() === '') return undefined;
+  return parseSpawnerHandle(raw.trim());
+}
+
+export const DelegationStatusSchema = z.enum(['ok', 'error', 'crashed', 'terminated']);
+export type DelegationStatus = z.infer<typeof DelegationStatusSchema>;
+
+export const ReporterSchema = z.enum(['child', 'launcher']);
+export type Reporter = z.infer<typeof ReporterSchema>;
+
+/** The shape of `completion.json` and of the `delegation.completed` event's outcome. */
+export const DelegationOutcomeSchema = z.object({
+  delegation_id: z.string().min(1),
+  capsule_name: z.string(),
+  capsule_version: z.string(),
+  session_id: z.string(),
+  status: DelegationStatusSchema,
+  result_path: z.string().optional(),
+  workdir: z.string(),
+  duration_ms: z.number().int().nonnegative(),
+  detail: z.string().optional(),
+  reported_by: ReporterSchema,
+  delivered: z.boolean(),
+  delivery_error: z.string().optional(),
+});
+export type DelegationOutcome = z.infer<typeof DelegationOutcomeSchema>;
+
+/** `detail` cut to `MAX_DETAIL_BYTES` of UTF-8 on a character boundary, the cut marked. */
+export function boundDetail(detail: string): string {
+  const bytes = Buffer.from(detail, 'utf8');
+  if (bytes.length <= MAX_DETAIL_BYTES) return detail;
+  let end = MAX_DETAIL_BYTES;
+  // A UTF-8 continuation byte is 10xxxxxx: back up to the start of the character it belongs to.
+  while (end > 0 && ((bytes[end] ?? 0) & 0xc0) === 0x80) end -= 1;
+  return `${bytes.subarray(0, end).toString('utf8')} […]`;
+}
+
+/** The text the parent's agent reads: the delegation, the outcome and where the result is. Never the result. */
+export function completionMessageText(outcome: DelegationOutcome): string {
+  const lines = [
+    'Delegated capsule finished.',
+    `delegation_id: ${outcome.delegation_id}`,
+    `capsule: ${outcome.capsule_name}@${outcome.capsule_version}`,
+    `session_id: ${outcome.session_id}`,
+    `status: ${outcome.status}`,
+    `duration_ms: ${outcome.duration_ms}`,
+    `workdir: ${outcome.workdir}`,
+    outcome.result_path === undefined ? 'result: none (the child wrote no result file)' : `result: ${outcome.result_path} (in that workdir)`,
+  ];
+  if (outcome.detail !== undefined) lines.push(`detail: ${outcome.detail}`);
+  return `${lines.join('\n')}\n\nThe child's own output is in that file and is not reproduced here.`;
+}

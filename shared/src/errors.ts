@@ -1,0 +1,144 @@
+/**
+ * One catalogue of every refusal the runtime can make.
+ *
+ * Codes are upstream Murmur's where upstream has one (so scripts written against `mur` keep
+ * matching) and ours where the TypeScript design has a part upstream lacks (the bus, roost's HTTP
+ * registry). Every refusal carries a code, a sentence that names what was refused, and where it
+ * helps a hint that says what to do next. `path` is the YAML path or file the refusal is about,
+ * so tools can point at it without parsing the sentence.
+ */
+
+export interface CatalogueEntry {
+  /** What the code means, in a phrase. Shown by `mur explain`-style tooling and docs. */
+  readonly title: string;
+  /** What to do next, when the fix does not depend on the particular case. */
+  readonly hint?: string;
+}
+
+export const ERROR_CATALOGUE = {
+  'E-ART-001': { title: 'unsafe artifact archive entry', hint: 'the archive is refused whole; rebuild it with `mur build`, which never packs such entries' },
+  'E-ART-002': { title: 'artifact archive entry too large', hint: 'raise MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES if the artifact is trusted and genuinely this large' },
+  'E-ART-003': { title: 'malformed artifact archive' },
+  'E-BLD-001': { title: 'invalid artifact name', hint: 'use lowercase letters, digits and single hyphens (1-100 characters)' },
+  'E-BLD-002': { title: 'unsafe or colliding requires_files entry' },
+  'E-BLD-003': { title: 'payload is not a launchable wasm component' },
+  'E-CAP-001': { title: 'invalid network allow entry', hint: "write a host ('api.example.com', 'api.example.com:8443') or an origin URL ('https://api.example.com')" },
+  'E-CAP-002': { title: 'invalid filesystem scope', hint: "use a path relative to the workdir, such as 'data' or '.'" },
+  'E-CAP-003': { title: 'containment floor unachievable on this host' },
+  'E-CAP-004': { title: 'staged runtime below the sealed floor' },
+  'E-CAP-005': { title: 'this host cannot isolate the capsule' },
+  'E-CAP-006': { title: 'sealed: interpreter package tree not granted' },
+  'E-CFG-001': { title: 'no inference provider configured' },
+  'E-CFG-002': { title: 'unknown configuration key' },
+  'E-IO-001': { title: 'not found' },
+  'E-IO-002': { title: 'permission denied' },
+  'E-IO-003': { title: 'input/output failure' },
+  'E-MAN-001': { title: 'a required manifest field is missing' },
+  'E-MAN-002': { title: 'the manifest is not valid YAML' },
+  'E-MAN-003': { title: 'a manifest value has the wrong type or is not allowed' },
+  'E-REG-001': { title: 'artifact not found in the registry', hint: "publish it first ('mur publish <zip>'), or check the name and version" },
+  'E-REG-002': { title: 'artifact sha256 mismatch', hint: 'the stored bytes do not match their recorded digest; republish or reinstall the artifact' },
+  'E-REG-003': { title: 'artifact version already published', hint: 'published versions are immutable: bump the version and publish again' },
+  'E-REG-004': { title: 'reserved version', hint: "'latest', 'stable' and 'edge' cannot be published; use a concrete version" },
+  'E-REG-005': { title: 'install disagrees with murmur.lock' },
+  'E-REG-006': { title: 'artifact name or version cannot name a store path' },
+  'E-RUN-001': { title: 'the capsule trapped or exceeded a limit' },
+  'E-RUN-002': { title: 'missing WASI import' },
+  'E-RUN-003': { title: 'murmur.lock does not match the manifest or the installed artifacts' },
+  'E-RUN-004': { title: 'capsule component not found' },
+  'E-RUN-005': { title: 'inference driver not configured' },
+  'E-RUN-006': { title: 'inference driver not installed' },
+  'E-RUN-007': { title: 'the agent loop failed' },
+  'E-RUN-008': { title: 'artifact not installed', hint: "install it with 'mur install <name>@<version>' or publish it to the global store" },
+  'E-RUN-009': { title: 'system prompt file unreadable' },
+  'E-RUN-010': { title: 'internal port busy' },
+  'E-RUN-011': { title: 'subprocess killed by a resource limit' },
+  'E-RUN-012': { title: 'no cgroup scope for a capsule that can spawn' },
+  'E-RUN-013': { title: 'workdir over its size limit' },
+  'E-RUN-014': { title: 'sealed root build failed' },
+  'E-BUS-001': { title: 'bus payload refused on send' },
+  'E-BUS-002': { title: 'bus payload refused on receipt' },
+  'E-BUS-003': { title: 'bus request timed out', hint: 'is the service that answers this subject running and connected to the same bus?' },
+  'E-BUS-004': { title: 'no service answers this bus subject', hint: 'start the service, or unset MURMUR_NATS_URL to run everything in-process' },
+  'E-BUS-005': { title: 'cannot connect to the bus', hint: 'check MURMUR_NATS_URL and that nats-server is running' },
+  'E-BUS-006': { title: 'a service failed while handling a request' },
+  'E-DLG-001': { title: 'the spawner handle is unreadable' },
+  'E-ROOST-001': { title: 'roost is unreachable or answered with an error', hint: 'check MURMUR_ROOST_URL and that roost is running' },
+  'W-SEC-004': { title: 'literal secret in a manifest' },
+  'W-SEC-019': { title: 'unrecognized manifest key' },
+  'W-LCK-001': { title: 'murmur.lock pins another version than the manifest asks for' },
+  'W-BLD-001': { title: 'reserved entry redeclared in requires_files' },
+  'W-BLD-002': { title: 'capsule.wasm shadows another root wasm' },
+  'W-BLD-003': { title: 'build sources packed into a wasm/native artifact' },
+} as const satisfies Record<string, CatalogueEntry>;
+
+export type ErrorCode = keyof typeof ERROR_CATALOGUE;
+
+export interface MurmurErrorOptions {
+  hint?: string;
+  /** YAML path (`capabilities.limits.memory_bytes`) or file path the error is about. */
+  path?: string;
+  cause?: unknown;
+}
+
+/** The wire shape of an error: what a bus reply or an HTTP error body carries. */
+export interface MurmurErrorJson {
+  code: ErrorCode;
+  message: string;
+  hint?: string;
+  path?: string;
+}
+
+export class MurmurError extends Error {
+  override readonly name = 'MurmurError';
+  readonly code: ErrorCode;
+  readonly hint: string | undefined;
+  readonly path: string | undefined;
+
+  constructor(code: ErrorCode, message: string, options: MurmurErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    const catalogueHint: string | undefined = (ERROR_CATALOGUE[code] as CatalogueEntry).hint;
+    this.hint = options.hint ?? catalogueHint;
+    this.path = options.path;
+  }
+
+  /** `error[CODE]: message` and, when there is one, `  hint: …` on the next line: upstream's form. */
+  format(): string {
+    return this.hint ? `error[${this.code}]: ${this.message}\n  hint: ${this.hint}` : `error[${this.code}]: ${this.message}`;
+  }
+
+  toJSON(): MurmurErrorJson {
+    const json: MurmurErrorJson = { code: this.code, message: this.message };
+    if (this.hint !== undefined) json.hint = this.hint;
+    if (this.path !== undefined) json.path = this.path;
+    return json;
+  }
+
+  static fromJSON(json: MurmurErrorJson): MurmurError {
+    const code = isErrorCode(json.code) ? json.code : 'E-BUS-006';
+    return new MurmurError(code, json.message, { hint: json.hint, path: json.path });
+  }
+}
+
+export function isErrorCode(value: string): value is ErrorCode {
+  return Object.hasOwn(ERROR_CATALOGUE, value);
+}
+
+export function isMurmurError(value: unknown, code?: ErrorCode): value is MurmurError {
+  return value instanceof MurmurError && (code === undefined || value.code === code);
+}
+
+/** A warning: printed, never fatal. Same anatomy as an error so both format alike. */
+export interface MurmurWarning {
+  code: string;
+  message: string;
+  path?: string;
+}
+
+const DIAGNOSTICS_URL = 'https://docs.murmur.nexus/murmur-nexus/murmur/reference/diagnostics/';
+
+/** Upstream's warning line: `[capsule-runtime] warning[W-SEC-019]: … (<docs link>)`. */
+export function formatWarning(warning: MurmurWarning): string {
+  return `[capsule-runtime] warning[${warning.code}]: ${warning.message} (${DIAGNOSTICS_URL}#${warning.code.toLowerCase()})`;
+}

@@ -1,0 +1,34 @@
+import { z } from 'zod';
+
+/**
+ * `murmur.lock`, beside `murmur.yaml`: which version and which bytes each declared artifact
+ * resolved to. When present it is a promise: staging refuses an artifact whose version or sha256
+ * differs from its pin (`E-RUN-003`). The digest key is `wasm` for every payload type, as upstream
+ * writes it, so lockfiles move between the two implementations.
+ */
+export const LOCK_VERSION = 1;
+export const LOCKFILE_NAME = 'murmur.lock';
+
+const nonBlank = (what: string) => z.string().refine((value) => value.trim() !== '', { message: `${what} must not be empty` });
+
+export const LockedArtifactSchema = z.object({
+  name: nonBlank('name'),
+  resolved_version: nonBlank('resolved_version'),
+  sha256: z.object({ wasm: nonBlank('sha256.wasm') }),
+});
+export type LockedArtifact = z.infer<typeof LockedArtifactSchema>;
+
+export const MurmurLockSchema = z.object({
+  lock_version: z.literal(LOCK_VERSION, { message: `unsupported lock_version (expected ${LOCK_VERSION})` }),
+  artifacts: z.array(LockedArtifactSchema),
+});
+export type MurmurLock = z.infer<typeof MurmurLockSchema>;
+
+/** `lock` with `entry` added, or replacing the entry of the same name in place. */
+export function upsertLockEntry(lock: MurmurLock | undefined, entry: LockedArtifact): MurmurLock {
+  const artifacts = [...(lock?.artifacts ?? [])];
+  const index = artifacts.findIndex((existing) => existing.name === entry.name);
+  if (index === -1) artifacts.push(entry);
+  else artifacts[index] = entry;
+  return { lock_version: LOCK_VERSION, artifacts };
+}

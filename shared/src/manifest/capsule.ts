@@ -1,0 +1,566 @@
+import { z } from 'zod';
+import { type EnvLookup, envReferenceName, resolveEnvReference } from '../env-reference.js';
+import { MurmurError, type MurmurWarning } from '../errors.js';
+import { validateFilesystemScope } from '../filesystem-scope.js';
+import { parseNetworkAllowRule } from '../network-rules.js';
+import { type IssueParams, issueToError, yamlPath } from './issues.js';
+import { parseYamlSource } from './yaml-source.js';
+
+/**
+ * The capsule manifest, `murmur.yaml`: what a capsule is and exactly what it may do.
+ *
+ * Every key of upstream Murmur's manifest, plus the seeds' additions (namespaced names, a
+ * driver's `gateway`, `spawn.allow` ceilings, `trace.capture`). Values are validated here, once:
+ * a network rule that does not parse or a filesystem scope that climbs out of the workdir is
+ * refused when the manifest is read, before anything is resolved, compiled or written.
+ *
+ * Capability sub-blocks stay optional in the parsed value because their *presence* means something
+ * on a per-artifact entry (no block inherits the ceiling; `allow: []` grants nothing). The
+ * capsule-wide defaults are applied by `capabilityPolicy()`, not baked into the parse.
+ */
+
+const MANIFEST_FILE = 'murmur.yaml';
+
+function refine(ctx: z.core.$RefinementCtx, path: PropertyKey[], message: string, params: IssueParams = {}): void {
+  ctx.addIssue({ code: 'custom', message, path, params });
+}
+
+const trimmed = z.string().transform((value) => value.trim());
+/** A string that counts as absent when blank, as upstream treats `otel_endpoint: ""`. */
+const optionalText = trimmed.transform((value) => (value === '' ? undefined : value)).optional();
+const stringList = z.array(z.string());
+
+/** Limits and resources: whole numbers, and zero is refused because it would forbid everything. */
+const positiveCount = z
+  .number()
+  .int()
+  .refine((value) => value > 0, { message: 'must be greater than zero' });
+
+function trimmedEnum<const T extends readonly [string, ...string[]]>(values: T) {
+  return z.preprocess((value) => (typeof value === 'string' ? value.trim() : value), z.enum(values));
+}
+
+// ── capabilities ────────────────────────────────────────────────────────────
+
+const NetworkCapabilitySchema = z
+  .object({
+    allow: stringList.default([]),
+    unix_sockets: z.boolean().default(false),
+  })
+  .superRefine((network, ctx) => {
+    network.allow.forEach((entry, index) => {
+      try {
+        parseNetworkAllowRule(entry);
+      } catch (error) {
+        if (!(error instanceof MurmurError)) throw error;
+        refine(ctx, ['allow', index], `${MANIFEST_FILE}: ${error.message.replace('invalid network capability allow entry', 'invalid network allow entry')}`, {
+          murmurCode: 'E-CAP-001',
+          whole: true,
+        });
+      }
+    });
+  });
+
+const FilesystemCapabilitySchema = z
+  .object({
+    scope: optionalText,
+    workdir_exec: z.boolean().default(false),
+  })
+  .superRefine((filesystem, ctx) => {
+    if (filesystem.scope === undefined) return;
+    try {
+      validateFilesystemScope(filesystem.scope);
+    } catch (error) {
+      if (!(error instanceof MurmurError)) throw error;
+      refine(ctx, ['scope'], `${MANIFEST_FILE}: ${error.message.replace('invalid filesystem capability scope', 'invalid filesystem scope')}`, {
+        murmurCode: 'E-CAP-002',
+        whole: true,
+      });
+    }
+  });
+
+const InterpreterRuntimeGrantSchema = z.object({
+  binary: z.string(),
+  dirs: z.array(z.object({ path: z.string(), list_dir: z.boolean({ error: "must set list_dir explicitly to true or false — enumerability is never inferred" }) })),
+});
+
+const StagedRuntimeGrantSchema = z.object({
+  binary: z.string(),
+  source_path: z.string(),
+  pin: trimmed,
+});
+
+const ShellCapabilitySchema = z
+  .object({
+    allow: stringList,
+    strip_env: stringList.optional(),
+    baseline_env: stringList.optional(),
+    interpreter_runtime: z.array(InterpreterRuntimeGrantSchema).default([]),
+    staged_runtime: z.array(StagedRuntimeGrantSchema).default([]),
+  })
+  .superRefine((shell, ctx) => {
+    if (shell.allow.length === 0) refine(ctx, ['allow'], 'must contain at least one binary');
+    const allowed = new Set(shell.allow);
+    const interpreted = new Set<string>();
+    shell.interpreter_runtime.forEach((grant, index) => {
+      const base = ['interpreter_runtime', index];
+      if (grant.binary.trim() === '') return refine(ctx, [...base, 'binary'], 'must name a binary');
+      if (!allowed.has(grant.binary)) {
+        return refine(ctx, [...base, 'binary'], `'${grant.binary}' is not in capabilities.shell.allow — interpreter_runtime can only narrow filesystem access for an already-allowlisted binary, never grant exec`);
+      }
+      interpreted.add(grant.binary);
+      if (grant.dirs.length === 0) return refine(ctx, [...base, 'dirs'], 'must name at least one directory');
+      grant.dirs.forEach((dir, dirIndex) => {
+        if (dir.path.trim() === '') refine(ctx, [...base, 'dirs', dirIndex, 'path'], 'must name a host directory');
+        else if (!dir.path.startsWith('/')) {
+          refine(ctx, [...base, 'dirs', dirIndex, 'path'], `'${dir.path}' must be an absolute host path (start with '/') — these are filesystem paths outside the workdir`);
+        }
+      });
+      return undefined;
+    });
+    shell.staged_runtime.forEach((grant, index) => {
+      const base = ['staged_runtime', index];
+      if (grant.binary.trim() === '') return refine(ctx, [...base, 'binary'], 'must name a binary');
+      if (!allowed.has(grant.binary)) {
+        return refine(ctx, [...base, 'binary'], `'${grant.binary}' is not in capabilities.shell.allow — staged_runtime can only stage the runtime tree behind an already-allowlisted binary, never grant exec`);
+      }
+      if (interpreted.has(grant.binary)) {
+        return refine(ctx, [...base, 'binary'], `'${grant.binary}' also has a capabilities.shell.interpreter_runtime grant — the two are mutually exclusive per binary; remove the interpreter_runtime grant for '${grant.binary}'`);
+      }
+      if (grant.source_path.trim() === '') return refine(ctx, [...base, 'source_path'], 'must name the host directory holding the pinned runtime tree');
+      if (!grant.source_path.startsWith('/')) {
+        return refine(ctx, [...base, 'source_path'], `'${grant.source_path}' must be an absolute host path (start with '/') — staged-runtime sources are host filesystem paths outside the workdir`);
+      }
+      if (grant.pin === '') return refine(ctx, [...base, 'pin'], `'${grant.source_path}' must declare a non-empty pin identifying which build this tree is — it is never inferred`);
+      return undefined;
+    });
+  });
+
+const AllowListSchema = z.object({ allow: stringList.default([]) });
+
+const LimitsSchema = z.object({
+  memory_bytes: positiveCount.optional(),
+  table_elements: positiveCount.optional(),
+  instances: positiveCount.optional(),
+  deadline_seconds: positiveCount.optional(),
+});
+
+const ResourcesSchema = z.object({
+  max_processes: positiveCount.optional(),
+  max_open_files: positiveCount.optional(),
+  max_file_size_bytes: positiveCount.optional(),
+  cpu_seconds: positiveCount.optional(),
+  memory_bytes: positiveCount.optional(),
+  cgroup_memory_bytes: positiveCount.optional(),
+  cgroup_pids_max: positiveCount.optional(),
+  cgroup_cpu_percent: positiveCount.optional(),
+  cgroup_io_bytes_per_sec: positiveCount.optional(),
+  workdir_max_bytes: positiveCount.optional(),
+});
+
+export const CONTAINMENT_CLASSES = ['advisory', 'scoped', 'sealed'] as const;
+export const ContainmentSchema = trimmedEnum(CONTAINMENT_CLASSES);
+export type Containment = z.infer<typeof ContainmentSchema>;
+
+export const CapabilitiesSchema = z.object({
+  network: NetworkCapabilitySchema.optional(),
+  filesystem: FilesystemCapabilitySchema.optional(),
+  shell: ShellCapabilitySchema.optional(),
+  spawn: AllowListSchema.optional(),
+  env: AllowListSchema.optional(),
+  limits: LimitsSchema.optional(),
+  resources: ResourcesSchema.optional(),
+  containment: ContainmentSchema.optional(),
+});
+export type Capabilities = z.infer<typeof CapabilitiesSchema>;
+
+// ── artifacts ───────────────────────────────────────────────────────────────
+
+export const ARTIFACT_ROLES = ['tool', 'driver', 'hook', 'skill'] as const;
+export const ArtifactRoleSchema = z.enum(ARTIFACT_ROLES);
+export type ArtifactRole = z.infer<typeof ArtifactRoleSchema>;
+
+/** A driver's own inference gateway: where it talks and with which key (the seeds' form). */
+export const GatewaySchema = z.object({
+  endpoint: trimmed,
+  api_key: optionalText,
+});
+
+const ArtifactDeclarationSchema = z
+  .object({
+    name: trimmed,
+    version: optionalText,
+    runtime: z.string().default('tool'),
+    source: optionalText,
+    local_source: z.boolean().optional(),
+    prompt_payload: z.boolean().optional(),
+    capabilities: CapabilitiesSchema.optional(),
+    on_overflow: z.string().optional(),
+    gateway: GatewaySchema.optional(),
+  })
+  .superRefine((artifact, ctx) => {
+    if (artifact.name === '') return refine(ctx, ['name'], "missing required field 'name'");
+    const runtime = artifact.runtime;
+    if (runtime === 'wasm' || runtime === 'native') {
+      return refine(ctx, ['runtime'], `use 'runtime: tool'; implementation is declared in the artifact's own manifest (got '${runtime}')`);
+    }
+    if (!(ARTIFACT_ROLES as readonly string[]).includes(runtime)) {
+      return refine(ctx, ['runtime'], `unknown runtime '${runtime}'; expected one of: ${ARTIFACT_ROLES.join(', ')}`);
+    }
+    const isSkill = runtime === 'skill';
+    if (artifact.source !== undefined && !(artifact.local_source ?? isSkill)) {
+      return refine(ctx, ['source'], `artifact '${artifact.name}' declares 'source:' but does not declare 'local_source: true' (runtime: ${runtime})`);
+    }
+    if (artifact.source === undefined && artifact.version === undefined) return refine(ctx, ['version'], "missing required field 'version'");
+    if (artifact.capabilities !== undefined && isSkill) {
+      return refine(ctx, ['capabilities'], `artifact '${artifact.name}' declares per-artifact 'capabilities:' but has 'runtime: skill'; per-artifact capabilities are only recognized on 'runtime: hook', 'runtime: tool', and 'runtime: driver' entries — use the capsule-wide top-level 'capabilities:' block instead`);
+    }
+    if (artifact.on_overflow !== undefined) {
+      if (runtime !== 'hook') {
+        return refine(ctx, ['on_overflow'], `artifact '${artifact.name}' declares 'on_overflow:' but has 'runtime: ${runtime}'; the key governs an async hook's job queue and is only recognized on 'runtime: hook' entries`);
+      }
+      if (artifact.on_overflow !== 'drop' && artifact.on_overflow !== 'block') {
+        return refine(ctx, ['on_overflow'], `artifact '${artifact.name}' declares unknown on_overflow '${artifact.on_overflow}'; expected: drop, block`);
+      }
+    }
+    if (artifact.gateway !== undefined && runtime !== 'driver') {
+      return refine(ctx, ['gateway'], `artifact '${artifact.name}' declares 'gateway:' but has 'runtime: ${runtime}'; a gateway is the inference endpoint of a 'runtime: driver' entry`);
+    }
+    if (artifact.gateway !== undefined) checkEndpoint(ctx, ['gateway', 'endpoint'], artifact.gateway.endpoint);
+    return undefined;
+  })
+  .transform((artifact) => {
+    const runtime = artifact.runtime as ArtifactRole;
+    const isSkill = runtime === 'skill';
+    return {
+      name: artifact.name,
+      // A local-source artifact is never resolved from a registry; upstream names its version `local`.
+      version: artifact.source === undefined ? (artifact.version as string) : 'local',
+      runtime,
+      ...(artifact.source === undefined ? {} : { source: artifact.source }),
+      local_source: artifact.local_source ?? isSkill,
+      prompt_payload: artifact.prompt_payload ?? isSkill,
+      ...(artifact.capabilities === undefined ? {} : { capabilities: artifact.capabilities }),
+      ...(runtime === 'hook' ? { on_overflow: (artifact.on_overflow ?? 'drop') as 'drop' | 'block' } : {}),
+      ...(artifact.gateway === undefined ? {} : { gateway: artifact.gateway }),
+    };
+  });
+export type ArtifactDeclaration = z.output<typeof ArtifactDeclarationSchema>;
+
+// ── inference ───────────────────────────────────────────────────────────────
+
+function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
+
+/**
+ * An inference endpoint carries prompts and keys: `https://` anywhere, plain `http://` only to
+ * this machine. A `${VAR}` reference is checked once it is resolved, at launch.
+ */
+function checkEndpoint(ctx: z.core.$RefinementCtx, path: PropertyKey[], endpoint: string): void {
+  if (endpoint === '') return refine(ctx, path, 'missing required field');
+  if (envReferenceName(endpoint) !== undefined) return;
+  let url: URL;
+  try {
+    url = new URL(endpoint);
+  } catch {
+    return refine(ctx, path, `failed to parse '${endpoint}' as a URL`);
+  }
+  const scheme = url.protocol.slice(0, -1);
+  if (scheme === 'https') return;
+  if (scheme === 'http') {
+    if (!isLoopbackHost(url.hostname)) {
+      refine(ctx, path, `'${endpoint}' uses plain http:// with non-loopback host '${url.hostname}' — use https:// for remote endpoints, or http://localhost or a loopback IP literal for local inference`);
+    }
+    return;
+  }
+  refine(ctx, path, `unsupported scheme '${scheme}' in '${endpoint}' — expected http or https`);
+}
+
+const DriverSchema = z.object({
+  artifact: trimmed,
+  config: z.record(z.string(), z.unknown()).nullable().optional(),
+});
+
+const CompactionSchema = z
+  .object({
+    threshold: z.number().optional(),
+    model: optionalText,
+    system_prompt: z.string().optional(),
+    system_prompt_file: optionalText,
+    dump_summaries: z.boolean().default(false),
+  })
+  .superRefine((compaction, ctx) => {
+    const threshold = compaction.threshold;
+    if (threshold !== undefined && !(threshold > 0 && threshold <= 1)) refine(ctx, ['threshold'], `must be in (0.0, 1.0] but got ${threshold}`);
+    if (compaction.system_prompt !== undefined && compaction.system_prompt_file !== undefined) {
+      refine(ctx, ['system_prompt'], 'at most one of inference.compaction.system_prompt, inference.compaction.system_prompt_file may be set');
+    }
+  });
+
+export const InferenceSchema = z
+  .object({
+    transport: trimmedEnum(['http', 'process']).default('http'),
+    endpoint: optionalText,
+    model: optionalText,
+    api_key: optionalText,
+    driver: DriverSchema.optional(),
+    /** Upstream's older spelling of `driver`; `driver` wins when both are present. */
+    provider: DriverSchema.optional(),
+    max_tokens: positiveCount.optional(),
+    max_turns: positiveCount.default(10),
+    max_task_reopens: z.number().int().nonnegative().default(1),
+    system_prompt: optionalText,
+    system_prompt_file: optionalText,
+    system_prompt_artifact: optionalText,
+    command: optionalText,
+    compaction: CompactionSchema.optional(),
+  })
+  .superRefine((inference, ctx) => {
+    const prompts = [inference.system_prompt, inference.system_prompt_file, inference.system_prompt_artifact].filter((value) => value !== undefined);
+    if (prompts.length > 1) refine(ctx, ['system_prompt'], 'at most one of system_prompt, system_prompt_file, system_prompt_artifact may be set');
+    if (inference.transport === 'process') {
+      const invalid = 'is not valid with transport: process';
+      if (inference.driver !== undefined || inference.provider !== undefined) refine(ctx, ['driver', 'artifact'], invalid);
+      if (inference.endpoint !== undefined) refine(ctx, ['endpoint'], invalid);
+      if (inference.api_key !== undefined) refine(ctx, ['api_key'], invalid);
+      if (inference.max_tokens !== undefined) refine(ctx, ['max_tokens'], invalid);
+      if (inference.command === undefined) refine(ctx, ['command'], 'missing required field');
+      return;
+    }
+    if (inference.model === undefined) refine(ctx, ['model'], 'missing required field');
+    const driver = inference.driver ?? inference.provider;
+    if (driver === undefined) refine(ctx, ['driver'], 'missing required field');
+    else if (driver.artifact === '') refine(ctx, ['driver', 'artifact'], 'missing required field');
+    if (inference.endpoint !== undefined) checkEndpoint(ctx, ['endpoint'], inference.endpoint);
+  })
+  .transform(({ provider, ...inference }) => {
+    const driver = inference.driver ?? provider;
+    return {
+      ...inference,
+      ...(driver === undefined ? {} : { driver: { artifact: driver.artifact, ...(driver.config ? { config: driver.config } : {}) } }),
+      max_tokens: inference.transport === 'http' ? (inference.max_tokens ?? 8192) : undefined,
+    };
+  });
+export type Inference = z.output<typeof InferenceSchema>;
+
+// ── lifecycle, context, trace, observability ────────────────────────────────
+
+export const LifecycleSchema = z.object({
+  task_acceptance: trimmedEnum(['none', 'single', 'queue']).default('single'),
+  after_task: trimmedEnum(['exit', 'sleep']).default('exit'),
+  queue_depth: positiveCount.default(1),
+  input_timeout_secs: positiveCount.optional(),
+  conversation: trimmedEnum(['stateless', 'threaded']).default('stateless'),
+});
+export type Lifecycle = z.output<typeof LifecycleSchema>;
+
+const ScorerSchema = z.object({
+  type: z.string(),
+  name: z.string().optional(),
+  max: z.number().int().nonnegative().optional(),
+  expected: stringList.optional(),
+});
+
+const ObservabilitySchema = z.object({
+  otel_endpoint: optionalText,
+  eval: z
+    .object({
+      dataset_id: z.string().optional(),
+      scorers: z.array(ScorerSchema).default([]),
+    })
+    .optional(),
+});
+
+const TraceSchema = z.object({
+  include_tool_output: z.boolean().default(false),
+  /** `content` records prompts and tool output as well as their sizes; `metadata` only sizes. */
+  capture: trimmedEnum(['metadata', 'content']).optional(),
+});
+
+// ── the manifest ────────────────────────────────────────────────────────────
+
+/** Top-level keys, in the order upstream checks them: the first refusal in this order is reported. */
+export const CAPSULE_MANIFEST_KEYS = [
+  'name',
+  'version',
+  'mur_version',
+  'description',
+  'artifacts',
+  'capabilities',
+  'inference',
+  'context',
+  'observability',
+  'trace',
+  'network',
+  'lifecycle',
+  'registry',
+  'requires_files',
+] as const;
+
+export const CapsuleManifestSchema = z
+  .object({
+    name: trimmed,
+    version: trimmed,
+    mur_version: optionalText,
+    description: optionalText,
+    artifacts: z.array(ArtifactDeclarationSchema).default([]),
+    capabilities: CapabilitiesSchema.optional(),
+    inference: InferenceSchema.optional(),
+    context: z.object({ max_tokens: positiveCount.optional() }).optional(),
+    observability: ObservabilitySchema.optional(),
+    trace: TraceSchema.optional(),
+    network: z.object({ internal_port: z.number().int().min(0).max(65535).optional() }).optional(),
+    lifecycle: LifecycleSchema.optional(),
+    /** Where `mur publish` and `mur install` look when no `--registry` is given. */
+    registry: z.object({ remote_url: optionalText, default: optionalText }).optional(),
+    /** Extra files `mur build` packs beside `murmur.yaml` and `capsule.wasm`. */
+    requires_files: stringList.optional(),
+  })
+  .superRefine((manifest, ctx) => {
+    if (manifest.name === '') refine(ctx, ['name'], `${MANIFEST_FILE}: missing required field 'name'`, { murmurCode: 'E-MAN-001', whole: true });
+    if (manifest.version === '') refine(ctx, ['version'], `${MANIFEST_FILE}: missing required field 'version'`, { murmurCode: 'E-MAN-001', whole: true });
+    const seen = new Map<string, number>();
+    manifest.artifacts.forEach((artifact, index) => {
+      const earlier = seen.get(artifact.name);
+      if (earlier !== undefined) refine(ctx, ['artifacts', index, 'name'], `artifact '${artifact.name}' is declared twice (also at index ${earlier})`);
+      seen.set(artifact.name, index);
+    });
+    const inference = manifest.inference;
+    if (inference === undefined) return;
+    if (inference.transport === 'http' && inference.endpoint === undefined) {
+      const driverName = inference.driver?.artifact;
+      const driver = manifest.artifacts.find((artifact) => artifact.name === driverName);
+      if (driver?.gateway === undefined) {
+        refine(ctx, ['inference', 'endpoint'], "missing required field (or declare 'gateway.endpoint' on the driver artifact)");
+      }
+    }
+    const promptArtifact = inference.system_prompt_artifact;
+    if (promptArtifact !== undefined) {
+      const declared = manifest.artifacts.find((artifact) => artifact.name === promptArtifact);
+      if (declared === undefined) refine(ctx, ['inference', 'system_prompt_artifact'], `artifact '${promptArtifact}' is not declared in artifacts:`);
+      else if (!declared.prompt_payload) {
+        refine(ctx, ['inference', 'system_prompt_artifact'], `artifact '${promptArtifact}' (runtime: ${declared.runtime}) does not declare 'prompt_payload: true', which system_prompt_artifact requires`);
+      }
+    }
+  });
+export type CapsuleManifest = z.output<typeof CapsuleManifestSchema>;
+
+export interface ParsedManifest<T> {
+  manifest: T;
+  warnings: MurmurWarning[];
+}
+
+export interface ParseCapsuleManifestOptions {
+  /** `murmur.yaml`, or whatever the file is to be called in messages. */
+  file?: string;
+  /**
+   * Variables `${VAR}` references are checked against. A reference to an unset variable is
+   * refused here, at parse; the value itself stays a reference in the parsed manifest, so no
+   * secret rides along in a staged plan or over the bus. Omit to skip the check.
+   */
+  env?: EnvLookup;
+}
+
+/** Values that may be `${VAR}` references: the endpoints and keys an operator injects. */
+export function secretReferencePaths(manifest: CapsuleManifest): Array<{ path: string; value: string }> {
+  const paths: Array<{ path: string; value: string }> = [];
+  const add = (path: string, value: string | undefined): void => {
+    if (value !== undefined) paths.push({ path, value });
+  };
+  add('inference.api_key', manifest.inference?.api_key);
+  add('inference.endpoint', manifest.inference?.endpoint);
+  manifest.artifacts.forEach((artifact, index) => {
+    add(`artifacts[${index}].gateway.endpoint`, artifact.gateway?.endpoint);
+    add(`artifacts[${index}].gateway.api_key`, artifact.gateway?.api_key);
+  });
+  add('observability.otel_endpoint', manifest.observability?.otel_endpoint);
+  return paths;
+}
+
+function describeKey(path: ReadonlyArray<PropertyKey>, dotted: string): string {
+  const [section, index] = path;
+  if (section === 'artifacts' && typeof index === 'number') return `invalid artifact declaration at index ${index} ('${dotted}')`;
+  if (section === 'capabilities') return `invalid capability config for '${dotted}'`;
+  if (section === 'inference' || section === 'context') return `invalid inference config for '${dotted}'`;
+  return `invalid value for '${dotted}'`;
+}
+
+const REQUIRED_TOP_LEVEL = new Set(['name', 'version']);
+
+/**
+ * Parses and validates `murmur.yaml` text. Throws the first refusal (in upstream's check order)
+ * as a `MurmurError` naming the YAML path and line; returns unknown top-level keys as `W-SEC-019`
+ * warnings for the caller to print, because a misspelt key silently doing nothing is a security
+ * problem (`capabilites:` grants the defaults, not what the author wrote).
+ */
+export function parseCapsuleManifest(text: string, options: ParseCapsuleManifestOptions = {}): ParsedManifest<CapsuleManifest> {
+  const file = options.file ?? MANIFEST_FILE;
+  const source = parseYamlSource(text, file);
+  const raw = source.value;
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+    throw new MurmurError('E-MAN-003', `${file}: field '<root>' has invalid type (expected mapping, got ${raw === null || raw === undefined ? 'null' : Array.isArray(raw) ? 'sequence' : typeof raw})`, { path: '<root>' });
+  }
+  const warnings: MurmurWarning[] = [];
+  const known = new Set<string>(CAPSULE_MANIFEST_KEYS);
+  for (const key of Object.keys(raw)) {
+    if (!known.has(key)) warnings.push({ code: 'W-SEC-019', message: `${file}: unrecognized key '${key}' (line ${source.lineOf([key]) ?? '?'}); it is ignored`, path: key });
+  }
+  const result = CapsuleManifestSchema.safeParse(raw);
+  if (!result.success) {
+    const order = (issue: z.core.$ZodIssue): number => {
+      const index = (CAPSULE_MANIFEST_KEYS as readonly string[]).indexOf(String(issue.path[0]));
+      return index === -1 ? CAPSULE_MANIFEST_KEYS.length : index;
+    };
+    const [first] = [...result.error.issues].sort((left, right) => order(left) - order(right));
+    throw issueToError(first as z.core.$ZodIssue, { file, source, requiredTopLevel: REQUIRED_TOP_LEVEL, describeKey });
+  }
+  const manifest = result.data;
+  if (options.env !== undefined) {
+    for (const { path, value } of secretReferencePaths(manifest)) {
+      const resolved = resolveEnvReference(value, options.env);
+      if (!resolved.ok) {
+        throw new MurmurError('E-MAN-003', `${file}: ${path} references \${${resolved.name}} but the environment variable is not set`, {
+          path,
+          hint: `export ${resolved.name} before running, or put it in the project's .env file`,
+        });
+      }
+    }
+  }
+  return { manifest, warnings };
+}
+
+/** A copy of the manifest with every `${VAR}` reference replaced by its value. */
+export function resolveManifestSecrets(manifest: CapsuleManifest, env: EnvLookup): CapsuleManifest {
+  const resolve = (path: string, value: string | undefined): string | undefined => {
+    if (value === undefined) return undefined;
+    const resolved = resolveEnvReference(value, env);
+    if (!resolved.ok) throw new MurmurError('E-MAN-003', `${MANIFEST_FILE}: ${path} references \${${resolved.name}} but the environment variable is not set`, { path });
+    return resolved.value;
+  };
+  const copy: CapsuleManifest = structuredClone(manifest);
+  if (copy.inference) {
+    const apiKey = resolve('inference.api_key', copy.inference.api_key);
+    const endpoint = resolve('inference.endpoint', copy.inference.endpoint);
+    if (apiKey !== undefined) copy.inference.api_key = apiKey;
+    if (endpoint !== undefined) copy.inference.endpoint = endpoint;
+  }
+  copy.artifacts.forEach((artifact, index) => {
+    if (!artifact.gateway) return;
+    artifact.gateway.endpoint = resolve(`artifacts[${index}].gateway.endpoint`, artifact.gateway.endpoint) ?? '';
+    const apiKey = resolve(`artifacts[${index}].gateway.api_key`, artifact.gateway.api_key);
+    if (apiKey !== undefined) artifact.gateway.api_key = apiKey;
+  });
+  if (copy.observability?.otel_endpoint !== undefined) {
+    copy.observability.otel_endpoint = resolve('observability.otel_endpoint', copy.observability.otel_endpoint);
+  }
+  return copy;
+}
+
+/** Whether the manifest describes an agent capsule (an inference loop) rather than a script capsule. */
+export function isAgentCapsule(manifest: CapsuleManifest): boolean {
+  return manifest.inference !== undefined;
+}
+
+export { yamlPath };

@@ -1,0 +1,67 @@
+import { LineCounter, isPair, isScalar, parseDocument, visit } from 'yaml';
+import { MurmurError } from '../errors.js';
+
+/**
+ * A parsed YAML file that still knows where each value came from, so a refusal can name the
+ * line of the offending key as well as its path.
+ */
+export interface YamlSource {
+  readonly value: unknown;
+  /** 1-based line of the node at `path`, or of its nearest ancestor that exists. */
+  lineOf(path: ReadonlyArray<string | number>): number | undefined;
+}
+
+/**
+ * Keys whose values are text even when they look like numbers: `version: 1.0` is the string
+ * "1.0", never the number 1 (which would make `1.0` and `1.00` the same version).
+ */
+const TEXT_VALUED_KEYS = new Set(['name', 'version', 'resolved_version', 'mur_version', 'model', 'wasm']);
+
+export function parseYamlSource(text: string, file = 'murmur.yaml'): YamlSource {
+  const lineCounter = new LineCounter();
+  const document = parseDocument(text, { lineCounter, prettyErrors: true, uniqueKeys: true });
+  const [firstError] = document.errors;
+  if (firstError) {
+    const position = firstError.linePos?.[0];
+    const where = position ? ` at line ${position.line}, column ${position.col}` : '';
+    const detail = firstError.message.split('\n')[0]?.replace(/ at line \d+, column \d+:?$/, '') ?? firstError.message;
+    throw new MurmurError('E-MAN-002', `${file}: YAML syntax error${where}: ${detail}`, {
+      path: file,
+      hint: 'fix the YAML syntax; a YAML linter or `yq . murmur.yaml` shows where it breaks',
+    });
+  }
+  visit(document, {
+    Pair(_, pair) {
+      if (!isScalar(pair.key) || !TEXT_VALUED_KEYS.has(String(pair.key.value))) return;
+      const value = pair.value;
+      if (isScalar(value) && value.value !== null && typeof value.value !== 'string' && typeof value.source === 'string') {
+        value.value = value.source;
+      }
+    },
+  });
+  return {
+    value: document.toJS({ maxAliasCount: 100 }),
+    lineOf(path) {
+      for (let length = path.length; length >= 0; length -= 1) {
+        const node = document.getIn(path.slice(0, length), true) as { range?: [number, number, number] } | undefined;
+        const candidate = length === path.length && length > 0 ? findKeyNode(document, path) : node;
+        const range = (candidate as { range?: [number, number, number] } | undefined)?.range;
+        if (range) return lineCounter.linePos(range[0]).line;
+      }
+      return undefined;
+    },
+  };
+}
+
+/** The key node of the pair at `path`, so a refusal points at `memory_bytes:`, not its value. */
+function findKeyNode(document: ReturnType<typeof parseDocument>, path: ReadonlyArray<string | number>): unknown {
+  const parent = path.length === 1 ? document.contents : document.getIn(path.slice(0, -1), true);
+  const last = path[path.length - 1];
+  const items = (parent as { items?: unknown[] } | null)?.items;
+  if (!Array.isArray(items)) return undefined;
+  if (typeof last === 'number') return items[last];
+  for (const item of items) {
+    if (isPair(item) && isScalar(item.key) && item.key.value === last) return item.key;
+  }
+  return undefined;
+}

@@ -1,0 +1,69 @@
+import { randomBytes } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+
+/**
+ * A sibling temporary name for `target`: same directory (so the rename is atomic, never a
+ * cross-device copy), dot-prefixed (so listings skip it), unique (so two writers never share it).
+ */
+export function temporarySibling(target: string): string {
+  return path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+}
+
+export interface AtomicWriteOptions {
+  mode?: number;
+  /** fsync the file before the rename: for records that must survive a power cut (the lock). */
+  fsync?: boolean;
+}
+
+/**
+ * Writes `data` to `target` through a temporary sibling and a rename, so a reader sees the whole
+ * old content or the whole new content and never a half-written file, and a crash leaves at worst
+ * a stray temporary file, never a truncated target.
+ */
+export async function writeFileAtomic(target: string, data: string | Uint8Array, options: AtomicWriteOptions = {}): Promise<void> {
+  const temporary = temporarySibling(target);
+  try {
+    const handle = await fs.open(temporary, 'wx', options.mode ?? 0o644);
+    try {
+      await handle.writeFile(data);
+      if (options.fsync) await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    if (options.mode !== undefined) await fs.chmod(temporary, options.mode);
+    await fs.rename(temporary, target);
+  } catch (error) {
+    await fs.rm(temporary, { force: true });
+    throw error;
+  }
+}
+
+/**
+ * Moves a fully prepared temporary directory into place as `target`. Returns false, and removes
+ * the temporary directory, when `target` already exists: for content-addressed entries whoever
+ * got there first wrote the same bytes, so losing the race is not an error.
+ */
+export async function renameDirectoryIntoPlace(temporary: string, target: string): Promise<boolean> {
+  try {
+    await fs.rename(temporary, target);
+    return true;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOTEMPTY' || code === 'EEXIST') {
+      await fs.rm(temporary, { recursive: true, force: true });
+      return false;
+    }
+    await fs.rm(temporary, { recursive: true, force: true });
+    throw error;
+  }
+}
+
+export async function pathExists(target: string): Promise<boolean> {
+  try {
+    await fs.lstat(target);
+    return true;
+  } catch {
+    return false;
+  }
+}

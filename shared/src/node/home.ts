@@ -1,0 +1,29 @@
+import os from 'node:os';
+import path from 'node:path';
+
+/**
+ * `MURMUR_HOME`, or `~/.murmur`: the machine's global store, caches and running records.
+ * Read on every call rather than once, so a test (or the demo) can point a process at its own home.
+ */
+export function murmurHome(env: NodeJS.ProcessEnv = process.env): string {
+  const explicit = env.MURMUR_HOME?.trim();
+  if (explicit) return path.resolve(explicit);
+  const home = env.HOME?.trim() || env.USERPROFILE?.trim() || os.homedir();
+  return path.join(home, '.murmur');
+}
+
+/** `<home>/artifacts`: the global artifact store. */
+export function globalStoreDir(env: NodeJS.ProcessEnv = process.env): string {
+  return path.join(murmurHome(env), 'artifacts');
+}
+
+/** `<home>/cache`: transpiled components and extracted payloads, content-addressed. */
+export function cacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  const explicit = env.MURMUR_CACHE_DIR?.trim();
+  return explicit ? path.resolve(explicit) : path.join(murmurHome(env), 'cache');
+}
+
+/** `<project>/.murmur/artifacts`: the project store. */
+export function projectStoreDir(projectDir: string): string {
+  return path.join(projectDir, '.murmur', 'artifacts');
+}

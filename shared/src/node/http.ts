@@ -1,0 +1,47 @@
+import type { AddressInfo } from 'node:net';
+import { serve } from '@hono/node-server';
+import { Hono } from 'hono';
+
+export interface HttpListener {
+  readonly host: string;
+  readonly port: number;
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/** Serves a hono app on `host:port` (0 picks a free port) and resolves once it is listening. */
+export function listenHttp(app: Hono, options: { host?: string; port?: number } = {}): Promise<HttpListener> {
+  const host = options.host ?? '127.0.0.1';
+  return new Promise((resolve, reject) => {
+    const server = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 0 }, (info: AddressInfo) => {
+      const urlHost = info.family === 'IPv6' ? `[${info.address}]` : info.address;
+      resolve({
+        host,
+        port: info.port,
+        url: `http://${urlHost}:${info.port}`,
+        close: () =>
+          new Promise<void>((done) => {
+            server.close(() => done());
+            (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+          }),
+      });
+    });
+    server.once('error', reject);
+  });
+}
+
+/** `GET /health`: 200 with the service's health, for probes that speak HTTP rather than the bus. */
+export function healthRoutes(health: () => object): Hono {
+  const app = new Hono();
+  app.get('/health', (context) => context.json(health()));
+  return app;
+}
+
+/** A port from the environment: a whole number 0–65535, or the fallback. */
+export function portFromEnv(value: string | undefined, fallback: number): number {
+  const trimmed = value?.trim();
+  if (!trimmed) return fallback;
+  const port = Number(trimmed);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`'${trimmed}' is not a port number (0-65535)`);
+  return port;
+}

@@ -1,0 +1,5 @@
+export * from './atomic.js';
+export * from './home.js';
+export * from './logger.js';
+export * from './http.js';
+export * from './service-process.js';

@@ -1,0 +1,75 @@
+import type { Hono } from 'hono';
+import type { Logger } from 'pino';
+import { type Bus, connectBus } from '../bus/index.js';
+import { MurmurError } from '../errors.js';
+import type { ServiceName } from '../events.js';
+import { newId } from '../ids.js';
+import { healthOf, serveHealth } from '../service-health.js';
+import { healthRoutes, listenHttp, portFromEnv } from './http.js';
+import { createLogger } from './logger.js';
+
+export interface ServiceContext {
+  bus: Bus;
+  log: Logger;
+  env: NodeJS.ProcessEnv;
+  instanceId: string;
+}
+
+export interface StartedService {
+  /** Routes the service serves over HTTP beside `/health`; absent for a bus-only service. */
+  http?: Hono;
+  close(): Promise<void>;
+}
+
+export interface ServiceProcessOptions {
+  service: ServiceName;
+  /** The port the service listens on unless `MURMUR_<SERVICE>_PORT` says otherwise (0: any free port). */
+  defaultPort: number;
+  start(context: ServiceContext): Promise<StartedService>;
+}
+
+/**
+ * The whole life of a service process, the same for all five: connect to the bus named by
+ * `MURMUR_NATS_URL` (in-process when unset), start the service, serve its routes and `GET /health`
+ * on `MURMUR_<SERVICE>_HOST:MURMUR_<SERVICE>_PORT`, answer `service.<name>.health` on the bus, say
+ * on one line which bus and port it uses, and shut down cleanly on SIGTERM or SIGINT.
+ */
+export async function runServiceProcess(options: ServiceProcessOptions): Promise<void> {
+  const env = process.env;
+  const upper = options.service.toUpperCase();
+  const log = createLogger(options.service, env);
+  const instanceId = `${options.service}-${newId('request').slice(4, 16)}`;
+  const startedAt = new Date();
+  let bus: Bus;
+  try {
+    bus = await connectBus({ natsUrl: env.MURMUR_NATS_URL, name: instanceId, log });
+  } catch (error) {
+    const message = error instanceof MurmurError ? error.format() : String(error);
+    log.fatal({ bus: env.MURMUR_NATS_URL }, message);
+    process.exitCode = 1;
+    return;
+  }
+  const started = await options.start({ bus, log, env, instanceId });
+  const identity = { service: options.service, instanceId, httpPort: null as number | null, startedAt };
+  const app = healthRoutes(() => healthOf(identity, bus));
+  if (started.http) app.route('/', started.http);
+  const host = env[`MURMUR_${upper}_HOST`]?.trim() || '127.0.0.1';
+  const listener = await listenHttp(app, { host, port: portFromEnv(env[`MURMUR_${upper}_PORT`], options.defaultPort) });
+  identity.httpPort = listener.port;
+  const health = serveHealth(bus, identity);
+  log.info({ bus: bus.description, host, port: listener.port, url: listener.url, instance_id: instanceId }, `${options.service} ready on ${listener.url}, bus ${bus.description}`);
+
+  let stopping = false;
+  const stop = async (signal: string): Promise<void> => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, `${options.service} stopping`);
+    health.unsubscribe();
+    await listener.close();
+    await started.close();
+    await bus.close();
+    log.info({}, `${options.service} stopped`);
+  };
+  process.once('SIGTERM', () => void stop('SIGTERM'));
+  process.once('SIGINT', () => void stop('SIGINT'));
+}

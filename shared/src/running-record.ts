@@ -1,0 +1,27 @@
+import { z } from 'zod';
+
+/**
+ * One running session's door and the process that holds it: `running/<session_id>.json` under
+ * `MURMUR_HOME`. A record is a hint, never a truth (a SIGKILLed capsule writes no farewell), so
+ * readers verify it in three layers before believing it. Every field is required and there are
+ * exactly nine: a record that does not parse names no process that could be checked.
+ */
+export const RunningRecordSchema = z.strictObject({
+  session_id: z.string().min(1),
+  /** `host:port` the A2A door answers on. */
+  url: z.string().min(1),
+  pid: z.number().int().positive(),
+  /** Field 22 of `/proc/<pid>/stat`: distinguishes this process from a later holder of the pid. */
+  process_start: z.string(),
+  capsule_name: z.string(),
+  capsule_version: z.string(),
+  workdir: z.string(),
+  /** True when the launching process had no controlling terminal. */
+  outlives_launcher: z.boolean(),
+  /** RFC 3339, UTC. */
+  started_at: z.string(),
+});
+export type RunningRecord = z.infer<typeof RunningRecordSchema>;
+
+export const LivenessSchema = z.enum(['live', 'unreachable', 'gone']);
+export type Liveness = z.infer<typeof LivenessSchema>;

@@ -1,0 +1,357 @@
+import { describe, expect, it } from 'vitest';
+import { type MurmurError, capabilityPolicy, parseCapsuleManifest, resolveManifestSecrets } from '@murmur/shared';
+
+function refusal(text: string, env?: Record<string, string>): MurmurError {
+  try {
+    parseCapsuleManifest(text, env === undefined ? {} : { env });
+  } catch (error) {
+    return error as MurmurError;
+  }
+  throw new Error('expected the manifest to be refused');
+}
+
+const FULL = `name: research-agent
+version: "0.3.0"
+mur_version: 0.2.0
+description: reads and summarises
+artifacts:
+  - name: anthropic-driver
+    version: 1.0.0
+    runtime: driver
+    gateway:
+      endpoint: https://api.anthropic.com
+      api_key: \${ANTHROPIC_API_KEY}
+  - name: local/fetcher
+    version: 0.1.0
+    capabilities:
+      network:
+        allow: [https://api.example.com]
+      filesystem:
+        scope: cache
+  - name: notes
+    runtime: skill
+    source: ./skills/notes
+  - name: audit
+    version: 2.0.0
+    runtime: hook
+    on_overflow: block
+capabilities:
+  network:
+    allow: [https://api.example.com, api.anthropic.com:443, localhost]
+    unix_sockets: false
+  filesystem:
+    scope: data
+    workdir_exec: false
+  shell:
+    allow: [git, python3]
+    strip_env: [SECRET_*]
+    baseline_env: [LANG]
+    interpreter_runtime:
+      - binary: python3
+        dirs:
+          - path: /usr/lib/python3
+            list_dir: true
+  spawn:
+    allow: [local/worker]
+  env:
+    allow: [GREETING]
+  limits:
+    memory_bytes: 67108864
+    deadline_seconds: 30
+  resources:
+    max_processes: 16
+    cgroup_memory_bytes: 268435456
+  containment: scoped
+inference:
+  transport: http
+  model: claude-sonnet
+  driver:
+    artifact: anthropic-driver
+    config:
+      temperature: 0.2
+  max_turns: 5
+  system_prompt: You are careful.
+context:
+  max_tokens: 100000
+trace:
+  include_tool_output: true
+  capture: content
+observability:
+  otel_endpoint: " http://localhost:4318 "
+  eval:
+    dataset_id: ds-1
+    scorers:
+      - type: exit_ok
+network:
+  internal_port: 8099
+lifecycle:
+  task_acceptance: queue
+  after_task: sleep
+  queue_depth: 4
+  input_timeout_secs: 120
+  conversation: threaded
+`;
+
+describe('the capsule manifest', () => {
+  it('parses every section of a complete manifest and applies the defaults it leaves out', () => {
+    const { manifest, warnings } = parseCapsuleManifest(FULL, { env: { ANTHROPIC_API_KEY: 'sk-test' } });
+    expect(warnings).toEqual([]);
+    expect(manifest.name).toBe('research-agent');
+    expect(manifest.version).toBe('0.3.0');
+    expect(manifest.artifacts.map((artifact) => [artifact.name, artifact.runtime, artifact.version])).toEqual([
+      ['anthropic-driver', 'driver', '1.0.0'],
+      ['local/fetcher', 'tool', '0.1.0'],
+      ['notes', 'skill', 'local'],
+      ['audit', 'hook', '2.0.0'],
+    ]);
+    expect(manifest.artifacts[0]?.gateway).toEqual({ endpoint: 'https://api.anthropic.com', api_key: '${ANTHROPIC_API_KEY}' });
+    expect(manifest.artifacts[2]).toMatchObject({ source: './skills/notes', local_source: true, prompt_payload: true });
+    expect(manifest.artifacts[3]).toMatchObject({ on_overflow: 'block' });
+    expect(manifest.inference).toMatchObject({ transport: 'http', model: 'claude-sonnet', max_turns: 5, max_task_reopens: 1, max_tokens: 8192, driver: { artifact: 'anthropic-driver', config: { temperature: 0.2 } } });
+    expect(manifest.lifecycle).toEqual({ task_acceptance: 'queue', after_task: 'sleep', queue_depth: 4, input_timeout_secs: 120, conversation: 'threaded' });
+    expect(manifest.observability?.otel_endpoint).toBe('http://localhost:4318');
+    expect(manifest.trace).toEqual({ include_tool_output: true, capture: 'content' });
+
+    const policy = capabilityPolicy(manifest);
+    expect(policy.limits).toEqual({ memory_bytes: 67108864, table_elements: 100000, instances: 1000, deadline_seconds: 30 });
+    expect(policy.resources.max_processes).toBe(16);
+    expect(policy.resources.max_open_files).toBe(1024);
+    expect(policy.containment).toBe('scoped');
+    expect(policy.spawn_allow).toEqual(['local/worker']);
+  });
+
+  it('gives an empty manifest of a script capsule the upstream defaults', () => {
+    const { manifest } = parseCapsuleManifest('name: tiny\nversion: 1.0.0\n');
+    const policy = capabilityPolicy(manifest);
+    expect(manifest.artifacts).toEqual([]);
+    expect(policy.network_allow).toEqual([]);
+    expect(policy.filesystem_scope).toBe('.');
+    expect(policy.limits).toEqual({ memory_bytes: 536870912, table_elements: 100000, instances: 1000, deadline_seconds: 600 });
+    expect(policy.containment).toBe('advisory');
+    expect(policy.deadline_declared).toBe(false);
+  });
+
+  it('keeps a version written like a number as the text that was written', () => {
+    const { manifest } = parseCapsuleManifest('name: tiny\nversion: 1.0\nartifacts:\n  - name: t\n    version: 1.10\n');
+    expect(manifest.version).toBe('1.0');
+    expect(manifest.artifacts[0]?.version).toBe('1.10');
+  });
+
+  it('refuses malformed YAML with E-MAN-002 and the line it breaks on', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities: [\n');
+    expect(error.code).toBe('E-MAN-002');
+    expect(error.message).toMatch(/murmur\.yaml: YAML syntax error at line \d+, column \d+/);
+  });
+
+  it('refuses a manifest with no name with E-MAN-001 naming the field', () => {
+    const error = refusal('version: 1.0.0\n');
+    expect(error.code).toBe('E-MAN-001');
+    expect(error.message).toBe("murmur.yaml: missing required field 'name'");
+    expect(error.path).toBe('name');
+  });
+
+  it('refuses a blank version as missing', () => {
+    const error = refusal('name: tiny\nversion: "  "\n');
+    expect(error.code).toBe('E-MAN-001');
+    expect(error.path).toBe('version');
+  });
+
+  it('warns about an unknown top-level key with W-SEC-019 instead of refusing the manifest', () => {
+    const { manifest, warnings } = parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilites:\n  network:\n    allow: [example.com]\n');
+    expect(manifest.name).toBe('tiny');
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]?.code).toBe('W-SEC-019');
+    expect(warnings[0]?.message).toContain("unrecognized key 'capabilites'");
+    expect(warnings[0]?.message).toContain('line 3');
+  });
+
+  const zeroable = [
+    ['limits', 'memory_bytes'],
+    ['limits', 'table_elements'],
+    ['limits', 'instances'],
+    ['limits', 'deadline_seconds'],
+    ['resources', 'max_processes'],
+    ['resources', 'max_open_files'],
+    ['resources', 'max_file_size_bytes'],
+    ['resources', 'cpu_seconds'],
+    ['resources', 'memory_bytes'],
+    ['resources', 'cgroup_memory_bytes'],
+    ['resources', 'cgroup_pids_max'],
+    ['resources', 'cgroup_cpu_percent'],
+    ['resources', 'cgroup_io_bytes_per_sec'],
+    ['resources', 'workdir_max_bytes'],
+  ] as const;
+
+  it.each(zeroable)('refuses a zero capabilities.%s.%s as "must be greater than zero" with its YAML path', (block, field) => {
+    const error = refusal(`name: tiny\nversion: 1.0.0\ncapabilities:\n  ${block}:\n    ${field}: 0\n`);
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.path).toBe(`capabilities.${block}.${field}`);
+    expect(error.message).toBe(`murmur.yaml: invalid capability config for 'capabilities.${block}.${field}': must be greater than zero (line 5)`);
+  });
+
+  it('refuses a limit of the wrong type with E-MAN-003 naming the path, the types and the line', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  limits:\n    memory_bytes: lots\n');
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.message).toBe("murmur.yaml: field 'capabilities.limits.memory_bytes' has invalid type (expected number, got string) (line 5)");
+  });
+
+  it('refuses a malformed network rule with E-CAP-001 naming the entry and its position', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  network:\n    allow:\n      - example.com\n      - ftp://files.example.com\n');
+    expect(error.code).toBe('E-CAP-001');
+    expect(error.path).toBe('capabilities.network.allow[1]');
+    expect(error.message).toContain("invalid network allow entry 'ftp://files.example.com': unsupported URL scheme 'ftp' (expected http or https)");
+    expect(error.message).toContain('line 7');
+  });
+
+  it('refuses a per-artifact network rule that does not parse, at its own path', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    version: 1.0.0\n    capabilities:\n      network:\n        allow: ["https://x.example.com/path"]\n');
+    expect(error.code).toBe('E-CAP-001');
+    expect(error.path).toBe('artifacts[0].capabilities.network.allow[0]');
+  });
+
+  it.each([
+    ['/etc', 'scope must be relative to the workdir'],
+    ['../outside', "scope cannot escape the workdir via '..'"],
+    ['a/../../b', "scope cannot escape the workdir via '..'"],
+  ])('refuses the filesystem scope %s with E-CAP-002', (scope, reason) => {
+    const error = refusal(`name: tiny\nversion: 1.0.0\ncapabilities:\n  filesystem:\n    scope: ${scope}\n`);
+    expect(error.code).toBe('E-CAP-002');
+    expect(error.path).toBe('capabilities.filesystem.scope');
+    expect(error.message).toContain(reason);
+  });
+
+  it('accepts a scope that wanders but stays inside the workdir', () => {
+    const { manifest } = parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilities:\n  filesystem:\n    scope: a/../b\n');
+    expect(manifest.capabilities?.filesystem?.scope).toBe('a/../b');
+  });
+
+  it('refuses an unknown containment class, listing the ones there are', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  containment: fortress\n');
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.message).toContain("must be one of: advisory, scoped, sealed; got 'fortress'");
+  });
+
+  it('refuses a shell block with no binaries', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  shell:\n    allow: []\n');
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.message).toContain("'capabilities.shell.allow': must contain at least one binary");
+  });
+
+  it('refuses an interpreter grant for a binary the shell does not allow', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  shell:\n    allow: [git]\n    interpreter_runtime:\n      - binary: python3\n        dirs: [{ path: /usr/lib, list_dir: true }]\n');
+    expect(error.path).toBe('capabilities.shell.interpreter_runtime[0].binary');
+    expect(error.message).toContain("'python3' is not in capabilities.shell.allow");
+  });
+
+  describe('artifact declarations', () => {
+    it("refuses runtime: wasm with upstream's advice to use runtime: tool", () => {
+      const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    version: 1.0.0\n    runtime: wasm\n');
+      expect(error.code).toBe('E-MAN-003');
+      expect(error.message).toContain('invalid artifact declaration at index 0');
+      expect(error.message).toContain("use 'runtime: tool'");
+    });
+
+    it('refuses an unknown role, listing the four there are', () => {
+      const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    version: 1.0.0\n    runtime: plugin\n');
+      expect(error.message).toContain("unknown runtime 'plugin'; expected one of: tool, driver, hook, skill");
+    });
+
+    it('requires a version unless the artifact comes from a local source', () => {
+      const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n');
+      expect(error.code).toBe('E-MAN-003');
+      expect(error.path).toBe('artifacts[0].version');
+    });
+
+    it('refuses a source on a tool that did not opt into local_source', () => {
+      const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    source: ./t\n');
+      expect(error.message).toContain("declares 'source:' but does not declare 'local_source: true'");
+    });
+
+    it('refuses a gateway on anything but a driver', () => {
+      const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    version: 1.0.0\n    gateway:\n      endpoint: https://x.example.com\n');
+      expect(error.path).toBe('artifacts[0].gateway');
+    });
+
+    it('refuses the same artifact declared twice', () => {
+      const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    version: 1.0.0\n  - name: t\n    version: 2.0.0\n');
+      expect(error.message).toContain("artifact 't' is declared twice");
+    });
+  });
+
+  describe('inference', () => {
+    const agent = (inference: string, artifacts = '') => `name: agent\nversion: 1.0.0\n${artifacts}inference:\n${inference}`;
+
+    it('takes the endpoint from the driver artifact’s gateway when inference names none', () => {
+      const { manifest } = parseCapsuleManifest(agent('  model: m\n  driver:\n    artifact: d\n', 'artifacts:\n  - name: d\n    version: 1.0.0\n    runtime: driver\n    gateway:\n      endpoint: http://127.0.0.1:9999\n'));
+      expect(manifest.inference?.endpoint).toBeUndefined();
+      expect(manifest.artifacts[0]?.gateway?.endpoint).toBe('http://127.0.0.1:9999');
+    });
+
+    it('refuses an http agent with no endpoint anywhere', () => {
+      const error = refusal(agent('  model: m\n  driver:\n    artifact: d\n'));
+      expect(error.path).toBe('inference.endpoint');
+      expect(error.message).toContain('missing required field');
+    });
+
+    it('refuses plain http to a host that is not this machine', () => {
+      const error = refusal(agent('  endpoint: http://api.example.com\n  model: m\n  driver:\n    artifact: d\n'));
+      expect(error.path).toBe('inference.endpoint');
+      expect(error.message).toContain("uses plain http:// with non-loopback host 'api.example.com'");
+    });
+
+    it('accepts the older provider spelling of driver', () => {
+      const { manifest } = parseCapsuleManifest(agent('  endpoint: https://api.example.com\n  model: m\n  provider:\n    artifact: d\n'));
+      expect(manifest.inference?.driver).toEqual({ artifact: 'd' });
+    });
+
+    it('refuses an endpoint on the process transport', () => {
+      const error = refusal(agent('  transport: process\n  command: claude\n  endpoint: https://api.example.com\n'));
+      expect(error.path).toBe('inference.endpoint');
+      expect(error.message).toContain('is not valid with transport: process');
+    });
+
+    it('refuses two system prompt sources', () => {
+      const error = refusal(agent('  endpoint: https://a.example.com\n  model: m\n  driver: { artifact: d }\n  system_prompt: hi\n  system_prompt_file: p.md\n'));
+      expect(error.message).toContain('at most one of system_prompt, system_prompt_file, system_prompt_artifact may be set');
+    });
+
+    it('refuses a zero max_turns', () => {
+      const error = refusal(agent('  endpoint: https://a.example.com\n  model: m\n  driver: { artifact: d }\n  max_turns: 0\n'));
+      expect(error.path).toBe('inference.max_turns');
+    });
+  });
+
+  describe('${VAR} references', () => {
+    const withKey = (value: string) => `name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://a.example.com\n  model: m\n  driver: { artifact: d }\n  api_key: "${value}"\n`;
+
+    it('keeps a whole-value reference in the parsed manifest and resolves it on request', () => {
+      const { manifest } = parseCapsuleManifest(withKey('${MY_KEY}'), { env: { MY_KEY: 'sk-live' } });
+      expect(manifest.inference?.api_key).toBe('${MY_KEY}');
+      expect(resolveManifestSecrets(manifest, { MY_KEY: 'sk-live' }).inference?.api_key).toBe('sk-live');
+    });
+
+    it('refuses a reference to a variable that is not set, naming it', () => {
+      const error = refusal(withKey('${MISSING_KEY}'), {});
+      expect(error.code).toBe('E-MAN-003');
+      expect(error.message).toBe('murmur.yaml: inference.api_key references ${MISSING_KEY} but the environment variable is not set');
+    });
+
+    it('treats anything but a whole ${NAME} as a literal', () => {
+      for (const literal of ['prefix${MY_KEY}', '${lower}', '$MY_KEY']) {
+        const { manifest } = parseCapsuleManifest(withKey(literal), { env: {} });
+        expect(resolveManifestSecrets(manifest, {}).inference?.api_key).toBe(literal);
+      }
+    });
+  });
+
+  it('refuses an unknown task acceptance mode, listing the modes', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\nlifecycle:\n  task_acceptance: many\n');
+    expect(error.message).toContain("must be one of: none, single, queue; got 'many'");
+  });
+
+  it('refuses a manifest that is not a mapping', () => {
+    const error = refusal('- name: tiny\n');
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.message).toContain("field '<root>' has invalid type (expected mapping, got sequence)");
+  });
+});

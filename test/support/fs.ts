@@ -1,0 +1,37 @@
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+/** A fresh temporary directory, removed by the returned cleanup. */
+export async function tempDir(prefix = 'murmur-test-'): Promise<{ dir: string; cleanup: () => Promise<void> }> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), prefix));
+  return { dir, cleanup: () => fs.rm(dir, { recursive: true, force: true }) };
+}
+
+/** Every file and directory under `root`, relative and sorted: for "nothing was written" checks. */
+export async function listTree(root: string): Promise<string[]> {
+  const found: string[] = [];
+  const walk = async (dir: string): Promise<void> => {
+    let entries;
+    try {
+      entries = await fs.readdir(dir, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const entry of entries) {
+      const full = path.join(dir, entry.name);
+      found.push(path.relative(root, full) + (entry.isDirectory() ? '/' : ''));
+      if (entry.isDirectory()) await walk(full);
+    }
+  };
+  await walk(root);
+  return found.sort();
+}
+
+export async function writeFiles(root: string, files: Record<string, string | Uint8Array>): Promise<void> {
+  for (const [name, content] of Object.entries(files)) {
+    const file = path.join(root, name);
+    await fs.mkdir(path.dirname(file), { recursive: true });
+    await fs.writeFile(file, content);
+  }
+}

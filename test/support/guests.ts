@@ -1,0 +1,92 @@
+import { type BuiltGuest, componentFromJs, componentFromWat } from '@murmur/guest-kit';
+
+/**
+ * The guest components the suites run, built from the sources below at test time into the
+ * ignored guest cache (`.cache/guests`), keyed by source hash. Tiny ones are component WAT; the
+ * JavaScript capsule is a real componentize-js build (about 12 MB), which is what a capsule
+ * looks like in practice and what staging must handle quickly.
+ */
+
+/** The smallest script capsule: exports `murmur:capsule/run@0.1.0` with a `run` that returns. */
+export const CAPSULE_WAT = `(component
+  (core module $m (func (export "run")))
+  (core instance $i (instantiate $m))
+  (func $run (canon lift (core func $i "run")))
+  (instance $inst (export "run" (func $run)))
+  (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
+
+/** Same shape, but exported under the legacy unversioned name, which the runtime must not resolve. */
+export const UNVERSIONED_CAPSULE_WAT = CAPSULE_WAT.replace('"murmur:capsule/run@0.1.0"', '"murmur:capsule/run"');
+
+/**
+ * A tool exporting `murmur:tool/run@0.1.0`, whose `run` answers every input with an all-zero
+ * result: status `passed`, no summary or data, not truncated, no metadata.
+ */
+export const TOOL_WAT = `(component
+  (core module $m
+    (memory (export "memory") 1)
+    (global $heap (mut i32) (i32.const 4096))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $p i32)
+      (local.set $p (global.get $heap))
+      (global.set $heap (i32.add (global.get $heap) (local.get 3)))
+      (local.get $p))
+    (func (export "run") (param i32 i32 i32 i32 i32 i32) (result i32)
+      (i32.const 1024)))
+  (core instance $i (instantiate $m))
+  (type $status (enum "passed" "failed" "error"))
+  (type $tool-input (record (field "data" (option string)) (field "log-path" (option string))))
+  (type $tool-result (record (field "status" $status) (field "summary" (option string)) (field "data" (option string)) (field "data-path" (option string)) (field "truncated" bool) (field "metadata" (list (tuple string string)))))
+  (type $run-type (func (param "input" $tool-input) (result $tool-result)))
+  (func $run (type $run-type) (canon lift (core func $i "run") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
+  (instance $inst
+    (export "status" (type $status))
+    (export "tool-input" (type $tool-input))
+    (export "tool-result" (type $tool-result))
+    (export "run" (func $run)))
+  (export "murmur:tool/run@0.1.0" (instance $inst)))`;
+
+/** A script capsule in JavaScript that prints a greeting from its allowlisted environment. */
+export const HELLO_CAPSULE_JS = {
+  source: `import { getEnvironment } from 'wasi:cli/environment@0.2.12';
+
+export const run = {
+  run() {
+    const env = Object.fromEntries(getEnvironment());
+    console.log(\`hello from \${env.MURMUR_CAPSULE_NAME ?? 'a capsule'}: \${env.GREETING ?? 'no greeting'}\`);
+  },
+};
+`,
+  world: `package test:hello;
+
+world capsule {
+  import wasi:cli/environment@0.2.12;
+  export murmur:capsule/run@0.1.0;
+}
+`,
+  worldName: 'capsule',
+};
+
+export function capsuleWat(): Promise<BuiltGuest> {
+  return componentFromWat(CAPSULE_WAT);
+}
+
+export function unversionedCapsuleWat(): Promise<BuiltGuest> {
+  return componentFromWat(UNVERSIONED_CAPSULE_WAT);
+}
+
+export function toolWat(): Promise<BuiltGuest> {
+  return componentFromWat(TOOL_WAT);
+}
+
+export function helloCapsuleJs(): Promise<BuiltGuest> {
+  return componentFromJs(HELLO_CAPSULE_JS);
+}
+
+/** Builds every guest once, before the suites run in parallel and would each build it. */
+export async function buildAllGuests(): Promise<void> {
+  await capsuleWat();
+  await unversionedCapsuleWat();
+  await toolWat();
+  await helloCapsuleJs();
+}

@@ -1,0 +1,15 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  // Tests import workspace packages from their TypeScript sources (the `murmur-source` export
+  // condition); processes the tests start run the compiled `dist/`, which `npm test` builds first.
+  resolve: { conditions: ['murmur-source'] },
+  ssr: { resolve: { conditions: ['murmur-source'] } },
+  test: {
+    include: ['shared/test/**/*.test.ts', 'services/*/test/**/*.test.ts', 'cli/test/**/*.test.ts', 'test/**/*.test.ts'],
+    globalSetup: ['test/support/global-setup.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    pool: 'forks',
+  },
+});

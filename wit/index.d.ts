@@ -1,0 +1,2 @@
+/** The directory holding the WIT packages. */
+export declare const witDir: string;
