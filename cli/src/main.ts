@@ -1,13 +1,8 @@
 import { Command, CommanderError, Option } from 'commander';
-import { buildCommand } from './commands/build.js';
-import { healthCommand } from './commands/health.js';
-import { installCommand } from './commands/install.js';
-import { listCommand } from './commands/list.js';
-import { publishCommand } from './commands/publish.js';
-import { roostCommand } from './commands/roost.js';
-import { stageCommand } from './commands/stage.js';
 import { type Output, formatFailure, processOutput } from './output.js';
 
+// Each command's module is imported only when that command runs: `mur --help` should not pay for
+// NATS, jco or hono, and `mur run`'s start-up time is part of every capsule's.
 /**
  * `mur`. Exit codes: 0 success, 1 a refusal or failure (printed as `error[CODE]: …` with a hint),
  * 2 a usage error (unknown flag, missing argument).
@@ -33,7 +28,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .argument('[source]', 'directory holding murmur.yaml', '.')
     .option('-o, --output <path>', 'output .mur.zip, or a directory to write it into')
     .option('--json', 'print the result as one JSON line')
-    .action(run((source: string, options: { output?: string; json?: boolean }) => buildCommand(source, options, output)));
+    .action(run((source: string, options: { output?: string; json?: boolean }) => import('./commands/build.js').then((module) => module.buildCommand(source, options, output))));
 
   program
     .command('publish')
@@ -41,7 +36,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .argument('[zip]', 'the artifact (default: ./<name>-<version>.mur.zip)')
     .option('--registry <url|local>', "'local' (the global store) or a roost URL")
     .option('--platform <os-arch>', 'publish as a native variant for this platform')
-    .action(run((zip: string | undefined, options: { registry?: string; platform?: string }) => publishCommand(zip, options, output)));
+    .action(run((zip: string | undefined, options: { registry?: string; platform?: string }) => import('./commands/publish.js').then((module) => module.publishCommand(zip, options, output))));
 
   program
     .command('install')
@@ -49,7 +44,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .argument('[ref]', 'name@version, or a path to a .mur.zip (default: every artifact the manifest declares)')
     .option('-g, --global', 'install into the global store instead (no lock)')
     .option('--registry <url|local>', "where to look: 'local' (the global store) or a roost URL")
-    .action(run((ref: string | undefined, options: { global?: boolean; registry?: string }) => installCommand(ref, options, output)));
+    .action(run((ref: string | undefined, options: { global?: boolean; registry?: string }) => import('./commands/install.js').then((module) => module.installCommand(ref, options, output))));
 
   program
     .command('list')
@@ -58,7 +53,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .addOption(new Option('--all', 'the project and the global store').conflicts('global'))
     .option('--registry <url>', "a roost's index")
     .option('--json', 'print JSON')
-    .action(run((options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }) => listCommand(options, output)));
+    .action(run((options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }) => import('./commands/list.js').then((module) => module.listCommand(options, output))));
 
   program
     .command('stage')
@@ -68,20 +63,20 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('--capsule-version <version>', 'the version of --capsule')
     .option('--json', 'print the staged plan as JSON')
     .option('-v, --verbose', 'log what the services do')
-    .action(run((dir: string | undefined, options: { capsule?: string; capsuleVersion?: string; json?: boolean; verbose?: boolean }) => stageCommand(dir, options, output)));
+    .action(run((dir: string | undefined, options: { capsule?: string; capsuleVersion?: string; json?: boolean; verbose?: boolean }) => import('./commands/stage.js').then((module) => module.stageCommand(dir, options, output))));
 
   program
     .command('health')
     .description('ask every service on the bus (MURMUR_NATS_URL) for its health check')
     .option('--json', 'print JSON')
-    .action(run((options: { json?: boolean }) => healthCommand(options, output)));
+    .action(run((options: { json?: boolean }) => import('./commands/health.js').then((module) => module.healthCommand(options, output))));
 
   program
     .command('roost')
     .description('run roost (the registry over HTTP) on 127.0.0.1')
     .option('--port <port>', 'port to listen on', '7700')
     .option('--registry-path <dir>', 'the store to serve (default: the global store)')
-    .action(run((options: { port?: string; registryPath?: string }) => roostCommand(options, output)));
+    .action(run((options: { port?: string; registryPath?: string }) => import('./commands/roost.js').then((module) => module.roostCommand(options, output))));
 
   try {
     await program.parseAsync(argv);

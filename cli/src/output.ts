@@ -1,4 +1,4 @@
-import { MurmurError, type MurmurWarning, formatWarning } from '@murmur/shared';
+import { MurmurError, type MurmurWarning, formatWarning } from '@murmur/shared/errors';
 
 /**
  * What `mur` prints and where. stdout carries only what a command promises (a table, a JSON

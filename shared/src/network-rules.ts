@@ -127,6 +127,9 @@ export function requestTargetOf(url: string): RequestTarget | undefined {
     return undefined;
   }
   const scheme = parsed.protocol.slice(0, -1).toLowerCase();
+  // Only HTTP leaves through the policy point: a bare host rule admits any scheme, so an
+  // ftp:// or wss:// URL must not even become a target that could match it.
+  if (scheme !== 'http' && scheme !== 'https') return undefined;
   if (parsed.hostname === '') return undefined;
   return { scheme, host: parsed.hostname.toLowerCase(), port: explicitPort(parsed) ?? defaultPort(scheme) };
 }

@@ -34,8 +34,8 @@ import {
   storeSource,
   verifyResolved,
 } from '@murmur/shared/artifacts';
-import { globalStoreDir, projectStoreDir, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
-import { ComponentCache, type PendingEntry } from './transpiler.js';
+import { globalStoreDir, projectStoreDir, renameDirectoryIntoPlace, temporarySibling, writeFileAtomic } from '@murmur/shared/node';
+import { ComponentCache, type PendingEntry, removeEmptyParents } from './transpiler.js';
 
 /**
  * Staging: from a manifest (a directory, or `name@version` in a registry) to a staged plan.
@@ -71,8 +71,10 @@ export interface StageCall {
 
 interface ComponentNeed {
   label: string;
-  bytes: Buffer;
-  sha256: string;
+  /** The component's bytes, checked to be a component; read only when the cache cannot answer. */
+  load(): Promise<Buffer>;
+  /** The archive the component sits in, whose index may already know its digest. */
+  archive?: { zipSha256: string; entry: string };
   /** The export the runtime will call, checked before anything is committed. */
   requiredExport: string;
   assign: (component: TranspiledComponent) => void;
@@ -145,32 +147,50 @@ export class Stager {
       const kind = manifest.inference !== undefined ? 'agent' : 'script';
       let capsuleComponent: TranspiledComponent | undefined;
       if (kind === 'script') {
-        const bytes = await this.capsuleComponentBytes(loaded);
-        componentNeeds.push({ label: `${manifest.name}@${manifest.version}`, bytes, sha256: sha256Hex(bytes), requiredExport: CAPSULE_EXPORT, assign: (component) => (capsuleComponent = component) });
+        componentNeeds.push({
+          label: `${manifest.name}@${manifest.version}`,
+          load: () => this.capsuleComponentBytes(loaded),
+          ...(loaded.zipSha256 && loaded.rootWasm ? { archive: { zipSha256: loaded.zipSha256, entry: loaded.rootWasm } } : {}),
+          requiredExport: CAPSULE_EXPORT,
+          assign: (component) => (capsuleComponent = component),
+        });
       }
 
       // ── phase 2: prepare (cache hits are read, misses transpiled into temporaries) ──
+      const indexWrites: Array<{ zipSha256: string; entry: string; sha256: string }> = [];
       for (const need of componentNeeds) {
-        const hit = await this.components.lookup(need.sha256);
+        // Warm path: an archive seen before names its component's digest, so a cache hit costs no
+        // inflate and no hash of the component (the archive's own digest was verified above).
+        const indexed = need.archive ? await this.archiveIndex(need.archive.zipSha256, need.archive.entry) : undefined;
+        const known = indexed ? await this.components.lookup(indexed) : undefined;
+        if (known) {
+          progress({ phase: 'transpile', artifact: need.label, bytes: known.size_bytes, state: 'cached' });
+          checkExport(known, need);
+          need.assign(known);
+          continue;
+        }
+        const bytes = await need.load();
+        const sha256 = sha256Hex(bytes);
+        if (need.archive) indexWrites.push({ ...need.archive, sha256 });
+        const hit = await this.components.lookup(sha256);
         if (hit) {
-          progress({ phase: 'transpile', artifact: need.label, bytes: need.bytes.byteLength, state: 'cached' });
+          progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'cached' });
           checkExport(hit, need);
           need.assign(hit);
           continue;
         }
-        progress({ phase: 'transpile', artifact: need.label, bytes: need.bytes.byteLength, state: 'start' });
+        progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'start' });
         const transpileStarted = performance.now();
-        const prepared = await this.components.prepare(need.bytes, need.sha256, need.label);
+        const prepared = await this.components.prepare(bytes, sha256, need.label);
         pendingComponents.push(prepared);
         checkExport(prepared.component, need);
         need.assign(prepared.component);
-        progress({ phase: 'transpile', artifact: need.label, bytes: need.bytes.byteLength, state: 'done', ms: performance.now() - transpileStarted });
+        progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'done', ms: performance.now() - transpileStarted });
       }
       for (const need of extractionNeeds) {
         const finalDir = path.join(this.options.cacheDir, 'extracted', need.sha256);
         need.assign(finalDir);
         if (existsSync(finalDir)) continue;
-        await fs.mkdir(path.dirname(finalDir), { recursive: true });
         const temporaryDir = temporarySibling(finalDir);
         pending.push({ temporaryDir, finalDir });
         await need.zip.extractTo(temporaryDir, need.skip);
@@ -181,6 +201,7 @@ export class Stager {
       for (const entry of pending) await renameDirectoryIntoPlace(entry.temporaryDir, entry.finalDir);
       pendingComponents.length = 0;
       pending.length = 0;
+      for (const write of indexWrites) await this.recordArchiveIndex(write.zipSha256, write.entry, write.sha256);
 
       const policy = capabilityPolicy(manifest);
       const baseLifecycle = LifecycleSchema.parse(manifest.lifecycle ?? {});
@@ -212,7 +233,10 @@ export class Stager {
       };
     } finally {
       for (const entry of pendingComponents) await this.components.discard(entry);
-      for (const entry of pending) await fs.rm(entry.temporaryDir, { recursive: true, force: true });
+      for (const entry of pending) {
+        await fs.rm(entry.temporaryDir, { recursive: true, force: true });
+        await removeEmptyParents(path.dirname(entry.temporaryDir), this.options.cacheDir);
+      }
       for (const zip of openZips) zip.close();
     }
   }
@@ -369,11 +393,19 @@ export class Stager {
     if (needsComponent) {
       const wasmName = zip.rootWasmName();
       skip.add(wasmName);
-      const bytes = await zip.read(wasmName);
-      if (!isWasmComponent(bytes)) {
-        throw new MurmurError('E-RUN-001', `failed to compile component for ${label}: ${wasmName} is not a WebAssembly component`, { hint: 'rebuild the artifact as a component' });
-      }
-      component = { label, bytes, sha256: sha256Hex(bytes), requiredExport: exportFor(declaration.runtime), assign: (built) => (staged.component = built) };
+      component = {
+        label,
+        load: async () => {
+          const bytes = await zip.read(wasmName);
+          if (!isWasmComponent(bytes)) {
+            throw new MurmurError('E-RUN-001', `failed to compile component for ${label}: ${wasmName} is not a WebAssembly component`, { hint: 'rebuild the artifact as a component' });
+          }
+          return bytes;
+        },
+        archive: { zipSha256: sha256, entry: wasmName },
+        requiredExport: exportFor(declaration.runtime),
+        assign: (built) => (staged.component = built),
+      };
     } else if (packaging === 'native') {
       const binary = `bin/${name.split('/').pop() as string}`;
       if (!zip.has(binary)) throw new MurmurError('E-ART-003', `${label}: failed to read native binary at '${binary}' from the archive (ensure the binary is at ${binary} inside the .mur.zip)`);
@@ -407,6 +439,27 @@ export class Stager {
       manifest_yaml: `name: ${declaration.name}\nversion: local\nruntime: skill\n`,
       extracted_dir: path.dirname(skillFile),
     };
+  }
+
+  private archiveIndexFile(zipSha256: string): string {
+    return path.join(this.options.cacheDir, 'archives', `${zipSha256}.json`);
+  }
+
+  /** The digest of `entry` in the archive with this digest, if a previous staging recorded it. */
+  private async archiveIndex(zipSha256: string, entry: string): Promise<string | undefined> {
+    try {
+      const index = JSON.parse(await fs.readFile(this.archiveIndexFile(zipSha256), 'utf8')) as Record<string, string>;
+      const digest = index[entry];
+      return typeof digest === 'string' && /^[0-9a-f]{64}$/.test(digest) ? digest : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private async recordArchiveIndex(zipSha256: string, entry: string, sha256: string): Promise<void> {
+    const file = this.archiveIndexFile(zipSha256);
+    await fs.mkdir(path.dirname(file), { recursive: true });
+    await writeFileAtomic(file, JSON.stringify({ [entry]: sha256 }));
   }
 
   async close(): Promise<void> {

@@ -14,6 +14,24 @@ import type { TranspileJob, TranspileReply } from './transpile-worker.js';
  * stagers racing on the same bytes both end up reading the same entry.
  */
 
+/**
+ * Removes `dir` and its parents up to (not including) `stop` while they are empty, so a refused
+ * staging leaves not even an empty directory behind. A parent another stager is using is not
+ * empty, and `rmdir` refuses it.
+ */
+export async function removeEmptyParents(dir: string, stop: string): Promise<void> {
+  let current = path.resolve(dir);
+  const boundary = path.resolve(stop);
+  while (current.startsWith(`${boundary}${path.sep}`)) {
+    try {
+      await fs.rmdir(current);
+    } catch {
+      return;
+    }
+    current = path.dirname(current);
+  }
+}
+
 export const TRANSPILER_ID = 'jco-1.35.0-instantiation-async';
 const BUNDLE_FILE = 'bundle.json';
 const ENTRY_NAME = 'component';
@@ -74,9 +92,8 @@ export class ComponentCache {
       });
     }
     const finalDir = this.entryDir(sha256);
-    await fs.mkdir(this.root, { recursive: true });
     const temporaryDir = temporarySibling(finalDir);
-    await fs.mkdir(temporaryDir);
+    await fs.mkdir(temporaryDir, { recursive: true });
     try {
       for (const [file, content] of Object.entries(reply.files)) {
         const target = path.join(temporaryDir, file);
@@ -105,6 +122,7 @@ export class ComponentCache {
 
   async discard(pending: PendingEntry): Promise<void> {
     await fs.rm(pending.temporaryDir, { recursive: true, force: true });
+    await removeEmptyParents(path.dirname(pending.temporaryDir), this.cacheDir);
   }
 
   private ensureWorker(): Worker {

@@ -86,6 +86,19 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
     const normalised = normaliseEntryName(entry.replaceAll('\\', '/'));
     if (!normalised.ok) throw unsafe(normalised.reason);
     const sourcePath = path.join(sourceDir, entry);
+    // Every directory on the way must be a real directory: a symlinked `linked/` would pack
+    // whatever it points at, from anywhere on the machine.
+    const components = normalised.name.split('/');
+    for (let depth = 1; depth < components.length; depth += 1) {
+      const prefix = path.join(sourceDir, ...components.slice(0, depth));
+      const prefixStat = await fs.lstat(prefix).catch(() => undefined);
+      if (prefixStat?.isSymbolicLink()) {
+        throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is reached through a symlink (${prefix}); declare files inside the source directory`, {
+          path: entry,
+          hint: 'copy the files into the source directory instead of linking to them',
+        });
+      }
+    }
     let stat;
     try {
       stat = await fs.lstat(sourcePath);

@@ -40,7 +40,9 @@ export async function readLockfile(file: string): Promise<MurmurLock | undefined
 
 /** Writes the lock through a fsynced temporary file and a rename: never half a lock. */
 export async function writeLockfile(file: string, lock: MurmurLock): Promise<void> {
-  const valid = MurmurLockSchema.parse(lock);
+  const parsed = MurmurLockSchema.safeParse(lock);
+  if (!parsed.success) throw new MurmurError('E-RUN-003', `refusing to write an invalid murmur.lock: ${describe(parsed.error)}`, { path: file });
+  const valid = parsed.data;
   const text = stringifyYaml(valid, { defaultStringType: 'PLAIN', defaultKeyType: 'PLAIN' });
   try {
     await writeFileAtomic(file, text, { fsync: true });

@@ -135,7 +135,9 @@ export class ArtifactStore {
       }
     };
     await visit([], this.root, 0);
-    return found.sort((left, right) => left.name.localeCompare(right.name) || left.version.localeCompare(right.version) || left.runtime.localeCompare(right.runtime));
+    // Byte order, as upstream sorts: stable across locales.
+    const compare = (left: string, right: string): number => (left < right ? -1 : left > right ? 1 : 0);
+    return found.sort((left, right) => compare(left.name, right.name) || compare(left.version, right.version) || compare(left.runtime, right.runtime));
   }
 
   private async hasVariant(nameDir: string, version: string, baseName: string): Promise<boolean> {

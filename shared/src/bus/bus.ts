@@ -36,12 +36,12 @@ export const DEFAULT_REQUEST_TIMEOUT_MS = 5_000;
 export interface Bus {
   /** `in-process`, or the NATS server URL. */
   readonly description: string;
-  publish<T>(topic: EventTopic<T>, payload: T): void;
-  subscribe<T>(topic: EventTopic<T>, handler: (payload: T, info: MessageInfo) => unknown, options?: SubscribeOptions): Subscription;
+  publish<T, TInput>(topic: EventTopic<T, TInput>, payload: TInput): void;
+  subscribe<T, TInput>(topic: EventTopic<T, TInput>, handler: (payload: T, info: MessageInfo) => unknown, options?: SubscribeOptions): Subscription;
   /** Every message on `pattern`, undecoded past JSON: what a monitor such as `mur events` wants. */
   tap(pattern: string, handler: (subject: string, payload: unknown) => unknown): Subscription;
-  request<Q, R>(topic: CommandTopic<Q, R>, payload: Q, options?: RequestOptions): Promise<R>;
-  serve<Q, R>(topic: CommandTopic<Q, R>, handler: (payload: Q, info: MessageInfo) => R | Promise<R>, options?: SubscribeOptions): Subscription;
+  request<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, options?: RequestOptions): Promise<R>;
+  serve<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, handler: (payload: Q, info: MessageInfo) => RInput | Promise<RInput>, options?: SubscribeOptions): Subscription;
   flush(): Promise<void>;
   close(): Promise<void>;
 }
@@ -89,7 +89,7 @@ export function createBus(transport: Transport, log: Log): Bus {
     throw new MurmurError('E-BUS-001', `refused to send on '${subject}': ${reason}`, { path: subject });
   }
 
-  function validateOutgoing<T>(subject: string, schema: z.ZodType<T>, payload: T): T {
+  function validateOutgoing<T, TInput>(subject: string, schema: z.ZodType<T, TInput>, payload: TInput): T {
     if (!isConcrete({ subject })) refuseOnSend(subject, 'a message needs a concrete subject, not a pattern');
     const parsed = schema.safeParse(payload);
     if (!parsed.success) refuseOnSend(subject, `payload does not match its contract: ${describeIssues(parsed.error)}`);
@@ -97,7 +97,7 @@ export function createBus(transport: Transport, log: Log): Bus {
   }
 
   /** Decode and validate a received payload, or log and return undefined. */
-  function receive<T>(message: RawMessage, schema: z.ZodType<T>): { ok: true; value: T } | { ok: false; reason: string } {
+  function receive<T, TInput>(message: RawMessage, schema: z.ZodType<T, TInput>): { ok: true; value: T } | { ok: false; reason: string } {
     let raw: unknown;
     try {
       raw = decode(message.data);

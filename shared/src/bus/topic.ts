@@ -8,20 +8,21 @@ import { isPublishableSubject, isValidPattern } from './subject.js';
  * A topic's subject may hold `*` tokens (`session.*.events`); `at(...)` fills them in to get a
  * subject that can be published to, while the pattern itself is what a monitor subscribes to.
  */
-export interface EventTopic<T> {
+export interface EventTopic<T, TInput = T> {
   readonly kind: 'event';
   readonly subject: string;
-  readonly schema: z.ZodType<T>;
-  at(...tokens: string[]): EventTopic<T>;
+  /** What a publisher passes (`TInput`, defaults may be left out) and a subscriber receives (`T`). */
+  readonly schema: z.ZodType<T, TInput>;
+  at(...tokens: string[]): EventTopic<T, TInput>;
 }
 
 /** A request/reply subject: the schema of the request and of the reply. */
-export interface CommandTopic<Q, R> {
+export interface CommandTopic<Q, R, QInput = Q, RInput = R> {
   readonly kind: 'command';
   readonly subject: string;
-  readonly request: z.ZodType<Q>;
-  readonly reply: z.ZodType<R>;
-  at(...tokens: string[]): CommandTopic<Q, R>;
+  readonly request: z.ZodType<Q, QInput>;
+  readonly reply: z.ZodType<R, RInput>;
+  at(...tokens: string[]): CommandTopic<Q, R, QInput, RInput>;
 }
 
 function fill(subject: string, tokens: string[]): string {
@@ -38,7 +39,7 @@ function checkPattern(subject: string): void {
   if (!isValidPattern(subject)) throw new Error(`'${subject}' is not a valid subject`);
 }
 
-export function defineEvent<T>(subject: string, schema: z.ZodType<T>): EventTopic<T> {
+export function defineEvent<T, TInput = T>(subject: string, schema: z.ZodType<T, TInput>): EventTopic<T, TInput> {
   checkPattern(subject);
   return {
     kind: 'event',
@@ -48,7 +49,7 @@ export function defineEvent<T>(subject: string, schema: z.ZodType<T>): EventTopi
   };
 }
 
-export function defineCommand<Q, R>(subject: string, request: z.ZodType<Q>, reply: z.ZodType<R>): CommandTopic<Q, R> {
+export function defineCommand<Q, R, QInput = Q, RInput = R>(subject: string, request: z.ZodType<Q, QInput>, reply: z.ZodType<R, RInput>): CommandTopic<Q, R, QInput, RInput> {
   checkPattern(subject);
   return {
     kind: 'command',

@@ -1,0 +1,193 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
+import { capsuleProject, componentArtifact } from '../../test/support/artifacts.js';
+import { listTree, tempDir, writeFiles } from '../../test/support/fs.js';
+import { capsuleWat, toolWat } from '../../test/support/guests.js';
+import { runMur } from '../../test/support/processes.js';
+
+let scratch: { dir: string; cleanup: () => Promise<void> };
+let env: Record<string, string>;
+
+beforeEach(async () => {
+  scratch = await tempDir('murmur-cli-');
+  env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+});
+
+afterEach(async () => {
+  await scratch.cleanup();
+});
+
+async function toolSource(name = 'echo-tool', version = '0.1.0'): Promise<string> {
+  const dir = path.join(scratch.dir, `${name}-src`);
+  await writeFiles(dir, {
+    'murmur.yaml': `name: ${name}\nversion: ${version}\nruntime: tool\ndescription: echoes\nrequires_files: [tool.wasm]\n`,
+    'tool.wasm': (await toolWat()).bytes,
+  });
+  return dir;
+}
+
+describe('mur build', () => {
+  it('packs a script capsule project into <name>-<version>.mur.zip and says where', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const result = await runMur(['build', project], { env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toBe(`Built artifact: ${path.join(project, 'hello-0.1.0.mur.zip')}\n`);
+  });
+
+  it('refuses an unsafe requires_files entry with E-BLD-002 and writes no archive', async () => {
+    const dir = path.join(scratch.dir, 'bad-tool');
+    await writeFiles(dir, { 'murmur.yaml': 'name: bad-tool\nversion: 0.1.0\nruntime: tool\nrequires_files: [../secret.wasm]\n' });
+    const result = await runMur(['build', dir], { env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("error[E-BLD-002]: requires_files entry '../secret.wasm' has an unsafe path: contains a '..' component");
+    expect(result.stderr).toContain('  hint: declare files by a relative path inside the source directory');
+    expect(await listTree(dir)).toEqual(['murmur.yaml']);
+  });
+
+  it('prints W-SEC-019 on stderr for an unknown key and still builds', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'typo'), 'name: typo\nversion: 0.1.0\ncapabilites: {}\n', (await capsuleWat()).bytes);
+    const result = await runMur(['build', project], { env });
+    expect(result.code).toBe(0);
+    expect(result.stderr).toContain("warning[W-SEC-019]: murmur.yaml: unrecognized key 'capabilites'");
+    expect(result.stdout).toContain('Built artifact:');
+  });
+});
+
+describe('mur publish, install and list', () => {
+  it('publishes into the global store and refuses to publish the same version twice', async () => {
+    const dir = await toolSource();
+    expect((await runMur(['build', dir], { env })).code).toBe(0);
+    const zip = path.join(dir, 'echo-tool-0.1.0.mur.zip');
+    const first = await runMur(['publish', zip], { env });
+    expect(first.code, first.stderr).toBe(0);
+    expect(first.stdout).toBe('Published echo-tool@0.1.0\n');
+    const store = path.join(env.MURMUR_HOME as string, 'artifacts');
+    const before = await listTree(store);
+    const second = await runMur(['publish', zip], { env });
+    expect(second.code).toBe(1);
+    expect(second.stderr).toContain('error[E-REG-003]: artifact echo-tool@0.1.0 already exists');
+    expect(await listTree(store)).toEqual(before);
+  });
+
+  it('publishes the artifact of the current directory when no path is given', async () => {
+    const dir = await toolSource();
+    await runMur(['build'], { cwd: dir, env });
+    const result = await runMur(['publish'], { cwd: dir, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toBe('Published echo-tool@0.1.0\n');
+  });
+
+  it('installs name@version from the global store into the project store and pins it', async () => {
+    const dir = await toolSource();
+    await runMur(['build', dir], { env });
+    const zip = path.join(dir, 'echo-tool-0.1.0.mur.zip');
+    await runMur(['publish', zip], { env });
+    const project = await capsuleProject(path.join(scratch.dir, 'app'), 'name: app\nversion: 1.0.0\nartifacts:\n  - name: echo-tool\n    version: 0.1.0\n', (await capsuleWat()).bytes);
+
+    const result = await runMur(['install', 'echo-tool@0.1.0'], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('Installed echo-tool@0.1.0 →');
+    const lock = await readLockfile(path.join(project, 'murmur.lock'));
+    expect(lock).toEqual({ lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(await fs.readFile(zip)) } }] });
+
+    const list = await runMur(['list'], { cwd: project, env });
+    expect(list.stdout).toBe('NAME       VERSION  RUNTIME  PLATFORMS\necho-tool  0.1.0    tool     —\n');
+    const all = await runMur(['list', '--all'], { cwd: project, env });
+    expect(all.stdout.split('\n').slice(0, 3)).toEqual(['SCOPE    NAME       VERSION  RUNTIME  PLATFORMS', 'project  echo-tool  0.1.0    tool     —', 'global   echo-tool  0.1.0    tool     —']);
+  });
+
+  it('installs a .mur.zip by path and upserts its pin', async () => {
+    const dir = await toolSource();
+    await runMur(['build', dir], { env });
+    const project = await capsuleProject(path.join(scratch.dir, 'app'), 'name: app\nversion: 1.0.0\n', (await capsuleWat()).bytes);
+    const result = await runMur(['install', path.join(dir, 'echo-tool-0.1.0.mur.zip')], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts.map((entry) => entry.name)).toEqual(['echo-tool']);
+  });
+
+  it('refuses an install that contradicts the lock with E-REG-005 and changes nothing', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'app'), 'name: app\nversion: 1.0.0\n', (await capsuleWat()).bytes);
+    await fs.writeFile(path.join(project, 'murmur.lock'), `lock_version: 1\nartifacts:\n  - name: echo-tool\n    resolved_version: 0.0.9\n    sha256:\n      wasm: ${'b'.repeat(64)}\n`);
+    const zip = path.join(scratch.dir, 'echo-tool-0.1.0.mur.zip');
+    await fs.writeFile(zip, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    const lockBefore = await fs.readFile(path.join(project, 'murmur.lock'), 'utf8');
+    const result = await runMur(['install', zip], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("error[E-REG-005]: murmur.lock conflict for 'echo-tool'");
+    expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(lockBefore);
+    expect(await listTree(path.join(project, '.murmur'))).toEqual([]);
+  });
+
+  it('names an artifact no registry has with E-REG-001', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'app'), 'name: app\nversion: 1.0.0\n', (await capsuleWat()).bytes);
+    const result = await runMur(['install', 'ghost@1.0.0'], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-REG-001]: artifact ghost@1.0.0 not found');
+  });
+
+  it('installs every artifact the manifest declares, and reports those that failed', async () => {
+    const dir = await toolSource();
+    await runMur(['build', dir], { env });
+    await runMur(['publish', path.join(dir, 'echo-tool-0.1.0.mur.zip')], { env });
+    const project = await capsuleProject(
+      path.join(scratch.dir, 'app'),
+      'name: app\nversion: 1.0.0\nartifacts:\n  - name: echo-tool\n    version: 0.1.0\n  - name: missing-tool\n    version: 2.0.0\n',
+      (await capsuleWat()).bytes,
+    );
+    const result = await runMur(['install'], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stdout).toContain('1 of 2 artifacts failed to install:');
+    expect(result.stdout).toContain('missing-tool@2.0.0');
+    expect(result.stdout).toContain('error[E-REG-001]');
+    expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts.map((entry) => entry.name)).toEqual(['echo-tool']);
+  });
+
+  it('says so when no artifacts are installed', async () => {
+    const result = await runMur(['list', '-g'], { env });
+    expect(result.stdout).toBe('No artifacts found.\n');
+  });
+});
+
+describe('mur stage', () => {
+  it('prints what it staged, and the plan as JSON with --json', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const human = await runMur(['stage', project], { env });
+    expect(human.code, human.stderr).toBe(0);
+    expect(human.stdout).toMatch(/^staged hello@0\.1\.0 \(script capsule\) in \d+ ms/);
+    const json = await runMur(['stage', project, '--json'], { env });
+    expect(JSON.parse(json.stdout)).toMatchObject({ plan_version: 1, capsule: { name: 'hello', kind: 'script', component: { cache_hit: true } } });
+  });
+
+  it('stages a published capsule by --capsule and --capsule-version', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    await runMur(['build', project], { env });
+    await runMur(['publish', path.join(project, 'hello-0.1.0.mur.zip')], { env });
+    const result = await runMur(['stage', '--capsule', 'hello', '--capsule-version', '0.1.0', '--json'], { cwd: scratch.dir, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(JSON.parse(result.stdout)).toMatchObject({ capsule: { origin: { kind: 'registry', name: 'hello', version: '0.1.0', origin: 'global' } } });
+  });
+
+  it('refuses a bad manifest with its code, path and line, on stderr only', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'bad'), 'name: bad\nversion: 0.1.0\ncapabilities:\n  network:\n    allow: ["https://x.example.com/some/path"]\n', (await capsuleWat()).bytes);
+    const result = await runMur(['stage', project, '--json'], { env });
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toContain("error[E-CAP-001]: murmur.yaml: invalid network allow entry 'https://x.example.com/some/path': URL allow entries must not include path, query, or fragment (line 5)");
+  });
+});
+
+describe('usage', () => {
+  it('exits 2 for an unknown command or flag, and 0 for --help', async () => {
+    expect((await runMur(['frobnicate'], { env })).code).toBe(2);
+    expect((await runMur(['build', '--nope'], { env })).code).toBe(2);
+    const help = await runMur(['--help'], { env });
+    expect(help.code).toBe(0);
+    for (const command of ['build', 'publish', 'install', 'list', 'stage', 'roost']) expect(help.stdout).toContain(command);
+  });
+
+  it('refuses --all together with -g', async () => {
+    expect((await runMur(['list', '--all', '-g'], { env })).code).toBe(2);
+  });
+});

@@ -1,0 +1,315 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { LOCKFILE_NAME, type MurmurError, StagedPlanSchema, silentLog } from '@murmur/shared';
+import { ArtifactStore, readLockfile, writeLockfile } from '@murmur/shared/artifacts';
+import { type StageProgress, Stager } from '@murmur/stager';
+import { capsuleArchive, capsuleProject, componentArtifact, publishInto, skillArtifact } from '../../../test/support/artifacts.js';
+import { listTree, tempDir } from '../../../test/support/fs.js';
+import { capsuleWat, helloCapsuleJs, toolWat, unversionedCapsuleWat } from '../../../test/support/guests.js';
+
+interface World {
+  root: string;
+  globalStore: string;
+  cacheDir: string;
+  project: string;
+  stager: Stager;
+  cleanup(): Promise<void>;
+}
+
+let world: World;
+
+beforeEach(async () => {
+  const { dir, cleanup } = await tempDir('murmur-stage-');
+  const globalStore = path.join(dir, 'home', 'artifacts');
+  const cacheDir = path.join(dir, 'home', 'cache');
+  const stager = new Stager({ cacheDir, globalStore, log: silentLog });
+  world = {
+    root: dir,
+    globalStore,
+    cacheDir,
+    project: path.join(dir, 'project'),
+    stager,
+    async cleanup() {
+      await stager.close();
+      await cleanup();
+    },
+  };
+});
+
+afterEach(async () => {
+  await world.cleanup();
+});
+
+function directory(dir = world.project) {
+  return { request: { source: { kind: 'directory' as const, manifest_dir: dir } } };
+}
+
+async function refusal(call: Parameters<Stager['stage']>[0]): Promise<MurmurError> {
+  try {
+    await world.stager.stage(call);
+  } catch (error) {
+    return error as MurmurError;
+  }
+  throw new Error('expected staging to be refused');
+}
+
+/** What staging may have written: the cache and the project (minus what the test itself put there). */
+async function writtenByStaging(): Promise<{ cache: string[]; project: string[] }> {
+  return { cache: await listTree(world.cacheDir), project: await listTree(world.project) };
+}
+
+const SCRIPT = 'name: hello\nversion: 0.1.0\n';
+const WITH_TOOL = (version = '0.1.0') => `name: hello\nversion: 0.1.0\nartifacts:\n  - name: echo-tool\n    version: ${version}\n`;
+
+describe('staging a capsule directory', () => {
+  it('turns a script capsule into a plan of pure data with its component transpiled into the cache', async () => {
+    const capsule = await capsuleWat();
+    await capsuleProject(world.project, SCRIPT, capsule.bytes);
+    const plan = await world.stager.stage(directory());
+
+    expect(StagedPlanSchema.parse(JSON.parse(JSON.stringify(plan)))).toEqual(plan);
+    expect(plan.capsule).toMatchObject({ name: 'hello', version: '0.1.0', kind: 'script' });
+    const component = plan.capsule.component;
+    expect(component?.sha256).toBe(capsule.sha256);
+    expect(component?.cache_hit).toBe(false);
+    expect(component?.exports).toContain('murmur:capsule/run@0.1.0');
+    expect(component?.bundle_dir.startsWith(world.cacheDir)).toBe(true);
+    const bundle = await fs.readdir(component?.bundle_dir as string);
+    expect(bundle).toContain('component.js');
+    expect(bundle).toContain('bundle.json');
+    for (const core of component?.core_modules ?? []) expect(bundle).toContain(core);
+    expect(plan.lock).toEqual({ path: path.join(world.project, LOCKFILE_NAME), status: 'absent', entries: [] });
+  });
+
+  it('serves a second staging of the same bytes from the cache without transpiling again', async () => {
+    await capsuleProject(world.project, SCRIPT, (await capsuleWat()).bytes);
+    await world.stager.stage(directory());
+    const progress: StageProgress[] = [];
+    const second = await world.stager.stage({ ...directory(), onProgress: (event) => progress.push(event) });
+    expect(second.capsule.component?.cache_hit).toBe(true);
+    expect(second.stats.cache_hits).toBe(1);
+    expect(progress.filter((event) => event.phase === 'transpile').map((event) => (event as { state: string }).state)).toEqual(['cached']);
+  });
+
+  it('reports a transpile as it starts and ends, with the bytes it is working on', async () => {
+    const hello = await helloCapsuleJs();
+    await capsuleProject(world.project, SCRIPT, hello.bytes);
+    const progress: StageProgress[] = [];
+    await world.stager.stage({ ...directory(), onProgress: (event) => progress.push(event) });
+    const transpiles = progress.filter((event) => event.phase === 'transpile');
+    expect(transpiles.map((event) => (event as { state: string }).state)).toEqual(['start', 'done']);
+    expect(transpiles[0]).toMatchObject({ artifact: 'hello@0.1.0', bytes: hello.bytes.byteLength });
+    expect((transpiles[1] as { ms: number }).ms).toBeGreaterThan(0);
+    expect(progress.at(-1)?.phase).toBe('done');
+  });
+
+  it('resolves a declared tool from the global store, verifies it and transpiles it', async () => {
+    const tool = await toolWat();
+    const published = await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', tool.bytes));
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    const plan = await world.stager.stage(directory());
+    expect(plan.artifacts).toHaveLength(1);
+    expect(plan.artifacts[0]).toMatchObject({ name: 'echo-tool', version: '0.1.0', role: 'tool', packaging: 'wasm', origin: 'global', sha256: published.sha256, description: 'the echo-tool tool' });
+    expect(plan.artifacts[0]?.component?.exports).toContain('murmur:tool/run@0.1.0');
+    expect(plan.lock.entries).toEqual([{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: published.sha256 } }]);
+  });
+
+  it('prefers the project store to the global store', async () => {
+    const tool = await toolWat();
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', tool.bytes, 'tool', 'tags: [global]\n'));
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    await publishInto(path.join(world.project, '.murmur', 'artifacts'), await componentArtifact('echo-tool', '0.1.0', tool.bytes, 'tool', 'tags: [project]\n'), 'project');
+    const plan = await world.stager.stage(directory());
+    expect(plan.artifacts[0]?.origin).toBe('project');
+  });
+
+  it('stages a skill, extracting its skill.md into the cache', async () => {
+    await publishInto(world.globalStore, await skillArtifact('style-guide', '1.0.0', '# Write plainly\n'));
+    await capsuleProject(world.project, 'name: hello\nversion: 0.1.0\nartifacts:\n  - name: style-guide\n    version: 1.0.0\n    runtime: skill\n', (await capsuleWat()).bytes);
+    const plan = await world.stager.stage(directory());
+    const skill = plan.artifacts[0];
+    expect(skill).toMatchObject({ role: 'skill', packaging: 'static' });
+    expect(await fs.readFile(path.join(skill?.extracted_dir as string, 'skill.md'), 'utf8')).toBe('# Write plainly\n');
+  });
+
+  it('stages an agent capsule with no component of its own', async () => {
+    await capsuleProject(world.project, 'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n  driver:\n    artifact: none-needed-here\n');
+    const plan = await world.stager.stage(directory());
+    expect(plan.capsule.kind).toBe('agent');
+    expect(plan.capsule.component).toBeUndefined();
+  });
+
+  it('honours an existing murmur.lock whose pins match', async () => {
+    const published = await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: published.sha256 } }] });
+    const plan = await world.stager.stage(directory());
+    expect(plan.lock.status).toBe('honoured');
+  });
+
+  it('returns warnings for unknown top-level keys in the plan', async () => {
+    await capsuleProject(world.project, `${SCRIPT}colour: blue\n`, (await capsuleWat()).bytes);
+    const plan = await world.stager.stage(directory());
+    expect(plan.warnings.map((warning) => warning.code)).toEqual(['W-SEC-019']);
+  });
+});
+
+describe('staging refuses, and writes nothing', () => {
+  it('refuses an artifact whose bytes were tampered with after publishing, before anything is compiled', async () => {
+    const published = await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    const bytes = await fs.readFile(published.zipPath);
+    bytes[bytes.length - 30] = (bytes[bytes.length - 30] ?? 0) ^ 0xff;
+    await fs.writeFile(published.zipPath, bytes);
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    const before = await listTree(world.project);
+
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-REG-002');
+    expect(error.message).toContain('echo-tool@0.1.0');
+    expect(await writtenByStaging()).toEqual({ cache: [], project: before });
+  });
+
+  it('refuses an artifact whose bytes differ from the lock’s pin', async () => {
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: 'f'.repeat(64) } }] });
+    const lockBefore = await fs.readFile(path.join(world.project, LOCKFILE_NAME), 'utf8');
+
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-REG-002');
+    expect(error.message).toContain('murmur.lock pins');
+    expect(await listTree(world.cacheDir)).toEqual([]);
+    expect(await fs.readFile(path.join(world.project, LOCKFILE_NAME), 'utf8')).toBe(lockBefore);
+  });
+
+  it('refuses a manifest version that differs from the lock’s pin with E-RUN-003', async () => {
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.2.0', (await toolWat()).bytes));
+    await capsuleProject(world.project, WITH_TOOL('0.2.0'), (await capsuleWat()).bytes);
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: 'a'.repeat(64) } }] });
+    const lockBefore = await fs.readFile(path.join(world.project, LOCKFILE_NAME), 'utf8');
+
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-RUN-003');
+    expect(error.message).toBe("lockfile version mismatch for 'echo-tool': manifest requested 0.2.0, lock pinned 0.1.0");
+    expect(await listTree(world.cacheDir)).toEqual([]);
+    expect(await fs.readFile(path.join(world.project, LOCKFILE_NAME), 'utf8')).toBe(lockBefore);
+  });
+
+  it('runs the pinned version instead when asked to honour pins, and says so', async () => {
+    const pinned = await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.2.0', (await toolWat()).bytes));
+    await capsuleProject(world.project, WITH_TOOL('0.2.0'), (await capsuleWat()).bytes);
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: pinned.sha256 } }] });
+    const plan = await world.stager.stage({ request: { ...directory().request, honour_pins: true } });
+    expect(plan.artifacts[0]?.version).toBe('0.1.0');
+    expect(plan.warnings.map((warning) => warning.code)).toContain('W-LCK-001');
+  });
+
+  it('refuses an artifact the lock does not mention', async () => {
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [] });
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-RUN-003');
+    expect(error.message).toBe("murmur.lock missing artifact entry for 'echo-tool'");
+  });
+
+  it('refuses an unparsable murmur.lock with E-RUN-003', async () => {
+    await capsuleProject(world.project, SCRIPT, (await capsuleWat()).bytes);
+    await fs.writeFile(path.join(world.project, LOCKFILE_NAME), 'lock_version: 7\nartifacts: []\n');
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-RUN-003');
+    expect(error.message).toContain('invalid murmur.lock');
+  });
+
+  it('names a missing artifact with E-RUN-008 and where it looked', async () => {
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    const before = await listTree(world.project);
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-RUN-008');
+    expect(error.message).toContain('echo-tool@0.1.0');
+    expect(error.message).toContain(world.globalStore);
+    expect(error.hint).toContain('mur install echo-tool@0.1.0');
+    expect(await writtenByStaging()).toEqual({ cache: [], project: before });
+  });
+
+  it('refuses a malformed manifest before resolving anything', async () => {
+    await capsuleProject(world.project, 'name: hello\nversion: 0.1.0\ncapabilities:\n  limits:\n    deadline_seconds: 0\n', (await capsuleWat()).bytes);
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.path).toBe('capabilities.limits.deadline_seconds');
+    expect(await listTree(world.cacheDir)).toEqual([]);
+  });
+
+  it('refuses a component that exports only the unversioned interface name', async () => {
+    await capsuleProject(world.project, SCRIPT, (await unversionedCapsuleWat()).bytes);
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-RUN-001');
+    expect(error.message).toContain('murmur:capsule/run@0.1.0');
+    expect(await listTree(world.cacheDir)).toEqual([]);
+  });
+
+  it('leaves no cache entry for any component when a later one fails to transpile', async () => {
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    // A component header over garbage: it passes the header check and fails in jco.
+    const broken = Buffer.concat([Buffer.from([0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00]), Buffer.from('not a component body')]);
+    await capsuleProject(world.project, WITH_TOOL(), broken);
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-RUN-001');
+    expect(error.message).toContain('hello@0.1.0');
+    expect(await listTree(world.cacheDir)).toEqual([]);
+  });
+
+  it('refuses a script capsule directory with no component, saying where it looked', async () => {
+    await capsuleProject(world.project, SCRIPT);
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-RUN-004');
+    expect(error.message).toContain(world.project);
+  });
+
+  it('refuses a directory without murmur.yaml with E-IO-001', async () => {
+    await fs.mkdir(world.project, { recursive: true });
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-IO-001');
+  });
+});
+
+describe('staging a capsule from a registry', () => {
+  it('stages a published capsule by name and version, reading its manifest from the archive', async () => {
+    const capsule = await capsuleWat();
+    await publishInto(world.globalStore, await capsuleArchive('name: local/worker\nversion: 0.3.0\ncapabilities:\n  env:\n    allow: [MARKER]\n', capsule.bytes));
+    const plan = await world.stager.stage({ request: { source: { kind: 'registry', name: 'local/worker', version: '0.3.0' } } });
+    expect(plan.capsule).toMatchObject({ name: 'local/worker', version: '0.3.0', kind: 'script', origin: { kind: 'registry', origin: 'global' } });
+    expect(plan.policy.env_allow).toEqual(['MARKER']);
+    expect(plan.capsule.component?.sha256).toBe(capsule.sha256);
+    expect(plan.lock.status).toBe('not-applicable');
+    expect(await fs.readFile(path.join(plan.capsule.manifest_dir, 'murmur.yaml'), 'utf8')).toContain('local/worker');
+  });
+
+  it('names a capsule that is not published with E-RUN-008', async () => {
+    const error = await refusal({ request: { source: { kind: 'registry', name: 'ghost', version: '1.0.0' } } });
+    expect(error.code).toBe('E-RUN-008');
+    expect(error.message).toContain('ghost@1.0.0');
+  });
+
+  it('refuses a capsule reference whose ${VAR} is not set in the requester’s environment', async () => {
+    await capsuleProject(world.project, 'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n  api_key: ${AGENT_KEY}\n  driver:\n    artifact: d\n');
+    const error = await refusal({ request: { source: { kind: 'directory', manifest_dir: world.project }, env_names: ['PATH'] } });
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.message).toContain('${AGENT_KEY}');
+    const plan = await world.stager.stage({ request: { source: { kind: 'directory', manifest_dir: world.project }, env_names: ['AGENT_KEY'] } });
+    expect(plan.secret_env).toEqual(['AGENT_KEY']);
+    expect(JSON.stringify(plan)).not.toContain('sk-');
+  });
+});
+
+describe('the lock after staging', () => {
+  it('is never written by staging itself', async () => {
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    await world.stager.stage(directory());
+    expect(await readLockfile(path.join(world.project, LOCKFILE_NAME))).toBeUndefined();
+    expect(await new ArtifactStore(path.join(world.project, '.murmur', 'artifacts'), 'project').list()).toEqual([]);
+  });
+});

@@ -1,0 +1,434 @@
+import { describe, expect, it } from 'vitest';
+import {
+  DEFAULT_LIMITS,
+  DEFAULT_RESOURCES,
+  type DelegationOutcome,
+  DelegationOutcomeSchema,
+  ERROR_CATALOGUE,
+  type ErrorCode,
+  LOCK_VERSION,
+  MAX_DETAIL_BYTES,
+  MurmurError,
+  type MurmurLock,
+  MurmurLockSchema,
+  type RunningRecord,
+  RunningRecordSchema,
+  SPAWNER_ENV,
+  SessionEndedSchema,
+  SessionStartedSchema,
+  type SpawnerHandle,
+  boundDetail,
+  capabilityPolicy,
+  completionMessageText,
+  isErrorCode,
+  isMurmurError,
+  parseCapsuleManifest,
+  parseSpawnerHandle,
+  spawnerHandleFromEnv,
+  spawnerHandleToEnv,
+  upsertLockEntry,
+} from '@murmur/shared';
+
+function refusal(run: () => unknown): MurmurError {
+  try {
+    run();
+  } catch (error) {
+    if (error instanceof MurmurError) return error;
+    throw error;
+  }
+  throw new Error('expected a refusal');
+}
+
+const MARKER = ' […]';
+const utf8Bytes = (text: string): number => Buffer.byteLength(text, 'utf8');
+
+describe('the spawner handle', () => {
+  const handle: SpawnerHandle = {
+    session_id: 'ses_parent',
+    context_id: 'ctx_parent',
+    delegation_id: 'dlg_0001',
+    url: 'http://127.0.0.1:7777',
+  };
+  const lineageOnly: SpawnerHandle = { session_id: 'ses_parent', context_id: 'ctx_parent', delegation_id: 'dlg_0001' };
+
+  it('writes exactly context_id, delegation_id, session_id and url when a completion is wanted', () => {
+    const written = spawnerHandleToEnv(handle);
+    expect(Object.keys(JSON.parse(written) as object)).toEqual(['context_id', 'delegation_id', 'session_id', 'url']);
+    expect(written).toBe('{"context_id":"ctx_parent","delegation_id":"dlg_0001","session_id":"ses_parent","url":"http://127.0.0.1:7777"}');
+  });
+
+  it('writes only the three lineage keys when no completion is wanted', () => {
+    const written = spawnerHandleToEnv(lineageOnly);
+    expect(Object.keys(JSON.parse(written) as object)).toEqual(['context_id', 'delegation_id', 'session_id']);
+    expect(written).not.toContain('url');
+    expect(written).not.toContain('trust');
+  });
+
+  it('round-trips a handle through its env value, with and without a url', () => {
+    expect(parseSpawnerHandle(spawnerHandleToEnv(handle))).toEqual(handle);
+    expect(parseSpawnerHandle(spawnerHandleToEnv(lineageOnly))).toEqual(lineageOnly);
+  });
+
+  it.each([
+    ['an empty value', ''],
+    ['text that is not JSON', 'not json'],
+    ['a JSON array', '[]'],
+    ['JSON null', 'null'],
+    ['an empty object', '{}'],
+    ['a handle with no session_id', '{"context_id":"c","delegation_id":"dlg_1"}'],
+    ['a handle with no context_id', '{"session_id":"s","delegation_id":"dlg_1"}'],
+    ['a handle with no delegation_id', '{"session_id":"s","context_id":"c"}'],
+    ['a handle with an empty delegation_id', '{"session_id":"s","context_id":"c","delegation_id":""}'],
+    ['a handle with a trust key', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","url":"http://x","trust":"trusted"}'],
+    ['a lineage handle with a trust key', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","trust":"trusted"}'],
+    ['a handle with any other extra key', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","parent":"p"}'],
+    ['a handle with a numeric session_id', '{"session_id":1,"context_id":"c","delegation_id":"dlg_1"}'],
+    ['a handle with a numeric url', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","url":5}'],
+    ['a handle with an empty url', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","url":""}'],
+  ])('refuses %s with E-DLG-001 saying why it is fatal', (_what, value) => {
+    const error = refusal(() => parseSpawnerHandle(value));
+    expect(error.code).toBe('E-DLG-001');
+    expect(error.message).toMatch(/^MURMUR_SPAWNER is set but unreadable: /);
+    expect(error.message).toContain('tell its spawner that it finished');
+    expect(error.path).toBe('MURMUR_SPAWNER');
+  });
+
+  it('names the missing key in the refusal', () => {
+    expect(refusal(() => parseSpawnerHandle('{"session_id":"s","context_id":"c"}')).message).toContain("it carries no 'delegation_id'");
+  });
+
+  it('reads no handle when MURMUR_SPAWNER is absent or blank', () => {
+    expect(SPAWNER_ENV).toBe('MURMUR_SPAWNER');
+    expect(spawnerHandleFromEnv({})).toBeUndefined();
+    expect(spawnerHandleFromEnv({ MURMUR_SPAWNER: '' })).toBeUndefined();
+    expect(spawnerHandleFromEnv({ MURMUR_SPAWNER: '  \n ' })).toBeUndefined();
+  });
+
+  it('reads the handle from a set MURMUR_SPAWNER, surrounding whitespace and all', () => {
+    expect(spawnerHandleFromEnv({ MURMUR_SPAWNER: ` ${spawnerHandleToEnv(handle)}\n` })).toEqual(handle);
+  });
+
+  it('treats a set but unreadable MURMUR_SPAWNER as an error, not an absence', () => {
+    expect(refusal(() => spawnerHandleFromEnv({ MURMUR_SPAWNER: '{}' })).code).toBe('E-DLG-001');
+  });
+});
+
+describe('the delegation outcome', () => {
+  const outcome: DelegationOutcome = {
+    delegation_id: 'dlg_0001',
+    capsule_name: 'worker',
+    capsule_version: '0.1.0',
+    session_id: 'ses_child',
+    status: 'ok',
+    result_path: 'out/result.txt',
+    workdir: '/tmp/parent/.murmur/children/worker-abc',
+    duration_ms: 42,
+    reported_by: 'child',
+    delivered: false,
+  };
+
+  it('leaves a detail within the bound untouched', () => {
+    expect(boundDetail('exit status 1')).toBe('exit status 1');
+    const exact = 'x'.repeat(MAX_DETAIL_BYTES);
+    expect(boundDetail(exact)).toBe(exact);
+  });
+
+  it('cuts a long detail to 2000 bytes and marks the cut', () => {
+    expect(MAX_DETAIL_BYTES).toBe(2000);
+    const bounded = boundDetail('x'.repeat(MAX_DETAIL_BYTES * 4));
+    expect(bounded).toBe(`${'x'.repeat(MAX_DETAIL_BYTES)}${MARKER}`);
+    expect(bounded.endsWith('[…]')).toBe(true);
+    expect(utf8Bytes(bounded)).toBeLessThanOrEqual(MAX_DETAIL_BYTES + utf8Bytes(MARKER));
+  });
+
+  it.each([
+    ['two-byte', 'é'],
+    ['three-byte', '€'],
+    ['four-byte', '🦀'],
+  ])('never splits a %s UTF-8 character when it cuts', (_width, character) => {
+    for (const lead of ['', 'a', 'ab', 'abc']) {
+      const detail = lead + character.repeat(MAX_DETAIL_BYTES);
+      const bounded = boundDetail(detail);
+      expect(bounded.endsWith(MARKER)).toBe(true);
+      const kept = bounded.slice(0, -MARKER.length);
+      expect(kept).not.toContain('\uFFFD');
+      expect(detail.startsWith(kept)).toBe(true);
+      expect(utf8Bytes(kept)).toBeLessThanOrEqual(MAX_DETAIL_BYTES);
+      expect(utf8Bytes(kept)).toBeGreaterThan(MAX_DETAIL_BYTES - utf8Bytes(character));
+    }
+  });
+
+  it('tells the parent the delegation, the outcome and where the result is, in that exact text', () => {
+    expect(completionMessageText(outcome)).toBe(
+      [
+        'Delegated capsule finished.',
+        'delegation_id: dlg_0001',
+        'capsule: worker@0.1.0',
+        'session_id: ses_child',
+        'status: ok',
+        'duration_ms: 42',
+        'workdir: /tmp/parent/.murmur/children/worker-abc',
+        'result: out/result.txt (in that workdir)',
+        '',
+        "The child's own output is in that file and is not reproduced here.",
+      ].join('\n'),
+    );
+  });
+
+  it('says so when the child wrote no result file, and carries a crash detail', () => {
+    const { result_path: _omitted, ...withoutResult } = outcome;
+    const text = completionMessageText({ ...withoutResult, status: 'crashed', reported_by: 'launcher', detail: 'exit status 101' });
+    expect(text).toContain('\nstatus: crashed\n');
+    expect(text).toContain('\nresult: none (the child wrote no result file)\ndetail: exit status 101\n\n');
+    expect(text).toContain('not reproduced here');
+  });
+
+  it('builds its text from the listed fields only: reporter, delivery and delivery errors never reach it', () => {
+    const secret = 'sk-child-output-7f3a';
+    const elsewhere: DelegationOutcome = { ...outcome, reported_by: 'launcher', delivered: true, delivery_error: `door answered: ${secret}` };
+    expect(completionMessageText(elsewhere)).toBe(completionMessageText(outcome));
+    expect(completionMessageText(elsewhere)).not.toContain(secret);
+  });
+
+  it('parses an outcome through its schema and refuses an unknown status', () => {
+    expect(DelegationOutcomeSchema.parse(outcome)).toEqual(outcome);
+    expect(DelegationOutcomeSchema.safeParse({ ...outcome, status: 'finished' }).success).toBe(false);
+    expect(DelegationOutcomeSchema.safeParse({ ...outcome, reported_by: 'parent' }).success).toBe(false);
+  });
+});
+
+describe('the running record', () => {
+  const record: RunningRecord = {
+    session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728394',
+    url: '127.0.0.1:1',
+    pid: 1,
+    process_start: '42',
+    capsule_name: 'demo',
+    capsule_version: '0.1.0',
+    workdir: '/tmp/demo',
+    outlives_launcher: true,
+    started_at: '2026-01-01T00:00:00Z',
+  };
+  const NINE = ['capsule_name', 'capsule_version', 'outlives_launcher', 'pid', 'process_start', 'session_id', 'started_at', 'url', 'workdir'];
+
+  it('has exactly the nine fields', () => {
+    expect(Object.keys(RunningRecordSchema.shape).sort()).toEqual(NINE);
+    expect(Object.keys(RunningRecordSchema.parse(record)).sort()).toEqual(NINE);
+  });
+
+  it.each(NINE)('does not parse a record missing %s', (field) => {
+    const partial: Record<string, unknown> = { ...record };
+    delete partial[field];
+    expect(RunningRecordSchema.safeParse(partial).success).toBe(false);
+  });
+
+  it('does not parse a record with a tenth key', () => {
+    expect(RunningRecordSchema.safeParse({ ...record, trust: 'trusted' }).success).toBe(false);
+  });
+
+  it('does not parse a record whose pid is not a positive integer', () => {
+    expect(RunningRecordSchema.safeParse({ ...record, pid: 0 }).success).toBe(false);
+    expect(RunningRecordSchema.safeParse({ ...record, pid: 1.5 }).success).toBe(false);
+    expect(RunningRecordSchema.safeParse({ ...record, pid: '1' }).success).toBe(false);
+  });
+});
+
+describe('the lockfile', () => {
+  const entry = { name: 'fetcher', resolved_version: '1.0.0', sha256: { wasm: 'ab'.repeat(32) } };
+
+  it('parses a lock at version 1', () => {
+    expect(LOCK_VERSION).toBe(1);
+    expect(MurmurLockSchema.parse({ lock_version: 1, artifacts: [entry] })).toEqual({ lock_version: 1, artifacts: [entry] });
+  });
+
+  it('refuses any other lock_version', () => {
+    for (const lock_version of [0, 2, '1']) {
+      const result = MurmurLockSchema.safeParse({ lock_version, artifacts: [] });
+      expect(result.success).toBe(false);
+      expect(result.error?.issues[0]?.message).toBe('unsupported lock_version (expected 1)');
+    }
+  });
+
+  it.each([
+    ['name', { ...entry, name: '  ' }, 'name must not be empty'],
+    ['resolved_version', { ...entry, resolved_version: '' }, 'resolved_version must not be empty'],
+    ['sha256.wasm', { ...entry, sha256: { wasm: ' ' } }, 'sha256.wasm must not be empty'],
+  ])('refuses an entry with a blank %s', (_field, blank, message) => {
+    const result = MurmurLockSchema.safeParse({ lock_version: 1, artifacts: [blank] });
+    expect(result.success).toBe(false);
+    expect(result.error?.issues[0]?.message).toBe(message);
+  });
+
+  it('starts a lock when there is none', () => {
+    expect(upsertLockEntry(undefined, entry)).toEqual({ lock_version: 1, artifacts: [entry] });
+  });
+
+  it('replaces the entry of the same name in place', () => {
+    const other = { name: 'notes', resolved_version: '0.2.0', sha256: { wasm: 'cd'.repeat(32) } };
+    const lock: MurmurLock = { lock_version: 1, artifacts: [entry, other] };
+    const bumped = { name: 'fetcher', resolved_version: '1.1.0', sha256: { wasm: 'ef'.repeat(32) } };
+    expect(upsertLockEntry(lock, bumped)).toEqual({ lock_version: 1, artifacts: [bumped, other] });
+    expect(lock.artifacts).toEqual([entry, other]);
+  });
+
+  it('appends an entry of a new name at the end', () => {
+    const added = { name: 'audit', resolved_version: '2.0.0', sha256: { wasm: '01'.repeat(32) } };
+    expect(upsertLockEntry({ lock_version: 1, artifacts: [entry] }, added)).toEqual({ lock_version: 1, artifacts: [entry, added] });
+  });
+});
+
+describe('the error catalogue', () => {
+  it('formats an error without a hint as error[CODE]: message', () => {
+    expect(new MurmurError('E-CAP-003', 'scoped containment is unachievable').format()).toBe('error[E-CAP-003]: scoped containment is unachievable');
+  });
+
+  it('formats an error with a hint on an indented second line', () => {
+    expect(new MurmurError('E-IO-001', 'no such file', { hint: 'check the path' }).format()).toBe('error[E-IO-001]: no such file\n  hint: check the path');
+  });
+
+  it('takes the catalogue hint unless the error is given its own', () => {
+    expect(new MurmurError('E-REG-003', 'fetcher@1.0.0 exists').hint).toBe('published versions are immutable: bump the version and publish again');
+    expect(new MurmurError('E-REG-003', 'fetcher@1.0.0 exists', { hint: 'use 1.0.1' }).hint).toBe('use 1.0.1');
+    expect(new MurmurError('E-IO-003', 'read failed').hint).toBeUndefined();
+  });
+
+  it('round-trips an error through its JSON wire shape', () => {
+    const original = new MurmurError('E-CAP-001', "invalid network allow entry 'ftp://x': nope", { path: 'capabilities.network.allow[0]' });
+    const json = original.toJSON();
+    expect(json).toEqual({
+      code: 'E-CAP-001',
+      message: "invalid network allow entry 'ftp://x': nope",
+      hint: ERROR_CATALOGUE['E-CAP-001'].hint,
+      path: 'capabilities.network.allow[0]',
+    });
+    const restored = MurmurError.fromJSON(json);
+    expect(restored).toBeInstanceOf(MurmurError);
+    expect(restored.toJSON()).toEqual(json);
+    expect(restored.format()).toBe(original.format());
+  });
+
+  it('leaves hint and path out of the JSON when the error has none', () => {
+    expect(new MurmurError('E-IO-003', 'read failed').toJSON()).toStrictEqual({ code: 'E-IO-003', message: 'read failed' });
+  });
+
+  it('reads an unknown code from the wire as E-BUS-006', () => {
+    expect(MurmurError.fromJSON({ code: 'E-NOPE-999' as ErrorCode, message: 'odd' }).code).toBe('E-BUS-006');
+  });
+
+  it('gives every catalogue code a title and a well-formed name', () => {
+    const codes = Object.keys(ERROR_CATALOGUE);
+    expect(codes.length).toBeGreaterThan(40);
+    for (const code of codes) {
+      expect(code).toMatch(/^[EW]-[A-Z]+-\d{3}$/);
+      expect(isErrorCode(code)).toBe(true);
+      const entry: { title: string; hint?: string } = ERROR_CATALOGUE[code as ErrorCode];
+      expect(entry.title.trim()).not.toBe('');
+    }
+    expect(isErrorCode('E-NOPE-999')).toBe(false);
+    expect(isErrorCode('toString')).toBe(false);
+  });
+
+  it('tells a MurmurError of a given code from anything else', () => {
+    const error = new MurmurError('E-DLG-001', 'unreadable');
+    expect(isMurmurError(error)).toBe(true);
+    expect(isMurmurError(error, 'E-DLG-001')).toBe(true);
+    expect(isMurmurError(error, 'E-CAP-001')).toBe(false);
+    expect(isMurmurError(new Error('plain'))).toBe(false);
+  });
+});
+
+describe('event payloads', () => {
+  const started = {
+    session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728394',
+    capsule_name: 'demo',
+    capsule_version: '0.1.0',
+    executor_id: 'executor-1',
+    pid: 4242,
+    process_start: '123456',
+    workdir: '/tmp/demo',
+    url: null,
+    started_at: '2026-01-01T00:00:00Z',
+  };
+  const ended = {
+    session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728394',
+    capsule_name: 'demo',
+    capsule_version: '0.1.0',
+    executor_id: 'executor-1',
+    pid: 4242,
+    process_start: '123456',
+    exit_status: 'failed',
+    exit_code: 1,
+    signal: null,
+    error: { code: 'E-RUN-001', message: 'trapped' },
+    duration_ms: 1500,
+    ended_at: '2026-01-01T00:00:01Z',
+  };
+
+  it('parses a valid session.started payload', () => {
+    expect(SessionStartedSchema.parse(started)).toEqual(started);
+  });
+
+  it('parses a valid session.ended payload', () => {
+    expect(SessionEndedSchema.parse(ended)).toEqual(ended);
+  });
+
+  it('refuses a session.started or session.ended payload that names no pid', () => {
+    const { pid: _startedPid, ...startedWithoutPid } = started;
+    const { pid: _endedPid, ...endedWithoutPid } = ended;
+    expect(SessionStartedSchema.safeParse(startedWithoutPid).success).toBe(false);
+    expect(SessionEndedSchema.safeParse(endedWithoutPid).success).toBe(false);
+  });
+
+  it('refuses an exit status outside ok, failed and trapped', () => {
+    expect(SessionEndedSchema.safeParse({ ...ended, exit_status: 'crashed' }).success).toBe(false);
+  });
+});
+
+describe('the capability policy of a manifest that declares nothing', () => {
+  const policy = capabilityPolicy(parseCapsuleManifest('name: tiny\nversion: 1.0.0\n').manifest);
+
+  it('applies the upstream limits: 512 MiB memory, 100000 table elements, 1000 instances, a 600 s deadline', () => {
+    expect(DEFAULT_LIMITS).toEqual({ memory_bytes: 536_870_912, table_elements: 100_000, instances: 1_000, deadline_seconds: 600 });
+    expect(policy.limits).toEqual(DEFAULT_LIMITS);
+    expect(policy.deadline_declared).toBe(false);
+  });
+
+  it('applies the upstream resource ceilings', () => {
+    expect(policy.resources).toEqual(DEFAULT_RESOURCES);
+    expect(policy.resources).toEqual({
+      max_processes: 128,
+      max_open_files: 1024,
+      max_file_size_bytes: 4 * 1024 ** 3,
+      cpu_seconds: 3600,
+      memory_bytes: 2 * 1024 ** 3,
+      cgroup_memory_bytes: 4 * 1024 ** 3,
+      cgroup_pids_max: 256,
+      cgroup_cpu_percent: 200,
+      cgroup_io_bytes_per_sec: 100 * 1024 ** 2,
+      workdir_max_bytes: 10 * 1024 ** 3,
+    });
+  });
+
+  it('grants no network, no shell, no spawn and no env, the whole workdir and advisory containment', () => {
+    expect(policy).toMatchObject({
+      network_allow: [],
+      unix_sockets: false,
+      filesystem_scope: '.',
+      workdir_exec: false,
+      shell_allow: [],
+      shell_strip_env: [],
+      shell_baseline_env: [],
+      interpreter_runtime: [],
+      staged_runtime: [],
+      spawn_allow: [],
+      env_allow: [],
+      containment: 'advisory',
+    });
+  });
+
+  it('keeps the defaults it was not told to change when one limit is written', () => {
+    const written = capabilityPolicy(parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilities:\n  limits:\n    deadline_seconds: 30\n').manifest);
+    expect(written.limits).toEqual({ ...DEFAULT_LIMITS, deadline_seconds: 30 });
+    expect(written.deadline_declared).toBe(true);
+  });
+});

@@ -1,0 +1,180 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { type LockedArtifact, type MurmurLock, LOCKFILE_NAME, MurmurError, upsertLockEntry } from '@murmur/shared';
+import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
+import { listTree, tempDir } from '../../test/support/fs.js';
+
+const SHA_A = 'a'.repeat(64);
+const SHA_B = '0123456789abcdef'.repeat(4);
+
+async function rejection(promise: Promise<unknown>): Promise<MurmurError> {
+  try {
+    await promise;
+  } catch (error) {
+    expect(error).toBeInstanceOf(MurmurError);
+    return error as MurmurError;
+  }
+  throw new Error('expected a refusal');
+}
+
+let dir: string;
+let lockPath: string;
+let cleanup: () => Promise<void>;
+
+beforeEach(async () => {
+  ({ dir, cleanup } = await tempDir('murmur-lock-'));
+  lockPath = path.join(dir, LOCKFILE_NAME);
+});
+
+afterEach(async () => {
+  await cleanup();
+});
+
+describe('readLockfile', () => {
+  it('gives undefined when there is no lock', async () => {
+    expect(LOCKFILE_NAME).toBe('murmur.lock');
+    expect(await readLockfile(lockPath)).toBeUndefined();
+  });
+
+  it('parses a valid lock', async () => {
+    await fs.writeFile(
+      lockPath,
+      `lock_version: 1
+artifacts:
+  - name: some-tool
+    resolved_version: "1.2.3"
+    sha256:
+      wasm: "${SHA_A}"
+  - name: local/worker
+    resolved_version: 0.2.0
+    sha256:
+      wasm: ${SHA_B}
+`,
+    );
+    expect(await readLockfile(lockPath)).toEqual({
+      lock_version: 1,
+      artifacts: [
+        { name: 'some-tool', resolved_version: '1.2.3', sha256: { wasm: SHA_A } },
+        { name: 'local/worker', resolved_version: '0.2.0', sha256: { wasm: SHA_B } },
+      ],
+    });
+  });
+
+  it('parses a lock with no artifacts', async () => {
+    await fs.writeFile(lockPath, 'lock_version: 1\nartifacts: []\n');
+    expect(await readLockfile(lockPath)).toEqual({ lock_version: 1, artifacts: [] });
+  });
+
+  it('keeps an unquoted number-like resolved_version as its text', async () => {
+    await fs.writeFile(lockPath, `lock_version: 1\nartifacts:\n  - name: t\n    resolved_version: 1.0\n    sha256:\n      wasm: ${SHA_A}\n  - name: u\n    resolved_version: 2.10\n    sha256:\n      wasm: ${SHA_A}\n`);
+    const lock = await readLockfile(lockPath);
+    expect(lock?.artifacts.map((entry) => entry.resolved_version)).toEqual(['1.0', '2.10']);
+  });
+
+  it('refuses a lock that is not valid YAML', async () => {
+    await fs.writeFile(lockPath, 'lock_version: 1\nartifacts: [\n  - name: broken\n');
+    const error = await rejection(readLockfile(lockPath));
+    expect(error.code).toBe('E-RUN-003');
+    expect(error.message).toMatch(/^invalid murmur\.lock: /);
+    expect(error.path).toBe(lockPath);
+  });
+
+  it('refuses a lock_version other than 1', async () => {
+    await fs.writeFile(lockPath, `lock_version: 2\nartifacts:\n  - name: t\n    resolved_version: "1.0.0"\n    sha256:\n      wasm: ${SHA_A}\n`);
+    const error = await rejection(readLockfile(lockPath));
+    expect(error.code).toBe('E-RUN-003');
+    expect(error.message).toContain('invalid murmur.lock');
+    expect(error.message).toContain('lock_version');
+  });
+
+  it('refuses a blank sha256', async () => {
+    await fs.writeFile(lockPath, 'lock_version: 1\nartifacts:\n  - name: t\n    resolved_version: "1.0.0"\n    sha256:\n      wasm: "   "\n');
+    const error = await rejection(readLockfile(lockPath));
+    expect(error.code).toBe('E-RUN-003');
+    expect(error.message).toContain('invalid murmur.lock');
+    expect(error.message).toContain('sha256.wasm');
+  });
+
+  it('refuses an entry without a name or a resolved_version', async () => {
+    await fs.writeFile(lockPath, `lock_version: 1\nartifacts:\n  - resolved_version: "1.0.0"\n    sha256:\n      wasm: ${SHA_A}\n`);
+    expect((await rejection(readLockfile(lockPath))).code).toBe('E-RUN-003');
+    await fs.writeFile(lockPath, `lock_version: 1\nartifacts:\n  - name: t\n    resolved_version: ""\n    sha256:\n      wasm: ${SHA_A}\n`);
+    const error = await rejection(readLockfile(lockPath));
+    expect(error.code).toBe('E-RUN-003');
+    expect(error.message).toContain('resolved_version');
+  });
+
+  it('refuses an empty file', async () => {
+    await fs.writeFile(lockPath, '');
+    const error = await rejection(readLockfile(lockPath));
+    expect(error.code).toBe('E-RUN-003');
+    expect(error.message).toContain('invalid murmur.lock');
+  });
+});
+
+describe('writeLockfile', () => {
+  const lock: MurmurLock = {
+    lock_version: 1,
+    artifacts: [
+      { name: 'some-tool', resolved_version: '1.0', sha256: { wasm: SHA_A } },
+      { name: 'local/worker', resolved_version: '0.2.0', sha256: { wasm: SHA_B } },
+    ],
+  };
+
+  it('writes a lock that reads back the same', async () => {
+    await writeLockfile(lockPath, lock);
+    expect(await readLockfile(lockPath)).toEqual(lock);
+  });
+
+  it("writes upstream's shape: lock_version 1 and a list of name, resolved_version, sha256.wasm", async () => {
+    await writeLockfile(lockPath, lock);
+    const text = await fs.readFile(lockPath, 'utf8');
+    expect(text.startsWith('lock_version: 1\nartifacts:\n')).toBe(true);
+    expect(parseYaml(text)).toEqual({
+      lock_version: 1,
+      artifacts: [
+        { name: 'some-tool', resolved_version: '1.0', sha256: { wasm: SHA_A } },
+        { name: 'local/worker', resolved_version: '0.2.0', sha256: { wasm: SHA_B } },
+      ],
+    });
+  });
+
+  it('leaves no temporary file beside the lock', async () => {
+    await writeLockfile(lockPath, lock);
+    await writeLockfile(lockPath, upsertLockEntry(lock, { name: 'another', resolved_version: '3.0.0', sha256: { wasm: SHA_A } }));
+    expect(await listTree(dir)).toEqual(['murmur.lock']);
+    expect((await readLockfile(lockPath))?.artifacts.map((entry) => entry.name)).toEqual(['some-tool', 'local/worker', 'another']);
+  });
+
+  it('refuses to write an invalid lock and leaves the old one in place', async () => {
+    await writeLockfile(lockPath, lock);
+    const before = await fs.readFile(lockPath, 'utf8');
+    const invalid: MurmurLock = { lock_version: 1, artifacts: [{ name: 't', resolved_version: '1.0.0', sha256: { wasm: ' ' } }] };
+    await expect(writeLockfile(lockPath, invalid)).rejects.toThrow();
+    expect(await fs.readFile(lockPath, 'utf8')).toBe(before);
+    expect(await listTree(dir)).toEqual(['murmur.lock']);
+  });
+});
+
+describe('upsertLockEntry', () => {
+  const first: LockedArtifact = { name: 'first', resolved_version: '1.0.0', sha256: { wasm: SHA_A } };
+  const second: LockedArtifact = { name: 'second', resolved_version: '2.0.0', sha256: { wasm: SHA_B } };
+
+  it('starts a version 1 lock when there is none', () => {
+    expect(upsertLockEntry(undefined, first)).toEqual({ lock_version: 1, artifacts: [first] });
+  });
+
+  it('appends an artifact the lock does not have', () => {
+    expect(upsertLockEntry({ lock_version: 1, artifacts: [first] }, second)).toEqual({ lock_version: 1, artifacts: [first, second] });
+  });
+
+  it('replaces the entry of the same name in place and leaves the input untouched', () => {
+    const original: MurmurLock = { lock_version: 1, artifacts: [first, second] };
+    const updated = { name: 'first', resolved_version: '1.1.0', sha256: { wasm: SHA_B } };
+    const result = upsertLockEntry(original, updated);
+    expect(result).toEqual({ lock_version: 1, artifacts: [updated, second] });
+    expect(original.artifacts).toEqual([first, second]);
+  });
+});

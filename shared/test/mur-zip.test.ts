@@ -1,0 +1,397 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { MurmurError } from '@murmur/shared';
+import { DEFAULT_MAX_ENTRY_BYTES, MAX_ENTRY_BYTES_ENV, MurZip, type ZipInput, maxEntryBytesFromEnv, writeMurZip } from '@murmur/shared/artifacts';
+import { listTree, tempDir } from '../../test/support/fs.js';
+import { type RawEntry, rawZip } from '../../test/support/raw-zip.js';
+
+const text = (value: string): Buffer => Buffer.from(value, 'utf8');
+
+/** Bytes that look like nothing in particular and do not compress away. */
+function noise(length: number, seed = 7): Buffer {
+  const bytes = Buffer.alloc(length);
+  let state = seed;
+  for (let index = 0; index < length; index += 1) {
+    state = (state * 1103515245 + 12345) & 0x7fffffff;
+    bytes[index] = state >>> 16;
+  }
+  return bytes;
+}
+
+async function rejection(promise: Promise<unknown>): Promise<MurmurError> {
+  try {
+    await promise;
+  } catch (error) {
+    expect(error).toBeInstanceOf(MurmurError);
+    return error as MurmurError;
+  }
+  throw new Error('expected a refusal');
+}
+
+let dir: string;
+let cleanup: () => Promise<void>;
+
+beforeEach(async () => {
+  ({ dir, cleanup } = await tempDir('murmur-murzip-'));
+});
+
+afterEach(async () => {
+  vi.unstubAllEnvs();
+  await cleanup();
+});
+
+/**
+ * Opens `bytes` and, if that succeeds, extracts them into a target two levels under the temporary
+ * directory (so a `../` entry would still land inside it), then returns the refusal.
+ */
+async function refuseAndExtract(bytes: Uint8Array, options: { maxEntryBytes?: number } = {}): Promise<{ error: MurmurError; target: string }> {
+  const target = path.join(dir, 'sandbox', 'target');
+  const error = await rejection(
+    (async () => {
+      const zip = await MurZip.open(bytes, { label: 'evil.mur.zip', ...options });
+      try {
+        await zip.extractTo(target);
+      } finally {
+        zip.close();
+      }
+    })(),
+  );
+  return { error, target };
+}
+
+describe('writeMurZip and MurZip.open', () => {
+  it('round-trips every file in archive order with its exact bytes', async () => {
+    const files: ZipInput[] = [
+      { name: 'murmur.yaml', data: text('name: echo\nversion: 0.1.0\nruntime: tool\n') },
+      { name: 'zeta.txt', data: text('last letter, second entry') },
+      { name: 'nested/dir/blob.bin', data: noise(70_000) },
+      { name: 'capsule.wasm', data: Buffer.from([0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00]) },
+      { name: 'empty.txt', data: new Uint8Array(0) },
+    ];
+    const zip = await MurZip.open(await writeMurZip(files), { label: 'roundtrip.mur.zip' });
+    try {
+      expect(zip.names).toEqual(['murmur.yaml', 'zeta.txt', 'nested/dir/blob.bin', 'capsule.wasm', 'empty.txt']);
+      for (const file of files) {
+        expect(Buffer.compare(await zip.read(file.name), Buffer.from(file.data)), file.name).toBe(0);
+      }
+      expect(await zip.manifestText()).toBe('name: echo\nversion: 0.1.0\nruntime: tool\n');
+    } finally {
+      zip.close();
+    }
+  });
+
+  it('writes deflate-compressed entries', async () => {
+    const bytes = await writeMurZip([{ name: 'a.txt', data: text('a'.repeat(10_000)) }]);
+    expect(bytes.readUInt32LE(0)).toBe(0x04034b50);
+    expect(bytes.readUInt16LE(8)).toBe(8);
+    expect(bytes.length).toBeLessThan(10_000);
+  });
+
+  it('keeps the executable bit of an entry written as executable', async () => {
+    const zip = await MurZip.open(
+      await writeMurZip([
+        { name: 'bin/tool', data: text('#!/bin/sh\n'), executable: true },
+        { name: 'README.md', data: text('docs') },
+      ]),
+      { label: 'exec.mur.zip' },
+    );
+    try {
+      expect(zip.isExecutable('bin/tool')).toBe(true);
+      expect(zip.isExecutable('README.md')).toBe(false);
+    } finally {
+      zip.close();
+    }
+  });
+
+  it('gives identical bytes when the same files are written twice', async () => {
+    const files = (): ZipInput[] => [
+      { name: 'murmur.yaml', data: text('name: same\nversion: 1.0.0\nruntime: tool\n') },
+      { name: 'tool.wasm', data: noise(4096, 3) },
+    ];
+    const first = await writeMurZip(files());
+    // DOS timestamps have two-second resolution: wait past one so a clock-stamped writer would differ.
+    await new Promise((resolve) => setTimeout(resolve, 2100));
+    const second = await writeMurZip(files());
+    expect(Buffer.compare(first, second)).toBe(0);
+    const different = await writeMurZip([{ name: 'murmur.yaml', data: text('name: other\n') }]);
+    expect(Buffer.compare(first, different)).not.toBe(0);
+  });
+});
+
+describe('MurZip.open guards', () => {
+  it("refuses an entry with a '..' component, naming it, and extracts nothing", async () => {
+    const bytes = rawZip([
+      { name: 'murmur.yaml', data: text('name: x\n') },
+      { name: '../evil', data: text('escaped') },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("'../evil'");
+    expect(error.message).toContain("'..' component");
+    expect(await listTree(target)).toEqual([]);
+    expect(await listTree(dir)).toEqual([]);
+  });
+
+  it("refuses a '..' component in the middle of an entry name", async () => {
+    const { error } = await refuseAndExtract(rawZip([{ name: 'a/../../evil', data: text('x') }]));
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("'..' component");
+  });
+
+  it('refuses an absolute entry name and extracts nothing', async () => {
+    const bytes = rawZip([
+      { name: 'murmur.yaml', data: text('name: x\n') },
+      { name: '/etc/passwd', data: text('root:x:0:0::/root:/bin/sh\n') },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("'/etc/passwd'");
+    expect(error.message).toContain('absolute path');
+    expect(await listTree(target)).toEqual([]);
+    expect(await listTree(dir)).toEqual([]);
+  });
+
+  it('refuses a drive-letter entry name as absolute', async () => {
+    const { error } = await refuseAndExtract(rawZip([{ name: 'C:/Windows/evil.dll', data: text('x') }]));
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain('absolute path');
+  });
+
+  it('refuses an entry name with a backslash and extracts nothing', async () => {
+    const bytes = rawZip([
+      { name: 'murmur.yaml', data: text('name: x\n') },
+      { name: '..\\evil', data: text('x') },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain('backslash');
+    expect(await listTree(target)).toEqual([]);
+    expect(await listTree(dir)).toEqual([]);
+  });
+
+  it('refuses a symlink entry and extracts nothing', async () => {
+    const bytes = rawZip([
+      { name: 'murmur.yaml', data: text('name: x\n') },
+      { name: 'link', data: text('/etc/passwd'), unixMode: 0o120777 },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("'link'");
+    expect(error.message).toContain('symlink');
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses a special file entry (a fifo)', async () => {
+    const { error, target } = await refuseAndExtract(rawZip([{ name: 'pipe', data: new Uint8Array(0), unixMode: 0o010644 }]));
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain('special file');
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses a duplicate entry name and extracts nothing', async () => {
+    const bytes = rawZip([
+      { name: 'murmur.yaml', data: text('name: first\n') },
+      { name: 'murmur.yaml', data: text('name: second\n') },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("'murmur.yaml' appears more than once");
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses two entry names that normalise to the same path', async () => {
+    const bytes = rawZip([
+      { name: 'data/x.txt', data: text('one') },
+      { name: './data//x.txt', data: text('two') },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("'data/x.txt' appears more than once");
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses an entry whose declared size is over the per-entry ceiling and extracts nothing', async () => {
+    const bytes = await writeMurZip([
+      { name: 'murmur.yaml', data: text('name: x\n') },
+      { name: 'big.bin', data: noise(2048) },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes, { maxEntryBytes: 1024 });
+    expect(error.code).toBe('E-ART-002');
+    expect(error.message).toContain("'big.bin'");
+    expect(error.message).toContain('1024-byte decompression ceiling');
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses a stored entry over the ceiling whose header claims it is small, and extracts nothing', async () => {
+    const entries: RawEntry[] = [{ name: 'big.bin', data: noise(4096), claimedSize: 16 }];
+    const { error, target } = await refuseAndExtract(rawZip(entries), { maxEntryBytes: 1024 });
+    expect(error.code).toBe('E-ART-002');
+    expect(error.message).toContain("'big.bin'");
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses a deflated entry over the ceiling whose header claims it is small, and extracts nothing', async () => {
+    // A well-formed deflated entry of 100 000 bytes, then both headers patched to claim 16 bytes.
+    const bytes = Buffer.from(await writeMurZip([{ name: 'big.bin', data: Buffer.alloc(100_000, 0x41) }]));
+    const central = bytes.indexOf(Buffer.from([0x50, 0x4b, 0x01, 0x02]));
+    expect(central).toBeGreaterThan(0);
+    bytes.writeUInt32LE(16, 22);
+    bytes.writeUInt32LE(16, central + 24);
+    const { error, target } = await refuseAndExtract(bytes, { maxEntryBytes: 1024 });
+    expect(error.code).toBe('E-ART-002');
+    expect(error.message).toContain("'big.bin'");
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses an entry whose header lies about its size while staying under the ceiling, and extracts nothing', async () => {
+    const bytes = rawZip([
+      { name: 'liar.bin', data: noise(300), claimedSize: 20 },
+      { name: 'murmur.yaml', data: text('name: x\n') },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes, { maxEntryBytes: 1_000_000 });
+    expect(error.code).toBe('E-ART-003');
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('accepts an entry exactly as large as the ceiling', async () => {
+    const data = noise(1024);
+    const zip = await MurZip.open(await writeMurZip([{ name: 'exact.bin', data }]), { label: 'exact.mur.zip', maxEntryBytes: 1024 });
+    try {
+      expect(Buffer.compare(await zip.read('exact.bin'), data)).toBe(0);
+    } finally {
+      zip.close();
+    }
+    const over = await rejection(MurZip.open(await writeMurZip([{ name: 'exact.bin', data }]), { label: 'exact.mur.zip', maxEntryBytes: 1023 }));
+    expect(over.code).toBe('E-ART-002');
+  });
+
+  it('refuses bytes that are not a zip at all as E-ART-003, naming the archive', async () => {
+    for (const bytes of [text('this is plainly not a zip archive'), Buffer.alloc(0)]) {
+      const error = await rejection(MurZip.open(bytes, { label: 'junk.mur.zip' }));
+      expect(error.code).toBe('E-ART-003');
+      expect(error.message).toContain('junk.mur.zip is not a valid .mur.zip archive');
+    }
+  });
+
+  it('refuses an archive without murmur.yaml when its manifest is asked for', async () => {
+    const zip = await MurZip.open(
+      await writeMurZip([
+        { name: 'manifest.yaml', data: text('name: legacy\n') },
+        { name: 'sub/murmur.yaml', data: text('name: nested\n') },
+      ]),
+      { label: 'nomanifest.mur.zip' },
+    );
+    try {
+      const error = await rejection(zip.manifestText());
+      expect(error.code).toBe('E-ART-003');
+      expect(error.message).toContain('artifact missing required file murmur.yaml');
+    } finally {
+      zip.close();
+    }
+  });
+});
+
+describe('the per-entry ceiling from the environment', () => {
+  it('reads a whole number of bytes from MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES', () => {
+    expect(MAX_ENTRY_BYTES_ENV).toBe('MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES');
+    expect(maxEntryBytesFromEnv({ MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: '1048576' })).toBe(1_048_576);
+    expect(maxEntryBytesFromEnv({ MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: ' 2048 ' })).toBe(2048);
+  });
+
+  it('falls back to 524288000 bytes when the variable is unset or not a whole number', () => {
+    expect(DEFAULT_MAX_ENTRY_BYTES).toBe(524_288_000);
+    for (const raw of [undefined, '', 'lots', '-5', '1e6', '12.5', '0x10', '99999999999999999999']) {
+      const env = raw === undefined ? {} : { MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: raw };
+      expect(maxEntryBytesFromEnv(env), String(raw)).toBe(524_288_000);
+    }
+  });
+
+  it('applies the ceiling from the environment when open is given none', async () => {
+    vi.stubEnv('MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES', '100');
+    const bytes = await writeMurZip([{ name: 'big.bin', data: noise(101) }]);
+    const error = await rejection(MurZip.open(bytes, { label: 'env.mur.zip' }));
+    expect(error.code).toBe('E-ART-002');
+    expect(error.message).toContain('100-byte decompression ceiling');
+  });
+});
+
+describe('rootWasmName', () => {
+  async function rootOf(names: string[]): Promise<string> {
+    const zip = await MurZip.open(await writeMurZip(names.map((name) => ({ name, data: text(name) }))), { label: 'pick.mur.zip' });
+    try {
+      return zip.rootWasmName();
+    } finally {
+      zip.close();
+    }
+  }
+
+  it('prefers capsule.wasm over another root wasm', async () => {
+    expect(await rootOf(['murmur.yaml', 'aaa.wasm', 'capsule.wasm'])).toBe('capsule.wasm');
+  });
+
+  it('chooses the single root wasm when there is no capsule.wasm', async () => {
+    expect(await rootOf(['murmur.yaml', 'tool.wasm'])).toBe('tool.wasm');
+  });
+
+  it('ignores wasm files below the root', async () => {
+    expect(await rootOf(['murmur.yaml', 'lib/a.wasm', 'deps/capsule.wasm', 'tool.wasm'])).toBe('tool.wasm');
+    const error = await rejection(rootOf(['murmur.yaml', 'lib/capsule.wasm']));
+    expect(error.code).toBe('E-ART-003');
+  });
+
+  it('refuses an archive with no root wasm', async () => {
+    const error = await rejection(rootOf(['murmur.yaml', 'skill.md']));
+    expect(error.code).toBe('E-ART-003');
+    expect(error.message).toContain('missing root .wasm file (expected capsule.wasm or one root *.wasm)');
+  });
+
+  it('refuses several root wasm files without capsule.wasm, listing them sorted', async () => {
+    const error = await rejection(rootOf(['murmur.yaml', 'b.wasm', 'a.wasm']));
+    expect(error.code).toBe('E-ART-003');
+    expect(error.message).toContain('multiple root .wasm files found: a.wasm, b.wasm');
+  });
+});
+
+describe('extractTo', () => {
+  it('writes every file except the skipped ones and reports what it wrote', async () => {
+    const files: ZipInput[] = [
+      { name: 'murmur.yaml', data: text('name: x\n') },
+      { name: 'capsule.wasm', data: noise(512) },
+      { name: 'data/notes.txt', data: text('notes') },
+      { name: 'bin/run', data: text('#!/bin/sh\n'), executable: true },
+    ];
+    const zip = await MurZip.open(await writeMurZip(files), { label: 'extract.mur.zip' });
+    const target = path.join(dir, 'out');
+    try {
+      const written = await zip.extractTo(target, new Set(['capsule.wasm']));
+      expect(written).toEqual(['murmur.yaml', 'data/notes.txt', 'bin/run']);
+    } finally {
+      zip.close();
+    }
+    expect(await listTree(target)).toEqual(['bin/', 'bin/run', 'data/', 'data/notes.txt', 'murmur.yaml']);
+    expect(await fs.readFile(path.join(target, 'murmur.yaml'), 'utf8')).toBe('name: x\n');
+    expect(await fs.readFile(path.join(target, 'data/notes.txt'), 'utf8')).toBe('notes');
+    expect((await fs.stat(path.join(target, 'bin/run'))).mode & 0o111).not.toBe(0);
+    expect((await fs.stat(path.join(target, 'murmur.yaml'))).mode & 0o111).toBe(0);
+  });
+
+  it('writes directory entries as nothing and their files under them', async () => {
+    const zip = await MurZip.open(
+      rawZip([
+        { name: 'docs/', data: new Uint8Array(0), unixMode: 0o040755 },
+        { name: 'docs/a.md', data: text('a') },
+      ]),
+      { label: 'dirs.mur.zip' },
+    );
+    const target = path.join(dir, 'out');
+    try {
+      expect(zip.names).toEqual(['docs/a.md']);
+      expect(zip.has('docs')).toBe(false);
+      expect(await zip.extractTo(target)).toEqual(['docs/a.md']);
+    } finally {
+      zip.close();
+    }
+    expect(await listTree(target)).toEqual(['docs/', 'docs/a.md']);
+  });
+});

@@ -1,0 +1,344 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { type ArtifactMeta, MurmurError, fallbackMeta } from '@murmur/shared';
+import { ArtifactStore, sha256Hex, storeSource, verifyResolved } from '@murmur/shared/artifacts';
+import { listTree, tempDir, writeFiles } from '../../test/support/fs.js';
+
+async function rejection(promise: Promise<unknown>): Promise<MurmurError> {
+  try {
+    await promise;
+  } catch (error) {
+    expect(error).toBeInstanceOf(MurmurError);
+    return error as MurmurError;
+  }
+  throw new Error('expected a refusal');
+}
+
+function meta(overrides: Partial<ArtifactMeta> = {}): ArtifactMeta {
+  return {
+    name: 'echo-tool',
+    version: '0.1.0',
+    runtime: 'wasm',
+    artifact_runtime: 'tool',
+    platforms: [],
+    description: 'echoes its input',
+    tags: ['demo', 'echo'],
+    ...overrides,
+  };
+}
+
+/** Every file under `root` with its bytes: for "no byte of the store changed" checks. */
+async function snapshot(root: string): Promise<Record<string, string>> {
+  const files: Record<string, string> = {};
+  for (const entry of await listTree(root)) {
+    if (entry.endsWith('/')) continue;
+    files[entry] = (await fs.readFile(path.join(root, entry))).toString('base64');
+  }
+  return files;
+}
+
+let dir: string;
+let root: string;
+let store: ArtifactStore;
+let cleanup: () => Promise<void>;
+
+beforeEach(async () => {
+  ({ dir, cleanup } = await tempDir('murmur-store-'));
+  root = path.join(dir, 'artifacts');
+  store = new ArtifactStore(root, 'global');
+});
+
+afterEach(async () => {
+  await cleanup();
+});
+
+const ZIP_A = Buffer.from('pretend zip A: the store never opens what it keeps');
+const ZIP_B = Buffer.from('pretend zip B: different bytes, different digest');
+
+describe('ArtifactStore.publish', () => {
+  it('writes exactly the zip, its sha256 and its meta under <name>/<version>/', async () => {
+    const result = await store.publish(ZIP_A, meta());
+    expect(await listTree(root)).toEqual([
+      'echo-tool/',
+      'echo-tool/0.1.0/',
+      'echo-tool/0.1.0/echo-tool-0.1.0.meta.json',
+      'echo-tool/0.1.0/echo-tool-0.1.0.mur.zip',
+      'echo-tool/0.1.0/echo-tool-0.1.0.sha256',
+    ]);
+    const versionDir = path.join(root, 'echo-tool', '0.1.0');
+    expect(result.zipPath).toBe(path.join(versionDir, 'echo-tool-0.1.0.mur.zip'));
+    expect(Buffer.compare(await fs.readFile(result.zipPath), ZIP_A)).toBe(0);
+    expect(result.sha256).toBe(sha256Hex(ZIP_A));
+  });
+
+  it('records the sha256 as lowercase hex with no trailing newline', async () => {
+    await store.publish(ZIP_A, meta());
+    const sha = await fs.readFile(path.join(root, 'echo-tool', '0.1.0', 'echo-tool-0.1.0.sha256'), 'utf8');
+    expect(sha).toMatch(/^[0-9a-f]{64}$/);
+    expect(sha).toBe(sha256Hex(ZIP_A));
+  });
+
+  it("writes the meta as pretty JSON under 'meta' with upstream's key order", async () => {
+    await store.publish(ZIP_A, { tags: ['t'], description: null, platforms: [], artifact_runtime: 'tool', runtime: 'wasm', version: '0.1.0', name: 'echo-tool' });
+    const written = await fs.readFile(path.join(root, 'echo-tool', '0.1.0', 'echo-tool-0.1.0.meta.json'), 'utf8');
+    const expected = {
+      meta: { name: 'echo-tool', version: '0.1.0', runtime: 'wasm', artifact_runtime: 'tool', platforms: [], description: null, tags: ['t'] },
+    };
+    expect(written).toBe(JSON.stringify(expected, null, 2));
+    const parsed = JSON.parse(written) as { meta: Record<string, unknown> };
+    expect(Object.keys(parsed)).toEqual(['meta']);
+    expect(Object.keys(parsed.meta)).toEqual(['name', 'version', 'runtime', 'artifact_runtime', 'platforms', 'description', 'tags']);
+  });
+
+  it('leaves no temporary files behind', async () => {
+    await store.publish(ZIP_A, meta());
+    await store.publish(ZIP_B, meta({ version: '0.2.0' }));
+    const hidden = (await listTree(root)).filter((entry) => path.basename(entry).startsWith('.') || entry.endsWith('.tmp'));
+    expect(hidden).toEqual([]);
+  });
+
+  it('refuses to publish a version that is already stored and changes no byte of the store', async () => {
+    await store.publish(ZIP_A, meta());
+    const before = await snapshot(root);
+    const error = await rejection(store.publish(ZIP_B, meta({ description: 'a second try' })));
+    expect(error.code).toBe('E-REG-003');
+    expect(error.message).toContain('echo-tool@0.1.0');
+    expect(await snapshot(root)).toEqual(before);
+  });
+
+  it('refuses a version whose sha256 sidecar alone exists', async () => {
+    await writeFiles(root, { 'echo-tool/0.1.0/echo-tool-0.1.0.sha256': sha256Hex(ZIP_B) });
+    const before = await snapshot(root);
+    expect((await rejection(store.publish(ZIP_A, meta()))).code).toBe('E-REG-003');
+    expect(await snapshot(root)).toEqual(before);
+  });
+
+  it('refuses reserved versions in any case and writes nothing', async () => {
+    for (const version of ['latest', 'Stable', 'EDGE']) {
+      const error = await rejection(store.publish(ZIP_A, meta({ version })));
+      expect(error.code, version).toBe('E-REG-004');
+      expect(error.message).toContain(`'${version}'`);
+    }
+    expect(await listTree(dir)).toEqual([]);
+  });
+
+  it('stores a namespaced name one directory deeper, keeping the last segment in file names', async () => {
+    await store.publish(ZIP_A, meta({ name: 'local/worker', version: '0.2.0' }));
+    expect(await listTree(root)).toEqual([
+      'local/',
+      'local/worker/',
+      'local/worker/0.2.0/',
+      'local/worker/0.2.0/worker-0.2.0.meta.json',
+      'local/worker/0.2.0/worker-0.2.0.mur.zip',
+      'local/worker/0.2.0/worker-0.2.0.sha256',
+    ]);
+    expect((await store.list()).map((entry) => `${entry.name}@${entry.version}`)).toEqual(['local/worker@0.2.0']);
+    const resolved = await store.resolve('local/worker', '0.2.0', 'unknown');
+    expect(resolved?.recordedSha256).toBe(sha256Hex(ZIP_A));
+  });
+
+  it('refuses names and versions that could escape or hide in the store, writing nothing', async () => {
+    const cases: Array<Partial<ArtifactMeta>> = [
+      { name: '../x' },
+      { name: 'a/b/c' },
+      { name: '.hidden' },
+      { name: '/abs' },
+      { name: 'ns/..' },
+      { version: '..' },
+      { version: '../1.0.0' },
+      { version: '.1.0' },
+      { version: '1.0/2' },
+    ];
+    for (const overrides of cases) {
+      const error = await rejection(store.publish(ZIP_A, meta(overrides)));
+      expect(error.code, JSON.stringify(overrides)).toBe('E-REG-006');
+    }
+    expect(await listTree(dir)).toEqual([]);
+  });
+
+  it('refuses to resolve a name that could escape the store', async () => {
+    expect((await rejection(store.resolve('../x', '1.0.0'))).code).toBe('E-REG-006');
+    expect((await rejection(store.resolve('x', '..'))).code).toBe('E-REG-006');
+  });
+});
+
+describe('ArtifactStore.resolve', () => {
+  const generic = 'echo-tool/0.1.0/echo-tool-0.1.0';
+  const variant = 'echo-tool/0.1.0/echo-tool-0.1.0-linux-x86_64';
+
+  it('prefers the platform variant when both its zip and its sha256 exist', async () => {
+    await writeFiles(root, {
+      [`${generic}.mur.zip`]: ZIP_A,
+      [`${generic}.sha256`]: sha256Hex(ZIP_A),
+      [`${variant}.mur.zip`]: ZIP_B,
+      [`${variant}.sha256`]: sha256Hex(ZIP_B),
+    });
+    const resolved = await store.resolve('echo-tool', '0.1.0', 'linux-x86_64');
+    expect(resolved?.platform).toBe('linux-x86_64');
+    expect(resolved?.zipPath).toBe(path.join(root, `${variant}.mur.zip`));
+    expect(Buffer.compare(resolved?.bytes ?? Buffer.alloc(0), ZIP_B)).toBe(0);
+    expect(resolved?.recordedSha256).toBe(sha256Hex(ZIP_B));
+  });
+
+  it('falls back to the generic pair when there is no variant for the platform', async () => {
+    await writeFiles(root, {
+      [`${generic}.mur.zip`]: ZIP_A,
+      [`${generic}.sha256`]: sha256Hex(ZIP_A),
+      [`${variant}.mur.zip`]: ZIP_B,
+      [`${variant}.sha256`]: sha256Hex(ZIP_B),
+    });
+    const resolved = await store.resolve('echo-tool', '0.1.0', 'darwin-aarch64');
+    expect(resolved?.platform).toBeUndefined();
+    expect(resolved?.zipPath).toBe(path.join(root, `${generic}.mur.zip`));
+    expect(Buffer.compare(resolved?.bytes ?? Buffer.alloc(0), ZIP_A)).toBe(0);
+  });
+
+  it('falls back to the generic pair when the platform zip has no sha256', async () => {
+    await writeFiles(root, {
+      [`${generic}.mur.zip`]: ZIP_A,
+      [`${generic}.sha256`]: sha256Hex(ZIP_A),
+      [`${variant}.mur.zip`]: ZIP_B,
+    });
+    const resolved = await store.resolve('echo-tool', '0.1.0', 'linux-x86_64');
+    expect(resolved?.platform).toBeUndefined();
+    expect(Buffer.compare(resolved?.bytes ?? Buffer.alloc(0), ZIP_A)).toBe(0);
+    expect(resolved?.recordedSha256).toBe(sha256Hex(ZIP_A));
+  });
+
+  it('finds nothing when neither pair is whole', async () => {
+    await writeFiles(root, { [`${generic}.mur.zip`]: ZIP_A, [`${variant}.sha256`]: sha256Hex(ZIP_B) });
+    expect(await store.resolve('echo-tool', '0.1.0', 'linux-x86_64')).toBeUndefined();
+    expect(await store.resolve('echo-tool', '9.9.9', 'linux-x86_64')).toBeUndefined();
+    expect(await store.resolve('never-stored', '0.1.0')).toBeUndefined();
+  });
+
+  it('trims whitespace around the recorded sha256', async () => {
+    await writeFiles(root, { [`${generic}.mur.zip`]: ZIP_A, [`${generic}.sha256`]: `  ${sha256Hex(ZIP_A)}\n` });
+    expect((await store.resolve('echo-tool', '0.1.0', 'unknown'))?.recordedSha256).toBe(sha256Hex(ZIP_A));
+  });
+
+  it('refuses an empty sha256 sidecar', async () => {
+    for (const content of ['', ' \n']) {
+      await writeFiles(root, { [`${generic}.mur.zip`]: ZIP_A, [`${generic}.sha256`]: content });
+      const error = await rejection(store.resolve('echo-tool', '0.1.0', 'unknown'));
+      expect(error.code).toBe('E-REG-002');
+      expect(error.message).toContain('echo-tool@0.1.0');
+      expect(error.message).toContain('empty sha256');
+    }
+  });
+
+  it('gives the fallback meta when no meta file is stored', async () => {
+    await writeFiles(root, { [`${generic}.mur.zip`]: ZIP_A, [`${generic}.sha256`]: sha256Hex(ZIP_A) });
+    const resolved = await store.resolve('echo-tool', '0.1.0', 'unknown');
+    expect(resolved?.meta).toEqual({ name: 'echo-tool', version: '0.1.0', runtime: 'wasm', artifact_runtime: '', platforms: [], description: null, tags: [] });
+    expect(resolved?.meta).toEqual(fallbackMeta('echo-tool', '0.1.0'));
+  });
+
+  it('gives the fallback meta when the meta file is not valid JSON', async () => {
+    await writeFiles(root, {
+      [`${generic}.mur.zip`]: ZIP_A,
+      [`${generic}.sha256`]: sha256Hex(ZIP_A),
+      [`${generic}.meta.json`]: '{"meta": {"name": ',
+    });
+    expect((await store.resolve('echo-tool', '0.1.0', 'unknown'))?.meta).toEqual(fallbackMeta('echo-tool', '0.1.0'));
+  });
+
+  it('returns the published meta with the bytes', async () => {
+    await store.publish(ZIP_A, meta());
+    const resolved = await store.resolve('echo-tool', '0.1.0', 'unknown');
+    expect(resolved?.meta).toEqual(meta());
+    expect(resolved?.name).toBe('echo-tool');
+    expect(resolved?.version).toBe('0.1.0');
+  });
+});
+
+describe('ArtifactStore.list', () => {
+  it('is sorted by name, then version', async () => {
+    await store.publish(ZIP_A, meta({ name: 'zeta-tool', version: '0.1.0' }));
+    await store.publish(ZIP_A, meta({ name: 'alpha-tool', version: '0.2.0' }));
+    await store.publish(ZIP_A, meta({ name: 'alpha-tool', version: '0.1.0' }));
+    await store.publish(ZIP_A, meta({ name: 'local/worker', version: '1.0.0' }));
+    const listed = await store.list();
+    expect(listed.map((entry) => `${entry.name}@${entry.version}`)).toEqual(['alpha-tool@0.1.0', 'alpha-tool@0.2.0', 'local/worker@1.0.0', 'zeta-tool@0.1.0']);
+    expect(listed[0]).toEqual(meta({ name: 'alpha-tool', version: '0.1.0' }));
+  });
+
+  it('skips version directories that do not hold a whole artifact', async () => {
+    await store.publish(ZIP_A, meta());
+    await writeFiles(root, {
+      'echo-tool/0.2.0/echo-tool-0.2.0.mur.zip': ZIP_A,
+      'echo-tool/0.3.0/echo-tool-0.3.0.sha256': sha256Hex(ZIP_A),
+      'echo-tool/0.4.0/echo-tool-0.4.0.meta.json': JSON.stringify({ meta: meta({ version: '0.4.0' }) }),
+      'echo-tool/0.5.0/.echo-tool-0.5.0.mur.zip.123.abc.tmp': ZIP_A,
+    });
+    await fs.mkdir(path.join(root, 'echo-tool', '0.6.0'), { recursive: true });
+    expect((await store.list()).map((entry) => `${entry.name}@${entry.version}`)).toEqual(['echo-tool@0.1.0']);
+  });
+
+  it('is empty when the store does not exist yet', async () => {
+    expect(await store.list()).toEqual([]);
+  });
+});
+
+describe('ArtifactStore.install', () => {
+  it('overwrites an existing version once the bytes match the expected sha256', async () => {
+    await store.publish(ZIP_A, meta());
+    const result = await store.install(ZIP_B, meta({ description: 'reinstalled' }), sha256Hex(ZIP_B));
+    const versionDir = path.join(root, 'echo-tool', '0.1.0');
+    expect(result.zipPath).toBe(path.join(versionDir, 'echo-tool-0.1.0.mur.zip'));
+    expect(Buffer.compare(await fs.readFile(result.zipPath), ZIP_B)).toBe(0);
+    expect(await fs.readFile(path.join(versionDir, 'echo-tool-0.1.0.sha256'), 'utf8')).toBe(sha256Hex(ZIP_B));
+    expect((await store.resolve('echo-tool', '0.1.0', 'unknown'))?.meta.description).toBe('reinstalled');
+    expect(await listTree(root)).toEqual([
+      'echo-tool/',
+      'echo-tool/0.1.0/',
+      'echo-tool/0.1.0/echo-tool-0.1.0.meta.json',
+      'echo-tool/0.1.0/echo-tool-0.1.0.mur.zip',
+      'echo-tool/0.1.0/echo-tool-0.1.0.sha256',
+    ]);
+  });
+
+  it('installs into an empty store', async () => {
+    await store.install(ZIP_A, meta(), sha256Hex(ZIP_A));
+    const resolved = await store.resolve('echo-tool', '0.1.0', 'unknown');
+    expect(resolved?.recordedSha256).toBe(sha256Hex(ZIP_A));
+    expect(resolved?.meta).toEqual(meta());
+  });
+
+  it('refuses bytes that do not hash to the expected sha256 and leaves the old files intact', async () => {
+    await store.publish(ZIP_A, meta());
+    const before = await snapshot(root);
+    const error = await rejection(store.install(ZIP_B, meta(), sha256Hex(ZIP_A)));
+    expect(error.code).toBe('E-REG-002');
+    expect(error.message).toContain('echo-tool@0.1.0');
+    expect(await snapshot(root)).toEqual(before);
+  });
+});
+
+describe('verifyResolved', () => {
+  it('accepts untouched bytes and returns their digest', async () => {
+    await store.publish(ZIP_A, meta());
+    const resolved = await storeSource(store).resolve('echo-tool', '0.1.0');
+    expect(resolved).toBeDefined();
+    expect(verifyResolved(resolved!)).toBe(sha256Hex(ZIP_A));
+    expect(verifyResolved({ ...resolved!, claimedSha256: sha256Hex(ZIP_A).toUpperCase() })).toBe(sha256Hex(ZIP_A));
+  });
+
+  it('refuses bytes changed after publishing, naming name@version', async () => {
+    const { zipPath } = await store.publish(ZIP_A, meta());
+    await fs.writeFile(zipPath, Buffer.concat([ZIP_A, Buffer.from('tampered')]));
+    const resolved = await storeSource(store).resolve('echo-tool', '0.1.0');
+    expect(resolved).toBeDefined();
+    let caught: unknown;
+    try {
+      verifyResolved(resolved!);
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(MurmurError);
+    expect((caught as MurmurError).code).toBe('E-REG-002');
+    expect((caught as MurmurError).message).toContain('echo-tool@0.1.0');
+    expect((caught as MurmurError).message).toContain(zipPath);
+  });
+});

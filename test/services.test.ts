@@ -1,0 +1,109 @@
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { HealthReplySchema, SERVICE_NAMES, type SessionStaged, commands, silentLog, topics } from '@murmur/shared';
+import { type Bus, NatsTransport, createBus } from '@murmur/shared/bus';
+import { capsuleProject } from './support/artifacts.js';
+import { tempDir } from './support/fs.js';
+import { capsuleWat } from './support/guests.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
+
+/**
+ * The stack as it is deployed: every service its own process, all on one real nats-server.
+ */
+describe('the services as processes on NATS', () => {
+  let nats: NatsServer;
+  let home: { dir: string; cleanup: () => Promise<void> };
+  const services: ServiceProcess[] = [];
+  let client: Bus;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    home = await tempDir('murmur-services-');
+    const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(home.dir, 'home') };
+    for (const name of SERVICE_NAMES) services.push(await startService(name, env));
+    // A second stager: staging is a queue group, so stagers scale by adding processes.
+    services.push(await startService('stager', env));
+    client = createBus(await NatsTransport.connect(nats.url, { log: silentLog }), silentLog);
+  });
+
+  afterAll(async () => {
+    await client?.close();
+    for (const service of services) await service.stop();
+    await nats?.stop();
+    await home?.cleanup();
+  });
+
+  it('each service says on start which bus and which port it uses', () => {
+    for (const service of services) {
+      expect(service.ready.bus).toBe(nats.url);
+      expect(service.port).toBeGreaterThan(0);
+      expect(String(service.ready.msg)).toContain(`ready on http://127.0.0.1:${service.port}`);
+    }
+  });
+
+  it.each(SERVICE_NAMES)('%s answers its health check on the bus and over HTTP', async (name) => {
+    const reply = await client.request(commands.health.at(name), {}, { timeoutMs: 5_000 });
+    expect(reply.service).toBe(name);
+    expect(reply.status).toBe('ok');
+    expect(reply.bus).toBe(nats.url);
+    const process = services.find((service) => service.name === name && service.port === reply.http_port);
+    expect(process).toBeDefined();
+    const response = await fetch(`${process?.url}/health`);
+    expect(response.status).toBe(200);
+    expect(HealthReplySchema.parse(await response.json()).instance_id).toBe(reply.instance_id);
+  });
+
+  it('mur health lists every service as ok', async () => {
+    const result = await runMur(['health', '--json'], { env: { MURMUR_NATS_URL: nats.url } });
+    expect(result.code).toBe(0);
+    const rows = JSON.parse(result.stdout) as Array<{ service: string; reply?: { status: string } }>;
+    expect(rows.map((row) => [row.service, row.reply?.status])).toEqual(SERVICE_NAMES.map((name) => [name, 'ok']));
+  });
+
+  it('stages over NATS through the stager processes, sharing the work between them', async () => {
+    const project = path.join(home.dir, 'capsule');
+    await capsuleProject(project, 'name: over-nats\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const staged: SessionStaged[] = [];
+    const subscription = client.subscribe(topics.sessionStaged, (event) => void staged.push(event));
+    for (let attempt = 0; attempt < 6; attempt += 1) {
+      const plan = await client.request(commands.stage, { source: { kind: 'directory', manifest_dir: project } }, { timeoutMs: 60_000 });
+      expect(plan.capsule.name).toBe('over-nats');
+    }
+    await eventually(() => (staged.length >= 6 ? true : undefined), 5_000, 'six session.staged events');
+    subscription.unsubscribe();
+    expect(new Set(staged.map((event) => event.stager_id)).size).toBe(2);
+  });
+
+  it('mur stage asks the stagers over NATS and prints the same plan as in-process', async () => {
+    const project = path.join(home.dir, 'same-either-way');
+    await capsuleProject(project, 'name: either-way\nversion: 0.2.0\ncapabilities:\n  env:\n    allow: [GREETING]\n', (await capsuleWat()).bytes);
+    const overNats = await runMur(['stage', project, '--json'], { env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(home.dir, 'home') } });
+    const inProcess = await runMur(['stage', project, '--json'], { env: { MURMUR_HOME: path.join(home.dir, 'home') } });
+    expect(overNats.code, overNats.stderr).toBe(0);
+    expect(inProcess.code, inProcess.stderr).toBe(0);
+    const strip = (text: string) => {
+      const plan = JSON.parse(text) as Record<string, unknown> & { stats: unknown; staged_at: unknown; capsule: { component: Record<string, unknown> } };
+      const { stats: _stats, staged_at: _stagedAt, ...rest } = plan;
+      return { ...rest, capsule: { ...rest.capsule, component: { ...rest.capsule.component, cache_hit: null } } };
+    };
+    expect(strip(overNats.stdout)).toEqual(strip(inProcess.stdout));
+  });
+
+  it('a refused staging comes back over NATS with its code and is announced on the bus', async () => {
+    const failures: string[] = [];
+    const subscription = client.subscribe(topics.stageFailed, (event) => void failures.push(event.error.code));
+    const result = await runMur(['stage', '--capsule', 'ghost', '--capsule-version', '9.9.9'], { env: { MURMUR_NATS_URL: nats.url } });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-RUN-008]');
+    expect(result.stderr).toContain('ghost@9.9.9');
+    await eventually(() => (failures.includes('E-RUN-008') ? true : undefined), 5_000, 'a stage.failed event');
+    subscription.unsubscribe();
+  });
+
+  it('a service stops cleanly on SIGTERM', async () => {
+    const extra = await startService('watcher', { MURMUR_NATS_URL: nats.url });
+    expect(await extra.stop()).toBe(0);
+    expect(extra.logs()).toContain('watcher stopped');
+  });
+});

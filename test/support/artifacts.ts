@@ -1,0 +1,40 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { ArtifactStore, type StoreScope, inspectArchive, writeMurZip } from '@murmur/shared/artifacts';
+
+/** A `.mur.zip` for a WASM tool (or driver, or hook): its manifest plus the component at the root. */
+export async function componentArtifact(name: string, version: string, wasm: Uint8Array, role: 'tool' | 'driver' | 'hook' = 'tool', extraManifest = ''): Promise<Buffer> {
+  const file = `${name.split('/').pop() as string}.wasm`;
+  const manifest = `name: ${name}\nversion: "${version}"\nruntime: ${role}\ndescription: the ${name} ${role}\nrequires_files: [${file}]\n${extraManifest}`;
+  return writeMurZip([
+    { name: 'murmur.yaml', data: Buffer.from(manifest) },
+    { name: file, data: wasm },
+  ]);
+}
+
+/** A `.mur.zip` holding a skill. */
+export async function skillArtifact(name: string, version: string, text: string): Promise<Buffer> {
+  return writeMurZip([
+    { name: 'murmur.yaml', data: Buffer.from(`name: ${name}\nversion: "${version}"\nruntime: skill\n`) },
+    { name: 'skill.md', data: Buffer.from(text) },
+  ]);
+}
+
+/** A packaged capsule: its capsule manifest plus `capsule.wasm` (a script capsule) or nothing (an agent). */
+export async function capsuleArchive(manifest: string, wasm?: Uint8Array): Promise<Buffer> {
+  return writeMurZip([{ name: 'murmur.yaml', data: Buffer.from(manifest) }, ...(wasm ? [{ name: 'capsule.wasm', data: wasm }] : [])]);
+}
+
+/** Publishes archive bytes into the store at `root`, with the meta a real publish derives. */
+export async function publishInto(root: string, bytes: Uint8Array, scope: StoreScope = 'global'): Promise<{ sha256: string; zipPath: string }> {
+  const inspected = await inspectArchive(bytes, 'test artifact');
+  return new ArtifactStore(root, scope).publish(bytes, inspected.meta);
+}
+
+/** A capsule project directory: `murmur.yaml` and, for a script capsule, `capsule.wasm`. */
+export async function capsuleProject(dir: string, manifest: string, wasm?: Uint8Array): Promise<string> {
+  await fs.mkdir(dir, { recursive: true });
+  await fs.writeFile(path.join(dir, 'murmur.yaml'), manifest);
+  if (wasm) await fs.writeFile(path.join(dir, 'capsule.wasm'), wasm);
+  return dir;
+}

@@ -1,0 +1,110 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const repositoryRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const murBin = path.join(repositoryRoot, 'cli', 'bin', 'mur.js');
+
+export interface MurResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs the real `mur` (the compiled CLI, as a user runs it) with a clean environment: only what
+ * the test passes, plus PATH, so a developer's own MURMUR_* settings never leak into a test.
+ */
+export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
+  const child = spawn(process.execPath, [murBin, ...args], {
+    cwd: options.cwd ?? repositoryRoot,
+    env: { PATH: process.env.PATH ?? '', ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000);
+  const [code] = (await once(child, 'exit')) as [number | null];
+  clearTimeout(timer);
+  return { code, stdout, stderr };
+}
+
+export interface ServiceProcess {
+  readonly name: string;
+  readonly port: number;
+  readonly url: string;
+  /** The service's own start line, parsed. */
+  readonly ready: Record<string, unknown>;
+  logs(): string;
+  stop(): Promise<number | null>;
+}
+
+/** Starts `node services/<name>/dist/index.js` and waits for the line that says it is ready. */
+export async function startService(name: string, env: Record<string, string | undefined>): Promise<ServiceProcess> {
+  const child: ChildProcess = spawn(process.execPath, [path.join(repositoryRoot, 'services', name, 'dist', 'index.js')], {
+    cwd: repositoryRoot,
+    env: { PATH: process.env.PATH ?? '', [`MURMUR_${name.toUpperCase()}_PORT`]: '0', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} did not report ready:\n${output}`)), 20_000);
+    const onData = (chunk: Buffer): void => {
+      output += chunk.toString();
+      for (const line of output.split('\n')) {
+        if (!line.startsWith('{')) continue;
+        try {
+          const parsed = JSON.parse(line) as Record<string, unknown>;
+          if (typeof parsed.port === 'number' && typeof parsed.bus === 'string') {
+            clearTimeout(timer);
+            resolve(parsed);
+            return;
+          }
+        } catch {
+          // a partial line; wait for the rest
+        }
+      }
+    };
+    child.stderr?.on('data', onData);
+    child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited with ${code} before it was ready:\n${output}`));
+    });
+  });
+  return {
+    name,
+    port: ready.port as number,
+    url: `http://127.0.0.1:${ready.port as number}`,
+    ready,
+    logs: () => output,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+      const exited = once(child, 'exit') as Promise<[number | null]>;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+      const [code] = await exited;
+      clearTimeout(timer);
+      return code;
+    },
+  };
+}
+
+/** Polls `check` until it returns a value other than undefined, or fails after `timeoutMs`. */
+export async function eventually<T>(check: () => Promise<T | undefined> | T | undefined, timeoutMs = 10_000, what = 'the condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await check();
+      if (value !== undefined) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`timed out waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
+}
