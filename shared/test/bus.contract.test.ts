@@ -567,6 +567,33 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     expect(thrown(() => tapper.bus.tap('a.>.b', () => {})).code).toBe('E-BUS-001');
   });
 
+  it("keeps request/reply plumbing out of tap('>'): a monitor sees the request subject, not the reply inbox", async () => {
+    const server = await network.connect();
+    const client = await network.connect();
+    const tapper = await network.connect();
+    const tapped: string[] = [];
+    tapper.bus.tap('>', (subject) => tapped.push(subject));
+    server.bus.serve(add, ({ a, b }) => ({ sum: a + b }));
+    await settle(tapper.bus, server.bus);
+
+    expect(await client.bus.request(add, { a: 1, b: 2 })).toEqual({ sum: 3 });
+    await settle(client.bus, server.bus, tapper.bus);
+
+    // In-process replies never travel on a subject; over NATS they must not show up either, or
+    // `mur events` would differ between the two buses.
+    expect(tapped).toEqual(['contract.add']);
+  });
+
+  it('fails a request or a publish on a closed bus with E-BUS-005', async () => {
+    const { bus } = await network.connect();
+    await bus.close();
+
+    const requestError = await rejection(bus.request(add, { a: 1, b: 2 }));
+    expect(requestError.code).toBe('E-BUS-005');
+    const publishError = thrown(() => bus.publish(ticks, { n: 1 }));
+    expect(publishError.code).toBe('E-BUS-005');
+  });
+
   it('stops delivery once a subscription is unsubscribed', async () => {
     const publisher = await network.connect();
     const subscriber = await network.connect();

@@ -115,6 +115,17 @@ export function createBus(transport: Transport, log: Log): Bus {
     return { ok: true, value: parsed.data };
   }
 
+  /** Encodes for the wire, refusing what the transport could not carry. */
+  function encodeFor(subject: string, value: unknown): Uint8Array {
+    const bytes = encode(value);
+    if (bytes.byteLength > transport.maxPayload) refuseOnSend(subject, `payload is ${bytes.byteLength} bytes, over the bus's ${transport.maxPayload}-byte limit`);
+    return bytes;
+  }
+
+  function closed(subject: string): MurmurError {
+    return new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path: subject });
+  }
+
   function runHandler(subject: string, run: () => unknown): void {
     try {
       const result = run();
@@ -131,7 +142,12 @@ export function createBus(transport: Transport, log: Log): Bus {
 
     publish(topic, payload) {
       const valid = validateOutgoing(topic.subject, topic.schema, payload);
-      transport.publish(topic.subject, encode(valid));
+      try {
+        transport.publish(topic.subject, encodeFor(topic.subject, valid));
+      } catch (error) {
+        if (error instanceof TransportError) throw closed(topic.subject);
+        throw error;
+      }
     },
 
     subscribe(topic, handler, options = {}) {
@@ -149,6 +165,9 @@ export function createBus(transport: Transport, log: Log): Bus {
     tap(pattern, handler) {
       if (!isValidPattern(pattern)) throw new MurmurError('E-BUS-001', `'${pattern}' is not a valid subject pattern`, { hint: "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'" });
       return transport.subscribe(pattern, (message) => {
+        // Reply inboxes are plumbing, not traffic: over NATS a `>` tap would otherwise see every
+        // reply, which the in-process bus never routes through subjects at all.
+        if (message.subject.startsWith('_INBOX.')) return;
         let payload: unknown;
         try {
           payload = decode(message.data);
@@ -164,12 +183,12 @@ export function createBus(transport: Transport, log: Log): Bus {
       const valid = validateOutgoing(topic.subject, topic.request, payload);
       let replyBytes: Uint8Array;
       try {
-        replyBytes = await transport.request(topic.subject, encode(valid), timeoutMs);
+        replyBytes = await transport.request(topic.subject, encodeFor(topic.subject, valid), timeoutMs);
       } catch (error) {
         if (error instanceof TransportError) {
           if (error.failure === 'timeout') throw new MurmurError('E-BUS-003', `no reply on '${topic.subject}' within ${timeoutMs} ms`, { path: topic.subject });
           if (error.failure === 'no-responders') throw new MurmurError('E-BUS-004', `no service answers '${topic.subject}' on ${transport.description}`, { path: topic.subject });
-          throw new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path: topic.subject });
+          throw closed(topic.subject);
         }
         throw error;
       }
@@ -193,7 +212,17 @@ export function createBus(transport: Transport, log: Log): Bus {
         topic.subject,
         (message) => {
           const respond = (envelope: z.infer<typeof ReplyEnvelopeSchema>): void => {
-            if (message.respond) message.respond(encode(envelope));
+            if (!message.respond) return;
+            let bytes = encode(envelope);
+            if (bytes.byteLength > transport.maxPayload) {
+              log.error({ subject: message.subject, bytes: bytes.byteLength }, 'refused to send a reply over the bus payload limit');
+              bytes = encode({ ok: false, error: { code: 'E-BUS-001', message: `the reply on '${message.subject}' is ${bytes.byteLength} bytes, over the bus's ${transport.maxPayload}-byte limit` } });
+            }
+            try {
+              message.respond(bytes);
+            } catch (error) {
+              log.warn({ subject: message.subject, err: error }, 'could not send a reply');
+            }
           };
           const received = receive(message, topic.request);
           if (!received.ok) {

@@ -16,6 +16,8 @@ interface Subscriber {
  */
 export class InProcessTransport implements Transport {
   readonly description = 'in-process';
+  /** nats-server's default, so a payload that fits here fits on the stack's bus too. */
+  readonly maxPayload = 1024 * 1024;
   private subscribers: Subscriber[] = [];
   private readonly queueCursor = new Map<string, number>();
   private pending = 0;

@@ -48,8 +48,17 @@ export class NatsTransport implements Transport {
     return new NatsTransport(connection, url);
   }
 
+  get maxPayload(): number {
+    return this.connection.info?.max_payload ?? 1024 * 1024;
+  }
+
   publish(subject: string, data: Uint8Array): void {
-    this.connection.publish(subject, data);
+    try {
+      this.connection.publish(subject, data);
+    } catch (error) {
+      if (error instanceof NatsError && error.code === ErrorCode.ConnectionClosed) throw new TransportError('closed', error.message);
+      throw error;
+    }
   }
 
   subscribe(pattern: string, handler: (message: { subject: string; data: Uint8Array; respond?(data: Uint8Array): void }) => void, queue?: string): RawSubscription {

@@ -29,6 +29,8 @@ export class TransportError extends Error {
 export interface Transport {
   /** `in-process`, or the server URL the transport is connected to. */
   readonly description: string;
+  /** The largest payload the transport carries; the bus refuses bigger ones before sending. */
+  readonly maxPayload: number;
   publish(subject: string, data: Uint8Array): void;
   subscribe(pattern: string, handler: (message: RawMessage) => void, queue?: string): RawSubscription;
   request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
