@@ -57,7 +57,6 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   const listener = await listenHttp(app, { host, port: portFromEnv(env[`MURMUR_${upper}_PORT`], options.defaultPort) });
   identity.httpPort = listener.port;
   const health = serveHealth(bus, identity);
-  log.info({ bus: bus.description, host, port: listener.port, url: listener.url, instance_id: instanceId }, `${options.service} ready on ${listener.url}, bus ${bus.description}`);
 
   let stopping = false;
   const stop = async (signal: string): Promise<void> => {
@@ -70,6 +69,8 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     await bus.close();
     log.info({}, `${options.service} stopped`);
   };
+  // Handlers first, then the ready line: whoever reads the line may signal at once.
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
+  log.info({ bus: bus.description, host, port: listener.port, url: listener.url, instance_id: instanceId }, `${options.service} ready on ${listener.url}, bus ${bus.description}`);
 }
