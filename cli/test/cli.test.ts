@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -5,7 +6,7 @@ import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
 import { capsuleProject, componentArtifact } from '../../test/support/artifacts.js';
 import { listTree, tempDir, writeFiles } from '../../test/support/fs.js';
 import { capsuleWat, toolWat } from '../../test/support/guests.js';
-import { runMur } from '../../test/support/processes.js';
+import { murBin, runMur } from '../../test/support/processes.js';
 
 let scratch: { dir: string; cleanup: () => Promise<void> };
 let env: Record<string, string>;
@@ -158,6 +159,19 @@ describe('mur stage', () => {
     expect(human.stdout).toMatch(/^staged hello@0\.1\.0 \(script capsule\) in \d+ ms/);
     const json = await runMur(['stage', project, '--json'], { env });
     expect(JSON.parse(json.stdout)).toMatchObject({ plan_version: 1, capsule: { name: 'hello', kind: 'script', component: { cache_hit: true } } });
+  });
+
+  it('shows transpile progress on a terminal, and nothing when stderr is not one', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const piped = await runMur(['stage', project], { env });
+    expect(piped.stderr).toBe('');
+    // A real pseudo-terminal, from util-linux's script(1), with a cache that has not seen this component.
+    const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(murBin)} stage ${JSON.stringify(project)}`;
+    const terminal = spawnSync('script', ['-qec', command, '/dev/null'], { env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'fresh-home'), TERM: 'dumb' }, encoding: 'utf8' });
+    expect(terminal.status).toBe(0);
+    expect(terminal.stdout).toContain('transpiling hello@0.1.0 (182 B)');
+    expect(terminal.stdout).toMatch(/✓ transpiled hello@0\.1\.0 \(182 B\) in \d+\.\ds/);
+    expect(terminal.stdout).toContain('staged hello@0.1.0 (script capsule)');
   });
 
   it('stages a published capsule by --capsule and --capsule-version', async () => {

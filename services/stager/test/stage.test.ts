@@ -2,11 +2,12 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { LOCKFILE_NAME, type MurmurError, StagedPlanSchema, silentLog } from '@murmur/shared';
-import { ArtifactStore, readLockfile, writeLockfile } from '@murmur/shared/artifacts';
+import { ArtifactStore, readLockfile, sha256Hex, writeLockfile } from '@murmur/shared/artifacts';
 import { type StageProgress, Stager } from '@murmur/stager';
 import { capsuleArchive, capsuleProject, componentArtifact, publishInto, skillArtifact } from '../../../test/support/artifacts.js';
 import { listTree, tempDir } from '../../../test/support/fs.js';
 import { capsuleWat, helloCapsuleJs, toolWat, unversionedCapsuleWat } from '../../../test/support/guests.js';
+import { rawZip } from '../../../test/support/raw-zip.js';
 
 interface World {
   root: string;
@@ -272,6 +273,75 @@ describe('staging refuses, and writes nothing', () => {
     await fs.mkdir(world.project, { recursive: true });
     const error = await refusal(directory());
     expect(error.code).toBe('E-IO-001');
+  });
+});
+
+describe('every kind of bad input is refused with its code, and staging writes nothing', () => {
+  const badManifests = [
+    ['malformed YAML', 'name: hello\nversion: 0.1.0\ncapabilities: [\n', 'E-MAN-002'],
+    ['a missing name', 'version: 0.1.0\n', 'E-MAN-001'],
+    ['a zero limit', 'name: hello\nversion: 0.1.0\ncapabilities:\n  limits:\n    memory_bytes: 0\n', 'E-MAN-003'],
+    ['a bad network rule', 'name: hello\nversion: 0.1.0\ncapabilities:\n  network:\n    allow: ["ftp://files.example.com"]\n', 'E-CAP-001'],
+    ['a scope outside the workdir', 'name: hello\nversion: 0.1.0\ncapabilities:\n  filesystem:\n    scope: ../..\n', 'E-CAP-002'],
+  ] as const;
+
+  it.each(badManifests)('%s', async (_what, manifest, code) => {
+    await capsuleProject(world.project, manifest, (await capsuleWat()).bytes);
+    const before = await listTree(world.project);
+    const error = await refusal(directory());
+    expect(error.code).toBe(code);
+    expect(await writtenByStaging()).toEqual({ cache: [], project: before });
+  });
+
+  it('an unknown key is a warning and staging goes on', async () => {
+    await capsuleProject(world.project, `${SCRIPT}unexpected: true\n`, (await capsuleWat()).bytes);
+    const plan = await world.stager.stage(directory());
+    expect(plan.warnings[0]).toMatchObject({ code: 'W-SEC-019' });
+  });
+
+  const hostileArchives = [
+    ['a zip-slip entry', [{ name: '../../outside.txt', data: Buffer.from('x') }], 'E-ART-001'],
+    ['an absolute entry', [{ name: '/etc/cron.d/evil', data: Buffer.from('x') }], 'E-ART-001'],
+    ['a symlink entry', [{ name: 'link', data: Buffer.from('/etc/passwd'), unixMode: 0o120777 }], 'E-ART-001'],
+    ['an entry whose header claims it is small', [{ name: 'big.bin', data: Buffer.alloc(4096, 1), claimedSize: 10 }], 'E-ART-003'],
+  ] as const;
+
+  it.each(hostileArchives)('an installed artifact with %s', async (_what, extra, code) => {
+    const tool = await toolWat();
+    const archive = rawZip([
+      { name: 'murmur.yaml', data: Buffer.from('name: echo-tool\nversion: "0.1.0"\nruntime: tool\nrequires_files: [echo-tool.wasm]\n') },
+      { name: 'echo-tool.wasm', data: tool.bytes },
+      ...extra,
+    ]);
+    // Stored as if published by someone else: the store keeps whatever bytes it is given.
+    const dir = path.join(world.globalStore, 'echo-tool', '0.1.0');
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'echo-tool-0.1.0.mur.zip'), archive);
+    await fs.writeFile(path.join(dir, 'echo-tool-0.1.0.sha256'), sha256Hex(archive));
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    const before = await listTree(world.project);
+    const error = await refusal(directory());
+    expect(error.code).toBe(code);
+    expect(await writtenByStaging()).toEqual({ cache: [], project: before });
+    expect(await listTree(world.root)).not.toContain('outside.txt');
+  });
+
+  it('an installed artifact with an entry over the decompression ceiling', async () => {
+    // Published under the default ceiling, staged under a lower one.
+    await publishInto(world.globalStore, await skillArtifact('huge-skill', '1.0.0', 'x'.repeat(100_000)));
+    const previous = process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES;
+    process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES = '65536';
+    try {
+      await capsuleProject(world.project, 'name: hello\nversion: 0.1.0\nartifacts:\n  - name: huge-skill\n    version: 1.0.0\n    runtime: skill\n', (await capsuleWat()).bytes);
+      const before = await listTree(world.project);
+      const error = await refusal(directory());
+      expect(error.code).toBe('E-ART-002');
+      expect(error.message).toContain("'skill.md' exceeds the 65536-byte decompression ceiling");
+      expect(await writtenByStaging()).toEqual({ cache: [], project: before });
+    } finally {
+      if (previous === undefined) delete process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES;
+      else process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES = previous;
+    }
   });
 });
 
