@@ -5,18 +5,10 @@ import { MurmurError } from '@murmur/shared';
 import { MurZip, buildArtifact, sha256Hex } from '@murmur/shared/artifacts';
 import { listTree, tempDir, writeFiles } from '../../test/support/fs.js';
 import { capsuleWat, toolWat } from '../../test/support/guests.js';
+import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
 const CORE_MODULE = Buffer.from([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]);
 
-async function rejection(promise: Promise<unknown>): Promise<MurmurError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(MurmurError);
-    return error as MurmurError;
-  }
-  throw new Error('expected a refusal');
-}
 
 /** Every `.mur.zip` and every temporary file under `root`. */
 async function outputs(root: string): Promise<string[]> {

@@ -13,6 +13,7 @@ import {
 } from '@murmur/shared/bus';
 import { type NatsServer, startNatsServer } from '../../test/support/nats-server.js';
 import { RecordingLog } from '../../test/support/recording-log.js';
+import { rejectionOf as rejection, refusalOf as thrown } from '../../test/support/refusals.js';
 
 /**
  * One contract, two transports: everything below must hold identically for the embedded
@@ -87,25 +88,7 @@ async function settle(...buses: Bus[]): Promise<void> {
   for (const bus of buses) await bus.flush();
 }
 
-async function rejection(promise: Promise<unknown>): Promise<MurmurError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(MurmurError);
-    return error as MurmurError;
-  }
-  throw new Error('expected the promise to reject');
-}
 
-function thrown(run: () => unknown): MurmurError {
-  try {
-    run();
-  } catch (error) {
-    expect(error).toBeInstanceOf(MurmurError);
-    return error as MurmurError;
-  }
-  throw new Error('expected the call to throw');
-}
 
 /** Records every uncaught exception and unhandled rejection while it is installed. */
 function watchForCrashes(): { readonly seen: unknown[]; stop(): void } {

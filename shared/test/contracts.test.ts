@@ -28,16 +28,8 @@ import {
   spawnerHandleToEnv,
   upsertLockEntry,
 } from '@murmur/shared';
+import { refusalOf as refusal } from '../../test/support/refusals.js';
 
-function refusal(run: () => unknown): MurmurError {
-  try {
-    run();
-  } catch (error) {
-    if (error instanceof MurmurError) return error;
-    throw error;
-  }
-  throw new Error('expected a refusal');
-}
 
 const MARKER = ' […]';
 const utf8Bytes = (text: string): number => Buffer.byteLength(text, 'utf8');

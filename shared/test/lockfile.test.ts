@@ -5,19 +5,11 @@ import { parse as parseYaml } from 'yaml';
 import { type LockedArtifact, type MurmurLock, LOCKFILE_NAME, MurmurError, upsertLockEntry } from '@murmur/shared';
 import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
 import { listTree, tempDir } from '../../test/support/fs.js';
+import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
 const SHA_A = 'a'.repeat(64);
 const SHA_B = '0123456789abcdef'.repeat(4);
 
-async function rejection(promise: Promise<unknown>): Promise<MurmurError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(MurmurError);
-    return error as MurmurError;
-  }
-  throw new Error('expected a refusal');
-}
 
 let dir: string;
 let lockPath: string;

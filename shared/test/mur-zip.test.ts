@@ -5,6 +5,7 @@ import { MurmurError } from '@murmur/shared';
 import { DEFAULT_MAX_ENTRY_BYTES, MAX_ENTRY_BYTES_ENV, MurZip, type ZipInput, maxEntryBytesFromEnv, writeMurZip } from '@murmur/shared/artifacts';
 import { listTree, tempDir } from '../../test/support/fs.js';
 import { type RawEntry, rawZip } from '../../test/support/raw-zip.js';
+import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
 const text = (value: string): Buffer => Buffer.from(value, 'utf8');
 
@@ -19,15 +20,6 @@ function noise(length: number, seed = 7): Buffer {
   return bytes;
 }
 
-async function rejection(promise: Promise<unknown>): Promise<MurmurError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(MurmurError);
-    return error as MurmurError;
-  }
-  throw new Error('expected a refusal');
-}
 
 let dir: string;
 let cleanup: () => Promise<void>;

@@ -10,16 +10,8 @@ import {
   requestTargetOf,
   ruleMatches,
 } from '@murmur/shared';
+import { refusalOf as refusal } from '../../test/support/refusals.js';
 
-function refusal(run: () => unknown): MurmurError {
-  try {
-    run();
-  } catch (error) {
-    if (error instanceof MurmurError) return error;
-    throw error;
-  }
-  throw new Error('expected the entry to be refused');
-}
 
 function target(url: string): RequestTarget {
   const parsed = requestTargetOf(url);

@@ -4,16 +4,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type ArtifactMeta, MurmurError, fallbackMeta } from '@murmur/shared';
 import { ArtifactStore, sha256Hex, storeSource, verifyResolved } from '@murmur/shared/artifacts';
 import { listTree, tempDir, writeFiles } from '../../test/support/fs.js';
+import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
-async function rejection(promise: Promise<unknown>): Promise<MurmurError> {
-  try {
-    await promise;
-  } catch (error) {
-    expect(error).toBeInstanceOf(MurmurError);
-    return error as MurmurError;
-  }
-  throw new Error('expected a refusal');
-}
 
 function meta(overrides: Partial<ArtifactMeta> = {}): ArtifactMeta {
   return {
