@@ -66,6 +66,29 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .action(run((dir: string | undefined, options: { capsule?: string; capsuleVersion?: string; json?: boolean; verbose?: boolean }) => import('./commands/stage.js').then((module) => module.stageCommand(dir, options, output))));
 
   program
+    .command('run')
+    .description('stage a capsule, run it in a sandbox, and wait for it to end')
+    .option('--manifest <path>', 'the capsule manifest', './murmur.yaml')
+    .option('--capsule <name>', 'run a capsule from a registry instead')
+    .option('--capsule-version <version>', 'the version of --capsule')
+    .option('--workdir <dir>', 'an existing directory to run in (default: <manifest dir>/workdir/<session>)')
+    .option('--task <file|text>', 'the task: a file copied to task.md, or the text itself')
+    .option('--json', 'print one launch line as JSON, and nothing else on stdout')
+    .option('--no-env-file', "do not load the project's .env")
+    .option('-v, --verbose', 'also print the workdir and what the session runs with')
+    .option('--bind <address>', 'the address a session door binds', '127.0.0.1')
+    .option('--lifecycle-task-acceptance <mode>', 'override lifecycle.task_acceptance (none|single|queue)')
+    .option('--lifecycle-after-task <mode>', 'override lifecycle.after_task (exit|sleep)')
+    .action(run((options: Record<string, unknown>) => import('./commands/run.js').then((module) => module.runCommand(options, output))));
+
+  program
+    .command('events')
+    .description('tail the bus (MURMUR_NATS_URL): every subject, or those matching a pattern')
+    .argument('[pattern]', "a subject pattern, e.g. 'session.>'", '>')
+    .option('--json', 'one JSON object per line: {subject, payload}')
+    .action(run((pattern: string, options: { json?: boolean }) => import('./commands/events.js').then((module) => module.eventsCommand(pattern, options, output))));
+
+  program
     .command('health')
     .description('ask every service on the bus (MURMUR_NATS_URL) for its health check')
     .option('--json', 'print JSON')

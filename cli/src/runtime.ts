@@ -1,6 +1,7 @@
 import { type Bus, connectBus } from '@murmur/shared/bus';
 import { type Log, silentLog } from '@murmur/shared';
 import { createLogger } from '@murmur/shared/node';
+import { startExecutorService } from '@murmur/executor';
 import { type StageProgress, startStagerService } from '@murmur/stager';
 
 /**
@@ -19,19 +20,24 @@ export interface RuntimeOptions {
   env?: NodeJS.ProcessEnv;
   onStageProgress?: (progress: StageProgress) => void;
   verbose?: boolean;
+  /** Start an executor too (for `mur run`); staging alone does not need one. */
+  executor?: boolean;
 }
 
 export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime> {
   const env = options.env ?? process.env;
-  const log: Log = options.verbose ? createLogger('mur', env) : silentLog;
+  // The services' logs stay quiet inside `mur` unless asked for (MURMUR_LOG_LEVEL, or -v on stage).
+  const log: Log = options.verbose || env.MURMUR_LOG_LEVEL ? createLogger('mur', env) : silentLog;
   const natsUrl = env.MURMUR_NATS_URL?.trim();
   const bus = await connectBus({ natsUrl, name: 'mur', log });
   if (natsUrl) return { bus, inProcess: false, close: () => bus.close() };
   const stager = startStagerService({ bus, log, env, ...(options.onStageProgress ? { onProgress: options.onStageProgress } : {}) });
+  const executor = options.executor ? startExecutorService({ bus, log, env }) : undefined;
   return {
     bus,
     inProcess: true,
     async close() {
+      await executor?.close();
       await stager.close();
       await bus.close();
     },

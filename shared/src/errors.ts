@@ -98,7 +98,7 @@ export class MurmurError extends Error {
   constructor(code: ErrorCode, message: string, options: MurmurErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
-    const catalogueHint: string | undefined = (ERROR_CATALOGUE[code] as CatalogueEntry).hint;
+    const catalogueHint: string | undefined = (ERROR_CATALOGUE[code] as CatalogueEntry | undefined)?.hint;
     this.hint = options.hint ?? catalogueHint;
     this.path = options.path;
   }

@@ -18,3 +18,5 @@ export { parseYamlSource, type YamlSource } from './manifest/yaml-source.js';
 export { yamlTypeName } from './manifest/issues.js';
 export * from './artifact-meta.js';
 export * from './service-health.js';
+export * from './environment.js';
+export * from './launch.js';

@@ -136,3 +136,10 @@ export const StageRequestSchema = z.object({
 export type StageRequest = z.input<typeof StageRequestSchema>;
 
 export { MurmurErrorJsonSchema };
+
+/** One artifact staged on its own: what `manage.pull()` asks for at run time. */
+export const StageArtifactRequestSchema = z.object({
+  name: z.string().min(1),
+  version: z.string().min(1),
+  project_dir: z.string().optional(),
+});

@@ -13,3 +13,6 @@ export const MurmurWarningSchema = z.object({
   message: z.string(),
   path: z.string().optional(),
 });
+
+/** An error as carried in a payload: its code is any string, as a reader may not know it. */
+export type WireError = z.infer<typeof MurmurErrorJsonSchema>;

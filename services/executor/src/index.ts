@@ -5,8 +5,8 @@ import { startExecutorService } from './service.js';
 await runServiceProcess({
   service: 'executor',
   defaultPort: 7720,
-  async start({ bus, log }) {
-    const service = startExecutorService({ bus, log });
+  async start({ bus, log, env }) {
+    const service = startExecutorService({ bus, log, env });
     return { close: () => service.close() };
   },
 });

@@ -59,6 +59,7 @@ export function startStagerService(options: StagerServiceOptions): StagerService
       { queue: QUEUE_GROUPS.stager },
     ),
   );
+  subscriptions.push(options.bus.serve(commands.stageArtifact, (request) => stager.stageOne(request), { queue: QUEUE_GROUPS.stager }));
   return {
     instanceId,
     stager,

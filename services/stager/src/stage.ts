@@ -87,6 +87,20 @@ interface ExtractionNeed {
   assign: (dir: string) => void;
 }
 
+/** What one staging will write, held until it commits or rolls back as one. */
+interface Transaction {
+  componentNeeds: ComponentNeed[];
+  extractionNeeds: ExtractionNeed[];
+  openZips: MurZip[];
+  pending: Array<{ temporaryDir: string; finalDir: string }>;
+  pendingComponents: PendingEntry[];
+  indexWrites: Array<{ zipSha256: string; entry: string; sha256: string }>;
+}
+
+function newTransaction(): Transaction {
+  return { componentNeeds: [], extractionNeeds: [], openZips: [], pending: [], pendingComponents: [], indexWrites: [] };
+}
+
 const CAPSULE_EXPORT = 'murmur:capsule/run@0.1.0';
 const TOOL_EXPORT = 'murmur:tool/run@0.1.0';
 const HOOK_EXPORT = 'murmur:hook/lifecycle@0.5.0';
@@ -114,40 +128,35 @@ export class Stager {
     const started = performance.now();
     const request = StageRequestSchema.parse(call.request);
     const progress = call.onProgress ?? (() => {});
-    const openZips: MurZip[] = [];
-    const pending: Array<{ temporaryDir: string; finalDir: string }> = [];
-    const pendingComponents: PendingEntry[] = [];
+    const tx = newTransaction();
     try {
       // ── phase 1: resolve and verify ────────────────────────────────────────
-      const loaded = await this.loadCapsule(request, progress, openZips);
+      const loaded = await this.loadCapsule(request, progress, tx.openZips);
       const { manifest, manifestText, manifestDir, origin, warnings } = loaded;
       const projectDir = origin.kind === 'directory' ? manifestDir : request.project_dir;
       const chain = this.chain(projectDir);
       const lockPath = origin.kind === 'directory' ? path.join(manifestDir, LOCKFILE_NAME) : undefined;
       const lock = lockPath ? await readLockfile(lockPath) : undefined;
 
-      const componentNeeds: ComponentNeed[] = [];
-      const extractionNeeds: ExtractionNeed[] = [];
       const staged: StagedArtifact[] = [];
       const lockEntries: LockedArtifact[] = [];
-
       for (const declaration of manifest.artifacts) {
-        const artifact = await this.stageArtifact(declaration, { chain, lock, lockPath, manifestDir, origin, honourPins: request.honour_pins, warnings, progress, openZips });
+        const artifact = await this.stageArtifact(declaration, { chain, lock, lockPath, manifestDir, origin, honourPins: request.honour_pins, warnings, progress, openZips: tx.openZips });
         staged.push(artifact.staged);
         if (artifact.lockEntry) lockEntries.push(artifact.lockEntry);
-        if (artifact.component) componentNeeds.push(artifact.component);
-        if (artifact.extraction) extractionNeeds.push(artifact.extraction);
+        if (artifact.component) tx.componentNeeds.push(artifact.component);
+        if (artifact.extraction) tx.extractionNeeds.push(artifact.extraction);
       }
 
       if (loaded.zip && loaded.zipSha256) {
         // A packaged capsule's own files (a system prompt, skills) are read from its extraction.
-        extractionNeeds.push({ zip: loaded.zip, sha256: loaded.zipSha256, skip: new Set(loaded.rootWasm ? [loaded.rootWasm] : []), assign: () => {} });
+        tx.extractionNeeds.push({ zip: loaded.zip, sha256: loaded.zipSha256, skip: new Set(loaded.rootWasm ? [loaded.rootWasm] : []), assign: () => {} });
       }
 
       const kind = manifest.inference !== undefined ? 'agent' : 'script';
       let capsuleComponent: TranspiledComponent | undefined;
       if (kind === 'script') {
-        componentNeeds.push({
+        tx.componentNeeds.push({
           label: `${manifest.name}@${manifest.version}`,
           load: () => this.capsuleComponentBytes(loaded),
           ...(loaded.zipSha256 && loaded.rootWasm ? { archive: { zipSha256: loaded.zipSha256, entry: loaded.rootWasm } } : {}),
@@ -156,57 +165,12 @@ export class Stager {
         });
       }
 
-      // ── phase 2: prepare (cache hits are read, misses transpiled into temporaries) ──
-      const indexWrites: Array<{ zipSha256: string; entry: string; sha256: string }> = [];
-      for (const need of componentNeeds) {
-        // Warm path: an archive seen before names its component's digest, so a cache hit costs no
-        // inflate and no hash of the component (the archive's own digest was verified above).
-        const indexed = need.archive ? await this.archiveIndex(need.archive.zipSha256, need.archive.entry) : undefined;
-        const known = indexed ? await this.components.lookup(indexed) : undefined;
-        if (known) {
-          progress({ phase: 'transpile', artifact: need.label, bytes: known.size_bytes, state: 'cached' });
-          checkExport(known, need);
-          need.assign(known);
-          continue;
-        }
-        const bytes = await need.load();
-        const sha256 = sha256Hex(bytes);
-        if (need.archive) indexWrites.push({ ...need.archive, sha256 });
-        const hit = await this.components.lookup(sha256);
-        if (hit) {
-          progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'cached' });
-          checkExport(hit, need);
-          need.assign(hit);
-          continue;
-        }
-        progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'start' });
-        const transpileStarted = performance.now();
-        const prepared = await this.components.prepare(bytes, sha256, need.label);
-        pendingComponents.push(prepared);
-        checkExport(prepared.component, need);
-        need.assign(prepared.component);
-        progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'done', ms: performance.now() - transpileStarted });
-      }
-      for (const need of extractionNeeds) {
-        const finalDir = path.join(this.options.cacheDir, 'extracted', need.sha256);
-        need.assign(finalDir);
-        if (existsSync(finalDir)) continue;
-        const temporaryDir = temporarySibling(finalDir);
-        pending.push({ temporaryDir, finalDir });
-        await need.zip.extractTo(temporaryDir, need.skip);
-      }
-
-      // ── phase 3: commit ────────────────────────────────────────────────────
-      for (const entry of pendingComponents) await this.components.commit(entry);
-      for (const entry of pending) await renameDirectoryIntoPlace(entry.temporaryDir, entry.finalDir);
-      pendingComponents.length = 0;
-      pending.length = 0;
-      for (const write of indexWrites) await this.recordArchiveIndex(write.zipSha256, write.entry, write.sha256);
+      await this.prepare(tx, progress);
+      await this.commit(tx);
 
       const policy = capabilityPolicy(manifest);
       const baseLifecycle = LifecycleSchema.parse(manifest.lifecycle ?? {});
       const lifecycle = { ...baseLifecycle, ...stripUndefined(request.lifecycle_override ?? {}) };
-      const componentCount = componentNeeds.length;
       const cacheHits = [...staged.map((artifact) => artifact.component), capsuleComponent].filter((component) => component?.cache_hit).length;
       const durationMs = performance.now() - started;
       progress({ phase: 'done', ms: durationMs });
@@ -229,16 +193,101 @@ export class Stager {
         lock: lockPath ? { path: lockPath, status: lock ? 'honoured' : 'absent', entries: lock ? lock.artifacts : lockEntries } : { status: 'not-applicable', entries: lockEntries },
         secret_env: referencedEnvNames(manifestText),
         warnings,
-        stats: { duration_ms: durationMs, components: componentCount, cache_hits: cacheHits },
+        stats: { duration_ms: durationMs, components: tx.componentNeeds.length, cache_hits: cacheHits },
       };
     } finally {
-      for (const entry of pendingComponents) await this.components.discard(entry);
-      for (const entry of pending) {
-        await fs.rm(entry.temporaryDir, { recursive: true, force: true });
-        await removeEmptyParents(path.dirname(entry.temporaryDir), this.options.cacheDir);
-      }
-      for (const zip of openZips) zip.close();
+      await this.rollback(tx);
     }
+  }
+
+  /**
+   * One artifact on its own, for `manage.pull()` at run time: resolved, verified and transpiled
+   * exactly as a declared one would be (no lock is consulted; the puller checks its own).
+   */
+  async stageOne(request: { name: string; version: string; project_dir?: string | undefined }): Promise<StagedArtifact> {
+    const tx = newTransaction();
+    try {
+      const chain = this.chain(request.project_dir);
+      const declaration: ArtifactDeclaration = { name: request.name, version: request.version, runtime: 'tool', local_source: false, prompt_payload: false };
+      const artifact = await this.stageArtifact(declaration, {
+        chain,
+        lock: undefined,
+        lockPath: undefined,
+        manifestDir: request.project_dir ?? process.cwd(),
+        origin: { kind: 'directory', manifest_dir: request.project_dir ?? process.cwd() },
+        honourPins: false,
+        warnings: [],
+        progress: () => {},
+        openZips: tx.openZips,
+      });
+      if (artifact.component) tx.componentNeeds.push(artifact.component);
+      if (artifact.extraction) tx.extractionNeeds.push(artifact.extraction);
+      await this.prepare(tx, () => {});
+      await this.commit(tx);
+      return artifact.staged;
+    } finally {
+      await this.rollback(tx);
+    }
+  }
+
+  /** Phase 2: cache hits read, misses transpiled and payloads extracted into temporaries. */
+  private async prepare(tx: Transaction, progress: (progress: StageProgress) => void): Promise<void> {
+    for (const need of tx.componentNeeds) {
+      // Warm path: an archive seen before names its component's digest, so a cache hit costs no
+      // inflate and no hash of the component (the archive's own digest was verified above).
+      const indexed = need.archive ? await this.archiveIndex(need.archive.zipSha256, need.archive.entry) : undefined;
+      const known = indexed ? await this.components.lookup(indexed) : undefined;
+      if (known) {
+        progress({ phase: 'transpile', artifact: need.label, bytes: known.size_bytes, state: 'cached' });
+        checkExport(known, need);
+        need.assign(known);
+        continue;
+      }
+      const bytes = await need.load();
+      const sha256 = sha256Hex(bytes);
+      if (need.archive) tx.indexWrites.push({ ...need.archive, sha256 });
+      const hit = await this.components.lookup(sha256);
+      if (hit) {
+        progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'cached' });
+        checkExport(hit, need);
+        need.assign(hit);
+        continue;
+      }
+      progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'start' });
+      const transpileStarted = performance.now();
+      const prepared = await this.components.prepare(bytes, sha256, need.label);
+      tx.pendingComponents.push(prepared);
+      checkExport(prepared.component, need);
+      need.assign(prepared.component);
+      progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'done', ms: performance.now() - transpileStarted });
+    }
+    for (const need of tx.extractionNeeds) {
+      const finalDir = path.join(this.options.cacheDir, 'extracted', need.sha256);
+      need.assign(finalDir);
+      if (existsSync(finalDir)) continue;
+      const temporaryDir = temporarySibling(finalDir);
+      tx.pending.push({ temporaryDir, finalDir });
+      await need.zip.extractTo(temporaryDir, need.skip);
+    }
+  }
+
+  /** Phase 3: every temporary renamed into place together. */
+  private async commit(tx: Transaction): Promise<void> {
+    for (const entry of tx.pendingComponents) await this.components.commit(entry);
+    for (const entry of tx.pending) await renameDirectoryIntoPlace(entry.temporaryDir, entry.finalDir);
+    tx.pendingComponents.length = 0;
+    tx.pending.length = 0;
+    for (const write of tx.indexWrites) await this.recordArchiveIndex(write.zipSha256, write.entry, write.sha256);
+  }
+
+  /** Whatever was not committed is removed, with any directory it created. */
+  private async rollback(tx: Transaction): Promise<void> {
+    for (const entry of tx.pendingComponents) await this.components.discard(entry);
+    for (const entry of tx.pending) {
+      await fs.rm(entry.temporaryDir, { recursive: true, force: true });
+      await removeEmptyParents(path.dirname(entry.temporaryDir), this.options.cacheDir);
+    }
+    for (const zip of tx.openZips) zip.close();
   }
 
   private async loadCapsule(request: ReturnType<typeof StageRequestSchema.parse>, progress: (progress: StageProgress) => void, openZips: MurZip[]): Promise<LoadedCapsule> {

@@ -3,6 +3,7 @@ import { type EnvLookup, envReferenceName, resolveEnvReference } from '../env-re
 import { MurmurError, type MurmurWarning } from '../errors.js';
 import { validateFilesystemScope } from '../filesystem-scope.js';
 import { parseNetworkAllowRule } from '../network-rules.js';
+import { artifactNameProblem } from './artifact-name.js';
 import { type IssueParams, issueToError, yamlPath } from './issues.js';
 import { parseYamlSource } from './yaml-source.js';
 
@@ -200,6 +201,10 @@ const ArtifactDeclarationSchema = z
   })
   .superRefine((artifact, ctx) => {
     if (artifact.name === '') return refine(ctx, ['name'], "missing required field 'name'");
+    // Artifact names become directory names in the workdir and the stores: hold them to the
+    // artifact-name shape here, where a hostile packaged capsule's manifest is first read.
+    const nameProblem = artifactNameProblem(artifact.name);
+    if (nameProblem) return refine(ctx, ['name'], `invalid artifact name '${artifact.name}': ${nameProblem}`);
     const runtime = artifact.runtime;
     if (runtime === 'wasm' || runtime === 'native') {
       return refine(ctx, ['runtime'], `use 'runtime: tool'; implementation is declared in the artifact's own manifest (got '${runtime}')`);

@@ -1,0 +1,159 @@
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, topics } from '@murmur/shared';
+import { writeLockfile } from '@murmur/shared/artifacts';
+import { environmentWithEnvFile } from '../env-file.js';
+import type { Output } from '../output.js';
+import { terminalProgress } from '../progress.js';
+import { findProjectRoot } from '../project.js';
+import { openRuntime } from '../runtime.js';
+import { STAGE_TIMEOUT_MS } from './stage.js';
+
+export interface RunOptions {
+  manifest?: string;
+  capsule?: string;
+  capsuleVersion?: string;
+  workdir?: string;
+  task?: string;
+  json?: boolean;
+  envFile?: boolean;
+  verbose?: boolean;
+  bind?: string;
+  lifecycleTaskAcceptance?: string;
+  lifecycleAfterTask?: string;
+}
+
+const LAUNCH_TIMEOUT_MS = 60_000;
+
+/** `--task`: a file's content when it names a file, else the text itself. */
+function taskText(task: string | undefined): string | undefined {
+  if (task === undefined) return undefined;
+  try {
+    if (existsSync(task) && statSync(task).isFile()) return readFileSync(task, 'utf8');
+  } catch {
+    // not a readable file: the text is the task
+  }
+  return task;
+}
+
+/** The launching side's values a capsule may receive: its allowlist, its `${VAR}`s, the subprocess baseline. */
+function launchEnvironment(plan: StagedPlan, env: Record<string, string>): Record<string, string> {
+  const names = new Set([...plan.policy.env_allow, ...plan.secret_env, ...SUBPROCESS_BASELINE, ...plan.policy.shell_baseline_env]);
+  const values: Record<string, string> = {};
+  for (const name of names) if (env[name] !== undefined) values[name] = env[name] as string;
+  return values;
+}
+
+function lifecycleOverride(options: RunOptions): Record<string, string> | undefined {
+  const override: Record<string, string> = {};
+  if (options.lifecycleTaskAcceptance) override.task_acceptance = options.lifecycleTaskAcceptance;
+  if (options.lifecycleAfterTask) override.after_task = options.lifecycleAfterTask;
+  return Object.keys(override).length > 0 ? override : undefined;
+}
+
+/**
+ * `mur run`: stage a capsule, launch it in an executor, and wait for it to end.
+ *
+ * Output as upstream: `session: <id>` (and `workdir:` with `-v`) when it starts, the capsule's own
+ * output while it runs, and last `status:  ok|failed|trapped`; exit 0 only for ok. With `--json`
+ * stdout carries exactly one line, the launch line, and nothing else.
+ */
+export async function runCommand(options: RunOptions, output: Output): Promise<number> {
+  const fromRegistry = options.capsule !== undefined;
+  if (fromRegistry && !options.capsuleVersion) throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
+  const manifestPath = path.resolve(options.manifest ?? 'murmur.yaml');
+  if (!fromRegistry && !existsSync(manifestPath)) {
+    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, { hint: 'run mur run in a capsule directory, or pass --manifest <file> or --capsule <name> --capsule-version <v>' });
+  }
+  const manifestDir = path.dirname(manifestPath);
+  const projectDir = fromRegistry ? findProjectRoot() : manifestDir;
+  const env = options.envFile === false ? environmentWithEnvFile(undefined) : environmentWithEnvFile(projectDir);
+  const override = lifecycleOverride(options);
+
+  const progress = terminalProgress(output);
+  const runtime = await openRuntime({ onStageProgress: progress.report, executor: true });
+  try {
+    const plan = await runtime.bus.request(
+      commands.stage,
+      {
+        source: fromRegistry ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string } : { kind: 'directory', manifest_dir: manifestDir },
+        env_names: Object.keys(env),
+        honour_pins: true,
+        ...(projectDir ? { project_dir: projectDir } : {}),
+        ...(override ? { lifecycle_override: override } : {}),
+      },
+      { timeoutMs: STAGE_TIMEOUT_MS },
+    );
+    progress.stop();
+    for (const warning of plan.warnings) output.warn(warning);
+    // The first run pins what it resolved; later runs are held to it.
+    if (plan.lock.status === 'absent' && plan.lock.path && plan.lock.entries.length > 0) {
+      await writeLockfile(plan.lock.path, { lock_version: 1, artifacts: plan.lock.entries });
+    }
+
+    const sessionId = newSessionId();
+    let resolveEnded!: (event: SessionEnded) => void;
+    const ended = new Promise<SessionEnded>((resolve) => (resolveEnded = resolve));
+    const subscriptions = [
+      runtime.bus.subscribe(topics.sessionEnded, (event) => {
+        if (event.session_id === sessionId) resolveEnded(event);
+      }),
+    ];
+    if (!options.json) {
+      subscriptions.push(
+        runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
+          (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.text);
+        }),
+      );
+    }
+    await runtime.bus.flush();
+
+    const task = taskText(options.task);
+    const launched: LaunchReply = await runtime.bus.request(
+      commands.launch,
+      {
+        session_id: sessionId,
+        plan,
+        ...(options.workdir ? { workdir: path.resolve(options.workdir) } : {}),
+        default_workdir_base: fromRegistry ? process.cwd() : manifestDir,
+        ...(task !== undefined ? { task } : {}),
+        env: launchEnvironment(plan, env),
+        bind: options.bind ?? '127.0.0.1',
+        relay_output: !options.json,
+      },
+      { timeoutMs: LAUNCH_TIMEOUT_MS },
+    );
+
+    if (options.json) {
+      output.out(JSON.stringify({ url: launched.url, pid: launched.pid, session_id: launched.session_id, name: plan.capsule.name, version: plan.capsule.version, workdir: launched.workdir }));
+    } else {
+      output.out(`session: ${launched.session_id}`);
+      if (options.verbose) {
+        output.out(`workdir: ${launched.workdir}`);
+        output.out(`manifest: ${plan.capsule.name} v${plan.capsule.version}`);
+        output.out(`isolation: ${launched.isolation}`);
+      }
+    }
+
+    let interrupted = false;
+    const onSignal = (): void => {
+      if (interrupted) return;
+      interrupted = true;
+      void runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 }).catch(() => {});
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    const end = await ended;
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    for (const subscription of subscriptions) subscription.unsubscribe();
+
+    if (end.error) output.err(new MurmurError(end.error.code as never, end.error.message, { ...(end.error.hint ? { hint: end.error.hint } : {}), ...(end.error.path ? { path: end.error.path } : {}) }).format());
+    if (!options.json) output.out(`status:  ${end.exit_status}`);
+    if (interrupted) return 130;
+    return end.exit_status === 'ok' ? 0 : 1;
+  } finally {
+    progress.stop();
+    await runtime.close();
+  }
+}

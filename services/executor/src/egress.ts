@@ -1,0 +1,142 @@
+import { type NetworkAllowRule, type StagedPlan, anyRuleMatches, ceilingCovers, formatRule, newRequestId, parseNetworkAllowRule, parseNetworkAllowRules, requestTargetOf } from '@murmur/shared';
+import type { EgressResult, HttpRequest } from './host/protocol.js';
+
+/**
+ * The one enforcement point for everything that leaves a sandbox: outgoing HTTP and outgoing A2A
+ * messages. A capsule host has no network; it asks, and this decides against `network.allow`
+ * (§1.5.1) and, only if allowed, makes the request itself. A refused request never produces a
+ * connection. Redirects are not followed here — a redirect to a host the capsule may not reach is
+ * handed back to the guest as a response, never chased on its behalf.
+ */
+
+const RESPONSE_LIMIT_BYTES = 64 * 1024 * 1024;
+const REQUEST_TIMEOUT_MS = 60_000;
+/** Hop-by-hop and connection-bound headers: meaningless across the relay, and refused by WASI Fields. */
+const DROPPED_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'host', 'upgrade', 'te', 'trailer', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'content-length']);
+
+export interface NarrowingWarning {
+  artifact: string;
+  entry: string;
+}
+
+/** The rules each grant holder (the capsule, each tool) is judged by. */
+export class EgressPolicy {
+  private readonly ceiling: NetworkAllowRule[];
+  private readonly tools = new Map<string, NetworkAllowRule[]>();
+  /** Per-tool entries dropped because the ceiling does not cover them (`W-SEC-007`). */
+  readonly dropped: NarrowingWarning[] = [];
+
+  constructor(plan: Pick<StagedPlan, 'policy' | 'artifacts'>) {
+    this.ceiling = parseNetworkAllowRules(plan.policy.network_allow);
+    for (const artifact of plan.artifacts) {
+      const declared = artifact.capabilities?.network?.allow;
+      if (declared === undefined) continue;
+      const kept: NetworkAllowRule[] = [];
+      for (const entry of declared) {
+        const rule = parseNetworkAllowRule(entry);
+        if (ceilingCovers(this.ceiling, rule)) kept.push(rule);
+        else this.dropped.push({ artifact: artifact.name, entry });
+      }
+      this.tools.set(artifact.name, kept);
+    }
+  }
+
+  rulesFor(grant: string): NetworkAllowRule[] {
+    if (grant.startsWith('tool:')) return this.tools.get(grant.slice(5)) ?? this.ceiling;
+    return this.ceiling;
+  }
+
+  describe(grant: string): string {
+    const rules = this.rulesFor(grant);
+    return rules.length === 0 ? 'nothing' : rules.map(formatRule).join(', ');
+  }
+
+  /** Judges and, if allowed, performs one HTTP request. */
+  async http(request: HttpRequest): Promise<EgressResult> {
+    const target = requestTargetOf(request.url);
+    if (!target) return { outcome: 'denied', code: 'HTTP-request-URI-invalid', reason: `'${request.url}' is not an http(s) URL` };
+    if (!anyRuleMatches(this.rulesFor(request.grant), target)) {
+      return { outcome: 'denied', code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
+    }
+    const headers = new Headers();
+    for (const [name, value] of request.headers) if (!DROPPED_HEADERS.has(name.toLowerCase())) headers.append(name, value);
+    let response: Response;
+    try {
+      response = await fetch(request.url, {
+        method: request.method,
+        headers,
+        redirect: 'manual',
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        ...(request.body_base64 !== undefined && request.method !== 'GET' && request.method !== 'HEAD' ? { body: Buffer.from(request.body_base64, 'base64') } : {}),
+      });
+    } catch (error) {
+      return { outcome: 'denied', ...transportError(error) };
+    }
+    const body = await readLimited(response);
+    if (body === undefined) return { outcome: 'denied', code: 'HTTP-response-body-size', reason: `the response is larger than ${RESPONSE_LIMIT_BYTES} bytes` };
+    const responseHeaders: Array<[string, string]> = [];
+    response.headers.forEach((value, name) => {
+      if (!DROPPED_HEADERS.has(name)) responseHeaders.push([name, value]);
+    });
+    return { outcome: 'response', response: { status: response.status, headers: responseHeaders, body_base64: body.toString('base64') } };
+  }
+
+  /**
+   * `murmur:message/send`: an A2A `message/send` to a peer, judged by the capsule's rules first.
+   * Returns the peer's task, or the error string the guest receives.
+   */
+  async send(peerUrl: string, message: { message_id: string; context_id?: string | undefined; text: string }): Promise<{ ok: true; value: { task_id: string; context_id: string; state: string } } | { ok: false; error: string }> {
+    const url = peerUrl.includes('://') ? peerUrl : `http://${peerUrl}`;
+    const target = requestTargetOf(url);
+    if (!target) return { ok: false, error: `invalid peer URL '${peerUrl}'` };
+    if (!anyRuleMatches(this.ceiling, target)) return { ok: false, error: `network policy: '${peerUrl}' not in capabilities.network.allow` };
+    const body = {
+      jsonrpc: '2.0',
+      id: newRequestId(),
+      method: 'message/send',
+      params: { message: { messageId: message.message_id, ...(message.context_id ? { contextId: message.context_id } : {}), role: 'user', parts: [{ kind: 'text', text: message.text }] } },
+    };
+    let reply: { result?: { id?: string; contextId?: string; status?: { state?: string } }; error?: { message?: string } };
+    try {
+      const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), redirect: 'manual', signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+      reply = (await response.json()) as typeof reply;
+    } catch (error) {
+      return { ok: false, error: `failed to send to '${peerUrl}': ${transportError(error).reason}` };
+    }
+    if (reply.error) return { ok: false, error: `the peer refused the message: ${reply.error.message ?? 'error'}` };
+    const task = reply.result;
+    if (!task?.id || !task.contextId || !task.status?.state) return { ok: false, error: `the peer at '${peerUrl}' answered without a task` };
+    return { ok: true, value: { task_id: task.id, context_id: task.contextId, state: task.status.state } };
+  }
+}
+
+function transportError(error: unknown): { code: string; reason: string } {
+  const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+  const code = cause?.code ?? (error as { name?: string }).name;
+  switch (code) {
+    case 'ECONNREFUSED':
+      return { code: 'connection-refused', reason: 'connection refused' };
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return { code: 'DNS-error', reason: 'the host name did not resolve' };
+    case 'TimeoutError':
+    case 'UND_ERR_CONNECT_TIMEOUT':
+      return { code: 'connection-timeout', reason: 'the request timed out' };
+    case 'ECONNRESET':
+      return { code: 'connection-terminated', reason: 'the connection was reset' };
+    default:
+      return { code: 'internal-error', reason: cause?.message ?? (error instanceof Error ? error.message : String(error)) };
+  }
+}
+
+async function readLimited(response: Response): Promise<Buffer | undefined> {
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  if (!response.body) return Buffer.alloc(0);
+  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+    total += chunk.byteLength;
+    if (total > RESPONSE_LIMIT_BYTES) return undefined;
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, total);
+}

@@ -1,0 +1,105 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
+import { BridgeClient } from './bridge.js';
+import { GuestExit, buildImports } from './imports.js';
+import { capModuleMemory } from './memory-limit.js';
+
+/**
+ * One WebAssembly instance, alone in a worker thread: the capsule's own component, or one tool
+ * call. The worker is the unit of interruption — the host terminates it at the deadline, whatever
+ * the guest is doing — and of isolation between instances: each has its own import object, its
+ * own preopen and its own copy of the shim's classes.
+ */
+
+export interface GuestJob {
+  role: 'capsule' | 'tool';
+  label: string;
+  bundleDir: string;
+  entry: string;
+  memoryLimitBytes: number;
+  preopen: string;
+  env: Array<[string, string]>;
+  grant: string;
+  bridgePort: MessagePort;
+  signal: Int32Array;
+  toolInput?: { data?: string | undefined; logPath?: string | undefined };
+}
+
+export type GuestOutcome =
+  | { kind: 'returned'; value?: unknown }
+  | { kind: 'exit'; code: number }
+  | { kind: 'trap'; message: string; memoryExhausted: boolean }
+  | { kind: 'link-error'; message: string; missing?: string };
+
+export type GuestMessage = { type: 'output'; stream: 'stdout' | 'stderr'; bytes: Uint8Array } | { type: 'done'; outcome: GuestOutcome };
+
+const CAPSULE_EXPORT = 'murmur:capsule/run@0.1.0';
+const TOOL_EXPORT = 'murmur:tool/run@0.1.0';
+const PAGE = 65_536;
+
+function post(message: GuestMessage): void {
+  parentPort?.postMessage(message);
+}
+
+/** Whether a trap happened with some memory within a growth step of its cap: the limit, not a bug. */
+function nearCap(memories: WebAssembly.Memory[], limit: number): boolean {
+  const slack = Math.max(2 * PAGE, Math.min(16 * 1024 * 1024, limit / 10));
+  return memories.some((memory) => memory.buffer.byteLength + slack >= limit);
+}
+
+async function run(job: GuestJob): Promise<GuestOutcome> {
+  const bridge = new BridgeClient(job.bridgePort, job.signal);
+  const imports = buildImports({
+    preopen: job.preopen,
+    env: job.env,
+    grant: job.grant,
+    bridge,
+    capsuleImports: job.role === 'capsule',
+    stdout: (bytes) => post({ type: 'output', stream: 'stdout', bytes }),
+    stderr: (bytes) => post({ type: 'output', stream: 'stderr', bytes }),
+  });
+  const memories: WebAssembly.Memory[] = [];
+  const getCoreModule = (file: string): Promise<WebAssembly.Module> => {
+    const bytes = readFileSync(path.join(job.bundleDir, file));
+    // Capped before compiling: growth past the limit fails in the guest instead of succeeding.
+    return WebAssembly.compile(capModuleMemory(bytes, job.memoryLimitBytes).bytes);
+  };
+  type InstantiateCore = (module: WebAssembly.Module, coreImports?: WebAssembly.Imports) => Promise<WebAssembly.Instance>;
+  const instantiateCore: InstantiateCore = async (module, coreImports) => {
+    const instance = await WebAssembly.instantiate(module, coreImports);
+    for (const value of Object.values(instance.exports)) if (value instanceof WebAssembly.Memory) memories.push(value);
+    return instance;
+  };
+  const bundle = (await import(pathToFileURL(path.join(job.bundleDir, job.entry)).href)) as {
+    instantiate(getCoreModule: (file: string) => Promise<WebAssembly.Module>, imports: Record<string, unknown>, instantiateCore: InstantiateCore): Promise<Record<string, Record<string, (...args: unknown[]) => unknown>>>;
+  };
+  let instance: Record<string, Record<string, (...args: unknown[]) => unknown>>;
+  try {
+    instance = await bundle.instantiate(getCoreModule, imports, instantiateCore);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    if (error instanceof WebAssembly.RuntimeError) return { kind: 'trap', message, memoryExhausted: nearCap(memories, job.memoryLimitBytes) };
+    const missing = /imports\.([\w:/.-]+)|instance import '([^']+)'/.exec(message);
+    return { kind: 'link-error', message, ...(missing ? { missing: (missing[1] ?? missing[2]) as string } : {}) };
+  }
+  const exportName = job.role === 'capsule' ? CAPSULE_EXPORT : TOOL_EXPORT;
+  const run = instance[exportName]?.run;
+  if (typeof run !== 'function') return { kind: 'link-error', message: `the component does not export ${exportName}#run` };
+  try {
+    const value = job.role === 'capsule' ? run() : run(job.toolInput ?? {});
+    return { kind: 'returned', value: await value };
+  } catch (error) {
+    if (error instanceof GuestExit) return { kind: 'exit', code: error.code };
+    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    return { kind: 'trap', message, memoryExhausted: nearCap(memories, job.memoryLimitBytes) };
+  }
+}
+
+if (parentPort && workerData) {
+  run(workerData as GuestJob).then(
+    (outcome) => post({ type: 'done', outcome }),
+    (error: unknown) => post({ type: 'done', outcome: { kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false } }),
+  );
+}

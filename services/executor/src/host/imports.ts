@@ -1,0 +1,160 @@
+import { monotonicClock, wallClock } from '@bytecodealliance/preview2-shim/clocks';
+import { createFilesystem } from '@bytecodealliance/preview2-shim/filesystem';
+import { error as ioError, poll, streams } from '@bytecodealliance/preview2-shim/io';
+import { random } from '@bytecodealliance/preview2-shim/random';
+import type { BridgeClient } from './bridge.js';
+import { MemoryInputStream, SinkOutputStream } from './streams.js';
+import { type RelayedOutcome, type RelayedRequest, relayedHttp } from './wasi-http.js';
+
+/**
+ * The import object of one WebAssembly instance, built from its grants and nothing else.
+ *
+ * Every interface is written here explicitly. preview2-shim supplies only pieces that hold no
+ * process-wide state of ours (resource classes, clocks, randomness, a filesystem created for this
+ * instance with this instance's single preopen); its defaults — the host's environment, argv,
+ * cwd, stdio, `process.exit`, its own network — never reach a guest. `wasi:sockets` is not offered
+ * at all: a component that imports it fails to link, which is the refusal.
+ */
+
+/** How a guest's `wasi:cli/exit` ends its run: thrown through the guest, caught by the runner. */
+export class GuestExit extends Error {
+  constructor(readonly code: number) {
+    super(`the guest exited with code ${code}`);
+  }
+}
+
+export interface GuestGrants {
+  /** The host directory the guest sees as `.`: its one preopen. */
+  preopen: string;
+  env: Array<[string, string]>;
+  /** Whose network grant the guest's requests are judged under. */
+  grant: string;
+  stdout(bytes: Uint8Array): void;
+  stderr(bytes: Uint8Array): void;
+  bridge: BridgeClient;
+  /** Imports only a capsule has (`murmur:tool-registry`, `artifact-manager`, `shell`, `message`). */
+  capsuleImports: boolean;
+}
+
+/** The guest's `Descriptor.openAt`, minus the `mutate-directory` flag the shim refuses. */
+function allowMutateDirectory(types: { Descriptor: { prototype: Record<string, unknown> } }): void {
+  const prototype = types.Descriptor.prototype as { openAt: (this: unknown, ...args: unknown[]) => unknown; __murmurPatched?: boolean };
+  if (prototype.__murmurPatched) return;
+  const openAt = prototype.openAt;
+  // Rust guests open files for writing with `mutate-directory` set. This worker runs exactly one
+  // guest, so adjusting the class here is per instance, not process-wide.
+  prototype.openAt = function openAtWithoutMutate(this: unknown, pathFlags: unknown, path: unknown, openFlags: unknown, descriptorFlags: unknown) {
+    const given = descriptorFlags as Record<string, unknown> | undefined;
+    const flags = given?.mutateDirectory ? { ...given, mutateDirectory: false } : given;
+    return openAt.call(this, pathFlags, path, openFlags, flags);
+  };
+  prototype.__murmurPatched = true;
+}
+
+/** A `wasi:http/types#error-code` value; the cases that carry a payload get one. */
+function errorCode(code: string, reason: string): { tag: string; val?: unknown } {
+  if (code === 'internal-error') return { tag: code, val: reason };
+  if (code === 'DNS-error') return { tag: code, val: { rcode: undefined, infoCode: undefined } };
+  return { tag: code };
+}
+
+function base64(bytes: Uint8Array): string {
+  return Buffer.from(bytes).toString('base64');
+}
+
+export function buildImports(grants: GuestGrants): Record<string, unknown> {
+  // The shim's typings describe its browser build; this is the Node build, which takes host paths.
+  const filesystem = (createFilesystem as unknown as (config: { preopens: Record<string, string> }) => { types: unknown; preopens: unknown })({ preopens: { '.': grants.preopen } });
+  allowMutateDirectory(filesystem.types as unknown as { Descriptor: { prototype: Record<string, unknown> } });
+  const stdout = new SinkOutputStream(grants.stdout);
+  const stderr = new SinkOutputStream(grants.stderr);
+  const stdin = new MemoryInputStream(new Uint8Array());
+  class TerminalInput {}
+  class TerminalOutput {}
+
+  const http = relayedHttp((request: RelayedRequest): RelayedOutcome => {
+    const result = grants.bridge.call<{ outcome: 'response'; response: { status: number; headers: Array<[string, string]>; body_base64: string } } | { outcome: 'denied'; code: string; reason: string }>('http', {
+      method: request.method,
+      url: request.url,
+      headers: request.headers,
+      body_base64: request.body.byteLength > 0 ? base64(request.body) : undefined,
+      grant: grants.grant,
+    });
+    if (result.outcome === 'denied') return { outcome: 'error', code: errorCode(result.code, result.reason) };
+    return { outcome: 'response', status: result.response.status, headers: result.response.headers, body: Buffer.from(result.response.body_base64, 'base64') };
+  });
+
+  const imports: Record<string, unknown> = {
+    'wasi:cli/environment': {
+      getEnvironment: () => grants.env.map(([name, value]) => [name, value]),
+      getArguments: () => [],
+      initialCwd: () => undefined,
+    },
+    'wasi:cli/exit': {
+      exit(status: { tag: string }) {
+        throw new GuestExit(status.tag === 'ok' ? 0 : 1);
+      },
+      exitWithCode(code: number) {
+        throw new GuestExit(code);
+      },
+    },
+    'wasi:cli/stdin': { getStdin: () => stdin },
+    'wasi:cli/stdout': { getStdout: () => stdout },
+    'wasi:cli/stderr': { getStderr: () => stderr },
+    'wasi:cli/terminal-input': { TerminalInput },
+    'wasi:cli/terminal-output': { TerminalOutput },
+    'wasi:cli/terminal-stdin': { getTerminalStdin: () => undefined },
+    'wasi:cli/terminal-stdout': { getTerminalStdout: () => undefined },
+    'wasi:cli/terminal-stderr': { getTerminalStderr: () => undefined },
+    'wasi:clocks/monotonic-clock': monotonicClock,
+    'wasi:clocks/wall-clock': wallClock,
+    'wasi:filesystem/types': filesystem.types,
+    'wasi:filesystem/preopens': filesystem.preopens,
+    'wasi:http/types': http.types,
+    'wasi:http/outgoing-handler': http.outgoingHandler,
+    'wasi:io/error': ioError,
+    'wasi:io/poll': poll,
+    'wasi:io/streams': streams,
+    'wasi:random/random': random,
+    'murmur:text/chunks': {
+      // Streaming text goes to A2A observers; outside an A2A task it is a no-op, as upstream.
+      emitChunk: () => {},
+      emitThinkingChunk: () => {},
+    },
+    'murmur:task/task': {
+      requestInput: () => {
+        throw new Error('request-input is not available outside an A2A task context');
+      },
+    },
+  };
+  if (grants.capsuleImports) {
+    const call = <T>(op: string, payload: unknown): T => grants.bridge.call<T>(op, payload);
+    // `result<T, string>` imports: the ok value is returned; the err string is thrown as is (a
+    // non-Error value), which jco lowers into the guest's err arm rather than trapping it.
+    const fallible =
+      <T>(op: string) =>
+      (payload: unknown): T => {
+        const outcome = call<{ ok: true; value: T } | { ok: false; error: string }>(op, payload);
+        if (!outcome.ok) throw outcome.error;
+        return outcome.value;
+      };
+    imports['murmur:tool-registry/invoke'] = {
+      invoke: (name: string, input: { data?: string; logPath?: string }) => fallible('invoke')({ name, input }),
+    };
+    imports['murmur:shell/execute'] = {
+      run: (binary: string, args: string[], env: Array<[string, string]>) => fallible('shell')({ binary, args, env }),
+    };
+    imports['murmur:message/send'] = {
+      send: (peerUrl: string, message: { messageId: string; contextId?: string; text: string }) => fallible('send')({ peer_url: peerUrl, message }),
+    };
+    imports['murmur:artifact-manager/manage'] = {
+      list: () => call('manage-list', {}),
+      describe: (name: string) => fallible('manage-describe')({ name }),
+      search: (query: string) => fallible('manage-search')({ query }),
+      pull: (name: string, version: string) => fallible('manage-pull')({ name, version }),
+      remove: (name: string) => fallible('manage-remove')({ name }),
+      diagnostics: () => fallible('manage-diagnostics')({}),
+    };
+  }
+  return imports;
+}

@@ -1,0 +1,114 @@
+import { z } from 'zod';
+import { CapabilityPolicySchema, MurmurErrorJsonSchema, TranspiledComponentSchema } from '@murmur/shared';
+
+/**
+ * The executor ↔ capsule host channel: Node's IPC on an inherited file descriptor, the host's
+ * only way out of its sandbox (it has no network). Both ends validate every message, because the
+ * host runs untrusted code and must be treated as able to say anything.
+ */
+
+/** A tool the host can dispatch, with the paths it sees inside the sandbox. */
+export const HostToolSchema = z.object({
+  name: z.string(),
+  version: z.string(),
+  kind: z.enum(['wasm', 'native', 'skill']),
+  component: TranspiledComponentSchema.optional(),
+  /** The native binary or skill.md, inside the session's `tools/<name>/`. */
+  path: z.string().optional(),
+  /** The directory a WASM tool's preopen is narrowed to (its own `filesystem.scope`). */
+  preopen: z.string(),
+  description: z.string().optional(),
+  /** The artifact's own manifest text, for `describe`. */
+  manifest_yaml: z.string(),
+  runtime: z.enum(['wasm', 'native']),
+});
+export type HostTool = z.infer<typeof HostToolSchema>;
+
+export const StartMessageSchema = z.object({
+  type: z.literal('start'),
+  session_id: z.string(),
+  capsule_name: z.string(),
+  capsule_version: z.string(),
+  component: TranspiledComponentSchema,
+  /** The accessible workdir: the capsule's single preopen (already narrowed by `filesystem.scope`). */
+  preopen: z.string(),
+  accessible_workdir: z.string(),
+  session_dir: z.string(),
+  /** The guest's whole environment, computed by the executor from the grants. */
+  guest_env: z.array(z.tuple([z.string(), z.string()])),
+  /** The base a subprocess's environment is built from (already credential-scrubbed). */
+  subprocess_env: z.record(z.string(), z.string()),
+  policy: CapabilityPolicySchema,
+  tools: z.array(HostToolSchema),
+  /** Declared tool names a capsule may invoke (its allowlist). */
+  allowlist: z.array(z.string()),
+  trace_include_tool_output: z.boolean(),
+  effective_grants: z.record(z.string(), z.unknown()),
+});
+export type StartMessage = z.infer<typeof StartMessageSchema>;
+
+export const HostReplySchema = z.object({
+  type: z.literal('reply'),
+  id: z.number().int(),
+  ok: z.boolean(),
+  value: z.unknown().optional(),
+  error: z.string().optional(),
+});
+
+export const StopMessageSchema = z.object({ type: z.literal('stop'), reason: z.string() });
+
+export const ExecutorToHostSchema = z.discriminatedUnion('type', [StartMessageSchema, HostReplySchema, StopMessageSchema]);
+export type ExecutorToHost = z.infer<typeof ExecutorToHostSchema>;
+
+export const HttpRequestSchema = z.object({
+  method: z.string(),
+  url: z.string(),
+  headers: z.array(z.tuple([z.string(), z.string()])),
+  body_base64: z.string().optional(),
+  /** Whose grant the request is made under: the capsule, or a tool by name (its narrowed rules). */
+  grant: z.string(),
+});
+export type HttpRequest = z.infer<typeof HttpRequestSchema>;
+
+export const HttpResponseSchema = z.object({
+  status: z.number().int(),
+  headers: z.array(z.tuple([z.string(), z.string()])),
+  body_base64: z.string(),
+});
+export type HttpResponse = z.infer<typeof HttpResponseSchema>;
+
+/** Outcome of an egress request the executor judged: a response, or the WASI error code that refused it. */
+export const EgressResultSchema = z.discriminatedUnion('outcome', [
+  z.object({ outcome: z.literal('response'), response: HttpResponseSchema }),
+  z.object({ outcome: z.literal('denied'), code: z.string(), reason: z.string() }),
+]);
+export type EgressResult = z.infer<typeof EgressResultSchema>;
+
+export const SendRequestSchema = z.object({
+  peer_url: z.string(),
+  message_id: z.string(),
+  context_id: z.string().optional(),
+  text: z.string(),
+});
+
+export const PullRequestSchema = z.object({ name: z.string(), version: z.string() });
+
+export const HostRequestSchema = z.discriminatedUnion('op', [
+  z.object({ op: z.literal('http'), request: HttpRequestSchema }),
+  z.object({ op: z.literal('send'), request: SendRequestSchema }),
+  z.object({ op: z.literal('pull'), request: PullRequestSchema }),
+]);
+export type HostRequest = z.infer<typeof HostRequestSchema>;
+
+export const HostToExecutorSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('ready') }),
+  z.object({ type: z.literal('output'), stream: z.enum(['stdout', 'stderr']), text: z.string() }),
+  z.object({ type: z.literal('request'), id: z.number().int(), request: HostRequestSchema }),
+  z.object({
+    type: z.literal('result'),
+    status: z.enum(['ok', 'failed', 'trapped']),
+    exit_code: z.number().int(),
+    error: MurmurErrorJsonSchema.optional(),
+  }),
+]);
+export type HostToExecutor = z.infer<typeof HostToExecutorSchema>;

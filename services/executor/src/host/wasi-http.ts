@@ -1,0 +1,239 @@
+import { types as shimHttpTypes } from '@bytecodealliance/preview2-shim/http';
+import { MemoryInputStream, SinkOutputStream, readyPollable } from './streams.js';
+
+/**
+ * `wasi:http/types` and `wasi:http/outgoing-handler` for a guest whose every request leaves
+ * through the executor. A request is collected in memory (method, URL, headers, body) and, when
+ * the guest first asks for its response, handed to `send` — which crosses to the executor, where
+ * `network.allow` decides and, if it allows, the request is made. The sandboxed host process has
+ * no network of its own; nothing here opens a socket.
+ *
+ * Streaming request bodies are sent whole once the guest waits on the response; response bodies
+ * arrive whole. A refusal is the WASI error code the executor chose (`HTTP-request-denied`),
+ * thrown as a variant value rather than a string, so it lowers into the guest's error type.
+ */
+
+export interface RelayedRequest {
+  method: string;
+  url: string;
+  headers: Array<[string, string]>;
+  body: Uint8Array;
+}
+
+export type RelayedOutcome =
+  | { outcome: 'response'; status: number; headers: Array<[string, string]>; body: Uint8Array }
+  | { outcome: 'error'; code: { tag: string; val?: unknown } };
+
+type Variant = { tag: string; val?: unknown };
+
+interface ShimFields {
+  entries(): Array<[string, Uint8Array]>;
+}
+
+const Fields = shimHttpTypes.Fields as unknown as { fromList(entries: Array<[string, Uint8Array]>): ShimFields; new (): ShimFields };
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+class OutgoingBody {
+  private readonly chunks: Uint8Array[] = [];
+  private streamTaken = false;
+  finished = false;
+
+  write(): SinkOutputStream {
+    if (this.streamTaken) throw undefined;
+    this.streamTaken = true;
+    return new SinkOutputStream((bytes) => this.chunks.push(bytes));
+  }
+
+  bytes(): Uint8Array {
+    return Buffer.concat(this.chunks);
+  }
+
+  static finish(body: OutgoingBody): void {
+    body.finished = true;
+  }
+
+  [Symbol.dispose](): void {}
+}
+
+class OutgoingRequest {
+  private methodValue: Variant = { tag: 'get' };
+  private schemeValue: Variant | undefined;
+  private pathValue: string | undefined;
+  private authorityValue: string | undefined;
+  private bodyTaken = false;
+  readonly outgoingBody = new OutgoingBody();
+
+  constructor(private readonly headerFields: ShimFields) {}
+
+  body(): OutgoingBody {
+    if (this.bodyTaken) throw undefined;
+    this.bodyTaken = true;
+    return this.outgoingBody;
+  }
+
+  method(): Variant {
+    return this.methodValue;
+  }
+
+  setMethod(method: Variant): void {
+    this.methodValue = method;
+  }
+
+  pathWithQuery(): string | undefined {
+    return this.pathValue;
+  }
+
+  setPathWithQuery(path: string | undefined): void {
+    this.pathValue = path;
+  }
+
+  scheme(): Variant | undefined {
+    return this.schemeValue;
+  }
+
+  setScheme(scheme: Variant | undefined): void {
+    this.schemeValue = scheme;
+  }
+
+  authority(): string | undefined {
+    return this.authorityValue;
+  }
+
+  setAuthority(authority: string | undefined): void {
+    this.authorityValue = authority;
+  }
+
+  headers(): ShimFields {
+    return this.headerFields;
+  }
+
+  /** The request as the executor is asked to make it, or the WASI error for one that cannot be. */
+  relayed(): RelayedRequest | Variant {
+    if (!this.authorityValue) return { tag: 'HTTP-request-URI-invalid' };
+    const scheme = this.schemeValue === undefined ? 'https' : this.schemeValue.tag === 'other' ? String(this.schemeValue.val).toLowerCase() : this.schemeValue.tag.toLowerCase();
+    const method = this.methodValue.tag === 'other' ? String(this.methodValue.val) : this.methodValue.tag;
+    return {
+      method: method.toUpperCase(),
+      url: `${scheme}://${this.authorityValue}${this.pathValue ?? '/'}`,
+      headers: this.headerFields.entries().map(([name, value]) => [name, decoder.decode(value)]),
+      body: this.outgoingBody.bytes(),
+    };
+  }
+
+  [Symbol.dispose](): void {}
+}
+
+class IncomingBody {
+  private streamTaken = false;
+
+  constructor(private readonly bytes: Uint8Array) {}
+
+  stream(): MemoryInputStream {
+    if (this.streamTaken) throw undefined;
+    this.streamTaken = true;
+    return new MemoryInputStream(this.bytes);
+  }
+
+  static finish(_body: IncomingBody): FutureTrailers {
+    return new FutureTrailers();
+  }
+
+  [Symbol.dispose](): void {}
+}
+
+class FutureTrailers {
+  private taken = false;
+
+  subscribe(): unknown {
+    return readyPollable();
+  }
+
+  get(): Variant | undefined {
+    if (this.taken) return { tag: 'err' };
+    this.taken = true;
+    return { tag: 'ok', val: { tag: 'ok', val: undefined } };
+  }
+
+  [Symbol.dispose](): void {}
+}
+
+class IncomingResponse {
+  private bodyTaken = false;
+
+  constructor(
+    private readonly statusCode: number,
+    private readonly headerFields: ShimFields,
+    private readonly bytes: Uint8Array,
+  ) {}
+
+  status(): number {
+    return this.statusCode;
+  }
+
+  headers(): ShimFields {
+    return this.headerFields;
+  }
+
+  consume(): IncomingBody {
+    if (this.bodyTaken) throw undefined;
+    this.bodyTaken = true;
+    return new IncomingBody(this.bytes);
+  }
+
+  [Symbol.dispose](): void {}
+}
+
+class FutureIncomingResponse {
+  private settled: Variant | undefined;
+  private taken = false;
+
+  constructor(private readonly perform: () => Variant) {}
+
+  /** The request is made the first time the guest waits on or asks for the response. */
+  private settle(): Variant {
+    this.settled ??= this.perform();
+    return this.settled;
+  }
+
+  subscribe(): unknown {
+    this.settle();
+    return readyPollable();
+  }
+
+  get(): Variant | undefined {
+    const result = this.settle();
+    if (this.taken) return { tag: 'err' };
+    this.taken = true;
+    return { tag: 'ok', val: result };
+  }
+
+  [Symbol.dispose](): void {}
+}
+
+/** The two interfaces, with every request relayed through `send`. */
+export function relayedHttp(send: (request: RelayedRequest) => RelayedOutcome): { types: Record<string, unknown>; outgoingHandler: Record<string, unknown> } {
+  const types = {
+    ...shimHttpTypes,
+    OutgoingRequest,
+    OutgoingBody,
+    IncomingBody,
+    IncomingResponse,
+    FutureIncomingResponse,
+    FutureTrailers,
+  };
+  const outgoingHandler = {
+    handle(request: OutgoingRequest, _options: unknown): FutureIncomingResponse {
+      if (!(request instanceof OutgoingRequest)) throw { tag: 'internal-error', val: 'not an outgoing request of this runtime' };
+      return new FutureIncomingResponse(() => {
+        const relayed = request.relayed();
+        if ('tag' in relayed) return { tag: 'err', val: relayed };
+        const outcome = send(relayed);
+        if (outcome.outcome === 'error') return { tag: 'err', val: outcome.code };
+        const headers = Fields.fromList(outcome.headers.map(([name, value]) => [name, encoder.encode(value)]));
+        return { tag: 'ok', val: new IncomingResponse(outcome.status, headers, outcome.body) };
+      });
+    },
+  };
+  return { types, outgoingHandler };
+}

@@ -1,0 +1,45 @@
+import { appendFileSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+
+/**
+ * The session's records: `trace.jsonl` (one JSON object per line, each with `event_type`,
+ * `session_id` and a Unix-millisecond `timestamp`; readers ignore keys and types they do not
+ * know) and the plain-text logs under `logs/`. Appends are synchronous and whole-line, so a
+ * reader never sees half an event, and a host that is killed mid-session leaves every event it
+ * wrote intact.
+ */
+export class TraceWriter {
+  readonly file: string;
+
+  constructor(
+    sessionDir: string,
+    private readonly sessionId: string,
+  ) {
+    mkdirSync(sessionDir, { recursive: true });
+    this.file = path.join(sessionDir, 'trace.jsonl');
+  }
+
+  write(eventType: string, fields: Record<string, unknown>): void {
+    const event = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
+    appendFileSync(this.file, `${JSON.stringify(event)}\n`);
+  }
+}
+
+/** `logs/<name>` under the session directory, appended a line at a time. */
+export class LogFile {
+  readonly file: string;
+
+  constructor(sessionDir: string, name: string) {
+    const dir = path.join(sessionDir, 'logs');
+    mkdirSync(dir, { recursive: true });
+    this.file = path.join(dir, name);
+  }
+
+  line(text: string): void {
+    appendFileSync(this.file, text.endsWith('\n') ? text : `${text}\n`);
+  }
+
+  raw(text: string): void {
+    appendFileSync(this.file, text);
+  }
+}

@@ -1,0 +1,112 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, lstatSync, readlinkSync, realpathSync } from 'node:fs';
+import path from 'node:path';
+
+/**
+ * How a capsule host is put in its own kernel namespaces.
+ *
+ * With bubblewrap the host gets new user, pid, net, mount, ipc, uts and cgroup namespaces and a
+ * composed root: the system's binaries and libraries and this runtime's code read-only, the
+ * transpiled components read-only, its own `/proc`, `/dev` and `/tmp`, and the accessible workdir
+ * as the one writable directory. It has no network interface but loopback, no capabilities, and
+ * dies with the executor. Without bubblewrap, `unshare` gives the namespaces but not the composed
+ * root, and says so. Without either, only pure-WASM capsules run (the WASI import object is then
+ * the only boundary), and capsules that can start subprocesses are refused.
+ */
+
+export type NamespaceTool = 'bubblewrap' | 'unshare';
+
+export interface NamespaceProbe {
+  tool: NamespaceTool | undefined;
+  binary: string | undefined;
+  reason: string | undefined;
+}
+
+export interface SandboxOptions {
+  /** `MURMUR_BWRAP`: the bubblewrap binary, or `none` to refuse to use it. */
+  bwrap?: string | undefined;
+  /** `MURMUR_UNSHARE`: the unshare binary, or `none`. */
+  unshare?: string | undefined;
+}
+
+function tryRun(binary: string, args: string[]): string | undefined {
+  const result = spawnSync(binary, args, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10_000 });
+  if (result.error) return result.error.message;
+  if (result.status !== 0) return result.stderr.toString().trim() || `exited with ${result.status}`;
+  return undefined;
+}
+
+/** Asks the kernel, by trying: version strings say nothing about what a host allows. */
+export function probeNamespaces(options: SandboxOptions = {}): NamespaceProbe {
+  const reasons: string[] = [];
+  const bwrap = options.bwrap ?? 'bwrap';
+  if (bwrap !== 'none') {
+    const failure = tryRun(bwrap, ['--unshare-all', '--die-with-parent', '--ro-bind', '/', '/', '--', 'true']);
+    if (failure === undefined) return { tool: 'bubblewrap', binary: bwrap, reason: undefined };
+    reasons.push(`bubblewrap (${bwrap}): ${failure}`);
+  } else reasons.push('bubblewrap is disabled (MURMUR_BWRAP=none)');
+  const unshare = options.unshare ?? 'unshare';
+  if (unshare !== 'none') {
+    const failure = tryRun(unshare, ['--user', '--map-root-user', '--pid', '--fork', '--net', '--mount', '--ipc', '--uts', 'true']);
+    if (failure === undefined) return { tool: 'unshare', binary: unshare, reason: undefined };
+    reasons.push(`unshare (${unshare}): ${failure}`);
+  } else reasons.push('unshare is disabled (MURMUR_UNSHARE=none)');
+  return { tool: undefined, binary: undefined, reason: reasons.join('; ') };
+}
+
+export interface SandboxLayout {
+  /** The writable directory: the accessible workdir. */
+  workdir: string;
+  /** The runtime's own code, bound read-only. */
+  code: string[];
+  /** Directories under the code to hide (the repository's caches and history). */
+  hidden: string[];
+  /** Data the host reads (transpiled components, extracted payloads), bound read-only after `hidden`. */
+  data: string[];
+}
+
+const SYSTEM_DIRECTORIES = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
+/** What of `/etc` a process needs to load libraries, resolve users and read certificates. */
+const ETC_ENTRIES = [
+  'ld.so.cache',
+  'ld.so.conf',
+  'ld.so.conf.d',
+  'alternatives',
+  'ssl',
+  'pki',
+  'ca-certificates',
+  'ca-certificates.conf',
+  'hosts',
+  'nsswitch.conf',
+  'localtime',
+  'timezone',
+  'terminfo',
+  'passwd',
+  'group',
+];
+
+/** bubblewrap's arguments for a host whose command is `command`. */
+export function bubblewrapArguments(layout: SandboxLayout, command: string[]): string[] {
+  const args = ['--unshare-all', '--die-with-parent', '--new-session', '--cap-drop', 'ALL', '--hostname', 'capsule', '--uid', '1000', '--gid', '1000'];
+  for (const dir of SYSTEM_DIRECTORIES) {
+    if (!existsSync(dir)) continue;
+    const stat = lstatSync(dir);
+    if (stat.isSymbolicLink()) args.push('--symlink', readlinkSync(dir), dir);
+    else args.push('--ro-bind', dir, dir);
+  }
+  for (const entry of ETC_ENTRIES) args.push('--ro-bind-try', `/etc/${entry}`, `/etc/${entry}`);
+  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp');
+  // Node itself, wherever it is installed (it may live outside /usr).
+  const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
+  if (!SYSTEM_DIRECTORIES.some((dir) => nodeRoot === dir || nodeRoot.startsWith(`${dir}/`))) args.push('--ro-bind', nodeRoot, nodeRoot);
+  for (const dir of layout.code) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
+  for (const dir of layout.hidden) if (existsSync(dir)) args.push('--tmpfs', dir);
+  for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
+  args.push('--bind', layout.workdir, layout.workdir, '--chdir', layout.workdir, '--', ...command);
+  return args;
+}
+
+/** unshare's arguments: the namespaces, without a composed root. */
+export function unshareArguments(command: string[]): string[] {
+  return ['--user', '--map-root-user', '--pid', '--fork', '--kill-child', '--net', '--mount', '--mount-proc', '--ipc', '--uts', '--', ...command];
+}

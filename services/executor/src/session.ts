@@ -1,0 +1,409 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  type Containment,
+  type ExitStatus,
+  type LaunchReply,
+  type LaunchRequestSchema,
+  type Log,
+  MurmurError,
+  type WireError,
+  guestEnvironment,
+  isCredentialShaped,
+  topics,
+} from '@murmur/shared';
+import type { Bus } from '@murmur/shared/bus';
+import { processStartToken } from '@murmur/shared/node';
+import type { z } from 'zod';
+import { type CgroupProbe, SessionCgroup } from './cgroup.js';
+import { EgressPolicy } from './egress.js';
+import { type HostRequest, type HostToExecutor, HostToExecutorSchema, type HostTool, type StartMessage } from './host/protocol.js';
+import { LogFile, TraceWriter } from './records.js';
+import { type NamespaceProbe, bubblewrapArguments, unshareArguments } from './sandbox.js';
+import { type SessionPaths, materialiseWorkdir } from './workdir.js';
+
+/**
+ * One session, from the executor's side: the workdir it materialises, the sandboxed capsule host
+ * it starts, the requests it judges for that host, and the account it gives of how the session
+ * ended — including when the host could not give one itself.
+ */
+
+export interface ExecutorEnvironment {
+  executorId: string;
+  bus: Bus;
+  log: Log;
+  namespaces: NamespaceProbe;
+  cgroups: CgroupProbe;
+  /** Handles a host's request to pull an artifact at runtime. */
+  pull?(session: Session, name: string, version: string): Promise<{ ok: true; value: { tool: HostTool } } | { ok: false; error: string }>;
+}
+
+type LaunchRequest = z.output<typeof LaunchRequestSchema>;
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const HOST_ENTRY = path.join(here, '..', 'dist', 'host', 'main.js');
+/** Where this runtime's code and its dependencies live: bound read-only into every sandbox. */
+const CODE_ROOT = findCodeRoot(here);
+/** How long past its deadline a session may run before the executor kills it whole. */
+const HARD_LIMIT_GRACE_MS = 10_000;
+const READY_TIMEOUT_MS = 30_000;
+const CONTAINMENT_RANK: Record<Containment, number> = { advisory: 0, scoped: 1, sealed: 2 };
+
+function findCodeRoot(from: string): string {
+  let dir = from;
+  for (;;) {
+    if (existsSync(path.join(dir, 'node_modules', '@bytecodealliance', 'preview2-shim'))) return dir;
+    const parent = path.dirname(dir);
+    if (parent === dir) return path.resolve(from, '..', '..', '..');
+    dir = parent;
+  }
+}
+
+export interface SessionEnd {
+  status: ExitStatus;
+  exitCode: number | null;
+  signal: string | null;
+  error?: WireError | undefined;
+}
+
+export class Session {
+  readonly id: string;
+  paths!: SessionPaths;
+  private child: ChildProcess | undefined;
+  private cgroup: SessionCgroup | undefined;
+  private egress!: EgressPolicy;
+  private trace!: TraceWriter;
+  private bootstrap!: LogFile;
+  private result: HostToExecutor & { type: 'result' } | undefined;
+  private hardLimit: NodeJS.Timeout | undefined;
+  private killedFor: WireError | undefined;
+  private startedAt = Date.now();
+  private processStart = '';
+  private tools: HostTool[] = [];
+  readonly ended: Promise<SessionEnd>;
+  private resolveEnded!: (end: SessionEnd) => void;
+
+  constructor(
+    private readonly environment: ExecutorEnvironment,
+    readonly request: LaunchRequest,
+  ) {
+    this.id = request.session_id;
+    this.ended = new Promise((resolve) => (this.resolveEnded = resolve));
+  }
+
+  get plan() {
+    return this.request.plan;
+  }
+
+  /** Whether the capsule can start native subprocesses, which only a real sandbox may allow. */
+  private canSpawn(): boolean {
+    return this.plan.policy.shell_allow.length > 0 || this.plan.artifacts.some((artifact) => artifact.role === 'tool' && artifact.packaging === 'native');
+  }
+
+  private achievedContainment(): Containment {
+    return this.environment.namespaces.tool === 'bubblewrap' ? 'scoped' : 'advisory';
+  }
+
+  /** Refusals decided before anything is written: what this host cannot do for this capsule. */
+  private checkHost(): void {
+    const plan = this.plan;
+    if (plan.capsule.kind !== 'script') {
+      throw new MurmurError('E-RUN-007', `agent loop failed: ${plan.capsule.name}@${plan.capsule.version} is an agent capsule, and this executor runs script capsules only so far`, {
+        hint: 'run a script capsule (one with capsule.wasm), or wait for agent support in the executor',
+      });
+    }
+    const { namespaces, cgroups } = this.environment;
+    if (this.canSpawn() && namespaces.tool === undefined) {
+      throw new MurmurError('E-CAP-005', `this host cannot give the capsule's subprocess tree its own namespaces, so capabilities.network.allow and the workdir boundary cannot be enforced for it: ${namespaces.reason}`, {
+        hint: "install bubblewrap ('apt-get install bubblewrap'), or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly",
+      });
+    }
+    if (this.canSpawn() && cgroups.support === undefined) {
+      throw new MurmurError('E-RUN-012', `this capsule can spawn native subprocesses but no cgroup could be created to bound them (${cgroups.reason}); the runtime refuses to launch rather than run a subprocess tree with no aggregate memory/pids ceiling`, {
+        hint: 'run the executor where it may create cgroups (as root, or with a delegated cgroup v2 subtree)',
+      });
+    }
+    const declared = plan.policy.containment;
+    const achieved = this.achievedContainment();
+    if (CONTAINMENT_RANK[declared] > CONTAINMENT_RANK[achieved]) {
+      const reason = declared === 'sealed' ? 'this runtime composes the capsule root with bubblewrap but applies no seccomp filter' : (namespaces.reason ?? 'no namespace tool confines the filesystem');
+      throw new MurmurError('E-CAP-003', `declared containment class '${declared}' is not achievable on this host (achieved: '${achieved}'): ${reason}`, {
+        hint: `lower the declared floor to '${achieved}' (capabilities.containment in murmur.yaml), or run on a host that provides '${declared}'`,
+        path: 'capabilities.containment',
+      });
+    }
+  }
+
+  private effectiveGrants(): Record<string, unknown> {
+    const policy = this.plan.policy;
+    const achieved = this.achievedContainment();
+    return {
+      declared_containment: policy.containment,
+      achieved_containment: achieved,
+      floor_met: CONTAINMENT_RANK[policy.containment] <= CONTAINMENT_RANK[achieved],
+      enforcement_tier: this.environment.namespaces.tool ?? 'none',
+      filesystem_scope: policy.filesystem_scope,
+      workdir_exec: policy.workdir_exec,
+      network_allow: policy.network_allow,
+      unix_sockets: policy.unix_sockets,
+      shell_allow: policy.shell_allow,
+      spawn_allow: policy.spawn_allow,
+      env_allow: policy.env_allow,
+      interpreter_runtime_grants: policy.interpreter_runtime,
+      staged_runtime_grants: policy.staged_runtime,
+      limits: policy.limits,
+      cgroup: this.cgroup ? { memory_bytes: policy.resources.cgroup_memory_bytes, pids_max: policy.resources.cgroup_pids_max } : null,
+    };
+  }
+
+  async launch(): Promise<LaunchReply> {
+    this.checkHost();
+    const plan = this.plan;
+    const { paths, tools } = await materialiseWorkdir(plan, { sessionId: this.id, workdir: this.request.workdir, defaultBase: this.request.default_workdir_base, task: this.request.task });
+    this.paths = paths;
+    this.tools = tools;
+    this.trace = new TraceWriter(paths.sessionDir, this.id);
+    this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log');
+    this.egress = new EgressPolicy(plan);
+    this.bootstrap.line(`[bootstrap] session ${this.id}: ${plan.capsule.name}@${plan.capsule.version} (${plan.capsule.kind} capsule) on executor ${this.environment.executorId}`);
+    this.bootstrap.line(`[bootstrap] accessible workdir ${paths.accessible}; preopen ${paths.preopen}; session dir ${paths.sessionDir}`);
+    this.bootstrap.line(`[bootstrap] isolation: ${this.environment.namespaces.tool ?? `none (${this.environment.namespaces.reason})`}; cgroup: ${this.environment.cgroups.support?.version ?? `none (${this.environment.cgroups.reason})`}`);
+    this.bootstrap.line(`[bootstrap] network allow: ${this.egress.describe('capsule')}; env allow: ${plan.policy.env_allow.join(', ') || 'nothing'}; shell allow: ${plan.policy.shell_allow.join(', ') || 'nothing'}`);
+    for (const drop of this.egress.dropped) {
+      this.bootstrap.line(`[capability-policy] warning[W-SEC-007]: ${drop.artifact}: network allow entry '${drop.entry}' is not covered by the capsule's capabilities.network.allow and was dropped`);
+    }
+    for (const warning of plan.warnings) this.bootstrap.line(`[staging] warning[${warning.code}]: ${warning.message}`);
+
+    const runtimeEnv = {
+      MURMUR_CAPSULE_NAME: plan.capsule.name,
+      MURMUR_CAPSULE_VERSION: plan.capsule.version,
+      MURMUR_SESSION_ID: this.id,
+      MURMUR_CAPSULE_URL: '',
+    };
+    const guestEnv = guestEnvironment(plan.policy, this.request.env, runtimeEnv);
+    const subprocessBase = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => !isCredentialShaped(name, plan.policy.shell_strip_env)));
+    const start: StartMessage = {
+      type: 'start',
+      session_id: this.id,
+      capsule_name: plan.capsule.name,
+      capsule_version: plan.capsule.version,
+      component: plan.capsule.component as NonNullable<typeof plan.capsule.component>,
+      preopen: paths.preopen,
+      accessible_workdir: paths.accessible,
+      session_dir: paths.sessionDir,
+      guest_env: Object.entries(guestEnv),
+      subprocess_env: subprocessBase,
+      policy: plan.policy,
+      tools,
+      allowlist: plan.artifacts.filter((artifact) => artifact.role === 'tool' || artifact.role === 'skill').map((artifact) => artifact.name),
+      trace_include_tool_output: plan.capsule.manifest.trace?.include_tool_output === true || plan.capsule.manifest.trace?.capture === 'content',
+      effective_grants: {},
+    };
+    this.spawnHost();
+    start.effective_grants = this.effectiveGrants();
+    await this.handshake(start);
+    const reply: LaunchReply = {
+      session_id: this.id,
+      executor_id: this.environment.executorId,
+      pid: this.child?.pid as number,
+      process_start: this.processStart,
+      workdir: paths.accessible,
+      session_dir: paths.sessionDir,
+      url: null,
+      started_at: new Date(this.startedAt).toISOString(),
+      isolation: this.environment.namespaces.tool ?? 'none',
+    };
+    this.environment.bus.publish(topics.sessionStarted, {
+      session_id: this.id,
+      capsule_name: plan.capsule.name,
+      capsule_version: plan.capsule.version,
+      executor_id: this.environment.executorId,
+      pid: reply.pid,
+      process_start: reply.process_start,
+      workdir: paths.accessible,
+      url: null,
+      started_at: reply.started_at,
+    });
+    this.hardLimit = setTimeout(() => {
+      this.kill({
+        code: 'E-RUN-001',
+        message: `capsule session exceeded its hard limit (${plan.policy.limits.deadline_seconds}s deadline + ${HARD_LIMIT_GRACE_MS / 1000}s) and was killed as a whole`,
+        hint: 'the capsule host did not stop at its deadline; its whole process group was killed',
+        path: 'capabilities.limits.deadline_seconds',
+      });
+    }, plan.policy.limits.deadline_seconds * 1000 + HARD_LIMIT_GRACE_MS);
+    this.hardLimit.unref();
+    return reply;
+  }
+
+  private spawnHost(): void {
+    const plan = this.plan;
+    const command = [process.execPath, HOST_ENTRY];
+    let argv: string[];
+    const { namespaces, cgroups } = this.environment;
+    if (namespaces.tool === 'bubblewrap') {
+      const data = new Set<string>();
+      for (const component of [plan.capsule.component, ...plan.artifacts.map((artifact) => artifact.component)]) if (component) data.add(path.dirname(component.bundle_dir));
+      for (const artifact of plan.artifacts) if (artifact.extracted_dir) data.add(artifact.extracted_dir);
+      argv = [namespaces.binary as string, ...bubblewrapArguments({ workdir: this.paths.accessible, code: [CODE_ROOT], hidden: [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')], data: [...data] }, command)];
+    } else if (namespaces.tool === 'unshare') {
+      argv = [namespaces.binary as string, ...unshareArguments(command)];
+    } else {
+      argv = command;
+    }
+    if (cgroups.support) {
+      this.cgroup = SessionCgroup.create(cgroups.support, `murmur-${this.id}`, {
+        memoryBytes: plan.policy.resources.cgroup_memory_bytes,
+        pidsMax: plan.policy.resources.cgroup_pids_max,
+      });
+      // The shell joins the session's groups before it becomes the sandbox, so every process the
+      // session ever starts is inside them: nothing is forked before the limits apply.
+      const join = this.cgroup.procsFiles.map((file) => `echo $$ > '${file}'`).join(' && ');
+      argv = ['/bin/sh', '-c', `${join} && exec "$@"`, 'murmur-session', ...argv];
+    }
+    const child = spawn(argv[0] as string, argv.slice(1), {
+      cwd: this.paths.accessible,
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8' },
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      serialization: 'json',
+    });
+    this.child = child;
+    const hostLog = new LogFile(this.paths.sessionDir, 'host.log');
+    child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
+    child.on('message', (raw: unknown) => this.onMessage(raw));
+    child.once('exit', (code, signal) => this.onExit(code, signal));
+    child.once('error', (error) => {
+      this.environment.log.error({ session_id: this.id, err: error }, 'the capsule host could not be started');
+    });
+  }
+
+  private handshake(start: StartMessage): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const child = this.child as ChildProcess;
+      const timer = setTimeout(() => reject(new MurmurError('E-RUN-001', `the capsule host did not start within ${READY_TIMEOUT_MS / 1000}s; see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`)), READY_TIMEOUT_MS);
+      const onReady = (raw: unknown): void => {
+        const parsed = HostToExecutorSchema.safeParse(raw);
+        if (!parsed.success || parsed.data.type !== 'ready') return;
+        clearTimeout(timer);
+        child.off('message', onReady);
+        child.off('exit', onEarlyExit);
+        this.processStart = (child.pid ? processStartToken(child.pid) : undefined) ?? '';
+        child.send(start);
+        resolve();
+      };
+      const onEarlyExit = (code: number | null, signal: string | null): void => {
+        clearTimeout(timer);
+        reject(new MurmurError('E-RUN-001', `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`));
+      };
+      child.on('message', onReady);
+      child.once('exit', onEarlyExit);
+    });
+  }
+
+  private onMessage(raw: unknown): void {
+    const parsed = HostToExecutorSchema.safeParse(raw);
+    if (!parsed.success) {
+      this.environment.log.warn({ session_id: this.id }, 'refused a malformed message from a capsule host');
+      return;
+    }
+    const message = parsed.data;
+    switch (message.type) {
+      case 'ready':
+        return;
+      case 'output':
+        if (this.request.relay_output) {
+          for (let offset = 0; offset < message.text.length; offset += 64 * 1024) {
+            this.environment.bus.publish(topics.sessionOutput.at(this.id), { session_id: this.id, stream: message.stream, text: message.text.slice(offset, offset + 64 * 1024) });
+          }
+        }
+        return;
+      case 'request':
+        void this.answer(message.id, message.request);
+        return;
+      case 'result':
+        this.result = message;
+        return;
+    }
+  }
+
+  private async answer(id: number, request: HostRequest): Promise<void> {
+    let reply: { type: 'reply'; id: number; ok: boolean; value?: unknown; error?: string };
+    try {
+      let value: unknown;
+      if (request.op === 'http') value = await this.egress.http(request.request);
+      else if (request.op === 'send') value = await this.egress.send(request.request.peer_url, request.request);
+      else value = this.environment.pull ? await this.environment.pull(this, request.request.name, request.request.version) : { ok: false, error: 'this executor cannot pull artifacts' };
+      reply = { type: 'reply', id, ok: true, value };
+    } catch (error) {
+      reply = { type: 'reply', id, ok: false, error: error instanceof Error ? error.message : String(error) };
+    }
+    if (this.child?.connected) this.child.send(reply);
+  }
+
+  /** Ends the session at once: every process in its cgroup, or the host alone without one. */
+  kill(reason: WireError): void {
+    this.killedFor ??= reason;
+    if (this.cgroup) this.cgroup.killAll();
+    this.child?.kill('SIGKILL');
+  }
+
+  /** Asks the host to stop, then kills what is left after a grace period. */
+  stop(reason: string): boolean {
+    if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return false;
+    this.killedFor ??= { code: 'E-RUN-001', message: `the session was stopped: ${reason}` };
+    if (this.child.connected) this.child.send({ type: 'stop', reason });
+    this.child.kill('SIGTERM');
+    setTimeout(() => this.kill({ code: 'E-RUN-001', message: `the session was stopped: ${reason}` }), 2_000).unref();
+    return true;
+  }
+
+  private onExit(code: number | null, signal: string | null): void {
+    if (this.hardLimit) clearTimeout(this.hardLimit);
+    let end: SessionEnd;
+    if (this.result) {
+      end = { status: this.result.status, exitCode: this.result.exit_code, signal: null, error: this.result.error };
+    } else {
+      const oom = this.cgroup?.oomKilled() ?? false;
+      const error: WireError =
+        this.killedFor ??
+        (oom
+          ? {
+              code: 'E-RUN-001',
+              message: `capsule execution exceeded its configured resource limits: the session's cgroup ran out of memory (capabilities.resources.cgroup_memory_bytes = ${this.plan.policy.resources.cgroup_memory_bytes}) and the kernel killed it`,
+              hint: 'raise capabilities.resources.cgroup_memory_bytes, or find what is allocating',
+              path: 'capabilities.resources.cgroup_memory_bytes',
+            }
+          : { code: 'E-RUN-001', message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}` });
+      end = { status: 'failed', exitCode: code, signal, error };
+      // The host could not close its own trace: the executor does, so every session_start has an end.
+      this.trace.write('session_end', { total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0, duration_ms: Date.now() - this.startedAt, exit_status: 'failed', error });
+    }
+    this.cgroup?.killAll();
+    this.cgroup?.remove();
+    this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
+    const plan = this.plan;
+    this.environment.bus.publish(topics.sessionEnded, {
+      session_id: this.id,
+      capsule_name: plan.capsule.name,
+      capsule_version: plan.capsule.version,
+      executor_id: this.environment.executorId,
+      pid: this.child?.pid ?? 1,
+      process_start: this.processStart,
+      exit_status: end.status,
+      exit_code: end.exitCode,
+      signal: end.signal,
+      ...(end.error ? { error: end.error } : {}),
+      duration_ms: Date.now() - this.startedAt,
+      ended_at: new Date().toISOString(),
+    });
+    this.resolveEnded(end);
+  }
+
+  /** The tools the host was given (for pulls that add one). */
+  get installedTools(): HostTool[] {
+    return this.tools;
+  }
+}

@@ -1,0 +1,123 @@
+import { existsSync, promises as fs, realpathSync } from 'node:fs';
+import path from 'node:path';
+import { MurmurError, type StagedArtifact, type StagedPlan } from '@murmur/shared';
+import type { HostTool } from './host/protocol.js';
+
+/**
+ * A session's directories, made from the staged plan on the machine that runs it (upstream §5).
+ *
+ * The **accessible workdir** is what the capsule sees as `.`: `--workdir` when given (it must
+ * exist), else `<base>/workdir/<session>`. The **session directory** holds the runtime's records
+ * for the session — `trace.jsonl`, `logs/`, `out/`, `tools/` — and is the accessible workdir
+ * itself, or `<workdir>/.murmur/<session>` when the user chose the workdir, so a shared directory
+ * keeps each session's records apart.
+ */
+export interface SessionPaths {
+  accessible: string;
+  sessionDir: string;
+  /** The capsule's one preopen: the accessible workdir narrowed by `filesystem.scope`. */
+  preopen: string;
+}
+
+export interface WorkdirRequest {
+  sessionId: string;
+  workdir?: string | undefined;
+  defaultBase: string;
+  task?: string | undefined;
+}
+
+/** `<root>/<relative>`, refusing anything that would land outside `root` once symlinks are resolved. */
+async function inside(root: string, relative: string, what: string): Promise<string> {
+  const target = path.resolve(root, relative);
+  await fs.mkdir(target, { recursive: true });
+  const real = realpathSync(target);
+  const realRoot = realpathSync(root);
+  if (real !== realRoot && !real.startsWith(`${realRoot}${path.sep}`)) {
+    throw new MurmurError('E-CAP-002', `${what} '${relative}' resolves to ${real}, outside the workdir ${realRoot}`, { hint: 'a symlink in the workdir points outside it; remove it or choose another scope' });
+  }
+  return real;
+}
+
+export function shellToolManifest(binary: string): string {
+  return [
+    `name: ${binary}`,
+    'version: 0.0.0',
+    'runtime: tool',
+    'implementation: native',
+    `description: Run the ${binary} command (allowlisted by capabilities.shell.allow)`,
+    'input_schema:',
+    '  type: object',
+    '  properties:',
+    '    command:',
+    '      type: string',
+    '  required: [command]',
+    '',
+  ].join('\n');
+}
+
+export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirRequest): Promise<{ paths: SessionPaths; tools: HostTool[] }> {
+  let accessible: string;
+  if (request.workdir !== undefined) {
+    accessible = path.resolve(request.workdir);
+    const stat = await fs.stat(accessible).catch(() => undefined);
+    if (!stat?.isDirectory()) {
+      throw new MurmurError('E-IO-001', `workdir '${accessible}' does not exist or is not a directory`, { hint: 'create it first, or leave out --workdir to get a fresh one per session' });
+    }
+  } else {
+    accessible = path.join(path.resolve(request.defaultBase), 'workdir', request.sessionId);
+    await fs.mkdir(accessible, { recursive: true });
+  }
+  accessible = realpathSync(accessible);
+  const sessionDir = request.workdir !== undefined ? path.join(accessible, '.murmur', request.sessionId) : accessible;
+  for (const dir of ['tools', 'out', 'logs']) await fs.mkdir(path.join(sessionDir, dir), { recursive: true });
+  await fs.mkdir(path.join(accessible, '.capsule-home'), { recursive: true });
+  if (request.task !== undefined) await fs.writeFile(path.join(accessible, 'task.md'), request.task);
+  if (request.workdir !== undefined && !existsSync(path.join(accessible, 'murmur.yaml'))) {
+    await fs.writeFile(path.join(accessible, 'murmur.yaml'), plan.capsule.manifest_yaml);
+  }
+  const preopen = await inside(accessible, plan.policy.filesystem_scope, 'capabilities.filesystem.scope');
+
+  const tools: HostTool[] = [];
+  for (const artifact of plan.artifacts) {
+    const tool = await installArtifact(sessionDir, accessible, artifact);
+    if (tool) tools.push(tool);
+  }
+  for (const binary of plan.policy.shell_allow) {
+    const manifest = path.join(sessionDir, 'tools', binary, 'murmur.yaml');
+    if (existsSync(manifest)) continue;
+    await fs.mkdir(path.dirname(manifest), { recursive: true });
+    await fs.writeFile(manifest, shellToolManifest(binary));
+  }
+  return { paths: { accessible, sessionDir, preopen }, tools };
+}
+
+/** Writes an artifact into `tools/<name>/` and describes it to the host; drivers and hooks are not tools. */
+export async function installArtifact(sessionDir: string, accessible: string, artifact: StagedArtifact): Promise<HostTool | undefined> {
+  const toolDir = path.join(sessionDir, 'tools', ...artifact.name.split('/'));
+  await fs.mkdir(toolDir, { recursive: true });
+  await fs.writeFile(path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
+  const baseName = artifact.name.split('/').pop() as string;
+  const common = { name: artifact.name, version: artifact.version, manifest_yaml: artifact.manifest_yaml, ...(artifact.description !== undefined ? { description: artifact.description } : {}) };
+  if (artifact.role === 'skill') {
+    const target = path.join(toolDir, 'skill.md');
+    const source = artifact.extracted_dir ? await findSkill(artifact.extracted_dir) : undefined;
+    if (source) await fs.copyFile(source, target);
+    return { ...common, kind: 'skill', path: target, preopen: accessible, runtime: 'wasm' };
+  }
+  if (artifact.role !== 'tool') return undefined;
+  if (artifact.packaging === 'native') {
+    const target = path.join(toolDir, baseName);
+    await fs.copyFile(path.join(artifact.extracted_dir as string, 'bin', baseName), target);
+    await fs.chmod(target, 0o755);
+    return { ...common, kind: 'native', path: target, preopen: accessible, runtime: 'native' };
+  }
+  const scope = artifact.capabilities?.filesystem?.scope;
+  const preopen = scope === undefined ? accessible : await inside(accessible, scope, `the filesystem scope of '${artifact.name}'`);
+  return { ...common, kind: 'wasm', ...(artifact.component ? { component: artifact.component } : {}), preopen, runtime: 'wasm' };
+}
+
+async function findSkill(dir: string): Promise<string | undefined> {
+  const entries = await fs.readdir(dir).catch(() => [] as string[]);
+  const match = entries.find((entry) => entry.toLowerCase() === 'skill.md');
+  return match ? path.join(dir, match) : undefined;
+}

@@ -1,0 +1,90 @@
+import type { CapabilityPolicy } from './policy.js';
+
+/**
+ * What environment a capsule's code sees (upstream §1.5.3 and §7.5).
+ *
+ * Nothing is inherited. A WASM guest sees the names `capabilities.env.allow` lists that are set
+ * on the launching side, minus anything credential-shaped, and then the runtime's own `MURMUR_*`
+ * values, applied last so allowlisting one of those names never shadows the runtime's value. A
+ * subprocess (shell or native tool) starts from a short list of harmless host variables instead,
+ * with the same credential scrub and a synthetic `HOME` inside the workdir.
+ */
+
+/** Credential-shaped names, always scrubbed. `*X*` contains, `*X` suffix, `X*` prefix, else exact. */
+export const CREDENTIAL_PATTERNS = [
+  'ANTHROPIC_API_KEY',
+  'OPENAI_API_KEY',
+  'GOOGLE_API_KEY',
+  'HUGGING_FACE_HUB_TOKEN',
+  'NEXUS_API_KEY',
+  'AWS_*',
+  'GITHUB_TOKEN',
+  'GH_TOKEN',
+  'DOCKER_*',
+  'KUBECONFIG',
+  'NPM_TOKEN',
+  'PYPI_TOKEN',
+  'CARGO_REGISTRY_TOKEN',
+  '*_API_KEY',
+] as const;
+
+/** Host variables a subprocess may start from, when set. */
+export const SUBPROCESS_BASELINE = ['PATH', 'HOME', 'USER', 'LANG', 'LC_ALL', 'TMPDIR', 'TEMP', 'TMP', 'CARGO_HOME', 'RUSTUP_HOME', 'TERM'] as const;
+
+/** Case-sensitive glob with a leading and/or trailing `*` only. */
+export function globMatches(pattern: string, name: string): boolean {
+  const leading = pattern.startsWith('*');
+  const trailing = pattern.length > 1 && pattern.endsWith('*');
+  const core = pattern.slice(leading ? 1 : 0, trailing ? -1 : undefined);
+  if (leading && trailing) return name.includes(core);
+  if (leading) return name.endsWith(core);
+  if (trailing) return name.startsWith(core);
+  return name === pattern;
+}
+
+export function isCredentialShaped(name: string, extraPatterns: readonly string[] = []): boolean {
+  return [...CREDENTIAL_PATTERNS, ...extraPatterns].some((pattern) => globMatches(pattern, name));
+}
+
+export type Environment = Record<string, string>;
+
+/**
+ * A WASM guest's environment: `env.allow` ∩ `host`, minus credential-shaped names (and the
+ * policy's `shell.strip_env` patterns), then `runtime` applied last.
+ */
+export function guestEnvironment(policy: Pick<CapabilityPolicy, 'env_allow' | 'shell_strip_env'>, host: Readonly<Record<string, string | undefined>>, runtime: Environment): Environment {
+  const env: Environment = {};
+  for (const name of policy.env_allow) {
+    const value = host[name];
+    if (value === undefined || isCredentialShaped(name, policy.shell_strip_env)) continue;
+    env[name] = value;
+  }
+  return { ...env, ...runtime };
+}
+
+/**
+ * A subprocess's environment: the baseline host variables, the caller's overrides, the policy's
+ * `shell.baseline_env` names, minus credentials and `shell.strip_env`, and `HOME`/`USERPROFILE`
+ * pointing at `capsuleHome` whatever anything else said.
+ */
+export function subprocessEnvironment(
+  policy: Pick<CapabilityPolicy, 'shell_strip_env' | 'shell_baseline_env'>,
+  host: Readonly<Record<string, string | undefined>>,
+  overrides: ReadonlyArray<readonly [string, string]>,
+  capsuleHome: string,
+): Environment {
+  const env: Environment = {};
+  for (const name of SUBPROCESS_BASELINE) {
+    const value = host[name];
+    if (value !== undefined) env[name] = value;
+  }
+  for (const [name, value] of overrides) env[name] = value;
+  for (const name of policy.shell_baseline_env) {
+    const value = host[name];
+    if (value !== undefined) env[name] = value;
+  }
+  for (const name of Object.keys(env)) if (isCredentialShaped(name, policy.shell_strip_env)) delete env[name];
+  env.HOME = capsuleHome;
+  env.USERPROFILE = capsuleHome;
+  return env;
+}

@@ -1,0 +1,56 @@
+import { z } from 'zod';
+import { SessionIdSchema } from './ids.js';
+import { StagedPlanSchema } from './plan.js';
+
+/**
+ * Launching a staged capsule: what a client (`mur run`) asks of an executor, and what it is told.
+ *
+ * The session id is minted by the client, so it can subscribe to the session's events before the
+ * session exists and miss none of them.
+ */
+export const LaunchRequestSchema = z.object({
+  session_id: SessionIdSchema,
+  plan: StagedPlanSchema,
+  /** `--workdir`: the accessible workdir, which must exist; absent → `<default_workdir_base>/workdir/<session>`. */
+  workdir: z.string().optional(),
+  /** Where a session without `--workdir` gets its directory: the manifest's directory, or the client's cwd. */
+  default_workdir_base: z.string(),
+  /** The text of `--task` (a file's content or the text given), written to `task.md`. */
+  task: z.string().optional(),
+  /**
+   * The launching side's values for the names the capsule may see (`env.allow`) and the `${VAR}`
+   * references its manifest makes. Nothing else of the client's environment travels.
+   */
+  env: z.record(z.string(), z.string()).default({}),
+  /** `--bind`: the address a session's door binds; scheme-less `localhost:<port>` is what is printed. */
+  bind: z.string().default('127.0.0.1'),
+  /** Relay the capsule's stdout/stderr as `session.<id>.output` events. */
+  relay_output: z.boolean().default(false),
+});
+export type LaunchRequest = z.input<typeof LaunchRequestSchema>;
+
+export const LaunchReplySchema = z.object({
+  session_id: z.string(),
+  executor_id: z.string(),
+  pid: z.number().int().positive(),
+  process_start: z.string(),
+  /** The accessible workdir: what the capsule sees as its preopened directory. */
+  workdir: z.string(),
+  /** Where the runtime keeps the session's records (trace, logs, tools). */
+  session_dir: z.string(),
+  url: z.string().nullable(),
+  started_at: z.string(),
+  /** Whether the capsule host runs in kernel namespaces, and how. */
+  isolation: z.string(),
+});
+export type LaunchReply = z.infer<typeof LaunchReplySchema>;
+
+export const SessionOutputSchema = z.object({
+  session_id: z.string(),
+  stream: z.enum(['stdout', 'stderr']),
+  text: z.string(),
+});
+export type SessionOutput = z.infer<typeof SessionOutputSchema>;
+
+export const StopRequestSchema = z.object({ reason: z.string().default('stopped by request') });
+export const StopReplySchema = z.object({ stopping: z.boolean() });
