@@ -1,7 +1,8 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HealthReplySchema, SERVICE_NAMES, type SessionStaged, commands, silentLog, topics } from '@murmur/shared';
-import { type Bus, NatsTransport, createBus } from '@murmur/shared/bus';
+import { type Bus, createBus } from '@murmur/shared/bus';
+import { NatsTransport } from '@murmur/shared/bus/nats';
 import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { capsuleWat } from './support/guests.js';

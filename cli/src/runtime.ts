@@ -1,6 +1,5 @@
 import { type Bus, connectBus } from '@murmur/shared/bus';
 import { type Log, silentLog } from '@murmur/shared';
-import { createLogger } from '@murmur/shared/node';
 import { startExecutorService } from '@murmur/executor';
 import { type StageProgress, startStagerService } from '@murmur/stager';
 
@@ -27,7 +26,7 @@ export interface RuntimeOptions {
 export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime> {
   const env = options.env ?? process.env;
   // The services' logs stay quiet inside `mur` unless asked for (MURMUR_LOG_LEVEL, or -v on stage).
-  const log: Log = options.verbose || env.MURMUR_LOG_LEVEL ? createLogger('mur', env) : silentLog;
+  const log: Log = options.verbose || env.MURMUR_LOG_LEVEL ? (await import('@murmur/shared/service')).createLogger('mur', env) : silentLog;
   const natsUrl = env.MURMUR_NATS_URL?.trim();
   const bus = await connectBus({ natsUrl, name: 'mur', log });
   if (natsUrl) return { bus, inProcess: false, close: () => bus.close() };

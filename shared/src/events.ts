@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { DelegationOutcomeSchema } from './delegation.js';
 import { MurmurErrorJsonSchema } from './wire.js';
 

@@ -1,5 +1,5 @@
 import { v7 as uuidv7 } from 'uuid';
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * Every id the runtime mints is a UUIDv7 in its 32-hex "simple" form behind a prefix that names

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { SessionIdSchema } from './ids.js';
 import { StagedPlanSchema } from './plan.js';
 

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * `murmur.lock`, beside `murmur.yaml`: which version and which bytes each declared artifact

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { MurmurErrorJsonSchema, MurmurWarningSchema } from './wire.js';
 import { LockedArtifactSchema } from './lockfile.js';
 import { ArtifactRoleSchema, CapabilitiesSchema, CapsuleManifestSchema, GatewaySchema, LifecycleSchema } from './manifest/capsule.js';

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /**
  * One running session's door and the process that holds it: `running/<session_id>.json` under

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** An error or warning as it travels in a payload: code, sentence, and optionally hint and path. */
 export const MurmurErrorJsonSchema = z.object({

@@ -4,13 +4,13 @@ import { ERROR_CATALOGUE, MurmurError } from '@murmur/shared';
 import {
   type Bus,
   InProcessTransport,
-  NatsTransport,
   type Subscription,
   type Transport,
   createBus,
   defineCommand,
   defineEvent,
 } from '@murmur/shared/bus';
+import { NatsTransport } from '@murmur/shared/bus/nats';
 import { type NatsServer, startNatsServer } from '../../test/support/nats-server.js';
 import { RecordingLog } from '../../test/support/recording-log.js';
 import { rejectionOf as rejection, refusalOf as thrown } from '../../test/support/refusals.js';

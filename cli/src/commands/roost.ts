@@ -1,4 +1,4 @@
-import { createLogger, listenHttp, portFromEnv } from '@murmur/shared/node';
+import { createLogger, listenHttp, portFromEnv } from '@murmur/shared/service';
 import { connectBus } from '@murmur/shared/bus';
 import { MurmurError } from '@murmur/shared';
 import { startRoostService } from '@murmur/roost';

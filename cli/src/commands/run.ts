@@ -58,7 +58,11 @@ function lifecycleOverride(options: RunOptions): Record<string, string> | undefi
  * output while it runs, and last `status:  ok|failed|trapped`; exit 0 only for ok. With `--json`
  * stdout carries exactly one line, the launch line, and nothing else.
  */
+/** `MURMUR_TIMING=1`: where a run's start-up time goes, on stderr. */
+const timing = process.env.MURMUR_TIMING ? (label: string): void => void process.stderr.write(`[timing] ${label} ${performance.now().toFixed(0)}ms\n`) : (): void => {};
+
 export async function runCommand(options: RunOptions, output: Output): Promise<number> {
+  timing('run command loaded');
   const fromRegistry = options.capsule !== undefined;
   if (fromRegistry && !options.capsuleVersion) throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
   const manifestPath = path.resolve(options.manifest ?? 'murmur.yaml');
@@ -72,6 +76,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
 
   const progress = terminalProgress(output);
   const runtime = await openRuntime({ onStageProgress: progress.report, executor: true });
+  timing('runtime open');
   try {
     const plan = await runtime.bus.request(
       commands.stage,
@@ -85,6 +90,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       { timeoutMs: STAGE_TIMEOUT_MS },
     );
     progress.stop();
+    timing('staged');
     for (const warning of plan.warnings) output.warn(warning);
     // The first run pins what it resolved; later runs are held to it.
     if (plan.lock.status === 'absent' && plan.lock.path && plan.lock.entries.length > 0) {
@@ -124,6 +130,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       { timeoutMs: LAUNCH_TIMEOUT_MS },
     );
 
+    timing('launched');
     if (options.json) {
       output.out(JSON.stringify({ url: launched.url, pid: launched.pid, session_id: launched.session_id, name: plan.capsule.name, version: plan.capsule.version, workdir: launched.workdir }));
     } else {
@@ -144,6 +151,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
     const end = await ended;
+    timing('ended');
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     for (const subscription of subscriptions) subscription.unsubscribe();

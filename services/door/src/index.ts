@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { runServiceProcess } from '@murmur/shared/node';
+import { runServiceProcess } from '@murmur/shared/service';
 import { startDoorService } from './service.js';
 
 await runServiceProcess({

@@ -15,7 +15,7 @@ import {
   topics,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { processStartToken } from '@murmur/shared/node';
+import { packageFile, processStartToken } from '@murmur/shared/node';
 import type { z } from 'zod';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import { EgressPolicy } from './egress.js';
@@ -43,9 +43,13 @@ export interface ExecutorEnvironment {
 type LaunchRequest = z.output<typeof LaunchRequestSchema>;
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const HOST_ENTRY = path.join(here, '..', 'dist', 'host', 'main.js');
+/** The host as one bundled file when the build made one (it starts several times faster), else its modules. */
+const HOST_ENTRY = ((): string => {
+  const bundled = packageFile('@murmur/executor', 'dist/bundle/host.mjs', import.meta.url, '../dist/bundle/host.mjs');
+  return existsSync(bundled) ? bundled : packageFile('@murmur/executor', 'dist/host/main.js', import.meta.url, '../dist/host/main.js');
+})();
 /** Where this runtime's code and its dependencies live: bound read-only into every sandbox. */
-const CODE_ROOT = findCodeRoot(here);
+const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));
 /** How long past its deadline a session may run before the executor kills it whole. */
 const HARD_LIMIT_GRACE_MS = 10_000;
 const READY_TIMEOUT_MS = 30_000;
@@ -265,7 +269,7 @@ export class Session {
     }
     const child = spawn(argv[0] as string, argv.slice(1), {
       cwd: this.paths.accessible,
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8' },
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) },
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       serialization: 'json',
     });
@@ -291,7 +295,6 @@ export class Session {
         child.off('message', onReady);
         child.off('exit', onEarlyExit);
         this.processStart = (child.pid ? processStartToken(child.pid) : undefined) ?? '';
-        child.send(start);
         resolve();
       };
       const onEarlyExit = (code: number | null, signal: string | null): void => {
@@ -300,6 +303,9 @@ export class Session {
       };
       child.on('message', onReady);
       child.once('exit', onEarlyExit);
+      // Sent at once, not after `ready`: the host reads it as soon as it listens, so its start-up
+      // and the executor's wait overlap instead of adding up.
+      child.send(start);
     });
   }
 

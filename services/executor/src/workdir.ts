@@ -1,6 +1,6 @@
 import { existsSync, promises as fs, realpathSync } from 'node:fs';
 import path from 'node:path';
-import { MurmurError, type StagedArtifact, type StagedPlan } from '@murmur/shared';
+import { MurmurError, type StagedArtifact, type StagedPlan, parseYamlSource } from '@murmur/shared';
 import type { HostTool } from './host/protocol.js';
 
 /**
@@ -97,7 +97,7 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
   await fs.mkdir(toolDir, { recursive: true });
   await fs.writeFile(path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
   const baseName = artifact.name.split('/').pop() as string;
-  const common = { name: artifact.name, version: artifact.version, manifest_yaml: artifact.manifest_yaml, ...(artifact.description !== undefined ? { description: artifact.description } : {}) };
+  const common = { name: artifact.name, version: artifact.version, info: describeManifest(artifact.manifest_yaml), ...(artifact.description !== undefined ? { description: artifact.description } : {}) };
   if (artifact.role === 'skill') {
     const target = path.join(toolDir, 'skill.md');
     const source = artifact.extracted_dir ? await findSkill(artifact.extracted_dir) : undefined;
@@ -114,6 +114,37 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
   const scope = artifact.capabilities?.filesystem?.scope;
   const preopen = scope === undefined ? accessible : await inside(accessible, scope, `the filesystem scope of '${artifact.name}'`);
   return { ...common, kind: 'wasm', ...(artifact.component ? { component: artifact.component } : {}), preopen, runtime: 'wasm' };
+}
+
+/** `manage.describe`'s answer for an artifact, from its own manifest: description, tags, schemas as JSON. */
+export function describeManifest(manifestYaml: string): HostTool['info'] {
+  let manifest: Record<string, unknown> = {};
+  try {
+    const value = parseYamlSource(manifestYaml).value;
+    if (value !== null && typeof value === 'object' && !Array.isArray(value)) manifest = value as Record<string, unknown>;
+  } catch {
+    // an unreadable manifest describes nothing beyond the name
+  }
+  const schema = (key: string): string | undefined => {
+    const value = manifest[key];
+    if (value === undefined || value === null) return undefined;
+    if (typeof value === 'string') {
+      try {
+        return JSON.stringify(JSON.parse(value));
+      } catch {
+        return JSON.stringify(value);
+      }
+    }
+    return JSON.stringify(value);
+  };
+  const input = schema('input_schema') ?? schema('input');
+  const output = schema('output_schema');
+  return {
+    description: typeof manifest.description === 'string' ? manifest.description : '',
+    tags: Array.isArray(manifest.tags) ? manifest.tags.filter((tag): tag is string => typeof tag === 'string') : [],
+    ...(input !== undefined ? { input_schema: input } : {}),
+    ...(output !== undefined ? { output_schema: output } : {}),
+  };
 }
 
 async function findSkill(dir: string): Promise<string | undefined> {

@@ -1,9 +1,8 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { MurmurError, type TranspiledComponent } from '@murmur/shared';
-import { renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
+import { packageFile, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import type { TranspileJob, TranspileReply } from './transpile-worker.js';
 
 /**
@@ -127,9 +126,9 @@ export class ComponentCache {
 
   private ensureWorker(): Worker {
     if (this.worker) return this.worker;
-    // Always the compiled worker: under a TypeScript test runner `src/` holds no .js to start.
-    const here = path.dirname(fileURLToPath(import.meta.url));
-    const workerFile = path.join(here, '..', 'dist', 'transpile-worker.js');
+    // Always the compiled worker: under a TypeScript test runner `src/` holds no .js to start,
+    // and in a bundle this file is not where the worker is.
+    const workerFile = packageFile('@murmur/stager', 'dist/transpile-worker.js', import.meta.url, '../dist/transpile-worker.js');
     const worker = new Worker(workerFile);
     worker.unref();
     worker.on('message', (reply: TranspileReply) => {

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { MurmurError, type MurmurErrorJson, isErrorCode } from '../errors.js';
 import type { Log } from '../log.js';
 import { isValidPattern } from './subject.js';

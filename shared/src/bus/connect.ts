@@ -1,7 +1,6 @@
 import type { Log } from '../log.js';
 import { type Bus, createBus } from './bus.js';
 import { InProcessTransport } from './in-process.js';
-import { NatsTransport } from './nats.js';
 
 export interface ConnectBusOptions {
   /** A NATS URL; absent means the embedded in-process bus. */
@@ -15,6 +14,8 @@ export interface ConnectBusOptions {
 export async function connectBus(options: ConnectBusOptions): Promise<Bus> {
   const url = options.natsUrl?.trim();
   if (!url) return createBus(new InProcessTransport(), options.log);
+  // Loaded only when a NATS URL is given: the embedded default never pays for the client.
+  const { NatsTransport } = await import('./nats.js');
   const transport = await NatsTransport.connect(url, { log: options.log, ...(options.name ? { name: options.name } : {}) });
   return createBus(transport, options.log);
 }

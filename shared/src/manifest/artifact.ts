@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { MurmurError, type MurmurWarning } from '../errors.js';
 import { type CapsuleManifest, type ParseCapsuleManifestOptions, parseCapsuleManifest } from './capsule.js';
 import { type IssueParams, issueToError, yamlTypeName } from './issues.js';

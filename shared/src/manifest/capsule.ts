@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { type EnvLookup, envReferenceName, resolveEnvReference } from '../env-reference.js';
 import { MurmurError, type MurmurWarning } from '../errors.js';
 import { validateFilesystemScope } from '../filesystem-scope.js';

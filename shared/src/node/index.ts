@@ -1,6 +1,6 @@
+// Light Node helpers any process may load. What only a service process needs (its logger, its
+// HTTP server, its life cycle) is `@murmur/shared/service`, so `mur` does not pay for it.
 export * from './atomic.js';
 export * from './home.js';
-export * from './logger.js';
-export * from './http.js';
-export * from './service-process.js';
+export * from './locate.js';
 export * from './process.js';

@@ -1,8 +1,8 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
-import { type WireError, parseYamlSource } from '@murmur/shared';
+import type { WireError } from '@murmur/shared';
 import { LogFile, TraceWriter } from '../records.js';
 import { createSignal, serveBridge } from './bridge.js';
 import type { GuestJob, GuestMessage, GuestOutcome } from './guest-worker.js';
@@ -15,6 +15,11 @@ import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, 
  * outgoing HTTP and messages — the last three relayed to the executor, the only way out), enforces
  * the deadline by terminating the worker, and writes the session's trace.
  */
+
+/** A guest worker with no job yet: it loads the runtime's WASI pieces while the host waits for `start`. */
+export function prewarmGuestWorker(): Worker {
+  return new Worker(GUEST_WORKER, { stdout: true, stderr: true });
+}
 
 export interface HostChannel {
   /** Asks the executor something and waits for its answer. */
@@ -29,7 +34,8 @@ export interface SessionResult {
 }
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const GUEST_WORKER = path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
+/** Beside this file: the bundled worker next to the bundled host, or the module next to the module. */
+const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.mjs')) ? path.join(here, 'guest-worker.mjs') : path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
 const decoder = new TextDecoder();
 
 type Fallible<T> = { ok: true; value: T } | { ok: false; error: string };
@@ -54,6 +60,8 @@ export class CapsuleHost {
   constructor(
     private readonly start: StartMessage,
     private readonly channel: HostChannel,
+    /** A guest worker started before `start` arrived, for the capsule's own instance. */
+    private prewarmed?: Worker,
   ) {
     this.trace = new TraceWriter(start.session_dir, start.session_id);
     this.sessionLog = new LogFile(start.session_dir, 'session.log');
@@ -92,6 +100,7 @@ export class CapsuleHost {
       label: `${this.start.capsule_name}@${this.start.capsule_version}`,
       bundleDir: this.start.component.bundle_dir,
       entry: this.start.component.entry,
+      imports: this.start.component.imports,
       preopen: this.start.preopen,
       env: this.start.guest_env,
       grant: 'capsule',
@@ -160,8 +169,15 @@ export class CapsuleHost {
     const { port1, port2 } = new MessageChannel();
     const signal = createSignal();
     serveBridge(port1, signal, (op, payload) => this.answer(op, payload, job.grant));
-    const workerData: GuestJob = { ...job, memoryLimitBytes: this.start.policy.limits.memory_bytes, bridgePort: port2, signal };
-    const worker = new Worker(GUEST_WORKER, { workerData, transferList: [port2], stdout: true, stderr: true });
+    const guestJob: GuestJob = { ...job, memoryLimitBytes: this.start.policy.limits.memory_bytes, bridgePort: port2, signal };
+    let worker: Worker;
+    if (this.prewarmed && job.role === 'capsule') {
+      worker = this.prewarmed;
+      this.prewarmed = undefined;
+      worker.postMessage(guestJob, [port2]);
+    } else {
+      worker = new Worker(GUEST_WORKER, { workerData: guestJob, transferList: [port2], stdout: true, stderr: true });
+    }
     const lines = new LineBuffers();
     return new Promise((resolve) => {
       let settled = false;
@@ -242,6 +258,7 @@ export class CapsuleHost {
         label: `tool '${name}'`,
         bundleDir: tool.component.bundle_dir,
         entry: tool.component.entry,
+        imports: tool.component.imports,
         preopen: tool.preopen,
         env: this.start.guest_env,
         grant: `tool:${name}`,
@@ -345,33 +362,15 @@ export class CapsuleHost {
     const tool = this.tools.get(name);
     const isShell = this.start.policy.shell_allow.includes(name);
     if (!tool && !isShell) return refused(`artifact '${name}' is not installed`);
-    const manifestText = tool?.manifest_yaml ?? readShellManifest(this.start.session_dir, name);
-    let manifest: Record<string, unknown> = {};
-    try {
-      manifest = (parseYamlSource(manifestText).value as Record<string, unknown>) ?? {};
-    } catch {
-      // an unreadable manifest describes nothing beyond the name
-    }
-    const schema = (key: string): string | undefined => {
-      const value = manifest[key];
-      if (value === undefined || value === null) return undefined;
-      if (typeof value === 'string') {
-        try {
-          return JSON.stringify(JSON.parse(value));
-        } catch {
-          return JSON.stringify(value);
-        }
-      }
-      return JSON.stringify(value);
-    };
+    const info = tool?.info ?? SHELL_TOOL_INFO;
     return ok({
       name,
       version: tool?.version ?? '0.0.0',
-      description: typeof manifest.description === 'string' ? manifest.description : '',
-      tags: Array.isArray(manifest.tags) ? manifest.tags.filter((tag): tag is string => typeof tag === 'string') : [],
+      description: tool ? info.description : `Run the ${name} command (allowlisted by capabilities.shell.allow)`,
+      tags: info.tags,
       runtime: tool?.runtime ?? 'native',
-      inputSchema: schema('input_schema') ?? schema('input'),
-      outputSchema: schema('output_schema'),
+      inputSchema: info.input_schema,
+      outputSchema: info.output_schema,
     });
   }
 
@@ -403,13 +402,12 @@ class LineBuffers {
   }
 }
 
-function readShellManifest(sessionDir: string, binary: string): string {
-  try {
-    return readFileSync(path.join(sessionDir, 'tools', binary, 'murmur.yaml'), 'utf8');
-  } catch {
-    return '';
-  }
-}
+/** What a shell binary is described as: upstream's synthetic manifest. */
+const SHELL_TOOL_INFO: HostTool['info'] = {
+  description: '',
+  tags: [],
+  input_schema: JSON.stringify({ type: 'object', properties: { command: { type: 'string' } }, required: ['command'] }),
+};
 
 function parseInput(data: string | undefined): unknown {
   if (data === undefined) return {};

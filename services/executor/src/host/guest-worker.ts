@@ -18,6 +18,8 @@ export interface GuestJob {
   label: string;
   bundleDir: string;
   entry: string;
+  /** The interfaces the component imports (from its transpiled bundle): all that is built for it. */
+  imports: string[];
   memoryLimitBytes: number;
   preopen: string;
   env: Array<[string, string]>;
@@ -51,7 +53,7 @@ function nearCap(memories: WebAssembly.Memory[], limit: number): boolean {
 
 async function run(job: GuestJob): Promise<GuestOutcome> {
   const bridge = new BridgeClient(job.bridgePort, job.signal);
-  const imports = buildImports({
+  const imports = await buildImports({
     preopen: job.preopen,
     env: job.env,
     grant: job.grant,
@@ -59,7 +61,7 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
     capsuleImports: job.role === 'capsule',
     stdout: (bytes) => post({ type: 'output', stream: 'stdout', bytes }),
     stderr: (bytes) => post({ type: 'output', stream: 'stderr', bytes }),
-  });
+  }, job.imports);
   const memories: WebAssembly.Memory[] = [];
   const getCoreModule = (file: string): Promise<WebAssembly.Module> => {
     const bytes = readFileSync(path.join(job.bundleDir, file));
@@ -97,9 +99,16 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   }
 }
 
-if (parentPort && workerData) {
-  run(workerData as GuestJob).then(
+function start(job: GuestJob): void {
+  run(job).then(
     (outcome) => post({ type: 'done', outcome }),
     (error: unknown) => post({ type: 'done', outcome: { kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false } }),
   );
+}
+
+// A worker is either given its job at birth, or born early (while the host is still being told
+// what to run, so its start-up overlaps that) and given the job as its first message.
+if (parentPort) {
+  if (workerData) start(workerData as GuestJob);
+  else parentPort.once('message', (job: GuestJob) => start(job));
 }

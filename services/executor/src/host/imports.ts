@@ -1,10 +1,5 @@
-import { monotonicClock, wallClock } from '@bytecodealliance/preview2-shim/clocks';
-import { createFilesystem } from '@bytecodealliance/preview2-shim/filesystem';
-import { error as ioError, poll, streams } from '@bytecodealliance/preview2-shim/io';
-import { random } from '@bytecodealliance/preview2-shim/random';
 import type { BridgeClient } from './bridge.js';
-import { MemoryInputStream, SinkOutputStream } from './streams.js';
-import { type RelayedOutcome, type RelayedRequest, relayedHttp } from './wasi-http.js';
+import type { RelayedOutcome, RelayedRequest } from './wasi-http.js';
 
 /**
  * The import object of one WebAssembly instance, built from its grants and nothing else.
@@ -62,29 +57,68 @@ function base64(bytes: Uint8Array): string {
   return Buffer.from(bytes).toString('base64');
 }
 
-export function buildImports(grants: GuestGrants): Record<string, unknown> {
-  // The shim's typings describe its browser build; this is the Node build, which takes host paths.
-  const filesystem = (createFilesystem as unknown as (config: { preopens: Record<string, string> }) => { types: unknown; preopens: unknown })({ preopens: { '.': grants.preopen } });
-  allowMutateDirectory(filesystem.types as unknown as { Descriptor: { prototype: Record<string, unknown> } });
-  const stdout = new SinkOutputStream(grants.stdout);
-  const stderr = new SinkOutputStream(grants.stderr);
-  const stdin = new MemoryInputStream(new Uint8Array());
+/**
+ * Only what the component imports is built, and only the shim modules those pieces need are
+ * loaded: a component that imports no WASI at all starts without loading any of it.
+ */
+export async function buildImports(grants: GuestGrants, needed: readonly string[]): Promise<Record<string, unknown>> {
+  const wants = (prefix: string): boolean => needed.some((name) => name.startsWith(prefix));
+  const usesStreams = wants('wasi:cli/') || wants('wasi:io/') || wants('wasi:http/') || wants('wasi:filesystem/');
+  const usesClocks = usesStreams || wants('wasi:clocks/');
+  const [io, clocks, random, filesystemModule, streamsModule, httpModule] = await Promise.all([
+    usesClocks ? import('@bytecodealliance/preview2-shim/io') : undefined,
+    usesClocks ? import('@bytecodealliance/preview2-shim/clocks') : undefined,
+    wants('wasi:random/') ? import('@bytecodealliance/preview2-shim/random') : undefined,
+    wants('wasi:filesystem/') ? import('@bytecodealliance/preview2-shim/filesystem') : undefined,
+    usesStreams ? import('./streams.js') : undefined,
+    wants('wasi:http/') ? import('./wasi-http.js') : undefined,
+  ]);
+  const imports: Record<string, unknown> = {};
+  if (streamsModule) Object.assign(imports, cliImports(grants, streamsModule));
+  if (io && clocks) {
+    imports['wasi:clocks/monotonic-clock'] = clocks.monotonicClock;
+    imports['wasi:clocks/wall-clock'] = clocks.wallClock;
+    imports['wasi:io/error'] = io.error;
+    imports['wasi:io/poll'] = io.poll;
+    imports['wasi:io/streams'] = io.streams;
+  }
+  if (random) imports['wasi:random/random'] = random.random;
+  if (filesystemModule) {
+    // The shim's typings describe its browser build; this is the Node build, which takes host paths.
+    const filesystem = (filesystemModule.createFilesystem as unknown as (config: { preopens: Record<string, string> }) => { types: unknown; preopens: unknown })({ preopens: { '.': grants.preopen } });
+    allowMutateDirectory(filesystem.types as unknown as { Descriptor: { prototype: Record<string, unknown> } });
+    imports['wasi:filesystem/types'] = filesystem.types;
+    imports['wasi:filesystem/preopens'] = filesystem.preopens;
+  }
+  if (httpModule) {
+    const http = httpModule.relayedHttp((request) => relay(grants, request));
+    imports['wasi:http/types'] = http.types;
+    imports['wasi:http/outgoing-handler'] = http.outgoingHandler;
+  }
+  return { ...imports, ...murmurImports(grants) };
+}
+
+/** An outgoing request, relayed to the executor through the bridge: its answer, or the refusal. */
+function relay(grants: GuestGrants, request: RelayedRequest): RelayedOutcome {
+  const result = grants.bridge.call<{ outcome: 'response'; response: { status: number; headers: Array<[string, string]>; body_base64: string } } | { outcome: 'denied'; code: string; reason: string }>('http', {
+    method: request.method,
+    url: request.url,
+    headers: request.headers,
+    body_base64: request.body.byteLength > 0 ? base64(request.body) : undefined,
+    grant: grants.grant,
+  });
+  if (result.outcome === 'denied') return { outcome: 'error', code: errorCode(result.code, result.reason) };
+  return { outcome: 'response', status: result.response.status, headers: result.response.headers, body: Buffer.from(result.response.body_base64, 'base64') };
+}
+
+/** `wasi:cli`: the granted environment, captured stdio, no stdin, no terminal, an `exit` that is contained. */
+function cliImports(grants: GuestGrants, streams: typeof import('./streams.js')): Record<string, unknown> {
+  const stdout = new streams.SinkOutputStream(grants.stdout);
+  const stderr = new streams.SinkOutputStream(grants.stderr);
+  const stdin = new streams.MemoryInputStream(new Uint8Array());
   class TerminalInput {}
   class TerminalOutput {}
-
-  const http = relayedHttp((request: RelayedRequest): RelayedOutcome => {
-    const result = grants.bridge.call<{ outcome: 'response'; response: { status: number; headers: Array<[string, string]>; body_base64: string } } | { outcome: 'denied'; code: string; reason: string }>('http', {
-      method: request.method,
-      url: request.url,
-      headers: request.headers,
-      body_base64: request.body.byteLength > 0 ? base64(request.body) : undefined,
-      grant: grants.grant,
-    });
-    if (result.outcome === 'denied') return { outcome: 'error', code: errorCode(result.code, result.reason) };
-    return { outcome: 'response', status: result.response.status, headers: result.response.headers, body: Buffer.from(result.response.body_base64, 'base64') };
-  });
-
-  const imports: Record<string, unknown> = {
+  return {
     'wasi:cli/environment': {
       getEnvironment: () => grants.env.map(([name, value]) => [name, value]),
       getArguments: () => [],
@@ -106,16 +140,12 @@ export function buildImports(grants: GuestGrants): Record<string, unknown> {
     'wasi:cli/terminal-stdin': { getTerminalStdin: () => undefined },
     'wasi:cli/terminal-stdout': { getTerminalStdout: () => undefined },
     'wasi:cli/terminal-stderr': { getTerminalStderr: () => undefined },
-    'wasi:clocks/monotonic-clock': monotonicClock,
-    'wasi:clocks/wall-clock': wallClock,
-    'wasi:filesystem/types': filesystem.types,
-    'wasi:filesystem/preopens': filesystem.preopens,
-    'wasi:http/types': http.types,
-    'wasi:http/outgoing-handler': http.outgoingHandler,
-    'wasi:io/error': ioError,
-    'wasi:io/poll': poll,
-    'wasi:io/streams': streams,
-    'wasi:random/random': random,
+  };
+}
+
+/** The murmur interfaces: tools, shell, messages, artifacts (capsules), text and task (everyone). */
+function murmurImports(grants: GuestGrants): Record<string, unknown> {
+  const imports: Record<string, unknown> = {
     'murmur:text/chunks': {
       // Streaming text goes to A2A observers; outside an A2A task it is a no-op, as upstream.
       emitChunk: () => {},
@@ -138,6 +168,13 @@ export function buildImports(grants: GuestGrants): Record<string, unknown> {
         if (!outcome.ok) throw outcome.error;
         return outcome.value;
       };
+    // A capsule that calls tools imports `murmur:tool/run` too, for the types `invoke` shares with
+    // it; jco wants a `run` there, but only tools export it, so calling it is an error.
+    imports['murmur:tool/run'] = {
+      run: () => {
+        throw new Error('murmur:tool/run is exported by tools; a capsule calls tools through murmur:tool-registry/invoke');
+      },
+    };
     imports['murmur:tool-registry/invoke'] = {
       invoke: (name: string, input: { data?: string; logPath?: string }) => fallible('invoke')({ name, input }),
     };

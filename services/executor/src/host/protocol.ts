@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from 'zod';
 import { CapabilityPolicySchema, MurmurErrorJsonSchema, TranspiledComponentSchema } from '@murmur/shared';
 
 /**
@@ -18,9 +18,14 @@ export const HostToolSchema = z.object({
   /** The directory a WASM tool's preopen is narrowed to (its own `filesystem.scope`). */
   preopen: z.string(),
   description: z.string().optional(),
-  /** The artifact's own manifest text, for `describe`. */
-  manifest_yaml: z.string(),
   runtime: z.enum(['wasm', 'native']),
+  /** What `manage.describe` answers, read from the artifact's manifest by the executor. */
+  info: z.object({
+    description: z.string(),
+    tags: z.array(z.string()),
+    input_schema: z.string().optional(),
+    output_schema: z.string().optional(),
+  }),
 });
 export type HostTool = z.infer<typeof HostToolSchema>;
 

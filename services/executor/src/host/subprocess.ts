@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process';
 import { accessSync, constants, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { type CapabilityPolicy, subprocessEnvironment } from '@murmur/shared';
+import type { CapabilityPolicy } from '@murmur/shared';
+import { subprocessEnvironment } from '@murmur/shared/environment';
 
 /**
  * Subprocesses a capsule may start: allowlisted shell binaries and its declared native tools.

@@ -1,0 +1,3 @@
+export * from './http.js';
+export * from './logger.js';
+export * from './service-process.js';
