@@ -1,4 +1,5 @@
 import { type BuiltGuest, componentFromJs, componentFromWat } from '@murmur/guest-kit';
+import { probeCapsule, probeTool } from './probe-guests.js';
 
 /**
  * The guest components the suites run, built from the sources below at test time into the
@@ -17,6 +18,23 @@ export const CAPSULE_WAT = `(component
 
 /** Same shape, but exported under the legacy unversioned name, which the runtime must not resolve. */
 export const UNVERSIONED_CAPSULE_WAT = CAPSULE_WAT.replace('"murmur:capsule/run@0.1.0"', '"murmur:capsule/run"');
+
+/** A script capsule that imports `wasi:sockets`, which the runtime never offers. */
+export const SOCKETS_CAPSULE_WAT = `(component
+  (import "wasi:sockets/instance-network@0.2.0" (instance $net (export "instance-network" (func (result u32)))))
+  (alias export $net "instance-network" (func $network))
+  (core func $lowered (canon lower (func $network)))
+  (core module $m
+    (import "host" "network" (func $network (result i32)))
+    (func (export "run") (drop (call $network))))
+  (core instance $i (instantiate $m (with "host" (instance (export "network" (func $lowered))))))
+  (func $run (canon lift (core func $i "run")))
+  (instance $inst (export "run" (func $run)))
+  (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
+
+export function socketsCapsuleWat(): Promise<BuiltGuest> {
+  return componentFromWat(SOCKETS_CAPSULE_WAT);
+}
 
 /**
  * A tool exporting `murmur:tool/run@0.1.0`, whose `run` answers every input with an all-zero
@@ -88,5 +106,8 @@ export async function buildAllGuests(): Promise<void> {
   await capsuleWat();
   await unversionedCapsuleWat();
   await toolWat();
+  await socketsCapsuleWat();
   await helloCapsuleJs();
+  await probeCapsule();
+  await probeTool();
 }

@@ -63,7 +63,24 @@ export interface SandboxLayout {
   hidden: string[];
   /** Data the host reads (transpiled components, extracted payloads), bound read-only after `hidden`. */
   data: string[];
+  /** The directory the sandbox sees as `/tmp`: inside the workdir, so it counts as the workdir. */
+  tmp: string;
 }
+
+/** Files whose content is handed to bubblewrap on inherited descriptors (`--ro-bind-data`). */
+export interface SandboxFile {
+  path: string;
+  content: string;
+}
+
+/** The first descriptor a sandbox file is passed on: after stdin, stdout, stderr and the IPC channel. */
+export const FIRST_DATA_FD = 4;
+
+/** A user database that names the capsule and nobody else on the machine. */
+export const SANDBOX_FILES: SandboxFile[] = [
+  { path: '/etc/passwd', content: 'root:x:0:0:root:/root:/usr/sbin/nologin\ncapsule:x:1000:1000:capsule:/nonexistent:/usr/sbin/nologin\n' },
+  { path: '/etc/group', content: 'root:x:0:\ncapsule:x:1000:\n' },
+];
 
 const SYSTEM_DIRECTORIES = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
 /** What of `/etc` a process needs to load libraries, resolve users and read certificates. */
@@ -81,8 +98,6 @@ const ETC_ENTRIES = [
   'localtime',
   'timezone',
   'terminfo',
-  'passwd',
-  'group',
 ];
 
 /** bubblewrap's arguments for a host whose command is `command`. */
@@ -95,14 +110,22 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[]): s
     else args.push('--ro-bind', dir, dir);
   }
   for (const entry of ETC_ENTRIES) args.push('--ro-bind-try', `/etc/${entry}`, `/etc/${entry}`);
-  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp');
+  SANDBOX_FILES.forEach((file, index) => args.push('--ro-bind-data', String(FIRST_DATA_FD + index), file.path));
+  // A private /proc for the new pid namespace; a minimal /dev, read-only but for its device nodes.
+  args.push('--proc', '/proc', '--dev', '/dev', '--remount-ro', '/dev');
+  // /tmp before everything that may live under it (the code, the cache, the workdir itself), so
+  // those binds land on top of it rather than being hidden by it.
+  args.push('--bind', layout.tmp, '/tmp');
   // Node itself, wherever it is installed (it may live outside /usr).
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
   if (!SYSTEM_DIRECTORIES.some((dir) => nodeRoot === dir || nodeRoot.startsWith(`${dir}/`))) args.push('--ro-bind', nodeRoot, nodeRoot);
   for (const dir of layout.code) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
-  for (const dir of layout.hidden) if (existsSync(dir)) args.push('--tmpfs', dir);
+  for (const dir of layout.hidden) if (existsSync(dir)) args.push('--tmpfs', dir, '--remount-ro', dir);
   for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
-  args.push('--bind', layout.workdir, layout.workdir, '--chdir', layout.workdir, '--', ...command);
+  args.push('--bind', layout.workdir, layout.workdir);
+  // Last, so every mount point above exists: the composed root itself is read-only. What is
+  // writable is the workdir (and /tmp, which is a directory inside it), nothing else.
+  args.push('--remount-ro', '/', '--chdir', layout.workdir, '--', ...command);
   return args;
 }
 

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
@@ -21,7 +21,7 @@ import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import { EgressPolicy } from './egress.js';
 import { type HostRequest, type HostToExecutor, HostToExecutorSchema, type HostTool, type StartMessage } from './host/protocol.js';
 import { LogFile, TraceWriter } from './records.js';
-import { type NamespaceProbe, bubblewrapArguments, unshareArguments } from './sandbox.js';
+import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, type SandboxFile, bubblewrapArguments, unshareArguments } from './sandbox.js';
 import { type SessionPaths, materialiseWorkdir } from './workdir.js';
 
 /**
@@ -50,8 +50,8 @@ const HOST_ENTRY = ((): string => {
 })();
 /** Where this runtime's code and its dependencies live: bound read-only into every sandbox. */
 const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));
-/** How long past its deadline a session may run before the executor kills it whole. */
-const HARD_LIMIT_GRACE_MS = 10_000;
+/** How long past its deadline a session may run before the executor kills it whole (`MURMUR_HARD_LIMIT_GRACE_MS`). */
+const HARD_LIMIT_GRACE_MS = Number(process.env.MURMUR_HARD_LIMIT_GRACE_MS ?? '') || 10_000;
 const READY_TIMEOUT_MS = 30_000;
 const CONTAINMENT_RANK: Record<Containment, number> = { advisory: 0, scoped: 1, sealed: 2 };
 
@@ -246,12 +246,16 @@ export class Session {
     const plan = this.plan;
     const command = [process.execPath, HOST_ENTRY];
     let argv: string[];
+    let dataFiles: SandboxFile[] = [];
     const { namespaces, cgroups } = this.environment;
     if (namespaces.tool === 'bubblewrap') {
       const data = new Set<string>();
       for (const component of [plan.capsule.component, ...plan.artifacts.map((artifact) => artifact.component)]) if (component) data.add(path.dirname(component.bundle_dir));
       for (const artifact of plan.artifacts) if (artifact.extracted_dir) data.add(artifact.extracted_dir);
-      argv = [namespaces.binary as string, ...bubblewrapArguments({ workdir: this.paths.accessible, code: [CODE_ROOT], hidden: [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')], data: [...data] }, command)];
+      const tmp = path.join(this.paths.accessible, '.capsule-tmp');
+      mkdirSync(tmp, { recursive: true });
+      argv = [namespaces.binary as string, ...bubblewrapArguments({ workdir: this.paths.accessible, code: [CODE_ROOT], hidden: [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')], data: [...data], tmp }, command)];
+      dataFiles = SANDBOX_FILES;
     } else if (namespaces.tool === 'unshare') {
       argv = [namespaces.binary as string, ...unshareArguments(command)];
     } else {
@@ -270,10 +274,11 @@ export class Session {
     const child = spawn(argv[0] as string, argv.slice(1), {
       cwd: this.paths.accessible,
       env: { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) },
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...dataFiles.map(() => 'pipe' as const)],
       serialization: 'json',
     });
     this.child = child;
+    dataFiles.forEach((file, index) => (child.stdio[FIRST_DATA_FD + index] as NodeJS.WritableStream | null)?.end(file.content));
     const hostLog = new LogFile(this.paths.sessionDir, 'host.log');
     child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
@@ -339,14 +344,36 @@ export class Session {
     let reply: { type: 'reply'; id: number; ok: boolean; value?: unknown; error?: string };
     try {
       let value: unknown;
-      if (request.op === 'http') value = await this.egress.http(request.request);
-      else if (request.op === 'send') value = await this.egress.send(request.request.peer_url, request.request);
+      if (request.op === 'http') {
+        const result = await this.egress.http(request.request);
+        this.recordEgress('http', request.request.grant, request.request.url, result.outcome === 'response' ? { decision: 'allowed', status: result.response.status } : { decision: 'denied', code: result.code, reason: result.reason });
+        value = result;
+      } else if (request.op === 'send') {
+        const result = await this.egress.send(request.request.peer_url, request.request);
+        this.recordEgress('a2a', 'capsule', request.request.peer_url, result.ok ? { decision: 'allowed', state: result.value.state } : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error });
+        value = result;
+      }
       else value = this.environment.pull ? await this.environment.pull(this, request.request.name, request.request.version) : { ok: false, error: 'this executor cannot pull artifacts' };
       reply = { type: 'reply', id, ok: true, value };
     } catch (error) {
       reply = { type: 'reply', id, ok: false, error: error instanceof Error ? error.message : String(error) };
     }
     if (this.child?.connected) this.child.send(reply);
+  }
+
+  /**
+   * Every request that tried to leave, allowed or not, in the trace (`egress`): the guest only
+   * sees a WASI error code, so this is where an operator reads what was refused and why.
+   */
+  private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>): void {
+    let target = url;
+    try {
+      const parsed = new URL(url.includes('://') ? url : `http://${url}`);
+      target = `${parsed.protocol}//${parsed.host}`;
+    } catch {
+      // not a URL: recorded as given
+    }
+    this.trace.write('egress', { kind, grant, target, ...outcome });
   }
 
   /** Ends the session at once: every process in its cgroup, or the host alone without one. */

@@ -138,6 +138,17 @@ export class CapsuleHost {
             path: 'capabilities.limits.deadline_seconds',
           },
         };
+      case 'too-small':
+        return {
+          status: 'trapped',
+          exitCode: 1,
+          error: {
+            code: 'E-RUN-001',
+            message: `capsule execution exceeded its configured resource limits: ${outcome.message} (capabilities.limits.memory_bytes = ${limits.memory_bytes})`,
+            hint: 'raise capabilities.limits.memory_bytes in murmur.yaml to at least the memory the component starts with',
+            path: 'capabilities.limits.memory_bytes',
+          },
+        };
       case 'link-error':
         return {
           status: 'failed',
@@ -293,6 +304,8 @@ export class CapsuleHost {
         return refused(`tool '${name}' exited with code ${outcome.code}`);
       case 'link-error':
         return refused(`failed to instantiate tool '${name}': ${outcome.message}`);
+      case 'too-small':
+        return refused(`tool '${name}' exceeded its configured resource limits: ${outcome.message}`);
       case 'trap':
         return refused(outcome.memoryExhausted ? `tool '${name}' exceeded its configured resource limits: ${outcome.message}` : `tool '${name}' trapped: ${outcome.message}`);
     }

@@ -4,7 +4,7 @@ import { pathToFileURL } from 'node:url';
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { BridgeClient } from './bridge.js';
 import { GuestExit, buildImports } from './imports.js';
-import { capModuleMemory } from './memory-limit.js';
+import { MemoryLimitError, capModuleMemory } from './memory-limit.js';
 
 /**
  * One WebAssembly instance, alone in a worker thread: the capsule's own component, or one tool
@@ -33,7 +33,8 @@ export type GuestOutcome =
   | { kind: 'returned'; value?: unknown }
   | { kind: 'exit'; code: number }
   | { kind: 'trap'; message: string; memoryExhausted: boolean }
-  | { kind: 'link-error'; message: string; missing?: string };
+  | { kind: 'link-error'; message: string; missing?: string }
+  | { kind: 'too-small'; message: string };
 
 export type GuestMessage = { type: 'output'; stream: 'stdout' | 'stderr'; bytes: Uint8Array } | { type: 'done'; outcome: GuestOutcome };
 
@@ -62,6 +63,10 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
     stdout: (bytes) => post({ type: 'output', stream: 'stdout', bytes }),
     stderr: (bytes) => post({ type: 'output', stream: 'stderr', bytes }),
   }, job.imports);
+  // Whatever the component imports that this runtime does not offer (wasi:sockets, a murmur
+  // interface a tool may not use) is a link failure, named, before any of it runs.
+  const missing = job.imports.find((name) => !(name in imports));
+  if (missing !== undefined) return { kind: 'link-error', message: `the runtime offers no ${missing}`, missing };
   const memories: WebAssembly.Memory[] = [];
   const getCoreModule = (file: string): Promise<WebAssembly.Module> => {
     const bytes = readFileSync(path.join(job.bundleDir, file));
@@ -82,6 +87,7 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
     instance = await bundle.instantiate(getCoreModule, imports, instantiateCore);
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
+    if (error instanceof MemoryLimitError) return { kind: 'too-small', message };
     if (error instanceof WebAssembly.RuntimeError) return { kind: 'trap', message, memoryExhausted: nearCap(memories, job.memoryLimitBytes) };
     const missing = /imports\.([\w:/.-]+)|instance import '([^']+)'/.exec(message);
     return { kind: 'link-error', message, ...(missing ? { missing: (missing[1] ?? missing[2]) as string } : {}) };

@@ -1,0 +1,184 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
+import { capsuleArchive, capsuleProject, componentArtifact, publishInto } from './support/artifacts.js';
+import { probeProject, probeResults } from './support/capsules.js';
+import { listTree, tempDir } from './support/fs.js';
+import { capsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
+import { probeTool } from './support/probe-guests.js';
+import { runMur } from './support/processes.js';
+
+/** `mur run` as a user runs it, everything inside the one `mur` process (the embedded default). */
+describe('mur run', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-run-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+  });
+
+  afterAll(async () => {
+    await scratch.cleanup();
+  });
+
+  const actions = (list: unknown[]): string => JSON.stringify(list);
+
+  it('runs a script capsule and prints its session, its output and last its status', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'hello'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const result = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml')], { env: { ...env, PROBE_ACTIONS: actions([{ op: 'print', text: 'hello from inside' }]) } });
+    expect(result.code, result.stderr).toBe(0);
+    const lines = result.stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^session: ses_[0-9a-f]{32}$/);
+    expect(lines).toContain('hello from inside');
+    expect(lines.at(-1)).toBe('status:  ok');
+  });
+
+  it('adds the accessible workdir with -v', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'tiny'), 'name: tiny\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const result = await runMur(['run', '-v'], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    const workdir = /^workdir: (.+)$/m.exec(result.stdout)?.[1];
+    expect(workdir).toBeDefined();
+    expect(workdir?.startsWith(path.join(project, 'workdir', 'ses_'))).toBe(true);
+    expect((await fs.stat(workdir as string)).isDirectory()).toBe(true);
+  });
+
+  it('prints exactly one launch line with --json, and nothing else on stdout', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'json'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const result = await runMur(['run', '--json'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'print', text: 'not on stdout' }]) } });
+    expect(result.code, result.stderr).toBe(0);
+    const lines = result.stdout.split('\n').filter((line) => line !== '');
+    expect(lines).toHaveLength(1);
+    const launch = JSON.parse(lines[0] as string) as Record<string, unknown>;
+    expect(Object.keys(launch).sort()).toEqual(['name', 'pid', 'session_id', 'url', 'version', 'workdir']);
+    expect(launch).toMatchObject({ name: 'probe', version: '0.1.0' });
+    expect(launch.session_id).toMatch(/^ses_[0-9a-f]{32}$/);
+    expect(typeof launch.pid).toBe('number');
+    const sessionLog = await fs.readFile(path.join(launch.workdir as string, 'logs', 'session.log'), 'utf8');
+    expect(sessionLog).toContain('[stdout] not on stdout');
+  });
+
+  it('fails with a non-zero exit and status failed when the capsule exits non-zero', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'exit'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const result = await runMur(['run'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'exit', code: 3, withCode: true }]) } });
+    expect(result.code).toBe(1);
+    expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  failed');
+    expect(result.stderr).toContain('error[E-RUN-001]: capsule exited with code 3');
+  });
+
+  it('reports a trap as status trapped', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'trap'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const result = await runMur(['run'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'trap' }]) } });
+    expect(result.code).toBe(1);
+    expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
+    expect(result.stderr).toContain('error[E-RUN-001]: capsule execution trapped');
+  });
+
+  it('refuses a component that exports only the unversioned capsule interface', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'unversioned'), 'name: old\nversion: 0.1.0\n', (await unversionedCapsuleWat()).bytes);
+    const result = await runMur(['run', '--json'], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toContain('murmur:capsule/run@0.1.0');
+  });
+
+  it('writes --task text to task.md, and copies a --task file', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'task'));
+    const asText = await runMur(['run', '--json', '--task', actions([{ op: 'print', text: 'from task text' }])], { cwd: project, env });
+    expect(asText.code, asText.stderr).toBe(0);
+    const textWorkdir = (JSON.parse(asText.stdout) as { workdir: string }).workdir;
+    expect(await fs.readFile(path.join(textWorkdir, 'task.md'), 'utf8')).toContain('from task text');
+    expect(await fs.readFile(path.join(textWorkdir, 'logs', 'session.log'), 'utf8')).toContain('from task text');
+
+    const taskFile = path.join(scratch.dir, 'task-file.md');
+    await fs.writeFile(taskFile, `Do this:\n${actions([{ op: 'print', text: 'from a task file' }])}\n`);
+    const asFile = await runMur(['run', '--json', '--task', taskFile], { cwd: project, env });
+    const fileWorkdir = (JSON.parse(asFile.stdout) as { workdir: string }).workdir;
+    expect(await fs.readFile(path.join(fileWorkdir, 'task.md'), 'utf8')).toBe(await fs.readFile(taskFile, 'utf8'));
+  });
+
+  it('runs in an existing --workdir, keeping the session records under .murmur/<session>', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'chosen'));
+    const workdir = path.join(scratch.dir, 'chosen-workdir');
+    await fs.mkdir(workdir);
+    const result = await runMur(['run', '--json', '--workdir', workdir, '--task', actions([{ op: 'write', path: 'made-here.txt', text: 'x' }])], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    const launch = JSON.parse(result.stdout) as { workdir: string; session_id: string };
+    expect(launch.workdir).toBe(await fs.realpath(workdir));
+    expect(await fs.readFile(path.join(workdir, 'made-here.txt'), 'utf8')).toBe('x');
+    expect(await fs.readFile(path.join(workdir, 'murmur.yaml'), 'utf8')).toContain('name: probe');
+    const sessionDir = path.join(workdir, '.murmur', launch.session_id);
+    expect(await listTree(sessionDir)).toEqual(expect.arrayContaining(['trace.jsonl', 'logs/', 'logs/bootstrap.log', 'logs/session.log', 'out/', 'tools/']));
+  });
+
+  it('refuses a --workdir that does not exist with E-IO-001', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'missing-workdir'));
+    const result = await runMur(['run', '--workdir', path.join(scratch.dir, 'nowhere')], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-IO-001]');
+    expect(result.stderr).toContain('does not exist');
+  });
+
+  it('runs a capsule from the registry with --capsule and --capsule-version', async () => {
+    await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await capsuleArchive('name: local/tiny\nversion: 2.0.0\n', (await capsuleWat()).bytes));
+    const cwd = path.join(scratch.dir, 'elsewhere');
+    await fs.mkdir(cwd, { recursive: true });
+    const result = await runMur(['run', '--capsule', 'local/tiny', '--capsule-version', '2.0.0', '--json'], { cwd, env });
+    expect(result.code, result.stderr).toBe(0);
+    const launch = JSON.parse(result.stdout) as { name: string; workdir: string };
+    expect(launch.name).toBe('local/tiny');
+    expect(launch.workdir.startsWith(path.join(await fs.realpath(cwd), 'workdir'))).toBe(true);
+  });
+
+  describe('murmur.lock', () => {
+    let project: string;
+    let toolZip: Buffer;
+
+    beforeAll(async () => {
+      project = await probeProject(path.join(scratch.dir, 'locked'), 'artifacts:\n  - name: echo-tool\n    version: 0.1.0\n');
+      toolZip = await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes);
+      await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), toolZip);
+      await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await componentArtifact('echo-tool', '0.2.0', (await probeTool()).bytes));
+    });
+
+    it('is written by the first run, pinning what was resolved', async () => {
+      const result = await runMur(['run', '--json', '--task', '[]'], { cwd: project, env });
+      expect(result.code, result.stderr).toBe(0);
+      expect(await readLockfile(path.join(project, 'murmur.lock'))).toEqual({ lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(toolZip) } }] });
+    });
+
+    it('is honoured afterwards: a later manifest version runs the pinned artifact, with a warning', async () => {
+      const manifest = path.join(project, 'murmur.yaml');
+      await fs.writeFile(manifest, (await fs.readFile(manifest, 'utf8')).replace('version: 0.1.0\n', 'version: 0.1.0\n').replace('    version: 0.1.0', '    version: 0.2.0'));
+      const lockBefore = await fs.readFile(path.join(project, 'murmur.lock'), 'utf8');
+      const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'describe', name: 'echo-tool' }])], { cwd: project, env });
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stderr).toContain('warning[W-LCK-001]');
+      expect(result.stderr).toContain('murmur.lock pins 0.1.0');
+      const workdir = (JSON.parse(result.stdout) as { workdir: string }).workdir;
+      const described = probeResults(await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8').then((log) => log.replaceAll('[stdout] ', '')));
+      expect(described[0]).toMatchObject({ op: 'describe', ok: true, value: { name: 'echo-tool', version: '0.1.0' } });
+      expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(lockBefore);
+    });
+
+    it('refuses a tampered installed artifact with an integrity error before anything is compiled', async () => {
+      const zip = path.join(env.MURMUR_HOME as string, 'artifacts', 'echo-tool', '0.1.0', 'echo-tool-0.1.0.mur.zip');
+      const original = await fs.readFile(zip);
+      const tampered = Buffer.from(original);
+      tampered[100] = (tampered[100] ?? 0) ^ 0x01;
+      await fs.writeFile(zip, tampered);
+      try {
+        const before = await listTree(path.join(project, 'workdir'));
+        const result = await runMur(['run', '--json'], { cwd: project, env });
+        expect(result.code).toBe(1);
+        expect(result.stdout).toBe('');
+        expect(result.stderr).toContain('error[E-REG-002]: artifact integrity check failed for echo-tool@0.1.0');
+        expect(await listTree(path.join(project, 'workdir'))).toEqual(before);
+      } finally {
+        await fs.writeFile(zip, original);
+      }
+    });
+  });
+});

@@ -1,0 +1,217 @@
+import { existsSync, promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { capsuleProject } from './support/artifacts.js';
+import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { capsuleWat, socketsCapsuleWat } from './support/guests.js';
+import { repositoryRoot, runMur } from './support/processes.js';
+import { type CountingServer, startCountingServer } from './support/servers.js';
+
+/**
+ * The sandbox, observed from inside a capsule: through the probe capsule's own WASI calls, and
+ * through allowlisted shell commands it runs, which execute inside the same namespaces.
+ */
+describe('the capsule sandbox', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+  let server: CountingServer;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-sandbox-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+    server = await startCountingServer();
+  });
+
+  afterAll(async () => {
+    await server.close();
+    await scratch.cleanup();
+  });
+
+  async function probe(name: string, manifest: string, actions: unknown[], extraEnv: Record<string, string> = {}, workdir?: string): Promise<{ results: ProbeResult[]; workdir: string; code: number | null; stderr: string }> {
+    const project = await probeProject(path.join(scratch.dir, name), manifest);
+    const args = ['run', '--json', '--task', JSON.stringify(actions), ...(workdir ? ['--workdir', workdir] : [])];
+    const result = await runMur(args, { cwd: project, env: { ...env, ...extraEnv } });
+    const launch = result.stdout ? (JSON.parse(result.stdout) as { workdir: string }) : { workdir: '' };
+    const log = launch.workdir ? await fs.readFile(path.join(launch.workdir, workdir ? path.join('.murmur', (JSON.parse(result.stdout) as { session_id: string }).session_id) : '', 'logs', 'session.log'), 'utf8').catch(() => '') : '';
+    return { results: probeResults(log.replaceAll('[stdout] ', '')), workdir: launch.workdir, code: result.code, stderr: result.stderr };
+  }
+
+  const shellCapsule = 'capabilities:\n  shell:\n    allow: [sh, ps, touch, node, cat]\n';
+
+  describe('processes, network and files, seen from a shell inside', () => {
+    let results: ProbeResult[];
+    let workdir: string;
+    // The runtime's own code directory is bound into the sandbox, read-only.
+    const outside = () => path.join(repositoryRoot, `murmur-was-here-${process.pid}.txt`);
+    const marker = `murmur-sandbox-${process.pid}-${Date.now()}`;
+
+    beforeAll(async () => {
+      const connect = `require('net').connect(${server.port}, '127.0.0.1').on('connect', () => console.log('connected')).on('error', (e) => console.log(e.code))`;
+      const probed = await probe('shell-inside', shellCapsule, [
+        { op: 'shell', binary: 'ps', args: ['-e', '-o', 'comm='] },
+        { op: 'shell', binary: 'node', args: ['-e', connect] },
+        { op: 'shell', binary: 'cat', args: ['/proc/net/dev'] },
+        { op: 'shell', binary: 'touch', args: [outside()] },
+        { op: 'shell', binary: 'touch', args: ['/etc/murmur-was-here'] },
+        { op: 'shell', binary: 'touch', args: [`/tmp/${marker}`] },
+        { op: 'shell', binary: 'touch', args: ['inside.txt'] },
+        { op: 'shell', binary: 'sh', args: ['-c', 'echo "$HOME"'] },
+        { op: 'shell', binary: 'sh', args: ['-c', 'id -u'] },
+      ]);
+      results = probed.results;
+      workdir = probed.workdir;
+      expect(probed.code, probed.stderr).toBe(0);
+    });
+
+    const shellOutput = (index: number): { exitCode: number; stdout: string; stderr: string } => (results[index]?.value ?? {}) as { exitCode: number; stdout: string; stderr: string };
+
+    it('sees no host process: only the sandbox’s own', () => {
+      const processes = shellOutput(0).stdout.trim().split('\n').map((line) => line.trim());
+      expect(processes.sort()).toEqual(['bwrap', 'node', 'ps']);
+    });
+
+    it('reaches no network: a loopback server on the host is never contacted', () => {
+      expect(shellOutput(1).stdout.trim()).toBe('ECONNREFUSED');
+      const interfaces = shellOutput(2)
+        .stdout.split('\n')
+        .slice(2)
+        .map((line) => line.split(':')[0]?.trim())
+        .filter((name) => name);
+      expect(interfaces).toEqual(['lo']);
+      expect(server.connections()).toBe(0);
+    });
+
+    it('cannot write outside the workdir', () => {
+      expect(shellOutput(3).exitCode).not.toBe(0);
+      expect(shellOutput(3).stderr).toContain('Read-only file system');
+      expect(existsSync(outside())).toBe(false);
+      expect(shellOutput(4).exitCode).not.toBe(0);
+      expect(shellOutput(4).stderr).toContain('Read-only file system');
+      expect(existsSync('/etc/murmur-was-here')).toBe(false);
+      // /tmp inside is a directory of the workdir: writing there never reaches the host's /tmp.
+      expect(shellOutput(5).exitCode).toBe(0);
+      expect(existsSync(`/tmp/${marker}`)).toBe(false);
+      expect(existsSync(path.join(workdir, '.capsule-tmp', marker))).toBe(true);
+    });
+
+    it('writes inside the workdir', async () => {
+      expect(shellOutput(6).exitCode).toBe(0);
+      expect(existsSync(path.join(workdir, 'inside.txt'))).toBe(true);
+    });
+
+    it('gives subprocesses HOME=<workdir>/.capsule-home and an unprivileged user', () => {
+      expect(shellOutput(7).stdout.trim()).toBe(path.join(workdir, '.capsule-home'));
+      expect(shellOutput(8).stdout.trim()).toBe('1000');
+    });
+  });
+
+  describe('the WASI import object', () => {
+    it('has one preopen, the workdir, and refuses .., absolute and symlink escapes', async () => {
+      const workdir = path.join(scratch.dir, 'escape-workdir');
+      await fs.mkdir(workdir);
+      await fs.symlink('/etc', path.join(workdir, 'etc-link'));
+      await fs.writeFile(path.join(scratch.dir, 'sibling-secret.txt'), 'secret');
+      const { results, code, stderr } = await probe(
+        'escapes',
+        '',
+        [
+          { op: 'preopen' },
+          { op: 'write', path: 'ok.txt', text: 'fine' },
+          { op: 'read', path: '../sibling-secret.txt' },
+          { op: 'read', path: '/etc/hostname' },
+          { op: 'read', path: 'etc-link/hostname' },
+          { op: 'symlink', target: '../sibling-secret.txt', path: 'sneaky' },
+          { op: 'read', path: 'sneaky' },
+        ],
+        {},
+        workdir,
+      );
+      expect(code, stderr).toBe(0);
+      const byIndex = (index: number) => results[index];
+      expect(byIndex(0)).toMatchObject({ ok: true, value: '.' });
+      expect(byIndex(1)).toMatchObject({ ok: true });
+      expect(await fs.readFile(path.join(workdir, 'ok.txt'), 'utf8')).toBe('fine');
+      for (const index of [2, 3, 4, 6]) expect(byIndex(index), JSON.stringify(byIndex(index))).toMatchObject({ ok: false, error: 'not-permitted' });
+    });
+
+    it('narrows the preopen to filesystem.scope', async () => {
+      // task.md sits in the workdir, outside the scope: the actions come from the environment.
+      const actions = [
+        { op: 'write', path: 'note.txt', text: 'scoped' },
+        { op: 'read', path: '../task.md' },
+      ];
+      const { results, workdir } = await probe('scoped', 'capabilities:\n  filesystem:\n    scope: data\n  env:\n    allow: [PROBE_ACTIONS]\n', actions, { PROBE_ACTIONS: JSON.stringify(actions) });
+      expect(results[0]).toMatchObject({ ok: true });
+      expect(await fs.readFile(path.join(workdir, 'data', 'note.txt'), 'utf8')).toBe('scoped');
+      expect(existsSync(path.join(workdir, 'note.txt'))).toBe(false);
+      expect(results[1]).toMatchObject({ ok: false, error: 'not-permitted' });
+    });
+
+    it('gives the allowlisted environment minus credentials, with the runtime’s MURMUR_* values last', async () => {
+      const { results, workdir } = await probe(
+        'environment',
+        'capabilities:\n  env:\n    allow: [GREETING, GITHUB_TOKEN, STRIPE_API_KEY, MURMUR_SESSION_ID, UNSET_ONE]\n',
+        [{ op: 'env' }],
+        { GREETING: 'hello', GITHUB_TOKEN: 'ghp-secret', STRIPE_API_KEY: 'sk-secret', MURMUR_SESSION_ID: 'ses_decoy', NOT_ALLOWED: 'nope' },
+      );
+      const environment = results[0]?.value as Record<string, string>;
+      const sessionId = path.basename(workdir);
+      expect(environment).toEqual({
+        GREETING: 'hello',
+        MURMUR_CAPSULE_NAME: 'probe',
+        MURMUR_CAPSULE_VERSION: '0.1.0',
+        MURMUR_SESSION_ID: sessionId,
+        MURMUR_CAPSULE_URL: '',
+      });
+    });
+
+    it('captures stdout and stderr into the session log', async () => {
+      const { workdir } = await probe('stdio', '', [
+        { op: 'print', text: 'to stdout' },
+        { op: 'stderr', text: 'to stderr' },
+      ]);
+      const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+      expect(log).toContain('[stdout] to stdout');
+      expect(log).toContain('[stderr] to stderr');
+    });
+
+    it('offers no sockets: a component importing wasi:sockets is refused with E-RUN-002 naming it', async () => {
+      const project = await capsuleProject(path.join(scratch.dir, 'sockets'), 'name: sockets\nversion: 0.1.0\n', (await socketsCapsuleWat()).bytes);
+      const result = await runMur(['run'], { cwd: project, env });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('error[E-RUN-002]');
+      expect(result.stderr).toContain('wasi:sockets/instance-network');
+    });
+  });
+
+  describe('a host that cannot isolate', () => {
+    const noIsolation = { MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none' };
+
+    it('refuses a capsule that can start subprocesses with E-CAP-005, saying why', async () => {
+      const project = await probeProject(path.join(scratch.dir, 'needs-isolation'), shellCapsule);
+      const result = await runMur(['run', '--task', '[]'], { cwd: project, env: { ...env, ...noIsolation } });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('error[E-CAP-005]');
+      expect(result.stderr).toContain('bubblewrap is disabled (MURMUR_BWRAP=none)');
+      expect(result.stderr).toContain('hint: install bubblewrap');
+      expect(existsSync(path.join(project, 'workdir'))).toBe(false);
+    });
+
+    it('still runs a pure-WASM capsule', async () => {
+      const project = await capsuleProject(path.join(scratch.dir, 'pure'), 'name: pure\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+      const result = await runMur(['run', '-v'], { cwd: project, env: { ...env, ...noIsolation } });
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stdout).toContain('isolation: none');
+      expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
+    });
+
+    it('refuses a capsule that can start subprocesses with E-RUN-012 when no cgroup can bound them', async () => {
+      const project = await probeProject(path.join(scratch.dir, 'needs-cgroup'), shellCapsule);
+      const result = await runMur(['run', '--task', '[]'], { cwd: project, env: { ...env, MURMUR_CGROUP_ROOT: path.join(scratch.dir, 'no-cgroups-here') } });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('error[E-RUN-012]');
+      expect(result.stderr).toContain('no cgroup could be created');
+    });
+  });
+});
