@@ -5,8 +5,8 @@ import { startExecutorService } from './service.js';
 await runServiceProcess({
   service: 'executor',
   defaultPort: 7720,
-  async start({ bus, log, env }) {
-    const service = startExecutorService({ bus, log, env });
+  async start({ bus, log, env, instanceId }) {
+    const service = startExecutorService({ bus, log, env, instanceId });
     return { close: () => service.close() };
   },
 });

@@ -14,6 +14,8 @@ export interface ExecutorServiceOptions {
   bus: Bus;
   log: Log;
   env?: NodeJS.ProcessEnv;
+  /** The id the process announces itself by; one is made up when running inside another process. */
+  instanceId?: string;
 }
 
 export interface ExecutorService {
@@ -32,7 +34,7 @@ export interface ExecutorService {
  */
 export function startExecutorService(options: ExecutorServiceOptions): ExecutorService {
   const env = options.env ?? process.env;
-  const instanceId = `executor-${newId('request').slice(4, 16)}`;
+  const instanceId = options.instanceId ?? `executor-${newId('request').slice(4, 16)}`;
   const namespaces = probeNamespaces({ bwrap: env.MURMUR_BWRAP?.trim() || undefined, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
   const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined);
   const isolation = {

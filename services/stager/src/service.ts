@@ -10,6 +10,8 @@ export interface StagerServiceOptions {
   bus: Bus;
   log: Log;
   env?: NodeJS.ProcessEnv;
+  /** The id the process announces itself by; one is made up when running inside another process. */
+  instanceId?: string;
   /** Reports each staging's progress, e.g. to a terminal when everything runs in one process. */
   onProgress?: (progress: StageProgress) => void;
 }
@@ -26,7 +28,7 @@ export interface StagerService {
  */
 export function startStagerService(options: StagerServiceOptions): StagerService {
   const env = options.env ?? process.env;
-  const instanceId = `stager-${newId('request').slice(4, 16)}`;
+  const instanceId = options.instanceId ?? `stager-${newId('request').slice(4, 16)}`;
   const roostUrl = env.MURMUR_ROOST_URL?.trim();
   const stager = new Stager({ cacheDir: cacheDir(env), log: options.log, ...(roostUrl ? { roostUrl } : {}) });
   const subscriptions: Subscription[] = [];

@@ -46,9 +46,13 @@ function post(message: GuestMessage): void {
   parentPort?.postMessage(message);
 }
 
-/** Whether a trap happened with some memory within a growth step of its cap: the limit, not a bug. */
+/**
+ * Whether a trap happened with some memory within one allocation step of its cap: the limit, not
+ * a bug. An allocator that cannot grow aborts (a trap), having asked for up to a quarter of what
+ * remains or a few tens of MiB; memory that close to the cap is read as the limit's doing.
+ */
 function nearCap(memories: WebAssembly.Memory[], limit: number): boolean {
-  const slack = Math.max(2 * PAGE, Math.min(16 * 1024 * 1024, limit / 10));
+  const slack = Math.max(2 * PAGE, Math.min(32 * 1024 * 1024, limit / 4));
   return memories.some((memory) => memory.buffer.byteLength + slack >= limit);
 }
 

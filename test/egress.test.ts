@@ -1,0 +1,94 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { runMur } from './support/processes.js';
+import { type CountingServer, startCountingServer } from './support/servers.js';
+
+/**
+ * Everything that leaves a sandbox leaves through the executor, which judges it against
+ * `network.allow` first. A denied request must not merely fail in the guest: the server it was
+ * aimed at must never see a connection.
+ */
+describe('egress through the executor', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+  let allowed: CountingServer;
+  let denied: CountingServer;
+  let peer: CountingServer;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-egress-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+    allowed = await startCountingServer((request, body) => ({ body: `allowed ${request.method} ${request.url} ${body}`, headers: { 'x-reply': 'yes' } }));
+    denied = await startCountingServer();
+    peer = await startCountingServer((_request, body) => {
+      const rpc = JSON.parse(body) as { id: string; params: { message: { contextId?: string } } };
+      const task = { id: 'tsk_peer', contextId: rpc.params.message.contextId ?? 'ctx_peer', status: { state: 'submitted' } };
+      return { body: JSON.stringify({ jsonrpc: '2.0', id: rpc.id, result: task }), headers: { 'content-type': 'application/json' } };
+    });
+  });
+
+  afterAll(async () => {
+    for (const server of [allowed, denied, peer]) await server.close();
+    await scratch.cleanup();
+  });
+
+  async function run(name: string, manifest: string, actions: unknown[]): Promise<{ results: ProbeResult[]; trace: Array<Record<string, unknown>> }> {
+    const project = await probeProject(path.join(scratch.dir, name), manifest);
+    const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+    const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    return { results: probeResults(log.replaceAll('[stdout] ', '')), trace };
+  }
+
+  it('makes an allowed request for the guest and hands back the response', async () => {
+    const before = allowed.connections();
+    const { results, trace } = await run('allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${allowed.port}]\n`, [{ op: 'fetch', url: `${allowed.url}/path?q=1`, method: 'POST', body: 'payload' }]);
+    expect(results[0]).toMatchObject({ ok: true, value: { status: 200, body: 'allowed POST /path?q=1 payload' } });
+    expect(allowed.connections()).toBe(before + 1);
+    expect(trace.find((event) => event.event_type === 'egress')).toMatchObject({ kind: 'http', grant: 'capsule', target: `http://127.0.0.1:${allowed.port}`, decision: 'allowed', status: 200 });
+  });
+
+  it('refuses a request network.allow does not cover, and never contacts its server', async () => {
+    const { results, trace } = await run('denied', `capabilities:\n  network:\n    allow: [127.0.0.1:${allowed.port}]\n`, [
+      { op: 'fetch', url: `${denied.url}/secret` },
+      { op: 'fetch', url: `http://localhost:${allowed.port}/other-host-name` },
+    ]);
+    expect(results.map((result) => result.ok)).toEqual([false, false]);
+    expect(denied.connections()).toBe(0);
+    const refusals = trace.filter((event) => event.event_type === 'egress');
+    expect(refusals).toEqual([
+      expect.objectContaining({ decision: 'denied', code: 'HTTP-request-denied', target: `http://127.0.0.1:${denied.port}` }),
+      expect.objectContaining({ decision: 'denied', code: 'HTTP-request-denied', target: `http://localhost:${allowed.port}` }),
+    ]);
+  });
+
+  it('allows nothing when network.allow is empty', async () => {
+    const { results } = await run('nothing-allowed', '', [{ op: 'fetch', url: `${allowed.url}/` }]);
+    expect(results[0]).toMatchObject({ ok: false });
+    expect(results[0]?.error).toContain('NetworkError');
+  });
+
+  it('judges murmur:message/send the same way: a denied peer gets no connection', async () => {
+    const { results, trace } = await run('send-denied', '', [{ op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'hello peer' }]);
+    expect(results[0]).toEqual({ op: 'send', ok: false, error: `network policy: '127.0.0.1:${peer.port}' not in capabilities.network.allow` });
+    expect(peer.connections()).toBe(0);
+    expect(trace.find((event) => event.event_type === 'egress')).toMatchObject({ kind: 'a2a', decision: 'denied' });
+  });
+
+  it('sends an allowed A2A message and records it as a2a_send', async () => {
+    const { results, trace } = await run('send-allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${peer.port}]\n`, [{ op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'hello peer', contextId: 'ctx_thread', messageId: 'msg_one' }]);
+    expect(results[0]).toMatchObject({ ok: true, value: { taskId: 'tsk_peer', contextId: 'ctx_thread', state: 'submitted' } });
+    const received = JSON.parse(peer.bodies().at(-1) as string) as { method: string; params: { message: { parts: Array<{ text: string }> } } };
+    expect(received.method).toBe('message/send');
+    expect(received.params.message.parts[0]?.text).toBe('hello peer');
+    expect(trace.find((event) => event.event_type === 'a2a_send')).toMatchObject({ peer_url: `127.0.0.1:${peer.port}`, message_id: 'msg_one', task_id: 'tsk_peer', context_id: 'ctx_thread' });
+  });
+});

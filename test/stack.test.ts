@@ -1,0 +1,181 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type SessionEnded, type SessionStarted, silentLog, topics } from '@murmur/shared';
+import { type Bus, createBus } from '@murmur/shared/bus';
+import { NatsTransport } from '@murmur/shared/bus/nats';
+import { startTokenFromStat } from '@murmur/shared/node';
+import { probeProject, probeResults } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { type ServiceProcess, eventually, murBin, repositoryRoot, runMur, startService } from './support/processes.js';
+
+/**
+ * `mur run` against the stack: a real nats-server, stager and executor processes. The same
+ * capsule must give the same result as on the embedded default, and an executor must outlive the
+ * capsules it stops.
+ */
+describe('mur run on the stack', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  const services: ServiceProcess[] = [];
+  let executor: ServiceProcess;
+  let bus: Bus;
+  let env: Record<string, string>;
+  const started: SessionStarted[] = [];
+  const ended: SessionEnded[] = [];
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-stack-');
+    env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    services.push(await startService('stager', env));
+    executor = await startService('executor', { ...env, MURMUR_HARD_LIMIT_GRACE_MS: '1500' });
+    services.push(executor);
+    bus = createBus(await NatsTransport.connect(nats.url, { log: silentLog }), silentLog);
+    bus.subscribe(topics.sessionStarted, (event) => void started.push(event));
+    bus.subscribe(topics.sessionEnded, (event) => void ended.push(event));
+    await bus.flush();
+  });
+
+  afterAll(async () => {
+    await bus?.close();
+    for (const service of services) await service.stop();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  const probeManifest = 'capabilities:\n  env:\n    allow: [GREETING]\n  limits:\n    deadline_seconds: 2\n    memory_bytes: 33554432\n';
+
+  async function runProbe(name: string, actions: unknown[], extraEnv: Record<string, string> = {}, manifest = probeManifest) {
+    const project = await probeProject(path.join(scratch.dir, name), manifest);
+    return runMur(['run', '--task', JSON.stringify(actions)], { cwd: project, env: { ...extraEnv, MURMUR_HOME: env.MURMUR_HOME as string, ...('MURMUR_NATS_URL' in extraEnv ? {} : { MURMUR_NATS_URL: env.MURMUR_NATS_URL as string }) } });
+  }
+
+  it('gives the same result over NATS as in-process', async () => {
+    const actions = [{ op: 'env' }, { op: 'write', path: 'out/x.txt', text: 'same' }, { op: 'read', path: 'out/x.txt' }, { op: 'read', path: '/etc/passwd' }];
+    const overNats = await runProbe('same-nats', actions, { GREETING: 'hi' });
+    const inProcess = await runMur(['run', '--task', JSON.stringify(actions)], { cwd: await probeProject(path.join(scratch.dir, 'same-local'), probeManifest), env: { MURMUR_HOME: env.MURMUR_HOME as string, GREETING: 'hi' } });
+    expect(overNats.code, overNats.stderr).toBe(0);
+    expect(inProcess.code, inProcess.stderr).toBe(0);
+    const normalise = (stdout: string) =>
+      probeResults(stdout).map((result) => (result.op === 'env' ? { ...result, value: { ...(result.value as object), MURMUR_SESSION_ID: 'ses' } } : result));
+    expect(normalise(overNats.stdout)).toEqual(normalise(inProcess.stdout));
+    expect(overNats.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
+    const sessionId = /^session: (\S+)$/m.exec(overNats.stdout)?.[1];
+    await eventually(() => (ended.some((event) => event.session_id === sessionId) ? true : undefined), 5_000, 'session.ended');
+    expect(ended.find((event) => event.session_id === sessionId)?.executor_id).toBe(executor.ready.instance_id);
+  });
+
+  it('stops a spinning guest at its deadline with E-RUN-001, and the executor keeps serving', async () => {
+    const spin = await runProbe('spin', [{ op: 'spin' }]);
+    expect(spin.code).toBe(1);
+    expect(spin.stderr).toContain('error[E-RUN-001]: capsule execution exceeded its 2s deadline and was interrupted');
+    expect(spin.stderr).toContain('capabilities.limits.deadline_seconds');
+    expect(spin.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
+    const after = await runProbe('after-spin', [{ op: 'print', text: 'still serving' }]);
+    expect(after.code, after.stderr).toBe(0);
+    expect(after.stdout).toContain('still serving');
+  });
+
+  it('stops a ballooning guest at its memory limit with E-RUN-001, and the executor keeps serving', async () => {
+    const balloon = await runProbe('balloon', [{ op: 'balloon', chunkBytes: 1048576, trap: true }]);
+    expect(balloon.code).toBe(1);
+    expect(balloon.stderr).toContain('error[E-RUN-001]: capsule execution exceeded its configured resource limits');
+    expect(balloon.stderr).toContain('capabilities.limits.memory_bytes');
+    const after = await runProbe('after-balloon', [{ op: 'print', text: 'still serving' }]);
+    expect(after.code, after.stderr).toBe(0);
+  });
+
+  it('kills a session past its hard limit as a whole, and reports it', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'frozen'), 'capabilities:\n  limits:\n    deadline_seconds: 1\n');
+    const child: ChildProcess = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], { cwd: project, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const launch = await eventually(() => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined), 20_000, 'the launch line');
+    // Freeze every process of the session: the host can no longer stop its guest at the deadline,
+    // so only the executor's hard limit (deadline + grace) ends it.
+    const cgroups = readFileSync('/proc/self/cgroup', 'utf8');
+    const memoryPath = /:memory:(.*)/.exec(cgroups)?.[1] ?? '';
+    const procs = path.join('/sys/fs/cgroup/memory', memoryPath, `murmur-${launch.session_id}`, 'cgroup.procs');
+    const pids = readFileSync(procs, 'utf8').trim().split('\n').map(Number);
+    expect(pids.length).toBeGreaterThan(1);
+    for (const pid of pids) process.kill(pid, 'SIGSTOP');
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    expect(code).toBe(1);
+    expect(stderr).toContain('exceeded its hard limit');
+    expect(stderr).toContain('killed as a whole');
+    // Killed, and gone once reaped.
+    for (const pid of pids) {
+      await eventually(() => {
+        try {
+          const state = readFileSync(`/proc/${pid}/stat`, 'utf8');
+          return startTokenFromStat(state) === undefined || / Z /.test(state) ? true : undefined;
+        } catch {
+          return true;
+        }
+      }, 5_000, `pid ${pid} to be gone`);
+    }
+  });
+
+  it('announces session.started and session.ended with the executor, pid, start token, status and duration', async () => {
+    const result = await runProbe('announced', [{ op: 'print', text: 'hello' }], {}, 'capabilities:\n  limits:\n    deadline_seconds: 5\n');
+    expect(result.code, result.stderr).toBe(0);
+    const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1] as string;
+    const start = await eventually(() => started.find((event) => event.session_id === sessionId), 5_000, 'session.started');
+    const end = await eventually(() => ended.find((event) => event.session_id === sessionId), 5_000, 'session.ended');
+    expect(start).toMatchObject({ capsule_name: 'probe', capsule_version: '0.1.0', executor_id: executor.ready.instance_id });
+    expect(start.pid).toBeGreaterThan(1);
+    expect(start.process_start).toMatch(/^\d+$/);
+    expect(end).toMatchObject({ exit_status: 'ok', pid: start.pid, process_start: start.process_start, executor_id: start.executor_id, exit_code: 0 });
+    expect(end.duration_ms).toBeGreaterThan(0);
+  });
+
+  it('records the start token of the very process that runs the session', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'token'), 'capabilities:\n  limits:\n    deadline_seconds: 2\n');
+    const child = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], { cwd: project, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'ignore'] });
+    let stdout = '';
+    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    const launch = await eventually(() => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined), 20_000, 'the launch line');
+    const liveToken = startTokenFromStat(readFileSync(`/proc/${launch.pid}/stat`, 'utf8'));
+    const start = await eventually(() => started.find((event) => event.session_id === launch.session_id), 5_000, 'session.started');
+    expect(start.process_start).toBe(liveToken);
+    await new Promise((resolve) => child.once('exit', resolve));
+  });
+
+  it('tails the bus with mur events', async () => {
+    const events = spawn(process.execPath, [murBin, 'events', 'session.>', '--json'], { cwd: repositoryRoot, env: { PATH: process.env.PATH ?? '', MURMUR_NATS_URL: nats.url }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let lines = '';
+    let ready = '';
+    events.stdout?.on('data', (chunk: Buffer) => (lines += chunk.toString()));
+    events.stderr?.on('data', (chunk: Buffer) => (ready += chunk.toString()));
+    try {
+      await eventually(() => (ready.includes('listening') ? true : undefined), 10_000, 'mur events to listen');
+      const result = await runProbe('watched', [{ op: 'print', text: 'watched' }]);
+      const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1] as string;
+      const seen = await eventually(() => {
+        const subjects = lines
+          .trim()
+          .split('\n')
+          .filter((line) => line.includes(sessionId))
+          .map((line) => (JSON.parse(line) as { subject: string }).subject);
+        return subjects.includes('session.ended') ? subjects : undefined;
+      }, 10_000, 'session events in mur events');
+      expect(seen).toEqual(expect.arrayContaining(['session.started', 'session.ended', `session.${sessionId}.output`]));
+    } finally {
+      events.kill('SIGINT');
+      await new Promise((resolve) => events.once('exit', resolve));
+    }
+  });
+
+  it('refuses mur events without a bus to tail', async () => {
+    const result = await runMur(['events'], { env: {} });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-BUS-005]');
+  });
+});
+
+

@@ -1,0 +1,199 @@
+import { existsSync, promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readLockfile, sha256Hex, writeMurZip } from '@murmur/shared/artifacts';
+import { componentArtifact, publishInto, skillArtifact } from './support/artifacts.js';
+import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
+import { listTree, tempDir } from './support/fs.js';
+import { probeTool } from './support/probe-guests.js';
+import { runMur } from './support/processes.js';
+import { type CountingServer, startCountingServer } from './support/servers.js';
+
+/** A native tool: a shell script that answers with its environment and its input, as JSON. */
+async function nativeEchoTool(name: string, version: string): Promise<Buffer> {
+  const script = [
+    '#!/bin/sh',
+    'input=$(cat)',
+    `printf '{"status":"passed","summary":"native ${name}","data":"HOME=%s TOKEN=%s SAFE=%s INPUT=%s"}' "$HOME" "$GITHUB_TOKEN" "$LANG" "$(printf %s "$input" | tr -d '"')"`,
+    '',
+  ].join('\n');
+  return writeMurZip([
+    { name: 'murmur.yaml', data: Buffer.from(`name: ${name}\nversion: "${version}"\nruntime: tool\nimplementation: native\ndescription: echoes natively\nrequires_files: [bin/${name}]\n`) },
+    { name: `bin/${name}`, data: Buffer.from(script), executable: true },
+  ]);
+}
+
+describe('tools and the artifact manager', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+  let store: string;
+  let server: CountingServer;
+  let other: CountingServer;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-tools-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home'), GITHUB_TOKEN: 'ghp-must-not-leak', LANG: 'C.UTF-8' };
+    store = path.join(env.MURMUR_HOME as string, 'artifacts');
+    server = await startCountingServer(() => ({ body: 'tool reached me' }));
+    other = await startCountingServer(() => ({ body: 'tool must not reach me' }));
+    await publishInto(store, await componentArtifact('probe-tool', '1.0.0', (await probeTool()).bytes, 'tool', 'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\ntags: [testing]\n'));
+    await publishInto(store, await componentArtifact('probe-tool', '2.0.0', (await probeTool()).bytes));
+    await publishInto(store, await nativeEchoTool('native-echo', '1.0.0'));
+    await publishInto(store, await skillArtifact('house-style', '1.0.0', '# House style\nWrite plainly.\n'));
+  });
+
+  afterAll(async () => {
+    await server.close();
+    await other.close();
+    await scratch.cleanup();
+  });
+
+  async function run(name: string, manifest: string, actions: unknown[]): Promise<{ results: ProbeResult[]; workdir: string; trace: Array<Record<string, unknown>>; project: string }> {
+    const project = await probeProject(path.join(scratch.dir, name), manifest);
+    const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+    const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    return { results: probeResults(log.replaceAll('[stdout] ', '')), workdir, trace, project };
+  }
+
+  const declared = (capabilities = '') => `artifacts:\n  - name: probe-tool\n    version: 1.0.0\n${capabilities}`;
+
+  describe('murmur:tool-registry/invoke', () => {
+    let outcome: Awaited<ReturnType<typeof run>>;
+
+    beforeAll(async () => {
+      const toolActions = {
+        actions: [
+          { op: 'env' },
+          { op: 'write', path: 'from-tool.txt', text: 'tool wrote this' },
+          { op: 'read', path: '../task.md' },
+          { op: 'fetch', url: `${server.url}/` },
+          { op: 'fetch', url: `${other.url}/` },
+        ],
+      };
+      outcome = await run(
+        'invoke',
+        `capabilities:\n  network:\n    allow: [127.0.0.1:${server.port}, 127.0.0.1:${other.port}]\n  env:\n    allow: [GREETING]\n${declared(`    capabilities:\n      filesystem:\n        scope: tool-area\n      network:\n        allow: [127.0.0.1:${server.port}, evil.example.com]\n`)}`,
+        [
+          { op: 'invoke', name: 'probe-tool', data: JSON.stringify(toolActions) },
+          { op: 'invoke', name: 'undeclared-tool', data: '{}' },
+          { op: 'print', text: 'the session goes on' },
+        ],
+      );
+    });
+
+    const toolResults = (): ProbeResult[] => JSON.parse((outcome.results[0]?.value as { data: string }).data) as ProbeResult[];
+
+    it('runs a declared WASM tool in its own instance and returns its result', () => {
+      expect(outcome.results[0]).toMatchObject({ op: 'invoke', ok: true, value: { status: 'passed', summary: 'probe tool ran 5 actions' } });
+      expect(toolResults()[0]?.value).toMatchObject({ MURMUR_CAPSULE_NAME: 'probe' });
+    });
+
+    it('gives the tool its own preopen, narrowed by its filesystem.scope', async () => {
+      expect(await fs.readFile(path.join(outcome.workdir, 'tool-area', 'from-tool.txt'), 'utf8')).toBe('tool wrote this');
+      expect(existsSync(path.join(outcome.workdir, 'from-tool.txt'))).toBe(false);
+      expect(toolResults()[2]).toMatchObject({ ok: false, error: 'not-permitted' });
+    });
+
+    it('judges the tool’s requests by its own network grant, clamped to the capsule’s', async () => {
+      expect(toolResults()[3]).toMatchObject({ ok: true, value: { status: 200, body: 'tool reached me' } });
+      expect(toolResults()[4]).toMatchObject({ ok: false });
+      expect(other.connections()).toBe(0);
+      const bootstrap = await fs.readFile(path.join(outcome.workdir, 'logs', 'bootstrap.log'), 'utf8');
+      expect(bootstrap).toContain("warning[W-SEC-007]: probe-tool: network allow entry 'evil.example.com' is not covered");
+      expect(outcome.trace.filter((event) => event.event_type === 'egress').map((event) => [event.grant, event.decision])).toEqual([
+        ['tool:probe-tool', 'allowed'],
+        ['tool:probe-tool', 'denied'],
+      ]);
+    });
+
+    it('answers an undeclared name with an error the guest reads, and the session goes on', () => {
+      expect(outcome.results[1]).toEqual({ op: 'invoke', ok: false, error: "tool 'undeclared-tool' is not declared in manifest allowlist" });
+      expect(outcome.results[2]).toMatchObject({ op: 'print', ok: true });
+    });
+
+    it('records each call as a tool_call', () => {
+      const calls = outcome.trace.filter((event) => event.event_type === 'tool_call');
+      expect(calls.map((call) => [call.tool_name, call.status])).toEqual([['probe-tool', 'ok']]);
+      expect(calls[0]).toMatchObject({ turn: 0, input: expect.objectContaining({ actions: expect.any(Array) }) });
+      expect(outcome.trace.at(-1)).toMatchObject({ event_type: 'session_end', total_tool_calls: 1, exit_status: 'ok' });
+    });
+  });
+
+  it('runs a native tool with JSON on stdin and stdout, in a scrubbed environment', async () => {
+    const { results, workdir } = await run('native', 'artifacts:\n  - name: native-echo\n    version: 1.0.0\n', [{ op: 'invoke', name: 'native-echo', data: 'ping' }]);
+    expect(results[0]).toMatchObject({ ok: true, value: { status: 'passed', summary: 'native native-echo' } });
+    const data = (results[0]?.value as { data: string }).data;
+    expect(data).toContain(`HOME=${path.join(workdir, '.capsule-home')}`);
+    expect(data).toContain('TOKEN= ');
+    expect(data).toContain('SAFE=C.UTF-8');
+    expect(data).toContain('INPUT={data:ping,log_path:null}');
+    expect(await fs.stat(path.join(workdir, 'tools', 'native-echo', 'native-echo')).then((stat) => stat.mode & 0o111)).not.toBe(0);
+  });
+
+  it('returns a skill’s text when a skill is invoked', async () => {
+    const { results } = await run('skill', 'artifacts:\n  - name: house-style\n    version: 1.0.0\n    runtime: skill\n', [{ op: 'invoke', name: 'house-style' }]);
+    expect(results[0]).toMatchObject({ ok: true, value: { status: 'passed', data: '# House style\nWrite plainly.\n' } });
+  });
+
+  describe('murmur:artifact-manager', () => {
+    it('lists the declared tools and the shell binaries, and describes them', async () => {
+      const { results } = await run('manage', `${declared()}capabilities:\n  shell:\n    allow: [ls]\n`, [
+        { op: 'artifacts' },
+        { op: 'describe', name: 'probe-tool' },
+        { op: 'describe', name: 'ls' },
+        { op: 'describe', name: 'nothing-here' },
+        { op: 'diagnostics' },
+        { op: 'search', query: 'x' },
+      ]);
+      expect(results[0]?.value).toEqual([
+        { name: 'probe-tool', version: '1.0.0', runtime: 'wasm' },
+        { name: 'ls', version: '0.0.0', runtime: 'native' },
+      ]);
+      expect(results[1]?.value).toMatchObject({ name: 'probe-tool', version: '1.0.0', description: 'the probe-tool tool', tags: ['testing'], runtime: 'wasm' });
+      expect(JSON.parse((results[1]?.value as { inputSchema: string }).inputSchema)).toEqual({ type: 'object', properties: { actions: { type: 'array' } } });
+      expect(results[2]?.value).toMatchObject({ name: 'ls', version: '0.0.0', runtime: 'native' });
+      expect(results[3]).toEqual({ op: 'describe', ok: false, error: "artifact 'nothing-here' is not installed" });
+      expect(results[4]).toMatchObject({ ok: true, value: { capabilities: 'artifact-manager/search and remove are not implemented' } });
+      expect(results[5]).toMatchObject({ ok: false });
+    });
+
+    it('pulls an artifact at run time: verified, installed under tools/, pinned, and then callable', async () => {
+      const { results, workdir, project } = await run('pull', '', [
+        { op: 'pull', name: 'probe-tool', version: '2.0.0' },
+        { op: 'invoke', name: 'probe-tool', data: JSON.stringify({ actions: [{ op: 'print', text: 'pulled and run' }] }) },
+      ]);
+      expect(results[0]).toEqual({ op: 'pull', ok: true, value: { name: 'probe-tool', version: '2.0.0', runtime: 'wasm' } });
+      expect(results[1]).toMatchObject({ ok: true, value: { status: 'passed' } });
+      expect(await listTree(path.join(workdir, 'tools'))).toContain('probe-tool/murmur.yaml');
+      const zip = await fs.readFile(path.join(store, 'probe-tool', '2.0.0', 'probe-tool-2.0.0.mur.zip'));
+      expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts).toEqual([{ name: 'probe-tool', resolved_version: '2.0.0', sha256: { wasm: sha256Hex(zip) } }]);
+    });
+
+    it('refuses a pull that contradicts murmur.lock and writes nothing', async () => {
+      const project = await probeProject(path.join(scratch.dir, 'pull-conflict'));
+      const lock = `lock_version: 1\nartifacts:\n  - name: probe-tool\n    resolved_version: 1.0.0\n    sha256:\n      wasm: ${'c'.repeat(64)}\n`;
+      await fs.writeFile(path.join(project, 'murmur.lock'), lock);
+      const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'pull', name: 'probe-tool', version: '2.0.0' }])], { cwd: project, env });
+      const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+      const results = probeResults((await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8')).replaceAll('[stdout] ', ''));
+      expect(results[0]?.ok).toBe(false);
+      expect(results[0]?.error).toContain("murmur.lock conflict for 'probe-tool'");
+      expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(lock);
+      expect(await listTree(path.join(workdir, 'tools'))).toEqual([]);
+    });
+
+    it('refuses a pull of an artifact that is not published, naming it', async () => {
+      const { results, workdir } = await run('pull-missing', '', [{ op: 'pull', name: 'ghost-tool', version: '9.9.9' }]);
+      expect(results[0]?.ok).toBe(false);
+      expect(results[0]?.error).toContain('ghost-tool@9.9.9');
+      expect(results[0]?.error).toContain('E-RUN-008');
+      expect(await listTree(path.join(workdir, 'tools'))).toEqual([]);
+    });
+  });
+});
