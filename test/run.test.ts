@@ -113,6 +113,50 @@ describe('mur run', () => {
     expect(await listTree(sessionDir)).toEqual(expect.arrayContaining(['trace.jsonl', 'logs/', 'logs/bootstrap.log', 'logs/session.log', 'out/', 'tools/']));
   });
 
+  it('records session_start with the effective grants, and session_end, in trace.jsonl', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'traced'), 'capabilities:\n  env:\n    allow: [GREETING]\n  network:\n    allow: [api.example.com]\n  limits:\n    deadline_seconds: 30\n');
+    const result = await runMur(['run', '--json', '--task', '[]'], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const events = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(events.map((event) => event.event_type)).toEqual(['session_start', 'session_end']);
+    expect(events[0]).toMatchObject({
+      capsule_name: 'probe',
+      capsule_version: '0.1.0',
+      capabilities: ['network'],
+      effective_grants: {
+        declared_containment: 'advisory',
+        achieved_containment: 'scoped',
+        enforcement_tier: 'bubblewrap',
+        filesystem_scope: '.',
+        network_allow: ['api.example.com'],
+        env_allow: ['GREETING'],
+        shell_allow: [],
+        limits: expect.objectContaining({ deadline_seconds: 30 }),
+      },
+    });
+    expect(events[1]).toMatchObject({ exit_status: 'ok', total_tool_calls: 0 });
+    for (const event of events) expect(event).toMatchObject({ session_id: path.basename(workdir), timestamp: expect.any(Number) });
+    const bootstrap = await fs.readFile(path.join(workdir, 'logs', 'bootstrap.log'), 'utf8');
+    expect(bootstrap).toContain('isolation: bubblewrap');
+    expect(bootstrap).toContain('session ended: ok');
+  });
+
+  it("loads the project's .env for the capsule's allowlisted names, unless --no-env-file", async () => {
+    const project = await probeProject(path.join(scratch.dir, 'dotenv'), 'capabilities:\n  env:\n    allow: [FROM_DOTENV, SHADOWED]\n');
+    await fs.writeFile(path.join(project, '.env'), '# the project\'s settings\nFROM_DOTENV="from the file"\nSHADOWED=file\n');
+    const task = JSON.stringify([{ op: 'env' }]);
+    const withFile = await runMur(['run', '--task', task], { cwd: project, env: { ...env, SHADOWED: 'environment wins' } });
+    const seen = probeResults(withFile.stdout)[0]?.value as Record<string, string>;
+    expect(seen.FROM_DOTENV).toBe('from the file');
+    expect(seen.SHADOWED).toBe('environment wins');
+    const withoutFile = await runMur(['run', '--no-env-file', '--task', task], { cwd: project, env });
+    expect((probeResults(withoutFile.stdout)[0]?.value as Record<string, string>).FROM_DOTENV).toBeUndefined();
+  });
+
   it('refuses a --workdir that does not exist with E-IO-001', async () => {
     const project = await probeProject(path.join(scratch.dir, 'missing-workdir'));
     const result = await runMur(['run', '--workdir', path.join(scratch.dir, 'nowhere')], { cwd: project, env });

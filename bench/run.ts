@@ -1,0 +1,80 @@
+/**
+ * `npm run bench:run`: `mur run` of a small script capsule with a warm cache — median and p90
+ * wall time and peak RSS over repeated runs — side by side with a bare `node` process that runs
+ * the same transpiled component with no sandbox, no policy and no records. The difference is what
+ * the runtime costs: staging, the executor, the sandbox, the capsule host. Aim: median ≤ 250 ms,
+ * ratio ≤ 2. A second pair does the same for a 12 MB JavaScript capsule, for scale.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { capsuleProject } from '../test/support/artifacts.js';
+import { capsuleWat, helloCapsuleJs } from '../test/support/guests.js';
+
+const RUNS = Number(process.env.BENCH_RUNS ?? 30);
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const mur = path.join(root, 'cli', 'bin', 'mur.js');
+const bare = path.join(root, 'bench', 'bare-run.mjs');
+const timeBinary = existsSync('/usr/bin/time') ? '/usr/bin/time' : undefined;
+
+interface Sample {
+  ms: number;
+  rssMb: number | undefined;
+}
+
+function measure(command: string[], env: NodeJS.ProcessEnv, cwd: string): Sample {
+  const started = performance.now();
+  const argv = timeBinary ? [timeBinary, '-f', 'maxrss=%M', ...command] : command;
+  const result = spawnSync(argv[0] as string, argv.slice(1), { env, cwd, encoding: 'utf8' });
+  const ms = performance.now() - started;
+  if (result.status !== 0) throw new Error(`${command.join(' ')} failed (${result.status}):\n${result.stderr}`);
+  const rss = /maxrss=(\d+)/.exec(result.stderr ?? '')?.[1];
+  return { ms, rssMb: rss ? Number(rss) / 1024 : undefined };
+}
+
+function stats(samples: Sample[]): { median: number; p90: number; rss: number | undefined } {
+  const times = samples.map((sample) => sample.ms).sort((left, right) => left - right);
+  const median = times.length % 2 ? (times[(times.length - 1) / 2] as number) : ((times[times.length / 2 - 1] as number) + (times[times.length / 2] as number)) / 2;
+  const p90 = times[Math.min(times.length - 1, Math.floor(0.9 * times.length))] as number;
+  const rss = samples.every((sample) => sample.rssMb !== undefined) ? Math.max(...samples.map((sample) => sample.rssMb as number)) : undefined;
+  return { median, p90, rss };
+}
+
+const scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-bench-run-'));
+try {
+  const env = { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch, 'home') };
+  const capsules = [
+    { label: 'small (component WAT)', bytes: (await capsuleWat()).bytes },
+    { label: '12 MB (componentize-js)', bytes: (await helloCapsuleJs()).bytes },
+  ];
+  process.stdout.write(`mur run, warm cache, ${RUNS} runs each (${os.cpus().length} cores, node ${process.version}${timeBinary ? '' : ', no /usr/bin/time: RSS not measured'})\n\n`);
+  process.stdout.write('capsule                   runner              median ms   p90 ms   peak RSS MB\n');
+  for (const [index, capsule] of capsules.entries()) {
+    const project = await capsuleProject(path.join(scratch, `capsule-${index}`), `name: bench-${index}\nversion: 1.0.0\n`, capsule.bytes);
+    const manifest = path.join(project, 'murmur.yaml');
+    // Warm the cache, and find the transpiled bundle the baseline runs.
+    const warm = spawnSync(process.execPath, [mur, 'stage', project, '--json'], { env, encoding: 'utf8' });
+    if (warm.status !== 0) throw new Error(warm.stderr);
+    const bundleDir = (JSON.parse(warm.stdout) as { capsule: { component: { bundle_dir: string } } }).capsule.component.bundle_dir;
+    measure([process.execPath, mur, 'run', '--manifest', manifest, '--json'], env, project);
+    measure([process.execPath, bare, bundleDir], env, root);
+    const murSamples: Sample[] = [];
+    const bareSamples: Sample[] = [];
+    for (let run = 0; run < RUNS; run += 1) {
+      murSamples.push(measure([process.execPath, mur, 'run', '--manifest', manifest, '--json'], env, project));
+      bareSamples.push(measure([process.execPath, bare, bundleDir], env, root));
+    }
+    const murStats = stats(murSamples);
+    const bareStats = stats(bareSamples);
+    const row = (runner: string, value: ReturnType<typeof stats>) =>
+      `${capsule.label.padEnd(26)}${runner.padEnd(20)}${value.median.toFixed(1).padStart(9)}  ${value.p90.toFixed(1).padStart(7)}  ${value.rss === undefined ? 'n/a'.padStart(12) : value.rss.toFixed(1).padStart(12)}\n`;
+    process.stdout.write(row('mur run (sandboxed)', murStats));
+    process.stdout.write(row('bare node', bareStats));
+    process.stdout.write(`${''.padEnd(26)}ratio (median)      ${(murStats.median / bareStats.median).toFixed(2).padStart(9)}\n\n`);
+  }
+  process.stdout.write('aim: small capsule median ≤ 250 ms, ratio ≤ 2\n');
+} finally {
+  await fs.rm(scratch, { recursive: true, force: true });
+}
