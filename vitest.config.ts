@@ -6,7 +6,7 @@ export default defineConfig({
   resolve: { conditions: ['murmur-source'] },
   ssr: { resolve: { conditions: ['murmur-source'] } },
   test: {
-    include: ['shared/test/**/*.test.ts', 'services/*/test/**/*.test.ts', 'cli/test/**/*.test.ts', 'test/**/*.test.ts'],
+    include: ['shared/test/**/*.test.ts', 'drivers/test/**/*.test.ts', 'services/*/test/**/*.test.ts', 'cli/test/**/*.test.ts', 'test/**/*.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,

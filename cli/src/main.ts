@@ -76,7 +76,8 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('--json', 'print one launch line as JSON, and nothing else on stdout')
     .option('--no-env-file', "do not load the project's .env")
     .option('-v, --verbose', 'also print the workdir and what the session runs with')
-    .option('--bind <address>', 'the address a session door binds', '127.0.0.1')
+    .option('--bind <address>', "the address an agent capsule's door binds (in-process runs)", '127.0.0.1')
+    .option('--system-prompt <text>', "replace the manifest's system prompt (empty clears it)")
     .option('--lifecycle-task-acceptance <mode>', 'override lifecycle.task_acceptance (none|single|queue)')
     .option('--lifecycle-after-task <mode>', 'override lifecycle.after_task (exit|sleep)')
     .action(run((options: Record<string, unknown>) => import('./commands/run.js').then((module) => module.runCommand(options, output))));

@@ -1,5 +1,6 @@
 import { type Bus, connectBus } from '@murmur/shared/bus';
-import { type Log, silentLog } from '@murmur/shared';
+import { type Log, MurmurError, commands, silentLog } from '@murmur/shared';
+import type { HttpListener } from '@murmur/shared/service';
 import { startExecutorService } from '@murmur/executor';
 import { type StageProgress, startStagerService } from '@murmur/stager';
 
@@ -12,6 +13,11 @@ import { type StageProgress, startStagerService } from '@murmur/stager';
 export interface Runtime {
   bus: Bus;
   inProcess: boolean;
+  /**
+   * A door's base URL for the sessions this runtime launches: in-process, a door started here on
+   * `bind:port` (0 for any free port); over NATS, whichever door answers `door.locate`.
+   */
+  door(bind: string, port: number): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -29,13 +35,44 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
   const log: Log = options.verbose || env.MURMUR_LOG_LEVEL ? (await import('@murmur/shared/service')).createLogger('mur', env) : silentLog;
   const natsUrl = env.MURMUR_NATS_URL?.trim();
   const bus = await connectBus({ natsUrl, name: 'mur', log });
-  if (natsUrl) return { bus, inProcess: false, close: () => bus.close() };
+  if (natsUrl) {
+    return {
+      bus,
+      inProcess: false,
+      async door() {
+        const located = await bus.request(commands.locateDoor, {}, { timeoutMs: 5_000 }).catch((error: unknown) => {
+          throw error instanceof MurmurError && error.code === 'E-BUS-004'
+            ? new MurmurError('E-DOOR-001', `no door answers on ${bus.description}, so an agent capsule would be unreachable`, { hint: 'start the door service (node services/door/dist/index.js), or unset MURMUR_NATS_URL to run everything in-process' })
+            : error;
+        });
+        return located.base_url;
+      },
+      close: () => bus.close(),
+    };
+  }
   const stager = startStagerService({ bus, log, env, ...(options.onStageProgress ? { onProgress: options.onStageProgress } : {}) });
   const executor = options.executor ? startExecutorService({ bus, log, env }) : undefined;
+  let door: { service: { close(): Promise<void> }; listener: HttpListener } | undefined;
   return {
     bus,
     inProcess: true,
+    async door(bind, port) {
+      if (!door) {
+        const { startDoorService } = await import('@murmur/door');
+        const { listenHttp } = await import('@murmur/shared/service');
+        const service = startDoorService({ bus, log, env });
+        const listener = await listenHttp(service.http, { host: bind, port }).catch((error: NodeJS.ErrnoException) => {
+          void service.close();
+          throw new MurmurError('E-IO-003', `cannot bind the session's door on ${bind}:${port}: ${error.code ?? error.message}`, { hint: 'choose another --bind address, or another network.internal_port (0 picks a free port)' });
+        });
+        service.setBaseUrl(listener.url);
+        door = { service, listener };
+      }
+      return door.listener.url;
+    },
     async close() {
+      await door?.listener.close();
+      await door?.service.close();
       await executor?.close();
       await stager.close();
       await bus.close();

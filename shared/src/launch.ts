@@ -22,8 +22,12 @@ export const LaunchRequestSchema = z.object({
    * references its manifest makes. Nothing else of the client's environment travels.
    */
   env: z.record(z.string(), z.string()).default({}),
-  /** `--bind`: the address a session's door binds; scheme-less `localhost:<port>` is what is printed. */
-  bind: z.string().default('127.0.0.1'),
+  /** The session's door URL, decided by the launcher before launch (absent for a script capsule): `MURMUR_CAPSULE_URL`. */
+  url: z.string().optional(),
+  /** `mur run --system-prompt`: replaces every prompt source of the manifest (trimmed; empty clears it). */
+  system_prompt: z.string().optional(),
+  /** How long an agent waits for its first task before it runs with an empty one (`MURMUR_A2A_TIMEOUT_SECS`, default 30). */
+  a2a_timeout_secs: z.number().nonnegative().optional(),
   /** Relay the capsule's stdout/stderr as `session.<id>.output` events. */
   relay_output: z.boolean().default(false),
 });

@@ -29,7 +29,7 @@ export const TranspiledComponentSchema = z.object({
 });
 export type TranspiledComponent = z.infer<typeof TranspiledComponentSchema>;
 
-export const ArtifactOriginSchema = z.enum(['project', 'global', 'roost', 'local']);
+export const ArtifactOriginSchema = z.enum(['project', 'global', 'roost', 'default', 'local']);
 export type ArtifactOrigin = z.infer<typeof ArtifactOriginSchema>;
 
 export const HookContractSchema = z.object({

@@ -1,6 +1,8 @@
 import { defineCommand, defineEvent } from './bus/topic.js';
 import { DelegationCompletedSchema, HealthReplySchema, HealthRequestSchema, SessionEndedSchema, SessionStagedSchema, SessionStartedSchema, StageFailedSchema } from './events.js';
 import { LaunchReplySchema, LaunchRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
+import { SessionCallSchema, SessionEventSchema, SessionReplySchema } from './session-rpc.js';
+import { DoorLocateReplySchema, DoorLocateRequestSchema } from './door.js';
 import { StageArtifactRequestSchema, StageRequestSchema, StagedArtifactSchema, StagedPlanSchema } from './plan.js';
 
 /**
@@ -15,6 +17,8 @@ export const topics = {
   delegationCompleted: defineEvent('delegation.completed', DelegationCompletedSchema),
   /** `session.<id>.output`: a capsule's stdout and stderr, when the launcher asked for them. */
   sessionOutput: defineEvent('session.*.output', SessionOutputSchema),
+  /** `session.<id>.events`: a session's A2A feed (status, artifacts, text), numbered by its host, for every door. */
+  sessionEvents: defineEvent('session.*.events', SessionEventSchema),
 } as const;
 
 export const commands = {
@@ -26,6 +30,10 @@ export const commands = {
   launch: defineCommand('launch', LaunchRequestSchema, LaunchReplySchema),
   /** `session.<id>.stop`: answered by the executor that owns the session. */
   stopSession: defineCommand('session.*.stop', StopRequestSchema, StopReplySchema),
+  /** `session.<id>.rpc`: a door's A2A call, answered by the capsule host that owns the session (through its executor). */
+  sessionRpc: defineCommand('session.*.rpc', SessionCallSchema, SessionReplySchema),
+  /** Where a door can be reached: any door in the `door` queue group answers. */
+  locateDoor: defineCommand('door.locate', DoorLocateRequestSchema, DoorLocateReplySchema),
   /** `service.<name>.health`: fill in the service name with `.at(name)`. */
   health: defineCommand('service.*.health', HealthRequestSchema, HealthReplySchema),
 } as const;
@@ -34,6 +42,7 @@ export const commands = {
 export const QUEUE_GROUPS = {
   stager: 'stager',
   executor: 'executor',
+  door: 'door',
 } as const;
 
 /** Every event topic, for monitors that label what they tail. */

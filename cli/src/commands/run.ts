@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, topics } from '@murmur/shared';
+import { type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, sessionUrl, topics } from '@murmur/shared';
 import { writeLockfile } from '@murmur/shared/artifacts';
 import { environmentWithEnvFile } from '../env-file.js';
 import type { Output } from '../output.js';
@@ -19,6 +19,7 @@ export interface RunOptions {
   envFile?: boolean;
   verbose?: boolean;
   bind?: string;
+  systemPrompt?: string;
   lifecycleTaskAcceptance?: string;
   lifecycleAfterTask?: string;
 }
@@ -115,6 +116,10 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     await runtime.bus.flush();
 
     const task = taskText(options.task);
+    // An agent capsule is reachable at a door; its URL is known before launch, so the capsule's
+    // MURMUR_CAPSULE_URL and MURMUR.md can carry it.
+    const url = plan.capsule.kind === 'agent' ? `${sessionUrl(await runtime.door(options.bind ?? '127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0), sessionId)}/` : undefined;
+    const a2aTimeout = Number(env.MURMUR_A2A_TIMEOUT_SECS ?? process.env.MURMUR_A2A_TIMEOUT_SECS);
     const launched: LaunchReply = await runtime.bus.request(
       commands.launch,
       {
@@ -124,7 +129,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         default_workdir_base: fromRegistry ? process.cwd() : manifestDir,
         ...(task !== undefined ? { task } : {}),
         env: launchEnvironment(plan, env),
-        bind: options.bind ?? '127.0.0.1',
+        ...(url ? { url } : {}),
+        ...(options.systemPrompt !== undefined ? { system_prompt: options.systemPrompt } : {}),
+        ...(Number.isFinite(a2aTimeout) && a2aTimeout >= 0 ? { a2a_timeout_secs: a2aTimeout } : {}),
         relay_output: !options.json,
       },
       { timeoutMs: LAUNCH_TIMEOUT_MS },
@@ -134,6 +141,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     if (options.json) {
       output.out(JSON.stringify({ url: launched.url, pid: launched.pid, session_id: launched.session_id, name: plan.capsule.name, version: plan.capsule.version, workdir: launched.workdir }));
     } else {
+      if (launched.url) output.out(`murmur: url ${launched.url}`);
       output.out(`session: ${launched.session_id}`);
       if (options.verbose) {
         output.out(`workdir: ${launched.workdir}`);

@@ -1,16 +1,406 @@
+import {
+  type A2aVersion,
+  type A2aMessage,
+  type Log,
+  MurmurError,
+  OptionalTaskIdParamsSchema,
+  QUEUE_GROUPS,
+  RPC_ERRORS,
+  type RpcError,
+  SendParamsV03Schema,
+  SendParamsV10Schema,
+  SessionIdSchema,
+  type SessionCall,
+  type SessionEvent,
+  type SessionReply,
+  TERMINAL_TASK_STATES,
+  TaskIdParamsSchema,
+  type TaskView,
+  a2aVersionOf,
+  commands,
+  messageText,
+  newId,
+  sessionUrl,
+} from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import type { Log } from '@murmur/shared';
-import { Hono } from 'hono';
+import { type Context, Hono } from 'hono';
+import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
+import type * as z from 'zod';
+import { limitBody } from './body-limit.js';
+import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
+import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask } from './rendering.js';
+import { type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
 
 /**
- * The door: the A2A edge of every session, stateless, forwarding over the bus. This issue wires
- * it onto the bus and HTTP; the agent card and JSON-RPC come with the capsule host that answers them.
+ * The door: the A2A edge of every session. It holds no task state: each request is translated
+ * into a call on `session.<id>.rpc`, answered by the capsule host that owns the session, and each
+ * stream is a watch on `session.<id>.events`, numbered by that host. So any number of doors serve
+ * any session, and a door that answers a session's card proves the session is alive.
+ *
+ * Under a door's base URL a session lives at `/sessions/<id>/`: its agent card at
+ * `.well-known/agent-card.json` below that, its JSON-RPC endpoint at that URL itself.
  */
+
+export interface DoorOptions {
+  bus: Bus;
+  log: Log;
+  env?: NodeJS.ProcessEnv;
+}
+
 export interface DoorService {
   readonly http: Hono;
+  readonly doorId: string;
+  /** Where this door is reached; the URL it puts in cards and tells `door.locate` askers. */
+  setBaseUrl(url: string): void;
   close(): Promise<void>;
 }
 
-export function startDoorService(_options: { bus: Bus; log: Log }): DoorService {
-  return { http: new Hono(), close: async () => {} };
+/** The largest JSON-RPC body a door reads (`MURMUR_DOOR_MAX_BODY_BYTES`): a message is text, not a file transfer. */
+const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+const DEFAULT_HEARTBEAT_MS = 15_000;
+/** How long a blocking `message/send` waits for its task to settle before answering with the task as it stands. */
+const DEFAULT_BLOCKING_WAIT_MS = 10 * 60_000;
+
+type Handler = (context: Context, request: RpcRequest) => Promise<Response>;
+
+interface RpcRequest {
+  link: SessionLink;
+  version: A2aVersion;
+  call: JsonRpcCall;
+  lastEventId: number | undefined;
+  traceparent: string | undefined;
 }
+
+function positiveNumber(value: string | undefined, fallback: number): number {
+  const parsed = Number(value);
+  return Number.isFinite(parsed) && parsed > 0 ? parsed : fallback;
+}
+
+export function startDoorService(options: DoorOptions): DoorService {
+  const { bus, log } = options;
+  const env = options.env ?? process.env;
+  const doorId = `door-${newId('request').slice(4, 16)}`;
+  const maxBodyBytes = positiveNumber(env.MURMUR_DOOR_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES);
+  const heartbeatMs = positiveNumber(env.MURMUR_SSE_HEARTBEAT_MS, DEFAULT_HEARTBEAT_MS);
+  const blockingWaitMs = positiveNumber(env.MURMUR_DOOR_BLOCKING_WAIT_MS, DEFAULT_BLOCKING_WAIT_MS);
+  let baseUrl = env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined;
+
+  const locate = bus.serve(
+    commands.locateDoor,
+    () => {
+      if (!baseUrl) throw new MurmurError('E-DOOR-002', `door ${doorId} is not listening yet`);
+      return { base_url: baseUrl, door_id: doorId };
+    },
+    { queue: QUEUE_GROUPS.door },
+  );
+
+  const urlOf = (context: Context, sessionId: string): string => `${sessionUrl(baseUrl ?? new URL(context.req.url).origin, sessionId)}/`;
+
+  const app = new Hono();
+
+  /** The session a path names, or a 404 before anything reaches the bus: only a real session id becomes a subject. */
+  const sessionOf = (context: Context): SessionLink | Response => {
+    const id = context.req.param('session') ?? '';
+    if (!SessionIdSchema.safeParse(id).success) {
+      return context.json({ error: { code: 'E-DOOR-001', message: `'${id.slice(0, 80)}' is not a session id (ses_ followed by 32 hex digits)` } }, 404);
+    }
+    return new SessionLink(bus, id);
+  };
+
+  app.get('/sessions/:session/*', async (context) => {
+    const link = sessionOf(context);
+    if (link instanceof Response) return link;
+    const rest = context.req.path.slice(`/sessions/${link.sessionId}`.length).replace(/^\/+/, '');
+    if (rest !== '.well-known/agent-card.json') return context.json({ error: { code: 'E-DOOR-002', message: `nothing is served at '${context.req.path}'; the agent card is at .well-known/agent-card.json` } }, 404);
+    try {
+      const reply = await link.call({ method: 'card' });
+      if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
+      return context.json(renderAgentCard(reply.card, urlOf(context, link.sessionId)));
+    } catch (error) {
+      if (error instanceof SessionUnreachable) return context.json({ error: { code: 'E-DOOR-001', message: error.message } }, error.status);
+      throw error;
+    }
+  });
+
+  const limit = limitBody(maxBodyBytes, (context) => context.json(rpcError(null, { code: RPC_ERRORS.invalidRequest, message: `Invalid Request: the body is larger than ${maxBodyBytes} bytes (MURMUR_DOOR_MAX_BODY_BYTES)` }), 413));
+
+  const serveRpc = async (context: Context): Promise<Response> => {
+    const link = sessionOf(context);
+    if (link instanceof Response) return link;
+    const contentType = context.req.header('content-type') ?? '';
+    if (!contentType.toLowerCase().includes('application/json')) {
+      return context.json(rpcError(null, { code: RPC_ERRORS.invalidRequest, message: `Invalid Request: content-type must be application/json (got '${contentType.slice(0, 80)}')` }), 415);
+    }
+    const read = readJsonRpc(await context.req.text());
+    if (!read.ok) return context.json(read.response);
+    const call = read.call;
+    const version = a2aVersionOf(context.req.header('a2a-version'));
+    if (!version) {
+      return context.json(rpcError(call.id, { code: RPC_ERRORS.versionNotSupported, message: `Unsupported A2A version '${(context.req.header('a2a-version') ?? '').slice(0, 32)}': this door speaks 0.3 (no A2A-Version header) and 1.0` }));
+    }
+    const handler = (version === '0.3' ? METHODS_V03 : METHODS_V10)[call.method];
+    if (!handler) return context.json(rpcError(call.id, methodNotFound(call.method, version)));
+    const lastEventHeader = context.req.header('last-event-id');
+    const lastEventId = lastEventHeader !== undefined && /^\d{1,15}$/.test(lastEventHeader.trim()) ? Number(lastEventHeader.trim()) : undefined;
+    const traceparent = context.req.header('traceparent')?.slice(0, 512);
+    try {
+      return await handler(context, { link, version, call, lastEventId, traceparent });
+    } catch (error) {
+      if (error instanceof SessionUnreachable) return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: error.message, data: { murmur_code: 'E-DOOR-001' } }), error.status);
+      log.error({ err: error, session_id: link.sessionId, method: call.method }, 'door request failed');
+      return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` }));
+    }
+  };
+  app.post('/sessions/:session', limit, serveRpc);
+  app.post('/sessions/:session/', limit, serveRpc);
+
+  // ── methods ───────────────────────────────────────────────────────────────
+
+  const parseParams = <T>(schema: z.ZodType<T>, request: RpcRequest): { ok: true; value: T } | { ok: false; error: RpcError } => {
+    const parsed = schema.safeParse(request.call.params);
+    return parsed.success ? { ok: true, value: parsed.data } : { ok: false, error: { code: RPC_ERRORS.invalidParams, message: describeInvalidParams(parsed.error.issues) } };
+  };
+
+  /** A reply's error, or its task: what every task-returning method starts from. */
+  const taskOf = (reply: SessionReply): { task: TaskView } | { error: RpcError } => {
+    if (reply.error) return { error: reply.error };
+    if (!reply.task) return { error: { code: RPC_ERRORS.internal, message: 'Internal error: the session answered without a task' } };
+    return { task: reply.task };
+  };
+
+  const send: Handler = async (context, request) => {
+    const { call, version, link } = request;
+    const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
+    if (!params.ok) return context.json(rpcError(call.id, params.error));
+    const { message, configuration } = params.value as { message: A2aMessage; configuration?: { blocking?: boolean; returnImmediately?: boolean; historyLength?: number } };
+    // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless told not to.
+    const blocking = version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true;
+    const watch = blocking ? await link.watch() : undefined;
+    try {
+      const sent = taskOf(
+        await link.call(sendCall(message, request.traceparent)),
+      );
+      if ('error' in sent) return context.json(rpcError(call.id, sent.error));
+      let task = sent.task;
+      if (watch && !settled(task)) {
+        const deadline = Date.now() + blockingWaitMs;
+        for (;;) {
+          const next = await watch.next(Math.max(1, deadline - Date.now()));
+          if (next === 'ended' || next === 'timeout') break;
+          if (next.task_id === task.id && next.type === 'status' && (next.final || next.state === 'input-required')) break;
+        }
+        const latest = taskOf(await link.call({ method: 'get', task_id: task.id, ...(configuration?.historyLength !== undefined ? { history_length: configuration.historyLength } : {}) }));
+        if ('task' in latest) task = latest.task;
+      }
+      return context.json(rpcResult(call.id, renderSendResult(version, task)));
+    } finally {
+      watch?.close();
+    }
+  };
+
+  const get: Handler = async (context, request) => {
+    const { call, version, link } = request;
+    // 0.3's `tasks/get` may leave the id out (the active or last task, upstream's rule); 1.0 names it.
+    const params = version === '0.3' ? parseParams(OptionalTaskIdParamsSchema, request) : parseParams(TaskIdParamsSchema, request);
+    if (!params.ok) return context.json(rpcError(call.id, params.error));
+    const found = taskOf(await link.call({ method: 'get', ...(params.value.id !== undefined ? { task_id: params.value.id } : {}), ...(params.value.historyLength !== undefined ? { history_length: params.value.historyLength } : {}) }));
+    if ('error' in found) return context.json(rpcError(call.id, found.error));
+    return context.json(rpcResult(call.id, renderTask(version, found.task)));
+  };
+
+  const cancel: Handler = async (context, request) => {
+    const { call, version, link } = request;
+    const params = parseParams(TaskIdParamsSchema, request);
+    if (!params.ok) return context.json(rpcError(call.id, params.error));
+    const canceled = taskOf(await link.call({ method: 'cancel', task_id: params.value.id }));
+    if ('error' in canceled) return context.json(rpcError(call.id, canceled.error));
+    return context.json(rpcResult(call.id, renderTask(version, canceled.task)));
+  };
+
+  const stream: Handler = async (context, request) => {
+    const { call, version, link } = request;
+    const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
+    if (!params.ok) return context.json(rpcError(call.id, params.error));
+    const { message } = params.value as { message: A2aMessage };
+    const watch = await link.watch();
+    try {
+      const replayed = request.lastEventId === undefined ? undefined : await link.call({ method: 'replay', after_event_id: request.lastEventId });
+      const sent = taskOf(
+        await link.call(sendCall(message, request.traceparent)),
+      );
+      if ('error' in sent) {
+        watch.close();
+        return context.json(rpcError(call.id, sent.error));
+      }
+      return streamTask(context, request, watch, sent.task, replayed, 'new');
+    } catch (error) {
+      watch.close();
+      throw error;
+    }
+  };
+
+  const resubscribe: Handler = async (context, request) => {
+    const { call, link } = request;
+    const params = parseParams(TaskIdParamsSchema, request);
+    if (!params.ok) return context.json(rpcError(call.id, params.error));
+    const watch = await link.watch();
+    try {
+      const reply = await link.call({ method: 'replay', task_id: params.value.id, after_event_id: request.lastEventId ?? Number.MAX_SAFE_INTEGER });
+      const found = taskOf(reply);
+      if ('error' in found) {
+        watch.close();
+        return context.json(rpcError(call.id, found.error));
+      }
+      return streamTask(context, request, watch, found.task, reply, 'existing');
+    } catch (error) {
+      watch.close();
+      throw error;
+    }
+  };
+
+  /**
+   * One task's stream: the task as it stands, then its events (after any replayed), until its
+   * final status — or until the session ends, when a last `failed` status says so.
+   */
+  const streamTask = (context: Context, request: RpcRequest, watch: FeedWatch, task: TaskView, replayed: SessionReply | undefined, origin: 'new' | 'existing'): Response => {
+    const { version, call } = request;
+    return streamSSE(context, async (sse) => {
+      const heartbeat = startHeartbeat(sse, heartbeatMs);
+      sse.onAbort(() => watch.close());
+      try {
+        if (replayed?.first_available_id !== undefined) await sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) });
+        const frame = (event: string, result: unknown, id?: number): Promise<void> => sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) });
+        await frame('task', renderSendResult(version, task));
+        if (replayed?.events) watch.push(...replayed.events);
+        // A task that had already ended when the client subscribed has nothing more to say unless
+        // its last event was among those replayed. A task just sent is followed to its end, even
+        // when that end (a rejection) came before the stream opened: the watch holds it.
+        if (origin === 'existing' && TERMINAL_TASK_STATES.has(task.state) && !replayed?.events?.some((event) => event.task_id === task.id && event.final)) return;
+        for (;;) {
+          if (sse.aborted) return;
+          const next = await watch.next(heartbeatMs);
+          if (next === 'timeout') continue;
+          if (next === 'ended') {
+            await frame('status', renderStreamEvent(version, endedEvent(task)));
+            return;
+          }
+          if (next.task_id !== task.id) continue;
+          const rendered = renderStreamEvent(version, next);
+          if (rendered) await frame(next.type, rendered, next.id);
+          if (next.type === 'status' && next.final) return;
+        }
+      } finally {
+        clearInterval(heartbeat);
+        watch.close();
+      }
+    });
+  };
+
+  /** `stream/watch`: upstream's observer stream — every event of the session, as upstream shapes them, across tasks. */
+  const watchSession: Handler = async (context, request) => {
+    const { link } = request;
+    const watch = await link.watch();
+    let card: SessionReply;
+    let replayed: SessionReply;
+    try {
+      card = await link.call({ method: 'card' });
+      replayed = await link.call({ method: 'replay', after_event_id: request.lastEventId ?? 0 });
+    } catch (error) {
+      watch.close();
+      throw error;
+    }
+    return streamSSE(context, async (sse) => {
+      const heartbeat = startHeartbeat(sse, heartbeatMs);
+      sse.onAbort(() => watch.close());
+      try {
+        await sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: card.card?.conversation ?? 'stateless' }) });
+        if (replayed.first_available_id !== undefined) await sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) });
+        watch.push(...(replayed.events ?? []));
+        for (;;) {
+          if (sse.aborted) return;
+          const next = await watch.next(heartbeatMs);
+          if (next === 'timeout') continue;
+          if (next === 'ended') {
+            await sse.writeSSE({ event: 'capsule-closed', data: '{}' });
+            return;
+          }
+          await sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) });
+        }
+      } finally {
+        clearInterval(heartbeat);
+        watch.close();
+      }
+    });
+  };
+
+  const METHODS_V03: Record<string, Handler> = {
+    'message/send': send,
+    'message/stream': stream,
+    'tasks/get': get,
+    'tasks/cancel': cancel,
+    'tasks/resubscribe': resubscribe,
+    'stream/watch': watchSession,
+  };
+  const METHODS_V10: Record<string, Handler> = {
+    SendMessage: send,
+    SendStreamingMessage: stream,
+    GetTask: get,
+    CancelTask: cancel,
+    SubscribeToTask: resubscribe,
+  };
+
+  return {
+    http: app,
+    doorId,
+    setBaseUrl(url: string) {
+      baseUrl ??= url;
+    },
+    async close() {
+      locate.unsubscribe();
+    },
+  };
+}
+
+function methodNotFound(method: string, version: A2aVersion): RpcError {
+  const other = version === '0.3' ? ['SendMessage', 'SendStreamingMessage', 'GetTask', 'CancelTask', 'SubscribeToTask'] : ['message/send', 'message/stream', 'tasks/get', 'tasks/cancel', 'tasks/resubscribe', 'stream/watch'];
+  const hint = other.includes(method) ? (version === '0.3' ? ` ('${method}' is an A2A 1.0 method: send the header A2A-Version: 1.0)` : ` ('${method}' is an A2A 0.3 method: send it without A2A-Version: 1.0)`) : '';
+  return { code: RPC_ERRORS.methodNotFound, message: `Method not found: '${method.slice(0, 128)}'${hint}` };
+}
+
+/** A client's message as the host's `send` call: its text parts joined, its ids as given. */
+function sendCall(message: A2aMessage, traceparent: string | undefined): SessionCall {
+  return {
+    method: 'send',
+    message_id: message.messageId,
+    text: messageText(message),
+    ...(message.contextId !== undefined ? { context_id: message.contextId } : {}),
+    ...(message.taskId !== undefined ? { task_id: message.taskId } : {}),
+    ...(traceparent ? { traceparent } : {}),
+  };
+}
+
+function settled(task: TaskView): boolean {
+  return TERMINAL_TASK_STATES.has(task.state) || task.state === 'input-required';
+}
+
+/** The status a stream ends with when the session ended before its task did. */
+function endedEvent(task: TaskView): SessionEvent {
+  return {
+    id: 0,
+    type: 'status',
+    task_id: task.id,
+    context_id: task.context_id,
+    state: 'failed',
+    final: true,
+    data: { id: task.id, context_id: task.context_id, status: { state: 'failed', message: 'session ended' }, final: true },
+  };
+}
+
+function startHeartbeat(sse: SSEStreamingApi, everyMs: number): NodeJS.Timeout {
+  const timer = setInterval(() => {
+    if (!sse.aborted && !sse.closed) void sse.write(':heartbeat\n\n').catch(() => {});
+  }, everyMs);
+  timer.unref();
+  return timer;
+}
+

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
@@ -9,17 +10,23 @@ import {
   type LaunchRequestSchema,
   type Log,
   MurmurError,
+  type SessionCall,
+  type SessionEvent,
+  type SessionReply,
   type WireError,
+  commands,
   guestEnvironment,
   isCredentialShaped,
   topics,
 } from '@murmur/shared';
-import type { Bus } from '@murmur/shared/bus';
+import type { Bus, Subscription } from '@murmur/shared/bus';
 import { packageFile, processStartToken } from '@murmur/shared/node';
 import type { z } from 'zod';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import { EgressPolicy } from './egress.js';
-import { type HostRequest, type HostToExecutor, HostToExecutorSchema, type HostTool, type StartMessage } from './host/protocol.js';
+import { prepareAgentLaunch } from './agent-launch.js';
+import { type AgentStart, type HostRequest, type HostToExecutor, HostToExecutorSchema, type HostTool, type StartMessage } from './host/protocol.js';
+import { murmurMd } from './murmur-md.js';
 import { LogFile, TraceWriter } from './records.js';
 import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, type SandboxFile, bubblewrapArguments, unshareArguments } from './sandbox.js';
 import { type SessionPaths, materialiseWorkdir } from './workdir.js';
@@ -53,6 +60,9 @@ const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));
 /** How long past its deadline a session may run before the executor kills it whole (`MURMUR_HARD_LIMIT_GRACE_MS`). */
 const HARD_LIMIT_GRACE_MS = Number(process.env.MURMUR_HARD_LIMIT_GRACE_MS ?? '') || 10_000;
 const READY_TIMEOUT_MS = 30_000;
+/** A door call the host does not answer in this long is answered for it (the host answers from memory, at once). */
+const RPC_TIMEOUT_MS = 10_000;
+const RUNTIME_VERSION = '0.1.0';
 const CONTAINMENT_RANK: Record<Containment, number> = { advisory: 0, scoped: 1, sealed: 2 };
 
 function findCodeRoot(from: string): string {
@@ -86,6 +96,10 @@ export class Session {
   private startedAt = Date.now();
   private processStart = '';
   private tools: HostTool[] = [];
+  private rpcSubscription: Subscription | undefined;
+  private readonly pendingRpc = new Map<number, (reply: SessionReply) => void>();
+  private nextRpcId = 1;
+  private onHostEvent: (event: SessionEvent) => void = () => {};
   readonly ended: Promise<SessionEnd>;
   private resolveEnded!: (end: SessionEnd) => void;
 
@@ -113,11 +127,6 @@ export class Session {
   /** Refusals decided before anything is written: what this host cannot do for this capsule. */
   private checkHost(): void {
     const plan = this.plan;
-    if (plan.capsule.kind !== 'script') {
-      throw new MurmurError('E-RUN-007', `agent loop failed: ${plan.capsule.name}@${plan.capsule.version} is an agent capsule, and this executor runs script capsules only so far`, {
-        hint: 'run a script capsule (one with capsule.wasm), or wait for agent support in the executor',
-      });
-    }
     const { namespaces, cgroups } = this.environment;
     if (this.canSpawn() && namespaces.tool === undefined) {
       throw new MurmurError('E-CAP-005', `this host cannot give the capsule's subprocess tree its own namespaces, so capabilities.network.allow and the workdir boundary cannot be enforced for it: ${namespaces.reason}`, {
@@ -180,20 +189,40 @@ export class Session {
     }
     for (const warning of plan.warnings) this.bootstrap.line(`[staging] warning[${warning.code}]: ${warning.message}`);
 
+    const url = plan.capsule.kind === 'agent' ? (this.request.url ?? '') : '';
     const runtimeEnv = {
       MURMUR_CAPSULE_NAME: plan.capsule.name,
       MURMUR_CAPSULE_VERSION: plan.capsule.version,
       MURMUR_SESSION_ID: this.id,
-      MURMUR_CAPSULE_URL: '',
+      MURMUR_CAPSULE_URL: url,
     };
-    const guestEnv = guestEnvironment(plan.policy, this.request.env, runtimeEnv);
+    let guestEnv = guestEnvironment(plan.policy, this.request.env, runtimeEnv);
+    let agent: AgentStart | undefined;
+    if (plan.capsule.kind === 'agent') {
+      const launch = prepareAgentLaunch({
+        plan,
+        env: this.request.env,
+        sessionId: this.id,
+        url,
+        sessionDir: paths.sessionDir,
+        accessible: paths.accessible,
+        tools,
+        systemPromptOverride: this.request.system_prompt,
+        idleTimeoutMs: (this.request.a2a_timeout_secs ?? 30) * 1000,
+        runtimeEnv,
+      });
+      agent = launch.agent;
+      guestEnv = launch.guestEnv;
+      await writeFile(path.join(paths.sessionDir, 'MURMUR.md'), murmurMd(plan, { sessionId: this.id, url, runtimeVersion: RUNTIME_VERSION }));
+    }
     const subprocessBase = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => !isCredentialShaped(name, plan.policy.shell_strip_env)));
     const start: StartMessage = {
       type: 'start',
       session_id: this.id,
       capsule_name: plan.capsule.name,
       capsule_version: plan.capsule.version,
-      component: plan.capsule.component as NonNullable<typeof plan.capsule.component>,
+      ...(plan.capsule.component ? { component: plan.capsule.component } : {}),
+      ...(agent ? { agent } : {}),
       preopen: paths.preopen,
       accessible_workdir: paths.accessible,
       session_dir: paths.sessionDir,
@@ -215,7 +244,7 @@ export class Session {
       process_start: this.processStart,
       workdir: paths.accessible,
       session_dir: paths.sessionDir,
-      url: null,
+      url: url || null,
       started_at: new Date(this.startedAt).toISOString(),
       isolation: this.environment.namespaces.tool ?? 'none',
     };
@@ -227,9 +256,18 @@ export class Session {
       pid: reply.pid,
       process_start: reply.process_start,
       workdir: paths.accessible,
-      url: null,
+      url: reply.url,
       started_at: reply.started_at,
     });
+    if (agent) this.relayDoorCalls();
+    // A script capsule runs once, so its whole life is bounded; an agent's guest calls each have
+    // their deadline, and a sleeping agent lives until it is stopped.
+    if (plan.capsule.kind === 'script') this.armHardLimit();
+    return reply;
+  }
+
+  private armHardLimit(): void {
+    const plan = this.plan;
     this.hardLimit = setTimeout(() => {
       this.kill({
         code: 'E-RUN-001',
@@ -239,7 +277,35 @@ export class Session {
       });
     }, plan.policy.limits.deadline_seconds * 1000 + HARD_LIMIT_GRACE_MS);
     this.hardLimit.unref();
-    return reply;
+  }
+
+  /**
+   * The session's door calls: `session.<id>.rpc` relayed to the host and answered with its
+   * reply; the host's feed published on `session.<id>.events`. Only this executor holds the
+   * session, so the subscription is not a queue group.
+   */
+  private relayDoorCalls(): void {
+    const bus = this.environment.bus;
+    const events = topics.sessionEvents.at(this.id);
+    this.onHostEvent = (event) => bus.publish(events, event);
+    this.rpcSubscription = bus.serve(commands.sessionRpc.at(this.id), (call) => this.callHost(call));
+  }
+
+  private callHost(call: SessionCall): Promise<SessionReply> {
+    const child = this.child;
+    if (!child?.connected) return Promise.resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
+    const id = this.nextRpcId++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.pendingRpc.delete(id);
+        resolve({ error: { code: -32603, message: `Internal error: the capsule host did not answer within ${RPC_TIMEOUT_MS / 1000}s` } });
+      }, RPC_TIMEOUT_MS);
+      this.pendingRpc.set(id, (reply) => {
+        clearTimeout(timer);
+        resolve(reply);
+      });
+      child.send({ type: 'rpc', id, call });
+    });
   }
 
   private spawnHost(): void {
@@ -337,6 +403,15 @@ export class Session {
       case 'result':
         this.result = message;
         return;
+      case 'event':
+        this.onHostEvent(message.event);
+        return;
+      case 'rpc-reply': {
+        const waiting = this.pendingRpc.get(message.id);
+        this.pendingRpc.delete(message.id);
+        waiting?.(message.reply);
+        return;
+      }
     }
   }
 
@@ -395,6 +470,9 @@ export class Session {
 
   private onExit(code: number | null, signal: string | null): void {
     if (this.hardLimit) clearTimeout(this.hardLimit);
+    this.rpcSubscription?.unsubscribe();
+    for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
+    this.pendingRpc.clear();
     let end: SessionEnd;
     if (this.result) {
       end = { status: this.result.status, exitCode: this.result.exit_code, signal: null, error: this.result.error };

@@ -2,6 +2,7 @@ import { existsSync, promises as fs, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type StagedArtifact, type StagedPlan, parseYamlSource } from '@murmur/shared';
 import type { HostTool } from './host/protocol.js';
+import { shellToolDescription } from './host/subprocess.js';
 
 /**
  * A session's directories, made from the staged plan on the machine that runs it (upstream §5).
@@ -44,7 +45,7 @@ export function shellToolManifest(binary: string): string {
     'version: 0.0.0',
     'runtime: tool',
     'implementation: native',
-    `description: Run the ${binary} command (allowlisted by capabilities.shell.allow)`,
+    `description: ${JSON.stringify(shellToolDescription(binary))}`,
     'input_schema:',
     '  type: object',
     '  properties:',

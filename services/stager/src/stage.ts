@@ -34,7 +34,7 @@ import {
   storeSource,
   verifyResolved,
 } from '@murmur/shared/artifacts';
-import { globalStoreDir, projectStoreDir, renameDirectoryIntoPlace, temporarySibling, writeFileAtomic } from '@murmur/shared/node';
+import { defaultArtifactsDir, globalStoreDir, projectStoreDir, renameDirectoryIntoPlace, temporarySibling, writeFileAtomic } from '@murmur/shared/node';
 import { ComponentCache, type PendingEntry, removeEmptyParents } from './transpiler.js';
 
 /**
@@ -59,8 +59,10 @@ export interface StagerOptions {
   cacheDir: string;
   /** The machine's global store; defaults to `$MURMUR_HOME/artifacts`. */
   globalStore?: string;
-  /** roost's base URL; when set, roost is the last place artifacts are looked for. */
+  /** roost's base URL; when set, roost is asked after the local stores. */
   roostUrl?: string;
+  /** The artifacts shipped with the runtime, asked last; undefined finds them, null turns them off. */
+  defaultStore?: string | null;
   log: Log;
 }
 
@@ -121,6 +123,8 @@ export class Stager {
     if (projectDir) sources.push(storeSource(new ArtifactStore(projectStoreDir(projectDir), 'project')));
     sources.push(storeSource(new ArtifactStore(this.options.globalStore ?? globalStoreDir(), 'global')));
     if (this.options.roostUrl) sources.push(new RoostRegistryClient(this.options.roostUrl));
+    const shipped = this.options.defaultStore === undefined ? defaultArtifactsDir() : (this.options.defaultStore ?? undefined);
+    if (shipped) sources.push(storeSource(new ArtifactStore(shipped, 'default')));
     return new RegistryChain(sources);
   }
 

@@ -5,11 +5,11 @@ import type { ArtifactStore } from './store.js';
 
 /**
  * Where artifacts come from, in the order staging asks: the project store, the global store,
- * then roost over HTTP. Every source hands back the bytes together with the digest it claims for
+ * roost over HTTP, and last the artifacts shipped with the runtime (its default drivers). Every source hands back the bytes together with the digest it claims for
  * them; whoever uses the bytes compares the two before doing anything else with them.
  */
 
-export type SourceOrigin = 'project' | 'global' | 'roost';
+export type SourceOrigin = 'project' | 'global' | 'roost' | 'default';
 
 export interface ResolvedArtifact {
   name: string;

@@ -21,7 +21,8 @@ import { temporarySibling } from '../node/atomic.js';
  * zip without its digest or half of either.
  */
 
-export type StoreScope = 'project' | 'global';
+/** `default`: the artifacts this runtime ships (its first-party drivers), read-only, consulted last. */
+export type StoreScope = 'project' | 'global' | 'default';
 
 export function sha256Hex(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');

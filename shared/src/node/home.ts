@@ -1,5 +1,7 @@
+import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 /**
  * `MURMUR_HOME`, or `~/.murmur`: the machine's global store, caches and running records.
@@ -26,4 +28,23 @@ export function cacheDir(env: NodeJS.ProcessEnv = process.env): string {
 /** `<project>/.murmur/artifacts`: the project store. */
 export function projectStoreDir(projectDir: string): string {
   return path.join(projectDir, '.murmur', 'artifacts');
+}
+
+/**
+ * The store of artifacts this runtime ships (`drivers/dist/store`, written by `npm run build`):
+ * `MURMUR_DEFAULT_ARTIFACTS` when set (`none` turns it off), else the one found above this
+ * module. Undefined when there is none, as in a checkout that was never built.
+ */
+export function defaultArtifactsDir(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const explicit = env.MURMUR_DEFAULT_ARTIFACTS?.trim();
+  if (explicit === 'none') return undefined;
+  if (explicit) return path.resolve(explicit);
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const candidate = path.join(dir, 'drivers', 'dist', 'store');
+    if (existsSync(candidate)) return candidate;
+    const parent = path.dirname(dir);
+    if (parent === dir) return undefined;
+    dir = parent;
+  }
 }

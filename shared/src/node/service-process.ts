@@ -18,6 +18,8 @@ export interface ServiceContext {
 export interface StartedService {
   /** Routes the service serves over HTTP beside `/health`; absent for a bus-only service. */
   http?: Hono;
+  /** Told the URL the service's HTTP listener got (a door puts it in the URLs it hands out). */
+  onListening?(url: string): void;
   close(): Promise<void>;
 }
 
@@ -56,6 +58,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   const host = env[`MURMUR_${upper}_HOST`]?.trim() || '127.0.0.1';
   const listener = await listenHttp(app, { host, port: portFromEnv(env[`MURMUR_${upper}_PORT`], options.defaultPort) });
   identity.httpPort = listener.port;
+  started.onListening?.(listener.url);
   const health = serveHealth(bus, identity);
 
   let stopping = false;

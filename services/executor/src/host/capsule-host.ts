@@ -2,12 +2,13 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
-import type { WireError } from '@murmur/shared';
+import type { SessionCall, SessionEvent, SessionReply, WireError } from '@murmur/shared';
 import { LogFile, TraceWriter } from '../records.js';
 import { createSignal, serveBridge } from './bridge.js';
 import type { GuestJob, GuestMessage, GuestOutcome } from './guest-worker.js';
 import type { EgressResult, HostRequest, HostTool, StartMessage } from './protocol.js';
-import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, shellArguments } from './subprocess.js';
+import type { Task, TaskRegistry } from './task-registry.js';
+import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, shellArguments, shellToolDescription } from './subprocess.js';
 
 /**
  * The capsule host: one per session, inside the session's sandbox. It runs the capsule's
@@ -25,12 +26,46 @@ export interface HostChannel {
   /** Asks the executor something and waits for its answer. */
   request(request: HostRequest): Promise<unknown>;
   output(stream: 'stdout' | 'stderr', text: string): void;
+  /** Hands one event of the session's A2A feed to the executor, for the doors. */
+  event(event: SessionEvent): void;
+  /** Answers the doors' calls (relayed by the executor) with `handler`. */
+  serve(handler: (call: SessionCall) => SessionReply): void;
 }
 
 export interface SessionResult {
   status: 'ok' | 'failed' | 'trapped';
   exitCode: number;
   error?: WireError;
+}
+
+/** One tool call from the agent loop, as the model will see it: the text, and whether it failed. */
+export interface ToolDispatch {
+  text: string;
+  isError: boolean;
+  kind: 'tool' | 'skill';
+}
+
+/** What one driver call gave: its tool-result, or why the call itself failed (trap, deadline, link). */
+export type DriverCall = { ok: true; result: ToolResultShape; streamedText: boolean } | { ok: false; error: string };
+
+/** Counts kept across the whole session: the last `session_end` carries them. */
+export interface SessionTotals {
+  turns: number;
+  inputTokens: number;
+  outputTokens: number;
+  toolCalls: number;
+  shellCalls: number;
+}
+
+/** The A2A task a guest's chunks and input requests belong to, while one runs. */
+interface TaskContext {
+  task: Task;
+  registry: TaskRegistry;
+  inputTimeoutMs: number | undefined;
+  /** Whether anyone can answer an input request: only a task that came over A2A (upstream's rule). */
+  answerable: boolean;
+  /** Set when the driver emitted a text chunk during the current call. */
+  streamedText: boolean;
 }
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -49,13 +84,18 @@ function refused(error: string): Fallible<never> {
 }
 
 export class CapsuleHost {
-  private readonly trace: TraceWriter;
+  readonly trace: TraceWriter;
   private readonly sessionLog: LogFile;
-  private readonly tools = new Map<string, HostTool>();
+  readonly tools = new Map<string, HostTool>();
   private readonly allowlist: Set<string>;
-  private toolCalls = 0;
-  private shellCalls = 0;
+  readonly totals: SessionTotals = { turns: 0, inputTokens: 0, outputTokens: 0, toolCalls: 0, shellCalls: 0 };
   private readonly startedAt = Date.now();
+  /** The agent turn tool and shell events belong to (0 for a script capsule). */
+  private turn = 0;
+  private taskContext: TaskContext | undefined;
+  private stopSession: (reason: string) => void = () => {};
+  /** Keep a started worker in reserve after each guest starts, so the next call skips worker start-up (agents make many). */
+  private keepSpareWorker = false;
 
   constructor(
     private readonly start: StartMessage,
@@ -80,42 +120,104 @@ export class CapsuleHost {
   }
 
   async run(): Promise<SessionResult> {
-    const policy = this.start.policy;
-    this.trace.write('session_start', {
-      capsule_name: this.start.capsule_name,
-      capsule_version: this.start.capsule_version,
-      model: null,
-      max_turns: null,
-      capabilities: [...(policy.network_allow.length > 0 ? ['network'] : []), ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []), ...(policy.shell_allow.length > 0 ? ['shell'] : [])],
-      tools_declared: [...this.allowlist],
-      containment_declared: policy.containment,
-      containment_achieved: this.start.effective_grants.achieved_containment ?? null,
-      workdir_exec: policy.workdir_exec,
-      system_prompt_source: 'none',
-      system_prompt_sha256: null,
-      effective_grants: this.start.effective_grants,
-    });
+    if (this.start.agent) {
+      const { AgentSession } = await import('./agent-session.js');
+      const session = new AgentSession(this, this.start, this.start.agent, this.channel);
+      this.stopSession = (reason) => session.stop(reason);
+      return session.run();
+    }
+    this.trace.write('session_start', this.sessionStartFields({ model: null, maxTurns: null, toolsDeclared: [...this.allowlist], promptSource: 'none', promptSha256: null }));
+    const component = this.start.component;
+    if (!component) return { status: 'failed', exitCode: 1, error: { code: 'E-RUN-004', message: `${this.start.capsule_name}@${this.start.capsule_version} has no component and no inference: nothing to run` } };
     const outcome = await this.runGuest({
       role: 'capsule',
       label: `${this.start.capsule_name}@${this.start.capsule_version}`,
-      bundleDir: this.start.component.bundle_dir,
-      entry: this.start.component.entry,
-      imports: this.start.component.imports,
+      bundleDir: component.bundle_dir,
+      entry: component.entry,
+      imports: component.imports,
       preopen: this.start.preopen,
       env: this.start.guest_env,
       grant: 'capsule',
     });
     const result = this.classify(outcome);
-    this.trace.write('session_end', {
-      total_turns: 0,
-      total_input_tokens: 0,
-      total_output_tokens: 0,
-      total_tool_calls: this.toolCalls,
-      total_shell_calls: this.shellCalls,
-      duration_ms: Date.now() - this.startedAt,
-      exit_status: result.status === 'ok' ? 'ok' : 'failed',
-    });
+    this.writeSessionEnd(result.status === 'ok' ? 'ok' : 'failed');
     return result;
+  }
+
+  /** The executor asked the session to stop: tasks still waiting end now, saying why. */
+  stop(reason: string): void {
+    this.stopSession(reason);
+  }
+
+  /** `session_start`'s fields: who runs, with which grants, under which prompt. */
+  sessionStartFields(run: { model: string | null; maxTurns: number | null; toolsDeclared: string[]; promptSource: 'manifest' | 'cli' | 'none'; promptSha256: string | null }): Record<string, unknown> {
+    const policy = this.start.policy;
+    return {
+      capsule_name: this.start.capsule_name,
+      capsule_version: this.start.capsule_version,
+      model: run.model,
+      max_turns: run.maxTurns,
+      capabilities: [...(policy.network_allow.length > 0 ? ['network'] : []), ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []), ...(policy.shell_allow.length > 0 ? ['shell'] : [])],
+      tools_declared: run.toolsDeclared,
+      containment_declared: policy.containment,
+      containment_achieved: this.start.effective_grants.achieved_containment ?? null,
+      workdir_exec: policy.workdir_exec,
+      system_prompt_source: run.promptSource,
+      system_prompt_sha256: run.promptSha256,
+      effective_grants: this.start.effective_grants,
+    };
+  }
+
+  /** `session_end` with the session's totals so far (the last one written is the whole session's). */
+  writeSessionEnd(exitStatus: 'ok' | 'failed' | 'max_turns_reached', extra: Record<string, unknown> = {}): void {
+    this.trace.write('session_end', {
+      total_turns: this.totals.turns,
+      total_input_tokens: this.totals.inputTokens,
+      total_output_tokens: this.totals.outputTokens,
+      total_tool_calls: this.totals.toolCalls,
+      total_shell_calls: this.totals.shellCalls,
+      duration_ms: Date.now() - this.startedAt,
+      exit_status: exitStatus,
+      ...extra,
+    });
+  }
+
+  /** Chunks and input requests from guests go to this task until it is cleared. */
+  enterTask(task: Task, registry: TaskRegistry, inputTimeoutMs: number | undefined, answerable: boolean): void {
+    this.taskContext = { task, registry, inputTimeoutMs, answerable, streamedText: false };
+  }
+
+  leaveTask(): void {
+    this.taskContext = undefined;
+  }
+
+  setTurn(turn: number): void {
+    this.turn = turn;
+  }
+
+  /** From now on a started worker is kept in reserve for the next guest. */
+  keepWorkersWarm(): void {
+    this.keepSpareWorker = true;
+    this.prewarmed ??= prewarmGuestWorker();
+  }
+
+  /** One call of the driver component with the turn's wire request. */
+  async callDriver(driver: { name: string; component: NonNullable<StartMessage['component']>; preopen: string }, env: Array<[string, string]>, data: string): Promise<DriverCall> {
+    if (this.taskContext) this.taskContext.streamedText = false;
+    const outcome = await this.runGuest({
+      role: 'tool',
+      label: `driver '${driver.name}'`,
+      bundleDir: driver.component.bundle_dir,
+      entry: driver.component.entry,
+      imports: driver.component.imports,
+      preopen: driver.preopen,
+      env,
+      grant: `tool:${driver.name}`,
+      toolInput: { data },
+    });
+    const result = this.toolOutcome(`driver '${driver.name}'`, outcome);
+    if (!result.ok) return result;
+    return { ok: true, result: result.value, streamedText: this.taskContext?.streamedText ?? false };
   }
 
   private classify(outcome: GuestOutcome | { kind: 'deadline' }): SessionResult {
@@ -175,20 +277,47 @@ export class CapsuleHost {
     }
   }
 
-  /** Runs one instance in its own worker until it finishes or its deadline passes. */
+  /**
+   * Runs one instance in its own worker until it finishes or its deadline passes. The deadline
+   * counts while the guest works, not while a person is asked for input: that wait has its own
+   * limit (`lifecycle.input_timeout_secs`).
+   */
   private runGuest(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'> & { toolInput?: GuestJob['toolInput'] }): Promise<GuestOutcome | { kind: 'deadline' }> {
     const { port1, port2 } = new MessageChannel();
     const signal = createSignal();
-    serveBridge(port1, signal, (op, payload) => this.answer(op, payload, job.grant));
+    const deadlineMs = this.start.policy.limits.deadline_seconds * 1000;
+    let timer: NodeJS.Timeout | undefined;
+    let remainingMs = deadlineMs;
+    let armedAt = 0;
+    let onDeadline = (): void => {};
+    const arm = (): void => {
+      armedAt = Date.now();
+      timer = setTimeout(() => onDeadline(), remainingMs);
+    };
+    const pause = (): void => {
+      if (timer) clearTimeout(timer);
+      timer = undefined;
+      remainingMs = Math.max(0, remainingMs - (Date.now() - armedAt));
+    };
+    serveBridge(port1, signal, async (op, payload) => {
+      if (op !== 'request-input') return this.answer(op, payload, job.grant);
+      pause();
+      try {
+        return await this.answer(op, payload, job.grant);
+      } finally {
+        arm();
+      }
+    });
     const guestJob: GuestJob = { ...job, memoryLimitBytes: this.start.policy.limits.memory_bytes, bridgePort: port2, signal };
     let worker: Worker;
-    if (this.prewarmed && job.role === 'capsule') {
+    if (this.prewarmed) {
       worker = this.prewarmed;
       this.prewarmed = undefined;
       worker.postMessage(guestJob, [port2]);
     } else {
       worker = new Worker(GUEST_WORKER, { workerData: guestJob, transferList: [port2], stdout: true, stderr: true });
     }
+    if (this.keepSpareWorker) this.prewarmed = prewarmGuestWorker();
     const lines = new LineBuffers();
     return new Promise((resolve) => {
       let settled = false;
@@ -196,12 +325,13 @@ export class CapsuleHost {
         if (settled) return;
         settled = true;
         for (const [prefix, rest] of lines.drain()) this.sessionLog.line(`[${prefix}] ${rest}`);
-        clearTimeout(timer);
+        if (timer) clearTimeout(timer);
         port1.close();
         void worker.terminate();
         resolve(outcome);
       };
-      const timer = setTimeout(() => finish({ kind: 'deadline' }), this.start.policy.limits.deadline_seconds * 1000);
+      onDeadline = () => finish({ kind: 'deadline' });
+      arm();
       worker.on('message', (message: GuestMessage) => {
         if (message.type === 'output') {
           const text = decoder.decode(message.bytes);
@@ -244,25 +374,64 @@ export class CapsuleHost {
         return refused(`not implemented (query: ${(payload as { query: string }).query})`);
       case 'manage-remove':
         return refused(`not implemented (name: ${(payload as { name: string }).name})`);
+      case 'chunk': {
+        const { kind, text } = payload as { kind: 'text' | 'thinking'; text: string };
+        const context = this.taskContext;
+        if (!context) return null;
+        if (kind === 'text') context.streamedText = true;
+        context.registry.chunk(context.task, kind, text);
+        return null;
+      }
+      case 'request-input': {
+        const context = this.taskContext;
+        if (!context?.answerable) throw new Error('request-input is not available outside an A2A task context');
+        return context.registry.requestInput(context.task, (payload as { prompt: string }).prompt, context.inputTimeoutMs);
+      }
       default:
         throw new Error(`unknown host call '${op}' from ${grant}`);
     }
   }
 
-  /** `murmur:tool-registry/invoke`: native binary, shell binary, skill, WASM tool — upstream's order. */
+  /** `murmur:tool-registry/invoke` from a script capsule: only what its manifest declares. */
   private async invoke(name: string, input: { data?: string; logPath?: string }): Promise<Fallible<ToolResultShape>> {
     if (!this.allowlist.has(name) && !this.start.policy.shell_allow.includes(name)) {
       return refused(`tool '${name}' is not declared in manifest allowlist`);
     }
+    return (await this.dispatch(name, input)).result;
+  }
+
+  /**
+   * A tool call from the agent loop. Whatever goes wrong becomes the tool's result, which the
+   * model reads and the session survives: an unknown tool is an error result, not a failure.
+   */
+  async dispatchForAgent(name: string, input: { data: string }): Promise<ToolDispatch> {
+    if (!this.allowlist.has(name) && !this.start.policy.shell_allow.includes(name)) {
+      const text = `tool '${name}' is not declared in manifest allowlist`;
+      this.recordToolCall(name, input, { ok: false, error: text }, 0, 'tool');
+      return { text, isError: true, kind: 'tool' };
+    }
+    const { result, kind } = await this.dispatch(name, input);
+    if (!result.ok) return { text: result.error, isError: true, kind };
+    return { text: result.value.data ?? result.value.summary ?? 'tool returned no data', isError: result.value.status !== 'passed', kind };
+  }
+
+  /** Upstream's dispatch order: native binary, shell binary, skill, WASM tool. */
+  private async dispatch(name: string, input: { data?: string; logPath?: string }): Promise<{ result: Fallible<ToolResultShape>; kind: 'tool' | 'skill' }> {
     const started = Date.now();
     const tool = this.tools.get(name);
     let result: Fallible<ToolResultShape>;
+    let kind: 'tool' | 'skill' = 'tool';
     if (tool?.kind === 'native' && tool.path) {
       result = ok(await runNativeTool(this.subprocessContext(), name, tool.path, input));
     } else if (this.start.policy.shell_allow.includes(name)) {
       result = await this.shellTool(name, input);
     } else if (tool?.kind === 'skill' && tool.path) {
-      result = ok({ status: 'passed', summary: `Skill ${name} guidance`, data: readFileSync(tool.path, 'utf8'), dataPath: undefined, truncated: false, metadata: [] });
+      kind = 'skill';
+      try {
+        result = ok({ status: 'passed', summary: `Skill ${name} guidance`, data: readFileSync(tool.path, 'utf8'), dataPath: undefined, truncated: false, metadata: [] });
+      } catch (error) {
+        result = refused(`failed to read skill '${name}': ${(error as Error).message}`);
+      }
     } else if (tool?.kind === 'wasm' && tool.component) {
       const outcome = await this.runGuest({
         role: 'tool',
@@ -275,39 +444,52 @@ export class CapsuleHost {
         grant: `tool:${name}`,
         toolInput: input,
       });
-      result = this.toolOutcome(name, outcome);
+      result = this.toolOutcome(`tool '${name}'`, outcome);
     } else {
       result = refused(`tool '${name}' is not available in this session`);
     }
-    this.toolCalls += 1;
+    this.recordToolCall(name, input, result, Date.now() - started, kind);
+    return { result, kind };
+  }
+
+  /** `tool_call` in the trace — or `skill_call`, which reading a skill is, and which is not counted as a tool call. */
+  private recordToolCall(name: string, input: { data?: string }, result: Fallible<ToolResultShape>, durationMs: number, kind: 'tool' | 'skill'): void {
     const output = result.ok ? (result.value.data ?? '') : result.error;
+    const status = result.ok && result.value.status === 'passed' ? 'ok' : 'error';
+    if (kind === 'skill') {
+      this.trace.write('skill_call', { turn: this.turn, skill_name: name, output_bytes: Buffer.byteLength(output), duration_ms: durationMs, status });
+      return;
+    }
+    this.totals.toolCalls += 1;
+    const metadata = new Map(result.ok ? result.value.metadata : []);
     this.trace.write('tool_call', {
-      turn: 0,
+      turn: this.turn,
       tool_name: name,
       input: parseInput(input.data),
       input_bytes: Buffer.byteLength(input.data ?? ''),
       ...(this.start.trace_include_tool_output ? { output } : {}),
       output_bytes: Buffer.byteLength(output),
-      duration_ms: Date.now() - started,
-      status: result.ok && result.value.status !== 'error' ? 'ok' : 'error',
+      duration_ms: durationMs,
+      status,
+      ...(metadata.get('state_effect') ? { state_effect: metadata.get('state_effect') } : {}),
+      ...(metadata.get('resource_id') ? { resource_id: metadata.get('resource_id') } : {}),
     });
-    return result;
   }
 
-  private toolOutcome(name: string, outcome: GuestOutcome | { kind: 'deadline' }): Fallible<ToolResultShape> {
+  private toolOutcome(what: string, outcome: GuestOutcome | { kind: 'deadline' }): Fallible<ToolResultShape> {
     switch (outcome.kind) {
       case 'returned':
         return ok(outcome.value as ToolResultShape);
       case 'deadline':
-        return refused(`tool '${name}' exceeded its ${this.start.policy.limits.deadline_seconds}s deadline and was interrupted`);
+        return refused(`${what} exceeded its ${this.start.policy.limits.deadline_seconds}s deadline and was interrupted`);
       case 'exit':
-        return refused(`tool '${name}' exited with code ${outcome.code}`);
+        return refused(`${what} exited with code ${outcome.code}`);
       case 'link-error':
-        return refused(`failed to instantiate tool '${name}': ${outcome.message}`);
+        return refused(`failed to instantiate ${what}: ${outcome.message}`);
       case 'too-small':
-        return refused(`tool '${name}' exceeded its configured resource limits: ${outcome.message}`);
+        return refused(`${what} exceeded its configured resource limits: ${outcome.message}`);
       case 'trap':
-        return refused(outcome.memoryExhausted ? `tool '${name}' exceeded its configured resource limits: ${outcome.message}` : `tool '${name}' trapped: ${outcome.message}`);
+        return refused(outcome.memoryExhausted ? `${what} exceeded its configured resource limits: ${outcome.message}` : `${what} trapped: ${outcome.message}`);
     }
   }
 
@@ -336,9 +518,9 @@ export class CapsuleHost {
   private async shell(binary: string, args: string[], env: Array<[string, string]>): Promise<Fallible<{ exitCode: number; stdout: string; stderr: string; truncated: boolean; fullOutputPath: string | undefined }>> {
     try {
       const result = await runShell(this.subprocessContext(), binary, args, env);
-      this.shellCalls += 1;
+      this.totals.shellCalls += 1;
       this.trace.write('shell', {
-        turn: 0,
+        turn: this.turn,
         binary: result.binaryPath,
         command: args.join(' '),
         exit_code: result.exitCode,
@@ -379,7 +561,7 @@ export class CapsuleHost {
     return ok({
       name,
       version: tool?.version ?? '0.0.0',
-      description: tool ? info.description : `Run the ${name} command (allowlisted by capabilities.shell.allow)`,
+      description: tool ? info.description : shellToolDescription(name),
       tags: info.tags,
       runtime: tool?.runtime ?? 'native',
       inputSchema: info.input_schema,

@@ -146,15 +146,16 @@ function cliImports(grants: GuestGrants, streams: typeof import('./streams.js'))
 /** The murmur interfaces: tools, shell, messages, artifacts (capsules), text and task (everyone). */
 function murmurImports(grants: GuestGrants): Record<string, unknown> {
   const imports: Record<string, unknown> = {
+    // The host decides what these mean: chunks reach A2A observers of the current task (a no-op
+    // outside one, as upstream), and request-input pauses that task until a reply or its timeout.
+    // An error from request-input (timeout, cancel, no task) traps the guest: the WIT function
+    // returns a plain string, so there is no error arm to lower it into.
     'murmur:text/chunks': {
-      // Streaming text goes to A2A observers; outside an A2A task it is a no-op, as upstream.
-      emitChunk: () => {},
-      emitThinkingChunk: () => {},
+      emitChunk: (chunk: string) => void grants.bridge.call('chunk', { kind: 'text', text: chunk }),
+      emitThinkingChunk: (chunk: string) => void grants.bridge.call('chunk', { kind: 'thinking', text: chunk }),
     },
     'murmur:task/task': {
-      requestInput: () => {
-        throw new Error('request-input is not available outside an A2A task context');
-      },
+      requestInput: (prompt: string) => grants.bridge.call<string>('request-input', { prompt }),
     },
   };
   if (grants.capsuleImports) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { CapsuleHost, type HostChannel, prewarmGuestWorker } from './capsule-host.js';
+import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
 
 /**
@@ -24,6 +25,9 @@ const send = (message: HostToExecutor): void => {
 let nextRequest = 1;
 const pending = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
 
+let serveCall: ((call: SessionCall) => SessionReply) | undefined;
+let host: CapsuleHost | undefined;
+
 const channel: HostChannel = {
   request(request: HostRequest) {
     const id = nextRequest++;
@@ -34,6 +38,12 @@ const channel: HostChannel = {
   },
   output(stream, text) {
     send({ type: 'output', stream, text });
+  },
+  event(event) {
+    send({ type: 'event', event });
+  },
+  serve(handler) {
+    serveCall = handler;
   },
 };
 
@@ -52,13 +62,26 @@ process.on('message', (raw: unknown) => {
     else waiting.reject(new Error(message.error ?? 'the executor refused the request'));
     return;
   }
+  if (message.type === 'rpc') {
+    let reply: SessionReply;
+    try {
+      reply = serveCall ? serveCall(message.call) : { error: { code: -32603, message: 'this session does not accept A2A calls (it is not an agent capsule, or it is still starting)' } };
+    } catch (error) {
+      reply = { error: { code: -32603, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` } };
+    }
+    send({ type: 'rpc-reply', id: message.id, reply });
+    return;
+  }
   if (message.type === 'stop') {
-    process.exit(143);
+    // Tasks still waiting say why they end before the process goes.
+    host?.stop(`the session was stopped: ${message.reason}`);
+    process.send?.({ type: 'output', stream: 'stderr', text: '' }, () => process.exit(143));
+    return;
   }
   if (message.type === 'start' && !started) {
     started = true;
     timing('start received');
-    const host = new CapsuleHost(message, channel, prewarmed);
+    host = new CapsuleHost(message, channel, prewarmed);
     host.run().then(
       (result) => {
         timing('guest finished');

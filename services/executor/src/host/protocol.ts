@@ -1,5 +1,5 @@
 import * as z from 'zod';
-import { CapabilityPolicySchema, MurmurErrorJsonSchema, TranspiledComponentSchema } from '@murmur/shared';
+import { CapabilityPolicySchema, CapsuleCardSchema, LifecycleSchema, MurmurErrorJsonSchema, SessionCallSchema, SessionEventSchema, SessionReplySchema, TranspiledComponentSchema } from '@murmur/shared';
 
 /**
  * The executor ↔ capsule host channel: Node's IPC on an inherited file descriptor, the host's
@@ -29,12 +29,37 @@ export const HostToolSchema = z.object({
 });
 export type HostTool = z.infer<typeof HostToolSchema>;
 
+/**
+ * What an agent capsule's host needs beyond a script capsule's: the inference settings, the
+ * driver, the system prompt already read and resolved by the executor (the host cannot see the
+ * manifest's directory), the task loop's settings and what the agent card says.
+ */
+export const AgentStartSchema = z.object({
+  model: z.string(),
+  max_tokens: z.number().int().positive(),
+  max_turns: z.number().int().positive(),
+  driver: z.object({ name: z.string(), component: TranspiledComponentSchema, preopen: z.string() }),
+  /** The driver's environment: the guest environment plus `MURMUR_INFERENCE_*`, the key included. */
+  driver_env: z.array(z.tuple([z.string(), z.string()])),
+  system_prompt: z.string().nullable(),
+  system_prompt_source: z.enum(['manifest', 'cli', 'none']),
+  /** A skill used as the system prompt is not offered to the model as a tool. */
+  system_prompt_artifact: z.string().optional(),
+  lifecycle: LifecycleSchema,
+  /** How long a session that may still receive its task waits for one (`MURMUR_A2A_TIMEOUT_SECS`). */
+  idle_timeout_ms: z.number().int().nonnegative(),
+  card: CapsuleCardSchema,
+});
+export type AgentStart = z.infer<typeof AgentStartSchema>;
+
 export const StartMessageSchema = z.object({
   type: z.literal('start'),
   session_id: z.string(),
   capsule_name: z.string(),
   capsule_version: z.string(),
-  component: TranspiledComponentSchema,
+  /** The script capsule's own component; an agent capsule has none. */
+  component: TranspiledComponentSchema.optional(),
+  agent: AgentStartSchema.optional(),
   /** The accessible workdir: the capsule's single preopen (already narrowed by `filesystem.scope`). */
   preopen: z.string(),
   accessible_workdir: z.string(),
@@ -62,7 +87,10 @@ export const HostReplySchema = z.object({
 
 export const StopMessageSchema = z.object({ type: z.literal('stop'), reason: z.string() });
 
-export const ExecutorToHostSchema = z.discriminatedUnion('type', [StartMessageSchema, HostReplySchema, StopMessageSchema]);
+/** A door's call, relayed by the executor; the host answers with `rpc-reply` and the same id. */
+export const RpcMessageSchema = z.object({ type: z.literal('rpc'), id: z.number().int(), call: SessionCallSchema });
+
+export const ExecutorToHostSchema = z.discriminatedUnion('type', [StartMessageSchema, HostReplySchema, StopMessageSchema, RpcMessageSchema]);
 export type ExecutorToHost = z.infer<typeof ExecutorToHostSchema>;
 
 export const HttpRequestSchema = z.object({
@@ -109,6 +137,9 @@ export const HostToExecutorSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('ready') }),
   z.object({ type: z.literal('output'), stream: z.enum(['stdout', 'stderr']), text: z.string() }),
   z.object({ type: z.literal('request'), id: z.number().int(), request: HostRequestSchema }),
+  z.object({ type: z.literal('rpc-reply'), id: z.number().int(), reply: SessionReplySchema }),
+  /** One event of the session's A2A feed, for the executor to publish on `session.<id>.events`. */
+  z.object({ type: z.literal('event'), event: SessionEventSchema }),
   z.object({
     type: z.literal('result'),
     status: z.enum(['ok', 'failed', 'trapped']),

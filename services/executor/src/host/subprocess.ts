@@ -14,7 +14,15 @@ import { subprocessEnvironment } from '@murmur/shared/environment';
 /** Each stream beyond this is cut in the result; the whole output is kept in `logs/shell-<ms>.log`. */
 export const STREAM_LIMIT_BYTES = 16 * 1024;
 
-const INTERPRETERS = new Set(['bash', 'sh', 'zsh', 'fish', 'dash', 'ksh']);
+/** Shells whose `command` is a script for `-c`; every other binary gets it split into words. */
+export const INTERPRETERS: ReadonlySet<string> = new Set(['bash', 'sh', 'zsh', 'fish', 'dash', 'ksh']);
+
+/** What the model is told a shell binary does: upstream's words, so prompts tuned for it still fit. */
+export function shellToolDescription(binary: string): string {
+  return INTERPRETERS.has(binary)
+    ? `Run a shell command via ${binary} in the capsule workdir. The \`command\` field is passed to ${binary} via -c.`
+    : `Run ${binary} in the capsule workdir. The \`command\` field is the argument list — omit the binary name itself (pass -s http://example.com, not ${binary} -s http://example.com).`;
+}
 
 export interface SubprocessContext {
   policy: CapabilityPolicy;

@@ -1,0 +1,22 @@
+// The drivers as guest-kit guests: `{source, world, worldName, disableFeatures}` for
+// componentFromJs. A driver's source is common.js (the helpers both drivers share), then its
+// core.js, then its guest.js: componentize-js resolves no relative imports, so the three are
+// concatenated into one module.
+import { readFileSync } from 'node:fs';
+
+export const DRIVERS = ['anthropic', 'openai'];
+
+/** The source of `murmur-driver-<driver>`: common.js, its core.js and its guest.js, in that order. */
+export function driverSource(driver) {
+  const dir = new URL(`./murmur-driver-${driver}/`, import.meta.url);
+  const read = (file) => readFileSync(new URL(file, dir), 'utf8');
+  const common = readFileSync(new URL('./common.js', import.meta.url), 'utf8');
+  return `${common}\n${read('core.js')}\n${read('guest.js')}`;
+}
+
+/** The guest of `murmur-driver-<driver>`. */
+export function driverGuest(driver) {
+  const world = readFileSync(new URL(`./murmur-driver-${driver}/driver.wit`, import.meta.url), 'utf8');
+  // No feature disabled: `fetch` needs componentize-js's http feature (kept by default anyway).
+  return { source: driverSource(driver), world, worldName: 'driver', disableFeatures: [] };
+}

@@ -1,0 +1,335 @@
+// murmur-driver-anthropic: the pure part. Translates the Murmur driver wire to the Anthropic
+// Messages API and back.
+//
+// No imports and no exports: the build concatenates drivers/common.js, this file and guest.js into
+// one source (componentize-js resolves no relative imports), and node-side tests evaluate
+// common.js and this file with drivers/load-core.mjs. The shared helpers (outcomes, tool-results,
+// payload, environment, SSE lines) are common.js's and are in scope here; every top-level
+// function here is visible to guest.js. Declare no name common.js declares.
+//
+// `driveAnthropic` is the whole driver with its host dependencies (environment, fetch, chunk
+// sinks) passed in, so guest.js is a thin shell and tests can run the driver end to end against a
+// fake fetch.
+
+const ANTHROPIC_VERSION = '2023-06-01';
+
+// ---------------------------------------------------------------------------------------------
+// Request
+
+/** Whether thinking blocks with a signature are sent back to the model. */
+function anthropicThinkingEnabled(config, params) {
+  if (config.thinking === 'enabled') return true;
+  if (isObject(config.thinking) && config.thinking.type === 'enabled') return true;
+  return isObject(params) && isObject(params.thinking) && params.thinking.type === 'enabled';
+}
+
+/** One wire content block as Anthropic content, or undefined when it is not sent. */
+function anthropicBlock(block, thinkingEnabled) {
+  switch (block.type) {
+    case 'text':
+      // The API refuses empty text blocks.
+      return typeof block.text === 'string' && block.text !== '' ? { type: 'text', text: block.text } : undefined;
+    case 'tool_call':
+      return {
+        type: 'tool_use',
+        id: String(block.id ?? ''),
+        name: String(block.name ?? ''),
+        input: isObject(block.input) ? block.input : {},
+      };
+    case 'thinking':
+      if (!thinkingEnabled || typeof block.signature !== 'string' || block.signature === '') return undefined;
+      return { type: 'thinking', thinking: String(block.text ?? ''), signature: block.signature };
+    default:
+      return undefined;
+  }
+}
+
+/** A `tool` wire message as an Anthropic `tool_result` block. */
+function anthropicToolResult(message) {
+  const result = { type: 'tool_result', tool_use_id: String(message.tool_call_id ?? '') };
+  const texts = textsOf(message.content).filter((text) => text !== '');
+  if (texts.length > 0) result.content = texts.map((text) => ({ type: 'text', text }));
+  if (message.is_error === true) result.is_error = true;
+  return result;
+}
+
+/**
+ * The wire's messages as Anthropic messages. Consecutive `tool` messages become one `user`
+ * message holding all their `tool_result` blocks, as the API requires. Throws on an unknown role.
+ */
+function anthropicMessages(messages, thinkingEnabled) {
+  const out = [];
+  let toolResults;
+  for (const message of messages ?? []) {
+    if (!isObject(message)) throw new Error('driver: bad input: a message is not an object');
+    if (message.role === 'tool') {
+      if (toolResults === undefined) {
+        toolResults = [];
+        out.push({ role: 'user', content: toolResults });
+      }
+      toolResults.push(anthropicToolResult(message));
+      continue;
+    }
+    toolResults = undefined;
+    if (message.role !== 'user' && message.role !== 'assistant') {
+      throw new Error(`driver: unsupported message role '${String(message.role)}'`);
+    }
+    const content = [];
+    for (const block of contentBlocks(message.content)) {
+      const mapped = anthropicBlock(block, thinkingEnabled && message.role === 'assistant');
+      if (mapped !== undefined) content.push(mapped);
+    }
+    // The API refuses a message without content (one holding only unsent thinking, say).
+    if (content.length > 0) out.push({ role: message.role, content });
+  }
+  return out;
+}
+
+function anthropicTools(tools) {
+  return (tools ?? []).filter(isObject).map((tool) => {
+    const mapped = { name: String(tool.name ?? ''), input_schema: isObject(tool.parameters) ? tool.parameters : { type: 'object', properties: {} } };
+    if (typeof tool.description === 'string' && tool.description !== '') mapped.description = tool.description;
+    return mapped;
+  });
+}
+
+/** `params.tool_choice` in Anthropic's shape: the OpenAI-style strings become objects. */
+function anthropicToolChoice(choice) {
+  if (choice === 'required') return { type: 'any' };
+  if (choice === 'auto' || choice === 'none' || choice === 'any') return { type: choice };
+  return choice;
+}
+
+/**
+ * The HTTP request for a payload: `{url, headers, body}` with `body` an object (the caller
+ * serialises it). `env` is `readDriverEnv`'s value. Throws on a message it cannot map.
+ */
+function buildAnthropicRequest(payload, env) {
+  const config = isObject(env.config) ? env.config : {};
+  const params = isObject(payload.params) ? payload.params : {};
+  const headers = { 'content-type': 'application/json', 'anthropic-version': ANTHROPIC_VERSION };
+  if (env.apiKey) headers['x-api-key'] = env.apiKey;
+  const beta = Array.isArray(config.beta_features)
+    ? config.beta_features.map(String).filter((feature) => feature !== '')
+    : typeof config.beta_features === 'string' && config.beta_features.trim() !== ''
+      ? [config.beta_features.trim()]
+      : [];
+  if (beta.length > 0) headers['anthropic-beta'] = beta.join(',');
+
+  const body = { model: payload.model };
+  if (payload.max_tokens !== undefined && payload.max_tokens !== null) body.max_tokens = payload.max_tokens;
+  body.messages = anthropicMessages(payload.messages, anthropicThinkingEnabled(config, params));
+  const system = typeof payload.system === 'string' ? payload.system.trim() : '';
+  if (system !== '') body.system = system;
+  const tools = anthropicTools(payload.tools);
+  if (tools.length > 0) body.tools = tools;
+  body.stream = true;
+  for (const [key, value] of Object.entries(params)) {
+    body[key] = key === 'tool_choice' ? anthropicToolChoice(value) : value;
+  }
+  return { url: `${env.endpoint}/v1/messages`, headers, body };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response
+
+/** Anthropic's stop_reason on the wire. */
+function mapAnthropicStopReason(reason) {
+  switch (reason) {
+    case 'end_turn':
+    case 'stop_sequence':
+      return ok('end_turn');
+    case 'tool_use':
+      return ok('tool_call');
+    case 'max_tokens':
+      return ok('max_tokens');
+    default:
+      return fail(`unsupported stop_reason '${String(reason)}'`);
+  }
+}
+
+function anthropicErrorMessage(error) {
+  if (!isObject(error)) return 'inference error';
+  const type = typeof error.type === 'string' ? error.type : 'error';
+  return typeof error.message === 'string' ? `inference error: ${type}: ${error.message}` : `inference error: ${type}`;
+}
+
+/** A non-streaming Messages response (already parsed) on the wire. */
+function anthropicMessageToWire(message) {
+  if (!isObject(message)) return fail(`${PARSE_ERROR_PREFIX}the body is not a JSON object`);
+  if (message.type === 'error') return fail(anthropicErrorMessage(message.error));
+  if (!Array.isArray(message.content)) return fail(`${PARSE_ERROR_PREFIX}no content list`);
+  const stop = mapAnthropicStopReason(message.stop_reason);
+  if (!stop.ok) return stop;
+  const content = [];
+  for (const block of message.content) {
+    if (!isObject(block)) continue;
+    if (block.type === 'text') {
+      if (typeof block.text === 'string' && block.text !== '') content.push({ type: 'text', text: block.text });
+    } else if (block.type === 'tool_use') {
+      content.push({ type: 'tool_call', id: String(block.id ?? ''), name: String(block.name ?? ''), input: isObject(block.input) ? block.input : {} });
+    } else if (block.type === 'thinking') {
+      const thinking = { type: 'thinking', text: String(block.thinking ?? '') };
+      if (typeof block.signature === 'string' && block.signature !== '') thinking.signature = block.signature;
+      content.push(thinking);
+    }
+  }
+  const usage = isObject(message.usage) ? usageOf(message.usage.input_tokens, message.usage.output_tokens) : undefined;
+  return ok(wireResponse(stop.value, content, usage));
+}
+
+/**
+ * An SSE body on the wire. Text deltas go to `onText` and thinking deltas to `onThinking` as they
+ * are read. A stream that ends before the stop reason arrives is an error.
+ */
+function parseAnthropicStream(bodyText, onText, onThinking) {
+  const blocks = new Map();
+  let stopReason;
+  let inputTokens;
+  let outputTokens;
+  for (const { event, data } of sseDataLines(bodyText)) {
+    if (data === '' || data === '[DONE]') continue;
+    let payload;
+    try {
+      payload = JSON.parse(data);
+    } catch (error) {
+      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
+    }
+    if (!isObject(payload)) continue;
+    const type = typeof payload.type === 'string' ? payload.type : event;
+    switch (type) {
+      case 'message_start': {
+        const message = isObject(payload.message) ? payload.message : {};
+        if (isObject(message.usage)) {
+          if (typeof message.usage.input_tokens === 'number') inputTokens = message.usage.input_tokens;
+          if (typeof message.usage.output_tokens === 'number') outputTokens = message.usage.output_tokens;
+        }
+        if (typeof message.stop_reason === 'string') stopReason = message.stop_reason;
+        break;
+      }
+      case 'content_block_start': {
+        const start = isObject(payload.content_block) ? payload.content_block : {};
+        const index = typeof payload.index === 'number' ? payload.index : blocks.size;
+        if (start.type === 'text') {
+          const text = typeof start.text === 'string' ? start.text : '';
+          emitTo(onText, text);
+          blocks.set(index, { type: 'text', text });
+        } else if (start.type === 'tool_use') {
+          const initial = isObject(start.input) ? start.input : {};
+          blocks.set(index, { type: 'tool_use', id: String(start.id ?? ''), name: String(start.name ?? ''), json: '', initial });
+        } else if (start.type === 'thinking') {
+          const text = typeof start.thinking === 'string' ? start.thinking : '';
+          emitTo(onThinking, text);
+          blocks.set(index, { type: 'thinking', text, signature: typeof start.signature === 'string' ? start.signature : '' });
+        }
+        // Other block types (redacted_thinking, server tools) have no place on the wire.
+        break;
+      }
+      case 'content_block_delta': {
+        const block = blocks.get(payload.index);
+        const delta = isObject(payload.delta) ? payload.delta : {};
+        if (block === undefined) break;
+        if (delta.type === 'text_delta' && block.type === 'text' && typeof delta.text === 'string') {
+          block.text += delta.text;
+          emitTo(onText, delta.text);
+        } else if (delta.type === 'input_json_delta' && block.type === 'tool_use' && typeof delta.partial_json === 'string') {
+          block.json += delta.partial_json;
+        } else if (delta.type === 'thinking_delta' && block.type === 'thinking' && typeof delta.thinking === 'string') {
+          block.text += delta.thinking;
+          emitTo(onThinking, delta.thinking);
+        } else if (delta.type === 'signature_delta' && block.type === 'thinking' && typeof delta.signature === 'string') {
+          block.signature += delta.signature;
+        }
+        break;
+      }
+      case 'message_delta': {
+        if (isObject(payload.delta) && typeof payload.delta.stop_reason === 'string') stopReason = payload.delta.stop_reason;
+        if (isObject(payload.usage)) {
+          if (typeof payload.usage.input_tokens === 'number') inputTokens = payload.usage.input_tokens;
+          if (typeof payload.usage.output_tokens === 'number') outputTokens = payload.usage.output_tokens;
+        }
+        break;
+      }
+      case 'error':
+        return fail(anthropicErrorMessage(payload.error));
+      default:
+        // ping, content_block_stop, message_stop: nothing to do
+        break;
+    }
+  }
+  if (stopReason === undefined) return fail(`${PARSE_ERROR_PREFIX}the stream ended before the stop reason`);
+  const stop = mapAnthropicStopReason(stopReason);
+  if (!stop.ok) return stop;
+  const content = [];
+  for (const index of [...blocks.keys()].sort((a, b) => a - b)) {
+    const block = blocks.get(index);
+    if (block.type === 'text') {
+      if (block.text !== '') content.push({ type: 'text', text: block.text });
+    } else if (block.type === 'thinking') {
+      const thinking = { type: 'thinking', text: block.text };
+      if (block.signature !== '') thinking.signature = block.signature;
+      content.push(thinking);
+    } else {
+      // The input streams as JSON fragments; the start event's own input is only a fallback.
+      const input = block.json.trim() === '' ? ok(block.initial) : parseToolInput(block.json, block.name, stop.value);
+      if (!input.ok) return input;
+      if (input.value !== undefined) content.push({ type: 'tool_call', id: block.id, name: block.name, input: input.value });
+    }
+  }
+  return ok(wireResponse(stop.value, content, usageOf(inputTokens, outputTokens)));
+}
+
+/**
+ * An HTTP response on the wire: an error for a status of 400 or more, a non-streaming JSON
+ * Messages response when the body is a JSON object, else an SSE stream.
+ */
+function parseAnthropicResponse(status, bodyText, onText, onThinking) {
+  const text = String(bodyText ?? '');
+  if (status >= 400) return fail(httpErrorMessage(status, text));
+  const trimmed = text.trim();
+  if (trimmed === '') return fail(`${PARSE_ERROR_PREFIX}empty body`);
+  if (trimmed.startsWith('{')) {
+    let message;
+    try {
+      message = JSON.parse(trimmed);
+    } catch (error) {
+      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
+    }
+    return anthropicMessageToWire(message);
+  }
+  return parseAnthropicStream(text, onText, onThinking);
+}
+
+/**
+ * The whole driver: `inputData` is the tool input's `data`; `host` gives `getEnvironment()`,
+ * `fetch`, `emitChunk` and `emitThinkingChunk`. Resolves to a tool-result and never rejects.
+ */
+async function driveAnthropic(inputData, host) {
+  try {
+    const payload = parsePayload(inputData);
+    if (!payload.ok) return errorResult(payload.error);
+    const env = readDriverEnv(host.getEnvironment());
+    if (!env.ok) return errorResult(env.error);
+    let request;
+    try {
+      request = buildAnthropicRequest(payload.value, env.value);
+    } catch (error) {
+      return errorResult(describeError(error));
+    }
+    let response;
+    try {
+      response = await host.fetch(request.url, { method: 'POST', headers: request.headers, body: JSON.stringify(request.body) });
+    } catch (error) {
+      return errorResult(`inference request failed: ${describeError(error)}`);
+    }
+    let bodyText;
+    try {
+      bodyText = await response.text();
+    } catch (error) {
+      return errorResult(`failed to read inference response: ${describeError(error)}`);
+    }
+    return driverResult(parseAnthropicResponse(response.status, bodyText, host.emitChunk, host.emitThinkingChunk));
+  } catch (error) {
+    return errorResult(`driver: ${describeError(error)}`);
+  }
+}

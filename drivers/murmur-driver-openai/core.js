@@ -1,0 +1,354 @@
+// murmur-driver-openai: the pure part. Translates the Murmur driver wire to an OpenAI-compatible
+// Chat Completions API and back.
+//
+// No imports and no exports: the build concatenates drivers/common.js, this file and guest.js into
+// one source (componentize-js resolves no relative imports), and node-side tests evaluate
+// common.js and this file with drivers/load-core.mjs. The shared helpers (outcomes, tool-results,
+// payload, environment, SSE lines) are common.js's and are in scope here; every top-level
+// function here is visible to guest.js. Declare no name common.js declares.
+//
+// `driveOpenAI` is the whole driver with its host dependencies (environment, fetch, chunk sinks)
+// passed in, so guest.js is a thin shell and tests can run the driver end to end against a fake
+// fetch.
+
+const THINK_OPEN = '<think>';
+const THINK_CLOSE = '</think>';
+
+// ---------------------------------------------------------------------------------------------
+// Request
+
+/** The joined text of a wire message's `text` blocks (a plain string as it is). */
+function joinedText(content) {
+  return textsOf(content).join('\n');
+}
+
+/** An assistant wire message as a Chat Completions message; thinking is not sent back. */
+function openAIAssistantMessage(message) {
+  const blocks = contentBlocks(message.content);
+  const texts = blocks.filter((block) => block.type === 'text' && typeof block.text === 'string' && block.text !== '').map((block) => block.text);
+  const out = { role: 'assistant', content: texts.length > 0 ? texts.join('\n') : null };
+  const toolCalls = blocks
+    .filter((block) => block.type === 'tool_call')
+    .map((block) => ({
+      id: String(block.id ?? ''),
+      type: 'function',
+      function: { name: String(block.name ?? ''), arguments: JSON.stringify(isObject(block.input) ? block.input : {}) },
+    }));
+  if (toolCalls.length > 0) out.tool_calls = toolCalls;
+  return out;
+}
+
+/** The wire's messages as Chat Completions messages, the system prompt first. Throws on an unknown role. */
+function openAIMessages(system, messages) {
+  const out = [];
+  if (system !== '') out.push({ role: 'system', content: system });
+  for (const message of messages ?? []) {
+    if (!isObject(message)) throw new Error('driver: bad input: a message is not an object');
+    switch (message.role) {
+      case 'user':
+        out.push({ role: 'user', content: joinedText(message.content) });
+        break;
+      case 'assistant':
+        out.push(openAIAssistantMessage(message));
+        break;
+      case 'tool':
+        out.push({ role: 'tool', tool_call_id: String(message.tool_call_id ?? ''), content: joinedText(message.content) });
+        break;
+      default:
+        throw new Error(`driver: unsupported message role '${String(message.role)}'`);
+    }
+  }
+  return out;
+}
+
+function openAITools(tools) {
+  return (tools ?? []).filter(isObject).map((tool) => {
+    const fn = { name: String(tool.name ?? ''), parameters: isObject(tool.parameters) ? tool.parameters : { type: 'object', properties: {} } };
+    if (typeof tool.description === 'string' && tool.description !== '') fn.description = tool.description;
+    return { type: 'function', function: fn };
+  });
+}
+
+/**
+ * The HTTP request for a payload: `{url, headers, body}` with `body` an object (the caller
+ * serialises it). `env` is `readDriverEnv`'s value. Throws on a message it cannot map.
+ */
+function buildOpenAIRequest(payload, env) {
+  const params = isObject(payload.params) ? payload.params : {};
+  const headers = { 'content-type': 'application/json' };
+  if (env.apiKey) headers.authorization = `Bearer ${env.apiKey}`;
+  const system = typeof payload.system === 'string' ? payload.system.trim() : '';
+  const body = { model: payload.model, messages: openAIMessages(system, payload.messages) };
+  const tools = openAITools(payload.tools);
+  if (tools.length > 0) body.tools = tools;
+  if (payload.max_tokens !== undefined && payload.max_tokens !== null) body.max_completion_tokens = payload.max_tokens;
+  body.stream = true;
+  body.stream_options = { include_usage: true };
+  Object.assign(body, params);
+  // stream_options is refused without streaming.
+  if (body.stream !== true && !Object.hasOwn(params, 'stream_options')) delete body.stream_options;
+  return { url: `${env.endpoint}/chat/completions`, headers, body };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Response
+
+/** A finish_reason on the wire; `stop` with tool calls (some servers say so) is a tool call. */
+function mapOpenAIFinishReason(reason, hasToolCalls) {
+  switch (reason) {
+    case 'stop':
+      return ok(hasToolCalls ? 'tool_call' : 'end_turn');
+    case 'tool_calls':
+    case 'function_call':
+      return ok('tool_call');
+    case 'length':
+      return ok('max_tokens');
+    default:
+      return fail(`unsupported finish_reason '${String(reason)}'`);
+  }
+}
+
+function openAIErrorMessage(error) {
+  if (typeof error === 'string') return `inference error: ${error}`;
+  if (!isObject(error)) return 'inference error';
+  const message = typeof error.message === 'string' ? error.message : JSON.stringify(error);
+  const type = typeof error.type === 'string' ? error.type : typeof error.code === 'string' ? error.code : '';
+  return type === '' ? `inference error: ${message}` : `inference error: ${type}: ${message}`;
+}
+
+/** The length of the longest suffix of `text` that is a proper prefix of `tag`. */
+function partialTagLength(text, tag) {
+  for (let length = Math.min(text.length, tag.length - 1); length > 0; length--) {
+    if (text.endsWith(tag.slice(0, length))) return length;
+  }
+  return 0;
+}
+
+/**
+ * Routes `<think>…</think>` segments of streamed content to thinking: `push(delta)` for each
+ * content delta, then `finish()` for `{text, thinking}`. Text goes to `onText` and thinking to
+ * `onThinking` as it is read; a tag split across deltas is held back until it is complete.
+ */
+function createThinkSplitter(onText, onThinking) {
+  let inThink = false;
+  let pending = '';
+  let text = '';
+  let thinking = '';
+  const out = (part) => {
+    if (part === '') return;
+    if (inThink) {
+      thinking += part;
+      emitTo(onThinking, part);
+    } else {
+      text += part;
+      emitTo(onText, part);
+    }
+  };
+  return {
+    push(delta) {
+      pending += delta;
+      for (;;) {
+        const tag = inThink ? THINK_CLOSE : THINK_OPEN;
+        const at = pending.indexOf(tag);
+        if (at === -1) break;
+        out(pending.slice(0, at));
+        pending = pending.slice(at + tag.length);
+        inThink = !inThink;
+      }
+      const hold = partialTagLength(pending, inThink ? THINK_CLOSE : THINK_OPEN);
+      out(pending.slice(0, pending.length - hold));
+      pending = pending.slice(pending.length - hold);
+    },
+    finish() {
+      out(pending);
+      pending = '';
+      return { text, thinking };
+    },
+  };
+}
+
+/** `<think>…</think>` segments of a whole content string split off: `{text, thinking}`. */
+function splitThinkTags(content) {
+  const splitter = createThinkSplitter(undefined, undefined);
+  splitter.push(content);
+  return splitter.finish();
+}
+
+/** A Chat Completions message's content as text: a string, or the text of its parts. */
+function openAIContentText(content) {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    return content
+      .filter((part) => isObject(part) && typeof part.text === 'string' && (part.type === undefined || part.type === 'text'))
+      .map((part) => part.text)
+      .join('');
+  }
+  return '';
+}
+
+/** The reasoning a message or delta carries (`reasoning_content`, or `reasoning` on some servers). */
+function openAIReasoning(message) {
+  if (typeof message.reasoning_content === 'string') return message.reasoning_content;
+  if (typeof message.reasoning === 'string') return message.reasoning;
+  return '';
+}
+
+/**
+ * The wire content of a reply, thinking first, then text, then tool calls (`[{id, name,
+ * arguments}]`, arguments as JSON text), and its stop reason.
+ */
+function openAIReplyToWire(thinking, text, toolCalls, finishReason, usage) {
+  const stop = mapOpenAIFinishReason(finishReason, toolCalls.length > 0);
+  if (!stop.ok) return stop;
+  const content = [];
+  if (thinking !== '') content.push({ type: 'thinking', text: thinking });
+  if (text !== '') content.push({ type: 'text', text });
+  for (const [position, call] of toolCalls.entries()) {
+    const input = parseToolInput(call.arguments, call.name, stop.value);
+    if (!input.ok) return input;
+    if (input.value !== undefined) content.push({ type: 'tool_call', id: call.id || `call_${position}`, name: call.name, input: input.value });
+  }
+  // finish_reason `tool_calls` without a single call (a server's slip) asks for no tool: the turn ends.
+  const stopReason = stop.value === 'tool_call' && !content.some((block) => block.type === 'tool_call') ? 'end_turn' : stop.value;
+  return ok(wireResponse(stopReason, content, usage));
+}
+
+function openAIUsage(usage) {
+  return isObject(usage) ? usageOf(usage.prompt_tokens, usage.completion_tokens) : undefined;
+}
+
+/** A non-streaming Chat Completions response (already parsed) on the wire. */
+function openAICompletionToWire(completion) {
+  if (!isObject(completion)) return fail(`${PARSE_ERROR_PREFIX}the body is not a JSON object`);
+  if (completion.error !== undefined && completion.error !== null) return fail(openAIErrorMessage(completion.error));
+  const choice = Array.isArray(completion.choices) ? completion.choices.find(isObject) : undefined;
+  if (choice === undefined) return fail(`${PARSE_ERROR_PREFIX}no choices`);
+  const message = isObject(choice.message) ? choice.message : {};
+  const split = splitThinkTags(openAIContentText(message.content));
+  const reasoning = openAIReasoning(message);
+  const thinking = reasoning !== '' && split.thinking !== '' ? `${reasoning}\n${split.thinking}` : reasoning + split.thinking;
+  const toolCalls = (Array.isArray(message.tool_calls) ? message.tool_calls : []).filter(isObject).map((call) => {
+    const fn = isObject(call.function) ? call.function : {};
+    const args = fn.arguments;
+    return {
+      id: typeof call.id === 'string' ? call.id : '',
+      name: String(fn.name ?? ''),
+      arguments: typeof args === 'string' ? args : isObject(args) ? JSON.stringify(args) : '',
+    };
+  });
+  return openAIReplyToWire(thinking, split.text, toolCalls, choice.finish_reason, openAIUsage(completion.usage));
+}
+
+/**
+ * An SSE body on the wire. Content deltas go to `onText` and reasoning to `onThinking` as they are
+ * read (`<think>` segments of content count as reasoning). A stream that ends before a
+ * finish_reason is an error.
+ */
+function parseOpenAIStream(bodyText, onText, onThinking) {
+  const splitter = createThinkSplitter(onText, onThinking);
+  let reasoning = '';
+  const calls = new Map();
+  let finishReason;
+  let usage;
+  for (const { data } of sseDataLines(bodyText)) {
+    const trimmed = data.trim();
+    if (trimmed === '') continue;
+    if (trimmed === '[DONE]') break;
+    let chunk;
+    try {
+      chunk = JSON.parse(trimmed);
+    } catch (error) {
+      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
+    }
+    if (!isObject(chunk)) continue;
+    if (chunk.error !== undefined && chunk.error !== null) return fail(openAIErrorMessage(chunk.error));
+    const chunkUsage = openAIUsage(chunk.usage);
+    if (chunkUsage !== undefined) usage = chunkUsage;
+    for (const choice of Array.isArray(chunk.choices) ? chunk.choices : []) {
+      if (!isObject(choice) || (choice.index ?? 0) !== 0) continue;
+      const delta = isObject(choice.delta) ? choice.delta : {};
+      const thought = openAIReasoning(delta);
+      if (thought !== '') {
+        reasoning += thought;
+        emitTo(onThinking, thought);
+      }
+      const text = openAIContentText(delta.content);
+      if (text !== '') splitter.push(text);
+      for (const fragment of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+        if (!isObject(fragment)) continue;
+        const index = typeof fragment.index === 'number' ? fragment.index : calls.size;
+        let call = calls.get(index);
+        if (call === undefined) {
+          call = { id: '', name: '', arguments: '' };
+          calls.set(index, call);
+        }
+        if (typeof fragment.id === 'string' && fragment.id !== '' && call.id === '') call.id = fragment.id;
+        const fn = isObject(fragment.function) ? fragment.function : {};
+        // Most servers send the name once; some repeat it whole in every fragment.
+        if (typeof fn.name === 'string' && fn.name !== '' && fn.name !== call.name) call.name += fn.name;
+        if (typeof fn.arguments === 'string') call.arguments += fn.arguments;
+      }
+      if (typeof choice.finish_reason === 'string' && choice.finish_reason !== '') finishReason = choice.finish_reason;
+    }
+  }
+  const split = splitter.finish();
+  if (finishReason === undefined) return fail(`${PARSE_ERROR_PREFIX}the stream ended before a finish_reason`);
+  const thinking = reasoning !== '' && split.thinking !== '' ? `${reasoning}\n${split.thinking}` : reasoning + split.thinking;
+  const toolCalls = [...calls.keys()].sort((a, b) => a - b).map((index) => calls.get(index));
+  return openAIReplyToWire(thinking, split.text, toolCalls, finishReason, usage);
+}
+
+/**
+ * An HTTP response on the wire: an error for a status of 400 or more, a non-streaming JSON
+ * completion when the body is a JSON object, else an SSE stream.
+ */
+function parseOpenAIResponse(status, bodyText, onText, onThinking) {
+  const text = String(bodyText ?? '');
+  if (status >= 400) return fail(httpErrorMessage(status, text));
+  const trimmed = text.trim();
+  if (trimmed === '') return fail(`${PARSE_ERROR_PREFIX}empty body`);
+  if (trimmed.startsWith('{')) {
+    let completion;
+    try {
+      completion = JSON.parse(trimmed);
+    } catch (error) {
+      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
+    }
+    return openAICompletionToWire(completion);
+  }
+  return parseOpenAIStream(text, onText, onThinking);
+}
+
+/**
+ * The whole driver: `inputData` is the tool input's `data`; `host` gives `getEnvironment()`,
+ * `fetch`, `emitChunk` and `emitThinkingChunk`. Resolves to a tool-result and never rejects.
+ */
+async function driveOpenAI(inputData, host) {
+  try {
+    const payload = parsePayload(inputData);
+    if (!payload.ok) return errorResult(payload.error);
+    const env = readDriverEnv(host.getEnvironment());
+    if (!env.ok) return errorResult(env.error);
+    let request;
+    try {
+      request = buildOpenAIRequest(payload.value, env.value);
+    } catch (error) {
+      return errorResult(describeError(error));
+    }
+    let response;
+    try {
+      response = await host.fetch(request.url, { method: 'POST', headers: request.headers, body: JSON.stringify(request.body) });
+    } catch (error) {
+      return errorResult(`inference request failed: ${describeError(error)}`);
+    }
+    let bodyText;
+    try {
+      bodyText = await response.text();
+    } catch (error) {
+      return errorResult(`failed to read inference response: ${describeError(error)}`);
+    }
+    return driverResult(parseOpenAIResponse(response.status, bodyText, host.emitChunk, host.emitThinkingChunk));
+  } catch (error) {
+    return errorResult(`driver: ${describeError(error)}`);
+  }
+}

@@ -1,0 +1,364 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { driverSource } from '../guests.mjs';
+import { COMMON_PATH, loadSources, topLevelNames } from '../load-core.mjs';
+import { common, core, coreUrl } from './support.js';
+
+const DRIVERS = ['anthropic', 'openai'] as const;
+
+const SHARED = [
+  'HTTP_ERROR_BODY_LIMIT',
+  'PARSE_ERROR_PREFIX',
+  'ok',
+  'fail',
+  'isObject',
+  'describeError',
+  'successResult',
+  'errorResult',
+  'driverResult',
+  'parsePayload',
+  'readDriverEnv',
+  'httpErrorMessage',
+  'emitTo',
+  'sseDataLines',
+  'contentBlocks',
+  'textsOf',
+  'usageOf',
+  'wireResponse',
+  'parseToolInput',
+];
+
+const lib = common();
+
+describe('outcomes', () => {
+  it('wrap a value as a success and a message as a failure', () => {
+    expect(lib.ok(3)).toEqual({ ok: true, value: 3 });
+    expect(lib.ok(undefined)).toStrictEqual({ ok: true, value: undefined });
+    expect(lib.fail('boom')).toEqual({ ok: false, error: 'boom' });
+  });
+
+  it('count only non-null, non-list objects as objects', () => {
+    expect(lib.isObject({})).toBe(true);
+    expect(lib.isObject({ a: 1 })).toBe(true);
+    expect(lib.isObject(null)).toBe(false);
+    expect(lib.isObject([])).toBe(false);
+    expect(lib.isObject('x')).toBe(false);
+    expect(lib.isObject(1)).toBe(false);
+    expect(lib.isObject(undefined)).toBe(false);
+  });
+});
+
+describe('describing a thrown value', () => {
+  it('gives an error’s message, followed by its chain of causes', () => {
+    expect(lib.describeError(new Error('plain'))).toBe('plain');
+    const error = new Error('outer', { cause: new Error('middle', { cause: 'root' }) });
+    expect(lib.describeError(error)).toBe('outer (cause: middle (cause: root))');
+  });
+
+  it('falls back to the error’s name when its message is empty', () => {
+    expect(lib.describeError(new TypeError(''))).toBe('TypeError');
+  });
+
+  it('gives a string as it is and other values as their text', () => {
+    expect(lib.describeError('just text')).toBe('just text');
+    expect(lib.describeError(42)).toBe('42');
+    expect(lib.describeError(undefined)).toBe('undefined');
+  });
+
+  it('says "unknown error" for a value that cannot be turned into text', () => {
+    expect(lib.describeError(Object.create(null))).toBe('unknown error');
+    expect(
+      lib.describeError({
+        toString() {
+          throw new Error('no');
+        },
+      }),
+    ).toBe('unknown error');
+  });
+});
+
+describe('tool-results', () => {
+  it('carry a success’s wire response as JSON data with status passed', () => {
+    expect(lib.successResult({ stop_reason: 'end_turn', content: [] })).toStrictEqual({
+      status: 'passed',
+      summary: undefined,
+      data: '{"stop_reason":"end_turn","content":[]}',
+      dataPath: undefined,
+      truncated: false,
+      metadata: [],
+    });
+  });
+
+  it('carry a failure’s message as the summary and as an error stop in the data', () => {
+    expect(lib.errorResult('boom')).toStrictEqual({
+      status: 'error',
+      summary: 'boom',
+      data: '{"error":"boom","stop_reason":"error"}',
+      dataPath: undefined,
+      truncated: false,
+      metadata: [],
+    });
+  });
+
+  it('are built from an outcome by its ok flag', () => {
+    const response = { stop_reason: 'end_turn', content: [{ type: 'text', text: 'hi' }] };
+    expect(lib.driverResult(lib.ok(response))).toStrictEqual(lib.successResult(response));
+    expect(lib.driverResult(lib.fail('nope'))).toStrictEqual(lib.errorResult('nope'));
+  });
+});
+
+describe('parsing the payload', () => {
+  it('accepts a JSON object with a model and gives it back whole', () => {
+    const payload = { model: 'm', messages: [], tools: null, params: { temperature: 0 }, system: 's', max_tokens: 5 };
+    expect(lib.parsePayload(JSON.stringify(payload))).toEqual({ ok: true, value: payload });
+    expect(lib.parsePayload('{"model":"m"}')).toEqual({ ok: true, value: { model: 'm' } });
+  });
+
+  it('refuses a missing payload and one that is not JSON', () => {
+    for (const data of [undefined, null, '']) {
+      expect(lib.parsePayload(data)).toEqual({ ok: false, error: 'driver: bad input: no payload' });
+    }
+    const notJson = lib.parsePayload('{model');
+    expect(notJson.ok).toBe(false);
+    expect(notJson.error).toMatch(/^driver: bad input: \S/);
+  });
+
+  it('refuses a payload that is not an object or has no model', () => {
+    expect(lib.parsePayload('[1]')).toEqual({ ok: false, error: 'driver: bad input: the payload is not a JSON object' });
+    expect(lib.parsePayload('null')).toEqual({ ok: false, error: 'driver: bad input: the payload is not a JSON object' });
+    expect(lib.parsePayload('{"messages":[]}')).toEqual({ ok: false, error: 'driver: bad input: no model' });
+    expect(lib.parsePayload('{"model":""}')).toEqual({ ok: false, error: 'driver: bad input: no model' });
+    expect(lib.parsePayload('{"model":7}')).toEqual({ ok: false, error: 'driver: bad input: no model' });
+  });
+
+  it('refuses messages, tools or params of the wrong shape', () => {
+    expect(lib.parsePayload('{"model":"m","messages":{}}')).toEqual({ ok: false, error: 'driver: bad input: messages is not a list' });
+    expect(lib.parsePayload('{"model":"m","tools":{}}')).toEqual({ ok: false, error: 'driver: bad input: tools is not a list' });
+    expect(lib.parsePayload('{"model":"m","params":[]}')).toEqual({ ok: false, error: 'driver: bad input: params is not an object' });
+  });
+});
+
+describe('reading the driver environment', () => {
+  it('takes the endpoint without trailing slashes, the key and the config from a list of pairs', () => {
+    expect(
+      lib.readDriverEnv([
+        ['MURMUR_INFERENCE_ENDPOINT', ' https://x.test// '],
+        ['MURMUR_INFERENCE_API_KEY', ' k '],
+        ['MURMUR_INFERENCE_DRIVER_CONFIG', '{"thinking":"enabled"}'],
+        ['HOME', '/'],
+      ]),
+    ).toEqual({ ok: true, value: { endpoint: 'https://x.test', apiKey: 'k', config: { thinking: 'enabled' } } });
+  });
+
+  it('takes an object of variables as well, with no key and an empty config when they are unset or blank', () => {
+    expect(lib.readDriverEnv({ MURMUR_INFERENCE_ENDPOINT: 'http://h' })).toEqual({ ok: true, value: { endpoint: 'http://h', apiKey: undefined, config: {} } });
+    expect(
+      lib.readDriverEnv({ MURMUR_INFERENCE_ENDPOINT: 'http://h', MURMUR_INFERENCE_API_KEY: '  ', MURMUR_INFERENCE_DRIVER_CONFIG: ' ' }),
+    ).toEqual({ ok: true, value: { endpoint: 'http://h', apiKey: undefined, config: {} } });
+  });
+
+  it('ignores entries that are not name-value pairs', () => {
+    const env = lib.readDriverEnv(['MURMUR_INFERENCE_ENDPOINT=http://bad', [1, 'x'], ['MURMUR_INFERENCE_ENDPOINT', 'http://good']]);
+    expect(env).toEqual({ ok: true, value: { endpoint: 'http://good', apiKey: undefined, config: {} } });
+  });
+
+  it('refuses a missing or blank endpoint', () => {
+    const missing = { ok: false, error: 'driver: missing MURMUR_INFERENCE_ENDPOINT' };
+    expect(lib.readDriverEnv([])).toEqual(missing);
+    expect(lib.readDriverEnv(undefined)).toEqual(missing);
+    expect(lib.readDriverEnv([['MURMUR_INFERENCE_ENDPOINT', ' / ']])).toEqual(missing);
+  });
+
+  it('refuses a config that is not valid JSON or not a JSON object', () => {
+    const notJson = lib.readDriverEnv([['MURMUR_INFERENCE_ENDPOINT', 'http://h'], ['MURMUR_INFERENCE_DRIVER_CONFIG', 'nope']]);
+    expect(notJson.ok).toBe(false);
+    expect(notJson.error).toMatch(/^driver: MURMUR_INFERENCE_DRIVER_CONFIG is not valid JSON: /);
+    expect(lib.readDriverEnv([['MURMUR_INFERENCE_ENDPOINT', 'http://h'], ['MURMUR_INFERENCE_DRIVER_CONFIG', '[1]']])).toEqual({
+      ok: false,
+      error: 'driver: MURMUR_INFERENCE_DRIVER_CONFIG is not a JSON object',
+    });
+  });
+});
+
+describe('the HTTP error message', () => {
+  it('gives the status and the body', () => {
+    expect(lib.httpErrorMessage(429, 'slow down')).toBe('HTTP 429: slow down');
+    expect(lib.httpErrorMessage(500, undefined)).toBe('HTTP 500: ');
+  });
+
+  it('keeps only the first 2000 characters of a long body', () => {
+    const message = lib.httpErrorMessage(502, `${'a'.repeat(2000)}TAIL`);
+    expect(message).toBe(`HTTP 502: ${'a'.repeat(2000)}`);
+    expect(lib.HTTP_ERROR_BODY_LIMIT).toBe(2000);
+  });
+});
+
+describe('emitting to a chunk sink', () => {
+  it('passes non-empty text to the sink', () => {
+    const seen: string[] = [];
+    lib.emitTo((text: string) => seen.push(text), 'hello');
+    lib.emitTo((text: string) => seen.push(text), '');
+    expect(seen).toEqual(['hello']);
+  });
+
+  it('does nothing without a sink and swallows the sink’s failures', () => {
+    expect(() => lib.emitTo(undefined, 'x')).not.toThrow();
+    expect(() =>
+      lib.emitTo(() => {
+        throw new Error('observer down');
+      }, 'x'),
+    ).not.toThrow();
+  });
+});
+
+describe('splitting an SSE body', () => {
+  it('yields each data line with the event name in force, across CRLF, CR and LF line ends', () => {
+    const body = ': keep-alive\r\nevent: a\r\ndata: {"x":1}\r\n\r\ndata:{"y":2}\n\nevent: b\ndata: 1\rdata: 2\n';
+    expect(lib.sseDataLines(body)).toEqual([
+      { event: 'a', data: '{"x":1}' },
+      { event: '', data: '{"y":2}' },
+      { event: 'b', data: '1' },
+      { event: 'b', data: '2' },
+    ]);
+  });
+
+  it('strips one space after the colon, takes a bare field as empty, and skips other fields', () => {
+    const body = 'id: 7\nretry: 100\ndata:  two spaces\ndata\nevent\ndata: x\n';
+    expect(lib.sseDataLines(body)).toEqual([
+      { event: '', data: ' two spaces' },
+      { event: '', data: '' },
+      { event: '', data: 'x' },
+    ]);
+  });
+
+  it('yields nothing for an empty body', () => {
+    expect(lib.sseDataLines('')).toEqual([]);
+    expect(lib.sseDataLines('\n\n: only a comment\n')).toEqual([]);
+  });
+});
+
+describe('wire message content', () => {
+  it('is a list of blocks, a plain string being one text block', () => {
+    expect(lib.contentBlocks('hi')).toEqual([{ type: 'text', text: 'hi' }]);
+    expect(lib.contentBlocks([{ type: 'text', text: 'a' }, 'stray', null, [1], { type: 'tool_call', id: 'c' }])).toEqual([
+      { type: 'text', text: 'a' },
+      { type: 'tool_call', id: 'c' },
+    ]);
+    expect(lib.contentBlocks(undefined)).toEqual([]);
+    expect(lib.contentBlocks({ type: 'text', text: 'not a list' })).toEqual([]);
+  });
+
+  it('gives the texts of its text blocks only', () => {
+    const content = [
+      { type: 'text', text: 'one' },
+      { type: 'thinking', text: 'hidden' },
+      { type: 'text', text: 2 },
+      { type: 'text', text: '' },
+      { type: 'text', text: 'two' },
+    ];
+    expect(lib.textsOf(content)).toEqual(['one', '', 'two']);
+    expect(lib.textsOf('plain')).toEqual(['plain']);
+  });
+});
+
+describe('the wire response', () => {
+  it('reports usage with a missing count as 0, and no usage when neither count is a number', () => {
+    expect(lib.usageOf(10, 5)).toEqual({ input_tokens: 10, output_tokens: 5 });
+    expect(lib.usageOf(10, undefined)).toEqual({ input_tokens: 10, output_tokens: 0 });
+    expect(lib.usageOf('10', 5)).toEqual({ input_tokens: 0, output_tokens: 5 });
+    expect(lib.usageOf(undefined, null)).toBeUndefined();
+  });
+
+  it('carries the stop reason and content, and usage only when there is some', () => {
+    const content = [{ type: 'text', text: 'hi' }];
+    expect(lib.wireResponse('end_turn', content, { input_tokens: 1, output_tokens: 2 })).toStrictEqual({
+      stop_reason: 'end_turn',
+      content,
+      usage: { input_tokens: 1, output_tokens: 2 },
+    });
+    expect(lib.wireResponse('max_tokens', [], undefined)).toStrictEqual({ stop_reason: 'max_tokens', content: [] });
+  });
+});
+
+describe('parsing a tool call’s input', () => {
+  it('takes a JSON object, and empty input as {}', () => {
+    expect(lib.parseToolInput('{"path":"a.txt"}', 't', 'tool_call')).toEqual({ ok: true, value: { path: 'a.txt' } });
+    expect(lib.parseToolInput('  ', 't', 'tool_call')).toEqual({ ok: true, value: {} });
+  });
+
+  it('refuses input that is not valid JSON or not a JSON object, naming the tool', () => {
+    const broken = lib.parseToolInput('{"a":', 'read_file', 'tool_call');
+    expect(broken.ok).toBe(false);
+    expect(broken.error).toMatch(/^failed to parse inference response: the input of tool call 'read_file' is not valid JSON: /);
+    expect(lib.parseToolInput('[1]', 't', 'tool_call')).toEqual({
+      ok: false,
+      error: "failed to parse inference response: the input of tool call 't' is not a JSON object",
+    });
+    expect(lib.PARSE_ERROR_PREFIX).toBe('failed to parse inference response: ');
+  });
+
+  it('drops an unparsable input when the reply was cut at max_tokens', () => {
+    expect(lib.parseToolInput('{"a":', 't', 'max_tokens')).toEqual({ ok: true, value: undefined });
+    expect(lib.parseToolInput('"half', 't', 'max_tokens')).toEqual({ ok: true, value: undefined });
+    expect(lib.parseToolInput('[1]', 't', 'max_tokens')).toEqual({ ok: true, value: undefined });
+  });
+});
+
+describe('common.js and the drivers', () => {
+  const commonSource = readFileSync(COMMON_PATH, 'utf8');
+  const coreSource = (driver: (typeof DRIVERS)[number]) => readFileSync(coreUrl(driver), 'utf8');
+
+  it('common.js declares every shared helper, each once', () => {
+    const names = topLevelNames(commonSource);
+    expect(names).toEqual(expect.arrayContaining(SHARED));
+    expect(new Set(names).size).toBe(names.length);
+  });
+
+  it('no core.js redeclares a name common.js declares, nor its own names twice', () => {
+    const shared = new Set(topLevelNames(commonSource));
+    for (const driver of DRIVERS) {
+      const names = topLevelNames(coreSource(driver));
+      expect(names.filter((name) => shared.has(name)), driver).toEqual([]);
+      expect(new Set(names).size, driver).toBe(names.length);
+    }
+  });
+
+  it('neither common.js nor a core.js uses import or export', () => {
+    for (const text of [commonSource, ...DRIVERS.map(coreSource)]) expect(text).not.toMatch(/^\s*(import|export)\s/m);
+  });
+
+  it('a driver’s core is loaded after common.js, so it has the shared helpers and its own functions', () => {
+    for (const [driver, entry] of [
+      ['anthropic', 'driveAnthropic'],
+      ['openai', 'driveOpenAI'],
+    ] as const) {
+      const loaded = core(driver);
+      for (const name of SHARED) expect(loaded[name], `${driver}: ${name}`).toBeDefined();
+      expect(typeof loaded[entry]).toBe('function');
+      expect(loaded.parsePayload('{"model":"m"}')).toEqual({ ok: true, value: { model: 'm' } });
+    }
+  });
+
+  it('a driver’s component source is common.js, then its core.js, then its guest.js', () => {
+    for (const driver of DRIVERS) {
+      const guest = readFileSync(new URL(`../murmur-driver-${driver}/guest.js`, import.meta.url), 'utf8');
+      expect(driverSource(driver)).toBe(`${commonSource}\n${coreSource(driver)}\n${guest}`);
+    }
+  });
+
+  it('loading refuses sources that declare a name twice, as the one module the build makes would', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'murmur-load-core-'));
+    try {
+      const first = join(dir, 'first.js');
+      const second = join(dir, 'second.js');
+      writeFileSync(first, 'function ok(value) {\n  return value;\n}\n');
+      writeFileSync(second, 'function ok(value) {\n  return !value;\n}\nconst other = 1;\n');
+      expect(() => loadSources([first, second])).toThrow('declared more than once at top level: ok');
+      expect(Object.keys(loadSources([second]))).toEqual(['ok', 'other']);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,51 @@
+import { loadCommon, loadCore } from '../load-core.mjs';
+
+/** A driver's core.js, evaluated after common.js as the build does: the top-level functions of both by name. */
+export function core(driver: 'anthropic' | 'openai') {
+  return loadCore(coreUrl(driver));
+}
+
+/** drivers/common.js alone, evaluated: the shared helpers by name. */
+export function common() {
+  return loadCommon();
+}
+
+/** The file URL of a driver's core.js. */
+export function coreUrl(driver: 'anthropic' | 'openai'): URL {
+  return new URL(`../murmur-driver-${driver}/core.js`, import.meta.url);
+}
+
+export interface FetchCall {
+  url: string;
+  init: { method: string; headers: Record<string, string>; body: string };
+}
+
+/** A fake `fetch` answering every request with `status` and `body`, recording the calls. */
+export function fakeFetch(status: number, body: string) {
+  const calls: FetchCall[] = [];
+  const fetch = async (url: string, init: FetchCall['init']) => {
+    calls.push({ url, init });
+    return { status, text: async () => body };
+  };
+  return { fetch, calls };
+}
+
+/** The chunk sinks of a run, recording what the driver streamed. */
+export function sinks() {
+  const text: string[] = [];
+  const thinking: string[] = [];
+  return { text, thinking, emitChunk: (chunk: string) => text.push(chunk), emitThinkingChunk: (chunk: string) => thinking.push(chunk) };
+}
+
+/** An SSE body from `[event, data]` pairs (`event` empty for data-only streams). */
+export function sse(events: Array<[string, unknown]>): string {
+  return events
+    .map(([event, data]) => `${event ? `event: ${event}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
+    .join('');
+}
+
+export const ENV = [
+  ['MURMUR_INFERENCE_ENDPOINT', 'https://api.example.test/'],
+  ['MURMUR_INFERENCE_API_KEY', 'sk-test'],
+  ['HOME', '/'],
+] as const;

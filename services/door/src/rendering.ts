@@ -1,0 +1,131 @@
+import type { A2aVersion, CapsuleCard, SessionEvent, TaskState, TaskView } from '@murmur/shared';
+
+/**
+ * The runtime's neutral tasks, events and card, written in the generation a client speaks:
+ * 0.3 (`kind` fields, `completed`, `user`/`agent`) or 1.0 (proto-JSON: `TASK_STATE_COMPLETED`,
+ * `ROLE_AGENT`, results wrapped as `{task}`, stream events as `{statusUpdate}`/`{artifactUpdate}`).
+ */
+
+const STATE_V10: Record<TaskState, string> = {
+  submitted: 'TASK_STATE_SUBMITTED',
+  working: 'TASK_STATE_WORKING',
+  'input-required': 'TASK_STATE_INPUT_REQUIRED',
+  completed: 'TASK_STATE_COMPLETED',
+  failed: 'TASK_STATE_FAILED',
+  rejected: 'TASK_STATE_REJECTED',
+  canceled: 'TASK_STATE_CANCELED',
+};
+
+function textPart(version: A2aVersion, text: string): Record<string, unknown> {
+  return version === '0.3' ? { kind: 'text', text } : { text };
+}
+
+function message(version: A2aVersion, role: 'user' | 'agent', messageId: string, text: string, taskId: string, contextId: string): Record<string, unknown> {
+  return version === '0.3'
+    ? { kind: 'message', role, messageId, parts: [textPart(version, text)], taskId, contextId }
+    : { messageId, role: role === 'user' ? 'ROLE_USER' : 'ROLE_AGENT', parts: [textPart(version, text)], taskId, contextId };
+}
+
+function status(version: A2aVersion, task: { id: string; contextId: string }, state: TaskState, text: string | undefined, timestamp: string): Record<string, unknown> {
+  return {
+    state: version === '0.3' ? state : STATE_V10[state],
+    ...(text !== undefined && text !== '' ? { message: message(version, 'agent', `${task.id}-status-${timestamp}`, text, task.id, task.contextId) } : {}),
+    timestamp,
+  };
+}
+
+function artifact(version: A2aVersion, artifactId: string, name: string, text: string): Record<string, unknown> {
+  return { artifactId, name, parts: [textPart(version, text)] };
+}
+
+/**
+ * A task. While it waits for input its prompt is the status message and a `prompt` artifact
+ * (upstream's shape); once completed its response is the status message and a `response` artifact.
+ */
+export function renderTask(version: A2aVersion, task: TaskView): Record<string, unknown> {
+  const ids = { id: task.id, contextId: task.context_id };
+  const statusText = task.state === 'input-required' ? task.prompt : task.state === 'completed' ? task.response : task.message;
+  const artifacts = task.artifacts.map((entry, index) => artifact(version, `${task.id}-artifact-${index}`, entry.name, entry.text));
+  if (task.state === 'input-required' && task.prompt !== undefined) artifacts.push(artifact(version, 'prompt', 'prompt', task.prompt));
+  if (task.response !== undefined) artifacts.push(artifact(version, 'response', 'response', task.response));
+  return {
+    ...(version === '0.3' ? { kind: 'task' } : {}),
+    ...ids,
+    status: status(version, ids, task.state, statusText, task.updated_at),
+    artifacts,
+    history: task.history.map((entry) => message(version, entry.role, entry.message_id, entry.text, task.id, task.context_id)),
+  };
+}
+
+/** `message/send`'s result is the task itself in 0.3, `{task}` in 1.0. */
+export function renderSendResult(version: A2aVersion, task: TaskView): Record<string, unknown> {
+  const rendered = renderTask(version, task);
+  return version === '0.3' ? rendered : { task: rendered };
+}
+
+
+/** One feed event as a stream event, or undefined for what A2A streams do not carry. */
+export function renderStreamEvent(version: A2aVersion, event: SessionEvent): Record<string, unknown> | undefined {
+  if (event.task_id === null) return undefined;
+  const ids = { taskId: event.task_id, contextId: event.context_id ?? '' };
+  const timestamp = new Date().toISOString();
+  const data = event.data as { status?: { message?: string; response?: string }; artifact?: { tool_name?: string; content?: string }; text?: string; final?: boolean };
+  switch (event.type) {
+    case 'status': {
+      const state = event.state ?? 'working';
+      const text = state === 'completed' ? (data.status?.response ?? data.status?.message) : data.status?.message;
+      const update = { ...ids, status: status(version, { id: ids.taskId, contextId: ids.contextId }, state, text, timestamp) };
+      return version === '0.3' ? { kind: 'status-update', ...update, final: event.final } : { statusUpdate: update };
+    }
+    case 'artifact':
+    case 'text':
+    case 'thinking': {
+      const streamed = event.type !== 'artifact';
+      const update = {
+        ...ids,
+        artifact: streamed
+          ? artifact(version, event.type === 'text' ? 'response-stream' : 'thinking-stream', event.type === 'text' ? 'response' : 'thinking', data.text ?? '')
+          : artifact(version, `${ids.taskId}-event-${event.id}`, data.artifact?.tool_name ?? 'tool', data.artifact?.content ?? ''),
+        append: streamed,
+        lastChunk: streamed ? data.final === true : true,
+      };
+      return version === '0.3' ? { kind: 'artifact-update', ...update } : { artifactUpdate: update };
+    }
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * The agent card: a valid A2A card for both generations (1.0's `supportedInterfaces`, 0.3's
+ * `url`/`preferredTransport`/`protocolVersion`), the capsule's tools as skills, upstream's
+ * `capabilities.tools/shell/network`, and Murmur's own `session_id`, `capsule_name`,
+ * `capsule_version`.
+ */
+export function renderAgentCard(card: CapsuleCard, url: string): Record<string, unknown> {
+  return {
+    name: card.name,
+    description: card.description,
+    version: card.version,
+    supportedInterfaces: [
+      { url, protocolBinding: 'JSONRPC', protocolVersion: '1.0' },
+      { url, protocolBinding: 'JSONRPC', protocolVersion: '0.3' },
+    ],
+    url,
+    preferredTransport: 'JSONRPC',
+    protocolVersion: '0.3.0',
+    capabilities: {
+      streaming: true,
+      pushNotifications: false,
+      tools: card.tools.map((tool) => tool.name),
+      shell: card.shell,
+      network: card.network,
+    },
+    defaultInputModes: ['text/plain'],
+    defaultOutputModes: ['text/plain'],
+    skills: card.tools.map((tool) => ({ id: tool.name, name: tool.name, description: tool.description, tags: ['tool'] })),
+    session_id: card.session_id,
+    capsule_name: card.capsule_name,
+    capsule_version: card.capsule_version,
+  };
+}

@@ -1,0 +1,129 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { type CapsuleCard, MurmurError, type StagedPlan, guestEnvironment, resolveManifestSecrets } from '@murmur/shared';
+import type { AgentStart, HostTool } from './host/protocol.js';
+
+/**
+ * What an agent capsule's host is given, decided on the executor's side: the driver and where it
+ * talks (`inference.endpoint`/`api_key`, or the driver artifact's `gateway` — the seeds' form),
+ * the secrets resolved from the launcher's values at the last moment, the system prompt read from
+ * wherever the manifest says (the host cannot see the manifest's directory), and the card.
+ *
+ * The inference key goes to the driver alone. Upstream hands `MURMUR_INFERENCE_API_KEY` to every
+ * WASM tool too; a tool has no use for the model's credential, so here it never sees it.
+ */
+
+export interface AgentLaunchInput {
+  plan: StagedPlan;
+  /** The launcher's values (`${VAR}` references resolve against them). */
+  env: Record<string, string>;
+  sessionId: string;
+  url: string;
+  sessionDir: string;
+  accessible: string;
+  tools: HostTool[];
+  /** `mur run --system-prompt`: replaces every manifest source; empty clears the prompt. */
+  systemPromptOverride?: string | undefined;
+  idleTimeoutMs: number;
+  /** The runtime's `MURMUR_*` identity values, applied last. */
+  runtimeEnv: Record<string, string>;
+}
+
+export interface AgentLaunch {
+  agent: AgentStart;
+  /** What the capsule's tools (and through them subprocesses) see: the grants, `MURMUR_INFERENCE_*` without the key, identity. */
+  guestEnv: Record<string, string>;
+}
+
+function readPrompt(file: string, what: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new MurmurError('E-RUN-009', `cannot read the system prompt ${what} at ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
+      hint: 'check the path in murmur.yaml (relative to the manifest directory), or pass --system-prompt',
+      path: 'inference.system_prompt_file',
+    });
+  }
+}
+
+function systemPrompt(plan: StagedPlan, override: string | undefined): { text: string | null; source: 'manifest' | 'cli' | 'none' } {
+  if (override !== undefined) {
+    const trimmed = override.trim();
+    return trimmed === '' ? { text: null, source: 'none' } : { text: trimmed, source: 'cli' };
+  }
+  const inference = plan.capsule.manifest.inference;
+  if (inference?.system_prompt !== undefined) return { text: inference.system_prompt.trim(), source: 'manifest' };
+  if (inference?.system_prompt_file !== undefined) return { text: readPrompt(path.resolve(plan.capsule.manifest_dir, inference.system_prompt_file), 'file'), source: 'manifest' };
+  if (inference?.system_prompt_artifact !== undefined) {
+    const skill = plan.artifacts.find((artifact) => artifact.name === inference.system_prompt_artifact);
+    const dir = skill?.extracted_dir;
+    if (!dir) throw new MurmurError('E-RUN-009', `the system prompt artifact '${inference.system_prompt_artifact}' has no skill.md to read`, { path: 'inference.system_prompt_artifact' });
+    return { text: readPrompt(path.join(dir, 'skill.md'), `of artifact '${inference.system_prompt_artifact}'`), source: 'manifest' };
+  }
+  return { text: null, source: 'none' };
+}
+
+export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
+  const { plan } = input;
+  const manifest = resolveManifestSecrets(plan.capsule.manifest, input.env);
+  const inference = manifest.inference;
+  if (!inference) throw new MurmurError('E-RUN-005', `${plan.capsule.name} has no inference: block`);
+  if (inference.transport === 'process') {
+    throw new MurmurError('E-RUN-007', `agent loop failed: inference.transport 'process' (a harness CLI) is not supported by this runtime`, {
+      hint: "use transport: http with a driver artifact (murmur-driver-anthropic or murmur-driver-openai)",
+      path: 'inference.transport',
+    });
+  }
+  const driverName = inference.driver?.artifact;
+  if (!driverName) throw new MurmurError('E-RUN-005', 'inference.driver.artifact is not configured', { path: 'inference.driver.artifact' });
+  const driver = plan.artifacts.find((artifact) => artifact.name === driverName);
+  if (!driver || driver.role !== 'driver' || !driver.component) {
+    throw new MurmurError('E-RUN-006', `inference driver '${driverName}' is not installed as a driver (declare it in artifacts: with runtime: driver)`, {
+      hint: `add '- name: ${driverName}' with 'runtime: driver' to artifacts:, and install it`,
+      path: 'inference.driver.artifact',
+    });
+  }
+  const gateway = manifest.artifacts.find((artifact) => artifact.name === driverName)?.gateway;
+  const endpoint = inference.endpoint ?? gateway?.endpoint ?? '';
+  const apiKey = inference.api_key ?? gateway?.api_key;
+  const inferenceEnv: Record<string, string> = {
+    MURMUR_INFERENCE_TRANSPORT: inference.transport,
+    MURMUR_INFERENCE_ENDPOINT: endpoint,
+    MURMUR_INFERENCE_MODEL: inference.model ?? '',
+    MURMUR_INFERENCE_DRIVER: driverName,
+    ...(inference.driver?.config ? { MURMUR_INFERENCE_DRIVER_CONFIG: JSON.stringify(inference.driver.config) } : {}),
+  };
+  const prompt = systemPrompt(plan, input.systemPromptOverride);
+  const policy = plan.policy;
+  const promptSkill = inference.system_prompt_artifact;
+  const card: CapsuleCard = {
+    name: plan.capsule.name,
+    description: manifest.description ?? `Murmur capsule ${plan.capsule.name}`,
+    version: plan.capsule.version,
+    session_id: input.sessionId,
+    capsule_name: plan.capsule.name,
+    capsule_version: plan.capsule.version,
+    tools: input.tools.filter((tool) => tool.name !== promptSkill).map((tool) => ({ name: tool.name, description: tool.info.description.trim() || tool.name })),
+    shell: policy.shell_allow.length > 0,
+    network: policy.network_allow.length > 0,
+    task_acceptance: plan.lifecycle.task_acceptance,
+    conversation: plan.lifecycle.conversation,
+  };
+  const guestEnv = guestEnvironment(policy, input.env, { ...inferenceEnv, ...input.runtimeEnv });
+  return {
+    guestEnv,
+    agent: {
+      model: inference.model ?? '',
+      max_tokens: inference.max_tokens ?? 8192,
+      max_turns: inference.max_turns,
+      driver: { name: driverName, component: driver.component, preopen: input.accessible },
+      driver_env: [...Object.entries(guestEnv), ...(apiKey !== undefined ? [['MURMUR_INFERENCE_API_KEY', apiKey] as [string, string]] : [])],
+      system_prompt: prompt.text,
+      system_prompt_source: prompt.source,
+      ...(promptSkill !== undefined ? { system_prompt_artifact: promptSkill } : {}),
+      lifecycle: plan.lifecycle,
+      idle_timeout_ms: input.idleTimeoutMs,
+      card,
+    },
+  };
+}

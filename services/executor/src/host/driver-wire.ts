@@ -1,0 +1,136 @@
+/**
+ * The driver wire: what the agent loop puts in a driver's `tool-input.data` each turn, and how it
+ * reads the driver's `tool-result`. It is upstream's format exactly, so drivers built for upstream
+ * Murmur run here unchanged:
+ *
+ * - request: `{"max_tokens","messages","model","params","system","tools"}` (+ `continuation_id`),
+ *   keys in that (alphabetical) order, as upstream serialises them;
+ * - messages: `user` and `assistant` with content blocks, `tool` with `tool_call_id`, `is_error`
+ *   and text blocks; an assistant turn is recorded with the driver's blocks verbatim;
+ * - reply: status `passed` and `data` = `{"stop_reason","content":[…],"error"?}`.
+ */
+
+export type ContentBlock = { type: string; [key: string]: unknown };
+
+export type WireMessage =
+  | { role: 'user'; content: ContentBlock[] | string }
+  | { role: 'assistant'; content: ContentBlock[] | string }
+  | { role: 'tool'; tool_call_id: string; is_error: boolean; content: ContentBlock[] };
+
+export interface DriverTool {
+  name: string;
+  parameters: Record<string, unknown>;
+  description?: string;
+}
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  input: Record<string, unknown>;
+}
+
+/** A driver's reply, read: a turn to act on, or why the turn failed. */
+export type DriverReply =
+  | { kind: 'end'; stopReason: 'end_turn' | 'max_tokens'; text: string; content: ContentBlock[]; usage?: TokenUsage }
+  | { kind: 'tools'; calls: ToolCall[]; content: ContentBlock[]; usage?: TokenUsage }
+  | { kind: 'error'; message: string; decision: string | null };
+
+export interface TokenUsage {
+  input_tokens?: number;
+  output_tokens?: number;
+}
+
+export interface DriverRequest {
+  model: string;
+  maxTokens: number;
+  messages: WireMessage[];
+  tools: DriverTool[];
+  system: string;
+  params?: Record<string, unknown>;
+  continuationId?: string;
+}
+
+export function driverRequestData(request: DriverRequest): string {
+  return JSON.stringify({
+    ...(request.continuationId !== undefined ? { continuation_id: request.continuationId } : {}),
+    max_tokens: request.maxTokens,
+    messages: request.messages,
+    model: request.model,
+    params: request.params ?? {},
+    system: request.system,
+    tools: request.tools,
+  });
+}
+
+export function userMessage(text: string): WireMessage {
+  return { role: 'user', content: [{ type: 'text', text }] };
+}
+
+export function toolResultMessage(callId: string, text: string, isError: boolean): WireMessage {
+  return { role: 'tool', tool_call_id: callId, is_error: isError, content: [{ type: 'text', text }] };
+}
+
+interface ToolResultLike {
+  status: string;
+  summary?: string | undefined;
+  data?: string | undefined;
+}
+
+/** Reads one driver call's result: status, then `data` (or `summary`) as the wire's JSON reply. */
+export function readDriverReply(result: ToolResultLike): DriverReply {
+  if (result.status !== 'passed') {
+    return { kind: 'error', message: result.data ?? result.summary ?? 'driver returned error', decision: null };
+  }
+  const raw = result.data ?? result.summary;
+  if (raw === undefined) return { kind: 'error', message: 'driver returned no data', decision: null };
+  let reply: unknown;
+  try {
+    reply = JSON.parse(raw);
+  } catch (error) {
+    return { kind: 'error', message: `failed to parse driver response: ${(error as Error).message}`, decision: null };
+  }
+  if (reply === null || typeof reply !== 'object' || Array.isArray(reply)) {
+    return { kind: 'error', message: 'failed to parse driver response: not a JSON object', decision: null };
+  }
+  const { stop_reason: stopReason, content, error, usage } = reply as { stop_reason?: unknown; content?: unknown; error?: unknown; usage?: unknown };
+  const blocks = Array.isArray(content) ? content.filter((block): block is ContentBlock => block !== null && typeof block === 'object' && typeof (block as ContentBlock).type === 'string') : [];
+  const tokenUsage = usage !== null && typeof usage === 'object' ? (usage as TokenUsage) : undefined;
+  const withUsage = tokenUsage ? { usage: tokenUsage } : {};
+  switch (stopReason) {
+    case 'end_turn':
+    case 'max_tokens':
+      return {
+        kind: 'end',
+        stopReason,
+        text: blocks
+          .filter((block) => block.type === 'text' && typeof block.text === 'string')
+          .map((block) => block.text as string)
+          .join('\n'),
+        content: blocks,
+        ...withUsage,
+      };
+    case 'tool_call': {
+      const calls = blocks
+        .filter((block) => block.type === 'tool_call')
+        .map((block) => ({
+          id: typeof block.id === 'string' ? block.id : '',
+          name: typeof block.name === 'string' ? block.name : '',
+          input: block.input !== null && typeof block.input === 'object' && !Array.isArray(block.input) ? (block.input as Record<string, unknown>) : {},
+        }));
+      if (calls.length === 0) return { kind: 'error', message: 'response stop_reason=tool_call but no tool_call blocks were present', decision: 'tool_call' };
+      return { kind: 'tools', calls, content: blocks, ...withUsage };
+    }
+    case 'error':
+      return { kind: 'error', message: typeof error === 'string' && error !== '' ? error : 'driver returned error', decision: 'text' };
+    default:
+      return { kind: 'error', message: `unsupported stop_reason '${String(stopReason)}'`, decision: 'text' };
+  }
+}
+
+/**
+ * A token estimate for the trace when the driver reports no usage: upstream counts with
+ * cl100k, and falls back to a quarter of the bytes, which is what this runtime does throughout.
+ */
+export function estimateTokens(text: string): number {
+  return Math.ceil(Buffer.byteLength(text) / 4);
+}

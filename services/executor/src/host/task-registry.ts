@@ -1,0 +1,313 @@
+import { type Lifecycle, RPC_ERRORS, isSafeContextId, type RpcError, type SessionCall, TERMINAL_TASK_STATES, type TaskMessage, type TaskState, type TaskView, newContextId, newMessageId, newTaskId } from '@murmur/shared';
+import type { EventFeed } from './event-feed.js';
+
+/**
+ * The session's tasks, owned by the capsule host (a door keeps none): what `message/send`
+ * accepts, rejects or resumes under `lifecycle.task_acceptance`, the queue the task loop takes
+ * work from, and the input-required pause of `murmur:task/task#request-input`.
+ *
+ * Acceptance is upstream's: `none` takes no messages at all; `single` takes one task in the whole
+ * session, and only while nothing else is running or waiting; `queue` takes a task while fewer
+ * than `queue_depth` wait (the running one does not count). A refusal is a task in state
+ * `rejected`, answered as a result, not an error: the client asked correctly, the capsule is busy.
+ */
+
+export interface Task {
+  readonly id: string;
+  readonly contextId: string;
+  readonly messageId: string;
+  readonly text: string;
+  readonly traceparent: string | undefined;
+  state: TaskState;
+  message?: string;
+  prompt?: string;
+  response?: string;
+  readonly artifacts: Array<{ name: string; text: string }>;
+  readonly history: TaskMessage[];
+  updatedAt: number;
+  /** Set when the task was ended from outside (input timeout, cancel): the loop stops at its next step. */
+  abortedWith?: string;
+}
+
+interface InputWait {
+  task: Task;
+  resolve(text: string): void;
+  reject(error: Error): void;
+  timer: NodeJS.Timeout | undefined;
+}
+
+type SendCall = Extract<SessionCall, { method: 'send' }>;
+type Answer = { task: TaskView } | { error: RpcError };
+
+/** How many ended tasks `tasks/get` still knows; the oldest are forgotten first. */
+const REMEMBERED_TASKS = 1000;
+/** The most of a task's history `tasks/get` returns unless asked for less. */
+const HISTORY_LIMIT = 100;
+
+export class TaskRegistry {
+  private readonly tasks = new Map<string, Task>();
+  private readonly pending: Task[] = [];
+  private active: Task | undefined;
+  private last: Task | undefined;
+  private everAccepted = false;
+  private inputWait: InputWait | undefined;
+  private waiter: ((task: Task | undefined) => void) | undefined;
+  private closed = false;
+
+  constructor(
+    private readonly lifecycle: Pick<Lifecycle, 'task_acceptance' | 'queue_depth'>,
+    private readonly feed: EventFeed,
+  ) {}
+
+  /** `message/send` and its kin: resume the task waiting for input, accept a new one, or reject it. */
+  send(call: SendCall): Answer {
+    if (this.lifecycle.task_acceptance === 'none') {
+      return { error: { code: RPC_ERRORS.methodNotFound, message: "Method not found: this capsule does not accept tasks (lifecycle.task_acceptance: none)" } };
+    }
+    if (call.context_id !== undefined && !isSafeContextId(call.context_id)) {
+      return { error: { code: RPC_ERRORS.invalidParams, message: `Invalid params: contextId '${call.context_id.slice(0, 64)}' is not a plain name (letters, digits, '.', '_', '-'; at most 128)` } };
+    }
+    const waiting = this.inputWait;
+    if (call.task_id !== undefined && call.task_id !== waiting?.task.id) {
+      const named = this.tasks.get(call.task_id);
+      if (!named) return { error: { code: RPC_ERRORS.taskNotFound, message: `Task not found: '${call.task_id}'` } };
+      return { error: { code: RPC_ERRORS.invalidParams, message: `Invalid params: task '${call.task_id}' is ${named.state} and is not waiting for input` } };
+    }
+    // The waiting task takes a message that names it, or — upstream's rule, which clients written
+    // for upstream rely on — one that names no task and no other conversation.
+    if (waiting && (call.task_id !== undefined || call.context_id === undefined || call.context_id === waiting.task.contextId)) {
+      this.inputWait = undefined;
+      if (waiting.timer) clearTimeout(waiting.timer);
+      const task = waiting.task;
+      task.history.push({ role: 'user', message_id: call.message_id, text: call.text });
+      this.transition(task, 'working', 'resumed');
+      waiting.resolve(call.text);
+      return { task: this.view(task) };
+    }
+    const task: Task = {
+      id: newTaskId(),
+      contextId: call.context_id ?? newContextId(),
+      messageId: call.message_id,
+      text: call.text,
+      traceparent: call.traceparent,
+      state: 'submitted',
+      artifacts: [],
+      history: [{ role: 'user', message_id: call.message_id, text: call.text }],
+      updatedAt: Date.now(),
+    };
+    this.remember(task);
+    if (!this.accepts()) {
+      this.transition(task, 'rejected', 'task rejected: capsule is busy', true);
+      return { task: this.view(task) };
+    }
+    this.everAccepted = true;
+    this.transition(task, 'submitted', 'accepted');
+    const waiter = this.waiter;
+    if (waiter) {
+      this.waiter = undefined;
+      waiter(task);
+    } else {
+      this.pending.push(task);
+    }
+    return { task: this.view(task) };
+  }
+
+  private accepts(): boolean {
+    if (this.closed) return false;
+    if (this.lifecycle.task_acceptance === 'single') return !this.everAccepted && this.active === undefined && this.pending.length === 0;
+    return this.pending.length < this.lifecycle.queue_depth;
+  }
+
+  /**
+   * The next accepted task, waiting up to `timeoutMs` (forever when undefined) for one to
+   * arrive; `undefined` when none came or the registry closed.
+   */
+  next(timeoutMs: number | undefined): Promise<Task | undefined> {
+    const queued = this.pending.shift();
+    if (queued) return Promise.resolve(queued);
+    if (this.closed) return Promise.resolve(undefined);
+    return new Promise((resolve) => {
+      const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
+        this.waiter = undefined;
+        resolve(undefined);
+      }, timeoutMs);
+      this.waiter = (task) => {
+        if (timer) clearTimeout(timer);
+        resolve(task);
+      };
+    });
+  }
+
+  /** A task that did not come over A2A (`task.md`), registered so `tasks/get` and the stream see it. */
+  adopt(text: string): Task {
+    const task: Task = {
+      id: newTaskId(),
+      contextId: newContextId(),
+      messageId: newMessageId(),
+      text,
+      traceparent: undefined,
+      state: 'submitted',
+      artifacts: [],
+      history: [{ role: 'user', message_id: newMessageId(), text }],
+      updatedAt: Date.now(),
+    };
+    this.everAccepted = true;
+    this.remember(task);
+    return task;
+  }
+
+  begin(task: Task): void {
+    this.active = task;
+    this.last = task;
+    this.transition(task, 'working', 'started');
+  }
+
+  /** The task's last status: `completed` with the response, or `failed` with why. */
+  finish(task: Task, outcome: { state: 'completed'; response: string } | { state: 'failed' | 'canceled'; message: string }): void {
+    if (this.active === task) this.active = undefined;
+    if (TERMINAL_TASK_STATES.has(task.state)) return;
+    if (outcome.state === 'completed') {
+      task.response = outcome.response;
+      task.history.push({ role: 'agent', message_id: newMessageId(), text: outcome.response });
+      this.transition(task, 'completed', 'session ended', true, { response: outcome.response });
+    } else {
+      this.transition(task, outcome.state, outcome.message, true);
+    }
+  }
+
+  /** A status event that changes nothing but the message (`inference turn 2`). */
+  progress(task: Task, message: string): void {
+    this.transition(task, task.state, message);
+  }
+
+  /** A tool result or hook artifact, kept on the task and streamed. */
+  artifact(task: Task, name: string, text: string): void {
+    task.artifacts.push({ name, text });
+    if (task.artifacts.length > HISTORY_LIMIT) task.artifacts.shift();
+    this.feed.emit({ type: 'artifact', taskId: task.id, contextId: task.contextId, data: { id: task.id, artifact: { tool_name: name, content: text } } });
+  }
+
+  chunk(task: Task, kind: 'text' | 'thinking', text: string, final = false): void {
+    this.feed.emit({ type: kind, taskId: task.id, contextId: task.contextId, data: { id: task.id, text, final } });
+  }
+
+  /**
+   * `request-input`: the task waits in `input-required` (its prompt visible to `tasks/get`)
+   * until the next `message/send` answers it, or fails with `input-timeout`.
+   */
+  requestInput(task: Task, prompt: string, timeoutMs: number | undefined): Promise<string> {
+    if (this.inputWait) return Promise.reject(new Error('request-input: another request is already waiting for input'));
+    return new Promise((resolve, reject) => {
+      task.prompt = prompt;
+      this.transition(task, 'input-required', prompt);
+      const timer =
+        timeoutMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              this.inputWait = undefined;
+              task.abortedWith = 'input-timeout';
+              this.finish(task, { state: 'failed', message: 'input-timeout' });
+              reject(new Error('input-timeout'));
+            }, timeoutMs);
+      this.inputWait = {
+        task,
+        timer,
+        resolve: (text) => {
+          delete task.prompt;
+          resolve(text);
+        },
+        reject,
+      };
+    });
+  }
+
+  /** `tasks/cancel`: a task still waiting to run, or waiting for input, can be; a running one cannot. */
+  cancel(taskId: string): Answer {
+    const task = this.tasks.get(taskId);
+    if (!task) return { error: { code: RPC_ERRORS.taskNotFound, message: `Task not found: '${taskId}'` } };
+    const index = this.pending.indexOf(task);
+    if (index >= 0) {
+      this.pending.splice(index, 1);
+      this.finish(task, { state: 'canceled', message: 'canceled by request' });
+      return { task: this.view(task) };
+    }
+    if (this.inputWait?.task === task) {
+      const wait = this.inputWait;
+      this.inputWait = undefined;
+      if (wait.timer) clearTimeout(wait.timer);
+      task.abortedWith = 'canceled by request';
+      this.finish(task, { state: 'canceled', message: 'canceled by request' });
+      wait.reject(new Error('the task was canceled while waiting for input'));
+      return { task: this.view(task) };
+    }
+    return { error: { code: RPC_ERRORS.taskNotCancelable, message: `Task cannot be canceled: '${taskId}' is ${task.state}` } };
+  }
+
+  get(taskId: string | undefined, historyLength?: number): Answer {
+    const task = taskId === undefined ? (this.active ?? this.last) : this.tasks.get(taskId);
+    if (!task) return { error: { code: RPC_ERRORS.taskNotFound, message: taskId === undefined ? 'Task not found: this session has no task yet' : `Task not found: '${taskId}'` } };
+    return { task: this.view(task, historyLength) };
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  has(taskId: string): boolean {
+    return this.tasks.has(taskId);
+  }
+
+  /** The session is ending: nothing more is accepted, and tasks that never ran say so. */
+  close(reason: string): void {
+    this.closed = true;
+    for (const task of this.pending.splice(0)) this.finish(task, { state: 'failed', message: reason });
+    const wait = this.inputWait;
+    if (wait) {
+      this.inputWait = undefined;
+      if (wait.timer) clearTimeout(wait.timer);
+      wait.reject(new Error(reason));
+    }
+    const waiter = this.waiter;
+    this.waiter = undefined;
+    waiter?.(undefined);
+  }
+
+  view(task: Task, historyLength = HISTORY_LIMIT): TaskView {
+    return {
+      id: task.id,
+      context_id: task.contextId,
+      state: task.state,
+      ...(task.message !== undefined ? { message: task.message } : {}),
+      ...(task.prompt !== undefined && task.state === 'input-required' ? { prompt: task.prompt } : {}),
+      ...(task.response !== undefined ? { response: task.response } : {}),
+      artifacts: task.artifacts,
+      history: historyLength === 0 ? [] : task.history.slice(-historyLength),
+      updated_at: new Date(task.updatedAt).toISOString(),
+    };
+  }
+
+  private remember(task: Task): void {
+    this.tasks.set(task.id, task);
+    if (this.tasks.size <= REMEMBERED_TASKS) return;
+    for (const [id, old] of this.tasks) {
+      if (TERMINAL_TASK_STATES.has(old.state)) {
+        this.tasks.delete(id);
+        return;
+      }
+    }
+  }
+
+  private transition(task: Task, state: TaskState, message: string, final = false, extra: Record<string, unknown> = {}): void {
+    task.state = state;
+    task.message = message;
+    task.updatedAt = Date.now();
+    this.feed.emit({
+      type: 'status',
+      taskId: task.id,
+      contextId: task.contextId,
+      state,
+      final,
+      data: { id: task.id, context_id: task.contextId, status: { state, message, ...extra }, final },
+    });
+  }
+}

@@ -1,0 +1,55 @@
+import { readFileSync } from 'node:fs';
+import type { DriverTool } from './driver-wire.js';
+import type { HostTool } from './protocol.js';
+import { shellToolDescription } from './subprocess.js';
+
+/**
+ * The tools the model is offered, as upstream builds them once per task: every tool and skill
+ * installed for the session and every `shell.allow` binary, sorted by name; never the driver or a
+ * hook (they are not tools), nor the skill that already is the system prompt. A tool's parameters
+ * are its manifest's `input_schema`; a skill takes none.
+ */
+
+const EMPTY_SCHEMA = { type: 'object', properties: {} } as const;
+
+function parametersOf(tool: HostTool): Record<string, unknown> {
+  if (tool.kind === 'skill' || tool.info.input_schema === undefined) return { ...EMPTY_SCHEMA };
+  try {
+    const schema: unknown = JSON.parse(tool.info.input_schema);
+    return schema !== null && typeof schema === 'object' && !Array.isArray(schema) ? (schema as Record<string, unknown>) : { ...EMPTY_SCHEMA };
+  } catch {
+    return { ...EMPTY_SCHEMA };
+  }
+}
+
+function descriptionOf(tool: HostTool): string | undefined {
+  const declared = tool.info.description.trim();
+  if (declared !== '') return declared;
+  if (tool.kind !== 'skill' || !tool.path) return undefined;
+  try {
+    return readFileSync(tool.path, 'utf8')
+      .split('\n')
+      .map((line) => line.trim())
+      .find((line) => line !== '');
+  } catch {
+    return undefined;
+  }
+}
+
+export function toolInventory(tools: Iterable<HostTool>, shellAllow: readonly string[], promptSkill: string | undefined): DriverTool[] {
+  const offered = new Map<string, DriverTool>();
+  for (const tool of tools) {
+    if (tool.name === promptSkill) continue;
+    const description = descriptionOf(tool);
+    offered.set(tool.name, { name: tool.name, parameters: parametersOf(tool), ...(description ? { description } : {}) });
+  }
+  for (const binary of shellAllow) {
+    if (offered.has(binary)) continue;
+    offered.set(binary, {
+      name: binary,
+      parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
+      description: shellToolDescription(binary),
+    });
+  }
+  return [...offered.values()].sort((left, right) => (left.name < right.name ? -1 : left.name > right.name ? 1 : 0));
+}

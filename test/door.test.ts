@@ -1,0 +1,366 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
+import { componentArtifact, publishInto } from './support/artifacts.js';
+import { tempDir } from './support/fs.js';
+import { probeTool } from './support/probe-guests.js';
+import { eventually } from './support/processes.js';
+import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * The door in front of a running agent capsule (`mur run --json`, the embedded default): the
+ * agent card, JSON-RPC in both A2A generations, SSE with numbered events, replay and heartbeats,
+ * input-required, and every refusal a client can provoke.
+ *
+ * The scripted model echoes a message (`echo: <text>`); a message `ask <prompt>` makes it call
+ * the probe tool, which asks the person for input, and then it answers with what the tool said.
+ */
+
+type Message = { role: string; content: Array<{ type: string; text?: string; content?: Array<{ text: string }> }> };
+
+export function echoScript(body: Record<string, unknown>): ScriptedReply {
+  const messages = body.messages as Message[];
+  const last = messages.at(-1) as Message;
+  const result = last.content.find((block) => block.type === 'tool_result');
+  if (result) return { text: `tool said: ${result.content?.[0]?.text ?? ''}` };
+  const text = last.content.find((block) => block.type === 'text')?.text ?? '';
+  if (text.startsWith('ask ')) return { toolCalls: [{ name: 'probe-tool', input: { actions: [{ op: 'ask', prompt: text.slice(4) }] } }] };
+  return { text: `echo: ${text}` };
+}
+
+describe('the door', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let inference: ScriptedInference;
+  let agent: RunningAgent;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-door-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_SSE_HEARTBEAT_MS: '150', MURMUR_DOOR_MAX_BODY_BYTES: '65536' };
+    await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await componentArtifact('probe-tool', '1.0.0', (await probeTool()).bytes, 'tool', 'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\n'));
+    inference = await startScriptedInference({ script: echoScript, stream: true });
+    const project = await agentProject(
+      path.join(scratch.dir, 'agent'),
+      agentManifest(inference, {
+        artifacts: '  - name: probe-tool\n    version: 1.0.0\n    runtime: tool',
+        lifecycle: '  task_acceptance: queue\n  after_task: sleep\n  queue_depth: 1\n  input_timeout_secs: 60',
+      }),
+    );
+    agent = await startAgent(project, env);
+  });
+
+  afterAll(async () => {
+    await agent?.stop();
+    await inference?.close();
+    await scratch?.cleanup();
+  });
+
+  async function completed(taskId: string, version?: string): Promise<Record<string, unknown>> {
+    return eventually(
+      async () => {
+        const reply = await rpc(agent.url, version ? 'GetTask' : 'tasks/get', { id: taskId }, version ? { version } : {});
+        const state = (reply.body.result?.status as { state?: string } | undefined)?.state;
+        return state === 'completed' || state === 'TASK_STATE_COMPLETED' || state === 'failed' ? reply.body.result : undefined;
+      },
+      20_000,
+      `task ${taskId} to end`,
+    );
+  }
+
+  describe('agent card', () => {
+    it('is a valid A2A card for both generations, naming the session and the capsule', async () => {
+      const response = await fetch(new URL('.well-known/agent-card.json', agent.url));
+      expect(response.status).toBe(200);
+      const card = (await response.json()) as Record<string, unknown>;
+      expect(card).toMatchObject({
+        name: 'agent',
+        description: 'an agent capsule under test',
+        version: '0.1.0',
+        url: agent.url,
+        preferredTransport: 'JSONRPC',
+        protocolVersion: '0.3.0',
+        session_id: agent.sessionId,
+        capsule_name: 'agent',
+        capsule_version: '0.1.0',
+        defaultInputModes: ['text/plain'],
+        defaultOutputModes: ['text/plain'],
+      });
+      expect(card.supportedInterfaces).toEqual([
+        { url: agent.url, protocolBinding: 'JSONRPC', protocolVersion: '1.0' },
+        { url: agent.url, protocolBinding: 'JSONRPC', protocolVersion: '0.3' },
+      ]);
+      expect(card.capabilities).toMatchObject({ streaming: true, pushNotifications: false, tools: ['probe-tool'], shell: false, network: true });
+      expect(card.skills).toEqual([{ id: 'probe-tool', name: 'probe-tool', description: 'the probe-tool tool', tags: ['tool'] }]);
+    });
+
+    it('is also served when the client joins the path with a slash of its own', async () => {
+      const response = await fetch(`${agent.url}/.well-known/agent-card.json`);
+      expect(response.status).toBe(200);
+      expect(((await response.json()) as { session_id: string }).session_id).toBe(agent.sessionId);
+    });
+
+    it('answers 404 for a session id that is not one, without asking the bus', async () => {
+      const base = agent.url.slice(0, agent.url.indexOf('/sessions/'));
+      const response = await fetch(`${base}/sessions/ses_..%2F..%2Fetc/.well-known/agent-card.json`);
+      expect(response.status).toBe(404);
+      expect(((await response.json()) as { error: { code: string } }).error.code).toBe('E-DOOR-001');
+    });
+
+    it('answers 404 with E-DOOR-001 for a well-formed session no one runs', async () => {
+      const base = agent.url.slice(0, agent.url.indexOf('/sessions/'));
+      const response = await fetch(`${base}/sessions/ses_${'0'.repeat(32)}/.well-known/agent-card.json`);
+      expect(response.status).toBe(404);
+      const body = (await response.json()) as { error: { code: string; message: string } };
+      expect(body.error.code).toBe('E-DOOR-001');
+      expect(body.error.message).toContain(`ses_${'0'.repeat(32)}`);
+    });
+  });
+
+  describe('message/send and tasks/get (0.3)', () => {
+    it('accepts a task at once, and tasks/get shows it complete with the response', async () => {
+      const sent = await rpc(agent.url, 'message/send', textMessage('hello there'));
+      expect(sent.status).toBe(200);
+      const task = sent.body.result as { kind: string; id: string; contextId: string; status: { state: string } };
+      expect(task.kind).toBe('task');
+      expect(task.id).toMatch(/^tsk_[0-9a-f]{32}$/);
+      expect(task.contextId).toMatch(/^ctx_[0-9a-f]{32}$/);
+      expect(task.status.state).toBe('submitted');
+      const done = (await completed(task.id)) as { status: { state: string; message: { parts: Array<{ text: string }> } }; artifacts: Array<{ name: string; parts: Array<{ text: string }> }>; history: Array<{ role: string }> };
+      expect(done.status.state).toBe('completed');
+      expect(done.status.message.parts[0]?.text).toBe('echo: hello there');
+      expect(done.artifacts.find((artifact) => artifact.name === 'response')?.parts[0]?.text).toBe('echo: hello there');
+      expect(done.history.map((entry) => entry.role)).toEqual(['user', 'agent']);
+      const result = await fs.readFile(path.join(agent.workdir, 'out', `result_${task.id}.txt`), 'utf8');
+      expect(result).toBe('echo: hello there');
+    });
+
+    it('waits for the task to settle when the client asks to block', async () => {
+      const sent = await rpc(agent.url, 'message/send', { ...textMessage('block for me'), configuration: { blocking: true } });
+      expect((sent.body.result?.status as { state: string }).state).toBe('completed');
+    });
+
+    it('keeps a client-chosen context id, and returns the last task when tasks/get names none', async () => {
+      const sent = await rpc(agent.url, 'message/send', { ...textMessage('in my context', { contextId: 'my-context.1' }), configuration: { blocking: true } });
+      expect(sent.body.result?.contextId).toBe('my-context.1');
+      const last = await rpc(agent.url, 'tasks/get', {});
+      expect(last.body.result?.id).toBe(sent.body.result?.id);
+    });
+
+    it('records the A2A task in the trace in upstream order', async () => {
+      const sent = await rpc(agent.url, 'message/send', { ...textMessage('trace me'), configuration: { blocking: true } });
+      const taskId = sent.body.result?.id as string;
+      const trace = await traceOf(agent.workdir);
+      const start = trace.findIndex((event) => event.event_type === 'a2a_task_received' && event.task_id === taskId);
+      const end = trace.findIndex((event) => event.event_type === 'task_end' && event.task_id === taskId);
+      expect(start).toBeGreaterThanOrEqual(0);
+      expect(end).toBeGreaterThan(start);
+      const order = trace
+        .slice(start, end + 1)
+        .map((event) => event.event_type)
+        .filter((type) => type !== 'egress');
+      expect(order).toEqual(['a2a_task_received', 'task_start', 'session_start', 'inference', 'session_end', 'task_end']);
+      expect(trace.slice(start, end).find((event) => event.event_type === 'task_start')).toMatchObject({ source: 'a2a', message_parts_bytes: Buffer.byteLength('trace me') });
+      expect(trace[end]).toMatchObject({ exit_status: 'ok', turns: 1, reopen_count: 0 });
+    });
+  });
+
+  describe('SendMessage and GetTask (1.0)', () => {
+    it('blocks by default and answers in 1.0 shapes', async () => {
+      const sent = await rpc(agent.url, 'SendMessage', { message: { messageId: 'm-1', role: 'ROLE_USER', parts: [{ text: 'one point oh' }] } }, { version: '1.0' });
+      const task = sent.body.result?.task as { id: string; status: { state: string; message: { role: string; parts: Array<{ text: string }> } }; kind?: string };
+      expect(task.kind).toBeUndefined();
+      expect(task.status.state).toBe('TASK_STATE_COMPLETED');
+      expect(task.status.message.role).toBe('ROLE_AGENT');
+      expect(task.status.message.parts[0]?.text).toBe('echo: one point oh');
+      const got = await rpc(agent.url, 'GetTask', { id: task.id }, { version: '1.0' });
+      expect((got.body.result?.status as { state: string }).state).toBe('TASK_STATE_COMPLETED');
+    });
+
+    it('returns at once when asked to', async () => {
+      const sent = await rpc(agent.url, 'SendMessage', { message: { messageId: 'm-2', role: 'ROLE_USER', parts: [{ text: 'quick' }] }, configuration: { returnImmediately: true } }, { version: '1.0' });
+      expect(((sent.body.result?.task as { status: { state: string } }).status.state)).toBe('TASK_STATE_SUBMITTED');
+      await completed((sent.body.result?.task as { id: string }).id, '1.0');
+    });
+  });
+
+  describe('streams', () => {
+    it('streams a task with increasing event ids and closes after its final status', async () => {
+      const response = await openStream(agent.url, 'message/stream', textMessage('stream this please'));
+      expect(response.headers.get('content-type')).toContain('text/event-stream');
+      const frames = (await readSse(response)).filter((frame) => frame.comment === undefined);
+      const results = frames.map((frame) => (JSON.parse(frame.data) as { result: Record<string, unknown> }).result);
+      expect(results[0]).toMatchObject({ kind: 'task', status: { state: 'submitted' } });
+      const ids = frames.filter((frame) => frame.id !== undefined).map((frame) => Number(frame.id));
+      expect(ids.length).toBeGreaterThan(3);
+      expect(ids).toEqual([...ids].sort((left, right) => left - right));
+      expect(new Set(ids).size).toBe(ids.length);
+      const last = results.at(-1) as { kind: string; final: boolean; status: { state: string } };
+      expect(last).toMatchObject({ kind: 'status-update', final: true, status: { state: 'completed' } });
+      // The scripted model streams its reply in two deltas: two text chunks, then the closing one.
+      const chunks = frames.filter((frame) => frame.event === 'text').map((frame) => (JSON.parse(frame.data) as { result: { artifact: { parts: Array<{ text: string }> }; lastChunk: boolean } }).result);
+      expect(chunks.map((chunk) => chunk.artifact.parts[0]?.text).join('')).toBe('echo: stream this please');
+      expect(chunks.at(-1)?.lastChunk).toBe(true);
+      expect(frames.filter((frame) => frame.event === 'status').length).toBeGreaterThanOrEqual(2);
+    });
+
+    it('streams in 1.0 shapes with A2A-Version: 1.0', async () => {
+      const response = await openStream(agent.url, 'SendStreamingMessage', { message: { messageId: 'm-s', role: 'ROLE_USER', parts: [{ text: 'stream one oh' }] } }, { version: '1.0' });
+      const results = (await readSse(response)).filter((frame) => frame.comment === undefined).map((frame) => (JSON.parse(frame.data) as { result: Record<string, unknown> }).result);
+      expect(Object.keys(results[0] as object)).toEqual(['task']);
+      expect(results.at(-1)).toMatchObject({ statusUpdate: { status: { state: 'TASK_STATE_COMPLETED' } } });
+      expect(results.some((result) => 'artifactUpdate' in result)).toBe(true);
+    });
+
+    it('replays a task after Last-Event-ID, the same events with the same ids', async () => {
+      const first = (await readSse(await openStream(agent.url, 'message/stream', textMessage('replay me')))).filter((frame) => frame.id !== undefined);
+      const taskId = (JSON.parse(first[0]?.data as string) as { result: { taskId: string } }).result.taskId;
+      const after = Number(first[1]?.id);
+      const replayed = (await readSse(await openStream(agent.url, 'tasks/resubscribe', { id: taskId }, { headers: { 'last-event-id': String(after) } }))).filter((frame) => frame.comment === undefined);
+      expect((JSON.parse(replayed[0]?.data as string) as { result: { kind: string; status: { state: string } } }).result).toMatchObject({ kind: 'task', status: { state: 'completed' } });
+      expect(replayed.slice(1).map((frame) => frame.id)).toEqual(first.slice(2).map((frame) => frame.id));
+      expect(replayed.slice(1).map((frame) => frame.data)).not.toEqual([]);
+    });
+
+    it('ends a resubscription to a finished task after its snapshot when nothing is asked to be replayed', async () => {
+      const sent = await rpc(agent.url, 'message/send', { ...textMessage('finished'), configuration: { blocking: true } });
+      const frames = await readSse(await openStream(agent.url, 'tasks/resubscribe', { id: sent.body.result?.id }));
+      expect(frames).toHaveLength(1);
+      expect(frames[0]?.event).toBe('task');
+    });
+
+    it('observes the whole session with stream/watch, upstream shapes and all', async () => {
+      const response = await openStream(agent.url, 'stream/watch', {}, { headers: { 'last-event-id': '0' } });
+      const frames = await readSse(response, (_frame, seen) => seen.filter((frame) => frame.event === 'status').length >= 3);
+      expect(frames[0]).toMatchObject({ event: 'connection-ack' });
+      expect(JSON.parse(frames[0]?.data as string)).toEqual({ role: 'observer', conversation_mode: 'stateless' });
+      const status = frames.find((frame) => frame.event === 'status');
+      expect(JSON.parse(status?.data as string)).toMatchObject({ status: { state: expect.any(String) }, final: expect.any(Boolean) });
+      expect(status?.id).toBe('1');
+    });
+  });
+
+  describe('input-required', () => {
+    it('pauses the task for input, shows the prompt, resumes it with the next message, and sends heartbeats while it waits', async () => {
+      const stream = await openStream(agent.url, 'message/stream', textMessage('ask what colour?'));
+      const framesWhileWaiting = readSse(stream, (_frame, seen) => seen.some((frame) => frame.comment === 'heartbeat') && seen.some((frame) => frame.data.includes('input-required')));
+      const waiting = await framesWhileWaiting;
+      const taskId = (JSON.parse(waiting[0]?.data as string) as { result: { id: string } }).result.id;
+      const asked = await rpc(agent.url, 'tasks/get', { id: taskId });
+      expect(asked.body.result).toMatchObject({ status: { state: 'input-required', message: { parts: [{ text: 'what colour?' }] } } });
+      expect((asked.body.result?.artifacts as Array<{ name: string; parts: Array<{ text: string }> }>).find((artifact) => artifact.name === 'prompt')?.parts[0]?.text).toBe('what colour?');
+      const answered = await rpc(agent.url, 'message/send', { ...textMessage('blue', { taskId }), configuration: { blocking: true } });
+      expect(answered.body.result?.id).toBe(taskId);
+      const done = answered.body.result as { status: { state: string; message: { parts: Array<{ text: string }> } } };
+      expect(done.status.state).toBe('completed');
+      expect(done.status.message.parts[0]?.text).toContain('"value":"blue"');
+    });
+
+    it('rejects a task when the queue is full, as a result and not an error, and cancels one still waiting', async () => {
+      const held = await rpc(agent.url, 'message/send', textMessage('ask hold the slot'));
+      const heldId = held.body.result?.id as string;
+      await eventually(async () => ((await rpc(agent.url, 'tasks/get', { id: heldId })).body.result?.status as { state: string }).state === 'input-required' || undefined, 20_000, 'the held task to ask');
+      const queued = await rpc(agent.url, 'message/send', textMessage('queued', { contextId: 'another-conversation' }));
+      expect((queued.body.result?.status as { state: string }).state).toBe('submitted');
+      const refused = await rpc(agent.url, 'message/send', textMessage('one too many', { contextId: 'yet-another' }));
+      expect(refused.body.error).toBeUndefined();
+      expect(refused.body.result?.status).toMatchObject({ state: 'rejected', message: { parts: [{ text: 'task rejected: capsule is busy' }] } });
+      const canceled = await rpc(agent.url, 'tasks/cancel', { id: queued.body.result?.id });
+      expect((canceled.body.result?.status as { state: string }).state).toBe('canceled');
+      const notCancelable = await rpc(agent.url, 'tasks/cancel', { id: refused.body.result?.id });
+      expect(notCancelable.body.error?.code).toBe(-32002);
+      const answered = await rpc(agent.url, 'message/send', { ...textMessage('done holding', { taskId: heldId }), configuration: { blocking: true } });
+      expect((answered.body.result?.status as { state: string }).state).toBe('completed');
+    });
+  });
+
+  describe('refusals', () => {
+    async function post(body: string, headers: Record<string, string> = { 'content-type': 'application/json' }): Promise<{ status: number; body: { id?: unknown; error?: { code: number; message: string } } }> {
+      const response = await fetch(agent.url, { method: 'POST', headers, body });
+      return { status: response.status, body: (await response.json()) as { error?: { code: number; message: string } } };
+    }
+
+    it('answers garbage with -32700', async () => {
+      const reply = await post('{"jsonrpc": "2.0", "method": ');
+      expect(reply.body).toMatchObject({ id: null, error: { code: -32700 } });
+    });
+
+    it('answers a request that is not JSON-RPC, or a batch, with -32600', async () => {
+      expect((await post('{"id": 7, "method": "tasks/get"}')).body).toMatchObject({ id: 7, error: { code: -32600 } });
+      expect((await post('[{"jsonrpc": "2.0", "id": 1, "method": "tasks/get"}]')).body.error?.code).toBe(-32600);
+    });
+
+    it('answers an unknown method with -32601, and says when it belongs to the other generation', async () => {
+      expect((await rpc(agent.url, 'tasks/explode', {})).body.error?.code).toBe(-32601);
+      const wrongGeneration = await rpc(agent.url, 'SendMessage', textMessage('x'));
+      expect(wrongGeneration.body.error?.code).toBe(-32601);
+      expect(wrongGeneration.body.error?.message).toContain('A2A-Version: 1.0');
+    });
+
+    it('answers bad params with -32602, naming what was wrong', async () => {
+      const reply = await rpc(agent.url, 'message/send', { message: { role: 'user', parts: [{ kind: 'text', text: 'no id' }] } });
+      expect(reply.body.error?.code).toBe(-32602);
+      expect(reply.body.error?.message).toMatch(/^Invalid params: .*messageId/);
+    });
+
+    it('refuses a context id that is not a plain path segment with -32602, and starts no task', async () => {
+      for (const contextId of ['../escape', 'a/b', '.', '..', 'x'.repeat(200)]) {
+        const reply = await rpc(agent.url, 'message/send', textMessage('escape', { contextId }));
+        expect(reply.body.error?.code, contextId).toBe(-32602);
+      }
+      await expect(fs.stat(path.join(agent.workdir, 'contexts'))).rejects.toThrow();
+    });
+
+    it('answers an unknown task with -32001 in both generations', async () => {
+      expect((await rpc(agent.url, 'tasks/get', { id: 'tsk_nope' })).body.error).toMatchObject({ code: -32001 });
+      expect((await rpc(agent.url, 'GetTask', { id: 'tsk_nope' }, { version: '1.0' })).body.error).toMatchObject({ code: -32001 });
+      expect((await rpc(agent.url, 'tasks/cancel', { id: 'tsk_nope' })).body.error).toMatchObject({ code: -32001 });
+      expect((await rpc(agent.url, 'tasks/resubscribe', { id: 'tsk_nope' })).body.error).toMatchObject({ code: -32001 });
+    });
+
+    it('answers a finished task cancel with -32002', async () => {
+      const sent = await rpc(agent.url, 'message/send', { ...textMessage('finish first'), configuration: { blocking: true } });
+      const reply = await rpc(agent.url, 'tasks/cancel', { id: sent.body.result?.id });
+      expect(reply.body.error?.code).toBe(-32002);
+      expect(reply.body.error?.message).toContain('completed');
+    });
+
+    it('answers an unsupported A2A-Version with -32009', async () => {
+      const reply = await rpc(agent.url, 'GetTask', { id: 'x' }, { version: '2.0' });
+      expect(reply.body.error?.code).toBe(-32009);
+      expect(reply.body.error?.message).toContain("'2.0'");
+    });
+
+    it('refuses a body over the size limit with 413 before reading it whole', async () => {
+      const huge = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: textMessage('x'.repeat(70_000)) });
+      const reply = await post(huge);
+      expect(reply.status).toBe(413);
+      expect(reply.body.error?.code).toBe(-32600);
+      expect(reply.body.error?.message).toContain('65536');
+      // A streamed body without a length is cut off at the limit too.
+      const streamed = await fetch(agent.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: new ReadableStream({
+          start(controller) {
+            for (let index = 0; index < 40; index++) controller.enqueue(new TextEncoder().encode('x'.repeat(4096)));
+            controller.close();
+          },
+        }),
+        duplex: 'half',
+      } as RequestInit);
+      expect(streamed.status).toBe(413);
+    });
+
+    it('refuses a body that is not JSON by content-type with 415', async () => {
+      const reply = await post('{}', { 'content-type': 'text/plain' });
+      expect(reply.status).toBe(415);
+      expect(reply.body.error?.code).toBe(-32600);
+    });
+
+    it('keeps serving after all of that', async () => {
+      const sent = await rpc(agent.url, 'message/send', { ...textMessage('still here'), configuration: { blocking: true } });
+      expect((sent.body.result?.status as { state: string }).state).toBe('completed');
+    });
+  });
+});

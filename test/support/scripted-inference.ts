@@ -1,0 +1,156 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A scripted inference endpoint on loopback: the one fake in the suites, standing in for what is
+ * outside our system (a model provider). It speaks the Anthropic Messages API (`POST
+ * /v1/messages`) or OpenAI chat completions (`POST /chat/completions`), as a plain JSON reply or
+ * as the provider's SSE stream, and answers each request with the next reply of its script.
+ */
+
+export type ScriptedReply =
+  | { text: string; thinking?: string }
+  | { toolCalls: Array<{ name: string; input: Record<string, unknown>; id?: string }>; text?: string }
+  /** Anything at all, as the body: a provider error, a cut-off reply. */
+  | { status?: number; raw: string };
+
+export interface ScriptedInference {
+  /** The endpoint to configure (`inference.endpoint` / `gateway.endpoint`). */
+  readonly endpoint: string;
+  /** `127.0.0.1:<port>`: the `network.allow` entry that admits it. */
+  readonly authority: string;
+  /** Each request's JSON body and headers, in order. */
+  requests(): Array<{ path: string; body: Record<string, unknown>; headers: http.IncomingHttpHeaders }>;
+  close(): Promise<void>;
+}
+
+export interface ScriptedInferenceOptions {
+  dialect?: 'anthropic' | 'openai';
+  /** Answer with the provider's SSE stream rather than one JSON body. */
+  stream?: boolean;
+  /** The replies, in order (the last repeats), or a function of the request. */
+  script: ScriptedReply[] | ((body: Record<string, unknown>, index: number) => ScriptedReply);
+}
+
+let toolIds = 0;
+
+function anthropicJson(reply: Exclude<ScriptedReply, { raw: string }>, model: string): string {
+  const content: unknown[] = [];
+  if ('thinking' in reply && reply.thinking) content.push({ type: 'thinking', thinking: reply.thinking, signature: 'sig' });
+  if (reply.text) content.push({ type: 'text', text: reply.text });
+  const calls = 'toolCalls' in reply ? reply.toolCalls : [];
+  for (const call of calls) content.push({ type: 'tool_use', id: call.id ?? `toolu_${++toolIds}`, name: call.name, input: call.input });
+  return JSON.stringify({ id: 'msg_scripted', type: 'message', role: 'assistant', model, content, stop_reason: calls.length > 0 ? 'tool_use' : 'end_turn', usage: { input_tokens: 11, output_tokens: 7 } });
+}
+
+function anthropicStream(reply: Exclude<ScriptedReply, { raw: string }>, model: string): string {
+  const events: Array<[string, unknown]> = [['message_start', { type: 'message_start', message: { id: 'msg_scripted', model, usage: { input_tokens: 11 } } }]];
+  let index = 0;
+  const block = (start: unknown, deltas: unknown[]): void => {
+    events.push(['content_block_start', { type: 'content_block_start', index, content_block: start }]);
+    for (const delta of deltas) events.push(['content_block_delta', { type: 'content_block_delta', index, delta }]);
+    events.push(['content_block_stop', { type: 'content_block_stop', index }]);
+    index += 1;
+  };
+  if ('thinking' in reply && reply.thinking) block({ type: 'thinking', thinking: '' }, [{ type: 'thinking_delta', thinking: reply.thinking }, { type: 'signature_delta', signature: 'sig' }]);
+  if (reply.text) {
+    // Two deltas per text, so a stream test sees more than one chunk.
+    const half = Math.ceil(reply.text.length / 2);
+    block({ type: 'text', text: '' }, [{ type: 'text_delta', text: reply.text.slice(0, half) }, { type: 'text_delta', text: reply.text.slice(half) }]);
+  }
+  const calls = 'toolCalls' in reply ? reply.toolCalls : [];
+  for (const call of calls) {
+    const json = JSON.stringify(call.input);
+    block({ type: 'tool_use', id: call.id ?? `toolu_${++toolIds}`, name: call.name, input: {} }, [{ type: 'input_json_delta', partial_json: json.slice(0, 5) }, { type: 'input_json_delta', partial_json: json.slice(5) }]);
+  }
+  events.push(['message_delta', { type: 'message_delta', delta: { stop_reason: calls.length > 0 ? 'tool_use' : 'end_turn' }, usage: { output_tokens: 7 } }]);
+  events.push(['message_stop', { type: 'message_stop' }]);
+  return events.map(([event, data]) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`).join('');
+}
+
+function openaiJson(reply: Exclude<ScriptedReply, { raw: string }>): string {
+  const calls = 'toolCalls' in reply ? reply.toolCalls : [];
+  return JSON.stringify({
+    id: 'chatcmpl-scripted',
+    choices: [
+      {
+        index: 0,
+        message: {
+          role: 'assistant',
+          content: reply.text ?? null,
+          ...(calls.length > 0 ? { tool_calls: calls.map((call) => ({ id: call.id ?? `call_${++toolIds}`, type: 'function', function: { name: call.name, arguments: JSON.stringify(call.input) } })) } : {}),
+        },
+        finish_reason: calls.length > 0 ? 'tool_calls' : 'stop',
+      },
+    ],
+    usage: { prompt_tokens: 11, completion_tokens: 7 },
+  });
+}
+
+function openaiStream(reply: Exclude<ScriptedReply, { raw: string }>): string {
+  const chunks: unknown[] = [];
+  if (reply.text) {
+    const half = Math.ceil(reply.text.length / 2);
+    chunks.push({ choices: [{ index: 0, delta: { content: reply.text.slice(0, half) } }] }, { choices: [{ index: 0, delta: { content: reply.text.slice(half) } }] });
+  }
+  const calls = 'toolCalls' in reply ? reply.toolCalls : [];
+  calls.forEach((call, index) => {
+    chunks.push({ choices: [{ index: 0, delta: { tool_calls: [{ index, id: call.id ?? `call_${++toolIds}`, type: 'function', function: { name: call.name, arguments: '' } }] } }] });
+    chunks.push({ choices: [{ index: 0, delta: { tool_calls: [{ index, function: { arguments: JSON.stringify(call.input) } }] } }] });
+  });
+  chunks.push({ choices: [{ index: 0, delta: {}, finish_reason: calls.length > 0 ? 'tool_calls' : 'stop' }] });
+  chunks.push({ choices: [], usage: { prompt_tokens: 11, completion_tokens: 7 } });
+  return `${chunks.map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`).join('')}data: [DONE]\n\n`;
+}
+
+export async function startScriptedInference(options: ScriptedInferenceOptions): Promise<ScriptedInference> {
+  const dialect = options.dialect ?? 'anthropic';
+  const seen: Array<{ path: string; body: Record<string, unknown>; headers: http.IncomingHttpHeaders }> = [];
+  const server = http.createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on('data', (chunk: Buffer) => chunks.push(chunk));
+    request.on('end', () => {
+      let body: Record<string, unknown> = {};
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString()) as Record<string, unknown>;
+      } catch {
+        // recorded as empty: the test sees the driver sent no JSON
+      }
+      const index = seen.length;
+      seen.push({ path: request.url ?? '', body, headers: request.headers });
+      const expected = dialect === 'anthropic' ? '/v1/messages' : '/chat/completions';
+      if (request.method !== 'POST' || request.url !== expected) {
+        response.writeHead(404, { 'content-type': 'application/json' });
+        response.end(JSON.stringify({ error: { message: `scripted inference serves POST ${expected}, not ${request.method} ${request.url}` } }));
+        return;
+      }
+      const script = options.script;
+      const reply = typeof script === 'function' ? script(body, index) : (script[Math.min(index, script.length - 1)] as ScriptedReply);
+      if ('raw' in reply) {
+        response.writeHead(reply.status ?? 200, { 'content-type': 'application/json' });
+        response.end(reply.raw);
+        return;
+      }
+      const model = typeof body.model === 'string' ? body.model : 'scripted';
+      if (options.stream) {
+        response.writeHead(200, { 'content-type': 'text/event-stream' });
+        response.end(dialect === 'anthropic' ? anthropicStream(reply, model) : openaiStream(reply));
+      } else {
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.end(dialect === 'anthropic' ? anthropicJson(reply, model) : openaiJson(reply));
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    authority: `127.0.0.1:${port}`,
+    requests: () => [...seen],
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
