@@ -131,8 +131,7 @@ describe('the door', () => {
       expect(done.status.message.parts[0]?.text).toBe('echo: hello there');
       expect(done.artifacts.find((artifact) => artifact.name === 'response')?.parts[0]?.text).toBe('echo: hello there');
       expect(done.history.map((entry) => entry.role)).toEqual(['user', 'agent']);
-      const result = await fs.readFile(path.join(agent.workdir, 'out', `result_${task.id}.txt`), 'utf8');
-      expect(result).toBe('echo: hello there');
+      expect(await fs.readFile(path.join(agent.workdir, 'out', 'result.txt'), 'utf8')).toBe('echo: hello there');
     });
 
     it('waits for the task to settle when the client asks to block', async () => {

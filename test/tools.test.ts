@@ -1,27 +1,13 @@
 import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readLockfile, sha256Hex, writeMurZip } from '@murmur/shared/artifacts';
-import { componentArtifact, publishInto, skillArtifact } from './support/artifacts.js';
+import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
+import { componentArtifact, nativeEchoTool, publishInto, skillArtifact } from './support/artifacts.js';
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
 import { probeTool } from './support/probe-guests.js';
 import { runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer } from './support/servers.js';
-
-/** A native tool: a shell script that answers with its environment and its input, as JSON. */
-async function nativeEchoTool(name: string, version: string): Promise<Buffer> {
-  const script = [
-    '#!/bin/sh',
-    'input=$(cat)',
-    `printf '{"status":"passed","summary":"native ${name}","data":"HOME=%s TOKEN=%s SAFE=%s INPUT=%s"}' "$HOME" "$GITHUB_TOKEN" "$LANG" "$(printf %s "$input" | tr -d '"')"`,
-    '',
-  ].join('\n');
-  return writeMurZip([
-    { name: 'murmur.yaml', data: Buffer.from(`name: ${name}\nversion: "${version}"\nruntime: tool\nimplementation: native\ndescription: echoes natively\nrequires_files: [bin/${name}]\n`) },
-    { name: `bin/${name}`, data: Buffer.from(script), executable: true },
-  ]);
-}
 
 describe('tools and the artifact manager', () => {
   let scratch: { dir: string; cleanup: () => Promise<void> };

@@ -71,7 +71,8 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
       return door.listener.url;
     },
     async close() {
-      await door?.listener.close();
+      // Streams that are ending (the final status of a task whose session just ended) get to finish.
+      await door?.listener.close(2_000);
       await door?.service.close();
       await executor?.close();
       await stager.close();

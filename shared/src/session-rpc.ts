@@ -53,6 +53,8 @@ export const SessionEventSchema = z.object({
   /** For a `status` event: the task's state after it, and whether it is the task's last event. */
   state: TaskStateSchema.optional(),
   final: z.boolean().default(false),
+  /** When the host emitted it (ISO 8601): every door renders the same event the same way. */
+  time: z.string(),
   data: z.record(z.string(), z.unknown()),
 });
 export type SessionEvent = z.infer<typeof SessionEventSchema>;
@@ -100,7 +102,7 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
    * The events a stream begins with: those after `after_event_id` still in the replay buffer
    * (none when absent), for one task or — with no `task_id` — the whole session (`stream/watch`).
    */
-  z.object({ method: z.literal('replay'), task_id: z.string().max(256).optional(), after_event_id: z.number().int().min(-1).optional() }),
+  z.object({ method: z.literal('replay'), task_id: z.string().max(256).optional(), after_event_id: z.number().int().nonnegative().optional() }),
 ]);
 export type SessionCall = z.infer<typeof SessionCallSchema>;
 

@@ -12,6 +12,20 @@ export async function componentArtifact(name: string, version: string, wasm: Uin
   ]);
 }
 
+/** A native tool: a shell script that answers with its environment and its input, as JSON. */
+export async function nativeEchoTool(name: string, version: string): Promise<Buffer> {
+  const script = [
+    '#!/bin/sh',
+    'input=$(cat)',
+    `printf '{"status":"passed","summary":"native ${name}","data":"HOME=%s TOKEN=%s SAFE=%s INPUT=%s"}' "$HOME" "$GITHUB_TOKEN" "$LANG" "$(printf %s "$input" | tr -d '"\\\\')"`,
+    '',
+  ].join('\n');
+  return writeMurZip([
+    { name: 'murmur.yaml', data: Buffer.from(`name: ${name}\nversion: "${version}"\nruntime: tool\nimplementation: native\ndescription: echoes natively\nrequires_files: [bin/${name}]\n`) },
+    { name: `bin/${name}`, data: Buffer.from(script), executable: true },
+  ]);
+}
+
 /** A `.mur.zip` holding a skill. */
 export async function skillArtifact(name: string, version: string, text: string): Promise<Buffer> {
   return writeMurZip([

@@ -125,7 +125,15 @@ export async function startScriptedInference(options: ScriptedInferenceOptions):
         return;
       }
       const script = options.script;
-      const reply = typeof script === 'function' ? script(body, index) : (script[Math.min(index, script.length - 1)] as ScriptedReply);
+      let reply: ScriptedReply;
+      try {
+        reply = typeof script === 'function' ? script(body, index) : (script[Math.min(index, script.length - 1)] as ScriptedReply);
+      } catch (error) {
+        // A script that cannot answer says so at once, rather than leave the driver waiting.
+        response.writeHead(500, { 'content-type': 'application/json' });
+        response.end(JSON.stringify({ error: { message: `the test's script failed: ${error instanceof Error ? error.message : String(error)}` } }));
+        return;
+      }
       if ('raw' in reply) {
         response.writeHead(reply.status ?? 200, { 'content-type': 'application/json' });
         response.end(reply.raw);

@@ -164,7 +164,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     process.off('SIGTERM', onSignal);
     for (const subscription of subscriptions) subscription.unsubscribe();
 
-    if (end.error) output.err(new MurmurError(end.error.code as never, end.error.message, { ...(end.error.hint ? { hint: end.error.hint } : {}), ...(end.error.path ? { path: end.error.path } : {}) }).format());
+    // Stopped on the launcher's own signal is how a sleeping agent is meant to end: no error to report.
+    if (end.error && !interrupted) output.err(new MurmurError(end.error.code as never, end.error.message, { ...(end.error.hint ? { hint: end.error.hint } : {}), ...(end.error.path ? { path: end.error.path } : {}) }).format());
     if (!options.json) output.out(`status:  ${end.exit_status}`);
     if (interrupted) return 130;
     return end.exit_status === 'ok' ? 0 : 1;

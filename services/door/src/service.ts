@@ -29,7 +29,7 @@ import type * as z from 'zod';
 import { limitBody } from './body-limit.js';
 import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask } from './rendering.js';
-import { type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
+import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
 
 /**
  * The door: the A2A edge of every session. It holds no task state: each request is translated
@@ -94,6 +94,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     { queue: QUEUE_GROUPS.door },
   );
 
+  const feeds = new FeedHub(bus);
   const urlOf = (context: Context, sessionId: string): string => `${sessionUrl(baseUrl ?? new URL(context.req.url).origin, sessionId)}/`;
 
   const app = new Hono();
@@ -104,7 +105,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     if (!SessionIdSchema.safeParse(id).success) {
       return context.json({ error: { code: 'E-DOOR-001', message: `'${id.slice(0, 80)}' is not a session id (ses_ followed by 32 hex digits)` } }, 404);
     }
-    return new SessionLink(bus, id);
+    return new SessionLink(bus, feeds, id);
   };
 
   app.get('/sessions/:session/*', async (context) => {
@@ -357,6 +358,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     },
     async close() {
       locate.unsubscribe();
+      feeds.close();
     },
   };
 }
@@ -392,6 +394,7 @@ function endedEvent(task: TaskView): SessionEvent {
     context_id: task.context_id,
     state: 'failed',
     final: true,
+    time: new Date().toISOString(),
     data: { id: task.id, context_id: task.context_id, status: { state: 'failed', message: 'session ended' }, final: true },
   };
 }

@@ -22,6 +22,7 @@ const CALL_TIMEOUT_MS = 15_000;
 export class SessionLink {
   constructor(
     private readonly bus: Bus,
+    private readonly feeds: FeedHub,
     readonly sessionId: string,
   ) {}
 
@@ -36,10 +37,56 @@ export class SessionLink {
   }
 
   /** Starts watching the feed; resolves once the bus has the subscription, so nothing after this is missed. */
-  async watch(): Promise<FeedWatch> {
-    const watch = new FeedWatch(this.bus, this.sessionId);
-    await this.bus.flush();
+  watch(): Promise<FeedWatch> {
+    return this.feeds.watch(this.sessionId);
+  }
+}
+
+/**
+ * The door's live subscriptions: one bus subscription per session being watched, however many
+ * requests watch it, so an event is received and checked once and handed to each watcher —
+ * rather than once per watcher, which would cost the door (clients × events) under load. It is
+ * not task state: a watcher exists only while its HTTP request does.
+ */
+export class FeedHub {
+  private readonly sessions = new Map<string, { watchers: Set<FeedWatch>; subscription: Subscription; ready: Promise<void> }>();
+  private readonly ended: Subscription;
+
+  constructor(private readonly bus: Bus) {
+    this.ended = bus.subscribe(topics.sessionEnded, (event) => {
+      for (const watch of this.sessions.get(event.session_id)?.watchers ?? []) watch.end();
+    });
+  }
+
+  async watch(sessionId: string): Promise<FeedWatch> {
+    let session = this.sessions.get(sessionId);
+    if (!session) {
+      const watchers = new Set<FeedWatch>();
+      const subscription = this.bus.subscribe(topics.sessionEvents.at(sessionId), (event) => {
+        for (const watch of watchers) watch.push(event);
+      });
+      session = { watchers, subscription, ready: this.bus.flush() };
+      this.sessions.set(sessionId, session);
+    }
+    const watch = new FeedWatch(() => this.release(sessionId, watch));
+    session.watchers.add(watch);
+    await session.ready;
     return watch;
+  }
+
+  private release(sessionId: string, watch: FeedWatch): void {
+    const session = this.sessions.get(sessionId);
+    if (!session) return;
+    session.watchers.delete(watch);
+    if (session.watchers.size > 0) return;
+    session.subscription.unsubscribe();
+    this.sessions.delete(sessionId);
+  }
+
+  close(): void {
+    this.ended.unsubscribe();
+    for (const session of this.sessions.values()) session.subscription.unsubscribe();
+    this.sessions.clear();
   }
 }
 
@@ -53,18 +100,9 @@ export class FeedWatch {
   private delivered = 0;
   private wake: (() => void) | undefined;
   private ended = false;
-  private readonly subscriptions: Subscription[];
+  private closed = false;
 
-  constructor(bus: Bus, sessionId: string) {
-    this.subscriptions = [
-      bus.subscribe(topics.sessionEvents.at(sessionId), (event) => this.push(event)),
-      bus.subscribe(topics.sessionEnded, (event) => {
-        if (event.session_id !== sessionId) return;
-        this.ended = true;
-        this.wake?.();
-      }),
-    ];
-  }
+  constructor(private readonly onClose: () => void) {}
 
   /** Adds events (live or replayed); an id already delivered or queued is ignored. */
   push(...events: SessionEvent[]): void {
@@ -73,6 +111,12 @@ export class FeedWatch {
       this.queue.push(event);
     }
     this.queue.sort((left, right) => left.id - right.id);
+    this.wake?.();
+  }
+
+  /** The session ended: once the queue is empty, `next` says so. */
+  end(): void {
+    this.ended = true;
     this.wake?.();
   }
 
@@ -98,7 +142,9 @@ export class FeedWatch {
   }
 
   close(): void {
-    for (const subscription of this.subscriptions) subscription.unsubscribe();
+    if (this.closed) return;
+    this.closed = true;
+    this.onClose();
     this.wake?.();
   }
 }

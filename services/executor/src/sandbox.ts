@@ -120,9 +120,14 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[]): s
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
   if (!SYSTEM_DIRECTORIES.some((dir) => nodeRoot === dir || nodeRoot.startsWith(`${dir}/`))) args.push('--ro-bind', nodeRoot, nodeRoot);
   for (const dir of layout.code) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
-  for (const dir of layout.hidden) if (existsSync(dir)) args.push('--tmpfs', dir, '--remount-ro', dir);
+  // A hidden directory is an empty tmpfs, made read-only only after the binds below: data or the
+  // workdir may live inside one (a MURMUR_HOME or a project under the repository's .cache), and
+  // bubblewrap has to create their mount points there first.
+  const hidden = layout.hidden.filter((dir) => existsSync(dir));
+  for (const dir of hidden) args.push('--tmpfs', dir);
   for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
   args.push('--bind', layout.workdir, layout.workdir);
+  for (const dir of hidden) args.push('--remount-ro', dir);
   // Last, so every mount point above exists: the composed root itself is read-only. What is
   // writable is the workdir (and /tmp, which is a directory inside it), nothing else.
   args.push('--remount-ro', '/', '--chdir', layout.workdir, '--', ...command);

@@ -1,3 +1,4 @@
+import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
@@ -6,7 +7,8 @@ export interface HttpListener {
   readonly host: string;
   readonly port: number;
   readonly url: string;
-  close(): Promise<void>;
+  /** Stops listening; open connections are closed at once, or after `graceMs` if they are still open. */
+  close(graceMs?: number): Promise<void>;
 }
 
 /** Serves a hono app on `host:port` (0 picks a free port) and resolves once it is listening. */
@@ -19,10 +21,16 @@ export function listenHttp(app: Hono, options: { host?: string; port?: number } 
         host,
         port: info.port,
         url: `http://${urlHost}:${info.port}`,
-        close: () =>
+        close: (graceMs = 0) =>
           new Promise<void>((done) => {
-            server.close(() => done());
-            (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+            const http = server as unknown as HttpServer;
+            http.close(() => done());
+            // Idle keep-alive connections go now; a response still being written (an SSE stream
+            // sending its last event) gets `graceMs` to finish before it is cut.
+            http.closeIdleConnections();
+            const force = (): void => http.closeAllConnections();
+            if (graceMs > 0) setTimeout(force, graceMs).unref();
+            else force();
           }),
       });
     });

@@ -31,7 +31,7 @@ export class AgentSession {
     private readonly host: CapsuleHost,
     private readonly start: StartMessage,
     private readonly agent: AgentStart,
-    channel: HostChannel,
+    private readonly channel: HostChannel,
   ) {
     this.feed = new EventFeed((event) => channel.event(event));
     this.registry = new TaskRegistry(agent.lifecycle, this.feed);
@@ -68,7 +68,7 @@ export class AgentSession {
   }
 
   async run(): Promise<SessionResult> {
-    this.host.keepWorkersWarm();
+    this.host.keepWorkersWarm(this.agent.driver.component);
     const { task_acceptance: acceptance, after_task: afterTask } = this.agent.lifecycle;
     const queueSleep = acceptance === 'queue' && afterTask === 'sleep';
     let last: LoopOutcome | undefined;
@@ -83,7 +83,7 @@ export class AgentSession {
       const task = await this.registry.next(queueSleep ? undefined : this.agent.idle_timeout_ms);
       if (!task) {
         if (queueSleep || this.registry.isClosed) break;
-        process.stderr.write('[capsule-runtime] no A2A message received within timeout; running with empty task\n');
+        this.channel.output('stderr', '[capsule-runtime] no A2A message received within timeout; running with empty task\n');
         last = await runAgentLoop({ host: this.host, start: this.start, agent: this.agent, task: undefined, registry: this.registry });
         break;
       }
@@ -124,7 +124,11 @@ export class AgentSession {
     }
     if (outcome.status === 'ok') this.registry.finish(task, { state: 'completed', response: outcome.response });
     else this.registry.finish(task, { state: 'failed', message: outcome.message });
-    if (source === 'a2a') writeFileAtomic(path.join(this.start.session_dir, 'out', `result_${task.id}.txt`), outcome.status === 'ok' ? outcome.response : `error: ${outcome.message}`);
+    // A threaded conversation keeps each task's answer apart (upstream's rule): out/result.txt is
+    // overwritten by the next task of the session.
+    if (source === 'a2a' && this.agent.lifecycle.conversation === 'threaded') {
+      writeFileAtomic(path.join(this.start.session_dir, 'out', `result_${task.id}.txt`), outcome.status === 'ok' ? outcome.response : `error: ${outcome.message}`);
+    }
     const totals = this.host.totals;
     trace.write('task_end', {
       task_id: task.id,

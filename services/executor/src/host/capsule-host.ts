@@ -4,8 +4,9 @@ import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import type { SessionCall, SessionEvent, SessionReply, WireError } from '@murmur/shared';
 import { LogFile, TraceWriter } from '../records.js';
+import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 import { createSignal, serveBridge } from './bridge.js';
-import type { GuestJob, GuestMessage, GuestOutcome } from './guest-worker.js';
+import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
 import type { EgressResult, HostRequest, HostTool, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, shellArguments, shellToolDescription } from './subprocess.js';
@@ -18,8 +19,8 @@ import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, 
  */
 
 /** A guest worker with no job yet: it loads the runtime's WASI pieces while the host waits for `start`. */
-export function prewarmGuestWorker(): Worker {
-  return new Worker(GUEST_WORKER, { stdout: true, stderr: true });
+export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
+  return new Worker(GUEST_WORKER, { stdout: true, stderr: true, ...(preload ? { workerData: { preload } satisfies GuestPreload } : {}) });
 }
 
 export interface HostChannel {
@@ -93,9 +94,13 @@ export class CapsuleHost {
   /** The agent turn tool and shell events belong to (0 for a script capsule). */
   private turn = 0;
   private taskContext: TaskContext | undefined;
+  private readonly modules = new Map<string, Promise<WebAssembly.Module>>();
+  /** Workers whose last guest returned cleanly, by component, ready for that component's next call. */
+  private readonly idleWorkers = new Map<string, Worker>();
   private stopSession: (reason: string) => void = () => {};
   /** Keep a started worker in reserve after each guest starts, so the next call skips worker start-up (agents make many). */
   private keepSpareWorker = false;
+  private spareWorkerPreload: GuestPreload['preload'] | undefined;
 
   constructor(
     private readonly start: StartMessage,
@@ -134,6 +139,7 @@ export class CapsuleHost {
       label: `${this.start.capsule_name}@${this.start.capsule_version}`,
       bundleDir: component.bundle_dir,
       entry: component.entry,
+      coreModules: component.core_modules,
       imports: component.imports,
       preopen: this.start.preopen,
       env: this.start.guest_env,
@@ -195,10 +201,14 @@ export class CapsuleHost {
     this.turn = turn;
   }
 
-  /** From now on a started worker is kept in reserve for the next guest. */
-  keepWorkersWarm(): void {
+  /**
+   * From now on a started worker is kept in reserve for the next guest, with `likely` (an agent's
+   * driver, which every turn calls) already loaded in it.
+   */
+  keepWorkersWarm(likely?: NonNullable<StartMessage['component']>): void {
+    this.spareWorkerPreload = likely ? { bundleDir: likely.bundle_dir, entry: likely.entry, imports: likely.imports } : undefined;
     this.keepSpareWorker = true;
-    this.prewarmed ??= prewarmGuestWorker();
+    this.prewarmed ??= prewarmGuestWorker(this.spareWorkerPreload);
   }
 
   /** One call of the driver component with the turn's wire request. */
@@ -209,6 +219,7 @@ export class CapsuleHost {
       label: `driver '${driver.name}'`,
       bundleDir: driver.component.bundle_dir,
       entry: driver.component.entry,
+      coreModules: driver.component.core_modules,
       imports: driver.component.imports,
       preopen: driver.preopen,
       env,
@@ -282,7 +293,37 @@ export class CapsuleHost {
    * counts while the guest works, not while a person is asked for input: that wait has its own
    * limit (`lifecycle.input_timeout_secs`).
    */
-  private runGuest(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'> & { toolInput?: GuestJob['toolInput'] }): Promise<GuestOutcome | { kind: 'deadline' }> {
+  private async runGuest(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes' | 'modules'> & { coreModules: string[] }): Promise<GuestOutcome | { kind: 'deadline' }> {
+    let modules: Record<string, WebAssembly.Module>;
+    try {
+      modules = await this.compiled(job.bundleDir, job.coreModules);
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      return error instanceof MemoryLimitError ? { kind: 'too-small', message } : { kind: 'link-error', message: `the component's core module does not compile: ${message}` };
+    }
+    const { coreModules: _files, ...rest } = job;
+    return this.runWorker({ ...rest, modules });
+  }
+
+  /** The component's core modules, compiled once for the session and shared by every instance. */
+  private compiled(bundleDir: string, files: string[]): Promise<Record<string, WebAssembly.Module>> {
+    const limit = this.start.policy.limits.memory_bytes;
+    return Promise.all(
+      files.map(async (file) => {
+        const key = path.join(bundleDir, file);
+        let module = this.modules.get(key);
+        if (!module) {
+          module = compileCoreModule(key, limit);
+          this.modules.set(key, module);
+          // A failed compile is not remembered: the next call reports it afresh.
+          module.catch(() => this.modules.delete(key));
+        }
+        return [file, await module] as const;
+      }),
+    ).then((entries) => Object.fromEntries(entries));
+  }
+
+  private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>): Promise<GuestOutcome | { kind: 'deadline' }> {
     const { port1, port2 } = new MessageChannel();
     const signal = createSignal();
     const deadlineMs = this.start.policy.limits.deadline_seconds * 1000;
@@ -310,38 +351,48 @@ export class CapsuleHost {
     });
     const guestJob: GuestJob = { ...job, memoryLimitBytes: this.start.policy.limits.memory_bytes, bridgePort: port2, signal };
     let worker: Worker;
-    if (this.prewarmed) {
+    const idle = this.idleWorkers.get(job.bundleDir);
+    if (idle) {
+      this.idleWorkers.delete(job.bundleDir);
+      worker = idle;
+      worker.postMessage(guestJob, [port2]);
+    } else if (this.prewarmed) {
       worker = this.prewarmed;
       this.prewarmed = undefined;
       worker.postMessage(guestJob, [port2]);
+      if (this.keepSpareWorker) this.prewarmed = prewarmGuestWorker(this.spareWorkerPreload);
     } else {
       worker = new Worker(GUEST_WORKER, { workerData: guestJob, transferList: [port2], stdout: true, stderr: true });
     }
-    if (this.keepSpareWorker) this.prewarmed = prewarmGuestWorker();
     const lines = new LineBuffers();
     return new Promise((resolve) => {
       let settled = false;
-      const finish = (outcome: GuestOutcome | { kind: 'deadline' }): void => {
-        if (settled) return;
-        settled = true;
-        for (const [prefix, rest] of lines.drain()) this.sessionLog.line(`[${prefix}] ${rest}`);
-        if (timer) clearTimeout(timer);
-        port1.close();
-        void worker.terminate();
-        resolve(outcome);
-      };
-      onDeadline = () => finish({ kind: 'deadline' });
-      arm();
-      worker.on('message', (message: GuestMessage) => {
+      const onMessage = (message: GuestMessage): void => {
         if (message.type === 'output') {
           const text = decoder.decode(message.bytes);
           const prefix = job.role === 'capsule' ? message.stream : `${job.label} ${message.stream}`;
           for (const line of lines.push(prefix, text)) this.sessionLog.line(`[${prefix}] ${line}`);
           if (job.role === 'capsule') this.channel.output(message.stream, text);
         } else finish(message.outcome);
-      });
-      worker.on('error', (error) => finish({ kind: 'trap', message: error.message, memoryExhausted: false }));
-      worker.on('exit', () => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false }));
+      };
+      const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
+      const onExit = (): void => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false });
+      const finish = (outcome: GuestOutcome | { kind: 'deadline' }): void => {
+        if (settled) return;
+        settled = true;
+        for (const [prefix, rest] of lines.drain()) this.sessionLog.line(`[${prefix}] ${rest}`);
+        if (timer) clearTimeout(timer);
+        port1.close();
+        worker.off('message', onMessage).off('error', onError).off('exit', onExit);
+        // A worker whose guest returned cleanly is kept for the next call of the same component
+        // (an agent calls its driver every turn); anything else — a trap, a deadline — ends it.
+        if (outcome.kind === 'returned' && this.keepSpareWorker && !this.idleWorkers.has(job.bundleDir)) this.idleWorkers.set(job.bundleDir, worker);
+        else void worker.terminate();
+        resolve(outcome);
+      };
+      onDeadline = () => finish({ kind: 'deadline' });
+      arm();
+      worker.on('message', onMessage).on('error', onError).on('exit', onExit);
     });
   }
 
@@ -438,6 +489,7 @@ export class CapsuleHost {
         label: `tool '${name}'`,
         bundleDir: tool.component.bundle_dir,
         entry: tool.component.entry,
+        coreModules: tool.component.core_modules,
         imports: tool.component.imports,
         preopen: tool.preopen,
         env: this.start.guest_env,

@@ -27,6 +27,7 @@ export class EventFeed {
       context_id: event.contextId,
       ...(event.state ? { state: event.state } : {}),
       final: event.final ?? false,
+      time: new Date().toISOString(),
       data: event.data,
     };
     this.buffer.push(numbered);
@@ -36,8 +37,9 @@ export class EventFeed {
   }
 
   /**
-   * The held events after `afterId` (of one task, or all), and — when some the caller asked for
-   * were already evicted — the oldest id still held, so a stream can say there is a gap.
+   * The held events after `afterId` (of one task, or all), and — when events after `afterId` were
+   * already evicted — the oldest id still held, so a stream can say there may be a gap. (The feed
+   * does not remember what it dropped, so for one task the gap is possible, not certain.)
    */
   replay(afterId: number, taskId?: string): { events: SessionEvent[]; firstAvailableId?: number } {
     const oldest = this.buffer[0]?.id ?? this.nextId;

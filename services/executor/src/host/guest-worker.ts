@@ -1,10 +1,9 @@
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { BridgeClient } from './bridge.js';
-import { GuestExit, buildImports } from './imports.js';
-import { MemoryLimitError, capModuleMemory } from './memory-limit.js';
+import { GuestExit, buildImports, preloadImports } from './imports.js';
+import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 
 /**
  * One WebAssembly instance, alone in a worker thread: the capsule's own component, or one tool
@@ -27,6 +26,12 @@ export interface GuestJob {
   bridgePort: MessagePort;
   signal: Int32Array;
   toolInput?: { data?: string | undefined; logPath?: string | undefined };
+  /**
+   * The component's core modules, compiled (with their memory capped) by the host once per
+   * component and shared by every instance: an agent calls its driver every turn, and compiling
+   * a 12 MB module each time would be most of the turn.
+   */
+  modules: Record<string, WebAssembly.Module>;
 }
 
 export type GuestOutcome =
@@ -72,14 +77,16 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   const missing = job.imports.find((name) => !(name in imports));
   if (missing !== undefined) return { kind: 'link-error', message: `the runtime offers no ${missing}`, missing };
   const memories: WebAssembly.Memory[] = [];
-  const getCoreModule = (file: string): Promise<WebAssembly.Module> => {
-    const bytes = readFileSync(path.join(job.bundleDir, file));
-    // Capped before compiling: growth past the limit fails in the guest instead of succeeding.
-    return WebAssembly.compile(capModuleMemory(bytes, job.memoryLimitBytes).bytes);
+  const getCoreModule = async (file: string): Promise<WebAssembly.Module> => {
+    const compiled = job.modules[file];
+    if (compiled) return compiled;
+    return compileCoreModule(path.join(job.bundleDir, file), job.memoryLimitBytes);
   };
   type InstantiateCore = (module: WebAssembly.Module, coreImports?: WebAssembly.Imports) => Promise<WebAssembly.Instance>;
+  // Synchronous on purpose: the module is already compiled, this thread has nothing else to do,
+  // and the asynchronous form costs a round trip through the event loop per core module.
   const instantiateCore: InstantiateCore = async (module, coreImports) => {
-    const instance = await WebAssembly.instantiate(module, coreImports);
+    const instance = new WebAssembly.Instance(module, coreImports);
     for (const value of Object.values(instance.exports)) if (value instanceof WebAssembly.Memory) memories.push(value);
     return instance;
   };
@@ -116,9 +123,28 @@ function start(job: GuestJob): void {
   );
 }
 
+/** What a spare worker can load before its job arrives: the component it will most likely run. */
+export interface GuestPreload {
+  preload: { bundleDir: string; entry: string; imports: string[] };
+}
+
 // A worker is either given its job at birth, or born early (while the host is still being told
-// what to run, so its start-up overlaps that) and given the job as its first message.
+// what to run, or while the previous call runs, so its start-up overlaps that) and given the job
+// as its first message. A worker born early may be told what to load meanwhile.
 if (parentPort) {
-  if (workerData) start(workerData as GuestJob);
-  else parentPort.once('message', (job: GuestJob) => start(job));
+  const data = workerData as GuestJob | GuestPreload | undefined;
+  if (data && 'role' in data) {
+    start(data);
+    parentPort.on('message', (job: GuestJob) => start(job));
+  } else {
+    if (data?.preload) {
+      const { bundleDir, entry, imports } = data.preload;
+      // Only a head start: whatever fails here fails again, reported, when the job runs.
+      void preloadImports(imports).catch(() => {});
+      void import(pathToFileURL(path.join(bundleDir, entry)).href).catch(() => {});
+    }
+    // A worker runs one job at a time, and — kept by the host after a clean return — may be
+    // given the next call of the same component: a fresh instance, with its own imports, each time.
+    parentPort.on('message', (job: GuestJob) => start(job));
+  }
 }

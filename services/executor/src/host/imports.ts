@@ -61,11 +61,11 @@ function base64(bytes: Uint8Array): string {
  * Only what the component imports is built, and only the shim modules those pieces need are
  * loaded: a component that imports no WASI at all starts without loading any of it.
  */
-export async function buildImports(grants: GuestGrants, needed: readonly string[]): Promise<Record<string, unknown>> {
+function loadPieces(needed: readonly string[]) {
   const wants = (prefix: string): boolean => needed.some((name) => name.startsWith(prefix));
   const usesStreams = wants('wasi:cli/') || wants('wasi:io/') || wants('wasi:http/') || wants('wasi:filesystem/');
   const usesClocks = usesStreams || wants('wasi:clocks/');
-  const [io, clocks, random, filesystemModule, streamsModule, httpModule] = await Promise.all([
+  return Promise.all([
     usesClocks ? import('@bytecodealliance/preview2-shim/io') : undefined,
     usesClocks ? import('@bytecodealliance/preview2-shim/clocks') : undefined,
     wants('wasi:random/') ? import('@bytecodealliance/preview2-shim/random') : undefined,
@@ -73,6 +73,15 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
     usesStreams ? import('./streams.js') : undefined,
     wants('wasi:http/') ? import('./wasi-http.js') : undefined,
   ]);
+}
+
+/** Loads the pieces a component will need before its job arrives (a spare worker's head start). */
+export async function preloadImports(needed: readonly string[]): Promise<void> {
+  await loadPieces(needed);
+}
+
+export async function buildImports(grants: GuestGrants, needed: readonly string[]): Promise<Record<string, unknown>> {
+  const [io, clocks, random, filesystemModule, streamsModule, httpModule] = await loadPieces(needed);
   const imports: Record<string, unknown> = {};
   if (streamsModule) Object.assign(imports, cliImports(grants, streamsModule));
   if (io && clocks) {

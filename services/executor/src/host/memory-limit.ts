@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 /**
  * Caps the linear memories a WebAssembly core module defines, before it is compiled.
  *
@@ -207,4 +208,9 @@ function hexByte(byte: number | undefined): string {
 
 function formatBytes(bytes: number): string {
   return bytes >= 1024 * 1024 ? `${bytes / (1024 * 1024)} MiB` : `${bytes / 1024} KiB`;
+}
+
+/** A core module compiled with its memories capped: growth past the limit fails in the guest instead of succeeding. */
+export async function compileCoreModule(file: string, memoryLimitBytes: number): Promise<WebAssembly.Module> {
+  return WebAssembly.compile(capModuleMemory(await readFile(file), memoryLimitBytes).bytes);
 }

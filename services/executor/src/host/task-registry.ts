@@ -265,6 +265,8 @@ export class TaskRegistry {
     if (wait) {
       this.inputWait = undefined;
       if (wait.timer) clearTimeout(wait.timer);
+      wait.task.abortedWith = reason;
+      this.finish(wait.task, { state: 'failed', message: reason });
       wait.reject(new Error(reason));
     }
     const waiter = this.waiter;
@@ -280,7 +282,7 @@ export class TaskRegistry {
       ...(task.message !== undefined ? { message: task.message } : {}),
       ...(task.prompt !== undefined && task.state === 'input-required' ? { prompt: task.prompt } : {}),
       ...(task.response !== undefined ? { response: task.response } : {}),
-      artifacts: task.artifacts,
+      artifacts: [...task.artifacts],
       history: historyLength === 0 ? [] : task.history.slice(-historyLength),
       updated_at: new Date(task.updatedAt).toISOString(),
     };

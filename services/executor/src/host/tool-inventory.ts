@@ -10,15 +10,18 @@ import { shellToolDescription } from './subprocess.js';
  * are its manifest's `input_schema`; a skill takes none.
  */
 
-const EMPTY_SCHEMA = { type: 'object', properties: {} } as const;
+/** A schema that takes no arguments; a fresh object each time, so no two tools share one. */
+function emptySchema(): Record<string, unknown> {
+  return { type: 'object', properties: {} };
+}
 
 function parametersOf(tool: HostTool): Record<string, unknown> {
-  if (tool.kind === 'skill' || tool.info.input_schema === undefined) return { ...EMPTY_SCHEMA };
+  if (tool.kind === 'skill' || tool.info.input_schema === undefined) return emptySchema();
   try {
     const schema: unknown = JSON.parse(tool.info.input_schema);
-    return schema !== null && typeof schema === 'object' && !Array.isArray(schema) ? (schema as Record<string, unknown>) : { ...EMPTY_SCHEMA };
+    return schema !== null && typeof schema === 'object' && !Array.isArray(schema) ? (schema as Record<string, unknown>) : emptySchema();
   } catch {
-    return { ...EMPTY_SCHEMA };
+    return emptySchema();
   }
 }
 

@@ -1,0 +1,162 @@
+/**
+ * `npm run bench:door`: A2A round trips through a door. 32 concurrent clients send `SendMessage`
+ * (A2A 1.0, blocking: the reply is the completed task) to an echo capsule — an agent capsule whose
+ * driver echoes the message — through door → bus → executor → capsule host → driver and back;
+ * then 32 clients fetch its agent card, which the host answers the same way. Side by side, in the
+ * same run, the same load against a plain @a2a-js/sdk server with an in-process echo executor.
+ * Prints req/s, p50 and p99 of each, and the ratios. Aim: ≥ 0.5 of the SDK's message rate.
+ *
+ * Both servers run in their own processes; the clients run here. `BENCH_SECONDS` (default 8) is
+ * the length of each measured phase, after a one-second warm-up.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { componentArtifact, publishInto } from '../test/support/artifacts.js';
+import { echoDriver } from './echo-driver.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
+const CLIENTS = 32;
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const mur = path.join(root, 'cli', 'bin', 'mur.js');
+
+interface Phase {
+  requests: number;
+  failures: number;
+  perSecond: number;
+  p50: number;
+  p99: number;
+}
+
+/** `CLIENTS` loops doing `call` back to back for `seconds`; latencies of the successful ones. */
+async function load(call: () => Promise<boolean>, seconds: number): Promise<Phase> {
+  const latencies: number[] = [];
+  let failures = 0;
+  const until = performance.now() + seconds * 1000;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: CLIENTS }, async () => {
+      while (performance.now() < until) {
+        const at = performance.now();
+        if (await call().catch(() => false)) latencies.push(performance.now() - at);
+        else failures += 1;
+      }
+    }),
+  );
+  const elapsed = (performance.now() - started) / 1000;
+  latencies.sort((left, right) => left - right);
+  const at = (quantile: number): number => latencies[Math.min(latencies.length - 1, Math.floor(quantile * latencies.length))] ?? Number.NaN;
+  return { requests: latencies.length, failures, perSecond: latencies.length / elapsed, p50: at(0.5), p99: at(0.99) };
+}
+
+let sequence = 0;
+
+/** One blocking `SendMessage`; true when the task came back completed with the echo. */
+async function sendMessage(url: string): Promise<boolean> {
+  const text = `ping ${++sequence}`;
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'a2a-version': '1.0' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: sequence, method: 'SendMessage', params: { message: { messageId: `m-${sequence}`, role: 'ROLE_USER', parts: [{ text }] } } }),
+  });
+  const body = (await response.json()) as { result?: { task?: { status?: { state?: string; message?: { parts?: Array<{ text?: string }> } } } } };
+  const status = body.result?.task?.status;
+  return status?.state === 'TASK_STATE_COMPLETED' && status.message?.parts?.[0]?.text === text;
+}
+
+async function getCard(url: string): Promise<boolean> {
+  const response = await fetch(url);
+  const card = (await response.json()) as { name?: string };
+  return response.ok && typeof card.name === 'string';
+}
+
+/** Starts a process and waits for the first stdout line that `ready` accepts. */
+async function startProcess(command: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv }, ready: (line: string) => boolean): Promise<{ child: ChildProcess; line: string }> {
+  const child = spawn(command[0] as string, command.slice(1), { cwd: options.cwd, env: options.env, stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await new Promise<string>((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
+    lines.on('line', (text) => {
+      if (ready(text)) resolve(text);
+    });
+    child.once('exit', (code) => reject(new Error(`${command.join(' ')} exited with ${code} before it was ready`)));
+  });
+  return { child, line };
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  await exited;
+}
+
+function row(label: string, phase: Phase): string {
+  return `${label.padEnd(34)}${phase.perSecond.toFixed(0).padStart(8)}${phase.p50.toFixed(1).padStart(10)}${phase.p99.toFixed(1).padStart(10)}${String(phase.failures).padStart(10)}`;
+}
+
+const scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-bench-door-'));
+const children: ChildProcess[] = [];
+try {
+  const home = path.join(scratch, 'home');
+  await publishInto(path.join(home, 'artifacts'), await componentArtifact('echo-driver', '1.0.0', (await echoDriver()).bytes, 'driver'));
+  const project = path.join(scratch, 'echo');
+  await fs.mkdir(project);
+  await fs.writeFile(
+    path.join(project, 'murmur.yaml'),
+    [
+      'name: echo',
+      'version: 1.0.0',
+      'description: answers every message with its text',
+      'artifacts:',
+      '  - name: echo-driver',
+      '    version: 1.0.0',
+      '    runtime: driver',
+      'lifecycle:',
+      '  task_acceptance: queue',
+      '  after_task: sleep',
+      `  queue_depth: ${CLIENTS * 2}`,
+      'inference:',
+      '  endpoint: http://127.0.0.1:9',
+      '  model: echo',
+      '  driver:',
+      '    artifact: echo-driver',
+      '',
+    ].join('\n'),
+  );
+  const murmur = await startProcess([process.execPath, mur, 'run', '--json'], { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home } }, (line) => line.startsWith('{'));
+  children.push(murmur.child);
+  const session = (JSON.parse(murmur.line) as { url: string }).url;
+  const sdk = await startProcess([process.execPath, path.join(root, 'bench', 'sdk-echo-server.mjs')], { cwd: root, env: { PATH: process.env.PATH ?? '' } }, (line) => line.startsWith('listening '));
+  children.push(sdk.child);
+  const sdkBase = sdk.line.slice('listening '.length);
+
+  const targets = [
+    { label: 'murmur door → capsule host', rpc: session, card: new URL('.well-known/agent-card.json', session).href },
+    { label: '@a2a-js/sdk, in-process executor', rpc: `${sdkBase}/rpc`, card: `${sdkBase}/.well-known/agent-card.json` },
+  ];
+  for (const target of targets) {
+    if (!(await sendMessage(target.rpc))) throw new Error(`${target.label}: a message round trip did not come back as the echo`);
+  }
+  process.stdout.write(`A2A door benchmark: ${CLIENTS} concurrent clients, ${SECONDS} s per phase (${os.cpus().length} cores, node ${process.version})\n\n`);
+  process.stdout.write(`${'server'.padEnd(34)}${'req/s'.padStart(8)}${'p50 ms'.padStart(10)}${'p99 ms'.padStart(10)}${'failed'.padStart(10)}\n`);
+  const results: Record<string, { message: Phase; card: Phase }> = {};
+  for (const target of targets) {
+    await load(() => sendMessage(target.rpc), 1);
+    const message = await load(() => sendMessage(target.rpc), SECONDS);
+    process.stdout.write(`${row(`${target.label}: SendMessage`, message)}\n`);
+    await load(() => getCard(target.card), 1);
+    const card = await load(() => getCard(target.card), SECONDS);
+    process.stdout.write(`${row(`${target.label}: agent card`, card)}\n`);
+    results[target.label] = { message, card };
+  }
+  const [door, plain] = targets.map((target) => results[target.label] as { message: Phase; card: Phase });
+  const messageRatio = (door?.message.perSecond ?? 0) / (plain?.message.perSecond ?? 1);
+  const cardRatio = (door?.card.perSecond ?? 0) / (plain?.card.perSecond ?? 1);
+  process.stdout.write(`\nratio (murmur / sdk): messages ${messageRatio.toFixed(2)} (aim ≥ 0.5), agent cards ${cardRatio.toFixed(2)}\n`);
+} finally {
+  for (const child of children.reverse()) await stop(child);
+  if (!process.env.BENCH_KEEP) await fs.rm(scratch, { recursive: true, force: true });
+}

@@ -1,0 +1,221 @@
+import { type A2aMessage, SendParamsV03Schema, a2aVersionOf, isSafeContextId, messageText } from '@murmur/shared';
+import { describe, expect, it } from 'vitest';
+import { describeInvalidParams, readJsonRpc, rpcError, rpcResult } from '../src/json-rpc.js';
+
+/** The error response of a body that is not a usable request. */
+function refusal(body: string): { id: unknown; code: number; message: string } {
+  const read = readJsonRpc(body);
+  if (read.ok) throw new Error(`expected a refusal, got ${JSON.stringify(read.call)}`);
+  const error = read.response.error as { code: number; message: string };
+  expect(read.response.jsonrpc).toBe('2.0');
+  return { id: read.response.id, code: error.code, message: error.message };
+}
+
+describe('reading a JSON-RPC request', () => {
+  it('reads a request’s id, method and params', () => {
+    expect(readJsonRpc(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'message/send', params: { message: {} } }))).toEqual({
+      ok: true,
+      call: { id: 3, method: 'message/send', params: { message: {} } },
+    });
+  });
+
+  it('reads a missing id as null and missing params as an empty object', () => {
+    expect(readJsonRpc('{"jsonrpc":"2.0","method":"tasks/get"}')).toEqual({ ok: true, call: { id: null, method: 'tasks/get', params: {} } });
+  });
+
+  it('keeps a string id', () => {
+    const read = readJsonRpc('{"jsonrpc":"2.0","id":"req-1","method":"GetTask","params":{"id":"tsk_1"}}');
+    expect(read.ok && read.call.id).toBe('req-1');
+  });
+
+  it.each([['not json'], ['{"jsonrpc":"2.0",'], [''], ['{"jsonrpc":"2.0","id":5,"method":"x"']])('answers the body %j with a parse error and id null', (body) => {
+    const { id, code, message } = refusal(body);
+    expect(code).toBe(-32700);
+    expect(id).toBeNull();
+    expect(message).toContain('Parse error');
+  });
+
+  it('refuses a batch as an invalid request with id null', () => {
+    const { id, code, message } = refusal(JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'message/send' }]));
+    expect(code).toBe(-32600);
+    expect(id).toBeNull();
+    expect(message).toContain('batch requests are not supported');
+  });
+
+  it('refuses a request without jsonrpc, keeping its id', () => {
+    const { id, code, message } = refusal('{"id":5,"method":"message/send"}');
+    expect(code).toBe(-32600);
+    expect(id).toBe(5);
+    expect(message).toContain('"jsonrpc": "2.0"');
+  });
+
+  it('refuses a request with the wrong jsonrpc version, keeping its id', () => {
+    expect(refusal('{"jsonrpc":"1.0","id":"a","method":"message/send"}')).toMatchObject({ code: -32600, id: 'a' });
+  });
+
+  it('refuses a request without a method, keeping its id', () => {
+    expect(refusal('{"jsonrpc":"2.0","id":"abc"}')).toMatchObject({ code: -32600, id: 'abc' });
+    expect(refusal('{"jsonrpc":"2.0","id":9,"method":""}')).toMatchObject({ code: -32600, id: 9 });
+    expect(refusal('{"jsonrpc":"2.0","id":9,"method":42}')).toMatchObject({ code: -32600, id: 9 });
+  });
+
+  it('answers an invalid request with id null when its id is not usable', () => {
+    expect(refusal('{"id":{"nested":true},"method":"x"}')).toMatchObject({ code: -32600, id: null });
+    expect(refusal('{"id":[1],"method":"x"}')).toMatchObject({ code: -32600, id: null });
+    expect(refusal(JSON.stringify({ id: 'x'.repeat(257), method: 'x' }))).toMatchObject({ code: -32600, id: null });
+    expect(refusal('{"method":"x"}')).toMatchObject({ code: -32600, id: null });
+  });
+
+  it.each([['null'], ['"message/send"'], ['42'], ['true']])('refuses the JSON value %s as an invalid request with id null', (body) => {
+    expect(refusal(body)).toMatchObject({ code: -32600, id: null });
+  });
+
+  it('writes results and errors as JSON-RPC 2.0 envelopes', () => {
+    expect(rpcResult(1, { ok: true })).toEqual({ jsonrpc: '2.0', id: 1, result: { ok: true } });
+    expect(rpcError('x', { code: -32001, message: 'Task not found' })).toEqual({ jsonrpc: '2.0', id: 'x', error: { code: -32001, message: 'Task not found' } });
+  });
+});
+
+describe('describing invalid params', () => {
+  it('names where the first issue is and what was wrong', () => {
+    expect(describeInvalidParams([{ path: ['message', 'parts', 0, 'text'], message: 'expected string' }, { path: ['other'], message: 'ignored' }])).toBe(
+      'Invalid params: message.parts.0.text: expected string',
+    );
+  });
+
+  it('names a top-level field by itself', () => {
+    expect(describeInvalidParams([{ path: ['message'], message: 'Required' }])).toBe('Invalid params: message: Required');
+  });
+
+  it('says params when the issue is at the top', () => {
+    expect(describeInvalidParams([{ path: [], message: 'expected object' }])).toBe('Invalid params: params: expected object');
+  });
+
+  it('says only Invalid params when there is no issue', () => {
+    expect(describeInvalidParams([])).toBe('Invalid params');
+  });
+
+  it('describes a real schema failure by its path', () => {
+    const parsed = SendParamsV03Schema.safeParse({ message: { parts: [] } });
+    expect(parsed.success).toBe(false);
+    expect(describeInvalidParams(parsed.error?.issues ?? [])).toMatch(/^Invalid params: message\.messageId: /);
+  });
+});
+
+describe('the A2A generation of a request', () => {
+  it.each([[undefined], [''], ['   ']])('is 0.3 when the header is %j', (header) => {
+    expect(a2aVersionOf(header)).toBe('0.3');
+  });
+
+  it.each([['0.3'], ['0.3.0'], [' 0.3 ']])('is 0.3 for %j', (header) => {
+    expect(a2aVersionOf(header)).toBe('0.3');
+  });
+
+  it.each([['1.0'], ['1'], ['1.0.0'], [' 1.0\t']])('is 1.0 for %j', (header) => {
+    expect(a2aVersionOf(header)).toBe('1.0');
+  });
+
+  it.each([['0.2'], ['0.3.1'], ['2.0'], ['v1'], ['1.1'], ['latest'], ['1.0,0.3']])('is unsupported for %j', (header) => {
+    expect(a2aVersionOf(header)).toBeUndefined();
+  });
+});
+
+describe('0.3 send params', () => {
+  const message = { messageId: 'msg-1', role: 'user', parts: [{ kind: 'text', text: 'hi' }] };
+
+  it('accepts the message under message, with its configuration', () => {
+    const parsed = SendParamsV03Schema.parse({ message, configuration: { blocking: false, historyLength: 2 } });
+    expect(parsed.message.messageId).toBe('msg-1');
+    expect(parsed.configuration).toEqual({ blocking: false, historyLength: 2 });
+  });
+
+  it('accepts the message as the params themselves, as upstream does', () => {
+    const parsed = SendParamsV03Schema.parse(message);
+    expect(parsed.message).toEqual(message);
+    expect(messageText(parsed.message)).toBe('hi');
+  });
+
+  it('accepts params that are a message with only parts, and then asks for its messageId', () => {
+    const parsed = SendParamsV03Schema.safeParse({ parts: [{ kind: 'text', text: 'x' }] });
+    expect(parsed.success).toBe(false);
+    expect(parsed.error?.issues[0]?.path).toEqual(['message', 'messageId']);
+  });
+
+  it('keeps unknown fields of the message', () => {
+    const parsed = SendParamsV03Schema.parse({ message: { ...message, metadata: { a: 1 }, kind: 'message' } });
+    expect((parsed.message as Record<string, unknown>).metadata).toEqual({ a: 1 });
+  });
+
+  it('refuses params that carry no message at all', () => {
+    expect(SendParamsV03Schema.safeParse({}).success).toBe(false);
+    expect(SendParamsV03Schema.safeParse({ configuration: { blocking: true } }).success).toBe(false);
+    expect(SendParamsV03Schema.safeParse(null).success).toBe(false);
+    expect(SendParamsV03Schema.safeParse('hi').success).toBe(false);
+  });
+
+  it('refuses a message with an empty messageId or parts that are not a list', () => {
+    expect(SendParamsV03Schema.safeParse({ message: { ...message, messageId: '' } }).success).toBe(false);
+    expect(SendParamsV03Schema.safeParse({ message: { messageId: 'm', parts: 'hi' } }).success).toBe(false);
+  });
+
+  it('refuses a negative historyLength', () => {
+    expect(SendParamsV03Schema.safeParse({ message, configuration: { historyLength: -1 } }).success).toBe(false);
+  });
+});
+
+describe('the text of a message', () => {
+  function messageOf(parts: A2aMessage['parts']): A2aMessage {
+    return { messageId: 'm', parts };
+  }
+
+  it('joins the text parts with newlines', () => {
+    expect(messageText(messageOf([{ kind: 'text', text: 'first' }, { kind: 'text', text: 'second' }]))).toBe('first\nsecond');
+  });
+
+  it('reads 1.0’s bare text parts too', () => {
+    expect(messageText(messageOf([{ text: 'one' }, { text: 'two' }]))).toBe('one\ntwo');
+  });
+
+  it('skips parts that carry no text', () => {
+    const parts = [{ kind: 'file', file: { uri: 'file:///x' } }, { kind: 'text', text: 'only this' }, { kind: 'data', data: { a: 1 } }, { url: 'https://x' }];
+    expect(messageText(messageOf(parts))).toBe('only this');
+  });
+
+  it('is empty for a message without text', () => {
+    expect(messageText(messageOf([]))).toBe('');
+    expect(messageText(messageOf([{ kind: 'data', data: {} }]))).toBe('');
+  });
+
+  it('keeps empty text parts as empty lines', () => {
+    expect(messageText(messageOf([{ text: 'a' }, { text: '' }, { text: 'b' }]))).toBe('a\n\nb');
+  });
+});
+
+describe('a client-chosen context id', () => {
+  it.each([['ctx_0192f1c2a3b47c8d9e0f112233445566'], ['thread-1'], ['a.b_c-d'], ['X'], ['9lives'], ['v1.2'], ['a'.repeat(128)]])('accepts %j', (id) => {
+    expect(isSafeContextId(id)).toBe(true);
+  });
+
+  it.each([
+    ['a/b'],
+    ['/abs'],
+    ['..'],
+    ['.'],
+    [''],
+    ['.hidden'],
+    ['a..b'],
+    ['a'.repeat(129)],
+    ['with space'],
+    [' lead'],
+    ['trail\n'],
+    ['café'],
+    ['日本'],
+    ['a\\b'],
+    ['-flag'],
+    ['_under'],
+    ['a:b'],
+    ['a\0b'],
+  ])('refuses %j', (id) => {
+    expect(isSafeContextId(id)).toBe(false);
+  });
+});

@@ -1,0 +1,86 @@
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage } from './support/agents.js';
+import { tempDir } from './support/fs.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { type ServiceProcess, eventually, startService } from './support/processes.js';
+import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * Doors on the stack: a real nats-server, stager and executor processes, and two door processes
+ * in front of one agent session. Either door serves the session, a task sent through one is
+ * seen through the other with the same event ids, and the session outlives a door — because no
+ * door holds any task state.
+ */
+describe('two doors in front of one session', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let inference: ScriptedInference;
+  const services: ServiceProcess[] = [];
+  let doorA: ServiceProcess;
+  let doorB: ServiceProcess;
+  let agent: RunningAgent;
+  /** The session's URL at each door. */
+  let atA: string;
+  let atB: string;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-doors-');
+    const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    services.push(await startService('stager', env), await startService('executor', env));
+    doorA = await startService('door', env);
+    doorB = await startService('door', env);
+    services.push(doorA, doorB);
+    inference = await startScriptedInference({ stream: true, script: (body) => ({ text: `echo: ${(body.messages as Array<{ content: Array<{ text?: string }> }>).at(-1)?.content[0]?.text ?? ''}` }) });
+    const project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n  queue_depth: 4' }));
+    agent = await startAgent(project, env);
+    const sessionPath = `/sessions/${agent.sessionId}/`;
+    atA = `${doorA.url}${sessionPath}`;
+    atB = `${doorB.url}${sessionPath}`;
+  });
+
+  afterAll(async () => {
+    await agent?.stop();
+    for (const service of services.reverse()) await service.stop();
+    await inference?.close();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  it('mur run prints the URL of a door on the bus', () => {
+    expect([atA, atB]).toContain(agent.url);
+  });
+
+  it('both doors serve the card, each with its own URL', async () => {
+    for (const url of [atA, atB]) {
+      const card = (await (await fetch(new URL('.well-known/agent-card.json', url))).json()) as { url: string; session_id: string };
+      expect(card.session_id).toBe(agent.sessionId);
+      expect(card.url).toBe(url);
+    }
+  });
+
+  it('a task sent through one door is got, streamed and replayed through the other, with the same event ids', async () => {
+    const frames = (await readSse(await openStream(atA, 'message/stream', textMessage('through A')))).filter((frame) => frame.id !== undefined);
+    const taskId = (JSON.parse(frames[0]?.data as string) as { result: { taskId: string } }).result.taskId;
+    const got = await rpc(atB, 'tasks/get', { id: taskId });
+    expect(got.body.result?.status).toMatchObject({ state: 'completed', message: { parts: [{ text: 'echo: through A' }] } });
+    const replayed = (await readSse(await openStream(atB, 'tasks/resubscribe', { id: taskId }, { headers: { 'last-event-id': String(Number(frames[0]?.id) - 1) } }))).filter((frame) => frame.id !== undefined);
+    // The same events, rendered the same; only the JSON-RPC id (the client's request) differs.
+    const resultOf = (frame: { id?: string; event?: string; data: string }) => [frame.id, frame.event, (JSON.parse(frame.data) as { result: unknown }).result];
+    expect(replayed.map(resultOf)).toEqual(frames.map(resultOf));
+  });
+
+  it('keeps serving through the other door when one door stops', async () => {
+    const sent = await rpc(atA, 'message/send', textMessage('before the door stops'));
+    const taskId = sent.body.result?.id as string;
+    await doorA.stop();
+    const done = await eventually(async () => {
+      const reply = await rpc(atB, 'tasks/get', { id: taskId });
+      return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? reply : undefined;
+    }, 20_000, 'the task to complete');
+    expect(done.body.result?.id).toBe(taskId);
+    const after = await rpc(atB, 'message/send', { ...textMessage('after'), configuration: { blocking: true } });
+    expect(after.body.result?.status).toMatchObject({ state: 'completed' });
+  });
+});
