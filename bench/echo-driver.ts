@@ -1,4 +1,5 @@
 import { type BuiltGuest, componentFromWat } from '@murmur/guest-kit';
+import { toolComponentWat } from '../test/support/guests.js';
 
 /**
  * An inference driver that echoes: it answers every turn with `end_turn` and, as its text, the
@@ -19,8 +20,7 @@ function watString(text: string): string {
   return text.replaceAll('\\', '\\\\').replaceAll('"', '\\"');
 }
 
-export const ECHO_DRIVER_WAT = `(component
-  (core module $m
+export const ECHO_DRIVER_WAT = toolComponentWat(`(core module $m
     (memory (export "memory") 2)
     (global $heap (mut i32) (i32.const 8192))
     (data (i32.const 1024) "${watString(PREFIX)}")
@@ -70,19 +70,7 @@ export const ECHO_DRIVER_WAT = `(component
       (i32.store8 (i32.add (local.get $result) (i32.const 16)) (i32.const 1))
       (i32.store (i32.add (local.get $result) (i32.const 20)) (local.get $out))
       (i32.store (i32.add (local.get $result) (i32.const 24)) (i32.add (local.get $text) (i32.const ${PREFIX.length + SUFFIX.length})))
-      (local.get $result)))
-  (core instance $i (instantiate $m))
-  (type $status (enum "passed" "failed" "error"))
-  (type $tool-input (record (field "data" (option string)) (field "log-path" (option string))))
-  (type $tool-result (record (field "status" $status) (field "summary" (option string)) (field "data" (option string)) (field "data-path" (option string)) (field "truncated" bool) (field "metadata" (list (tuple string string)))))
-  (type $run-type (func (param "input" $tool-input) (result $tool-result)))
-  (func $run (type $run-type) (canon lift (core func $i "run") (memory (core memory $i "memory")) (realloc (core func $i "realloc"))))
-  (instance $inst
-    (export "status" (type $status))
-    (export "tool-input" (type $tool-input))
-    (export "tool-result" (type $tool-result))
-    (export "run" (func $run)))
-  (export "murmur:tool/run@0.1.0" (instance $inst)))`;
+      (local.get $result)))`);
 
 export function echoDriver(): Promise<BuiltGuest> {
   return componentFromWat(ECHO_DRIVER_WAT);

@@ -1,16 +1,29 @@
-// The drivers' shared helpers: outcomes, tool-results, the payload and the environment, SSE
-// lines and the pieces of a wire response. Both murmur-driver-anthropic and murmur-driver-openai
-// use them, and they live here once.
+// The drivers' shared part: outcomes, tool-results, the payload and the environment, SSE lines,
+// the pieces of a wire response, and the driver itself (`drive`, `parseResponse`), generic over a
+// dialect. Both murmur-driver-anthropic and murmur-driver-openai use them, and they live here once.
 //
 // Not a module of its own: no imports and no exports, top-level declarations only. componentize-js
 // resolves no relative imports, so drivers/guests.mjs builds each driver's source as this file,
-// then the driver's core.js, then its guest.js, concatenated into one module; everything declared
-// here is in scope in both. Node-side tests evaluate this file before a core.js with
-// drivers/load-core.mjs (`loadCore`), or alone (`loadCommon`). A core.js must not declare a name
-// this file declares: in one module, that is a redeclaration.
+// then the driver's core.js, then the shared drivers/guest.js, concatenated into one module;
+// everything declared here is in scope in all three. Node-side tests evaluate this file before a
+// core.js with drivers/load-core.mjs (`loadCore`), or alone (`loadCommon`). A core.js must not
+// declare a name this file declares: in one module, that is a redeclaration.
 //
 // Outcomes are `{ok: true, value}` or `{ok: false, error}`; `driverResult` turns one into the
 // tool-result record `murmur:tool/run` returns.
+//
+// A dialect is what one API makes different. Each core.js declares its own at top level as
+// `const DIALECT = { buildRequest, jsonToWire, parseStream }`, and guest.js passes it to `drive`:
+//
+// - `buildRequest(payload, env)`: the HTTP request for a payload (`parsePayload`'s value), as
+//   `{url, headers, body}` with `body` an object (`drive` serialises it). `env` is
+//   `readDriverEnv`'s value. May throw on a message it cannot map: the thrown value's description
+//   is the error, as it is.
+// - `jsonToWire(value)`: a non-streaming reply, its body already parsed from JSON (any value), as
+//   an outcome holding the wire response. Does not throw.
+// - `parseStream(bodyText, onText, onThinking)`: an SSE body as an outcome holding the wire
+//   response, text deltas passed to `onText` and thinking deltas to `onThinking` (either may be
+//   undefined; call them through `emitTo`) as they are read. Does not throw.
 
 /** How much of an HTTP error body goes into the error message, in characters. */
 const HTTP_ERROR_BODY_LIMIT = 2000;
@@ -205,5 +218,65 @@ function parseToolInput(text, name, stopReason) {
   } catch (error) {
     if (stopReason === 'max_tokens') return ok(undefined);
     return fail(`${PARSE_ERROR_PREFIX}the input of tool call '${name}' is not valid JSON: ${describeError(error)}`);
+  }
+}
+
+/**
+ * An HTTP response on the wire, in `dialect`'s terms: an error for a status of 400 or more, the
+ * dialect's non-streaming reply when the body is a JSON object, else its SSE stream.
+ */
+function parseResponse(status, bodyText, onText, onThinking, dialect) {
+  const text = String(bodyText ?? '');
+  if (status >= 400) return fail(httpErrorMessage(status, text));
+  const trimmed = text.trim();
+  if (trimmed === '') return fail(`${PARSE_ERROR_PREFIX}empty body`);
+  if (trimmed.startsWith('{')) {
+    let reply;
+    try {
+      reply = JSON.parse(trimmed);
+    } catch (error) {
+      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
+    }
+    return dialect.jsonToWire(reply);
+  }
+  return dialect.parseStream(text, onText, onThinking);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver
+
+/**
+ * The whole driver, speaking `dialect`'s API: `inputData` is the tool input's `data`; `host` gives
+ * `getEnvironment()`, `fetch`, `emitChunk` and `emitThinkingChunk`. Resolves to a tool-result and
+ * never rejects. Host dependencies come in as arguments, so guest.js is a thin shell and tests can
+ * run a driver end to end against a fake fetch.
+ */
+async function drive(inputData, host, dialect) {
+  try {
+    const payload = parsePayload(inputData);
+    if (!payload.ok) return errorResult(payload.error);
+    const env = readDriverEnv(host.getEnvironment());
+    if (!env.ok) return errorResult(env.error);
+    let request;
+    try {
+      request = dialect.buildRequest(payload.value, env.value);
+    } catch (error) {
+      return errorResult(describeError(error));
+    }
+    let response;
+    try {
+      response = await host.fetch(request.url, { method: 'POST', headers: request.headers, body: JSON.stringify(request.body) });
+    } catch (error) {
+      return errorResult(`inference request failed: ${describeError(error)}`);
+    }
+    let bodyText;
+    try {
+      bodyText = await response.text();
+    } catch (error) {
+      return errorResult(`failed to read inference response: ${describeError(error)}`);
+    }
+    return driverResult(parseResponse(response.status, bodyText, host.emitChunk, host.emitThinkingChunk, dialect));
+  } catch (error) {
+    return errorResult(`driver: ${describeError(error)}`);
   }
 }

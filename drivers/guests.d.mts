@@ -1,6 +1,6 @@
 /** The first-party drivers, by the suffix of their `murmur-driver-<driver>` name. */
 export const DRIVERS: string[];
-/** The source of `murmur-driver-<driver>`: common.js, its core.js and its guest.js, in that order. */
+/** The source of `murmur-driver-<driver>`: common.js, its core.js and the shared guest.js, in that order. */
 export function driverSource(driver: string): string;
 /** The guest of `murmur-driver-<driver>`, for guest-kit's componentFromJs. */
 export function driverGuest(driver: string): { source: string; world: string; worldName: string; disableFeatures: string[] };

@@ -1,17 +1,15 @@
 // The drivers as guest-kit guests: `{source, world, worldName, disableFeatures}` for
-// componentFromJs. A driver's source is common.js (the helpers both drivers share), then its
-// core.js, then its guest.js: componentize-js resolves no relative imports, so the three are
-// concatenated into one module.
+// componentFromJs. A driver's source is common.js (the part both drivers share), then its core.js
+// (its dialect), then guest.js (the component entry both share): componentize-js resolves no
+// relative imports, so the three are concatenated into one module.
 import { readFileSync } from 'node:fs';
 
 export const DRIVERS = ['anthropic', 'openai'];
 
-/** The source of `murmur-driver-<driver>`: common.js, its core.js and its guest.js, in that order. */
+/** The source of `murmur-driver-<driver>`: common.js, its core.js and the shared guest.js, in that order. */
 export function driverSource(driver) {
-  const dir = new URL(`./murmur-driver-${driver}/`, import.meta.url);
-  const read = (file) => readFileSync(new URL(file, dir), 'utf8');
-  const common = readFileSync(new URL('./common.js', import.meta.url), 'utf8');
-  return `${common}\n${read('core.js')}\n${read('guest.js')}`;
+  const read = (file) => readFileSync(new URL(file, import.meta.url), 'utf8');
+  return `${read('./common.js')}\n${read(`./murmur-driver-${driver}/core.js`)}\n${read('./guest.js')}`;
 }
 
 /** The guest of `murmur-driver-<driver>`. */

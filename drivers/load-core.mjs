@@ -1,7 +1,7 @@
 // Loads the drivers' plain-JS sources in node for tests. common.js and each core.js have no
-// imports and no exports (the build concatenates common.js, a core.js and its guest.js into one
-// module), so they are evaluated together as one function body in strict mode that returns every
-// top-level function and constant they declare.
+// imports and no exports (the build concatenates common.js, a core.js and the shared guest.js into
+// one module), so they are evaluated together as one function body in strict mode that returns
+// every top-level function and constant they declare.
 import { readFileSync } from 'node:fs';
 
 const DECLARATION = /^(?:async\s+)?function\*?\s+([A-Za-z_$][\w$]*)|^(?:const|let|class)\s+([A-Za-z_$][\w$]*)/gm;

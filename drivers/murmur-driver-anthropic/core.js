@@ -1,15 +1,14 @@
-// murmur-driver-anthropic: the pure part. Translates the Murmur driver wire to the Anthropic
-// Messages API and back.
+// murmur-driver-anthropic: the pure part, the dialect of the Anthropic Messages API. Translates
+// the Murmur driver wire to that API and back.
 //
-// No imports and no exports: the build concatenates drivers/common.js, this file and guest.js into
-// one source (componentize-js resolves no relative imports), and node-side tests evaluate
-// common.js and this file with drivers/load-core.mjs. The shared helpers (outcomes, tool-results,
-// payload, environment, SSE lines) are common.js's and are in scope here; every top-level
-// function here is visible to guest.js. Declare no name common.js declares.
+// No imports and no exports: the build concatenates drivers/common.js, this file and the shared
+// drivers/guest.js into one source (componentize-js resolves no relative imports), and node-side
+// tests evaluate common.js and this file with drivers/load-core.mjs. The shared part (outcomes,
+// tool-results, payload, environment, SSE lines, and the driver itself: `drive` and
+// `parseResponse`) is common.js's and is in scope here. Declare no name common.js declares.
 //
-// `driveAnthropic` is the whole driver with its host dependencies (environment, fetch, chunk
-// sinks) passed in, so guest.js is a thin shell and tests can run the driver end to end against a
-// fake fetch.
+// `DIALECT` (at the end) is what guest.js hands common.js's `drive`: this API's request builder,
+// non-streaming reply converter and stream parser; common.js documents the contract.
 
 const ANTHROPIC_VERSION = '2023-06-01';
 
@@ -279,57 +278,8 @@ function parseAnthropicStream(bodyText, onText, onThinking) {
   return ok(wireResponse(stop.value, content, usageOf(inputTokens, outputTokens)));
 }
 
-/**
- * An HTTP response on the wire: an error for a status of 400 or more, a non-streaming JSON
- * Messages response when the body is a JSON object, else an SSE stream.
- */
-function parseAnthropicResponse(status, bodyText, onText, onThinking) {
-  const text = String(bodyText ?? '');
-  if (status >= 400) return fail(httpErrorMessage(status, text));
-  const trimmed = text.trim();
-  if (trimmed === '') return fail(`${PARSE_ERROR_PREFIX}empty body`);
-  if (trimmed.startsWith('{')) {
-    let message;
-    try {
-      message = JSON.parse(trimmed);
-    } catch (error) {
-      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
-    }
-    return anthropicMessageToWire(message);
-  }
-  return parseAnthropicStream(text, onText, onThinking);
-}
+// ---------------------------------------------------------------------------------------------
+// Dialect
 
-/**
- * The whole driver: `inputData` is the tool input's `data`; `host` gives `getEnvironment()`,
- * `fetch`, `emitChunk` and `emitThinkingChunk`. Resolves to a tool-result and never rejects.
- */
-async function driveAnthropic(inputData, host) {
-  try {
-    const payload = parsePayload(inputData);
-    if (!payload.ok) return errorResult(payload.error);
-    const env = readDriverEnv(host.getEnvironment());
-    if (!env.ok) return errorResult(env.error);
-    let request;
-    try {
-      request = buildAnthropicRequest(payload.value, env.value);
-    } catch (error) {
-      return errorResult(describeError(error));
-    }
-    let response;
-    try {
-      response = await host.fetch(request.url, { method: 'POST', headers: request.headers, body: JSON.stringify(request.body) });
-    } catch (error) {
-      return errorResult(`inference request failed: ${describeError(error)}`);
-    }
-    let bodyText;
-    try {
-      bodyText = await response.text();
-    } catch (error) {
-      return errorResult(`failed to read inference response: ${describeError(error)}`);
-    }
-    return driverResult(parseAnthropicResponse(response.status, bodyText, host.emitChunk, host.emitThinkingChunk));
-  } catch (error) {
-    return errorResult(`driver: ${describeError(error)}`);
-  }
-}
+/** This API, for common.js's `drive` and `parseResponse`. */
+const DIALECT = { buildRequest: buildAnthropicRequest, jsonToWire: anthropicMessageToWire, parseStream: parseAnthropicStream };

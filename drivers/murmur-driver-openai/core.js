@@ -1,15 +1,14 @@
-// murmur-driver-openai: the pure part. Translates the Murmur driver wire to an OpenAI-compatible
-// Chat Completions API and back.
+// murmur-driver-openai: the pure part, the dialect of an OpenAI-compatible Chat Completions API.
+// Translates the Murmur driver wire to that API and back.
 //
-// No imports and no exports: the build concatenates drivers/common.js, this file and guest.js into
-// one source (componentize-js resolves no relative imports), and node-side tests evaluate
-// common.js and this file with drivers/load-core.mjs. The shared helpers (outcomes, tool-results,
-// payload, environment, SSE lines) are common.js's and are in scope here; every top-level
-// function here is visible to guest.js. Declare no name common.js declares.
+// No imports and no exports: the build concatenates drivers/common.js, this file and the shared
+// drivers/guest.js into one source (componentize-js resolves no relative imports), and node-side
+// tests evaluate common.js and this file with drivers/load-core.mjs. The shared part (outcomes,
+// tool-results, payload, environment, SSE lines, and the driver itself: `drive` and
+// `parseResponse`) is common.js's and is in scope here. Declare no name common.js declares.
 //
-// `driveOpenAI` is the whole driver with its host dependencies (environment, fetch, chunk sinks)
-// passed in, so guest.js is a thin shell and tests can run the driver end to end against a fake
-// fetch.
+// `DIALECT` (at the end) is what guest.js hands common.js's `drive`: this API's request builder,
+// non-streaming reply converter and stream parser; common.js documents the contract.
 
 const THINK_OPEN = '<think>';
 const THINK_CLOSE = '</think>';
@@ -298,57 +297,8 @@ function parseOpenAIStream(bodyText, onText, onThinking) {
   return openAIReplyToWire(thinking, split.text, toolCalls, finishReason, usage);
 }
 
-/**
- * An HTTP response on the wire: an error for a status of 400 or more, a non-streaming JSON
- * completion when the body is a JSON object, else an SSE stream.
- */
-function parseOpenAIResponse(status, bodyText, onText, onThinking) {
-  const text = String(bodyText ?? '');
-  if (status >= 400) return fail(httpErrorMessage(status, text));
-  const trimmed = text.trim();
-  if (trimmed === '') return fail(`${PARSE_ERROR_PREFIX}empty body`);
-  if (trimmed.startsWith('{')) {
-    let completion;
-    try {
-      completion = JSON.parse(trimmed);
-    } catch (error) {
-      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
-    }
-    return openAICompletionToWire(completion);
-  }
-  return parseOpenAIStream(text, onText, onThinking);
-}
+// ---------------------------------------------------------------------------------------------
+// Dialect
 
-/**
- * The whole driver: `inputData` is the tool input's `data`; `host` gives `getEnvironment()`,
- * `fetch`, `emitChunk` and `emitThinkingChunk`. Resolves to a tool-result and never rejects.
- */
-async function driveOpenAI(inputData, host) {
-  try {
-    const payload = parsePayload(inputData);
-    if (!payload.ok) return errorResult(payload.error);
-    const env = readDriverEnv(host.getEnvironment());
-    if (!env.ok) return errorResult(env.error);
-    let request;
-    try {
-      request = buildOpenAIRequest(payload.value, env.value);
-    } catch (error) {
-      return errorResult(describeError(error));
-    }
-    let response;
-    try {
-      response = await host.fetch(request.url, { method: 'POST', headers: request.headers, body: JSON.stringify(request.body) });
-    } catch (error) {
-      return errorResult(`inference request failed: ${describeError(error)}`);
-    }
-    let bodyText;
-    try {
-      bodyText = await response.text();
-    } catch (error) {
-      return errorResult(`failed to read inference response: ${describeError(error)}`);
-    }
-    return driverResult(parseOpenAIResponse(response.status, bodyText, host.emitChunk, host.emitThinkingChunk));
-  } catch (error) {
-    return errorResult(`driver: ${describeError(error)}`);
-  }
-}
+/** This API, for common.js's `drive` and `parseResponse`. */
+const DIALECT = { buildRequest: buildOpenAIRequest, jsonToWire: openAICompletionToWire, parseStream: parseOpenAIStream };

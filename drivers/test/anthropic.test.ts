@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ENV, core, fakeFetch, sinks, sse } from './support.js';
+import { ENV, driver, fakeFetch, sinks, sse } from './support.js';
 
-const anthropic = core('anthropic');
+const anthropic = driver('anthropic');
 
 function env(config: Record<string, unknown> = {}, options: { keyless?: boolean } = {}) {
   return { endpoint: 'https://api.example.test', apiKey: options.keyless ? undefined : 'sk-test', config };
@@ -157,7 +157,7 @@ describe('the Anthropic response', () => {
   it('reads a streamed reply: text chunks emitted, tool input assembled from fragments, usage', () => {
     const text: string[] = [];
     const thinking: string[] = [];
-    const outcome = anthropic.parseAnthropicResponse(200, STREAM, (t: string) => text.push(t), (t: string) => thinking.push(t));
+    const outcome = anthropic.parse(200, STREAM, (t: string) => text.push(t), (t: string) => thinking.push(t));
     expect(outcome).toEqual({
       ok: true,
       value: {
@@ -189,7 +189,7 @@ describe('the Anthropic response', () => {
     ]);
     const text: string[] = [];
     const thinking: string[] = [];
-    const outcome = anthropic.parseAnthropicResponse(200, body, (t: string) => text.push(t), (t: string) => thinking.push(t));
+    const outcome = anthropic.parse(200, body, (t: string) => text.push(t), (t: string) => thinking.push(t));
     expect(outcome.value.content).toEqual([
       { type: 'thinking', text: 'Hmm, two.', signature: 'EqQBCgIYAhIM' },
       { type: 'text', text: '2' },
@@ -205,7 +205,7 @@ describe('the Anthropic response', () => {
       ['content_block_stop', { type: 'content_block_stop', index: 0 }],
       ['message_delta', { type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: { output_tokens: 4 } }],
     ]);
-    const outcome = anthropic.parseAnthropicResponse(200, body);
+    const outcome = anthropic.parse(200, body);
     expect(outcome.value.content).toEqual([{ type: 'tool_call', id: 'toolu_2', name: 'now', input: {} }]);
   });
 
@@ -223,7 +223,7 @@ describe('the Anthropic response', () => {
       usage: { input_tokens: 10, output_tokens: 20 },
     });
     const text: string[] = [];
-    expect(anthropic.parseAnthropicResponse(200, body, (t: string) => text.push(t))).toEqual({
+    expect(anthropic.parse(200, body, (t: string) => text.push(t))).toEqual({
       ok: true,
       value: {
         stop_reason: 'tool_call',
@@ -247,24 +247,24 @@ describe('the Anthropic response', () => {
 
   it('refuses any other stop reason', () => {
     const body = JSON.stringify({ content: [{ type: 'text', text: 'no' }], stop_reason: 'refusal' });
-    expect(anthropic.parseAnthropicResponse(200, body)).toEqual({ ok: false, error: "unsupported stop_reason 'refusal'" });
+    expect(anthropic.parse(200, body)).toEqual({ ok: false, error: "unsupported stop_reason 'refusal'" });
   });
 
   it('turns a truncated JSON body into a parse error', () => {
-    const outcome = anthropic.parseAnthropicResponse(200, '{"content":[{"type":"text","text":"hel');
+    const outcome = anthropic.parse(200, '{"content":[{"type":"text","text":"hel');
     expect(outcome.ok).toBe(false);
     expect(outcome.error).toMatch(/^failed to parse inference response: /);
   });
 
   it('turns a stream cut before the stop reason into a parse error', () => {
     const cut = STREAM.slice(0, STREAM.indexOf('event: message_delta'));
-    const outcome = anthropic.parseAnthropicResponse(200, cut);
+    const outcome = anthropic.parse(200, cut);
     expect(outcome).toEqual({ ok: false, error: 'failed to parse inference response: the stream ended before the stop reason' });
   });
 
   it('turns a stream cut inside a data line into a parse error', () => {
     const cut = STREAM.slice(0, STREAM.indexOf('"partial_json":"{\\"path') + 20);
-    const outcome = anthropic.parseAnthropicResponse(200, cut);
+    const outcome = anthropic.parse(200, cut);
     expect(outcome.ok).toBe(false);
     expect(outcome.error).toMatch(/^failed to parse inference response: /);
   });
@@ -274,15 +274,15 @@ describe('the Anthropic response', () => {
       ['message_start', { type: 'message_start', message: { usage: { input_tokens: 1 } } }],
       ['error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }],
     ]);
-    expect(anthropic.parseAnthropicResponse(200, body)).toEqual({ ok: false, error: 'inference error: overloaded_error: Overloaded' });
+    expect(anthropic.parse(200, body)).toEqual({ ok: false, error: 'inference error: overloaded_error: Overloaded' });
   });
 
   it('turns an HTTP error status into "HTTP <code>: <body>", the body cut to 2000 characters', () => {
-    expect(anthropic.parseAnthropicResponse(401, '{"type":"error","error":{"type":"authentication_error"}}')).toEqual({
+    expect(anthropic.parse(401, '{"type":"error","error":{"type":"authentication_error"}}')).toEqual({
       ok: false,
       error: 'HTTP 401: {"type":"error","error":{"type":"authentication_error"}}',
     });
-    const long = anthropic.parseAnthropicResponse(500, 'x'.repeat(5000));
+    const long = anthropic.parse(500, 'x'.repeat(5000));
     expect(long.error).toBe(`HTTP 500: ${'x'.repeat(2000)}`);
   });
 });
@@ -291,7 +291,7 @@ describe('the Anthropic driver end to end', () => {
   it('posts the mapped request and answers the wire response as a passed result', async () => {
     const { fetch, calls } = fakeFetch(200, STREAM);
     const chunks = sinks();
-    const result = await anthropic.driveAnthropic(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...chunks });
+    const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...chunks });
     expect(calls).toHaveLength(1);
     expect(calls[0]?.url).toBe('https://api.example.test/v1/messages');
     expect(calls[0]?.init.method).toBe('POST');
@@ -307,7 +307,7 @@ describe('the Anthropic driver end to end', () => {
 
   it('answers an HTTP 401 with an error result carrying the message in summary and data', async () => {
     const { fetch } = fakeFetch(401, 'invalid x-api-key');
-    const result = await anthropic.driveAnthropic(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result.status).toBe('error');
     expect(result.summary).toBe('HTTP 401: invalid x-api-key');
     expect(JSON.parse(result.data)).toEqual({ error: 'HTTP 401: invalid x-api-key', stop_reason: 'error' });
@@ -315,7 +315,7 @@ describe('the Anthropic driver end to end', () => {
 
   it('answers a missing endpoint with an error and makes no request', async () => {
     const { fetch, calls } = fakeFetch(200, STREAM);
-    const result = await anthropic.driveAnthropic(JSON.stringify(basePayload), { getEnvironment: () => [['MURMUR_INFERENCE_API_KEY', 'k']], fetch, ...sinks() });
+    const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => [['MURMUR_INFERENCE_API_KEY', 'k']], fetch, ...sinks() });
     expect(result.status).toBe('error');
     expect(result.summary).toBe('driver: missing MURMUR_INFERENCE_ENDPOINT');
     expect(calls).toHaveLength(0);
@@ -324,7 +324,7 @@ describe('the Anthropic driver end to end', () => {
   it('answers a driver config that is not JSON with an error', async () => {
     const { fetch, calls } = fakeFetch(200, STREAM);
     const environment = [...ENV, ['MURMUR_INFERENCE_DRIVER_CONFIG', '{beta']];
-    const result = await anthropic.driveAnthropic(JSON.stringify(basePayload), { getEnvironment: () => environment, fetch, ...sinks() });
+    const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => environment, fetch, ...sinks() });
     expect(result.status).toBe('error');
     expect(result.summary).toMatch(/^driver: MURMUR_INFERENCE_DRIVER_CONFIG is not valid JSON/);
     expect(calls).toHaveLength(0);
@@ -333,15 +333,15 @@ describe('the Anthropic driver end to end', () => {
   it('answers input that is not JSON, or absent, with an error', async () => {
     const { fetch } = fakeFetch(200, STREAM);
     const host = { getEnvironment: () => ENV, fetch, ...sinks() };
-    expect((await anthropic.driveAnthropic('{"model":', host)).summary).toMatch(/^driver: bad input: /);
-    expect((await anthropic.driveAnthropic(undefined, host)).summary).toBe('driver: bad input: no payload');
+    expect((await anthropic.run('{"model":', host)).summary).toMatch(/^driver: bad input: /);
+    expect((await anthropic.run(undefined, host)).summary).toBe('driver: bad input: no payload');
   });
 
   it('answers a network failure with an error instead of throwing', async () => {
     const fetch = async () => {
       throw new TypeError('NetworkError when attempting to fetch resource.');
     };
-    const result = await anthropic.driveAnthropic(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result.status).toBe('error');
     expect(result.summary).toBe('inference request failed: NetworkError when attempting to fetch resource.');
   });
@@ -349,7 +349,7 @@ describe('the Anthropic driver end to end', () => {
   it('answers an unknown message role with an error and makes no request', async () => {
     const { fetch, calls } = fakeFetch(200, STREAM);
     const payload = { ...basePayload, messages: [{ role: 'narrator', content: 'x' }] };
-    const result = await anthropic.driveAnthropic(JSON.stringify(payload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    const result = await anthropic.run(JSON.stringify(payload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result.summary).toBe("driver: unsupported message role 'narrator'");
     expect(calls).toHaveLength(0);
   });
@@ -359,7 +359,7 @@ describe('the Anthropic driver end to end', () => {
     const failing = () => {
       throw new Error('no task');
     };
-    const result = await anthropic.driveAnthropic(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, emitChunk: failing, emitThinkingChunk: failing });
+    const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, emitChunk: failing, emitThinkingChunk: failing });
     expect(result.status).toBe('passed');
   });
 });

@@ -1,10 +1,10 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { driverSource } from '../guests.mjs';
 import { COMMON_PATH, loadSources, topLevelNames } from '../load-core.mjs';
-import { common, core, coreUrl } from './support.js';
+import { ENV, common, core, coreUrl, fakeFetch, sinks } from './support.js';
 
 const DRIVERS = ['anthropic', 'openai'] as const;
 
@@ -28,7 +28,14 @@ const SHARED = [
   'usageOf',
   'wireResponse',
   'parseToolInput',
+  'parseResponse',
+  'drive',
 ];
+
+/** What a dialect holds; common.js documents the contract. */
+const DIALECT_PARTS = ['buildRequest', 'jsonToWire', 'parseStream'];
+
+const GUEST_URL = new URL('../guest.js', import.meta.url);
 
 const lib = common();
 
@@ -306,6 +313,120 @@ describe('parsing a tool call’s input', () => {
   });
 });
 
+describe('parsing a response in a dialect', () => {
+  /** A dialect whose converter and stream parser record what they were given. */
+  function recording() {
+    const seen: unknown[][] = [];
+    const dialect = {
+      buildRequest: () => {
+        throw new Error('not used');
+      },
+      jsonToWire: (value: unknown) => (seen.push(['json', value]), lib.ok({ from: 'json' })),
+      parseStream: (...args: unknown[]) => (seen.push(['stream', ...args]), lib.ok({ from: 'stream' })),
+    };
+    return { dialect, seen };
+  }
+
+  it('hands a JSON object body, parsed, to the dialect’s converter', () => {
+    const { dialect, seen } = recording();
+    expect(lib.parseResponse(200, '  {"a":1}\n', undefined, undefined, dialect)).toEqual({ ok: true, value: { from: 'json' } });
+    expect(seen).toEqual([['json', { a: 1 }]]);
+  });
+
+  it('hands any other body, untrimmed, to the dialect’s stream parser with the chunk sinks', () => {
+    const { dialect, seen } = recording();
+    const onText = () => {};
+    const onThinking = () => {};
+    expect(lib.parseResponse(200, '\ndata: {}\n', onText, onThinking, dialect)).toEqual({ ok: true, value: { from: 'stream' } });
+    expect(seen).toEqual([['stream', '\ndata: {}\n', onText, onThinking]]);
+  });
+
+  it('answers an HTTP error status, an empty body and a broken JSON body itself', () => {
+    const { dialect, seen } = recording();
+    expect(lib.parseResponse(429, '{"a":1}', undefined, undefined, dialect)).toEqual({ ok: false, error: 'HTTP 429: {"a":1}' });
+    expect(lib.parseResponse(503, undefined, undefined, undefined, dialect)).toEqual({ ok: false, error: 'HTTP 503: ' });
+    expect(lib.parseResponse(200, ' \n', undefined, undefined, dialect)).toEqual({ ok: false, error: 'failed to parse inference response: empty body' });
+    expect(lib.parseResponse(200, null, undefined, undefined, dialect)).toEqual({ ok: false, error: 'failed to parse inference response: empty body' });
+    const broken = lib.parseResponse(200, '{"a":', undefined, undefined, dialect);
+    expect(broken.ok).toBe(false);
+    expect(broken.error).toMatch(/^failed to parse inference response: \S/);
+    expect(seen).toEqual([]);
+  });
+});
+
+describe('driving a dialect', () => {
+  const payload = JSON.stringify({ model: 'm', messages: [] });
+
+  /** A dialect that asks for `<endpoint>/chat` with the model and reads a JSON reply's `text`. */
+  const echo = {
+    buildRequest: (request: { model: string }, env: { endpoint: string; apiKey?: string }) => ({
+      url: `${env.endpoint}/chat`,
+      headers: { key: env.apiKey ?? '' },
+      body: { model: request.model },
+    }),
+    jsonToWire: (value: { text: string }) => lib.ok(lib.wireResponse('end_turn', [{ type: 'text', text: value.text }], undefined)),
+    parseStream: (_body: string, onText: (text: string) => void) => (lib.emitTo(onText, 'streamed'), lib.ok(lib.wireResponse('end_turn', [], undefined))),
+  };
+
+  it('posts the dialect’s request, serialised, and answers its wire response as a passed result', async () => {
+    const { fetch, calls } = fakeFetch(200, '{"text":"hi"}');
+    const result = await lib.drive(payload, { getEnvironment: () => ENV, fetch, ...sinks() }, echo);
+    expect(calls).toEqual([{ url: 'https://api.example.test/chat', init: { method: 'POST', headers: { key: 'sk-test' }, body: '{"model":"m"}' } }]);
+    expect(result).toStrictEqual(lib.successResult({ stop_reason: 'end_turn', content: [{ type: 'text', text: 'hi' }] }));
+  });
+
+  it('passes the host’s chunk sinks to the dialect’s stream parser', async () => {
+    const { fetch } = fakeFetch(200, 'data: x\n');
+    const chunks = sinks();
+    expect((await lib.drive(payload, { getEnvironment: () => ENV, fetch, ...chunks }, echo)).status).toBe('passed');
+    expect(chunks.text).toEqual(['streamed']);
+  });
+
+  it('answers a bad payload or environment with an error and makes no request', async () => {
+    const { fetch, calls } = fakeFetch(200, '{"text":"hi"}');
+    expect((await lib.drive(undefined, { getEnvironment: () => ENV, fetch }, echo)).summary).toBe('driver: bad input: no payload');
+    expect((await lib.drive(payload, { getEnvironment: () => [], fetch }, echo)).summary).toBe('driver: missing MURMUR_INFERENCE_ENDPOINT');
+    expect(calls).toHaveLength(0);
+  });
+
+  it('answers a request the dialect cannot build with the thrown message as it is', async () => {
+    const { fetch, calls } = fakeFetch(200, '{"text":"hi"}');
+    const refusing = {
+      ...echo,
+      buildRequest: () => {
+        throw new Error('driver: unsupported message role \'x\'');
+      },
+    };
+    expect((await lib.drive(payload, { getEnvironment: () => ENV, fetch }, refusing)).summary).toBe("driver: unsupported message role 'x'");
+    expect(calls).toHaveLength(0);
+  });
+
+  it('answers a failed request, an unreadable body and an HTTP error with errors instead of throwing', async () => {
+    const host = (fetch: unknown) => ({ getEnvironment: () => ENV, fetch });
+    const down = async () => {
+      throw new TypeError('offline');
+    };
+    expect((await lib.drive(payload, host(down), echo)).summary).toBe('inference request failed: offline');
+    const unreadable = async () => ({
+      status: 200,
+      text: async () => {
+        throw new Error('reset');
+      },
+    });
+    expect((await lib.drive(payload, host(unreadable), echo)).summary).toBe('failed to read inference response: reset');
+    expect((await lib.drive(payload, host(fakeFetch(500, 'oops').fetch), echo)).summary).toBe('HTTP 500: oops');
+  });
+
+  it('answers anything else that throws with a driver error', async () => {
+    const host = {
+      getEnvironment: () => {
+        throw new Error('no environment');
+      },
+    };
+    expect((await lib.drive(payload, host, echo)).summary).toBe('driver: no environment');
+  });
+});
+
 describe('common.js and the drivers', () => {
   const commonSource = readFileSync(COMMON_PATH, 'utf8');
   const coreSource = (driver: (typeof DRIVERS)[number]) => readFileSync(coreUrl(driver), 'utf8');
@@ -329,23 +450,39 @@ describe('common.js and the drivers', () => {
     for (const text of [commonSource, ...DRIVERS.map(coreSource)]) expect(text).not.toMatch(/^\s*(import|export)\s/m);
   });
 
-  it('a driver’s core is loaded after common.js, so it has the shared helpers and its own functions', () => {
-    for (const [driver, entry] of [
-      ['anthropic', 'driveAnthropic'],
-      ['openai', 'driveOpenAI'],
-    ] as const) {
+  it('a driver’s core is loaded after common.js, so it has the shared helpers and its own dialect', () => {
+    for (const driver of DRIVERS) {
       const loaded = core(driver);
       for (const name of SHARED) expect(loaded[name], `${driver}: ${name}`).toBeDefined();
-      expect(typeof loaded[entry]).toBe('function');
+      expect(Object.keys(loaded.DIALECT), driver).toEqual(DIALECT_PARTS);
+      for (const part of DIALECT_PARTS) expect(typeof loaded.DIALECT[part], `${driver}: ${part}`).toBe('function');
       expect(loaded.parsePayload('{"model":"m"}')).toEqual({ ok: true, value: { model: 'm' } });
     }
   });
 
-  it('a driver’s component source is common.js, then its core.js, then its guest.js', () => {
+  it('each core.js declares DIALECT and neither drives nor parses a response itself', () => {
     for (const driver of DRIVERS) {
-      const guest = readFileSync(new URL(`../murmur-driver-${driver}/guest.js`, import.meta.url), 'utf8');
-      expect(driverSource(driver)).toBe(`${commonSource}\n${coreSource(driver)}\n${guest}`);
+      const names = topLevelNames(coreSource(driver));
+      expect(names, driver).toContain('DIALECT');
+      expect(names.filter((name) => /^drive|Response$/.test(name)), driver).toEqual([]);
     }
+  });
+
+  it('a driver’s component source is common.js, then its core.js, then the one shared guest.js', () => {
+    const guest = readFileSync(GUEST_URL, 'utf8');
+    for (const driver of DRIVERS) {
+      expect(driverSource(driver)).toBe(`${commonSource}\n${coreSource(driver)}\n${guest}`);
+      expect(existsSync(new URL(`../murmur-driver-${driver}/guest.js`, import.meta.url)), driver).toBe(false);
+    }
+  });
+
+  it('the shared guest.js imports the host, exports run and hands drive the driver’s DIALECT', () => {
+    const guest = readFileSync(GUEST_URL, 'utf8');
+    expect(guest).toMatch(/^import \{ getEnvironment \} from 'wasi:cli\/environment@0\.2\.12';$/m);
+    expect(guest).toMatch(/^import \{ emitChunk, emitThinkingChunk \} from 'murmur:text\/chunks@0\.1\.0';$/m);
+    expect(guest).toMatch(/^export const run = \{$/m);
+    expect(guest).toMatch(/return await drive\(\s*input\?\.data,[\s\S]*DIALECT,\s*\);/);
+    expect(topLevelNames(guest)).toEqual([]);
   });
 
   it('loading refuses sources that declare a name twice, as the one module the build makes would', () => {

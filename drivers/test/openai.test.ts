@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ENV, core, fakeFetch, sinks, sse } from './support.js';
+import { ENV, driver, fakeFetch, sinks, sse } from './support.js';
 
-const openai = core('openai');
+const openai = driver('openai');
 
 function env(options: { keyless?: boolean } = {}) {
   return { endpoint: 'http://localhost:8000/v1', apiKey: options.keyless ? undefined : 'sk-test', config: {} };
@@ -113,7 +113,7 @@ describe('the OpenAI-compatible request', () => {
 describe('the OpenAI-compatible response', () => {
   it('reads a streamed reply: text chunks emitted, tool calls assembled by index, usage', () => {
     const text: string[] = [];
-    const outcome = openai.parseOpenAIResponse(200, STREAM, (t: string) => text.push(t), () => {});
+    const outcome = openai.parse(200, STREAM, (t: string) => text.push(t), () => {});
     expect(outcome).toEqual({
       ok: true,
       value: {
@@ -138,7 +138,7 @@ describe('the OpenAI-compatible response', () => {
       ['', '[DONE]'],
     ]);
     const chunks = { text: [] as string[], thinking: [] as string[] };
-    const outcome = openai.parseOpenAIResponse(200, body, (t: string) => chunks.text.push(t), (t: string) => chunks.thinking.push(t));
+    const outcome = openai.parse(200, body, (t: string) => chunks.text.push(t), (t: string) => chunks.thinking.push(t));
     expect(outcome.value).toEqual({ stop_reason: 'end_turn', content: [{ type: 'thinking', text: 'Two plus two.' }, { type: 'text', text: '4' }] });
     expect(chunks).toEqual({ text: ['4'], thinking: ['Two plus ', 'two.'] });
   });
@@ -153,7 +153,7 @@ describe('the OpenAI-compatible response', () => {
       ['', '[DONE]'],
     ]);
     const chunks = { text: [] as string[], thinking: [] as string[] };
-    const outcome = openai.parseOpenAIResponse(200, body, (t: string) => chunks.text.push(t), (t: string) => chunks.thinking.push(t));
+    const outcome = openai.parse(200, body, (t: string) => chunks.text.push(t), (t: string) => chunks.thinking.push(t));
     expect(outcome.value.content).toEqual([
       { type: 'thinking', text: 'weighing' },
       { type: 'text', text: '\n\nAnswer: 4' },
@@ -184,7 +184,7 @@ describe('the OpenAI-compatible response', () => {
       ],
       usage: { prompt_tokens: 5, completion_tokens: 7 },
     });
-    expect(openai.parseOpenAIResponse(200, body)).toEqual({
+    expect(openai.parse(200, body)).toEqual({
       ok: true,
       value: {
         stop_reason: 'tool_call',
@@ -210,7 +210,7 @@ describe('the OpenAI-compatible response', () => {
       ['', chunk({}, 'stop')],
       ['', '[DONE]'],
     ]);
-    expect(openai.parseOpenAIResponse(200, body).value.stop_reason).toBe('tool_call');
+    expect(openai.parse(200, body).value.stop_reason).toBe('tool_call');
   });
 
   it('refuses content_filter and other finish reasons', () => {
@@ -219,19 +219,19 @@ describe('the OpenAI-compatible response', () => {
       ['', chunk({}, 'content_filter')],
       ['', '[DONE]'],
     ]);
-    expect(openai.parseOpenAIResponse(200, body)).toEqual({ ok: false, error: "unsupported finish_reason 'content_filter'" });
+    expect(openai.parse(200, body)).toEqual({ ok: false, error: "unsupported finish_reason 'content_filter'" });
     expect(openai.mapOpenAIFinishReason('weird', false).ok).toBe(false);
   });
 
   it('turns a truncated JSON body into a parse error', () => {
-    const outcome = openai.parseOpenAIResponse(200, '{"choices":[{"message":{"content":"hel');
+    const outcome = openai.parse(200, '{"choices":[{"message":{"content":"hel');
     expect(outcome.ok).toBe(false);
     expect(outcome.error).toMatch(/^failed to parse inference response: /);
   });
 
   it('turns a stream cut before the finish reason into a parse error', () => {
     const cut = STREAM.slice(0, STREAM.indexOf('"finish_reason":"tool_calls"') - 40);
-    const outcome = openai.parseOpenAIResponse(200, cut);
+    const outcome = openai.parse(200, cut);
     expect(outcome.ok).toBe(false);
     expect(outcome.error).toMatch(/^failed to parse inference response: /);
   });
@@ -242,19 +242,19 @@ describe('the OpenAI-compatible response', () => {
       ['', chunk({}, 'tool_calls')],
       ['', '[DONE]'],
     ]);
-    const outcome = openai.parseOpenAIResponse(200, body);
+    const outcome = openai.parse(200, body);
     expect(outcome.ok).toBe(false);
     expect(outcome.error).toMatch(/^failed to parse inference response: the input of tool call 'grep' is not valid JSON/);
   });
 
   it('turns an error object in the stream into an error', () => {
     const body = sse([['', { error: { message: 'model overloaded', type: 'server_error' } }]]);
-    expect(openai.parseOpenAIResponse(200, body)).toEqual({ ok: false, error: 'inference error: server_error: model overloaded' });
+    expect(openai.parse(200, body)).toEqual({ ok: false, error: 'inference error: server_error: model overloaded' });
   });
 
   it('turns an HTTP error status into "HTTP <code>: <body>"', () => {
-    expect(openai.parseOpenAIResponse(401, '{"error":{"message":"Incorrect API key"}}')).toEqual({ ok: false, error: 'HTTP 401: {"error":{"message":"Incorrect API key"}}' });
-    expect(openai.parseOpenAIResponse(429, 'y'.repeat(3000)).error).toBe(`HTTP 429: ${'y'.repeat(2000)}`);
+    expect(openai.parse(401, '{"error":{"message":"Incorrect API key"}}')).toEqual({ ok: false, error: 'HTTP 401: {"error":{"message":"Incorrect API key"}}' });
+    expect(openai.parse(429, 'y'.repeat(3000)).error).toBe(`HTTP 429: ${'y'.repeat(2000)}`);
   });
 });
 
@@ -262,7 +262,7 @@ describe('the OpenAI-compatible driver end to end', () => {
   it('posts the mapped request and answers the wire response as a passed result', async () => {
     const { fetch, calls } = fakeFetch(200, STREAM);
     const chunks = sinks();
-    const result = await openai.driveOpenAI(JSON.stringify({ ...basePayload, system: 'Sys' }), { getEnvironment: () => ENV, fetch, ...chunks });
+    const result = await openai.run(JSON.stringify({ ...basePayload, system: 'Sys' }), { getEnvironment: () => ENV, fetch, ...chunks });
     expect(calls).toHaveLength(1);
     expect(calls[0]?.url).toBe('https://api.example.test/chat/completions');
     expect(calls[0]?.init.headers.authorization).toBe('Bearer sk-test');
@@ -275,7 +275,7 @@ describe('the OpenAI-compatible driver end to end', () => {
 
   it('answers an HTTP 401 with an error result', async () => {
     const { fetch } = fakeFetch(401, 'unauthorized');
-    const result = await openai.driveOpenAI(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    const result = await openai.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result).toEqual({
       status: 'error',
       summary: 'HTTP 401: unauthorized',
@@ -288,14 +288,14 @@ describe('the OpenAI-compatible driver end to end', () => {
 
   it('answers a missing endpoint with an error and makes no request', async () => {
     const { fetch, calls } = fakeFetch(200, STREAM);
-    const result = await openai.driveOpenAI(JSON.stringify(basePayload), { getEnvironment: () => [['MURMUR_INFERENCE_ENDPOINT', '  ']], fetch, ...sinks() });
+    const result = await openai.run(JSON.stringify(basePayload), { getEnvironment: () => [['MURMUR_INFERENCE_ENDPOINT', '  ']], fetch, ...sinks() });
     expect(result.summary).toBe('driver: missing MURMUR_INFERENCE_ENDPOINT');
     expect(calls).toHaveLength(0);
   });
 
   it('answers a truncated body with an error result', async () => {
     const { fetch } = fakeFetch(200, '{"content":[{"type":"text","text":"hel');
-    const result = await openai.driveOpenAI(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    const result = await openai.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result.status).toBe('error');
     expect(result.summary).toMatch(/^failed to parse inference response: /);
     expect(JSON.parse(result.data).stop_reason).toBe('error');
@@ -308,7 +308,7 @@ describe('the OpenAI-compatible driver end to end', () => {
         throw new TypeError('stream reset');
       },
     });
-    const result = await openai.driveOpenAI(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    const result = await openai.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result.status).toBe('error');
     expect(result.summary).toBe('failed to read inference response: stream reset');
   });

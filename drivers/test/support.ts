@@ -5,6 +5,25 @@ export function core(driver: 'anthropic' | 'openai') {
   return loadCore(coreUrl(driver));
 }
 
+type Sink = (chunk: string) => void;
+
+/**
+ * A driver's core, loaded as `core` does, with common.js's generic `parseResponse` and `drive`
+ * bound to the driver's `DIALECT`: `parse(status, body, onText?, onThinking?)` and
+ * `run(inputData, host)` are what the driver does with an HTTP response and with a tool input.
+ */
+export function driver(name: 'anthropic' | 'openai'): Record<string, any> & {
+  parse(status: number, body: string, onText?: Sink, onThinking?: Sink): any;
+  run(inputData: string | undefined, host: object): Promise<any>;
+} {
+  const loaded = core(name);
+  return {
+    ...loaded,
+    parse: (status: number, body: string, onText?: Sink, onThinking?: Sink) => loaded.parseResponse(status, body, onText, onThinking, loaded.DIALECT),
+    run: (inputData: string | undefined, host: object) => loaded.drive(inputData, host, loaded.DIALECT),
+  };
+}
+
 /** drivers/common.js alone, evaluated: the shared helpers by name. */
 export function common() {
   return loadCommon();

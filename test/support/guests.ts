@@ -40,8 +40,7 @@ export function socketsCapsuleWat(): Promise<BuiltGuest> {
  * A tool exporting `murmur:tool/run@0.1.0`, whose `run` answers every input with an all-zero
  * result: status `passed`, no summary or data, not truncated, no metadata.
  */
-export const TOOL_WAT = `(component
-  (core module $m
+export const TOOL_WAT = toolComponentWat(`(core module $m
     (memory (export "memory") 1)
     (global $heap (mut i32) (i32.const 4096))
     (func (export "realloc") (param i32 i32 i32 i32) (result i32)
@@ -50,7 +49,18 @@ export const TOOL_WAT = `(component
       (global.set $heap (i32.add (global.get $heap) (local.get 3)))
       (local.get $p))
     (func (export "run") (param i32 i32 i32 i32 i32 i32) (result i32)
-      (i32.const 1024)))
+      (i32.const 1024)))`);
+
+/**
+ * A component exporting `murmur:tool/run@0.1.0` (a tool, or a driver) around `coreModule`, which
+ * must export `memory`, `realloc` and `run` — the canonical ABI's flattening of
+ * `run: func(input: tool-input) -> tool-result`: six i32 parameters (two option<string>s) and a
+ * pointer to the 52-byte result record (status at 0; summary, data and data-path as
+ * option<string> at 4, 16, 28; truncated at 40; metadata's list at 44).
+ */
+export function toolComponentWat(coreModule: string): string {
+  return `(component
+  ${coreModule}
   (core instance $i (instantiate $m))
   (type $status (enum "passed" "failed" "error"))
   (type $tool-input (record (field "data" (option string)) (field "log-path" (option string))))
@@ -63,6 +73,7 @@ export const TOOL_WAT = `(component
     (export "tool-result" (type $tool-result))
     (export "run" (func $run)))
   (export "murmur:tool/run@0.1.0" (instance $inst)))`;
+}
 
 /** A script capsule in JavaScript that prints a greeting from its allowlisted environment. */
 export const HELLO_CAPSULE_JS = {

@@ -218,45 +218,48 @@ export function startDoorService(options: DoorOptions): DoorService {
     return context.json(rpcResult(call.id, renderTask(version, canceled.task)));
   };
 
+  /**
+   * A stream's opening: watch the feed first (so nothing emitted meanwhile is missed), then ask
+   * the session what the stream starts from. The watch passes to the stream, or is closed when the
+   * opening fails.
+   */
+  const openTaskStream = async (context: Context, request: RpcRequest, origin: 'new' | 'existing', opening: () => Promise<{ task: TaskView; replayed?: SessionReply } | { error: RpcError }>): Promise<Response> => {
+    const watch = await request.link.watch();
+    let opened: Awaited<ReturnType<typeof opening>>;
+    try {
+      opened = await opening();
+    } catch (error) {
+      watch.close();
+      throw error;
+    }
+    if ('error' in opened) {
+      watch.close();
+      return context.json(rpcError(request.call.id, opened.error));
+    }
+    return streamTask(context, request, watch, opened.task, opened.replayed, origin);
+  };
+
   const stream: Handler = async (context, request) => {
     const { call, version, link } = request;
     const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
     if (!params.ok) return context.json(rpcError(call.id, params.error));
     const { message } = params.value as { message: A2aMessage };
-    const watch = await link.watch();
-    try {
+    return openTaskStream(context, request, 'new', async () => {
       const replayed = request.lastEventId === undefined ? undefined : await link.call({ method: 'replay', after_event_id: request.lastEventId });
-      const sent = taskOf(
-        await link.call(sendCall(message, request.traceparent)),
-      );
-      if ('error' in sent) {
-        watch.close();
-        return context.json(rpcError(call.id, sent.error));
-      }
-      return streamTask(context, request, watch, sent.task, replayed, 'new');
-    } catch (error) {
-      watch.close();
-      throw error;
-    }
+      const sent = taskOf(await link.call(sendCall(message, request.traceparent)));
+      return 'error' in sent ? sent : { task: sent.task, ...(replayed ? { replayed } : {}) };
+    });
   };
 
   const resubscribe: Handler = async (context, request) => {
     const { call, link } = request;
     const params = parseParams(TaskIdParamsSchema, request);
     if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const watch = await link.watch();
-    try {
-      const reply = await link.call({ method: 'replay', task_id: params.value.id, after_event_id: request.lastEventId ?? Number.MAX_SAFE_INTEGER });
-      const found = taskOf(reply);
-      if ('error' in found) {
-        watch.close();
-        return context.json(rpcError(call.id, found.error));
-      }
-      return streamTask(context, request, watch, found.task, reply, 'existing');
-    } catch (error) {
-      watch.close();
-      throw error;
-    }
+    return openTaskStream(context, request, 'existing', async () => {
+      const replayed = await link.call({ method: 'replay', task_id: params.value.id, after_event_id: request.lastEventId ?? Number.MAX_SAFE_INTEGER });
+      const found = taskOf(replayed);
+      return 'error' in found ? found : { task: found.task, replayed };
+    });
   };
 
   /**
