@@ -1,4 +1,4 @@
-import { appendFileSync, mkdirSync } from 'node:fs';
+import { appendFileSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -10,6 +10,8 @@ import path from 'node:path';
  */
 export class TraceWriter {
   readonly file: string;
+  /** Opened once for appending: each event is one write on it, whole, as with appendFileSync. */
+  private fd: number | undefined;
 
   constructor(
     sessionDir: string,
@@ -21,7 +23,8 @@ export class TraceWriter {
 
   write(eventType: string, fields: Record<string, unknown>): void {
     const event = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
-    appendFileSync(this.file, `${JSON.stringify(event)}\n`);
+    this.fd ??= openSync(this.file, 'a');
+    writeSync(this.fd, `${JSON.stringify(event)}\n`);
   }
 }
 

@@ -61,6 +61,24 @@ function nearCap(memories: WebAssembly.Memory[], limit: number): boolean {
   return memories.some((memory) => memory.buffer.byteLength + slack >= limit);
 }
 
+type InstantiateCore = (module: WebAssembly.Module, coreImports?: WebAssembly.Imports) => Promise<WebAssembly.Instance>;
+
+interface TranspiledBundle {
+  instantiate(getCoreModule: (file: string) => Promise<WebAssembly.Module>, imports: Record<string, unknown>, instantiateCore: InstantiateCore): Promise<Record<string, Record<string, (...args: unknown[]) => unknown>>>;
+}
+
+/** A worker kept for the next call of its component loads the component's glue once. */
+const bundles = new Map<string, Promise<TranspiledBundle>>();
+
+function loadBundle(file: string): Promise<TranspiledBundle> {
+  let bundle = bundles.get(file);
+  if (!bundle) {
+    bundle = import(pathToFileURL(file).href) as Promise<TranspiledBundle>;
+    bundles.set(file, bundle);
+  }
+  return bundle;
+}
+
 async function run(job: GuestJob): Promise<GuestOutcome> {
   const bridge = new BridgeClient(job.bridgePort, job.signal);
   const imports = await buildImports({
@@ -82,7 +100,6 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
     if (compiled) return compiled;
     return compileCoreModule(path.join(job.bundleDir, file), job.memoryLimitBytes);
   };
-  type InstantiateCore = (module: WebAssembly.Module, coreImports?: WebAssembly.Imports) => Promise<WebAssembly.Instance>;
   // Synchronous on purpose: the module is already compiled, this thread has nothing else to do,
   // and the asynchronous form costs a round trip through the event loop per core module.
   const instantiateCore: InstantiateCore = async (module, coreImports) => {
@@ -90,9 +107,7 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
     for (const value of Object.values(instance.exports)) if (value instanceof WebAssembly.Memory) memories.push(value);
     return instance;
   };
-  const bundle = (await import(pathToFileURL(path.join(job.bundleDir, job.entry)).href)) as {
-    instantiate(getCoreModule: (file: string) => Promise<WebAssembly.Module>, imports: Record<string, unknown>, instantiateCore: InstantiateCore): Promise<Record<string, Record<string, (...args: unknown[]) => unknown>>>;
-  };
+  const bundle = await loadBundle(path.join(job.bundleDir, job.entry));
   let instance: Record<string, Record<string, (...args: unknown[]) => unknown>>;
   try {
     instance = await bundle.instantiate(getCoreModule, imports, instantiateCore);
@@ -141,7 +156,7 @@ if (parentPort) {
       const { bundleDir, entry, imports } = data.preload;
       // Only a head start: whatever fails here fails again, reported, when the job runs.
       void preloadImports(imports).catch(() => {});
-      void import(pathToFileURL(path.join(bundleDir, entry)).href).catch(() => {});
+      void loadBundle(path.join(bundleDir, entry)).catch(() => {});
     }
     // A worker runs one job at a time, and — kept by the host after a clean return — may be
     // given the next call of the same component: a fresh instance, with its own imports, each time.

@@ -61,7 +61,20 @@ function base64(bytes: Uint8Array): string {
  * Only what the component imports is built, and only the shim modules those pieces need are
  * loaded: a component that imports no WASI at all starts without loading any of it.
  */
-function loadPieces(needed: readonly string[]) {
+const loaded = new Map<string, ReturnType<typeof importPieces>>();
+
+/** The shim modules (and ours) a component's imports need, loaded once per worker. */
+function loadPieces(needed: readonly string[]): ReturnType<typeof importPieces> {
+  const key = needed.join(' ');
+  let pieces = loaded.get(key);
+  if (!pieces) {
+    pieces = importPieces(needed);
+    loaded.set(key, pieces);
+  }
+  return pieces;
+}
+
+function importPieces(needed: readonly string[]) {
   const wants = (prefix: string): boolean => needed.some((name) => name.startsWith(prefix));
   const usesStreams = wants('wasi:cli/') || wants('wasi:io/') || wants('wasi:http/') || wants('wasi:filesystem/');
   const usesClocks = usesStreams || wants('wasi:clocks/');
