@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage } from './support/agents.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
-import { type ServiceProcess, eventually, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -28,7 +28,7 @@ describe('two doors in front of one session', () => {
     nats = await startNatsServer();
     scratch = await tempDir('murmur-doors-');
     const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
-    services.push(await startService('stager', env), await startService('executor', env));
+    services.push(await startService('stager', env), await startService('executor', env), await startService('watcher', env));
     doorA = await startService('door', env);
     doorB = await startService('door', env);
     services.push(doorA, doorB);
@@ -69,6 +69,14 @@ describe('two doors in front of one session', () => {
     // The same events, rendered the same; only the JSON-RPC id (the client's request) differs.
     const resultOf = (frame: { id?: string; event?: string; data: string }) => [frame.id, frame.event, (JSON.parse(frame.data) as { result: unknown }).result];
     expect(replayed.map(resultOf)).toEqual(frames.map(resultOf));
+  });
+
+  it('is on the watcher\'s map: mur ps over the bus lists it live, its pid verified by its executor', async () => {
+    const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    const result = await runMur(['ps', '--json'], { env });
+    expect(result.code, result.stderr).toBe(0);
+    const sessions = JSON.parse(result.stdout) as Array<{ session_id: string; liveness: string; pid: number }>;
+    expect(sessions.find((session) => session.session_id === agent.sessionId)).toMatchObject({ liveness: 'live', pid: agent.pid });
   });
 
   it('keeps serving through the other door when one door stops', async () => {

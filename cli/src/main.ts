@@ -83,6 +83,18 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .action(run((options: Record<string, unknown>) => import('./commands/run.js').then((module) => module.runCommand(options, output))));
 
   program
+    .command('ps')
+    .description("list the machine's running sessions, each verified (pid, start time, door)")
+    .option('--json', 'print an array of the running records, each with its liveness')
+    .action(run((options: { json?: boolean }) => import('./commands/ps.js').then((module) => module.psCommand(options, output))));
+
+  program
+    .command('stop')
+    .description('stop a running session: SIGTERM, then SIGKILL after a grace period, never signalling a reused pid')
+    .argument('<session>', 'the session id (ses_…)')
+    .action(run((session: string) => import('./commands/ps.js').then((module) => module.stopCommand(session, output))));
+
+  program
     .command('events')
     .description('tail the bus (MURMUR_NATS_URL): every subject, or those matching a pattern')
     .argument('[pattern]', "a subject pattern, e.g. 'session.>'", '>')

@@ -2,6 +2,7 @@ import { type Bus, connectBus } from '@murmur/shared/bus';
 import { type Log, MurmurError, commands, silentLog } from '@murmur/shared';
 import type { HttpListener } from '@murmur/shared/service';
 import { startExecutorService } from '@murmur/executor';
+import { startWatcherService } from '@murmur/watcher';
 import { type StageProgress, startStagerService } from '@murmur/stager';
 
 /**
@@ -52,6 +53,8 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
   }
   const stager = startStagerService({ bus, log, env, ...(options.onStageProgress ? { onProgress: options.onStageProgress } : {}) });
   const executor = options.executor ? startExecutorService({ bus, log, env }) : undefined;
+  // The sessions this process runs are on the machine's map while they run.
+  const watcher = options.executor ? startWatcherService({ bus, log, env }) : undefined;
   let door: { service: { close(): Promise<void> }; listener: HttpListener } | undefined;
   return {
     bus,
@@ -75,6 +78,7 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
       await door?.listener.close(2_000);
       await door?.service.close();
       await executor?.close();
+      await watcher?.close();
       await stager.close();
       await bus.close();
     },

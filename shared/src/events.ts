@@ -26,6 +26,8 @@ export const SessionStartedSchema = z.object({
   url: z.string().nullable(),
   started_at: z.string(),
   spawned_by: z.string().optional(),
+  /** Whether the session survives the window that launched it (the launcher had no controlling terminal). */
+  outlives_launcher: z.boolean().default(false),
 });
 export type SessionStarted = z.infer<typeof SessionStartedSchema>;
 

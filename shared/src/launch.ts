@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { SessionIdSchema } from './ids.js';
 import { StagedPlanSchema } from './plan.js';
+import { LivenessSchema, RunningRecordSchema } from './running-record.js';
 
 /**
  * Launching a staged capsule: what a client (`mur run`) asks of an executor, and what it is told.
@@ -28,6 +29,8 @@ export const LaunchRequestSchema = z.object({
   system_prompt: z.string().optional(),
   /** How long an agent waits for its first task before it runs with an empty one (`MURMUR_A2A_TIMEOUT_SECS`, default 30). */
   a2a_timeout_secs: z.number().nonnegative().optional(),
+  /** The launcher had no controlling terminal, so the session outlives its window (running records). */
+  outlives_launcher: z.boolean().default(false),
   /** Relay the capsule's stdout/stderr as `session.<id>.output` events. */
   relay_output: z.boolean().default(false),
 });
@@ -58,3 +61,23 @@ export type SessionOutput = z.infer<typeof SessionOutputSchema>;
 
 export const StopRequestSchema = z.object({ reason: z.string().default('stopped by request') });
 export const StopReplySchema = z.object({ stopping: z.boolean() });
+
+/** Layers 1 and 2 of a running record's verification, asked of the executor that owns the pid. */
+export const ProcessProbeRequestSchema = z.object({ pid: z.number().int(), process_start: z.string() });
+export const ProcessProbeReplySchema = z.discriminatedUnion('state', [
+  z.object({ state: z.literal('alive') }),
+  z.object({ state: z.literal('unverified'), reason: z.string() }),
+  z.object({ state: z.literal('gone'), reason: z.string() }),
+]);
+
+/** `mur ps` over the bus: the watcher's records, each verified. */
+export const SessionListRequestSchema = z.object({});
+export const SessionListReplySchema = z.object({
+  sessions: z.array(
+    RunningRecordSchema.extend({
+      liveness: LivenessSchema,
+      reason: z.string().optional(),
+    }),
+  ),
+});
+export type SessionListReply = z.infer<typeof SessionListReplySchema>;

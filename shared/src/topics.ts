@@ -1,6 +1,6 @@
 import { defineCommand, defineEvent } from './bus/topic.js';
 import { DelegationCompletedSchema, HealthReplySchema, HealthRequestSchema, SessionEndedSchema, SessionStagedSchema, SessionStartedSchema, StageFailedSchema } from './events.js';
-import { LaunchReplySchema, LaunchRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
+import { LaunchReplySchema, LaunchRequestSchema, ProcessProbeReplySchema, ProcessProbeRequestSchema, SessionListReplySchema, SessionListRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
 import { SessionCallSchema, SessionEventSchema, SessionReplySchema } from './session-rpc.js';
 import { DoorLocateReplySchema, DoorLocateRequestSchema } from './door.js';
 import { StageArtifactRequestSchema, StageRequestSchema, StagedArtifactSchema, StagedPlanSchema } from './plan.js';
@@ -34,6 +34,10 @@ export const commands = {
   sessionRpc: defineCommand('session.*.rpc', SessionCallSchema, SessionReplySchema),
   /** Where a door can be reached: any door in the `door` queue group answers. */
   locateDoor: defineCommand('door.locate', DoorLocateRequestSchema, DoorLocateReplySchema),
+  /** `executor.<id>.process`: layers 1–2 of a running record, read where the pid lives. */
+  probeProcess: defineCommand('executor.*.process', ProcessProbeRequestSchema, ProcessProbeReplySchema),
+  /** The watcher's running records, verified: what `mur ps` shows on the stack. */
+  listSessions: defineCommand('watcher.sessions', SessionListRequestSchema, SessionListReplySchema),
   /** `service.<name>.health`: fill in the service name with `.at(name)`. */
   health: defineCommand('service.*.health', HealthRequestSchema, HealthReplySchema),
 } as const;

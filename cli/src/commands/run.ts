@@ -2,6 +2,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, sessionUrl, topics } from '@murmur/shared';
 import { writeLockfile } from '@murmur/shared/artifacts';
+import { hasControllingTerminal } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import type { Output } from '../output.js';
 import { terminalProgress } from '../progress.js';
@@ -133,6 +134,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         ...(options.systemPrompt !== undefined ? { system_prompt: options.systemPrompt } : {}),
         ...(Number.isFinite(a2aTimeout) && a2aTimeout >= 0 ? { a2a_timeout_secs: a2aTimeout } : {}),
         relay_output: !options.json,
+        outlives_launcher: !hasControllingTerminal(),
       },
       { timeoutMs: LAUNCH_TIMEOUT_MS },
     );

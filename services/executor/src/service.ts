@@ -1,5 +1,6 @@
 import { type Log, MurmurError, QUEUE_GROUPS, commands, newId } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
+import { processState } from '@murmur/shared/node';
 import { probeCgroups } from './cgroup.js';
 import { pullForSession } from './pull.js';
 import { probeNamespaces } from './sandbox.js';
@@ -47,6 +48,8 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   const environment = { executorId: instanceId, bus: options.bus, log: options.log, namespaces, cgroups, pull: (session: Session, name: string, version: string) => pullForSession(options.bus, session, name, version) };
 
   subscriptions.push(
+    // Layers 1–2 of a running record are readable only where the pid lives: here.
+    options.bus.serve(commands.probeProcess.at(instanceId), (probe) => processState(probe)),
     options.bus.serve(
       commands.launch,
       async (request) => {

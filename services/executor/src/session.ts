@@ -258,6 +258,7 @@ export class Session {
       workdir: paths.accessible,
       url: reply.url,
       started_at: reply.started_at,
+      outlives_launcher: this.request.outlives_launcher,
     });
     if (agent) this.relayDoorCalls();
     // A script capsule runs once, so its whole life is bounded; an agent's guest calls each have

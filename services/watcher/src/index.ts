@@ -5,8 +5,8 @@ import { startWatcherService } from './service.js';
 await runServiceProcess({
   service: 'watcher',
   defaultPort: 7740,
-  async start({ bus, log }) {
-    const service = startWatcherService({ bus, log });
+  async start({ bus, log, env }) {
+    const service = startWatcherService({ bus, log, env });
     return { close: () => service.close() };
   },
 });

@@ -1,14 +1,97 @@
-import type { Bus } from '@murmur/shared/bus';
-import type { Log } from '@murmur/shared';
+import { type Log, type RunningRecord, type SessionListReply, type SessionStarted, commands, topics } from '@murmur/shared';
+import type { Bus, Subscription } from '@murmur/shared/bus';
+import { type ProcessState, listRunningRecords, processState, removeRunningRecord, verifyRunningRecord, writeRunningRecord } from '@murmur/shared/node';
 
 /**
- * The watcher keeps the machine's map of running sessions and reports for children that could
- * not report for themselves. This issue wires it onto the bus; the records come with delegation.
+ * The watcher keeps the machine's map of running sessions: a running record for every session
+ * with a door, written when the session starts and removed when it ends, in `$MURMUR_HOME/running`
+ * (seeds `running.rs`). It answers `watcher.sessions` with the records verified in three layers —
+ * layers 1–2 asked of the executor that owns the pid, since only that machine can read it — and
+ * prunes a record only on evidence that its process is gone.
  */
 export interface WatcherService {
   close(): Promise<void>;
 }
 
-export function startWatcherService(_options: { bus: Bus; log: Log }): WatcherService {
-  return { close: async () => {} };
+export interface WatcherOptions {
+  bus: Bus;
+  log: Log;
+  env?: NodeJS.ProcessEnv;
+}
+
+const PROBE_TIMEOUT_MS = 3_000;
+
+export function startWatcherService(options: WatcherOptions): WatcherService {
+  const { bus, log } = options;
+  const env = options.env ?? process.env;
+  /** Which executor holds each session's pid, learnt from `session.started`. */
+  const owners = new Map<string, string>();
+
+  const recordOf = (event: SessionStarted): RunningRecord | undefined => {
+    if (!event.url) return undefined;
+    return {
+      session_id: event.session_id,
+      url: event.url,
+      pid: event.pid,
+      process_start: event.process_start,
+      capsule_name: event.capsule_name,
+      capsule_version: event.capsule_version,
+      workdir: event.workdir,
+      outlives_launcher: event.outlives_launcher,
+      started_at: event.started_at,
+    };
+  };
+
+  /** Layers 1–2, read by the owning executor when one is known, else here. */
+  const layersOneAndTwo = async (record: RunningRecord): Promise<ProcessState> => {
+    const owner = owners.get(record.session_id);
+    if (owner) {
+      try {
+        return await bus.request(commands.probeProcess.at(owner), { pid: record.pid, process_start: record.process_start }, { timeoutMs: PROBE_TIMEOUT_MS });
+      } catch (error) {
+        // An executor that does not answer says nothing about the process: unverified, not gone.
+        return { state: 'unverified', reason: `executor ${owner} did not answer for pid ${record.pid}: ${(error as Error).message}` };
+      }
+    }
+    return processState(record);
+  };
+
+  const subscriptions: Subscription[] = [
+    bus.subscribe(topics.sessionStarted, (event) => {
+      owners.set(event.session_id, event.executor_id);
+      const record = recordOf(event);
+      if (!record) return;
+      try {
+        writeRunningRecord(record, env);
+      } catch (error) {
+        // Failing to record never fails a session: it only cannot be addressed by `mur ps`.
+        log.warn({ session_id: event.session_id, err: error }, 'could not write the running record');
+      }
+    }),
+    bus.subscribe(topics.sessionEnded, (event) => {
+      owners.delete(event.session_id);
+      try {
+        removeRunningRecord(event.session_id, env);
+      } catch (error) {
+        log.warn({ session_id: event.session_id, err: error }, 'could not remove the running record');
+      }
+    }),
+    bus.serve(commands.listSessions, async (): Promise<SessionListReply> => {
+      const records = listRunningRecords(env);
+      const sessions = await Promise.all(
+        records.map(async (record) => {
+          const liveness = await verifyRunningRecord(record, await layersOneAndTwo(record));
+          if (liveness.liveness === 'gone') removeRunningRecord(record.session_id, env);
+          return { ...record, liveness: liveness.liveness, ...('reason' in liveness ? { reason: liveness.reason } : {}) };
+        }),
+      );
+      return { sessions };
+    }),
+  ];
+
+  return {
+    async close() {
+      for (const subscription of subscriptions) subscription.unsubscribe();
+    },
+  };
 }

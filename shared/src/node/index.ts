@@ -4,3 +4,4 @@ export * from './atomic.js';
 export * from './home.js';
 export * from './locate.js';
 export * from './process.js';
+export * from './running.js';

@@ -1,0 +1,85 @@
+import { MurmurError, type SessionListReply, commands } from '@murmur/shared';
+import { listRunningRecords, readRunningRecord, removeRunningRecord, signalRunningRecord, processState, verifyRunningRecord } from '@murmur/shared/node';
+import { type Output, table } from '../output.js';
+import { openRuntime } from '../runtime.js';
+
+type Listed = SessionListReply['sessions'][number];
+
+/**
+ * The machine's running sessions, each verified in three layers. On the stack (`MURMUR_NATS_URL`)
+ * the watcher answers, asking each pid's executor; otherwise the records under `MURMUR_HOME` are
+ * read and verified here. A record whose process is gone is pruned as it is read.
+ */
+async function listSessions(): Promise<Listed[]> {
+  if (process.env.MURMUR_NATS_URL?.trim()) {
+    const runtime = await openRuntime();
+    try {
+      return (await runtime.bus.request(commands.listSessions, {}, { timeoutMs: 15_000 })).sessions;
+    } finally {
+      await runtime.close();
+    }
+  }
+  return Promise.all(
+    listRunningRecords().map(async (record) => {
+      const liveness = await verifyRunningRecord(record);
+      if (liveness.liveness === 'gone') removeRunningRecord(record.session_id);
+      return { ...record, liveness: liveness.liveness, ...('reason' in liveness ? { reason: liveness.reason } : {}) };
+    }),
+  );
+}
+
+/** `mur ps`: a table, or with `--json` an array of the records, each with its `liveness` and reason. */
+export async function psCommand(options: { json?: boolean }, output: Output): Promise<number> {
+  const sessions = await listSessions();
+  if (options.json) {
+    output.out(JSON.stringify(sessions));
+    return 0;
+  }
+  if (sessions.length === 0) {
+    output.out('no running sessions');
+    return 0;
+  }
+  const rows = sessions.map((session) => [session.session_id, `${session.capsule_name}@${session.capsule_version}`, String(session.pid), session.liveness + (session.reason ? ` (${session.reason})` : ''), session.url]);
+  for (const line of table(['SESSION', 'CAPSULE', 'PID', 'LIVENESS', 'URL'], rows)) output.out(line);
+  return 0;
+}
+
+const STOP_GRACE_MS = Number(process.env.MURMUR_STOP_GRACE_MS ?? '') || 5_000;
+
+async function gone(record: { pid: number; process_start: string }, withinMs: number): Promise<boolean> {
+  const until = Date.now() + withinMs;
+  while (Date.now() < until) {
+    if (processState(record).state === 'gone') return true;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return processState(record).state === 'gone';
+}
+
+/**
+ * `mur stop <session>`: SIGTERM, then SIGKILL after a grace period — each signal sent only after
+ * the record's process is re-verified, so a pid that now belongs to another process is never
+ * signalled.
+ */
+export async function stopCommand(sessionId: string, output: Output): Promise<number> {
+  const record = readRunningRecord(sessionId);
+  if (!record) {
+    throw new MurmurError('E-IO-001', `no running record for session '${sessionId}' on this machine`, { hint: "list the machine's sessions with 'mur ps'" });
+  }
+  const term = signalRunningRecord(record, 'SIGTERM');
+  if (term.outcome === 'already-gone') {
+    removeRunningRecord(sessionId);
+    output.out(`${sessionId}: already gone`);
+    return 0;
+  }
+  if (term.outcome === 'refused') throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) was not signalled: ${term.reason}`, { hint: 'nothing was sent to a process that could not be confirmed as the session' });
+  if (await gone(record, STOP_GRACE_MS)) {
+    output.out(`${sessionId}: stopped`);
+    return 0;
+  }
+  const kill = signalRunningRecord(record, 'SIGKILL');
+  if (kill.outcome === 'refused') throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) outlived SIGTERM and SIGKILL was refused: ${kill.reason}`);
+  await gone(record, STOP_GRACE_MS);
+  removeRunningRecord(sessionId);
+  output.out(`${sessionId}: killed after ${STOP_GRACE_MS / 1000}s`);
+  return 0;
+}

@@ -1,0 +1,216 @@
+import { randomBytes } from 'node:crypto';
+import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { type RunningRecord, RunningRecordSchema } from '../running-record.js';
+import { murmurHome } from './home.js';
+import { processStartToken } from './process.js';
+
+/**
+ * The machine-wide map of reachable sessions: one record per session with a door, at
+ * `$MURMUR_HOME/running/<session_id>.json`.
+ *
+ * A record is a hint, never a truth — nothing guarantees it is removed (a SIGKILLed session writes
+ * no farewell) — so a reader verifies it in three layers, each insufficient alone:
+ *
+ * 1. the pid is alive (and not a zombie);
+ * 2. its start token (field 22 of `/proc/<pid>/stat`) is the recorded one — pids are reused;
+ * 3. the door answers, and its agent card names the session.
+ *
+ * A record is pruned only on evidence: layer 1 finding no process, or layer 2 a different start
+ * time. A reading that could not be taken is not evidence: a live pid whose start time cannot be
+ * read is *unverified* — kept, reported unreachable, never signalled. A record that passes 1 and 2
+ * and fails 3 is kept too: the process is alive, perhaps only slow.
+ *
+ * The directory is 0700 and each record 0600: the set of records is a map of reachable capsules
+ * to anything on the machine that can read it. Records store nothing from the environment.
+ */
+
+const RUNNING_DIR_MODE = 0o700;
+const RECORD_FILE_MODE = 0o600;
+const PROBE_TIMEOUT_MS = 5_000;
+
+/** `$MURMUR_HOME/running`, created if missing; it and `$MURMUR_HOME` held at 0700. */
+export function runningDir(env: NodeJS.ProcessEnv = process.env): string {
+  const home = murmurHome(env);
+  const dir = path.join(home, 'running');
+  for (const each of [home, dir]) {
+    mkdirSync(each, { recursive: true, mode: RUNNING_DIR_MODE });
+    if ((statSync(each).mode & 0o777) !== RUNNING_DIR_MODE) chmodSync(each, RUNNING_DIR_MODE);
+  }
+  return dir;
+}
+
+function recordPath(dir: string, sessionId: string): string {
+  return path.join(dir, `${sessionId}.json`);
+}
+
+/**
+ * Writes a session's record, staged beside it and renamed onto it: a reader prunes what it cannot
+ * parse, so one landing between a create and a write would otherwise unlink a record about to be
+ * complete.
+ */
+export function writeRunningRecord(record: RunningRecord, env: NodeJS.ProcessEnv = process.env): string {
+  const checked = RunningRecordSchema.parse(record);
+  const dir = runningDir(env);
+  const file = recordPath(dir, checked.session_id);
+  const staged = path.join(dir, `.${checked.session_id}.${randomBytes(4).toString('hex')}.tmp`);
+  writeFileSync(staged, `${JSON.stringify(checked, null, 2)}\n`, { mode: RECORD_FILE_MODE });
+  try {
+    renameSync(staged, file);
+  } catch (error) {
+    rmSync(staged, { force: true });
+    throw error;
+  }
+  return file;
+}
+
+export function removeRunningRecord(sessionId: string, env: NodeJS.ProcessEnv = process.env): void {
+  rmSync(recordPath(runningDir(env), sessionId), { force: true });
+}
+
+/** Every record that parses, newest session first (ids are time-ordered); one that does not is unlinked on the way past. */
+export function listRunningRecords(env: NodeJS.ProcessEnv = process.env): RunningRecord[] {
+  const dir = runningDir(env);
+  const records: RunningRecord[] = [];
+  for (const name of readdirSync(dir)) {
+    if (!name.endsWith('.json') || name.startsWith('.')) continue;
+    const file = path.join(dir, name);
+    const record = readRecord(file);
+    if (record) records.push(record);
+    else rmSync(file, { force: true });
+  }
+  return records.sort((left, right) => (left.session_id < right.session_id ? 1 : left.session_id > right.session_id ? -1 : 0));
+}
+
+export function readRunningRecord(sessionId: string, env: NodeJS.ProcessEnv = process.env): RunningRecord | undefined {
+  return readRecord(recordPath(runningDir(env), sessionId));
+}
+
+function readRecord(file: string): RunningRecord | undefined {
+  try {
+    const parsed = RunningRecordSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** What layers 1 and 2 say. Only `gone` licenses unlinking the record; `unverified` is a failed reading. */
+export type ProcessState = { state: 'alive' } | { state: 'unverified'; reason: string } | { state: 'gone'; reason: string };
+
+/** Layers 1 and 2 over readings already taken: whether the pid is held, and its start token read afterwards. */
+export function classifyProcess(record: Pick<RunningRecord, 'pid' | 'process_start'>, pidAlive: boolean, freshToken: string | undefined): ProcessState {
+  if (!pidAlive) return { state: 'gone', reason: `no process holds pid ${record.pid}` };
+  if (freshToken === undefined) return { state: 'unverified', reason: `pid ${record.pid}'s start time could not be read` };
+  // A recorded empty token (a writer that could not read its own) matches nothing the kernel reports.
+  if (freshToken !== record.process_start) return { state: 'gone', reason: `pid ${record.pid} is held by a process that started at another time` };
+  return { state: 'alive' };
+}
+
+/**
+ * Layer 1: the pid is held (EPERM counts: held by a process this user may not signal) and not a
+ * zombie — an exited process still holds its pid until reaped, but its door is closed. A pid
+ * outside 1..2^22 names no process (0 and negatives would name process groups).
+ */
+export function pidIsAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0 || pid > 4_194_304) return false;
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
+  return !isZombie(pid);
+}
+
+/** Field 3 of `/proc/<pid>/stat` is the state; `Z` has exited and awaits its parent's wait. An unreadable stat is not a zombie. */
+export function isZombie(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 1).trim().split(/\s+/)[0] === 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** Layers 1 and 2, read here. Cheap and local: a reader applies it to every record before any network round trip. */
+export function processState(record: Pick<RunningRecord, 'pid' | 'process_start'>): ProcessState {
+  const alive = pidIsAlive(record.pid);
+  return classifyProcess(record, alive, alive ? processStartToken(record.pid) : undefined);
+}
+
+export type Liveness = { liveness: 'live' } | { liveness: 'unreachable'; reason: string } | { liveness: 'gone'; reason: string };
+
+/** The agent card URL of a record's door: a full session URL, or upstream's scheme-less `host:port`. */
+export function agentCardUrl(url: string): string {
+  const base = url.includes('://') ? url : `http://${url}`;
+  return new URL('.well-known/agent-card.json', base.endsWith('/') ? base : `${base}/`).href;
+}
+
+/** Layer 3: the session id the door at `url` claims on its agent card. */
+export async function probeSessionId(url: string, timeoutMs = PROBE_TIMEOUT_MS): Promise<string> {
+  const card = agentCardUrl(url);
+  let response: Response;
+  try {
+    response = await fetch(card, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(timeoutMs) });
+  } catch (error) {
+    const cause = (error as { cause?: { code?: string } }).cause?.code ?? (error as Error).name;
+    throw new Error(`the door at ${card} did not answer (${cause})`);
+  }
+  if (!response.ok) throw new Error(`the door at ${card} answered ${response.status}`);
+  const body = (await response.json().catch(() => undefined)) as { session_id?: unknown } | undefined;
+  if (typeof body?.session_id !== 'string') throw new Error(`the agent card from ${card} names no session`);
+  return body.session_id;
+}
+
+/**
+ * All three layers. `state` is layers 1–2 as already read (locally, or by the executor that owns
+ * the pid when it is not on this machine); only a process confirmed alive is probed.
+ */
+export async function verifyRunningRecord(record: RunningRecord, state: ProcessState = processState(record)): Promise<Liveness> {
+  if (state.state === 'gone') return { liveness: 'gone', reason: state.reason };
+  if (state.state === 'unverified') return { liveness: 'unreachable', reason: state.reason };
+  try {
+    const sessionId = await probeSessionId(record.url);
+    return sessionId === record.session_id ? { liveness: 'live' } : { liveness: 'unreachable', reason: `the capsule at ${record.url} answers for session ${sessionId}` };
+  } catch (error) {
+    return { liveness: 'unreachable', reason: (error as Error).message };
+  }
+}
+
+export type SignalOutcome = { outcome: 'sent' } | { outcome: 'already-gone' } | { outcome: 'refused'; reason: string };
+
+/** What a signal comes to without `kill(2)`: nothing for a confirmed process, already gone, or refused for an unverified one. */
+export function refusalBeforeSignal(state: ProcessState): SignalOutcome | undefined {
+  if (state.state === 'alive') return undefined;
+  if (state.state === 'gone') return { outcome: 'already-gone' };
+  return { outcome: 'refused', reason: state.reason };
+}
+
+/**
+ * Re-verifies layers 1 and 2, then signals — in that order, in this one place, so the window
+ * between the check and the `kill(2)` is two adjacent calls. A pid whose start time no longer
+ * matches names a process that inherited the number; signalling it would end something the
+ * operator never launched.
+ */
+export function signalRunningRecord(record: Pick<RunningRecord, 'pid' | 'process_start'>, signal: 'SIGTERM' | 'SIGKILL'): SignalOutcome {
+  const refusal = refusalBeforeSignal(processState(record));
+  if (refusal) return refusal;
+  try {
+    process.kill(record.pid, signal);
+    return { outcome: 'sent' };
+  } catch (error) {
+    // Exited between the check and the call: nothing was signalled, and nothing needed to be.
+    if ((error as NodeJS.ErrnoException).code === 'ESRCH') return { outcome: 'already-gone' };
+    return { outcome: 'refused', reason: (error as Error).message };
+  }
+}
+
+/** Whether this process has a controlling terminal (`/dev/tty` opens): a session launched from one dies with its window. */
+export function hasControllingTerminal(): boolean {
+  try {
+    closeSync(openSync('/dev/tty', 'r'));
+    return true;
+  } catch {
+    return false;
+  }
+}

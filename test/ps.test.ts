@@ -1,0 +1,106 @@
+import { spawn } from 'node:child_process';
+import { promises as fs, statSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { processStartToken, runningDir, writeRunningRecord } from '@murmur/shared/node';
+import { agentManifest, agentProject, startAgent } from './support/agents.js';
+import { tempDir } from './support/fs.js';
+import { eventually, runMur } from './support/processes.js';
+import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * The machine's map of running sessions as an operator meets it: the record a running agent
+ * leaves under `MURMUR_HOME/running`, `mur ps` verifying each record, and `mur stop` ending a
+ * session without ever signalling a process that merely inherited its pid.
+ */
+describe('mur ps and mur stop', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let inference: ScriptedInference;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-ps-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_STOP_GRACE_MS: '3000' };
+    inference = await startScriptedInference({ script: [{ text: 'ok' }] });
+  });
+
+  afterAll(async () => {
+    await inference?.close();
+    await scratch?.cleanup();
+  });
+
+  const ps = async () => {
+    const result = await runMur(['ps', '--json'], { env });
+    expect(result.code, result.stderr).toBe(0);
+    return JSON.parse(result.stdout) as Array<Record<string, unknown> & { session_id: string; liveness: string; reason?: string }>;
+  };
+
+  it('records a running agent, lists it live, stops it, and forgets it', async () => {
+    const project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep' }));
+    const agent = await startAgent(project, env);
+    try {
+      const file = path.join(env.MURMUR_HOME as string, 'running', `${agent.sessionId}.json`);
+      const written = await eventually(async () => fs.readFile(file, 'utf8').catch(() => undefined), 10_000, 'the running record');
+      const record = JSON.parse(written) as Record<string, unknown>;
+      expect(Object.keys(record).sort()).toEqual(['capsule_name', 'capsule_version', 'outlives_launcher', 'pid', 'process_start', 'session_id', 'started_at', 'url', 'workdir']);
+      expect(record).toMatchObject({ session_id: agent.sessionId, url: agent.url, pid: agent.pid, capsule_name: 'agent', outlives_launcher: true });
+      expect(statSync(file).mode & 0o777).toBe(0o600);
+      expect(statSync(path.dirname(file)).mode & 0o777).toBe(0o700);
+
+      const listed = await ps();
+      expect(listed.find((session) => session.session_id === agent.sessionId)).toMatchObject({ liveness: 'live', pid: agent.pid });
+
+      const stopped = await runMur(['stop', agent.sessionId], { env });
+      expect(stopped.code, stopped.stderr).toBe(0);
+      expect(stopped.stdout).toContain(`${agent.sessionId}: stopped`);
+      const exited = await agent.exited;
+      expect(exited.code).toBe(1);
+      await eventually(async () => ((await fs.stat(file).catch(() => undefined)) ? undefined : true), 10_000, 'the record to be removed');
+      expect((await ps()).some((session) => session.session_id === agent.sessionId)).toBe(false);
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  it('prunes a record whose pid now belongs to another process, and never signals that process', async () => {
+    const sessionId = 'ses_0199c4e2f1b7712a9d3e4f5061728394';
+    const sleeper = spawn('sleep', ['30'], { stdio: 'ignore' });
+    try {
+      writeRunningRecord({ session_id: sessionId, url: '127.0.0.1:1', pid: sleeper.pid as number, process_start: 'a-start-time-that-is-not-its', capsule_name: 'old', capsule_version: '0.1.0', workdir: '/nowhere', outlives_launcher: true, started_at: '2026-01-01T00:00:00Z' }, env);
+      const stopped = await runMur(['stop', sessionId], { env });
+      expect(stopped.code, stopped.stderr).toBe(0);
+      expect(stopped.stdout).toContain('already gone');
+      expect(sleeper.exitCode).toBeNull();
+      expect(sleeper.signalCode).toBeNull();
+      writeRunningRecord({ session_id: sessionId, url: '127.0.0.1:1', pid: sleeper.pid as number, process_start: 'a-start-time-that-is-not-its', capsule_name: 'old', capsule_version: '0.1.0', workdir: '/nowhere', outlives_launcher: true, started_at: '2026-01-01T00:00:00Z' }, env);
+      const listed = (await ps()).find((session) => session.session_id === sessionId);
+      expect(listed).toMatchObject({ liveness: 'gone', reason: expect.stringContaining('another time') });
+      expect((await ps()).some((session) => session.session_id === sessionId)).toBe(false);
+    } finally {
+      sleeper.kill('SIGKILL');
+    }
+  });
+
+  it('keeps a record whose process is alive but whose door does not answer, as unreachable', async () => {
+    const sessionId = 'ses_0299c4e2f1b7712a9d3e4f5061728394';
+    writeRunningRecord({ session_id: sessionId, url: '127.0.0.1:9', pid: process.pid, process_start: processStartToken(process.pid) as string, capsule_name: 'silent', capsule_version: '0.1.0', workdir: '/nowhere', outlives_launcher: false, started_at: '2026-01-01T00:00:00Z' }, env);
+    const listed = (await ps()).find((session) => session.session_id === sessionId);
+    expect(listed).toMatchObject({ liveness: 'unreachable' });
+    expect((await ps()).some((session) => session.session_id === sessionId)).toBe(true);
+    await fs.rm(path.join(runningDir(env), `${sessionId}.json`));
+  });
+
+  it('prunes a record that does not parse', async () => {
+    const broken = path.join(runningDir(env), 'ses_0399c4e2f1b7712a9d3e4f5061728394.json');
+    await fs.writeFile(broken, 'not json');
+    await ps();
+    await expect(fs.stat(broken)).rejects.toThrow();
+  });
+
+  it('refuses to stop a session it has no record of, saying where to look', async () => {
+    const result = await runMur(['stop', 'ses_0499c4e2f1b7712a9d3e4f5061728394'], { env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-IO-001]');
+    expect(result.stderr).toContain('mur ps');
+  });
+});
