@@ -109,10 +109,15 @@ export async function main(argv: string[], output: Output = processOutput): Prom
 
   program
     .command('roost')
-    .description('run roost (the registry over HTTP) on 127.0.0.1')
-    .option('--port <port>', 'port to listen on', '7700')
+    .description('run roost (the registry, sessions and spawn approvals over HTTP) on 127.0.0.1')
+    .option('--port <port>', 'port to listen on (0: any free port)', '7700')
     .option('--registry-path <dir>', 'the store to serve (default: the global store)')
-    .action(run((options: { port?: string; registryPath?: string }) => import('./commands/roost.js').then((module) => module.roostCommand(options, output))));
+    .option(
+      '--spawn-allow <name>',
+      'a capsule anyone may spawn without a session credential; repeat for more (default: MURMUR_ROOST_SPAWN_ALLOW, comma-separated)',
+      (name: string, previous: string[] | undefined) => [...(previous ?? []), name],
+    )
+    .action(run((options: { port?: string; registryPath?: string; spawnAllow?: string[] }) => import('./commands/roost.js').then((module) => module.roostCommand(options, output))));
 
   try {
     await program.parseAsync(argv);

@@ -127,3 +127,69 @@ export function completionMessageText(outcome: DelegationOutcome): string {
   if (outcome.detail !== undefined) lines.push(`detail: ${outcome.detail}`);
   return `${lines.join('\n')}\n\nThe child's own output is in that file and is not reproduced here.`;
 }
+
+/**
+ * Launching a delegated child: what a parent's runtime (or a test acting as one) asks the watcher,
+ * which launches the child through the stack, watches it, and reports for it when it cannot.
+ */
+export const DelegationLaunchRequestSchema = z.object({
+  /** roost's approval for this child (`POST /spawn`), consumed when the child registers. */
+  approval: z.string().min(1),
+  roost_url: z.string().min(1),
+  capsule_name: z.string().min(1),
+  capsule_version: z.string().min(1),
+  /** The parent: who spawned the child, the conversation, where a completion goes (none: not wanted). */
+  parent: z.object({
+    session_id: z.string().min(1),
+    context_id: z.string().min(1),
+    url: z.string().min(1).optional(),
+    /** The parent's records directory: the child's workdir is `children/<delegation_id>` beneath it. */
+    records_dir: z.string().min(1),
+  }),
+  /** Values for the names the child may read (`env.allow`), from the launcher. Never `MURMUR_SPAWNER`'s: the runtime sets that. */
+  env: z.record(z.string(), z.string()).default({}),
+  /** The child's task, written to its `task.md`. */
+  task: z.string().optional(),
+  /** How long the child may run before its watcher ends it and reports it `terminated`. */
+  completion_deadline_secs: z.number().positive().optional(),
+  /** Whether the child is launched with a spawner handle at all (false: an undelegated launch). */
+  delegated: z.boolean().default(true),
+});
+export type DelegationLaunchRequest = z.input<typeof DelegationLaunchRequestSchema>;
+
+export const DelegationLaunchReplySchema = z.object({
+  /** Absent for an undelegated launch. */
+  delegation_id: z.string().optional(),
+  session_id: z.string(),
+  url: z.string().nullable(),
+  pid: z.number().int(),
+  process_start: z.string(),
+  executor_id: z.string(),
+  /** The child's workdir (`<parent records>/children/<id>`), where `completion.json` is written. */
+  workdir: z.string(),
+  /** The child's records directory (its session directory). */
+  records_dir: z.string(),
+  /** The handle injected as `MURMUR_SPAWNER`, as the child received it. */
+  spawner: z.string().optional(),
+});
+export type DelegationLaunchReply = z.infer<typeof DelegationLaunchReplySchema>;
+
+/** Asking the watcher that launched a delegation about it, or to end it (`shutdown`). */
+export const DelegationControlRequestSchema = z.object({ action: z.enum(['status', 'shutdown']) });
+export const DelegationControlReplySchema = z.object({
+  exited: z.boolean(),
+  /** The watcher has recorded (and, if due, posted) the delegation's outcome. */
+  watcher_finished: z.boolean(),
+  /** The last stderr lines of the child's session. */
+  stderr_tail: z.array(z.string()),
+  outcome: DelegationOutcomeSchema.optional(),
+});
+export type DelegationControlReply = z.infer<typeof DelegationControlReplySchema>;
+
+/** JSON-RPC code for a completion no task of the session awaits (or addressed to another session). */
+export const COMPLETION_NOT_AWAITED = -31002;
+
+/** The header a session presents its roost credential in (`POST /spawn`, deregistration). */
+export const SPAWN_CREDENTIAL_HEADER = 'x-murmur-spawn-credential';
+/** The header a child presents its spawn approval in when it registers with roost. */
+export const SPAWN_APPROVAL_HEADER = 'x-murmur-spawn-approval';

@@ -63,6 +63,8 @@ export const ERROR_CATALOGUE = {
   'E-BUS-005': { title: 'cannot connect to the bus', hint: 'check MURMUR_NATS_URL and that nats-server is running' },
   'E-BUS-006': { title: 'a service failed while handling a request' },
   'E-DLG-001': { title: 'the spawner handle is unreadable' },
+  'E-DLG-002': { title: 'roost refused the delegation', hint: "check the parent's capabilities.spawn.allow and that the child fits inside the parent's capabilities" },
+  'E-DLG-003': { title: 'a delegation could not be launched' },
   'E-DOOR-001': { title: 'no running session answers at this door', hint: "check the session id in the URL; 'mur run --json' prints the URL of a session it starts" },
   'E-DOOR-002': { title: 'request refused at the door' },
   'E-ROOST-001': { title: 'roost is unreachable or answered with an error', hint: 'check MURMUR_ROOST_URL and that roost is running' },

@@ -46,6 +46,10 @@ export const SessionEndedSchema = z.object({
   error: MurmurErrorJsonSchema.optional(),
   duration_ms: z.number().nonnegative(),
   ended_at: z.string(),
+  /** The session's last stderr lines (its own, and the runtime's about it): what a crash report quotes. */
+  stderr_tail: z.array(z.string()).default([]),
+  /** Whether the session's own runtime recorded (and posted) its delegation's completion. */
+  completion_reported: z.boolean().default(false),
 });
 export type SessionEnded = z.infer<typeof SessionEndedSchema>;
 

@@ -23,3 +23,4 @@ export * from './launch.js';
 export * from './session-rpc.js';
 export * from './door.js';
 export * from './a2a-wire.js';
+export * from './roost.js';

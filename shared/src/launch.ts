@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { SessionIdSchema } from './ids.js';
 import { StagedPlanSchema } from './plan.js';
+import { SpawnerHandleSchema } from './delegation.js';
 import { LivenessSchema, RunningRecordSchema } from './running-record.js';
 
 /**
@@ -29,6 +30,10 @@ export const LaunchRequestSchema = z.object({
   system_prompt: z.string().optional(),
   /** How long an agent waits for its first task before it runs with an empty one (`MURMUR_A2A_TIMEOUT_SECS`, default 30). */
   a2a_timeout_secs: z.number().nonnegative().optional(),
+  /** For a delegated child: its spawner, injected as `MURMUR_SPAWNER` in the runtime-owned tail of its environment. */
+  spawner: SpawnerHandleSchema.optional(),
+  /** roost, for a session that may spawn or was spawned: registered with at launch (a child under its approval). */
+  roost: z.object({ url: z.string().min(1), approval: z.string().optional() }).optional(),
   /** The launcher had no controlling terminal, so the session outlives its window (running records). */
   outlives_launcher: z.boolean().default(false),
   /** Relay the capsule's stdout/stderr as `session.<id>.output` events. */

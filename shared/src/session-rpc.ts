@@ -95,6 +95,10 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
     task_id: z.string().max(256).optional(),
     text: z.string(),
     traceparent: z.string().max(512).optional(),
+    /** A delegated child's completion (`x-murmur-delegation-id`): it enters the task awaiting it, or is refused. */
+    delegation_id: z.string().max(256).optional(),
+    /** The session the completion is addressed to (`x-murmur-completion-session`). */
+    completion_session: z.string().max(256).optional(),
   }),
   z.object({ method: z.literal('get'), task_id: z.string().max(256).optional(), history_length: z.number().int().nonnegative().optional() }),
   z.object({ method: z.literal('cancel'), task_id: z.string().max(256) }),

@@ -1,6 +1,7 @@
 import { defineCommand, defineEvent } from './bus/topic.js';
 import { DelegationCompletedSchema, HealthReplySchema, HealthRequestSchema, SessionEndedSchema, SessionStagedSchema, SessionStartedSchema, StageFailedSchema } from './events.js';
 import { LaunchReplySchema, LaunchRequestSchema, ProcessProbeReplySchema, ProcessProbeRequestSchema, SessionListReplySchema, SessionListRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
+import { DelegationControlReplySchema, DelegationControlRequestSchema, DelegationLaunchReplySchema, DelegationLaunchRequestSchema } from './delegation.js';
 import { SessionCallSchema, SessionEventSchema, SessionReplySchema } from './session-rpc.js';
 import { DoorLocateReplySchema, DoorLocateRequestSchema } from './door.js';
 import { StageArtifactRequestSchema, StageRequestSchema, StagedArtifactSchema, StagedPlanSchema } from './plan.js';
@@ -38,6 +39,10 @@ export const commands = {
   probeProcess: defineCommand('executor.*.process', ProcessProbeRequestSchema, ProcessProbeReplySchema),
   /** The watcher's running records, verified: what `mur ps` shows on the stack. */
   listSessions: defineCommand('watcher.sessions', SessionListRequestSchema, SessionListReplySchema),
+  /** Launching a delegated child: any watcher in the `watcher` queue group launches it, and then watches it. */
+  launchDelegation: defineCommand('delegation.launch', DelegationLaunchRequestSchema, DelegationLaunchReplySchema),
+  /** `delegation.<id>.control`: answered by the watcher watching that delegation. */
+  controlDelegation: defineCommand('delegation.*.control', DelegationControlRequestSchema, DelegationControlReplySchema),
   /** `service.<name>.health`: fill in the service name with `.at(name)`. */
   health: defineCommand('service.*.health', HealthRequestSchema, HealthReplySchema),
 } as const;
@@ -47,6 +52,7 @@ export const QUEUE_GROUPS = {
   stager: 'stager',
   executor: 'executor',
   door: 'door',
+  watcher: 'watcher',
 } as const;
 
 /** Every event topic, for monitors that label what they tail. */

@@ -90,6 +90,13 @@ async function settle(...buses: Bus[]): Promise<void> {
 
 
 
+let bucketCounter = 0;
+/** A bucket no earlier test wrote (a nats-server keeps its buckets across the tests of a suite). */
+function nextBucket(): string {
+  bucketCounter += 1;
+  return `contract-kv-${process.pid}-${bucketCounter}`;
+}
+
 /** Records every uncaught exception and unhandled rejection while it is installed. */
 function watchForCrashes(): { readonly seen: unknown[]; stop(): void } {
   const seen: unknown[] = [];
@@ -577,6 +584,91 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     expect(publishError.code).toBe('E-BUS-005');
   });
 
+  it('shares key-value state among every bus on the network: put, get, keys, delete', async () => {
+    const writer = await network.connect();
+    const reader = await network.connect();
+    const bucket = nextBucket();
+    const written = await writer.bus.keyValue(bucket);
+    const read = await reader.bus.keyValue(bucket);
+
+    expect(await read.get('session.one')).toBeUndefined();
+    expect(await read.keys()).toEqual([]);
+    await written.put('session.one', '{"n":1}');
+    await written.put('approval.ab12', 'é and ✓ survive as UTF-8');
+    await written.put('session.one', '{"n":2}');
+
+    expect(await read.get('session.one')).toBe('{"n":2}');
+    expect(await read.get('approval.ab12')).toBe('é and ✓ survive as UTF-8');
+    expect((await read.keys()).sort()).toEqual(['approval.ab12', 'session.one']);
+
+    await read.delete('session.one');
+    expect(await written.get('session.one')).toBeUndefined();
+    expect(await written.entry('session.one')).toBeUndefined();
+    expect(await written.keys()).toEqual(['approval.ab12']);
+    await written.delete('never-written');
+
+    // Buckets are separate namespaces.
+    expect(await (await reader.bus.keyValue(nextBucket())).get('approval.ab12')).toBeUndefined();
+  });
+
+  it('creates a key only when it holds nothing, and updates only at the revision that was read', async () => {
+    const first = await network.connect();
+    const second = await network.connect();
+    const bucket = nextBucket();
+    const a = await first.bus.keyValue(bucket);
+    const b = await second.bus.keyValue(bucket);
+
+    expect(await a.create('approval.x', 'fresh')).toBe(true);
+    expect(await b.create('approval.x', 'second')).toBe(false);
+    expect(await b.get('approval.x')).toBe('fresh');
+
+    const seen = await b.entry('approval.x');
+    expect(seen).toMatchObject({ value: 'fresh' });
+    expect(seen!.revision).toBeGreaterThan(0);
+    expect(await a.update('approval.x', 'used by a', seen!.revision)).toBe(true);
+    expect(await b.update('approval.x', 'used by b', seen!.revision)).toBe(false);
+    expect(await b.get('approval.x')).toBe('used by a');
+    const after = await a.entry('approval.x');
+    expect(after!.revision).toBeGreaterThan(seen!.revision);
+    expect(await a.update('missing', 'x', after!.revision)).toBe(false);
+
+    // Many racers from one revision: exactly one wins.
+    const racers = await Promise.all(Array.from({ length: 8 }, (_, n) => (n % 2 === 0 ? a : b).update('approval.x', `racer ${n}`, after!.revision)));
+    expect(racers.filter(Boolean)).toHaveLength(1);
+    const winner = racers.indexOf(true);
+    expect(await a.get('approval.x')).toBe(`racer ${winner}`);
+
+    // A deleted key can be created again.
+    await b.delete('approval.x');
+    expect(await a.create('approval.x', 'again')).toBe(true);
+    expect(await b.get('approval.x')).toBe('again');
+  });
+
+  it('refuses keys and bucket names NATS KV cannot hold with E-BUS-001, identically on both transports', async () => {
+    const { bus } = await network.connect();
+    const store = await bus.keyValue(nextBucket());
+    for (const key of ['', 'has space', '.leading', 'trailing.', 'empty..token', 'wild*', 'wild.>', 'ünï']) {
+      const error = await rejection(store.put(key, 'v'));
+      expect(error.code, key).toBe('E-BUS-001');
+      expect((await rejection(store.get(key))).code).toBe('E-BUS-001');
+    }
+    await store.put('ok-key_1/2=3.x', 'v');
+    expect(await store.get('ok-key_1/2=3.x')).toBe('v');
+    for (const bucket of ['has.dot', 'has space', '', 'a/b']) {
+      expect((await rejection(bus.keyValue(bucket))).code, bucket).toBe('E-BUS-001');
+    }
+  });
+
+  it('fails a key-value operation on a closed bus with E-BUS-005', async () => {
+    const { bus } = await network.connect();
+    const store = await bus.keyValue(nextBucket());
+    await store.put('k', 'v');
+    await bus.close();
+    expect((await rejection(store.get('k'))).code).toBe('E-BUS-005');
+    expect((await rejection(store.put('k', 'w'))).code).toBe('E-BUS-005');
+    expect((await rejection(bus.keyValue(nextBucket()))).code).toBe('E-BUS-005');
+  });
+
   it('stops delivery once a subscription is unsubscribed', async () => {
     const publisher = await network.connect();
     const subscriber = await network.connect();
@@ -666,5 +758,52 @@ describe('the contract bus over NATS across a server restart', () => {
 
     expect(subscriber.log.warnings.some((entry) => entry.message === 'bus disconnected; reconnecting')).toBe(true);
     expect(subscriber.log.entries.some((entry) => entry.level === 'info' && entry.message === 'bus reconnected')).toBe(true);
+  });
+});
+
+describe('key-value state over NATS across a server restart', () => {
+  let server: NatsServer | undefined;
+  const open: Bus[] = [];
+
+  beforeAll(async () => {
+    server = await startNatsServer();
+  });
+  afterAll(async () => {
+    await Promise.all(open.splice(0).map((bus) => bus.close()));
+    await server?.stop();
+  });
+
+  async function connect(): Promise<{ bus: Bus; log: RecordingLog }> {
+    if (!server) throw new Error('the nats-server is not running');
+    const log = new RecordingLog();
+    const bus = createBus(await NatsTransport.connect(server.url, { log, name: 'kv-restart-test' }), log);
+    open.push(bus);
+    return { bus, log };
+  }
+
+  it('keeps every key written before the restart, for the bus that wrote it and for a new connection', async () => {
+    const { bus, log } = await connect();
+    const store = await bus.keyValue('contract-kv-restart');
+    await store.put('session.ses_1', '{"capsule":"a"}');
+    expect(await store.create('approval.abc', '{"used":false}')).toBe(true);
+    await store.put('gone', 'x');
+    await store.delete('gone');
+    const before = await store.entry('approval.abc');
+
+    await server!.restart();
+
+    // The same bus reconnects (a request sent while it is away waits out its timeout), then reads.
+    await eventually(() => expect(log.entries.some((entry) => entry.message === 'bus reconnected')).toBe(true), { timeoutMs: 10_000 });
+    expect(await store.get('session.ses_1')).toBe('{"capsule":"a"}');
+    expect(await store.entry('approval.abc')).toEqual(before);
+    expect(await store.get('gone')).toBeUndefined();
+    expect((await store.keys()).sort()).toEqual(['approval.abc', 'session.ses_1']);
+    // Revisions survive too: a compare-and-set against the revision read before still works once.
+    expect(await store.update('approval.abc', '{"used":true}', before!.revision)).toBe(true);
+    expect(await store.update('approval.abc', '{"used":true}', before!.revision)).toBe(false);
+
+    const fresh = await (await connect()).bus.keyValue('contract-kv-restart');
+    expect(await fresh.get('session.ses_1')).toBe('{"capsule":"a"}');
+    expect(await fresh.get('approval.abc')).toBe('{"used":true}');
   });
 });

@@ -356,12 +356,12 @@ describe('event payloads', () => {
     ended_at: '2026-01-01T00:00:01Z',
   };
 
-  it('parses a valid session.started payload', () => {
-    expect(SessionStartedSchema.parse(started)).toEqual(started);
+  it('parses a valid session.started payload, filling in that it does not outlive its launcher', () => {
+    expect(SessionStartedSchema.parse(started)).toEqual({ ...started, outlives_launcher: false });
   });
 
-  it('parses a valid session.ended payload', () => {
-    expect(SessionEndedSchema.parse(ended)).toEqual(ended);
+  it('parses a valid session.ended payload, filling in an empty stderr tail and no completion reported', () => {
+    expect(SessionEndedSchema.parse(ended)).toEqual({ ...ended, stderr_tail: [], completion_reported: false });
   });
 
   it('refuses a session.started or session.ended payload that names no pid', () => {

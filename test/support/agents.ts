@@ -80,7 +80,9 @@ export interface RunningAgent {
 
 /** `mur run --json` of a project, running until the test stops it (or the session ends by itself). */
 export async function startAgent(project: string, env: Record<string, string | undefined>, args: string[] = []): Promise<RunningAgent> {
-  const child = spawn(process.execPath, [murBin, 'run', '--manifest', path.join(project, 'murmur.yaml'), '--json', ...args], {
+  // `--capsule` names a packaged capsule instead of the project's manifest.
+  const manifest = args.includes('--capsule') ? [] : ['--manifest', path.join(project, 'murmur.yaml')];
+  const child = spawn(process.execPath, [murBin, 'run', ...manifest, '--json', ...args], {
     cwd: repositoryRoot,
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

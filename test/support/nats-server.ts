@@ -1,14 +1,21 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { freePort } from './ports.js';
 
 /**
- * A real `nats-server` on a free loopback port, started and stopped by the test that needs it.
- * `restart()` stops it and starts it again on the same port, for reconnect tests.
+ * A real `nats-server` with JetStream on a free loopback port, started and stopped by the test
+ * that needs it. JetStream stores in a temporary directory removed by `stop()`; `restart()` stops
+ * the server and starts it again on the same port and the same directory, so key-value state
+ * written before the restart is there after it.
  */
 export interface NatsServer {
   readonly url: string;
   readonly port: number;
+  /** JetStream's storage directory. */
+  readonly storeDir: string;
   stop(): Promise<void>;
   restart(): Promise<void>;
 }
@@ -17,8 +24,8 @@ export function natsServerBinary(): string {
   return process.env.MURMUR_NATS_SERVER_BIN ?? 'nats-server';
 }
 
-async function launch(port: number): Promise<ChildProcess> {
-  const child = spawn(natsServerBinary(), ['-a', '127.0.0.1', '-p', String(port)], { stdio: ['ignore', 'ignore', 'pipe'] });
+async function launch(port: number, storeDir: string): Promise<ChildProcess> {
+  const child = spawn(natsServerBinary(), ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const ready = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`nats-server did not become ready on port ${port}:\n${log}`)), 10_000);
@@ -53,14 +60,25 @@ async function terminate(child: ChildProcess): Promise<void> {
 
 export async function startNatsServer(): Promise<NatsServer> {
   const port = await freePort();
-  let child = await launch(port);
+  const storeDir = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-nats-'));
+  let child: ChildProcess;
+  try {
+    child = await launch(port, storeDir);
+  } catch (error) {
+    await fs.rm(storeDir, { recursive: true, force: true });
+    throw error;
+  }
   return {
     url: `nats://127.0.0.1:${port}`,
     port,
-    stop: () => terminate(child),
+    storeDir,
+    async stop() {
+      await terminate(child);
+      await fs.rm(storeDir, { recursive: true, force: true });
+    },
     async restart() {
       await terminate(child);
-      child = await launch(port);
+      child = await launch(port, storeDir);
     },
   };
 }

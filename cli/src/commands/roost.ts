@@ -1,14 +1,16 @@
-import { createLogger, listenHttp, portFromEnv } from '@murmur/shared/service';
+import { createLogger, healthRoutes, listenHttp, portFromEnv } from '@murmur/shared/service';
 import { connectBus } from '@murmur/shared/bus';
-import { MurmurError } from '@murmur/shared';
+import { MurmurError, healthOf, newId, serveHealth } from '@murmur/shared';
 import { startRoostService } from '@murmur/roost';
 import type { Output } from '../output.js';
 
 /**
  * `mur roost`: roost on 127.0.0.1, upstream's flags. Runs until interrupted; the registry it
- * serves is `--registry-path`, else the global store.
+ * serves is `--registry-path`, else the global store. `--spawn-allow NAME` (repeatable) names the
+ * capsules anyone may spawn without a session credential; without it, `MURMUR_ROOST_SPAWN_ALLOW`.
+ * Sessions and approvals live on the bus: in memory without `MURMUR_NATS_URL`, in JetStream with it.
  */
-export async function roostCommand(options: { port?: string; registryPath?: string }, output: Output): Promise<number> {
+export async function roostCommand(options: { port?: string; registryPath?: string; spawnAllow?: string[] }, output: Output): Promise<number> {
   let port: number;
   try {
     port = portFromEnv(options.port, 7700);
@@ -17,19 +19,31 @@ export async function roostCommand(options: { port?: string; registryPath?: stri
   }
   const log = createLogger('roost');
   const bus = await connectBus({ natsUrl: process.env.MURMUR_NATS_URL, name: 'mur-roost', log });
-  const roost = startRoostService({ bus, log, ...(options.registryPath ? { registryPath: options.registryPath } : {}) });
+  const roost = startRoostService({
+    bus,
+    log,
+    ...(options.registryPath ? { registryPath: options.registryPath } : {}),
+    ...(options.spawnAllow && options.spawnAllow.length > 0 ? { spawnAllow: options.spawnAllow } : {}),
+  });
+  // The same `GET /health` (and bus health) a roost service process answers.
+  const identity = { service: 'roost' as const, instanceId: `roost-${newId('request').slice(4, 16)}`, httpPort: null as number | null, startedAt: new Date() };
+  const app = healthRoutes(() => healthOf(identity, bus));
+  app.route('/', roost.http);
   let listener;
   try {
-    listener = await listenHttp(roost.http, { host: '127.0.0.1', port });
+    listener = await listenHttp(app, { host: '127.0.0.1', port });
   } catch (error) {
     await bus.close();
     throw new MurmurError('E-IO-003', `failed to bind port ${port}: ${(error as Error).message}`, { hint: 'choose another port with --port' });
   }
+  identity.httpPort = listener.port;
+  const health = serveHealth(bus, identity);
   output.err(`mur-roost: listening on 127.0.0.1:${listener.port} (registry ${roost.registryPath})`);
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);
   });
+  health.unsubscribe();
   await listener.close();
   await roost.close();
   await bus.close();

@@ -1,6 +1,8 @@
 import {
   type A2aVersion,
   type A2aMessage,
+  COMPLETION_SESSION_HEADER,
+  DELEGATION_ID_HEADER,
   type Log,
   MurmurError,
   OptionalTaskIdParamsSchema,
@@ -69,6 +71,8 @@ interface RpcRequest {
   call: JsonRpcCall;
   lastEventId: number | undefined;
   traceparent: string | undefined;
+  /** A completion's headers: which delegation it reports, and the session it is addressed to. */
+  completion: { delegation_id: string; completion_session: string } | undefined;
 }
 
 function positiveNumber(value: string | undefined, fallback: number): number {
@@ -144,8 +148,10 @@ export function startDoorService(options: DoorOptions): DoorService {
     const lastEventHeader = context.req.header('last-event-id');
     const lastEventId = lastEventHeader !== undefined && /^\d{1,15}$/.test(lastEventHeader.trim()) ? Number(lastEventHeader.trim()) : undefined;
     const traceparent = context.req.header('traceparent')?.slice(0, 512);
+    const delegationId = context.req.header(DELEGATION_ID_HEADER)?.slice(0, 256);
+    const completion = delegationId ? { delegation_id: delegationId, completion_session: (context.req.header(COMPLETION_SESSION_HEADER) ?? '').slice(0, 256) } : undefined;
     try {
-      return await handler(context, { link, version, call, lastEventId, traceparent });
+      return await handler(context, { link, version, call, lastEventId, traceparent, completion });
     } catch (error) {
       if (error instanceof SessionUnreachable) return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: error.message, data: { murmur_code: 'E-DOOR-001' } }), error.status);
       log.error({ err: error, session_id: link.sessionId, method: call.method }, 'door request failed');
@@ -179,7 +185,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     const watch = blocking ? await link.watch() : undefined;
     try {
       const sent = taskOf(
-        await link.call(sendCall(message, request.traceparent)),
+        await link.call(sendCall(message, request.traceparent, request.completion)),
       );
       if ('error' in sent) return context.json(rpcError(call.id, sent.error));
       let task = sent.task;
@@ -246,7 +252,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     const { message } = params.value as { message: A2aMessage };
     return openTaskStream(context, request, 'new', async () => {
       const replayed = request.lastEventId === undefined ? undefined : await link.call({ method: 'replay', after_event_id: request.lastEventId });
-      const sent = taskOf(await link.call(sendCall(message, request.traceparent)));
+      const sent = taskOf(await link.call(sendCall(message, request.traceparent, request.completion)));
       return 'error' in sent ? sent : { task: sent.task, ...(replayed ? { replayed } : {}) };
     });
   };
@@ -373,7 +379,7 @@ function methodNotFound(method: string, version: A2aVersion): RpcError {
 }
 
 /** A client's message as the host's `send` call: its text parts joined, its ids as given. */
-function sendCall(message: A2aMessage, traceparent: string | undefined): SessionCall {
+function sendCall(message: A2aMessage, traceparent: string | undefined, completion: RpcRequest['completion']): SessionCall {
   return {
     method: 'send',
     message_id: message.messageId,
@@ -381,6 +387,7 @@ function sendCall(message: A2aMessage, traceparent: string | undefined): Session
     ...(message.contextId !== undefined ? { context_id: message.contextId } : {}),
     ...(message.taskId !== undefined ? { task_id: message.taskId } : {}),
     ...(traceparent ? { traceparent } : {}),
+    ...(completion ?? {}),
   };
 }
 

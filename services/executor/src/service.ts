@@ -45,7 +45,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   options.log.info({ executor_id: instanceId, ...isolation }, 'executor isolation probed');
   const sessions = new Map<string, Session>();
   const subscriptions: Subscription[] = [];
-  const environment = { executorId: instanceId, bus: options.bus, log: options.log, namespaces, cgroups, pull: (session: Session, name: string, version: string) => pullForSession(options.bus, session, name, version) };
+  const environment = { executorId: instanceId, bus: options.bus, log: options.log, namespaces, cgroups, roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined, pull: (session: Session, name: string, version: string) => pullForSession(options.bus, session, name, version) };
 
   subscriptions.push(
     // Layers 1–2 of a running record are readable only where the pid lives: here.

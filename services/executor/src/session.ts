@@ -14,13 +14,18 @@ import {
   type SessionEvent,
   type SessionReply,
   type WireError,
+  type DelegationOutcome,
+  SPAWNER_ENV,
+  SPAWN_APPROVAL_HEADER,
+  SPAWN_CREDENTIAL_HEADER,
+  spawnerHandleToEnv,
   commands,
   guestEnvironment,
   isCredentialShaped,
   topics,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
-import { packageFile, processStartToken } from '@murmur/shared/node';
+import { childResultPath, packageFile, processStartToken, reportCompletion } from '@murmur/shared/node';
 import type { z } from 'zod';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import { EgressPolicy } from './egress.js';
@@ -43,6 +48,8 @@ export interface ExecutorEnvironment {
   log: Log;
   namespaces: NamespaceProbe;
   cgroups: CgroupProbe;
+  /** roost, when the executor knows one (`MURMUR_ROOST_URL`); a launch may name its own. */
+  roostUrl?: string | undefined;
   /** Handles a host's request to pull an artifact at runtime. */
   pull?(session: Session, name: string, version: string): Promise<{ ok: true; value: { tool: HostTool } } | { ok: false; error: string }>;
 }
@@ -63,6 +70,9 @@ const READY_TIMEOUT_MS = 30_000;
 /** A door call the host does not answer in this long is answered for it (the host answers from memory, at once). */
 const RPC_TIMEOUT_MS = 10_000;
 const RUNTIME_VERSION = '0.1.0';
+const STDERR_TAIL_LINES = 20;
+/** How long a child the model delegated to may run before its watcher ends it (`MURMUR_DELEGATION_DEADLINE_SECS`). */
+const DELEGATION_DEADLINE_SECS = Number(process.env.MURMUR_DELEGATION_DEADLINE_SECS ?? '') || 600;
 const CONTAINMENT_RANK: Record<Containment, number> = { advisory: 0, scoped: 1, sealed: 2 };
 
 function findCodeRoot(from: string): string {
@@ -100,6 +110,10 @@ export class Session {
   private readonly pendingRpc = new Map<number, (reply: SessionReply) => void>();
   private nextRpcId = 1;
   private onHostEvent: (event: SessionEvent) => void = () => {};
+  /** The session's last stderr lines: the capsule's, the host's, and the runtime's about it. */
+  private readonly stderrTail: string[] = [];
+  /** roost's credential for this session, never given to the guest. */
+  private roostCredential: string | undefined;
   readonly ended: Promise<SessionEnd>;
   private resolveEnded!: (end: SessionEnd) => void;
 
@@ -174,6 +188,8 @@ export class Session {
   async launch(): Promise<LaunchReply> {
     this.checkHost();
     const plan = this.plan;
+    for (const warning of plan.warnings) this.stderrLine(`warning[${warning.code}]: ${warning.message}`);
+    await this.registerWithRoost();
     const { paths, tools } = await materialiseWorkdir(plan, { sessionId: this.id, workdir: this.request.workdir, defaultBase: this.request.default_workdir_base, task: this.request.task });
     this.paths = paths;
     this.tools = tools;
@@ -190,18 +206,24 @@ export class Session {
     for (const warning of plan.warnings) this.bootstrap.line(`[staging] warning[${warning.code}]: ${warning.message}`);
 
     const url = plan.capsule.kind === 'agent' ? (this.request.url ?? '') : '';
-    const runtimeEnv = {
+    // The runtime-owned tail: applied after everything the grants let through, so a capsule that
+    // allowlists one of these names still gets the runtime's value — and a spawner handle reaches
+    // a child only when its launch carries one, never from the launcher's own environment.
+    const runtimeEnv: Record<string, string> = {
       MURMUR_CAPSULE_NAME: plan.capsule.name,
       MURMUR_CAPSULE_VERSION: plan.capsule.version,
       MURMUR_SESSION_ID: this.id,
       MURMUR_CAPSULE_URL: url,
+      ...(this.roostUrl ? { MURMUR_ROOST_URL: this.roostUrl } : {}),
+      ...(this.request.spawner ? { [SPAWNER_ENV]: spawnerHandleToEnv(this.request.spawner) } : {}),
     };
-    let guestEnv = guestEnvironment(plan.policy, this.request.env, runtimeEnv);
+    const launcherEnv = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => name !== SPAWNER_ENV));
+    let guestEnv = guestEnvironment(plan.policy, launcherEnv, runtimeEnv);
     let agent: AgentStart | undefined;
     if (plan.capsule.kind === 'agent') {
       const launch = prepareAgentLaunch({
         plan,
-        env: this.request.env,
+        env: launcherEnv,
         sessionId: this.id,
         url,
         sessionDir: paths.sessionDir,
@@ -215,7 +237,7 @@ export class Session {
       guestEnv = launch.guestEnv;
       await writeFile(path.join(paths.sessionDir, 'MURMUR.md'), murmurMd(plan, { sessionId: this.id, url, runtimeVersion: RUNTIME_VERSION }));
     }
-    const subprocessBase = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => !isCredentialShaped(name, plan.policy.shell_strip_env)));
+    const subprocessBase = Object.fromEntries(Object.entries(launcherEnv).filter(([name]) => !isCredentialShaped(name, plan.policy.shell_strip_env)));
     const start: StartMessage = {
       type: 'start',
       session_id: this.id,
@@ -232,6 +254,7 @@ export class Session {
       tools,
       allowlist: plan.artifacts.filter((artifact) => artifact.role === 'tool' || artifact.role === 'skill').map((artifact) => artifact.name),
       trace_include_tool_output: plan.capsule.manifest.trace?.include_tool_output === true || plan.capsule.manifest.trace?.capture === 'content',
+      ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id } : {}),
       effective_grants: {},
     };
     this.spawnHost();
@@ -259,8 +282,11 @@ export class Session {
       url: reply.url,
       started_at: reply.started_at,
       outlives_launcher: this.request.outlives_launcher,
+      ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id } : {}),
     });
-    if (agent) this.relayDoorCalls();
+    // The door may be asked for the session the moment the launch is answered: the subscription
+    // must be on the server first, or the first call finds nobody answering.
+    if (agent) await this.relayDoorCalls();
     // A script capsule runs once, so its whole life is bounded; an agent's guest calls each have
     // their deadline, and a sleeping agent lives until it is stopped.
     if (plan.capsule.kind === 'script') this.armHardLimit();
@@ -285,11 +311,12 @@ export class Session {
    * reply; the host's feed published on `session.<id>.events`. Only this executor holds the
    * session, so the subscription is not a queue group.
    */
-  private relayDoorCalls(): void {
+  private async relayDoorCalls(): Promise<void> {
     const bus = this.environment.bus;
     const events = topics.sessionEvents.at(this.id);
     this.onHostEvent = (event) => bus.publish(events, event);
     this.rpcSubscription = bus.serve(commands.sessionRpc.at(this.id), (call) => this.callHost(call));
+    await bus.flush();
   }
 
   private callHost(call: SessionCall): Promise<SessionReply> {
@@ -348,7 +375,10 @@ export class Session {
     dataFiles.forEach((file, index) => (child.stdio[FIRST_DATA_FD + index] as NodeJS.WritableStream | null)?.end(file.content));
     const hostLog = new LogFile(this.paths.sessionDir, 'host.log');
     child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => {
+      hostLog.raw(chunk.toString());
+      for (const line of chunk.toString().split('\n')) if (line.trim() !== '') this.stderrLine(line);
+    });
     child.on('message', (raw: unknown) => this.onMessage(raw));
     child.once('exit', (code, signal) => this.onExit(code, signal));
     child.once('error', (error) => {
@@ -392,6 +422,7 @@ export class Session {
       case 'ready':
         return;
       case 'output':
+        if (message.stream === 'stderr') for (const line of message.text.split('\n')) if (line.trim() !== '') this.stderrLine(line);
         if (this.request.relay_output) {
           for (let offset = 0; offset < message.text.length; offset += 64 * 1024) {
             this.environment.bus.publish(topics.sessionOutput.at(this.id), { session_id: this.id, stream: message.stream, text: message.text.slice(offset, offset + 64 * 1024) });
@@ -429,6 +460,7 @@ export class Session {
         this.recordEgress('a2a', 'capsule', request.request.peer_url, result.ok ? { decision: 'allowed', state: result.value.state } : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error });
         value = result;
       }
+      else if (request.op === 'delegate') value = await this.delegate(request.request);
       else value = this.environment.pull ? await this.environment.pull(this, request.request.name, request.request.version) : { ok: false, error: 'this executor cannot pull artifacts' };
       reply = { type: 'reply', id, ok: true, value };
     } catch (error) {
@@ -470,6 +502,10 @@ export class Session {
   }
 
   private onExit(code: number | null, signal: string | null): void {
+    void this.finish(code, signal);
+  }
+
+  private async finish(code: number | null, signal: string | null): Promise<void> {
     if (this.hardLimit) clearTimeout(this.hardLimit);
     this.rpcSubscription?.unsubscribe();
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
@@ -496,6 +532,10 @@ export class Session {
     this.cgroup?.killAll();
     this.cgroup?.remove();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
+    // A delegated child whose session ended on its own terms reports for itself, before the end is
+    // announced: the watcher reads that announcement as "report for it, unless it reported".
+    const completionReported = await this.reportOwnCompletion(end);
+    void this.deregisterFromRoost();
     const plan = this.plan;
     this.environment.bus.publish(topics.sessionEnded, {
       session_id: this.id,
@@ -510,8 +550,130 @@ export class Session {
       ...(end.error ? { error: end.error } : {}),
       duration_ms: Date.now() - this.startedAt,
       ended_at: new Date().toISOString(),
+      stderr_tail: [...this.stderrTail],
+      completion_reported: completionReported,
     });
     this.resolveEnded(end);
+  }
+
+  private get roostUrl(): string | undefined {
+    return this.request.roost?.url ?? this.environment.roostUrl;
+  }
+
+  private stderrLine(line: string): void {
+    this.stderrTail.push(line.length > 2_000 ? `${line.slice(0, 2_000)} […]` : line);
+    if (this.stderrTail.length > STDERR_TAIL_LINES) this.stderrTail.shift();
+  }
+
+  /**
+   * A session that may spawn, or was spawned, registers with roost and keeps the credential roost
+   * hands back (the guest never sees it). A child registers under its approval, and is not run
+   * when roost refuses it: a child roost did not referee does not run.
+   */
+  private async registerWithRoost(): Promise<void> {
+    const approval = this.request.roost?.approval;
+    const roostUrl = this.roostUrl;
+    if (!roostUrl || (approval === undefined && this.plan.policy.spawn_allow.length === 0)) return;
+    const refused = (reason: string): MurmurError =>
+      new MurmurError('E-DLG-002', `roost at ${roostUrl} refused to register ${this.plan.capsule.name}@${this.plan.capsule.version}: ${reason}`, {
+        hint: approval ? 'the approval may have expired (60 s) or been used already: ask roost for a new one' : 'check MURMUR_ROOST_URL and that roost is running',
+      });
+    let response: Response;
+    try {
+      response = await fetch(new URL('/v1/sessions', roostUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(approval ? { [SPAWN_APPROVAL_HEADER]: approval } : {}) },
+        body: JSON.stringify({ session_id: this.id, capsule_name: this.plan.capsule.name, capsule_version: this.plan.capsule.version, policy: this.plan.policy }),
+        signal: AbortSignal.timeout(10_000),
+      });
+    } catch (error) {
+      if (approval) throw refused(`roost did not answer (${(error as Error).message})`);
+      this.stderrLine(`warning: could not register with roost at ${roostUrl}; this session cannot delegate: ${(error as Error).message}`);
+      return;
+    }
+    const body = (await response.json().catch(() => ({}))) as { credential?: string; error?: string };
+    if (!response.ok || !body.credential) {
+      if (approval) throw refused(body.error ?? `HTTP ${response.status}`);
+      this.stderrLine(`warning: roost at ${roostUrl} refused to register this session (${body.error ?? `HTTP ${response.status}`}); it cannot delegate`);
+      return;
+    }
+    this.roostCredential = body.credential;
+  }
+
+  private async deregisterFromRoost(): Promise<void> {
+    const roostUrl = this.roostUrl;
+    if (!roostUrl || !this.roostCredential) return;
+    await fetch(new URL(`/v1/sessions/${this.id}`, roostUrl), { method: 'DELETE', headers: { [SPAWN_CREDENTIAL_HEADER]: this.roostCredential }, signal: AbortSignal.timeout(5_000) }).catch(() => undefined);
+  }
+
+  /**
+   * The model's `delegate-task`: roost approves the child against this session's envelope, a
+   * watcher launches it with the task, and the host awaits the completion the child will post to
+   * this session's door. Every refusal is the tool's error text, which the model reads.
+   */
+  private async delegate(request: { capsule: string; version: string; task: string; context_id: string }): Promise<{ ok: true; value: { delegation_id: string; session_id: string; workdir: string } } | { ok: false; error: string }> {
+    const roostUrl = this.roostUrl;
+    if (!roostUrl) return { ok: false, error: 'delegation needs roost: MURMUR_ROOST_URL is not set for this session' };
+    if (!this.roostCredential) return { ok: false, error: `this session is not registered with roost at ${roostUrl}, so it cannot delegate` };
+    let approval: string;
+    try {
+      const response = await fetch(new URL('/spawn', roostUrl), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: this.roostCredential },
+        body: JSON.stringify({ name: request.capsule, version: request.version }),
+        signal: AbortSignal.timeout(10_000),
+      });
+      const body = (await response.json().catch(() => ({}))) as { approval?: string; error?: string };
+      if (!response.ok || !body.approval) return { ok: false, error: `roost refused the delegation of ${request.capsule}@${request.version}: ${body.error ?? `HTTP ${response.status}`}` };
+      approval = body.approval;
+    } catch (error) {
+      return { ok: false, error: `roost at ${roostUrl} did not answer: ${(error as Error).message}` };
+    }
+    const values = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => this.plan.policy.env_allow.includes(name)));
+    try {
+      const launched = await this.environment.bus.request(
+        commands.launchDelegation,
+        {
+          approval,
+          roost_url: roostUrl,
+          capsule_name: request.capsule,
+          capsule_version: request.version,
+          parent: { session_id: this.id, context_id: request.context_id, ...(this.request.url ? { url: this.request.url } : {}), records_dir: this.paths.sessionDir },
+          env: values,
+          task: request.task,
+          completion_deadline_secs: DELEGATION_DEADLINE_SECS,
+        },
+        { timeoutMs: 120_000 },
+      );
+      return { ok: true, value: { delegation_id: launched.delegation_id as string, session_id: launched.session_id, workdir: launched.workdir } };
+    } catch (error) {
+      return { ok: false, error: `the delegation of ${request.capsule}@${request.version} could not be launched: ${error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error)}` };
+    }
+  }
+
+  /** A delegated child that ended on its own terms (the host gave a result) records and posts its completion. */
+  private async reportOwnCompletion(end: SessionEnd): Promise<boolean> {
+    const spawner = this.request.spawner;
+    if (!spawner || !this.result) return false;
+    const outcome: DelegationOutcome = {
+      delegation_id: spawner.delegation_id,
+      capsule_name: this.plan.capsule.name,
+      capsule_version: this.plan.capsule.version,
+      session_id: this.id,
+      status: end.status === 'ok' ? 'ok' : 'error',
+      ...(childResultPath(this.paths.accessible, this.paths.sessionDir) ? { result_path: childResultPath(this.paths.accessible, this.paths.sessionDir) as string } : {}),
+      workdir: this.paths.accessible,
+      duration_ms: Date.now() - this.startedAt,
+      ...(end.status === 'ok' ? {} : { detail: end.error ? `${end.error.code}: ${end.error.message}` : `exit status ${end.exitCode}` }),
+      reported_by: 'child',
+      delivered: false,
+    };
+    const reported = await reportCompletion(spawner, outcome, this.paths.accessible, (line) => {
+      this.stderrLine(line);
+      this.bootstrap.line(line);
+    });
+    this.environment.bus.publish(topics.delegationCompleted, { parent_session_id: spawner.session_id, outcome: reported });
+    return true;
   }
 
   /** The tools the host was given (for pulls that add one). */

@@ -72,6 +72,8 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
   const sessionDir = request.workdir !== undefined ? path.join(accessible, '.murmur', request.sessionId) : accessible;
   for (const dir of ['tools', 'out', 'logs']) await fs.mkdir(path.join(sessionDir, dir), { recursive: true });
   await fs.mkdir(path.join(accessible, '.capsule-home'), { recursive: true });
+  // Where a capsule writes its own answer (`out/result.txt`), whichever directory holds the records.
+  await fs.mkdir(path.join(accessible, 'out'), { recursive: true });
   if (request.task !== undefined) await fs.writeFile(path.join(accessible, 'task.md'), request.task);
   if (request.workdir !== undefined && !existsSync(path.join(accessible, 'murmur.yaml'))) {
     await fs.writeFile(path.join(accessible, 'murmur.yaml'), plan.capsule.manifest_yaml);

@@ -7,7 +7,7 @@ await runServiceProcess({
   defaultPort: 7700,
   async start({ bus, log, env }) {
     const service = startRoostService({ bus, log, env });
-    log.info({ registry_path: service.registryPath }, 'roost serving the registry');
+    log.info({ registry_path: service.registryPath, spawn_allow: service.spawnAllow }, 'roost serving the registry, sessions and spawn approvals');
     return { http: service.http, close: () => service.close() };
   },
 });

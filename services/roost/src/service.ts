@@ -5,8 +5,12 @@ import { ArtifactStore } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import { Hono } from 'hono';
 import { registryRoutes } from './registry-routes.js';
+import { sessionRoutes } from './session-routes.js';
+import { RoostState } from './state.js';
 
 export { registryRoutes, type RegistryRoutesOptions } from './registry-routes.js';
+export { sessionRoutes, type SessionRoutesOptions } from './session-routes.js';
+export { type FitOptions, type Misfit, findMisfit, scopeComponents } from './fit.js';
 
 export interface RoostServiceOptions {
   bus: Bus;
@@ -14,23 +18,45 @@ export interface RoostServiceOptions {
   env?: NodeJS.ProcessEnv;
   /** The store roost serves; `MURMUR_ROOST_REGISTRY_PATH`, else the global store. */
   registryPath?: string;
+  /**
+   * Capsules anyone may spawn without a session credential (no parent, so no fit check);
+   * `MURMUR_ROOST_SPAWN_ALLOW` (comma-separated) when not given.
+   */
+  spawnAllow?: readonly string[];
+  /** The clock approvals and registrations are stamped with (milliseconds since the epoch). */
+  now?: () => number;
 }
 
 export interface RoostService {
   readonly http: Hono;
   readonly registryPath: string;
+  /** The capsules roost lets anyone spawn without a credential. */
+  readonly spawnAllow: readonly string[];
   close(): Promise<void>;
 }
 
+/** `a, b,,c` → `['a', 'b', 'c']`. */
+export function parseSpawnAllowList(value: string | undefined): string[] {
+  return [...new Set((value ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''))];
+}
+
 /**
- * roost: the registry over HTTP for a stack whose services do not share a disk. Sessions,
- * credentials and spawn approvals join it with delegation.
+ * roost: the registry over HTTP for a stack whose services do not share a disk, and delegation's
+ * referee: sessions register and get a credential, a session asks `POST /spawn` for an approval
+ * to spawn a child that fits inside it, and the child registers with that approval. Sessions and
+ * approvals live in the bus key-value bucket `murmur-roost`: over NATS (JetStream) a roost that
+ * restarts loses none of them.
  */
 export function startRoostService(options: RoostServiceOptions): RoostService {
   const env = options.env ?? process.env;
   const registryPath = path.resolve(options.registryPath ?? (env.MURMUR_ROOST_REGISTRY_PATH?.trim() || globalStoreDir(env)));
   const store = new ArtifactStore(registryPath, 'global');
+  const spawnAllow = options.spawnAllow ? [...new Set(options.spawnAllow.map((name) => name.trim()).filter((name) => name !== ''))] : parseSpawnAllowList(env.MURMUR_ROOST_SPAWN_ALLOW);
+  const state = new RoostState(options.bus, options.log);
+  // Opened now so a bus without key-value support is reported at start; requests retry the open.
+  state.open().catch((error: unknown) => options.log.warn({ err: error, bus: options.bus.description }, "roost's key-value bucket is not available yet; session and spawn requests will fail until it is"));
   const http = new Hono();
   http.route('/', registryRoutes({ store, publishToken: env.MURMUR_ROOST_TOKEN?.trim() || undefined, log: options.log }));
-  return { http, registryPath, close: async () => {} };
+  http.route('/', sessionRoutes({ state, store, spawnAllow, now: options.now ?? Date.now, log: options.log }));
+  return { http, registryPath, spawnAllow, close: async () => {} };
 }

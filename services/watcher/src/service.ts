@@ -1,9 +1,11 @@
-import { type Log, type RunningRecord, type SessionListReply, type SessionStarted, commands, topics } from '@murmur/shared';
+import { type Log, QUEUE_GROUPS, type RunningRecord, type SessionListReply, type SessionStarted, commands, topics } from '@murmur/shared';
+import { DelegationWatcher } from './delegations.js';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import { type ProcessState, listRunningRecords, processState, removeRunningRecord, verifyRunningRecord, writeRunningRecord } from '@murmur/shared/node';
 
 /**
- * The watcher keeps the machine's map of running sessions: a running record for every session
+ * The watcher launches and watches delegated children (`delegations.ts`), and keeps the machine's
+ * map of running sessions: a running record for every session
  * with a door, written when the session starts and removed when it ends, in `$MURMUR_HOME/running`
  * (seeds `running.rs`). It answers `watcher.sessions` with the records verified in three layers —
  * layers 1–2 asked of the executor that owns the pid, since only that machine can read it — and
@@ -56,7 +58,9 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
     return processState(record);
   };
 
+  const delegations = new DelegationWatcher(bus, log);
   const subscriptions: Subscription[] = [
+    bus.serve(commands.launchDelegation, (request) => delegations.launch(request), { queue: QUEUE_GROUPS.watcher }),
     bus.subscribe(topics.sessionStarted, (event) => {
       owners.set(event.session_id, event.executor_id);
       const record = recordOf(event);
@@ -92,6 +96,7 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
   return {
     async close() {
       for (const subscription of subscriptions) subscription.unsubscribe();
+      delegations.close();
     },
   };
 }

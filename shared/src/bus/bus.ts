@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { MurmurError, type MurmurErrorJson, isErrorCode } from '../errors.js';
 import type { Log } from '../log.js';
+import { type KeyValueStore, assertBucketName, checkedKeyValueStore } from './kv.js';
 import { isValidPattern } from './subject.js';
 import { type CommandTopic, type EventTopic, isConcrete } from './topic.js';
 import { type RawMessage, type Transport, TransportError } from './transport.js';
@@ -42,6 +43,12 @@ export interface Bus {
   tap(pattern: string, handler: (subject: string, payload: unknown) => unknown): Subscription;
   request<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, options?: RequestOptions): Promise<R>;
   serve<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, handler: (payload: Q, info: MessageInfo) => RInput | Promise<RInput>, options?: SubscribeOptions): Subscription;
+  /**
+   * Key-value state shared by everyone on this bus (see `KeyValueStore`): in memory for the
+   * in-process bus, a JetStream KV bucket on NATS. Created on first use. A lost or closed bus is
+   * `E-BUS-005`, a store that does not answer in time `E-BUS-003`, a bad key `E-BUS-001`.
+   */
+  keyValue(bucket: string): Promise<KeyValueStore>;
   flush(): Promise<void>;
   close(): Promise<void>;
 }
@@ -124,6 +131,37 @@ export function createBus(transport: Transport, log: Log): Bus {
 
   function closed(subject: string): MurmurError {
     return new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path: subject });
+  }
+
+  /** Maps a transport's failure in a key-value operation onto the catalogue. */
+  function keyValueFailure(bucket: string, error: unknown): unknown {
+    if (!(error instanceof TransportError)) return error;
+    const path = `kv:${bucket}`;
+    if (error.failure === 'timeout') return new MurmurError('E-BUS-003', `the key-value bucket '${bucket}' on ${transport.description} did not answer in time: ${error.message}`, { path });
+    if (error.failure === 'no-responders') {
+      return new MurmurError('E-BUS-005', `no key-value store answers for bucket '${bucket}' on ${transport.description}: ${error.message}`, { path, hint: 'start nats-server with JetStream enabled (-js -sd <dir>), or wait for it to come back' });
+    }
+    return new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path });
+  }
+
+  function mappedKeyValue(store: KeyValueStore): KeyValueStore {
+    const guard = async <T>(run: () => Promise<T>): Promise<T> => {
+      try {
+        return await run();
+      } catch (error) {
+        throw keyValueFailure(store.bucket, error);
+      }
+    };
+    return {
+      bucket: store.bucket,
+      get: (key) => guard(() => store.get(key)),
+      entry: (key) => guard(() => store.entry(key)),
+      put: (key, value) => guard(() => store.put(key, value)),
+      create: (key, value) => guard(() => store.create(key, value)),
+      update: (key, value, revision) => guard(() => store.update(key, value, revision)),
+      delete: (key) => guard(() => store.delete(key)),
+      keys: () => guard(() => store.keys()),
+    };
   }
 
   function runHandler(subject: string, run: () => unknown): void {
@@ -248,6 +286,17 @@ export function createBus(transport: Transport, log: Log): Bus {
         },
         options.queue,
       );
+    },
+
+    async keyValue(bucket) {
+      assertBucketName(bucket);
+      let store: KeyValueStore;
+      try {
+        store = await transport.keyValue(bucket);
+      } catch (error) {
+        throw keyValueFailure(bucket, error);
+      }
+      return checkedKeyValueStore(mappedKeyValue(store), transport.maxPayload);
     },
 
     flush: () => transport.flush(),

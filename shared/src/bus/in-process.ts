@@ -1,3 +1,4 @@
+import type { KeyValueEntry, KeyValueStore } from './kv.js';
 import { subjectMatches } from './subject.js';
 import { type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
 
@@ -23,6 +24,7 @@ export class InProcessTransport implements Transport {
   private pending = 0;
   private idleWaiters: Array<() => void> = [];
   private closed = false;
+  private readonly buckets = new Map<string, MemoryBucket>();
 
   publish(subject: string, data: Uint8Array): void {
     this.deliver(subject, data, undefined);
@@ -60,6 +62,17 @@ export class InProcessTransport implements Transport {
         reject(new TransportError('no-responders', `no subscriber for '${subject}'`));
       }
     });
+  }
+
+  /** Buckets live as long as this transport: every bus built on it shares them, as on one nats-server. */
+  async keyValue(bucket: string): Promise<KeyValueStore> {
+    if (this.closed) throw new TransportError('closed', 'the in-process bus is closed');
+    let store = this.buckets.get(bucket);
+    if (!store) {
+      store = new MemoryBucket(bucket, () => this.closed);
+      this.buckets.set(bucket, store);
+    }
+    return store;
   }
 
   flush(): Promise<void> {
@@ -110,5 +123,69 @@ export class InProcessTransport implements Transport {
       });
     }
     return targets.length;
+  }
+}
+
+/**
+ * One bucket in memory, with NATS KV's revision semantics: every write takes the bucket's next
+ * sequence number, `create` succeeds only on an absent (or deleted) key, `update` only at the
+ * revision the caller read. Each call is one synchronous step, so compare-and-set is atomic here.
+ */
+class MemoryBucket implements KeyValueStore {
+  private readonly entries = new Map<string, KeyValueEntry>();
+  private sequence = 0;
+
+  constructor(
+    readonly bucket: string,
+    private readonly isClosed: () => boolean,
+  ) {}
+
+  private open(): void {
+    if (this.isClosed()) throw new TransportError('closed', 'the in-process bus is closed');
+  }
+
+  private write(key: string, value: string): void {
+    this.sequence += 1;
+    this.entries.set(key, { value, revision: this.sequence });
+  }
+
+  async get(key: string): Promise<string | undefined> {
+    this.open();
+    return this.entries.get(key)?.value;
+  }
+
+  async entry(key: string): Promise<KeyValueEntry | undefined> {
+    this.open();
+    const found = this.entries.get(key);
+    return found === undefined ? undefined : { ...found };
+  }
+
+  async put(key: string, value: string): Promise<void> {
+    this.open();
+    this.write(key, value);
+  }
+
+  async create(key: string, value: string): Promise<boolean> {
+    this.open();
+    if (this.entries.has(key)) return false;
+    this.write(key, value);
+    return true;
+  }
+
+  async update(key: string, value: string, revision: number): Promise<boolean> {
+    this.open();
+    if (this.entries.get(key)?.revision !== revision) return false;
+    this.write(key, value);
+    return true;
+  }
+
+  async delete(key: string): Promise<void> {
+    this.open();
+    if (this.entries.delete(key)) this.sequence += 1;
+  }
+
+  async keys(): Promise<string[]> {
+    this.open();
+    return [...this.entries.keys()];
   }
 }

@@ -1,6 +1,7 @@
-import { type ConnectionOptions, ErrorCode, type NatsConnection, NatsError, connect } from 'nats';
+import { type ConnectionOptions, ErrorCode, type KV, type NatsConnection, NatsError, connect } from 'nats';
 import { MurmurError } from '../errors.js';
 import type { Log } from '../log.js';
+import type { KeyValueEntry, KeyValueStore } from './kv.js';
 import { type RawSubscription, type Transport, TransportError } from './transport.js';
 
 export interface NatsTransportOptions {
@@ -17,6 +18,8 @@ export interface NatsTransportOptions {
  * buffered and sent once the server is back.
  */
 export class NatsTransport implements Transport {
+  private readonly buckets = new Map<string, Promise<KV>>();
+
   private constructor(
     private readonly connection: NatsConnection,
     readonly description: string,
@@ -91,6 +94,28 @@ export class NatsTransport implements Transport {
     }
   }
 
+  /**
+   * A JetStream KV bucket keeping one value per key (`history: 1`), file-backed as the server's
+   * JetStream is configured: it survives this process and a nats-server restart that reuses its
+   * storage directory.
+   */
+  async keyValue(bucket: string): Promise<KeyValueStore> {
+    let opening = this.buckets.get(bucket);
+    if (!opening) {
+      opening = (async () => {
+        try {
+          return await this.connection.jetstream().views.kv(bucket, { history: 1 });
+        } catch (error) {
+          throw transportFailure(error);
+        }
+      })();
+      this.buckets.set(bucket, opening);
+      // A failed open is not remembered: the next call tries again (JetStream may be back).
+      opening.catch(() => this.buckets.delete(bucket));
+    }
+    return new NatsBucket(bucket, await opening);
+  }
+
   flush(): Promise<void> {
     return this.connection.flush();
   }
@@ -98,5 +123,96 @@ export class NatsTransport implements Transport {
   async close(): Promise<void> {
     if (this.connection.isClosed()) return;
     await this.connection.drain().catch(() => this.connection.close());
+  }
+}
+
+/** JetStream's "wrong last sequence": a create on an existing key, an update at a stale revision. */
+const WRONG_LAST_SEQUENCE = 10071;
+
+function isWrongLastSequence(error: unknown): boolean {
+  return error instanceof NatsError && error.api_error?.err_code === WRONG_LAST_SEQUENCE;
+}
+
+/** What the contract bus maps onto the catalogue; anything else passes through unchanged. */
+function transportFailure(error: unknown): unknown {
+  if (error instanceof NatsError) {
+    if (error.code === ErrorCode.ConnectionClosed || error.code === ErrorCode.ConnectionDraining) return new TransportError('closed', error.message);
+    if (error.code === ErrorCode.Timeout || error.code === ErrorCode.JetStream408RequestTimeout) return new TransportError('timeout', error.message);
+    // 503: no responders, which for the JetStream API means JetStream is not enabled (or not yet back).
+    if (error.code === ErrorCode.JetStreamNotEnabled) return new TransportError('no-responders', 'JetStream is not available on this server');
+  }
+  return error;
+}
+
+const textEncoder = new TextEncoder();
+const textDecoder = new TextDecoder();
+
+class NatsBucket implements KeyValueStore {
+  constructor(
+    readonly bucket: string,
+    private readonly kv: KV,
+  ) {}
+
+  private async run<T>(operation: () => Promise<T>): Promise<T> {
+    try {
+      return await operation();
+    } catch (error) {
+      throw transportFailure(error);
+    }
+  }
+
+  async get(key: string): Promise<string | undefined> {
+    return (await this.entry(key))?.value;
+  }
+
+  entry(key: string): Promise<KeyValueEntry | undefined> {
+    return this.run(async () => {
+      const found = await this.kv.get(key);
+      if (found === null || found.operation !== 'PUT') return undefined;
+      return { value: textDecoder.decode(found.value), revision: found.revision };
+    });
+  }
+
+  put(key: string, value: string): Promise<void> {
+    return this.run(async () => {
+      await this.kv.put(key, textEncoder.encode(value));
+    });
+  }
+
+  create(key: string, value: string): Promise<boolean> {
+    return this.run(async () => {
+      try {
+        await this.kv.create(key, textEncoder.encode(value));
+        return true;
+      } catch (error) {
+        if (isWrongLastSequence(error)) return false;
+        throw error;
+      }
+    });
+  }
+
+  update(key: string, value: string, revision: number): Promise<boolean> {
+    return this.run(async () => {
+      if (!Number.isInteger(revision) || revision <= 0) return false;
+      try {
+        await this.kv.update(key, textEncoder.encode(value), revision);
+        return true;
+      } catch (error) {
+        if (isWrongLastSequence(error)) return false;
+        throw error;
+      }
+    });
+  }
+
+  delete(key: string): Promise<void> {
+    return this.run(() => this.kv.delete(key));
+  }
+
+  keys(): Promise<string[]> {
+    return this.run(async () => {
+      const keys: string[] = [];
+      for await (const key of await this.kv.keys()) keys.push(key);
+      return keys;
+    });
   }
 }

@@ -1,3 +1,5 @@
+import type { KeyValueStore } from './kv.js';
+
 /**
  * What a transport must do: move bytes between subjects, with NATS semantics. Validation,
  * encoding and error mapping live above this, in the contract bus, so the two transports cannot
@@ -34,6 +36,11 @@ export interface Transport {
   publish(subject: string, data: Uint8Array): void;
   subscribe(pattern: string, handler: (message: RawMessage) => void, queue?: string): RawSubscription;
   request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
+  /**
+   * A key-value bucket, created on first use. Keys and value sizes are checked above this, by the
+   * bus; a transport maps a lost connection onto `TransportError` as `request` does.
+   */
+  keyValue(bucket: string): Promise<KeyValueStore>;
   /** Resolves once everything published so far has reached the server (or every local subscriber). */
   flush(): Promise<void>;
   close(): Promise<void>;

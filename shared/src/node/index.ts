@@ -5,3 +5,4 @@ export * from './home.js';
 export * from './locate.js';
 export * from './process.js';
 export * from './running.js';
+export * from './completion.js';

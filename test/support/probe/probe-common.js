@@ -24,6 +24,7 @@
 //                                 denied or failed request surfaces only as StarlingMonkey's
 //                                 "TypeError: NetworkError when attempting to fetch resource"
 //                                 (the wasi:http error code is not visible to JS).
+//   {op:"waitfor", path, seconds?}  polls until the file exists; value: its text
 //   {op:"spin"}                   prints {"op":"spin","ok":true,"value":"spinning"}, loops forever
 //   {op:"balloon", chunkBytes?, trap?}
 //                                 fills linear memory (see `balloon`); trap: true ends the run
@@ -309,6 +310,17 @@ async function commonAction(action, report) {
     }
     case 'fetch':
       return await fetchAction(action);
+    case 'waitfor': {
+      // Polls until the file exists (what a test arranges to let the guest finish), up to `seconds`.
+      const until = Date.now() + Number(action.seconds ?? 60) * 1000;
+      for (;;) {
+        try {
+          return readFileText(action.path, true);
+        } catch (error) {
+          if (Date.now() > until) throw new Error(`${action.path} did not appear within ${action.seconds ?? 60}s`);
+        }
+      }
+    }
     case 'spin':
       report({ op: 'spin', ok: true, value: 'spinning' });
       spin();

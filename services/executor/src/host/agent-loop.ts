@@ -78,7 +78,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
   const { host, start, agent, task, registry } = run;
   const sessionDir = start.session_dir;
   const threaded = agent.lifecycle.conversation === 'threaded' && task !== undefined;
-  const tools = toolInventory(host.tools.values(), start.policy.shell_allow, agent.system_prompt_artifact);
+  const tools = toolInventory(host.tools.values(), start.policy.shell_allow, agent.system_prompt_artifact, start.policy.spawn_allow.length > 0);
   const messages: WireMessage[] = [...(threaded ? loadHistory(sessionDir, task.contextId) : []), userMessage(readTaskText(start.accessible_workdir))];
   const system = composeSystemPrompt(start, agent.system_prompt);
   host.trace.write(

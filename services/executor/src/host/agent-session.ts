@@ -34,7 +34,7 @@ export class AgentSession {
     private readonly channel: HostChannel,
   ) {
     this.feed = new EventFeed((event) => channel.event(event));
-    this.registry = new TaskRegistry(agent.lifecycle, this.feed);
+    this.registry = new TaskRegistry(agent.lifecycle, this.feed, start.session_id);
     this.taskFile = path.join(start.accessible_workdir, 'task.md');
     channel.serve((call) => this.answer(call));
   }

@@ -9,6 +9,7 @@ import { createSignal, serveBridge } from './bridge.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
 import type { EgressResult, HostRequest, HostTool, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
+import { DELEGATE_TOOL } from './tool-inventory.js';
 import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, shellArguments, shellToolDescription } from './subprocess.js';
 
 /**
@@ -170,6 +171,7 @@ export class CapsuleHost {
       workdir_exec: policy.workdir_exec,
       system_prompt_source: run.promptSource,
       system_prompt_sha256: run.promptSha256,
+      ...(this.start.spawned_by ? { spawned_by: this.start.spawned_by } : {}),
       effective_grants: this.start.effective_grants,
     };
   }
@@ -456,6 +458,7 @@ export class CapsuleHost {
    * model reads and the session survives: an unknown tool is an error result, not a failure.
    */
   async dispatchForAgent(name: string, input: { data: string }): Promise<ToolDispatch> {
+    if (name === DELEGATE_TOOL.name && this.start.policy.spawn_allow.length > 0) return this.delegateTask(input);
     if (!this.allowlist.has(name) && !this.start.policy.shell_allow.includes(name)) {
       const text = `tool '${name}' is not declared in manifest allowlist`;
       this.recordToolCall(name, input, { ok: false, error: text }, 0, 'tool');
@@ -464,6 +467,42 @@ export class CapsuleHost {
     const { result, kind } = await this.dispatch(name, input);
     if (!result.ok) return { text: result.error, isError: true, kind };
     return { text: result.value.data ?? result.value.summary ?? 'tool returned no data', isError: result.value.status !== 'passed', kind };
+  }
+
+  /**
+   * `delegate-task`: the executor asks roost and has a watcher launch the child with the task;
+   * then the calling task awaits the child's completion, whose text is the tool's result. Every
+   * refusal is an error result the model reads.
+   */
+  private async delegateTask(input: { data: string }): Promise<ToolDispatch> {
+    const started = Date.now();
+    const fail = (text: string): ToolDispatch => {
+      this.recordToolCall(DELEGATE_TOOL.name, input, { ok: false, error: text }, Date.now() - started, 'tool');
+      return { text, isError: true, kind: 'tool' };
+    };
+    let request: { capsule: string; version: string; task: string };
+    try {
+      const parsed = JSON.parse(input.data) as Record<string, unknown>;
+      if (typeof parsed.capsule !== 'string' || typeof parsed.version !== 'string' || typeof parsed.task !== 'string') throw new Error('expected {"capsule", "version", "task"} strings');
+      request = { capsule: parsed.capsule, version: parsed.version, task: parsed.task };
+    } catch (error) {
+      return fail(`delegate-task input is not valid: ${(error as Error).message}`);
+    }
+    const context = this.taskContext;
+    if (!context) return fail('delegate-task is available only inside a task');
+    const launched = (await this.channel.request({ op: 'delegate', request: { ...request, context_id: context.task.contextId } })) as { ok: true; value: { delegation_id: string; session_id: string } } | { ok: false; error: string };
+    if (!launched.ok) return fail(launched.error);
+    this.trace.write('delegation_started', { turn: this.turn, task_id: context.task.id, delegation_id: launched.value.delegation_id, capsule: `${request.capsule}@${request.version}`, child_session_id: launched.value.session_id });
+    let text: string;
+    try {
+      text = await context.registry.awaitDelegation(context.task, launched.value.delegation_id);
+    } catch (error) {
+      return fail(`delegation ${launched.value.delegation_id} ended without a completion: ${(error as Error).message}`);
+    }
+    this.trace.write('delegation_completed', { turn: this.turn, task_id: context.task.id, delegation_id: launched.value.delegation_id, origin: 'completion' });
+    const result: Fallible<ToolResultShape> = ok({ status: 'passed', summary: `delegation ${launched.value.delegation_id} completed`, data: text, dataPath: undefined, truncated: false, metadata: [] });
+    this.recordToolCall(DELEGATE_TOOL.name, input, result, Date.now() - started, 'tool');
+    return { text, isError: false, kind: 'tool' };
   }
 
   /** Upstream's dispatch order: native binary, shell binary, skill, WASM tool. */

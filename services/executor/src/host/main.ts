@@ -26,6 +26,19 @@ let nextRequest = 1;
 const pending = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
 
 let serveCall: ((call: SessionCall) => SessionReply) | undefined;
+/** Door calls that came before the agent session could answer them (the door may call at once). */
+const earlyCalls: Array<{ id: number; call: SessionCall }> = [];
+let isAgent = false;
+
+function answerCall(message: { id: number; call: SessionCall }): void {
+  let reply: SessionReply;
+  try {
+    reply = serveCall ? serveCall(message.call) : { error: { code: -32603, message: 'this session does not accept A2A calls: it is not an agent capsule' } };
+  } catch (error) {
+    reply = { error: { code: -32603, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` } };
+  }
+  send({ type: 'rpc-reply', id: message.id, reply });
+}
 let host: CapsuleHost | undefined;
 
 const channel: HostChannel = {
@@ -44,6 +57,8 @@ const channel: HostChannel = {
   },
   serve(handler) {
     serveCall = handler;
+    // Calls that arrived while the agent session was being set up are answered now, in order.
+    for (const queued of earlyCalls.splice(0)) answerCall(queued);
   },
 };
 
@@ -63,13 +78,8 @@ process.on('message', (raw: unknown) => {
     return;
   }
   if (message.type === 'rpc') {
-    let reply: SessionReply;
-    try {
-      reply = serveCall ? serveCall(message.call) : { error: { code: -32603, message: 'this session does not accept A2A calls (it is not an agent capsule, or it is still starting)' } };
-    } catch (error) {
-      reply = { error: { code: -32603, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` } };
-    }
-    send({ type: 'rpc-reply', id: message.id, reply });
+    if (!serveCall && (isAgent || !started)) earlyCalls.push(message);
+    else answerCall(message);
     return;
   }
   if (message.type === 'stop') {
@@ -80,6 +90,8 @@ process.on('message', (raw: unknown) => {
   }
   if (message.type === 'start' && !started) {
     started = true;
+    isAgent = message.agent !== undefined;
+    if (!isAgent) for (const queued of earlyCalls.splice(0)) answerCall(queued);
     timing('start received');
     host = new CapsuleHost(message, channel, prewarmed);
     host.run().then(

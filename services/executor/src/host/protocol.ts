@@ -73,6 +73,8 @@ export const StartMessageSchema = z.object({
   /** Declared tool names a capsule may invoke (its allowlist). */
   allowlist: z.array(z.string()),
   trace_include_tool_output: z.boolean(),
+  /** The session that spawned this one (`session_start.spawned_by`). */
+  spawned_by: z.string().optional(),
   effective_grants: z.record(z.string(), z.unknown()),
 });
 export type StartMessage = z.infer<typeof StartMessageSchema>;
@@ -126,10 +128,19 @@ export const SendRequestSchema = z.object({
 
 export const PullRequestSchema = z.object({ name: z.string(), version: z.string() });
 
+/** The model's `delegate-task`: ask roost, launch the child with the task; the reply names the delegation to await. */
+export const DelegateRequestSchema = z.object({
+  capsule: z.string().min(1),
+  version: z.string().min(1),
+  task: z.string(),
+  context_id: z.string(),
+});
+
 export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('http'), request: HttpRequestSchema }),
   z.object({ op: z.literal('send'), request: SendRequestSchema }),
   z.object({ op: z.literal('pull'), request: PullRequestSchema }),
+  z.object({ op: z.literal('delegate'), request: DelegateRequestSchema }),
 ]);
 export type HostRequest = z.infer<typeof HostRequestSchema>;
 

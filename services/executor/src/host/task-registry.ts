@@ -1,4 +1,4 @@
-import { type Lifecycle, RPC_ERRORS, isSafeContextId, type RpcError, type SessionCall, TERMINAL_TASK_STATES, type TaskMessage, type TaskState, type TaskView, newContextId, newMessageId, newTaskId } from '@murmur/shared';
+import { COMPLETION_NOT_AWAITED, type Lifecycle, RPC_ERRORS, isSafeContextId, type RpcError, type SessionCall, TERMINAL_TASK_STATES, type TaskMessage, type TaskState, type TaskView, newContextId, newMessageId, newTaskId } from '@murmur/shared';
 import type { EventFeed } from './event-feed.js';
 
 /**
@@ -54,13 +54,22 @@ export class TaskRegistry {
   private waiter: ((task: Task | undefined) => void) | undefined;
   private closed = false;
 
+  /** Delegations a running task awaits (the model's `delegate-task`), by delegation id. */
+  private readonly delegations = new Map<string, { task: Task; resolve(text: string): void; reject(error: Error): void }>();
+
   constructor(
     private readonly lifecycle: Pick<Lifecycle, 'task_acceptance' | 'queue_depth'>,
     private readonly feed: EventFeed,
+    /** This session's id: a completion addressed to another is refused. */
+    private readonly sessionId = '',
   ) {}
 
-  /** `message/send` and its kin: resume the task waiting for input, accept a new one, or reject it. */
+  /**
+   * `message/send` and its kin: a delegated child's completion enters the task awaiting it (and
+   * nothing else); otherwise resume the task waiting for input, accept a new one, or reject it.
+   */
   send(call: SendCall): Answer {
+    if (call.delegation_id !== undefined) return this.complete(call);
     if (this.lifecycle.task_acceptance === 'none') {
       return { error: { code: RPC_ERRORS.methodNotFound, message: "Method not found: this capsule does not accept tasks (lifecycle.task_acceptance: none)" } };
     }
@@ -221,6 +230,32 @@ export class TaskRegistry {
     });
   }
 
+  /**
+   * A completion: never a new task. It goes to the task that awaits its delegation, or it is
+   * refused with -31002 naming why — a completion nobody awaits, or one addressed to another
+   * session (a parent that restarted onto the same address), which is what the child records.
+   */
+  private complete(call: SendCall): Answer {
+    const delegationId = call.delegation_id as string;
+    if (call.completion_session !== this.sessionId) {
+      return { error: { code: COMPLETION_NOT_AWAITED, message: `the completion of delegation ${delegationId} is addressed to session ${call.completion_session || '(none)'}, which is not the session answering here` } };
+    }
+    const awaiting = this.delegations.get(delegationId);
+    if (!awaiting) return { error: { code: COMPLETION_NOT_AWAITED, message: `no task of this session awaits delegation ${delegationId}` } };
+    this.delegations.delete(delegationId);
+    awaiting.task.history.push({ role: 'user', message_id: call.message_id, text: call.text });
+    this.transition(awaiting.task, awaiting.task.state, `delegation ${delegationId} completed`);
+    awaiting.resolve(call.text);
+    return { task: this.view(awaiting.task) };
+  }
+
+  /** The running task waits for a delegation's completion; the text is what the child's runtime (or its watcher) posted. */
+  awaitDelegation(task: Task, delegationId: string): Promise<string> {
+    return new Promise((resolve, reject) => {
+      this.delegations.set(delegationId, { task, resolve, reject });
+    });
+  }
+
   /** `tasks/cancel`: a task still waiting to run, or waiting for input, can be; a running one cannot. */
   cancel(taskId: string): Answer {
     const task = this.tasks.get(taskId);
@@ -260,6 +295,10 @@ export class TaskRegistry {
   /** The session is ending: nothing more is accepted, and tasks that never ran say so. */
   close(reason: string): void {
     this.closed = true;
+    for (const [id, awaiting] of this.delegations) {
+      this.delegations.delete(id);
+      awaiting.reject(new Error(reason));
+    }
     for (const task of this.pending.splice(0)) this.finish(task, { state: 'failed', message: reason });
     const wait = this.inputWait;
     if (wait) {

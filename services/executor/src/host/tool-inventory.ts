@@ -39,7 +39,18 @@ function descriptionOf(tool: HostTool): string | undefined {
   }
 }
 
-export function toolInventory(tools: Iterable<HostTool>, shellAllow: readonly string[], promptSkill: string | undefined): DriverTool[] {
+/** The built-in tool a capsule with `capabilities.spawn.allow` has: hand a task to a child capsule. */
+export const DELEGATE_TOOL: DriverTool = {
+  name: 'delegate-task',
+  description: 'Hand a task to another capsule (one named in capabilities.spawn.allow) and wait for it to finish. The result names where the child wrote its answer; read that file to see it.',
+  parameters: {
+    type: 'object',
+    properties: { capsule: { type: 'string' }, version: { type: 'string' }, task: { type: 'string' } },
+    required: ['capsule', 'version', 'task'],
+  },
+};
+
+export function toolInventory(tools: Iterable<HostTool>, shellAllow: readonly string[], promptSkill: string | undefined, canDelegate = false): DriverTool[] {
   const offered = new Map<string, DriverTool>();
   for (const tool of tools) {
     if (tool.name === promptSkill) continue;
@@ -54,5 +65,6 @@ export function toolInventory(tools: Iterable<HostTool>, shellAllow: readonly st
       description: shellToolDescription(binary),
     });
   }
+  if (canDelegate) offered.set(DELEGATE_TOOL.name, DELEGATE_TOOL);
   return [...offered.values()].sort((left, right) => (left.name < right.name ? -1 : left.name > right.name ? 1 : 0));
 }

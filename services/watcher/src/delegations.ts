@@ -1,0 +1,205 @@
+import { mkdirSync } from 'node:fs';
+import { constants } from 'node:os';
+import path from 'node:path';
+import {
+  type DelegationControlReply,
+  type DelegationLaunchReply,
+  type DelegationLaunchRequest,
+  DelegationLaunchRequestSchema,
+  type DelegationOutcome,
+  type Log,
+  type SessionEnded,
+  type SpawnerHandle,
+  commands,
+  newDelegationId,
+  newSessionId,
+  sessionUrl,
+  spawnerHandleToEnv,
+  topics,
+} from '@murmur/shared';
+import type { Bus, Subscription } from '@murmur/shared/bus';
+import { childResultPath, readCompletion, recordTerminated, reportCompletion } from '@murmur/shared/node';
+
+/**
+ * Delegated children, launched and watched (seeds `delegation.rs`, the launcher's side). A child
+ * reports its own ending when it can — its runtime writes `completion.json` and posts it before its
+ * session's end is announced — and this watcher reports for one that could not:
+ *
+ * - `crashed`: the session ended without its runtime reporting (killed, out of memory, its host
+ *   died), with the exit status and the child's stderr tail, posted to the parent;
+ * - `terminated`, ended by the parent (`shutdown`): recorded, posted to nobody — the only party
+ *   to tell is the one that did it;
+ * - `terminated` at the completion deadline: the watcher ends the child and posts the outcome,
+ *   naming the bound in seconds — the only thing that stops a wedged child running as long as
+ *   its parent.
+ */
+
+interface Watched {
+  delegationId: string | undefined;
+  request: ReturnType<typeof DelegationLaunchRequestSchema.parse>;
+  handle: SpawnerHandle | undefined;
+  reply: DelegationLaunchReply;
+  startedAt: number;
+  deadline: NodeJS.Timeout | undefined;
+  endedBy: 'parent' | 'deadline' | undefined;
+  exited: boolean;
+  finished: boolean;
+  stderrTail: string[];
+  outcome: DelegationOutcome | undefined;
+  control: Subscription | undefined;
+}
+
+const STAGE_TIMEOUT_MS = 120_000;
+const LAUNCH_TIMEOUT_MS = 60_000;
+
+function exitStatus(event: SessionEnded): string {
+  if (event.signal) {
+    const number = (constants.signals as Record<string, number>)[event.signal];
+    return number === undefined ? `signal: ${event.signal}` : `signal: ${number} (${event.signal})`;
+  }
+  return `exit status: ${event.exit_code ?? 'unknown'}`;
+}
+
+export class DelegationWatcher {
+  private readonly watched = new Map<string, Watched>();
+  private readonly ended: Subscription;
+
+  constructor(
+    private readonly bus: Bus,
+    private readonly log: Log,
+  ) {
+    this.ended = bus.subscribe(topics.sessionEnded, (event) => {
+      const watched = this.watched.get(event.session_id);
+      if (watched) void this.onEnded(watched, event);
+    });
+  }
+
+  /** Stages the child, composes its spawner handle, launches it under its workdir in the parent's `children/`, and starts watching it. */
+  async launch(input: DelegationLaunchRequest): Promise<DelegationLaunchReply> {
+    const request = DelegationLaunchRequestSchema.parse(input);
+    const delegationId = request.delegated ? newDelegationId() : undefined;
+    const sessionId = newSessionId();
+    const workdir = path.join(request.parent.records_dir, 'children', delegationId ?? sessionId);
+    mkdirSync(workdir, { recursive: true });
+    const plan = await this.bus.request(commands.stage, { source: { kind: 'registry', name: request.capsule_name, version: request.capsule_version }, env_names: Object.keys(request.env) }, { timeoutMs: STAGE_TIMEOUT_MS });
+    const url = plan.capsule.kind === 'agent' ? `${sessionUrl((await this.bus.request(commands.locateDoor, {}, { timeoutMs: 5_000 })).base_url, sessionId)}/` : undefined;
+    const handle: SpawnerHandle | undefined = delegationId
+      ? { session_id: request.parent.session_id, context_id: request.parent.context_id, delegation_id: delegationId, ...(request.parent.url ? { url: request.parent.url } : {}) }
+      : undefined;
+    const launched = await this.bus.request(
+      commands.launch,
+      {
+        session_id: sessionId,
+        plan,
+        workdir,
+        default_workdir_base: workdir,
+        ...(request.task !== undefined ? { task: request.task } : {}),
+        env: request.env,
+        ...(url ? { url } : {}),
+        ...(handle ? { spawner: handle } : {}),
+        roost: { url: request.roost_url, approval: request.approval },
+        outlives_launcher: true,
+        relay_output: false,
+      },
+      { timeoutMs: LAUNCH_TIMEOUT_MS },
+    );
+    const reply: DelegationLaunchReply = {
+      ...(delegationId ? { delegation_id: delegationId } : {}),
+      session_id: sessionId,
+      url: launched.url,
+      pid: launched.pid,
+      process_start: launched.process_start,
+      executor_id: launched.executor_id,
+      workdir: launched.workdir,
+      records_dir: launched.session_dir,
+      ...(handle ? { spawner: spawnerHandleToEnv(handle) } : {}),
+    };
+    const watched: Watched = { delegationId, request, handle, reply, startedAt: Date.now(), deadline: undefined, endedBy: undefined, exited: false, finished: false, stderrTail: [], outcome: undefined, control: undefined };
+    this.watched.set(sessionId, watched);
+    if (delegationId) {
+      watched.control = this.bus.serve(commands.controlDelegation.at(delegationId), ({ action }) => this.control(watched, action));
+      // Whoever holds the delegation may ask about it as soon as it has the reply.
+      await this.bus.flush();
+    }
+    if (request.completion_deadline_secs !== undefined) {
+      watched.deadline = setTimeout(() => void this.end(watched, 'deadline'), request.completion_deadline_secs * 1000);
+    }
+    this.log.info({ delegation_id: delegationId, session_id: sessionId, parent: request.parent.session_id, capsule: `${request.capsule_name}@${request.capsule_version}` }, 'delegation launched');
+    return reply;
+  }
+
+  private async control(watched: Watched, action: 'status' | 'shutdown'): Promise<DelegationControlReply> {
+    if (action === 'shutdown' && !watched.exited) await this.end(watched, 'parent');
+    return { exited: watched.exited, watcher_finished: watched.finished, stderr_tail: watched.stderrTail, ...(watched.outcome ? { outcome: watched.outcome } : {}) };
+  }
+
+  /** Ends the child (its executor stops it: TERM, then KILL); what it ended as is decided when its end is announced. */
+  private async end(watched: Watched, by: 'parent' | 'deadline'): Promise<void> {
+    if (watched.exited || watched.endedBy) return;
+    watched.endedBy = by;
+    const reason = by === 'parent' ? 'its parent ended the delegation' : `the delegation ran past its ${watched.request.completion_deadline_secs}s completion deadline`;
+    try {
+      await this.bus.request(commands.stopSession.at(watched.reply.session_id), { reason }, { timeoutMs: 10_000 });
+    } catch (error) {
+      this.log.warn({ session_id: watched.reply.session_id, err: error }, 'could not stop a delegated child');
+    }
+  }
+
+  private async onEnded(watched: Watched, event: SessionEnded): Promise<void> {
+    watched.exited = true;
+    watched.stderrTail = event.stderr_tail;
+    if (watched.deadline) clearTimeout(watched.deadline);
+    const handle = watched.handle;
+    try {
+      if (!handle) return;
+      const base: DelegationOutcome = {
+        delegation_id: handle.delegation_id,
+        capsule_name: watched.request.capsule_name,
+        capsule_version: watched.request.capsule_version,
+        session_id: watched.reply.session_id,
+        status: 'terminated',
+        ...(childResultPath(watched.reply.workdir, watched.reply.records_dir) ? { result_path: childResultPath(watched.reply.workdir, watched.reply.records_dir) as string } : {}),
+        workdir: watched.reply.workdir,
+        duration_ms: Date.now() - watched.startedAt,
+        reported_by: 'launcher',
+        delivered: false,
+      };
+      const complain = (line: string): void => {
+        watched.stderrTail = [...watched.stderrTail, line].slice(-20);
+        this.log.warn({ delegation_id: handle.delegation_id }, line);
+      };
+      if (watched.endedBy === 'parent') {
+        // The child may have written its own account as it wound down; the launcher's is the last word.
+        watched.outcome = recordTerminated({ ...base, detail: `ended by its parent (${exitStatus(event)})` }, watched.reply.workdir);
+      } else if (watched.endedBy === 'deadline') {
+        const seconds = watched.request.completion_deadline_secs as number;
+        watched.outcome = await reportCompletion(handle, { ...base, detail: `ended at its ${seconds}s completion deadline (${seconds}s deadline reached; ${exitStatus(event)})` }, watched.reply.workdir, complain);
+      } else if (event.completion_reported) {
+        watched.outcome = readCompletion(watched.reply.workdir);
+        return;
+      } else {
+        const tail = event.stderr_tail.length > 0 ? `\nstderr (last ${event.stderr_tail.length} lines):\n${event.stderr_tail.join('\n')}` : '';
+        watched.outcome = await reportCompletion(handle, { ...base, status: 'crashed', detail: `the child ended without reporting: ${exitStatus(event)}${event.error ? ` (${event.error.code}: ${event.error.message})` : ''}${tail}` }, watched.reply.workdir, complain);
+      }
+      this.bus.publish(topics.delegationCompleted, { parent_session_id: handle.session_id, outcome: watched.outcome });
+    } catch (error) {
+      this.log.error({ session_id: watched.reply.session_id, err: error }, 'could not record a delegated child’s ending');
+    } finally {
+      watched.finished = true;
+      // The control subject stays answerable a while, so whoever holds the delegation can read how it ended.
+      setTimeout(() => {
+        watched.control?.unsubscribe();
+        this.watched.delete(watched.reply.session_id);
+      }, 60_000).unref();
+    }
+  }
+
+  close(): void {
+    this.ended.unsubscribe();
+    for (const watched of this.watched.values()) {
+      if (watched.deadline) clearTimeout(watched.deadline);
+      watched.control?.unsubscribe();
+    }
+    this.watched.clear();
+  }
+}

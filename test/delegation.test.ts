@@ -1,0 +1,364 @@
+import { promises as fs, existsSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type DelegationControlReply, type DelegationLaunchReply, SPAWNER_ENV, SPAWN_CREDENTIAL_HEADER, capabilityPolicy, commands, newContextId, parseCapsuleManifest, parseSpawnerHandle, silentLog } from '@murmur/shared';
+import { type Bus, createBus } from '@murmur/shared/bus';
+import { NatsTransport } from '@murmur/shared/bus/nats';
+import { type RunningAgent, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
+import { capsuleArchive, publishInto } from './support/artifacts.js';
+import { tempDir } from './support/fs.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { probeCapsule } from './support/probe-guests.js';
+import { type ServiceProcess, eventually, startService } from './support/processes.js';
+import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * What a delegated child's ending does to the parent that launched it — every scenario of the
+ * seeds' 0.9.0 delegation suite, on the real stack: a real nats-server; roost, stager, executor,
+ * watcher and door processes; a real parent (`mur run --json`, queue/sleep) and real children.
+ * The test plays the launcher the parent's delegate tool plays later: it asks roost for an
+ * approval and the watcher for a launch. No task of the parent awaits those children, so the
+ * parent's door refuses their completions with -31002, and each child records the refusal.
+ * The last cases let the parent's own model delegate, where the completion enters its task.
+ */
+
+const MARKER_VAR = 'MURMUR_TEST_ALLOWED_VAR';
+const MARKER = 'child-result-marker-91f3';
+const PARENT = 'local/completion-parent';
+const DRIVER = 'murmur-driver-anthropic';
+
+type Completion = Record<string, unknown> & { status: string; reported_by: string; delivered: boolean; delivery_error?: string; detail?: string; result_path?: string; workdir: string; delegation_id: string; session_id: string; capsule_name: string };
+
+describe('delegated children and their completions', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let inference: ScriptedInference;
+  let failingInference: ScriptedInference;
+  const services: ServiceProcess[] = [];
+  let roostUrl: string;
+  let env: Record<string, string>;
+  let bus: Bus;
+  let credential: string;
+
+  const driverEntry = `  - name: ${DRIVER}\n    version: 0.1.0\n    runtime: driver\n`;
+  const agentTail = (endpoint: string, authority: string, lifecycle: string) =>
+    `capabilities:\n  network:\n    allow: [${authority}]\nlifecycle:\n${lifecycle}inference:\n  endpoint: ${endpoint}\n  model: test-model\n  driver:\n    artifact: ${DRIVER}\n`;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-delegation-');
+    const home = path.join(scratch.dir, 'home');
+    const store = path.join(home, 'artifacts');
+    env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: home, [MARKER_VAR]: MARKER };
+    inference = await startScriptedInference({
+      script: (body) => {
+        const messages = body.messages as Array<{ content: Array<{ type: string; text?: string; input?: unknown; content?: Array<{ text: string }> }> }>;
+        const last = messages.at(-1);
+        const result = last?.content.find((block) => block.type === 'tool_result');
+        if (result) return { text: result.content?.[0]?.text ?? '' };
+        const text = last?.content.find((block) => block.type === 'text')?.text ?? '';
+        if (text.startsWith('delegate ')) return { toolCalls: [{ name: 'delegate-task', input: JSON.parse(text.slice('delegate '.length)) as Record<string, unknown> }] };
+        return { text: 'parent turn done' };
+      },
+    });
+    failingInference = await startScriptedInference({ script: [{ raw: '{"content":[{"type":"text","text":"hel' }] });
+    const probe = (await probeCapsule()).bytes;
+    const parentManifest = `name: ${PARENT}\nversion: 0.1.0\nartifacts:\n${driverEntry}capabilities:\n  network:\n    allow: [${inference.authority}, ${failingInference.authority}]\n  env:\n    allow: [${MARKER_VAR}]\n  spawn:\n    allow: [local/worker, local/waiting-worker, local/slow-worker, local/failing-worker]\nlifecycle:\n  task_acceptance: queue\n  after_task: sleep\ntrace:\n  capture: content\ninference:\n  endpoint: ${inference.endpoint}\n  model: test-model\n  driver:\n    artifact: ${DRIVER}\n`;
+    await publishInto(store, await capsuleArchive(parentManifest));
+    await publishInto(store, await capsuleArchive(`name: local/worker\nversion: 0.1.0\ncapabilities:\n  env:\n    allow: [${MARKER_VAR}]\n`, probe));
+    await publishInto(store, await capsuleArchive('name: local/waiting-worker\nversion: 0.1.0\n', probe));
+    await publishInto(store, await capsuleArchive(`stderr_marker: true\nname: local/slow-worker\nversion: 0.1.0\nartifacts:\n${driverEntry}${agentTail(inference.endpoint, inference.authority, '  task_acceptance: queue\n  after_task: sleep\n')}`));
+    await publishInto(store, await capsuleArchive(`name: local/failing-worker\nversion: 0.1.0\nartifacts:\n${driverEntry}${agentTail(failingInference.endpoint, failingInference.authority, '  task_acceptance: queue\n  after_task: exit\n')}`));
+    await publishInto(store, await capsuleArchive(`name: local/not-allowed\nversion: 0.1.0\n`, probe));
+
+    const roost = await startService('roost', { ...env, MURMUR_ROOST_REGISTRY_PATH: store });
+    services.push(roost);
+    roostUrl = roost.url;
+    const withRoost = { ...env, MURMUR_ROOST_URL: roostUrl };
+    services.push(await startService('stager', withRoost), await startService('executor', withRoost), await startService('watcher', withRoost), await startService('door', withRoost));
+    bus = createBus(await NatsTransport.connect(nats.url, { log: silentLog }), silentLog);
+
+    // The suite registers a session of its own, as the parent capsule, to ask roost for approvals.
+    const registered = await fetch(new URL('/v1/sessions', roostUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728300', capsule_name: PARENT, capsule_version: '0.1.0', policy: capabilityPolicy(parseCapsuleManifest(parentManifest).manifest) }),
+    });
+    credential = ((await registered.json()) as { credential: string }).credential;
+    expect(credential).toMatch(/^[0-9a-f]{32,}$/);
+  });
+
+  afterAll(async () => {
+    await bus?.close();
+    for (const service of services.reverse()) await service.stop();
+    await inference?.close();
+    await failingInference?.close();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  async function startParent(): Promise<RunningAgent & { dir: string; sessionDir: string }> {
+    const dir = await fs.mkdtemp(path.join(scratch.dir, 'parent-'));
+    const agent = await startAgent(dir, { ...env, MURMUR_ROOST_URL: roostUrl }, ['--capsule', PARENT, '--capsule-version', '0.1.0', '--workdir', dir, '--no-env-file']);
+    return Object.assign(agent, { dir, sessionDir: path.join(dir, '.murmur', agent.sessionId) });
+  }
+
+  async function approval(name: string): Promise<string> {
+    const response = await fetch(new URL('/spawn', roostUrl), { method: 'POST', headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: credential }, body: JSON.stringify({ name, version: '0.1.0' }) });
+    const body = (await response.json()) as { approval?: string; error?: string };
+    if (!body.approval) throw new Error(`spawn was refused: ${JSON.stringify(body)}`);
+    return body.approval;
+  }
+
+  async function launch(parent: { sessionId: string; url: string; sessionDir: string }, name: string, options: { task?: string; env?: Record<string, string>; delegated?: boolean; deadlineSecs?: number; parentDir?: string; addressedTo?: string } = {}): Promise<DelegationLaunchReply> {
+    return bus.request(
+      commands.launchDelegation,
+      {
+        approval: await approval(name),
+        roost_url: roostUrl,
+        capsule_name: name,
+        capsule_version: '0.1.0',
+        parent: { session_id: options.addressedTo ?? parent.sessionId, context_id: newContextId(), url: parent.url, records_dir: options.parentDir ?? parent.sessionDir },
+        env: options.env ?? { [MARKER_VAR]: MARKER },
+        ...(options.task !== undefined ? { task: options.task } : {}),
+        delegated: options.delegated ?? true,
+        ...(options.deadlineSecs !== undefined ? { completion_deadline_secs: options.deadlineSecs } : {}),
+      },
+      { timeoutMs: 120_000 },
+    );
+  }
+
+  /** The child's record of how it ended, once the delivery it describes has settled. */
+  async function settledCompletion(workdir: string): Promise<Completion> {
+    return eventually(
+      async () => {
+        const raw = await fs.readFile(path.join(workdir, 'completion.json'), 'utf8').catch(() => undefined);
+        if (!raw) return undefined;
+        const parsed = JSON.parse(raw) as Completion;
+        return parsed.delivered || parsed.delivery_error !== undefined || parsed.status === 'terminated' ? parsed : undefined;
+      },
+      90_000,
+      `a settled completion.json in ${workdir}`,
+    );
+  }
+
+  function control(delegationId: string, action: 'status' | 'shutdown'): Promise<DelegationControlReply> {
+    return bus.request(commands.controlDelegation.at(delegationId), { action }, { timeoutMs: 30_000 });
+  }
+
+  async function heardOf(parent: { sessionDir: string }, delegationId: string): Promise<boolean> {
+    const trace = await traceOf(parent.sessionDir).catch(() => []);
+    return trace.some((event) => event.origin === 'completion' || JSON.stringify(event).includes(delegationId));
+  }
+
+  function expectRefusedAsUnwaited(completion: Completion, delegationId: string): void {
+    expect(completion.delivered, JSON.stringify(completion)).toBe(false);
+    expect(completion.delivery_error).toContain(delegationId);
+    expect(completion.delivery_error).toContain('no task');
+  }
+
+  const workerTask = JSON.stringify([{ op: 'env' }, { op: 'write', path: 'out/result.txt', text: MARKER }]);
+
+  it('a child knows its spawner from an injected value, never from an inherited one', async () => {
+    const parent = await startParent();
+    try {
+      const decoy = '{"session_id":"ses_decoy","context_id":"ctx_decoy","delegation_id":"dlg_decoy"}';
+      const delegated = await launch(parent, 'local/worker', { task: workerTask, env: { [MARKER_VAR]: MARKER, [SPAWNER_ENV]: decoy } });
+      const undelegated = await launch(parent, 'local/worker', { task: workerTask, delegated: false, env: { [MARKER_VAR]: MARKER, [SPAWNER_ENV]: decoy } });
+      const seen = async (child: DelegationLaunchReply) => {
+        // The probe writes its file as it goes: read it once it parses whole.
+        const probe = await eventually(async () => {
+          try {
+            return JSON.parse(await fs.readFile(path.join(child.workdir, 'out', 'probe.json'), 'utf8')) as Array<{ op: string; value: Record<string, string> }>;
+          } catch {
+            return undefined;
+          }
+        }, 30_000, 'probe.json');
+        return probe.find((result) => result.op === 'env')?.value ?? {};
+      };
+      const handle = parseSpawnerHandle((await seen(delegated))[SPAWNER_ENV] as string);
+      expect(handle).toEqual({ session_id: parent.sessionId, context_id: expect.stringMatching(/^ctx_/), delegation_id: delegated.delegation_id, url: parent.url });
+      expect(delegated.delegation_id).toMatch(/^dlg_[0-9a-f]{32}$/);
+      expect(delegated.spawner).toBe((await seen(delegated))[SPAWNER_ENV]);
+      expect(await seen(undelegated)).not.toHaveProperty(SPAWNER_ENV);
+      expect(undelegated.delegation_id).toBeUndefined();
+      // Two launches from one spawner report under two ids, never one.
+      const again = await launch(parent, 'local/worker', { task: workerTask });
+      expect(again.delegation_id).not.toBe(delegated.delegation_id);
+      const childTrace = await eventually(async () => (await traceOf(delegated.records_dir).catch(() => [])).find((event) => event.event_type === 'session_start'), 20_000, 'the child session_start');
+      expect(childTrace.spawned_by).toBe(parent.sessionId);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it("the handle a reporting child is given has exactly context_id, delegation_id, session_id and url", async () => {
+    const parent = await startParent();
+    try {
+      const child = await launch(parent, 'local/worker', { task: workerTask });
+      expect(Object.keys(JSON.parse(child.spawner as string) as object)).toEqual(['context_id', 'delegation_id', 'session_id', 'url']);
+      const completion = await settledCompletion(child.workdir);
+      expect(completion.status).toBe('ok');
+      expectRefusedAsUnwaited(completion, child.delegation_id as string);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it("a finished child's completion is refused by a parent with no task waiting for it, and recorded", async () => {
+    const parent = await startParent();
+    try {
+      const child = await launch(parent, 'local/worker', { task: workerTask });
+      const completion = await settledCompletion(child.workdir);
+      expect(completion).toMatchObject({ status: 'ok', reported_by: 'child', delegation_id: child.delegation_id, capsule_name: 'local/worker', session_id: child.session_id, workdir: child.workdir });
+      expectRefusedAsUnwaited(completion, child.delegation_id as string);
+      expect(completion.result_path).toBe(path.join(child.workdir, 'out', 'result.txt'));
+      expect(child.workdir.startsWith(path.join(parent.sessionDir, 'children'))).toBe(true);
+      expect(await fs.readFile(completion.result_path as string, 'utf8')).toContain(MARKER);
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      expect(await heardOf(parent, child.delegation_id as string)).toBe(false);
+      // An idle parent has written no trace at all; whatever it has written must not hold the child's output.
+      expect(await fs.readFile(path.join(parent.sessionDir, 'trace.jsonl'), 'utf8').catch(() => '')).not.toContain(MARKER);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it('an agent child whose task failed reports error itself', async () => {
+    const parent = await startParent();
+    try {
+      const child = await launch(parent, 'local/failing-worker', {});
+      const sent = await rpc(child.url as string, 'SendMessage', { message: { messageId: 'msg-1', role: 'ROLE_USER', parts: [{ text: 'Say hello.' }] }, configuration: { returnImmediately: true } }, { version: '1.0' });
+      expect((sent.body.result?.task as { id?: string } | undefined)?.id, JSON.stringify(sent.body)).toMatch(/^tsk_/);
+      const completion = await settledCompletion(child.workdir);
+      expect(completion).toMatchObject({ status: 'error', reported_by: 'child' });
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it('a child killed without reporting is reported by its launcher as crashed, with its exit status and stderr', async () => {
+    const parent = await startParent();
+    try {
+      const child = await launch(parent, 'local/slow-worker', {});
+      process.kill(child.pid, 'SIGKILL');
+      const completion = await settledCompletion(child.workdir);
+      expect(completion).toMatchObject({ status: 'crashed', reported_by: 'launcher' });
+      expectRefusedAsUnwaited(completion, child.delegation_id as string);
+      expect(completion.detail).toContain('signal: 9');
+      expect(completion.detail).toContain("unrecognized key 'stderr_marker'");
+      expect(await heardOf(parent, child.delegation_id as string)).toBe(false);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it('a completion with no parent left is recorded rather than dropped', async () => {
+    const parent = await startParent();
+    const child = await launch(parent, 'local/waiting-worker', { task: JSON.stringify([{ op: 'waitfor', path: 'targets.txt', seconds: 60 }, { op: 'write', path: 'out/result.txt', text: 'done' }]) });
+    await parent.stop();
+    await fs.writeFile(path.join(child.workdir, 'targets.part'), 'go');
+    await fs.rename(path.join(child.workdir, 'targets.part'), path.join(child.workdir, 'targets.txt'));
+    const completion = await settledCompletion(child.workdir);
+    expect(completion).toMatchObject({ status: 'ok', reported_by: 'child', delivered: false });
+    // On the stack the door outlives the parent's session, so it answers — that no such session runs.
+    expect(completion.delivery_error).toContain(`no running session '${parent.sessionId}' answers here`);
+    const status = await control(child.delegation_id as string, 'status');
+    expect(status.stderr_tail.some((line) => line.includes('could not be delivered'))).toBe(true);
+  });
+
+  it('a completion addressed to another session is refused naming that session, and files nothing', async () => {
+    const addressed = await startParent();
+    const elsewhere = await startParent();
+    try {
+      const child = await launch(addressed, 'local/worker', { task: workerTask, addressedTo: elsewhere.sessionId, parentDir: addressed.sessionDir });
+      const completion = await settledCompletion(child.workdir);
+      expect(completion).toMatchObject({ status: 'ok', delivered: false });
+      expect(completion.delivery_error).toContain(elsewhere.sessionId);
+      expect(completion.delivery_error).not.toContain(addressed.sessionId);
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      expect((await traceOf(addressed.sessionDir).catch(() => [])).some((event) => event.origin === 'completion')).toBe(false);
+    } finally {
+      await addressed.stop();
+      await elsewhere.stop();
+    }
+  });
+
+  it('a delegation the parent ends is recorded as terminated and announced to nobody', async () => {
+    const parent = await startParent();
+    try {
+      const child = await launch(parent, 'local/slow-worker', {});
+      await control(child.delegation_id as string, 'shutdown');
+      const status = await eventually(async () => {
+        const reply = await control(child.delegation_id as string, 'status');
+        return reply.watcher_finished ? reply : undefined;
+      }, 60_000, 'the watcher to record the ending');
+      expect(status.exited).toBe(true);
+      const completion = JSON.parse(await fs.readFile(path.join(child.workdir, 'completion.json'), 'utf8')) as Completion;
+      expect(completion).toMatchObject({ status: 'terminated', reported_by: 'launcher', delivered: false });
+      expect(completion.delivery_error).toBeUndefined();
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      expect(await heardOf(parent, child.delegation_id as string)).toBe(false);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it('a started child that never ends is stopped at its deadline, reaped, and reported terminated', async () => {
+    const parent = await startParent();
+    try {
+      const child = await launch(parent, 'local/slow-worker', { deadlineSecs: 5 });
+      const status = await eventually(async () => {
+        const reply = await control(child.delegation_id as string, 'status');
+        return reply.watcher_finished ? reply : undefined;
+      }, 90_000, 'the watcher to end the child');
+      expect(status.exited).toBe(true);
+      const completion = await settledCompletion(child.workdir);
+      expect(completion).toMatchObject({ status: 'terminated', reported_by: 'launcher' });
+      expect(completion.detail).toContain('5s');
+      expect(completion.detail).toContain('deadline');
+      expectRefusedAsUnwaited(completion, child.delegation_id as string);
+      await eventually(() => (existsSync(`/proc/${child.pid}`) ? undefined : true), 30_000, 'the ended child to be reaped');
+      expect(await heardOf(parent, child.delegation_id as string)).toBe(false);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it("the parent's model delegates: the child's completion enters the delegating task as the tool's result", async () => {
+    const parent = await startParent();
+    try {
+      const sent = await rpc(parent.url, 'message/send', { ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`), configuration: { blocking: true } });
+      const task = sent.body.result as { id: string; status: { state: string; message: { parts: Array<{ text: string }> } } };
+      expect(task?.status.state, JSON.stringify(sent.body)).toBe('completed');
+      const answer = task.status.message.parts[0]?.text ?? '';
+      expect(answer).toContain('Delegated capsule finished.');
+      expect(answer).toContain('status: ok');
+      expect(answer).toContain('capsule: local/worker@0.1.0');
+      expect(answer).not.toContain(MARKER);
+      const trace = await traceOf(parent.sessionDir);
+      const started = trace.find((event) => event.event_type === 'delegation_started');
+      expect(started).toMatchObject({ task_id: task.id, capsule: 'local/worker@0.1.0' });
+      expect(trace.find((event) => event.event_type === 'delegation_completed')).toMatchObject({ task_id: task.id, delegation_id: started?.delegation_id, origin: 'completion' });
+      expect(trace.filter((event) => event.event_type === 'task_start')).toHaveLength(1);
+      const child = path.join(parent.sessionDir, 'children', started?.delegation_id as string);
+      expect(JSON.parse(await fs.readFile(path.join(child, 'completion.json'), 'utf8'))).toMatchObject({ status: 'ok', delivered: true, reported_by: 'child' });
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it('refuses, as a tool error the model reads, a capsule the parent may not spawn', async () => {
+    const parent = await startParent();
+    try {
+      const sent = await rpc(parent.url, 'message/send', { ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/not-allowed', version: '0.1.0', task: 'x' })}`), configuration: { blocking: true } });
+      const answer = (sent.body.result as { status: { message: { parts: Array<{ text: string }> } } }).status.message.parts[0]?.text ?? '';
+      expect(answer).toContain('roost refused the delegation of local/not-allowed@0.1.0');
+      expect(answer).toContain('spawn.allow');
+      const trace = await traceOf(parent.sessionDir);
+      expect(trace.find((event) => event.event_type === 'tool_call')).toMatchObject({ tool_name: 'delegate-task', status: 'error' });
+    } finally {
+      await parent.stop();
+    }
+  });
+});
