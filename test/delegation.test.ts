@@ -1,4 +1,5 @@
 import { promises as fs, existsSync } from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DelegationControlReply, type DelegationLaunchReply, SPAWNER_ENV, SPAWN_CREDENTIAL_HEADER, capabilityPolicy, commands, newContextId, parseCapsuleManifest, parseSpawnerHandle, silentLog } from '@murmur/shared';
@@ -8,8 +9,9 @@ import { type RunningAgent, rpc, startAgent, textMessage, traceOf } from './supp
 import { capsuleArchive, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { probeProject } from './support/capsules.js';
 import { probeCapsule } from './support/probe-guests.js';
-import { type ServiceProcess, eventually, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -359,6 +361,62 @@ describe('delegated children and their completions', () => {
       expect(trace.find((event) => event.event_type === 'tool_call')).toMatchObject({ tool_name: 'delegate-task', status: 'error' });
     } finally {
       await parent.stop();
+    }
+  });
+});
+
+/** `mur run` under a spawner handle in its environment: how a child started as its own process reports. */
+describe('mur run under MURMUR_SPAWNER', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-spawner-');
+  });
+
+  afterAll(async () => {
+    await scratch?.cleanup();
+  });
+
+  it('refuses to run under a handle it cannot read, saying it could not tell its spawner', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'unreadable'));
+    const result = await runMur(['run'], { cwd: project, env: { MURMUR_HOME: path.join(scratch.dir, 'home'), [SPAWNER_ENV]: '{"session_id":"ses_x"' } });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-DLG-001]');
+    expect(result.stderr).toContain('tell its spawner that it finished');
+    expect(await fs.readdir(path.join(project, 'workdir')).catch(() => [])).toEqual([]);
+  });
+
+  it('records its completion and posts it to the spawner, with the delegation and session headers', async () => {
+    const received: Array<{ headers: http.IncomingHttpHeaders; body: string }> = [];
+    const server = http.createServer((request, response) => {
+      let body = '';
+      request.on('data', (chunk: Buffer) => (body += chunk.toString()));
+      request.on('end', () => {
+        received.push({ headers: request.headers, body });
+        response.writeHead(200, { 'content-type': 'application/json' });
+        response.end(JSON.stringify({ jsonrpc: '2.0', id: 1, error: { code: -31002, message: 'no task of this session awaits delegation dlg_0123' } }));
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (server.address() as { port: number }).port;
+      const handle = { context_id: 'ctx_0123', delegation_id: 'dlg_0123', session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728395', url: `http://127.0.0.1:${port}/` };
+      const project = await probeProject(path.join(scratch.dir, 'reporting'));
+      const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'the answer' }])], { cwd: project, env: { MURMUR_HOME: path.join(scratch.dir, 'home'), [SPAWNER_ENV]: JSON.stringify(handle) } });
+      expect(result.code, result.stderr).toBe(0);
+      const workdir = (JSON.parse(result.stdout) as { workdir: string }).workdir;
+      const completion = JSON.parse(await fs.readFile(path.join(workdir, 'completion.json'), 'utf8')) as Completion;
+      expect(completion).toMatchObject({ delegation_id: 'dlg_0123', status: 'ok', reported_by: 'child', delivered: false, delivery_error: 'no task of this session awaits delegation dlg_0123', result_path: path.join(workdir, 'out', 'result.txt') });
+      expect(received).toHaveLength(1);
+      expect(received[0]?.headers['x-murmur-delegation-id']).toBe('dlg_0123');
+      expect(received[0]?.headers['x-murmur-completion-session']).toBe(handle.session_id);
+      const posted = JSON.parse(received[0]?.body as string) as { method: string; params: { message: { contextId: string; parts: Array<{ text: string }> } } };
+      expect(posted.method).toBe('message/send');
+      expect(posted.params.message.contextId).toBe('ctx_0123');
+      expect(posted.params.message.parts[0]?.text).toContain('delegation_id: dlg_0123');
+      expect(posted.params.message.parts[0]?.text).not.toContain('the answer');
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
     }
   });
 });

@@ -46,6 +46,8 @@ export const SessionEndedSchema = z.object({
   error: MurmurErrorJsonSchema.optional(),
   duration_ms: z.number().nonnegative(),
   ended_at: z.string(),
+  /** When the session's process exited (`ended_at` is when the end was announced, after any completion was reported). */
+  exited_at: z.string().optional(),
   /** The session's last stderr lines (its own, and the runtime's about it): what a crash report quotes. */
   stderr_tail: z.array(z.string()).default([]),
   /** Whether the session's own runtime recorded (and posted) its delegation's completion. */

@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, sessionUrl, topics } from '@murmur/shared';
+import { type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, sessionUrl, spawnerHandleFromEnv, topics } from '@murmur/shared';
 import { writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
@@ -76,6 +76,10 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const env = options.envFile === false ? environmentWithEnvFile(undefined) : environmentWithEnvFile(projectDir);
   const override = lifecycleOverride(options);
 
+  // A session launched under a spawner handle (a delegated child started as `mur run`) reports its
+  // ending to that spawner. A handle that is set and unreadable refuses the run: work whose origin
+  // and outcome reach nobody is not started.
+  const spawner = spawnerHandleFromEnv(process.env);
   const progress = terminalProgress(output);
   const runtime = await openRuntime({ onStageProgress: progress.report, executor: true });
   timing('runtime open');
@@ -135,6 +139,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         ...(Number.isFinite(a2aTimeout) && a2aTimeout >= 0 ? { a2a_timeout_secs: a2aTimeout } : {}),
         relay_output: !options.json,
         outlives_launcher: !hasControllingTerminal(),
+        ...(spawner ? { spawner } : {}),
+        ...(process.env.MURMUR_ROOST_URL?.trim() ? { roost: { url: process.env.MURMUR_ROOST_URL.trim() } } : {}),
       },
       { timeoutMs: LAUNCH_TIMEOUT_MS },
     );

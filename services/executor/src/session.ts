@@ -502,10 +502,16 @@ export class Session {
   }
 
   private onExit(code: number | null, signal: string | null): void {
-    void this.finish(code, signal);
+    this.finish(code, signal).catch((error: unknown) => {
+      // The end could not be announced (the bus closed under a stopping service): say so, and
+      // still let whoever awaits this session's end go on.
+      this.environment.log.error({ session_id: this.id, err: error }, 'could not announce the end of a session');
+      this.resolveEnded({ status: 'failed', exitCode: code, signal, error: { code: 'E-BUS-005', message: error instanceof Error ? error.message : String(error) } });
+    });
   }
 
   private async finish(code: number | null, signal: string | null): Promise<void> {
+    const exitedAt = new Date().toISOString();
     if (this.hardLimit) clearTimeout(this.hardLimit);
     this.rpcSubscription?.unsubscribe();
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
@@ -550,6 +556,7 @@ export class Session {
       ...(end.error ? { error: end.error } : {}),
       duration_ms: Date.now() - this.startedAt,
       ended_at: new Date().toISOString(),
+      exited_at: exitedAt,
       stderr_tail: [...this.stderrTail],
       completion_reported: completionReported,
     });

@@ -1,5 +1,7 @@
 import { type Log, QUEUE_GROUPS, type RunningRecord, type SessionListReply, type SessionStarted, commands, topics } from '@murmur/shared';
 import { DelegationWatcher } from './delegations.js';
+
+export { DelegationWatcher } from './delegations.js';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import { type ProcessState, listRunningRecords, processState, removeRunningRecord, verifyRunningRecord, writeRunningRecord } from '@murmur/shared/node';
 
