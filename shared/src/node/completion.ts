@@ -86,6 +86,7 @@ export async function deliverCompletion(handle: SpawnerHandle, outcome: Delegati
   } catch (error) {
     return { delivered: false, reason: transportReason(error) };
   }
+  if (reply === null || typeof reply !== 'object') return { delivered: false, reason: `the parent's door at ${url} answered something that is not a JSON-RPC response` };
   if (reply.error) return { delivered: false, reason: reply.error.message ?? 'the parent refused the completion' };
   // A door that answers for no such session: the parent is gone, though the door outlived it.
   if (!reply.result && !reply.error) return { delivered: false, reason: `the parent's door at ${url} answered without a result` };
