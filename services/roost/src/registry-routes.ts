@@ -1,9 +1,9 @@
 import { timingSafeEqual } from 'node:crypto';
+import { httpStatusOf } from './http-status.js';
 import { type ArtifactMeta, type Log, MurmurError, type PackagingType, isReservedVersion, parsePlatform } from '@murmur/shared';
 import { type ArtifactStore, SHA256_HEADER, inspectArchive, maxEntryBytesFromEnv, sha256Hex } from '@murmur/shared/artifacts';
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
-import type { ContentfulStatusCode } from 'hono/utils/http-status';
 
 /**
  * roost's registry over HTTP, in upstream's `/v1/artifacts` shape so any client of a Murmur
@@ -29,25 +29,6 @@ function errorBody(error: MurmurError): { error: string; code: string; hint?: st
   return { error: error.message, code: error.code, ...(error.hint ? { hint: error.hint } : {}) };
 }
 
-function statusFor(error: MurmurError): ContentfulStatusCode {
-  switch (error.code) {
-    case 'E-REG-001':
-      return 404;
-    case 'E-REG-003':
-      return 409;
-    case 'E-REG-004':
-    case 'E-REG-006':
-    case 'E-ART-001':
-    case 'E-ART-002':
-    case 'E-ART-003':
-    case 'E-MAN-001':
-    case 'E-MAN-002':
-    case 'E-MAN-003':
-      return 422;
-    default:
-      return 500;
-  }
-}
 
 function tokenMatches(header: string | undefined, token: string): boolean {
   const presented = Buffer.from(header?.replace(/^Bearer\s+/i, '') ?? '');
@@ -65,7 +46,7 @@ function nameAndVersion(rest: string): { name: string; version: string } | undef
 
 export function registryRoutes(options: RegistryRoutesOptions): Hono {
   const app = new Hono();
-  const fail = (error: MurmurError) => ({ body: errorBody(error), status: statusFor(error) });
+  const fail = (error: MurmurError) => ({ body: errorBody(error), status: httpStatusOf(error) });
 
   app.onError((error, context) => {
     if (error instanceof MurmurError) {

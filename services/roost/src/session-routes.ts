@@ -22,6 +22,7 @@ import { type ArtifactStore, assertStorable, inspectArchive, sha256Hex } from '@
 import { type Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import { httpStatusOf } from './http-status.js';
 import type * as z from 'zod';
 import { findMisfit } from './fit.js';
 import { type ApprovalRecord, type RoostState, type SessionRecord, digestsEqual, newSecret, sha256Of } from './state.js';
@@ -85,26 +86,6 @@ async function jsonBody<T>(context: Context, schema: z.ZodType<T>, what: string)
   return parsed.data;
 }
 
-function statusCodeFor(error: MurmurError): ContentfulStatusCode {
-  if (error.code.startsWith('E-BUS-')) return 503;
-  switch (error.code) {
-    case 'E-REG-001':
-      return 404;
-    case 'E-REG-006':
-    case 'E-CAP-001':
-    case 'E-CAP-002':
-      return 400;
-    case 'E-ART-001':
-    case 'E-ART-002':
-    case 'E-ART-003':
-    case 'E-MAN-001':
-    case 'E-MAN-002':
-    case 'E-MAN-003':
-      return 422;
-    default:
-      return 500;
-  }
-}
 
 function iso(ms: number): string {
   return new Date(ms).toISOString();
@@ -130,7 +111,7 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
   app.onError((error, context) => {
     if (error instanceof Refusal) return context.json({ error: error.message, ...error.extra }, error.status);
     if (error instanceof MurmurError) {
-      const status = statusCodeFor(error);
+      const status = httpStatusOf(error);
       if (status >= 500) log.error({ err: error, path: context.req.path }, 'roost request failed');
       return context.json({ error: error.message, code: error.code }, status);
     }
