@@ -388,24 +388,6 @@ describe('boundDetail', () => {
 });
 
 describe('completionMessageText', () => {
-  it('names the delegation, the capsule and version, the session, the status, the duration, the workdir and the result path', () => {
-    const text = completionMessageText(outcome());
-    expect(text).toBe(
-      [
-        'Delegated capsule finished.',
-        'delegation_id: dlg_0001',
-        'capsule: worker@0.1.0',
-        'session_id: ses_child',
-        'status: ok',
-        'duration_ms: 42',
-        'workdir: /tmp/parent/.murmur/children/worker-abc',
-        'result: out/result.txt (in that workdir)',
-        '',
-        "The child's own output is in that file and is not reproduced here.",
-      ].join('\n'),
-    );
-  });
-
   it('says there is no result when the child wrote no result file', () => {
     const text = completionMessageText(withoutResult(outcome({ status: 'error' })));
     expect(text).toContain('result: none (the child wrote no result file)');
