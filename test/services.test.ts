@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HealthReplySchema, SERVICE_NAMES, type SessionStaged, commands, silentLog, topics } from '@murmur/shared';
@@ -7,7 +9,7 @@ import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { capsuleWat } from './support/guests.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
-import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, repositoryRoot, runMur, startService } from './support/processes.js';
 
 /**
  * The stack as it is deployed: every service its own process, all on one real nats-server.
@@ -100,6 +102,36 @@ describe('the services as processes on NATS', () => {
     expect(result.stderr).toContain('ghost@9.9.9');
     await eventually(() => (failures.includes('E-RUN-008') ? true : undefined), 5_000, 'a stage.failed event');
     subscription.unsubscribe();
+  });
+
+  /** Runs a service process that is expected not to start, and returns its exit code and log. */
+  async function refusedStart(name: string, env: Record<string, string>): Promise<{ code: number | null; log: string }> {
+    const child = spawn(process.execPath, [path.join(repositoryRoot, 'services', name, 'dist', 'index.js')], { env: { PATH: process.env.PATH ?? '', MURMUR_NATS_URL: nats.url, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let log = '';
+    child.stdout.on('data', (chunk: Buffer) => (log += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (log += chunk.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    const [code] = (await once(child, 'exit')) as [number | null];
+    clearTimeout(timer);
+    return { code, log };
+  }
+
+  it('a service given a port that is not one refuses to start, with a code naming the variable', async () => {
+    const { code, log } = await refusedStart('door', { MURMUR_DOOR_PORT: 'eighty' });
+    expect(code).toBe(1);
+    expect(log).toContain("error[E-IO-003]: invalid MURMUR_DOOR_PORT: 'eighty' is not a port number (0-65535)");
+    expect(log).not.toMatch(/\n\s+at /);
+  });
+
+  it('a service whose port is taken says so with a code, and exits', async () => {
+    const taken = await startService('door', { MURMUR_NATS_URL: nats.url });
+    try {
+      const { code, log } = await refusedStart('door', { MURMUR_DOOR_PORT: String(taken.port) });
+      expect(code).toBe(1);
+      expect(log).toContain(`error[E-IO-003]: door cannot listen on 127.0.0.1:${taken.port}: EADDRINUSE`);
+    } finally {
+      await taken.stop();
+    }
   });
 
   it('a service stops cleanly on SIGTERM', async () => {

@@ -2,192 +2,24 @@ import { describe, expect, it } from 'vitest';
 import {
   DEFAULT_LIMITS,
   DEFAULT_RESOURCES,
-  type DelegationOutcome,
-  DelegationOutcomeSchema,
   ERROR_CATALOGUE,
   type ErrorCode,
   LOCK_VERSION,
-  MAX_DETAIL_BYTES,
   MurmurError,
   type MurmurLock,
   MurmurLockSchema,
   type RunningRecord,
   RunningRecordSchema,
-  SPAWNER_ENV,
   SessionEndedSchema,
   SessionStartedSchema,
-  type SpawnerHandle,
-  boundDetail,
   capabilityPolicy,
-  completionMessageText,
   isErrorCode,
   isMurmurError,
   parseCapsuleManifest,
-  parseSpawnerHandle,
-  spawnerHandleFromEnv,
-  spawnerHandleToEnv,
   upsertLockEntry,
 } from '@murmur/shared';
 import { refusalOf as refusal } from '../../test/support/refusals.js';
 
-
-const MARKER = ' […]';
-const utf8Bytes = (text: string): number => Buffer.byteLength(text, 'utf8');
-
-describe('the spawner handle', () => {
-  const handle: SpawnerHandle = {
-    session_id: 'ses_parent',
-    context_id: 'ctx_parent',
-    delegation_id: 'dlg_0001',
-    url: 'http://127.0.0.1:7777',
-  };
-  const lineageOnly: SpawnerHandle = { session_id: 'ses_parent', context_id: 'ctx_parent', delegation_id: 'dlg_0001' };
-
-  it('writes exactly context_id, delegation_id, session_id and url when a completion is wanted', () => {
-    const written = spawnerHandleToEnv(handle);
-    expect(Object.keys(JSON.parse(written) as object)).toEqual(['context_id', 'delegation_id', 'session_id', 'url']);
-    expect(written).toBe('{"context_id":"ctx_parent","delegation_id":"dlg_0001","session_id":"ses_parent","url":"http://127.0.0.1:7777"}');
-  });
-
-  it('writes only the three lineage keys when no completion is wanted', () => {
-    const written = spawnerHandleToEnv(lineageOnly);
-    expect(Object.keys(JSON.parse(written) as object)).toEqual(['context_id', 'delegation_id', 'session_id']);
-    expect(written).not.toContain('url');
-    expect(written).not.toContain('trust');
-  });
-
-  it('round-trips a handle through its env value, with and without a url', () => {
-    expect(parseSpawnerHandle(spawnerHandleToEnv(handle))).toEqual(handle);
-    expect(parseSpawnerHandle(spawnerHandleToEnv(lineageOnly))).toEqual(lineageOnly);
-  });
-
-  it.each([
-    ['an empty value', ''],
-    ['text that is not JSON', 'not json'],
-    ['a JSON array', '[]'],
-    ['JSON null', 'null'],
-    ['an empty object', '{}'],
-    ['a handle with no session_id', '{"context_id":"c","delegation_id":"dlg_1"}'],
-    ['a handle with no context_id', '{"session_id":"s","delegation_id":"dlg_1"}'],
-    ['a handle with no delegation_id', '{"session_id":"s","context_id":"c"}'],
-    ['a handle with an empty delegation_id', '{"session_id":"s","context_id":"c","delegation_id":""}'],
-    ['a handle with a trust key', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","url":"http://x","trust":"trusted"}'],
-    ['a lineage handle with a trust key', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","trust":"trusted"}'],
-    ['a handle with any other extra key', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","parent":"p"}'],
-    ['a handle with a numeric session_id', '{"session_id":1,"context_id":"c","delegation_id":"dlg_1"}'],
-    ['a handle with a numeric url', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","url":5}'],
-    ['a handle with an empty url', '{"session_id":"s","context_id":"c","delegation_id":"dlg_1","url":""}'],
-  ])('refuses %s with E-DLG-001 saying why it is fatal', (_what, value) => {
-    const error = refusal(() => parseSpawnerHandle(value));
-    expect(error.code).toBe('E-DLG-001');
-    expect(error.message).toMatch(/^MURMUR_SPAWNER is set but unreadable: /);
-    expect(error.message).toContain('tell its spawner that it finished');
-    expect(error.path).toBe('MURMUR_SPAWNER');
-  });
-
-  it('names the missing key in the refusal', () => {
-    expect(refusal(() => parseSpawnerHandle('{"session_id":"s","context_id":"c"}')).message).toContain("it carries no 'delegation_id'");
-  });
-
-  it('reads no handle when MURMUR_SPAWNER is absent or blank', () => {
-    expect(SPAWNER_ENV).toBe('MURMUR_SPAWNER');
-    expect(spawnerHandleFromEnv({})).toBeUndefined();
-    expect(spawnerHandleFromEnv({ MURMUR_SPAWNER: '' })).toBeUndefined();
-    expect(spawnerHandleFromEnv({ MURMUR_SPAWNER: '  \n ' })).toBeUndefined();
-  });
-
-  it('reads the handle from a set MURMUR_SPAWNER, surrounding whitespace and all', () => {
-    expect(spawnerHandleFromEnv({ MURMUR_SPAWNER: ` ${spawnerHandleToEnv(handle)}\n` })).toEqual(handle);
-  });
-
-  it('treats a set but unreadable MURMUR_SPAWNER as an error, not an absence', () => {
-    expect(refusal(() => spawnerHandleFromEnv({ MURMUR_SPAWNER: '{}' })).code).toBe('E-DLG-001');
-  });
-});
-
-describe('the delegation outcome', () => {
-  const outcome: DelegationOutcome = {
-    delegation_id: 'dlg_0001',
-    capsule_name: 'worker',
-    capsule_version: '0.1.0',
-    session_id: 'ses_child',
-    status: 'ok',
-    result_path: 'out/result.txt',
-    workdir: '/tmp/parent/.murmur/children/worker-abc',
-    duration_ms: 42,
-    reported_by: 'child',
-    delivered: false,
-  };
-
-  it('leaves a detail within the bound untouched', () => {
-    expect(boundDetail('exit status 1')).toBe('exit status 1');
-    const exact = 'x'.repeat(MAX_DETAIL_BYTES);
-    expect(boundDetail(exact)).toBe(exact);
-  });
-
-  it('cuts a long detail to 2000 bytes and marks the cut', () => {
-    expect(MAX_DETAIL_BYTES).toBe(2000);
-    const bounded = boundDetail('x'.repeat(MAX_DETAIL_BYTES * 4));
-    expect(bounded).toBe(`${'x'.repeat(MAX_DETAIL_BYTES)}${MARKER}`);
-    expect(bounded.endsWith('[…]')).toBe(true);
-    expect(utf8Bytes(bounded)).toBeLessThanOrEqual(MAX_DETAIL_BYTES + utf8Bytes(MARKER));
-  });
-
-  it.each([
-    ['two-byte', 'é'],
-    ['three-byte', '€'],
-    ['four-byte', '🦀'],
-  ])('never splits a %s UTF-8 character when it cuts', (_width, character) => {
-    for (const lead of ['', 'a', 'ab', 'abc']) {
-      const detail = lead + character.repeat(MAX_DETAIL_BYTES);
-      const bounded = boundDetail(detail);
-      expect(bounded.endsWith(MARKER)).toBe(true);
-      const kept = bounded.slice(0, -MARKER.length);
-      expect(kept).not.toContain('\uFFFD');
-      expect(detail.startsWith(kept)).toBe(true);
-      expect(utf8Bytes(kept)).toBeLessThanOrEqual(MAX_DETAIL_BYTES);
-      expect(utf8Bytes(kept)).toBeGreaterThan(MAX_DETAIL_BYTES - utf8Bytes(character));
-    }
-  });
-
-  it('tells the parent the delegation, the outcome and where the result is, in that exact text', () => {
-    expect(completionMessageText(outcome)).toBe(
-      [
-        'Delegated capsule finished.',
-        'delegation_id: dlg_0001',
-        'capsule: worker@0.1.0',
-        'session_id: ses_child',
-        'status: ok',
-        'duration_ms: 42',
-        'workdir: /tmp/parent/.murmur/children/worker-abc',
-        'result: out/result.txt (in that workdir)',
-        '',
-        "The child's own output is in that file and is not reproduced here.",
-      ].join('\n'),
-    );
-  });
-
-  it('says so when the child wrote no result file, and carries a crash detail', () => {
-    const { result_path: _omitted, ...withoutResult } = outcome;
-    const text = completionMessageText({ ...withoutResult, status: 'crashed', reported_by: 'launcher', detail: 'exit status 101' });
-    expect(text).toContain('\nstatus: crashed\n');
-    expect(text).toContain('\nresult: none (the child wrote no result file)\ndetail: exit status 101\n\n');
-    expect(text).toContain('not reproduced here');
-  });
-
-  it('builds its text from the listed fields only: reporter, delivery and delivery errors never reach it', () => {
-    const secret = 'sk-child-output-7f3a';
-    const elsewhere: DelegationOutcome = { ...outcome, reported_by: 'launcher', delivered: true, delivery_error: `door answered: ${secret}` };
-    expect(completionMessageText(elsewhere)).toBe(completionMessageText(outcome));
-    expect(completionMessageText(elsewhere)).not.toContain(secret);
-  });
-
-  it('parses an outcome through its schema and refuses an unknown status', () => {
-    expect(DelegationOutcomeSchema.parse(outcome)).toEqual(outcome);
-    expect(DelegationOutcomeSchema.safeParse({ ...outcome, status: 'finished' }).success).toBe(false);
-    expect(DelegationOutcomeSchema.safeParse({ ...outcome, reported_by: 'parent' }).success).toBe(false);
-  });
-});
 
 describe('the running record', () => {
   const record: RunningRecord = {

@@ -11,12 +11,7 @@ import type { Output } from '../output.js';
  * Sessions and approvals live on the bus: in memory without `MURMUR_NATS_URL`, in JetStream with it.
  */
 export async function roostCommand(options: { port?: string; registryPath?: string; spawnAllow?: string[] }, output: Output): Promise<number> {
-  let port: number;
-  try {
-    port = portFromEnv(options.port, 7700);
-  } catch (error) {
-    throw new MurmurError('E-IO-003', `invalid --port: ${(error as Error).message}`);
-  }
+  const port = portFromEnv(options.port, 7700, '--port');
   const log = createLogger('roost');
   const bus = await connectBus({ natsUrl: process.env.MURMUR_NATS_URL, name: 'mur-roost', log });
   const roost = startRoostService({

@@ -662,13 +662,14 @@ export class Session {
   private async reportOwnCompletion(end: SessionEnd): Promise<boolean> {
     const spawner = this.request.spawner;
     if (!spawner || !this.result) return false;
+    const resultPath = childResultPath(this.paths.accessible, this.paths.sessionDir);
     const outcome: DelegationOutcome = {
       delegation_id: spawner.delegation_id,
       capsule_name: this.plan.capsule.name,
       capsule_version: this.plan.capsule.version,
       session_id: this.id,
       status: end.status === 'ok' ? 'ok' : 'error',
-      ...(childResultPath(this.paths.accessible, this.paths.sessionDir) ? { result_path: childResultPath(this.paths.accessible, this.paths.sessionDir) as string } : {}),
+      ...(resultPath ? { result_path: resultPath } : {}),
       workdir: this.paths.accessible,
       duration_ms: Date.now() - this.startedAt,
       ...(end.status === 'ok' ? {} : { detail: end.error ? `${end.error.code}: ${end.error.message}` : `exit status ${end.exitCode}` }),

@@ -152,13 +152,14 @@ export class DelegationWatcher {
     const handle = watched.handle;
     try {
       if (!handle) return;
+      const resultPath = childResultPath(watched.reply.workdir, watched.reply.records_dir);
       const base: DelegationOutcome = {
         delegation_id: handle.delegation_id,
         capsule_name: watched.request.capsule_name,
         capsule_version: watched.request.capsule_version,
         session_id: watched.reply.session_id,
         status: 'terminated',
-        ...(childResultPath(watched.reply.workdir, watched.reply.records_dir) ? { result_path: childResultPath(watched.reply.workdir, watched.reply.records_dir) as string } : {}),
+        ...(resultPath ? { result_path: resultPath } : {}),
         workdir: watched.reply.workdir,
         duration_ms: Date.now() - watched.startedAt,
         reported_by: 'launcher',

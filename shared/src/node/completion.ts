@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import {
   COMPLETION_FILE,
@@ -129,13 +129,5 @@ export function recordTerminated(outcome: DelegationOutcome, workdir: string): D
 
 /** Where a finished child left its answer: `out/result.txt` in its workdir, absolute; undefined when it wrote none. */
 export function childResultPath(workdir: string, sessionDir: string): string | undefined {
-  for (const candidate of [path.join(sessionDir, 'out', 'result.txt'), path.join(workdir, 'out', 'result.txt')]) {
-    try {
-      readFileSync(candidate);
-      return candidate;
-    } catch {
-      // not there
-    }
-  }
-  return undefined;
+  return [path.join(sessionDir, 'out', 'result.txt'), path.join(workdir, 'out', 'result.txt')].find((candidate) => statSync(candidate, { throwIfNoEntry: false })?.isFile() === true);
 }

@@ -3,7 +3,7 @@ import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, readdirSync, r
 import path from 'node:path';
 import { type RunningRecord, RunningRecordSchema } from '../running-record.js';
 import { murmurHome } from './home.js';
-import { processStartToken } from './process.js';
+import { startTokenFromStat } from './process.js';
 
 /**
  * The machine-wide map of reachable sessions: one record per session with a door, at
@@ -107,35 +107,34 @@ export function classifyProcess(record: Pick<RunningRecord, 'pid' | 'process_sta
   return { state: 'alive' };
 }
 
-/**
- * Layer 1: the pid is held (EPERM counts: held by a process this user may not signal) and not a
- * zombie — an exited process still holds its pid until reaped, but its door is closed. A pid
- * outside 1..2^22 names no process (0 and negatives would name process groups).
- */
-export function pidIsAlive(pid: number): boolean {
+/** Whether a pid is held (EPERM counts: held by a process this user may not signal). 0 and negatives would name process groups. */
+function pidIsHeld(pid: number): boolean {
   if (!Number.isInteger(pid) || pid <= 0 || pid > 4_194_304) return false;
   try {
     process.kill(pid, 0);
+    return true;
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EPERM') return false;
-  }
-  return !isZombie(pid);
-}
-
-/** Field 3 of `/proc/<pid>/stat` is the state; `Z` has exited and awaits its parent's wait. An unreadable stat is not a zombie. */
-export function isZombie(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 1).trim().split(/\s+/)[0] === 'Z';
-  } catch {
-    return false;
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
-/** Layers 1 and 2, read here. Cheap and local: a reader applies it to every record before any network round trip. */
+/**
+ * Layers 1 and 2, read here, from one reading of `/proc/<pid>/stat`: the pid is held and not a
+ * zombie (field 3 `Z`: exited, its door closed, only awaiting its parent's wait), and its start
+ * token (field 22) is the recorded one. An unreadable stat says nothing about the process: it is
+ * not a zombie, and its start time is unverified. Cheap and local — a reader applies it to every
+ * record before any network round trip.
+ */
 export function processState(record: Pick<RunningRecord, 'pid' | 'process_start'>): ProcessState {
-  const alive = pidIsAlive(record.pid);
-  return classifyProcess(record, alive, alive ? processStartToken(record.pid) : undefined);
+  if (!pidIsHeld(record.pid)) return classifyProcess(record, false, undefined);
+  let stat: string | undefined;
+  try {
+    stat = readFileSync(`/proc/${record.pid}/stat`, 'utf8');
+  } catch {
+    stat = undefined;
+  }
+  const zombie = stat !== undefined && stat.slice(stat.lastIndexOf(')') + 1).trim().split(/\s+/)[0] === 'Z';
+  return classifyProcess(record, !zombie, stat === undefined ? undefined : startTokenFromStat(stat));
 }
 
 export type Liveness = { liveness: 'live' } | { liveness: 'unreachable'; reason: string } | { liveness: 'gone'; reason: string };

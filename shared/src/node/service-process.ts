@@ -42,21 +42,39 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   const log = createLogger(options.service, env);
   const instanceId = `${options.service}-${newId('request').slice(4, 16)}`;
   const startedAt = new Date();
+  // A service that cannot start says why, with a code, on its log and its exit status: never a stack.
+  const refuse = (error: unknown, context: Record<string, unknown>): void => {
+    log.fatal(context, error instanceof MurmurError ? error.format() : String(error));
+    process.exitCode = 1;
+  };
+  const host = env[`MURMUR_${upper}_HOST`]?.trim() || '127.0.0.1';
+  let port: number;
+  try {
+    port = portFromEnv(env[`MURMUR_${upper}_PORT`], options.defaultPort, `MURMUR_${upper}_PORT`);
+  } catch (error) {
+    refuse(error, {});
+    return;
+  }
   let bus: Bus;
   try {
     bus = await connectBus({ natsUrl: env.MURMUR_NATS_URL, name: instanceId, log });
   } catch (error) {
-    const message = error instanceof MurmurError ? error.format() : String(error);
-    log.fatal({ bus: env.MURMUR_NATS_URL }, message);
-    process.exitCode = 1;
+    refuse(error, { bus: env.MURMUR_NATS_URL });
     return;
   }
   const started = await options.start({ bus, log, env, instanceId });
   const identity = { service: options.service, instanceId, httpPort: null as number | null, startedAt };
   const app = healthRoutes(() => healthOf(identity, bus));
   if (started.http) app.route('/', started.http);
-  const host = env[`MURMUR_${upper}_HOST`]?.trim() || '127.0.0.1';
-  const listener = await listenHttp(app, { host, port: portFromEnv(env[`MURMUR_${upper}_PORT`], options.defaultPort) });
+  let listener: Awaited<ReturnType<typeof listenHttp>>;
+  try {
+    listener = await listenHttp(app, { host, port });
+  } catch (error) {
+    refuse(new MurmurError('E-IO-003', `${options.service} cannot listen on ${host}:${port}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, { hint: `choose another port with MURMUR_${upper}_PORT (0 picks a free one)` }), { host, port });
+    await started.close();
+    await bus.close();
+    return;
+  }
   identity.httpPort = listener.port;
   started.onListening?.(listener.url);
   const health = serveHealth(bus, identity);
