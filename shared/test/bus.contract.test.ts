@@ -92,6 +92,13 @@ async function settle(...buses: Bus[]): Promise<void> {
 
 let bucketCounter = 0;
 /** A bucket no earlier test wrote (a nats-server keeps its buckets across the tests of a suite). */
+async function collect(chunks: AsyncIterable<Uint8Array> | undefined): Promise<Buffer> {
+  if (!chunks) throw new Error('no such object');
+  const parts: Buffer[] = [];
+  for await (const chunk of chunks) parts.push(Buffer.from(chunk));
+  return Buffer.concat(parts);
+}
+
 function nextBucket(): string {
   bucketCounter += 1;
   return `contract-kv-${process.pid}-${bucketCounter}`;
@@ -667,6 +674,55 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     expect((await rejection(store.get('k'))).code).toBe('E-BUS-005');
     expect((await rejection(store.put('k', 'w'))).code).toBe('E-BUS-005');
     expect((await rejection(bus.keyValue(nextBucket()))).code).toBe('E-BUS-005');
+  });
+
+  it('shares objects of any size among every bus on the network, chunked, with their sizes', async () => {
+    const writer = await network.connect();
+    const reader = await network.connect();
+    const bucket = nextBucket();
+    const written = await writer.bus.objectStore(bucket);
+    const read = await reader.bus.objectStore(bucket);
+    // Over a message's size, so NATS must chunk it; the pattern makes a misplaced chunk visible.
+    const big = Uint8Array.from({ length: 3 * 1024 * 1024 + 17 }, (_, n) => (n * 31 + (n >> 12)) & 0xff);
+
+    expect(await read.info('blob/absent')).toBeUndefined();
+    expect(await read.get('blob/absent')).toBeUndefined();
+    expect(await written.put('blob/big', { bytes: big })).toEqual({ name: 'blob/big', size: big.byteLength });
+    let opened = 0;
+    await written.put('blob/streamed', {
+      size: 6,
+      open: async function* () {
+        opened += 1;
+        yield new TextEncoder().encode('abc');
+        yield new TextEncoder().encode('def');
+      },
+    });
+
+    expect(await read.info('blob/big')).toEqual({ name: 'blob/big', size: big.byteLength });
+    expect(Buffer.compare(await collect(await read.get('blob/big')), Buffer.from(big))).toBe(0);
+    expect((await collect(await read.get('blob/streamed'))).toString()).toBe('abcdef');
+    expect(opened).toBeGreaterThan(0);
+
+    await read.delete('blob/big');
+    expect(await written.info('blob/big')).toBeUndefined();
+    expect(await written.get('blob/big')).toBeUndefined();
+    // Buckets are separate namespaces.
+    expect(await (await reader.bus.objectStore(nextBucket())).info('blob/streamed')).toBeUndefined();
+  });
+
+  it('refuses object names NATS cannot hold with E-BUS-001, and fails on a closed bus with E-BUS-005', async () => {
+    const { bus } = await network.connect();
+    const store = await bus.objectStore(nextBucket());
+    for (const name of ['', 'has space', '.leading', 'trailing.', 'wild*', 'wild>', 'ünï', 'x'.repeat(256)]) {
+      expect((await rejection(store.put(name, { bytes: new Uint8Array(1) }))).code, name).toBe('E-BUS-001');
+      expect((await rejection(store.info(name))).code).toBe('E-BUS-001');
+    }
+    expect((await rejection(bus.objectStore('has.dot'))).code).toBe('E-BUS-001');
+    await store.put('ok-name_1/2=3.x', { bytes: new Uint8Array([1]) });
+    await bus.close();
+    expect((await rejection(store.info('ok-name_1/2=3.x'))).code).toBe('E-BUS-005');
+    expect((await rejection(store.put('ok-name_1/2=3.x', { bytes: new Uint8Array(1) }))).code).toBe('E-BUS-005');
+    expect((await rejection(bus.objectStore(nextBucket()))).code).toBe('E-BUS-005');
   });
 
   it('stops delivery once a subscription is unsubscribed', async () => {

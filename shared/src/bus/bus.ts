@@ -2,6 +2,7 @@ import * as z from 'zod';
 import { MurmurError, type MurmurErrorJson, isErrorCode } from '../errors.js';
 import type { Log } from '../log.js';
 import { type KeyValueStore, assertBucketName, checkedKeyValueStore } from './kv.js';
+import { type ObjectStore, checkedObjectStore } from './objects.js';
 import { isValidPattern } from './subject.js';
 import { type CommandTopic, type EventTopic, isConcrete } from './topic.js';
 import { type RawMessage, type Transport, TransportError } from './transport.js';
@@ -49,6 +50,14 @@ export interface Bus {
    * `E-BUS-005`, a store that does not answer in time `E-BUS-003`, a bad key `E-BUS-001`.
    */
   keyValue(bucket: string): Promise<KeyValueStore>;
+  /**
+   * Objects of any size shared by everyone on this bus (see `ObjectStore`): in memory for the
+   * in-process bus, a JetStream object store on NATS. Created on first use; failures map as for
+   * `keyValue`.
+   */
+  objectStore(bucket: string): Promise<ObjectStore>;
+  /** Told when the bus connection is lost and when it is back; never, in-process. */
+  onConnectionChange(listener: (state: 'disconnected' | 'reconnected') => void): void;
   flush(): Promise<void>;
   close(): Promise<void>;
 }
@@ -133,25 +142,27 @@ export function createBus(transport: Transport, log: Log): Bus {
     return new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path: subject });
   }
 
-  /** Maps a transport's failure in a key-value operation onto the catalogue. */
-  function keyValueFailure(bucket: string, error: unknown): unknown {
+  /** Maps a transport's failure in a key-value or object operation onto the catalogue. */
+  function storeFailure(kind: 'key-value' | 'object', bucket: string, error: unknown): unknown {
     if (!(error instanceof TransportError)) return error;
-    const path = `kv:${bucket}`;
-    if (error.failure === 'timeout') return new MurmurError('E-BUS-003', `the key-value bucket '${bucket}' on ${transport.description} did not answer in time: ${error.message}`, { path });
+    const path = `${kind === 'key-value' ? 'kv' : 'obj'}:${bucket}`;
+    if (error.failure === 'timeout') return new MurmurError('E-BUS-003', `the ${kind} bucket '${bucket}' on ${transport.description} did not answer in time: ${error.message}`, { path });
     if (error.failure === 'no-responders') {
-      return new MurmurError('E-BUS-005', `no key-value store answers for bucket '${bucket}' on ${transport.description}: ${error.message}`, { path, hint: 'start nats-server with JetStream enabled (-js -sd <dir>), or wait for it to come back' });
+      return new MurmurError('E-BUS-005', `no ${kind} store answers for bucket '${bucket}' on ${transport.description}: ${error.message}`, { path, hint: 'start nats-server with JetStream enabled (-js -sd <dir>), or wait for it to come back' });
     }
     return new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path });
   }
 
+  async function guarded<T>(kind: 'key-value' | 'object', bucket: string, run: () => Promise<T>): Promise<T> {
+    try {
+      return await run();
+    } catch (error) {
+      throw storeFailure(kind, bucket, error);
+    }
+  }
+
   function mappedKeyValue(store: KeyValueStore): KeyValueStore {
-    const guard = async <T>(run: () => Promise<T>): Promise<T> => {
-      try {
-        return await run();
-      } catch (error) {
-        throw keyValueFailure(store.bucket, error);
-      }
-    };
+    const guard = <T>(run: () => Promise<T>): Promise<T> => guarded('key-value', store.bucket, run);
     return {
       bucket: store.bucket,
       get: (key) => guard(() => store.get(key)),
@@ -161,6 +172,27 @@ export function createBus(transport: Transport, log: Log): Bus {
       update: (key, value, revision) => guard(() => store.update(key, value, revision)),
       delete: (key) => guard(() => store.delete(key)),
       keys: () => guard(() => store.keys()),
+    };
+  }
+
+  function mappedObjects(store: ObjectStore): ObjectStore {
+    const guard = <T>(run: () => Promise<T>): Promise<T> => guarded('object', store.bucket, run);
+    return {
+      bucket: store.bucket,
+      info: (name) => guard(() => store.info(name)),
+      put: (name, source) => guard(() => store.put(name, source)),
+      get: async (name) => {
+        const chunks = await guard(() => store.get(name));
+        if (!chunks) return undefined;
+        return (async function* () {
+          try {
+            yield* chunks;
+          } catch (error) {
+            throw storeFailure('object', store.bucket, error);
+          }
+        })();
+      },
+      delete: (name) => guard(() => store.delete(name)),
     };
   }
 
@@ -290,14 +322,17 @@ export function createBus(transport: Transport, log: Log): Bus {
 
     async keyValue(bucket) {
       assertBucketName(bucket);
-      let store: KeyValueStore;
-      try {
-        store = await transport.keyValue(bucket);
-      } catch (error) {
-        throw keyValueFailure(bucket, error);
-      }
+      const store = await guarded('key-value', bucket, () => transport.keyValue(bucket));
       return checkedKeyValueStore(mappedKeyValue(store), transport.maxPayload);
     },
+
+    async objectStore(bucket) {
+      assertBucketName(bucket);
+      const store = await guarded('object', bucket, () => transport.objectStore(bucket));
+      return checkedObjectStore(mappedObjects(store));
+    },
+
+    onConnectionChange: (listener) => transport.onConnectionChange(listener),
 
     flush: () => transport.flush(),
     close: () => transport.close(),

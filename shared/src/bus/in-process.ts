@@ -1,4 +1,5 @@
 import type { KeyValueEntry, KeyValueStore } from './kv.js';
+import { type ObjectInfo, type ObjectSource, type ObjectStore, sourceChunks } from './objects.js';
 import { subjectMatches } from './subject.js';
 import { type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
 
@@ -25,6 +26,7 @@ export class InProcessTransport implements Transport {
   private idleWaiters: Array<() => void> = [];
   private closed = false;
   private readonly buckets = new Map<string, MemoryBucket>();
+  private readonly objectBuckets = new Map<string, MemoryObjectStore>();
 
   publish(subject: string, data: Uint8Array): void {
     this.deliver(subject, data, undefined);
@@ -74,6 +76,20 @@ export class InProcessTransport implements Transport {
     }
     return store;
   }
+
+  /** Object buckets live as long as this transport, shared by every bus built on it. */
+  async objectStore(bucket: string): Promise<ObjectStore> {
+    if (this.closed) throw new TransportError('closed', 'the in-process bus is closed');
+    let store = this.objectBuckets.get(bucket);
+    if (!store) {
+      store = new MemoryObjectStore(bucket, () => this.closed);
+      this.objectBuckets.set(bucket, store);
+    }
+    return store;
+  }
+
+  /** One process never loses its own bus. */
+  onConnectionChange(): void {}
 
   flush(): Promise<void> {
     if (this.pending === 0) return Promise.resolve();
@@ -187,5 +203,48 @@ class MemoryBucket implements KeyValueStore {
   async keys(): Promise<string[]> {
     this.open();
     return [...this.entries.keys()];
+  }
+}
+
+/**
+ * Objects in memory. A source that is opened lazily (a file on this machine) is kept unopened and
+ * read when someone asks, so handing a neighbour in the same process a 12 MB component costs
+ * nothing until it is read; bytes in hand are copied, as they would be over a socket.
+ */
+class MemoryObjectStore implements ObjectStore {
+  private readonly objects = new Map<string, ObjectSource>();
+
+  constructor(
+    readonly bucket: string,
+    private readonly isClosed: () => boolean,
+  ) {}
+
+  private open(): void {
+    if (this.isClosed()) throw new TransportError('closed', 'the in-process bus is closed');
+  }
+
+  async info(name: string): Promise<ObjectInfo | undefined> {
+    this.open();
+    const source = this.objects.get(name);
+    if (!source) return undefined;
+    return { name, size: 'bytes' in source ? source.bytes.byteLength : source.size };
+  }
+
+  async put(name: string, source: ObjectSource): Promise<ObjectInfo> {
+    this.open();
+    const kept: ObjectSource = 'bytes' in source ? { bytes: Uint8Array.from(source.bytes) } : source;
+    this.objects.set(name, kept);
+    return { name, size: 'bytes' in kept ? kept.bytes.byteLength : kept.size };
+  }
+
+  async get(name: string): Promise<AsyncIterable<Uint8Array> | undefined> {
+    this.open();
+    const source = this.objects.get(name);
+    return source ? sourceChunks(source) : undefined;
+  }
+
+  async delete(name: string): Promise<void> {
+    this.open();
+    this.objects.delete(name);
   }
 }

@@ -1,6 +1,7 @@
 export { type Bus, type MessageInfo, type RequestOptions, type SubscribeOptions, type Subscription, DEFAULT_REQUEST_TIMEOUT_MS, createBus } from './bus.js';
 export { InProcessTransport } from './in-process.js';
 export { type KeyValueEntry, type KeyValueStore, isValidBucketName, isValidKeyValueKey } from './kv.js';
+export { type ObjectInfo, type ObjectSource, type ObjectStore, isValidObjectName } from './objects.js';
 // The NATS transport is its own entry point, `@murmur/shared/bus/nats`: importing the bus must not
 // load the NATS client for a process that runs on the in-process bus.
 export { isPublishableSubject, isValidPattern, subjectMatches } from './subject.js';

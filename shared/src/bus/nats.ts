@@ -1,7 +1,8 @@
-import { type ConnectionOptions, ErrorCode, type KV, type NatsConnection, NatsError, connect } from 'nats';
+import { type ConnectionOptions, ErrorCode, type KV, type NatsConnection, NatsError, type ObjectStore as NatsObjectStore, StorageType, connect } from 'nats';
 import { MurmurError } from '../errors.js';
 import type { Log } from '../log.js';
 import type { KeyValueEntry, KeyValueStore } from './kv.js';
+import { type ObjectInfo, type ObjectSource, type ObjectStore, sourceChunks } from './objects.js';
 import { type RawSubscription, type Transport, TransportError } from './transport.js';
 
 export interface NatsTransportOptions {
@@ -19,11 +20,23 @@ export interface NatsTransportOptions {
  */
 export class NatsTransport implements Transport {
   private readonly buckets = new Map<string, Promise<KV>>();
+  private readonly objectBuckets = new Map<string, Promise<NatsObjectStore>>();
+  private readonly connectionListeners: Array<(state: 'disconnected' | 'reconnected') => void> = [];
 
   private constructor(
     private readonly connection: NatsConnection,
     readonly description: string,
   ) {}
+
+  private announce(state: 'disconnected' | 'reconnected'): void {
+    for (const listener of this.connectionListeners) {
+      try {
+        listener(state);
+      } catch {
+        // a listener's failure is its own
+      }
+    }
+  }
 
   static async connect(url: string, options: NatsTransportOptions): Promise<NatsTransport> {
     const connectionOptions: ConnectionOptions = {
@@ -42,13 +55,23 @@ export class NatsTransport implements Transport {
       const reason = error instanceof Error ? error.message : String(error);
       throw new MurmurError('E-BUS-005', `cannot connect to the bus at ${url}: ${reason}`, { cause: error });
     }
+    const transport = new NatsTransport(connection, url);
     void (async () => {
       for await (const status of connection.status()) {
-        if (status.type === 'disconnect') options.log.warn({ bus: url }, 'bus disconnected; reconnecting');
-        else if (status.type === 'reconnect') options.log.info({ bus: url }, 'bus reconnected');
+        if (status.type === 'disconnect') {
+          options.log.warn({ bus: url }, 'bus disconnected; reconnecting');
+          transport.announce('disconnected');
+        } else if (status.type === 'reconnect') {
+          options.log.info({ bus: url }, 'bus reconnected');
+          transport.announce('reconnected');
+        }
       }
     })().catch(() => {});
-    return new NatsTransport(connection, url);
+    return transport;
+  }
+
+  onConnectionChange(listener: (state: 'disconnected' | 'reconnected') => void): void {
+    this.connectionListeners.push(listener);
   }
 
   get maxPayload(): number {
@@ -114,6 +137,26 @@ export class NatsTransport implements Transport {
       opening.catch(() => this.buckets.delete(bucket));
     }
     return new NatsBucket(bucket, await opening);
+  }
+
+  /**
+   * A JetStream object store, file-backed as the server's JetStream is configured. Its size is
+   * bounded by the server's JetStream limits (`max_file_store`), which is where an operator sets it.
+   */
+  async objectStore(bucket: string): Promise<ObjectStore> {
+    let opening = this.objectBuckets.get(bucket);
+    if (!opening) {
+      opening = (async () => {
+        try {
+          return await this.connection.jetstream().views.os(bucket, { storage: StorageType.File });
+        } catch (error) {
+          throw transportFailure(error);
+        }
+      })();
+      this.objectBuckets.set(bucket, opening);
+      opening.catch(() => this.objectBuckets.delete(bucket));
+    }
+    return new NatsObjects(bucket, await opening);
   }
 
   flush(): Promise<void> {
@@ -213,6 +256,58 @@ class NatsBucket implements KeyValueStore {
       const keys: string[] = [];
       for await (const key of await this.kv.keys()) keys.push(key);
       return keys;
+    });
+  }
+}
+
+class NatsObjects implements ObjectStore {
+  constructor(
+    readonly bucket: string,
+    private readonly store: NatsObjectStore,
+  ) {}
+
+  private async run<T>(operation: () => Promise<T>): Promise<T> {
+    try {
+      return await operation();
+    } catch (error) {
+      throw transportFailure(error);
+    }
+  }
+
+  info(name: string): Promise<ObjectInfo | undefined> {
+    return this.run(async () => {
+      const info = await this.store.info(name);
+      return info === null || info.deleted ? undefined : { name, size: info.size };
+    });
+  }
+
+  put(name: string, source: ObjectSource): Promise<ObjectInfo> {
+    return this.run(async () => {
+      const info = 'bytes' in source ? await this.store.putBlob({ name }, source.bytes) : await this.store.put({ name }, ReadableStream.from(sourceChunks(source)));
+      return { name, size: info.size };
+    });
+  }
+
+  get(name: string): Promise<AsyncIterable<Uint8Array> | undefined> {
+    return this.run(async () => {
+      const result = await this.store.get(name);
+      if (result === null || result.info.deleted) return undefined;
+      return (async function* () {
+        try {
+          for await (const chunk of result.data) yield chunk;
+        } catch (error) {
+          throw transportFailure(error);
+        }
+        // The stream ends early, without throwing, when the store could not deliver every chunk.
+        const failed = await result.error;
+        if (failed) throw transportFailure(failed);
+      })();
+    });
+  }
+
+  delete(name: string): Promise<void> {
+    return this.run(async () => {
+      await this.store.delete(name);
     });
   }
 }

@@ -1,4 +1,5 @@
 import type { KeyValueStore } from './kv.js';
+import type { ObjectStore } from './objects.js';
 
 /**
  * What a transport must do: move bytes between subjects, with NATS semantics. Validation,
@@ -41,6 +42,16 @@ export interface Transport {
    * bus; a transport maps a lost connection onto `TransportError` as `request` does.
    */
   keyValue(bucket: string): Promise<KeyValueStore>;
+  /**
+   * An object store bucket, created on first use. Names are checked above this, by the bus; a lost
+   * connection is a `TransportError` as for `request`.
+   */
+  objectStore(bucket: string): Promise<ObjectStore>;
+  /**
+   * Told when the connection to the bus is lost and when it is back (never, in-process): a
+   * service that judges others by their silence must not judge while it cannot hear.
+   */
+  onConnectionChange(listener: (state: 'disconnected' | 'reconnected') => void): void;
   /** Resolves once everything published so far has reached the server (or every local subscriber). */
   flush(): Promise<void>;
   close(): Promise<void>;
