@@ -83,7 +83,7 @@ try {
     const completed = new Promise<DelegationCompleted>((resolve) => (resolveCompleted = resolve));
     const launched = await bus.request(
       commands.launchDelegation,
-      { approval, roost_url: roostListener.url, capsule_name: 'bench/child', capsule_version: '1.0.0', parent: { session_id: parentId, context_id: newContextId(), url: parentUrl, records_dir: parent.session_dir } },
+      { approval, roost_url: roostListener.url, capsule_name: 'bench/child', capsule_version: '1.0.0', parent: { session_id: parentId, context_id: newContextId(), url: parentUrl } },
       { timeoutMs: 60_000 },
     );
     recorded.set(launched.delegation_id as string, resolveCompleted);

@@ -57,7 +57,8 @@ try {
     // Warm the cache, and find the transpiled bundle the baseline runs.
     const warm = spawnSync(process.execPath, [mur, 'stage', project, '--json'], { env, encoding: 'utf8' });
     if (warm.status !== 0) throw new Error(warm.stderr);
-    const bundleDir = (JSON.parse(warm.stdout) as { capsule: { component: { bundle_dir: string } } }).capsule.component.bundle_dir;
+    const bundleKey = (JSON.parse(warm.stdout) as { capsule: { component: { bundle: { key: string } } } }).capsule.component.bundle.key;
+    const bundleDir = path.join(env.MURMUR_HOME, 'cache', 'transpiled', bundleKey);
     measure([process.execPath, mur, 'run', '--manifest', manifest, '--json'], env, project);
     measure([process.execPath, bare, bundleDir], env, root);
     const murSamples: Sample[] = [];

@@ -112,7 +112,7 @@ describe('delegated children and their completions', () => {
     return body.approval;
   }
 
-  async function launch(parent: { sessionId: string; url: string; sessionDir: string }, name: string, options: { task?: string; env?: Record<string, string>; delegated?: boolean; deadlineSecs?: number; parentDir?: string; addressedTo?: string } = {}): Promise<DelegationLaunchReply> {
+  async function launch(parent: { sessionId: string; url: string; sessionDir: string }, name: string, options: { task?: string; env?: Record<string, string>; delegated?: boolean; deadlineSecs?: number; addressedTo?: string } = {}): Promise<DelegationLaunchReply> {
     return bus.request(
       commands.launchDelegation,
       {
@@ -120,7 +120,7 @@ describe('delegated children and their completions', () => {
         roost_url: roostUrl,
         capsule_name: name,
         capsule_version: '0.1.0',
-        parent: { session_id: options.addressedTo ?? parent.sessionId, context_id: newContextId(), url: parent.url, records_dir: options.parentDir ?? parent.sessionDir },
+        parent: { session_id: options.addressedTo ?? parent.sessionId, context_id: newContextId(), url: parent.url },
         env: options.env ?? { [MARKER_VAR]: MARKER },
         ...(options.task !== undefined ? { task: options.task } : {}),
         delegated: options.delegated ?? true,
@@ -273,7 +273,7 @@ describe('delegated children and their completions', () => {
     const addressed = await startParent();
     const elsewhere = await startParent();
     try {
-      const child = await launch(addressed, 'local/worker', { task: workerTask, addressedTo: elsewhere.sessionId, parentDir: addressed.sessionDir });
+      const child = await launch(addressed, 'local/worker', { task: workerTask, addressedTo: elsewhere.sessionId });
       const completion = await settledCompletion(child.workdir);
       expect(completion).toMatchObject({ status: 'ok', delivered: false });
       expect(completion.delivery_error).toContain(elsewhere.sessionId);

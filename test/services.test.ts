@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HealthReplySchema, SERVICE_NAMES, type SessionStaged, commands, silentLog, topics } from '@murmur/shared';
 import { type Bus, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
+import { uploadProject } from '@murmur/shared/node';
 import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { capsuleWat } from './support/guests.js';
@@ -69,8 +70,9 @@ describe('the services as processes on NATS', () => {
     await capsuleProject(project, 'name: over-nats\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     const staged: SessionStaged[] = [];
     const subscription = client.subscribe(topics.sessionStaged, (event) => void staged.push(event));
+    const uploaded = await uploadProject(client, project);
     for (let attempt = 0; attempt < 6; attempt += 1) {
-      const plan = await client.request(commands.stage, { source: { kind: 'directory', manifest_dir: project } }, { timeoutMs: 60_000 });
+      const plan = await client.request(commands.stage, { source: { kind: 'project', project: uploaded } }, { timeoutMs: 60_000 });
       expect(plan.capsule.name).toBe('over-nats');
     }
     await eventually(() => (staged.length >= 6 ? true : undefined), 5_000, 'six session.staged events');

@@ -95,6 +95,15 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .action(run((session: string) => import('./commands/ps.js').then((module) => module.stopCommand(session, output))));
 
   program
+    .command('files')
+    .description("list or copy files out of a session's workdir, through the executor that holds it (MURMUR_NATS_URL)")
+    .argument('<session>', 'the session id (ses_…)')
+    .argument('[path]', 'a directory (listed) or a file (written to stdout), relative to the workdir', '')
+    .option('-o, --out <path>', 'copy the file, or the whole directory, to this local path instead')
+    .option('--json', 'print a directory listing as JSON')
+    .action(run((session: string, relative: string, options: { out?: string; json?: boolean }) => import('./commands/files.js').then((module) => module.filesCommand(session, relative, options, output))));
+
+  program
     .command('events')
     .description('tail the bus (MURMUR_NATS_URL): every subject, or those matching a pattern')
     .argument('[pattern]', "a subject pattern, e.g. 'session.>'", '>')

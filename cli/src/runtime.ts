@@ -3,7 +3,7 @@ import { type Log, MurmurError, commands, silentLog } from '@murmur/shared';
 import type { HttpListener } from '@murmur/shared/service';
 import { startExecutorService } from '@murmur/executor';
 import { startWatcherService } from '@murmur/watcher';
-import { type StageProgress, startStagerService } from '@murmur/stager';
+import { startStagerService } from '@murmur/stager';
 
 /**
  * Where `mur`'s work happens. With `MURMUR_NATS_URL` set, `mur` is a client: it asks the running
@@ -24,7 +24,6 @@ export interface Runtime {
 
 export interface RuntimeOptions {
   env?: NodeJS.ProcessEnv;
-  onStageProgress?: (progress: StageProgress) => void;
   verbose?: boolean;
   /** Start an executor too (for `mur run`); staging alone does not need one. */
   executor?: boolean;
@@ -51,7 +50,7 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
       close: () => bus.close(),
     };
   }
-  const stager = startStagerService({ bus, log, env, ...(options.onStageProgress ? { onProgress: options.onStageProgress } : {}) });
+  const stager = startStagerService({ bus, log, env });
   const executor = options.executor ? startExecutorService({ bus, log, env }) : undefined;
   // The sessions this process runs are on the machine's map while they run.
   const watcher = options.executor ? startWatcherService({ bus, log, env }) : undefined;

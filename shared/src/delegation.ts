@@ -143,8 +143,12 @@ export const DelegationLaunchRequestSchema = z.object({
     session_id: z.string().min(1),
     context_id: z.string().min(1),
     url: z.string().min(1).optional(),
-    /** The parent's records directory: the child's workdir is `children/<delegation_id>` beneath it. */
-    records_dir: z.string().min(1),
+    /**
+     * The executor the parent runs on, where the child is launched (its workdir is
+     * `children/<delegation_id>` in the parent's records). Absent: the watcher's own knowledge of
+     * where the parent runs; a parent no executor holds gets its child wherever one is free.
+     */
+    executor_id: z.string().min(1).optional(),
   }),
   /** Values for the names the child may read (`env.allow`), from the launcher. Never `MURMUR_SPAWNER`'s: the runtime sets that. */
   env: z.record(z.string(), z.string()).default({}),

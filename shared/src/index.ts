@@ -24,3 +24,5 @@ export * from './session-rpc.js';
 export * from './door.js';
 export * from './a2a-wire.js';
 export * from './roost.js';
+export * from './file-set.js';
+export * from './launch-records.js';

@@ -13,10 +13,22 @@ import { LivenessSchema, RunningRecordSchema } from './running-record.js';
 export const LaunchRequestSchema = z.object({
   session_id: SessionIdSchema,
   plan: StagedPlanSchema,
-  /** `--workdir`: the accessible workdir, which must exist; absent → `<default_workdir_base>/workdir/<session>`. */
+  /**
+   * `--workdir`: the accessible workdir, a directory on the executor's machine that must exist.
+   * Only a launcher that shares the executor's disk (`mur run` in-process) can name one.
+   * Absent → `<default_workdir_base>/workdir/<session>`.
+   */
   workdir: z.string().optional(),
-  /** Where a session without `--workdir` gets its directory: the manifest's directory, or the client's cwd. */
-  default_workdir_base: z.string(),
+  /**
+   * Where a session without `--workdir` gets its directory, on the executor's machine: `mur run`
+   * in-process gives the manifest's directory; absent, the executor's own (`$MURMUR_HOME`).
+   */
+  default_workdir_base: z.string().optional(),
+  /**
+   * A delegated child: its workdir is `children/<name>` in the records of its parent, a session of
+   * the executor that takes this launch (children run on their parent's executor).
+   */
+  child_of: z.object({ session_id: z.string().min(1), name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/) }).optional(),
   /** The text of `--task` (a file's content or the text given), written to `task.md`. */
   task: z.string().optional(),
   /**
@@ -40,6 +52,68 @@ export const LaunchRequestSchema = z.object({
   relay_output: z.boolean().default(false),
 });
 export type LaunchRequest = z.input<typeof LaunchRequestSchema>;
+
+/**
+ * A session's files, read through the executor that holds its workdir (`mur files`): the listing
+ * of a directory, or a slice of a file. Paths are relative to the session's workdir and never leave it.
+ */
+export const SessionFilesRequestSchema = z.object({
+  session_id: SessionIdSchema,
+  path: z.string().max(4096).default(''),
+  /** For a file: where the slice starts, and at most how many bytes (the reply must fit in a message). */
+  offset: z.number().int().nonnegative().default(0),
+  length: z.number().int().positive().max(512 * 1024).default(512 * 1024),
+});
+export const SessionFileEntrySchema = z.object({
+  name: z.string(),
+  type: z.enum(['file', 'directory', 'other']),
+  size: z.number().int().nonnegative(),
+  modified_at: z.string(),
+});
+export const SessionFilesReplySchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('directory'), path: z.string(), entries: z.array(SessionFileEntrySchema) }),
+  /** `data` is base64; `size` the file's whole size, so a reader knows when it has it all. */
+  z.object({ type: z.literal('file'), path: z.string(), size: z.number().int().nonnegative(), offset: z.number().int().nonnegative(), data: z.string() }),
+]);
+export type SessionFilesReply = z.infer<typeof SessionFilesReplySchema>;
+export type SessionFileEntry = z.infer<typeof SessionFileEntrySchema>;
+
+/**
+ * Where each session lives, kept in the bus's key-value store (`murmur-sessions`, key
+ * `session.<id>`) by the executor that launched it: how `mur files` finds the executor to ask,
+ * after the session has ended too.
+ */
+export const SessionLocationSchema = z.object({
+  session_id: z.string(),
+  executor_id: z.string(),
+  capsule_name: z.string(),
+  capsule_version: z.string(),
+  started_at: z.string(),
+  ended_at: z.string().optional(),
+});
+export type SessionLocation = z.infer<typeof SessionLocationSchema>;
+export const SESSION_LOCATIONS_BUCKET = 'murmur-sessions';
+
+/**
+ * An executor's heartbeat: that it is alive, and the sessions it holds. The watcher declares an
+ * executor lost after a few missed beats and ends its sessions on its behalf.
+ */
+export const ExecutorHeartbeatSchema = z.object({
+  executor_id: z.string(),
+  sent_at: z.string(),
+  interval_ms: z.number().int().positive(),
+  sessions: z.array(
+    z.object({
+      session_id: z.string(),
+      capsule_name: z.string(),
+      capsule_version: z.string(),
+      pid: z.number().int().positive(),
+      process_start: z.string(),
+      started_at: z.string(),
+    }),
+  ),
+});
+export type ExecutorHeartbeat = z.infer<typeof ExecutorHeartbeatSchema>;
 
 export const LaunchReplySchema = z.object({
   session_id: z.string(),
@@ -82,6 +156,8 @@ export const SessionListReplySchema = z.object({
     RunningRecordSchema.extend({
       liveness: LivenessSchema,
       reason: z.string().optional(),
+      /** The executor that runs (or ran) the session, when the watcher knows it. */
+      executor_id: z.string().optional(),
     }),
   ),
 });

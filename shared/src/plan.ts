@@ -4,22 +4,29 @@ import { LockedArtifactSchema } from './lockfile.js';
 import { ArtifactRoleSchema, CapabilitiesSchema, CapsuleManifestSchema, GatewaySchema, LifecycleSchema } from './manifest/capsule.js';
 import { PackagingTypeSchema } from './manifest/artifact.js';
 import { CapabilityPolicySchema } from './policy.js';
+import { FileSetSchema, Sha256HexSchema } from './file-set.js';
 
 /**
- * The stager's answer: everything an executor needs to run a capsule, as pure data. Paths point
- * into the content-addressed cache, which the executor reads and never writes; the executor
- * materialises the workdir from this on the machine that runs the capsule.
+ * The stager's answer: everything an executor needs to run a capsule, as pure data that means the
+ * same on every machine. It names no path on the stager's disk: a transpiled bundle and every
+ * payload file are named by content (a file set of sha256 digests, the bytes in the bus's object
+ * store), and the executor that runs the capsule fetches what it lacks into its own cache,
+ * verifies it, and materialises the workdir from this.
  */
 
-const sha256Hex = z.string().regex(/^[0-9a-f]{64}$/, 'must be a lowercase hex sha256');
+const sha256Hex = Sha256HexSchema;
 
-/** A component transpiled by jco, ready to instantiate: `<bundle_dir>/<entry>` plus its core modules. */
+/** Where a transpiled bundle lives in any machine's cache: `<cache>/transpiled/<key>/`. */
+export const BundleKeySchema = z.string().regex(/^[a-z0-9][a-z0-9._-]*\/[0-9a-f]{64}$/, 'must be <transpiler>/<sha256>');
+
+/** A component transpiled by jco, ready to instantiate once its bundle is on the machine: `<bundle>/<entry>` plus its core modules. */
 export const TranspiledComponentSchema = z.object({
   /** sha256 of the component's `.wasm` bytes: the cache key. */
   sha256: sha256Hex,
   size_bytes: z.number().int().nonnegative(),
-  bundle_dir: z.string(),
-  /** The instantiation-mode module to import, relative to `bundle_dir`. */
+  /** The transpiled files by content, and where they go in a cache. */
+  bundle: z.object({ key: BundleKeySchema, files: FileSetSchema }),
+  /** The instantiation-mode module to import, relative to the bundle's directory. */
   entry: z.string(),
   core_modules: z.array(z.string()),
   imports: z.array(z.string()),
@@ -51,8 +58,8 @@ export const StagedArtifactSchema = z.object({
   input_schema: z.record(z.string(), z.unknown()).optional(),
   /** The artifact's own `murmur.yaml`, written to `tools/<name>/murmur.yaml` in the workdir. */
   manifest_yaml: z.string(),
-  /** Where the archive's other files were extracted (skill.md, bin/<name>), in the cache. */
-  extracted_dir: z.string().optional(),
+  /** The archive's other files (skill.md, bin/<name>, …) by content: what the executor writes under `tools/<name>/`. */
+  files: FileSetSchema.default([]),
   component: TranspiledComponentSchema.optional(),
   /** The operator's per-artifact grant from the capsule manifest (never the artifact's own). */
   capabilities: CapabilitiesSchema.optional(),
@@ -61,9 +68,14 @@ export const StagedArtifactSchema = z.object({
 });
 export type StagedArtifact = z.infer<typeof StagedArtifactSchema>;
 
+/** A blob named by content: the sha256 of its bytes and their number. */
+export const BlobRefSchema = z.object({ sha256: sha256Hex, size: z.number().int().nonnegative() });
+export type BlobRefJson = z.infer<typeof BlobRefSchema>;
+
 export const CapsuleOriginSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('directory'), manifest_dir: z.string() }),
-  z.object({ kind: z.literal('registry'), name: z.string(), version: z.string(), origin: ArtifactOriginSchema, sha256: sha256Hex, extracted_dir: z.string() }),
+  /** A capsule project a client packed and uploaded (`ProjectListing`), named by the digest of its listing. */
+  z.object({ kind: z.literal('project'), digest: sha256Hex, label: z.string() }),
+  z.object({ kind: z.literal('registry'), name: z.string(), version: z.string(), origin: ArtifactOriginSchema, sha256: sha256Hex }),
 ]);
 export type CapsuleOrigin = z.infer<typeof CapsuleOriginSchema>;
 
@@ -75,19 +87,22 @@ export const StagedPlanSchema = z.object({
     version: z.string(),
     kind: z.enum(['script', 'agent']),
     origin: CapsuleOriginSchema,
-    /** Where relative manifest paths (system_prompt_file, local skills) resolve. */
-    manifest_dir: z.string(),
     manifest: CapsuleManifestSchema,
     manifest_yaml: z.string(),
     /** The script capsule's own component; absent for an agent capsule. */
     component: TranspiledComponentSchema.optional(),
+    /** `inference.system_prompt_file`, read at staging (relative to the manifest) so no machine needs the capsule's directory. */
+    system_prompt_file: z.object({ path: z.string(), text: z.string() }).optional(),
   }),
+  /**
+   * The requester's project as it was uploaded (for a registry source: its project store), so
+   * whatever stages on the session's behalf later (`manage.pull()`) searches the same store.
+   */
+  project: BlobRefSchema.optional(),
   artifacts: z.array(StagedArtifactSchema),
   policy: CapabilityPolicySchema,
   lifecycle: LifecycleSchema,
   lock: z.object({
-    /** `murmur.lock` beside the manifest, when the capsule came from a directory. */
-    path: z.string().optional(),
     /** `honoured`: a lock existed and every pin matched. `absent`: none yet; `entries` is what a first run writes. */
     status: z.enum(['honoured', 'absent', 'not-applicable']),
     entries: z.array(LockedArtifactSchema),
@@ -110,8 +125,13 @@ export const LifecycleOverrideSchema = z.object({
 export type LifecycleOverride = z.infer<typeof LifecycleOverrideSchema>;
 
 export const StageSourceSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('directory'), manifest_dir: z.string().min(1) }),
-  z.object({ kind: z.literal('registry'), name: z.string().min(1), version: z.string().min(1) }),
+  /** A packed capsule project (`packProject`), its files and listing already in the object store. */
+  z.object({ kind: z.literal('project'), project: BlobRefSchema }),
+  /**
+   * A capsule by name from the registries. `project` is the requester's project store, packed
+   * (`packProjectStore`), searched first as a project store on the requester's machine would be.
+   */
+  z.object({ kind: z.literal('registry'), name: z.string().min(1), version: z.string().min(1), project: BlobRefSchema.optional() }),
 ]);
 export type StageSource = z.infer<typeof StageSourceSchema>;
 
@@ -123,8 +143,6 @@ export const StageRequestSchema = z.object({
    * travels in a request or a plan.
    */
   env_names: z.array(z.string()).default([]),
-  /** The project whose store is searched first when staging from a registry. */
-  project_dir: z.string().optional(),
   lifecycle_override: LifecycleOverrideSchema.optional(),
   /**
    * `false` (staging's own rule): an artifact whose manifest version differs from its lock pin is
@@ -132,8 +150,24 @@ export const StageRequestSchema = z.object({
    * with a warning saying so.
    */
   honour_pins: z.boolean().default(false),
+  /**
+   * A token naming this staging: when given, the stager reports its progress on
+   * `stage.<token>.progress` and keeps reporting while it works, so the requester can show it and
+   * can tell a stager that is busy from one that is gone.
+   */
+  progress: z.string().regex(/^[A-Za-z0-9_-]{8,64}$/).optional(),
 });
 export type StageRequest = z.input<typeof StageRequestSchema>;
+
+/** What a stager says while it works: a phase, or only that it is still at it. */
+export const StageProgressSchema = z.discriminatedUnion('phase', [
+  z.object({ phase: z.literal('resolve'), artifact: z.string(), origin: z.string().optional() }),
+  z.object({ phase: z.literal('transpile'), artifact: z.string(), bytes: z.number(), state: z.enum(['start', 'done', 'cached']), ms: z.number().optional() }),
+  z.object({ phase: z.literal('fetch'), what: z.string(), bytes: z.number() }),
+  z.object({ phase: z.literal('done'), ms: z.number() }),
+  z.object({ phase: z.literal('working'), stager_id: z.string() }),
+]);
+export type StageProgress = z.infer<typeof StageProgressSchema>;
 
 export { MurmurErrorJsonSchema };
 
@@ -141,5 +175,6 @@ export { MurmurErrorJsonSchema };
 export const StageArtifactRequestSchema = z.object({
   name: z.string().min(1),
   version: z.string().min(1),
-  project_dir: z.string().optional(),
+  /** The session's project store, as its staging was given it. */
+  project: BlobRefSchema.optional(),
 });

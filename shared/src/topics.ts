@@ -1,10 +1,11 @@
 import { defineCommand, defineEvent } from './bus/topic.js';
 import { DelegationCompletedSchema, HealthReplySchema, HealthRequestSchema, SessionEndedSchema, SessionStagedSchema, SessionStartedSchema, StageFailedSchema } from './events.js';
-import { LaunchReplySchema, LaunchRequestSchema, ProcessProbeReplySchema, ProcessProbeRequestSchema, SessionListReplySchema, SessionListRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
+import { ExecutorHeartbeatSchema, LaunchReplySchema, LaunchRequestSchema, ProcessProbeReplySchema, ProcessProbeRequestSchema, SessionFilesReplySchema, SessionFilesRequestSchema, SessionListReplySchema, SessionListRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
+import { CompletionRecordReplySchema, CompletionRecordRequestSchema, SessionPinnedSchema } from './launch-records.js';
 import { DelegationControlReplySchema, DelegationControlRequestSchema, DelegationLaunchReplySchema, DelegationLaunchRequestSchema } from './delegation.js';
 import { SessionCallSchema, SessionEventSchema, SessionReplySchema } from './session-rpc.js';
 import { DoorLocateReplySchema, DoorLocateRequestSchema } from './door.js';
-import { StageArtifactRequestSchema, StageRequestSchema, StagedArtifactSchema, StagedPlanSchema } from './plan.js';
+import { StageArtifactRequestSchema, StageProgressSchema, StageRequestSchema, StagedArtifactSchema, StagedPlanSchema } from './plan.js';
 
 /**
  * Every subject of the bus and the contract of what travels on it. A service can only publish,
@@ -15,11 +16,17 @@ export const topics = {
   sessionEnded: defineEvent('session.ended', SessionEndedSchema),
   sessionStaged: defineEvent('session.staged', SessionStagedSchema),
   stageFailed: defineEvent('stage.failed', StageFailedSchema),
+  /** `stage.<token>.progress`: a staging's progress, and that its stager is still at it, for the requester that named the token. */
+  stageProgress: defineEvent('stage.*.progress', StageProgressSchema),
   delegationCompleted: defineEvent('delegation.completed', DelegationCompletedSchema),
   /** `session.<id>.output`: a capsule's stdout and stderr, when the launcher asked for them. */
   sessionOutput: defineEvent('session.*.output', SessionOutputSchema),
   /** `session.<id>.events`: a session's A2A feed (status, artifacts, text), numbered by its host, for every door. */
   sessionEvents: defineEvent('session.*.events', SessionEventSchema),
+  /** `session.<id>.pinned`: an artifact a running session pulled, for its launcher to pin in its `murmur.lock`. */
+  sessionPinned: defineEvent('session.*.pinned', SessionPinnedSchema),
+  /** Every executor, every second: alive, and the sessions it holds (what the watcher judges losses by). */
+  executorHeartbeat: defineEvent('executor.heartbeat', ExecutorHeartbeatSchema),
 } as const;
 
 export const commands = {
@@ -29,6 +36,12 @@ export const commands = {
   stageArtifact: defineCommand('stage.artifact', StageArtifactRequestSchema, StagedArtifactSchema),
   /** Launching a staged capsule, answered by any executor in the `executor` queue group. */
   launch: defineCommand('launch', LaunchRequestSchema, LaunchReplySchema),
+  /** `executor.<id>.launch`: launching on one executor — a delegated child, on its parent's. */
+  launchOn: defineCommand('executor.*.launch', LaunchRequestSchema, LaunchReplySchema),
+  /** `executor.<id>.files`: a session's workdir, read through the executor that holds it (`mur files`). */
+  sessionFiles: defineCommand('executor.*.files', SessionFilesRequestSchema, SessionFilesReplySchema),
+  /** `executor.<id>.completion`: a delegation outcome a watcher decided, recorded in the child's workdir where it lives. */
+  recordCompletion: defineCommand('executor.*.completion', CompletionRecordRequestSchema, CompletionRecordReplySchema),
   /** `session.<id>.stop`: answered by the executor that owns the session. */
   stopSession: defineCommand('session.*.stop', StopRequestSchema, StopReplySchema),
   /** `session.<id>.rpc`: a door's A2A call, answered by the capsule host that owns the session (through its executor). */

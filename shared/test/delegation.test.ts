@@ -952,7 +952,7 @@ describe('the launch and control schemas', () => {
     roost_url: 'http://127.0.0.1:4000',
     capsule_name: 'worker',
     capsule_version: '0.1.0',
-    parent: { session_id: 'ses_parent', context_id: 'ctx_parent', records_dir: '/tmp/parent/.murmur/ses_parent' },
+    parent: { session_id: 'ses_parent', context_id: 'ctx_parent' },
   };
 
   it('fills a launch request with no env and a delegated launch by default', () => {
@@ -960,6 +960,8 @@ describe('the launch and control schemas', () => {
     expect(parsed.env).toEqual({});
     expect(parsed.delegated).toBe(true);
     expect(parsed.parent.url).toBeUndefined();
+    // Where the parent runs is the watcher's to find out when the request does not say.
+    expect(parsed.parent.executor_id).toBeUndefined();
     expect(parsed.task).toBeUndefined();
     expect(parsed.completion_deadline_secs).toBeUndefined();
   });
@@ -967,7 +969,7 @@ describe('the launch and control schemas', () => {
   it('keeps what a launch request says', () => {
     const full = {
       ...launch,
-      parent: { ...launch.parent, url: 'http://127.0.0.1:7777' },
+      parent: { ...launch.parent, url: 'http://127.0.0.1:7777', executor_id: 'executor-1' },
       env: { API_KEY: 'k' },
       task: 'summarise',
       completion_deadline_secs: 0.5,
@@ -982,7 +984,8 @@ describe('the launch and control schemas', () => {
     ['an empty capsule name', { capsule_name: '' }],
     ['no capsule version', { capsule_version: undefined }],
     ['no parent', { parent: undefined }],
-    ['a parent without records_dir', { parent: { session_id: 's', context_id: 'c' } }],
+    ['a parent without a context', { parent: { session_id: 's' } }],
+    ['a parent with an empty executor', { parent: { ...launch.parent, executor_id: '' } }],
     ['a parent with an empty url', { parent: { ...launch.parent, url: '' } }],
     ['a zero deadline', { completion_deadline_secs: 0 }],
     ['a negative deadline', { completion_deadline_secs: -5 }],

@@ -39,8 +39,10 @@ export async function psCommand(options: { json?: boolean }, output: Output): Pr
     output.out('no running sessions');
     return 0;
   }
-  const rows = sessions.map((session) => [session.session_id, `${session.capsule_name}@${session.capsule_version}`, String(session.pid), session.liveness + (session.reason ? ` (${session.reason})` : ''), session.url]);
-  for (const line of table(['SESSION', 'CAPSULE', 'PID', 'LIVENESS', 'URL'], rows)) output.out(line);
+  // On the stack a pid means something only on its executor: say which.
+  const onStack = sessions.some((session) => session.executor_id !== undefined);
+  const rows = sessions.map((session) => [session.session_id, `${session.capsule_name}@${session.capsule_version}`, ...(onStack ? [session.executor_id ?? '-'] : []), String(session.pid), session.liveness + (session.reason ? ` (${session.reason})` : ''), session.url]);
+  for (const line of table(['SESSION', 'CAPSULE', ...(onStack ? ['EXECUTOR'] : []), 'PID', 'LIVENESS', 'URL'], rows)) output.out(line);
   return 0;
 }
 
@@ -61,6 +63,7 @@ async function gone(record: { pid: number; process_start: string }, withinMs: nu
  * signalled.
  */
 export async function stopCommand(sessionId: string, output: Output): Promise<number> {
+  if (process.env.MURMUR_NATS_URL?.trim()) return stopOnStack(sessionId, output);
   const record = readRunningRecord(sessionId);
   if (!record) {
     throw new MurmurError('E-IO-001', `no running record for session '${sessionId}' on this machine`, { hint: "list the machine's sessions with 'mur ps'" });
@@ -82,4 +85,27 @@ export async function stopCommand(sessionId: string, output: Output): Promise<nu
   removeRunningRecord(sessionId);
   output.out(`${sessionId}: killed after ${STOP_GRACE_MS / 1000}s`);
   return 0;
+}
+
+/**
+ * On the stack a session's process is on its executor's machine, where no signal from here can
+ * reach: the executor that owns it is asked (`session.<id>.stop`: TERM, then KILL after its grace).
+ */
+async function stopOnStack(sessionId: string, output: Output): Promise<number> {
+  const runtime = await openRuntime();
+  try {
+    let reply: { stopping: boolean };
+    try {
+      reply = await runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'stopped with mur stop' }, { timeoutMs: 10_000 });
+    } catch (error) {
+      if (error instanceof MurmurError && error.code === 'E-BUS-004') {
+        throw new MurmurError('E-SES-001', `no executor on ${runtime.bus.description} runs session '${sessionId}'`, { hint: "list the stack's sessions with 'mur ps'" });
+      }
+      throw error;
+    }
+    output.out(`${sessionId}: ${reply.stopping ? 'stopping' : 'already gone'}`);
+    return 0;
+  } finally {
+    await runtime.close();
+  }
 }

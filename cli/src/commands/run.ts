@@ -1,14 +1,15 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, sessionUrl, spawnerHandleFromEnv, topics } from '@murmur/shared';
-import { writeLockfile } from '@murmur/shared/artifacts';
+import { LOCKFILE_NAME, type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, sessionUrl, spawnerHandleFromEnv, topics, upsertLockEntry } from '@murmur/shared';
+import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import type { Output } from '../output.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { openRuntime } from '../runtime.js';
-import { STAGE_TIMEOUT_MS } from './stage.js';
+import { fetchSessionFile } from '../session-files.js';
+import { stageThroughBus } from '../staging.js';
 
 export interface RunOptions {
   manifest?: string;
@@ -81,29 +82,27 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   // and outcome reach nobody is not started.
   const spawner = spawnerHandleFromEnv(process.env);
   const progress = terminalProgress(output);
-  const runtime = await openRuntime({ onStageProgress: progress.report, executor: true });
+  const runtime = await openRuntime({ executor: true });
   timing('runtime open');
+  // The lock is the launcher's: only this machine holds the project it belongs to.
+  const lockPath = fromRegistry ? undefined : path.join(manifestDir, LOCKFILE_NAME);
   try {
-    const plan = await runtime.bus.request(
-      commands.stage,
-      {
-        source: fromRegistry ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string } : { kind: 'directory', manifest_dir: manifestDir },
-        env_names: Object.keys(env),
-        honour_pins: true,
-        ...(projectDir ? { project_dir: projectDir } : {}),
-        ...(override ? { lifecycle_override: override } : {}),
-      },
-      { timeoutMs: STAGE_TIMEOUT_MS },
+    const plan = await stageThroughBus(
+      runtime.bus,
+      fromRegistry ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir } : { kind: 'directory', dir: manifestDir },
+      { env_names: Object.keys(env), honour_pins: true, ...(override ? { lifecycle_override: override } : {}) },
+      progress.report,
     );
     progress.stop();
     timing('staged');
     for (const warning of plan.warnings) output.warn(warning);
     // The first run pins what it resolved; later runs are held to it.
-    if (plan.lock.status === 'absent' && plan.lock.path && plan.lock.entries.length > 0) {
-      await writeLockfile(plan.lock.path, { lock_version: 1, artifacts: plan.lock.entries });
+    if (plan.lock.status === 'absent' && lockPath && plan.lock.entries.length > 0) {
+      await writeLockfile(lockPath, { lock_version: 1, artifacts: plan.lock.entries });
     }
 
     const sessionId = newSessionId();
+    const localBase = fromRegistry ? process.cwd() : manifestDir;
     let resolveEnded!: (event: SessionEnded) => void;
     const ended = new Promise<SessionEnded>((resolve) => (resolveEnded = resolve));
     const subscriptions = [
@@ -115,6 +114,17 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       subscriptions.push(
         runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
           (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.text);
+        }),
+      );
+    }
+    // What the session pulls at run time is pinned here, where the lock is; one write at a time.
+    let pinning = Promise.resolve();
+    if (lockPath) {
+      subscriptions.push(
+        runtime.bus.subscribe(topics.sessionPinned.at(sessionId), ({ artifact }) => {
+          pinning = pinning
+            .then(async () => writeLockfile(lockPath, upsertLockEntry(await readLockfile(lockPath).catch(() => undefined), artifact)))
+            .catch((error: unknown) => output.err(`warning: could not pin ${artifact.name}@${artifact.resolved_version} in ${lockPath}: ${(error as Error).message}`));
         }),
       );
     }
@@ -131,7 +141,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         session_id: sessionId,
         plan,
         ...(options.workdir ? { workdir: path.resolve(options.workdir) } : {}),
-        default_workdir_base: fromRegistry ? process.cwd() : manifestDir,
+        // In one process the session's directory is beside the capsule, as upstream puts it; an
+        // executor of the stack keeps its sessions on its own machine.
+        ...(runtime.inProcess ? { default_workdir_base: localBase } : {}),
         ...(task !== undefined ? { task } : {}),
         env: launchEnvironment(plan, env),
         ...(url ? { url } : {}),
@@ -152,7 +164,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       if (launched.url) output.out(`murmur: url ${launched.url}`);
       output.out(`session: ${launched.session_id}`);
       if (options.verbose) {
-        output.out(`workdir: ${launched.workdir}`);
+        output.out(`workdir: ${launched.workdir}${runtime.inProcess ? '' : ` (on executor ${launched.executor_id})`}`);
         output.out(`manifest: ${plan.capsule.name} v${plan.capsule.version}`);
         output.out(`isolation: ${launched.isolation}`);
       }
@@ -171,6 +183,18 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     for (const subscription of subscriptions) subscription.unsubscribe();
+    await pinning;
+
+    // On the stack the session's workdir is on its executor: its answer is fetched to where an
+    // in-process run would have left it, so a script finds out/result.txt in the same place.
+    if (!runtime.inProcess && !options.json && !options.workdir && end.error?.code !== 'E-EXE-001') {
+      const local = path.join(localBase, 'workdir', sessionId, 'out', 'result.txt');
+      const fetched = await fetchSessionFile(runtime.bus, sessionId, 'out/result.txt', local).catch((error: unknown) => {
+        output.err(`warning: could not fetch out/result.txt from executor ${launched.executor_id}: ${error instanceof MurmurError ? error.message : String(error)}`);
+        return false;
+      });
+      if (fetched) output.out(`result:  ${local}`);
+    }
 
     // Stopped on the launcher's own signal is how a sleeping agent is meant to end: no error to report.
     if (end.error && !interrupted) output.err(new MurmurError(end.error.code as never, end.error.message, { ...(end.error.hint ? { hint: end.error.hint } : {}), ...(end.error.path ? { path: end.error.path } : {}) }).format());

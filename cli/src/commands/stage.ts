@@ -1,8 +1,10 @@
 import path from 'node:path';
-import { MurmurError, type StageRequest, type StagedPlan, commands } from '@murmur/shared';
+import { MurmurError, type StagedPlan } from '@murmur/shared';
 import { type Output, formatBytes } from '../output.js';
 import { terminalProgress } from '../progress.js';
+import { findProjectRoot } from '../project.js';
 import { openRuntime } from '../runtime.js';
+import { type CliStageSource, stageThroughBus } from '../staging.js';
 
 export interface StageOptions {
   capsule?: string;
@@ -11,25 +13,21 @@ export interface StageOptions {
   verbose?: boolean;
 }
 
-/** Staging can transpile several large components cold; the bus request waits this long. */
-export const STAGE_TIMEOUT_MS = 180_000;
-
-export function stageRequestFor(directory: string | undefined, options: StageOptions): StageRequest {
-  const env_names = Object.keys(process.env);
+function stageSourceFor(directory: string | undefined, options: StageOptions): CliStageSource {
   if (options.capsule !== undefined) {
     if (!options.capsuleVersion) throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0' });
-    return { source: { kind: 'registry', name: options.capsule, version: options.capsuleVersion }, env_names, project_dir: process.cwd() };
+    return { kind: 'registry', name: options.capsule, version: options.capsuleVersion, projectDir: findProjectRoot() ?? process.cwd() };
   }
-  return { source: { kind: 'directory', manifest_dir: path.resolve(directory ?? '.') }, env_names };
+  return { kind: 'directory', dir: path.resolve(directory ?? '.') };
 }
 
 /** `mur stage [dir]`: resolve, verify and transpile a capsule, and say what was staged. */
 export async function stageCommand(directory: string | undefined, options: StageOptions, output: Output): Promise<void> {
-  const request = stageRequestFor(directory, options);
+  const source = stageSourceFor(directory, options);
   const progress = terminalProgress(output);
-  const runtime = await openRuntime({ onStageProgress: progress.report, ...(options.verbose === undefined ? {} : { verbose: options.verbose }) });
+  const runtime = await openRuntime(options.verbose === undefined ? {} : { verbose: options.verbose });
   try {
-    const plan = await runtime.bus.request(commands.stage, request, { timeoutMs: STAGE_TIMEOUT_MS });
+    const plan = await stageThroughBus(runtime.bus, source, { env_names: Object.keys(process.env) }, progress.report);
     for (const warning of plan.warnings) output.warn(warning);
     if (options.json) output.out(JSON.stringify(plan));
     else for (const line of describePlan(plan)) output.out(line);
@@ -46,11 +44,11 @@ function shortSha(sha256: string | undefined): string {
 export function describePlan(plan: StagedPlan): string[] {
   const { capsule, policy } = plan;
   const lines = [`staged ${capsule.name}@${capsule.version} (${capsule.kind} capsule) in ${Math.round(plan.stats.duration_ms)} ms`];
-  lines.push(`  from:       ${capsule.origin.kind === 'directory' ? capsule.origin.manifest_dir : `${capsule.origin.name}@${capsule.origin.version} (${capsule.origin.origin} store)`}`);
+  lines.push(`  from:       ${capsule.origin.kind === 'project' ? `the project '${capsule.origin.label}' (uploaded as ${shortSha(capsule.origin.digest)})` : `${capsule.origin.name}@${capsule.origin.version} (${capsule.origin.origin} store)`}`);
   if (capsule.component) {
     const component = capsule.component;
     lines.push(`  component:  ${formatBytes(component.size_bytes)}, sha256 ${shortSha(component.sha256)}, ${component.cache_hit ? 'cache hit' : 'transpiled'}`);
-    lines.push(`              ${path.join(component.bundle_dir, component.entry)}`);
+    lines.push(`              bundle ${component.bundle.key} (${component.bundle.files.length} files)`);
   }
   lines.push(`  artifacts:  ${plan.artifacts.length === 0 ? 'none' : ''}`.trimEnd());
   for (const artifact of plan.artifacts) {
@@ -64,6 +62,6 @@ export function describePlan(plan: StagedPlan): string[] {
   lines.push(`  limits:     deadline ${policy.limits.deadline_seconds}s, memory ${formatBytes(policy.limits.memory_bytes)}`);
   lines.push(`  lifecycle:  ${plan.lifecycle.task_acceptance}/${plan.lifecycle.after_task}`);
   const lock = plan.lock;
-  lines.push(`  lock:       ${lock.status === 'honoured' ? `honoured (${lock.path})` : lock.status === 'absent' ? `none yet; a first run pins ${lock.entries.length} artifact${lock.entries.length === 1 ? '' : 's'}` : 'not applicable (staged from a registry)'}`);
+  lines.push(`  lock:       ${lock.status === 'honoured' ? 'honoured (murmur.lock)' : lock.status === 'absent' ? `none yet; a first run pins ${lock.entries.length} artifact${lock.entries.length === 1 ? '' : 's'}` : 'not applicable (staged from a registry)'}`);
   return lines;
 }

@@ -1,13 +1,13 @@
 import { readFileSync } from 'node:fs';
-import path from 'node:path';
 import { type CapsuleCard, MurmurError, type StagedPlan, guestEnvironment, resolveManifestSecrets } from '@murmur/shared';
-import type { AgentStart, HostTool } from './host/protocol.js';
+import type { AgentStart, HostComponent, HostTool } from './host/protocol.js';
 
 /**
  * What an agent capsule's host is given, decided on the executor's side: the driver and where it
  * talks (`inference.endpoint`/`api_key`, or the driver artifact's `gateway` — the seeds' form),
- * the secrets resolved from the launcher's values at the last moment, the system prompt read from
- * wherever the manifest says (the host cannot see the manifest's directory), and the card.
+ * the secrets resolved from the launcher's values at the last moment, the system prompt from
+ * wherever the manifest says (a file's text was read at staging; a skill's `skill.md` is in the
+ * session's `tools/`), and the card.
  *
  * The inference key goes to the driver alone. Upstream hands `MURMUR_INFERENCE_API_KEY` to every
  * WASM tool too; a tool has no use for the model's credential, so here it never sees it.
@@ -22,6 +22,8 @@ export interface AgentLaunchInput {
   sessionDir: string;
   accessible: string;
   tools: HostTool[];
+  /** The driver's component, its bundle already on this machine (undefined when the plan has no such driver). */
+  driverComponent: (name: string) => HostComponent | undefined;
   /** `mur run --system-prompt`: replaces every manifest source; empty clears the prompt. */
   systemPromptOverride?: string | undefined;
   idleTimeoutMs: number;
@@ -46,19 +48,22 @@ function readPrompt(file: string, what: string): string {
   }
 }
 
-function systemPrompt(plan: StagedPlan, override: string | undefined): { text: string | null; source: 'manifest' | 'cli' | 'none' } {
+function systemPrompt(plan: StagedPlan, tools: HostTool[], override: string | undefined): { text: string | null; source: 'manifest' | 'cli' | 'none' } {
   if (override !== undefined) {
     const trimmed = override.trim();
     return trimmed === '' ? { text: null, source: 'none' } : { text: trimmed, source: 'cli' };
   }
   const inference = plan.capsule.manifest.inference;
   if (inference?.system_prompt !== undefined) return { text: inference.system_prompt.trim(), source: 'manifest' };
-  if (inference?.system_prompt_file !== undefined) return { text: readPrompt(path.resolve(plan.capsule.manifest_dir, inference.system_prompt_file), 'file'), source: 'manifest' };
+  if (inference?.system_prompt_file !== undefined) {
+    const file = plan.capsule.system_prompt_file;
+    if (!file) throw new MurmurError('E-RUN-009', `the plan carries no text for inference.system_prompt_file '${inference.system_prompt_file}'`, { path: 'inference.system_prompt_file', hint: 'stage the capsule again' });
+    return { text: file.text, source: 'manifest' };
+  }
   if (inference?.system_prompt_artifact !== undefined) {
-    const skill = plan.artifacts.find((artifact) => artifact.name === inference.system_prompt_artifact);
-    const dir = skill?.extracted_dir;
-    if (!dir) throw new MurmurError('E-RUN-009', `the system prompt artifact '${inference.system_prompt_artifact}' has no skill.md to read`, { path: 'inference.system_prompt_artifact' });
-    return { text: readPrompt(path.join(dir, 'skill.md'), `of artifact '${inference.system_prompt_artifact}'`), source: 'manifest' };
+    const skill = tools.find((tool) => tool.name === inference.system_prompt_artifact && tool.kind === 'skill');
+    if (!skill?.path) throw new MurmurError('E-RUN-009', `the system prompt artifact '${inference.system_prompt_artifact}' has no skill.md to read`, { path: 'inference.system_prompt_artifact' });
+    return { text: readPrompt(skill.path, `of artifact '${inference.system_prompt_artifact}'`), source: 'manifest' };
   }
   return { text: null, source: 'none' };
 }
@@ -77,7 +82,8 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
   const driverName = inference.driver?.artifact;
   if (!driverName) throw new MurmurError('E-RUN-005', 'inference.driver.artifact is not configured', { path: 'inference.driver.artifact' });
   const driver = plan.artifacts.find((artifact) => artifact.name === driverName);
-  if (!driver || driver.role !== 'driver' || !driver.component) {
+  const driverComponent = driver?.role === 'driver' ? input.driverComponent(driverName) : undefined;
+  if (!driver || driver.role !== 'driver' || !driverComponent) {
     throw new MurmurError('E-RUN-006', `inference driver '${driverName}' is not installed as a driver (declare it in artifacts: with runtime: driver)`, {
       hint: `add '- name: ${driverName}' with 'runtime: driver' to artifacts:, and install it`,
       path: 'inference.driver.artifact',
@@ -93,7 +99,7 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
     MURMUR_INFERENCE_DRIVER: driverName,
     ...(inference.driver?.config ? { MURMUR_INFERENCE_DRIVER_CONFIG: JSON.stringify(inference.driver.config) } : {}),
   };
-  const prompt = systemPrompt(plan, input.systemPromptOverride);
+  const prompt = systemPrompt(plan, input.tools, input.systemPromptOverride);
   const policy = plan.policy;
   const promptSkill = inference.system_prompt_artifact;
   const card: CapsuleCard = {
@@ -116,7 +122,7 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
       model: inference.model ?? '',
       max_tokens: inference.max_tokens ?? 8192,
       max_turns: inference.max_turns,
-      driver: { name: driverName, component: driver.component, preopen: input.accessible },
+      driver: { name: driverName, component: driverComponent, preopen: input.accessible },
       driver_env: [...Object.entries(guestEnv), ...(apiKey !== undefined ? [['MURMUR_INFERENCE_API_KEY', apiKey] as [string, string]] : [])],
       system_prompt: prompt.text,
       system_prompt_source: prompt.source,

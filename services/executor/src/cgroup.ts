@@ -57,9 +57,14 @@ function canCreateChild(parent: string, limitFile: string, value: string): boole
   }
 }
 
-/** Finds where this process may create session groups with memory and pids limits. */
-export function probeCgroups(root = '/sys/fs/cgroup'): CgroupProbe {
-  const own = ownCgroups();
+/**
+ * Finds where this process may create session groups with memory and pids limits: under its own
+ * groups, or under `parent` (`MURMUR_CGROUP_PARENT`: a path below each controller's mount point)
+ * when it was given a delegated subtree — as in a container, whose mount shows only its own group
+ * and whose entrypoint made a writable `murmur/` in it.
+ */
+export function probeCgroups(root = '/sys/fs/cgroup', parent?: string): CgroupProbe {
+  const own = parent === undefined ? ownCgroups() : new Map([['unified', parent], ['memory', parent], ['pids', parent]]);
   const v2Path = own.get('unified');
   const pureV2 = existsSync(path.join(root, 'cgroup.controllers'));
   if (pureV2 && v2Path !== undefined) {

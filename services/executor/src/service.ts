@@ -1,15 +1,20 @@
-import { type Log, MurmurError, QUEUE_GROUPS, commands, newId } from '@murmur/shared';
-import type { Bus, Subscription } from '@murmur/shared/bus';
-import { processState } from '@murmur/shared/node';
+import path from 'node:path';
+import { BLOB_BUCKET, type LaunchReply, type LaunchRequestSchema, type Log, MurmurError, QUEUE_GROUPS, SESSION_LOCATIONS_BUCKET, type SessionLocation, commands, newId, topics } from '@murmur/shared';
+import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
+import type { z } from 'zod';
+import { BlobCache, cacheDir, murmurHome, processState } from '@murmur/shared/node';
+import { LocalBundles } from './bundles.js';
 import { probeCgroups } from './cgroup.js';
 import { pullForSession } from './pull.js';
 import { probeNamespaces } from './sandbox.js';
-import { Session, type SessionEnd } from './session.js';
+import { readSessionFiles } from './session-files.js';
+import { type ExecutorEnvironment, Session, type SessionEnd } from './session.js';
 
 export { Session, type SessionEnd } from './session.js';
 export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './sandbox.js';
 export { probeCgroups, type CgroupProbe } from './cgroup.js';
 export { EgressPolicy } from './egress.js';
+export { readSessionFiles } from './session-files.js';
 
 export interface ExecutorServiceOptions {
   bus: Bus;
@@ -27,61 +32,138 @@ export interface ExecutorService {
   close(): Promise<void>;
 }
 
+/** How often an executor tells the stack it is alive (`MURMUR_EXECUTOR_HEARTBEAT_MS`). */
+const HEARTBEAT_MS = 1_000;
+/** Ended sessions whose workdirs stay readable through this executor (`mur files`), newest kept. */
+const ENDED_SESSIONS_KEPT = 10_000;
+
 /**
  * The executor on the bus: answers `launch` in the `executor` queue group, so executors scale by
- * adding processes, runs each session's capsule host in a sandbox, and answers
- * `session.<id>.stop` for the sessions it owns. It probes once, at start, what isolation this host
- * can give, and refuses what needs more than that.
+ * adding processes, and `executor.<id>.launch` for launches meant for it (a delegated child goes
+ * to its parent's executor). It runs each session's capsule host in a sandbox, answers
+ * `session.<id>.stop` for the sessions it owns, reads their workdirs for `mur files`
+ * (`executor.<id>.files`), records completions a watcher decided in children's workdirs
+ * (`executor.<id>.completion`), says where each session lives (`murmur-sessions`), and tells the
+ * stack every second that it is alive and what it holds (`executor.heartbeat`). It probes once, at
+ * start, what isolation this host can give, and refuses what needs more than that.
  */
 export function startExecutorService(options: ExecutorServiceOptions): ExecutorService {
   const env = options.env ?? process.env;
+  const { bus, log } = options;
   const instanceId = options.instanceId ?? `executor-${newId('request').slice(4, 16)}`;
   const namespaces = probeNamespaces({ bwrap: env.MURMUR_BWRAP?.trim() || undefined, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
-  const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined);
+  const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined, env.MURMUR_CGROUP_PARENT?.trim() || undefined);
   const isolation = {
     namespaces: namespaces.tool ?? `none (${namespaces.reason})`,
     cgroups: cgroups.support ? `${cgroups.support.version}` : `none (${cgroups.reason})`,
   };
-  options.log.info({ executor_id: instanceId, ...isolation }, 'executor isolation probed');
+  log.info({ executor_id: instanceId, ...isolation }, 'executor isolation probed');
   const sessions = new Map<string, Session>();
+  /** Sessions that ended here, whose workdirs this machine still holds. */
+  const ended = new Map<string, Session>();
   const subscriptions: Subscription[] = [];
-  const environment = { executorId: instanceId, bus: options.bus, log: options.log, namespaces, cgroups, roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined, pull: (session: Session, name: string, version: string) => pullForSession(options.bus, session, name, version) };
+  const cache = cacheDir(env);
+  const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET));
+  let locations: Promise<KeyValueStore> | undefined;
+  const locationStore = (): Promise<KeyValueStore> => {
+    locations ??= bus.keyValue(SESSION_LOCATIONS_BUCKET);
+    locations.catch(() => (locations = undefined));
+    return locations;
+  };
+  const environment: ExecutorEnvironment = {
+    executorId: instanceId,
+    bus,
+    log,
+    namespaces,
+    cgroups,
+    roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined,
+    blobs,
+    bundles: new LocalBundles(cache, blobs),
+    workdirBase: env.MURMUR_WORKDIR_BASE?.trim() ? path.resolve(env.MURMUR_WORKDIR_BASE.trim()) : murmurHome(env),
+    session: (id) => sessions.get(id),
+    pull: (session, name, version) => pullForSession(bus, session, name, version),
+  };
+
+  /** Where the session lives, for whoever must find its workdir later; a store that is away costs the session nothing. */
+  const locate = (location: SessionLocation): void => {
+    void locationStore()
+      .then((store) => store.put(`session.${location.session_id}`, JSON.stringify(location)))
+      .catch((error: unknown) => log.warn({ session_id: location.session_id, err: error }, 'could not record where the session lives'));
+  };
+
+  const launch = async (request: z.output<typeof LaunchRequestSchema>): Promise<LaunchReply> => {
+    const session = new Session(environment, request);
+    sessions.set(session.id, session);
+    const stop = bus.serve(commands.stopSession.at(session.id), ({ reason }) => ({ stopping: session.stop(reason) }));
+    let startedAt: string | undefined;
+    void session.ended.then((end: SessionEnd) => {
+      stop.unsubscribe();
+      sessions.delete(session.id);
+      if (startedAt) {
+        ended.set(session.id, session);
+        if (ended.size > ENDED_SESSIONS_KEPT) ended.delete(ended.keys().next().value as string);
+        const plan = request.plan;
+        locate({ session_id: session.id, executor_id: instanceId, capsule_name: plan.capsule.name, capsule_version: plan.capsule.version, started_at: startedAt, ended_at: new Date().toISOString() });
+      }
+      log.info({ session_id: session.id, status: end.status, code: end.error?.code }, 'session ended');
+    });
+    try {
+      const reply = await session.launch();
+      startedAt = reply.started_at;
+      locate({ session_id: session.id, executor_id: instanceId, capsule_name: request.plan.capsule.name, capsule_version: request.plan.capsule.version, started_at: reply.started_at });
+      log.info({ session_id: session.id, capsule: `${request.plan.capsule.name}@${request.plan.capsule.version}`, pid: reply.pid }, 'session started');
+      return reply;
+    } catch (error) {
+      stop.unsubscribe();
+      sessions.delete(session.id);
+      session.kill({ code: 'E-RUN-001', message: 'the launch failed' });
+      if (error instanceof MurmurError) throw error;
+      throw new MurmurError('E-RUN-001', `the capsule could not be launched: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  };
+
+  /** A session this executor holds or held, or the refusal that says it does not. */
+  const held = (sessionId: string): Session => {
+    const session = sessions.get(sessionId) ?? ended.get(sessionId);
+    if (!session?.paths) throw new MurmurError('E-SES-001', `executor ${instanceId} holds no session '${sessionId}'`, { path: sessionId });
+    return session;
+  };
 
   subscriptions.push(
     // Layers 1–2 of a running record are readable only where the pid lives: here.
-    options.bus.serve(commands.probeProcess.at(instanceId), (probe) => processState(probe)),
-    options.bus.serve(
-      commands.launch,
-      async (request) => {
-        const session = new Session(environment, request);
-        sessions.set(session.id, session);
-        const stop = options.bus.serve(commands.stopSession.at(session.id), ({ reason }) => ({ stopping: session.stop(reason) }));
-        void session.ended.then((end: SessionEnd) => {
-          stop.unsubscribe();
-          sessions.delete(session.id);
-          options.log.info({ session_id: session.id, status: end.status, code: end.error?.code }, 'session ended');
-        });
-        try {
-          const reply = await session.launch();
-          options.log.info({ session_id: session.id, capsule: `${request.plan.capsule.name}@${request.plan.capsule.version}`, pid: reply.pid }, 'session started');
-          return reply;
-        } catch (error) {
-          stop.unsubscribe();
-          sessions.delete(session.id);
-          session.kill({ code: 'E-RUN-001', message: 'the launch failed' });
-          if (error instanceof MurmurError) throw error;
-          throw new MurmurError('E-RUN-001', `the capsule could not be launched: ${error instanceof Error ? error.message : String(error)}`);
-        }
-      },
-      { queue: QUEUE_GROUPS.executor },
-    ),
+    bus.serve(commands.probeProcess.at(instanceId), (probe) => processState(probe)),
+    bus.serve(commands.launch, launch, { queue: QUEUE_GROUPS.executor }),
+    bus.serve(commands.launchOn.at(instanceId), launch),
+    bus.serve(commands.sessionFiles.at(instanceId), (request) => readSessionFiles(held(request.session_id).paths.accessible, request)),
+    bus.serve(commands.recordCompletion.at(instanceId), async (request) => ({ outcome: await held(request.session_id).recordCompletion(request.outcome, request.post) })),
   );
+
+  const heartbeatMs = Number(env.MURMUR_EXECUTOR_HEARTBEAT_MS ?? '') || HEARTBEAT_MS;
+  const beat = (): void => {
+    try {
+      bus.publish(topics.executorHeartbeat, {
+        executor_id: instanceId,
+        sent_at: new Date().toISOString(),
+        interval_ms: heartbeatMs,
+        sessions: [...sessions.values()].flatMap((session) => {
+          const identity = session.identity();
+          return identity ? [identity] : [];
+        }),
+      });
+    } catch (error) {
+      log.warn({ err: error }, 'could not send the heartbeat');
+    }
+  };
+  beat();
+  const heartbeat = setInterval(beat, heartbeatMs);
+  heartbeat.unref();
 
   return {
     instanceId,
     isolation,
     sessions: () => [...sessions.values()],
     async close() {
+      clearInterval(heartbeat);
       for (const subscription of subscriptions) subscription.unsubscribe();
       const ending = [...sessions.values()].map((session) => {
         session.stop('the executor is shutting down');

@@ -15,6 +15,7 @@ import {
   type SessionReply,
   type WireError,
   type DelegationOutcome,
+  type LockedArtifact,
   SPAWNER_ENV,
   SPAWN_APPROVAL_HEADER,
   SPAWN_CREDENTIAL_HEADER,
@@ -25,12 +26,13 @@ import {
   topics,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
-import { childResultPath, packageFile, processStartToken, reportCompletion } from '@murmur/shared/node';
+import { type BlobCache, childResultPath, packageFile, processStartToken, recordTerminated, reportCompletion } from '@murmur/shared/node';
 import type { z } from 'zod';
+import type { LocalBundles } from './bundles.js';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import { EgressPolicy } from './egress.js';
 import { prepareAgentLaunch } from './agent-launch.js';
-import { type AgentStart, type HostRequest, type HostToExecutor, HostToExecutorSchema, type HostTool, type StartMessage } from './host/protocol.js';
+import { type AgentStart, type HostComponent, type HostRequest, type HostToExecutor, HostToExecutorSchema, type HostTool, type StartMessage } from './host/protocol.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, TraceWriter } from './records.js';
 import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, type SandboxFile, bubblewrapArguments, unshareArguments } from './sandbox.js';
@@ -50,6 +52,13 @@ export interface ExecutorEnvironment {
   cgroups: CgroupProbe;
   /** roost, when the executor knows one (`MURMUR_ROOST_URL`); a launch may name its own. */
   roostUrl?: string | undefined;
+  /** This machine's blobs and bundles: what the plan names by content, fetched and verified here. */
+  blobs: BlobCache;
+  bundles: LocalBundles;
+  /** Where a session gets its directory when its launcher names none (`<base>/workdir/<session>`). */
+  workdirBase: string;
+  /** A session this executor runs, for a child to be placed under its `children/`. */
+  session(id: string): Session | undefined;
   /** Handles a host's request to pull an artifact at runtime. */
   pull?(session: Session, name: string, version: string): Promise<{ ok: true; value: { tool: HostTool } } | { ok: false; error: string }>;
 }
@@ -106,6 +115,12 @@ export class Session {
   private startedAt = Date.now();
   private processStart = '';
   private tools: HostTool[] = [];
+  /** Every component the host may load, on this machine: their bundles are bound into the sandbox. */
+  private components: HostComponent[] = [];
+  /** Artifacts this session pulled at run time, pinned from then on. */
+  readonly pulledPins: LockedArtifact[] = [];
+  /** Whether the launch was answered: a session is announced (and listed) only from then on. */
+  private launched = false;
   private rpcSubscription: Subscription | undefined;
   private readonly pendingRpc = new Map<number, (reply: SessionReply) => void>();
   private nextRpcId = 1;
@@ -185,12 +200,39 @@ export class Session {
     };
   }
 
+  /**
+   * The directory the session is given: a delegated child's under its parent's `children/` (the
+   * parent is a session of this executor: that is why children run where their parents do), else
+   * the launcher's `--workdir`, else a fresh one under the base.
+   */
+  private async chosenWorkdir(): Promise<string | undefined> {
+    const childOf = this.request.child_of;
+    if (!childOf) return this.request.workdir;
+    const parent = this.environment.session(childOf.session_id);
+    if (!parent?.paths) {
+      throw new MurmurError('E-DLG-003', `the parent session ${childOf.session_id} does not run on executor ${this.environment.executorId}, so its child cannot be placed under its children/`, {
+        hint: 'a delegated child is launched on its parent\'s executor (executor.<id>.launch)',
+      });
+    }
+    const dir = path.join(parent.paths.sessionDir, 'children', childOf.name);
+    mkdirSync(dir, { recursive: true });
+    return dir;
+  }
+
   async launch(): Promise<LaunchReply> {
     this.checkHost();
     const plan = this.plan;
     for (const warning of plan.warnings) this.stderrLine(`warning[${warning.code}]: ${warning.message}`);
     await this.registerWithRoost();
-    const { paths, tools } = await materialiseWorkdir(plan, { sessionId: this.id, workdir: this.request.workdir, defaultBase: this.request.default_workdir_base, task: this.request.task });
+    const { blobs, bundles } = this.environment;
+    const label = `${plan.capsule.name}@${plan.capsule.version}`;
+    const capsuleComponent = plan.capsule.component ? await bundles.local(plan.capsule.component, label) : undefined;
+    const { paths, tools } = await materialiseWorkdir(plan, { sessionId: this.id, workdir: await this.chosenWorkdir(), defaultBase: this.request.default_workdir_base ?? this.environment.workdirBase, task: this.request.task }, { blobs, bundles });
+    const drivers = new Map<string, HostComponent>();
+    for (const artifact of plan.artifacts) {
+      if (artifact.role === 'driver' && artifact.component) drivers.set(artifact.name, await bundles.local(artifact.component, `${artifact.name}@${artifact.version}`));
+    }
+    this.components = [capsuleComponent, ...drivers.values(), ...tools.map((tool) => tool.component)].filter((component): component is HostComponent => component !== undefined);
     this.paths = paths;
     this.tools = tools;
     this.trace = new TraceWriter(paths.sessionDir, this.id);
@@ -229,6 +271,7 @@ export class Session {
         sessionDir: paths.sessionDir,
         accessible: paths.accessible,
         tools,
+        driverComponent: (name) => drivers.get(name),
         systemPromptOverride: this.request.system_prompt,
         idleTimeoutMs: (this.request.a2a_timeout_secs ?? 30) * 1000,
         runtimeEnv,
@@ -243,7 +286,7 @@ export class Session {
       session_id: this.id,
       capsule_name: plan.capsule.name,
       capsule_version: plan.capsule.version,
-      ...(plan.capsule.component ? { component: plan.capsule.component } : {}),
+      ...(capsuleComponent ? { component: capsuleComponent } : {}),
       ...(agent ? { agent } : {}),
       preopen: paths.preopen,
       accessible_workdir: paths.accessible,
@@ -290,6 +333,7 @@ export class Session {
     // A script capsule runs once, so its whole life is bounded; an agent's guest calls each have
     // their deadline, and a sleeping agent lives until it is stopped.
     if (plan.capsule.kind === 'script') this.armHardLimit();
+    this.launched = true;
     return reply;
   }
 
@@ -344,8 +388,7 @@ export class Session {
     const { namespaces, cgroups } = this.environment;
     if (namespaces.tool === 'bubblewrap') {
       const data = new Set<string>();
-      for (const component of [plan.capsule.component, ...plan.artifacts.map((artifact) => artifact.component)]) if (component) data.add(path.dirname(component.bundle_dir));
-      for (const artifact of plan.artifacts) if (artifact.extracted_dir) data.add(artifact.extracted_dir);
+      for (const component of this.components) data.add(path.dirname(component.bundle_dir));
       const tmp = path.join(this.paths.accessible, '.capsule-tmp');
       mkdirSync(tmp, { recursive: true });
       argv = [namespaces.binary as string, ...bubblewrapArguments({ workdir: this.paths.accessible, code: [CODE_ROOT], hidden: [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')], data: [...data], tmp }, command)];
@@ -645,7 +688,7 @@ export class Session {
           roost_url: roostUrl,
           capsule_name: request.capsule,
           capsule_version: request.version,
-          parent: { session_id: this.id, context_id: request.context_id, ...(this.request.url ? { url: this.request.url } : {}), records_dir: this.paths.sessionDir },
+          parent: { session_id: this.id, context_id: request.context_id, ...(this.request.url ? { url: this.request.url } : {}), executor_id: this.environment.executorId },
           env: values,
           task: request.task,
           completion_deadline_secs: DELEGATION_DEADLINE_SECS,
@@ -676,12 +719,44 @@ export class Session {
       reported_by: 'child',
       delivered: false,
     };
-    const reported = await reportCompletion(spawner, outcome, this.paths.accessible, (line) => {
-      this.stderrLine(line);
-      this.bootstrap.line(line);
-    });
+    const reported = await reportCompletion(
+      spawner,
+      outcome,
+      this.paths.accessible,
+      (line) => {
+        this.stderrLine(line);
+        this.bootstrap.line(line);
+      },
+      { bus: this.environment.bus },
+    );
     this.environment.bus.publish(topics.delegationCompleted, { parent_session_id: spawner.session_id, outcome: reported });
     return true;
+  }
+
+  /**
+   * A delegation outcome the launcher's watcher decided (the child crashed, ran past its deadline,
+   * or was ended by its parent), recorded in this child's workdir — which only this machine holds
+   * — and, when `post`, delivered to the parent and recorded again with what the delivery did.
+   */
+  async recordCompletion(outcome: DelegationOutcome, post: boolean): Promise<DelegationOutcome> {
+    const spawner = this.request.spawner;
+    if (!spawner || !this.paths) throw new MurmurError('E-DLG-003', `session ${this.id} was not launched as a delegated child, so it has no completion to record`);
+    const resultPath = childResultPath(this.paths.accessible, this.paths.sessionDir);
+    const located: DelegationOutcome = { ...outcome, workdir: this.paths.accessible, ...(resultPath ? { result_path: resultPath } : {}) };
+    if (!post) return recordTerminated(located, this.paths.accessible);
+    return reportCompletion(spawner, located, this.paths.accessible, (line) => this.bootstrap.line(line), { bus: this.environment.bus });
+  }
+
+  /** Who holds the session, once its host has started: what an executor's heartbeat lists. */
+  identity(): { session_id: string; capsule_name: string; capsule_version: string; pid: number; process_start: string; started_at: string } | undefined {
+    const pid = this.child?.pid;
+    if (!pid || !this.launched) return undefined;
+    return { session_id: this.id, capsule_name: this.plan.capsule.name, capsule_version: this.plan.capsule.version, pid, process_start: this.processStart, started_at: new Date(this.startedAt).toISOString() };
+  }
+
+  /** Where this session's artifact files come from on this machine. */
+  get artifactFiles(): { blobs: BlobCache; bundles: LocalBundles } {
+    return { blobs: this.environment.blobs, bundles: this.environment.bundles };
   }
 
   /** The tools the host was given (for pulls that add one). */

@@ -1,6 +1,8 @@
 import { existsSync, promises as fs, realpathSync } from 'node:fs';
 import path from 'node:path';
-import { MurmurError, type StagedArtifact, type StagedPlan, parseYamlSource } from '@murmur/shared';
+import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, parseYamlSource } from '@murmur/shared';
+import type { BlobCache } from '@murmur/shared/node';
+import type { LocalBundles } from './bundles.js';
 import type { HostTool } from './host/protocol.js';
 import { shellToolDescription } from './host/subprocess.js';
 
@@ -22,9 +24,16 @@ export interface SessionPaths {
 
 export interface WorkdirRequest {
   sessionId: string;
+  /** A directory that must exist (`--workdir`, or a delegated child's under its parent's `children/`). */
   workdir?: string | undefined;
   defaultBase: string;
   task?: string | undefined;
+}
+
+/** Where an artifact's files come from on this machine: blobs verified into the local cache. */
+export interface ArtifactFiles {
+  blobs: BlobCache;
+  bundles: LocalBundles;
 }
 
 /** `<root>/<relative>`, refusing anything that would land outside `root` once symlinks are resolved. */
@@ -56,7 +65,7 @@ export function shellToolManifest(binary: string): string {
   ].join('\n');
 }
 
-export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirRequest): Promise<{ paths: SessionPaths; tools: HostTool[] }> {
+export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirRequest, files: ArtifactFiles): Promise<{ paths: SessionPaths; tools: HostTool[] }> {
   let accessible: string;
   if (request.workdir !== undefined) {
     accessible = path.resolve(request.workdir);
@@ -82,7 +91,7 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
 
   const tools: HostTool[] = [];
   for (const artifact of plan.artifacts) {
-    const tool = await installArtifact(sessionDir, accessible, artifact);
+    const tool = await installArtifact(sessionDir, accessible, artifact, files);
     if (tool) tools.push(tool);
   }
   for (const binary of plan.policy.shell_allow) {
@@ -95,28 +104,35 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
 }
 
 /** Writes an artifact into `tools/<name>/` and describes it to the host; drivers and hooks are not tools. */
-export async function installArtifact(sessionDir: string, accessible: string, artifact: StagedArtifact): Promise<HostTool | undefined> {
+export async function installArtifact(sessionDir: string, accessible: string, artifact: StagedArtifact, files: ArtifactFiles): Promise<HostTool | undefined> {
   const toolDir = path.join(sessionDir, 'tools', ...artifact.name.split('/'));
   await fs.mkdir(toolDir, { recursive: true });
   await fs.writeFile(path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
   const baseName = artifact.name.split('/').pop() as string;
   const common = { name: artifact.name, version: artifact.version, info: describeManifest(artifact.manifest_yaml), ...(artifact.description !== undefined ? { description: artifact.description } : {}) };
+  const label = `${artifact.name}@${artifact.version}`;
+  // Copied, never linked: the workdir is the guest's to write, the cache is not.
+  const copyOut = async (file: SetFile, target: string, mode: number): Promise<void> => {
+    await fs.copyFile(await files.blobs.fetch(file, `${label}: ${file.path}`), target);
+    await fs.chmod(target, mode);
+  };
   if (artifact.role === 'skill') {
     const target = path.join(toolDir, 'skill.md');
-    const source = artifact.extracted_dir ? await findSkill(artifact.extracted_dir) : undefined;
-    if (source) await fs.copyFile(source, target);
+    const skill = artifact.files.find((file) => file.path.toLowerCase() === 'skill.md');
+    if (skill) await copyOut(skill, target, 0o644);
     return { ...common, kind: 'skill', path: target, preopen: accessible, runtime: 'wasm' };
   }
   if (artifact.role !== 'tool') return undefined;
   if (artifact.packaging === 'native') {
     const target = path.join(toolDir, baseName);
-    await fs.copyFile(path.join(artifact.extracted_dir as string, 'bin', baseName), target);
-    await fs.chmod(target, 0o755);
+    const binary = artifact.files.find((file) => file.path === `bin/${baseName}`);
+    if (!binary) throw new MurmurError('E-ART-003', `${label}: the staged plan names no bin/${baseName} for this native tool`);
+    await copyOut(binary, target, 0o755);
     return { ...common, kind: 'native', path: target, preopen: accessible, runtime: 'native' };
   }
   const scope = artifact.capabilities?.filesystem?.scope;
   const preopen = scope === undefined ? accessible : await inside(accessible, scope, `the filesystem scope of '${artifact.name}'`);
-  return { ...common, kind: 'wasm', ...(artifact.component ? { component: artifact.component } : {}), preopen, runtime: 'wasm' };
+  return { ...common, kind: 'wasm', ...(artifact.component ? { component: await files.bundles.local(artifact.component, label) } : {}), preopen, runtime: 'wasm' };
 }
 
 /** `manage.describe`'s answer for an artifact, from its own manifest: description, tags, schemas as JSON. */
@@ -148,10 +164,4 @@ export function describeManifest(manifestYaml: string): HostTool['info'] {
     ...(input !== undefined ? { input_schema: input } : {}),
     ...(output !== undefined ? { output_schema: output } : {}),
   };
-}
-
-async function findSkill(dir: string): Promise<string | undefined> {
-  const entries = await fs.readdir(dir).catch(() => [] as string[]);
-  const match = entries.find((entry) => entry.toLowerCase() === 'skill.md');
-  return match ? path.join(dir, match) : undefined;
 }

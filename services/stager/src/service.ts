@@ -1,6 +1,7 @@
+import path from 'node:path';
 import { type Bus, type Subscription } from '@murmur/shared/bus';
-import { type Log, MurmurError, QUEUE_GROUPS, commands, newId, topics } from '@murmur/shared';
-import { cacheDir } from '@murmur/shared/node';
+import { BLOB_BUCKET, type Log, MurmurError, QUEUE_GROUPS, type StageRequest, commands, newId, topics } from '@murmur/shared';
+import { BlobCache, cacheDir } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';
 
 export { Stager, type StageProgress, type StageCall, type StagerOptions } from './stage.js';
@@ -22,25 +23,63 @@ export interface StagerService {
   close(): Promise<void>;
 }
 
+/** How often a stager busy with a staging says so to the requester that asked for progress. */
+const WORKING_INTERVAL_MS = 1_000;
+
+function describeSource(request: StageRequest): string {
+  return request.source.kind === 'project' ? `the uploaded project ${request.source.project.sha256.slice(0, 12)}` : `${request.source.name}@${request.source.version}`;
+}
+
 /**
  * The stager on the bus: answers `stage` in the `stager` queue group, so stagers scale by adding
  * processes, and tells the bus what it staged (`session.staged`) or refused (`stage.failed`).
+ *
+ * A requester that names a progress token hears each phase on `stage.<token>.progress`, and that
+ * the stager is still working every second, so it can tell a long transpile from a stager that
+ * died. A stager that is shut down answers every staging still in flight with `E-BUS-006` before
+ * it goes, rather than leave its requesters to time out.
  */
 export function startStagerService(options: StagerServiceOptions): StagerService {
   const env = options.env ?? process.env;
+  const { bus, log } = options;
   const instanceId = options.instanceId ?? `stager-${newId('request').slice(4, 16)}`;
   const roostUrl = env.MURMUR_ROOST_URL?.trim();
-  const stager = new Stager({ cacheDir: cacheDir(env), log: options.log, ...(roostUrl ? { roostUrl } : {}) });
-  const subscriptions: Subscription[] = [];
-  subscriptions.push(
-    options.bus.serve(
+  const cache = cacheDir(env);
+  const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET));
+  const stager = new Stager({ cacheDir: cache, blobs, log, ...(roostUrl ? { roostUrl } : {}) });
+  /** Each staging still in flight, with what it stages, for the refusal it gets if the stager goes. */
+  const inFlight = new Map<(error: MurmurError) => void, string>();
+  let closing = false;
+
+  /** Runs `work`, unless the stager shuts down first: then the requester is told so, with a code. */
+  function whileServing<T>(what: string, work: Promise<T>): Promise<T> {
+    if (closing) return Promise.reject(shutDown(what));
+    return new Promise<T>((resolve, reject) => {
+      const abandon = (error: MurmurError): void => reject(error);
+      inFlight.set(abandon, what);
+      work.then(resolve, reject).finally(() => inFlight.delete(abandon));
+    });
+  }
+
+  function shutDown(what: string): MurmurError {
+    return new MurmurError('E-BUS-006', `the stager ${instanceId} shut down before it finished staging ${what}; nothing it prepared was kept`, { hint: 'stage again: another stager (or this one, restarted) will answer' });
+  }
+
+  const subscriptions: Subscription[] = [
+    bus.serve(
       commands.stage,
       async (request) => {
-        const source = request.source.kind === 'directory' ? request.source.manifest_dir : `${request.source.name}@${request.source.version}`;
+        const source = describeSource(request);
+        const progressTopic = request.progress ? topics.stageProgress.at(request.progress) : undefined;
+        const report = (progress: StageProgress): void => {
+          options.onProgress?.(progress);
+          if (progressTopic) bus.publish(progressTopic, progress);
+        };
+        const working = progressTopic ? setInterval(() => report({ phase: 'working', stager_id: instanceId }), WORKING_INTERVAL_MS) : undefined;
         try {
-          const plan = await stager.stage({ request, ...(options.onProgress ? { onProgress: options.onProgress } : {}) });
-          options.log.info({ capsule: `${plan.capsule.name}@${plan.capsule.version}`, ms: Math.round(plan.stats.duration_ms), cache_hits: plan.stats.cache_hits }, 'staged');
-          options.bus.publish(topics.sessionStaged, {
+          const plan = await whileServing(source, stager.stage({ request, onProgress: report }));
+          log.info({ capsule: `${plan.capsule.name}@${plan.capsule.version}`, ms: Math.round(plan.stats.duration_ms), cache_hits: plan.stats.cache_hits }, 'staged');
+          bus.publish(topics.sessionStaged, {
             capsule_name: plan.capsule.name,
             capsule_version: plan.capsule.version,
             stager_id: instanceId,
@@ -52,21 +91,27 @@ export function startStagerService(options: StagerServiceOptions): StagerService
           return plan;
         } catch (error) {
           if (error instanceof MurmurError) {
-            options.log.warn({ source, code: error.code }, error.message);
-            options.bus.publish(topics.stageFailed, { stager_id: instanceId, source, error: error.toJSON() });
+            log.warn({ source, code: error.code }, error.message);
+            bus.publish(topics.stageFailed, { stager_id: instanceId, source, error: error.toJSON() });
           }
           throw error;
+        } finally {
+          if (working) clearInterval(working);
         }
       },
       { queue: QUEUE_GROUPS.stager },
     ),
-  );
-  subscriptions.push(options.bus.serve(commands.stageArtifact, (request) => stager.stageOne(request), { queue: QUEUE_GROUPS.stager }));
+    bus.serve(commands.stageArtifact, (request) => whileServing(`${request.name}@${request.version}`, stager.stageOne(request)), { queue: QUEUE_GROUPS.stager }),
+  ];
   return {
     instanceId,
     stager,
     async close() {
+      closing = true;
       for (const subscription of subscriptions) subscription.unsubscribe();
+      for (const [abandon, what] of [...inFlight]) abandon(shutDown(what));
+      // The refusals go out before the connection does.
+      await bus.flush().catch(() => {});
       await stager.close();
     },
   };

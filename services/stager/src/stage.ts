@@ -1,14 +1,17 @@
-import { existsSync, promises as fs } from 'node:fs';
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import {
   type ArtifactDeclaration,
+  type BlobRefJson,
   type CapsuleManifest,
   type CapsuleOrigin,
+  type FileSet,
   type LockedArtifact,
   type Log,
   MurmurError,
   type MurmurLock,
   type MurmurWarning,
+  type StageProgress,
   type StageRequest,
   StageRequestSchema,
   type StagedArtifact,
@@ -16,6 +19,7 @@ import {
   type TranspiledComponent,
   LOCKFILE_NAME,
   capabilityPolicy,
+  FileSetSchema,
   LifecycleSchema,
   packagingTypeOf,
   parseArtifactManifest,
@@ -23,6 +27,7 @@ import {
   referencedEnvNames,
 } from '@murmur/shared';
 import {
+  type ArtifactSource,
   ArtifactStore,
   MurZip,
   RegistryChain,
@@ -34,29 +39,35 @@ import {
   storeSource,
   verifyResolved,
 } from '@murmur/shared/artifacts';
-import { defaultArtifactsDir, globalStoreDir, projectStoreDir, renameDirectoryIntoPlace, temporarySibling, writeFileAtomic } from '@murmur/shared/node';
-import { ComponentCache, type PendingEntry, removeEmptyParents } from './transpiler.js';
+import { type BlobCache, type CreatedEntries, defaultArtifactsDir, globalStoreDir, maxProjectBytesFromEnv, removeEmptyParents, writeFileAtomic } from '@murmur/shared/node';
+import { type CapsuleFile, type OpenedProject, openProject } from './projects.js';
+import { ComponentCache, type PendingEntry } from './transpiler.js';
 
 /**
- * Staging: from a manifest (a directory, or `name@version` in a registry) to a staged plan.
+ * Staging: from a capsule (a project its requester packed and uploaded, or `name@version` in a
+ * registry) to a staged plan that names no path on this machine.
  *
  * Three phases, so a failure writes nothing:
- * 1. **Resolve and verify.** Every artifact is found (project store, global store, roost), its
- *    bytes hashed and compared with what its source recorded and with `murmur.lock`'s pin, and its
- *    archive vetted — all before anything is compiled. Any refusal ends staging here.
- * 2. **Prepare.** Components not yet in the cache are transpiled, and payloads extracted, into
- *    temporary directories beside their cache entries.
- * 3. **Commit.** The temporaries are renamed into place together, or, if anything in phase 2
- *    failed, all removed. The lock is never written here: a first run writes it, from the plan.
+ * 1. **Resolve and verify.** The uploaded project is fetched and every file's digest verified;
+ *    every artifact is found (project store, global store, roost), its bytes hashed and compared
+ *    with what its source recorded and with `murmur.lock`'s pin, and its archive vetted — all
+ *    before anything is compiled. Any refusal ends staging here.
+ * 2. **Prepare.** Components not yet in the cache are transpiled into temporary directories beside
+ *    their cache entries, and payload files taken into the blob cache.
+ * 3. **Commit.** The temporaries are renamed into place together, or, if anything failed, all
+ *    removed with every blob this staging fetched or wrote. Then every bundle and payload file the
+ *    plan names is published to the bus's object store, where an executor on any machine finds it.
+ *    The lock is never written here: a first run writes it, from the plan.
  */
 
-export type StageProgress =
-  | { phase: 'resolve'; artifact: string; origin?: string }
-  | { phase: 'transpile'; artifact: string; bytes: number; state: 'start' | 'done' | 'cached'; ms?: number }
-  | { phase: 'done'; ms: number };
+export type { StageProgress } from '@murmur/shared';
 
 export interface StagerOptions {
   cacheDir: string;
+  /** This machine's blobs, in front of the bus's object store. */
+  blobs: BlobCache;
+  /** The most an uploaded project may hold (`MURMUR_MAX_PROJECT_BYTES`). */
+  maxProjectBytes?: number;
   /** The machine's global store; defaults to `$MURMUR_HOME/artifacts`. */
   globalStore?: string;
   /** roost's base URL; when set, roost is asked after the local stores. */
@@ -75,6 +86,8 @@ interface ComponentNeed {
   label: string;
   /** The component's bytes, checked to be a component; read only when the cache cannot answer. */
   load(): Promise<Buffer>;
+  /** The digest of its bytes when it is already known and verified (an uploaded project's file). */
+  knownSha256?: string;
   /** The archive the component sits in, whose index may already know its digest. */
   archive?: { zipSha256: string; entry: string };
   /** The export the runtime will call, checked before anything is committed. */
@@ -86,7 +99,7 @@ interface ExtractionNeed {
   zip: MurZip;
   sha256: string;
   skip: Set<string>;
-  assign: (dir: string) => void;
+  assign: (files: FileSet) => void;
 }
 
 /** What one staging will write, held until it commits or rolls back as one. */
@@ -94,14 +107,20 @@ interface Transaction {
   componentNeeds: ComponentNeed[];
   extractionNeeds: ExtractionNeed[];
   openZips: MurZip[];
-  pending: Array<{ temporaryDir: string; finalDir: string }>;
   pendingComponents: PendingEntry[];
-  indexWrites: Array<{ zipSha256: string; entry: string; sha256: string }>;
+  indexWrites: Array<{ file: string; content: string }>;
+  /** Blobs this staging fetched or wrote: taken back if it is refused. */
+  created: CreatedEntries;
+  /** Scratch directories (an opened project), removed whatever happens. */
+  scratch: string[];
+  committed: boolean;
 }
 
 function newTransaction(): Transaction {
-  return { componentNeeds: [], extractionNeeds: [], openZips: [], pending: [], pendingComponents: [], indexWrites: [] };
+  return { componentNeeds: [], extractionNeeds: [], openZips: [], pendingComponents: [], indexWrites: [], created: [], scratch: [], committed: false };
 }
+
+const PAYLOAD_INDEX_FORMAT = 2;
 
 const CAPSULE_EXPORT = 'murmur:capsule/run@0.1.0';
 const TOOL_EXPORT = 'murmur:tool/run@0.1.0';
@@ -118,9 +137,9 @@ export class Stager {
     this.components = new ComponentCache(options.cacheDir);
   }
 
-  private chain(projectDir: string | undefined): RegistryChain {
-    const sources = [];
-    if (projectDir) sources.push(storeSource(new ArtifactStore(projectStoreDir(projectDir), 'project')));
+  private chain(project: OpenedProject | undefined): RegistryChain {
+    const sources: ArtifactSource[] = [];
+    if (project) sources.push(project.store());
     sources.push(storeSource(new ArtifactStore(this.options.globalStore ?? globalStoreDir(), 'global')));
     if (this.options.roostUrl) sources.push(new RoostRegistryClient(this.options.roostUrl));
     const shipped = this.options.defaultStore === undefined ? defaultArtifactsDir() : (this.options.defaultStore ?? undefined);
@@ -135,39 +154,37 @@ export class Stager {
     const tx = newTransaction();
     try {
       // ── phase 1: resolve and verify ────────────────────────────────────────
-      const loaded = await this.loadCapsule(request, progress, tx.openZips);
-      const { manifest, manifestText, manifestDir, origin, warnings } = loaded;
-      const projectDir = origin.kind === 'directory' ? manifestDir : request.project_dir;
-      const chain = this.chain(projectDir);
-      const lockPath = origin.kind === 'directory' ? path.join(manifestDir, LOCKFILE_NAME) : undefined;
-      const lock = lockPath ? await readLockfile(lockPath) : undefined;
+      const loaded = await this.loadCapsule(request, progress, tx);
+      const { manifest, manifestText, origin, warnings, project } = loaded;
+      const chain = this.chain(project);
+      const lock = origin.kind === 'project' && project ? await readProjectLock(project) : undefined;
+      const lockPath = origin.kind === 'project' ? LOCKFILE_NAME : undefined;
 
       const staged: StagedArtifact[] = [];
       const lockEntries: LockedArtifact[] = [];
       for (const declaration of manifest.artifacts) {
-        const artifact = await this.stageArtifact(declaration, { chain, lock, lockPath, manifestDir, origin, honourPins: request.honour_pins, warnings, progress, openZips: tx.openZips });
+        const artifact = await this.stageArtifact(declaration, { chain, lock, lockPath, capsule: loaded, honourPins: request.honour_pins, warnings, progress, openZips: tx.openZips });
         staged.push(artifact.staged);
         if (artifact.lockEntry) lockEntries.push(artifact.lockEntry);
         if (artifact.component) tx.componentNeeds.push(artifact.component);
         if (artifact.extraction) tx.extractionNeeds.push(artifact.extraction);
       }
 
-      if (loaded.zip && loaded.zipSha256) {
-        // A packaged capsule's own files (a system prompt, skills) are read from its extraction.
-        tx.extractionNeeds.push({ zip: loaded.zip, sha256: loaded.zipSha256, skip: new Set(loaded.rootWasm ? [loaded.rootWasm] : []), assign: () => {} });
-      }
-
       const kind = manifest.inference !== undefined ? 'agent' : 'script';
       let capsuleComponent: TranspiledComponent | undefined;
       if (kind === 'script') {
+        const own = loaded.zip ? undefined : findCapsuleWasm(loaded);
         tx.componentNeeds.push({
           label: `${manifest.name}@${manifest.version}`,
-          load: () => this.capsuleComponentBytes(loaded),
+          load: () => this.capsuleComponentBytes(loaded, own),
+          ...(own ? { knownSha256: own.file.sha256 } : {}),
           ...(loaded.zipSha256 && loaded.rootWasm ? { archive: { zipSha256: loaded.zipSha256, entry: loaded.rootWasm } } : {}),
           requiredExport: CAPSULE_EXPORT,
           assign: (component) => (capsuleComponent = component),
         });
       }
+      const promptFile = manifest.inference?.system_prompt_file;
+      const systemPromptFile = promptFile === undefined ? undefined : { path: promptFile, text: await readCapsuleText(loaded, promptFile) };
 
       await this.prepare(tx, progress);
       await this.commit(tx);
@@ -176,9 +193,7 @@ export class Stager {
       const baseLifecycle = LifecycleSchema.parse(manifest.lifecycle ?? {});
       const lifecycle = { ...baseLifecycle, ...stripUndefined(request.lifecycle_override ?? {}) };
       const cacheHits = [...staged.map((artifact) => artifact.component), capsuleComponent].filter((component) => component?.cache_hit).length;
-      const durationMs = performance.now() - started;
-      progress({ phase: 'done', ms: durationMs });
-      return {
+      const plan: StagedPlan = {
         plan_version: 1,
         staged_at: new Date().toISOString(),
         capsule: {
@@ -186,39 +201,58 @@ export class Stager {
           version: manifest.version,
           kind,
           origin,
-          manifest_dir: manifestDir,
           manifest,
           manifest_yaml: manifestText,
           ...(capsuleComponent ? { component: capsuleComponent } : {}),
+          ...(systemPromptFile ? { system_prompt_file: systemPromptFile } : {}),
         },
+        ...(loaded.projectRef ? { project: loaded.projectRef } : {}),
         artifacts: staged,
         policy,
         lifecycle,
-        lock: lockPath ? { path: lockPath, status: lock ? 'honoured' : 'absent', entries: lock ? lock.artifacts : lockEntries } : { status: 'not-applicable', entries: lockEntries },
+        lock: origin.kind === 'project' ? { status: lock ? 'honoured' : 'absent', entries: lock ? lock.artifacts : lockEntries } : { status: 'not-applicable', entries: lockEntries },
         secret_env: referencedEnvNames(manifestText),
         warnings,
-        stats: { duration_ms: durationMs, components: tx.componentNeeds.length, cache_hits: cacheHits },
+        stats: { duration_ms: 0, components: tx.componentNeeds.length, cache_hits: cacheHits },
       };
+      await this.publish(plan);
+      const durationMs = performance.now() - started;
+      plan.stats.duration_ms = durationMs;
+      progress({ phase: 'done', ms: durationMs });
+      return plan;
     } finally {
       await this.rollback(tx);
     }
   }
 
   /**
+   * Every bundle and payload file the plan names, in the bus's object store: an executor on another
+   * machine fetches them from there (one that shares this cache finds them already).
+   */
+  private async publish(plan: StagedPlan): Promise<void> {
+    const { blobs } = this.options;
+    const components = [plan.capsule.component, ...plan.artifacts.map((artifact) => artifact.component)].filter((component): component is TranspiledComponent => component !== undefined);
+    await Promise.all([
+      ...components.map((component) => blobs.publishAll(component.bundle.files, (file) => path.join(this.components.bundleDir(component), file.path))),
+      ...plan.artifacts.map((artifact) => blobs.publishAll(artifact.files, (file) => blobs.pathOf(file.sha256))),
+    ]);
+  }
+
+  /**
    * One artifact on its own, for `manage.pull()` at run time: resolved, verified and transpiled
    * exactly as a declared one would be (no lock is consulted; the puller checks its own).
    */
-  async stageOne(request: { name: string; version: string; project_dir?: string | undefined }): Promise<StagedArtifact> {
+  async stageOne(request: { name: string; version: string; project?: BlobRefJson | undefined }): Promise<StagedArtifact> {
     const tx = newTransaction();
     try {
-      const chain = this.chain(request.project_dir);
+      const project = request.project ? await this.openProject(request.project, tx, () => {}) : undefined;
+      const chain = this.chain(project);
       const declaration: ArtifactDeclaration = { name: request.name, version: request.version, runtime: 'tool', local_source: false, prompt_payload: false };
       const artifact = await this.stageArtifact(declaration, {
         chain,
         lock: undefined,
         lockPath: undefined,
-        manifestDir: request.project_dir ?? process.cwd(),
-        origin: { kind: 'directory', manifest_dir: request.project_dir ?? process.cwd() },
+        capsule: { files: new Map(), label: project ? `the project '${project.label}'` : `${request.name}@${request.version}` },
         honourPins: false,
         warnings: [],
         progress: () => {},
@@ -228,18 +262,38 @@ export class Stager {
       if (artifact.extraction) tx.extractionNeeds.push(artifact.extraction);
       await this.prepare(tx, () => {});
       await this.commit(tx);
-      return artifact.staged;
+      const staged = artifact.staged;
+      const { blobs } = this.options;
+      await Promise.all([
+        ...(staged.component ? [blobs.publishAll(staged.component.bundle.files, (file) => path.join(this.components.bundleDir(staged.component as TranspiledComponent), file.path))] : []),
+        blobs.publishAll(staged.files, (file) => blobs.pathOf(file.sha256)),
+      ]);
+      return staged;
     } finally {
       await this.rollback(tx);
     }
   }
 
-  /** Phase 2: cache hits read, misses transpiled and payloads extracted into temporaries. */
+  private openProject(ref: BlobRefJson, tx: Transaction, progress: (progress: StageProgress) => void): Promise<OpenedProject> {
+    return openProject({
+      blobs: this.options.blobs,
+      ref,
+      scratchRoot: path.join(this.options.cacheDir, 'staging'),
+      maxBytes: this.options.maxProjectBytes ?? maxProjectBytesFromEnv(),
+      created: tx.created,
+      onFetch: (what, bytes) => progress({ phase: 'fetch', what, bytes }),
+    }).then((project) => {
+      tx.scratch.push(project.dir);
+      return project;
+    });
+  }
+
+  /** Phase 2: cache hits read, misses transpiled into temporaries, payloads taken into the blob cache. */
   private async prepare(tx: Transaction, progress: (progress: StageProgress) => void): Promise<void> {
     for (const need of tx.componentNeeds) {
-      // Warm path: an archive seen before names its component's digest, so a cache hit costs no
-      // inflate and no hash of the component (the archive's own digest was verified above).
-      const indexed = need.archive ? await this.archiveIndex(need.archive.zipSha256, need.archive.entry) : undefined;
+      // Warm path: an archive seen before names its component's digest (as an uploaded project
+      // does), so a cache hit costs no inflate and no hash of the component.
+      const indexed = need.knownSha256 ?? (need.archive ? await this.archiveIndex(need.archive.zipSha256, need.archive.entry) : undefined);
       const known = indexed ? await this.components.lookup(indexed) : undefined;
       if (known) {
         progress({ phase: 'transpile', artifact: need.label, bytes: known.size_bytes, state: 'cached' });
@@ -249,7 +303,7 @@ export class Stager {
       }
       const bytes = await need.load();
       const sha256 = sha256Hex(bytes);
-      if (need.archive) tx.indexWrites.push({ ...need.archive, sha256 });
+      if (need.archive) tx.indexWrites.push({ file: this.archiveIndexFile(need.archive.zipSha256), content: JSON.stringify({ [need.archive.entry]: sha256 }) });
       const hit = await this.components.lookup(sha256);
       if (hit) {
         progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'cached' });
@@ -265,54 +319,73 @@ export class Stager {
       need.assign(prepared.component);
       progress({ phase: 'transpile', artifact: need.label, bytes: bytes.byteLength, state: 'done', ms: performance.now() - transpileStarted });
     }
-    for (const need of tx.extractionNeeds) {
-      const finalDir = path.join(this.options.cacheDir, 'extracted', need.sha256);
-      need.assign(finalDir);
-      if (existsSync(finalDir)) continue;
-      const temporaryDir = temporarySibling(finalDir);
-      tx.pending.push({ temporaryDir, finalDir });
-      await need.zip.extractTo(temporaryDir, need.skip);
+    for (const need of tx.extractionNeeds) need.assign(await this.payloadOf(need.zip, need.sha256, need.skip, tx));
+  }
+
+  /**
+   * An archive's payload files (all but its manifest and its component) as blobs, recorded by the
+   * archive's digest so the next staging of the same archive neither inflates nor hashes them.
+   */
+  private async payloadOf(zip: MurZip, zipSha256: string, skip: ReadonlySet<string>, tx: Transaction): Promise<FileSet> {
+    const indexFile = this.payloadIndexFile(zipSha256);
+    const recorded = await readPayloadIndex(indexFile);
+    if (recorded && (await Promise.all(recorded.map((file) => this.options.blobs.hasLocal(file.sha256)))).every(Boolean)) return recorded;
+    const files: FileSet = [];
+    for (const name of zip.names) {
+      if (skip.has(name)) continue;
+      const bytes = await zip.read(name);
+      const { sha256 } = await this.options.blobs.adoptBytes(bytes, tx.created);
+      files.push({ path: name, sha256, size: bytes.byteLength, executable: zip.isExecutable(name) });
     }
+    tx.indexWrites.push({ file: indexFile, content: JSON.stringify({ format: PAYLOAD_INDEX_FORMAT, files }) });
+    return files;
   }
 
   /** Phase 3: every temporary renamed into place together. */
   private async commit(tx: Transaction): Promise<void> {
     for (const entry of tx.pendingComponents) await this.components.commit(entry);
-    for (const entry of tx.pending) await renameDirectoryIntoPlace(entry.temporaryDir, entry.finalDir);
     tx.pendingComponents.length = 0;
-    tx.pending.length = 0;
-    for (const write of tx.indexWrites) await this.recordArchiveIndex(write.zipSha256, write.entry, write.sha256);
+    for (const write of tx.indexWrites) {
+      await fs.mkdir(path.dirname(write.file), { recursive: true });
+      await writeFileAtomic(write.file, write.content);
+    }
+    tx.committed = true;
   }
 
-  /** Whatever was not committed is removed, with any directory it created. */
+  /** Whatever was not committed is removed, with any directory it created; scratch always. */
   private async rollback(tx: Transaction): Promise<void> {
     for (const entry of tx.pendingComponents) await this.components.discard(entry);
-    for (const entry of tx.pending) {
-      await fs.rm(entry.temporaryDir, { recursive: true, force: true });
-      await removeEmptyParents(path.dirname(entry.temporaryDir), this.options.cacheDir);
+    if (!tx.committed) await this.options.blobs.forget(tx.created);
+    for (const dir of tx.scratch) {
+      await fs.rm(dir, { recursive: true, force: true });
+      await removeEmptyParents(path.dirname(dir), this.options.cacheDir);
     }
     for (const zip of tx.openZips) zip.close();
   }
 
-  private async loadCapsule(request: ReturnType<typeof StageRequestSchema.parse>, progress: (progress: StageProgress) => void, openZips: MurZip[]): Promise<LoadedCapsule> {
-    if (request.source.kind === 'directory') {
-      const manifestDir = path.resolve(request.source.manifest_dir);
-      const manifestPath = path.join(manifestDir, 'murmur.yaml');
-      let manifestText: string;
-      try {
-        manifestText = await fs.readFile(manifestPath, 'utf8');
-      } catch (error) {
-        const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
-        throw new MurmurError(missing ? 'E-IO-001' : 'E-IO-003', missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`, {
-          path: manifestPath,
-          hint: missing ? 'pass the directory that holds murmur.yaml, or --manifest <path>' : undefined,
-        });
+  private async loadCapsule(request: ReturnType<typeof StageRequestSchema.parse>, progress: (progress: StageProgress) => void, tx: Transaction): Promise<LoadedCapsule> {
+    if (request.source.kind === 'project') {
+      const project = await this.openProject(request.source.project, tx, progress);
+      const manifestFile = project.files.get('murmur.yaml');
+      if (!manifestFile) {
+        throw new MurmurError('E-IO-001', `murmur.yaml not found in the uploaded project '${project.label}'`, { path: 'murmur.yaml', hint: 'pack the directory that holds murmur.yaml' });
       }
+      const manifestText = await fs.readFile(manifestFile.local, 'utf8');
       const { manifest, warnings } = parseCapsuleManifest(manifestText, { env: presence(request.env_names) });
-      return { manifest, manifestText, manifestDir, origin: { kind: 'directory', manifest_dir: manifestDir }, warnings: [...warnings] };
+      return {
+        manifest,
+        manifestText,
+        origin: { kind: 'project', digest: project.digest, label: project.label },
+        warnings: [...warnings],
+        project,
+        projectRef: request.source.project,
+        files: project.files,
+        label: `the project '${project.label}'`,
+      };
     }
     const { name, version } = request.source;
-    const chain = this.chain(request.project_dir);
+    const project = request.source.project ? await this.openProject(request.source.project, tx, progress) : undefined;
+    const chain = this.chain(project);
     progress({ phase: 'resolve', artifact: `${name}@${version}` });
     const resolved = await chain.resolve(name, version);
     if (!resolved) {
@@ -323,35 +396,40 @@ export class Stager {
     }
     const sha256 = verifyResolved(resolved);
     const zip = await MurZip.open(resolved.bytes, { label: `${name}@${version}` });
-    openZips.push(zip);
+    tx.openZips.push(zip);
     const manifestText = await zip.manifestText();
     const { manifest, warnings } = parseCapsuleManifest(manifestText, { env: presence(request.env_names) });
     if (manifest.name !== name || manifest.version !== version) {
       throw new MurmurError('E-REG-002', `${resolved.location} holds ${manifest.name}@${manifest.version}, not ${name}@${version}`, { path: resolved.location });
     }
-    const extractedDir = path.join(this.options.cacheDir, 'extracted', sha256);
     const rootWasm = zip.hasRootWasm() ? zip.rootWasmName() : undefined;
+    // A packaged capsule's own files (a system prompt, skills) are read from its payload.
+    const payload = await this.payloadOf(zip, sha256, new Set(['murmur.yaml', ...(rootWasm ? [rootWasm] : [])]), tx);
+    const files = new Map<string, CapsuleFile>(payload.map((file) => [file.path, { file, local: this.options.blobs.pathOf(file.sha256) }]));
     return {
       manifest,
       manifestText,
-      manifestDir: extractedDir,
-      origin: { kind: 'registry', name, version, origin: resolved.origin, sha256, extracted_dir: extractedDir },
+      origin: { kind: 'registry', name, version, origin: resolved.origin, sha256 },
       warnings: [...warnings],
+      ...(project ? { project } : {}),
+      ...(request.source.project ? { projectRef: request.source.project } : {}),
+      files,
+      label: `${name}@${version}`,
       zip,
       rootWasm,
       zipSha256: sha256,
     };
   }
 
-  /** The script capsule's own component: beside its manifest, or the packaged capsule's root wasm. */
-  private async capsuleComponentBytes(loaded: LoadedCapsule): Promise<Buffer> {
+  /** The script capsule's own component: the uploaded project's, or the packaged capsule's root wasm. */
+  private async capsuleComponentBytes(loaded: LoadedCapsule, own: CapsuleFile | undefined): Promise<Buffer> {
     const label = `${loaded.manifest.name}@${loaded.manifest.version}`;
     let bytes: Buffer;
     if (loaded.zip) {
       if (!loaded.rootWasm) throw new MurmurError('E-RUN-004', `capsule ${label} has no component: its archive holds no root .wasm and its manifest no inference: block`);
       bytes = await loaded.zip.read(loaded.rootWasm);
     } else {
-      bytes = await fs.readFile(await findCapsuleWasm(loaded.manifestDir));
+      bytes = await fs.readFile((own as CapsuleFile).local);
     }
     if (!isWasmComponent(bytes)) {
       throw new MurmurError('E-RUN-001', `failed to compile capsule component for ${label}: it is not a WebAssembly component (a core module, or not wasm at all)`, {
@@ -367,8 +445,8 @@ export class Stager {
       chain: RegistryChain;
       lock: MurmurLock | undefined;
       lockPath: string | undefined;
-      manifestDir: string;
-      origin: CapsuleOrigin;
+      /** The capsule's own files, where a local skill's `source` is found. */
+      capsule: Pick<LoadedCapsule, 'files' | 'label'>;
       honourPins: boolean;
       warnings: MurmurWarning[];
       progress: (progress: StageProgress) => void;
@@ -376,7 +454,7 @@ export class Stager {
     },
   ): Promise<{ staged: StagedArtifact; lockEntry?: LockedArtifact; component?: ComponentNeed; extraction?: ExtractionNeed }> {
     const { name } = declaration;
-    if (declaration.source !== undefined) return { staged: await this.stageLocalSkill(declaration, context.manifestDir) };
+    if (declaration.source !== undefined) return { staged: stageLocalSkill(declaration, context.capsule) };
 
     let version = declaration.version;
     let pinnedSha: string | undefined;
@@ -431,6 +509,7 @@ export class Stager {
       origin: resolved.origin,
       sha256,
       manifest_yaml: manifestText,
+      files: [],
       ...(own.description !== undefined ? { description: own.description } : {}),
       ...(own.input_schema !== undefined ? { input_schema: own.input_schema } : {}),
       ...(declaration.capabilities !== undefined ? { capabilities: declaration.capabilities } : {}),
@@ -466,36 +545,16 @@ export class Stager {
       throw new MurmurError('E-ART-003', `${label}: skill.md not found at the archive root (ensure skill.md is at the root of the .mur.zip)`);
     }
     skip.add('murmur.yaml');
-    const extraction: ExtractionNeed | undefined = zip.names.some((entry) => !skip.has(entry)) ? { zip, sha256, skip, assign: (dir) => (staged.extracted_dir = dir) } : undefined;
+    const extraction: ExtractionNeed | undefined = zip.names.some((entry) => !skip.has(entry)) ? { zip, sha256, skip, assign: (files) => (staged.files = files) } : undefined;
     return { staged, lockEntry, ...(component ? { component } : {}), ...(extraction ? { extraction } : {}) };
-  }
-
-  /** A local-source skill: `skill.md` read from beside the manifest, never locked, never resolved. */
-  private async stageLocalSkill(declaration: ArtifactDeclaration, manifestDir: string): Promise<StagedArtifact> {
-    const source = declaration.source as string;
-    const target = path.resolve(manifestDir, source);
-    const stat = await fs.stat(target).catch(() => undefined);
-    if (!stat) throw new MurmurError('E-IO-001', `skill source path not found: ${target}`, { path: `artifacts.${declaration.name}.source` });
-    let skillFile = target;
-    if (stat.isDirectory()) {
-      const match = (await fs.readdir(target)).find((file) => file.toLowerCase() === 'skill.md');
-      if (!match) throw new MurmurError('E-IO-001', `skill source directory '${target}' contains no skill.md`, { path: `artifacts.${declaration.name}.source` });
-      skillFile = path.join(target, match);
-    }
-    await fs.access(skillFile);
-    return {
-      name: declaration.name,
-      version: declaration.version,
-      role: declaration.runtime,
-      packaging: 'static',
-      origin: 'local',
-      manifest_yaml: `name: ${declaration.name}\nversion: local\nruntime: skill\n`,
-      extracted_dir: path.dirname(skillFile),
-    };
   }
 
   private archiveIndexFile(zipSha256: string): string {
     return path.join(this.options.cacheDir, 'archives', `${zipSha256}.json`);
+  }
+
+  private payloadIndexFile(zipSha256: string): string {
+    return path.join(this.options.cacheDir, 'archives', `${zipSha256}.payload.json`);
   }
 
   /** The digest of `entry` in the archive with this digest, if a previous staging recorded it. */
@@ -509,12 +568,6 @@ export class Stager {
     }
   }
 
-  private async recordArchiveIndex(zipSha256: string, entry: string, sha256: string): Promise<void> {
-    const file = this.archiveIndexFile(zipSha256);
-    await fs.mkdir(path.dirname(file), { recursive: true });
-    await writeFileAtomic(file, JSON.stringify({ [entry]: sha256 }));
-  }
-
   async close(): Promise<void> {
     await this.components.close();
   }
@@ -523,12 +576,83 @@ export class Stager {
 interface LoadedCapsule {
   manifest: CapsuleManifest;
   manifestText: string;
-  manifestDir: string;
   origin: CapsuleOrigin;
   warnings: MurmurWarning[];
+  /** The requester's project (an uploaded one, or the project store sent with a registry source). */
+  project?: OpenedProject;
+  projectRef?: BlobRefJson;
+  /** The capsule's own files by path, verified and on this machine. */
+  files: Map<string, CapsuleFile>;
+  /** How the requester knows the capsule, for messages. */
+  label: string;
   zip?: MurZip;
   rootWasm?: string | undefined;
   zipSha256?: string;
+}
+
+async function readProjectLock(project: OpenedProject): Promise<MurmurLock | undefined> {
+  try {
+    return await readLockfile(path.join(project.dir, LOCKFILE_NAME));
+  } catch (error) {
+    // The lock's path on this machine is a scratch directory; the requester knows it as murmur.lock.
+    if (error instanceof MurmurError) throw new MurmurError(error.code, error.message.replaceAll(path.join(project.dir, LOCKFILE_NAME), LOCKFILE_NAME), { path: LOCKFILE_NAME, ...(error.hint ? { hint: error.hint } : {}) });
+    throw error;
+  }
+}
+
+/** A path the manifest gives relative to itself, as a key of the capsule's files (undefined when it climbs out). */
+function capsulePath(relative: string): string | undefined {
+  const normal = path.posix.normalize(relative.replaceAll('\\', '/'));
+  if (normal.startsWith('../') || normal === '..' || path.posix.isAbsolute(normal)) return undefined;
+  return normal === '.' ? '' : normal.replace(/\/$/, '');
+}
+
+/** `inference.system_prompt_file`, read at staging from the capsule's own files. */
+async function readCapsuleText(capsule: LoadedCapsule, relative: string): Promise<string> {
+  const key = capsulePath(relative);
+  const found = key === undefined ? undefined : capsule.files.get(key);
+  if (!found) {
+    throw new MurmurError('E-RUN-009', `cannot read the system prompt file '${relative}' of ${capsule.label}: it is not in the capsule's directory`, {
+      hint: 'check the path in murmur.yaml (relative to the manifest directory), or pass --system-prompt',
+      path: 'inference.system_prompt_file',
+    });
+  }
+  return fs.readFile(found.local, 'utf8');
+}
+
+/** A local-source skill: `skill.md` from the capsule's own files, never locked, never resolved. */
+function stageLocalSkill(declaration: ArtifactDeclaration, capsule: Pick<LoadedCapsule, 'files' | 'label'>): StagedArtifact {
+  const source = declaration.source as string;
+  const key = capsulePath(source);
+  const where = { path: `artifacts.${declaration.name}.source` };
+  let skill: CapsuleFile | undefined = key === undefined ? undefined : capsule.files.get(key);
+  if (!skill && key !== undefined) {
+    const inDirectory = [...capsule.files.entries()].filter(([file]) => path.posix.dirname(file) === (key === '' ? '.' : key));
+    if (inDirectory.length === 0) throw new MurmurError('E-IO-001', `skill source path not found: '${source}' in ${capsule.label}`, where);
+    skill = inDirectory.find(([file]) => path.posix.basename(file).toLowerCase() === 'skill.md')?.[1];
+    if (!skill) throw new MurmurError('E-IO-001', `skill source directory '${source}' in ${capsule.label} contains no skill.md`, where);
+  }
+  if (!skill) throw new MurmurError('E-IO-001', `skill source path not found: '${source}' in ${capsule.label}`, where);
+  return {
+    name: declaration.name,
+    version: declaration.version,
+    role: declaration.runtime,
+    packaging: 'static',
+    origin: 'local',
+    manifest_yaml: `name: ${declaration.name}\nversion: local\nruntime: skill\n`,
+    files: [{ ...skill.file, path: 'skill.md' }],
+  };
+}
+
+async function readPayloadIndex(file: string): Promise<FileSet | undefined> {
+  try {
+    const index = JSON.parse(await fs.readFile(file, 'utf8')) as { format?: unknown; files?: unknown };
+    if (index.format !== PAYLOAD_INDEX_FORMAT) return undefined;
+    const parsed = FileSetSchema.safeParse(index.files);
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 function checkExport(component: TranspiledComponent, need: ComponentNeed): void {
@@ -539,17 +663,17 @@ function checkExport(component: TranspiledComponent, need: ComponentNeed): void 
   }
 }
 
-/** `capsule.wasm`, else the only root `*.wasm` in the manifest's directory. */
-async function findCapsuleWasm(dir: string): Promise<string> {
-  const files = (await fs.readdir(dir, { withFileTypes: true })).filter((entry) => entry.isFile() && entry.name.endsWith('.wasm')).map((entry) => entry.name);
-  if (files.includes('capsule.wasm')) return path.join(dir, 'capsule.wasm');
-  if (files.length === 1) return path.join(dir, files[0] as string);
-  if (files.length === 0) {
-    throw new MurmurError('E-RUN-004', `no capsule component found in ${dir} (expected capsule.wasm or exactly one root *.wasm)`, {
+/** `capsule.wasm`, else the only root `*.wasm` among the uploaded project's files. */
+function findCapsuleWasm(capsule: LoadedCapsule): CapsuleFile {
+  const roots = [...capsule.files.keys()].filter((file) => !file.includes('/') && file.endsWith('.wasm'));
+  const named = roots.includes('capsule.wasm') ? 'capsule.wasm' : roots.length === 1 ? roots[0] : undefined;
+  if (named) return capsule.files.get(named) as CapsuleFile;
+  if (roots.length === 0) {
+    throw new MurmurError('E-RUN-004', `no capsule component found in ${capsule.label} (expected capsule.wasm or exactly one root *.wasm)`, {
       hint: 'put the capsule component beside murmur.yaml as capsule.wasm, or add an inference: block for an agent capsule',
     });
   }
-  throw new MurmurError('E-RUN-004', `multiple root *.wasm files found in ${dir}: ${files.sort().join(', ')} (set capsule.wasm explicitly)`);
+  throw new MurmurError('E-RUN-004', `multiple root *.wasm files found in ${capsule.label}: ${roots.sort().join(', ')} (set capsule.wasm explicitly)`);
 }
 
 /** An env lookup that knows which names are set and nothing about their values. */

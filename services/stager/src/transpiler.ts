@@ -1,37 +1,22 @@
+import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { MurmurError, type TranspiledComponent } from '@murmur/shared';
-import { packageFile, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
+import { type FileSet, MurmurError, type TranspiledComponent } from '@murmur/shared';
+import { packageFile, removeEmptyParents, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import type { TranspileJob, TranspileReply } from './transpile-worker.js';
 
 /**
  * Components transpiled once by jco into a content-addressed cache:
  * `<cache>/transpiled/<transpiler>/<sha256 of the .wasm>/`, holding the instantiation-mode module
- * (`component.js`), its core modules and `bundle.json`. An entry is written in full to a
+ * (`component.js`), its core modules and `bundle.json` (which records each file's sha256, so a
+ * plan can name the bundle by content and an executor elsewhere can fetch and verify it). The
+ * same key is where an executor on any machine keeps the bundle. An entry is written in full to a
  * temporary sibling and renamed into place, so a reader finds a whole entry or none, and two
  * stagers racing on the same bytes both end up reading the same entry.
  */
 
-/**
- * Removes `dir` and its parents up to (not including) `stop` while they are empty, so a refused
- * staging leaves not even an empty directory behind. A parent another stager is using is not
- * empty, and `rmdir` refuses it.
- */
-export async function removeEmptyParents(dir: string, stop: string): Promise<void> {
-  let current = path.resolve(dir);
-  const boundary = path.resolve(stop);
-  while (current.startsWith(`${boundary}${path.sep}`)) {
-    try {
-      await fs.rmdir(current);
-    } catch {
-      return;
-    }
-    current = path.dirname(current);
-  }
-}
-
-export const TRANSPILER_ID = 'jco-1.35.0-instantiation-async';
+export const TRANSPILER_ID = 'jco-1.35.0-instantiation-async.v2';
 const BUNDLE_FILE = 'bundle.json';
 const ENTRY_NAME = 'component';
 
@@ -43,6 +28,7 @@ interface BundleRecord {
   imports: string[];
   exports: string[];
   transpiler: string;
+  files: FileSet;
 }
 
 /** A transpiled entry not yet in the cache: committed or discarded as one with the rest of a staging. */
@@ -67,13 +53,18 @@ export class ComponentCache {
     return path.join(this.root, sha256);
   }
 
+  /** The local directory of a bundle this cache holds (or will, once committed). */
+  bundleDir(component: TranspiledComponent): string {
+    return path.join(this.cacheDir, 'transpiled', component.bundle.key);
+  }
+
   /** The cached entry for these bytes, or undefined when it has not been transpiled yet. */
   async lookup(sha256: string): Promise<TranspiledComponent | undefined> {
     const dir = this.entryDir(sha256);
     try {
       const record = JSON.parse(await fs.readFile(path.join(dir, BUNDLE_FILE), 'utf8')) as BundleRecord;
-      if (record.sha256 !== sha256) return undefined;
-      return { sha256, size_bytes: record.size_bytes, bundle_dir: dir, entry: record.entry, core_modules: record.core_modules, imports: record.imports, exports: record.exports, cache_hit: true };
+      if (record.sha256 !== sha256 || !Array.isArray(record.files)) return undefined;
+      return { sha256, size_bytes: record.size_bytes, bundle: { key: `${TRANSPILER_ID}/${sha256}`, files: record.files }, entry: record.entry, core_modules: record.core_modules, imports: record.imports, exports: record.exports, cache_hit: true };
     } catch {
       return undefined;
     }
@@ -94,19 +85,21 @@ export class ComponentCache {
     const temporaryDir = temporarySibling(finalDir);
     await fs.mkdir(temporaryDir, { recursive: true });
     try {
-      for (const [file, content] of Object.entries(reply.files)) {
+      const files: FileSet = [];
+      for (const [file, content] of Object.entries(reply.files).sort(([a], [b]) => (a < b ? -1 : 1))) {
         const target = path.join(temporaryDir, file);
-        if (path.dirname(target) !== temporaryDir) throw new Error(`jco produced an unexpected file name '${file}'`);
+        if (path.dirname(target) !== temporaryDir || file === BUNDLE_FILE) throw new Error(`jco produced an unexpected file name '${file}'`);
         await fs.writeFile(target, content);
+        files.push({ path: file, sha256: createHash('sha256').update(content).digest('hex'), size: content.byteLength, executable: false });
       }
       const entry = `${ENTRY_NAME}.js`;
       const coreModules = Object.keys(reply.files).filter((file) => file.endsWith('.wasm')).sort();
-      const record: BundleRecord = { sha256, size_bytes: bytes.byteLength, entry, core_modules: coreModules, imports: reply.imports, exports: reply.exports, transpiler: TRANSPILER_ID };
+      const record: BundleRecord = { sha256, size_bytes: bytes.byteLength, entry, core_modules: coreModules, imports: reply.imports, exports: reply.exports, transpiler: TRANSPILER_ID, files };
       await fs.writeFile(path.join(temporaryDir, BUNDLE_FILE), JSON.stringify(record, null, 2));
       return {
         temporaryDir,
         finalDir,
-        component: { sha256, size_bytes: bytes.byteLength, bundle_dir: finalDir, entry, core_modules: coreModules, imports: reply.imports, exports: reply.exports, cache_hit: false },
+        component: { sha256, size_bytes: bytes.byteLength, bundle: { key: `${TRANSPILER_ID}/${sha256}`, files }, entry, core_modules: coreModules, imports: reply.imports, exports: reply.exports, cache_hit: false },
       };
     } catch (error) {
       await fs.rm(temporaryDir, { recursive: true, force: true });

@@ -1,9 +1,11 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { LOCKFILE_NAME, type MurmurError, StagedPlanSchema, silentLog } from '@murmur/shared';
+import { BLOB_BUCKET, LOCKFILE_NAME, type MurmurError, StagedPlanSchema, silentLog } from '@murmur/shared';
 import { ArtifactStore, readLockfile, sha256Hex, writeLockfile } from '@murmur/shared/artifacts';
-import { type StageProgress, Stager } from '@murmur/stager';
+import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
+import { BlobCache, uploadProject } from '@murmur/shared/node';
+import { type StageCall, type StageProgress, Stager } from '@murmur/stager';
 import { capsuleArchive, capsuleProject, componentArtifact, publishInto, skillArtifact } from '../../../test/support/artifacts.js';
 import { listTree, tempDir } from '../../../test/support/fs.js';
 import { capsuleWat, helloCapsuleJs, toolWat, unversionedCapsuleWat } from '../../../test/support/guests.js';
@@ -14,6 +16,8 @@ interface World {
   globalStore: string;
   cacheDir: string;
   project: string;
+  bus: Bus;
+  blobs: BlobCache;
   stager: Stager;
   cleanup(): Promise<void>;
 }
@@ -24,15 +28,21 @@ beforeEach(async () => {
   const { dir, cleanup } = await tempDir('murmur-stage-');
   const globalStore = path.join(dir, 'home', 'artifacts');
   const cacheDir = path.join(dir, 'home', 'cache');
-  const stager = new Stager({ cacheDir, globalStore, log: silentLog });
+  // The requester and the stager share an in-process bus: the project travels through its object store.
+  const bus = createBus(new InProcessTransport(), silentLog);
+  const blobs = new BlobCache(path.join(cacheDir, 'blobs'), () => bus.objectStore(BLOB_BUCKET));
+  const stager = new Stager({ cacheDir, globalStore, log: silentLog, blobs });
   world = {
     root: dir,
     globalStore,
     cacheDir,
     project: path.join(dir, 'project'),
+    bus,
+    blobs,
     stager,
     async cleanup() {
       await stager.close();
+      await bus.close();
       await cleanup();
     },
   };
@@ -42,13 +52,14 @@ afterEach(async () => {
   await world.cleanup();
 });
 
-function directory(dir = world.project) {
-  return { request: { source: { kind: 'directory' as const, manifest_dir: dir } } };
+/** The capsule directory packed and uploaded, as any requester does: a stage call for it. */
+async function directory(dir = world.project, env_names?: string[]): Promise<StageCall> {
+  return { request: { source: { kind: 'project', project: await uploadProject(world.bus, dir) }, ...(env_names ? { env_names } : {}) } };
 }
 
-async function refusal(call: Parameters<Stager['stage']>[0]): Promise<MurmurError> {
+async function refusal(call: StageCall | Promise<StageCall>): Promise<MurmurError> {
   try {
-    await world.stager.stage(call);
+    await world.stager.stage(await call);
   } catch (error) {
     return error as MurmurError;
   }
@@ -67,7 +78,7 @@ describe('staging a capsule directory', () => {
   it('turns a script capsule into a plan of pure data with its component transpiled into the cache', async () => {
     const capsule = await capsuleWat();
     await capsuleProject(world.project, SCRIPT, capsule.bytes);
-    const plan = await world.stager.stage(directory());
+    const plan = await world.stager.stage(await directory());
 
     expect(StagedPlanSchema.parse(JSON.parse(JSON.stringify(plan)))).toEqual(plan);
     expect(plan.capsule).toMatchObject({ name: 'hello', version: '0.1.0', kind: 'script' });
@@ -75,19 +86,24 @@ describe('staging a capsule directory', () => {
     expect(component?.sha256).toBe(capsule.sha256);
     expect(component?.cache_hit).toBe(false);
     expect(component?.exports).toContain('murmur:capsule/run@0.1.0');
-    expect(component?.bundle_dir.startsWith(world.cacheDir)).toBe(true);
-    const bundle = await fs.readdir(component?.bundle_dir as string);
+    const bundleDir = world.stager.components.bundleDir(component!);
+    expect(bundleDir.startsWith(world.cacheDir)).toBe(true);
+    expect(component?.bundle.key).toMatch(/\/[0-9a-f]{64}$/);
+    const bundle = await fs.readdir(bundleDir);
     expect(bundle).toContain('component.js');
     expect(bundle).toContain('bundle.json');
     for (const core of component?.core_modules ?? []) expect(bundle).toContain(core);
-    expect(plan.lock).toEqual({ path: path.join(world.project, LOCKFILE_NAME), status: 'absent', entries: [] });
+    // The plan names the bundle by content, file by file, and says nothing of where it is here.
+    expect(component?.bundle.files.map((file) => file.path).sort()).toEqual(bundle.filter((file) => file !== 'bundle.json').sort());
+    expect(JSON.stringify(plan)).not.toContain(world.root);
+    expect(plan.lock).toEqual({ status: 'absent', entries: [] });
   });
 
   it('serves a second staging of the same bytes from the cache without transpiling again', async () => {
     await capsuleProject(world.project, SCRIPT, (await capsuleWat()).bytes);
-    await world.stager.stage(directory());
+    await world.stager.stage(await directory());
     const progress: StageProgress[] = [];
-    const second = await world.stager.stage({ ...directory(), onProgress: (event) => progress.push(event) });
+    const second = await world.stager.stage({ ...(await directory()), onProgress: (event) => progress.push(event) });
     expect(second.capsule.component?.cache_hit).toBe(true);
     expect(second.stats.cache_hits).toBe(1);
     expect(progress.filter((event) => event.phase === 'transpile').map((event) => (event as { state: string }).state)).toEqual(['cached']);
@@ -97,7 +113,7 @@ describe('staging a capsule directory', () => {
     const hello = await helloCapsuleJs();
     await capsuleProject(world.project, SCRIPT, hello.bytes);
     const progress: StageProgress[] = [];
-    await world.stager.stage({ ...directory(), onProgress: (event) => progress.push(event) });
+    await world.stager.stage({ ...(await directory()), onProgress: (event) => progress.push(event) });
     const transpiles = progress.filter((event) => event.phase === 'transpile');
     expect(transpiles.map((event) => (event as { state: string }).state)).toEqual(['start', 'done']);
     expect(transpiles[0]).toMatchObject({ artifact: 'hello@0.1.0', bytes: hello.bytes.byteLength });
@@ -109,7 +125,7 @@ describe('staging a capsule directory', () => {
     const tool = await toolWat();
     const published = await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', tool.bytes));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
-    const plan = await world.stager.stage(directory());
+    const plan = await world.stager.stage(await directory());
     expect(plan.artifacts).toHaveLength(1);
     expect(plan.artifacts[0]).toMatchObject({ name: 'echo-tool', version: '0.1.0', role: 'tool', packaging: 'wasm', origin: 'global', sha256: published.sha256, description: 'the echo-tool tool' });
     expect(plan.artifacts[0]?.component?.exports).toContain('murmur:tool/run@0.1.0');
@@ -121,22 +137,24 @@ describe('staging a capsule directory', () => {
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', tool.bytes, 'tool', 'tags: [global]\n'));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
     await publishInto(path.join(world.project, '.murmur', 'artifacts'), await componentArtifact('echo-tool', '0.1.0', tool.bytes, 'tool', 'tags: [project]\n'), 'project');
-    const plan = await world.stager.stage(directory());
+    const plan = await world.stager.stage(await directory());
     expect(plan.artifacts[0]?.origin).toBe('project');
   });
 
-  it('stages a skill, extracting its skill.md into the cache', async () => {
+  it('stages a skill, naming its skill.md by content in the blob cache', async () => {
     await publishInto(world.globalStore, await skillArtifact('style-guide', '1.0.0', '# Write plainly\n'));
     await capsuleProject(world.project, 'name: hello\nversion: 0.1.0\nartifacts:\n  - name: style-guide\n    version: 1.0.0\n    runtime: skill\n', (await capsuleWat()).bytes);
-    const plan = await world.stager.stage(directory());
+    const plan = await world.stager.stage(await directory());
     const skill = plan.artifacts[0];
     expect(skill).toMatchObject({ role: 'skill', packaging: 'static' });
-    expect(await fs.readFile(path.join(skill?.extracted_dir as string, 'skill.md'), 'utf8')).toBe('# Write plainly\n');
+    const file = skill?.files.find((entry) => entry.path === 'skill.md');
+    expect(file?.sha256).toBe(sha256Hex(Buffer.from('# Write plainly\n')));
+    expect(await fs.readFile(world.blobs.pathOf(file!.sha256), 'utf8')).toBe('# Write plainly\n');
   });
 
   it('stages an agent capsule with no component of its own', async () => {
     await capsuleProject(world.project, 'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n  driver:\n    artifact: none-needed-here\n');
-    const plan = await world.stager.stage(directory());
+    const plan = await world.stager.stage(await directory());
     expect(plan.capsule.kind).toBe('agent');
     expect(plan.capsule.component).toBeUndefined();
   });
@@ -145,13 +163,13 @@ describe('staging a capsule directory', () => {
     const published = await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
     await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: published.sha256 } }] });
-    const plan = await world.stager.stage(directory());
+    const plan = await world.stager.stage(await directory());
     expect(plan.lock.status).toBe('honoured');
   });
 
   it('returns warnings for unknown top-level keys in the plan', async () => {
     await capsuleProject(world.project, `${SCRIPT}colour: blue\n`, (await capsuleWat()).bytes);
-    const plan = await world.stager.stage(directory());
+    const plan = await world.stager.stage(await directory());
     expect(plan.warnings.map((warning) => warning.code)).toEqual(['W-SEC-019']);
   });
 });
@@ -202,7 +220,7 @@ describe('staging refuses, and writes nothing', () => {
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.2.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL('0.2.0'), (await capsuleWat()).bytes);
     await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: pinned.sha256 } }] });
-    const plan = await world.stager.stage({ request: { ...directory().request, honour_pins: true } });
+    const plan = await world.stager.stage({ request: { ...(await directory()).request, honour_pins: true } });
     expect(plan.artifacts[0]?.version).toBe('0.1.0');
     expect(plan.warnings.map((warning) => warning.code)).toContain('W-LCK-001');
   });
@@ -266,7 +284,7 @@ describe('staging refuses, and writes nothing', () => {
     await capsuleProject(world.project, SCRIPT);
     const error = await refusal(directory());
     expect(error.code).toBe('E-RUN-004');
-    expect(error.message).toContain(world.project);
+    expect(error.message).toContain("the project 'project'");
   });
 
   it('refuses a directory without murmur.yaml with E-IO-001', async () => {
@@ -295,7 +313,7 @@ describe('every kind of bad input is refused with its code, and staging writes n
 
   it('an unknown key is a warning and staging goes on', async () => {
     await capsuleProject(world.project, `${SCRIPT}unexpected: true\n`, (await capsuleWat()).bytes);
-    const plan = await world.stager.stage(directory());
+    const plan = await world.stager.stage(await directory());
     expect(plan.warnings[0]).toMatchObject({ code: 'W-SEC-019' });
   });
 
@@ -354,7 +372,7 @@ describe('staging a capsule from a registry', () => {
     expect(plan.policy.env_allow).toEqual(['MARKER']);
     expect(plan.capsule.component?.sha256).toBe(capsule.sha256);
     expect(plan.lock.status).toBe('not-applicable');
-    expect(await fs.readFile(path.join(plan.capsule.manifest_dir, 'murmur.yaml'), 'utf8')).toContain('local/worker');
+    expect(plan.capsule.manifest_yaml).toContain('local/worker');
   });
 
   it('names a capsule that is not published with E-RUN-008', async () => {
@@ -365,10 +383,10 @@ describe('staging a capsule from a registry', () => {
 
   it('refuses a capsule reference whose ${VAR} is not set in the requester’s environment', async () => {
     await capsuleProject(world.project, 'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n  api_key: ${AGENT_KEY}\n  driver:\n    artifact: d\n');
-    const error = await refusal({ request: { source: { kind: 'directory', manifest_dir: world.project }, env_names: ['PATH'] } });
+    const error = await refusal(directory(world.project, ['PATH']));
     expect(error.code).toBe('E-MAN-003');
     expect(error.message).toContain('${AGENT_KEY}');
-    const plan = await world.stager.stage({ request: { source: { kind: 'directory', manifest_dir: world.project }, env_names: ['AGENT_KEY'] } });
+    const plan = await world.stager.stage(await directory(world.project, ['AGENT_KEY']));
     expect(plan.secret_env).toEqual(['AGENT_KEY']);
     expect(JSON.stringify(plan)).not.toContain('sk-');
   });
@@ -378,7 +396,7 @@ describe('the lock after staging', () => {
   it('is never written by staging itself', async () => {
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
-    await world.stager.stage(directory());
+    await world.stager.stage(await directory());
     expect(await readLockfile(path.join(world.project, LOCKFILE_NAME))).toBeUndefined();
     expect(await new ArtifactStore(path.join(world.project, '.murmur', 'artifacts'), 'project').list()).toEqual([]);
   });

@@ -1,6 +1,4 @@
-import { mkdirSync } from 'node:fs';
 import { constants } from 'node:os';
-import path from 'node:path';
 import {
   type DelegationControlReply,
   type DelegationLaunchReply,
@@ -8,8 +6,10 @@ import {
   DelegationLaunchRequestSchema,
   type DelegationOutcome,
   type Log,
+  MurmurError,
   type SessionEnded,
   type SpawnerHandle,
+  boundDetail,
   commands,
   newDelegationId,
   newSessionId,
@@ -18,7 +18,7 @@ import {
   topics,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
-import { childResultPath, readCompletion, recordTerminated, reportCompletion } from '@murmur/shared/node';
+import { deliverCompletion, requestStaging } from '@murmur/shared/node';
 
 /**
  * Delegated children, launched and watched (seeds `delegation.rs`, the launcher's side). A child
@@ -32,6 +32,12 @@ import { childResultPath, readCompletion, recordTerminated, reportCompletion } f
  * - `terminated` at the completion deadline: the watcher ends the child and posts the outcome,
  *   naming the bound in seconds — the only thing that stops a wedged child running as long as
  *   its parent.
+ *
+ * A child runs on its parent's executor (`executor.<id>.launch`), under the parent's `children/`,
+ * so its workdir — and `completion.json` in it — is on that machine alone: this watcher decides an
+ * outcome, and the child's executor records it there and delivers it (`executor.<id>.completion`).
+ * When that executor is gone too (a child lost with it), the watcher delivers the outcome itself
+ * and keeps the record in the bus (`murmur-completions`): recorded, never dropped.
  */
 
 interface Watched {
@@ -63,14 +69,24 @@ function exitStatus(event: SessionEnded): string {
 export class DelegationWatcher {
   private readonly watched = new Map<string, Watched>();
   private readonly ended: Subscription;
+  private readonly completed: Subscription;
 
+  /**
+   * @param executorOf where a session runs, as far as this watcher knows (from `session.started`)
+   */
   constructor(
     private readonly bus: Bus,
     private readonly log: Log,
+    private readonly executorOf: (sessionId: string) => string | undefined = () => undefined,
   ) {
     this.ended = bus.subscribe(topics.sessionEnded, (event) => {
       const watched = this.watched.get(event.session_id);
       if (watched) void this.onEnded(watched, event);
+    });
+    // A child that reports for itself says how it ended here, before its session's end is announced.
+    this.completed = bus.subscribe(topics.delegationCompleted, ({ outcome }) => {
+      const watched = this.watched.get(outcome.session_id);
+      if (watched && outcome.reported_by === 'child' && watched.handle?.delegation_id === outcome.delegation_id) watched.outcome = outcome;
     });
   }
 
@@ -79,20 +95,19 @@ export class DelegationWatcher {
     const request = DelegationLaunchRequestSchema.parse(input);
     const delegationId = request.delegated ? newDelegationId() : undefined;
     const sessionId = newSessionId();
-    const workdir = path.join(request.parent.records_dir, 'children', delegationId ?? sessionId);
-    mkdirSync(workdir, { recursive: true });
-    const plan = await this.bus.request(commands.stage, { source: { kind: 'registry', name: request.capsule_name, version: request.capsule_version }, env_names: Object.keys(request.env) }, { timeoutMs: STAGE_TIMEOUT_MS });
+    const parentExecutor = request.parent.executor_id ?? this.executorOf(request.parent.session_id);
+    const plan = await requestStaging(this.bus, { source: { kind: 'registry', name: request.capsule_name, version: request.capsule_version }, env_names: Object.keys(request.env) }, { timeoutMs: STAGE_TIMEOUT_MS });
     const url = plan.capsule.kind === 'agent' ? `${sessionUrl((await this.bus.request(commands.locateDoor, {}, { timeoutMs: 5_000 })).base_url, sessionId)}/` : undefined;
     const handle: SpawnerHandle | undefined = delegationId
       ? { session_id: request.parent.session_id, context_id: request.parent.context_id, delegation_id: delegationId, ...(request.parent.url ? { url: request.parent.url } : {}) }
       : undefined;
+    // On the parent's executor, under its children/; a parent no executor holds gets its child anywhere.
     const launched = await this.bus.request(
-      commands.launch,
+      parentExecutor ? commands.launchOn.at(parentExecutor) : commands.launch,
       {
         session_id: sessionId,
         plan,
-        workdir,
-        default_workdir_base: workdir,
+        ...(parentExecutor ? { child_of: { session_id: request.parent.session_id, name: delegationId ?? sessionId } } : {}),
         ...(request.task !== undefined ? { task: request.task } : {}),
         env: request.env,
         ...(url ? { url } : {}),
@@ -145,6 +160,33 @@ export class DelegationWatcher {
     }
   }
 
+  /**
+   * Has the child's executor record the outcome in the child's workdir (and deliver it, when
+   * `post`). An executor that cannot be asked — lost with the child — leaves the watcher to
+   * deliver it and keep the record in the bus instead.
+   */
+  private async record(watched: Watched, handle: SpawnerHandle, outcome: DelegationOutcome, post: boolean, complain: (line: string) => void): Promise<DelegationOutcome> {
+    try {
+      const reply = await this.bus.request(commands.recordCompletion.at(watched.reply.executor_id), { session_id: watched.reply.session_id, outcome, post }, { timeoutMs: 30_000 });
+      return reply.outcome;
+    } catch (error) {
+      const reason = error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error);
+      complain(`[watcher] delegation ${outcome.delegation_id}: the child's executor ${watched.reply.executor_id} could not record its completion (${reason}); it is kept in the bus instead`);
+    }
+    const recorded: DelegationOutcome = { ...outcome, ...(outcome.detail !== undefined ? { detail: boundDetail(outcome.detail) } : {}), delivered: false };
+    let settled = recorded;
+    if (post && handle.url) {
+      const delivery = await deliverCompletion(handle, recorded, { bus: this.bus });
+      settled = delivery.delivered ? { ...recorded, delivered: true } : { ...recorded, delivery_error: delivery.reason };
+    }
+    try {
+      await (await this.bus.keyValue('murmur-completions')).put(settled.delegation_id, JSON.stringify(settled));
+    } catch (error) {
+      this.log.error({ delegation_id: settled.delegation_id, err: error }, 'could not keep a completion in the bus');
+    }
+    return settled;
+  }
+
   private async onEnded(watched: Watched, event: SessionEnded): Promise<void> {
     watched.exited = true;
     watched.stderrTail = event.stderr_tail;
@@ -152,14 +194,12 @@ export class DelegationWatcher {
     const handle = watched.handle;
     try {
       if (!handle) return;
-      const resultPath = childResultPath(watched.reply.workdir, watched.reply.records_dir);
       const base: DelegationOutcome = {
         delegation_id: handle.delegation_id,
         capsule_name: watched.request.capsule_name,
         capsule_version: watched.request.capsule_version,
         session_id: watched.reply.session_id,
         status: 'terminated',
-        ...(resultPath ? { result_path: resultPath } : {}),
         workdir: watched.reply.workdir,
         duration_ms: Date.now() - watched.startedAt,
         reported_by: 'launcher',
@@ -171,16 +211,16 @@ export class DelegationWatcher {
       };
       if (watched.endedBy === 'parent') {
         // The child may have written its own account as it wound down; the launcher's is the last word.
-        watched.outcome = recordTerminated({ ...base, detail: `ended by its parent (${exitStatus(event)})` }, watched.reply.workdir);
+        watched.outcome = await this.record(watched, handle, { ...base, detail: `ended by its parent (${exitStatus(event)})` }, false, complain);
       } else if (watched.endedBy === 'deadline') {
         const seconds = watched.request.completion_deadline_secs as number;
-        watched.outcome = await reportCompletion(handle, { ...base, detail: `ended at its ${seconds}s completion deadline (${seconds}s deadline reached; ${exitStatus(event)})` }, watched.reply.workdir, complain);
+        watched.outcome = await this.record(watched, handle, { ...base, detail: `ended at its ${seconds}s completion deadline (${seconds}s deadline reached; ${exitStatus(event)})` }, true, complain);
       } else if (event.completion_reported) {
-        watched.outcome = readCompletion(watched.reply.workdir);
+        // The child reported for itself, and said so on the bus (`delegation.completed`) already.
         return;
       } else {
         const tail = event.stderr_tail.length > 0 ? `\nstderr (last ${event.stderr_tail.length} lines):\n${event.stderr_tail.join('\n')}` : '';
-        watched.outcome = await reportCompletion(handle, { ...base, status: 'crashed', detail: `the child ended without reporting: ${exitStatus(event)}${event.error ? ` (${event.error.code}: ${event.error.message})` : ''}${tail}` }, watched.reply.workdir, complain);
+        watched.outcome = await this.record(watched, handle, { ...base, status: 'crashed', detail: `the child ended without reporting: ${exitStatus(event)}${event.error ? ` (${event.error.code}: ${event.error.message})` : ''}${tail}` }, true, complain);
       }
       this.bus.publish(topics.delegationCompleted, { parent_session_id: handle.session_id, outcome: watched.outcome });
     } catch (error) {
@@ -197,6 +237,7 @@ export class DelegationWatcher {
 
   close(): void {
     this.ended.unsubscribe();
+    this.completed.unsubscribe();
     for (const watched of this.watched.values()) {
       if (watched.deadline) clearTimeout(watched.deadline);
       watched.control?.unsubscribe();

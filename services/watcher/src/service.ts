@@ -1,7 +1,9 @@
-import { type Log, QUEUE_GROUPS, type RunningRecord, type SessionListReply, type SessionStarted, commands, topics } from '@murmur/shared';
+import { type Log, QUEUE_GROUPS, type RunningRecord, type SessionListReply, type SessionStarted, commands, newId, topics } from '@murmur/shared';
 import { DelegationWatcher } from './delegations.js';
+import { ExecutorMonitor } from './executors.js';
 
 export { DelegationWatcher } from './delegations.js';
+export { ExecutorMonitor } from './executors.js';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import { type ProcessState, listRunningRecords, processState, removeRunningRecord, verifyRunningRecord, writeRunningRecord } from '@murmur/shared/node';
 
@@ -11,7 +13,8 @@ import { type ProcessState, listRunningRecords, processState, removeRunningRecor
  * with a door, written when the session starts and removed when it ends, in `$MURMUR_HOME/running`
  * (seeds `running.rs`). It answers `watcher.sessions` with the records verified in three layers —
  * layers 1–2 asked of the executor that owns the pid, since only that machine can read it — and
- * prunes a record only on evidence that its process is gone.
+ * prunes a record only on evidence that its process is gone. It also judges executors by their
+ * heartbeats (`executors.ts`) and ends the sessions of one that is lost.
  */
 export interface WatcherService {
   close(): Promise<void>;
@@ -21,6 +24,7 @@ export interface WatcherOptions {
   bus: Bus;
   log: Log;
   env?: NodeJS.ProcessEnv;
+  instanceId?: string;
 }
 
 const PROBE_TIMEOUT_MS = 3_000;
@@ -28,8 +32,10 @@ const PROBE_TIMEOUT_MS = 3_000;
 export function startWatcherService(options: WatcherOptions): WatcherService {
   const { bus, log } = options;
   const env = options.env ?? process.env;
+  const instanceId = options.instanceId ?? `watcher-${newId('request').slice(4, 16)}`;
   /** Which executor holds each session's pid, learnt from `session.started`. */
   const owners = new Map<string, string>();
+  const executors = new ExecutorMonitor({ bus, log, lostAfterMs: Number(env.MURMUR_EXECUTOR_LOST_MS ?? '') || 5_000, watcherId: instanceId });
 
   const recordOf = (event: SessionStarted): RunningRecord | undefined => {
     if (!event.url) return undefined;
@@ -49,6 +55,7 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
   /** Layers 1–2, read by the owning executor when one is known, else here. */
   const layersOneAndTwo = async (record: RunningRecord): Promise<ProcessState> => {
     const owner = owners.get(record.session_id);
+    if (owner && executors.isLost(owner)) return { state: 'gone', reason: `its executor ${owner} was lost` };
     if (owner) {
       try {
         return await bus.request(commands.probeProcess.at(owner), { pid: record.pid, process_start: record.process_start }, { timeoutMs: PROBE_TIMEOUT_MS });
@@ -60,7 +67,7 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
     return processState(record);
   };
 
-  const delegations = new DelegationWatcher(bus, log);
+  const delegations = new DelegationWatcher(bus, log, (sessionId) => owners.get(sessionId));
   const subscriptions: Subscription[] = [
     bus.serve(commands.launchDelegation, (request) => delegations.launch(request), { queue: QUEUE_GROUPS.watcher }),
     bus.subscribe(topics.sessionStarted, (event) => {
@@ -75,6 +82,8 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
       }
     }),
     bus.subscribe(topics.sessionEnded, (event) => {
+      // A session lost with its executor keeps its record until 'mur ps' has shown it gone (and pruned it).
+      if (event.error?.code === 'E-EXE-001') return;
       owners.delete(event.session_id);
       try {
         removeRunningRecord(event.session_id, env);
@@ -87,8 +96,12 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
       const sessions = await Promise.all(
         records.map(async (record) => {
           const liveness = await verifyRunningRecord(record, await layersOneAndTwo(record));
-          if (liveness.liveness === 'gone') removeRunningRecord(record.session_id, env);
-          return { ...record, liveness: liveness.liveness, ...('reason' in liveness ? { reason: liveness.reason } : {}) };
+          const owner = owners.get(record.session_id);
+          if (liveness.liveness === 'gone') {
+            removeRunningRecord(record.session_id, env);
+            owners.delete(record.session_id);
+          }
+          return { ...record, liveness: liveness.liveness, ...('reason' in liveness ? { reason: liveness.reason } : {}), ...(owner ? { executor_id: owner } : {}) };
         }),
       );
       return { sessions };
@@ -98,6 +111,7 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
   return {
     async close() {
       for (const subscription of subscriptions) subscription.unsubscribe();
+      executors.close();
       delegations.close();
     },
   };

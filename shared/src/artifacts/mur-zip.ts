@@ -5,6 +5,9 @@ import { inflateRawSync } from 'node:zlib';
 import yauzl from 'yauzl';
 import yazl from 'yazl';
 import { MurmurError } from '../errors.js';
+import { normaliseEntryName } from '../file-set.js';
+
+export { normaliseEntryName } from '../file-set.js';
 
 /**
  * `.mur.zip`: read with every guard up front, written reproducibly.
@@ -40,21 +43,6 @@ interface GuardedEntry {
   readonly executable: boolean;
   readonly declaredSize: number;
   readonly raw: yauzl.Entry;
-}
-
-/**
- * The safe, normalised name of an entry, or the reason it is unsafe. Separators are `/` only
- * (a backslash is refused rather than guessed at), `.` and empty components are dropped, `..` is
- * refused wherever it appears.
- */
-export function normaliseEntryName(raw: string): { ok: true; name: string } | { ok: false; reason: string } {
-  if (raw.includes('\0') || /[\u0001-\u001f]/.test(raw)) return { ok: false, reason: 'contains a control character' };
-  if (raw.includes('\\')) return { ok: false, reason: 'contains a backslash' };
-  if (raw.startsWith('/') || /^[A-Za-z]:/.test(raw)) return { ok: false, reason: 'is an absolute path' };
-  const components = raw.split('/').filter((component) => component !== '' && component !== '.');
-  if (components.includes('..')) return { ok: false, reason: "contains a '..' component" };
-  if (components.length === 0) return { ok: false, reason: 'is empty' };
-  return { ok: true, name: components.join('/') };
 }
 
 function openZip(bytes: Uint8Array): Promise<yauzl.ZipFile> {

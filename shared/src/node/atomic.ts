@@ -67,3 +67,21 @@ export async function pathExists(target: string): Promise<boolean> {
     return false;
   }
 }
+
+/**
+ * Removes `dir` and its parents up to (not including) `stop` while they are empty, so refused work
+ * leaves not even an empty directory behind. A parent someone else is using is not empty, and
+ * `rmdir` refuses it.
+ */
+export async function removeEmptyParents(dir: string, stop: string): Promise<void> {
+  let current = path.resolve(dir);
+  const boundary = path.resolve(stop);
+  while (current.startsWith(`${boundary}${path.sep}`)) {
+    try {
+      await fs.rmdir(current);
+    } catch {
+      return;
+    }
+    current = path.dirname(current);
+  }
+}

@@ -11,7 +11,10 @@ import {
   boundDetail,
   completionMessageText,
 } from '../delegation.js';
+import type { Bus } from '../bus/bus.js';
+import { MurmurError } from '../errors.js';
 import { newMessageId, newRequestId } from '../ids.js';
+import { commands } from '../topics.js';
 
 /**
  * How a delegation's ending is recorded and told (seeds `delegation.rs`). Two reporters, one path:
@@ -59,14 +62,61 @@ function transportReason(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+export interface DeliveryOptions {
+  /**
+   * The bus the parent may be on. A parent that is a session of this stack is told there, as a
+   * door would tell it — the only way that works from inside a container, where the door's URL
+   * names the host. Only a parent no session of the bus answers for is posted to over HTTP.
+   */
+  bus?: Bus | undefined;
+}
+
+type Delivery = { delivered: true } | { delivered: false; reason: string };
+
+/** The session a Murmur door URL addresses (`…/sessions/<id>/`), or undefined for any other URL. */
+function doorSession(url: string): string | undefined {
+  try {
+    return /\/sessions\/(ses_[0-9a-f]{32})\/?$/.exec(new URL(url).pathname)?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
 /**
- * Posts one completion to the parent's door, with the delegation and the addressed session in
- * headers. A JSON-RPC error or a `rejected` task did not deliver it: both are failures, with the
- * door's own words.
+ * The completion as the `send` a door would make of its post: into the session the parent's URL
+ * names, over the bus, with the session the handle addresses — which that session checks is itself.
  */
-export async function deliverCompletion(handle: SpawnerHandle, outcome: DelegationOutcome): Promise<{ delivered: true } | { delivered: false; reason: string }> {
+async function deliverOverBus(bus: Bus, handle: SpawnerHandle, url: string, outcome: DelegationOutcome): Promise<Delivery | 'not-on-this-bus'> {
+  const session = doorSession(url);
+  if (!session) return 'not-on-this-bus';
+  try {
+    const reply = await bus.request(
+      commands.sessionRpc.at(session),
+      { method: 'send', message_id: newMessageId(), context_id: handle.context_id, text: completionMessageText(outcome), delegation_id: outcome.delegation_id, completion_session: handle.session_id },
+      { timeoutMs: DELIVERY_TIMEOUT_MS },
+    );
+    if (reply.error) return { delivered: false, reason: reply.error.message };
+    if (reply.task?.state === 'rejected') return { delivered: false, reason: 'the parent rejected the completion: its queue is full or its session has stopped taking work' };
+    if (!reply.task) return { delivered: false, reason: `the parent session ${session} answered without a task` };
+    return { delivered: true };
+  } catch (error) {
+    if (error instanceof MurmurError && error.code === 'E-BUS-004') return 'not-on-this-bus';
+    return { delivered: false, reason: error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error) };
+  }
+}
+
+/**
+ * Tells the parent of one completion: over the bus when the parent is a session there, else posted
+ * to the parent's door with the delegation and the addressed session in headers. A JSON-RPC error
+ * or a `rejected` task did not deliver it: both are failures, with the parent's own words.
+ */
+export async function deliverCompletion(handle: SpawnerHandle, outcome: DelegationOutcome, options: DeliveryOptions = {}): Promise<Delivery> {
   if (!handle.url) return { delivered: false, reason: 'the spawner asked for no completion' };
   const url = handle.url.includes('://') ? handle.url : `http://${handle.url}`;
+  if (options.bus) {
+    const overBus = await deliverOverBus(options.bus, handle, url, outcome);
+    if (overBus !== 'not-on-this-bus') return overBus;
+  }
   const body = {
     jsonrpc: '2.0',
     id: newRequestId(),
@@ -98,7 +148,7 @@ export async function deliverCompletion(handle: SpawnerHandle, outcome: Delegati
  * Records `outcome`, posts it when the handle names where, and records what the posting did.
  * `complain` is told, in a line for the session's stderr, when a completion could not be delivered.
  */
-export async function reportCompletion(handle: SpawnerHandle, outcome: DelegationOutcome, workdir: string, complain: (line: string) => void): Promise<DelegationOutcome> {
+export async function reportCompletion(handle: SpawnerHandle, outcome: DelegationOutcome, workdir: string, complain: (line: string) => void, options: DeliveryOptions = {}): Promise<DelegationOutcome> {
   const recorded: DelegationOutcome = { ...outcome, ...(outcome.detail !== undefined ? { detail: boundDetail(outcome.detail) } : {}), delivered: false };
   delete recorded.delivery_error;
   const write = (value: DelegationOutcome): void => {
@@ -110,7 +160,7 @@ export async function reportCompletion(handle: SpawnerHandle, outcome: Delegatio
   };
   write(recorded);
   if (!handle.url) return recorded;
-  const delivery = await deliverCompletion(handle, recorded);
+  const delivery = await deliverCompletion(handle, recorded, options);
   const settled: DelegationOutcome = delivery.delivered ? { ...recorded, delivered: true } : { ...recorded, delivered: false, delivery_error: delivery.reason };
   if (!delivery.delivered) {
     complain(`[capsule-runtime] delegation ${recorded.delegation_id}: the completion could not be delivered to ${handle.url}: ${delivery.reason}; recorded in ${completionPath(workdir)}`);

@@ -6,3 +6,6 @@ export * from './locate.js';
 export * from './process.js';
 export * from './running.js';
 export * from './completion.js';
+export * from './blobs.js';
+export * from './project-pack.js';
+export * from './staging.js';

@@ -7,12 +7,19 @@ import { CapabilityPolicySchema, CapsuleCardSchema, LifecycleSchema, MurmurError
  * host runs untrusted code and must be treated as able to say anything.
  */
 
+/**
+ * A component as the host loads it: the plan's transpiled component, its bundle already fetched
+ * and verified into this machine's cache at `bundle_dir` by the executor.
+ */
+export const HostComponentSchema = TranspiledComponentSchema.omit({ bundle: true, cache_hit: true }).extend({ bundle_dir: z.string() });
+export type HostComponent = z.infer<typeof HostComponentSchema>;
+
 /** A tool the host can dispatch, with the paths it sees inside the sandbox. */
 export const HostToolSchema = z.object({
   name: z.string(),
   version: z.string(),
   kind: z.enum(['wasm', 'native', 'skill']),
-  component: TranspiledComponentSchema.optional(),
+  component: HostComponentSchema.optional(),
   /** The native binary or skill.md, inside the session's `tools/<name>/`. */
   path: z.string().optional(),
   /** The directory a WASM tool's preopen is narrowed to (its own `filesystem.scope`). */
@@ -38,7 +45,7 @@ export const AgentStartSchema = z.object({
   model: z.string(),
   max_tokens: z.number().int().positive(),
   max_turns: z.number().int().positive(),
-  driver: z.object({ name: z.string(), component: TranspiledComponentSchema, preopen: z.string() }),
+  driver: z.object({ name: z.string(), component: HostComponentSchema, preopen: z.string() }),
   /** The driver's environment: the guest environment plus `MURMUR_INFERENCE_*`, the key included. */
   driver_env: z.array(z.tuple([z.string(), z.string()])),
   system_prompt: z.string().nullable(),
@@ -58,7 +65,7 @@ export const StartMessageSchema = z.object({
   capsule_name: z.string(),
   capsule_version: z.string(),
   /** The script capsule's own component; an agent capsule has none. */
-  component: TranspiledComponentSchema.optional(),
+  component: HostComponentSchema.optional(),
   agent: AgentStartSchema.optional(),
   /** The accessible workdir: the capsule's single preopen (already narrowed by `filesystem.scope`). */
   preopen: z.string(),

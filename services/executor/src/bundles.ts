@@ -1,0 +1,54 @@
+import { existsSync } from 'node:fs';
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import type { TranspiledComponent } from '@murmur/shared';
+import { type BlobCache, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
+import type { HostComponent } from './host/protocol.js';
+
+/**
+ * A plan's components, made loadable on this machine: each bundle in `<cache>/transpiled/<key>/`,
+ * the same place a stager on this machine keeps it (so an executor beside its stager finds it
+ * there), else fetched file by file from the bus's object store, every digest verified, into a
+ * temporary sibling renamed into place whole. A directory at the key exists only complete, so
+ * finding one is a local hit.
+ */
+export class LocalBundles {
+  private readonly pending = new Map<string, Promise<string>>();
+
+  constructor(
+    private readonly cacheDir: string,
+    private readonly blobs: BlobCache,
+  ) {}
+
+  dirOf(component: TranspiledComponent): string {
+    return path.join(this.cacheDir, 'transpiled', ...component.bundle.key.split('/'));
+  }
+
+  /** The component as the host loads it, its bundle on this machine. `label` names it in a refusal. */
+  async local(component: TranspiledComponent, label: string): Promise<HostComponent> {
+    const dir = this.dirOf(component);
+    if (!existsSync(dir)) {
+      let fetching = this.pending.get(dir);
+      if (!fetching) {
+        fetching = this.fetch(component, dir, label).finally(() => this.pending.delete(dir));
+        this.pending.set(dir, fetching);
+      }
+      await fetching;
+    }
+    const { bundle: _bundle, cache_hit: _hit, ...rest } = component;
+    return { ...rest, bundle_dir: dir };
+  }
+
+  private async fetch(component: TranspiledComponent, dir: string, label: string): Promise<string> {
+    await fs.mkdir(path.dirname(dir), { recursive: true });
+    const temporary = temporarySibling(dir);
+    try {
+      await this.blobs.materialise(component.bundle.files, temporary, `the transpiled bundle of ${label}`);
+    } catch (error) {
+      await fs.rm(temporary, { recursive: true, force: true });
+      throw error;
+    }
+    await renameDirectoryIntoPlace(temporary, dir);
+    return dir;
+  }
+}

@@ -1,0 +1,68 @@
+import { constants, promises as fs } from 'node:fs';
+import path from 'node:path';
+import { MurmurError, type SessionFileEntry, type SessionFilesReply, normaliseEntryName } from '@murmur/shared';
+
+/**
+ * A session's workdir, read for someone outside it (`mur files`): read-only, and never beyond the
+ * workdir. The guest may have written anything there — symlinks to the executor's own files, a
+ * FIFO that would block a reader — and may still be writing, so a path is not trusted because it
+ * looked safe a moment ago: the file is opened first (non-blocking, following links), and what
+ * was actually opened, as the kernel names it (`/proc/self/fd/N`), must lie inside the workdir.
+ * Only regular files and directories are read.
+ */
+
+export interface FilesQuery {
+  path: string;
+  offset: number;
+  length: number;
+}
+
+function refuse(relative: string, reason: string): never {
+  throw new MurmurError('E-SES-002', `'${relative}' ${reason}`, { path: relative });
+}
+
+export async function readSessionFiles(workdir: string, query: FilesQuery): Promise<SessionFilesReply> {
+  const wanted = query.path.trim();
+  let relative = '';
+  if (wanted !== '' && wanted !== '.' && wanted !== './') {
+    const normal = normaliseEntryName(wanted);
+    if (!normal.ok) refuse(wanted, `is not a path inside the session's workdir: it ${normal.reason}`);
+    relative = normal.name;
+  }
+  const root = await fs.realpath(workdir);
+  const shown = relative === '' ? '.' : relative;
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(path.join(root, relative), constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') throw new MurmurError('E-IO-001', `'${shown}' does not exist in the session's workdir`, { path: shown });
+    if (code === 'ELOOP') refuse(shown, 'is a loop of symlinks');
+    throw new MurmurError('E-IO-003', `'${shown}' cannot be read: ${code ?? (error as Error).message}`, { path: shown });
+  }
+  try {
+    const opened = await fs.readlink(`/proc/self/fd/${handle.fd}`);
+    if (opened !== root && !opened.startsWith(`${root}${path.sep}`)) refuse(shown, "resolves outside the session's workdir; nothing was read");
+    const stat = await handle.stat();
+    if (stat.isDirectory()) return { type: 'directory', path: shown, entries: await listDirectory(`/proc/self/fd/${handle.fd}`) };
+    if (!stat.isFile()) refuse(shown, 'is not a regular file or a directory');
+    const length = Math.max(0, Math.min(query.length, stat.size - query.offset));
+    const buffer = Buffer.alloc(length);
+    const { bytesRead } = length > 0 ? await handle.read(buffer, 0, length, query.offset) : { bytesRead: 0 };
+    return { type: 'file', path: shown, size: stat.size, offset: query.offset, data: buffer.subarray(0, bytesRead).toString('base64') };
+  } finally {
+    await handle.close();
+  }
+}
+
+/** The directory that was opened, through its descriptor: not whatever its path names by now. */
+async function listDirectory(opened: string): Promise<SessionFileEntry[]> {
+  const names = (await fs.readdir(opened)).sort();
+  const entries: SessionFileEntry[] = [];
+  for (const name of names) {
+    const stat = await fs.lstat(path.join(opened, name)).catch(() => undefined);
+    if (!stat) continue;
+    entries.push({ name, type: stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other', size: stat.isFile() ? stat.size : 0, modified_at: stat.mtime.toISOString() });
+  }
+  return entries;
+}

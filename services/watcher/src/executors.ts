@@ -1,0 +1,127 @@
+import { type ExecutorHeartbeat, type Log, type SessionEnded, topics } from '@murmur/shared';
+import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
+
+/**
+ * Which executors are alive, judged by their heartbeats (`executor.heartbeat`, every second), and
+ * what becomes of the sessions of one that falls silent: an executor whose container was killed
+ * cannot announce its sessions' ends, so after `lostAfterMs` of silence this announces them for
+ * it — `session.ended` with `E-EXE-001` naming the executor — and everything that listens for a
+ * session's end (a waiting `mur run`, the running records, a delegated child's watcher) hears it
+ * as it would any end. New launches need nothing from here: a dead executor's connection is gone,
+ * so the queue group no longer offers it work.
+ *
+ * Silence is judged only while this watcher can hear: while its own bus connection is away no
+ * executor is judged, and when it is back every executor gets a fresh allowance. With several
+ * watchers, one announcement per session is made (a create-once key decides which watcher).
+ */
+
+interface Known {
+  lastSeen: number;
+  intervalMs: number;
+  /** The sessions it holds, as its heartbeats and `session.started` say. */
+  sessions: Map<string, ExecutorHeartbeat['sessions'][number]>;
+  lost: boolean;
+}
+
+export interface ExecutorMonitorOptions {
+  bus: Bus;
+  log: Log;
+  /** Silence after which an executor is lost (`MURMUR_EXECUTOR_LOST_MS`, default 5 s). */
+  lostAfterMs: number;
+  watcherId: string;
+}
+
+export class ExecutorMonitor {
+  private readonly executors = new Map<string, Known>();
+  private readonly subscriptions: Subscription[];
+  private readonly timer: NodeJS.Timeout;
+  private hearing = true;
+  private announcements: Promise<KeyValueStore> | undefined;
+
+  constructor(private readonly options: ExecutorMonitorOptions) {
+    const { bus } = options;
+    this.subscriptions = [
+      bus.subscribe(topics.executorHeartbeat, (beat) => this.heard(beat)),
+      bus.subscribe(topics.sessionStarted, (event) => {
+        const known = this.known(event.executor_id);
+        known.sessions.set(event.session_id, { session_id: event.session_id, capsule_name: event.capsule_name, capsule_version: event.capsule_version, pid: event.pid, process_start: event.process_start, started_at: event.started_at });
+      }),
+      bus.subscribe(topics.sessionEnded, (event) => this.executors.get(event.executor_id)?.sessions.delete(event.session_id)),
+    ];
+    bus.onConnectionChange((state) => {
+      this.hearing = state === 'reconnected';
+      if (this.hearing) for (const known of this.executors.values()) known.lastSeen = Date.now();
+    });
+    this.timer = setInterval(() => void this.judge(), Math.min(1_000, options.lostAfterMs / 2));
+    this.timer.unref();
+  }
+
+  /** Whether the executor is known to be lost (its sessions then are gone). */
+  isLost(executorId: string): boolean {
+    return this.executors.get(executorId)?.lost === true;
+  }
+
+  private known(executorId: string): Known {
+    let known = this.executors.get(executorId);
+    if (!known) {
+      known = { lastSeen: Date.now(), intervalMs: 1_000, sessions: new Map(), lost: false };
+      this.executors.set(executorId, known);
+    }
+    return known;
+  }
+
+  private heard(beat: ExecutorHeartbeat): void {
+    const known = this.known(beat.executor_id);
+    if (known.lost) this.options.log.warn({ executor_id: beat.executor_id }, 'an executor reported lost is answering again; the sessions announced ended with it are not revived');
+    known.lastSeen = Date.now();
+    known.intervalMs = beat.interval_ms;
+    known.lost = false;
+    for (const session of beat.sessions) known.sessions.set(session.session_id, session);
+  }
+
+  private async judge(): Promise<void> {
+    if (!this.hearing) return;
+    const now = Date.now();
+    for (const [executorId, known] of this.executors) {
+      if (known.lost || now - known.lastSeen < this.options.lostAfterMs) continue;
+      known.lost = true;
+      const silentFor = now - known.lastSeen;
+      this.options.log.warn({ executor_id: executorId, silent_ms: silentFor, sessions: known.sessions.size }, 'executor lost');
+      for (const session of [...known.sessions.values()]) {
+        known.sessions.delete(session.session_id);
+        await this.announce(executorId, session, silentFor).catch((error: unknown) => this.options.log.error({ session_id: session.session_id, err: error }, 'could not announce the end of a lost session'));
+      }
+    }
+  }
+
+  private async announce(executorId: string, session: ExecutorHeartbeat['sessions'][number], silentFor: number): Promise<void> {
+    this.announcements ??= this.options.bus.keyValue('murmur-watcher');
+    this.announcements.catch(() => (this.announcements = undefined));
+    const store = await this.announcements;
+    if (!(await store.create(`lost.${session.session_id}`, this.options.watcherId))) return;
+    const endedAt = new Date().toISOString();
+    const line = `executor ${executorId} stopped answering (no heartbeat for ${(silentFor / 1000).toFixed(1)}s); the session ended with it`;
+    const event: SessionEnded = {
+      session_id: session.session_id,
+      capsule_name: session.capsule_name,
+      capsule_version: session.capsule_version,
+      executor_id: executorId,
+      pid: session.pid,
+      process_start: session.process_start,
+      exit_status: 'failed',
+      exit_code: null,
+      signal: null,
+      error: { code: 'E-EXE-001', message: `the session was lost with its executor: ${line}`, hint: 'launch it again: new launches go to the executors still alive' },
+      duration_ms: Math.max(0, Date.now() - Date.parse(session.started_at)),
+      ended_at: endedAt,
+      stderr_tail: [line],
+      completion_reported: false,
+    };
+    this.options.bus.publish(topics.sessionEnded, event);
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    for (const subscription of this.subscriptions) subscription.unsubscribe();
+  }
+}

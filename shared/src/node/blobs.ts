@@ -1,0 +1,222 @@
+import { createHash } from 'node:crypto';
+import { createReadStream, promises as fs } from 'node:fs';
+import path from 'node:path';
+import type { ObjectStore } from '../bus/objects.js';
+import { MurmurError } from '../errors.js';
+import { BLOB_BUCKET, type SetFile } from '../file-set.js';
+import { removeEmptyParents, temporarySibling } from './atomic.js';
+
+/**
+ * A machine's local cache of blobs — bytes named by their sha256 — in front of the bus's object
+ * store. What one service makes (a transpiled bundle, an extracted payload, an uploaded project
+ * file) it publishes under its digest; a service on another machine that needs it fetches it into
+ * its own cache, **verifying the digest before the bytes are used**, and keeps it, so the second
+ * time it is a local hit. A local entry exists only once verified: it is written to a temporary
+ * sibling while it is hashed and renamed into place only when the digest matched.
+ *
+ * Layout: `<dir>/<first two hex digits>/<sha256>`, read-only files.
+ */
+export interface BlobRef {
+  readonly sha256: string;
+  readonly size: number;
+}
+
+/**
+ * Collects the cache entries a piece of work created, so work that is then refused can take back
+ * what it wrote (a refused staging leaves nothing behind) without touching entries that were
+ * there before it.
+ */
+export type CreatedEntries = string[];
+
+export class BlobCache {
+  private readonly fetching = new Map<string, Promise<string>>();
+
+  /**
+   * @param dir the local cache directory (`<cache>/blobs`)
+   * @param objects the bus's object store bucket, opened on first use
+   */
+  constructor(
+    readonly dir: string,
+    private readonly objects: () => Promise<ObjectStore>,
+  ) {}
+
+  pathOf(sha256: string): string {
+    return path.join(this.dir, sha256.slice(0, 2), sha256);
+  }
+
+  async hasLocal(sha256: string): Promise<boolean> {
+    return (await fs.stat(this.pathOf(sha256)).catch(() => undefined))?.isFile() === true;
+  }
+
+  /**
+   * Takes bytes this process hashed itself into the cache (copied, never linked: the source may
+   * change later, a cache entry may not). Returns the entry's path.
+   */
+  async adopt(file: string, sha256: string, created?: CreatedEntries): Promise<string> {
+    const target = this.pathOf(sha256);
+    if (await this.hasLocal(sha256)) return target;
+    await fs.mkdir(path.dirname(target), { recursive: true });
+    const temporary = temporarySibling(target);
+    try {
+      await fs.copyFile(file, temporary);
+      await fs.chmod(temporary, 0o444);
+      await fs.rename(temporary, target);
+      created?.push(target);
+    } catch (error) {
+      await fs.rm(temporary, { force: true });
+      throw error;
+    }
+    return target;
+  }
+
+  /** Takes bytes in hand into the cache under their digest (computed here). */
+  async adoptBytes(bytes: Uint8Array, created?: CreatedEntries): Promise<{ sha256: string; path: string }> {
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    const target = this.pathOf(sha256);
+    if (!(await this.hasLocal(sha256))) {
+      await fs.mkdir(path.dirname(target), { recursive: true });
+      const temporary = temporarySibling(target);
+      try {
+        await fs.writeFile(temporary, bytes, { mode: 0o444 });
+        await fs.rename(temporary, target);
+        created?.push(target);
+      } catch (error) {
+        await fs.rm(temporary, { force: true });
+        throw error;
+      }
+    }
+    return { sha256, path: target };
+  }
+
+  /**
+   * Makes sure the object store holds `file`'s bytes under `sha256`; nothing is sent when it
+   * already does. The file is opened only if the store needs it (and, in-process, only when
+   * someone reads it).
+   */
+  async publish(ref: BlobRef, file: string): Promise<void> {
+    const store = await this.objects();
+    if ((await store.info(ref.sha256))?.size === ref.size) return;
+    await store.put(ref.sha256, { size: ref.size, open: () => createReadStream(file) });
+  }
+
+  /** Publishes every file of a set, from wherever `locate` says each one is on this machine. */
+  async publishAll(files: readonly SetFile[], locate: (file: SetFile) => string): Promise<void> {
+    await Promise.all(files.map((file) => this.publish(file, locate(file))));
+  }
+
+  /**
+   * A verified local copy of the blob: the cache's own when it has one, else fetched from the
+   * object store, hashed as it streams in, and kept only when its digest and size are the ones
+   * asked for. `what` names the blob in a refusal (`hello@0.1.0: component.core.wasm`).
+   */
+  async fetch(ref: BlobRef, what: string, created?: CreatedEntries): Promise<string> {
+    const target = this.pathOf(ref.sha256);
+    if (await this.hasLocal(ref.sha256)) return target;
+    let pending = this.fetching.get(ref.sha256);
+    if (!pending) {
+      pending = this.fetchOnce(ref, what).finally(() => this.fetching.delete(ref.sha256));
+      this.fetching.set(ref.sha256, pending);
+      const fetched = await pending;
+      created?.push(fetched);
+      return fetched;
+    }
+    return pending;
+  }
+
+  /** Removes entries a refused piece of work created (see `CreatedEntries`). */
+  async forget(created: CreatedEntries): Promise<void> {
+    for (const entry of created.splice(0)) {
+      await fs.rm(entry, { force: true });
+      await removeEmptyParents(path.dirname(entry), path.dirname(this.dir));
+    }
+  }
+
+  private async fetchOnce(ref: BlobRef, what: string): Promise<string> {
+    const target = this.pathOf(ref.sha256);
+    if (await this.hasLocal(ref.sha256)) return target;
+    const store = await this.objects();
+    const chunks = await store.get(ref.sha256);
+    if (!chunks) {
+      throw new MurmurError('E-IO-001', `${what}: object ${ref.sha256} is not in the bus's object store (bucket ${BLOB_BUCKET})`, {
+        path: `${BLOB_BUCKET}/${ref.sha256}`,
+        hint: 'whoever made it has not published it, or the store lost it: stage the capsule again',
+      });
+    }
+    await fs.mkdir(path.dirname(target), { recursive: true });
+    const temporary = temporarySibling(target);
+    const handle = await fs.open(temporary, 'wx', 0o600);
+    const hash = createHash('sha256');
+    let received = 0;
+    try {
+      for await (const chunk of chunks) {
+        received += chunk.byteLength;
+        if (received > ref.size) break;
+        hash.update(chunk);
+        await handle.write(chunk);
+      }
+      await handle.close();
+      const actual = hash.digest('hex');
+      if (received !== ref.size || actual !== ref.sha256) {
+        throw new MurmurError(
+          'E-REG-002',
+          received !== ref.size
+            ? `${what}: object ${ref.sha256} in the bus's object store holds ${received > ref.size ? `more than ${ref.size}` : received} bytes, not the ${ref.size} it was published as; refused before use`
+            : `${what}: object ${ref.sha256} in the bus's object store hashes to ${actual}; its bytes do not match its name, and were refused before use`,
+          { path: `${BLOB_BUCKET}/${ref.sha256}`, hint: 'the object store holds bytes that are not what was staged: stage the capsule again, and find out who wrote that object' },
+        );
+      }
+      await fs.chmod(temporary, 0o444);
+      await fs.rename(temporary, target);
+      return target;
+    } catch (error) {
+      await handle.close().catch(() => {});
+      await fs.rm(temporary, { force: true });
+      throw error;
+    }
+  }
+
+  /**
+   * Writes a set's files under `directory` (which must not exist yet), each from a verified blob:
+   * hard-linked where the cache is on the same filesystem (cheap, and safe for directories no
+   * guest can write), copied otherwise or when `copy` asks for it.
+   */
+  async materialise(files: readonly SetFile[], directory: string, what: string, options: { copy?: boolean; created?: CreatedEntries } = {}): Promise<void> {
+    const base = path.resolve(directory);
+    await fs.mkdir(base, { recursive: true });
+    for (const file of files) {
+      const source = await this.fetch(file, `${what}: ${file.path}`, options.created);
+      const target = path.resolve(base, file.path);
+      if (!target.startsWith(`${base}${path.sep}`)) throw new MurmurError('E-ART-001', `${what}: '${file.path}' resolves outside ${base}`);
+      await fs.mkdir(path.dirname(target), { recursive: true });
+      // A link shares the blob's inode (and its read-only mode); an executable is always a copy.
+      const copy = options.copy === true || file.executable;
+      await placeFile(source, target, copy);
+      if (copy) await fs.chmod(target, file.executable ? 0o755 : 0o644);
+    }
+  }
+}
+
+async function placeFile(source: string, target: string, copy: boolean): Promise<void> {
+  if (!copy) {
+    try {
+      await fs.link(source, target);
+      return;
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'EXDEV' && code !== 'EPERM' && code !== 'EMLINK') throw error;
+    }
+  }
+  await fs.copyFile(source, target);
+  await fs.chmod(target, 0o644);
+}
+
+/** The sha256 and size of a file, streamed (a 12 MB component is never held whole for this). */
+export async function hashFile(file: string): Promise<BlobRef> {
+  const hash = createHash('sha256');
+  let size = 0;
+  for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 })) {
+    hash.update(chunk as Buffer);
+    size += (chunk as Buffer).byteLength;
+  }
+  return { sha256: hash.digest('hex'), size };
+}

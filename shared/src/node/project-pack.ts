@@ -1,0 +1,220 @@
+import { createHash } from 'node:crypto';
+import { createReadStream, promises as fs, realpathSync } from 'node:fs';
+import path from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import type { ObjectStore } from '../bus/objects.js';
+import { MurmurError } from '../errors.js';
+import { type ProjectListing, ProjectListingSchema, type SetFile, fileSetBytes } from '../file-set.js';
+import { LOCKFILE_NAME } from '../lockfile.js';
+import { type BlobRef, hashFile } from './blobs.js';
+
+/**
+ * A capsule project packed for staging, by whoever asks for it to be staged (`mur`, a test, a
+ * client of the stack): the stager is never given a path, because it may run on another machine.
+ *
+ * What is packed is what staging reads and nothing else — `murmur.yaml`, `murmur.lock`, the
+ * capsule's component (a script capsule's `capsule.wasm` or root `*.wasm`), the files the manifest
+ * names (`inference.system_prompt_file`, local skills' `source`), and the project store's entries
+ * for the artifacts the manifest declares — so a capsule directory that also holds its sessions'
+ * workdirs uploads only its few files. Each file travels as a blob under its sha256; the listing
+ * itself is one more blob, and its digest is what a stage request names.
+ */
+
+export const MAX_PROJECT_BYTES_ENV = 'MURMUR_MAX_PROJECT_BYTES';
+/** Large enough for a few componentize-js components (12 MB each) and their artifacts. */
+export const DEFAULT_MAX_PROJECT_BYTES = 512 * 1024 * 1024;
+export const MAX_PROJECT_FILES = 10_000;
+
+export function maxProjectBytesFromEnv(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env[MAX_PROJECT_BYTES_ENV]?.trim();
+  if (raw && /^\d+$/.test(raw) && Number.isSafeInteger(Number(raw))) return Number(raw);
+  return DEFAULT_MAX_PROJECT_BYTES;
+}
+
+export interface PackedProject {
+  listing: ProjectListing;
+  /** The listing as it is stored, and its digest: what a stage request names. */
+  listingBytes: Uint8Array;
+  ref: BlobRef;
+  /** Where each packed file is on this machine, by its path in the listing. */
+  local: Map<string, string>;
+}
+
+export interface PackOptions {
+  maxBytes?: number;
+  label?: string;
+}
+
+/** What the manifest says about files to pack; a manifest that does not parse is packed alone, and refused by the stager. */
+interface ManifestFacts {
+  agent: boolean;
+  promptFile: string | undefined;
+  skillSources: string[];
+  artifacts: Array<{ name: string; version: string }>;
+}
+
+function manifestFacts(text: string): ManifestFacts {
+  let value: unknown;
+  try {
+    value = parseYaml(text);
+  } catch {
+    return { agent: false, promptFile: undefined, skillSources: [], artifacts: [] };
+  }
+  const record = (candidate: unknown): Record<string, unknown> => (candidate !== null && typeof candidate === 'object' && !Array.isArray(candidate) ? (candidate as Record<string, unknown>) : {});
+  const manifest = record(value);
+  const inference = manifest.inference === undefined ? undefined : record(manifest.inference);
+  const entries = Array.isArray(manifest.artifacts) ? manifest.artifacts.map(record) : [];
+  return {
+    agent: inference !== undefined,
+    promptFile: typeof inference?.system_prompt_file === 'string' ? inference.system_prompt_file : undefined,
+    skillSources: entries.map((entry) => entry.source).filter((source): source is string => typeof source === 'string'),
+    artifacts: entries.filter((entry) => typeof entry.name === 'string' && entry.source === undefined).map((entry) => ({ name: entry.name as string, version: String(entry.version ?? '') })),
+  };
+}
+
+function lockPins(text: string | undefined): Map<string, string> {
+  const pins = new Map<string, string>();
+  if (text === undefined) return pins;
+  try {
+    const lock = parseYaml(text) as { artifacts?: Array<{ name?: unknown; resolved_version?: unknown }> };
+    for (const entry of lock?.artifacts ?? []) if (typeof entry.name === 'string') pins.set(entry.name, String(entry.resolved_version ?? ''));
+  } catch {
+    // an unreadable lock is packed as it is and refused by the stager
+  }
+  return pins;
+}
+
+class Packer {
+  readonly files: SetFile[] = [];
+  readonly local = new Map<string, string>();
+  private readonly realRoot: string;
+
+  constructor(
+    readonly root: string,
+    private readonly maxBytes: number,
+  ) {
+    this.realRoot = realpathSync(root);
+  }
+
+  /** Adds `relative` if it is a regular file inside the project; `what` names it in a refusal. */
+  async add(relative: string, what: string): Promise<boolean> {
+    const absolute = path.resolve(this.root, relative);
+    const stat = await fs.stat(absolute).catch(() => undefined);
+    if (!stat?.isFile()) return false;
+    const real = realpathSync(absolute);
+    if (!real.startsWith(`${this.realRoot}${path.sep}`)) {
+      throw new MurmurError('E-PRJ-002', `${what} '${relative}' resolves to ${real}, outside the capsule directory ${this.realRoot}`, {
+        path: relative,
+        hint: 'a capsule is staged from its own directory: move the file into it (or point the manifest at a copy inside it)',
+      });
+    }
+    const name = path.relative(this.realRoot, real).split(path.sep).join('/');
+    if (this.local.has(name)) return true;
+    const digest = await hashFile(real);
+    this.files.push({ path: name, sha256: digest.sha256, size: digest.size, executable: (stat.mode & 0o111) !== 0 });
+    this.local.set(name, real);
+    if (this.files.length > MAX_PROJECT_FILES) throw new MurmurError('E-PRJ-001', `the capsule project in ${this.root} has more than ${MAX_PROJECT_FILES} files to stage`);
+    const total = fileSetBytes(this.files);
+    if (total > this.maxBytes) {
+      throw new MurmurError('E-PRJ-001', `the capsule project in ${this.root} is over the ${this.maxBytes}-byte staging limit (${total} bytes with '${name}')`, {
+        path: name,
+        hint: `raise ${MAX_PROJECT_BYTES_ENV} for the client and the stager, or keep large files out of what the manifest names`,
+      });
+    }
+    return true;
+  }
+
+  /** Every regular file below `relative`, recursively, when it is a directory. */
+  async addTree(relative: string, what: string): Promise<void> {
+    const absolute = path.resolve(this.root, relative);
+    const entries = await fs.readdir(absolute, { withFileTypes: true }).catch(() => []);
+    for (const entry of entries) {
+      const child = path.join(relative, entry.name);
+      if (entry.isDirectory()) await this.addTree(child, what);
+      else if (entry.isFile()) await this.add(child, what);
+    }
+  }
+}
+
+/** Packs the capsule project in `dir` (the directory holding `murmur.yaml`). */
+export async function packProject(dir: string, options: PackOptions = {}): Promise<PackedProject> {
+  const root = path.resolve(dir);
+  const manifestPath = path.join(root, 'murmur.yaml');
+  let manifestText: string;
+  try {
+    manifestText = await fs.readFile(manifestPath, 'utf8');
+  } catch (error) {
+    const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
+    throw new MurmurError(missing ? 'E-IO-001' : 'E-IO-003', missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`, {
+      path: manifestPath,
+      hint: missing ? 'pass the directory that holds murmur.yaml, or --manifest <path>' : undefined,
+    });
+  }
+  const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv());
+  await packer.add('murmur.yaml', 'the manifest');
+  const lockText = await fs.readFile(path.join(root, LOCKFILE_NAME), 'utf8').catch(() => undefined);
+  await packer.add(LOCKFILE_NAME, 'the lock');
+  const facts = manifestFacts(manifestText);
+  if (!facts.agent) {
+    // All root components: which one is the capsule's (or that the choice is ambiguous) is the stager's to say.
+    const roots = (await fs.readdir(root, { withFileTypes: true })).filter((entry) => entry.isFile() && entry.name.endsWith('.wasm')).map((entry) => entry.name);
+    for (const name of roots.includes('capsule.wasm') ? ['capsule.wasm'] : roots) await packer.add(name, 'the capsule component');
+  }
+  if (facts.promptFile !== undefined) await packer.add(facts.promptFile, 'inference.system_prompt_file');
+  for (const source of facts.skillSources) {
+    const absolute = path.resolve(root, source);
+    const stat = await fs.stat(absolute).catch(() => undefined);
+    if (stat?.isDirectory()) {
+      const skill = (await fs.readdir(absolute)).find((file) => file.toLowerCase() === 'skill.md');
+      if (skill) await packer.add(path.join(source, skill), 'the skill source');
+    } else {
+      await packer.add(source, 'the skill source');
+    }
+  }
+  const pins = lockPins(lockText);
+  for (const artifact of facts.artifacts) {
+    for (const version of new Set([artifact.version, pins.get(artifact.name) ?? artifact.version])) {
+      // Names and versions that cannot be store paths are the stager's to refuse; nothing is packed for them.
+      if (!/^[A-Za-z0-9][A-Za-z0-9._+-]*(\/[A-Za-z0-9][A-Za-z0-9._+-]*)?$/.test(artifact.name) || !/^[A-Za-z0-9][A-Za-z0-9._+-]*$/.test(version) || version.includes('..')) continue;
+      await packer.addTree(path.join('.murmur', 'artifacts', ...artifact.name.split('/'), version), 'the project store');
+    }
+  }
+  return finish(packer, options.label ?? path.basename(root));
+}
+
+/**
+ * Packs a project's store alone (`.murmur/artifacts`), for staging a capsule by name: the stager
+ * searches it first, as it would the project store on this machine.
+ */
+export async function packProjectStore(projectDir: string, options: PackOptions = {}): Promise<PackedProject | undefined> {
+  const root = path.resolve(projectDir);
+  const store = path.join(root, '.murmur', 'artifacts');
+  if (!(await fs.stat(store).catch(() => undefined))?.isDirectory()) return undefined;
+  const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv());
+  await packer.addTree(path.join('.murmur', 'artifacts'), 'the project store');
+  if (packer.files.length === 0) return undefined;
+  return finish(packer, options.label ?? path.basename(root));
+}
+
+function finish(packer: Packer, label: string): PackedProject {
+  const files = [...packer.files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  const listing = ProjectListingSchema.parse({ format: 'murmur-project/1', label: label.slice(0, 200), files });
+  const listingBytes = new TextEncoder().encode(JSON.stringify(listing));
+  return { listing, listingBytes, ref: { sha256: createHash('sha256').update(listingBytes).digest('hex'), size: listingBytes.byteLength }, local: packer.local };
+}
+
+/**
+ * Puts a packed project in the object store: each file the store does not hold yet (a component
+ * that has not changed since the last run is not sent again), then the listing.
+ */
+export async function publishProject(store: ObjectStore, packed: PackedProject): Promise<BlobRef> {
+  await Promise.all(
+    packed.listing.files.map(async (file) => {
+      if ((await store.info(file.sha256))?.size === file.size) return;
+      const local = packed.local.get(file.path) as string;
+      await store.put(file.sha256, { size: file.size, open: () => createReadStream(local, { highWaterMark: 1 << 20 }) });
+    }),
+  );
+  await store.put(packed.ref.sha256, { bytes: packed.listingBytes });
+  return packed.ref;
+}
