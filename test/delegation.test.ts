@@ -2,7 +2,7 @@ import { promises as fs, existsSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DelegationControlReply, type DelegationLaunchReply, SPAWNER_ENV, SPAWN_CREDENTIAL_HEADER, capabilityPolicy, commands, newContextId, parseCapsuleManifest, parseSpawnerHandle, silentLog } from '@murmur/shared';
+import { type DelegationCompleted, type DelegationControlReply, type DelegationLaunchReply, SPAWNER_ENV, SPAWN_CREDENTIAL_HEADER, type SessionStarted, capabilityPolicy, commands, newContextId, parseCapsuleManifest, parseSpawnerHandle, silentLog, topics } from '@murmur/shared';
 import { type Bus, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
 import { type RunningAgent, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
@@ -21,7 +21,8 @@ import { type ScriptedInference, startScriptedInference } from './support/script
  * The test plays the launcher the parent's delegate tool plays later: it asks roost for an
  * approval and the watcher for a launch. No task of the parent awaits those children, so the
  * parent's door refuses their completions with -31002, and each child records the refusal.
- * The last cases let the parent's own model delegate, where the completion enters its task.
+ * The last cases let the parent's own model delegate, where the completion enters its task. Two
+ * executors run, so where a child lands is a fact the suite can check: on its parent's.
  */
 
 const MARKER_VAR = 'MURMUR_TEST_ALLOWED_VAR';
@@ -41,6 +42,9 @@ describe('delegated children and their completions', () => {
   let env: Record<string, string>;
   let bus: Bus;
   let credential: string;
+  const executors: ServiceProcess[] = [];
+  const started: SessionStarted[] = [];
+  const completed: DelegationCompleted[] = [];
 
   const driverEntry = `  - name: ${DRIVER}\n    version: 0.1.0\n    runtime: driver\n`;
   const agentTail = (endpoint: string, authority: string, lifecycle: string) =>
@@ -77,8 +81,12 @@ describe('delegated children and their completions', () => {
     services.push(roost);
     roostUrl = roost.url;
     const withRoost = { ...env, MURMUR_ROOST_URL: roostUrl };
-    services.push(await startService('stager', withRoost), await startService('executor', withRoost), await startService('watcher', withRoost), await startService('door', withRoost));
+    executors.push(await startService('executor', withRoost), await startService('executor', withRoost));
+    services.push(await startService('stager', withRoost), ...executors, await startService('watcher', withRoost), await startService('door', withRoost));
     bus = createBus(await NatsTransport.connect(nats.url, { log: silentLog }), silentLog);
+    bus.subscribe(topics.sessionStarted, (event) => void started.push(event));
+    bus.subscribe(topics.delegationCompleted, (event) => void completed.push(event));
+    await bus.flush();
 
     // The suite registers a session of its own, as the parent capsule, to ask roost for approvals.
     const registered = await fetch(new URL('/v1/sessions', roostUrl), {
@@ -350,6 +358,27 @@ describe('delegated children and their completions', () => {
     }
   });
 
+  it("a child runs on its parent's executor, under the parent's children/, whichever of two executors the parent is on", async () => {
+    const placements = new Map<string, number>();
+    for (let attempt = 0; attempt < 12 && placements.size < 2; attempt += 1) {
+      const parent = await startParent();
+      try {
+        const home = await eventually(() => started.find((event) => event.session_id === parent.sessionId), 10_000, 'the parent session.started');
+        const child = await launch(parent, 'local/worker', { task: workerTask });
+        expect(child.executor_id).toBe(home.executor_id);
+        expect(child.workdir).toBe(path.join(parent.sessionDir, 'children', child.delegation_id as string));
+        const childStart = await eventually(() => started.find((event) => event.session_id === child.session_id), 10_000, 'the child session.started');
+        expect(childStart.executor_id).toBe(home.executor_id);
+        const completion = await settledCompletion(child.workdir);
+        expect(completion.workdir).toBe(child.workdir);
+        placements.set(home.executor_id, (placements.get(home.executor_id) ?? 0) + 1);
+      } finally {
+        await parent.stop();
+      }
+    }
+    expect([...placements.keys()].sort()).toEqual(executors.map((executor) => executor.ready.instance_id as string).sort());
+  });
+
   it('refuses, as a tool error the model reads, a capsule the parent may not spawn', async () => {
     const parent = await startParent();
     try {
@@ -359,6 +388,28 @@ describe('delegated children and their completions', () => {
       expect(answer).toContain('spawn.allow');
       const trace = await traceOf(parent.sessionDir);
       expect(trace.find((event) => event.event_type === 'tool_call')).toMatchObject({ tool_name: 'delegate-task', status: 'error' });
+    } finally {
+      await parent.stop();
+    }
+  });
+  // Last: it takes an executor away.
+  it("a child lost with its executor is reported crashed to its parent, naming the loss, and the report is kept in the bus", async () => {
+    const parent = await startParent();
+    try {
+      const home = await eventually(() => started.find((event) => event.session_id === parent.sessionId), 10_000, 'the parent session.started');
+      const child = await launch(parent, 'local/slow-worker', {});
+      expect(child.executor_id).toBe(home.executor_id);
+      const victim = executors.find((executor) => executor.ready.instance_id === home.executor_id) as ServiceProcess;
+      victim.kill('SIGKILL');
+      const report = await eventually(() => completed.find((event) => event.outcome.delegation_id === child.delegation_id), 15_000, 'the lost child reported');
+      expect(report.parent_session_id).toBe(parent.sessionId);
+      expect(report.outcome).toMatchObject({ status: 'crashed', reported_by: 'launcher', delivered: false, session_id: child.session_id });
+      expect(report.outcome.detail).toContain('E-EXE-001');
+      expect(report.outcome.detail).toContain(`executor ${victim.ready.instance_id as string} stopped answering`);
+      // Its parent was lost with it, so the report reached nobody: it is recorded, never dropped.
+      expect(report.outcome.delivery_error).toBeDefined();
+      const kept = await (await bus.keyValue('murmur-completions')).get(child.delegation_id as string);
+      expect(JSON.parse(kept as string)).toMatchObject({ delegation_id: child.delegation_id, status: 'crashed' });
     } finally {
       await parent.stop();
     }

@@ -39,6 +39,8 @@ export interface ServiceProcess {
   /** The service's own start line, parsed. */
   readonly ready: Record<string, unknown>;
   logs(): string;
+  /** Sends a signal and does not wait: what a crash or `docker kill` does to a service. */
+  kill(signal: NodeJS.Signals): void;
   stop(): Promise<number | null>;
 }
 
@@ -68,8 +70,9 @@ export async function startService(name: string, env: Record<string, string | un
         }
       }
     };
-    child.stderr?.on('data', onData);
-    child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    // A service logs JSON lines on stdout; what it writes to stderr (a crash) is kept too.
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.once('exit', (code) => {
       clearTimeout(timer);
       reject(new Error(`${name} exited with ${code} before it was ready:\n${output}`));
@@ -81,6 +84,7 @@ export async function startService(name: string, env: Record<string, string | un
     url: `http://127.0.0.1:${ready.port as number}`,
     ready,
     logs: () => output,
+    kill: (signal) => void child.kill(signal),
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
       const exited = once(child, 'exit') as Promise<[number | null]>;

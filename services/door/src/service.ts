@@ -54,6 +54,8 @@ export interface DoorService {
   readonly doorId: string;
   /** Where this door is reached; the URL it puts in cards and tells `door.locate` askers. */
   setBaseUrl(url: string): void;
+  /** The door is stopping: each open stream ends with an error telling its client to resubscribe at any door. */
+  drain(): void;
   close(): Promise<void>;
 }
 
@@ -193,7 +195,7 @@ export function startDoorService(options: DoorOptions): DoorService {
         const deadline = Date.now() + blockingWaitMs;
         for (;;) {
           const next = await watch.next(Math.max(1, deadline - Date.now()));
-          if (next === 'ended' || next === 'timeout') break;
+          if (next === 'ended' || next === 'timeout' || next === 'door-stopping') break;
           if (next.task_id === task.id && next.type === 'status' && (next.final || next.state === 'input-required')) break;
         }
         const latest = taskOf(await link.call({ method: 'get', task_id: task.id, ...(configuration?.historyLength !== undefined ? { history_length: configuration.historyLength } : {}) }));
@@ -290,6 +292,10 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (sse.aborted) return;
           const next = await watch.next(heartbeatMs);
           if (next === 'timeout') continue;
+          if (next === 'door-stopping') {
+            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, DOOR_STOPPING)) });
+            return;
+          }
           if (next === 'ended') {
             await frame('status', renderStreamEvent(version, endedEvent(task)));
             return;
@@ -330,6 +336,10 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (sse.aborted) return;
           const next = await watch.next(heartbeatMs);
           if (next === 'timeout') continue;
+          if (next === 'door-stopping') {
+            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, DOOR_STOPPING)) });
+            return;
+          }
           if (next === 'ended') {
             await sse.writeSSE({ event: 'capsule-closed', data: '{}' });
             return;
@@ -365,6 +375,9 @@ export function startDoorService(options: DoorOptions): DoorService {
     setBaseUrl(url: string) {
       baseUrl ??= url;
     },
+    drain() {
+      feeds.shutdown();
+    },
     async close() {
       locate.unsubscribe();
       feeds.close();
@@ -390,6 +403,9 @@ function sendCall(message: A2aMessage, traceparent: string | undefined, completi
     ...(completion ?? {}),
   };
 }
+
+/** What an open stream is told when its door stops: the task is not affected, only this connection. */
+const DOOR_STOPPING: RpcError = { code: RPC_ERRORS.internal, message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door' };
 
 function settled(task: TaskView): boolean {
   return TERMINAL_TASK_STATES.has(task.state) || task.state === 'input-required';

@@ -83,7 +83,13 @@ export class FeedHub {
     this.sessions.delete(sessionId);
   }
 
+  /** The door is stopping: every stream is told so (and can tell its client to resubscribe elsewhere). */
+  shutdown(): void {
+    for (const session of this.sessions.values()) for (const watch of session.watchers) watch.shutdown();
+  }
+
   close(): void {
+    this.shutdown();
     this.ended.unsubscribe();
     for (const session of this.sessions.values()) session.subscription.unsubscribe();
     this.sessions.clear();
@@ -101,6 +107,7 @@ export class FeedWatch {
   private wake: (() => void) | undefined;
   private ended = false;
   private closed = false;
+  private stopping = false;
 
   constructor(private readonly onClose: () => void) {}
 
@@ -120,9 +127,16 @@ export class FeedWatch {
     this.wake?.();
   }
 
-  /** The next event, `ended` once the session is gone, or `timeout` after `waitMs` of quiet. */
-  async next(waitMs: number): Promise<SessionEvent | 'ended' | 'timeout'> {
+  /** The door is stopping: `next` says so at once, whatever is still queued (another door replays it). */
+  shutdown(): void {
+    this.stopping = true;
+    this.wake?.();
+  }
+
+  /** The next event, `ended` once the session is gone, `door-stopping`, or `timeout` after `waitMs` of quiet. */
+  async next(waitMs: number): Promise<SessionEvent | 'ended' | 'door-stopping' | 'timeout'> {
     for (;;) {
+      if (this.stopping) return 'door-stopping';
       const event = this.queue.shift();
       if (event) {
         this.delivered = event.id;

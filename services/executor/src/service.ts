@@ -63,7 +63,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   const ended = new Map<string, Session>();
   const subscriptions: Subscription[] = [];
   const cache = cacheDir(env);
-  const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET));
+  const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET), (ref, what) => log.info({ sha256: ref.sha256, bytes: ref.size, what }, 'fetched a blob from the object store'));
   let locations: Promise<KeyValueStore> | undefined;
   const locationStore = (): Promise<KeyValueStore> => {
     locations ??= bus.keyValue(SESSION_LOCATIONS_BUCKET);

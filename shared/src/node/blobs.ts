@@ -35,9 +35,13 @@ export class BlobCache {
    * @param dir the local cache directory (`<cache>/blobs`)
    * @param objects the bus's object store bucket, opened on first use
    */
+  /**
+   * @param onFetched told of each blob fetched from the object store (not of local hits)
+   */
   constructor(
     readonly dir: string,
     private readonly objects: () => Promise<ObjectStore>,
+    private readonly onFetched: (ref: BlobRef, what: string) => void = () => {},
   ) {}
 
   pathOf(sha256: string): string {
@@ -157,16 +161,20 @@ export class BlobCache {
       await handle.close();
       const actual = hash.digest('hex');
       if (received !== ref.size || actual !== ref.sha256) {
+        // An object whose bytes are not what its name says is wrong for everyone who reads it:
+        // it is taken out of the store, so the next staging publishes the right bytes again.
+        await store.delete(ref.sha256).catch(() => {});
         throw new MurmurError(
           'E-REG-002',
           received !== ref.size
             ? `${what}: object ${ref.sha256} in the bus's object store holds ${received > ref.size ? `more than ${ref.size}` : received} bytes, not the ${ref.size} it was published as; refused before use`
             : `${what}: object ${ref.sha256} in the bus's object store hashes to ${actual}; its bytes do not match its name, and were refused before use`,
-          { path: `${BLOB_BUCKET}/${ref.sha256}`, hint: 'the object store holds bytes that are not what was staged: stage the capsule again, and find out who wrote that object' },
+          { path: `${BLOB_BUCKET}/${ref.sha256}`, hint: 'the bad object was removed from the store: stage the capsule again (it republishes the right bytes), and find out who wrote that object' },
         );
       }
       await fs.chmod(temporary, 0o444);
       await fs.rename(temporary, target);
+      this.onFetched(ref, what);
       return target;
     } catch (error) {
       await handle.close().catch(() => {});

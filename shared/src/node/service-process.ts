@@ -20,6 +20,8 @@ export interface StartedService {
   http?: Hono;
   /** Told the URL the service's HTTP listener got (a door puts it in the URLs it hands out). */
   onListening?(url: string): void;
+  /** Told the process is stopping, before its listener closes: end what would otherwise hold it open (a door's streams). */
+  drain?(): void | Promise<void>;
   close(): Promise<void>;
 }
 
@@ -34,12 +36,13 @@ export interface ServiceProcessOptions {
  * The whole life of a service process, the same for all five: connect to the bus named by
  * `MURMUR_NATS_URL` (in-process when unset), start the service, serve its routes and `GET /health`
  * on `MURMUR_<SERVICE>_HOST:MURMUR_<SERVICE>_PORT`, answer `service.<name>.health` on the bus, say
- * on one line which bus and port it uses, and shut down cleanly on SIGTERM or SIGINT.
+ * on one line which bus and port it uses, log JSON lines on stdout, and shut down cleanly on
+ * SIGTERM or SIGINT.
  */
 export async function runServiceProcess(options: ServiceProcessOptions): Promise<void> {
   const env = process.env;
   const upper = options.service.toUpperCase();
-  const log = createLogger(options.service, env);
+  const log = createLogger(options.service, env, 'stdout');
   const instanceId = `${options.service}-${newId('request').slice(4, 16)}`;
   const startedAt = new Date();
   // A service that cannot start says why, with a code, on its log and its exit status: never a stack.
@@ -85,7 +88,9 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     stopping = true;
     log.info({ signal }, `${options.service} stopping`);
     health.unsubscribe();
-    await listener.close();
+    await started.drain?.();
+    // A response being written (a stream's last frame) gets a moment to finish before it is cut.
+    await listener.close(1_000);
     await started.close();
     await bus.close();
     log.info({}, `${options.service} stopped`);

@@ -20,7 +20,7 @@ export interface StagingOptions {
   onProgress?: (progress: StageProgress) => void;
   /** The most the whole staging may take (a cold transpile of several large components is long). */
   timeoutMs?: number;
-  /** How long the stager may say nothing before it is taken to be gone. */
+  /** How long the stager may say nothing before it is taken to be gone (`MURMUR_STAGE_IDLE_MS`, 15 s). */
   idleMs?: number;
 }
 
@@ -29,7 +29,7 @@ const DEFAULT_IDLE_MS = 15_000;
 
 export async function requestStaging(bus: Bus, request: StageRequest, options: StagingOptions = {}): Promise<StagedPlan> {
   const token = randomBytes(12).toString('hex');
-  const idleMs = options.idleMs ?? DEFAULT_IDLE_MS;
+  const idleMs = options.idleMs ?? (Number(process.env.MURMUR_STAGE_IDLE_MS ?? '') || DEFAULT_IDLE_MS);
   const what = request.source.kind === 'project' ? 'the uploaded project' : `${request.source.name}@${request.source.version}`;
   let watchdog: NodeJS.Timeout | undefined;
   let silent: ((error: MurmurError) => void) | undefined;

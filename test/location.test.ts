@@ -1,0 +1,452 @@
+import { execFileSync } from 'node:child_process';
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BLOB_BUCKET, type LaunchReply, type SessionEnded, type SessionStarted, type StagedPlan, commands, newSessionId, silentLog, topics } from '@murmur/shared';
+import { sha256Hex } from '@murmur/shared/artifacts';
+import { type Bus, type ObjectStore, createBus } from '@murmur/shared/bus';
+import { NatsTransport } from '@murmur/shared/bus/nats';
+import { packProject, publishProject, requestStaging, uploadProject } from '@murmur/shared/node';
+import { agentManifest, agentProject, openStream, readSse, startAgent, textMessage } from './support/agents.js';
+import { probeProject } from './support/capsules.js';
+import { listTree, tempDir } from './support/fs.js';
+import { capsuleWat, toolWat } from './support/guests.js';
+import { capsuleProject } from './support/artifacts.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { rawZip } from './support/raw-zip.js';
+import { rejectionOf } from './support/refusals.js';
+import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
+import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * Nothing shared but the bus, on real processes: a real nats-server and service processes that
+ * each have their own `MURMUR_HOME` — the stager's cache, each executor's cache and workdirs, the
+ * watcher's records, the client's project — so anything that still reached for another service's
+ * disk would fail here as it would across containers. Two executors, so a launch can be placed.
+ */
+describe('the stack with nothing shared but the bus', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let bus: Bus;
+  let blobs: ObjectStore;
+  let stager: ServiceProcess;
+  const executors: ServiceProcess[] = [];
+  const services: ServiceProcess[] = [];
+  let inference: ScriptedInference;
+  const started: SessionStarted[] = [];
+  const ended: SessionEnded[] = [];
+  const homes: Record<string, string> = {};
+  let client: Record<string, string>;
+
+  const home = (name: string): string => {
+    homes[name] ??= path.join(scratch.dir, `home-${name}`);
+    return homes[name];
+  };
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-location-');
+    const bus$ = { MURMUR_NATS_URL: nats.url, MURMUR_EXECUTOR_HEARTBEAT_MS: '250', MURMUR_EXECUTOR_LOST_MS: '2000' };
+    stager = await startService('stager', { ...bus$, MURMUR_HOME: home('stager') });
+    for (const name of ['a', 'b']) executors.push(await startService('executor', { ...bus$, MURMUR_HOME: home(`executor-${name}`) }));
+    services.push(stager, await startService('watcher', { ...bus$, MURMUR_HOME: home('watcher') }), await startService('door', { ...bus$, MURMUR_HOME: home('door') }));
+    client = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: home('client') };
+    bus = createBus(await NatsTransport.connect(nats.url, { log: silentLog }), silentLog);
+    blobs = await bus.objectStore(BLOB_BUCKET);
+    bus.subscribe(topics.sessionStarted, (event) => void started.push(event));
+    bus.subscribe(topics.sessionEnded, (event) => void ended.push(event));
+    await bus.flush();
+    inference = await startScriptedInference({ script: [{ text: 'the answer, from the stack' }] });
+  });
+
+  afterAll(async () => {
+    await bus?.close();
+    for (const service of [...services, ...executors]) await service.stop();
+    await inference?.close();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  /** Staged as any client stages: packed, uploaded, asked of a stager. */
+  async function stage(dir: string): Promise<StagedPlan> {
+    return requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, dir) } });
+  }
+
+  /** A launch on one executor, as the test chooses; resolves with the reply and the session's end. */
+  async function launchOn(executor: ServiceProcess, plan: StagedPlan, extra: Record<string, unknown> = {}): Promise<{ reply: LaunchReply; end: Promise<SessionEnded> }> {
+    const sessionId = newSessionId();
+    const end = eventually(() => ended.find((event) => event.session_id === sessionId), 30_000, `the end of ${sessionId}`);
+    const reply = await bus.request(commands.launchOn.at(executor.ready.instance_id as string), { session_id: sessionId, plan, ...extra }, { timeoutMs: 60_000 });
+    return { reply, end };
+  }
+
+  const fetchedBlobs = (executor: ServiceProcess): number => executor.logs().split('\n').filter((line) => line.includes('fetched a blob from the object store')).length;
+
+  it('runs a capsule on an executor that shares no disk with its stager: the bundle is fetched, verified, kept, and a second launch is a local hit', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'fetched'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
+    const plan = await stage(project);
+    expect(JSON.stringify(plan)).not.toContain(home('stager'));
+    const [executor] = executors as [ServiceProcess];
+    const before = fetchedBlobs(executor);
+    const first = await launchOn(executor, plan, { task: JSON.stringify([{ op: 'print', text: 'ran where it was sent' }]) });
+    expect((await first.end).exit_status).toBe('ok');
+    expect(first.reply.executor_id).toBe(executor.ready.instance_id);
+    expect(fetchedBlobs(executor)).toBeGreaterThan(before);
+    // What the executor keeps is the bundle the plan names, byte for byte.
+    const component = plan.capsule.component!;
+    const bundleDir = path.join(home('executor-a'), 'cache', 'transpiled', component.bundle.key);
+    for (const file of component.bundle.files) expect(sha256Hex(await fs.readFile(path.join(bundleDir, file.path)))).toBe(file.sha256);
+    // The workdir is the executor's, under its own home.
+    expect(first.reply.workdir.startsWith(home('executor-a'))).toBe(true);
+
+    const afterFirst = fetchedBlobs(executor);
+    const second = await launchOn(executor, plan, { task: JSON.stringify([{ op: 'print', text: 'again' }]) });
+    expect((await second.end).exit_status).toBe('ok');
+    expect(fetchedBlobs(executor)).toBe(afterFirst);
+  });
+
+  it('mur run against the stack streams the output, gives the status and exit code, and fetches out/result.txt to where an in-process run leaves it', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'result'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
+    const task = JSON.stringify([{ op: 'print', text: 'printed on the executor' }, { op: 'write', path: 'out/result.txt', text: 'the result, fetched' }]);
+    const result = await runMur(['run', '--task', task], { cwd: project, env: client });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('printed on the executor');
+    const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1] as string;
+    const local = path.join(project, 'workdir', sessionId, 'out', 'result.txt');
+    expect(result.stdout).toContain(`result:  ${local}`);
+    expect(await fs.readFile(local, 'utf8')).toBe('the result, fetched');
+    expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
+
+    const failed = await runMur(['run', '--task', JSON.stringify([{ op: 'spin' }])], { cwd: await probeProject(path.join(scratch.dir, 'spins'), 'capabilities:\n  limits:\n    deadline_seconds: 1\n'), env: client });
+    expect(failed.code).toBe(1);
+    expect(failed.stderr).toContain('error[E-RUN-001]');
+    expect(failed.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
+  });
+
+  describe('mur files', () => {
+    let sessionId: string;
+    let workdir: string;
+
+    beforeAll(async () => {
+      const project = await probeProject(path.join(scratch.dir, 'files'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
+      const plan = await stage(project);
+      const launched = await launchOn(executors[0] as ServiceProcess, plan, { task: JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'line one\nline two\n' }, { op: 'mkdir', path: 'out/deep' }, { op: 'write', path: 'out/deep/note.txt', text: 'deep' }]) });
+      await launched.end;
+      sessionId = launched.reply.session_id;
+      workdir = launched.reply.workdir;
+      // What a guest could have left behind: links out of its workdir, and a FIFO that would block a reader.
+      await fs.symlink('/etc', path.join(workdir, 'out', 'etc'));
+      await fs.symlink('/etc/passwd', path.join(workdir, 'out', 'passwd'));
+      execFileSync('mkfifo', [path.join(workdir, 'out', 'fifo')]);
+    });
+
+    it('lists a session workdir and prints a file, read through the executor that holds it', async () => {
+      const listing = await runMur(['files', sessionId, 'out', '--json'], { env: client });
+      expect(listing.code, listing.stderr).toBe(0);
+      const entries = (JSON.parse(listing.stdout) as { entries: Array<{ name: string; type: string; size: number }> }).entries;
+      expect(entries.find((entry) => entry.name === 'result.txt')).toMatchObject({ type: 'file', size: 18 });
+      expect(entries.find((entry) => entry.name === 'deep')).toMatchObject({ type: 'directory' });
+      const table = await runMur(['files', sessionId], { env: client });
+      expect(table.stdout).toMatch(/directory\s+-\s+\S+\s+out\//);
+      const file = await runMur(['files', sessionId, 'out/result.txt'], { env: client });
+      expect(file.code, file.stderr).toBe(0);
+      expect(file.stdout).toBe('line one\nline two\n');
+    });
+
+    it('copies a file or a whole directory out with --out, writing nothing it could not read', async () => {
+      const target = path.join(scratch.dir, 'copied');
+      const copied = await runMur(['files', sessionId, 'out/deep', '--out', target], { env: client });
+      expect(copied.code, copied.stderr).toBe(0);
+      expect(await fs.readFile(path.join(target, 'note.txt'), 'utf8')).toBe('deep');
+      const single = await runMur(['files', sessionId, 'out/result.txt', '--out', path.join(scratch.dir, 'single.txt')], { env: client });
+      expect(single.code, single.stderr).toBe(0);
+      expect(await fs.readFile(path.join(scratch.dir, 'single.txt'), 'utf8')).toBe('line one\nline two\n');
+    });
+
+    it.each([
+      ['a path that climbs out', '../..', 'E-SES-002', "'../..' is not a path inside the session's workdir"],
+      ['an absolute path', '/etc/passwd', 'E-SES-002', "'/etc/passwd' is not a path inside the session's workdir"],
+      ['a directory symlink the guest pointed outside', 'out/etc/passwd', 'E-SES-002', "'out/etc/passwd' resolves outside the session's workdir"],
+      ['a file symlink the guest pointed outside', 'out/passwd', 'E-SES-002', "'out/passwd' resolves outside the session's workdir"],
+      ['a FIFO, which would block a reader', 'out/fifo', 'E-SES-002', "'out/fifo' is not a regular file or a directory"],
+      ['a path that does not exist', 'out/none.txt', 'E-IO-001', "'out/none.txt' does not exist in the session's workdir"],
+    ])('refuses %s with its code and the path, and the executor goes on serving', async (_what, wanted, code, message) => {
+      const target = path.join(scratch.dir, `never-${code}-${wanted.replace(/\W/g, '_')}`);
+      const refused = await runMur(['files', sessionId, wanted, '--out', target], { env: client, timeoutMs: 20_000 });
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain(`error[${code}]: ${message}`);
+      expect(await fs.stat(target).catch(() => undefined)).toBeUndefined();
+      expect((await runMur(['files', sessionId, 'out/result.txt'], { env: client })).stdout).toBe('line one\nline two\n');
+    });
+
+    it('refuses an unknown session with E-SES-001, and mur files without a stack with E-BUS-005', async () => {
+      const unknown = await runMur(['files', newSessionId()], { env: client });
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toMatch(/error\[E-SES-001\]: no session 'ses_[0-9a-f]{32}' is known on nats:\/\//);
+      const malformed = await runMur(['files', '../../etc'], { env: client });
+      expect(malformed.stderr).toContain("error[E-SES-001]: no session '../../etc' is known");
+      const local = await runMur(['files', sessionId], { env: { MURMUR_HOME: home('client') } });
+      expect(local.code).toBe(1);
+      expect(local.stderr).toContain('error[E-BUS-005]');
+    });
+  });
+
+  describe('bad input at the new boundaries is refused with a code, writes nothing, and the stager goes on serving', () => {
+    async function stagerCacheFiles(): Promise<string[]> {
+      return (await listTree(path.join(home('stager'), 'cache'))).filter((entry) => !entry.endsWith('/'));
+    }
+
+    async function uploadListing(listing: unknown): Promise<{ sha256: string; size: number }> {
+      const bytes = Buffer.from(JSON.stringify(listing));
+      const ref = { sha256: sha256Hex(bytes), size: bytes.byteLength };
+      await blobs.put(ref.sha256, { bytes });
+      return ref;
+    }
+
+    async function stillServing(): Promise<void> {
+      const plan = await stage(await probeProject(path.join(scratch.dir, `after-${Date.now()}`)));
+      expect(plan.capsule.name).toBe('probe');
+    }
+
+    it('a project over the client limit is refused before anything is uploaded', async () => {
+      const project = await probeProject(path.join(scratch.dir, 'too-big-here'));
+      const result = await runMur(['stage', project], { env: { ...client, MURMUR_MAX_PROJECT_BYTES: '1000' } });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('error[E-PRJ-001]');
+      expect(result.stderr).toContain('over the 1000-byte staging limit');
+    });
+
+    it('a listing over the stager limit is refused before a single file is fetched', async () => {
+      const before = await stagerCacheFiles();
+      const huge = 'a'.repeat(64);
+      const ref = await uploadListing({ format: 'murmur-project/1', label: 'huge', files: [{ path: 'murmur.yaml', sha256: huge, size: 40 * 1024 ** 3 }] });
+      const error = await rejectionOf(requestStaging(bus, { source: { kind: 'project', project: ref } }));
+      expect(error.code).toBe('E-PRJ-001');
+      expect(error.message).toContain("the uploaded project 'huge' is 42949672960 bytes");
+      expect(await stagerCacheFiles()).toEqual(before);
+      await stillServing();
+    });
+
+    it('a listing with a path that climbs out is refused whole, as a .mur.zip entry would be', async () => {
+      const before = await stagerCacheFiles();
+      const manifest = Buffer.from('name: sly\nversion: 0.1.0\n');
+      await blobs.put(sha256Hex(manifest), { bytes: manifest });
+      const ref = await uploadListing({ format: 'murmur-project/1', label: 'sly', files: [{ path: 'murmur.yaml', sha256: sha256Hex(manifest), size: manifest.byteLength }, { path: '../../outside', sha256: sha256Hex(manifest), size: manifest.byteLength }] });
+      const error = await rejectionOf(requestStaging(bus, { source: { kind: 'project', project: ref } }));
+      expect(error.code).toBe('E-ART-001');
+      expect(error.message).toContain("unsafe path '../../outside'");
+      expect(await stagerCacheFiles()).toEqual(before);
+      await stillServing();
+    });
+
+    it('an object whose bytes do not match its digest is refused by name, taken out of the store, and nothing is kept', async () => {
+      const before = await stagerCacheFiles();
+      const project = await probeProject(path.join(scratch.dir, 'forged'), 'description: forged\n');
+      const packed = await packProject(project);
+      const manifest = packed.listing.files.find((file) => file.path === 'murmur.yaml')!;
+      await publishProject(blobs, packed);
+      // Someone with access to the store writes other bytes of the same size under the manifest's name.
+      await blobs.put(manifest.sha256, { bytes: Buffer.alloc(manifest.size, 0x41) });
+      const error = await rejectionOf(requestStaging(bus, { source: { kind: 'project', project: packed.ref } }));
+      expect(error.code).toBe('E-REG-002');
+      expect(error.message).toContain(`object ${manifest.sha256}`);
+      expect(error.message).toContain("the uploaded project 'forged': murmur.yaml");
+      expect(await blobs.info(manifest.sha256)).toBeUndefined();
+      expect(await stagerCacheFiles()).toEqual(before);
+      // Uploaded again, the right bytes are back and it stages.
+      expect((await stage(project)).capsule.name).toBe('probe');
+    });
+
+    it('a project store artifact that fails the .mur.zip guards is refused, and nothing of the project is kept', async () => {
+      const project = await probeProject(path.join(scratch.dir, 'hostile-store'), 'artifacts:\n  - name: echo-tool\n    version: 0.1.0\n');
+      const archive = rawZip([
+        { name: 'murmur.yaml', data: Buffer.from('name: echo-tool\nversion: "0.1.0"\nruntime: tool\n') },
+        { name: 'echo-tool.wasm', data: (await toolWat()).bytes },
+        { name: '../../outside.txt', data: Buffer.from('x') },
+      ]);
+      const dir = path.join(project, '.murmur', 'artifacts', 'echo-tool', '0.1.0');
+      await fs.mkdir(dir, { recursive: true });
+      await fs.writeFile(path.join(dir, 'echo-tool-0.1.0.mur.zip'), archive);
+      await fs.writeFile(path.join(dir, 'echo-tool-0.1.0.sha256'), sha256Hex(archive));
+      const before = await stagerCacheFiles();
+      const result = await runMur(['stage', project], { env: client });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain("error[E-ART-001]: echo-tool@0.1.0: zip entry '../../outside.txt' has an unsafe path");
+      expect(await stagerCacheFiles()).toEqual(before);
+      await stillServing();
+    });
+  });
+
+  it('refuses a bundle object whose bytes are not its digest at the executor, before use, and runs once it is staged again', async () => {
+    // A component no executor has run yet, so none has its bundle.
+    const project = await capsuleProject(path.join(scratch.dir, 'bad-bundle'), 'name: fresh\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const plan = await stage(project);
+    const [, executor] = executors as [ServiceProcess, ServiceProcess];
+    const core = plan.capsule.component!.bundle.files.find((file) => file.path.endsWith('.wasm'))!;
+    const bundleDir = path.join(home('executor-b'), 'cache', 'transpiled', plan.capsule.component!.bundle.key);
+    await blobs.put(core.sha256, { bytes: Buffer.alloc(core.size, 0) });
+    const error = await rejectionOf(launchOn(executor, plan));
+    expect(error.code).toBe('E-REG-002');
+    expect(error.message).toContain(`the transpiled bundle of fresh@0.1.0: ${core.path}`);
+    expect(await fs.stat(bundleDir).catch(() => undefined)).toBeUndefined();
+    // Staged again, the bundle is published again, and the same executor runs it.
+    const restaged = await stage(project);
+    const launched = await launchOn(executor, restaged);
+    expect((await launched.end).exit_status).toBe('ok');
+  });
+
+  it('an agent on the stack answers over A2A at a door on another home, and its door URL is the door’s', async () => {
+    const project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }));
+    const agent = await startAgent(project, client);
+    try {
+      expect(agent.url).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:\\d+/sessions/${agent.sessionId}/$`));
+      const response = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { ...textMessage('hello'), configuration: { blocking: true } } }) });
+      const body = (await response.json()) as { result: { status: { state: string; message?: { parts: Array<{ text: string }> } } } };
+      expect(body.result.status.state).toBe('completed');
+      expect(JSON.stringify(body.result)).toContain('the answer, from the stack');
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  // Last: it takes an executor away.
+  it('notices an executor killed under its sessions within seconds: each ends naming the loss, mur ps shows it gone, and launches go to the one left', async () => {
+    const project = await agentProject(path.join(scratch.dir, 'lost'), agentManifest(inference, { name: 'lost', lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }));
+    const agent = await startAgent(project, client);
+    try {
+      const start = await eventually(() => started.find((event) => event.session_id === agent.sessionId), 10_000, 'session.started');
+      const victim = executors.find((executor) => executor.ready.instance_id === start.executor_id) as ServiceProcess;
+      const survivor = executors.find((executor) => executor !== victim) as ServiceProcess;
+      const killedAt = Date.now();
+      victim.kill('SIGKILL');
+      const end = await eventually(() => ended.find((event) => event.session_id === agent.sessionId), 10_000, 'the lost session to end');
+      expect(Date.now() - killedAt).toBeLessThan(10_000);
+      expect(end).toMatchObject({ executor_id: victim.ready.instance_id, exit_status: 'failed', error: { code: 'E-EXE-001' } });
+      expect(end.error?.message).toContain(`executor ${victim.ready.instance_id as string} stopped answering`);
+      // The launcher waiting on it hears the same end.
+      const exited = await agent.exited;
+      expect(exited.code).toBe(1);
+      expect(exited.stderr).toContain('error[E-EXE-001]');
+
+      const listed = await runMur(['ps', '--json'], { env: client });
+      const row = (JSON.parse(listed.stdout) as Array<{ session_id: string; liveness: string; executor_id?: string; reason?: string }>).find((session) => session.session_id === agent.sessionId);
+      expect(row).toMatchObject({ liveness: 'gone', executor_id: victim.ready.instance_id });
+      expect(row?.reason).toContain('was lost');
+
+      const after = await probeProject(path.join(scratch.dir, 'after-loss'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
+      for (let run = 0; run < 3; run += 1) {
+        const result = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'still running' }])], { cwd: after, env: client });
+        expect(result.code, result.stderr).toBe(0);
+        const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1];
+        expect((await eventually(() => started.find((event) => event.session_id === sessionId), 5_000, 'session.started')).executor_id).toBe(survivor.ready.instance_id);
+      }
+    } finally {
+      await agent.stop();
+    }
+  });
+});
+
+/** Faults of the services a request passes through: a stager or a door that goes while a request is in flight. */
+describe('a stager or a door that stops mid-request', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  const running: ServiceProcess[] = [];
+  let env: Record<string, string>;
+  let watcher: Bus;
+  const transpiling: string[] = [];
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-faults-');
+    env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    // Every staging's progress, whoever asked for it: how the test knows a transpile is under way.
+    watcher = createBus(await NatsTransport.connect(nats.url, { log: silentLog }), silentLog);
+    watcher.tap('stage.*.progress', (_subject, payload) => {
+      const progress = payload as { phase: string; state?: string; artifact?: string };
+      if (progress.phase === 'transpile' && progress.state === 'start') transpiling.push(progress.artifact ?? '');
+    });
+    await watcher.flush();
+  });
+
+  afterAll(async () => {
+    await watcher?.close();
+    for (const service of running) await service.stop();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  /** A project whose component is the 12 MB componentize-js one, so a cold staging takes long enough to interrupt. */
+  async function bigProject(name: string): Promise<string> {
+    const { helloCapsuleJs } = await import('./support/guests.js');
+    const dir = path.join(scratch.dir, name);
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'murmur.yaml'), `name: ${name}\nversion: 0.1.0\n`);
+    await fs.writeFile(path.join(dir, 'capsule.wasm'), (await helloCapsuleJs()).bytes);
+    return dir;
+  }
+
+  async function transpileUnderway(name: string): Promise<void> {
+    await eventually(() => (transpiling.includes(`${name}@0.1.0`) ? true : undefined), 30_000, `the transpile of ${name} to start`);
+  }
+
+  it('a stager stopped mid-staging answers the request with E-BUS-006, and the next staging succeeds', async () => {
+    const stager = await startService('stager', { ...env, MURMUR_HOME: path.join(scratch.dir, 'stager-1') });
+    running.push(stager);
+    const project = await bigProject('interrupted');
+    const staging = runMur(['stage', project], { env: { ...env, MURMUR_HOME: path.join(scratch.dir, 'client') } });
+    await transpileUnderway('interrupted');
+    await stager.stop();
+    const result = await staging;
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`error[E-BUS-006]: the stager ${stager.ready.instance_id as string} shut down before it finished staging`);
+    const next = await startService('stager', { ...env, MURMUR_HOME: path.join(scratch.dir, 'stager-2') });
+    running.push(next);
+    const again = await runMur(['stage', project], { env: { ...env, MURMUR_HOME: path.join(scratch.dir, 'client') } });
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain('staged interrupted@0.1.0');
+    await next.stop();
+  });
+
+  it('a stager killed mid-staging is noticed by its silence, with E-BUS-003, long before the staging timeout', async () => {
+    const stager = await startService('stager', { ...env, MURMUR_HOME: path.join(scratch.dir, 'stager-3') });
+    running.push(stager);
+    const project = await bigProject('killed');
+    const began = Date.now();
+    const staging = runMur(['stage', project], { env: { ...env, MURMUR_HOME: path.join(scratch.dir, 'client'), MURMUR_STAGE_IDLE_MS: '2000' } });
+    await transpileUnderway('killed');
+    stager.kill('SIGKILL');
+    const result = await staging;
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-BUS-003]: the stager stopped answering while staging the uploaded project: no word from it for 2s');
+    expect(Date.now() - began).toBeLessThan(20_000);
+  });
+
+  it('a door stopped under an open stream tells the client to resubscribe, and another door serves the session', async () => {
+    const inference = await startScriptedInference({ script: [{ text: 'watched' }] });
+    try {
+      for (const name of ['stager', 'executor', 'watcher']) running.push(await startService(name, { ...env, MURMUR_HOME: path.join(scratch.dir, name) }));
+      const door = await startService('door', env);
+      const project = await agentProject(path.join(scratch.dir, 'watched'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }));
+      const agent = await startAgent(project, { ...env, MURMUR_HOME: path.join(scratch.dir, 'client') });
+      try {
+        const stream = await openStream(agent.url, 'stream/watch', {});
+        const frames = readSse(stream);
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        await door.stop();
+        const read = await frames;
+        const last = read.at(-1);
+        expect(last?.event).toBe('error');
+        expect(JSON.parse(last?.data ?? '{}')).toMatchObject({ error: { code: -32603, message: expect.stringContaining('this door is shutting down') } });
+        const other = await startService('door', env);
+        running.push(other);
+        const card = await fetch(new URL(`/sessions/${agent.sessionId}/.well-known/agent-card.json`, other.url));
+        expect(card.status).toBe(200);
+        expect(((await card.json()) as { session_id: string }).session_id).toBe(agent.sessionId);
+      } finally {
+        await agent.stop();
+      }
+    } finally {
+      await inference.close();
+    }
+  });
+});
