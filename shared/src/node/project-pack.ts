@@ -6,7 +6,9 @@ import type { ObjectStore } from '../bus/objects.js';
 import { MurmurError } from '../errors.js';
 import { type ProjectListing, ProjectListingSchema, type SetFile, fileSetBytes } from '../file-set.js';
 import { LOCKFILE_NAME } from '../lockfile.js';
+import { writeFileAtomic } from './atomic.js';
 import { type BlobRef, hashFile } from './blobs.js';
+import { cacheDir } from './home.js';
 
 /**
  * A capsule project packed for staging, by whoever asks for it to be staged (`mur`, a test, a
@@ -43,6 +45,55 @@ export interface PackedProject {
 export interface PackOptions {
   maxBytes?: number;
   label?: string;
+  /** Where digests of unchanged files are remembered between packs (default `<cache>/file-digests.json`; null: nowhere). */
+  digestCache?: string | null;
+}
+
+/**
+ * The digests of files packed before, so an unchanged 12 MB component is not hashed on every run.
+ * A remembered digest is used only while the file's device, inode, size, modification and change
+ * times are all what they were (the change time cannot be set back), and whoever reads the bytes
+ * verifies them against the digest anyway: a stale entry can cost a refusal, never wrong bytes.
+ */
+class DigestCache {
+  private entries: Record<string, { key: string; sha256: string; size: number }> = {};
+  private changed = false;
+
+  private constructor(private readonly file: string | undefined) {}
+
+  static async open(file: string | undefined): Promise<DigestCache> {
+    const cache = new DigestCache(file);
+    if (file) {
+      try {
+        const parsed = JSON.parse(await fs.readFile(file, 'utf8')) as unknown;
+        if (parsed && typeof parsed === 'object') cache.entries = parsed as DigestCache['entries'];
+      } catch {
+        // none yet, or unreadable: every file is hashed
+      }
+    }
+    return cache;
+  }
+
+  async digest(real: string): Promise<BlobRef> {
+    const stat = await fs.stat(real, { bigint: true });
+    const key = `${stat.dev}:${stat.ino}:${stat.size}:${stat.mtimeNs}:${stat.ctimeNs}`;
+    const known = this.entries[real];
+    if (known?.key === key && /^[0-9a-f]{64}$/.test(known.sha256)) return { sha256: known.sha256, size: known.size };
+    const digest = await hashFile(real);
+    this.entries[real] = { key, ...digest };
+    this.changed = true;
+    return digest;
+  }
+
+  async save(): Promise<void> {
+    if (!this.file || !this.changed) return;
+    try {
+      await fs.mkdir(path.dirname(this.file), { recursive: true });
+      await writeFileAtomic(this.file, JSON.stringify(this.entries));
+    } catch {
+      // a cache that cannot be written only costs the next pack a hash
+    }
+  }
 }
 
 /** What the manifest says about files to pack; a manifest that does not parse is packed alone, and refused by the stager. */
@@ -92,6 +143,7 @@ class Packer {
   constructor(
     readonly root: string,
     private readonly maxBytes: number,
+    readonly digests: DigestCache,
   ) {
     this.realRoot = realpathSync(root);
   }
@@ -110,7 +162,7 @@ class Packer {
     }
     const name = path.relative(this.realRoot, real).split(path.sep).join('/');
     if (this.local.has(name)) return true;
-    const digest = await hashFile(real);
+    const digest = await this.digests.digest(real);
     this.files.push({ path: name, sha256: digest.sha256, size: digest.size, executable: (stat.mode & 0o111) !== 0 });
     this.local.set(name, real);
     if (this.files.length > MAX_PROJECT_FILES) throw new MurmurError('E-PRJ-001', `the capsule project in ${this.root} has more than ${MAX_PROJECT_FILES} files to stage`);
@@ -150,7 +202,7 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
       hint: missing ? 'pass the directory that holds murmur.yaml, or --manifest <path>' : undefined,
     });
   }
-  const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv());
+  const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv(), await digestCacheFor(options));
   await packer.add('murmur.yaml', 'the manifest');
   const lockText = await fs.readFile(path.join(root, LOCKFILE_NAME), 'utf8').catch(() => undefined);
   await packer.add(LOCKFILE_NAME, 'the lock');
@@ -182,6 +234,10 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
   return finish(packer, options.label ?? path.basename(root));
 }
 
+async function digestCacheFor(options: PackOptions): Promise<DigestCache> {
+  return DigestCache.open(options.digestCache === null ? undefined : (options.digestCache ?? path.join(cacheDir(), 'file-digests.json')));
+}
+
 /**
  * Packs a project's store alone (`.murmur/artifacts`), for staging a capsule by name: the stager
  * searches it first, as it would the project store on this machine.
@@ -190,13 +246,14 @@ export async function packProjectStore(projectDir: string, options: PackOptions 
   const root = path.resolve(projectDir);
   const store = path.join(root, '.murmur', 'artifacts');
   if (!(await fs.stat(store).catch(() => undefined))?.isDirectory()) return undefined;
-  const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv());
+  const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv(), await digestCacheFor(options));
   await packer.addTree(path.join('.murmur', 'artifacts'), 'the project store');
   if (packer.files.length === 0) return undefined;
   return finish(packer, options.label ?? path.basename(root));
 }
 
-function finish(packer: Packer, label: string): PackedProject {
+async function finish(packer: Packer, label: string): Promise<PackedProject> {
+  await packer.digests.save();
   const files = [...packer.files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const listing = ProjectListingSchema.parse({ format: 'murmur-project/1', label: label.slice(0, 200), files });
   const listingBytes = new TextEncoder().encode(JSON.stringify(listing));
