@@ -7,6 +7,8 @@ export default defineConfig({
   ssr: { resolve: { conditions: ['murmur-source'] } },
   test: {
     include: ['shared/test/**/*.test.ts', 'drivers/test/**/*.test.ts', 'services/*/test/**/*.test.ts', 'cli/test/**/*.test.ts', 'test/**/*.test.ts'],
+    // The container suite has its own entry point (`npm run test:containers`, vitest.containers.config.ts).
+    exclude: ['test/containers/**', '**/node_modules/**'],
     globalSetup: ['test/support/global-setup.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,

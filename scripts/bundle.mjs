@@ -3,7 +3,11 @@
 // most of their start-up time. Runs after `tsc -b`, from its output. Dependencies that find their
 // own files at run time (jco, componentize-js, preview2-shim's I/O worker, pino's transports)
 // stay external and are loaded from node_modules as usual.
+import { rmSync } from 'node:fs';
 import { build } from 'esbuild';
+
+// Chunk names change with their content: an old build's chunks would pile up beside the new ones.
+for (const dir of ['services/executor/dist/bundle', 'cli/dist/bundle']) rmSync(dir, { recursive: true, force: true });
 
 const common = {
   bundle: true,

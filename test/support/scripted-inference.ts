@@ -1,4 +1,5 @@
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 
 /**
@@ -30,6 +31,11 @@ export interface ScriptedInferenceOptions {
   stream?: boolean;
   /** The replies, in order (the last repeats), or a function of the request. */
   script: ScriptedReply[] | ((body: Record<string, unknown>, index: number) => ScriptedReply);
+  /** Where to listen: loopback and a free port unless told (a container binds its own network). */
+  host?: string;
+  port?: number;
+  /** Serve HTTPS with this key and certificate (PEM), as a remote provider does. */
+  tls?: { key: string; cert: string };
 }
 
 let toolIds = 0;
@@ -106,7 +112,7 @@ function openaiStream(reply: Exclude<ScriptedReply, { raw: string }>): string {
 export async function startScriptedInference(options: ScriptedInferenceOptions): Promise<ScriptedInference> {
   const dialect = options.dialect ?? 'anthropic';
   const seen: Array<{ path: string; body: Record<string, unknown>; headers: http.IncomingHttpHeaders }> = [];
-  const server = http.createServer((request, response) => {
+  const handler: http.RequestListener = (request, response) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
@@ -148,12 +154,14 @@ export async function startScriptedInference(options: ScriptedInferenceOptions):
         response.end(dialect === 'anthropic' ? anthropicJson(reply, model) : openaiJson(reply));
       }
     });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  };
+  const server = options.tls ? https.createServer({ key: options.tls.key, cert: options.tls.cert }, handler) : http.createServer(handler);
+  const host = options.host ?? '127.0.0.1';
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, host, resolve));
   const { port } = server.address() as AddressInfo;
   return {
-    endpoint: `http://127.0.0.1:${port}`,
-    authority: `127.0.0.1:${port}`,
+    endpoint: `${options.tls ? 'https' : 'http'}://${host}:${port}`,
+    authority: `${host}:${port}`,
     requests: () => [...seen],
     close: () =>
       new Promise<void>((resolve) => {

@@ -171,12 +171,22 @@ export class SessionCgroup {
   }
 
   /** Removes the groups once they are empty. Best effort: a group that still has a process stays. */
-  remove(): void {
+  /**
+   * Removes the group(s) once their last process has gone. A group is busy for a moment after its
+   * processes are killed (the kernel tears them down asynchronously), so removal is retried for a
+   * while rather than attempted once and left behind.
+   */
+  async remove(): Promise<void> {
     for (const dir of [...this.dirs].reverse()) {
-      try {
-        rmdirSync(dir);
-      } catch {
-        // not empty yet, or already removed
+      for (let attempt = 0; ; attempt += 1) {
+        try {
+          rmdirSync(dir);
+          break;
+        } catch (error) {
+          const code = (error as NodeJS.ErrnoException).code;
+          if (code === 'ENOENT' || attempt >= 40) break;
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
       }
     }
   }

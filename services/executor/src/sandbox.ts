@@ -41,7 +41,9 @@ export function probeNamespaces(options: SandboxOptions = {}): NamespaceProbe {
   const reasons: string[] = [];
   const bwrap = options.bwrap ?? 'bwrap';
   if (bwrap !== 'none') {
-    const failure = tryRun(bwrap, ['--unshare-all', '--die-with-parent', '--ro-bind', '/', '/', '--', 'true']);
+    // What every launch needs: the namespaces and a fresh /proc for the new pid namespace (which a
+    // container that still masks its /proc refuses), so a probe that passes means launches can.
+    const failure = tryRun(bwrap, ['--unshare-all', '--die-with-parent', '--ro-bind', '/', '/', '--proc', '/proc', '--', 'true']);
     if (failure === undefined) return { tool: 'bubblewrap', binary: bwrap, reason: undefined };
     reasons.push(`bubblewrap (${bwrap}): ${failure}`);
   } else reasons.push('bubblewrap is disabled (MURMUR_BWRAP=none)');

@@ -579,7 +579,7 @@ export class Session {
       this.trace.write('session_end', { total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0, duration_ms: Date.now() - this.startedAt, exit_status: 'failed', error });
     }
     this.cgroup?.killAll();
-    this.cgroup?.remove();
+    await this.cgroup?.remove();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
     // A delegated child whose session ended on its own terms reports for itself, before the end is
     // announced: the watcher reads that announcement as "report for it, unless it reported".

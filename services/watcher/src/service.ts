@@ -67,6 +67,15 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
     return processState(record);
   };
 
+  /** Layer 3 on the stack: the session's own card, asked over the bus as any door asks it. */
+  const cardOverBus = async (record: RunningRecord): Promise<string> => {
+    const reply = await bus.request(commands.sessionRpc.at(record.session_id), { method: 'card' }, { timeoutMs: PROBE_TIMEOUT_MS }).catch((error: unknown) => {
+      throw new Error(`session ${record.session_id} did not answer for its card on the bus (${error instanceof Error ? error.message : String(error)})`);
+    });
+    if (!reply.card) throw new Error(`session ${record.session_id} answered without a card`);
+    return reply.card.session_id;
+  };
+
   const delegations = new DelegationWatcher(bus, log, (sessionId) => owners.get(sessionId));
   const subscriptions: Subscription[] = [
     bus.serve(commands.launchDelegation, (request) => delegations.launch(request), { queue: QUEUE_GROUPS.watcher }),
@@ -95,7 +104,7 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
       const records = listRunningRecords(env);
       const sessions = await Promise.all(
         records.map(async (record) => {
-          const liveness = await verifyRunningRecord(record, await layersOneAndTwo(record));
+          const liveness = await verifyRunningRecord(record, await layersOneAndTwo(record), cardOverBus);
           const owner = owners.get(record.session_id);
           if (liveness.liveness === 'gone') {
             removeRunningRecord(record.session_id, env);

@@ -163,13 +163,16 @@ export async function probeSessionId(url: string, timeoutMs = PROBE_TIMEOUT_MS):
 
 /**
  * All three layers. `state` is layers 1–2 as already read (locally, or by the executor that owns
- * the pid when it is not on this machine); only a process confirmed alive is probed.
+ * the pid when it is not on this machine); only a process confirmed alive is probed. `answersFor`
+ * is layer 3: which session the capsule at the record's door says it is — over HTTP by default;
+ * on the stack, where a door's published URL is the host's and not the watcher's, over the bus,
+ * as any door would ask it.
  */
-export async function verifyRunningRecord(record: RunningRecord, state: ProcessState = processState(record)): Promise<Liveness> {
+export async function verifyRunningRecord(record: RunningRecord, state: ProcessState = processState(record), answersFor: (record: RunningRecord) => Promise<string> = (each) => probeSessionId(each.url)): Promise<Liveness> {
   if (state.state === 'gone') return { liveness: 'gone', reason: state.reason };
   if (state.state === 'unverified') return { liveness: 'unreachable', reason: state.reason };
   try {
-    const sessionId = await probeSessionId(record.url);
+    const sessionId = await answersFor(record);
     return sessionId === record.session_id ? { liveness: 'live' } : { liveness: 'unreachable', reason: `the capsule at ${record.url} answers for session ${sessionId}` };
   } catch (error) {
     return { liveness: 'unreachable', reason: (error as Error).message };

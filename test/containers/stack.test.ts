@@ -1,0 +1,376 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { ClientFactory } from '@a2a-js/sdk/client';
+import { Role, TaskState } from '@a2a-js/sdk';
+import { build } from 'esbuild';
+import { DockerComposeEnvironment, type StartedDockerComposeEnvironment } from 'testcontainers';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type DelegationCompleted, SPAWN_APPROVAL_HEADER, SPAWN_CREDENTIAL_HEADER, type SessionEnded, type SessionStarted, capabilityPolicy, newSessionId, parseCapsuleManifest, silentLog, topics } from '@murmur/shared';
+import { type Bus, createBus } from '@murmur/shared/bus';
+import { NatsTransport } from '@murmur/shared/bus/nats';
+import { type RunningAgent, agentProject, openStream, readSse, startAgent } from '../support/agents.js';
+import { capsuleArchive } from '../support/artifacts.js';
+import { probeProject, probeResults } from '../support/capsules.js';
+import { tempDir } from '../support/fs.js';
+import { helloCapsuleJs } from '../support/guests.js';
+import { probeCapsule } from '../support/probe-guests.js';
+import { freePort } from '../support/ports.js';
+import { eventually, repositoryRoot, runMur } from '../support/processes.js';
+
+/**
+ * The containerised stack, as a user runs it: the images built from this checkout (`npm run
+ * images`), `docker-compose.yml` brought up by Testcontainers (docker-compose v1, its ryuk reaper
+ * off, so the suite stops every container itself), and driven from the host as a user would —
+ * `mur` and `@a2a-js/sdk` through the ports the stack publishes on 127.0.0.1, and nothing else. The
+ * stand-in model endpoint runs as a container on the stack's own network (a compose override), so
+ * no container ever reaches back to the host. Then the faults: an executor killed, NATS restarted,
+ * a stager and a door restarted under requests.
+ */
+
+const run = promisify(execFile);
+const root = repositoryRoot;
+const cache = path.join(root, '.cache', 'containers');
+const OVERRIDE = '.cache/containers/docker-compose.model.yml';
+const project = `murmurct${randomBytes(3).toString('hex')}`;
+const container = (service: string, index = 1): string => `${project}_${service}_${index}`;
+
+const DRIVER = 'murmur-driver-anthropic';
+const MODEL = 'model:8443';
+
+function agentYaml(name: string, extra = ''): string {
+  return `name: ${name}\nversion: 0.1.0\nartifacts:\n  - name: ${DRIVER}\n    version: 0.1.0\n    runtime: driver\ncapabilities:\n  network:\n    allow: [${MODEL}]\n${extra}lifecycle:\n  task_acceptance: queue\n  after_task: sleep\ninference:\n  endpoint: https://${MODEL}\n  model: test-model\n  driver:\n    artifact: ${DRIVER}\n`;
+}
+
+async function compose(env: Record<string, string>, ...args: string[]): Promise<string> {
+  const { stdout } = await run('docker-compose', ['-p', project, '-f', 'docker-compose.yml', '-f', OVERRIDE, ...args], { cwd: root, env: { ...process.env, ...env }, maxBuffer: 64 * 1024 * 1024 });
+  return stdout;
+}
+
+async function docker(...args: string[]): Promise<string> {
+  const { stdout } = await run('docker', args, { maxBuffer: 16 * 1024 * 1024 });
+  return stdout.trim();
+}
+
+/** Each running executor container by the instance id it announces (its first log line names it). */
+async function executorContainers(): Promise<Map<string, string>> {
+  const names = (await docker('ps', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${project}`, '--filter', 'label=com.docker.compose.service=executor')).split('\n').filter(Boolean);
+  const byId = new Map<string, string>();
+  for (const name of names) {
+    const { stdout } = await run('docker', ['logs', name], { maxBuffer: 64 * 1024 * 1024 });
+    const probed = stdout.split('\n').find((line) => line.includes('executor isolation probed'));
+    const id = probed ? (JSON.parse(probed) as { executor_id?: string }).executor_id : undefined;
+    if (id) byId.set(id, name);
+  }
+  return byId;
+}
+
+/** A CA and a certificate for `model`, made for this run: the stand-in model serves TLS as a provider does. */
+async function makeModelCertificate(dir: string): Promise<void> {
+  await fs.mkdir(dir, { recursive: true });
+  const openssl = (...args: string[]) => run('openssl', args, { cwd: dir });
+  await openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=murmur test CA', '-keyout', 'ca.key', '-out', 'ca.pem');
+  await openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=model', '-keyout', 'model.key', '-out', 'model.csr');
+  await fs.writeFile(path.join(dir, 'model.ext'), 'subjectAltName=DNS:model\n');
+  await openssl('x509', '-req', '-in', 'model.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-extfile', 'model.ext', '-out', 'model.pem');
+  // Read by uid 1000 in the containers.
+  for (const file of await fs.readdir(dir)) await fs.chmod(path.join(dir, file), 0o644);
+}
+
+async function healthy(name: string, timeoutMs = 60_000): Promise<void> {
+  await eventually(async () => ((await docker('inspect', '-f', '{{.State.Health.Status}}', name)) === 'healthy' ? true : undefined), timeoutMs, `${name} to be healthy`);
+}
+
+describe('the stack in containers', () => {
+  let stack: StartedDockerComposeEnvironment | undefined;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+  let client: Record<string, string>;
+  let bus: Bus;
+  let roostUrl: string;
+  const started: SessionStarted[] = [];
+  const ended: SessionEnded[] = [];
+  const completed: DelegationCompleted[] = [];
+  /** When each executor was last heard from. */
+  const beats = new Map<string, number>();
+
+  beforeAll(async () => {
+    process.env.TESTCONTAINERS_RYUK_DISABLED = 'true';
+    const images = await run(process.execPath, [path.join(root, 'scripts', 'images.mjs')], { cwd: root, maxBuffer: 64 * 1024 * 1024 }).catch((error: { stdout?: string; stderr?: string }) => {
+      throw new Error(`npm run images failed:\n${error.stdout ?? ''}\n${error.stderr ?? ''}`);
+    });
+    process.stderr.write(images.stdout.split('\n').filter((line) => line.trim() !== '').map((line) => `[images] ${line}\n`).join(''));
+
+    // The model, bundled from our own test support into the cache the override mounts, and its TLS.
+    await fs.mkdir(path.join(cache, 'model'), { recursive: true });
+    await makeModelCertificate(path.join(cache, 'tls'));
+    await build({ entryPoints: [path.join(root, 'test', 'containers', 'model-server.ts')], bundle: true, platform: 'node', format: 'esm', target: 'node20', outfile: path.join(cache, 'model', 'server.mjs'), logLevel: 'silent' });
+    await fs.writeFile(
+      path.join(root, OVERRIDE),
+      [
+        '# Written by test/containers/stack.test.ts: the stand-in model endpoint, on the stack network only.',
+        'services:',
+        '  model:',
+        '    image: murmur/runtime:${MURMUR_IMAGE_TAG:-latest}',
+        '    command: ["node", "/opt/model/server.mjs"]',
+        '    read_only: true',
+        '    user: "1000:1000"',
+        '    init: true',
+        '    volumes:',
+        '      - ./.cache/containers/model:/opt/model:ro',
+        '      - ./.cache/containers/tls:/opt/tls:ro',
+        '    healthcheck:',
+        `      test: ["CMD", "node", "-e", "require('net').connect(8443, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))"]`,
+        '      interval: 2s',
+        '      retries: 15',
+        '  executor:',
+        '    # The executors trust the stand-in model\'s CA, as an operator would add a private CA.',
+        '    environment:',
+        '      NODE_EXTRA_CA_CERTS: /opt/tls/ca.pem',
+        '    volumes:',
+        '      - ./.cache/containers/tls:/opt/tls:ro',
+        '',
+      ].join('\n'),
+    );
+
+    scratch = await tempDir('murmur-containers-');
+    env = { MURMUR_NATS_PORT: String(await freePort()), MURMUR_DOOR_PORT: String(await freePort()), MURMUR_ROOST_PORT: String(await freePort()) };
+    stack = await new DockerComposeEnvironment(root, ['docker-compose.yml', OVERRIDE])
+      .withClientOptions({ executable: { standalone: true } })
+      .withProjectName(project)
+      .withEnvironment(env)
+      .withStartupTimeout(180_000)
+      .up();
+    client = { MURMUR_NATS_URL: `nats://127.0.0.1:${env.MURMUR_NATS_PORT}`, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    roostUrl = `http://127.0.0.1:${env.MURMUR_ROOST_PORT}`;
+    bus = createBus(await NatsTransport.connect(client.MURMUR_NATS_URL as string, { log: silentLog }), silentLog);
+    bus.subscribe(topics.sessionStarted, (event) => void started.push(event));
+    bus.subscribe(topics.sessionEnded, (event) => void ended.push(event));
+    bus.subscribe(topics.delegationCompleted, (event) => void completed.push(event));
+    bus.subscribe(topics.executorHeartbeat, (beat) => void beats.set(beat.executor_id, Date.now()));
+    await bus.flush();
+  }, 900_000);
+
+  afterAll(async () => {
+    await bus?.close();
+    if (stack) await stack.down({ removeVolumes: true });
+    else await compose(env ?? {}, 'down', '-v').catch(() => '');
+    await fs.rm(path.join(root, OVERRIDE), { force: true });
+    await scratch?.cleanup();
+  }, 180_000);
+
+  const sessionOf = (stdout: string): string => /^session: (\S+)$/m.exec(stdout)?.[1] as string;
+  const startOf = (sessionId: string): Promise<SessionStarted> => eventually(() => started.find((event) => event.session_id === sessionId), 15_000, `session.started of ${sessionId}`);
+
+  it('comes up healthy from docker-compose.yml, every service answering its health check on the bus', async () => {
+    for (const service of ['nats', 'roost', 'stager', 'executor', 'door', 'watcher', 'model']) expect(await docker('inspect', '-f', '{{.State.Health.Status}}', container(service))).toBe('healthy');
+    const health = await runMur(['health', '--json'], { env: client });
+    expect(health.code, health.stderr).toBe(0);
+    expect((JSON.parse(health.stdout) as Array<{ service: string; reply?: { status: string } }>).map((row) => [row.service, row.reply?.status])).toEqual(['roost', 'stager', 'executor', 'door', 'watcher'].map((name) => [name, 'ok']));
+    // Only the executor has the privileges a sandbox needs; the rest are uid 1000 on a read-only root.
+    for (const service of ['nats', 'roost', 'stager', 'door', 'watcher']) {
+      expect(await docker('inspect', '-f', '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapAdd}}', container(service))).toBe('1000:1000 true []');
+    }
+    const isolation = (await docker('logs', container('executor'))).split('\n').find((line) => line.includes('executor isolation probed'));
+    expect(JSON.parse(isolation as string)).toMatchObject({ namespaces: 'bubblewrap', cgroups: 'v1' });
+  });
+
+  it('runs a script capsule with mur run from the host: launch line, output, status, exit code and out/result.txt', async () => {
+    const dir = await probeProject(path.join(scratch.dir, 'script'), 'capabilities:\n  env:\n    allow: [GREETING]\n  limits:\n    deadline_seconds: 20\n');
+    const task = JSON.stringify([{ op: 'env' }, { op: 'print', text: 'hello from a container' }, { op: 'write', path: 'out/result.txt', text: 'contained result' }, { op: 'read', path: '/etc/passwd' }]);
+    const result = await runMur(['run', '--task', task], { cwd: dir, env: { ...client, GREETING: 'hi' } });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('hello from a container');
+    const results = probeResults(result.stdout);
+    expect(results.find((entry) => entry.op === 'env')?.value).toMatchObject({ GREETING: 'hi', MURMUR_CAPSULE_NAME: 'probe' });
+    // The guest sees its preopen, never the container's filesystem.
+    expect(results.find((entry) => entry.op === 'read')?.ok).toBe(false);
+    const sessionId = sessionOf(result.stdout);
+    expect(await fs.readFile(path.join(dir, 'workdir', sessionId, 'out', 'result.txt'), 'utf8')).toBe('contained result');
+    expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
+    const listing = await runMur(['files', sessionId, 'out'], { env: client });
+    expect(listing.stdout).toContain('result.txt');
+    const escape = await runMur(['files', sessionId, '../../../../etc/passwd'], { env: client });
+    expect(escape.code).toBe(1);
+    expect(escape.stderr).toContain('error[E-SES-002]');
+  });
+
+  it('answers an agent capsule over A2A through the published door port with @a2a-js/sdk', async () => {
+    const dir = await agentProject(path.join(scratch.dir, 'agent'), agentYaml('contained-agent'));
+    const agent = await startAgent(dir, client);
+    try {
+      expect(agent.url.startsWith(`http://127.0.0.1:${env.MURMUR_DOOR_PORT}/sessions/${agent.sessionId}/`)).toBe(true);
+      const a2a = await new ClientFactory().createFromUrl(agent.url);
+      expect((await a2a.getAgentCard()).name).toBe('contained-agent');
+      const sent = (await a2a.sendMessage({ message: { messageId: `m-${Date.now()}`, role: Role.ROLE_USER, parts: [{ content: { $case: 'text', value: 'who answers?' } }] } } as never)) as { status?: { state: number }; artifacts?: Array<{ parts: Array<{ content?: { value?: unknown } }> }> };
+      expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+      expect(JSON.stringify(sent)).toContain('answer: who answers?');
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  it("delegates to a child that runs on its parent's executor, under its children/, and the completion comes back as the tool's result", async () => {
+    const child = await capsuleArchive('name: local/contained-child\nversion: 0.1.0\n', (await probeCapsule()).bytes);
+    const zip = path.join(scratch.dir, 'contained-child-0.1.0.mur.zip');
+    await fs.writeFile(zip, child);
+    const published = await runMur(['publish', zip, '--registry', roostUrl], { env: client });
+    expect(published.code, published.stderr).toBe(0);
+    const dir = await agentProject(path.join(scratch.dir, 'parent'), agentYaml('contained-parent', '  spawn:\n    allow: [local/contained-child]\n'));
+    const parent = await startAgent(dir, client);
+    try {
+      const task = JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'child result' }]);
+      const sent = await fetch(parent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', messageId: 'delegating', role: 'user', parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/contained-child', version: '0.1.0', task })}` }] }, configuration: { blocking: true } } }) });
+      const answer = JSON.stringify(await sent.json());
+      expect(answer).toContain('Delegated capsule finished.');
+      expect(answer).toContain('status: ok');
+      expect(answer).toMatch(new RegExp(`workdir: \\S*/${parent.sessionId}/children/dlg_[0-9a-f]{32}`));
+      const report = await eventually(() => completed.find((event) => event.parent_session_id === parent.sessionId), 15_000, 'the delegation.completed');
+      expect((await startOf(report.outcome.session_id)).executor_id).toBe((await startOf(parent.sessionId)).executor_id);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  describe('with two executors', () => {
+    beforeAll(async () => {
+      await compose(env, 'up', '-d', '--scale', 'executor=2', '--no-recreate', 'executor');
+      await healthy(container('executor', 2));
+      await eventually(() => ([...beats.values()].filter((at) => Date.now() - at < 3_000).length === 2 ? true : undefined), 30_000, 'two executors heard from');
+    }, 120_000);
+
+    it('spreads launches over both, each session saying which executor runs it, and mur ps --json says so too', async () => {
+      const dir = await probeProject(path.join(scratch.dir, 'spread'), 'capabilities:\n  limits:\n    deadline_seconds: 20\n');
+      const executors = new Set<string>();
+      for (let attempt = 0; attempt < 16 && executors.size < 2; attempt += 1) {
+        const result = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'spread' }])], { cwd: dir, env: client });
+        expect(result.code, result.stderr).toBe(0);
+        executors.add((await startOf(sessionOf(result.stdout))).executor_id);
+      }
+      expect(executors.size).toBe(2);
+      const agents: RunningAgent[] = [];
+      try {
+        const placed = new Set<string>();
+        for (let attempt = 0; attempt < 10 && placed.size < 2; attempt += 1) {
+          const agent = await startAgent(await agentProject(path.join(scratch.dir, `listed-${attempt}`), agentYaml('listed')), client);
+          agents.push(agent);
+          placed.add((await startOf(agent.sessionId)).executor_id);
+        }
+        const listed = JSON.parse((await runMur(['ps', '--json'], { env: client })).stdout) as Array<{ session_id: string; executor_id?: string; liveness: string }>;
+        const rows = listed.filter((row) => agents.some((agent) => agent.sessionId === row.session_id));
+        expect(rows.every((row) => row.liveness === 'live')).toBe(true);
+        expect(new Set(rows.map((row) => row.executor_id))).toEqual(placed);
+      } finally {
+        for (const agent of agents) await agent.stop();
+      }
+    });
+
+    it('notices a killed executor container: its sessions end naming the loss within 10 s, mur ps shows them gone, a lost child is reported crashed, and launches go on elsewhere', async () => {
+      // A parent whose model waits on a child that spins: both live on one executor, which is then killed.
+      const spinner = await capsuleArchive('name: local/spinning-child\nversion: 0.1.0\ncapabilities:\n  limits:\n    deadline_seconds: 120\n', (await probeCapsule()).bytes);
+      const zip = path.join(scratch.dir, 'spinning-child-0.1.0.mur.zip');
+      await fs.writeFile(zip, spinner);
+      expect((await runMur(['publish', zip, '--registry', roostUrl], { env: client })).code).toBe(0);
+      const parent = await startAgent(await agentProject(path.join(scratch.dir, 'doomed'), agentYaml('doomed-parent', '  spawn:\n    allow: [local/spinning-child]\n')), client);
+      try {
+        const home = await startOf(parent.sessionId);
+        void fetch(parent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', messageId: 'doomed', role: 'user', parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/spinning-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}` }] } } }) }).catch(() => undefined);
+        const child = await eventually(() => started.find((event) => event.capsule_name === 'local/spinning-child'), 30_000, 'the spinning child to start');
+        expect(child.executor_id).toBe(home.executor_id);
+        const killed = (await executorContainers()).get(home.executor_id);
+        expect(killed, `the container of ${home.executor_id}`).toBeDefined();
+        const killedAt = Date.now();
+        await docker('kill', killed as string);
+        const parentEnd = await eventually(() => ended.find((event) => event.session_id === parent.sessionId), 10_000, 'the parent to be reported lost');
+        expect(Date.now() - killedAt).toBeLessThan(10_000);
+        expect(parentEnd.error?.code).toBe('E-EXE-001');
+        expect(ended.find((event) => event.session_id === child.session_id)?.error?.code).toBe('E-EXE-001');
+        const report = await eventually(() => completed.find((event) => event.outcome.session_id === child.session_id), 15_000, 'the lost child reported');
+        expect(report).toMatchObject({ parent_session_id: parent.sessionId, outcome: { status: 'crashed', reported_by: 'launcher', delivered: false } });
+        expect(report.outcome.detail).toContain('E-EXE-001');
+        const rows = JSON.parse((await runMur(['ps', '--json'], { env: client })).stdout) as Array<{ session_id: string; liveness: string }>;
+        expect(rows.find((row) => row.session_id === parent.sessionId)?.liveness).toBe('gone');
+        const after = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'after the loss' }])], { cwd: await probeProject(path.join(scratch.dir, 'after-loss')), env: client });
+        expect(after.code, after.stderr).toBe(0);
+        expect((await startOf(sessionOf(after.stdout))).executor_id).not.toBe(home.executor_id);
+      } finally {
+        await parent.stop();
+      }
+    });
+  });
+
+  it('survives a NATS restart: every service reconnects without restarting, and roost keeps its sessions and approvals', async () => {
+    const parentManifest = 'name: local/roost-parent\nversion: 0.1.0\ncapabilities:\n  spawn:\n    allow: [local/contained-child]\n';
+    const registered = await fetch(new URL('/v1/sessions', roostUrl), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: newSessionId(), capsule_name: 'local/roost-parent', capsule_version: '0.1.0', policy: capabilityPolicy(parseCapsuleManifest(parentManifest).manifest) }) });
+    const { credential } = (await registered.json()) as { credential: string };
+    const spawn = await fetch(new URL('/spawn', roostUrl), { method: 'POST', headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: credential }, body: JSON.stringify({ name: 'local/contained-child', version: '0.1.0' }) });
+    const { approval } = (await spawn.json()) as { approval: string };
+    expect(approval).toBeTruthy();
+    const startedAt = async (service: string): Promise<string> => docker('inspect', '-f', '{{.State.StartedAt}}', container(service));
+    const before = Object.fromEntries(await Promise.all(['roost', 'stager', 'executor', 'door', 'watcher'].map(async (service) => [service, await startedAt(service)] as const)));
+
+    await docker('restart', container('nats'));
+    await healthy(container('nats'));
+    await eventually(async () => ((await runMur(['health', '--json'], { env: client })).stdout.match(/"status":"ok"/g)?.length === 5 ? true : undefined), 60_000, 'every service to answer again');
+    for (const [service, at] of Object.entries(before)) expect(await startedAt(service), service).toBe(at);
+
+    const child = await fetch(new URL('/v1/sessions', roostUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', [SPAWN_APPROVAL_HEADER]: approval },
+      body: JSON.stringify({ session_id: newSessionId(), capsule_name: 'local/contained-child', capsule_version: '0.1.0', policy: capabilityPolicy(parseCapsuleManifest('name: local/contained-child\nversion: 0.1.0\n').manifest) }),
+    });
+    expect(child.status, await child.clone().text()).toBe(201);
+    const result = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'after nats came back' }])], { cwd: await probeProject(path.join(scratch.dir, 'after-nats')), env: client });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('after nats came back');
+  });
+
+  it('a stager restarted under a staging answers it with E-BUS-006, and the next staging succeeds', async () => {
+    const dir = path.join(scratch.dir, 'big');
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'murmur.yaml'), 'name: big\nversion: 0.1.0\n');
+    await fs.writeFile(path.join(dir, 'capsule.wasm'), (await helloCapsuleJs()).bytes);
+    const transpiling = new Promise<void>((resolve) => {
+      const tap = bus.tap('stage.*.progress', (_subject, payload) => {
+        if ((payload as { phase?: string; state?: string }).phase === 'transpile' && (payload as { state?: string }).state === 'start') {
+          tap.unsubscribe();
+          resolve();
+        }
+      });
+    });
+    await bus.flush();
+    const staging = runMur(['stage', dir], { env: client });
+    await transpiling;
+    await docker('restart', '-t', '10', container('stager'));
+    const refused = await staging;
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('error[E-BUS-006]');
+    await healthy(container('stager'));
+    const again = await runMur(['stage', dir], { env: client });
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain('staged big@0.1.0');
+  });
+
+  it('a door restarted under an open stream tells the client to resubscribe, and serves the session again once it is back', async () => {
+    const agent = await startAgent(await agentProject(path.join(scratch.dir, 'streamed'), agentYaml('streamed')), client);
+    try {
+      const stream = await openStream(agent.url, 'stream/watch', {});
+      const frames = readSse(stream);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await docker('restart', '-t', '10', container('door'));
+      const last = (await frames).at(-1);
+      expect(last?.event).toBe('error');
+      expect(JSON.parse(last?.data ?? '{}')).toMatchObject({ error: { code: -32603, message: expect.stringContaining('this door is shutting down') } });
+      await healthy(container('door'));
+      const card = await eventually(async () => {
+        const response = await fetch(new URL('.well-known/agent-card.json', agent.url)).catch(() => undefined);
+        return response?.status === 200 ? ((await response.json()) as { session_id: string }) : undefined;
+      }, 30_000, 'the card from the restarted door');
+      expect(card.session_id).toBe(agent.sessionId);
+    } finally {
+      await agent.stop();
+    }
+  });
+});
