@@ -71,7 +71,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('--manifest <path>', 'the capsule manifest', './murmur.yaml')
     .option('--capsule <name>', 'run a capsule from a registry instead')
     .option('--capsule-version <version>', 'the version of --capsule')
-    .option('--workdir <dir>', 'an existing directory to run in (default: <manifest dir>/workdir/<session>)')
+    .option('--workdir <dir>', "an existing directory to run in, on the executor's machine (default: <manifest dir>/workdir/<session>; on the stack, one on the executor)")
     .option('--task <file|text>', 'the task: a file copied to task.md, or the text itself')
     .option('--json', 'print one launch line as JSON, and nothing else on stdout')
     .option('--no-env-file', "do not load the project's .env")

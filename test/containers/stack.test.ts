@@ -17,6 +17,7 @@ import { probeProject, probeResults } from '../support/capsules.js';
 import { tempDir } from '../support/fs.js';
 import { helloCapsuleJs } from '../support/guests.js';
 import { probeCapsule } from '../support/probe-guests.js';
+import { ComposeProject, buildImages, docker } from '../support/compose.js';
 import { freePort } from '../support/ports.js';
 import { eventually, repositoryRoot, runMur } from '../support/processes.js';
 
@@ -34,37 +35,12 @@ const run = promisify(execFile);
 const root = repositoryRoot;
 const cache = path.join(root, '.cache', 'containers');
 const OVERRIDE = '.cache/containers/docker-compose.model.yml';
-const project = `murmurct${randomBytes(3).toString('hex')}`;
-const container = (service: string, index = 1): string => `${project}_${service}_${index}`;
 
 const DRIVER = 'murmur-driver-anthropic';
 const MODEL = 'model:8443';
 
 function agentYaml(name: string, extra = ''): string {
   return `name: ${name}\nversion: 0.1.0\nartifacts:\n  - name: ${DRIVER}\n    version: 0.1.0\n    runtime: driver\ncapabilities:\n  network:\n    allow: [${MODEL}]\n${extra}lifecycle:\n  task_acceptance: queue\n  after_task: sleep\ninference:\n  endpoint: https://${MODEL}\n  model: test-model\n  driver:\n    artifact: ${DRIVER}\n`;
-}
-
-async function compose(env: Record<string, string>, ...args: string[]): Promise<string> {
-  const { stdout } = await run('docker-compose', ['-p', project, '-f', 'docker-compose.yml', '-f', OVERRIDE, ...args], { cwd: root, env: { ...process.env, ...env }, maxBuffer: 64 * 1024 * 1024 });
-  return stdout;
-}
-
-async function docker(...args: string[]): Promise<string> {
-  const { stdout } = await run('docker', args, { maxBuffer: 16 * 1024 * 1024 });
-  return stdout.trim();
-}
-
-/** Each running executor container by the instance id it announces (its first log line names it). */
-async function executorContainers(): Promise<Map<string, string>> {
-  const names = (await docker('ps', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${project}`, '--filter', 'label=com.docker.compose.service=executor')).split('\n').filter(Boolean);
-  const byId = new Map<string, string>();
-  for (const name of names) {
-    const { stdout } = await run('docker', ['logs', name], { maxBuffer: 64 * 1024 * 1024 });
-    const probed = stdout.split('\n').find((line) => line.includes('executor isolation probed'));
-    const id = probed ? (JSON.parse(probed) as { executor_id?: string }).executor_id : undefined;
-    if (id) byId.set(id, name);
-  }
-  return byId;
 }
 
 /** A CA and a certificate for `model`, made for this run: the stand-in model serves TLS as a provider does. */
@@ -79,11 +55,8 @@ async function makeModelCertificate(dir: string): Promise<void> {
   for (const file of await fs.readdir(dir)) await fs.chmod(path.join(dir, file), 0o644);
 }
 
-async function healthy(name: string, timeoutMs = 60_000): Promise<void> {
-  await eventually(async () => ((await docker('inspect', '-f', '{{.State.Health.Status}}', name)) === 'healthy' ? true : undefined), timeoutMs, `${name} to be healthy`);
-}
-
 describe('the stack in containers', () => {
+  let project: ComposeProject;
   let stack: StartedDockerComposeEnvironment | undefined;
   let scratch: { dir: string; cleanup: () => Promise<void> };
   let env: Record<string, string>;
@@ -98,10 +71,7 @@ describe('the stack in containers', () => {
 
   beforeAll(async () => {
     process.env.TESTCONTAINERS_RYUK_DISABLED = 'true';
-    const images = await run(process.execPath, [path.join(root, 'scripts', 'images.mjs')], { cwd: root, maxBuffer: 64 * 1024 * 1024 }).catch((error: { stdout?: string; stderr?: string }) => {
-      throw new Error(`npm run images failed:\n${error.stdout ?? ''}\n${error.stderr ?? ''}`);
-    });
-    process.stderr.write(images.stdout.split('\n').filter((line) => line.trim() !== '').map((line) => `[images] ${line}\n`).join(''));
+    process.stderr.write((await buildImages()).map((line) => `${line}\n`).join(''));
 
     // The model, bundled from our own test support into the cache the override mounts, and its TLS.
     await fs.mkdir(path.join(cache, 'model'), { recursive: true });
@@ -122,7 +92,7 @@ describe('the stack in containers', () => {
         '      - ./.cache/containers/model:/opt/model:ro',
         '      - ./.cache/containers/tls:/opt/tls:ro',
         '    healthcheck:',
-        `      test: ["CMD", "node", "-e", "require('net').connect(8443, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))"]`,
+        '      test: ["CMD", "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8443"]',
         '      interval: 2s',
         '      retries: 15',
         '  executor:',
@@ -137,9 +107,10 @@ describe('the stack in containers', () => {
 
     scratch = await tempDir('murmur-containers-');
     env = { MURMUR_NATS_PORT: String(await freePort()), MURMUR_DOOR_PORT: String(await freePort()), MURMUR_ROOST_PORT: String(await freePort()) };
-    stack = await new DockerComposeEnvironment(root, ['docker-compose.yml', OVERRIDE])
+    project = new ComposeProject(`murmurct${randomBytes(3).toString('hex')}`, ['docker-compose.yml', OVERRIDE], env);
+    stack = await new DockerComposeEnvironment(root, project.files)
       .withClientOptions({ executable: { standalone: true } })
-      .withProjectName(project)
+      .withProjectName(project.name)
       .withEnvironment(env)
       .withStartupTimeout(180_000)
       .up();
@@ -155,12 +126,15 @@ describe('the stack in containers', () => {
 
   afterAll(async () => {
     await bus?.close();
+    // Whatever came up — the scaled executors too — goes, with the volumes.
     if (stack) await stack.down({ removeVolumes: true });
-    else await compose(env ?? {}, 'down', '-v').catch(() => '');
+    await project?.down().catch(() => undefined);
     await fs.rm(path.join(root, OVERRIDE), { force: true });
     await scratch?.cleanup();
   }, 180_000);
 
+  const container = (service: string, index = 1): string => project.container(service, index);
+  const healthy = (name: string): Promise<true> => eventually(async () => ((await project.health(name)) === 'healthy' ? true : undefined), 60_000, `${name} to be healthy`);
   const sessionOf = (stdout: string): string => /^session: (\S+)$/m.exec(stdout)?.[1] as string;
   const startOf = (sessionId: string): Promise<SessionStarted> => eventually(() => started.find((event) => event.session_id === sessionId), 15_000, `session.started of ${sessionId}`);
 
@@ -236,7 +210,7 @@ describe('the stack in containers', () => {
 
   describe('with two executors', () => {
     beforeAll(async () => {
-      await compose(env, 'up', '-d', '--scale', 'executor=2', '--no-recreate', 'executor');
+      await project.scale('executor', 2);
       await healthy(container('executor', 2));
       await eventually(() => ([...beats.values()].filter((at) => Date.now() - at < 3_000).length === 2 ? true : undefined), 30_000, 'two executors heard from');
     }, 120_000);
@@ -279,7 +253,7 @@ describe('the stack in containers', () => {
         void fetch(parent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', messageId: 'doomed', role: 'user', parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/spinning-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}` }] } } }) }).catch(() => undefined);
         const child = await eventually(() => started.find((event) => event.capsule_name === 'local/spinning-child'), 30_000, 'the spinning child to start');
         expect(child.executor_id).toBe(home.executor_id);
-        const killed = (await executorContainers()).get(home.executor_id);
+        const killed = (await project.instances('executor')).get(home.executor_id);
         expect(killed, `the container of ${home.executor_id}`).toBeDefined();
         const killedAt = Date.now();
         await docker('kill', killed as string);
@@ -301,27 +275,56 @@ describe('the stack in containers', () => {
     });
   });
 
-  it('survives a NATS restart: every service reconnects without restarting, and roost keeps its sessions and approvals', async () => {
+  it('survives a NATS restart: every service reconnects without restarting, roost keeps its sessions and approvals, and a completion in flight is recorded', async () => {
     const parentManifest = 'name: local/roost-parent\nversion: 0.1.0\ncapabilities:\n  spawn:\n    allow: [local/contained-child]\n';
     const registered = await fetch(new URL('/v1/sessions', roostUrl), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: newSessionId(), capsule_name: 'local/roost-parent', capsule_version: '0.1.0', policy: capabilityPolicy(parseCapsuleManifest(parentManifest).manifest) }) });
     const { credential } = (await registered.json()) as { credential: string };
     const spawn = await fetch(new URL('/spawn', roostUrl), { method: 'POST', headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: credential }, body: JSON.stringify({ name: 'local/contained-child', version: '0.1.0' }) });
     const { approval } = (await spawn.json()) as { approval: string };
     expect(approval).toBeTruthy();
-    const startedAt = async (service: string): Promise<string> => docker('inspect', '-f', '{{.State.StartedAt}}', container(service));
-    const before = Object.fromEntries(await Promise.all(['roost', 'stager', 'executor', 'door', 'watcher'].map(async (service) => [service, await startedAt(service)] as const)));
+    const running = (await docker('ps', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${project.name}`)).split('\n').filter((name) => name && !name.includes('_nats_'));
+    const startedAt = (name: string): Promise<string> => docker('inspect', '-f', '{{.State.StartedAt}}', name);
+    const before = Object.fromEntries(await Promise.all(running.map(async (name) => [name, await startedAt(name)] as const)));
 
-    await docker('restart', container('nats'));
-    await healthy(container('nats'));
-    await eventually(async () => ((await runMur(['health', '--json'], { env: client })).stdout.match(/"status":"ok"/g)?.length === 5 ? true : undefined), 60_000, 'every service to answer again');
-    for (const [service, at] of Object.entries(before)) expect(await startedAt(service), service).toBe(at);
+    // A child that ends while NATS is away: its completion is delivered late or recorded as undelivered, never lost.
+    const child = await capsuleArchive('name: local/interrupted-child\nversion: 0.1.0\ncapabilities:\n  limits:\n    deadline_seconds: 3\n', (await probeCapsule()).bytes);
+    const zip = path.join(scratch.dir, 'interrupted-child-0.1.0.mur.zip');
+    await fs.writeFile(zip, child);
+    expect((await runMur(['publish', zip, '--registry', roostUrl], { env: client })).code).toBe(0);
+    const parent = await startAgent(await agentProject(path.join(scratch.dir, 'waiting-parent'), agentYaml('waiting-parent', '  spawn:\n    allow: [local/interrupted-child]\n')), client);
+    try {
+      void fetch(parent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', messageId: 'in-flight', role: 'user', parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/interrupted-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}` }] } } }) }).catch(() => undefined);
+      await eventually(() => started.find((event) => event.capsule_name === 'local/interrupted-child'), 30_000, 'the child to start');
+      await docker('stop', '-t', '5', container('nats'));
+      // The child runs into its deadline and reports while there is no bus.
+      await new Promise((resolve) => setTimeout(resolve, 6_000));
+      await docker('start', container('nats'));
+      await healthy(container('nats'));
+      await eventually(async () => ((await runMur(['health', '--json'], { env: client })).stdout.match(/"status":"ok"/g)?.length === 5 ? true : undefined), 60_000, 'every service to answer again');
+      for (const [name, at] of Object.entries(before)) expect(await startedAt(name), name).toBe(at);
 
-    const child = await fetch(new URL('/v1/sessions', roostUrl), {
+      const children = await eventually(async () => {
+        const listed = await runMur(['files', parent.sessionId, 'children', '--json'], { env: client });
+        return listed.code === 0 ? (JSON.parse(listed.stdout) as { entries: Array<{ name: string }> }).entries.find((entry) => entry.name.startsWith('dlg_')) : undefined;
+      }, 30_000, "the child's directory under the parent's children/");
+      const completion = await eventually(async () => {
+        const read = await runMur(['files', parent.sessionId, `children/${children.name}/completion.json`], { env: client });
+        if (read.code !== 0) return undefined;
+        const outcome = JSON.parse(read.stdout) as { status: string; delivered: boolean; delivery_error?: string };
+        return outcome.delivered || outcome.delivery_error !== undefined ? outcome : undefined;
+      }, 30_000, 'a settled completion.json');
+      expect(completion.status).toBe('error');
+      if (!completion.delivered) expect(completion.delivery_error).toMatch(/E-BUS-00[35]/);
+    } finally {
+      await parent.stop();
+    }
+
+    const registeredChild = await fetch(new URL('/v1/sessions', roostUrl), {
       method: 'POST',
       headers: { 'content-type': 'application/json', [SPAWN_APPROVAL_HEADER]: approval },
       body: JSON.stringify({ session_id: newSessionId(), capsule_name: 'local/contained-child', capsule_version: '0.1.0', policy: capabilityPolicy(parseCapsuleManifest('name: local/contained-child\nversion: 0.1.0\n').manifest) }),
     });
-    expect(child.status, await child.clone().text()).toBe(201);
+    expect(registeredChild.status, await registeredChild.clone().text()).toBe(201);
     const result = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'after nats came back' }])], { cwd: await probeProject(path.join(scratch.dir, 'after-nats')), env: client });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain('after nats came back');

@@ -32,6 +32,47 @@ export const SOCKETS_CAPSULE_WAT = `(component
   (instance $inst (export "run" (func $run)))
   (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
 
+/**
+ * A script capsule of a kilobyte that prints one line, `first output`, through WASI's stdout and
+ * returns: the smallest capsule with something to show (what `bench:stack` times a launch by).
+ */
+export const PRINTING_CAPSULE_WAT = `(component
+  (import "wasi:io/error@0.2.0" (instance $io-error (export "error" (type (sub resource)))))
+  (alias export $io-error "error" (type $error))
+  (import "wasi:io/streams@0.2.0" (instance $streams
+    (export "error" (type $e (eq $error)))
+    (export "output-stream" (type $os (sub resource)))
+    (type $stream-error (variant (case "last-operation-failed" (own $e)) (case "closed")))
+    (export "stream-error" (type $se (eq $stream-error)))
+    (export "[method]output-stream.blocking-write-and-flush" (func (param "self" (borrow $os)) (param "contents" (list u8)) (result (result (error $se)))))))
+  (alias export $streams "output-stream" (type $output-stream))
+  (alias export $streams "[method]output-stream.blocking-write-and-flush" (func $write))
+  (import "wasi:cli/stdout@0.2.0" (instance $stdout
+    (export "output-stream" (type $os (eq $output-stream)))
+    (export "get-stdout" (func (result (own $os))))))
+  (alias export $stdout "get-stdout" (func $get-stdout))
+  (core module $memory (memory (export "memory") 1))
+  (core instance $memory-instance (instantiate $memory))
+  (alias core export $memory-instance "memory" (core memory $mem))
+  (core func $get-stdout-lowered (canon lower (func $get-stdout)))
+  (core func $write-lowered (canon lower (func $write) (memory $mem)))
+  (core module $main
+    (import "env" "memory" (memory 1))
+    (import "host" "get-stdout" (func $get-stdout (result i32)))
+    (import "host" "write" (func $write (param i32 i32 i32 i32)))
+    (data (i32.const 16) "first output\\n")
+    (func (export "run") (call $write (call $get-stdout) (i32.const 16) (i32.const 13) (i32.const 64))))
+  (core instance $main-instance (instantiate $main
+    (with "env" (instance (export "memory" (memory $mem))))
+    (with "host" (instance (export "get-stdout" (func $get-stdout-lowered)) (export "write" (func $write-lowered))))))
+  (func $run (canon lift (core func $main-instance "run")))
+  (instance $inst (export "run" (func $run)))
+  (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
+
+export function printingCapsuleWat(): Promise<BuiltGuest> {
+  return componentFromWat(PRINTING_CAPSULE_WAT);
+}
+
 export function socketsCapsuleWat(): Promise<BuiltGuest> {
   return componentFromWat(SOCKETS_CAPSULE_WAT);
 }
@@ -118,6 +159,7 @@ export async function buildAllGuests(): Promise<void> {
   await unversionedCapsuleWat();
   await toolWat();
   await socketsCapsuleWat();
+  await printingCapsuleWat();
   await helloCapsuleJs();
   await probeCapsule();
   await probeTool();
