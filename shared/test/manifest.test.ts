@@ -336,6 +336,21 @@ describe('the capsule manifest', () => {
       expect(error.message).toBe('murmur.yaml: inference.api_key references ${MISSING_KEY} but the environment variable is not set');
     });
 
+    it('holds an endpoint that comes from a variable to the https rule once it is resolved', () => {
+      const viaVariable = 'name: agent\nversion: 1.0.0\ninference:\n  endpoint: ${MODEL_ENDPOINT}\n  model: m\n  driver: { artifact: d }\n';
+      const { manifest } = parseCapsuleManifest(viaVariable, { env: { MODEL_ENDPOINT: '' } });
+      expect(resolveManifestSecrets(manifest, { MODEL_ENDPOINT: 'https://models.example.com' }).inference?.endpoint).toBe('https://models.example.com');
+      expect(resolveManifestSecrets(manifest, { MODEL_ENDPOINT: 'http://127.0.0.1:8080' }).inference?.endpoint).toBe('http://127.0.0.1:8080');
+      let refused: MurmurError | undefined;
+      try {
+        resolveManifestSecrets(manifest, { MODEL_ENDPOINT: 'http://models.example.com' });
+      } catch (error) {
+        refused = error as MurmurError;
+      }
+      expect(refused?.code).toBe('E-MAN-003');
+      expect(refused?.message).toContain("'inference.endpoint' (from ${MODEL_ENDPOINT}): 'http://models.example.com' uses plain http:// with non-loopback host 'models.example.com'");
+    });
+
     it('treats anything but a whole ${NAME} as a literal', () => {
       for (const literal of ['prefix${MY_KEY}', '${lower}', '$MY_KEY']) {
         const { manifest } = parseCapsuleManifest(withKey(literal), { env: {} });

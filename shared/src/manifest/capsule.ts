@@ -260,27 +260,30 @@ function isLoopbackHost(hostname: string): boolean {
 }
 
 /**
- * An inference endpoint carries prompts and keys: `https://` anywhere, plain `http://` only to
- * this machine. A `${VAR}` reference is checked once it is resolved, at launch.
+ * What is wrong with an inference endpoint, if anything: it carries prompts and keys, so
+ * `https://` anywhere, plain `http://` only to this machine.
  */
-function checkEndpoint(ctx: z.core.$RefinementCtx, path: PropertyKey[], endpoint: string): void {
-  if (endpoint === '') return refine(ctx, path, 'missing required field');
-  if (envReferenceName(endpoint) !== undefined) return;
+function endpointProblem(endpoint: string): string | undefined {
   let url: URL;
   try {
     url = new URL(endpoint);
   } catch {
-    return refine(ctx, path, `failed to parse '${endpoint}' as a URL`);
+    return `failed to parse '${endpoint}' as a URL`;
   }
   const scheme = url.protocol.slice(0, -1);
-  if (scheme === 'https') return;
+  if (scheme === 'https') return undefined;
   if (scheme === 'http') {
-    if (!isLoopbackHost(url.hostname)) {
-      refine(ctx, path, `'${endpoint}' uses plain http:// with non-loopback host '${url.hostname}' — use https:// for remote endpoints, or http://localhost or a loopback IP literal for local inference`);
-    }
-    return;
+    return isLoopbackHost(url.hostname) ? undefined : `'${endpoint}' uses plain http:// with non-loopback host '${url.hostname}' — use https:// for remote endpoints, or http://localhost or a loopback IP literal for local inference`;
   }
-  refine(ctx, path, `unsupported scheme '${scheme}' in '${endpoint}' — expected http or https`);
+  return `unsupported scheme '${scheme}' in '${endpoint}' — expected http or https`;
+}
+
+/** The endpoint rule at parse; a `${VAR}` reference is held to it once resolved, at launch (`resolveManifestSecrets`). */
+function checkEndpoint(ctx: z.core.$RefinementCtx, path: PropertyKey[], endpoint: string): void {
+  if (endpoint === '') return refine(ctx, path, 'missing required field');
+  if (envReferenceName(endpoint) !== undefined) return;
+  const problem = endpointProblem(endpoint);
+  if (problem) refine(ctx, path, problem);
 }
 
 const DriverSchema = z.object({
@@ -536,7 +539,10 @@ export function parseCapsuleManifest(text: string, options: ParseCapsuleManifest
   return { manifest, warnings };
 }
 
-/** A copy of the manifest with every `${VAR}` reference replaced by its value. */
+/**
+ * A copy of the manifest with every `${VAR}` reference replaced by its value. An endpoint that came
+ * from a variable is held to the endpoint rule now, as a written one was at parse.
+ */
 export function resolveManifestSecrets(manifest: CapsuleManifest, env: EnvLookup): CapsuleManifest {
   const resolve = (path: string, value: string | undefined): string | undefined => {
     if (value === undefined) return undefined;
@@ -544,16 +550,22 @@ export function resolveManifestSecrets(manifest: CapsuleManifest, env: EnvLookup
     if (!resolved.ok) throw new MurmurError('E-MAN-003', `${MANIFEST_FILE}: ${path} references \${${resolved.name}} but the environment variable is not set`, { path });
     return resolved.value;
   };
+  const resolveEndpoint = (path: string, value: string | undefined): string | undefined => {
+    const resolved = resolve(path, value);
+    const problem = resolved === undefined || resolved === value ? undefined : endpointProblem(resolved);
+    if (problem) throw new MurmurError('E-MAN-003', `${MANIFEST_FILE}: invalid inference config for '${path}' (from ${value}): ${problem}`, { path });
+    return resolved;
+  };
   const copy: CapsuleManifest = structuredClone(manifest);
   if (copy.inference) {
     const apiKey = resolve('inference.api_key', copy.inference.api_key);
-    const endpoint = resolve('inference.endpoint', copy.inference.endpoint);
+    const endpoint = resolveEndpoint('inference.endpoint', copy.inference.endpoint);
     if (apiKey !== undefined) copy.inference.api_key = apiKey;
     if (endpoint !== undefined) copy.inference.endpoint = endpoint;
   }
   copy.artifacts.forEach((artifact, index) => {
     if (!artifact.gateway) return;
-    artifact.gateway.endpoint = resolve(`artifacts[${index}].gateway.endpoint`, artifact.gateway.endpoint) ?? '';
+    artifact.gateway.endpoint = resolveEndpoint(`artifacts[${index}].gateway.endpoint`, artifact.gateway.endpoint) ?? '';
     const apiKey = resolve(`artifacts[${index}].gateway.api_key`, artifact.gateway.api_key);
     if (apiKey !== undefined) artifact.gateway.api_key = apiKey;
   });
