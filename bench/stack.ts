@@ -123,7 +123,7 @@ try {
     const env = { ...process.env, MURMUR_HOME: path.join(scratch, 'home') };
     const stager = startStagerService({ bus, log: silentLog, env });
     const executor = startExecutorService({ bus, log: silentLog, env });
-    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(scratch, 'digests.json') }) } });
     await warm(bus, plan, 1);
     alone.push(await measure('in-process', bus, plan, 1, ALONE_LAUNCHES));
     results.push(await measure('in-process', bus, plan));
@@ -136,7 +136,7 @@ try {
   await compose.up();
   const bus = createBus(await NatsTransport.connect(`nats://127.0.0.1:${compose.env.MURMUR_NATS_PORT}`, { log: silentLog }), silentLog);
   try {
-    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(scratch, 'digests.json') }) } });
     await warm(bus, plan, 1);
     alone.push(await measure('stack, 1 executor', bus, plan, 1, ALONE_LAUNCHES));
     results.push(await measure('stack, 1 executor', bus, plan));

@@ -39,7 +39,7 @@ try {
   // A directory is packed and uploaded through the bus's object store each time, as mur does: that is part of staging it.
   const bus = createBus(new InProcessTransport(), silentLog);
   const sources: Record<string, () => Promise<StageRequest>> = {
-    directory: async () => ({ source: { kind: 'project', project: await uploadProject(bus, project) } }),
+    directory: async () => ({ source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(scratch, 'digests.json') }) } }),
     registry: async () => ({ source: { kind: 'registry', name: 'bench-capsule', version: '1.0.0' } }),
   };
   const stagerIn = (cacheDir: string): Stager => new Stager({ cacheDir, globalStore, log: silentLog, blobs: new BlobCache(path.join(cacheDir, 'blobs'), () => bus.objectStore(BLOB_BUCKET)) });

@@ -69,7 +69,7 @@ describe('the stack with nothing shared but the bus', () => {
 
   /** Staged as any client stages: packed, uploaded, asked of a stager. */
   async function stage(dir: string): Promise<StagedPlan> {
-    return requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, dir) } });
+    return requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, dir, { digestCache: path.join(home('client'), 'digests.json') }) } });
   }
 
   /** A launch on one executor, as the test chooses; resolves with the reply and the session's end. */
@@ -242,7 +242,7 @@ describe('the stack with nothing shared but the bus', () => {
     it('an object whose bytes do not match its digest is refused by name, taken out of the store, and nothing is kept', async () => {
       const before = await stagerCacheFiles();
       const project = await probeProject(path.join(scratch.dir, 'forged'), 'description: forged\n');
-      const packed = await packProject(project);
+      const packed = await packProject(project, { digestCache: null });
       const manifest = packed.listing.files.find((file) => file.path === 'murmur.yaml')!;
       await publishProject(blobs, packed);
       // Someone with access to the store writes other bytes of the same size under the manifest's name.

@@ -70,7 +70,7 @@ describe('the services as processes on NATS', () => {
     await capsuleProject(project, 'name: over-nats\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     const staged: SessionStaged[] = [];
     const subscription = client.subscribe(topics.sessionStaged, (event) => void staged.push(event));
-    const uploaded = await uploadProject(client, project);
+    const uploaded = await uploadProject(client, project, { digestCache: path.join(home.dir, 'digests.json') });
     for (let attempt = 0; attempt < 6; attempt += 1) {
       const plan = await client.request(commands.stage, { source: { kind: 'project', project: uploaded } }, { timeoutMs: 60_000 });
       expect(plan.capsule.name).toBe('over-nats');

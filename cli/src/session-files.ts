@@ -46,6 +46,13 @@ export async function* sessionFileChunks(bus: Bus, location: SessionLocation, re
   }
 }
 
+/** A whole file of the session, in memory (what `--out` and a fetched result write, by rename). */
+export async function sessionFileBytes(bus: Bus, location: SessionLocation, relative: string, first?: SessionFilesReply & { type: 'file' }): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of sessionFileChunks(bus, location, relative, first)) parts.push(chunk);
+  return Buffer.concat(parts);
+}
+
 /** Copies one file of the session to `target` (whole or not at all); false when the session has no such file. */
 export async function fetchSessionFile(bus: Bus, sessionId: string, relative: string, target: string): Promise<boolean> {
   const location = await locateSession(bus, sessionId);
@@ -57,9 +64,8 @@ export async function fetchSessionFile(bus: Bus, sessionId: string, relative: st
     throw error;
   }
   if (first.type !== 'file') return false;
-  const parts: Buffer[] = [];
-  for await (const chunk of sessionFileChunks(bus, location, relative, first)) parts.push(chunk);
+  const bytes = await sessionFileBytes(bus, location, relative, first);
   await fs.mkdir(path.dirname(target), { recursive: true });
-  await writeFileAtomic(target, Buffer.concat(parts));
+  await writeFileAtomic(target, bytes);
   return true;
 }

@@ -5,7 +5,7 @@ import type { Bus } from '@murmur/shared/bus';
 import { writeFileAtomic } from '@murmur/shared/node';
 import { type Output, formatBytes, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
-import { askExecutor, locateSession, sessionFileChunks } from '../session-files.js';
+import { askExecutor, locateSession, sessionFileBytes, sessionFileChunks } from '../session-files.js';
 
 export interface FilesOptions {
   out?: string;
@@ -47,9 +47,7 @@ export async function filesCommand(sessionId: string, relative: string | undefin
 
 async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesReply, target: string): Promise<{ files: number; bytes: number }> {
   if (reply.type === 'file') {
-    const parts: Buffer[] = [];
-    for await (const chunk of sessionFileChunks(bus, location, reply.path, reply)) parts.push(chunk);
-    const bytes = Buffer.concat(parts);
+    const bytes = await sessionFileBytes(bus, location, reply.path, reply);
     const into = (await fs.stat(target).catch(() => undefined))?.isDirectory() ? path.join(target, path.basename(reply.path)) : target;
     await fs.mkdir(path.dirname(into), { recursive: true });
     await writeFileAtomic(into, bytes);

@@ -65,9 +65,12 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   const cache = cacheDir(env);
   const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET), (ref, what) => log.info({ sha256: ref.sha256, bytes: ref.size, what }, 'fetched a blob from the object store'));
   let locations: Promise<KeyValueStore> | undefined;
+  /** The bucket, opened once; an open that failed (JetStream away) is tried again next time. */
   const locationStore = (): Promise<KeyValueStore> => {
-    locations ??= bus.keyValue(SESSION_LOCATIONS_BUCKET);
-    locations.catch(() => (locations = undefined));
+    if (!locations) {
+      locations = bus.keyValue(SESSION_LOCATIONS_BUCKET);
+      locations.catch(() => (locations = undefined));
+    }
     return locations;
   };
   const environment: ExecutorEnvironment = {

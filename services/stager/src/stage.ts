@@ -230,12 +230,16 @@ export class Stager {
    * machine fetches them from there (one that shares this cache finds them already).
    */
   private async publish(plan: StagedPlan): Promise<void> {
+    await Promise.all([...(plan.capsule.component ? [this.publishComponent(plan.capsule.component)] : []), ...plan.artifacts.map((artifact) => this.publishArtifact(artifact))]);
+  }
+
+  private publishComponent(component: TranspiledComponent): Promise<void> {
+    return this.options.blobs.publishAll(component.bundle.files, (file) => path.join(this.components.bundleDir(component), file.path));
+  }
+
+  private async publishArtifact(artifact: StagedArtifact): Promise<void> {
     const { blobs } = this.options;
-    const components = [plan.capsule.component, ...plan.artifacts.map((artifact) => artifact.component)].filter((component): component is TranspiledComponent => component !== undefined);
-    await Promise.all([
-      ...components.map((component) => blobs.publishAll(component.bundle.files, (file) => path.join(this.components.bundleDir(component), file.path))),
-      ...plan.artifacts.map((artifact) => blobs.publishAll(artifact.files, (file) => blobs.pathOf(file.sha256))),
-    ]);
+    await Promise.all([...(artifact.component ? [this.publishComponent(artifact.component)] : []), blobs.publishAll(artifact.files, (file) => blobs.pathOf(file.sha256))]);
   }
 
   /**
@@ -262,13 +266,8 @@ export class Stager {
       if (artifact.extraction) tx.extractionNeeds.push(artifact.extraction);
       await this.prepare(tx, () => {});
       await this.commit(tx);
-      const staged = artifact.staged;
-      const { blobs } = this.options;
-      await Promise.all([
-        ...(staged.component ? [blobs.publishAll(staged.component.bundle.files, (file) => path.join(this.components.bundleDir(staged.component as TranspiledComponent), file.path))] : []),
-        blobs.publishAll(staged.files, (file) => blobs.pathOf(file.sha256)),
-      ]);
-      return staged;
+      await this.publishArtifact(artifact.staged);
+      return artifact.staged;
     } finally {
       await this.rollback(tx);
     }

@@ -54,7 +54,7 @@ afterEach(async () => {
 
 /** The capsule directory packed and uploaded, as any requester does: a stage call for it. */
 async function directory(dir = world.project, env_names?: string[]): Promise<StageCall> {
-  return { request: { source: { kind: 'project', project: await uploadProject(world.bus, dir) }, ...(env_names ? { env_names } : {}) } };
+  return { request: { source: { kind: 'project', project: await uploadProject(world.bus, dir, { digestCache: path.join(world.root, 'digests.json') }) }, ...(env_names ? { env_names } : {}) } };
 }
 
 async function refusal(call: StageCall | Promise<StageCall>): Promise<MurmurError> {

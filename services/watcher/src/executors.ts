@@ -95,8 +95,10 @@ export class ExecutorMonitor {
   }
 
   private async announce(executorId: string, session: ExecutorHeartbeat['sessions'][number], silentFor: number): Promise<void> {
-    this.announcements ??= this.options.bus.keyValue('murmur-watcher');
-    this.announcements.catch(() => (this.announcements = undefined));
+    if (!this.announcements) {
+      this.announcements = this.options.bus.keyValue('murmur-watcher');
+      this.announcements.catch(() => (this.announcements = undefined));
+    }
     const store = await this.announcements;
     if (!(await store.create(`lost.${session.session_id}`, this.options.watcherId))) return;
     const endedAt = new Date().toISOString();

@@ -52,27 +52,6 @@ export class BlobCache {
     return (await fs.stat(this.pathOf(sha256)).catch(() => undefined))?.isFile() === true;
   }
 
-  /**
-   * Takes bytes this process hashed itself into the cache (copied, never linked: the source may
-   * change later, a cache entry may not). Returns the entry's path.
-   */
-  async adopt(file: string, sha256: string, created?: CreatedEntries): Promise<string> {
-    const target = this.pathOf(sha256);
-    if (await this.hasLocal(sha256)) return target;
-    await fs.mkdir(path.dirname(target), { recursive: true });
-    const temporary = temporarySibling(target);
-    try {
-      await fs.copyFile(file, temporary);
-      await fs.chmod(temporary, 0o444);
-      await fs.rename(temporary, target);
-      created?.push(target);
-    } catch (error) {
-      await fs.rm(temporary, { force: true });
-      throw error;
-    }
-    return target;
-  }
-
   /** Takes bytes in hand into the cache under their digest (computed here). */
   async adoptBytes(bytes: Uint8Array, created?: CreatedEntries): Promise<{ sha256: string; path: string }> {
     const sha256 = createHash('sha256').update(bytes).digest('hex');
