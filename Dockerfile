@@ -13,6 +13,10 @@
 
 # ---- build: npm ci, npm run build, then stage the app exactly as `npm run images` does
 FROM node:20-bookworm-slim AS build
+# A C compiler and static glibc for murmur-confine, the sandbox's native helper (npm run build).
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The manifests first, so a source change does not invalidate the dependency install.
 COPY package.json package-lock.json ./

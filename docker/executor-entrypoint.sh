@@ -5,9 +5,11 @@
 # sandbox runs can ever use SYS_ADMIN.
 #
 #   1. Session cgroups. Docker mounts this container's own cgroup read-only at
-#      /sys/fs/cgroup/<controller>. A read-write bind remount of the memory and pids hierarchies
-#      lets us create /sys/fs/cgroup/{memory,pids}/$MURMUR_CGROUP_PARENT, owned by 1000:1000, where
-#      the executor creates one group per session (nested under the container's own limits).
+#      /sys/fs/cgroup/<controller>. A read-write bind remount of the memory, pids and cpu
+#      hierarchies lets us create /sys/fs/cgroup/{memory,pids,cpu}/$MURMUR_CGROUP_PARENT, owned by
+#      1000:1000, where the executor creates each session's groups (nested under the container's
+#      own limits): memory and pids for the whole session, and the tools' memory, pids and CPU
+#      quota (capabilities.resources.cgroup_*).
 #      cgroup v1 only; elsewhere we warn and the executor runs without cgroups, which means it
 #      refuses capsules that can start subprocesses (E-RUN-012).
 #   2. A fresh /proc in each sandbox. bubblewrap mounts a new procfs for the sandbox's pid
@@ -36,8 +38,9 @@ if [ -n "$parent" ]; then
     say "WARNING: this host uses cgroup v2; session cgroups are only set up on cgroup v1 here. The executor runs without cgroups and refuses capsules that can start subprocesses."
   else
     ok=yes
-    for controller in memory pids; do
-      dir=/sys/fs/cgroup/$controller
+    for controller in memory pids cpu; do
+      # cpu is usually mounted jointly with cpuacct, with /sys/fs/cgroup/cpu a symlink to it.
+      dir=$(readlink -f "/sys/fs/cgroup/$controller")
       if ! mount -o remount,bind,rw "$dir" 2>/dev/null && ! [ -w "$dir" ]; then
         say "WARNING: cannot make $dir writable (does the container have CAP_SYS_ADMIN?)"
         ok=no
@@ -50,7 +53,7 @@ if [ -n "$parent" ]; then
       fi
     done
     if [ "$ok" = yes ]; then
-      say "session cgroups under /sys/fs/cgroup/{memory,pids}/$parent (owned by $uid:$gid)"
+      say "session cgroups under /sys/fs/cgroup/{memory,pids,cpu}/$parent (owned by $uid:$gid)"
     else
       say "WARNING: the executor runs without cgroups and refuses capsules that can start subprocesses."
     fi

@@ -153,7 +153,8 @@ describe('agent capsules', () => {
 
     it('cuts shell output past 16 KiB and keeps all of it in a file', async () => {
       const inference = await model((body, index) => (index === 0 ? { toolCalls: [{ name: 'sh', input: { command: 'head -c 40000 /dev/zero | tr "\\\\0" x' } }] } : { text: toolResults(body)[0]?.text ?? '' }));
-      const run = await runTask('truncate', agentManifest(inference, { capabilities: '  shell:\n    allow: [sh]' }), 'flood');
+      // head and tr are allowlisted too: in a sealed sandbox sh may run only what shell.allow names.
+      const run = await runTask('truncate', agentManifest(inference, { capabilities: '  shell:\n    allow: [sh, head, tr]' }), 'flood');
       expect(run.result.code, run.result.stderr).toBe(0);
       const text = await run.read('out/result.txt');
       const kept = /Full output written to (\S+)/.exec(text)?.[1] as string;

@@ -71,9 +71,25 @@ describe('egress through the executor', () => {
   });
 
   it('allows nothing when network.allow is empty', async () => {
-    const { results } = await run('nothing-allowed', '', [{ op: 'fetch', url: `${allowed.url}/` }]);
+    const before = allowed.connections();
+    const { results, trace } = await run('nothing-allowed', '', [{ op: 'fetch', url: `${allowed.url}/` }]);
     expect(results[0]).toMatchObject({ ok: false });
-    expect(results[0]?.error).toContain('NetworkError');
+    expect(allowed.connections()).toBe(before);
+    expect(trace.find((event) => event.event_type === 'egress')).toMatchObject({ kind: 'http', decision: 'denied', code: 'HTTP-request-denied', at: 'handle' });
+  });
+
+  it('refuses from outgoing-handler.handle itself, so a guest that only calls handle learns it was denied', async () => {
+    const before = allowed.connections();
+    const { results, trace } = await run('handle-only', `capabilities:\n  network:\n    allow: [127.0.0.1:${allowed.port}]\n`, [
+      { op: 'handle', url: `${denied.url}/never` },
+      { op: 'handle', url: `${allowed.url}/allowed` },
+    ]);
+    expect(results[0]).toEqual({ op: 'handle', ok: false, error: 'Error: handle refused: HTTP-request-denied' });
+    // An allowed request is accepted by handle; nothing is sent until the guest waits on it.
+    expect(results[1]).toEqual({ op: 'handle', ok: true, value: 'handled' });
+    expect(denied.connections()).toBe(0);
+    expect(allowed.connections()).toBe(before);
+    expect(trace.filter((event) => event.event_type === 'egress')).toEqual([expect.objectContaining({ decision: 'denied', code: 'HTTP-request-denied', target: `http://127.0.0.1:${denied.port}`, at: 'handle' })]);
   });
 
   it('judges murmur:message/send the same way: a denied peer gets no connection', async () => {

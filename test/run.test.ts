@@ -127,21 +127,39 @@ describe('mur run', () => {
       capsule_name: 'probe',
       capsule_version: '0.1.0',
       capabilities: ['network'],
+      containment_declared: 'advisory',
+      containment_achieved: 'sealed',
       effective_grants: {
         declared_containment: 'advisory',
-        achieved_containment: 'scoped',
-        enforcement_tier: 'bubblewrap',
+        achieved_containment: 'sealed',
+        floor_met: true,
+        enforcement_tier: 'mountns+pivot_root+landlock+seccomp',
         filesystem_scope: '.',
         network_allow: ['api.example.com'],
         env_allow: ['GREETING'],
         shell_allow: [],
-        limits: expect.objectContaining({ deadline_seconds: 30 }),
       },
     });
+    // Upstream's keys, in upstream's order (shortfall_reason only when the floor is not met).
+    expect(Object.keys(events[0]?.effective_grants as object)).toEqual([
+      'declared_containment',
+      'achieved_containment',
+      'floor_met',
+      'enforcement_tier',
+      'filesystem_scope',
+      'workdir_exec',
+      'network_allow',
+      'unix_sockets',
+      'shell_allow',
+      'spawn_allow',
+      'env_allow',
+      'interpreter_runtime_grants',
+      'staged_runtime_grants',
+    ]);
     expect(events[1]).toMatchObject({ exit_status: 'ok', total_tool_calls: 0 });
     for (const event of events) expect(event).toMatchObject({ session_id: path.basename(workdir), timestamp: expect.any(Number) });
     const bootstrap = await fs.readFile(path.join(workdir, 'logs', 'bootstrap.log'), 'utf8');
-    expect(bootstrap).toContain('isolation: bubblewrap');
+    expect(bootstrap).toContain('containment: sealed (mountns+pivot_root+landlock+seccomp), declared advisory');
     expect(bootstrap).toContain('session ended: ok');
   });
 

@@ -37,7 +37,7 @@ describe('the capsule sandbox', () => {
     return { results: probeResults(log.replaceAll('[stdout] ', '')), workdir: launch.workdir, code: result.code, stderr: result.stderr };
   }
 
-  const shellCapsule = 'capabilities:\n  shell:\n    allow: [sh, ps, touch, node, cat]\n';
+  const shellCapsule = 'capabilities:\n  shell:\n    allow: [sh, ps, touch, node, cat, id]\n';
 
   describe('processes, network and files, seen from a shell inside', () => {
     let results: ProbeResult[];

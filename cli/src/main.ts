@@ -80,6 +80,8 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('--system-prompt <text>', "replace the manifest's system prompt (empty clears it)")
     .option('--lifecycle-task-acceptance <mode>', 'override lifecycle.task_acceptance (none|single|queue)')
     .option('--lifecycle-after-task <mode>', 'override lifecycle.after_task (exit|sleep)')
+    .option('--containment <class>', 'a containment floor for this run (advisory|scoped|sealed); the strongest of it, the manifest and the workspace config wins')
+    .option('--explain-scope', 'print the containment (declared, achieved, floor met, mechanism) and the effective grants, and start nothing (--json: the trace\'s effective_grants)')
     .action(run((options: Record<string, unknown>) => import('./commands/run.js').then((module) => module.runCommand(options, output))));
 
   program

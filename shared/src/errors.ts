@@ -30,6 +30,7 @@ export const ERROR_CATALOGUE = {
   'E-CAP-006': { title: 'sealed: interpreter package tree not granted' },
   'E-CFG-001': { title: 'no inference provider configured' },
   'E-CFG-002': { title: 'unknown configuration key' },
+  'E-CFG-003': { title: 'invalid configuration value' },
   'E-IO-001': { title: 'not found' },
   'E-IO-002': { title: 'permission denied' },
   'E-IO-003': { title: 'input/output failure' },

@@ -26,3 +26,4 @@ export * from './a2a-wire.js';
 export * from './roost.js';
 export * from './file-set.js';
 export * from './launch-records.js';
+export * from './workspace-config.js';

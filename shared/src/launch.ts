@@ -2,6 +2,8 @@ import * as z from 'zod';
 import { SessionIdSchema } from './ids.js';
 import { StagedPlanSchema } from './plan.js';
 import { SpawnerHandleSchema } from './delegation.js';
+import { ContainmentSchema } from './manifest/capsule.js';
+import { CapabilityPolicySchema } from './policy.js';
 import { LivenessSchema, RunningRecordSchema } from './running-record.js';
 
 /**
@@ -50,8 +52,28 @@ export const LaunchRequestSchema = z.object({
   outlives_launcher: z.boolean().default(false),
   /** Relay the capsule's stdout/stderr as `session.<id>.output` events. */
   relay_output: z.boolean().default(false),
+  /**
+   * The launcher's containment floor beyond the manifest's (workspace config, `--containment`):
+   * the session's declared class is the strongest of the two.
+   */
+  containment_floor: ContainmentSchema.optional(),
 });
 export type LaunchRequest = z.input<typeof LaunchRequestSchema>;
+
+/**
+ * `mur run --explain-scope`: what an executor would give a capsule with this policy and floor —
+ * the containment (declared, achieved, floor met, mechanism) and the effective grants — without
+ * starting anything.
+ */
+export const ExplainScopeRequestSchema = z.object({
+  policy: CapabilityPolicySchema,
+  containment_floor: ContainmentSchema.optional(),
+});
+/** The trace's `effective_grants` object, exactly. */
+export const ExplainScopeReplySchema = z.object({
+  executor_id: z.string(),
+  effective_grants: z.record(z.string(), z.unknown()),
+});
 
 /**
  * A session's files, read through the executor that holds its workdir (`mur files`): the listing

@@ -1,6 +1,6 @@
 import { defineCommand, defineEvent } from './bus/topic.js';
 import { DelegationCompletedSchema, HealthReplySchema, HealthRequestSchema, SessionEndedSchema, SessionStagedSchema, SessionStartedSchema, StageFailedSchema } from './events.js';
-import { ExecutorHeartbeatSchema, LaunchReplySchema, LaunchRequestSchema, ProcessProbeReplySchema, ProcessProbeRequestSchema, SessionFilesReplySchema, SessionFilesRequestSchema, SessionListReplySchema, SessionListRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
+import { ExecutorHeartbeatSchema, ExplainScopeReplySchema, ExplainScopeRequestSchema, LaunchReplySchema, LaunchRequestSchema, ProcessProbeReplySchema, ProcessProbeRequestSchema, SessionFilesReplySchema, SessionFilesRequestSchema, SessionListReplySchema, SessionListRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
 import { CompletionRecordReplySchema, CompletionRecordRequestSchema, SessionPinnedSchema } from './launch-records.js';
 import { DelegationControlReplySchema, DelegationControlRequestSchema, DelegationLaunchReplySchema, DelegationLaunchRequestSchema } from './delegation.js';
 import { SessionCallSchema, SessionEventSchema, SessionReplySchema } from './session-rpc.js';
@@ -36,6 +36,8 @@ export const commands = {
   stageArtifact: defineCommand('stage.artifact', StageArtifactRequestSchema, StagedArtifactSchema),
   /** Launching a staged capsule, answered by any executor in the `executor` queue group. */
   launch: defineCommand('launch', LaunchRequestSchema, LaunchReplySchema),
+  /** `mur run --explain-scope`: the containment and grants an executor would give, answered by any executor (queue group `executor`). */
+  explainScope: defineCommand('executor.explain', ExplainScopeRequestSchema, ExplainScopeReplySchema),
   /** `executor.<id>.launch`: launching on one executor — a delegated child, on its parent's. */
   launchOn: defineCommand('executor.*.launch', LaunchRequestSchema, LaunchReplySchema),
   /** `executor.<id>.files`: a session's workdir, read through the executor that holds it (`mur files`). */

@@ -12,12 +12,19 @@ export async function componentArtifact(name: string, version: string, wasm: Uin
   ]);
 }
 
-/** A native tool: a shell script that answers with its environment and its input, as JSON. */
+/**
+ * A native tool: a shell script that answers with its environment and its input, as JSON. Shell
+ * builtins only: in a sealed sandbox a tool may execute its own binary (and its interpreter) and
+ * the capsule's shell.allow, nothing else.
+ */
 export async function nativeEchoTool(name: string, version: string): Promise<Buffer> {
   const script = [
     '#!/bin/sh',
-    'input=$(cat)',
-    `printf '{"status":"passed","summary":"native ${name}","data":"HOME=%s TOKEN=%s SAFE=%s INPUT=%s"}' "$HOME" "$GITHUB_TOKEN" "$LANG" "$(printf %s "$input" | tr -d '"\\\\')"`,
+    "input=''",
+    'while IFS= read -r line || [ -n "$line" ]; do input="$input$line"; done',
+    // Quotes and backslashes out, so the input fits inside the JSON string below.
+    `while :; do case "$input" in *'"'*) input="\${input%%'"'*}\${input#*'"'}" ;; *'\\'*) input="\${input%%'\\'*}\${input#*'\\'}" ;; *) break ;; esac; done`,
+    `printf '{"status":"passed","summary":"native ${name}","data":"HOME=%s TOKEN=%s SAFE=%s INPUT=%s"}' "$HOME" "$GITHUB_TOKEN" "$LANG" "$input"`,
     '',
   ].join('\n');
   return writeMurZip([

@@ -1,6 +1,25 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { LOCKFILE_NAME, type LaunchReply, MurmurError, SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, commands, newSessionId, sessionUrl, spawnerHandleFromEnv, topics, upsertLockEntry } from '@murmur/shared';
+import {
+  CONTAINMENT_CLASSES,
+  type CapabilityPolicy,
+  type Containment,
+  LOCKFILE_NAME,
+  type LaunchReply,
+  MurmurError,
+  SUBPROCESS_BASELINE,
+  type SessionEnded,
+  type StagedPlan,
+  capabilityPolicy,
+  commands,
+  newSessionId,
+  parseCapsuleManifest,
+  sessionUrl,
+  spawnerHandleFromEnv,
+  topics,
+  upsertLockEntry,
+} from '@murmur/shared';
+import type { Bus } from '@murmur/shared/bus';
 import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
@@ -10,6 +29,7 @@ import { findProjectRoot } from '../project.js';
 import { openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
 import { stageThroughBus } from '../staging.js';
+import { configuredContainment } from '../workspace-config.js';
 
 export interface RunOptions {
   manifest?: string;
@@ -24,6 +44,8 @@ export interface RunOptions {
   systemPrompt?: string;
   lifecycleTaskAcceptance?: string;
   lifecycleAfterTask?: string;
+  containment?: string;
+  explainScope?: boolean;
 }
 
 const LAUNCH_TIMEOUT_MS = 60_000;
@@ -64,8 +86,58 @@ function lifecycleOverride(options: RunOptions): Record<string, string> | undefi
 /** `MURMUR_TIMING=1`: where a run's start-up time goes, on stderr. */
 const timing = process.env.MURMUR_TIMING ? (label: string): void => void process.stderr.write(`[timing] ${label} ${performance.now().toFixed(0)}ms\n`) : (): void => {};
 
+/** `--containment`: one of the classes, said the way upstream says it when it is not. */
+function flagContainment(value: string | undefined): Containment | undefined {
+  if (value === undefined) return undefined;
+  const trimmed = value.trim();
+  if (!(CONTAINMENT_CLASSES as readonly string[]).includes(trimmed)) {
+    throw new MurmurError('E-IO-003', `--containment must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got '${value}'`, { path: '--containment', hint: 'e.g. mur run --containment sealed' });
+  }
+  return trimmed as Containment;
+}
+
+/** What an executor would give this policy: the trace's `effective_grants`, exactly. */
+async function explainScope(bus: Bus, policy: CapabilityPolicy, floor: Containment | undefined): Promise<Record<string, unknown>> {
+  const reply = await bus.request(commands.explainScope, { policy, ...(floor ? { containment_floor: floor } : {}) }, { timeoutMs: 10_000 });
+  return reply.effective_grants;
+}
+
+/** `--explain-scope`'s report, upstream's layout. */
+function scopeReport(grants: Record<string, unknown>): string {
+  const list = (label: string, values: unknown): string[] => {
+    const entries = Array.isArray(values) ? values.map(String) : [];
+    return entries.length === 0 ? [`  ${label}: <none>`] : [`  ${label}:`, ...entries.map((entry) => `    - ${entry}`)];
+  };
+  const met = grants.floor_met === true;
+  const lines = [
+    'Containment',
+    `  declared:  ${String(grants.declared_containment)}`,
+    `  achieved:  ${String(grants.achieved_containment)}`,
+    `  floor met: ${met ? 'yes' : 'no'}`,
+    ...(met ? [] : [`  reason:    ${String(grants.shortfall_reason)}`]),
+    `  mechanism: ${String(grants.enforcement_tier)}`,
+    '',
+    'Effective grants',
+    `  filesystem scope: ${grants.filesystem_scope === null || grants.filesystem_scope === undefined ? '<none>' : String(grants.filesystem_scope)}`,
+    `  workdir exec:     ${String(grants.workdir_exec)}`,
+    ...list('network allow', grants.network_allow),
+    `  unix sockets:     ${String(grants.unix_sockets)}`,
+    ...list('shell allow', grants.shell_allow),
+    ...list('spawn allow', grants.spawn_allow),
+    ...list('env allow', grants.env_allow),
+    ...list('interpreter runtime', grants.interpreter_runtime_grants),
+    ...list('staged runtime', grants.staged_runtime_grants),
+  ];
+  if (!met) lines.push('', 'This is a report only — `mur run` without --explain-scope would refuse to launch here.');
+  return lines.join('\n');
+}
+
 export async function runCommand(options: RunOptions, output: Output): Promise<number> {
   timing('run command loaded');
+  const flagFloor = flagContainment(options.containment);
+  // The declared floor is the strongest of the manifest's, the workspace config's and the flag's.
+  const floors = [...configuredContainment(process.env, process.cwd()).map((entry) => entry.containment), ...(flagFloor ? [flagFloor] : [])];
+  const floor = floors.reduce<Containment | undefined>((strongest, next) => (strongest === undefined || CONTAINMENT_CLASSES.indexOf(next) > CONTAINMENT_CLASSES.indexOf(strongest) ? next : strongest), undefined);
   const fromRegistry = options.capsule !== undefined;
   if (fromRegistry && !options.capsuleVersion) throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
   const manifestPath = path.resolve(options.manifest ?? 'murmur.yaml');
@@ -87,6 +159,23 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   // The lock is the launcher's: only this machine holds the project it belongs to.
   const lockPath = fromRegistry ? undefined : path.join(manifestDir, LOCKFILE_NAME);
   try {
+    // The containment floor is decided before anything is staged or written (upstream's order):
+    // the grants come from the manifest alone, the achievable class from an executor.
+    if (!fromRegistry) {
+      const policy = capabilityPolicy(parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env }).manifest);
+      const grants = await explainScope(runtime.bus, policy, floor);
+      timing('scope explained');
+      if (options.explainScope) {
+        output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));
+        return 0;
+      }
+      if (grants.floor_met !== true) {
+        throw new MurmurError('E-CAP-003', `declared containment class '${String(grants.declared_containment)}' is not achievable on this host (achieved: '${String(grants.achieved_containment)}'): ${String(grants.shortfall_reason)}`, {
+          hint: `lower the declared floor to '${String(grants.achieved_containment)}' (capabilities.containment in murmur.yaml, containment in .murmur/config.yaml, or --containment), or run on a host that provides '${String(grants.declared_containment)}' — mur run --explain-scope shows what this host gives`,
+          path: 'capabilities.containment',
+        });
+      }
+    }
     const plan = await stageThroughBus(
       runtime.bus,
       fromRegistry ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir } : { kind: 'directory', dir: manifestDir },
@@ -95,6 +184,11 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     );
     progress.stop();
     timing('staged');
+    if (options.explainScope) {
+      const grants = await explainScope(runtime.bus, plan.policy, floor);
+      output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));
+      return 0;
+    }
     for (const warning of plan.warnings) output.warn(warning);
     // The first run pins what it resolved; later runs are held to it.
     if (plan.lock.status === 'absent' && lockPath && plan.lock.entries.length > 0) {
@@ -152,6 +246,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         relay_output: !options.json,
         outlives_launcher: !hasControllingTerminal(),
         ...(spawner ? { spawner } : {}),
+        ...(floor ? { containment_floor: floor } : {}),
         ...(process.env.MURMUR_ROOST_URL?.trim() ? { roost: { url: process.env.MURMUR_ROOST_URL.trim() } } : {}),
       },
       { timeoutMs: LAUNCH_TIMEOUT_MS },

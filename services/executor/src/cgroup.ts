@@ -1,23 +1,32 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
 /**
- * A session's control group: a memory ceiling and a pids ceiling on the whole process tree of
- * its capsule host, so a session that forks or balloons past its resources is stopped by the
- * kernel, and a session past its hard limit can be killed as a whole.
+ * A session's control groups: two, one inside the other.
  *
- * cgroup v2 is used where this process's own cgroup can delegate the memory and pids controllers;
- * v1 otherwise (as on these machines, whose v2 hierarchy carries no controllers). Session groups
- * nest under this process's own groups, never at a root we were not given.
+ * - The **session** group holds everything the session runs, the capsule host included, so a
+ *   session can be killed as a whole and a runaway host is stopped by the kernel too. Its ceiling
+ *   is derived (the tools' memory, the guests' `limits.memory_bytes` and a budget for the host
+ *   itself), because the manifest's `capabilities.resources` describe the subprocess tree.
+ * - The **tools** group, inside it, holds every subprocess a shell or native tool starts (the
+ *   helper joins it before it execs the tool) and carries exactly the manifest's ceilings:
+ *   `cgroup_memory_bytes`, `cgroup_pids_max` and `cgroup_cpu_percent` — as upstream, where the
+ *   scope bounds the subprocesses and not the runtime. A fork bomb counts only its own tasks, and
+ *   a memory hog is the one the kernel kills.
+ *
+ * cgroup v2 is used where this process's own cgroup can delegate the memory, pids and cpu
+ * controllers; v1 otherwise (as on these machines, whose v2 hierarchy carries no controllers).
+ * Groups nest under this process's own groups, never at a root we were not given.
  */
 
 export type CgroupVersion = 'v1' | 'v2';
 
 export interface CgroupSupport {
   version: CgroupVersion;
-  /** v1: the memory and pids hierarchies' directories for this process; v2: its one directory. */
+  /** v1: each controller's directory for this process; v2: its one directory, three times. */
   memoryParent: string;
   pidsParent: string;
+  cpuParent: string;
 }
 
 export interface CgroupProbe {
@@ -40,14 +49,15 @@ function ownCgroups(): Map<string, string> {
   return groups;
 }
 
-function canCreateChild(parent: string, limitFile: string, value: string): boolean {
+/** Tries to make a child group and write one limit in it; undefined when that works, else why not. */
+function childProblem(parent: string, limitFile: string, value: string): string | undefined {
   const probe = path.join(parent, `murmur-probe-${process.pid}-${Date.now()}`);
   try {
     mkdirSync(probe);
     writeFileSync(path.join(probe, limitFile), value);
-    return true;
-  } catch {
-    return false;
+    return undefined;
+  } catch (error) {
+    return `${path.join(parent, '…', limitFile)}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`;
   } finally {
     try {
       rmdirSync(probe);
@@ -57,85 +67,151 @@ function canCreateChild(parent: string, limitFile: string, value: string): boole
   }
 }
 
+/** The directory of `controller` for this process on v1, which may be mounted jointly (`cpu,cpuacct`). */
+function v1Directory(root: string, own: Map<string, string>, controller: string): string | undefined {
+  const groupPath = own.get(controller);
+  if (groupPath === undefined) return undefined;
+  for (const mount of [controller, `${controller},cpuacct`, `cpuacct,${controller}`]) {
+    const dir = path.join(root, mount);
+    if (existsSync(dir)) return path.join(dir, groupPath);
+  }
+  return undefined;
+}
+
 /**
- * Finds where this process may create session groups with memory and pids limits: under its own
- * groups, or under `parent` (`MURMUR_CGROUP_PARENT`: a path below each controller's mount point)
- * when it was given a delegated subtree — as in a container, whose mount shows only its own group
- * and whose entrypoint made a writable `murmur/` in it.
+ * Finds where this process may create session groups with memory, pids and cpu limits: under its
+ * own groups, or under `parent` (`MURMUR_CGROUP_PARENT`: a path below each controller's mount
+ * point) when it was given a delegated subtree — as in a container, whose mount shows only its
+ * own group and whose entrypoint made a writable `murmur/` in it.
  */
 export function probeCgroups(root = '/sys/fs/cgroup', parent?: string): CgroupProbe {
-  const own = parent === undefined ? ownCgroups() : new Map([['unified', parent], ['memory', parent], ['pids', parent]]);
+  const own = parent === undefined ? ownCgroups() : new Map(['unified', 'memory', 'pids', 'cpu'].map((controller) => [controller, parent]));
   const v2Path = own.get('unified');
   const pureV2 = existsSync(path.join(root, 'cgroup.controllers'));
   if (pureV2 && v2Path !== undefined) {
-    const parent = path.join(root, v2Path);
+    const dir = path.join(root, v2Path);
+    let controllers = '';
     try {
-      const controllers = readFileSync(path.join(parent, 'cgroup.subtree_control'), 'utf8');
-      if (controllers.includes('memory') && controllers.includes('pids') && canCreateChild(parent, 'memory.max', 'max')) {
-        return { support: { version: 'v2', memoryParent: parent, pidsParent: parent }, reason: undefined };
-      }
+      controllers = readFileSync(path.join(dir, 'cgroup.subtree_control'), 'utf8');
     } catch {
-      // fall through to v1
+      // unreadable: not delegated
     }
+    const missing = ['memory', 'pids', 'cpu'].filter((controller) => !controllers.split(/\s+/).includes(controller));
+    if (missing.length > 0) return { support: undefined, reason: `the cgroup v2 group ${dir} does not delegate the ${missing.join(', ')} controller${missing.length > 1 ? 's' : ''} to this process` };
+    const problem = childProblem(dir, 'memory.max', 'max');
+    if (problem) return { support: undefined, reason: `cannot create child groups under ${dir} (${problem})` };
+    return { support: { version: 'v2', memoryParent: dir, pidsParent: dir, cpuParent: dir }, reason: undefined };
   }
-  const memoryPath = own.get('memory');
-  const pidsPath = own.get('pids');
-  if (memoryPath !== undefined && pidsPath !== undefined) {
-    const memoryParent = path.join(root, 'memory', memoryPath);
-    const pidsParent = path.join(root, 'pids', pidsPath);
-    if (canCreateChild(memoryParent, 'memory.limit_in_bytes', String(1 << 30)) && canCreateChild(pidsParent, 'pids.max', '64')) {
-      return { support: { version: 'v1', memoryParent, pidsParent }, reason: undefined };
-    }
-    return { support: undefined, reason: `cannot create child groups under ${memoryParent} and ${pidsParent} (no permission, or no delegation)` };
+  const memoryParent = v1Directory(root, own, 'memory');
+  const pidsParent = v1Directory(root, own, 'pids');
+  const cpuParent = v1Directory(root, own, 'cpu');
+  const absent = [memoryParent ? undefined : 'memory', pidsParent ? undefined : 'pids', cpuParent ? undefined : 'cpu'].filter((name) => name !== undefined);
+  if (memoryParent === undefined || pidsParent === undefined || cpuParent === undefined) {
+    return { support: undefined, reason: `no ${absent.join(', ')} cgroup controller${absent.length > 1 ? 's are' : ' is'} mounted for this process` };
   }
-  return { support: undefined, reason: pureV2 ? 'the cgroup v2 hierarchy does not delegate the memory and pids controllers to this process' : 'no memory and pids cgroup controllers are mounted' };
+  const problem = childProblem(memoryParent, 'memory.limit_in_bytes', String(1 << 30)) ?? childProblem(pidsParent, 'pids.max', '64') ?? childProblem(cpuParent, 'cpu.cfs_quota_us', '100000');
+  if (problem) return { support: undefined, reason: `cannot create child groups with limits (${problem}): no permission, or no delegation` };
+  return { support: { version: 'v1', memoryParent, pidsParent, cpuParent }, reason: undefined };
 }
 
-export interface SessionLimits {
+export interface ToolCeilings {
+  memoryBytes: number;
+  pidsMax: number;
+  /** Percent of one CPU: 50 is half a core, 200 two cores. */
+  cpuPercent: number;
+}
+
+export interface SessionCeilings {
   memoryBytes: number;
   pidsMax: number;
 }
 
-/** One session's group(s). */
+/** What the kernel counted in the tools' group: how often it killed for memory, and refused a fork. */
+export interface ToolCounters {
+  oom_kills: number;
+  pids_refusals: number;
+}
+
+const CPU_PERIOD_US = 100_000;
+
+/** One session's groups. */
 export class SessionCgroup {
-  private readonly dirs: string[];
+  /** Every directory this session made, parents before children. */
+  private readonly dirs: string[] = [];
+  /** The host joins these (v1: one per controller; v2: `host/`, since a v2 group with children holds no process). */
+  readonly hostProcsFiles: string[];
+  /** Every subprocess joins these, through the descriptors the helper is given. */
+  readonly toolsProcsFiles: string[];
+  private readonly memoryDir: string;
+  private readonly toolsMemoryDir: string;
+  private readonly toolsPidsDir: string;
 
   private constructor(
     private readonly support: CgroupSupport,
-    readonly name: string,
+    name: string,
   ) {
-    this.dirs = support.version === 'v2' ? [path.join(support.memoryParent, name)] : [path.join(support.memoryParent, name), path.join(support.pidsParent, name)];
+    if (support.version === 'v2') {
+      const session = path.join(support.memoryParent, name);
+      this.dirs.push(session, path.join(session, 'host'), path.join(session, 'tools'));
+      this.memoryDir = session;
+      this.toolsMemoryDir = this.toolsPidsDir = path.join(session, 'tools');
+      this.hostProcsFiles = [path.join(session, 'host', 'cgroup.procs')];
+      this.toolsProcsFiles = [path.join(session, 'tools', 'cgroup.procs')];
+    } else {
+      const memory = path.join(support.memoryParent, name);
+      const pids = path.join(support.pidsParent, name);
+      const cpu = path.join(support.cpuParent, name);
+      this.dirs.push(memory, path.join(memory, 'tools'), pids, path.join(pids, 'tools'), cpu, path.join(cpu, 'tools'));
+      this.memoryDir = memory;
+      this.toolsMemoryDir = path.join(memory, 'tools');
+      this.toolsPidsDir = path.join(pids, 'tools');
+      this.hostProcsFiles = [path.join(memory, 'cgroup.procs'), path.join(pids, 'cgroup.procs')];
+      this.toolsProcsFiles = [path.join(memory, 'tools', 'cgroup.procs'), path.join(pids, 'tools', 'cgroup.procs'), path.join(cpu, 'tools', 'cgroup.procs')];
+    }
   }
 
-  static create(support: CgroupSupport, name: string, limits: SessionLimits): SessionCgroup {
+  static create(support: CgroupSupport, name: string, session: SessionCeilings, tools: ToolCeilings): SessionCgroup {
     const group = new SessionCgroup(support, name);
-    for (const dir of group.dirs) mkdirSync(dir, { recursive: true });
-    if (support.version === 'v2') {
-      const dir = group.dirs[0] as string;
-      writeFileSync(path.join(dir, 'memory.max'), String(limits.memoryBytes));
-      try {
-        writeFileSync(path.join(dir, 'memory.swap.max'), '0');
-      } catch {
-        // no swap accounting: memory.max alone bounds it
+    const write = (dir: string, file: string, value: string): void => writeFileSync(path.join(dir, file), value);
+    try {
+      for (const dir of group.dirs) mkdirSync(dir, { recursive: true });
+      const quota = String(Math.max(1_000, tools.cpuPercent * 1_000));
+      if (support.version === 'v2') {
+        const [sessionDir, , toolsDir] = group.dirs as [string, string, string];
+        write(sessionDir, 'cgroup.subtree_control', '+memory +pids +cpu');
+        write(sessionDir, 'memory.max', String(session.memoryBytes));
+        write(sessionDir, 'pids.max', String(session.pidsMax));
+        write(toolsDir, 'memory.max', String(tools.memoryBytes));
+        write(toolsDir, 'pids.max', String(tools.pidsMax));
+        write(toolsDir, 'cpu.max', `${quota} ${CPU_PERIOD_US}`);
+        for (const dir of [sessionDir, toolsDir]) {
+          try {
+            write(dir, 'memory.swap.max', '0');
+          } catch {
+            // no swap accounting: memory.max alone bounds it
+          }
+        }
+      } else {
+        const [memory, toolsMemory, pids, toolsPids, , toolsCpu] = group.dirs as [string, string, string, string, string, string];
+        write(memory, 'memory.limit_in_bytes', String(session.memoryBytes));
+        write(toolsMemory, 'memory.limit_in_bytes', String(tools.memoryBytes));
+        write(pids, 'pids.max', String(session.pidsMax));
+        write(toolsPids, 'pids.max', String(tools.pidsMax));
+        write(toolsCpu, 'cpu.cfs_period_us', String(CPU_PERIOD_US));
+        write(toolsCpu, 'cpu.cfs_quota_us', quota);
       }
-      writeFileSync(path.join(dir, 'pids.max'), String(limits.pidsMax));
-    } else {
-      writeFileSync(path.join(group.dirs[0] as string, 'memory.limit_in_bytes'), String(limits.memoryBytes));
-      writeFileSync(path.join(group.dirs[1] as string, 'pids.max'), String(limits.pidsMax));
+    } catch (error) {
+      group.removeNow();
+      throw error;
     }
     return group;
   }
 
-  /** The files a process writes its pid into to join every group of this session. */
-  get procsFiles(): string[] {
-    return this.dirs.map((dir) => path.join(dir, 'cgroup.procs'));
-  }
-
   pids(): number[] {
     const pids = new Set<number>();
-    for (const file of this.procsFiles) {
+    for (const dir of this.dirs) {
       try {
-        for (const line of readFileSync(file, 'utf8').split('\n')) if (line.trim()) pids.add(Number(line));
+        for (const line of readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').split('\n')) if (line.trim()) pids.add(Number(line));
       } catch {
         // gone already
       }
@@ -158,21 +234,31 @@ export class SessionCgroup {
     }
   }
 
-  /** Whether the kernel's OOM killer acted in this group. */
+  /** Whether the kernel's OOM killer acted at the session's own ceiling (not a tool's). */
   oomKilled(): boolean {
-    const dir = this.dirs[0] as string;
-    try {
-      const file = this.support.version === 'v2' ? 'memory.events' : 'memory.oom_control';
-      const match = /oom_kill (\d+)/.exec(readFileSync(path.join(dir, file), 'utf8'));
-      return match !== null && Number(match[1]) > 0;
-    } catch {
-      return false;
+    return counter(path.join(this.memoryDir, this.support.version === 'v2' ? 'memory.events' : 'memory.oom_control'), 'oom_kill') > 0;
+  }
+
+  /** The tools' group's counters, read before and after each subprocess to say which ceiling ended it. */
+  toolCounters(): ToolCounters {
+    return {
+      oom_kills: counter(path.join(this.toolsMemoryDir, this.support.version === 'v2' ? 'memory.events' : 'memory.oom_control'), 'oom_kill'),
+      pids_refusals: counter(path.join(this.toolsPidsDir, 'pids.events'), 'max'),
+    };
+  }
+
+  private removeNow(): void {
+    for (const dir of [...this.dirs].reverse()) {
+      try {
+        rmdirSync(dir);
+      } catch {
+        // not made, or not empty
+      }
     }
   }
 
-  /** Removes the groups once they are empty. Best effort: a group that still has a process stays. */
   /**
-   * Removes the group(s) once their last process has gone. A group is busy for a moment after its
+   * Removes the groups once their last process has gone. A group is busy for a moment after its
    * processes are killed (the kernel tears them down asynchronously), so removal is retried for a
    * while rather than attempted once and left behind.
    */
@@ -180,6 +266,7 @@ export class SessionCgroup {
     for (const dir of [...this.dirs].reverse()) {
       for (let attempt = 0; ; attempt += 1) {
         try {
+          for (const entry of readdirSync(dir, { withFileTypes: true })) if (entry.isDirectory()) rmdirSync(path.join(dir, entry.name));
           rmdirSync(dir);
           break;
         } catch (error) {
@@ -189,5 +276,15 @@ export class SessionCgroup {
         }
       }
     }
+  }
+}
+
+/** `name N` out of a flat-keyed cgroup file; 0 when it cannot be read. */
+function counter(file: string, name: string): number {
+  try {
+    const match = new RegExp(`^${name} (\\d+)$`, 'm').exec(readFileSync(file, 'utf8'));
+    return match ? Number(match[1]) : 0;
+  } catch {
+    return 0;
   }
 }

@@ -51,13 +51,34 @@ export class EgressPolicy {
     return rules.length === 0 ? 'nothing' : rules.map(formatRule).join(', ');
   }
 
+  /**
+   * Whether a request to `url` may go under `grant`, decided from the URL alone: what
+   * `outgoing-handler.handle` answers before the guest writes a body, and what `http` checks again.
+   */
+  judgeHttp(url: string, grant: string): { allowed: true } | { allowed: false; code: string; reason: string } {
+    const target = requestTargetOf(url);
+    if (!target) return { allowed: false, code: 'HTTP-request-URI-invalid', reason: `'${url}' is not an http(s) URL` };
+    if (!anyRuleMatches(this.rulesFor(grant), target)) {
+      return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
+    }
+    return { allowed: true };
+  }
+
+  /**
+   * A TCP connection a sealed sandbox's process made to `host:port` (the destination its listener
+   * stands for). Bytes carry no scheme, so a URL rule admits its host and port, whatever is spoken
+   * over them: the same host and port the rule already lets `wasi:http` reach.
+   */
+  judgeTcp(host: string, port: number): { allowed: true } | { allowed: false; reason: string } {
+    // A URL rule always has its port (written, or its scheme's default); a host rule without one admits any.
+    const admitted = this.ceiling.some((rule) => rule.host === host.toLowerCase() && (rule.port === undefined || rule.port === port));
+    return admitted ? { allowed: true } : { allowed: false, reason: `network policy: '${host}:${port}' not in capabilities.network.allow` };
+  }
+
   /** Judges and, if allowed, performs one HTTP request. */
   async http(request: HttpRequest): Promise<EgressResult> {
-    const target = requestTargetOf(request.url);
-    if (!target) return { outcome: 'denied', code: 'HTTP-request-URI-invalid', reason: `'${request.url}' is not an http(s) URL` };
-    if (!anyRuleMatches(this.rulesFor(request.grant), target)) {
-      return { outcome: 'denied', code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
-    }
+    const verdict = this.judgeHttp(request.url, request.grant);
+    if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
     const headers = new Headers();
     for (const [name, value] of request.headers) if (!DROPPED_HEADERS.has(name.toLowerCase())) headers.append(name, value);
     let response: Response;

@@ -78,21 +78,43 @@ export interface SandboxFile {
 /** The first descriptor a sandbox file is passed on: after stdin, stdout, stderr and the IPC channel. */
 export const FIRST_DATA_FD = 4;
 
-/** A user database that names the capsule and nobody else on the machine. */
+/**
+ * A user database that names the capsule and nobody else on the machine, and a resolver that asks
+ * the sandbox's own DNS (every address in its network namespace is local, so any nameserver line
+ * would reach it; this one says so).
+ */
 export const SANDBOX_FILES: SandboxFile[] = [
   { path: '/etc/passwd', content: 'root:x:0:0:root:/root:/usr/sbin/nologin\ncapsule:x:1000:1000:capsule:/nonexistent:/usr/sbin/nologin\n' },
   { path: '/etc/group', content: 'root:x:0:\ncapsule:x:1000:\n' },
+  { path: '/etc/resolv.conf', content: 'nameserver 127.0.0.1\noptions attempts:1 timeout:2\n' },
 ];
 
-const SYSTEM_DIRECTORIES = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
+/**
+ * Sealed containment: `murmur-confine enter` runs first inside bubblewrap, with exactly the
+ * capabilities it needs for the network namespace and the sockets it binds (and to drop them
+ * all), reading its spec from `specFd`. bubblewrap then makes no network namespace itself: one
+ * it made as root would not be the sandbox's to configure.
+ */
+export interface ConfineStep {
+  helper: string;
+  specFd: number;
+}
+
+const CONFINE_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_NET_ADMIN', 'CAP_NET_BIND_SERVICE', 'CAP_SETPCAP'];
+
+/** The system's own directories, bound read-only at the same paths (a usrmerge symlink stays a symlink). */
+export const SYSTEM_DIRECTORIES = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
 /** What of `/etc` a process needs to load libraries, resolve users and read certificates. */
 const ETC_ENTRIES = [
   'ld.so.cache',
   'ld.so.conf',
   'ld.so.conf.d',
   'alternatives',
-  'ssl',
-  'pki',
+  // Certificates and OpenSSL's configuration, never /etc/ssl/private: a sandbox run by a root
+  // executor is root's user outside its namespace, and would be the owner of those keys.
+  'ssl/certs',
+  'ssl/openssl.cnf',
+  'pki/tls/certs',
   'ca-certificates',
   'ca-certificates.conf',
   'hosts',
@@ -103,8 +125,10 @@ const ETC_ENTRIES = [
 ];
 
 /** bubblewrap's arguments for a host whose command is `command`. */
-export function bubblewrapArguments(layout: SandboxLayout, command: string[]): string[] {
-  const args = ['--unshare-all', '--die-with-parent', '--new-session', '--cap-drop', 'ALL', '--hostname', 'capsule', '--uid', '1000', '--gid', '1000'];
+export function bubblewrapArguments(layout: SandboxLayout, command: string[], confine?: ConfineStep): string[] {
+  const namespaces = confine ? ['--unshare-user', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'] : ['--unshare-all'];
+  const capabilities = confine ? CONFINE_CAPABILITIES.flatMap((capability) => ['--cap-add', capability]) : [];
+  const args = [...namespaces, '--die-with-parent', '--new-session', '--cap-drop', 'ALL', ...capabilities, '--hostname', 'capsule', '--uid', '1000', '--gid', '1000'];
   for (const dir of SYSTEM_DIRECTORIES) {
     if (!existsSync(dir)) continue;
     const stat = lstatSync(dir);
@@ -132,7 +156,9 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[]): s
   for (const dir of hidden) args.push('--remount-ro', dir);
   // Last, so every mount point above exists: the composed root itself is read-only. What is
   // writable is the workdir (and /tmp, which is a directory inside it), nothing else.
-  args.push('--remount-ro', '/', '--chdir', layout.workdir, '--', ...command);
+  args.push('--remount-ro', '/', '--chdir', layout.workdir, '--');
+  if (confine) args.push(confine.helper, 'enter', String(confine.specFd), '--');
+  args.push(...command);
   return args;
 }
 

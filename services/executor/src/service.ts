@@ -2,9 +2,11 @@ import path from 'node:path';
 import { BLOB_BUCKET, type LaunchReply, type LaunchRequestSchema, type Log, MurmurError, QUEUE_GROUPS, SESSION_LOCATIONS_BUCKET, type SessionLocation, commands, newId, topics } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
-import { BlobCache, cacheDir, murmurHome, processState } from '@murmur/shared/node';
+import { BlobCache, cacheDir, murmurHome, packageFile, processState } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
 import { probeCgroups } from './cgroup.js';
+import { type ConfineProbe, probeConfinement } from './confinement.js';
+import { assessContainment, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { pullForSession } from './pull.js';
 import { probeNamespaces } from './sandbox.js';
 import { readSessionFiles } from './session-files.js';
@@ -13,6 +15,7 @@ import { type ExecutorEnvironment, Session, type SessionEnd } from './session.js
 export { Session, type SessionEnd } from './session.js';
 export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './sandbox.js';
 export { probeCgroups, type CgroupProbe } from './cgroup.js';
+export { probeConfinement, type ConfineProbe } from './confinement.js';
 export { EgressPolicy } from './egress.js';
 export { readSessionFiles } from './session-files.js';
 
@@ -27,11 +30,13 @@ export interface ExecutorServiceOptions {
 export interface ExecutorService {
   readonly instanceId: string;
   /** What this executor found it can do for isolation, decided once at start. */
-  readonly isolation: { namespaces: string; cgroups: string };
+  readonly isolation: { namespaces: string; containment: string; cgroups: string };
   sessions(): Session[];
   close(): Promise<void>;
 }
 
+/** `murmur-confine`, built by `npm run build` beside the executor's code. */
+const CONFINE_HELPER = packageFile('@murmur/executor', 'dist/confine/murmur-confine', import.meta.url, '../dist/confine/murmur-confine');
 /** How often an executor tells the stack it is alive (`MURMUR_EXECUTOR_HEARTBEAT_MS`). */
 const HEARTBEAT_MS = 1_000;
 /** Ended sessions whose workdirs stay readable through this executor (`mur files`), newest kept. */
@@ -53,16 +58,31 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   const instanceId = options.instanceId ?? `executor-${newId('request').slice(4, 16)}`;
   const namespaces = probeNamespaces({ bwrap: env.MURMUR_BWRAP?.trim() || undefined, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
   const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined, env.MURMUR_CGROUP_PARENT?.trim() || undefined);
+  const cache = cacheDir(env);
+  // `MURMUR_CONFINE=none` turns sealing off (a host that should say what it is without it).
+  const confine: ConfineProbe =
+    env.MURMUR_CONFINE?.trim() === 'none'
+      ? { support: undefined, reason: 'sealing is turned off on this executor (MURMUR_CONFINE=none)' }
+      : probeConfinement(namespaces, { helper: env.MURMUR_CONFINE?.trim() || CONFINE_HELPER, cacheDir: cache });
+  const host = hostContainment(namespaces, confine);
   const isolation = {
     namespaces: namespaces.tool ?? `none (${namespaces.reason})`,
+    containment: `${host.achieved} (${host.tier})${confine.reason ? `; not sealed: ${confine.reason}` : ''}`,
     cgroups: cgroups.support ? `${cgroups.support.version}` : `none (${cgroups.reason})`,
   };
   log.info({ executor_id: instanceId, ...isolation }, 'executor isolation probed');
+  if (process.getuid?.() === 0 && namespaces.tool !== undefined) {
+    // The kernel exempts root's own user from RLIMIT_NPROC, and a sandbox a root executor starts is
+    // root's user outside its namespace; the tools' cgroup (pids.max) still bounds its tasks.
+    log.warn(
+      { executor_id: instanceId },
+      'the executor runs as root: capabilities.resources.max_processes (RLIMIT_NPROC) does not bind sandboxed processes, which are root outside their namespace; cgroup_pids_max still does. Run the executor as an unprivileged user (the container image does).',
+    );
+  }
   const sessions = new Map<string, Session>();
   /** Sessions that ended here, whose workdirs this machine still holds. */
   const ended = new Map<string, Session>();
   const subscriptions: Subscription[] = [];
-  const cache = cacheDir(env);
   const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET), (ref, what) => log.info({ sha256: ref.sha256, bytes: ref.size, what }, 'fetched a blob from the object store'));
   let locations: Promise<KeyValueStore> | undefined;
   /** The bucket, opened once; an open that failed (JetStream away) is tried again next time. */
@@ -78,6 +98,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     bus,
     log,
     namespaces,
+    confine,
     cgroups,
     roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined,
     blobs,
@@ -136,6 +157,11 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     // Layers 1–2 of a running record are readable only where the pid lives: here.
     bus.serve(commands.probeProcess.at(instanceId), (probe) => processState(probe)),
     bus.serve(commands.launch, launch, { queue: QUEUE_GROUPS.executor }),
+    bus.serve(
+      commands.explainScope,
+      ({ policy, containment_floor }) => ({ executor_id: instanceId, effective_grants: effectiveGrants(assessContainment(host, policy, strongestFloor(policy.containment, containment_floor)), policy) }),
+      { queue: QUEUE_GROUPS.executor },
+    ),
     bus.serve(commands.launchOn.at(instanceId), launch),
     bus.serve(commands.sessionFiles.at(instanceId), (request) => readSessionFiles(held(request.session_id).paths.accessible, request)),
     bus.serve(commands.recordCompletion.at(instanceId), async (request) => ({ outcome: await held(request.session_id).recordCompletion(request.outcome, request.post) })),

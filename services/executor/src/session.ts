@@ -4,7 +4,6 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  type Containment,
   type ExitStatus,
   type LaunchReply,
   type LaunchRequestSchema,
@@ -30,12 +29,17 @@ import { type BlobCache, childResultPath, packageFile, processStartToken, record
 import type { z } from 'zod';
 import type { LocalBundles } from './bundles.js';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
+import type { ConfineProbe } from './confinement.js';
+import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy } from './egress.js';
+import { hostSandbox, sandboxTmp } from './host-sandbox.js';
+import { type EgressRecord, SandboxNetwork } from './sandbox-network.js';
+import { WorkdirGuard } from './workdir-guard.js';
 import { prepareAgentLaunch } from './agent-launch.js';
 import { type AgentStart, type HostComponent, type HostRequest, type HostToExecutor, HostToExecutorSchema, type HostTool, type StartMessage } from './host/protocol.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, TraceWriter } from './records.js';
-import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, type SandboxFile, bubblewrapArguments, unshareArguments } from './sandbox.js';
+import type { NamespaceProbe } from './sandbox.js';
 import { type SessionPaths, materialiseWorkdir } from './workdir.js';
 
 /**
@@ -49,6 +53,8 @@ export interface ExecutorEnvironment {
   bus: Bus;
   log: Log;
   namespaces: NamespaceProbe;
+  /** Whether sandboxes can be sealed here (network namespace, Landlock, seccomp), and why not. */
+  confine: ConfineProbe;
   cgroups: CgroupProbe;
   /** roost, when the executor knows one (`MURMUR_ROOST_URL`); a launch may name its own. */
   roostUrl?: string | undefined;
@@ -80,9 +86,14 @@ const READY_TIMEOUT_MS = 30_000;
 const RPC_TIMEOUT_MS = 10_000;
 const RUNTIME_VERSION = '0.1.0';
 const STDERR_TAIL_LINES = 20;
+/** The session's group bounds the host too: what it may use beyond the tools' and the guests' memory. */
+const HOST_MEMORY_BUDGET_BYTES = 1024 * 1024 * 1024;
+/** …and the host's own threads and workers beyond the tools' tasks. */
+const HOST_TASKS_BUDGET = 256;
+/** Network decisions of a sealed sandbox recorded in the trace; past this, one line says more were not. */
+const NETWORK_RECORDS_KEPT = 1_000;
 /** How long a child the model delegated to may run before its watcher ends it (`MURMUR_DELEGATION_DEADLINE_SECS`). */
 const DELEGATION_DEADLINE_SECS = Number(process.env.MURMUR_DELEGATION_DEADLINE_SECS ?? '') || 600;
-const CONTAINMENT_RANK: Record<Containment, number> = { advisory: 0, scoped: 1, sealed: 2 };
 
 function findCodeRoot(from: string): string {
   let dir = from;
@@ -106,6 +117,10 @@ export class Session {
   paths!: SessionPaths;
   private child: ChildProcess | undefined;
   private cgroup: SessionCgroup | undefined;
+  /** A sealed sandbox's network, served here. */
+  private network: SandboxNetwork | undefined;
+  private networkRecords = 0;
+  private workdirGuard: WorkdirGuard | undefined;
   private egress!: EgressPolicy;
   private trace!: TraceWriter;
   private bootstrap!: LogFile;
@@ -149,13 +164,14 @@ export class Session {
     return this.plan.policy.shell_allow.length > 0 || this.plan.artifacts.some((artifact) => artifact.role === 'tool' && artifact.packaging === 'native');
   }
 
-  private achievedContainment(): Containment {
-    return this.environment.namespaces.tool === 'bubblewrap' ? 'scoped' : 'advisory';
+  /** The session's containment: the strongest floor it was given, against what this host achieves. */
+  get containment(): ContainmentAssessment {
+    const { namespaces, confine } = this.environment;
+    return assessContainment(hostContainment(namespaces, confine), this.plan.policy, strongestFloor(this.plan.policy.containment, this.request.containment_floor));
   }
 
   /** Refusals decided before anything is written: what this host cannot do for this capsule. */
   private checkHost(): void {
-    const plan = this.plan;
     const { namespaces, cgroups } = this.environment;
     if (this.canSpawn() && namespaces.tool === undefined) {
       throw new MurmurError('E-CAP-005', `this host cannot give the capsule's subprocess tree its own namespaces, so capabilities.network.allow and the workdir boundary cannot be enforced for it: ${namespaces.reason}`, {
@@ -163,41 +179,20 @@ export class Session {
       });
     }
     if (this.canSpawn() && cgroups.support === undefined) {
-      throw new MurmurError('E-RUN-012', `this capsule can spawn native subprocesses but no cgroup could be created to bound them (${cgroups.reason}); the runtime refuses to launch rather than run a subprocess tree with no aggregate memory/pids ceiling`, {
-        hint: 'run the executor where it may create cgroups (as root, or with a delegated cgroup v2 subtree)',
+      throw new MurmurError('E-RUN-012', `this capsule can spawn native subprocesses but no cgroup could be created to bound them (${cgroups.reason}); the runtime refuses to launch rather than run a subprocess tree with no aggregate memory/pids/cpu ceiling`, {
+        hint: 'run the executor where it may create cgroups (as root, or with a delegated cgroup subtree that has the memory, pids and cpu controllers)',
       });
     }
-    const declared = plan.policy.containment;
-    const achieved = this.achievedContainment();
-    if (CONTAINMENT_RANK[declared] > CONTAINMENT_RANK[achieved]) {
-      const reason = declared === 'sealed' ? 'this runtime composes the capsule root with bubblewrap but applies no seccomp filter' : (namespaces.reason ?? 'no namespace tool confines the filesystem');
-      throw new MurmurError('E-CAP-003', `declared containment class '${declared}' is not achievable on this host (achieved: '${achieved}'): ${reason}`, {
-        hint: `lower the declared floor to '${achieved}' (capabilities.containment in murmur.yaml), or run on a host that provides '${declared}'`,
-        path: 'capabilities.containment',
-      });
+    const containment = this.containment;
+    if (!containment.floorMet) throw containmentRefusal(containment);
+    for (const grant of this.plan.policy.staged_runtime) {
+      if (!existsSync(grant.source_path)) {
+        throw new MurmurError('E-RUN-014', `the sealed containment class was achievable at launch but its composed root could not be built for this session: capabilities.shell.staged_runtime names ${grant.source_path} for '${grant.binary}', which does not exist on this host`, {
+          hint: 'install the pinned runtime tree at that path on the executor, or remove the staged_runtime grant',
+          path: 'capabilities.shell.staged_runtime',
+        });
+      }
     }
-  }
-
-  private effectiveGrants(): Record<string, unknown> {
-    const policy = this.plan.policy;
-    const achieved = this.achievedContainment();
-    return {
-      declared_containment: policy.containment,
-      achieved_containment: achieved,
-      floor_met: CONTAINMENT_RANK[policy.containment] <= CONTAINMENT_RANK[achieved],
-      enforcement_tier: this.environment.namespaces.tool ?? 'none',
-      filesystem_scope: policy.filesystem_scope,
-      workdir_exec: policy.workdir_exec,
-      network_allow: policy.network_allow,
-      unix_sockets: policy.unix_sockets,
-      shell_allow: policy.shell_allow,
-      spawn_allow: policy.spawn_allow,
-      env_allow: policy.env_allow,
-      interpreter_runtime_grants: policy.interpreter_runtime,
-      staged_runtime_grants: policy.staged_runtime,
-      limits: policy.limits,
-      cgroup: this.cgroup ? { memory_bytes: policy.resources.cgroup_memory_bytes, pids_max: policy.resources.cgroup_pids_max } : null,
-    };
   }
 
   /**
@@ -240,7 +235,9 @@ export class Session {
     this.egress = new EgressPolicy(plan);
     this.bootstrap.line(`[bootstrap] session ${this.id}: ${plan.capsule.name}@${plan.capsule.version} (${plan.capsule.kind} capsule) on executor ${this.environment.executorId}`);
     this.bootstrap.line(`[bootstrap] accessible workdir ${paths.accessible}; preopen ${paths.preopen}; session dir ${paths.sessionDir}`);
-    this.bootstrap.line(`[bootstrap] isolation: ${this.environment.namespaces.tool ?? `none (${this.environment.namespaces.reason})`}; cgroup: ${this.environment.cgroups.support?.version ?? `none (${this.environment.cgroups.reason})`}`);
+    const containment = this.containment;
+    const { confine, cgroups } = this.environment;
+    this.bootstrap.line(`[bootstrap] containment: ${containment.achieved} (${containment.tier}), declared ${containment.declared}${confine.reason ? `; not sealed: ${confine.reason}` : ''}; cgroup: ${cgroups.support?.version ?? `none (${cgroups.reason})`}`);
     this.bootstrap.line(`[bootstrap] network allow: ${this.egress.describe('capsule')}; env allow: ${plan.policy.env_allow.join(', ') || 'nothing'}; shell allow: ${plan.policy.shell_allow.join(', ') || 'nothing'}`);
     for (const drop of this.egress.dropped) {
       this.bootstrap.line(`[capability-policy] warning[W-SEC-007]: ${drop.artifact}: network allow entry '${drop.entry}' is not covered by the capsule's capabilities.network.allow and was dropped`);
@@ -300,8 +297,8 @@ export class Session {
       ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id } : {}),
       effective_grants: {},
     };
-    this.spawnHost();
-    start.effective_grants = this.effectiveGrants();
+    start.effective_grants = effectiveGrants(this.containment, plan.policy);
+    this.spawnHost(start);
     await this.handshake(start);
     const reply: LaunchReply = {
       session_id: this.id,
@@ -312,7 +309,7 @@ export class Session {
       session_dir: paths.sessionDir,
       url: url || null,
       started_at: new Date(this.startedAt).toISOString(),
-      isolation: this.environment.namespaces.tool ?? 'none',
+      isolation: this.containment.tier,
     };
     this.environment.bus.publish(topics.sessionStarted, {
       session_id: this.id,
@@ -380,53 +377,109 @@ export class Session {
     });
   }
 
-  private spawnHost(): void {
+  /** Starts the capsule host in its sandbox: its cgroups first, so nothing it forks escapes them. */
+  private spawnHost(start: StartMessage): void {
     const plan = this.plan;
-    const command = [process.execPath, HOST_ENTRY];
-    let argv: string[];
-    let dataFiles: SandboxFile[] = [];
-    const { namespaces, cgroups } = this.environment;
-    if (namespaces.tool === 'bubblewrap') {
-      const data = new Set<string>();
-      for (const component of this.components) data.add(path.dirname(component.bundle_dir));
-      const tmp = path.join(this.paths.accessible, '.capsule-tmp');
-      mkdirSync(tmp, { recursive: true });
-      argv = [namespaces.binary as string, ...bubblewrapArguments({ workdir: this.paths.accessible, code: [CODE_ROOT], hidden: [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')], data: [...data], tmp }, command)];
-      dataFiles = SANDBOX_FILES;
-    } else if (namespaces.tool === 'unshare') {
-      argv = [namespaces.binary as string, ...unshareArguments(command)];
-    } else {
-      argv = command;
-    }
+    const { namespaces, cgroups, confine } = this.environment;
     if (cgroups.support) {
-      this.cgroup = SessionCgroup.create(cgroups.support, `murmur-${this.id}`, {
-        memoryBytes: plan.policy.resources.cgroup_memory_bytes,
-        pidsMax: plan.policy.resources.cgroup_pids_max,
+      const { resources, limits } = plan.policy;
+      this.cgroup = SessionCgroup.create(
+        cgroups.support,
+        `murmur-${this.id}`,
+        // The whole session: the tools' ceiling, the guests' memory, and the host's own.
+        { memoryBytes: resources.cgroup_memory_bytes + limits.memory_bytes + HOST_MEMORY_BUDGET_BYTES, pidsMax: resources.cgroup_pids_max + HOST_TASKS_BUDGET },
+        { memoryBytes: resources.cgroup_memory_bytes, pidsMax: resources.cgroup_pids_max, cpuPercent: resources.cgroup_cpu_percent },
+      );
+    }
+    const sandbox = hostSandbox({
+      namespaces,
+      confine: confine.support,
+      policy: plan.policy,
+      workdir: this.paths.accessible,
+      codeRoot: CODE_ROOT,
+      hidden: [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')],
+      components: this.components,
+      tools: this.tools,
+      hostEntry: HOST_ENTRY,
+      cgroup: this.cgroup,
+      subprocessPath: start.subprocess_env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
+    });
+    mkdirSync(sandboxTmp(this.paths.accessible), { recursive: true });
+    if (sandbox.start) start.sandbox = sandbox.start;
+    if (sandbox.network) {
+      this.network = new SandboxNetwork({
+        plan: sandbox.network,
+        judge: (host, port) => this.egress.judgeTcp(host, port),
+        record: (record) => this.recordNetwork(record),
       });
+      for (const skipped of sandbox.network.skipped) this.bootstrap.line(`[capability-policy] network allow entry gets no listener in the sealed sandbox: ${skipped}`);
+    }
+    let argv = sandbox.argv;
+    if (this.cgroup) {
       // The shell joins the session's groups before it becomes the sandbox, so every process the
       // session ever starts is inside them: nothing is forked before the limits apply.
-      const join = this.cgroup.procsFiles.map((file) => `echo $$ > '${file}'`).join(' && ');
+      const join = this.cgroup.hostProcsFiles.map((file) => `echo $$ > '${file}'`).join(' && ');
       argv = ['/bin/sh', '-c', `${join} && exec "$@"`, 'murmur-session', ...argv];
     }
-    const child = spawn(argv[0] as string, argv.slice(1), {
-      cwd: this.paths.accessible,
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) },
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...dataFiles.map(() => 'pipe' as const)],
-      serialization: 'json',
-    });
+    let child: ChildProcess;
+    try {
+      child = spawn(argv[0] as string, argv.slice(1), {
+        cwd: this.paths.accessible,
+        env: { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) },
+        stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...sandbox.stdio],
+        serialization: 'json',
+      });
+    } finally {
+      sandbox.release();
+    }
     this.child = child;
-    dataFiles.forEach((file, index) => (child.stdio[FIRST_DATA_FD + index] as NodeJS.WritableStream | null)?.end(file.content));
+    sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
     const hostLog = new LogFile(this.paths.sessionDir, 'host.log');
     child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => {
       hostLog.raw(chunk.toString());
       for (const line of chunk.toString().split('\n')) if (line.trim() !== '') this.stderrLine(line);
     });
-    child.on('message', (raw: unknown) => this.onMessage(raw));
+    child.on('message', (raw: unknown, handle: unknown) => this.onMessage(raw, handle));
     child.once('exit', (code, signal) => this.onExit(code, signal));
     child.once('error', (error) => {
       this.environment.log.error({ session_id: this.id, err: error }, 'the capsule host could not be started');
     });
+    if (this.canSpawn() && this.cgroup) this.guardWorkdir();
+  }
+
+  /**
+   * The workdir's size, walked every 10 s against `workdir_max_bytes`. The first time it is over,
+   * the host is told: it refuses every later subprocess naming the ceiling, and the session ends
+   * with `E-RUN-013` (at its next turn, or when its guest returns).
+   */
+  private guardWorkdir(): void {
+    const max = this.plan.policy.resources.workdir_max_bytes;
+    this.workdirGuard = new WorkdirGuard(this.paths.accessible, max, (observed) => {
+      const message = `session workdir grew to ${observed} bytes, past the ${max} byte ceiling (capabilities.resources.workdir_max_bytes)`;
+      this.bootstrap.line(`[resources] ${message}`);
+      this.stderrLine(`[capsule-runtime] ${message}`);
+      this.trace.write('resource_limit', { limit: 'workdir_max_bytes', observed_bytes: observed, max_bytes: max });
+      if (this.child?.connected) {
+        this.child.send({
+          type: 'ceiling',
+          limit: 'workdir_max_bytes',
+          code: 'E-RUN-013',
+          message,
+          hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
+        });
+      }
+    });
+  }
+
+  /** A sealed sandbox's connection or lookup, in the trace like every other egress decision (bounded). */
+  private recordNetwork(record: EgressRecord): void {
+    this.networkRecords += 1;
+    if (this.networkRecords > NETWORK_RECORDS_KEPT) {
+      if (this.networkRecords === NETWORK_RECORDS_KEPT + 1) this.trace.write('egress', { kind: record.kind, grant: 'sandbox', decision: 'suppressed', reason: `more than ${NETWORK_RECORDS_KEPT} network decisions in this session; later ones are not recorded` });
+      return;
+    }
+    this.trace.write('egress', { kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, ...(record.reason ? { reason: record.reason } : {}) });
   }
 
   private handshake(start: StartMessage): Promise<void> {
@@ -454,7 +507,7 @@ export class Session {
     });
   }
 
-  private onMessage(raw: unknown): void {
+  private onMessage(raw: unknown, handle?: unknown): void {
     const parsed = HostToExecutorSchema.safeParse(raw);
     if (!parsed.success) {
       this.environment.log.warn({ session_id: this.id }, 'refused a malformed message from a capsule host');
@@ -463,6 +516,10 @@ export class Session {
     const message = parsed.data;
     switch (message.type) {
       case 'ready':
+        return;
+      case 'listener':
+        if (this.network) this.network.attach(message.fd, message.protocol, handle);
+        else (handle as { close?: () => void } | undefined)?.close?.();
         return;
       case 'output':
         if (message.stream === 'stderr') for (const line of message.text.split('\n')) if (line.trim() !== '') this.stderrLine(line);
@@ -498,6 +555,13 @@ export class Session {
         const result = await this.egress.http(request.request);
         this.recordEgress('http', request.request.grant, request.request.url, result.outcome === 'response' ? { decision: 'allowed', status: result.response.status } : { decision: 'denied', code: result.code, reason: result.reason });
         value = result;
+      } else if (request.op === 'http-check') {
+        const verdict = this.egress.judgeHttp(request.request.url, request.request.grant);
+        // A refusal at `handle` is the request's only decision: it is recorded now, and never relayed.
+        if (!verdict.allowed) this.recordEgress('http', request.request.grant, request.request.url, { decision: 'denied', code: verdict.code, reason: verdict.reason, at: 'handle' });
+        value = verdict;
+      } else if (request.op === 'tool-counters') {
+        value = this.cgroup?.toolCounters() ?? { oom_kills: 0, pids_refusals: 0 };
       } else if (request.op === 'send') {
         const result = await this.egress.send(request.request.peer_url, request.request);
         this.recordEgress('a2a', 'capsule', request.request.peer_url, result.ok ? { decision: 'allowed', state: result.value.state } : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error });
@@ -556,6 +620,8 @@ export class Session {
   private async finish(code: number | null, signal: string | null): Promise<void> {
     const exitedAt = new Date().toISOString();
     if (this.hardLimit) clearTimeout(this.hardLimit);
+    this.workdirGuard?.stop();
+    this.network?.close();
     this.rpcSubscription?.unsubscribe();
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
     this.pendingRpc.clear();

@@ -127,8 +127,11 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
     const target = path.join(toolDir, baseName);
     const binary = artifact.files.find((file) => file.path === `bin/${baseName}`);
     if (!binary) throw new MurmurError('E-ART-003', `${label}: the staged plan names no bin/${baseName} for this native tool`);
+    // The workdir copy is the guest's to read; what runs is the cache's read-only copy, which the
+    // sandbox lets execute and no guest can rewrite (the workdir never has the execute right).
     await copyOut(binary, target, 0o755);
-    return { ...common, kind: 'native', path: target, preopen: accessible, runtime: 'native' };
+    const executable = await files.blobs.executable(binary, baseName, `${label}: ${binary.path}`);
+    return { ...common, kind: 'native', path: executable, preopen: accessible, runtime: 'native' };
   }
   const scope = artifact.capabilities?.filesystem?.scope;
   const preopen = scope === undefined ? accessible : await inside(accessible, scope, `the filesystem scope of '${artifact.name}'`);

@@ -435,6 +435,11 @@ export const CapsuleManifestSchema = z
       if (earlier !== undefined) refine(ctx, ['artifacts', index, 'name'], `artifact '${artifact.name}' is declared twice (also at index ${earlier})`);
       seen.set(artifact.name, index);
     });
+    // AF_UNIX is a subprocess's grant (a WebAssembly guest has no sockets at all), so on a capsule
+    // that starts no shell binary it could only ever mean something nobody reviewed.
+    if (manifest.capabilities?.network?.unix_sockets === true && (manifest.capabilities.shell?.allow.length ?? 0) === 0) {
+      refine(ctx, ['capabilities', 'network', 'unix_sockets'], 'grants AF_UNIX sockets to subprocesses, but the capsule declares no capabilities.shell.allow, so nothing could use it; declare the shell binaries that need unix sockets, or remove the grant');
+    }
     const inference = manifest.inference;
     if (inference === undefined) return;
     if (inference.transport === 'http' && inference.endpoint === undefined) {

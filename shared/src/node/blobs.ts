@@ -163,6 +163,30 @@ export class BlobCache {
   }
 
   /**
+   * A verified blob as an executable file of its own, `<cache>/executables/<sha256>/<name>`, mode
+   * 0555: what a sandbox runs a native tool from. Never the workdir copy, which the guest can
+   * rewrite; and never the blob itself, whose mode says data. Made once, by rename.
+   */
+  async executable(ref: BlobRef, name: string, what: string): Promise<string> {
+    if (name === '' || name.includes('/') || name === '.' || name === '..') throw new MurmurError('E-ART-001', `${what}: '${name}' cannot name an executable`);
+    const target = path.join(path.dirname(this.dir), 'executables', ref.sha256, name);
+    const existing = await fs.stat(target).catch(() => undefined);
+    if (existing?.isFile() && existing.size === ref.size) return target;
+    const source = await this.fetch(ref, what);
+    await fs.mkdir(path.dirname(target), { recursive: true });
+    const temporary = `${target}.${process.pid}.${Date.now()}.tmp`;
+    try {
+      await fs.copyFile(source, temporary);
+      await fs.chmod(temporary, 0o555);
+      await fs.rename(temporary, target);
+    } catch (error) {
+      await fs.rm(temporary, { force: true });
+      throw error;
+    }
+    return target;
+  }
+
+  /**
    * Writes a set's files under `directory` (which must not exist yet), each from a verified blob:
    * hard-linked where the cache is on the same filesystem (cheap, and safe for directories no
    * guest can write), copied otherwise or when `copy` asks for it.

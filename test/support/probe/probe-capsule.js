@@ -13,6 +13,8 @@
 //   {op:"send", peer, text, contextId?, messageId?}   murmur:message send
 //   {op:"artifacts"}, {op:"describe", name}, {op:"search", query}, {op:"pull", name, version},
 //   {op:"remove", name}, {op:"diagnostics"}          murmur:artifact-manager
+//   {op:"handle", url}                 wasi:http/outgoing-handler `handle` alone, never waiting on the
+//                                      response: "handled", or the error code it refused with
 //   {op:"exit", code, withCode?}       wasi:cli/exit `exit` (ok when code is 0, else err), or
 //                                      `exit-with-code` when withCode is true
 //   {op:"trap"}                        throws out of `run`: componentize-js prints the error and a
@@ -22,6 +24,8 @@ import { invoke } from 'murmur:tool-registry/invoke@0.1.0';
 import { run as runShell } from 'murmur:shell/execute@0.1.0';
 import { list as listArtifacts, describe, search, pull, remove, diagnostics } from 'murmur:artifact-manager/manage@0.1.0';
 import { send } from 'murmur:message/send@0.1.0';
+import { handle } from 'wasi:http/outgoing-handler@0.2.12';
+import { Fields, OutgoingRequest } from 'wasi:http/types@0.2.12';
 
 const results = [];
 
@@ -103,6 +107,8 @@ async function capsuleAction(action) {
       return remove(String(action.name));
     case 'diagnostics':
       return diagnostics();
+    case 'handle':
+      return handleOnly(String(action.url));
     default:
       return commonAction(action, report);
   }
@@ -145,3 +151,19 @@ export const run = {
     saveResults();
   },
 };
+
+/** `handle` and nothing after it: what a guest learns from the handler alone. */
+function handleOnly(url) {
+  const parsed = new URL(url);
+  const request = new OutgoingRequest(new Fields());
+  request.setScheme(parsed.protocol === 'https:' ? { tag: 'HTTPS' } : { tag: 'HTTP' });
+  request.setAuthority(parsed.host);
+  request.setPathWithQuery(`${parsed.pathname}${parsed.search}`);
+  try {
+    handle(request, undefined);
+    return 'handled';
+  } catch (error) {
+    const code = error && typeof error === 'object' && 'payload' in error ? error.payload : error;
+    throw new Error(`handle refused: ${code && typeof code === 'object' && 'tag' in code ? code.tag : String(code)}`);
+  }
+}

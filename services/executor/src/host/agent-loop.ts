@@ -100,6 +100,9 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
 
   for (let turn = 0; turn < agent.max_turns; turn++) {
     if (task?.abortedWith) return fail('failed', task.abortedWith);
+    // A ceiling crossed since the last turn ends the attempt here, as upstream checks at each turn's top.
+    const breached = host.breachError();
+    if (breached) return fail('failed', breached.message, breached);
     host.setTurn(turn);
     if (task) registry.progress(task, `inference turn ${turn + 1}`);
     const data = driverRequestData({ model: agent.model, maxTokens: agent.max_tokens, messages, tools, system });

@@ -72,7 +72,10 @@ export class AgentSession {
     const { task_acceptance: acceptance, after_task: afterTask } = this.agent.lifecycle;
     const queueSleep = acceptance === 'queue' && afterTask === 'sleep';
     let last: LoopOutcome | undefined;
+    // A crossed ceiling ends the session: a task that is waiting or queued will never run.
+    this.host.onBreach = () => this.registry.close(this.host.breach?.message ?? 'a resource ceiling was crossed');
     for (;;) {
+      if (this.host.breach) break;
       if (existsSync(this.taskFile)) {
         last = await this.runTask(this.registry.adopt(readFileSync(this.taskFile, 'utf8')), 'task_md');
         if (acceptance !== 'queue' || last.status !== 'ok') break;
@@ -93,6 +96,8 @@ export class AgentSession {
       rmSync(this.taskFile, { force: true });
     }
     this.registry.close('the session ended before the task ran');
+    const breached = this.host.breachError();
+    if (breached) return { status: 'failed', exitCode: 1, error: breached };
     if (!last || last.status === 'ok') return { status: 'ok', exitCode: 0 };
     return { status: 'failed', exitCode: 1, error: last.error ?? { code: 'E-RUN-007', message: `agent loop failed: ${last.message}` } };
   }

@@ -7,7 +7,7 @@ import { LogFile, TraceWriter } from '../records.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 import { createSignal, serveBridge } from './bridge.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
-import type { EgressResult, HostRequest, HostTool, StartMessage } from './protocol.js';
+import type { CeilingMessage, EgressResult, HostRequest, HostTool, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { DELEGATE_TOOL } from './tool-inventory.js';
 import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, shellArguments, shellToolDescription } from './subprocess.js';
@@ -116,13 +116,39 @@ export class CapsuleHost {
   }
 
   private subprocessContext(): SubprocessContext {
+    const sandbox = this.start.sandbox;
     return {
       policy: this.start.policy,
       accessibleWorkdir: this.start.accessible_workdir,
       baseEnv: this.start.subprocess_env,
       identityEnv: this.start.guest_env.filter(([name]) => name.startsWith('MURMUR_')),
       deadlineMs: this.start.policy.limits.deadline_seconds * 1000,
+      ...(sandbox
+        ? {
+            confine: { helper: sandbox.helper, cgroupFds: sandbox.tool_cgroup_fds },
+            ...(sandbox.tool_cgroup_fds.length > 0 ? { counters: () => this.channel.request({ op: 'tool-counters' }) as Promise<{ oom_kills: number; pids_refusals: number }> } : {}),
+          }
+        : {}),
+      breached: () => this.breach?.message,
     };
+  }
+
+  /** A ceiling the executor saw crossed (the workdir's size): no subprocess starts after it, and the session ends. */
+  breach: CeilingMessage | undefined;
+  /** Told once, when a ceiling is crossed, so a waiting session can end at once. */
+  onBreach: () => void = () => {};
+
+  ceilingCrossed(message: CeilingMessage): void {
+    if (this.breach) return;
+    this.breach = message;
+    this.channel.output('stderr', `[capsule-runtime] ${message.message}\n`);
+    this.onBreach();
+  }
+
+  /** The error a session ends with once a ceiling was crossed. */
+  breachError(): WireError | undefined {
+    const breach = this.breach;
+    return breach ? { code: breach.code, message: breach.message, hint: breach.hint, path: `capabilities.resources.${breach.limit}` } : undefined;
   }
 
   async run(): Promise<SessionResult> {
@@ -146,8 +172,9 @@ export class CapsuleHost {
       env: this.start.guest_env,
       grant: 'capsule',
     });
-    const result = this.classify(outcome);
-    this.writeSessionEnd(result.status === 'ok' ? 'ok' : 'failed');
+    const breached = this.breachError();
+    const result: SessionResult = breached ? { status: 'failed', exitCode: 1, error: breached } : this.classify(outcome);
+    this.writeSessionEnd(result.status === 'ok' ? 'ok' : 'failed', breached ? { error: breached } : {});
     return result;
   }
 
@@ -403,6 +430,8 @@ export class CapsuleHost {
     switch (op) {
       case 'http':
         return this.channel.request({ op: 'http', request: payload as never }) as Promise<EgressResult>;
+      case 'http-check':
+        return this.channel.request({ op: 'http-check', request: payload as never });
       case 'invoke': {
         const { name, input } = payload as { name: string; input: { data?: string; logPath?: string } };
         return this.invoke(name, input);
@@ -618,6 +647,7 @@ export class CapsuleHost {
         stdout_bytes: Buffer.byteLength(result.stdout),
         stderr_bytes: Buffer.byteLength(result.stderr),
         duration_ms: Math.round(result.durationMs),
+        ...(result.resourceLimit ? { resource_limit: result.resourceLimit } : {}),
       });
       return ok({ exitCode: result.exitCode, stdout: result.stdout, stderr: result.stderr, truncated: result.truncated, fullOutputPath: result.fullOutputPath });
     } catch (error) {

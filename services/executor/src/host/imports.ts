@@ -113,7 +113,13 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
     imports['wasi:filesystem/preopens'] = filesystem.preopens;
   }
   if (httpModule) {
-    const http = httpModule.relayedHttp((request) => relay(grants, request));
+    const http = httpModule.relayedHttp(
+      (request) => relay(grants, request),
+      (url) => {
+        const verdict = grants.bridge.call<{ allowed: true } | { allowed: false; code: string; reason: string }>('http-check', { url, grant: grants.grant });
+        return verdict.allowed ? undefined : errorCode(verdict.code, verdict.reason);
+      },
+    );
     imports['wasi:http/types'] = http.types;
     imports['wasi:http/outgoing-handler'] = http.outgoingHandler;
   }

@@ -2,6 +2,7 @@
 import { CapsuleHost, type HostChannel, prewarmGuestWorker } from './capsule-host.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
+import { handOverSandboxSockets } from './sandbox-sockets.js';
 
 /**
  * The capsule host process: started by an executor inside the session's sandbox with an IPC
@@ -64,6 +65,8 @@ const channel: HostChannel = {
 
 const prewarmed = prewarmGuestWorker();
 let started = false;
+/** A ceiling crossed before the host was made (the executor watches from the launch on). */
+let earlyCeiling: (ExecutorToHost & { type: 'ceiling' }) | undefined;
 // The executor is trusted and validates everything the host sends it; the host does not pay for a
 // schema library to check its one trusted peer, which keeps it small and quick to start.
 process.on('message', (raw: unknown) => {
@@ -88,24 +91,44 @@ process.on('message', (raw: unknown) => {
     process.send?.({ type: 'output', stream: 'stderr', text: '' }, () => process.exit(143));
     return;
   }
+  if (message.type === 'ceiling') {
+    if (host) host.ceilingCrossed(message);
+    else earlyCeiling = message;
+    return;
+  }
   if (message.type === 'start' && !started) {
     started = true;
     isAgent = message.agent !== undefined;
     if (!isAgent) for (const queued of earlyCalls.splice(0)) answerCall(queued);
     timing('start received');
-    host = new CapsuleHost(message, channel, prewarmed);
-    host.run().then(
-      (result) => {
-        timing('guest finished');
-        // Exit as soon as the result is written: nothing is left to do, and a lingering helper
-        // thread would only delay the session's end.
-        process.send?.({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, () => process.exit(0));
-      },
-      (error: unknown) => {
-        send({ type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-001', message: `the capsule host failed: ${error instanceof Error ? error.message : String(error)}` } });
-        process.disconnect?.();
-      },
-    );
+    void begin(message);
   }
 });
+
+async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void> {
+  if (message.sandbox) {
+    try {
+      await handOverSandboxSockets(message.sandbox);
+    } catch (error) {
+      send({ type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-014', message: `the sealed sandbox's network could not be handed to the executor: ${error instanceof Error ? error.message : String(error)}` } });
+      process.disconnect?.();
+      return;
+    }
+    timing('sandbox sockets handed over');
+  }
+  host = new CapsuleHost(message, channel, prewarmed);
+  if (earlyCeiling) host.ceilingCrossed(earlyCeiling);
+  host.run().then(
+    (result) => {
+      timing('guest finished');
+      // Exit as soon as the result is written: nothing is left to do, and a lingering helper
+      // thread would only delay the session's end.
+      process.send?.({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, () => process.exit(0));
+    },
+    (error: unknown) => {
+      send({ type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-001', message: `the capsule host failed: ${error instanceof Error ? error.message : String(error)}` } });
+      process.disconnect?.();
+    },
+  );
+}
 send({ type: 'ready' });

@@ -59,6 +59,20 @@ export const AgentStartSchema = z.object({
 });
 export type AgentStart = z.infer<typeof AgentStartSchema>;
 
+/**
+ * The sealed sandbox, as the host needs to know it: the helper every subprocess starts through
+ * (for its rlimits, and to join the tools' cgroup on the descriptors named here), and the
+ * sockets `murmur-confine` bound in the sandbox's network namespace, which the host hands to the
+ * executor at once (it serves none of them itself).
+ */
+export const SandboxStartSchema = z.object({
+  helper: z.string(),
+  tool_cgroup_fds: z.array(z.number().int()),
+  dns: z.object({ udpFd: z.number().int(), tcpFd: z.number().int() }),
+  listeners: z.array(z.number().int()),
+});
+export type SandboxNetworkStart = z.infer<typeof SandboxStartSchema>;
+
 export const StartMessageSchema = z.object({
   type: z.literal('start'),
   session_id: z.string(),
@@ -83,6 +97,8 @@ export const StartMessageSchema = z.object({
   /** The session that spawned this one (`session_start.spawned_by`). */
   spawned_by: z.string().optional(),
   effective_grants: z.record(z.string(), z.unknown()),
+  /** Present when the sandbox is sealed. */
+  sandbox: SandboxStartSchema.optional(),
 });
 export type StartMessage = z.infer<typeof StartMessageSchema>;
 
@@ -99,7 +115,14 @@ export const StopMessageSchema = z.object({ type: z.literal('stop'), reason: z.s
 /** A door's call, relayed by the executor; the host answers with `rpc-reply` and the same id. */
 export const RpcMessageSchema = z.object({ type: z.literal('rpc'), id: z.number().int(), call: SessionCallSchema });
 
-export const ExecutorToHostSchema = z.discriminatedUnion('type', [StartMessageSchema, HostReplySchema, StopMessageSchema, RpcMessageSchema]);
+/**
+ * A ceiling the executor watches for the host crossed (today: the workdir's size): every later
+ * subprocess is refused with `message`, and the session ends with `code`.
+ */
+export const CeilingMessageSchema = z.object({ type: z.literal('ceiling'), limit: z.string(), code: z.string(), message: z.string(), hint: z.string() });
+export type CeilingMessage = z.infer<typeof CeilingMessageSchema>;
+
+export const ExecutorToHostSchema = z.discriminatedUnion('type', [StartMessageSchema, HostReplySchema, StopMessageSchema, RpcMessageSchema, CeilingMessageSchema]);
 export type ExecutorToHost = z.infer<typeof ExecutorToHostSchema>;
 
 export const HttpRequestSchema = z.object({
@@ -145,6 +168,10 @@ export const DelegateRequestSchema = z.object({
 
 export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('http'), request: HttpRequestSchema }),
+  /** `outgoing-handler.handle`: whether the request may go at all, decided before any body is written. */
+  z.object({ op: z.literal('http-check'), request: z.object({ url: z.string(), grant: z.string() }) }),
+  /** The tools' cgroup counters, read around each subprocess to name the ceiling that ended it. */
+  z.object({ op: z.literal('tool-counters') }),
   z.object({ op: z.literal('send'), request: SendRequestSchema }),
   z.object({ op: z.literal('pull'), request: PullRequestSchema }),
   z.object({ op: z.literal('delegate'), request: DelegateRequestSchema }),
@@ -153,6 +180,8 @@ export type HostRequest = z.infer<typeof HostRequestSchema>;
 
 export const HostToExecutorSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('ready') }),
+  /** One socket of the sealed sandbox's network, passed as the message's handle. */
+  z.object({ type: z.literal('listener'), fd: z.number().int(), protocol: z.enum(['tcp', 'udp']) }),
   z.object({ type: z.literal('output'), stream: z.enum(['stdout', 'stderr']), text: z.string() }),
   z.object({ type: z.literal('request'), id: z.number().int(), request: HostRequestSchema }),
   z.object({ type: z.literal('rpc-reply'), id: z.number().int(), reply: SessionReplySchema }),

@@ -1,14 +1,22 @@
-import { spawn } from 'node:child_process';
+import { type StdioOptions, spawn } from 'node:child_process';
 import { accessSync, constants, mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { CapabilityPolicy } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
 
 /**
  * Subprocesses a capsule may start: allowlisted shell binaries and its declared native tools.
- * They run inside the capsule host's sandbox (its namespaces, its cgroup, its read-only system
- * binds), in the accessible workdir, with an environment rebuilt from scratch (§1.5.3): a few
- * harmless host variables, no credentials, and `HOME` inside the workdir.
+ * They run inside the capsule host's sandbox (its namespaces, its read-only system binds, and
+ * when sealed its Landlock domain, seccomp filter and network), in the accessible workdir, with
+ * an environment rebuilt from scratch (§1.5.3): a few harmless host variables, no credentials,
+ * and `HOME` inside the workdir.
+ *
+ * In a sealed sandbox each one starts through `murmur-confine limits`, which joins the tools'
+ * cgroup (`cgroup_memory_bytes`, `cgroup_pids_max`, `cgroup_cpu_percent`), closes every
+ * descriptor but the three standard streams, and sets the `capabilities.resources` rlimits hard
+ * — so the ceilings bind the tool and everything it starts, never the host. A tool a ceiling
+ * ended says which (`resource_limit`), read from its signal or the cgroup's counters.
  */
 
 /** Each stream beyond this is cut in the result; the whole output is kept in `logs/shell-<ms>.log`. */
@@ -32,7 +40,16 @@ export interface SubprocessContext {
   /** Runtime identity variables a subprocess also sees (`MURMUR_SESSION_ID`, …). */
   identityEnv: Array<[string, string]>;
   deadlineMs: number;
+  /** The sealed sandbox's helper and the descriptors of the tools' cgroup; absent when not sealed. */
+  confine?: { helper: string; cgroupFds: number[] } | undefined;
+  /** A ceiling the session already crossed: every spawn is refused with this text. */
+  breached?: () => string | undefined;
+  /** The tools' cgroup counters, around each subprocess (absent without a cgroup). */
+  counters?: () => Promise<{ oom_kills: number; pids_refusals: number }>;
 }
+
+/** The `capabilities.resources` field a subprocess was ended by, when one was. */
+export type ResourceLimit = 'cpu_seconds' | 'max_file_size_bytes' | 'cgroup_memory_bytes' | 'cgroup_pids_max';
 
 export interface ShellResult {
   exitCode: number;
@@ -42,6 +59,7 @@ export interface ShellResult {
   fullOutputPath: string | undefined;
   durationMs: number;
   binaryPath: string;
+  resourceLimit: ResourceLimit | undefined;
 }
 
 export function capsuleHome(accessibleWorkdir: string): string {
@@ -70,7 +88,15 @@ function environmentFor(context: SubprocessContext, overrides: Array<[string, st
   return subprocessEnvironment(context.policy, context.baseEnv, [...context.identityEnv, ...overrides], home);
 }
 
-function collect(child: ReturnType<typeof spawn>, input: string | undefined, deadlineMs: number): Promise<{ code: number; stdout: Buffer; stderr: Buffer; timedOut: boolean }> {
+interface Collected {
+  code: number;
+  signal: NodeJS.Signals | null;
+  stdout: Buffer;
+  stderr: Buffer;
+  timedOut: boolean;
+}
+
+function collect(child: ReturnType<typeof spawn>, input: string | undefined, deadlineMs: number): Promise<Collected> {
   return new Promise((resolve, reject) => {
     const stdout: Buffer[] = [];
     const stderr: Buffer[] = [];
@@ -87,15 +113,55 @@ function collect(child: ReturnType<typeof spawn>, input: string | undefined, dea
     });
     child.once('close', (code, signal) => {
       clearTimeout(timer);
-      resolve({ code: code ?? (signal ? 128 + (signalNumber(signal) ?? 0) : 1), stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr), timedOut });
+      resolve({ code: code ?? (signal ? 128 + (os.constants.signals[signal] ?? 0) : 1), signal, stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr), timedOut });
     });
     if (input !== undefined) child.stdin?.end(input);
   });
 }
 
-function signalNumber(signal: NodeJS.Signals): number | undefined {
-  const numbers: Partial<Record<NodeJS.Signals, number>> = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGTERM: 15, SIGXCPU: 24, SIGXFSZ: 25 };
-  return numbers[signal];
+/**
+ * Starts `binaryPath` as a subprocess of the capsule: through the helper when sealed (its cgroup,
+ * its descriptors, its rlimits), else directly. The ceiling it crossed, if any, comes back with it.
+ */
+async function startSubprocess(context: SubprocessContext, binaryPath: string, args: string[], env: Record<string, string>, input: string | undefined): Promise<Collected & { resourceLimit: ResourceLimit | undefined }> {
+  const breach = context.breached?.();
+  if (breach) throw new Error(breach);
+  const before = context.counters ? await context.counters() : undefined;
+  const confine = context.confine;
+  let command = binaryPath;
+  let argv = args;
+  const stdio: StdioOptions = [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'];
+  if (confine) {
+    const resources = context.policy.resources;
+    command = confine.helper;
+    argv = [
+      'limits',
+      `NOFILE=${resources.max_open_files}`,
+      `FSIZE=${resources.max_file_size_bytes}`,
+      `CPU=${resources.cpu_seconds}`,
+      `AS=${resources.memory_bytes}`,
+      `NPROC=+${resources.max_processes}`,
+      'CORE=0',
+      ...confine.cgroupFds.map((fd) => `join=${fd}`),
+      '--',
+      binaryPath,
+      ...args,
+    ];
+    // The cgroup's descriptors at their own numbers: the helper writes itself into each, then closes them.
+    const highest = Math.max(2, ...confine.cgroupFds);
+    for (let fd = 3; fd <= highest; fd += 1) stdio.push(confine.cgroupFds.includes(fd) ? fd : 'ignore');
+  }
+  const child = spawn(command, argv, { cwd: context.accessibleWorkdir, env, stdio });
+  const collected = await collect(child, input, context.deadlineMs);
+  let resourceLimit: ResourceLimit | undefined;
+  if (collected.signal === 'SIGXCPU') resourceLimit = 'cpu_seconds';
+  else if (collected.signal === 'SIGXFSZ') resourceLimit = 'max_file_size_bytes';
+  else if (before && context.counters) {
+    const after = await context.counters();
+    if (after.oom_kills > before.oom_kills) resourceLimit = 'cgroup_memory_bytes';
+    else if (after.pids_refusals > before.pids_refusals) resourceLimit = 'cgroup_pids_max';
+  }
+  return { ...collected, resourceLimit };
 }
 
 /** `murmur:shell/execute#run`: an allowlisted binary with its arguments. */
@@ -105,8 +171,7 @@ export async function runShell(context: SubprocessContext, binary: string, args:
   const binaryPath = resolveOnPath(binary, env.PATH);
   if (!binaryPath) throw new Error(`shell binary '${binary}' is allowlisted but not found on PATH inside the sandbox`);
   const started = performance.now();
-  const child = spawn(binaryPath, args, { cwd: context.accessibleWorkdir, env, stdio: ['ignore', 'pipe', 'pipe'] });
-  const { code, stdout, stderr, timedOut } = await collect(child, undefined, context.deadlineMs);
+  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, args, env, undefined);
   const durationMs = performance.now() - started;
   const truncated = stdout.length > STREAM_LIMIT_BYTES || stderr.length > STREAM_LIMIT_BYTES;
   let fullOutputPath: string | undefined;
@@ -125,6 +190,7 @@ export async function runShell(context: SubprocessContext, binary: string, args:
     fullOutputPath,
     durationMs,
     binaryPath,
+    resourceLimit,
   };
 }
 
@@ -179,8 +245,10 @@ export interface ToolResultShape {
  */
 export async function runNativeTool(context: SubprocessContext, name: string, binaryPath: string, input: { data?: string | undefined; logPath?: string | undefined }): Promise<ToolResultShape> {
   const env = environmentFor(context, []);
-  const child = spawn(binaryPath, [], { cwd: context.accessibleWorkdir, env, stdio: ['pipe', 'pipe', 'pipe'] });
-  const { code, stdout, stderr, timedOut } = await collect(child, JSON.stringify({ data: input.data ?? null, log_path: input.logPath ?? null }), context.deadlineMs);
+  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, [], env, JSON.stringify({ data: input.data ?? null, log_path: input.logPath ?? null }));
+  if (resourceLimit) {
+    return { status: 'error', summary: `native tool '${name}' was killed for exceeding capabilities.resources.${resourceLimit}`, data: stderr.toString('utf8') || `exit code ${code}`, dataPath: undefined, truncated: false, metadata: [['resource_limit', resourceLimit]] };
+  }
   const out = stdout.toString('utf8').trim();
   const errText = stderr.toString('utf8');
   if (timedOut) return { status: 'error', summary: `native tool '${name}' outlived its deadline and was killed`, data: errText || undefined, dataPath: undefined, truncated: false, metadata: [] };

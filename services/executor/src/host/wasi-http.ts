@@ -211,8 +211,13 @@ class FutureIncomingResponse {
   [Symbol.dispose](): void {}
 }
 
-/** The two interfaces, with every request relayed through `send`. */
-export function relayedHttp(send: (request: RelayedRequest) => RelayedOutcome): { types: Record<string, unknown>; outgoingHandler: Record<string, unknown> } {
+/**
+ * The two interfaces, with every request relayed through `send`. `check` is asked at `handle`
+ * with the request's URL, before the guest writes a body: a request the policy refuses fails from
+ * `handle` itself (`HTTP-request-denied`), as a guest that only calls `handle` expects; an allowed
+ * one is relayed (and judged again) when the guest first waits on its response.
+ */
+export function relayedHttp(send: (request: RelayedRequest) => RelayedOutcome, check: (url: string) => { tag: string; val?: unknown } | undefined): { types: Record<string, unknown>; outgoingHandler: Record<string, unknown> } {
   const types = {
     ...shimHttpTypes,
     OutgoingRequest,
@@ -225,6 +230,10 @@ export function relayedHttp(send: (request: RelayedRequest) => RelayedOutcome): 
   const outgoingHandler = {
     handle(request: OutgoingRequest, _options: unknown): FutureIncomingResponse {
       if (!(request instanceof OutgoingRequest)) throw { tag: 'internal-error', val: 'not an outgoing request of this runtime' };
+      const target = request.relayed();
+      if ('tag' in target) throw target;
+      const refusal = check(target.url);
+      if (refusal) throw refusal;
       return new FutureIncomingResponse(() => {
         const relayed = request.relayed();
         if ('tag' in relayed) return { tag: 'err', val: relayed };

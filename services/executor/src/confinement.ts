@@ -1,0 +1,191 @@
+import { spawnSync } from 'node:child_process';
+import { chmodSync, closeSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import type { CapabilityPolicy } from '@murmur/shared';
+import { executionClosure } from './elf.js';
+import { type NetworkPlan, planNetwork } from './network-plan.js';
+import { type NamespaceProbe, SANDBOX_FILES, SYSTEM_DIRECTORIES, bubblewrapArguments } from './sandbox.js';
+import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
+
+/**
+ * What `murmur-confine enter` makes of a sandbox, written as its spec: the network (a namespace
+ * of its own, and the sockets the capsule host serves in it), the capabilities dropped, the
+ * Landlock ruleset, and the seccomp filter's descriptor. Everything here is decided from the
+ * grants; the helper only carries it out.
+ *
+ * The Landlock ruleset handles every right of ABI 1, so what no rule grants is denied:
+ * - the system's directories, the `/etc` entries the composed root has, `/proc`, this runtime's
+ *   code and the components it runs: read and list, never execute;
+ * - execute: the node binary the host runs (and its loader), the helper itself (every subprocess
+ *   starts through it, for its rlimits), each `shell.allow` binary with its loader or `#!`
+ *   interpreter, each native tool's binary, and the `interpreter_runtime` and `staged_runtime`
+ *   trees;
+ * - the workdir and `/tmp` (a directory inside it): everything but execute (unless `workdir_exec`)
+ *   and making devices or sockets (sockets only with `unix_sockets`);
+ * - devices as upstream: `/dev/null` read-write, `/dev/zero` and `/dev/urandom` read-only,
+ *   every other one denied — so reopening a descriptor through `/proc/self/fd` cannot
+ *   turn a read-only grant into a writable one.
+ */
+
+export interface ConfinementInput {
+  policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime' | 'workdir_exec' | 'unix_sockets'>;
+  network: NetworkPlan;
+  /** The accessible workdir and the directory the sandbox sees as `/tmp`. */
+  workdir: string;
+  tmp: string;
+  /** Directories and files the host reads: system directories, `/etc` entries, code, components. */
+  readable: string[];
+  /** Files to execute (each with its loader), beyond the shell allowlist: node, the helper, native tools. */
+  executables: string[];
+  /** The shell allowlist, resolved to files on the sandbox's PATH. */
+  shellBinaries: string[];
+  seccompFd: number;
+  /** Descriptors the host keeps beyond the listeners (its IPC channel, the tools' cgroup). */
+  keep: number[];
+}
+
+export const DEVICE_RULES: ReadonlyArray<{ path: string; rights: string }> = [
+  { path: '/dev/null', rights: 'rw' },
+  { path: '/dev/zero', rights: 'r' },
+  { path: '/dev/urandom', rights: 'r' },
+];
+
+/** Landlock's ABI the spec needs: 1 (Linux 5.13) has every right the ruleset uses. */
+export const LANDLOCK_ABI = 1;
+
+export function confinementSpec(input: ConfinementInput): string {
+  const { policy, network } = input;
+  const lines = ['# murmur-confine enter: the sandbox, as the executor decided it', 'net'];
+  lines.push(`listen udp 0.0.0.0 53 ${network.dns.udpFd}`, `listen tcp 0.0.0.0 53 ${network.dns.tcpFd}`);
+  for (const listener of network.listeners) lines.push(`listen tcp ${listener.address} ${listener.port} ${listener.fd}`);
+  lines.push('drop', `landlock ${LANDLOCK_ABI}`);
+  for (const readable of unique(input.readable)) lines.push(`allow rd ${readable}`);
+  const executables = unique([...input.executables, ...input.shellBinaries].flatMap((file) => executionClosure(file)));
+  for (const file of executables) lines.push(`allow rx ${file}`);
+  for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) lines.push(`allow ${dir.list_dir ? 'rxd' : 'rx'} ${dir.path}`);
+  for (const grant of policy.staged_runtime) lines.push(`allow rxd ${grant.source_path}`);
+  const workRights = `rwdm${policy.workdir_exec ? 'x' : ''}${policy.unix_sockets ? 's' : ''}`;
+  lines.push(`require ${workRights} ${input.workdir}`, `require ${workRights} ${input.tmp}`);
+  for (const device of DEVICE_RULES) lines.push(`allow ${device.rights} ${device.path}`);
+  for (const fd of input.keep) lines.push(`keep ${fd}`);
+  lines.push(`seccomp ${input.seccompFd}`);
+  return `${lines.join('\n')}\n`;
+}
+
+function unique(values: string[]): string[] {
+  return [...new Set(values.filter((value) => value !== '' && !value.includes('\n')))];
+}
+
+/** The shell allowlist as files on `PATH` (every match, as a shell's lookup could find any of them). */
+export function resolveShellBinaries(allow: readonly string[], pathVariable: string): string[] {
+  const found: string[] = [];
+  for (const binary of allow) {
+    for (const dir of pathVariable.split(':')) {
+      if (!dir || binary.includes('/')) continue;
+      const candidate = path.join(dir, binary);
+      try {
+        if (existsSync(candidate) && !lstatSync(candidate).isDirectory()) found.push(candidate);
+      } catch {
+        // unreadable: not a match
+      }
+    }
+  }
+  return found;
+}
+
+// ── the probe ───────────────────────────────────────────────────────────────────────────────
+
+/**
+ * Whether this host can seal a sandbox, found by doing it once: bubblewrap composing a root, the
+ * helper making the network namespace and binding a privileged port in it, dropping every
+ * capability, entering a Landlock domain and installing the seccomp filter, then the host's own
+ * node (the execute-only copy) starting under all of it through the helper's `limits`. A host
+ * that cannot is told exactly which step failed, because that is what `E-CAP-003` says.
+ */
+export interface ConfineProbe {
+  support: ConfineSupport | undefined;
+  reason: string | undefined;
+}
+
+export interface ConfineSupport {
+  helper: string;
+  node: string;
+}
+
+export function probeConfinement(namespaces: NamespaceProbe, options: { helper: string; cacheDir: string }): ConfineProbe {
+  const refuse = (reason: string): ConfineProbe => ({ support: undefined, reason });
+  if (process.platform !== 'linux') return refuse('sealed needs Linux namespaces, Landlock and seccomp; this platform has none of them');
+  if (namespaces.tool !== 'bubblewrap') return refuse(`sealed needs bubblewrap's composed root, which this host does not give (${namespaces.reason ?? `only ${namespaces.tool} works here`})`);
+  const arch = nativeSeccompArch();
+  if (!arch) return refuse(`sealed needs a seccomp filter, which this runtime builds for x86_64 and aarch64 only (this is ${process.arch})`);
+  if (!existsSync(options.helper)) return refuse(`the confinement helper ${options.helper} was not built: npm run build compiles it with the system's C compiler (apt-get install gcc libc6-dev, then npm run build)`);
+  // Its real path: the sandbox binds real directories, not the symlinks a workspace links them by.
+  const helper = realpathSync(options.helper);
+  let node: string;
+  try {
+    node = executeOnlyNode(options.cacheDir);
+  } catch (error) {
+    return refuse(`could not prepare the execute-only copy of node under ${options.cacheDir}: ${(error as Error).message}`);
+  }
+  const scratch = mkdtempSync(path.join(os.tmpdir(), 'murmur-confine-probe-'));
+  const opened: number[] = [];
+  try {
+    const workdir = path.join(scratch, 'work');
+    const tmp = path.join(workdir, '.capsule-tmp');
+    mkdirSync(tmp, { recursive: true });
+    const network = planNetwork(['probe.invalid:443'], 16);
+    const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', path.dirname(node), path.dirname(helper)].filter((dir) => existsSync(dir));
+    const policy = { interpreter_runtime: [], staged_runtime: [], workdir_exec: false, unix_sockets: false };
+    const spec = confinementSpec({ policy, network, workdir, tmp, readable, executables: [node, helper], shellBinaries: [], seccompFd: 8, keep: [] });
+    const files: Array<string | Buffer> = [...SANDBOX_FILES.map((file) => file.content), spec, seccompFilterBytes({ arch, unixSockets: false })];
+    const fds = files.map((content, index) => {
+      const file = path.join(scratch, `fd-${index}`);
+      writeFileSync(file, content);
+      const fd = openSync(file, 'r');
+      opened.push(fd);
+      return fd;
+    });
+    const layout = { workdir, code: [path.dirname(helper)], hidden: [], data: [path.dirname(node)], tmp };
+    const command = [helper, 'limits', 'NOFILE=256', 'CORE=0', '--', node, '-e', 'process.exit(0)'];
+    const result = spawnSync(namespaces.binary as string, bubblewrapArguments(layout, command, { helper, specFd: 7 }), {
+      stdio: ['ignore', 'ignore', 'pipe', 'ignore', ...fds],
+      timeout: 20_000,
+    });
+    if (result.error) return refuse(`the sealed probe could not run: ${result.error.message}`);
+    if (result.status !== 0) {
+      const said = result.stderr.toString().trim().split('\n').filter((line) => line.trim() !== '').at(-1) ?? `exit status ${result.status ?? result.signal}`;
+      return refuse(`sealing a sandbox failed here: ${said}`);
+    }
+    return { support: { helper, node }, reason: undefined };
+  } finally {
+    for (const fd of opened) closeSync(fd);
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A copy of this node that its own processes can execute but not read (mode 0111). A process
+ * started from a file it cannot read is not dumpable, so a subprocess of the capsule host — the
+ * same user in the same sandbox — cannot read the host's memory, environment or descriptors
+ * through `/proc/<pid>/…` (where the inference key lives). Made once per node build, by rename.
+ */
+export function executeOnlyNode(cacheDir: string): string {
+  const source = realpathSync(process.execPath);
+  const status = statSync(source);
+  const dir = path.join(cacheDir, 'runtime', `node-${process.version}-${status.size}-${Math.trunc(status.mtimeMs)}`);
+  const target = path.join(dir, 'node');
+  const existing = statSync(target, { throwIfNoEntry: false });
+  if (existing?.isFile() && existing.size === status.size && (existing.mode & 0o777) === 0o111) return target;
+  mkdirSync(dir, { recursive: true });
+  const temporary = `${target}.${process.pid}.tmp`;
+  try {
+    copyFileSync(source, temporary);
+    chmodSync(temporary, 0o111);
+    renameSync(temporary, target);
+  } catch (error) {
+    rmSync(temporary, { force: true });
+    throw error;
+  }
+  return target;
+}

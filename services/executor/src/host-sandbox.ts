@@ -1,0 +1,145 @@
+import type { StdioNull, StdioPipe } from 'node:child_process';
+import { closeSync, existsSync, openSync, realpathSync } from 'node:fs';
+import path from 'node:path';
+import type { CapabilityPolicy } from '@murmur/shared';
+import type { SessionCgroup } from './cgroup.js';
+import { type ConfineSupport, confinementSpec, resolveShellBinaries } from './confinement.js';
+import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
+import { type NetworkPlan, planNetwork } from './network-plan.js';
+import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, SYSTEM_DIRECTORIES, bubblewrapArguments, unshareArguments } from './sandbox.js';
+import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
+
+/**
+ * How one session's capsule host is started: its command line and the descriptors it inherits.
+ *
+ * Sealed (bubblewrap and `murmur-confine` both work here), the host's descriptors are:
+ *
+ * | fd | what |
+ * |---|---|
+ * | 0–2 | nothing, stdout, stderr |
+ * | 3 | the IPC channel to the executor |
+ * | 4–6 | `/etc/passwd`, `/etc/group`, `/etc/resolv.conf` (read by bubblewrap, then gone) |
+ * | 7 | the confinement spec (read by the helper, then gone) |
+ * | 8 | the seccomp program (read by the helper, then gone) |
+ * | 9… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
+ * | 16… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
+ *
+ * The helper keeps 3, the cgroup descriptors and the listeners, and closes everything else, so
+ * nothing the executor's own launcher left open (a descriptor without close-on-exec) gets in.
+ */
+
+export const SPEC_FD = 7;
+export const SECCOMP_FD = 8;
+export const FIRST_CGROUP_FD = 9;
+export const FIRST_LISTENER_FD = 16;
+const IPC_FD = 3;
+
+
+export interface HostSandboxInput {
+  namespaces: NamespaceProbe;
+  confine: ConfineSupport | undefined;
+  policy: CapabilityPolicy;
+  /** The accessible workdir: the one writable directory. */
+  workdir: string;
+  /** The runtime's code, bound read-only; directories under it to hide. */
+  codeRoot: string;
+  hidden: string[];
+  components: HostComponent[];
+  tools: HostTool[];
+  hostEntry: string;
+  cgroup: SessionCgroup | undefined;
+  /** The subprocess PATH, where the shell allowlist is looked up. */
+  subprocessPath: string;
+}
+
+export interface HostSandbox {
+  argv: string[];
+  /** The descriptors from 4 on, in order, as `spawn`'s `stdio` takes them. */
+  stdio: Array<StdioPipe | StdioNull | number>;
+  /** Writes each pipe's content once the host is spawned. */
+  feed(pipes: ReadonlyArray<NodeJS.WritableStream | null>): void;
+  /** Closes the executor's copies of descriptors passed to the host. */
+  release(): void;
+  /** The network the sealed sandbox sees; undefined when not sealed. */
+  network: NetworkPlan | undefined;
+  /** What the host is told about its sandbox (`start.sandbox`). */
+  start: SandboxNetworkStart | undefined;
+  sealed: boolean;
+}
+
+/** The directory the sandbox sees as `/tmp`: inside the workdir, so it counts as the workdir. */
+export function sandboxTmp(workdir: string): string {
+  return path.join(workdir, '.capsule-tmp');
+}
+
+function isSystemPath(file: string): boolean {
+  return SYSTEM_DIRECTORIES.some((dir) => file === dir || file.startsWith(`${dir}/`));
+}
+
+export function hostSandbox(input: HostSandboxInput): HostSandbox {
+  const { namespaces, confine, policy } = input;
+  if (namespaces.tool === 'unshare') return plain([namespaces.binary as string, ...unshareArguments([process.execPath, input.hostEntry])]);
+  if (namespaces.tool !== 'bubblewrap') return plain([process.execPath, input.hostEntry]);
+
+  const tmp = sandboxTmp(input.workdir);
+  const data = new Set<string>();
+  for (const component of input.components) data.add(path.dirname(component.bundle_dir));
+  for (const tool of input.tools) if (tool.kind === 'native' && tool.path) data.add(path.dirname(tool.path));
+  // Runtime trees a shell binary needs, wherever they live (under /usr they are bound already).
+  for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) if (!isSystemPath(dir.path)) data.add(dir.path);
+  for (const grant of policy.staged_runtime) if (!isSystemPath(grant.source_path)) data.add(grant.source_path);
+  const pipes: Array<string | Buffer> = SANDBOX_FILES.map((file) => file.content);
+  const layout = { workdir: input.workdir, code: [input.codeRoot], hidden: input.hidden, data: [...data], tmp };
+
+  if (!confine) {
+    const argv = [namespaces.binary as string, ...bubblewrapArguments(layout, [process.execPath, input.hostEntry])];
+    return { ...pipesOnly(argv, pipes), network: undefined, start: undefined, sealed: false };
+  }
+
+  const arch = nativeSeccompArch();
+  if (!arch) throw new Error(`no seccomp filter is built for ${process.arch}`);
+  const cgroupFds: number[] = input.cgroup ? input.cgroup.toolsProcsFiles.map((file) => openSync(file, 'w')) : [];
+  const network = planNetwork(policy.network_allow, FIRST_LISTENER_FD);
+  const nodeDir = path.dirname(confine.node);
+  layout.data.push(nodeDir);
+  const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
+  const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', nodeRoot, input.codeRoot, ...layout.data].filter((dir) => existsSync(dir));
+  const executables = [confine.node, confine.helper, ...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : []))];
+  const shellBinaries = resolveShellBinaries(policy.shell_allow, `${input.subprocessPath}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`);
+  const keep = [IPC_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
+  const spec = confinementSpec({ policy, network, workdir: input.workdir, tmp, readable, executables, shellBinaries, seccompFd: SECCOMP_FD, keep });
+  pipes.push(spec, seccompFilterBytes({ arch, unixSockets: policy.unix_sockets }));
+  if (FIRST_DATA_FD + pipes.length !== FIRST_CGROUP_FD) throw new Error('the sandbox descriptor layout is out of step');
+  const argv = [namespaces.binary as string, ...bubblewrapArguments(layout, [confine.node, input.hostEntry], { helper: confine.helper, specFd: SPEC_FD })];
+  const stdio: Array<StdioPipe | number> = [...pipes.map(() => 'pipe' as const), ...cgroupFds];
+  return {
+    argv,
+    stdio,
+    feed: (streams) => pipes.forEach((content, index) => streams[FIRST_DATA_FD + index]?.end(content)),
+    release: () => {
+      for (const fd of cgroupFds.splice(0)) closeSync(fd);
+    },
+    network,
+    start: {
+      helper: confine.helper,
+      tool_cgroup_fds: cgroupFds.map((_, index) => FIRST_CGROUP_FD + index),
+      dns: network.dns,
+      listeners: network.listeners.map((listener) => listener.fd),
+    },
+    sealed: true,
+  };
+}
+
+function plain(argv: string[]): HostSandbox {
+  return { argv, stdio: [], feed: () => {}, release: () => {}, network: undefined, start: undefined, sealed: false };
+}
+
+function pipesOnly(argv: string[], pipes: Array<string | Buffer>): Omit<HostSandbox, 'network' | 'start' | 'sealed'> {
+  return {
+    argv,
+    stdio: pipes.map(() => 'pipe' as const),
+    feed: (streams) => pipes.forEach((content, index) => streams[FIRST_DATA_FD + index]?.end(content)),
+    release: () => {},
+  };
+}
+

@@ -1,0 +1,90 @@
+import { isIP } from 'node:net';
+import { type NetworkAllowRule, parseNetworkAllowRules } from '@murmur/shared';
+
+/**
+ * The network a sandbox's processes see, planned from `capabilities.network.allow`.
+ *
+ * The sandbox has its own network namespace with loopback only, in which every IPv4 address is
+ * local: a connect to an address nobody listens on is refused at once (`ECONNREFUSED`), a UDP
+ * packet to one goes nowhere, and nothing is routed out. What is listened on is exactly what the
+ * allowlist names:
+ *
+ * - a **name** (`api.example.com`) gets an address of its own in `127.77.0.0/16`, which the
+ *   sandbox's DNS answers for it, and a listener there on each of its ports;
+ * - an **IPv4 literal** (`10.0.0.5:8443`) is listened on at that very address;
+ * - `localhost` is `127.0.0.1`, as the sandbox's `/etc/hosts` says.
+ *
+ * A port is the rule's (explicit, or its scheme's default); a bare host gets 80 and 443. The
+ * capsule host accepts each connection and hands it to the executor, which judges it against the
+ * same allowlist as `wasi:http` and, if it passes, splices the bytes to the real destination — no
+ * TLS termination, no proxy settings, nothing a tool has to cooperate with. DNS (UDP and TCP on
+ * port 53 of every address) answers the allowlisted names and refuses the rest.
+ */
+
+export interface PlannedListener {
+  /** Where the helper places the listening socket in the sandbox's descriptor table. */
+  fd: number;
+  address: string;
+  port: number;
+  /** Where a connection to it goes: the allowlisted host, as written. */
+  host: string;
+}
+
+export interface NetworkPlan {
+  listeners: PlannedListener[];
+  /** The address the sandbox's DNS answers for each allowlisted name. */
+  names: Record<string, string>;
+  /** DNS over UDP and TCP, on port 53 of every address. */
+  dns: { udpFd: number; tcpFd: number };
+  /** Rules that get no listener (an IPv6 literal: the sandbox is IPv4 only; past the cap), said at launch. */
+  skipped: string[];
+}
+
+/** Listeners beyond this are not opened (each is a descriptor in every sandbox). */
+export const MAX_LISTENERS = 64;
+const SYNTHETIC_BASE = [127, 77];
+
+function portsOf(rule: NetworkAllowRule): number[] {
+  if (rule.port !== undefined) return [rule.port];
+  if (rule.scheme === 'https') return [443];
+  if (rule.scheme === 'http') return [80];
+  return [80, 443];
+}
+
+export function planNetwork(allow: readonly string[], firstFd: number): NetworkPlan {
+  const rules = parseNetworkAllowRules(allow);
+  const names: Record<string, string> = {};
+  const wanted = new Map<string, PlannedListener>();
+  const skipped: string[] = [];
+  let nextFd = firstFd + 2;
+  let synthetic = 0;
+  const addressOf = (host: string): string | undefined => {
+    if (host === 'localhost') return '127.0.0.1';
+    const family = isIP(host.replace(/^\[|\]$/g, ''));
+    if (family === 4) return host;
+    if (family === 6) return undefined;
+    if (!names[host]) {
+      synthetic += 1;
+      names[host] = `${SYNTHETIC_BASE[0]}.${SYNTHETIC_BASE[1]}.${Math.floor(synthetic / 256)}.${synthetic % 256}`;
+    }
+    return names[host];
+  };
+  for (const rule of [...rules].sort((left, right) => (left.host < right.host ? -1 : left.host > right.host ? 1 : 0))) {
+    const address = addressOf(rule.host);
+    if (address === undefined) {
+      skipped.push(`${rule.host}: the sandbox's network is IPv4 only`);
+      continue;
+    }
+    for (const port of portsOf(rule)) {
+      const key = `${address}:${port}`;
+      if (wanted.has(key)) continue;
+      if (wanted.size >= MAX_LISTENERS) {
+        skipped.push(`${rule.host}:${port}: past the ${MAX_LISTENERS} listeners a sandbox gets`);
+        continue;
+      }
+      wanted.set(key, { fd: nextFd++, address, port, host: rule.host });
+    }
+  }
+  if ('localhost' in names) delete names.localhost;
+  return { listeners: [...wanted.values()], names, dns: { udpFd: firstFd, tcpFd: firstFd + 1 }, skipped };
+}

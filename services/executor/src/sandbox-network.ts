@@ -1,0 +1,171 @@
+import type { Socket as DatagramSocket, RemoteInfo } from 'node:dgram';
+import { type Server, type Socket, connect } from 'node:net';
+import { decide, encodeAnswer, parseQuery } from './dns-message.js';
+import type { NetworkPlan, PlannedListener } from './network-plan.js';
+
+/**
+ * The executor's end of a sealed sandbox's network: the sockets `murmur-confine` bound inside the
+ * sandbox's network namespace, handed over by the capsule host, served here — outside the
+ * sandbox, where the policy is.
+ *
+ * - DNS (UDP and TCP, port 53 of every sandbox address) answers the allowlisted names with their
+ *   listeners' addresses and refuses every other name at once (`dns-message.ts`).
+ * - Each listener stands for one allowlisted destination. A connection to it is judged again
+ *   (`judge`), then spliced to the real destination, resolved and connected from here; bytes are
+ *   passed through untouched — no TLS termination, nothing for the tool to configure.
+ *
+ * A connection to anything else in the sandbox finds no listener and is refused by its own
+ * kernel: it never reaches this process at all.
+ */
+
+export interface EgressRecord {
+  kind: 'tcp' | 'dns';
+  target: string;
+  decision: 'allowed' | 'denied' | 'failed';
+  reason?: string;
+}
+
+export interface SandboxNetworkOptions {
+  plan: NetworkPlan;
+  judge(host: string, port: number): { allowed: true } | { allowed: false; reason: string };
+  /** Each decision, for the trace (bounded by the caller). */
+  record(record: EgressRecord): void;
+  /** How long an upstream connect may take before the sandbox's connection is reset. */
+  connectTimeoutMs?: number;
+}
+
+const DNS_TCP_IDLE_MS = 10_000;
+const DNS_TCP_BUFFER_BYTES = 64 * 1024;
+
+export class SandboxNetwork {
+  private readonly servers = new Set<Server>();
+  private readonly datagrams = new Set<DatagramSocket>();
+  private readonly sockets = new Set<Socket>();
+  private closed = false;
+
+  constructor(private readonly options: SandboxNetworkOptions) {}
+
+  /** Takes one socket the host handed over; anything unexpected is closed rather than served. */
+  attach(fd: number, protocol: 'tcp' | 'udp', handle: unknown): void {
+    const { plan } = this.options;
+    if (this.closed) return void closeHandle(handle);
+    if (protocol === 'udp' && fd === plan.dns.udpFd && isDatagram(handle)) return this.serveDnsUdp(handle);
+    if (protocol === 'tcp' && isServer(handle)) {
+      if (fd === plan.dns.tcpFd) return this.serveDnsTcp(handle);
+      const listener = plan.listeners.find((planned) => planned.fd === fd);
+      if (listener) return this.serveListener(handle, listener);
+    }
+    closeHandle(handle);
+  }
+
+  private serveDnsUdp(socket: DatagramSocket): void {
+    this.datagrams.add(socket);
+    socket.on('message', (message: Buffer, from: RemoteInfo) => {
+      const reply = this.answer(message);
+      if (reply) socket.send(reply, from.port, from.address);
+    });
+    socket.on('error', () => undefined);
+  }
+
+  private serveDnsTcp(server: Server): void {
+    this.servers.add(server);
+    server.on('connection', (socket) => {
+      this.track(socket);
+      socket.setTimeout(DNS_TCP_IDLE_MS, () => socket.destroy());
+      let pending = Buffer.alloc(0);
+      socket.on('data', (chunk: Buffer) => {
+        pending = Buffer.concat([pending, chunk]);
+        if (pending.length > DNS_TCP_BUFFER_BYTES) return void socket.destroy();
+        while (pending.length >= 2) {
+          const length = pending.readUInt16BE(0);
+          if (pending.length < 2 + length) break;
+          const reply = this.answer(pending.subarray(2, 2 + length));
+          pending = pending.subarray(2 + length);
+          if (!reply) return void socket.destroy();
+          const framed = Buffer.alloc(2 + reply.length);
+          framed.writeUInt16BE(reply.length, 0);
+          reply.copy(framed, 2);
+          socket.write(framed);
+        }
+      });
+    });
+    server.on('error', () => undefined);
+  }
+
+  private answer(message: Buffer): Buffer | undefined {
+    const query = parseQuery(message);
+    if (!query) return undefined;
+    const decision = decide(query, this.options.plan.names);
+    if (decision.rcode !== 0) this.options.record({ kind: 'dns', target: query.question?.name ?? '(malformed)', decision: 'denied', reason: query.question ? 'not in capabilities.network.allow' : 'malformed question' });
+    return encodeAnswer(query, decision);
+  }
+
+  private serveListener(server: Server, listener: PlannedListener): void {
+    this.servers.add(server);
+    const target = `${listener.host}:${listener.port}`;
+    server.on('connection', (inside) => {
+      this.track(inside);
+      const verdict = this.options.judge(listener.host, listener.port);
+      if (!verdict.allowed) {
+        this.options.record({ kind: 'tcp', target, decision: 'denied', reason: verdict.reason });
+        inside.resetAndDestroy();
+        return;
+      }
+      inside.pause();
+      const outside = connect({ host: listener.host, port: listener.port, timeout: this.options.connectTimeoutMs ?? 30_000 });
+      this.track(outside);
+      let connected = false;
+      outside.once('connect', () => {
+        connected = true;
+        outside.setTimeout(0);
+        this.options.record({ kind: 'tcp', target, decision: 'allowed' });
+        inside.pipe(outside);
+        outside.pipe(inside);
+        inside.resume();
+      });
+      outside.once('timeout', () => outside.destroy(new Error('the connection timed out')));
+      outside.on('error', (error) => {
+        if (!connected) this.options.record({ kind: 'tcp', target, decision: 'failed', reason: error.message });
+        if (!inside.destroyed) inside.resetAndDestroy();
+      });
+      inside.on('error', () => outside.destroy());
+      inside.on('close', () => outside.destroy());
+      outside.on('close', () => {
+        if (!inside.destroyed) inside.end();
+      });
+    });
+    server.on('error', () => undefined);
+  }
+
+  private track(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+  }
+
+  /** Closes every socket: the listeners (so nothing more is accepted) and each open connection. */
+  close(): void {
+    this.closed = true;
+    for (const server of this.servers) server.close();
+    for (const socket of this.datagrams) socket.close();
+    for (const socket of this.sockets) socket.destroy();
+    this.servers.clear();
+    this.datagrams.clear();
+    this.sockets.clear();
+  }
+}
+
+function isServer(handle: unknown): handle is Server {
+  return typeof handle === 'object' && handle !== null && typeof (handle as Server).listen === 'function' && typeof (handle as Server).address === 'function';
+}
+
+function isDatagram(handle: unknown): handle is DatagramSocket {
+  return typeof handle === 'object' && handle !== null && typeof (handle as DatagramSocket).send === 'function' && typeof (handle as DatagramSocket).addMembership === 'function';
+}
+
+function closeHandle(handle: unknown): void {
+  try {
+    (handle as { close?: () => void } | null)?.close?.();
+  } catch {
+    // already closed
+  }
+}
