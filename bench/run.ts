@@ -4,6 +4,11 @@
  * the same transpiled component with no sandbox, no policy and no records. The difference is what
  * the runtime costs: staging, the executor, the sandbox, the capsule host. Aim: median ≤ 250 ms,
  * ratio ≤ 2. A second pair does the same for a 12 MB JavaScript capsule, for scale.
+ *
+ * Each capsule also runs with sealing turned off (`MURMUR_CONFINE=none`: bubblewrap's composed
+ * root alone, the sandbox before sealed containment), so the sealed sandbox's own cost — the
+ * network namespace, Landlock, seccomp, the execute-only node — is the difference of the two
+ * medians. Aim: ≤ 10 ms.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, promises as fs } from 'node:fs';
@@ -59,23 +64,31 @@ try {
     if (warm.status !== 0) throw new Error(warm.stderr);
     const bundleKey = (JSON.parse(warm.stdout) as { capsule: { component: { bundle: { key: string } } } }).capsule.component.bundle.key;
     const bundleDir = path.join(env.MURMUR_HOME, 'cache', 'transpiled', bundleKey);
+    const unsealed = { ...env, MURMUR_CONFINE: 'none' };
     measure([process.execPath, mur, 'run', '--manifest', manifest, '--json'], env, project);
+    measure([process.execPath, mur, 'run', '--manifest', manifest, '--json'], unsealed, project);
     measure([process.execPath, bare, bundleDir], env, root);
     const murSamples: Sample[] = [];
+    const unsealedSamples: Sample[] = [];
     const bareSamples: Sample[] = [];
+    // Interleaved, so a machine that slows down for a while slows all three alike.
     for (let run = 0; run < RUNS; run += 1) {
       murSamples.push(measure([process.execPath, mur, 'run', '--manifest', manifest, '--json'], env, project));
+      unsealedSamples.push(measure([process.execPath, mur, 'run', '--manifest', manifest, '--json'], unsealed, project));
       bareSamples.push(measure([process.execPath, bare, bundleDir], env, root));
     }
     const murStats = stats(murSamples);
+    const unsealedStats = stats(unsealedSamples);
     const bareStats = stats(bareSamples);
     const row = (runner: string, value: ReturnType<typeof stats>) =>
       `${capsule.label.padEnd(26)}${runner.padEnd(20)}${value.median.toFixed(1).padStart(9)}  ${value.p90.toFixed(1).padStart(7)}  ${value.rss === undefined ? 'n/a'.padStart(12) : value.rss.toFixed(1).padStart(12)}\n`;
-    process.stdout.write(row('mur run (sandboxed)', murStats));
+    process.stdout.write(row('mur run (sealed)', murStats));
+    process.stdout.write(row('mur run (unsealed)', unsealedStats));
     process.stdout.write(row('bare node', bareStats));
-    process.stdout.write(`${''.padEnd(26)}ratio (median)      ${(murStats.median / bareStats.median).toFixed(2).padStart(9)}\n\n`);
+    process.stdout.write(`${''.padEnd(26)}ratio (median)      ${(murStats.median / bareStats.median).toFixed(2).padStart(9)}\n`);
+    process.stdout.write(`${''.padEnd(26)}sealing adds        ${(murStats.median - unsealedStats.median).toFixed(1).padStart(9)} ms (median)\n\n`);
   }
-  process.stdout.write('aim: small capsule median ≤ 250 ms, ratio ≤ 2\n');
+  process.stdout.write('aim: small capsule median ≤ 250 ms, ratio ≤ 2; sealing adds ≤ 10 ms at the median\n');
 } finally {
   await fs.rm(scratch, { recursive: true, force: true });
 }

@@ -46,3 +46,53 @@ export async function startCountingServer(respond: (request: http.IncomingMessag
       }),
   };
 }
+
+/**
+ * The same, over TLS, with a certificate for `localhost` made for this run by `openssl` (a CA and
+ * a leaf it signed, in `dir`): `ca` is the CA's path, for a client's `--cacert`.
+ */
+export async function startCountingTlsServer(dir: string, respond: (request: http.IncomingMessage) => string = () => 'hello over TLS'): Promise<CountingServer & { ca: string }> {
+  const { execFileSync } = await import('node:child_process');
+  const { readFileSync, writeFileSync } = await import('node:fs');
+  const https = await import('node:https');
+  const path = await import('node:path');
+  const openssl = (...args: string[]): void => void execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+  openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=murmur test CA', '-keyout', 'ca.key', '-out', 'ca.pem');
+  openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', 'leaf.key', '-out', 'leaf.csr');
+  writeFileSync(path.join(dir, 'leaf.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  openssl('x509', '-req', '-in', 'leaf.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '1', '-extfile', 'leaf.ext', '-out', 'leaf.pem');
+  let connections = 0;
+  const server = https.createServer({ key: readFileSync(path.join(dir, 'leaf.key')), cert: readFileSync(path.join(dir, 'leaf.pem')) }, (request, response) => {
+    response.writeHead(200, { 'content-type': 'text/plain' });
+    response.end(respond(request));
+  });
+  server.on('connection', () => {
+    connections += 1;
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `https://localhost:${port}`,
+    port,
+    ca: path.join(dir, 'ca.pem'),
+    connections: () => connections,
+    bodies: () => [],
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/** A loopback UDP socket that counts the datagrams it receives. */
+export async function startCountingUdp(): Promise<{ port: number; datagrams(): number; close(): Promise<void> }> {
+  const { createSocket } = await import('node:dgram');
+  const socket = createSocket('udp4');
+  let datagrams = 0;
+  socket.on('message', () => {
+    datagrams += 1;
+  });
+  await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
+  return { port: socket.address().port, datagrams: () => datagrams, close: () => new Promise<void>((resolve) => socket.close(() => resolve())) };
+}

@@ -23,8 +23,9 @@
 //
 //   murmur-confine limits [NAME=value]... [join=<fd>]... -- <command> [args...]
 //       Joins the cgroup whose `cgroup.procs` each `join` descriptor is open on, closes every
-//       descriptor above 2, sets hard (= soft) rlimits, each clamped to the hard limit already in
-//       force, with NPROC=+N meaning N more tasks than this user runs now; then execve. The capsule
+//       descriptor above 2, sets hard (= soft, or NAME=soft:hard) rlimits, each clamped to the hard
+//       limit already in force, with NPROC=+N meaning N more tasks than this user runs now; then
+//       execve. The capsule
 //       host runs every subprocess through this, so a ceiling binds the tool and not the host, and
 //       a tool inherits nothing but its three standard streams.
 #define _GNU_SOURCE
@@ -458,13 +459,18 @@ static int limits(char **settings, char **command) {
     char *end = NULL;
     errno = 0;
     unsigned long long value = strtoull(value_text + relative, &end, 10);
-    if (errno != 0 || *end != '\0') fail("%s=%s is not a number", *setting, value_text);
-    if (relative) value += (unsigned long long)tasks_of_this_user();
+    // NAME=soft:hard sets a hard limit above the soft one (CPU: SIGXCPU first, SIGKILL after).
+    unsigned long long hard_value = value;
+    if (errno == 0 && *end == ':' && !relative) hard_value = strtoull(end + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || hard_value < value) fail("%s=%s is not a number, or soft:hard", *setting, value_text);
+    if (relative) hard_value = value += (unsigned long long)tasks_of_this_user();
     struct rlimit current;
     if (getrlimit(resource, &current) < 0) fail("reading %s: %s", *setting, strerror(errno));
     rlim_t wanted = (rlim_t)value;
+    rlim_t wanted_hard = (rlim_t)hard_value;
     if (current.rlim_max != RLIM_INFINITY && wanted > current.rlim_max) wanted = current.rlim_max;
-    struct rlimit next = {.rlim_cur = wanted, .rlim_max = wanted};
+    if (current.rlim_max != RLIM_INFINITY && wanted_hard > current.rlim_max) wanted_hard = current.rlim_max;
+    struct rlimit next = {.rlim_cur = wanted, .rlim_max = wanted_hard};
     if (setrlimit(resource, &next) < 0) fail("setting %s to %llu: %s", *setting, (unsigned long long)wanted, strerror(errno));
   }
   execvp(command[0], command);

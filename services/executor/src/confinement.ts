@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, closeSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { CapabilityPolicy } from '@murmur/shared';
@@ -128,6 +128,12 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
   } catch (error) {
     return refuse(`could not prepare the execute-only copy of node under ${options.cacheDir}: ${(error as Error).message}`);
   }
+  // A host that sealed a sandbox once since it booted, with this helper, bubblewrap and node, can
+  // again: the answer is kept, so an in-process `mur run` does not pay for the probe every time.
+  const cacheFile = path.join(options.cacheDir, 'runtime', 'confine-probe.json');
+  const key = probeKey(helper, namespaces.binary as string, node);
+  const cached = readProbeCache(cacheFile, key);
+  if (cached) return { support: cached, reason: undefined };
   const scratch = mkdtempSync(path.join(os.tmpdir(), 'murmur-confine-probe-'));
   const opened: number[] = [];
   try {
@@ -137,7 +143,8 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
     const network = planNetwork(['probe.invalid:443'], 16);
     const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', path.dirname(node), path.dirname(helper)].filter((dir) => existsSync(dir));
     const policy = { interpreter_runtime: [], staged_runtime: [], workdir_exec: false, unix_sockets: false };
-    const spec = confinementSpec({ policy, network, workdir, tmp, readable, executables: [node, helper], shellBinaries: [], seccompFd: 8, keep: [] });
+    const finalCommand = PROBE_COMMAND.find((file) => existsSync(file)) ?? node;
+    const spec = confinementSpec({ policy, network, workdir, tmp, readable, executables: [node, helper, finalCommand], shellBinaries: [], seccompFd: 8, keep: [] });
     const files: Array<string | Buffer> = [...SANDBOX_FILES.map((file) => file.content), spec, seccompFilterBytes({ arch, unixSockets: false })];
     const fds = files.map((content, index) => {
       const file = path.join(scratch, `fd-${index}`);
@@ -147,7 +154,7 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
       return fd;
     });
     const layout = { workdir, code: [path.dirname(helper)], hidden: [], data: [path.dirname(node)], tmp };
-    const command = [helper, 'limits', 'NOFILE=256', 'CORE=0', '--', node, '-e', 'process.exit(0)'];
+    const command = [helper, 'limits', 'NOFILE=256', 'CORE=0', '--', finalCommand, ...(finalCommand === node ? ['-e', '0'] : [])];
     const result = spawnSync(namespaces.binary as string, bubblewrapArguments(layout, command, { helper, specFd: 7 }), {
       stdio: ['ignore', 'ignore', 'pipe', 'ignore', ...fds],
       timeout: 20_000,
@@ -157,10 +164,57 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
       const said = result.stderr.toString().trim().split('\n').filter((line) => line.trim() !== '').at(-1) ?? `exit status ${result.status ?? result.signal}`;
       return refuse(`sealing a sandbox failed here: ${said}`);
     }
+    writeProbeCache(cacheFile, key, { helper, node });
     return { support: { helper, node }, reason: undefined };
   } finally {
     for (const fd of opened) closeSync(fd);
     rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+/** What the probe runs last, under every piece of the sandbox: a tiny program, so the probe stays cheap. */
+const PROBE_COMMAND = ['/usr/bin/true', '/bin/true'];
+
+/** What the cached answer depends on: this boot of the kernel, and the exact helper, bubblewrap and node. */
+function probeKey(helper: string, bwrap: string, node: string): string {
+  const identity = (file: string): string => {
+    try {
+      const found = file.includes('/') ? file : (process.env.PATH ?? '').split(':').map((dir) => path.join(dir || '.', file)).find((candidate) => existsSync(candidate));
+      const real = realpathSync(found ?? file);
+      const status = statSync(real);
+      return `${real}:${status.size}:${Math.trunc(status.mtimeMs)}`;
+    } catch {
+      return `${file}:?`;
+    }
+  };
+  let boot = 'unknown';
+  try {
+    boot = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  } catch {
+    // no boot id: every probe runs
+  }
+  return JSON.stringify([boot, os.release(), process.getuid?.() ?? -1, identity(helper), identity(bwrap), node]);
+}
+
+function readProbeCache(file: string, key: string): ConfineSupport | undefined {
+  if (key.includes('"unknown"')) return undefined;
+  try {
+    const cached = JSON.parse(readFileSync(file, 'utf8')) as { key?: string; support?: ConfineSupport };
+    return cached.key === key && cached.support && existsSync(cached.support.node) ? cached.support : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function writeProbeCache(file: string, key: string, support: ConfineSupport): void {
+  const temporary = `${file}.${process.pid}.tmp`;
+  try {
+    mkdirSync(path.dirname(file), { recursive: true });
+    writeFileSync(temporary, `${JSON.stringify({ key, support })}\n`);
+    renameSync(temporary, file);
+  } catch {
+    // a cache that cannot be written only costs the next start a probe
+    rmSync(temporary, { force: true });
   }
 }
 

@@ -138,7 +138,9 @@ async function startSubprocess(context: SubprocessContext, binaryPath: string, a
       'limits',
       `NOFILE=${resources.max_open_files}`,
       `FSIZE=${resources.max_file_size_bytes}`,
-      `CPU=${resources.cpu_seconds}`,
+      // Hard one second above soft: at the soft limit the kernel sends SIGXCPU (what names the
+      // ceiling); a tool that ignores it is killed at the hard one.
+      `CPU=${resources.cpu_seconds}:${resources.cpu_seconds + 1}`,
       `AS=${resources.memory_bytes}`,
       `NPROC=+${resources.max_processes}`,
       'CORE=0',
