@@ -189,6 +189,23 @@ describe('the capsule manifest', () => {
     expect(error.message).toBe(`murmur.yaml: invalid capability config for 'capabilities.${block}.${field}': must be greater than zero (line 5)`);
   });
 
+  it.each(zeroable.filter(([block]) => block === 'resources'))('refuses a negative capabilities.%s.%s the same way', (block, field) => {
+    const error = refusal(`name: tiny\nversion: 1.0.0\ncapabilities:\n  ${block}:\n    ${field}: -4096\n`);
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.path).toBe(`capabilities.${block}.${field}`);
+    expect(error.message).toBe(`murmur.yaml: invalid capability config for 'capabilities.${block}.${field}': must be greater than zero (line 5)`);
+  });
+
+  it('refuses a unix_sockets grant on a capsule without shell, at its YAML path', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  network:\n    unix_sockets: true\n');
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.path).toBe('capabilities.network.unix_sockets');
+    expect(error.message).toBe(
+      "murmur.yaml: invalid capability config for 'capabilities.network.unix_sockets': grants AF_UNIX sockets to subprocesses, but the capsule declares no capabilities.shell.allow, so nothing could use it; declare the shell binaries that need unix sockets, or remove the grant (line 5)",
+    );
+    expect(() => parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilities:\n  network:\n    unix_sockets: true\n  shell:\n    allow: [python3]\n')).not.toThrow();
+  });
+
   it('refuses a limit of the wrong type with E-MAN-003 naming the path, the types and the line', () => {
     const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  limits:\n    memory_bytes: lots\n');
     expect(error.code).toBe('E-MAN-003');
@@ -228,6 +245,7 @@ describe('the capsule manifest', () => {
   it('refuses an unknown containment class, listing the ones there are', () => {
     const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  containment: fortress\n');
     expect(error.code).toBe('E-MAN-003');
+    expect(error.path).toBe('capabilities.containment');
     expect(error.message).toContain("must be one of: advisory, scoped, sealed; got 'fortress'");
   });
 

@@ -59,7 +59,7 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
   let nextFd = firstFd + 2;
   let synthetic = 0;
   const addressOf = (host: string): string | undefined => {
-    if (host === 'localhost') return '127.0.0.1';
+    if (host === 'localhost') return (names.localhost = '127.0.0.1');
     const family = isIP(host.replace(/^\[|\]$/g, ''));
     if (family === 4) return host;
     if (family === 6) return undefined;
@@ -85,6 +85,5 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
       wanted.set(key, { fd: nextFd++, address, port, host: rule.host });
     }
   }
-  if ('localhost' in names) delete names.localhost;
   return { listeners: [...wanted.values()], names, dns: { udpFd: firstFd, tcpFd: firstFd + 1 }, skipped };
 }

@@ -1,0 +1,91 @@
+import { existsSync, realpathSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { confinementSpec, resolveShellBinaries } from '../src/confinement.js';
+import { executionClosure, interpreterOf } from '../src/elf.js';
+import { planNetwork } from '../src/network-plan.js';
+
+import type { ConfinementInput } from '../src/confinement.js';
+
+const policy: ConfinementInput['policy'] = { interpreter_runtime: [], staged_runtime: [], workdir_exec: false, unix_sockets: false };
+
+function spec(overrides: Partial<ConfinementInput['policy']> = {}): string[] {
+  return confinementSpec({
+    policy: { ...policy, ...overrides },
+    network: planNetwork(['api.example.com:443'], 16),
+    workdir: '/work/session',
+    tmp: '/work/session/.capsule-tmp',
+    readable: ['/usr', '/etc', '/proc'],
+    executables: [],
+    shellBinaries: [],
+    seccompFd: 8,
+    keep: [3, 9],
+  })
+    .trim()
+    .split('\n');
+}
+
+describe('the confinement spec murmur-confine carries out', () => {
+  it('makes the network first, drops capabilities before Landlock, and installs seccomp last', () => {
+    const lines = spec().filter((line) => !line.startsWith('#'));
+    const kinds = lines.map((line) => line.split(' ')[0]);
+    expect(kinds[0]).toBe('net');
+    expect(kinds.indexOf('drop')).toBeGreaterThan(kinds.lastIndexOf('listen'));
+    expect(kinds.indexOf('landlock')).toBe(kinds.indexOf('drop') + 1);
+    expect(lines.at(-1)).toBe('seccomp 8');
+    expect(lines).toContain('listen udp 0.0.0.0 53 16');
+    expect(lines).toContain('listen tcp 0.0.0.0 53 17');
+    expect(lines).toContain('listen tcp 127.77.0.1 443 18');
+    expect(lines).toContain('keep 3');
+    expect(lines).toContain('keep 9');
+  });
+
+  it('grants the workdir and /tmp everything but execute and making devices or sockets, and requires both to exist', () => {
+    const lines = spec();
+    expect(lines).toContain('require rwdm /work/session');
+    expect(lines).toContain('require rwdm /work/session/.capsule-tmp');
+  });
+
+  it('adds execute to the workdir only with workdir_exec, and making sockets only with unix_sockets', () => {
+    expect(spec({ workdir_exec: true })).toContain('require rwdmx /work/session');
+    expect(spec({ unix_sockets: true })).toContain('require rwdms /work/session');
+  });
+
+  it('gives read and list, never execute, to what the host reads', () => {
+    expect(spec().filter((line) => line.startsWith('allow rd '))).toEqual(['allow rd /usr', 'allow rd /etc', 'allow rd /proc']);
+  });
+
+  it('gives the devices upstream gives: /dev/null read-write, /dev/zero and /dev/urandom read-only, nothing else', () => {
+    expect(spec().filter((line) => line.includes(' /dev/'))).toEqual(['allow rw /dev/null', 'allow r /dev/zero', 'allow r /dev/urandom']);
+  });
+
+  it('gives an interpreter runtime read and execute, and list only where the grant says so', () => {
+    const lines = spec({ interpreter_runtime: [{ binary: 'python3', dirs: [{ path: '/opt/py/lib', list_dir: true }, { path: '/opt/py/dynload', list_dir: false }] }] });
+    expect(lines).toContain('allow rxd /opt/py/lib');
+    expect(lines).toContain('allow rx /opt/py/dynload');
+  });
+
+  it('refuses to carry a path with a newline in it into the spec', () => {
+    const lines = confinementSpec({ policy, network: planNetwork([], 16), workdir: '/w', tmp: '/w/t', readable: ['/usr', '/evil\nseccomp 0'], executables: [], shellBinaries: [], seccompFd: 8, keep: [] }).split('\n');
+    expect(lines).not.toContain('seccomp 0');
+  });
+});
+
+describe('what executing a file takes', () => {
+  it.skipIf(!existsSync('/usr/bin/python3'))('is the file and its ELF interpreter, followed through symlinks', () => {
+    const closure = executionClosure('/usr/bin/python3');
+    expect(closure[0]).toBe(realpathSync('/usr/bin/python3'));
+    expect(closure[1]).toBe(realpathSync(interpreterOf(closure[0] as string) as string));
+    expect(closure).toHaveLength(2);
+  });
+
+  it.skipIf(!existsSync('/usr/bin/ldd'))('is a script, its #! interpreter and that one’s loader', () => {
+    const closure = executionClosure('/usr/bin/ldd');
+    expect(closure[0]).toBe('/usr/bin/ldd');
+    expect(closure[1]).toBe(realpathSync('/usr/bin/bash'));
+    expect(closure.length).toBe(3);
+  });
+
+  it('finds every match of a bare name on PATH, and never looks up a path', () => {
+    expect(resolveShellBinaries(['sh', '/bin/sh', 'no-such-binary-here'], '/usr/bin:/bin')).toEqual(['/usr/bin/sh', '/bin/sh']);
+  });
+});

@@ -1,0 +1,121 @@
+import { createSocket } from 'node:dgram';
+import { type AddressInfo, connect, createServer, type Server } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { QTYPE, RCODE } from '../src/dns-message.js';
+import type { NetworkPlan } from '../src/network-plan.js';
+import { type EgressRecord, SandboxNetwork } from '../src/sandbox-network.js';
+
+/**
+ * The executor's end of a sealed sandbox's network, with real sockets on loopback standing in for
+ * the ones murmur-confine binds inside the sandbox: what it answers, what it relays, what it refuses.
+ */
+
+function query(name: string, id = 7): Buffer {
+  const labels = name.split('.').flatMap((label) => [Buffer.from([label.length]), Buffer.from(label)]);
+  return Buffer.concat([Buffer.from([0, id, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]), ...labels, Buffer.from([0, 0, QTYPE.A, 0, 1])]);
+}
+
+async function listening(server: Server): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return (server.address() as AddressInfo).port;
+}
+
+describe('the executor’s end of a sealed sandbox’s network', () => {
+  const cleanups: Array<() => void> = [];
+  afterEach(() => {
+    for (const cleanup of cleanups.splice(0)) cleanup();
+  });
+
+  async function setup(judge: (host: string, port: number) => { allowed: true } | { allowed: false; reason: string }) {
+    const upstreamConnections: string[] = [];
+    const upstream = createServer((socket) => {
+      socket.on('data', (chunk: Buffer) => {
+        upstreamConnections.push(chunk.toString());
+        socket.end(`echo:${chunk.toString()}`);
+      });
+    });
+    const upstreamPort = await listening(upstream);
+    const plan: NetworkPlan = { listeners: [{ fd: 18, address: '127.77.0.1', port: upstreamPort, host: '127.0.0.1' }], names: { 'api.example.com': '127.77.0.1' }, dns: { udpFd: 16, tcpFd: 17 }, skipped: [] };
+    const records: EgressRecord[] = [];
+    const network = new SandboxNetwork({ plan, judge, record: (record) => records.push(record) });
+    // Stand-ins for the sandbox's sockets, handed over as the host hands them.
+    const listener = createServer();
+    const listenerPort = await listening(listener);
+    network.attach(18, 'tcp', listener);
+    const dnsTcp = createServer();
+    const dnsTcpPort = await listening(dnsTcp);
+    network.attach(17, 'tcp', dnsTcp);
+    const dnsUdp = createSocket('udp4');
+    await new Promise<void>((resolve) => dnsUdp.bind(0, '127.0.0.1', resolve));
+    network.attach(16, 'udp', dnsUdp);
+    cleanups.push(() => {
+      network.close();
+      upstream.close();
+    });
+    return { network, records, upstreamConnections, upstreamPort, listenerPort, dnsTcpPort, dnsUdpPort: dnsUdp.address().port };
+  }
+
+  const exchange = (port: number, payload: string): Promise<{ data: string; error?: string }> =>
+    new Promise((resolve) => {
+      let data = '';
+      const socket = connect(port, '127.0.0.1', () => socket.write(payload));
+      socket.on('data', (chunk: Buffer) => (data += chunk.toString()));
+      socket.on('end', () => resolve({ data }));
+      socket.on('error', (error: NodeJS.ErrnoException) => resolve({ data, error: error.code ?? error.message }));
+    });
+
+  it('splices an allowed connection to the real destination, bytes untouched, and records it', async () => {
+    const { records, upstreamConnections, upstreamPort, listenerPort } = await setup(() => ({ allowed: true }));
+    expect(await exchange(listenerPort, 'GET / HTTP/1.0\r\n\r\n')).toEqual({ data: 'echo:GET / HTTP/1.0\r\n\r\n' });
+    expect(upstreamConnections).toEqual(['GET / HTTP/1.0\r\n\r\n']);
+    expect(records).toEqual([{ kind: 'tcp', target: `127.0.0.1:${upstreamPort}`, decision: 'allowed' }]);
+  });
+
+  it('resets a connection the policy refuses, and never opens one to the destination', async () => {
+    const { records, upstreamConnections, listenerPort } = await setup(() => ({ allowed: false, reason: 'network policy: nope' }));
+    const result = await exchange(listenerPort, 'hello');
+    expect(result.error).toBe('ECONNRESET');
+    expect(upstreamConnections).toEqual([]);
+    expect(records[0]).toMatchObject({ kind: 'tcp', decision: 'denied', reason: 'network policy: nope' });
+  });
+
+  it('answers DNS over UDP: the allowlisted name with its address, anything else REFUSED and recorded', async () => {
+    const { records, dnsUdpPort } = await setup(() => ({ allowed: true }));
+    const client = createSocket('udp4');
+    cleanups.push(() => client.close());
+    const ask = (name: string): Promise<Buffer> =>
+      new Promise((resolve) => {
+        client.once('message', resolve);
+        client.send(query(name), dnsUdpPort, '127.0.0.1');
+      });
+    const allowed = await ask('api.example.com');
+    expect(allowed.readUInt16BE(2) & 0xf).toBe(RCODE.NOERROR);
+    expect([...allowed.subarray(allowed.length - 4)]).toEqual([127, 77, 0, 1]);
+    const refused = await ask('exfil.attacker.example');
+    expect(refused.readUInt16BE(2) & 0xf).toBe(RCODE.REFUSED);
+    expect(records).toEqual([{ kind: 'dns', target: 'exfil.attacker.example', decision: 'denied', reason: 'not in capabilities.network.allow' }]);
+  });
+
+  it('answers DNS over TCP, each message framed by its length', async () => {
+    const { dnsTcpPort } = await setup(() => ({ allowed: true }));
+    const message = query('api.example.com');
+    const framed = Buffer.concat([Buffer.from([0, message.length]), message]);
+    const reply = await new Promise<Buffer>((resolve) => {
+      const socket = connect(dnsTcpPort, '127.0.0.1', () => socket.write(framed));
+      socket.once('data', (chunk: Buffer) => {
+        resolve(chunk);
+        socket.destroy();
+      });
+    });
+    expect(reply.readUInt16BE(0)).toBe(reply.length - 2);
+    expect(reply.readUInt16BE(4) & 0xf).toBe(RCODE.NOERROR);
+  });
+
+  it('closes a handle it does not expect instead of serving it', async () => {
+    const { network } = await setup(() => ({ allowed: true }));
+    const stray = createServer();
+    await listening(stray);
+    network.attach(99, 'tcp', stray);
+    expect(stray.listening).toBe(false);
+  });
+});
