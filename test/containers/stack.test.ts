@@ -148,7 +148,35 @@ describe('the stack in containers', () => {
       expect(await docker('inspect', '-f', '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapAdd}}', container(service))).toBe('1000:1000 true []');
     }
     const isolation = (await docker('logs', container('executor'))).split('\n').find((line) => line.includes('executor isolation probed'));
-    expect(JSON.parse(isolation as string)).toMatchObject({ namespaces: 'bubblewrap', cgroups: 'v1' });
+    expect(JSON.parse(isolation as string)).toMatchObject({ namespaces: 'bubblewrap', containment: 'sealed (mountns+pivot_root+landlock+seccomp)', cgroups: 'v1' });
+  });
+
+  it('seals a shell capsule inside the executor container, run as uid 1000 with no capabilities: no route out, seccomp, Landlock, hard rlimits', async () => {
+    const dir = await probeProject(path.join(scratch.dir, 'sealed'), 'capabilities:\n  containment: sealed\n  shell:\n    allow: [bash]\n  resources:\n    max_processes: 7\n    max_open_files: 99\n');
+    const explained = await runMur(['run', '--explain-scope', '--json'], { cwd: dir, env: client });
+    expect(explained.code, explained.stderr).toBe(0);
+    expect(JSON.parse(explained.stdout)).toMatchObject({ declared_containment: 'sealed', achieved_containment: 'sealed', floor_met: true, enforcement_tier: 'mountns+pivot_root+landlock+seccomp' });
+    const status = 'while read -r key value rest; do case $key in Seccomp:|NoNewPrivs:|CapEff:|CapBnd:) echo "$key $value";; esac; done < /proc/self/status';
+    const task = JSON.stringify([
+      { op: 'shell', binary: 'bash', args: ['-c', status] },
+      { op: 'shell', binary: 'bash', args: ['-c', 'exec 3<>/dev/tcp/1.1.1.1/443'] },
+      { op: 'shell', binary: 'bash', args: ['-c', '/usr/bin/ls /'] },
+      { op: 'shell', binary: 'bash', args: ['-c', 'echo "$(ulimit -Hn) $(ulimit -n) $(ulimit -Hu)"'] },
+      { op: 'shell', binary: 'bash', args: ['-c', 'echo hi > /dev/urandom'] },
+    ]);
+    const result = await runMur(['run', '--task', task], { cwd: dir, env: client });
+    expect(result.code, result.stderr).toBe(0);
+    const shells = probeResults(result.stdout).map((entry) => entry.value as { exitCode: number; stdout: string; stderr: string });
+    expect(shells[0]?.stdout.split('\n').filter(Boolean).sort()).toEqual(['CapBnd: 0000000000000000', 'CapEff: 0000000000000000', 'NoNewPrivs: 1', 'Seccomp: 2']);
+    expect(shells[1]?.stderr).toContain('Connection refused');
+    expect(shells[2]).toMatchObject({ exitCode: 126 });
+    expect(shells[2]?.stderr).toContain('Permission denied');
+    const [hardFiles, softFiles, hardProcesses] = (shells[3]?.stdout.trim().split(' ') ?? []).map(Number);
+    expect([hardFiles, softFiles]).toEqual([99, 99]);
+    // The tasks the sandbox's user already runs, plus the 7 the manifest grants, as upstream counts.
+    expect(hardProcesses).toBeGreaterThan(7);
+    expect(hardProcesses).toBeLessThan(7 + 64);
+    expect(shells[4]?.stderr).toContain('Permission denied');
   });
 
   it('runs a script capsule with mur run from the host: launch line, output, status, exit code and out/result.txt', async () => {

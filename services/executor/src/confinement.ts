@@ -106,6 +106,8 @@ export function resolveShellBinaries(allow: readonly string[], pathVariable: str
 export interface ConfineProbe {
   support: ConfineSupport | undefined;
   reason: string | undefined;
+  /** Forgets a kept answer, so the next start probes again (a launch found the host changed). */
+  forget?: () => void;
 }
 
 export interface ConfineSupport {
@@ -132,8 +134,9 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
   // again: the answer is kept, so an in-process `mur run` does not pay for the probe every time.
   const cacheFile = path.join(options.cacheDir, 'runtime', 'confine-probe.json');
   const key = probeKey(helper, namespaces.binary as string, node);
+  const forget = (): void => rmSync(cacheFile, { force: true });
   const cached = readProbeCache(cacheFile, key);
-  if (cached) return { support: cached, reason: undefined };
+  if (cached) return { support: cached, reason: undefined, forget };
   const scratch = mkdtempSync(path.join(os.tmpdir(), 'murmur-confine-probe-'));
   const opened: number[] = [];
   try {
@@ -144,7 +147,7 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
     const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', path.dirname(node), path.dirname(helper)].filter((dir) => existsSync(dir));
     const policy = { interpreter_runtime: [], staged_runtime: [], workdir_exec: false, unix_sockets: false };
     const finalCommand = PROBE_COMMAND.find((file) => existsSync(file)) ?? node;
-    const spec = confinementSpec({ policy, network, workdir, tmp, readable, executables: [node, helper, finalCommand], shellBinaries: [], seccompFd: 8, keep: [] });
+    const spec = confinementSpec({ policy, network, workdir, tmp, readable, executables: [...nodeExecutables(node), helper, finalCommand], shellBinaries: [], seccompFd: 8, keep: [] });
     const files: Array<string | Buffer> = [...SANDBOX_FILES.map((file) => file.content), spec, seccompFilterBytes({ arch, unixSockets: false })];
     const fds = files.map((content, index) => {
       const file = path.join(scratch, `fd-${index}`);
@@ -165,7 +168,7 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
       return refuse(`sealing a sandbox failed here: ${said}`);
     }
     writeProbeCache(cacheFile, key, { helper, node });
-    return { support: { helper, node }, reason: undefined };
+    return { support: { helper, node }, reason: undefined, forget };
   } finally {
     for (const fd of opened) closeSync(fd);
     rmSync(scratch, { recursive: true, force: true });
@@ -216,6 +219,15 @@ function writeProbeCache(file: string, key: string, support: ConfineSupport): vo
     // a cache that cannot be written only costs the next start a probe
     rmSync(temporary, { force: true });
   }
+}
+
+/**
+ * What executing the host's node takes: the execute-only copy, and the loader of the node it was
+ * copied from — read from the original, since nobody (the executor included, unless it is root)
+ * can read the copy to find it.
+ */
+export function nodeExecutables(node: string): string[] {
+  return [node, ...executionClosure(realpathSync(process.execPath)).slice(1)];
 }
 
 /**

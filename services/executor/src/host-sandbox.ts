@@ -3,7 +3,7 @@ import { closeSync, existsSync, openSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import type { CapabilityPolicy } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
-import { type ConfineSupport, confinementSpec, resolveShellBinaries } from './confinement.js';
+import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries } from './confinement.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
 import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, SYSTEM_DIRECTORIES, bubblewrapArguments, unshareArguments } from './sandbox.js';
@@ -104,7 +104,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   layout.data.push(nodeDir);
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
   const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', nodeRoot, input.codeRoot, ...layout.data].filter((dir) => existsSync(dir));
-  const executables = [confine.node, confine.helper, ...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : []))];
+  const executables = [...nodeExecutables(confine.node), confine.helper, ...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : []))];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, `${input.subprocessPath}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`);
   const keep = [IPC_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
   const spec = confinementSpec({ policy, network, workdir: input.workdir, tmp, readable, executables, shellBinaries, seccompFd: SECCOMP_FD, keep });

@@ -491,16 +491,28 @@ export class Session {
         if (!parsed.success || parsed.data.type !== 'ready') return;
         clearTimeout(timer);
         child.off('message', onReady);
-        child.off('exit', onEarlyExit);
+        child.off('close', onEarlyExit);
         this.processStart = (child.pid ? processStartToken(child.pid) : undefined) ?? '';
         resolve();
       };
       const onEarlyExit = (code: number | null, signal: string | null): void => {
         clearTimeout(timer);
+        // The helper says what it could not do, and exits 125 before anything of the session ran.
+        const confineFailure = code === 125 ? this.stderrTail.find((line) => line.startsWith('murmur-confine: ')) : undefined;
+        if (confineFailure) {
+          this.environment.confine.forget?.();
+          reject(
+            new MurmurError('E-RUN-014', `the sealed containment class was achievable at launch but its sandbox could not be built for this session: ${confineFailure.slice('murmur-confine: '.length)}`, {
+              hint: 'the host passed the sealed probe when the executor started and then failed to seal this session — check that nothing changed the host since (kernel, AppArmor, the container\'s security options); the executor probes again when it restarts',
+            }),
+          );
+          return;
+        }
         reject(new MurmurError('E-RUN-001', `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`));
       };
       child.on('message', onReady);
-      child.once('exit', onEarlyExit);
+      // 'close', not 'exit': by then its stderr is read, and the helper's reason with it.
+      child.once('close', onEarlyExit);
       // Sent at once, not after `ready`: the host reads it as soon as it listens, so its start-up
       // and the executor's wait overlap instead of adding up.
       child.send(start);
