@@ -149,7 +149,8 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   // A hidden directory is an empty tmpfs, made read-only only after the binds below: data or the
   // workdir may live inside one (a MURMUR_HOME or a project under the repository's .cache), and
   // bubblewrap has to create their mount points there first.
-  const hidden = layout.hidden.filter((dir) => existsSync(dir));
+  // Directories only: in a git worktree `.git` is a file naming the repository, with nothing to hide.
+  const hidden = layout.hidden.filter((dir) => existsSync(dir) && lstatSync(dir).isDirectory());
   for (const dir of hidden) args.push('--tmpfs', dir);
   for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
   args.push('--bind', layout.workdir, layout.workdir);
