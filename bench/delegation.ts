@@ -33,7 +33,8 @@ try {
   const store = path.join(home, 'artifacts');
   await publishInto(store, await capsuleArchive('name: bench/child\nversion: 1.0.0\n', (await capsuleWat()).bytes));
   await publishInto(store, await componentArtifact('echo-driver', '1.0.0', (await echoDriver()).bytes, 'driver'));
-  const parentManifest = 'name: bench/parent\nversion: 1.0.0\nartifacts:\n  - name: echo-driver\n    version: 1.0.0\n    runtime: driver\ncapabilities:\n  spawn:\n    allow: [bench/child]\nlifecycle:\n  task_acceptance: queue\n  after_task: sleep\ninference:\n  endpoint: http://127.0.0.1:9\n  model: echo\n  driver:\n    artifact: echo-driver\n';
+  const parentManifest =
+    'name: bench/parent\nversion: 1.0.0\nartifacts:\n  - name: echo-driver\n    version: 1.0.0\n    runtime: driver\ncapabilities:\n  spawn:\n    allow: [bench/child]\nlifecycle:\n  task_acceptance: queue\n  after_task: sleep\ninference:\n  endpoint: http://127.0.0.1:9\n  model: echo\n  driver:\n    artifact: echo-driver\n';
   await publishInto(store, await capsuleArchive(parentManifest));
 
   const bus = createBus(new InProcessTransport(), silentLog);
@@ -45,7 +46,12 @@ try {
     await roost.close();
   });
   const env = { ...baseEnv, MURMUR_ROOST_URL: roostListener.url };
-  for (const service of [startStagerService({ bus, log: silentLog, env }), startExecutorService({ bus, log: silentLog, env }), startWatcherService({ bus, log: silentLog, env })]) closers.push(() => service.close());
+  for (const service of [
+    startStagerService({ bus, log: silentLog, env }),
+    startExecutorService({ bus, log: silentLog, env }),
+    startWatcherService({ bus, log: silentLog, env }),
+  ])
+    closers.push(() => service.close());
   const door = startDoorService({ bus, log: silentLog, env });
   const doorListener = await listenHttp(door.http);
   door.setBaseUrl(doorListener.url);
@@ -60,7 +66,11 @@ try {
   const parentUrl = `${sessionUrl(doorListener.url, parentId)}/`;
   const parentDir = path.join(scratch, 'parent');
   await fs.mkdir(parentDir);
-  const parent = await bus.request(commands.launch, { session_id: parentId, plan, workdir: parentDir, default_workdir_base: parentDir, url: parentUrl }, { timeoutMs: 60_000 });
+  const parent = await bus.request(
+    commands.launch,
+    { session_id: parentId, plan, workdir: parentDir, default_workdir_base: parentDir, url: parentUrl },
+    { timeoutMs: 60_000 },
+  );
   const parentEnded = new Promise<void>((resolve) => bus.subscribe(topics.sessionEnded, (event) => (event.session_id === parentId ? resolve() : undefined)));
   closers.unshift(async () => {
     await bus.request(commands.stopSession.at(parentId), { reason: 'the benchmark is over' }).catch(() => undefined);
@@ -77,13 +87,23 @@ try {
   const latencies: number[] = [];
   const outcomes = new Map<string, number>();
   for (let run = 0; run < RUNS + 2; run++) {
-    const spawn = await fetch(new URL('/spawn', roostListener.url), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'bench/child', version: '1.0.0' }) });
+    const spawn = await fetch(new URL('/spawn', roostListener.url), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'bench/child', version: '1.0.0' }),
+    });
     const { approval } = (await spawn.json()) as { approval: string };
     let resolveCompleted!: (event: DelegationCompleted) => void;
     const completed = new Promise<DelegationCompleted>((resolve) => (resolveCompleted = resolve));
     const launched = await bus.request(
       commands.launchDelegation,
-      { approval, roost_url: roostListener.url, capsule_name: 'bench/child', capsule_version: '1.0.0', parent: { session_id: parentId, context_id: newContextId(), url: parentUrl } },
+      {
+        approval,
+        roost_url: roostListener.url,
+        capsule_name: 'bench/child',
+        capsule_version: '1.0.0',
+        parent: { session_id: parentId, context_id: newContextId(), url: parentUrl },
+      },
       { timeoutMs: 60_000 },
     );
     recorded.set(launched.delegation_id as string, resolveCompleted);
@@ -105,7 +125,9 @@ try {
   latencies.sort((left, right) => left - right);
   const at = (quantile: number): number => latencies[Math.min(latencies.length - 1, Math.floor(quantile * latencies.length))] as number;
   process.stdout.write(`delegation completions, ${RUNS} runs (${os.cpus().length} cores, node ${process.version})\n\n`);
-  process.stdout.write(`child exit → completion recorded in the parent's door: median ${at(0.5).toFixed(0)} ms, p90 ${at(0.9).toFixed(0)} ms, p99 ${at(0.99).toFixed(0)} ms (aim: median ≤ 100 ms)\n`);
+  process.stdout.write(
+    `child exit → completion recorded in the parent's door: median ${at(0.5).toFixed(0)} ms, p90 ${at(0.9).toFixed(0)} ms, p99 ${at(0.99).toFixed(0)} ms (aim: median ≤ 100 ms)\n`,
+  );
   for (const [outcome, count] of outcomes) process.stdout.write(`  ${count}× ${outcome}\n`);
   closers.push(() => bus.close());
 } finally {

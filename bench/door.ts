@@ -60,7 +60,12 @@ async function sendMessage(url: string): Promise<boolean> {
   const response = await fetch(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'a2a-version': '1.0' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: sequence, method: 'SendMessage', params: { message: { messageId: `m-${sequence}`, role: 'ROLE_USER', parts: [{ text }] } } }),
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: sequence,
+      method: 'SendMessage',
+      params: { message: { messageId: `m-${sequence}`, role: 'ROLE_USER', parts: [{ text }] } },
+    }),
   });
   const body = (await response.json()) as { result?: { task?: { status?: { state?: string; message?: { parts?: Array<{ text?: string }> } } } } };
   const status = body.result?.task?.status;
@@ -74,7 +79,11 @@ async function getCard(url: string): Promise<boolean> {
 }
 
 /** Starts a process and waits for the first stdout line that `ready` accepts. */
-async function startProcess(command: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv }, ready: (line: string) => boolean): Promise<{ child: ChildProcess; line: string }> {
+async function startProcess(
+  command: string[],
+  options: { cwd?: string; env?: NodeJS.ProcessEnv },
+  ready: (line: string) => boolean,
+): Promise<{ child: ChildProcess; line: string }> {
   const child = spawn(command[0] as string, command.slice(1), { cwd: options.cwd, env: options.env, stdio: ['ignore', 'pipe', 'inherit'] });
   const line = await new Promise<string>((resolve, reject) => {
     const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
@@ -126,10 +135,18 @@ try {
       '',
     ].join('\n'),
   );
-  const murmur = await startProcess([process.execPath, mur, 'run', '--json'], { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home } }, (line) => line.startsWith('{'));
+  const murmur = await startProcess(
+    [process.execPath, mur, 'run', '--json'],
+    { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home } },
+    (line) => line.startsWith('{'),
+  );
   children.push(murmur.child);
   const session = (JSON.parse(murmur.line) as { url: string }).url;
-  const sdk = await startProcess([process.execPath, path.join(root, 'bench', 'sdk-echo-server.mjs')], { cwd: root, env: { PATH: process.env.PATH ?? '' } }, (line) => line.startsWith('listening '));
+  const sdk = await startProcess(
+    [process.execPath, path.join(root, 'bench', 'sdk-echo-server.mjs')],
+    { cwd: root, env: { PATH: process.env.PATH ?? '' } },
+    (line) => line.startsWith('listening '),
+  );
   children.push(sdk.child);
   const sdkBase = sdk.line.slice('listening '.length);
 

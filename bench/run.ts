@@ -41,7 +41,8 @@ function measure(command: string[], env: NodeJS.ProcessEnv, cwd: string): Sample
 
 function stats(samples: Sample[]): { median: number; p90: number; rss: number | undefined } {
   const times = samples.map((sample) => sample.ms).sort((left, right) => left - right);
-  const median = times.length % 2 ? (times[(times.length - 1) / 2] as number) : ((times[times.length / 2 - 1] as number) + (times[times.length / 2] as number)) / 2;
+  const median =
+    times.length % 2 ? (times[(times.length - 1) / 2] as number) : ((times[times.length / 2 - 1] as number) + (times[times.length / 2] as number)) / 2;
   const p90 = times[Math.min(times.length - 1, Math.floor(0.9 * times.length))] as number;
   const rss = samples.every((sample) => sample.rssMb !== undefined) ? Math.max(...samples.map((sample) => sample.rssMb as number)) : undefined;
   return { median, p90, rss };
@@ -54,7 +55,9 @@ try {
     { label: 'small (component WAT)', bytes: (await capsuleWat()).bytes },
     { label: '12 MB (componentize-js)', bytes: (await helloCapsuleJs()).bytes },
   ];
-  process.stdout.write(`mur run, warm cache, ${RUNS} runs each (${os.cpus().length} cores, node ${process.version}${timeBinary ? '' : ', no /usr/bin/time: RSS not measured'})\n\n`);
+  process.stdout.write(
+    `mur run, warm cache, ${RUNS} runs each (${os.cpus().length} cores, node ${process.version}${timeBinary ? '' : ', no /usr/bin/time: RSS not measured'})\n\n`,
+  );
   process.stdout.write('capsule                   runner              median ms   p90 ms   peak RSS MB\n');
   for (const [index, capsule] of capsules.entries()) {
     const project = await capsuleProject(path.join(scratch, `capsule-${index}`), `name: bench-${index}\nversion: 1.0.0\n`, capsule.bytes);

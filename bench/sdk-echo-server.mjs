@@ -30,15 +30,46 @@ const server = app.listen(0, '127.0.0.1', () => {
       const { taskId, contextId, userMessage } = context;
       const said = userMessage.parts.map((part) => (part.content?.$case === 'text' ? part.content.value : '')).join('\n');
       if (!context.task) {
-        events.publish(AgentEvent.task({ id: taskId, contextId, status: { state: TaskState.TASK_STATE_SUBMITTED, timestamp: new Date().toISOString() }, artifacts: [], history: [userMessage], metadata: undefined }));
+        events.publish(
+          AgentEvent.task({
+            id: taskId,
+            contextId,
+            status: { state: TaskState.TASK_STATE_SUBMITTED, timestamp: new Date().toISOString() },
+            artifacts: [],
+            history: [userMessage],
+            metadata: undefined,
+          }),
+        );
       }
-      events.publish(AgentEvent.artifactUpdate({ taskId, contextId, append: false, lastChunk: true, metadata: undefined, artifact: { artifactId: randomUUID(), name: 'response', description: '', parts: [text(said)], metadata: undefined, extensions: [] } }));
+      events.publish(
+        AgentEvent.artifactUpdate({
+          taskId,
+          contextId,
+          append: false,
+          lastChunk: true,
+          metadata: undefined,
+          artifact: { artifactId: randomUUID(), name: 'response', description: '', parts: [text(said)], metadata: undefined, extensions: [] },
+        }),
+      );
       events.publish(
         AgentEvent.statusUpdate({
           taskId,
           contextId,
           metadata: undefined,
-          status: { state: TaskState.TASK_STATE_COMPLETED, timestamp: new Date().toISOString(), message: { messageId: randomUUID(), role: Role.ROLE_AGENT, parts: [text(said)], taskId, contextId, metadata: undefined, extensions: [], referenceTaskIds: [] } },
+          status: {
+            state: TaskState.TASK_STATE_COMPLETED,
+            timestamp: new Date().toISOString(),
+            message: {
+              messageId: randomUUID(),
+              role: Role.ROLE_AGENT,
+              parts: [text(said)],
+              taskId,
+              contextId,
+              metadata: undefined,
+              extensions: [],
+              referenceTaskIds: [],
+            },
+          },
         }),
       );
     },

@@ -59,7 +59,9 @@ async function launchOnce(bus: Bus, plan: StagedPlan, executors: Map<string, str
       resolveOutput();
     }),
     bus.subscribe(topics.sessionEnded, (event) => (event.session_id === sessionId ? resolveEnd() : undefined)),
-    bus.subscribe(topics.sessionStarted, (event: SessionStarted) => (event.session_id === sessionId ? void executors.set(sessionId, event.executor_id) : undefined)),
+    bus.subscribe(topics.sessionStarted, (event: SessionStarted) =>
+      event.session_id === sessionId ? void executors.set(sessionId, event.executor_id) : undefined,
+    ),
   ];
   await bus.flush();
   const requested = performance.now();
@@ -115,7 +117,9 @@ const alone: Result[] = [];
 const ALONE_LAUNCHES = 20;
 try {
   const project = await capsuleProject(path.join(scratch, 'capsule'), 'name: printer\nversion: 0.1.0\n', (await printingCapsuleWat()).bytes);
-  process.stdout.write(`${LAUNCHES} launches of a small script capsule from ${CLIENTS} concurrent clients (${os.cpus().length} cores, node ${process.version})\n\n`);
+  process.stdout.write(
+    `${LAUNCHES} launches of a small script capsule from ${CLIENTS} concurrent clients (${os.cpus().length} cores, node ${process.version})\n\n`,
+  );
 
   // In-process: the stager and the executor beside the clients, on the in-process bus.
   {
@@ -123,7 +127,9 @@ try {
     const env = { ...process.env, MURMUR_HOME: path.join(scratch, 'home') };
     const stager = startStagerService({ bus, log: silentLog, env });
     const executor = startExecutorService({ bus, log: silentLog, env });
-    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(scratch, 'digests.json') }) } });
+    const plan = await requestStaging(bus, {
+      source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(scratch, 'digests.json') }) },
+    });
     await warm(bus, plan, 1);
     alone.push(await measure('in-process', bus, plan, 1, ALONE_LAUNCHES));
     results.push(await measure('in-process', bus, plan));
@@ -136,7 +142,9 @@ try {
   await compose.up();
   const bus = createBus(await NatsTransport.connect(`nats://127.0.0.1:${compose.env.MURMUR_NATS_PORT}`, { log: silentLog }), silentLog);
   try {
-    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(scratch, 'digests.json') }) } });
+    const plan = await requestStaging(bus, {
+      source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(scratch, 'digests.json') }) },
+    });
     await warm(bus, plan, 1);
     alone.push(await measure('stack, 1 executor', bus, plan, 1, ALONE_LAUNCHES));
     results.push(await measure('stack, 1 executor', bus, plan));
@@ -154,9 +162,13 @@ try {
   for (const result of alone) process.stdout.write(row(result));
   const [local, one, two] = results as [Result, Result, Result];
   const [localAlone, oneAlone] = alone as [Result, Result];
-  process.stdout.write(`\nstack p50 beyond in-process: ${(oneAlone.p50 - localAlone.p50).toFixed(1)} ms for a warm launch on its own, ${(one.p50 - local.p50).toFixed(1)} ms under ${CLIENTS} clients (aim ≤ 50 ms)\n`);
+  process.stdout.write(
+    `\nstack p50 beyond in-process: ${(oneAlone.p50 - localAlone.p50).toFixed(1)} ms for a warm launch on its own, ${(one.p50 - local.p50).toFixed(1)} ms under ${CLIENTS} clients (aim ≤ 50 ms)\n`,
+  );
   const shares = [...two.split.values()].map((count) => count / LAUNCHES);
-  process.stdout.write(`two executors: shares ${shares.map((share) => `${(share * 100).toFixed(0)}%`).join(', ')} (aim 35–65% each); launch/s ${two.perSecond.toFixed(1)} vs ${one.perSecond.toFixed(1)} with one (aim: no lower)\n`);
+  process.stdout.write(
+    `two executors: shares ${shares.map((share) => `${(share * 100).toFixed(0)}%`).join(', ')} (aim 35–65% each); launch/s ${two.perSecond.toFixed(1)} vs ${one.perSecond.toFixed(1)} with one (aim: no lower)\n`,
+  );
 } finally {
   await compose.down().catch((error: unknown) => process.stderr.write(`could not take the benchmark stack down: ${String(error)}\n`));
   await fs.rm(scratch, { recursive: true, force: true });

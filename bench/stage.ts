@@ -42,9 +42,12 @@ try {
     directory: async () => ({ source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(scratch, 'digests.json') }) } }),
     registry: async () => ({ source: { kind: 'registry', name: 'bench-capsule', version: '1.0.0' } }),
   };
-  const stagerIn = (cacheDir: string): Stager => new Stager({ cacheDir, globalStore, log: silentLog, blobs: new BlobCache(path.join(cacheDir, 'blobs'), () => bus.objectStore(BLOB_BUCKET)) });
+  const stagerIn = (cacheDir: string): Stager =>
+    new Stager({ cacheDir, globalStore, log: silentLog, blobs: new BlobCache(path.join(cacheDir, 'blobs'), () => bus.objectStore(BLOB_BUCKET)) });
 
-  process.stdout.write(`staging a capsule with a ${(guest.bytes.byteLength / 1e6).toFixed(1)} MB component (${os.cpus().length} cores, node ${process.version})\n\n`);
+  process.stdout.write(
+    `staging a capsule with a ${(guest.bytes.byteLength / 1e6).toFixed(1)} MB component (${os.cpus().length} cores, node ${process.version})\n\n`,
+  );
   process.stdout.write('source     cache  runs  median ms  p90 ms  min ms\n');
   for (const [label, request] of Object.entries(sources)) {
     const cold: number[] = [];
@@ -66,8 +69,17 @@ try {
       if (plan.capsule.component?.cache_hit !== true) throw new Error('a warm staging must hit the cache');
     }
     await stager.close();
-    for (const [cache, values] of [['cold', cold], ['warm', warm]] as const) {
-      process.stdout.write(`${label.padEnd(9)}  ${cache}   ${String(values.length).padStart(4)}  ${median(values).toFixed(1).padStart(9)}  ${percentile(values, 0.9).toFixed(1).padStart(6)}  ${Math.min(...values).toFixed(1).padStart(6)}\n`);
+    for (const [cache, values] of [
+      ['cold', cold],
+      ['warm', warm],
+    ] as const) {
+      process.stdout.write(
+        `${label.padEnd(9)}  ${cache}   ${String(values.length).padStart(4)}  ${median(values).toFixed(1).padStart(9)}  ${percentile(values, 0.9).toFixed(1).padStart(6)}  ${Math.min(
+          ...values,
+        )
+          .toFixed(1)
+          .padStart(6)}\n`,
+      );
     }
   }
   process.stdout.write('\naim: warm median ≤ 50 ms\n');

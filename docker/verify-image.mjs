@@ -20,7 +20,8 @@ await check('user', () => {
   return `${user.username} (${user.uid}:${user.gid}), home ${user.homedir}`;
 });
 await check('environment', () => {
-  if (process.env.MURMUR_HOME !== '/var/lib/murmur' || process.env.NODE_ENV !== 'production') throw new Error(`MURMUR_HOME=${process.env.MURMUR_HOME} NODE_ENV=${process.env.NODE_ENV}`);
+  if (process.env.MURMUR_HOME !== '/var/lib/murmur' || process.env.NODE_ENV !== 'production')
+    throw new Error(`MURMUR_HOME=${process.env.MURMUR_HOME} NODE_ENV=${process.env.NODE_ENV}`);
   return `MURMUR_HOME=${process.env.MURMUR_HOME} NODE_ENV=${process.env.NODE_ENV}, node ${process.version}`;
 });
 await check('writable directories', () => {
@@ -49,7 +50,9 @@ await check('default artifacts', async () => {
 });
 await check('jco transpile', async () => {
   const { parse, transpile } = await import('@bytecodealliance/jco');
-  const component = await parse('(component (core module $m (func (export "f"))) (core instance $i (instantiate $m)) (func $f (canon lift (core func $i "f"))) (export "f" (func $f)))');
+  const component = await parse(
+    '(component (core module $m (func (export "f"))) (core instance $i (instantiate $m)) (func $f (canon lift (core func $i "f"))) (export "f" (func $f)))',
+  );
   const result = await transpile(component, { name: 'verify', instantiation: 'async', noTypescript: true, quiet: true });
   return `${Object.keys(result.files).length} files`;
 });

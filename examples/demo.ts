@@ -53,7 +53,9 @@ const guest = await componentFromJs({
   world: await fs.readFile(path.join(example, 'capsule.wit'), 'utf8'),
   worldName: 'capsule',
 });
-process.stdout.write(`${guest.cacheHit ? 'reused' : 'built'} ${(guest.bytes.byteLength / 1e6).toFixed(1)} MB component in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+process.stdout.write(
+  `${guest.cacheHit ? 'reused' : 'built'} ${(guest.bytes.byteLength / 1e6).toFixed(1)} MB component in ${((Date.now() - started) / 1000).toFixed(1)} s\n`,
+);
 await fs.copyFile(path.join(example, 'murmur.yaml'), path.join(capsuleDir, 'murmur.yaml'));
 await fs.writeFile(path.join(capsuleDir, 'capsule.wasm'), guest.bytes);
 
@@ -80,7 +82,12 @@ const model = await startScriptedInference({
     const seen = messages.at(-1)?.content.find((block) => block.type === 'tool_result')?.content?.[0]?.text ?? '';
     const lines = seen.split('\n');
     const whoami = lines[lines.indexOf('Stdout:') + 1] ?? 'someone';
-    return { text: `Hello! I am running as ${whoami}, and my workdir holds: ${lines.slice(lines.indexOf('Stdout:') + 2, lines.indexOf('Stderr:')).filter(Boolean).join(', ')}.` };
+    return {
+      text: `Hello! I am running as ${whoami}, and my workdir holds: ${lines
+        .slice(lines.indexOf('Stdout:') + 2, lines.indexOf('Stderr:'))
+        .filter(Boolean)
+        .join(', ')}.`,
+    };
   },
 });
 const agentDir = path.join(demoDir, 'hello-agent');
@@ -88,7 +95,11 @@ await fs.mkdir(agentDir, { recursive: true });
 const template = await fs.readFile(path.join(root, 'examples', 'hello-agent', 'murmur.yaml'), 'utf8');
 await fs.writeFile(path.join(agentDir, 'murmur.yaml'), template.replaceAll('__ENDPOINT__', model.endpoint).replaceAll('__AUTHORITY__', model.authority));
 process.stdout.write(`$ mur run --json   (in ${path.relative(process.cwd(), agentDir)}; the model is scripted at ${model.endpoint})\n`);
-const agent = spawn(process.execPath, [mur, 'run', '--json'], { cwd: agentDir, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, MURMUR_HOME: home, MURMUR_NATS_URL: '' } });
+const agent = spawn(process.execPath, [mur, 'run', '--json'], {
+  cwd: agentDir,
+  stdio: ['ignore', 'pipe', 'inherit'],
+  env: { ...process.env, MURMUR_HOME: home, MURMUR_NATS_URL: '' },
+});
 const launchLine = await new Promise<string>((resolve, reject) => {
   createInterface({ input: agent.stdout }).once('line', resolve);
   agent.once('exit', (code) => reject(new Error(`mur run exited with ${code} before it launched`)));
@@ -101,7 +112,12 @@ process.stdout.write('message/stream "who are you, and where?"\n');
 const stream = await fetch(url, {
   method: 'POST',
   headers: { 'content-type': 'application/json', accept: 'text/event-stream' },
-  body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/stream', params: { message: { kind: 'message', messageId: 'demo-1', role: 'user', parts: [{ kind: 'text', text: 'who are you, and where?' }] } } }),
+  body: JSON.stringify({
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'message/stream',
+    params: { message: { kind: 'message', messageId: 'demo-1', role: 'user', parts: [{ kind: 'text', text: 'who are you, and where?' }] } },
+  }),
 });
 let buffered = '';
 for await (const chunk of stream.body as unknown as AsyncIterable<Uint8Array>) {
@@ -113,8 +129,18 @@ for await (const chunk of stream.body as unknown as AsyncIterable<Uint8Array>) {
     const id = /^id: (.*)$/m.exec(frame)?.[1];
     const data = /^data: (.*)$/m.exec(frame)?.[1];
     if (!data) continue;
-    const result = (JSON.parse(data) as { result: { kind: string; status?: { state: string; message?: { parts: Array<{ text: string }> } }; artifact?: { name: string; parts: Array<{ text: string }> } } }).result;
-    const detail = result.status ? `${result.status.state}${result.status.message ? `: ${result.status.message.parts[0]?.text}` : ''}` : `${result.artifact?.name}: ${JSON.stringify(result.artifact?.parts[0]?.text)}`;
+    const result = (
+      JSON.parse(data) as {
+        result: {
+          kind: string;
+          status?: { state: string; message?: { parts: Array<{ text: string }> } };
+          artifact?: { name: string; parts: Array<{ text: string }> };
+        };
+      }
+    ).result;
+    const detail = result.status
+      ? `${result.status.state}${result.status.message ? `: ${result.status.message.parts[0]?.text}` : ''}`
+      : `${result.artifact?.name}: ${JSON.stringify(result.artifact?.parts[0]?.text)}`;
     process.stdout.write(`  [${id ?? '-'}] ${result.kind} ${detail}\n`);
   }
 }

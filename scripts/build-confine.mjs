@@ -16,10 +16,14 @@ if (existsSync(output) && statSync(output).mtimeMs >= statSync(source).mtimeMs) 
 const compiler = process.env.CC?.trim() || 'cc';
 mkdirSync(path.dirname(output), { recursive: true });
 const temporary = `${output}.${process.pid}.tmp`;
-const result = spawnSync(compiler, ['-std=gnu11', '-O2', '-Wall', '-Wextra', '-Werror', '-static', '-o', temporary, source], { stdio: ['ignore', 'inherit', 'inherit'] });
+const result = spawnSync(compiler, ['-std=gnu11', '-O2', '-Wall', '-Wextra', '-Werror', '-static', '-o', temporary, source], {
+  stdio: ['ignore', 'inherit', 'inherit'],
+});
 if (result.error || result.status !== 0) {
   rmSync(temporary, { force: true });
-  process.stderr.write(`warning: murmur-confine was not built (${result.error ? `${compiler}: ${result.error.message}` : `${compiler} exited with ${result.status}`}); the executor will refuse 'sealed' containment. Install a C compiler with static glibc (apt-get install gcc libc6-dev) and run npm run build again.\n`);
+  process.stderr.write(
+    `warning: murmur-confine was not built (${result.error ? `${compiler}: ${result.error.message}` : `${compiler} exited with ${result.status}`}); the executor will refuse 'sealed' containment. Install a C compiler with static glibc (apt-get install gcc libc6-dev) and run npm run build again.\n`,
+  );
   process.exit(0);
 }
 renameSync(temporary, output);

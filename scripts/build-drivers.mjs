@@ -32,7 +32,9 @@ for (const driver of DRIVERS) {
     if (present && present.recordedSha256 === sha256Hex(bytes)) continue;
     await store.install(bytes, archive.meta, sha256Hex(bytes));
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
-    process.stderr.write(`[drivers] ${archive.name}@${archive.version} ${built.cacheHit ? 'from the guest cache' : 'built'} into ${path.relative(root, store.root)} (${seconds}s)\n`);
+    process.stderr.write(
+      `[drivers] ${archive.name}@${archive.version} ${built.cacheHit ? 'from the guest cache' : 'built'} into ${path.relative(root, store.root)} (${seconds}s)\n`,
+    );
   } finally {
     await fs.rm(work, { recursive: true, force: true });
   }

@@ -108,7 +108,9 @@ for (const arg of args) {
   if (!['--stage-only', '--rebuild-base', '--help', '-h'].includes(arg)) fail(`unknown option ${arg} (see --help)`);
 }
 if (args.has('--help') || args.has('-h')) {
-  const header = readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').filter((line) => line.startsWith('//'));
+  const header = readFileSync(fileURLToPath(import.meta.url), 'utf8')
+    .split('\n')
+    .filter((line) => line.startsWith('//'));
   process.stdout.write(`${header.map((line) => line.replace(/^\/\/ ?/, '')).join('\n')}\n`);
   process.exit(0);
 }
@@ -138,7 +140,11 @@ function megabytes(bytes) {
  */
 function run(command, commandArgs, options = {}) {
   return new Promise((resolve) => {
-    const child = spawn(command, commandArgs, { cwd: options.cwd ?? root, env: options.env ?? process.env, stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, commandArgs, {
+      cwd: options.cwd ?? root,
+      env: options.env ?? process.env,
+      stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+    });
     const logStream = options.logFile ? createWriteStream(options.logFile) : undefined;
     let stdout = '';
     let stderr = '';
@@ -181,7 +187,9 @@ async function mustRun(what, command, commandArgs, options = {}) {
   const result = await run(command, commandArgs, options);
   if (result.code !== 0) {
     const tail = (result.stderr || result.stdout).trim().split('\n').slice(-15).join('\n');
-    fail(`${what} failed (${command} ${commandArgs.join(' ')}: ${result.timedOut ? 'timed out' : `exit ${result.code}`})${options.logFile ? `; full log: ${path.relative(root, options.logFile)}` : ''}\n${tail}`);
+    fail(
+      `${what} failed (${command} ${commandArgs.join(' ')}: ${result.timedOut ? 'timed out' : `exit ${result.code}`})${options.logFile ? `; full log: ${path.relative(root, options.logFile)}` : ''}\n${tail}`,
+    );
   }
   return result;
 }
@@ -278,7 +286,10 @@ function productionClosure() {
     }
     const entry = packages[key];
     if (entry.link) {
-      if (!workspaces.has(entry.resolved)) fail(`${from} depends on the workspace ${entry.resolved} (${name}), which the runtime image does not ship; add it to RUNTIME_WORKSPACES in scripts/images.mjs`);
+      if (!workspaces.has(entry.resolved))
+        fail(
+          `${from} depends on the workspace ${entry.resolved} (${name}), which the runtime image does not ship; add it to RUNTIME_WORKSPACES in scripts/images.mjs`,
+        );
       links.set(key, entry.resolved);
       return;
     }
@@ -325,7 +336,8 @@ function collectApp() {
     addDirectoryChain(name);
     if (stat.isSymbolicLink()) {
       const target = readlinkSync(source);
-      if (path.isAbsolute(target)) fail(`${path.relative(root, source)} is a symbolic link to an absolute path (${target}), which would not exist in the image`);
+      if (path.isAbsolute(target))
+        fail(`${path.relative(root, source)} is a symbolic link to an absolute path (${target}), which would not exist in the image`);
       entries.set(name, { name, type: 'symlink', mode: 0o777, linkname: target });
     } else if (stat.isDirectory()) {
       entries.set(name, { name, type: 'dir', mode: 0o755 });
@@ -364,7 +376,8 @@ function collectApp() {
 
 function fingerprintOf(entries) {
   const hash = createHash('sha256').update(`${TAR_FORMAT}\n`);
-  for (const entry of entries) hash.update(`${entry.name}\0${entry.type}\0${entry.mode}\0${entry.size ?? ''}\0${entry.mtimeMs ?? ''}\0${entry.linkname ?? ''}\n`);
+  for (const entry of entries)
+    hash.update(`${entry.name}\0${entry.type}\0${entry.mode}\0${entry.size ?? ''}\0${entry.mtimeMs ?? ''}\0${entry.linkname ?? ''}\n`);
   return hash.digest('hex');
 }
 
@@ -377,7 +390,23 @@ async function writeTar(entries, file) {
   const list = `${file}.list`;
   writeFileSync(list, entries.map((entry) => `${entry.name}\n`).join(''));
   try {
-    await mustRun('tar of the app', 'tar', ['--create', '--file', file, '--directory', root, '--no-recursion', '--format=gnu', '--numeric-owner', '--owner=0', '--group=0', `--mtime=@${FIXED_MTIME}`, '--mode=u=rwX,go=rX', '--verbatim-files-from', '--files-from', list]);
+    await mustRun('tar of the app', 'tar', [
+      '--create',
+      '--file',
+      file,
+      '--directory',
+      root,
+      '--no-recursion',
+      '--format=gnu',
+      '--numeric-owner',
+      '--owner=0',
+      '--group=0',
+      `--mtime=@${FIXED_MTIME}`,
+      '--mode=u=rwX,go=rX',
+      '--verbatim-files-from',
+      '--files-from',
+      list,
+    ]);
   } finally {
     rmSync(list, { force: true });
   }
@@ -410,7 +439,9 @@ async function stageApp() {
     log(`app unchanged: ${summary}; reusing ${path.relative(root, tarFile)} (${seconds(since)})`);
     return state.sha256;
   }
-  log(`production closure: ${closure.packages.length} packages; not shipped (jco toolchain): ${closure.notShipped.join(', ') || 'none'}; ${closure.absentOptional.length} optional packages for other platforms absent`);
+  log(
+    `production closure: ${closure.packages.length} packages; not shipped (jco toolchain): ${closure.notShipped.join(', ') || 'none'}; ${closure.absentOptional.length} optional packages for other platforms absent`,
+  );
   const temporary = `${tarFile}.tmp`;
   const { sha256, bytes } = await writeTar(entries, temporary);
   renameSync(temporary, tarFile);
@@ -430,7 +461,9 @@ async function ensureBase(rebuild) {
     log(`${BASE_IMAGE}: reusing ${existing.Id.slice(7, 19)} (packages ${wanted}, from ${existing.Config.Labels[LABEL_SOURCE] ?? 'unknown'})`);
     return { id: existing.Id, replaced: undefined };
   }
-  log(`${BASE_IMAGE}: ${existing ? (rebuild ? 'rebuilding (--rebuild-base)' : `rebuilding (its packages are ${recorded ?? 'not recorded'}, want ${wanted})`) : 'not present, building'}`);
+  log(
+    `${BASE_IMAGE}: ${existing ? (rebuild ? 'rebuilding (--rebuild-base)' : `rebuilding (its packages are ${recorded ?? 'not recorded'}, want ${wanted})`) : 'not present, building'}`,
+  );
   const since = Date.now();
   if (await baseFromRegistry()) {
     log(`${BASE_IMAGE}: built FROM ${BASE_FROM} (${seconds(since)})`);
@@ -460,7 +493,19 @@ async function baseFromRegistry() {
   const dir = path.join(cacheRoot, 'base');
   mkdirSync(dir, { recursive: true });
   copyFileSync(path.join(root, 'docker', 'base.Dockerfile'), path.join(dir, 'Dockerfile'));
-  await dockerBuild(BASE_IMAGE, dir, ['--build-arg', `PACKAGES=${BASE_PACKAGES.join(' ')}`, '--label', `${LABEL_PACKAGES}=${BASE_PACKAGES.join(',')}`, '--label', `${LABEL_SOURCE}=${BASE_FROM}`], 'base');
+  await dockerBuild(
+    BASE_IMAGE,
+    dir,
+    [
+      '--build-arg',
+      `PACKAGES=${BASE_PACKAGES.join(' ')}`,
+      '--label',
+      `${LABEL_PACKAGES}=${BASE_PACKAGES.join(',')}`,
+      '--label',
+      `${LABEL_SOURCE}=${BASE_FROM}`,
+    ],
+    'base',
+  );
   return true;
 }
 
@@ -468,7 +513,8 @@ async function baseFromDebootstrap() {
   const sudo = process.getuid?.() === 0 ? [] : ['sudo'];
   const asRoot = (what, command, commandArgs, options) => mustRun(what, sudo[0] ?? command, sudo.length ? [command, ...commandArgs] : commandArgs, options);
   const found = await run('sh', ['-c', 'command -v debootstrap || test -x /usr/sbin/debootstrap']);
-  if (found.code !== 0) fail('neither a registry nor debootstrap is available: install debootstrap (apt-get install debootstrap) or make debian:bookworm-slim pullable');
+  if (found.code !== 0)
+    fail('neither a registry nor debootstrap is available: install debootstrap (apt-get install debootstrap) or make debian:bookworm-slim pullable');
   const rootfs = mkdtempSync(path.join(os.tmpdir(), 'murmur-rootfs-'));
   const logFile = path.join(cacheRoot, 'debootstrap.log');
   try {
@@ -481,7 +527,12 @@ async function baseFromDebootstrap() {
       onLine: (line) => {
         if (/^I: Retrieving [a-z0-9]/.test(line) && !/^I: Retrieving (InRelease|Release|Packages)/.test(line)) retrieved += 1;
         // Its phases, not one line per package.
-        if (/^[WE]: /.test(line) || /^I: (Resolving|Checking component|Installing core|Unpacking required|Configuring required|Unpacking the base|Configuring the base|Base system)/.test(line)) {
+        if (
+          /^[WE]: /.test(line) ||
+          /^I: (Resolving|Checking component|Installing core|Unpacking required|Configuring required|Unpacking the base|Configuring the base|Base system)/.test(
+            line,
+          )
+        ) {
           log(`  debootstrap: ${line.slice(3)}${/Unpacking required/.test(line) ? ` (${retrieved} packages retrieved)` : ''}`);
         }
       },
@@ -594,6 +645,7 @@ if (args.has('--stage-only')) {
   const base = await ensureBase(args.has('--rebuild-base'));
   const appSha256 = await stageApp();
   await ensureRuntime(base.id, appSha256);
-  if (base.replaced && (await run('docker', ['image', 'rm', base.replaced])).code === 0) log(`removed the previous ${BASE_IMAGE} (${base.replaced.slice(7, 19)})`);
+  if (base.replaced && (await run('docker', ['image', 'rm', base.replaced])).code === 0)
+    log(`removed the previous ${BASE_IMAGE} (${base.replaced.slice(7, 19)})`);
   log(`done in ${seconds(started)}`);
 }

@@ -18,7 +18,9 @@ type AnyClient = Pick<Client, 'getAgentCard' | 'sendMessage' | 'sendMessageStrea
 
 function message(text: string) {
   // The SDK's own message model (it writes the wire itself, in whichever generation it speaks).
-  return { message: { messageId: randomUUID(), role: Role.ROLE_USER, parts: [{ content: { $case: 'text', value: text } }] } } as unknown as Parameters<Client['sendMessage']>[0];
+  return { message: { messageId: randomUUID(), role: Role.ROLE_USER, parts: [{ content: { $case: 'text', value: text } }] } } as unknown as Parameters<
+    Client['sendMessage']
+  >[0];
 }
 
 function textOf(task: { artifacts?: Array<{ name?: string; parts: Array<{ content?: { $case?: string; value?: unknown } }> }> }): string | undefined {
@@ -40,7 +42,10 @@ describe('the @a2a-js/sdk client', () => {
         return { text: `echo: ${last?.content[0]?.text ?? ''}` };
       },
     });
-    const project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n  queue_depth: 4' }));
+    const project = await agentProject(
+      path.join(scratch.dir, 'agent'),
+      agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n  queue_depth: 4' }),
+    );
     agent = await startAgent(project, { MURMUR_HOME: path.join(scratch.dir, 'home') });
   });
 
@@ -62,7 +67,10 @@ describe('the @a2a-js/sdk client', () => {
     let streamed = '';
     let finalState: number | undefined;
     for await (const event of client.sendMessageStream(message('stream sdk'))) {
-      const payload = event.payload as { $case: string; value: { status?: { state: number }; artifact?: { name?: string; parts: Array<{ content?: { value?: unknown } }> } } };
+      const payload = event.payload as {
+        $case: string;
+        value: { status?: { state: number }; artifact?: { name?: string; parts: Array<{ content?: { value?: unknown } }> } };
+      };
       kinds.push(payload.$case);
       if (payload.value.artifact?.name === 'response') streamed += String(payload.value.artifact.parts[0]?.content?.value ?? '');
       if (payload.value.status) finalState = payload.value.status.state;

@@ -2,7 +2,21 @@ import { promises as fs, existsSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DelegationCompleted, type DelegationControlReply, type DelegationLaunchReply, SPAWNER_ENV, SPAWN_CREDENTIAL_HEADER, type SessionStarted, capabilityPolicy, commands, newContextId, parseCapsuleManifest, parseSpawnerHandle, silentLog, topics } from '@murmur/shared';
+import {
+  type DelegationCompleted,
+  type DelegationControlReply,
+  type DelegationLaunchReply,
+  SPAWNER_ENV,
+  SPAWN_CREDENTIAL_HEADER,
+  type SessionStarted,
+  capabilityPolicy,
+  commands,
+  newContextId,
+  parseCapsuleManifest,
+  parseSpawnerHandle,
+  silentLog,
+  topics,
+} from '@murmur/shared';
 import { type Bus, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
 import { type RunningAgent, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
@@ -30,7 +44,18 @@ const MARKER = 'child-result-marker-91f3';
 const PARENT = 'local/completion-parent';
 const DRIVER = 'murmur-driver-anthropic';
 
-type Completion = Record<string, unknown> & { status: string; reported_by: string; delivered: boolean; delivery_error?: string; detail?: string; result_path?: string; workdir: string; delegation_id: string; session_id: string; capsule_name: string };
+type Completion = Record<string, unknown> & {
+  status: string;
+  reported_by: string;
+  delivered: boolean;
+  delivery_error?: string;
+  detail?: string;
+  result_path?: string;
+  workdir: string;
+  delegation_id: string;
+  session_id: string;
+  capsule_name: string;
+};
 
 describe('delegated children and their completions', () => {
   let nats: NatsServer;
@@ -63,7 +88,8 @@ describe('delegated children and their completions', () => {
         const result = last?.content.find((block) => block.type === 'tool_result');
         if (result) return { text: result.content?.[0]?.text ?? '' };
         const text = last?.content.find((block) => block.type === 'text')?.text ?? '';
-        if (text.startsWith('delegate ')) return { toolCalls: [{ name: 'delegate-task', input: JSON.parse(text.slice('delegate '.length)) as Record<string, unknown> }] };
+        if (text.startsWith('delegate '))
+          return { toolCalls: [{ name: 'delegate-task', input: JSON.parse(text.slice('delegate '.length)) as Record<string, unknown> }] };
         return { text: 'parent turn done' };
       },
     });
@@ -73,8 +99,18 @@ describe('delegated children and their completions', () => {
     await publishInto(store, await capsuleArchive(parentManifest));
     await publishInto(store, await capsuleArchive(`name: local/worker\nversion: 0.1.0\ncapabilities:\n  env:\n    allow: [${MARKER_VAR}]\n`, probe));
     await publishInto(store, await capsuleArchive('name: local/waiting-worker\nversion: 0.1.0\n', probe));
-    await publishInto(store, await capsuleArchive(`stderr_marker: true\nname: local/slow-worker\nversion: 0.1.0\nartifacts:\n${driverEntry}${agentTail(inference.endpoint, inference.authority, '  task_acceptance: queue\n  after_task: sleep\n')}`));
-    await publishInto(store, await capsuleArchive(`name: local/failing-worker\nversion: 0.1.0\nartifacts:\n${driverEntry}${agentTail(failingInference.endpoint, failingInference.authority, '  task_acceptance: queue\n  after_task: exit\n')}`));
+    await publishInto(
+      store,
+      await capsuleArchive(
+        `stderr_marker: true\nname: local/slow-worker\nversion: 0.1.0\nartifacts:\n${driverEntry}${agentTail(inference.endpoint, inference.authority, '  task_acceptance: queue\n  after_task: sleep\n')}`,
+      ),
+    );
+    await publishInto(
+      store,
+      await capsuleArchive(
+        `name: local/failing-worker\nversion: 0.1.0\nartifacts:\n${driverEntry}${agentTail(failingInference.endpoint, failingInference.authority, '  task_acceptance: queue\n  after_task: exit\n')}`,
+      ),
+    );
     await publishInto(store, await capsuleArchive(`name: local/not-allowed\nversion: 0.1.0\n`, probe));
 
     const roost = await startService('roost', { ...env, MURMUR_ROOST_REGISTRY_PATH: store });
@@ -92,7 +128,12 @@ describe('delegated children and their completions', () => {
     const registered = await fetch(new URL('/v1/sessions', roostUrl), {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728300', capsule_name: PARENT, capsule_version: '0.1.0', policy: capabilityPolicy(parseCapsuleManifest(parentManifest).manifest) }),
+      body: JSON.stringify({
+        session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728300',
+        capsule_name: PARENT,
+        capsule_version: '0.1.0',
+        policy: capabilityPolicy(parseCapsuleManifest(parentManifest).manifest),
+      }),
     });
     credential = ((await registered.json()) as { credential: string }).credential;
     expect(credential).toMatch(/^[0-9a-f]{32,}$/);
@@ -109,18 +150,34 @@ describe('delegated children and their completions', () => {
 
   async function startParent(): Promise<RunningAgent & { dir: string; sessionDir: string }> {
     const dir = await fs.mkdtemp(path.join(scratch.dir, 'parent-'));
-    const agent = await startAgent(dir, { ...env, MURMUR_ROOST_URL: roostUrl }, ['--capsule', PARENT, '--capsule-version', '0.1.0', '--workdir', dir, '--no-env-file']);
+    const agent = await startAgent(dir, { ...env, MURMUR_ROOST_URL: roostUrl }, [
+      '--capsule',
+      PARENT,
+      '--capsule-version',
+      '0.1.0',
+      '--workdir',
+      dir,
+      '--no-env-file',
+    ]);
     return Object.assign(agent, { dir, sessionDir: path.join(dir, '.murmur', agent.sessionId) });
   }
 
   async function approval(name: string): Promise<string> {
-    const response = await fetch(new URL('/spawn', roostUrl), { method: 'POST', headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: credential }, body: JSON.stringify({ name, version: '0.1.0' }) });
+    const response = await fetch(new URL('/spawn', roostUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: credential },
+      body: JSON.stringify({ name, version: '0.1.0' }),
+    });
     const body = (await response.json()) as { approval?: string; error?: string };
     if (!body.approval) throw new Error(`spawn was refused: ${JSON.stringify(body)}`);
     return body.approval;
   }
 
-  async function launch(parent: { sessionId: string; url: string; sessionDir: string }, name: string, options: { task?: string; env?: Record<string, string>; delegated?: boolean; deadlineSecs?: number; addressedTo?: string } = {}): Promise<DelegationLaunchReply> {
+  async function launch(
+    parent: { sessionId: string; url: string; sessionDir: string },
+    name: string,
+    options: { task?: string; env?: Record<string, string>; delegated?: boolean; deadlineSecs?: number; addressedTo?: string } = {},
+  ): Promise<DelegationLaunchReply> {
     return bus.request(
       commands.launchDelegation,
       {
@@ -177,17 +234,29 @@ describe('delegated children and their completions', () => {
       const undelegated = await launch(parent, 'local/worker', { task: workerTask, delegated: false, env: { [MARKER_VAR]: MARKER, [SPAWNER_ENV]: decoy } });
       const seen = async (child: DelegationLaunchReply) => {
         // The probe writes its file as it goes: read it once it parses whole.
-        const probe = await eventually(async () => {
-          try {
-            return JSON.parse(await fs.readFile(path.join(child.workdir, 'out', 'probe.json'), 'utf8')) as Array<{ op: string; value: Record<string, string> }>;
-          } catch {
-            return undefined;
-          }
-        }, 30_000, 'probe.json');
+        const probe = await eventually(
+          async () => {
+            try {
+              return JSON.parse(await fs.readFile(path.join(child.workdir, 'out', 'probe.json'), 'utf8')) as Array<{
+                op: string;
+                value: Record<string, string>;
+              }>;
+            } catch {
+              return undefined;
+            }
+          },
+          30_000,
+          'probe.json',
+        );
         return probe.find((result) => result.op === 'env')?.value ?? {};
       };
       const handle = parseSpawnerHandle((await seen(delegated))[SPAWNER_ENV] as string);
-      expect(handle).toEqual({ session_id: parent.sessionId, context_id: expect.stringMatching(/^ctx_/), delegation_id: delegated.delegation_id, url: parent.url });
+      expect(handle).toEqual({
+        session_id: parent.sessionId,
+        context_id: expect.stringMatching(/^ctx_/),
+        delegation_id: delegated.delegation_id,
+        url: parent.url,
+      });
       expect(delegated.delegation_id).toMatch(/^dlg_[0-9a-f]{32}$/);
       expect(delegated.spawner).toBe((await seen(delegated))[SPAWNER_ENV]);
       expect(await seen(undelegated)).not.toHaveProperty(SPAWNER_ENV);
@@ -195,14 +264,18 @@ describe('delegated children and their completions', () => {
       // Two launches from one spawner report under two ids, never one.
       const again = await launch(parent, 'local/worker', { task: workerTask });
       expect(again.delegation_id).not.toBe(delegated.delegation_id);
-      const childTrace = await eventually(async () => (await traceOf(delegated.records_dir).catch(() => [])).find((event) => event.event_type === 'session_start'), 20_000, 'the child session_start');
+      const childTrace = await eventually(
+        async () => (await traceOf(delegated.records_dir).catch(() => [])).find((event) => event.event_type === 'session_start'),
+        20_000,
+        'the child session_start',
+      );
       expect(childTrace.spawned_by).toBe(parent.sessionId);
     } finally {
       await parent.stop();
     }
   });
 
-  it("the handle a reporting child is given has exactly context_id, delegation_id, session_id and url", async () => {
+  it('the handle a reporting child is given has exactly context_id, delegation_id, session_id and url', async () => {
     const parent = await startParent();
     try {
       const child = await launch(parent, 'local/worker', { task: workerTask });
@@ -220,7 +293,14 @@ describe('delegated children and their completions', () => {
     try {
       const child = await launch(parent, 'local/worker', { task: workerTask });
       const completion = await settledCompletion(child.workdir);
-      expect(completion).toMatchObject({ status: 'ok', reported_by: 'child', delegation_id: child.delegation_id, capsule_name: 'local/worker', session_id: child.session_id, workdir: child.workdir });
+      expect(completion).toMatchObject({
+        status: 'ok',
+        reported_by: 'child',
+        delegation_id: child.delegation_id,
+        capsule_name: 'local/worker',
+        session_id: child.session_id,
+        workdir: child.workdir,
+      });
       expectRefusedAsUnwaited(completion, child.delegation_id as string);
       expect(completion.result_path).toBe(path.join(child.workdir, 'out', 'result.txt'));
       expect(child.workdir.startsWith(path.join(parent.sessionDir, 'children'))).toBe(true);
@@ -238,7 +318,12 @@ describe('delegated children and their completions', () => {
     const parent = await startParent();
     try {
       const child = await launch(parent, 'local/failing-worker', {});
-      const sent = await rpc(child.url as string, 'SendMessage', { message: { messageId: 'msg-1', role: 'ROLE_USER', parts: [{ text: 'Say hello.' }] }, configuration: { returnImmediately: true } }, { version: '1.0' });
+      const sent = await rpc(
+        child.url as string,
+        'SendMessage',
+        { message: { messageId: 'msg-1', role: 'ROLE_USER', parts: [{ text: 'Say hello.' }] }, configuration: { returnImmediately: true } },
+        { version: '1.0' },
+      );
       expect((sent.body.result?.task as { id?: string } | undefined)?.id, JSON.stringify(sent.body)).toMatch(/^tsk_/);
       const completion = await settledCompletion(child.workdir);
       expect(completion).toMatchObject({ status: 'error', reported_by: 'child' });
@@ -265,7 +350,12 @@ describe('delegated children and their completions', () => {
 
   it('a completion with no parent left is recorded rather than dropped', async () => {
     const parent = await startParent();
-    const child = await launch(parent, 'local/waiting-worker', { task: JSON.stringify([{ op: 'waitfor', path: 'targets.txt', seconds: 60 }, { op: 'write', path: 'out/result.txt', text: 'done' }]) });
+    const child = await launch(parent, 'local/waiting-worker', {
+      task: JSON.stringify([
+        { op: 'waitfor', path: 'targets.txt', seconds: 60 },
+        { op: 'write', path: 'out/result.txt', text: 'done' },
+      ]),
+    });
     await parent.stop();
     await fs.writeFile(path.join(child.workdir, 'targets.part'), 'go');
     await fs.rename(path.join(child.workdir, 'targets.part'), path.join(child.workdir, 'targets.txt'));
@@ -299,10 +389,14 @@ describe('delegated children and their completions', () => {
     try {
       const child = await launch(parent, 'local/slow-worker', {});
       await control(child.delegation_id as string, 'shutdown');
-      const status = await eventually(async () => {
-        const reply = await control(child.delegation_id as string, 'status');
-        return reply.watcher_finished ? reply : undefined;
-      }, 60_000, 'the watcher to record the ending');
+      const status = await eventually(
+        async () => {
+          const reply = await control(child.delegation_id as string, 'status');
+          return reply.watcher_finished ? reply : undefined;
+        },
+        60_000,
+        'the watcher to record the ending',
+      );
       expect(status.exited).toBe(true);
       const completion = JSON.parse(await fs.readFile(path.join(child.workdir, 'completion.json'), 'utf8')) as Completion;
       expect(completion).toMatchObject({ status: 'terminated', reported_by: 'launcher', delivered: false });
@@ -318,10 +412,14 @@ describe('delegated children and their completions', () => {
     const parent = await startParent();
     try {
       const child = await launch(parent, 'local/slow-worker', { deadlineSecs: 5 });
-      const status = await eventually(async () => {
-        const reply = await control(child.delegation_id as string, 'status');
-        return reply.watcher_finished ? reply : undefined;
-      }, 90_000, 'the watcher to end the child');
+      const status = await eventually(
+        async () => {
+          const reply = await control(child.delegation_id as string, 'status');
+          return reply.watcher_finished ? reply : undefined;
+        },
+        90_000,
+        'the watcher to end the child',
+      );
       expect(status.exited).toBe(true);
       const completion = await settledCompletion(child.workdir);
       expect(completion).toMatchObject({ status: 'terminated', reported_by: 'launcher' });
@@ -338,7 +436,10 @@ describe('delegated children and their completions', () => {
   it("the parent's model delegates: the child's completion enters the delegating task as the tool's result", async () => {
     const parent = await startParent();
     try {
-      const sent = await rpc(parent.url, 'message/send', { ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`), configuration: { blocking: true } });
+      const sent = await rpc(parent.url, 'message/send', {
+        ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`),
+        configuration: { blocking: true },
+      });
       const task = sent.body.result as { id: string; status: { state: string; message: { parts: Array<{ text: string }> } } };
       expect(task?.status.state, JSON.stringify(sent.body)).toBe('completed');
       const answer = task.status.message.parts[0]?.text ?? '';
@@ -349,7 +450,11 @@ describe('delegated children and their completions', () => {
       const trace = await traceOf(parent.sessionDir);
       const started = trace.find((event) => event.event_type === 'delegation_started');
       expect(started).toMatchObject({ task_id: task.id, capsule: 'local/worker@0.1.0' });
-      expect(trace.find((event) => event.event_type === 'delegation_completed')).toMatchObject({ task_id: task.id, delegation_id: started?.delegation_id, origin: 'completion' });
+      expect(trace.find((event) => event.event_type === 'delegation_completed')).toMatchObject({
+        task_id: task.id,
+        delegation_id: started?.delegation_id,
+        origin: 'completion',
+      });
       expect(trace.filter((event) => event.event_type === 'task_start')).toHaveLength(1);
       const child = path.join(parent.sessionDir, 'children', started?.delegation_id as string);
       expect(JSON.parse(await fs.readFile(path.join(child, 'completion.json'), 'utf8'))).toMatchObject({ status: 'ok', delivered: true, reported_by: 'child' });
@@ -382,7 +487,10 @@ describe('delegated children and their completions', () => {
   it('refuses, as a tool error the model reads, a capsule the parent may not spawn', async () => {
     const parent = await startParent();
     try {
-      const sent = await rpc(parent.url, 'message/send', { ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/not-allowed', version: '0.1.0', task: 'x' })}`), configuration: { blocking: true } });
+      const sent = await rpc(parent.url, 'message/send', {
+        ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/not-allowed', version: '0.1.0', task: 'x' })}`),
+        configuration: { blocking: true },
+      });
       const answer = (sent.body.result as { status: { message: { parts: Array<{ text: string }> } } }).status.message.parts[0]?.text ?? '';
       expect(answer).toContain('roost refused the delegation of local/not-allowed@0.1.0');
       expect(answer).toContain('spawn.allow');
@@ -393,7 +501,7 @@ describe('delegated children and their completions', () => {
     }
   });
   // Last: it takes an executor away.
-  it("a child lost with its executor is reported crashed to its parent, naming the loss, and the report is kept in the bus", async () => {
+  it('a child lost with its executor is reported crashed to its parent, naming the loss, and the report is kept in the bus', async () => {
     const parent = await startParent();
     try {
       const home = await eventually(() => started.find((event) => event.session_id === parent.sessionId), 10_000, 'the parent session.started');
@@ -451,13 +559,28 @@ describe('mur run under MURMUR_SPAWNER', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     try {
       const port = (server.address() as { port: number }).port;
-      const handle = { context_id: 'ctx_0123', delegation_id: 'dlg_0123', session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728395', url: `http://127.0.0.1:${port}/` };
+      const handle = {
+        context_id: 'ctx_0123',
+        delegation_id: 'dlg_0123',
+        session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728395',
+        url: `http://127.0.0.1:${port}/`,
+      };
       const project = await probeProject(path.join(scratch.dir, 'reporting'));
-      const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'the answer' }])], { cwd: project, env: { MURMUR_HOME: path.join(scratch.dir, 'home'), [SPAWNER_ENV]: JSON.stringify(handle) } });
+      const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'the answer' }])], {
+        cwd: project,
+        env: { MURMUR_HOME: path.join(scratch.dir, 'home'), [SPAWNER_ENV]: JSON.stringify(handle) },
+      });
       expect(result.code, result.stderr).toBe(0);
       const workdir = (JSON.parse(result.stdout) as { workdir: string }).workdir;
       const completion = JSON.parse(await fs.readFile(path.join(workdir, 'completion.json'), 'utf8')) as Completion;
-      expect(completion).toMatchObject({ delegation_id: 'dlg_0123', status: 'ok', reported_by: 'child', delivered: false, delivery_error: 'no task of this session awaits delegation dlg_0123', result_path: path.join(workdir, 'out', 'result.txt') });
+      expect(completion).toMatchObject({
+        delegation_id: 'dlg_0123',
+        status: 'ok',
+        reported_by: 'child',
+        delivered: false,
+        delivery_error: 'no task of this session awaits delegation dlg_0123',
+        result_path: path.join(workdir, 'out', 'result.txt'),
+      });
       expect(received).toHaveLength(1);
       expect(received[0]?.headers['x-murmur-delegation-id']).toBe('dlg_0123');
       expect(received[0]?.headers['x-murmur-completion-session']).toBe(handle.session_id);

@@ -38,7 +38,16 @@ describe('the door', () => {
   beforeAll(async () => {
     scratch = await tempDir('murmur-door-');
     env = { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_SSE_HEARTBEAT_MS: '150', MURMUR_DOOR_MAX_BODY_BYTES: '65536' };
-    await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await componentArtifact('probe-tool', '1.0.0', (await probeTool()).bytes, 'tool', 'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\n'));
+    await publishInto(
+      path.join(env.MURMUR_HOME as string, 'artifacts'),
+      await componentArtifact(
+        'probe-tool',
+        '1.0.0',
+        (await probeTool()).bytes,
+        'tool',
+        'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\n',
+      ),
+    );
     inference = await startScriptedInference({ script: echoScript, stream: true });
     const project = await agentProject(
       path.join(scratch.dir, 'agent'),
@@ -126,7 +135,11 @@ describe('the door', () => {
       expect(task.id).toMatch(/^tsk_[0-9a-f]{32}$/);
       expect(task.contextId).toMatch(/^ctx_[0-9a-f]{32}$/);
       expect(task.status.state).toBe('submitted');
-      const done = (await completed(task.id)) as { status: { state: string; message: { parts: Array<{ text: string }> } }; artifacts: Array<{ name: string; parts: Array<{ text: string }> }>; history: Array<{ role: string }> };
+      const done = (await completed(task.id)) as {
+        status: { state: string; message: { parts: Array<{ text: string }> } };
+        artifacts: Array<{ name: string; parts: Array<{ text: string }> }>;
+        history: Array<{ role: string }>;
+      };
       expect(done.status.state).toBe('completed');
       expect(done.status.message.parts[0]?.text).toBe('echo: hello there');
       expect(done.artifacts.find((artifact) => artifact.name === 'response')?.parts[0]?.text).toBe('echo: hello there');
@@ -159,15 +172,27 @@ describe('the door', () => {
         .map((event) => event.event_type)
         .filter((type) => type !== 'egress');
       expect(order).toEqual(['a2a_task_received', 'task_start', 'session_start', 'inference', 'session_end', 'task_end']);
-      expect(trace.slice(start, end).find((event) => event.event_type === 'task_start')).toMatchObject({ source: 'a2a', message_parts_bytes: Buffer.byteLength('trace me') });
+      expect(trace.slice(start, end).find((event) => event.event_type === 'task_start')).toMatchObject({
+        source: 'a2a',
+        message_parts_bytes: Buffer.byteLength('trace me'),
+      });
       expect(trace[end]).toMatchObject({ exit_status: 'ok', turns: 1, reopen_count: 0 });
     });
   });
 
   describe('SendMessage and GetTask (1.0)', () => {
     it('blocks by default and answers in 1.0 shapes', async () => {
-      const sent = await rpc(agent.url, 'SendMessage', { message: { messageId: 'm-1', role: 'ROLE_USER', parts: [{ text: 'one point oh' }] } }, { version: '1.0' });
-      const task = sent.body.result?.task as { id: string; status: { state: string; message: { role: string; parts: Array<{ text: string }> } }; kind?: string };
+      const sent = await rpc(
+        agent.url,
+        'SendMessage',
+        { message: { messageId: 'm-1', role: 'ROLE_USER', parts: [{ text: 'one point oh' }] } },
+        { version: '1.0' },
+      );
+      const task = sent.body.result?.task as {
+        id: string;
+        status: { state: string; message: { role: string; parts: Array<{ text: string }> } };
+        kind?: string;
+      };
       expect(task.kind).toBeUndefined();
       expect(task.status.state).toBe('TASK_STATE_COMPLETED');
       expect(task.status.message.role).toBe('ROLE_AGENT');
@@ -177,8 +202,13 @@ describe('the door', () => {
     });
 
     it('returns at once when asked to', async () => {
-      const sent = await rpc(agent.url, 'SendMessage', { message: { messageId: 'm-2', role: 'ROLE_USER', parts: [{ text: 'quick' }] }, configuration: { returnImmediately: true } }, { version: '1.0' });
-      expect(((sent.body.result?.task as { status: { state: string } }).status.state)).toBe('TASK_STATE_SUBMITTED');
+      const sent = await rpc(
+        agent.url,
+        'SendMessage',
+        { message: { messageId: 'm-2', role: 'ROLE_USER', parts: [{ text: 'quick' }] }, configuration: { returnImmediately: true } },
+        { version: '1.0' },
+      );
+      expect((sent.body.result?.task as { status: { state: string } }).status.state).toBe('TASK_STATE_SUBMITTED');
       await completed((sent.body.result?.task as { id: string }).id, '1.0');
     });
   });
@@ -197,15 +227,24 @@ describe('the door', () => {
       const last = results.at(-1) as { kind: string; final: boolean; status: { state: string } };
       expect(last).toMatchObject({ kind: 'status-update', final: true, status: { state: 'completed' } });
       // The scripted model streams its reply in two deltas: two text chunks, then the closing one.
-      const chunks = frames.filter((frame) => frame.event === 'text').map((frame) => (JSON.parse(frame.data) as { result: { artifact: { parts: Array<{ text: string }> }; lastChunk: boolean } }).result);
+      const chunks = frames
+        .filter((frame) => frame.event === 'text')
+        .map((frame) => (JSON.parse(frame.data) as { result: { artifact: { parts: Array<{ text: string }> }; lastChunk: boolean } }).result);
       expect(chunks.map((chunk) => chunk.artifact.parts[0]?.text).join('')).toBe('echo: stream this please');
       expect(chunks.at(-1)?.lastChunk).toBe(true);
       expect(frames.filter((frame) => frame.event === 'status').length).toBeGreaterThanOrEqual(2);
     });
 
     it('streams in 1.0 shapes with A2A-Version: 1.0', async () => {
-      const response = await openStream(agent.url, 'SendStreamingMessage', { message: { messageId: 'm-s', role: 'ROLE_USER', parts: [{ text: 'stream one oh' }] } }, { version: '1.0' });
-      const results = (await readSse(response)).filter((frame) => frame.comment === undefined).map((frame) => (JSON.parse(frame.data) as { result: Record<string, unknown> }).result);
+      const response = await openStream(
+        agent.url,
+        'SendStreamingMessage',
+        { message: { messageId: 'm-s', role: 'ROLE_USER', parts: [{ text: 'stream one oh' }] } },
+        { version: '1.0' },
+      );
+      const results = (await readSse(response))
+        .filter((frame) => frame.comment === undefined)
+        .map((frame) => (JSON.parse(frame.data) as { result: Record<string, unknown> }).result);
       expect(Object.keys(results[0] as object)).toEqual(['task']);
       expect(results.at(-1)).toMatchObject({ statusUpdate: { status: { state: 'TASK_STATE_COMPLETED' } } });
       expect(results.some((result) => 'artifactUpdate' in result)).toBe(true);
@@ -215,8 +254,13 @@ describe('the door', () => {
       const first = (await readSse(await openStream(agent.url, 'message/stream', textMessage('replay me')))).filter((frame) => frame.id !== undefined);
       const taskId = (JSON.parse(first[0]?.data as string) as { result: { taskId: string } }).result.taskId;
       const after = Number(first[1]?.id);
-      const replayed = (await readSse(await openStream(agent.url, 'tasks/resubscribe', { id: taskId }, { headers: { 'last-event-id': String(after) } }))).filter((frame) => frame.comment === undefined);
-      expect((JSON.parse(replayed[0]?.data as string) as { result: { kind: string; status: { state: string } } }).result).toMatchObject({ kind: 'task', status: { state: 'completed' } });
+      const replayed = (
+        await readSse(await openStream(agent.url, 'tasks/resubscribe', { id: taskId }, { headers: { 'last-event-id': String(after) } }))
+      ).filter((frame) => frame.comment === undefined);
+      expect((JSON.parse(replayed[0]?.data as string) as { result: { kind: string; status: { state: string } } }).result).toMatchObject({
+        kind: 'task',
+        status: { state: 'completed' },
+      });
       expect(replayed.slice(1).map((frame) => frame.id)).toEqual(first.slice(2).map((frame) => frame.id));
       expect(replayed.slice(1).map((frame) => frame.data)).not.toEqual([]);
     });
@@ -242,12 +286,18 @@ describe('the door', () => {
   describe('input-required', () => {
     it('pauses the task for input, shows the prompt, resumes it with the next message, and sends heartbeats while it waits', async () => {
       const stream = await openStream(agent.url, 'message/stream', textMessage('ask what colour?'));
-      const framesWhileWaiting = readSse(stream, (_frame, seen) => seen.some((frame) => frame.comment === 'heartbeat') && seen.some((frame) => frame.data.includes('input-required')));
+      const framesWhileWaiting = readSse(
+        stream,
+        (_frame, seen) => seen.some((frame) => frame.comment === 'heartbeat') && seen.some((frame) => frame.data.includes('input-required')),
+      );
       const waiting = await framesWhileWaiting;
       const taskId = (JSON.parse(waiting[0]?.data as string) as { result: { id: string } }).result.id;
       const asked = await rpc(agent.url, 'tasks/get', { id: taskId });
       expect(asked.body.result).toMatchObject({ status: { state: 'input-required', message: { parts: [{ text: 'what colour?' }] } } });
-      expect((asked.body.result?.artifacts as Array<{ name: string; parts: Array<{ text: string }> }>).find((artifact) => artifact.name === 'prompt')?.parts[0]?.text).toBe('what colour?');
+      expect(
+        (asked.body.result?.artifacts as Array<{ name: string; parts: Array<{ text: string }> }>).find((artifact) => artifact.name === 'prompt')?.parts[0]
+          ?.text,
+      ).toBe('what colour?');
       const answered = await rpc(agent.url, 'message/send', { ...textMessage('blue', { taskId }), configuration: { blocking: true } });
       expect(answered.body.result?.id).toBe(taskId);
       const done = answered.body.result as { status: { state: string; message: { parts: Array<{ text: string }> } } };
@@ -258,7 +308,11 @@ describe('the door', () => {
     it('rejects a task when the queue is full, as a result and not an error, and cancels one still waiting', async () => {
       const held = await rpc(agent.url, 'message/send', textMessage('ask hold the slot'));
       const heldId = held.body.result?.id as string;
-      await eventually(async () => ((await rpc(agent.url, 'tasks/get', { id: heldId })).body.result?.status as { state: string }).state === 'input-required' || undefined, 20_000, 'the held task to ask');
+      await eventually(
+        async () => ((await rpc(agent.url, 'tasks/get', { id: heldId })).body.result?.status as { state: string }).state === 'input-required' || undefined,
+        20_000,
+        'the held task to ask',
+      );
       const queued = await rpc(agent.url, 'message/send', textMessage('queued', { contextId: 'another-conversation' }));
       expect((queued.body.result?.status as { state: string }).state).toBe('submitted');
       const refused = await rpc(agent.url, 'message/send', textMessage('one too many', { contextId: 'yet-another' }));
@@ -274,7 +328,10 @@ describe('the door', () => {
   });
 
   describe('refusals', () => {
-    async function post(body: string, headers: Record<string, string> = { 'content-type': 'application/json' }): Promise<{ status: number; body: { id?: unknown; error?: { code: number; message: string } } }> {
+    async function post(
+      body: string,
+      headers: Record<string, string> = { 'content-type': 'application/json' },
+    ): Promise<{ status: number; body: { id?: unknown; error?: { code: number; message: string } } }> {
       const response = await fetch(agent.url, { method: 'POST', headers, body });
       return { status: response.status, body: (await response.json()) as { error?: { code: number; message: string } } };
     }

@@ -32,8 +32,14 @@ describe('two doors in front of one session', () => {
     doorA = await startService('door', env);
     doorB = await startService('door', env);
     services.push(doorA, doorB);
-    inference = await startScriptedInference({ stream: true, script: (body) => ({ text: `echo: ${(body.messages as Array<{ content: Array<{ text?: string }> }>).at(-1)?.content[0]?.text ?? ''}` }) });
-    const project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n  queue_depth: 4' }));
+    inference = await startScriptedInference({
+      stream: true,
+      script: (body) => ({ text: `echo: ${(body.messages as Array<{ content: Array<{ text?: string }> }>).at(-1)?.content[0]?.text ?? ''}` }),
+    });
+    const project = await agentProject(
+      path.join(scratch.dir, 'agent'),
+      agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n  queue_depth: 4' }),
+    );
     agent = await startAgent(project, env);
     const sessionPath = `/sessions/${agent.sessionId}/`;
     atA = `${doorA.url}${sessionPath}`;
@@ -65,13 +71,15 @@ describe('two doors in front of one session', () => {
     const taskId = (JSON.parse(frames[0]?.data as string) as { result: { taskId: string } }).result.taskId;
     const got = await rpc(atB, 'tasks/get', { id: taskId });
     expect(got.body.result?.status).toMatchObject({ state: 'completed', message: { parts: [{ text: 'echo: through A' }] } });
-    const replayed = (await readSse(await openStream(atB, 'tasks/resubscribe', { id: taskId }, { headers: { 'last-event-id': String(Number(frames[0]?.id) - 1) } }))).filter((frame) => frame.id !== undefined);
+    const replayed = (
+      await readSse(await openStream(atB, 'tasks/resubscribe', { id: taskId }, { headers: { 'last-event-id': String(Number(frames[0]?.id) - 1) } }))
+    ).filter((frame) => frame.id !== undefined);
     // The same events, rendered the same; only the JSON-RPC id (the client's request) differs.
     const resultOf = (frame: { id?: string; event?: string; data: string }) => [frame.id, frame.event, (JSON.parse(frame.data) as { result: unknown }).result];
     expect(replayed.map(resultOf)).toEqual(frames.map(resultOf));
   });
 
-  it('is on the watcher\'s map: mur ps over the bus lists it live, its pid verified by its executor', async () => {
+  it("is on the watcher's map: mur ps over the bus lists it live, its pid verified by its executor", async () => {
     const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
     const result = await runMur(['ps', '--json'], { env });
     expect(result.code, result.stderr).toBe(0);
@@ -83,10 +91,14 @@ describe('two doors in front of one session', () => {
     const sent = await rpc(atA, 'message/send', textMessage('before the door stops'));
     const taskId = sent.body.result?.id as string;
     await doorA.stop();
-    const done = await eventually(async () => {
-      const reply = await rpc(atB, 'tasks/get', { id: taskId });
-      return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? reply : undefined;
-    }, 20_000, 'the task to complete');
+    const done = await eventually(
+      async () => {
+        const reply = await rpc(atB, 'tasks/get', { id: taskId });
+        return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? reply : undefined;
+      },
+      20_000,
+      'the task to complete',
+    );
     expect(done.body.result?.id).toBe(taskId);
     const after = await rpc(atB, 'message/send', { ...textMessage('after'), configuration: { blocking: true } });
     expect(after.body.result?.status).toMatchObject({ state: 'completed' });

@@ -50,10 +50,18 @@ describe('egress through the executor', () => {
 
   it('makes an allowed request for the guest and hands back the response', async () => {
     const before = allowed.connections();
-    const { results, trace } = await run('allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${allowed.port}]\n`, [{ op: 'fetch', url: `${allowed.url}/path?q=1`, method: 'POST', body: 'payload' }]);
+    const { results, trace } = await run('allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${allowed.port}]\n`, [
+      { op: 'fetch', url: `${allowed.url}/path?q=1`, method: 'POST', body: 'payload' },
+    ]);
     expect(results[0]).toMatchObject({ ok: true, value: { status: 200, body: 'allowed POST /path?q=1 payload' } });
     expect(allowed.connections()).toBe(before + 1);
-    expect(trace.find((event) => event.event_type === 'egress')).toMatchObject({ kind: 'http', grant: 'capsule', target: `http://127.0.0.1:${allowed.port}`, decision: 'allowed', status: 200 });
+    expect(trace.find((event) => event.event_type === 'egress')).toMatchObject({
+      kind: 'http',
+      grant: 'capsule',
+      target: `http://127.0.0.1:${allowed.port}`,
+      decision: 'allowed',
+      status: 200,
+    });
   });
 
   it('refuses a request network.allow does not cover, and never contacts its server', async () => {
@@ -89,7 +97,9 @@ describe('egress through the executor', () => {
     expect(results[1]).toEqual({ op: 'handle', ok: true, value: 'handled' });
     expect(denied.connections()).toBe(0);
     expect(allowed.connections()).toBe(before);
-    expect(trace.filter((event) => event.event_type === 'egress')).toEqual([expect.objectContaining({ decision: 'denied', code: 'HTTP-request-denied', target: `http://127.0.0.1:${denied.port}`, at: 'handle' })]);
+    expect(trace.filter((event) => event.event_type === 'egress')).toEqual([
+      expect.objectContaining({ decision: 'denied', code: 'HTTP-request-denied', target: `http://127.0.0.1:${denied.port}`, at: 'handle' }),
+    ]);
   });
 
   it('judges murmur:message/send the same way: a denied peer gets no connection', async () => {
@@ -100,11 +110,18 @@ describe('egress through the executor', () => {
   });
 
   it('sends an allowed A2A message and records it as a2a_send', async () => {
-    const { results, trace } = await run('send-allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${peer.port}]\n`, [{ op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'hello peer', contextId: 'ctx_thread', messageId: 'msg_one' }]);
+    const { results, trace } = await run('send-allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${peer.port}]\n`, [
+      { op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'hello peer', contextId: 'ctx_thread', messageId: 'msg_one' },
+    ]);
     expect(results[0]).toMatchObject({ ok: true, value: { taskId: 'tsk_peer', contextId: 'ctx_thread', state: 'submitted' } });
     const received = JSON.parse(peer.bodies().at(-1) as string) as { method: string; params: { message: { parts: Array<{ text: string }> } } };
     expect(received.method).toBe('message/send');
     expect(received.params.message.parts[0]?.text).toBe('hello peer');
-    expect(trace.find((event) => event.event_type === 'a2a_send')).toMatchObject({ peer_url: `127.0.0.1:${peer.port}`, message_id: 'msg_one', task_id: 'tsk_peer', context_id: 'ctx_thread' });
+    expect(trace.find((event) => event.event_type === 'a2a_send')).toMatchObject({
+      peer_url: `127.0.0.1:${peer.port}`,
+      message_id: 'msg_one',
+      task_id: 'tsk_peer',
+      context_id: 'ctx_thread',
+    });
   });
 });

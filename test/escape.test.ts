@@ -42,7 +42,8 @@ function pythonRuntimeGrant(): string {
   const probe = spawnSync(PYTHON, ['-c', 'import sysconfig, sys; p = sysconfig.get_paths(); print(p["stdlib"]); print(p["platstdlib"])'], { encoding: 'utf8' });
   const dirs = new Set((probe.stdout ?? '').split('\n').filter((line) => line.startsWith('/')));
   const lines = [...dirs].map((dir) => `          - { path: ${dir}, list_dir: true }`);
-  for (const dir of [...dirs]) if (existsSync(path.join(dir, 'lib-dynload'))) lines.push(`          - { path: ${path.join(dir, 'lib-dynload')}, list_dir: false }`);
+  for (const dir of [...dirs])
+    if (existsSync(path.join(dir, 'lib-dynload'))) lines.push(`          - { path: ${path.join(dir, 'lib-dynload')}, list_dir: false }`);
   return `    interpreter_runtime:\n      - binary: python3\n        dirs:\n${lines.join('\n')}\n`;
 }
 
@@ -59,10 +60,16 @@ interface Run {
 }
 
 /** `mur run` on a probe capsule in `workdir`, with `INHERITED_FDS` open on a file and not close-on-exec. */
-async function run(project: string, workdir: string, actions: unknown[], options: { env?: Record<string, string>; whileRunning?: (child: ChildProcess) => Promise<void> } = {}): Promise<Run> {
+async function run(
+  project: string,
+  workdir: string,
+  actions: unknown[],
+  options: { env?: Record<string, string>; whileRunning?: (child: ChildProcess) => Promise<void> } = {},
+): Promise<Run> {
   const planted = INHERITED_FDS.map(() => openSync('/etc/hostname', 'r'));
   const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'pipe'];
-  for (let fd = 3; fd <= Math.max(...INHERITED_FDS); fd += 1) stdio.push(INHERITED_FDS.includes(fd) ? (planted[INHERITED_FDS.indexOf(fd)] as number) : 'ignore');
+  for (let fd = 3; fd <= Math.max(...INHERITED_FDS); fd += 1)
+    stdio.push(INHERITED_FDS.includes(fd) ? (planted[INHERITED_FDS.indexOf(fd)] as number) : 'ignore');
   const child = spawn(process.execPath, [murBin, 'run', '--json', '--workdir', workdir, '--task', JSON.stringify(actions)], {
     cwd: project,
     env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(path.dirname(project), 'home'), ...options.env },
@@ -106,7 +113,11 @@ function notExercised(context: { skip: (note?: string) => never }, why: string):
   return context.skip(why);
 }
 
-const probe = (id: string, ...args: string[]): { op: 'shell'; binary: string; args: string[] } => ({ op: 'shell', binary: 'python3', args: [path.join(PROBES_DIR, `${id}.py`), ...args] });
+const probe = (id: string, ...args: string[]): { op: 'shell'; binary: string; args: string[] } => ({
+  op: 'shell',
+  binary: 'python3',
+  args: [path.join(PROBES_DIR, `${id}.py`), ...args],
+});
 
 interface ShellValue {
   exitCode: number;
@@ -127,7 +138,9 @@ describe('the sealed sandbox against the escape cases', () => {
     const preflight = await run(project, workdir, [probe('preflight')]);
     if (preflight.code !== 0) {
       const refusal = /error\[(E-[A-Z]+-\d+)\]: (.*)/.exec(preflight.stderr);
-      cannotSeal = refusal ? `${refusal[1]}: ${refusal[2]}` : `the preflight capsule did not run (exit ${preflight.code}): ${preflight.stderr.trim().split('\n').at(-1)}`;
+      cannotSeal = refusal
+        ? `${refusal[1]}: ${refusal[2]}`
+        : `the preflight capsule did not run (exit ${preflight.code}): ${preflight.stderr.trim().split('\n').at(-1)}`;
       console.warn(`[escape cases] NOT EXERCISED — this host cannot seal a sandbox, so no case counts: ${cannotSeal}`);
       return;
     }
@@ -159,16 +172,27 @@ describe('the sealed sandbox against the escape cases', () => {
       // Case 12: a binary that is not on shell.allow, copied in under an allowlisted name.
       await fs.copyFile('/usr/bin/ls', path.join(workdir, 'bash'));
       await fs.chmod(path.join(workdir, 'bash'), 0o755);
-      const outcome = await run(project, workdir, boundary.map((entry) => probe(entry.id)));
+      const outcome = await run(
+        project,
+        workdir,
+        boundary.map((entry) => probe(entry.id)),
+      );
       expect(outcome.code, outcome.stderr).toBe(0);
       boundary.forEach((entry, index) => {
         const value = outcome.results[index]?.value as ShellValue | undefined;
         const parsed = parseProbeOutput(value?.stdout ?? '');
-        verdicts.set(entry.id, parsed ? { verdict: parsed.verdict, detail: parsed.detail } : { verdict: 'INCONCLUSIVE', detail: `no EC_RESULT line: ${JSON.stringify(outcome.results[index])}` });
+        verdicts.set(
+          entry.id,
+          parsed
+            ? { verdict: parsed.verdict, detail: parsed.detail }
+            : { verdict: 'INCONCLUSIVE', detail: `no EC_RESULT line: ${JSON.stringify(outcome.results[index])}` },
+        );
       });
       for (const entry of boundary) {
         const seen = verdicts.get(entry.id);
-        console.log(`[escape cases] ${String(entry.number).padStart(2)} ${entry.id.padEnd(32)} ${seen?.verdict.padEnd(12)} expected ${entry.sealed ?? 'not asserted'} — ${seen?.detail}`);
+        console.log(
+          `[escape cases] ${String(entry.number).padStart(2)} ${entry.id.padEnd(32)} ${seen?.verdict.padEnd(12)} expected ${entry.sealed ?? 'not asserted'} — ${seen?.detail}`,
+        );
       }
     }, 300_000);
 
@@ -180,16 +204,24 @@ describe('the sealed sandbox against the escape cases', () => {
       expect(satisfiesSealed(entry.sealed, (seen as { verdict: Verdict }).verdict), `${entry.id}: ${seen?.verdict} — ${seen?.detail}`).toBe(true);
     });
 
-    it.for(boundary.filter((entry) => entry.sealed === undefined))('$number $id never gets through: refused, or the two binds are different filesystems (EXDEV)', (entry, context) => {
-      if (cannotSeal) return notExercised(context, `[escape cases] ${entry.id}: not exercised (${cannotSeal})`);
-      const seen = verdicts.get(entry.id) as { verdict: Verdict; detail: string };
-      expect(seen.verdict === 'REFUSED' || (seen.verdict === 'INCONCLUSIVE' && seen.detail.includes('EXDEV')), `${entry.id}: ${seen.verdict} — ${seen.detail}`).toBe(true);
-    });
+    it.for(boundary.filter((entry) => entry.sealed === undefined))(
+      '$number $id never gets through: refused, or the two binds are different filesystems (EXDEV)',
+      (entry, context) => {
+        if (cannotSeal) return notExercised(context, `[escape cases] ${entry.id}: not exercised (${cannotSeal})`);
+        const seen = verdicts.get(entry.id) as { verdict: Verdict; detail: string };
+        expect(
+          seen.verdict === 'REFUSED' || (seen.verdict === 'INCONCLUSIVE' && seen.detail.includes('EXDEV')),
+          `${entry.id}: ${seen.verdict} — ${seen.detail}`,
+        ).toBe(true);
+      },
+    );
 
     it('writes the file of case 2 into the workdir: the sandbox’s /tmp is a directory of it, not the host’s', async (context) => {
       if (cannotSeal) return notExercised(context, `[escape cases] not exercised (${cannotSeal})`);
       const written = await fs.readdir(path.join(workdir, '.capsule-tmp'));
-      expect(written.some((name) => name.startsWith('murmur-escape-conformance-')) || verdicts.get('write-outside-workdir')?.detail.includes('removed')).toBe(true);
+      expect(written.some((name) => name.startsWith('murmur-escape-conformance-')) || verdicts.get('write-outside-workdir')?.detail.includes('removed')).toBe(
+        true,
+      );
       expect(readdirSync('/tmp').filter((name) => name.startsWith('murmur-escape-conformance-'))).toEqual([]);
     });
   });
@@ -203,7 +235,11 @@ describe('the sealed sandbox against the escape cases', () => {
       const project = await probeProject(path.join(scratch.dir, 'resources'), manifest(TIGHT_RESOURCES));
       const workdir = path.join(scratch.dir, 'resources-wd');
       await fs.mkdir(workdir);
-      outcome = await run(project, workdir, ids.map((id) => probe(id)));
+      outcome = await run(
+        project,
+        workdir,
+        ids.map((id) => probe(id)),
+      );
       expect(outcome.code, outcome.stderr).toBe(0);
       ids.forEach((id, index) => console.log(`[escape cases] ${id.padEnd(34)} ${JSON.stringify(outcome.results[index]?.value)}`));
     }, 300_000);
@@ -248,20 +284,25 @@ describe('the sealed sandbox against the escape cases', () => {
       const workdir = path.join(scratch.dir, 'aggregate-wd');
       await fs.mkdir(workdir);
       const marker = path.join(workdir, 'guard-saw-it.txt');
-      outcome = await run(project, workdir, [probe('resource-disk-filler-aggregate', '80'), { op: 'waitfor', path: 'guard-saw-it.txt', seconds: 60 }, probe('preflight')], {
-        // The guard's walk, every 300 ms instead of every 10 s: the same guard, sooner.
-        env: { MURMUR_WORKDIR_CHECK_MS: '300' },
-        // The second spawn is asked for only once the guard has seen the ceiling crossed.
-        whileRunning: async () => {
-          const deadline = Date.now() + 60_000;
-          while (Date.now() < deadline) {
-            const sessionDir = sessionDirOf(workdir);
-            if (sessionDir && traceOf(sessionDir).some((event) => event.event_type === 'resource_limit')) break;
-            await new Promise((resolve) => setTimeout(resolve, 100));
-          }
-          await fs.writeFile(marker, 'seen\n');
+      outcome = await run(
+        project,
+        workdir,
+        [probe('resource-disk-filler-aggregate', '80'), { op: 'waitfor', path: 'guard-saw-it.txt', seconds: 60 }, probe('preflight')],
+        {
+          // The guard's walk, every 300 ms instead of every 10 s: the same guard, sooner.
+          env: { MURMUR_WORKDIR_CHECK_MS: '300' },
+          // The second spawn is asked for only once the guard has seen the ceiling crossed.
+          whileRunning: async () => {
+            const deadline = Date.now() + 60_000;
+            while (Date.now() < deadline) {
+              const sessionDir = sessionDirOf(workdir);
+              if (sessionDir && traceOf(sessionDir).some((event) => event.event_type === 'resource_limit')) break;
+              await new Promise((resolve) => setTimeout(resolve, 100));
+            }
+            await fs.writeFile(marker, 'seen\n');
+          },
         },
-      });
+      );
     }, 300_000);
 
     it('is CONTAINED: the next spawn is refused naming workdir_max_bytes', (context) => {
@@ -277,7 +318,9 @@ describe('the sealed sandbox against the escape cases', () => {
       expect(outcome.code).toBe(1);
       expect(outcome.stderr).toContain('error[E-RUN-013]');
       expect(outcome.stderr).toContain('capabilities.resources.workdir_max_bytes');
-      const end = traceOf(outcome.sessionDir).filter((event) => event.event_type === 'session_end').at(-1);
+      const end = traceOf(outcome.sessionDir)
+        .filter((event) => event.event_type === 'session_end')
+        .at(-1);
       expect((end?.error as { code?: string } | undefined)?.code).toBe('E-RUN-013');
     });
   });

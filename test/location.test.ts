@@ -2,7 +2,17 @@ import { execFileSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BLOB_BUCKET, type LaunchReply, type SessionEnded, type SessionStarted, type StagedPlan, commands, newSessionId, silentLog, topics } from '@murmur/shared';
+import {
+  BLOB_BUCKET,
+  type LaunchReply,
+  type SessionEnded,
+  type SessionStarted,
+  type StagedPlan,
+  commands,
+  newSessionId,
+  silentLog,
+  topics,
+} from '@murmur/shared';
 import { sha256Hex } from '@murmur/shared/artifacts';
 import { type Bus, type ObjectStore, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
@@ -49,7 +59,11 @@ describe('the stack with nothing shared but the bus', () => {
     const bus$ = { MURMUR_NATS_URL: nats.url, MURMUR_EXECUTOR_HEARTBEAT_MS: '250', MURMUR_EXECUTOR_LOST_MS: '2000' };
     stager = await startService('stager', { ...bus$, MURMUR_HOME: home('stager') });
     for (const name of ['a', 'b']) executors.push(await startService('executor', { ...bus$, MURMUR_HOME: home(`executor-${name}`) }));
-    services.push(stager, await startService('watcher', { ...bus$, MURMUR_HOME: home('watcher') }), await startService('door', { ...bus$, MURMUR_HOME: home('door') }));
+    services.push(
+      stager,
+      await startService('watcher', { ...bus$, MURMUR_HOME: home('watcher') }),
+      await startService('door', { ...bus$, MURMUR_HOME: home('door') }),
+    );
     client = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: home('client') };
     bus = createBus(await NatsTransport.connect(nats.url, { log: silentLog }), silentLog);
     blobs = await bus.objectStore(BLOB_BUCKET);
@@ -69,18 +83,32 @@ describe('the stack with nothing shared but the bus', () => {
 
   /** Staged as any client stages: packed, uploaded, asked of a stager. */
   async function stage(dir: string): Promise<StagedPlan> {
-    return requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, dir, { digestCache: path.join(home('client'), 'digests.json') }) } });
+    return requestStaging(bus, {
+      source: { kind: 'project', project: await uploadProject(bus, dir, { digestCache: path.join(home('client'), 'digests.json') }) },
+    });
   }
 
   /** A launch on one executor, as the test chooses; resolves with the reply and the session's end. */
-  async function launchOn(executor: ServiceProcess, plan: StagedPlan, extra: Record<string, unknown> = {}): Promise<{ reply: LaunchReply; end: Promise<SessionEnded> }> {
+  async function launchOn(
+    executor: ServiceProcess,
+    plan: StagedPlan,
+    extra: Record<string, unknown> = {},
+  ): Promise<{ reply: LaunchReply; end: Promise<SessionEnded> }> {
     const sessionId = newSessionId();
     const end = eventually(() => ended.find((event) => event.session_id === sessionId), 30_000, `the end of ${sessionId}`);
-    const reply = await bus.request(commands.launchOn.at(executor.ready.instance_id as string), { session_id: sessionId, plan, ...extra }, { timeoutMs: 60_000 });
+    const reply = await bus.request(
+      commands.launchOn.at(executor.ready.instance_id as string),
+      { session_id: sessionId, plan, ...extra },
+      { timeoutMs: 60_000 },
+    );
     return { reply, end };
   }
 
-  const fetchedBlobs = (executor: ServiceProcess): number => executor.logs().split('\n').filter((line) => line.includes('fetched a blob from the object store')).length;
+  const fetchedBlobs = (executor: ServiceProcess): number =>
+    executor
+      .logs()
+      .split('\n')
+      .filter((line) => line.includes('fetched a blob from the object store')).length;
 
   it('runs a capsule on an executor that shares no disk with its stager: the bundle is fetched, verified, kept, and a second launch is a local hit', async () => {
     const project = await probeProject(path.join(scratch.dir, 'fetched'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
@@ -107,7 +135,10 @@ describe('the stack with nothing shared but the bus', () => {
 
   it('mur run against the stack streams the output, gives the status and exit code, and fetches out/result.txt to where an in-process run leaves it', async () => {
     const project = await probeProject(path.join(scratch.dir, 'result'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
-    const task = JSON.stringify([{ op: 'print', text: 'printed on the executor' }, { op: 'write', path: 'out/result.txt', text: 'the result, fetched' }]);
+    const task = JSON.stringify([
+      { op: 'print', text: 'printed on the executor' },
+      { op: 'write', path: 'out/result.txt', text: 'the result, fetched' },
+    ]);
     const result = await runMur(['run', '--task', task], { cwd: project, env: client });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain('printed on the executor');
@@ -117,7 +148,10 @@ describe('the stack with nothing shared but the bus', () => {
     expect(await fs.readFile(local, 'utf8')).toBe('the result, fetched');
     expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
 
-    const failed = await runMur(['run', '--task', JSON.stringify([{ op: 'spin' }])], { cwd: await probeProject(path.join(scratch.dir, 'spins'), 'capabilities:\n  limits:\n    deadline_seconds: 1\n'), env: client });
+    const failed = await runMur(['run', '--task', JSON.stringify([{ op: 'spin' }])], {
+      cwd: await probeProject(path.join(scratch.dir, 'spins'), 'capabilities:\n  limits:\n    deadline_seconds: 1\n'),
+      env: client,
+    });
     expect(failed.code).toBe(1);
     expect(failed.stderr).toContain('error[E-RUN-001]');
     expect(failed.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
@@ -130,7 +164,13 @@ describe('the stack with nothing shared but the bus', () => {
     beforeAll(async () => {
       const project = await probeProject(path.join(scratch.dir, 'files'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
       const plan = await stage(project);
-      const launched = await launchOn(executors[0] as ServiceProcess, plan, { task: JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'line one\nline two\n' }, { op: 'mkdir', path: 'out/deep' }, { op: 'write', path: 'out/deep/note.txt', text: 'deep' }]) });
+      const launched = await launchOn(executors[0] as ServiceProcess, plan, {
+        task: JSON.stringify([
+          { op: 'write', path: 'out/result.txt', text: 'line one\nline two\n' },
+          { op: 'mkdir', path: 'out/deep' },
+          { op: 'write', path: 'out/deep/note.txt', text: 'deep' },
+        ]),
+      });
       await launched.end;
       sessionId = launched.reply.session_id;
       workdir = launched.reply.workdir;
@@ -231,7 +271,14 @@ describe('the stack with nothing shared but the bus', () => {
       const before = await stagerCacheFiles();
       const manifest = Buffer.from('name: sly\nversion: 0.1.0\n');
       await blobs.put(sha256Hex(manifest), { bytes: manifest });
-      const ref = await uploadListing({ format: 'murmur-project/1', label: 'sly', files: [{ path: 'murmur.yaml', sha256: sha256Hex(manifest), size: manifest.byteLength }, { path: '../../outside', sha256: sha256Hex(manifest), size: manifest.byteLength }] });
+      const ref = await uploadListing({
+        format: 'murmur-project/1',
+        label: 'sly',
+        files: [
+          { path: 'murmur.yaml', sha256: sha256Hex(manifest), size: manifest.byteLength },
+          { path: '../../outside', sha256: sha256Hex(manifest), size: manifest.byteLength },
+        ],
+      });
       const error = await rejectionOf(requestStaging(bus, { source: { kind: 'project', project: ref } }));
       expect(error.code).toBe('E-ART-001');
       expect(error.message).toContain("unsafe path '../../outside'");
@@ -296,11 +343,18 @@ describe('the stack with nothing shared but the bus', () => {
   });
 
   it('an agent on the stack answers over A2A at a door on another home, and its door URL is the door’s', async () => {
-    const project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }));
+    const project = await agentProject(
+      path.join(scratch.dir, 'agent'),
+      agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }),
+    );
     const agent = await startAgent(project, client);
     try {
       expect(agent.url).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:\\d+/sessions/${agent.sessionId}/$`));
-      const response = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { ...textMessage('hello'), configuration: { blocking: true } } }) });
+      const response = await fetch(agent.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { ...textMessage('hello'), configuration: { blocking: true } } }),
+      });
       const body = (await response.json()) as { result: { status: { state: string; message?: { parts: Array<{ text: string }> } } } };
       expect(body.result.status.state).toBe('completed');
       expect(JSON.stringify(body.result)).toContain('the answer, from the stack');
@@ -311,7 +365,10 @@ describe('the stack with nothing shared but the bus', () => {
 
   // Last: it takes an executor away.
   it('notices an executor killed under its sessions within seconds: each ends naming the loss, mur ps shows it gone, and launches go to the one left', async () => {
-    const project = await agentProject(path.join(scratch.dir, 'lost'), agentManifest(inference, { name: 'lost', lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }));
+    const project = await agentProject(
+      path.join(scratch.dir, 'lost'),
+      agentManifest(inference, { name: 'lost', lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }),
+    );
     const agent = await startAgent(project, client);
     try {
       const start = await eventually(() => started.find((event) => event.session_id === agent.sessionId), 10_000, 'session.started');
@@ -329,7 +386,9 @@ describe('the stack with nothing shared but the bus', () => {
       expect(exited.stderr).toContain('error[E-EXE-001]');
 
       const listed = await runMur(['ps', '--json'], { env: client });
-      const row = (JSON.parse(listed.stdout) as Array<{ session_id: string; liveness: string; executor_id?: string; reason?: string }>).find((session) => session.session_id === agent.sessionId);
+      const row = (JSON.parse(listed.stdout) as Array<{ session_id: string; liveness: string; executor_id?: string; reason?: string }>).find(
+        (session) => session.session_id === agent.sessionId,
+      );
       expect(row).toMatchObject({ liveness: 'gone', executor_id: victim.ready.instance_id });
       expect(row?.reason).toContain('was lost');
 
@@ -338,7 +397,9 @@ describe('the stack with nothing shared but the bus', () => {
         const result = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'still running' }])], { cwd: after, env: client });
         expect(result.code, result.stderr).toBe(0);
         const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1];
-        expect((await eventually(() => started.find((event) => event.session_id === sessionId), 5_000, 'session.started')).executor_id).toBe(survivor.ready.instance_id);
+        expect((await eventually(() => started.find((event) => event.session_id === sessionId), 5_000, 'session.started')).executor_id).toBe(
+          survivor.ready.instance_id,
+        );
       }
     } finally {
       await agent.stop();
@@ -426,7 +487,10 @@ describe('a stager or a door that stops mid-request', () => {
     try {
       for (const name of ['stager', 'executor', 'watcher']) running.push(await startService(name, { ...env, MURMUR_HOME: path.join(scratch.dir, name) }));
       const door = await startService('door', env);
-      const project = await agentProject(path.join(scratch.dir, 'watched'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }));
+      const project = await agentProject(
+        path.join(scratch.dir, 'watched'),
+        agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }),
+      );
       const agent = await startAgent(project, { ...env, MURMUR_HOME: path.join(scratch.dir, 'client') });
       try {
         const stream = await openStream(agent.url, 'stream/watch', {});

@@ -36,13 +36,26 @@ describe('mur ps and mur stop', () => {
   };
 
   it('records a running agent, lists it live, stops it, and forgets it', async () => {
-    const project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep' }));
+    const project = await agentProject(
+      path.join(scratch.dir, 'agent'),
+      agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
     const agent = await startAgent(project, env);
     try {
       const file = path.join(env.MURMUR_HOME as string, 'running', `${agent.sessionId}.json`);
       const written = await eventually(async () => fs.readFile(file, 'utf8').catch(() => undefined), 10_000, 'the running record');
       const record = JSON.parse(written) as Record<string, unknown>;
-      expect(Object.keys(record).sort()).toEqual(['capsule_name', 'capsule_version', 'outlives_launcher', 'pid', 'process_start', 'session_id', 'started_at', 'url', 'workdir']);
+      expect(Object.keys(record).sort()).toEqual([
+        'capsule_name',
+        'capsule_version',
+        'outlives_launcher',
+        'pid',
+        'process_start',
+        'session_id',
+        'started_at',
+        'url',
+        'workdir',
+      ]);
       expect(record).toMatchObject({ session_id: agent.sessionId, url: agent.url, pid: agent.pid, capsule_name: 'agent', outlives_launcher: true });
       expect(statSync(file).mode & 0o777).toBe(0o600);
       expect(statSync(path.dirname(file)).mode & 0o777).toBe(0o700);
@@ -66,13 +79,39 @@ describe('mur ps and mur stop', () => {
     const sessionId = 'ses_0199c4e2f1b7712a9d3e4f5061728394';
     const sleeper = spawn('sleep', ['30'], { stdio: 'ignore' });
     try {
-      writeRunningRecord({ session_id: sessionId, url: '127.0.0.1:1', pid: sleeper.pid as number, process_start: 'a-start-time-that-is-not-its', capsule_name: 'old', capsule_version: '0.1.0', workdir: '/nowhere', outlives_launcher: true, started_at: '2026-01-01T00:00:00Z' }, env);
+      writeRunningRecord(
+        {
+          session_id: sessionId,
+          url: '127.0.0.1:1',
+          pid: sleeper.pid as number,
+          process_start: 'a-start-time-that-is-not-its',
+          capsule_name: 'old',
+          capsule_version: '0.1.0',
+          workdir: '/nowhere',
+          outlives_launcher: true,
+          started_at: '2026-01-01T00:00:00Z',
+        },
+        env,
+      );
       const stopped = await runMur(['stop', sessionId], { env });
       expect(stopped.code, stopped.stderr).toBe(0);
       expect(stopped.stdout).toContain('already gone');
       expect(sleeper.exitCode).toBeNull();
       expect(sleeper.signalCode).toBeNull();
-      writeRunningRecord({ session_id: sessionId, url: '127.0.0.1:1', pid: sleeper.pid as number, process_start: 'a-start-time-that-is-not-its', capsule_name: 'old', capsule_version: '0.1.0', workdir: '/nowhere', outlives_launcher: true, started_at: '2026-01-01T00:00:00Z' }, env);
+      writeRunningRecord(
+        {
+          session_id: sessionId,
+          url: '127.0.0.1:1',
+          pid: sleeper.pid as number,
+          process_start: 'a-start-time-that-is-not-its',
+          capsule_name: 'old',
+          capsule_version: '0.1.0',
+          workdir: '/nowhere',
+          outlives_launcher: true,
+          started_at: '2026-01-01T00:00:00Z',
+        },
+        env,
+      );
       const listed = (await ps()).find((session) => session.session_id === sessionId);
       expect(listed).toMatchObject({ liveness: 'gone', reason: expect.stringContaining('another time') });
       expect((await ps()).some((session) => session.session_id === sessionId)).toBe(false);
@@ -83,7 +122,20 @@ describe('mur ps and mur stop', () => {
 
   it('keeps a record whose process is alive but whose door does not answer, as unreachable', async () => {
     const sessionId = 'ses_0299c4e2f1b7712a9d3e4f5061728394';
-    writeRunningRecord({ session_id: sessionId, url: '127.0.0.1:9', pid: process.pid, process_start: processStartToken(process.pid) as string, capsule_name: 'silent', capsule_version: '0.1.0', workdir: '/nowhere', outlives_launcher: false, started_at: '2026-01-01T00:00:00Z' }, env);
+    writeRunningRecord(
+      {
+        session_id: sessionId,
+        url: '127.0.0.1:9',
+        pid: process.pid,
+        process_start: processStartToken(process.pid) as string,
+        capsule_name: 'silent',
+        capsule_version: '0.1.0',
+        workdir: '/nowhere',
+        outlives_launcher: false,
+        started_at: '2026-01-01T00:00:00Z',
+      },
+      env,
+    );
     const listed = (await ps()).find((session) => session.session_id === sessionId);
     expect(listed).toMatchObject({ liveness: 'unreachable' });
     expect((await ps()).some((session) => session.session_id === sessionId)).toBe(true);

@@ -23,7 +23,11 @@ describe('roost as a remote registry', () => {
   beforeAll(async () => {
     scratch = await tempDir('murmur-registry-');
     registryPath = path.join(scratch.dir, 'roost-registry');
-    roost = await startService('roost', { MURMUR_ROOST_REGISTRY_PATH: registryPath, MURMUR_ROOST_TOKEN: token, MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: String(1024 * 1024) });
+    roost = await startService('roost', {
+      MURMUR_ROOST_REGISTRY_PATH: registryPath,
+      MURMUR_ROOST_TOKEN: token,
+      MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: String(1024 * 1024),
+    });
     toolZip = path.join(scratch.dir, 'echo-tool-0.1.0.mur.zip');
     await fs.writeFile(toolZip, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
   });
@@ -44,7 +48,13 @@ describe('roost as a remote registry', () => {
     expect(first.code, first.stderr).toBe(0);
     expect(first.stdout.trim()).toBe('Published echo-tool@0.1.0');
     const stored = await listTree(registryPath);
-    expect(stored).toEqual(['echo-tool/', 'echo-tool/0.1.0/', 'echo-tool/0.1.0/echo-tool-0.1.0.meta.json', 'echo-tool/0.1.0/echo-tool-0.1.0.mur.zip', 'echo-tool/0.1.0/echo-tool-0.1.0.sha256']);
+    expect(stored).toEqual([
+      'echo-tool/',
+      'echo-tool/0.1.0/',
+      'echo-tool/0.1.0/echo-tool-0.1.0.meta.json',
+      'echo-tool/0.1.0/echo-tool-0.1.0.mur.zip',
+      'echo-tool/0.1.0/echo-tool-0.1.0.sha256',
+    ]);
 
     const again = await runMur(['publish', toolZip, '--registry', roost.url], { env: user('publisher') });
     expect(again.code).toBe(1);

@@ -36,9 +36,19 @@ async function post(url: string, body: unknown, headers: Record<string, string> 
   return { status: response.status, body: (await response.json()) as Record<string, unknown> };
 }
 
-async function register(roostUrl: string, name: string, version: string, text: string, approval?: string): Promise<{ status: number; body: Record<string, unknown>; sessionId: string }> {
+async function register(
+  roostUrl: string,
+  name: string,
+  version: string,
+  text: string,
+  approval?: string,
+): Promise<{ status: number; body: Record<string, unknown>; sessionId: string }> {
   const sessionId = newSessionId();
-  const answer = await post(`${roostUrl}/v1/sessions`, { session_id: sessionId, capsule_name: name, capsule_version: version, policy: policyOf(text) }, approval ? { [SPAWN_APPROVAL_HEADER]: approval } : {});
+  const answer = await post(
+    `${roostUrl}/v1/sessions`,
+    { session_id: sessionId, capsule_name: name, capsule_version: version, policy: policyOf(text) },
+    approval ? { [SPAWN_APPROVAL_HEADER]: approval } : {},
+  );
   return { ...answer, sessionId };
 }
 
@@ -110,11 +120,15 @@ describe('mur roost', () => {
     scratch = await tempDir('murmur-mur-roost-');
     const registry = path.join(scratch.dir, 'registry');
     for (const text of [PARENT, WORKER, HELPER]) await publishInto(registry, await capsuleArchive(text));
-    child = spawn(process.execPath, [murBin, 'roost', '--port', '0', '--registry-path', registry, '--spawn-allow', 'local/worker', '--spawn-allow=local/helper'], {
-      cwd: repositoryRoot,
-      env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home') },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    child = spawn(
+      process.execPath,
+      [murBin, 'roost', '--port', '0', '--registry-path', registry, '--spawn-allow', 'local/worker', '--spawn-allow=local/helper'],
+      {
+        cwd: repositoryRoot,
+        env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home') },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     const port = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`mur roost did not say where it listens:\n${stderr}`)), 20_000);
       child.stderr?.on('data', (chunk: Buffer) => {

@@ -27,7 +27,9 @@ describe('mur run', () => {
 
   it('runs a script capsule and prints its session, its output and last its status', async () => {
     const project = await probeProject(path.join(scratch.dir, 'hello'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
-    const result = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml')], { env: { ...env, PROBE_ACTIONS: actions([{ op: 'print', text: 'hello from inside' }]) } });
+    const result = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml')], {
+      env: { ...env, PROBE_ACTIONS: actions([{ op: 'print', text: 'hello from inside' }]) },
+    });
     expect(result.code, result.stderr).toBe(0);
     const lines = result.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^session: ses_[0-9a-f]{32}$/);
@@ -103,7 +105,10 @@ describe('mur run', () => {
     const project = await probeProject(path.join(scratch.dir, 'chosen'));
     const workdir = path.join(scratch.dir, 'chosen-workdir');
     await fs.mkdir(workdir);
-    const result = await runMur(['run', '--json', '--workdir', workdir, '--task', actions([{ op: 'write', path: 'made-here.txt', text: 'x' }])], { cwd: project, env });
+    const result = await runMur(['run', '--json', '--workdir', workdir, '--task', actions([{ op: 'write', path: 'made-here.txt', text: 'x' }])], {
+      cwd: project,
+      env,
+    });
     expect(result.code, result.stderr).toBe(0);
     const launch = JSON.parse(result.stdout) as { workdir: string; session_id: string };
     expect(launch.workdir).toBe(await fs.realpath(workdir));
@@ -114,7 +119,10 @@ describe('mur run', () => {
   });
 
   it('records session_start with the effective grants, and session_end, in trace.jsonl', async () => {
-    const project = await probeProject(path.join(scratch.dir, 'traced'), 'capabilities:\n  env:\n    allow: [GREETING]\n  network:\n    allow: [api.example.com]\n  limits:\n    deadline_seconds: 30\n');
+    const project = await probeProject(
+      path.join(scratch.dir, 'traced'),
+      'capabilities:\n  env:\n    allow: [GREETING]\n  network:\n    allow: [api.example.com]\n  limits:\n    deadline_seconds: 30\n',
+    );
     const result = await runMur(['run', '--json', '--task', '[]'], { cwd: project, env });
     expect(result.code, result.stderr).toBe(0);
     const { workdir } = JSON.parse(result.stdout) as { workdir: string };
@@ -184,7 +192,10 @@ describe('mur run', () => {
   });
 
   it('runs a capsule from the registry with --capsule and --capsule-version', async () => {
-    await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await capsuleArchive('name: local/tiny\nversion: 2.0.0\n', (await capsuleWat()).bytes));
+    await publishInto(
+      path.join(env.MURMUR_HOME as string, 'artifacts'),
+      await capsuleArchive('name: local/tiny\nversion: 2.0.0\n', (await capsuleWat()).bytes),
+    );
     const cwd = path.join(scratch.dir, 'elsewhere');
     await fs.mkdir(cwd, { recursive: true });
     const result = await runMur(['run', '--capsule', 'local/tiny', '--capsule-version', '2.0.0', '--json'], { cwd, env });
@@ -208,12 +219,18 @@ describe('mur run', () => {
     it('is written by the first run, pinning what was resolved', async () => {
       const result = await runMur(['run', '--json', '--task', '[]'], { cwd: project, env });
       expect(result.code, result.stderr).toBe(0);
-      expect(await readLockfile(path.join(project, 'murmur.lock'))).toEqual({ lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(toolZip) } }] });
+      expect(await readLockfile(path.join(project, 'murmur.lock'))).toEqual({
+        lock_version: 1,
+        artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(toolZip) } }],
+      });
     });
 
     it('is honoured afterwards: a later manifest version runs the pinned artifact, with a warning', async () => {
       const manifest = path.join(project, 'murmur.yaml');
-      await fs.writeFile(manifest, (await fs.readFile(manifest, 'utf8')).replace('version: 0.1.0\n', 'version: 0.1.0\n').replace('    version: 0.1.0', '    version: 0.2.0'));
+      await fs.writeFile(
+        manifest,
+        (await fs.readFile(manifest, 'utf8')).replace('version: 0.1.0\n', 'version: 0.1.0\n').replace('    version: 0.1.0', '    version: 0.2.0'),
+      );
       const lockBefore = await fs.readFile(path.join(project, 'murmur.lock'), 'utf8');
       const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'describe', name: 'echo-tool' }])], { cwd: project, env });
       expect(result.code, result.stderr).toBe(0);

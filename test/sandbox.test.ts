@@ -28,12 +28,30 @@ describe('the capsule sandbox', () => {
     await scratch.cleanup();
   });
 
-  async function probe(name: string, manifest: string, actions: unknown[], extraEnv: Record<string, string> = {}, workdir?: string): Promise<{ results: ProbeResult[]; workdir: string; code: number | null; stderr: string }> {
+  async function probe(
+    name: string,
+    manifest: string,
+    actions: unknown[],
+    extraEnv: Record<string, string> = {},
+    workdir?: string,
+  ): Promise<{ results: ProbeResult[]; workdir: string; code: number | null; stderr: string }> {
     const project = await probeProject(path.join(scratch.dir, name), manifest);
     const args = ['run', '--json', '--task', JSON.stringify(actions), ...(workdir ? ['--workdir', workdir] : [])];
     const result = await runMur(args, { cwd: project, env: { ...env, ...extraEnv } });
     const launch = result.stdout ? (JSON.parse(result.stdout) as { workdir: string }) : { workdir: '' };
-    const log = launch.workdir ? await fs.readFile(path.join(launch.workdir, workdir ? path.join('.murmur', (JSON.parse(result.stdout) as { session_id: string }).session_id) : '', 'logs', 'session.log'), 'utf8').catch(() => '') : '';
+    const log = launch.workdir
+      ? await fs
+          .readFile(
+            path.join(
+              launch.workdir,
+              workdir ? path.join('.murmur', (JSON.parse(result.stdout) as { session_id: string }).session_id) : '',
+              'logs',
+              'session.log',
+            ),
+            'utf8',
+          )
+          .catch(() => '')
+      : '';
     return { results: probeResults(log.replaceAll('[stdout] ', '')), workdir: launch.workdir, code: result.code, stderr: result.stderr };
   }
 
@@ -64,10 +82,14 @@ describe('the capsule sandbox', () => {
       expect(probed.code, probed.stderr).toBe(0);
     });
 
-    const shellOutput = (index: number): { exitCode: number; stdout: string; stderr: string } => (results[index]?.value ?? {}) as { exitCode: number; stdout: string; stderr: string };
+    const shellOutput = (index: number): { exitCode: number; stdout: string; stderr: string } =>
+      (results[index]?.value ?? {}) as { exitCode: number; stdout: string; stderr: string };
 
     it('sees no host process: only the sandbox’s own', () => {
-      const processes = shellOutput(0).stdout.trim().split('\n').map((line) => line.trim());
+      const processes = shellOutput(0)
+        .stdout.trim()
+        .split('\n')
+        .map((line) => line.trim());
       expect(processes.sort()).toEqual(['bwrap', 'node', 'ps']);
     });
 
@@ -141,7 +163,9 @@ describe('the capsule sandbox', () => {
         { op: 'write', path: 'note.txt', text: 'scoped' },
         { op: 'read', path: '../task.md' },
       ];
-      const { results, workdir } = await probe('scoped', 'capabilities:\n  filesystem:\n    scope: data\n  env:\n    allow: [PROBE_ACTIONS]\n', actions, { PROBE_ACTIONS: JSON.stringify(actions) });
+      const { results, workdir } = await probe('scoped', 'capabilities:\n  filesystem:\n    scope: data\n  env:\n    allow: [PROBE_ACTIONS]\n', actions, {
+        PROBE_ACTIONS: JSON.stringify(actions),
+      });
       expect(results[0]).toMatchObject({ ok: true });
       expect(await fs.readFile(path.join(workdir, 'data', 'note.txt'), 'utf8')).toBe('scoped');
       expect(existsSync(path.join(workdir, 'note.txt'))).toBe(false);

@@ -30,7 +30,8 @@ describe('the sealed sandbox, piece by piece', () => {
 
   beforeAll(async () => {
     // python3 and curl run inside the sandbox as shell tools; a machine without them cannot say anything here.
-    for (const tool of ['/usr/bin/python3', '/usr/bin/curl']) expect(spawnSync(tool, ['--version']).status, `${tool} is needed (apt-get install python3 curl)`).toBe(0);
+    for (const tool of ['/usr/bin/python3', '/usr/bin/curl'])
+      expect(spawnSync(tool, ['--version']).status, `${tool} is needed (apt-get install python3 curl)`).toBe(0);
     scratch = await tempDir('murmur-sealed-');
     env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
   });
@@ -39,7 +40,12 @@ describe('the sealed sandbox, piece by piece', () => {
     await scratch.cleanup();
   });
 
-  async function run(name: string, capabilities: string, actions: unknown[], prepare?: (workdir: string) => Promise<void>): Promise<{ results: ProbeResult[]; code: number | null; stderr: string; stdout: string; trace: Array<Record<string, unknown>>; workdir: string }> {
+  async function run(
+    name: string,
+    capabilities: string,
+    actions: unknown[],
+    prepare?: (workdir: string) => Promise<void>,
+  ): Promise<{ results: ProbeResult[]; code: number | null; stderr: string; stdout: string; trace: Array<Record<string, unknown>>; workdir: string }> {
     const project = await probeProject(path.join(scratch.dir, name), `capabilities:\n  containment: sealed\n${capabilities}`);
     const workdir = path.join(scratch.dir, `${name}-wd`);
     await fs.mkdir(workdir);
@@ -67,7 +73,8 @@ describe('the sealed sandbox, piece by piece', () => {
     beforeAll(async () => {
       if (!arch) return void console.warn(`[sealed] seccomp not exercised: no filter is built for ${process.arch}`);
       const calls: Array<[string, number, number[]]> = [];
-      for (const [name, numbers] of Object.entries(DENIED_SYSCALLS)) if (numbers[arch] !== undefined) calls.push([name, numbers[arch] as number, [0, 0, 0, 0, 0, 0]]);
+      for (const [name, numbers] of Object.entries(DENIED_SYSCALLS))
+        if (numbers[arch] !== undefined) calls.push([name, numbers[arch] as number, [0, 0, 0, 0, 0, 0]]);
       const clone = ARGUMENT_SYSCALLS.clone[arch] as number;
       const socket = ARGUMENT_SYSCALLS.socket[arch] as number;
       const SIGCHLD = 17;
@@ -90,7 +97,11 @@ describe('the sealed sandbox, piece by piece', () => {
       answers = json(outcome.results[0]) as Record<string, string>;
     }, 120_000);
 
-    const denied = arch ? Object.entries(DENIED_SYSCALLS).filter(([, numbers]) => numbers[arch] !== undefined).map(([name]) => name) : [];
+    const denied = arch
+      ? Object.entries(DENIED_SYSCALLS)
+          .filter(([, numbers]) => numbers[arch] !== undefined)
+          .map(([name]) => name)
+      : [];
     it.skipIf(!arch).each(denied)('refuses %s with EPERM', (name) => {
       expect(answers[name]).toBe('EPERM');
     });
@@ -115,7 +126,9 @@ describe('the sealed sandbox, piece by piece', () => {
 
     it.skipIf(!arch)('allows AF_UNIX sockets when network.unix_sockets grants them', async () => {
       const socket = ARGUMENT_SYSCALLS.socket[arch as 'x64'] as number;
-      const outcome = await run('unix-granted', '  network:\n    unix_sockets: true\n  shell:\n    allow: [python3]\n', [python(script('syscalls.py'), JSON.stringify([['socket:AF_UNIX', socket, [1, 1, 0]]]))]);
+      const outcome = await run('unix-granted', '  network:\n    unix_sockets: true\n  shell:\n    allow: [python3]\n', [
+        python(script('syscalls.py'), JSON.stringify([['socket:AF_UNIX', socket, [1, 1, 0]]])),
+      ]);
       expect(json(outcome.results[0])).toEqual({ 'socket:AF_UNIX': 'ok' });
     });
   });
@@ -132,7 +145,10 @@ describe('the sealed sandbox, piece by piece', () => {
           // By path: a binary on the system that shell.allow does not name.
           python('-c', "import subprocess\ntry:\n  subprocess.run(['/usr/bin/ls'])\n  print('ran')\nexcept OSError as e:\n  print(e.strerror)"),
           // By copy: the allowlisted python3 itself, copied into the workdir.
-          python('-c', "import subprocess\ntry:\n  subprocess.run(['./python-copy', '-c', 'print(1)'])\n  print('ran')\nexcept OSError as e:\n  print(e.strerror)"),
+          python(
+            '-c',
+            "import subprocess\ntry:\n  subprocess.run(['./python-copy', '-c', 'print(1)'])\n  print('ran')\nexcept OSError as e:\n  print(e.strerror)",
+          ),
           // The allowlisted binary runs, by its own path too.
           python('-c', "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True, text=True).stdout.strip())"),
         ],
@@ -187,7 +203,16 @@ describe('the sealed sandbox, piece by piece', () => {
         'network',
         `  network:\n    allow: [${allow.map((entry) => `"${entry}"`).join(', ')}]\n  shell:\n    allow: [python3, curl]\n`,
         [
-          python(script('network.py'), `tcp:127.0.0.1:${listed.port}`, `tcp:127.0.0.1:${unlisted.port}`, `udp:127.0.0.1:${udp.port}`, 'udp:1.1.1.1:53', 'dns:api.murmur-test.invalid', 'dns:unlisted.murmur-test.invalid', 'dns:localhost'),
+          python(
+            script('network.py'),
+            `tcp:127.0.0.1:${listed.port}`,
+            `tcp:127.0.0.1:${unlisted.port}`,
+            `udp:127.0.0.1:${udp.port}`,
+            'udp:1.1.1.1:53',
+            'dns:api.murmur-test.invalid',
+            'dns:unlisted.murmur-test.invalid',
+            'dns:localhost',
+          ),
           { op: 'shell', binary: 'curl', args: ['-sS', '--max-time', '10', '--cacert', 'ca.pem', `${tls.url}/hello`] },
           { op: 'shell', binary: 'curl', args: ['-sS', '--max-time', '10', `${unlisted.url}/never`] },
           { op: 'shell', binary: 'curl', args: ['-sS', '--max-time', '10', '-o', '/dev/null', '-w', '%{http_code}', `${listed.url}/plain`] },
@@ -229,7 +254,9 @@ describe('the sealed sandbox, piece by piece', () => {
     it('lets an allowlisted curl reach the loopback TLS server, the bytes untouched (the certificate verifies end to end)', () => {
       expect(value(outcome.results[1])).toMatchObject({ exitCode: 0, stdout: 'hello from the allowlisted TLS server' });
       expect(tls.connections()).toBe(1);
-      expect(outcome.trace).toContainEqual(expect.objectContaining({ event_type: 'egress', kind: 'tcp', target: `localhost:${tls.port}`, decision: 'allowed' }));
+      expect(outcome.trace).toContainEqual(
+        expect.objectContaining({ event_type: 'egress', kind: 'tcp', target: `localhost:${tls.port}`, decision: 'allowed' }),
+      );
     });
 
     it('never opens a connection to an unlisted server, whichever tool asks', () => {
@@ -284,7 +311,8 @@ describe('the sealed sandbox, piece by piece', () => {
         // The kernel exempts root's own user from RLIMIT_NPROC, and a sandbox a root executor starts
         // is root outside its namespace: the limit is set (checked), and cannot bind here.
         expect((json(outcome.results[3]) as { nproc_limit: number }).nproc_limit).toBeGreaterThanOrEqual(6);
-        const why = '[sealed] max_processes not exercised: this executor runs as root, which RLIMIT_NPROC never binds (the next test runs an executor as uid 1000 for it)';
+        const why =
+          '[sealed] max_processes not exercised: this executor runs as root, which RLIMIT_NPROC never binds (the next test runs an executor as uid 1000 for it)';
         console.warn(why);
         context.skip(why);
       }
@@ -314,7 +342,8 @@ describe('the sealed sandbox, piece by piece', () => {
         for (let attempt = 0; attempt < 40; attempt += 1) {
           try {
             // The session's own groups are gone already (the executor removes them); a straggler is not.
-            for (const entry of readdirSync(group, { withFileTypes: true })) if (entry.isDirectory()) await fs.rmdir(path.join(group, entry.name)).catch(() => undefined);
+            for (const entry of readdirSync(group, { withFileTypes: true }))
+              if (entry.isDirectory()) await fs.rmdir(path.join(group, entry.name)).catch(() => undefined);
             await fs.rmdir(group);
             break;
           } catch (error) {
@@ -327,7 +356,9 @@ describe('the sealed sandbox, piece by piece', () => {
 
     it('refuses a fork past max_processes, counted over the tasks the sandbox’s user already runs', async (context) => {
       if (!isRoot || !v1) {
-        const why = !isRoot ? '[sealed] covered by the resource ceilings above: this run is unprivileged already' : '[sealed] max_processes as uid 1000 needs a cgroup v1 subtree to delegate, and this host is cgroup v2';
+        const why = !isRoot
+          ? '[sealed] covered by the resource ceilings above: this run is unprivileged already'
+          : '[sealed] max_processes as uid 1000 needs a cgroup v1 subtree to delegate, and this host is cgroup v2';
         console.warn(why);
         return context.skip(why);
       }
@@ -340,8 +371,12 @@ describe('the sealed sandbox, piece by piece', () => {
       await fs.chmod(scratch.dir, 0o755);
       const dir = path.join(scratch.dir, 'unprivileged');
       await fs.mkdir(dir, { recursive: true });
-      const project = await probeProject(path.join(dir, 'capsule'), 'capabilities:\n  containment: sealed\n  shell:\n    allow: [python3]\n  resources:\n    max_processes: 6\n');
-      for (const entry of [dir, path.join(dir, 'capsule'), path.join(dir, 'capsule', 'murmur.yaml'), path.join(dir, 'capsule', 'capsule.wasm')]) await fs.chown(entry, 1000, 1000);
+      const project = await probeProject(
+        path.join(dir, 'capsule'),
+        'capabilities:\n  containment: sealed\n  shell:\n    allow: [python3]\n  resources:\n    max_processes: 6\n',
+      );
+      for (const entry of [dir, path.join(dir, 'capsule'), path.join(dir, 'capsule', 'murmur.yaml'), path.join(dir, 'capsule', 'capsule.wasm')])
+        await fs.chown(entry, 1000, 1000);
       const task = JSON.stringify([python(script('ceilings.py'), 'nproc', '40')]);
       const child = spawn(process.execPath, [murBin, 'run', '--task', task], {
         cwd: project,
@@ -365,7 +400,10 @@ describe('the sealed sandbox, piece by piece', () => {
 
   describe('the workdir ceiling', () => {
     it('refuses the next spawn naming workdir_max_bytes and ends the session with E-RUN-013 — the guard walks every 10 s', async () => {
-      const project = await probeProject(path.join(scratch.dir, 'workdir-ceiling'), 'capabilities:\n  containment: sealed\n  shell:\n    allow: [python3]\n  resources:\n    workdir_max_bytes: 1048576\n');
+      const project = await probeProject(
+        path.join(scratch.dir, 'workdir-ceiling'),
+        'capabilities:\n  containment: sealed\n  shell:\n    allow: [python3]\n  resources:\n    workdir_max_bytes: 1048576\n',
+      );
       // Two spawns 11 s apart: the first fills the workdir past its ceiling, the guard's walk (every
       // 10 s) sees it, the second is refused.
       const fill = python('-c', "open('filler', 'wb').write(b'x' * 2097152)");
@@ -374,7 +412,10 @@ describe('the sealed sandbox, piece by piece', () => {
       expect(result.code).toBe(1);
       const results = probeResults(result.stdout);
       expect(results[0]?.ok).toBe(true);
-      expect(results[2]).toMatchObject({ ok: false, error: expect.stringContaining('past the 1048576 byte ceiling (capabilities.resources.workdir_max_bytes)') });
+      expect(results[2]).toMatchObject({
+        ok: false,
+        error: expect.stringContaining('past the 1048576 byte ceiling (capabilities.resources.workdir_max_bytes)'),
+      });
       expect(result.stderr).toContain('error[E-RUN-013]: session workdir grew to');
       expect(result.stderr).toContain('hint: raise capabilities.resources.workdir_max_bytes');
     }, 60_000);
@@ -389,7 +430,10 @@ describe('containment: declared, achieved, explained', () => {
   beforeAll(async () => {
     scratch = await tempDir('murmur-containment-');
     env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
-    project = await probeProject(path.join(scratch.dir, 'capsule'), 'capabilities:\n  network:\n    allow: [api.example.com]\n  shell:\n    allow: [python3]\n    interpreter_runtime:\n      - binary: python3\n        dirs:\n          - { path: /usr/lib/python3, list_dir: true }\n');
+    project = await probeProject(
+      path.join(scratch.dir, 'capsule'),
+      'capabilities:\n  network:\n    allow: [api.example.com]\n  shell:\n    allow: [python3]\n    interpreter_runtime:\n      - binary: python3\n        dirs:\n          - { path: /usr/lib/python3, list_dir: true }\n',
+    );
   });
 
   afterAll(async () => {
@@ -457,15 +501,22 @@ describe('containment: declared, achieved, explained', () => {
     const unsealed = { ...env, MURMUR_CONFINE: 'none' };
     const result = await runMur(['run', '--containment', 'sealed'], { cwd: project, env: unsealed });
     expect(result.code).toBe(1);
-    expect(result.stderr).toContain("error[E-CAP-003]: declared containment class 'sealed' is not achievable on this host (achieved: 'scoped'): sealing is turned off on this executor (MURMUR_CONFINE=none)");
+    expect(result.stderr).toContain(
+      "error[E-CAP-003]: declared containment class 'sealed' is not achievable on this host (achieved: 'scoped'): sealing is turned off on this executor (MURMUR_CONFINE=none)",
+    );
     expect(result.stderr).toContain("hint: lower the declared floor to 'scoped'");
     expect(readdirSync(project)).not.toContain('workdir');
-    const missing = await runMur(['run', '--containment', 'sealed'], { cwd: project, env: { ...env, MURMUR_CONFINE: path.join(scratch.dir, 'no-such-helper') } });
+    const missing = await runMur(['run', '--containment', 'sealed'], {
+      cwd: project,
+      env: { ...env, MURMUR_CONFINE: path.join(scratch.dir, 'no-such-helper') },
+    });
     expect(missing.stderr).toContain(`the confinement helper ${path.join(scratch.dir, 'no-such-helper')} was not built`);
     // The report says the same, and still exits 0.
     const report = await runMur(['run', '--explain-scope', '--containment', 'sealed'], { cwd: project, env: unsealed });
     expect(report.code).toBe(0);
-    expect(report.stdout).toContain('  floor met: no\n  reason:    sealing is turned off on this executor (MURMUR_CONFINE=none)\n  mechanism: mountns+pivot_root');
+    expect(report.stdout).toContain(
+      '  floor met: no\n  reason:    sealing is turned off on this executor (MURMUR_CONFINE=none)\n  mechanism: mountns+pivot_root',
+    );
     expect(report.stdout).toContain('This is a report only');
   });
 
@@ -476,7 +527,9 @@ describe('containment: declared, achieved, explained', () => {
     await fs.mkdir(env.MURMUR_HOME as string, { recursive: true });
     await fs.writeFile(path.join(env.MURMUR_HOME as string, 'config.yaml'), 'containment: sealed\n');
     try {
-      const explained = JSON.parse((await runMur(['run', '--explain-scope', '--json', '--containment', 'advisory'], { cwd: configured, env })).stdout) as Record<string, unknown>;
+      const explained = JSON.parse(
+        (await runMur(['run', '--explain-scope', '--json', '--containment', 'advisory'], { cwd: configured, env })).stdout,
+      ) as Record<string, unknown>;
       expect(explained.declared_containment).toBe('sealed');
       const refused = await runMur(['run'], { cwd: configured, env: { ...env, MURMUR_CONFINE: 'none' } });
       expect(refused.stderr).toContain("error[E-CAP-003]: declared containment class 'sealed'");
@@ -497,13 +550,20 @@ describe('containment: declared, achieved, explained', () => {
     await fs.writeFile(file, 'registry:\n  default: official\ncontainment: airtight\n');
     const result = await runMur(['run'], { cwd: configured, env });
     expect(result.code).toBe(1);
-    expect(result.stderr).toContain(`error[E-CFG-003]: ${file}: invalid configuration value for 'containment': must be one of: advisory, scoped, sealed; got 'airtight' (line 3)`);
+    expect(result.stderr).toContain(
+      `error[E-CFG-003]: ${file}: invalid configuration value for 'containment': must be one of: advisory, scoped, sealed; got 'airtight' (line 3)`,
+    );
   });
 
   it('refuses workdir_exec under a sealed floor: a binary written into the workdir would run whatever shell.allow says', async () => {
-    const exec = await probeProject(path.join(scratch.dir, 'workdir-exec'), 'capabilities:\n  containment: sealed\n  filesystem:\n    workdir_exec: true\n  shell:\n    allow: [python3]\n');
+    const exec = await probeProject(
+      path.join(scratch.dir, 'workdir-exec'),
+      'capabilities:\n  containment: sealed\n  filesystem:\n    workdir_exec: true\n  shell:\n    allow: [python3]\n',
+    );
     const result = await runMur(['run'], { cwd: exec, env });
     expect(result.code).toBe(1);
-    expect(result.stderr).toContain("error[E-CAP-003]: declared containment class 'sealed' is not achievable on this host (achieved: 'advisory'): capabilities.filesystem.workdir_exec: true keeps the execute right on the session workdir");
+    expect(result.stderr).toContain(
+      "error[E-CAP-003]: declared containment class 'sealed' is not achievable on this host (achieved: 'advisory'): capabilities.filesystem.workdir_exec: true keeps the execute right on the session workdir",
+    );
   });
 });

@@ -108,7 +108,10 @@ describe('the services as processes on NATS', () => {
 
   /** Runs a service process that is expected not to start, and returns its exit code and log. */
   async function refusedStart(name: string, env: Record<string, string>): Promise<{ code: number | null; log: string }> {
-    const child = spawn(process.execPath, [path.join(repositoryRoot, 'services', name, 'dist', 'index.js')], { env: { PATH: process.env.PATH ?? '', MURMUR_NATS_URL: nats.url, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [path.join(repositoryRoot, 'services', name, 'dist', 'index.js')], {
+      env: { PATH: process.env.PATH ?? '', MURMUR_NATS_URL: nats.url, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let log = '';
     child.stdout.on('data', (chunk: Buffer) => (log += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (log += chunk.toString()));

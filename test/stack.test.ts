@@ -50,13 +50,23 @@ describe('mur run on the stack', () => {
 
   async function runProbe(name: string, actions: unknown[], extraEnv: Record<string, string> = {}, manifest = probeManifest) {
     const project = await probeProject(path.join(scratch.dir, name), manifest);
-    return runMur(['run', '--task', JSON.stringify(actions)], { cwd: project, env: { ...extraEnv, MURMUR_HOME: env.MURMUR_HOME as string, ...('MURMUR_NATS_URL' in extraEnv ? {} : { MURMUR_NATS_URL: env.MURMUR_NATS_URL as string }) } });
+    return runMur(['run', '--task', JSON.stringify(actions)], {
+      cwd: project,
+      env: {
+        ...extraEnv,
+        MURMUR_HOME: env.MURMUR_HOME as string,
+        ...('MURMUR_NATS_URL' in extraEnv ? {} : { MURMUR_NATS_URL: env.MURMUR_NATS_URL as string }),
+      },
+    });
   }
 
   it('gives the same result over NATS as in-process', async () => {
     const actions = [{ op: 'env' }, { op: 'write', path: 'out/x.txt', text: 'same' }, { op: 'read', path: 'out/x.txt' }, { op: 'read', path: '/etc/passwd' }];
     const overNats = await runProbe('same-nats', actions, { GREETING: 'hi' });
-    const inProcess = await runMur(['run', '--task', JSON.stringify(actions)], { cwd: await probeProject(path.join(scratch.dir, 'same-local'), probeManifest), env: { MURMUR_HOME: env.MURMUR_HOME as string, GREETING: 'hi' } });
+    const inProcess = await runMur(['run', '--task', JSON.stringify(actions)], {
+      cwd: await probeProject(path.join(scratch.dir, 'same-local'), probeManifest),
+      env: { MURMUR_HOME: env.MURMUR_HOME as string, GREETING: 'hi' },
+    });
     expect(overNats.code, overNats.stderr).toBe(0);
     expect(inProcess.code, inProcess.stderr).toBe(0);
     const normalise = (stdout: string) =>
@@ -90,12 +100,20 @@ describe('mur run on the stack', () => {
 
   it('kills a session past its hard limit as a whole, and reports it', async () => {
     const project = await probeProject(path.join(scratch.dir, 'frozen'), 'capabilities:\n  limits:\n    deadline_seconds: 1\n');
-    const child: ChildProcess = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], { cwd: project, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child: ChildProcess = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], {
+      cwd: project,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const launch = await eventually(() => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined), 20_000, 'the launch line');
+    const launch = await eventually(
+      () => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
+      20_000,
+      'the launch line',
+    );
     // Freeze every process of the session: the host can no longer stop its guest at the deadline,
     // so only the executor's hard limit (deadline + grace) ends it.
     const cgroups = readFileSync('/proc/self/cgroup', 'utf8');
@@ -110,14 +128,18 @@ describe('mur run on the stack', () => {
     expect(stderr).toContain('killed as a whole');
     // Killed, and gone once reaped.
     for (const pid of pids) {
-      await eventually(() => {
-        try {
-          const state = readFileSync(`/proc/${pid}/stat`, 'utf8');
-          return startTokenFromStat(state) === undefined || / Z /.test(state) ? true : undefined;
-        } catch {
-          return true;
-        }
-      }, 5_000, `pid ${pid} to be gone`);
+      await eventually(
+        () => {
+          try {
+            const state = readFileSync(`/proc/${pid}/stat`, 'utf8');
+            return startTokenFromStat(state) === undefined || / Z /.test(state) ? true : undefined;
+          } catch {
+            return true;
+          }
+        },
+        5_000,
+        `pid ${pid} to be gone`,
+      );
     }
   });
 
@@ -136,10 +158,18 @@ describe('mur run on the stack', () => {
 
   it('records the start token of the very process that runs the session', async () => {
     const project = await probeProject(path.join(scratch.dir, 'token'), 'capabilities:\n  limits:\n    deadline_seconds: 2\n');
-    const child = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], { cwd: project, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'ignore'] });
+    const child = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], {
+      cwd: project,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
     let stdout = '';
     child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    const launch = await eventually(() => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined), 20_000, 'the launch line');
+    const launch = await eventually(
+      () => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
+      20_000,
+      'the launch line',
+    );
     const liveToken = startTokenFromStat(readFileSync(`/proc/${launch.pid}/stat`, 'utf8'));
     const start = await eventually(() => started.find((event) => event.session_id === launch.session_id), 5_000, 'session.started');
     expect(start.process_start).toBe(liveToken);
@@ -147,7 +177,11 @@ describe('mur run on the stack', () => {
   });
 
   it('tails the bus with mur events', async () => {
-    const events = spawn(process.execPath, [murBin, 'events', 'session.>', '--json'], { cwd: repositoryRoot, env: { PATH: process.env.PATH ?? '', MURMUR_NATS_URL: nats.url }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const events = spawn(process.execPath, [murBin, 'events', 'session.>', '--json'], {
+      cwd: repositoryRoot,
+      env: { PATH: process.env.PATH ?? '', MURMUR_NATS_URL: nats.url },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let lines = '';
     let ready = '';
     events.stdout?.on('data', (chunk: Buffer) => (lines += chunk.toString()));
@@ -156,14 +190,18 @@ describe('mur run on the stack', () => {
       await eventually(() => (ready.includes('listening') ? true : undefined), 10_000, 'mur events to listen');
       const result = await runProbe('watched', [{ op: 'print', text: 'watched' }]);
       const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1] as string;
-      const seen = await eventually(() => {
-        const subjects = lines
-          .trim()
-          .split('\n')
-          .filter((line) => line.includes(sessionId))
-          .map((line) => (JSON.parse(line) as { subject: string }).subject);
-        return subjects.includes('session.ended') ? subjects : undefined;
-      }, 10_000, 'session events in mur events');
+      const seen = await eventually(
+        () => {
+          const subjects = lines
+            .trim()
+            .split('\n')
+            .filter((line) => line.includes(sessionId))
+            .map((line) => (JSON.parse(line) as { subject: string }).subject);
+          return subjects.includes('session.ended') ? subjects : undefined;
+        },
+        10_000,
+        'session events in mur events',
+      );
       expect(seen).toEqual(expect.arrayContaining(['session.started', 'session.ended', `session.${sessionId}.output`]));
     } finally {
       events.kill('SIGINT');
@@ -177,5 +215,3 @@ describe('mur run on the stack', () => {
     expect(result.stderr).toContain('error[E-BUS-005]');
   });
 });
-
-

@@ -22,7 +22,16 @@ describe('tools and the artifact manager', () => {
     store = path.join(env.MURMUR_HOME as string, 'artifacts');
     server = await startCountingServer(() => ({ body: 'tool reached me' }));
     other = await startCountingServer(() => ({ body: 'tool must not reach me' }));
-    await publishInto(store, await componentArtifact('probe-tool', '1.0.0', (await probeTool()).bytes, 'tool', 'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\ntags: [testing]\n'));
+    await publishInto(
+      store,
+      await componentArtifact(
+        'probe-tool',
+        '1.0.0',
+        (await probeTool()).bytes,
+        'tool',
+        'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\ntags: [testing]\n',
+      ),
+    );
     await publishInto(store, await componentArtifact('probe-tool', '2.0.0', (await probeTool()).bytes));
     await publishInto(store, await nativeEchoTool('native-echo', '1.0.0'));
     await publishInto(store, await skillArtifact('house-style', '1.0.0', '# House style\nWrite plainly.\n'));
@@ -34,7 +43,11 @@ describe('tools and the artifact manager', () => {
     await scratch.cleanup();
   });
 
-  async function run(name: string, manifest: string, actions: unknown[]): Promise<{ results: ProbeResult[]; workdir: string; trace: Array<Record<string, unknown>>; project: string }> {
+  async function run(
+    name: string,
+    manifest: string,
+    actions: unknown[],
+  ): Promise<{ results: ProbeResult[]; workdir: string; trace: Array<Record<string, unknown>>; project: string }> {
     const project = await probeProject(path.join(scratch.dir, name), manifest);
     const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], { cwd: project, env });
     expect(result.code, result.stderr).toBe(0);
@@ -112,7 +125,9 @@ describe('tools and the artifact manager', () => {
   });
 
   it('runs a native tool with JSON on stdin and stdout, in a scrubbed environment', async () => {
-    const { results, workdir } = await run('native', 'artifacts:\n  - name: native-echo\n    version: 1.0.0\n', [{ op: 'invoke', name: 'native-echo', data: 'ping' }]);
+    const { results, workdir } = await run('native', 'artifacts:\n  - name: native-echo\n    version: 1.0.0\n', [
+      { op: 'invoke', name: 'native-echo', data: 'ping' },
+    ]);
     expect(results[0]).toMatchObject({ ok: true, value: { status: 'passed', summary: 'native native-echo' } });
     const data = (results[0]?.value as { data: string }).data;
     expect(data).toContain(`HOME=${path.join(workdir, '.capsule-home')}`);
@@ -123,7 +138,9 @@ describe('tools and the artifact manager', () => {
   });
 
   it('returns a skill’s text when a skill is invoked', async () => {
-    const { results } = await run('skill', 'artifacts:\n  - name: house-style\n    version: 1.0.0\n    runtime: skill\n', [{ op: 'invoke', name: 'house-style' }]);
+    const { results } = await run('skill', 'artifacts:\n  - name: house-style\n    version: 1.0.0\n    runtime: skill\n', [
+      { op: 'invoke', name: 'house-style' },
+    ]);
     expect(results[0]).toMatchObject({ ok: true, value: { status: 'passed', data: '# House style\nWrite plainly.\n' } });
   });
 
@@ -158,7 +175,9 @@ describe('tools and the artifact manager', () => {
       expect(results[1]).toMatchObject({ ok: true, value: { status: 'passed' } });
       expect(await listTree(path.join(workdir, 'tools'))).toContain('probe-tool/murmur.yaml');
       const zip = await fs.readFile(path.join(store, 'probe-tool', '2.0.0', 'probe-tool-2.0.0.mur.zip'));
-      expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts).toEqual([{ name: 'probe-tool', resolved_version: '2.0.0', sha256: { wasm: sha256Hex(zip) } }]);
+      expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts).toEqual([
+        { name: 'probe-tool', resolved_version: '2.0.0', sha256: { wasm: sha256Hex(zip) } },
+      ]);
     });
 
     it('refuses a pull that contradicts murmur.lock and writes nothing', async () => {

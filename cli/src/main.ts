@@ -28,7 +28,11 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .argument('[source]', 'directory holding murmur.yaml', '.')
     .option('-o, --output <path>', 'output .mur.zip, or a directory to write it into')
     .option('--json', 'print the result as one JSON line')
-    .action(run((source: string, options: { output?: string; json?: boolean }) => import('./commands/build.js').then((module) => module.buildCommand(source, options, output))));
+    .action(
+      run((source: string, options: { output?: string; json?: boolean }) =>
+        import('./commands/build.js').then((module) => module.buildCommand(source, options, output)),
+      ),
+    );
 
   program
     .command('publish')
@@ -36,7 +40,11 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .argument('[zip]', 'the artifact (default: ./<name>-<version>.mur.zip)')
     .option('--registry <url|local>', "'local' (the global store) or a roost URL")
     .option('--platform <os-arch>', 'publish as a native variant for this platform')
-    .action(run((zip: string | undefined, options: { registry?: string; platform?: string }) => import('./commands/publish.js').then((module) => module.publishCommand(zip, options, output))));
+    .action(
+      run((zip: string | undefined, options: { registry?: string; platform?: string }) =>
+        import('./commands/publish.js').then((module) => module.publishCommand(zip, options, output)),
+      ),
+    );
 
   program
     .command('install')
@@ -44,7 +52,11 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .argument('[ref]', 'name@version, or a path to a .mur.zip (default: every artifact the manifest declares)')
     .option('-g, --global', 'install into the global store instead (no lock)')
     .option('--registry <url|local>', "where to look: 'local' (the global store) or a roost URL")
-    .action(run((ref: string | undefined, options: { global?: boolean; registry?: string }) => import('./commands/install.js').then((module) => module.installCommand(ref, options, output))));
+    .action(
+      run((ref: string | undefined, options: { global?: boolean; registry?: string }) =>
+        import('./commands/install.js').then((module) => module.installCommand(ref, options, output)),
+      ),
+    );
 
   program
     .command('list')
@@ -53,7 +65,11 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .addOption(new Option('--all', 'the project and the global store').conflicts('global'))
     .option('--registry <url>', "a roost's index")
     .option('--json', 'print JSON')
-    .action(run((options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }) => import('./commands/list.js').then((module) => module.listCommand(options, output))));
+    .action(
+      run((options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }) =>
+        import('./commands/list.js').then((module) => module.listCommand(options, output)),
+      ),
+    );
 
   program
     .command('stage')
@@ -63,7 +79,11 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('--capsule-version <version>', 'the version of --capsule')
     .option('--json', 'print the staged plan as JSON')
     .option('-v, --verbose', 'log what the services do')
-    .action(run((dir: string | undefined, options: { capsule?: string; capsuleVersion?: string; json?: boolean; verbose?: boolean }) => import('./commands/stage.js').then((module) => module.stageCommand(dir, options, output))));
+    .action(
+      run((dir: string | undefined, options: { capsule?: string; capsuleVersion?: string; json?: boolean; verbose?: boolean }) =>
+        import('./commands/stage.js').then((module) => module.stageCommand(dir, options, output)),
+      ),
+    );
 
   program
     .command('run')
@@ -71,7 +91,10 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('--manifest <path>', 'the capsule manifest', './murmur.yaml')
     .option('--capsule <name>', 'run a capsule from a registry instead')
     .option('--capsule-version <version>', 'the version of --capsule')
-    .option('--workdir <dir>', "an existing directory to run in, on the executor's machine (default: <manifest dir>/workdir/<session>; on the stack, one on the executor)")
+    .option(
+      '--workdir <dir>',
+      "an existing directory to run in, on the executor's machine (default: <manifest dir>/workdir/<session>; on the stack, one on the executor)",
+    )
     .option('--task <file|text>', 'the task: a file copied to task.md, or the text itself')
     .option('--json', 'print one launch line as JSON, and nothing else on stdout')
     .option('--no-env-file', "do not load the project's .env")
@@ -80,8 +103,14 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('--system-prompt <text>', "replace the manifest's system prompt (empty clears it)")
     .option('--lifecycle-task-acceptance <mode>', 'override lifecycle.task_acceptance (none|single|queue)')
     .option('--lifecycle-after-task <mode>', 'override lifecycle.after_task (exit|sleep)')
-    .option('--containment <class>', 'a containment floor for this run (advisory|scoped|sealed); the strongest of it, the manifest and the workspace config wins')
-    .option('--explain-scope', 'print the containment (declared, achieved, floor met, mechanism) and the effective grants, and start nothing (--json: the trace\'s effective_grants)')
+    .option(
+      '--containment <class>',
+      'a containment floor for this run (advisory|scoped|sealed); the strongest of it, the manifest and the workspace config wins',
+    )
+    .option(
+      '--explain-scope',
+      "print the containment (declared, achieved, floor met, mechanism) and the effective grants, and start nothing (--json: the trace's effective_grants)",
+    )
     .action(run((options: Record<string, unknown>) => import('./commands/run.js').then((module) => module.runCommand(options, output))));
 
   program
@@ -103,14 +132,20 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .argument('[path]', 'a directory (listed) or a file (written to stdout), relative to the workdir', '')
     .option('-o, --out <path>', 'copy the file, or the whole directory, to this local path instead')
     .option('--json', 'print a directory listing as JSON')
-    .action(run((session: string, relative: string, options: { out?: string; json?: boolean }) => import('./commands/files.js').then((module) => module.filesCommand(session, relative, options, output))));
+    .action(
+      run((session: string, relative: string, options: { out?: string; json?: boolean }) =>
+        import('./commands/files.js').then((module) => module.filesCommand(session, relative, options, output)),
+      ),
+    );
 
   program
     .command('events')
     .description('tail the bus (MURMUR_NATS_URL): every subject, or those matching a pattern')
     .argument('[pattern]', "a subject pattern, e.g. 'session.>'", '>')
     .option('--json', 'one JSON object per line: {subject, payload}')
-    .action(run((pattern: string, options: { json?: boolean }) => import('./commands/events.js').then((module) => module.eventsCommand(pattern, options, output))));
+    .action(
+      run((pattern: string, options: { json?: boolean }) => import('./commands/events.js').then((module) => module.eventsCommand(pattern, options, output))),
+    );
 
   program
     .command('health')
@@ -128,7 +163,11 @@ export async function main(argv: string[], output: Output = processOutput): Prom
       'a capsule anyone may spawn without a session credential; repeat for more (default: MURMUR_ROOST_SPAWN_ALLOW, comma-separated)',
       (name: string, previous: string[] | undefined) => [...(previous ?? []), name],
     )
-    .action(run((options: { port?: string; registryPath?: string; spawnAllow?: string[] }) => import('./commands/roost.js').then((module) => module.roostCommand(options, output))));
+    .action(
+      run((options: { port?: string; registryPath?: string; spawnAllow?: string[] }) =>
+        import('./commands/roost.js').then((module) => module.roostCommand(options, output)),
+      ),
+    );
 
   try {
     await program.parseAsync(argv);

@@ -31,7 +31,9 @@ export function registryChoice(flag: string | undefined): RegistryChoice {
   if (!value) return { kind: 'default' };
   if (value.toLowerCase() === 'local') return { kind: 'local' };
   if (!/^https?:\/\//.test(value)) {
-    throw new MurmurError('E-IO-003', `--registry '${value}' is neither 'local' nor an http(s) URL`, { hint: "use --registry local, or --registry http://127.0.0.1:7700 for a roost" });
+    throw new MurmurError('E-IO-003', `--registry '${value}' is neither 'local' nor an http(s) URL`, {
+      hint: 'use --registry local, or --registry http://127.0.0.1:7700 for a roost',
+    });
   }
   return { kind: 'remote', url: value.replace(/\/+$/, '') };
 }

@@ -42,7 +42,9 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
       async door() {
         const located = await bus.request(commands.locateDoor, {}, { timeoutMs: 5_000 }).catch((error: unknown) => {
           throw error instanceof MurmurError && error.code === 'E-BUS-004'
-            ? new MurmurError('E-DOOR-001', `no door answers on ${bus.description}, so an agent capsule would be unreachable`, { hint: 'start the door service (node services/door/dist/index.js), or unset MURMUR_NATS_URL to run everything in-process' })
+            ? new MurmurError('E-DOOR-001', `no door answers on ${bus.description}, so an agent capsule would be unreachable`, {
+                hint: 'start the door service (node services/door/dist/index.js), or unset MURMUR_NATS_URL to run everything in-process',
+              })
             : error;
         });
         return located.base_url;
@@ -65,7 +67,9 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
         const service = startDoorService({ bus, log, env });
         const listener = await listenHttp(service.http, { host: bind, port }).catch((error: NodeJS.ErrnoException) => {
           void service.close();
-          throw new MurmurError('E-IO-003', `cannot bind the session's door on ${bind}:${port}: ${error.code ?? error.message}`, { hint: 'choose another --bind address, or another network.internal_port (0 picks a free port)' });
+          throw new MurmurError('E-IO-003', `cannot bind the session's door on ${bind}:${port}: ${error.code ?? error.message}`, {
+            hint: 'choose another --bind address, or another network.internal_port (0 picks a free port)',
+          });
         });
         service.setBaseUrl(listener.url);
         door = { service, listener };

@@ -20,19 +20,31 @@ export async function locateSession(bus: Bus, sessionId: string): Promise<Sessio
 /** One request to the executor that holds the session, its silence turned into a refusal that names it. */
 export async function askExecutor(bus: Bus, location: SessionLocation, query: { path: string; offset?: number }): Promise<SessionFilesReply> {
   try {
-    return await bus.request(commands.sessionFiles.at(location.executor_id), { session_id: location.session_id, path: query.path, offset: query.offset ?? 0 }, { timeoutMs: 15_000 });
+    return await bus.request(
+      commands.sessionFiles.at(location.executor_id),
+      { session_id: location.session_id, path: query.path, offset: query.offset ?? 0 },
+      { timeoutMs: 15_000 },
+    );
   } catch (error) {
     if (error instanceof MurmurError && (error.code === 'E-BUS-004' || error.code === 'E-BUS-003')) {
-      throw new MurmurError('E-SES-003', `executor ${location.executor_id}, which holds session ${location.session_id}, does not answer (${error.code})`, { path: location.session_id });
+      throw new MurmurError('E-SES-003', `executor ${location.executor_id}, which holds session ${location.session_id}, does not answer (${error.code})`, {
+        path: location.session_id,
+      });
     }
     throw error;
   }
 }
 
 /** A file's bytes, slice by slice, each checked against the size the first slice announced. */
-export async function* sessionFileChunks(bus: Bus, location: SessionLocation, relative: string, first?: SessionFilesReply & { type: 'file' }): AsyncIterable<Buffer> {
+export async function* sessionFileChunks(
+  bus: Bus,
+  location: SessionLocation,
+  relative: string,
+  first?: SessionFilesReply & { type: 'file' },
+): AsyncIterable<Buffer> {
   let reply = first ?? (await askExecutor(bus, location, { path: relative }));
-  if (reply.type !== 'file') throw new MurmurError('E-IO-003', `'${relative}' in session ${location.session_id} is a directory, not a file`, { path: relative });
+  if (reply.type !== 'file')
+    throw new MurmurError('E-IO-003', `'${relative}' in session ${location.session_id} is a directory, not a file`, { path: relative });
   const size = reply.size;
   let offset = 0;
   for (;;) {
@@ -41,7 +53,8 @@ export async function* sessionFileChunks(bus: Bus, location: SessionLocation, re
     offset += chunk.length;
     if (offset >= size || chunk.length === 0) return;
     const next = await askExecutor(bus, location, { path: relative, offset });
-    if (next.type !== 'file') throw new MurmurError('E-IO-003', `'${relative}' in session ${location.session_id} changed into a directory while it was read`, { path: relative });
+    if (next.type !== 'file')
+      throw new MurmurError('E-IO-003', `'${relative}' in session ${location.session_id} changed into a directory while it was read`, { path: relative });
     reply = next;
   }
 }

@@ -10,7 +10,12 @@ export type CliStageSource = { kind: 'directory'; dir: string } | { kind: 'regis
  * packed and put in the bus's object store (a file the store already holds is not sent again), and
  * a stager is asked for the plan, its progress reported as it goes.
  */
-export async function stageThroughBus(bus: Bus, source: CliStageSource, request: Omit<StageRequest, 'source'>, onProgress?: (progress: StageProgress) => void): Promise<StagedPlan> {
+export async function stageThroughBus(
+  bus: Bus,
+  source: CliStageSource,
+  request: Omit<StageRequest, 'source'>,
+  onProgress?: (progress: StageProgress) => void,
+): Promise<StagedPlan> {
   const stageSource: StageRequest['source'] =
     source.kind === 'directory'
       ? { kind: 'project', project: await uploadProject(bus, source.dir) }

@@ -85,18 +85,29 @@ describe('mur publish, install and list', () => {
     await runMur(['build', dir], { env });
     const zip = path.join(dir, 'echo-tool-0.1.0.mur.zip');
     await runMur(['publish', zip], { env });
-    const project = await capsuleProject(path.join(scratch.dir, 'app'), 'name: app\nversion: 1.0.0\nartifacts:\n  - name: echo-tool\n    version: 0.1.0\n', (await capsuleWat()).bytes);
+    const project = await capsuleProject(
+      path.join(scratch.dir, 'app'),
+      'name: app\nversion: 1.0.0\nartifacts:\n  - name: echo-tool\n    version: 0.1.0\n',
+      (await capsuleWat()).bytes,
+    );
 
     const result = await runMur(['install', 'echo-tool@0.1.0'], { cwd: project, env });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain('Installed echo-tool@0.1.0 →');
     const lock = await readLockfile(path.join(project, 'murmur.lock'));
-    expect(lock).toEqual({ lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(await fs.readFile(zip)) } }] });
+    expect(lock).toEqual({
+      lock_version: 1,
+      artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(await fs.readFile(zip)) } }],
+    });
 
     const list = await runMur(['list'], { cwd: project, env });
     expect(list.stdout).toBe('NAME       VERSION  RUNTIME  PLATFORMS\necho-tool  0.1.0    tool     —\n');
     const all = await runMur(['list', '--all'], { cwd: project, env });
-    expect(all.stdout.split('\n').slice(0, 3)).toEqual(['SCOPE    NAME       VERSION  RUNTIME  PLATFORMS', 'project  echo-tool  0.1.0    tool     —', 'global   echo-tool  0.1.0    tool     —']);
+    expect(all.stdout.split('\n').slice(0, 3)).toEqual([
+      'SCOPE    NAME       VERSION  RUNTIME  PLATFORMS',
+      'project  echo-tool  0.1.0    tool     —',
+      'global   echo-tool  0.1.0    tool     —',
+    ]);
   });
 
   it('installs a .mur.zip by path and upserts its pin', async () => {
@@ -110,7 +121,10 @@ describe('mur publish, install and list', () => {
 
   it('refuses an install that contradicts the lock with E-REG-005 and changes nothing', async () => {
     const project = await capsuleProject(path.join(scratch.dir, 'app'), 'name: app\nversion: 1.0.0\n', (await capsuleWat()).bytes);
-    await fs.writeFile(path.join(project, 'murmur.lock'), `lock_version: 1\nartifacts:\n  - name: echo-tool\n    resolved_version: 0.0.9\n    sha256:\n      wasm: ${'b'.repeat(64)}\n`);
+    await fs.writeFile(
+      path.join(project, 'murmur.lock'),
+      `lock_version: 1\nartifacts:\n  - name: echo-tool\n    resolved_version: 0.0.9\n    sha256:\n      wasm: ${'b'.repeat(64)}\n`,
+    );
     const zip = path.join(scratch.dir, 'echo-tool-0.1.0.mur.zip');
     await fs.writeFile(zip, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
     const lockBefore = await fs.readFile(path.join(project, 'murmur.lock'), 'utf8');
@@ -167,7 +181,10 @@ describe('mur stage', () => {
     expect(piped.stderr).toBe('');
     // A real pseudo-terminal, from util-linux's script(1), with a cache that has not seen this component.
     const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(murBin)} stage ${JSON.stringify(project)}`;
-    const terminal = spawnSync('script', ['-qec', command, '/dev/null'], { env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'fresh-home'), TERM: 'dumb' }, encoding: 'utf8' });
+    const terminal = spawnSync('script', ['-qec', command, '/dev/null'], {
+      env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'fresh-home'), TERM: 'dumb' },
+      encoding: 'utf8',
+    });
     expect(terminal.status).toBe(0);
     expect(terminal.stdout).toContain('transpiling hello@0.1.0 (182 B)');
     expect(terminal.stdout).toMatch(/✓ transpiled hello@0\.1\.0 \(182 B\) in \d+\.\ds/);
@@ -184,11 +201,17 @@ describe('mur stage', () => {
   });
 
   it('refuses a bad manifest with its code, path and line, on stderr only', async () => {
-    const project = await capsuleProject(path.join(scratch.dir, 'bad'), 'name: bad\nversion: 0.1.0\ncapabilities:\n  network:\n    allow: ["https://x.example.com/some/path"]\n', (await capsuleWat()).bytes);
+    const project = await capsuleProject(
+      path.join(scratch.dir, 'bad'),
+      'name: bad\nversion: 0.1.0\ncapabilities:\n  network:\n    allow: ["https://x.example.com/some/path"]\n',
+      (await capsuleWat()).bytes,
+    );
     const result = await runMur(['stage', project, '--json'], { env });
     expect(result.code).toBe(1);
     expect(result.stdout).toBe('');
-    expect(result.stderr).toContain("error[E-CAP-001]: murmur.yaml: invalid network allow entry 'https://x.example.com/some/path': URL allow entries must not include path, query, or fragment (line 5)");
+    expect(result.stderr).toContain(
+      "error[E-CAP-001]: murmur.yaml: invalid network allow entry 'https://x.example.com/some/path': URL allow entries must not include path, query, or fragment (line 5)",
+    );
   });
 });
 

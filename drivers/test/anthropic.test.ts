@@ -18,7 +18,10 @@ const basePayload = {
 
 /** A full streamed reply: a text block, a tool call whose input arrives in fragments. */
 const STREAM = sse([
-  ['message_start', { type: 'message_start', message: { id: 'msg_1', role: 'assistant', content: [], stop_reason: null, usage: { input_tokens: 42, output_tokens: 1 } } }],
+  [
+    'message_start',
+    { type: 'message_start', message: { id: 'msg_1', role: 'assistant', content: [], stop_reason: null, usage: { input_tokens: 42, output_tokens: 1 } } },
+  ],
   ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }],
   ['ping', { type: 'ping' }],
   ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Let me ' } }],
@@ -63,7 +66,14 @@ describe('the Anthropic request', () => {
   it('trims the system prompt and maps tools to name, input_schema and description', () => {
     const schema = { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] };
     const { body } = anthropic.buildAnthropicRequest(
-      { ...basePayload, system: '  Be brief.\n', tools: [{ name: 'read_file', parameters: schema, description: 'Reads a file' }, { name: 'now', parameters: { type: 'object' } }] },
+      {
+        ...basePayload,
+        system: '  Be brief.\n',
+        tools: [
+          { name: 'read_file', parameters: schema, description: 'Reads a file' },
+          { name: 'now', parameters: { type: 'object' } },
+        ],
+      },
       env(),
     );
     expect(body.system).toBe('Be brief.');
@@ -149,7 +159,9 @@ describe('the Anthropic request', () => {
   });
 
   it('refuses a message with an unknown role', () => {
-    expect(() => anthropic.buildAnthropicRequest({ ...basePayload, messages: [{ role: 'system', content: 'x' }] }, env())).toThrow("unsupported message role 'system'");
+    expect(() => anthropic.buildAnthropicRequest({ ...basePayload, messages: [{ role: 'system', content: 'x' }] }, env())).toThrow(
+      "unsupported message role 'system'",
+    );
   });
 });
 
@@ -157,7 +169,12 @@ describe('the Anthropic response', () => {
   it('reads a streamed reply: text chunks emitted, tool input assembled from fragments, usage', () => {
     const text: string[] = [];
     const thinking: string[] = [];
-    const outcome = anthropic.parse(200, STREAM, (t: string) => text.push(t), (t: string) => thinking.push(t));
+    const outcome = anthropic.parse(
+      200,
+      STREAM,
+      (t: string) => text.push(t),
+      (t: string) => thinking.push(t),
+    );
     expect(outcome).toEqual({
       ok: true,
       value: {
@@ -189,7 +206,12 @@ describe('the Anthropic response', () => {
     ]);
     const text: string[] = [];
     const thinking: string[] = [];
-    const outcome = anthropic.parse(200, body, (t: string) => text.push(t), (t: string) => thinking.push(t));
+    const outcome = anthropic.parse(
+      200,
+      body,
+      (t: string) => text.push(t),
+      (t: string) => thinking.push(t),
+    );
     expect(outcome.value.content).toEqual([
       { type: 'thinking', text: 'Hmm, two.', signature: 'EqQBCgIYAhIM' },
       { type: 'text', text: '2' },

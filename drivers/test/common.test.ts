@@ -161,9 +161,10 @@ describe('reading the driver environment', () => {
 
   it('takes an object of variables as well, with no key and an empty config when they are unset or blank', () => {
     expect(lib.readDriverEnv({ MURMUR_INFERENCE_ENDPOINT: 'http://h' })).toEqual({ ok: true, value: { endpoint: 'http://h', apiKey: undefined, config: {} } });
-    expect(
-      lib.readDriverEnv({ MURMUR_INFERENCE_ENDPOINT: 'http://h', MURMUR_INFERENCE_API_KEY: '  ', MURMUR_INFERENCE_DRIVER_CONFIG: ' ' }),
-    ).toEqual({ ok: true, value: { endpoint: 'http://h', apiKey: undefined, config: {} } });
+    expect(lib.readDriverEnv({ MURMUR_INFERENCE_ENDPOINT: 'http://h', MURMUR_INFERENCE_API_KEY: '  ', MURMUR_INFERENCE_DRIVER_CONFIG: ' ' })).toEqual({
+      ok: true,
+      value: { endpoint: 'http://h', apiKey: undefined, config: {} },
+    });
   });
 
   it('ignores entries that are not name-value pairs', () => {
@@ -179,10 +180,18 @@ describe('reading the driver environment', () => {
   });
 
   it('refuses a config that is not valid JSON or not a JSON object', () => {
-    const notJson = lib.readDriverEnv([['MURMUR_INFERENCE_ENDPOINT', 'http://h'], ['MURMUR_INFERENCE_DRIVER_CONFIG', 'nope']]);
+    const notJson = lib.readDriverEnv([
+      ['MURMUR_INFERENCE_ENDPOINT', 'http://h'],
+      ['MURMUR_INFERENCE_DRIVER_CONFIG', 'nope'],
+    ]);
     expect(notJson.ok).toBe(false);
     expect(notJson.error).toMatch(/^driver: MURMUR_INFERENCE_DRIVER_CONFIG is not valid JSON: /);
-    expect(lib.readDriverEnv([['MURMUR_INFERENCE_ENDPOINT', 'http://h'], ['MURMUR_INFERENCE_DRIVER_CONFIG', '[1]']])).toEqual({
+    expect(
+      lib.readDriverEnv([
+        ['MURMUR_INFERENCE_ENDPOINT', 'http://h'],
+        ['MURMUR_INFERENCE_DRIVER_CONFIG', '[1]'],
+      ]),
+    ).toEqual({
       ok: false,
       error: 'driver: MURMUR_INFERENCE_DRIVER_CONFIG is not a JSON object',
     });
@@ -394,7 +403,7 @@ describe('driving a dialect', () => {
     const refusing = {
       ...echo,
       buildRequest: () => {
-        throw new Error('driver: unsupported message role \'x\'');
+        throw new Error("driver: unsupported message role 'x'");
       },
     };
     expect((await lib.drive(payload, { getEnvironment: () => ENV, fetch }, refusing)).summary).toBe("driver: unsupported message role 'x'");
@@ -441,7 +450,10 @@ describe('common.js and the drivers', () => {
     const shared = new Set(topLevelNames(commonSource));
     for (const driver of DRIVERS) {
       const names = topLevelNames(coreSource(driver));
-      expect(names.filter((name) => shared.has(name)), driver).toEqual([]);
+      expect(
+        names.filter((name) => shared.has(name)),
+        driver,
+      ).toEqual([]);
       expect(new Set(names).size, driver).toBe(names.length);
     }
   });
@@ -464,7 +476,10 @@ describe('common.js and the drivers', () => {
     for (const driver of DRIVERS) {
       const names = topLevelNames(coreSource(driver));
       expect(names, driver).toContain('DIALECT');
-      expect(names.filter((name) => /^drive|Response$/.test(name)), driver).toEqual([]);
+      expect(
+        names.filter((name) => /^drive|Response$/.test(name)),
+        driver,
+      ).toEqual([]);
     }
   });
 

@@ -56,7 +56,14 @@ describe('the OpenAI-compatible request', () => {
   it('puts a non-empty system prompt first and maps tools to functions', () => {
     const schema = { type: 'object', properties: { path: { type: 'string' } } };
     const { body } = openai.buildOpenAIRequest(
-      { ...basePayload, system: 'Be brief.', tools: [{ name: 'read_file', parameters: schema, description: 'Reads a file' }, { name: 'now', parameters: { type: 'object' } }] },
+      {
+        ...basePayload,
+        system: 'Be brief.',
+        tools: [
+          { name: 'read_file', parameters: schema, description: 'Reads a file' },
+          { name: 'now', parameters: { type: 'object' } },
+        ],
+      },
       env(),
     );
     expect(body.messages[0]).toEqual({ role: 'system', content: 'Be brief.' });
@@ -71,7 +78,13 @@ describe('the OpenAI-compatible request', () => {
       {
         ...basePayload,
         messages: [
-          { role: 'user', content: [{ type: 'text', text: 'Read' }, { type: 'text', text: 'a.txt' }] },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'Read' },
+              { type: 'text', text: 'a.txt' },
+            ],
+          },
           {
             role: 'assistant',
             content: [
@@ -106,14 +119,21 @@ describe('the OpenAI-compatible request', () => {
   });
 
   it('refuses a message with an unknown role', () => {
-    expect(() => openai.buildOpenAIRequest({ ...basePayload, messages: [{ role: 'developer', content: 'x' }] }, env())).toThrow("unsupported message role 'developer'");
+    expect(() => openai.buildOpenAIRequest({ ...basePayload, messages: [{ role: 'developer', content: 'x' }] }, env())).toThrow(
+      "unsupported message role 'developer'",
+    );
   });
 });
 
 describe('the OpenAI-compatible response', () => {
   it('reads a streamed reply: text chunks emitted, tool calls assembled by index, usage', () => {
     const text: string[] = [];
-    const outcome = openai.parse(200, STREAM, (t: string) => text.push(t), () => {});
+    const outcome = openai.parse(
+      200,
+      STREAM,
+      (t: string) => text.push(t),
+      () => {},
+    );
     expect(outcome).toEqual({
       ok: true,
       value: {
@@ -138,8 +158,19 @@ describe('the OpenAI-compatible response', () => {
       ['', '[DONE]'],
     ]);
     const chunks = { text: [] as string[], thinking: [] as string[] };
-    const outcome = openai.parse(200, body, (t: string) => chunks.text.push(t), (t: string) => chunks.thinking.push(t));
-    expect(outcome.value).toEqual({ stop_reason: 'end_turn', content: [{ type: 'thinking', text: 'Two plus two.' }, { type: 'text', text: '4' }] });
+    const outcome = openai.parse(
+      200,
+      body,
+      (t: string) => chunks.text.push(t),
+      (t: string) => chunks.thinking.push(t),
+    );
+    expect(outcome.value).toEqual({
+      stop_reason: 'end_turn',
+      content: [
+        { type: 'thinking', text: 'Two plus two.' },
+        { type: 'text', text: '4' },
+      ],
+    });
     expect(chunks).toEqual({ text: ['4'], thinking: ['Two plus ', 'two.'] });
   });
 
@@ -153,7 +184,12 @@ describe('the OpenAI-compatible response', () => {
       ['', '[DONE]'],
     ]);
     const chunks = { text: [] as string[], thinking: [] as string[] };
-    const outcome = openai.parse(200, body, (t: string) => chunks.text.push(t), (t: string) => chunks.thinking.push(t));
+    const outcome = openai.parse(
+      200,
+      body,
+      (t: string) => chunks.text.push(t),
+      (t: string) => chunks.thinking.push(t),
+    );
     expect(outcome.value.content).toEqual([
       { type: 'thinking', text: 'weighing' },
       { type: 'text', text: '\n\nAnswer: 4' },

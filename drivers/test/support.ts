@@ -58,9 +58,7 @@ export function sinks() {
 
 /** An SSE body from `[event, data]` pairs (`event` empty for data-only streams). */
 export function sse(events: Array<[string, unknown]>): string {
-  return events
-    .map(([event, data]) => `${event ? `event: ${event}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`)
-    .join('');
+  return events.map(([event, data]) => `${event ? `event: ${event}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`).join('');
 }
 
 export const ENV = [

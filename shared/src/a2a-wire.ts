@@ -48,7 +48,8 @@ export type A2aMessage = z.infer<typeof MessageSchema>;
 
 /** `message/send`, `message/stream` (0.3): the message under `message`, or — as upstream accepts — the params themselves. */
 export const SendParamsV03Schema = z.preprocess(
-  (params) => (params !== null && typeof params === 'object' && !('message' in params) && ('messageId' in params || 'parts' in params) ? { message: params } : params),
+  (params) =>
+    params !== null && typeof params === 'object' && !('message' in params) && ('messageId' in params || 'parts' in params) ? { message: params } : params,
   z.looseObject({
     message: MessageSchema,
     configuration: z.looseObject({ blocking: z.boolean().optional(), historyLength: z.number().int().nonnegative().optional() }).optional(),

@@ -52,7 +52,11 @@ export type Environment = Record<string, string>;
  * A WASM guest's environment: `env.allow` ∩ `host`, minus credential-shaped names (and the
  * policy's `shell.strip_env` patterns), then `runtime` applied last.
  */
-export function guestEnvironment(policy: Pick<CapabilityPolicy, 'env_allow' | 'shell_strip_env'>, host: Readonly<Record<string, string | undefined>>, runtime: Environment): Environment {
+export function guestEnvironment(
+  policy: Pick<CapabilityPolicy, 'env_allow' | 'shell_strip_env'>,
+  host: Readonly<Record<string, string | undefined>>,
+  runtime: Environment,
+): Environment {
   const env: Environment = {};
   for (const name of policy.env_allow) {
     const value = host[name];

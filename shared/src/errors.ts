@@ -17,12 +17,18 @@ export interface CatalogueEntry {
 
 export const ERROR_CATALOGUE = {
   'E-ART-001': { title: 'unsafe artifact archive entry', hint: 'the archive is refused whole; rebuild it with `mur build`, which never packs such entries' },
-  'E-ART-002': { title: 'artifact archive entry too large', hint: 'raise MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES if the artifact is trusted and genuinely this large' },
+  'E-ART-002': {
+    title: 'artifact archive entry too large',
+    hint: 'raise MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES if the artifact is trusted and genuinely this large',
+  },
   'E-ART-003': { title: 'malformed artifact archive' },
   'E-BLD-001': { title: 'invalid artifact name', hint: 'use lowercase letters, digits and single hyphens (1-100 characters)' },
   'E-BLD-002': { title: 'unsafe or colliding requires_files entry' },
   'E-BLD-003': { title: 'payload is not a launchable wasm component' },
-  'E-CAP-001': { title: 'invalid network allow entry', hint: "write a host ('api.example.com', 'api.example.com:8443') or an origin URL ('https://api.example.com')" },
+  'E-CAP-001': {
+    title: 'invalid network allow entry',
+    hint: "write a host ('api.example.com', 'api.example.com:8443') or an origin URL ('https://api.example.com')",
+  },
   'E-CAP-002': { title: 'invalid filesystem scope', hint: "use a path relative to the workdir, such as 'data' or '.'" },
   'E-CAP-003': { title: 'containment floor unachievable on this host' },
   'E-CAP-004': { title: 'staged runtime below the sealed floor' },
@@ -64,17 +70,32 @@ export const ERROR_CATALOGUE = {
   'E-BUS-005': { title: 'cannot connect to the bus', hint: 'check MURMUR_NATS_URL and that nats-server is running' },
   'E-BUS-006': { title: 'a service failed while handling a request' },
   'E-DLG-001': { title: 'the spawner handle is unreadable' },
-  'E-DLG-002': { title: 'roost refused the delegation', hint: "check the parent's capabilities.spawn.allow and that the child fits inside the parent's capabilities" },
+  'E-DLG-002': {
+    title: 'roost refused the delegation',
+    hint: "check the parent's capabilities.spawn.allow and that the child fits inside the parent's capabilities",
+  },
   'E-DLG-003': { title: 'a delegation could not be launched' },
-  'E-DOOR-001': { title: 'no running session answers at this door', hint: "check the session id in the URL; 'mur run --json' prints the URL of a session it starts" },
+  'E-DOOR-001': {
+    title: 'no running session answers at this door',
+    hint: "check the session id in the URL; 'mur run --json' prints the URL of a session it starts",
+  },
   'E-DOOR-002': { title: 'request refused at the door' },
-  'E-PRJ-001': { title: 'capsule project over the staging limit', hint: 'raise MURMUR_MAX_PROJECT_BYTES for the client and the stager, or keep large files out of what the manifest names' },
-  'E-PRJ-002': { title: 'a file the manifest names lies outside the capsule directory', hint: 'a capsule is staged from its own directory: move the file into it' },
+  'E-PRJ-001': {
+    title: 'capsule project over the staging limit',
+    hint: 'raise MURMUR_MAX_PROJECT_BYTES for the client and the stager, or keep large files out of what the manifest names',
+  },
+  'E-PRJ-002': {
+    title: 'a file the manifest names lies outside the capsule directory',
+    hint: 'a capsule is staged from its own directory: move the file into it',
+  },
   'E-PRJ-003': { title: 'an uploaded capsule project is malformed' },
   'E-SES-001': { title: 'no such session', hint: "list the stack's sessions with 'mur ps'" },
   'E-SES-002': { title: 'path outside the session workdir', hint: "give a path relative to the session's workdir, such as 'out/result.txt'" },
   'E-SES-003': { title: 'the executor holding the session does not answer', hint: "the executor may have been lost: 'mur ps' shows what the stack knows" },
-  'E-EXE-001': { title: 'the executor running the session was lost', hint: 'the session ended with its executor; launch it again (the stack sends new launches to the executors still alive)' },
+  'E-EXE-001': {
+    title: 'the executor running the session was lost',
+    hint: 'the session ended with its executor; launch it again (the stack sends new launches to the executors still alive)',
+  },
   'E-ROOST-001': { title: 'roost is unreachable or answered with an error', hint: 'check MURMUR_ROOST_URL and that roost is running' },
   'W-SEC-004': { title: 'literal secret in a manifest' },
   'W-SEC-019': { title: 'unrecognized manifest key' },

@@ -7,8 +7,7 @@ import { MurmurError } from './errors.js';
  */
 export function validateFilesystemScope(scope: string, path = 'capabilities.filesystem.scope'): string {
   const trimmed = scope.trim();
-  const refuse = (reason: string): MurmurError =>
-    new MurmurError('E-CAP-002', `invalid filesystem capability scope '${scope}': ${reason}`, { path });
+  const refuse = (reason: string): MurmurError => new MurmurError('E-CAP-002', `invalid filesystem capability scope '${scope}': ${reason}`, { path });
   if (trimmed.startsWith('/') || trimmed.startsWith('\\') || /^[A-Za-z]:/.test(trimmed)) {
     throw refuse('scope must be relative to the workdir');
   }

@@ -31,9 +31,7 @@ export const newRequestId = (): string => newId('request');
 
 function idSchema(kind: IdKind) {
   const prefix = ID_PREFIXES[kind];
-  return z
-    .string()
-    .regex(new RegExp(`^${prefix}[0-9a-f]{32}$`), `must be a ${kind} id: '${prefix}' followed by 32 lowercase hex digits`);
+  return z.string().regex(new RegExp(`^${prefix}[0-9a-f]{32}$`), `must be a ${kind} id: '${prefix}' followed by 32 lowercase hex digits`);
 }
 
 export const SessionIdSchema = idSchema('session');

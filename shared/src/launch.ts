@@ -84,7 +84,12 @@ export const SessionFilesRequestSchema = z.object({
   path: z.string().max(4096).default(''),
   /** For a file: where the slice starts, and at most how many bytes (the reply must fit in a message). */
   offset: z.number().int().nonnegative().default(0),
-  length: z.number().int().positive().max(512 * 1024).default(512 * 1024),
+  length: z
+    .number()
+    .int()
+    .positive()
+    .max(512 * 1024)
+    .default(512 * 1024),
 });
 export const SessionFileEntrySchema = z.object({
   name: z.string(),

@@ -155,7 +155,10 @@ export const StageRequestSchema = z.object({
    * `stage.<token>.progress` and keeps reporting while it works, so the requester can show it and
    * can tell a stager that is busy from one that is gone.
    */
-  progress: z.string().regex(/^[A-Za-z0-9_-]{8,64}$/).optional(),
+  progress: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]{8,64}$/)
+    .optional(),
 });
 export type StageRequest = z.input<typeof StageRequestSchema>;
 

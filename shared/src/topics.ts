@@ -1,6 +1,29 @@
 import { defineCommand, defineEvent } from './bus/topic.js';
-import { DelegationCompletedSchema, HealthReplySchema, HealthRequestSchema, SessionEndedSchema, SessionStagedSchema, SessionStartedSchema, StageFailedSchema } from './events.js';
-import { ExecutorHeartbeatSchema, ExplainScopeReplySchema, ExplainScopeRequestSchema, LaunchReplySchema, LaunchRequestSchema, ProcessProbeReplySchema, ProcessProbeRequestSchema, SessionFilesReplySchema, SessionFilesRequestSchema, SessionListReplySchema, SessionListRequestSchema, SessionOutputSchema, StopReplySchema, StopRequestSchema } from './launch.js';
+import {
+  DelegationCompletedSchema,
+  HealthReplySchema,
+  HealthRequestSchema,
+  SessionEndedSchema,
+  SessionStagedSchema,
+  SessionStartedSchema,
+  StageFailedSchema,
+} from './events.js';
+import {
+  ExecutorHeartbeatSchema,
+  ExplainScopeReplySchema,
+  ExplainScopeRequestSchema,
+  LaunchReplySchema,
+  LaunchRequestSchema,
+  ProcessProbeReplySchema,
+  ProcessProbeRequestSchema,
+  SessionFilesReplySchema,
+  SessionFilesRequestSchema,
+  SessionListReplySchema,
+  SessionListRequestSchema,
+  SessionOutputSchema,
+  StopReplySchema,
+  StopRequestSchema,
+} from './launch.js';
 import { CompletionRecordReplySchema, CompletionRecordRequestSchema, SessionPinnedSchema } from './launch-records.js';
 import { DelegationControlReplySchema, DelegationControlRequestSchema, DelegationLaunchReplySchema, DelegationLaunchRequestSchema } from './delegation.js';
 import { SessionCallSchema, SessionEventSchema, SessionReplySchema } from './session-rpc.js';

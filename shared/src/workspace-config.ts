@@ -19,15 +19,20 @@ export type WorkspaceConfig = z.infer<typeof WorkspaceConfigSchema>;
 export function parseWorkspaceConfig(text: string, file: string): WorkspaceConfig {
   const source = parseYamlSource(text, file);
   const value = source.value ?? {};
-  if (typeof value !== 'object' || Array.isArray(value)) throw new MurmurError('E-CFG-003', `${file}: the configuration must be a mapping of keys to values`, { path: file });
+  if (typeof value !== 'object' || Array.isArray(value))
+    throw new MurmurError('E-CFG-003', `${file}: the configuration must be a mapping of keys to values`, { path: file });
   const containment = (value as Record<string, unknown>).containment;
   const parsed = WorkspaceConfigSchema.safeParse(value);
   if (!parsed.success) {
     const line = source.lineOf(['containment']);
-    throw new MurmurError('E-CFG-003', `${file}: invalid configuration value for 'containment': must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got '${String(containment)}'${line ? ` (line ${line})` : ''}`, {
-      path: 'containment',
-      hint: `set containment to one of ${CONTAINMENT_CLASSES.join(', ')} in ${file}, or remove it`,
-    });
+    throw new MurmurError(
+      'E-CFG-003',
+      `${file}: invalid configuration value for 'containment': must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got '${String(containment)}'${line ? ` (line ${line})` : ''}`,
+      {
+        path: 'containment',
+        hint: `set containment to one of ${CONTAINMENT_CLASSES.join(', ')} in ${file}, or remove it`,
+      },
+    );
   }
   return parsed.data;
 }

@@ -9,7 +9,6 @@ import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
 const CORE_MODULE = Buffer.from([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]);
 
-
 /** Every `.mur.zip` and every temporary file under `root`. */
 async function outputs(root: string): Promise<string[]> {
   return (await listTree(root)).filter((entry) => entry.endsWith('.mur.zip') || entry.endsWith('.tmp') || path.basename(entry).startsWith('.'));
@@ -69,7 +68,15 @@ describe('buildArtifact: capsules', () => {
     expect(result.packaging).toBe('wasm');
     expect(result.entries).toEqual(['murmur.yaml', 'capsule.wasm']);
     expect(result.outputPath).toBe(path.join(src, 'hello-0.1.0.mur.zip'));
-    expect(result.meta).toEqual({ name: 'hello', version: '0.1.0', runtime: 'wasm', artifact_runtime: 'capsule', platforms: [], description: 'says hello', tags: [] });
+    expect(result.meta).toEqual({
+      name: 'hello',
+      version: '0.1.0',
+      runtime: 'wasm',
+      artifact_runtime: 'capsule',
+      platforms: [],
+      description: 'says hello',
+      tags: [],
+    });
     const packed = await entriesOf(result.outputPath);
     expect(packed.map((entry) => entry.name)).toEqual(['murmur.yaml', 'capsule.wasm']);
     expect(packed[0]?.bytes.toString('utf8')).toBe(SCRIPT_CAPSULE);
@@ -126,7 +133,15 @@ describe('buildArtifact: artifacts', () => {
     expect(result.packaging).toBe('wasm');
     expect(result.entries).toEqual(['murmur.yaml', 'tool.wasm', 'docs/README.md', 'assets/a.json']);
     expect(result.outputPath).toBe(path.join(src, 'echo-tool-0.1.0.mur.zip'));
-    expect(result.meta).toEqual({ name: 'echo-tool', version: '0.1.0', runtime: 'wasm', artifact_runtime: 'tool', platforms: [], description: 'echoes', tags: ['demo'] });
+    expect(result.meta).toEqual({
+      name: 'echo-tool',
+      version: '0.1.0',
+      runtime: 'wasm',
+      artifact_runtime: 'tool',
+      platforms: [],
+      description: 'echoes',
+      tags: ['demo'],
+    });
     const packed = await entriesOf(result.outputPath);
     expect(packed.map((entry) => entry.name)).toEqual(['murmur.yaml', 'tool.wasm', 'docs/README.md', 'assets/a.json']);
     expect(Buffer.compare(packed[1]?.bytes ?? Buffer.alloc(0), tool.bytes)).toBe(0);

@@ -1,15 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ERROR_CATALOGUE, MurmurError } from '@murmur/shared';
-import {
-  type Bus,
-  InProcessTransport,
-  type Subscription,
-  type Transport,
-  createBus,
-  defineCommand,
-  defineEvent,
-} from '@murmur/shared/bus';
+import { type Bus, InProcessTransport, type Subscription, type Transport, createBus, defineCommand, defineEvent } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
 import { type NatsServer, startNatsServer } from '../../test/support/nats-server.js';
 import { RecordingLog } from '../../test/support/recording-log.js';
@@ -87,8 +79,6 @@ async function eventually<T>(check: () => T | Promise<T>, options: { timeoutMs?:
 async function settle(...buses: Bus[]): Promise<void> {
   for (const bus of buses) await bus.flush();
 }
-
-
 
 let bucketCounter = 0;
 /** A bucket no earlier test wrote (a nats-server keeps its buckets across the tests of a suite). */

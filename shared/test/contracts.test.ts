@@ -20,7 +20,6 @@ import {
 } from '@murmur/shared';
 import { refusalOf as refusal } from '../../test/support/refusals.js';
 
-
 describe('the running record', () => {
   const record: RunningRecord = {
     session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728394',

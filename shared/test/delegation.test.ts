@@ -28,15 +28,7 @@ import {
   spawnerHandleFromEnv,
   spawnerHandleToEnv,
 } from '@murmur/shared';
-import {
-  childResultPath,
-  completionPath,
-  deliverCompletion,
-  readCompletion,
-  recordTerminated,
-  reportCompletion,
-  writeCompletion,
-} from '@murmur/shared/node';
+import { childResultPath, completionPath, deliverCompletion, readCompletion, recordTerminated, reportCompletion, writeCompletion } from '@murmur/shared/node';
 import { refusalOf } from '../../test/support/refusals.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -245,8 +237,16 @@ describe('the spawner handle', () => {
     ['a handle with an empty context_id', JSON.stringify({ session_id: 's', context_id: '', delegation_id: 'dlg_1' }), "it carries no 'context_id'"],
     ['a handle with an empty delegation_id', JSON.stringify({ session_id: 's', context_id: 'c', delegation_id: '' }), "it carries no 'delegation_id'"],
     ['a handle whose session_id is not a string', JSON.stringify({ session_id: 7, context_id: 'c', delegation_id: 'dlg_1' }), "it carries no 'session_id'"],
-    ['a handle with a url and a trust', JSON.stringify({ url: 'http://x', session_id: 's', context_id: 'c', trust: 'trusted', delegation_id: 'dlg_1' }), 'trust'],
-    ['a handle with a trust that is no trust class', JSON.stringify({ url: 'http://x', session_id: 's', context_id: 'c', trust: 'maybe', delegation_id: 'dlg_1' }), 'trust'],
+    [
+      'a handle with a url and a trust',
+      JSON.stringify({ url: 'http://x', session_id: 's', context_id: 'c', trust: 'trusted', delegation_id: 'dlg_1' }),
+      'trust',
+    ],
+    [
+      'a handle with a trust that is no trust class',
+      JSON.stringify({ url: 'http://x', session_id: 's', context_id: 'c', trust: 'maybe', delegation_id: 'dlg_1' }),
+      'trust',
+    ],
     ['a handle with a trust and no url', JSON.stringify({ session_id: 's', context_id: 'c', delegation_id: 'dlg_1', trust: 'trusted' }), 'trust'],
     ['a handle with some other unknown key', JSON.stringify({ session_id: 's', context_id: 'c', delegation_id: 'dlg_1', extra: 1 }), 'extra'],
     ['a handle with an empty url', JSON.stringify({ session_id: 's', context_id: 'c', delegation_id: 'dlg_1', url: '' }), "'url'"],
@@ -315,7 +315,17 @@ describe('DelegationOutcomeSchema', () => {
   });
 
   it('refuses an outcome missing a required field', () => {
-    for (const key of ['delegation_id', 'capsule_name', 'capsule_version', 'session_id', 'status', 'workdir', 'duration_ms', 'reported_by', 'delivered'] as const) {
+    for (const key of [
+      'delegation_id',
+      'capsule_name',
+      'capsule_version',
+      'session_id',
+      'status',
+      'workdir',
+      'duration_ms',
+      'reported_by',
+      'delivered',
+    ] as const) {
       const partial: Record<string, unknown> = { ...outcome() };
       delete partial[key];
       expect(DelegationOutcomeSchema.safeParse(partial).success, key).toBe(false);
@@ -352,7 +362,11 @@ describe('boundDetail', () => {
 
   // A character of `width` bytes starting `width - straddle` bytes before the cap straddles it.
   const straddling: Array<[string, number, number]> = [];
-  for (const [char, width] of [['é', 2], ['€', 3], ['😀', 4]] as const) {
+  for (const [char, width] of [
+    ['é', 2],
+    ['€', 3],
+    ['😀', 4],
+  ] as const) {
     for (let inside = 1; inside < width; inside += 1) straddling.push([char, width, inside]);
   }
 
@@ -542,7 +556,14 @@ describe('the completion file', () => {
 
       const writers = [
         (turn: number) => outcome({ reported_by: 'child', status: 'ok', delivered: turn % 4 === 0, detail: `child ${turn} ${'c'.repeat(1_800)}` }),
-        (turn: number) => outcome({ reported_by: 'launcher', status: 'crashed', delivered: false, delivery_error: 'failed to connect', detail: `launcher ${turn} ${'é'.repeat(900)}` }),
+        (turn: number) =>
+          outcome({
+            reported_by: 'launcher',
+            status: 'crashed',
+            delivered: false,
+            delivery_error: 'failed to connect',
+            detail: `launcher ${turn} ${'é'.repeat(900)}`,
+          }),
       ];
       for (let turn = 0; turn < 200; turn += 1) {
         const writer = writers[turn % 2];
@@ -687,16 +708,12 @@ describe('deliverCompletion', () => {
     expect(reply.reason).toContain('failed to connect');
   });
 
-  it(
-    'gives up on a door that never answers, saying how long it waited',
-    async () => {
-      const door = await startDoor(() => HANG);
-      const reply = await deliverCompletion(handle({ url: door.url }), outcome());
-      expect(reply).toEqual({ delivered: false, reason: 'the parent did not answer within 10s' });
-      expect(door.received).toHaveLength(1);
-    },
-    30_000,
-  );
+  it('gives up on a door that never answers, saying how long it waited', async () => {
+    const door = await startDoor(() => HANG);
+    const reply = await deliverCompletion(handle({ url: door.url }), outcome());
+    expect(reply).toEqual({ delivered: false, reason: 'the parent did not answer within 10s' });
+    expect(door.received).toHaveLength(1);
+  }, 30_000);
 
   it('sends nothing for a handle without a url', async () => {
     const fetchSpy = vi.spyOn(globalThis, 'fetch');
@@ -801,7 +818,12 @@ describe('reportCompletion', () => {
     const door = await startDoor(() => accepted);
     const huge = `${'stderr line\n'.repeat(1_000)}`;
 
-    const reported = await reportCompletion(handle({ url: door.url }), outcome({ status: 'crashed', reported_by: 'launcher', detail: huge }), workdir, () => undefined);
+    const reported = await reportCompletion(
+      handle({ url: door.url }),
+      outcome({ status: 'crashed', reported_by: 'launcher', detail: huge }),
+      workdir,
+      () => undefined,
+    );
 
     expect(reported.detail).toBe(boundDetail(huge));
     expect(reported.detail?.endsWith(MARK)).toBe(true);

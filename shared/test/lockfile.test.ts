@@ -10,7 +10,6 @@ import { rejectionOf as rejection } from '../../test/support/refusals.js';
 const SHA_A = 'a'.repeat(64);
 const SHA_B = '0123456789abcdef'.repeat(4);
 
-
 let dir: string;
 let lockPath: string;
 let cleanup: () => Promise<void>;
@@ -60,7 +59,10 @@ artifacts:
   });
 
   it('keeps an unquoted number-like resolved_version as its text', async () => {
-    await fs.writeFile(lockPath, `lock_version: 1\nartifacts:\n  - name: t\n    resolved_version: 1.0\n    sha256:\n      wasm: ${SHA_A}\n  - name: u\n    resolved_version: 2.10\n    sha256:\n      wasm: ${SHA_A}\n`);
+    await fs.writeFile(
+      lockPath,
+      `lock_version: 1\nartifacts:\n  - name: t\n    resolved_version: 1.0\n    sha256:\n      wasm: ${SHA_A}\n  - name: u\n    resolved_version: 2.10\n    sha256:\n      wasm: ${SHA_A}\n`,
+    );
     const lock = await readLockfile(lockPath);
     expect(lock?.artifacts.map((entry) => entry.resolved_version)).toEqual(['1.0', '2.10']);
   });

@@ -107,7 +107,14 @@ describe('the capsule manifest', () => {
     expect(manifest.artifacts[0]?.gateway).toEqual({ endpoint: 'https://api.anthropic.com', api_key: '${ANTHROPIC_API_KEY}' });
     expect(manifest.artifacts[2]).toMatchObject({ source: './skills/notes', local_source: true, prompt_payload: true });
     expect(manifest.artifacts[3]).toMatchObject({ on_overflow: 'block' });
-    expect(manifest.inference).toMatchObject({ transport: 'http', model: 'claude-sonnet', max_turns: 5, max_task_reopens: 1, max_tokens: 8192, driver: { artifact: 'anthropic-driver', config: { temperature: 0.2 } } });
+    expect(manifest.inference).toMatchObject({
+      transport: 'http',
+      model: 'claude-sonnet',
+      max_turns: 5,
+      max_task_reopens: 1,
+      max_tokens: 8192,
+      driver: { artifact: 'anthropic-driver', config: { temperature: 0.2 } },
+    });
     expect(manifest.lifecycle).toEqual({ task_acceptance: 'queue', after_task: 'sleep', queue_depth: 4, input_timeout_secs: 120, conversation: 'threaded' });
     expect(manifest.observability?.otel_endpoint).toBe('http://localhost:4318');
     expect(manifest.trace).toEqual({ include_tool_output: true, capture: 'content' });
@@ -203,7 +210,9 @@ describe('the capsule manifest', () => {
     expect(error.message).toBe(
       "murmur.yaml: invalid capability config for 'capabilities.network.unix_sockets': grants AF_UNIX sockets to subprocesses, but the capsule declares no capabilities.shell.allow, so nothing could use it; declare the shell binaries that need unix sockets, or remove the grant (line 5)",
     );
-    expect(() => parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilities:\n  network:\n    unix_sockets: true\n  shell:\n    allow: [python3]\n')).not.toThrow();
+    expect(() =>
+      parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilities:\n  network:\n    unix_sockets: true\n  shell:\n    allow: [python3]\n'),
+    ).not.toThrow();
   });
 
   it('refuses a limit of the wrong type with E-MAN-003 naming the path, the types and the line', () => {
@@ -221,7 +230,9 @@ describe('the capsule manifest', () => {
   });
 
   it('refuses a per-artifact network rule that does not parse, at its own path', () => {
-    const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    version: 1.0.0\n    capabilities:\n      network:\n        allow: ["https://x.example.com/path"]\n');
+    const error = refusal(
+      'name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    version: 1.0.0\n    capabilities:\n      network:\n        allow: ["https://x.example.com/path"]\n',
+    );
     expect(error.code).toBe('E-CAP-001');
     expect(error.path).toBe('artifacts[0].capabilities.network.allow[0]');
   });
@@ -256,7 +267,9 @@ describe('the capsule manifest', () => {
   });
 
   it('refuses an interpreter grant for a binary the shell does not allow', () => {
-    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  shell:\n    allow: [git]\n    interpreter_runtime:\n      - binary: python3\n        dirs: [{ path: /usr/lib, list_dir: true }]\n');
+    const error = refusal(
+      'name: tiny\nversion: 1.0.0\ncapabilities:\n  shell:\n    allow: [git]\n    interpreter_runtime:\n      - binary: python3\n        dirs: [{ path: /usr/lib, list_dir: true }]\n',
+    );
     expect(error.path).toBe('capabilities.shell.interpreter_runtime[0].binary');
     expect(error.message).toContain("'python3' is not in capabilities.shell.allow");
   });
@@ -300,7 +313,12 @@ describe('the capsule manifest', () => {
     const agent = (inference: string, artifacts = '') => `name: agent\nversion: 1.0.0\n${artifacts}inference:\n${inference}`;
 
     it('takes the endpoint from the driver artifact’s gateway when inference names none', () => {
-      const { manifest } = parseCapsuleManifest(agent('  model: m\n  driver:\n    artifact: d\n', 'artifacts:\n  - name: d\n    version: 1.0.0\n    runtime: driver\n    gateway:\n      endpoint: http://127.0.0.1:9999\n'));
+      const { manifest } = parseCapsuleManifest(
+        agent(
+          '  model: m\n  driver:\n    artifact: d\n',
+          'artifacts:\n  - name: d\n    version: 1.0.0\n    runtime: driver\n    gateway:\n      endpoint: http://127.0.0.1:9999\n',
+        ),
+      );
       expect(manifest.inference?.endpoint).toBeUndefined();
       expect(manifest.artifacts[0]?.gateway?.endpoint).toBe('http://127.0.0.1:9999');
     });
@@ -329,7 +347,9 @@ describe('the capsule manifest', () => {
     });
 
     it('refuses two system prompt sources', () => {
-      const error = refusal(agent('  endpoint: https://a.example.com\n  model: m\n  driver: { artifact: d }\n  system_prompt: hi\n  system_prompt_file: p.md\n'));
+      const error = refusal(
+        agent('  endpoint: https://a.example.com\n  model: m\n  driver: { artifact: d }\n  system_prompt: hi\n  system_prompt_file: p.md\n'),
+      );
       expect(error.message).toContain('at most one of system_prompt, system_prompt_file, system_prompt_artifact may be set');
     });
 
@@ -340,7 +360,8 @@ describe('the capsule manifest', () => {
   });
 
   describe('${VAR} references', () => {
-    const withKey = (value: string) => `name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://a.example.com\n  model: m\n  driver: { artifact: d }\n  api_key: "${value}"\n`;
+    const withKey = (value: string) =>
+      `name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://a.example.com\n  model: m\n  driver: { artifact: d }\n  api_key: "${value}"\n`;
 
     it('keeps a whole-value reference in the parsed manifest and resolves it on request', () => {
       const { manifest } = parseCapsuleManifest(withKey('${MY_KEY}'), { env: { MY_KEY: 'sk-live' } });
@@ -366,7 +387,9 @@ describe('the capsule manifest', () => {
         refused = error as MurmurError;
       }
       expect(refused?.code).toBe('E-MAN-003');
-      expect(refused?.message).toContain("'inference.endpoint' (from ${MODEL_ENDPOINT}): 'http://models.example.com' uses plain http:// with non-loopback host 'models.example.com'");
+      expect(refused?.message).toContain(
+        "'inference.endpoint' (from ${MODEL_ENDPOINT}): 'http://models.example.com' uses plain http:// with non-loopback host 'models.example.com'",
+      );
     });
 
     it('treats anything but a whole ${NAME} as a literal', () => {

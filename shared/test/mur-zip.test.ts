@@ -20,7 +20,6 @@ function noise(length: number, seed = 7): Buffer {
   return bytes;
 }
 
-
 let dir: string;
 let cleanup: () => Promise<void>;
 

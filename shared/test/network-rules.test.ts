@@ -12,7 +12,6 @@ import {
 } from '@murmur/shared';
 import { refusalOf as refusal } from '../../test/support/refusals.js';
 
-
 function target(url: string): RequestTarget {
   const parsed = requestTargetOf(url);
   if (parsed === undefined) throw new Error(`expected '${url}' to have a request target`);

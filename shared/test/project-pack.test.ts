@@ -29,7 +29,8 @@ describe('packing a capsule project for staging', () => {
   it('packs what staging reads and nothing else: manifest, lock, component, named files, declared store entries', async () => {
     const project = path.join(scratch.dir, 'agent');
     await writeFiles(project, {
-      'murmur.yaml': 'name: a\nversion: 0.1.0\nartifacts:\n  - name: echo-tool\n    version: 0.1.0\n  - name: style\n    version: local\n    runtime: skill\n    source: skills/style\n',
+      'murmur.yaml':
+        'name: a\nversion: 0.1.0\nartifacts:\n  - name: echo-tool\n    version: 0.1.0\n  - name: style\n    version: local\n    runtime: skill\n    source: skills/style\n',
       'murmur.lock': 'lock_version: 1\nartifacts: []\n',
       'capsule.wasm': 'component bytes',
       'other.wasm': 'not the capsule, since capsule.wasm is there',
@@ -50,7 +51,12 @@ describe('packing a capsule project for staging', () => {
       'murmur.yaml',
       'skills/style/SKILL.md',
     ]);
-    expect(packed.listing.files.find((file) => file.path === 'capsule.wasm')).toEqual({ path: 'capsule.wasm', sha256: sha('component bytes'), size: 15, executable: false });
+    expect(packed.listing.files.find((file) => file.path === 'capsule.wasm')).toEqual({
+      path: 'capsule.wasm',
+      sha256: sha('component bytes'),
+      size: 15,
+      executable: false,
+    });
     expect(packed.listing.label).toBe('agent');
     // The listing is named by its own digest, and parses as the stager will parse it.
     expect(packed.ref.sha256).toBe(sha(packed.listingBytes));
@@ -59,7 +65,11 @@ describe('packing a capsule project for staging', () => {
 
   it('packs an agent without its root .wasm files, and a prompt file the manifest names', async () => {
     const project = path.join(scratch.dir, 'prompted');
-    await writeFiles(project, { 'murmur.yaml': 'name: a\nversion: 0.1.0\ninference:\n  system_prompt_file: prompts/system.md\n', 'prompts/system.md': 'be brief', 'stray.wasm': 'x' });
+    await writeFiles(project, {
+      'murmur.yaml': 'name: a\nversion: 0.1.0\ninference:\n  system_prompt_file: prompts/system.md\n',
+      'prompts/system.md': 'be brief',
+      'stray.wasm': 'x',
+    });
     expect((await packProject(project, noCache)).listing.files.map((file) => file.path)).toEqual(['murmur.yaml', 'prompts/system.md']);
   });
 
@@ -85,7 +95,7 @@ describe('packing a capsule project for staging', () => {
     await writeFiles(big, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n', 'capsule.wasm': Buffer.alloc(4096) });
     const error = await rejectionOf(packProject(big, { ...noCache, maxBytes: 1024 }));
     expect(error.code).toBe('E-PRJ-001');
-    expect(error.message).toContain("over the 1024-byte staging limit");
+    expect(error.message).toContain('over the 1024-byte staging limit');
     expect(error.path).toBe('capsule.wasm');
   });
 
@@ -118,7 +128,14 @@ describe('packing a capsule project for staging', () => {
     for (const file of packed.listing.files) expect(await store.info(file.sha256)).toEqual({ name: file.sha256, size: file.size });
     expect(await store.info(packed.ref.sha256)).toEqual({ name: packed.ref.sha256, size: packed.ref.size });
     const puts: string[] = [];
-    const counting = { ...store, bucket: store.bucket, info: store.info, get: store.get, delete: store.delete, put: async (name: string, source: Parameters<typeof store.put>[1]) => (puts.push(name), store.put(name, source)) };
+    const counting = {
+      ...store,
+      bucket: store.bucket,
+      info: store.info,
+      get: store.get,
+      delete: store.delete,
+      put: async (name: string, source: Parameters<typeof store.put>[1]) => (puts.push(name), store.put(name, source)),
+    };
     await publishProject(counting, packed);
     expect(puts).toEqual([packed.ref.sha256]);
   });
@@ -132,7 +149,11 @@ describe('a blob cache in front of the object store', () => {
   beforeEach(() => {
     cacheRoot = path.join(scratch.dir, 'cache');
     fetched.length = 0;
-    cache = new BlobCache(path.join(cacheRoot, 'blobs'), () => bus.objectStore(BLOB_BUCKET), (ref) => void fetched.push(ref.sha256));
+    cache = new BlobCache(
+      path.join(cacheRoot, 'blobs'),
+      () => bus.objectStore(BLOB_BUCKET),
+      (ref) => void fetched.push(ref.sha256),
+    );
   });
 
   it('fetches a blob once, verified, read-only, and answers from its own copy after that', async () => {
@@ -151,7 +172,9 @@ describe('a blob cache in front of the object store', () => {
     await store.put(claimed, { bytes: Buffer.from('forged bytes!!') });
     const error = await rejectionOf(cache.fetch({ sha256: claimed, size: 14 }, 'hello@1.0.0: component.js'));
     expect(error.code).toBe('E-REG-002');
-    expect(error.message).toBe(`hello@1.0.0: component.js: object ${claimed} in the bus's object store hashes to ${sha('forged bytes!!')}; its bytes do not match its name, and were refused before use`);
+    expect(error.message).toBe(
+      `hello@1.0.0: component.js: object ${claimed} in the bus's object store hashes to ${sha('forged bytes!!')}; its bytes do not match its name, and were refused before use`,
+    );
     expect(await store.info(claimed)).toBeUndefined();
     expect((await listTree(cacheRoot)).filter((entry) => !entry.endsWith('/'))).toEqual([]);
     const longer = sha('short');
@@ -189,7 +212,11 @@ describe('a blob cache in front of the object store', () => {
     ];
     for (const file of files) await store.put(sha(file.text), { bytes: Buffer.from(file.text) });
     const target = path.join(scratch.dir, 'laid-out');
-    await cache.materialise(files.map((file) => ({ path: file.path, sha256: sha(file.text), size: file.text.length, executable: file.executable === true })), target, 'a bundle');
+    await cache.materialise(
+      files.map((file) => ({ path: file.path, sha256: sha(file.text), size: file.text.length, executable: file.executable === true })),
+      target,
+      'a bundle',
+    );
     expect(await fs.readFile(path.join(target, 'component.js'), 'utf8')).toBe('export {}');
     expect((await fs.stat(path.join(target, 'bin', 'tool'))).mode & 0o111).not.toBe(0);
   });

@@ -72,7 +72,8 @@ describe('layers 1 and 2', () => {
   });
 
   it('classify a dead pid as gone, a matching token as alive, another token as gone, no token as unverified', () => {
-    for (const token of [undefined, '123', '']) expect(classifyProcess(record(4242, '123'), false, token)).toEqual({ state: 'gone', reason: 'no process holds pid 4242' });
+    for (const token of [undefined, '123', ''])
+      expect(classifyProcess(record(4242, '123'), false, token)).toEqual({ state: 'gone', reason: 'no process holds pid 4242' });
     expect(classifyProcess(record(4242, '123'), true, '123')).toEqual({ state: 'alive' });
     expect(classifyProcess(record(4242, '123'), true, '456')).toEqual({ state: 'gone', reason: 'pid 4242 is held by a process that started at another time' });
     expect(classifyProcess(record(4242, '123'), true, undefined)).toEqual({ state: 'unverified', reason: "pid 4242's start time could not be read" });

@@ -6,7 +6,6 @@ import { ArtifactStore, sha256Hex, storeSource, verifyResolved } from '@murmur/s
 import { listTree, tempDir, writeFiles } from '../../test/support/fs.js';
 import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
-
 function meta(overrides: Partial<ArtifactMeta> = {}): ArtifactMeta {
   return {
     name: 'echo-tool',
@@ -72,7 +71,15 @@ describe('ArtifactStore.publish', () => {
   });
 
   it("writes the meta as pretty JSON under 'meta' with upstream's key order", async () => {
-    await store.publish(ZIP_A, { tags: ['t'], description: null, platforms: [], artifact_runtime: 'tool', runtime: 'wasm', version: '0.1.0', name: 'echo-tool' });
+    await store.publish(ZIP_A, {
+      tags: ['t'],
+      description: null,
+      platforms: [],
+      artifact_runtime: 'tool',
+      runtime: 'wasm',
+      version: '0.1.0',
+      name: 'echo-tool',
+    });
     const written = await fs.readFile(path.join(root, 'echo-tool', '0.1.0', 'echo-tool-0.1.0.meta.json'), 'utf8');
     const expected = {
       meta: { name: 'echo-tool', version: '0.1.0', runtime: 'wasm', artifact_runtime: 'tool', platforms: [], description: null, tags: ['t'] },

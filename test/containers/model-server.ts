@@ -23,7 +23,8 @@ const model = await startScriptedInference({
     const result = blocks.find((block) => block.type === 'tool_result');
     if (result) return { text: result.content?.map((part) => part.text ?? '').join('') ?? '' };
     const text = blocks.find((block) => block.type === 'text')?.text ?? '';
-    if (text.startsWith('delegate ')) return { toolCalls: [{ name: 'delegate-task', input: JSON.parse(text.slice('delegate '.length)) as Record<string, unknown> }] };
+    if (text.startsWith('delegate '))
+      return { toolCalls: [{ name: 'delegate-task', input: JSON.parse(text.slice('delegate '.length)) as Record<string, unknown> }] };
     return { text: `answer: ${text}` };
   },
 });

@@ -8,7 +8,18 @@ import { Role, TaskState } from '@a2a-js/sdk';
 import { build } from 'esbuild';
 import { DockerComposeEnvironment, type StartedDockerComposeEnvironment } from 'testcontainers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DelegationCompleted, SPAWN_APPROVAL_HEADER, SPAWN_CREDENTIAL_HEADER, type SessionEnded, type SessionStarted, capabilityPolicy, newSessionId, parseCapsuleManifest, silentLog, topics } from '@murmur/shared';
+import {
+  type DelegationCompleted,
+  SPAWN_APPROVAL_HEADER,
+  SPAWN_CREDENTIAL_HEADER,
+  type SessionEnded,
+  type SessionStarted,
+  capabilityPolicy,
+  newSessionId,
+  parseCapsuleManifest,
+  silentLog,
+  topics,
+} from '@murmur/shared';
 import { type Bus, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
 import { type RunningAgent, agentProject, openStream, readSse, startAgent } from '../support/agents.js';
@@ -50,7 +61,23 @@ async function makeModelCertificate(dir: string): Promise<void> {
   await openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=murmur test CA', '-keyout', 'ca.key', '-out', 'ca.pem');
   await openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=model', '-keyout', 'model.key', '-out', 'model.csr');
   await fs.writeFile(path.join(dir, 'model.ext'), 'subjectAltName=DNS:model\n');
-  await openssl('x509', '-req', '-in', 'model.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-extfile', 'model.ext', '-out', 'model.pem');
+  await openssl(
+    'x509',
+    '-req',
+    '-in',
+    'model.csr',
+    '-CA',
+    'ca.pem',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-days',
+    '2',
+    '-extfile',
+    'model.ext',
+    '-out',
+    'model.pem',
+  );
   // Read by uid 1000 in the containers.
   for (const file of await fs.readdir(dir)) await fs.chmod(path.join(dir, file), 0o644);
 }
@@ -76,7 +103,15 @@ describe('the stack in containers', () => {
     // The model, bundled from our own test support into the cache the override mounts, and its TLS.
     await fs.mkdir(path.join(cache, 'model'), { recursive: true });
     await makeModelCertificate(path.join(cache, 'tls'));
-    await build({ entryPoints: [path.join(root, 'test', 'containers', 'model-server.ts')], bundle: true, platform: 'node', format: 'esm', target: 'node20', outfile: path.join(cache, 'model', 'server.mjs'), logLevel: 'silent' });
+    await build({
+      entryPoints: [path.join(root, 'test', 'containers', 'model-server.ts')],
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node20',
+      outfile: path.join(cache, 'model', 'server.mjs'),
+      logLevel: 'silent',
+    });
     await fs.writeFile(
       path.join(root, OVERRIDE),
       [
@@ -96,7 +131,7 @@ describe('the stack in containers', () => {
         '      interval: 2s',
         '      retries: 15',
         '  executor:',
-        '    # The executors trust the stand-in model\'s CA, as an operator would add a private CA.',
+        "    # The executors trust the stand-in model's CA, as an operator would add a private CA.",
         '    environment:',
         '      NODE_EXTRA_CA_CERTS: /opt/tls/ca.pem',
         '    volumes:',
@@ -134,28 +169,47 @@ describe('the stack in containers', () => {
   }, 180_000);
 
   const container = (service: string, index = 1): string => project.container(service, index);
-  const healthy = (name: string): Promise<true> => eventually(async () => ((await project.health(name)) === 'healthy' ? true : undefined), 60_000, `${name} to be healthy`);
+  const healthy = (name: string): Promise<true> =>
+    eventually(async () => ((await project.health(name)) === 'healthy' ? true : undefined), 60_000, `${name} to be healthy`);
   const sessionOf = (stdout: string): string => /^session: (\S+)$/m.exec(stdout)?.[1] as string;
-  const startOf = (sessionId: string): Promise<SessionStarted> => eventually(() => started.find((event) => event.session_id === sessionId), 15_000, `session.started of ${sessionId}`);
+  const startOf = (sessionId: string): Promise<SessionStarted> =>
+    eventually(() => started.find((event) => event.session_id === sessionId), 15_000, `session.started of ${sessionId}`);
 
   it('comes up healthy from docker-compose.yml, every service answering its health check on the bus', async () => {
-    for (const service of ['nats', 'roost', 'stager', 'executor', 'door', 'watcher', 'model']) expect(await docker('inspect', '-f', '{{.State.Health.Status}}', container(service))).toBe('healthy');
+    for (const service of ['nats', 'roost', 'stager', 'executor', 'door', 'watcher', 'model'])
+      expect(await docker('inspect', '-f', '{{.State.Health.Status}}', container(service))).toBe('healthy');
     const health = await runMur(['health', '--json'], { env: client });
     expect(health.code, health.stderr).toBe(0);
-    expect((JSON.parse(health.stdout) as Array<{ service: string; reply?: { status: string } }>).map((row) => [row.service, row.reply?.status])).toEqual(['roost', 'stager', 'executor', 'door', 'watcher'].map((name) => [name, 'ok']));
+    expect((JSON.parse(health.stdout) as Array<{ service: string; reply?: { status: string } }>).map((row) => [row.service, row.reply?.status])).toEqual(
+      ['roost', 'stager', 'executor', 'door', 'watcher'].map((name) => [name, 'ok']),
+    );
     // Only the executor has the privileges a sandbox needs; the rest are uid 1000 on a read-only root.
     for (const service of ['nats', 'roost', 'stager', 'door', 'watcher']) {
-      expect(await docker('inspect', '-f', '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapAdd}}', container(service))).toBe('1000:1000 true []');
+      expect(await docker('inspect', '-f', '{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapAdd}}', container(service))).toBe(
+        '1000:1000 true []',
+      );
     }
     const isolation = (await docker('logs', container('executor'))).split('\n').find((line) => line.includes('executor isolation probed'));
-    expect(JSON.parse(isolation as string)).toMatchObject({ namespaces: 'bubblewrap', containment: 'sealed (mountns+pivot_root+landlock+seccomp)', cgroups: 'v1' });
+    expect(JSON.parse(isolation as string)).toMatchObject({
+      namespaces: 'bubblewrap',
+      containment: 'sealed (mountns+pivot_root+landlock+seccomp)',
+      cgroups: 'v1',
+    });
   });
 
   it('seals a shell capsule inside the executor container, run as uid 1000 with no capabilities: no route out, seccomp, Landlock, hard rlimits', async () => {
-    const dir = await probeProject(path.join(scratch.dir, 'sealed'), 'capabilities:\n  containment: sealed\n  shell:\n    allow: [bash]\n  resources:\n    max_processes: 7\n    max_open_files: 99\n');
+    const dir = await probeProject(
+      path.join(scratch.dir, 'sealed'),
+      'capabilities:\n  containment: sealed\n  shell:\n    allow: [bash]\n  resources:\n    max_processes: 7\n    max_open_files: 99\n',
+    );
     const explained = await runMur(['run', '--explain-scope', '--json'], { cwd: dir, env: client });
     expect(explained.code, explained.stderr).toBe(0);
-    expect(JSON.parse(explained.stdout)).toMatchObject({ declared_containment: 'sealed', achieved_containment: 'sealed', floor_met: true, enforcement_tier: 'mountns+pivot_root+landlock+seccomp' });
+    expect(JSON.parse(explained.stdout)).toMatchObject({
+      declared_containment: 'sealed',
+      achieved_containment: 'sealed',
+      floor_met: true,
+      enforcement_tier: 'mountns+pivot_root+landlock+seccomp',
+    });
     const status = 'while read -r key value rest; do case $key in Seccomp:|NoNewPrivs:|CapEff:|CapBnd:) echo "$key $value";; esac; done < /proc/self/status';
     const task = JSON.stringify([
       { op: 'shell', binary: 'bash', args: ['-c', status] },
@@ -167,7 +221,12 @@ describe('the stack in containers', () => {
     const result = await runMur(['run', '--task', task], { cwd: dir, env: client });
     expect(result.code, result.stderr).toBe(0);
     const shells = probeResults(result.stdout).map((entry) => entry.value as { exitCode: number; stdout: string; stderr: string });
-    expect(shells[0]?.stdout.split('\n').filter(Boolean).sort()).toEqual(['CapBnd: 0000000000000000', 'CapEff: 0000000000000000', 'NoNewPrivs: 1', 'Seccomp: 2']);
+    expect(shells[0]?.stdout.split('\n').filter(Boolean).sort()).toEqual([
+      'CapBnd: 0000000000000000',
+      'CapEff: 0000000000000000',
+      'NoNewPrivs: 1',
+      'Seccomp: 2',
+    ]);
     expect(shells[1]?.stderr).toContain('Connection refused');
     expect(shells[2]).toMatchObject({ exitCode: 126 });
     expect(shells[2]?.stderr).toContain('Permission denied');
@@ -181,7 +240,12 @@ describe('the stack in containers', () => {
 
   it('runs a script capsule with mur run from the host: launch line, output, status, exit code and out/result.txt', async () => {
     const dir = await probeProject(path.join(scratch.dir, 'script'), 'capabilities:\n  env:\n    allow: [GREETING]\n  limits:\n    deadline_seconds: 20\n');
-    const task = JSON.stringify([{ op: 'env' }, { op: 'print', text: 'hello from a container' }, { op: 'write', path: 'out/result.txt', text: 'contained result' }, { op: 'read', path: '/etc/passwd' }]);
+    const task = JSON.stringify([
+      { op: 'env' },
+      { op: 'print', text: 'hello from a container' },
+      { op: 'write', path: 'out/result.txt', text: 'contained result' },
+      { op: 'read', path: '/etc/passwd' },
+    ]);
     const result = await runMur(['run', '--task', task], { cwd: dir, env: { ...client, GREETING: 'hi' } });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain('hello from a container');
@@ -206,7 +270,9 @@ describe('the stack in containers', () => {
       expect(agent.url.startsWith(`http://127.0.0.1:${env.MURMUR_DOOR_PORT}/sessions/${agent.sessionId}/`)).toBe(true);
       const a2a = await new ClientFactory().createFromUrl(agent.url);
       expect((await a2a.getAgentCard()).name).toBe('contained-agent');
-      const sent = (await a2a.sendMessage({ message: { messageId: `m-${Date.now()}`, role: Role.ROLE_USER, parts: [{ content: { $case: 'text', value: 'who answers?' } }] } } as never)) as { status?: { state: number }; artifacts?: Array<{ parts: Array<{ content?: { value?: unknown } }> }> };
+      const sent = (await a2a.sendMessage({
+        message: { messageId: `m-${Date.now()}`, role: Role.ROLE_USER, parts: [{ content: { $case: 'text', value: 'who answers?' } }] },
+      } as never)) as { status?: { state: number }; artifacts?: Array<{ parts: Array<{ content?: { value?: unknown } }> }> };
       expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
       expect(JSON.stringify(sent)).toContain('answer: who answers?');
     } finally {
@@ -224,7 +290,24 @@ describe('the stack in containers', () => {
     const parent = await startAgent(dir, client);
     try {
       const task = JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'child result' }]);
-      const sent = await fetch(parent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', messageId: 'delegating', role: 'user', parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/contained-child', version: '0.1.0', task })}` }] }, configuration: { blocking: true } } }) });
+      const sent = await fetch(parent.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'message/send',
+          params: {
+            message: {
+              kind: 'message',
+              messageId: 'delegating',
+              role: 'user',
+              parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/contained-child', version: '0.1.0', task })}` }],
+            },
+            configuration: { blocking: true },
+          },
+        }),
+      });
       const answer = JSON.stringify(await sent.json());
       expect(answer).toContain('Delegated capsule finished.');
       expect(answer).toContain('status: ok');
@@ -260,7 +343,11 @@ describe('the stack in containers', () => {
           agents.push(agent);
           placed.add((await startOf(agent.sessionId)).executor_id);
         }
-        const listed = JSON.parse((await runMur(['ps', '--json'], { env: client })).stdout) as Array<{ session_id: string; executor_id?: string; liveness: string }>;
+        const listed = JSON.parse((await runMur(['ps', '--json'], { env: client })).stdout) as Array<{
+          session_id: string;
+          executor_id?: string;
+          liveness: string;
+        }>;
         const rows = listed.filter((row) => agents.some((agent) => agent.sessionId === row.session_id));
         expect(rows.every((row) => row.liveness === 'live')).toBe(true);
         expect(new Set(rows.map((row) => row.executor_id))).toEqual(placed);
@@ -271,14 +358,41 @@ describe('the stack in containers', () => {
 
     it('notices a killed executor container: its sessions end naming the loss within 10 s, mur ps shows them gone, a lost child is reported crashed, and launches go on elsewhere', async () => {
       // A parent whose model waits on a child that spins: both live on one executor, which is then killed.
-      const spinner = await capsuleArchive('name: local/spinning-child\nversion: 0.1.0\ncapabilities:\n  limits:\n    deadline_seconds: 120\n', (await probeCapsule()).bytes);
+      const spinner = await capsuleArchive(
+        'name: local/spinning-child\nversion: 0.1.0\ncapabilities:\n  limits:\n    deadline_seconds: 120\n',
+        (await probeCapsule()).bytes,
+      );
       const zip = path.join(scratch.dir, 'spinning-child-0.1.0.mur.zip');
       await fs.writeFile(zip, spinner);
       expect((await runMur(['publish', zip, '--registry', roostUrl], { env: client })).code).toBe(0);
-      const parent = await startAgent(await agentProject(path.join(scratch.dir, 'doomed'), agentYaml('doomed-parent', '  spawn:\n    allow: [local/spinning-child]\n')), client);
+      const parent = await startAgent(
+        await agentProject(path.join(scratch.dir, 'doomed'), agentYaml('doomed-parent', '  spawn:\n    allow: [local/spinning-child]\n')),
+        client,
+      );
       try {
         const home = await startOf(parent.sessionId);
-        void fetch(parent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', messageId: 'doomed', role: 'user', parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/spinning-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}` }] } } }) }).catch(() => undefined);
+        void fetch(parent.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            jsonrpc: '2.0',
+            id: 1,
+            method: 'message/send',
+            params: {
+              message: {
+                kind: 'message',
+                messageId: 'doomed',
+                role: 'user',
+                parts: [
+                  {
+                    kind: 'text',
+                    text: `delegate ${JSON.stringify({ capsule: 'local/spinning-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}`,
+                  },
+                ],
+              },
+            },
+          }),
+        }).catch(() => undefined);
         const child = await eventually(() => started.find((event) => event.capsule_name === 'local/spinning-child'), 30_000, 'the spinning child to start');
         expect(child.executor_id).toBe(home.executor_id);
         const killed = (await project.instances('executor')).get(home.executor_id);
@@ -294,7 +408,10 @@ describe('the stack in containers', () => {
         expect(report.outcome.detail).toContain('E-EXE-001');
         const rows = JSON.parse((await runMur(['ps', '--json'], { env: client })).stdout) as Array<{ session_id: string; liveness: string }>;
         expect(rows.find((row) => row.session_id === parent.sessionId)?.liveness).toBe('gone');
-        const after = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'after the loss' }])], { cwd: await probeProject(path.join(scratch.dir, 'after-loss')), env: client });
+        const after = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'after the loss' }])], {
+          cwd: await probeProject(path.join(scratch.dir, 'after-loss')),
+          env: client,
+        });
         expect(after.code, after.stderr).toBe(0);
         expect((await startOf(sessionOf(after.stdout))).executor_id).not.toBe(home.executor_id);
       } finally {
@@ -305,42 +422,98 @@ describe('the stack in containers', () => {
 
   it('survives a NATS restart: every service reconnects without restarting, roost keeps its sessions and approvals, and a completion in flight is recorded', async () => {
     const parentManifest = 'name: local/roost-parent\nversion: 0.1.0\ncapabilities:\n  spawn:\n    allow: [local/contained-child]\n';
-    const registered = await fetch(new URL('/v1/sessions', roostUrl), { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ session_id: newSessionId(), capsule_name: 'local/roost-parent', capsule_version: '0.1.0', policy: capabilityPolicy(parseCapsuleManifest(parentManifest).manifest) }) });
+    const registered = await fetch(new URL('/v1/sessions', roostUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        session_id: newSessionId(),
+        capsule_name: 'local/roost-parent',
+        capsule_version: '0.1.0',
+        policy: capabilityPolicy(parseCapsuleManifest(parentManifest).manifest),
+      }),
+    });
     const { credential } = (await registered.json()) as { credential: string };
-    const spawn = await fetch(new URL('/spawn', roostUrl), { method: 'POST', headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: credential }, body: JSON.stringify({ name: 'local/contained-child', version: '0.1.0' }) });
+    const spawn = await fetch(new URL('/spawn', roostUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: credential },
+      body: JSON.stringify({ name: 'local/contained-child', version: '0.1.0' }),
+    });
     const { approval } = (await spawn.json()) as { approval: string };
     expect(approval).toBeTruthy();
-    const running = (await docker('ps', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${project.name}`)).split('\n').filter((name) => name && !name.includes('_nats_'));
+    const running = (await docker('ps', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${project.name}`))
+      .split('\n')
+      .filter((name) => name && !name.includes('_nats_'));
     const startedAt = (name: string): Promise<string> => docker('inspect', '-f', '{{.State.StartedAt}}', name);
     const before = Object.fromEntries(await Promise.all(running.map(async (name) => [name, await startedAt(name)] as const)));
 
     // A child that ends while NATS is away: its completion is delivered late or recorded as undelivered, never lost.
-    const child = await capsuleArchive('name: local/interrupted-child\nversion: 0.1.0\ncapabilities:\n  limits:\n    deadline_seconds: 3\n', (await probeCapsule()).bytes);
+    const child = await capsuleArchive(
+      'name: local/interrupted-child\nversion: 0.1.0\ncapabilities:\n  limits:\n    deadline_seconds: 3\n',
+      (await probeCapsule()).bytes,
+    );
     const zip = path.join(scratch.dir, 'interrupted-child-0.1.0.mur.zip');
     await fs.writeFile(zip, child);
     expect((await runMur(['publish', zip, '--registry', roostUrl], { env: client })).code).toBe(0);
-    const parent = await startAgent(await agentProject(path.join(scratch.dir, 'waiting-parent'), agentYaml('waiting-parent', '  spawn:\n    allow: [local/interrupted-child]\n')), client);
+    const parent = await startAgent(
+      await agentProject(path.join(scratch.dir, 'waiting-parent'), agentYaml('waiting-parent', '  spawn:\n    allow: [local/interrupted-child]\n')),
+      client,
+    );
     try {
-      void fetch(parent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', messageId: 'in-flight', role: 'user', parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/interrupted-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}` }] } } }) }).catch(() => undefined);
+      void fetch(parent.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'message/send',
+          params: {
+            message: {
+              kind: 'message',
+              messageId: 'in-flight',
+              role: 'user',
+              parts: [
+                {
+                  kind: 'text',
+                  text: `delegate ${JSON.stringify({ capsule: 'local/interrupted-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}`,
+                },
+              ],
+            },
+          },
+        }),
+      }).catch(() => undefined);
       await eventually(() => started.find((event) => event.capsule_name === 'local/interrupted-child'), 30_000, 'the child to start');
       await docker('stop', '-t', '5', container('nats'));
       // The child runs into its deadline and reports while there is no bus.
       await new Promise((resolve) => setTimeout(resolve, 6_000));
       await docker('start', container('nats'));
       await healthy(container('nats'));
-      await eventually(async () => ((await runMur(['health', '--json'], { env: client })).stdout.match(/"status":"ok"/g)?.length === 5 ? true : undefined), 60_000, 'every service to answer again');
+      await eventually(
+        async () => ((await runMur(['health', '--json'], { env: client })).stdout.match(/"status":"ok"/g)?.length === 5 ? true : undefined),
+        60_000,
+        'every service to answer again',
+      );
       for (const [name, at] of Object.entries(before)) expect(await startedAt(name), name).toBe(at);
 
-      const children = await eventually(async () => {
-        const listed = await runMur(['files', parent.sessionId, 'children', '--json'], { env: client });
-        return listed.code === 0 ? (JSON.parse(listed.stdout) as { entries: Array<{ name: string }> }).entries.find((entry) => entry.name.startsWith('dlg_')) : undefined;
-      }, 30_000, "the child's directory under the parent's children/");
-      const completion = await eventually(async () => {
-        const read = await runMur(['files', parent.sessionId, `children/${children.name}/completion.json`], { env: client });
-        if (read.code !== 0) return undefined;
-        const outcome = JSON.parse(read.stdout) as { status: string; delivered: boolean; delivery_error?: string };
-        return outcome.delivered || outcome.delivery_error !== undefined ? outcome : undefined;
-      }, 30_000, 'a settled completion.json');
+      const children = await eventually(
+        async () => {
+          const listed = await runMur(['files', parent.sessionId, 'children', '--json'], { env: client });
+          return listed.code === 0
+            ? (JSON.parse(listed.stdout) as { entries: Array<{ name: string }> }).entries.find((entry) => entry.name.startsWith('dlg_'))
+            : undefined;
+        },
+        30_000,
+        "the child's directory under the parent's children/",
+      );
+      const completion = await eventually(
+        async () => {
+          const read = await runMur(['files', parent.sessionId, `children/${children.name}/completion.json`], { env: client });
+          if (read.code !== 0) return undefined;
+          const outcome = JSON.parse(read.stdout) as { status: string; delivered: boolean; delivery_error?: string };
+          return outcome.delivered || outcome.delivery_error !== undefined ? outcome : undefined;
+        },
+        30_000,
+        'a settled completion.json',
+      );
       expect(completion.status).toBe('error');
       if (!completion.delivered) expect(completion.delivery_error).toMatch(/E-BUS-00[35]/);
     } finally {
@@ -350,10 +523,18 @@ describe('the stack in containers', () => {
     const registeredChild = await fetch(new URL('/v1/sessions', roostUrl), {
       method: 'POST',
       headers: { 'content-type': 'application/json', [SPAWN_APPROVAL_HEADER]: approval },
-      body: JSON.stringify({ session_id: newSessionId(), capsule_name: 'local/contained-child', capsule_version: '0.1.0', policy: capabilityPolicy(parseCapsuleManifest('name: local/contained-child\nversion: 0.1.0\n').manifest) }),
+      body: JSON.stringify({
+        session_id: newSessionId(),
+        capsule_name: 'local/contained-child',
+        capsule_version: '0.1.0',
+        policy: capabilityPolicy(parseCapsuleManifest('name: local/contained-child\nversion: 0.1.0\n').manifest),
+      }),
     });
     expect(registeredChild.status, await registeredChild.clone().text()).toBe(201);
-    const result = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'after nats came back' }])], { cwd: await probeProject(path.join(scratch.dir, 'after-nats')), env: client });
+    const result = await runMur(['run', '--task', JSON.stringify([{ op: 'print', text: 'after nats came back' }])], {
+      cwd: await probeProject(path.join(scratch.dir, 'after-nats')),
+      env: client,
+    });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain('after nats came back');
   });
@@ -395,10 +576,14 @@ describe('the stack in containers', () => {
       expect(last?.event).toBe('error');
       expect(JSON.parse(last?.data ?? '{}')).toMatchObject({ error: { code: -32603, message: expect.stringContaining('this door is shutting down') } });
       await healthy(container('door'));
-      const card = await eventually(async () => {
-        const response = await fetch(new URL('.well-known/agent-card.json', agent.url)).catch(() => undefined);
-        return response?.status === 200 ? ((await response.json()) as { session_id: string }) : undefined;
-      }, 30_000, 'the card from the restarted door');
+      const card = await eventually(
+        async () => {
+          const response = await fetch(new URL('.well-known/agent-card.json', agent.url)).catch(() => undefined);
+          return response?.status === 200 ? ((await response.json()) as { session_id: string }) : undefined;
+        },
+        30_000,
+        'the card from the restarted door',
+      );
       expect(card.session_id).toBe(agent.sessionId);
     } finally {
       await agent.stop();

@@ -59,7 +59,7 @@ export const ESCAPE_CASES: readonly EscapeCase[] = [
     evidence: 'probe',
     summary: 'Creates and writes a new file under /tmp, a path outside the workdir as the capsule sees it.',
     rationale:
-      "/tmp is a directory of the workdir bound at /tmp, so the write lands inside the workdir (and counts toward its size); ALLOWED is the sandbox working as designed, and a stricter REFUSED also passes.",
+      '/tmp is a directory of the workdir bound at /tmp, so the write lands inside the workdir (and counts toward its size); ALLOWED is the sandbox working as designed, and a stricter REFUSED also passes.',
   },
   {
     id: 'stat-outside-workdir',
@@ -68,8 +68,7 @@ export const ESCAPE_CASES: readonly EscapeCase[] = [
     sealed: 'REFUSED',
     evidence: 'probe',
     summary: 'Stats /etc/shadow to see whether even its metadata is visible.',
-    rationale:
-      'Landlock does not mediate stat, but under sealed /etc/shadow has no inode in the mount namespace at all, so stat fails with ENOENT.',
+    rationale: 'Landlock does not mediate stat, but under sealed /etc/shadow has no inode in the mount namespace at all, so stat fails with ENOENT.',
   },
   {
     id: 'symlink-escape',
@@ -149,8 +148,7 @@ export const ESCAPE_CASES: readonly EscapeCase[] = [
     sealed: 'REFUSED',
     evidence: 'probe',
     summary: 'Creates a block-device node for disk 8:0 in the workdir and tries to read raw sectors through it.',
-    rationale:
-      "The workdir's Landlock grant withholds making device nodes (EACCES), and every capability, CAP_MKNOD included, is dropped as well.",
+    rationale: "The workdir's Landlock grant withholds making device nodes (EACCES), and every capability, CAP_MKNOD included, is dropped as well.",
   },
   {
     id: 'exec-renamed-disallowed-binary',
@@ -209,8 +207,7 @@ export const ESCAPE_CASES: readonly EscapeCase[] = [
     sealed: 'REFUSED',
     evidence: 'probe',
     summary: "Creates a Unix stream socket and connects to the Docker daemon's socket at /var/run/docker.sock or /run/docker.sock.",
-    rationale:
-      'Without network.unix_sockets the seccomp filter refuses socket(AF_UNIX, …) with EACCES, and the composed root holds no daemon sockets anyway.',
+    rationale: 'Without network.unix_sockets the seccomp filter refuses socket(AF_UNIX, …) with EACCES, and the composed root holds no daemon sockets anyway.',
   },
   {
     id: 'syscall-io-uring-setup',
@@ -263,7 +260,7 @@ export const ESCAPE_CASES: readonly EscapeCase[] = [
     category: 'boundary',
     sealed: 'REFUSED',
     evidence: 'probe',
-    summary: "Calls keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0) by raw syscall number, a query any user may make.",
+    summary: 'Calls keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0) by raw syscall number, a query any user may make.',
     rationale: syscallRationale('keyctl', 'since the query itself needs no privilege, EPERM can only come from the filter.'),
   },
   {

@@ -126,7 +126,12 @@ export interface RpcReply {
 let rpcIds = 0;
 
 /** One JSON-RPC call; `version` sets `A2A-Version` (omitted: 0.3). */
-export async function rpc(url: string, method: string, params: unknown, options: { version?: string; headers?: Record<string, string> } = {}): Promise<RpcReply> {
+export async function rpc(
+  url: string,
+  method: string,
+  params: unknown,
+  options: { version?: string; headers?: Record<string, string> } = {},
+): Promise<RpcReply> {
   const response = await fetch(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(options.version ? { 'a2a-version': options.version } : {}), ...options.headers },
@@ -182,10 +187,20 @@ export async function readSse(response: Response, until: (frame: SseFrame, frame
 }
 
 /** Opens a streaming JSON-RPC call (`message/stream`, `tasks/resubscribe`, `stream/watch`). */
-export function openStream(url: string, method: string, params: unknown, options: { version?: string; headers?: Record<string, string> } = {}): Promise<Response> {
+export function openStream(
+  url: string,
+  method: string,
+  params: unknown,
+  options: { version?: string; headers?: Record<string, string> } = {},
+): Promise<Response> {
   return fetch(url, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'text/event-stream', ...(options.version ? { 'a2a-version': options.version } : {}), ...options.headers },
+    headers: {
+      'content-type': 'application/json',
+      accept: 'text/event-stream',
+      ...(options.version ? { 'a2a-version': options.version } : {}),
+      ...options.headers,
+    },
     body: JSON.stringify({ jsonrpc: '2.0', id: ++rpcIds, method, params }),
   });
 }

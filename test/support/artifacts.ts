@@ -3,7 +3,13 @@ import path from 'node:path';
 import { ArtifactStore, type StoreScope, inspectArchive, writeMurZip } from '@murmur/shared/artifacts';
 
 /** A `.mur.zip` for a WASM tool (or driver, or hook): its manifest plus the component at the root. */
-export async function componentArtifact(name: string, version: string, wasm: Uint8Array, role: 'tool' | 'driver' | 'hook' = 'tool', extraManifest = ''): Promise<Buffer> {
+export async function componentArtifact(
+  name: string,
+  version: string,
+  wasm: Uint8Array,
+  role: 'tool' | 'driver' | 'hook' = 'tool',
+  extraManifest = '',
+): Promise<Buffer> {
   const file = `${name.split('/').pop() as string}.wasm`;
   const manifest = `name: ${name}\nversion: "${version}"\nruntime: ${role}\ndescription: the ${name} ${role}\nrequires_files: [${file}]\n${extraManifest}`;
   return writeMurZip([
@@ -28,7 +34,12 @@ export async function nativeEchoTool(name: string, version: string): Promise<Buf
     '',
   ].join('\n');
   return writeMurZip([
-    { name: 'murmur.yaml', data: Buffer.from(`name: ${name}\nversion: "${version}"\nruntime: tool\nimplementation: native\ndescription: echoes natively\nrequires_files: [bin/${name}]\n`) },
+    {
+      name: 'murmur.yaml',
+      data: Buffer.from(
+        `name: ${name}\nversion: "${version}"\nruntime: tool\nimplementation: native\ndescription: echoes natively\nrequires_files: [bin/${name}]\n`,
+      ),
+    },
     { name: `bin/${name}`, data: Buffer.from(script), executable: true },
   ]);
 }

@@ -42,7 +42,11 @@ export class ComposeProject {
 
   async compose(...args: string[]): Promise<string> {
     const fileArgs = this.files.flatMap((file) => ['-f', file]);
-    const { stdout } = await run('docker-compose', ['-p', this.name, ...fileArgs, ...args], { cwd: repositoryRoot, env: { ...process.env, ...this.env }, maxBuffer: 64 * 1024 * 1024 });
+    const { stdout } = await run('docker-compose', ['-p', this.name, ...fileArgs, ...args], {
+      cwd: repositoryRoot,
+      env: { ...process.env, ...this.env },
+      maxBuffer: 64 * 1024 * 1024,
+    });
     return stdout;
   }
 
@@ -59,11 +63,14 @@ export class ComposeProject {
   async allHealthy(timeoutMs = 180_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const names = (await docker('ps', '-a', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${this.name}`)).split('\n').filter(Boolean);
+      const names = (await docker('ps', '-a', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${this.name}`))
+        .split('\n')
+        .filter(Boolean);
       const states = await Promise.all(names.map(async (name) => [name, await this.health(name)] as const));
       const waiting = states.filter(([, state]) => state !== 'healthy');
       if (names.length > 0 && waiting.length === 0) return;
-      if (Date.now() > deadline) throw new Error(`the stack ${this.name} did not become healthy: ${waiting.map(([name, state]) => `${name} ${state}`).join(', ')}`);
+      if (Date.now() > deadline)
+        throw new Error(`the stack ${this.name} did not become healthy: ${waiting.map(([name, state]) => `${name} ${state}`).join(', ')}`);
       await new Promise((resolve) => setTimeout(resolve, 500));
     }
   }
@@ -84,13 +91,26 @@ export class ComposeProject {
 
   /** Every running container of `service`, by the instance id its process announced in its first log line. */
   async instances(service: string): Promise<Map<string, string>> {
-    const names = (await docker('ps', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${this.name}`, '--filter', `label=com.docker.compose.service=${service}`)).split('\n').filter(Boolean);
+    const names = (
+      await docker(
+        'ps',
+        '--format',
+        '{{.Names}}',
+        '--filter',
+        `label=com.docker.compose.project=${this.name}`,
+        '--filter',
+        `label=com.docker.compose.service=${service}`,
+      )
+    )
+      .split('\n')
+      .filter(Boolean);
     const byId = new Map<string, string>();
     for (const name of names) {
       const logs = await docker('logs', name);
       for (const line of logs.split('\n')) {
         if (!line.startsWith('{')) continue;
-        const id = (JSON.parse(line) as { instance_id?: string; executor_id?: string }).executor_id ?? (JSON.parse(line) as { instance_id?: string }).instance_id;
+        const id =
+          (JSON.parse(line) as { instance_id?: string; executor_id?: string }).executor_id ?? (JSON.parse(line) as { instance_id?: string }).instance_id;
         if (id) {
           byId.set(id, name);
           break;

@@ -46,7 +46,15 @@ function anthropicJson(reply: Exclude<ScriptedReply, { raw: string }>, model: st
   if (reply.text) content.push({ type: 'text', text: reply.text });
   const calls = 'toolCalls' in reply ? reply.toolCalls : [];
   for (const call of calls) content.push({ type: 'tool_use', id: call.id ?? `toolu_${++toolIds}`, name: call.name, input: call.input });
-  return JSON.stringify({ id: 'msg_scripted', type: 'message', role: 'assistant', model, content, stop_reason: calls.length > 0 ? 'tool_use' : 'end_turn', usage: { input_tokens: 11, output_tokens: 7 } });
+  return JSON.stringify({
+    id: 'msg_scripted',
+    type: 'message',
+    role: 'assistant',
+    model,
+    content,
+    stop_reason: calls.length > 0 ? 'tool_use' : 'end_turn',
+    usage: { input_tokens: 11, output_tokens: 7 },
+  });
 }
 
 function anthropicStream(reply: Exclude<ScriptedReply, { raw: string }>, model: string): string {
@@ -58,16 +66,26 @@ function anthropicStream(reply: Exclude<ScriptedReply, { raw: string }>, model: 
     events.push(['content_block_stop', { type: 'content_block_stop', index }]);
     index += 1;
   };
-  if ('thinking' in reply && reply.thinking) block({ type: 'thinking', thinking: '' }, [{ type: 'thinking_delta', thinking: reply.thinking }, { type: 'signature_delta', signature: 'sig' }]);
+  if ('thinking' in reply && reply.thinking)
+    block({ type: 'thinking', thinking: '' }, [
+      { type: 'thinking_delta', thinking: reply.thinking },
+      { type: 'signature_delta', signature: 'sig' },
+    ]);
   if (reply.text) {
     // Two deltas per text, so a stream test sees more than one chunk.
     const half = Math.ceil(reply.text.length / 2);
-    block({ type: 'text', text: '' }, [{ type: 'text_delta', text: reply.text.slice(0, half) }, { type: 'text_delta', text: reply.text.slice(half) }]);
+    block({ type: 'text', text: '' }, [
+      { type: 'text_delta', text: reply.text.slice(0, half) },
+      { type: 'text_delta', text: reply.text.slice(half) },
+    ]);
   }
   const calls = 'toolCalls' in reply ? reply.toolCalls : [];
   for (const call of calls) {
     const json = JSON.stringify(call.input);
-    block({ type: 'tool_use', id: call.id ?? `toolu_${++toolIds}`, name: call.name, input: {} }, [{ type: 'input_json_delta', partial_json: json.slice(0, 5) }, { type: 'input_json_delta', partial_json: json.slice(5) }]);
+    block({ type: 'tool_use', id: call.id ?? `toolu_${++toolIds}`, name: call.name, input: {} }, [
+      { type: 'input_json_delta', partial_json: json.slice(0, 5) },
+      { type: 'input_json_delta', partial_json: json.slice(5) },
+    ]);
   }
   events.push(['message_delta', { type: 'message_delta', delta: { stop_reason: calls.length > 0 ? 'tool_use' : 'end_turn' }, usage: { output_tokens: 7 } }]);
   events.push(['message_stop', { type: 'message_stop' }]);
@@ -84,7 +102,15 @@ function openaiJson(reply: Exclude<ScriptedReply, { raw: string }>): string {
         message: {
           role: 'assistant',
           content: reply.text ?? null,
-          ...(calls.length > 0 ? { tool_calls: calls.map((call) => ({ id: call.id ?? `call_${++toolIds}`, type: 'function', function: { name: call.name, arguments: JSON.stringify(call.input) } })) } : {}),
+          ...(calls.length > 0
+            ? {
+                tool_calls: calls.map((call) => ({
+                  id: call.id ?? `call_${++toolIds}`,
+                  type: 'function',
+                  function: { name: call.name, arguments: JSON.stringify(call.input) },
+                })),
+              }
+            : {}),
         },
         finish_reason: calls.length > 0 ? 'tool_calls' : 'stop',
       },
@@ -97,11 +123,18 @@ function openaiStream(reply: Exclude<ScriptedReply, { raw: string }>): string {
   const chunks: unknown[] = [];
   if (reply.text) {
     const half = Math.ceil(reply.text.length / 2);
-    chunks.push({ choices: [{ index: 0, delta: { content: reply.text.slice(0, half) } }] }, { choices: [{ index: 0, delta: { content: reply.text.slice(half) } }] });
+    chunks.push(
+      { choices: [{ index: 0, delta: { content: reply.text.slice(0, half) } }] },
+      { choices: [{ index: 0, delta: { content: reply.text.slice(half) } }] },
+    );
   }
   const calls = 'toolCalls' in reply ? reply.toolCalls : [];
   calls.forEach((call, index) => {
-    chunks.push({ choices: [{ index: 0, delta: { tool_calls: [{ index, id: call.id ?? `call_${++toolIds}`, type: 'function', function: { name: call.name, arguments: '' } }] } }] });
+    chunks.push({
+      choices: [
+        { index: 0, delta: { tool_calls: [{ index, id: call.id ?? `call_${++toolIds}`, type: 'function', function: { name: call.name, arguments: '' } }] } },
+      ],
+    });
     chunks.push({ choices: [{ index: 0, delta: { tool_calls: [{ index, function: { arguments: JSON.stringify(call.input) } }] } }] });
   });
   chunks.push({ choices: [{ index: 0, delta: {}, finish_reason: calls.length > 0 ? 'tool_calls' : 'stop' }] });

@@ -15,7 +15,11 @@ export interface CountingServer {
   close(): Promise<void>;
 }
 
-export async function startCountingServer(respond: (request: http.IncomingMessage, body: string) => { status?: number; body: string; headers?: Record<string, string> } = () => ({ body: 'hello from the loopback server' })): Promise<CountingServer> {
+export async function startCountingServer(
+  respond: (request: http.IncomingMessage, body: string) => { status?: number; body: string; headers?: Record<string, string> } = () => ({
+    body: 'hello from the loopback server',
+  }),
+): Promise<CountingServer> {
   let connections = 0;
   const bodies: string[] = [];
   const server = http.createServer((request, response) => {
@@ -51,7 +55,10 @@ export async function startCountingServer(respond: (request: http.IncomingMessag
  * The same, over TLS, with a certificate for `localhost` made for this run by `openssl` (a CA and
  * a leaf it signed, in `dir`): `ca` is the CA's path, for a client's `--cacert`.
  */
-export async function startCountingTlsServer(dir: string, respond: (request: http.IncomingMessage) => string = () => 'hello over TLS'): Promise<CountingServer & { ca: string }> {
+export async function startCountingTlsServer(
+  dir: string,
+  respond: (request: http.IncomingMessage) => string = () => 'hello over TLS',
+): Promise<CountingServer & { ca: string }> {
   const { execFileSync } = await import('node:child_process');
   const { readFileSync, writeFileSync } = await import('node:fs');
   const https = await import('node:https');

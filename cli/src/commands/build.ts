@@ -5,7 +5,17 @@ export async function buildCommand(source: string, options: { output?: string; j
   const result = await buildArtifact(source, options.output === undefined ? {} : { output: options.output });
   for (const warning of result.warnings) output.warn(warning);
   if (options.json) {
-    output.out(JSON.stringify({ path: result.outputPath, name: result.name, version: result.version, kind: result.kind, runtime: result.packaging, sha256: result.sha256, entries: result.entries }));
+    output.out(
+      JSON.stringify({
+        path: result.outputPath,
+        name: result.name,
+        version: result.version,
+        kind: result.kind,
+        runtime: result.packaging,
+        sha256: result.sha256,
+        entries: result.entries,
+      }),
+    );
     return;
   }
   output.out(`Built artifact: ${result.outputPath}`);

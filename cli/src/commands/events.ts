@@ -8,7 +8,9 @@ import { openRuntime } from '../runtime.js';
  */
 export async function eventsCommand(pattern: string, options: { json?: boolean }, output: Output): Promise<number> {
   if (!process.env.MURMUR_NATS_URL?.trim()) {
-    throw new MurmurError('E-BUS-005', 'mur events tails the stack’s bus, and MURMUR_NATS_URL is not set', { hint: 'export MURMUR_NATS_URL=nats://127.0.0.1:4222; without it every service runs inside the mur that started it' });
+    throw new MurmurError('E-BUS-005', 'mur events tails the stack’s bus, and MURMUR_NATS_URL is not set', {
+      hint: 'export MURMUR_NATS_URL=nats://127.0.0.1:4222; without it every service runs inside the mur that started it',
+    });
   }
   const runtime = await openRuntime();
   const subscription = runtime.bus.tap(pattern, (subject, payload) => {

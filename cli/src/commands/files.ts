@@ -30,12 +30,24 @@ export async function filesCommand(sessionId: string, relative: string | undefin
     const reply = await askExecutor(runtime.bus, location, { path: wanted });
     if (options.out !== undefined) {
       const copied = await copyOut(runtime.bus, location, reply, path.resolve(options.out));
-      output.out(`copied ${copied.files} file${copied.files === 1 ? '' : 's'} (${formatBytes(copied.bytes)}) from ${sessionId}:${reply.path} to ${path.resolve(options.out)}`);
+      output.out(
+        `copied ${copied.files} file${copied.files === 1 ? '' : 's'} (${formatBytes(copied.bytes)}) from ${sessionId}:${reply.path} to ${path.resolve(options.out)}`,
+      );
       return 0;
     }
     if (reply.type === 'directory') {
       if (options.json) output.out(JSON.stringify(reply));
-      else for (const line of table(['TYPE', 'SIZE', 'MODIFIED', 'NAME'], reply.entries.map((entry) => [entry.type, entry.type === 'file' ? String(entry.size) : '-', entry.modified_at, entry.type === 'directory' ? `${entry.name}/` : entry.name]))) output.out(line);
+      else
+        for (const line of table(
+          ['TYPE', 'SIZE', 'MODIFIED', 'NAME'],
+          reply.entries.map((entry) => [
+            entry.type,
+            entry.type === 'file' ? String(entry.size) : '-',
+            entry.modified_at,
+            entry.type === 'directory' ? `${entry.name}/` : entry.name,
+          ]),
+        ))
+          output.out(line);
       return 0;
     }
     for await (const chunk of sessionFileChunks(runtime.bus, location, wanted, reply)) process.stdout.write(chunk);

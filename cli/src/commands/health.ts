@@ -5,14 +5,19 @@ import { openRuntime } from '../runtime.js';
 /** `mur health`: asks each service on the bus for its health check. Exit 1 if any does not answer. */
 export async function healthCommand(options: { json?: boolean; timeoutMs?: number }, output: Output): Promise<number> {
   if (!process.env.MURMUR_NATS_URL?.trim()) {
-    throw new MurmurError('E-BUS-005', 'mur health asks running services over NATS, and MURMUR_NATS_URL is not set', { hint: 'export MURMUR_NATS_URL=nats://127.0.0.1:4222 (the stack’s bus)' });
+    throw new MurmurError('E-BUS-005', 'mur health asks running services over NATS, and MURMUR_NATS_URL is not set', {
+      hint: 'export MURMUR_NATS_URL=nats://127.0.0.1:4222 (the stack’s bus)',
+    });
   }
   const runtime = await openRuntime();
   try {
     const results = await Promise.all(
       SERVICE_NAMES.map(async (service) => {
         try {
-          return { service, reply: await runtime.bus.request(commands.health.at(service), {}, { timeoutMs: options.timeoutMs ?? 2000 }) } as { service: string; reply: HealthReply };
+          return { service, reply: await runtime.bus.request(commands.health.at(service), {}, { timeoutMs: options.timeoutMs ?? 2000 }) } as {
+            service: string;
+            reply: HealthReply;
+          };
         } catch (error) {
           return { service, error: error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error) };
         }
@@ -22,7 +27,14 @@ export async function healthCommand(options: { json?: boolean; timeoutMs?: numbe
     else {
       const rows = results.map((result) =>
         'reply' in result
-          ? [result.service, 'ok', result.reply.instance_id, String(result.reply.http_port ?? '-'), String(result.reply.pid), `${Math.round(result.reply.uptime_ms / 1000)}s`]
+          ? [
+              result.service,
+              'ok',
+              result.reply.instance_id,
+              String(result.reply.http_port ?? '-'),
+              String(result.reply.pid),
+              `${Math.round(result.reply.uptime_ms / 1000)}s`,
+            ]
           : [result.service, 'unreachable', result.error ?? '', '-', '-', '-'],
       );
       for (const line of table(['SERVICE', 'STATUS', 'INSTANCE', 'PORT', 'PID', 'UPTIME'], rows)) output.out(line);

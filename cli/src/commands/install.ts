@@ -2,7 +2,16 @@ import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type ArtifactMeta, LOCKFILE_NAME, MurmurError, type MurmurLock, parseCapsuleManifest, upsertLockEntry } from '@murmur/shared';
-import { ArtifactStore, type ArtifactSource, RoostRegistryClient, inspectArchive, readLockfile, storeSource, verifyResolved, writeLockfile } from '@murmur/shared/artifacts';
+import {
+  ArtifactStore,
+  type ArtifactSource,
+  RoostRegistryClient,
+  inspectArchive,
+  readLockfile,
+  storeSource,
+  verifyResolved,
+  writeLockfile,
+} from '@murmur/shared/artifacts';
 import { globalStoreDir, projectStoreDir } from '@murmur/shared/node';
 import { type Output, formatFailure } from '../output.js';
 import { registryChoice, requireProjectRoot } from '../project.js';
@@ -56,9 +65,13 @@ async function checkPin(projectRoot: string | undefined, name: string, version: 
   const lock = await readLockfile(path.join(projectRoot, LOCKFILE_NAME));
   const pin = lock?.artifacts.find((entry) => entry.name === name);
   if (pin && (pin.resolved_version !== version || pin.sha256.wasm !== sha256)) {
-    throw new MurmurError('E-REG-005', `murmur.lock conflict for '${name}': pinned ${name}@${pin.resolved_version} (sha256 ${pin.sha256.wasm}), but this install is ${name}@${version} (sha256 ${sha256})`, {
-      hint: 'if this is an intentional upgrade, remove the stale entry from murmur.lock before installing again',
-    });
+    throw new MurmurError(
+      'E-REG-005',
+      `murmur.lock conflict for '${name}': pinned ${name}@${pin.resolved_version} (sha256 ${pin.sha256.wasm}), but this install is ${name}@${version} (sha256 ${sha256})`,
+      {
+        hint: 'if this is an intentional upgrade, remove the stale entry from murmur.lock before installing again',
+      },
+    );
   }
   return lock;
 }
@@ -68,7 +81,12 @@ async function pin(projectRoot: string | undefined, lock: MurmurLock | undefined
   await writeLockfile(path.join(projectRoot, LOCKFILE_NAME), upsertLockEntry(lock, { name, resolved_version: version, sha256: { wasm: sha256 } }));
 }
 
-async function installBytes(into: Target, bytes: Buffer, label: string, sourceMeta: ArtifactMeta | undefined): Promise<{ meta: ArtifactMeta; zipPath: string }> {
+async function installBytes(
+  into: Target,
+  bytes: Buffer,
+  label: string,
+  sourceMeta: ArtifactMeta | undefined,
+): Promise<{ meta: ArtifactMeta; zipPath: string }> {
   const inspected = await inspectArchive(bytes, label);
   const meta = sourceMeta && sourceMeta.artifact_runtime !== '' ? { ...inspected.meta, ...sourceMeta } : inspected.meta;
   const lock = await checkPin(into.projectRoot, meta.name, meta.version, inspected.sha256);
@@ -102,7 +120,10 @@ async function installReference(reference: string, into: Target, options: Instal
     output.out(`Installed ${name}@${version} → ${tildePath(zipPath)}`);
     return;
   }
-  const searched = from.length === 0 ? 'no registry (the global store cannot install into itself; pass --registry <roost url>)' : from.map((source) => source.location).join(', ');
+  const searched =
+    from.length === 0
+      ? 'no registry (the global store cannot install into itself; pass --registry <roost url>)'
+      : from.map((source) => source.location).join(', ');
   throw new MurmurError('E-REG-001', `artifact ${name}@${version} not found in registry: looked in ${searched}`, {
     hint: `publish it first ('mur publish <zip>'), or point MURMUR_ROOST_URL at a roost that has it`,
   });

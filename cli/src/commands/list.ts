@@ -39,7 +39,11 @@ export async function listCommand(options: { global?: boolean; all?: boolean; re
   const header = ['NAME', 'VERSION', 'RUNTIME', 'PLATFORMS'];
   const cells = rows.map(({ meta }) => [meta.name, meta.version, meta.artifact_runtime, platforms(meta)]);
   if (options.all) {
-    for (const line of table(['SCOPE', ...header], cells.map((cell, index) => [rows[index]?.scope ?? '', ...cell]))) output.out(line);
+    for (const line of table(
+      ['SCOPE', ...header],
+      cells.map((cell, index) => [rows[index]?.scope ?? '', ...cell]),
+    ))
+      output.out(line);
   } else {
     for (const line of table(header, cells)) output.out(line);
   }

@@ -41,7 +41,14 @@ export async function psCommand(options: { json?: boolean }, output: Output): Pr
   }
   // On the stack a pid means something only on its executor: say which.
   const onStack = sessions.some((session) => session.executor_id !== undefined);
-  const rows = sessions.map((session) => [session.session_id, `${session.capsule_name}@${session.capsule_version}`, ...(onStack ? [session.executor_id ?? '-'] : []), String(session.pid), session.liveness + (session.reason ? ` (${session.reason})` : ''), session.url]);
+  const rows = sessions.map((session) => [
+    session.session_id,
+    `${session.capsule_name}@${session.capsule_version}`,
+    ...(onStack ? [session.executor_id ?? '-'] : []),
+    String(session.pid),
+    session.liveness + (session.reason ? ` (${session.reason})` : ''),
+    session.url,
+  ]);
   for (const line of table(['SESSION', 'CAPSULE', ...(onStack ? ['EXECUTOR'] : []), 'PID', 'LIVENESS', 'URL'], rows)) output.out(line);
   return 0;
 }
@@ -74,13 +81,17 @@ export async function stopCommand(sessionId: string, output: Output): Promise<nu
     output.out(`${sessionId}: already gone`);
     return 0;
   }
-  if (term.outcome === 'refused') throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) was not signalled: ${term.reason}`, { hint: 'nothing was sent to a process that could not be confirmed as the session' });
+  if (term.outcome === 'refused')
+    throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) was not signalled: ${term.reason}`, {
+      hint: 'nothing was sent to a process that could not be confirmed as the session',
+    });
   if (await gone(record, STOP_GRACE_MS)) {
     output.out(`${sessionId}: stopped`);
     return 0;
   }
   const kill = signalRunningRecord(record, 'SIGKILL');
-  if (kill.outcome === 'refused') throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) outlived SIGTERM and SIGKILL was refused: ${kill.reason}`);
+  if (kill.outcome === 'refused')
+    throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) outlived SIGTERM and SIGKILL was refused: ${kill.reason}`);
   await gone(record, STOP_GRACE_MS);
   removeRunningRecord(sessionId);
   output.out(`${sessionId}: killed after ${STOP_GRACE_MS / 1000}s`);
@@ -99,7 +110,9 @@ async function stopOnStack(sessionId: string, output: Output): Promise<number> {
       reply = await runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'stopped with mur stop' }, { timeoutMs: 10_000 });
     } catch (error) {
       if (error instanceof MurmurError && error.code === 'E-BUS-004') {
-        throw new MurmurError('E-SES-001', `no executor on ${runtime.bus.description} runs session '${sessionId}'`, { hint: "list the stack's sessions with 'mur ps'" });
+        throw new MurmurError('E-SES-001', `no executor on ${runtime.bus.description} runs session '${sessionId}'`, {
+          hint: "list the stack's sessions with 'mur ps'",
+        });
       }
       throw error;
     }

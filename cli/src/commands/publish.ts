@@ -16,7 +16,11 @@ export async function publishCommand(zipArgument: string | undefined, options: {
   try {
     bytes = await fs.readFile(zipPath);
   } catch (error) {
-    throw new MurmurError((error as NodeJS.ErrnoException).code === 'ENOENT' ? 'E-IO-001' : 'E-IO-003', `failed to read artifact at ${zipPath}: ${(error as Error).message}`, { path: zipPath });
+    throw new MurmurError(
+      (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'E-IO-001' : 'E-IO-003',
+      `failed to read artifact at ${zipPath}: ${(error as Error).message}`,
+      { path: zipPath },
+    );
   }
   const inspected = await inspectArchive(bytes, zipPath, options.platform === undefined ? {} : { platform: options.platform });
   for (const warning of inspected.packaged.warnings) output.warn(warning);
@@ -35,15 +39,20 @@ export async function publishCommand(zipArgument: string | undefined, options: {
 async function defaultArtifactPath(): Promise<string> {
   const manifestPath = path.resolve('murmur.yaml');
   const text = await fs.readFile(manifestPath, 'utf8').catch(() => {
-    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, { hint: 'pass the .mur.zip to publish, or run this in the directory you built' });
+    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, {
+      hint: 'pass the .mur.zip to publish, or run this in the directory you built',
+    });
   });
   const raw = parseYamlSource(text).value as { runtime?: unknown; name?: unknown; version?: unknown } | null;
-  const { name, version } = raw && typeof raw === 'object' && 'runtime' in raw ? { name: String(raw.name), version: String(raw.version) } : parseCapsuleManifest(text).manifest;
+  const { name, version } =
+    raw && typeof raw === 'object' && 'runtime' in raw ? { name: String(raw.name), version: String(raw.version) } : parseCapsuleManifest(text).manifest;
   const candidate = path.resolve(`${name.split('/').pop() as string}-${version}.mur.zip`);
   try {
     await fs.access(candidate);
   } catch {
-    throw new MurmurError('E-IO-001', `default artifact path ${candidate} not found. Run 'mur build' first or pass an explicit artifact path.`, { path: candidate });
+    throw new MurmurError('E-IO-001', `default artifact path ${candidate} not found. Run 'mur build' first or pass an explicit artifact path.`, {
+      path: candidate,
+    });
   }
   return candidate;
 }

@@ -84,14 +84,19 @@ function lifecycleOverride(options: RunOptions): Record<string, string> | undefi
  * stdout carries exactly one line, the launch line, and nothing else.
  */
 /** `MURMUR_TIMING=1`: where a run's start-up time goes, on stderr. */
-const timing = process.env.MURMUR_TIMING ? (label: string): void => void process.stderr.write(`[timing] ${label} ${performance.now().toFixed(0)}ms\n`) : (): void => {};
+const timing = process.env.MURMUR_TIMING
+  ? (label: string): void => void process.stderr.write(`[timing] ${label} ${performance.now().toFixed(0)}ms\n`)
+  : (): void => {};
 
 /** `--containment`: one of the classes, said the way upstream says it when it is not. */
 function flagContainment(value: string | undefined): Containment | undefined {
   if (value === undefined) return undefined;
   const trimmed = value.trim();
   if (!(CONTAINMENT_CLASSES as readonly string[]).includes(trimmed)) {
-    throw new MurmurError('E-IO-003', `--containment must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got '${value}'`, { path: '--containment', hint: 'e.g. mur run --containment sealed' });
+    throw new MurmurError('E-IO-003', `--containment must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got '${value}'`, {
+      path: '--containment',
+      hint: 'e.g. mur run --containment sealed',
+    });
   }
   return trimmed as Containment;
 }
@@ -137,12 +142,18 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const flagFloor = flagContainment(options.containment);
   // The declared floor is the strongest of the manifest's, the workspace config's and the flag's.
   const floors = [...configuredContainment(process.env, process.cwd()).map((entry) => entry.containment), ...(flagFloor ? [flagFloor] : [])];
-  const floor = floors.reduce<Containment | undefined>((strongest, next) => (strongest === undefined || CONTAINMENT_CLASSES.indexOf(next) > CONTAINMENT_CLASSES.indexOf(strongest) ? next : strongest), undefined);
+  const floor = floors.reduce<Containment | undefined>(
+    (strongest, next) => (strongest === undefined || CONTAINMENT_CLASSES.indexOf(next) > CONTAINMENT_CLASSES.indexOf(strongest) ? next : strongest),
+    undefined,
+  );
   const fromRegistry = options.capsule !== undefined;
-  if (fromRegistry && !options.capsuleVersion) throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
+  if (fromRegistry && !options.capsuleVersion)
+    throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
   const manifestPath = path.resolve(options.manifest ?? 'murmur.yaml');
   if (!fromRegistry && !existsSync(manifestPath)) {
-    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, { hint: 'run mur run in a capsule directory, or pass --manifest <file> or --capsule <name> --capsule-version <v>' });
+    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, {
+      hint: 'run mur run in a capsule directory, or pass --manifest <file> or --capsule <name> --capsule-version <v>',
+    });
   }
   const manifestDir = path.dirname(manifestPath);
   const projectDir = fromRegistry ? findProjectRoot() : manifestDir;
@@ -170,15 +181,21 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         return 0;
       }
       if (grants.floor_met !== true) {
-        throw new MurmurError('E-CAP-003', `declared containment class '${String(grants.declared_containment)}' is not achievable on this host (achieved: '${String(grants.achieved_containment)}'): ${String(grants.shortfall_reason)}`, {
-          hint: `lower the declared floor to '${String(grants.achieved_containment)}' (capabilities.containment in murmur.yaml, containment in .murmur/config.yaml, or --containment), or run on a host that provides '${String(grants.declared_containment)}' — mur run --explain-scope shows what this host gives`,
-          path: 'capabilities.containment',
-        });
+        throw new MurmurError(
+          'E-CAP-003',
+          `declared containment class '${String(grants.declared_containment)}' is not achievable on this host (achieved: '${String(grants.achieved_containment)}'): ${String(grants.shortfall_reason)}`,
+          {
+            hint: `lower the declared floor to '${String(grants.achieved_containment)}' (capabilities.containment in murmur.yaml, containment in .murmur/config.yaml, or --containment), or run on a host that provides '${String(grants.declared_containment)}' — mur run --explain-scope shows what this host gives`,
+            path: 'capabilities.containment',
+          },
+        );
       }
     }
     const plan = await stageThroughBus(
       runtime.bus,
-      fromRegistry ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir } : { kind: 'directory', dir: manifestDir },
+      fromRegistry
+        ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir }
+        : { kind: 'directory', dir: manifestDir },
       { env_names: Object.keys(env), honour_pins: true, ...(override ? { lifecycle_override: override } : {}) },
       progress.report,
     );
@@ -218,7 +235,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         runtime.bus.subscribe(topics.sessionPinned.at(sessionId), ({ artifact }) => {
           pinning = pinning
             .then(async () => writeLockfile(lockPath, upsertLockEntry(await readLockfile(lockPath).catch(() => undefined), artifact)))
-            .catch((error: unknown) => output.err(`warning: could not pin ${artifact.name}@${artifact.resolved_version} in ${lockPath}: ${(error as Error).message}`));
+            .catch((error: unknown) =>
+              output.err(`warning: could not pin ${artifact.name}@${artifact.resolved_version} in ${lockPath}: ${(error as Error).message}`),
+            );
         }),
       );
     }
@@ -227,7 +246,10 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     const task = taskText(options.task);
     // An agent capsule is reachable at a door; its URL is known before launch, so the capsule's
     // MURMUR_CAPSULE_URL and MURMUR.md can carry it.
-    const url = plan.capsule.kind === 'agent' ? `${sessionUrl(await runtime.door(options.bind ?? '127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0), sessionId)}/` : undefined;
+    const url =
+      plan.capsule.kind === 'agent'
+        ? `${sessionUrl(await runtime.door(options.bind ?? '127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0), sessionId)}/`
+        : undefined;
     const a2aTimeout = Number(env.MURMUR_A2A_TIMEOUT_SECS ?? process.env.MURMUR_A2A_TIMEOUT_SECS);
     const launched: LaunchReply = await runtime.bus.request(
       commands.launch,
@@ -254,7 +276,16 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
 
     timing('launched');
     if (options.json) {
-      output.out(JSON.stringify({ url: launched.url, pid: launched.pid, session_id: launched.session_id, name: plan.capsule.name, version: plan.capsule.version, workdir: launched.workdir }));
+      output.out(
+        JSON.stringify({
+          url: launched.url,
+          pid: launched.pid,
+          session_id: launched.session_id,
+          name: plan.capsule.name,
+          version: plan.capsule.version,
+          workdir: launched.workdir,
+        }),
+      );
     } else {
       if (launched.url) output.out(`murmur: url ${launched.url}`);
       output.out(`session: ${launched.session_id}`);
@@ -285,14 +316,22 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     if (!runtime.inProcess && !options.json && !options.workdir && end.error?.code !== 'E-EXE-001') {
       const local = path.join(localBase, 'workdir', sessionId, 'out', 'result.txt');
       const fetched = await fetchSessionFile(runtime.bus, sessionId, 'out/result.txt', local).catch((error: unknown) => {
-        output.err(`warning: could not fetch out/result.txt from executor ${launched.executor_id}: ${error instanceof MurmurError ? error.message : String(error)}`);
+        output.err(
+          `warning: could not fetch out/result.txt from executor ${launched.executor_id}: ${error instanceof MurmurError ? error.message : String(error)}`,
+        );
         return false;
       });
       if (fetched) output.out(`result:  ${local}`);
     }
 
     // Stopped on the launcher's own signal is how a sleeping agent is meant to end: no error to report.
-    if (end.error && !interrupted) output.err(new MurmurError(end.error.code as never, end.error.message, { ...(end.error.hint ? { hint: end.error.hint } : {}), ...(end.error.path ? { path: end.error.path } : {}) }).format());
+    if (end.error && !interrupted)
+      output.err(
+        new MurmurError(end.error.code as never, end.error.message, {
+          ...(end.error.hint ? { hint: end.error.hint } : {}),
+          ...(end.error.path ? { path: end.error.path } : {}),
+        }).format(),
+      );
     if (!options.json) output.out(`status:  ${end.exit_status}`);
     if (interrupted) return 130;
     return end.exit_status === 'ok' ? 0 : 1;

@@ -15,7 +15,8 @@ export interface StageOptions {
 
 function stageSourceFor(directory: string | undefined, options: StageOptions): CliStageSource {
   if (options.capsule !== undefined) {
-    if (!options.capsuleVersion) throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0' });
+    if (!options.capsuleVersion)
+      throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0' });
     return { kind: 'registry', name: options.capsule, version: options.capsuleVersion, projectDir: findProjectRoot() ?? process.cwd() };
   }
   return { kind: 'directory', dir: path.resolve(directory ?? '.') };
@@ -44,7 +45,9 @@ function shortSha(sha256: string | undefined): string {
 export function describePlan(plan: StagedPlan): string[] {
   const { capsule, policy } = plan;
   const lines = [`staged ${capsule.name}@${capsule.version} (${capsule.kind} capsule) in ${Math.round(plan.stats.duration_ms)} ms`];
-  lines.push(`  from:       ${capsule.origin.kind === 'project' ? `the project '${capsule.origin.label}' (uploaded as ${shortSha(capsule.origin.digest)})` : `${capsule.origin.name}@${capsule.origin.version} (${capsule.origin.origin} store)`}`);
+  lines.push(
+    `  from:       ${capsule.origin.kind === 'project' ? `the project '${capsule.origin.label}' (uploaded as ${shortSha(capsule.origin.digest)})` : `${capsule.origin.name}@${capsule.origin.version} (${capsule.origin.origin} store)`}`,
+  );
   if (capsule.component) {
     const component = capsule.component;
     lines.push(`  component:  ${formatBytes(component.size_bytes)}, sha256 ${shortSha(component.sha256)}, ${component.cache_hit ? 'cache hit' : 'transpiled'}`);
@@ -53,7 +56,9 @@ export function describePlan(plan: StagedPlan): string[] {
   lines.push(`  artifacts:  ${plan.artifacts.length === 0 ? 'none' : ''}`.trimEnd());
   for (const artifact of plan.artifacts) {
     const component = artifact.component ? `, ${artifact.component.cache_hit ? 'cache hit' : 'transpiled'}` : '';
-    lines.push(`    ${artifact.name}@${artifact.version}  ${artifact.role}/${artifact.packaging}  from ${artifact.origin}  sha256 ${shortSha(artifact.sha256)}${component}`);
+    lines.push(
+      `    ${artifact.name}@${artifact.version}  ${artifact.role}/${artifact.packaging}  from ${artifact.origin}  sha256 ${shortSha(artifact.sha256)}${component}`,
+    );
   }
   lines.push(`  network:    ${policy.network_allow.length === 0 ? 'none' : policy.network_allow.join(', ')}`);
   lines.push(`  env:        ${policy.env_allow.length === 0 ? 'none' : policy.env_allow.join(', ')}`);
@@ -62,6 +67,8 @@ export function describePlan(plan: StagedPlan): string[] {
   lines.push(`  limits:     deadline ${policy.limits.deadline_seconds}s, memory ${formatBytes(policy.limits.memory_bytes)}`);
   lines.push(`  lifecycle:  ${plan.lifecycle.task_acceptance}/${plan.lifecycle.after_task}`);
   const lock = plan.lock;
-  lines.push(`  lock:       ${lock.status === 'honoured' ? 'honoured (murmur.lock)' : lock.status === 'absent' ? `none yet; a first run pins ${lock.entries.length} artifact${lock.entries.length === 1 ? '' : 's'}` : 'not applicable (staged from a registry)'}`);
+  lines.push(
+    `  lock:       ${lock.status === 'honoured' ? 'honoured (murmur.lock)' : lock.status === 'absent' ? `none yet; a first run pins ${lock.entries.length} artifact${lock.entries.length === 1 ? '' : 's'}` : 'not applicable (staged from a registry)'}`,
+  );
   return lines;
 }

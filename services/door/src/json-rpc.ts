@@ -29,7 +29,8 @@ export function readJsonRpc(body: string): { ok: true; call: JsonRpcCall } | { o
   }
   const parsed = JsonRpcRequestSchema.safeParse(value);
   if (!parsed.success) {
-    const candidate = value !== null && typeof value === 'object' && !Array.isArray(value) ? JsonRpcIdSchema.safeParse((value as { id?: unknown }).id) : undefined;
+    const candidate =
+      value !== null && typeof value === 'object' && !Array.isArray(value) ? JsonRpcIdSchema.safeParse((value as { id?: unknown }).id) : undefined;
     const id = candidate?.success ? candidate.data : null;
     const why = Array.isArray(value) ? 'batch requests are not supported' : 'expected an object with "jsonrpc": "2.0" and a "method" string';
     return { ok: false, response: rpcError(id, { code: RPC_ERRORS.invalidRequest, message: `Invalid Request: ${why}` }) };

@@ -26,7 +26,14 @@ function message(version: A2aVersion, role: 'user' | 'agent', messageId: string,
     : { messageId, role: role === 'user' ? 'ROLE_USER' : 'ROLE_AGENT', parts: [textPart(version, text)], taskId, contextId };
 }
 
-function status(version: A2aVersion, task: { id: string; contextId: string }, state: TaskState, text: string | undefined, timestamp: string, messageId: string): Record<string, unknown> {
+function status(
+  version: A2aVersion,
+  task: { id: string; contextId: string },
+  state: TaskState,
+  text: string | undefined,
+  timestamp: string,
+  messageId: string,
+): Record<string, unknown> {
   return {
     state: version === '0.3' ? state : STATE_V10[state],
     ...(text !== undefined && text !== '' ? { message: message(version, 'agent', messageId, text, task.id, task.contextId) } : {}),
@@ -63,18 +70,25 @@ export function renderSendResult(version: A2aVersion, task: TaskView): Record<st
   return version === '0.3' ? rendered : { task: rendered };
 }
 
-
 /** One feed event as a stream event, or undefined for what A2A streams do not carry. */
 export function renderStreamEvent(version: A2aVersion, event: SessionEvent): Record<string, unknown> | undefined {
   if (event.task_id === null) return undefined;
   const ids = { taskId: event.task_id, contextId: event.context_id ?? '' };
   const timestamp = event.time;
-  const data = event.data as { status?: { message?: string; response?: string }; artifact?: { tool_name?: string; content?: string }; text?: string; final?: boolean };
+  const data = event.data as {
+    status?: { message?: string; response?: string };
+    artifact?: { tool_name?: string; content?: string };
+    text?: string;
+    final?: boolean;
+  };
   switch (event.type) {
     case 'status': {
       const state = event.state ?? 'working';
       const text = state === 'completed' ? (data.status?.response ?? data.status?.message) : data.status?.message;
-      const update = { ...ids, status: status(version, { id: ids.taskId, contextId: ids.contextId }, state, text, timestamp, `${ids.taskId}-status-${event.id}`) };
+      const update = {
+        ...ids,
+        status: status(version, { id: ids.taskId, contextId: ids.contextId }, state, text, timestamp, `${ids.taskId}-status-${event.id}`),
+      };
       return version === '0.3' ? { kind: 'status-update', ...update, final: event.final } : { statusUpdate: update };
     }
     case 'artifact':

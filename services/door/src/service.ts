@@ -118,7 +118,11 @@ export function startDoorService(options: DoorOptions): DoorService {
     const link = sessionOf(context);
     if (link instanceof Response) return link;
     const rest = context.req.path.slice(`/sessions/${link.sessionId}`.length).replace(/^\/+/, '');
-    if (rest !== '.well-known/agent-card.json') return context.json({ error: { code: 'E-DOOR-002', message: `nothing is served at '${context.req.path}'; the agent card is at .well-known/agent-card.json` } }, 404);
+    if (rest !== '.well-known/agent-card.json')
+      return context.json(
+        { error: { code: 'E-DOOR-002', message: `nothing is served at '${context.req.path}'; the agent card is at .well-known/agent-card.json` } },
+        404,
+      );
     try {
       const reply = await link.call({ method: 'card' });
       if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
@@ -129,21 +133,40 @@ export function startDoorService(options: DoorOptions): DoorService {
     }
   });
 
-  const limit = limitBody(maxBodyBytes, (context) => context.json(rpcError(null, { code: RPC_ERRORS.invalidRequest, message: `Invalid Request: the body is larger than ${maxBodyBytes} bytes (MURMUR_DOOR_MAX_BODY_BYTES)` }), 413));
+  const limit = limitBody(maxBodyBytes, (context) =>
+    context.json(
+      rpcError(null, {
+        code: RPC_ERRORS.invalidRequest,
+        message: `Invalid Request: the body is larger than ${maxBodyBytes} bytes (MURMUR_DOOR_MAX_BODY_BYTES)`,
+      }),
+      413,
+    ),
+  );
 
   const serveRpc = async (context: Context): Promise<Response> => {
     const link = sessionOf(context);
     if (link instanceof Response) return link;
     const contentType = context.req.header('content-type') ?? '';
     if (!contentType.toLowerCase().includes('application/json')) {
-      return context.json(rpcError(null, { code: RPC_ERRORS.invalidRequest, message: `Invalid Request: content-type must be application/json (got '${contentType.slice(0, 80)}')` }), 415);
+      return context.json(
+        rpcError(null, {
+          code: RPC_ERRORS.invalidRequest,
+          message: `Invalid Request: content-type must be application/json (got '${contentType.slice(0, 80)}')`,
+        }),
+        415,
+      );
     }
     const read = readJsonRpc(await context.req.text());
     if (!read.ok) return context.json(read.response);
     const call = read.call;
     const version = a2aVersionOf(context.req.header('a2a-version'));
     if (!version) {
-      return context.json(rpcError(call.id, { code: RPC_ERRORS.versionNotSupported, message: `Unsupported A2A version '${(context.req.header('a2a-version') ?? '').slice(0, 32)}': this door speaks 0.3 (no A2A-Version header) and 1.0` }));
+      return context.json(
+        rpcError(call.id, {
+          code: RPC_ERRORS.versionNotSupported,
+          message: `Unsupported A2A version '${(context.req.header('a2a-version') ?? '').slice(0, 32)}': this door speaks 0.3 (no A2A-Version header) and 1.0`,
+        }),
+      );
     }
     const handler = (version === '0.3' ? METHODS_V03 : METHODS_V10)[call.method];
     if (!handler) return context.json(rpcError(call.id, methodNotFound(call.method, version)));
@@ -151,13 +174,18 @@ export function startDoorService(options: DoorOptions): DoorService {
     const lastEventId = lastEventHeader !== undefined && /^\d{1,15}$/.test(lastEventHeader.trim()) ? Number(lastEventHeader.trim()) : undefined;
     const traceparent = context.req.header('traceparent')?.slice(0, 512);
     const delegationId = context.req.header(DELEGATION_ID_HEADER)?.slice(0, 256);
-    const completion = delegationId ? { delegation_id: delegationId, completion_session: (context.req.header(COMPLETION_SESSION_HEADER) ?? '').slice(0, 256) } : undefined;
+    const completion = delegationId
+      ? { delegation_id: delegationId, completion_session: (context.req.header(COMPLETION_SESSION_HEADER) ?? '').slice(0, 256) }
+      : undefined;
     try {
       return await handler(context, { link, version, call, lastEventId, traceparent, completion });
     } catch (error) {
-      if (error instanceof SessionUnreachable) return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: error.message, data: { murmur_code: 'E-DOOR-001' } }), error.status);
+      if (error instanceof SessionUnreachable)
+        return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: error.message, data: { murmur_code: 'E-DOOR-001' } }), error.status);
       log.error({ err: error, session_id: link.sessionId, method: call.method }, 'door request failed');
-      return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` }));
+      return context.json(
+        rpcError(call.id, { code: RPC_ERRORS.internal, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` }),
+      );
     }
   };
   app.post('/sessions/:session', limit, serveRpc);
@@ -167,7 +195,9 @@ export function startDoorService(options: DoorOptions): DoorService {
 
   const parseParams = <T>(schema: z.ZodType<T>, request: RpcRequest): { ok: true; value: T } | { ok: false; error: RpcError } => {
     const parsed = schema.safeParse(request.call.params);
-    return parsed.success ? { ok: true, value: parsed.data } : { ok: false, error: { code: RPC_ERRORS.invalidParams, message: describeInvalidParams(parsed.error.issues) } };
+    return parsed.success
+      ? { ok: true, value: parsed.data }
+      : { ok: false, error: { code: RPC_ERRORS.invalidParams, message: describeInvalidParams(parsed.error.issues) } };
   };
 
   /** A reply's error, or its task: what every task-returning method starts from. */
@@ -181,14 +211,15 @@ export function startDoorService(options: DoorOptions): DoorService {
     const { call, version, link } = request;
     const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
     if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const { message, configuration } = params.value as { message: A2aMessage; configuration?: { blocking?: boolean; returnImmediately?: boolean; historyLength?: number } };
+    const { message, configuration } = params.value as {
+      message: A2aMessage;
+      configuration?: { blocking?: boolean; returnImmediately?: boolean; historyLength?: number };
+    };
     // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless told not to.
     const blocking = version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true;
     const watch = blocking ? await link.watch() : undefined;
     try {
-      const sent = taskOf(
-        await link.call(sendCall(message, request.traceparent, request.completion)),
-      );
+      const sent = taskOf(await link.call(sendCall(message, request.traceparent, request.completion)));
       if ('error' in sent) return context.json(rpcError(call.id, sent.error));
       let task = sent.task;
       if (watch && !settled(task)) {
@@ -198,7 +229,13 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (next === 'ended' || next === 'timeout' || next === 'door-stopping') break;
           if (next.task_id === task.id && next.type === 'status' && (next.final || next.state === 'input-required')) break;
         }
-        const latest = taskOf(await link.call({ method: 'get', task_id: task.id, ...(configuration?.historyLength !== undefined ? { history_length: configuration.historyLength } : {}) }));
+        const latest = taskOf(
+          await link.call({
+            method: 'get',
+            task_id: task.id,
+            ...(configuration?.historyLength !== undefined ? { history_length: configuration.historyLength } : {}),
+          }),
+        );
         if ('task' in latest) task = latest.task;
       }
       return context.json(rpcResult(call.id, renderSendResult(version, task)));
@@ -212,7 +249,13 @@ export function startDoorService(options: DoorOptions): DoorService {
     // 0.3's `tasks/get` may leave the id out (the active or last task, upstream's rule); 1.0 names it.
     const params = version === '0.3' ? parseParams(OptionalTaskIdParamsSchema, request) : parseParams(TaskIdParamsSchema, request);
     if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const found = taskOf(await link.call({ method: 'get', ...(params.value.id !== undefined ? { task_id: params.value.id } : {}), ...(params.value.historyLength !== undefined ? { history_length: params.value.historyLength } : {}) }));
+    const found = taskOf(
+      await link.call({
+        method: 'get',
+        ...(params.value.id !== undefined ? { task_id: params.value.id } : {}),
+        ...(params.value.historyLength !== undefined ? { history_length: params.value.historyLength } : {}),
+      }),
+    );
     if ('error' in found) return context.json(rpcError(call.id, found.error));
     return context.json(rpcResult(call.id, renderTask(version, found.task)));
   };
@@ -231,7 +274,12 @@ export function startDoorService(options: DoorOptions): DoorService {
    * the session what the stream starts from. The watch passes to the stream, or is closed when the
    * opening fails.
    */
-  const openTaskStream = async (context: Context, request: RpcRequest, origin: 'new' | 'existing', opening: () => Promise<{ task: TaskView; replayed?: SessionReply } | { error: RpcError }>): Promise<Response> => {
+  const openTaskStream = async (
+    context: Context,
+    request: RpcRequest,
+    origin: 'new' | 'existing',
+    opening: () => Promise<{ task: TaskView; replayed?: SessionReply } | { error: RpcError }>,
+  ): Promise<Response> => {
     const watch = await request.link.watch();
     let opened: Awaited<ReturnType<typeof opening>>;
     try {
@@ -274,20 +322,30 @@ export function startDoorService(options: DoorOptions): DoorService {
    * One task's stream: the task as it stands, then its events (after any replayed), until its
    * final status — or until the session ends, when a last `failed` status says so.
    */
-  const streamTask = (context: Context, request: RpcRequest, watch: FeedWatch, task: TaskView, replayed: SessionReply | undefined, origin: 'new' | 'existing'): Response => {
+  const streamTask = (
+    context: Context,
+    request: RpcRequest,
+    watch: FeedWatch,
+    task: TaskView,
+    replayed: SessionReply | undefined,
+    origin: 'new' | 'existing',
+  ): Response => {
     const { version, call } = request;
     return streamSSE(context, async (sse) => {
       const heartbeat = startHeartbeat(sse, heartbeatMs);
       sse.onAbort(() => watch.close());
       try {
-        if (replayed?.first_available_id !== undefined) await sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) });
-        const frame = (event: string, result: unknown, id?: number): Promise<void> => sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) });
+        if (replayed?.first_available_id !== undefined)
+          await sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) });
+        const frame = (event: string, result: unknown, id?: number): Promise<void> =>
+          sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) });
         await frame('task', renderSendResult(version, task));
         if (replayed?.events) watch.push(...replayed.events);
         // A task that had already ended when the client subscribed has nothing more to say unless
         // its last event was among those replayed. A task just sent is followed to its end, even
         // when that end (a rejection) came before the stream opened: the watch holds it.
-        if (origin === 'existing' && TERMINAL_TASK_STATES.has(task.state) && !replayed?.events?.some((event) => event.task_id === task.id && event.final)) return;
+        if (origin === 'existing' && TERMINAL_TASK_STATES.has(task.state) && !replayed?.events?.some((event) => event.task_id === task.id && event.final))
+          return;
         for (;;) {
           if (sse.aborted) return;
           const next = await watch.next(heartbeatMs);
@@ -330,7 +388,8 @@ export function startDoorService(options: DoorOptions): DoorService {
       sse.onAbort(() => watch.close());
       try {
         await sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: card.card?.conversation ?? 'stateless' }) });
-        if (replayed.first_available_id !== undefined) await sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) });
+        if (replayed.first_available_id !== undefined)
+          await sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) });
         watch.push(...(replayed.events ?? []));
         for (;;) {
           if (sse.aborted) return;
@@ -386,8 +445,15 @@ export function startDoorService(options: DoorOptions): DoorService {
 }
 
 function methodNotFound(method: string, version: A2aVersion): RpcError {
-  const other = version === '0.3' ? ['SendMessage', 'SendStreamingMessage', 'GetTask', 'CancelTask', 'SubscribeToTask'] : ['message/send', 'message/stream', 'tasks/get', 'tasks/cancel', 'tasks/resubscribe', 'stream/watch'];
-  const hint = other.includes(method) ? (version === '0.3' ? ` ('${method}' is an A2A 1.0 method: send the header A2A-Version: 1.0)` : ` ('${method}' is an A2A 0.3 method: send it without A2A-Version: 1.0)`) : '';
+  const other =
+    version === '0.3'
+      ? ['SendMessage', 'SendStreamingMessage', 'GetTask', 'CancelTask', 'SubscribeToTask']
+      : ['message/send', 'message/stream', 'tasks/get', 'tasks/cancel', 'tasks/resubscribe', 'stream/watch'];
+  const hint = other.includes(method)
+    ? version === '0.3'
+      ? ` ('${method}' is an A2A 1.0 method: send the header A2A-Version: 1.0)`
+      : ` ('${method}' is an A2A 0.3 method: send it without A2A-Version: 1.0)`
+    : '';
   return { code: RPC_ERRORS.methodNotFound, message: `Method not found: '${method.slice(0, 128)}'${hint}` };
 }
 
@@ -405,7 +471,10 @@ function sendCall(message: A2aMessage, traceparent: string | undefined, completi
 }
 
 /** What an open stream is told when its door stops: the task is not affected, only this connection. */
-const DOOR_STOPPING: RpcError = { code: RPC_ERRORS.internal, message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door' };
+const DOOR_STOPPING: RpcError = {
+  code: RPC_ERRORS.internal,
+  message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door',
+};
 
 function settled(task: TaskView): boolean {
   return TERMINAL_TASK_STATES.has(task.state) || task.state === 'input-required';
@@ -432,4 +501,3 @@ function startHeartbeat(sse: SSEStreamingApi, everyMs: number): NodeJS.Timeout {
   timer.unref();
   return timer;
 }
-

@@ -30,8 +30,10 @@ export class SessionLink {
     try {
       return await this.bus.request(commands.sessionRpc.at(this.sessionId), call, { timeoutMs: CALL_TIMEOUT_MS });
     } catch (error) {
-      if (error instanceof MurmurError && error.code === 'E-BUS-004') throw new SessionUnreachable(404, `no running session '${this.sessionId}' answers here (E-DOOR-001): it has ended, or never existed`);
-      if (error instanceof MurmurError && error.code === 'E-BUS-003') throw new SessionUnreachable(504, `session '${this.sessionId}' did not answer within ${CALL_TIMEOUT_MS / 1000}s`);
+      if (error instanceof MurmurError && error.code === 'E-BUS-004')
+        throw new SessionUnreachable(404, `no running session '${this.sessionId}' answers here (E-DOOR-001): it has ended, or never existed`);
+      if (error instanceof MurmurError && error.code === 'E-BUS-003')
+        throw new SessionUnreachable(504, `session '${this.sessionId}' did not answer within ${CALL_TIMEOUT_MS / 1000}s`);
       throw error;
     }
   }

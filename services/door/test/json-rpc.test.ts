@@ -28,12 +28,15 @@ describe('reading a JSON-RPC request', () => {
     expect(read.ok && read.call.id).toBe('req-1');
   });
 
-  it.each([['not json'], ['{"jsonrpc":"2.0",'], [''], ['{"jsonrpc":"2.0","id":5,"method":"x"']])('answers the body %j with a parse error and id null', (body) => {
-    const { id, code, message } = refusal(body);
-    expect(code).toBe(-32700);
-    expect(id).toBeNull();
-    expect(message).toContain('Parse error');
-  });
+  it.each([['not json'], ['{"jsonrpc":"2.0",'], [''], ['{"jsonrpc":"2.0","id":5,"method":"x"']])(
+    'answers the body %j with a parse error and id null',
+    (body) => {
+      const { id, code, message } = refusal(body);
+      expect(code).toBe(-32700);
+      expect(id).toBeNull();
+      expect(message).toContain('Parse error');
+    },
+  );
 
   it('refuses a batch as an invalid request with id null', () => {
     const { id, code, message } = refusal(JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'message/send' }]));
@@ -78,9 +81,12 @@ describe('reading a JSON-RPC request', () => {
 
 describe('describing invalid params', () => {
   it('names where the first issue is and what was wrong', () => {
-    expect(describeInvalidParams([{ path: ['message', 'parts', 0, 'text'], message: 'expected string' }, { path: ['other'], message: 'ignored' }])).toBe(
-      'Invalid params: message.parts.0.text: expected string',
-    );
+    expect(
+      describeInvalidParams([
+        { path: ['message', 'parts', 0, 'text'], message: 'expected string' },
+        { path: ['other'], message: 'ignored' },
+      ]),
+    ).toBe('Invalid params: message.parts.0.text: expected string');
   });
 
   it('names a top-level field by itself', () => {
@@ -169,7 +175,14 @@ describe('the text of a message', () => {
   }
 
   it('joins the text parts with newlines', () => {
-    expect(messageText(messageOf([{ kind: 'text', text: 'first' }, { kind: 'text', text: 'second' }]))).toBe('first\nsecond');
+    expect(
+      messageText(
+        messageOf([
+          { kind: 'text', text: 'first' },
+          { kind: 'text', text: 'second' },
+        ]),
+      ),
+    ).toBe('first\nsecond');
   });
 
   it('reads 1.0’s bare text parts too', () => {

@@ -33,7 +33,14 @@ describe('rendering a task for A2A 0.3', () => {
       contextId: 'ctx_1',
       status: {
         state: 'working',
-        message: { kind: 'message', role: 'agent', messageId: 'tsk_1-status', parts: [{ kind: 'text', text: 'inference turn 1' }], taskId: 'tsk_1', contextId: 'ctx_1' },
+        message: {
+          kind: 'message',
+          role: 'agent',
+          messageId: 'tsk_1-status',
+          parts: [{ kind: 'text', text: 'inference turn 1' }],
+          taskId: 'tsk_1',
+          contextId: 'ctx_1',
+        },
         timestamp: UPDATED,
       },
       artifacts: [],
@@ -42,7 +49,15 @@ describe('rendering a task for A2A 0.3', () => {
   });
 
   it('writes the agent’s history lines with role agent', () => {
-    const rendered = renderTask('0.3', taskView({ history: [{ role: 'user', message_id: 'm1', text: 'q' }, { role: 'agent', message_id: 'm2', text: 'a' }] }));
+    const rendered = renderTask(
+      '0.3',
+      taskView({
+        history: [
+          { role: 'user', message_id: 'm1', text: 'q' },
+          { role: 'agent', message_id: 'm2', text: 'a' },
+        ],
+      }),
+    );
     expect((at(rendered, 'history') as Rendered[]).map((entry) => entry.role)).toEqual(['user', 'agent']);
   });
 
@@ -53,7 +68,10 @@ describe('rendering a task for A2A 0.3', () => {
   });
 
   it('shows the prompt as status message and a prompt artifact while input is required', () => {
-    const rendered = renderTask('0.3', taskView({ state: 'input-required', message: 'Which file?', prompt: 'Which file?', artifacts: [{ name: 'read', text: 'contents' }] }));
+    const rendered = renderTask(
+      '0.3',
+      taskView({ state: 'input-required', message: 'Which file?', prompt: 'Which file?', artifacts: [{ name: 'read', text: 'contents' }] }),
+    );
     expect(at(at(rendered, 'status'), 'state')).toBe('input-required');
     expect(at(at(at(rendered, 'status'), 'message'), 'parts')).toEqual([{ kind: 'text', text: 'Which file?' }]);
     expect(at(rendered, 'artifacts')).toEqual([
@@ -89,7 +107,15 @@ describe('rendering a task for A2A 0.3', () => {
   });
 
   it('numbers the task’s own artifacts in order', () => {
-    const rendered = renderTask('0.3', taskView({ artifacts: [{ name: 'a', text: '1' }, { name: 'b', text: '2' }] }));
+    const rendered = renderTask(
+      '0.3',
+      taskView({
+        artifacts: [
+          { name: 'a', text: '1' },
+          { name: 'b', text: '2' },
+        ],
+      }),
+    );
     expect((at(rendered, 'artifacts') as Rendered[]).map((artifact) => [artifact.artifactId, artifact.name])).toEqual([
       ['tsk_1-artifact-0', 'a'],
       ['tsk_1-artifact-1', 'b'],
@@ -132,14 +158,28 @@ describe('rendering a task for A2A 1.0', () => {
   });
 
   it('writes the agent’s history lines with ROLE_AGENT', () => {
-    const rendered = renderTask('1.0', taskView({ history: [{ role: 'user', message_id: 'm1', text: 'q' }, { role: 'agent', message_id: 'm2', text: 'a' }] }));
+    const rendered = renderTask(
+      '1.0',
+      taskView({
+        history: [
+          { role: 'user', message_id: 'm1', text: 'q' },
+          { role: 'agent', message_id: 'm2', text: 'a' },
+        ],
+      }),
+    );
     expect((at(rendered, 'history') as Rendered[]).map((entry) => entry.role)).toEqual(['ROLE_USER', 'ROLE_AGENT']);
   });
 
   it('shows the prompt artifact while input is required, with bare text parts', () => {
     const rendered = renderTask('1.0', taskView({ state: 'input-required', prompt: 'Name?', message: 'Name?' }));
     expect(at(rendered, 'artifacts')).toEqual([{ artifactId: 'prompt', name: 'prompt', parts: [{ text: 'Name?' }] }]);
-    expect(at(at(rendered, 'status'), 'message')).toEqual({ messageId: 'tsk_1-status', role: 'ROLE_AGENT', parts: [{ text: 'Name?' }], taskId: 'tsk_1', contextId: 'ctx_1' });
+    expect(at(at(rendered, 'status'), 'message')).toEqual({
+      messageId: 'tsk_1-status',
+      role: 'ROLE_AGENT',
+      parts: [{ text: 'Name?' }],
+      taskId: 'tsk_1',
+      contextId: 'ctx_1',
+    });
   });
 
   it('shows the response artifact once completed', () => {
@@ -156,14 +196,25 @@ describe('rendering a task for A2A 1.0', () => {
 
 describe('rendering a stream event', () => {
   it('writes a status event in 0.3 as a status-update with final', () => {
-    const status = event({ type: 'status', state: 'working', data: { id: 'tsk_1', context_id: 'ctx_1', status: { state: 'working', message: 'started' }, final: false } });
+    const status = event({
+      type: 'status',
+      state: 'working',
+      data: { id: 'tsk_1', context_id: 'ctx_1', status: { state: 'working', message: 'started' }, final: false },
+    });
     expect(renderStreamEvent('0.3', status)).toEqual({
       kind: 'status-update',
       taskId: 'tsk_1',
       contextId: 'ctx_1',
       status: {
         state: 'working',
-        message: { kind: 'message', role: 'agent', messageId: 'tsk_1-status-7', parts: [{ kind: 'text', text: 'started' }], taskId: 'tsk_1', contextId: 'ctx_1' },
+        message: {
+          kind: 'message',
+          role: 'agent',
+          messageId: 'tsk_1-status-7',
+          parts: [{ kind: 'text', text: 'started' }],
+          taskId: 'tsk_1',
+          contextId: 'ctx_1',
+        },
         timestamp: EVENT_TIME,
       },
       final: false,
@@ -186,12 +237,22 @@ describe('rendering a stream event', () => {
   });
 
   it('carries final: true on a terminal 0.3 status-update', () => {
-    const done = event({ type: 'status', state: 'completed', final: true, data: { status: { state: 'completed', message: 'session ended', response: 'answer' } } });
+    const done = event({
+      type: 'status',
+      state: 'completed',
+      final: true,
+      data: { status: { state: 'completed', message: 'session ended', response: 'answer' } },
+    });
     expect(at(renderStreamEvent('0.3', done), 'final')).toBe(true);
   });
 
   it('uses the response as a completed status’s message, falling back to the message', () => {
-    const done = event({ type: 'status', state: 'completed', final: true, data: { status: { state: 'completed', message: 'session ended', response: 'answer' } } });
+    const done = event({
+      type: 'status',
+      state: 'completed',
+      final: true,
+      data: { status: { state: 'completed', message: 'session ended', response: 'answer' } },
+    });
     expect(at(at(at(at(renderStreamEvent('1.0', done), 'statusUpdate'), 'status'), 'message'), 'parts')).toEqual([{ text: 'answer' }]);
     const bare = event({ type: 'status', state: 'completed', final: true, data: { status: { state: 'completed', message: 'session ended' } } });
     expect(at(at(at(renderStreamEvent('0.3', bare), 'status'), 'message'), 'parts')).toEqual([{ kind: 'text', text: 'session ended' }]);
@@ -255,7 +316,13 @@ describe('rendering a stream event', () => {
     });
     const last = renderStreamEvent('1.0', event({ type: 'text', data: { id: 'tsk_1', text: 'lo', final: true } }));
     expect(last).toEqual({
-      artifactUpdate: { taskId: 'tsk_1', contextId: 'ctx_1', artifact: { artifactId: 'response-stream', name: 'response', parts: [{ text: 'lo' }] }, append: true, lastChunk: true },
+      artifactUpdate: {
+        taskId: 'tsk_1',
+        contextId: 'ctx_1',
+        artifact: { artifactId: 'response-stream', name: 'response', parts: [{ text: 'lo' }] },
+        append: true,
+        lastChunk: true,
+      },
     });
   });
 

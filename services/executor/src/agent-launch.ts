@@ -41,10 +41,14 @@ function readPrompt(file: string, what: string): string {
   try {
     return readFileSync(file, 'utf8');
   } catch (error) {
-    throw new MurmurError('E-RUN-009', `cannot read the system prompt ${what} at ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
-      hint: 'check the path in murmur.yaml (relative to the manifest directory), or pass --system-prompt',
-      path: 'inference.system_prompt_file',
-    });
+    throw new MurmurError(
+      'E-RUN-009',
+      `cannot read the system prompt ${what} at ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+      {
+        hint: 'check the path in murmur.yaml (relative to the manifest directory), or pass --system-prompt',
+        path: 'inference.system_prompt_file',
+      },
+    );
   }
 }
 
@@ -57,12 +61,19 @@ function systemPrompt(plan: StagedPlan, tools: HostTool[], override: string | un
   if (inference?.system_prompt !== undefined) return { text: inference.system_prompt.trim(), source: 'manifest' };
   if (inference?.system_prompt_file !== undefined) {
     const file = plan.capsule.system_prompt_file;
-    if (!file) throw new MurmurError('E-RUN-009', `the plan carries no text for inference.system_prompt_file '${inference.system_prompt_file}'`, { path: 'inference.system_prompt_file', hint: 'stage the capsule again' });
+    if (!file)
+      throw new MurmurError('E-RUN-009', `the plan carries no text for inference.system_prompt_file '${inference.system_prompt_file}'`, {
+        path: 'inference.system_prompt_file',
+        hint: 'stage the capsule again',
+      });
     return { text: file.text, source: 'manifest' };
   }
   if (inference?.system_prompt_artifact !== undefined) {
     const skill = tools.find((tool) => tool.name === inference.system_prompt_artifact && tool.kind === 'skill');
-    if (!skill?.path) throw new MurmurError('E-RUN-009', `the system prompt artifact '${inference.system_prompt_artifact}' has no skill.md to read`, { path: 'inference.system_prompt_artifact' });
+    if (!skill?.path)
+      throw new MurmurError('E-RUN-009', `the system prompt artifact '${inference.system_prompt_artifact}' has no skill.md to read`, {
+        path: 'inference.system_prompt_artifact',
+      });
     return { text: readPrompt(skill.path, `of artifact '${inference.system_prompt_artifact}'`), source: 'manifest' };
   }
   return { text: null, source: 'none' };
@@ -75,7 +86,7 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
   if (!inference) throw new MurmurError('E-RUN-005', `${plan.capsule.name} has no inference: block`);
   if (inference.transport === 'process') {
     throw new MurmurError('E-RUN-007', `agent loop failed: inference.transport 'process' (a harness CLI) is not supported by this runtime`, {
-      hint: "use transport: http with a driver artifact (murmur-driver-anthropic or murmur-driver-openai)",
+      hint: 'use transport: http with a driver artifact (murmur-driver-anthropic or murmur-driver-openai)',
       path: 'inference.transport',
     });
   }

@@ -97,7 +97,11 @@ export function probeCgroups(root = '/sys/fs/cgroup', parent?: string): CgroupPr
       // unreadable: not delegated
     }
     const missing = ['memory', 'pids', 'cpu'].filter((controller) => !controllers.split(/\s+/).includes(controller));
-    if (missing.length > 0) return { support: undefined, reason: `the cgroup v2 group ${dir} does not delegate the ${missing.join(', ')} controller${missing.length > 1 ? 's' : ''} to this process` };
+    if (missing.length > 0)
+      return {
+        support: undefined,
+        reason: `the cgroup v2 group ${dir} does not delegate the ${missing.join(', ')} controller${missing.length > 1 ? 's' : ''} to this process`,
+      };
     const problem = childProblem(dir, 'memory.max', 'max');
     if (problem) return { support: undefined, reason: `cannot create child groups under ${dir} (${problem})` };
     return { support: { version: 'v2', memoryParent: dir, pidsParent: dir, cpuParent: dir }, reason: undefined };
@@ -109,7 +113,10 @@ export function probeCgroups(root = '/sys/fs/cgroup', parent?: string): CgroupPr
   if (memoryParent === undefined || pidsParent === undefined || cpuParent === undefined) {
     return { support: undefined, reason: `no ${absent.join(', ')} cgroup controller${absent.length > 1 ? 's are' : ' is'} mounted for this process` };
   }
-  const problem = childProblem(memoryParent, 'memory.limit_in_bytes', String(1 << 30)) ?? childProblem(pidsParent, 'pids.max', '64') ?? childProblem(cpuParent, 'cpu.cfs_quota_us', '100000');
+  const problem =
+    childProblem(memoryParent, 'memory.limit_in_bytes', String(1 << 30)) ??
+    childProblem(pidsParent, 'pids.max', '64') ??
+    childProblem(cpuParent, 'cpu.cfs_quota_us', '100000');
   if (problem) return { support: undefined, reason: `cannot create child groups with limits (${problem}): no permission, or no delegation` };
   return { support: { version: 'v1', memoryParent, pidsParent, cpuParent }, reason: undefined };
 }

@@ -1,5 +1,20 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, closeSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { CapabilityPolicy } from '@murmur/shared';
@@ -118,10 +133,14 @@ export interface ConfineSupport {
 export function probeConfinement(namespaces: NamespaceProbe, options: { helper: string; cacheDir: string }): ConfineProbe {
   const refuse = (reason: string): ConfineProbe => ({ support: undefined, reason });
   if (process.platform !== 'linux') return refuse('sealed needs Linux namespaces, Landlock and seccomp; this platform has none of them');
-  if (namespaces.tool !== 'bubblewrap') return refuse(`sealed needs bubblewrap's composed root, which this host does not give (${namespaces.reason ?? `only ${namespaces.tool} works here`})`);
+  if (namespaces.tool !== 'bubblewrap')
+    return refuse(`sealed needs bubblewrap's composed root, which this host does not give (${namespaces.reason ?? `only ${namespaces.tool} works here`})`);
   const arch = nativeSeccompArch();
   if (!arch) return refuse(`sealed needs a seccomp filter, which this runtime builds for x86_64 and aarch64 only (this is ${process.arch})`);
-  if (!existsSync(options.helper)) return refuse(`the confinement helper ${options.helper} was not built: npm run build compiles it with the system's C compiler (apt-get install gcc libc6-dev, then npm run build)`);
+  if (!existsSync(options.helper))
+    return refuse(
+      `the confinement helper ${options.helper} was not built: npm run build compiles it with the system's C compiler (apt-get install gcc libc6-dev, then npm run build)`,
+    );
   // Its real path: the sandbox binds real directories, not the symlinks a workspace links them by.
   const helper = realpathSync(options.helper);
   let node: string;
@@ -147,7 +166,17 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
     const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', path.dirname(node), path.dirname(helper)].filter((dir) => existsSync(dir));
     const policy = { interpreter_runtime: [], staged_runtime: [], workdir_exec: false, unix_sockets: false };
     const finalCommand = PROBE_COMMAND.find((file) => existsSync(file)) ?? node;
-    const spec = confinementSpec({ policy, network, workdir, tmp, readable, executables: [...nodeExecutables(node), helper, finalCommand], shellBinaries: [], seccompFd: 8, keep: [] });
+    const spec = confinementSpec({
+      policy,
+      network,
+      workdir,
+      tmp,
+      readable,
+      executables: [...nodeExecutables(node), helper, finalCommand],
+      shellBinaries: [],
+      seccompFd: 8,
+      keep: [],
+    });
     const files: Array<string | Buffer> = [...SANDBOX_FILES.map((file) => file.content), spec, seccompFilterBytes({ arch, unixSockets: false })];
     const fds = files.map((content, index) => {
       const file = path.join(scratch, `fd-${index}`);
@@ -164,7 +193,13 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
     });
     if (result.error) return refuse(`the sealed probe could not run: ${result.error.message}`);
     if (result.status !== 0) {
-      const said = result.stderr.toString().trim().split('\n').filter((line) => line.trim() !== '').at(-1) ?? `exit status ${result.status ?? result.signal}`;
+      const said =
+        result.stderr
+          .toString()
+          .trim()
+          .split('\n')
+          .filter((line) => line.trim() !== '')
+          .at(-1) ?? `exit status ${result.status ?? result.signal}`;
       return refuse(`sealing a sandbox failed here: ${said}`);
     }
     writeProbeCache(cacheFile, key, { helper, node });
@@ -182,7 +217,12 @@ const PROBE_COMMAND = ['/usr/bin/true', '/bin/true'];
 function probeKey(helper: string, bwrap: string, node: string): string {
   const identity = (file: string): string => {
     try {
-      const found = file.includes('/') ? file : (process.env.PATH ?? '').split(':').map((dir) => path.join(dir || '.', file)).find((candidate) => existsSync(candidate));
+      const found = file.includes('/')
+        ? file
+        : (process.env.PATH ?? '')
+            .split(':')
+            .map((dir) => path.join(dir || '.', file))
+            .find((candidate) => existsSync(candidate));
       const real = realpathSync(found ?? file);
       const status = statSync(real);
       return `${real}:${status.size}:${Math.trunc(status.mtimeMs)}`;

@@ -49,7 +49,10 @@ export interface ContainmentAssessment {
 
 /** The strongest of the floors a launch was given (manifest, workspace config, `--containment`). */
 export function strongestFloor(...floors: Array<Containment | undefined>): Containment {
-  return floors.reduce<Containment>((strongest, floor) => (floor !== undefined && CONTAINMENT_RANK[floor] > CONTAINMENT_RANK[strongest] ? floor : strongest), 'advisory');
+  return floors.reduce<Containment>(
+    (strongest, floor) => (floor !== undefined && CONTAINMENT_RANK[floor] > CONTAINMENT_RANK[strongest] ? floor : strongest),
+    'advisory',
+  );
 }
 
 const WORKDIR_EXEC_SHORTFALL =
@@ -62,7 +65,8 @@ export function assessContainment(host: HostContainment, policy: Pick<Capability
   if (!floorMet) {
     if (policy.workdir_exec) shortfall = WORKDIR_EXEC_SHORTFALL;
     else if (declared === 'sealed') shortfall = host.confine.reason ?? 'sealed needs bubblewrap and murmur-confine, which this host does not have';
-    else shortfall = `scoped needs a composed read-only root (bubblewrap), which this host does not give: ${host.namespaces.reason ?? `only ${host.namespaces.tool} works here`}`;
+    else
+      shortfall = `scoped needs a composed read-only root (bubblewrap), which this host does not give: ${host.namespaces.reason ?? `only ${host.namespaces.tool} works here`}`;
   }
   return { declared, achieved, floorMet, shortfall, tier: host.tier };
 }
@@ -70,10 +74,14 @@ export function assessContainment(host: HostContainment, policy: Pick<Capability
 /** `E-CAP-003`, said the way upstream says it, with the cause and what to do. */
 export function containmentRefusal(assessment: ContainmentAssessment): MurmurError {
   const { declared, achieved } = assessment;
-  return new MurmurError('E-CAP-003', `declared containment class '${declared}' is not achievable on this host (achieved: '${achieved}'): ${assessment.shortfall}`, {
-    hint: `lower the declared floor to '${achieved}' (capabilities.containment in murmur.yaml, containment in .murmur/config.yaml, or --containment), or run on a host that provides '${declared}' — mur run --explain-scope shows what this host gives`,
-    path: 'capabilities.containment',
-  });
+  return new MurmurError(
+    'E-CAP-003',
+    `declared containment class '${declared}' is not achievable on this host (achieved: '${achieved}'): ${assessment.shortfall}`,
+    {
+      hint: `lower the declared floor to '${achieved}' (capabilities.containment in murmur.yaml, containment in .murmur/config.yaml, or --containment), or run on a host that provides '${declared}' — mur run --explain-scope shows what this host gives`,
+      path: 'capabilities.containment',
+    },
+  );
 }
 
 /**
@@ -94,7 +102,9 @@ export function effectiveGrants(assessment: ContainmentAssessment, policy: Capab
     shell_allow: policy.shell_allow,
     spawn_allow: policy.spawn_allow,
     env_allow: policy.env_allow,
-    interpreter_runtime_grants: policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => `${grant.binary}: ${dir.path}${dir.list_dir ? ' (list_dir)' : ''}`)),
+    interpreter_runtime_grants: policy.interpreter_runtime.flatMap((grant) =>
+      grant.dirs.map((dir) => `${grant.binary}: ${dir.path}${dir.list_dir ? ' (list_dir)' : ''}`),
+    ),
     staged_runtime_grants: policy.staged_runtime.map((grant) => `${grant.binary}: ${grant.source_path} (pin: ${grant.pin})`),
   };
 }

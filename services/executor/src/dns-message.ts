@@ -62,7 +62,13 @@ export function parseQuery(message: Buffer): DnsQuery | undefined {
   if (offset + 4 > message.length) return base;
   const type = message.readUInt16BE(offset);
   const klass = message.readUInt16BE(offset + 2);
-  return { id, flags, opcode, question: { name: labels.join('.').toLowerCase(), type, class: klass }, questionBytes: message.subarray(HEADER_BYTES, offset + 4) };
+  return {
+    id,
+    flags,
+    opcode,
+    question: { name: labels.join('.').toLowerCase(), type, class: klass },
+    questionBytes: message.subarray(HEADER_BYTES, offset + 4),
+  };
 }
 
 export interface DnsDecision {

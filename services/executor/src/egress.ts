@@ -1,4 +1,14 @@
-import { type NetworkAllowRule, type StagedPlan, anyRuleMatches, ceilingCovers, formatRule, newRequestId, parseNetworkAllowRule, parseNetworkAllowRules, requestTargetOf } from '@murmur/shared';
+import {
+  type NetworkAllowRule,
+  type StagedPlan,
+  anyRuleMatches,
+  ceilingCovers,
+  formatRule,
+  newRequestId,
+  parseNetworkAllowRule,
+  parseNetworkAllowRules,
+  requestTargetOf,
+} from '@murmur/shared';
 import type { EgressResult, HttpRequest } from './host/protocol.js';
 
 /**
@@ -12,7 +22,19 @@ import type { EgressResult, HttpRequest } from './host/protocol.js';
 const RESPONSE_LIMIT_BYTES = 64 * 1024 * 1024;
 const REQUEST_TIMEOUT_MS = 60_000;
 /** Hop-by-hop and connection-bound headers: meaningless across the relay, and refused by WASI Fields. */
-const DROPPED_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'host', 'upgrade', 'te', 'trailer', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'content-length']);
+const DROPPED_HEADERS = new Set([
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'host',
+  'upgrade',
+  'te',
+  'trailer',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'content-length',
+]);
 
 export interface NarrowingWarning {
   artifact: string;
@@ -88,7 +110,9 @@ export class EgressPolicy {
         headers,
         redirect: 'manual',
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-        ...(request.body_base64 !== undefined && request.method !== 'GET' && request.method !== 'HEAD' ? { body: Buffer.from(request.body_base64, 'base64') } : {}),
+        ...(request.body_base64 !== undefined && request.method !== 'GET' && request.method !== 'HEAD'
+          ? { body: Buffer.from(request.body_base64, 'base64') }
+          : {}),
       });
     } catch (error) {
       return { outcome: 'denied', ...transportError(error) };
@@ -106,7 +130,10 @@ export class EgressPolicy {
    * `murmur:message/send`: an A2A `message/send` to a peer, judged by the capsule's rules first.
    * Returns the peer's task, or the error string the guest receives.
    */
-  async send(peerUrl: string, message: { message_id: string; context_id?: string | undefined; text: string }): Promise<{ ok: true; value: { task_id: string; context_id: string; state: string } } | { ok: false; error: string }> {
+  async send(
+    peerUrl: string,
+    message: { message_id: string; context_id?: string | undefined; text: string },
+  ): Promise<{ ok: true; value: { task_id: string; context_id: string; state: string } } | { ok: false; error: string }> {
     const url = peerUrl.includes('://') ? peerUrl : `http://${peerUrl}`;
     const target = requestTargetOf(url);
     if (!target) return { ok: false, error: `invalid peer URL '${peerUrl}'` };
@@ -115,11 +142,24 @@ export class EgressPolicy {
       jsonrpc: '2.0',
       id: newRequestId(),
       method: 'message/send',
-      params: { message: { messageId: message.message_id, ...(message.context_id ? { contextId: message.context_id } : {}), role: 'user', parts: [{ kind: 'text', text: message.text }] } },
+      params: {
+        message: {
+          messageId: message.message_id,
+          ...(message.context_id ? { contextId: message.context_id } : {}),
+          role: 'user',
+          parts: [{ kind: 'text', text: message.text }],
+        },
+      },
     };
     let reply: { result?: { id?: string; contextId?: string; status?: { state?: string } }; error?: { message?: string } };
     try {
-      const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), redirect: 'manual', signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+      const response = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        redirect: 'manual',
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      });
       reply = (await response.json()) as typeof reply;
     } catch (error) {
       return { ok: false, error: `failed to send to '${peerUrl}': ${transportError(error).reason}` };

@@ -34,7 +34,6 @@ export const FIRST_CGROUP_FD = 9;
 export const FIRST_LISTENER_FD = 16;
 const IPC_FD = 3;
 
-
 export interface HostSandboxInput {
   namespaces: NamespaceProbe;
   confine: ConfineSupport | undefined;
@@ -104,7 +103,11 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   layout.data.push(nodeDir);
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
   const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', nodeRoot, input.codeRoot, ...layout.data].filter((dir) => existsSync(dir));
-  const executables = [...nodeExecutables(confine.node), confine.helper, ...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : []))];
+  const executables = [
+    ...nodeExecutables(confine.node),
+    confine.helper,
+    ...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])),
+  ];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, `${input.subprocessPath}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`);
   const keep = [IPC_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
   const spec = confinementSpec({ policy, network, workdir: input.workdir, tmp, readable, executables, shellBinaries, seccompFd: SECCOMP_FD, keep });
@@ -142,4 +145,3 @@ function pipesOnly(argv: string[], pipes: Array<string | Buffer>): Omit<HostSand
     release: () => {},
   };
 }
-

@@ -69,13 +69,19 @@ export function murmurMd(plan: StagedPlan, identity: MurmurMdIdentity): string {
     '',
     ...(tools.length === 0
       ? ["No tool artifacts declared in this capsule's manifest."]
-      : tools.map((tool) => `- **${tool.name}** (v${tool.version}, ${tool.packaging === 'native' ? 'native' : 'wasm'}) — ${sanitiseDescription(tool.description ?? '')}`)),
+      : tools.map(
+          (tool) =>
+            `- **${tool.name}** (v${tool.version}, ${tool.packaging === 'native' ? 'native' : 'wasm'}) — ${sanitiseDescription(tool.description ?? '')}`,
+        )),
     '',
     '## Installed Skills',
     '',
     ...(skills.length === 0
       ? ['No skills installed.']
-      : skills.map((skill) => `- **${skill.name}** (v${skill.version}) — ${skill.name === promptSkill ? 'already loaded as your system prompt' : sanitiseDescription(skill.description ?? '')}`)),
+      : skills.map(
+          (skill) =>
+            `- **${skill.name}** (v${skill.version}) — ${skill.name === promptSkill ? 'already loaded as your system prompt' : sanitiseDescription(skill.description ?? '')}`,
+        )),
     '',
     '## Calling a Tool',
     '',

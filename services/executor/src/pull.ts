@@ -13,7 +13,12 @@ import { installArtifact } from './workdir.js';
  * the launcher to write into its `murmur.lock`, which only the launcher's machine holds. A failure
  * leaves nothing behind.
  */
-export async function pullForSession(bus: Bus, session: Session, name: string, version: string): Promise<{ ok: true; value: { tool: HostTool } } | { ok: false; error: string }> {
+export async function pullForSession(
+  bus: Bus,
+  session: Session,
+  name: string,
+  version: string,
+): Promise<{ ok: true; value: { tool: HostTool } } | { ok: false; error: string }> {
   const plan = session.plan;
   let staged;
   try {

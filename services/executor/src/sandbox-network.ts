@@ -96,7 +96,13 @@ export class SandboxNetwork {
     const query = parseQuery(message);
     if (!query) return undefined;
     const decision = decide(query, this.options.plan.names);
-    if (decision.rcode !== 0) this.options.record({ kind: 'dns', target: query.question?.name ?? '(malformed)', decision: 'denied', reason: query.question ? 'not in capabilities.network.allow' : 'malformed question' });
+    if (decision.rcode !== 0)
+      this.options.record({
+        kind: 'dns',
+        target: query.question?.name ?? '(malformed)',
+        decision: 'denied',
+        reason: query.question ? 'not in capabilities.network.allow' : 'malformed question',
+      });
     return encodeAnswer(query, decision);
   }
 
@@ -159,7 +165,12 @@ function isServer(handle: unknown): handle is Server {
 }
 
 function isDatagram(handle: unknown): handle is DatagramSocket {
-  return typeof handle === 'object' && handle !== null && typeof (handle as DatagramSocket).send === 'function' && typeof (handle as DatagramSocket).addMembership === 'function';
+  return (
+    typeof handle === 'object' &&
+    handle !== null &&
+    typeof (handle as DatagramSocket).send === 'function' &&
+    typeof (handle as DatagramSocket).addMembership === 'function'
+  );
 }
 
 function closeHandle(handle: unknown): void {

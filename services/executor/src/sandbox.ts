@@ -128,7 +128,20 @@ const ETC_ENTRIES = [
 export function bubblewrapArguments(layout: SandboxLayout, command: string[], confine?: ConfineStep): string[] {
   const namespaces = confine ? ['--unshare-user', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'] : ['--unshare-all'];
   const capabilities = confine ? CONFINE_CAPABILITIES.flatMap((capability) => ['--cap-add', capability]) : [];
-  const args = [...namespaces, '--die-with-parent', '--new-session', '--cap-drop', 'ALL', ...capabilities, '--hostname', 'capsule', '--uid', '1000', '--gid', '1000'];
+  const args = [
+    ...namespaces,
+    '--die-with-parent',
+    '--new-session',
+    '--cap-drop',
+    'ALL',
+    ...capabilities,
+    '--hostname',
+    'capsule',
+    '--uid',
+    '1000',
+    '--gid',
+    '1000',
+  ];
   for (const dir of SYSTEM_DIRECTORIES) {
     if (!existsSync(dir)) continue;
     const stat = lstatSync(dir);

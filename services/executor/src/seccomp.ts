@@ -138,7 +138,11 @@ export interface BpfInstruction {
   k: number;
 }
 
-type Step = { kind: 'load'; offset: number } | { kind: 'jump'; op: number; k: number; whenTrue: string | null; whenFalse: string | null } | { kind: 'return'; value: number } | { kind: 'label'; name: string };
+type Step =
+  | { kind: 'load'; offset: number }
+  | { kind: 'jump'; op: number; k: number; whenTrue: string | null; whenFalse: string | null }
+  | { kind: 'return'; value: number }
+  | { kind: 'label'; name: string };
 
 /** A tiny assembler: jumps name labels, and are resolved to the 8-bit offsets BPF allows. */
 function assemble(steps: Step[]): BpfInstruction[] {

@@ -1,5 +1,17 @@
 import path from 'node:path';
-import { BLOB_BUCKET, type LaunchReply, type LaunchRequestSchema, type Log, MurmurError, QUEUE_GROUPS, SESSION_LOCATIONS_BUCKET, type SessionLocation, commands, newId, topics } from '@murmur/shared';
+import {
+  BLOB_BUCKET,
+  type LaunchReply,
+  type LaunchRequestSchema,
+  type Log,
+  MurmurError,
+  QUEUE_GROUPS,
+  SESSION_LOCATIONS_BUCKET,
+  type SessionLocation,
+  commands,
+  newId,
+  topics,
+} from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
 import { BlobCache, cacheDir, murmurHome, packageFile, processState } from '@murmur/shared/node';
@@ -83,7 +95,11 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   /** Sessions that ended here, whose workdirs this machine still holds. */
   const ended = new Map<string, Session>();
   const subscriptions: Subscription[] = [];
-  const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET), (ref, what) => log.info({ sha256: ref.sha256, bytes: ref.size, what }, 'fetched a blob from the object store'));
+  const blobs = new BlobCache(
+    path.join(cache, 'blobs'),
+    () => bus.objectStore(BLOB_BUCKET),
+    (ref, what) => log.info({ sha256: ref.sha256, bytes: ref.size, what }, 'fetched a blob from the object store'),
+  );
   let locations: Promise<KeyValueStore> | undefined;
   /** The bucket, opened once; an open that failed (JetStream away) is tried again next time. */
   const locationStore = (): Promise<KeyValueStore> => {
@@ -127,14 +143,27 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
         ended.set(session.id, session);
         if (ended.size > ENDED_SESSIONS_KEPT) ended.delete(ended.keys().next().value as string);
         const plan = request.plan;
-        locate({ session_id: session.id, executor_id: instanceId, capsule_name: plan.capsule.name, capsule_version: plan.capsule.version, started_at: startedAt, ended_at: new Date().toISOString() });
+        locate({
+          session_id: session.id,
+          executor_id: instanceId,
+          capsule_name: plan.capsule.name,
+          capsule_version: plan.capsule.version,
+          started_at: startedAt,
+          ended_at: new Date().toISOString(),
+        });
       }
       log.info({ session_id: session.id, status: end.status, code: end.error?.code }, 'session ended');
     });
     try {
       const reply = await session.launch();
       startedAt = reply.started_at;
-      locate({ session_id: session.id, executor_id: instanceId, capsule_name: request.plan.capsule.name, capsule_version: request.plan.capsule.version, started_at: reply.started_at });
+      locate({
+        session_id: session.id,
+        executor_id: instanceId,
+        capsule_name: request.plan.capsule.name,
+        capsule_version: request.plan.capsule.version,
+        started_at: reply.started_at,
+      });
       log.info({ session_id: session.id, capsule: `${request.plan.capsule.name}@${request.plan.capsule.version}`, pid: reply.pid }, 'session started');
       return reply;
     } catch (error) {
@@ -159,12 +188,17 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     bus.serve(commands.launch, launch, { queue: QUEUE_GROUPS.executor }),
     bus.serve(
       commands.explainScope,
-      ({ policy, containment_floor }) => ({ executor_id: instanceId, effective_grants: effectiveGrants(assessContainment(host, policy, strongestFloor(policy.containment, containment_floor)), policy) }),
+      ({ policy, containment_floor }) => ({
+        executor_id: instanceId,
+        effective_grants: effectiveGrants(assessContainment(host, policy, strongestFloor(policy.containment, containment_floor)), policy),
+      }),
       { queue: QUEUE_GROUPS.executor },
     ),
     bus.serve(commands.launchOn.at(instanceId), launch),
     bus.serve(commands.sessionFiles.at(instanceId), (request) => readSessionFiles(held(request.session_id).paths.accessible, request)),
-    bus.serve(commands.recordCompletion.at(instanceId), async (request) => ({ outcome: await held(request.session_id).recordCompletion(request.outcome, request.post) })),
+    bus.serve(commands.recordCompletion.at(instanceId), async (request) => ({
+      outcome: await held(request.session_id).recordCompletion(request.outcome, request.post),
+    })),
   );
 
   const heartbeatMs = Number(env.MURMUR_EXECUTOR_HEARTBEAT_MS ?? '') || HEARTBEAT_MS;

@@ -62,7 +62,12 @@ async function listDirectory(opened: string): Promise<SessionFileEntry[]> {
   for (const name of names) {
     const stat = await fs.lstat(path.join(opened, name)).catch(() => undefined);
     if (!stat) continue;
-    entries.push({ name, type: stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other', size: stat.isFile() ? stat.size : 0, modified_at: stat.mtime.toISOString() });
+    entries.push({
+      name,
+      type: stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other',
+      size: stat.isFile() ? stat.size : 0,
+      modified_at: stat.mtime.toISOString(),
+    });
   }
   return entries;
 }

@@ -36,7 +36,15 @@ import { hostSandbox, sandboxTmp } from './host-sandbox.js';
 import { type EgressRecord, SandboxNetwork } from './sandbox-network.js';
 import { WorkdirGuard } from './workdir-guard.js';
 import { prepareAgentLaunch } from './agent-launch.js';
-import { type AgentStart, type HostComponent, type HostRequest, type HostToExecutor, HostToExecutorSchema, type HostTool, type StartMessage } from './host/protocol.js';
+import {
+  type AgentStart,
+  type HostComponent,
+  type HostRequest,
+  type HostToExecutor,
+  HostToExecutorSchema,
+  type HostTool,
+  type StartMessage,
+} from './host/protocol.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, TraceWriter } from './records.js';
 import type { NamespaceProbe } from './sandbox.js';
@@ -124,7 +132,7 @@ export class Session {
   private egress!: EgressPolicy;
   private trace!: TraceWriter;
   private bootstrap!: LogFile;
-  private result: HostToExecutor & { type: 'result' } | undefined;
+  private result: (HostToExecutor & { type: 'result' }) | undefined;
   private hardLimit: NodeJS.Timeout | undefined;
   private killedFor: WireError | undefined;
   private startedAt = Date.now();
@@ -167,30 +175,46 @@ export class Session {
   /** The session's containment: the strongest floor it was given, against what this host achieves. */
   get containment(): ContainmentAssessment {
     const { namespaces, confine } = this.environment;
-    return assessContainment(hostContainment(namespaces, confine), this.plan.policy, strongestFloor(this.plan.policy.containment, this.request.containment_floor));
+    return assessContainment(
+      hostContainment(namespaces, confine),
+      this.plan.policy,
+      strongestFloor(this.plan.policy.containment, this.request.containment_floor),
+    );
   }
 
   /** Refusals decided before anything is written: what this host cannot do for this capsule. */
   private checkHost(): void {
     const { namespaces, cgroups } = this.environment;
     if (this.canSpawn() && namespaces.tool === undefined) {
-      throw new MurmurError('E-CAP-005', `this host cannot give the capsule's subprocess tree its own namespaces, so capabilities.network.allow and the workdir boundary cannot be enforced for it: ${namespaces.reason}`, {
-        hint: "install bubblewrap ('apt-get install bubblewrap'), or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly",
-      });
+      throw new MurmurError(
+        'E-CAP-005',
+        `this host cannot give the capsule's subprocess tree its own namespaces, so capabilities.network.allow and the workdir boundary cannot be enforced for it: ${namespaces.reason}`,
+        {
+          hint: "install bubblewrap ('apt-get install bubblewrap'), or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly",
+        },
+      );
     }
     if (this.canSpawn() && cgroups.support === undefined) {
-      throw new MurmurError('E-RUN-012', `this capsule can spawn native subprocesses but no cgroup could be created to bound them (${cgroups.reason}); the runtime refuses to launch rather than run a subprocess tree with no aggregate memory/pids/cpu ceiling`, {
-        hint: 'run the executor where it may create cgroups (as root, or with a delegated cgroup subtree that has the memory, pids and cpu controllers)',
-      });
+      throw new MurmurError(
+        'E-RUN-012',
+        `this capsule can spawn native subprocesses but no cgroup could be created to bound them (${cgroups.reason}); the runtime refuses to launch rather than run a subprocess tree with no aggregate memory/pids/cpu ceiling`,
+        {
+          hint: 'run the executor where it may create cgroups (as root, or with a delegated cgroup subtree that has the memory, pids and cpu controllers)',
+        },
+      );
     }
     const containment = this.containment;
     if (!containment.floorMet) throw containmentRefusal(containment);
     for (const grant of this.plan.policy.staged_runtime) {
       if (!existsSync(grant.source_path)) {
-        throw new MurmurError('E-RUN-014', `the sealed containment class was achievable at launch but its composed root could not be built for this session: capabilities.shell.staged_runtime names ${grant.source_path} for '${grant.binary}', which does not exist on this host`, {
-          hint: 'install the pinned runtime tree at that path on the executor, or remove the staged_runtime grant',
-          path: 'capabilities.shell.staged_runtime',
-        });
+        throw new MurmurError(
+          'E-RUN-014',
+          `the sealed containment class was achievable at launch but its composed root could not be built for this session: capabilities.shell.staged_runtime names ${grant.source_path} for '${grant.binary}', which does not exist on this host`,
+          {
+            hint: 'install the pinned runtime tree at that path on the executor, or remove the staged_runtime grant',
+            path: 'capabilities.shell.staged_runtime',
+          },
+        );
       }
     }
   }
@@ -205,9 +229,13 @@ export class Session {
     if (!childOf) return this.request.workdir;
     const parent = this.environment.session(childOf.session_id);
     if (!parent?.paths) {
-      throw new MurmurError('E-DLG-003', `the parent session ${childOf.session_id} does not run on executor ${this.environment.executorId}, so its child cannot be placed under its children/`, {
-        hint: 'a delegated child is launched on its parent\'s executor (executor.<id>.launch)',
-      });
+      throw new MurmurError(
+        'E-DLG-003',
+        `the parent session ${childOf.session_id} does not run on executor ${this.environment.executorId}, so its child cannot be placed under its children/`,
+        {
+          hint: "a delegated child is launched on its parent's executor (executor.<id>.launch)",
+        },
+      );
     }
     const dir = path.join(parent.paths.sessionDir, 'children', childOf.name);
     mkdirSync(dir, { recursive: true });
@@ -222,25 +250,45 @@ export class Session {
     const { blobs, bundles } = this.environment;
     const label = `${plan.capsule.name}@${plan.capsule.version}`;
     const capsuleComponent = plan.capsule.component ? await bundles.local(plan.capsule.component, label) : undefined;
-    const { paths, tools } = await materialiseWorkdir(plan, { sessionId: this.id, workdir: await this.chosenWorkdir(), defaultBase: this.request.default_workdir_base ?? this.environment.workdirBase, task: this.request.task }, { blobs, bundles });
+    const { paths, tools } = await materialiseWorkdir(
+      plan,
+      {
+        sessionId: this.id,
+        workdir: await this.chosenWorkdir(),
+        defaultBase: this.request.default_workdir_base ?? this.environment.workdirBase,
+        task: this.request.task,
+      },
+      { blobs, bundles },
+    );
     const drivers = new Map<string, HostComponent>();
     for (const artifact of plan.artifacts) {
-      if (artifact.role === 'driver' && artifact.component) drivers.set(artifact.name, await bundles.local(artifact.component, `${artifact.name}@${artifact.version}`));
+      if (artifact.role === 'driver' && artifact.component)
+        drivers.set(artifact.name, await bundles.local(artifact.component, `${artifact.name}@${artifact.version}`));
     }
-    this.components = [capsuleComponent, ...drivers.values(), ...tools.map((tool) => tool.component)].filter((component): component is HostComponent => component !== undefined);
+    this.components = [capsuleComponent, ...drivers.values(), ...tools.map((tool) => tool.component)].filter(
+      (component): component is HostComponent => component !== undefined,
+    );
     this.paths = paths;
     this.tools = tools;
     this.trace = new TraceWriter(paths.sessionDir, this.id);
     this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log');
     this.egress = new EgressPolicy(plan);
-    this.bootstrap.line(`[bootstrap] session ${this.id}: ${plan.capsule.name}@${plan.capsule.version} (${plan.capsule.kind} capsule) on executor ${this.environment.executorId}`);
+    this.bootstrap.line(
+      `[bootstrap] session ${this.id}: ${plan.capsule.name}@${plan.capsule.version} (${plan.capsule.kind} capsule) on executor ${this.environment.executorId}`,
+    );
     this.bootstrap.line(`[bootstrap] accessible workdir ${paths.accessible}; preopen ${paths.preopen}; session dir ${paths.sessionDir}`);
     const containment = this.containment;
     const { confine, cgroups } = this.environment;
-    this.bootstrap.line(`[bootstrap] containment: ${containment.achieved} (${containment.tier}), declared ${containment.declared}${confine.reason ? `; not sealed: ${confine.reason}` : ''}; cgroup: ${cgroups.support?.version ?? `none (${cgroups.reason})`}`);
-    this.bootstrap.line(`[bootstrap] network allow: ${this.egress.describe('capsule')}; env allow: ${plan.policy.env_allow.join(', ') || 'nothing'}; shell allow: ${plan.policy.shell_allow.join(', ') || 'nothing'}`);
+    this.bootstrap.line(
+      `[bootstrap] containment: ${containment.achieved} (${containment.tier}), declared ${containment.declared}${confine.reason ? `; not sealed: ${confine.reason}` : ''}; cgroup: ${cgroups.support?.version ?? `none (${cgroups.reason})`}`,
+    );
+    this.bootstrap.line(
+      `[bootstrap] network allow: ${this.egress.describe('capsule')}; env allow: ${plan.policy.env_allow.join(', ') || 'nothing'}; shell allow: ${plan.policy.shell_allow.join(', ') || 'nothing'}`,
+    );
     for (const drop of this.egress.dropped) {
-      this.bootstrap.line(`[capability-policy] warning[W-SEC-007]: ${drop.artifact}: network allow entry '${drop.entry}' is not covered by the capsule's capabilities.network.allow and was dropped`);
+      this.bootstrap.line(
+        `[capability-policy] warning[W-SEC-007]: ${drop.artifact}: network allow entry '${drop.entry}' is not covered by the capsule's capabilities.network.allow and was dropped`,
+      );
     }
     for (const warning of plan.warnings) this.bootstrap.line(`[staging] warning[${warning.code}]: ${warning.message}`);
 
@@ -336,14 +384,17 @@ export class Session {
 
   private armHardLimit(): void {
     const plan = this.plan;
-    this.hardLimit = setTimeout(() => {
-      this.kill({
-        code: 'E-RUN-001',
-        message: `capsule session exceeded its hard limit (${plan.policy.limits.deadline_seconds}s deadline + ${HARD_LIMIT_GRACE_MS / 1000}s) and was killed as a whole`,
-        hint: 'the capsule host did not stop at its deadline; its whole process group was killed',
-        path: 'capabilities.limits.deadline_seconds',
-      });
-    }, plan.policy.limits.deadline_seconds * 1000 + HARD_LIMIT_GRACE_MS);
+    this.hardLimit = setTimeout(
+      () => {
+        this.kill({
+          code: 'E-RUN-001',
+          message: `capsule session exceeded its hard limit (${plan.policy.limits.deadline_seconds}s deadline + ${HARD_LIMIT_GRACE_MS / 1000}s) and was killed as a whole`,
+          hint: 'the capsule host did not stop at its deadline; its whole process group was killed',
+          path: 'capabilities.limits.deadline_seconds',
+        });
+      },
+      plan.policy.limits.deadline_seconds * 1000 + HARD_LIMIT_GRACE_MS,
+    );
     this.hardLimit.unref();
   }
 
@@ -412,7 +463,8 @@ export class Session {
         judge: (host, port) => this.egress.judgeTcp(host, port),
         record: (record) => this.recordNetwork(record),
       });
-      for (const skipped of sandbox.network.skipped) this.bootstrap.line(`[capability-policy] network allow entry gets no listener in the sealed sandbox: ${skipped}`);
+      for (const skipped of sandbox.network.skipped)
+        this.bootstrap.line(`[capability-policy] network allow entry gets no listener in the sealed sandbox: ${skipped}`);
     }
     let argv = sandbox.argv;
     if (this.cgroup) {
@@ -476,16 +528,37 @@ export class Session {
   private recordNetwork(record: EgressRecord): void {
     this.networkRecords += 1;
     if (this.networkRecords > NETWORK_RECORDS_KEPT) {
-      if (this.networkRecords === NETWORK_RECORDS_KEPT + 1) this.trace.write('egress', { kind: record.kind, grant: 'sandbox', decision: 'suppressed', reason: `more than ${NETWORK_RECORDS_KEPT} network decisions in this session; later ones are not recorded` });
+      if (this.networkRecords === NETWORK_RECORDS_KEPT + 1)
+        this.trace.write('egress', {
+          kind: record.kind,
+          grant: 'sandbox',
+          decision: 'suppressed',
+          reason: `more than ${NETWORK_RECORDS_KEPT} network decisions in this session; later ones are not recorded`,
+        });
       return;
     }
-    this.trace.write('egress', { kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, ...(record.reason ? { reason: record.reason } : {}) });
+    this.trace.write('egress', {
+      kind: record.kind,
+      grant: 'sandbox',
+      target: record.target,
+      decision: record.decision,
+      ...(record.reason ? { reason: record.reason } : {}),
+    });
   }
 
   private handshake(start: StartMessage): Promise<void> {
     return new Promise((resolve, reject) => {
       const child = this.child as ChildProcess;
-      const timer = setTimeout(() => reject(new MurmurError('E-RUN-001', `the capsule host did not start within ${READY_TIMEOUT_MS / 1000}s; see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`)), READY_TIMEOUT_MS);
+      const timer = setTimeout(
+        () =>
+          reject(
+            new MurmurError(
+              'E-RUN-001',
+              `the capsule host did not start within ${READY_TIMEOUT_MS / 1000}s; see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`,
+            ),
+          ),
+        READY_TIMEOUT_MS,
+      );
       const onReady = (raw: unknown): void => {
         const parsed = HostToExecutorSchema.safeParse(raw);
         if (!parsed.success || parsed.data.type !== 'ready') return;
@@ -502,13 +575,22 @@ export class Session {
         if (confineFailure) {
           this.environment.confine.forget?.();
           reject(
-            new MurmurError('E-RUN-014', `the sealed containment class was achievable at launch but its sandbox could not be built for this session: ${confineFailure.slice('murmur-confine: '.length)}`, {
-              hint: 'the host passed the sealed probe when the executor started and then failed to seal this session — check that nothing changed the host since (kernel, AppArmor, the container\'s security options); the executor probes again when it restarts',
-            }),
+            new MurmurError(
+              'E-RUN-014',
+              `the sealed containment class was achievable at launch but its sandbox could not be built for this session: ${confineFailure.slice('murmur-confine: '.length)}`,
+              {
+                hint: "the host passed the sealed probe when the executor started and then failed to seal this session — check that nothing changed the host since (kernel, AppArmor, the container's security options); the executor probes again when it restarts",
+              },
+            ),
           );
           return;
         }
-        reject(new MurmurError('E-RUN-001', `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`));
+        reject(
+          new MurmurError(
+            'E-RUN-001',
+            `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`,
+          ),
+        );
       };
       child.on('message', onReady);
       // 'close', not 'exit': by then its stderr is read, and the helper's reason with it.
@@ -537,7 +619,11 @@ export class Session {
         if (message.stream === 'stderr') for (const line of message.text.split('\n')) if (line.trim() !== '') this.stderrLine(line);
         if (this.request.relay_output) {
           for (let offset = 0; offset < message.text.length; offset += 64 * 1024) {
-            this.environment.bus.publish(topics.sessionOutput.at(this.id), { session_id: this.id, stream: message.stream, text: message.text.slice(offset, offset + 64 * 1024) });
+            this.environment.bus.publish(topics.sessionOutput.at(this.id), {
+              session_id: this.id,
+              stream: message.stream,
+              text: message.text.slice(offset, offset + 64 * 1024),
+            });
           }
         }
         return;
@@ -565,22 +651,44 @@ export class Session {
       let value: unknown;
       if (request.op === 'http') {
         const result = await this.egress.http(request.request);
-        this.recordEgress('http', request.request.grant, request.request.url, result.outcome === 'response' ? { decision: 'allowed', status: result.response.status } : { decision: 'denied', code: result.code, reason: result.reason });
+        this.recordEgress(
+          'http',
+          request.request.grant,
+          request.request.url,
+          result.outcome === 'response'
+            ? { decision: 'allowed', status: result.response.status }
+            : { decision: 'denied', code: result.code, reason: result.reason },
+        );
         value = result;
       } else if (request.op === 'http-check') {
         const verdict = this.egress.judgeHttp(request.request.url, request.request.grant);
         // A refusal at `handle` is the request's only decision: it is recorded now, and never relayed.
-        if (!verdict.allowed) this.recordEgress('http', request.request.grant, request.request.url, { decision: 'denied', code: verdict.code, reason: verdict.reason, at: 'handle' });
+        if (!verdict.allowed)
+          this.recordEgress('http', request.request.grant, request.request.url, {
+            decision: 'denied',
+            code: verdict.code,
+            reason: verdict.reason,
+            at: 'handle',
+          });
         value = verdict;
       } else if (request.op === 'tool-counters') {
         value = this.cgroup?.toolCounters() ?? { oom_kills: 0, pids_refusals: 0 };
       } else if (request.op === 'send') {
         const result = await this.egress.send(request.request.peer_url, request.request);
-        this.recordEgress('a2a', 'capsule', request.request.peer_url, result.ok ? { decision: 'allowed', state: result.value.state } : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error });
+        this.recordEgress(
+          'a2a',
+          'capsule',
+          request.request.peer_url,
+          result.ok
+            ? { decision: 'allowed', state: result.value.state }
+            : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error },
+        );
         value = result;
-      }
-      else if (request.op === 'delegate') value = await this.delegate(request.request);
-      else value = this.environment.pull ? await this.environment.pull(this, request.request.name, request.request.version) : { ok: false, error: 'this executor cannot pull artifacts' };
+      } else if (request.op === 'delegate') value = await this.delegate(request.request);
+      else
+        value = this.environment.pull
+          ? await this.environment.pull(this, request.request.name, request.request.version)
+          : { ok: false, error: 'this executor cannot pull artifacts' };
       reply = { type: 'reply', id, ok: true, value };
     } catch (error) {
       reply = { type: 'reply', id, ok: false, error: error instanceof Error ? error.message : String(error) };
@@ -625,7 +733,12 @@ export class Session {
       // The end could not be announced (the bus closed under a stopping service): say so, and
       // still let whoever awaits this session's end go on.
       this.environment.log.error({ session_id: this.id, err: error }, 'could not announce the end of a session');
-      this.resolveEnded({ status: 'failed', exitCode: code, signal, error: { code: 'E-BUS-005', message: error instanceof Error ? error.message : String(error) } });
+      this.resolveEnded({
+        status: 'failed',
+        exitCode: code,
+        signal,
+        error: { code: 'E-BUS-005', message: error instanceof Error ? error.message : String(error) },
+      });
     });
   }
 
@@ -651,10 +764,22 @@ export class Session {
               hint: 'raise capabilities.resources.cgroup_memory_bytes, or find what is allocating',
               path: 'capabilities.resources.cgroup_memory_bytes',
             }
-          : { code: 'E-RUN-001', message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}` });
+          : {
+              code: 'E-RUN-001',
+              message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`,
+            });
       end = { status: 'failed', exitCode: code, signal, error };
       // The host could not close its own trace: the executor does, so every session_start has an end.
-      this.trace.write('session_end', { total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0, duration_ms: Date.now() - this.startedAt, exit_status: 'failed', error });
+      this.trace.write('session_end', {
+        total_turns: 0,
+        total_input_tokens: 0,
+        total_output_tokens: 0,
+        total_tool_calls: 0,
+        total_shell_calls: 0,
+        duration_ms: Date.now() - this.startedAt,
+        exit_status: 'failed',
+        error,
+      });
     }
     this.cgroup?.killAll();
     await this.cgroup?.remove();
@@ -704,14 +829,21 @@ export class Session {
     if (!roostUrl || (approval === undefined && this.plan.policy.spawn_allow.length === 0)) return;
     const refused = (reason: string): MurmurError =>
       new MurmurError('E-DLG-002', `roost at ${roostUrl} refused to register ${this.plan.capsule.name}@${this.plan.capsule.version}: ${reason}`, {
-        hint: approval ? 'the approval may have expired (60 s) or been used already: ask roost for a new one' : 'check MURMUR_ROOST_URL and that roost is running',
+        hint: approval
+          ? 'the approval may have expired (60 s) or been used already: ask roost for a new one'
+          : 'check MURMUR_ROOST_URL and that roost is running',
       });
     let response: Response;
     try {
       response = await fetch(new URL('/v1/sessions', roostUrl), {
         method: 'POST',
         headers: { 'content-type': 'application/json', ...(approval ? { [SPAWN_APPROVAL_HEADER]: approval } : {}) },
-        body: JSON.stringify({ session_id: this.id, capsule_name: this.plan.capsule.name, capsule_version: this.plan.capsule.version, policy: this.plan.policy }),
+        body: JSON.stringify({
+          session_id: this.id,
+          capsule_name: this.plan.capsule.name,
+          capsule_version: this.plan.capsule.version,
+          policy: this.plan.policy,
+        }),
         signal: AbortSignal.timeout(10_000),
       });
     } catch (error) {
@@ -731,7 +863,11 @@ export class Session {
   private async deregisterFromRoost(): Promise<void> {
     const roostUrl = this.roostUrl;
     if (!roostUrl || !this.roostCredential) return;
-    await fetch(new URL(`/v1/sessions/${this.id}`, roostUrl), { method: 'DELETE', headers: { [SPAWN_CREDENTIAL_HEADER]: this.roostCredential }, signal: AbortSignal.timeout(5_000) }).catch(() => undefined);
+    await fetch(new URL(`/v1/sessions/${this.id}`, roostUrl), {
+      method: 'DELETE',
+      headers: { [SPAWN_CREDENTIAL_HEADER]: this.roostCredential },
+      signal: AbortSignal.timeout(5_000),
+    }).catch(() => undefined);
   }
 
   /**
@@ -739,7 +875,12 @@ export class Session {
    * watcher launches it with the task, and the host awaits the completion the child will post to
    * this session's door. Every refusal is the tool's error text, which the model reads.
    */
-  private async delegate(request: { capsule: string; version: string; task: string; context_id: string }): Promise<{ ok: true; value: { delegation_id: string; session_id: string; workdir: string } } | { ok: false; error: string }> {
+  private async delegate(request: {
+    capsule: string;
+    version: string;
+    task: string;
+    context_id: string;
+  }): Promise<{ ok: true; value: { delegation_id: string; session_id: string; workdir: string } } | { ok: false; error: string }> {
     const roostUrl = this.roostUrl;
     if (!roostUrl) return { ok: false, error: 'delegation needs roost: MURMUR_ROOST_URL is not set for this session' };
     if (!this.roostCredential) return { ok: false, error: `this session is not registered with roost at ${roostUrl}, so it cannot delegate` };
@@ -752,7 +893,8 @@ export class Session {
         signal: AbortSignal.timeout(10_000),
       });
       const body = (await response.json().catch(() => ({}))) as { approval?: string; error?: string };
-      if (!response.ok || !body.approval) return { ok: false, error: `roost refused the delegation of ${request.capsule}@${request.version}: ${body.error ?? `HTTP ${response.status}`}` };
+      if (!response.ok || !body.approval)
+        return { ok: false, error: `roost refused the delegation of ${request.capsule}@${request.version}: ${body.error ?? `HTTP ${response.status}`}` };
       approval = body.approval;
     } catch (error) {
       return { ok: false, error: `roost at ${roostUrl} did not answer: ${(error as Error).message}` };
@@ -766,7 +908,12 @@ export class Session {
           roost_url: roostUrl,
           capsule_name: request.capsule,
           capsule_version: request.version,
-          parent: { session_id: this.id, context_id: request.context_id, ...(this.request.url ? { url: this.request.url } : {}), executor_id: this.environment.executorId },
+          parent: {
+            session_id: this.id,
+            context_id: request.context_id,
+            ...(this.request.url ? { url: this.request.url } : {}),
+            executor_id: this.environment.executorId,
+          },
           env: values,
           task: request.task,
           completion_deadline_secs: DELEGATION_DEADLINE_SECS,
@@ -775,7 +922,10 @@ export class Session {
       );
       return { ok: true, value: { delegation_id: launched.delegation_id as string, session_id: launched.session_id, workdir: launched.workdir } };
     } catch (error) {
-      return { ok: false, error: `the delegation of ${request.capsule}@${request.version} could not be launched: ${error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error)}` };
+      return {
+        ok: false,
+        error: `the delegation of ${request.capsule}@${request.version} could not be launched: ${error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error)}`,
+      };
     }
   }
 
@@ -818,7 +968,8 @@ export class Session {
    */
   async recordCompletion(outcome: DelegationOutcome, post: boolean): Promise<DelegationOutcome> {
     const spawner = this.request.spawner;
-    if (!spawner || !this.paths) throw new MurmurError('E-DLG-003', `session ${this.id} was not launched as a delegated child, so it has no completion to record`);
+    if (!spawner || !this.paths)
+      throw new MurmurError('E-DLG-003', `session ${this.id} was not launched as a delegated child, so it has no completion to record`);
     const resultPath = childResultPath(this.paths.accessible, this.paths.sessionDir);
     const located: DelegationOutcome = { ...outcome, workdir: this.paths.accessible, ...(resultPath ? { result_path: resultPath } : {}) };
     if (!post) return recordTerminated(located, this.paths.accessible);
@@ -829,7 +980,14 @@ export class Session {
   identity(): { session_id: string; capsule_name: string; capsule_version: string; pid: number; process_start: string; started_at: string } | undefined {
     const pid = this.child?.pid;
     if (!pid || !this.launched) return undefined;
-    return { session_id: this.id, capsule_name: this.plan.capsule.name, capsule_version: this.plan.capsule.version, pid, process_start: this.processStart, started_at: new Date(this.startedAt).toISOString() };
+    return {
+      session_id: this.id,
+      capsule_name: this.plan.capsule.name,
+      capsule_version: this.plan.capsule.version,
+      pid,
+      process_start: this.processStart,
+      started_at: new Date(this.startedAt).toISOString(),
+    };
   }
 
   /** Where this session's artifact files come from on this machine. */

@@ -43,7 +43,9 @@ async function inside(root: string, relative: string, what: string): Promise<str
   const real = realpathSync(target);
   const realRoot = realpathSync(root);
   if (real !== realRoot && !real.startsWith(`${realRoot}${path.sep}`)) {
-    throw new MurmurError('E-CAP-002', `${what} '${relative}' resolves to ${real}, outside the workdir ${realRoot}`, { hint: 'a symlink in the workdir points outside it; remove it or choose another scope' });
+    throw new MurmurError('E-CAP-002', `${what} '${relative}' resolves to ${real}, outside the workdir ${realRoot}`, {
+      hint: 'a symlink in the workdir points outside it; remove it or choose another scope',
+    });
   }
   return real;
 }
@@ -71,7 +73,9 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
     accessible = path.resolve(request.workdir);
     const stat = await fs.stat(accessible).catch(() => undefined);
     if (!stat?.isDirectory()) {
-      throw new MurmurError('E-IO-001', `workdir '${accessible}' does not exist or is not a directory`, { hint: 'create it first, or leave out --workdir to get a fresh one per session' });
+      throw new MurmurError('E-IO-001', `workdir '${accessible}' does not exist or is not a directory`, {
+        hint: 'create it first, or leave out --workdir to get a fresh one per session',
+      });
     }
   } else {
     accessible = path.join(path.resolve(request.defaultBase), 'workdir', request.sessionId);
@@ -109,7 +113,12 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
   await fs.mkdir(toolDir, { recursive: true });
   await fs.writeFile(path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
   const baseName = artifact.name.split('/').pop() as string;
-  const common = { name: artifact.name, version: artifact.version, info: describeManifest(artifact.manifest_yaml), ...(artifact.description !== undefined ? { description: artifact.description } : {}) };
+  const common = {
+    name: artifact.name,
+    version: artifact.version,
+    info: describeManifest(artifact.manifest_yaml),
+    ...(artifact.description !== undefined ? { description: artifact.description } : {}),
+  };
   const label = `${artifact.name}@${artifact.version}`;
   // Copied, never linked: the workdir is the guest's to write, the cache is not.
   const copyOut = async (file: SetFile, target: string, mode: number): Promise<void> => {
@@ -135,7 +144,13 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
   }
   const scope = artifact.capabilities?.filesystem?.scope;
   const preopen = scope === undefined ? accessible : await inside(accessible, scope, `the filesystem scope of '${artifact.name}'`);
-  return { ...common, kind: 'wasm', ...(artifact.component ? { component: await files.bundles.local(artifact.component, label) } : {}), preopen, runtime: 'wasm' };
+  return {
+    ...common,
+    kind: 'wasm',
+    ...(artifact.component ? { component: await files.bundles.local(artifact.component, label) } : {}),
+    preopen,
+    runtime: 'wasm',
+  };
 }
 
 /** `manage.describe`'s answer for an artifact, from its own manifest: description, tags, schemas as JSON. */

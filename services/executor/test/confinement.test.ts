@@ -59,13 +59,33 @@ describe('the confinement spec murmur-confine carries out', () => {
   });
 
   it('gives an interpreter runtime read and execute, and list only where the grant says so', () => {
-    const lines = spec({ interpreter_runtime: [{ binary: 'python3', dirs: [{ path: '/opt/py/lib', list_dir: true }, { path: '/opt/py/dynload', list_dir: false }] }] });
+    const lines = spec({
+      interpreter_runtime: [
+        {
+          binary: 'python3',
+          dirs: [
+            { path: '/opt/py/lib', list_dir: true },
+            { path: '/opt/py/dynload', list_dir: false },
+          ],
+        },
+      ],
+    });
     expect(lines).toContain('allow rxd /opt/py/lib');
     expect(lines).toContain('allow rx /opt/py/dynload');
   });
 
   it('refuses to carry a path with a newline in it into the spec', () => {
-    const lines = confinementSpec({ policy, network: planNetwork([], 16), workdir: '/w', tmp: '/w/t', readable: ['/usr', '/evil\nseccomp 0'], executables: [], shellBinaries: [], seccompFd: 8, keep: [] }).split('\n');
+    const lines = confinementSpec({
+      policy,
+      network: planNetwork([], 16),
+      workdir: '/w',
+      tmp: '/w/t',
+      readable: ['/usr', '/evil\nseccomp 0'],
+      executables: [],
+      shellBinaries: [],
+      seccompFd: 8,
+      keep: [],
+    }).split('\n');
     expect(lines).not.toContain('seccomp 0');
   });
 });

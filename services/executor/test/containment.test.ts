@@ -5,13 +5,19 @@ import type { NamespaceProbe } from '../src/sandbox.js';
 
 const bubblewrap: NamespaceProbe = { tool: 'bubblewrap', binary: 'bwrap', reason: undefined };
 const sealable: ConfineProbe = { support: { helper: '/h', node: '/n' }, reason: undefined };
-const unsealable: ConfineProbe = { support: undefined, reason: 'sealing a sandbox failed here: murmur-confine: Landlock is not available: Operation not supported' };
+const unsealable: ConfineProbe = {
+  support: undefined,
+  reason: 'sealing a sandbox failed here: murmur-confine: Landlock is not available: Operation not supported',
+};
 
 describe('containment', () => {
   it('is sealed where bubblewrap and murmur-confine both work, scoped with bubblewrap alone, advisory otherwise', () => {
     expect(hostContainment(bubblewrap, sealable)).toMatchObject({ achieved: 'sealed', tier: 'mountns+pivot_root+landlock+seccomp' });
     expect(hostContainment(bubblewrap, unsealable)).toMatchObject({ achieved: 'scoped', tier: 'mountns+pivot_root' });
-    expect(hostContainment({ tool: 'unshare', binary: 'unshare', reason: 'bwrap: missing' }, unsealable)).toMatchObject({ achieved: 'advisory', tier: 'namespaces' });
+    expect(hostContainment({ tool: 'unshare', binary: 'unshare', reason: 'bwrap: missing' }, unsealable)).toMatchObject({
+      achieved: 'advisory',
+      tier: 'namespaces',
+    });
     expect(hostContainment({ tool: undefined, binary: undefined, reason: 'none' }, unsealable)).toMatchObject({ achieved: 'advisory', tier: 'none' });
   });
 

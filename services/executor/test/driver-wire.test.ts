@@ -15,7 +15,11 @@ describe('the request a driver receives', () => {
   const request: DriverRequest = {
     model: 'claude-test',
     maxTokens: 1024,
-    messages: [userMessage('hi'), { role: 'assistant', content: [{ type: 'tool_call', id: 'c1', name: 'ls', input: {} }] }, toolResultMessage('c1', 'a.txt', false)],
+    messages: [
+      userMessage('hi'),
+      { role: 'assistant', content: [{ type: 'tool_call', id: 'c1', name: 'ls', input: {} }] },
+      toolResultMessage('c1', 'a.txt', false),
+    ],
     tools: [{ name: 'ls', parameters: { type: 'object', properties: {} }, description: 'list' }],
     system: 'be brief',
     params: { temperature: 0 },
@@ -75,8 +79,21 @@ describe('reading a driver’s reply', () => {
   });
 
   it('drops content entries that are not blocks with a string type', () => {
-    const reply = readDriverReply(passed({ stop_reason: 'end_turn', content: [null, 'text', 7, { text: 'no type' }, { type: 3 }, { type: 'text', text: 'kept' }, { type: 'text', text: 42 }] }));
-    expect(reply).toEqual({ kind: 'end', stopReason: 'end_turn', text: 'kept', content: [{ type: 'text', text: 'kept' }, { type: 'text', text: 42 }] });
+    const reply = readDriverReply(
+      passed({
+        stop_reason: 'end_turn',
+        content: [null, 'text', 7, { text: 'no type' }, { type: 3 }, { type: 'text', text: 'kept' }, { type: 'text', text: 42 }],
+      }),
+    );
+    expect(reply).toEqual({
+      kind: 'end',
+      stopReason: 'end_turn',
+      text: 'kept',
+      content: [
+        { type: 'text', text: 'kept' },
+        { type: 'text', text: 42 },
+      ],
+    });
   });
 
   it('reads an end with no content as empty text', () => {
@@ -100,7 +117,15 @@ describe('reading a driver’s reply', () => {
   });
 
   it('fills a tool call’s missing id and name with empty strings and a non-object input with {}', () => {
-    const reply = readDriverReply(passed({ stop_reason: 'tool_call', content: [{ type: 'tool_call', input: [1, 2] }, { type: 'tool_call', id: 5, name: null, input: 'x' }] }));
+    const reply = readDriverReply(
+      passed({
+        stop_reason: 'tool_call',
+        content: [
+          { type: 'tool_call', input: [1, 2] },
+          { type: 'tool_call', id: 5, name: null, input: 'x' },
+        ],
+      }),
+    );
     expect(reply.kind === 'tools' ? reply.calls : undefined).toEqual([
       { id: '', name: '', input: {} },
       { id: '', name: '', input: {} },
@@ -116,17 +141,29 @@ describe('reading a driver’s reply', () => {
   });
 
   it('reads stop_reason error as a failure with the driver’s message', () => {
-    expect(readDriverReply(passed({ stop_reason: 'error', content: [], error: 'rate limited' }))).toEqual({ kind: 'error', message: 'rate limited', decision: 'text' });
+    expect(readDriverReply(passed({ stop_reason: 'error', content: [], error: 'rate limited' }))).toEqual({
+      kind: 'error',
+      message: 'rate limited',
+      decision: 'text',
+    });
   });
 
   it('reads stop_reason error without a message as a generic driver error', () => {
     expect(readDriverReply(passed({ stop_reason: 'error' }))).toEqual({ kind: 'error', message: 'driver returned error', decision: 'text' });
     expect(readDriverReply(passed({ stop_reason: 'error', error: '' }))).toEqual({ kind: 'error', message: 'driver returned error', decision: 'text' });
-    expect(readDriverReply(passed({ stop_reason: 'error', error: { code: 1 } }))).toEqual({ kind: 'error', message: 'driver returned error', decision: 'text' });
+    expect(readDriverReply(passed({ stop_reason: 'error', error: { code: 1 } }))).toEqual({
+      kind: 'error',
+      message: 'driver returned error',
+      decision: 'text',
+    });
   });
 
   it('fails an unsupported or missing stop_reason, naming it', () => {
-    expect(readDriverReply(passed({ stop_reason: 'stop_sequence', content: [] }))).toEqual({ kind: 'error', message: "unsupported stop_reason 'stop_sequence'", decision: 'text' });
+    expect(readDriverReply(passed({ stop_reason: 'stop_sequence', content: [] }))).toEqual({
+      kind: 'error',
+      message: "unsupported stop_reason 'stop_sequence'",
+      decision: 'text',
+    });
     expect(readDriverReply(passed({ content: [] }))).toEqual({ kind: 'error', message: "unsupported stop_reason 'undefined'", decision: 'text' });
   });
 
@@ -138,11 +175,19 @@ describe('reading a driver’s reply', () => {
   });
 
   it.each([['null'], ['[]'], ['"end_turn"'], ['42'], ['true']])('fails a reply whose JSON %s is not an object', (data) => {
-    expect(readDriverReply({ status: 'passed', data })).toEqual({ kind: 'error', message: 'failed to parse driver response: not a JSON object', decision: null });
+    expect(readDriverReply({ status: 'passed', data })).toEqual({
+      kind: 'error',
+      message: 'failed to parse driver response: not a JSON object',
+      decision: null,
+    });
   });
 
   it('fails a call whose status is not passed, with its data, else its summary, else a generic message', () => {
-    expect(readDriverReply({ status: 'failed', data: 'the data says why', summary: 'summary' })).toEqual({ kind: 'error', message: 'the data says why', decision: null });
+    expect(readDriverReply({ status: 'failed', data: 'the data says why', summary: 'summary' })).toEqual({
+      kind: 'error',
+      message: 'the data says why',
+      decision: null,
+    });
     expect(readDriverReply({ status: 'error', summary: 'only a summary' })).toEqual({ kind: 'error', message: 'only a summary', decision: null });
     expect(readDriverReply({ status: 'failed' })).toEqual({ kind: 'error', message: 'driver returned error', decision: null });
   });
@@ -152,7 +197,10 @@ describe('reading a driver’s reply', () => {
   });
 
   it('reads the summary as the reply when data is missing', () => {
-    const reply = readDriverReply({ status: 'passed', summary: JSON.stringify({ stop_reason: 'end_turn', content: [{ type: 'text', text: 'from summary' }] }) });
+    const reply = readDriverReply({
+      status: 'passed',
+      summary: JSON.stringify({ stop_reason: 'end_turn', content: [{ type: 'text', text: 'from summary' }] }),
+    });
     expect(reply).toMatchObject({ kind: 'end', text: 'from summary' });
   });
 
@@ -172,7 +220,10 @@ describe('reading a driver’s reply', () => {
   it('passes the driver’s token usage through on ends and tool calls', () => {
     const usage = { input_tokens: 120, output_tokens: 7 };
     expect(readDriverReply(passed({ stop_reason: 'end_turn', content: [], usage }))).toMatchObject({ kind: 'end', usage });
-    expect(readDriverReply(passed({ stop_reason: 'tool_call', content: [{ type: 'tool_call', id: 'a', name: 'b', input: {} }], usage }))).toMatchObject({ kind: 'tools', usage });
+    expect(readDriverReply(passed({ stop_reason: 'tool_call', content: [{ type: 'tool_call', id: 'a', name: 'b', input: {} }], usage }))).toMatchObject({
+      kind: 'tools',
+      usage,
+    });
   });
 
   it('leaves usage out when the driver reports none or not an object', () => {
@@ -249,7 +300,11 @@ describe('the tools the model is offered', () => {
   });
 
   it('offers a skill an empty schema even when it declares one', () => {
-    const [tool] = toolInventory([hostTool('guide', { kind: 'skill', runtime: 'native', info: { input_schema: '{"type":"object","properties":{"x":{}}}' } })], [], undefined);
+    const [tool] = toolInventory(
+      [hostTool('guide', { kind: 'skill', runtime: 'native', info: { input_schema: '{"type":"object","properties":{"x":{}}}' } })],
+      [],
+      undefined,
+    );
     expect(tool?.parameters).toEqual({ type: 'object', properties: {} });
   });
 

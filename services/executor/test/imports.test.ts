@@ -40,7 +40,10 @@ describe('a guest’s import object', () => {
     return (await buildImports(
       {
         preopen: scratch.dir,
-        env: [['GREETING', 'hello'], ['MURMUR_SESSION_ID', 'ses_x']],
+        env: [
+          ['GREETING', 'hello'],
+          ['MURMUR_SESSION_ID', 'ses_x'],
+        ],
         grant: 'capsule',
         stdout: (bytes) => written.push(['stdout', Buffer.from(bytes).toString()]),
         stderr: (bytes) => written.push(['stderr', Buffer.from(bytes).toString()]),
@@ -53,7 +56,10 @@ describe('a guest’s import object', () => {
 
   it('holds exactly the environment it was granted, no arguments and no working directory', async () => {
     const cli = (await imports())['wasi:cli/environment'] as Record<string, () => unknown>;
-    expect(cli.getEnvironment?.()).toEqual([['GREETING', 'hello'], ['MURMUR_SESSION_ID', 'ses_x']]);
+    expect(cli.getEnvironment?.()).toEqual([
+      ['GREETING', 'hello'],
+      ['MURMUR_SESSION_ID', 'ses_x'],
+    ]);
     expect(cli.getArguments?.()).toEqual([]);
     expect(cli.initialCwd?.()).toBeUndefined();
   });
@@ -79,7 +85,10 @@ describe('a guest’s import object', () => {
     const stderr = (built['wasi:cli/stderr'] as { getStderr(): { blockingWriteAndFlush(bytes: Uint8Array): void } }).getStderr();
     stdout.blockingWriteAndFlush(Buffer.from('out'));
     stderr.blockingWriteAndFlush(Buffer.from('err'));
-    expect(written).toEqual([['stdout', 'out'], ['stderr', 'err']]);
+    expect(written).toEqual([
+      ['stdout', 'out'],
+      ['stderr', 'err'],
+    ]);
   });
 
   it('preopens the granted directory, and only it, as "."', async () => {
@@ -100,6 +109,7 @@ describe('a guest’s import object', () => {
 
   it('gives tools no capsule-only murmur interfaces', async () => {
     const built = await imports(EVERYTHING, false);
-    for (const name of ['murmur:tool-registry/invoke', 'murmur:shell/execute', 'murmur:message/send', 'murmur:artifact-manager/manage']) expect(built[name]).toBeUndefined();
+    for (const name of ['murmur:tool-registry/invoke', 'murmur:shell/execute', 'murmur:message/send', 'murmur:artifact-manager/manage'])
+      expect(built[name]).toBeUndefined();
   });
 });

@@ -96,7 +96,14 @@ const sharedMinMax = (min: number, max: number): number[] => [0x03, ...u32(min),
 
 const customSection = (label: string, content: Bytes): Uint8Array => section(0, name(label), content);
 /** Types: 0 = (i32) -> i32 for `grow`, 1 = () -> () for filler functions. */
-const typeSection = (): Uint8Array => section(1, vec([[0x60, 1, I32, 1, I32], [0x60, 0, 0]]));
+const typeSection = (): Uint8Array =>
+  section(
+    1,
+    vec([
+      [0x60, 1, I32, 1, I32],
+      [0x60, 0, 0],
+    ]),
+  );
 const importMemorySection = (limits: number[]): Uint8Array => section(2, vec([concat(name('env'), name('memory'), [0x02], limits)]));
 const functionSection = (fillers = 0): Uint8Array => section(3, u32(1 + fillers), [0], new Array<number>(fillers).fill(1));
 const memorySection = (...memtypes: number[][]): Uint8Array => section(5, vec(memtypes));
@@ -272,7 +279,12 @@ describe('capModuleMemory on hand-built core modules', () => {
   });
 
   it('returns a module without a memory section unchanged, in a new buffer', () => {
-    const input = wasmModule(typeSection(), functionSection(), section(7, vec([concat(name('grow'), [0x00, 0])])), section(10, vec([[4, 0x00, 0x20, 0x00, 0x0b]])));
+    const input = wasmModule(
+      typeSection(),
+      functionSection(),
+      section(7, vec([concat(name('grow'), [0x00, 0])])),
+      section(10, vec([[4, 0x00, 0x20, 0x00, 0x0b]])),
+    );
     expect(wasm.validate(input)).toBe(true);
     const original = input.slice();
 

@@ -38,7 +38,10 @@ describe('the sealed sandbox’s network plan', () => {
   });
 
   it(`stops at ${MAX_LISTENERS} listeners and names what got none`, () => {
-    const plan = planNetwork(Array.from({ length: MAX_LISTENERS + 2 }, (_, index) => `host${String(index).padStart(3, '0')}.example.com:1000`), 16);
+    const plan = planNetwork(
+      Array.from({ length: MAX_LISTENERS + 2 }, (_, index) => `host${String(index).padStart(3, '0')}.example.com:1000`),
+      16,
+    );
     expect(plan.listeners).toHaveLength(MAX_LISTENERS);
     expect(plan.skipped).toHaveLength(2);
     expect(plan.skipped[0]).toContain(`past the ${MAX_LISTENERS} listeners a sandbox gets`);

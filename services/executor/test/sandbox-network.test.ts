@@ -35,7 +35,12 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
       });
     });
     const upstreamPort = await listening(upstream);
-    const plan: NetworkPlan = { listeners: [{ fd: 18, address: '127.77.0.1', port: upstreamPort, host: '127.0.0.1' }], names: { 'api.example.com': '127.77.0.1' }, dns: { udpFd: 16, tcpFd: 17 }, skipped: [] };
+    const plan: NetworkPlan = {
+      listeners: [{ fd: 18, address: '127.77.0.1', port: upstreamPort, host: '127.0.0.1' }],
+      names: { 'api.example.com': '127.77.0.1' },
+      dns: { udpFd: 16, tcpFd: 17 },
+      skipped: [],
+    };
     const records: EgressRecord[] = [];
     const network = new SandboxNetwork({ plan, judge, record: (record) => records.push(record) });
     // Stand-ins for the sandbox's sockets, handed over as the host hands them.

@@ -168,7 +168,8 @@ function verifyProgram(program: readonly BpfInstruction[]): void {
   program.forEach(({ code, jt, jf, k }, pc) => {
     const where = `instruction ${pc}`;
     if (!Number.isInteger(code) || code < 0 || code > 0xffff) throw new BpfError(`${where}: code ${code} is not a u16`);
-    if (!Number.isInteger(jt) || jt < 0 || jt > 0xff || !Number.isInteger(jf) || jf < 0 || jf > 0xff) throw new BpfError(`${where}: jt/jf ${jt}/${jf} are not u8`);
+    if (!Number.isInteger(jt) || jt < 0 || jt > 0xff || !Number.isInteger(jf) || jf < 0 || jf > 0xff)
+      throw new BpfError(`${where}: jt/jf ${jt}/${jf} are not u8`);
     if (!Number.isInteger(k) || k < 0 || k > 0xffffffff) throw new BpfError(`${where}: k ${k} is not a u32`);
     if (!KNOWN_OPCODES.has(code)) throw new BpfError(`${where}: opcode 0x${code.toString(16)} is not allowed`);
     if (code === OP.LD_W_ABS && (k % 4 !== 0 || k + 4 > SECCOMP_DATA_SIZE)) throw new BpfError(`${where}: load at ${k}`);
@@ -339,7 +340,9 @@ describe('the test BPF interpreter', () => {
     expect([branch(OP.JMP_JGE_K, 10), branch(OP.JMP_JGE_K, 11)]).toEqual([1, 0]);
     expect([branch(OP.JMP_JSET_K, 0b0010), branch(OP.JMP_JSET_K, 0b0101)]).toEqual([1, 0]);
     expect(runFilter([{ code: OP.JMP_JA, jt: 0, jf: 0, k: 1 }, ret(1), ret(2)], data)).toBe(2);
-    expect(runFilter([load(0), { code: OP.ALU_AND_K, jt: 0, jf: 0, k: 0b0110 }, { code: OP.JMP_JEQ_K, jt: 0, jf: 1, k: 0b0010 }, ret(1), ret(0)], data)).toBe(1);
+    expect(runFilter([load(0), { code: OP.ALU_AND_K, jt: 0, jf: 0, k: 0b0110 }, { code: OP.JMP_JEQ_K, jt: 0, jf: 1, k: 0b0010 }, ret(1), ret(0)], data)).toBe(
+      1,
+    );
     // Comparisons are unsigned.
     expect(runFilter([load(0), { code: OP.JMP_JGE_K, jt: 0, jf: 1, k: 0x40000000 }, ret(1), ret(0)], { nr: 0xffffffff, arch: 0 })).toBe(1);
   });
@@ -372,8 +375,35 @@ const MUST_DENY = [
   ...['keyctl', 'add_key', 'request_key', 'ptrace', 'process_vm_readv', 'process_vm_writev', 'kcmp'],
   ...['mount', 'umount2', 'pivot_root', 'chroot', 'open_tree', 'move_mount', 'fsopen', 'fsconfig', 'fsmount', 'fspick', 'mount_setattr'],
   ...['unshare', 'setns', 'init_module', 'finit_module', 'delete_module', 'create_module', 'get_kernel_syms', 'query_module', 'kexec_load', 'kexec_file_load'],
-  ...['swapon', 'swapoff', 'reboot', 'acct', 'quotactl', 'quotactl_fd', 'nfsservctl', 'iopl', 'ioperm', '_sysctl', 'sysfs', 'uselib', 'lookup_dcookie', 'syslog', 'vhangup'],
-  ...['clock_adjtime', 'clock_settime', 'settimeofday', 'adjtimex', 'set_mempolicy', 'get_mempolicy', 'mbind', 'migrate_pages', 'move_pages', 'set_mempolicy_home_node'],
+  ...[
+    'swapon',
+    'swapoff',
+    'reboot',
+    'acct',
+    'quotactl',
+    'quotactl_fd',
+    'nfsservctl',
+    'iopl',
+    'ioperm',
+    '_sysctl',
+    'sysfs',
+    'uselib',
+    'lookup_dcookie',
+    'syslog',
+    'vhangup',
+  ],
+  ...[
+    'clock_adjtime',
+    'clock_settime',
+    'settimeofday',
+    'adjtimex',
+    'set_mempolicy',
+    'get_mempolicy',
+    'mbind',
+    'migrate_pages',
+    'move_pages',
+    'set_mempolicy_home_node',
+  ],
   ...['fanotify_init', 'fanotify_mark', 'seccomp', 'personality'],
 ] as const;
 
@@ -393,60 +423,94 @@ describe('the seccomp program', () => {
     expect(MUST_DENY.filter((name) => DENIED_SYSCALLS[name]?.x64 === undefined && DENIED_SYSCALLS[name]?.arm64 === undefined)).toEqual([]);
   });
 
-  describe.each(ARCHES.flatMap((arch) => [false, true].map((unixSockets): [SeccompArch, boolean] => [arch, unixSockets])))('for %s with unixSockets %s', (arch, unixSockets) => {
-    it('decodes from its sock_filter bytes to exactly the instructions seccompProgram returns', () => {
-      const bytes = seccompFilterBytes({ arch, unixSockets });
-      expect(bytes.length).toBe(seccompProgram({ arch, unixSockets }).length * 8);
-      expect(decodeSockFilter(bytes)).toEqual(seccompProgram({ arch, unixSockets }));
-    });
+  describe.each(ARCHES.flatMap((arch) => [false, true].map((unixSockets): [SeccompArch, boolean] => [arch, unixSockets])))(
+    'for %s with unixSockets %s',
+    (arch, unixSockets) => {
+      it('decodes from its sock_filter bytes to exactly the instructions seccompProgram returns', () => {
+        const bytes = seccompFilterBytes({ arch, unixSockets });
+        expect(bytes.length).toBe(seccompProgram({ arch, unixSockets }).length * 8);
+        expect(decodeSockFilter(bytes)).toEqual(seccompProgram({ arch, unixSockets }));
+      });
 
-    it("passes the kernel's static checks: at most 4096 instructions, known opcodes, in-bounds loads and jumps, a return last", () => {
-      const program = kernelProgram(arch, unixSockets);
-      expect(program.length).toBeLessThanOrEqual(BPF_MAXINSNS);
-      expect(() => verifyProgram(program)).not.toThrow();
-      expect(program[program.length - 1]?.code).toBe(OP.RET_K);
-    });
+      it("passes the kernel's static checks: at most 4096 instructions, known opcodes, in-bounds loads and jumps, a return last", () => {
+        const program = kernelProgram(arch, unixSockets);
+        expect(program.length).toBeLessThanOrEqual(BPF_MAXINSNS);
+        expect(() => verifyProgram(program)).not.toThrow();
+        expect(program[program.length - 1]?.code).toBe(OP.RET_K);
+      });
 
-    it('has no unreachable instructions', () => {
-      const program = kernelProgram(arch, unixSockets);
-      const reachable = reachableInstructions(program);
-      expect(program.map((_, pc) => pc).filter((pc) => !reachable.has(pc))).toEqual([]);
-    });
+      it('has no unreachable instructions', () => {
+        const program = kernelProgram(arch, unixSockets);
+        const reachable = reachableInstructions(program);
+        expect(program.map((_, pc) => pc).filter((pc) => !reachable.has(pc))).toEqual([]);
+      });
 
-    it('checks the architecture before anything else', () => {
-      const [first, second] = kernelProgram(arch, unixSockets);
-      expect(first).toEqual({ code: OP.LD_W_ABS, jt: 0, jf: 0, k: 4 });
-      expect(second?.code).toBe(OP.JMP_JEQ_K);
-      expect(second?.k).toBe(AUDIT_ARCH[arch]);
-    });
+      it('checks the architecture before anything else', () => {
+        const [first, second] = kernelProgram(arch, unixSockets);
+        expect(first).toEqual({ code: OP.LD_W_ABS, jt: 0, jf: 0, k: 4 });
+        expect(second?.code).toBe(OP.JMP_JEQ_K);
+        expect(second?.k).toBe(AUDIT_ARCH[arch]);
+      });
 
-    it('reads only nr, arch and the low word of args[0] from seccomp_data', () => {
-      const offsets = new Set(kernelProgram(arch, unixSockets).filter((instruction) => instruction.code === OP.LD_W_ABS).map((instruction) => instruction.k));
-      expect([...offsets].sort((a, b) => a - b)).toEqual([0, 4, 16]);
-    });
+      it('reads only nr, arch and the low word of args[0] from seccomp_data', () => {
+        const offsets = new Set(
+          kernelProgram(arch, unixSockets)
+            .filter((instruction) => instruction.code === OP.LD_W_ABS)
+            .map((instruction) => instruction.k),
+        );
+        expect([...offsets].sort((a, b) => a - b)).toEqual([0, 4, 16]);
+      });
 
-    it('ends every path in a return and gives the documented verdict across a wide sweep of syscalls, arguments and architectures', () => {
-      const program = kernelProgram(arch, unixSockets);
-      const numbers = [...Array.from({ length: 600 }, (_, nr) => nr), 0x3fffffff, 0x40000000, 0x40000001, 0x40000000 | argumentNumber(arch, 'socket'), 0x7fffffff, 0x80000000, 0xffffffff];
-      const archFields = [AUDIT_ARCH[arch], AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_ARM, 0, 0xffffffff].filter((value, index, all) => all.indexOf(value) === index);
-      const firstArgs = [0n, 1n, 2n, 10n, 16n, 17n, 38n, 0xffffffffn, BigInt(SIGCHLD), BigInt(GLIBC_THREAD_FLAGS), 0x80n, 0x40000000n, 0x1_00000000n | 17n, 0xffffffff_00000000n | 2n, 0xffffffff_ffffffffn];
-      const mismatches: string[] = [];
-      let runs = 0;
-      for (const nr of numbers) {
-        for (const archField of archFields) {
-          for (const arg0 of firstArgs) {
-            const data: SeccompData = { nr, arch: archField, args: [arg0, 0xffffffff_ffffffffn, 0n, 0n, 0n, 0n], instructionPointer: 0x7f00_0000_1234n };
-            const got = runFilter(program, data); // throws if a path falls off the end or leaves the program
-            const want = expectedVerdict(arch, unixSockets, data);
-            runs += 1;
-            if (got !== want) mismatches.push(`nr ${hex(nr)} arch ${hex(archField)} arg0 0x${arg0.toString(16)}: got ${hex(got)}, want ${hex(want)}`);
+      it('ends every path in a return and gives the documented verdict across a wide sweep of syscalls, arguments and architectures', () => {
+        const program = kernelProgram(arch, unixSockets);
+        const numbers = [
+          ...Array.from({ length: 600 }, (_, nr) => nr),
+          0x3fffffff,
+          0x40000000,
+          0x40000001,
+          0x40000000 | argumentNumber(arch, 'socket'),
+          0x7fffffff,
+          0x80000000,
+          0xffffffff,
+        ];
+        const archFields = [AUDIT_ARCH[arch], AUDIT_ARCH_X86_64, AUDIT_ARCH_AARCH64, AUDIT_ARCH_I386, AUDIT_ARCH_ARM, 0, 0xffffffff].filter(
+          (value, index, all) => all.indexOf(value) === index,
+        );
+        const firstArgs = [
+          0n,
+          1n,
+          2n,
+          10n,
+          16n,
+          17n,
+          38n,
+          0xffffffffn,
+          BigInt(SIGCHLD),
+          BigInt(GLIBC_THREAD_FLAGS),
+          0x80n,
+          0x40000000n,
+          0x1_00000000n | 17n,
+          0xffffffff_00000000n | 2n,
+          0xffffffff_ffffffffn,
+        ];
+        const mismatches: string[] = [];
+        let runs = 0;
+        for (const nr of numbers) {
+          for (const archField of archFields) {
+            for (const arg0 of firstArgs) {
+              const data: SeccompData = { nr, arch: archField, args: [arg0, 0xffffffff_ffffffffn, 0n, 0n, 0n, 0n], instructionPointer: 0x7f00_0000_1234n };
+              const got = runFilter(program, data); // throws if a path falls off the end or leaves the program
+              const want = expectedVerdict(arch, unixSockets, data);
+              runs += 1;
+              if (got !== want) mismatches.push(`nr ${hex(nr)} arch ${hex(archField)} arg0 0x${arg0.toString(16)}: got ${hex(got)}, want ${hex(want)}`);
+            }
           }
         }
-      }
-      expect(runs).toBe(numbers.length * archFields.length * firstArgs.length);
-      expect(mismatches.slice(0, 20)).toEqual([]);
-    });
-  });
+        expect(runs).toBe(numbers.length * archFields.length * firstArgs.length);
+        expect(mismatches.slice(0, 20)).toEqual([]);
+      });
+    },
+  );
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -633,7 +697,8 @@ describe.each(ARCHES)('on %s', (arch) => {
     it(`ignores the high word of the syscall's other arguments and the instruction pointer on ${archName}`, () => {
       const noise = [0xffffffff_ffffffffn, 0xffffffff_ffffffffn, 0xffffffff_ffffffffn, 0xffffffff_ffffffffn, 0xffffffff_ffffffffn];
       const program = kernelProgram(arch, false);
-      const run = (nr: number, arg0: bigint): number => runFilter(program, { nr, arch: AUDIT_ARCH[arch], args: [arg0, ...noise], instructionPointer: 0xffffffff_ffffffffn });
+      const run = (nr: number, arg0: bigint): number =>
+        runFilter(program, { nr, arch: AUDIT_ARCH[arch], args: [arg0, ...noise], instructionPointer: 0xffffffff_ffffffffn });
       expect(hex(run(socketNr, BigInt(AF_NETLINK)))).toBe(hex(RET_EACCES));
       expect(hex(run(socketNr, BigInt(AF_INET)))).toBe(hex(RET_ALLOW));
       expect(hex(run(cloneNr, 0x10000000n))).toBe(hex(RET_EPERM));
@@ -666,7 +731,14 @@ function parseX64Header(text: string): Map<string, number> {
  * understand throws, so a change in the header's form fails the test instead of passing it.
  */
 function parseGenericHeader(text: string): Map<string, number> {
-  const defined = new Set(['__ARCH_WANT_RENAMEAT', '__ARCH_WANT_NEW_STAT', '__ARCH_WANT_SET_GET_RLIMIT', '__ARCH_WANT_TIME32_SYSCALLS', '__ARCH_WANT_SYS_CLONE3', '__ARCH_WANT_MEMFD_SECRET']);
+  const defined = new Set([
+    '__ARCH_WANT_RENAMEAT',
+    '__ARCH_WANT_NEW_STAT',
+    '__ARCH_WANT_SET_GET_RLIMIT',
+    '__ARCH_WANT_TIME32_SYSCALLS',
+    '__ARCH_WANT_SYS_CLONE3',
+    '__ARCH_WANT_MEMFD_SECRET',
+  ]);
   const values: Record<string, number> = { __BITS_PER_LONG: 64 };
   const macros = new Map<string, string>();
   /** One entry per open conditional: whether its current branch is taken, and whether any was. */

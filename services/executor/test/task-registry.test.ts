@@ -143,13 +143,16 @@ describe('task acceptance', () => {
     expect(taskOf(send(registry)).state).toBe('rejected');
   });
 
-  it.each(['../etc', 'a/b', '..', '.', '.hidden', 'with space', 'x'.repeat(129)])('refuses the unsafe context id %j with invalid params and makes no task', (contextId) => {
-    const { registry, events } = setup('queue', 5);
-    const error = errorOf(send(registry, { context_id: contextId }));
-    expect(error.code).toBe(-32602);
-    expect(events).toEqual([]);
-    expect(errorOf(registry.get(undefined)).code).toBe(RPC_ERRORS.taskNotFound);
-  });
+  it.each(['../etc', 'a/b', '..', '.', '.hidden', 'with space', 'x'.repeat(129)])(
+    'refuses the unsafe context id %j with invalid params and makes no task',
+    (contextId) => {
+      const { registry, events } = setup('queue', 5);
+      const error = errorOf(send(registry, { context_id: contextId }));
+      expect(error.code).toBe(-32602);
+      expect(events).toEqual([]);
+      expect(errorOf(registry.get(undefined)).code).toBe(RPC_ERRORS.taskNotFound);
+    },
+  );
 
   it('refuses an empty context id rather than minting one', () => {
     const { registry } = setup('queue', 5);
@@ -576,9 +579,7 @@ describe('the events a task emits', () => {
     taskOf(send(registry));
     const before = events.length;
     const rejected = taskOf(send(registry));
-    expect(events.slice(before)).toEqual([
-      expect.objectContaining({ type: 'status', task_id: rejected.id, state: 'rejected', final: true, id: before + 1 }),
-    ]);
+    expect(events.slice(before)).toEqual([expect.objectContaining({ type: 'status', task_id: rejected.id, state: 'rejected', final: true, id: before + 1 })]);
   });
 
   it('emits one final status event for a canceled task', () => {

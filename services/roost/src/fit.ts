@@ -1,5 +1,14 @@
 import path from 'node:path';
-import { type CapabilityPolicy, type Containment, CONTAINMENT_CLASSES, type NetworkAllowRule, type SpawnAxis, ceilingCovers, parseNetworkAllowRule, validateFilesystemScope } from '@murmur/shared';
+import {
+  type CapabilityPolicy,
+  type Containment,
+  CONTAINMENT_CLASSES,
+  type NetworkAllowRule,
+  type SpawnAxis,
+  ceilingCovers,
+  parseNetworkAllowRule,
+  validateFilesystemScope,
+} from '@murmur/shared';
 
 /**
  * Whether one capability envelope fits inside another, axis by axis: what roost checks before it
@@ -99,10 +108,16 @@ function checkFilesystem(child: CapabilityPolicy, ceiling: CapabilityPolicy, own
   try {
     ceilingScope = scopeComponents(ceiling.filesystem_scope);
   } catch {
-    return { axis: 'filesystem', reason: `filesystem: ${owner} scope '${ceiling.filesystem_scope}' is not a valid workdir-relative scope, so it covers nothing` };
+    return {
+      axis: 'filesystem',
+      reason: `filesystem: ${owner} scope '${ceiling.filesystem_scope}' is not a valid workdir-relative scope, so it covers nothing`,
+    };
   }
   if (!componentsWithin(childScope, ceilingScope)) {
-    return { axis: 'filesystem', reason: `filesystem: child scope '${child.filesystem_scope}' is not within ${owner} capabilities.filesystem.scope '${ceiling.filesystem_scope}'` };
+    return {
+      axis: 'filesystem',
+      reason: `filesystem: child scope '${child.filesystem_scope}' is not within ${owner} capabilities.filesystem.scope '${ceiling.filesystem_scope}'`,
+    };
   }
   if (child.workdir_exec && !ceiling.workdir_exec) {
     return { axis: 'filesystem', reason: `filesystem: child asks for capabilities.filesystem.workdir_exec, which ${owner} capabilities do not grant` };
@@ -125,9 +140,11 @@ function checkShell(child: CapabilityPolicy, ceiling: CapabilityPolicy, owner: s
   const binary = missing(child.shell_allow, ceiling.shell_allow);
   if (binary !== undefined) return { axis: 'shell', reason: `shell: child binary '${binary}' is not in ${owner} capabilities.shell.allow` };
   const baseline = missing(child.shell_baseline_env, ceiling.shell_baseline_env);
-  if (baseline !== undefined) return { axis: 'shell', reason: `shell: child passes '${baseline}' to subprocesses, which is not in ${owner} capabilities.shell.baseline_env` };
+  if (baseline !== undefined)
+    return { axis: 'shell', reason: `shell: child passes '${baseline}' to subprocesses, which is not in ${owner} capabilities.shell.baseline_env` };
   const unstripped = missing(ceiling.shell_strip_env, child.shell_strip_env);
-  if (unstripped !== undefined) return { axis: 'shell', reason: `shell: child does not strip '${unstripped}', which ${owner} capabilities.shell.strip_env strips` };
+  if (unstripped !== undefined)
+    return { axis: 'shell', reason: `shell: child does not strip '${unstripped}', which ${owner} capabilities.shell.strip_env strips` };
   for (const grant of child.interpreter_runtime) {
     const ceilingDirs = ceiling.interpreter_runtime.filter((candidate) => candidate.binary === grant.binary).flatMap((candidate) => candidate.dirs);
     for (const dir of grant.dirs) {
@@ -141,9 +158,14 @@ function checkShell(child: CapabilityPolicy, ceiling: CapabilityPolicy, owner: s
     }
   }
   for (const grant of child.staged_runtime) {
-    const staged = ceiling.staged_runtime.some((candidate) => candidate.binary === grant.binary && candidate.source_path === grant.source_path && candidate.pin === grant.pin);
+    const staged = ceiling.staged_runtime.some(
+      (candidate) => candidate.binary === grant.binary && candidate.source_path === grant.source_path && candidate.pin === grant.pin,
+    );
     if (!staged) {
-      return { axis: 'shell', reason: `shell: child stages '${grant.binary}' from '${grant.source_path}' (pin '${grant.pin}'), which ${owner} capabilities.shell.staged_runtime does not` };
+      return {
+        axis: 'shell',
+        reason: `shell: child stages '${grant.binary}' from '${grant.source_path}' (pin '${grant.pin}'), which ${owner} capabilities.shell.staged_runtime does not`,
+      };
     }
   }
   return undefined;

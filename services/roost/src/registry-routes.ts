@@ -29,7 +29,6 @@ function errorBody(error: MurmurError): { error: string; code: string; hint?: st
   return { error: error.message, code: error.code, ...(error.hint ? { hint: error.hint } : {}) };
 }
 
-
 function tokenMatches(header: string | undefined, token: string): boolean {
   const presented = Buffer.from(header?.replace(/^Bearer\s+/i, '') ?? '');
   const expected = Buffer.from(token);
@@ -38,7 +37,10 @@ function tokenMatches(header: string | undefined, token: string): boolean {
 
 /** `local/worker/0.1.0` or `local%2Fworker/0.1.0` → name `local/worker`, version `0.1.0`. */
 function nameAndVersion(rest: string): { name: string; version: string } | undefined {
-  const segments = rest.split('/').filter((segment) => segment !== '').map((segment) => decodeURIComponent(segment));
+  const segments = rest
+    .split('/')
+    .filter((segment) => segment !== '')
+    .map((segment) => decodeURIComponent(segment));
   const version = segments.pop();
   if (!version || segments.length === 0) return undefined;
   return { name: segments.join('/'), version };
@@ -68,7 +70,10 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
     if (!stored) return context.json({ error: `artifact ${parsed.name}@${parsed.version} not found in registry`, code: 'E-REG-001' }, 404);
     // Served only if the bytes still match their digest: a corrupted store is reported, not passed on.
     if (sha256Hex(stored.bytes) !== stored.recordedSha256) {
-      throw new MurmurError('E-REG-002', `artifact integrity check failed for ${parsed.name}@${parsed.version}: the stored bytes no longer match their recorded sha256`);
+      throw new MurmurError(
+        'E-REG-002',
+        `artifact integrity check failed for ${parsed.name}@${parsed.version}: the stored bytes no longer match their recorded sha256`,
+      );
     }
     return context.body(new Uint8Array(stored.bytes), 200, { 'content-type': 'application/octet-stream', [SHA256_HEADER]: stored.recordedSha256 });
   });
@@ -97,7 +102,10 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       const meta: ArtifactMeta = {
         ...inspected.meta,
         ...(runtime === 'wasm' || runtime === 'native' || runtime === 'static' ? { runtime } : {}),
-        platforms: platforms.length > 0 ? platforms.map((value) => parsePlatform(value)).filter((pair): pair is [string, string] => pair !== undefined) : inspected.meta.platforms,
+        platforms:
+          platforms.length > 0
+            ? platforms.map((value) => parsePlatform(value)).filter((pair): pair is [string, string] => pair !== undefined)
+            : inspected.meta.platforms,
         artifact_runtime: context.req.query('artifact_runtime')?.trim() || inspected.meta.artifact_runtime,
       };
       const published = await options.store.publish(bytes, meta);

@@ -37,7 +37,14 @@ export interface RoostService {
 
 /** `a, b,,c` → `['a', 'b', 'c']`. */
 export function parseSpawnAllowList(value: string | undefined): string[] {
-  return [...new Set((value ?? '').split(',').map((entry) => entry.trim()).filter((entry) => entry !== ''))];
+  return [
+    ...new Set(
+      (value ?? '')
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter((entry) => entry !== ''),
+    ),
+  ];
 }
 
 /**
@@ -51,10 +58,19 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
   const env = options.env ?? process.env;
   const registryPath = path.resolve(options.registryPath ?? (env.MURMUR_ROOST_REGISTRY_PATH?.trim() || globalStoreDir(env)));
   const store = new ArtifactStore(registryPath, 'global');
-  const spawnAllow = options.spawnAllow ? [...new Set(options.spawnAllow.map((name) => name.trim()).filter((name) => name !== ''))] : parseSpawnAllowList(env.MURMUR_ROOST_SPAWN_ALLOW);
+  const spawnAllow = options.spawnAllow
+    ? [...new Set(options.spawnAllow.map((name) => name.trim()).filter((name) => name !== ''))]
+    : parseSpawnAllowList(env.MURMUR_ROOST_SPAWN_ALLOW);
   const state = new RoostState(options.bus, options.log);
   // Opened now so a bus without key-value support is reported at start; requests retry the open.
-  state.open().catch((error: unknown) => options.log.warn({ err: error, bus: options.bus.description }, "roost's key-value bucket is not available yet; session and spawn requests will fail until it is"));
+  state
+    .open()
+    .catch((error: unknown) =>
+      options.log.warn(
+        { err: error, bus: options.bus.description },
+        "roost's key-value bucket is not available yet; session and spawn requests will fail until it is",
+      ),
+    );
   const http = new Hono();
   http.route('/', registryRoutes({ store, publishToken: env.MURMUR_ROOST_TOKEN?.trim() || undefined, log: options.log }));
   http.route('/', sessionRoutes({ state, store, spawnAllow, now: options.now ?? Date.now, log: options.log }));

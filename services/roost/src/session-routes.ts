@@ -86,7 +86,6 @@ async function jsonBody<T>(context: Context, schema: z.ZodType<T>, what: string)
   return parsed.data;
 }
 
-
 function iso(ms: number): string {
   return new Date(ms).toISOString();
 }
@@ -164,7 +163,8 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       if (!stored) refuse(`the spawn approval in ${SPAWN_APPROVAL_HEADER} is unknown to roost`);
       const { record: granted } = stored!;
       if (granted.used_by !== undefined) refuse(`the spawn approval was already used (by session ${granted.used_by}); an approval admits one registration`);
-      if (at >= granted.expires_at) refuse(`the spawn approval expired at ${iso(granted.expires_at)} (approvals are valid for ${SPAWN_APPROVAL_TTL_MS / 1000} s)`);
+      if (at >= granted.expires_at)
+        refuse(`the spawn approval expired at ${iso(granted.expires_at)} (approvals are valid for ${SPAWN_APPROVAL_TTL_MS / 1000} s)`);
       if (granted.name !== body.capsule_name || granted.version !== body.capsule_version) {
         refuse(`the spawn approval was issued for capsule ${granted.name}@${granted.version}, not ${body.capsule_name}@${body.capsule_version}`);
       }
@@ -188,7 +188,10 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       await spent?.restore().catch(() => {});
       throw new Refusal(409, `session ${body.session_id} is already registered`);
     }
-    log.info({ session_id: record.session_id, capsule: `${record.capsule_name}@${record.capsule_version}`, spawned_by: record.spawned_by }, 'session registered');
+    log.info(
+      { session_id: record.session_id, capsule: `${record.capsule_name}@${record.capsule_version}`, spawned_by: record.spawned_by },
+      'session registered',
+    );
     const response: RegisterSessionResponse = { session_id: record.session_id, credential };
     return context.json(response, 201);
   });
@@ -196,7 +199,8 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
   app.delete('/v1/sessions/:session_id', async (context) => {
     const sessionId = context.req.param('session_id');
     const credential = header(context, SPAWN_CREDENTIAL_HEADER);
-    if (credential === undefined || credential.trim() === '') throw new Refusal(401, `deregistering a session needs its credential in ${SPAWN_CREDENTIAL_HEADER}`);
+    if (credential === undefined || credential.trim() === '')
+      throw new Refusal(401, `deregistering a session needs its credential in ${SPAWN_CREDENTIAL_HEADER}`);
     const session = SessionIdSchema.safeParse(sessionId).success ? await state.session(sessionId) : undefined;
     if (!session) throw new Refusal(404, 'session not found');
     if (!digestsEqual(sha256Of(credential.trim()), session.credential_sha256)) {
@@ -257,7 +261,13 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
     await state.createApproval(approval, record);
     log.info({ parent_session_id: record.parent_session_id, child, expires_at: iso(record.expires_at) }, 'spawn approved');
     sweepLater(issuedAt);
-    const response: SpawnApproval = { approval, expires_at: iso(record.expires_at), name: body.name, version: body.version, parent_session_id: record.parent_session_id };
+    const response: SpawnApproval = {
+      approval,
+      expires_at: iso(record.expires_at),
+      name: body.name,
+      version: body.version,
+      parent_session_id: record.parent_session_id,
+    };
     return context.json(response, 200);
   });
 

@@ -47,7 +47,9 @@ describe('whether a child envelope fits inside its parent', () => {
     const parent = withPolicy({ network_allow: ['api.example.com', 'https://files.example.com'] });
 
     it('lets a bare host rule cover any scheme and port of that host, but not another host', () => {
-      expect(findMisfit(withPolicy({ network_allow: ['https://api.example.com', 'api.example.com:8080', 'http://api.example.com:81'] }), parent)).toBeUndefined();
+      expect(
+        findMisfit(withPolicy({ network_allow: ['https://api.example.com', 'api.example.com:8080', 'http://api.example.com:81'] }), parent),
+      ).toBeUndefined();
       expect(findMisfit(withPolicy({ network_allow: ['sub.api.example.com'] }), parent)).toEqual({
         axis: 'network',
         reason: "network: child rule 'sub.api.example.com' is not covered by the parent's capabilities.network.allow",
@@ -62,7 +64,9 @@ describe('whether a child envelope fits inside its parent', () => {
 
     it('refuses unix sockets the parent does not have, and a rule that does not parse', () => {
       expect(findMisfit(withPolicy({ unix_sockets: true }), base)?.reason).toContain('unix_sockets');
-      expect(findMisfit(withPolicy({ network_allow: ['ftp://api.example.com'] }), parent)?.reason).toContain("'ftp://api.example.com' is not a valid network rule");
+      expect(findMisfit(withPolicy({ network_allow: ['ftp://api.example.com'] }), parent)?.reason).toContain(
+        "'ftp://api.example.com' is not a valid network rule",
+      );
     });
   });
 
@@ -85,7 +89,10 @@ describe('whether a child envelope fits inside its parent', () => {
     });
 
     it('refuses workdir_exec the parent does not have', () => {
-      expect(findMisfit(withPolicy({ workdir_exec: true }), base)).toEqual({ axis: 'filesystem', reason: "filesystem: child asks for capabilities.filesystem.workdir_exec, which the parent's capabilities do not grant" });
+      expect(findMisfit(withPolicy({ workdir_exec: true }), base)).toEqual({
+        axis: 'filesystem',
+        reason: "filesystem: child asks for capabilities.filesystem.workdir_exec, which the parent's capabilities do not grant",
+      });
     });
   });
 
@@ -94,29 +101,48 @@ describe('whether a child envelope fits inside its parent', () => {
       const parent = withPolicy({ env_allow: ['A', 'B'], shell_allow: ['git'], shell_baseline_env: ['PYTHONPATH'] });
       expect(findMisfit(withPolicy({ env_allow: ['B'], shell_allow: ['git'], shell_baseline_env: [] }), parent)).toBeUndefined();
       expect(findMisfit(withPolicy({ env_allow: ['C'] }), parent)?.axis).toBe('env');
-      expect(findMisfit(withPolicy({ shell_allow: ['git', 'sh'] }), parent)?.reason).toBe("shell: child binary 'sh' is not in the parent's capabilities.shell.allow");
+      expect(findMisfit(withPolicy({ shell_allow: ['git', 'sh'] }), parent)?.reason).toBe(
+        "shell: child binary 'sh' is not in the parent's capabilities.shell.allow",
+      );
       expect(findMisfit(withPolicy({ shell_baseline_env: ['NODE_PATH'] }), parent)?.reason).toContain("child passes 'NODE_PATH' to subprocesses");
     });
 
     it('needs the child to strip everything the parent strips', () => {
       const parent = withPolicy({ shell_strip_env: ['SECRET_*'] });
       expect(findMisfit(withPolicy({ shell_strip_env: ['SECRET_*', 'MORE'] }), parent)).toBeUndefined();
-      expect(findMisfit(withPolicy({ shell_strip_env: [] }), parent)).toEqual({ axis: 'shell', reason: "shell: child does not strip 'SECRET_*', which the parent's capabilities.shell.strip_env strips" });
+      expect(findMisfit(withPolicy({ shell_strip_env: [] }), parent)).toEqual({
+        axis: 'shell',
+        reason: "shell: child does not strip 'SECRET_*', which the parent's capabilities.shell.strip_env strips",
+      });
     });
 
     it('needs interpreter directories covered for the same binary, and listing only where the parent lists', () => {
-      const grant = (binary: string, dirPath: string, listDir: boolean) => ({ shell_allow: [binary], interpreter_runtime: [{ binary, dirs: [{ path: dirPath, list_dir: listDir }] }] });
+      const grant = (binary: string, dirPath: string, listDir: boolean) => ({
+        shell_allow: [binary],
+        interpreter_runtime: [{ binary, dirs: [{ path: dirPath, list_dir: listDir }] }],
+      });
       const parent = withPolicy(grant('python3', '/usr/lib/python3', false));
       expect(findMisfit(withPolicy(grant('python3', '/usr/lib/python3/site-packages', false)), parent)).toBeUndefined();
       expect(findMisfit(withPolicy(grant('python3', '/usr/lib/python3x', false)), parent)?.reason).toContain("access to '/usr/lib/python3x'");
       expect(findMisfit(withPolicy(grant('python3', '/usr/lib/python3', true)), parent)?.reason).toContain("listing of '/usr/lib/python3'");
-      expect(findMisfit(withPolicy({ ...grant('python3', '/usr/lib/python3', false), shell_allow: ['python3', 'node'], interpreter_runtime: [{ binary: 'node', dirs: [{ path: '/usr/lib/python3', list_dir: false }] }] }), withPolicy({ ...parent, shell_allow: ['python3', 'node'] }))?.axis).toBe('shell');
+      expect(
+        findMisfit(
+          withPolicy({
+            ...grant('python3', '/usr/lib/python3', false),
+            shell_allow: ['python3', 'node'],
+            interpreter_runtime: [{ binary: 'node', dirs: [{ path: '/usr/lib/python3', list_dir: false }] }],
+          }),
+          withPolicy({ ...parent, shell_allow: ['python3', 'node'] }),
+        )?.axis,
+      ).toBe('shell');
     });
 
     it('needs a staged runtime to be one the parent stages, pin included', () => {
       const staged = (pin: string) => ({ shell_allow: ['node'], staged_runtime: [{ binary: 'node', source_path: '/opt/node', pin }] });
       expect(findMisfit(withPolicy(staged('20.1')), withPolicy(staged('20.1')))).toBeUndefined();
-      expect(findMisfit(withPolicy(staged('20.2')), withPolicy(staged('20.1')))?.reason).toBe("shell: child stages 'node' from '/opt/node' (pin '20.2'), which the parent's capabilities.shell.staged_runtime does not");
+      expect(findMisfit(withPolicy(staged('20.2')), withPolicy(staged('20.1')))?.reason).toBe(
+        "shell: child stages 'node' from '/opt/node' (pin '20.2'), which the parent's capabilities.shell.staged_runtime does not",
+      );
     });
   });
 
@@ -130,19 +156,30 @@ describe('whether a child envelope fits inside its parent', () => {
       const parent = policy('  limits:\n    deadline_seconds: 60\n  resources:\n    cpu_seconds: 30\n');
       expect(findMisfit(policy('  limits:\n    deadline_seconds: 60\n  resources:\n    cpu_seconds: 10\n'), parent)).toBeUndefined();
       // An undeclared limit is the default, which can exceed a parent's declared one.
-      expect(findMisfit(policy('  resources:\n    cpu_seconds: 10\n'), parent)).toEqual({ axis: 'limits', reason: "limits: child capabilities.limits.deadline_seconds 600 exceeds the parent's 60" });
-      expect(findMisfit(policy('  limits:\n    deadline_seconds: 30\n  resources:\n    cpu_seconds: 31\n'), parent)).toEqual({ axis: 'limits', reason: "limits: child capabilities.resources.cpu_seconds 31 exceeds the parent's 30" });
+      expect(findMisfit(policy('  resources:\n    cpu_seconds: 10\n'), parent)).toEqual({
+        axis: 'limits',
+        reason: "limits: child capabilities.limits.deadline_seconds 600 exceeds the parent's 60",
+      });
+      expect(findMisfit(policy('  limits:\n    deadline_seconds: 30\n  resources:\n    cpu_seconds: 31\n'), parent)).toEqual({
+        axis: 'limits',
+        reason: "limits: child capabilities.resources.cpu_seconds 31 exceeds the parent's 30",
+      });
     });
 
     it('lets a child declare the parent’s containment floor or a stronger one, never a weaker one', () => {
       const scoped = withPolicy({ containment: 'scoped' });
       expect(findMisfit(withPolicy({ containment: 'scoped' }), scoped)).toBeUndefined();
       expect(findMisfit(withPolicy({ containment: 'sealed' }), scoped)).toBeUndefined();
-      expect(findMisfit(withPolicy({ containment: 'advisory' }), scoped)).toEqual({ axis: 'containment', reason: "containment: child declares 'advisory', a weaker floor than the parent's 'scoped'" });
+      expect(findMisfit(withPolicy({ containment: 'advisory' }), scoped)).toEqual({
+        axis: 'containment',
+        reason: "containment: child declares 'advisory', a weaker floor than the parent's 'scoped'",
+      });
     });
   });
 
   it('names the ceiling it was given in the reason', () => {
-    expect(findMisfit(withPolicy({ env_allow: ['X'] }), base, { ceiling: "the approved local/w@1's" })?.reason).toBe("env: child variable 'X' is not in the approved local/w@1's capabilities.env.allow");
+    expect(findMisfit(withPolicy({ env_allow: ['X'] }), base, { ceiling: "the approved local/w@1's" })?.reason).toBe(
+      "env: child variable 'X' is not in the approved local/w@1's capabilities.env.allow",
+    );
   });
 });

@@ -67,7 +67,18 @@ function manifest(name: string, version: string, caps: Capabilities): string {
 
 const policyOf = (text: string): CapabilityPolicy => capabilityPolicy(parseCapsuleManifest(text).manifest);
 
-const CHILDREN = ['local/worker', 'local/wide-net', 'local/wide-fs', 'local/wide-env', 'local/wide-shell', 'local/spawner', 'local/greedy', 'local/lax', 'local/ghost', 'local/tool'];
+const CHILDREN = [
+  'local/worker',
+  'local/wide-net',
+  'local/wide-fs',
+  'local/wide-env',
+  'local/wide-shell',
+  'local/spawner',
+  'local/greedy',
+  'local/lax',
+  'local/ghost',
+  'local/tool',
+];
 
 const PARENT = manifest('local/parent', '1.0.0', {
   network: ['https://api.example.com', 'files.example.com'],
@@ -98,12 +109,42 @@ const MISFITS: Array<{ axis: string; name: string; caps: Capabilities; message: 
     caps: { ...FITTING, network: ['https://api.example.com', 'api.example.com:443'] },
     message: "network: child rule 'api.example.com:443' is not covered by the parent's capabilities.network.allow",
   },
-  { axis: 'filesystem', name: 'local/wide-fs', caps: { ...FITTING, scope: 'data/../secrets' }, message: "filesystem: child scope 'data/../secrets' is not within the parent's capabilities.filesystem.scope 'data'" },
-  { axis: 'env', name: 'local/wide-env', caps: { ...FITTING, env: ['LANG', 'AWS_REGION'] }, message: "env: child variable 'AWS_REGION' is not in the parent's capabilities.env.allow" },
-  { axis: 'shell', name: 'local/wide-shell', caps: { ...FITTING, shell: ['git', 'curl'] }, message: "shell: child binary 'curl' is not in the parent's capabilities.shell.allow" },
-  { axis: 'spawn', name: 'local/spawner', caps: { ...FITTING, spawn: ['local/worker', 'local/elsewhere'] }, message: "spawn: child may spawn 'local/elsewhere', which is not in the parent's capabilities.spawn.allow" },
-  { axis: 'limits', name: 'local/greedy', caps: { ...FITTING, memoryBytes: 512 * MiB }, message: `limits: child capabilities.limits.memory_bytes ${512 * MiB} exceeds the parent's ${256 * MiB}` },
-  { axis: 'containment', name: 'local/lax', caps: { ...FITTING, containment: 'advisory' }, message: "containment: child declares 'advisory', a weaker floor than the parent's 'scoped'" },
+  {
+    axis: 'filesystem',
+    name: 'local/wide-fs',
+    caps: { ...FITTING, scope: 'data/../secrets' },
+    message: "filesystem: child scope 'data/../secrets' is not within the parent's capabilities.filesystem.scope 'data'",
+  },
+  {
+    axis: 'env',
+    name: 'local/wide-env',
+    caps: { ...FITTING, env: ['LANG', 'AWS_REGION'] },
+    message: "env: child variable 'AWS_REGION' is not in the parent's capabilities.env.allow",
+  },
+  {
+    axis: 'shell',
+    name: 'local/wide-shell',
+    caps: { ...FITTING, shell: ['git', 'curl'] },
+    message: "shell: child binary 'curl' is not in the parent's capabilities.shell.allow",
+  },
+  {
+    axis: 'spawn',
+    name: 'local/spawner',
+    caps: { ...FITTING, spawn: ['local/worker', 'local/elsewhere'] },
+    message: "spawn: child may spawn 'local/elsewhere', which is not in the parent's capabilities.spawn.allow",
+  },
+  {
+    axis: 'limits',
+    name: 'local/greedy',
+    caps: { ...FITTING, memoryBytes: 512 * MiB },
+    message: `limits: child capabilities.limits.memory_bytes ${512 * MiB} exceeds the parent's ${256 * MiB}`,
+  },
+  {
+    axis: 'containment',
+    name: 'local/lax',
+    caps: { ...FITTING, containment: 'advisory' },
+    message: "containment: child declares 'advisory', a weaker floor than the parent's 'scoped'",
+  },
 ];
 
 interface Answer<T = Record<string, unknown>> {
@@ -133,7 +174,14 @@ describe('roost: sessions, credentials and spawn approvals', () => {
   });
 
   function start(options: { spawnAllow?: string[]; env?: NodeJS.ProcessEnv } = {}): RoostService {
-    return startRoostService({ bus, log, registryPath: scratch.dir, env: options.env ?? {}, now: () => clock, ...(options.spawnAllow ? { spawnAllow: options.spawnAllow } : {}) });
+    return startRoostService({
+      bus,
+      log,
+      registryPath: scratch.dir,
+      env: options.env ?? {},
+      now: () => clock,
+      ...(options.spawnAllow ? { spawnAllow: options.spawnAllow } : {}),
+    });
   }
 
   beforeEach(() => {
@@ -149,9 +197,17 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     await bus.close();
   });
 
-  async function call<T = Record<string, unknown>>(method: string, path: string, options: { body?: unknown; raw?: string; headers?: Record<string, string>; app?: RoostService } = {}): Promise<Answer<T>> {
+  async function call<T = Record<string, unknown>>(
+    method: string,
+    path: string,
+    options: { body?: unknown; raw?: string; headers?: Record<string, string>; app?: RoostService } = {},
+  ): Promise<Answer<T>> {
     const body = options.raw ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
-    const response = await (options.app ?? roost).http.request(path, { method, headers: { 'content-type': 'application/json', ...options.headers }, ...(body === undefined ? {} : { body }) });
+    const response = await (options.app ?? roost).http.request(path, {
+      method,
+      headers: { 'content-type': 'application/json', ...options.headers },
+      ...(body === undefined ? {} : { body }),
+    });
     const text = await response.text();
     let parsed: unknown;
     try {
@@ -162,7 +218,12 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     return { status: response.status, body: parsed as T };
   }
 
-  async function register(name: string, version: string, text: string, options: { approval?: string; sessionId?: string; policy?: CapabilityPolicy; app?: RoostService } = {}): Promise<Answer & { sessionId: string }> {
+  async function register(
+    name: string,
+    version: string,
+    text: string,
+    options: { approval?: string; sessionId?: string; policy?: CapabilityPolicy; app?: RoostService } = {},
+  ): Promise<Answer & { sessionId: string }> {
     const sessionId = options.sessionId ?? newSessionId();
     const answer = await call('POST', '/v1/sessions', {
       body: { session_id: sessionId, capsule_name: name, capsule_version: version, policy: options.policy ?? policyOf(text) },
@@ -179,7 +240,11 @@ describe('roost: sessions, credentials and spawn approvals', () => {
   }
 
   function spawn(credential: string | undefined, name: string, version = '0.1.0', app?: RoostService): Promise<Answer> {
-    return call('POST', '/spawn', { body: { name, version }, ...(credential === undefined ? {} : { headers: { [SPAWN_CREDENTIAL_HEADER]: credential } }), ...(app ? { app } : {}) });
+    return call('POST', '/spawn', {
+      body: { name, version },
+      ...(credential === undefined ? {} : { headers: { [SPAWN_CREDENTIAL_HEADER]: credential } }),
+      ...(app ? { app } : {}),
+    });
   }
 
   async function approvalFor(credential: string | undefined, name: string, version = '0.1.0'): Promise<string> {
@@ -231,9 +296,23 @@ describe('roost: sessions, credentials and spawn approvals', () => {
       { body: { session_id: sessionId, capsule_name: 'local/parent', capsule_version: '1.0.0' }, says: "'policy'" },
       { body: { session_id: 'not-a-session', capsule_name: 'local/parent', capsule_version: '1.0.0', policy }, says: "'session_id'" },
       { body: { session_id: sessionId, capsule_name: '', capsule_version: '1.0.0', policy }, says: "'capsule_name'" },
-      { body: { session_id: sessionId, capsule_name: 'local/parent', capsule_version: '1.0.0', policy: { ...policy, limits: { ...policy.limits, memory_bytes: -1 } } }, says: "'policy.limits.memory_bytes'" },
-      { body: { session_id: sessionId, capsule_name: 'local/parent', capsule_version: '1.0.0', policy: { ...policy, network_allow: ['ftp://x.example.com'] } }, says: "unsupported URL scheme 'ftp'" },
-      { body: { session_id: sessionId, capsule_name: 'local/parent', capsule_version: '1.0.0', policy: { ...policy, filesystem_scope: '../up' } }, says: 'cannot escape the workdir' },
+      {
+        body: {
+          session_id: sessionId,
+          capsule_name: 'local/parent',
+          capsule_version: '1.0.0',
+          policy: { ...policy, limits: { ...policy.limits, memory_bytes: -1 } },
+        },
+        says: "'policy.limits.memory_bytes'",
+      },
+      {
+        body: { session_id: sessionId, capsule_name: 'local/parent', capsule_version: '1.0.0', policy: { ...policy, network_allow: ['ftp://x.example.com'] } },
+        says: "unsupported URL scheme 'ftp'",
+      },
+      {
+        body: { session_id: sessionId, capsule_name: 'local/parent', capsule_version: '1.0.0', policy: { ...policy, filesystem_scope: '../up' } },
+        says: 'cannot escape the workdir',
+      },
       { body: [1, 2], says: 'invalid session registration' },
     ];
     for (const { raw, body, says } of cases) {
@@ -320,7 +399,11 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     const credential = RegisterSessionResponseSchema.parse(answer.body).credential;
     const refused = await spawn(credential, 'local/worker');
     expect(refused.status).toBe(403);
-    expect(refused.body).toMatchObject({ axis: 'spawn', code: 'E-DLG-002', error: `spawn: capsule 'local/worker' is not in capabilities.spawn.allow of session ${answer.sessionId}` });
+    expect(refused.body).toMatchObject({
+      axis: 'spawn',
+      code: 'E-DLG-002',
+      error: `spawn: capsule 'local/worker' is not in capabilities.spawn.allow of session ${answer.sessionId}`,
+    });
   });
 
   describe.each(MISFITS)('a child that does not fit on the $axis axis', ({ axis, name, message }) => {
@@ -427,7 +510,10 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     const wider = { ...policyOf(WORKER), network_allow: ['https://api.example.com', 'https://evil.example.net'] };
     const refused = await register('local/worker', '0.1.0', WORKER, { approval, policy: wider });
     expect(refused.status).toBe(403);
-    expect(refused.body).toMatchObject({ axis: 'network', error: expect.stringContaining("child rule 'https://evil.example.net' is not covered by the approved local/worker@0.1.0's") });
+    expect(refused.body).toMatchObject({
+      axis: 'network',
+      error: expect.stringContaining("child rule 'https://evil.example.net' is not covered by the approved local/worker@0.1.0's"),
+    });
     expect((await register('local/worker', '0.1.0', WORKER, { approval })).status).toBe(201);
   });
 

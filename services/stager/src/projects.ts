@@ -40,17 +40,31 @@ function describeIssues(error: { issues: Array<{ path: PropertyKey[]; message: s
   return { unsafe, text: issues.map((issue) => (issue.path.length > 0 ? `${issue.path.map(String).join('.')}: ${issue.message}` : issue.message)).join('; ') };
 }
 
-export async function openProject(options: { blobs: BlobCache; ref: BlobRef; scratchRoot: string; maxBytes: number; created: CreatedEntries; onFetch?: (what: string, bytes: number) => void }): Promise<OpenedProject> {
+export async function openProject(options: {
+  blobs: BlobCache;
+  ref: BlobRef;
+  scratchRoot: string;
+  maxBytes: number;
+  created: CreatedEntries;
+  onFetch?: (what: string, bytes: number) => void;
+}): Promise<OpenedProject> {
   const { blobs, ref } = options;
   if (ref.size > MAX_LISTING_BYTES) {
-    throw new MurmurError('E-PRJ-003', `the uploaded project listing ${ref.sha256} is ${ref.size} bytes, over the ${MAX_LISTING_BYTES}-byte limit for a listing`, { path: ref.sha256 });
+    throw new MurmurError(
+      'E-PRJ-003',
+      `the uploaded project listing ${ref.sha256} is ${ref.size} bytes, over the ${MAX_LISTING_BYTES}-byte limit for a listing`,
+      { path: ref.sha256 },
+    );
   }
   const listingFile = await blobs.fetch(ref, 'the uploaded project listing', options.created);
   let raw: unknown;
   try {
     raw = JSON.parse(await fs.readFile(listingFile, 'utf8'));
   } catch {
-    throw new MurmurError('E-PRJ-003', `the uploaded project listing ${ref.sha256} is not JSON`, { path: ref.sha256, hint: 'pack the project with mur (packProject), which writes the listing this stager reads' });
+    throw new MurmurError('E-PRJ-003', `the uploaded project listing ${ref.sha256} is not JSON`, {
+      path: ref.sha256,
+      hint: 'pack the project with mur (packProject), which writes the listing this stager reads',
+    });
   }
   const parsed = ProjectListingSchema.safeParse(raw);
   if (!parsed.success) {
@@ -61,9 +75,13 @@ export async function openProject(options: { blobs: BlobCache; ref: BlobRef; scr
   const listing = parsed.data;
   const total = fileSetBytes(listing.files);
   if (listing.files.length > MAX_PROJECT_FILES || total > options.maxBytes) {
-    throw new MurmurError('E-PRJ-001', `the uploaded project '${listing.label}' is ${total} bytes in ${listing.files.length} files, over the stager's limit of ${options.maxBytes} bytes and ${MAX_PROJECT_FILES} files`, {
-      path: listing.label,
-    });
+    throw new MurmurError(
+      'E-PRJ-001',
+      `the uploaded project '${listing.label}' is ${total} bytes in ${listing.files.length} files, over the stager's limit of ${options.maxBytes} bytes and ${MAX_PROJECT_FILES} files`,
+      {
+        path: listing.label,
+      },
+    );
   }
   const dir = path.join(options.scratchRoot, `${ref.sha256.slice(0, 16)}-${randomBytes(6).toString('hex')}`);
   const files = new Map<string, CapsuleFile>();

@@ -27,7 +27,9 @@ export interface StagerService {
 const WORKING_INTERVAL_MS = 1_000;
 
 function describeSource(request: StageRequest): string {
-  return request.source.kind === 'project' ? `the uploaded project ${request.source.project.sha256.slice(0, 12)}` : `${request.source.name}@${request.source.version}`;
+  return request.source.kind === 'project'
+    ? `the uploaded project ${request.source.project.sha256.slice(0, 12)}`
+    : `${request.source.name}@${request.source.version}`;
 }
 
 /**
@@ -62,7 +64,9 @@ export function startStagerService(options: StagerServiceOptions): StagerService
   }
 
   function shutDown(what: string): MurmurError {
-    return new MurmurError('E-BUS-006', `the stager ${instanceId} shut down before it finished staging ${what}; nothing it prepared was kept`, { hint: 'stage again: another stager (or this one, restarted) will answer' });
+    return new MurmurError('E-BUS-006', `the stager ${instanceId} shut down before it finished staging ${what}; nothing it prepared was kept`, {
+      hint: 'stage again: another stager (or this one, restarted) will answer',
+    });
   }
 
   const subscriptions: Subscription[] = [
@@ -78,7 +82,10 @@ export function startStagerService(options: StagerServiceOptions): StagerService
         const working = progressTopic ? setInterval(() => report({ phase: 'working', stager_id: instanceId }), WORKING_INTERVAL_MS) : undefined;
         try {
           const plan = await whileServing(source, stager.stage({ request, onProgress: report }));
-          log.info({ capsule: `${plan.capsule.name}@${plan.capsule.version}`, ms: Math.round(plan.stats.duration_ms), cache_hits: plan.stats.cache_hits }, 'staged');
+          log.info(
+            { capsule: `${plan.capsule.name}@${plan.capsule.version}`, ms: Math.round(plan.stats.duration_ms), cache_hits: plan.stats.cache_hits },
+            'staged',
+          );
           bus.publish(topics.sessionStaged, {
             capsule_name: plan.capsule.name,
             capsule_version: plan.capsule.version,
@@ -101,7 +108,9 @@ export function startStagerService(options: StagerServiceOptions): StagerService
       },
       { queue: QUEUE_GROUPS.stager },
     ),
-    bus.serve(commands.stageArtifact, (request) => whileServing(`${request.name}@${request.version}`, stager.stageOne(request)), { queue: QUEUE_GROUPS.stager }),
+    bus.serve(commands.stageArtifact, (request) => whileServing(`${request.name}@${request.version}`, stager.stageOne(request)), {
+      queue: QUEUE_GROUPS.stager,
+    }),
   ];
   return {
     instanceId,

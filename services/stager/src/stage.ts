@@ -39,7 +39,15 @@ import {
   storeSource,
   verifyResolved,
 } from '@murmur/shared/artifacts';
-import { type BlobCache, type CreatedEntries, defaultArtifactsDir, globalStoreDir, maxProjectBytesFromEnv, removeEmptyParents, writeFileAtomic } from '@murmur/shared/node';
+import {
+  type BlobCache,
+  type CreatedEntries,
+  defaultArtifactsDir,
+  globalStoreDir,
+  maxProjectBytesFromEnv,
+  removeEmptyParents,
+  writeFileAtomic,
+} from '@murmur/shared/node';
 import { type CapsuleFile, type OpenedProject, openProject } from './projects.js';
 import { ComponentCache, type PendingEntry } from './transpiler.js';
 
@@ -163,7 +171,16 @@ export class Stager {
       const staged: StagedArtifact[] = [];
       const lockEntries: LockedArtifact[] = [];
       for (const declaration of manifest.artifacts) {
-        const artifact = await this.stageArtifact(declaration, { chain, lock, lockPath, capsule: loaded, honourPins: request.honour_pins, warnings, progress, openZips: tx.openZips });
+        const artifact = await this.stageArtifact(declaration, {
+          chain,
+          lock,
+          lockPath,
+          capsule: loaded,
+          honourPins: request.honour_pins,
+          warnings,
+          progress,
+          openZips: tx.openZips,
+        });
         staged.push(artifact.staged);
         if (artifact.lockEntry) lockEntries.push(artifact.lockEntry);
         if (artifact.component) tx.componentNeeds.push(artifact.component);
@@ -210,7 +227,10 @@ export class Stager {
         artifacts: staged,
         policy,
         lifecycle,
-        lock: origin.kind === 'project' ? { status: lock ? 'honoured' : 'absent', entries: lock ? lock.artifacts : lockEntries } : { status: 'not-applicable', entries: lockEntries },
+        lock:
+          origin.kind === 'project'
+            ? { status: lock ? 'honoured' : 'absent', entries: lock ? lock.artifacts : lockEntries }
+            : { status: 'not-applicable', entries: lockEntries },
         secret_env: referencedEnvNames(manifestText),
         warnings,
         stats: { duration_ms: 0, components: tx.componentNeeds.length, cache_hits: cacheHits },
@@ -230,7 +250,10 @@ export class Stager {
    * machine fetches them from there (one that shares this cache finds them already).
    */
   private async publish(plan: StagedPlan): Promise<void> {
-    await Promise.all([...(plan.capsule.component ? [this.publishComponent(plan.capsule.component)] : []), ...plan.artifacts.map((artifact) => this.publishArtifact(artifact))]);
+    await Promise.all([
+      ...(plan.capsule.component ? [this.publishComponent(plan.capsule.component)] : []),
+      ...plan.artifacts.map((artifact) => this.publishArtifact(artifact)),
+    ]);
   }
 
   private publishComponent(component: TranspiledComponent): Promise<void> {
@@ -239,7 +262,10 @@ export class Stager {
 
   private async publishArtifact(artifact: StagedArtifact): Promise<void> {
     const { blobs } = this.options;
-    await Promise.all([...(artifact.component ? [this.publishComponent(artifact.component)] : []), blobs.publishAll(artifact.files, (file) => blobs.pathOf(file.sha256))]);
+    await Promise.all([
+      ...(artifact.component ? [this.publishComponent(artifact.component)] : []),
+      blobs.publishAll(artifact.files, (file) => blobs.pathOf(file.sha256)),
+    ]);
   }
 
   /**
@@ -362,12 +388,19 @@ export class Stager {
     for (const zip of tx.openZips) zip.close();
   }
 
-  private async loadCapsule(request: ReturnType<typeof StageRequestSchema.parse>, progress: (progress: StageProgress) => void, tx: Transaction): Promise<LoadedCapsule> {
+  private async loadCapsule(
+    request: ReturnType<typeof StageRequestSchema.parse>,
+    progress: (progress: StageProgress) => void,
+    tx: Transaction,
+  ): Promise<LoadedCapsule> {
     if (request.source.kind === 'project') {
       const project = await this.openProject(request.source.project, tx, progress);
       const manifestFile = project.files.get('murmur.yaml');
       if (!manifestFile) {
-        throw new MurmurError('E-IO-001', `murmur.yaml not found in the uploaded project '${project.label}'`, { path: 'murmur.yaml', hint: 'pack the directory that holds murmur.yaml' });
+        throw new MurmurError('E-IO-001', `murmur.yaml not found in the uploaded project '${project.label}'`, {
+          path: 'murmur.yaml',
+          hint: 'pack the directory that holds murmur.yaml',
+        });
       }
       const manifestText = await fs.readFile(manifestFile.local, 'utf8');
       const { manifest, warnings } = parseCapsuleManifest(manifestText, { env: presence(request.env_names) });
@@ -399,7 +432,9 @@ export class Stager {
     const manifestText = await zip.manifestText();
     const { manifest, warnings } = parseCapsuleManifest(manifestText, { env: presence(request.env_names) });
     if (manifest.name !== name || manifest.version !== version) {
-      throw new MurmurError('E-REG-002', `${resolved.location} holds ${manifest.name}@${manifest.version}, not ${name}@${version}`, { path: resolved.location });
+      throw new MurmurError('E-REG-002', `${resolved.location} holds ${manifest.name}@${manifest.version}, not ${name}@${version}`, {
+        path: resolved.location,
+      });
     }
     const rootWasm = zip.hasRootWasm() ? zip.rootWasmName() : undefined;
     // A packaged capsule's own files (a system prompt, skills) are read from its payload.
@@ -425,15 +460,20 @@ export class Stager {
     const label = `${loaded.manifest.name}@${loaded.manifest.version}`;
     let bytes: Buffer;
     if (loaded.zip) {
-      if (!loaded.rootWasm) throw new MurmurError('E-RUN-004', `capsule ${label} has no component: its archive holds no root .wasm and its manifest no inference: block`);
+      if (!loaded.rootWasm)
+        throw new MurmurError('E-RUN-004', `capsule ${label} has no component: its archive holds no root .wasm and its manifest no inference: block`);
       bytes = await loaded.zip.read(loaded.rootWasm);
     } else {
       bytes = await fs.readFile((own as CapsuleFile).local);
     }
     if (!isWasmComponent(bytes)) {
-      throw new MurmurError('E-RUN-001', `failed to compile capsule component for ${label}: it is not a WebAssembly component (a core module, or not wasm at all)`, {
-        hint: 'build it as a component: componentize-js, cargo component, or wasm-tools component new',
-      });
+      throw new MurmurError(
+        'E-RUN-001',
+        `failed to compile capsule component for ${label}: it is not a WebAssembly component (a core module, or not wasm at all)`,
+        {
+          hint: 'build it as a component: componentize-js, cargo component, or wasm-tools component new',
+        },
+      );
     }
     return bytes;
   }
@@ -472,7 +512,11 @@ export class Stager {
             hint: `to upgrade, remove the '${name}' entry from murmur.lock (or run 'mur install ${name}@${version}')`,
           });
         }
-        context.warnings.push({ code: 'W-LCK-001', message: `murmur.yaml asks for ${name}@${version} but murmur.lock pins ${pin.resolved_version}; running the pinned version (remove the lock entry to upgrade)`, path: `artifacts.${name}` });
+        context.warnings.push({
+          code: 'W-LCK-001',
+          message: `murmur.yaml asks for ${name}@${version} but murmur.lock pins ${pin.resolved_version}; running the pinned version (remove the lock entry to upgrade)`,
+          path: `artifacts.${name}`,
+        });
         version = pin.resolved_version;
       }
       pinnedSha = pin.sha256.wasm;
@@ -488,10 +532,14 @@ export class Stager {
     }
     const sha256 = verifyResolved(resolved);
     if (pinnedSha !== undefined && pinnedSha !== sha256) {
-      throw new MurmurError('E-REG-002', `artifact integrity check failed for ${name}@${version}: ${resolved.location} hashes to ${sha256}, but murmur.lock pins ${pinnedSha}`, {
-        path: resolved.location,
-        hint: 'the installed bytes are not the ones the lock pinned; reinstall the pinned artifact, or delete the lock entry if the change is intended',
-      });
+      throw new MurmurError(
+        'E-REG-002',
+        `artifact integrity check failed for ${name}@${version}: ${resolved.location} hashes to ${sha256}, but murmur.lock pins ${pinnedSha}`,
+        {
+          path: resolved.location,
+          hint: 'the installed bytes are not the ones the lock pinned; reinstall the pinned artifact, or delete the lock entry if the change is intended',
+        },
+      );
     }
 
     const label = `${name}@${version}`;
@@ -514,7 +562,14 @@ export class Stager {
       ...(declaration.capabilities !== undefined ? { capabilities: declaration.capabilities } : {}),
       ...(declaration.gateway !== undefined ? { gateway: declaration.gateway } : {}),
       ...(declaration.runtime === 'hook'
-        ? { hook: { binding: own.binding, execution_mode: own.execution_mode === 'async' ? ('async' as const) : ('blocking' as const), commit_policy: own.commit_policy ?? 'none', on_overflow: declaration.on_overflow ?? 'drop' } }
+        ? {
+            hook: {
+              binding: own.binding,
+              execution_mode: own.execution_mode === 'async' ? ('async' as const) : ('blocking' as const),
+              commit_policy: own.commit_policy ?? 'none',
+              on_overflow: declaration.on_overflow ?? 'drop',
+            },
+          }
         : {}),
     };
     const lockEntry: LockedArtifact = { name, resolved_version: version, sha256: { wasm: sha256 } };
@@ -529,7 +584,9 @@ export class Stager {
         load: async () => {
           const bytes = await zip.read(wasmName);
           if (!isWasmComponent(bytes)) {
-            throw new MurmurError('E-RUN-001', `failed to compile component for ${label}: ${wasmName} is not a WebAssembly component`, { hint: 'rebuild the artifact as a component' });
+            throw new MurmurError('E-RUN-001', `failed to compile component for ${label}: ${wasmName} is not a WebAssembly component`, {
+              hint: 'rebuild the artifact as a component',
+            });
           }
           return bytes;
         },
@@ -539,12 +596,18 @@ export class Stager {
       };
     } else if (packaging === 'native') {
       const binary = `bin/${name.split('/').pop() as string}`;
-      if (!zip.has(binary)) throw new MurmurError('E-ART-003', `${label}: failed to read native binary at '${binary}' from the archive (ensure the binary is at ${binary} inside the .mur.zip)`);
+      if (!zip.has(binary))
+        throw new MurmurError(
+          'E-ART-003',
+          `${label}: failed to read native binary at '${binary}' from the archive (ensure the binary is at ${binary} inside the .mur.zip)`,
+        );
     } else if (!zip.has('skill.md')) {
       throw new MurmurError('E-ART-003', `${label}: skill.md not found at the archive root (ensure skill.md is at the root of the .mur.zip)`);
     }
     skip.add('murmur.yaml');
-    const extraction: ExtractionNeed | undefined = zip.names.some((entry) => !skip.has(entry)) ? { zip, sha256, skip, assign: (files) => (staged.files = files) } : undefined;
+    const extraction: ExtractionNeed | undefined = zip.names.some((entry) => !skip.has(entry))
+      ? { zip, sha256, skip, assign: (files) => (staged.files = files) }
+      : undefined;
     return { staged, lockEntry, ...(component ? { component } : {}), ...(extraction ? { extraction } : {}) };
   }
 
@@ -594,7 +657,11 @@ async function readProjectLock(project: OpenedProject): Promise<MurmurLock | und
     return await readLockfile(path.join(project.dir, LOCKFILE_NAME));
   } catch (error) {
     // The lock's path on this machine is a scratch directory; the requester knows it as murmur.lock.
-    if (error instanceof MurmurError) throw new MurmurError(error.code, error.message.replaceAll(path.join(project.dir, LOCKFILE_NAME), LOCKFILE_NAME), { path: LOCKFILE_NAME, ...(error.hint ? { hint: error.hint } : {}) });
+    if (error instanceof MurmurError)
+      throw new MurmurError(error.code, error.message.replaceAll(path.join(project.dir, LOCKFILE_NAME), LOCKFILE_NAME), {
+        path: LOCKFILE_NAME,
+        ...(error.hint ? { hint: error.hint } : {}),
+      });
     throw error;
   }
 }
@@ -656,9 +723,13 @@ async function readPayloadIndex(file: string): Promise<FileSet | undefined> {
 
 function checkExport(component: TranspiledComponent, need: ComponentNeed): void {
   if (!component.exports.includes(need.requiredExport)) {
-    throw new MurmurError('E-RUN-001', `component ${need.label} is missing the export ${need.requiredExport}; it exports ${component.exports.length > 0 ? component.exports.join(', ') : 'nothing'}`, {
-      hint: 'rebuild the artifact against the versioned WIT (only versioned export names resolve)',
-    });
+    throw new MurmurError(
+      'E-RUN-001',
+      `component ${need.label} is missing the export ${need.requiredExport}; it exports ${component.exports.length > 0 ? component.exports.join(', ') : 'nothing'}`,
+      {
+        hint: 'rebuild the artifact against the versioned WIT (only versioned export names resolve)',
+      },
+    );
   }
 }
 

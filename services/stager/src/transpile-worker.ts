@@ -31,7 +31,10 @@ if (parentPort) {
         });
         const files = Object.fromEntries(Object.entries(result.files).filter(([file]) => !file.endsWith('.d.ts')));
         const reply: TranspileReply = { id: job.id, ok: true, files, imports: result.imports, exports: result.exports.map(([name]) => name) };
-        port.postMessage(reply, Object.values(files).map((file) => file.buffer as ArrayBuffer));
+        port.postMessage(
+          reply,
+          Object.values(files).map((file) => file.buffer as ArrayBuffer),
+        );
       } catch (error) {
         const reply: TranspileReply = { id: job.id, ok: false, message: error instanceof Error ? error.message : String(error) };
         port.postMessage(reply);

@@ -64,7 +64,16 @@ export class ComponentCache {
     try {
       const record = JSON.parse(await fs.readFile(path.join(dir, BUNDLE_FILE), 'utf8')) as BundleRecord;
       if (record.sha256 !== sha256 || !Array.isArray(record.files)) return undefined;
-      return { sha256, size_bytes: record.size_bytes, bundle: { key: `${TRANSPILER_ID}/${sha256}`, files: record.files }, entry: record.entry, core_modules: record.core_modules, imports: record.imports, exports: record.exports, cache_hit: true };
+      return {
+        sha256,
+        size_bytes: record.size_bytes,
+        bundle: { key: `${TRANSPILER_ID}/${sha256}`, files: record.files },
+        entry: record.entry,
+        core_modules: record.core_modules,
+        imports: record.imports,
+        exports: record.exports,
+        cache_hit: true,
+      };
     } catch {
       return undefined;
     }
@@ -93,13 +102,33 @@ export class ComponentCache {
         files.push({ path: file, sha256: createHash('sha256').update(content).digest('hex'), size: content.byteLength, executable: false });
       }
       const entry = `${ENTRY_NAME}.js`;
-      const coreModules = Object.keys(reply.files).filter((file) => file.endsWith('.wasm')).sort();
-      const record: BundleRecord = { sha256, size_bytes: bytes.byteLength, entry, core_modules: coreModules, imports: reply.imports, exports: reply.exports, transpiler: TRANSPILER_ID, files };
+      const coreModules = Object.keys(reply.files)
+        .filter((file) => file.endsWith('.wasm'))
+        .sort();
+      const record: BundleRecord = {
+        sha256,
+        size_bytes: bytes.byteLength,
+        entry,
+        core_modules: coreModules,
+        imports: reply.imports,
+        exports: reply.exports,
+        transpiler: TRANSPILER_ID,
+        files,
+      };
       await fs.writeFile(path.join(temporaryDir, BUNDLE_FILE), JSON.stringify(record, null, 2));
       return {
         temporaryDir,
         finalDir,
-        component: { sha256, size_bytes: bytes.byteLength, bundle: { key: `${TRANSPILER_ID}/${sha256}`, files }, entry, core_modules: coreModules, imports: reply.imports, exports: reply.exports, cache_hit: false },
+        component: {
+          sha256,
+          size_bytes: bytes.byteLength,
+          bundle: { key: `${TRANSPILER_ID}/${sha256}`, files },
+          entry,
+          core_modules: coreModules,
+          imports: reply.imports,
+          exports: reply.exports,
+          cache_hit: false,
+        },
       };
     } catch (error) {
       await fs.rm(temporaryDir, { recursive: true, force: true });

@@ -54,7 +54,12 @@ afterEach(async () => {
 
 /** The capsule directory packed and uploaded, as any requester does: a stage call for it. */
 async function directory(dir = world.project, env_names?: string[]): Promise<StageCall> {
-  return { request: { source: { kind: 'project', project: await uploadProject(world.bus, dir, { digestCache: path.join(world.root, 'digests.json') }) }, ...(env_names ? { env_names } : {}) } };
+  return {
+    request: {
+      source: { kind: 'project', project: await uploadProject(world.bus, dir, { digestCache: path.join(world.root, 'digests.json') }) },
+      ...(env_names ? { env_names } : {}),
+    },
+  };
 }
 
 async function refusal(call: StageCall | Promise<StageCall>): Promise<MurmurError> {
@@ -127,7 +132,15 @@ describe('staging a capsule directory', () => {
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
     const plan = await world.stager.stage(await directory());
     expect(plan.artifacts).toHaveLength(1);
-    expect(plan.artifacts[0]).toMatchObject({ name: 'echo-tool', version: '0.1.0', role: 'tool', packaging: 'wasm', origin: 'global', sha256: published.sha256, description: 'the echo-tool tool' });
+    expect(plan.artifacts[0]).toMatchObject({
+      name: 'echo-tool',
+      version: '0.1.0',
+      role: 'tool',
+      packaging: 'wasm',
+      origin: 'global',
+      sha256: published.sha256,
+      description: 'the echo-tool tool',
+    });
     expect(plan.artifacts[0]?.component?.exports).toContain('murmur:tool/run@0.1.0');
     expect(plan.lock.entries).toEqual([{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: published.sha256 } }]);
   });
@@ -136,14 +149,22 @@ describe('staging a capsule directory', () => {
     const tool = await toolWat();
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', tool.bytes, 'tool', 'tags: [global]\n'));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
-    await publishInto(path.join(world.project, '.murmur', 'artifacts'), await componentArtifact('echo-tool', '0.1.0', tool.bytes, 'tool', 'tags: [project]\n'), 'project');
+    await publishInto(
+      path.join(world.project, '.murmur', 'artifacts'),
+      await componentArtifact('echo-tool', '0.1.0', tool.bytes, 'tool', 'tags: [project]\n'),
+      'project',
+    );
     const plan = await world.stager.stage(await directory());
     expect(plan.artifacts[0]?.origin).toBe('project');
   });
 
   it('stages a skill, naming its skill.md by content in the blob cache', async () => {
     await publishInto(world.globalStore, await skillArtifact('style-guide', '1.0.0', '# Write plainly\n'));
-    await capsuleProject(world.project, 'name: hello\nversion: 0.1.0\nartifacts:\n  - name: style-guide\n    version: 1.0.0\n    runtime: skill\n', (await capsuleWat()).bytes);
+    await capsuleProject(
+      world.project,
+      'name: hello\nversion: 0.1.0\nartifacts:\n  - name: style-guide\n    version: 1.0.0\n    runtime: skill\n',
+      (await capsuleWat()).bytes,
+    );
     const plan = await world.stager.stage(await directory());
     const skill = plan.artifacts[0];
     expect(skill).toMatchObject({ role: 'skill', packaging: 'static' });
@@ -153,7 +174,10 @@ describe('staging a capsule directory', () => {
   });
 
   it('stages an agent capsule with no component of its own', async () => {
-    await capsuleProject(world.project, 'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n  driver:\n    artifact: none-needed-here\n');
+    await capsuleProject(
+      world.project,
+      'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n  driver:\n    artifact: none-needed-here\n',
+    );
     const plan = await world.stager.stage(await directory());
     expect(plan.capsule.kind).toBe('agent');
     expect(plan.capsule.component).toBeUndefined();
@@ -162,7 +186,10 @@ describe('staging a capsule directory', () => {
   it('honours an existing murmur.lock whose pins match', async () => {
     const published = await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
-    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: published.sha256 } }] });
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), {
+      lock_version: 1,
+      artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: published.sha256 } }],
+    });
     const plan = await world.stager.stage(await directory());
     expect(plan.lock.status).toBe('honoured');
   });
@@ -192,7 +219,10 @@ describe('staging refuses, and writes nothing', () => {
   it('refuses an artifact whose bytes differ from the lock’s pin', async () => {
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
-    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: 'f'.repeat(64) } }] });
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), {
+      lock_version: 1,
+      artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: 'f'.repeat(64) } }],
+    });
     const lockBefore = await fs.readFile(path.join(world.project, LOCKFILE_NAME), 'utf8');
 
     const error = await refusal(directory());
@@ -205,7 +235,10 @@ describe('staging refuses, and writes nothing', () => {
   it('refuses a manifest version that differs from the lock’s pin with E-RUN-003', async () => {
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.2.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL('0.2.0'), (await capsuleWat()).bytes);
-    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: 'a'.repeat(64) } }] });
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), {
+      lock_version: 1,
+      artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: 'a'.repeat(64) } }],
+    });
     const lockBefore = await fs.readFile(path.join(world.project, LOCKFILE_NAME), 'utf8');
 
     const error = await refusal(directory());
@@ -219,7 +252,10 @@ describe('staging refuses, and writes nothing', () => {
     const pinned = await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.2.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL('0.2.0'), (await capsuleWat()).bytes);
-    await writeLockfile(path.join(world.project, LOCKFILE_NAME), { lock_version: 1, artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: pinned.sha256 } }] });
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), {
+      lock_version: 1,
+      artifacts: [{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: pinned.sha256 } }],
+    });
     const plan = await world.stager.stage({ request: { ...(await directory()).request, honour_pins: true } });
     expect(plan.artifacts[0]?.version).toBe('0.1.0');
     expect(plan.warnings.map((warning) => warning.code)).toContain('W-LCK-001');
@@ -350,7 +386,11 @@ describe('every kind of bad input is refused with its code, and staging writes n
     const previous = process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES;
     process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES = '65536';
     try {
-      await capsuleProject(world.project, 'name: hello\nversion: 0.1.0\nartifacts:\n  - name: huge-skill\n    version: 1.0.0\n    runtime: skill\n', (await capsuleWat()).bytes);
+      await capsuleProject(
+        world.project,
+        'name: hello\nversion: 0.1.0\nartifacts:\n  - name: huge-skill\n    version: 1.0.0\n    runtime: skill\n',
+        (await capsuleWat()).bytes,
+      );
       const before = await listTree(world.project);
       const error = await refusal(directory());
       expect(error.code).toBe('E-ART-002');
@@ -366,7 +406,10 @@ describe('every kind of bad input is refused with its code, and staging writes n
 describe('staging a capsule from a registry', () => {
   it('stages a published capsule by name and version, reading its manifest from the archive', async () => {
     const capsule = await capsuleWat();
-    await publishInto(world.globalStore, await capsuleArchive('name: local/worker\nversion: 0.3.0\ncapabilities:\n  env:\n    allow: [MARKER]\n', capsule.bytes));
+    await publishInto(
+      world.globalStore,
+      await capsuleArchive('name: local/worker\nversion: 0.3.0\ncapabilities:\n  env:\n    allow: [MARKER]\n', capsule.bytes),
+    );
     const plan = await world.stager.stage({ request: { source: { kind: 'registry', name: 'local/worker', version: '0.3.0' } } });
     expect(plan.capsule).toMatchObject({ name: 'local/worker', version: '0.3.0', kind: 'script', origin: { kind: 'registry', origin: 'global' } });
     expect(plan.policy.env_allow).toEqual(['MARKER']);
@@ -382,7 +425,10 @@ describe('staging a capsule from a registry', () => {
   });
 
   it('refuses a capsule reference whose ${VAR} is not set in the requester’s environment', async () => {
-    await capsuleProject(world.project, 'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n  api_key: ${AGENT_KEY}\n  driver:\n    artifact: d\n');
+    await capsuleProject(
+      world.project,
+      'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n  api_key: ${AGENT_KEY}\n  driver:\n    artifact: d\n',
+    );
     const error = await refusal(directory(world.project, ['PATH']));
     expect(error.code).toBe('E-MAN-003');
     expect(error.message).toContain('${AGENT_KEY}');

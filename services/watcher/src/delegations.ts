@@ -96,10 +96,20 @@ export class DelegationWatcher {
     const delegationId = request.delegated ? newDelegationId() : undefined;
     const sessionId = newSessionId();
     const parentExecutor = request.parent.executor_id ?? this.executorOf(request.parent.session_id);
-    const plan = await requestStaging(this.bus, { source: { kind: 'registry', name: request.capsule_name, version: request.capsule_version }, env_names: Object.keys(request.env) }, { timeoutMs: STAGE_TIMEOUT_MS });
-    const url = plan.capsule.kind === 'agent' ? `${sessionUrl((await this.bus.request(commands.locateDoor, {}, { timeoutMs: 5_000 })).base_url, sessionId)}/` : undefined;
+    const plan = await requestStaging(
+      this.bus,
+      { source: { kind: 'registry', name: request.capsule_name, version: request.capsule_version }, env_names: Object.keys(request.env) },
+      { timeoutMs: STAGE_TIMEOUT_MS },
+    );
+    const url =
+      plan.capsule.kind === 'agent' ? `${sessionUrl((await this.bus.request(commands.locateDoor, {}, { timeoutMs: 5_000 })).base_url, sessionId)}/` : undefined;
     const handle: SpawnerHandle | undefined = delegationId
-      ? { session_id: request.parent.session_id, context_id: request.parent.context_id, delegation_id: delegationId, ...(request.parent.url ? { url: request.parent.url } : {}) }
+      ? {
+          session_id: request.parent.session_id,
+          context_id: request.parent.context_id,
+          delegation_id: delegationId,
+          ...(request.parent.url ? { url: request.parent.url } : {}),
+        }
       : undefined;
     // On the parent's executor, under its children/; a parent no executor holds gets its child anywhere.
     const launched = await this.bus.request(
@@ -129,7 +139,20 @@ export class DelegationWatcher {
       records_dir: launched.session_dir,
       ...(handle ? { spawner: spawnerHandleToEnv(handle) } : {}),
     };
-    const watched: Watched = { delegationId, request, handle, reply, startedAt: Date.now(), deadline: undefined, endedBy: undefined, exited: false, finished: false, stderrTail: [], outcome: undefined, control: undefined };
+    const watched: Watched = {
+      delegationId,
+      request,
+      handle,
+      reply,
+      startedAt: Date.now(),
+      deadline: undefined,
+      endedBy: undefined,
+      exited: false,
+      finished: false,
+      stderrTail: [],
+      outcome: undefined,
+      control: undefined,
+    };
     this.watched.set(sessionId, watched);
     if (delegationId) {
       watched.control = this.bus.serve(commands.controlDelegation.at(delegationId), ({ action }) => this.control(watched, action));
@@ -139,20 +162,29 @@ export class DelegationWatcher {
     if (request.completion_deadline_secs !== undefined) {
       watched.deadline = setTimeout(() => void this.end(watched, 'deadline'), request.completion_deadline_secs * 1000);
     }
-    this.log.info({ delegation_id: delegationId, session_id: sessionId, parent: request.parent.session_id, capsule: `${request.capsule_name}@${request.capsule_version}` }, 'delegation launched');
+    this.log.info(
+      { delegation_id: delegationId, session_id: sessionId, parent: request.parent.session_id, capsule: `${request.capsule_name}@${request.capsule_version}` },
+      'delegation launched',
+    );
     return reply;
   }
 
   private async control(watched: Watched, action: 'status' | 'shutdown'): Promise<DelegationControlReply> {
     if (action === 'shutdown' && !watched.exited) await this.end(watched, 'parent');
-    return { exited: watched.exited, watcher_finished: watched.finished, stderr_tail: watched.stderrTail, ...(watched.outcome ? { outcome: watched.outcome } : {}) };
+    return {
+      exited: watched.exited,
+      watcher_finished: watched.finished,
+      stderr_tail: watched.stderrTail,
+      ...(watched.outcome ? { outcome: watched.outcome } : {}),
+    };
   }
 
   /** Ends the child (its executor stops it: TERM, then KILL); what it ended as is decided when its end is announced. */
   private async end(watched: Watched, by: 'parent' | 'deadline'): Promise<void> {
     if (watched.exited || watched.endedBy) return;
     watched.endedBy = by;
-    const reason = by === 'parent' ? 'its parent ended the delegation' : `the delegation ran past its ${watched.request.completion_deadline_secs}s completion deadline`;
+    const reason =
+      by === 'parent' ? 'its parent ended the delegation' : `the delegation ran past its ${watched.request.completion_deadline_secs}s completion deadline`;
     try {
       await this.bus.request(commands.stopSession.at(watched.reply.session_id), { reason }, { timeoutMs: 10_000 });
     } catch (error) {
@@ -165,13 +197,25 @@ export class DelegationWatcher {
    * `post`). An executor that cannot be asked — lost with the child — leaves the watcher to
    * deliver it and keep the record in the bus instead.
    */
-  private async record(watched: Watched, handle: SpawnerHandle, outcome: DelegationOutcome, post: boolean, complain: (line: string) => void): Promise<DelegationOutcome> {
+  private async record(
+    watched: Watched,
+    handle: SpawnerHandle,
+    outcome: DelegationOutcome,
+    post: boolean,
+    complain: (line: string) => void,
+  ): Promise<DelegationOutcome> {
     try {
-      const reply = await this.bus.request(commands.recordCompletion.at(watched.reply.executor_id), { session_id: watched.reply.session_id, outcome, post }, { timeoutMs: 30_000 });
+      const reply = await this.bus.request(
+        commands.recordCompletion.at(watched.reply.executor_id),
+        { session_id: watched.reply.session_id, outcome, post },
+        { timeoutMs: 30_000 },
+      );
       return reply.outcome;
     } catch (error) {
       const reason = error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error);
-      complain(`[watcher] delegation ${outcome.delegation_id}: the child's executor ${watched.reply.executor_id} could not record its completion (${reason}); it is kept in the bus instead`);
+      complain(
+        `[watcher] delegation ${outcome.delegation_id}: the child's executor ${watched.reply.executor_id} could not record its completion (${reason}); it is kept in the bus instead`,
+      );
     }
     const recorded: DelegationOutcome = { ...outcome, ...(outcome.detail !== undefined ? { detail: boundDetail(outcome.detail) } : {}), delivered: false };
     let settled = recorded;
@@ -214,13 +258,29 @@ export class DelegationWatcher {
         watched.outcome = await this.record(watched, handle, { ...base, detail: `ended by its parent (${exitStatus(event)})` }, false, complain);
       } else if (watched.endedBy === 'deadline') {
         const seconds = watched.request.completion_deadline_secs as number;
-        watched.outcome = await this.record(watched, handle, { ...base, detail: `ended at its ${seconds}s completion deadline (${seconds}s deadline reached; ${exitStatus(event)})` }, true, complain);
+        watched.outcome = await this.record(
+          watched,
+          handle,
+          { ...base, detail: `ended at its ${seconds}s completion deadline (${seconds}s deadline reached; ${exitStatus(event)})` },
+          true,
+          complain,
+        );
       } else if (event.completion_reported) {
         // The child reported for itself, and said so on the bus (`delegation.completed`) already.
         return;
       } else {
         const tail = event.stderr_tail.length > 0 ? `\nstderr (last ${event.stderr_tail.length} lines):\n${event.stderr_tail.join('\n')}` : '';
-        watched.outcome = await this.record(watched, handle, { ...base, status: 'crashed', detail: `the child ended without reporting: ${exitStatus(event)}${event.error ? ` (${event.error.code}: ${event.error.message})` : ''}${tail}` }, true, complain);
+        watched.outcome = await this.record(
+          watched,
+          handle,
+          {
+            ...base,
+            status: 'crashed',
+            detail: `the child ended without reporting: ${exitStatus(event)}${event.error ? ` (${event.error.code}: ${event.error.message})` : ''}${tail}`,
+          },
+          true,
+          complain,
+        );
       }
       this.bus.publish(topics.delegationCompleted, { parent_session_id: handle.session_id, outcome: watched.outcome });
     } catch (error) {

@@ -44,7 +44,14 @@ export class ExecutorMonitor {
       bus.subscribe(topics.executorHeartbeat, (beat) => this.heard(beat)),
       bus.subscribe(topics.sessionStarted, (event) => {
         const known = this.known(event.executor_id);
-        known.sessions.set(event.session_id, { session_id: event.session_id, capsule_name: event.capsule_name, capsule_version: event.capsule_version, pid: event.pid, process_start: event.process_start, started_at: event.started_at });
+        known.sessions.set(event.session_id, {
+          session_id: event.session_id,
+          capsule_name: event.capsule_name,
+          capsule_version: event.capsule_version,
+          pid: event.pid,
+          process_start: event.process_start,
+          started_at: event.started_at,
+        });
       }),
       bus.subscribe(topics.sessionEnded, (event) => this.executors.get(event.executor_id)?.sessions.delete(event.session_id)),
     ];
@@ -72,7 +79,11 @@ export class ExecutorMonitor {
 
   private heard(beat: ExecutorHeartbeat): void {
     const known = this.known(beat.executor_id);
-    if (known.lost) this.options.log.warn({ executor_id: beat.executor_id }, 'an executor reported lost is answering again; the sessions announced ended with it are not revived');
+    if (known.lost)
+      this.options.log.warn(
+        { executor_id: beat.executor_id },
+        'an executor reported lost is answering again; the sessions announced ended with it are not revived',
+      );
     known.lastSeen = Date.now();
     known.intervalMs = beat.interval_ms;
     known.lost = false;
@@ -89,7 +100,9 @@ export class ExecutorMonitor {
       this.options.log.warn({ executor_id: executorId, silent_ms: silentFor, sessions: known.sessions.size }, 'executor lost');
       for (const session of [...known.sessions.values()]) {
         known.sessions.delete(session.session_id);
-        await this.announce(executorId, session, silentFor).catch((error: unknown) => this.options.log.error({ session_id: session.session_id, err: error }, 'could not announce the end of a lost session'));
+        await this.announce(executorId, session, silentFor).catch((error: unknown) =>
+          this.options.log.error({ session_id: session.session_id, err: error }, 'could not announce the end of a lost session'),
+        );
       }
     }
   }
@@ -113,7 +126,11 @@ export class ExecutorMonitor {
       exit_status: 'failed',
       exit_code: null,
       signal: null,
-      error: { code: 'E-EXE-001', message: `the session was lost with its executor: ${line}`, hint: 'launch it again: new launches go to the executors still alive' },
+      error: {
+        code: 'E-EXE-001',
+        message: `the session was lost with its executor: ${line}`,
+        hint: 'launch it again: new launches go to the executors still alive',
+      },
       duration_ms: Math.max(0, Date.now() - Date.parse(session.started_at)),
       ended_at: endedAt,
       stderr_tail: [line],

@@ -110,7 +110,12 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
             removeRunningRecord(record.session_id, env);
             owners.delete(record.session_id);
           }
-          return { ...record, liveness: liveness.liveness, ...('reason' in liveness ? { reason: liveness.reason } : {}), ...(owner ? { executor_id: owner } : {}) };
+          return {
+            ...record,
+            liveness: liveness.liveness,
+            ...('reason' in liveness ? { reason: liveness.reason } : {}),
+            ...(owner ? { executor_id: owner } : {}),
+          };
         }),
       );
       return { sessions };

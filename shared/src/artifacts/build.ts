@@ -80,7 +80,10 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
   const candidates: PlannedFile[] = [{ declared: 'murmur.yaml', archiveName: 'murmur.yaml', sourcePath: path.join(sourceDir, 'murmur.yaml') }];
   for (const entry of declared) {
     const unsafe = (reason: string): MurmurError =>
-      new MurmurError('E-BLD-002', `requires_files entry '${entry}' has an unsafe path: ${reason}`, { path: entry, hint: 'declare files by a relative path inside the source directory' });
+      new MurmurError('E-BLD-002', `requires_files entry '${entry}' has an unsafe path: ${reason}`, {
+        path: entry,
+        hint: 'declare files by a relative path inside the source directory',
+      });
     if (entry.startsWith('/') || path.isAbsolute(entry)) throw unsafe('is an absolute path');
     if (entry.split(/[/\\]/).includes('..')) throw unsafe("contains a '..' component");
     const normalised = normaliseEntryName(entry.replaceAll('\\', '/'));
@@ -93,10 +96,14 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
       const prefix = path.join(sourceDir, ...components.slice(0, depth));
       const prefixStat = await fs.lstat(prefix).catch(() => undefined);
       if (prefixStat?.isSymbolicLink()) {
-        throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is reached through a symlink (${prefix}); declare files inside the source directory`, {
-          path: entry,
-          hint: 'copy the files into the source directory instead of linking to them',
-        });
+        throw new MurmurError(
+          'E-BLD-002',
+          `requires_files entry '${entry}' is reached through a symlink (${prefix}); declare files inside the source directory`,
+          {
+            path: entry,
+            hint: 'copy the files into the source directory instead of linking to them',
+          },
+        );
       }
     }
     let stat;
@@ -106,7 +113,10 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
       throw new MurmurError('E-IO-003', `missing required file '${entry}' in ${sourceDir}`, { path: entry });
     }
     if (stat.isSymbolicLink()) {
-      throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is a symlink (${sourcePath}); declare the file it points to instead`, { path: entry, hint: 'copy the target into the source directory, or declare its real path' });
+      throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is a symlink (${sourcePath}); declare the file it points to instead`, {
+        path: entry,
+        hint: 'copy the target into the source directory, or declare its real path',
+      });
     }
     if (!stat.isFile()) throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is not a regular file (${sourcePath})`, { path: entry });
     candidates.push({ declared: entry, archiveName: normalised.name, sourcePath });
@@ -125,9 +135,13 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
     if (resolved === path.resolve(outputPath)) continue;
     const clash = byArchiveName.get(candidate.archiveName);
     if (clash) {
-      throw new MurmurError('E-BLD-002', `requires_files entries '${clash.declared}' and '${candidate.declared}' both pack as the archive entry '${candidate.archiveName}'`, {
-        hint: 'give each packaged file a distinct path inside the artifact',
-      });
+      throw new MurmurError(
+        'E-BLD-002',
+        `requires_files entries '${clash.declared}' and '${candidate.declared}' both pack as the archive entry '${candidate.archiveName}'`,
+        {
+          hint: 'give each packaged file a distinct path inside the artifact',
+        },
+      );
     }
     byArchiveName.set(candidate.archiveName, candidate);
     files.push(candidate);
@@ -139,7 +153,10 @@ function lint(files: PlannedFile[], shadowed: PlannedFile[], packaging: Packagin
   const warnings: MurmurWarning[] = [];
   for (const entry of shadowed) {
     if (entry.archiveName === 'murmur.yaml' || entry.archiveName === 'capsule.wasm') {
-      warnings.push({ code: 'W-BLD-001', message: `requires_files entry '${entry.declared}' names the reserved archive entry '${entry.archiveName}', which mur build already packs; remove it from requires_files` });
+      warnings.push({
+        code: 'W-BLD-001',
+        message: `requires_files entry '${entry.declared}' names the reserved archive entry '${entry.archiveName}', which mur build already packs; remove it from requires_files`,
+      });
     }
   }
   const rootWasm = files.filter((file) => !file.archiveName.includes('/') && file.archiveName.endsWith('.wasm'));
@@ -151,7 +168,11 @@ function lint(files: PlannedFile[], shadowed: PlannedFile[], packaging: Packagin
     const sources = files
       .map((file) => file.archiveName)
       .filter((name) => name.split('/').includes('target') || /(^|\/)(Cargo\.toml|Cargo\.lock)$/.test(name) || name.endsWith('.rs'));
-    if (sources.length > 0) warnings.push({ code: 'W-BLD-003', message: `compiled artifact packages build inputs: ${sources.join(', ')}; a compiled artifact ships its payload, not its sources` });
+    if (sources.length > 0)
+      warnings.push({
+        code: 'W-BLD-003',
+        message: `compiled artifact packages build inputs: ${sources.join(', ')}; a compiled artifact ships its payload, not its sources`,
+      });
   }
   return warnings;
 }
@@ -167,11 +188,21 @@ async function checkPayload(files: PlannedFile[], packaging: PackagingType, pack
   if (packaging === 'wasm' || packaged.kind === 'capsule') {
     if (rootWasm.length === 0) {
       if (packaged.kind === 'capsule') {
-        throw new MurmurError('E-BLD-003', 'a capsule needs a capsule.wasm (a script capsule) or an inference: block (an agent capsule); this one has neither', { hint: 'put the component beside murmur.yaml as capsule.wasm' });
+        throw new MurmurError(
+          'E-BLD-003',
+          'a capsule needs a capsule.wasm (a script capsule) or an inference: block (an agent capsule); this one has neither',
+          { hint: 'put the component beside murmur.yaml as capsule.wasm' },
+        );
       }
       throw shapeError('missing root .wasm file (expected capsule.wasm or one root *.wasm)');
     }
-    if (!chosen) throw shapeError(`multiple root .wasm files found: ${rootWasm.map((file) => file.archiveName).sort().join(', ')}`);
+    if (!chosen)
+      throw shapeError(
+        `multiple root .wasm files found: ${rootWasm
+          .map((file) => file.archiveName)
+          .sort()
+          .join(', ')}`,
+      );
     const bytes = await fs.readFile(chosen.sourcePath);
     if (!isWasmComponent(bytes)) {
       throw new MurmurError('E-BLD-003', `${chosen.archiveName} is not a WebAssembly component (a core module, or not wasm at all)`, {
@@ -182,7 +213,9 @@ async function checkPayload(files: PlannedFile[], packaging: PackagingType, pack
   if (packaging === 'native' && packaged.kind === 'artifact') {
     const binary = `bin/${packaged.manifest.name.split('/').pop() as string}`;
     if (!files.some((file) => file.archiveName === binary)) {
-      throw new MurmurError('E-BLD-003', `a native tool packs its binary at ${binary}; declare it in requires_files`, { hint: `add '${binary}' to requires_files` });
+      throw new MurmurError('E-BLD-003', `a native tool packs its binary at ${binary}; declare it in requires_files`, {
+        hint: `add '${binary}' to requires_files`,
+      });
     }
   }
   if (packaging === 'static' && !files.some((file) => file.archiveName === 'skill.md')) {
@@ -198,13 +231,21 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
     manifestText = await fs.readFile(manifestPath, 'utf8');
   } catch (error) {
     const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
-    throw new MurmurError(missing ? 'E-IO-001' : 'E-IO-003', missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`, { path: manifestPath });
+    throw new MurmurError(
+      missing ? 'E-IO-001' : 'E-IO-003',
+      missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`,
+      { path: manifestPath },
+    );
   }
   const packaged = parsePackagedManifest(manifestText);
   const { name, version } = packaged.manifest;
   const warnings: MurmurWarning[] = [...packaged.warnings, ...scanForLiteralSecrets(parseYamlSource(manifestText).value)];
   const nameProblem = artifactNameProblem(name);
-  if (nameProblem) throw new MurmurError('E-BLD-001', `invalid artifact name '${name}': ${nameProblem}`, { path: 'name', hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool)' });
+  if (nameProblem)
+    throw new MurmurError('E-BLD-001', `invalid artifact name '${name}': ${nameProblem}`, {
+      path: 'name',
+      hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool)',
+    });
 
   const fileName = `${name.split('/').pop() as string}-${version}.mur.zip`;
   let outputPath = path.join(sourceDir, fileName);

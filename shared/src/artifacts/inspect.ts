@@ -24,7 +24,11 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
     try {
       packaged = parsePackagedManifest(text);
     } catch (error) {
-      if (error instanceof MurmurError) throw new MurmurError(error.code, `${label}: ${error.message}`, { ...(error.hint ? { hint: error.hint } : {}), ...(error.path ? { path: error.path } : {}) });
+      if (error instanceof MurmurError)
+        throw new MurmurError(error.code, `${label}: ${error.message}`, {
+          ...(error.hint ? { hint: error.hint } : {}),
+          ...(error.path ? { path: error.path } : {}),
+        });
       throw error;
     }
     let runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
@@ -37,7 +41,10 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
       platforms = [pair];
     } else if (runtime === 'native') {
       const pair = parsePlatform(currentPlatform());
-      if (!pair) throw new MurmurError('E-IO-003', 'cannot auto-detect the platform for a native artifact on this host', { hint: 'pass --platform <os-arch>, e.g. linux-x86_64' });
+      if (!pair)
+        throw new MurmurError('E-IO-003', 'cannot auto-detect the platform for a native artifact on this host', {
+          hint: 'pass --platform <os-arch>, e.g. linux-x86_64',
+        });
       platforms = [pair];
     }
     const meta: ArtifactMeta = {

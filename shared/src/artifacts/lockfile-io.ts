@@ -33,7 +33,10 @@ export async function readLockfile(file: string): Promise<MurmurLock | undefined
   }
   const parsed = MurmurLockSchema.safeParse(raw);
   if (!parsed.success) {
-    throw new MurmurError('E-RUN-003', `invalid murmur.lock: ${describe(parsed.error)}`, { path: file, hint: 'fix or delete murmur.lock; the next run writes a fresh one' });
+    throw new MurmurError('E-RUN-003', `invalid murmur.lock: ${describe(parsed.error)}`, {
+      path: file,
+      hint: 'fix or delete murmur.lock; the next run writes a fresh one',
+    });
   }
   return parsed.data;
 }

@@ -47,10 +47,14 @@ interface GuardedEntry {
 
 function openZip(bytes: Uint8Array): Promise<yauzl.ZipFile> {
   return new Promise((resolve, reject) => {
-    yauzl.fromBuffer(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), { lazyEntries: true, decodeStrings: false, validateEntrySizes: false, autoClose: false, strictFileNames: false }, (error, zip) => {
-      if (error || !zip) reject(error ?? new Error('no archive'));
-      else resolve(zip);
-    });
+    yauzl.fromBuffer(
+      Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength),
+      { lazyEntries: true, decodeStrings: false, validateEntrySizes: false, autoClose: false, strictFileNames: false },
+      (error, zip) => {
+        if (error || !zip) reject(error ?? new Error('no archive'));
+        else resolve(zip);
+      },
+    );
   });
 }
 
@@ -91,7 +95,9 @@ export class MurZip {
       zip = await openZip(bytes);
       rawEntries = await readEntries(zip);
     } catch (error) {
-      throw new MurmurError('E-ART-003', `${options.label} is not a valid .mur.zip archive: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+      throw new MurmurError('E-ART-003', `${options.label} is not a valid .mur.zip archive: ${error instanceof Error ? error.message : String(error)}`, {
+        cause: error,
+      });
     }
     const entries = new Map<string, GuardedEntry>();
     const order: string[] = [];
@@ -110,7 +116,8 @@ export class MurZip {
       const type = mode & S_IFMT;
       const nameSaysDirectory = rawName.endsWith('/');
       if (type === S_IFLNK) refuse('E-ART-001', `zip entry '${rawName}' is a symlink; artifacts may contain only regular files`);
-      if (type !== 0 && type !== S_IFREG && type !== S_IFDIR) refuse('E-ART-001', `zip entry '${rawName}' is a special file (mode ${mode.toString(8)}); artifacts may contain only regular files`);
+      if (type !== 0 && type !== S_IFREG && type !== S_IFDIR)
+        refuse('E-ART-001', `zip entry '${rawName}' is a special file (mode ${mode.toString(8)}); artifacts may contain only regular files`);
       const directory = nameSaysDirectory || type === S_IFDIR;
       // A stored entry's bytes are its compressed size, whatever its header claims they inflate to.
       const claimed = Math.max(entry.uncompressedSize, entry.compressionMethod === 0 ? entry.compressedSize : 0);
@@ -150,11 +157,14 @@ export class MurZip {
     const unreadable = (error: unknown): MurmurError =>
       new MurmurError('E-ART-003', `${this.label}: cannot read zip entry '${name}': ${error instanceof Error ? error.message : String(error)}`);
     const method = entry.raw.compressionMethod;
-    if (method !== 0 && method !== 8) throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' uses compression method ${method}; only stored and deflated entries are read`);
+    if (method !== 0 && method !== 8)
+      throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' uses compression method ${method}; only stored and deflated entries are read`);
     let compressed: Buffer;
     try {
       const stream = await new Promise<Readable>((resolve, reject) => {
-        this.zip.openReadStream(entry.raw, (method === 8 ? { decompress: false } : {}) as yauzl.ZipFileOptions, (error, readable) => (error || !readable ? reject(error ?? new Error('no stream')) : resolve(readable)));
+        this.zip.openReadStream(entry.raw, (method === 8 ? { decompress: false } : {}) as yauzl.ZipFileOptions, (error, readable) =>
+          error || !readable ? reject(error ?? new Error('no stream')) : resolve(readable),
+        );
       });
       const chunks: Buffer[] = [];
       for await (const chunk of stream) chunks.push(chunk as Buffer);
@@ -228,7 +238,8 @@ export class MurZip {
     for (const name of this.names) {
       if (skip.has(name)) continue;
       const target = path.resolve(base, name);
-      if (!target.startsWith(`${base}${path.sep}`)) throw new MurmurError('E-ART-001', `${this.label}: zip entry '${name}' resolves outside the target directory`);
+      if (!target.startsWith(`${base}${path.sep}`))
+        throw new MurmurError('E-ART-001', `${this.label}: zip entry '${name}' resolves outside the target directory`);
       await fs.mkdir(path.dirname(target), { recursive: true });
       await fs.writeFile(target, await this.read(name), { mode: this.isExecutable(name) ? 0o755 : 0o644, flag: 'wx' });
       written.push(name);

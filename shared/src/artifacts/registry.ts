@@ -77,12 +77,18 @@ export class RoostRegistryClient implements ArtifactSource {
   private async request(method: string, pathAndQuery: string, body?: Uint8Array): Promise<Response> {
     const url = `${this.location}${pathAndQuery}`;
     try {
-      const init: RequestInit = { method, headers: this.headers(body ? { 'content-type': 'application/octet-stream' } : {}), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) };
+      const init: RequestInit = {
+        method,
+        headers: this.headers(body ? { 'content-type': 'application/octet-stream' } : {}),
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      };
       if (body) init.body = body;
       return await fetch(url, init);
     } catch (error) {
       const cause = (error as { cause?: { code?: string } }).cause?.code;
-      throw new MurmurError('E-ROOST-001', `cannot reach roost at ${this.location}: ${cause ?? (error instanceof Error ? error.message : String(error))}`, { cause: error });
+      throw new MurmurError('E-ROOST-001', `cannot reach roost at ${this.location}: ${cause ?? (error instanceof Error ? error.message : String(error))}`, {
+        cause: error,
+      });
     }
   }
 
@@ -96,9 +102,18 @@ export class RoostRegistryClient implements ArtifactSource {
     }
     const message = body.error?.trim() || `HTTP ${response.status}`;
     if (response.status === 401 || response.status === 403) {
-      return new MurmurError('E-ROOST-001', `roost at ${this.location} refused ${what}: ${message}`, { hint: 'set MURMUR_ROOST_TOKEN to the token roost was started with' });
+      return new MurmurError('E-ROOST-001', `roost at ${this.location} refused ${what}: ${message}`, {
+        hint: 'set MURMUR_ROOST_TOKEN to the token roost was started with',
+      });
     }
-    const code = body.code === 'E-REG-003' || response.status === 409 ? 'E-REG-003' : body.code === 'E-REG-004' ? 'E-REG-004' : body.code === 'E-REG-001' ? 'E-REG-001' : 'E-ROOST-001';
+    const code =
+      body.code === 'E-REG-003' || response.status === 409
+        ? 'E-REG-003'
+        : body.code === 'E-REG-004'
+          ? 'E-REG-004'
+          : body.code === 'E-REG-001'
+            ? 'E-REG-001'
+            : 'E-ROOST-001';
     return new MurmurError(code, `roost at ${this.location} refused ${what}: ${message}`, body.hint ? { hint: body.hint } : {});
   }
 
@@ -113,11 +128,22 @@ export class RoostRegistryClient implements ArtifactSource {
     const claimed = response.headers.get(SHA256_HEADER)?.trim();
     if (!claimed) {
       await response.body?.cancel();
-      throw new MurmurError('E-REG-002', `roost at ${this.location} sent ${name}@${version} without an ${SHA256_HEADER} header; refusing bytes that cannot be verified`);
+      throw new MurmurError(
+        'E-REG-002',
+        `roost at ${this.location} sent ${name}@${version} without an ${SHA256_HEADER} header; refusing bytes that cannot be verified`,
+      );
     }
     const bytes = await readCapped(response, maxEntryBytesFromEnv(), `${name}@${version}`);
     const meta = await this.metaOf(name, version);
-    return { name, version, bytes, claimedSha256: claimed, meta, origin: 'roost', location: `${this.location}/v1/artifacts/${encodeURIComponent(name)}/${encodeURIComponent(version)}` };
+    return {
+      name,
+      version,
+      bytes,
+      claimedSha256: claimed,
+      meta,
+      origin: 'roost',
+      location: `${this.location}/v1/artifacts/${encodeURIComponent(name)}/${encodeURIComponent(version)}`,
+    };
   }
 
   /** The index entry for one artifact, or the fallback when the index does not list it. */

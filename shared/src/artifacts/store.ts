@@ -49,7 +49,10 @@ const SEGMENT = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
 export function assertStorable(name: string, version: string): void {
   const segments = name.split('/');
   const badName = segments.length > 2 || segments.some((segment) => !SEGMENT.test(segment) || segment.includes('..'));
-  if (badName) throw new MurmurError('E-REG-006', `'${name}' cannot name an artifact in a store: use lowercase letters, digits and '-', with at most one 'namespace/'`, { path: name });
+  if (badName)
+    throw new MurmurError('E-REG-006', `'${name}' cannot name an artifact in a store: use lowercase letters, digits and '-', with at most one 'namespace/'`, {
+      path: name,
+    });
   if (!SEGMENT.test(version) || version.includes('..')) {
     throw new MurmurError('E-REG-006', `'${version}' cannot be an artifact version in a store: use letters, digits, '.', '+', '-' and '_'`, { path: version });
   }
@@ -98,7 +101,10 @@ export class ArtifactStore {
       if (bytes === undefined || sha === undefined) continue;
       const recordedSha256 = sha.toString('utf8').trim();
       if (recordedSha256 === '') {
-        throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar (${candidate.files.sha})`, { path: candidate.files.sha, hint: 'republish or reinstall the artifact' });
+        throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar (${candidate.files.sha})`, {
+          path: candidate.files.sha,
+          hint: 'republish or reinstall the artifact',
+        });
       }
       return { name, version, bytes, recordedSha256, meta: await this.readMeta(name, version), zipPath: candidate.files.zip, platform: candidate.platform };
     }
@@ -155,7 +161,9 @@ export class ArtifactStore {
    */
   async publish(bytes: Uint8Array, meta: ArtifactMeta): Promise<{ sha256: string; zipPath: string }> {
     if (isReservedVersion(meta.version)) {
-      throw new MurmurError('E-REG-004', `version '${meta.version}' is reserved and cannot be published`, { hint: 'reserved strings: latest, stable, edge — use an explicit version' });
+      throw new MurmurError('E-REG-004', `version '${meta.version}' is reserved and cannot be published`, {
+        hint: 'reserved strings: latest, stable, edge — use an explicit version',
+      });
     }
     const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
     const files = this.variantFiles(meta.name, meta.version, platform);
@@ -199,7 +207,10 @@ export class ArtifactStore {
   async install(bytes: Uint8Array, meta: ArtifactMeta, expectedSha256: string): Promise<{ zipPath: string }> {
     const actual = sha256Hex(bytes);
     if (actual !== expectedSha256) {
-      throw new MurmurError('E-REG-002', `artifact integrity check failed for ${meta.name}@${meta.version}: the bytes hash to ${actual}, not ${expectedSha256}`);
+      throw new MurmurError(
+        'E-REG-002',
+        `artifact integrity check failed for ${meta.name}@${meta.version}: the bytes hash to ${actual}, not ${expectedSha256}`,
+      );
     }
     const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
     const files = this.variantFiles(meta.name, meta.version, platform);
@@ -228,7 +239,11 @@ export class ArtifactStore {
       for (const target of committed) await fs.rm(target, { force: true });
       for (const { target, backup } of backups.reverse()) await fs.rename(backup, target).catch(() => {});
       await Promise.all(staged.map((file) => fs.rm(file, { force: true })));
-      throw new MurmurError('E-IO-003', `could not install ${meta.name}@${meta.version} into the ${this.scope} store: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+      throw new MurmurError(
+        'E-IO-003',
+        `could not install ${meta.name}@${meta.version} into the ${this.scope} store: ${error instanceof Error ? error.message : String(error)}`,
+        { cause: error },
+      );
     }
     await Promise.all(backups.map(({ backup }) => fs.rm(backup, { force: true })));
     return { zipPath: files.zip };

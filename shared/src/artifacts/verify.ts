@@ -9,10 +9,14 @@ import { sha256Hex } from './store.js';
 export function verifyResolved(artifact: ResolvedArtifact): string {
   const actual = sha256Hex(artifact.bytes);
   if (actual !== artifact.claimedSha256.toLowerCase()) {
-    throw new MurmurError('E-REG-002', `artifact integrity check failed for ${artifact.name}@${artifact.version}: ${artifact.location} hashes to ${actual}, but its recorded sha256 is ${artifact.claimedSha256}`, {
-      path: artifact.location,
-      hint: 'the stored bytes were changed after publishing; republish or reinstall the artifact',
-    });
+    throw new MurmurError(
+      'E-REG-002',
+      `artifact integrity check failed for ${artifact.name}@${artifact.version}: ${artifact.location} hashes to ${actual}, but its recorded sha256 is ${artifact.claimedSha256}`,
+      {
+        path: artifact.location,
+        hint: 'the stored bytes were changed after publishing; republish or reinstall the artifact',
+      },
+    );
   }
   return actual;
 }

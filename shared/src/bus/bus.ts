@@ -43,7 +43,11 @@ export interface Bus {
   /** Every message on `pattern`, undecoded past JSON: what a monitor such as `mur events` wants. */
   tap(pattern: string, handler: (subject: string, payload: unknown) => unknown): Subscription;
   request<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, options?: RequestOptions): Promise<R>;
-  serve<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, handler: (payload: Q, info: MessageInfo) => RInput | Promise<RInput>, options?: SubscribeOptions): Subscription;
+  serve<Q, R, QInput, RInput>(
+    topic: CommandTopic<Q, R, QInput, RInput>,
+    handler: (payload: Q, info: MessageInfo) => RInput | Promise<RInput>,
+    options?: SubscribeOptions,
+  ): Subscription;
   /**
    * Key-value state shared by everyone on this bus (see `KeyValueStore`): in memory for the
    * in-process bus, a JetStream KV bucket on NATS. Created on first use. A lost or closed bus is
@@ -134,7 +138,8 @@ export function createBus(transport: Transport, log: Log): Bus {
   /** Encodes for the wire, refusing what the transport could not carry. */
   function encodeFor(subject: string, value: unknown): Uint8Array {
     const bytes = encode(value);
-    if (bytes.byteLength > transport.maxPayload) refuseOnSend(subject, `payload is ${bytes.byteLength} bytes, over the bus's ${transport.maxPayload}-byte limit`);
+    if (bytes.byteLength > transport.maxPayload)
+      refuseOnSend(subject, `payload is ${bytes.byteLength} bytes, over the bus's ${transport.maxPayload}-byte limit`);
     return bytes;
   }
 
@@ -146,9 +151,13 @@ export function createBus(transport: Transport, log: Log): Bus {
   function storeFailure(kind: 'key-value' | 'object', bucket: string, error: unknown): unknown {
     if (!(error instanceof TransportError)) return error;
     const path = `${kind === 'key-value' ? 'kv' : 'obj'}:${bucket}`;
-    if (error.failure === 'timeout') return new MurmurError('E-BUS-003', `the ${kind} bucket '${bucket}' on ${transport.description} did not answer in time: ${error.message}`, { path });
+    if (error.failure === 'timeout')
+      return new MurmurError('E-BUS-003', `the ${kind} bucket '${bucket}' on ${transport.description} did not answer in time: ${error.message}`, { path });
     if (error.failure === 'no-responders') {
-      return new MurmurError('E-BUS-005', `no ${kind} store answers for bucket '${bucket}' on ${transport.description}: ${error.message}`, { path, hint: 'start nats-server with JetStream enabled (-js -sd <dir>), or wait for it to come back' });
+      return new MurmurError('E-BUS-005', `no ${kind} store answers for bucket '${bucket}' on ${transport.description}: ${error.message}`, {
+        path,
+        hint: 'start nats-server with JetStream enabled (-js -sd <dir>), or wait for it to come back',
+      });
     }
     return new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path });
   }
@@ -233,7 +242,10 @@ export function createBus(transport: Transport, log: Log): Bus {
     },
 
     tap(pattern, handler) {
-      if (!isValidPattern(pattern)) throw new MurmurError('E-BUS-001', `'${pattern}' is not a valid subject pattern`, { hint: "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'" });
+      if (!isValidPattern(pattern))
+        throw new MurmurError('E-BUS-001', `'${pattern}' is not a valid subject pattern`, {
+          hint: "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'",
+        });
       return transport.subscribe(pattern, (message) => {
         // Reply inboxes are plumbing, not traffic: over NATS a `>` tap would otherwise see every
         // reply, which the in-process bus never routes through subjects at all.
@@ -257,7 +269,8 @@ export function createBus(transport: Transport, log: Log): Bus {
       } catch (error) {
         if (error instanceof TransportError) {
           if (error.failure === 'timeout') throw new MurmurError('E-BUS-003', `no reply on '${topic.subject}' within ${timeoutMs} ms`, { path: topic.subject });
-          if (error.failure === 'no-responders') throw new MurmurError('E-BUS-004', `no service answers '${topic.subject}' on ${transport.description}`, { path: topic.subject });
+          if (error.failure === 'no-responders')
+            throw new MurmurError('E-BUS-004', `no service answers '${topic.subject}' on ${transport.description}`, { path: topic.subject });
           throw closed(topic.subject);
         }
         throw error;
@@ -286,7 +299,13 @@ export function createBus(transport: Transport, log: Log): Bus {
             let bytes = encode(envelope);
             if (bytes.byteLength > transport.maxPayload) {
               log.error({ subject: message.subject, bytes: bytes.byteLength }, 'refused to send a reply over the bus payload limit');
-              bytes = encode({ ok: false, error: { code: 'E-BUS-001', message: `the reply on '${message.subject}' is ${bytes.byteLength} bytes, over the bus's ${transport.maxPayload}-byte limit` } });
+              bytes = encode({
+                ok: false,
+                error: {
+                  code: 'E-BUS-001',
+                  message: `the reply on '${message.subject}' is ${bytes.byteLength} bytes, over the bus's ${transport.maxPayload}-byte limit`,
+                },
+              });
             }
             try {
               message.respond(bytes);

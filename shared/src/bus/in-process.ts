@@ -125,9 +125,7 @@ export class InProcessTransport implements Transport {
     }
     for (const target of targets) {
       // Each subscriber gets its own copy, as each would over a socket.
-      const message: RawMessage = respond
-        ? { subject, data: Uint8Array.from(data), respond }
-        : { subject, data: Uint8Array.from(data) };
+      const message: RawMessage = respond ? { subject, data: Uint8Array.from(data), respond } : { subject, data: Uint8Array.from(data) };
       this.pending += 1;
       setImmediate(() => {
         try {

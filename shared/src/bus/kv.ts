@@ -52,13 +52,20 @@ export function assertBucketName(bucket: string): void {
 export function checkedKeyValueStore(store: KeyValueStore, maxValueBytes: number): KeyValueStore {
   const key = (candidate: string): string => {
     if (typeof candidate !== 'string' || !isValidKeyValueKey(candidate)) {
-      throw new MurmurError('E-BUS-001', `'${String(candidate)}' cannot be a key in bucket '${store.bucket}': use letters, digits and '-/_=.', not starting or ending with '.'`, { path: `${store.bucket}/${String(candidate)}` });
+      throw new MurmurError(
+        'E-BUS-001',
+        `'${String(candidate)}' cannot be a key in bucket '${store.bucket}': use letters, digits and '-/_=.', not starting or ending with '.'`,
+        { path: `${store.bucket}/${String(candidate)}` },
+      );
     }
     return candidate;
   };
   const value = (k: string, candidate: string): string => {
     const bytes = encoder.encode(candidate).byteLength;
-    if (bytes > maxValueBytes) throw new MurmurError('E-BUS-001', `the value for '${k}' in bucket '${store.bucket}' is ${bytes} bytes, over the bus's ${maxValueBytes}-byte limit`, { path: `${store.bucket}/${k}` });
+    if (bytes > maxValueBytes)
+      throw new MurmurError('E-BUS-001', `the value for '${k}' in bucket '${store.bucket}' is ${bytes} bytes, over the bus's ${maxValueBytes}-byte limit`, {
+        path: `${store.bucket}/${k}`,
+      });
     return candidate;
   };
   return {

@@ -87,7 +87,11 @@ export class NatsTransport implements Transport {
     }
   }
 
-  subscribe(pattern: string, handler: (message: { subject: string; data: Uint8Array; respond?(data: Uint8Array): void }) => void, queue?: string): RawSubscription {
+  subscribe(
+    pattern: string,
+    handler: (message: { subject: string; data: Uint8Array; respond?(data: Uint8Array): void }) => void,
+    queue?: string,
+  ): RawSubscription {
     const subscription = this.connection.subscribe(pattern, {
       ...(queue === undefined ? {} : { queue }),
       callback: (error, message) => {
@@ -283,7 +287,8 @@ class NatsObjects implements ObjectStore {
 
   put(name: string, source: ObjectSource): Promise<ObjectInfo> {
     return this.run(async () => {
-      const info = 'bytes' in source ? await this.store.putBlob({ name }, source.bytes) : await this.store.put({ name }, ReadableStream.from(sourceChunks(source)));
+      const info =
+        'bytes' in source ? await this.store.putBlob({ name }, source.bytes) : await this.store.put({ name }, ReadableStream.from(sourceChunks(source)));
       return { name, size: info.size };
     });
   }

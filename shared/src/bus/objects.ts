@@ -45,7 +45,9 @@ export function isValidObjectName(name: string): boolean {
 export function checkedObjectStore(store: ObjectStore): ObjectStore {
   const named = (name: string): string => {
     if (!isValidObjectName(name)) {
-      throw new MurmurError('E-BUS-001', `'${String(name)}' cannot name an object in bucket '${store.bucket}': use letters, digits and '-_=./' (at most 255)`, { path: `${store.bucket}/${String(name)}` });
+      throw new MurmurError('E-BUS-001', `'${String(name)}' cannot name an object in bucket '${store.bucket}': use letters, digits and '-_=./' (at most 255)`, {
+        path: `${store.bucket}/${String(name)}`,
+      });
     }
     return name;
   };

@@ -49,7 +49,11 @@ export function defineEvent<T, TInput = T>(subject: string, schema: z.ZodType<T,
   };
 }
 
-export function defineCommand<Q, R, QInput = Q, RInput = R>(subject: string, request: z.ZodType<Q, QInput>, reply: z.ZodType<R, RInput>): CommandTopic<Q, R, QInput, RInput> {
+export function defineCommand<Q, R, QInput = Q, RInput = R>(
+  subject: string,
+  request: z.ZodType<Q, QInput>,
+  reply: z.ZodType<R, RInput>,
+): CommandTopic<Q, R, QInput, RInput> {
   checkPattern(subject);
   return {
     kind: 'command',

@@ -75,7 +75,9 @@ export const ArtifactManifestSchema = z
   })
   .superRefine((manifest, ctx) => {
     if (manifest.execution !== undefined && !(PACKAGING_TYPES as readonly string[]).includes(manifest.execution.trim().toLowerCase())) {
-      refine(ctx, ['execution'], `${MANIFEST_FILE}: field 'execution' has invalid type (expected one of: wasm, native, static, got ${manifest.execution})`, { whole: true });
+      refine(ctx, ['execution'], `${MANIFEST_FILE}: field 'execution' has invalid type (expected one of: wasm, native, static, got ${manifest.execution})`, {
+        whole: true,
+      });
     }
     if (manifest.runtime === 'hook') checkHookContract(manifest, ctx);
   })
@@ -91,7 +93,10 @@ export const ArtifactManifestSchema = z
   });
 export type ArtifactManifest = z.output<typeof ArtifactManifestSchema>;
 
-function checkHookContract(manifest: { binding?: string | undefined; execution_mode?: string | undefined; commit_policy?: string | undefined }, ctx: z.core.$RefinementCtx): void {
+function checkHookContract(
+  manifest: { binding?: string | undefined; execution_mode?: string | undefined; commit_policy?: string | undefined },
+  ctx: z.core.$RefinementCtx,
+): void {
   const binding = manifest.binding;
   const mode = manifest.execution_mode ?? 'blocking';
   const policy = manifest.commit_policy ?? 'none';
@@ -112,7 +117,11 @@ function checkHookContract(manifest: { binding?: string | undefined; execution_m
     const honored = HONORED_POLICY[binding as HookBinding] ?? 'none';
     if (honored !== policy) {
       const suffix = binding === 'on-inference' ? " (on-inference commits an 'artifact' output, which has no commit_policy spelling)" : '';
-      refine(ctx, ['commit_policy'], `commit_policy '${policy}' is not valid for binding '${binding}'; binding '${binding}' honors commit_policy '${honored}'${suffix}`);
+      refine(
+        ctx,
+        ['commit_policy'],
+        `commit_policy '${policy}' is not valid for binding '${binding}'; binding '${binding}' honors commit_policy '${honored}'${suffix}`,
+      );
     }
   }
 }

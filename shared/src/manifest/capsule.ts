@@ -82,7 +82,9 @@ const FilesystemCapabilitySchema = z
 
 const InterpreterRuntimeGrantSchema = z.object({
   binary: z.string(),
-  dirs: z.array(z.object({ path: z.string(), list_dir: z.boolean({ error: "must set list_dir explicitly to true or false — enumerability is never inferred" }) })),
+  dirs: z.array(
+    z.object({ path: z.string(), list_dir: z.boolean({ error: 'must set list_dir explicitly to true or false — enumerability is never inferred' }) }),
+  ),
 });
 
 const StagedRuntimeGrantSchema = z.object({
@@ -107,14 +109,22 @@ const ShellCapabilitySchema = z
       const base = ['interpreter_runtime', index];
       if (grant.binary.trim() === '') return refine(ctx, [...base, 'binary'], 'must name a binary');
       if (!allowed.has(grant.binary)) {
-        return refine(ctx, [...base, 'binary'], `'${grant.binary}' is not in capabilities.shell.allow — interpreter_runtime can only narrow filesystem access for an already-allowlisted binary, never grant exec`);
+        return refine(
+          ctx,
+          [...base, 'binary'],
+          `'${grant.binary}' is not in capabilities.shell.allow — interpreter_runtime can only narrow filesystem access for an already-allowlisted binary, never grant exec`,
+        );
       }
       interpreted.add(grant.binary);
       if (grant.dirs.length === 0) return refine(ctx, [...base, 'dirs'], 'must name at least one directory');
       grant.dirs.forEach((dir, dirIndex) => {
         if (dir.path.trim() === '') refine(ctx, [...base, 'dirs', dirIndex, 'path'], 'must name a host directory');
         else if (!dir.path.startsWith('/')) {
-          refine(ctx, [...base, 'dirs', dirIndex, 'path'], `'${dir.path}' must be an absolute host path (start with '/') — these are filesystem paths outside the workdir`);
+          refine(
+            ctx,
+            [...base, 'dirs', dirIndex, 'path'],
+            `'${dir.path}' must be an absolute host path (start with '/') — these are filesystem paths outside the workdir`,
+          );
         }
       });
       return undefined;
@@ -123,16 +133,29 @@ const ShellCapabilitySchema = z
       const base = ['staged_runtime', index];
       if (grant.binary.trim() === '') return refine(ctx, [...base, 'binary'], 'must name a binary');
       if (!allowed.has(grant.binary)) {
-        return refine(ctx, [...base, 'binary'], `'${grant.binary}' is not in capabilities.shell.allow — staged_runtime can only stage the runtime tree behind an already-allowlisted binary, never grant exec`);
+        return refine(
+          ctx,
+          [...base, 'binary'],
+          `'${grant.binary}' is not in capabilities.shell.allow — staged_runtime can only stage the runtime tree behind an already-allowlisted binary, never grant exec`,
+        );
       }
       if (interpreted.has(grant.binary)) {
-        return refine(ctx, [...base, 'binary'], `'${grant.binary}' also has a capabilities.shell.interpreter_runtime grant — the two are mutually exclusive per binary; remove the interpreter_runtime grant for '${grant.binary}'`);
+        return refine(
+          ctx,
+          [...base, 'binary'],
+          `'${grant.binary}' also has a capabilities.shell.interpreter_runtime grant — the two are mutually exclusive per binary; remove the interpreter_runtime grant for '${grant.binary}'`,
+        );
       }
       if (grant.source_path.trim() === '') return refine(ctx, [...base, 'source_path'], 'must name the host directory holding the pinned runtime tree');
       if (!grant.source_path.startsWith('/')) {
-        return refine(ctx, [...base, 'source_path'], `'${grant.source_path}' must be an absolute host path (start with '/') — staged-runtime sources are host filesystem paths outside the workdir`);
+        return refine(
+          ctx,
+          [...base, 'source_path'],
+          `'${grant.source_path}' must be an absolute host path (start with '/') — staged-runtime sources are host filesystem paths outside the workdir`,
+        );
       }
-      if (grant.pin === '') return refine(ctx, [...base, 'pin'], `'${grant.source_path}' must declare a non-empty pin identifying which build this tree is — it is never inferred`);
+      if (grant.pin === '')
+        return refine(ctx, [...base, 'pin'], `'${grant.source_path}' must declare a non-empty pin identifying which build this tree is — it is never inferred`);
       return undefined;
     });
   });
@@ -218,18 +241,30 @@ const ArtifactDeclarationSchema = z
     }
     if (artifact.source === undefined && artifact.version === undefined) return refine(ctx, ['version'], "missing required field 'version'");
     if (artifact.capabilities !== undefined && isSkill) {
-      return refine(ctx, ['capabilities'], `artifact '${artifact.name}' declares per-artifact 'capabilities:' but has 'runtime: skill'; per-artifact capabilities are only recognized on 'runtime: hook', 'runtime: tool', and 'runtime: driver' entries — use the capsule-wide top-level 'capabilities:' block instead`);
+      return refine(
+        ctx,
+        ['capabilities'],
+        `artifact '${artifact.name}' declares per-artifact 'capabilities:' but has 'runtime: skill'; per-artifact capabilities are only recognized on 'runtime: hook', 'runtime: tool', and 'runtime: driver' entries — use the capsule-wide top-level 'capabilities:' block instead`,
+      );
     }
     if (artifact.on_overflow !== undefined) {
       if (runtime !== 'hook') {
-        return refine(ctx, ['on_overflow'], `artifact '${artifact.name}' declares 'on_overflow:' but has 'runtime: ${runtime}'; the key governs an async hook's job queue and is only recognized on 'runtime: hook' entries`);
+        return refine(
+          ctx,
+          ['on_overflow'],
+          `artifact '${artifact.name}' declares 'on_overflow:' but has 'runtime: ${runtime}'; the key governs an async hook's job queue and is only recognized on 'runtime: hook' entries`,
+        );
       }
       if (artifact.on_overflow !== 'drop' && artifact.on_overflow !== 'block') {
         return refine(ctx, ['on_overflow'], `artifact '${artifact.name}' declares unknown on_overflow '${artifact.on_overflow}'; expected: drop, block`);
       }
     }
     if (artifact.gateway !== undefined && runtime !== 'driver') {
-      return refine(ctx, ['gateway'], `artifact '${artifact.name}' declares 'gateway:' but has 'runtime: ${runtime}'; a gateway is the inference endpoint of a 'runtime: driver' entry`);
+      return refine(
+        ctx,
+        ['gateway'],
+        `artifact '${artifact.name}' declares 'gateway:' but has 'runtime: ${runtime}'; a gateway is the inference endpoint of a 'runtime: driver' entry`,
+      );
     }
     if (artifact.gateway !== undefined) checkEndpoint(ctx, ['gateway', 'endpoint'], artifact.gateway.endpoint);
     return undefined;
@@ -273,7 +308,9 @@ function endpointProblem(endpoint: string): string | undefined {
   const scheme = url.protocol.slice(0, -1);
   if (scheme === 'https') return undefined;
   if (scheme === 'http') {
-    return isLoopbackHost(url.hostname) ? undefined : `'${endpoint}' uses plain http:// with non-loopback host '${url.hostname}' — use https:// for remote endpoints, or http://localhost or a loopback IP literal for local inference`;
+    return isLoopbackHost(url.hostname)
+      ? undefined
+      : `'${endpoint}' uses plain http:// with non-loopback host '${url.hostname}' — use https:// for remote endpoints, or http://localhost or a loopback IP literal for local inference`;
   }
   return `unsupported scheme '${scheme}' in '${endpoint}' — expected http or https`;
 }
@@ -438,7 +475,11 @@ export const CapsuleManifestSchema = z
     // AF_UNIX is a subprocess's grant (a WebAssembly guest has no sockets at all), so on a capsule
     // that starts no shell binary it could only ever mean something nobody reviewed.
     if (manifest.capabilities?.network?.unix_sockets === true && (manifest.capabilities.shell?.allow.length ?? 0) === 0) {
-      refine(ctx, ['capabilities', 'network', 'unix_sockets'], 'grants AF_UNIX sockets to subprocesses, but the capsule declares no capabilities.shell.allow, so nothing could use it; declare the shell binaries that need unix sockets, or remove the grant');
+      refine(
+        ctx,
+        ['capabilities', 'network', 'unix_sockets'],
+        'grants AF_UNIX sockets to subprocesses, but the capsule declares no capabilities.shell.allow, so nothing could use it; declare the shell binaries that need unix sockets, or remove the grant',
+      );
     }
     const inference = manifest.inference;
     if (inference === undefined) return;
@@ -454,7 +495,11 @@ export const CapsuleManifestSchema = z
       const declared = manifest.artifacts.find((artifact) => artifact.name === promptArtifact);
       if (declared === undefined) refine(ctx, ['inference', 'system_prompt_artifact'], `artifact '${promptArtifact}' is not declared in artifacts:`);
       else if (!declared.prompt_payload) {
-        refine(ctx, ['inference', 'system_prompt_artifact'], `artifact '${promptArtifact}' (runtime: ${declared.runtime}) does not declare 'prompt_payload: true', which system_prompt_artifact requires`);
+        refine(
+          ctx,
+          ['inference', 'system_prompt_artifact'],
+          `artifact '${promptArtifact}' (runtime: ${declared.runtime}) does not declare 'prompt_payload: true', which system_prompt_artifact requires`,
+        );
       }
     }
   });
@@ -513,12 +558,17 @@ export function parseCapsuleManifest(text: string, options: ParseCapsuleManifest
   const source = parseYamlSource(text, file);
   const raw = source.value;
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
-    throw new MurmurError('E-MAN-003', `${file}: field '<root>' has invalid type (expected mapping, got ${raw === null || raw === undefined ? 'null' : Array.isArray(raw) ? 'sequence' : typeof raw})`, { path: '<root>' });
+    throw new MurmurError(
+      'E-MAN-003',
+      `${file}: field '<root>' has invalid type (expected mapping, got ${raw === null || raw === undefined ? 'null' : Array.isArray(raw) ? 'sequence' : typeof raw})`,
+      { path: '<root>' },
+    );
   }
   const warnings: MurmurWarning[] = [];
   const known = new Set<string>(CAPSULE_MANIFEST_KEYS);
   for (const key of Object.keys(raw)) {
-    if (!known.has(key)) warnings.push({ code: 'W-SEC-019', message: `${file}: unrecognized key '${key}' (line ${source.lineOf([key]) ?? '?'}); it is ignored`, path: key });
+    if (!known.has(key))
+      warnings.push({ code: 'W-SEC-019', message: `${file}: unrecognized key '${key}' (line ${source.lineOf([key]) ?? '?'}); it is ignored`, path: key });
   }
   const result = CapsuleManifestSchema.safeParse(raw);
   if (!result.success) {
@@ -552,7 +602,8 @@ export function resolveManifestSecrets(manifest: CapsuleManifest, env: EnvLookup
   const resolve = (path: string, value: string | undefined): string | undefined => {
     if (value === undefined) return undefined;
     const resolved = resolveEnvReference(value, env);
-    if (!resolved.ok) throw new MurmurError('E-MAN-003', `${MANIFEST_FILE}: ${path} references \${${resolved.name}} but the environment variable is not set`, { path });
+    if (!resolved.ok)
+      throw new MurmurError('E-MAN-003', `${MANIFEST_FILE}: ${path} references \${${resolved.name}} but the environment variable is not set`, { path });
     return resolved.value;
   };
   const resolveEndpoint = (path: string, value: string | undefined): string | undefined => {

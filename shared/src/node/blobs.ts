@@ -148,7 +148,10 @@ export class BlobCache {
           received !== ref.size
             ? `${what}: object ${ref.sha256} in the bus's object store holds ${received > ref.size ? `more than ${ref.size}` : received} bytes, not the ${ref.size} it was published as; refused before use`
             : `${what}: object ${ref.sha256} in the bus's object store hashes to ${actual}; its bytes do not match its name, and were refused before use`,
-          { path: `${BLOB_BUCKET}/${ref.sha256}`, hint: 'the bad object was removed from the store: stage the capsule again (it republishes the right bytes), and find out who wrote that object' },
+          {
+            path: `${BLOB_BUCKET}/${ref.sha256}`,
+            hint: 'the bad object was removed from the store: stage the capsule again (it republishes the right bytes), and find out who wrote that object',
+          },
         );
       }
       await fs.chmod(temporary, 0o444);

@@ -92,11 +92,19 @@ async function deliverOverBus(bus: Bus, handle: SpawnerHandle, url: string, outc
   try {
     const reply = await bus.request(
       commands.sessionRpc.at(session),
-      { method: 'send', message_id: newMessageId(), context_id: handle.context_id, text: completionMessageText(outcome), delegation_id: outcome.delegation_id, completion_session: handle.session_id },
+      {
+        method: 'send',
+        message_id: newMessageId(),
+        context_id: handle.context_id,
+        text: completionMessageText(outcome),
+        delegation_id: outcome.delegation_id,
+        completion_session: handle.session_id,
+      },
       { timeoutMs: DELIVERY_TIMEOUT_MS },
     );
     if (reply.error) return { delivered: false, reason: reply.error.message };
-    if (reply.task?.state === 'rejected') return { delivered: false, reason: 'the parent rejected the completion: its queue is full or its session has stopped taking work' };
+    if (reply.task?.state === 'rejected')
+      return { delivered: false, reason: 'the parent rejected the completion: its queue is full or its session has stopped taking work' };
     if (!reply.task) return { delivered: false, reason: `the parent session ${session} answered without a task` };
     return { delivered: true };
   } catch (error) {
@@ -121,7 +129,15 @@ export async function deliverCompletion(handle: SpawnerHandle, outcome: Delegati
     jsonrpc: '2.0',
     id: newRequestId(),
     method: 'message/send',
-    params: { message: { kind: 'message', messageId: newMessageId(), contextId: handle.context_id, role: 'user', parts: [{ kind: 'text', text: completionMessageText(outcome) }] } },
+    params: {
+      message: {
+        kind: 'message',
+        messageId: newMessageId(),
+        contextId: handle.context_id,
+        role: 'user',
+        parts: [{ kind: 'text', text: completionMessageText(outcome) }],
+      },
+    },
   };
   let reply: { error?: { message?: string }; result?: { status?: { state?: string } } };
   try {
@@ -136,11 +152,13 @@ export async function deliverCompletion(handle: SpawnerHandle, outcome: Delegati
   } catch (error) {
     return { delivered: false, reason: transportReason(error) };
   }
-  if (reply === null || typeof reply !== 'object') return { delivered: false, reason: `the parent's door at ${url} answered something that is not a JSON-RPC response` };
+  if (reply === null || typeof reply !== 'object')
+    return { delivered: false, reason: `the parent's door at ${url} answered something that is not a JSON-RPC response` };
   if (reply.error) return { delivered: false, reason: reply.error.message ?? 'the parent refused the completion' };
   // A door that answers for no such session: the parent is gone, though the door outlived it.
   if (!reply.result && !reply.error) return { delivered: false, reason: `the parent's door at ${url} answered without a result` };
-  if (reply.result?.status?.state === 'rejected') return { delivered: false, reason: 'the parent rejected the completion: its queue is full or its session has stopped taking work' };
+  if (reply.result?.status?.state === 'rejected')
+    return { delivered: false, reason: 'the parent rejected the completion: its queue is full or its session has stopped taking work' };
   return { delivered: true };
 }
 
@@ -148,7 +166,13 @@ export async function deliverCompletion(handle: SpawnerHandle, outcome: Delegati
  * Records `outcome`, posts it when the handle names where, and records what the posting did.
  * `complain` is told, in a line for the session's stderr, when a completion could not be delivered.
  */
-export async function reportCompletion(handle: SpawnerHandle, outcome: DelegationOutcome, workdir: string, complain: (line: string) => void, options: DeliveryOptions = {}): Promise<DelegationOutcome> {
+export async function reportCompletion(
+  handle: SpawnerHandle,
+  outcome: DelegationOutcome,
+  workdir: string,
+  complain: (line: string) => void,
+  options: DeliveryOptions = {},
+): Promise<DelegationOutcome> {
   const recorded: DelegationOutcome = { ...outcome, ...(outcome.detail !== undefined ? { detail: boundDetail(outcome.detail) } : {}), delivered: false };
   delete recorded.delivery_error;
   const write = (value: DelegationOutcome): void => {
@@ -163,7 +187,9 @@ export async function reportCompletion(handle: SpawnerHandle, outcome: Delegatio
   const delivery = await deliverCompletion(handle, recorded, options);
   const settled: DelegationOutcome = delivery.delivered ? { ...recorded, delivered: true } : { ...recorded, delivered: false, delivery_error: delivery.reason };
   if (!delivery.delivered) {
-    complain(`[capsule-runtime] delegation ${recorded.delegation_id}: the completion could not be delivered to ${handle.url}: ${delivery.reason}; recorded in ${completionPath(workdir)}`);
+    complain(
+      `[capsule-runtime] delegation ${recorded.delegation_id}: the completion could not be delivered to ${handle.url}: ${delivery.reason}; recorded in ${completionPath(workdir)}`,
+    );
   }
   write(settled);
   return settled;
@@ -179,5 +205,7 @@ export function recordTerminated(outcome: DelegationOutcome, workdir: string): D
 
 /** Where a finished child left its answer: `out/result.txt` in its workdir, absolute; undefined when it wrote none. */
 export function childResultPath(workdir: string, sessionDir: string): string | undefined {
-  return [path.join(sessionDir, 'out', 'result.txt'), path.join(workdir, 'out', 'result.txt')].find((candidate) => statSync(candidate, { throwIfNoEntry: false })?.isFile() === true);
+  return [path.join(sessionDir, 'out', 'result.txt'), path.join(workdir, 'out', 'result.txt')].find(
+    (candidate) => statSync(candidate, { throwIfNoEntry: false })?.isFile() === true,
+  );
 }

@@ -52,7 +52,10 @@ export function portFromEnv(value: string | undefined, fallback: number, source 
   if (!trimmed) return fallback;
   const port = Number(trimmed);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new MurmurError('E-IO-003', `invalid ${source}: '${trimmed}' is not a port number (0-65535)`, { path: source, hint: 'give a whole number from 0 to 65535 (0 picks a free port)' });
+    throw new MurmurError('E-IO-003', `invalid ${source}: '${trimmed}' is not a port number (0-65535)`, {
+      path: source,
+      hint: 'give a whole number from 0 to 65535 (0 picks a free port)',
+    });
   }
   return port;
 }

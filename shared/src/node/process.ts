@@ -9,7 +9,10 @@ export function startTokenFromStat(stat: string): string | undefined {
   const close = stat.lastIndexOf(')');
   if (close === -1) return undefined;
   // Fields after the command name start at field 3 (state); field 22 is the 20th of them.
-  const fields = stat.slice(close + 1).trim().split(/\s+/);
+  const fields = stat
+    .slice(close + 1)
+    .trim()
+    .split(/\s+/);
   return fields[19];
 }
 

@@ -111,7 +111,8 @@ function manifestFacts(text: string): ManifestFacts {
   } catch {
     return { agent: false, promptFile: undefined, skillSources: [], artifacts: [] };
   }
-  const record = (candidate: unknown): Record<string, unknown> => (candidate !== null && typeof candidate === 'object' && !Array.isArray(candidate) ? (candidate as Record<string, unknown>) : {});
+  const record = (candidate: unknown): Record<string, unknown> =>
+    candidate !== null && typeof candidate === 'object' && !Array.isArray(candidate) ? (candidate as Record<string, unknown>) : {};
   const manifest = record(value);
   const inference = manifest.inference === undefined ? undefined : record(manifest.inference);
   const entries = Array.isArray(manifest.artifacts) ? manifest.artifacts.map(record) : [];
@@ -119,7 +120,9 @@ function manifestFacts(text: string): ManifestFacts {
     agent: inference !== undefined,
     promptFile: typeof inference?.system_prompt_file === 'string' ? inference.system_prompt_file : undefined,
     skillSources: entries.map((entry) => entry.source).filter((source): source is string => typeof source === 'string'),
-    artifacts: entries.filter((entry) => typeof entry.name === 'string' && entry.source === undefined).map((entry) => ({ name: entry.name as string, version: String(entry.version ?? '') })),
+    artifacts: entries
+      .filter((entry) => typeof entry.name === 'string' && entry.source === undefined)
+      .map((entry) => ({ name: entry.name as string, version: String(entry.version ?? '') })),
   };
 }
 
@@ -165,13 +168,18 @@ class Packer {
     const digest = await this.digests.digest(real);
     this.files.push({ path: name, sha256: digest.sha256, size: digest.size, executable: (stat.mode & 0o111) !== 0 });
     this.local.set(name, real);
-    if (this.files.length > MAX_PROJECT_FILES) throw new MurmurError('E-PRJ-001', `the capsule project in ${this.root} has more than ${MAX_PROJECT_FILES} files to stage`);
+    if (this.files.length > MAX_PROJECT_FILES)
+      throw new MurmurError('E-PRJ-001', `the capsule project in ${this.root} has more than ${MAX_PROJECT_FILES} files to stage`);
     const total = fileSetBytes(this.files);
     if (total > this.maxBytes) {
-      throw new MurmurError('E-PRJ-001', `the capsule project in ${this.root} is over the ${this.maxBytes}-byte staging limit (${total} bytes with '${name}')`, {
-        path: name,
-        hint: `raise ${MAX_PROJECT_BYTES_ENV} for the client and the stager, or keep large files out of what the manifest names`,
-      });
+      throw new MurmurError(
+        'E-PRJ-001',
+        `the capsule project in ${this.root} is over the ${this.maxBytes}-byte staging limit (${total} bytes with '${name}')`,
+        {
+          path: name,
+          hint: `raise ${MAX_PROJECT_BYTES_ENV} for the client and the stager, or keep large files out of what the manifest names`,
+        },
+      );
     }
     return true;
   }
@@ -197,10 +205,14 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
     manifestText = await fs.readFile(manifestPath, 'utf8');
   } catch (error) {
     const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
-    throw new MurmurError(missing ? 'E-IO-001' : 'E-IO-003', missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`, {
-      path: manifestPath,
-      hint: missing ? 'pass the directory that holds murmur.yaml, or --manifest <path>' : undefined,
-    });
+    throw new MurmurError(
+      missing ? 'E-IO-001' : 'E-IO-003',
+      missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`,
+      {
+        path: manifestPath,
+        hint: missing ? 'pass the directory that holds murmur.yaml, or --manifest <path>' : undefined,
+      },
+    );
   }
   const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv(), await digestCacheFor(options));
   await packer.add('murmur.yaml', 'the manifest');
@@ -209,7 +221,9 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
   const facts = manifestFacts(manifestText);
   if (!facts.agent) {
     // All root components: which one is the capsule's (or that the choice is ambiguous) is the stager's to say.
-    const roots = (await fs.readdir(root, { withFileTypes: true })).filter((entry) => entry.isFile() && entry.name.endsWith('.wasm')).map((entry) => entry.name);
+    const roots = (await fs.readdir(root, { withFileTypes: true }))
+      .filter((entry) => entry.isFile() && entry.name.endsWith('.wasm'))
+      .map((entry) => entry.name);
     for (const name of roots.includes('capsule.wasm') ? ['capsule.wasm'] : roots) await packer.add(name, 'the capsule component');
   }
   if (facts.promptFile !== undefined) await packer.add(facts.promptFile, 'inference.system_prompt_file');
@@ -227,7 +241,12 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
   for (const artifact of facts.artifacts) {
     for (const version of new Set([artifact.version, pins.get(artifact.name) ?? artifact.version])) {
       // Names and versions that cannot be store paths are the stager's to refuse; nothing is packed for them.
-      if (!/^[A-Za-z0-9][A-Za-z0-9._+-]*(\/[A-Za-z0-9][A-Za-z0-9._+-]*)?$/.test(artifact.name) || !/^[A-Za-z0-9][A-Za-z0-9._+-]*$/.test(version) || version.includes('..')) continue;
+      if (
+        !/^[A-Za-z0-9][A-Za-z0-9._+-]*(\/[A-Za-z0-9][A-Za-z0-9._+-]*)?$/.test(artifact.name) ||
+        !/^[A-Za-z0-9][A-Za-z0-9._+-]*$/.test(version) ||
+        version.includes('..')
+      )
+        continue;
       await packer.addTree(path.join('.murmur', 'artifacts', ...artifact.name.split('/'), version), 'the project store');
     }
   }
@@ -257,7 +276,12 @@ async function finish(packer: Packer, label: string): Promise<PackedProject> {
   const files = [...packer.files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const listing = ProjectListingSchema.parse({ format: 'murmur-project/1', label: label.slice(0, 200), files });
   const listingBytes = new TextEncoder().encode(JSON.stringify(listing));
-  return { listing, listingBytes, ref: { sha256: createHash('sha256').update(listingBytes).digest('hex'), size: listingBytes.byteLength }, local: packer.local };
+  return {
+    listing,
+    listingBytes,
+    ref: { sha256: createHash('sha256').update(listingBytes).digest('hex'), size: listingBytes.byteLength },
+    local: packer.local,
+  };
 }
 
 /**

@@ -133,7 +133,12 @@ export function processState(record: Pick<RunningRecord, 'pid' | 'process_start'
   } catch {
     stat = undefined;
   }
-  const zombie = stat !== undefined && stat.slice(stat.lastIndexOf(')') + 1).trim().split(/\s+/)[0] === 'Z';
+  const zombie =
+    stat !== undefined &&
+    stat
+      .slice(stat.lastIndexOf(')') + 1)
+      .trim()
+      .split(/\s+/)[0] === 'Z';
   return classifyProcess(record, !zombie, stat === undefined ? undefined : startTokenFromStat(stat));
 }
 
@@ -168,12 +173,18 @@ export async function probeSessionId(url: string, timeoutMs = PROBE_TIMEOUT_MS):
  * on the stack, where a door's published URL is the host's and not the watcher's, over the bus,
  * as any door would ask it.
  */
-export async function verifyRunningRecord(record: RunningRecord, state: ProcessState = processState(record), answersFor: (record: RunningRecord) => Promise<string> = (each) => probeSessionId(each.url)): Promise<Liveness> {
+export async function verifyRunningRecord(
+  record: RunningRecord,
+  state: ProcessState = processState(record),
+  answersFor: (record: RunningRecord) => Promise<string> = (each) => probeSessionId(each.url),
+): Promise<Liveness> {
   if (state.state === 'gone') return { liveness: 'gone', reason: state.reason };
   if (state.state === 'unverified') return { liveness: 'unreachable', reason: state.reason };
   try {
     const sessionId = await answersFor(record);
-    return sessionId === record.session_id ? { liveness: 'live' } : { liveness: 'unreachable', reason: `the capsule at ${record.url} answers for session ${sessionId}` };
+    return sessionId === record.session_id
+      ? { liveness: 'live' }
+      : { liveness: 'unreachable', reason: `the capsule at ${record.url} answers for session ${sessionId}` };
   } catch (error) {
     return { liveness: 'unreachable', reason: (error as Error).message };
   }

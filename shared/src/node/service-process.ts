@@ -73,7 +73,12 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   try {
     listener = await listenHttp(app, { host, port });
   } catch (error) {
-    refuse(new MurmurError('E-IO-003', `${options.service} cannot listen on ${host}:${port}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, { hint: `choose another port with MURMUR_${upper}_PORT (0 picks a free one)` }), { host, port });
+    refuse(
+      new MurmurError('E-IO-003', `${options.service} cannot listen on ${host}:${port}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
+        hint: `choose another port with MURMUR_${upper}_PORT (0 picks a free one)`,
+      }),
+      { host, port },
+    );
     await started.close();
     await bus.close();
     return;
@@ -98,5 +103,8 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   // Handlers first, then the ready line: whoever reads the line may signal at once.
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
-  log.info({ bus: bus.description, host, port: listener.port, url: listener.url, instance_id: instanceId }, `${options.service} ready on ${listener.url}, bus ${bus.description}`);
+  log.info(
+    { bus: bus.description, host, port: listener.port, url: listener.url, instance_id: instanceId },
+    `${options.service} ready on ${listener.url}, bus ${bus.description}`,
+  );
 }

@@ -36,7 +36,13 @@ export async function requestStaging(bus: Bus, request: StageRequest, options: S
   const arm = (): void => {
     if (watchdog) clearTimeout(watchdog);
     watchdog = setTimeout(
-      () => silent?.(new MurmurError('E-BUS-003', `the stager stopped answering while staging ${what}: no word from it for ${idleMs / 1000}s`, { hint: 'the stager may have been stopped or lost; stage again', path: commands.stage.subject })),
+      () =>
+        silent?.(
+          new MurmurError('E-BUS-003', `the stager stopped answering while staging ${what}: no word from it for ${idleMs / 1000}s`, {
+            hint: 'the stager may have been stopped or lost; stage again',
+            path: commands.stage.subject,
+          }),
+        ),
       idleMs,
     );
   };

@@ -112,11 +112,21 @@ export class AgentSession {
     const before = { ...this.host.totals };
     const started = Date.now();
     if (source === 'a2a') {
-      trace.write('a2a_task_received', { task_id: task.id, context_id: task.contextId, message_id: task.messageId, traceparent_from_caller: task.traceparent ?? null });
+      trace.write('a2a_task_received', {
+        task_id: task.id,
+        context_id: task.contextId,
+        message_id: task.messageId,
+        traceparent_from_caller: task.traceparent ?? null,
+      });
     }
     trace.write('task_start', { task_id: task.id, context_id: task.contextId, source, message_parts_bytes: Buffer.byteLength(task.text) });
     this.registry.begin(task);
-    this.host.enterTask(task, this.registry, this.agent.lifecycle.input_timeout_secs === undefined ? undefined : this.agent.lifecycle.input_timeout_secs * 1000, source === 'a2a');
+    this.host.enterTask(
+      task,
+      this.registry,
+      this.agent.lifecycle.input_timeout_secs === undefined ? undefined : this.agent.lifecycle.input_timeout_secs * 1000,
+      source === 'a2a',
+    );
     let outcome: LoopOutcome;
     try {
       outcome = await runAgentLoop({ host: this.host, start: this.start, agent: this.agent, task, registry: this.registry });
@@ -132,7 +142,10 @@ export class AgentSession {
     // A threaded conversation keeps each task's answer apart (upstream's rule): out/result.txt is
     // overwritten by the next task of the session.
     if (source === 'a2a' && this.agent.lifecycle.conversation === 'threaded') {
-      writeFileAtomic(path.join(this.start.session_dir, 'out', `result_${task.id}.txt`), outcome.status === 'ok' ? outcome.response : `error: ${outcome.message}`);
+      writeFileAtomic(
+        path.join(this.start.session_dir, 'out', `result_${task.id}.txt`),
+        outcome.status === 'ok' ? outcome.response : `error: ${outcome.message}`,
+      );
     }
     const totals = this.host.totals;
     trace.write('task_end', {

@@ -72,7 +72,9 @@ interface TaskContext {
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Beside this file: the bundled worker next to the bundled host, or the module next to the module. */
-const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.mjs')) ? path.join(here, 'guest-worker.mjs') : path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
+const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.mjs'))
+  ? path.join(here, 'guest-worker.mjs')
+  : path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
 const decoder = new TextDecoder();
 
 type Fallible<T> = { ok: true; value: T } | { ok: false; error: string };
@@ -126,7 +128,9 @@ export class CapsuleHost {
       ...(sandbox
         ? {
             confine: { helper: sandbox.helper, cgroupFds: sandbox.tool_cgroup_fds },
-            ...(sandbox.tool_cgroup_fds.length > 0 ? { counters: () => this.channel.request({ op: 'tool-counters' }) as Promise<{ oom_kills: number; pids_refusals: number }> } : {}),
+            ...(sandbox.tool_cgroup_fds.length > 0
+              ? { counters: () => this.channel.request({ op: 'tool-counters' }) as Promise<{ oom_kills: number; pids_refusals: number }> }
+              : {}),
           }
         : {}),
       breached: () => this.breach?.message,
@@ -158,9 +162,17 @@ export class CapsuleHost {
       this.stopSession = (reason) => session.stop(reason);
       return session.run();
     }
-    this.trace.write('session_start', this.sessionStartFields({ model: null, maxTurns: null, toolsDeclared: [...this.allowlist], promptSource: 'none', promptSha256: null }));
+    this.trace.write(
+      'session_start',
+      this.sessionStartFields({ model: null, maxTurns: null, toolsDeclared: [...this.allowlist], promptSource: 'none', promptSha256: null }),
+    );
     const component = this.start.component;
-    if (!component) return { status: 'failed', exitCode: 1, error: { code: 'E-RUN-004', message: `${this.start.capsule_name}@${this.start.capsule_version} has no component and no inference: nothing to run` } };
+    if (!component)
+      return {
+        status: 'failed',
+        exitCode: 1,
+        error: { code: 'E-RUN-004', message: `${this.start.capsule_name}@${this.start.capsule_version} has no component and no inference: nothing to run` },
+      };
     const outcome = await this.runGuest({
       role: 'capsule',
       label: `${this.start.capsule_name}@${this.start.capsule_version}`,
@@ -184,14 +196,24 @@ export class CapsuleHost {
   }
 
   /** `session_start`'s fields: who runs, with which grants, under which prompt. */
-  sessionStartFields(run: { model: string | null; maxTurns: number | null; toolsDeclared: string[]; promptSource: 'manifest' | 'cli' | 'none'; promptSha256: string | null }): Record<string, unknown> {
+  sessionStartFields(run: {
+    model: string | null;
+    maxTurns: number | null;
+    toolsDeclared: string[];
+    promptSource: 'manifest' | 'cli' | 'none';
+    promptSha256: string | null;
+  }): Record<string, unknown> {
     const policy = this.start.policy;
     return {
       capsule_name: this.start.capsule_name,
       capsule_version: this.start.capsule_version,
       model: run.model,
       max_turns: run.maxTurns,
-      capabilities: [...(policy.network_allow.length > 0 ? ['network'] : []), ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []), ...(policy.shell_allow.length > 0 ? ['shell'] : [])],
+      capabilities: [
+        ...(policy.network_allow.length > 0 ? ['network'] : []),
+        ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []),
+        ...(policy.shell_allow.length > 0 ? ['shell'] : []),
+      ],
       tools_declared: run.toolsDeclared,
       containment_declared: policy.containment,
       containment_achieved: this.start.effective_grants.achieved_containment ?? null,
@@ -241,7 +263,11 @@ export class CapsuleHost {
   }
 
   /** One call of the driver component with the turn's wire request. */
-  async callDriver(driver: { name: string; component: NonNullable<StartMessage['component']>; preopen: string }, env: Array<[string, string]>, data: string): Promise<DriverCall> {
+  async callDriver(
+    driver: { name: string; component: NonNullable<StartMessage['component']>; preopen: string },
+    env: Array<[string, string]>,
+    data: string,
+  ): Promise<DriverCall> {
     if (this.taskContext) this.taskContext.streamedText = false;
     const outcome = await this.runGuest({
       role: 'tool',
@@ -322,13 +348,17 @@ export class CapsuleHost {
    * counts while the guest works, not while a person is asked for input: that wait has its own
    * limit (`lifecycle.input_timeout_secs`).
    */
-  private async runGuest(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes' | 'modules'> & { coreModules: string[] }): Promise<GuestOutcome | { kind: 'deadline' }> {
+  private async runGuest(
+    job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes' | 'modules'> & { coreModules: string[] },
+  ): Promise<GuestOutcome | { kind: 'deadline' }> {
     let modules: Record<string, WebAssembly.Module>;
     try {
       modules = await this.compiled(job.bundleDir, job.coreModules);
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
-      return error instanceof MemoryLimitError ? { kind: 'too-small', message } : { kind: 'link-error', message: `the component's core module does not compile: ${message}` };
+      return error instanceof MemoryLimitError
+        ? { kind: 'too-small', message }
+        : { kind: 'link-error', message: `the component's core module does not compile: ${message}` };
     }
     const { coreModules: _files, ...rest } = job;
     return this.runWorker({ ...rest, modules });
@@ -451,7 +481,11 @@ export class CapsuleHost {
       case 'manage-pull':
         return this.pull(payload as { name: string; version: string });
       case 'manage-diagnostics':
-        return ok({ capsuleId: this.start.session_id, installed: this.listArtifacts(), capabilities: 'artifact-manager/search and remove are not implemented' });
+        return ok({
+          capsuleId: this.start.session_id,
+          installed: this.listArtifacts(),
+          capabilities: 'artifact-manager/search and remove are not implemented',
+        });
       case 'manage-search':
         return refused(`not implemented (query: ${(payload as { query: string }).query})`);
       case 'manage-remove':
@@ -512,16 +546,25 @@ export class CapsuleHost {
     let request: { capsule: string; version: string; task: string };
     try {
       const parsed = JSON.parse(input.data) as Record<string, unknown>;
-      if (typeof parsed.capsule !== 'string' || typeof parsed.version !== 'string' || typeof parsed.task !== 'string') throw new Error('expected {"capsule", "version", "task"} strings');
+      if (typeof parsed.capsule !== 'string' || typeof parsed.version !== 'string' || typeof parsed.task !== 'string')
+        throw new Error('expected {"capsule", "version", "task"} strings');
       request = { capsule: parsed.capsule, version: parsed.version, task: parsed.task };
     } catch (error) {
       return fail(`delegate-task input is not valid: ${(error as Error).message}`);
     }
     const context = this.taskContext;
     if (!context) return fail('delegate-task is available only inside a task');
-    const launched = (await this.channel.request({ op: 'delegate', request: { ...request, context_id: context.task.contextId } })) as { ok: true; value: { delegation_id: string; session_id: string } } | { ok: false; error: string };
+    const launched = (await this.channel.request({ op: 'delegate', request: { ...request, context_id: context.task.contextId } })) as
+      | { ok: true; value: { delegation_id: string; session_id: string } }
+      | { ok: false; error: string };
     if (!launched.ok) return fail(launched.error);
-    this.trace.write('delegation_started', { turn: this.turn, task_id: context.task.id, delegation_id: launched.value.delegation_id, capsule: `${request.capsule}@${request.version}`, child_session_id: launched.value.session_id });
+    this.trace.write('delegation_started', {
+      turn: this.turn,
+      task_id: context.task.id,
+      delegation_id: launched.value.delegation_id,
+      capsule: `${request.capsule}@${request.version}`,
+      child_session_id: launched.value.session_id,
+    });
     let text: string;
     try {
       text = await context.registry.awaitDelegation(context.task, launched.value.delegation_id);
@@ -529,7 +572,14 @@ export class CapsuleHost {
       return fail(`delegation ${launched.value.delegation_id} ended without a completion: ${(error as Error).message}`);
     }
     this.trace.write('delegation_completed', { turn: this.turn, task_id: context.task.id, delegation_id: launched.value.delegation_id, origin: 'completion' });
-    const result: Fallible<ToolResultShape> = ok({ status: 'passed', summary: `delegation ${launched.value.delegation_id} completed`, data: text, dataPath: undefined, truncated: false, metadata: [] });
+    const result: Fallible<ToolResultShape> = ok({
+      status: 'passed',
+      summary: `delegation ${launched.value.delegation_id} completed`,
+      data: text,
+      dataPath: undefined,
+      truncated: false,
+      metadata: [],
+    });
     this.recordToolCall(DELEGATE_TOOL.name, input, result, Date.now() - started, 'tool');
     return { text, isError: false, kind: 'tool' };
   }
@@ -547,7 +597,14 @@ export class CapsuleHost {
     } else if (tool?.kind === 'skill' && tool.path) {
       kind = 'skill';
       try {
-        result = ok({ status: 'passed', summary: `Skill ${name} guidance`, data: readFileSync(tool.path, 'utf8'), dataPath: undefined, truncated: false, metadata: [] });
+        result = ok({
+          status: 'passed',
+          summary: `Skill ${name} guidance`,
+          data: readFileSync(tool.path, 'utf8'),
+          dataPath: undefined,
+          truncated: false,
+          metadata: [],
+        });
       } catch (error) {
         result = refused(`failed to read skill '${name}': ${(error as Error).message}`);
       }
@@ -621,7 +678,14 @@ export class CapsuleHost {
       if (typeof parsed.command !== 'string' || parsed.command.trim() === '') throw new Error('missing command');
       command = parsed.command.trim();
     } catch {
-      return ok({ status: 'error', summary: 'shell command parsing failed', data: "shell tool input must be JSON with a non-empty 'command' string", dataPath: undefined, truncated: false, metadata: [] });
+      return ok({
+        status: 'error',
+        summary: 'shell command parsing failed',
+        data: "shell tool input must be JSON with a non-empty 'command' string",
+        dataPath: undefined,
+        truncated: false,
+        metadata: [],
+      });
     }
     const shell = await this.shell(binary, shellArguments(binary, command), []);
     if (!shell.ok) return ok({ status: 'error', summary: 'shell execution failed', data: shell.error, dataPath: undefined, truncated: false, metadata: [] });
@@ -632,10 +696,21 @@ export class CapsuleHost {
       data += value.fullOutputPath ? `\n\nOutput truncated. Full output written to ${value.fullOutputPath}` : '\n\nOutput truncated.';
       if (value.fullOutputPath) metadata.push(['full_output_path', value.fullOutputPath]);
     }
-    return ok({ status: 'passed', summary: `Shell command exited with code ${value.exitCode}`, data, dataPath: undefined, truncated: value.truncated, metadata });
+    return ok({
+      status: 'passed',
+      summary: `Shell command exited with code ${value.exitCode}`,
+      data,
+      dataPath: undefined,
+      truncated: value.truncated,
+      metadata,
+    });
   }
 
-  private async shell(binary: string, args: string[], env: Array<[string, string]>): Promise<Fallible<{ exitCode: number; stdout: string; stderr: string; truncated: boolean; fullOutputPath: string | undefined }>> {
+  private async shell(
+    binary: string,
+    args: string[],
+    env: Array<[string, string]>,
+  ): Promise<Fallible<{ exitCode: number; stdout: string; stderr: string; truncated: boolean; fullOutputPath: string | undefined }>> {
     try {
       const result = await runShell(this.subprocessContext(), binary, args, env);
       this.totals.shellCalls += 1;
@@ -649,19 +724,34 @@ export class CapsuleHost {
         duration_ms: Math.round(result.durationMs),
         ...(result.resourceLimit ? { resource_limit: result.resourceLimit } : {}),
       });
-      return ok({ exitCode: result.exitCode, stdout: result.stdout, stderr: result.stderr, truncated: result.truncated, fullOutputPath: result.fullOutputPath });
+      return ok({
+        exitCode: result.exitCode,
+        stdout: result.stdout,
+        stderr: result.stderr,
+        truncated: result.truncated,
+        fullOutputPath: result.fullOutputPath,
+      });
     } catch (error) {
       return refused(error instanceof Error ? error.message : String(error));
     }
   }
 
-  private async send(peerUrl: string, message: { messageId: string; contextId?: string; text: string }): Promise<Fallible<{ taskId: string; contextId: string; state: string }>> {
+  private async send(
+    peerUrl: string,
+    message: { messageId: string; contextId?: string; text: string },
+  ): Promise<Fallible<{ taskId: string; contextId: string; state: string }>> {
     const result = (await this.channel.request({
       op: 'send',
       request: { peer_url: peerUrl, message_id: message.messageId, ...(message.contextId ? { context_id: message.contextId } : {}), text: message.text },
     })) as Fallible<{ task_id: string; context_id: string; state: string }>;
     if (!result.ok) return result;
-    this.trace.write('a2a_send', { peer_url: peerUrl, message_id: message.messageId, task_id: result.value.task_id, context_id: result.value.context_id, traceparent: null });
+    this.trace.write('a2a_send', {
+      peer_url: peerUrl,
+      message_id: message.messageId,
+      task_id: result.value.task_id,
+      context_id: result.value.context_id,
+      traceparent: null,
+    });
     return ok({ taskId: result.value.task_id, contextId: result.value.context_id, state: result.value.state });
   }
 

@@ -93,7 +93,9 @@ export function readDriverReply(result: ToolResultLike): DriverReply {
     return { kind: 'error', message: 'failed to parse driver response: not a JSON object', decision: null };
   }
   const { stop_reason: stopReason, content, error, usage } = reply as { stop_reason?: unknown; content?: unknown; error?: unknown; usage?: unknown };
-  const blocks = Array.isArray(content) ? content.filter((block): block is ContentBlock => block !== null && typeof block === 'object' && typeof (block as ContentBlock).type === 'string') : [];
+  const blocks = Array.isArray(content)
+    ? content.filter((block): block is ContentBlock => block !== null && typeof block === 'object' && typeof (block as ContentBlock).type === 'string')
+    : [];
   const tokenUsage = usage !== null && typeof usage === 'object' ? (usage as TokenUsage) : undefined;
   const withUsage = tokenUsage ? { usage: tokenUsage } : {};
   switch (stopReason) {

@@ -19,7 +19,14 @@ export class EventFeed {
     return this.nextId;
   }
 
-  emit(event: { type: SessionEvent['type']; taskId: string | null; contextId: string | null; data: Record<string, unknown>; state?: TaskState; final?: boolean }): SessionEvent {
+  emit(event: {
+    type: SessionEvent['type'];
+    taskId: string | null;
+    contextId: string | null;
+    data: Record<string, unknown>;
+    state?: TaskState;
+    final?: boolean;
+  }): SessionEvent {
     const numbered: SessionEvent = {
       id: this.nextId++,
       type: event.type,

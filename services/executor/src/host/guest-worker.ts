@@ -64,7 +64,11 @@ function nearCap(memories: WebAssembly.Memory[], limit: number): boolean {
 type InstantiateCore = (module: WebAssembly.Module, coreImports?: WebAssembly.Imports) => Promise<WebAssembly.Instance>;
 
 interface TranspiledBundle {
-  instantiate(getCoreModule: (file: string) => Promise<WebAssembly.Module>, imports: Record<string, unknown>, instantiateCore: InstantiateCore): Promise<Record<string, Record<string, (...args: unknown[]) => unknown>>>;
+  instantiate(
+    getCoreModule: (file: string) => Promise<WebAssembly.Module>,
+    imports: Record<string, unknown>,
+    instantiateCore: InstantiateCore,
+  ): Promise<Record<string, Record<string, (...args: unknown[]) => unknown>>>;
 }
 
 /** A worker kept for the next call of its component loads the component's glue once. */
@@ -81,15 +85,18 @@ function loadBundle(file: string): Promise<TranspiledBundle> {
 
 async function run(job: GuestJob): Promise<GuestOutcome> {
   const bridge = new BridgeClient(job.bridgePort, job.signal);
-  const imports = await buildImports({
-    preopen: job.preopen,
-    env: job.env,
-    grant: job.grant,
-    bridge,
-    capsuleImports: job.role === 'capsule',
-    stdout: (bytes) => post({ type: 'output', stream: 'stdout', bytes }),
-    stderr: (bytes) => post({ type: 'output', stream: 'stderr', bytes }),
-  }, job.imports);
+  const imports = await buildImports(
+    {
+      preopen: job.preopen,
+      env: job.env,
+      grant: job.grant,
+      bridge,
+      capsuleImports: job.role === 'capsule',
+      stdout: (bytes) => post({ type: 'output', stream: 'stdout', bytes }),
+      stderr: (bytes) => post({ type: 'output', stream: 'stderr', bytes }),
+    },
+    job.imports,
+  );
   // Whatever the component imports that this runtime does not offer (wasi:sockets, a murmur
   // interface a tool may not use) is a link failure, named, before any of it runs.
   const missing = job.imports.find((name) => !(name in imports));
@@ -134,7 +141,8 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
 function start(job: GuestJob): void {
   run(job).then(
     (outcome) => post({ type: 'done', outcome }),
-    (error: unknown) => post({ type: 'done', outcome: { kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false } }),
+    (error: unknown) =>
+      post({ type: 'done', outcome: { kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false } }),
   );
 }
 

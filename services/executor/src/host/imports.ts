@@ -107,7 +107,9 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
   if (random) imports['wasi:random/random'] = random.random;
   if (filesystemModule) {
     // The shim's typings describe its browser build; this is the Node build, which takes host paths.
-    const filesystem = (filesystemModule.createFilesystem as unknown as (config: { preopens: Record<string, string> }) => { types: unknown; preopens: unknown })({ preopens: { '.': grants.preopen } });
+    const filesystem = (
+      filesystemModule.createFilesystem as unknown as (config: { preopens: Record<string, string> }) => { types: unknown; preopens: unknown }
+    )({ preopens: { '.': grants.preopen } });
     allowMutateDirectory(filesystem.types as unknown as { Descriptor: { prototype: Record<string, unknown> } });
     imports['wasi:filesystem/types'] = filesystem.types;
     imports['wasi:filesystem/preopens'] = filesystem.preopens;
@@ -128,7 +130,10 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
 
 /** An outgoing request, relayed to the executor through the bridge: its answer, or the refusal. */
 function relay(grants: GuestGrants, request: RelayedRequest): RelayedOutcome {
-  const result = grants.bridge.call<{ outcome: 'response'; response: { status: number; headers: Array<[string, string]>; body_base64: string } } | { outcome: 'denied'; code: string; reason: string }>('http', {
+  const result = grants.bridge.call<
+    | { outcome: 'response'; response: { status: number; headers: Array<[string, string]>; body_base64: string } }
+    | { outcome: 'denied'; code: string; reason: string }
+  >('http', {
     method: request.method,
     url: request.url,
     headers: request.headers,

@@ -11,7 +11,9 @@ import { handOverSandboxSockets } from './sandbox-sockets.js';
  * the guest may see arrives in `start`, already decided by the executor.
  */
 
-const timing = process.env.MURMUR_TIMING ? (label: string): void => void process.stderr.write(`[host timing] ${label} ${performance.now().toFixed(0)}ms\n`) : (): void => {};
+const timing = process.env.MURMUR_TIMING
+  ? (label: string): void => void process.stderr.write(`[host timing] ${label} ${performance.now().toFixed(0)}ms\n`)
+  : (): void => {};
 timing('host loaded');
 
 if (!process.send) {
@@ -110,7 +112,15 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
     try {
       await handOverSandboxSockets(message.sandbox);
     } catch (error) {
-      send({ type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-014', message: `the sealed sandbox's network could not be handed to the executor: ${error instanceof Error ? error.message : String(error)}` } });
+      send({
+        type: 'result',
+        status: 'failed',
+        exit_code: 1,
+        error: {
+          code: 'E-RUN-014',
+          message: `the sealed sandbox's network could not be handed to the executor: ${error instanceof Error ? error.message : String(error)}`,
+        },
+      });
       process.disconnect?.();
       return;
     }
@@ -123,10 +133,17 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
       timing('guest finished');
       // Exit as soon as the result is written: nothing is left to do, and a lingering helper
       // thread would only delay the session's end.
-      process.send?.({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, () => process.exit(0));
+      process.send?.({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, () =>
+        process.exit(0),
+      );
     },
     (error: unknown) => {
-      send({ type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-001', message: `the capsule host failed: ${error instanceof Error ? error.message : String(error)}` } });
+      send({
+        type: 'result',
+        status: 'failed',
+        exit_code: 1,
+        error: { code: 'E-RUN-001', message: `the capsule host failed: ${error instanceof Error ? error.message : String(error)}` },
+      });
       process.disconnect?.();
     },
   );

@@ -79,7 +79,9 @@ export function capModuleMemory(module: Uint8Array, maxBytes: number): CappedMod
     const payloadStart = size.next;
     const end = payloadStart + size.value;
     if (end > module.length) {
-      throw new Error(`malformed WebAssembly module: section ${id} at byte ${start} claims ${size.value} bytes, past the end of the module (${module.length} bytes)`);
+      throw new Error(
+        `malformed WebAssembly module: section ${id} at byte ${start} claims ${size.value} bytes, past the end of the module (${module.length} bytes)`,
+      );
     }
     if (id === MEMORY_SECTION_ID) {
       if (memorySection) throw new Error(`malformed WebAssembly module: a second memory section at byte ${start}`);
@@ -115,16 +117,13 @@ function checkHeader(module: Uint8Array): void {
   throw new Error(`unsupported WebAssembly binary version ${[v0, v1, v2, v3].map(hexByte).join(' ')} (expected core module version 01 00 00 00)`);
 }
 
-function capMemorySection(
-  module: Uint8Array,
-  payloadStart: number,
-  end: number,
-  capPages: number,
-): { payload: Uint8Array; memories: MemoryCap[] } {
+function capMemorySection(module: Uint8Array, payloadStart: number, end: number, capPages: number): { payload: Uint8Array; memories: MemoryCap[] } {
   const where = (what: string, at: number): string => `${what} in the memory section at byte ${at}`;
   const count = readU32(module, payloadStart, where('memory count', payloadStart), end);
   if (count.value > (end - count.next) / 2) {
-    throw new Error(`malformed WebAssembly module: the memory section declares ${count.value} memories but has room for at most ${Math.floor((end - count.next) / 2)}`);
+    throw new Error(
+      `malformed WebAssembly module: the memory section declares ${count.value} memories but has room for at most ${Math.floor((end - count.next) / 2)}`,
+    );
   }
   // Each rewritten memtype is at most flags + two 5-byte LEB128s.
   const out = new Uint8Array(5 + count.value * 11);

@@ -1,5 +1,14 @@
 import * as z from 'zod';
-import { CapabilityPolicySchema, CapsuleCardSchema, LifecycleSchema, MurmurErrorJsonSchema, SessionCallSchema, SessionEventSchema, SessionReplySchema, TranspiledComponentSchema } from '@murmur/shared';
+import {
+  CapabilityPolicySchema,
+  CapsuleCardSchema,
+  LifecycleSchema,
+  MurmurErrorJsonSchema,
+  SessionCallSchema,
+  SessionEventSchema,
+  SessionReplySchema,
+  TranspiledComponentSchema,
+} from '@murmur/shared';
 
 /**
  * The executor ↔ capsule host channel: Node's IPC on an inherited file descriptor, the host's
@@ -122,7 +131,13 @@ export const RpcMessageSchema = z.object({ type: z.literal('rpc'), id: z.number(
 export const CeilingMessageSchema = z.object({ type: z.literal('ceiling'), limit: z.string(), code: z.string(), message: z.string(), hint: z.string() });
 export type CeilingMessage = z.infer<typeof CeilingMessageSchema>;
 
-export const ExecutorToHostSchema = z.discriminatedUnion('type', [StartMessageSchema, HostReplySchema, StopMessageSchema, RpcMessageSchema, CeilingMessageSchema]);
+export const ExecutorToHostSchema = z.discriminatedUnion('type', [
+  StartMessageSchema,
+  HostReplySchema,
+  StopMessageSchema,
+  RpcMessageSchema,
+  CeilingMessageSchema,
+]);
 export type ExecutorToHost = z.infer<typeof ExecutorToHostSchema>;
 
 export const HttpRequestSchema = z.object({

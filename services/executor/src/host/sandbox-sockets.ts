@@ -13,7 +13,9 @@ import type { SandboxNetworkStart } from './protocol.js';
 export async function handOverSandboxSockets(sandbox: SandboxNetworkStart): Promise<void> {
   const send = (message: { type: 'listener'; fd: number; protocol: 'tcp' | 'udp' }, handle: unknown): Promise<void> =>
     new Promise((resolve, reject) => {
-      (process.send as (message: unknown, handle: unknown, callback: (error: Error | null) => void) => boolean)(message, handle, (error) => (error ? reject(error) : resolve()));
+      (process.send as (message: unknown, handle: unknown, callback: (error: Error | null) => void) => boolean)(message, handle, (error) =>
+        error ? reject(error) : resolve(),
+      );
     });
   const udp = createSocket('udp4');
   await new Promise<void>((resolve, reject) => {

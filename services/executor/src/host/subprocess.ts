@@ -113,7 +113,13 @@ function collect(child: ReturnType<typeof spawn>, input: string | undefined, dea
     });
     child.once('close', (code, signal) => {
       clearTimeout(timer);
-      resolve({ code: code ?? (signal ? 128 + (os.constants.signals[signal] ?? 0) : 1), signal, stdout: Buffer.concat(stdout), stderr: Buffer.concat(stderr), timedOut });
+      resolve({
+        code: code ?? (signal ? 128 + (os.constants.signals[signal] ?? 0) : 1),
+        signal,
+        stdout: Buffer.concat(stdout),
+        stderr: Buffer.concat(stderr),
+        timedOut,
+      });
     });
     if (input !== undefined) child.stdin?.end(input);
   });
@@ -123,7 +129,13 @@ function collect(child: ReturnType<typeof spawn>, input: string | undefined, dea
  * Starts `binaryPath` as a subprocess of the capsule: through the helper when sealed (its cgroup,
  * its descriptors, its rlimits), else directly. The ceiling it crossed, if any, comes back with it.
  */
-async function startSubprocess(context: SubprocessContext, binaryPath: string, args: string[], env: Record<string, string>, input: string | undefined): Promise<Collected & { resourceLimit: ResourceLimit | undefined }> {
+async function startSubprocess(
+  context: SubprocessContext,
+  binaryPath: string,
+  args: string[],
+  env: Record<string, string>,
+  input: string | undefined,
+): Promise<Collected & { resourceLimit: ResourceLimit | undefined }> {
   const breach = context.breached?.();
   if (breach) throw new Error(breach);
   const before = context.counters ? await context.counters() : undefined;
@@ -245,17 +257,50 @@ export interface ToolResultShape {
  * A native tool: JSON `{data, log_path}` on stdin, a tool result as JSON on stdout. Output that is
  * not JSON is passed through as data, as upstream does.
  */
-export async function runNativeTool(context: SubprocessContext, name: string, binaryPath: string, input: { data?: string | undefined; logPath?: string | undefined }): Promise<ToolResultShape> {
+export async function runNativeTool(
+  context: SubprocessContext,
+  name: string,
+  binaryPath: string,
+  input: { data?: string | undefined; logPath?: string | undefined },
+): Promise<ToolResultShape> {
   const env = environmentFor(context, []);
-  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, [], env, JSON.stringify({ data: input.data ?? null, log_path: input.logPath ?? null }));
+  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(
+    context,
+    binaryPath,
+    [],
+    env,
+    JSON.stringify({ data: input.data ?? null, log_path: input.logPath ?? null }),
+  );
   if (resourceLimit) {
-    return { status: 'error', summary: `native tool '${name}' was killed for exceeding capabilities.resources.${resourceLimit}`, data: stderr.toString('utf8') || `exit code ${code}`, dataPath: undefined, truncated: false, metadata: [['resource_limit', resourceLimit]] };
+    return {
+      status: 'error',
+      summary: `native tool '${name}' was killed for exceeding capabilities.resources.${resourceLimit}`,
+      data: stderr.toString('utf8') || `exit code ${code}`,
+      dataPath: undefined,
+      truncated: false,
+      metadata: [['resource_limit', resourceLimit]],
+    };
   }
   const out = stdout.toString('utf8').trim();
   const errText = stderr.toString('utf8');
-  if (timedOut) return { status: 'error', summary: `native tool '${name}' outlived its deadline and was killed`, data: errText || undefined, dataPath: undefined, truncated: false, metadata: [] };
+  if (timedOut)
+    return {
+      status: 'error',
+      summary: `native tool '${name}' outlived its deadline and was killed`,
+      data: errText || undefined,
+      dataPath: undefined,
+      truncated: false,
+      metadata: [],
+    };
   if (out === '') {
-    return { status: code === 0 ? 'passed' : 'error', summary: `native tool '${name}' exited with ${code}`, data: errText || undefined, dataPath: undefined, truncated: false, metadata: [] };
+    return {
+      status: code === 0 ? 'passed' : 'error',
+      summary: `native tool '${name}' exited with ${code}`,
+      data: errText || undefined,
+      dataPath: undefined,
+      truncated: false,
+      metadata: [],
+    };
   }
   try {
     const json = JSON.parse(out) as { status?: unknown; summary?: unknown; data?: unknown };
@@ -263,6 +308,13 @@ export async function runNativeTool(context: SubprocessContext, name: string, bi
     const data = typeof json.data === 'string' ? json.data : json.data === undefined || json.data === null ? undefined : JSON.stringify(json.data);
     return { status, summary: typeof json.summary === 'string' ? json.summary : undefined, data, dataPath: undefined, truncated: false, metadata: [] };
   } catch {
-    return { status: code === 0 ? 'passed' : 'error', summary: `native tool '${name}' completed`, data: out, dataPath: undefined, truncated: false, metadata: [] };
+    return {
+      status: code === 0 ? 'passed' : 'error',
+      summary: `native tool '${name}' completed`,
+      data: out,
+      dataPath: undefined,
+      truncated: false,
+      metadata: [],
+    };
   }
 }

@@ -1,4 +1,18 @@
-import { COMPLETION_NOT_AWAITED, type Lifecycle, RPC_ERRORS, isSafeContextId, type RpcError, type SessionCall, TERMINAL_TASK_STATES, type TaskMessage, type TaskState, type TaskView, newContextId, newMessageId, newTaskId } from '@murmur/shared';
+import {
+  COMPLETION_NOT_AWAITED,
+  type Lifecycle,
+  RPC_ERRORS,
+  isSafeContextId,
+  type RpcError,
+  type SessionCall,
+  TERMINAL_TASK_STATES,
+  type TaskMessage,
+  type TaskState,
+  type TaskView,
+  newContextId,
+  newMessageId,
+  newTaskId,
+} from '@murmur/shared';
 import type { EventFeed } from './event-feed.js';
 
 /**
@@ -71,10 +85,15 @@ export class TaskRegistry {
   send(call: SendCall): Answer {
     if (call.delegation_id !== undefined) return this.complete(call);
     if (this.lifecycle.task_acceptance === 'none') {
-      return { error: { code: RPC_ERRORS.methodNotFound, message: "Method not found: this capsule does not accept tasks (lifecycle.task_acceptance: none)" } };
+      return { error: { code: RPC_ERRORS.methodNotFound, message: 'Method not found: this capsule does not accept tasks (lifecycle.task_acceptance: none)' } };
     }
     if (call.context_id !== undefined && !isSafeContextId(call.context_id)) {
-      return { error: { code: RPC_ERRORS.invalidParams, message: `Invalid params: contextId '${call.context_id.slice(0, 64)}' is not a plain name (letters, digits, '.', '_', '-'; at most 128)` } };
+      return {
+        error: {
+          code: RPC_ERRORS.invalidParams,
+          message: `Invalid params: contextId '${call.context_id.slice(0, 64)}' is not a plain name (letters, digits, '.', '_', '-'; at most 128)`,
+        },
+      };
     }
     const waiting = this.inputWait;
     if (call.task_id !== undefined && call.task_id !== waiting?.task.id) {
@@ -136,10 +155,13 @@ export class TaskRegistry {
     if (queued) return Promise.resolve(queued);
     if (this.closed) return Promise.resolve(undefined);
     return new Promise((resolve) => {
-      const timer = timeoutMs === undefined ? undefined : setTimeout(() => {
-        this.waiter = undefined;
-        resolve(undefined);
-      }, timeoutMs);
+      const timer =
+        timeoutMs === undefined
+          ? undefined
+          : setTimeout(() => {
+              this.waiter = undefined;
+              resolve(undefined);
+            }, timeoutMs);
       this.waiter = (task) => {
         if (timer) clearTimeout(timer);
         resolve(task);
@@ -238,7 +260,12 @@ export class TaskRegistry {
   private complete(call: SendCall): Answer {
     const delegationId = call.delegation_id as string;
     if (call.completion_session !== this.sessionId) {
-      return { error: { code: COMPLETION_NOT_AWAITED, message: `the completion of delegation ${delegationId} is addressed to session ${call.completion_session || '(none)'}, which is not the session answering here` } };
+      return {
+        error: {
+          code: COMPLETION_NOT_AWAITED,
+          message: `the completion of delegation ${delegationId} is addressed to session ${call.completion_session || '(none)'}, which is not the session answering here`,
+        },
+      };
     }
     const awaiting = this.delegations.get(delegationId);
     if (!awaiting) return { error: { code: COMPLETION_NOT_AWAITED, message: `no task of this session awaits delegation ${delegationId}` } };
@@ -280,7 +307,13 @@ export class TaskRegistry {
 
   get(taskId: string | undefined, historyLength?: number): Answer {
     const task = taskId === undefined ? (this.active ?? this.last) : this.tasks.get(taskId);
-    if (!task) return { error: { code: RPC_ERRORS.taskNotFound, message: taskId === undefined ? 'Task not found: this session has no task yet' : `Task not found: '${taskId}'` } };
+    if (!task)
+      return {
+        error: {
+          code: RPC_ERRORS.taskNotFound,
+          message: taskId === undefined ? 'Task not found: this session has no task yet' : `Task not found: '${taskId}'`,
+        },
+      };
     return { task: this.view(task, historyLength) };
   }
 

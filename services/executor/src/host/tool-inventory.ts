@@ -42,7 +42,8 @@ function descriptionOf(tool: HostTool): string | undefined {
 /** The built-in tool a capsule with `capabilities.spawn.allow` has: hand a task to a child capsule. */
 export const DELEGATE_TOOL: DriverTool = {
   name: 'delegate-task',
-  description: 'Hand a task to another capsule (one named in capabilities.spawn.allow) and wait for it to finish. The result names where the child wrote its answer; read that file to see it.',
+  description:
+    'Hand a task to another capsule (one named in capabilities.spawn.allow) and wait for it to finish. The result names where the child wrote its answer; read that file to see it.',
   parameters: {
     type: 'object',
     properties: { capsule: { type: 'string' }, version: { type: 'string' }, task: { type: 'string' } },

@@ -111,7 +111,12 @@ class OutgoingRequest {
   /** The request as the executor is asked to make it, or the WASI error for one that cannot be. */
   relayed(): RelayedRequest | Variant {
     if (!this.authorityValue) return { tag: 'HTTP-request-URI-invalid' };
-    const scheme = this.schemeValue === undefined ? 'https' : this.schemeValue.tag === 'other' ? String(this.schemeValue.val).toLowerCase() : this.schemeValue.tag.toLowerCase();
+    const scheme =
+      this.schemeValue === undefined
+        ? 'https'
+        : this.schemeValue.tag === 'other'
+          ? String(this.schemeValue.val).toLowerCase()
+          : this.schemeValue.tag.toLowerCase();
     const method = this.methodValue.tag === 'other' ? String(this.methodValue.val) : this.methodValue.tag;
     return {
       method: method.toUpperCase(),
@@ -217,7 +222,10 @@ class FutureIncomingResponse {
  * `handle` itself (`HTTP-request-denied`), as a guest that only calls `handle` expects; an allowed
  * one is relayed (and judged again) when the guest first waits on its response.
  */
-export function relayedHttp(send: (request: RelayedRequest) => RelayedOutcome, check: (url: string) => { tag: string; val?: unknown } | undefined): { types: Record<string, unknown>; outgoingHandler: Record<string, unknown> } {
+export function relayedHttp(
+  send: (request: RelayedRequest) => RelayedOutcome,
+  check: (url: string) => { tag: string; val?: unknown } | undefined,
+): { types: Record<string, unknown>; outgoingHandler: Record<string, unknown> } {
   const types = {
     ...shimHttpTypes,
     OutgoingRequest,
