@@ -66,7 +66,7 @@ try {
   const parentUrl = `${sessionUrl(doorListener.url, parentId)}/`;
   const parentDir = path.join(scratch, 'parent');
   await fs.mkdir(parentDir);
-  const parent = await bus.request(
+  await bus.request(
     commands.launch,
     { session_id: parentId, plan, workdir: parentDir, default_workdir_base: parentDir, url: parentUrl },
     { timeoutMs: 60_000 },

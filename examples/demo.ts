@@ -122,8 +122,7 @@ const stream = await fetch(url, {
 let buffered = '';
 for await (const chunk of stream.body as unknown as AsyncIterable<Uint8Array>) {
   buffered += Buffer.from(chunk).toString();
-  let end: number;
-  while ((end = buffered.indexOf('\n\n')) >= 0) {
+  for (let end = buffered.indexOf('\n\n'); end >= 0; end = buffered.indexOf('\n\n')) {
     const frame = buffered.slice(0, end);
     buffered = buffered.slice(end + 2);
     const id = /^id: (.*)$/m.exec(frame)?.[1];

@@ -311,10 +311,10 @@ describe('agent capsules', () => {
       const fromFile = await runMur(['run', '--task', 'x'], { cwd: project, env });
       expect(fromFile.code, fromFile.stderr).toBe(0);
       // The driver trims the system prompt, as upstream's does.
-      expect(String((inference.requests()[0]?.body as { system: string }).system)).toMatch(/\n\nFrom the file\.$/);
+      expect(String((inference.requests()[0]!.body as { system: string }).system)).toMatch(/\n\nFrom the file\.$/);
       const fromCli = await runMur(['run', '--task', 'x', '--system-prompt', '  From the command line.  '], { cwd: project, env });
       expect(fromCli.code, fromCli.stderr).toBe(0);
-      expect(String((inference.requests()[1]?.body as { system: string }).system)).toMatch(/\n\nFrom the command line\.$/);
+      expect(String((inference.requests()[1]!.body as { system: string }).system)).toMatch(/\n\nFrom the command line\.$/);
     });
 
     it('refuses an unreadable system_prompt_file with E-RUN-009, naming the file', async () => {
@@ -369,12 +369,12 @@ describe('agent capsules', () => {
         const first = await rpc(agent.url, 'message/send', textMessage('ask'));
         const firstId = first.body.result?.id as string;
         await eventually(
-          async () => ((await rpc(agent.url, 'tasks/get', { id: firstId })).body.result?.status as { state: string }).state === 'input-required' || undefined,
+          async () => ((await rpc(agent.url, 'tasks/get', { id: firstId })).body.result!.status as { state: string }).state === 'input-required' || undefined,
           20_000,
           'the first task to ask',
         );
         const second = await rpc(agent.url, 'message/send', textMessage('me too', { contextId: 'elsewhere' }));
-        expect((second.body.result?.status as { state: string }).state).toBe('rejected');
+        expect((second.body.result!.status as { state: string }).state).toBe('rejected');
         await rpc(agent.url, 'message/send', textMessage('yes', { taskId: firstId }));
         const exited = await agent.exited;
         expect(exited.code, exited.stderr).toBe(0);
@@ -402,12 +402,12 @@ describe('agent capsules', () => {
         const first = await rpc(agent.url, 'message/send', textMessage('ask'));
         const firstId = first.body.result?.id as string;
         await eventually(
-          async () => ((await rpc(agent.url, 'tasks/get', { id: firstId })).body.result?.status as { state: string }).state === 'input-required' || undefined,
+          async () => ((await rpc(agent.url, 'tasks/get', { id: firstId })).body.result!.status as { state: string }).state === 'input-required' || undefined,
           20_000,
           'the first task to ask',
         );
         const waiting = await rpc(agent.url, 'message/send', textMessage('later', { contextId: 'queued-one' }));
-        expect((waiting.body.result?.status as { state: string }).state).toBe('submitted');
+        expect((waiting.body.result!.status as { state: string }).state).toBe('submitted');
         const watch = await fetch(agent.url, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },

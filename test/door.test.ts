@@ -149,7 +149,7 @@ describe('the door', () => {
 
     it('waits for the task to settle when the client asks to block', async () => {
       const sent = await rpc(agent.url, 'message/send', { ...textMessage('block for me'), configuration: { blocking: true } });
-      expect((sent.body.result?.status as { state: string }).state).toBe('completed');
+      expect((sent.body.result!.status as { state: string }).state).toBe('completed');
     });
 
     it('keeps a client-chosen context id, and returns the last task when tasks/get names none', async () => {
@@ -198,7 +198,7 @@ describe('the door', () => {
       expect(task.status.message.role).toBe('ROLE_AGENT');
       expect(task.status.message.parts[0]?.text).toBe('echo: one point oh');
       const got = await rpc(agent.url, 'GetTask', { id: task.id }, { version: '1.0' });
-      expect((got.body.result?.status as { state: string }).state).toBe('TASK_STATE_COMPLETED');
+      expect((got.body.result!.status as { state: string }).state).toBe('TASK_STATE_COMPLETED');
     });
 
     it('returns at once when asked to', async () => {
@@ -208,8 +208,8 @@ describe('the door', () => {
         { message: { messageId: 'm-2', role: 'ROLE_USER', parts: [{ text: 'quick' }] }, configuration: { returnImmediately: true } },
         { version: '1.0' },
       );
-      expect((sent.body.result?.task as { status: { state: string } }).status.state).toBe('TASK_STATE_SUBMITTED');
-      await completed((sent.body.result?.task as { id: string }).id, '1.0');
+      expect((sent.body.result!.task as { status: { state: string } }).status.state).toBe('TASK_STATE_SUBMITTED');
+      await completed((sent.body.result!.task as { id: string }).id, '1.0');
     });
   });
 
@@ -295,7 +295,7 @@ describe('the door', () => {
       const asked = await rpc(agent.url, 'tasks/get', { id: taskId });
       expect(asked.body.result).toMatchObject({ status: { state: 'input-required', message: { parts: [{ text: 'what colour?' }] } } });
       expect(
-        (asked.body.result?.artifacts as Array<{ name: string; parts: Array<{ text: string }> }>).find((artifact) => artifact.name === 'prompt')?.parts[0]
+        (asked.body.result!.artifacts as Array<{ name: string; parts: Array<{ text: string }> }>).find((artifact) => artifact.name === 'prompt')?.parts[0]
           ?.text,
       ).toBe('what colour?');
       const answered = await rpc(agent.url, 'message/send', { ...textMessage('blue', { taskId }), configuration: { blocking: true } });
@@ -309,21 +309,21 @@ describe('the door', () => {
       const held = await rpc(agent.url, 'message/send', textMessage('ask hold the slot'));
       const heldId = held.body.result?.id as string;
       await eventually(
-        async () => ((await rpc(agent.url, 'tasks/get', { id: heldId })).body.result?.status as { state: string }).state === 'input-required' || undefined,
+        async () => ((await rpc(agent.url, 'tasks/get', { id: heldId })).body.result!.status as { state: string }).state === 'input-required' || undefined,
         20_000,
         'the held task to ask',
       );
       const queued = await rpc(agent.url, 'message/send', textMessage('queued', { contextId: 'another-conversation' }));
-      expect((queued.body.result?.status as { state: string }).state).toBe('submitted');
+      expect((queued.body.result!.status as { state: string }).state).toBe('submitted');
       const refused = await rpc(agent.url, 'message/send', textMessage('one too many', { contextId: 'yet-another' }));
       expect(refused.body.error).toBeUndefined();
       expect(refused.body.result?.status).toMatchObject({ state: 'rejected', message: { parts: [{ text: 'task rejected: capsule is busy' }] } });
       const canceled = await rpc(agent.url, 'tasks/cancel', { id: queued.body.result?.id });
-      expect((canceled.body.result?.status as { state: string }).state).toBe('canceled');
+      expect((canceled.body.result!.status as { state: string }).state).toBe('canceled');
       const notCancelable = await rpc(agent.url, 'tasks/cancel', { id: refused.body.result?.id });
       expect(notCancelable.body.error?.code).toBe(-32002);
       const answered = await rpc(agent.url, 'message/send', { ...textMessage('done holding', { taskId: heldId }), configuration: { blocking: true } });
-      expect((answered.body.result?.status as { state: string }).state).toBe('completed');
+      expect((answered.body.result!.status as { state: string }).state).toBe('completed');
     });
   });
 
@@ -416,7 +416,7 @@ describe('the door', () => {
 
     it('keeps serving after all of that', async () => {
       const sent = await rpc(agent.url, 'message/send', { ...textMessage('still here'), configuration: { blocking: true } });
-      expect((sent.body.result?.status as { state: string }).state).toBe('completed');
+      expect((sent.body.result!.status as { state: string }).state).toBe('completed');
     });
   });
 });

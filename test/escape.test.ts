@@ -241,7 +241,7 @@ describe('the sealed sandbox against the escape cases', () => {
         ids.map((id) => probe(id)),
       );
       expect(outcome.code, outcome.stderr).toBe(0);
-      ids.forEach((id, index) => console.log(`[escape cases] ${id.padEnd(34)} ${JSON.stringify(outcome.results[index]?.value)}`));
+      for (const [index, id] of ids.entries()) console.log(`[escape cases] ${id.padEnd(34)} ${JSON.stringify(outcome.results[index]?.value)}`);
     }, 300_000);
 
     const shell = (id: string): ShellValue => outcome.results[ids.indexOf(id)]?.value as ShellValue;

@@ -180,7 +180,7 @@ describe('mur run', () => {
     expect(seen.FROM_DOTENV).toBe('from the file');
     expect(seen.SHADOWED).toBe('environment wins');
     const withoutFile = await runMur(['run', '--no-env-file', '--task', task], { cwd: project, env });
-    expect((probeResults(withoutFile.stdout)[0]?.value as Record<string, string>).FROM_DOTENV).toBeUndefined();
+    expect((probeResults(withoutFile.stdout)[0]!.value as Record<string, string>).FROM_DOTENV).toBeUndefined();
   });
 
   it('refuses a --workdir that does not exist with E-IO-001', async () => {

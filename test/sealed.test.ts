@@ -391,7 +391,7 @@ describe('the sealed sandbox, piece by piece', () => {
       child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
       const [code] = (await once(child, 'exit')) as [number | null];
       expect(code, stderr).toBe(0);
-      const answer = JSON.parse((probeResults(stdout)[0]?.value as ShellValue).stdout) as { forked: number; refusal: string | null; nproc_limit: number };
+      const answer = JSON.parse((probeResults(stdout)[0]!.value as ShellValue).stdout) as { forked: number; refusal: string | null; nproc_limit: number };
       expect(answer.refusal).toBe('Resource temporarily unavailable');
       expect(answer.forked).toBeGreaterThan(0);
       expect(answer.forked).toBeLessThanOrEqual(6);

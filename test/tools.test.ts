@@ -86,7 +86,7 @@ describe('tools and the artifact manager', () => {
       );
     });
 
-    const toolResults = (): ProbeResult[] => JSON.parse((outcome.results[0]?.value as { data: string }).data) as ProbeResult[];
+    const toolResults = (): ProbeResult[] => JSON.parse((outcome.results[0]!.value as { data: string }).data) as ProbeResult[];
 
     it('runs a declared WASM tool in its own instance and returns its result', () => {
       expect(outcome.results[0]).toMatchObject({ op: 'invoke', ok: true, value: { status: 'passed', summary: 'probe tool ran 5 actions' } });
@@ -129,7 +129,7 @@ describe('tools and the artifact manager', () => {
       { op: 'invoke', name: 'native-echo', data: 'ping' },
     ]);
     expect(results[0]).toMatchObject({ ok: true, value: { status: 'passed', summary: 'native native-echo' } });
-    const data = (results[0]?.value as { data: string }).data;
+    const data = (results[0]!.value as { data: string }).data;
     expect(data).toContain(`HOME=${path.join(workdir, '.capsule-home')}`);
     expect(data).toContain('TOKEN= ');
     expect(data).toContain('SAFE=C.UTF-8');
@@ -159,7 +159,7 @@ describe('tools and the artifact manager', () => {
         { name: 'ls', version: '0.0.0', runtime: 'native' },
       ]);
       expect(results[1]?.value).toMatchObject({ name: 'probe-tool', version: '1.0.0', description: 'the probe-tool tool', tags: ['testing'], runtime: 'wasm' });
-      expect(JSON.parse((results[1]?.value as { inputSchema: string }).inputSchema)).toEqual({ type: 'object', properties: { actions: { type: 'array' } } });
+      expect(JSON.parse((results[1]!.value as { inputSchema: string }).inputSchema)).toEqual({ type: 'object', properties: { actions: { type: 'array' } } });
       expect(results[2]?.value).toMatchObject({ name: 'ls', version: '0.0.0', runtime: 'native' });
       expect(results[3]).toEqual({ op: 'describe', ok: false, error: "artifact 'nothing-here' is not installed" });
       expect(results[4]).toMatchObject({ ok: true, value: { capabilities: 'artifact-manager/search and remove are not implemented' } });

@@ -10,10 +10,11 @@ import { type Output, formatFailure, processOutput } from './output.js';
 export async function main(argv: string[], output: Output = processOutput): Promise<number> {
   let exitCode = 0;
   const run =
-    <A extends unknown[]>(action: (...args: A) => Promise<number | void>) =>
-    async (...args: A): Promise<void> => {
-      exitCode = (await action(...args)) ?? 0;
-    };
+    // biome-ignore lint/suspicious/noConfusingVoidType: an action that prints and returns nothing means exit 0
+      <A extends unknown[]>(action: (...args: A) => Promise<number | void>) =>
+      async (...args: A): Promise<void> => {
+        exitCode = (await action(...args)) ?? 0;
+      };
 
   const program = new Command('mur')
     .description('Build, publish, install, stage and run Murmur capsules')

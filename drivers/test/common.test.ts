@@ -330,8 +330,14 @@ describe('parsing a response in a dialect', () => {
       buildRequest: () => {
         throw new Error('not used');
       },
-      jsonToWire: (value: unknown) => (seen.push(['json', value]), lib.ok({ from: 'json' })),
-      parseStream: (...args: unknown[]) => (seen.push(['stream', ...args]), lib.ok({ from: 'stream' })),
+      jsonToWire: (value: unknown) => {
+        seen.push(['json', value]);
+        return lib.ok({ from: 'json' });
+      },
+      parseStream: (...args: unknown[]) => {
+        seen.push(['stream', ...args]);
+        return lib.ok({ from: 'stream' });
+      },
     };
     return { dialect, seen };
   }
@@ -374,7 +380,10 @@ describe('driving a dialect', () => {
       body: { model: request.model },
     }),
     jsonToWire: (value: { text: string }) => lib.ok(lib.wireResponse('end_turn', [{ type: 'text', text: value.text }], undefined)),
-    parseStream: (_body: string, onText: (text: string) => void) => (lib.emitTo(onText, 'streamed'), lib.ok(lib.wireResponse('end_turn', [], undefined))),
+    parseStream: (_body: string, onText: (text: string) => void) => {
+      lib.emitTo(onText, 'streamed');
+      return lib.ok(lib.wireResponse('end_turn', [], undefined));
+    },
   };
 
   it('posts the dialect’s request, serialised, and answers its wire response as a passed result', async () => {

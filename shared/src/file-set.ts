@@ -19,6 +19,7 @@ export const Sha256HexSchema = z.string().regex(/^[0-9a-f]{64}$/, 'must be a low
  * refused wherever it appears.
  */
 export function normaliseEntryName(raw: string): { ok: true; name: string } | { ok: false; reason: string } {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
   if (raw.includes('\0') || /[\u0001-\u001f]/.test(raw)) return { ok: false, reason: 'contains a control character' };
   if (raw.includes('\\')) return { ok: false, reason: 'contains a backslash' };
   if (raw.startsWith('/') || /^[A-Za-z]:/.test(raw)) return { ok: false, reason: 'is an absolute path' };

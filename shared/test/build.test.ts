@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { MurmurError } from '@murmur/shared';
+import type { MurmurError } from '@murmur/shared';
 import { MurZip, buildArtifact, sha256Hex } from '@murmur/shared/artifacts';
 import { listTree, tempDir, writeFiles } from '../../test/support/fs.js';
 import { capsuleWat, toolWat } from '../../test/support/guests.js';

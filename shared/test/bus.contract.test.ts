@@ -222,7 +222,7 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     await settle(subscriber.bus);
 
     const subjects = ['wild', 'wild.b.c', 'wild.b', 'wild.b.leaf', 'wild.b.c.d', 'other.b', 'wildly.b', 'wild.x'];
-    subjects.forEach((subject, n) => publisher.bus.publish(at(subject), { n }));
+    for (const [n, subject] of subjects.entries()) publisher.bus.publish(at(subject), { n });
     await settle(publisher.bus, subscriber.bus);
 
     expect(seen.one).toEqual(['wild.b', 'wild.x']);
@@ -261,7 +261,7 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     const watcher = await network.connect();
     const perMember: number[][] = members.map(() => []);
     const watched: number[] = [];
-    members.forEach((member, index) => member.bus.subscribe(work, ({ n }) => perMember[index]!.push(n), { queue: 'workers' }));
+    for (const [index, member] of members.entries()) member.bus.subscribe(work, ({ n }) => perMember[index]!.push(n), { queue: 'workers' });
     watcher.bus.subscribe(work, ({ n }) => watched.push(n));
     await settle(...members.map((member) => member.bus), watcher.bus);
 

@@ -18,7 +18,6 @@ import {
   parseCapsuleManifest,
   upsertLockEntry,
 } from '@murmur/shared';
-import { refusalOf as refusal } from '../../test/support/refusals.js';
 
 describe('the running record', () => {
   const record: RunningRecord = {

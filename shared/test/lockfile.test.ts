@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { type LockedArtifact, type MurmurLock, LOCKFILE_NAME, MurmurError, upsertLockEntry } from '@murmur/shared';
+import { type LockedArtifact, type MurmurLock, LOCKFILE_NAME, upsertLockEntry } from '@murmur/shared';
 import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
 import { listTree, tempDir } from '../../test/support/fs.js';
 import { rejectionOf as rejection } from '../../test/support/refusals.js';

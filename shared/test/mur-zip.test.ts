@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { MurmurError } from '@murmur/shared';
+import type { MurmurError } from '@murmur/shared';
 import { DEFAULT_MAX_ENTRY_BYTES, MAX_ENTRY_BYTES_ENV, MurZip, type ZipInput, maxEntryBytesFromEnv, writeMurZip } from '@murmur/shared/artifacts';
 import { listTree, tempDir } from '../../test/support/fs.js';
 import { type RawEntry, rawZip } from '../../test/support/raw-zip.js';

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
 import {
-  MurmurError,
   type NetworkAllowRule,
   type RequestTarget,
   ceilingCovers,

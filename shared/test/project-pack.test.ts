@@ -134,7 +134,10 @@ describe('packing a capsule project for staging', () => {
       info: store.info,
       get: store.get,
       delete: store.delete,
-      put: async (name: string, source: Parameters<typeof store.put>[1]) => (puts.push(name), store.put(name, source)),
+      put: async (name: string, source: Parameters<typeof store.put>[1]) => {
+        puts.push(name);
+        return store.put(name, source);
+      },
     };
     await publishProject(counting, packed);
     expect(puts).toEqual([packed.ref.sha256]);

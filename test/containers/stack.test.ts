@@ -258,9 +258,9 @@ describe('the stack in containers', () => {
     expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
     const listing = await runMur(['files', sessionId, 'out'], { env: client });
     expect(listing.stdout).toContain('result.txt');
-    const escape = await runMur(['files', sessionId, '../../../../etc/passwd'], { env: client });
-    expect(escape.code).toBe(1);
-    expect(escape.stderr).toContain('error[E-SES-002]');
+    const climbing = await runMur(['files', sessionId, '../../../../etc/passwd'], { env: client });
+    expect(climbing.code).toBe(1);
+    expect(climbing.stderr).toContain('error[E-SES-002]');
   });
 
   it('answers an agent capsule over A2A through the published door port with @a2a-js/sdk', async () => {

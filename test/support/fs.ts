@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { type Dirent, promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -12,7 +12,7 @@ export async function tempDir(prefix = 'murmur-test-'): Promise<{ dir: string; c
 export async function listTree(root: string): Promise<string[]> {
   const found: string[] = [];
   const walk = async (dir: string): Promise<void> => {
-    let entries;
+    let entries: Dirent[];
     try {
       entries = await fs.readdir(dir, { withFileTypes: true });
     } catch {

@@ -24,7 +24,7 @@ export async function roostCommand(options: { port?: string; registryPath?: stri
   const identity = { service: 'roost' as const, instanceId: `roost-${newId('request').slice(4, 16)}`, httpPort: null as number | null, startedAt: new Date() };
   const app = healthRoutes(() => healthOf(identity, bus));
   app.route('/', roost.http);
-  let listener;
+  let listener: Awaited<ReturnType<typeof listenHttp>>;
   try {
     listener = await listenHttp(app, { host: '127.0.0.1', port });
   } catch (error) {

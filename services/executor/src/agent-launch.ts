@@ -94,7 +94,7 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
   if (!driverName) throw new MurmurError('E-RUN-005', 'inference.driver.artifact is not configured', { path: 'inference.driver.artifact' });
   const driver = plan.artifacts.find((artifact) => artifact.name === driverName);
   const driverComponent = driver?.role === 'driver' ? input.driverComponent(driverName) : undefined;
-  if (!driver || driver.role !== 'driver' || !driverComponent) {
+  if (driver?.role !== 'driver' || !driverComponent) {
     throw new MurmurError('E-RUN-006', `inference driver '${driverName}' is not installed as a driver (declare it in artifacts: with runtime: driver)`, {
       hint: `add '- name: ${driverName}' with 'runtime: driver' to artifacts:, and install it`,
       path: 'inference.driver.artifact',

@@ -103,7 +103,9 @@ export function encodeAnswer(query: DnsQuery, decision: DnsDecision): Buffer {
     record.writeUInt16BE(CLASS_IN, 4);
     record.writeUInt32BE(ANSWER_TTL_SECONDS, 6);
     record.writeUInt16BE(4, 10);
-    address.split('.').forEach((octet, index) => record.writeUInt8(Number(octet), 12 + index));
+    address.split('.').forEach((octet, index) => {
+      record.writeUInt8(Number(octet), 12 + index);
+    });
     return record;
   });
   return Buffer.concat([header, hasQuestion ? query.questionBytes : Buffer.alloc(0), ...answers]);

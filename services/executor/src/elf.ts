@@ -61,5 +61,5 @@ export function interpreterOf(file: string): string | undefined {
 function shebangInterpreter(head: Buffer): string | undefined {
   const line = head.toString('utf8').split('\n')[0] ?? '';
   const interpreter = line.slice(2).trim().split(/\s+/)[0];
-  return interpreter && interpreter.startsWith('/') ? interpreter : undefined;
+  return interpreter?.startsWith('/') ? interpreter : undefined;
 }

@@ -118,7 +118,9 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   return {
     argv,
     stdio,
-    feed: (streams) => pipes.forEach((content, index) => streams[FIRST_DATA_FD + index]?.end(content)),
+    feed: (streams) => {
+      for (const [index, content] of pipes.entries()) streams[FIRST_DATA_FD + index]?.end(content);
+    },
     release: () => {
       for (const fd of cgroupFds.splice(0)) closeSync(fd);
     },
@@ -141,7 +143,9 @@ function pipesOnly(argv: string[], pipes: Array<string | Buffer>): Omit<HostSand
   return {
     argv,
     stdio: pipes.map(() => 'pipe' as const),
-    feed: (streams) => pipes.forEach((content, index) => streams[FIRST_DATA_FD + index]?.end(content)),
+    feed: (streams) => {
+      for (const [index, content] of pipes.entries()) streams[FIRST_DATA_FD + index]?.end(content);
+    },
     release: () => {},
   };
 }

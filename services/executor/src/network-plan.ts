@@ -59,7 +59,10 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
   let nextFd = firstFd + 2;
   let synthetic = 0;
   const addressOf = (host: string): string | undefined => {
-    if (host === 'localhost') return (names.localhost = '127.0.0.1');
+    if (host === 'localhost') {
+      names.localhost = '127.0.0.1';
+      return names.localhost;
+    }
     const family = isIP(host.replace(/^\[|\]$/g, ''));
     if (family === 4) return host;
     if (family === 6) return undefined;

@@ -1,4 +1,4 @@
-import { type LockedArtifact, MurmurError, commands, topics } from '@murmur/shared';
+import { type LockedArtifact, MurmurError, type StagedArtifact, commands, topics } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import type { HostTool } from './host/protocol.js';
 import type { Session } from './session.js';
@@ -20,7 +20,7 @@ export async function pullForSession(
   version: string,
 ): Promise<{ ok: true; value: { tool: HostTool } } | { ok: false; error: string }> {
   const plan = session.plan;
-  let staged;
+  let staged: StagedArtifact;
   try {
     staged = await bus.request(commands.stageArtifact, { name, version, ...(plan.project ? { project: plan.project } : {}) }, { timeoutMs: 180_000 });
   } catch (error) {

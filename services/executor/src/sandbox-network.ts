@@ -48,14 +48,12 @@ export class SandboxNetwork {
   /** Takes one socket the host handed over; anything unexpected is closed rather than served. */
   attach(fd: number, protocol: 'tcp' | 'udp', handle: unknown): void {
     const { plan } = this.options;
-    if (this.closed) return void closeHandle(handle);
-    if (protocol === 'udp' && fd === plan.dns.udpFd && isDatagram(handle)) return this.serveDnsUdp(handle);
-    if (protocol === 'tcp' && isServer(handle)) {
-      if (fd === plan.dns.tcpFd) return this.serveDnsTcp(handle);
-      const listener = plan.listeners.find((planned) => planned.fd === fd);
-      if (listener) return this.serveListener(handle, listener);
-    }
-    closeHandle(handle);
+    const listener = plan.listeners.find((planned) => planned.fd === fd);
+    if (this.closed) closeHandle(handle);
+    else if (protocol === 'udp' && fd === plan.dns.udpFd && isDatagram(handle)) this.serveDnsUdp(handle);
+    else if (protocol === 'tcp' && isServer(handle) && fd === plan.dns.tcpFd) this.serveDnsTcp(handle);
+    else if (protocol === 'tcp' && isServer(handle) && listener) this.serveListener(handle, listener);
+    else closeHandle(handle);
   }
 
   private serveDnsUdp(socket: DatagramSocket): void {

@@ -149,7 +149,7 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
     else args.push('--ro-bind', dir, dir);
   }
   for (const entry of ETC_ENTRIES) args.push('--ro-bind-try', `/etc/${entry}`, `/etc/${entry}`);
-  SANDBOX_FILES.forEach((file, index) => args.push('--ro-bind-data', String(FIRST_DATA_FD + index), file.path));
+  for (const [index, file] of SANDBOX_FILES.entries()) args.push('--ro-bind-data', String(FIRST_DATA_FD + index), file.path);
   // A private /proc for the new pid namespace; a minimal /dev, read-only but for its device nodes.
   args.push('--proc', '/proc', '--dev', '/dev', '--remount-ro', '/dev');
   // /tmp before everything that may live under it (the code, the cache, the workdir itself), so

@@ -2,7 +2,6 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import {
   type ExitStatus,
   type LaunchReply,
@@ -79,7 +78,6 @@ export interface ExecutorEnvironment {
 
 type LaunchRequest = z.output<typeof LaunchRequestSchema>;
 
-const here = path.dirname(fileURLToPath(import.meta.url));
 /** The host as one bundled file when the build made one (it starts several times faster), else its modules. */
 const HOST_ENTRY = ((): string => {
   const bundled = packageFile('@murmur/executor', 'dist/bundle/host.mjs', import.meta.url, '../dist/bundle/host.mjs');

@@ -54,7 +54,7 @@ export async function workdirBytes(root: string, stopAbove = Number.POSITIVE_INF
   const pending = [root];
   while (pending.length > 0 && total <= stopAbove) {
     const dir = pending.pop() as string;
-    let handle;
+    let handle: Awaited<ReturnType<typeof opendir>>;
     try {
       handle = await opendir(dir);
     } catch {

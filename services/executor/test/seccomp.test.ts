@@ -105,7 +105,7 @@ function encodeSeccompData(data: SeccompData): Buffer {
   bytes.writeBigUInt64LE(data.instructionPointer ?? 0n, 8);
   const args = data.args ?? [];
   if (args.length > 6) throw new Error('seccomp_data has six arguments');
-  args.forEach((arg, index) => bytes.writeBigUInt64LE(BigInt.asUintN(64, arg), 16 + 8 * index));
+  for (const [index, arg] of args.entries()) bytes.writeBigUInt64LE(BigInt.asUintN(64, arg), 16 + 8 * index);
   return bytes;
 }
 

@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { type Bus, type Subscription } from '@murmur/shared/bus';
+import type { Bus, Subscription } from '@murmur/shared/bus';
 import { BLOB_BUCKET, type Log, MurmurError, QUEUE_GROUPS, type StageRequest, commands, newId, topics } from '@murmur/shared';
 import { BlobCache, cacheDir } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';

@@ -57,7 +57,10 @@ export function isWasmComponent(bytes: Uint8Array): boolean {
 export function scanForLiteralSecrets(value: unknown, file = 'murmur.yaml'): MurmurWarning[] {
   const warnings: MurmurWarning[] = [];
   const visit = (node: unknown, trail: string[]): void => {
-    if (Array.isArray(node)) return node.forEach((item, index) => visit(item, [...trail, String(index)]));
+    if (Array.isArray(node)) {
+      for (const [index, item] of node.entries()) visit(item, [...trail, String(index)]);
+      return;
+    }
     if (node === null || typeof node !== 'object') return;
     for (const [key, child] of Object.entries(node)) {
       const here = [...trail, key];
@@ -106,7 +109,7 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
         );
       }
     }
-    let stat;
+    let stat: Awaited<ReturnType<typeof fs.lstat>>;
     try {
       stat = await fs.lstat(sourcePath);
     } catch {

@@ -97,33 +97,43 @@ function checkHookContract(
   manifest: { binding?: string | undefined; execution_mode?: string | undefined; commit_policy?: string | undefined },
   ctx: z.core.$RefinementCtx,
 ): void {
+  const problem = hookContractProblem(manifest);
+  if (problem) refine(ctx, [problem.key], problem.message);
+}
+
+/** The first way a hook's binding, mode and policy fail the contract (§1.8), checked in upstream's order. */
+function hookContractProblem(manifest: {
+  binding?: string | undefined;
+  execution_mode?: string | undefined;
+  commit_policy?: string | undefined;
+}): { key: 'binding' | 'execution_mode' | 'commit_policy'; message: string } | undefined {
   const binding = manifest.binding;
   const mode = manifest.execution_mode ?? 'blocking';
   const policy = manifest.commit_policy ?? 'none';
   if (binding !== undefined && !(HOOK_BINDINGS as readonly string[]).includes(binding)) {
-    return refine(ctx, ['binding'], `unknown binding '${binding}'; expected: ${HOOK_BINDINGS.join(', ')}`);
+    return { key: 'binding', message: `unknown binding '${binding}'; expected: ${HOOK_BINDINGS.join(', ')}` };
   }
-  if (mode !== 'blocking' && mode !== 'async') return refine(ctx, ['execution_mode'], `unknown execution_mode '${mode}'; expected: blocking, async`);
+  if (mode !== 'blocking' && mode !== 'async') return { key: 'execution_mode', message: `unknown execution_mode '${mode}'; expected: blocking, async` };
   if (!(COMMIT_POLICIES as readonly string[]).includes(policy)) {
-    return refine(ctx, ['commit_policy'], `unknown commit_policy '${policy}'; expected: ${COMMIT_POLICIES.join(', ')}`);
+    return { key: 'commit_policy', message: `unknown commit_policy '${policy}'; expected: ${COMMIT_POLICIES.join(', ')}` };
   }
   if (mode === 'async' && policy !== 'none') {
-    return refine(ctx, ['commit_policy'], `async-with-commit not supported: execution_mode 'async' requires commit_policy 'none' (got '${policy}')`);
+    return { key: 'commit_policy', message: `async-with-commit not supported: execution_mode 'async' requires commit_policy 'none' (got '${policy}')` };
   }
   if (binding === 'on-stage' && mode === 'async') {
-    return refine(ctx, ['execution_mode'], "on-stage hooks must be blocking; execution_mode 'async' is not valid for binding 'on-stage'");
+    return { key: 'execution_mode', message: "on-stage hooks must be blocking; execution_mode 'async' is not valid for binding 'on-stage'" };
   }
   if (binding !== undefined && policy !== 'none') {
     const honored = HONORED_POLICY[binding as HookBinding] ?? 'none';
     if (honored !== policy) {
       const suffix = binding === 'on-inference' ? " (on-inference commits an 'artifact' output, which has no commit_policy spelling)" : '';
-      refine(
-        ctx,
-        ['commit_policy'],
-        `commit_policy '${policy}' is not valid for binding '${binding}'; binding '${binding}' honors commit_policy '${honored}'${suffix}`,
-      );
+      return {
+        key: 'commit_policy',
+        message: `commit_policy '${policy}' is not valid for binding '${binding}'; binding '${binding}' honors commit_policy '${honored}'${suffix}`,
+      };
     }
   }
+  return undefined;
 }
 
 /**

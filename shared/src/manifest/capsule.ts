@@ -105,18 +105,25 @@ const ShellCapabilitySchema = z
     if (shell.allow.length === 0) refine(ctx, ['allow'], 'must contain at least one binary');
     const allowed = new Set(shell.allow);
     const interpreted = new Set<string>();
-    shell.interpreter_runtime.forEach((grant, index) => {
+    for (const [index, grant] of shell.interpreter_runtime.entries()) {
       const base = ['interpreter_runtime', index];
-      if (grant.binary.trim() === '') return refine(ctx, [...base, 'binary'], 'must name a binary');
+      if (grant.binary.trim() === '') {
+        refine(ctx, [...base, 'binary'], 'must name a binary');
+        continue;
+      }
       if (!allowed.has(grant.binary)) {
-        return refine(
+        refine(
           ctx,
           [...base, 'binary'],
           `'${grant.binary}' is not in capabilities.shell.allow — interpreter_runtime can only narrow filesystem access for an already-allowlisted binary, never grant exec`,
         );
+        continue;
       }
       interpreted.add(grant.binary);
-      if (grant.dirs.length === 0) return refine(ctx, [...base, 'dirs'], 'must name at least one directory');
+      if (grant.dirs.length === 0) {
+        refine(ctx, [...base, 'dirs'], 'must name at least one directory');
+        continue;
+      }
       grant.dirs.forEach((dir, dirIndex) => {
         if (dir.path.trim() === '') refine(ctx, [...base, 'dirs', dirIndex, 'path'], 'must name a host directory');
         else if (!dir.path.startsWith('/')) {
@@ -127,37 +134,45 @@ const ShellCapabilitySchema = z
           );
         }
       });
-      return undefined;
-    });
-    shell.staged_runtime.forEach((grant, index) => {
+    }
+    for (const [index, grant] of shell.staged_runtime.entries()) {
       const base = ['staged_runtime', index];
-      if (grant.binary.trim() === '') return refine(ctx, [...base, 'binary'], 'must name a binary');
+      if (grant.binary.trim() === '') {
+        refine(ctx, [...base, 'binary'], 'must name a binary');
+        continue;
+      }
       if (!allowed.has(grant.binary)) {
-        return refine(
+        refine(
           ctx,
           [...base, 'binary'],
           `'${grant.binary}' is not in capabilities.shell.allow — staged_runtime can only stage the runtime tree behind an already-allowlisted binary, never grant exec`,
         );
+        continue;
       }
       if (interpreted.has(grant.binary)) {
-        return refine(
+        refine(
           ctx,
           [...base, 'binary'],
           `'${grant.binary}' also has a capabilities.shell.interpreter_runtime grant — the two are mutually exclusive per binary; remove the interpreter_runtime grant for '${grant.binary}'`,
         );
+        continue;
       }
-      if (grant.source_path.trim() === '') return refine(ctx, [...base, 'source_path'], 'must name the host directory holding the pinned runtime tree');
+      if (grant.source_path.trim() === '') {
+        refine(ctx, [...base, 'source_path'], 'must name the host directory holding the pinned runtime tree');
+        continue;
+      }
       if (!grant.source_path.startsWith('/')) {
-        return refine(
+        refine(
           ctx,
           [...base, 'source_path'],
           `'${grant.source_path}' must be an absolute host path (start with '/') — staged-runtime sources are host filesystem paths outside the workdir`,
         );
+        continue;
       }
-      if (grant.pin === '')
-        return refine(ctx, [...base, 'pin'], `'${grant.source_path}' must declare a non-empty pin identifying which build this tree is — it is never inferred`);
-      return undefined;
-    });
+      if (grant.pin === '') {
+        refine(ctx, [...base, 'pin'], `'${grant.source_path}' must declare a non-empty pin identifying which build this tree is — it is never inferred`);
+      }
+    }
   });
 
 const AllowListSchema = z.object({ allow: stringList.default([]) });
@@ -317,10 +332,11 @@ function endpointProblem(endpoint: string): string | undefined {
 
 /** The endpoint rule at parse; a `${VAR}` reference is held to it once resolved, at launch (`resolveManifestSecrets`). */
 function checkEndpoint(ctx: z.core.$RefinementCtx, path: PropertyKey[], endpoint: string): void {
-  if (endpoint === '') return refine(ctx, path, 'missing required field');
-  if (envReferenceName(endpoint) !== undefined) return;
-  const problem = endpointProblem(endpoint);
-  if (problem) refine(ctx, path, problem);
+  if (endpoint === '') refine(ctx, path, 'missing required field');
+  else if (envReferenceName(endpoint) === undefined) {
+    const problem = endpointProblem(endpoint);
+    if (problem) refine(ctx, path, problem);
+  }
 }
 
 const DriverSchema = z.object({

@@ -1,6 +1,6 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { type SessionCall, type SessionReply } from '@murmur/shared';
+import type { SessionCall, SessionReply } from '@murmur/shared';
 import { type LoopOutcome, runAgentLoop, writeFileAtomic } from './agent-loop.js';
 import type { CapsuleHost, HostChannel, SessionResult } from './capsule-host.js';
 import { EventFeed } from './event-feed.js';
