@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { WireError } from '@murmur/shared';
-import type { CapsuleHost } from './capsule-host.js';
+import type { AgentHost } from './contracts.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from './driver-wire.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
@@ -24,7 +24,7 @@ const UNTRUSTED_NOTICE =
 export type LoopOutcome = { status: 'ok'; response: string } | { status: 'failed' | 'max_turns_reached'; message: string; error?: WireError };
 
 export interface AgentLoopRun {
-  host: CapsuleHost;
+  host: AgentHost;
   start: StartMessage;
   agent: AgentStart;
   /** The A2A task (or `task.md` task) this attempt works on; absent for the idle run. */

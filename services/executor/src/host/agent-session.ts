@@ -2,7 +2,7 @@ import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { SessionCall, SessionReply } from '@murmur/shared';
 import { type LoopOutcome, runAgentLoop, writeFileAtomic } from './agent-loop.js';
-import type { CapsuleHost, HostChannel, SessionResult } from './capsule-host.js';
+import type { AgentHost, HostChannel, SessionResult } from './contracts.js';
 import { EventFeed } from './event-feed.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import { type Task, TaskRegistry } from './task-registry.js';
@@ -28,7 +28,7 @@ export class AgentSession {
   private readonly taskFile: string;
 
   constructor(
-    private readonly host: CapsuleHost,
+    private readonly host: AgentHost,
     private readonly start: StartMessage,
     private readonly agent: AgentStart,
     private readonly channel: HostChannel,

@@ -1,63 +1,21 @@
-import { existsSync, readFileSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { MessageChannel, Worker } from 'node:worker_threads';
-import type { SessionCall, SessionEvent, SessionReply, WireError } from '@murmur/shared';
+import { readFileSync } from 'node:fs';
+import type { Worker } from 'node:worker_threads';
+import type { WireError } from '@murmur/shared';
 import { LogFile, TraceWriter } from '../records.js';
-import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
-import { createSignal, serveBridge } from './bridge.js';
-import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
-import type { CeilingMessage, EgressResult, HostRequest, HostTool, StartMessage } from './protocol.js';
+import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
+import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
+import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { DELEGATE_TOOL } from './tool-inventory.js';
 import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, shellArguments, shellToolDescription } from './subprocess.js';
 
 /**
  * The capsule host: one per session, inside the session's sandbox. It runs the capsule's
- * component in a worker, answers the component's host calls (tools, shell, artifact manager,
- * outgoing HTTP and messages — the last three relayed to the executor, the only way out), enforces
- * the deadline by terminating the worker, and writes the session's trace.
+ * component (through its `GuestRunner`), answers the guests' host calls (tools, shell, artifact
+ * manager, outgoing HTTP and messages — the last three relayed to the executor, the only way out),
+ * and writes the session's trace. An agent's task loop (`AgentSession`) drives it through the
+ * `AgentHost` surface; the host itself knows nothing of turns beyond the number it is told.
  */
-
-/** A guest worker with no job yet: it loads the runtime's WASI pieces while the host waits for `start`. */
-export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
-  return new Worker(GUEST_WORKER, { stdout: true, stderr: true, ...(preload ? { workerData: { preload } satisfies GuestPreload } : {}) });
-}
-
-export interface HostChannel {
-  /** Asks the executor something and waits for its answer. */
-  request(request: HostRequest): Promise<unknown>;
-  output(stream: 'stdout' | 'stderr', text: string): void;
-  /** Hands one event of the session's A2A feed to the executor, for the doors. */
-  event(event: SessionEvent): void;
-  /** Answers the doors' calls (relayed by the executor) with `handler`. */
-  serve(handler: (call: SessionCall) => SessionReply): void;
-}
-
-export interface SessionResult {
-  status: 'ok' | 'failed' | 'trapped';
-  exitCode: number;
-  error?: WireError;
-}
-
-/** One tool call from the agent loop, as the model will see it: the text, and whether it failed. */
-export interface ToolDispatch {
-  text: string;
-  isError: boolean;
-  kind: 'tool' | 'skill';
-}
-
-/** What one driver call gave: its tool-result, or why the call itself failed (trap, deadline, link). */
-export type DriverCall = { ok: true; result: ToolResultShape; streamedText: boolean } | { ok: false; error: string };
-
-/** Counts kept across the whole session: the last `session_end` carries them. */
-export interface SessionTotals {
-  turns: number;
-  inputTokens: number;
-  outputTokens: number;
-  toolCalls: number;
-  shellCalls: number;
-}
 
 /** The A2A task a guest's chunks and input requests belong to, while one runs. */
 interface TaskContext {
@@ -70,15 +28,6 @@ interface TaskContext {
   streamedText: boolean;
 }
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-/** Beside this file: the bundled worker next to the bundled host, or the module next to the module. */
-const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.mjs'))
-  ? path.join(here, 'guest-worker.mjs')
-  : path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
-const decoder = new TextDecoder();
-
-type Fallible<T> = { ok: true; value: T } | { ok: false; error: string };
-
 function ok<T>(value: T): Fallible<T> {
   return { ok: true, value };
 }
@@ -87,7 +36,7 @@ function refused(error: string): Fallible<never> {
   return { ok: false, error };
 }
 
-export class CapsuleHost {
+export class CapsuleHost implements AgentHost {
   readonly trace: TraceWriter;
   private readonly sessionLog: LogFile;
   readonly tools = new Map<string, HostTool>();
@@ -97,24 +46,36 @@ export class CapsuleHost {
   /** The agent turn tool and shell events belong to (0 for a script capsule). */
   private turn = 0;
   private taskContext: TaskContext | undefined;
-  private readonly modules = new Map<string, Promise<WebAssembly.Module>>();
-  /** Workers whose last guest returned cleanly, by component, ready for that component's next call. */
-  private readonly idleWorkers = new Map<string, Worker>();
+  /** The shell run of the tool call being dispatched, for the agent's `on-shell` hooks. */
+  private lastShellRun: ShellRun | undefined;
+  readonly guests: GuestRunner;
   private stopSession: (reason: string) => void = () => {};
-  /** Keep a started worker in reserve after each guest starts, so the next call skips worker start-up (agents make many). */
-  private keepSpareWorker = false;
-  private spareWorkerPreload: GuestPreload['preload'] | undefined;
+  /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
+  hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
 
   constructor(
     private readonly start: StartMessage,
     private readonly channel: HostChannel,
     /** A guest worker started before `start` arrived, for the capsule's own instance. */
-    private prewarmed?: Worker,
+    prewarmed?: Worker,
   ) {
     this.trace = new TraceWriter(start.session_dir, start.session_id);
     this.sessionLog = new LogFile(start.session_dir, 'session.log');
     for (const tool of start.tools) this.tools.set(tool.name, tool);
     this.allowlist = new Set(start.allowlist);
+    this.guests = new GuestRunner({
+      memoryLimitBytes: start.policy.limits.memory_bytes,
+      deadlineMs: start.policy.limits.deadline_seconds * 1000,
+      sessionLog: this.sessionLog,
+      capsuleOutput: (stream, text) => channel.output(stream, text),
+      answer: (op, payload, grant) => this.answer(op, payload, grant),
+      prewarmed,
+    });
+  }
+
+  /** Whoever stops the session (an agent's task loop) is told here. */
+  onStop(stop: (reason: string) => void): void {
+    this.stopSession = stop;
   }
 
   private subprocessContext(): SubprocessContext {
@@ -155,13 +116,8 @@ export class CapsuleHost {
     return breach ? { code: breach.code, message: breach.message, hint: breach.hint, path: `capabilities.resources.${breach.limit}` } : undefined;
   }
 
+  /** A script capsule's session: its component's `run`, once. */
   async run(): Promise<SessionResult> {
-    if (this.start.agent) {
-      const { AgentSession } = await import('./agent-session.js');
-      const session = new AgentSession(this, this.start, this.start.agent, this.channel);
-      this.stopSession = (reason) => session.stop(reason);
-      return session.run();
-    }
     this.trace.write(
       'session_start',
       this.sessionStartFields({ model: null, maxTurns: null, toolsDeclared: [...this.allowlist], promptSource: 'none', promptSha256: null }),
@@ -173,13 +129,10 @@ export class CapsuleHost {
         exitCode: 1,
         error: { code: 'E-RUN-004', message: `${this.start.capsule_name}@${this.start.capsule_version} has no component and no inference: nothing to run` },
       };
-    const outcome = await this.runGuest({
+    const outcome = await this.guests.run({
       role: 'capsule',
       label: `${this.start.capsule_name}@${this.start.capsule_version}`,
-      bundleDir: component.bundle_dir,
-      entry: component.entry,
-      coreModules: component.core_modules,
-      imports: component.imports,
+      ...guestSpecOf(component),
       preopen: this.start.preopen,
       env: this.start.guest_env,
       grant: 'capsule',
@@ -252,41 +205,32 @@ export class CapsuleHost {
     this.turn = turn;
   }
 
-  /**
-   * From now on a started worker is kept in reserve for the next guest, with `likely` (an agent's
-   * driver, which every turn calls) already loaded in it.
-   */
-  keepWorkersWarm(likely?: NonNullable<StartMessage['component']>): void {
-    this.spareWorkerPreload = likely ? { bundleDir: likely.bundle_dir, entry: likely.entry, imports: likely.imports } : undefined;
-    this.keepSpareWorker = true;
-    this.prewarmed ??= prewarmGuestWorker(this.spareWorkerPreload);
+  keepWorkersWarm(likely?: HostComponent): void {
+    this.guests.keepWorkersWarm(likely);
   }
 
   /** One call of the driver component with the turn's wire request. */
-  async callDriver(
-    driver: { name: string; component: NonNullable<StartMessage['component']>; preopen: string },
-    env: Array<[string, string]>,
-    data: string,
-  ): Promise<DriverCall> {
-    if (this.taskContext) this.taskContext.streamedText = false;
-    const outcome = await this.runGuest({
+  async callDriver(driver: DriverComponentRef, env: Array<[string, string]>, data: string, options: { silent?: boolean } = {}): Promise<DriverCall> {
+    // A silent call (a hook's completion) streams nothing to the task and asks nobody anything.
+    const context = this.taskContext;
+    if (options.silent) this.taskContext = undefined;
+    else if (context) context.streamedText = false;
+    const outcome = await this.guests.run({
       role: 'tool',
       label: `driver '${driver.name}'`,
-      bundleDir: driver.component.bundle_dir,
-      entry: driver.component.entry,
-      coreModules: driver.component.core_modules,
-      imports: driver.component.imports,
+      ...guestSpecOf(driver.component),
       preopen: driver.preopen,
       env,
       grant: `tool:${driver.name}`,
       toolInput: { data },
     });
+    if (options.silent) this.taskContext = context;
     const result = this.toolOutcome(`driver '${driver.name}'`, outcome);
     if (!result.ok) return result;
-    return { ok: true, result: result.value, streamedText: this.taskContext?.streamedText ?? false };
+    return { ok: true, result: result.value, streamedText: options.silent ? false : (this.taskContext?.streamedText ?? false) };
   }
 
-  private classify(outcome: GuestOutcome | { kind: 'deadline' }): SessionResult {
+  private classify(outcome: RunOutcome): SessionResult {
     const limits = this.start.policy.limits;
     switch (outcome.kind) {
       case 'returned':
@@ -343,118 +287,6 @@ export class CapsuleHost {
     }
   }
 
-  /**
-   * Runs one instance in its own worker until it finishes or its deadline passes. The deadline
-   * counts while the guest works, not while a person is asked for input: that wait has its own
-   * limit (`lifecycle.input_timeout_secs`).
-   */
-  private async runGuest(
-    job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes' | 'modules'> & { coreModules: string[] },
-  ): Promise<GuestOutcome | { kind: 'deadline' }> {
-    let modules: Record<string, WebAssembly.Module>;
-    try {
-      modules = await this.compiled(job.bundleDir, job.coreModules);
-    } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      return error instanceof MemoryLimitError
-        ? { kind: 'too-small', message }
-        : { kind: 'link-error', message: `the component's core module does not compile: ${message}` };
-    }
-    const { coreModules: _files, ...rest } = job;
-    return this.runWorker({ ...rest, modules });
-  }
-
-  /** The component's core modules, compiled once for the session and shared by every instance. */
-  private compiled(bundleDir: string, files: string[]): Promise<Record<string, WebAssembly.Module>> {
-    const limit = this.start.policy.limits.memory_bytes;
-    return Promise.all(
-      files.map(async (file) => {
-        const key = path.join(bundleDir, file);
-        let module = this.modules.get(key);
-        if (!module) {
-          module = compileCoreModule(key, limit);
-          this.modules.set(key, module);
-          // A failed compile is not remembered: the next call reports it afresh.
-          module.catch(() => this.modules.delete(key));
-        }
-        return [file, await module] as const;
-      }),
-    ).then((entries) => Object.fromEntries(entries));
-  }
-
-  private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>): Promise<GuestOutcome | { kind: 'deadline' }> {
-    const { port1, port2 } = new MessageChannel();
-    const signal = createSignal();
-    const deadlineMs = this.start.policy.limits.deadline_seconds * 1000;
-    let timer: NodeJS.Timeout | undefined;
-    let remainingMs = deadlineMs;
-    let armedAt = 0;
-    let onDeadline = (): void => {};
-    const arm = (): void => {
-      armedAt = Date.now();
-      timer = setTimeout(() => onDeadline(), remainingMs);
-    };
-    const pause = (): void => {
-      if (timer) clearTimeout(timer);
-      timer = undefined;
-      remainingMs = Math.max(0, remainingMs - (Date.now() - armedAt));
-    };
-    serveBridge(port1, signal, async (op, payload) => {
-      if (op !== 'request-input') return this.answer(op, payload, job.grant);
-      pause();
-      try {
-        return await this.answer(op, payload, job.grant);
-      } finally {
-        arm();
-      }
-    });
-    const guestJob: GuestJob = { ...job, memoryLimitBytes: this.start.policy.limits.memory_bytes, bridgePort: port2, signal };
-    let worker: Worker;
-    const idle = this.idleWorkers.get(job.bundleDir);
-    if (idle) {
-      this.idleWorkers.delete(job.bundleDir);
-      worker = idle;
-      worker.postMessage(guestJob, [port2]);
-    } else if (this.prewarmed) {
-      worker = this.prewarmed;
-      this.prewarmed = undefined;
-      worker.postMessage(guestJob, [port2]);
-      if (this.keepSpareWorker) this.prewarmed = prewarmGuestWorker(this.spareWorkerPreload);
-    } else {
-      worker = new Worker(GUEST_WORKER, { workerData: guestJob, transferList: [port2], stdout: true, stderr: true });
-    }
-    const lines = new LineBuffers();
-    return new Promise((resolve) => {
-      let settled = false;
-      const onMessage = (message: GuestMessage): void => {
-        if (message.type === 'output') {
-          const text = decoder.decode(message.bytes);
-          const prefix = job.role === 'capsule' ? message.stream : `${job.label} ${message.stream}`;
-          for (const line of lines.push(prefix, text)) this.sessionLog.line(`[${prefix}] ${line}`);
-          if (job.role === 'capsule') this.channel.output(message.stream, text);
-        } else finish(message.outcome);
-      };
-      const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
-      const onExit = (): void => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false });
-      const finish = (outcome: GuestOutcome | { kind: 'deadline' }): void => {
-        if (settled) return;
-        settled = true;
-        for (const [prefix, rest] of lines.drain()) this.sessionLog.line(`[${prefix}] ${rest}`);
-        if (timer) clearTimeout(timer);
-        port1.close();
-        worker.off('message', onMessage).off('error', onError).off('exit', onExit);
-        // A worker whose guest returned cleanly is kept for the next call of the same component
-        // (an agent calls its driver every turn); anything else — a trap, a deadline — ends it.
-        if (outcome.kind === 'returned' && this.keepSpareWorker && !this.idleWorkers.has(job.bundleDir)) this.idleWorkers.set(job.bundleDir, worker);
-        else void worker.terminate();
-        resolve(outcome);
-      };
-      onDeadline = () => finish({ kind: 'deadline' });
-      arm();
-      worker.on('message', onMessage).on('error', onError).on('exit', onExit);
-    });
-  }
-
   /** A guest's host call, answered on the main thread. */
   private async answer(op: string, payload: unknown, grant: string): Promise<unknown> {
     switch (op) {
@@ -498,6 +330,11 @@ export class CapsuleHost {
         context.registry.chunk(context.task, kind, text);
         return null;
       }
+      case 'run-inference': {
+        if (!this.hookInference || !grant.startsWith('hook:'))
+          return refused('inference driver is not configured; add inference.driver.artifact to murmur.yaml');
+        return this.hookInference(grant, payload);
+      }
       case 'request-input': {
         const context = this.taskContext;
         if (!context?.answerable) throw new Error('request-input is not available outside an A2A task context');
@@ -521,15 +358,21 @@ export class CapsuleHost {
    * model reads and the session survives: an unknown tool is an error result, not a failure.
    */
   async dispatchForAgent(name: string, input: { data: string }): Promise<ToolDispatch> {
+    const started = Date.now();
     if (name === DELEGATE_TOOL.name && this.start.policy.spawn_allow.length > 0) return this.delegateTask(input);
     if (!this.allowlist.has(name) && !this.start.policy.shell_allow.includes(name)) {
       const text = `tool '${name}' is not declared in manifest allowlist`;
       this.recordToolCall(name, input, { ok: false, error: text }, 0, 'tool');
-      return { text, isError: true, kind: 'tool' };
+      return { text, isError: true, kind: 'tool', durationMs: 0 };
     }
+    this.lastShellRun = undefined;
     const { result, kind } = await this.dispatch(name, input);
-    if (!result.ok) return { text: result.error, isError: true, kind };
-    return { text: result.value.data ?? result.value.summary ?? 'tool returned no data', isError: result.value.status !== 'passed', kind };
+    const shell = this.lastShellRun;
+    this.lastShellRun = undefined;
+    const durationMs = Date.now() - started;
+    const ran = { kind, durationMs, ...(shell ? { shell } : {}) };
+    if (!result.ok) return { text: result.error, isError: true, ...ran };
+    return { text: result.value.data ?? result.value.summary ?? 'tool returned no data', isError: result.value.status !== 'passed', ...ran };
   }
 
   /**
@@ -541,7 +384,7 @@ export class CapsuleHost {
     const started = Date.now();
     const fail = (text: string): ToolDispatch => {
       this.recordToolCall(DELEGATE_TOOL.name, input, { ok: false, error: text }, Date.now() - started, 'tool');
-      return { text, isError: true, kind: 'tool' };
+      return { text, isError: true, kind: 'tool', durationMs: Date.now() - started };
     };
     let request: { capsule: string; version: string; task: string };
     try {
@@ -581,7 +424,7 @@ export class CapsuleHost {
       metadata: [],
     });
     this.recordToolCall(DELEGATE_TOOL.name, input, result, Date.now() - started, 'tool');
-    return { text, isError: false, kind: 'tool' };
+    return { text, isError: false, kind: 'tool', durationMs: Date.now() - started };
   }
 
   /** Upstream's dispatch order: native binary, shell binary, skill, WASM tool. */
@@ -609,13 +452,10 @@ export class CapsuleHost {
         result = refused(`failed to read skill '${name}': ${(error as Error).message}`);
       }
     } else if (tool?.kind === 'wasm' && tool.component) {
-      const outcome = await this.runGuest({
+      const outcome = await this.guests.run({
         role: 'tool',
         label: `tool '${name}'`,
-        bundleDir: tool.component.bundle_dir,
-        entry: tool.component.entry,
-        coreModules: tool.component.core_modules,
-        imports: tool.component.imports,
+        ...guestSpecOf(tool.component),
         preopen: tool.preopen,
         env: this.start.guest_env,
         grant: `tool:${name}`,
@@ -653,7 +493,7 @@ export class CapsuleHost {
     });
   }
 
-  private toolOutcome(what: string, outcome: GuestOutcome | { kind: 'deadline' }): Fallible<ToolResultShape> {
+  private toolOutcome(what: string, outcome: RunOutcome): Fallible<ToolResultShape> {
     switch (outcome.kind) {
       case 'returned':
         return ok(outcome.value as ToolResultShape);
@@ -690,6 +530,14 @@ export class CapsuleHost {
     const shell = await this.shell(binary, shellArguments(binary, command), []);
     if (!shell.ok) return ok({ status: 'error', summary: 'shell execution failed', data: shell.error, dataPath: undefined, truncated: false, metadata: [] });
     const value = shell.value;
+    this.lastShellRun = {
+      binary: value.binaryPath,
+      command,
+      exitCode: value.exitCode,
+      stdout: value.stdout,
+      stderr: value.stderr,
+      durationMs: value.durationMs,
+    };
     let data = `$ ${command}\nExit code: ${value.exitCode}\nStdout:\n${value.stdout}\nStderr:\n${value.stderr}`;
     const metadata: Array<[string, string]> = [];
     if (value.truncated) {
@@ -710,7 +558,17 @@ export class CapsuleHost {
     binary: string,
     args: string[],
     env: Array<[string, string]>,
-  ): Promise<Fallible<{ exitCode: number; stdout: string; stderr: string; truncated: boolean; fullOutputPath: string | undefined }>> {
+  ): Promise<
+    Fallible<{
+      exitCode: number;
+      stdout: string;
+      stderr: string;
+      truncated: boolean;
+      fullOutputPath: string | undefined;
+      binaryPath: string;
+      durationMs: number;
+    }>
+  > {
     try {
       const result = await runShell(this.subprocessContext(), binary, args, env);
       this.totals.shellCalls += 1;
@@ -730,6 +588,8 @@ export class CapsuleHost {
         stderr: result.stderr,
         truncated: result.truncated,
         fullOutputPath: result.fullOutputPath,
+        binaryPath: result.binaryPath,
+        durationMs: Math.round(result.durationMs),
       });
     } catch (error) {
       return refused(error instanceof Error ? error.message : String(error));
@@ -787,24 +647,6 @@ export class CapsuleHost {
     this.tools.set(tool.name, tool);
     this.allowlist.add(tool.name);
     return ok({ name: tool.name, version: tool.version, runtime: tool.runtime });
-  }
-}
-
-/** Whole lines per stream, so the session log never interleaves half-lines of stdout and stderr. */
-class LineBuffers {
-  private readonly partial = new Map<string, string>();
-
-  push(stream: string, text: string): string[] {
-    const combined = (this.partial.get(stream) ?? '') + text;
-    const lines = combined.split('\n');
-    this.partial.set(stream, lines.pop() ?? '');
-    return lines;
-  }
-
-  drain(): Array<[string, string]> {
-    const rest = [...this.partial.entries()].filter(([, text]) => text !== '');
-    this.partial.clear();
-    return rest;
   }
 }
 

@@ -13,7 +13,9 @@ import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
  */
 
 export interface GuestJob {
-  role: 'capsule' | 'tool';
+  role: 'capsule' | 'tool' | 'hook';
+  /** Instantiated once, then answers `{type: 'call', fn, args}` messages one at a time (a hook). */
+  resident?: boolean;
   label: string;
   bundleDir: string;
   entry: string;
@@ -45,6 +47,7 @@ export type GuestMessage = { type: 'output'; stream: 'stdout' | 'stderr'; bytes:
 
 const CAPSULE_EXPORT = 'murmur:capsule/run@0.1.0';
 const TOOL_EXPORT = 'murmur:tool/run@0.1.0';
+const HOOK_EXPORT = 'murmur:hook/lifecycle@0.5.0';
 const PAGE = 65_536;
 
 function post(message: GuestMessage): void {
@@ -92,6 +95,7 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
       grant: job.grant,
       bridge,
       capsuleImports: job.role === 'capsule',
+      hookImports: job.role === 'hook',
       stdout: (bytes) => post({ type: 'output', stream: 'stdout', bytes }),
       stderr: (bytes) => post({ type: 'output', stream: 'stderr', bytes }),
     },
@@ -125,6 +129,10 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
     const missing = /imports\.([\w:/.-]+)|instance import '([^']+)'/.exec(message);
     return { kind: 'link-error', message, ...(missing ? { missing: (missing[1] ?? missing[2]) as string } : {}) };
   }
+  if (job.resident) {
+    resident = { instance: instance[HOOK_EXPORT] ?? {}, memories, limit: job.memoryLimitBytes };
+    return { kind: 'returned' };
+  }
   const exportName = job.role === 'capsule' ? CAPSULE_EXPORT : TOOL_EXPORT;
   const run = instance[exportName]?.run;
   if (typeof run !== 'function') return { kind: 'link-error', message: `the component does not export ${exportName}#run` };
@@ -138,7 +146,43 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   }
 }
 
+/** A resident guest's instance (a hook's lifecycle export), kept for the calls that follow its instantiation. */
+let resident: { instance: Record<string, (...args: unknown[]) => unknown>; memories: WebAssembly.Memory[]; limit: number } | undefined;
+let residentReady: Promise<GuestOutcome> | undefined;
+
+/** WIT's kebab-case name as jco exports it: `on-session-start` → `onSessionStart`. */
+function exportedName(fn: string): string {
+  return fn.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase());
+}
+
+/**
+ * One call of a resident instance. A function the component does not export is `missing-export`
+ * (the host decides whether that matters); the guest's own `err` arm comes back as a value, since
+ * jco raises it as an error carrying `payload`; anything else thrown is a trap.
+ */
+async function callResident(fn: string, args: unknown[]): Promise<GuestOutcome> {
+  const ready = await (residentReady ?? Promise.resolve<GuestOutcome>({ kind: 'trap', message: 'the instance was never started', memoryExhausted: false }));
+  if (ready.kind !== 'returned' || !resident) return ready;
+  const target = resident.instance[exportedName(fn)];
+  if (typeof target !== 'function') return { kind: 'returned', value: { missingExport: fn } };
+  try {
+    return { kind: 'returned', value: { ok: await target(...args) } };
+  } catch (error) {
+    if (error instanceof GuestExit) return { kind: 'exit', code: error.code };
+    if (error !== null && typeof error === 'object' && 'payload' in error)
+      return { kind: 'returned', value: { err: String((error as { payload: unknown }).payload) } };
+    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    return { kind: 'trap', message, memoryExhausted: nearCap(resident.memories, resident.limit) };
+  }
+}
+
 function start(job: GuestJob): void {
+  if (job.resident) {
+    residentReady = run(job).catch(
+      (error: unknown): GuestOutcome => ({ kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false }),
+    );
+    return;
+  }
   run(job).then(
     (outcome) => post({ type: 'done', outcome }),
     (error: unknown) =>
@@ -158,7 +202,11 @@ if (parentPort) {
   const data = workerData as GuestJob | GuestPreload | undefined;
   if (data && 'role' in data) {
     start(data);
-    parentPort.on('message', (job: GuestJob) => start(job));
+    parentPort.on('message', (message: GuestJob | { type: 'call'; fn: string; args: unknown[] }) => {
+      if ('type' in message && message.type === 'call') {
+        void callResident(message.fn, message.args).then((outcome) => post({ type: 'done', outcome }));
+      } else start(message as GuestJob);
+    });
   } else {
     if (data?.preload) {
       const { bundleDir, entry, imports } = data.preload;

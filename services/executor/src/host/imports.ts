@@ -19,7 +19,7 @@ export class GuestExit extends Error {
 }
 
 export interface GuestGrants {
-  /** The host directory the guest sees as `.`: its one preopen. */
+  /** The host directory the guest sees as `.`: its one preopen; empty for none (a hook without a filesystem grant). */
   preopen: string;
   env: Array<[string, string]>;
   /** Whose network grant the guest's requests are judged under. */
@@ -29,6 +29,8 @@ export interface GuestGrants {
   bridge: BridgeClient;
   /** Imports only a capsule has (`murmur:tool-registry`, `artifact-manager`, `shell`, `message`). */
   capsuleImports: boolean;
+  /** The import only a hook has: `murmur:runtime/inference`, one completion through the session's driver. */
+  hookImports?: boolean;
 }
 
 /** The guest's `Descriptor.openAt`, minus the `mutate-directory` flag the shim refuses. */
@@ -109,7 +111,7 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
     // The shim's typings describe its browser build; this is the Node build, which takes host paths.
     const filesystem = (
       filesystemModule.createFilesystem as unknown as (config: { preopens: Record<string, string> }) => { types: unknown; preopens: unknown }
-    )({ preopens: { '.': grants.preopen } });
+    )({ preopens: grants.preopen === '' ? {} : { '.': grants.preopen } });
     allowMutateDirectory(filesystem.types as unknown as { Descriptor: { prototype: Record<string, unknown> } });
     imports['wasi:filesystem/types'] = filesystem.types;
     imports['wasi:filesystem/preopens'] = filesystem.preopens;
@@ -191,6 +193,15 @@ function murmurImports(grants: GuestGrants): Record<string, unknown> {
       requestInput: (prompt: string) => grants.bridge.call<string>('request-input', { prompt }),
     },
   };
+  if (grants.hookImports) {
+    imports['murmur:runtime/inference'] = {
+      runInference: (request: unknown) => {
+        const outcome = grants.bridge.call<{ ok: true; value: unknown } | { ok: false; error: string }>('run-inference', request);
+        if (!outcome.ok) throw outcome.error;
+        return outcome.value;
+      },
+    };
+  }
   if (grants.capsuleImports) {
     const call = <T>(op: string, payload: unknown): T => grants.bridge.call<T>(op, payload);
     // `result<T, string>` imports: the ok value is returned; the err string is thrown as is (a

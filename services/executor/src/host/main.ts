@@ -1,5 +1,7 @@
 #!/usr/bin/env node
-import { CapsuleHost, type HostChannel, prewarmGuestWorker } from './capsule-host.js';
+import { CapsuleHost } from './capsule-host.js';
+import type { HostChannel, SessionResult } from './contracts.js';
+import { prewarmGuestWorker } from './guest-runner.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
 import { handOverSandboxSockets } from './sandbox-sockets.js';
@@ -128,7 +130,7 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
   }
   host = new CapsuleHost(message, channel, prewarmed);
   if (earlyCeiling) host.ceilingCrossed(earlyCeiling);
-  host.run().then(
+  runSession(host, message).then(
     (result) => {
       timing('guest finished');
       // Exit as soon as the result is written: nothing is left to do, and a lingering helper
@@ -149,3 +151,12 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
   );
 }
 send({ type: 'ready' });
+
+/** An agent's task loop over the host, or a script capsule's one run (the agent's modules load only for an agent). */
+async function runSession(capsuleHost: CapsuleHost, message: ExecutorToHost & { type: 'start' }): Promise<SessionResult> {
+  if (!message.agent) return capsuleHost.run();
+  const { AgentSession } = await import('./agent-session.js');
+  const session = new AgentSession(capsuleHost, message, message.agent, channel);
+  capsuleHost.onStop((reason) => session.stop(reason));
+  return session.run();
+}

@@ -45,6 +45,10 @@ export const HostToolSchema = z.object({
 });
 export type HostTool = z.infer<typeof HostToolSchema>;
 
+/** The driver component an agent calls each turn, and the directory it sees. */
+export const DriverRefSchema = z.object({ name: z.string(), component: HostComponentSchema, preopen: z.string() });
+export type DriverComponentRef = z.infer<typeof DriverRefSchema>;
+
 /**
  * What an agent capsule's host needs beyond a script capsule's: the inference settings, the
  * driver, the system prompt already read and resolved by the executor (the host cannot see the
@@ -54,7 +58,7 @@ export const AgentStartSchema = z.object({
   model: z.string(),
   max_tokens: z.number().int().positive(),
   max_turns: z.number().int().positive(),
-  driver: z.object({ name: z.string(), component: HostComponentSchema, preopen: z.string() }),
+  driver: DriverRefSchema,
   /** The driver's environment: the guest environment plus `MURMUR_INFERENCE_*`, the key included. */
   driver_env: z.array(z.tuple([z.string(), z.string()])),
   system_prompt: z.string().nullable(),

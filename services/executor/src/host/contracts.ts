@@ -1,0 +1,95 @@
+import type { SessionCall, SessionEvent, SessionReply, WireError } from '@murmur/shared';
+import type { TraceWriter } from '../records.js';
+import type { GuestRunner } from './guest-runner.js';
+import type { DriverComponentRef, HostComponent, HostRequest, HostTool } from './protocol.js';
+import type { ToolResultShape } from './subprocess.js';
+import type { Task, TaskRegistry } from './task-registry.js';
+
+/**
+ * What the host's parts promise each other. The direction of use is one way: `main` makes a
+ * `CapsuleHost` and, for an agent, an `AgentSession` over it; the session drives its task loop,
+ * hooks and compaction through `AgentHost`, which the capsule host implements. Nothing here imports
+ * the host or the session, so neither imports the other.
+ */
+
+export interface HostChannel {
+  /** Asks the executor something and waits for its answer. */
+  request(request: HostRequest): Promise<unknown>;
+  output(stream: 'stdout' | 'stderr', text: string): void;
+  /** Hands one event of the session's A2A feed to the executor, for the doors. */
+  event(event: SessionEvent): void;
+  /** Answers the doors' calls (relayed by the executor) with `handler`. */
+  serve(handler: (call: SessionCall) => SessionReply): void;
+}
+
+export interface SessionResult {
+  status: 'ok' | 'failed' | 'trapped';
+  exitCode: number;
+  error?: WireError;
+}
+
+/** A shell binary's run as a tool, as the `on-shell` hook is told it. */
+export interface ShellRun {
+  /** The binary as it was resolved on PATH (or the bare name). */
+  binary: string;
+  /** The command the model gave (the script for an interpreter, else the arguments). */
+  command: string;
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  durationMs: number;
+}
+
+/** One tool call from the agent loop, as the model will see it: the text, and whether it failed. */
+export interface ToolDispatch {
+  text: string;
+  isError: boolean;
+  kind: 'tool' | 'skill';
+  durationMs: number;
+  /** Present when the tool was a shell binary that ran (whatever its exit code). */
+  shell?: ShellRun;
+}
+
+/** What one driver call gave: its tool-result, or why the call itself failed (trap, deadline, link). */
+export type DriverCall = { ok: true; result: ToolResultShape; streamedText: boolean } | { ok: false; error: string };
+
+/** Counts kept across the whole session: the last `session_end` carries them. */
+export interface SessionTotals {
+  turns: number;
+  inputTokens: number;
+  outputTokens: number;
+  toolCalls: number;
+  shellCalls: number;
+}
+
+export type Fallible<T> = { ok: true; value: T } | { ok: false; error: string };
+
+/** The capsule host as an agent's session uses it. */
+export interface AgentHost {
+  readonly trace: TraceWriter;
+  readonly totals: SessionTotals;
+  readonly tools: ReadonlyMap<string, HostTool>;
+  readonly breach: { message: string } | undefined;
+  onBreach: () => void;
+  breachError(): WireError | undefined;
+  /** The session is being stopped from outside: `stop` is told why. */
+  onStop(stop: (reason: string) => void): void;
+  /** A hook's `run-inference`, answered by whoever holds the driver. */
+  hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
+  sessionStartFields(run: {
+    model: string | null;
+    maxTurns: number | null;
+    toolsDeclared: string[];
+    promptSource: 'manifest' | 'cli' | 'none';
+    promptSha256: string | null;
+  }): Record<string, unknown>;
+  writeSessionEnd(exitStatus: 'ok' | 'failed' | 'max_turns_reached', extra?: Record<string, unknown>): void;
+  enterTask(task: Task, registry: TaskRegistry, inputTimeoutMs: number | undefined, answerable: boolean): void;
+  leaveTask(): void;
+  setTurn(turn: number): void;
+  keepWorkersWarm(likely?: HostComponent): void;
+  callDriver(driver: DriverComponentRef, env: Array<[string, string]>, data: string, options?: { silent?: boolean }): Promise<DriverCall>;
+  dispatchForAgent(name: string, input: { data: string }): Promise<ToolDispatch>;
+  /** Where the session's guests run (hooks open resident instances here). */
+  readonly guests: GuestRunner;
+}

@@ -1,0 +1,318 @@
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { MessageChannel, Worker } from 'node:worker_threads';
+import type { LogFile } from '../records.js';
+import { createSignal, serveBridge } from './bridge.js';
+import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
+import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
+import type { HostComponent } from './protocol.js';
+
+/**
+ * Where a session's WebAssembly runs: each instance alone in a worker thread, which is the unit of
+ * interruption (the deadline terminates it, whatever the guest is doing) and of isolation (its own
+ * imports, its own preopen). The runner compiles each core module once per session, keeps a
+ * worker whose guest returned cleanly for that component's next call, and keeps one started worker
+ * in reserve so a call skips worker start-up.
+ *
+ * Two shapes of guest: a **call** (the capsule's own run, a tool, a driver turn) is a fresh instance
+ * that ends with its call; a **resident** instance (a hook) is instantiated once and answers many
+ * calls, each under its own deadline. A resident that traps or overruns is ended, and the next call
+ * instantiates it afresh: a hook never sees a half-unwound instance.
+ */
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+/** Beside this file: the bundled worker next to the bundled host, or the module next to the module. */
+const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.mjs'))
+  ? path.join(here, 'guest-worker.mjs')
+  : path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
+const decoder = new TextDecoder();
+
+/** A guest worker with no job yet: it loads the runtime's WASI pieces while the host waits for `start`. */
+export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
+  return new Worker(GUEST_WORKER, { stdout: true, stderr: true, ...(preload ? { workerData: { preload } satisfies GuestPreload } : {}) });
+}
+
+export type RunOutcome = GuestOutcome | { kind: 'deadline' };
+
+/** A guest's host call (`op` from the instance holding `grant`), answered on the main thread. */
+export type HostCallHandler = (op: string, payload: unknown, grant: string) => Promise<unknown>;
+
+export interface GuestRunnerOptions {
+  memoryLimitBytes: number;
+  deadlineMs: number;
+  sessionLog: LogFile;
+  /** The capsule's own stdout and stderr, for the launcher. */
+  capsuleOutput(stream: 'stdout' | 'stderr', text: string): void;
+  answer: HostCallHandler;
+  /** A worker started before the session's plan arrived, for the first guest. */
+  prewarmed?: Worker | undefined;
+}
+
+/** What a guest job names before the runner compiles its modules and opens its bridge. */
+export type GuestSpec = Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes' | 'modules' | 'resident'> & { coreModules: string[] };
+
+export function guestSpecOf(component: HostComponent): Pick<GuestSpec, 'bundleDir' | 'entry' | 'coreModules' | 'imports'> {
+  return { bundleDir: component.bundle_dir, entry: component.entry, coreModules: component.core_modules, imports: component.imports };
+}
+
+export class GuestRunner {
+  private readonly modules = new Map<string, Promise<WebAssembly.Module>>();
+  /** Workers whose last guest returned cleanly, by component, ready for that component's next call. */
+  private readonly idleWorkers = new Map<string, Worker>();
+  /** Keep a started worker in reserve after each guest starts, so the next call skips worker start-up (agents make many). */
+  private keepSpareWorker = false;
+  private spareWorkerPreload: GuestPreload['preload'] | undefined;
+  private prewarmed: Worker | undefined;
+
+  constructor(private readonly options: GuestRunnerOptions) {
+    this.prewarmed = options.prewarmed;
+  }
+
+  /**
+   * From now on a started worker is kept in reserve for the next guest, with `likely` (an agent's
+   * driver, which every turn calls) already loaded in it.
+   */
+  keepWorkersWarm(likely?: HostComponent): void {
+    this.spareWorkerPreload = likely ? { bundleDir: likely.bundle_dir, entry: likely.entry, imports: likely.imports } : undefined;
+    this.keepSpareWorker = true;
+    this.prewarmed ??= prewarmGuestWorker(this.spareWorkerPreload);
+  }
+
+  /**
+   * Runs one instance in its own worker until it finishes or its deadline passes. The deadline
+   * counts while the guest works, not while a person is asked for input: that wait has its own
+   * limit (`lifecycle.input_timeout_secs`).
+   */
+  async run(spec: GuestSpec): Promise<RunOutcome> {
+    const compiled = await this.compiledOrFailure(spec);
+    if ('failure' in compiled) return compiled.failure;
+    const { coreModules: _files, ...rest } = spec;
+    return this.runWorker({ ...rest, modules: compiled.modules });
+  }
+
+  /** Opens an instance that stays for many calls (a hook's); nothing is instantiated until the first call. */
+  resident(spec: GuestSpec, deadlineMs: number): ResidentGuest {
+    return new ResidentGuest(this, spec, deadlineMs);
+  }
+
+  /** @internal The pieces a resident guest needs from its runner. */
+  async startResident(spec: GuestSpec): Promise<{ worker: Worker; lines: LineBuffers; port: MessageChannel['port1'] } | GuestOutcome> {
+    const compiled = await this.compiledOrFailure(spec);
+    if ('failure' in compiled) return compiled.failure;
+    const modules = compiled.modules;
+    const { coreModules: _files, ...rest } = spec;
+    const { port1, port2 } = new MessageChannel();
+    const signal = createSignal();
+    serveBridge(port1, signal, (op, payload) => this.options.answer(op, payload, spec.grant));
+    const job: GuestJob = { ...rest, modules, resident: true, memoryLimitBytes: this.options.memoryLimitBytes, bridgePort: port2, signal };
+    // A resident gets a worker of its own for its whole life: never an idle one, never the spare.
+    const worker = new Worker(GUEST_WORKER, { workerData: job, transferList: [port2], stdout: true, stderr: true });
+    return { worker, lines: new LineBuffers(), port: port1 };
+  }
+
+  /** @internal A guest's output line, into the session log under its label. */
+  logOutput(lines: LineBuffers, label: string, stream: 'stdout' | 'stderr', bytes: Uint8Array): void {
+    const prefix = `${label} ${stream}`;
+    for (const line of lines.push(prefix, decoder.decode(bytes))) this.options.sessionLog.line(`[${prefix}] ${line}`);
+  }
+
+  /** @internal */
+  drainOutput(lines: LineBuffers): void {
+    for (const [prefix, rest] of lines.drain()) this.options.sessionLog.line(`[${prefix}] ${rest}`);
+  }
+
+  private async compiledOrFailure(spec: GuestSpec): Promise<{ modules: Record<string, WebAssembly.Module> } | { failure: GuestOutcome }> {
+    try {
+      return { modules: await this.compiled(spec.bundleDir, spec.coreModules) };
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      return {
+        failure:
+          error instanceof MemoryLimitError
+            ? { kind: 'too-small', message }
+            : { kind: 'link-error', message: `the component's core module does not compile: ${message}` },
+      };
+    }
+  }
+
+  /** The component's core modules, compiled once for the session and shared by every instance. */
+  private compiled(bundleDir: string, files: string[]): Promise<Record<string, WebAssembly.Module>> {
+    const limit = this.options.memoryLimitBytes;
+    return Promise.all(
+      files.map(async (file) => {
+        const key = path.join(bundleDir, file);
+        let module = this.modules.get(key);
+        if (!module) {
+          module = compileCoreModule(key, limit);
+          this.modules.set(key, module);
+          // A failed compile is not remembered: the next call reports it afresh.
+          module.catch(() => this.modules.delete(key));
+        }
+        return [file, await module] as const;
+      }),
+    ).then((entries) => Object.fromEntries(entries));
+  }
+
+  private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>): Promise<RunOutcome> {
+    const { port1, port2 } = new MessageChannel();
+    const signal = createSignal();
+    let timer: NodeJS.Timeout | undefined;
+    let remainingMs = this.options.deadlineMs;
+    let armedAt = 0;
+    let onDeadline = (): void => {};
+    const arm = (): void => {
+      armedAt = Date.now();
+      timer = setTimeout(() => onDeadline(), remainingMs);
+    };
+    const pause = (): void => {
+      if (timer) clearTimeout(timer);
+      timer = undefined;
+      remainingMs = Math.max(0, remainingMs - (Date.now() - armedAt));
+    };
+    serveBridge(port1, signal, async (op, payload) => {
+      if (op !== 'request-input') return this.options.answer(op, payload, job.grant);
+      pause();
+      try {
+        return await this.options.answer(op, payload, job.grant);
+      } finally {
+        arm();
+      }
+    });
+    const guestJob: GuestJob = { ...job, memoryLimitBytes: this.options.memoryLimitBytes, bridgePort: port2, signal };
+    let worker: Worker;
+    const idle = this.idleWorkers.get(job.bundleDir);
+    if (idle) {
+      this.idleWorkers.delete(job.bundleDir);
+      worker = idle;
+      worker.postMessage(guestJob, [port2]);
+    } else if (this.prewarmed) {
+      worker = this.prewarmed;
+      this.prewarmed = undefined;
+      worker.postMessage(guestJob, [port2]);
+      if (this.keepSpareWorker) this.prewarmed = prewarmGuestWorker(this.spareWorkerPreload);
+    } else {
+      worker = new Worker(GUEST_WORKER, { workerData: guestJob, transferList: [port2], stdout: true, stderr: true });
+    }
+    const lines = new LineBuffers();
+    return new Promise((resolve) => {
+      let settled = false;
+      const onMessage = (message: GuestMessage): void => {
+        if (message.type === 'output') {
+          if (job.role === 'capsule') {
+            const text = decoder.decode(message.bytes);
+            for (const line of lines.push(message.stream, text)) this.options.sessionLog.line(`[${message.stream}] ${line}`);
+            this.options.capsuleOutput(message.stream, text);
+          } else this.logOutput(lines, job.label, message.stream, message.bytes);
+        } else finish(message.outcome);
+      };
+      const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
+      const onExit = (): void => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false });
+      const finish = (outcome: RunOutcome): void => {
+        if (settled) return;
+        settled = true;
+        this.drainOutput(lines);
+        if (timer) clearTimeout(timer);
+        port1.close();
+        worker.off('message', onMessage).off('error', onError).off('exit', onExit);
+        // A worker whose guest returned cleanly is kept for the next call of the same component
+        // (an agent calls its driver every turn); anything else — a trap, a deadline — ends it.
+        if (outcome.kind === 'returned' && this.keepSpareWorker && !this.idleWorkers.has(job.bundleDir)) this.idleWorkers.set(job.bundleDir, worker);
+        else void worker.terminate();
+        resolve(outcome);
+      };
+      onDeadline = () => finish({ kind: 'deadline' });
+      arm();
+      worker.on('message', onMessage).on('error', onError).on('exit', onExit);
+    });
+  }
+}
+
+/**
+ * One instance that answers many calls, one at a time, in the order they were made. Instantiated
+ * at its first call (its instantiation counts against that call's deadline, as upstream's store
+ * deadline covers instantiation), and again after any call that did not return cleanly.
+ */
+export class ResidentGuest {
+  private live: { worker: Worker; lines: LineBuffers; port: MessageChannel['port1'] } | undefined;
+  private queue: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  constructor(
+    private readonly runner: GuestRunner,
+    private readonly spec: GuestSpec,
+    private readonly deadlineMs: number,
+  ) {}
+
+  /** Calls `fn` of the instance's export with `args`; whatever happens, the outcome says it (this never throws). */
+  call(fn: string, args: unknown[]): Promise<RunOutcome> {
+    const next = this.queue.then(() => this.callNow(fn, args));
+    this.queue = next.catch(() => {});
+    return next;
+  }
+
+  /** Ends the instance; a call made after this is refused as a trap. */
+  close(): void {
+    this.closed = true;
+    this.end();
+  }
+
+  private end(): void {
+    const live = this.live;
+    this.live = undefined;
+    if (!live) return;
+    this.runner.drainOutput(live.lines);
+    live.port.close();
+    void live.worker.terminate();
+  }
+
+  private async callNow(fn: string, args: unknown[]): Promise<RunOutcome> {
+    if (this.closed) return { kind: 'trap', message: `${this.spec.label} was closed at the end of the session`, memoryExhausted: false };
+    const started = Date.now();
+    if (!this.live) {
+      const opened = await this.runner.startResident(this.spec);
+      if ('kind' in opened) return opened;
+      this.live = opened;
+    }
+    const live = this.live;
+    const remaining = Math.max(1, this.deadlineMs - (Date.now() - started));
+    return new Promise((resolve) => {
+      let settled = false;
+      const onMessage = (message: GuestMessage): void => {
+        if (message.type === 'output') this.runner.logOutput(live.lines, this.spec.label, message.stream, message.bytes);
+        else finish(message.outcome);
+      };
+      const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
+      const onExit = (): void => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false });
+      const timer = setTimeout(() => finish({ kind: 'deadline' }), remaining);
+      const finish = (outcome: RunOutcome): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        live.worker.off('message', onMessage).off('error', onError).off('exit', onExit);
+        if (outcome.kind !== 'returned') this.end();
+        resolve(outcome);
+      };
+      live.worker.on('message', onMessage).on('error', onError).on('exit', onExit);
+      live.worker.postMessage({ type: 'call', fn, args });
+    });
+  }
+}
+
+/** Whole lines per stream, so the session log never interleaves half-lines of stdout and stderr. */
+class LineBuffers {
+  private readonly partial = new Map<string, string>();
+
+  push(stream: string, text: string): string[] {
+    const combined = (this.partial.get(stream) ?? '') + text;
+    const lines = combined.split('\n');
+    this.partial.set(stream, lines.pop() ?? '');
+    return lines;
+  }
+
+  drain(): Array<[string, string]> {
+    const rest = [...this.partial.entries()].filter(([, text]) => text !== '');
+    this.partial.clear();
+    return rest;
+  }
+}
