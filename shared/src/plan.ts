@@ -93,6 +93,8 @@ export const StagedPlanSchema = z.object({
     component: TranspiledComponentSchema.optional(),
     /** `inference.system_prompt_file`, read at staging (relative to the manifest) so no machine needs the capsule's directory. */
     system_prompt_file: z.object({ path: z.string(), text: z.string() }).optional(),
+    /** `inference.compaction.system_prompt_file`, read at staging the same way (passed verbatim to the on-compaction hook). */
+    compaction_prompt_file: z.object({ path: z.string(), text: z.string() }).optional(),
   }),
   /**
    * The requester's project as it was uploaded (for a registry source: its project store), so

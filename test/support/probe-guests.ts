@@ -40,3 +40,17 @@ export function probeCapsule(): Promise<BuiltGuest> {
 export function probeTool(): Promise<BuiltGuest> {
   return componentFromJs(PROBE_TOOL);
 }
+
+/**
+ * The recording hook (`hook/recording-hook.js`, with probe-common.js before it): records every
+ * lifecycle call in `events.jsonl` in its preopen and answers as `script.json` there says.
+ */
+export const RECORDING_HOOK: JsGuest = {
+  source: `${common}\n${readFileSync(new URL('./hook/recording-hook.js', import.meta.url), 'utf8')}`,
+  world: readFileSync(new URL('./hook/recording-hook.wit', import.meta.url), 'utf8'),
+  worldName: 'hook',
+};
+
+export function recordingHook(): Promise<BuiltGuest> {
+  return componentFromJs(RECORDING_HOOK);
+}

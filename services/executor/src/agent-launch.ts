@@ -1,6 +1,7 @@
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
 import { type CapsuleCard, MurmurError, type StagedPlan, guestEnvironment, resolveManifestSecrets } from '@murmur/shared';
-import type { AgentStart, HostComponent, HostTool } from './host/protocol.js';
+import type { AgentStart, HookStart, HostComponent, HostTool } from './host/protocol.js';
 
 /**
  * What an agent capsule's host is given, decided on the executor's side: the driver and where it
@@ -24,6 +25,8 @@ export interface AgentLaunchInput {
   tools: HostTool[];
   /** The driver's component, its bundle already on this machine (undefined when the plan has no such driver). */
   driverComponent: (name: string) => HostComponent | undefined;
+  /** A hook's component, likewise. */
+  hookComponent: (name: string) => HostComponent | undefined;
   /** `mur run --system-prompt`: replaces every manifest source; empty clears the prompt. */
   systemPromptOverride?: string | undefined;
   idleTimeoutMs: number;
@@ -77,6 +80,69 @@ function systemPrompt(plan: StagedPlan, tools: HostTool[], override: string | un
     return { text: readPrompt(skill.path, `of artifact '${inference.system_prompt_artifact}'`), source: 'manifest' };
   }
   return { text: null, source: 'none' };
+}
+
+/** A hook's call may take `limits.deadline_seconds` when the manifest writes it, else 30 s (upstream's hook default, not the capsule's 600). */
+const HOOK_DEFAULT_DEADLINE_MS = 30_000;
+
+/**
+ * The hooks as the host runs them. A hook gets no host environment: only the observability
+ * endpoint, the eval configuration and the ids an eval run or a formation forwards. It sees no
+ * directory unless its entry grants `capabilities.filesystem.scope` (then that one, under the
+ * accessible workdir, created if missing).
+ */
+function hookStarts(input: AgentLaunchInput, manifest: ReturnType<typeof resolveManifestSecrets>): HookStart[] {
+  const { plan } = input;
+  const observability = manifest.observability;
+  const env: Array<[string, string]> = [];
+  if (observability?.otel_endpoint) env.push(['MURMUR_OTEL_ENDPOINT', observability.otel_endpoint]);
+  if (input.env.MURMUR_FORMATION_ID) env.push(['MURMUR_FORMATION_ID', input.env.MURMUR_FORMATION_ID]);
+  if (observability?.eval) env.push(['MURMUR_EVAL_CONFIG', JSON.stringify(observability.eval)]);
+  for (const name of ['MURMUR_CASE_ID', 'MURMUR_DATASET_ID']) {
+    const value = input.env[name];
+    if (value) env.push([name, value]);
+  }
+  const deadlineMs = plan.policy.deadline_declared ? plan.policy.limits.deadline_seconds * 1000 : HOOK_DEFAULT_DEADLINE_MS;
+  const hooks: HookStart[] = [];
+  for (const artifact of plan.artifacts) {
+    if (artifact.role !== 'hook' || !artifact.hook) continue;
+    const component = input.hookComponent(artifact.name);
+    if (!component) {
+      throw new MurmurError('E-RUN-008', `hook '${artifact.name}@${artifact.version}' has no component on this executor`, {
+        hint: 'stage the capsule again',
+        path: 'artifacts',
+      });
+    }
+    const scope = artifact.capabilities?.filesystem?.scope;
+    let preopen = '';
+    if (scope !== undefined) {
+      preopen = path.join(input.accessible, scope);
+      mkdirSync(preopen, { recursive: true });
+    }
+    hooks.push({
+      name: artifact.name,
+      version: artifact.version,
+      component,
+      ...(artifact.hook.binding !== undefined ? { binding: artifact.hook.binding } : {}),
+      mode: artifact.hook.execution_mode,
+      on_overflow: artifact.hook.on_overflow,
+      preopen,
+      env,
+      deadline_ms: deadlineMs,
+    });
+  }
+  return hooks;
+}
+
+/** `inference.compaction` with upstream's default threshold; a prompt file's text was read at staging. */
+function compactionSettings(plan: StagedPlan, compaction: NonNullable<StagedPlan['capsule']['manifest']['inference']>['compaction']): AgentStart['compaction'] {
+  const prompt = compaction?.system_prompt ?? plan.capsule.compaction_prompt_file?.text;
+  return {
+    threshold: compaction?.threshold ?? 0.98,
+    ...(compaction?.model !== undefined ? { model: compaction.model } : {}),
+    ...(prompt !== undefined ? { system_prompt: prompt } : {}),
+    dump_summaries: compaction?.dump_summaries ?? false,
+  };
 }
 
 export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
@@ -141,6 +207,10 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
       lifecycle: plan.lifecycle,
       idle_timeout_ms: input.idleTimeoutMs,
       card,
+      max_task_reopens: inference.max_task_reopens,
+      ...(manifest.context?.max_tokens !== undefined ? { context_max_tokens: manifest.context.max_tokens } : {}),
+      compaction: compactionSettings(plan, inference.compaction),
+      hooks: hookStarts(input, manifest),
     },
   };
 }

@@ -65,6 +65,8 @@ export class EgressPolicy {
 
   rulesFor(grant: string): NetworkAllowRule[] {
     if (grant.startsWith('tool:')) return this.tools.get(grant.slice(5)) ?? this.ceiling;
+    // A hook reaches only what its own entry allows: the capsule's rules are not its to inherit (upstream's rule).
+    if (grant.startsWith('hook:')) return this.tools.get(grant.slice(5)) ?? [];
     return this.ceiling;
   }
 

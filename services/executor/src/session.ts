@@ -259,11 +259,14 @@ export class Session {
       { blobs, bundles },
     );
     const drivers = new Map<string, HostComponent>();
+    const hooks = new Map<string, HostComponent>();
     for (const artifact of plan.artifacts) {
-      if (artifact.role === 'driver' && artifact.component)
-        drivers.set(artifact.name, await bundles.local(artifact.component, `${artifact.name}@${artifact.version}`));
+      if ((artifact.role === 'driver' || artifact.role === 'hook') && artifact.component) {
+        const component = await bundles.local(artifact.component, `${artifact.name}@${artifact.version}`);
+        (artifact.role === 'driver' ? drivers : hooks).set(artifact.name, component);
+      }
     }
-    this.components = [capsuleComponent, ...drivers.values(), ...tools.map((tool) => tool.component)].filter(
+    this.components = [capsuleComponent, ...drivers.values(), ...hooks.values(), ...tools.map((tool) => tool.component)].filter(
       (component): component is HostComponent => component !== undefined,
     );
     this.paths = paths;
@@ -315,6 +318,7 @@ export class Session {
         accessible: paths.accessible,
         tools,
         driverComponent: (name) => drivers.get(name),
+        hookComponent: (name) => hooks.get(name),
         systemPromptOverride: this.request.system_prompt,
         idleTimeoutMs: (this.request.a2a_timeout_secs ?? 30) * 1000,
         runtimeEnv,

@@ -202,6 +202,11 @@ export class Stager {
       }
       const promptFile = manifest.inference?.system_prompt_file;
       const systemPromptFile = promptFile === undefined ? undefined : { path: promptFile, text: await readCapsuleText(loaded, promptFile) };
+      const compactionFile = manifest.inference?.compaction?.system_prompt_file;
+      const compactionPromptFile =
+        compactionFile === undefined
+          ? undefined
+          : { path: compactionFile, text: await readCapsuleText(loaded, compactionFile, 'inference.compaction.system_prompt_file') };
 
       await this.prepare(tx, progress);
       await this.commit(tx);
@@ -222,6 +227,7 @@ export class Stager {
           manifest_yaml: manifestText,
           ...(capsuleComponent ? { component: capsuleComponent } : {}),
           ...(systemPromptFile ? { system_prompt_file: systemPromptFile } : {}),
+          ...(compactionPromptFile ? { compaction_prompt_file: compactionPromptFile } : {}),
         },
         ...(loaded.projectRef ? { project: loaded.projectRef } : {}),
         artifacts: staged,
@@ -673,14 +679,14 @@ function capsulePath(relative: string): string | undefined {
   return normal === '.' ? '' : normal.replace(/\/$/, '');
 }
 
-/** `inference.system_prompt_file`, read at staging from the capsule's own files. */
-async function readCapsuleText(capsule: LoadedCapsule, relative: string): Promise<string> {
+/** `inference.system_prompt_file` (or the compaction hook's), read at staging from the capsule's own files. */
+async function readCapsuleText(capsule: LoadedCapsule, relative: string, manifestPath = 'inference.system_prompt_file'): Promise<string> {
   const key = capsulePath(relative);
   const found = key === undefined ? undefined : capsule.files.get(key);
   if (!found) {
     throw new MurmurError('E-RUN-009', `cannot read the system prompt file '${relative}' of ${capsule.label}: it is not in the capsule's directory`, {
       hint: 'check the path in murmur.yaml (relative to the manifest directory), or pass --system-prompt',
-      path: 'inference.system_prompt_file',
+      path: manifestPath,
     });
   }
   return fs.readFile(found.local, 'utf8');

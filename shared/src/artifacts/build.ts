@@ -269,7 +269,13 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
       .then((stat) => stat.isFile() || stat.isSymbolicLink())
       .catch(() => false);
     const promptFile = packaged.manifest.inference?.system_prompt_file;
-    declared = [...(hasComponent ? ['capsule.wasm'] : []), ...(promptFile ? [promptFile] : []), ...(packaged.manifest.requires_files ?? [])];
+    const compactionPromptFile = packaged.manifest.inference?.compaction?.system_prompt_file;
+    declared = [
+      ...(hasComponent ? ['capsule.wasm'] : []),
+      ...(promptFile ? [promptFile] : []),
+      ...(compactionPromptFile ? [compactionPromptFile] : []),
+      ...(packaged.manifest.requires_files ?? []),
+    ];
     packaging = hasComponent ? 'wasm' : 'static';
   }
   const { files, shadowed } = await planFiles(sourceDir, declared, outputPath);

@@ -100,6 +100,7 @@ class DigestCache {
 interface ManifestFacts {
   agent: boolean;
   promptFile: string | undefined;
+  compactionPromptFile: string | undefined;
   skillSources: string[];
   artifacts: Array<{ name: string; version: string }>;
 }
@@ -109,7 +110,7 @@ function manifestFacts(text: string): ManifestFacts {
   try {
     value = parseYaml(text);
   } catch {
-    return { agent: false, promptFile: undefined, skillSources: [], artifacts: [] };
+    return { agent: false, promptFile: undefined, compactionPromptFile: undefined, skillSources: [], artifacts: [] };
   }
   const record = (candidate: unknown): Record<string, unknown> =>
     candidate !== null && typeof candidate === 'object' && !Array.isArray(candidate) ? (candidate as Record<string, unknown>) : {};
@@ -119,6 +120,8 @@ function manifestFacts(text: string): ManifestFacts {
   return {
     agent: inference !== undefined,
     promptFile: typeof inference?.system_prompt_file === 'string' ? inference.system_prompt_file : undefined,
+    compactionPromptFile:
+      typeof record(inference?.compaction).system_prompt_file === 'string' ? (record(inference?.compaction).system_prompt_file as string) : undefined,
     skillSources: entries.map((entry) => entry.source).filter((source): source is string => typeof source === 'string'),
     artifacts: entries
       .filter((entry) => typeof entry.name === 'string' && entry.source === undefined)
@@ -227,6 +230,7 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
     for (const name of roots.includes('capsule.wasm') ? ['capsule.wasm'] : roots) await packer.add(name, 'the capsule component');
   }
   if (facts.promptFile !== undefined) await packer.add(facts.promptFile, 'inference.system_prompt_file');
+  if (facts.compactionPromptFile !== undefined) await packer.add(facts.compactionPromptFile, 'inference.compaction.system_prompt_file');
   for (const source of facts.skillSources) {
     const absolute = path.resolve(root, source);
     const stat = await fs.stat(absolute).catch(() => undefined);

@@ -1,19 +1,23 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { WireError } from '@murmur/shared';
+import { fromHookMessages, sortedJson, summaryOf, toHookMessages } from './compaction.js';
 import type { AgentHost } from './contracts.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from './driver-wire.js';
+import type { HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { toolInventory } from './tool-inventory.js';
 
 /**
  * One attempt at one task: the turns of an agent capsule. Each turn asks the driver component
- * (with upstream's wire), records the inference, runs the tools it asked for in order — every
- * failure becomes a tool result the model reads, and the session goes on — until the model ends
- * its turn or the turn budget is spent. The final text goes to `out/result.txt`, or
- * `error: <why>` when there is none.
+ * (with upstream's wire), records the inference and tells the on-inference hooks, compacts the
+ * history when the turn's tokens reach the threshold, runs the tools it asked for in order — every
+ * failure becomes a tool result the model reads, and the session goes on; each call is told to
+ * on-tool-call (and a shell's run to on-shell) — until the model ends its turn or the attempt's
+ * turn budget is spent. The final text goes to `out/result.txt`, or `error: <why>` when there is
+ * none.
  */
 
 /** `[Capsule]` header notices: upstream's words, so prompts written for upstream read the same. */
@@ -30,6 +34,11 @@ export interface AgentLoopRun {
   /** The A2A task (or `task.md` task) this attempt works on; absent for the idle run. */
   task: Task | undefined;
   registry: TaskRegistry;
+  hooks: HookRuntime;
+  /** The turns this attempt may take: what the task has left of `max_turns` (reopens share it). */
+  maxTurns: number;
+  /** Shell tools described by manifests an on-stage hook wrote. */
+  shellDescriptions: ReadonlyMap<string, string>;
 }
 
 export function composeSystemPrompt(start: Pick<StartMessage, 'capsule_name' | 'capsule_version' | 'accessible_workdir'>, prompt: string | null): string {
@@ -73,17 +82,23 @@ function loadHistory(sessionDir: string, contextId: string): WireMessage[] {
 }
 
 export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
-  const { host, start, agent, task, registry } = run;
+  const { host, start, agent, task, registry, hooks, maxTurns } = run;
   const sessionDir = start.session_dir;
   const threaded = agent.lifecycle.conversation === 'threaded' && task !== undefined;
-  const tools = toolInventory(host.tools.values(), start.policy.shell_allow, agent.system_prompt_artifact, start.policy.spawn_allow.length > 0);
-  const messages: WireMessage[] = [...(threaded ? loadHistory(sessionDir, task.contextId) : []), userMessage(readTaskText(start.accessible_workdir))];
+  const tools = toolInventory(
+    host.tools.values(),
+    start.policy.shell_allow,
+    agent.system_prompt_artifact,
+    start.policy.spawn_allow.length > 0,
+    run.shellDescriptions,
+  );
+  let messages: WireMessage[] = [...(threaded ? loadHistory(sessionDir, task.contextId) : []), userMessage(readTaskText(start.accessible_workdir))];
   const system = composeSystemPrompt(start, agent.system_prompt);
   host.trace.write(
     'session_start',
     host.sessionStartFields({
       model: agent.model,
-      maxTurns: agent.max_turns,
+      maxTurns,
       toolsDeclared: tools.map((tool) => tool.name),
       promptSource: agent.system_prompt_source,
       promptSha256: agent.system_prompt === null ? null : createHash('sha256').update(agent.system_prompt).digest('hex'),
@@ -96,7 +111,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     return { status, message, ...(error ? { error } : {}) };
   };
 
-  for (let turn = 0; turn < agent.max_turns; turn++) {
+  for (let turn = 0; turn < maxTurns; turn++) {
     if (task?.abortedWith) return fail('failed', task.abortedWith);
     // A ceiling crossed since the last turn ends the attempt here, as upstream checks at each turn's top.
     const breached = host.breachError();
@@ -119,23 +134,62 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     host.totals.outputTokens += outputTokens;
     // A driver that reported failure made no inference worth recording (upstream writes none).
     if (call.result.status === 'passed') {
-      host.trace.write('inference', {
+      const decision = reply.kind === 'tools' ? 'tool_call' : reply.kind === 'end' ? 'end_turn' : (reply.decision ?? 'text');
+      const toolName = reply.kind === 'tools' ? (reply.calls[0]?.name ?? null) : null;
+      host.trace.write('inference', { turn, input_tokens: inputTokens, output_tokens: outputTokens, decision, tool_name: toolName, model: agent.model });
+      const told = await hooks.dispatch('on-inference', {
         turn,
-        input_tokens: inputTokens,
-        output_tokens: outputTokens,
-        decision: reply.kind === 'tools' ? 'tool_call' : reply.kind === 'end' ? 'end_turn' : (reply.decision ?? 'text'),
-        tool_name: reply.kind === 'tools' ? (reply.calls[0]?.name ?? null) : null,
-        model: agent.model,
+        inputTokens: BigInt(inputTokens),
+        outputTokens: BigInt(outputTokens),
+        decision,
+        toolName: toolName ?? undefined,
+        prompt: sortedJson(messages),
+        output: reply.kind === 'error' ? undefined : sortedJson(reply.content),
+        tools: sortedJson(tools),
       });
+      // A hook's artifact reaches the task's observers as it is made (upstream holds them to the final turn).
+      if (task) for (const artifact of told.artifacts) registry.artifact(task, artifact.hook, artifact.payload);
     }
     if (reply.kind === 'error') return fail('failed', reply.message);
+
+    const sessionTokens = inputTokens + outputTokens;
+    if (agent.context_max_tokens !== undefined && sessionTokens / agent.context_max_tokens >= agent.compaction.threshold) {
+      const compacted = await compact({ run, turn, messages, sessionTokens });
+      if (!compacted.ok) return fail('failed', compacted.message, { code: 'E-RUN-007', message: `agent loop failed: ${compacted.message}` });
+      messages = compacted.messages;
+    }
 
     if (reply.kind === 'tools') {
       const results: WireMessage[] = [];
       for (const toolCall of reply.calls) {
-        const dispatched = await host.dispatchForAgent(toolCall.name, { data: JSON.stringify(toolCall.input) });
+        const input = JSON.stringify(toolCall.input);
+        const dispatched = await host.dispatchForAgent(toolCall.name, { data: input });
         if (task) registry.artifact(task, toolCall.name, dispatched.text);
         results.push(toolResultMessage(toolCall.id, dispatched.text, dispatched.isError));
+        await hooks.dispatch('on-tool-call', {
+          turn,
+          toolName: toolCall.name,
+          inputBytes: BigInt(Buffer.byteLength(input)),
+          outputBytes: BigInt(Buffer.byteLength(dispatched.text)),
+          durationMs: BigInt(dispatched.durationMs),
+          status: dispatched.isError ? 'error' : 'ok',
+        });
+        const shell = dispatched.shell;
+        if (shell) {
+          const stdout = clip(shell.stdout);
+          const stderr = clip(shell.stderr);
+          await hooks.dispatch('on-shell', {
+            turn,
+            binary: shell.binary,
+            command: [...shell.command].slice(0, 200).join(''),
+            exitCode: shell.exitCode,
+            stdout,
+            stderr,
+            stdoutBytes: BigInt(Buffer.byteLength(stdout)),
+            stderrBytes: BigInt(Buffer.byteLength(stderr)),
+            durationMs: BigInt(shell.durationMs),
+          });
+        }
         if (task?.abortedWith) return fail('failed', task.abortedWith);
       }
       messages.push({ role: 'assistant', content: reply.content }, ...results);
@@ -148,5 +202,55 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     host.writeSessionEnd('ok');
     return { status: 'ok', response: reply.text };
   }
-  return fail('max_turns_reached', `inference loop exceeded ${agent.max_turns} turns`);
+  return fail('max_turns_reached', `inference loop exceeded ${maxTurns} turns`);
+}
+
+/** A hook's view of a stream: the first 16 KiB, as upstream hands on-shell (the tool's full output is in its log). */
+function clip(text: string): string {
+  const bytes = Buffer.from(text);
+  return bytes.length <= 16_384 ? text : bytes.subarray(0, 16_384).toString();
+}
+
+type Compacted = { ok: true; messages: WireMessage[] } | { ok: false; message: string };
+
+/**
+ * The blocking on-compaction hook replaces the history (§7.1). It uses no turn. Without a hook that
+ * answers, the history stays and bootstrap.log says so; a hook that fails, or whose replacement
+ * breaks tool-call pairing, fails the session.
+ */
+async function compact(input: { run: AgentLoopRun; turn: number; messages: WireMessage[]; sessionTokens: number }): Promise<Compacted> {
+  const { run, turn, messages, sessionTokens } = input;
+  const { host, agent, hooks, start } = run;
+  const bootstrap = (line: string): void => {
+    const dir = path.join(start.session_dir, 'logs');
+    mkdirSync(dir, { recursive: true });
+    appendFileSync(path.join(dir, 'bootstrap.log'), `${line}\n`);
+  };
+  const given = toHookMessages(messages);
+  const contextWindow = agent.context_max_tokens ?? 1;
+  const answer = await hooks.dispatch('on-compaction', {
+    messages: given,
+    sessionTokens: BigInt(sessionTokens),
+    threshold: sessionTokens / Math.max(contextWindow, 1),
+    model: agent.compaction.model,
+    systemPrompt: agent.compaction.system_prompt,
+  });
+  if (answer.error) return { ok: false, message: `compaction hook failed: ${answer.error}` };
+  if (!answer.replaceContext) {
+    bootstrap('[compaction] threshold reached but no hook returned replace-context; continuing without compaction');
+    return { ok: true, messages };
+  }
+  const replacement = fromHookMessages(answer.replaceContext.messages, given);
+  if (!replacement.ok)
+    return { ok: false, message: `compaction hook '${answer.replaceContext.hook}' returned a history that breaks tool-call pairing: ${replacement.reason}` };
+  const tokensAfter = estimateTokens(JSON.stringify(replacement.messages));
+  host.trace.write('compaction', { turn, tokens_before: sessionTokens, tokens_after: tokensAfter });
+  if (agent.compaction.dump_summaries) {
+    const line = sortedJson({ summary: summaryOf(replacement.messages), tokens_after: tokensAfter, tokens_before: sessionTokens, turn });
+    const dumps = path.join(start.session_dir, 'out', 'compaction-summaries.jsonl');
+    mkdirSync(path.dirname(dumps), { recursive: true });
+    appendFileSync(dumps, `${line}\n`);
+  }
+  bootstrap(`[compaction] hook compaction at turn ${turn}; new session_tokens: ${tokensAfter}`);
+  return { ok: true, messages: replacement.messages };
 }

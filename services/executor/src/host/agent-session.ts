@@ -1,11 +1,17 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import type { SessionCall, SessionReply } from '@murmur/shared';
-import { type LoopOutcome, runAgentLoop, writeFileAtomic } from './agent-loop.js';
+import type { SessionCall, SessionReply, WireError } from '@murmur/shared';
+import { type AgentLoopRun, type LoopOutcome, runAgentLoop, writeFileAtomic } from './agent-loop.js';
 import type { AgentHost, HostChannel, SessionResult } from './contracts.js';
+import { type WireMessage, driverRequestData, estimateTokens, readDriverReply } from './driver-wire.js';
 import { EventFeed } from './event-feed.js';
+import { HookLaunchError, HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import { type Task, TaskRegistry } from './task-registry.js';
+import { writeToolManifests } from './tool-manifests.js';
+
+/** A hook's completion is capped at upstream's fixed output budget, whatever `inference.max_tokens` says. */
+const HOOK_COMPLETION_MAX_TOKENS = 8192;
 
 /**
  * An agent capsule's session: the task loop of upstream's `launch_session`, and the A2A calls a
@@ -19,13 +25,19 @@ import { type Task, TaskRegistry } from './task-registry.js';
  * - After an A2A task, `after_task: exit` (and `single` always) ends the session; `queue` +
  *   `sleep` clears `task.md` and waits for the next.
  *
- * The trace of each task, hook-free: `a2a_task_received` (A2A only), `task_start`, the attempt's
- * `session_start` … `session_end`, `task_end`.
+ * The trace of each task: `a2a_task_received` (A2A only), `task_start`, each attempt's
+ * `session_start` … `session_end` (with `task_reopened` between attempts), `task_end`. The hooks
+ * hear the session's events in upstream's order: on-stage and on-session-start once, on-task-start
+ * and on-task-end around each task (on-task-end after each attempt), on-session-end once, then the
+ * async queues drain.
  */
 export class AgentSession {
   private readonly feed: EventFeed;
   readonly registry: TaskRegistry;
   private readonly taskFile: string;
+  private readonly hooks: HookRuntime;
+  /** Shell tools' descriptions from manifests an on-stage hook wrote. */
+  private shellDescriptions = new Map<string, string>();
 
   constructor(
     private readonly host: AgentHost,
@@ -36,6 +48,7 @@ export class AgentSession {
     this.feed = new EventFeed((event) => channel.event(event));
     this.registry = new TaskRegistry(agent.lifecycle, this.feed, start.session_id);
     this.taskFile = path.join(start.accessible_workdir, 'task.md');
+    this.hooks = new HookRuntime(agent.hooks, host.guests, host.trace, start.session_dir);
     channel.serve((call) => this.answer(call));
   }
 
@@ -69,9 +82,68 @@ export class AgentSession {
 
   async run(): Promise<SessionResult> {
     this.host.keepWorkersWarm(this.agent.driver.component);
+    const hooks = this.hooks;
+    this.host.beforeSessionEnd = () => hooks.flushFaults();
+    this.host.hookInference = (grant, request) => this.hookCompletion(grant.slice('hook:'.length), request);
+    try {
+      const refused = await this.openHooks();
+      if (refused) return { status: 'failed', exitCode: 1, error: refused };
+      return await this.runTasks();
+    } finally {
+      hooks.close();
+    }
+  }
+
+  /** Instantiates the hooks and runs on-stage, before anything of the session happens; a failure is the launch's refusal. */
+  private async openHooks(): Promise<WireError | undefined> {
+    const hooks = this.hooks;
+    if (hooks.isEmpty) return undefined;
+    try {
+      await hooks.open();
+    } catch (error) {
+      if (!(error instanceof HookLaunchError)) throw error;
+      return {
+        code: 'E-HOOK-001',
+        message: error.message,
+        hint: "rebuild the hook against murmur:hook@0.5.0 (the WIT in the runtime's wit/ package)",
+        path: 'artifacts',
+      };
+    }
+    const staged = await hooks.stage(this.start.policy.shell_allow);
+    if (staged.error) {
+      return {
+        code: 'E-HOOK-002',
+        message: `on-stage hook failed: ${staged.error}`,
+        hint: `see logs/hook-${staged.error.split(':')[0]}.log in the session directory`,
+        path: 'artifacts',
+      };
+    }
+    if (staged.writeManifests) {
+      const written = writeToolManifests(this.start.session_dir, staged.writeManifests.manifests, this.start.policy.shell_allow);
+      if (!written.ok)
+        return {
+          code: 'E-HOOK-002',
+          message: `on-stage hook '${staged.writeManifests.hook}' wrote a manifest the runtime refuses: ${written.reason}`,
+          path: 'artifacts',
+        };
+      this.shellDescriptions = written.descriptions;
+    }
+    return undefined;
+  }
+
+  private async runTasks(): Promise<SessionResult> {
+    const hooks = this.hooks;
     const { task_acceptance: acceptance, after_task: afterTask } = this.agent.lifecycle;
     const queueSleep = acceptance === 'queue' && afterTask === 'sleep';
     let last: LoopOutcome | undefined;
+    const started = Date.now();
+    await hooks.dispatch('on-session-start', {
+      capsuleName: this.start.capsule_name,
+      capsuleVersion: this.start.capsule_version,
+      sessionId: this.start.session_id,
+      model: this.agent.model,
+      capabilities: capabilityNames(this.start.policy),
+    });
     // A crossed ceiling ends the session: a task that is waiting or queued will never run.
     this.host.onBreach = () => this.registry.close(this.host.breach?.message ?? 'a resource ceiling was crossed');
     for (;;) {
@@ -87,7 +159,7 @@ export class AgentSession {
       if (!task) {
         if (queueSleep || this.registry.isClosed) break;
         this.channel.output('stderr', '[capsule-runtime] no A2A message received within timeout; running with empty task\n');
-        last = await runAgentLoop({ host: this.host, start: this.start, agent: this.agent, task: undefined, registry: this.registry });
+        last = await runAgentLoop(this.loopRun(undefined, this.agent.max_turns));
         break;
       }
       writeFileSync(this.taskFile, task.text);
@@ -97,9 +169,86 @@ export class AgentSession {
     }
     this.registry.close('the session ended before the task ran');
     const breached = this.host.breachError();
+    const totals = this.host.totals;
+    const ok = !breached && (!last || last.status === 'ok');
+    await hooks.dispatch('on-session-end', {
+      totalTurns: totals.turns,
+      totalInputTokens: BigInt(totals.inputTokens),
+      totalOutputTokens: BigInt(totals.outputTokens),
+      totalToolCalls: totals.toolCalls,
+      totalShellCalls: totals.shellCalls,
+      durationMs: BigInt(Date.now() - started),
+      exitStatus: ok ? 'ok' : 'failed',
+    });
+    await hooks.drain();
+    hooks.flushFaults();
     if (breached) return { status: 'failed', exitCode: 1, error: breached };
     if (!last || last.status === 'ok') return { status: 'ok', exitCode: 0 };
     return { status: 'failed', exitCode: 1, error: last.error ?? { code: 'E-RUN-007', message: `agent loop failed: ${last.message}` } };
+  }
+
+  private loopRun(task: Task | undefined, maxTurns: number): AgentLoopRun {
+    return {
+      host: this.host,
+      start: this.start,
+      agent: this.agent,
+      task,
+      registry: this.registry,
+      hooks: this.hooks,
+      maxTurns,
+      shellDescriptions: this.shellDescriptions,
+    };
+  }
+
+  /**
+   * A hook's `run-inference`: one completion through the session's driver, silent (nothing streams
+   * to a task, nothing asks for input), at upstream's fixed 8192-token cap, traced as an
+   * `inference` with `origin: hook:<name>`. A hook's completion is not an agent turn: it adds its
+   * tokens to the session's totals, not a turn.
+   */
+  private async hookCompletion(hook: string, raw: unknown): Promise<{ ok: true; value: unknown } | { ok: false; error: string }> {
+    const request = raw as { messages: Array<{ role: string; content: string }>; systemPrompt?: string; model?: string };
+    const model = request.model ?? this.agent.model;
+    const data = driverRequestData({
+      model,
+      maxTokens: HOOK_COMPLETION_MAX_TOKENS,
+      messages: request.messages.map((message) => ({ role: message.role, content: [{ type: 'text', text: message.content }] }) as WireMessage),
+      tools: [],
+      system: request.systemPrompt ?? '',
+    });
+    const inputTokens = estimateTokens(data);
+    const record = (outputTokens: number, decision: 'end_turn' | 'error'): void => {
+      this.host.totals.inputTokens += inputTokens;
+      this.host.totals.outputTokens += outputTokens;
+      this.host.trace.write('inference', {
+        turn: this.host.currentTurn,
+        input_tokens: inputTokens,
+        output_tokens: outputTokens,
+        decision,
+        tool_name: null,
+        origin: `hook:${hook}`,
+        model,
+      });
+    };
+    const driver = this.agent.driver;
+    const call = await this.host.callDriver(driver, this.agent.driver_env, data, { silent: true });
+    if (!call.ok) {
+      record(0, 'error');
+      return { ok: false, error: `inference driver '${driver.name}' failed: ${call.error}` };
+    }
+    const replyText = call.result.data ?? call.result.summary;
+    const reply = readDriverReply(call.result);
+    if (reply.kind === 'error') {
+      record(0, 'error');
+      return { ok: false, error: `inference driver returned an error: ${reply.message}` };
+    }
+    const outputTokens = reply.usage?.output_tokens ?? estimateTokens(replyText ?? '');
+    record(outputTokens, 'end_turn');
+    const text = reply.content
+      .filter((block) => block.type === 'text' && typeof block.text === 'string')
+      .map((block) => block.text as string)
+      .join('');
+    return { ok: true, value: { text, modelUsed: model, inputTokens: BigInt(inputTokens), outputTokens: BigInt(outputTokens) } };
   }
 
   /** The session is being stopped: pending and waiting tasks end now, and say why. */
@@ -107,6 +256,12 @@ export class AgentSession {
     this.registry.close(reason);
   }
 
+  /**
+   * One task, with its reopens: each attempt is an agent loop on what is left of the task's
+   * `max_turns`; after each, on-task-end may send it back (`reopen-task`) with a reason that is
+   * added to `task.md` under the original, until `max_task_reopens` is spent
+   * (`reopen_budget_exhausted`).
+   */
   private async runTask(task: Task, source: 'a2a' | 'task_md'): Promise<LoopOutcome> {
     const trace = this.host.trace;
     const before = { ...this.host.totals };
@@ -119,7 +274,8 @@ export class AgentSession {
         traceparent_from_caller: task.traceparent ?? null,
       });
     }
-    trace.write('task_start', { task_id: task.id, context_id: task.contextId, source, message_parts_bytes: Buffer.byteLength(task.text) });
+    const inputBytes = Buffer.byteLength(task.text);
+    trace.write('task_start', { task_id: task.id, context_id: task.contextId, source, message_parts_bytes: inputBytes });
     this.registry.begin(task);
     this.host.enterTask(
       task,
@@ -127,13 +283,29 @@ export class AgentSession {
       this.agent.lifecycle.input_timeout_secs === undefined ? undefined : this.agent.lifecycle.input_timeout_secs * 1000,
       source === 'a2a',
     );
+    await this.hooks.dispatch('on-task-start', { taskId: task.id, contextId: task.contextId, source, inputBytes: BigInt(inputBytes) });
+    const original = existsSync(this.taskFile) ? readFileSync(this.taskFile, 'utf8') : task.text;
+    const feedback: Array<{ hook: string; reason: string }> = [];
     let outcome: LoopOutcome;
+    let exitStatus: 'ok' | 'failed' | 'reopen_budget_exhausted';
     try {
-      outcome = await runAgentLoop({ host: this.host, start: this.start, agent: this.agent, task, registry: this.registry });
-    } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      outcome = { status: 'failed', message, error: { code: 'E-RUN-007', message: `agent loop failed: ${message}` } };
-      this.host.writeSessionEnd('failed');
+      for (;;) {
+        const used = this.host.totals.turns - before.turns;
+        outcome = await this.attempt(task, Math.max(1, this.agent.max_turns - used));
+        exitStatus = outcome.status === 'ok' ? 'ok' : 'failed';
+        const ended = await this.hooks.dispatch('on-task-end', { taskId: task.id, exitStatus });
+        if (!ended.reopen) break;
+        const turnsLeft = this.agent.max_turns - (this.host.totals.turns - before.turns);
+        if (feedback.length >= this.agent.max_task_reopens || turnsLeft <= 0) {
+          exitStatus = 'reopen_budget_exhausted';
+          const message = `task reopen budget exhausted after ${feedback.length} reopen(s): hook '${ended.reopen.hook}' still requested another reopen`;
+          outcome = { status: 'failed', message, error: { code: 'E-RUN-007', message: `agent loop failed: ${message}` } };
+          break;
+        }
+        feedback.push({ hook: ended.reopen.hook, reason: ended.reopen.reason });
+        trace.write('task_reopened', { task_id: task.id, hook_name: ended.reopen.hook, reason: ended.reopen.reason, reopen_number: feedback.length });
+        writeFileAtomic(this.taskFile, reopenedTask(original, feedback));
+      }
     } finally {
       this.host.leaveTask();
     }
@@ -150,15 +322,41 @@ export class AgentSession {
     const totals = this.host.totals;
     trace.write('task_end', {
       task_id: task.id,
-      exit_status: outcome.status === 'ok' ? 'ok' : 'failed',
+      exit_status: exitStatus,
       duration_ms: Date.now() - started,
       turns: totals.turns - before.turns,
       input_tokens: totals.inputTokens - before.inputTokens,
       output_tokens: totals.outputTokens - before.outputTokens,
       tool_calls: totals.toolCalls - before.toolCalls,
       shell_calls: totals.shellCalls - before.shellCalls,
-      reopen_count: 0,
+      reopen_count: feedback.length,
     });
     return outcome;
   }
+
+  private async attempt(task: Task, maxTurns: number): Promise<LoopOutcome> {
+    try {
+      return await runAgentLoop(this.loopRun(task, maxTurns));
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      this.host.writeSessionEnd('failed');
+      return { status: 'failed', message, error: { code: 'E-RUN-007', message: `agent loop failed: ${message}` } };
+    }
+  }
+}
+
+/** The capability categories a hook's session context names, in upstream's order. */
+function capabilityNames(policy: StartMessage['policy']): string[] {
+  return [
+    ...(policy.network_allow.length > 0 ? ['network'] : []),
+    ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []),
+    ...(policy.shell_allow.length > 0 ? ['shell'] : []),
+  ];
+}
+
+/** `task.md` for a reopened attempt: the original, then every reason so far (upstream's text). */
+export function reopenedTask(original: string, feedback: ReadonlyArray<{ hook: string; reason: string }>): string {
+  let text = `${original.trimEnd()}\n\n---\n\n# Reopen feedback\n\nThe previous attempt was not accepted. Address the following feedback, then continue.\n`;
+  for (const [index, item] of feedback.entries()) text += `\n## Reopen ${index + 1} — from hook \`${item.hook}\`\n\n${item.reason.trim()}\n`;
+  return text;
 }

@@ -178,8 +178,15 @@ export class CapsuleHost implements AgentHost {
     };
   }
 
+  beforeSessionEnd: () => void = () => {};
+
+  get currentTurn(): number {
+    return this.turn;
+  }
+
   /** `session_end` with the session's totals so far (the last one written is the whole session's). */
   writeSessionEnd(exitStatus: 'ok' | 'failed' | 'max_turns_reached', extra: Record<string, unknown> = {}): void {
+    this.beforeSessionEnd();
     this.trace.write('session_end', {
       total_turns: this.totals.turns,
       total_input_tokens: this.totals.inputTokens,

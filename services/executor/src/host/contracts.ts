@@ -74,6 +74,10 @@ export interface AgentHost {
   breachError(): WireError | undefined;
   /** The session is being stopped from outside: `stop` is told why. */
   onStop(stop: (reason: string) => void): void;
+  /** Told before every `session_end` is written (the hooks' faults go first). */
+  beforeSessionEnd: () => void;
+  /** The agent turn the session is in (what a hook's completion is traced under). */
+  readonly currentTurn: number;
   /** A hook's `run-inference`, answered by whoever holds the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
   sessionStartFields(run: {

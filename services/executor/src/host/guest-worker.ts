@@ -158,19 +158,23 @@ function exportedName(fn: string): string {
 /**
  * One call of a resident instance. A function the component does not export is `missing-export`
  * (the host decides whether that matters); the guest's own `err` arm comes back as a value, since
- * jco raises it as an error carrying `payload`; anything else thrown is a trap.
+ * jco raises it as the bare value or an error carrying `payload`; an Error thrown is a trap.
  */
 async function callResident(fn: string, args: unknown[]): Promise<GuestOutcome> {
   const ready = await (residentReady ?? Promise.resolve<GuestOutcome>({ kind: 'trap', message: 'the instance was never started', memoryExhausted: false }));
   if (ready.kind !== 'returned' || !resident) return ready;
+  // The empty name asks what the instance exports, in WIT's spelling (the host checks required functions at launch).
+  if (fn === '')
+    return { kind: 'returned', value: { exports: Object.keys(resident.instance).map((name) => name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)) } };
   const target = resident.instance[exportedName(fn)];
   if (typeof target !== 'function') return { kind: 'returned', value: { missingExport: fn } };
   try {
     return { kind: 'returned', value: { ok: await target(...args) } };
   } catch (error) {
     if (error instanceof GuestExit) return { kind: 'exit', code: error.code };
-    if (error !== null && typeof error === 'object' && 'payload' in error)
-      return { kind: 'returned', value: { err: String((error as { payload: unknown }).payload) } };
+    // The guest's `err` arm: jco raises its value as is (a string) or wrapped with `payload`; a trap is an Error.
+    if (!(error instanceof Error)) return { kind: 'returned', value: { err: String(error) } };
+    if ('payload' in error) return { kind: 'returned', value: { err: String((error as { payload: unknown }).payload) } };
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     return { kind: 'trap', message, memoryExhausted: nearCap(resident.memories, resident.limit) };
   }

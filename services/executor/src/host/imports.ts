@@ -194,6 +194,17 @@ function murmurImports(grants: GuestGrants): Record<string, unknown> {
     },
   };
   if (grants.hookImports) {
+    // `inference` uses the lifecycle's `message` record, so the hook world imports the lifecycle
+    // interface too (a `use` in an imported interface names an imported one), functions and all.
+    // The host is the one that calls them; a hook that calls one itself gets an error.
+    imports['murmur:hook/lifecycle'] = Object.fromEntries(
+      ['onStage', 'onSessionStart', 'onTaskStart', 'onInference', 'onToolCall', 'onShell', 'onCompaction', 'onTaskEnd', 'onSessionEnd'].map((name) => [
+        name,
+        () => {
+          throw new Error(`murmur:hook/lifecycle#${name} is the hook's own export; the runtime calls it, a hook does not import it`);
+        },
+      ]),
+    );
     imports['murmur:runtime/inference'] = {
       runInference: (request: unknown) => {
         const outcome = grants.bridge.call<{ ok: true; value: unknown } | { ok: false; error: string }>('run-inference', request);

@@ -50,6 +50,26 @@ export const DriverRefSchema = z.object({ name: z.string(), component: HostCompo
 export type DriverComponentRef = z.infer<typeof DriverRefSchema>;
 
 /**
+ * A hook as its session runs it (decided on the executor's side): its component, its contract
+ * from its own manifest, the one directory it may see (none without a filesystem grant), the
+ * only environment it gets (`MURMUR_OTEL_ENDPOINT`, `MURMUR_EVAL_CONFIG` and the forwarded ids),
+ * and how long each of its calls may take.
+ */
+export const HookStartSchema = z.object({
+  name: z.string(),
+  version: z.string(),
+  component: HostComponentSchema,
+  /** Absent: every session event but on-stage. */
+  binding: z.string().optional(),
+  mode: z.enum(['blocking', 'async']),
+  on_overflow: z.enum(['drop', 'block']),
+  preopen: z.string(),
+  env: z.array(z.tuple([z.string(), z.string()])),
+  deadline_ms: z.number().int().positive(),
+});
+export type HookStart = z.infer<typeof HookStartSchema>;
+
+/**
  * What an agent capsule's host needs beyond a script capsule's: the inference settings, the
  * driver, the system prompt already read and resolved by the executor (the host cannot see the
  * manifest's directory), the task loop's settings and what the agent card says.
@@ -69,6 +89,15 @@ export const AgentStartSchema = z.object({
   /** How long a session that may still receive its task waits for one (`MURMUR_A2A_TIMEOUT_SECS`). */
   idle_timeout_ms: z.number().int().nonnegative(),
   card: CapsuleCardSchema,
+  /** `inference.max_task_reopens`: how often an on-task-end hook may send a task back (0: never). */
+  max_task_reopens: z.number().int().nonnegative().default(1),
+  /** `context.max_tokens`: with it, a turn whose tokens reach `threshold` of it is compacted. */
+  context_max_tokens: z.number().int().positive().optional(),
+  compaction: z
+    .object({ threshold: z.number(), model: z.string().optional(), system_prompt: z.string().optional(), dump_summaries: z.boolean() })
+    .default({ threshold: 0.98, dump_summaries: false }),
+  /** The capsule's hooks, in manifest order. */
+  hooks: z.array(HookStartSchema).default([]),
 });
 export type AgentStart = z.infer<typeof AgentStartSchema>;
 

@@ -51,7 +51,13 @@ export const DELEGATE_TOOL: DriverTool = {
   },
 };
 
-export function toolInventory(tools: Iterable<HostTool>, shellAllow: readonly string[], promptSkill: string | undefined, canDelegate = false): DriverTool[] {
+export function toolInventory(
+  tools: Iterable<HostTool>,
+  shellAllow: readonly string[],
+  promptSkill: string | undefined,
+  canDelegate = false,
+  shellDescriptions: ReadonlyMap<string, string> = new Map(),
+): DriverTool[] {
   const offered = new Map<string, DriverTool>();
   for (const tool of tools) {
     if (tool.name === promptSkill) continue;
@@ -63,7 +69,7 @@ export function toolInventory(tools: Iterable<HostTool>, shellAllow: readonly st
     offered.set(binary, {
       name: binary,
       parameters: { type: 'object', properties: { command: { type: 'string' } }, required: ['command'] },
-      description: shellToolDescription(binary),
+      description: shellDescriptions.get(binary) ?? shellToolDescription(binary),
     });
   }
   if (canDelegate) offered.set(DELEGATE_TOOL.name, DELEGATE_TOOL);
