@@ -5,6 +5,9 @@
  * then 32 clients fetch its agent card, which the host answers the same way. Side by side, in the
  * same run, the same load against a plain @a2a-js/sdk server with an in-process echo executor.
  * Prints req/s, p50 and p99 of each, and the ratios. Aim: ≥ 0.5 of the SDK's message rate.
+ * A third row runs the same echo capsule with one blocking hook bound to every event (the
+ * recording hook of the suites, with no directory, so it answers `none`): each message then
+ * makes three hook calls (task start, inference, task end) on the hook's resident instance.
  *
  * Both servers run in their own processes; the clients run here. `BENCH_SECONDS` (default 8) is
  * the length of each measured phase, after a one-second warm-up.
@@ -16,6 +19,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { componentArtifact, publishInto } from '../test/support/artifacts.js';
+import { recordingHook } from '../test/support/probe-guests.js';
 import { echoDriver } from './echo-driver.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
@@ -103,7 +107,7 @@ async function stop(child: ChildProcess): Promise<void> {
 }
 
 function row(label: string, phase: Phase): string {
-  return `${label.padEnd(34)}${phase.perSecond.toFixed(0).padStart(8)}${phase.p50.toFixed(1).padStart(10)}${phase.p99.toFixed(1).padStart(10)}${String(phase.failures).padStart(10)}`;
+  return `${label.padEnd(42)}${phase.perSecond.toFixed(0).padStart(8)}${phase.p50.toFixed(1).padStart(10)}${phase.p99.toFixed(1).padStart(10)}${String(phase.failures).padStart(10)}`;
 }
 
 const scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-bench-door-'));
@@ -111,37 +115,44 @@ const children: ChildProcess[] = [];
 try {
   const home = path.join(scratch, 'home');
   await publishInto(path.join(home, 'artifacts'), await componentArtifact('echo-driver', '1.0.0', (await echoDriver()).bytes, 'driver'));
-  const project = path.join(scratch, 'echo');
-  await fs.mkdir(project);
-  await fs.writeFile(
-    path.join(project, 'murmur.yaml'),
-    [
-      'name: echo',
-      'version: 1.0.0',
-      'description: answers every message with its text',
-      'artifacts:',
-      '  - name: echo-driver',
-      '    version: 1.0.0',
-      '    runtime: driver',
-      'lifecycle:',
-      '  task_acceptance: queue',
-      '  after_task: sleep',
-      `  queue_depth: ${CLIENTS * 2}`,
-      'inference:',
-      '  endpoint: http://127.0.0.1:9',
-      '  model: echo',
-      '  driver:',
-      '    artifact: echo-driver',
-      '',
-    ].join('\n'),
-  );
-  const murmur = await startProcess(
-    [process.execPath, mur, 'run', '--json'],
-    { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home } },
-    (line) => line.startsWith('{'),
-  );
-  children.push(murmur.child);
-  const session = (JSON.parse(murmur.line) as { url: string }).url;
+  await publishInto(path.join(home, 'artifacts'), await componentArtifact('every-event', '1.0.0', (await recordingHook()).bytes, 'hook'));
+  /** The echo capsule, with `hooks` among its artifacts; started with `mur run`, its door URL returned. */
+  const startEcho = async (name: string, hooks: string[]): Promise<string> => {
+    const project = path.join(scratch, name);
+    await fs.mkdir(project);
+    await fs.writeFile(
+      path.join(project, 'murmur.yaml'),
+      [
+        'name: echo',
+        'version: 1.0.0',
+        'description: answers every message with its text',
+        'artifacts:',
+        '  - name: echo-driver',
+        '    version: 1.0.0',
+        '    runtime: driver',
+        ...hooks.flatMap((hook) => [`  - name: ${hook}`, '    version: 1.0.0', '    runtime: hook']),
+        'lifecycle:',
+        '  task_acceptance: queue',
+        '  after_task: sleep',
+        `  queue_depth: ${CLIENTS * 2}`,
+        'inference:',
+        '  endpoint: http://127.0.0.1:9',
+        '  model: echo',
+        '  driver:',
+        '    artifact: echo-driver',
+        '',
+      ].join('\n'),
+    );
+    const murmur = await startProcess(
+      [process.execPath, mur, 'run', '--json'],
+      { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home } },
+      (line) => line.startsWith('{'),
+    );
+    children.push(murmur.child);
+    return (JSON.parse(murmur.line) as { url: string }).url;
+  };
+  const session = await startEcho('echo', []);
+  const hooked = await startEcho('echo-hooked', ['every-event']);
   const sdk = await startProcess(
     [process.execPath, path.join(root, 'bench', 'sdk-echo-server.mjs')],
     { cwd: root, env: { PATH: process.env.PATH ?? '' } },
@@ -152,13 +163,14 @@ try {
 
   const targets = [
     { label: 'murmur door → capsule host', rpc: session, card: new URL('.well-known/agent-card.json', session).href },
+    { label: 'murmur, a blocking hook on every event', rpc: hooked, card: new URL('.well-known/agent-card.json', hooked).href },
     { label: '@a2a-js/sdk, in-process executor', rpc: `${sdkBase}/rpc`, card: `${sdkBase}/.well-known/agent-card.json` },
   ];
   for (const target of targets) {
     if (!(await sendMessage(target.rpc))) throw new Error(`${target.label}: a message round trip did not come back as the echo`);
   }
   process.stdout.write(`A2A door benchmark: ${CLIENTS} concurrent clients, ${SECONDS} s per phase (${os.cpus().length} cores, node ${process.version})\n\n`);
-  process.stdout.write(`${'server'.padEnd(34)}${'req/s'.padStart(8)}${'p50 ms'.padStart(10)}${'p99 ms'.padStart(10)}${'failed'.padStart(10)}\n`);
+  process.stdout.write(`${'server'.padEnd(42)}${'req/s'.padStart(8)}${'p50 ms'.padStart(10)}${'p99 ms'.padStart(10)}${'failed'.padStart(10)}\n`);
   const results: Record<string, { message: Phase; card: Phase }> = {};
   for (const target of targets) {
     await load(() => sendMessage(target.rpc), 1);
@@ -169,10 +181,14 @@ try {
     process.stdout.write(`${row(`${target.label}: agent card`, card)}\n`);
     results[target.label] = { message, card };
   }
-  const [door, plain] = targets.map((target) => results[target.label] as { message: Phase; card: Phase });
+  const [door, withHook, plain] = targets.map((target) => results[target.label] as { message: Phase; card: Phase });
   const messageRatio = (door?.message.perSecond ?? 0) / (plain?.message.perSecond ?? 1);
   const cardRatio = (door?.card.perSecond ?? 0) / (plain?.card.perSecond ?? 1);
   process.stdout.write(`\nratio (murmur / sdk): messages ${messageRatio.toFixed(2)} (aim ≥ 0.5), agent cards ${cardRatio.toFixed(2)}\n`);
+  const hookCost = (withHook?.message.p50 ?? Number.NaN) - (door?.message.p50 ?? Number.NaN);
+  process.stdout.write(
+    `a blocking hook on every event: messages ${((withHook?.message.perSecond ?? 0) / (door?.message.perSecond ?? 1)).toFixed(2)} of the hook-free rate, p50 +${hookCost.toFixed(1)} ms (three hook calls a message)\n`,
+  );
 } finally {
   for (const child of children.reverse()) await stop(child);
   if (!process.env.BENCH_KEEP) await fs.rm(scratch, { recursive: true, force: true });

@@ -102,6 +102,8 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('-v, --verbose', 'also print the workdir and what the session runs with')
     .option('--bind <address>', "the address an agent capsule's door binds (in-process runs)", '127.0.0.1')
     .option('--system-prompt <text>', "replace the manifest's system prompt (empty clears it)")
+    .option('--context <id>', 'the context the task belongs to: a threaded capsule continues the conversation recorded for it')
+    .option('--resume <id>', 'continue the conversation recorded for this context (refused when there is none)')
     .option('--lifecycle-task-acceptance <mode>', 'override lifecycle.task_acceptance (none|single|queue)')
     .option('--lifecycle-after-task <mode>', 'override lifecycle.after_task (exit|sleep)')
     .option(

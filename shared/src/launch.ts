@@ -31,6 +31,10 @@ export const LaunchRequestSchema = z.object({
    * the executor that takes this launch (children run on their parent's executor).
    */
   child_of: z.object({ session_id: z.string().min(1), name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/) }).optional(),
+  /** `mur run --context <id>` / `--resume <id>`: the context the `task.md` task belongs to (a threaded capsule continues its conversation). */
+  context_id: z.string().min(1).optional(),
+  /** `--resume`: the context must already have a recorded conversation, or the launch is refused. */
+  resume: z.boolean().default(false),
   /** The text of `--task` (a file's content or the text given), written to `task.md`. */
   task: z.string().optional(),
   /**

@@ -42,6 +42,8 @@ export interface RunOptions {
   verbose?: boolean;
   bind?: string;
   systemPrompt?: string;
+  context?: string;
+  resume?: string;
   lifecycleTaskAcceptance?: string;
   lifecycleAfterTask?: string;
   containment?: string;
@@ -264,6 +266,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         env: launchEnvironment(plan, env),
         ...(url ? { url } : {}),
         ...(options.systemPrompt !== undefined ? { system_prompt: options.systemPrompt } : {}),
+        ...(options.resume !== undefined ? { context_id: options.resume, resume: true } : options.context !== undefined ? { context_id: options.context } : {}),
         ...(Number.isFinite(a2aTimeout) && a2aTimeout >= 0 ? { a2a_timeout_secs: a2aTimeout } : {}),
         relay_output: !options.json,
         outlives_launcher: !hasControllingTerminal(),

@@ -120,6 +120,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     blobs,
     bundles: new LocalBundles(cache, blobs),
     workdirBase: env.MURMUR_WORKDIR_BASE?.trim() ? path.resolve(env.MURMUR_WORKDIR_BASE.trim()) : murmurHome(env),
+    murmurHome: murmurHome(env),
     session: (id) => sessions.get(id),
     pull: (session, name, version) => pullForSession(bus, session, name, version),
   };

@@ -44,6 +44,7 @@ import {
   type HostTool,
   type StartMessage,
 } from './host/protocol.js';
+import { ConversationRecords } from './conversations.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, TraceWriter } from './records.js';
 import type { NamespaceProbe } from './sandbox.js';
@@ -70,6 +71,8 @@ export interface ExecutorEnvironment {
   bundles: LocalBundles;
   /** Where a session gets its directory when its launcher names none (`<base>/workdir/<session>`). */
   workdirBase: string;
+  /** This executor's `$MURMUR_HOME`: where threaded conversations are kept (`conversations/`). */
+  murmurHome: string;
   /** A session this executor runs, for a child to be placed under its `children/`. */
   session(id: string): Session | undefined;
   /** Handles a host's request to pull an artifact at runtime. */
@@ -130,6 +133,7 @@ export class Session {
   private egress!: EgressPolicy;
   private trace!: TraceWriter;
   private bootstrap!: LogFile;
+  private conversations: ConversationRecords | undefined;
   private result: (HostToExecutor & { type: 'result' }) | undefined;
   private hardLimit: NodeJS.Timeout | undefined;
   private killedFor: WireError | undefined;
@@ -309,6 +313,23 @@ export class Session {
     let guestEnv = guestEnvironment(plan.policy, launcherEnv, runtimeEnv);
     let agent: AgentStart | undefined;
     if (plan.capsule.kind === 'agent') {
+      this.conversations =
+        plan.lifecycle.conversation === 'threaded'
+          ? ConversationRecords.of(this.environment.murmurHome, plan.capsule.name, plan.capsule.manifest.context?.record, (line) => {
+              this.tellLauncher(line);
+              this.bootstrap.line(line);
+            })
+          : undefined;
+      const contextId = this.request.context_id;
+      if (contextId !== undefined && this.request.resume && !this.conversations?.exists(contextId)) {
+        throw new MurmurError('E-CTX-001', `no conversation is recorded for context '${contextId}' of ${plan.capsule.name}, so there is nothing to resume`, {
+          hint:
+            plan.lifecycle.conversation === 'threaded'
+              ? `start it with 'mur run --context ${contextId}' (a threaded capsule records its conversation after each answered task)`
+              : 'only a capsule with lifecycle.conversation: threaded keeps its conversations',
+          path: 'lifecycle.conversation',
+        });
+      }
       const launch = prepareAgentLaunch({
         plan,
         env: launcherEnv,
@@ -323,7 +344,7 @@ export class Session {
         idleTimeoutMs: (this.request.a2a_timeout_secs ?? 30) * 1000,
         runtimeEnv,
       });
-      agent = launch.agent;
+      agent = { ...launch.agent, ...(contextId !== undefined ? { context_id: contextId } : {}) };
       guestEnv = launch.guestEnv;
       await writeFile(path.join(paths.sessionDir, 'MURMUR.md'), murmurMd(plan, { sessionId: this.id, url, runtimeVersion: RUNTIME_VERSION }));
     }
@@ -687,7 +708,11 @@ export class Session {
         );
         value = result;
       } else if (request.op === 'delegate') value = await this.delegate(request.request);
-      else
+      else if (request.op === 'conversation-load') value = this.conversations?.load(request.context_id) ?? [];
+      else if (request.op === 'conversation-save') {
+        this.conversations?.save(request.context_id, request.messages);
+        value = null;
+      } else
         value = this.environment.pull
           ? await this.environment.pull(this, request.request.name, request.request.version)
           : { ok: false, error: 'this executor cannot pull artifacts' };
@@ -813,6 +838,12 @@ export class Session {
 
   private get roostUrl(): string | undefined {
     return this.request.roost?.url ?? this.environment.roostUrl;
+  }
+
+  /** A line the executor itself has for the person who launched the session: on their stderr, as the capsule's own. */
+  private tellLauncher(line: string): void {
+    this.stderrLine(line);
+    if (this.request.relay_output) this.environment.bus.publish(topics.sessionOutput.at(this.id), { session_id: this.id, stream: 'stderr', text: `${line}\n` });
   }
 
   private stderrLine(line: string): void {

@@ -469,7 +469,18 @@ export const CapsuleManifestSchema = z
     artifacts: z.array(ArtifactDeclarationSchema).default([]),
     capabilities: CapabilitiesSchema.optional(),
     inference: InferenceSchema.optional(),
-    context: z.object({ max_tokens: positiveCount.optional() }).optional(),
+    context: z
+      .object({
+        max_tokens: positiveCount.optional(),
+        /** Where a threaded conversation is kept beyond the capsule: `conversations/<record>/`; `off` keeps none. */
+        record: optionalText,
+      })
+      .superRefine((context, ctx) => {
+        if (context.record !== undefined && context.record !== 'off' && !/^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/.test(context.record)) {
+          refine(ctx, ['record'], `'${context.record}' is not a record name: use letters, digits, '.', '_' and '-' (or 'off' to keep none)`);
+        }
+      })
+      .optional(),
     observability: ObservabilitySchema.optional(),
     trace: TraceSchema.optional(),
     network: z.object({ internal_port: z.number().int().min(0).max(65535).optional() }).optional(),

@@ -39,6 +39,8 @@ export interface AgentLoopRun {
   maxTurns: number;
   /** Shell tools described by manifests an on-stage hook wrote. */
   shellDescriptions: ReadonlyMap<string, string>;
+  /** A threaded conversation's record beyond the session, kept by the executor. */
+  conversation: { load(contextId: string): Promise<WireMessage[]>; save(contextId: string, messages: WireMessage[]): Promise<void> };
 }
 
 export function composeSystemPrompt(start: Pick<StartMessage, 'capsule_name' | 'capsule_version' | 'accessible_workdir'>, prompt: string | null): string {
@@ -68,16 +70,21 @@ export function writeFileAtomic(file: string, text: string): void {
   renameSync(temporary, file);
 }
 
+/** A context id names a directory only when it is one plain path segment; any other id (a client chose it) keeps no file. */
+const isPathSegment = (contextId: string): boolean => /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/.test(contextId);
+
 function historyFile(sessionDir: string, contextId: string): string {
   return path.join(sessionDir, 'contexts', contextId, 'history.json');
 }
 
-function loadHistory(sessionDir: string, contextId: string): WireMessage[] {
+/** The session's history of a context, or undefined when it has none (a context id that is not a path segment has none). */
+function loadHistory(sessionDir: string, contextId: string): WireMessage[] | undefined {
+  if (!isPathSegment(contextId)) return undefined;
   try {
     const saved: unknown = JSON.parse(readFileSync(historyFile(sessionDir, contextId), 'utf8'));
-    return Array.isArray(saved) ? (saved as WireMessage[]) : [];
+    return Array.isArray(saved) ? (saved as WireMessage[]) : undefined;
   } catch {
-    return [];
+    return undefined;
   }
 }
 
@@ -92,7 +99,9 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     start.policy.spawn_allow.length > 0,
     run.shellDescriptions,
   );
-  let messages: WireMessage[] = [...(threaded ? loadHistory(sessionDir, task.contextId) : []), userMessage(readTaskText(start.accessible_workdir))];
+  // This session's own history of the context first; else what an earlier capsule recorded of it.
+  const history = threaded ? (loadHistory(sessionDir, task.contextId) ?? (await run.conversation.load(task.contextId))) : [];
+  let messages: WireMessage[] = [...history, userMessage(readTaskText(start.accessible_workdir))];
   const system = composeSystemPrompt(start, agent.system_prompt);
   host.trace.write(
     'session_start',
@@ -197,7 +206,11 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     }
 
     writeFileAtomic(resultFile, reply.text);
-    if (threaded) writeFileAtomic(historyFile(sessionDir, task.contextId), JSON.stringify([...messages, { role: 'assistant', content: reply.content }]));
+    if (threaded) {
+      const kept: WireMessage[] = [...messages, { role: 'assistant', content: reply.content }];
+      if (isPathSegment(task.contextId)) writeFileAtomic(historyFile(sessionDir, task.contextId), JSON.stringify(kept));
+      await run.conversation.save(task.contextId, kept);
+    }
     if (task && !call.streamedText && reply.text !== '') registry.chunk(task, 'text', reply.text, true);
     host.writeSessionEnd('ok');
     return { status: 'ok', response: reply.text };

@@ -149,7 +149,7 @@ export class AgentSession {
     for (;;) {
       if (this.host.breach) break;
       if (existsSync(this.taskFile)) {
-        last = await this.runTask(this.registry.adopt(readFileSync(this.taskFile, 'utf8')), 'task_md');
+        last = await this.runTask(this.registry.adopt(readFileSync(this.taskFile, 'utf8'), this.agent.context_id), 'task_md');
         if (acceptance !== 'queue' || last.status !== 'ok') break;
         rmSync(this.taskFile, { force: true });
         continue;
@@ -197,6 +197,12 @@ export class AgentSession {
       hooks: this.hooks,
       maxTurns,
       shellDescriptions: this.shellDescriptions,
+      conversation: {
+        load: async (contextId) => (await this.channel.request({ op: 'conversation-load', context_id: contextId })) as WireMessage[],
+        save: async (contextId, messages) => {
+          await this.channel.request({ op: 'conversation-save', context_id: contextId, messages });
+        },
+      },
     };
   }
 

@@ -96,6 +96,8 @@ export const AgentStartSchema = z.object({
   compaction: z
     .object({ threshold: z.number(), model: z.string().optional(), system_prompt: z.string().optional(), dump_summaries: z.boolean() })
     .default({ threshold: 0.98, dump_summaries: false }),
+  /** The context a `task.md` task belongs to (`mur run --context`); absent, each gets a new one. */
+  context_id: z.string().optional(),
   /** The capsule's hooks, in manifest order. */
   hooks: z.array(HookStartSchema).default([]),
 });
@@ -223,6 +225,8 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('send'), request: SendRequestSchema }),
   z.object({ op: z.literal('pull'), request: PullRequestSchema }),
   z.object({ op: z.literal('delegate'), request: DelegateRequestSchema }),
+  z.object({ op: z.literal('conversation-load'), context_id: z.string() }),
+  z.object({ op: z.literal('conversation-save'), context_id: z.string(), messages: z.array(z.unknown()) }),
 ]);
 export type HostRequest = z.infer<typeof HostRequestSchema>;
 

@@ -170,10 +170,10 @@ export class TaskRegistry {
   }
 
   /** A task that did not come over A2A (`task.md`), registered so `tasks/get` and the stream see it. */
-  adopt(text: string): Task {
+  adopt(text: string, contextId: string = newContextId()): Task {
     const task: Task = {
       id: newTaskId(),
-      contextId: newContextId(),
+      contextId,
       messageId: newMessageId(),
       text,
       traceparent: undefined,
