@@ -193,7 +193,8 @@ describe('hooks', () => {
     });
     expect(run.result.code).toBe(1);
     expect(run.result.stderr).toContain("'../../escaped' is not a binary in capabilities.shell.allow");
-    await expect(fs.stat(path.join(run.sessionDir, 'escaped'))).rejects.toThrow();
+    // Where `tools/../../escaped/murmur.yaml` would have landed: beside the session's directory.
+    await expect(fs.stat(path.join(run.sessionDir, '..', 'escaped'))).rejects.toThrow();
     expect(inference.requests()).toEqual([]);
   });
 
@@ -311,26 +312,19 @@ describe('hooks', () => {
       expect(run.result.stderr).toContain('error[E-RUN-007]');
     });
 
-    it('fails the session, naming the call, when the replacement breaks tool-call pairing', async () => {
+    // The first compaction (history: the task alone) keeps it; the second, with a tool call and its result, breaks it.
+    it.each([
+      ['drops a tool result', 'drop-tools', "returned a history that breaks tool-call pairing: tool call 'call-1' has no tool result"],
+      ['alters a tool result', 'tamper-tools', 'is a tool result that is not one the hook was given unmodified'],
+    ])('fails the session, naming why, when the replacement %s', async (_what, keep, reason) => {
       const inference = await model(shellThenDone());
-      const run = await runWithHooks('compactor-breaks-pairing', {
+      const run = await runWithHooks(`compactor-${keep}`, {
         inference,
-        hooks: { compactor: { 'on-compaction': [{ return: 'none' }, { return: 'replace-context', keep: 'drop-tools' }] } },
+        hooks: { compactor: { 'on-compaction': [{ return: 'none' }, { return: 'replace-context', keep }] } },
         manifest: compacting(),
       });
       expect(run.result.code).toBe(1);
-      expect(await run.read('out/result.txt')).toContain("returned a history that breaks tool-call pairing: tool call 'call-1' has no tool result");
-    });
-
-    it('fails the session when the replacement alters a tool result', async () => {
-      const inference = await model(shellThenDone());
-      const run = await runWithHooks('compactor-tampers', {
-        inference,
-        hooks: { compactor: { 'on-compaction': [{ return: 'none' }, { return: 'replace-context', keep: 'tamper-tools' }] } },
-        manifest: compacting(),
-      });
-      expect(run.result.code).toBe(1);
-      expect(await run.read('out/result.txt')).toContain('is a tool result that is not one the hook was given unmodified');
+      expect(await run.read('out/result.txt')).toContain(reason);
     });
   });
 

@@ -79,39 +79,27 @@ describe('mur ps and mur stop', () => {
     const sessionId = 'ses_0199c4e2f1b7712a9d3e4f5061728394';
     const sleeper = spawn('sleep', ['30'], { stdio: 'ignore' });
     try {
-      writeRunningRecord(
-        {
-          session_id: sessionId,
-          url: '127.0.0.1:1',
-          pid: sleeper.pid as number,
-          process_start: 'a-start-time-that-is-not-its',
-          capsule_name: 'old',
-          capsule_version: '0.1.0',
-          workdir: '/nowhere',
-          outlives_launcher: true,
-          started_at: '2026-01-01T00:00:00Z',
-        },
-        env,
-      );
+      // A record of this pid under a start time that is not the process's: a pid reused since.
+      const reused = {
+        session_id: sessionId,
+        url: '127.0.0.1:1',
+        pid: sleeper.pid as number,
+        process_start: 'a-start-time-that-is-not-its',
+        capsule_name: 'old',
+        capsule_version: '0.1.0',
+        workdir: '/nowhere',
+        outlives_launcher: true,
+        started_at: '2026-01-01T00:00:00Z',
+      };
+      writeRunningRecord(reused, env);
+
       const stopped = await runMur(['stop', sessionId], { env });
       expect(stopped.code, stopped.stderr).toBe(0);
       expect(stopped.stdout).toContain('already gone');
       expect(sleeper.exitCode).toBeNull();
       expect(sleeper.signalCode).toBeNull();
-      writeRunningRecord(
-        {
-          session_id: sessionId,
-          url: '127.0.0.1:1',
-          pid: sleeper.pid as number,
-          process_start: 'a-start-time-that-is-not-its',
-          capsule_name: 'old',
-          capsule_version: '0.1.0',
-          workdir: '/nowhere',
-          outlives_launcher: true,
-          started_at: '2026-01-01T00:00:00Z',
-        },
-        env,
-      );
+      writeRunningRecord(reused, env);
+
       const listed = (await ps()).find((session) => session.session_id === sessionId);
       expect(listed).toMatchObject({ liveness: 'gone', reason: expect.stringContaining('another time') });
       expect((await ps()).some((session) => session.session_id === sessionId)).toBe(false);

@@ -54,6 +54,31 @@ function agentYaml(name: string, extra = ''): string {
   return `name: ${name}\nversion: 0.1.0\nartifacts:\n  - name: ${DRIVER}\n    version: 0.1.0\n    runtime: driver\ncapabilities:\n  network:\n    allow: [${MODEL}]\n${extra}lifecycle:\n  task_acceptance: queue\n  after_task: sleep\ninference:\n  endpoint: https://${MODEL}\n  model: test-model\n  driver:\n    artifact: ${DRIVER}\n`;
 }
 
+/**
+ * Sends a parent agent the message that makes the stand-in model delegate a spinning task to
+ * `capsule`; the answer is never awaited (the test breaks the stack under it).
+ */
+function askToDelegate(parentUrl: string, messageId: string, capsule: string): Promise<unknown> {
+  const task = JSON.stringify([{ op: 'spin' }]);
+  return fetch(parentUrl, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'message/send',
+      params: {
+        message: {
+          kind: 'message',
+          messageId,
+          role: 'user',
+          parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule, version: '0.1.0', task })}` }],
+        },
+      },
+    }),
+  }).catch(() => undefined);
+}
+
 /** A CA and a certificate for `model`, made for this run: the stand-in model serves TLS as a provider does. */
 async function makeModelCertificate(dir: string): Promise<void> {
   await fs.mkdir(dir, { recursive: true });
@@ -371,28 +396,7 @@ describe('the stack in containers', () => {
       );
       try {
         const home = await startOf(parent.sessionId);
-        void fetch(parent.url, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({
-            jsonrpc: '2.0',
-            id: 1,
-            method: 'message/send',
-            params: {
-              message: {
-                kind: 'message',
-                messageId: 'doomed',
-                role: 'user',
-                parts: [
-                  {
-                    kind: 'text',
-                    text: `delegate ${JSON.stringify({ capsule: 'local/spinning-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}`,
-                  },
-                ],
-              },
-            },
-          }),
-        }).catch(() => undefined);
+        void askToDelegate(parent.url, 'doomed', 'local/spinning-child');
         const child = await eventually(() => started.find((event) => event.capsule_name === 'local/spinning-child'), 30_000, 'the spinning child to start');
         expect(child.executor_id).toBe(home.executor_id);
         const killed = (await project.instances('executor')).get(home.executor_id);
@@ -459,28 +463,7 @@ describe('the stack in containers', () => {
       client,
     );
     try {
-      void fetch(parent.url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          jsonrpc: '2.0',
-          id: 1,
-          method: 'message/send',
-          params: {
-            message: {
-              kind: 'message',
-              messageId: 'in-flight',
-              role: 'user',
-              parts: [
-                {
-                  kind: 'text',
-                  text: `delegate ${JSON.stringify({ capsule: 'local/interrupted-child', version: '0.1.0', task: JSON.stringify([{ op: 'spin' }]) })}`,
-                },
-              ],
-            },
-          },
-        }),
-      }).catch(() => undefined);
+      void askToDelegate(parent.url, 'in-flight', 'local/interrupted-child');
       await eventually(() => started.find((event) => event.capsule_name === 'local/interrupted-child'), 30_000, 'the child to start');
       await docker('stop', '-t', '5', container('nats'));
       // The child runs into its deadline and reports while there is no bus.

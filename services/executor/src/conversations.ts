@@ -1,6 +1,7 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
+import { isSafeContextId } from '@murmur/shared';
+import { pathExists, writeFileAtomic } from '@murmur/shared/node';
 
 /**
  * A threaded capsule's conversations, kept beyond the capsule (upstream 0.6.0):
@@ -9,50 +10,48 @@ import { randomBytes } from 'node:crypto';
  * keeps none).
  *
  * - A context id comes from a client (`mur run --context`, an A2A message), so it is checked, not
- *   trusted: one that is not a plain path segment gets no file, and nothing else changes.
+ *   trusted (`isSafeContextId`): one that is not a plain path segment gets no file, and nothing
+ *   else changes.
  * - Written whole, by rename, 0600 under 0700 directories: a reader never sees half a record, and
  *   no other user of the machine reads a conversation.
  * - Never fatal: a home that cannot be written costs the conversation its memory beyond this
  *   capsule, reported once, and the session goes on.
  */
 
-const SEGMENT = /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/;
-
-export function isContextSegment(contextId: string): boolean {
-  return SEGMENT.test(contextId);
-}
+const DIRECTORY_MODE = 0o700;
+const FILE_MODE = 0o600;
 
 export class ConversationRecords {
   private reported = false;
 
   constructor(
-    /** `<home>/conversations/<record>`, or undefined when the capsule keeps none. */
-    private readonly root: string | undefined,
+    /** `<home>/conversations`, and the record under it; no record when the capsule keeps none. */
+    private readonly store: { conversations: string; record: string } | undefined,
     private readonly report: (line: string) => void,
   ) {}
 
   static of(home: string, capsuleName: string, record: string | undefined, report: (line: string) => void): ConversationRecords {
-    if (record === 'off') return new ConversationRecords(undefined, report);
     const name = record ?? capsuleName;
-    return new ConversationRecords(isContextSegment(name) ? path.join(home, 'conversations', name) : undefined, report);
+    const keeps = record !== 'off' && isSafeContextId(name);
+    return new ConversationRecords(keeps ? { conversations: path.join(home, 'conversations'), record: name } : undefined, report);
   }
 
   private fileFor(contextId: string): string | undefined {
-    if (!this.root || !isContextSegment(contextId)) return undefined;
-    return path.join(this.root, contextId, 'conversation.jsonl');
+    if (!this.store || !isSafeContextId(contextId)) return undefined;
+    return path.join(this.store.conversations, this.store.record, contextId, 'conversation.jsonl');
   }
 
-  exists(contextId: string): boolean {
+  async exists(contextId: string): Promise<boolean> {
     const file = this.fileFor(contextId);
-    return file !== undefined && existsSync(file);
+    return file !== undefined && (await pathExists(file));
   }
 
   /** The messages recorded for the context; nothing for an unknown, unreadable or damaged record. */
-  load(contextId: string): unknown[] {
+  async load(contextId: string): Promise<unknown[]> {
     const file = this.fileFor(contextId);
     if (!file) return [];
     try {
-      return readFileSync(file, 'utf8')
+      return (await fs.readFile(file, 'utf8'))
         .split('\n')
         .filter((line) => line !== '')
         .map((line) => JSON.parse(line) as unknown);
@@ -61,17 +60,18 @@ export class ConversationRecords {
     }
   }
 
-  save(contextId: string, messages: readonly unknown[]): void {
+  async save(contextId: string, messages: readonly unknown[]): Promise<void> {
     const file = this.fileFor(contextId);
-    if (!file) return;
+    if (!file || !this.store) return;
     try {
-      for (const dir of [path.dirname(path.dirname(path.dirname(file))), path.dirname(path.dirname(file)), path.dirname(file)]) {
-        mkdirSync(dir, { recursive: true, mode: 0o700 });
-        chmodSync(dir, 0o700);
+      // Each level is held at 0700, whatever made it first: `conversations/`, the record, the context.
+      let dir = this.store.conversations;
+      for (const level of ['', this.store.record, contextId]) {
+        dir = path.join(dir, level);
+        await fs.mkdir(dir, { recursive: true, mode: DIRECTORY_MODE });
+        await fs.chmod(dir, DIRECTORY_MODE);
       }
-      const temporary = `${file}.${randomBytes(4).toString('hex')}.tmp`;
-      writeFileSync(temporary, messages.map((message) => `${JSON.stringify(message)}\n`).join(''), { mode: 0o600 });
-      renameSync(temporary, file);
+      await writeFileAtomic(file, messages.map((message) => `${JSON.stringify(message)}\n`).join(''), { mode: FILE_MODE });
     } catch (error) {
       if (this.reported) return;
       this.reported = true;

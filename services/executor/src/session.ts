@@ -321,7 +321,7 @@ export class Session {
             })
           : undefined;
       const contextId = this.request.context_id;
-      if (contextId !== undefined && this.request.resume && !this.conversations?.exists(contextId)) {
+      if (contextId !== undefined && this.request.resume && !(await this.conversations?.exists(contextId))) {
         throw new MurmurError('E-CTX-001', `no conversation is recorded for context '${contextId}' of ${plan.capsule.name}, so there is nothing to resume`, {
           hint:
             plan.lifecycle.conversation === 'threaded'
@@ -708,9 +708,9 @@ export class Session {
         );
         value = result;
       } else if (request.op === 'delegate') value = await this.delegate(request.request);
-      else if (request.op === 'conversation-load') value = this.conversations?.load(request.context_id) ?? [];
+      else if (request.op === 'conversation-load') value = (await this.conversations?.load(request.context_id)) ?? [];
       else if (request.op === 'conversation-save') {
-        this.conversations?.save(request.context_id, request.messages);
+        await this.conversations?.save(request.context_id, request.messages);
         value = null;
       } else
         value = this.environment.pull

@@ -5,6 +5,7 @@ import { MurmurError, type MurmurWarning } from '../errors.js';
 import { type PackagedManifest, type PackagingType, artifactNameProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
 import { parseYamlSource } from '../manifest/yaml-source.js';
 import { writeFileAtomic } from '../node/atomic.js';
+import { readManifestText } from '../node/manifest-file.js';
 import { normaliseEntryName, writeMurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
 
@@ -229,17 +230,7 @@ async function checkPayload(files: PlannedFile[], packaging: PackagingType, pack
 export async function buildArtifact(sourceDirInput: string, options: BuildOptions = {}): Promise<BuildResult> {
   const sourceDir = path.resolve(sourceDirInput);
   const manifestPath = path.join(sourceDir, 'murmur.yaml');
-  let manifestText: string;
-  try {
-    manifestText = await fs.readFile(manifestPath, 'utf8');
-  } catch (error) {
-    const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
-    throw new MurmurError(
-      missing ? 'E-IO-001' : 'E-IO-003',
-      missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`,
-      { path: manifestPath },
-    );
-  }
+  const manifestText = await readManifestText(manifestPath);
   const packaged = parsePackagedManifest(manifestText);
   const { name, version } = packaged.manifest;
   const warnings: MurmurWarning[] = [...packaged.warnings, ...scanForLiteralSecrets(parseYamlSource(manifestText).value)];

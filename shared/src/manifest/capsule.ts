@@ -5,6 +5,7 @@ import { validateFilesystemScope } from '../filesystem-scope.js';
 import { parseNetworkAllowRule } from '../network-rules.js';
 import { artifactNameProblem } from './artifact-name.js';
 import { type IssueParams, issueToError, yamlPath } from './issues.js';
+import { isSafeContextId } from '../session-rpc.js';
 import { parseYamlSource } from './yaml-source.js';
 
 /**
@@ -476,7 +477,7 @@ export const CapsuleManifestSchema = z
         record: optionalText,
       })
       .superRefine((context, ctx) => {
-        if (context.record !== undefined && context.record !== 'off' && !/^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/.test(context.record)) {
+        if (context.record !== undefined && context.record !== 'off' && !isSafeContextId(context.record)) {
           refine(ctx, ['record'], `'${context.record}' is not a record name: use letters, digits, '.', '_' and '-' (or 'off' to keep none)`);
         }
       })

@@ -9,6 +9,7 @@ import { LOCKFILE_NAME } from '../lockfile.js';
 import { writeFileAtomic } from './atomic.js';
 import { type BlobRef, hashFile } from './blobs.js';
 import { cacheDir } from './home.js';
+import { readManifestText } from './manifest-file.js';
 
 /**
  * A capsule project packed for staging, by whoever asks for it to be staged (`mur`, a test, a
@@ -203,20 +204,7 @@ class Packer {
 export async function packProject(dir: string, options: PackOptions = {}): Promise<PackedProject> {
   const root = path.resolve(dir);
   const manifestPath = path.join(root, 'murmur.yaml');
-  let manifestText: string;
-  try {
-    manifestText = await fs.readFile(manifestPath, 'utf8');
-  } catch (error) {
-    const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
-    throw new MurmurError(
-      missing ? 'E-IO-001' : 'E-IO-003',
-      missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`,
-      {
-        path: manifestPath,
-        hint: missing ? 'pass the directory that holds murmur.yaml, or --manifest <path>' : undefined,
-      },
-    );
-  }
+  const manifestText = await readManifestText(manifestPath, 'pass the directory that holds murmur.yaml, or --manifest <path>');
   const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv(), await digestCacheFor(options));
   await packer.add('murmur.yaml', 'the manifest');
   const lockText = await fs.readFile(path.join(root, LOCKFILE_NAME), 'utf8').catch(() => undefined);

@@ -1,7 +1,9 @@
-import { createHash, randomBytes } from 'node:crypto';
-import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { appendFileSync, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { WireError } from '@murmur/shared';
+import { type WireError, isSafeContextId } from '@murmur/shared';
+import { LogFile } from '../records.js';
+import { writeFileAtomic } from './atomic-file.js';
 import { fromHookMessages, sortedJson, summaryOf, toHookMessages } from './compaction.js';
 import type { AgentHost } from './contracts.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from './driver-wire.js';
@@ -62,24 +64,13 @@ function readTaskText(accessible: string): string {
   return '';
 }
 
-/** Written whole or not at all: a reader never sees half a file. */
-export function writeFileAtomic(file: string, text: string): void {
-  mkdirSync(path.dirname(file), { recursive: true });
-  const temporary = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
-  writeFileSync(temporary, text);
-  renameSync(temporary, file);
-}
-
-/** A context id names a directory only when it is one plain path segment; any other id (a client chose it) keeps no file. */
-const isPathSegment = (contextId: string): boolean => /^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$/.test(contextId);
-
 function historyFile(sessionDir: string, contextId: string): string {
   return path.join(sessionDir, 'contexts', contextId, 'history.json');
 }
 
 /** The session's history of a context, or undefined when it has none (a context id that is not a path segment has none). */
 function loadHistory(sessionDir: string, contextId: string): WireMessage[] | undefined {
-  if (!isPathSegment(contextId)) return undefined;
+  if (!isSafeContextId(contextId)) return undefined;
   try {
     const saved: unknown = JSON.parse(readFileSync(historyFile(sessionDir, contextId), 'utf8'));
     return Array.isArray(saved) ? (saved as WireMessage[]) : undefined;
@@ -146,7 +137,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       const decision = reply.kind === 'tools' ? 'tool_call' : reply.kind === 'end' ? 'end_turn' : (reply.decision ?? 'text');
       const toolName = reply.kind === 'tools' ? (reply.calls[0]?.name ?? null) : null;
       host.trace.write('inference', { turn, input_tokens: inputTokens, output_tokens: outputTokens, decision, tool_name: toolName, model: agent.model });
-      const told = await hooks.dispatch('on-inference', {
+      const told = await hooks.dispatch('on-inference', () => ({
         turn,
         inputTokens: BigInt(inputTokens),
         outputTokens: BigInt(outputTokens),
@@ -155,7 +146,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
         prompt: sortedJson(messages),
         output: reply.kind === 'error' ? undefined : sortedJson(reply.content),
         tools: sortedJson(tools),
-      });
+      }));
       // A hook's artifact reaches the task's observers as it is made (upstream holds them to the final turn).
       if (task) for (const artifact of told.artifacts) registry.artifact(task, artifact.hook, artifact.payload);
     }
@@ -175,29 +166,28 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
         const dispatched = await host.dispatchForAgent(toolCall.name, { data: input });
         if (task) registry.artifact(task, toolCall.name, dispatched.text);
         results.push(toolResultMessage(toolCall.id, dispatched.text, dispatched.isError));
-        await hooks.dispatch('on-tool-call', {
+        await hooks.dispatch('on-tool-call', () => ({
           turn,
           toolName: toolCall.name,
           inputBytes: BigInt(Buffer.byteLength(input)),
           outputBytes: BigInt(Buffer.byteLength(dispatched.text)),
           durationMs: BigInt(dispatched.durationMs),
           status: dispatched.isError ? 'error' : 'ok',
-        });
+        }));
         const shell = dispatched.shell;
+        // The streams are already cut at 16 KiB by the shell runner, as upstream hands them to on-shell.
         if (shell) {
-          const stdout = clip(shell.stdout);
-          const stderr = clip(shell.stderr);
-          await hooks.dispatch('on-shell', {
+          await hooks.dispatch('on-shell', () => ({
             turn,
             binary: shell.binary,
             command: [...shell.command].slice(0, 200).join(''),
             exitCode: shell.exitCode,
-            stdout,
-            stderr,
-            stdoutBytes: BigInt(Buffer.byteLength(stdout)),
-            stderrBytes: BigInt(Buffer.byteLength(stderr)),
+            stdout: shell.stdout,
+            stderr: shell.stderr,
+            stdoutBytes: BigInt(Buffer.byteLength(shell.stdout)),
+            stderrBytes: BigInt(Buffer.byteLength(shell.stderr)),
             durationMs: BigInt(shell.durationMs),
-          });
+          }));
         }
         if (task?.abortedWith) return fail('failed', task.abortedWith);
       }
@@ -208,7 +198,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     writeFileAtomic(resultFile, reply.text);
     if (threaded) {
       const kept: WireMessage[] = [...messages, { role: 'assistant', content: reply.content }];
-      if (isPathSegment(task.contextId)) writeFileAtomic(historyFile(sessionDir, task.contextId), JSON.stringify(kept));
+      if (isSafeContextId(task.contextId)) writeFileAtomic(historyFile(sessionDir, task.contextId), JSON.stringify(kept));
       await run.conversation.save(task.contextId, kept);
     }
     if (task && !call.streamedText && reply.text !== '') registry.chunk(task, 'text', reply.text, true);
@@ -216,12 +206,6 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     return { status: 'ok', response: reply.text };
   }
   return fail('max_turns_reached', `inference loop exceeded ${maxTurns} turns`);
-}
-
-/** A hook's view of a stream: the first 16 KiB, as upstream hands on-shell (the tool's full output is in its log). */
-function clip(text: string): string {
-  const bytes = Buffer.from(text);
-  return bytes.length <= 16_384 ? text : bytes.subarray(0, 16_384).toString();
 }
 
 type Compacted = { ok: true; messages: WireMessage[] } | { ok: false; message: string };
@@ -234,23 +218,19 @@ type Compacted = { ok: true; messages: WireMessage[] } | { ok: false; message: s
 async function compact(input: { run: AgentLoopRun; turn: number; messages: WireMessage[]; sessionTokens: number }): Promise<Compacted> {
   const { run, turn, messages, sessionTokens } = input;
   const { host, agent, hooks, start } = run;
-  const bootstrap = (line: string): void => {
-    const dir = path.join(start.session_dir, 'logs');
-    mkdirSync(dir, { recursive: true });
-    appendFileSync(path.join(dir, 'bootstrap.log'), `${line}\n`);
-  };
+  const bootstrap = new LogFile(start.session_dir, 'bootstrap.log');
   const given = toHookMessages(messages);
   const contextWindow = agent.context_max_tokens ?? 1;
-  const answer = await hooks.dispatch('on-compaction', {
+  const answer = await hooks.dispatch('on-compaction', () => ({
     messages: given,
     sessionTokens: BigInt(sessionTokens),
     threshold: sessionTokens / Math.max(contextWindow, 1),
     model: agent.compaction.model,
     systemPrompt: agent.compaction.system_prompt,
-  });
-  if (answer.error) return { ok: false, message: `compaction hook failed: ${answer.error}` };
+  }));
+  if (answer.error) return { ok: false, message: `compaction hook failed: ${answer.error.hook}: ${answer.error.message}` };
   if (!answer.replaceContext) {
-    bootstrap('[compaction] threshold reached but no hook returned replace-context; continuing without compaction');
+    bootstrap.line('[compaction] threshold reached but no hook returned replace-context; continuing without compaction');
     return { ok: true, messages };
   }
   const replacement = fromHookMessages(answer.replaceContext.messages, given);
@@ -264,6 +244,6 @@ async function compact(input: { run: AgentLoopRun; turn: number; messages: WireM
     mkdirSync(path.dirname(dumps), { recursive: true });
     appendFileSync(dumps, `${line}\n`);
   }
-  bootstrap(`[compaction] hook compaction at turn ${turn}; new session_tokens: ${tokensAfter}`);
+  bootstrap.line(`[compaction] hook compaction at turn ${turn}; new session_tokens: ${tokensAfter}`);
   return { ok: true, messages: replacement.messages };
 }

@@ -1,7 +1,8 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import type { SessionCall, SessionReply, WireError } from '@murmur/shared';
-import { type AgentLoopRun, type LoopOutcome, runAgentLoop, writeFileAtomic } from './agent-loop.js';
+import { type SessionCall, type SessionReply, type WireError, capabilityCategories } from '@murmur/shared';
+import { type AgentLoopRun, type LoopOutcome, runAgentLoop } from './agent-loop.js';
+import { writeFileAtomic } from './atomic-file.js';
 import type { AgentHost, HostChannel, SessionResult } from './contracts.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply } from './driver-wire.js';
 import { EventFeed } from './event-feed.js';
@@ -113,8 +114,8 @@ export class AgentSession {
     if (staged.error) {
       return {
         code: 'E-HOOK-002',
-        message: `on-stage hook failed: ${staged.error}`,
-        hint: `see logs/hook-${staged.error.split(':')[0]}.log in the session directory`,
+        message: `on-stage hook failed: ${staged.error.hook}: ${staged.error.message}`,
+        hint: `see logs/hook-${staged.error.hook}.log in the session directory`,
         path: 'artifacts',
       };
     }
@@ -137,13 +138,13 @@ export class AgentSession {
     const queueSleep = acceptance === 'queue' && afterTask === 'sleep';
     let last: LoopOutcome | undefined;
     const started = Date.now();
-    await hooks.dispatch('on-session-start', {
+    await hooks.dispatch('on-session-start', () => ({
       capsuleName: this.start.capsule_name,
       capsuleVersion: this.start.capsule_version,
       sessionId: this.start.session_id,
       model: this.agent.model,
-      capabilities: capabilityNames(this.start.policy),
-    });
+      capabilities: capabilityCategories(this.start.policy),
+    }));
     // A crossed ceiling ends the session: a task that is waiting or queued will never run.
     this.host.onBreach = () => this.registry.close(this.host.breach?.message ?? 'a resource ceiling was crossed');
     for (;;) {
@@ -171,7 +172,7 @@ export class AgentSession {
     const breached = this.host.breachError();
     const totals = this.host.totals;
     const ok = !breached && (!last || last.status === 'ok');
-    await hooks.dispatch('on-session-end', {
+    await hooks.dispatch('on-session-end', () => ({
       totalTurns: totals.turns,
       totalInputTokens: BigInt(totals.inputTokens),
       totalOutputTokens: BigInt(totals.outputTokens),
@@ -179,7 +180,7 @@ export class AgentSession {
       totalShellCalls: totals.shellCalls,
       durationMs: BigInt(Date.now() - started),
       exitStatus: ok ? 'ok' : 'failed',
-    });
+    }));
     await hooks.drain();
     hooks.flushFaults();
     if (breached) return { status: 'failed', exitCode: 1, error: breached };
@@ -289,7 +290,7 @@ export class AgentSession {
       this.agent.lifecycle.input_timeout_secs === undefined ? undefined : this.agent.lifecycle.input_timeout_secs * 1000,
       source === 'a2a',
     );
-    await this.hooks.dispatch('on-task-start', { taskId: task.id, contextId: task.contextId, source, inputBytes: BigInt(inputBytes) });
+    await this.hooks.dispatch('on-task-start', () => ({ taskId: task.id, contextId: task.contextId, source, inputBytes: BigInt(inputBytes) }));
     const original = existsSync(this.taskFile) ? readFileSync(this.taskFile, 'utf8') : task.text;
     const feedback: Array<{ hook: string; reason: string }> = [];
     let outcome: LoopOutcome;
@@ -299,7 +300,7 @@ export class AgentSession {
         const used = this.host.totals.turns - before.turns;
         outcome = await this.attempt(task, Math.max(1, this.agent.max_turns - used));
         exitStatus = outcome.status === 'ok' ? 'ok' : 'failed';
-        const ended = await this.hooks.dispatch('on-task-end', { taskId: task.id, exitStatus });
+        const ended = await this.hooks.dispatch('on-task-end', () => ({ taskId: task.id, exitStatus }));
         if (!ended.reopen) break;
         const turnsLeft = this.agent.max_turns - (this.host.totals.turns - before.turns);
         if (feedback.length >= this.agent.max_task_reopens || turnsLeft <= 0) {
@@ -349,15 +350,6 @@ export class AgentSession {
       return { status: 'failed', message, error: { code: 'E-RUN-007', message: `agent loop failed: ${message}` } };
     }
   }
-}
-
-/** The capability categories a hook's session context names, in upstream's order. */
-function capabilityNames(policy: StartMessage['policy']): string[] {
-  return [
-    ...(policy.network_allow.length > 0 ? ['network'] : []),
-    ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []),
-    ...(policy.shell_allow.length > 0 ? ['shell'] : []),
-  ];
 }
 
 /** `task.md` for a reopened attempt: the original, then every reason so far (upstream's text). */

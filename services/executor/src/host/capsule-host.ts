@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import type { Worker } from 'node:worker_threads';
-import type { WireError } from '@murmur/shared';
+import { type WireError, capabilityCategories } from '@murmur/shared';
 import { LogFile, TraceWriter } from '../records.js';
-import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
+import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
@@ -46,8 +46,6 @@ export class CapsuleHost implements AgentHost {
   /** The agent turn tool and shell events belong to (0 for a script capsule). */
   private turn = 0;
   private taskContext: TaskContext | undefined;
-  /** The shell run of the tool call being dispatched, for the agent's `on-shell` hooks. */
-  private lastShellRun: ShellRun | undefined;
   readonly guests: GuestRunner;
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
@@ -149,24 +147,14 @@ export class CapsuleHost implements AgentHost {
   }
 
   /** `session_start`'s fields: who runs, with which grants, under which prompt. */
-  sessionStartFields(run: {
-    model: string | null;
-    maxTurns: number | null;
-    toolsDeclared: string[];
-    promptSource: 'manifest' | 'cli' | 'none';
-    promptSha256: string | null;
-  }): Record<string, unknown> {
+  sessionStartFields(run: SessionStartRun): Record<string, unknown> {
     const policy = this.start.policy;
     return {
       capsule_name: this.start.capsule_name,
       capsule_version: this.start.capsule_version,
       model: run.model,
       max_turns: run.maxTurns,
-      capabilities: [
-        ...(policy.network_allow.length > 0 ? ['network'] : []),
-        ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []),
-        ...(policy.shell_allow.length > 0 ? ['shell'] : []),
-      ],
+      capabilities: capabilityCategories(policy),
       tools_declared: run.toolsDeclared,
       containment_declared: policy.containment,
       containment_achieved: this.start.effective_grants.achieved_containment ?? null,
@@ -372,10 +360,7 @@ export class CapsuleHost implements AgentHost {
       this.recordToolCall(name, input, { ok: false, error: text }, 0, 'tool');
       return { text, isError: true, kind: 'tool', durationMs: 0 };
     }
-    this.lastShellRun = undefined;
-    const { result, kind } = await this.dispatch(name, input);
-    const shell = this.lastShellRun;
-    this.lastShellRun = undefined;
+    const { result, kind, shell } = await this.dispatch(name, input);
     const durationMs = Date.now() - started;
     const ran = { kind, durationMs, ...(shell ? { shell } : {}) };
     if (!result.ok) return { text: result.error, isError: true, ...ran };
@@ -435,15 +420,21 @@ export class CapsuleHost implements AgentHost {
   }
 
   /** Upstream's dispatch order: native binary, shell binary, skill, WASM tool. */
-  private async dispatch(name: string, input: { data?: string; logPath?: string }): Promise<{ result: Fallible<ToolResultShape>; kind: 'tool' | 'skill' }> {
+  private async dispatch(
+    name: string,
+    input: { data?: string; logPath?: string },
+  ): Promise<{ result: Fallible<ToolResultShape>; kind: 'tool' | 'skill'; shell?: ShellRun }> {
     const started = Date.now();
     const tool = this.tools.get(name);
     let result: Fallible<ToolResultShape>;
     let kind: 'tool' | 'skill' = 'tool';
+    let shell: ShellRun | undefined;
     if (tool?.kind === 'native' && tool.path) {
       result = ok(await runNativeTool(this.subprocessContext(), name, tool.path, input));
     } else if (this.start.policy.shell_allow.includes(name)) {
-      result = await this.shellTool(name, input);
+      const ran = await this.shellTool(name, input);
+      result = ran.result;
+      shell = ran.run;
     } else if (tool?.kind === 'skill' && tool.path) {
       kind = 'skill';
       try {
@@ -473,7 +464,7 @@ export class CapsuleHost implements AgentHost {
       result = refused(`tool '${name}' is not available in this session`);
     }
     this.recordToolCall(name, input, result, Date.now() - started, kind);
-    return { result, kind };
+    return { result, kind, ...(shell ? { shell } : {}) };
   }
 
   /** `tool_call` in the trace — or `skill_call`, which reading a skill is, and which is not counted as a tool call. */
@@ -518,26 +509,30 @@ export class CapsuleHost implements AgentHost {
   }
 
   /** A shell binary called as a tool: `{"command": "..."}` in, upstream's text report out. */
-  private async shellTool(binary: string, input: { data?: string }): Promise<Fallible<ToolResultShape>> {
+  /** A shell binary called as a tool: its result, and — when it ran — the run itself (for on-shell). */
+  private async shellTool(binary: string, input: { data?: string }): Promise<{ result: Fallible<ToolResultShape>; run?: ShellRun }> {
     let command: string;
     try {
       const parsed = JSON.parse(input.data ?? '') as { command?: unknown };
       if (typeof parsed.command !== 'string' || parsed.command.trim() === '') throw new Error('missing command');
       command = parsed.command.trim();
     } catch {
-      return ok({
-        status: 'error',
-        summary: 'shell command parsing failed',
-        data: "shell tool input must be JSON with a non-empty 'command' string",
-        dataPath: undefined,
-        truncated: false,
-        metadata: [],
-      });
+      return {
+        result: ok({
+          status: 'error',
+          summary: 'shell command parsing failed',
+          data: "shell tool input must be JSON with a non-empty 'command' string",
+          dataPath: undefined,
+          truncated: false,
+          metadata: [],
+        }),
+      };
     }
     const shell = await this.shell(binary, shellArguments(binary, command), []);
-    if (!shell.ok) return ok({ status: 'error', summary: 'shell execution failed', data: shell.error, dataPath: undefined, truncated: false, metadata: [] });
+    if (!shell.ok)
+      return { result: ok({ status: 'error', summary: 'shell execution failed', data: shell.error, dataPath: undefined, truncated: false, metadata: [] }) };
     const value = shell.value;
-    this.lastShellRun = {
+    const run: ShellRun = {
       binary: value.binaryPath,
       command,
       exitCode: value.exitCode,
@@ -551,14 +546,17 @@ export class CapsuleHost implements AgentHost {
       data += value.fullOutputPath ? `\n\nOutput truncated. Full output written to ${value.fullOutputPath}` : '\n\nOutput truncated.';
       if (value.fullOutputPath) metadata.push(['full_output_path', value.fullOutputPath]);
     }
-    return ok({
-      status: 'passed',
-      summary: `Shell command exited with code ${value.exitCode}`,
-      data,
-      dataPath: undefined,
-      truncated: value.truncated,
-      metadata,
-    });
+    return {
+      result: ok({
+        status: 'passed',
+        summary: `Shell command exited with code ${value.exitCode}`,
+        data,
+        dataPath: undefined,
+        truncated: value.truncated,
+        metadata,
+      }),
+      run,
+    };
   }
 
   private async shell(

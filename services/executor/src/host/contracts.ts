@@ -62,6 +62,15 @@ export interface SessionTotals {
   shellCalls: number;
 }
 
+/** Who a `session_start` says runs, and under which prompt. */
+export interface SessionStartRun {
+  model: string | null;
+  maxTurns: number | null;
+  toolsDeclared: string[];
+  promptSource: 'manifest' | 'cli' | 'none';
+  promptSha256: string | null;
+}
+
 export type Fallible<T> = { ok: true; value: T } | { ok: false; error: string };
 
 /** The capsule host as an agent's session uses it. */
@@ -80,13 +89,7 @@ export interface AgentHost {
   readonly currentTurn: number;
   /** A hook's `run-inference`, answered by whoever holds the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
-  sessionStartFields(run: {
-    model: string | null;
-    maxTurns: number | null;
-    toolsDeclared: string[];
-    promptSource: 'manifest' | 'cli' | 'none';
-    promptSha256: string | null;
-  }): Record<string, unknown>;
+  sessionStartFields(run: SessionStartRun): Record<string, unknown>;
   writeSessionEnd(exitStatus: 'ok' | 'failed' | 'max_turns_reached', extra?: Record<string, unknown>): void;
   enterTask(task: Task, registry: TaskRegistry, inputTimeoutMs: number | undefined, answerable: boolean): void;
   leaveTask(): void;

@@ -1,6 +1,4 @@
-import { appendFileSync, mkdirSync } from 'node:fs';
-import path from 'node:path';
-import type { TraceWriter } from '../records.js';
+import { LogFile, type TraceWriter } from '../records.js';
 import { type GuestRunner, type ResidentGuest, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import type { HookStart } from './protocol.js';
 
@@ -66,8 +64,8 @@ export interface DispatchResult {
   reopen?: { hook: string; reason: string };
   writeManifests?: { hook: string; manifests: Array<{ binaryName: string; content: string }> };
   artifacts: Array<{ hook: string; payload: string }>;
-  /** The first blocking hook's failure, `<hook>: <message>` (fatal only for compaction and on-stage). */
-  error?: string;
+  /** The first blocking hook's failure (fatal only for compaction and on-stage). */
+  error?: { hook: string; message: string };
 }
 
 interface Fault {
@@ -133,6 +131,8 @@ interface LiveHook {
   spec: HookStart;
   guest: ResidentGuest;
   queue: AsyncQueue | undefined;
+  /** `logs/hook-<name>.log`: created only when there is something to say. */
+  log: LogFile;
 }
 
 export class HookLaunchError extends Error {}
@@ -146,14 +146,14 @@ export class HookRuntime {
     specs: readonly HookStart[],
     guests: GuestRunner,
     private readonly trace: TraceWriter,
-    private readonly sessionDir: string,
+    sessionDir: string,
   ) {
     this.hooks = specs.map((spec) => {
       const guest = guests.resident(
         { role: 'hook', label: `hook '${spec.name}'`, ...guestSpecOf(spec.component), preopen: spec.preopen, env: spec.env, grant: `hook:${spec.name}` },
         spec.deadline_ms,
       );
-      const live: LiveHook = { spec, guest, queue: undefined };
+      const live: LiveHook = { spec, guest, queue: undefined, log: new LogFile(sessionDir, `hook-${spec.name}.log`) };
       if (spec.mode === 'async') live.queue = new AsyncQueue((job) => this.runAsync(live, job));
       return live;
     });
@@ -161,11 +161,6 @@ export class HookRuntime {
 
   get isEmpty(): boolean {
     return this.hooks.length === 0;
-  }
-
-  /** Whether any hook would receive `fn` (a blocking one, when `blockingOnly`). */
-  listens(fn: HookFunction, blockingOnly = false): boolean {
-    return this.hooks.some((hook) => matches(hook.spec, fn) && (!blockingOnly || hook.spec.mode === 'blocking'));
   }
 
   /**
@@ -188,8 +183,12 @@ export class HookRuntime {
     }
   }
 
-  /** One session event to every matching hook; resolves when the blocking ones have answered (and `block` queues have room). */
-  async dispatch(fn: Exclude<HookFunction, 'on-stage'>, payload: unknown): Promise<DispatchResult> {
+  /**
+   * One session event to every matching hook; resolves when the blocking ones have answered (and
+   * `block` queues have room). The payload is built only when some hook listens: a session
+   * without hooks pays nothing per event.
+   */
+  async dispatch(fn: Exclude<HookFunction, 'on-stage'>, payload: () => unknown): Promise<DispatchResult> {
     return this.dispatchTo(
       this.hooks.filter((hook) => matches(hook.spec, fn)),
       fn,
@@ -200,7 +199,7 @@ export class HookRuntime {
   /** on-stage: blocking hooks bound to it, before the session starts. */
   async stage(shellAllow: string[]): Promise<DispatchResult> {
     const bound = this.hooks.filter((hook) => hook.spec.binding === 'on-stage' && hook.spec.mode === 'blocking');
-    return this.dispatchTo(bound, 'on-stage', { shellAllow });
+    return this.dispatchTo(bound, 'on-stage', () => ({ shellAllow }));
   }
 
   /** `hook_dispatch_error` for every fault so far: called before each `session_end` is written. */
@@ -218,8 +217,7 @@ export class HookRuntime {
       if (!queue) continue;
       queue.close();
       if (queue.dropped > 0) {
-        this.log(
-          hook.spec.name,
+        hook.log.line(
           `hook '${hook.spec.name}' discarded ${queue.dropped} lifecycle event(s): its queue (${HOOK_QUEUE_DEPTH} deep) was full and the capsule manifest declares 'on_overflow: drop' for this hook`,
         );
       }
@@ -234,8 +232,7 @@ export class HookRuntime {
       clearTimeout(timer);
       if (!finished) {
         hook.guest.close();
-        this.log(
-          hook.spec.name,
+        hook.log.line(
           `hook '${hook.spec.name}' did not finish its queued lifecycle calls within the ${budgetMs}ms session-end drain budget; the remaining calls were abandoned`,
         );
         this.faults.push({ hook_name: hook.spec.name, event: 'drain', arm: 'timeout' });
@@ -248,21 +245,23 @@ export class HookRuntime {
     for (const hook of this.hooks) hook.guest.close();
   }
 
-  private async dispatchTo(targets: LiveHook[], fn: HookFunction, payload: unknown): Promise<DispatchResult> {
+  private async dispatchTo(targets: LiveHook[], fn: HookFunction, build: () => unknown): Promise<DispatchResult> {
     const result: DispatchResult = { artifacts: [] };
+    if (targets.length === 0) return result;
+    const payload = build();
     for (const hook of targets) {
       if (hook.spec.mode !== 'blocking') continue;
       const { name } = hook.spec;
       const outcome = await hook.guest.call(fn, [payload]);
       const answer = this.readOutcome(hook, fn, outcome);
       if (answer.kind === 'failed') {
-        result.error ??= `${name}: ${answer.message}`;
+        result.error ??= { hook: name, message: answer.message };
         continue;
       }
       const output = answer.output;
       if (!output || output.tag === 'none') continue;
       if (HONORED_ARM[fn] !== output.tag) {
-        this.unsupportedArm(name, fn, output.tag);
+        this.unsupportedArm(hook, fn, output.tag);
         continue;
       }
       if (output.tag === 'replace-context') result.replaceContext ??= { hook: name, messages: output.val };
@@ -290,7 +289,7 @@ export class HookRuntime {
     const answer = this.readOutcome(hook, job.fn, outcome);
     // An async hook's output is never applied; an arm its event does not honour is still a fault.
     if (answer.kind === 'answered' && answer.output && answer.output.tag !== 'none' && HONORED_ARM[job.fn] !== answer.output.tag) {
-      this.unsupportedArm(hook.spec.name, job.fn, answer.output.tag);
+      this.unsupportedArm(hook, job.fn, answer.output.tag);
     }
   }
 
@@ -299,7 +298,7 @@ export class HookRuntime {
     const { name } = hook.spec;
     const subject = `hook '${name}' ${fn}`;
     const fail = (message: string, arm: 'error' | 'timeout'): { kind: 'failed'; message: string } => {
-      this.log(name, message);
+      hook.log.line(message);
       this.faults.push({ hook_name: name, event: fn, arm });
       return { kind: 'failed', message };
     };
@@ -322,16 +321,11 @@ export class HookRuntime {
     return { kind: 'answered', output };
   }
 
-  private unsupportedArm(name: string, fn: HookFunction, arm: string): void {
-    this.log(name, `hook '${name}' returned unsupported hook-output arm '${arm}' from '${fn}'; this event does not honor that arm, so the value was discarded`);
+  private unsupportedArm(hook: LiveHook, fn: HookFunction, arm: string): void {
+    const name = hook.spec.name;
+    hook.log.line(`hook '${name}' returned unsupported hook-output arm '${arm}' from '${fn}'; this event does not honor that arm, so the value was discarded`);
     // on-stage runs before the trace exists (upstream logs it only); ours is traced at the first flush like any other.
     this.faults.push({ hook_name: name, event: fn, arm });
-  }
-
-  private log(name: string, line: string): void {
-    const dir = path.join(this.sessionDir, 'logs');
-    mkdirSync(dir, { recursive: true });
-    appendFileSync(path.join(dir, `hook-${name}.log`), `${line}\n`);
   }
 }
 

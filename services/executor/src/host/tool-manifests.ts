@@ -1,5 +1,5 @@
 import { parseArtifactManifest } from '@murmur/shared';
-import { writeFileAtomic } from './agent-loop.js';
+import { writeFileAtomic } from './atomic-file.js';
 import path from 'node:path';
 
 /**
