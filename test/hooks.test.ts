@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject, openStream, readSse, startAgent, textMessage, traceOf } from './support/agents.js';
 import { componentArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
+import { halfHookWat } from './support/guests.js';
 import { recordingHook } from './support/probe-guests.js';
 import { runMur } from './support/processes.js';
 import { type ScriptedInference, type ScriptedInferenceOptions, startScriptedInference } from './support/scripted-inference.js';
@@ -47,6 +48,7 @@ describe('hooks', () => {
     for (const [name, contract] of Object.entries(HOOKS)) {
       await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await componentArtifact(name, '1.0.0', wasm, 'hook', contract));
     }
+    await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await componentArtifact('half-hook', '1.0.0', (await halfHookWat()).bytes, 'hook'));
   }, 300_000);
 
   afterAll(async () => {
@@ -157,6 +159,29 @@ describe('hooks', () => {
     ]);
   });
 
+  it('drops what a full async queue cannot take, and abandons what the 15 s drain cannot finish, tracing both', async () => {
+    // One turn asks for 1100 calls of a tool that does not exist (each a fast error result), while
+    // the async hook spins in its first call, so nothing leaves its queue.
+    const calls = Array.from({ length: 1100 }, (_, index) => ({ name: 'no-such-tool', input: {}, id: `call-${index}` }));
+    const inference = await model([{ toolCalls: calls }, { text: 'done' }]);
+    const run = await runWithHooks('overflow', {
+      inference,
+      hooks: { 'async-recorder': { 'on-session-start': [{ spin: true }] } },
+      manifest: { capabilities: '  limits:\n    deadline_seconds: 40' },
+    });
+    expect(run.result.code, run.result.stderr).toBe(0);
+    const faults = (await run.trace()).filter((event) => event.event_type === 'hook_dispatch_error');
+    // After on-session-start: on-task-start, two on-inference, 1100 on-tool-call, on-task-end, on-session-end.
+    const dropped = 1105 - 1024;
+    expect(faults.filter((fault) => fault.arm === 'queue-overflow')).toHaveLength(dropped);
+    expect(faults.filter((fault) => fault.arm !== 'queue-overflow').map(({ hook_name, event, arm }) => ({ hook_name, event, arm }))).toEqual([
+      { hook_name: 'async-recorder', event: 'drain', arm: 'timeout' },
+    ]);
+    const log = await run.hookLog('async-recorder');
+    expect(log).toContain(`discarded ${dropped} lifecycle event(s): its queue (1024 deep) was full`);
+    expect(log).toContain('within the 15000ms session-end drain budget; the remaining calls were abandoned');
+  }, 120_000);
+
   it("applies an on-stage hook's write-manifests before the session starts: the model sees the shell tool as the hook described it", async () => {
     const inference = await model([{ text: 'ok' }]);
     const manifest = 'name: bash\nversion: 0.0.0\nruntime: tool\nimplementation: native\ndescription: Runs bash, described by the stager hook.\n';
@@ -179,6 +204,18 @@ describe('hooks', () => {
     expect(run.result.code).toBe(1);
     expect(run.result.stderr).toContain('error[E-HOOK-002]');
     expect(run.result.stderr).toContain('on-stage hook failed: stager: the stager refuses');
+    expect(inference.requests()).toEqual([]);
+  });
+
+  it('refuses a hook that lacks a required export with E-HOOK-001 naming the function, before any inference', async () => {
+    const inference = await model([{ text: 'never asked' }]);
+    const project = await agentProject(
+      path.join(scratch.dir, 'half-hook'),
+      agentManifest(inference, { artifacts: '  - name: half-hook\n    version: 1.0.0\n    runtime: hook' }),
+    );
+    const result = await runMur(['run', '--task', 'hello'], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-HOOK-001]: hook half-hook@1.0.0 missing function murmur:hook/lifecycle@0.5.0#on-inference');
     expect(inference.requests()).toEqual([]);
   });
 

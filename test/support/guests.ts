@@ -16,6 +16,21 @@ export const CAPSULE_WAT = `(component
   (instance $inst (export "run" (func $run)))
   (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
 
+/**
+ * A hook that exports `murmur:hook/lifecycle@0.5.0` with one function only (`on-session-start`):
+ * every other required export is missing, which the runtime must refuse at launch, naming it.
+ */
+export const HALF_HOOK_WAT = `(component
+  (core module $m (func (export "start")))
+  (core instance $i (instantiate $m))
+  (func $start (canon lift (core func $i "start")))
+  (instance $inst (export "on-session-start" (func $start)))
+  (export "murmur:hook/lifecycle@0.5.0" (instance $inst)))`;
+
+export function halfHookWat(): Promise<BuiltGuest> {
+  return componentFromWat(HALF_HOOK_WAT);
+}
+
 /** Same shape, but exported under the legacy unversioned name, which the runtime must not resolve. */
 export const UNVERSIONED_CAPSULE_WAT = CAPSULE_WAT.replace('"murmur:capsule/run@0.1.0"', '"murmur:capsule/run"');
 

@@ -85,6 +85,8 @@ class AsyncQueue {
   private readonly spaceWaiters: Array<() => void> = [];
   private wake: (() => void) | undefined;
   private closed = false;
+  /** Set when the drain gave up: the call in flight, ended with its instance, is not this hook's fault. */
+  abandoned = false;
   dropped = 0;
   readonly done: Promise<void>;
 
@@ -108,6 +110,13 @@ class AsyncQueue {
   close(): void {
     this.closed = true;
     this.wake?.();
+  }
+
+  /** The drain ran out: what is still queued is dropped unrun, and nothing more is taken. */
+  abandon(): void {
+    this.abandoned = true;
+    this.jobs.length = 0;
+    this.close();
   }
 
   private async work(): Promise<void> {
@@ -231,6 +240,7 @@ export class HookRuntime {
       ]);
       clearTimeout(timer);
       if (!finished) {
+        queue.abandon();
         hook.guest.close();
         hook.log.line(
           `hook '${hook.spec.name}' did not finish its queued lifecycle calls within the ${budgetMs}ms session-end drain budget; the remaining calls were abandoned`,
@@ -286,6 +296,7 @@ export class HookRuntime {
 
   private async runAsync(hook: LiveHook, job: QueuedCall): Promise<void> {
     const outcome = await hook.guest.call(job.fn, [job.payload]);
+    if (hook.queue?.abandoned) return;
     const answer = this.readOutcome(hook, job.fn, outcome);
     // An async hook's output is never applied; an arm its event does not honour is still a fault.
     if (answer.kind === 'answered' && answer.output && answer.output.tag !== 'none' && HONORED_ARM[job.fn] !== answer.output.tag) {
