@@ -104,6 +104,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .option('--system-prompt <text>', "replace the manifest's system prompt (empty clears it)")
     .option('--context <id>', 'the context the task belongs to: a threaded capsule continues the conversation recorded for it')
     .option('--resume <id>', 'continue the conversation recorded for this context (refused when there is none)')
+    .option('--forget-session', "transport: process: drop the context's harness session, so its next task starts a new conversation")
     .option('--lifecycle-task-acceptance <mode>', 'override lifecycle.task_acceptance (none|single|queue)')
     .option('--lifecycle-after-task <mode>', 'override lifecycle.after_task (exit|sleep)')
     .option(

@@ -10,6 +10,7 @@ export * from './plan.js';
 export * from './events.js';
 export * from './topics.js';
 export * from './delegation.js';
+export * from './harness-session.js';
 export * from './running-record.js';
 export * from './wire.js';
 export * from './manifest/capsule.js';

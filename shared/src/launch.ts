@@ -35,6 +35,11 @@ export const LaunchRequestSchema = z.object({
   context_id: z.string().min(1).optional(),
   /** `--resume`: the context must already have a recorded conversation, or the launch is refused. */
   resume: z.boolean().default(false),
+  /**
+   * `mur run --forget-session`: on \`transport: process\`, the context's harness session is dropped
+   * before its first task, which then starts a new conversation. Only a person asks for this.
+   */
+  forget_session: z.boolean().default(false),
   /** The text of `--task` (a file's content or the text given), written to `task.md`. */
   task: z.string().optional(),
   /**

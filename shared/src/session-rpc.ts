@@ -99,6 +99,8 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
     delegation_id: z.string().max(256).optional(),
     /** The session the completion is addressed to (`x-murmur-completion-session`). */
     completion_session: z.string().max(256).optional(),
+    /** `x-murmur-forget-session`: this task's context starts its harness conversation anew. */
+    forget_session: z.boolean().optional(),
   }),
   z.object({ method: z.literal('get'), task_id: z.string().max(256).optional(), history_length: z.number().int().nonnegative().optional() }),
   z.object({ method: z.literal('cancel'), task_id: z.string().max(256) }),

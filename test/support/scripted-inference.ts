@@ -27,8 +27,8 @@ export interface ScriptedInference {
 
 export interface ScriptedInferenceOptions {
   dialect?: 'anthropic' | 'openai';
-  /** Answer with the provider's SSE stream rather than one JSON body. */
-  stream?: boolean;
+  /** Answer with the provider's SSE stream rather than one JSON body; `as-asked`: when the request's `stream` is true. */
+  stream?: boolean | 'as-asked';
   /** The replies, in order (the last repeats), or a function of the request. */
   script: ScriptedReply[] | ((body: Record<string, unknown>, index: number) => ScriptedReply);
   /** Where to listen: loopback and a free port unless told (a container binds its own network). */
@@ -39,6 +39,7 @@ export interface ScriptedInferenceOptions {
 }
 
 let toolIds = 0;
+let messageIds = 0;
 
 function anthropicJson(reply: Exclude<ScriptedReply, { raw: string }>, model: string): string {
   const content: unknown[] = [];
@@ -58,7 +59,15 @@ function anthropicJson(reply: Exclude<ScriptedReply, { raw: string }>, model: st
 }
 
 function anthropicStream(reply: Exclude<ScriptedReply, { raw: string }>, model: string): string {
-  const events: Array<[string, unknown]> = [['message_start', { type: 'message_start', message: { id: 'msg_scripted', model, usage: { input_tokens: 11 } } }]];
+  const events: Array<[string, unknown]> = [
+    [
+      'message_start',
+      {
+        type: 'message_start',
+        message: { id: `msg_scripted_${++messageIds}`, type: 'message', role: 'assistant', model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 11, output_tokens: 1 } },
+      },
+    ],
+  ];
   let index = 0;
   const block = (start: unknown, deltas: unknown[]): void => {
     events.push(['content_block_start', { type: 'content_block_start', index, content_block: start }]);
@@ -158,7 +167,8 @@ export async function startScriptedInference(options: ScriptedInferenceOptions):
       const index = seen.length;
       seen.push({ path: request.url ?? '', body, headers: request.headers });
       const expected = dialect === 'anthropic' ? '/v1/messages' : '/chat/completions';
-      if (request.method !== 'POST' || request.url !== expected) {
+      // A client may add a query (Claude Code asks for `?beta=true`): the path is what is served.
+      if (request.method !== 'POST' || (request.url ?? '').split('?')[0] !== expected) {
         response.writeHead(404, { 'content-type': 'application/json' });
         response.end(JSON.stringify({ error: { message: `scripted inference serves POST ${expected}, not ${request.method} ${request.url}` } }));
         return;
@@ -179,7 +189,7 @@ export async function startScriptedInference(options: ScriptedInferenceOptions):
         return;
       }
       const model = typeof body.model === 'string' ? body.model : 'scripted';
-      if (options.stream) {
+      if (options.stream === true || (options.stream === 'as-asked' && body.stream === true)) {
         response.writeHead(200, { 'content-type': 'text/event-stream' });
         response.end(dialect === 'anthropic' ? anthropicStream(reply, model) : openaiStream(reply));
       } else {

@@ -21,7 +21,7 @@ import {
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
-import { hasControllingTerminal } from '@murmur/shared/node';
+import { hasControllingTerminal, locateHarness } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import type { Output } from '../output.js';
 import { terminalProgress } from '../progress.js';
@@ -44,6 +44,7 @@ export interface RunOptions {
   systemPrompt?: string;
   context?: string;
   resume?: string;
+  forgetSession?: boolean;
   lifecycleTaskAcceptance?: string;
   lifecycleAfterTask?: string;
   containment?: string;
@@ -148,6 +149,11 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     (strongest, next) => (strongest === undefined || CONTAINMENT_CLASSES.indexOf(next) > CONTAINMENT_CLASSES.indexOf(strongest) ? next : strongest),
     undefined,
   );
+  if (options.forgetSession && options.context === undefined && options.resume === undefined)
+    throw new MurmurError('E-IO-003', '--forget-session needs the context whose harness session to forget', {
+      path: '--forget-session',
+      hint: 'e.g. mur run --forget-session --context <id>',
+    });
   const fromRegistry = options.capsule !== undefined;
   if (fromRegistry && !options.capsuleVersion)
     throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
@@ -175,7 +181,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // The containment floor is decided before anything is staged or written (upstream's order):
     // the grants come from the manifest alone, the achievable class from an executor.
     if (!fromRegistry) {
-      const policy = capabilityPolicy(parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env }).manifest);
+      const manifest = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env }).manifest;
+      const policy = capabilityPolicy(manifest);
       const grants = await explainScope(runtime.bus, policy, floor);
       timing('scope explained');
       if (options.explainScope) {
@@ -192,6 +199,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
           },
         );
       }
+      // The harness must be there before anything is staged (upstream's order): a run that cannot
+      // start its inference pulls and compiles nothing.
+      if (manifest.inference?.transport === 'process' && manifest.inference.command) locateHarness(manifest.inference.command, env.PATH);
     }
     const plan = await stageThroughBus(
       runtime.bus,
@@ -267,6 +277,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         ...(url ? { url } : {}),
         ...(options.systemPrompt !== undefined ? { system_prompt: options.systemPrompt } : {}),
         ...(options.resume !== undefined ? { context_id: options.resume, resume: true } : options.context !== undefined ? { context_id: options.context } : {}),
+        ...(options.forgetSession ? { forget_session: true } : {}),
         ...(Number.isFinite(a2aTimeout) && a2aTimeout >= 0 ? { a2a_timeout_secs: a2aTimeout } : {}),
         relay_output: !options.json,
         outlives_launcher: !hasControllingTerminal(),

@@ -3,6 +3,8 @@ import {
   type A2aMessage,
   COMPLETION_SESSION_HEADER,
   DELEGATION_ID_HEADER,
+  FORGET_SESSION_HEADER,
+  asksToForget,
   type Log,
   MurmurError,
   OptionalTaskIdParamsSchema,
@@ -75,6 +77,8 @@ interface RpcRequest {
   traceparent: string | undefined;
   /** A completion's headers: which delegation it reports, and the session it is addressed to. */
   completion: { delegation_id: string; completion_session: string } | undefined;
+  /** `x-murmur-forget-session`: the task's context starts its harness conversation anew. */
+  forgetSession: boolean;
 }
 
 function positiveNumber(value: string | undefined, fallback: number): number {
@@ -178,7 +182,8 @@ export function startDoorService(options: DoorOptions): DoorService {
       ? { delegation_id: delegationId, completion_session: (context.req.header(COMPLETION_SESSION_HEADER) ?? '').slice(0, 256) }
       : undefined;
     try {
-      return await handler(context, { link, version, call, lastEventId, traceparent, completion });
+      const forgetSession = asksToForget(context.req.header(FORGET_SESSION_HEADER));
+      return await handler(context, { link, version, call, lastEventId, traceparent, completion, forgetSession });
     } catch (error) {
       if (error instanceof SessionUnreachable)
         return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: error.message, data: { murmur_code: 'E-DOOR-001' } }), error.status);
@@ -219,7 +224,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     const blocking = version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true;
     const watch = blocking ? await link.watch() : undefined;
     try {
-      const sent = taskOf(await link.call(sendCall(message, request.traceparent, request.completion)));
+      const sent = taskOf(await link.call(sendCall(message, request)));
       if ('error' in sent) return context.json(rpcError(call.id, sent.error));
       let task = sent.task;
       if (watch && !settled(task)) {
@@ -302,7 +307,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     const { message } = params.value as { message: A2aMessage };
     return openTaskStream(context, request, 'new', async () => {
       const replayed = request.lastEventId === undefined ? undefined : await link.call({ method: 'replay', after_event_id: request.lastEventId });
-      const sent = taskOf(await link.call(sendCall(message, request.traceparent, request.completion)));
+      const sent = taskOf(await link.call(sendCall(message, request)));
       return 'error' in sent ? sent : { task: sent.task, ...(replayed ? { replayed } : {}) };
     });
   };
@@ -458,7 +463,10 @@ function methodNotFound(method: string, version: A2aVersion): RpcError {
 }
 
 /** A client's message as the host's `send` call: its text parts joined, its ids as given. */
-function sendCall(message: A2aMessage, traceparent: string | undefined, completion: RpcRequest['completion']): SessionCall {
+function sendCall(
+  message: A2aMessage,
+  { traceparent, completion, forgetSession }: Pick<RpcRequest, 'traceparent' | 'completion' | 'forgetSession'>,
+): SessionCall {
   return {
     method: 'send',
     message_id: message.messageId,
@@ -467,6 +475,7 @@ function sendCall(message: A2aMessage, traceparent: string | undefined, completi
     ...(message.taskId !== undefined ? { task_id: message.taskId } : {}),
     ...(traceparent ? { traceparent } : {}),
     ...(completion ?? {}),
+    ...(forgetSession ? { forget_session: true } : {}),
   };
 }
 

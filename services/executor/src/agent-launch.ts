@@ -1,6 +1,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { type CapsuleCard, MurmurError, type StagedPlan, guestEnvironment, resolveManifestSecrets } from '@murmur/shared';
+import { locateHarness } from '@murmur/shared/node';
 import type { AgentStart, HookStart, HostComponent, HostTool } from './host/protocol.js';
 
 /**
@@ -30,6 +31,10 @@ export interface AgentLaunchInput {
   /** `mur run --system-prompt`: replaces every manifest source; empty clears the prompt. */
   systemPromptOverride?: string | undefined;
   idleTimeoutMs: number;
+  /** `transport: process`: the home the harness keeps its sessions in (the conversation record's, or the session's own). */
+  harnessHome: string;
+  /** `mur run --forget-session`: the context whose harness session its first task drops. */
+  forgetContext?: string | undefined;
   /** The runtime's `MURMUR_*` identity values, applied last. */
   runtimeEnv: Record<string, string>;
 }
@@ -145,17 +150,14 @@ function compactionSettings(plan: StagedPlan, compaction: NonNullable<StagedPlan
   };
 }
 
-export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
+/** Which inference the session runs: a driver component, or a harness CLI (`transport: process`). */
+type InferenceSide =
+  | { kind: 'driver'; driver: NonNullable<AgentStart['driver']>; env: Record<string, string>; apiKey: string | undefined }
+  | { kind: 'harness'; harness: NonNullable<AgentStart['harness']>; env: Record<string, string> };
+
+function driverSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolveManifestSecrets>): InferenceSide {
   const { plan } = input;
-  const manifest = resolveManifestSecrets(plan.capsule.manifest, input.env);
-  const inference = manifest.inference;
-  if (!inference) throw new MurmurError('E-RUN-005', `${plan.capsule.name} has no inference: block`);
-  if (inference.transport === 'process') {
-    throw new MurmurError('E-RUN-007', `agent loop failed: inference.transport 'process' (a harness CLI) is not supported by this runtime`, {
-      hint: 'use transport: http with a driver artifact (murmur-driver-anthropic or murmur-driver-openai)',
-      path: 'inference.transport',
-    });
-  }
+  const inference = manifest.inference as NonNullable<typeof manifest.inference>;
   const driverName = inference.driver?.artifact;
   if (!driverName) throw new MurmurError('E-RUN-005', 'inference.driver.artifact is not configured', { path: 'inference.driver.artifact' });
   const driver = plan.artifacts.find((artifact) => artifact.name === driverName);
@@ -167,15 +169,49 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
     });
   }
   const gateway = manifest.artifacts.find((artifact) => artifact.name === driverName)?.gateway;
-  const endpoint = inference.endpoint ?? gateway?.endpoint ?? '';
-  const apiKey = inference.api_key ?? gateway?.api_key;
-  const inferenceEnv: Record<string, string> = {
-    MURMUR_INFERENCE_TRANSPORT: inference.transport,
-    MURMUR_INFERENCE_ENDPOINT: endpoint,
-    MURMUR_INFERENCE_MODEL: inference.model ?? '',
-    MURMUR_INFERENCE_DRIVER: driverName,
-    ...(inference.driver?.config ? { MURMUR_INFERENCE_DRIVER_CONFIG: JSON.stringify(inference.driver.config) } : {}),
+  return {
+    kind: 'driver',
+    driver: { name: driverName, component: driverComponent, preopen: input.accessible },
+    apiKey: inference.api_key ?? gateway?.api_key,
+    env: {
+      MURMUR_INFERENCE_TRANSPORT: inference.transport,
+      MURMUR_INFERENCE_ENDPOINT: inference.endpoint ?? gateway?.endpoint ?? '',
+      MURMUR_INFERENCE_MODEL: inference.model ?? '',
+      MURMUR_INFERENCE_DRIVER: driverName,
+      ...(inference.driver?.config ? { MURMUR_INFERENCE_DRIVER_CONFIG: JSON.stringify(inference.driver.config) } : {}),
+    },
   };
+}
+
+/**
+ * The harness a `transport: process` capsule runs: found on the launcher's PATH (then this
+ * executor's), so a launch whose harness is missing is refused here with `E-RUN-006` even when
+ * the launcher could not check.
+ */
+function harnessSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolveManifestSecrets>): InferenceSide {
+  const inference = manifest.inference as NonNullable<typeof manifest.inference>;
+  const command = inference.command as string;
+  const located = locateHarness(command, [input.env.PATH, process.env.PATH].filter((entry) => entry !== undefined).join(':'));
+  return {
+    kind: 'harness',
+    harness: {
+      dialect: located.dialect,
+      command,
+      binary: located.binary,
+      home: input.harnessHome,
+      env: input.plan.policy.env_allow.flatMap((name): Array<[string, string]> => (input.env[name] !== undefined ? [[name, input.env[name] as string]] : [])),
+      ...(input.forgetContext !== undefined ? { forget_context: input.forgetContext } : {}),
+    },
+    env: { MURMUR_INFERENCE_TRANSPORT: 'process', MURMUR_INFERENCE_ENDPOINT: '', MURMUR_INFERENCE_MODEL: inference.model ?? '', MURMUR_INFERENCE_DRIVER: '' },
+  };
+}
+
+export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
+  const { plan } = input;
+  const manifest = resolveManifestSecrets(plan.capsule.manifest, input.env);
+  const inference = manifest.inference;
+  if (!inference) throw new MurmurError('E-RUN-005', `${plan.capsule.name} has no inference: block`);
+  const side = inference.transport === 'process' ? harnessSide(input, manifest) : driverSide(input, manifest);
   const prompt = systemPrompt(plan, input.tools, input.systemPromptOverride);
   const policy = plan.policy;
   const promptSkill = inference.system_prompt_artifact;
@@ -192,15 +228,19 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
     task_acceptance: plan.lifecycle.task_acceptance,
     conversation: plan.lifecycle.conversation,
   };
-  const guestEnv = guestEnvironment(policy, input.env, { ...inferenceEnv, ...input.runtimeEnv });
+  const guestEnv = guestEnvironment(policy, input.env, { ...side.env, ...input.runtimeEnv });
+  const apiKey = side.kind === 'driver' ? side.apiKey : undefined;
   return {
     guestEnv,
     agent: {
       model: inference.model ?? '',
       max_tokens: inference.max_tokens ?? 8192,
       max_turns: inference.max_turns,
-      driver: { name: driverName, component: driverComponent, preopen: input.accessible },
-      driver_env: [...Object.entries(guestEnv), ...(apiKey !== undefined ? [['MURMUR_INFERENCE_API_KEY', apiKey] as [string, string]] : [])],
+      ...(side.kind === 'driver' ? { driver: side.driver } : { harness: side.harness }),
+      driver_env:
+        side.kind === 'driver'
+          ? [...Object.entries(guestEnv), ...(apiKey !== undefined ? [['MURMUR_INFERENCE_API_KEY', apiKey] as [string, string]] : [])]
+          : [],
       system_prompt: prompt.text,
       system_prompt_source: prompt.source,
       ...(promptSkill !== undefined ? { system_prompt_artifact: promptSkill } : {}),

@@ -49,6 +49,8 @@ export interface ConfinementInput {
   /** The accessible workdir and the directory the sandbox sees as `/tmp`. */
   workdir: string;
   tmp: string;
+  /** Directories beyond the workdir a subprocess writes with the workdir's rights (a harness's home). */
+  writable?: string[];
   /** Directories and files the host reads: system directories, `/etc` entries, code, components. */
   readable: string[];
   /** Files to execute (each with its loader), beyond the shell allowlist: node, the helper, native tools. */
@@ -82,6 +84,7 @@ export function confinementSpec(input: ConfinementInput): string {
   for (const grant of policy.staged_runtime) lines.push(`allow rxd ${grant.source_path}`);
   const workRights = `rwdm${policy.workdir_exec ? 'x' : ''}${policy.unix_sockets ? 's' : ''}`;
   lines.push(`require ${workRights} ${input.workdir}`, `require ${workRights} ${input.tmp}`);
+  for (const dir of unique(input.writable ?? [])) lines.push(`require ${workRights} ${dir}`);
   for (const device of DEVICE_RULES) lines.push(`allow ${device.rights} ${device.path}`);
   for (const fd of input.keep) lines.push(`keep ${fd}`);
   lines.push(`seccomp ${input.seccompFd}`);

@@ -19,7 +19,7 @@ import { pathExists, writeFileAtomic } from '@murmur/shared/node';
  */
 
 const DIRECTORY_MODE = 0o700;
-const FILE_MODE = 0o600;
+export const FILE_MODE = 0o600;
 
 export class ConversationRecords {
   private reported = false;
@@ -36,9 +36,37 @@ export class ConversationRecords {
     return new ConversationRecords(keeps ? { conversations: path.join(home, 'conversations'), record: name } : undefined, report);
   }
 
-  private fileFor(contextId: string): string | undefined {
+  /** `<home>/conversations/<record>`, or undefined when the capsule keeps none. */
+  get recordDir(): string | undefined {
+    return this.store ? path.join(this.store.conversations, this.store.record) : undefined;
+  }
+
+  /** A file of the context's directory, or undefined when nothing is kept for it (no record, or an id that is not a path segment). */
+  fileIn(contextId: string, name: string): string | undefined {
     if (!this.store || !isSafeContextId(contextId)) return undefined;
-    return path.join(this.store.conversations, this.store.record, contextId, 'conversation.jsonl');
+    return path.join(this.store.conversations, this.store.record, contextId, name);
+  }
+
+  private fileFor(contextId: string): string | undefined {
+    return this.fileIn(contextId, 'conversation.jsonl');
+  }
+
+  /** Makes the context's directory, each level held at 0700 whatever made it first: `conversations/`, the record, the context. */
+  async ensureContextDir(contextId: string): Promise<void> {
+    if (!this.store) return;
+    let dir = this.store.conversations;
+    for (const level of ['', this.store.record, contextId]) {
+      dir = path.join(dir, level);
+      await fs.mkdir(dir, { recursive: true, mode: DIRECTORY_MODE });
+      await fs.chmod(dir, DIRECTORY_MODE);
+    }
+  }
+
+  /** Says `line` the first time something could not be kept, and never again: an unwritable home must not cost a line per task. */
+  reportOnce(line: string): void {
+    if (this.reported) return;
+    this.reported = true;
+    this.report(line);
   }
 
   async exists(contextId: string): Promise<boolean> {
@@ -64,18 +92,10 @@ export class ConversationRecords {
     const file = this.fileFor(contextId);
     if (!file || !this.store) return;
     try {
-      // Each level is held at 0700, whatever made it first: `conversations/`, the record, the context.
-      let dir = this.store.conversations;
-      for (const level of ['', this.store.record, contextId]) {
-        dir = path.join(dir, level);
-        await fs.mkdir(dir, { recursive: true, mode: DIRECTORY_MODE });
-        await fs.chmod(dir, DIRECTORY_MODE);
-      }
+      await this.ensureContextDir(contextId);
       await writeFileAtomic(file, messages.map((message) => `${JSON.stringify(message)}\n`).join(''), { mode: FILE_MODE });
     } catch (error) {
-      if (this.reported) return;
-      this.reported = true;
-      this.report(
+      this.reportOnce(
         `[conversation] the conversation for context '${contextId}' could not be written to ${file} (${(error as NodeJS.ErrnoException).code ?? String(error)}); it is remembered only until this capsule stops`,
       );
     }

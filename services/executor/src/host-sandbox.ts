@@ -49,6 +49,12 @@ export interface HostSandboxInput {
   cgroup: SessionCgroup | undefined;
   /** The subprocess PATH, where the shell allowlist is looked up. */
   subprocessPath: string;
+  /**
+   * `transport: process`: the harness binary (made executable, its directory readable) and the
+   * home it keeps its sessions in beyond this session (bound writable; absent when it lives in
+   * the workdir).
+   */
+  harness?: { binary: string; home: string | undefined } | undefined;
 }
 
 export interface HostSandbox {
@@ -87,8 +93,11 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   // Runtime trees a shell binary needs, wherever they live (under /usr they are bound already).
   for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) if (!isSystemPath(dir.path)) data.add(dir.path);
   for (const grant of policy.staged_runtime) if (!isSystemPath(grant.source_path)) data.add(grant.source_path);
+  const harness = input.harness;
+  if (harness && !isSystemPath(harness.binary)) data.add(path.dirname(harness.binary));
+  const writable = harness?.home ? [harness.home] : [];
   const pipes: Array<string | Buffer> = SANDBOX_FILES.map((file) => file.content);
-  const layout = { workdir: input.workdir, code: [input.codeRoot], hidden: input.hidden, data: [...data], tmp };
+  const layout = { workdir: input.workdir, code: [input.codeRoot], hidden: input.hidden, data: [...data], writable, tmp };
 
   if (!confine) {
     const argv = [namespaces.binary as string, ...bubblewrapArguments(layout, [process.execPath, input.hostEntry])];
@@ -107,10 +116,11 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
     ...nodeExecutables(confine.node),
     confine.helper,
     ...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])),
+    ...(harness ? [harness.binary] : []),
   ];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, `${input.subprocessPath}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`);
   const keep = [IPC_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
-  const spec = confinementSpec({ policy, network, workdir: input.workdir, tmp, readable, executables, shellBinaries, seccompFd: SECCOMP_FD, keep });
+  const spec = confinementSpec({ policy, network, workdir: input.workdir, tmp, writable, readable, executables, shellBinaries, seccompFd: SECCOMP_FD, keep });
   pipes.push(spec, seccompFilterBytes({ arch, unixSockets: policy.unix_sockets }));
   if (FIRST_DATA_FD + pipes.length !== FIRST_CGROUP_FD) throw new Error('the sandbox descriptor layout is out of step');
   const argv = [namespaces.binary as string, ...bubblewrapArguments(layout, [confine.node, input.hostEntry], { helper: confine.helper, specFd: SPEC_FD })];

@@ -65,6 +65,8 @@ export interface SandboxLayout {
   hidden: string[];
   /** Data the host reads (transpiled components, extracted payloads), bound read-only after `hidden`. */
   data: string[];
+  /** Directories bound writable beside the workdir (a harness's home); none by default. */
+  writable?: string[];
   /** The directory the sandbox sees as `/tmp`: inside the workdir, so it counts as the workdir. */
   tmp: string;
 }
@@ -167,6 +169,7 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   for (const dir of hidden) args.push('--tmpfs', dir);
   for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
   args.push('--bind', layout.workdir, layout.workdir);
+  for (const dir of layout.writable ?? []) if (existsSync(dir)) args.push('--bind', dir, dir);
   for (const dir of hidden) args.push('--remount-ro', dir);
   // Last, so every mount point above exists: the composed root itself is read-only. What is
   // writable is the workdir (and /tmp, which is a directory inside it), nothing else.

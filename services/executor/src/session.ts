@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   type ExitStatus,
@@ -45,6 +45,8 @@ import {
   type StartMessage,
 } from './host/protocol.js';
 import { ConversationRecords } from './conversations.js';
+import { HarnessSessions } from './harness-sessions.js';
+import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, TraceWriter } from './records.js';
 import type { NamespaceProbe } from './sandbox.js';
@@ -134,6 +136,9 @@ export class Session {
   private trace!: TraceWriter;
   private bootstrap!: LogFile;
   private conversations: ConversationRecords | undefined;
+  private harnessSessions: HarnessSessions | undefined;
+  /** `transport: process`: the harness's home, bound writable into the sandbox beside the workdir. */
+  private harnessHomeDir: string | undefined;
   private result: (HostToExecutor & { type: 'result' }) | undefined;
   private hardLimit: NodeJS.Timeout | undefined;
   private killedFor: WireError | undefined;
@@ -313,22 +318,27 @@ export class Session {
     let guestEnv = guestEnvironment(plan.policy, launcherEnv, runtimeEnv);
     let agent: AgentStart | undefined;
     if (plan.capsule.kind === 'agent') {
-      this.conversations =
-        plan.lifecycle.conversation === 'threaded'
-          ? ConversationRecords.of(this.environment.murmurHome, plan.capsule.name, plan.capsule.manifest.context?.record, (line) => {
-              this.tellLauncher(line);
-              this.bootstrap.line(line);
-            })
-          : undefined;
+      const process = plan.capsule.manifest.inference?.transport === 'process';
+      const records = ConversationRecords.of(this.environment.murmurHome, plan.capsule.name, plan.capsule.manifest.context?.record, (line) => {
+        this.tellLauncher(line);
+        this.bootstrap.line(line);
+      });
+      // On transport: process the harness holds the conversation; the runtime keeps only its session id.
+      this.conversations = plan.lifecycle.conversation === 'threaded' && !process ? records : undefined;
+      const command = plan.capsule.manifest.inference?.command ?? '';
+      this.harnessSessions = process ? new HarnessSessions(records, { harness: 'claude-code', driver: command }) : undefined;
       const contextId = this.request.context_id;
-      if (contextId !== undefined && this.request.resume && !(await this.conversations?.exists(contextId))) {
-        throw new MurmurError('E-CTX-001', `no conversation is recorded for context '${contextId}' of ${plan.capsule.name}, so there is nothing to resume`, {
-          hint:
-            plan.lifecycle.conversation === 'threaded'
-              ? `start it with 'mur run --context ${contextId}' (a threaded capsule records its conversation after each answered task)`
-              : 'only a capsule with lifecycle.conversation: threaded keeps its conversations',
-          path: 'lifecycle.conversation',
-        });
+      if (contextId !== undefined && this.request.resume) {
+        const recorded = this.harnessSessions ? await this.harnessSessions.recorded(contextId) : await this.conversations?.exists(contextId);
+        if (!recorded)
+          throw new MurmurError('E-CTX-001', `no conversation is recorded for context '${contextId}' of ${plan.capsule.name}, so there is nothing to resume`, {
+            hint: process
+              ? `start it with 'mur run --context ${contextId}' (the harness session of each answered task is recorded)`
+              : plan.lifecycle.conversation === 'threaded'
+                ? `start it with 'mur run --context ${contextId}' (a threaded capsule records its conversation after each answered task)`
+                : 'only a capsule with lifecycle.conversation: threaded keeps its conversations',
+            path: process ? 'context.record' : 'lifecycle.conversation',
+          });
       }
       const launch = prepareAgentLaunch({
         plan,
@@ -342,6 +352,8 @@ export class Session {
         hookComponent: (name) => hooks.get(name),
         systemPromptOverride: this.request.system_prompt,
         idleTimeoutMs: (this.request.a2a_timeout_secs ?? 30) * 1000,
+        harnessHome: process ? await this.harnessHome(records, paths.accessible) : '',
+        ...(this.request.forget_session && contextId !== undefined ? { forgetContext: contextId } : {}),
         runtimeEnv,
       });
       agent = { ...launch.agent, ...(contextId !== undefined ? { context_id: contextId } : {}) };
@@ -477,6 +489,7 @@ export class Session {
       hostEntry: HOST_ENTRY,
       cgroup: this.cgroup,
       subprocessPath: start.subprocess_env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
+      ...(start.agent?.harness ? { harness: { binary: start.agent.harness.binary, home: this.harnessHomeDir } } : {}),
     });
     mkdirSync(sandboxTmp(this.paths.accessible), { recursive: true });
     if (sandbox.start) start.sandbox = sandbox.start;
@@ -708,6 +721,11 @@ export class Session {
         );
         value = result;
       } else if (request.op === 'delegate') value = await this.delegate(request.request);
+      else if (request.op === 'harness-session-get') value = (await this.harnessSessions?.get(request.context_id)) ?? null;
+      else if (request.op === 'harness-session-put') {
+        await this.harnessSessions?.put(request.context_id, request.session_id);
+        value = null;
+      } else if (request.op === 'harness-session-forget') value = (await this.harnessSessions?.forget(request.context_id)) ?? null;
       else if (request.op === 'conversation-load') value = (await this.conversations?.load(request.context_id)) ?? [];
       else if (request.op === 'conversation-save') {
         await this.conversations?.save(request.context_id, request.messages);
@@ -838,6 +856,33 @@ export class Session {
 
   private get roostUrl(): string | undefined {
     return this.request.roost?.url ?? this.environment.roostUrl;
+  }
+
+  /**
+   * Where the harness keeps its sessions: `<record>/.harness-home` (0700), shared by every context
+   * of the record so a later launch can `--resume` what an earlier one started — no context id can
+   * name it, since ids that begin with a dot are refused. A capsule that keeps no record, or a
+   * home that cannot be made, gets the session's own `.capsule-home`: its harness then remembers
+   * only as long as this session lives, which is reported once.
+   */
+  private async harnessHome(records: ConversationRecords, accessible: string): Promise<string> {
+    const recordDir = records.recordDir;
+    const fallback = capsuleHome(accessible);
+    if (recordDir === undefined) return fallback;
+    const home = path.join(recordDir, '.harness-home');
+    try {
+      for (const dir of [path.dirname(recordDir), recordDir, home]) {
+        await mkdir(dir, { recursive: true, mode: 0o700 });
+        await chmod(dir, 0o700);
+      }
+      this.harnessHomeDir = home;
+      return home;
+    } catch (error) {
+      records.reportOnce(
+        `[harness-session] the harness home ${home} could not be made (${(error as NodeJS.ErrnoException).code ?? String(error)}); this capsule's harness sessions last only as long as it runs`,
+      );
+      return fallback;
+    }
   }
 
   /** A line the executor itself has for the person who launched the session: on their stderr, as the capsule's own. */

@@ -9,3 +9,4 @@ export * from './completion.js';
 export * from './blobs.js';
 export * from './project-pack.js';
 export * from './staging.js';
+export * from './harness-command.js';

@@ -11,6 +11,7 @@ import type { HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { toolInventory } from './tool-inventory.js';
+import { callTool } from './tool-call.js';
 
 /**
  * One attempt at one task: the turns of an agent capsule. Each turn asks the driver component
@@ -50,7 +51,7 @@ export function composeSystemPrompt(start: Pick<StartMessage, 'capsule_name' | '
 }
 
 /** The task's text: `task.md`, else `input.txt`, else nothing (an empty task is still sent). */
-function readTaskText(accessible: string): string {
+export function readTaskText(accessible: string): string {
   for (const name of ['task.md', 'input.txt']) {
     const file = path.join(accessible, name);
     if (existsSync(file)) {
@@ -111,6 +112,8 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     return { status, message, ...(error ? { error } : {}) };
   };
 
+  const driver = agent.driver;
+  if (!driver) return fail('failed', 'the agent has no inference driver', { code: 'E-RUN-005', message: 'the agent has no inference driver' });
   for (let turn = 0; turn < maxTurns; turn++) {
     if (task?.abortedWith) return fail('failed', task.abortedWith);
     // A ceiling crossed since the last turn ends the attempt here, as upstream checks at each turn's top.
@@ -119,7 +122,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     host.setTurn(turn);
     if (task) registry.progress(task, `inference turn ${turn + 1}`);
     const data = driverRequestData({ model: agent.model, maxTokens: agent.max_tokens, messages, tools, system });
-    const call = await host.callDriver(agent.driver, agent.driver_env, data);
+    const call = await host.callDriver(driver, agent.driver_env, data);
     if (!call.ok) {
       const message = `driver invocation failed: ${call.error}`;
       return fail('failed', message, { code: 'E-RUN-007', message: `agent loop failed: ${message}` });
@@ -162,33 +165,8 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     if (reply.kind === 'tools') {
       const results: WireMessage[] = [];
       for (const toolCall of reply.calls) {
-        const input = JSON.stringify(toolCall.input);
-        const dispatched = await host.dispatchForAgent(toolCall.name, { data: input });
-        if (task) registry.artifact(task, toolCall.name, dispatched.text);
+        const dispatched = await callTool({ host, hooks, registry, task, turn }, toolCall.name, JSON.stringify(toolCall.input));
         results.push(toolResultMessage(toolCall.id, dispatched.text, dispatched.isError));
-        await hooks.dispatch('on-tool-call', () => ({
-          turn,
-          toolName: toolCall.name,
-          inputBytes: BigInt(Buffer.byteLength(input)),
-          outputBytes: BigInt(Buffer.byteLength(dispatched.text)),
-          durationMs: BigInt(dispatched.durationMs),
-          status: dispatched.isError ? 'error' : 'ok',
-        }));
-        const shell = dispatched.shell;
-        // The streams are already cut at 16 KiB by the shell runner, as upstream hands them to on-shell.
-        if (shell) {
-          await hooks.dispatch('on-shell', () => ({
-            turn,
-            binary: shell.binary,
-            command: [...shell.command].slice(0, 200).join(''),
-            exitCode: shell.exitCode,
-            stdout: shell.stdout,
-            stderr: shell.stderr,
-            stdoutBytes: BigInt(Buffer.byteLength(shell.stdout)),
-            stderrBytes: BigInt(Buffer.byteLength(shell.stderr)),
-            durationMs: BigInt(shell.durationMs),
-          }));
-        }
         if (task?.abortedWith) return fail('failed', task.abortedWith);
       }
       messages.push({ role: 'assistant', content: reply.content }, ...results);

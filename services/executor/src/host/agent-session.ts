@@ -1,15 +1,19 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { type SessionCall, type SessionReply, type WireError, capabilityCategories } from '@murmur/shared';
+import { type ForgetAsker, type SessionCall, type SessionReply, type WireError, capabilityCategories } from '@murmur/shared';
 import { type AgentLoopRun, type LoopOutcome, runAgentLoop } from './agent-loop.js';
 import { writeFileAtomic } from './atomic-file.js';
 import type { AgentHost, HostChannel, SessionResult } from './contracts.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply } from './driver-wire.js';
 import { EventFeed } from './event-feed.js';
+import { type HarnessLoopRun, runHarnessLoop } from './harness-loop.js';
 import { HookLaunchError, HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import { type Task, TaskRegistry } from './task-registry.js';
+import { callTool } from './tool-call.js';
+import { toolInventory } from './tool-inventory.js';
 import { writeToolManifests } from './tool-manifests.js';
+import { ToolServer } from './tool-server.js';
 
 /** A hook's completion is capped at upstream's fixed output budget, whatever `inference.max_tokens` says. */
 const HOOK_COMPLETION_MAX_TOKENS = 8192;
@@ -39,6 +43,11 @@ export class AgentSession {
   private readonly hooks: HookRuntime;
   /** Shell tools' descriptions from manifests an on-stage hook wrote. */
   private shellDescriptions = new Map<string, string>();
+  /** `transport: process`: the MCP server the harness reaches the capsule's tools through, and the task its calls serve. */
+  private toolServer: ToolServer | undefined;
+  private harnessScene: { task: Task | undefined; turn: () => number } | undefined;
+  /** `mur run --forget-session`'s context, until its first task has forgotten it. */
+  private forgetContext: string | undefined;
 
   constructor(
     private readonly host: AgentHost,
@@ -50,6 +59,7 @@ export class AgentSession {
     this.registry = new TaskRegistry(agent.lifecycle, this.feed, start.session_id);
     this.taskFile = path.join(start.accessible_workdir, 'task.md');
     this.hooks = new HookRuntime(agent.hooks, host.guests, host.trace, start.session_dir);
+    this.forgetContext = agent.harness?.forget_context;
     channel.serve((call) => this.answer(call));
   }
 
@@ -82,17 +92,33 @@ export class AgentSession {
   }
 
   async run(): Promise<SessionResult> {
-    this.host.keepWorkersWarm(this.agent.driver.component);
+    this.host.keepWorkersWarm(this.agent.driver?.component);
     const hooks = this.hooks;
     this.host.beforeSessionEnd = () => hooks.flushFaults();
     this.host.hookInference = (grant, request) => this.hookCompletion(grant.slice('hook:'.length), request);
     try {
       const refused = await this.openHooks();
       if (refused) return { status: 'failed', exitCode: 1, error: refused };
+      if (this.agent.harness) this.toolServer = await this.startToolServer();
       return await this.runTasks();
     } finally {
       hooks.close();
+      await this.toolServer?.close();
     }
+  }
+
+  /** The capsule's tools for the harness: the inventory a driver would be offered, dispatched the same way. */
+  private startToolServer(): Promise<ToolServer> {
+    const { host, start, agent } = this;
+    return ToolServer.start({
+      tools: () =>
+        toolInventory(host.tools.values(), start.policy.shell_allow, agent.system_prompt_artifact, start.policy.spawn_allow.length > 0, this.shellDescriptions),
+      call: (name, input) => {
+        const scene = this.harnessScene;
+        if (!scene) return Promise.resolve({ text: `tool '${name}' was called while no task runs`, isError: true, kind: 'tool', durationMs: 0 });
+        return callTool({ host, hooks: this.hooks, registry: this.registry, task: scene.task, turn: scene.turn() }, name, input);
+      },
+    });
   }
 
   /** Instantiates the hooks and runs on-stage, before anything of the session happens; a failure is the launch's refusal. */
@@ -160,7 +186,7 @@ export class AgentSession {
       if (!task) {
         if (queueSleep || this.registry.isClosed) break;
         this.channel.output('stderr', '[capsule-runtime] no A2A message received within timeout; running with empty task\n');
-        last = await runAgentLoop(this.loopRun(undefined, this.agent.max_turns));
+        last = await this.loop(undefined, this.agent.max_turns, undefined);
         break;
       }
       writeFileSync(this.taskFile, task.text);
@@ -186,6 +212,31 @@ export class AgentSession {
     if (breached) return { status: 'failed', exitCode: 1, error: breached };
     if (!last || last.status === 'ok') return { status: 'ok', exitCode: 0 };
     return { status: 'failed', exitCode: 1, error: last.error ?? { code: 'E-RUN-007', message: `agent loop failed: ${last.message}` } };
+  }
+
+  /** One attempt, by a driver's turns or by the harness. */
+  private loop(task: Task | undefined, maxTurns: number, forget: ForgetAsker | undefined): Promise<LoopOutcome> {
+    const run = this.loopRun(task, maxTurns);
+    const harness = this.agent.harness;
+    if (!harness || !this.toolServer) return runAgentLoop(run);
+    const channel = this.channel;
+    const harnessRun: HarnessLoopRun = {
+      ...run,
+      harness,
+      forget,
+      mcpConfig: this.toolServer.config(),
+      serve: (scene) => {
+        this.harnessScene = scene;
+      },
+      sessions: {
+        get: async (contextId) => ((await channel.request({ op: 'harness-session-get', context_id: contextId })) as string | null) ?? undefined,
+        put: async (contextId, sessionId) => {
+          await channel.request({ op: 'harness-session-put', context_id: contextId, session_id: sessionId });
+        },
+        forget: async (contextId) => ((await channel.request({ op: 'harness-session-forget', context_id: contextId })) as string | null) ?? undefined,
+      },
+    };
+    return runHarnessLoop(harnessRun);
   }
 
   private loopRun(task: Task | undefined, maxTurns: number): AgentLoopRun {
@@ -214,6 +265,9 @@ export class AgentSession {
    * tokens to the session's totals, not a turn.
    */
   private async hookCompletion(hook: string, raw: unknown): Promise<{ ok: true; value: unknown } | { ok: false; error: string }> {
+    const driver = this.agent.driver;
+    // On transport: process the harness is the only inference, and it answers nobody but its task.
+    if (!driver) return { ok: false, error: 'run-inference is not available under inference.transport: process (the harness holds the model)' };
     const request = raw as { messages: Array<{ role: string; content: string }>; systemPrompt?: string; model?: string };
     const model = request.model ?? this.agent.model;
     const data = driverRequestData({
@@ -237,7 +291,6 @@ export class AgentSession {
         model,
       });
     };
-    const driver = this.agent.driver;
     const call = await this.host.callDriver(driver, this.agent.driver_env, data, { silent: true });
     if (!call.ok) {
       record(0, 'error');
@@ -295,10 +348,17 @@ export class AgentSession {
     const feedback: Array<{ hook: string; reason: string }> = [];
     let outcome: LoopOutcome;
     let exitStatus: 'ok' | 'failed' | 'reopen_budget_exhausted';
+    // Asked once, on the request that starts the task: a reopen continues the conversation the first attempt started.
+    let forget: ForgetAsker | undefined = task.forgetSession ? 'a2a' : undefined;
+    if (this.forgetContext !== undefined && this.forgetContext === task.contextId) {
+      forget = 'cli';
+      this.forgetContext = undefined;
+    }
     try {
       for (;;) {
         const used = this.host.totals.turns - before.turns;
-        outcome = await this.attempt(task, Math.max(1, this.agent.max_turns - used));
+        outcome = await this.attempt(task, Math.max(1, this.agent.max_turns - used), forget);
+        forget = undefined;
         exitStatus = outcome.status === 'ok' ? 'ok' : 'failed';
         const ended = await this.hooks.dispatch('on-task-end', () => ({ taskId: task.id, exitStatus }));
         if (!ended.reopen) break;
@@ -341,9 +401,9 @@ export class AgentSession {
     return outcome;
   }
 
-  private async attempt(task: Task, maxTurns: number): Promise<LoopOutcome> {
+  private async attempt(task: Task, maxTurns: number, forget: ForgetAsker | undefined): Promise<LoopOutcome> {
     try {
-      return await runAgentLoop(this.loopRun(task, maxTurns));
+      return await this.loop(task, maxTurns, forget);
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       this.host.writeSessionEnd('failed');

@@ -1,13 +1,24 @@
 import { readFileSync } from 'node:fs';
 import type { Worker } from 'node:worker_threads';
 import { type WireError, capabilityCategories } from '@murmur/shared';
+import { subprocessEnvironment } from '@murmur/shared/environment';
 import { LogFile, TraceWriter } from '../records.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { DELEGATE_TOOL } from './tool-inventory.js';
-import { type SubprocessContext, type ToolResultShape, runNativeTool, runShell, shellArguments, shellToolDescription } from './subprocess.js';
+import {
+  type HarnessExit,
+  type SubprocessContext,
+  type ToolResultShape,
+  capsuleHome,
+  runHarness,
+  runNativeTool,
+  runShell,
+  shellArguments,
+  shellToolDescription,
+} from './subprocess.js';
 
 /**
  * The capsule host: one per session, inside the session's sandbox. It runs the capsule's
@@ -365,6 +376,18 @@ export class CapsuleHost implements AgentHost {
     const ran = { kind, durationMs, ...(shell ? { shell } : {}) };
     if (!result.ok) return { text: result.error, isError: true, ...ran };
     return { text: result.value.data ?? result.value.summary ?? 'tool returned no data', isError: result.value.status !== 'passed', ...ran };
+  }
+
+  runHarness(
+    binary: string,
+    args: string[],
+    env: Record<string, string>,
+    run: { deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
+  ): Promise<HarnessExit> {
+    const context = this.subprocessContext();
+    // A shell tool's environment (credentials stripped), under what the caller adds.
+    const base = subprocessEnvironment(context.policy, context.baseEnv, context.identityEnv, capsuleHome(context.accessibleWorkdir));
+    return runHarness(context, binary, args, { ...base, ...env }, run);
   }
 
   /**

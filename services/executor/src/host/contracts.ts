@@ -2,7 +2,7 @@ import type { SessionCall, SessionEvent, SessionReply, WireError } from '@murmur
 import type { TraceWriter } from '../records.js';
 import type { GuestRunner } from './guest-runner.js';
 import type { DriverComponentRef, HostComponent, HostRequest, HostTool } from './protocol.js';
-import type { ToolResultShape } from './subprocess.js';
+import type { HarnessExit, ToolResultShape } from './subprocess.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 
 /**
@@ -97,6 +97,16 @@ export interface AgentHost {
   keepWorkersWarm(likely?: HostComponent): void;
   callDriver(driver: DriverComponentRef, env: Array<[string, string]>, data: string, options?: { silent?: boolean }): Promise<DriverCall>;
   dispatchForAgent(name: string, input: { data: string }): Promise<ToolDispatch>;
+  /**
+   * A harness CLI run as the capsule's subprocess: the environment a shell tool gets, under `env`
+   * (the harness's granted variables, its home and settings).
+   */
+  runHarness(
+    binary: string,
+    args: string[],
+    env: Record<string, string>,
+    run: { deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
+  ): Promise<HarnessExit>;
   /** Where the session's guests run (hooks open resident instances here). */
   readonly guests: GuestRunner;
 }

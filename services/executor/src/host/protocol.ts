@@ -70,6 +70,28 @@ export const HookStartSchema = z.object({
 export type HookStart = z.infer<typeof HookStartSchema>;
 
 /**
+ * A harness CLI as its session runs it (`inference.transport: process`): its dialect, the binary
+ * found on PATH by the executor (the real file, which the sandbox makes executable), and the home
+ * it keeps its sessions in — the conversation record's, so `--resume` finds them in a later life.
+ */
+export const HarnessStartSchema = z.object({
+  dialect: z.literal('claude-code'),
+  /** `inference.command` as the manifest wrote it (what `harness-session.json` names as the driver). */
+  command: z.string(),
+  binary: z.string(),
+  home: z.string(),
+  /**
+   * The launcher's values for every `capabilities.env.allow` name, credentials included: the
+   * harness is the capsule's inference, and like a driver's key its credential reaches it alone
+   * (never a guest, never a shell tool).
+   */
+  env: z.array(z.tuple([z.string(), z.string()])),
+  /** `mur run --forget-session`: this context's session is dropped before its first task. */
+  forget_context: z.string().optional(),
+});
+export type HarnessStart = z.infer<typeof HarnessStartSchema>;
+
+/**
  * What an agent capsule's host needs beyond a script capsule's: the inference settings, the
  * driver, the system prompt already read and resolved by the executor (the host cannot see the
  * manifest's directory), the task loop's settings and what the agent card says.
@@ -78,7 +100,10 @@ export const AgentStartSchema = z.object({
   model: z.string(),
   max_tokens: z.number().int().positive(),
   max_turns: z.number().int().positive(),
-  driver: DriverRefSchema,
+  /** The driver component (`transport: http`); a harness capsule has none. */
+  driver: DriverRefSchema.optional(),
+  /** `transport: process`: the harness CLI the host drives instead of a driver. */
+  harness: HarnessStartSchema.optional(),
   /** The driver's environment: the guest environment plus `MURMUR_INFERENCE_*`, the key included. */
   driver_env: z.array(z.tuple([z.string(), z.string()])),
   system_prompt: z.string().nullable(),
@@ -227,6 +252,10 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('delegate'), request: DelegateRequestSchema }),
   z.object({ op: z.literal('conversation-load'), context_id: z.string() }),
   z.object({ op: z.literal('conversation-save'), context_id: z.string(), messages: z.array(z.unknown()) }),
+  /** The harness session a context has (`transport: process`), recorded, replaced or dropped by the executor. */
+  z.object({ op: z.literal('harness-session-get'), context_id: z.string() }),
+  z.object({ op: z.literal('harness-session-put'), context_id: z.string(), session_id: z.string() }),
+  z.object({ op: z.literal('harness-session-forget'), context_id: z.string() }),
 ]);
 export type HostRequest = z.infer<typeof HostRequestSchema>;
 

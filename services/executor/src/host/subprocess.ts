@@ -2,6 +2,7 @@ import { type StdioOptions, spawn } from 'node:child_process';
 import { accessSync, constants, mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { StringDecoder } from 'node:string_decoder';
 import type { CapabilityPolicy } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
 
@@ -96,7 +97,15 @@ interface Collected {
   timedOut: boolean;
 }
 
-function collect(child: ReturnType<typeof spawn>, input: string | undefined, deadlineMs: number): Promise<Collected> {
+/** How one subprocess is run beyond its command: its stdin, how long it may take, who reads its stdout as it comes, who may end it. */
+interface RunOptions {
+  input?: string | undefined;
+  deadlineMs?: number | undefined;
+  onStdout?: ((chunk: Buffer) => void) | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineMs: number): Promise<Collected> {
   return new Promise((resolve, reject) => {
     const stdout: Buffer[] = [];
     const stderr: Buffer[] = [];
@@ -105,14 +114,23 @@ function collect(child: ReturnType<typeof spawn>, input: string | undefined, dea
       timedOut = true;
       child.kill('SIGKILL');
     }, deadlineMs);
-    child.stdout?.on('data', (chunk: Buffer) => stdout.push(chunk));
+    const abort = (): void => {
+      child.kill('SIGKILL');
+    };
+    options.signal?.addEventListener('abort', abort, { once: true });
+    child.stdout?.on('data', (chunk: Buffer) => {
+      stdout.push(chunk);
+      options.onStdout?.(chunk);
+    });
     child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
     child.once('error', (error) => {
       clearTimeout(timer);
+      options.signal?.removeEventListener('abort', abort);
       reject(error);
     });
     child.once('close', (code, signal) => {
       clearTimeout(timer);
+      options.signal?.removeEventListener('abort', abort);
       resolve({
         code: code ?? (signal ? 128 + (os.constants.signals[signal] ?? 0) : 1),
         signal,
@@ -121,7 +139,7 @@ function collect(child: ReturnType<typeof spawn>, input: string | undefined, dea
         timedOut,
       });
     });
-    if (input !== undefined) child.stdin?.end(input);
+    if (options.input !== undefined) child.stdin?.end(options.input);
   });
 }
 
@@ -134,7 +152,7 @@ async function startSubprocess(
   binaryPath: string,
   args: string[],
   env: Record<string, string>,
-  input: string | undefined,
+  options: RunOptions,
 ): Promise<Collected & { resourceLimit: ResourceLimit | undefined }> {
   const breach = context.breached?.();
   if (breach) throw new Error(breach);
@@ -142,7 +160,7 @@ async function startSubprocess(
   const confine = context.confine;
   let command = binaryPath;
   let argv = args;
-  const stdio: StdioOptions = [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'];
+  const stdio: StdioOptions = [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'];
   if (confine) {
     const resources = context.policy.resources;
     command = confine.helper;
@@ -166,7 +184,7 @@ async function startSubprocess(
     for (let fd = 3; fd <= highest; fd += 1) stdio.push(confine.cgroupFds.includes(fd) ? fd : 'ignore');
   }
   const child = spawn(command, argv, { cwd: context.accessibleWorkdir, env, stdio });
-  const collected = await collect(child, input, context.deadlineMs);
+  const collected = await collect(child, options, options.deadlineMs ?? context.deadlineMs);
   let resourceLimit: ResourceLimit | undefined;
   if (collected.signal === 'SIGXCPU') resourceLimit = 'cpu_seconds';
   else if (collected.signal === 'SIGXFSZ') resourceLimit = 'max_file_size_bytes';
@@ -185,7 +203,7 @@ export async function runShell(context: SubprocessContext, binary: string, args:
   const binaryPath = resolveOnPath(binary, env.PATH);
   if (!binaryPath) throw new Error(`shell binary '${binary}' is allowlisted but not found on PATH inside the sandbox`);
   const started = performance.now();
-  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, args, env, undefined);
+  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, args, env, {});
   const durationMs = performance.now() - started;
   const truncated = stdout.length > STREAM_LIMIT_BYTES || stderr.length > STREAM_LIMIT_BYTES;
   let fullOutputPath: string | undefined;
@@ -264,13 +282,9 @@ export async function runNativeTool(
   input: { data?: string | undefined; logPath?: string | undefined },
 ): Promise<ToolResultShape> {
   const env = environmentFor(context, []);
-  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(
-    context,
-    binaryPath,
-    [],
-    env,
-    JSON.stringify({ data: input.data ?? null, log_path: input.logPath ?? null }),
-  );
+  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, [], env, {
+    input: JSON.stringify({ data: input.data ?? null, log_path: input.logPath ?? null }),
+  });
   if (resourceLimit) {
     return {
       status: 'error',
@@ -317,4 +331,48 @@ export async function runNativeTool(
       metadata: [],
     };
   }
+}
+
+/** How a harness run ended: its exit code (124 when its cap ended it), its whole stderr, and the ceiling that ended it, if one did. */
+export interface HarnessExit {
+  exitCode: number;
+  stderr: string;
+  timedOut: boolean;
+  resourceLimit: ResourceLimit | undefined;
+}
+
+/**
+ * A harness CLI (`inference.transport: process`), started like every subprocess of the capsule —
+ * through the helper when sealed, in the workdir, with its rlimits and the tools' cgroup — and
+ * read line by line as it writes. Its environment is the caller's: the harness needs the grants a
+ * shell tool is never given (its model's endpoint and key).
+ */
+export async function runHarness(
+  context: SubprocessContext,
+  binaryPath: string,
+  args: string[],
+  env: Record<string, string>,
+  run: { deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
+): Promise<HarnessExit> {
+  // A character may straddle two chunks: decode across them.
+  const decoder = new StringDecoder('utf8');
+  let pending = '';
+  const onStdout = (chunk: Buffer): void => {
+    pending += decoder.write(chunk);
+    let newline = pending.indexOf('\n');
+    while (newline >= 0) {
+      const line = pending.slice(0, newline).trim();
+      pending = pending.slice(newline + 1);
+      if (line !== '') run.onLine(line);
+      newline = pending.indexOf('\n');
+    }
+  };
+  const collected = await startSubprocess(context, binaryPath, args, env, { deadlineMs: run.deadlineMs, onStdout, signal: run.signal });
+  if (pending.trim() !== '') run.onLine(pending.trim());
+  return {
+    exitCode: collected.timedOut ? 124 : collected.code,
+    stderr: collected.stderr.toString('utf8'),
+    timedOut: collected.timedOut,
+    resourceLimit: collected.resourceLimit,
+  };
 }

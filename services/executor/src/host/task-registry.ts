@@ -32,6 +32,8 @@ export interface Task {
   readonly messageId: string;
   readonly text: string;
   readonly traceparent: string | undefined;
+  /** `x-murmur-forget-session` on the request: the context's harness session is dropped before the task runs. */
+  readonly forgetSession?: boolean;
   state: TaskState;
   message?: string;
   prompt?: string;
@@ -118,6 +120,7 @@ export class TaskRegistry {
       messageId: call.message_id,
       text: call.text,
       traceparent: call.traceparent,
+      ...(call.forget_session ? { forgetSession: true } : {}),
       state: 'submitted',
       artifacts: [],
       history: [{ role: 'user', message_id: call.message_id, text: call.text }],

@@ -1,0 +1,241 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import type { ForgetAsker } from '@murmur/shared';
+import { writeFileAtomic } from './atomic-file.js';
+import { type AgentLoopRun, type LoopOutcome, composeSystemPrompt, readTaskText } from './agent-loop.js';
+import {
+  type HarnessBlock,
+  type HarnessLine,
+  capsuleToolName,
+  claudeCodeArguments,
+  claudeCodeEnvironment,
+  isUnknownSession,
+  readClaudeCodeLine,
+} from './claude-code.js';
+import { sortedJson } from './compaction.js';
+import type { HarnessStart } from './protocol.js';
+import type { Task } from './task-registry.js';
+
+/**
+ * One attempt at one task on `inference.transport: process`: the harness CLI holds the
+ * conversation and runs the turns; the runtime runs it once per attempt, offers it the capsule's
+ * tools over MCP (each call dispatched, traced and told to the hooks like a driver's), and reads
+ * what it says as it says it.
+ *
+ * - A context with a session is resumed under it (`--resume`); one without is offered a fresh
+ *   bare UUID (`--session-id`), and the id the harness says it started (`system/init`) is what the
+ *   context keeps.
+ * - A session the harness no longer knows fails the turn, saying how to start anew: never a new
+ *   conversation behind the person's back.
+ * - A run is capped at 10 minutes; a harness that exits non-zero (or says `is_error`) fails the
+ *   task with the tail of its stderr.
+ * - Each model message is an `inference` (tokens as the harness reports them on it); the session's
+ *   totals take the run's own totals from its `result` line. Compaction is the harness's affair.
+ */
+
+/** Upstream's cap on one harness run. */
+export const HARNESS_RUN_CAP_MS = 10 * 60 * 1000;
+/** How much of a failed harness's stderr the failure quotes. */
+const STDERR_TAIL_BYTES = 2_000;
+
+export interface HarnessSessionStore {
+  get(contextId: string): Promise<string | undefined>;
+  put(contextId: string, sessionId: string): Promise<void>;
+  forget(contextId: string): Promise<string | undefined>;
+}
+
+export interface HarnessLoopRun extends AgentLoopRun {
+  harness: HarnessStart;
+  sessions: HarnessSessionStore;
+  /** The session's MCP server's `--mcp-config`. */
+  mcpConfig: string;
+  /** Tells the session's MCP server which task and turn its calls are this attempt's (undefined: none runs). */
+  serve(scene: { task: Task | undefined; turn: () => number } | undefined): void;
+  /** Set by a forget request: the context's session is dropped before this attempt runs. */
+  forget: ForgetAsker | undefined;
+}
+
+export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> {
+  const { host, start, agent, task, registry, hooks, harness } = run;
+  const sessionDir = start.session_dir;
+  const resultFile = path.join(sessionDir, 'out', 'result.txt');
+  host.trace.write(
+    'session_start',
+    host.sessionStartFields({
+      model: agent.model === '' ? null : agent.model,
+      maxTurns: run.maxTurns,
+      toolsDeclared: [...host.tools.keys()],
+      promptSource: agent.system_prompt_source,
+      promptSha256: agent.system_prompt === null ? null : createHash('sha256').update(agent.system_prompt).digest('hex'),
+    }),
+  );
+  const fail = (message: string): LoopOutcome => {
+    writeFileAtomic(resultFile, `error: ${message}`);
+    host.writeSessionEnd('failed');
+    return { status: 'failed', message, error: { code: 'E-RUN-007', message: `agent loop failed: ${message}` } };
+  };
+  const breached = host.breachError();
+  if (breached) {
+    writeFileAtomic(resultFile, `error: ${breached.message}`);
+    host.writeSessionEnd('failed');
+    return { status: 'failed', message: breached.message, error: breached };
+  }
+
+  const contextId = task?.contextId;
+  if (contextId !== undefined && run.forget) {
+    const dropped = await run.sessions.forget(contextId);
+    host.trace.write('harness_session_forgotten', { context_id: contextId, session_id: dropped ?? null, asked_by: run.forget });
+  }
+  const known = contextId === undefined ? undefined : await run.sessions.get(contextId);
+  const offered = known ?? randomUUID();
+
+  // Scratch files of the harness stay in the sandbox's /tmp, in a directory of their own.
+  const scratch = path.join('/tmp', `harness-${process.pid}`);
+  mkdirSync(scratch, { recursive: true, mode: 0o700 });
+  mkdirSync(harness.home, { recursive: true, mode: 0o700 });
+
+  let turn = -1;
+  let open: { id: string; blocks: HarnessBlock[]; inputTokens: number; outputTokens: number } | undefined;
+  let result: Extract<HarnessLine, { kind: 'result' }> | undefined;
+  let started: string | undefined;
+  // The harness does not wait for the runtime: its messages are told to on-inference in order, one after another.
+  let told: Promise<void> = Promise.resolve();
+  // The message the harness is writing is done when anything else arrives: trace it then.
+  const closeMessage = (): void => {
+    if (!open) return;
+    const message = open;
+    open = undefined;
+    const toolUse = message.blocks.find((block) => block.type === 'tool_use');
+    const decision = toolUse ? 'tool_call' : 'end_turn';
+    const toolName = toolUse?.name ? capsuleToolName(toolUse.name) : null;
+    host.trace.write('inference', {
+      turn,
+      input_tokens: message.inputTokens,
+      output_tokens: message.outputTokens,
+      decision,
+      tool_name: toolName,
+      model: agent.model === '' ? null : agent.model,
+      origin: `harness:${harness.dialect}`,
+    });
+    told = told.then(async () => {
+      const answer = await hooks.dispatch('on-inference', () => ({
+        turn,
+        inputTokens: BigInt(message.inputTokens),
+        outputTokens: BigInt(message.outputTokens),
+        decision,
+        toolName: toolName ?? undefined,
+        // The harness holds the prompt; the runtime never sees it.
+        prompt: sortedJson([]),
+        output: sortedJson(message.blocks),
+        tools: sortedJson([...host.tools.keys()]),
+      }));
+      // A hook's artifact reaches the task's observers as on-inference makes it.
+      if (task) for (const artifact of answer.artifacts) registry.artifact(task, artifact.hook, artifact.payload);
+    });
+  };
+  const onLine = (raw: string): void => {
+    const line = readClaudeCodeLine(raw);
+    if (line.kind === 'message') {
+      if (!open || open.id !== line.id) {
+        closeMessage();
+        turn += 1;
+        host.setTurn(turn);
+        host.totals.turns += 1;
+        if (task) registry.progress(task, `inference turn ${turn + 1}`);
+        open = { id: line.id, blocks: [], inputTokens: 0, outputTokens: 0 };
+      }
+      open.blocks.push(...line.blocks);
+      // Every line of one message repeats its usage so far: the last one is the message's.
+      if (line.usage) {
+        open.inputTokens = line.usage.inputTokens;
+        open.outputTokens = line.usage.outputTokens;
+      }
+      if (task)
+        for (const block of line.blocks) {
+          if (block.type === 'text' && block.text) registry.chunk(task, 'text', block.text);
+          else if (block.type === 'thinking' && block.thinking) registry.chunk(task, 'thinking', block.thinking);
+        }
+      return;
+    }
+    closeMessage();
+    if (line.kind === 'started') started = line.sessionId;
+    else if (line.kind === 'result') result = line;
+  };
+
+  const stopper = new AbortController();
+  const watch = setInterval(() => {
+    if (task?.abortedWith || host.breach) stopper.abort();
+  }, 200);
+  run.serve({ task, turn: () => Math.max(turn, 0) });
+  let exit: Awaited<ReturnType<typeof host.runHarness>>;
+  try {
+    if (task) registry.progress(task, known ? `resuming harness session ${known}` : 'starting a harness session');
+    const args = claudeCodeArguments({
+      prompt: readTaskText(start.accessible_workdir),
+      systemPrompt: composeSystemPrompt(start, agent.system_prompt),
+      model: agent.model === '' ? undefined : agent.model,
+      maxTurns: run.maxTurns,
+      mcpConfig: run.mcpConfig,
+      session: known ? { resume: known } : { fresh: offered },
+    });
+    exit = await host.runHarness(
+      harness.binary,
+      args,
+      { ...Object.fromEntries(harness.env), ...claudeCodeEnvironment(scratch), HOME: harness.home, USERPROFILE: harness.home },
+      {
+        deadlineMs: HARNESS_RUN_CAP_MS,
+        onLine,
+        signal: stopper.signal,
+      },
+    );
+  } catch (error) {
+    return fail(`harness '${harness.command}' could not be started: ${error instanceof Error ? error.message : String(error)}`);
+  } finally {
+    clearInterval(watch);
+    run.serve(undefined);
+    closeMessage();
+  }
+  await told;
+
+  if (result?.usage) {
+    host.totals.inputTokens += result.usage.inputTokens;
+    host.totals.outputTokens += result.usage.outputTokens;
+  }
+  // The harness said which session it started (or resumed): that is what the context keeps.
+  const holding = started ?? (exit.exitCode === 0 ? result?.sessionId : undefined);
+  if (contextId !== undefined && holding !== undefined && holding !== known) await run.sessions.put(contextId, holding);
+
+  if (task?.abortedWith) return fail(task.abortedWith);
+  const ceiling = host.breachError();
+  if (ceiling) {
+    writeFileAtomic(resultFile, `error: ${ceiling.message}`);
+    host.writeSessionEnd('failed');
+    return { status: 'failed', message: ceiling.message, error: ceiling };
+  }
+  const said = [result?.text ?? '', ...(result?.errors ?? []), exit.stderr].join('\n');
+  if (known && isUnknownSession(said)) {
+    return fail(
+      `harness session '${known}' of context '${contextId}' is no longer known to ${harness.command}; the turn failed rather than start a new conversation (ask for a new one with mur run --forget-session, or the x-murmur-forget-session header)`,
+    );
+  }
+  if (exit.timedOut) return fail(`harness '${harness.command}' ran past its ${HARNESS_RUN_CAP_MS / 60_000}-minute cap and was killed`);
+  if (exit.resourceLimit) return fail(`harness '${harness.command}' was killed for exceeding capabilities.resources.${exit.resourceLimit}`);
+  if (exit.exitCode !== 0 || !result || result.isError) {
+    const why = result?.isError && result.text !== '' ? `: ${result.text}` : '';
+    const tail = stderrTail(exit.stderr);
+    return fail(`harness '${harness.command}' exited with code ${exit.exitCode}${why}${tail ? `; stderr: ${tail}` : ''}`);
+  }
+  writeFileAtomic(resultFile, result.text);
+  if (task) registry.chunk(task, 'text', '', true);
+  host.writeSessionEnd('ok');
+  return { status: 'ok', response: result.text };
+}
+
+/** The last lines of what the harness wrote to stderr, at most 2 000 bytes of them. */
+export function stderrTail(stderr: string): string {
+  const trimmed = stderr.trim();
+  if (Buffer.byteLength(trimmed) <= STDERR_TAIL_BYTES) return trimmed;
+  const tail = Buffer.from(trimmed).subarray(-STDERR_TAIL_BYTES).toString('utf8');
+  return `…${tail.slice(tail.indexOf('\n') + 1 || 0)}`;
+}
