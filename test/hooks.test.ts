@@ -32,8 +32,17 @@ const HOOKS: Record<string, string> = {
   annotator: 'binding: on-inference\n',
 };
 
-function hookEntry(name: string): string {
-  return [`  - name: ${name}`, '    version: 1.0.0', '    runtime: hook', '    capabilities:', '      filesystem:', `        scope: hooks/${name}`].join('\n');
+/** The capsule's entry for a hook; `extra` adds keys the capsule decides for it (`on_overflow`). */
+function hookEntry(name: string, extra: string[] = []): string {
+  return [
+    `  - name: ${name}`,
+    '    version: 1.0.0',
+    '    runtime: hook',
+    ...extra,
+    '    capabilities:',
+    '      filesystem:',
+    `        scope: hooks/${name}`,
+  ].join('\n');
 }
 
 describe('hooks', () => {
@@ -65,7 +74,14 @@ describe('hooks', () => {
   /** A project with the named hooks, each with its script, run once with `--workdir`. */
   async function runWithHooks(
     name: string,
-    options: { inference: ScriptedInference; hooks: Record<string, unknown>; manifest?: Parameters<typeof agentManifest>[1]; task?: string },
+    options: {
+      inference: ScriptedInference;
+      hooks: Record<string, unknown>;
+      manifest?: Parameters<typeof agentManifest>[1];
+      task?: string;
+      /** Keys the capsule's entry for a hook adds, by hook. */
+      entries?: Record<string, string[]>;
+    },
   ) {
     const project = path.join(scratch.dir, name);
     const workdir = path.join(project, 'work');
@@ -76,7 +92,7 @@ describe('hooks', () => {
     }
     const manifest = agentManifest(options.inference, {
       ...options.manifest,
-      artifacts: [...Object.keys(options.hooks).map(hookEntry), options.manifest?.artifacts ?? ''].join('\n'),
+      artifacts: [...Object.keys(options.hooks).map((hook) => hookEntry(hook, options.entries?.[hook])), options.manifest?.artifacts ?? ''].join('\n'),
     });
     await agentProject(project, manifest);
     const result = await runMur(['run', '--json', '--workdir', workdir, '--task', options.task ?? 'do the thing'], { cwd: project, env });
@@ -180,6 +196,26 @@ describe('hooks', () => {
     const log = await run.hookLog('async-recorder');
     expect(log).toContain(`discarded ${dropped} lifecycle event(s): its queue (1024 deep) was full`);
     expect(log).toContain('within the 15000ms session-end drain budget; the remaining calls were abandoned');
+  }, 120_000);
+
+  it('makes the runtime wait for room in a full async queue with on_overflow: block, so every event arrives, in order', async () => {
+    // The same 1100 failing tool calls, while the hook computes for 3 s in its first call: the
+    // queue fills, and each further event waits for room instead of being dropped.
+    const calls = Array.from({ length: 1100 }, (_, index) => ({ name: 'no-such-tool', input: {}, id: `call-${index}` }));
+    const inference = await model([{ toolCalls: calls }, { text: 'done' }]);
+    const run = await runWithHooks('overflow-block', {
+      inference,
+      hooks: { 'async-recorder': { 'on-session-start': [{ busy_ms: 3000 }] } },
+      entries: { 'async-recorder': ['    on_overflow: block'] },
+      manifest: { capabilities: '  limits:\n    deadline_seconds: 40' },
+    });
+    expect(run.result.code, run.result.stderr).toBe(0);
+    expect((await run.trace()).filter((event) => event.event_type === 'hook_dispatch_error')).toEqual([]);
+    const fns = (await run.recorded('async-recorder')).map((event) => event.fn);
+    expect(fns).toHaveLength(1106);
+    expect(fns.slice(0, 3)).toEqual(['on-session-start', 'on-task-start', 'on-inference']);
+    expect(fns.filter((fn) => fn === 'on-tool-call')).toHaveLength(1100);
+    expect(fns.slice(-3)).toEqual(['on-inference', 'on-task-end', 'on-session-end']);
   }, 120_000);
 
   it("applies an on-stage hook's write-manifests before the session starts: the model sees the shell tool as the hook described it", async () => {

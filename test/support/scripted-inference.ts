@@ -64,7 +64,16 @@ function anthropicStream(reply: Exclude<ScriptedReply, { raw: string }>, model: 
       'message_start',
       {
         type: 'message_start',
-        message: { id: `msg_scripted_${++messageIds}`, type: 'message', role: 'assistant', model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 11, output_tokens: 1 } },
+        message: {
+          id: `msg_scripted_${++messageIds}`,
+          type: 'message',
+          role: 'assistant',
+          model,
+          content: [],
+          stop_reason: null,
+          stop_sequence: null,
+          usage: { input_tokens: 11, output_tokens: 1 },
+        },
       },
     ],
   ];

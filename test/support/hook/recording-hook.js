@@ -7,7 +7,7 @@
 //   {"return": "replace-context", "summary": "..."}         one user message holding the summary
 //   {"return": "replace-context", "keep": "all" | "drop-tools" | "tamper-tools"}
 //   {"return": "<any arm>", "val": ...}                      (a bad arm for the event, say)
-//   {"err": "message"} | {"trap": true} | {"spin": true}
+//   {"err": "message"} | {"trap": true} | {"spin": true} | {"busy_ms": N}   (spins N ms, then answers none)
 //   {"infer": {"messages": [...], "model"?}, "then": "artifact"}   one completion; its text as an artifact
 // A missing script or function means `none`.
 import { runInference } from 'murmur:runtime/inference@0.2.0';
@@ -23,15 +23,10 @@ function script() {
 }
 
 function record(fn, event) {
-  let previous = '';
-  try {
-    previous = readFileText('events.jsonl');
-  } catch {
-    // the first event
-  }
   const line = { fn, event: plain(event) };
   if (fn === 'on-session-start') line.env = environmentObject();
-  writeFileText('events.jsonl', `${previous}${toJson(line)}\n`);
+  // Appended, not rewritten: a hook told a thousand events must not pay for each of them again.
+  appendFileText('events.jsonl', `${toJson(line)}\n`);
 }
 
 function stepFor(fn) {
@@ -57,6 +52,12 @@ function handle(fn, event) {
   const step = stepFor(fn);
   if (step.trap) throw new ProbeTrap(`scripted trap in ${fn}`);
   if (step.spin) spin();
+  if (step.busy_ms !== undefined) {
+    const until = Date.now() + step.busy_ms;
+    while (Date.now() < until) {
+      // a guest that computes: nothing leaves its queue meanwhile
+    }
+  }
   if (step.err !== undefined) throw step.err;
   if (step.infer) {
     try {

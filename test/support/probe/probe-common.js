@@ -178,6 +178,23 @@ function writeFileText(path, text, follow = true) {
   }
 }
 
+/** Adds `text` at the end of a file (created when missing) through `append-via-stream`. */
+function appendFileText(path, text) {
+  const file = rootDescriptor().openAt({ symlinkFollow: true }, path, { create: true }, { write: true });
+  let stream;
+  try {
+    stream = file.appendViaStream();
+    const bytes = encoder.encode(text);
+    for (let offset = 0; offset < bytes.length; offset += 4096) {
+      stream.blockingWriteAndFlush(bytes.subarray(offset, offset + 4096));
+    }
+    return bytes.length;
+  } finally {
+    dispose(stream);
+    dispose(file);
+  }
+}
+
 /**
  * Entry names, sorted. The directory is always opened with `open-at` (`.` for the preopen
  * itself): preview2-shim's preopen descriptor refuses `read-directory` with `bad-descriptor`.

@@ -9,6 +9,10 @@ import { TOOL_SERVER_NAME } from './tool-server.js';
  * tools off (its Bash would be a shell the capsule's allowlist never granted), `--strict-mcp-config`
  * ignores any MCP server a configuration file names, and `--allowedTools mcp__murmur` lets the
  * capsule's tools run without a prompt nobody is there to answer.
+ *
+ * Nothing a capsule can write steers the harness either: the workdir and the harness's home are
+ * writable from inside the sandbox, so `--bare` skips `CLAUDE.md` discovery, settings hooks,
+ * plugins and auto-memory, and `--restricted` ignores the user, project and local settings files.
  */
 
 export interface HarnessInvocation {
@@ -42,6 +46,8 @@ export function claudeCodeArguments(run: HarnessInvocation): string[] {
     '',
     '--allowedTools',
     `mcp__${TOOL_SERVER_NAME}`,
+    '--bare',
+    '--restricted',
   ];
 }
 

@@ -222,7 +222,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   if (exit.timedOut) return fail(`harness '${harness.command}' ran past its ${HARNESS_RUN_CAP_MS / 60_000}-minute cap and was killed`);
   if (exit.resourceLimit) return fail(`harness '${harness.command}' was killed for exceeding capabilities.resources.${exit.resourceLimit}`);
   if (exit.exitCode !== 0 || !result || result.isError) {
-    const why = result?.isError && result.text !== '' ? `: ${result.text}` : '';
+    const why = !result ? ' without a result line' : result.isError && result.text !== '' ? `: ${result.text}` : '';
     const tail = stderrTail(exit.stderr);
     return fail(`harness '${harness.command}' exited with code ${exit.exitCode}${why}${tail ? `; stderr: ${tail}` : ''}`);
   }
