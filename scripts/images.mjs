@@ -95,6 +95,16 @@ const NOT_SHIPPED = new Map([
   ['rolldown', "jco's bundle command"],
   ['binaryen', "wasm-opt and wasm2js: jco's optimize and asm modes, which staging does not use"],
   ['@bytecodealliance/jco-std', "jco's run and serve commands"],
+  // The capsule host's MCP tool server loads @modelcontextprotocol/sdk's server/index,
+  // server/streamableHttp and types only; these serve the SDK's Express helpers, client and OAuth.
+  ['express', "@modelcontextprotocol/sdk's Express helpers"],
+  ['cors', "@modelcontextprotocol/sdk's Express helpers"],
+  ['express-rate-limit', "@modelcontextprotocol/sdk's OAuth router"],
+  ['raw-body', "@modelcontextprotocol/sdk's SSE server transport (and Express's body-parser)"],
+  ['jose', "@modelcontextprotocol/sdk's OAuth client"],
+  ['pkce-challenge', "@modelcontextprotocol/sdk's OAuth client"],
+  ['eventsource', "@modelcontextprotocol/sdk's SSE client"],
+  ['eventsource-parser', "@modelcontextprotocol/sdk's SSE client"],
 ]);
 /** Development tools that must never be in the image; finding one in the closure is a bug. */
 const NEVER_SHIPPED = ['typescript', 'vitest', 'vite', 'esbuild', 'tsx', 'testcontainers', '@a2a-js/sdk', 'express', '@bytecodealliance/componentize-js'];

@@ -2,8 +2,10 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentProject, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
+import { componentArtifact, publishInto } from './support/artifacts.js';
 import { claudeCodeBin } from './support/claude-code.js';
 import { tempDir } from './support/fs.js';
+import { recordingHook } from './support/probe-guests.js';
 import { eventually, runMur } from './support/processes.js';
 import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
 
@@ -31,6 +33,7 @@ describe('the harness transport (Claude Code)', () => {
   beforeAll(async () => {
     scratch = await tempDir('murmur-harness-');
     const bin = await claudeCodeBin();
+    await publishInto(path.join(scratch.dir, 'home', 'artifacts'), await componentArtifact('recorder', '1.0.0', (await recordingHook()).bytes, 'hook', ''));
     model = await startScriptedInference({ stream: 'as-asked', script: (body) => answer(body as Body) });
     env = {
       MURMUR_HOME: path.join(scratch.dir, 'home'),
@@ -47,11 +50,12 @@ describe('the harness transport (Claude Code)', () => {
     await scratch?.cleanup();
   });
 
-  const manifest = (options: { name?: string; network?: string[]; command?: string; lifecycle?: string } = {}) =>
+  const manifest = (options: { name?: string; network?: string[]; command?: string; lifecycle?: string; artifacts?: string[] } = {}) =>
     [
       `name: ${options.name ?? 'harnessed'}`,
       'version: 0.1.0',
       'description: a capsule whose inference is Claude Code',
+      ...(options.artifacts ? ['artifacts:', ...options.artifacts] : []),
       'capabilities:',
       '  network:',
       `    allow: [${(options.network ?? [model.authority]).join(', ')}]`,
@@ -110,6 +114,47 @@ describe('the harness transport (Claude Code)', () => {
     expect(entry).toMatchObject({ type: 'murmur.harness-session', harness: 'claude-code', driver: 'claude' });
     expect(entry.session_id).toBe(sessionHeader(before));
     expect(entry.created_ms).toBe(entry.updated_ms);
+  }, 180_000);
+
+  it("tells the capsule's hooks the harness's session: each model message, the MCP tool call and the shell it ran, in order", async () => {
+    const recorder = [
+      '  - name: recorder',
+      '    version: 1.0.0',
+      '    runtime: hook',
+      '    capabilities:',
+      '      filesystem:',
+      '        scope: hooks/recorder',
+    ];
+    const project = await agentProject(path.join(scratch.dir, 'hooked'), manifest({ name: 'hooked', artifacts: recorder }));
+    answer = (body) =>
+      textsOf(body).includes('said: hooked') ? { text: 'done' } : { toolCalls: [{ name: 'mcp__murmur__echo', input: { command: 'said: hooked' } }] };
+    const workdir = path.join(project, 'work');
+    await fs.mkdir(workdir, { recursive: true });
+    const result = await runMur(['run', '--json', '--workdir', workdir, '--context', 'ctx-hooked', '--task', 'echo something'], {
+      cwd: project,
+      env,
+      timeoutMs: 120_000,
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const recorded = (await fs.readFile(path.join(workdir, 'hooks', 'recorder', 'events.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { fn: string; event: Record<string, unknown> });
+    expect(recorded.map((entry) => entry.fn)).toEqual([
+      'on-session-start',
+      'on-task-start',
+      'on-inference',
+      'on-tool-call',
+      'on-shell',
+      'on-inference',
+      'on-task-end',
+      'on-session-end',
+    ]);
+    expect(recorded.find((entry) => entry.fn === 'on-tool-call')?.event).toMatchObject({ toolName: 'echo', status: 'ok', turn: 0 });
+    expect(recorded.filter((entry) => entry.fn === 'on-inference').map((entry) => [entry.event.turn, entry.event.decision])).toEqual([
+      [0, 'tool_call'],
+      [1, 'end_turn'],
+    ]);
   }, 180_000);
 
   it('resumes the recorded session for a second task in the same context, and keeps when the context first got it', async () => {

@@ -6,7 +6,7 @@ import { writeFileAtomic } from './atomic-file.js';
 import type { AgentHost, HostChannel, SessionResult } from './contracts.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply } from './driver-wire.js';
 import { EventFeed } from './event-feed.js';
-import { type HarnessLoopRun, runHarnessLoop } from './harness-loop.js';
+import { type HarnessLoopRun, type HarnessScene, runHarnessLoop } from './harness-loop.js';
 import { HookLaunchError, HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import { type Task, TaskRegistry } from './task-registry.js';
@@ -45,7 +45,7 @@ export class AgentSession {
   private shellDescriptions = new Map<string, string>();
   /** `transport: process`: the MCP server the harness reaches the capsule's tools through, and the task its calls serve. */
   private toolServer: ToolServer | undefined;
-  private harnessScene: { task: Task | undefined; turn: () => number } | undefined;
+  private harnessScene: HarnessScene | undefined;
   /** `mur run --forget-session`'s context, until its first task has forgotten it. */
   private forgetContext: string | undefined;
 
@@ -113,9 +113,10 @@ export class AgentSession {
     return ToolServer.start({
       tools: () =>
         toolInventory(host.tools.values(), start.policy.shell_allow, agent.system_prompt_artifact, start.policy.spawn_allow.length > 0, this.shellDescriptions),
-      call: (name, input) => {
+      call: async (name, input) => {
         const scene = this.harnessScene;
-        if (!scene) return Promise.resolve({ text: `tool '${name}' was called while no task runs`, isError: true, kind: 'tool', durationMs: 0 });
+        if (!scene) return { text: `tool '${name}' was called while no task runs`, isError: true, kind: 'tool', durationMs: 0 };
+        await scene.beforeToolCall();
         return callTool({ host, hooks: this.hooks, registry: this.registry, task: scene.task, turn: scene.turn() }, name, input);
       },
     });

@@ -15,6 +15,7 @@ import {
 } from './claude-code.js';
 import { sortedJson } from './compaction.js';
 import type { HarnessStart } from './protocol.js';
+import { toolInventory } from './tool-inventory.js';
 import type { Task } from './task-registry.js';
 
 /**
@@ -45,13 +46,21 @@ export interface HarnessSessionStore {
   forget(contextId: string): Promise<string | undefined>;
 }
 
+/** What the session's MCP server needs of the attempt a tool call belongs to. */
+export interface HarnessScene {
+  task: Task | undefined;
+  turn(): number;
+  /** Awaited before a call is dispatched: the message that asked for it is told to on-inference first, as a driver's turn would be. */
+  beforeToolCall(): Promise<void>;
+}
+
 export interface HarnessLoopRun extends AgentLoopRun {
   harness: HarnessStart;
   sessions: HarnessSessionStore;
   /** The session's MCP server's `--mcp-config`. */
   mcpConfig: string;
   /** Tells the session's MCP server which task and turn its calls are this attempt's (undefined: none runs). */
-  serve(scene: { task: Task | undefined; turn: () => number } | undefined): void;
+  serve(scene: HarnessScene | undefined): void;
   /** Set by a forget request: the context's session is dropped before this attempt runs. */
   forget: ForgetAsker | undefined;
 }
@@ -60,12 +69,20 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   const { host, start, agent, task, registry, hooks, harness } = run;
   const sessionDir = start.session_dir;
   const resultFile = path.join(sessionDir, 'out', 'result.txt');
+  // What the MCP server offers: the inventory a driver would be given.
+  const tools = toolInventory(
+    host.tools.values(),
+    start.policy.shell_allow,
+    agent.system_prompt_artifact,
+    start.policy.spawn_allow.length > 0,
+    run.shellDescriptions,
+  );
   host.trace.write(
     'session_start',
     host.sessionStartFields({
       model: agent.model === '' ? null : agent.model,
       maxTurns: run.maxTurns,
-      toolsDeclared: [...host.tools.keys()],
+      toolsDeclared: tools.map((tool) => tool.name),
       promptSource: agent.system_prompt_source,
       promptSha256: agent.system_prompt === null ? null : createHash('sha256').update(agent.system_prompt).digest('hex'),
     }),
@@ -105,12 +122,14 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   const closeMessage = (): void => {
     if (!open) return;
     const message = open;
+    // The turn it was, not the one it will be when the hook is told.
+    const at = turn;
     open = undefined;
     const toolUse = message.blocks.find((block) => block.type === 'tool_use');
     const decision = toolUse ? 'tool_call' : 'end_turn';
     const toolName = toolUse?.name ? capsuleToolName(toolUse.name) : null;
     host.trace.write('inference', {
-      turn,
+      turn: at,
       input_tokens: message.inputTokens,
       output_tokens: message.outputTokens,
       decision,
@@ -120,7 +139,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
     });
     told = told.then(async () => {
       const answer = await hooks.dispatch('on-inference', () => ({
-        turn,
+        turn: at,
         inputTokens: BigInt(message.inputTokens),
         outputTokens: BigInt(message.outputTokens),
         decision,
@@ -128,7 +147,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
         // The harness holds the prompt; the runtime never sees it.
         prompt: sortedJson([]),
         output: sortedJson(message.blocks),
-        tools: sortedJson([...host.tools.keys()]),
+        tools: sortedJson(tools),
       }));
       // A hook's artifact reaches the task's observers as on-inference makes it.
       if (task) for (const artifact of answer.artifacts) registry.artifact(task, artifact.hook, artifact.payload);
@@ -167,7 +186,14 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   const watch = setInterval(() => {
     if (task?.abortedWith || host.breach) stopper.abort();
   }, 200);
-  run.serve({ task, turn: () => Math.max(turn, 0) });
+  run.serve({
+    task,
+    turn: () => Math.max(turn, 0),
+    beforeToolCall: () => {
+      closeMessage();
+      return told;
+    },
+  });
   let exit: Awaited<ReturnType<typeof host.runHarness>>;
   try {
     if (task) registry.progress(task, known ? `resuming harness session ${known}` : 'starting a harness session');
