@@ -160,18 +160,22 @@ function readFileText(path, follow = true) {
   }
 }
 
+/** Writes `text` whole to an output stream, in the 4096-byte pieces blocking-write-and-flush takes at most. */
+function writeAll(stream, text) {
+  const bytes = encoder.encode(text);
+  for (let offset = 0; offset < bytes.length; offset += 4096) {
+    stream.blockingWriteAndFlush(bytes.subarray(offset, offset + 4096));
+  }
+  return bytes.length;
+}
+
 /** Creates or truncates a file and writes `text` through `write-via-stream`. */
 function writeFileText(path, text, follow = true) {
   const file = rootDescriptor().openAt({ symlinkFollow: follow }, path, { create: true, truncate: true }, { write: true });
   let stream;
   try {
     stream = file.writeViaStream(0n);
-    const bytes = encoder.encode(text);
-    // blocking-write-and-flush takes at most 4096 bytes a call.
-    for (let offset = 0; offset < bytes.length; offset += 4096) {
-      stream.blockingWriteAndFlush(bytes.subarray(offset, offset + 4096));
-    }
-    return bytes.length;
+    return writeAll(stream, text);
   } finally {
     dispose(stream);
     dispose(file);
@@ -184,11 +188,7 @@ function appendFileText(path, text) {
   let stream;
   try {
     stream = file.appendViaStream();
-    const bytes = encoder.encode(text);
-    for (let offset = 0; offset < bytes.length; offset += 4096) {
-      stream.blockingWriteAndFlush(bytes.subarray(offset, offset + 4096));
-    }
-    return bytes.length;
+    return writeAll(stream, text);
   } finally {
     dispose(stream);
     dispose(file);

@@ -10,7 +10,7 @@ import { type WireMessage, driverRequestData, estimateTokens, readDriverReply, t
 import type { HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
-import { toolInventory } from './tool-inventory.js';
+import { agentTools } from './tool-inventory.js';
 import { callTool } from './tool-call.js';
 
 /**
@@ -84,13 +84,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
   const { host, start, agent, task, registry, hooks, maxTurns } = run;
   const sessionDir = start.session_dir;
   const threaded = agent.lifecycle.conversation === 'threaded' && task !== undefined;
-  const tools = toolInventory(
-    host.tools.values(),
-    start.policy.shell_allow,
-    agent.system_prompt_artifact,
-    start.policy.spawn_allow.length > 0,
-    run.shellDescriptions,
-  );
+  const tools = agentTools(run);
   // This session's own history of the context first; else what an earlier capsule recorded of it.
   const history = threaded ? (loadHistory(sessionDir, task.contextId) ?? (await run.conversation.load(task.contextId))) : [];
   let messages: WireMessage[] = [...history, userMessage(readTaskText(start.accessible_workdir))];

@@ -11,7 +11,7 @@ import { HookLaunchError, HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import { type Task, TaskRegistry } from './task-registry.js';
 import { callTool } from './tool-call.js';
-import { toolInventory } from './tool-inventory.js';
+import { agentTools } from './tool-inventory.js';
 import { writeToolManifests } from './tool-manifests.js';
 import { ToolServer } from './tool-server.js';
 
@@ -111,8 +111,7 @@ export class AgentSession {
   private startToolServer(): Promise<ToolServer> {
     const { host, start, agent } = this;
     return ToolServer.start({
-      tools: () =>
-        toolInventory(host.tools.values(), start.policy.shell_allow, agent.system_prompt_artifact, start.policy.spawn_allow.length > 0, this.shellDescriptions),
+      tools: () => agentTools({ host, start, agent, shellDescriptions: this.shellDescriptions }),
       call: async (name, input) => {
         const scene = this.harnessScene;
         if (!scene) return { text: `tool '${name}' was called while no task runs`, isError: true, kind: 'tool', durationMs: 0 };

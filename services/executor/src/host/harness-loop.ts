@@ -15,7 +15,7 @@ import {
 } from './claude-code.js';
 import { sortedJson } from './compaction.js';
 import type { HarnessStart } from './protocol.js';
-import { toolInventory } from './tool-inventory.js';
+import { agentTools } from './tool-inventory.js';
 import type { Task } from './task-registry.js';
 
 /**
@@ -70,13 +70,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   const sessionDir = start.session_dir;
   const resultFile = path.join(sessionDir, 'out', 'result.txt');
   // What the MCP server offers: the inventory a driver would be given.
-  const tools = toolInventory(
-    host.tools.values(),
-    start.policy.shell_allow,
-    agent.system_prompt_artifact,
-    start.policy.spawn_allow.length > 0,
-    run.shellDescriptions,
-  );
+  const tools = agentTools(run);
   host.trace.write(
     'session_start',
     host.sessionStartFields({

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { DriverTool } from './driver-wire.js';
-import type { HostTool } from './protocol.js';
+import type { AgentHost } from './contracts.js';
+import type { AgentStart, HostTool, StartMessage } from './protocol.js';
 import { shellToolDescription } from './subprocess.js';
 
 /**
@@ -74,4 +75,21 @@ export function toolInventory(
   }
   if (canDelegate) offered.set(DELEGATE_TOOL.name, DELEGATE_TOOL);
   return [...offered.values()].sort((left, right) => (left.name < right.name ? -1 : left.name > right.name ? 1 : 0));
+}
+
+/** What an agent's model is offered, by a driver's turn or through the harness's MCP server alike. */
+export function agentTools(source: {
+  host: Pick<AgentHost, 'tools'>;
+  start: Pick<StartMessage, 'policy'>;
+  agent: Pick<AgentStart, 'system_prompt_artifact'>;
+  shellDescriptions: ReadonlyMap<string, string>;
+}): DriverTool[] {
+  const { policy } = source.start;
+  return toolInventory(
+    source.host.tools.values(),
+    policy.shell_allow,
+    source.agent.system_prompt_artifact,
+    policy.spawn_allow.length > 0,
+    source.shellDescriptions,
+  );
 }
