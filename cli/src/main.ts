@@ -117,6 +117,27 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     )
     .action(run((options: Record<string, unknown>) => import('./commands/run.js').then((module) => module.runCommand(options, output))));
 
+  const config = program.command('config').description("read and write mur's configuration (~/.murmur/config.yaml, .murmur/config.yaml)");
+  config
+    .command('set')
+    .description('set a key in the project config (<cwd>/.murmur/config.yaml), or with -g the global one')
+    .argument('<key>', 'registry.default, registry.index_url, inference.provider, inference.model, inference.api_key or inference.endpoint')
+    .argument('<value>', 'the value to write')
+    .option('-g, --global', 'write $MURMUR_HOME/config.yaml (~/.murmur/config.yaml) instead')
+    .action(
+      run((key: string, value: string, options: { global?: boolean }) =>
+        import('./commands/config.js').then((module) => module.configSetCommand(key, value, options, output)),
+      ),
+    );
+  config
+    .command('get')
+    .description("print a key's effective value (the project config over the global one); exit 1 when unset")
+    .argument('<key>', 'one of the keys mur config set takes')
+    .option('-g, --global', 'only the global config')
+    .action(
+      run((key: string, options: { global?: boolean }) => import('./commands/config.js').then((module) => module.configGetCommand(key, options, output))),
+    );
+
   program
     .command('ps')
     .description("list the machine's running sessions, each verified (pid, start time, door)")

@@ -17,7 +17,14 @@ export type WorkspaceConfig = z.infer<typeof WorkspaceConfigSchema>;
 
 /** Reads one config file's text; `file` names it in a refusal. */
 export function parseWorkspaceConfig(text: string, file: string): WorkspaceConfig {
-  const source = parseYamlSource(text, file);
+  let source: ReturnType<typeof parseYamlSource>;
+  try {
+    source = parseYamlSource(text, file);
+  } catch (error) {
+    // Not YAML at all: a configuration error, named as one (the manifest's code would mislead).
+    if (!(error instanceof MurmurError)) throw error;
+    throw new MurmurError('E-CFG-003', error.message, { path: file, hint: `fix the YAML in ${file}, or remove the file` });
+  }
   const value = source.value ?? {};
   if (typeof value !== 'object' || Array.isArray(value))
     throw new MurmurError('E-CFG-003', `${file}: the configuration must be a mapping of keys to values`, { path: file });
@@ -35,4 +42,54 @@ export function parseWorkspaceConfig(text: string, file: string): WorkspaceConfi
     );
   }
   return parsed.data;
+}
+
+/**
+ * The keys `mur config set|get` knows: upstream's six. Anything else is `E-CFG-002`, so a typo
+ * is refused rather than written where nothing reads it.
+ */
+export const CONFIG_KEYS = [
+  'registry.default',
+  'registry.index_url',
+  'inference.provider',
+  'inference.model',
+  'inference.api_key',
+  'inference.endpoint',
+] as const;
+export type ConfigKey = (typeof CONFIG_KEYS)[number];
+
+/** A key whose value is a secret: never printed back. */
+export const SECRET_CONFIG_KEYS: ReadonlySet<ConfigKey> = new Set(['inference.api_key']);
+
+/** What `registry.default` is when no file sets it (upstream's default registry). */
+export const DEFAULT_REGISTRY = 'official';
+
+export function configKey(key: string): ConfigKey {
+  if ((CONFIG_KEYS as readonly string[]).includes(key)) return key as ConfigKey;
+  throw new MurmurError('E-CFG-002', `unsupported config key '${key}'`, { path: key, hint: `supported keys: ${CONFIG_KEYS.join(', ')}` });
+}
+
+/** A key's value in one parsed file, or undefined when the file leaves it unset (an empty string counts as unset). */
+export function configValueIn(document: unknown, key: ConfigKey): string | undefined {
+  let value: unknown = document;
+  for (const part of key.split('.')) {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) return undefined;
+    value = (value as Record<string, unknown>)[part];
+  }
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  return typeof value === 'string' && value.trim() !== '' ? value : undefined;
+}
+
+/**
+ * A key's effective value across the two files (upstream §1.9): the project's when it sets one,
+ * else the global's — except `inference.api_key`, which is only ever the global's (a project
+ * checked into a repository must not carry a key, nor override the owner's) — and
+ * `registry.default` falls back to `official`.
+ */
+export function effectiveConfigValue(global: unknown, project: unknown, key: ConfigKey): { value: string; from: 'global' | 'project' | 'default' } | undefined {
+  const fromProject = key === 'inference.api_key' ? undefined : configValueIn(project, key);
+  if (fromProject !== undefined) return { value: fromProject, from: 'project' };
+  const fromGlobal = configValueIn(global, key);
+  if (fromGlobal !== undefined) return { value: fromGlobal, from: 'global' };
+  return key === 'registry.default' ? { value: DEFAULT_REGISTRY, from: 'default' } : undefined;
 }

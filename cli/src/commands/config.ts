@@ -1,0 +1,71 @@
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { type ConfigKey, MurmurError, SECRET_CONFIG_KEYS, configKey, effectiveConfigValue, parseWorkspaceConfig } from '@murmur/shared';
+import { writeFileAtomic } from '@murmur/shared/node';
+import { parseDocument } from 'yaml';
+import type { Output } from '../output.js';
+import { workspaceConfigFiles } from '../workspace-config.js';
+
+/**
+ * `mur config set|get`: upstream's six keys over the global (`$MURMUR_HOME/config.yaml`) and the
+ * project's (`<cwd>/.murmur/config.yaml`) files.
+ *
+ * - `set` writes the project's file unless `-g`; it edits the one key in the document as it is,
+ *   comments and every other key kept, and writes it whole by rename. The global file is held at
+ *   0600 under a 0700 directory (it may hold the inference key); the project's modes are left as
+ *   they are. A file that does not parse is refused, not overwritten.
+ * - `get` prints the effective value (the merge of §1.9) or, with `-g`, the global file's; an
+ *   unset key prints nothing and exits 1, as `git config` does. A secret is never printed back.
+ */
+
+function readable(file: string): Promise<string | undefined> {
+  if (!existsSync(file)) return Promise.resolve(undefined);
+  return readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
+    throw new MurmurError('E-IO-002', `cannot read ${file}: ${error.code ?? error.message}`, { path: file });
+  });
+}
+
+/** The file's parsed value (checked as the runtime reads it), or undefined when there is none. */
+async function parsed(file: string): Promise<unknown> {
+  const text = await readable(file);
+  if (text === undefined) return undefined;
+  parseWorkspaceConfig(text, file);
+  return parseDocument(text).toJS() as unknown;
+}
+
+export async function configSetCommand(key: string, value: string, options: { global?: boolean }, output: Output): Promise<number> {
+  const known = configKey(key);
+  if (value.trim() === '')
+    throw new MurmurError('E-CFG-003', `the value for '${known}' is empty`, { path: known, hint: `give it a value: mur config set ${known} <value>` });
+  const [globalFile, projectFile] = workspaceConfigFiles(process.env, process.cwd()) as [string, string];
+  const file = options.global ? globalFile : projectFile;
+  const text = (await readable(file)) ?? '';
+  if (text !== '') parseWorkspaceConfig(text, file);
+  const document = parseDocument(text);
+  document.setIn(known.split('.'), value);
+  if (known === 'inference.api_key') {
+    output.err('note: mur run does not read inference.api_key; a manifest names its key as `inference.api_key: ${NAME}`, read from the environment or .env');
+    if (!options.global)
+      output.err(
+        `warning: inference.api_key in ${file} has no effect: it is only ever read from the global config (mur config set -g inference.api_key <key>)`,
+      );
+  }
+  const directory = path.dirname(file);
+  await mkdir(directory, { recursive: true, ...(options.global ? { mode: 0o700 } : {}) });
+  if (options.global) await chmod(directory, 0o700);
+  await writeFileAtomic(file, document.toString(), options.global ? { mode: 0o600 } : {});
+  output.out(`Set ${known} in ${file}`);
+  return 0;
+}
+
+export async function configGetCommand(key: string, options: { global?: boolean }, output: Output): Promise<number> {
+  const known: ConfigKey = configKey(key);
+  const [globalFile, projectFile] = workspaceConfigFiles(process.env, process.cwd()) as [string, string];
+  const global = await parsed(globalFile);
+  const project = options.global ? undefined : await parsed(projectFile);
+  const found = effectiveConfigValue(global, project, known);
+  if (!found) return 1;
+  output.out(SECRET_CONFIG_KEYS.has(known) ? `(set in ${found.from === 'project' ? projectFile : globalFile}; not shown)` : found.value);
+  return 0;
+}

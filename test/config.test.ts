@@ -1,0 +1,108 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempDir } from './support/fs.js';
+import { runMur } from './support/processes.js';
+
+/**
+ * `mur config set|get`: upstream's six keys over `$MURMUR_HOME/config.yaml` (global, `-g`) and
+ * `<cwd>/.murmur/config.yaml` (the project's), merged as upstream's §1.9.
+ */
+describe('mur config', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let counter = 0;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-config-');
+  });
+  afterAll(async () => {
+    await scratch.cleanup();
+  });
+
+  /** A fresh home and project directory for one test. */
+  async function place() {
+    const root = path.join(scratch.dir, `case-${++counter}`);
+    const home = path.join(root, 'home');
+    const project = path.join(root, 'project');
+    await fs.mkdir(project, { recursive: true });
+    const mur = (args: string[]) => runMur(['config', ...args], { cwd: project, env: { MURMUR_HOME: home } });
+    return { home, project, mur, globalFile: path.join(home, 'config.yaml'), projectFile: path.join(project, '.murmur', 'config.yaml') };
+  }
+
+  it('writes the project file by default and the global one with -g, naming the file and never the value', async () => {
+    const { mur, globalFile, projectFile } = await place();
+    const project = await mur(['set', 'registry.default', 'local']);
+    expect(project.code, project.stderr).toBe(0);
+    expect(project.stdout.trim()).toBe(`Set registry.default in ${projectFile}`);
+    expect(await fs.readFile(projectFile, 'utf8')).toContain('default: local');
+    await expect(fs.stat(globalFile)).rejects.toThrow();
+    const global = await mur(['set', '-g', 'inference.api_key', 'sk-very-secret']);
+    expect(global.code, global.stderr).toBe(0);
+    expect(global.stdout.trim()).toBe(`Set inference.api_key in ${globalFile}`);
+    expect(global.stdout + global.stderr).not.toContain('sk-very-secret');
+    expect(((await fs.stat(globalFile)).mode & 0o777).toString(8)).toBe('600');
+    expect(((await fs.stat(path.dirname(globalFile))).mode & 0o777).toString(8)).toBe('700');
+  });
+
+  it("reads the project's value over the global one, the key only ever from the global file, and official by default", async () => {
+    const { mur, projectFile } = await place();
+    expect((await mur(['get', 'registry.default'])).stdout.trim()).toBe('official');
+    await mur(['set', '-g', 'inference.model', 'global-model']);
+    await mur(['set', '-g', 'registry.default', 'global-registry']);
+    await mur(['set', 'inference.model', 'project-model']);
+    expect((await mur(['get', 'inference.model'])).stdout.trim()).toBe('project-model');
+    expect((await mur(['get', '-g', 'inference.model'])).stdout.trim()).toBe('global-model');
+    expect((await mur(['get', 'registry.default'])).stdout.trim()).toBe('global-registry');
+    // A project's key is refused in effect: written with a warning, never read.
+    const project = await mur(['set', 'inference.api_key', 'sk-project']);
+    expect(project.stderr).toContain(`warning: inference.api_key in ${projectFile} has no effect`);
+    const unset = await mur(['get', 'inference.api_key']);
+    expect(unset.code).toBe(1);
+    expect(unset.stdout).toBe('');
+    await mur(['set', '-g', 'inference.api_key', 'sk-global']);
+    const shown = await mur(['get', 'inference.api_key']);
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).toContain('not shown');
+    expect(shown.stdout).not.toContain('sk-');
+  });
+
+  it('keeps comments and every other key of a file it edits', async () => {
+    const { mur, projectFile } = await place();
+    await fs.mkdir(path.dirname(projectFile), { recursive: true });
+    await fs.writeFile(projectFile, '# the team floor\ncontainment: scoped\nregistry:\n  index_url: https://example.invalid/index\n');
+    expect((await mur(['set', 'registry.default', 'local'])).code).toBe(0);
+    const text = await fs.readFile(projectFile, 'utf8');
+    expect(text).toContain('# the team floor');
+    expect(text).toContain('containment: scoped');
+    expect(text).toContain('index_url: https://example.invalid/index');
+    expect((await mur(['get', 'registry.index_url'])).stdout.trim()).toBe('https://example.invalid/index');
+  });
+
+  it('refuses a key it does not know with E-CFG-002 and the supported keys, writing nothing', async () => {
+    const { mur, projectFile } = await place();
+    for (const args of [
+      ['set', 'nonsense.field', 'value'],
+      ['get', 'inference.temperature'],
+    ]) {
+      const result = await mur(args);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain(`error[E-CFG-002]: unsupported config key '${args[1]}'`);
+      expect(result.stderr).toContain('supported keys: registry.default, registry.index_url, inference.provider');
+    }
+    await expect(fs.stat(projectFile)).rejects.toThrow();
+  });
+
+  it('refuses an empty value, and a file that does not parse, leaving the file as it was', async () => {
+    const { mur, projectFile } = await place();
+    const empty = await mur(['set', 'inference.model', ' ']);
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toContain("error[E-CFG-003]: the value for 'inference.model' is empty");
+    await fs.mkdir(path.dirname(projectFile), { recursive: true });
+    await fs.writeFile(projectFile, 'containment: [unclosed\n');
+    const broken = await mur(['set', 'inference.model', 'm']);
+    expect(broken.code).toBe(1);
+    expect(broken.stderr).toContain(`error[E-CFG-003]: ${projectFile}`);
+    expect(await fs.readFile(projectFile, 'utf8')).toBe('containment: [unclosed\n');
+    expect((await fs.readdir(path.dirname(projectFile))).sort()).toEqual(['config.yaml']);
+  });
+});
