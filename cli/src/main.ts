@@ -117,6 +117,12 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     )
     .action(run((options: Record<string, unknown>) => import('./commands/run.js').then((module) => module.runCommand(options, output))));
 
+  program
+    .command('watch')
+    .description("observe a running session's events through its door (stream/watch) until the session ends")
+    .argument('<url>', 'the session door URL mur run printed')
+    .action(run((url: string) => import('./commands/watch.js').then((module) => module.watchCommand(url, output))));
+
   const config = program.command('config').description("read and write mur's configuration (~/.murmur/config.yaml, .murmur/config.yaml)");
   config
     .command('set')

@@ -1,0 +1,201 @@
+import { MurmurError } from '@murmur/shared';
+import type { Output } from '../output.js';
+
+/**
+ * `mur watch <url>`: upstream's observer. It asks a session's door for `stream/watch` (every event
+ * of the session from the first, across tasks, submitting nothing) and prints it as upstream does:
+ * `[working]  inference turn 1`, `[artifact] tool: <name> | <first line>`, a task's streamed text as
+ * it comes, and at a task's end `[completed]` with its answer wrapped under it. A threaded capsule's
+ * lines say which context and turn they belong to.
+ *
+ * It exits 0 when the session ends (`capsule-closed`), 1 when the URL is not a door that answers,
+ * or the stream breaks before the session ended.
+ */
+
+/** The answer's column: upstream wraps at 80 less its two-space indent. */
+const ANSWER_WIDTH = 78;
+
+interface WatchState {
+  threaded: boolean;
+  contexts: Map<string, string>;
+  turns: Map<string, number>;
+  /** Whether the last thing printed was streamed text that did not end its line. */
+  midLine: boolean;
+}
+
+function doorUrl(given: string): URL {
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(given) ? given : `http://${given}`;
+  try {
+    return new URL(withScheme);
+  } catch {
+    throw new MurmurError('E-IO-003', `'${given}' is not a URL`, {
+      path: 'url',
+      hint: 'pass the url mur run printed (murmur: url …), or the launch line’s url',
+    });
+  }
+}
+
+export async function watchCommand(given: string, output: Output): Promise<number> {
+  const url = doorUrl(given);
+  const notADoor = (why: string): MurmurError =>
+    new MurmurError('E-IO-003', `${url.href} is not a Murmur session's door: ${why}`, {
+      path: 'url',
+      hint: 'pass the url mur run printed (murmur: url …), or the launch line’s url; mur ps lists the running sessions',
+    });
+  let response: Response;
+  try {
+    response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'last-event-id': '0' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'stream/watch', params: {} }),
+    });
+  } catch (error) {
+    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+    throw new MurmurError('E-IO-003', `failed to connect to ${url.host}: ${cause?.code ?? cause?.message ?? (error as Error).message}`, {
+      path: 'url',
+      hint: 'is the session still running? mur ps lists the running sessions',
+    });
+  }
+  const type = response.headers.get('content-type') ?? '';
+  if (!response.ok || !type.includes('text/event-stream')) {
+    const body = (await response.text().catch(() => '')).slice(0, 300);
+    let reason = `it answered ${response.status}${type ? ` (${type.split(';')[0]})` : ''}`;
+    try {
+      const rpc = JSON.parse(body) as { error?: { message?: string } };
+      if (rpc.error?.message) reason = rpc.error.message;
+    } catch {
+      // not JSON-RPC: the status says enough
+    }
+    throw notADoor(reason);
+  }
+  const state: WatchState = { threaded: false, contexts: new Map(), turns: new Map(), midLine: false };
+  const print = (line: string): void => {
+    if (state.midLine) {
+      output.out('');
+      state.midLine = false;
+    }
+    output.out(line);
+  };
+  let ended = false;
+  for await (const frame of sseFrames(response)) {
+    if (frame.event === 'connection-ack') {
+      state.threaded = parse(frame.data).conversation_mode === 'threaded';
+    } else if (frame.event === 'gap') {
+      output.err(
+        `[murmur] warning: buffer overflow — some earlier events were lost (first available id: ${String(parse(frame.data).first_available_id ?? 0)})`,
+      );
+    } else if (frame.event === 'capsule-closed') {
+      if (state.midLine) output.out('');
+      output.err('[murmur] capsule closed');
+      ended = true;
+      break;
+    } else if (frame.event === 'error') {
+      const error = parse(frame.data).error as { message?: string } | undefined;
+      throw new MurmurError('E-IO-003', `the door ended the stream: ${error?.message ?? frame.data}`, { hint: `run mur watch ${given} again` });
+    } else if (frame.event === 'status') printStatus(parse(frame.data), state, print);
+    else if (frame.event === 'artifact') printArtifact(parse(frame.data), print);
+    else if (frame.event === 'text') {
+      const text = parse(frame.data).text;
+      if (typeof text === 'string' && text !== '') {
+        process.stdout.write(text);
+        state.midLine = !text.endsWith('\n');
+      }
+    }
+  }
+  if (!ended) throw new MurmurError('E-IO-003', `the stream from ${url.host} broke before the session ended`, { hint: `run mur watch ${given} again` });
+  return 0;
+}
+
+function parse(data: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(data);
+    return value !== null && typeof value === 'object' ? (value as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+function printStatus(event: Record<string, unknown>, state: WatchState, print: (line: string) => void): void {
+  const taskId = typeof event.id === 'string' ? event.id : '';
+  const status = (event.status ?? {}) as { state?: string; message?: string; response?: string };
+  const taskState = status.state ?? 'unknown';
+  const final = event.final === true;
+  let prefix = `[${taskState}]`;
+  if (typeof event.context_id === 'string') state.contexts.set(taskId, event.context_id);
+  if (state.threaded) {
+    const context = state.contexts.get(taskId) ?? taskId;
+    const turn = state.turns.get(context) ?? 1;
+    prefix = `[${shortContext(context)} / turn ${turn} / ${taskState}]`;
+    if (final) state.turns.set(context, turn + 1);
+  }
+  if (!final) {
+    print(`${prefix}  ${status.message ?? ''}`);
+    return;
+  }
+  print(prefix);
+  if (taskState === 'completed' && typeof status.response === 'string') {
+    for (const line of wrap(status.response, ANSWER_WIDTH)) print(`  ${line}`.trimEnd());
+    print('');
+  }
+}
+
+function printArtifact(event: Record<string, unknown>, print: (line: string) => void): void {
+  const artifact = (event.artifact ?? {}) as { tool_name?: string; content?: string };
+  const [first, ...rest] = (artifact.content ?? '').split('\n');
+  const name = artifact.tool_name ?? 'unknown';
+  print(first ? `[artifact] tool: ${name} | ${first}` : `[artifact] tool: ${name}`);
+  for (const line of rest) print(`  ${line}`);
+}
+
+/** `ctx_` and the first 8 characters after it, as upstream shortens a context id. */
+function shortContext(context: string): string {
+  return context.startsWith('ctx_') ? `ctx_${context.slice(4, 12)}...` : `${context.slice(0, 12)}...`;
+}
+
+/** Words filled to `width` per line; a paragraph break is kept as an empty line. */
+export function wrap(text: string, width: number): string[] {
+  const lines: string[] = [];
+  for (const paragraph of text.split('\n')) {
+    if (paragraph.trim() === '') {
+      lines.push('');
+      continue;
+    }
+    let current = '';
+    for (const word of paragraph.split(/\s+/).filter(Boolean)) {
+      if (current === '') current = word;
+      else if (current.length + 1 + word.length <= width) current += ` ${word}`;
+      else {
+        lines.push(current);
+        current = word;
+      }
+    }
+    if (current !== '') lines.push(current);
+  }
+  return lines;
+}
+
+/** The SSE frames of a response body, as they arrive: `event`, and the `data` lines joined. */
+async function* sseFrames(response: Response): AsyncGenerator<{ event: string; data: string }> {
+  if (!response.body) return;
+  const decoder = new TextDecoder();
+  let buffer = '';
+  let event = '';
+  let data: string[] = [];
+  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+    buffer += decoder.decode(chunk, { stream: true });
+    let newline = buffer.indexOf('\n');
+    while (newline >= 0) {
+      const line = buffer.slice(0, newline).replace(/\r$/, '');
+      buffer = buffer.slice(newline + 1);
+      newline = buffer.indexOf('\n');
+      if (line === '') {
+        if (event !== '' || data.length > 0) yield { event: event || 'message', data: data.join('\n') };
+        event = '';
+        data = [];
+      } else if (line.startsWith(':')) {
+        // a heartbeat comment
+      } else if (line.startsWith('event:')) event = line.slice(6).trim();
+      else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+    }
+  }
+}

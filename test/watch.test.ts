@@ -1,0 +1,102 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningAgent, agentManifest, agentProject, rpc, startAgent, textMessage } from './support/agents.js';
+import { tempDir } from './support/fs.js';
+import { eventually, murBin, repositoryRoot, runMur } from './support/processes.js';
+import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * `mur watch <url>`: upstream's observer of a session's door (`stream/watch`), printing what the
+ * session does as it does it, across tasks, until the session ends.
+ */
+describe('mur watch', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+  let inference: ScriptedInference;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-watch-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+    inference = await startScriptedInference({
+      script: (body) =>
+        JSON.stringify(body.messages).includes('tool_result')
+          ? { text: 'The echo said hello from the tool, and that is the whole answer.' }
+          : { toolCalls: [{ name: 'echo', input: { command: 'hello from the tool' } }] },
+    });
+  });
+  afterAll(async () => {
+    await inference.close();
+    await scratch.cleanup();
+  });
+
+  /** `mur watch` as a user runs it, its stdout readable while it runs. */
+  function watch(url: string): { child: ChildProcess; stdout: () => string; exited: Promise<{ code: number | null; stderr: string }> } {
+    const child = spawn(process.execPath, [murBin, 'watch', url], {
+      cwd: repositoryRoot,
+      env: { PATH: process.env.PATH ?? '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = once(child, 'exit').then(([code]) => ({ code: code as number | null, stderr }));
+    return { child, stdout: () => stdout, exited };
+  }
+
+  it("prints a session's turns, tool artifacts and answers across tasks, and exits 0 when the session ends", async () => {
+    const project = await agentProject(
+      path.join(scratch.dir, 'watched'),
+      agentManifest(inference, { name: 'watched', lifecycle: '  task_acceptance: queue\n  after_task: sleep', capabilities: '  shell:\n    allow: [echo]' }),
+    );
+    let agent: RunningAgent | undefined;
+    let watcher: ReturnType<typeof watch> | undefined;
+    try {
+      agent = await startAgent(project, env);
+      watcher = watch(agent.url);
+      for (const text of ['first task', 'second task']) {
+        const sent = await rpc(agent.url, 'message/send', textMessage(text));
+        const id = sent.body.result?.id as string;
+        const seen = watcher;
+        await eventually(
+          () => (seen.stdout().split('[completed]').length > (text === 'first task' ? 1 : 2) ? true : undefined),
+          30_000,
+          `${id} to be watched completing`,
+        );
+      }
+      await agent.stop();
+      const { code, stderr } = await watcher.exited;
+      expect(code, stderr).toBe(0);
+      expect(stderr).toContain('[murmur] capsule closed');
+      const lines = watcher.stdout().split('\n');
+      expect(lines).toContain('[working]  inference turn 1');
+      expect(lines).toContain('[artifact] tool: echo | $ hello from the tool');
+      expect(lines.filter((line) => line === '[completed]')).toHaveLength(2);
+      expect(lines).toContain('  The echo said hello from the tool, and that is the whole answer.');
+      // In order: a task's turn, its tool's artifact, then its end.
+      expect(lines.indexOf('[working]  inference turn 1')).toBeLessThan(lines.indexOf('[artifact] tool: echo | $ hello from the tool'));
+      expect(lines.indexOf('[artifact] tool: echo | $ hello from the tool')).toBeLessThan(lines.indexOf('[completed]'));
+    } finally {
+      watcher?.child.kill('SIGKILL');
+      await agent?.stop();
+    }
+  }, 90_000);
+
+  it('refuses a URL that is not a door, and one nothing answers, with E-IO-003 and what to do', async () => {
+    const notADoor = await runMur(['watch', inference.endpoint]);
+    expect(notADoor.code).toBe(1);
+    expect(notADoor.stderr).toContain(`error[E-IO-003]: ${inference.endpoint}/ is not a Murmur session's door`);
+    expect(notADoor.stderr).toContain('mur ps lists the running sessions');
+    const closed = http.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const { port } = closed.address() as AddressInfo;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const nobody = await runMur(['watch', `127.0.0.1:${port}/sessions/ses_x/`]);
+    expect(nobody.code).toBe(1);
+    expect(nobody.stderr).toContain(`error[E-IO-003]: failed to connect to 127.0.0.1:${port}: ECONNREFUSED`);
+  });
+});
