@@ -348,6 +348,17 @@ describe('delegated children and their completions', () => {
     }
   });
 
+  /** `murmur_completions_total{delivered}` summed over every service the suite runs, as a scraper would add them. */
+  async function completionsCounted(delivered: boolean): Promise<number> {
+    let total = 0;
+    for (const service of services) {
+      const text = await (await fetch(`${service.url}/metrics`)).text();
+      const line = text.split('\n').find((entry) => entry.startsWith(`murmur_completions_total{delivered="${delivered}"} `));
+      total += line ? Number(line.split(' ')[1]) : 0;
+    }
+    return total;
+  }
+
   it('a completion with no parent left is recorded rather than dropped', async () => {
     const parent = await startParent();
     const child = await launch(parent, 'local/waiting-worker', {
@@ -359,8 +370,10 @@ describe('delegated children and their completions', () => {
     await parent.stop();
     await fs.writeFile(path.join(child.workdir, 'targets.part'), 'go');
     await fs.rename(path.join(child.workdir, 'targets.part'), path.join(child.workdir, 'targets.txt'));
+    const undeliveredBefore = await completionsCounted(false);
     const completion = await settledCompletion(child.workdir);
     expect(completion).toMatchObject({ status: 'ok', reported_by: 'child', delivered: false });
+    expect(await completionsCounted(false)).toBe(undeliveredBefore + 1);
     // On the stack the door outlives the parent's session, so it answers — that no such session runs.
     expect(completion.delivery_error).toContain(`no running session '${parent.sessionId}' answers here`);
     const status = await control(child.delegation_id as string, 'status');
@@ -435,6 +448,7 @@ describe('delegated children and their completions', () => {
 
   it("the parent's model delegates: the child's completion enters the delegating task as the tool's result", async () => {
     const parent = await startParent();
+    const deliveredBefore = await completionsCounted(true);
     try {
       const sent = await rpc(parent.url, 'message/send', {
         ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`),
@@ -458,6 +472,7 @@ describe('delegated children and their completions', () => {
       expect(trace.filter((event) => event.event_type === 'task_start')).toHaveLength(1);
       const child = path.join(parent.sessionDir, 'children', started?.delegation_id as string);
       expect(JSON.parse(await fs.readFile(path.join(child, 'completion.json'), 'utf8'))).toMatchObject({ status: 'ok', delivered: true, reported_by: 'child' });
+      expect(await completionsCounted(true)).toBe(deliveredBefore + 1);
     } finally {
       await parent.stop();
     }

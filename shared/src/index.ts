@@ -11,6 +11,7 @@ export * from './events.js';
 export * from './topics.js';
 export * from './delegation.js';
 export * from './harness-session.js';
+export * from './metrics-sink.js';
 export * from './running-record.js';
 export * from './wire.js';
 export * from './manifest/capsule.js';

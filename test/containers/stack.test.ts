@@ -305,6 +305,28 @@ describe('the stack in containers', () => {
     }
   });
 
+  it('serves Prometheus metrics from every service on its own port, for a scraper on the stack network; the door also on its published port', async () => {
+    const ports: Record<string, number> = { roost: 7700, stager: 7710, executor: 7720, door: 8080, watcher: 7740 };
+    const scrape = (service: string): Promise<string> =>
+      docker(
+        'exec',
+        container(service),
+        'bash',
+        '-c',
+        `exec 3<>/dev/tcp/127.0.0.1/${ports[service]}; printf 'GET /metrics HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n' >&3; cat <&3`,
+      );
+    for (const service of Object.keys(ports)) {
+      const text = await scrape(service);
+      expect(text.split('\n')[0]).toMatch(/^HTTP\/1\.[01] 200/);
+      expect(text).toContain('process_resident_memory_bytes');
+    }
+    // The runs before this one launched sessions on the executor and answered a task through the door.
+    expect(await scrape('executor')).toMatch(/^murmur_launches_total\{outcome="launched"\} [1-9]/m);
+    expect(await scrape('executor')).toMatch(/^murmur_tasks_total\{state="completed"\} [1-9]/m);
+    const published = await (await fetch(`http://127.0.0.1:${env.MURMUR_DOOR_PORT}/metrics`)).text();
+    expect(published).toMatch(/^murmur_bus_request_duration_seconds_count\{topic="session\.\*\.rpc",outcome="ok"\} [1-9]/m);
+  });
+
   it("delegates to a child that runs on its parent's executor, under its children/, and the completion comes back as the tool's result", async () => {
     const child = await capsuleArchive('name: local/contained-child\nversion: 0.1.0\n', (await probeCapsule()).bytes);
     const zip = path.join(scratch.dir, 'contained-child-0.1.0.mur.zip');

@@ -8,6 +8,7 @@ import {
   parseNetworkAllowRule,
   parseNetworkAllowRules,
   requestTargetOf,
+  ruleMatches,
 } from '@murmur/shared';
 import type { EgressResult, HttpRequest } from './host/protocol.js';
 
@@ -79,13 +80,20 @@ export class EgressPolicy {
    * Whether a request to `url` may go under `grant`, decided from the URL alone: what
    * `outgoing-handler.handle` answers before the guest writes a body, and what `http` checks again.
    */
-  judgeHttp(url: string, grant: string): { allowed: true } | { allowed: false; code: string; reason: string } {
+  judgeHttp(url: string, grant: string): { allowed: true; rule: string } | { allowed: false; code: string; reason: string } {
     const target = requestTargetOf(url);
     if (!target) return { allowed: false, code: 'HTTP-request-URI-invalid', reason: `'${url}' is not an http(s) URL` };
-    if (!anyRuleMatches(this.rulesFor(grant), target)) {
+    const rule = this.rulesFor(grant).find((candidate) => ruleMatches(candidate, target));
+    if (!rule) {
       return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
     }
-    return { allowed: true };
+    return { allowed: true, rule: formatRule(rule) };
+  }
+
+  /** The rule that admits `url` under `grant`, as the manifest wrote it (what a decision is counted under), or undefined. */
+  ruleForHttp(url: string, grant: string): string | undefined {
+    const verdict = this.judgeHttp(url, grant);
+    return verdict.allowed ? verdict.rule : undefined;
   }
 
   /**
@@ -93,10 +101,12 @@ export class EgressPolicy {
    * stands for). Bytes carry no scheme, so a URL rule admits its host and port, whatever is spoken
    * over them: the same host and port the rule already lets `wasi:http` reach.
    */
-  judgeTcp(host: string, port: number): { allowed: true } | { allowed: false; reason: string } {
+  judgeTcp(host: string, port: number): { allowed: true; rule: string } | { allowed: false; reason: string } {
     // A URL rule always has its port (written, or its scheme's default); a host rule without one admits any.
-    const admitted = this.ceiling.some((rule) => rule.host === host.toLowerCase() && (rule.port === undefined || rule.port === port));
-    return admitted ? { allowed: true } : { allowed: false, reason: `network policy: '${host}:${port}' not in capabilities.network.allow` };
+    const admitted = this.ceiling.find((rule) => rule.host === host.toLowerCase() && (rule.port === undefined || rule.port === port));
+    return admitted
+      ? { allowed: true, rule: formatRule(admitted) }
+      : { allowed: false, reason: `network policy: '${host}:${port}' not in capabilities.network.allow` };
   }
 
   /** Judges and, if allowed, performs one HTTP request. */

@@ -23,11 +23,13 @@ export interface EgressRecord {
   target: string;
   decision: 'allowed' | 'denied' | 'failed';
   reason?: string;
+  /** The network.allow entry that admitted it, as written. */
+  rule?: string;
 }
 
 export interface SandboxNetworkOptions {
   plan: NetworkPlan;
-  judge(host: string, port: number): { allowed: true } | { allowed: false; reason: string };
+  judge(host: string, port: number): { allowed: true; rule?: string } | { allowed: false; reason: string };
   /** Each decision, for the trace (bounded by the caller). */
   record(record: EgressRecord): void;
   /** How long an upstream connect may take before the sandbox's connection is reset. */
@@ -122,14 +124,15 @@ export class SandboxNetwork {
       outside.once('connect', () => {
         connected = true;
         outside.setTimeout(0);
-        this.options.record({ kind: 'tcp', target, decision: 'allowed' });
+        this.options.record({ kind: 'tcp', target, decision: 'allowed', ...(verdict.rule ? { rule: verdict.rule } : {}) });
         inside.pipe(outside);
         outside.pipe(inside);
         inside.resume();
       });
       outside.once('timeout', () => outside.destroy(new Error('the connection timed out')));
       outside.on('error', (error) => {
-        if (!connected) this.options.record({ kind: 'tcp', target, decision: 'failed', reason: error.message });
+        if (!connected)
+          this.options.record({ kind: 'tcp', target, decision: 'failed', reason: error.message, ...(verdict.rule ? { rule: verdict.rule } : {}) });
         if (!inside.destroyed) inside.resetAndDestroy();
       });
       inside.on('error', () => outside.destroy());

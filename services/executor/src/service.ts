@@ -11,6 +11,7 @@ import {
   commands,
   newId,
   topics,
+  runtimeMetrics,
 } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
@@ -158,6 +159,9 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     try {
       const reply = await session.launch();
       startedAt = reply.started_at;
+      runtimeMetrics().launch('launched');
+      runtimeMetrics().sessionStarted();
+      void session.ended.then(() => runtimeMetrics().sessionEnded());
       locate({
         session_id: session.id,
         executor_id: instanceId,
@@ -168,6 +172,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       log.info({ session_id: session.id, capsule: `${request.plan.capsule.name}@${request.plan.capsule.version}`, pid: reply.pid }, 'session started');
       return reply;
     } catch (error) {
+      runtimeMetrics().launch('refused');
       stop.unsubscribe();
       sessions.delete(session.id);
       session.kill({ code: 'E-RUN-001', message: 'the launch failed' });

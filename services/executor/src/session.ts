@@ -21,6 +21,7 @@ import {
   commands,
   guestEnvironment,
   isCredentialShaped,
+  runtimeMetrics,
   topics,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
@@ -155,6 +156,8 @@ export class Session {
   private readonly pendingRpc = new Map<number, (reply: SessionReply) => void>();
   private nextRpcId = 1;
   private onHostEvent: (event: SessionEvent) => void = () => {};
+  /** When each task still running was first heard of, for its latency. */
+  private readonly taskSeen = new Map<string, number>();
   /** The session's last stderr lines: the capsule's, the host's, and the runtime's about it. */
   private readonly stderrTail: string[] = [];
   /** roost's credential for this session, never given to the guest. */
@@ -441,9 +444,22 @@ export class Session {
   private async relayDoorCalls(): Promise<void> {
     const bus = this.environment.bus;
     const events = topics.sessionEvents.at(this.id);
-    this.onHostEvent = (event) => bus.publish(events, event);
+    this.onHostEvent = (event) => {
+      this.countTask(event);
+      bus.publish(events, event);
+    };
     this.rpcSubscription = bus.serve(commands.sessionRpc.at(this.id), (call) => this.callHost(call));
     await bus.flush();
+  }
+
+  /** A task's first event starts its clock; its final one counts it, by state, with its latency. */
+  private countTask(event: SessionEvent): void {
+    if (event.type !== 'status' || event.task_id === null) return;
+    const first = this.taskSeen.get(event.task_id);
+    if (first === undefined) this.taskSeen.set(event.task_id, Date.parse(event.time));
+    if (!event.final) return;
+    this.taskSeen.delete(event.task_id);
+    runtimeMetrics().taskEnded(event.state ?? 'unknown', Math.max(0, Date.parse(event.time) - (first ?? Date.parse(event.time))) / 1000);
   }
 
   private callHost(call: SessionCall): Promise<SessionReply> {
@@ -562,6 +578,7 @@ export class Session {
 
   /** A sealed sandbox's connection or lookup, in the trace like every other egress decision (bounded). */
   private recordNetwork(record: EgressRecord): void {
+    runtimeMetrics().egress(record.kind, record.decision, record.rule);
     this.networkRecords += 1;
     if (this.networkRecords > NETWORK_RECORDS_KEPT) {
       if (this.networkRecords === NETWORK_RECORDS_KEPT + 1)
@@ -694,6 +711,7 @@ export class Session {
           result.outcome === 'response'
             ? { decision: 'allowed', status: result.response.status }
             : { decision: 'denied', code: result.code, reason: result.reason },
+          this.egress.ruleForHttp(request.request.url, request.request.grant),
         );
         value = result;
       } else if (request.op === 'http-check') {
@@ -718,6 +736,7 @@ export class Session {
           result.ok
             ? { decision: 'allowed', state: result.value.state }
             : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error },
+          this.egress.ruleForHttp(request.request.peer_url, 'capsule'),
         );
         value = result;
       } else if (request.op === 'delegate') value = await this.delegate(request.request);
@@ -745,7 +764,7 @@ export class Session {
    * Every request that tried to leave, allowed or not, in the trace (`egress`): the guest only
    * sees a WASI error code, so this is where an operator reads what was refused and why.
    */
-  private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>): void {
+  private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>, rule?: string): void {
     let target = url;
     try {
       const parsed = new URL(url.includes('://') ? url : `http://${url}`);
@@ -754,6 +773,7 @@ export class Session {
       // not a URL: recorded as given
     }
     this.trace.write('egress', { kind, grant, target, ...outcome });
+    runtimeMetrics().egress(kind, String(outcome.decision), rule);
   }
 
   /** Ends the session at once: every process in its cgroup, or the host alone without one. */

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { Bus, Subscription } from '@murmur/shared/bus';
-import { BLOB_BUCKET, type Log, MurmurError, QUEUE_GROUPS, type StageRequest, commands, newId, topics } from '@murmur/shared';
+import { BLOB_BUCKET, type Log, MurmurError, QUEUE_GROUPS, type StageRequest, commands, newId, runtimeMetrics, topics } from '@murmur/shared';
 import { BlobCache, cacheDir } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';
 
@@ -82,6 +82,7 @@ export function startStagerService(options: StagerServiceOptions): StagerService
         const working = progressTopic ? setInterval(() => report({ phase: 'working', stager_id: instanceId }), WORKING_INTERVAL_MS) : undefined;
         try {
           const plan = await whileServing(source, stager.stage({ request, onProgress: report }));
+          for (let index = 0; index < plan.stats.components; index += 1) runtimeMetrics().stageComponent(index < plan.stats.cache_hits);
           log.info(
             { capsule: `${plan.capsule.name}@${plan.capsule.version}`, ms: Math.round(plan.stats.duration_ms), cache_hits: plan.stats.cache_hits },
             'staged',

@@ -5,6 +5,7 @@ import { type KeyValueStore, assertBucketName, checkedKeyValueStore } from './kv
 import { type ObjectStore, checkedObjectStore } from './objects.js';
 import { isValidPattern } from './subject.js';
 import { type CommandTopic, type EventTopic, isConcrete } from './topic.js';
+import { runtimeMetrics } from '../metrics-sink.js';
 import { type RawMessage, type Transport, TransportError } from './transport.js';
 
 export interface MessageInfo {
@@ -264,9 +265,13 @@ export function createBus(transport: Transport, log: Log): Bus {
       const timeoutMs = options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
       const valid = validateOutgoing(topic.subject, topic.request, payload);
       let replyBytes: Uint8Array;
+      const started = performance.now();
+      const count = (ok: boolean): void => runtimeMetrics().busRequest(topic.pattern, (performance.now() - started) / 1000, ok);
       try {
         replyBytes = await transport.request(topic.subject, encodeFor(topic.subject, valid), timeoutMs);
+        count(true);
       } catch (error) {
+        count(false);
         if (error instanceof TransportError) {
           if (error.failure === 'timeout') throw new MurmurError('E-BUS-003', `no reply on '${topic.subject}' within ${timeoutMs} ms`, { path: topic.subject });
           if (error.failure === 'no-responders')

@@ -20,6 +20,8 @@ export interface EventTopic<T, TInput = T> {
 export interface CommandTopic<Q, R, QInput = Q, RInput = R> {
   readonly kind: 'command';
   readonly subject: string;
+  /** The subject as defined, wildcards unfilled: what a request is counted under (never a session's id). */
+  readonly pattern: string;
   readonly request: z.ZodType<Q, QInput>;
   readonly reply: z.ZodType<R, RInput>;
   at(...tokens: string[]): CommandTopic<Q, R, QInput, RInput>;
@@ -53,14 +55,16 @@ export function defineCommand<Q, R, QInput = Q, RInput = R>(
   subject: string,
   request: z.ZodType<Q, QInput>,
   reply: z.ZodType<R, RInput>,
+  pattern = subject,
 ): CommandTopic<Q, R, QInput, RInput> {
   checkPattern(subject);
   return {
     kind: 'command',
     subject,
+    pattern,
     request,
     reply,
-    at: (...tokens) => defineCommand(fill(subject, tokens), request, reply),
+    at: (...tokens) => defineCommand(fill(subject, tokens), request, reply, pattern),
   };
 }
 

@@ -13,6 +13,7 @@ import {
 } from '../delegation.js';
 import type { Bus } from '../bus/bus.js';
 import { MurmurError } from '../errors.js';
+import { runtimeMetrics } from '../metrics-sink.js';
 import { newMessageId, newRequestId } from '../ids.js';
 import { commands } from '../topics.js';
 
@@ -119,6 +120,13 @@ async function deliverOverBus(bus: Bus, handle: SpawnerHandle, url: string, outc
  * or a `rejected` task did not deliver it: both are failures, with the parent's own words.
  */
 export async function deliverCompletion(handle: SpawnerHandle, outcome: DelegationOutcome, options: DeliveryOptions = {}): Promise<Delivery> {
+  const delivery = await attemptDelivery(handle, outcome, options);
+  // Only a completion that had somewhere to go is counted: one the spawner asked none for was never posted.
+  if (handle.url) runtimeMetrics().completion(delivery.delivered);
+  return delivery;
+}
+
+async function attemptDelivery(handle: SpawnerHandle, outcome: DelegationOutcome, options: DeliveryOptions): Promise<Delivery> {
   if (!handle.url) return { delivered: false, reason: 'the spawner asked for no completion' };
   const url = handle.url.includes('://') ? handle.url : `http://${handle.url}`;
   if (options.bus) {

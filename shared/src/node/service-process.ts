@@ -2,6 +2,7 @@ import type { Hono } from 'hono';
 import type { Logger } from 'pino';
 import { type Bus, connectBus } from '../bus/index.js';
 import { MurmurError } from '../errors.js';
+import { installRuntimeMetrics } from '../metrics-sink.js';
 import type { ServiceName } from '../events.js';
 import { newId } from '../ids.js';
 import { healthOf, serveHealth } from '../service-health.js';
@@ -58,6 +59,10 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     refuse(error, {});
     return;
   }
+  // Counted from the first thing the service does: its bus connection's requests included. Loaded
+  // here, not at the top: `mur` imports this module for its door and must not pay for prom-client.
+  const { metricsText, prometheusMetrics } = await import('./metrics.js');
+  installRuntimeMetrics(prometheusMetrics);
   let bus: Bus;
   try {
     bus = await connectBus({ natsUrl: env.MURMUR_NATS_URL, name: instanceId, log });
@@ -68,6 +73,10 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   const started = await options.start({ bus, log, env, instanceId });
   const identity = { service: options.service, instanceId, httpPort: null as number | null, startedAt };
   const app = healthRoutes(() => healthOf(identity, bus));
+  app.get('/metrics', async (context) => {
+    const { contentType, body } = await metricsText();
+    return context.body(body, 200, { 'content-type': contentType });
+  });
   if (started.http) app.route('/', started.http);
   let listener: Awaited<ReturnType<typeof listenHttp>>;
   try {
