@@ -95,12 +95,14 @@ describe('the stack with nothing shared but the bus', () => {
     extra: Record<string, unknown> = {},
   ): Promise<{ reply: LaunchReply; end: Promise<SessionEnded> }> {
     const sessionId = newSessionId();
-    const end = eventually(() => ended.find((event) => event.session_id === sessionId), 30_000, `the end of ${sessionId}`);
     const reply = await bus.request(
       commands.launchOn.at(executor.ready.instance_id as string),
       { session_id: sessionId, plan, ...extra },
       { timeoutMs: 60_000 },
     );
+    // Waited for only once the launch is taken (every end is collected since the suite began, so
+    // none is missed): a refused launch must leave no wait behind to reject after its test.
+    const end = eventually(() => ended.find((event) => event.session_id === sessionId), 30_000, `the end of ${sessionId}`);
     return { reply, end };
   }
 

@@ -118,6 +118,19 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .action(run((options: Record<string, unknown>) => import('./commands/run.js').then((module) => module.runCommand(options, output))));
 
   program
+    .command('search')
+    .description('find artifacts by name, description or tag in a registry')
+    .argument('<query>', 'text to look for (any case)')
+    .option('--registry <url|local|path>', "'local' (the global store), a roost URL, or an artifact index (.json file or URL)")
+    .option('--limit <n>', 'at most this many results', '10')
+    .option('--json', 'print the matches as JSON')
+    .action(
+      run((query: string, options: { registry?: string; limit?: string; json?: boolean }) =>
+        import('./commands/search.js').then((module) => module.searchCommand(query, options, output)),
+      ),
+    );
+
+  program
     .command('watch')
     .description("observe a running session's events through its door (stream/watch) until the session ends")
     .argument('<url>', 'the session door URL mur run printed')

@@ -1,6 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { type Containment, MurmurError, parseWorkspaceConfig } from '@murmur/shared';
+import { type ConfigKey, type Containment, MurmurError, effectiveConfigValue, parseWorkspaceConfig } from '@murmur/shared';
+import { parseDocument } from 'yaml';
 import { murmurHome } from '@murmur/shared/node';
 
 /** The workspace configuration files, global first: `$MURMUR_HOME/config.yaml` and `<cwd>/.murmur/config.yaml`. */
@@ -23,4 +25,31 @@ export function configuredContainment(env: NodeJS.ProcessEnv, cwd: string): Arra
     if (config.containment) floors.push({ file, containment: config.containment });
   }
   return floors;
+}
+
+/** A config file's text, or undefined when there is none. */
+export function readConfigText(file: string): Promise<string | undefined> {
+  if (!existsSync(file)) return Promise.resolve(undefined);
+  return readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
+    throw new MurmurError('E-IO-002', `cannot read ${file}: ${error.code ?? error.message}`, { path: file });
+  });
+}
+
+/** A config file's parsed value (checked as the runtime reads it), or undefined when there is none. */
+export async function readConfigFile(file: string): Promise<unknown> {
+  const text = await readConfigText(file);
+  if (text === undefined) return undefined;
+  parseWorkspaceConfig(text, file);
+  return parseDocument(text).toJS() as unknown;
+}
+
+/** A key's merged value over the two files (`global: true`: the global file's alone), with the file it came from. */
+export async function effectiveConfig(
+  key: ConfigKey,
+  options: { env?: NodeJS.ProcessEnv; cwd?: string; global?: boolean } = {},
+): Promise<{ value: string; file: string | undefined } | undefined> {
+  const [globalFile, projectFile] = workspaceConfigFiles(options.env ?? process.env, options.cwd ?? process.cwd()) as [string, string];
+  const found = effectiveConfigValue(await readConfigFile(globalFile), options.global ? undefined : await readConfigFile(projectFile), key);
+  if (!found) return undefined;
+  return { value: found.value, file: found.from === 'project' ? projectFile : found.from === 'global' ? globalFile : undefined };
 }

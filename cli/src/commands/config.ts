@@ -1,11 +1,10 @@
-import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile } from 'node:fs/promises';
+import { chmod, mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { type ConfigKey, MurmurError, SECRET_CONFIG_KEYS, configKey, effectiveConfigValue, parseWorkspaceConfig } from '@murmur/shared';
+import { type ConfigKey, MurmurError, SECRET_CONFIG_KEYS, configKey, parseWorkspaceConfig } from '@murmur/shared';
 import { writeFileAtomic } from '@murmur/shared/node';
 import { parseDocument } from 'yaml';
 import type { Output } from '../output.js';
-import { workspaceConfigFiles } from '../workspace-config.js';
+import { effectiveConfig, readConfigText, workspaceConfigFiles } from '../workspace-config.js';
 
 /**
  * `mur config set|get`: upstream's six keys over the global (`$MURMUR_HOME/config.yaml`) and the
@@ -19,28 +18,13 @@ import { workspaceConfigFiles } from '../workspace-config.js';
  *   unset key prints nothing and exits 1, as `git config` does. A secret is never printed back.
  */
 
-function readable(file: string): Promise<string | undefined> {
-  if (!existsSync(file)) return Promise.resolve(undefined);
-  return readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
-    throw new MurmurError('E-IO-002', `cannot read ${file}: ${error.code ?? error.message}`, { path: file });
-  });
-}
-
-/** The file's parsed value (checked as the runtime reads it), or undefined when there is none. */
-async function parsed(file: string): Promise<unknown> {
-  const text = await readable(file);
-  if (text === undefined) return undefined;
-  parseWorkspaceConfig(text, file);
-  return parseDocument(text).toJS() as unknown;
-}
-
 export async function configSetCommand(key: string, value: string, options: { global?: boolean }, output: Output): Promise<number> {
   const known = configKey(key);
   if (value.trim() === '')
     throw new MurmurError('E-CFG-003', `the value for '${known}' is empty`, { path: known, hint: `give it a value: mur config set ${known} <value>` });
   const [globalFile, projectFile] = workspaceConfigFiles(process.env, process.cwd()) as [string, string];
   const file = options.global ? globalFile : projectFile;
-  const text = (await readable(file)) ?? '';
+  const text = (await readConfigText(file)) ?? '';
   if (text !== '') parseWorkspaceConfig(text, file);
   const document = parseDocument(text);
   document.setIn(known.split('.'), value);
@@ -61,11 +45,8 @@ export async function configSetCommand(key: string, value: string, options: { gl
 
 export async function configGetCommand(key: string, options: { global?: boolean }, output: Output): Promise<number> {
   const known: ConfigKey = configKey(key);
-  const [globalFile, projectFile] = workspaceConfigFiles(process.env, process.cwd()) as [string, string];
-  const global = await parsed(globalFile);
-  const project = options.global ? undefined : await parsed(projectFile);
-  const found = effectiveConfigValue(global, project, known);
+  const found = await effectiveConfig(known, { global: options.global === true });
   if (!found) return 1;
-  output.out(SECRET_CONFIG_KEYS.has(known) ? `(set in ${found.from === 'project' ? projectFile : globalFile}; not shown)` : found.value);
+  output.out(SECRET_CONFIG_KEYS.has(known) ? `(set in ${found.file ?? 'the defaults'}; not shown)` : found.value);
   return 0;
 }

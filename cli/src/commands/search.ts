@@ -1,0 +1,121 @@
+import { readFile } from 'node:fs/promises';
+import { MurmurError } from '@murmur/shared';
+import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
+import { globalStoreDir } from '@murmur/shared/node';
+import * as z from 'zod';
+import { type Output, table } from '../output.js';
+import { effectiveConfig } from '../workspace-config.js';
+
+/**
+ * `mur search <query>`: artifacts whose name, description or a tag contains the query (any case),
+ * in upstream's table (NAME VERSION RUNTIME DESCRIPTION), at most `--limit` of them.
+ *
+ * Where it looks (`--registry`): `local` is the global store; a path is an artifact index file
+ * (upstream's `schema_version: "1"` JSON); a URL ending in `.json` is such an index, any other URL
+ * a roost. Without the flag: `registry.index_url` when the config sets one, else the roost
+ * `MURMUR_ROOST_URL` names, else the global store.
+ */
+
+const IndexSchema = z.object({
+  schema_version: z.string(),
+  artifacts: z.array(
+    z.object({
+      name: z.string(),
+      version: z.string(),
+      runtime: z.string(),
+      description: z.string().nullish(),
+      tags: z.array(z.string()).default([]),
+    }),
+  ),
+});
+
+interface Entry {
+  name: string;
+  version: string;
+  runtime: string;
+  description?: string | null | undefined;
+  tags: string[];
+}
+
+function fromIndex(text: string, source: string): Entry[] {
+  let parsed: z.infer<typeof IndexSchema>;
+  try {
+    parsed = IndexSchema.parse(JSON.parse(text));
+  } catch (error) {
+    throw new MurmurError(
+      'E-IO-003',
+      `failed to parse artifact index from ${source}: ${error instanceof Error ? error.message.split('\n')[0] : String(error)}`,
+      {
+        path: source,
+      },
+    );
+  }
+  if (parsed.schema_version !== '1')
+    throw new MurmurError('E-IO-003', `unsupported artifact index schema version '${parsed.schema_version}' from ${source} (expected 1)`, { path: source });
+  return parsed.artifacts;
+}
+
+async function fetchIndex(url: string): Promise<Entry[]> {
+  let response: Response;
+  try {
+    response = await fetch(url, { signal: AbortSignal.timeout(30_000) });
+  } catch (error) {
+    const cause = (error as { cause?: { code?: string } }).cause;
+    throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: ${cause?.code ?? (error as Error).message}`, { path: url });
+  }
+  if (!response.ok) throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: HTTP ${response.status}`, { path: url });
+  return fromIndex(await response.text(), url);
+}
+
+async function entriesFrom(registry: string | undefined): Promise<Entry[]> {
+  const given = registry?.trim();
+  const source = given || (await effectiveConfig('registry.index_url'))?.value || process.env.MURMUR_ROOST_URL?.trim() || 'local';
+  if (source.toLowerCase() === 'local') {
+    return (await new ArtifactStore(globalStoreDir(), 'global').list()).map((meta) => ({ ...meta, runtime: meta.artifact_runtime }));
+  }
+  if (/^https?:\/\//.test(source)) {
+    if (new URL(source).pathname.endsWith('.json')) return fetchIndex(source);
+    return (await new RoostRegistryClient(source.replace(/\/+$/, '')).list()).map((meta) => ({ ...meta, runtime: meta.artifact_runtime }));
+  }
+  let text: string;
+  try {
+    text = await readFile(source, 'utf8');
+  } catch (error) {
+    throw new MurmurError('E-IO-003', `failed to read artifact index from ${source}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
+      path: source,
+      hint: "--registry takes 'local', a roost URL, or an artifact index (a .json file or URL)",
+    });
+  }
+  return fromIndex(text, source);
+}
+
+export async function searchCommand(query: string, options: { registry?: string; limit?: string; json?: boolean }, output: Output): Promise<void> {
+  const limit = Number(options.limit ?? '10');
+  if (!Number.isInteger(limit) || limit < 1)
+    throw new MurmurError('E-IO-003', `--limit must be a whole number of at least 1; got '${options.limit}'`, {
+      path: '--limit',
+      hint: 'e.g. mur search http --limit 20',
+    });
+  const needle = query.toLowerCase();
+  const matches = (await entriesFrom(options.registry))
+    .filter(
+      (entry) =>
+        entry.name.toLowerCase().includes(needle) ||
+        (entry.description ?? '').toLowerCase().includes(needle) ||
+        entry.tags.some((tag) => tag.toLowerCase().includes(needle)),
+    )
+    .slice(0, limit);
+  if (options.json) {
+    output.out(JSON.stringify(matches));
+    return;
+  }
+  if (matches.length === 0) {
+    output.out('No results found.');
+    return;
+  }
+  for (const line of table(
+    ['NAME', 'VERSION', 'RUNTIME', 'DESCRIPTION'],
+    matches.map((entry) => [entry.name, entry.version, entry.runtime, entry.description?.trim() || '—']),
+  ))
+    output.out(line);
+}

@@ -1,0 +1,78 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { componentArtifact, publishInto } from './support/artifacts.js';
+import { tempDir } from './support/fs.js';
+import { toolWat } from './support/guests.js';
+import { type ServiceProcess, runMur, startService } from './support/processes.js';
+
+/** `mur search <query>` over the registries: the global store, a roost, an artifact index file. */
+describe('mur search', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let roost: ServiceProcess;
+  let env: Record<string, string>;
+  let index: string;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-search-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+    const wasm = (await toolWat()).bytes;
+    const store = path.join(env.MURMUR_HOME as string, 'artifacts');
+    await publishInto(store, await componentArtifact('http-fetch', '1.2.0', wasm, 'tool', 'tags: [network, web]\n'));
+    await publishInto(store, await componentArtifact('calendar', '0.3.0', wasm, 'tool', 'tags: [dates]\n'));
+    const registry = path.join(scratch.dir, 'roost-registry');
+    await publishInto(registry, await componentArtifact('roost-only', '2.0.0', wasm, 'tool', 'tags: [remote]\n'));
+    roost = await startService('roost', { MURMUR_ROOST_REGISTRY_PATH: registry });
+    index = path.join(scratch.dir, 'index.json');
+    await fs.writeFile(
+      index,
+      JSON.stringify({
+        schema_version: '1',
+        updated_at: '2026-12-01T00:00:00Z',
+        artifacts: [
+          { name: 'indexed-search', version: '0.1.0', runtime: 'tool', description: 'finds things', tags: [] },
+          { name: 'quiet', version: '1.0.0', runtime: 'skill', tags: ['Search'] },
+        ],
+      }),
+    );
+  });
+  afterAll(async () => {
+    await roost?.stop();
+    await scratch?.cleanup();
+  });
+
+  it('finds by name, description or tag in the global store, in upstream’s table', async () => {
+    const byTag = await runMur(['search', 'WEB', '--registry', 'local'], { env });
+    expect(byTag.code, byTag.stderr).toBe(0);
+    expect(byTag.stdout.split('\n')[0]).toMatch(/^NAME\s+VERSION\s+RUNTIME\s+DESCRIPTION$/);
+    expect(byTag.stdout).toMatch(/^http-fetch\s+1\.2\.0\s+tool\s+the http-fetch tool$/m);
+    expect(byTag.stdout).not.toContain('calendar');
+    const byDescription = await runMur(['search', 'tool', '--registry', 'local', '--limit', '1', '--json'], { env });
+    expect(JSON.parse(byDescription.stdout)).toHaveLength(1);
+    const none = await runMur(['search', 'nothing-like-this', '--registry', 'local'], { env });
+    expect(none.stdout.trim()).toBe('No results found.');
+  });
+
+  it("searches a roost's index by URL, and an artifact index file, an absent description shown as a dash", async () => {
+    const remote = await runMur(['search', 'remote', '--registry', roost.url], { env });
+    expect(remote.code, remote.stderr).toBe(0);
+    expect(remote.stdout).toMatch(/^roost-only\s+2\.0\.0\s+tool\s+the roost-only tool$/m);
+    const fromFile = await runMur(['search', 'search', '--registry', index], { env });
+    expect(fromFile.stdout).toMatch(/^indexed-search\s+0\.1\.0\s+tool\s+finds things$/m);
+    expect(fromFile.stdout).toMatch(/^quiet\s+1\.0\.0\s+skill\s+—$/m);
+    // Without --registry, the roost MURMUR_ROOST_URL names.
+    expect((await runMur(['search', 'roost-only'], { env: { ...env, MURMUR_ROOST_URL: roost.url } })).stdout).toContain('roost-only');
+  });
+
+  it('refuses an index it cannot read or does not know, and a bad limit, with E-IO-003', async () => {
+    const absent = await runMur(['search', 'x', '--registry', path.join(scratch.dir, 'absent.json')], { env });
+    expect(absent.code).toBe(1);
+    expect(absent.stderr).toContain('error[E-IO-003]: failed to read artifact index from');
+    const future = path.join(scratch.dir, 'future.json');
+    await fs.writeFile(future, JSON.stringify({ schema_version: '2', artifacts: [] }));
+    const unknown = await runMur(['search', 'x', '--registry', future], { env });
+    expect(unknown.stderr).toContain(`error[E-IO-003]: unsupported artifact index schema version '2' from ${future} (expected 1)`);
+    const limit = await runMur(['search', 'x', '--registry', 'local', '--limit', '0'], { env });
+    expect(limit.stderr).toContain("error[E-IO-003]: --limit must be a whole number of at least 1; got '0'");
+  });
+});
