@@ -262,6 +262,18 @@ describe('the harness transport (Claude Code)', () => {
     expect((await traceOf(workdir)).find((event) => event.event_type === 'task_end')).toMatchObject({ exit_status: 'failed' });
   }, 180_000);
 
+  it('kills a harness run that outlives its cap and fails the task saying so (the cap set low by the executor’s operator)', async () => {
+    const project = await agentProject(path.join(scratch.dir, 'slow'), manifest());
+    answer = () => ({ text: 'too late', delayMs: 8_000 });
+    const result = await runMur(['run', '--context', 'ctx-slow', '--task', 'take your time'], {
+      cwd: project,
+      env: { ...env, MURMUR_HARNESS_RUN_CAP_SECS: '3' },
+      timeoutMs: 60_000,
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("error[E-RUN-007]: agent loop failed: harness 'claude' ran past its 3-second cap on one run and was killed");
+  }, 60_000);
+
   it("sends the harness's model traffic through the egress policy: an endpoint the capsule does not allow is never reached", async () => {
     const project = await agentProject(path.join(scratch.dir, 'unlisted'), manifest({ network: ['127.0.0.1:9'] }));
     const before = model.requests().length;

@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
  */
 
 export type ScriptedReply =
-  | { text: string; thinking?: string }
+  | { text: string; thinking?: string /** Answer only after this long: a slow model. */; delayMs?: number }
   | { toolCalls: Array<{ name: string; input: Record<string, unknown>; id?: string }>; text?: string }
   /** Anything at all, as the body: a provider error, a cut-off reply. */
   | { status?: number; raw: string };
@@ -198,13 +198,18 @@ export async function startScriptedInference(options: ScriptedInferenceOptions):
         return;
       }
       const model = typeof body.model === 'string' ? body.model : 'scripted';
-      if (options.stream === true || (options.stream === 'as-asked' && body.stream === true)) {
-        response.writeHead(200, { 'content-type': 'text/event-stream' });
-        response.end(dialect === 'anthropic' ? anthropicStream(reply, model) : openaiStream(reply));
-      } else {
-        response.writeHead(200, { 'content-type': 'application/json' });
-        response.end(dialect === 'anthropic' ? anthropicJson(reply, model) : openaiJson(reply));
-      }
+      const answer = (): void => {
+        if (options.stream === true || (options.stream === 'as-asked' && body.stream === true)) {
+          response.writeHead(200, { 'content-type': 'text/event-stream' });
+          response.end(dialect === 'anthropic' ? anthropicStream(reply, model) : openaiStream(reply));
+        } else {
+          response.writeHead(200, { 'content-type': 'application/json' });
+          response.end(dialect === 'anthropic' ? anthropicJson(reply, model) : openaiJson(reply));
+        }
+      };
+      const delay = 'delayMs' in reply ? reply.delayMs : undefined;
+      if (delay) setTimeout(answer, delay);
+      else answer();
     });
   };
   const server = options.tls ? https.createServer({ key: options.tls.key, cert: options.tls.cert }, handler) : http.createServer(handler);

@@ -29,14 +29,12 @@ import type { Task } from './task-registry.js';
  *   context keeps.
  * - A session the harness no longer knows fails the turn, saying how to start anew: never a new
  *   conversation behind the person's back.
- * - A run is capped at 10 minutes; a harness that exits non-zero (or says `is_error`) fails the
+ * - A run is capped at 10 minutes (`MURMUR_HARNESS_RUN_CAP_SECS` on the executor); a harness that exits non-zero (or says `is_error`) fails the
  *   task with the tail of its stderr.
  * - Each model message is an `inference` (tokens as the harness reports them on it); the session's
  *   totals take the run's own totals from its `result` line. Compaction is the harness's affair.
  */
 
-/** Upstream's cap on one harness run. */
-export const HARNESS_RUN_CAP_MS = 10 * 60 * 1000;
 /** How much of a failed harness's stderr the failure quotes. */
 const STDERR_TAIL_BYTES = 2_000;
 
@@ -204,7 +202,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
       args,
       { ...Object.fromEntries(harness.env), ...claudeCodeEnvironment(scratch), HOME: harness.home, USERPROFILE: harness.home },
       {
-        deadlineMs: HARNESS_RUN_CAP_MS,
+        deadlineMs: harness.run_cap_ms,
         onLine,
         signal: stopper.signal,
       },
@@ -239,7 +237,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
       `harness session '${known}' of context '${contextId}' is no longer known to ${harness.command}; the turn failed rather than start a new conversation (ask for a new one with mur run --forget-session, or the x-murmur-forget-session header)`,
     );
   }
-  if (exit.timedOut) return fail(`harness '${harness.command}' ran past its ${HARNESS_RUN_CAP_MS / 60_000}-minute cap and was killed`);
+  if (exit.timedOut) return fail(`harness '${harness.command}' ran past its ${capText(harness.run_cap_ms)} cap on one run and was killed`);
   if (exit.resourceLimit) return fail(`harness '${harness.command}' was killed for exceeding capabilities.resources.${exit.resourceLimit}`);
   if (exit.exitCode !== 0 || !result || result.isError) {
     const why = !result ? ' without a result line' : result.isError && result.text !== '' ? `: ${result.text}` : '';
@@ -250,6 +248,11 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   if (task) registry.chunk(task, 'text', '', true);
   host.writeSessionEnd('ok');
   return { status: 'ok', response: result.text };
+}
+
+/** `10-minute`, or `3-second` for a cap under a minute. */
+function capText(ms: number): string {
+  return ms >= 60_000 && ms % 60_000 === 0 ? `${ms / 60_000}-minute` : `${Math.round(ms / 1000)}-second`;
 }
 
 /** The last lines of what the harness wrote to stderr, at most 2 000 bytes of them. */

@@ -88,6 +88,8 @@ export const HarnessStartSchema = z.object({
   env: z.array(z.tuple([z.string(), z.string()])),
   /** `mur run --forget-session`: this context's session is dropped before its first task. */
   forget_context: z.string().optional(),
+  /** How long one run may take before it is killed: upstream's 10 minutes unless the executor's operator says otherwise. */
+  run_cap_ms: z.number().int().positive().default(600_000),
 });
 export type HarnessStart = z.infer<typeof HarnessStartSchema>;
 
