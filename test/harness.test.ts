@@ -5,6 +5,7 @@ import { agentProject, rpc, startAgent, textMessage, traceOf } from './support/a
 import { componentArtifact, publishInto } from './support/artifacts.js';
 import { claudeCodeBin } from './support/claude-code.js';
 import { tempDir } from './support/fs.js';
+import { ONE_SHELL_CALL_SESSION } from './support/hook-events.js';
 import { recordingHook } from './support/probe-guests.js';
 import { eventually, runMur } from './support/processes.js';
 import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
@@ -140,16 +141,7 @@ describe('the harness transport (Claude Code)', () => {
       .trim()
       .split('\n')
       .map((line) => JSON.parse(line) as { fn: string; event: Record<string, unknown> });
-    expect(recorded.map((entry) => entry.fn)).toEqual([
-      'on-session-start',
-      'on-task-start',
-      'on-inference',
-      'on-tool-call',
-      'on-shell',
-      'on-inference',
-      'on-task-end',
-      'on-session-end',
-    ]);
+    expect(recorded.map((entry) => entry.fn)).toEqual([...ONE_SHELL_CALL_SESSION]);
     expect(recorded.find((entry) => entry.fn === 'on-tool-call')?.event).toMatchObject({ toolName: 'echo', status: 'ok', turn: 0 });
     expect(recorded.filter((entry) => entry.fn === 'on-inference').map((entry) => [entry.event.turn, entry.event.decision])).toEqual([
       [0, 'tool_call'],

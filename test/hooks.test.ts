@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject, openStream, readSse, startAgent, textMessage, traceOf } from './support/agents.js';
 import { componentArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
+import { ONE_SHELL_CALL_SESSION } from './support/hook-events.js';
 import { halfHookWat } from './support/guests.js';
 import { recordingHook } from './support/probe-guests.js';
 import { runMur } from './support/processes.js';
@@ -125,16 +126,7 @@ describe('hooks', () => {
     const run = await runWithHooks('every-event', { inference, hooks: { recorder: {} }, manifest: withShell });
     expect(run.result.code, run.result.stderr).toBe(0);
     const events = await run.recorded('recorder');
-    expect(events.map((event) => event.fn)).toEqual([
-      'on-session-start',
-      'on-task-start',
-      'on-inference',
-      'on-tool-call',
-      'on-shell',
-      'on-inference',
-      'on-task-end',
-      'on-session-end',
-    ]);
+    expect(events.map((event) => event.fn)).toEqual([...ONE_SHELL_CALL_SESSION]);
     const byFn = (fn: string, index = 0) => events.filter((event) => event.fn === fn)[index] as Recorded;
     expect(byFn('on-session-start').event).toMatchObject({
       capsuleName: 'agent',
@@ -163,16 +155,7 @@ describe('hooks', () => {
     const inference = await model(shellThenDone());
     const run = await runWithHooks('async', { inference, hooks: { 'async-recorder': {} }, manifest: withShell });
     expect(run.result.code, run.result.stderr).toBe(0);
-    expect((await run.recorded('async-recorder')).map((event) => event.fn)).toEqual([
-      'on-session-start',
-      'on-task-start',
-      'on-inference',
-      'on-tool-call',
-      'on-shell',
-      'on-inference',
-      'on-task-end',
-      'on-session-end',
-    ]);
+    expect((await run.recorded('async-recorder')).map((event) => event.fn)).toEqual([...ONE_SHELL_CALL_SESSION]);
   });
 
   it('drops what a full async queue cannot take, and abandons what the 15 s drain cannot finish, tracing both', async () => {

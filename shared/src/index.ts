@@ -12,6 +12,7 @@ export * from './topics.js';
 export * from './delegation.js';
 export * from './harness-session.js';
 export * from './metrics-sink.js';
+export * from './fetch-failure.js';
 export * from './running-record.js';
 export * from './wire.js';
 export * from './manifest/capsule.js';

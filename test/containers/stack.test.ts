@@ -54,12 +54,9 @@ function agentYaml(name: string, extra = ''): string {
   return `name: ${name}\nversion: 0.1.0\nartifacts:\n  - name: ${DRIVER}\n    version: 0.1.0\n    runtime: driver\ncapabilities:\n  network:\n    allow: [${MODEL}]\n${extra}lifecycle:\n  task_acceptance: queue\n  after_task: sleep\ninference:\n  endpoint: https://${MODEL}\n  model: test-model\n  driver:\n    artifact: ${DRIVER}\n`;
 }
 
-/**
- * Sends a parent agent the message that makes the stand-in model delegate a spinning task to
- * `capsule`; the answer is never awaited (the test breaks the stack under it).
- */
-function askToDelegate(parentUrl: string, messageId: string, capsule: string): Promise<unknown> {
-  const task = JSON.stringify([{ op: 'spin' }]);
+/** Sends a parent agent the message that makes the stand-in model delegate `task` to `capsule`. */
+function sendDelegation(parentUrl: string, request: { messageId: string; capsule: string; task: unknown[]; blocking?: boolean }): Promise<Response> {
+  const task = JSON.stringify(request.task);
   return fetch(parentUrl, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -70,13 +67,19 @@ function askToDelegate(parentUrl: string, messageId: string, capsule: string): P
       params: {
         message: {
           kind: 'message',
-          messageId,
+          messageId: request.messageId,
           role: 'user',
-          parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule, version: '0.1.0', task })}` }],
+          parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: request.capsule, version: '0.1.0', task })}` }],
         },
+        ...(request.blocking ? { configuration: { blocking: true } } : {}),
       },
     }),
-  }).catch(() => undefined);
+  });
+}
+
+/** A delegation of a spinning task whose answer is never awaited (the test breaks the stack under it). */
+function askToDelegate(parentUrl: string, messageId: string, capsule: string): Promise<unknown> {
+  return sendDelegation(parentUrl, { messageId, capsule, task: [{ op: 'spin' }] }).catch(() => undefined);
 }
 
 /** A CA and a certificate for `model`, made for this run: the stand-in model serves TLS as a provider does. */
@@ -336,24 +339,11 @@ describe('the stack in containers', () => {
     const dir = await agentProject(path.join(scratch.dir, 'parent'), agentYaml('contained-parent', '  spawn:\n    allow: [local/contained-child]\n'));
     const parent = await startAgent(dir, client);
     try {
-      const task = JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'child result' }]);
-      const sent = await fetch(parent.url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          jsonrpc: '2.0',
-          id: 1,
-          method: 'message/send',
-          params: {
-            message: {
-              kind: 'message',
-              messageId: 'delegating',
-              role: 'user',
-              parts: [{ kind: 'text', text: `delegate ${JSON.stringify({ capsule: 'local/contained-child', version: '0.1.0', task })}` }],
-            },
-            configuration: { blocking: true },
-          },
-        }),
+      const sent = await sendDelegation(parent.url, {
+        messageId: 'delegating',
+        capsule: 'local/contained-child',
+        task: [{ op: 'write', path: 'out/result.txt', text: 'child result' }],
+        blocking: true,
       });
       const answer = JSON.stringify(await sent.json());
       expect(answer).toContain('Delegated capsule finished.');

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { MurmurError } from '@murmur/shared';
+import { type ArtifactMeta, MurmurError, fetchFailureReason } from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import * as z from 'zod';
@@ -60,8 +60,7 @@ async function fetchIndex(url: string): Promise<Entry[]> {
   try {
     response = await fetch(url, { signal: AbortSignal.timeout(30_000) });
   } catch (error) {
-    const cause = (error as { cause?: { code?: string } }).cause;
-    throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: ${cause?.code ?? (error as Error).message}`, { path: url });
+    throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: ${fetchFailureReason(error)}`, { path: url });
   }
   if (!response.ok) throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: HTTP ${response.status}`, { path: url });
   return fromIndex(await response.text(), url);
@@ -70,12 +69,12 @@ async function fetchIndex(url: string): Promise<Entry[]> {
 async function entriesFrom(registry: string | undefined): Promise<Entry[]> {
   const given = registry?.trim();
   const source = given || (await effectiveConfig('registry.index_url'))?.value || process.env.MURMUR_ROOST_URL?.trim() || 'local';
-  if (source.toLowerCase() === 'local') {
-    return (await new ArtifactStore(globalStoreDir(), 'global').list()).map((meta) => ({ ...meta, runtime: meta.artifact_runtime }));
-  }
+  // A store's entries name their runtime as the artifact's manifest does, as an index's do.
+  const entries = (metas: ArtifactMeta[]): Entry[] => metas.map((meta) => ({ ...meta, runtime: meta.artifact_runtime }));
+  if (source.toLowerCase() === 'local') return entries(await new ArtifactStore(globalStoreDir(), 'global').list());
   if (/^https?:\/\//.test(source)) {
     if (new URL(source).pathname.endsWith('.json')) return fetchIndex(source);
-    return (await new RoostRegistryClient(source.replace(/\/+$/, '')).list()).map((meta) => ({ ...meta, runtime: meta.artifact_runtime }));
+    return entries(await new RoostRegistryClient(source.replace(/\/+$/, '')).list());
   }
   let text: string;
   try {

@@ -1,4 +1,4 @@
-import { MurmurError } from '@murmur/shared';
+import { MurmurError, fetchFailureReason } from '@murmur/shared';
 import type { Output } from '../output.js';
 
 /**
@@ -50,8 +50,7 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'stream/watch', params: {} }),
     });
   } catch (error) {
-    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-    throw new MurmurError('E-IO-003', `failed to connect to ${url.host}: ${cause?.code ?? cause?.message ?? (error as Error).message}`, {
+    throw new MurmurError('E-IO-003', `failed to connect to ${url.host}: ${fetchFailureReason(error)}`, {
       path: 'url',
       hint: 'is the session still running? mur ps lists the running sessions',
     });

@@ -51,15 +51,20 @@ export class ConversationRecords {
     return this.fileIn(contextId, 'conversation.jsonl');
   }
 
-  /** Makes the context's directory, each level held at 0700 whatever made it first: `conversations/`, the record, the context. */
-  async ensureContextDir(contextId: string): Promise<void> {
-    if (!this.store) return;
+  /**
+   * Makes `<record>/<name>` (a context's directory, or the harness's home) and returns it, each
+   * level held at 0700 whatever made it first: `conversations/`, the record, `name`. Undefined
+   * when the capsule keeps no record.
+   */
+  async ensureRecordDir(name: string): Promise<string | undefined> {
+    if (!this.store) return undefined;
     let dir = this.store.conversations;
-    for (const level of ['', this.store.record, contextId]) {
+    for (const level of ['', this.store.record, name]) {
       dir = path.join(dir, level);
       await fs.mkdir(dir, { recursive: true, mode: DIRECTORY_MODE });
       await fs.chmod(dir, DIRECTORY_MODE);
     }
+    return dir;
   }
 
   /** Says `line` the first time something could not be kept, and never again: an unwritable home must not cost a line per task. */
@@ -92,7 +97,7 @@ export class ConversationRecords {
     const file = this.fileFor(contextId);
     if (!file || !this.store) return;
     try {
-      await this.ensureContextDir(contextId);
+      await this.ensureRecordDir(contextId);
       await writeFileAtomic(file, messages.map((message) => `${JSON.stringify(message)}\n`).join(''), { mode: FILE_MODE });
     } catch (error) {
       this.reportOnce(

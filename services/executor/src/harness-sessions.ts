@@ -53,7 +53,7 @@ export class HarnessSessions {
       updated_ms: now,
     };
     try {
-      await this.records.ensureContextDir(contextId);
+      await this.records.ensureRecordDir(contextId);
       await writeFileAtomic(file, `${JSON.stringify(entry)}\n`, { mode: FILE_MODE });
     } catch (error) {
       this.records.reportOnce(

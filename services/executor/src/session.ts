@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
   type ExitStatus,
@@ -886,23 +886,14 @@ export class Session {
    * only as long as this session lives, which is reported once.
    */
   private async harnessHome(records: ConversationRecords, accessible: string): Promise<string> {
-    const recordDir = records.recordDir;
-    const fallback = capsuleHome(accessible);
-    if (recordDir === undefined) return fallback;
-    const home = path.join(recordDir, '.harness-home');
     try {
-      for (const dir of [path.dirname(recordDir), recordDir, home]) {
-        await mkdir(dir, { recursive: true, mode: 0o700 });
-        await chmod(dir, 0o700);
-      }
-      this.harnessHomeDir = home;
-      return home;
+      this.harnessHomeDir = await records.ensureRecordDir('.harness-home');
     } catch (error) {
       records.reportOnce(
-        `[harness-session] the harness home ${home} could not be made (${(error as NodeJS.ErrnoException).code ?? String(error)}); this capsule's harness sessions last only as long as it runs`,
+        `[harness-session] the harness home under ${records.recordDir} could not be made (${(error as NodeJS.ErrnoException).code ?? String(error)}); this capsule's harness sessions last only as long as it runs`,
       );
-      return fallback;
     }
+    return this.harnessHomeDir ?? capsuleHome(accessible);
   }
 
   /** A line the executor itself has for the person who launched the session: on their stderr, as the capsule's own. */

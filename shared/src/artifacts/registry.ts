@@ -1,5 +1,6 @@
 import { type ArtifactMeta, RegistryIndexSchema, currentPlatform, fallbackMeta } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
+import { fetchFailureReason } from '../fetch-failure.js';
 import { maxEntryBytesFromEnv } from './mur-zip.js';
 import type { ArtifactStore } from './store.js';
 
@@ -85,8 +86,7 @@ export class RoostRegistryClient implements ArtifactSource {
       if (body) init.body = body;
       return await fetch(url, init);
     } catch (error) {
-      const cause = (error as { cause?: { code?: string } }).cause?.code;
-      throw new MurmurError('E-ROOST-001', `cannot reach roost at ${this.location}: ${cause ?? (error instanceof Error ? error.message : String(error))}`, {
+      throw new MurmurError('E-ROOST-001', `cannot reach roost at ${this.location}: ${fetchFailureReason(error)}`, {
         cause: error,
       });
     }

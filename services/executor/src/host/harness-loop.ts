@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import type { ForgetAsker } from '@murmur/shared';
+import type { ForgetAsker, WireError } from '@murmur/shared';
 import { writeFileAtomic } from './atomic-file.js';
 import { type AgentLoopRun, type LoopOutcome, composeSystemPrompt, readTaskText } from './agent-loop.js';
 import {
@@ -79,17 +79,13 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
       promptSha256: agent.system_prompt === null ? null : createHash('sha256').update(agent.system_prompt).digest('hex'),
     }),
   );
-  const fail = (message: string): LoopOutcome => {
+  const fail = (message: string, error: WireError = { code: 'E-RUN-007', message: `agent loop failed: ${message}` }): LoopOutcome => {
     writeFileAtomic(resultFile, `error: ${message}`);
     host.writeSessionEnd('failed');
-    return { status: 'failed', message, error: { code: 'E-RUN-007', message: `agent loop failed: ${message}` } };
+    return { status: 'failed', message, error };
   };
   const breached = host.breachError();
-  if (breached) {
-    writeFileAtomic(resultFile, `error: ${breached.message}`);
-    host.writeSessionEnd('failed');
-    return { status: 'failed', message: breached.message, error: breached };
-  }
+  if (breached) return fail(breached.message, breached);
 
   const contextId = task?.contextId;
   if (contextId !== undefined && run.forget) {
@@ -226,11 +222,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
 
   if (task?.abortedWith) return fail(task.abortedWith);
   const ceiling = host.breachError();
-  if (ceiling) {
-    writeFileAtomic(resultFile, `error: ${ceiling.message}`);
-    host.writeSessionEnd('failed');
-    return { status: 'failed', message: ceiling.message, error: ceiling };
-  }
+  if (ceiling) return fail(ceiling.message, ceiling);
   const said = [result?.text ?? '', ...(result?.errors ?? []), exit.stderr].join('\n');
   if (known && isUnknownSession(said)) {
     return fail(
