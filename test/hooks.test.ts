@@ -8,6 +8,7 @@ import { ONE_SHELL_CALL_SESSION } from './support/hook-events.js';
 import { halfHookWat } from './support/guests.js';
 import { recordingHook } from './support/probe-guests.js';
 import { runMur } from './support/processes.js';
+import { startOtlpReceiver } from './support/otlp-receiver.js';
 import { type ScriptedInference, type ScriptedInferenceOptions, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -49,7 +50,7 @@ function hookEntry(name: string, extra: string[] = []): string {
 describe('hooks', () => {
   let scratch: { dir: string; cleanup: () => Promise<void> };
   let env: Record<string, string>;
-  const servers: ScriptedInference[] = [];
+  const servers: Array<{ close(): Promise<void> }> = [];
 
   beforeAll(async () => {
     scratch = await tempDir('murmur-hooks-');
@@ -324,12 +325,15 @@ describe('hooks', () => {
       inference: `  compaction:\n    threshold: ${threshold}\n    dump_summaries: true\n    system_prompt: Summarise tightly.`,
     });
 
-    it("replaces the history with the on-compaction hook's, uses no turn, and records tokens before and after", async () => {
+    it("replaces the history with the on-compaction hook's, uses no turn, and records tokens before and after, in the trace and as a capsule.compaction span", async () => {
       const inference = await model(shellThenDone());
+      const collector = await startOtlpReceiver();
+      servers.push(collector);
+      const plain = compacting();
       const run = await runWithHooks('compaction', {
         inference,
         hooks: { compactor: { 'on-compaction': [{ return: 'replace-context', summary: 'SUMMARY OF EARLIER WORK' }] } },
-        manifest: compacting(),
+        manifest: { ...plain, network: [collector.authority], extra: `${plain.extra}\nobservability:\n  otel_endpoint: ${collector.endpoint}` },
       });
       expect(run.result.code, run.result.stderr).toBe(0);
       const second = inference.requests()[1]?.body.messages as Array<{ role: string; content: Array<{ type: string; text?: string }> }>;
@@ -348,6 +352,10 @@ describe('hooks', () => {
         turn: 0,
       });
       expect(await fs.readFile(path.join(run.sessionDir, 'logs', 'bootstrap.log'), 'utf8')).toContain('[compaction] hook compaction at turn 0');
+      const spans = collector.spans();
+      const span = spans.find((candidate) => candidate.name === 'capsule.compaction');
+      expect(span?.attributes).toEqual({ tokens_before: 18, tokens_after: compactions[0]?.tokens_after });
+      expect(span?.parentSpanId).toBe(spans.find((candidate) => candidate.name === 'capsule.session')?.spanId);
     });
 
     it('without an on-compaction hook, goes on uncompacted and says so in bootstrap.log', async () => {

@@ -52,6 +52,10 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
       close: () => bus.close(),
     };
   }
+  // Loaded only when asked for: the SDK is not part of a plain `mur run`'s start-up.
+  const tracer = env.MURMUR_OTEL_ENDPOINT?.trim()
+    ? await (await import('@murmur/shared/service')).installServiceTracer('mur', env.MURMUR_OTEL_ENDPOINT, log)
+    : undefined;
   const stager = startStagerService({ bus, log, env });
   const executor = options.executor ? startExecutorService({ bus, log, env }) : undefined;
   // The sessions this process runs are on the machine's map while they run.
@@ -84,6 +88,7 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
       await watcher?.close();
       await stager.close();
       await bus.close();
+      await tracer?.shutdown(2_000);
     },
   };
 }

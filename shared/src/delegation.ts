@@ -158,6 +158,8 @@ export const DelegationLaunchRequestSchema = z.object({
   completion_deadline_secs: z.number().positive().optional(),
   /** Whether the child is launched with a spawner handle at all (false: an undelegated launch). */
   delegated: z.boolean().default(true),
+  /** The parent session's traceparent: the child's launch and session continue its trace. */
+  traceparent: z.string().max(512).optional(),
 });
 export type DelegationLaunchRequest = z.input<typeof DelegationLaunchRequestSchema>;
 

@@ -12,6 +12,8 @@ export * from './topics.js';
 export * from './delegation.js';
 export * from './harness-session.js';
 export * from './metrics-sink.js';
+export * from './tracing-sink.js';
+export * from './version.js';
 export * from './fetch-failure.js';
 export * from './running-record.js';
 export * from './wire.js';

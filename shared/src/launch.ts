@@ -66,6 +66,8 @@ export const LaunchRequestSchema = z.object({
    * the session's declared class is the strongest of the two.
    */
   containment_floor: ContainmentSchema.optional(),
+  /** The W3C traceparent the launch continues (a delegating parent's session); absent starts a trace. */
+  traceparent: z.string().max(512).optional(),
 });
 export type LaunchRequest = z.input<typeof LaunchRequestSchema>;
 

@@ -161,6 +161,8 @@ export const StageRequestSchema = z.object({
     .string()
     .regex(/^[A-Za-z0-9_-]{8,64}$/)
     .optional(),
+  /** The W3C traceparent the staging continues (a delegation's parent session); absent starts a trace. */
+  traceparent: z.string().max(512).optional(),
 });
 export type StageRequest = z.input<typeof StageRequestSchema>;
 

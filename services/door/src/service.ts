@@ -24,6 +24,7 @@ import {
   commands,
   messageText,
   newId,
+  runtimeTracing,
   sessionUrl,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
@@ -176,7 +177,15 @@ export function startDoorService(options: DoorOptions): DoorService {
     if (!handler) return context.json(rpcError(call.id, methodNotFound(call.method, version)));
     const lastEventHeader = context.req.header('last-event-id');
     const lastEventId = lastEventHeader !== undefined && /^\d{1,15}$/.test(lastEventHeader.trim()) ? Number(lastEventHeader.trim()) : undefined;
-    const traceparent = context.req.header('traceparent')?.slice(0, 512);
+    // The door is a hop of the caller's trace: the session continues the door's span, or the
+    // caller's own traceparent when this door records nothing.
+    const callerTraceparent = context.req.header('traceparent')?.slice(0, 512);
+    const span = runtimeTracing().span('door.request', {
+      kind: 'server',
+      parent: callerTraceparent,
+      attributes: { 'rpc.system': 'jsonrpc', 'rpc.method': call.method.slice(0, 64), 'a2a.version': version, 'murmur.session_id': link.sessionId },
+    });
+    const traceparent = span.traceparent ?? callerTraceparent;
     const delegationId = context.req.header(DELEGATION_ID_HEADER)?.slice(0, 256);
     const completion = delegationId
       ? { delegation_id: delegationId, completion_session: (context.req.header(COMPLETION_SESSION_HEADER) ?? '').slice(0, 256) }
@@ -185,12 +194,15 @@ export function startDoorService(options: DoorOptions): DoorService {
       const forgetSession = asksToForget(context.req.header(FORGET_SESSION_HEADER));
       return await handler(context, { link, version, call, lastEventId, traceparent, completion, forgetSession });
     } catch (error) {
+      span.fail(error instanceof Error ? error.message : String(error));
       if (error instanceof SessionUnreachable)
         return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: error.message, data: { murmur_code: 'E-DOOR-001' } }), error.status);
       log.error({ err: error, session_id: link.sessionId, method: call.method }, 'door request failed');
       return context.json(
         rpcError(call.id, { code: RPC_ERRORS.internal, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` }),
       );
+    } finally {
+      span.end();
     }
   };
   app.post('/sessions/:session', limit, serveRpc);

@@ -145,7 +145,9 @@ export class EgressPolicy {
   async send(
     peerUrl: string,
     message: { message_id: string; context_id?: string | undefined; text: string },
-  ): Promise<{ ok: true; value: { task_id: string; context_id: string; state: string } } | { ok: false; error: string }> {
+    /** The sending session's span: the peer continues its trace (what `a2a_send.traceparent` records). */
+    traceparent?: string,
+  ): Promise<{ ok: true; value: { task_id: string; context_id: string; state: string; traceparent: string | null } } | { ok: false; error: string }> {
     const url = peerUrl.includes('://') ? peerUrl : `http://${peerUrl}`;
     const target = requestTargetOf(url);
     if (!target) return { ok: false, error: `invalid peer URL '${peerUrl}'` };
@@ -167,7 +169,7 @@ export class EgressPolicy {
     try {
       const response = await fetch(url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', ...(traceparent ? { traceparent } : {}) },
         body: JSON.stringify(body),
         redirect: 'manual',
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
@@ -179,7 +181,7 @@ export class EgressPolicy {
     if (reply.error) return { ok: false, error: `the peer refused the message: ${reply.error.message ?? 'error'}` };
     const task = reply.result;
     if (!task?.id || !task.contextId || !task.status?.state) return { ok: false, error: `the peer at '${peerUrl}' answered without a task` };
-    return { ok: true, value: { task_id: task.id, context_id: task.contextId, state: task.status.state } };
+    return { ok: true, value: { task_id: task.id, context_id: task.contextId, state: task.status.state, traceparent: traceparent ?? null } };
   }
 }
 

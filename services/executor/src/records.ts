@@ -16,6 +16,8 @@ export class TraceWriter {
   constructor(
     sessionDir: string,
     private readonly sessionId: string,
+    /** Told of every event after it is written: the session's spans are made from the same records. */
+    private readonly observer?: (event: TraceRecord) => void,
   ) {
     mkdirSync(sessionDir, { recursive: true });
     this.file = path.join(sessionDir, 'trace.jsonl');
@@ -25,8 +27,12 @@ export class TraceWriter {
     const event = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
     this.fd ??= openSync(this.file, 'a');
     writeSync(this.fd, `${JSON.stringify(event)}\n`);
+    this.observer?.(event);
   }
 }
+
+/** One line of `trace.jsonl`: its type, session and Unix-ms timestamp, then the event's own fields. */
+export type TraceRecord = { event_type: string; session_id: string; timestamp: number } & Record<string, unknown>;
 
 /** `logs/<name>` under the session directory, appended a line at a time. */
 export class LogFile {

@@ -118,6 +118,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     confine,
     cgroups,
     roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined,
+    otelEndpoint: env.MURMUR_OTEL_ENDPOINT?.trim() || undefined,
     blobs,
     bundles: new LocalBundles(cache, blobs),
     workdirBase: env.MURMUR_WORKDIR_BASE?.trim() ? path.resolve(env.MURMUR_WORKDIR_BASE.trim()) : murmurHome(env),
@@ -239,6 +240,8 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
         return session.ended;
       });
       await Promise.all(ending);
+      // Every session's last spans, sent or given up on (each bounded), before the process may exit.
+      await Promise.all([...sessions.values(), ...ended.values()].map((session) => session.telemetryDrained));
     },
   };
 }

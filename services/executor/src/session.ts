@@ -21,8 +21,11 @@ import {
   commands,
   guestEnvironment,
   isCredentialShaped,
+  RUNTIME_VERSION,
   runtimeMetrics,
+  resolveManifestSecrets,
   topics,
+  traced,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import { type BlobCache, childResultPath, packageFile, processStartToken, recordTerminated, reportCompletion } from '@murmur/shared/node';
@@ -49,7 +52,8 @@ import { ConversationRecords } from './conversations.js';
 import { HarnessSessions } from './harness-sessions.js';
 import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
-import { LogFile, TraceWriter } from './records.js';
+import { LogFile, type TraceRecord, TraceWriter } from './records.js';
+import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
 import { type SessionPaths, materialiseWorkdir } from './workdir.js';
 
@@ -67,6 +71,8 @@ export interface ExecutorEnvironment {
   /** Whether sandboxes can be sealed here (network namespace, Landlock, seccomp), and why not. */
   confine: ConfineProbe;
   cgroups: CgroupProbe;
+  /** The operator's collector (`MURMUR_OTEL_ENDPOINT`): sessions whose capsule names none export their spans there. */
+  otelEndpoint?: string | undefined;
   /** roost, when the executor knows one (`MURMUR_ROOST_URL`); a launch may name its own. */
   roostUrl?: string | undefined;
   /** This machine's blobs and bundles: what the plan names by content, fetched and verified here. */
@@ -94,9 +100,10 @@ const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));
 /** How long past its deadline a session may run before the executor kills it whole (`MURMUR_HARD_LIMIT_GRACE_MS`). */
 const HARD_LIMIT_GRACE_MS = Number(process.env.MURMUR_HARD_LIMIT_GRACE_MS ?? '') || 10_000;
 const READY_TIMEOUT_MS = 30_000;
+/** How long a session's last spans may take to leave after its end, before they are given up. */
+const TELEMETRY_DRAIN_MS = 1_500;
 /** A door call the host does not answer in this long is answered for it (the host answers from memory, at once). */
 const RPC_TIMEOUT_MS = 10_000;
-const RUNTIME_VERSION = '0.1.0';
 const STDERR_TAIL_LINES = 20;
 /** The session's group bounds the host too: what it may use beyond the tools' and the guests' memory. */
 const HOST_MEMORY_BUDGET_BYTES = 1024 * 1024 * 1024;
@@ -135,6 +142,9 @@ export class Session {
   private workdirGuard: WorkdirGuard | undefined;
   private egress!: EgressPolicy;
   private trace!: TraceWriter;
+  private telemetry: SessionTelemetry | undefined;
+  /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
+  telemetryDrained: Promise<void> = Promise.resolve();
   private bootstrap!: LogFile;
   private conversations: ConversationRecords | undefined;
   private harnessSessions: HarnessSessions | undefined;
@@ -252,7 +262,24 @@ export class Session {
     return dir;
   }
 
-  async launch(): Promise<LaunchReply> {
+  /** Launches the session inside an `executor.launch` span, which a session without a caller continues. */
+  launch(): Promise<LaunchReply> {
+    const plan = this.plan;
+    return traced(
+      'executor.launch',
+      {
+        parent: this.request.traceparent,
+        attributes: {
+          'murmur.session_id': this.id,
+          'murmur.capsule': `${plan.capsule.name}@${plan.capsule.version}`,
+          'murmur.executor_id': this.environment.executorId,
+        },
+      },
+      (span) => this.launchWithin(span.traceparent ?? this.request.traceparent),
+    );
+  }
+
+  private async launchWithin(launchTraceparent: string | undefined): Promise<LaunchReply> {
     this.checkHost();
     const plan = this.plan;
     for (const warning of plan.warnings) this.stderrLine(`warning[${warning.code}]: ${warning.message}`);
@@ -283,9 +310,17 @@ export class Session {
     );
     this.paths = paths;
     this.tools = tools;
-    this.trace = new TraceWriter(paths.sessionDir, this.id);
+    this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record));
     this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log');
     this.egress = new EgressPolicy(plan);
+    this.telemetry = await SessionTelemetry.open({
+      capsule: plan.capsule,
+      endpoint: resolveManifestSecrets(plan.capsule.manifest, this.request.env).observability?.otel_endpoint,
+      endpointAllowed: (url) => this.egress.judgeHttp(url, 'capsule').allowed,
+      operatorEndpoint: this.environment.otelEndpoint,
+      sessionDir: paths.sessionDir,
+      launchTraceparent,
+    });
     this.bootstrap.line(
       `[bootstrap] session ${this.id}: ${plan.capsule.name}@${plan.capsule.version} (${plan.capsule.kind} capsule) on executor ${this.environment.executorId}`,
     );
@@ -380,6 +415,7 @@ export class Session {
       tools,
       allowlist: plan.artifacts.filter((artifact) => artifact.role === 'tool' || artifact.role === 'skill').map((artifact) => artifact.name),
       trace_include_tool_output: plan.capsule.manifest.trace?.include_tool_output === true || plan.capsule.manifest.trace?.capture === 'content',
+      ...(this.telemetry ? { forward_trace: true } : {}),
       ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id } : {}),
       effective_grants: {},
     };
@@ -597,6 +633,7 @@ export class Session {
       decision: record.decision,
       ...(record.reason ? { reason: record.reason } : {}),
     });
+    this.telemetry?.egress({ kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, rule: record.rule }, Date.now());
   }
 
   private handshake(start: StartMessage): Promise<void> {
@@ -689,6 +726,9 @@ export class Session {
       case 'event':
         this.onHostEvent(message.event);
         return;
+      case 'trace':
+        this.telemetry?.observeHost(message.event as TraceRecord);
+        return;
       case 'rpc-reply': {
         const waiting = this.pendingRpc.get(message.id);
         this.pendingRpc.delete(message.id);
@@ -702,6 +742,7 @@ export class Session {
     let reply: { type: 'reply'; id: number; ok: boolean; value?: unknown; error?: string };
     try {
       let value: unknown;
+      const startedAt = Date.now();
       if (request.op === 'http') {
         const result = await this.egress.http(request.request);
         this.recordEgress(
@@ -712,6 +753,7 @@ export class Session {
             ? { decision: 'allowed', status: result.response.status }
             : { decision: 'denied', code: result.code, reason: result.reason },
           this.egress.ruleForHttp(request.request.url, request.request.grant),
+          startedAt,
         );
         value = result;
       } else if (request.op === 'http-check') {
@@ -728,7 +770,7 @@ export class Session {
       } else if (request.op === 'tool-counters') {
         value = this.cgroup?.toolCounters() ?? { oom_kills: 0, pids_refusals: 0 };
       } else if (request.op === 'send') {
-        const result = await this.egress.send(request.request.peer_url, request.request);
+        const result = await this.egress.send(request.request.peer_url, request.request, this.telemetry?.traceparent);
         this.recordEgress(
           'a2a',
           'capsule',
@@ -737,6 +779,7 @@ export class Session {
             ? { decision: 'allowed', state: result.value.state }
             : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error },
           this.egress.ruleForHttp(request.request.peer_url, 'capsule'),
+          startedAt,
         );
         value = result;
       } else if (request.op === 'delegate') value = await this.delegate(request.request);
@@ -764,7 +807,7 @@ export class Session {
    * Every request that tried to leave, allowed or not, in the trace (`egress`): the guest only
    * sees a WASI error code, so this is where an operator reads what was refused and why.
    */
-  private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>, rule?: string): void {
+  private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>, rule?: string, startedAt = Date.now()): void {
     let target = url;
     try {
       const parsed = new URL(url.includes('://') ? url : `http://${url}`);
@@ -774,6 +817,7 @@ export class Session {
     }
     this.trace.write('egress', { kind, grant, target, ...outcome });
     runtimeMetrics().egress(kind, String(outcome.decision), rule);
+    this.telemetry?.egress({ kind, grant, target, decision: String(outcome.decision), rule }, startedAt);
   }
 
   /** Ends the session at once: every process in its cgroup, or the host alone without one. */
@@ -849,6 +893,8 @@ export class Session {
     this.cgroup?.killAll();
     await this.cgroup?.remove();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
+    // Exported in the background: a collector that is slow or away never delays the end's announcement.
+    if (this.telemetry) this.telemetryDrained = this.telemetry.close(TELEMETRY_DRAIN_MS);
     // A delegated child whose session ended on its own terms reports for itself, before the end is
     // announced: the watcher reads that announcement as "report for it, unless it reported".
     const completionReported = await this.reportOwnCompletion(end);
@@ -1006,6 +1052,7 @@ export class Session {
           env: values,
           task: request.task,
           completion_deadline_secs: DELEGATION_DEADLINE_SECS,
+          ...(this.telemetry?.traceparent ? { traceparent: this.telemetry.traceparent } : {}),
         },
         { timeoutMs: 120_000 },
       );

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { Bus, Subscription } from '@murmur/shared/bus';
-import { BLOB_BUCKET, type Log, MurmurError, QUEUE_GROUPS, type StageRequest, commands, newId, runtimeMetrics, topics } from '@murmur/shared';
+import { BLOB_BUCKET, type Log, MurmurError, QUEUE_GROUPS, type StageRequest, commands, newId, runtimeMetrics, runtimeTracing, topics } from '@murmur/shared';
 import { BlobCache, cacheDir } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';
 
@@ -80,8 +80,17 @@ export function startStagerService(options: StagerServiceOptions): StagerService
           if (progressTopic) bus.publish(progressTopic, progress);
         };
         const working = progressTopic ? setInterval(() => report({ phase: 'working', stager_id: instanceId }), WORKING_INTERVAL_MS) : undefined;
+        const span = runtimeTracing().span('stager.stage', {
+          parent: request.traceparent,
+          attributes: { 'murmur.source': source, 'murmur.stager_id': instanceId },
+        });
         try {
           const plan = await whileServing(source, stager.stage({ request, onProgress: report }));
+          span.setAttributes({
+            'murmur.capsule': `${plan.capsule.name}@${plan.capsule.version}`,
+            'murmur.stage.components': plan.stats.components,
+            'murmur.stage.cache_hits': plan.stats.cache_hits,
+          });
           for (let index = 0; index < plan.stats.components; index += 1) runtimeMetrics().stageComponent(index < plan.stats.cache_hits);
           log.info(
             { capsule: `${plan.capsule.name}@${plan.capsule.version}`, ms: Math.round(plan.stats.duration_ms), cache_hits: plan.stats.cache_hits },
@@ -98,12 +107,14 @@ export function startStagerService(options: StagerServiceOptions): StagerService
           });
           return plan;
         } catch (error) {
+          span.fail(error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error));
           if (error instanceof MurmurError) {
             log.warn({ source, code: error.code }, error.message);
             bus.publish(topics.stageFailed, { stager_id: instanceId, source, error: error.toJSON() });
           }
           throw error;
         } finally {
+          span.end();
           if (working) clearInterval(working);
         }
       },

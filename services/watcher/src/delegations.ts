@@ -98,7 +98,11 @@ export class DelegationWatcher {
     const parentExecutor = request.parent.executor_id ?? this.executorOf(request.parent.session_id);
     const plan = await requestStaging(
       this.bus,
-      { source: { kind: 'registry', name: request.capsule_name, version: request.capsule_version }, env_names: Object.keys(request.env) },
+      {
+        source: { kind: 'registry', name: request.capsule_name, version: request.capsule_version },
+        env_names: Object.keys(request.env),
+        ...(request.traceparent ? { traceparent: request.traceparent } : {}),
+      },
       { timeoutMs: STAGE_TIMEOUT_MS },
     );
     const url =
@@ -122,6 +126,7 @@ export class DelegationWatcher {
         env: request.env,
         ...(url ? { url } : {}),
         ...(handle ? { spawner: handle } : {}),
+        ...(request.traceparent ? { traceparent: request.traceparent } : {}),
         roost: { url: request.roost_url, approval: request.approval },
         outlives_launcher: true,
         relay_output: false,

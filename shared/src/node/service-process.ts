@@ -4,10 +4,14 @@ import { type Bus, connectBus } from '../bus/index.js';
 import { MurmurError } from '../errors.js';
 import { installRuntimeMetrics } from '../metrics-sink.js';
 import type { ServiceName } from '../events.js';
+import type { Log } from '../log.js';
 import { newId } from '../ids.js';
 import { healthOf, serveHealth } from '../service-health.js';
+import { installRuntimeTracing } from '../tracing-sink.js';
+import { RUNTIME_VERSION } from '../version.js';
 import { healthRoutes, listenHttp, portFromEnv } from './http.js';
 import { createLogger } from './logger.js';
+import type { OtelTracer } from './otel.js';
 
 export interface ServiceContext {
   bus: Bus;
@@ -63,6 +67,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   // here, not at the top: `mur` imports this module for its door and must not pay for prom-client.
   const { metricsText, prometheusMetrics } = await import('./metrics.js');
   installRuntimeMetrics(prometheusMetrics);
+  const tracer = await installServiceTracer(`murmur-${options.service}`, env.MURMUR_OTEL_ENDPOINT, log);
   let bus: Bus;
   try {
     bus = await connectBus({ natsUrl: env.MURMUR_NATS_URL, name: instanceId, log });
@@ -107,6 +112,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     await listener.close(1_000);
     await started.close();
     await bus.close();
+    await tracer?.shutdown(2_000);
     log.info({}, `${options.service} stopped`);
   };
   // Handlers first, then the ready line: whoever reads the line may signal at once.
@@ -116,4 +122,28 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     { bus: bus.description, host, port: listener.port, url: listener.url, instance_id: instanceId },
     `${options.service} ready on ${listener.url}, bus ${bus.description}`,
   );
+}
+
+/**
+ * With `MURMUR_OTEL_ENDPOINT`, the process's own spans (`service.name` `murmur-<service>`, or `mur`
+ * for the services `mur run` runs in-process) go to that collector. A failing export is logged once
+ * a minute at most: a collector that is down must not fill the log, nor slow anything it records.
+ */
+export async function installServiceTracer(serviceName: string, endpoint: string | undefined, log: Log): Promise<OtelTracer | undefined> {
+  if (!endpoint?.trim()) return undefined;
+  const { openOtelTracer } = await import('./otel.js');
+  let lastReported = 0;
+  const tracer = openOtelTracer({
+    endpoint: endpoint.trim(),
+    serviceName,
+    serviceVersion: RUNTIME_VERSION,
+    scope: serviceName,
+    onExportError: (message) => {
+      if (Date.now() - lastReported < 60_000) return;
+      lastReported = Date.now();
+      log.warn({ otel_endpoint: endpoint }, message);
+    },
+  });
+  installRuntimeTracing(tracer);
+  return tracer;
 }

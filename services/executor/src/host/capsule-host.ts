@@ -68,7 +68,7 @@ export class CapsuleHost implements AgentHost {
     /** A guest worker started before `start` arrived, for the capsule's own instance. */
     prewarmed?: Worker,
   ) {
-    this.trace = new TraceWriter(start.session_dir, start.session_id);
+    this.trace = new TraceWriter(start.session_dir, start.session_id, start.forward_trace ? (event) => channel.trace(event) : undefined);
     this.sessionLog = new LogFile(start.session_dir, 'session.log');
     for (const tool of start.tools) this.tools.set(tool.name, tool);
     this.allowlist = new Set(start.allowlist);
@@ -631,14 +631,14 @@ export class CapsuleHost implements AgentHost {
     const result = (await this.channel.request({
       op: 'send',
       request: { peer_url: peerUrl, message_id: message.messageId, ...(message.contextId ? { context_id: message.contextId } : {}), text: message.text },
-    })) as Fallible<{ task_id: string; context_id: string; state: string }>;
+    })) as Fallible<{ task_id: string; context_id: string; state: string; traceparent?: string | null }>;
     if (!result.ok) return result;
     this.trace.write('a2a_send', {
       peer_url: peerUrl,
       message_id: message.messageId,
       task_id: result.value.task_id,
       context_id: result.value.context_id,
-      traceparent: null,
+      traceparent: result.value.traceparent ?? null,
     });
     return ok({ taskId: result.value.task_id, contextId: result.value.context_id, state: result.value.state });
   }

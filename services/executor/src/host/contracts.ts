@@ -1,5 +1,5 @@
 import type { SessionCall, SessionEvent, SessionReply, WireError } from '@murmur/shared';
-import type { TraceWriter } from '../records.js';
+import type { TraceRecord, TraceWriter } from '../records.js';
 import type { GuestRunner } from './guest-runner.js';
 import type { DriverComponentRef, HostComponent, HostRequest, HostTool } from './protocol.js';
 import type { HarnessExit, ToolResultShape } from './subprocess.js';
@@ -18,6 +18,8 @@ export interface HostChannel {
   output(stream: 'stdout' | 'stderr', text: string): void;
   /** Hands one event of the session's A2A feed to the executor, for the doors. */
   event(event: SessionEvent): void;
+  /** Hands one trace record to the executor, which makes the session's spans from it. */
+  trace(event: TraceRecord): void;
   /** Answers the doors' calls (relayed by the executor) with `handler`. */
   serve(handler: (call: SessionCall) => SessionReply): void;
 }

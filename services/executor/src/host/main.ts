@@ -60,6 +60,9 @@ const channel: HostChannel = {
   event(event) {
     send({ type: 'event', event });
   },
+  trace(event) {
+    send({ type: 'trace', event });
+  },
   serve(handler) {
     serveCall = handler;
     // Calls that arrived while the agent session was being set up are answered now, in order.

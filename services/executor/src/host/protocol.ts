@@ -165,6 +165,8 @@ export const StartMessageSchema = z.object({
   /** Declared tool names a capsule may invoke (its allowlist). */
   allowlist: z.array(z.string()),
   trace_include_tool_output: z.boolean(),
+  /** The session's spans are exported: every trace event is also sent to the executor, which makes them. */
+  forward_trace: z.boolean().optional(),
   /** The session that spawned this one (`session_start.spawned_by`). */
   spawned_by: z.string().optional(),
   effective_grants: z.record(z.string(), z.unknown()),
@@ -270,6 +272,11 @@ export const HostToExecutorSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('rpc-reply'), id: z.number().int(), reply: SessionReplySchema }),
   /** One event of the session's A2A feed, for the executor to publish on `session.<id>.events`. */
   z.object({ type: z.literal('event'), event: SessionEventSchema }),
+  /** One `trace.jsonl` record, as written, for the session's spans (only when `forward_trace`). */
+  z.object({
+    type: z.literal('trace'),
+    event: z.object({ event_type: z.string(), session_id: z.string(), timestamp: z.number() }).passthrough(),
+  }),
   z.object({
     type: z.literal('result'),
     status: z.enum(['ok', 'failed', 'trapped']),

@@ -1,0 +1,144 @@
+import { type Context, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, defaultTextMapGetter, trace } from '@opentelemetry/api';
+import { type ExportResult, ExportResultCode, W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BasicTracerProvider, BatchSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
+import { type OpenSpan, type RuntimeTracing, type SpanAttributes, type SpanOptions, isTraceparent, otelTracesUrl } from '../tracing-sink.js';
+
+/**
+ * The OpenTelemetry SDK behind the runtime's tracing sink: spans batched and exported as OTLP/HTTP
+ * JSON to `<endpoint>/v1/traces` by the official exporter.
+ *
+ * Export is never on a caller's path: a span's end only queues it, and a batch goes out at most
+ * every 200 ms. A collector that refuses, times out or is absent costs a failed export in the
+ * background, reported to `onExportError` (a session's `logs/otel.log`, a service's log) and
+ * nothing else; a full queue drops spans rather than holding memory or callers.
+ */
+export interface OtelTracerOptions {
+  /** The collector's base URL; `/v1/traces` is appended as upstream does. */
+  endpoint: string;
+  /** `service.name` of every span: the capsule's name, or `murmur-<service>`. */
+  serviceName: string;
+  serviceVersion: string;
+  /** The instrumentation scope's name. */
+  scope: string;
+  onExportError: (message: string) => void;
+}
+
+export interface OtelTracer extends RuntimeTracing {
+  readonly url: string;
+  /** Exports what is queued, waiting at most `timeoutMs`. */
+  flush(timeoutMs: number): Promise<void>;
+  /** Exports what is queued and stops, waiting at most `timeoutMs`. */
+  shutdown(timeoutMs: number): Promise<void>;
+}
+
+/**
+ * One export, its retries included, gives up after this long. Collectors run beside what they
+ * watch (a sidecar, the stack's network) and answer in milliseconds; a short bound is what lets a
+ * dead one cost a process's exit at most a second or so, and lets its failure be reported before.
+ */
+const EXPORT_TIMEOUT_MS = 1_000;
+const propagator = new W3CTraceContextPropagator();
+
+export function openOtelTracer(options: OtelTracerOptions): OtelTracer {
+  const url = otelTracesUrl(options.endpoint);
+  const exporter = new ReportingExporter(new OTLPTraceExporter({ url, timeoutMillis: EXPORT_TIMEOUT_MS }), url, options.onExportError);
+  const provider = new BasicTracerProvider({
+    resource: resourceFromAttributes({ 'service.name': options.serviceName, 'service.version': options.serviceVersion }),
+    spanProcessors: [
+      new BatchSpanProcessor(exporter, { scheduledDelayMillis: 200, maxExportBatchSize: 512, maxQueueSize: 8192, exportTimeoutMillis: EXPORT_TIMEOUT_MS }),
+    ],
+  });
+  const tracer = provider.getTracer(options.scope, options.serviceVersion);
+  let open = true;
+  return {
+    enabled: true,
+    url,
+    span(name: string, spanOptions: SpanOptions = {}): OpenSpan {
+      const span = tracer.startSpan(
+        name,
+        {
+          kind: spanOptions.kind === 'server' ? SpanKind.SERVER : spanOptions.kind === 'client' ? SpanKind.CLIENT : SpanKind.INTERNAL,
+          attributes: definedAttributes(spanOptions.attributes ?? {}),
+          ...(spanOptions.startTimeMs !== undefined ? { startTime: spanOptions.startTimeMs } : {}),
+        },
+        parentContext(spanOptions.parent),
+      );
+      return openSpan(span);
+    },
+    flush: (timeoutMs) => (open ? bounded(provider.forceFlush(), timeoutMs) : Promise.resolve()),
+    shutdown: (timeoutMs) => {
+      if (!open) return Promise.resolve();
+      open = false;
+      return bounded(provider.shutdown(), timeoutMs);
+    },
+  };
+}
+
+function openSpan(span: Span): OpenSpan {
+  const context = span.spanContext();
+  const traceparent = `00-${context.traceId}-${context.spanId}-${context.traceFlags.toString(16).padStart(2, '0')}`;
+  return {
+    traceparent,
+    setAttributes: (attributes) => span.setAttributes(definedAttributes(attributes)),
+    fail: (message) => span.setStatus({ code: SpanStatusCode.ERROR, message }),
+    end: (endTimeMs) => span.end(endTimeMs),
+  };
+}
+
+function parentContext(traceparent: string | undefined): Context {
+  if (!isTraceparent(traceparent)) return ROOT_CONTEXT;
+  const extracted = propagator.extract(ROOT_CONTEXT, { traceparent: traceparent.trim().toLowerCase() }, defaultTextMapGetter);
+  return trace.getSpanContext(extracted) ? extracted : ROOT_CONTEXT;
+}
+
+function definedAttributes(attributes: SpanAttributes): Record<string, string | number | boolean> {
+  const defined: Record<string, string | number | boolean> = {};
+  for (const [key, value] of Object.entries(attributes)) if (value !== undefined) defined[key] = value;
+  return defined;
+}
+
+/** Waits for `work`, or `timeoutMs`, whichever is first; a failure has already been reported. */
+async function bounded(work: Promise<unknown>, timeoutMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    work.catch(() => undefined),
+    new Promise((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+      timer.unref();
+    }),
+  ]);
+  if (timer) clearTimeout(timer);
+}
+
+/** The official exporter, with every failed export reported in words an operator can act on. */
+class ReportingExporter implements SpanExporter {
+  constructor(
+    private readonly inner: SpanExporter,
+    private readonly url: string,
+    private readonly report: (message: string) => void,
+  ) {}
+
+  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
+    this.inner.export(spans, (result) => {
+      if (result.code !== ExportResultCode.SUCCESS) this.report(`could not export ${spans.length} span(s) to ${this.url}: ${describeFailure(result.error)}`);
+      done(result);
+    });
+  }
+
+  shutdown(): Promise<void> {
+    return this.inner.shutdown();
+  }
+
+  forceFlush(): Promise<void> {
+    return this.inner.forceFlush?.() ?? Promise.resolve();
+  }
+}
+
+function describeFailure(error: Error | undefined): string {
+  if (!error) return 'the export failed';
+  const cause = (error as { cause?: { code?: string } }).cause;
+  const code = (error as { code?: string | number }).code ?? cause?.code;
+  return code !== undefined && !error.message.includes(String(code)) ? `${error.message} (${code})` : error.message;
+}
