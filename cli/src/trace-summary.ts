@@ -99,7 +99,7 @@ export function summariseTrace(file: string, events: TraceEvent[]): TraceSummary
   const shellLatenciesMs: number[] = [];
   let compaction: TraceSummary['compaction'];
   const reopens: TraceSummary['reopens'] = [];
-  const openTasks = new Map<string, true>();
+  const openTasks = new Set<string>();
   const tasks: TaskSummary[] = [];
 
   for (const event of events) {
@@ -136,7 +136,7 @@ export function summariseTrace(file: string, events: TraceEvent[]): TraceSummary
         compaction = { turn: event.turn, tokensBefore: event.tokens_before, tokensAfter: event.tokens_after };
         break;
       case 'task_start':
-        openTasks.set(event.task_id, true);
+        openTasks.add(event.task_id);
         break;
       case 'task_end':
         // A task's summary needs its start: an end without one is a trace cut at its head.
