@@ -1,4 +1,4 @@
-import { Command, CommanderError, Option } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { type Output, formatFailure, processOutput } from './output.js';
 
 // Each command's module is imported only when that command runs: `mur --help` should not pay for
@@ -135,6 +135,62 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .description("observe a running session's events through its door (stream/watch) until the session ends")
     .argument('<url>', 'the session door URL mur run printed')
     .action(run((url: string) => import('./commands/watch.js').then((module) => module.watchCommand(url, output))));
+
+  const trace = program.command('trace').description("read sessions' trace.jsonl: a summary, the steps, two runs compared, or statistics over many");
+  const workdirOption = (): Option =>
+    new Option('--workdir <dir>', 'the directory holding the sessions (ses_… directories, or .murmur/ses_… under a mur run --workdir)').default(
+      undefined,
+      './workdir',
+    );
+  const selectorHelp =
+    'a session: the last 4+ characters of its id, the full id, @N (@1 = newest), or a path (trace.jsonl or a session directory); default: the newest';
+  trace
+    .command('show')
+    .description('a summary of one session: status, turns, tokens, tool, skill and shell calls, compaction')
+    .argument('[session]', selectorHelp)
+    .addOption(workdirOption())
+    .action(
+      run((session: string | undefined, options: { workdir?: string }) =>
+        import('./commands/trace.js').then((module) => module.traceShowCommand(session, options, output)),
+      ),
+    );
+  trace
+    .command('steps')
+    .description('what the agent did, turn by turn')
+    .argument('[session]', selectorHelp)
+    .option('--verbose', "add the start of each turn's tool input")
+    .addOption(workdirOption())
+    .action(
+      run((session: string | undefined, options: { workdir?: string; verbose?: boolean }) =>
+        import('./commands/trace.js').then((module) => module.traceStepsCommand(session, options, output)),
+      ),
+    );
+  trace
+    .command('diff')
+    .description('compare two sessions side by side (default: @2 @1, the two newest)')
+    .argument('[before]', 'run A: a session id suffix (4+), full id, @N or path')
+    .argument('[after]', 'run B: the same forms')
+    .addOption(workdirOption())
+    .action(
+      run((before: string | undefined, after: string | undefined, options: { workdir?: string }) =>
+        import('./commands/trace.js').then((module) => module.traceDiffCommand(before, after, options, output)),
+      ),
+    );
+  trace
+    .command('report')
+    .description("statistics over sessions: all of the workdir's, the newest --last N, those --since a while ago, or the ones named")
+    .argument('[sessions...]', 'sessions to include (id suffixes, full ids, @N or paths); not with --last or --since')
+    .option('--last <n>', 'only the N newest sessions', (value: string) => {
+      if (!/^\d+$/.test(value)) throw new InvalidArgumentError('expected a whole number of sessions');
+      return Number(value);
+    })
+    .option('--since <duration>', 'only sessions started within this long: 30m, 2h, 1d')
+    .addOption(workdirOption())
+    .action(
+      run((sessions: string[], options: { workdir?: string; last?: number; since?: string }) =>
+        import('./commands/trace.js').then((module) => module.traceReportCommand(sessions, options, output)),
+      ),
+    );
 
   const config = program.command('config').description("read and write mur's configuration (~/.murmur/config.yaml, .murmur/config.yaml)");
   config

@@ -63,6 +63,8 @@ export const ERROR_CATALOGUE = {
   'E-RUN-012': { title: 'no cgroup scope for a capsule that can spawn' },
   'E-RUN-013': { title: 'workdir over its size limit' },
   'E-RUN-014': { title: 'sealed root build failed' },
+  'E-TRC-001': { title: 'a trace cannot be summarised: empty, or without its session_start or session_end' },
+  'E-TRC-002': { title: 'no session, or more than one, matches the selector; or a bad trace command argument' },
   'E-CTX-001': { title: 'no conversation is recorded for the context to resume' },
   'E-HOOK-001': { title: 'a hook could not be instantiated or lacks a required export of murmur:hook/lifecycle@0.5.0' },
   'E-HOOK-002': { title: 'an on-stage hook failed, so the session was not staged' },

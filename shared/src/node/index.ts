@@ -10,3 +10,4 @@ export * from './blobs.js';
 export * from './project-pack.js';
 export * from './staging.js';
 export * from './harness-command.js';
+export * from './trace-reader.js';

@@ -1,0 +1,138 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { MurmurError } from '@murmur/shared';
+
+/**
+ * Which trace a `mur trace` selector names, among the sessions under a workdir.
+ *
+ * Sessions are the `ses_*` directories directly in the workdir (where `mur run` puts a session
+ * beside its capsule: `<capsule dir>/workdir/<session>/`) and in its `.murmur/` (where a session
+ * run with `mur run --workdir <dir>` keeps its records), so `--workdir` names either kind of
+ * directory. Session ids are UUIDv7, so the lexically greatest is the newest: `@1` is the last
+ * in sorted order, and the id's first 12 hex digits are the millisecond it was minted (`--since`).
+ *
+ * Every refusal is `E-TRC-002` and lists the sessions it could have meant, newest first.
+ */
+
+export interface SessionEntry {
+  id: string;
+  /** The session's directory: the one holding its `trace.jsonl`. */
+  dir: string;
+}
+
+const SESSION_PREFIX = 'ses_';
+const FULL_ID = /^ses_[0-9a-f]{32}$/i;
+const MIN_SUFFIX = 4;
+/** How many candidates a refusal lists before it says how many more there are. */
+const LISTED_CANDIDATES = 10;
+const SELECTOR_HINT = 'give the last 4 or more characters of a session id, a full id, @N (@1 = the newest), or the path of a trace.jsonl';
+
+export const traceFileOf = (entry: SessionEntry): string => path.join(entry.dir, 'trace.jsonl');
+
+async function sessionDirsIn(dir: string): Promise<SessionEntry[]> {
+  const entries = await fs.readdir(dir, { withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT' || error.code === 'ENOTDIR') return [];
+    throw new MurmurError('E-IO-003', `failed to read ${dir}: ${error.message}`, { path: dir, cause: error });
+  });
+  return entries
+    .filter((entry) => entry.isDirectory() && entry.name.startsWith(SESSION_PREFIX))
+    .map((entry) => ({ id: entry.name, dir: path.join(dir, entry.name) }));
+}
+
+/** The workdir's sessions, oldest first; an id present in both places is the workdir's own. */
+export async function listSessions(workdir: string): Promise<SessionEntry[]> {
+  const byId = new Map<string, SessionEntry>();
+  for (const entry of [...(await sessionDirsIn(path.join(workdir, '.murmur'))), ...(await sessionDirsIn(workdir))]) byId.set(entry.id, entry);
+  return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/** The millisecond a session id was minted: its UUIDv7's leading 48 bits. */
+export function sessionMintedAtMs(id: string): number | undefined {
+  const hex = id.slice(SESSION_PREFIX.length, SESSION_PREFIX.length + 12);
+  return /^[0-9a-f]{12}$/i.test(hex) ? Number.parseInt(hex, 16) : undefined;
+}
+
+/** `  <id>` lines, newest first, at most LISTED_CANDIDATES of them. */
+function candidateLines(entries: SessionEntry[]): string {
+  const newestFirst = [...entries].reverse();
+  const lines = newestFirst.slice(0, LISTED_CANDIDATES).map((entry) => `  ${entry.id}`);
+  if (newestFirst.length > LISTED_CANDIDATES) lines.push(`  … and ${newestFirst.length - LISTED_CANDIDATES} more`);
+  return lines.join('\n');
+}
+
+function refusal(message: string, entries: SessionEntry[], workdir: string): MurmurError {
+  const listing = entries.length > 0 ? `\n${candidateLines(entries)}` : '';
+  return new MurmurError('E-TRC-002', `${message}${listing}`, { path: workdir, hint: SELECTOR_HINT });
+}
+
+export function noSessions(workdir: string): MurmurError {
+  return new MurmurError('E-TRC-002', `no sessions found in workdir at ${workdir}`, {
+    path: workdir,
+    hint: "run a capsule with 'mur run' first, or point --workdir at the directory that holds its sessions",
+  });
+}
+
+/** A selector that names a file rather than a session: it has a `/` or ends `.jsonl`. */
+export const isPathSelector = (selector: string): boolean => selector.includes('/') || selector.endsWith('.jsonl');
+
+/** The path's trace: the file itself, or `trace.jsonl` in it when it is a session directory. */
+async function traceAtPath(given: string): Promise<string> {
+  const resolved = path.resolve(given);
+  const stat = await fs.stat(resolved).catch(() => undefined);
+  return stat?.isDirectory() ? path.join(resolved, 'trace.jsonl') : resolved;
+}
+
+/** `@N`: the N-th newest session, `@1` the newest. */
+function byOrdinal(selector: string, entries: SessionEntry[], workdir: string): SessionEntry {
+  const digits = selector.slice(1);
+  if (!/^\d+$/.test(digits)) throw refusal(`invalid ordinal '${selector}' — expected @1, @2, ...`, entries, workdir);
+  const n = Number(digits);
+  if (n === 0) throw refusal('ordinal must be @1 or higher', entries, workdir);
+  if (n > entries.length) throw refusal(`@${n} is out of range — workdir has ${entries.length} session${entries.length === 1 ? '' : 's'}`, entries, workdir);
+  return entries[entries.length - n] as SessionEntry;
+}
+
+function bySuffix(selector: string, entries: SessionEntry[], workdir: string): SessionEntry {
+  if (selector.length < MIN_SUFFIX)
+    throw refusal(`session selector '${selector}' is too short — give at least ${MIN_SUFFIX} characters of a session id`, entries, workdir);
+  const wanted = selector.toLowerCase();
+  const matches = entries.filter((entry) => entry.id.toLowerCase().endsWith(wanted));
+  if (matches.length === 1) return matches[0] as SessionEntry;
+  if (matches.length === 0) throw refusal(`no session found matching suffix '${selector}' in ${workdir}`, entries, workdir);
+  // Upstream's wording, and its list: the matches in ascending order.
+  const listing = matches.map((entry) => `  ${entry.id}`).join('\n');
+  throw new MurmurError('E-TRC-002', `ambiguous: '${selector}' matches ${matches.length} sessions — provide more characters\n${listing}`, {
+    path: workdir,
+    hint: SELECTOR_HINT,
+  });
+}
+
+/**
+ * The trace file a selector names: none (the newest session), a path, `@N`, a full session id,
+ * or a case-insensitive suffix of one (4 characters or more, matching exactly one session).
+ */
+export async function resolveTrace(selector: string | undefined, workdir: string): Promise<string> {
+  if (selector !== undefined && isPathSelector(selector)) return traceAtPath(selector);
+  const entries = await listSessions(workdir);
+  if (entries.length === 0) throw noSessions(workdir);
+  if (selector === undefined) return traceFileOf(entries.at(-1) as SessionEntry);
+  if (selector.startsWith('@')) return traceFileOf(byOrdinal(selector, entries, workdir));
+  if (FULL_ID.test(selector)) {
+    const found = entries.find((entry) => entry.id.toLowerCase() === selector.toLowerCase());
+    if (!found) throw refusal(`session ${selector} not found in ${workdir}`, entries, workdir);
+    return traceFileOf(found);
+  }
+  return traceFileOf(bySuffix(selector, entries, workdir));
+}
+
+/** `30m`, `2h`, `1d` as milliseconds. */
+export function parseSince(given: string): number {
+  const match = /^(\d+)([mhd])$/.exec(given);
+  if (!match)
+    throw new MurmurError('E-TRC-002', `unrecognised --since format '${given}' — expected <N>m, <N>h, or <N>d`, {
+      path: '--since',
+      hint: 'for example --since 30m, --since 2h or --since 1d',
+    });
+  const unitMs = { m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as 'm' | 'h' | 'd'];
+  return Number(match[1]) * unitMs;
+}

@@ -1,0 +1,71 @@
+import { promises as fs } from 'node:fs';
+import { MurmurError } from '../errors.js';
+import { type TraceEvent, TraceEventSchema, isKnownTraceEventType } from '../trace-events.js';
+
+/**
+ * Reading a session's `trace.jsonl` without trusting it to be whole.
+ *
+ * A trace is read while it is written (a live session), after its writer was killed (a cut-off
+ * last line), and by a reader older than the runtime that wrote it. So a line that is not a JSON
+ * object, or is an event this reader knows with a field it needs missing or mistyped, is skipped
+ * and reported by line number — never a failure of the whole read — and a line whose
+ * `event_type` this reader does not know is passed over silently, as upstream §8 asks of readers.
+ */
+
+export interface SkippedLine {
+  /** 1-based, as an editor counts. */
+  line: number;
+  reason: string;
+}
+
+export interface TraceRead {
+  /** The events this reader knows, in file order. */
+  events: TraceEvent[];
+  /** The lines that could not be read as an event. */
+  skipped: SkippedLine[];
+}
+
+export function parseTraceText(text: string): TraceRead {
+  const events: TraceEvent[] = [];
+  const skipped: SkippedLine[] = [];
+  const lines = text.split('\n');
+  for (const [index, raw] of lines.entries()) {
+    const line = raw.trim();
+    if (line === '') continue;
+    const skip = (reason: string): void => void skipped.push({ line: index + 1, reason });
+    let value: unknown;
+    try {
+      value = JSON.parse(line);
+    } catch {
+      skip(index === lines.length - 1 ? 'cut off (no newline at its end)' : 'not JSON');
+      continue;
+    }
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+      skip('not a JSON object');
+      continue;
+    }
+    const type = (value as { event_type?: unknown }).event_type;
+    if (typeof type !== 'string') {
+      skip('no event_type');
+      continue;
+    }
+    if (!isKnownTraceEventType(type)) continue;
+    const parsed = TraceEventSchema.safeParse(value);
+    if (parsed.success) events.push(parsed.data);
+    else skip(`${type}: ${parsed.error.issues.map((issue) => `${issue.path.join('.') || 'event'} ${issue.message.toLowerCase()}`).join('; ')}`);
+  }
+  return { events, skipped };
+}
+
+/** The file read whole; a missing file is `E-IO-001`, any other failure to read it `E-IO-003`. */
+export async function readTraceFile(file: string): Promise<TraceRead> {
+  let text: string;
+  try {
+    text = await fs.readFile(file, 'utf8');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') throw new MurmurError('E-IO-001', `trace file not found: ${file}`, { path: file });
+    throw new MurmurError('E-IO-003', `failed to read ${file}: ${(error as Error).message}`, { path: file, cause: error });
+  }
+  return parseTraceText(text);
+}

@@ -1,0 +1,347 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { agentManifest, agentProject } from './support/agents.js';
+import { probeProject } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { type MurResult, runMur } from './support/processes.js';
+import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * `mur trace show|steps|diff|report` over the traces real sessions leave: an agent capsule run
+ * twice with `mur run` in its directory against a scripted model (once using the shell, once
+ * answering at once), and a script capsule run in a `--workdir` of its own.
+ */
+
+const SHELL_COMMAND = 'echo hello from the shell';
+/** How upstream prints a duration: `850ms`, `1.2s`. A sandboxed shell call may take either. */
+const DURATION = String.raw`(?:\d+ms|\d+\.\ds)`;
+
+/** A session id as if minted `daysAgo` days ago, ending in `suffix` (UUIDv7: 12 hex digits of milliseconds first). */
+function mintedDaysAgo(daysAgo: number, suffix: string): string {
+  const stamp = (Date.now() - daysAgo * 86_400_000).toString(16).padStart(12, '0');
+  return `ses_${stamp}${'7'.repeat(32 - 12 - suffix.length)}${suffix}`;
+}
+
+/** A real session's trace under another session directory, its events saying they are that session's. */
+async function copySession(from: string, to: string): Promise<void> {
+  await fs.mkdir(to, { recursive: true });
+  const text = await fs.readFile(path.join(from, 'trace.jsonl'), 'utf8');
+  await fs.writeFile(path.join(to, 'trace.jsonl'), text.replaceAll(path.basename(from), path.basename(to)));
+}
+
+describe('mur trace', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+  let inference: ScriptedInference;
+  let project: string;
+  /** `<project>/workdir`, where a plain `mur run` in the project leaves its sessions. */
+  let workdir: string;
+  /** The older agent session: a shell tool call, then the answer (2 turns). */
+  let shellSession: string;
+  /** The newer agent session: the answer at once (1 turn). */
+  let plainSession: string;
+  /** A `mur run --workdir` of the probe script capsule: its records are under `.murmur/`. */
+  let scriptWorkdir: string;
+
+  const trace = (args: string[], cwd = project): Promise<MurResult> => runMur(['trace', ...args], { cwd, env });
+  const lines = (result: MurResult): string[] => result.stdout.split('\n');
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-trace-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+    inference = await startScriptedInference({
+      script: (body) => {
+        const messages = body.messages as Array<{ content: unknown }>;
+        const answered = JSON.stringify(messages.at(-1)?.content).includes('tool_result');
+        if (!answered && JSON.stringify(messages[0]?.content).includes('use the shell'))
+          return { toolCalls: [{ name: 'sh', input: { command: SHELL_COMMAND } }] };
+        return { text: 'done' };
+      },
+    });
+    project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { capabilities: '  shell:\n    allow: [sh]' }));
+    workdir = path.join(project, 'workdir');
+    const launch = async (task: string): Promise<string> => {
+      const result = await runMur(['run', '--json', '--task', task], { cwd: project, env });
+      expect(result.code, result.stderr).toBe(0);
+      return (JSON.parse(result.stdout.trim().split('\n')[0] as string) as { session_id: string }).session_id;
+    };
+    shellSession = await launch('use the shell, then answer');
+    plainSession = await launch('answer at once');
+
+    scriptWorkdir = path.join(scratch.dir, 'script-workdir');
+    await fs.mkdir(scriptWorkdir);
+    const probe = await probeProject(path.join(scratch.dir, 'probe'));
+    const result = await runMur(['run', '--json', '--workdir', scriptWorkdir, '--task', JSON.stringify([{ op: 'print', text: 'hi' }])], { cwd: probe, env });
+    expect(result.code, result.stderr).toBe(0);
+  });
+
+  afterAll(async () => {
+    await inference?.close();
+    await scratch?.cleanup();
+  });
+
+  describe('show', () => {
+    it('summarises the newest session a plain mur run left in the current directory, with no selector and no --workdir', async () => {
+      const result = await trace(['show']);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stderr).toBe('');
+      expect(lines(result).slice(0, 15)).toEqual([
+        '── Session ──────────────────────────────────────',
+        `session:    ${plainSession}`,
+        'capsule:    agent v0.1.0',
+        'model:      test-model',
+        'status:     ok',
+        expect.stringMatching(/^duration: {3}(\d+ms|\d+\.\ds)$/),
+        '',
+        '── Turns ────────────────────────────────────────',
+        'count:      1  (max: 10)',
+        '',
+        '── Tokens ───────────────────────────────────────',
+        'input:      11  (avg 11/turn)',
+        'output:     7  (avg 7/turn)',
+        'total:      18',
+        '',
+      ]);
+      expect(result.stdout).toContain('── Tool calls ───────────────────────────────────\ncount:      0\n');
+      expect(result.stdout).toContain('── Compaction ───────────────────────────────────\nfired:      no\n');
+    });
+
+    it('lists each turn’s tool calls with their input, and the shell calls with their exit codes', async () => {
+      const result = await trace(['show', '@2']);
+      expect(result.code, result.stderr).toBe(0);
+      const output = lines(result);
+      expect(output).toContain('count:      2  (max: 10)');
+      expect(output).toContain('input:      22  (avg 11/turn)');
+      expect(output).toContainEqual(expect.stringMatching(/^count: {6}1 {2}\(1 ok, 0 error\) {2}success 100\.0%$/));
+      expect(output).toContainEqual(expect.stringMatching(new RegExp(`^  turn 0  sh ${DURATION} ✓  \\{"command":"${SHELL_COMMAND}"\\}$`)));
+      expect(output).toContain('  turn 1  end_turn');
+      const shell = output.indexOf('── Shell calls ──────────────────────────────────');
+      expect(output.slice(shell + 1, shell + 3)).toEqual(['count:      1', 'exit codes: 1 ok']);
+    });
+
+    it('finds a session by a case-insensitive suffix of 4 or more characters, its full id, @N, its trace file or its directory', async () => {
+      const selectors = [
+        shellSession.slice(-6).toUpperCase(),
+        shellSession.slice(-4),
+        shellSession,
+        '@2',
+        path.join(workdir, shellSession, 'trace.jsonl'),
+        path.join(workdir, shellSession),
+      ];
+      for (const selector of selectors) {
+        const result = await trace(['show', selector]);
+        expect(result.code, `${selector}: ${result.stderr}`).toBe(0);
+        expect(lines(result)[1], selector).toBe(`session:    ${shellSession}`);
+      }
+      expect(lines(await trace(['show', '@1']))[1]).toBe(`session:    ${plainSession}`);
+      // From elsewhere, --workdir names the directory holding the sessions.
+      expect(lines(await trace(['show', '--workdir', workdir, shellSession.slice(-8)], scratch.dir))[1]).toBe(`session:    ${shellSession}`);
+    });
+
+    it('reads the records a mur run --workdir keeps under .murmur/, and says a script capsule has no model', async () => {
+      const result = await trace(['show', '--workdir', scriptWorkdir], scratch.dir);
+      expect(result.code, result.stderr).toBe(0);
+      expect(lines(result).slice(2, 5)).toEqual(['capsule:    probe v0.1.0', 'model:      —', 'status:     ok']);
+      expect(result.stdout).toContain('count:      0  (max: —)');
+    });
+  });
+
+  describe('steps', () => {
+    it('prints one row per turn: the decision, the tool, and how long its call took', async () => {
+      const result = await trace(['steps', shellSession.slice(-5)]);
+      expect(result.code, result.stderr).toBe(0);
+      expect(lines(result)).toEqual([
+        `Session ${shellSession}  (2 turns)`,
+        '',
+        expect.stringMatching(new RegExp(`^ {2}0 {2}tool_call {4}sh {10}${DURATION}$`)),
+        '  1  end_turn     —           —',
+        '',
+        '',
+      ]);
+    });
+
+    it('adds the start of each turn’s tool input with --verbose', async () => {
+      const result = await trace(['steps', '--verbose', '@2']);
+      expect(result.code, result.stderr).toBe(0);
+      expect(lines(result)[2]).toMatch(new RegExp(`^ {2}0 {2}tool_call {4}sh {10}${DURATION}\\s+ {3}"${SHELL_COMMAND}"$`));
+      expect(lines(result)[3]).toBe('  1  end_turn     —           —');
+    });
+  });
+
+  describe('diff', () => {
+    it('compares two sessions metric by metric, saying which run each difference favours', async () => {
+      const result = await trace(['diff', shellSession.slice(-6), '@1']);
+      expect(result.code, result.stderr).toBe(0);
+      const output = lines(result);
+      expect(output[0]).toBe(`${'Metric'.padEnd(22)} ${'Run A'.padEnd(16)} ${'Run B'.padEnd(16)} Delta`);
+      const row = (label: string): string | undefined => output.find((line) => line.startsWith(`${label.padEnd(22)} `));
+      expect(row('turns')).toBe(`${'turns'.padEnd(22)} ${'2'.padEnd(16)} ${'1'.padEnd(16)} -1 (B better)`);
+      expect(row('input tokens')).toBe(`${'input tokens'.padEnd(22)} ${'22'.padEnd(16)} ${'11'.padEnd(16)} -11 (B better)`);
+      expect(row('input/turn (avg)')).toBe(`${'input/turn (avg)'.padEnd(22)} ${'11'.padEnd(16)} ${'11'.padEnd(16)} =`);
+      expect(row('tool success rate')).toBe(`${'tool success rate'.padEnd(22)} ${'100.0%'.padEnd(16)} ${'—'.padEnd(16)} —`);
+      expect(row('shell calls')).toBe(`${'shell calls'.padEnd(22)} ${'1'.padEnd(16)} ${'0'.padEnd(16)} -1 (B better)`);
+      expect(row('exit status')).toBe(`${'exit status'.padEnd(22)} ${'ok'.padEnd(16)} ${'ok'.padEnd(16)} —`);
+    });
+
+    it('compares the two newest sessions when given none, and refuses one alone', async () => {
+      const bare = await trace(['diff']);
+      expect(bare.code, bare.stderr).toBe(0);
+      const explicit = await trace(['diff', '@2', '@1']);
+      expect(bare.stdout).toBe(explicit.stdout);
+      const one = await trace(['diff', '@1']);
+      expect(one.code).toBe(1);
+      expect(one.stderr).toContain('error[E-TRC-002]: mur trace diff expects 0 or 2 arguments, got 1');
+    });
+
+    it('names which argument it could not resolve, both when both fail', async () => {
+      const result = await trace(['diff', '@9', 'zzzz']);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('error[E-TRC-002]: before: @9 is out of range — workdir has 2 sessions');
+      expect(result.stderr).toContain(`after: no session found matching suffix 'zzzz' in ${workdir}`);
+    });
+  });
+
+  describe('report', () => {
+    /** A workdir of copies: the two real sessions, one minted two days ago, one with an empty trace. */
+    let history: string;
+    let oldSession: string;
+
+    beforeAll(async () => {
+      history = path.join(scratch.dir, 'history');
+      await copySession(path.join(workdir, shellSession), path.join(history, shellSession));
+      await copySession(path.join(workdir, plainSession), path.join(history, plainSession));
+      oldSession = mintedDaysAgo(2, plainSession.slice(-8));
+      await copySession(path.join(workdir, shellSession), path.join(history, oldSession));
+      const emptySession = mintedDaysAgo(3, 'e0e0e0e0');
+      await fs.mkdir(path.join(history, emptySession));
+      await fs.writeFile(path.join(history, emptySession, 'trace.jsonl'), '');
+    });
+
+    const sessionsLine = (result: MurResult): string | undefined => lines(result).find((line) => line.startsWith('Sessions: '));
+
+    it('aggregates every complete session of the workdir, and notes the incomplete ones it skipped', async () => {
+      const result = await trace(['report', '--workdir', history], scratch.dir);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stderr).toContain('note: skipped 1 incomplete session(s)');
+      expect(sessionsLine(result)).toBe(`Sessions: 3  (${history})`);
+      const output = lines(result);
+      expect(output.filter((line) => line.startsWith('Session ses_'))).toEqual([
+        expect.stringMatching(new RegExp(`^Session ${oldSession.slice(0, 12)}\\.\\.\\.  \\S+  2 turns$`)),
+        expect.stringMatching(new RegExp(`^Session ${shellSession.slice(0, 12)}\\.\\.\\.  \\S+  2 turns$`)),
+        expect.stringMatching(new RegExp(`^Session ${plainSession.slice(0, 12)}\\.\\.\\.  \\S+  1 turn$`)),
+      ]);
+      expect(output).toContainEqual(expect.stringMatching(/^turns {18}1\.7 {12}0\.5 {12}1\.0 {12}2\.0$/));
+      expect(output).toContain(`  ${'ok'.padEnd(24)} 3  (100.0%)`);
+    });
+
+    it('narrows to the newest N with --last, and to those minted within a while with --since', async () => {
+      const last = await trace(['report', '--workdir', history, '--last', '1'], scratch.dir);
+      expect(last.code, last.stderr).toBe(0);
+      expect(sessionsLine(last)).toBe(`Sessions: 1  (${history})`);
+      expect(last.stdout).toContain(`Session ${plainSession.slice(0, 12)}...`);
+      const recent = await trace(['report', '--workdir', history, '--since', '1d'], scratch.dir);
+      expect(recent.code, recent.stderr).toBe(0);
+      expect(sessionsLine(recent)).toBe(`Sessions: 2  (${history})`);
+      expect(recent.stdout).not.toContain(oldSession.slice(0, 12));
+      const minutes = await trace(['report', '--workdir', history, '--since', '600m', '--last', '5'], scratch.dir);
+      expect(sessionsLine(minutes)).toBe(`Sessions: 2  (${history})`);
+    });
+
+    it('takes explicit sessions, but not together with --last or --since', async () => {
+      const named = await trace(['report', '@1', shellSession.slice(-6)]);
+      expect(named.code, named.stderr).toBe(0);
+      expect(sessionsLine(named)).toBe(`Sessions: 2  (${workdir})`);
+      const mixed = await trace(['report', '@1', '--since', '2h']);
+      expect(mixed.code).toBe(1);
+      expect(mixed.stderr).toContain('error[E-TRC-002]: --since cannot be combined with explicit session arguments');
+    });
+
+    it('refuses a --since it cannot read, and --last 0', async () => {
+      const since = await trace(['report', '--since', '5y']);
+      expect(since.code).toBe(1);
+      expect(since.stderr).toContain("error[E-TRC-002]: unrecognised --since format '5y' — expected <N>m, <N>h, or <N>d");
+      const last = await trace(['report', '--last', '0']);
+      expect(last.code).toBe(1);
+      expect(last.stderr).toContain('error[E-TRC-002]: --last must be at least 1');
+    });
+
+    it('refuses an ambiguous suffix, listing the sessions it matches', async () => {
+      const suffix = plainSession.slice(-8);
+      const result = await trace(['show', '--workdir', history, suffix], scratch.dir);
+      expect(result.code).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toContain(
+        `error[E-TRC-002]: ambiguous: '${suffix}' matches 2 sessions — provide more characters\n  ${oldSession}\n  ${plainSession}\n`,
+      );
+    });
+  });
+
+  describe('refusals', () => {
+    it('refuses a selector that matches nothing with E-TRC-002, listing the sessions there are', async () => {
+      const candidates = `\n  ${plainSession}\n  ${shellSession}\n  hint: `;
+      const missing = `ses_${'0'.repeat(32)}`;
+      for (const [selector, message] of [
+        ['zzzz', `no session found matching suffix 'zzzz' in ${workdir}`],
+        [missing, `session ${missing} not found in ${workdir}`],
+        ['@3', '@3 is out of range — workdir has 2 sessions'],
+        ['abc', "session selector 'abc' is too short — give at least 4 characters of a session id"],
+      ] as const) {
+        const result = await trace(['show', selector]);
+        expect(result.code, selector).toBe(1);
+        expect(result.stdout, selector).toBe('');
+        expect(result.stderr, selector).toContain(`error[E-TRC-002]: ${message}${candidates}`);
+      }
+    });
+
+    it('says so when the workdir holds no sessions, or a report’s workdir does not exist', async () => {
+      const empty = path.join(scratch.dir, 'empty');
+      await fs.mkdir(empty);
+      const show = await trace(['show', '--workdir', empty], scratch.dir);
+      expect(show.code).toBe(1);
+      expect(show.stderr).toContain(`error[E-TRC-002]: no sessions found in workdir at ${empty}`);
+      const report = await trace(['report', '--workdir', path.join(scratch.dir, 'nowhere')], scratch.dir);
+      expect(report.code).toBe(1);
+      expect(report.stderr).toContain(`error[E-IO-001]: workdir not found: ${path.join(scratch.dir, 'nowhere')}`);
+      const file = await trace(['show', path.join(scratch.dir, 'nowhere', 'trace.jsonl')], scratch.dir);
+      expect(file.code).toBe(1);
+      expect(file.stderr).toContain(`error[E-IO-001]: trace file not found: ${path.join(scratch.dir, 'nowhere', 'trace.jsonl')}`);
+    });
+
+    it('skips and counts garbled and cut-off lines, ignores unknown events and keys, and prints the rest as if they were not there', async () => {
+      const original = path.join(workdir, shellSession, 'trace.jsonl');
+      const [first, ...rest] = (await fs.readFile(original, 'utf8')).trimEnd().split('\n') as [string, ...string[]];
+      const garbled = path.join(scratch.dir, 'garbled.jsonl');
+      const annotated = JSON.stringify({ ...JSON.parse(first), a_key_from_the_future: { nested: true } });
+      await fs.writeFile(
+        garbled,
+        [
+          annotated,
+          'THIS IS NOT JSON',
+          JSON.stringify({ event_type: 'an_event_from_the_future', session_id: shellSession, timestamp: 1 }),
+          JSON.stringify({ event_type: 'tool_call', tool_name: 'sh' }),
+          ...rest,
+          (rest.at(-1) as string).slice(0, 40),
+        ].join('\n'),
+      );
+      const intact = await trace(['show', original]);
+      const result = await trace(['show', garbled]);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stdout).toBe(intact.stdout);
+      expect(result.stderr).toContain(`warning: ${garbled}: skipped 3 unreadable lines (line 2: not JSON; line 4: tool_call: `);
+      expect(result.stderr).toContain(`; line ${rest.length + 5}: cut off (no newline at its end))`);
+      const steps = await trace(['steps', garbled]);
+      expect(steps.stdout).toBe((await trace(['steps', original])).stdout);
+    });
+
+    it('refuses a trace with no session_end (a session still running) with E-TRC-001', async () => {
+      const original = path.join(workdir, plainSession, 'trace.jsonl');
+      const events = (await fs.readFile(original, 'utf8')).trimEnd().split('\n');
+      const running = path.join(scratch.dir, 'running.jsonl');
+      await fs.writeFile(running, `${events.filter((line) => !line.includes('"session_end"')).join('\n')}\n`);
+      const result = await trace(['show', running]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain(`error[E-TRC-001]: ${running}: no session_end event found`);
+    });
+  });
+});
