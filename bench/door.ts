@@ -9,11 +9,17 @@
  * recording hook of the suites, with no directory, so it answers `none`): each message then
  * makes three hook calls (task start, inference, task end) on the hook's resident instance.
  *
+ * A fourth row runs the echo capsule with OpenTelemetry export on (`MURMUR_OTEL_ENDPOINT`): the
+ * door's request span and the session's spans of every message, batched to a loopback collector
+ * that reads and drops them. Aim: export costs ≤ 5% of the message rate.
+ *
  * Both servers run in their own processes; the clients run here. `BENCH_SECONDS` (default 8) is
  * the length of each measured phase, after a one-second warm-up.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { promises as fs } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -117,7 +123,7 @@ try {
   await publishInto(path.join(home, 'artifacts'), await componentArtifact('echo-driver', '1.0.0', (await echoDriver()).bytes, 'driver'));
   await publishInto(path.join(home, 'artifacts'), await componentArtifact('every-event', '1.0.0', (await recordingHook()).bytes, 'hook'));
   /** The echo capsule, with `hooks` among its artifacts; started with `mur run`, its door URL returned. */
-  const startEcho = async (name: string, hooks: string[]): Promise<string> => {
+  const startEcho = async (name: string, hooks: string[], extraEnv: Record<string, string> = {}): Promise<string> => {
     const project = path.join(scratch, name);
     await fs.mkdir(project);
     await fs.writeFile(
@@ -145,7 +151,7 @@ try {
     );
     const murmur = await startProcess(
       [process.execPath, mur, 'run', '--json'],
-      { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home } },
+      { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home, ...extraEnv } },
       (line) => line.startsWith('{'),
     );
     children.push(murmur.child);
@@ -153,6 +159,8 @@ try {
   };
   const session = await startEcho('echo', []);
   const hooked = await startEcho('echo-hooked', ['every-event']);
+  const collector = await startDrainingCollector();
+  const exporting = await startEcho('echo-exporting', [], { MURMUR_OTEL_ENDPOINT: collector.endpoint });
   const sdk = await startProcess(
     [process.execPath, path.join(root, 'bench', 'sdk-echo-server.mjs')],
     { cwd: root, env: { PATH: process.env.PATH ?? '' } },
@@ -164,6 +172,7 @@ try {
   const targets = [
     { label: 'murmur door → capsule host', rpc: session, card: new URL('.well-known/agent-card.json', session).href },
     { label: 'murmur, a blocking hook on every event', rpc: hooked, card: new URL('.well-known/agent-card.json', hooked).href },
+    { label: 'murmur, OpenTelemetry export on', rpc: exporting, card: new URL('.well-known/agent-card.json', exporting).href },
     { label: '@a2a-js/sdk, in-process executor', rpc: `${sdkBase}/rpc`, card: `${sdkBase}/.well-known/agent-card.json` },
   ];
   for (const target of targets) {
@@ -181,7 +190,7 @@ try {
     process.stdout.write(`${row(`${target.label}: agent card`, card)}\n`);
     results[target.label] = { message, card };
   }
-  const [door, withHook, plain] = targets.map((target) => results[target.label] as { message: Phase; card: Phase });
+  const [door, withHook, exported, plain] = targets.map((target) => results[target.label] as { message: Phase; card: Phase });
   const messageRatio = (door?.message.perSecond ?? 0) / (plain?.message.perSecond ?? 1);
   const cardRatio = (door?.card.perSecond ?? 0) / (plain?.card.perSecond ?? 1);
   process.stdout.write(`\nratio (murmur / sdk): messages ${messageRatio.toFixed(2)} (aim ≥ 0.5), agent cards ${cardRatio.toFixed(2)}\n`);
@@ -189,7 +198,39 @@ try {
   process.stdout.write(
     `a blocking hook on every event: messages ${((withHook?.message.perSecond ?? 0) / (door?.message.perSecond ?? 1)).toFixed(2)} of the hook-free rate, p50 +${hookCost.toFixed(1)} ms (three hook calls a message)\n`,
   );
+  const exportRatio = (exported?.message.perSecond ?? 0) / (door?.message.perSecond ?? 1);
+  process.stdout.write(
+    `OpenTelemetry export on: messages ${exportRatio.toFixed(3)} of the export-off rate (cost ${((1 - exportRatio) * 100).toFixed(1)}%, aim ≤ 5%); the collector took ${collector.requests()} exports, ${(collector.bytes() / 1024 / 1024).toFixed(1)} MB\n`,
+  );
+  await collector.close();
 } finally {
   for (const child of children.reverse()) await stop(child);
   if (!process.env.BENCH_KEEP) await fs.rm(scratch, { recursive: true, force: true });
+}
+
+/** A collector that accepts every OTLP export and drops it: what export costs the sender, not what decoding costs here. */
+async function startDrainingCollector(): Promise<{ endpoint: string; requests(): number; bytes(): number; close(): Promise<void> }> {
+  let requests = 0;
+  let bytes = 0;
+  const server = http.createServer((request, response) => {
+    request.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+    });
+    request.on('end', () => {
+      requests += 1;
+      response.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    requests: () => requests,
+    bytes: () => bytes,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
 }

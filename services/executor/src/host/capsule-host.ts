@@ -47,6 +47,9 @@ function refused(error: string): Fallible<never> {
   return { ok: false, error };
 }
 
+/** The records the executor makes spans of (`session-telemetry.ts`): only these cross to it. */
+const SPAN_RECORDS: ReadonlySet<string> = new Set(['a2a_task_received', 'session_start', 'inference', 'tool_call', 'shell', 'compaction', 'session_end']);
+
 export class CapsuleHost implements AgentHost {
   readonly trace: TraceWriter;
   private readonly sessionLog: LogFile;
@@ -68,7 +71,15 @@ export class CapsuleHost implements AgentHost {
     /** A guest worker started before `start` arrived, for the capsule's own instance. */
     prewarmed?: Worker,
   ) {
-    this.trace = new TraceWriter(start.session_dir, start.session_id, start.forward_trace ? (event) => channel.trace(event) : undefined);
+    this.trace = new TraceWriter(
+      start.session_dir,
+      start.session_id,
+      start.forward_trace
+        ? (event) => {
+            if (SPAN_RECORDS.has(event.event_type)) channel.trace(event);
+          }
+        : undefined,
+    );
     this.sessionLog = new LogFile(start.session_dir, 'session.log');
     for (const tool of start.tools) this.tools.set(tool.name, tool);
     this.allowlist = new Set(start.allowlist);
