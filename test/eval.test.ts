@@ -327,6 +327,46 @@ describe('mur eval', () => {
     expect(records.at(-1)).toMatchObject({ dataset_id: null, overall: 'pass', scores: { exit_ok: 1 } });
   }, 120_000);
 
+  it('records a case that cannot be staged as stage_failed, and it does not count as a pass', async () => {
+    const dir = path.join(scratch.dir, 'unstageable');
+    const artifacts = `${EVAL_HOOK_ENTRY}\n  - name: not-installed\n    version: 1.0.0\n    runtime: tool`;
+    await agentProject(dir, agentManifest(inference, { artifacts, extra: evalBlock(['      - type: exit_ok']) }), {
+      'task.md': 'just answer',
+      'eval.jsonl': '{"case_id": "never-runs", "task_path": "task.md"}\n',
+    });
+    const result = await runMur(['eval', 'run'], { cwd: dir, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toMatch(/^ {4}stage failed: error\[E-RUN-008\]: .*not-installed/m);
+    expect(result.stdout).toBe(
+      [
+        'Running 1 case(s) …',
+        '  case: never-runs',
+        '',
+        '── Summary ──────────────────────────────────────',
+        'pass: 0/1',
+        '',
+        `  ${'never-runs'.padEnd(24)} stage_failed    (${path.join(dir, 'workdir')})`,
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('scores nothing and says why when the hook is given no directory to write in', async () => {
+    const dir = path.join(scratch.dir, 'no-scope');
+    const entry = '  - name: murmur-hook-eval\n    version: 0.1.0\n    runtime: hook';
+    await agentProject(dir, agentManifest(inference, { artifacts: entry, extra: evalBlock(['      - type: exit_ok']) }));
+    const run = await runMur(['run', '--task', 'just answer'], { cwd: dir, env });
+    expect(run.code, run.stderr).toBe(0);
+    const [session] = (await sessionsIn(path.join(dir, 'workdir'))) as [string];
+    await expect(fs.access(path.join(dir, 'workdir', session, 'eval.jsonl'))).rejects.toThrow();
+    expect(await fs.readFile(path.join(dir, 'workdir', session, 'logs', 'session.log'), 'utf8')).toContain(
+      'no directory to write eval.jsonl in: grant this hook capabilities.filesystem.scope: . on its artifacts: entry',
+    );
+    const shown = await runMur(['eval', 'show'], { cwd: dir, env });
+    expect(shown.code).toBe(1);
+    expect(shown.stderr).toContain(`error[E-EVAL-002]: session ${session} has no eval.jsonl`);
+  }, 120_000);
+
   describe('on the stack', () => {
     let nats: NatsServer;
     const services: ServiceProcess[] = [];
@@ -469,6 +509,29 @@ describe('mur eval', () => {
       const missing = await runMur(['eval', 'diff', file, path.join(workdir, 'missing.jsonl')]);
       expect(missing.code).toBe(1);
       expect(missing.stderr).toContain(`error[E-IO-001]: eval file not found: ${path.join(workdir, 'missing.jsonl')}`);
+    });
+
+    it('shows a session no scorer scored, and an empty file, without failing', async () => {
+      const file = path.join(workdir, '..', 'no-scores.jsonl');
+      await fs.writeFile(file, '{"record_type":"dataset_run","ts":3000,"dataset_id":null,"case_id":null,"overall":"no_scores","scores":{}}\n');
+      const noScores = await runMur(['eval', 'show', file]);
+      expect(noScores.code, noScores.stderr).toBe(0);
+      expect(noScores.stdout).toBe(
+        [
+          `── Eval: ${file} ─────────────────────────────────────`,
+          '',
+          '── Scorers ──────────────────────────────────────',
+          '',
+          '── Overall ──────────────────────────────────────',
+          '  result:  no_scores',
+          '',
+        ].join('\n'),
+      );
+      await fs.writeFile(file, '');
+      const empty = await runMur(['eval', 'show', file]);
+      expect(empty.code, empty.stderr).toBe(0);
+      expect(empty.stdout).toBe(`── Eval: ${file} ─────────────────────────────────────\n  (no scored events)\n`);
+      expect(JSON.parse((await runMur(['eval', 'show', '--json', file])).stdout)).toEqual({ overall: 'no_scores', scorers: {}, dataset_run: null });
     });
 
     it('marks a scorer only one run has', async () => {
