@@ -1,9 +1,10 @@
-// Builds the runtime's first-party inference drivers — murmur-driver-anthropic and
-// murmur-driver-openai, from our own sources in drivers/ — into the store of default artifacts
-// (drivers/dist/store), which staging consults after every other source. So an agent capsule
-// naming one of them runs without an install step, and without network access to a registry.
+// Builds the runtime's first-party artifacts written in JavaScript — the inference drivers
+// murmur-driver-anthropic and murmur-driver-openai, and the hook murmur-hook-eval, from our own
+// sources in drivers/ — into the store of default artifacts (drivers/dist/store), which staging
+// consults after every other source. So an agent capsule naming one of them runs without an
+// install step, and without network access to a registry.
 //
-// Components come from the guest cache (keyed by source), so only a changed driver is rebuilt;
+// Components come from the guest cache (keyed by source), so only a changed artifact is rebuilt;
 // an archive already in the store with the same bytes is left alone.
 import { existsSync, promises as fs } from 'node:fs';
 import os from 'node:os';
@@ -11,15 +12,19 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ArtifactStore, buildArtifact, sha256Hex } from '../shared/dist/artifacts/index.js';
 import { componentFromJs } from '../tools/guest-kit/dist/index.js';
-import { DRIVERS, driverGuest } from '../drivers/guests.mjs';
+import { DRIVERS, HOOKS, driverGuest, hookGuest } from '../drivers/guests.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const store = new ArtifactStore(path.join(root, 'drivers', 'dist', 'store'), 'default');
 
-for (const driver of DRIVERS) {
-  const name = `murmur-driver-${driver}`;
+const FIRST_PARTY = [
+  ...DRIVERS.map((driver) => ({ name: `murmur-driver-${driver}`, guest: () => driverGuest(driver) })),
+  ...HOOKS.map((hook) => ({ name: `murmur-hook-${hook}`, guest: () => hookGuest(hook) })),
+];
+
+for (const { name, guest } of FIRST_PARTY) {
   const started = Date.now();
-  const built = await componentFromJs(driverGuest(driver));
+  const built = await componentFromJs(guest());
   const work = await fs.mkdtemp(path.join(os.tmpdir(), `${name}-`));
   try {
     const wasmName = `${name.replaceAll('-', '_')}.wasm`;
@@ -39,4 +44,4 @@ for (const driver of DRIVERS) {
     await fs.rm(work, { recursive: true, force: true });
   }
 }
-if (!existsSync(store.root)) throw new Error(`no driver was written to ${store.root}`);
+if (!existsSync(store.root)) throw new Error(`no first-party artifact was written to ${store.root}`);

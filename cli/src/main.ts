@@ -130,6 +130,38 @@ export async function main(argv: string[], output: Output = processOutput): Prom
       ),
     );
 
+  const evaluation = program.command('eval').description("read, compare and produce the scores murmur-hook-eval writes to a session's eval.jsonl");
+  evaluation
+    .command('show')
+    .description("summarise one session's eval.jsonl: each scorer's pass rate, the overall result, the failing events")
+    .argument('[session]', 'a session id, the last 4+ characters of one, @N (the N-th newest), or a path to an eval.jsonl (default: the newest session)')
+    .option('--workdir <dir>', 'the directory holding the ses_* sessions', './workdir')
+    .option('--json', 'print one JSON document instead')
+    .action(
+      run((session: string | undefined, options: { workdir?: string; json?: boolean }) =>
+        import('./commands/eval.js').then((module) => module.evalShowCommand(session, options, output)),
+      ),
+    );
+  evaluation
+    .command('diff')
+    .description("compare two sessions' eval.jsonl, scorer by scorer")
+    .argument('<a>', 'run A: a session id, a suffix of one, @N, or a path to an eval.jsonl')
+    .argument('<b>', 'run B, likewise')
+    .option('--workdir <dir>', 'the directory holding the ses_* sessions', './workdir')
+    .action(
+      run((a: string, b: string, options: { workdir?: string }) =>
+        import('./commands/eval.js').then((module) => module.evalDiffCommand(a, b, options, output)),
+      ),
+    );
+  evaluation
+    .command('run')
+    .description('run a capsule once per case of a dataset and summarise the scores of each session')
+    .argument('[capsule]', 'the capsule directory (holding murmur.yaml)', '.')
+    .option('--dataset <jsonl>', 'one case a line: {"case_id", "task_path", "expected"?} (default: ./eval.jsonl)')
+    .action(
+      run((capsule: string, options: { dataset?: string }) => import('./commands/eval.js').then((module) => module.evalRunCommand(capsule, options, output))),
+    );
+
   program
     .command('watch')
     .description("observe a running session's events through its door (stream/watch) until the session ends")

@@ -37,6 +37,11 @@ export const ERROR_CATALOGUE = {
   'E-CFG-001': { title: 'no inference provider configured' },
   'E-CFG-002': { title: 'unknown configuration key' },
   'E-CFG-003': { title: 'invalid configuration value' },
+  'E-EVAL-001': { title: 'an eval file or dataset line cannot be read' },
+  'E-EVAL-002': {
+    title: 'no eval record for the session',
+    hint: "run the capsule with murmur-hook-eval declared and observability.eval.scorers set, or 'mur eval run'",
+  },
   'E-IO-001': { title: 'not found' },
   'E-IO-002': { title: 'permission denied' },
   'E-IO-003': { title: 'input/output failure' },

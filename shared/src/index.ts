@@ -25,6 +25,7 @@ export * from './artifact-meta.js';
 export * from './service-health.js';
 export * from './environment.js';
 export * from './launch.js';
+export * from './eval.js';
 export * from './session-rpc.js';
 export * from './door.js';
 export * from './a2a-wire.js';

@@ -47,6 +47,12 @@ export const LaunchRequestSchema = z.object({
    * references its manifest makes. Nothing else of the client's environment travels.
    */
   env: z.record(z.string(), z.string()).default({}),
+  /**
+   * `mur eval run`: the dataset case this session runs, handed to its hooks alone as
+   * `MURMUR_CASE_ID` (and `MURMUR_DATASET_ID`, the manifest's `observability.eval.dataset_id`).
+   * A field of its own rather than launcher environment: no capsule's `env.allow` can reach it.
+   */
+  eval_case: z.object({ case_id: z.string().min(1), dataset_id: z.string().min(1).optional() }).optional(),
   /** The session's door URL, decided by the launcher before launch (absent for a script capsule): `MURMUR_CAPSULE_URL`. */
   url: z.string().optional(),
   /** `mur run --system-prompt`: replaces every prompt source of the manifest (trimmed; empty clears it). */

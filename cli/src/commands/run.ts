@@ -65,7 +65,7 @@ function taskText(task: string | undefined): string | undefined {
 }
 
 /** The launching side's values a capsule may receive: its allowlist, its `${VAR}`s, the subprocess baseline. */
-function launchEnvironment(plan: StagedPlan, env: Record<string, string>): Record<string, string> {
+export function launchEnvironment(plan: StagedPlan, env: Record<string, string>): Record<string, string> {
   const names = new Set([...plan.policy.env_allow, ...plan.secret_env, ...SUBPROCESS_BASELINE, ...plan.policy.shell_baseline_env]);
   const values: Record<string, string> = {};
   for (const name of names) if (env[name] !== undefined) values[name] = env[name] as string;

@@ -1,6 +1,14 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { type CapsuleCard, MurmurError, type StagedPlan, guestEnvironment, resolveManifestSecrets } from '@murmur/shared';
+import {
+  type CapsuleCard,
+  type LaunchRequest,
+  MurmurError,
+  type StagedPlan,
+  evalConfigForHooks,
+  guestEnvironment,
+  resolveManifestSecrets,
+} from '@murmur/shared';
 import { locateHarness } from '@murmur/shared/node';
 import type { AgentStart, HookStart, HostComponent, HostTool } from './host/protocol.js';
 
@@ -28,6 +36,8 @@ export interface AgentLaunchInput {
   driverComponent: (name: string) => HostComponent | undefined;
   /** A hook's component, likewise. */
   hookComponent: (name: string) => HostComponent | undefined;
+  /** `mur eval run`: the dataset case the session runs, for its hooks. */
+  evalCase?: LaunchRequest['eval_case'];
   /** `mur run --system-prompt`: replaces every manifest source; empty clears the prompt. */
   systemPromptOverride?: string | undefined;
   idleTimeoutMs: number;
@@ -92,9 +102,10 @@ const HOOK_DEFAULT_DEADLINE_MS = 30_000;
 
 /**
  * The hooks as the host runs them. A hook gets no host environment: only the observability
- * endpoint, the eval configuration and the ids an eval run or a formation forwards. It sees no
- * directory unless its entry grants `capabilities.filesystem.scope` (then that one, under the
- * accessible workdir, created if missing).
+ * endpoint, the eval configuration (defaults applied, unknown scorers left out), the case an
+ * eval run launches (its own launch field, never the launcher's environment) and the formation
+ * id. It sees no directory unless its entry grants `capabilities.filesystem.scope` (then that
+ * one, under the accessible workdir, created if missing).
  */
 function hookStarts(input: AgentLaunchInput, manifest: ReturnType<typeof resolveManifestSecrets>): HookStart[] {
   const { plan } = input;
@@ -102,10 +113,10 @@ function hookStarts(input: AgentLaunchInput, manifest: ReturnType<typeof resolve
   const env: Array<[string, string]> = [];
   if (observability?.otel_endpoint) env.push(['MURMUR_OTEL_ENDPOINT', observability.otel_endpoint]);
   if (input.env.MURMUR_FORMATION_ID) env.push(['MURMUR_FORMATION_ID', input.env.MURMUR_FORMATION_ID]);
-  if (observability?.eval) env.push(['MURMUR_EVAL_CONFIG', JSON.stringify(observability.eval)]);
-  for (const name of ['MURMUR_CASE_ID', 'MURMUR_DATASET_ID']) {
-    const value = input.env[name];
-    if (value) env.push([name, value]);
+  if (observability?.eval) env.push(['MURMUR_EVAL_CONFIG', JSON.stringify(evalConfigForHooks(observability.eval))]);
+  if (input.evalCase) {
+    env.push(['MURMUR_CASE_ID', input.evalCase.case_id]);
+    if (input.evalCase.dataset_id) env.push(['MURMUR_DATASET_ID', input.evalCase.dataset_id]);
   }
   const deadlineMs = plan.policy.deadline_declared ? plan.policy.limits.deadline_seconds * 1000 : HOOK_DEFAULT_DEADLINE_MS;
   const hooks: HookStart[] = [];

@@ -389,6 +389,7 @@ export class Session {
         driverComponent: (name) => drivers.get(name),
         hookComponent: (name) => hooks.get(name),
         systemPromptOverride: this.request.system_prompt,
+        ...(this.request.eval_case ? { evalCase: this.request.eval_case } : {}),
         idleTimeoutMs: (this.request.a2a_timeout_secs ?? 30) * 1000,
         harnessHome: process ? await this.harnessHome(records, paths.accessible) : '',
         ...(this.request.forget_session && contextId !== undefined ? { forgetContext: contextId } : {}),

@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { type EnvLookup, envReferenceName, resolveEnvReference } from '../env-reference.js';
 import { MurmurError, type MurmurWarning } from '../errors.js';
+import { SCORER_TYPES } from '../eval.js';
 import { validateFilesystemScope } from '../filesystem-scope.js';
 import { parseNetworkAllowRule } from '../network-rules.js';
 import { artifactNameProblem } from './artifact-name.js';
@@ -418,9 +419,14 @@ export const LifecycleSchema = z.object({
 });
 export type Lifecycle = z.output<typeof LifecycleSchema>;
 
+/**
+ * One `observability.eval.scorers[]` entry as written: `name` defaults to the type, `max` and
+ * `expected` to upstream's values, when hooks are given it (`evalConfigForHooks`). A type no
+ * scorer has is warned about at parse and skipped, not refused, as upstream skips it.
+ */
 const ScorerSchema = z.object({
-  type: z.string(),
-  name: z.string().optional(),
+  type: trimmed,
+  name: optionalText,
   max: z.number().int().nonnegative().optional(),
   expected: stringList.optional(),
 });
@@ -608,6 +614,15 @@ export function parseCapsuleManifest(text: string, options: ParseCapsuleManifest
     throw issueToError(first as z.core.$ZodIssue, { file, source, requiredTopLevel: REQUIRED_TOP_LEVEL, describeKey });
   }
   const manifest = result.data;
+  manifest.observability?.eval?.scorers.forEach((scorer, index) => {
+    if ((SCORER_TYPES as readonly string[]).includes(scorer.type)) return;
+    const at = ['observability', 'eval', 'scorers', index, 'type'];
+    warnings.push({
+      code: 'W-SEC-019',
+      message: `${file}: unknown scorer type '${scorer.type}' at observability.eval.scorers[${index}] (line ${source.lineOf(at) ?? '?'}); it is skipped (known: ${SCORER_TYPES.join(', ')})`,
+      path: `observability.eval.scorers[${index}].type`,
+    });
+  });
   if (options.env !== undefined) {
     for (const { path, value } of secretReferencePaths(manifest)) {
       const resolved = resolveEnvReference(value, options.env);

@@ -1,0 +1,326 @@
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import {
+  type DatasetRunRecord,
+  EVAL_FILE,
+  type EvalOverall,
+  type LaunchReply,
+  MurmurError,
+  type SessionEnded,
+  type StagedPlan,
+  commands,
+  newSessionId,
+  parseCapsuleManifest,
+  sessionUrl,
+  topics,
+} from '@murmur/shared';
+import { writeLockfile } from '@murmur/shared/artifacts';
+import { environmentWithEnvFile } from '../env-file.js';
+import { readDataset } from '../eval-dataset.js';
+import { type EvalFileContents, overallOf, readEvalFile, selectEvalFile, skippedWarning, tallyByScorer } from '../eval-records.js';
+import type { Output } from '../output.js';
+import { type Runtime, openRuntime } from '../runtime.js';
+import { fetchSessionFile } from '../session-files.js';
+import { stageThroughBus } from '../staging.js';
+import { launchEnvironment } from './run.js';
+
+/**
+ * `mur eval show|diff|run`: reading the scores `murmur-hook-eval` writes to a session's
+ * `eval.jsonl`, comparing two sessions', and running a capsule once per case of a dataset.
+ * Layouts, section rules and column widths are upstream's, character for character.
+ */
+
+const SECTION = {
+  scorers: '── Scorers ──────────────────────────────────────',
+  overall: '── Overall ──────────────────────────────────────',
+  scoreSummary: '── Score summary ────────────────────────────────',
+  worstEvents: '── Worst events ─────────────────────────────────',
+  summary: '── Summary ──────────────────────────────────────',
+};
+const NAME_COLUMN = 24;
+const RATE_COLUMN = 14;
+const DELTA_RULE = 26;
+/** How many failing events `show` lists. */
+const WORST_EVENTS = 5;
+
+/** `./workdir` unless `--workdir` names another directory of sessions. */
+function sessionsDir(workdir: string | undefined): string {
+  return path.resolve(workdir ?? 'workdir');
+}
+
+async function readSelected(selector: string | undefined, workdir: string | undefined, output: Output): Promise<EvalFileContents> {
+  const contents = await readEvalFile(selectEvalFile(selector, sessionsDir(workdir)));
+  const warning = skippedWarning(contents);
+  if (warning) output.err(warning);
+  return contents;
+}
+
+function percent(tally: { pass: number; fail: number }): string {
+  const total = tally.pass + tally.fail;
+  return total === 0 ? '—' : `${((100 * tally.pass) / total).toFixed(1)}%`;
+}
+
+// ── show ────────────────────────────────────────────────────────────────────
+
+function showText(contents: EvalFileContents): string[] {
+  const lines = [`── Eval: ${contents.file} ─────────────────────────────────────`];
+  const tallies = tallyByScorer(contents);
+  const run = contents.datasetRun;
+  if (tallies.size === 0 && run === undefined) return [...lines, '  (no scored events)'];
+  lines.push('', SECTION.scorers);
+  for (const [name, tally] of tallies) {
+    lines.push(`  ${name.padEnd(NAME_COLUMN)} ${tally.pass}/${tally.pass + tally.fail} pass  (${percent(tally)})`);
+  }
+  lines.push('', SECTION.overall, `  result:  ${overallOf(contents)}`);
+  if (run) {
+    if (run.case_id) lines.push(`  case:    ${run.case_id}`);
+    if (run.dataset_id) lines.push(`  dataset: ${run.dataset_id}`);
+    const names = Object.keys(run.scores).sort();
+    if (names.length > 0) {
+      lines.push('', SECTION.scoreSummary);
+      for (const name of names) lines.push(`  ${name.padEnd(NAME_COLUMN)} ${(run.scores[name] as number).toFixed(4)}`);
+    }
+  }
+  if (contents.eventScores.length > 0) {
+    lines.push('', SECTION.worstEvents);
+    const failing = contents.eventScores
+      .filter((score) => score.result === 'fail')
+      .sort((left, right) => (left.scorer < right.scorer ? -1 : left.scorer > right.scorer ? 1 : left.turn - right.turn));
+    for (const score of failing.slice(0, WORST_EVENTS)) {
+      lines.push(
+        `  turn ${String(score.turn).padStart(3)}  ${score.event_type.padEnd(12)}  ${score.scorer.padEnd(NAME_COLUMN)} ${score.result}  score=${(score.score ?? 0).toFixed(2)}`,
+      );
+    }
+    if (failing.length === 0) lines.push('  (no failing events)');
+  }
+  return lines;
+}
+
+/** Upstream's `--json` document: the verdict, each scorer's tally, and the `dataset_run` summary as recorded (null without one). */
+function showJson(contents: EvalFileContents): Record<string, unknown> {
+  const scorers: Record<string, unknown> = {};
+  for (const [name, tally] of tallyByScorer(contents)) {
+    const total = tally.pass + tally.fail;
+    scorers[name] = { pass: tally.pass, fail: tally.fail, total, pass_rate: total > 0 ? tally.pass / total : 0 };
+  }
+  const run = contents.datasetRun;
+  const datasetRun = run ? { ts: run.ts, dataset_id: run.dataset_id ?? null, case_id: run.case_id ?? null, overall: run.overall, scores: run.scores } : null;
+  return {
+    overall: overallOf(contents),
+    scorers,
+    dataset_run: datasetRun,
+    ...(contents.skipped.length > 0 ? { skipped_lines: contents.skipped.length } : {}),
+  };
+}
+
+export async function evalShowCommand(selector: string | undefined, options: { workdir?: string; json?: boolean }, output: Output): Promise<void> {
+  const contents = await readSelected(selector, options.workdir, output);
+  if (options.json) output.out(JSON.stringify(showJson(contents), null, 2));
+  else for (const line of showText(contents)) output.out(line);
+}
+
+// ── diff ────────────────────────────────────────────────────────────────────
+
+function delta(a: { pass: number; fail: number } | undefined, b: { pass: number; fail: number } | undefined): string {
+  if (a === undefined && b === undefined) return '—';
+  if (a === undefined) return '(B only)';
+  if (b === undefined) return '(A only)';
+  const totalA = a.pass + a.fail;
+  const totalB = b.pass + b.fail;
+  if (totalA === 0 || totalB === 0) return '—';
+  const difference = b.pass / totalB - a.pass / totalA;
+  if (Math.abs(difference) < 0.001) return '=';
+  const points = `${difference > 0 ? '+' : ''}${(difference * 100).toFixed(1)}pp`;
+  return `${points} (${difference > 0 ? 'B' : 'A'} better)`;
+}
+
+export async function evalDiffCommand(a: string, b: string, options: { workdir?: string }, output: Output): Promise<void> {
+  const runA = await readSelected(a, options.workdir, output);
+  const runB = await readSelected(b, options.workdir, output);
+  const talliesA = tallyByScorer(runA);
+  const talliesB = tallyByScorer(runB);
+  const row = (first: string, second: string, third: string, last: string): string =>
+    `${first.padEnd(NAME_COLUMN)} ${second.padEnd(RATE_COLUMN)} ${third.padEnd(RATE_COLUMN)} ${last}`;
+  output.out(row('Scorer', 'Run A', 'Run B', 'Delta'));
+  output.out(['─'.repeat(NAME_COLUMN), '─'.repeat(RATE_COLUMN), '─'.repeat(RATE_COLUMN), '─'.repeat(DELTA_RULE)].join(' '));
+  const names = [...new Set([...talliesA.keys(), ...talliesB.keys()])].sort();
+  for (const name of names) {
+    const tallyA = talliesA.get(name);
+    const tallyB = talliesB.get(name);
+    output.out(row(name, percent(tallyA ?? { pass: 0, fail: 0 }), percent(tallyB ?? { pass: 0, fail: 0 }), delta(tallyA, tallyB)));
+  }
+  output.out('');
+  // Upstream pads the last column too.
+  output.out(`${'overall'.padEnd(NAME_COLUMN)} ${overallOf(runA).padEnd(RATE_COLUMN)} ${overallOf(runB).padEnd(RATE_COLUMN)}`);
+}
+
+// ── run ─────────────────────────────────────────────────────────────────────
+
+/** One case's outcome, as the summary prints it. */
+interface CaseOutcome {
+  caseId: string;
+  result: EvalOverall | 'stage_failed';
+  /** The session's directory on this machine (where its eval.jsonl was read); the capsule directory's workdir when it never started. */
+  workdir: string;
+  datasetRun: DatasetRunRecord | undefined;
+}
+
+/** A failure's first line, for the indented per-case notes. */
+function failureText(error: unknown): string {
+  return error instanceof MurmurError ? `error[${error.code}]: ${error.message.split('\n')[0]}` : error instanceof Error ? error.message : String(error);
+}
+
+/** `mur eval run`'s capsule: a directory holding murmur.yaml, or the manifest file itself. */
+function manifestOf(capsule: string | undefined): string {
+  const given = path.resolve(capsule ?? '.');
+  const manifest = existsSync(given) && statSync(given).isFile() ? given : path.join(given, 'murmur.yaml');
+  if (!existsSync(manifest)) {
+    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifest}`, {
+      path: manifest,
+      hint: 'mur eval run <capsule-dir> --dataset <dataset.jsonl>: the capsule directory holds murmur.yaml',
+    });
+  }
+  return manifest;
+}
+
+interface CaseContext {
+  runtime: Runtime;
+  projectDir: string;
+  env: Record<string, string>;
+  datasetId: string | undefined;
+  lockPath: string;
+  /** Whether the staging warnings were printed (by the first case staged). */
+  warned: boolean;
+}
+
+/** Launches one staged session with the case's task and ids, and waits for it to end. */
+async function runSession(context: CaseContext, plan: StagedPlan, caseId: string, task: string): Promise<{ launched: LaunchReply; end: SessionEnded }> {
+  const { runtime } = context;
+  const sessionId = newSessionId();
+  let resolveEnded!: (event: SessionEnded) => void;
+  const ended = new Promise<SessionEnded>((resolve) => (resolveEnded = resolve));
+  const subscription = runtime.bus.subscribe(topics.sessionEnded, (event) => {
+    if (event.session_id === sessionId) resolveEnded(event);
+  });
+  try {
+    await runtime.bus.flush();
+    const url =
+      plan.capsule.kind === 'agent'
+        ? `${sessionUrl(await runtime.door('127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0), sessionId)}/`
+        : undefined;
+    const launched = await runtime.bus.request(
+      commands.launch,
+      {
+        session_id: sessionId,
+        plan,
+        ...(runtime.inProcess ? { default_workdir_base: context.projectDir } : {}),
+        task,
+        env: launchEnvironment(plan, context.env),
+        ...(url ? { url } : {}),
+        eval_case: { case_id: caseId, ...(context.datasetId ? { dataset_id: context.datasetId } : {}) },
+      },
+      { timeoutMs: 60_000 },
+    );
+    return { launched, end: await ended };
+  } finally {
+    subscription.unsubscribe();
+  }
+}
+
+/** The session's eval.jsonl on this machine: where it is in-process, fetched from its executor on the stack. */
+async function localEvalFile(runtime: Runtime, launched: LaunchReply, projectDir: string): Promise<string | undefined> {
+  if (runtime.inProcess) return path.join(launched.workdir, EVAL_FILE);
+  const local = path.join(projectDir, 'workdir', launched.session_id, EVAL_FILE);
+  const fetched = await fetchSessionFile(runtime.bus, launched.session_id, EVAL_FILE, local).catch(() => false);
+  return fetched ? local : undefined;
+}
+
+async function runCase(context: CaseContext, caseId: string, task: string, output: Output): Promise<CaseOutcome> {
+  const { runtime, projectDir } = context;
+  output.out(`  case: ${caseId}`);
+  let plan: StagedPlan;
+  try {
+    plan = await stageThroughBus(runtime.bus, { kind: 'directory', dir: projectDir }, { env_names: Object.keys(context.env), honour_pins: true });
+  } catch (error) {
+    output.err(`    stage failed: ${failureText(error)}`);
+    return { caseId, result: 'stage_failed', workdir: path.join(projectDir, 'workdir'), datasetRun: undefined };
+  }
+  // Every case stages the same capsule: its warnings are said once.
+  if (!context.warned) for (const warning of plan.warnings) output.warn(warning);
+  context.warned = true;
+  // The first case pins what it resolved; the later ones are held to it.
+  if (plan.lock.status === 'absent' && plan.lock.entries.length > 0 && !existsSync(context.lockPath)) {
+    await writeLockfile(context.lockPath, { lock_version: 1, artifacts: plan.lock.entries });
+  }
+  let session: { launched: LaunchReply; end: SessionEnded };
+  try {
+    session = await runSession(context, plan, caseId, task);
+  } catch (error) {
+    output.err(`    session failed: ${failureText(error)}`);
+    output.out('    result: no_scores  session: n/a');
+    return { caseId, result: 'no_scores', workdir: path.join(projectDir, 'workdir'), datasetRun: undefined };
+  }
+  const { launched, end } = session;
+  if (end.exit_status === 'trapped') output.err(`    session trapped: ${end.error?.message ?? 'the capsule trapped'}`);
+  else if (end.error) output.err(`    session failed: error[${end.error.code}]: ${end.error.message.split('\n')[0]}`);
+  const file = await localEvalFile(runtime, launched, projectDir);
+  let datasetRun: DatasetRunRecord | undefined;
+  if (file !== undefined && existsSync(file)) {
+    try {
+      const contents = await readEvalFile({ file });
+      const warning = skippedWarning(contents);
+      if (warning) output.err(`    ${warning}`);
+      datasetRun = contents.datasetRun;
+    } catch (error) {
+      output.err(`    warning: failed to read ${EVAL_FILE}: ${failureText(error)}`);
+    }
+  }
+  const result = datasetRun?.overall ?? 'no_scores';
+  output.out(`    result: ${result}  session: ${launched.session_id}`);
+  return { caseId, result, workdir: file !== undefined ? path.dirname(file) : launched.workdir, datasetRun };
+}
+
+/**
+ * `mur eval run [capsule] --dataset <jsonl>`: one session per case, in order, each with the case's
+ * task as its `task.md` and the case's ids for its hooks; then upstream's summary. Exit 0 once every
+ * case has run, whatever the cases scored (as upstream): the scores are the result.
+ */
+export async function evalRunCommand(capsule: string | undefined, options: { dataset?: string }, output: Output): Promise<void> {
+  const manifestPath = manifestOf(capsule);
+  const projectDir = path.dirname(manifestPath);
+  const env = environmentWithEnvFile(projectDir);
+  const { manifest } = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env });
+  const dataset = await readDataset(options.dataset);
+  if (!manifest.artifacts.some((artifact) => artifact.name === 'murmur-hook-eval')) {
+    output.err(
+      `warning: ${manifest.name} declares no murmur-hook-eval in its artifacts:, so its sessions write no ${EVAL_FILE} and every case scores no_scores`,
+    );
+  }
+  const runtime = await openRuntime({ executor: true });
+  try {
+    const context: CaseContext = {
+      runtime,
+      projectDir,
+      env,
+      datasetId: manifest.observability?.eval?.dataset_id,
+      lockPath: path.join(projectDir, 'murmur.lock'),
+      warned: false,
+    };
+    output.out(`Running ${dataset.cases.length} case(s) …`);
+    const outcomes: CaseOutcome[] = [];
+    for (const { caseId, task } of dataset.cases) outcomes.push(await runCase(context, caseId, task, output));
+    output.out('');
+    output.out(SECTION.summary);
+    output.out(`pass: ${outcomes.filter((outcome) => outcome.result === 'pass').length}/${outcomes.length}`);
+    output.out('');
+    for (const outcome of outcomes) {
+      const scores = Object.entries(outcome.datasetRun?.scores ?? {})
+        .map(([name, score]) => `${name}=${score.toFixed(2)}`)
+        .sort()
+        .join(' ');
+      output.out(`  ${outcome.caseId.padEnd(NAME_COLUMN)} ${outcome.result}  ${scores}  (${outcome.workdir})`);
+    }
+  } finally {
+    await runtime.close();
+  }
+}
