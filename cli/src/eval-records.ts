@@ -1,5 +1,4 @@
-import { existsSync, promises as fs, readdirSync, statSync } from 'node:fs';
-import path from 'node:path';
+import { promises as fs } from 'node:fs';
 import {
   type DatasetRunRecord,
   DatasetRunRecordSchema,
@@ -9,14 +8,14 @@ import {
   EventScoreRecordSchema,
   MurmurError,
 } from '@murmur/shared';
+import { type SessionRecordKind, resolveSessionRecord } from './session-selector.js';
 
 /**
  * A session's `eval.jsonl`, found and read as `mur eval` reads it.
  *
- * Finding (upstream's selectors, shared with `mur trace`): nothing for the newest session (session
- * ids sort by time), a full `ses_…` id, a case-insensitive suffix of one, `@N` for the N-th newest,
- * or a path to the file itself (anything with a `/` or ending in `.jsonl`). Sessions are the
- * `ses_*` directories of the workdir, `./workdir` unless `--workdir` says otherwise.
+ * Finding is `mur trace`'s (`session-selector.ts`): the newest session, a full id, a suffix of
+ * one, `@N`, or a path; sessions are the `ses_*` directories of the workdir (`./workdir` unless
+ * `--workdir` says otherwise) and of its `.murmur/`.
  *
  * Reading is forgiving where upstream is strict: a line that is not a record of a known type is
  * skipped and counted, never fatal, because the file is written by a hook, possibly a third
@@ -48,71 +47,11 @@ export interface ScorerTally {
   fail: number;
 }
 
-const FULL_SESSION_ID = /^ses_[0-9a-f]{32}$/i;
+const EVAL_RECORDS: SessionRecordKind = { file: EVAL_FILE, code: 'E-EVAL-002' };
 
-function sessionDirectories(workdir: string): string[] {
-  if (!existsSync(workdir) || !statSync(workdir).isDirectory()) return [];
-  try {
-    return readdirSync(workdir, { withFileTypes: true })
-      .filter((entry) => entry.isDirectory() && entry.name.startsWith('ses_'))
-      .map((entry) => entry.name)
-      .sort();
-  } catch (error) {
-    throw new MurmurError('E-IO-003', `failed to read ${workdir}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, { path: workdir });
-  }
-}
-
-function noSessions(workdir: string): MurmurError {
-  return new MurmurError('E-EVAL-002', `no sessions found in workdir at ${workdir}`, {
-    path: workdir,
-    hint: 'run the capsule first (mur run, mur eval run), or point --workdir at the directory holding its ses_* sessions',
-  });
-}
-
-/** The `ses_*` directory a selector names (never a path). */
-function selectSession(selector: string | undefined, workdir: string): string {
-  if (selector === undefined) {
-    const newest = sessionDirectories(workdir).at(-1);
-    if (newest === undefined) throw noSessions(workdir);
-    return newest;
-  }
-  if (selector.startsWith('@')) {
-    const ordinal = selector.slice(1);
-    if (!/^\d+$/.test(ordinal)) throw new MurmurError('E-EVAL-002', `invalid ordinal '${selector}' — expected @1, @2, ...`, { path: selector });
-    const n = Number(ordinal);
-    if (n === 0) throw new MurmurError('E-EVAL-002', 'ordinal must be @1 or higher', { path: selector });
-    const newestFirst = sessionDirectories(workdir).reverse();
-    if (newestFirst.length === 0) throw noSessions(workdir);
-    const chosen = newestFirst[n - 1];
-    if (chosen === undefined) {
-      throw new MurmurError('E-EVAL-002', `@${n} is out of range — workdir has ${newestFirst.length} session${newestFirst.length === 1 ? '' : 's'}`, {
-        path: selector,
-      });
-    }
-    return chosen;
-  }
-  if (FULL_SESSION_ID.test(selector)) {
-    if (!existsSync(path.join(workdir, selector))) throw new MurmurError('E-EVAL-002', `session ${selector} not found in ${workdir}`, { path: selector });
-    return selector;
-  }
-  const suffix = selector.toLowerCase();
-  const matches = sessionDirectories(workdir).filter((name) => name.toLowerCase().endsWith(suffix));
-  if (matches.length === 0) throw new MurmurError('E-EVAL-002', `no session found matching suffix '${selector}' in ${workdir}`, { path: selector });
-  if (matches.length > 1) {
-    throw new MurmurError(
-      'E-EVAL-002',
-      `ambiguous: '${selector}' matches ${matches.length} sessions — provide more characters\n${matches.map((name) => `  ${name}`).join('\n')}`,
-      { path: selector },
-    );
-  }
-  return matches[0] as string;
-}
-
-/** The eval file a selector names under `workdir`. */
-export function selectEvalFile(selector: string | undefined, workdir: string): EvalFileChoice {
-  if (selector !== undefined && (selector.includes('/') || selector.endsWith('.jsonl'))) return { file: selector };
-  const sessionId = selectSession(selector, workdir);
-  return { file: path.join(workdir, sessionId, EVAL_FILE), sessionId };
+/** The eval file a selector names under `workdir` (the selectors of `mur trace`). */
+export function selectEvalFile(selector: string | undefined, workdir: string): Promise<EvalFileChoice> {
+  return resolveSessionRecord(selector, workdir, EVAL_RECORDS);
 }
 
 /** One line as a record: the record, `ignored` for a type this reader does not know, or why it is unreadable. */

@@ -49,7 +49,7 @@ function sessionsDir(workdir: string | undefined): string {
 }
 
 async function readSelected(selector: string | undefined, workdir: string | undefined, output: Output): Promise<EvalFileContents> {
-  const contents = await readEvalFile(selectEvalFile(selector, sessionsDir(workdir)));
+  const contents = await readEvalFile(await selectEvalFile(selector, sessionsDir(workdir)));
   const warning = skippedWarning(contents);
   if (warning) output.err(warning);
   return contents;

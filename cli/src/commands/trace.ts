@@ -4,7 +4,7 @@ import { MurmurError, type TraceEvent, isMurmurError } from '@murmur/shared';
 import { readTraceFile } from '@murmur/shared/node';
 import type { Output } from '../output.js';
 import { renderDiff, renderReport, renderShow, renderSteps } from '../trace-render.js';
-import { listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, traceFileOf } from '../trace-sessions.js';
+import { listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, traceFileOf } from '../session-selector.js';
 import { type TraceSummary, summariseTrace } from '../trace-summary.js';
 
 /**

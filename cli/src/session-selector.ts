@@ -3,7 +3,8 @@ import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
 
 /**
- * Which trace a `mur trace` selector names, among the sessions under a workdir.
+ * Which session a `mur trace` or `mur eval` selector names, among the sessions under a workdir,
+ * and which of its records (`trace.jsonl`, `eval.jsonl`) that is.
  *
  * Sessions are the `ses_*` directories directly in the workdir (where `mur run` puts a session
  * beside its capsule: `<capsule dir>/workdir/<session>/`) and in its `.murmur/` (where a session
@@ -11,8 +12,17 @@ import { MurmurError } from '@murmur/shared';
  * directory. Session ids are UUIDv7, so the lexically greatest is the newest: `@1` is the last
  * in sorted order, and the id's first 12 hex digits are the millisecond it was minted (`--since`).
  *
- * Every refusal is `E-TRC-002` and lists the sessions it could have meant, newest first.
+ * Every refusal carries the reading command's code (`E-TRC-002`, `E-EVAL-002`) and lists the
+ * sessions it could have meant, newest first.
  */
+
+/** What a command reads from a session: its record file, and the code it refuses a selector with. */
+export interface SessionRecordKind {
+  file: 'trace.jsonl' | 'eval.jsonl';
+  code: 'E-TRC-002' | 'E-EVAL-002';
+}
+
+export const TRACE_RECORDS: SessionRecordKind = { file: 'trace.jsonl', code: 'E-TRC-002' };
 
 export interface SessionEntry {
   id: string;
@@ -25,9 +35,10 @@ const FULL_ID = /^ses_[0-9a-f]{32}$/i;
 const MIN_SUFFIX = 4;
 /** How many candidates a refusal lists before it says how many more there are. */
 const LISTED_CANDIDATES = 10;
-const SELECTOR_HINT = 'give the last 4 or more characters of a session id, a full id, @N (@1 = the newest), or the path of a trace.jsonl';
+const selectorHint = (kind: SessionRecordKind): string =>
+  `give the last 4 or more characters of a session id, a full id, @N (@1 = the newest), or the path of a ${kind.file}`;
 
-export const traceFileOf = (entry: SessionEntry): string => path.join(entry.dir, 'trace.jsonl');
+export const traceFileOf = (entry: SessionEntry): string => path.join(entry.dir, TRACE_RECORDS.file);
 
 async function sessionDirsIn(dir: string): Promise<SessionEntry[]> {
   const entries = await fs.readdir(dir, { withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
@@ -60,13 +71,13 @@ function candidateLines(entries: SessionEntry[]): string {
   return lines.join('\n');
 }
 
-function refusal(message: string, entries: SessionEntry[], workdir: string): MurmurError {
+function refusal(kind: SessionRecordKind, message: string, entries: SessionEntry[], workdir: string): MurmurError {
   const listing = entries.length > 0 ? `\n${candidateLines(entries)}` : '';
-  return new MurmurError('E-TRC-002', `${message}${listing}`, { path: workdir, hint: SELECTOR_HINT });
+  return new MurmurError(kind.code, `${message}${listing}`, { path: workdir, hint: selectorHint(kind) });
 }
 
-export function noSessions(workdir: string): MurmurError {
-  return new MurmurError('E-TRC-002', `no sessions found in workdir at ${workdir}`, {
+export function noSessions(workdir: string, kind: SessionRecordKind = TRACE_RECORDS): MurmurError {
+  return new MurmurError(kind.code, `no sessions found in workdir at ${workdir}`, {
     path: workdir,
     hint: "run a capsule with 'mur run' first, or point --workdir at the directory that holds its sessions",
   });
@@ -75,54 +86,68 @@ export function noSessions(workdir: string): MurmurError {
 /** A selector that names a file rather than a session: it has a `/` or ends `.jsonl`. */
 export const isPathSelector = (selector: string): boolean => selector.includes('/') || selector.endsWith('.jsonl');
 
-/** The path's trace: the file itself, or `trace.jsonl` in it when it is a session directory. */
-async function traceAtPath(given: string): Promise<string> {
+/** The path's record: the file itself, or the record file in it when it is a session directory. */
+async function recordAtPath(given: string, kind: SessionRecordKind): Promise<string> {
   const resolved = path.resolve(given);
   const stat = await fs.stat(resolved).catch(() => undefined);
-  return stat?.isDirectory() ? path.join(resolved, 'trace.jsonl') : resolved;
+  return stat?.isDirectory() ? path.join(resolved, kind.file) : resolved;
 }
 
 /** `@N`: the N-th newest session, `@1` the newest. */
-function byOrdinal(selector: string, entries: SessionEntry[], workdir: string): SessionEntry {
+function byOrdinal(kind: SessionRecordKind, selector: string, entries: SessionEntry[], workdir: string): SessionEntry {
   const digits = selector.slice(1);
-  if (!/^\d+$/.test(digits)) throw refusal(`invalid ordinal '${selector}' — expected @1, @2, ...`, entries, workdir);
+  if (!/^\d+$/.test(digits)) throw refusal(kind, `invalid ordinal '${selector}' — expected @1, @2, ...`, entries, workdir);
   const n = Number(digits);
-  if (n === 0) throw refusal('ordinal must be @1 or higher', entries, workdir);
-  if (n > entries.length) throw refusal(`@${n} is out of range — workdir has ${entries.length} session${entries.length === 1 ? '' : 's'}`, entries, workdir);
+  if (n === 0) throw refusal(kind, 'ordinal must be @1 or higher', entries, workdir);
+  if (n > entries.length)
+    throw refusal(kind, `@${n} is out of range — workdir has ${entries.length} session${entries.length === 1 ? '' : 's'}`, entries, workdir);
   return entries[entries.length - n] as SessionEntry;
 }
 
-function bySuffix(selector: string, entries: SessionEntry[], workdir: string): SessionEntry {
+function bySuffix(kind: SessionRecordKind, selector: string, entries: SessionEntry[], workdir: string): SessionEntry {
   if (selector.length < MIN_SUFFIX)
-    throw refusal(`session selector '${selector}' is too short — give at least ${MIN_SUFFIX} characters of a session id`, entries, workdir);
+    throw refusal(kind, `session selector '${selector}' is too short — give at least ${MIN_SUFFIX} characters of a session id`, entries, workdir);
   const wanted = selector.toLowerCase();
   const matches = entries.filter((entry) => entry.id.toLowerCase().endsWith(wanted));
   if (matches.length === 1) return matches[0] as SessionEntry;
-  if (matches.length === 0) throw refusal(`no session found matching suffix '${selector}' in ${workdir}`, entries, workdir);
+  if (matches.length === 0) throw refusal(kind, `no session found matching suffix '${selector}' in ${workdir}`, entries, workdir);
   // Upstream's wording, and its list: the matches in ascending order.
   const listing = matches.map((entry) => `  ${entry.id}`).join('\n');
-  throw new MurmurError('E-TRC-002', `ambiguous: '${selector}' matches ${matches.length} sessions — provide more characters\n${listing}`, {
+  throw new MurmurError(kind.code, `ambiguous: '${selector}' matches ${matches.length} sessions — provide more characters\n${listing}`, {
     path: workdir,
-    hint: SELECTOR_HINT,
+    hint: selectorHint(kind),
   });
 }
 
 /**
- * The trace file a selector names: none (the newest session), a path, `@N`, a full session id,
- * or a case-insensitive suffix of one (4 characters or more, matching exactly one session).
+ * The record file a selector names: none (the newest session), a path, `@N`, a full session id,
+ * or a case-insensitive suffix of one (4 characters or more, matching exactly one session); with
+ * the session's id unless a path was given.
  */
-export async function resolveTrace(selector: string | undefined, workdir: string): Promise<string> {
-  if (selector !== undefined && isPathSelector(selector)) return traceAtPath(selector);
+export async function resolveSessionRecord(
+  selector: string | undefined,
+  workdir: string,
+  kind: SessionRecordKind,
+): Promise<{ file: string; sessionId?: string }> {
+  if (selector !== undefined && isPathSelector(selector)) return { file: await recordAtPath(selector, kind) };
   const entries = await listSessions(workdir);
-  if (entries.length === 0) throw noSessions(workdir);
-  if (selector === undefined) return traceFileOf(entries.at(-1) as SessionEntry);
-  if (selector.startsWith('@')) return traceFileOf(byOrdinal(selector, entries, workdir));
-  if (FULL_ID.test(selector)) {
-    const found = entries.find((entry) => entry.id.toLowerCase() === selector.toLowerCase());
-    if (!found) throw refusal(`session ${selector} not found in ${workdir}`, entries, workdir);
-    return traceFileOf(found);
-  }
-  return traceFileOf(bySuffix(selector, entries, workdir));
+  if (entries.length === 0) throw noSessions(workdir, kind);
+  const chosen = ((): SessionEntry => {
+    if (selector === undefined) return entries.at(-1) as SessionEntry;
+    if (selector.startsWith('@')) return byOrdinal(kind, selector, entries, workdir);
+    if (FULL_ID.test(selector)) {
+      const found = entries.find((entry) => entry.id.toLowerCase() === selector.toLowerCase());
+      if (!found) throw refusal(kind, `session ${selector} not found in ${workdir}`, entries, workdir);
+      return found;
+    }
+    return bySuffix(kind, selector, entries, workdir);
+  })();
+  return { file: path.join(chosen.dir, kind.file), sessionId: chosen.id };
+}
+
+/** The trace file a selector names (`resolveSessionRecord` for `trace.jsonl`). */
+export async function resolveTrace(selector: string | undefined, workdir: string): Promise<string> {
+  return (await resolveSessionRecord(selector, workdir, TRACE_RECORDS)).file;
 }
 
 /** `30m`, `2h`, `1d` as milliseconds. */
