@@ -30,3 +30,4 @@ export * from './roost.js';
 export * from './file-set.js';
 export * from './launch-records.js';
 export * from './workspace-config.js';
+export * from './dashboard.js';
