@@ -277,11 +277,14 @@ describe('the operator dashboard', () => {
     expect(DashboardTimelineSchema.parse(await real.json()).entries.length).toBeGreaterThan(3);
   });
 
-  it('will not start on a configured bind without a token, saying so with E-DASH-001', async () => {
+  it('will not start on a configured bind without a token (E-DASH-001), nor with a guessable token (E-CFG-003)', async () => {
     const refused = startService('watcher', { ...env, MURMUR_WATCHER_HOST: '127.0.0.1' });
     await expect(refused).rejects.toThrow(/exited with 1 before it was ready/);
     await expect(refused).rejects.toThrow(/E-DASH-001/);
     await expect(refused).rejects.toThrow(/MURMUR_DASHBOARD_TOKEN/);
+    // A token short enough to guess is refused too, wherever the watcher binds.
+    const guessable = startService('watcher', { ...env, MURMUR_DASHBOARD_TOKEN: 'letmein' });
+    await expect(guessable).rejects.toThrow(/E-CFG-003.*at least 16/);
   });
 
   it('serves loopback without a token by default, and ends its stream with bye when the watcher stops', async () => {

@@ -3,9 +3,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ErrorCode, type Log, MurmurError, SessionIdSchema } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { Hono } from 'hono';
+import { Hono, type MiddlewareHandler } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
-import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
+import { streamSSE } from 'hono/streaming';
 import { DASHBOARD_COOKIE, type DashboardAccess, presentedToken } from './access.js';
 import type { BoardChange, DashboardBoard } from './board.js';
 import { locateTrace, readTimeline } from './timeline.js';
@@ -63,7 +63,8 @@ function refuseUnauthorised(): Response {
 export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoutes {
   const { bus, log, board, access } = options;
   const heartbeatMs = options.heartbeatMs ?? 15_000;
-  const streams = new Set<{ sse: SSEStreamingApi; end: () => void }>();
+  /** How to end each open stream. */
+  const streams = new Set<() => void>();
   const files = new Map(Object.entries(STATIC_FILES).map(([file, type]) => [file, { body: readFileSync(path.join(STATIC_DIR, file)), type }]));
   const app = new Hono();
 
@@ -82,14 +83,13 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
     });
   });
 
-  app.use('/dashboard/*', async (context, next) => {
-    if (access.admits(presentedToken({ authorization: context.req.header('authorization'), cookie: context.req.header('cookie') }))) return next();
-    return refuseUnauthorised();
-  });
-  app.use('/dashboard', async (context, next) => {
-    if (access.admits(presentedToken({ authorization: context.req.header('authorization'), cookie: context.req.header('cookie') }))) return next();
-    return refuseUnauthorised();
-  });
+  const requireToken: MiddlewareHandler = async (context, next) => {
+    if (!access.admits(presentedToken({ authorization: context.req.header('authorization'), cookie: context.req.header('cookie') })))
+      return refuseUnauthorised();
+    await next();
+  };
+  app.use('/dashboard', requireToken);
+  app.use('/dashboard/*', requireToken);
 
   const serveFile = (file: string) => () => {
     const found = files.get(file) as { body: Buffer; type: string };
@@ -125,21 +125,18 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
       let wake: (() => void) | undefined;
       const queue: BoardChange[] = [];
       let ended = false;
-      const stream = {
-        sse,
-        end: () => {
-          ended = true;
-          wake?.();
-        },
+      const end = (): void => {
+        ended = true;
+        wake?.();
       };
-      streams.add(stream);
+      streams.add(end);
       // Listening before the snapshot is taken: a change between the two is sent twice, never lost.
       const stop = board.listen((change) => {
         queue.push(change);
         wake?.();
       });
-      sse.onAbort(() => stream.end());
-      const heartbeat = setInterval(() => void sse.write(': heartbeat\n\n').catch(() => stream.end()), heartbeatMs);
+      sse.onAbort(end);
+      const heartbeat = setInterval(() => void sse.write(': heartbeat\n\n').catch(end), heartbeatMs);
       try {
         await sse.writeSSE({ event: 'snapshot', data: JSON.stringify(board.snapshot()) });
         while (!ended && !sse.aborted) {
@@ -155,7 +152,7 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
       } finally {
         clearInterval(heartbeat);
         stop();
-        streams.delete(stream);
+        streams.delete(end);
       }
     });
   });
@@ -163,8 +160,7 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
   return {
     app,
     async drain() {
-      const open = [...streams];
-      for (const stream of open) stream.end();
+      for (const end of [...streams]) end();
       // Each stream writes its `bye` as it winds down; a moment is enough.
       const deadline = Date.now() + 500;
       while (streams.size > 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
