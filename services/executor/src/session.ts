@@ -477,14 +477,19 @@ export class Session {
     const message = (event.data.status as { message?: unknown } | undefined)?.message;
     const turn = typeof message === 'string' ? /^inference turn (\d+)$/.exec(message)?.[1] : undefined;
     if (turn !== undefined) this.taskTurns.set(event.task_id, Number(turn));
-    this.environment.bus.publish(topics.sessionActivity, {
-      session_id: this.id,
-      executor_id: this.environment.executorId,
-      task_id: event.task_id,
-      state: event.state,
-      turn: this.taskTurns.get(event.task_id) ?? null,
-      at: event.time,
-    });
+    try {
+      this.environment.bus.publish(topics.sessionActivity, {
+        session_id: this.id,
+        executor_id: this.environment.executorId,
+        task_id: event.task_id,
+        state: event.state,
+        turn: this.taskTurns.get(event.task_id) ?? null,
+        at: event.time,
+      });
+    } catch (error) {
+      // What only a dashboard reads never stands between the host's feed and its doors.
+      this.environment.log.warn({ session_id: this.id, err: error }, 'could not announce a task’s activity');
+    }
     if (event.final) this.taskTurns.delete(event.task_id);
   }
 
