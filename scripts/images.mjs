@@ -67,7 +67,7 @@ const RUNTIME_WORKSPACES = {
   'services/stager': ['dist'],
   'services/executor': ['dist'],
   'services/door': ['dist'],
-  'services/watcher': ['dist'],
+  'services/watcher': ['dist', 'static'],
   cli: ['dist', 'bin'],
 };
 /** What must exist before anything is built, each with the file that proves it. */

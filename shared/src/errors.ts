@@ -90,6 +90,14 @@ export const ERROR_CATALOGUE = {
     hint: "check the session id in the URL; 'mur run --json' prints the URL of a session it starts",
   },
   'E-DOOR-002': { title: 'request refused at the door' },
+  'E-DASH-001': {
+    title: 'the dashboard needs a token where its bind is configured',
+    hint: 'set MURMUR_DASHBOARD_TOKEN to a long random value (e.g. `openssl rand -hex 32`), or leave MURMUR_WATCHER_HOST unset to serve on loopback only',
+  },
+  'E-DASH-002': {
+    title: 'dashboard request refused: missing or wrong token',
+    hint: 'open the dashboard as /dashboard?token=<MURMUR_DASHBOARD_TOKEN>, or send `authorization: Bearer <token>`',
+  },
   'E-PRJ-001': {
     title: 'capsule project over the staging limit',
     hint: 'raise MURMUR_MAX_PROJECT_BYTES for the client and the stager, or keep large files out of what the manifest names',

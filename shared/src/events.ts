@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { DelegationOutcomeSchema } from './delegation.js';
+import { TaskStateSchema } from './session-rpc.js';
 import { MurmurErrorJsonSchema } from './wire.js';
 
 /**
@@ -26,6 +27,10 @@ export const SessionStartedSchema = z.object({
   url: z.string().nullable(),
   started_at: z.string(),
   spawned_by: z.string().optional(),
+  /** The delegation the session runs under, when its spawner handed it one. */
+  delegation_id: z.string().optional(),
+  /** Where the session's `trace.jsonl` lies, relative to its workdir (what `executor.<id>.files` reads it by). */
+  trace_file: z.string().optional(),
   /** Whether the session survives the window that launched it (the launcher had no controlling terminal). */
   outlives_launcher: z.boolean().default(false),
 });
@@ -54,6 +59,42 @@ export const SessionEndedSchema = z.object({
   completion_reported: z.boolean().default(false),
 });
 export type SessionEnded = z.infer<typeof SessionEndedSchema>;
+
+/**
+ * `session.activity`: a session's task moved (a new task, a state, an inference turn), told by the
+ * executor relaying the host's feed. Ids, a state and a count only — never the task's text, a
+ * prompt or the model's output, which stay on the session's own feed for whoever may read it.
+ */
+export const SessionActivitySchema = z.object({
+  session_id: z.string(),
+  executor_id: z.string(),
+  task_id: z.string(),
+  state: TaskStateSchema,
+  /** The task's latest inference turn (1-based), null before its first. */
+  turn: z.number().int().positive().nullable(),
+  at: z.string(),
+});
+export type SessionActivity = z.infer<typeof SessionActivitySchema>;
+
+/**
+ * `egress.decision`: one request that tried to leave a sandbox, as the executor judged it. The
+ * target is a scheme and authority (`https://api.example.com:8443`) or `host:port` — never a path
+ * or a query, which may carry a key — and `rule` the `network.allow` entry that admitted it.
+ */
+export const EgressDecisionSchema = z.object({
+  session_id: z.string(),
+  executor_id: z.string(),
+  kind: z.enum(['http', 'a2a', 'tcp', 'dns']),
+  /** Whose grant was judged: `capsule`, `tool:<name>`, `hook:<name>`, or `sandbox` (a sealed sandbox's own socket). */
+  grant: z.string(),
+  target: z.string(),
+  decision: z.enum(['allowed', 'denied', 'failed']),
+  rule: z.string().nullable(),
+  /** For a refusal: the WASI error code the guest was given. */
+  code: z.string().optional(),
+  at: z.string(),
+});
+export type EgressDecision = z.infer<typeof EgressDecisionSchema>;
 
 export const SessionStagedSchema = z.object({
   capsule_name: z.string(),

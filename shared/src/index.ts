@@ -34,3 +34,4 @@ export * from './file-set.js';
 export * from './launch-records.js';
 export * from './workspace-config.js';
 export * from './trace-events.js';
+export * from './dashboard.js';

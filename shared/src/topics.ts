@@ -1,8 +1,10 @@
 import { defineCommand, defineEvent } from './bus/topic.js';
 import {
   DelegationCompletedSchema,
+  EgressDecisionSchema,
   HealthReplySchema,
   HealthRequestSchema,
+  SessionActivitySchema,
   SessionEndedSchema,
   SessionStagedSchema,
   SessionStartedSchema,
@@ -42,6 +44,10 @@ export const topics = {
   /** `stage.<token>.progress`: a staging's progress, and that its stager is still at it, for the requester that named the token. */
   stageProgress: defineEvent('stage.*.progress', StageProgressSchema),
   delegationCompleted: defineEvent('delegation.completed', DelegationCompletedSchema),
+  /** A session's task moved: its id, state and inference turn (what the dashboard shows as current). */
+  sessionActivity: defineEvent('session.activity', SessionActivitySchema),
+  /** Every egress decision an executor makes, allowed or not, with the rule that decided it. */
+  egressDecision: defineEvent('egress.decision', EgressDecisionSchema),
   /** `session.<id>.output`: a capsule's stdout and stderr, when the launcher asked for them. */
   sessionOutput: defineEvent('session.*.output', SessionOutputSchema),
   /** `session.<id>.events`: a session's A2A feed (status, artifacts, text), numbered by its host, for every door. */

@@ -3,6 +3,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import {
+  type EgressDecision,
   type ExitStatus,
   type LaunchReply,
   type LaunchRequestSchema,
@@ -168,6 +169,8 @@ export class Session {
   private onHostEvent: (event: SessionEvent) => void = () => {};
   /** When each task still running was first heard of, for its latency. */
   private readonly taskSeen = new Map<string, number>();
+  /** Each running task's latest inference turn, for `session.activity`. */
+  private readonly taskTurns = new Map<string, number>();
   /** The session's last stderr lines: the capsule's, the host's, and the runtime's about it. */
   private readonly stderrTail: string[] = [];
   /** roost's credential for this session, never given to the guest. */
@@ -445,7 +448,8 @@ export class Session {
       url: reply.url,
       started_at: reply.started_at,
       outlives_launcher: this.request.outlives_launcher,
-      ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id } : {}),
+      ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id, delegation_id: this.request.spawner.delegation_id } : {}),
+      trace_file: path.relative(paths.accessible, this.trace.file),
     });
     // The door may be asked for the session the moment the launch is answered: the subscription
     // must be on the server first, or the first call finds nobody answering.
@@ -483,6 +487,7 @@ export class Session {
     const events = topics.sessionEvents.at(this.id);
     this.onHostEvent = (event) => {
       this.countTask(event);
+      this.announceActivity(event);
       bus.publish(events, event);
     };
     this.rpcSubscription = bus.serve(commands.sessionRpc.at(this.id), (call) => this.callHost(call));
@@ -497,6 +502,46 @@ export class Session {
     if (!event.final) return;
     this.taskSeen.delete(event.task_id);
     runtimeMetrics().taskEnded(event.state ?? 'unknown', Math.max(0, Date.parse(event.time) - (first ?? Date.parse(event.time))) / 1000);
+  }
+
+  /**
+   * A status event told again as `session.activity`: the task, its state and its inference turn,
+   * and nothing of what the feed says besides — the feed carries the task's words, this only counts.
+   * The host's progress message names the turn (`inference turn N`, agent-loop and harness-loop).
+   */
+  private announceActivity(event: SessionEvent): void {
+    if (event.type !== 'status' || event.task_id === null || event.state === undefined) return;
+    const message = (event.data.status as { message?: unknown } | undefined)?.message;
+    const turn = typeof message === 'string' ? /^inference turn (\d+)$/.exec(message)?.[1] : undefined;
+    if (turn !== undefined) this.taskTurns.set(event.task_id, Number(turn));
+    try {
+      this.environment.bus.publish(topics.sessionActivity, {
+        session_id: this.id,
+        executor_id: this.environment.executorId,
+        task_id: event.task_id,
+        state: event.state,
+        turn: this.taskTurns.get(event.task_id) ?? null,
+        at: event.time,
+      });
+    } catch (error) {
+      // What only a dashboard reads never stands between the host's feed and its doors.
+      this.environment.log.warn({ session_id: this.id, err: error }, 'could not announce a task’s activity');
+    }
+    if (event.final) this.taskTurns.delete(event.task_id);
+  }
+
+  /** One egress decision on the bus (`egress.decision`): target as scheme and authority, never a path or query. */
+  private announceEgress(decision: Omit<EgressDecision, 'session_id' | 'executor_id' | 'at'>): void {
+    try {
+      this.environment.bus.publish(topics.egressDecision, {
+        session_id: this.id,
+        executor_id: this.environment.executorId,
+        ...decision,
+        at: new Date().toISOString(),
+      });
+    } catch (error) {
+      this.environment.log.warn({ session_id: this.id, err: error }, 'could not announce an egress decision');
+    }
   }
 
   private callHost(call: SessionCall): Promise<SessionReply> {
@@ -635,6 +680,7 @@ export class Session {
       ...(record.reason ? { reason: record.reason } : {}),
     });
     this.telemetry?.egress({ kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, rule: record.rule }, Date.now());
+    this.announceEgress({ kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, rule: record.rule ?? null });
   }
 
   private handshake(start: StartMessage): Promise<void> {
@@ -810,15 +856,27 @@ export class Session {
    */
   private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>, rule?: string, startedAt = Date.now()): void {
     let target = url;
+    /** What the bus is told: never a path or a query, even of what is not a URL. */
+    let announced = url.split(/[/?#]/, 1)[0] ?? '';
     try {
       const parsed = new URL(url.includes('://') ? url : `http://${url}`);
       target = `${parsed.protocol}//${parsed.host}`;
+      announced = target;
     } catch {
       // not a URL: recorded as given
     }
     this.trace.write('egress', { kind, grant, target, ...outcome });
     runtimeMetrics().egress(kind, String(outcome.decision), rule);
-    this.telemetry?.egress({ kind, grant, target, decision: String(outcome.decision), rule }, startedAt);
+    this.telemetry?.egress({ kind, grant, target: announced, decision: String(outcome.decision), rule }, startedAt);
+    const decision = outcome.decision === 'allowed' || outcome.decision === 'denied' ? outcome.decision : 'failed';
+    this.announceEgress({
+      kind,
+      grant,
+      target: announced,
+      decision,
+      rule: rule ?? null,
+      ...(typeof outcome.code === 'string' ? { code: outcome.code } : {}),
+    });
   }
 
   /** Ends the session at once: every process in its cgroup, or the host alone without one. */

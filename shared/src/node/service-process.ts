@@ -75,7 +75,14 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     refuse(error, { bus: env.MURMUR_NATS_URL });
     return;
   }
-  const started = await options.start({ bus, log, env, instanceId });
+  let started: StartedService;
+  try {
+    started = await options.start({ bus, log, env, instanceId });
+  } catch (error) {
+    refuse(error, {});
+    await bus.close();
+    return;
+  }
   const identity = { service: options.service, instanceId, httpPort: null as number | null, startedAt };
   const app = healthRoutes(() => healthOf(identity, bus));
   app.get('/metrics', async (context) => {

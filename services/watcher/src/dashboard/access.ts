@@ -1,0 +1,67 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { MurmurError } from '@murmur/shared';
+
+/**
+ * Who may see the dashboard. It is for operators only: on the default bind (loopback) anyone who
+ * can reach the port is on this machine already, so no token is asked — unless one is set, which
+ * is then always asked. Once the operator configures the bind (`MURMUR_WATCHER_HOST`, to any
+ * address, loopback included: the default is what is known safe, a configured address is taken to
+ * be reachable), `MURMUR_DASHBOARD_TOKEN` is required, and the watcher refuses to start without it.
+ *
+ * A request carries the token as `authorization: Bearer <token>`, or — for a browser, which cannot
+ * set a header on a page or an `EventSource` — once as `?token=` on the page, which is exchanged for
+ * an HttpOnly, SameSite=Strict cookie scoped to `/dashboard` (and the token dropped from the URL).
+ * Tokens are compared by their SHA-256 in constant time, so neither the comparison's duration nor
+ * a length check says how much of a guess was right.
+ */
+
+export const DASHBOARD_COOKIE = 'murmur_dashboard';
+
+export interface DashboardAccess {
+  /** Whether requests must carry the token. */
+  readonly required: boolean;
+  /** Whether `presented` is the token (always true when none is required). */
+  admits(presented: string | undefined): boolean;
+}
+
+/** The minimum length of a token: a short one is a password, guessable over the network. */
+const MIN_TOKEN_LENGTH = 16;
+
+export function dashboardAccess(env: NodeJS.ProcessEnv): DashboardAccess {
+  const configuredHost = env.MURMUR_WATCHER_HOST?.trim() ?? '';
+  const token = env.MURMUR_DASHBOARD_TOKEN?.trim() ?? '';
+  if (token === '' && configuredHost !== '') {
+    throw new MurmurError(
+      'E-DASH-001',
+      `the watcher is configured to listen on ${configuredHost} (MURMUR_WATCHER_HOST), and its dashboard would be served there without a token: MURMUR_DASHBOARD_TOKEN is not set`,
+      { path: 'MURMUR_DASHBOARD_TOKEN' },
+    );
+  }
+  if (token !== '' && token.length < MIN_TOKEN_LENGTH) {
+    throw new MurmurError('E-CFG-003', `MURMUR_DASHBOARD_TOKEN is ${token.length} characters long; a dashboard token needs at least ${MIN_TOKEN_LENGTH}`, {
+      path: 'MURMUR_DASHBOARD_TOKEN',
+      hint: 'use a long random value, e.g. `openssl rand -hex 32`',
+    });
+  }
+  if (token === '') return { required: false, admits: () => true };
+  const expected = digest(token);
+  return {
+    required: true,
+    admits: (presented) => presented !== undefined && timingSafeEqual(digest(presented), expected),
+  };
+}
+
+function digest(value: string): Buffer {
+  return createHash('sha256').update(value, 'utf8').digest();
+}
+
+/** The token a request presents: its bearer header, else the dashboard's cookie. */
+export function presentedToken(headers: { authorization?: string | undefined; cookie?: string | undefined }): string | undefined {
+  const bearer = /^Bearer\s+(.+)$/i.exec(headers.authorization?.trim() ?? '')?.[1];
+  if (bearer !== undefined) return bearer.trim();
+  for (const part of (headers.cookie ?? '').split(';')) {
+    const [name, ...value] = part.trim().split('=');
+    if (name === DASHBOARD_COOKIE) return decodeURIComponent(value.join('='));
+  }
+  return undefined;
+}

@@ -1,0 +1,205 @@
+import path from 'node:path';
+import {
+  type DashboardTimeline,
+  MurmurError,
+  SESSION_LOCATIONS_BUCKET,
+  type SessionFilesReply,
+  SessionLocationSchema,
+  type TimelineEntry,
+  commands,
+} from '@murmur/shared';
+import type { Bus } from '@murmur/shared/bus';
+import type { TraceLocation } from './board.js';
+
+/**
+ * A session's trace as a timeline: `trace.jsonl` read through the executor that holds the session
+ * (`executor.<id>.files`, as `mur files` reads it), and each line projected onto a few known
+ * fields. The projection is an allow-list, not a filter: a field is shown only if it is named here,
+ * and only as a count, a name, a state or a duration — a tool call's `input` and `output`, a shell
+ * command's arguments, a prompt, a path or a URL's path and query never appear, whatever a trace
+ * (which the guest's own workdir holds, and a guest could rewrite) contains.
+ */
+
+/** The most of a trace the dashboard reads; a longer one is shown from its start, marked truncated. */
+const TRACE_LIMIT_BYTES = 4 * 1024 * 1024;
+const FILES_TIMEOUT_MS = 15_000;
+
+/** Where the session's trace is: from the board, else from the executor's record in `murmur-sessions`. */
+export async function locateTrace(bus: Bus, sessionId: string, known: TraceLocation | undefined): Promise<TraceLocation> {
+  if (known) return known;
+  const raw = await (await bus.keyValue(SESSION_LOCATIONS_BUCKET)).get(`session.${sessionId}`);
+  const parsed = raw === undefined ? undefined : SessionLocationSchema.safeParse(JSON.parse(raw));
+  if (!parsed?.success) throw new MurmurError('E-SES-001', `no session '${sessionId}' is known to this watcher or on the bus`, { path: sessionId });
+  return { executorId: parsed.data.executor_id, traceFile: 'trace.jsonl' };
+}
+
+export async function readTimeline(bus: Bus, sessionId: string, location: TraceLocation): Promise<DashboardTimeline> {
+  const chunks: Buffer[] = [];
+  let offset = 0;
+  let size = 0;
+  for (;;) {
+    let reply: SessionFilesReply;
+    try {
+      reply = await bus.request(
+        commands.sessionFiles.at(location.executorId),
+        { session_id: sessionId, path: location.traceFile, offset },
+        { timeoutMs: FILES_TIMEOUT_MS },
+      );
+    } catch (error) {
+      // A session that has written no trace yet has an empty timeline, not an error.
+      if (error instanceof MurmurError && error.code === 'E-IO-001') return { session_id: sessionId, entries: [], truncated: false };
+      if (error instanceof MurmurError && (error.code === 'E-BUS-003' || error.code === 'E-BUS-004'))
+        throw new MurmurError('E-SES-003', `executor ${location.executorId}, which holds session ${sessionId}, does not answer (${error.code})`, {
+          path: sessionId,
+        });
+      throw error;
+    }
+    if (reply.type !== 'file') throw new MurmurError('E-IO-003', `the trace of session ${sessionId} is not a file`, { path: location.traceFile });
+    size = reply.size;
+    const chunk = Buffer.from(reply.data, 'base64');
+    chunks.push(chunk);
+    offset += chunk.length;
+    if (chunk.length === 0 || offset >= size || offset >= TRACE_LIMIT_BYTES) break;
+  }
+  const text = Buffer.concat(chunks).subarray(0, TRACE_LIMIT_BYTES).toString('utf8');
+  const lines = text.split('\n');
+  // A slice may end inside a line: only whole lines are read.
+  if (!text.endsWith('\n')) lines.pop();
+  const entries: TimelineEntry[] = [];
+  for (const line of lines) {
+    if (line.trim() === '') continue;
+    let event: unknown;
+    try {
+      event = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (typeof event === 'object' && event !== null && !Array.isArray(event)) entries.push(timelineEntry(event as Record<string, unknown>));
+  }
+  return { session_id: sessionId, entries, truncated: size > TRACE_LIMIT_BYTES };
+}
+
+const number = (value: unknown): number | null => (typeof value === 'number' && Number.isFinite(value) ? value : null);
+/** A name as the trace gives it, cut to a length a line can show (a name, never a sentence). */
+const name = (value: unknown): string | null => (typeof value === 'string' && value !== '' ? value.slice(0, 80) : null);
+const bytes = (value: unknown): string => `${number(value) ?? 0} B`;
+const joined = (...parts: Array<string | null | false>): string => parts.filter((part): part is string => typeof part === 'string' && part !== '').join(' · ');
+
+/** A URL's scheme and authority, or a `host:port`: never its path or query. */
+function authority(value: unknown): string | null {
+  if (typeof value !== 'string') return null;
+  try {
+    const url = new URL(value);
+    return `${url.protocol}//${url.host}`;
+  } catch {
+    return value.split(/[/?#\s]/, 1)[0]?.slice(0, 120) || null;
+  }
+}
+
+/** One trace line, projected: the fields each event type is known to have, and nothing else. */
+export function timelineEntry(event: Record<string, unknown>): TimelineEntry {
+  const type = name(event.event_type) ?? 'unknown';
+  const base = { at: number(event.timestamp) ?? 0, type, turn: number(event.turn), duration_ms: number(event.duration_ms) };
+  const entry = (label: string, detail: string, outcome: TimelineEntry['outcome'] = null): TimelineEntry => ({ ...base, label, detail, outcome });
+  switch (type) {
+    case 'session_start':
+      return entry(
+        'session start',
+        joined(
+          name(event.model) && `model ${name(event.model)}`,
+          number(event.max_turns) !== null && `max ${number(event.max_turns)} turns`,
+          Array.isArray(event.tools_declared) && event.tools_declared.length > 0 && `tools ${event.tools_declared.map(name).filter(Boolean).join(', ')}`,
+          name(event.containment_achieved) && `containment ${name(event.containment_achieved)}`,
+        ),
+      );
+    case 'task_start':
+      return entry(
+        `task ${name(event.task_id) ?? ''}`.trim(),
+        joined(name(event.source), number(event.message_parts_bytes) !== null && bytes(event.message_parts_bytes)),
+      );
+    case 'inference':
+      // The trace counts turns from 0; the task's status (`inference turn N`) from 1, as the page does.
+      return entry(
+        `inference turn ${(number(event.turn) ?? -1) + 1 || '?'}`,
+        joined(
+          `${number(event.input_tokens) ?? 0} in / ${number(event.output_tokens) ?? 0} out tokens`,
+          name(event.decision),
+          name(event.tool_name) && `tool ${name(event.tool_name)}`,
+          name(event.origin),
+        ),
+        event.decision === 'error' ? 'error' : 'ok',
+      );
+    case 'tool_call':
+    case 'skill_call': {
+      const status = name(event.status);
+      return entry(
+        `${type === 'tool_call' ? 'tool' : 'skill'} ${name(event.tool_name) ?? name(event.skill_name) ?? '?'}`,
+        joined(number(event.input_bytes) !== null && `input ${bytes(event.input_bytes)}`, `output ${bytes(event.output_bytes)}`, status),
+        status === null ? null : status === 'ok' || status === 'success' ? 'ok' : 'error',
+      );
+    }
+    case 'shell': {
+      const exitCode = number(event.exit_code);
+      const binary = name(event.binary);
+      return entry(
+        `shell ${binary ? path.basename(binary) : '?'}`,
+        joined(
+          exitCode !== null && `exit ${exitCode}`,
+          `stdout ${bytes(event.stdout_bytes)}`,
+          `stderr ${bytes(event.stderr_bytes)}`,
+          name(event.resource_limit),
+        ),
+        exitCode === 0 ? 'ok' : 'error',
+      );
+    }
+    case 'egress': {
+      const decision = name(event.decision);
+      return entry(
+        joined(`egress ${name(event.kind) ?? ''}`.trim(), authority(event.target)),
+        joined(
+          decision,
+          name(event.grant) && `grant ${name(event.grant)}`,
+          name(event.code),
+          number(event.status) !== null && `status ${number(event.status)}`,
+        ),
+        decision === 'allowed' ? 'ok' : decision === 'denied' ? 'denied' : decision === null ? null : 'error',
+      );
+    }
+    case 'a2a_send':
+      return entry(joined('a2a send', authority(event.peer_url)), joined(name(event.task_id)));
+    case 'delegation_started':
+      return entry(
+        `delegation ${name(event.capsule) ?? ''}`.trim(),
+        joined(name(event.delegation_id), name(event.child_session_id) && `child ${name(event.child_session_id)}`),
+      );
+    case 'delegation_completed':
+      return entry('delegation completed', joined(name(event.delegation_id), name(event.origin)), 'ok');
+    case 'task_end': {
+      const status = name(event.exit_status);
+      return entry(
+        `task end ${status ?? ''}`.trim(),
+        joined(
+          `${number(event.turns) ?? 0} turns`,
+          `${number(event.tool_calls) ?? 0} tool calls`,
+          `${number(event.input_tokens) ?? 0} in / ${number(event.output_tokens) ?? 0} out tokens`,
+        ),
+        status === 'ok' || status === 'completed' ? 'ok' : 'error',
+      );
+    }
+    case 'session_end': {
+      const status = name(event.exit_status);
+      const error = event.error as { code?: unknown } | undefined;
+      return entry(
+        `session end ${status ?? ''}`.trim(),
+        joined(`${number(event.total_turns) ?? 0} turns`, `${number(event.total_tool_calls) ?? 0} tool calls`, name(error?.code)),
+        status === 'ok' ? 'ok' : 'error',
+      );
+    }
+    case 'compaction':
+      return entry('compaction', joined(`${number(event.tokens_before) ?? 0} → ${number(event.tokens_after) ?? 0} tokens`));
+    case 'resource_limit':
+      return entry(`resource limit ${name(event.limit) ?? ''}`.trim(), '', 'error');
+    default:
+      return entry(type.replaceAll('_', ' '), '');
+  }
+}
