@@ -118,21 +118,8 @@ export class DashboardBoard {
   private ended(event: SessionEnded): void {
     const state = event.error?.code === 'E-EXE-001' ? 'lost' : event.exit_status;
     const known = this.sessions.get(event.session_id);
-    const base: DashboardSession = known ?? {
-      session_id: event.session_id,
-      capsule_name: event.capsule_name,
-      capsule_version: event.capsule_version,
-      executor_id: event.executor_id,
-      state,
-      agent: false,
-      started_at: new Date(Date.parse(event.ended_at) - event.duration_ms).toISOString(),
-      ended_at: null,
-      error_code: null,
-      task: null,
-      parent_session_id: null,
-      delegation_id: null,
-      completion: null,
-    };
+    const base: DashboardSession =
+      known ?? unseenSession({ ...event, started_at: new Date(Date.parse(event.ended_at) - event.duration_ms).toISOString() }, event.executor_id, state);
     this.sessions.set(event.session_id, { ...base, state, ended_at: event.ended_at, error_code: event.error?.code ?? null });
     this.tell({ kind: 'session', session: this.sessions.get(event.session_id) as DashboardSession });
     this.forgetOldest();
@@ -142,21 +129,7 @@ export class DashboardBoard {
   private heard(beat: ExecutorHeartbeat): void {
     for (const held of beat.sessions) {
       if (this.sessions.has(held.session_id)) continue;
-      this.sessions.set(held.session_id, {
-        session_id: held.session_id,
-        capsule_name: held.capsule_name,
-        capsule_version: held.capsule_version,
-        executor_id: beat.executor_id,
-        state: 'running',
-        agent: false,
-        started_at: held.started_at,
-        ended_at: null,
-        error_code: null,
-        task: null,
-        parent_session_id: null,
-        delegation_id: null,
-        completion: null,
-      });
+      this.sessions.set(held.session_id, unseenSession(held, beat.executor_id, 'running'));
       this.tell({ kind: 'session', session: this.sessions.get(held.session_id) as DashboardSession });
     }
   }
@@ -185,4 +158,27 @@ export class DashboardBoard {
     for (const subscription of this.subscriptions) subscription.unsubscribe();
     this.listeners.clear();
   }
+}
+
+/** A session this board never saw start: only what an end or a heartbeat tells of it. */
+function unseenSession(
+  seen: { session_id: string; capsule_name: string; capsule_version: string; started_at: string },
+  executorId: string,
+  state: DashboardSession['state'],
+): DashboardSession {
+  return {
+    session_id: seen.session_id,
+    capsule_name: seen.capsule_name,
+    capsule_version: seen.capsule_version,
+    executor_id: executorId,
+    state,
+    agent: false,
+    started_at: seen.started_at,
+    ended_at: null,
+    error_code: null,
+    task: null,
+    parent_session_id: null,
+    delegation_id: null,
+    completion: null,
+  };
 }
