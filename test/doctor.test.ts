@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SERVICE_NAMES, currentPlatform } from '@murmur/shared';
 import { sha256Hex, writeLockfile } from '@murmur/shared/artifacts';
-import { capsuleProject, publishInto, skillArtifact } from './support/artifacts.js';
+import { capsuleProject, nativeEchoTool, publishInto, skillArtifact } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { capsuleWat } from './support/guests.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
@@ -223,6 +223,22 @@ describe('mur doctor in a capsule project', () => {
     expect(result.stderr).toContain("[capsule-runtime] warning[W-SEC-012]: capabilities.shell.allow grants the compiler driver 'cc', but its helper 'cc1' at ");
     // workdir_exec caps the capsule at advisory, below its sealed floor.
     expect(result.stderr).toContain('[mur doctor] warning[E-CAP-003]:');
+  });
+
+  it('predicts E-CAP-005 and E-RUN-012 for a native tool on a host that can neither sandbox nor bound it, and still passes its artifacts', async () => {
+    await publishInto(globalStore, await nativeEchoTool('echoer', '0.3.0'));
+    const dir = await project('  - name: echoer\n    version: 0.3.0\n    runtime: tool\n');
+    const result = await runMur(['doctor'], {
+      cwd: dir,
+      env: { ...env, MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none', MURMUR_CGROUP_ROOT: path.join(scratch.dir, 'no-cgroups') },
+    });
+    expect(result.code, result.stdout).toBe(0);
+    expect(result.stdout).toContain(`  ✓  echoer@0.3.0   ${platform}\n`);
+    expect(result.stdout).toContain('  !  containment   advisory (none)\n');
+    expect(result.stdout).toContain('  !  cgroups       this user cannot make a session cgroup with memory, pids and cpu limits\n');
+    expect(result.stderr).toContain("[mur doctor] warning[E-CAP-005]: this host cannot give the capsule's subprocess tree its own namespaces");
+    expect(result.stderr).toContain('[mur doctor] warning[E-RUN-012]: this capsule can spawn native subprocesses but no cgroup could be created to bound them');
+    expect(result.stderr).toContain('Nothing in murmur.yaml can change it — the refusal is about this machine, not the manifest.');
   });
 
   it('warns about a staged_runtime below the sealed floor, and mur run refuses it with the same E-CAP-004', async () => {

@@ -19,6 +19,7 @@ import {
   type HostProbe,
   assessContainment,
   canSpawnSubprocesses,
+  containmentRefusal,
   strongestFloor,
   subprocessRefusals,
   toolchainHelperGaps,
@@ -95,16 +96,10 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
   }
   for (const gap of toolchainHelperGaps(policy, declared)) output.warn({ code: 'W-SEC-012', message: toolchainHelperWarning(gap) });
   if (!assessment.floorMet) {
-    output.err(
-      `[mur doctor] warning[E-CAP-003]: declared containment class '${assessment.declared}' is not achievable on this host (achieved: '${assessment.achieved}'): ${assessment.shortfall}\n  \`mur run\` will refuse this capsule here — \`mur run --explain-scope\` shows what this host gives.`,
-    );
+    predictedRefusal(output, containmentRefusal(assessment), '`mur run` will refuse this capsule here — `mur run --explain-scope` shows what this host gives.');
   }
   // Native tools are subprocesses too: their packaging is known once the artifacts are resolved.
-  const artifacts = project.checks.flatMap((check) =>
-    'stored' in check.verdict
-      ? [{ role: project.manifest.artifacts.find((a) => a.name === check.name)?.runtime ?? 'tool', packaging: check.verdict.stored.meta.runtime }]
-      : [],
-  );
+  const artifacts = project.checks.flatMap((check) => ('stored' in check.verdict ? [{ role: check.role, packaging: check.verdict.stored.meta.runtime }] : []));
   const canSpawn = canSpawnSubprocesses({ shellAllow: policy.shell_allow, artifacts });
   for (const refusal of subprocessRefusals(canSpawn, host)) {
     predictedRefusal(

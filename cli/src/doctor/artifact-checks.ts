@@ -28,6 +28,8 @@ export type ArtifactVerdict =
 export interface ArtifactCheck {
   name: string;
   version: string;
+  /** What the manifest declares it as (`tool`, `driver`, `hook`, `skill`). */
+  role: string;
   /** `name@version`, what every line and fix names. */
   reference: string;
   verdict: ArtifactVerdict;
@@ -81,6 +83,7 @@ export async function checkArtifacts(manifest: CapsuleManifest, stores: readonly
     checks.push({
       name: declaration.name,
       version: declaration.version,
+      role: declaration.runtime,
       reference: `${declaration.name}@${declaration.version}`,
       verdict: await verdictFor(declaration, stores, lock),
     });

@@ -30,7 +30,7 @@ export { probeConfinement, type ConfineProbe } from './confinement.js';
 export { EgressPolicy } from './egress.js';
 export { probeHost, isolationSummary, canSpawnSubprocesses, subprocessRefusals, type HostProbe } from './host-probe.js';
 export { toolchainHelperGaps, toolchainHelperWarning, resolveInvokedBinary, pathDirectories, type ToolchainHelperGap } from './toolchain-helpers.js';
-export { assessContainment, strongestFloor, type ContainmentAssessment, type EnforcementTier } from './containment.js';
+export { assessContainment, containmentRefusal, strongestFloor, type ContainmentAssessment, type EnforcementTier } from './containment.js';
 export { readSessionFiles } from './session-files.js';
 
 export interface ExecutorServiceOptions {
