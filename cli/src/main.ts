@@ -246,6 +246,11 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     );
 
   program
+    .command('doctor')
+    .description("check that the project's artifacts are installed and match murmur.lock, and what this machine gives a capsule; exit 1 if a check fails")
+    .action(run(() => import('./commands/doctor.js').then((module) => module.doctorCommand(output))));
+
+  program
     .command('ps')
     .description("list the machine's running sessions, each verified (pid, start time, door)")
     .option('--json', 'print an array of the running records, each with its liveness')

@@ -6,6 +6,7 @@ export * from './network-rules.js';
 export * from './filesystem-scope.js';
 export * from './lockfile.js';
 export * from './policy.js';
+export * from './capability-posture.js';
 export * from './plan.js';
 export * from './events.js';
 export * from './topics.js';

@@ -1,6 +1,7 @@
-import { type HealthReply, MurmurError, SERVICE_NAMES, commands } from '@murmur/shared';
+import { MurmurError } from '@murmur/shared';
 import { type Output, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
+import { askEveryService } from '../stack-health.js';
 
 /** `mur health`: asks each service on the bus for its health check. Exit 1 if any does not answer. */
 export async function healthCommand(options: { json?: boolean; timeoutMs?: number }, output: Output): Promise<number> {
@@ -11,18 +12,7 @@ export async function healthCommand(options: { json?: boolean; timeoutMs?: numbe
   }
   const runtime = await openRuntime();
   try {
-    const results = await Promise.all(
-      SERVICE_NAMES.map(async (service) => {
-        try {
-          return { service, reply: await runtime.bus.request(commands.health.at(service), {}, { timeoutMs: options.timeoutMs ?? 2000 }) } as {
-            service: string;
-            reply: HealthReply;
-          };
-        } catch (error) {
-          return { service, error: error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error) };
-        }
-      }),
-    );
+    const results = await askEveryService(runtime.bus, options.timeoutMs ?? 2000);
     if (options.json) output.out(JSON.stringify(results));
     else {
       const rows = results.map((result) =>
@@ -35,7 +25,7 @@ export async function healthCommand(options: { json?: boolean; timeoutMs?: numbe
               String(result.reply.pid),
               `${Math.round(result.reply.uptime_ms / 1000)}s`,
             ]
-          : [result.service, 'unreachable', result.error ?? '', '-', '-', '-'],
+          : [result.service, 'unreachable', result.error, '-', '-', '-'],
       );
       for (const line of table(['SERVICE', 'STATUS', 'INSTANCE', 'PORT', 'PID', 'UPTIME'], rows)) output.out(line);
     }

@@ -19,6 +19,7 @@ export type NamespaceTool = 'bubblewrap' | 'unshare';
 export interface NamespaceProbe {
   tool: NamespaceTool | undefined;
   binary: string | undefined;
+  /** Why not bubblewrap (with unshare as the tool), or why neither; undefined with bubblewrap. */
   reason: string | undefined;
 }
 
@@ -50,7 +51,8 @@ export function probeNamespaces(options: SandboxOptions = {}): NamespaceProbe {
   const unshare = options.unshare ?? 'unshare';
   if (unshare !== 'none') {
     const failure = tryRun(unshare, ['--user', '--map-root-user', '--pid', '--fork', '--net', '--mount', '--ipc', '--uts', 'true']);
-    if (failure === undefined) return { tool: 'unshare', binary: unshare, reason: undefined };
+    // What kept bubblewrap from working stays said: it is why this host gives no composed root.
+    if (failure === undefined) return { tool: 'unshare', binary: unshare, reason: reasons.join('; ') };
     reasons.push(`unshare (${unshare}): ${failure}`);
   } else reasons.push('unshare is disabled (MURMUR_UNSHARE=none)');
   return { tool: undefined, binary: undefined, reason: reasons.join('; ') };

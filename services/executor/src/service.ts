@@ -15,13 +15,11 @@ import {
 } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
-import { BlobCache, cacheDir, murmurHome, packageFile, processState } from '@murmur/shared/node';
+import { BlobCache, cacheDir, murmurHome, processState } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
-import { probeCgroups } from './cgroup.js';
-import { type ConfineProbe, probeConfinement } from './confinement.js';
-import { assessContainment, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
+import { assessContainment, effectiveGrants, strongestFloor } from './containment.js';
+import { isolationSummary, probeHost } from './host-probe.js';
 import { pullForSession } from './pull.js';
-import { probeNamespaces } from './sandbox.js';
 import { readSessionFiles } from './session-files.js';
 import { type ExecutorEnvironment, Session, type SessionEnd } from './session.js';
 
@@ -30,6 +28,9 @@ export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './san
 export { probeCgroups, type CgroupProbe } from './cgroup.js';
 export { probeConfinement, type ConfineProbe } from './confinement.js';
 export { EgressPolicy } from './egress.js';
+export { probeHost, isolationSummary, canSpawnSubprocesses, subprocessRefusals, type HostProbe } from './host-probe.js';
+export { toolchainHelperGaps, toolchainHelperWarning, resolveInvokedBinary, pathDirectories, type ToolchainHelperGap } from './toolchain-helpers.js';
+export { assessContainment, containmentRefusal, strongestFloor, type ContainmentAssessment, type EnforcementTier } from './containment.js';
 export { readSessionFiles } from './session-files.js';
 
 export interface ExecutorServiceOptions {
@@ -48,8 +49,6 @@ export interface ExecutorService {
   close(): Promise<void>;
 }
 
-/** `murmur-confine`, built by `npm run build` beside the executor's code. */
-const CONFINE_HELPER = packageFile('@murmur/executor', 'dist/confine/murmur-confine', import.meta.url, '../dist/confine/murmur-confine');
 /** How often an executor tells the stack it is alive (`MURMUR_EXECUTOR_HEARTBEAT_MS`). */
 const HEARTBEAT_MS = 1_000;
 /** Ended sessions whose workdirs stay readable through this executor (`mur files`), newest kept. */
@@ -69,20 +68,10 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   const env = options.env ?? process.env;
   const { bus, log } = options;
   const instanceId = options.instanceId ?? `executor-${newId('request').slice(4, 16)}`;
-  const namespaces = probeNamespaces({ bwrap: env.MURMUR_BWRAP?.trim() || undefined, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
-  const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined, env.MURMUR_CGROUP_PARENT?.trim() || undefined);
+  const probe = probeHost(env);
+  const { namespaces, cgroups, confine, containment: host } = probe;
   const cache = cacheDir(env);
-  // `MURMUR_CONFINE=none` turns sealing off (a host that should say what it is without it).
-  const confine: ConfineProbe =
-    env.MURMUR_CONFINE?.trim() === 'none'
-      ? { support: undefined, reason: 'sealing is turned off on this executor (MURMUR_CONFINE=none)' }
-      : probeConfinement(namespaces, { helper: env.MURMUR_CONFINE?.trim() || CONFINE_HELPER, cacheDir: cache });
-  const host = hostContainment(namespaces, confine);
-  const isolation = {
-    namespaces: namespaces.tool ?? `none (${namespaces.reason})`,
-    containment: `${host.achieved} (${host.tier})${confine.reason ? `; not sealed: ${confine.reason}` : ''}`,
-    cgroups: cgroups.support ? `${cgroups.support.version}` : `none (${cgroups.reason})`,
-  };
+  const isolation = isolationSummary(probe);
   log.info({ executor_id: instanceId, ...isolation }, 'executor isolation probed');
   if (process.getuid?.() === 0 && namespaces.tool !== undefined) {
     // The kernel exempts root's own user from RLIMIT_NPROC, and a sandbox a root executor starts is

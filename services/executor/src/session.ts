@@ -25,6 +25,7 @@ import {
   RUNTIME_VERSION,
   runtimeMetrics,
   resolveManifestSecrets,
+  stagedRuntimeFloorRefusal,
   topics,
   traced,
 } from '@murmur/shared';
@@ -36,6 +37,7 @@ import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import type { ConfineProbe } from './confinement.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy } from './egress.js';
+import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
 import { hostSandbox, sandboxTmp } from './host-sandbox.js';
 import { type EgressRecord, SandboxNetwork } from './sandbox-network.js';
 import { WorkdirGuard } from './workdir-guard.js';
@@ -192,7 +194,7 @@ export class Session {
 
   /** Whether the capsule can start native subprocesses, which only a real sandbox may allow. */
   private canSpawn(): boolean {
-    return this.plan.policy.shell_allow.length > 0 || this.plan.artifacts.some((artifact) => artifact.role === 'tool' && artifact.packaging === 'native');
+    return canSpawnSubprocesses({ shellAllow: this.plan.policy.shell_allow, artifacts: this.plan.artifacts });
   }
 
   /** The session's containment: the strongest floor it was given, against what this host achieves. */
@@ -207,27 +209,13 @@ export class Session {
 
   /** Refusals decided before anything is written: what this host cannot do for this capsule. */
   private checkHost(): void {
-    const { namespaces, cgroups } = this.environment;
-    if (this.canSpawn() && namespaces.tool === undefined) {
-      throw new MurmurError(
-        'E-CAP-005',
-        `this host cannot give the capsule's subprocess tree its own namespaces, so capabilities.network.allow and the workdir boundary cannot be enforced for it: ${namespaces.reason}`,
-        {
-          hint: "install bubblewrap ('apt-get install bubblewrap'), or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly",
-        },
-      );
-    }
-    if (this.canSpawn() && cgroups.support === undefined) {
-      throw new MurmurError(
-        'E-RUN-012',
-        `this capsule can spawn native subprocesses but no cgroup could be created to bound them (${cgroups.reason}); the runtime refuses to launch rather than run a subprocess tree with no aggregate memory/pids/cpu ceiling`,
-        {
-          hint: 'run the executor where it may create cgroups (as root, or with a delegated cgroup subtree that has the memory, pids and cpu controllers)',
-        },
-      );
-    }
+    const [refusal] = subprocessRefusals(this.canSpawn(), this.environment);
+    if (refusal) throw refusal;
     const containment = this.containment;
     if (!containment.floorMet) throw containmentRefusal(containment);
+    // A staged runtime is bound into the composed root, which only a declared sealed floor builds.
+    const stagedBelowSealed = stagedRuntimeFloorRefusal(this.plan.policy, containment.declared);
+    if (stagedBelowSealed) throw stagedBelowSealed;
     for (const grant of this.plan.policy.staged_runtime) {
       if (!existsSync(grant.source_path)) {
         throw new MurmurError(

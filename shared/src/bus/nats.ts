@@ -11,6 +11,8 @@ export interface NatsTransportOptions {
   log: Log;
   /** Milliseconds between reconnect attempts after the server goes away. */
   reconnectTimeWaitMs?: number;
+  /** How long the first connection may take before it is given up (the client's default: 20 s). */
+  connectTimeoutMs?: number;
 }
 
 /**
@@ -47,6 +49,7 @@ export class NatsTransport implements Transport {
       reconnectTimeWait: options.reconnectTimeWaitMs ?? 250,
       // The first connection must succeed: a service started against a wrong URL should say so.
       waitOnFirstConnect: false,
+      ...(options.connectTimeoutMs !== undefined ? { timeout: options.connectTimeoutMs } : {}),
     };
     let connection: NatsConnection;
     try {

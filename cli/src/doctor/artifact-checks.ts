@@ -1,0 +1,98 @@
+import type { CapsuleManifest, MurmurLock } from '@murmur/shared';
+import { ArtifactStore, type StoredArtifact, sha256Hex } from '@murmur/shared/artifacts';
+import { defaultArtifactsDir, globalStoreDir, projectStoreDir } from '@murmur/shared/node';
+
+/**
+ * One verdict per artifact the manifest declares, decided the way staging decides it, so a green
+ * doctor line means `mur run` would take the same artifact: found in the project store, else the
+ * global store, else the artifacts this runtime ships (the stores a local run resolves from); its
+ * bytes hashing to the digest recorded beside them; and, when `murmur.lock` exists, an entry for
+ * it pinning the manifest's version and those bytes' sha256.
+ *
+ * Checked in upstream's order, first failure wins: a version the lock already contradicts is not
+ * hashed as well, so one drifted artifact is one failure.
+ */
+export type ArtifactVerdict =
+  /** A `source:` skill: read from the project at staging, never resolved, never locked. */
+  | { kind: 'local-source' }
+  | { kind: 'ok'; stored: StoredArtifact }
+  | { kind: 'missing' }
+  | { kind: 'lock-entry-missing' }
+  | { kind: 'lock-version-mismatch'; pinned: string }
+  /** The bytes no longer hash to their own `.sha256` sidecar: the store was changed after install. */
+  | { kind: 'store-digest-mismatch'; stored: StoredArtifact; actual: string }
+  | { kind: 'lock-digest-mismatch'; stored: StoredArtifact; expected: string; actual: string }
+  /** The store refused to say (an empty sidecar): its own words. */
+  | { kind: 'unreadable'; reason: string };
+
+export interface ArtifactCheck {
+  name: string;
+  version: string;
+  /** What the manifest declares it as (`tool`, `driver`, `hook`, `skill`). */
+  role: string;
+  /** `name@version`, what every line and fix names. */
+  reference: string;
+  verdict: ArtifactVerdict;
+}
+
+/** The stores a local `mur run` resolves from, in its order. */
+export function localStores(projectRoot: string, env: NodeJS.ProcessEnv = process.env): ArtifactStore[] {
+  const shipped = defaultArtifactsDir(env);
+  return [
+    new ArtifactStore(projectStoreDir(projectRoot), 'project'),
+    new ArtifactStore(globalStoreDir(env), 'global'),
+    ...(shipped ? [new ArtifactStore(shipped, 'default')] : []),
+  ];
+}
+
+async function firstStored(stores: readonly ArtifactStore[], name: string, version: string): Promise<StoredArtifact | undefined> {
+  for (const store of stores) {
+    const stored = await store.resolve(name, version);
+    if (stored) return stored;
+  }
+  return undefined;
+}
+
+async function verdictFor(
+  declaration: CapsuleManifest['artifacts'][number],
+  stores: readonly ArtifactStore[],
+  lock: MurmurLock | undefined,
+): Promise<ArtifactVerdict> {
+  if (declaration.source !== undefined) return { kind: 'local-source' };
+  const { name, version } = declaration;
+  let stored: StoredArtifact | undefined;
+  try {
+    stored = await firstStored(stores, name, version);
+  } catch (error) {
+    return { kind: 'unreadable', reason: (error as Error).message };
+  }
+  // Nothing on disk to hash, so a missing artifact never also gets a lock verdict.
+  if (!stored) return { kind: 'missing' };
+  const pin = lock?.artifacts.find((entry) => entry.name === name);
+  if (lock && !pin) return { kind: 'lock-entry-missing' };
+  if (pin && pin.resolved_version !== version) return { kind: 'lock-version-mismatch', pinned: pin.resolved_version };
+  const actual = sha256Hex(stored.bytes);
+  if (actual !== stored.recordedSha256.toLowerCase()) return { kind: 'store-digest-mismatch', stored, actual };
+  if (pin && pin.sha256.wasm.toLowerCase() !== actual) return { kind: 'lock-digest-mismatch', stored, expected: pin.sha256.wasm, actual };
+  return { kind: 'ok', stored };
+}
+
+export async function checkArtifacts(manifest: CapsuleManifest, stores: readonly ArtifactStore[], lock: MurmurLock | undefined): Promise<ArtifactCheck[]> {
+  const checks: ArtifactCheck[] = [];
+  for (const declaration of manifest.artifacts) {
+    checks.push({
+      name: declaration.name,
+      version: declaration.version,
+      role: declaration.runtime,
+      reference: `${declaration.name}@${declaration.version}`,
+      verdict: await verdictFor(declaration, stores, lock),
+    });
+  }
+  return checks;
+}
+
+/** Lock entries for artifacts the manifest no longer declares: harmless to a run, worth a mention. */
+export function undeclaredPins(manifest: CapsuleManifest, lock: MurmurLock): string[] {
+  const declared = new Set(manifest.artifacts.map((artifact) => artifact.name));
+  return lock.artifacts.filter((entry) => !declared.has(entry.name)).map((entry) => entry.name);
+}

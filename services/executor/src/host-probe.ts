@@ -1,0 +1,94 @@
+import { MurmurError } from '@murmur/shared';
+import { cacheDir, packageFile } from '@murmur/shared/node';
+import { type CgroupProbe, probeCgroups } from './cgroup.js';
+import { type ConfineProbe, probeConfinement } from './confinement.js';
+import { type HostContainment, hostContainment } from './containment.js';
+import { type NamespaceProbe, probeNamespaces } from './sandbox.js';
+
+/**
+ * What isolation this machine can give a capsule, found by trying each mechanism once: the
+ * namespaces (bubblewrap, else unshare), sealing (`murmur-confine`), and session cgroups.
+ *
+ * One probe for everyone who asks the question — the executor at start, `mur doctor` on the
+ * machine it runs on — so a report about a host and the launches on it cannot disagree.
+ */
+export interface HostProbe {
+  namespaces: NamespaceProbe;
+  confine: ConfineProbe;
+  cgroups: CgroupProbe;
+  containment: HostContainment;
+}
+
+/** `murmur-confine`, built by `npm run build` beside the executor's code. */
+const CONFINE_HELPER = packageFile('@murmur/executor', 'dist/confine/murmur-confine', import.meta.url, '../dist/confine/murmur-confine');
+
+/**
+ * Honours the executor's settings: `MURMUR_BWRAP`/`MURMUR_UNSHARE` (a binary, or `none`),
+ * `MURMUR_CGROUP_ROOT`/`MURMUR_CGROUP_PARENT`, and `MURMUR_CONFINE` (the helper, or `none` to
+ * turn sealing off on a host that should say what it is without it).
+ */
+export function probeHost(env: NodeJS.ProcessEnv = process.env): HostProbe {
+  const namespaces = probeNamespaces({ bwrap: env.MURMUR_BWRAP?.trim() || undefined, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
+  const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined, env.MURMUR_CGROUP_PARENT?.trim() || undefined);
+  const confine: ConfineProbe =
+    env.MURMUR_CONFINE?.trim() === 'none'
+      ? { support: undefined, reason: 'sealing is turned off on this executor (MURMUR_CONFINE=none)' }
+      : probeConfinement(namespaces, { helper: env.MURMUR_CONFINE?.trim() || CONFINE_HELPER, cacheDir: cacheDir(env) });
+  return { namespaces, confine, cgroups, containment: hostContainment(namespaces, confine) };
+}
+
+/** The probe in three phrases: what an executor logs at start and reports with each launch. */
+export function isolationSummary(probe: HostProbe): { namespaces: string; containment: string; cgroups: string } {
+  const { namespaces, confine, cgroups, containment } = probe;
+  return {
+    namespaces: namespaces.tool ?? `none (${namespaces.reason})`,
+    containment: `${containment.achieved} (${containment.tier})${confine.reason ? `; not sealed: ${confine.reason}` : ''}`,
+    cgroups: cgroups.support ? `${cgroups.support.version}` : `none (${cgroups.reason})`,
+  };
+}
+
+/** The parts of a capsule that decide whether it can start native subprocesses. */
+export interface SpawningParts {
+  shellAllow: readonly string[];
+  /** Its artifacts: a native tool is a subprocess. */
+  artifacts: ReadonlyArray<{ role: string; packaging: string }>;
+}
+
+/** Whether the capsule can start native subprocesses, which only a real sandbox may allow. */
+export function canSpawnSubprocesses(parts: SpawningParts): boolean {
+  return parts.shellAllow.length > 0 || parts.artifacts.some((artifact) => artifact.role === 'tool' && artifact.packaging === 'native');
+}
+
+/**
+ * Why this host refuses a capsule that can spawn (`E-CAP-005` without namespaces, `E-RUN-012`
+ * without a cgroup to bound the subprocess tree), in the order a launch checks them; empty when
+ * it does not. Every refusal, not the first: a report names both problems at once, a launch
+ * throws the first.
+ */
+export function subprocessRefusals(canSpawn: boolean, probe: Pick<HostProbe, 'namespaces' | 'cgroups'>): MurmurError[] {
+  if (!canSpawn) return [];
+  const refusals: MurmurError[] = [];
+  if (probe.namespaces.tool === undefined) {
+    refusals.push(
+      new MurmurError(
+        'E-CAP-005',
+        `this host cannot give the capsule's subprocess tree its own namespaces, so capabilities.network.allow and the workdir boundary cannot be enforced for it: ${probe.namespaces.reason}`,
+        {
+          hint: "install bubblewrap ('apt-get install bubblewrap'), or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly",
+        },
+      ),
+    );
+  }
+  if (probe.cgroups.support === undefined) {
+    refusals.push(
+      new MurmurError(
+        'E-RUN-012',
+        `this capsule can spawn native subprocesses but no cgroup could be created to bound them (${probe.cgroups.reason}); the runtime refuses to launch rather than run a subprocess tree with no aggregate memory/pids/cpu ceiling`,
+        {
+          hint: 'run the executor where it may create cgroups (as root, or with a delegated cgroup subtree that has the memory, pids and cpu controllers)',
+        },
+      ),
+    );
+  }
+  return refusals;
+}

@@ -1,0 +1,54 @@
+import type { MurmurWarning } from './errors.js';
+import { MurmurError } from './errors.js';
+import type { Containment } from './manifest/capsule.js';
+import type { CapabilityPolicy } from './policy.js';
+
+/**
+ * What a capsule's own declarations say about its containment, decided from the manifest alone
+ * (no host is asked): upstream's staging-time posture warnings and the `staged_runtime` floor
+ * refusal. Values, not printed lines, so staging and `mur doctor` say the same words.
+ */
+
+/**
+ * `W-SEC-009`, once per grant: an `interpreter_runtime` grant reaches host directories outside
+ * the workdir, which ties the capsule to one host's interpreter layout.
+ */
+export function interpreterRuntimeWarnings(policy: Pick<CapabilityPolicy, 'interpreter_runtime'>): MurmurWarning[] {
+  return policy.interpreter_runtime.map((grant) => {
+    const dirs = grant.dirs.map((dir) => `${dir.path} (${dir.list_dir ? 'list_dir' : 'no-list'})`).join(', ');
+    return {
+      code: 'W-SEC-009',
+      message: `capabilities.shell.interpreter_runtime grants '${grant.binary}' host directories outside the workdir [${dirs}] — this couples the capsule to a specific host distro/interpreter-version layout (e.g. /usr/lib/python3.11 breaks the moment the host ships Python 3.12); the durable fix is the staged runtime bind-mount, which this grant only bridges until`,
+      path: 'capabilities.shell.interpreter_runtime',
+    };
+  });
+}
+
+/**
+ * `W-SEC-011`: `workdir_exec` trades away an enforcement property (anything written into the
+ * workdir runs, allowlist or not), which a class in a JSON field is too easy to miss.
+ */
+export function workdirExecWarning(policy: Pick<CapabilityPolicy, 'workdir_exec'>): MurmurWarning | undefined {
+  if (!policy.workdir_exec) return undefined;
+  return {
+    code: 'W-SEC-011',
+    message:
+      "capabilities.filesystem.workdir_exec is true — the session workdir keeps its Landlock Execute right, so anything the capsule writes there can run regardless of capabilities.shell.allow; this capsule reports containment class 'advisory' on every host, including a Landlock-capable one",
+    path: 'capabilities.filesystem.workdir_exec',
+  };
+}
+
+/**
+ * `E-CAP-004`: a `staged_runtime` tree is bound into the composed root, which only a declared
+ * `sealed` floor builds; below it the interpreter would simply be absent. Decided against the
+ * declared floor, never the host: a host that could seal does not help a capsule that did not ask.
+ */
+export function stagedRuntimeFloorRefusal(policy: Pick<CapabilityPolicy, 'staged_runtime'>, declared: Containment): MurmurError | undefined {
+  if (policy.staged_runtime.length === 0 || declared === 'sealed') return undefined;
+  const binaries = policy.staged_runtime.map((grant) => grant.binary).join(', ');
+  return new MurmurError(
+    'E-CAP-004',
+    `capabilities.shell.staged_runtime is declared for ${binaries} but the effective containment floor is '${declared}' — staging a runtime tree requires the 'sealed' floor, because there is no composed root to bind-mount it into below that`,
+    { path: 'capabilities.shell.staged_runtime' },
+  );
+}
