@@ -169,7 +169,15 @@ describe('the stack in containers', () => {
     );
 
     scratch = await tempDir('murmur-containers-');
-    env = { MURMUR_NATS_PORT: String(await freePort()), MURMUR_DOOR_PORT: String(await freePort()), MURMUR_ROOST_PORT: String(await freePort()) };
+    env = {
+      MURMUR_NATS_PORT: String(await freePort()),
+      MURMUR_DOOR_PORT: String(await freePort()),
+      MURMUR_ROOST_PORT: String(await freePort()),
+      // The dashboard opened as the compose file says: the watcher on the container's network, behind a token.
+      MURMUR_WATCHER_PORT: String(await freePort()),
+      MURMUR_WATCHER_HOST: '0.0.0.0',
+      MURMUR_DASHBOARD_TOKEN: randomBytes(24).toString('hex'),
+    };
     project = new ComposeProject(`murmurct${randomBytes(3).toString('hex')}`, ['docker-compose.yml', OVERRIDE], env);
     stack = await new DockerComposeEnvironment(root, project.files)
       .withClientOptions({ executable: { standalone: true } })
@@ -328,6 +336,21 @@ describe('the stack in containers', () => {
     expect(await scrape('executor')).toMatch(/^murmur_tasks_total\{state="completed"\} [1-9]/m);
     const published = await (await fetch(`http://127.0.0.1:${env.MURMUR_DOOR_PORT}/metrics`)).text();
     expect(published).toMatch(/^murmur_bus_request_duration_seconds_count\{topic="session\.\*\.rpc",outcome="ok"\} [1-9]/m);
+  });
+
+  it("serves the operator dashboard on the watcher's published port to the token alone: the stack's sessions with it, nothing without", async () => {
+    const snapshot = `http://127.0.0.1:${env.MURMUR_WATCHER_PORT}/dashboard/api/snapshot`;
+    const refused = await fetch(snapshot, { headers: { authorization: 'Bearer not-the-token-at-all' } });
+    expect(refused.status).toBe(401);
+    const refusal = await refused.text();
+    expect(refusal).toContain('E-DASH-002');
+    expect(refusal).not.toContain('ses_');
+    const answered = await fetch(snapshot, { headers: { authorization: `Bearer ${env.MURMUR_DASHBOARD_TOKEN}` } });
+    expect(answered.status).toBe(200);
+    const board = (await answered.json()) as { sessions: Array<{ session_id: string; executor_id: string }> };
+    // The runs before this one started sessions on the stack: the watcher saw each of them.
+    expect(started.length).toBeGreaterThan(0);
+    for (const event of started) expect(board.sessions.map((session) => session.session_id)).toContain(event.session_id);
   });
 
   it("delegates to a child that runs on its parent's executor, under its children/, and the completion comes back as the tool's result", async () => {

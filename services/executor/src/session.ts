@@ -762,7 +762,7 @@ export class Session {
         this.onHostEvent(message.event);
         return;
       case 'trace':
-        this.telemetry?.observeHost(message.event as TraceRecord);
+        for (const record of message.events) this.telemetry?.observeHost(record as TraceRecord);
         return;
       case 'rpc-reply': {
         const waiting = this.pendingRpc.get(message.id);

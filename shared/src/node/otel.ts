@@ -87,10 +87,19 @@ function openSpan(span: Span): OpenSpan {
   };
 }
 
+/** The last parent asked for, parsed: a session's children all name the same one, one after another. */
+let lastParent: { traceparent: string; context: Context } | undefined;
+
 function parentContext(traceparent: string | undefined): Context {
-  if (!isTraceparent(traceparent)) return ROOT_CONTEXT;
-  const extracted = propagator.extract(ROOT_CONTEXT, { traceparent: traceparent.trim().toLowerCase() }, defaultTextMapGetter);
-  return trace.getSpanContext(extracted) ? extracted : ROOT_CONTEXT;
+  if (traceparent === undefined) return ROOT_CONTEXT;
+  if (lastParent?.traceparent === traceparent) return lastParent.context;
+  let context = ROOT_CONTEXT;
+  if (isTraceparent(traceparent)) {
+    const extracted = propagator.extract(ROOT_CONTEXT, { traceparent: traceparent.trim().toLowerCase() }, defaultTextMapGetter);
+    if (trace.getSpanContext(extracted)) context = extracted;
+  }
+  lastParent = { traceparent, context };
+  return context;
 }
 
 function definedAttributes(attributes: SpanAttributes): Record<string, string | number | boolean> {

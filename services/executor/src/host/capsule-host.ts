@@ -3,6 +3,7 @@ import type { Worker } from 'node:worker_threads';
 import { type WireError, capabilityCategories } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
 import { LogFile, TraceWriter } from '../records.js';
+import { spanRecordOf } from '../span-records.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, StartMessage } from './protocol.js';
@@ -47,9 +48,6 @@ function refused(error: string): Fallible<never> {
   return { ok: false, error };
 }
 
-/** The records the executor makes spans of (`session-telemetry.ts`): only these cross to it. */
-const SPAN_RECORDS: ReadonlySet<string> = new Set(['a2a_task_received', 'session_start', 'inference', 'tool_call', 'shell', 'compaction', 'session_end']);
-
 export class CapsuleHost implements AgentHost {
   readonly trace: TraceWriter;
   private readonly sessionLog: LogFile;
@@ -76,7 +74,8 @@ export class CapsuleHost implements AgentHost {
       start.session_id,
       start.forward_trace
         ? (event) => {
-            if (SPAN_RECORDS.has(event.event_type)) channel.trace(event);
+            const forwarded = spanRecordOf(event);
+            if (forwarded) channel.trace(forwarded);
           }
         : undefined,
     );

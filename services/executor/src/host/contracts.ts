@@ -18,7 +18,7 @@ export interface HostChannel {
   output(stream: 'stdout' | 'stderr', text: string): void;
   /** Hands one event of the session's A2A feed to the executor, for the doors. */
   event(event: SessionEvent): void;
-  /** Hands one trace record to the executor, which makes the session's spans from it. */
+  /** Hands one trace record to the executor (batched), which makes the session's spans from it. */
   trace(event: TraceRecord): void;
   /** Answers the doors' calls (relayed by the executor) with `handler`. */
   serve(handler: (call: SessionCall) => SessionReply): void;

@@ -3,6 +3,7 @@ import { CapsuleHost } from './capsule-host.js';
 import type { HostChannel, SessionResult } from './contracts.js';
 import { prewarmGuestWorker } from './guest-runner.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
+import type { TraceRecord } from '../records.js';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
 import { handOverSandboxSockets } from './sandbox-sockets.js';
 
@@ -24,8 +25,28 @@ if (!process.send) {
 }
 
 const send = (message: HostToExecutor): void => {
+  // A request may depend on the spans the records made so far (its egress span's parent, the
+  // traceparent an outgoing message carries): they reach the executor first.
+  if (message.type === 'request') flushTraces();
   process.send?.(message);
 };
+
+/**
+ * Trace records for the executor's spans, sent in batches: one IPC message per record would cost
+ * the task loop, which is serial, a write per record. A batch leaves before the next request, at
+ * the result, and at the latest 50 ms after its first record.
+ */
+let traceBatch: TraceRecord[] = [];
+let traceTimer: NodeJS.Timeout | undefined;
+
+function flushTraces(): void {
+  if (traceTimer) clearTimeout(traceTimer);
+  traceTimer = undefined;
+  if (traceBatch.length === 0) return;
+  const events = traceBatch;
+  traceBatch = [];
+  process.send?.({ type: 'trace', events } satisfies HostToExecutor);
+}
 
 let nextRequest = 1;
 const pending = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
@@ -61,7 +82,8 @@ const channel: HostChannel = {
     send({ type: 'event', event });
   },
   trace(event) {
-    send({ type: 'trace', event });
+    traceBatch.push(event);
+    traceTimer ??= setTimeout(flushTraces, 50);
   },
   serve(handler) {
     serveCall = handler;
@@ -138,11 +160,13 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
       timing('guest finished');
       // Exit as soon as the result is written: nothing is left to do, and a lingering helper
       // thread would only delay the session's end.
+      flushTraces();
       process.send?.({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, () =>
         process.exit(0),
       );
     },
     (error: unknown) => {
+      flushTraces();
       send({
         type: 'result',
         status: 'failed',

@@ -272,10 +272,10 @@ export const HostToExecutorSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('rpc-reply'), id: z.number().int(), reply: SessionReplySchema }),
   /** One event of the session's A2A feed, for the executor to publish on `session.<id>.events`. */
   z.object({ type: z.literal('event'), event: SessionEventSchema }),
-  /** One `trace.jsonl` record, as written, for the session's spans (only when `forward_trace`). */
+  /** `trace.jsonl` records, in order, cut to what the session's spans read (only when `forward_trace`). */
   z.object({
     type: z.literal('trace'),
-    event: z.object({ event_type: z.string(), session_id: z.string(), timestamp: z.number() }).passthrough(),
+    events: z.array(z.object({ event_type: z.string(), session_id: z.string(), timestamp: z.number() }).passthrough()),
   }),
   z.object({
     type: z.literal('result'),
