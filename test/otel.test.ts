@@ -132,6 +132,21 @@ describe('OpenTelemetry export', () => {
     expect(log).toMatch(new RegExp(`could not export \\d+ span\\(s\\) to http://127\\.0\\.0\\.1:${closed}/v1/traces: .*ECONNREFUSED`));
   });
 
+  it("never names the operator's collector in a session's otel.log, which the capsule can read", async () => {
+    const inference = await model();
+    const closed = await freePort();
+    const project = await agentProject(path.join(scratch.dir, 'operator-collector'), agentYaml(inference, 'operated', undefined, []));
+    const result = await runMur(['run', '--json', '--task', 'use both tools'], {
+      cwd: project,
+      env: { ...env, MURMUR_OTEL_ENDPOINT: `http://127.0.0.1:${closed}` },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const log = await fs.readFile(path.join(workdir, 'logs', 'otel.log'), 'utf8');
+    expect(log).toMatch(/could not export \d+ span\(s\) to the executor's collector \(MURMUR_OTEL_ENDPOINT\): the export failed \(ECONNREFUSED\)$/m);
+    expect(log).not.toContain(String(closed));
+  });
+
   it("sends nothing to an otel_endpoint the capsule's network.allow does not admit: the spans could carry what the capsule chose past the policy", async () => {
     const inference = await model();
     const before = collector.spans().length;

@@ -52,10 +52,13 @@ export class SessionTelemetry {
     let endpoint = options.endpoint?.trim() || undefined;
     if (endpoint && !options.endpointAllowed(otelTracesUrl(endpoint))) {
       log.line(
-        `observability.otel_endpoint '${endpoint}' is not admitted by capabilities.network.allow: this session's spans are not sent there${options.operatorEndpoint ? ` (the executor's collector ${options.operatorEndpoint} gets them)` : ''}; add it to network.allow to export`,
+        `observability.otel_endpoint '${endpoint}' is not admitted by capabilities.network.allow: this session's spans are not sent there${options.operatorEndpoint ? " (the executor's collector gets them)" : ''}; add it to network.allow to export`,
       );
       endpoint = undefined;
     }
+    // This log is in the session's directory, which the capsule reads: the operator's collector
+    // is never named there, only the capsule's own.
+    const collectorLabel = endpoint ? undefined : "the executor's collector (MURMUR_OTEL_ENDPOINT)";
     endpoint ??= options.operatorEndpoint?.trim() || undefined;
     if (!endpoint) return undefined;
     const { openOtelTracer } = await import('@murmur/shared/otel');
@@ -65,6 +68,7 @@ export class SessionTelemetry {
       serviceVersion: options.capsule.version,
       scope: 'murmur-capsule-runtime',
       onExportError: (message) => log.line(message),
+      ...(collectorLabel ? { collectorLabel } : {}),
     });
     return new SessionTelemetry(tracer, options.launchTraceparent);
   }

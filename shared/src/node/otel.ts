@@ -23,6 +23,11 @@ export interface OtelTracerOptions {
   /** The instrumentation scope's name. */
   scope: string;
   onExportError: (message: string) => void;
+  /**
+   * How failures name the collector when its address is not for whoever reads them (default: the
+   * URL). Given, a failure is told by its code alone: a transport's message names the address.
+   */
+  collectorLabel?: string;
 }
 
 export interface OtelTracer extends RuntimeTracing {
@@ -43,7 +48,12 @@ const propagator = new W3CTraceContextPropagator();
 
 export function openOtelTracer(options: OtelTracerOptions): OtelTracer {
   const url = otelTracesUrl(options.endpoint);
-  const exporter = new ReportingExporter(new OTLPTraceExporter({ url, timeoutMillis: EXPORT_TIMEOUT_MS }), url, options.onExportError);
+  const exporter = new ReportingExporter(
+    new OTLPTraceExporter({ url, timeoutMillis: EXPORT_TIMEOUT_MS }),
+    options.collectorLabel ?? url,
+    options.collectorLabel === undefined ? describeFailure : failureCode,
+    options.onExportError,
+  );
   const provider = new BasicTracerProvider({
     resource: resourceFromAttributes({ 'service.name': options.serviceName, 'service.version': options.serviceVersion }),
     spanProcessors: [
@@ -125,13 +135,15 @@ async function bounded(work: Promise<unknown>, timeoutMs: number): Promise<void>
 class ReportingExporter implements SpanExporter {
   constructor(
     private readonly inner: SpanExporter,
-    private readonly url: string,
+    private readonly collector: string,
+    private readonly describe: (error: Error | undefined) => string,
     private readonly report: (message: string) => void,
   ) {}
 
   export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
     this.inner.export(spans, (result) => {
-      if (result.code !== ExportResultCode.SUCCESS) this.report(`could not export ${spans.length} span(s) to ${this.url}: ${describeFailure(result.error)}`);
+      if (result.code !== ExportResultCode.SUCCESS)
+        this.report(`could not export ${spans.length} span(s) to ${this.collector}: ${this.describe(result.error)}`);
       done(result);
     });
   }
@@ -145,9 +157,18 @@ class ReportingExporter implements SpanExporter {
   }
 }
 
+function codeOf(error: Error): string | number | undefined {
+  return (error as { code?: string | number }).code ?? (error as { cause?: { code?: string } }).cause?.code;
+}
+
 function describeFailure(error: Error | undefined): string {
   if (!error) return 'the export failed';
-  const cause = (error as { cause?: { code?: string } }).cause;
-  const code = (error as { code?: string | number }).code ?? cause?.code;
+  const code = codeOf(error);
   return code !== undefined && !error.message.includes(String(code)) ? `${error.message} (${code})` : error.message;
+}
+
+/** The failure's code (ECONNREFUSED, an HTTP status), never its message. */
+function failureCode(error: Error | undefined): string {
+  const code = error ? codeOf(error) : undefined;
+  return code === undefined ? 'the export failed' : `the export failed (${code})`;
 }
