@@ -346,11 +346,15 @@ describe('the door', () => {
       expect((await post('[{"jsonrpc": "2.0", "id": 1, "method": "tasks/get"}]')).body.error?.code).toBe(-32600);
     });
 
-    it('answers an unknown method with -32601, and says when it belongs to the other generation', async () => {
+    it('answers an unknown method with -32601, and says when it belongs to the generation the request did not ask for', async () => {
       expect((await rpc(agent.url, 'tasks/explode', {})).body.error?.code).toBe(-32601);
-      const wrongGeneration = await rpc(agent.url, 'SendMessage', textMessage('x'));
+      const wrongGeneration = await rpc(agent.url, 'SendMessage', textMessage('x'), { version: '0.3' });
       expect(wrongGeneration.body.error?.code).toBe(-32601);
-      expect(wrongGeneration.body.error?.message).toContain('A2A-Version: 1.0');
+      expect(wrongGeneration.body.error?.message).toBe(
+        "Method not found: 'SendMessage' ('SendMessage' is an A2A 1.0 method: send it with A2A-Version: 1.0, or with no version)",
+      );
+      const other = await rpc(agent.url, 'tasks/get', {}, { version: '1.0' });
+      expect(other.body.error?.message).toContain("'tasks/get' is an A2A 0.3 method: send it with A2A-Version: 0.3, or with no version");
     });
 
     it('answers bad params with -32602, naming what was wrong', async () => {
@@ -417,6 +421,105 @@ describe('the door', () => {
     it('keeps serving after all of that', async () => {
       const sent = await rpc(agent.url, 'message/send', { ...textMessage('still here'), configuration: { blocking: true } });
       expect((sent.body.result!.status as { state: string }).state).toBe('completed');
+    });
+  });
+
+  describe('ListTasks, version negotiation and push notifications', () => {
+    let contextId: string;
+    const sentIds: string[] = [];
+    const v10Message = (text: string) => ({ message: { messageId: `m-${text}-${Date.now()}`, role: 'ROLE_USER', parts: [{ text }], contextId } });
+    type Listed = { tasks: Array<Record<string, unknown>>; nextPageToken: string; pageSize: number; totalSize: number };
+
+    beforeAll(async () => {
+      contextId = `ctx-list-${Date.now()}`;
+      // Sent bare (no A2A-Version): a 1.0 method name is served in 1.0.
+      for (const text of ['first', 'second', 'third']) {
+        const sent = await rpc(agent.url, 'SendMessage', v10Message(text));
+        const task = sent.body.result?.task as { id: string; status: { state: string } } | undefined;
+        expect(task?.status.state, JSON.stringify(sent.body)).toBe('TASK_STATE_COMPLETED');
+        sentIds.push(task?.id as string);
+      }
+    });
+
+    it('lists a context’s tasks newest first, a page at a time behind a cursor, artifacts only when asked and history as long as asked', async () => {
+      const first = (await rpc(agent.url, 'ListTasks', { contextId, pageSize: 2 })).body.result as unknown as Listed;
+      expect(first.tasks.map((task) => task.id)).toEqual([sentIds[2], sentIds[1]]);
+      expect(first).toMatchObject({ pageSize: 2, totalSize: 3 });
+      expect(first.nextPageToken).not.toBe('');
+      expect(first.tasks.every((task) => !('artifacts' in task))).toBe(true);
+      const second = (await rpc(agent.url, 'ListTasks', { contextId, pageSize: 2, pageToken: first.nextPageToken })).body.result as unknown as Listed;
+      expect(second.tasks.map((task) => task.id)).toEqual([sentIds[0]]);
+      expect(second.nextPageToken).toBe('');
+      const full = (await rpc(agent.url, 'ListTasks', { contextId, includeArtifacts: true, historyLength: 1 })).body.result as unknown as Listed;
+      expect(full.tasks).toHaveLength(3);
+      expect(((full.tasks[0]?.artifacts ?? []) as Array<{ name: string }>).map((artifact) => artifact.name)).toContain('response');
+      expect(full.tasks[0]?.history).toHaveLength(1);
+      // 0.3's tasks/list, filtered by its own state names and by time.
+      const since = new Date(Date.now() + 60_000).toISOString();
+      const none = (await rpc(agent.url, 'tasks/list', { contextId, lastUpdatedAfter: since })).body.result as unknown as Listed;
+      expect(none).toMatchObject({ tasks: [], totalSize: 0, nextPageToken: '' });
+      const done = (await rpc(agent.url, 'tasks/list', { contextId, status: 'completed' })).body.result as unknown as Listed;
+      expect(done.tasks.map((task) => task.kind)).toEqual(['task', 'task', 'task']);
+      const working = (await rpc(agent.url, 'ListTasks', { contextId, status: 'TASK_STATE_WORKING' })).body.result as unknown as Listed;
+      expect(working.totalSize).toBe(0);
+    });
+
+    it('refuses ListTasks values that are not valid with -32602 naming the field, and a page token of another session', async () => {
+      const foreign = Buffer.from(JSON.stringify({ s: 'ses_00000000000000000000000000000000', u: 1, i: 'tsk_x' })).toString('base64url');
+      const cases: Array<[Record<string, unknown>, string]> = [
+        [{ pageSize: 0 }, 'pageSize'],
+        [{ pageSize: -1 }, 'pageSize'],
+        [{ pageSize: 101 }, 'pageSize'],
+        [{ pageToken: 'not-a-token' }, 'pageToken'],
+        [{ pageToken: foreign }, 'pageToken'],
+        [{ status: 'TASK_STATE_EXPLODED' }, 'status'],
+        [{ status: 'completed' }, 'status'],
+        [{ statusTimestampAfter: 'yesterday' }, 'statusTimestampAfter'],
+        [{ historyLength: -1 }, 'historyLength'],
+        [{ historyLength: 101 }, 'historyLength'],
+      ];
+      for (const [params, field] of cases) {
+        const reply = await rpc(agent.url, 'ListTasks', params);
+        expect(reply.body.error?.code, JSON.stringify(params)).toBe(-32602);
+        expect(reply.body.error?.message, JSON.stringify(params)).toContain(`Invalid params: ${field}`);
+      }
+      expect((await rpc(agent.url, 'GetTask', { id: sentIds[0], historyLength: 5000 })).body.error?.code).toBe(-32602);
+    });
+
+    it('takes A2A-Version as a header or a query parameter, serves a bare method in its own generation, and refuses a version it does not speak with -32009', async () => {
+      const bare = await rpc(agent.url, 'GetTask', { id: sentIds[0] });
+      expect((bare.body.result?.status as { state: string } | undefined)?.state).toBe('TASK_STATE_COMPLETED');
+      const queried = await rpc(`${agent.url}?A2A-Version=1.0`, 'GetTask', { id: sentIds[0] });
+      expect((queried.body.result?.status as { state: string } | undefined)?.state).toBe('TASK_STATE_COMPLETED');
+      const legacy = await rpc(`${agent.url}?A2A-Version=0.3`, 'tasks/get', { id: sentIds[0] });
+      expect((legacy.body.result?.status as { state: string } | undefined)?.state).toBe('completed');
+      for (const reply of [
+        await rpc(`${agent.url}?A2A-Version=2.0`, 'GetTask', { id: sentIds[0] }),
+        await rpc(agent.url, 'GetTask', { id: sentIds[0] }, { version: '0.5' }),
+      ]) {
+        expect(reply.body.error?.code).toBe(-32009);
+        expect(reply.body.error?.message).toMatch(/^Unsupported A2A version '(2\.0|0\.5)'/);
+      }
+    });
+
+    it('answers every push-notification configuration method with -32003, as its card says it offers none', async () => {
+      const card = (await (await fetch(new URL('.well-known/agent-card.json', agent.url))).json()) as { capabilities: { pushNotifications: boolean } };
+      expect(card.capabilities.pushNotifications).toBe(false);
+      const methods: Array<[string, string | undefined]> = [
+        ['CreateTaskPushNotificationConfig', '1.0'],
+        ['GetTaskPushNotificationConfig', '1.0'],
+        ['ListTaskPushNotificationConfigs', '1.0'],
+        ['DeleteTaskPushNotificationConfig', '1.0'],
+        ['tasks/pushNotificationConfig/set', undefined],
+        ['tasks/pushNotificationConfig/get', undefined],
+        ['tasks/pushNotificationConfig/list', undefined],
+        ['tasks/pushNotificationConfig/delete', undefined],
+      ];
+      for (const [method, version] of methods) {
+        const reply = await rpc(agent.url, method, { id: sentIds[0] }, version ? { version } : {});
+        expect(reply.body.error?.code, method).toBe(-32003);
+        expect(reply.body.error?.message, method).toContain('Push Notification is not supported');
+      }
     });
   });
 });

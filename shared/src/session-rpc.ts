@@ -105,6 +105,19 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
   z.object({ method: z.literal('get'), task_id: z.string().max(256).optional(), history_length: z.number().int().nonnegative().optional() }),
   z.object({ method: z.literal('cancel'), task_id: z.string().max(256) }),
   /**
+   * A page of the session's tasks, most recently updated first (then by id): those after the
+   * cursor `after` (the last task of the previous page), filtered by context, state and update time.
+   */
+  z.object({
+    method: z.literal('list'),
+    context_id: z.string().max(256).optional(),
+    state: TaskStateSchema.optional(),
+    updated_after_ms: z.number().nonnegative().optional(),
+    page_size: z.number().int().min(1).max(100),
+    after: z.object({ updated_at_ms: z.number().nonnegative(), id: z.string().max(256) }).optional(),
+    history_length: z.number().int().nonnegative().optional(),
+  }),
+  /**
    * The events a stream begins with: those after `after_event_id` still in the replay buffer
    * (none when absent), for one task or — with no `task_id` — the whole session (`stream/watch`).
    */
@@ -121,6 +134,10 @@ export const SessionReplySchema = z.object({
   first_available_id: z.number().int().nonnegative().optional(),
   /** The id the next event will get: a stream forwards live events from here on. */
   next_event_id: z.number().int().nonnegative().optional(),
+  /** `list`: the page, how many tasks match in all, and the cursor of the next page (none: the last). */
+  tasks: z.array(TaskViewSchema).optional(),
+  total_size: z.number().int().nonnegative().optional(),
+  next_after: z.object({ updated_at_ms: z.number().nonnegative(), id: z.string() }).optional(),
 });
 export type SessionReply = z.infer<typeof SessionReplySchema>;
 
@@ -133,6 +150,7 @@ export const RPC_ERRORS = {
   internal: -32603,
   taskNotFound: -32001,
   taskNotCancelable: -32002,
+  pushNotificationNotSupported: -32003,
   unsupportedOperation: -32004,
   versionNotSupported: -32009,
 } as const;

@@ -16,6 +16,12 @@ const STATE_V10: Record<TaskState, string> = {
   canceled: 'TASK_STATE_CANCELED',
 };
 
+/** The task state a client named in its generation's words (`working`, `TASK_STATE_WORKING`), or null when it names none. */
+export function taskStateNamed(version: A2aVersion, name: string): TaskState | null {
+  for (const [state, v10] of Object.entries(STATE_V10) as Array<[TaskState, string]>) if ((version === '0.3' ? state : v10) === name) return state;
+  return null;
+}
+
 function textPart(version: A2aVersion, text: string): Record<string, unknown> {
   return version === '0.3' ? { kind: 'text', text } : { text };
 }

@@ -7,6 +7,7 @@ import {
   asksToForget,
   type Log,
   MurmurError,
+  ListTasksParamsSchema,
   OptionalTaskIdParamsSchema,
   QUEUE_GROUPS,
   RPC_ERRORS,
@@ -33,7 +34,7 @@ import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import type * as z from 'zod';
 import { limitBody } from './body-limit.js';
 import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
-import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask } from './rendering.js';
+import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateNamed } from './rendering.js';
 import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
 
 /**
@@ -164,17 +165,19 @@ export function startDoorService(options: DoorOptions): DoorService {
     const read = readJsonRpc(await context.req.text());
     if (!read.ok) return context.json(read.response);
     const call = read.call;
-    const version = a2aVersionOf(context.req.header('a2a-version'));
+    // The service parameter as a header, or as the request parameter the spec also allows.
+    const askedVersion = context.req.header('a2a-version') ?? context.req.query('A2A-Version') ?? context.req.query('a2a-version');
+    const version = a2aVersionOf(askedVersion, call.method);
     if (!version) {
       return context.json(
         rpcError(call.id, {
           code: RPC_ERRORS.versionNotSupported,
-          message: `Unsupported A2A version '${(context.req.header('a2a-version') ?? '').slice(0, 32)}': this door speaks 0.3 (no A2A-Version header) and 1.0`,
+          message: `Unsupported A2A version '${(askedVersion ?? '').slice(0, 32)}': this door speaks 0.3 and 1.0 (A2A-Version as a header or a query parameter; without one, the method's own generation)`,
         }),
       );
     }
     const handler = (version === '0.3' ? METHODS_V03 : METHODS_V10)[call.method];
-    if (!handler) return context.json(rpcError(call.id, methodNotFound(call.method, version)));
+    if (!handler) return context.json(rpcError(call.id, methodNotFound(call.method, version, version === '0.3' ? METHODS_V10 : METHODS_V03)));
     const lastEventHeader = context.req.header('last-event-id');
     const lastEventId = lastEventHeader !== undefined && /^\d{1,15}$/.test(lastEventHeader.trim()) ? Number(lastEventHeader.trim()) : undefined;
     // The door is a hop of the caller's trace: the session continues the door's span, or the
@@ -276,6 +279,58 @@ export function startDoorService(options: DoorOptions): DoorService {
     if ('error' in found) return context.json(rpcError(call.id, found.error));
     return context.json(rpcResult(call.id, renderTask(version, found.task)));
   };
+
+  /** `ListTasks` / `tasks/list`: a page of the session's tasks, newest first, behind a cursor bound to the session. */
+  const list: Handler = async (context, request) => {
+    const { call, version, link } = request;
+    const params = parseParams(ListTasksParamsSchema, request);
+    if (!params.ok) return context.json(rpcError(call.id, params.error));
+    const given = params.value;
+    const invalid = (field: string, why: string): Response =>
+      context.json(rpcError(call.id, { code: RPC_ERRORS.invalidParams, message: `Invalid params: ${field}: ${why}` }));
+    const state = given.status === undefined ? undefined : taskStateNamed(version, given.status);
+    if (state === null) return invalid('status', `'${String(given.status).slice(0, 64)}' is not a task state of A2A ${version}`);
+    let after: { updated_at_ms: number; id: string } | undefined;
+    if (given.pageToken !== undefined && given.pageToken !== '') {
+      after = readPageToken(given.pageToken, link.sessionId);
+      if (!after) return invalid('pageToken', "not a page token this session's ListTasks gave");
+    }
+    const since = given.statusTimestampAfter ?? given.lastUpdatedAfter;
+    const pageSize = given.pageSize ?? 50;
+    const reply = await link.call({
+      method: 'list',
+      page_size: pageSize,
+      ...(given.contextId !== undefined ? { context_id: given.contextId } : {}),
+      ...(state !== undefined ? { state } : {}),
+      ...(since !== undefined ? { updated_after_ms: Date.parse(since) } : {}),
+      ...(after ? { after } : {}),
+      ...(given.historyLength !== undefined ? { history_length: given.historyLength } : {}),
+    });
+    if (reply.error) return context.json(rpcError(call.id, reply.error));
+    const tasks = (reply.tasks ?? []).map((task) => {
+      const rendered = renderTask(version, task);
+      // The spec: without includeArtifacts the field is absent, not empty.
+      if (given.includeArtifacts !== true) delete rendered.artifacts;
+      return rendered;
+    });
+    return context.json(
+      rpcResult(call.id, {
+        tasks,
+        nextPageToken: reply.next_after ? pageToken(link.sessionId, reply.next_after) : '',
+        pageSize,
+        totalSize: reply.total_size ?? tasks.length,
+      }),
+    );
+  };
+
+  /** Every push-notification configuration method: this runtime offers none (the card says `pushNotifications: false`). */
+  const pushNotSupported: Handler = async (context, request) =>
+    context.json(
+      rpcError(request.call.id, {
+        code: RPC_ERRORS.pushNotificationNotSupported,
+        message: 'Push Notification is not supported: this agent does not offer push notifications (capabilities.pushNotifications is false)',
+      }),
+    );
 
   const cancel: Handler = async (context, request) => {
     const { call, version, link } = request;
@@ -435,7 +490,12 @@ export function startDoorService(options: DoorOptions): DoorService {
     'tasks/get': get,
     'tasks/cancel': cancel,
     'tasks/resubscribe': resubscribe,
+    'tasks/list': list,
     'stream/watch': watchSession,
+    'tasks/pushNotificationConfig/set': pushNotSupported,
+    'tasks/pushNotificationConfig/get': pushNotSupported,
+    'tasks/pushNotificationConfig/list': pushNotSupported,
+    'tasks/pushNotificationConfig/delete': pushNotSupported,
   };
   const METHODS_V10: Record<string, Handler> = {
     SendMessage: send,
@@ -443,6 +503,11 @@ export function startDoorService(options: DoorOptions): DoorService {
     GetTask: get,
     CancelTask: cancel,
     SubscribeToTask: resubscribe,
+    ListTasks: list,
+    CreateTaskPushNotificationConfig: pushNotSupported,
+    GetTaskPushNotificationConfig: pushNotSupported,
+    ListTaskPushNotificationConfigs: pushNotSupported,
+    DeleteTaskPushNotificationConfig: pushNotSupported,
   };
 
   return {
@@ -461,15 +526,11 @@ export function startDoorService(options: DoorOptions): DoorService {
   };
 }
 
-function methodNotFound(method: string, version: A2aVersion): RpcError {
-  const other =
-    version === '0.3'
-      ? ['SendMessage', 'SendStreamingMessage', 'GetTask', 'CancelTask', 'SubscribeToTask']
-      : ['message/send', 'message/stream', 'tasks/get', 'tasks/cancel', 'tasks/resubscribe', 'stream/watch'];
-  const hint = other.includes(method)
-    ? version === '0.3'
-      ? ` ('${method}' is an A2A 1.0 method: send the header A2A-Version: 1.0)`
-      : ` ('${method}' is an A2A 0.3 method: send it without A2A-Version: 1.0)`
+/** `otherGeneration`: the methods of the generation the request did not ask for, to say when it named one of them. */
+function methodNotFound(method: string, version: A2aVersion, otherGeneration: Record<string, unknown>): RpcError {
+  const other = version === '0.3' ? '1.0' : '0.3';
+  const hint = Object.hasOwn(otherGeneration, method)
+    ? ` ('${method}' is an A2A ${other} method: send it with A2A-Version: ${other}, or with no version)`
     : '';
   return { code: RPC_ERRORS.methodNotFound, message: `Method not found: '${method.slice(0, 128)}'${hint}` };
 }
@@ -522,3 +583,22 @@ function startHeartbeat(sse: SSEStreamingApi, everyMs: number): NodeJS.Timeout {
   timer.unref();
   return timer;
 }
+
+/**
+ * A `ListTasks` cursor: the session and the last task of the page, so that a token can only ever
+ * continue the listing of the session that gave it. It names nothing a client could not list.
+ */
+function pageToken(sessionId: string, after: { updated_at_ms: number; id: string }): string {
+  return Buffer.from(JSON.stringify({ s: sessionId, u: after.updated_at_ms, i: after.id })).toString('base64url');
+}
+
+function readPageToken(token: string, sessionId: string): { updated_at_ms: number; id: string } | undefined {
+  try {
+    const decoded = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as { s?: unknown; u?: unknown; i?: unknown };
+    if (decoded.s !== sessionId || typeof decoded.u !== 'number' || decoded.u < 0 || typeof decoded.i !== 'string' || decoded.i.length > 256) return undefined;
+    return { updated_at_ms: decoded.u, id: decoded.i };
+  } catch {
+    return undefined;
+  }
+}
+

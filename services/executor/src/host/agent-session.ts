@@ -74,6 +74,8 @@ export class AgentSession {
         return this.registry.get(call.task_id, call.history_length);
       case 'cancel':
         return this.registry.cancel(call.task_id);
+      case 'list':
+        return this.registry.list(call);
       case 'replay': {
         if (call.task_id !== undefined && !this.registry.has(call.task_id)) {
           return { error: { code: -32001, message: `Task not found: '${call.task_id}'` } };

@@ -5,6 +5,7 @@ import {
   isSafeContextId,
   type RpcError,
   type SessionCall,
+  type SessionReply,
   TERMINAL_TASK_STATES,
   type TaskMessage,
   type TaskState,
@@ -318,6 +319,33 @@ export class TaskRegistry {
         },
       };
     return { task: this.view(task, historyLength) };
+  }
+
+  /**
+   * A page of the tasks it remembers, most recently updated first and then by id, so that a cursor
+   * (the last task of a page) says exactly where the next page starts even while tasks change.
+   */
+  list(query: Extract<SessionCall, { method: 'list' }>): SessionReply {
+    type Position = Pick<Task, 'updatedAt' | 'id'>;
+    const newestFirst = (a: Position, b: Position): number => b.updatedAt - a.updatedAt || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
+    const matching = [...this.tasks.values()]
+      .filter(
+        (task) =>
+          (query.context_id === undefined || task.contextId === query.context_id) &&
+          (query.state === undefined || task.state === query.state) &&
+          (query.updated_after_ms === undefined || task.updatedAt >= query.updated_after_ms),
+      )
+      .sort(newestFirst);
+    const after = query.after;
+    const start = after ? matching.findIndex((task) => newestFirst(task, { updatedAt: after.updated_at_ms, id: after.id }) > 0) : 0;
+    const page = start < 0 ? [] : matching.slice(start, start + query.page_size);
+    const last = page.at(-1);
+    const more = start >= 0 && start + page.length < matching.length;
+    return {
+      tasks: page.map((task) => this.view(task, query.history_length)),
+      total_size: matching.length,
+      ...(more && last ? { next_after: { updated_at_ms: last.updatedAt, id: last.id } } : {}),
+    };
   }
 
   get isClosed(): boolean {
