@@ -331,9 +331,9 @@ describe('the door', () => {
     async function post(
       body: string,
       headers: Record<string, string> = { 'content-type': 'application/json' },
-    ): Promise<{ status: number; body: { id?: unknown; error?: { code: number; message: string } } }> {
+    ): Promise<{ status: number; body: { id?: unknown; result?: Record<string, unknown>; error?: { code: number; message: string } } }> {
       const response = await fetch(agent.url, { method: 'POST', headers, body });
-      return { status: response.status, body: (await response.json()) as { error?: { code: number; message: string } } };
+      return { status: response.status, body: (await response.json()) as { result?: Record<string, unknown>; error?: { code: number; message: string } } };
     }
 
     it('answers garbage with -32700', async () => {
@@ -344,6 +344,26 @@ describe('the door', () => {
     it('answers a request that is not JSON-RPC, or a batch, with -32600', async () => {
       expect((await post('{"id": 7, "method": "tasks/get"}')).body).toMatchObject({ id: 7, error: { code: -32600 } });
       expect((await post('[{"jsonrpc": "2.0", "id": 1, "method": "tasks/get"}]')).body.error?.code).toBe(-32600);
+    });
+
+    it('answers an id of the wrong type with -32600, params that are not an object with -32602, and two requests with the same id each', async () => {
+      expect((await post('{"jsonrpc": "2.0", "id": true, "method": "tasks/get"}')).body).toMatchObject({ id: null, error: { code: -32600 } });
+      expect((await post('{"jsonrpc": "2.0", "id": {"n": 1}, "method": "tasks/get"}')).body.error?.code).toBe(-32600);
+      for (const params of ['[1, 2]', '"text"', 'null', '7']) {
+        const reply = await post(`{"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": ${params}}`);
+        expect(reply.body, params).toMatchObject({ id: 9, error: { code: -32602 } });
+        expect(reply.body.error?.message, params).toMatch(/^Invalid params: params must be an object/);
+      }
+      const body = (text: string) =>
+        JSON.stringify({ jsonrpc: '2.0', id: 'same', method: 'message/send', params: { ...textMessage(text), configuration: { blocking: true } } });
+      const [one, two] = await Promise.all([post(body('twin one')), post(body('twin two'))]);
+      for (const [reply, text] of [
+        [one, 'twin one'],
+        [two, 'twin two'],
+      ] as const) {
+        expect(reply?.body.id).toBe('same');
+        expect((reply?.body.result?.status as { message?: { parts: Array<{ text: string }> } } | undefined)?.message?.parts[0]?.text).toBe(`echo: ${text}`);
+      }
     });
 
     it('answers an unknown method with -32601, and says when it belongs to the generation the request did not ask for', async () => {
@@ -421,6 +441,32 @@ describe('the door', () => {
     it('keeps serving after all of that', async () => {
       const sent = await rpc(agent.url, 'message/send', { ...textMessage('still here'), configuration: { blocking: true } });
       expect((sent.body.result!.status as { state: string }).state).toBe('completed');
+    });
+  });
+
+  describe('the card where clients look for it', () => {
+    it("serves the session's card at the origin root of mur run's own door too (RFC 8615), naming the session's own URL", async () => {
+      const atRoot = await fetch(new URL('/.well-known/agent-card.json', agent.url));
+      expect(atRoot.status).toBe(200);
+      const card = (await atRoot.json()) as { session_id: string; url: string };
+      expect(card.session_id).toBe(agent.sessionId);
+      expect(card.url).toBe(agent.url);
+    });
+
+    it('describes a capsule without tools as one skill of its own, since a card must have at least one', async () => {
+      const plain = await startAgent(
+        await agentProject(
+          path.join(scratch.dir, 'toolless'),
+          agentManifest(inference, { name: 'toolless', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+        ),
+        env,
+      );
+      try {
+        const card = (await (await fetch(new URL('.well-known/agent-card.json', plain.url))).json()) as { skills: unknown[] };
+        expect(card.skills).toEqual([{ id: 'toolless', name: 'toolless', description: 'an agent capsule under test', tags: ['capsule'] }]);
+      } finally {
+        await plain.stop();
+      }
     });
   });
 

@@ -16,9 +16,10 @@ export interface Runtime {
   inProcess: boolean;
   /**
    * A door's base URL for the sessions this runtime launches: in-process, a door started here on
-   * `bind:port` (0 for any free port); over NATS, whichever door answers `door.locate`.
+   * `bind:port` (0 for any free port), which serves `soleSession`'s card at its origin root too
+   * when that is the one session it will serve; over NATS, whichever door answers `door.locate`.
    */
-  door(bind: string, port: number): Promise<string>;
+  door(bind: string, port: number, soleSession?: string): Promise<string>;
   close(): Promise<void>;
 }
 
@@ -64,11 +65,11 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
   return {
     bus,
     inProcess: true,
-    async door(bind, port) {
+    async door(bind, port, soleSession) {
       if (!door) {
         const { startDoorService } = await import('@murmur/door');
         const { listenHttp } = await import('@murmur/shared/service');
-        const service = startDoorService({ bus, log, env });
+        const service = startDoorService({ bus, log, env, ...(soleSession ? { soleSession } : {}) });
         const listener = await listenHttp(service.http, { host: bind, port }).catch((error: NodeJS.ErrnoException) => {
           void service.close();
           throw new MurmurError('E-IO-003', `cannot bind the session's door on ${bind}:${port}: ${error.code ?? error.message}`, {

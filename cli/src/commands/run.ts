@@ -260,7 +260,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // MURMUR_CAPSULE_URL and MURMUR.md can carry it.
     const url =
       plan.capsule.kind === 'agent'
-        ? `${sessionUrl(await runtime.door(options.bind ?? '127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0), sessionId)}/`
+        ? `${sessionUrl(await runtime.door(options.bind ?? '127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0, sessionId), sessionId)}/`
         : undefined;
     const a2aTimeout = Number(env.MURMUR_A2A_TIMEOUT_SECS ?? process.env.MURMUR_A2A_TIMEOUT_SECS);
     const launched: LaunchReply = await runtime.bus.request(

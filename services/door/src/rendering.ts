@@ -143,9 +143,19 @@ export function renderAgentCard(card: CapsuleCard, url: string): Record<string, 
     },
     defaultInputModes: ['text/plain'],
     defaultOutputModes: ['text/plain'],
-    skills: card.tools.map((tool) => ({ id: tool.name, name: tool.name, description: tool.description, tags: ['tool'] })),
+    skills: skillsOf(card),
     session_id: card.session_id,
     capsule_name: card.capsule_name,
     capsule_version: card.capsule_version,
   };
+}
+
+/**
+ * The card's skills: one per model-visible tool, or — the spec wants at least one — the capsule
+ * itself, described from its manifest, when it has none.
+ */
+function skillsOf(card: CapsuleCard): Array<Record<string, unknown>> {
+  if (card.tools.length > 0) return card.tools.map((tool) => ({ id: tool.name, name: tool.name, description: tool.description, tags: ['tool'] }));
+  const description = card.description.trim() || `${card.capsule_name} ${card.capsule_version}, a Murmur capsule`;
+  return [{ id: card.capsule_name, name: card.name, description, tags: ['capsule'] }];
 }

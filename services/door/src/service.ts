@@ -51,6 +51,11 @@ export interface DoorOptions {
   bus: Bus;
   log: Log;
   env?: NodeJS.ProcessEnv;
+  /**
+   * The one session this door will ever serve (`mur run`'s own door): its card is served at the
+   * origin's root as well (`/.well-known/agent-card.json`, RFC 8615), where clients look first.
+   */
+  soleSession?: string;
 }
 
 export interface DoorService {
@@ -120,6 +125,17 @@ export function startDoorService(options: DoorOptions): DoorService {
     return new SessionLink(bus, feeds, id);
   };
 
+  const serveCard = async (context: Context, link: SessionLink): Promise<Response> => {
+    try {
+      const reply = await link.call({ method: 'card' });
+      if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
+      return context.json(renderAgentCard(reply.card, urlOf(context, link.sessionId)));
+    } catch (error) {
+      if (error instanceof SessionUnreachable) return context.json({ error: { code: 'E-DOOR-001', message: error.message } }, error.status);
+      throw error;
+    }
+  };
+
   app.get('/sessions/:session/*', async (context) => {
     const link = sessionOf(context);
     if (link instanceof Response) return link;
@@ -129,15 +145,12 @@ export function startDoorService(options: DoorOptions): DoorService {
         { error: { code: 'E-DOOR-002', message: `nothing is served at '${context.req.path}'; the agent card is at .well-known/agent-card.json` } },
         404,
       );
-    try {
-      const reply = await link.call({ method: 'card' });
-      if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
-      return context.json(renderAgentCard(reply.card, urlOf(context, link.sessionId)));
-    } catch (error) {
-      if (error instanceof SessionUnreachable) return context.json({ error: { code: 'E-DOOR-001', message: error.message } }, error.status);
-      throw error;
-    }
+    return serveCard(context, link);
   });
+  if (options.soleSession) {
+    const sole = options.soleSession;
+    app.get('/.well-known/agent-card.json', (context) => serveCard(context, new SessionLink(bus, feeds, sole)));
+  }
 
   const limit = limitBody(maxBodyBytes, (context) =>
     context.json(
@@ -529,9 +542,7 @@ export function startDoorService(options: DoorOptions): DoorService {
 /** `otherGeneration`: the methods of the generation the request did not ask for, to say when it named one of them. */
 function methodNotFound(method: string, version: A2aVersion, otherGeneration: Record<string, unknown>): RpcError {
   const other = version === '0.3' ? '1.0' : '0.3';
-  const hint = Object.hasOwn(otherGeneration, method)
-    ? ` ('${method}' is an A2A ${other} method: send it with A2A-Version: ${other}, or with no version)`
-    : '';
+  const hint = Object.hasOwn(otherGeneration, method) ? ` ('${method}' is an A2A ${other} method: send it with A2A-Version: ${other}, or with no version)` : '';
   return { code: RPC_ERRORS.methodNotFound, message: `Method not found: '${method.slice(0, 128)}'${hint}` };
 }
 
@@ -601,4 +612,3 @@ function readPageToken(token: string, sessionId: string): { updated_at_ms: numbe
     return undefined;
   }
 }
-
