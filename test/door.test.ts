@@ -26,6 +26,8 @@ export function echoScript(body: Record<string, unknown>): ScriptedReply {
   if (result) return { text: `tool said: ${result.content?.[0]?.text ?? ''}` };
   const text = last.content.find((block) => block.type === 'text')?.text ?? '';
   if (text.startsWith('ask ')) return { toolCalls: [{ name: 'probe-tool', input: { actions: [{ op: 'ask', prompt: text.slice(4) }] } }] };
+  // A model that takes half a minute: only a canceled task's abandoned call lets the session go on sooner.
+  if (text.startsWith('slow ')) return { text: `echo: ${text}`, delayMs: 30_000 };
   return { text: `echo: ${text}` };
 }
 
@@ -441,6 +443,36 @@ describe('the door', () => {
     it('keeps serving after all of that', async () => {
       const sent = await rpc(agent.url, 'message/send', { ...textMessage('still here'), configuration: { blocking: true } });
       expect((sent.body.result!.status as { state: string }).state).toBe('completed');
+    });
+  });
+
+  describe('canceling a working task', () => {
+    it('stops the agent loop at once, abandoning the model call in flight, ends the task canceled, and the session goes on with its next task', async () => {
+      const sent = await rpc(agent.url, 'SendMessage', {
+        message: { messageId: `m-slow-${Date.now()}`, role: 'ROLE_USER', parts: [{ text: 'slow one' }] },
+        configuration: { returnImmediately: true },
+      });
+      const taskId = (sent.body.result?.task as { id: string } | undefined)?.id as string;
+      expect(taskId).toBeDefined();
+      await eventually(
+        async () => {
+          const reply = await rpc(agent.url, 'GetTask', { id: taskId });
+          const status = reply.body.result?.status as { state: string; message?: { parts: Array<{ text: string }> } } | undefined;
+          // Working, and its first turn begun: the driver's call to the slow model is in flight.
+          return status?.state === 'TASK_STATE_WORKING' && status.message?.parts[0]?.text === 'inference turn 1' ? true : undefined;
+        },
+        10_000,
+        'the slow task to be in its first turn',
+      );
+      const canceled = await rpc(agent.url, 'CancelTask', { id: taskId });
+      expect((canceled.body.result?.status as { state: string } | undefined)?.state, JSON.stringify(canceled.body)).toBe('TASK_STATE_CANCELED');
+      const again = await rpc(agent.url, 'CancelTask', { id: taskId });
+      expect(again.body.error?.code).toBe(-32002);
+      // The model has not answered the canceled call (it waits 30 s): this answer comes only because that call was abandoned.
+      const next = await rpc(agent.url, 'message/send', textMessage('after the cancel'));
+      const answered = await completed(next.body.result?.id as string);
+      expect(answered.status).toMatchObject({ state: 'completed', message: { parts: [{ text: 'echo: after the cancel' }] } });
+      expect((await rpc(agent.url, 'GetTask', { id: taskId })).body.result?.status).toMatchObject({ state: 'TASK_STATE_CANCELED' });
     });
   });
 

@@ -117,6 +117,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     if (task) registry.progress(task, `inference turn ${turn + 1}`);
     const data = driverRequestData({ model: agent.model, maxTokens: agent.max_tokens, messages, tools, system });
     const call = await host.callDriver(driver, agent.driver_env, data);
+    if (task?.abortedWith) return fail('failed', task.abortedWith);
     if (!call.ok) {
       const message = `driver invocation failed: ${call.error}`;
       return fail('failed', message, { code: 'E-RUN-007', message: `agent loop failed: ${message}` });

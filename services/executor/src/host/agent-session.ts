@@ -60,6 +60,7 @@ export class AgentSession {
     this.taskFile = path.join(start.accessible_workdir, 'task.md');
     this.hooks = new HookRuntime(agent.hooks, host.guests, host.trace, start.session_dir);
     this.forgetContext = agent.harness?.forget_context;
+    this.registry.whenRunningCanceled(() => host.guests.abandonRunning('its task was canceled'));
     channel.serve((call) => this.answer(call));
   }
 

@@ -277,6 +277,9 @@ export class CapsuleHost implements AgentHost {
             path: 'capabilities.limits.memory_bytes',
           },
         };
+      case 'abandoned':
+        // A script capsule has no task to cancel; only a stopping session abandons its guest.
+        return { status: 'failed', exitCode: 1, error: { code: 'E-RUN-001', message: `the capsule was stopped: ${outcome.message}` } };
       case 'link-error':
         return {
           status: 'failed',
@@ -530,6 +533,8 @@ export class CapsuleHost implements AgentHost {
         return ok(outcome.value as ToolResultShape);
       case 'deadline':
         return refused(`${what} exceeded its ${this.start.policy.limits.deadline_seconds}s deadline and was interrupted`);
+      case 'abandoned':
+        return refused(`${what} was stopped: ${outcome.message}`);
       case 'exit':
         return refused(`${what} exited with code ${outcome.code}`);
       case 'link-error':

@@ -33,7 +33,8 @@ export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
   return new Worker(GUEST_WORKER, { stdout: true, stderr: true, ...(preload ? { workerData: { preload } satisfies GuestPreload } : {}) });
 }
 
-export type RunOutcome = GuestOutcome | { kind: 'deadline' };
+/** `abandoned`: its task was canceled while it ran, and its worker ended (`abandonRunning`). */
+export type RunOutcome = GuestOutcome | { kind: 'deadline' } | { kind: 'abandoned'; message: string };
 
 /** A guest's host call (`op` from the instance holding `grant`), answered on the main thread. */
 export type HostCallHandler = (op: string, payload: unknown, grant: string) => Promise<unknown>;
@@ -64,6 +65,8 @@ export class GuestRunner {
   private keepSpareWorker = false;
   private spareWorkerPreload: GuestPreload['preload'] | undefined;
   private prewarmed: Worker | undefined;
+  /** How to end each guest running in a worker of its own now: what a canceled task abandons. */
+  private readonly running = new Set<(outcome: RunOutcome) => void>();
 
   constructor(private readonly options: GuestRunnerOptions) {
     this.prewarmed = options.prewarmed;
@@ -89,6 +92,17 @@ export class GuestRunner {
     if ('failure' in compiled) return compiled.failure;
     const { coreModules: _files, ...rest } = spec;
     return this.runWorker({ ...rest, modules: compiled.modules });
+  }
+
+  /**
+   * Ends every guest running in a worker of its own (a driver's call, a WASM tool's) at once: each
+   * call returns `abandoned` and its worker is terminated, whatever the guest was doing. Resident
+   * hooks are not touched: they belong to the session, not to a task. Returns how many there were.
+   */
+  abandonRunning(message: string): number {
+    const ending = [...this.running];
+    for (const finish of ending) finish({ kind: 'abandoned', message });
+    return ending.length;
   }
 
   /** Opens an instance that stays for many calls (a hook's); nothing is instantiated until the first call. */
@@ -211,6 +225,7 @@ export class GuestRunner {
       const finish = (outcome: RunOutcome): void => {
         if (settled) return;
         settled = true;
+        this.running.delete(finish);
         this.drainOutput(lines);
         if (timer) clearTimeout(timer);
         port1.close();
@@ -222,6 +237,7 @@ export class GuestRunner {
         resolve(outcome);
       };
       onDeadline = () => finish({ kind: 'deadline' });
+      this.running.add(finish);
       arm();
       worker.on('message', onMessage).on('error', onError).on('exit', onExit);
     });

@@ -349,6 +349,8 @@ function describeFailure(outcome: Exclude<RunOutcome, { kind: 'returned' }>): st
   switch (outcome.kind) {
     case 'deadline':
       return 'exceeded its execution deadline';
+    case 'abandoned':
+      return `was stopped: ${outcome.message}`;
     case 'exit':
       return `exited with code ${outcome.code}`;
     case 'link-error':

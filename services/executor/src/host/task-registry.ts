@@ -287,7 +287,18 @@ export class TaskRegistry {
     });
   }
 
-  /** `tasks/cancel`: a task still waiting to run, or waiting for input, can be; a running one cannot. */
+  /** What stops the running task's work at once (set by the agent session): its guests, its harness. */
+  private stopRunning: (task: Task) => void = () => {};
+
+  whenRunningCanceled(stop: (task: Task) => void): void {
+    this.stopRunning = stop;
+  }
+
+  /**
+   * `tasks/cancel`: any task that has not ended. One waiting to run leaves the queue; one waiting
+   * for input stops waiting; the running one is ended now — its guest calls abandoned, its loop
+   * stopping at its next step — and the session goes on with its next task. An ended one is -32002.
+   */
   cancel(taskId: string): Answer {
     const task = this.tasks.get(taskId);
     if (!task) return { error: { code: RPC_ERRORS.taskNotFound, message: `Task not found: '${taskId}'` } };
@@ -304,6 +315,12 @@ export class TaskRegistry {
       task.abortedWith = 'canceled by request';
       this.finish(task, { state: 'canceled', message: 'canceled by request' });
       wait.reject(new Error('the task was canceled while waiting for input'));
+      return { task: this.view(task) };
+    }
+    if (this.active === task && !TERMINAL_TASK_STATES.has(task.state)) {
+      task.abortedWith = 'canceled by request';
+      this.finish(task, { state: 'canceled', message: 'canceled by request' });
+      this.stopRunning(task);
       return { task: this.view(task) };
     }
     return { error: { code: RPC_ERRORS.taskNotCancelable, message: `Task cannot be canceled: '${taskId}' is ${task.state}` } };
