@@ -90,6 +90,10 @@ export const ERROR_CATALOGUE = {
     hint: "check the session id in the URL; 'mur run --json' prints the URL of a session it starts",
   },
   'E-DOOR-002': { title: 'request refused at the door' },
+  'E-DOOR-003': {
+    title: 'the door requires a bearer token',
+    hint: "send 'Authorization: Bearer <token>' with one of the tokens the door was given (MURMUR_DOOR_AUTH); the agent card says so",
+  },
   'E-DASH-001': {
     title: 'the dashboard needs a token where its bind is configured',
     hint: 'set MURMUR_DASHBOARD_TOKEN to a long random value (e.g. `openssl rand -hex 32`), or leave MURMUR_WATCHER_HOST unset to serve on loopback only',

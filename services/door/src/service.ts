@@ -34,6 +34,7 @@ import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import type * as z from 'zod';
 import { limitBody } from './body-limit.js';
 import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
+import { WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateNamed } from './rendering.js';
 import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
 
@@ -111,6 +112,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     { queue: QUEUE_GROUPS.door },
   );
 
+  const auth = doorAuth(env);
   const feeds = new FeedHub(bus);
   const urlOf = (context: Context, sessionId: string): string => `${sessionUrl(baseUrl ?? new URL(context.req.url).origin, sessionId)}/`;
 
@@ -129,7 +131,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     try {
       const reply = await link.call({ method: 'card' });
       if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
-      return context.json(renderAgentCard(reply.card, urlOf(context, link.sessionId)));
+      return context.json({ ...renderAgentCard(reply.card, urlOf(context, link.sessionId)), ...auth.cardFields });
     } catch (error) {
       if (error instanceof SessionUnreachable) return context.json({ error: { code: 'E-DOOR-001', message: error.message } }, error.status);
       throw error;
@@ -163,6 +165,23 @@ export function startDoorService(options: DoorOptions): DoorService {
   );
 
   const serveRpc = async (context: Context): Promise<Response> => {
+    // Before anything else, the session id included: a refusal tells nothing about the session.
+    const admitted = auth.admits({
+      authorization: context.req.header('authorization'),
+      delegationId: context.req.header(DELEGATION_ID_HEADER),
+      completionSession: context.req.header(COMPLETION_SESSION_HEADER),
+    });
+    if (!admitted) {
+      return context.json(
+        rpcError(null, {
+          code: RPC_ERRORS.invalidRequest,
+          message: "Unauthorized: this door requires a bearer token ('Authorization: Bearer <token>'); its agent card declares the scheme",
+          data: { murmur_code: 'E-DOOR-003' },
+        }),
+        401,
+        { 'www-authenticate': WWW_AUTHENTICATE },
+      );
+    }
     const link = sessionOf(context);
     if (link instanceof Response) return link;
     const contentType = context.req.header('content-type') ?? '';

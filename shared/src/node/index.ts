@@ -11,3 +11,4 @@ export * from './project-pack.js';
 export * from './staging.js';
 export * from './harness-command.js';
 export * from './trace-reader.js';
+export * from './bearer.js';

@@ -1,5 +1,5 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { MurmurError } from '@murmur/shared';
+import { MIN_BEARER_TOKEN_LENGTH, bearerOf, tokenMatcher } from '@murmur/shared/node';
 
 /**
  * Who may see the dashboard. It is for operators only: on the default bind (loopback) anyone who
@@ -24,9 +24,6 @@ export interface DashboardAccess {
   admits(presented: string | undefined): boolean;
 }
 
-/** The minimum length of a token: a short one is a password, guessable over the network. */
-const MIN_TOKEN_LENGTH = 16;
-
 export function dashboardAccess(env: NodeJS.ProcessEnv): DashboardAccess {
   const configuredHost = env.MURMUR_WATCHER_HOST?.trim() ?? '';
   const token = env.MURMUR_DASHBOARD_TOKEN?.trim() ?? '';
@@ -37,28 +34,25 @@ export function dashboardAccess(env: NodeJS.ProcessEnv): DashboardAccess {
       { path: 'MURMUR_DASHBOARD_TOKEN' },
     );
   }
-  if (token !== '' && token.length < MIN_TOKEN_LENGTH) {
-    throw new MurmurError('E-CFG-003', `MURMUR_DASHBOARD_TOKEN is ${token.length} characters long; a dashboard token needs at least ${MIN_TOKEN_LENGTH}`, {
-      path: 'MURMUR_DASHBOARD_TOKEN',
-      hint: 'use a long random value, e.g. `openssl rand -hex 32`',
-    });
+  if (token !== '' && token.length < MIN_BEARER_TOKEN_LENGTH) {
+    throw new MurmurError(
+      'E-CFG-003',
+      `MURMUR_DASHBOARD_TOKEN is ${token.length} characters long; a dashboard token needs at least ${MIN_BEARER_TOKEN_LENGTH}`,
+      {
+        path: 'MURMUR_DASHBOARD_TOKEN',
+        hint: 'use a long random value, e.g. `openssl rand -hex 32`',
+      },
+    );
   }
   if (token === '') return { required: false, admits: () => true };
-  const expected = digest(token);
-  return {
-    required: true,
-    admits: (presented) => presented !== undefined && timingSafeEqual(digest(presented), expected),
-  };
-}
-
-function digest(value: string): Buffer {
-  return createHash('sha256').update(value, 'utf8').digest();
+  const matcher = tokenMatcher([token]);
+  return { required: true, admits: (presented) => matcher.admits(presented) };
 }
 
 /** The token a request presents: its bearer header, else the dashboard's cookie. */
 export function presentedToken(headers: { authorization?: string | undefined; cookie?: string | undefined }): string | undefined {
-  const bearer = /^Bearer\s+(.+)$/i.exec(headers.authorization?.trim() ?? '')?.[1];
-  if (bearer !== undefined) return bearer.trim();
+  const bearer = bearerOf(headers.authorization);
+  if (bearer !== undefined) return bearer;
   for (const part of (headers.cookie ?? '').split(';')) {
     const [name, ...value] = part.trim().split('=');
     if (name === DASHBOARD_COOKIE) return decodeURIComponent(value.join('='));

@@ -1,0 +1,35 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+
+/**
+ * Bearer tokens, checked as a service that faces a network must check them: by their SHA-256 in
+ * constant time, against every accepted token whatever matched first, so that neither the time a
+ * refusal takes nor a length check tells how much of a guess was right. A token is never logged.
+ */
+export interface TokenMatcher {
+  admits(presented: string | undefined): boolean;
+}
+
+/** The minimum length of a token: a short one is a password, guessable over the network. */
+export const MIN_BEARER_TOKEN_LENGTH = 16;
+
+export function tokenMatcher(tokens: readonly string[]): TokenMatcher {
+  const expected = tokens.map(digest);
+  return {
+    admits(presented) {
+      if (presented === undefined) return false;
+      const given = digest(presented);
+      let admitted = false;
+      for (const candidate of expected) admitted = timingSafeEqual(given, candidate) || admitted;
+      return admitted;
+    },
+  };
+}
+
+/** The token of an `Authorization: Bearer <token>` header, or undefined. */
+export function bearerOf(authorization: string | undefined): string | undefined {
+  return /^Bearer\s+(.+)$/i.exec(authorization?.trim() ?? '')?.[1]?.trim();
+}
+
+function digest(value: string): Buffer {
+  return createHash('sha256').update(value, 'utf8').digest();
+}

@@ -1,0 +1,157 @@
+import { randomUUID } from 'node:crypto';
+import path from 'node:path';
+import { Role, TaskState } from '@a2a-js/sdk';
+import { Client, ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
+import { LegacyJsonRpcTransport } from '@a2a-js/sdk/compat/v0_3/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningAgent, agentManifest, agentProject, rpc, startAgent, textMessage } from './support/agents.js';
+import { tempDir } from './support/fs.js';
+import { runMur } from './support/processes.js';
+import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * A door that requires credentials (`MURMUR_DOOR_AUTH`): the card readable by anyone and saying
+ * so, every other request without one of the door's bearer tokens refused with 401 before it
+ * names anything, and real clients — raw HTTP from the spec's examples, and @a2a-js/sdk in both
+ * generations — working with a token.
+ */
+describe('a door with authentication', () => {
+  const tokenA = 'door-token-a-0123456789abcdef';
+  const tokenB = 'door-token-b-fedcba9876543210';
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let inference: ScriptedInference;
+  let agent: RunningAgent;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-door-auth-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_DOOR_AUTH: `${tokenA}, ${tokenB}` };
+    inference = await startScriptedInference({
+      script: (body) => {
+        const last = (body.messages as Array<{ content: Array<{ type: string; text?: string }> }>).at(-1);
+        return { text: `echo: ${last?.content.find((block) => block.type === 'text')?.text ?? ''}` };
+      },
+    });
+    const project = await agentProject(
+      path.join(scratch.dir, 'agent'),
+      agentManifest(inference, { name: 'guarded', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    agent = await startAgent(project, env);
+  });
+
+  afterAll(async () => {
+    await agent?.stop();
+    await inference?.close();
+    await scratch?.cleanup();
+  });
+
+  const bearer = (token: string) => ({ headers: { authorization: `Bearer ${token}` } });
+
+  it('serves its agent card without credentials, declaring the bearer scheme in both generations’ shapes', async () => {
+    const response = await fetch(new URL('.well-known/agent-card.json', agent.url));
+    expect(response.status).toBe(200);
+    const card = (await response.json()) as Record<string, unknown>;
+    expect(card.securitySchemes).toEqual({
+      murmur_bearer: {
+        type: 'http',
+        scheme: 'bearer',
+        description: expect.any(String),
+        httpAuthSecurityScheme: { scheme: 'Bearer', description: expect.any(String) },
+      },
+    });
+    expect(card.security).toEqual([{ murmur_bearer: [] }]);
+    expect(card.securityRequirements).toEqual([{ schemes: { murmur_bearer: { list: [] } } }]);
+  });
+
+  it('refuses a request without a token, with an almost right one, or for a session that is not one, alike: 401, WWW-Authenticate, nothing about the session', async () => {
+    const almost = `${tokenA.slice(0, -1)}${tokenA.endsWith('f') ? 'e' : 'f'}`;
+    const elsewhere = agent.url.replace(agent.sessionId, `ses_${'0'.repeat(32)}`);
+    const refusals = [
+      await rpc(agent.url, 'message/send', textMessage('no token')),
+      await rpc(agent.url, 'message/send', textMessage('almost'), bearer(almost)),
+      await rpc(agent.url, 'message/send', textMessage('wrong scheme'), { headers: { authorization: `Basic ${tokenA}` } }),
+      await rpc(elsewhere, 'message/send', textMessage('no such session')),
+    ];
+    for (const refusal of refusals) {
+      expect(refusal.status).toBe(401);
+      expect(refusal.body.error).toMatchObject({ code: -32600, data: { murmur_code: 'E-DOOR-003' } });
+      expect(JSON.stringify(refusal.body)).not.toContain('ses_');
+    }
+    const raw = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
+    expect(raw.headers.get('www-authenticate')).toBe('Bearer realm="murmur door"');
+  });
+
+  it('answers any of its tokens, over raw HTTP as the spec writes requests', async () => {
+    for (const token of [tokenA, tokenB]) {
+      const reply = await rpc(
+        agent.url,
+        'SendMessage',
+        { message: { messageId: randomUUID(), role: 'ROLE_USER', parts: [{ text: `with ${token.slice(11, 12)}` }] } },
+        bearer(token),
+      );
+      expect(reply.status).toBe(200);
+      const status = (reply.body.result?.task as { status: { state: string; message?: { parts: Array<{ text: string }> } } } | undefined)?.status;
+      expect(status?.state).toBe('TASK_STATE_COMPLETED');
+      expect(status?.message?.parts[0]?.text).toBe(`echo: with ${token.slice(11, 12)}`);
+    }
+  });
+
+  it('works end to end with @a2a-js/sdk, 1.x and its 0.3 compat transport, given a fetch that sends the token', async () => {
+    const authed: typeof fetch = (input, init) => {
+      const headers = new Headers(init?.headers);
+      headers.set('authorization', `Bearer ${tokenB}`);
+      return fetch(input, { ...init, headers });
+    };
+    const message = (text: string) =>
+      ({ message: { messageId: randomUUID(), role: Role.ROLE_USER, parts: [{ content: { $case: 'text', value: text } }] } }) as unknown as Parameters<
+        Client['sendMessage']
+      >[0];
+    const factory = new ClientFactory(
+      ClientFactoryOptions.createFrom(ClientFactoryOptions.default, { transports: [new JsonRpcTransportFactory({ fetchImpl: authed })] }),
+    );
+    const modern = await factory.createFromUrl(agent.url);
+    const sent = (await modern.sendMessage(message('sdk with auth'))) as { status?: { state: number } };
+    expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+
+    const legacyCard = await (
+      await new ClientFactory(
+        ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+          cardResolver: new DefaultAgentCardResolver({ legacyCompat: { enabled: true } }),
+          transports: [new JsonRpcTransportFactory({ legacyCompat: { enabled: true }, fetchImpl: authed })],
+        }),
+      ).createFromUrl(agent.url)
+    ).getAgentCard();
+    const legacy = new Client(new LegacyJsonRpcTransport({ endpoint: agent.url, fetchImpl: authed } as never) as never, legacyCard);
+    const old = (await legacy.sendMessage(message('legacy with auth'))) as { status?: { state: number } };
+    expect(old.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+
+    const unauthenticated = await new ClientFactory().createFromUrl(agent.url);
+    await expect(unauthenticated.sendMessage(message('no token'))).rejects.toThrow();
+  });
+
+  it("lets a delegated child's completion through without a token, to be judged by the host, which admits it only into a task awaiting that delegation", async () => {
+    const completion = (headers: Record<string, string>) => rpc(agent.url, 'message/send', textMessage('Delegated capsule finished.'), { headers });
+    const delegationId = `dlg_${randomUUID().replaceAll('-', '')}`;
+    const passed = await completion({ 'x-murmur-delegation-id': delegationId, 'x-murmur-completion-session': agent.sessionId });
+    expect(passed.status).toBe(200);
+    expect(passed.body.error?.message).toContain(delegationId);
+    expect(passed.body.error?.message).toContain('no task');
+    // Not a delegation id, or no session named: an ordinary request, and refused as one.
+    for (const headers of [
+      { 'x-murmur-delegation-id': 'dlg_guess', 'x-murmur-completion-session': agent.sessionId },
+      { 'x-murmur-delegation-id': delegationId },
+    ]) {
+      expect((await completion(headers)).status, JSON.stringify(headers)).toBe(401);
+    }
+  });
+
+  it('refuses to start a door whose token is too short to be safe, naming MURMUR_DOOR_AUTH', async () => {
+    const project = await agentProject(path.join(scratch.dir, 'short-token'), agentManifest(inference, { name: 'short' }));
+    const result = await runMur(['run', '--json', '--task', 'hello'], { cwd: project, env: { ...env, MURMUR_DOOR_AUTH: 'xq9zv' } });
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe('');
+    expect(result.stderr).toContain("error[E-CFG-003]: MURMUR_DOOR_AUTH's token 1 is 5 characters long; a door token needs at least 16");
+    // A token is never written anywhere, not even one refused.
+    expect(result.stderr).not.toContain('xq9zv');
+  });
+});
