@@ -137,10 +137,11 @@ describe('a door with authentication', () => {
     expect(passed.body.error?.message).toContain(delegationId);
     expect(passed.body.error?.message).toContain('no task');
     // Not a delegation id, or no session named: an ordinary request, and refused as one.
-    for (const headers of [
+    const ordinary: Array<Record<string, string>> = [
       { 'x-murmur-delegation-id': 'dlg_guess', 'x-murmur-completion-session': agent.sessionId },
       { 'x-murmur-delegation-id': delegationId },
-    ]) {
+    ];
+    for (const headers of ordinary) {
       expect((await completion(headers)).status, JSON.stringify(headers)).toBe(401);
     }
   });
