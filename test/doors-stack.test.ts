@@ -58,6 +58,32 @@ describe('two doors in front of one session', () => {
     expect([atA, atB]).toContain(agent.url);
   });
 
+  it("keeps a session's card once its host wrote it, asks the host again when told no-cache, and forgets it when the session ends", async () => {
+    /** The session calls door A has made over the bus, as its own metrics count them. */
+    const hostCalls = async (): Promise<number> => {
+      const text = await (await fetch(`${doorA.url}/metrics`)).text();
+      const line = text.split('\n').find((entry) => entry.startsWith('murmur_bus_request_duration_seconds_count{topic="session.*.rpc",outcome="ok"}'));
+      return line ? Number(line.split(' ').at(-1)) : 0;
+    };
+    const card = (url: string, headers: Record<string, string> = {}) => fetch(new URL('.well-known/agent-card.json', url), { headers });
+    expect((await card(atA)).status).toBe(200);
+    const before = await hostCalls();
+    for (let index = 0; index < 5; index += 1) expect(((await (await card(atA)).json()) as { session_id: string }).session_id).toBe(agent.sessionId);
+    expect(await hostCalls()).toBe(before);
+    expect((await card(atA, { 'cache-control': 'no-cache' })).status).toBe(200);
+    expect(await hostCalls()).toBe(before + 1);
+
+    const project = await agentProject(
+      path.join(scratch.dir, 'short-lived'),
+      agentManifest(inference, { name: 'short-lived', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    const shortLived = await startAgent(project, { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') });
+    const itsCard = `${doorA.url}/sessions/${shortLived.sessionId}/`;
+    expect((await card(itsCard)).status).toBe(200);
+    await shortLived.stop();
+    await eventually(async () => ((await card(itsCard)).status === 404 ? true : undefined), 10_000, 'the ended session’s card to be gone');
+  });
+
   it('both doors serve the card, each with its own URL', async () => {
     for (const url of [atA, atB]) {
       const card = (await (await fetch(new URL('.well-known/agent-card.json', url))).json()) as { url: string; session_id: string };

@@ -27,6 +27,7 @@ import {
   newId,
   runtimeTracing,
   sessionUrl,
+  topics,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import { type Context, Hono } from 'hono';
@@ -74,6 +75,8 @@ const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
 const DEFAULT_HEARTBEAT_MS = 15_000;
 /** How long a blocking `message/send` waits for its task to settle before answering with the task as it stands. */
 const DEFAULT_BLOCKING_WAIT_MS = 10 * 60_000;
+/** How many rendered cards a door keeps (one per live session and URL it was asked at); the oldest go first. */
+const CARDS_KEPT = 10_000;
 
 type Handler = (context: Context, request: RpcRequest) => Promise<Response>;
 
@@ -127,11 +130,29 @@ export function startDoorService(options: DoorOptions): DoorService {
     return new SessionLink(bus, feeds, id);
   };
 
+  /**
+   * The cards hosts wrote, rendered as served, by session and URL: a host writes its card once, so
+   * a door keeps it until it hears the session end. `Cache-Control: no-cache` (what a liveness
+   * check sends) asks the host itself, since only the host answering proves the session lives.
+   */
+  const cards = new Map<string, string>();
+  const forgetCards = bus.subscribe(topics.sessionEnded, (ended) => {
+    for (const key of cards.keys()) if (key.startsWith(ended.session_id)) cards.delete(key);
+  });
+
   const serveCard = async (context: Context, link: SessionLink): Promise<Response> => {
+    const url = urlOf(context, link.sessionId);
+    const key = `${link.sessionId} ${url}`;
+    const fresh = /no-cache/i.test(context.req.header('cache-control') ?? '');
+    const kept = fresh ? undefined : cards.get(key);
+    if (kept !== undefined) return context.body(kept, 200, { 'content-type': 'application/json' });
     try {
       const reply = await link.call({ method: 'card' });
       if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
-      return context.json({ ...renderAgentCard(reply.card, urlOf(context, link.sessionId)), ...auth.cardFields });
+      const rendered = JSON.stringify({ ...renderAgentCard(reply.card, url), ...auth.cardFields });
+      if (cards.size >= CARDS_KEPT) cards.delete(cards.keys().next().value as string);
+      cards.set(key, rendered);
+      return context.body(rendered, 200, { 'content-type': 'application/json' });
     } catch (error) {
       if (error instanceof SessionUnreachable) return context.json({ error: { code: 'E-DOOR-001', message: error.message } }, error.status);
       throw error;
@@ -553,6 +574,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     },
     async close() {
       locate.unsubscribe();
+      forgetCards.unsubscribe();
       feeds.close();
     },
   };

@@ -155,7 +155,8 @@ export async function probeSessionId(url: string, timeoutMs = PROBE_TIMEOUT_MS):
   const card = agentCardUrl(url);
   let response: Response;
   try {
-    response = await fetch(card, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(timeoutMs) });
+    // no-cache: a door may keep a card, but only the host answering proves the session lives.
+    response = await fetch(card, { headers: { accept: 'application/json', 'cache-control': 'no-cache' }, signal: AbortSignal.timeout(timeoutMs) });
   } catch (error) {
     const cause = (error as { cause?: { code?: string } }).cause?.code ?? (error as Error).name;
     throw new Error(`the door at ${card} did not answer (${cause})`);
