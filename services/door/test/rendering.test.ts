@@ -407,9 +407,11 @@ describe('rendering the agent card', () => {
     expect(rendered).not.toHaveProperty('task_acceptance');
   });
 
-  it('lists no skills for a capsule without tools', () => {
+  it('describes a capsule without tools as one skill of its own, since a card must have at least one', () => {
     const rendered = renderAgentCard({ ...card, tools: [] }, 'http://door');
-    expect(rendered.skills).toEqual([]);
+    expect(rendered.skills).toEqual([{ id: 'acme/helper', name: 'helper', description: 'Helps.', tags: ['capsule'] }]);
     expect(at(rendered.capabilities, 'tools')).toEqual([]);
+    const undescribed = renderAgentCard({ ...card, description: '  ', tools: [] }, 'http://door');
+    expect(undescribed.skills).toEqual([{ id: 'acme/helper', name: 'helper', description: 'acme/helper 1.2.3, a Murmur capsule', tags: ['capsule'] }]);
   });
 });

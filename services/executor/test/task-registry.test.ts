@@ -379,15 +379,22 @@ describe('canceling a task', () => {
     expect(taskOf(send(registry)).id).not.toBe(task.id);
   });
 
-  it('does not cancel a running task', async () => {
-    const { registry } = setup('queue', 1);
+  it('cancels the running task at once, telling whoever stops its work, and then refuses to cancel it again', async () => {
+    const { registry, events } = setup('queue', 1);
+    const stopped: string[] = [];
+    registry.whenRunningCanceled((task) => stopped.push(task.id));
     taskOf(send(registry));
     const task = await startNext(registry);
-    const error = errorOf(registry.cancel(task.id));
-    expect(error.code).toBe(-32002);
-    expect(error.code).toBe(RPC_ERRORS.taskNotCancelable);
-    expect(error.message).toContain('working');
-    expect(stateOf(registry, task.id).state).toBe('working');
+    expect(taskOf(registry.cancel(task.id)).state).toBe('canceled');
+    expect(stopped).toEqual([task.id]);
+    expect(task.abortedWith).toBe('canceled by request');
+    expect(events.at(-1)).toMatchObject({ task_id: task.id, state: 'canceled', final: true });
+    // The loop's own end, when it gets there, changes nothing.
+    registry.finish(task, { state: 'failed', message: 'canceled by request' });
+    expect(stateOf(registry, task.id).state).toBe('canceled');
+    const again = errorOf(registry.cancel(task.id));
+    expect(again.code).toBe(RPC_ERRORS.taskNotCancelable);
+    expect(again.message).toContain('canceled');
   });
 
   it('does not cancel a finished or rejected task', async () => {
