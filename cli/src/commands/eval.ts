@@ -189,8 +189,32 @@ interface CaseContext {
   env: Record<string, string>;
   datasetId: string | undefined;
   lockPath: string;
-  /** Whether the staging warnings were printed (by the first case staged). */
-  warned: boolean;
+  /** The capsule's staging, shared by every case: the same project, so the same plan. */
+  staging: Promise<{ plan: StagedPlan } | { error: unknown }> | undefined;
+}
+
+/**
+ * The capsule staged once for the whole dataset: its warnings said once, and — when it has no
+ * lock yet — the lock written from what it resolved, so that the run is reproducible as one.
+ */
+function stagedOnce(context: CaseContext, output: Output): Promise<{ plan: StagedPlan } | { error: unknown }> {
+  context.staging ??= (async () => {
+    try {
+      const plan = await stageThroughBus(
+        context.runtime.bus,
+        { kind: 'directory', dir: context.projectDir },
+        { env_names: Object.keys(context.env), honour_pins: true },
+      );
+      for (const warning of plan.warnings) output.warn(warning);
+      if (plan.lock.status === 'absent' && plan.lock.entries.length > 0 && !existsSync(context.lockPath)) {
+        await writeLockfile(context.lockPath, { lock_version: 1, artifacts: plan.lock.entries });
+      }
+      return { plan };
+    } catch (error) {
+      return { error };
+    }
+  })();
+  return context.staging;
 }
 
 /** Launches one staged session with the case's task and ids, and waits for it to end. */
@@ -238,20 +262,12 @@ async function localEvalFile(runtime: Runtime, launched: LaunchReply, projectDir
 async function runCase(context: CaseContext, caseId: string, task: string, output: Output): Promise<CaseOutcome> {
   const { runtime, projectDir } = context;
   output.out(`  case: ${caseId}`);
-  let plan: StagedPlan;
-  try {
-    plan = await stageThroughBus(runtime.bus, { kind: 'directory', dir: projectDir }, { env_names: Object.keys(context.env), honour_pins: true });
-  } catch (error) {
-    output.err(`    stage failed: ${failureText(error)}`);
+  const staged = await stagedOnce(context, output);
+  if ('error' in staged) {
+    output.err(`    stage failed: ${failureText(staged.error)}`);
     return { caseId, result: 'stage_failed', workdir: path.join(projectDir, 'workdir'), datasetRun: undefined };
   }
-  // Every case stages the same capsule: its warnings are said once.
-  if (!context.warned) for (const warning of plan.warnings) output.warn(warning);
-  context.warned = true;
-  // The first case pins what it resolved; the later ones are held to it.
-  if (plan.lock.status === 'absent' && plan.lock.entries.length > 0 && !existsSync(context.lockPath)) {
-    await writeLockfile(context.lockPath, { lock_version: 1, artifacts: plan.lock.entries });
-  }
+  const { plan } = staged;
   let session: { launched: LaunchReply; end: SessionEnded };
   try {
     session = await runSession(context, plan, caseId, task);
@@ -304,7 +320,7 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
       env,
       datasetId: manifest.observability?.eval?.dataset_id,
       lockPath: path.join(projectDir, 'murmur.lock'),
-      warned: false,
+      staging: undefined,
     };
     output.out(`Running ${dataset.cases.length} case(s) …`);
     const outcomes: CaseOutcome[] = [];

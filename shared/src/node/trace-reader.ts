@@ -25,8 +25,18 @@ export interface TraceRead {
   skipped: SkippedLine[];
 }
 
-export function parseTraceText(text: string): TraceRead {
-  const events: TraceEvent[] = [];
+/** A line that is a JSON object with an `event_type`, whatever its type: what every reader starts from. */
+export interface TraceRecordLine {
+  line: number;
+  record: Record<string, unknown> & { event_type: string };
+}
+
+/**
+ * The trace's lines as records, with those that are not one skipped and said why: not JSON (or
+ * cut off, for a last line without its newline), not an object, no `event_type`.
+ */
+export function traceRecordLines(text: string): { records: TraceRecordLine[]; skipped: SkippedLine[] } {
+  const records: TraceRecordLine[] = [];
   const skipped: SkippedLine[] = [];
   const lines = text.split('\n');
   for (const [index, raw] of lines.entries()) {
@@ -44,16 +54,30 @@ export function parseTraceText(text: string): TraceRead {
       skip('not a JSON object');
       continue;
     }
-    const type = (value as { event_type?: unknown }).event_type;
-    if (typeof type !== 'string') {
+    if (typeof (value as { event_type?: unknown }).event_type !== 'string') {
       skip('no event_type');
       continue;
     }
-    if (!isKnownTraceEventType(type)) continue;
-    const parsed = TraceEventSchema.safeParse(value);
-    if (parsed.success) events.push(parsed.data);
-    else skip(`${type}: ${parsed.error.issues.map((issue) => `${issue.path.join('.') || 'event'} ${issue.message.toLowerCase()}`).join('; ')}`);
+    records.push({ line: index + 1, record: value as TraceRecordLine['record'] });
   }
+  return { records, skipped };
+}
+
+export function parseTraceText(text: string): TraceRead {
+  const events: TraceEvent[] = [];
+  const { records, skipped } = traceRecordLines(text);
+  for (const { line, record } of records) {
+    const type = record.event_type;
+    if (!isKnownTraceEventType(type)) continue;
+    const parsed = TraceEventSchema.safeParse(record);
+    if (parsed.success) events.push(parsed.data);
+    else
+      skipped.push({
+        line,
+        reason: `${type}: ${parsed.error.issues.map((issue) => `${issue.path.join('.') || 'event'} ${issue.message.toLowerCase()}`).join('; ')}`,
+      });
+  }
+  skipped.sort((a, b) => a.line - b.line);
   return { events, skipped };
 }
 

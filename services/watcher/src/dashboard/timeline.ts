@@ -9,6 +9,7 @@ import {
   commands,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
+import { traceRecordLines } from '@murmur/shared/node';
 import type { TraceLocation } from './board.js';
 
 /**
@@ -62,20 +63,8 @@ export async function readTimeline(bus: Bus, sessionId: string, location: TraceL
     if (chunk.length === 0 || offset >= size || offset >= TRACE_LIMIT_BYTES) break;
   }
   const text = Buffer.concat(chunks).subarray(0, TRACE_LIMIT_BYTES).toString('utf8');
-  const lines = text.split('\n');
-  // A slice may end inside a line: only whole lines are read.
-  if (!text.endsWith('\n')) lines.pop();
-  const entries: TimelineEntry[] = [];
-  for (const line of lines) {
-    if (line.trim() === '') continue;
-    let event: unknown;
-    try {
-      event = JSON.parse(line);
-    } catch {
-      continue;
-    }
-    if (typeof event === 'object' && event !== null && !Array.isArray(event)) entries.push(timelineEntry(event as Record<string, unknown>));
-  }
+  // A slice may end inside a line: the reader skips what is not a whole record.
+  const entries = traceRecordLines(text).records.map(({ record }) => timelineEntry(record));
   return { session_id: sessionId, entries, truncated: size > TRACE_LIMIT_BYTES };
 }
 
