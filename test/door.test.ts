@@ -97,6 +97,8 @@ describe('the door', () => {
         defaultInputModes: ['text/plain'],
         defaultOutputModes: ['text/plain'],
       });
+      // The door listens on 127.0.0.1 (mur run's default --bind) and names itself as upstream does.
+      expect(new URL(agent.url).hostname).toBe('localhost');
       expect(card.supportedInterfaces).toEqual([
         { url: agent.url, protocolBinding: 'JSONRPC', protocolVersion: '1.0' },
         { url: agent.url, protocolBinding: 'JSONRPC', protocolVersion: '0.3' },

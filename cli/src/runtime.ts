@@ -61,7 +61,7 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
   const executor = options.executor ? startExecutorService({ bus, log, env }) : undefined;
   // The sessions this process runs are on the machine's map while they run.
   const watcher = options.executor ? startWatcherService({ bus, log, env }) : undefined;
-  let door: { service: { close(): Promise<void> }; listener: HttpListener } | undefined;
+  let door: { service: { close(): Promise<void> }; listener: HttpListener; url: string } | undefined;
   return {
     bus,
     inProcess: true,
@@ -76,10 +76,9 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
             hint: 'choose another --bind address, or another network.internal_port (0 picks a free port)',
           });
         });
-        service.setBaseUrl(listener.url);
-        door = { service, listener };
+        door = { service, listener, url: service.setBaseUrl(listener.url) };
       }
-      return door.listener.url;
+      return door.url;
     },
     async close() {
       // Streams that are ending (the final status of a task whose session just ended) get to finish.

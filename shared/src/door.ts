@@ -3,7 +3,7 @@ import * as z from 'zod';
 /** Asking the bus where a door is, so `mur run` can print a session's URL before it launches it. */
 export const DoorLocateRequestSchema = z.object({});
 export const DoorLocateReplySchema = z.object({
-  /** The door's base URL (`http://127.0.0.1:7730`); a session is served at `<base>/sessions/<id>`. */
+  /** The door's base URL (`http://localhost:7730`); a session is served at `<base>/sessions/<id>`. */
   base_url: z.string().url(),
   door_id: z.string(),
 });
@@ -12,4 +12,17 @@ export type DoorLocateReply = z.infer<typeof DoorLocateReplySchema>;
 /** A session's URL at a door: the agent card and the JSON-RPC endpoint are relative to it. */
 export function sessionUrl(baseUrl: string, sessionId: string): string {
   return `${baseUrl.replace(/\/+$/, '')}/sessions/${sessionId}`;
+}
+
+/**
+ * The base URL a door names itself by, from the address it listens on: a loopback address is
+ * `localhost`, as upstream's cards and URLs say, so a card read on one machine names the door the
+ * way a person types it; any other address is kept. Only the name changes: the door still listens
+ * where it was bound, and a client resolving `localhost` reaches that loopback listener.
+ */
+export function doorPublicUrl(listenerUrl: string): string {
+  const url = new URL(listenerUrl);
+  const host = url.hostname;
+  if (host === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)) url.hostname = 'localhost';
+  return url.href.replace(/\/+$/, '');
 }

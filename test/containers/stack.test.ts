@@ -303,7 +303,7 @@ describe('the stack in containers', () => {
     const dir = await agentProject(path.join(scratch.dir, 'agent'), agentYaml('contained-agent'));
     const agent = await startAgent(dir, client);
     try {
-      expect(agent.url.startsWith(`http://127.0.0.1:${env.MURMUR_DOOR_PORT}/sessions/${agent.sessionId}/`)).toBe(true);
+      expect(agent.url.startsWith(`http://localhost:${env.MURMUR_DOOR_PORT}/sessions/${agent.sessionId}/`)).toBe(true);
       const a2a = await new ClientFactory().createFromUrl(agent.url);
       expect((await a2a.getAgentCard()).name).toBe('contained-agent');
       const sent = (await a2a.sendMessage({

@@ -23,6 +23,7 @@ import {
   type TaskView,
   a2aVersionOf,
   commands,
+  doorPublicUrl,
   messageText,
   newId,
   runtimeTracing,
@@ -63,8 +64,12 @@ export interface DoorOptions {
 export interface DoorService {
   readonly http: Hono;
   readonly doorId: string;
-  /** Where this door is reached; the URL it puts in cards and tells `door.locate` askers. */
-  setBaseUrl(url: string): void;
+  /**
+   * Where this door is reached, from the address it listens on (a loopback one named `localhost`),
+   * unless `MURMUR_DOOR_PUBLIC_URL` already says; the URL it puts in cards and tells `door.locate`
+   * askers. Returns that URL.
+   */
+  setBaseUrl(url: string): string;
   /** The door is stopping: each open stream ends with an error telling its client to resubscribe at any door. */
   drain(): void;
   close(): Promise<void>;
@@ -567,7 +572,8 @@ export function startDoorService(options: DoorOptions): DoorService {
     http: app,
     doorId,
     setBaseUrl(url: string) {
-      baseUrl ??= url;
+      baseUrl ??= doorPublicUrl(url);
+      return baseUrl;
     },
     drain() {
       feeds.shutdown();
