@@ -118,7 +118,13 @@ describe('delegated children and their completions', () => {
     roostUrl = roost.url;
     const withRoost = { ...env, MURMUR_ROOST_URL: roostUrl };
     executors.push(await startService('executor', withRoost), await startService('executor', withRoost));
-    services.push(await startService('stager', withRoost), ...executors, await startService('watcher', withRoost), await startService('door', withRoost));
+    // The door takes only each session's own token: delegation must keep working with auth on.
+    services.push(
+      await startService('stager', withRoost),
+      ...executors,
+      await startService('watcher', withRoost),
+      await startService('door', { ...withRoost, MURMUR_DOOR_AUTH: 'session' }),
+    );
     bus = createBus(await NatsTransport.connect(nats.url, { log: silentLog }), silentLog);
     bus.subscribe(topics.sessionStarted, (event) => void started.push(event));
     bus.subscribe(topics.delegationCompleted, (event) => void completed.push(event));
@@ -224,6 +230,8 @@ describe('delegated children and their completions', () => {
     expect(completion.delivery_error).toContain('no task');
   }
 
+  const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+
   const workerTask = JSON.stringify([{ op: 'env' }, { op: 'write', path: 'out/result.txt', text: MARKER }]);
 
   it('a child knows its spawner from an injected value, never from an inherited one', async () => {
@@ -322,9 +330,11 @@ describe('delegated children and their completions', () => {
         child.url as string,
         'SendMessage',
         { message: { messageId: 'msg-1', role: 'ROLE_USER', parts: [{ text: 'Say hello.' }] }, configuration: { returnImmediately: true } },
-        { version: '1.0' },
+        { version: '1.0', headers: bearer(child.token) },
       );
       expect((sent.body.result?.task as { id?: string } | undefined)?.id, JSON.stringify(sent.body)).toMatch(/^tsk_/);
+      // A session's token is good for that session alone, behind the same door.
+      expect((await rpc(parent.url, 'message/send', textMessage('not yours'), { headers: bearer(child.token) })).status).toBe(401);
       const completion = await settledCompletion(child.workdir);
       expect(completion).toMatchObject({ status: 'error', reported_by: 'child' });
     } finally {
@@ -450,10 +460,12 @@ describe('delegated children and their completions', () => {
     const parent = await startParent();
     const deliveredBefore = await completionsCounted(true);
     try {
-      const sent = await rpc(parent.url, 'message/send', {
-        ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`),
-        configuration: { blocking: true },
-      });
+      const sent = await rpc(
+        parent.url,
+        'message/send',
+        { ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`), configuration: { blocking: true } },
+        { headers: bearer(parent.token) },
+      );
       const task = sent.body.result as { id: string; status: { state: string; message: { parts: Array<{ text: string }> } } };
       expect(task?.status.state, JSON.stringify(sent.body)).toBe('completed');
       const answer = task.status.message.parts[0]?.text ?? '';
@@ -502,10 +514,12 @@ describe('delegated children and their completions', () => {
   it('refuses, as a tool error the model reads, a capsule the parent may not spawn', async () => {
     const parent = await startParent();
     try {
-      const sent = await rpc(parent.url, 'message/send', {
-        ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/not-allowed', version: '0.1.0', task: 'x' })}`),
-        configuration: { blocking: true },
-      });
+      const sent = await rpc(
+        parent.url,
+        'message/send',
+        { ...textMessage(`delegate ${JSON.stringify({ capsule: 'local/not-allowed', version: '0.1.0', task: 'x' })}`), configuration: { blocking: true } },
+        { headers: bearer(parent.token) },
+      );
       const answer = (sent.body.result as { status: { message: { parts: Array<{ text: string }> } } }).status.message.parts[0]?.text ?? '';
       expect(answer).toContain('roost refused the delegation of local/not-allowed@0.1.0');
       expect(answer).toContain('spawn.allow');

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { Role, TaskState } from '@a2a-js/sdk';
 import { Client, ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
@@ -154,5 +155,103 @@ describe('a door with authentication', () => {
     expect(result.stderr).toContain("error[E-CFG-003]: MURMUR_DOOR_AUTH's token 1 is 5 characters long; a door token needs at least 16");
     // A token is never written anywhere, not even one refused.
     expect(result.stderr).not.toContain('xq9zv');
+  });
+});
+
+/**
+ * A door that takes each session's own token (`MURMUR_DOOR_AUTH=session`): `mur run --json`
+ * prints it, the door asks the session's executor whether a bearer is it, and nothing of the
+ * session answers anyone else.
+ */
+describe("a door that takes each session's own token", () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let inference: ScriptedInference;
+  let agent: RunningAgent;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-session-token-');
+    inference = await startScriptedInference({
+      script: (body) => {
+        const last = (body.messages as Array<{ content: Array<{ type: string; text?: string }> }>).at(-1);
+        return { text: `echo: ${last?.content.find((block) => block.type === 'text')?.text ?? ''}` };
+      },
+    });
+    const project = await agentProject(
+      path.join(scratch.dir, 'agent'),
+      agentManifest(inference, { name: 'own-token', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    agent = await startAgent(project, { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_DOOR_AUTH: 'session' });
+  });
+
+  afterAll(async () => {
+    await agent?.stop();
+    await inference?.close();
+    await scratch?.cleanup();
+  });
+
+  const send = (text: string, token?: string) =>
+    rpc(
+      agent.url,
+      'SendMessage',
+      { message: { messageId: randomUUID(), role: 'ROLE_USER', parts: [{ text }] } },
+      token === undefined ? {} : { headers: { authorization: `Bearer ${token}` } },
+    );
+
+  it('prints the session token in the launch line, and the card says where to get one', async () => {
+    expect(agent.token).toMatch(/^mst_[A-Za-z0-9_-]{43}$/);
+    const card = (await (await fetch(new URL('.well-known/agent-card.json', agent.url))).json()) as {
+      securitySchemes: { murmur_bearer: { description: string } };
+    };
+    expect(card.securitySchemes.murmur_bearer.description).toBe("the session's own token, which its launch returned (mur run --json prints it as token)");
+  });
+
+  it('answers a request that carries the session token, raw and through @a2a-js/sdk', async () => {
+    const reply = await send('with its own token', agent.token);
+    expect(reply.status).toBe(200);
+    expect((reply.body.result?.task as { status?: { state: string } } | undefined)?.status?.state).toBe('TASK_STATE_COMPLETED');
+    const authed: typeof fetch = (input, init) => {
+      const headers = new Headers(init?.headers);
+      headers.set('authorization', `Bearer ${agent.token}`);
+      return fetch(input, { ...init, headers });
+    };
+    const client = await new ClientFactory(
+      ClientFactoryOptions.createFrom(ClientFactoryOptions.default, { transports: [new JsonRpcTransportFactory({ fetchImpl: authed })] }),
+    ).createFromUrl(agent.url);
+    // The SDK's typed request, as its own fromJSON fills one in: proto3 defaults, state unspecified.
+    const listed = await client.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageToken: '' } as unknown as Parameters<
+      Client['listTasks']
+    >[0]);
+    expect(listed.tasks.length).toBeGreaterThan(0);
+  });
+
+  it('refuses no token, an almost right one, and another well-formed one alike, before reading the request', async () => {
+    const last = agent.token.at(-1) === 'A' ? 'B' : 'A';
+    const refusals = [
+      await send('no token'),
+      await send('almost', `${agent.token.slice(0, -1)}${last}`),
+      await send('another', `mst_${'A'.repeat(43)}`),
+      // Not even a JSON-RPC body: the token is judged first.
+      { status: (await fetch(agent.url, { method: 'POST', headers: { authorization: `Bearer mst_${'B'.repeat(43)}` }, body: 'not json' })).status, body: {} },
+    ];
+    for (const refusal of refusals) expect(refusal.status).toBe(401);
+    expect(refusals[1]?.body.error).toMatchObject({ code: -32600, data: { murmur_code: 'E-DOOR-003' } });
+    // The session's token opens no other session, even a well-formed one the door does not know.
+    const elsewhere = agent.url.replace(agent.sessionId, `ses_${'0'.repeat(32)}`);
+    expect((await rpc(elsewhere, 'GetTask', { id: 'tsk_x' }, { headers: { authorization: `Bearer ${agent.token}` } })).status).toBe(401);
+  });
+
+  it("writes the token nowhere in the session's records or the home", async () => {
+    const written: string[] = [];
+    const walk = async (dir: string): Promise<void> => {
+      for (const entry of await fs.readdir(dir, { withFileTypes: true }).catch(() => [])) {
+        const at = path.join(dir, entry.name);
+        if (entry.isDirectory()) await walk(at);
+        else if (entry.isFile() && (await fs.readFile(at, 'utf8')).includes(agent.token)) written.push(at);
+      }
+    };
+    await walk(agent.workdir);
+    await walk(path.join(scratch.dir, 'home'));
+    expect(written).toEqual([]);
+    expect(agent.stderr()).not.toContain(agent.token);
   });
 });

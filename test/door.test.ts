@@ -28,6 +28,8 @@ export function echoScript(body: Record<string, unknown>): ScriptedReply {
   if (text.startsWith('ask ')) return { toolCalls: [{ name: 'probe-tool', input: { actions: [{ op: 'ask', prompt: text.slice(4) }] } }] };
   // A model that takes half a minute: only a canceled task's abandoned call lets the session go on sooner.
   if (text.startsWith('slow ')) return { text: `echo: ${text}`, delayMs: 30_000 };
+  // `run <command>`: one shell call, its output the answer.
+  if (text.startsWith('run ')) return { toolCalls: [{ name: 'sh', input: { command: text.slice(4) } }] };
   return { text: `echo: ${text}` };
 }
 
@@ -67,10 +69,10 @@ describe('the door', () => {
     await scratch?.cleanup();
   });
 
-  async function completed(taskId: string, version?: string): Promise<Record<string, unknown>> {
+  async function completed(taskId: string, version?: string, at = agent.url): Promise<Record<string, unknown>> {
     return eventually(
       async () => {
-        const reply = await rpc(agent.url, version ? 'GetTask' : 'tasks/get', { id: taskId }, version ? { version } : {});
+        const reply = await rpc(at, version ? 'GetTask' : 'tasks/get', { id: taskId }, version ? { version } : {});
         const state = (reply.body.result?.status as { state?: string } | undefined)?.state;
         return state === 'completed' || state === 'TASK_STATE_COMPLETED' || state === 'failed' ? reply.body.result : undefined;
       },
@@ -475,6 +477,48 @@ describe('the door', () => {
       const answered = await completed(next.body.result?.id as string);
       expect(answered.status).toMatchObject({ state: 'completed', message: { parts: [{ text: 'echo: after the cancel' }] } });
       expect((await rpc(agent.url, 'GetTask', { id: taskId })).body.result?.status).toMatchObject({ state: 'TASK_STATE_CANCELED' });
+    });
+    it('kills the shell command the canceled task was running, with what it forked', async () => {
+      const shelled = await startAgent(
+        await agentProject(
+          path.join(scratch.dir, 'shelled'),
+          agentManifest(inference, {
+            name: 'shelled',
+            capabilities: '  shell:\n    allow: [sh, sleep]',
+            lifecycle: '  task_acceptance: queue\n  after_task: sleep',
+          }),
+        ),
+        env,
+      );
+      // A duration no other process on the machine has, so the host's process table tells whether it still runs.
+      const marker = `${40 + Math.floor(Math.random() * 50)}.${Math.floor(Math.random() * 1e6)}`;
+      const sleeping = async (): Promise<boolean> => {
+        for (const entry of await fs.readdir('/proc')) {
+          if (!/^\d+$/.test(entry)) continue;
+          const command = await fs.readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+          if (command.split('\0').join(' ').trim() === `sleep ${marker}`) return true;
+        }
+        return false;
+      };
+      try {
+        const sent = await rpc(shelled.url, 'SendMessage', {
+          // `sh -c` forks for a list: the sleep is the shell's child, not the shell itself.
+          message: { messageId: `m-shell-${Date.now()}`, role: 'ROLE_USER', parts: [{ text: `run sleep ${marker}; echo woke` }] },
+          configuration: { returnImmediately: true },
+        });
+        const taskId = (sent.body.result?.task as { id: string } | undefined)?.id as string;
+        await eventually(async () => ((await sleeping()) ? true : undefined), 15_000, 'the shell command to be running');
+        const canceled = await rpc(shelled.url, 'CancelTask', { id: taskId });
+        expect((canceled.body.result?.status as { state: string } | undefined)?.state, JSON.stringify(canceled.body)).toBe('TASK_STATE_CANCELED');
+        await eventually(async () => ((await sleeping()) ? undefined : true), 5_000, 'the canceled task’s command to be gone');
+        const next = await rpc(shelled.url, 'message/send', textMessage('after the shell cancel'));
+        expect((await completed(next.body.result?.id as string, undefined, shelled.url)).status).toMatchObject({
+          state: 'completed',
+          message: { parts: [{ text: 'echo: after the shell cancel' }] },
+        });
+      } finally {
+        await shelled.stop();
+      }
     });
   });
 

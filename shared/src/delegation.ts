@@ -177,6 +177,8 @@ export const DelegationLaunchReplySchema = z.object({
   records_dir: z.string(),
   /** The handle injected as `MURMUR_SPAWNER`, as the child received it. */
   spawner: z.string().optional(),
+  /** The child session's own door token (the launch's): for whoever launched it, never for a capsule. */
+  token: z.string(),
 });
 export type DelegationLaunchReply = z.infer<typeof DelegationLaunchReplySchema>;
 

@@ -172,6 +172,12 @@ export const LaunchReplySchema = z.object({
   started_at: z.string(),
   /** Whether the capsule host runs in kernel namespaces, and how. */
   isolation: z.string(),
+  /**
+   * The session's own bearer token: a door that takes session tokens (`MURMUR_DOOR_AUTH=session`)
+   * admits a request to this session, and to no other, that carries it. Only the launcher gets it;
+   * the session's records never hold it.
+   */
+  token: z.string(),
 });
 export type LaunchReply = z.infer<typeof LaunchReplySchema>;
 

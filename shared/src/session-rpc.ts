@@ -122,6 +122,11 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
    * (none when absent), for one task or — with no `task_id` — the whole session (`stream/watch`).
    */
   z.object({ method: z.literal('replay'), task_id: z.string().max(256).optional(), after_event_id: z.number().int().nonnegative().optional() }),
+  /**
+   * Whether `session_token` is this session's own token (the one its launch returned). Answered by
+   * the executor that holds the session, never by the capsule host, which never sees a token.
+   */
+  z.object({ method: z.literal('authorize'), session_token: z.string().max(512) }),
 ]);
 export type SessionCall = z.infer<typeof SessionCallSchema>;
 

@@ -1026,6 +1026,7 @@ describe('the launch and control schemas', () => {
     workdir: '/tmp/parent/.murmur/children/dlg_0001',
     records_dir: '/tmp/parent/.murmur/children/dlg_0001/.murmur/ses_child',
     spawner: spawnerHandleToEnv(handle()),
+    token: 'mst_child-session-token-for-its-launcher',
   };
 
   it('accepts a launch reply, with a null url and no delegation for an undelegated launch', () => {

@@ -70,6 +70,8 @@ export interface RunningAgent {
   readonly sessionId: string;
   readonly workdir: string;
   readonly pid: number;
+  /** The session's own door token, from the launch line. */
+  readonly token: string;
   readonly process: ChildProcess;
   /** Resolves when `mur run` exits, with its exit code and what it wrote. */
   readonly exited: Promise<{ code: number | null; stdout: string; stderr: string }>;
@@ -100,12 +102,13 @@ export async function startAgent(project: string, env: Record<string, string | u
   ]);
   stdout += `${first}\n`;
   lines.on('line', (line) => (stdout += `${line}\n`));
-  const launch = JSON.parse(first) as { url: string; session_id: string; workdir: string; pid: number };
+  const launch = JSON.parse(first) as { url: string; session_id: string; workdir: string; pid: number; token: string };
   return {
     url: launch.url,
     sessionId: launch.session_id,
     workdir: launch.workdir,
     pid: launch.pid,
+    token: launch.token,
     process: child,
     exited,
     stderr: () => stderr,

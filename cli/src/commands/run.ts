@@ -298,6 +298,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
           name: plan.capsule.name,
           version: plan.capsule.version,
           workdir: launched.workdir,
+          token: launched.token,
         }),
       );
     } else {

@@ -3,10 +3,15 @@ import { MIN_BEARER_TOKEN_LENGTH, bearerOf, tokenMatcher } from '@murmur/shared/
 
 /**
  * Who may talk to the sessions behind a door. Without `MURMUR_DOOR_AUTH` anyone who reaches the
- * door may (it binds loopback unless told otherwise); with it — a comma-separated list of bearer
- * tokens, each at least 16 characters — every JSON-RPC request must carry one of them as
- * `Authorization: Bearer <token>`, or it is refused with 401 and `WWW-Authenticate` before
- * anything reaches the bus, so a refusal says nothing about the session it named.
+ * door may (it binds loopback unless told otherwise). With it, every JSON-RPC request must carry
+ * `Authorization: Bearer <token>`, where the token is one of
+ * - the operator's tokens: the comma-separated entries of `MURMUR_DOOR_AUTH` (each at least 16
+ *   characters), good for every session behind the door;
+ * - with the entry `session`, the session's own token, which its launch returned (`mur run --json`
+ *   prints it) and which is good for that session alone. Only the executor holding the session
+ *   can tell whether a token is its own, so that check (`SessionTokens`) is made after this one.
+ * Anything else is refused with 401 and `WWW-Authenticate` before the request is read, so a refusal
+ * says nothing about the session it named.
  *
  * The agent card stays readable without credentials (it is how a client learns the scheme), and
  * declares it. A delegated child's completion is the one request let through without a token: it
@@ -17,35 +22,58 @@ import { MIN_BEARER_TOKEN_LENGTH, bearerOf, tokenMatcher } from '@murmur/shared/
  */
 export interface DoorAuth {
   readonly required: boolean;
-  /** Whether a request with these headers may reach its session. */
-  admits(headers: { authorization?: string | undefined; delegationId?: string | undefined; completionSession?: string | undefined }): boolean;
+  /**
+   * What a request with these headers may do: reach its session (`admitted`), reach it only if its
+   * bearer is the session's own token (`session-token`, with that bearer), or nothing (`refused`).
+   */
+  judge(headers: { authorization?: string | undefined; delegationId?: string | undefined; completionSession?: string | undefined }): AuthVerdict;
   /** The card's declaration of the scheme, in both generations' shapes; empty without auth. */
   readonly cardFields: Record<string, unknown>;
 }
 
+export type AuthVerdict = { verdict: 'admitted' } | { verdict: 'session-token'; token: string } | { verdict: 'refused' };
+
 export const DOOR_AUTH_SCHEME = 'murmur_bearer';
 export const WWW_AUTHENTICATE = 'Bearer realm="murmur door"';
+/** The `MURMUR_DOOR_AUTH` entry that makes a door take each session's own token. */
+export const SESSION_TOKENS_ENTRY = 'session';
+
+const ADMITTED: AuthVerdict = { verdict: 'admitted' };
+const REFUSED: AuthVerdict = { verdict: 'refused' };
 
 export function doorAuth(env: NodeJS.ProcessEnv): DoorAuth {
-  const tokens = (env.MURMUR_DOOR_AUTH ?? '')
+  const entries = (env.MURMUR_DOOR_AUTH ?? '')
     .split(',')
     .map((token) => token.trim())
     .filter((token) => token !== '');
-  if (tokens.length === 0) return { required: false, admits: () => true, cardFields: {} };
+  if (entries.length === 0) return { required: false, judge: () => ADMITTED, cardFields: {} };
+  const sessionTokens = entries.includes(SESSION_TOKENS_ENTRY);
+  const tokens = entries.filter((entry) => entry !== SESSION_TOKENS_ENTRY);
   const short = tokens.findIndex((token) => token.length < MIN_BEARER_TOKEN_LENGTH);
   if (short >= 0) {
     throw new MurmurError(
       'E-CFG-003',
-      `MURMUR_DOOR_AUTH's token ${short + 1} is ${tokens[short]?.length} characters long; a door token needs at least ${MIN_BEARER_TOKEN_LENGTH}`,
-      { path: 'MURMUR_DOOR_AUTH', hint: 'use long random values, e.g. `openssl rand -hex 32`, separated by commas' },
+      `MURMUR_DOOR_AUTH's token ${entries.indexOf(tokens[short] as string) + 1} is ${tokens[short]?.length} characters long; a door token needs at least ${MIN_BEARER_TOKEN_LENGTH}`,
+      {
+        path: 'MURMUR_DOOR_AUTH',
+        hint: `use long random values, e.g. \`openssl rand -hex 32\`, separated by commas (or '${SESSION_TOKENS_ENTRY}' for each session's own token)`,
+      },
     );
   }
   const matcher = tokenMatcher(tokens);
-  const description = 'a bearer token this door was given (MURMUR_DOOR_AUTH)';
+  const description = [
+    ...(tokens.length > 0 ? ['a bearer token this door was given (MURMUR_DOOR_AUTH)'] : []),
+    ...(sessionTokens ? ["the session's own token, which its launch returned (mur run --json prints it as token)"] : []),
+  ].join(', or ');
   return {
     required: true,
-    admits: ({ authorization, delegationId, completionSession }) =>
-      matcher.admits(bearerOf(authorization)) || (isDelegationId(delegationId) && completionSession !== undefined && completionSession !== ''),
+    judge: ({ authorization, delegationId, completionSession }) => {
+      const bearer = bearerOf(authorization);
+      if (matcher.admits(bearer)) return ADMITTED;
+      if (isDelegationId(delegationId) && completionSession !== undefined && completionSession !== '') return ADMITTED;
+      if (sessionTokens && bearer !== undefined && bearer.length <= 512) return { verdict: 'session-token', token: bearer };
+      return REFUSED;
+    },
     cardFields: {
       // 0.3 reads `type`/`scheme` and `security`; 1.0 reads `httpAuthSecurityScheme` and `securityRequirements`.
       securitySchemes: { [DOOR_AUTH_SCHEME]: { type: 'http', scheme: 'bearer', description, httpAuthSecurityScheme: { scheme: 'Bearer', description } } },

@@ -39,6 +39,7 @@ import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResu
 import { WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateNamed } from './rendering.js';
 import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
+import { SessionTokens } from './session-tokens.js';
 
 /**
  * The door: the A2A edge of every session. It holds no task state: each request is translated
@@ -141,8 +142,10 @@ export function startDoorService(options: DoorOptions): DoorService {
    * check sends) asks the host itself, since only the host answering proves the session lives.
    */
   const cards = new Map<string, string>();
+  const sessionTokens = new SessionTokens();
   const forgetCards = bus.subscribe(topics.sessionEnded, (ended) => {
     for (const key of cards.keys()) if (key.startsWith(ended.session_id)) cards.delete(key);
+    sessionTokens.forget(ended.session_id);
   });
 
   const serveCard = async (context: Context, link: SessionLink): Promise<Response> => {
@@ -190,26 +193,30 @@ export function startDoorService(options: DoorOptions): DoorService {
     ),
   );
 
+  const unauthorized = (context: Context): Response =>
+    context.json(
+      rpcError(null, {
+        code: RPC_ERRORS.invalidRequest,
+        message: "Unauthorized: this door requires a bearer token ('Authorization: Bearer <token>'); its agent card declares the scheme",
+        data: { murmur_code: 'E-DOOR-003' },
+      }),
+      401,
+      { 'www-authenticate': WWW_AUTHENTICATE },
+    );
+
   const serveRpc = async (context: Context): Promise<Response> => {
     // Before anything else, the session id included: a refusal tells nothing about the session.
-    const admitted = auth.admits({
+    const judged = auth.judge({
       authorization: context.req.header('authorization'),
       delegationId: context.req.header(DELEGATION_ID_HEADER),
       completionSession: context.req.header(COMPLETION_SESSION_HEADER),
     });
-    if (!admitted) {
-      return context.json(
-        rpcError(null, {
-          code: RPC_ERRORS.invalidRequest,
-          message: "Unauthorized: this door requires a bearer token ('Authorization: Bearer <token>'); its agent card declares the scheme",
-          data: { murmur_code: 'E-DOOR-003' },
-        }),
-        401,
-        { 'www-authenticate': WWW_AUTHENTICATE },
-      );
-    }
+    if (judged.verdict === 'refused') return unauthorized(context);
     const link = sessionOf(context);
-    if (link instanceof Response) return link;
+    if (link instanceof Response) return judged.verdict === 'session-token' ? unauthorized(context) : link;
+    // A session's own token is proven by its executor before the request is read, so a wrong one
+    // is refused alike whatever the request was.
+    if (judged.verdict === 'session-token' && !(await sessionTokens.admits(link, judged.token))) return unauthorized(context);
     const contentType = context.req.header('content-type') ?? '';
     if (!contentType.toLowerCase().includes('application/json')) {
       return context.json(
@@ -346,7 +353,9 @@ export function startDoorService(options: DoorOptions): DoorService {
     const given = params.value;
     const invalid = (field: string, why: string): Response =>
       context.json(rpcError(call.id, { code: RPC_ERRORS.invalidParams, message: `Invalid params: ${field}: ${why}` }));
-    const state = given.status === undefined ? undefined : taskStateNamed(version, given.status);
+    // Proto3's default state is no filter: a 1.0 client that sets none may still send it.
+    const unfiltered = given.status === undefined || (version === '1.0' && given.status === 'TASK_STATE_UNSPECIFIED');
+    const state = unfiltered ? undefined : taskStateNamed(version, given.status as string);
     if (state === null) return invalid('status', `'${String(given.status).slice(0, 64)}' is not a task state of A2A ${version}`);
     let after: { updated_at_ms: number; id: string } | undefined;
     if (given.pageToken !== undefined && given.pageToken !== '') {

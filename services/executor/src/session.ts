@@ -22,6 +22,7 @@ import {
   commands,
   guestEnvironment,
   isCredentialShaped,
+  RPC_ERRORS,
   RUNTIME_VERSION,
   runtimeMetrics,
   resolveManifestSecrets,
@@ -30,7 +31,16 @@ import {
   traced,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
-import { type BlobCache, childResultPath, packageFile, processStartToken, recordTerminated, reportCompletion } from '@murmur/shared/node';
+import {
+  type BlobCache,
+  childResultPath,
+  newSessionToken,
+  packageFile,
+  processStartToken,
+  recordTerminated,
+  reportCompletion,
+  tokenMatcher,
+} from '@murmur/shared/node';
 import type { z } from 'zod';
 import type { LocalBundles } from './bundles.js';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
@@ -177,6 +187,12 @@ export class Session {
   private readonly stderrTail: string[] = [];
   /** roost's credential for this session, never given to the guest. */
   private roostCredential: string | undefined;
+  /**
+   * The session's own door token: given to the launcher alone, in the launch reply, and checked
+   * here when a door asks (`authorize`). The host and the records never see it.
+   */
+  private readonly token = newSessionToken();
+  private readonly tokenCheck = tokenMatcher([this.token]);
   readonly ended: Promise<SessionEnd>;
   private resolveEnded!: (end: SessionEnd) => void;
 
@@ -424,6 +440,7 @@ export class Session {
       url: url || null,
       started_at: new Date(this.startedAt).toISOString(),
       isolation: this.containment.tier,
+      token: this.token,
     };
     this.environment.bus.publish(topics.sessionStarted, {
       session_id: this.id,
@@ -533,6 +550,7 @@ export class Session {
   }
 
   private callHost(call: SessionCall): Promise<SessionReply> {
+    if (call.method === 'authorize') return Promise.resolve(this.authorize(call.session_token));
     const child = this.child;
     if (!child?.connected) return Promise.resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
     const id = this.nextRpcId++;
@@ -547,6 +565,12 @@ export class Session {
       });
       child.send({ type: 'rpc', id, call });
     });
+  }
+
+  /** A door asking whether a bearer token is this session's own: an empty reply says it is. */
+  private authorize(presented: string): SessionReply {
+    if (this.tokenCheck.admits(presented)) return {};
+    return { error: { code: RPC_ERRORS.invalidRequest, message: 'Unauthorized: not this session’s token', data: { murmur_code: 'E-DOOR-003' } } };
   }
 
   /** Starts the capsule host in its sandbox: its cgroups first, so nothing it forks escapes them. */

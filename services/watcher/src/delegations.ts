@@ -143,6 +143,7 @@ export class DelegationWatcher {
       workdir: launched.workdir,
       records_dir: launched.session_dir,
       ...(handle ? { spawner: spawnerHandleToEnv(handle) } : {}),
+      token: launched.token,
     };
     const watched: Watched = {
       delegationId,

@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /**
  * Bearer tokens, checked as a service that faces a network must check them: by their SHA-256 in
@@ -28,6 +28,19 @@ export function tokenMatcher(tokens: readonly string[]): TokenMatcher {
 /** The token of an `Authorization: Bearer <token>` header, or undefined. */
 export function bearerOf(authorization: string | undefined): string | undefined {
   return /^Bearer\s+(.+)$/i.exec(authorization?.trim() ?? '')?.[1]?.trim();
+}
+
+/**
+ * A session's own door token, minted by the executor at launch: 256 random bits, so it cannot be
+ * guessed, prefixed so that a leaked one is recognisable for what it is.
+ */
+export function newSessionToken(): string {
+  return `mst_${randomBytes(32).toString('base64url')}`;
+}
+
+/** The SHA-256 of a token, hex: what is kept and compared instead of the token itself. */
+export function tokenDigest(value: string): string {
+  return digest(value).toString('hex');
 }
 
 function digest(value: string): Buffer {

@@ -60,7 +60,11 @@ export class AgentSession {
     this.taskFile = path.join(start.accessible_workdir, 'task.md');
     this.hooks = new HookRuntime(agent.hooks, host.guests, host.trace, start.session_dir);
     this.forgetContext = agent.harness?.forget_context;
-    this.registry.whenRunningCanceled(() => host.guests.abandonRunning('its task was canceled'));
+    // The canceled task's work stops at once: the guest calls in flight, and the commands they ran.
+    this.registry.whenRunningCanceled(() => {
+      host.guests.abandonRunning('its task was canceled');
+      host.killSubprocesses('its task was canceled');
+    });
     channel.serve((call) => this.answer(call));
   }
 
@@ -91,6 +95,9 @@ export class AgentSession {
           ...(task ? { task } : {}),
         };
       }
+      case 'authorize':
+        // The executor answers this one; a host never holds a token to compare.
+        return { error: { code: -32603, message: 'Internal error: a capsule host does not judge tokens' } };
     }
   }
 

@@ -97,9 +97,20 @@ export class CapsuleHost implements AgentHost {
     this.stopSession = stop;
   }
 
+  /** Aborted (and replaced) when a task is canceled: the subprocesses working for it are killed. */
+  private subprocessCancel = new AbortController();
+
+  /** Kills every subprocess running now (a shell command, a native tool, a harness run), with what each forked. */
+  killSubprocesses(reason: string): void {
+    const canceled = this.subprocessCancel;
+    this.subprocessCancel = new AbortController();
+    canceled.abort(reason);
+  }
+
   private subprocessContext(): SubprocessContext {
     const sandbox = this.start.sandbox;
     return {
+      canceled: this.subprocessCancel.signal,
       policy: this.start.policy,
       accessibleWorkdir: this.start.accessible_workdir,
       baseEnv: this.start.subprocess_env,

@@ -111,4 +111,6 @@ export interface AgentHost {
   ): Promise<HarnessExit>;
   /** Where the session's guests run (hooks open resident instances here). */
   readonly guests: GuestRunner;
+  /** Kills every subprocess running now, with what each forked: its task was canceled. */
+  killSubprocesses(reason: string): void;
 }

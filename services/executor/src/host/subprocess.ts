@@ -47,6 +47,8 @@ export interface SubprocessContext {
   breached?: () => string | undefined;
   /** The tools' cgroup counters, around each subprocess (absent without a cgroup). */
   counters?: () => Promise<{ oom_kills: number; pids_refusals: number }>;
+  /** Aborted when the task a subprocess works for is canceled: it is killed, with all it forked. */
+  canceled?: AbortSignal | undefined;
 }
 
 /** The `capabilities.resources` field a subprocess was ended by, when one was. */
@@ -103,6 +105,8 @@ interface RunOptions {
   deadlineMs?: number | undefined;
   onStdout?: ((chunk: Buffer) => void) | undefined;
   signal?: AbortSignal | undefined;
+  /** The context's cancellation, which ends the subprocess as `signal` does. */
+  canceled?: AbortSignal | undefined;
 }
 
 function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineMs: number): Promise<Collected> {
@@ -110,14 +114,24 @@ function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineM
     const stdout: Buffer[] = [];
     const stderr: Buffer[] = [];
     let timedOut = false;
+    // The command leads a process group of its own (it was started detached): ending it ends what
+    // it forked too, so no grandchild outlives it holding its pipes open.
+    const kill = (): void => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        child.kill('SIGKILL');
+      }
+    };
     const timer = setTimeout(() => {
       timedOut = true;
-      child.kill('SIGKILL');
+      kill();
     }, deadlineMs);
-    const abort = (): void => {
-      child.kill('SIGKILL');
+    const signals = [options.signal, options.canceled].filter((signal): signal is AbortSignal => signal !== undefined);
+    for (const signal of signals) signal.addEventListener('abort', kill, { once: true });
+    const unlisten = (): void => {
+      for (const signal of signals) signal.removeEventListener('abort', kill);
     };
-    options.signal?.addEventListener('abort', abort, { once: true });
     child.stdout?.on('data', (chunk: Buffer) => {
       stdout.push(chunk);
       options.onStdout?.(chunk);
@@ -125,12 +139,12 @@ function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineM
     child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
     child.once('error', (error) => {
       clearTimeout(timer);
-      options.signal?.removeEventListener('abort', abort);
+      unlisten();
       reject(error);
     });
     child.once('close', (code, signal) => {
       clearTimeout(timer);
-      options.signal?.removeEventListener('abort', abort);
+      unlisten();
       resolve({
         code: code ?? (signal ? 128 + (os.constants.signals[signal] ?? 0) : 1),
         signal,
@@ -183,8 +197,9 @@ async function startSubprocess(
     const highest = Math.max(2, ...confine.cgroupFds);
     for (let fd = 3; fd <= highest; fd += 1) stdio.push(confine.cgroupFds.includes(fd) ? fd : 'ignore');
   }
-  const child = spawn(command, argv, { cwd: context.accessibleWorkdir, env, stdio });
-  const collected = await collect(child, options, options.deadlineMs ?? context.deadlineMs);
+  if (context.canceled?.aborted) throw new Error('its task was canceled');
+  const child = spawn(command, argv, { cwd: context.accessibleWorkdir, env, stdio, detached: true });
+  const collected = await collect(child, { ...options, canceled: context.canceled }, options.deadlineMs ?? context.deadlineMs);
   let resourceLimit: ResourceLimit | undefined;
   if (collected.signal === 'SIGXCPU') resourceLimit = 'cpu_seconds';
   else if (collected.signal === 'SIGXFSZ') resourceLimit = 'max_file_size_bytes';
