@@ -78,7 +78,7 @@ describe('agent capsules', () => {
       const inference = await model([{ text: 'the answer is 42' }]);
       const run = await runTask('simple', agentManifest(inference), 'what is the answer?');
       expect(run.result.code, run.result.stderr).toBe(0);
-      expect(run.launch?.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/sessions\/ses_[0-9a-f]{32}\/$/);
+      expect(run.launch?.url).toMatch(/^http:\/\/localhost:\d+\/sessions\/ses_[0-9a-f]{32}\/$/);
       expect(await run.read('out/result.txt')).toBe('the answer is 42');
       const trace = await run.trace();
       expect(trace.map((event) => event.event_type).filter((type) => type !== 'egress')).toEqual([

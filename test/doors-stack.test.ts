@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { doorPublicUrl } from '@murmur/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage } from './support/agents.js';
 import { tempDir } from './support/fs.js';
@@ -42,8 +43,9 @@ describe('two doors in front of one session', () => {
     );
     agent = await startAgent(project, env);
     const sessionPath = `/sessions/${agent.sessionId}/`;
-    atA = `${doorA.url}${sessionPath}`;
-    atB = `${doorB.url}${sessionPath}`;
+    // Each door names itself localhost, as it is bound to loopback.
+    atA = `${doorPublicUrl(doorA.url)}${sessionPath}`;
+    atB = `${doorPublicUrl(doorB.url)}${sessionPath}`;
   });
 
   afterAll(async () => {

@@ -351,7 +351,7 @@ describe('the stack with nothing shared but the bus', () => {
     );
     const agent = await startAgent(project, client);
     try {
-      expect(agent.url).toMatch(new RegExp(`^http://127\\.0\\.0\\.1:\\d+/sessions/${agent.sessionId}/$`));
+      expect(agent.url).toMatch(new RegExp(`^http://localhost:\\d+/sessions/${agent.sessionId}/$`));
       const response = await fetch(agent.url, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },

@@ -2,10 +2,9 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SessionFilesReply, type SessionLocation } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { writeFileAtomic } from '@murmur/shared/node';
+import { askExecutor, locateSession, sessionFileBytes, sessionFileChunks, writeFileAtomic } from '@murmur/shared/node';
 import { type Output, formatBytes, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
-import { askExecutor, locateSession, sessionFileBytes, sessionFileChunks } from '../session-files.js';
 
 export interface FilesOptions {
   out?: string;
@@ -50,7 +49,7 @@ export async function filesCommand(sessionId: string, relative: string | undefin
           output.out(line);
       return 0;
     }
-    for await (const chunk of sessionFileChunks(runtime.bus, location, wanted, reply)) process.stdout.write(chunk);
+    for await (const chunk of sessionFileChunks(runtime.bus, location, wanted, { first: reply })) process.stdout.write(chunk);
     return 0;
   } finally {
     await runtime.close();

@@ -12,3 +12,4 @@ export * from './staging.js';
 export * from './harness-command.js';
 export * from './trace-reader.js';
 export * from './bearer.js';
+export * from './session-files.js';

@@ -1,15 +1,7 @@
 import path from 'node:path';
-import {
-  type DashboardTimeline,
-  MurmurError,
-  SESSION_LOCATIONS_BUCKET,
-  type SessionFilesReply,
-  SessionLocationSchema,
-  type TimelineEntry,
-  commands,
-} from '@murmur/shared';
+import { type DashboardTimeline, MurmurError, SESSION_LOCATIONS_BUCKET, SessionLocationSchema, type TimelineEntry } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { traceRecordLines } from '@murmur/shared/node';
+import { askExecutor, sessionFileChunks, traceRecordLines } from '@murmur/shared/node';
 import type { TraceLocation } from './board.js';
 
 /**
@@ -23,7 +15,6 @@ import type { TraceLocation } from './board.js';
 
 /** The most of a trace the dashboard reads; a longer one is shown from its start, marked truncated. */
 const TRACE_LIMIT_BYTES = 4 * 1024 * 1024;
-const FILES_TIMEOUT_MS = 15_000;
 
 /** Where the session's trace is: from the board, else from the executor's record in `murmur-sessions`. */
 export async function locateTrace(bus: Bus, sessionId: string, known: TraceLocation | undefined): Promise<TraceLocation> {
@@ -35,32 +26,18 @@ export async function locateTrace(bus: Bus, sessionId: string, known: TraceLocat
 }
 
 export async function readTimeline(bus: Bus, sessionId: string, location: TraceLocation): Promise<DashboardTimeline> {
+  const holder = { executor_id: location.executorId, session_id: sessionId };
   const chunks: Buffer[] = [];
-  let offset = 0;
   let size = 0;
-  for (;;) {
-    let reply: SessionFilesReply;
-    try {
-      reply = await bus.request(
-        commands.sessionFiles.at(location.executorId),
-        { session_id: sessionId, path: location.traceFile, offset },
-        { timeoutMs: FILES_TIMEOUT_MS },
-      );
-    } catch (error) {
-      // A session that has written no trace yet has an empty timeline, not an error.
-      if (error instanceof MurmurError && error.code === 'E-IO-001') return { session_id: sessionId, entries: [], truncated: false };
-      if (error instanceof MurmurError && (error.code === 'E-BUS-003' || error.code === 'E-BUS-004'))
-        throw new MurmurError('E-SES-003', `executor ${location.executorId}, which holds session ${sessionId}, does not answer (${error.code})`, {
-          path: sessionId,
-        });
-      throw error;
-    }
-    if (reply.type !== 'file') throw new MurmurError('E-IO-003', `the trace of session ${sessionId} is not a file`, { path: location.traceFile });
-    size = reply.size;
-    const chunk = Buffer.from(reply.data, 'base64');
-    chunks.push(chunk);
-    offset += chunk.length;
-    if (chunk.length === 0 || offset >= size || offset >= TRACE_LIMIT_BYTES) break;
+  try {
+    const first = await askExecutor(bus, holder, { path: location.traceFile });
+    if (first.type !== 'file') throw new MurmurError('E-IO-003', `the trace of session ${sessionId} is not a file`, { path: location.traceFile });
+    size = first.size;
+    for await (const chunk of sessionFileChunks(bus, holder, location.traceFile, { first, limitBytes: TRACE_LIMIT_BYTES })) chunks.push(chunk);
+  } catch (error) {
+    // A session that has written no trace yet has an empty timeline, not an error.
+    if (error instanceof MurmurError && error.code === 'E-IO-001') return { session_id: sessionId, entries: [], truncated: false };
+    throw error;
   }
   const text = Buffer.concat(chunks).subarray(0, TRACE_LIMIT_BYTES).toString('utf8');
   // A slice may end inside a line: the reader skips what is not a whole record.

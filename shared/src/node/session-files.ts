@@ -1,0 +1,74 @@
+import { MurmurError } from '../errors.js';
+import { SESSION_LOCATIONS_BUCKET, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
+import { commands } from '../topics.js';
+import type { Bus } from '../bus/bus.js';
+
+/**
+ * A session's workdir, read from wherever it lives: the stack records which executor holds each
+ * session (`murmur-sessions`), and only that executor can read it, a slice at a time
+ * (`executor.<id>.files`). Every path stays inside the workdir (the executor refuses one that does
+ * not, `E-SES-002`). `mur files`, `mur run`'s result fetch and the dashboard's timeline all read
+ * through here.
+ */
+
+/** Which executor holds a session, and the session: all a read needs. */
+export type SessionHolder = Pick<SessionLocation, 'executor_id' | 'session_id'>;
+
+export async function locateSession(bus: Bus, sessionId: string): Promise<SessionLocation> {
+  const raw = /^ses_[0-9a-f]{32}$/.test(sessionId) ? await (await bus.keyValue(SESSION_LOCATIONS_BUCKET)).get(`session.${sessionId}`) : undefined;
+  const parsed = raw === undefined ? undefined : SessionLocationSchema.safeParse(JSON.parse(raw));
+  if (!parsed?.success) throw new MurmurError('E-SES-001', `no session '${sessionId}' is known on ${bus.description}`, { path: sessionId });
+  return parsed.data;
+}
+
+/** One request to the executor that holds the session, its silence turned into a refusal that names it. */
+export async function askExecutor(bus: Bus, holder: SessionHolder, query: { path: string; offset?: number }): Promise<SessionFilesReply> {
+  try {
+    return await bus.request(
+      commands.sessionFiles.at(holder.executor_id),
+      { session_id: holder.session_id, path: query.path, offset: query.offset ?? 0 },
+      { timeoutMs: 15_000 },
+    );
+  } catch (error) {
+    if (error instanceof MurmurError && (error.code === 'E-BUS-004' || error.code === 'E-BUS-003')) {
+      throw new MurmurError('E-SES-003', `executor ${holder.executor_id}, which holds session ${holder.session_id}, does not answer (${error.code})`, {
+        path: holder.session_id,
+      });
+    }
+    throw error;
+  }
+}
+
+/**
+ * A file's bytes, slice by slice, each checked against the size the first slice announced; with
+ * `limitBytes`, no slice is asked for once that many bytes came (the last may go past it).
+ */
+export async function* sessionFileChunks(
+  bus: Bus,
+  holder: SessionHolder,
+  relative: string,
+  options: { first?: SessionFilesReply & { type: 'file' }; limitBytes?: number } = {},
+): AsyncIterable<Buffer> {
+  let reply = options.first ?? (await askExecutor(bus, holder, { path: relative }));
+  if (reply.type !== 'file') throw new MurmurError('E-IO-003', `'${relative}' in session ${holder.session_id} is a directory, not a file`, { path: relative });
+  const size = reply.size;
+  const limit = options.limitBytes ?? Number.POSITIVE_INFINITY;
+  let offset = 0;
+  for (;;) {
+    const chunk = Buffer.from(reply.data, 'base64');
+    if (chunk.length > 0) yield chunk;
+    offset += chunk.length;
+    if (offset >= size || offset >= limit || chunk.length === 0) return;
+    const next = await askExecutor(bus, holder, { path: relative, offset });
+    if (next.type !== 'file')
+      throw new MurmurError('E-IO-003', `'${relative}' in session ${holder.session_id} changed into a directory while it was read`, { path: relative });
+    reply = next;
+  }
+}
+
+/** A whole file of the session, in memory (what `--out` and a fetched result write, by rename). */
+export async function sessionFileBytes(bus: Bus, holder: SessionHolder, relative: string, first?: SessionFilesReply & { type: 'file' }): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of sessionFileChunks(bus, holder, relative, first ? { first } : {})) parts.push(chunk);
+  return Buffer.concat(parts);
+}
