@@ -11,8 +11,6 @@ import {
   commands,
   newSessionId,
   parseCapsuleManifest,
-  sessionUrl,
-  topics,
 } from '@murmur/shared';
 import { writeLockfile } from '@murmur/shared/artifacts';
 import { environmentWithEnvFile } from '../env-file.js';
@@ -22,7 +20,7 @@ import type { Output } from '../output.js';
 import { type Runtime, openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
 import { stageThroughBus } from '../staging.js';
-import { launchEnvironment } from './run.js';
+import { launchEnvironment, sessionDoorUrl, watchSessionEnd } from '../session-launch.js';
 
 /**
  * `mur eval show|diff|run`: reading the scores `murmur-hook-eval` writes to a session's
@@ -221,17 +219,10 @@ function stagedOnce(context: CaseContext, output: Output): Promise<{ plan: Stage
 async function runSession(context: CaseContext, plan: StagedPlan, caseId: string, task: string): Promise<{ launched: LaunchReply; end: SessionEnded }> {
   const { runtime } = context;
   const sessionId = newSessionId();
-  let resolveEnded!: (event: SessionEnded) => void;
-  const ended = new Promise<SessionEnded>((resolve) => (resolveEnded = resolve));
-  const subscription = runtime.bus.subscribe(topics.sessionEnded, (event) => {
-    if (event.session_id === sessionId) resolveEnded(event);
-  });
+  const { ended, subscription } = watchSessionEnd(runtime.bus, sessionId);
   try {
     await runtime.bus.flush();
-    const url =
-      plan.capsule.kind === 'agent'
-        ? `${sessionUrl(await runtime.door('127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0), sessionId)}/`
-        : undefined;
+    const url = await sessionDoorUrl(runtime, plan, sessionId);
     const launched = await runtime.bus.request(
       commands.launch,
       {

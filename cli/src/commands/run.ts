@@ -7,14 +7,10 @@ import {
   LOCKFILE_NAME,
   type LaunchReply,
   MurmurError,
-  SUBPROCESS_BASELINE,
-  type SessionEnded,
-  type StagedPlan,
   capabilityPolicy,
   commands,
   newSessionId,
   parseCapsuleManifest,
-  sessionUrl,
   spawnerHandleFromEnv,
   topics,
   upsertLockEntry,
@@ -28,6 +24,7 @@ import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
+import { launchEnvironment, sessionDoorUrl, watchSessionEnd } from '../session-launch.js';
 import { stageThroughBus } from '../staging.js';
 import { configuredContainment } from '../workspace-config.js';
 
@@ -62,14 +59,6 @@ function taskText(task: string | undefined): string | undefined {
     // not a readable file: the text is the task
   }
   return task;
-}
-
-/** The launching side's values a capsule may receive: its allowlist, its `${VAR}`s, the subprocess baseline. */
-export function launchEnvironment(plan: StagedPlan, env: Record<string, string>): Record<string, string> {
-  const names = new Set([...plan.policy.env_allow, ...plan.secret_env, ...SUBPROCESS_BASELINE, ...plan.policy.shell_baseline_env]);
-  const values: Record<string, string> = {};
-  for (const name of names) if (env[name] !== undefined) values[name] = env[name] as string;
-  return values;
 }
 
 function lifecycleOverride(options: RunOptions): Record<string, string> | undefined {
@@ -226,13 +215,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
 
     const sessionId = newSessionId();
     const localBase = fromRegistry ? process.cwd() : manifestDir;
-    let resolveEnded!: (event: SessionEnded) => void;
-    const ended = new Promise<SessionEnded>((resolve) => (resolveEnded = resolve));
-    const subscriptions = [
-      runtime.bus.subscribe(topics.sessionEnded, (event) => {
-        if (event.session_id === sessionId) resolveEnded(event);
-      }),
-    ];
+    const { ended, subscription: endWatch } = watchSessionEnd(runtime.bus, sessionId);
+    const subscriptions = [endWatch];
     if (!options.json) {
       subscriptions.push(
         runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
@@ -256,12 +240,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     await runtime.bus.flush();
 
     const task = taskText(options.task);
-    // An agent capsule is reachable at a door; its URL is known before launch, so the capsule's
-    // MURMUR_CAPSULE_URL and MURMUR.md can carry it.
-    const url =
-      plan.capsule.kind === 'agent'
-        ? `${sessionUrl(await runtime.door(options.bind ?? '127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0, sessionId), sessionId)}/`
-        : undefined;
+    const url = await sessionDoorUrl(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
     const a2aTimeout = Number(env.MURMUR_A2A_TIMEOUT_SECS ?? process.env.MURMUR_A2A_TIMEOUT_SECS);
     const launched: LaunchReply = await runtime.bus.request(
       commands.launch,
@@ -298,7 +277,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
           name: plan.capsule.name,
           version: plan.capsule.version,
           workdir: launched.workdir,
-          token: launched.token,
+          // The session's own door token, for a session a door serves (MURMUR_DOOR_AUTH=session).
+          ...(launched.url ? { token: launched.token } : {}),
         }),
       );
     } else {
