@@ -1,7 +1,12 @@
+import { promises as fs } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage } from './support/agents.js';
+import { probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
+import { runMur } from './support/processes.js';
 import { type HeldStreamReply, type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -101,5 +106,67 @@ describe.each(['anthropic', 'openai'] as const)('a streamed %s reply', (dialect)
     const task = await rpc(agent.url, 'tasks/get', { id: taskId });
     const artifacts = (task.body.result?.artifacts ?? []) as Array<{ name: string; parts: Array<{ text: string }> }>;
     expect(artifacts.find((artifact) => artifact.name === 'response')?.parts[0]?.text).toBe(WHOLE_TEXT);
+  });
+});
+
+describe('a relayed response body', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let server: http.Server;
+  let origin: string;
+  /** 3 MiB, well past the host's window: written in 64 KiB pieces, it is read through the window's refills. */
+  const LARGE_BYTES = 3 * 1024 * 1024;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-relayed-body-');
+    server = http.createServer((request, response) => {
+      if (request.url === '/large') {
+        response.writeHead(200, { 'content-type': 'text/plain' });
+        const piece = Buffer.alloc(64 * 1024, 'x');
+        let sent = 0;
+        const more = (): void => {
+          while (sent < LARGE_BYTES) {
+            sent += piece.length;
+            if (!response.write(piece)) return void response.once('drain', more);
+          }
+          response.end();
+        };
+        more();
+      } else if (request.url === '/cut') {
+        // Half a body, then the connection is gone.
+        response.writeHead(200, { 'content-type': 'text/plain', 'content-length': '1000' });
+        response.write('the first half');
+        setTimeout(() => response.destroy(), 100);
+      } else {
+        response.writeHead(200, { 'content-type': 'text/plain' });
+        response.end('whole');
+      }
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    origin = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+
+  afterAll(async () => {
+    await new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    });
+    await scratch?.cleanup();
+  });
+
+  it('larger than the host holds at once reaches the guest whole, and one cut off midway fails the guest’s read without stopping its run', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'probe'), `capabilities:\n  network:\n    allow: [${origin}]\n`);
+    const actions = [
+      { op: 'fetch', url: `http://${origin}/large` },
+      { op: 'fetch', url: `http://${origin}/cut` },
+      { op: 'fetch', url: `http://${origin}/after` },
+    ];
+    const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], { cwd: project, env: { MURMUR_HOME: path.join(scratch.dir, 'home') } });
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+    const [large, cut, after] = probeResults(log.replaceAll('[stdout] ', ''));
+    expect(large).toMatchObject({ ok: true, value: { status: 200, body: 'x'.repeat(2000) } });
+    expect(cut).toMatchObject({ ok: false, error: expect.stringContaining('reading from incoming response body') });
+    expect(after).toMatchObject({ ok: true, value: { status: 200, body: 'whole' } });
   });
 });
