@@ -91,7 +91,8 @@ export class CapsuleHost implements AgentHost {
       deadlineMs: start.policy.limits.deadline_seconds * 1000,
       sessionLog: this.sessionLog,
       capsuleOutput: (stream, text) => channel.output(stream, text),
-      answer: (op, payload, grant) => this.answer(op, payload, grant),
+      answer: (op, payload, grant, instance) => this.answer(op, payload, grant, instance),
+      instanceEnded: (instance) => this.responseBodies.releaseOwnedBy(instance),
       prewarmed,
     });
   }
@@ -311,12 +312,12 @@ export class CapsuleHost implements AgentHost {
   }
 
   /** A guest's host call, answered on the main thread. */
-  private async answer(op: string, payload: unknown, grant: string): Promise<unknown> {
+  private async answer(op: string, payload: unknown, grant: string, instance: number): Promise<unknown> {
     switch (op) {
       case 'http': {
         const result = (await this.channel.request({ op: 'http', request: payload as never })) as EgressResult;
         // The body starts coming in now, while the guest reads the head.
-        if (result.outcome === 'response') this.responseBodies.open(result.response.body);
+        if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
         return result;
       }
       case 'http-body-read': {

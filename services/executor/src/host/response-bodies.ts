@@ -18,6 +18,8 @@ const WINDOW_BYTES = 1024 * 1024;
 export type BodyRead = { bytes: Uint8Array } | { end: true } | { error: { code: string; reason: string } };
 
 interface ArrivingBody {
+  /** The guest instance that asked for it: when that instance ends, the body is let go. */
+  owner: number;
   pieces: Uint8Array[];
   buffered: number;
   /** How it ended, once the executor said so. */
@@ -32,10 +34,10 @@ export class ResponseBodies {
 
   constructor(private readonly channel: Pick<HostChannel, 'request'>) {}
 
-  /** Starts taking in body `id`, whose head the guest is about to get. */
-  open(id: number): void {
+  /** Starts taking in body `id`, whose head the guest instance `owner` is about to get. */
+  open(id: number, owner: number): void {
     if (this.bodies.has(id)) return;
-    this.bodies.set(id, { pieces: [], buffered: 0, asking: false, waiters: new Set() });
+    this.bodies.set(id, { owner, pieces: [], buffered: 0, asking: false, waiters: new Set() });
     this.askMore(id);
   }
 
@@ -88,6 +90,14 @@ export class ResponseBodies {
     this.bodies.delete(id);
     this.wake(body);
     if (!body.finished) this.channel.request({ op: 'http-body-release', body: id }).catch(() => {});
+  }
+
+  /**
+   * Lets go of every body instance `owner` still had open: an instance that ended (its call
+   * returned, or it was stopped at its deadline) reads no more, whether or not it dropped them.
+   */
+  releaseOwnedBy(owner: number): void {
+    for (const [id, body] of [...this.bodies]) if (body.owner === owner) this.release(id);
   }
 
   private hasNews(body: ArrivingBody): boolean {
