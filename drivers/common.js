@@ -1,6 +1,7 @@
-// The drivers' shared part: outcomes, tool-results, the payload and the environment, SSE lines,
-// the pieces of a wire response, and the driver itself (`drive`, `parseResponse`), generic over a
-// dialect. Both murmur-driver-anthropic and murmur-driver-openai use them, and they live here once.
+// The drivers' shared part: outcomes, tool-results, the payload and the environment, SSE lines
+// and UTF-8 as they arrive, the pieces of a wire response, and the driver itself (`drive`,
+// `readResponse`, `parseResponse`), generic over a dialect. Both murmur-driver-anthropic and
+// murmur-driver-openai use them, and they live here once.
 //
 // Not a module of its own: no imports and no exports, top-level declarations only. componentize-js
 // resolves no relative imports, so drivers/guests.mjs builds each driver's source as this file,
@@ -13,7 +14,7 @@
 // tool-result record `murmur:tool/run` returns.
 //
 // A dialect is what one API makes different. Each core.js declares its own at top level as
-// `const DIALECT = { buildRequest, jsonToWire, parseStream }`, and guest.js passes it to `drive`:
+// `const DIALECT = { buildRequest, jsonToWire, streamParser }`, and guest.js passes it to `drive`:
 //
 // - `buildRequest(payload, env)`: the HTTP request for a payload (`parsePayload`'s value), as
 //   `{url, headers, body}` with `body` an object (`drive` serialises it). `env` is
@@ -21,9 +22,13 @@
 //   is the error, as it is.
 // - `jsonToWire(value)`: a non-streaming reply, its body already parsed from JSON (any value), as
 //   an outcome holding the wire response. Does not throw.
-// - `parseStream(bodyText, onText, onThinking)`: an SSE body as an outcome holding the wire
-//   response, text deltas passed to `onText` and thinking deltas to `onThinking` (either may be
-//   undefined; call them through `emitTo`) as they are read. Does not throw.
+// - `streamParser(onText, onThinking)`: a reader of one SSE stream, made afresh for each reply,
+//   as `{line, finish}`. `line({event, data})` takes each data line as it arrives (`event` the
+//   name in force, as `sseDataLines` gives them) and answers undefined to go on, or an outcome
+//   when the reply is already decided (a failure: the rest of the stream is not read). `finish()`
+//   answers the outcome holding the wire response once the stream ended. Text deltas go to
+//   `onText` and thinking deltas to `onThinking` (either may be undefined; call them through
+//   `emitTo`) the moment their line is read, which is what lets a reply stream live. Neither throws.
 
 /** How much of an HTTP error body goes into the error message, in characters. */
 const HTTP_ERROR_BODY_LIMIT = 2000;
@@ -154,27 +159,113 @@ function emitTo(sink, text) {
 }
 
 /**
- * The data lines of an SSE body, in order, with the event name in force for each:
- * `[{event, data}]`. Each `data:` line is taken as one payload (both APIs send one JSON object a
- * line); `event:` names the payloads up to the next blank line; comments are skipped.
+ * A splitter of SSE text into data lines as it arrives, in pieces cut anywhere (mid-line, between
+ * a CR and its LF): `{push(text), finish()}`, calling `onLine({event, data})` for each complete
+ * data line with the event name in force. Each `data:` line is taken as one payload (both APIs
+ * send one JSON object a line); `event:` names the payloads up to the next blank line; comments
+ * are skipped. `onLine` answering anything but undefined stops the splitter, and `push` and
+ * `finish` answer that value from then on.
  */
-function sseDataLines(text) {
-  const out = [];
+function createSseLineSplitter(onLine) {
+  let pending = '';
   let event = '';
-  for (const line of String(text).split(/\r\n|\r|\n/)) {
+  let stopped;
+  const take = (line) => {
     if (line === '') {
       event = '';
-      continue;
+      return;
     }
-    if (line.startsWith(':')) continue;
+    if (line.startsWith(':')) return;
     const colon = line.indexOf(':');
     const field = colon === -1 ? line : line.slice(0, colon);
     let value = colon === -1 ? '' : line.slice(colon + 1);
     if (value.startsWith(' ')) value = value.slice(1);
     if (field === 'event') event = value;
-    else if (field === 'data') out.push({ event, data: value });
-  }
+    else if (field === 'data') stopped = onLine({ event, data: value });
+  };
+  const drain = (atEnd) => {
+    for (;;) {
+      if (stopped !== undefined) return stopped;
+      const lf = pending.indexOf('\n');
+      const cr = pending.indexOf('\r');
+      const at = cr === -1 ? lf : lf === -1 ? cr : Math.min(cr, lf);
+      if (at === -1) break;
+      // A CR that ends the text so far may be the first half of a CRLF: wait for what follows.
+      if (at === cr && at === pending.length - 1 && !atEnd) break;
+      const width = at === cr && pending[at + 1] === '\n' ? 2 : 1;
+      const line = pending.slice(0, at);
+      pending = pending.slice(at + width);
+      take(line);
+    }
+    if (atEnd && pending !== '' && stopped === undefined) {
+      const line = pending;
+      pending = '';
+      take(line);
+    }
+    return stopped;
+  };
+  return {
+    push(text) {
+      if (stopped !== undefined) return stopped;
+      pending += String(text);
+      return drain(false);
+    },
+    finish() {
+      return drain(true);
+    },
+  };
+}
+
+/** The data lines of a whole SSE body, in order: `[{event, data}]`, as `createSseLineSplitter` splits them. */
+function sseDataLines(text) {
+  const out = [];
+  const splitter = createSseLineSplitter((line) => {
+    out.push(line);
+    return undefined;
+  });
+  splitter.push(text);
+  splitter.finish();
   return out;
+}
+
+/**
+ * A decoder of UTF-8 arriving in pieces cut anywhere: `{push(bytes), finish()}`, each answering
+ * the text that is complete so far. A character cut in two is held until its last byte arrives;
+ * what cannot be decoded becomes U+FFFD, as `TextDecoder` does. (Written out rather than relying
+ * on `TextDecoder`'s `stream` option, so the guest's runtime need not have it.)
+ */
+function createUtf8Decoder() {
+  const decoder = new TextDecoder();
+  let held = new Uint8Array(0);
+  /** How many bytes at the end of `bytes` start a character that is not complete yet. */
+  const incompleteTail = (bytes) => {
+    for (let back = 1; back <= Math.min(3, bytes.length); back += 1) {
+      const byte = bytes[bytes.length - back];
+      if ((byte & 0xc0) === 0x80) continue;
+      const needs = byte >= 0xf0 && byte <= 0xf7 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+      return needs > back ? back : 0;
+    }
+    return 0;
+  };
+  return {
+    push(bytes) {
+      const piece = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+      let all = piece;
+      if (held.length > 0) {
+        all = new Uint8Array(held.length + piece.length);
+        all.set(held, 0);
+        all.set(piece, held.length);
+      }
+      const tail = incompleteTail(all);
+      held = all.slice(all.length - tail);
+      return tail === all.length ? '' : decoder.decode(all.subarray(0, all.length - tail));
+    },
+    finish() {
+      const rest = held;
+      held = new Uint8Array(0);
+      return rest.length === 0 ? '' : decoder.decode(rest);
+    },
+  };
 }
 
 /** A wire message's content as a list of blocks (a plain string is one text block). */
@@ -222,15 +313,20 @@ function parseToolInput(text, name, stopReason) {
 }
 
 /**
- * An HTTP response on the wire, in `dialect`'s terms: an error for a status of 400 or more, the
- * dialect's non-streaming reply when the body is a JSON object, else its SSE stream.
+ * A reader of one HTTP response in `dialect`'s terms, taking its body as text arrives:
+ * `{push(text), finish()}`. An error for a status of 400 or more, the dialect's non-streaming
+ * reply when the body is a JSON object, else its SSE stream, each line handed to the dialect's
+ * stream parser the moment it is complete. `push` answers undefined to go on, or the outcome once
+ * it is decided early (a failure in the stream: the rest need not be read); `finish` answers the
+ * outcome at the body's end. Which of the three a body is waits for its first character that is
+ * not white space.
  */
-function parseResponse(status, bodyText, onText, onThinking, dialect) {
-  const text = String(bodyText ?? '');
-  if (status >= 400) return fail(httpErrorMessage(status, text));
-  const trimmed = text.trim();
-  if (trimmed === '') return fail(`${PARSE_ERROR_PREFIX}empty body`);
-  if (trimmed.startsWith('{')) {
+function createResponseReader(status, onText, onThinking, dialect) {
+  let held = '';
+  let stream;
+  const wholeBody = () => {
+    const trimmed = held.trim();
+    if (trimmed === '') return fail(`${PARSE_ERROR_PREFIX}empty body`);
     let reply;
     try {
       reply = JSON.parse(trimmed);
@@ -238,8 +334,73 @@ function parseResponse(status, bodyText, onText, onThinking, dialect) {
       return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
     }
     return dialect.jsonToWire(reply);
+  };
+  return {
+    push(text) {
+      if (stream !== undefined) return stream.splitter.push(text);
+      held += String(text);
+      if (status >= 400) return undefined;
+      const first = held.trimStart();
+      if (first === '' || first.startsWith('{')) return undefined;
+      const parser = dialect.streamParser(onText, onThinking);
+      stream = { parser, splitter: createSseLineSplitter((line) => parser.line(line)) };
+      const everything = held;
+      held = '';
+      return stream.splitter.push(everything);
+    },
+    finish() {
+      if (status >= 400) return fail(httpErrorMessage(status, held));
+      if (stream === undefined) return wholeBody();
+      return stream.splitter.finish() ?? stream.parser.finish();
+    },
+  };
+}
+
+/** A whole HTTP response on the wire, in `dialect`'s terms (what `createResponseReader` answers for it read at once). */
+function parseResponse(status, bodyText, onText, onThinking, dialect) {
+  const reader = createResponseReader(status, onText, onThinking, dialect);
+  return reader.push(String(bodyText ?? '')) ?? reader.finish();
+}
+
+/**
+ * An HTTP response's body read as it arrives, each piece handed to the response reader at once:
+ * through `response.body`'s reader when there is one (StarlingMonkey's fetch streams it), else
+ * `response.text()`. Stops reading when the outcome is decided early.
+ */
+async function readResponse(response, onText, onThinking, dialect) {
+  const status = response.status;
+  const body = response.body;
+  if (body === undefined || body === null || typeof body.getReader !== 'function') {
+    let bodyText;
+    try {
+      bodyText = await response.text();
+    } catch (error) {
+      return fail(`failed to read inference response: ${describeError(error)}`);
+    }
+    return parseResponse(status, bodyText, onText, onThinking, dialect);
   }
-  return dialect.parseStream(text, onText, onThinking);
+  const reader = createResponseReader(status, onText, onThinking, dialect);
+  const decoder = createUtf8Decoder();
+  const bytes = body.getReader();
+  for (;;) {
+    let piece;
+    try {
+      piece = await bytes.read();
+    } catch (error) {
+      return fail(`failed to read inference response: ${describeError(error)}`);
+    }
+    if (piece.done) break;
+    const early = reader.push(decoder.push(piece.value));
+    if (early !== undefined) {
+      try {
+        await bytes.cancel();
+      } catch {
+        // the reply is decided; the rest of the body is not needed
+      }
+      return early;
+    }
+  }
+  return reader.push(decoder.finish()) ?? reader.finish();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -249,7 +410,8 @@ function parseResponse(status, bodyText, onText, onThinking, dialect) {
  * The whole driver, speaking `dialect`'s API: `inputData` is the tool input's `data`; `host` gives
  * `getEnvironment()`, `fetch`, `emitChunk` and `emitThinkingChunk`. Resolves to a tool-result and
  * never rejects. Host dependencies come in as arguments, so guest.js is a thin shell and tests can
- * run a driver end to end against a fake fetch.
+ * run a driver end to end against a fake fetch. A streamed reply's chunks reach the sinks while
+ * the reply is still arriving.
  */
 async function drive(inputData, host, dialect) {
   try {
@@ -269,13 +431,7 @@ async function drive(inputData, host, dialect) {
     } catch (error) {
       return errorResult(`inference request failed: ${describeError(error)}`);
     }
-    let bodyText;
-    try {
-      bodyText = await response.text();
-    } catch (error) {
-      return errorResult(`failed to read inference response: ${describeError(error)}`);
-    }
-    return driverResult(parseResponse(response.status, bodyText, host.emitChunk, host.emitThinkingChunk, dialect));
+    return driverResult(await readResponse(response, host.emitChunk, host.emitThinkingChunk, dialect));
   } catch (error) {
     return errorResult(`driver: ${describeError(error)}`);
   }

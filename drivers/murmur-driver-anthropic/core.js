@@ -178,108 +178,114 @@ function anthropicMessageToWire(message) {
 }
 
 /**
- * An SSE body on the wire. Text deltas go to `onText` and thinking deltas to `onThinking` as they
- * are read. A stream that ends before the stop reason arrives is an error.
+ * A reader of an SSE stream, one data line at a time as it arrives (common.js's stream-parser
+ * contract). Text deltas go to `onText` and thinking deltas to `onThinking` at once. A stream that
+ * ends before the stop reason arrives is an error.
  */
-function parseAnthropicStream(bodyText, onText, onThinking) {
+function createAnthropicStreamParser(onText, onThinking) {
   const blocks = new Map();
   let stopReason;
   let inputTokens;
   let outputTokens;
-  for (const { event, data } of sseDataLines(bodyText)) {
-    if (data === '' || data === '[DONE]') continue;
-    let payload;
-    try {
-      payload = JSON.parse(data);
-    } catch (error) {
-      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
-    }
-    if (!isObject(payload)) continue;
-    const type = typeof payload.type === 'string' ? payload.type : event;
-    switch (type) {
-      case 'message_start': {
-        const message = isObject(payload.message) ? payload.message : {};
-        if (isObject(message.usage)) {
-          if (typeof message.usage.input_tokens === 'number') inputTokens = message.usage.input_tokens;
-          if (typeof message.usage.output_tokens === 'number') outputTokens = message.usage.output_tokens;
-        }
-        if (typeof message.stop_reason === 'string') stopReason = message.stop_reason;
-        break;
+  return {
+    line({ event, data }) {
+      if (data === '' || data === '[DONE]') return undefined;
+      let payload;
+      try {
+        payload = JSON.parse(data);
+      } catch (error) {
+        return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
       }
-      case 'content_block_start': {
-        const start = isObject(payload.content_block) ? payload.content_block : {};
-        const index = typeof payload.index === 'number' ? payload.index : blocks.size;
-        if (start.type === 'text') {
-          const text = typeof start.text === 'string' ? start.text : '';
-          emitTo(onText, text);
-          blocks.set(index, { type: 'text', text });
-        } else if (start.type === 'tool_use') {
-          const initial = isObject(start.input) ? start.input : {};
-          blocks.set(index, { type: 'tool_use', id: String(start.id ?? ''), name: String(start.name ?? ''), json: '', initial });
-        } else if (start.type === 'thinking') {
-          const text = typeof start.thinking === 'string' ? start.thinking : '';
-          emitTo(onThinking, text);
-          blocks.set(index, { type: 'thinking', text, signature: typeof start.signature === 'string' ? start.signature : '' });
+      if (!isObject(payload)) return undefined;
+      const type = typeof payload.type === 'string' ? payload.type : event;
+      switch (type) {
+        case 'message_start': {
+          const message = isObject(payload.message) ? payload.message : {};
+          if (isObject(message.usage)) {
+            if (typeof message.usage.input_tokens === 'number') inputTokens = message.usage.input_tokens;
+            if (typeof message.usage.output_tokens === 'number') outputTokens = message.usage.output_tokens;
+          }
+          if (typeof message.stop_reason === 'string') stopReason = message.stop_reason;
+          break;
         }
-        // Other block types (redacted_thinking, server tools) have no place on the wire.
-        break;
-      }
-      case 'content_block_delta': {
-        const block = blocks.get(payload.index);
-        const delta = isObject(payload.delta) ? payload.delta : {};
-        if (block === undefined) break;
-        if (delta.type === 'text_delta' && block.type === 'text' && typeof delta.text === 'string') {
-          block.text += delta.text;
-          emitTo(onText, delta.text);
-        } else if (delta.type === 'input_json_delta' && block.type === 'tool_use' && typeof delta.partial_json === 'string') {
-          block.json += delta.partial_json;
-        } else if (delta.type === 'thinking_delta' && block.type === 'thinking' && typeof delta.thinking === 'string') {
-          block.text += delta.thinking;
-          emitTo(onThinking, delta.thinking);
-        } else if (delta.type === 'signature_delta' && block.type === 'thinking' && typeof delta.signature === 'string') {
-          block.signature += delta.signature;
+        case 'content_block_start': {
+          const start = isObject(payload.content_block) ? payload.content_block : {};
+          const index = typeof payload.index === 'number' ? payload.index : blocks.size;
+          if (start.type === 'text') {
+            const text = typeof start.text === 'string' ? start.text : '';
+            emitTo(onText, text);
+            blocks.set(index, { type: 'text', text });
+          } else if (start.type === 'tool_use') {
+            const initial = isObject(start.input) ? start.input : {};
+            blocks.set(index, { type: 'tool_use', id: String(start.id ?? ''), name: String(start.name ?? ''), json: '', initial });
+          } else if (start.type === 'thinking') {
+            const text = typeof start.thinking === 'string' ? start.thinking : '';
+            emitTo(onThinking, text);
+            blocks.set(index, { type: 'thinking', text, signature: typeof start.signature === 'string' ? start.signature : '' });
+          }
+          // Other block types (redacted_thinking, server tools) have no place on the wire.
+          break;
         }
-        break;
-      }
-      case 'message_delta': {
-        if (isObject(payload.delta) && typeof payload.delta.stop_reason === 'string') stopReason = payload.delta.stop_reason;
-        if (isObject(payload.usage)) {
-          if (typeof payload.usage.input_tokens === 'number') inputTokens = payload.usage.input_tokens;
-          if (typeof payload.usage.output_tokens === 'number') outputTokens = payload.usage.output_tokens;
+        case 'content_block_delta': {
+          const block = blocks.get(payload.index);
+          const delta = isObject(payload.delta) ? payload.delta : {};
+          if (block === undefined) break;
+          if (delta.type === 'text_delta' && block.type === 'text' && typeof delta.text === 'string') {
+            block.text += delta.text;
+            emitTo(onText, delta.text);
+          } else if (delta.type === 'input_json_delta' && block.type === 'tool_use' && typeof delta.partial_json === 'string') {
+            block.json += delta.partial_json;
+          } else if (delta.type === 'thinking_delta' && block.type === 'thinking' && typeof delta.thinking === 'string') {
+            block.text += delta.thinking;
+            emitTo(onThinking, delta.thinking);
+          } else if (delta.type === 'signature_delta' && block.type === 'thinking' && typeof delta.signature === 'string') {
+            block.signature += delta.signature;
+          }
+          break;
         }
-        break;
+        case 'message_delta': {
+          if (isObject(payload.delta) && typeof payload.delta.stop_reason === 'string') stopReason = payload.delta.stop_reason;
+          if (isObject(payload.usage)) {
+            if (typeof payload.usage.input_tokens === 'number') inputTokens = payload.usage.input_tokens;
+            if (typeof payload.usage.output_tokens === 'number') outputTokens = payload.usage.output_tokens;
+          }
+          break;
+        }
+        case 'error':
+          return fail(anthropicErrorMessage(payload.error));
+        default:
+          // ping, content_block_stop, message_stop: nothing to do
+          break;
       }
-      case 'error':
-        return fail(anthropicErrorMessage(payload.error));
-      default:
-        // ping, content_block_stop, message_stop: nothing to do
-        break;
-    }
-  }
-  if (stopReason === undefined) return fail(`${PARSE_ERROR_PREFIX}the stream ended before the stop reason`);
-  const stop = mapAnthropicStopReason(stopReason);
-  if (!stop.ok) return stop;
-  const content = [];
-  for (const index of [...blocks.keys()].sort((a, b) => a - b)) {
-    const block = blocks.get(index);
-    if (block.type === 'text') {
-      if (block.text !== '') content.push({ type: 'text', text: block.text });
-    } else if (block.type === 'thinking') {
-      const thinking = { type: 'thinking', text: block.text };
-      if (block.signature !== '') thinking.signature = block.signature;
-      content.push(thinking);
-    } else {
-      // The input streams as JSON fragments; the start event's own input is only a fallback.
-      const input = block.json.trim() === '' ? ok(block.initial) : parseToolInput(block.json, block.name, stop.value);
-      if (!input.ok) return input;
-      if (input.value !== undefined) content.push({ type: 'tool_call', id: block.id, name: block.name, input: input.value });
-    }
-  }
-  return ok(wireResponse(stop.value, content, usageOf(inputTokens, outputTokens)));
+      return undefined;
+    },
+    finish() {
+      if (stopReason === undefined) return fail(`${PARSE_ERROR_PREFIX}the stream ended before the stop reason`);
+      const stop = mapAnthropicStopReason(stopReason);
+      if (!stop.ok) return stop;
+      const content = [];
+      for (const index of [...blocks.keys()].sort((a, b) => a - b)) {
+        const block = blocks.get(index);
+        if (block.type === 'text') {
+          if (block.text !== '') content.push({ type: 'text', text: block.text });
+        } else if (block.type === 'thinking') {
+          const thinking = { type: 'thinking', text: block.text };
+          if (block.signature !== '') thinking.signature = block.signature;
+          content.push(thinking);
+        } else {
+          // The input streams as JSON fragments; the start event's own input is only a fallback.
+          const input = block.json.trim() === '' ? ok(block.initial) : parseToolInput(block.json, block.name, stop.value);
+          if (!input.ok) return input;
+          if (input.value !== undefined) content.push({ type: 'tool_call', id: block.id, name: block.name, input: input.value });
+        }
+      }
+      return ok(wireResponse(stop.value, content, usageOf(inputTokens, outputTokens)));
+    },
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
 // Dialect
 
 /** This API, for common.js's `drive` and `parseResponse`. */
-const DIALECT = { buildRequest: buildAnthropicRequest, jsonToWire: anthropicMessageToWire, parseStream: parseAnthropicStream };
+const DIALECT = { buildRequest: buildAnthropicRequest, jsonToWire: anthropicMessageToWire, streamParser: createAnthropicStreamParser };

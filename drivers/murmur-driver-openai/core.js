@@ -239,66 +239,75 @@ function openAICompletionToWire(completion) {
 }
 
 /**
- * An SSE body on the wire. Content deltas go to `onText` and reasoning to `onThinking` as they are
- * read (`<think>` segments of content count as reasoning). A stream that ends before a
- * finish_reason is an error.
+ * A reader of an SSE stream, one data line at a time as it arrives (common.js's stream-parser
+ * contract). Content deltas go to `onText` and reasoning to `onThinking` at once (`<think>`
+ * segments of content count as reasoning). A stream that ends before a finish_reason is an error.
  */
-function parseOpenAIStream(bodyText, onText, onThinking) {
+function createOpenAIStreamParser(onText, onThinking) {
   const splitter = createThinkSplitter(onText, onThinking);
   let reasoning = '';
   const calls = new Map();
   let finishReason;
   let usage;
-  for (const { data } of sseDataLines(bodyText)) {
-    const trimmed = data.trim();
-    if (trimmed === '') continue;
-    if (trimmed === '[DONE]') break;
-    let chunk;
-    try {
-      chunk = JSON.parse(trimmed);
-    } catch (error) {
-      return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
-    }
-    if (!isObject(chunk)) continue;
-    if (chunk.error !== undefined && chunk.error !== null) return fail(openAIErrorMessage(chunk.error));
-    const chunkUsage = openAIUsage(chunk.usage);
-    if (chunkUsage !== undefined) usage = chunkUsage;
-    for (const choice of Array.isArray(chunk.choices) ? chunk.choices : []) {
-      if (!isObject(choice) || (choice.index ?? 0) !== 0) continue;
-      const delta = isObject(choice.delta) ? choice.delta : {};
-      const thought = openAIReasoning(delta);
-      if (thought !== '') {
-        reasoning += thought;
-        emitTo(onThinking, thought);
+  let done = false;
+  return {
+    line({ data }) {
+      const trimmed = data.trim();
+      if (done || trimmed === '') return undefined;
+      if (trimmed === '[DONE]') {
+        done = true;
+        return undefined;
       }
-      const text = openAIContentText(delta.content);
-      if (text !== '') splitter.push(text);
-      for (const fragment of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
-        if (!isObject(fragment)) continue;
-        const index = typeof fragment.index === 'number' ? fragment.index : calls.size;
-        let call = calls.get(index);
-        if (call === undefined) {
-          call = { id: '', name: '', arguments: '' };
-          calls.set(index, call);
+      let chunk;
+      try {
+        chunk = JSON.parse(trimmed);
+      } catch (error) {
+        return fail(`${PARSE_ERROR_PREFIX}${describeError(error)}`);
+      }
+      if (!isObject(chunk)) return undefined;
+      if (chunk.error !== undefined && chunk.error !== null) return fail(openAIErrorMessage(chunk.error));
+      const chunkUsage = openAIUsage(chunk.usage);
+      if (chunkUsage !== undefined) usage = chunkUsage;
+      for (const choice of Array.isArray(chunk.choices) ? chunk.choices : []) {
+        if (!isObject(choice) || (choice.index ?? 0) !== 0) continue;
+        const delta = isObject(choice.delta) ? choice.delta : {};
+        const thought = openAIReasoning(delta);
+        if (thought !== '') {
+          reasoning += thought;
+          emitTo(onThinking, thought);
         }
-        if (typeof fragment.id === 'string' && fragment.id !== '' && call.id === '') call.id = fragment.id;
-        const fn = isObject(fragment.function) ? fragment.function : {};
-        // Most servers send the name once; some repeat it whole in every fragment.
-        if (typeof fn.name === 'string' && fn.name !== '' && fn.name !== call.name) call.name += fn.name;
-        if (typeof fn.arguments === 'string') call.arguments += fn.arguments;
+        const text = openAIContentText(delta.content);
+        if (text !== '') splitter.push(text);
+        for (const fragment of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
+          if (!isObject(fragment)) continue;
+          const index = typeof fragment.index === 'number' ? fragment.index : calls.size;
+          let call = calls.get(index);
+          if (call === undefined) {
+            call = { id: '', name: '', arguments: '' };
+            calls.set(index, call);
+          }
+          if (typeof fragment.id === 'string' && fragment.id !== '' && call.id === '') call.id = fragment.id;
+          const fn = isObject(fragment.function) ? fragment.function : {};
+          // Most servers send the name once; some repeat it whole in every fragment.
+          if (typeof fn.name === 'string' && fn.name !== '' && fn.name !== call.name) call.name += fn.name;
+          if (typeof fn.arguments === 'string') call.arguments += fn.arguments;
+        }
+        if (typeof choice.finish_reason === 'string' && choice.finish_reason !== '') finishReason = choice.finish_reason;
       }
-      if (typeof choice.finish_reason === 'string' && choice.finish_reason !== '') finishReason = choice.finish_reason;
-    }
-  }
-  const split = splitter.finish();
-  if (finishReason === undefined) return fail(`${PARSE_ERROR_PREFIX}the stream ended before a finish_reason`);
-  const thinking = reasoning !== '' && split.thinking !== '' ? `${reasoning}\n${split.thinking}` : reasoning + split.thinking;
-  const toolCalls = [...calls.keys()].sort((a, b) => a - b).map((index) => calls.get(index));
-  return openAIReplyToWire(thinking, split.text, toolCalls, finishReason, usage);
+      return undefined;
+    },
+    finish() {
+      const split = splitter.finish();
+      if (finishReason === undefined) return fail(`${PARSE_ERROR_PREFIX}the stream ended before a finish_reason`);
+      const thinking = reasoning !== '' && split.thinking !== '' ? `${reasoning}\n${split.thinking}` : reasoning + split.thinking;
+      const toolCalls = [...calls.keys()].sort((a, b) => a - b).map((index) => calls.get(index));
+      return openAIReplyToWire(thinking, split.text, toolCalls, finishReason, usage);
+    },
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
 // Dialect
 
 /** This API, for common.js's `drive` and `parseResponse`. */
-const DIALECT = { buildRequest: buildOpenAIRequest, jsonToWire: openAICompletionToWire, parseStream: parseOpenAIStream };
+const DIALECT = { buildRequest: buildOpenAIRequest, jsonToWire: openAICompletionToWire, streamParser: createOpenAIStreamParser };

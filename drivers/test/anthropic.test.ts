@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ENV, driver, fakeFetch, sinks, sse } from './support.js';
+import { ENV, driver, fakeFetch, sinks, sse, streamingFetch } from './support.js';
 
 const anthropic = driver('anthropic');
 
@@ -374,6 +374,60 @@ describe('the Anthropic driver end to end', () => {
     const result = await anthropic.run(JSON.stringify(payload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result.summary).toBe("driver: unsupported message role 'narrator'");
     expect(calls).toHaveLength(0);
+  });
+
+  /** A reply with thinking, then text with characters of two, three and four bytes. */
+  const UNICODE_STREAM = sse([
+    ['message_start', { type: 'message_start', message: { usage: { input_tokens: 3, output_tokens: 1 } } }],
+    ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } }],
+    ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'pensée…' } }],
+    ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'sig' } }],
+    ['content_block_start', { type: 'content_block_start', index: 1, content_block: { type: 'text', text: '' } }],
+    ['content_block_delta', { type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'héllo ' } }],
+    ['content_block_delta', { type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'wörld 😀' } }],
+    ['message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 9 } }],
+    ['message_stop', { type: 'message_stop' }],
+  ]).replaceAll('\n', '\r\n');
+
+  it('reads a streamed body piece by piece, cut anywhere, to the same reply as read whole', async () => {
+    const whole = anthropic.parse(200, UNICODE_STREAM);
+    expect(whole.ok).toBe(true);
+    for (const pieceBytes of [1, 2, 3, 5, 7, 64]) {
+      const chunks = sinks();
+      const { fetch } = streamingFetch(200, UNICODE_STREAM, pieceBytes);
+      const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...chunks });
+      expect(JSON.parse(result.data), `pieces of ${pieceBytes}`).toEqual(whole.value);
+      expect(chunks.thinking.join(''), `pieces of ${pieceBytes}`).toBe('pensée…');
+      expect(chunks.text.join(''), `pieces of ${pieceBytes}`).toBe('héllo wörld 😀');
+    }
+  });
+
+  it('emits each delta as soon as its line is complete, before the rest of the body is read', async () => {
+    const log: string[] = [];
+    const { fetch, pieces } = streamingFetch(200, UNICODE_STREAM, 16, log);
+    await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks(log) });
+    const readsBefore = (entry: string) => log.slice(0, log.indexOf(entry)).filter((line) => line.startsWith('read ')).length;
+    expect(readsBefore('thinking pensée…')).toBeLessThan(pieces);
+    expect(readsBefore('text héllo ')).toBeLessThan(readsBefore('text wörld 😀'));
+    expect(readsBefore('text wörld 😀')).toBeLessThan(pieces);
+  });
+
+  it('stops reading a stream at its error event', async () => {
+    const body = sse([
+      ['message_start', { type: 'message_start', message: { usage: { input_tokens: 1 } } }],
+      ['error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }],
+      ['ping', { type: 'ping' }],
+    ]);
+    const { fetch, state } = streamingFetch(200, `${body}${': padding\n'.repeat(50)}`, 8);
+    const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    expect(result.summary).toBe('inference error: overloaded_error: Overloaded');
+    expect(state.cancelled).toBe(true);
+  });
+
+  it('answers an HTTP error status read piece by piece with the same message', async () => {
+    const { fetch } = streamingFetch(529, '{"type":"error","error":{"type":"overloaded_error"}}', 5);
+    const result = await anthropic.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    expect(result.summary).toBe('HTTP 529: {"type":"error","error":{"type":"overloaded_error"}}');
   });
 
   it('keeps going when a chunk sink throws', async () => {

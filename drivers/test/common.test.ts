@@ -22,18 +22,22 @@ const SHARED = [
   'readDriverEnv',
   'httpErrorMessage',
   'emitTo',
+  'createSseLineSplitter',
   'sseDataLines',
+  'createUtf8Decoder',
   'contentBlocks',
   'textsOf',
   'usageOf',
   'wireResponse',
   'parseToolInput',
+  'createResponseReader',
   'parseResponse',
+  'readResponse',
   'drive',
 ];
 
 /** What a dialect holds; common.js documents the contract. */
-const DIALECT_PARTS = ['buildRequest', 'jsonToWire', 'parseStream'];
+const DIALECT_PARTS = ['buildRequest', 'jsonToWire', 'streamParser'];
 
 const GUEST_URL = new URL('../guest.js', import.meta.url);
 
@@ -253,6 +257,58 @@ describe('splitting an SSE body', () => {
     expect(lib.sseDataLines('')).toEqual([]);
     expect(lib.sseDataLines('\n\n: only a comment\n')).toEqual([]);
   });
+
+  it('yields the same lines from a body pushed in pieces cut anywhere, a CRLF cut in two included', () => {
+    const body = ': keep-alive\r\nevent: a\r\ndata: {"x":1}\r\n\r\ndata:{"y":2}\n\nevent: b\ndata: 1\rdata: 2\r\n\r\ndata: last';
+    const whole = lib.sseDataLines(body);
+    expect(whole.at(-1)).toEqual({ event: '', data: 'last' });
+    for (let cut = 0; cut <= body.length; cut += 1) {
+      for (const size of [1, 3]) {
+        const lines: unknown[] = [];
+        const splitter = lib.createSseLineSplitter((line: unknown) => void lines.push(line));
+        splitter.push(body.slice(0, cut));
+        for (let at = cut; at < body.length; at += size) splitter.push(body.slice(at, at + size));
+        splitter.finish();
+        expect(lines, `cut at ${cut}, then pieces of ${size}`).toEqual(whole);
+      }
+    }
+  });
+
+  it('hands each line over as soon as it is complete, and stops at the first line answered with a value', () => {
+    const lines: string[] = [];
+    const splitter = lib.createSseLineSplitter(({ data }: { data: string }) => {
+      lines.push(data);
+      return data === 'stop' ? 'stopped' : undefined;
+    });
+    expect(splitter.push('data: one\nda')).toBeUndefined();
+    expect(lines).toEqual(['one']);
+    expect(splitter.push('ta: stop\ndata: never\n')).toBe('stopped');
+    expect(splitter.push('data: after\n')).toBe('stopped');
+    expect(splitter.finish()).toBe('stopped');
+    expect(lines).toEqual(['one', 'stop']);
+  });
+});
+
+describe('decoding UTF-8 as it arrives', () => {
+  it('holds a character cut in two until its last byte, wherever the pieces are cut', () => {
+    const text = 'a é € 😀 z';
+    const bytes = new TextEncoder().encode(text);
+    for (let first = 0; first <= bytes.length; first += 1) {
+      for (let second = first; second <= bytes.length; second += 1) {
+        const decoder = lib.createUtf8Decoder();
+        const parts = [decoder.push(bytes.slice(0, first)), decoder.push(bytes.slice(first, second)), decoder.push(bytes.slice(second)), decoder.finish()];
+        expect(parts.join(''), `cut at ${first} and ${second}`).toBe(text);
+        expect(parts.join('')).not.toContain('\uFFFD');
+      }
+    }
+  });
+
+  it('decodes what can never be completed as U+FFFD, as TextDecoder does', () => {
+    const decoder = lib.createUtf8Decoder();
+    expect(decoder.push(new Uint8Array([0x61, 0xe2, 0x82]))).toBe('a');
+    expect(decoder.finish()).toBe(new TextDecoder().decode(new Uint8Array([0xe2, 0x82])));
+    expect(lib.createUtf8Decoder().push(new Uint8Array([0xff, 0x62]))).toBe('\uFFFDb');
+  });
 });
 
 describe('wire message content', () => {
@@ -334,9 +390,18 @@ describe('parsing a response in a dialect', () => {
         seen.push(['json', value]);
         return lib.ok({ from: 'json' });
       },
-      parseStream: (...args: unknown[]) => {
-        seen.push(['stream', ...args]);
-        return lib.ok({ from: 'stream' });
+      streamParser: (...sinks: unknown[]) => {
+        seen.push(['parser', ...sinks]);
+        return {
+          line: (line: unknown) => {
+            seen.push(['line', line]);
+            return undefined;
+          },
+          finish: () => {
+            seen.push(['finish']);
+            return lib.ok({ from: 'stream' });
+          },
+        };
       },
     };
     return { dialect, seen };
@@ -348,18 +413,34 @@ describe('parsing a response in a dialect', () => {
     expect(seen).toEqual([['json', { a: 1 }]]);
   });
 
-  it('hands any other body, untrimmed, to the dialect’s stream parser with the chunk sinks', () => {
+  it('hands any other body’s data lines to a stream parser made with the chunk sinks, then asks it to finish', () => {
     const { dialect, seen } = recording();
     const onText = () => {};
     const onThinking = () => {};
-    expect(lib.parseResponse(200, '\ndata: {}\n', onText, onThinking, dialect)).toEqual({ ok: true, value: { from: 'stream' } });
-    expect(seen).toEqual([['stream', '\ndata: {}\n', onText, onThinking]]);
+    expect(lib.parseResponse(200, '\nevent: e\ndata: {}\n', onText, onThinking, dialect)).toEqual({ ok: true, value: { from: 'stream' } });
+    expect(seen).toEqual([['parser', onText, onThinking], ['line', { event: 'e', data: '{}' }], ['finish']]);
+  });
+
+  it('hands a streamed body’s lines over as they arrive, after its first character that is not white space', () => {
+    const { dialect, seen } = recording();
+    const reader = lib.createResponseReader(200, undefined, undefined, dialect);
+    expect(reader.push(' \n')).toBeUndefined();
+    expect(seen).toEqual([]);
+    expect(reader.push('data: 1\nda')).toBeUndefined();
+    expect(seen).toEqual([
+      ['parser', undefined, undefined],
+      ['line', { event: '', data: '1' }],
+    ]);
+    expect(reader.push('ta: 2')).toBeUndefined();
+    expect(reader.finish()).toEqual({ ok: true, value: { from: 'stream' } });
+    expect(seen.slice(2)).toEqual([['line', { event: '', data: '2' }], ['finish']]);
   });
 
   it('answers an HTTP error status, an empty body and a broken JSON body itself', () => {
     const { dialect, seen } = recording();
     expect(lib.parseResponse(429, '{"a":1}', undefined, undefined, dialect)).toEqual({ ok: false, error: 'HTTP 429: {"a":1}' });
     expect(lib.parseResponse(503, undefined, undefined, undefined, dialect)).toEqual({ ok: false, error: 'HTTP 503: ' });
+    expect(lib.parseResponse(500, 'data: x\n', undefined, undefined, dialect)).toEqual({ ok: false, error: 'HTTP 500: data: x\n' });
     expect(lib.parseResponse(200, ' \n', undefined, undefined, dialect)).toEqual({ ok: false, error: 'failed to parse inference response: empty body' });
     expect(lib.parseResponse(200, null, undefined, undefined, dialect)).toEqual({ ok: false, error: 'failed to parse inference response: empty body' });
     const broken = lib.parseResponse(200, '{"a":', undefined, undefined, dialect);
@@ -380,10 +461,10 @@ describe('driving a dialect', () => {
       body: { model: request.model },
     }),
     jsonToWire: (value: { text: string }) => lib.ok(lib.wireResponse('end_turn', [{ type: 'text', text: value.text }], undefined)),
-    parseStream: (_body: string, onText: (text: string) => void) => {
-      lib.emitTo(onText, 'streamed');
-      return lib.ok(lib.wireResponse('end_turn', [], undefined));
-    },
+    streamParser: (onText: (text: string) => void) => ({
+      line: ({ data }: { data: string }) => void lib.emitTo(onText, `streamed ${data}`),
+      finish: () => lib.ok(lib.wireResponse('end_turn', [], undefined)),
+    }),
   };
 
   it('posts the dialect’s request, serialised, and answers its wire response as a passed result', async () => {
@@ -397,7 +478,7 @@ describe('driving a dialect', () => {
     const { fetch } = fakeFetch(200, 'data: x\n');
     const chunks = sinks();
     expect((await lib.drive(payload, { getEnvironment: () => ENV, fetch, ...chunks }, echo)).status).toBe('passed');
-    expect(chunks.text).toEqual(['streamed']);
+    expect(chunks.text).toEqual(['streamed x']);
   });
 
   it('answers a bad payload or environment with an error and makes no request', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ENV, driver, fakeFetch, sinks, sse } from './support.js';
+import { ENV, driver, fakeFetch, sinks, sse, streamingFetch } from './support.js';
 
 const openai = driver('openai');
 
@@ -346,6 +346,62 @@ describe('the OpenAI-compatible driver end to end', () => {
     });
     const result = await openai.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result.status).toBe('error');
+    expect(result.summary).toBe('failed to read inference response: stream reset');
+  });
+
+  /** Reasoning, then content with a `<think>` segment, characters of two, three and four bytes. */
+  const UNICODE_STREAM = sse([
+    ['', chunk({ reasoning_content: 'réfléchir…' })],
+    ['', chunk({ content: 'ça ' })],
+    ['', chunk({ content: '<think>h€m</think>va 🚀' })],
+    ['', chunk({}, 'stop')],
+    ['', '[DONE]'],
+  ]);
+
+  it('reads a streamed body piece by piece, cut anywhere, to the same reply as read whole', async () => {
+    const whole = openai.parse(200, UNICODE_STREAM);
+    expect(whole.ok).toBe(true);
+    for (const pieceBytes of [1, 2, 3, 5, 7, 64]) {
+      const chunks = sinks();
+      const { fetch } = streamingFetch(200, UNICODE_STREAM, pieceBytes);
+      const result = await openai.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...chunks });
+      expect(JSON.parse(result.data), `pieces of ${pieceBytes}`).toEqual(whole.value);
+      expect(chunks.text.join(''), `pieces of ${pieceBytes}`).toBe('ça va 🚀');
+      expect(chunks.thinking.join(''), `pieces of ${pieceBytes}`).toBe('réfléchir…h€m');
+    }
+  });
+
+  it('emits content as soon as its line is complete, before the rest of the body is read', async () => {
+    const log: string[] = [];
+    const { fetch, pieces } = streamingFetch(200, UNICODE_STREAM, 16, log);
+    await openai.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks(log) });
+    const readsBefore = (entry: string) => log.slice(0, log.indexOf(entry)).filter((line) => line.startsWith('read ')).length;
+    expect(readsBefore('thinking réfléchir…')).toBeLessThan(readsBefore('text ça '));
+    expect(readsBefore('text ça ')).toBeLessThan(pieces);
+  });
+
+  it('answers a non-streaming JSON reply read piece by piece as read whole', async () => {
+    const body = JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: 'entier' }, finish_reason: 'stop' }] });
+    const { fetch } = streamingFetch(200, `  ${body}`, 3);
+    const result = await openai.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
+    expect(JSON.parse(result.data)).toEqual(openai.parse(200, body).value);
+  });
+
+  it('answers a body whose read fails midway with an error instead of throwing', async () => {
+    let reads = 0;
+    const fetch = async () => ({
+      status: 200,
+      body: {
+        getReader: () => ({
+          read: async () => {
+            if (++reads > 1) throw new TypeError('stream reset');
+            return { done: false, value: new TextEncoder().encode('data: {"choices":[]}\n') };
+          },
+          cancel: async () => {},
+        }),
+      },
+    });
+    const result = await openai.run(JSON.stringify(basePayload), { getEnvironment: () => ENV, fetch, ...sinks() });
     expect(result.summary).toBe('failed to read inference response: stream reset');
   });
 });

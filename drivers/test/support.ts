@@ -49,11 +49,58 @@ export function fakeFetch(status: number, body: string) {
   return { fetch, calls };
 }
 
+/**
+ * A fake `fetch` whose response body streams: `body`'s UTF-8 bytes in pieces of `pieceBytes`
+ * (so cut mid-line and mid-character), read through `response.body.getReader()` as
+ * StarlingMonkey's fetch gives it. `log` records each read as `read <n>` (n counting from 1) and,
+ * with `sinks(log)`, each chunk as it is emitted, so a test can see what was emitted before what
+ * was read. `cancelled` says whether the driver stopped reading early.
+ */
+export function streamingFetch(status: number, body: string, pieceBytes: number, log: string[] = []) {
+  const bytes = new TextEncoder().encode(body);
+  const state = { cancelled: false };
+  const fetch = async () => {
+    let offset = 0;
+    let reads = 0;
+    const reader = {
+      async read() {
+        if (state.cancelled || offset >= bytes.length) return { done: true, value: undefined };
+        const value = bytes.slice(offset, offset + pieceBytes);
+        offset += value.length;
+        log.push(`read ${++reads}`);
+        return { done: false, value };
+      },
+      async cancel() {
+        state.cancelled = true;
+      },
+    };
+    return {
+      status,
+      body: { getReader: () => reader },
+      text: async () => {
+        throw new Error('a streaming body is read through its reader');
+      },
+    };
+  };
+  return { fetch, log, state, pieces: Math.ceil(bytes.length / pieceBytes) };
+}
+
 /** The chunk sinks of a run, recording what the driver streamed. */
-export function sinks() {
+export function sinks(log?: string[]) {
   const text: string[] = [];
   const thinking: string[] = [];
-  return { text, thinking, emitChunk: (chunk: string) => text.push(chunk), emitThinkingChunk: (chunk: string) => thinking.push(chunk) };
+  return {
+    text,
+    thinking,
+    emitChunk: (chunk: string) => {
+      text.push(chunk);
+      log?.push(`text ${chunk}`);
+    },
+    emitThinkingChunk: (chunk: string) => {
+      thinking.push(chunk);
+      log?.push(`thinking ${chunk}`);
+    },
+  };
 }
 
 /** An SSE body from `[event, data]` pairs (`event` empty for data-only streams). */

@@ -13,7 +13,26 @@ export type ScriptedReply =
   | { text: string; thinking?: string /** Answer only after this long: a slow model. */; delayMs?: number }
   | { toolCalls: Array<{ name: string; input: Record<string, unknown>; id?: string }>; text?: string }
   /** Anything at all, as the body: a provider error, a cut-off reply. */
-  | { status?: number; raw: string };
+  | { status?: number; raw: string }
+  | HeldStreamReply;
+
+/**
+ * A reply streamed (SSE, whatever `stream` says) in pieces the test lets go of one by one: the
+ * first piece is written at once, piece `i` only once `release(i)` resolves. Each write is cut
+ * a little way into the next piece — inside its first multi-byte character when it has one, else
+ * mid-line — so a reader must put lines and characters back together across writes.
+ */
+export interface HeldStreamReply {
+  pieces: Array<{ text?: string; thinking?: string }>;
+  release(index: number): Promise<void>;
+}
+
+/** One write of a held stream: which request, which piece, when (`Date.now()`). */
+export interface PieceWritten {
+  request: number;
+  piece: number;
+  at: number;
+}
 
 export interface ScriptedInference {
   /** The endpoint to configure (`inference.endpoint` / `gateway.endpoint`). */
@@ -22,6 +41,8 @@ export interface ScriptedInference {
   readonly authority: string;
   /** Each request's JSON body and headers, in order. */
   requests(): Array<{ path: string; body: Record<string, unknown>; headers: http.IncomingHttpHeaders }>;
+  /** The writes of held streams so far, in order. */
+  piecesWritten(): PieceWritten[];
   close(): Promise<void>;
 }
 
@@ -41,7 +62,7 @@ export interface ScriptedInferenceOptions {
 let toolIds = 0;
 let messageIds = 0;
 
-function anthropicJson(reply: Exclude<ScriptedReply, { raw: string }>, model: string): string {
+function anthropicJson(reply: Exclude<ScriptedReply, { raw: string } | HeldStreamReply>, model: string): string {
   const content: unknown[] = [];
   if ('thinking' in reply && reply.thinking) content.push({ type: 'thinking', thinking: reply.thinking, signature: 'sig' });
   if (reply.text) content.push({ type: 'text', text: reply.text });
@@ -58,7 +79,7 @@ function anthropicJson(reply: Exclude<ScriptedReply, { raw: string }>, model: st
   });
 }
 
-function anthropicStream(reply: Exclude<ScriptedReply, { raw: string }>, model: string): string {
+function anthropicStream(reply: Exclude<ScriptedReply, { raw: string } | HeldStreamReply>, model: string): string {
   const events: Array<[string, unknown]> = [
     [
       'message_start',
@@ -110,7 +131,7 @@ function anthropicStream(reply: Exclude<ScriptedReply, { raw: string }>, model: 
   return events.map(([event, data]) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`).join('');
 }
 
-function openaiJson(reply: Exclude<ScriptedReply, { raw: string }>): string {
+function openaiJson(reply: Exclude<ScriptedReply, { raw: string } | HeldStreamReply>): string {
   const calls = 'toolCalls' in reply ? reply.toolCalls : [];
   return JSON.stringify({
     id: 'chatcmpl-scripted',
@@ -137,7 +158,7 @@ function openaiJson(reply: Exclude<ScriptedReply, { raw: string }>): string {
   });
 }
 
-function openaiStream(reply: Exclude<ScriptedReply, { raw: string }>): string {
+function openaiStream(reply: Exclude<ScriptedReply, { raw: string } | HeldStreamReply>): string {
   const chunks: unknown[] = [];
   if (reply.text) {
     const half = Math.ceil(reply.text.length / 2);
@@ -160,9 +181,84 @@ function openaiStream(reply: Exclude<ScriptedReply, { raw: string }>): string {
   return `${chunks.map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`).join('')}data: [DONE]\n\n`;
 }
 
+/** A held reply's pieces as Anthropic SSE text, one string a piece: the preamble with the first, the ending with the last. */
+function anthropicPieces(pieces: HeldStreamReply['pieces'], model: string): string[] {
+  const frame = (event: string, data: unknown): string => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+  let open: { type: 'thinking' | 'text'; index: number } | undefined;
+  let nextIndex = 0;
+  const written = pieces.map((piece, position) => {
+    let out =
+      position === 0
+        ? frame('message_start', {
+            type: 'message_start',
+            message: {
+              id: `msg_scripted_${++messageIds}`,
+              type: 'message',
+              role: 'assistant',
+              model,
+              content: [],
+              stop_reason: null,
+              usage: { input_tokens: 11, output_tokens: 1 },
+            },
+          })
+        : '';
+    for (const type of ['thinking', 'text'] as const) {
+      const text = piece[type];
+      if (text === undefined) continue;
+      if (open?.type !== type) {
+        if (open) out += frame('content_block_stop', { type: 'content_block_stop', index: open.index });
+        open = { type, index: nextIndex++ };
+        out += frame('content_block_start', {
+          type: 'content_block_start',
+          index: open.index,
+          content_block: type === 'text' ? { type, text: '' } : { type, thinking: '' },
+        });
+      }
+      const delta = type === 'text' ? { type: 'text_delta', text } : { type: 'thinking_delta', thinking: text };
+      out += frame('content_block_delta', { type: 'content_block_delta', index: open.index, delta });
+    }
+    return out;
+  });
+  let ending = open ? frame('content_block_stop', { type: 'content_block_stop', index: open.index }) : '';
+  ending += frame('message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 7 } });
+  ending += frame('message_stop', { type: 'message_stop' });
+  written[written.length - 1] += ending;
+  return written;
+}
+
+/** A held reply's pieces as Chat Completions SSE text (thinking as `reasoning_content`), one string a piece. */
+function openaiPieces(pieces: HeldStreamReply['pieces']): string[] {
+  const frame = (data: unknown): string => `data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
+  const written = pieces.map((piece) => {
+    let out = '';
+    if (piece.thinking !== undefined) out += frame({ choices: [{ index: 0, delta: { reasoning_content: piece.thinking } }] });
+    if (piece.text !== undefined) out += frame({ choices: [{ index: 0, delta: { content: piece.text } }] });
+    return out;
+  });
+  written[written.length - 1] +=
+    frame({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }) +
+    frame({ choices: [], usage: { prompt_tokens: 11, completion_tokens: 7 } }) +
+    frame('[DONE]');
+  return written;
+}
+
+/** The bytes of each write: every piece but the last gives the next one's first bytes, cut inside a character or a line. */
+function cutAcross(texts: string[]): Buffer[] {
+  const writes: Buffer[] = texts.map((text) => Buffer.from(text));
+  for (let index = 0; index + 1 < writes.length; index += 1) {
+    const next = writes[index + 1] as Buffer;
+    const multiByte = next.findIndex((byte) => byte >= 0x80);
+    const cut = Math.min(next.length - 1, multiByte >= 0 ? multiByte + 1 : 10);
+    writes[index] = Buffer.concat([writes[index] as Buffer, next.subarray(0, cut)]);
+    writes[index + 1] = next.subarray(cut);
+  }
+  return writes;
+}
+
 export async function startScriptedInference(options: ScriptedInferenceOptions): Promise<ScriptedInference> {
   const dialect = options.dialect ?? 'anthropic';
   const seen: Array<{ path: string; body: Record<string, unknown>; headers: http.IncomingHttpHeaders }> = [];
+  const piecesWritten: PieceWritten[] = [];
   const handler: http.RequestListener = (request, response) => {
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -198,6 +294,21 @@ export async function startScriptedInference(options: ScriptedInferenceOptions):
         return;
       }
       const model = typeof body.model === 'string' ? body.model : 'scripted';
+      if ('pieces' in reply) {
+        const held = reply;
+        const writes = cutAcross(dialect === 'anthropic' ? anthropicPieces(held.pieces, model) : openaiPieces(held.pieces));
+        response.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        void (async () => {
+          for (const [piece, bytes] of writes.entries()) {
+            if (piece > 0) await held.release(piece);
+            if (response.destroyed) return;
+            piecesWritten.push({ request: index, piece, at: Date.now() });
+            response.write(bytes);
+          }
+          response.end();
+        })();
+        return;
+      }
       const answer = (): void => {
         if (options.stream === true || (options.stream === 'as-asked' && body.stream === true)) {
           response.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -220,6 +331,7 @@ export async function startScriptedInference(options: ScriptedInferenceOptions):
     endpoint: `${options.tls ? 'https' : 'http'}://${host}:${port}`,
     authority: `${host}:${port}`,
     requests: () => [...seen],
+    piecesWritten: () => [...piecesWritten],
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

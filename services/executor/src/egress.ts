@@ -10,7 +10,7 @@ import {
   requestTargetOf,
   ruleMatches,
 } from '@murmur/shared';
-import type { EgressResult, HttpRequest } from './host/protocol.js';
+import type { HttpRequest } from './host/protocol.js';
 
 /**
  * The one enforcement point for everything that leaves a sandbox: outgoing HTTP and outgoing A2A
@@ -20,7 +20,8 @@ import type { EgressResult, HttpRequest } from './host/protocol.js';
  * handed back to the guest as a response, never chased on its behalf.
  */
 
-const RESPONSE_LIMIT_BYTES = 64 * 1024 * 1024;
+/** The most a response body may hold: a relay that reaches it ends the body with `HTTP-response-body-size`. */
+export const RESPONSE_LIMIT_BYTES = 64 * 1024 * 1024;
 const REQUEST_TIMEOUT_MS = 60_000;
 /** Hop-by-hop and connection-bound headers: meaningless across the relay, and refused by WASI Fields. */
 const DROPPED_HEADERS = new Set([
@@ -36,6 +37,15 @@ const DROPPED_HEADERS = new Set([
   'proxy-authorization',
   'content-length',
 ]);
+
+/**
+ * An allowed request's response as soon as its head arrived, its body still arriving (it is
+ * read, within `RESPONSE_LIMIT_BYTES` and the request's timeout, by `ResponseRelays`); or the
+ * WASI error code that refused or failed the request.
+ */
+export type EgressOpened =
+  | { outcome: 'response'; status: number; headers: Array<[string, string]>; body: ReadableStream<Uint8Array> | null }
+  | { outcome: 'denied'; code: string; reason: string };
 
 export interface NarrowingWarning {
   artifact: string;
@@ -109,8 +119,11 @@ export class EgressPolicy {
       : { allowed: false, reason: `network policy: '${host}:${port}' not in capabilities.network.allow` };
   }
 
-  /** Judges and, if allowed, performs one HTTP request. */
-  async http(request: HttpRequest): Promise<EgressResult> {
+  /**
+   * Judges and, if allowed, makes one HTTP request, answering once its head arrived. The timeout
+   * covers the body too: its signal aborts a read still going when it fires.
+   */
+  async http(request: HttpRequest): Promise<EgressOpened> {
     const verdict = this.judgeHttp(request.url, request.grant);
     if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
     const headers = new Headers();
@@ -129,13 +142,16 @@ export class EgressPolicy {
     } catch (error) {
       return { outcome: 'denied', ...transportError(error) };
     }
-    const body = await readLimited(response);
-    if (body === undefined) return { outcome: 'denied', code: 'HTTP-response-body-size', reason: `the response is larger than ${RESPONSE_LIMIT_BYTES} bytes` };
+    const declared = Number(response.headers.get('content-length') ?? Number.NaN);
+    if (declared > RESPONSE_LIMIT_BYTES) {
+      response.body?.cancel().catch(() => {});
+      return { outcome: 'denied', code: 'HTTP-response-body-size', reason: `the response is larger than ${RESPONSE_LIMIT_BYTES} bytes` };
+    }
     const responseHeaders: Array<[string, string]> = [];
     response.headers.forEach((value, name) => {
       if (!DROPPED_HEADERS.has(name)) responseHeaders.push([name, value]);
     });
-    return { outcome: 'response', response: { status: response.status, headers: responseHeaders, body_base64: body.toString('base64') } };
+    return { outcome: 'response', status: response.status, headers: responseHeaders, body: response.body };
   }
 
   /**
@@ -185,7 +201,8 @@ export class EgressPolicy {
   }
 }
 
-function transportError(error: unknown): { code: string; reason: string } {
+/** The WASI error code (and the reason the trace records) of a failed request or body read. */
+export function transportError(error: unknown): { code: string; reason: string } {
   const cause = (error as { cause?: { code?: string; message?: string } }).cause;
   const code = cause?.code ?? (error as { name?: string }).name;
   switch (code) {
@@ -202,16 +219,4 @@ function transportError(error: unknown): { code: string; reason: string } {
     default:
       return { code: 'internal-error', reason: cause?.message ?? (error instanceof Error ? error.message : String(error)) };
   }
-}
-
-async function readLimited(response: Response): Promise<Buffer | undefined> {
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  if (!response.body) return Buffer.alloc(0);
-  for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-    total += chunk.byteLength;
-    if (total > RESPONSE_LIMIT_BYTES) return undefined;
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, total);
 }

@@ -46,7 +46,7 @@ import type { LocalBundles } from './bundles.js';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import type { ConfineProbe } from './confinement.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
-import { EgressPolicy } from './egress.js';
+import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
 import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
 import { hostSandbox, sandboxTmp } from './host-sandbox.js';
 import { type EgressRecord, SandboxNetwork } from './sandbox-network.js';
@@ -66,6 +66,7 @@ import { HarnessSessions } from './harness-sessions.js';
 import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, type TraceRecord, TraceWriter } from './records.js';
+import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
 import { type SessionPaths, materialiseWorkdir } from './workdir.js';
@@ -154,6 +155,8 @@ export class Session {
   private networkRecords = 0;
   private workdirGuard: WorkdirGuard | undefined;
   private egress!: EgressPolicy;
+  /** Allowed responses whose bodies the host is still reading. */
+  private readonly responseBodies = new ResponseRelays(RESPONSE_LIMIT_BYTES, transportError);
   private trace!: TraceWriter;
   private telemetry: SessionTelemetry | undefined;
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
@@ -808,13 +811,19 @@ export class Session {
           'http',
           request.request.grant,
           request.request.url,
-          result.outcome === 'response'
-            ? { decision: 'allowed', status: result.response.status }
-            : { decision: 'denied', code: result.code, reason: result.reason },
+          result.outcome === 'response' ? { decision: 'allowed', status: result.status } : { decision: 'denied', code: result.code, reason: result.reason },
           this.egress.ruleForHttp(request.request.url, request.request.grant),
           startedAt,
         );
-        value = result;
+        // The head goes back now; the body follows as the host asks for it (`http-body`).
+        value =
+          result.outcome === 'response'
+            ? { outcome: 'response', response: { status: result.status, headers: result.headers, body: this.responseBodies.hold(result.body) } }
+            : result;
+      } else if (request.op === 'http-body') value = await this.responseBodies.next(request.body);
+      else if (request.op === 'http-body-release') {
+        this.responseBodies.release(request.body);
+        value = null;
       } else if (request.op === 'http-check') {
         const verdict = this.egress.judgeHttp(request.request.url, request.request.grant);
         // A refusal at `handle` is the request's only decision: it is recorded now, and never relayed.
@@ -927,6 +936,7 @@ export class Session {
     if (this.hardLimit) clearTimeout(this.hardLimit);
     this.workdirGuard?.stop();
     this.network?.close();
+    this.responseBodies.releaseAll();
     this.rpcSubscription?.unsubscribe();
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
     this.pendingRpc.clear();

@@ -6,6 +6,7 @@ import { LogFile, TraceWriter } from '../records.js';
 import { spanRecordOf } from '../span-records.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
+import { ResponseBodies } from './response-bodies.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, StartMessage } from './protocol.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { DELEGATE_TOOL } from './tool-inventory.js';
@@ -59,6 +60,8 @@ export class CapsuleHost implements AgentHost {
   private turn = 0;
   private taskContext: TaskContext | undefined;
   readonly guests: GuestRunner;
+  /** Relayed response bodies, as they arrive from the executor and until the guests have read them. */
+  private readonly responseBodies: ResponseBodies;
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
@@ -80,6 +83,7 @@ export class CapsuleHost implements AgentHost {
         : undefined,
     );
     this.sessionLog = new LogFile(start.session_dir, 'session.log');
+    this.responseBodies = new ResponseBodies(channel);
     for (const tool of start.tools) this.tools.set(tool.name, tool);
     this.allowlist = new Set(start.allowlist);
     this.guests = new GuestRunner({
@@ -87,7 +91,8 @@ export class CapsuleHost implements AgentHost {
       deadlineMs: start.policy.limits.deadline_seconds * 1000,
       sessionLog: this.sessionLog,
       capsuleOutput: (stream, text) => channel.output(stream, text),
-      answer: (op, payload, grant) => this.answer(op, payload, grant),
+      answer: (op, payload, grant, instance) => this.answer(op, payload, grant, instance),
+      instanceEnded: (instance) => this.responseBodies.releaseOwnedBy(instance),
       prewarmed,
     });
   }
@@ -318,10 +323,25 @@ export class CapsuleHost implements AgentHost {
   }
 
   /** A guest's host call, answered on the main thread. */
-  private async answer(op: string, payload: unknown, grant: string): Promise<unknown> {
+  private async answer(op: string, payload: unknown, grant: string, instance: number): Promise<unknown> {
     switch (op) {
-      case 'http':
-        return this.channel.request({ op: 'http', request: payload as never }) as Promise<EgressResult>;
+      case 'http': {
+        const result = (await this.channel.request({ op: 'http', request: payload as never })) as EgressResult;
+        // The body starts coming in now, while the guest reads the head.
+        if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
+        return result;
+      }
+      case 'http-body-read': {
+        const { body, max, wait } = payload as { body: number; max: number; wait: boolean };
+        return this.responseBodies.read(body, max, wait);
+      }
+      case 'http-body-wait': {
+        const { bodies, timeout_ms } = payload as { bodies: number[]; timeout_ms?: number };
+        return this.responseBodies.until(bodies, timeout_ms);
+      }
+      case 'http-body-release':
+        this.responseBodies.release((payload as { body: number }).body);
+        return null;
       case 'http-check':
         return this.channel.request({ op: 'http-check', request: payload as never });
       case 'invoke': {

@@ -36,8 +36,12 @@ export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
 /** `abandoned`: its task was canceled while it ran, and its worker ended (`abandonRunning`). */
 export type RunOutcome = GuestOutcome | { kind: 'deadline' } | { kind: 'abandoned'; message: string };
 
-/** A guest's host call (`op` from the instance holding `grant`), answered on the main thread. */
-export type HostCallHandler = (op: string, payload: unknown, grant: string) => Promise<unknown>;
+/**
+ * A guest's host call (`op` from the instance holding `grant`), answered on the main thread.
+ * `instance` names the one WebAssembly instance that asked, unique in the session: what it opened
+ * (a relayed response body) is let go when `instanceEnded` says it is gone.
+ */
+export type HostCallHandler = (op: string, payload: unknown, grant: string, instance: number) => Promise<unknown>;
 
 export interface GuestRunnerOptions {
   memoryLimitBytes: number;
@@ -46,6 +50,8 @@ export interface GuestRunnerOptions {
   /** The capsule's own stdout and stderr, for the launcher. */
   capsuleOutput(stream: 'stdout' | 'stderr', text: string): void;
   answer: HostCallHandler;
+  /** Told once an instance that called `answer` has ended (returned, trapped, overran, was abandoned or closed). */
+  instanceEnded?(instance: number): void;
   /** A worker started before the session's plan arrived, for the first guest. */
   prewarmed?: Worker | undefined;
 }
@@ -67,6 +73,7 @@ export class GuestRunner {
   private prewarmed: Worker | undefined;
   /** How to end each guest running in a worker of its own now: what a canceled task abandons. */
   private readonly running = new Set<(outcome: RunOutcome) => void>();
+  private nextInstance = 1;
 
   constructor(private readonly options: GuestRunnerOptions) {
     this.prewarmed = options.prewarmed;
@@ -111,18 +118,24 @@ export class GuestRunner {
   }
 
   /** @internal The pieces a resident guest needs from its runner. */
-  async startResident(spec: GuestSpec): Promise<{ worker: Worker; lines: LineBuffers; port: MessageChannel['port1'] } | GuestOutcome> {
+  async startResident(spec: GuestSpec): Promise<{ worker: Worker; lines: LineBuffers; port: MessageChannel['port1']; instance: number } | GuestOutcome> {
     const compiled = await this.compiledOrFailure(spec);
     if ('failure' in compiled) return compiled.failure;
     const modules = compiled.modules;
     const { coreModules: _files, ...rest } = spec;
     const { port1, port2 } = new MessageChannel();
     const signal = createSignal();
-    serveBridge(port1, signal, (op, payload) => this.options.answer(op, payload, spec.grant));
+    const instance = this.nextInstance++;
+    serveBridge(port1, signal, (op, payload) => this.options.answer(op, payload, spec.grant, instance));
     const job: GuestJob = { ...rest, modules, resident: true, memoryLimitBytes: this.options.memoryLimitBytes, bridgePort: port2, signal };
     // A resident gets a worker of its own for its whole life: never an idle one, never the spare.
     const worker = new Worker(GUEST_WORKER, { workerData: job, transferList: [port2], stdout: true, stderr: true });
-    return { worker, lines: new LineBuffers(), port: port1 };
+    return { worker, lines: new LineBuffers(), port: port1, instance };
+  }
+
+  /** @internal An instance is gone: whatever it still held open is let go. */
+  instanceEnded(instance: number): void {
+    this.options.instanceEnded?.(instance);
   }
 
   /** @internal A guest's output line, into the session log under its label. */
@@ -171,6 +184,7 @@ export class GuestRunner {
   private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>): Promise<RunOutcome> {
     const { port1, port2 } = new MessageChannel();
     const signal = createSignal();
+    const instance = this.nextInstance++;
     let timer: NodeJS.Timeout | undefined;
     let remainingMs = this.options.deadlineMs;
     let armedAt = 0;
@@ -185,10 +199,10 @@ export class GuestRunner {
       remainingMs = Math.max(0, remainingMs - (Date.now() - armedAt));
     };
     serveBridge(port1, signal, async (op, payload) => {
-      if (op !== 'request-input') return this.options.answer(op, payload, job.grant);
+      if (op !== 'request-input') return this.options.answer(op, payload, job.grant, instance);
       pause();
       try {
-        return await this.options.answer(op, payload, job.grant);
+        return await this.options.answer(op, payload, job.grant, instance);
       } finally {
         arm();
       }
@@ -229,6 +243,7 @@ export class GuestRunner {
         this.drainOutput(lines);
         if (timer) clearTimeout(timer);
         port1.close();
+        this.options.instanceEnded?.(instance);
         worker.off('message', onMessage).off('error', onError).off('exit', onExit);
         // A worker whose guest returned cleanly is kept for the next call of the same component
         // (an agent calls its driver every turn); anything else — a trap, a deadline — ends it.
@@ -250,7 +265,7 @@ export class GuestRunner {
  * deadline covers instantiation), and again after any call that did not return cleanly.
  */
 export class ResidentGuest {
-  private live: { worker: Worker; lines: LineBuffers; port: MessageChannel['port1'] } | undefined;
+  private live: { worker: Worker; lines: LineBuffers; port: MessageChannel['port1']; instance: number } | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
@@ -279,6 +294,7 @@ export class ResidentGuest {
     if (!live) return;
     this.runner.drainOutput(live.lines);
     live.port.close();
+    this.runner.instanceEnded(live.instance);
     void live.worker.terminate();
   }
 

@@ -1,4 +1,6 @@
 import type { BridgeClient } from './bridge.js';
+import type { BodyCalls } from './relayed-body.js';
+import type { BodyRead } from './response-bodies.js';
 import type { RelayedOutcome, RelayedRequest } from './wasi-http.js';
 
 /**
@@ -87,6 +89,7 @@ function importPieces(needed: readonly string[]) {
     wants('wasi:filesystem/') ? import('@bytecodealliance/preview2-shim/filesystem') : undefined,
     usesStreams ? import('./streams.js') : undefined,
     wants('wasi:http/') ? import('./wasi-http.js') : undefined,
+    wants('wasi:http/') ? import('./relayed-body.js') : undefined,
   ]);
 }
 
@@ -96,14 +99,15 @@ export async function preloadImports(needed: readonly string[]): Promise<void> {
 }
 
 export async function buildImports(grants: GuestGrants, needed: readonly string[]): Promise<Record<string, unknown>> {
-  const [io, clocks, random, filesystemModule, streamsModule, httpModule] = await loadPieces(needed);
+  const [io, clocks, random, filesystemModule, streamsModule, httpModule, relayedBody] = await loadPieces(needed);
   const imports: Record<string, unknown> = {};
   if (streamsModule) Object.assign(imports, cliImports(grants, streamsModule));
   if (io && clocks) {
     imports['wasi:clocks/monotonic-clock'] = clocks.monotonicClock;
     imports['wasi:clocks/wall-clock'] = clocks.wallClock;
     imports['wasi:io/error'] = io.error;
-    imports['wasi:io/poll'] = io.poll;
+    // With wasi:http, a list may hold a relayed body's pollable, which only our poll can wait on.
+    imports['wasi:io/poll'] = relayedBody ? { ...io.poll, poll: relayedBody.pollWithBodies } : io.poll;
     imports['wasi:io/streams'] = io.streams;
   }
   if (random) imports['wasi:random/random'] = random.random;
@@ -123,6 +127,7 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
         const verdict = grants.bridge.call<{ allowed: true } | { allowed: false; code: string; reason: string }>('http-check', { url, grant: grants.grant });
         return verdict.allowed ? undefined : errorCode(verdict.code, verdict.reason);
       },
+      bodyCalls(grants.bridge),
     );
     imports['wasi:http/types'] = http.types;
     imports['wasi:http/outgoing-handler'] = http.outgoingHandler;
@@ -133,8 +138,7 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
 /** An outgoing request, relayed to the executor through the bridge: its answer, or the refusal. */
 function relay(grants: GuestGrants, request: RelayedRequest): RelayedOutcome {
   const result = grants.bridge.call<
-    | { outcome: 'response'; response: { status: number; headers: Array<[string, string]>; body_base64: string } }
-    | { outcome: 'denied'; code: string; reason: string }
+    { outcome: 'response'; response: { status: number; headers: Array<[string, string]>; body: number } } | { outcome: 'denied'; code: string; reason: string }
   >('http', {
     method: request.method,
     url: request.url,
@@ -143,7 +147,16 @@ function relay(grants: GuestGrants, request: RelayedRequest): RelayedOutcome {
     grant: grants.grant,
   });
   if (result.outcome === 'denied') return { outcome: 'error', code: errorCode(result.code, result.reason) };
-  return { outcome: 'response', status: result.response.status, headers: result.response.headers, body: Buffer.from(result.response.body_base64, 'base64') };
+  return { outcome: 'response', status: result.response.status, headers: result.response.headers, body: result.response.body };
+}
+
+/** How a relayed response body is read: each call crosses the bridge to the host's main thread, which holds what arrived. */
+function bodyCalls(bridge: BridgeClient): BodyCalls {
+  return {
+    read: (body, max, wait) => bridge.call<BodyRead>('http-body-read', { body, max, wait }),
+    wait: (bodies, timeoutMs) => bridge.call<number[]>('http-body-wait', { bodies, ...(timeoutMs === undefined ? {} : { timeout_ms: timeoutMs }) }),
+    release: (body) => void bridge.call('http-body-release', { body }),
+  };
 }
 
 /** `wasi:cli`: the granted environment, captured stdio, no stdin, no terminal, an `exit` that is contained. */

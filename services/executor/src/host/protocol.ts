@@ -214,12 +214,24 @@ export const HttpRequestSchema = z.object({
 });
 export type HttpRequest = z.infer<typeof HttpRequestSchema>;
 
+/**
+ * A response's head, sent as soon as the executor has it; its body follows piece by piece, read
+ * with `http-body` under `body` (the id the executor holds it by) until an end or an error.
+ */
 export const HttpResponseSchema = z.object({
   status: z.number().int(),
   headers: z.array(z.tuple([z.string(), z.string()])),
-  body_base64: z.string(),
+  body: z.number().int().positive(),
 });
 export type HttpResponse = z.infer<typeof HttpResponseSchema>;
+
+/** One piece of a relayed response body: bytes as they arrived, its end, or the WASI error code that ended it. */
+export const HttpBodyPieceSchema = z.union([
+  z.object({ chunk_base64: z.string() }),
+  z.object({ end: z.literal(true) }),
+  z.object({ error: z.object({ code: z.string(), reason: z.string() }) }),
+]);
+export type HttpBodyPiece = z.infer<typeof HttpBodyPieceSchema>;
 
 /** Outcome of an egress request the executor judged: a response, or the WASI error code that refused it. */
 export const EgressResultSchema = z.discriminatedUnion('outcome', [
@@ -249,6 +261,10 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('http'), request: HttpRequestSchema }),
   /** `outgoing-handler.handle`: whether the request may go at all, decided before any body is written. */
   z.object({ op: z.literal('http-check'), request: z.object({ url: z.string(), grant: z.string() }) }),
+  /** The next piece of an allowed response's body (`HttpResponse.body`), answered when it arrives. */
+  z.object({ op: z.literal('http-body'), body: z.number().int().positive() }),
+  /** The guest is done with a response body before its end: the executor lets its connection go. */
+  z.object({ op: z.literal('http-body-release'), body: z.number().int().positive() }),
   /** The tools' cgroup counters, read around each subprocess to name the ceiling that ended it. */
   z.object({ op: z.literal('tool-counters') }),
   z.object({ op: z.literal('send'), request: SendRequestSchema }),

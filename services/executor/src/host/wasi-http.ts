@@ -1,5 +1,6 @@
 import { types as shimHttpTypes } from '@bytecodealliance/preview2-shim/http';
-import { MemoryInputStream, SinkOutputStream, readyPollable } from './streams.js';
+import { type BodyCalls, RelayedBodyStream } from './relayed-body.js';
+import { SinkOutputStream, readyPollable } from './streams.js';
 
 /**
  * `wasi:http/types` and `wasi:http/outgoing-handler` for a guest whose every request leaves
@@ -8,8 +9,9 @@ import { MemoryInputStream, SinkOutputStream, readyPollable } from './streams.js
  * `network.allow` decides and, if it allows, the request is made. The sandboxed host process has
  * no network of its own; nothing here opens a socket.
  *
- * Streaming request bodies are sent whole once the guest waits on the response; response bodies
- * arrive whole. A refusal is the WASI error code the executor chose (`HTTP-request-denied`),
+ * Streaming request bodies are sent whole once the guest waits on the response. A response's
+ * head comes back as soon as the executor has it, and its body streams: the guest reads each piece
+ * as it arrives (`RelayedBodyStream`), so a model's streamed reply is read while it is written. A refusal is the WASI error code the executor chose (`HTTP-request-denied`),
  * thrown as a variant value rather than a string, so it lowers into the guest's error type.
  */
 
@@ -21,8 +23,8 @@ export interface RelayedRequest {
 }
 
 export type RelayedOutcome =
-  | { outcome: 'response'; status: number; headers: Array<[string, string]>; body: Uint8Array }
-  | { outcome: 'error'; code: { tag: string; val?: unknown } };
+  /** `body`: the id the host's main thread holds the arriving body by. */
+  { outcome: 'response'; status: number; headers: Array<[string, string]>; body: number } | { outcome: 'error'; code: { tag: string; val?: unknown } };
 
 type Variant = { tag: string; val?: unknown };
 
@@ -132,19 +134,26 @@ class OutgoingRequest {
 class IncomingBody {
   private streamTaken = false;
 
-  constructor(private readonly bytes: Uint8Array) {}
+  constructor(
+    private readonly calls: BodyCalls,
+    private readonly body: number,
+  ) {}
 
-  stream(): MemoryInputStream {
+  stream(): RelayedBodyStream {
     if (this.streamTaken) throw undefined;
     this.streamTaken = true;
-    return new MemoryInputStream(this.bytes);
+    return new RelayedBodyStream(this.calls, this.body);
   }
 
   static finish(_body: IncomingBody): FutureTrailers {
     return new FutureTrailers();
   }
 
-  [Symbol.dispose](): void {}
+  /** A body dropped unread is let go; once its stream is taken, the stream decides. */
+  [Symbol.dispose](): void {
+    if (!this.streamTaken) this.calls.release(this.body);
+    this.streamTaken = true;
+  }
 }
 
 class FutureTrailers {
@@ -169,7 +178,8 @@ class IncomingResponse {
   constructor(
     private readonly statusCode: number,
     private readonly headerFields: ShimFields,
-    private readonly bytes: Uint8Array,
+    private readonly calls: BodyCalls,
+    private readonly body: number,
   ) {}
 
   status(): number {
@@ -183,10 +193,14 @@ class IncomingResponse {
   consume(): IncomingBody {
     if (this.bodyTaken) throw undefined;
     this.bodyTaken = true;
-    return new IncomingBody(this.bytes);
+    return new IncomingBody(this.calls, this.body);
   }
 
-  [Symbol.dispose](): void {}
+  /** A response dropped before its body was consumed lets the body go. */
+  [Symbol.dispose](): void {
+    if (!this.bodyTaken) this.calls.release(this.body);
+    this.bodyTaken = true;
+  }
 }
 
 class FutureIncomingResponse {
@@ -225,6 +239,7 @@ class FutureIncomingResponse {
 export function relayedHttp(
   send: (request: RelayedRequest) => RelayedOutcome,
   check: (url: string) => { tag: string; val?: unknown } | undefined,
+  bodies: BodyCalls,
 ): { types: Record<string, unknown>; outgoingHandler: Record<string, unknown> } {
   const types = {
     ...shimHttpTypes,
@@ -248,7 +263,7 @@ export function relayedHttp(
         const outcome = send(relayed);
         if (outcome.outcome === 'error') return { tag: 'err', val: outcome.code };
         const headers = Fields.fromList(outcome.headers.map(([name, value]) => [name, encoder.encode(value)]));
-        return { tag: 'ok', val: new IncomingResponse(outcome.status, headers, outcome.body) };
+        return { tag: 'ok', val: new IncomingResponse(outcome.status, headers, bodies, outcome.body) };
       });
     },
   };
