@@ -1,4 +1,6 @@
 import { promises as fs } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
@@ -62,6 +64,36 @@ describe('egress through the executor', () => {
       decision: 'allowed',
       status: 200,
     });
+  });
+
+  it('lets a session hold at most 64 response bodies open, refusing the next request before it connects', async () => {
+    // A server that sends a head and the start of a body, then holds the connection.
+    const sockets = new Set<Socket>();
+    let requests = 0;
+    const hoarded = http.createServer((_request, response) => {
+      requests += 1;
+      response.writeHead(200, { 'content-type': 'text/plain' });
+      response.write('the start of a body that never ends');
+    });
+    hoarded.on('connection', (socket) => {
+      sockets.add(socket);
+      socket.on('close', () => sockets.delete(socket));
+    });
+    await new Promise<void>((resolve) => hoarded.listen(0, '127.0.0.1', resolve));
+    const port = (hoarded.address() as AddressInfo).port;
+    try {
+      const actions = Array.from({ length: 66 }, (_, index) => ({ op: 'fetch', url: `http://127.0.0.1:${port}/${index}`, unread: true }));
+      const { results, trace } = await run('hoarding', `capabilities:\n  network:\n    allow: [127.0.0.1:${port}]\n`, actions);
+      expect(results.slice(0, 64).every((result) => result.ok)).toBe(true);
+      expect(results.slice(64).map((result) => result.ok)).toEqual([false, false]);
+      expect(requests).toBe(64);
+      const refusals = trace.filter((event) => event.event_type === 'egress' && event.decision === 'denied');
+      expect(refusals).toHaveLength(2);
+      expect(refusals[0]).toMatchObject({ code: 'internal-error', reason: 'this session already has 64 response bodies open: read or drop one first' });
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => hoarded.close(resolve));
+    }
   });
 
   it('refuses a request network.allow does not cover, and never contacts its server', async () => {

@@ -31,6 +31,11 @@ export class ResponseRelays {
     private readonly transportError: TransportError,
   ) {}
 
+  /** How many bodies are held, read or not. */
+  get open(): number {
+    return this.bodies.size;
+  }
+
   /** Holds `body` for reading and returns the id the host reads it by. */
   hold(body: ReadableStream<Uint8Array> | null): number {
     const id = this.nextId++;

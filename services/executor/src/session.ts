@@ -145,6 +145,9 @@ export interface SessionEnd {
   error?: WireError | undefined;
 }
 
+/** Response bodies one session may hold open at once (each is a connection of the executor's). */
+const MAX_OPEN_RESPONSE_BODIES = 64;
+
 export class Session {
   readonly id: string;
   paths!: SessionPaths;
@@ -566,7 +569,27 @@ export class Session {
         clearTimeout(timer);
         resolve(reply);
       });
-      child.send({ type: 'rpc', id, call });
+      this.tellHost({ type: 'rpc', id, call }, () => {
+        this.pendingRpc.delete(id);
+        clearTimeout(timer);
+        resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
+      });
+    });
+  }
+
+  /**
+   * A message to the capsule host. One that cannot be delivered (the host is exiting, its pipe
+   * already broken) is dropped — the host's exit is handled where it exits — and `undelivered` is
+   * told; it never becomes an error event, which would take the executor down with the session.
+   */
+  private tellHost(message: object, undelivered?: () => void): void {
+    const child = this.child;
+    if (!child?.connected) {
+      undelivered?.();
+      return;
+    }
+    child.send(message, (error) => {
+      if (error) undelivered?.();
     });
   }
 
@@ -643,8 +666,10 @@ export class Session {
     });
     child.on('message', (raw: unknown, handle: unknown) => this.onMessage(raw, handle));
     child.once('exit', (code, signal) => this.onExit(code, signal));
-    child.once('error', (error) => {
-      this.environment.log.error({ session_id: this.id, err: error }, 'the capsule host could not be started');
+    // Every error, not the first: a second one unheard would be thrown, and end the executor.
+    child.on('error', (error: NodeJS.ErrnoException) => {
+      const what = error.syscall?.startsWith('spawn') ? 'the capsule host could not be started' : 'the capsule host’s channel failed';
+      this.environment.log.error({ session_id: this.id, err: error }, what);
     });
     if (this.canSpawn() && this.cgroup) this.guardWorkdir();
   }
@@ -661,15 +686,13 @@ export class Session {
       this.bootstrap.line(`[resources] ${message}`);
       this.stderrLine(`[capsule-runtime] ${message}`);
       this.trace.write('resource_limit', { limit: 'workdir_max_bytes', observed_bytes: observed, max_bytes: max });
-      if (this.child?.connected) {
-        this.child.send({
-          type: 'ceiling',
-          limit: 'workdir_max_bytes',
-          code: 'E-RUN-013',
-          message,
-          hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
-        });
-      }
+      this.tellHost({
+        type: 'ceiling',
+        limit: 'workdir_max_bytes',
+        code: 'E-RUN-013',
+        message,
+        hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
+      });
     });
   }
 
@@ -749,7 +772,7 @@ export class Session {
       child.once('close', onEarlyExit);
       // Sent at once, not after `ready`: the host reads it as soon as it listens, so its start-up
       // and the executor's wait overlap instead of adding up.
-      child.send(start);
+      this.tellHost(start);
     });
   }
 
@@ -805,7 +828,13 @@ export class Session {
     try {
       let value: unknown;
       const startedAt = Date.now();
-      if (request.op === 'http') {
+      if (request.op === 'http' && this.responseBodies.open >= MAX_OPEN_RESPONSE_BODIES) {
+        // Each body still being read holds a connection here: a guest that opens them without
+        // reading them is stopped before it holds the executor's sockets, not after.
+        const reason = `this session already has ${MAX_OPEN_RESPONSE_BODIES} response bodies open: read or drop one first`;
+        this.recordEgress('http', request.request.grant, request.request.url, { decision: 'denied', code: 'internal-error', reason });
+        value = { outcome: 'denied', code: 'internal-error', reason };
+      } else if (request.op === 'http') {
         const result = await this.egress.http(request.request);
         this.recordEgress(
           'http',
@@ -868,7 +897,7 @@ export class Session {
     } catch (error) {
       reply = { type: 'reply', id, ok: false, error: error instanceof Error ? error.message : String(error) };
     }
-    if (this.child?.connected) this.child.send(reply);
+    this.tellHost(reply);
   }
 
   /**
@@ -911,7 +940,7 @@ export class Session {
   stop(reason: string): boolean {
     if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return false;
     this.killedFor ??= { code: 'E-RUN-001', message: `the session was stopped: ${reason}` };
-    if (this.child.connected) this.child.send({ type: 'stop', reason });
+    this.tellHost({ type: 'stop', reason });
     this.child.kill('SIGTERM');
     setTimeout(() => this.kill({ code: 'E-RUN-001', message: `the session was stopped: ${reason}` }), 2_000).unref();
     return true;

@@ -218,11 +218,19 @@ function listDirectory(path, follow = true) {
   }
 }
 
+/** Responses a probe keeps without reading (`fetch` with `unread`), alive for the rest of the run. */
+const unreadResponses = [];
+
 async function fetchAction(action) {
   const init = { method: action.method ?? 'GET' };
   if (action.body !== undefined) init.body = typeof action.body === 'string' ? action.body : JSON.stringify(action.body);
   if (action.headers) init.headers = action.headers;
   const response = await fetch(action.url, init);
+  // `unread`: the response is kept, its body never read, as a guest that hoards connections would.
+  if (action.unread) {
+    unreadResponses.push(response);
+    return { status: response.status };
+  }
   const body = await response.text();
   return { status: response.status, body: body.slice(0, 2000) };
 }
