@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { type BrowserContext, type Page, chromium } from 'playwright-core';
@@ -10,7 +9,7 @@ import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { probeCapsule } from './support/probe-guests.js';
-import { type ServiceProcess, eventually, murBin, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -105,27 +104,13 @@ describe('the operator dashboard', () => {
   });
 
   /** `mur run --json` of a probe on the stack, in the background: the test decides when it may finish. */
-  async function startProbe(name: string, actions: unknown[]): Promise<{ sessionId: string; workdir: string; exited: Promise<number | null> }> {
+  /** A probe capsule run in the background with `actions` as its task; its workdir is where the test drops `go.txt`. */
+  async function startProbe(name: string, actions: unknown[]): Promise<RunningAgent> {
     const project = await probeProject(
       path.join(scratch.dir, name),
       `capabilities:\n  network:\n    allow: [${inference.authority}]\n  limits:\n    deadline_seconds: 60\n`,
     );
-    const child = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify(actions)], {
-      cwd: project,
-      env: { PATH: process.env.PATH ?? '', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
-    const launch = await eventually(
-      () => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; workdir: string }) : undefined),
-      60_000,
-      `the launch line of ${name} (${stderr})`,
-    );
-    return { sessionId: launch.session_id, workdir: launch.workdir, exited };
+    return startAgent(project, env, ['--task', JSON.stringify(actions)]);
   }
 
   async function openDashboard(): Promise<void> {
@@ -158,7 +143,7 @@ describe('the operator dashboard', () => {
     expect(await page.content()).not.toContain(SECRET_VALUE);
 
     await fs.writeFile(path.join(probe.workdir, 'go.txt'), 'go');
-    expect(await probe.exited).toBe(0);
+    expect((await probe.exited).code).toBe(0);
     await page.locator(`#sessions tr[data-session-id="${probe.sessionId}"][data-state="ok"]`).waitFor({ timeout: 15_000 });
     expect(await page.evaluate(() => (globalThis as unknown as { notReloaded?: boolean }).notReloaded)).toBe(true);
   });
