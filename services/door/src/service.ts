@@ -33,7 +33,9 @@ import type { Bus } from '@murmur/shared/bus';
 import { type Context, Hono } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import type * as z from 'zod';
-import { limitBody } from './body-limit.js';
+import type { HttpAhead } from '@murmur/shared/service';
+import { keptBody, limitBody } from './body-limit.js';
+import { CardShelf } from './card-shelf.js';
 import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateNamed } from './rendering.js';
@@ -62,6 +64,11 @@ export interface DoorOptions {
 
 export interface DoorService {
   readonly http: Hono;
+  /**
+   * What the door answers before a request reaches `http` (a kept card, from memory); false when
+   * the request is left for `http`. Give it to `listenHttp` beside `http`.
+   */
+  readonly ahead: HttpAhead;
   readonly doorId: string;
   /** Where this door is reached; the URL it puts in cards and tells `door.locate` askers. */
   setBaseUrl(url: string): void;
@@ -131,27 +138,23 @@ export function startDoorService(options: DoorOptions): DoorService {
   };
 
   /**
-   * The cards hosts wrote, rendered as served, by session and URL: a host writes its card once, so
-   * a door keeps it until it hears the session end. `Cache-Control: no-cache` (what a liveness
-   * check sends) asks the host itself, since only the host answering proves the session lives.
+   * The cards hosts wrote, rendered as served (see `CardShelf`): a host writes its card once, so a
+   * door keeps it until it hears the session end. `Cache-Control: no-cache` (what a liveness check
+   * sends) asks the host itself, since only the host answering proves the session lives.
    */
-  const cards = new Map<string, string>();
-  const forgetCards = bus.subscribe(topics.sessionEnded, (ended) => {
-    for (const key of cards.keys()) if (key.startsWith(ended.session_id)) cards.delete(key);
-  });
+  const cards = new CardShelf(CARDS_KEPT, options.soleSession);
+  if (baseUrl) cards.setBaseUrl(baseUrl);
+  const forgetCards = bus.subscribe(topics.sessionEnded, (ended) => cards.forget(ended.session_id));
 
   const serveCard = async (context: Context, link: SessionLink): Promise<Response> => {
     const url = urlOf(context, link.sessionId);
-    const key = `${link.sessionId} ${url}`;
     const fresh = /no-cache/i.test(context.req.header('cache-control') ?? '');
-    const kept = fresh ? undefined : cards.get(key);
+    const kept = fresh ? undefined : cards.get(link.sessionId, url);
     if (kept !== undefined) return context.body(kept, 200, { 'content-type': 'application/json' });
     try {
       const reply = await link.call({ method: 'card' });
       if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
-      const rendered = JSON.stringify({ ...renderAgentCard(reply.card, url), ...auth.cardFields });
-      if (cards.size >= CARDS_KEPT) cards.delete(cards.keys().next().value as string);
-      cards.set(key, rendered);
+      const rendered = cards.keep(link.sessionId, url, JSON.stringify({ ...renderAgentCard(reply.card, url), ...auth.cardFields }));
       return context.body(rendered, 200, { 'content-type': 'application/json' });
     } catch (error) {
       if (error instanceof SessionUnreachable) return context.json({ error: { code: 'E-DOOR-001', message: error.message } }, error.status);
@@ -215,7 +218,7 @@ export function startDoorService(options: DoorOptions): DoorService {
         415,
       );
     }
-    const read = readJsonRpc(await context.req.text());
+    const read = readJsonRpc(await keptBody(context));
     if (!read.ok) return context.json(read.response);
     const call = read.call;
     // The service parameter as a header, or as the request parameter the spec also allows.
@@ -565,9 +568,11 @@ export function startDoorService(options: DoorOptions): DoorService {
 
   return {
     http: app,
+    ahead: (request, response) => cards.answer(request, response),
     doorId,
     setBaseUrl(url: string) {
       baseUrl ??= url;
+      cards.setBaseUrl(baseUrl);
     },
     drain() {
       feeds.shutdown();
