@@ -13,6 +13,7 @@ import {
   RPC_ERRORS,
   type RpcError,
   SendParamsV03Schema,
+  SETTLE_WITHIN_MAX_MS,
   SendParamsV10Schema,
   SessionIdSchema,
   type SessionCall,
@@ -293,31 +294,46 @@ export function startDoorService(options: DoorOptions): DoorService {
     };
     // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless told not to.
     const blocking = version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true;
-    const watch = blocking ? await link.watch() : undefined;
-    try {
+    const historyLength = configuration?.historyLength;
+    if (!blocking) {
       const sent = taskOf(await link.call(sendCall(message, request)));
-      if ('error' in sent) return context.json(rpcError(call.id, sent.error));
-      let task = sent.task;
-      if (watch && !settled(task)) {
-        const deadline = Date.now() + blockingWaitMs;
-        for (;;) {
-          const next = await watch.next(Math.max(1, deadline - Date.now()));
-          if (next === 'ended' || next === 'timeout' || next === 'door-stopping') break;
-          if (next.task_id === task.id && next.type === 'status' && (next.final || next.state === 'input-required')) break;
-        }
-        const latest = taskOf(
-          await link.call({
-            method: 'get',
-            task_id: task.id,
-            ...(configuration?.historyLength !== undefined ? { history_length: configuration.historyLength } : {}),
-          }),
-        );
-        if ('task' in latest) task = latest.task;
-      }
-      return context.json(rpcResult(call.id, renderSendResult(version, task)));
-    } finally {
-      watch?.close();
+      return context.json('error' in sent ? rpcError(call.id, sent.error) : rpcResult(call.id, renderSendResult(version, sent.task)));
     }
+    // The host waits for the task to settle and answers with it: one round trip for most tasks.
+    // One that outlasts the host's wait is followed on the feed until it settles, or until this
+    // door's own wait (MURMUR_DOOR_BLOCKING_WAIT_MS) is over.
+    const deadline = Date.now() + blockingWaitMs;
+    const sent = taskOf(
+      await link.call({
+        ...sendCall(message, request),
+        settle_within_ms: Math.max(1, Math.min(SETTLE_WITHIN_MAX_MS, blockingWaitMs)),
+        ...(historyLength !== undefined ? { history_length: historyLength } : {}),
+      }),
+    );
+    if ('error' in sent) return context.json(rpcError(call.id, sent.error));
+    let task = sent.task;
+    if (!settled(task) && Date.now() < deadline) {
+      // Watched before asking again, so that a settling between the host's answer and now is not missed.
+      const watch = await link.watch();
+      try {
+        const current = (): Promise<ReturnType<typeof taskOf>> =>
+          link.call({ method: 'get', task_id: task.id, ...(historyLength !== undefined ? { history_length: historyLength } : {}) }).then(taskOf);
+        const now = await current();
+        if ('task' in now) task = now.task;
+        if (!settled(task)) {
+          for (;;) {
+            const next = await watch.next(Math.max(1, deadline - Date.now()));
+            if (next === 'ended' || next === 'timeout' || next === 'door-stopping') break;
+            if (next.task_id === task.id && next.type === 'status' && (next.final || next.state === 'input-required')) break;
+          }
+          const latest = await current();
+          if ('task' in latest) task = latest.task;
+        }
+      } finally {
+        watch.close();
+      }
+    }
+    return context.json(rpcResult(call.id, renderSendResult(version, task)));
   };
 
   const get: Handler = async (context, request) => {
@@ -596,7 +612,7 @@ function methodNotFound(method: string, version: A2aVersion, otherGeneration: Re
 function sendCall(
   message: A2aMessage,
   { traceparent, completion, forgetSession }: Pick<RpcRequest, 'traceparent' | 'completion' | 'forgetSession'>,
-): SessionCall {
+): Extract<SessionCall, { method: 'send' }> {
   return {
     method: 'send',
     message_id: message.messageId,
