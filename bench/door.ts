@@ -15,7 +15,18 @@
  * so that the machine's drift over the run falls on both alike. Aim: export costs ≤ 5% of the
  * message rate.
  *
- * Both servers run in their own processes; the clients run here. `BENCH_SECONDS` (default 8) is
+ * Then 16 echo sessions behind one door (`door-sessions.ts`: the stager, the executor and one door
+ * in one process, each session its own capsule host), two clients each: their aggregate rate and
+ * p99 against the SDK's at the same 32 clients. Aim: ≥ 1.0 of its rate, p99 ≤ 2 × its p99. And
+ * one client sending one message at a time to the first echo session: its end-to-end time at the
+ * client beside the host's own task time from the session's trace (`a2a_task_received` →
+ * `task_end`, whole milliseconds, so the means say more than the medians), and the difference —
+ * what the door, the bus and the executor add. Aim: ≤ 3 ms at p50.
+ *
+ * Every row's clients are `http-load.ts`'s keep-alive sockets, the SDK's too: `fetch` from one
+ * process was what limited the card rows. Aim for the card: ≥ 4 × the SDK's rate.
+ *
+ * The servers run in their own processes; the clients run here. `BENCH_SECONDS` (default 8) is
  * the length of each measured phase, after a one-second warm-up.
  */
 import { type ChildProcess, spawn } from 'node:child_process';

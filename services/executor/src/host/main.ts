@@ -57,7 +57,9 @@ const earlyCalls: Array<{ id: number; call: SessionCall }> = [];
 let isAgent = false;
 
 function answerCall(message: { id: number; call: SessionCall }): void {
-  const failed = (error: unknown): SessionReply => ({ error: { code: -32603, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` } });
+  const failed = (error: unknown): SessionReply => ({
+    error: { code: -32603, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` },
+  });
   let reply: SessionReply | Promise<SessionReply>;
   try {
     reply = serveCall ? serveCall(message.call) : { error: { code: -32603, message: 'this session does not accept A2A calls: it is not an agent capsule' } };
