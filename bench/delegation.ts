@@ -53,7 +53,7 @@ try {
   ])
     closers.push(() => service.close());
   const door = startDoorService({ bus, log: silentLog, env });
-  const doorListener = await listenHttp(door.http);
+  const doorListener = await listenHttp(door.http, {}, door.ahead);
   door.setBaseUrl(doorListener.url);
   closers.push(async () => {
     await doorListener.close();

@@ -15,7 +15,18 @@
  * so that the machine's drift over the run falls on both alike. Aim: export costs ≤ 5% of the
  * message rate.
  *
- * Both servers run in their own processes; the clients run here. `BENCH_SECONDS` (default 8) is
+ * Then 16 echo sessions behind one door (`door-sessions.ts`: the stager, the executor and one door
+ * in one process, each session its own capsule host), two clients each: their aggregate rate and
+ * p99 against the SDK's at the same 32 clients. Aim: ≥ 1.0 of its rate, p99 ≤ 2 × its p99. And
+ * one client sending one message at a time to the first echo session: its end-to-end time at the
+ * client beside the host's own task time from the session's trace (`a2a_task_received` →
+ * `task_end`, whole milliseconds, so the means say more than the medians), and the difference —
+ * what the door, the bus and the executor add. Aim: ≤ 3 ms at p50.
+ *
+ * Every row's clients are `http-load.ts`'s keep-alive sockets, the SDK's too: `fetch` from one
+ * process was what limited the card rows. Aim for the card: ≥ 4 × the SDK's rate.
+ *
+ * The servers run in their own processes; the clients run here. `BENCH_SECONDS` (default 8) is
  * the length of each measured phase, after a one-second warm-up.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -29,65 +40,48 @@ import { fileURLToPath } from 'node:url';
 import { componentArtifact, publishInto } from '../test/support/artifacts.js';
 import { recordingHook } from '../test/support/probe-guests.js';
 import { echoDriver } from './echo-driver.js';
+import { type Phase, load } from './http-load.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const CLIENTS = 32;
+/** The many-sessions scenario: this many sessions share one door, `CLIENTS / MANY_SESSIONS` clients each. */
+const MANY_SESSIONS = 16;
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const mur = path.join(root, 'cli', 'bin', 'mur.js');
 
-interface Phase {
-  requests: number;
-  failures: number;
-  perSecond: number;
-  p50: number;
-  p99: number;
-}
-
-/** `CLIENTS` loops doing `call` back to back for `seconds`; latencies of the successful ones. */
-async function load(call: () => Promise<boolean>, seconds: number): Promise<Phase> {
-  const latencies: number[] = [];
-  let failures = 0;
-  const until = performance.now() + seconds * 1000;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: CLIENTS }, async () => {
-      while (performance.now() < until) {
-        const at = performance.now();
-        if (await call().catch(() => false)) latencies.push(performance.now() - at);
-        else failures += 1;
-      }
+/** `CLIENTS` keep-alive connections sending blocking `SendMessage`s to `urls`; a reply counts when it is the completed task with the echo. */
+function messages(urls: string[], seconds: number, clients = CLIENTS): Promise<Phase> {
+  return load({
+    urls,
+    clients,
+    seconds,
+    request: (n) => ({
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'a2a-version': '1.0' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: n,
+        method: 'SendMessage',
+        params: { message: { messageId: `m-${n}`, role: 'ROLE_USER', parts: [{ text: `ping ${n}` }] } },
+      }),
     }),
-  );
-  const elapsed = (performance.now() - started) / 1000;
-  latencies.sort((left, right) => left - right);
-  const at = (quantile: number): number => latencies[Math.min(latencies.length - 1, Math.floor(quantile * latencies.length))] ?? Number.NaN;
-  return { requests: latencies.length, failures, perSecond: latencies.length / elapsed, p50: at(0.5), p99: at(0.99) };
-}
-
-let sequence = 0;
-
-/** One blocking `SendMessage`; true when the task came back completed with the echo. */
-async function sendMessage(url: string): Promise<boolean> {
-  const text = `ping ${++sequence}`;
-  const response = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'a2a-version': '1.0' },
-    body: JSON.stringify({
-      jsonrpc: '2.0',
-      id: sequence,
-      method: 'SendMessage',
-      params: { message: { messageId: `m-${sequence}`, role: 'ROLE_USER', parts: [{ text }] } },
-    }),
+    accept: (status, body, n) => {
+      const reply = JSON.parse(body.toString()) as { result?: { task?: { status?: { state?: string; message?: { parts?: Array<{ text?: string }> } } } } };
+      const task = reply.result?.task?.status;
+      return status === 200 && task?.state === 'TASK_STATE_COMPLETED' && task.message?.parts?.[0]?.text === `ping ${n}`;
+    },
   });
-  const body = (await response.json()) as { result?: { task?: { status?: { state?: string; message?: { parts?: Array<{ text?: string }> } } } } };
-  const status = body.result?.task?.status;
-  return status?.state === 'TASK_STATE_COMPLETED' && status.message?.parts?.[0]?.text === text;
 }
 
-async function getCard(url: string): Promise<boolean> {
-  const response = await fetch(url);
-  const card = (await response.json()) as { name?: string };
-  return response.ok && typeof card.name === 'string';
+/** `CLIENTS` keep-alive connections fetching the agent card at `url`; a reply counts when it is a card. */
+function cards(url: string, seconds: number): Promise<Phase> {
+  return load({
+    urls: [url],
+    clients: CLIENTS,
+    seconds,
+    request: () => ({ method: 'GET' }),
+    accept: (status, body) => status === 200 && body[0] === 0x7b && body.includes('"name":'),
+  });
 }
 
 /** Starts a process and waits for the first stdout line that `ready` accepts. */
@@ -124,8 +118,8 @@ try {
   const home = path.join(scratch, 'home');
   await publishInto(path.join(home, 'artifacts'), await componentArtifact('echo-driver', '1.0.0', (await echoDriver()).bytes, 'driver'));
   await publishInto(path.join(home, 'artifacts'), await componentArtifact('every-event', '1.0.0', (await recordingHook()).bytes, 'hook'));
-  /** The echo capsule, with `hooks` among its artifacts; started with `mur run`, its door URL returned. */
-  const startEcho = async (name: string, hooks: string[], extraEnv: Record<string, string> = {}): Promise<string> => {
+  /** The echo capsule's project, with `hooks` among its artifacts. */
+  const echoProject = async (name: string, hooks: string[]): Promise<string> => {
     const project = path.join(scratch, name);
     await fs.mkdir(project);
     await fs.writeFile(
@@ -151,14 +145,22 @@ try {
         '',
       ].join('\n'),
     );
+    return project;
+  };
+  /** The echo capsule started with `mur run`: its door URL, and where its trace is written. */
+  const startEcho = async (name: string, hooks: string[], extraEnv: Record<string, string> = {}): Promise<string> => {
+    const project = await echoProject(name, hooks);
     const murmur = await startProcess(
       [process.execPath, mur, 'run', '--json'],
       { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home, ...extraEnv } },
       (line) => line.startsWith('{'),
     );
     children.push(murmur.child);
-    return (JSON.parse(murmur.line) as { url: string }).url;
+    const started = JSON.parse(murmur.line) as { url: string; workdir: string };
+    traces.set(started.url, path.join(started.workdir, 'trace.jsonl'));
+    return started.url;
   };
+  const traces = new Map<string, string>();
   const session = await startEcho('echo', []);
   const hooked = await startEcho('echo-hooked', ['every-event']);
   const collector = await startDrainingCollector();
@@ -177,41 +179,93 @@ try {
     { label: '@a2a-js/sdk, in-process executor', rpc: `${sdkBase}/rpc`, card: `${sdkBase}/.well-known/agent-card.json` },
   ];
   for (const target of targets) {
-    if (!(await sendMessage(target.rpc))) throw new Error(`${target.label}: a message round trip did not come back as the echo`);
+    const probe = await messages([target.rpc], 0.2, 1);
+    if (probe.requests === 0 || probe.failures > 0) throw new Error(`${target.label}: a message round trip did not come back as the echo`);
   }
   process.stdout.write(`A2A door benchmark: ${CLIENTS} concurrent clients, ${SECONDS} s per phase (${os.cpus().length} cores, node ${process.version})\n\n`);
   process.stdout.write(`${'server'.padEnd(42)}${'req/s'.padStart(8)}${'p50 ms'.padStart(10)}${'p99 ms'.padStart(10)}${'failed'.padStart(10)}\n`);
   const results: Record<string, { message: Phase; card: Phase }> = {};
   for (const target of targets) {
-    await load(() => sendMessage(target.rpc), 1);
-    const message = await load(() => sendMessage(target.rpc), SECONDS);
+    await messages([target.rpc], 1);
+    const message = await messages([target.rpc], SECONDS);
     process.stdout.write(`${row(`${target.label}: SendMessage`, message)}\n`);
-    await load(() => getCard(target.card), 1);
-    const card = await load(() => getCard(target.card), SECONDS);
+    await cards(target.card, 1);
+    const card = await cards(target.card, SECONDS);
     process.stdout.write(`${row(`${target.label}: agent card`, card)}\n`);
     results[target.label] = { message, card };
   }
   const [door, withHook, plain] = targets.map((target) => results[target.label] as { message: Phase; card: Phase });
   const messageRatio = (door?.message.perSecond ?? 0) / (plain?.message.perSecond ?? 1);
   const cardRatio = (door?.card.perSecond ?? 0) / (plain?.card.perSecond ?? 1);
-  process.stdout.write(`\nratio (murmur / sdk): messages ${messageRatio.toFixed(2)} (aim ≥ 0.5), agent cards ${cardRatio.toFixed(2)}\n`);
+  process.stdout.write(`\nratio (murmur / sdk): messages ${messageRatio.toFixed(2)} (aim ≥ 0.5), agent cards ${cardRatio.toFixed(2)} (aim ≥ 4)\n`);
   const hookCost = (withHook?.message.p50 ?? Number.NaN) - (door?.message.p50 ?? Number.NaN);
   process.stdout.write(
     `a blocking hook on every event: messages ${((withHook?.message.perSecond ?? 0) / (door?.message.perSecond ?? 1)).toFixed(2)} of the hook-free rate, p50 +${hookCost.toFixed(1)} ms (three hook calls a message)\n`,
   );
 
-  if (!(await sendMessage(exporting))) throw new Error('the exporting echo capsule did not answer with the echo');
+  // Many sessions behind one door: each session has its own capsule host; the door, the bus and
+  // the executor are shared, as on a machine serving many agents.
+  {
+    const project = await echoProject('echo-many', []);
+    const many = await startProcess(
+      [process.execPath, '--import', 'tsx', path.join(root, 'bench', 'door-sessions.ts'), project, String(MANY_SESSIONS)],
+      { cwd: root, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home } },
+      (line) => line.startsWith('{'),
+    );
+    children.push(many.child);
+    const { urls } = JSON.parse(many.line) as { urls: string[] };
+    const probe = await messages(urls, 0.5, urls.length);
+    if (probe.failures > 0) throw new Error('a session behind the shared door did not answer with the echo');
+    await messages(urls, 1);
+    // The SDK measured again just before and just after, and the two averaged: the machine's drift
+    // over the run (other work on it) would otherwise fall on one side of the ratio only.
+    const sdkRpc = `${sdkBase}/rpc`;
+    const sdkBefore = await messages([sdkRpc], SECONDS);
+    const phase = await messages(urls, SECONDS);
+    const sdkAfter = await messages([sdkRpc], SECONDS);
+    const sdkRate = (sdkBefore.perSecond + sdkAfter.perSecond) / 2;
+    const sdkP99 = (sdkBefore.p99 + sdkAfter.p99) / 2;
+    process.stdout.write(`\n${MANY_SESSIONS} echo sessions behind one door, ${CLIENTS / MANY_SESSIONS} clients each, between two SDK phases:\n`);
+    process.stdout.write(`${row('@a2a-js/sdk, just before: SendMessage', sdkBefore)}\n`);
+    process.stdout.write(`${row(`murmur, ${MANY_SESSIONS} sessions: SendMessage`, phase)}\n`);
+    process.stdout.write(`${row('@a2a-js/sdk, just after: SendMessage', sdkAfter)}\n`);
+    process.stdout.write(
+      `  aggregate / sdk: ${(phase.perSecond / sdkRate).toFixed(2)} (aim ≥ 1.0); p99 / sdk's p99: ${(phase.p99 / sdkP99).toFixed(2)} (aim ≤ 2)\n`,
+    );
+    await stop(many.child);
+  }
+
+  // One client, one message at a time: what the door, the bus and the executor add to the host's
+  // own task time, which the host's trace records (a2a_task_received → task_end, in whole ms).
+  {
+    const trace = traces.get(session) as string;
+    const before = (await fs.readFile(trace, 'utf8')).length;
+    const phase = await messages([session], SECONDS, 1);
+    const host = hostTaskTimes((await fs.readFile(trace, 'utf8')).slice(before));
+    const sorted = [...host].sort((left, right) => left - right);
+    const hostP50 = sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+    const hostMean = host.reduce((sum, value) => sum + value, 0) / host.length;
+    process.stdout.write(`\none client, sequential messages (${phase.requests} of them):\n`);
+    process.stdout.write(
+      `  end to end at the client: p50 ${phase.p50.toFixed(2)} ms, mean ${phase.mean.toFixed(2)} ms; the host's task time: p50 ${hostP50.toFixed(2)} ms, mean ${hostMean.toFixed(2)} ms (${host.length} tasks)\n`,
+    );
+    process.stdout.write(
+      `  door + bus + executor: p50 ${(phase.p50 - hostP50).toFixed(2)} ms, mean ${(phase.mean - hostMean).toFixed(2)} ms (aim ≤ 3 ms p50)\n`,
+    );
+  }
+
+  if ((await messages([exporting], 0.2, 1)).requests === 0) throw new Error('the exporting echo capsule did not answer with the echo');
   const rounds = 6;
   const roundSeconds = Math.max(2, SECONDS / 2);
   const off: Phase[] = [];
   const on: Phase[] = [];
   // Both warmed alike first: the exporting session's span code is not yet compiled by V8.
-  await load(() => sendMessage(session), 2);
-  await load(() => sendMessage(exporting), 4);
+  await messages([session], 2);
+  await messages([exporting], 4);
   for (let round = 0; round < rounds; round += 1) {
     const order = round % 2 === 0 ? (['off', 'on'] as const) : (['on', 'off'] as const);
     for (const which of order) {
-      const phase = await load(() => sendMessage(which === 'on' ? exporting : session), roundSeconds);
+      const phase = await messages([which === 'on' ? exporting : session], roundSeconds);
       (which === 'on' ? on : off).push(phase);
     }
   }
@@ -235,6 +289,20 @@ try {
 } finally {
   for (const child of children.reverse()) await stop(child);
   if (!process.env.BENCH_KEEP) await fs.rm(scratch, { recursive: true, force: true });
+}
+
+/** Each A2A task's time in its host, from the trace's `a2a_task_received` to its `task_end`. */
+function hostTaskTimes(traceText: string): number[] {
+  const received = new Map<string, number>();
+  const times: number[] = [];
+  for (const line of traceText.split('\n')) {
+    if (line === '') continue;
+    const record = JSON.parse(line) as { event_type: string; task_id?: string; timestamp: number };
+    if (record.event_type === 'a2a_task_received' && record.task_id) received.set(record.task_id, record.timestamp);
+    if (record.event_type === 'task_end' && record.task_id && received.has(record.task_id))
+      times.push(record.timestamp - (received.get(record.task_id) as number));
+  }
+  return times;
 }
 
 /** A collector that accepts every OTLP export and drops it: what export costs the sender, not what decoding costs here. */

@@ -1,4 +1,5 @@
 import { promises as fs } from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
@@ -113,6 +114,34 @@ describe('the door', () => {
       const response = await fetch(`${agent.url}/.well-known/agent-card.json`);
       expect(response.status).toBe(200);
       expect(((await response.json()) as { session_id: string }).session_id).toBe(agent.sessionId);
+    });
+
+    it('answers a card it keeps with the same status, header lines and bytes as the answer the host gave, at both of its addresses', async () => {
+      /** One GET over a fresh connection: the status, the header lines as sent (names' case and order kept, the date left out), the body. */
+      const raw = (url: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: string[]; body: string }> =>
+        new Promise((resolve, reject) => {
+          http
+            .get(url, { headers, agent: false }, (response) => {
+              const chunks: Buffer[] = [];
+              response.on('data', (chunk: Buffer) => chunks.push(chunk));
+              response.on('end', () => {
+                const lines: string[] = [];
+                for (let index = 0; index < response.rawHeaders.length; index += 2) {
+                  const name = response.rawHeaders[index] as string;
+                  lines.push(name.toLowerCase() === 'date' ? name : `${name}: ${response.rawHeaders[index + 1]}`);
+                }
+                resolve({ status: response.statusCode ?? 0, headers: lines, body: Buffer.concat(chunks).toString() });
+              });
+            })
+            .on('error', reject);
+        });
+      for (const url of [new URL('.well-known/agent-card.json', agent.url).href, new URL('/.well-known/agent-card.json', agent.url).href]) {
+        const fromHost = await raw(url, { 'cache-control': 'no-cache' });
+        const kept = await raw(url);
+        expect(fromHost.status).toBe(200);
+        expect(kept).toEqual(fromHost);
+        expect(JSON.parse(kept.body)).toMatchObject({ session_id: agent.sessionId });
+      }
     });
 
     it('answers 404 for a session id that is not one, without asking the bus', async () => {

@@ -70,7 +70,7 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
         const { startDoorService } = await import('@murmur/door');
         const { listenHttp } = await import('@murmur/shared/service');
         const service = startDoorService({ bus, log, env, ...(soleSession ? { soleSession } : {}) });
-        const listener = await listenHttp(service.http, { host: bind, port }).catch((error: NodeJS.ErrnoException) => {
+        const listener = await listenHttp(service.http, { host: bind, port }, service.ahead).catch((error: NodeJS.ErrnoException) => {
           void service.close();
           throw new MurmurError('E-IO-003', `cannot bind the session's door on ${bind}:${port}: ${error.code ?? error.message}`, {
             hint: 'choose another --bind address, or another network.internal_port (0 picks a free port)',

@@ -85,6 +85,9 @@ export const RpcErrorSchema = z.object({
 });
 export type RpcError = z.infer<typeof RpcErrorSchema>;
 
+/** The longest a `send` may ask its host to wait for the task to settle (below the executor's 10 s wait for any answer). */
+export const SETTLE_WITHIN_MAX_MS = 8_000;
+
 export const SessionCallSchema = z.discriminatedUnion('method', [
   z.object({ method: z.literal('card') }),
   z.object({
@@ -101,6 +104,14 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
     completion_session: z.string().max(256).optional(),
     /** `x-murmur-forget-session`: this task's context starts its harness conversation anew. */
     forget_session: z.boolean().optional(),
+    /**
+     * A blocking send: the host answers once the task settles (a final state, or input-required)
+     * or after this long, whichever is first — with the task as it then stands, its history cut to
+     * `history_length` — so a door's blocking send is one round trip instead of send, watch, get.
+     * Below the executor's own wait for a host's answer (10 s); a host that predates it answers at once.
+     */
+    settle_within_ms: z.number().int().positive().max(SETTLE_WITHIN_MAX_MS).optional(),
+    history_length: z.number().int().nonnegative().optional(),
   }),
   z.object({ method: z.literal('get'), task_id: z.string().max(256).optional(), history_length: z.number().int().nonnegative().optional() }),
   z.object({ method: z.literal('cancel'), task_id: z.string().max(256) }),

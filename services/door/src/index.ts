@@ -7,6 +7,12 @@ await runServiceProcess({
   defaultPort: 7730,
   async start({ bus, log }) {
     const service = startDoorService({ bus, log });
-    return { http: service.http, onListening: (url) => service.setBaseUrl(url), drain: () => service.drain(), close: () => service.close() };
+    return {
+      http: service.http,
+      ahead: service.ahead,
+      onListening: (url) => service.setBaseUrl(url),
+      drain: () => service.drain(),
+      close: () => service.close(),
+    };
   },
 });

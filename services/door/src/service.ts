@@ -13,6 +13,7 @@ import {
   RPC_ERRORS,
   type RpcError,
   SendParamsV03Schema,
+  SETTLE_WITHIN_MAX_MS,
   SendParamsV10Schema,
   SessionIdSchema,
   type SessionCall,
@@ -34,7 +35,9 @@ import type { Bus } from '@murmur/shared/bus';
 import { type Context, Hono } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import type * as z from 'zod';
-import { limitBody } from './body-limit.js';
+import type { HttpAhead } from '@murmur/shared/service';
+import { keptBody, limitBody } from './body-limit.js';
+import { CardShelf } from './card-shelf.js';
 import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateNamed } from './rendering.js';
@@ -64,6 +67,11 @@ export interface DoorOptions {
 
 export interface DoorService {
   readonly http: Hono;
+  /**
+   * What the door answers before a request reaches `http` (a kept card, from memory); false when
+   * the request is left for `http`. Give it to `listenHttp` beside `http`.
+   */
+  readonly ahead: HttpAhead;
   readonly doorId: string;
   /**
    * Where this door is reached, from the address it listens on (a loopback one named `localhost`),
@@ -137,29 +145,27 @@ export function startDoorService(options: DoorOptions): DoorService {
   };
 
   /**
-   * The cards hosts wrote, rendered as served, by session and URL: a host writes its card once, so
-   * a door keeps it until it hears the session end. `Cache-Control: no-cache` (what a liveness
-   * check sends) asks the host itself, since only the host answering proves the session lives.
+   * The cards hosts wrote, rendered as served (see `CardShelf`): a host writes its card once, so a
+   * door keeps it until it hears the session end. `Cache-Control: no-cache` (what a liveness check
+   * sends) asks the host itself, since only the host answering proves the session lives.
    */
-  const cards = new Map<string, string>();
+  const cards = new CardShelf(CARDS_KEPT, options.soleSession);
+  if (baseUrl) cards.setBaseUrl(baseUrl);
   const sessionTokens = new SessionTokens();
   const forgetCards = bus.subscribe(topics.sessionEnded, (ended) => {
-    for (const key of cards.keys()) if (key.startsWith(ended.session_id)) cards.delete(key);
+    cards.forget(ended.session_id);
     sessionTokens.forget(ended.session_id);
   });
 
   const serveCard = async (context: Context, link: SessionLink): Promise<Response> => {
     const url = urlOf(context, link.sessionId);
-    const key = `${link.sessionId} ${url}`;
     const fresh = /no-cache/i.test(context.req.header('cache-control') ?? '');
-    const kept = fresh ? undefined : cards.get(key);
+    const kept = fresh ? undefined : cards.get(link.sessionId, url);
     if (kept !== undefined) return context.body(kept, 200, { 'content-type': 'application/json' });
     try {
       const reply = await link.call({ method: 'card' });
       if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
-      const rendered = JSON.stringify({ ...renderAgentCard(reply.card, url), ...auth.cardFields });
-      if (cards.size >= CARDS_KEPT) cards.delete(cards.keys().next().value as string);
-      cards.set(key, rendered);
+      const rendered = cards.keep(link.sessionId, url, JSON.stringify({ ...renderAgentCard(reply.card, url), ...auth.cardFields }));
       return context.body(rendered, 200, { 'content-type': 'application/json' });
     } catch (error) {
       if (error instanceof SessionUnreachable) return context.json({ error: { code: 'E-DOOR-001', message: error.message } }, error.status);
@@ -227,7 +233,7 @@ export function startDoorService(options: DoorOptions): DoorService {
         415,
       );
     }
-    const read = readJsonRpc(await context.req.text());
+    const read = readJsonRpc(await keptBody(context));
     if (!read.ok) return context.json(read.response);
     const call = read.call;
     // The service parameter as a header, or as the request parameter the spec also allows.
@@ -302,31 +308,46 @@ export function startDoorService(options: DoorOptions): DoorService {
     };
     // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless told not to.
     const blocking = version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true;
-    const watch = blocking ? await link.watch() : undefined;
-    try {
+    const historyLength = configuration?.historyLength;
+    if (!blocking) {
       const sent = taskOf(await link.call(sendCall(message, request)));
-      if ('error' in sent) return context.json(rpcError(call.id, sent.error));
-      let task = sent.task;
-      if (watch && !settled(task)) {
-        const deadline = Date.now() + blockingWaitMs;
-        for (;;) {
-          const next = await watch.next(Math.max(1, deadline - Date.now()));
-          if (next === 'ended' || next === 'timeout' || next === 'door-stopping') break;
-          if (next.task_id === task.id && next.type === 'status' && (next.final || next.state === 'input-required')) break;
-        }
-        const latest = taskOf(
-          await link.call({
-            method: 'get',
-            task_id: task.id,
-            ...(configuration?.historyLength !== undefined ? { history_length: configuration.historyLength } : {}),
-          }),
-        );
-        if ('task' in latest) task = latest.task;
-      }
-      return context.json(rpcResult(call.id, renderSendResult(version, task)));
-    } finally {
-      watch?.close();
+      return context.json('error' in sent ? rpcError(call.id, sent.error) : rpcResult(call.id, renderSendResult(version, sent.task)));
     }
+    // The host waits for the task to settle and answers with it: one round trip for most tasks.
+    // One that outlasts the host's wait is followed on the feed until it settles, or until this
+    // door's own wait (MURMUR_DOOR_BLOCKING_WAIT_MS) is over.
+    const deadline = Date.now() + blockingWaitMs;
+    const sent = taskOf(
+      await link.call({
+        ...sendCall(message, request),
+        settle_within_ms: Math.max(1, Math.min(SETTLE_WITHIN_MAX_MS, blockingWaitMs)),
+        ...(historyLength !== undefined ? { history_length: historyLength } : {}),
+      }),
+    );
+    if ('error' in sent) return context.json(rpcError(call.id, sent.error));
+    let task = sent.task;
+    if (!settled(task) && Date.now() < deadline) {
+      // Watched before asking again, so that a settling between the host's answer and now is not missed.
+      const watch = await link.watch();
+      try {
+        const current = (): Promise<ReturnType<typeof taskOf>> =>
+          link.call({ method: 'get', task_id: task.id, ...(historyLength !== undefined ? { history_length: historyLength } : {}) }).then(taskOf);
+        const now = await current();
+        if ('task' in now) task = now.task;
+        if (!settled(task)) {
+          for (;;) {
+            const next = await watch.next(Math.max(1, deadline - Date.now()));
+            if (next === 'ended' || next === 'timeout' || next === 'door-stopping') break;
+            if (next.task_id === task.id && next.type === 'status' && (next.final || next.state === 'input-required')) break;
+          }
+          const latest = await current();
+          if ('task' in latest) task = latest.task;
+        }
+      } finally {
+        watch.close();
+      }
+    }
+    return context.json(rpcResult(call.id, renderSendResult(version, task)));
   };
 
   const get: Handler = async (context, request) => {
@@ -579,9 +600,11 @@ export function startDoorService(options: DoorOptions): DoorService {
 
   return {
     http: app,
+    ahead: (request, response) => cards.answer(request, response),
     doorId,
     setBaseUrl(url: string) {
       baseUrl ??= doorPublicUrl(url);
+      cards.setBaseUrl(baseUrl);
       return baseUrl;
     },
     drain() {
@@ -606,7 +629,7 @@ function methodNotFound(method: string, version: A2aVersion, otherGeneration: Re
 function sendCall(
   message: A2aMessage,
   { traceparent, completion, forgetSession }: Pick<RpcRequest, 'traceparent' | 'completion' | 'forgetSession'>,
-): SessionCall {
+): Extract<SessionCall, { method: 'send' }> {
   return {
     method: 'send',
     message_id: message.messageId,

@@ -4,6 +4,8 @@ import { subjectMatches } from './subject.js';
 import { type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
 
 interface Subscriber {
+  /** When it subscribed, among all of this transport's subscribers: delivery goes in this order. */
+  readonly order: number;
   readonly pattern: string;
   readonly queue: string | undefined;
   readonly handler: (message: RawMessage) => void;
@@ -20,7 +22,14 @@ export class InProcessTransport implements Transport {
   readonly description = 'in-process';
   /** nats-server's default, so a payload that fits here fits on the stack's bus too. */
   readonly maxPayload = 1024 * 1024;
-  private subscribers: Subscriber[] = [];
+  /**
+   * Subscribers by the one subject they name, for patterns without wildcards (nearly all: a
+   * session's calls, its events, a command's queue), so a message finds its own without testing
+   * every subscription of every session; the few wildcard patterns are tested one by one.
+   */
+  private literal = new Map<string, Subscriber[]>();
+  private wildcard: Subscriber[] = [];
+  private subscribed = 0;
   private readonly queueCursor = new Map<string, number>();
   private pending = 0;
   private idleWaiters: Array<() => void> = [];
@@ -33,12 +42,21 @@ export class InProcessTransport implements Transport {
   }
 
   subscribe(pattern: string, handler: (message: RawMessage) => void, queue?: string): RawSubscription {
-    const subscriber: Subscriber = { pattern, queue, handler, active: true };
-    this.subscribers.push(subscriber);
+    const subscriber: Subscriber = { order: this.subscribed++, pattern, queue, handler, active: true };
+    const isLiteral = !pattern.split('.').some((token) => token === '*' || token === '>');
+    if (isLiteral) this.literal.set(pattern, [...(this.literal.get(pattern) ?? []), subscriber]);
+    else this.wildcard.push(subscriber);
     return {
       unsubscribe: () => {
+        if (!subscriber.active) return;
         subscriber.active = false;
-        this.subscribers = this.subscribers.filter((candidate) => candidate !== subscriber);
+        if (!isLiteral) {
+          this.wildcard = this.wildcard.filter((candidate) => candidate !== subscriber);
+          return;
+        }
+        const rest = (this.literal.get(pattern) ?? []).filter((candidate) => candidate !== subscriber);
+        if (rest.length > 0) this.literal.set(pattern, rest);
+        else this.literal.delete(pattern);
       },
     };
   }
@@ -98,8 +116,19 @@ export class InProcessTransport implements Transport {
 
   async close(): Promise<void> {
     this.closed = true;
-    this.subscribers = [];
+    this.literal = new Map();
+    this.wildcard = [];
     await this.flush();
+  }
+
+  /** The subscribers `subject` reaches, in the order they subscribed (as one list scanned in order would give them). */
+  private matching(subject: string): Subscriber[] {
+    const exact = this.literal.get(subject) ?? [];
+    if (this.wildcard.length === 0) return exact;
+    const patterned = this.wildcard.filter((subscriber) => subjectMatches(subscriber.pattern, subject));
+    if (patterned.length === 0) return exact;
+    if (exact.length === 0) return patterned;
+    return [...exact, ...patterned].sort((left, right) => left.order - right.order);
   }
 
   /** Schedules delivery to every matching subscriber (one per queue group); returns how many. */
@@ -107,8 +136,7 @@ export class InProcessTransport implements Transport {
     if (this.closed) throw new TransportError('closed', 'the in-process bus is closed');
     const targets: Subscriber[] = [];
     const groups = new Map<string, Subscriber[]>();
-    for (const subscriber of this.subscribers) {
-      if (!subjectMatches(subscriber.pattern, subject)) continue;
+    for (const subscriber of this.matching(subject)) {
       if (subscriber.queue === undefined) {
         targets.push(subscriber);
       } else {

@@ -1,4 +1,4 @@
-import type { Server as HttpServer } from 'node:http';
+import { type Server as HttpServer, type IncomingMessage, type RequestListener, type ServerResponse, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
@@ -12,11 +12,23 @@ export interface HttpListener {
   close(graceMs?: number): Promise<void>;
 }
 
-/** Serves a hono app on `host:port` (0 picks a free port) and resolves once it is listening. */
-export function listenHttp(app: Hono, options: { host?: string; port?: number } = {}): Promise<HttpListener> {
+/**
+ * A service's answer from memory, tried on each request before the app sees it: true when it
+ * answered (the app never hears of the request), false to leave the request to the app untouched.
+ * It must answer as the app would; it exists for what the app's request objects would cost.
+ */
+export type HttpAhead = (request: IncomingMessage, response: ServerResponse) => boolean;
+
+/**
+ * Serves a hono app on `host:port` (0 picks a free port) and resolves once it is listening;
+ * `ahead`, when given, is offered each request first.
+ */
+export function listenHttp(app: Hono, options: { host?: string; port?: number } = {}, ahead?: HttpAhead): Promise<HttpListener> {
   const host = options.host ?? '127.0.0.1';
+  const withAhead = (serverOptions: object, toApp: RequestListener): HttpServer =>
+    createServer(serverOptions, ahead ? (request, response) => void (ahead(request, response) || toApp(request, response)) : toApp);
   return new Promise((resolve, reject) => {
-    const server = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 0 }, (info: AddressInfo) => {
+    const server = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 0, createServer: withAhead as typeof createServer }, (info: AddressInfo) => {
       const urlHost = info.family === 'IPv6' ? `[${info.address}]` : info.address;
       resolve({
         host,

@@ -9,7 +9,7 @@ import { newId } from '../ids.js';
 import { healthOf, serveHealth } from '../service-health.js';
 import { installRuntimeTracing } from '../tracing-sink.js';
 import { RUNTIME_VERSION } from '../version.js';
-import { healthRoutes, listenHttp, portFromEnv } from './http.js';
+import { type HttpAhead, healthRoutes, listenHttp, portFromEnv } from './http.js';
 import { createLogger } from './logger.js';
 import type { OtelTracer } from './otel.js';
 
@@ -23,6 +23,8 @@ export interface ServiceContext {
 export interface StartedService {
   /** Routes the service serves over HTTP beside `/health`; absent for a bus-only service. */
   http?: Hono;
+  /** What the service answers before a request reaches `http` (see `HttpAhead`). */
+  ahead?: HttpAhead;
   /** Told the URL the service's HTTP listener got (a door puts it in the URLs it hands out). */
   onListening?(url: string): void;
   /** Told the process is stopping, before its listener closes: end what would otherwise hold it open (a door's streams). */
@@ -92,7 +94,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   if (started.http) app.route('/', started.http);
   let listener: Awaited<ReturnType<typeof listenHttp>>;
   try {
-    listener = await listenHttp(app, { host, port });
+    listener = await listenHttp(app, { host, port }, started.ahead);
   } catch (error) {
     refuse(
       new MurmurError('E-IO-003', `${options.service} cannot listen on ${host}:${port}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {

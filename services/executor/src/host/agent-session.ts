@@ -1,6 +1,15 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { type ForgetAsker, type SessionCall, type SessionReply, type WireError, capabilityCategories } from '@murmur/shared';
+import {
+  type ForgetAsker,
+  type SessionCall,
+  type SessionEvent,
+  type SessionReply,
+  TERMINAL_TASK_STATES,
+  type TaskState,
+  type WireError,
+  capabilityCategories,
+} from '@murmur/shared';
 import { type AgentLoopRun, type LoopOutcome, runAgentLoop } from './agent-loop.js';
 import { writeFileAtomic } from './atomic-file.js';
 import type { AgentHost, HostChannel, SessionResult } from './contracts.js';
@@ -55,7 +64,10 @@ export class AgentSession {
     private readonly agent: AgentStart,
     private readonly channel: HostChannel,
   ) {
-    this.feed = new EventFeed((event) => channel.event(event));
+    this.feed = new EventFeed((event) => {
+      channel.event(event);
+      this.settling(event);
+    });
     this.registry = new TaskRegistry(agent.lifecycle, this.feed, start.session_id);
     this.taskFile = path.join(start.accessible_workdir, 'task.md');
     this.hooks = new HookRuntime(agent.hooks, host.guests, host.trace, start.session_dir);
@@ -68,13 +80,19 @@ export class AgentSession {
     channel.serve((call) => this.answer(call));
   }
 
-  /** A door's call: answered from the registry and the feed, never by waiting on the loop. */
-  answer(call: SessionCall): SessionReply {
+  /**
+   * A door's call: answered from the registry and the feed, never by waiting on the loop — a
+   * blocking send (`settle_within_ms`) waits only for the feed to say its task settled.
+   */
+  answer(call: SessionCall): SessionReply | Promise<SessionReply> {
     switch (call.method) {
       case 'card':
         return { card: this.agent.card };
-      case 'send':
-        return { ...this.registry.send(call), next_event_id: this.feed.nextEventId };
+      case 'send': {
+        const sent = this.registry.send(call);
+        if (call.settle_within_ms === undefined || !('task' in sent) || settles(sent.task.state)) return { ...sent, next_event_id: this.feed.nextEventId };
+        return this.settled(sent.task.id, call.settle_within_ms, call.history_length);
+      }
       case 'get':
         return this.registry.get(call.task_id, call.history_length);
       case 'cancel':
@@ -321,6 +339,33 @@ export class AgentSession {
     return { ok: true, value: { text, modelUsed: model, inputTokens: BigInt(inputTokens), outputTokens: BigInt(outputTokens) } };
   }
 
+  /** Blocking sends waiting for their task to settle, by task id. */
+  private readonly settleWaiters = new Map<string, Array<() => void>>();
+
+  /**
+   * The task as it stands once the feed says it settled (a final status, or input-required), or
+   * after `withinMs`: what a door's blocking send answers with.
+   */
+  private settled(taskId: string, withinMs: number, historyLength: number | undefined): Promise<SessionReply> {
+    return new Promise((resolve) => {
+      const answer = (): void => {
+        clearTimeout(timer);
+        const waiting = (this.settleWaiters.get(taskId) ?? []).filter((waiter) => waiter !== answer);
+        if (waiting.length > 0) this.settleWaiters.set(taskId, waiting);
+        else this.settleWaiters.delete(taskId);
+        resolve({ ...this.registry.get(taskId, historyLength), next_event_id: this.feed.nextEventId });
+      };
+      const timer = setTimeout(answer, withinMs);
+      this.settleWaiters.set(taskId, [...(this.settleWaiters.get(taskId) ?? []), answer]);
+    });
+  }
+
+  /** Told every event the feed publishes: a settling status answers the sends waiting on its task. */
+  private settling(event: SessionEvent): void {
+    if (event.type !== 'status' || event.task_id === null || !(event.final || event.state === 'input-required')) return;
+    for (const answer of this.settleWaiters.get(event.task_id) ?? []) answer();
+  }
+
   /** The session is being stopped: pending and waiting tasks end now, and say why. */
   stop(reason: string): void {
     this.registry.close(reason);
@@ -427,4 +472,9 @@ export function reopenedTask(original: string, feedback: ReadonlyArray<{ hook: s
   let text = `${original.trimEnd()}\n\n---\n\n# Reopen feedback\n\nThe previous attempt was not accepted. Address the following feedback, then continue.\n`;
   for (const [index, item] of feedback.entries()) text += `\n## Reopen ${index + 1} — from hook \`${item.hook}\`\n\n${item.reason.trim()}\n`;
   return text;
+}
+
+/** Whether a task in `state` has settled for a blocking send: ended, or waiting for its client's input. */
+function settles(state: TaskState): boolean {
+  return TERMINAL_TASK_STATES.has(state) || state === 'input-required';
 }

@@ -20,8 +20,8 @@ export interface HostChannel {
   event(event: SessionEvent): void;
   /** Hands one trace record to the executor (batched), which makes the session's spans from it. */
   trace(event: TraceRecord): void;
-  /** Answers the doors' calls (relayed by the executor) with `handler`. */
-  serve(handler: (call: SessionCall) => SessionReply): void;
+  /** Answers the doors' calls (relayed by the executor) with `handler`: at once, or later (a blocking send waiting for its task to settle). */
+  serve(handler: (call: SessionCall) => SessionReply | Promise<SessionReply>): void;
 }
 
 export interface SessionResult {

@@ -51,19 +51,23 @@ function flushTraces(): void {
 let nextRequest = 1;
 const pending = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
 
-let serveCall: ((call: SessionCall) => SessionReply) | undefined;
+let serveCall: ((call: SessionCall) => SessionReply | Promise<SessionReply>) | undefined;
 /** Door calls that came before the agent session could answer them (the door may call at once). */
 const earlyCalls: Array<{ id: number; call: SessionCall }> = [];
 let isAgent = false;
 
 function answerCall(message: { id: number; call: SessionCall }): void {
-  let reply: SessionReply;
+  const failed = (error: unknown): SessionReply => ({
+    error: { code: -32603, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` },
+  });
+  let reply: SessionReply | Promise<SessionReply>;
   try {
     reply = serveCall ? serveCall(message.call) : { error: { code: -32603, message: 'this session does not accept A2A calls: it is not an agent capsule' } };
   } catch (error) {
-    reply = { error: { code: -32603, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` } };
+    reply = failed(error);
   }
-  send({ type: 'rpc-reply', id: message.id, reply });
+  if (reply instanceof Promise) void reply.catch(failed).then((settled) => send({ type: 'rpc-reply', id: message.id, reply: settled }));
+  else send({ type: 'rpc-reply', id: message.id, reply });
 }
 let host: CapsuleHost | undefined;
 
