@@ -199,4 +199,93 @@ describe('upstream parity: the CLI', () => {
       expect(await fs.readFile(stored, 'utf8')).toBe('this-is-not-a-valid-zip');
     });
   });
+
+  describe('session selectors (trace_cmd.rs)', () => {
+    /** A complete trace of `turns` turns, written by hand: what a reader needs and no more. */
+    function handTrace(sessionId: string, turns: number): string {
+      const events = [
+        {
+          event_type: 'session_start',
+          session_id: sessionId,
+          timestamp: 1000,
+          capsule_name: 'hand-written',
+          capsule_version: '0.1.0',
+          model: 'm',
+          max_turns: 8,
+        },
+        ...Array.from({ length: turns }, (_, turn) => ({
+          event_type: 'inference',
+          session_id: sessionId,
+          timestamp: 1100 + turn,
+          turn,
+          input_tokens: 10,
+          output_tokens: 3,
+          decision: 'end_turn',
+          tool_name: null,
+        })),
+        {
+          event_type: 'session_end',
+          session_id: sessionId,
+          timestamp: 2000,
+          total_turns: turns,
+          total_input_tokens: 10 * turns,
+          total_output_tokens: 3 * turns,
+          total_tool_calls: 0,
+          total_shell_calls: 0,
+          duration_ms: 250 * turns,
+          exit_status: 'ok',
+        },
+      ];
+      return events.map((event) => `${JSON.stringify(event)}\n`).join('');
+    }
+
+    async function workdirWith(name: string, sessions: Record<string, number>): Promise<string> {
+      const workdir = path.join(scratch.dir, name);
+      await fs.mkdir(workdir, { recursive: true });
+      for (const [id, turns] of Object.entries(sessions)) {
+        await fs.mkdir(path.join(workdir, id));
+        await fs.writeFile(path.join(workdir, id, 'trace.jsonl'), handTrace(id, turns));
+      }
+      return workdir;
+    }
+
+    const first = `ses_${'1'.repeat(12)}7${'1'.repeat(15)}0cab`;
+    const second = `ses_${'2'.repeat(12)}7${'2'.repeat(15)}1cab`;
+    const third = `ses_${'3'.repeat(12)}7${'3'.repeat(15)}0002`;
+
+    it('takes a suffix shorter than 4 characters, refusing it only when it names several sessions', async () => {
+      const workdir = await workdirWith('short-suffix', { [first]: 1, [second]: 2, [third]: 3 });
+      const unique = await runMur(['trace', 'show', '--workdir', workdir, '1CAB']);
+      expect(unique.code, unique.stderr).toBe(0);
+      expect(unique.stdout).toContain(`session:    ${second}\n`);
+      const ambiguous = await runMur(['trace', 'diff', '--workdir', workdir, 'cab', '002']);
+      expect(ambiguous.code).toBe(1);
+      expect(ambiguous.stderr).toContain(`error[E-TRC-002]: before: ambiguous: 'cab' matches 2 sessions — provide more characters\n  ${first}\n  ${second}\n`);
+      const two = await runMur(['trace', 'diff', '--workdir', workdir, '0CAB', '02']);
+      expect(two.code, two.stderr).toBe(0);
+      expect(two.stdout).toMatch(/^turns {18}1 {16}3 {16}\+2 \(A better\)$/m);
+    });
+
+    it('says a full session id is not found, also in a workdir that holds no sessions', async () => {
+      const workdir = await workdirWith('no-sessions', {});
+      const result = await runMur(['trace', 'show', '--workdir', workdir, first]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain(`error[E-TRC-002]: session ${first} not found in ${workdir}\n`);
+      const suffix = await runMur(['trace', 'show', '--workdir', workdir, '0cab']);
+      expect(suffix.stderr).toContain(`error[E-TRC-002]: no session found matching suffix '0cab' in ${workdir}\n`);
+      const newest = await runMur(['trace', 'show', '--workdir', workdir]);
+      expect(newest.stderr).toContain(`error[E-TRC-002]: no sessions found in workdir at ${workdir}\n`);
+    });
+
+    it('prints its output to a reader that stops early without crashing on the closed pipe', async () => {
+      const workdir = await workdirWith('closed-pipe', { [first]: 400 });
+      const child = spawn(process.execPath, [murBin, 'trace', 'steps', '--workdir', workdir], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let stderr = '';
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      child.stdout.once('data', () => child.stdout.destroy());
+      const [code] = await once(child, 'exit');
+      expect(stderr).not.toContain('EPIPE');
+      expect(code).toBe(0);
+    });
+  });
 });
