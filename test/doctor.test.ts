@@ -155,6 +155,30 @@ describe('mur doctor in a capsule project', () => {
     expect(result.stdout).toBe('');
   });
 
+  it('refuses a malformed murmur.yaml with E-MAN-002 before any checklist line', async () => {
+    const dir = path.join(scratch.dir, 'broken-manifest');
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'murmur.yaml'), 'name: broken\nversion: [\n');
+    const result = await runMur(['doctor'], { cwd: dir, env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-MAN-002]');
+    expect(result.stdout).toBe('');
+  });
+
+  it('passes a local-source skill as local source, never looking it up in a store or the lock', async () => {
+    const dir = await project(
+      '  - name: local-skill\n    version: 0.1.0\n    runtime: skill\n    source: ./skills\n  - name: guide\n    version: 0.1.0\n    runtime: skill\n',
+      ['guide@0.1.0'],
+    );
+    await fs.mkdir(path.join(dir, 'skills'));
+    await fs.writeFile(path.join(dir, 'skills', 'skill.md'), '# local\n');
+    const result = await runMur(['doctor'], { cwd: dir, env });
+    expect(result.code, result.stdout).toBe(0);
+    expect(markedLines(result.stdout, '✓', 'local-skill@')).toEqual([expect.stringMatching(/^ {2}✓ {2}local-skill@\S+\s+local source$/)]);
+    expect(result.stdout).not.toContain("murmur.lock missing artifact entry for 'local-skill'");
+    expect(result.stdout).toContain('All checks passed.');
+  });
+
   it("reports the host: the executor probe's containment tier and why, bubblewrap, cgroups and nats-server", async () => {
     const dir = await project('  - name: guide\n    version: 0.1.0\n    runtime: skill\n', ['guide@0.1.0']);
     const [doctor, scope] = await Promise.all([runMur(['doctor'], { cwd: dir, env }), runMur(['run', '--explain-scope', '--json'], { cwd: dir, env })]);

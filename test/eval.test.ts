@@ -483,7 +483,7 @@ describe('mur eval', () => {
       expect(json).toMatchObject({ overall: 'fail', skipped_lines: 2 });
     });
 
-    it('refuses a session without eval.jsonl, an unknown or too short suffix (listing the sessions), and an ordinal past the last session', async () => {
+    it('refuses a session without eval.jsonl, an unknown or ambiguous suffix (listing the sessions), and an ordinal past the last session', async () => {
       await fs.mkdir(path.join(workdir, bare), { recursive: true });
       try {
         const none = await runMur(['eval', 'show', '--workdir', workdir]);
@@ -491,11 +491,10 @@ describe('mur eval', () => {
         expect(none.stderr).toContain(`error[E-EVAL-002]: session ${bare} has no eval.jsonl (${path.join(workdir, bare, 'eval.jsonl')})`);
         const unknown = await runMur(['eval', 'show', 'dddd', '--workdir', workdir]);
         expect(unknown.stderr).toContain(`error[E-EVAL-002]: no session found matching suffix 'dddd' in ${workdir}`);
-        // mur trace's selectors: a suffix is 4 characters or more (its suite covers the ambiguous one).
+        // mur trace's selectors: a suffix of any length, refused only when it names several.
         const short = await runMur(['eval', 'diff', '1', 'a1', '--workdir', workdir]);
         expect(short.code).toBe(1);
-        expect(short.stderr).toContain("error[E-EVAL-002]: session selector '1' is too short — give at least 4 characters of a session id");
-        expect(short.stderr).toContain(`  ${newer}\n  ${older}`);
+        expect(short.stderr).toContain(`error[E-EVAL-002]: ambiguous: '1' matches 2 sessions — provide more characters\n  ${older}\n  ${newer}`);
         const ordinal = await runMur(['eval', 'show', '@4', '--workdir', workdir]);
         expect(ordinal.stderr).toContain('error[E-EVAL-002]: @4 is out of range — workdir has 3 sessions');
       } finally {

@@ -64,6 +64,25 @@ describe('mur search', () => {
     expect((await runMur(['search', 'roost-only'], { env: { ...env, MURMUR_ROOST_URL: roost.url } })).stdout).toContain('roost-only');
   });
 
+  it('says No results found and exits 0 for an empty global store', async () => {
+    const result = await runMur(['search', 'git', '--registry', 'local'], { env: { MURMUR_HOME: path.join(scratch.dir, 'empty-home') } });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toBe('No results found.\n');
+  });
+
+  it('prints the header and exactly --limit rows', async () => {
+    const result = await runMur(['search', 'tool', '--registry', 'local', '--limit', '1'], { env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout.split('\n').filter((line) => line.trim() !== '')).toHaveLength(2);
+  });
+
+  it('fails naming the URL of an index it cannot fetch', async () => {
+    const url = 'http://127.0.0.1:9/artifacts-index.json';
+    const result = await runMur(['search', 'git', '--registry', url], { env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`error[E-IO-003]: failed to fetch artifact index from ${url}`);
+  });
+
   it('refuses an index it cannot read or does not know, and a bad limit, with E-IO-003', async () => {
     const absent = await runMur(['search', 'x', '--registry', path.join(scratch.dir, 'absent.json')], { env });
     expect(absent.code).toBe(1);

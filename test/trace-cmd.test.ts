@@ -120,7 +120,7 @@ describe('mur trace', () => {
       expect(output.slice(shell + 1, shell + 3)).toEqual(['count:      1', 'exit codes: 1 ok']);
     });
 
-    it('finds a session by a case-insensitive suffix of 4 or more characters, its full id, @N, its trace file or its directory', async () => {
+    it('finds a session by a case-insensitive suffix, its full id, @N, its trace file or its directory', async () => {
       const selectors = [
         shellSession.slice(-6).toUpperCase(),
         shellSession.slice(-4),
@@ -285,7 +285,6 @@ describe('mur trace', () => {
         ['zzzz', `no session found matching suffix 'zzzz' in ${workdir}`],
         [missing, `session ${missing} not found in ${workdir}`],
         ['@3', '@3 is out of range — workdir has 2 sessions'],
-        ['abc', "session selector 'abc' is too short — give at least 4 characters of a session id"],
       ] as const) {
         const result = await trace(['show', selector]);
         expect(result.code, selector).toBe(1);

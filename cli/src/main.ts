@@ -1,5 +1,5 @@
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { type Output, formatFailure, processOutput } from './output.js';
+import { type Output, formatFailure, ignoreClosedStdout, processOutput } from './output.js';
 
 // Each command's module is imported only when that command runs: `mur --help` should not pay for
 // NATS, jco or hono, and `mur run`'s start-up time is part of every capsule's.
@@ -8,6 +8,7 @@ import { type Output, formatFailure, processOutput } from './output.js';
  * 2 a usage error (unknown flag, missing argument).
  */
 export async function main(argv: string[], output: Output = processOutput): Promise<number> {
+  if (output === processOutput) ignoreClosedStdout();
   let exitCode = 0;
   const run =
     // biome-ignore lint/suspicious/noConfusingVoidType: an action that prints and returns nothing means exit 0

@@ -20,6 +20,17 @@ export const processOutput: Output = {
   },
 };
 
+/**
+ * A reader that stops early (`mur trace show | head`) closes stdout. What is left unwritten is
+ * not wanted, but the command's work is (a session `mur run` started ends as it would have), so
+ * a closed stdout is ignored rather than left to crash mur as an unheard EPIPE.
+ */
+export function ignoreClosedStdout(): void {
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+  });
+}
+
 /** `error[CODE]: message` (+ `  hint: …`), or the unexpected error with a request to report it. */
 export function formatFailure(error: unknown): string {
   if (error instanceof MurmurError) return error.format();

@@ -32,11 +32,10 @@ export interface SessionEntry {
 
 const SESSION_PREFIX = 'ses_';
 const FULL_ID = /^ses_[0-9a-f]{32}$/i;
-const MIN_SUFFIX = 4;
 /** How many candidates a refusal lists before it says how many more there are. */
 const LISTED_CANDIDATES = 10;
 const selectorHint = (kind: SessionRecordKind): string =>
-  `give the last 4 or more characters of a session id, a full id, @N (@1 = the newest), or the path of a ${kind.file}`;
+  `give the last characters of a session id (4 or more rarely match two), a full id, @N (@1 = the newest), or the path of a ${kind.file}`;
 
 export const traceFileOf = (entry: SessionEntry): string => path.join(entry.dir, TRACE_RECORDS.file);
 
@@ -104,9 +103,11 @@ function byOrdinal(kind: SessionRecordKind, selector: string, entries: SessionEn
   return entries[entries.length - n] as SessionEntry;
 }
 
+/**
+ * A suffix of any length, as upstream: a short one is not refused for being short, only when it
+ * names no session or more than one (upstream's documentation advises 4 characters or more).
+ */
 function bySuffix(kind: SessionRecordKind, selector: string, entries: SessionEntry[], workdir: string): SessionEntry {
-  if (selector.length < MIN_SUFFIX)
-    throw refusal(kind, `session selector '${selector}' is too short — give at least ${MIN_SUFFIX} characters of a session id`, entries, workdir);
   const wanted = selector.toLowerCase();
   const matches = entries.filter((entry) => entry.id.toLowerCase().endsWith(wanted));
   if (matches.length === 1) return matches[0] as SessionEntry;
@@ -121,8 +122,9 @@ function bySuffix(kind: SessionRecordKind, selector: string, entries: SessionEnt
 
 /**
  * The record file a selector names: none (the newest session), a path, `@N`, a full session id,
- * or a case-insensitive suffix of one (4 characters or more, matching exactly one session); with
- * the session's id unless a path was given.
+ * or a case-insensitive suffix of one (matching exactly one session); with the session's id
+ * unless a path was given. An empty workdir is "no sessions found" only where no session was
+ * named: a named one is "not found" there, as anywhere else.
  */
 export async function resolveSessionRecord(
   selector: string | undefined,
@@ -131,7 +133,7 @@ export async function resolveSessionRecord(
 ): Promise<{ file: string; sessionId?: string }> {
   if (selector !== undefined && isPathSelector(selector)) return { file: await recordAtPath(selector, kind) };
   const entries = await listSessions(workdir);
-  if (entries.length === 0) throw noSessions(workdir, kind);
+  if (entries.length === 0 && (selector === undefined || selector.startsWith('@'))) throw noSessions(workdir, kind);
   const chosen = ((): SessionEntry => {
     if (selector === undefined) return entries.at(-1) as SessionEntry;
     if (selector.startsWith('@')) return byOrdinal(kind, selector, entries, workdir);

@@ -42,13 +42,18 @@ function target(options: InstallOptions): Target {
   return { store: new ArtifactStore(projectStoreDir(projectRoot), 'project'), projectRoot };
 }
 
-function sources(options: InstallOptions, into: ArtifactStore): ArtifactSource[] {
+/**
+ * Where an install looks, in order. The global store is always the first local source, also for
+ * `-g` (as upstream): a version already there is reinstalled from its own stored bytes, which is
+ * idempotent when they are intact and an integrity error when they were changed after publishing.
+ */
+function sources(options: InstallOptions): ArtifactSource[] {
   const choice = registryChoice(options.registry);
   if (choice.kind === 'remote') return [new RoostRegistryClient(choice.url)];
   const global = storeSource(new ArtifactStore(globalStoreDir(), 'global'));
-  if (choice.kind === 'local') return into.scope === 'global' ? [] : [global];
+  if (choice.kind === 'local') return [global];
   const roostUrl = process.env.MURMUR_ROOST_URL?.trim();
-  return [...(into.scope === 'global' ? [] : [global]), ...(roostUrl ? [new RoostRegistryClient(roostUrl)] : [])];
+  return [global, ...(roostUrl ? [new RoostRegistryClient(roostUrl)] : [])];
 }
 
 function isZipReference(reference: string): boolean {
@@ -111,7 +116,7 @@ async function installReference(reference: string, into: Target, options: Instal
   if (at <= 0 || name === '' || version === '') {
     throw new MurmurError('E-IO-003', `artifact reference '${reference}' must be in the format <name@version> or a path to a .mur.zip`);
   }
-  const from = sources(options, into.store);
+  const from = sources(options);
   for (const source of from) {
     const resolved = await source.resolve(name, version);
     if (!resolved) continue;
@@ -120,10 +125,7 @@ async function installReference(reference: string, into: Target, options: Instal
     output.out(`Installed ${name}@${version} → ${tildePath(zipPath)}`);
     return;
   }
-  const searched =
-    from.length === 0
-      ? 'no registry (the global store cannot install into itself; pass --registry <roost url>)'
-      : from.map((source) => source.location).join(', ');
+  const searched = from.map((source) => source.location).join(', ');
   throw new MurmurError('E-REG-001', `artifact ${name}@${version} not found in registry: looked in ${searched}`, {
     hint: `publish it first ('mur publish <zip>'), or point MURMUR_ROOST_URL at a roost that has it`,
   });

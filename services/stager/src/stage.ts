@@ -168,17 +168,20 @@ export class Stager {
       const lock = origin.kind === 'project' && project ? await readProjectLock(project) : undefined;
       const lockPath = origin.kind === 'project' ? LOCKFILE_NAME : undefined;
 
+      // Every pin is checked, then every artifact resolved, before any is staged: a capsule missing
+      // three artifacts is told about all three at once, and nothing is compiled for it.
+      const pinContext = { lock, lockPath, honourPins: request.honour_pins, warnings };
+      const wanted = manifest.artifacts.map((declaration) => ({
+        declaration,
+        pin: declaration.source === undefined ? pinOf(declaration, pinContext) : undefined,
+      }));
+      const resolutions = await resolveAll(wanted, chain, progress);
+
       const staged: StagedArtifact[] = [];
       const lockEntries: LockedArtifact[] = [];
-      for (const declaration of manifest.artifacts) {
-        const artifact = await this.stageArtifact(declaration, {
-          chain,
-          lock,
-          lockPath,
+      for (const { declaration, pin } of wanted) {
+        const artifact = await this.stageArtifact(declaration, pin && { ...pin, resolved: resolutions.get(declaration) as ResolvedArtifact }, {
           capsule: loaded,
-          honourPins: request.honour_pins,
-          warnings,
-          progress,
           openZips: tx.openZips,
         });
         staged.push(artifact.staged);
@@ -284,16 +287,16 @@ export class Stager {
       const project = request.project ? await this.openProject(request.project, tx, () => {}) : undefined;
       const chain = this.chain(project);
       const declaration: ArtifactDeclaration = { name: request.name, version: request.version, runtime: 'tool', local_source: false, prompt_payload: false };
-      const artifact = await this.stageArtifact(declaration, {
-        chain,
-        lock: undefined,
-        lockPath: undefined,
-        capsule: { files: new Map(), label: project ? `the project '${project.label}'` : `${request.name}@${request.version}` },
-        honourPins: false,
-        warnings: [],
-        progress: () => {},
-        openZips: tx.openZips,
-      });
+      const pin: ArtifactPin = { version: request.version, pinnedSha: undefined };
+      const resolutions = await resolveAll([{ declaration, pin }], chain, () => {});
+      const artifact = await this.stageArtifact(
+        declaration,
+        { ...pin, resolved: resolutions.get(declaration) as ResolvedArtifact },
+        {
+          capsule: { files: new Map(), label: project ? `the project '${project.label}'` : `${request.name}@${request.version}` },
+          openZips: tx.openZips,
+        },
+      );
       if (artifact.component) tx.componentNeeds.push(artifact.component);
       if (artifact.extraction) tx.extractionNeeds.push(artifact.extraction);
       await this.prepare(tx, () => {});
@@ -486,56 +489,17 @@ export class Stager {
 
   private async stageArtifact(
     declaration: ArtifactDeclaration,
+    /** The pinned version and where it was found; absent only for a local-source skill. */
+    found: (ArtifactPin & { resolved: ResolvedArtifact }) | undefined,
     context: {
-      chain: RegistryChain;
-      lock: MurmurLock | undefined;
-      lockPath: string | undefined;
       /** The capsule's own files, where a local skill's `source` is found. */
       capsule: Pick<LoadedCapsule, 'files' | 'label'>;
-      honourPins: boolean;
-      warnings: MurmurWarning[];
-      progress: (progress: StageProgress) => void;
       openZips: MurZip[];
     },
   ): Promise<{ staged: StagedArtifact; lockEntry?: LockedArtifact; component?: ComponentNeed; extraction?: ExtractionNeed }> {
     const { name } = declaration;
-    if (declaration.source !== undefined) return { staged: stageLocalSkill(declaration, context.capsule) };
-
-    let version = declaration.version;
-    let pinnedSha: string | undefined;
-    if (context.lock) {
-      const pin = context.lock.artifacts.find((entry) => entry.name === name);
-      if (!pin) {
-        throw new MurmurError('E-RUN-003', `murmur.lock missing artifact entry for '${name}'`, {
-          path: context.lockPath,
-          hint: `install it ('mur install ${name}@${version}') to pin it, or delete murmur.lock to re-pin everything on the next run`,
-        });
-      }
-      if (pin.resolved_version !== version) {
-        if (!context.honourPins) {
-          throw new MurmurError('E-RUN-003', `lockfile version mismatch for '${name}': manifest requested ${version}, lock pinned ${pin.resolved_version}`, {
-            path: context.lockPath,
-            hint: `to upgrade, remove the '${name}' entry from murmur.lock (or run 'mur install ${name}@${version}')`,
-          });
-        }
-        context.warnings.push({
-          code: 'W-LCK-001',
-          message: `murmur.yaml asks for ${name}@${version} but murmur.lock pins ${pin.resolved_version}; running the pinned version (remove the lock entry to upgrade)`,
-          path: `artifacts.${name}`,
-        });
-        version = pin.resolved_version;
-      }
-      pinnedSha = pin.sha256.wasm;
-    }
-
-    context.progress({ phase: 'resolve', artifact: `${name}@${version}` });
-    const resolved: ResolvedArtifact | undefined = await context.chain.resolve(name, version);
-    if (!resolved) {
-      throw new MurmurError('E-RUN-008', `artifact ${name}@${version} is not installed: looked in ${context.chain.describeSearch()}`, {
-        path: `${name}@${version}`,
-        hint: `install it with 'mur install ${name}@${version}', or publish it to the global store with 'mur publish'`,
-      });
-    }
+    if (declaration.source !== undefined || !found) return { staged: stageLocalSkill(declaration, context.capsule) };
+    const { version, pinnedSha, resolved } = found;
     const sha256 = verifyResolved(resolved);
     if (pinnedSha !== undefined && pinnedSha !== sha256) {
       throw new MurmurError(
@@ -690,6 +654,74 @@ async function readCapsuleText(capsule: LoadedCapsule, relative: string, manifes
     });
   }
   return fs.readFile(found.local, 'utf8');
+}
+
+/** The version an artifact runs at and the digest the lock holds it to (none without a lock). */
+interface ArtifactPin {
+  version: string;
+  pinnedSha: string | undefined;
+}
+
+/**
+ * `murmur.lock`'s word on one declared artifact. With a lock, an artifact it does not mention, or
+ * pins at another version, is refused (`E-RUN-003`) unless pins are honoured, when the pinned
+ * version runs with a warning.
+ */
+function pinOf(
+  declaration: ArtifactDeclaration,
+  context: { lock: MurmurLock | undefined; lockPath: string | undefined; honourPins: boolean; warnings: MurmurWarning[] },
+): ArtifactPin {
+  const { name, version } = declaration;
+  if (!context.lock) return { version, pinnedSha: undefined };
+  const pin = context.lock.artifacts.find((entry) => entry.name === name);
+  if (!pin) {
+    throw new MurmurError('E-RUN-003', `murmur.lock missing artifact entry for '${name}'`, {
+      path: context.lockPath,
+      hint: `install it ('mur install ${name}@${version}') to pin it, or delete murmur.lock to re-pin everything on the next run`,
+    });
+  }
+  if (pin.resolved_version === version) return { version, pinnedSha: pin.sha256.wasm };
+  if (!context.honourPins) {
+    throw new MurmurError('E-RUN-003', `lockfile version mismatch for '${name}': manifest requested ${version}, lock pinned ${pin.resolved_version}`, {
+      path: context.lockPath,
+      hint: `to upgrade, remove the '${name}' entry from murmur.lock (or run 'mur install ${name}@${version}')`,
+    });
+  }
+  context.warnings.push({
+    code: 'W-LCK-001',
+    message: `murmur.yaml asks for ${name}@${version} but murmur.lock pins ${pin.resolved_version}; running the pinned version (remove the lock entry to upgrade)`,
+    path: `artifacts.${name}`,
+  });
+  return { version: pin.resolved_version, pinnedSha: pin.sha256.wasm };
+}
+
+/**
+ * Every pinned artifact looked up along the chain. Staging never pulls: what no store holds is
+ * missing, and all that is missing is refused in one `E-RUN-008` in upstream's words
+ * (`missing artifacts: a@1, b@2`), so one `mur install` fixes the lot.
+ */
+async function resolveAll(
+  wanted: ReadonlyArray<{ declaration: ArtifactDeclaration; pin: ArtifactPin | undefined }>,
+  chain: RegistryChain,
+  progress: (progress: StageProgress) => void,
+): Promise<Map<ArtifactDeclaration, ResolvedArtifact>> {
+  const found = new Map<ArtifactDeclaration, ResolvedArtifact>();
+  const missing: string[] = [];
+  for (const { declaration, pin } of wanted) {
+    if (!pin) continue;
+    const reference = `${declaration.name}@${pin.version}`;
+    progress({ phase: 'resolve', artifact: reference });
+    const resolved = await chain.resolve(declaration.name, pin.version);
+    if (resolved) found.set(declaration, resolved);
+    else missing.push(reference);
+  }
+  if (missing.length > 0) {
+    throw new MurmurError('E-RUN-008', `missing artifacts: ${missing.join(', ')}`, {
+      path: missing.join(', '),
+      hint: `run \`mur install\` to install all manifest dependencies (looked in ${chain.describeSearch()})`,
+    });
+  }
+  return found;
 }
 
 /** A local-source skill: `skill.md` from the capsule's own files, never locked, never resolved. */

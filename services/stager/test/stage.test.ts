@@ -278,15 +278,25 @@ describe('staging refuses, and writes nothing', () => {
     expect(error.message).toContain('invalid murmur.lock');
   });
 
-  it('names a missing artifact with E-RUN-008 and where it looked', async () => {
+  it('names a missing artifact with E-RUN-008 in upstream words, and where it looked', async () => {
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
     const before = await listTree(world.project);
     const error = await refusal(directory());
     expect(error.code).toBe('E-RUN-008');
-    expect(error.message).toContain('echo-tool@0.1.0');
-    expect(error.message).toContain(world.globalStore);
-    expect(error.hint).toContain('mur install echo-tool@0.1.0');
+    expect(error.message).toBe('missing artifacts: echo-tool@0.1.0');
+    expect(error.hint).toContain('run `mur install` to install all manifest dependencies');
+    expect(error.hint).toContain(world.globalStore);
     expect(await writtenByStaging()).toEqual({ cache: [], project: before });
+  });
+
+  it('names every missing artifact at once, in declaration order, and transpiles none of the present ones', async () => {
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    const manifest = `${WITH_TOOL()}  - name: ghost-tool\n    version: 0.0.1\n  - name: other/missing\n    version: 2.0.0\n`;
+    await capsuleProject(world.project, manifest, (await capsuleWat()).bytes);
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-RUN-008');
+    expect(error.message).toBe('missing artifacts: ghost-tool@0.0.1, other/missing@2.0.0');
+    expect(await listTree(world.cacheDir)).toEqual([]);
   });
 
   it('refuses a malformed manifest before resolving anything', async () => {

@@ -169,7 +169,9 @@ export class ArtifactStore {
     const files = this.variantFiles(meta.name, meta.version, platform);
     const exists = (await pathPresent(files.zip)) || (await pathPresent(files.sha));
     const conflict = (): MurmurError =>
-      new MurmurError('E-REG-003', `artifact ${meta.name}@${meta.version} already exists in the ${this.scope} store (${files.zip})`, { path: files.zip });
+      new MurmurError('E-REG-003', `artifact ${meta.name}@${meta.version} already exists in registry (the ${this.scope} store: ${files.zip})`, {
+        path: files.zip,
+      });
     if (exists) throw conflict();
     const sha256 = sha256Hex(bytes);
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
