@@ -137,11 +137,12 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     const usage = reply.kind === 'error' ? undefined : reply.usage;
     const inputTokens = usage?.input_tokens ?? estimateTokens(fullData);
     const outputTokens = usage?.output_tokens ?? estimateTokens(call.result.data ?? call.result.summary ?? '');
-    host.totals.turns += 1;
-    host.totals.inputTokens += inputTokens;
-    host.totals.outputTokens += outputTokens;
-    // A driver that reported failure made no inference worth recording (upstream writes none).
+    // A driver that reported failure made no inference worth recording (upstream writes none), and
+    // so took no turn: the totals count what the trace's `inference` events show, nothing else.
     if (call.result.status === 'passed') {
+      host.totals.turns += 1;
+      host.totals.inputTokens += inputTokens;
+      host.totals.outputTokens += outputTokens;
       const decision = reply.kind === 'tools' ? 'tool_call' : reply.kind === 'end' ? 'end_turn' : (reply.decision ?? 'text');
       const toolName = reply.kind === 'tools' ? (reply.calls[0]?.name ?? null) : null;
       host.trace.write('inference', { turn, input_tokens: inputTokens, output_tokens: outputTokens, decision, tool_name: toolName, model: agent.model });
