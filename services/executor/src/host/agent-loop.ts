@@ -100,6 +100,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       toolsDeclared: tools.map((tool) => tool.name),
       promptSource: agent.system_prompt_source,
       promptSha256: agent.system_prompt === null ? null : createHash('sha256').update(agent.system_prompt).digest('hex'),
+      prompt: agent.system_prompt,
     }),
   );
   const resultFile = path.join(sessionDir, 'out', 'result.txt');

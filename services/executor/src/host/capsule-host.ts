@@ -155,7 +155,7 @@ export class CapsuleHost implements AgentHost {
   async run(): Promise<SessionResult> {
     this.trace.write(
       'session_start',
-      this.sessionStartFields({ model: null, maxTurns: null, toolsDeclared: [...this.allowlist], promptSource: 'none', promptSha256: null }),
+      this.sessionStartFields({ model: null, maxTurns: null, toolsDeclared: [...this.allowlist], promptSource: 'none', promptSha256: null, prompt: null }),
     );
     const component = this.start.component;
     if (!component)
@@ -198,6 +198,7 @@ export class CapsuleHost implements AgentHost {
       workdir_exec: policy.workdir_exec,
       system_prompt_source: run.promptSource,
       system_prompt_sha256: run.promptSha256,
+      ...(this.start.trace_include_tool_output && run.prompt !== null ? { system_prompt: run.prompt } : {}),
       ...(this.start.spawned_by ? { spawned_by: this.start.spawned_by } : {}),
       effective_grants: this.start.effective_grants,
     };
