@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { StagedArtifact, StagedPlan } from '@murmur/shared';
+import { INTERPRETERS, shellToolDescription } from './host/subprocess.js';
 
 /**
  * `MURMUR.md`: the inventory an agent reads to learn where it is — its identity, its workdir, its
@@ -19,8 +20,6 @@ export function sanitiseDescription(text: string): string {
     .trim();
   return cleaned.length > 200 ? `${cleaned.slice(0, 200)}…` : cleaned;
 }
-
-const INTERPRETERS = new Set(['bash', 'sh', 'zsh', 'fish', 'dash', 'ksh']);
 
 export interface MurmurMdIdentity {
   sessionId: string;
@@ -115,17 +114,34 @@ function skillDescription(skill: StagedArtifact, toolsDir: string | undefined): 
   }
 }
 
+interface ToolLine {
+  name: string;
+  version: string;
+  runtime: string;
+  description: string;
+}
+
+/**
+ * What the model may call, as upstream lists its `tools/` directory: the tool and skill artifacts
+ * (less the skill already in the system prompt) and each shell binary's tool manifest, by name.
+ */
 function toolsSection(plan: StagedPlan, promptSkill: string | undefined): string[] {
-  // What the model may call: tools and skills, less the skill already in its system prompt.
-  const visible = plan.artifacts.filter((artifact) => artifact.role === 'tool' || (artifact.role === 'skill' && artifact.name !== promptSkill)).sort(byName);
-  if (visible.length === 0) return ["No tool artifacts declared in this capsule's manifest.", ''];
-  return [
-    ...visible.map(
-      (artifact) =>
-        `- **${artifact.name}** (v${artifact.version}, ${artifact.role}) — ${sanitiseDescription(artifact.description?.trim() || 'No description')}`,
-    ),
-    '',
-  ];
+  const lines: ToolLine[] = plan.artifacts
+    .filter((artifact) => artifact.role === 'tool' || (artifact.role === 'skill' && artifact.name !== promptSkill))
+    .map((artifact) => ({
+      name: artifact.name,
+      version: artifact.version,
+      runtime: artifact.role,
+      description: artifact.description?.trim() || 'No description',
+    }));
+  for (const binary of plan.policy.shell_allow) {
+    // An artifact of the binary's name holds its directory; the shell manifest is not written over it.
+    if (!plan.artifacts.some((artifact) => artifact.name === binary))
+      lines.push({ name: binary, version: '0.0.0', runtime: 'tool', description: shellToolDescription(binary) });
+  }
+  lines.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  if (lines.length === 0) return ["No tool artifacts declared in this capsule's manifest.", ''];
+  return [...lines.map((line) => `- **${line.name}** (v${line.version}, ${line.runtime}) — ${sanitiseDescription(line.description)}`), ''];
 }
 
 function skillsSection(plan: StagedPlan, promptSkill: string | undefined, toolsDir: string | undefined): string[] {
