@@ -313,7 +313,7 @@ export class CapsuleHost implements AgentHost {
             exitCode: 1,
             error: {
               code: 'E-RUN-001',
-              message: `capsule execution exceeded its configured resource limits: memory reached capabilities.limits.memory_bytes (${limits.memory_bytes} bytes) (${outcome.message})`,
+              message: `capsule execution exceeded its configured resource limits: ${outcome.limitMessage ?? `memory reached capabilities.limits.memory_bytes (${limits.memory_bytes} bytes) (${outcome.message})`}`,
               hint: 'the capsule requested more memory than capabilities.limits.memory_bytes allows — check for a runaway allocation, or raise the limit in murmur.yaml',
               path: 'capabilities.limits.memory_bytes',
             },
@@ -574,7 +574,11 @@ export class CapsuleHost implements AgentHost {
       case 'too-small':
         return refused(`${what} exceeded its configured resource limits: ${outcome.message}`);
       case 'trap':
-        return refused(outcome.memoryExhausted ? `${what} exceeded its configured resource limits: ${outcome.message}` : `${what} trapped: ${outcome.message}`);
+        return refused(
+          outcome.memoryExhausted
+            ? `${what} exceeded its configured resource limits: ${outcome.limitMessage ?? outcome.message}`
+            : `${what} trapped: ${outcome.message}`,
+        );
     }
   }
 
