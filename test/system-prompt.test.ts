@@ -74,6 +74,12 @@ describe('mur run --system-prompt', () => {
     expect(included.start.system_prompt_source).toBe('cli');
   });
 
+  it('replaces a system_prompt_file that does not exist without reading it', async () => {
+    const run = await runAgent('missing-file', { inference: '  system_prompt_file: missing-conventions.md' }, ['--system-prompt', 'CLI prompt']);
+    expect(run.system).toContain('CLI prompt');
+    expect(run.start.system_prompt_source).toBe('cli');
+  });
+
   it('refuses --system-prompt for a capsule without inference: with E-IO-003, before anything is staged', async () => {
     const project = path.join(scratch.dir, 'script');
     await fs.mkdir(project, { recursive: true });

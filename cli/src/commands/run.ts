@@ -207,7 +207,12 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       fromRegistry
         ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir }
         : { kind: 'directory', dir: manifestDir },
-      { env_names: Object.keys(env), honour_pins: true, ...(override ? { lifecycle_override: override } : {}) },
+      {
+        env_names: Object.keys(env),
+        honour_pins: true,
+        system_prompt_overridden: options.systemPrompt !== undefined,
+        ...(override ? { lifecycle_override: override } : {}),
+      },
       progress.report,
     );
     progress.stop();
