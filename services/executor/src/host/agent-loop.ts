@@ -201,8 +201,8 @@ type Compacted = { ok: true; messages: WireMessage[] } | { ok: false; message: s
 
 /**
  * The blocking on-compaction hook replaces the history (§7.1). It uses no turn. Without a hook that
- * answers, or with a replacement that breaks tool-call pairing (or alters a tool result), the
- * history stays and bootstrap.log says so; a hook that fails fails the session.
+ * answers, the history stays and bootstrap.log says so; a hook that fails, or whose replacement
+ * breaks tool-call pairing, fails the session.
  */
 async function compact(input: { run: AgentLoopRun; turn: number; messages: WireMessage[]; sessionTokens: number }): Promise<Compacted> {
   const { run, turn, messages, sessionTokens } = input;
@@ -223,17 +223,8 @@ async function compact(input: { run: AgentLoopRun; turn: number; messages: WireM
     return { ok: true, messages };
   }
   const replacement = fromHookMessages(answer.replaceContext.messages, given);
-  if (!replacement.ok) {
-    // As upstream: a replacement that cannot stand is discarded whole, and the original (larger,
-    // valid) history kept; repairing it would send the model a history nobody wrote.
-    bootstrap.line(
-      replacement.pairing
-        ? '[compaction] compacted result has an unresolved tool_call; continuing without compaction'
-        : '[compaction] compacted result is not a history the session can keep; continuing without compaction',
-    );
-    bootstrap.line(`[compaction] hook '${answer.replaceContext.hook}': ${replacement.reason}`);
-    return { ok: true, messages };
-  }
+  if (!replacement.ok)
+    return { ok: false, message: `compaction hook '${answer.replaceContext.hook}' returned a history that breaks tool-call pairing: ${replacement.reason}` };
   const tokensAfter = estimateTokens(JSON.stringify(replacement.messages));
   host.trace.write('compaction', { turn, tokens_before: sessionTokens, tokens_after: tokensAfter });
   if (agent.compaction.dump_summaries) {

@@ -43,8 +43,7 @@ export function toHookMessages(messages: readonly WireMessage[]): HookMessage[] 
   );
 }
 
-/** `pairing`: the replacement's only fault is a tool call and its result not surviving together. */
-export type Replacement = { ok: true; messages: WireMessage[] } | { ok: false; reason: string; pairing: boolean };
+export type Replacement = { ok: true; messages: WireMessage[] } | { ok: false; reason: string };
 
 /** The hook's replacement as driver messages, or why it cannot stand. */
 export function fromHookMessages(replacement: readonly HookMessage[], given: readonly HookMessage[]): Replacement {
@@ -53,19 +52,19 @@ export function fromHookMessages(replacement: readonly HookMessage[], given: rea
   for (const [index, message] of replacement.entries()) {
     if (message.role === 'tool') {
       if (!givenTools.has(message.content)) {
-        return { ok: false, reason: `message ${index} is a tool result that is not one the hook was given unmodified`, pairing: false };
+        return { ok: false, reason: `message ${index} is a tool result that is not one the hook was given unmodified` };
       }
       const envelope = JSON.parse(message.content) as { body: ContentBlock[]; is_error: boolean; tool_call_id: string };
       messages.push({ role: 'tool', tool_call_id: envelope.tool_call_id, is_error: envelope.is_error, content: envelope.body });
       continue;
     }
     if (message.role !== 'user' && message.role !== 'assistant') {
-      return { ok: false, reason: `message ${index} has role '${message.role}'; expected user, assistant or tool`, pairing: false };
+      return { ok: false, reason: `message ${index} has role '${message.role}'; expected user, assistant or tool` };
     }
     messages.push({ role: message.role, content: blocksOf(message.content) });
   }
   const problem = pairingProblem(messages);
-  return problem ? { ok: false, reason: problem, pairing: true } : { ok: true, messages };
+  return problem ? { ok: false, reason: problem } : { ok: true, messages };
 }
 
 function blocksOf(content: string): ContentBlock[] {
