@@ -145,7 +145,7 @@ describe('agent capsules', () => {
       const murmurMd = await run.read('MURMUR.md');
       expect(murmurMd).toContain(`- Session ID: ${run.launch?.session_id}`);
       expect(murmurMd).toContain(`- Capsule URL: ${run.launch?.url}`);
-      expect(murmurMd).toContain('- **probe-tool** (v1.0.0, wasm) — the probe-tool tool');
+      expect(murmurMd).toContain('- **probe-tool** (v1.0.0, tool) — the probe-tool tool');
     });
 
     it('dispatches native, shell, skill and WASM tools, turns an unknown tool into an error result, and goes on', async () => {

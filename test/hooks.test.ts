@@ -390,6 +390,19 @@ describe('hooks', () => {
       expect(run.result.code).toBe(1);
       expect(await run.read('out/result.txt')).toContain(reason);
     });
+
+    it('does not compact at all without context.max_tokens, whatever the threshold', async () => {
+      const inference = await model(shellThenDone());
+      const { extra: _budget, ...unbudgeted } = compacting(0.01);
+      const run = await runWithHooks('no-budget', {
+        inference,
+        hooks: { compactor: { 'on-compaction': [{ return: 'replace-context', summary: 'NEVER' }] } },
+        manifest: unbudgeted,
+      });
+      expect(run.result.code, run.result.stderr).toBe(0);
+      expect((await run.recorded('compactor')).filter((event) => event.fn === 'on-compaction')).toEqual([]);
+      expect((await run.trace()).filter((event) => event.event_type === 'compaction')).toEqual([]);
+    });
   });
 
   describe('task reopening', () => {

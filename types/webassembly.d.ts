@@ -32,6 +32,16 @@ declare namespace WebAssembly {
     grow(delta: number): number;
   }
 
+  interface GlobalDescriptor {
+    value: 'i32' | 'i64' | 'f32' | 'f64';
+    mutable?: boolean;
+  }
+
+  class Global {
+    constructor(descriptor: GlobalDescriptor, value?: unknown);
+    value: unknown;
+  }
+
   class CompileError extends Error {}
   class LinkError extends Error {}
   class RuntimeError extends Error {}

@@ -153,6 +153,11 @@ export const StageRequestSchema = z.object({
    */
   honour_pins: z.boolean().default(false),
   /**
+   * `mur run --system-prompt` replaces the manifest's prompt, so `inference.system_prompt_file` is
+   * not read: a file that is not there cannot fail a launch told not to use it (upstream's rule).
+   */
+  system_prompt_overridden: z.boolean().default(false),
+  /**
    * A token naming this staging: when given, the stager reports its progress on
    * `stage.<token>.progress` and keeps reporting while it works, so the requester can show it and
    * can tell a stager that is busy from one that is gone.

@@ -129,6 +129,15 @@ function scopeReport(grants: Record<string, unknown>): string {
   return lines.join('\n');
 }
 
+/** `--system-prompt` replaces an agent's prompt; a capsule without `inference:` has none, so the flag is refused (upstream's words). */
+function refuseSystemPromptWithoutInference(options: RunOptions, manifest: { inference?: unknown }): void {
+  if (options.systemPrompt === undefined || manifest.inference !== undefined) return;
+  throw new MurmurError('E-IO-003', '--system-prompt requires an agent capsule: this manifest has no inference: block', {
+    hint: 'add an inference: block to murmur.yaml, or drop --system-prompt',
+    path: '--system-prompt',
+  });
+}
+
 export async function runCommand(options: RunOptions, output: Output): Promise<number> {
   timing('run command loaded');
   const flagFloor = flagContainment(options.containment);
@@ -171,6 +180,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // the grants come from the manifest alone, the achievable class from an executor.
     if (!fromRegistry) {
       const manifest = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env }).manifest;
+      refuseSystemPromptWithoutInference(options, manifest);
       const policy = capabilityPolicy(manifest);
       const grants = await explainScope(runtime.bus, policy, floor);
       timing('scope explained');
@@ -197,11 +207,18 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       fromRegistry
         ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir }
         : { kind: 'directory', dir: manifestDir },
-      { env_names: Object.keys(env), honour_pins: true, ...(override ? { lifecycle_override: override } : {}) },
+      {
+        env_names: Object.keys(env),
+        honour_pins: true,
+        system_prompt_overridden: options.systemPrompt !== undefined,
+        ...(override ? { lifecycle_override: override } : {}),
+      },
       progress.report,
     );
     progress.stop();
     timing('staged');
+    // A packaged capsule's manifest is known only now, still before anything is launched.
+    if (fromRegistry) refuseSystemPromptWithoutInference(options, plan.capsule.manifest);
     if (options.explainScope) {
       const grants = await explainScope(runtime.bus, plan.policy, floor);
       output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));

@@ -73,7 +73,8 @@ function readPrompt(file: string, what: string): string {
 function systemPrompt(plan: StagedPlan, tools: HostTool[], override: string | undefined): { text: string | null; source: 'manifest' | 'cli' | 'none' } {
   if (override !== undefined) {
     const trimmed = override.trim();
-    return trimmed === '' ? { text: null, source: 'none' } : { text: trimmed, source: 'cli' };
+    // An empty override still is the operator's choice: no prompt, attributed to the command line.
+    return { text: trimmed === '' ? null : trimmed, source: 'cli' };
   }
   const inference = plan.capsule.manifest.inference;
   if (inference?.system_prompt !== undefined) return { text: inference.system_prompt.trim(), source: 'manifest' };
@@ -235,7 +236,8 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
   const side = inference.transport === 'process' ? harnessSide(input, manifest) : driverSide(input, manifest);
   const prompt = systemPrompt(plan, input.tools, input.systemPromptOverride);
   const policy = plan.policy;
-  const promptSkill = inference.system_prompt_artifact;
+  // `--system-prompt` releases a bound prompt skill: it is an ordinary callable skill again.
+  const promptSkill = input.systemPromptOverride === undefined ? inference.system_prompt_artifact : undefined;
   const card: CapsuleCard = {
     name: plan.capsule.name,
     description: manifest.description ?? `Murmur capsule ${plan.capsule.name}`,

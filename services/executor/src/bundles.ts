@@ -3,6 +3,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import type { TranspiledComponent } from '@murmur/shared';
 import { type BlobCache, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
+import { keepWatchedModule } from './host/grow-watch.js';
 import type { HostComponent } from './host/protocol.js';
 
 /**
@@ -14,6 +15,7 @@ import type { HostComponent } from './host/protocol.js';
  */
 export class LocalBundles {
   private readonly pending = new Map<string, Promise<string>>();
+  private readonly watching = new Map<string, Promise<void>>();
 
   constructor(
     private readonly cacheDir: string,
@@ -35,8 +37,26 @@ export class LocalBundles {
       }
       await fetching;
     }
+    await this.keepWatched(dir, component.core_modules);
     const { bundle: _bundle, cache_hit: _hit, ...rest } = component;
     return { ...rest, bundle_dir: dir };
+  }
+
+  /**
+   * The core modules' watched forms (`grow-watch`), made once per bundle on this machine: here,
+   * because the capsule host may not write into the cache. A failure only costs the host the pass.
+   */
+  private keepWatched(dir: string, modules: string[]): Promise<void> {
+    let keeping = this.watching.get(dir);
+    if (!keeping) {
+      keeping = Promise.all(modules.map((file) => keepWatchedModule(path.join(dir, file))))
+        .then(() => undefined)
+        .catch(() => {
+          this.watching.delete(dir);
+        });
+      this.watching.set(dir, keeping);
+    }
+    return keeping;
   }
 
   private async fetch(component: TranspiledComponent, dir: string, label: string): Promise<string> {

@@ -410,7 +410,16 @@ export class Session {
       });
       agent = { ...launch.agent, ...(contextId !== undefined ? { context_id: contextId } : {}) };
       guestEnv = launch.guestEnv;
-      await writeFile(path.join(paths.sessionDir, 'MURMUR.md'), murmurMd(plan, { sessionId: this.id, url, runtimeVersion: RUNTIME_VERSION }));
+      await writeFile(
+        path.join(paths.sessionDir, 'MURMUR.md'),
+        murmurMd(plan, {
+          sessionId: this.id,
+          url,
+          runtimeVersion: RUNTIME_VERSION,
+          promptSkill: launch.agent.system_prompt_artifact,
+          toolsDir: path.join(paths.sessionDir, 'tools'),
+        }),
+      );
     }
     const subprocessBase = Object.fromEntries(Object.entries(launcherEnv).filter(([name]) => !isCredentialShaped(name, plan.policy.shell_strip_env)));
     const start: StartMessage = {

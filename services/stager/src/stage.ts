@@ -203,7 +203,7 @@ export class Stager {
           assign: (component) => (capsuleComponent = component),
         });
       }
-      const promptFile = manifest.inference?.system_prompt_file;
+      const promptFile = request.system_prompt_overridden ? undefined : manifest.inference?.system_prompt_file;
       const systemPromptFile = promptFile === undefined ? undefined : { path: promptFile, text: await readCapsuleText(loaded, promptFile) };
       const compactionFile = manifest.inference?.compaction?.system_prompt_file;
       const compactionPromptFile =

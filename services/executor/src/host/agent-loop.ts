@@ -6,6 +6,7 @@ import { LogFile } from '../records.js';
 import { writeFileAtomic } from './atomic-file.js';
 import { fromHookMessages, sortedJson, summaryOf, toHookMessages } from './compaction.js';
 import type { AgentHost } from './contracts.js';
+import { type DriverContinuation, continuationIdOf } from './driver-continuation.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from './driver-wire.js';
 import type { HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
@@ -44,6 +45,8 @@ export interface AgentLoopRun {
   shellDescriptions: ReadonlyMap<string, string>;
   /** A threaded conversation's record beyond the session, kept by the executor. */
   conversation: { load(contextId: string): Promise<WireMessage[]>; save(contextId: string, messages: WireMessage[]): Promise<void> };
+  /** The driver's continuation, held by the session across its attempts and tasks. */
+  continuation: DriverContinuation;
 }
 
 export function composeSystemPrompt(start: Pick<StartMessage, 'capsule_name' | 'capsule_version' | 'accessible_workdir'>, prompt: string | null): string {
@@ -97,6 +100,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       toolsDeclared: tools.map((tool) => tool.name),
       promptSource: agent.system_prompt_source,
       promptSha256: agent.system_prompt === null ? null : createHash('sha256').update(agent.system_prompt).digest('hex'),
+      prompt: agent.system_prompt,
     }),
   );
   const resultFile = path.join(sessionDir, 'out', 'result.txt');
@@ -115,7 +119,14 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     if (breached) return fail('failed', breached.message, breached);
     host.setTurn(turn);
     if (task) registry.progress(task, `inference turn ${turn + 1}`);
-    const data = driverRequestData({ model: agent.model, maxTokens: agent.max_tokens, messages, tools, system });
+    const contextId = task?.contextId;
+    const sentLength = messages.length;
+    const full = { model: agent.model, maxTokens: agent.max_tokens, messages, tools, system };
+    const fullData = driverRequestData(full);
+    // The wire carries what the driver has not seen yet; the accounting below always counts the full history.
+    const held = run.continuation.active(contextId);
+    const data =
+      held && held.ackedLength <= sentLength ? driverRequestData({ ...full, messages: messages.slice(held.ackedLength), continuationId: held.id }) : fullData;
     const call = await host.callDriver(driver, agent.driver_env, data);
     if (task?.abortedWith) return fail('failed', task.abortedWith);
     if (!call.ok) {
@@ -125,13 +136,14 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     if (call.streamedText && task) registry.chunk(task, 'text', '', true);
     const reply = readDriverReply(call.result);
     const usage = reply.kind === 'error' ? undefined : reply.usage;
-    const inputTokens = usage?.input_tokens ?? estimateTokens(data);
+    const inputTokens = usage?.input_tokens ?? estimateTokens(fullData);
     const outputTokens = usage?.output_tokens ?? estimateTokens(call.result.data ?? call.result.summary ?? '');
-    host.totals.turns += 1;
-    host.totals.inputTokens += inputTokens;
-    host.totals.outputTokens += outputTokens;
-    // A driver that reported failure made no inference worth recording (upstream writes none).
+    // A driver that reported failure made no inference worth recording (upstream writes none), and
+    // so took no turn: the totals count what the trace's `inference` events show, nothing else.
     if (call.result.status === 'passed') {
+      host.totals.turns += 1;
+      host.totals.inputTokens += inputTokens;
+      host.totals.outputTokens += outputTokens;
       const decision = reply.kind === 'tools' ? 'tool_call' : reply.kind === 'end' ? 'end_turn' : (reply.decision ?? 'text');
       const toolName = reply.kind === 'tools' ? (reply.calls[0]?.name ?? null) : null;
       host.trace.write('inference', { turn, input_tokens: inputTokens, output_tokens: outputTokens, decision, tool_name: toolName, model: agent.model });
@@ -149,11 +161,14 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       if (task) for (const artifact of told.artifacts) registry.artifact(task, artifact.hook, artifact.payload);
     }
     if (reply.kind === 'error') return fail('failed', reply.message);
+    // Before compaction, so that a replaced history drops the continuation this turn renewed.
+    run.continuation.afterTurn(continuationIdOf(call.result.metadata), contextId, sentLength);
 
     const sessionTokens = inputTokens + outputTokens;
     if (agent.context_max_tokens !== undefined && sessionTokens / agent.context_max_tokens >= agent.compaction.threshold) {
       const compacted = await compact({ run, turn, messages, sessionTokens });
       if (!compacted.ok) return fail('failed', compacted.message, { code: 'E-RUN-007', message: `agent loop failed: ${compacted.message}` });
+      if (compacted.messages !== messages) run.continuation.clear();
       messages = compacted.messages;
     }
 
@@ -173,6 +188,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       const kept: WireMessage[] = [...messages, { role: 'assistant', content: reply.content }];
       if (isSafeContextId(task.contextId)) writeFileAtomic(historyFile(sessionDir, task.contextId), JSON.stringify(kept));
       await run.conversation.save(task.contextId, kept);
+      run.continuation.advance(task.contextId, kept.length);
     }
     if (task && !call.streamedText && reply.text !== '') registry.chunk(task, 'text', reply.text, true);
     host.writeSessionEnd('ok');

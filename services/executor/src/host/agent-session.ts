@@ -11,6 +11,7 @@ import {
   capabilityCategories,
 } from '@murmur/shared';
 import { type AgentLoopRun, type LoopOutcome, runAgentLoop } from './agent-loop.js';
+import { DriverContinuation } from './driver-continuation.js';
 import { writeFileAtomic } from './atomic-file.js';
 import type { AgentHost, HostChannel, SessionResult } from './contracts.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply } from './driver-wire.js';
@@ -55,6 +56,8 @@ export class AgentSession {
   /** `transport: process`: the MCP server the harness reaches the capsule's tools through, and the task its calls serve. */
   private toolServer: ToolServer | undefined;
   private harnessScene: HarnessScene | undefined;
+  /** A stateful driver's continuation: it outlives an attempt, so the next task of its context resends nothing the driver knows. */
+  private readonly continuation = new DriverContinuation();
   /** `mur run --forget-session`'s context, until its first task has forgotten it. */
   private forgetContext: string | undefined;
 
@@ -277,6 +280,7 @@ export class AgentSession {
       hooks: this.hooks,
       maxTurns,
       shellDescriptions: this.shellDescriptions,
+      continuation: this.continuation,
       conversation: {
         load: async (contextId) => (await this.channel.request({ op: 'conversation-load', context_id: contextId })) as WireMessage[],
         save: async (contextId, messages) => {

@@ -155,7 +155,7 @@ export class CapsuleHost implements AgentHost {
   async run(): Promise<SessionResult> {
     this.trace.write(
       'session_start',
-      this.sessionStartFields({ model: null, maxTurns: null, toolsDeclared: [...this.allowlist], promptSource: 'none', promptSha256: null }),
+      this.sessionStartFields({ model: null, maxTurns: null, toolsDeclared: [...this.allowlist], promptSource: 'none', promptSha256: null, prompt: null }),
     );
     const component = this.start.component;
     if (!component)
@@ -198,6 +198,7 @@ export class CapsuleHost implements AgentHost {
       workdir_exec: policy.workdir_exec,
       system_prompt_source: run.promptSource,
       system_prompt_sha256: run.promptSha256,
+      ...(this.start.trace_include_tool_output && run.prompt !== null ? { system_prompt: run.prompt } : {}),
       ...(this.start.spawned_by ? { spawned_by: this.start.spawned_by } : {}),
       effective_grants: this.start.effective_grants,
     };
@@ -312,7 +313,7 @@ export class CapsuleHost implements AgentHost {
             exitCode: 1,
             error: {
               code: 'E-RUN-001',
-              message: `capsule execution exceeded its configured resource limits: memory reached capabilities.limits.memory_bytes (${limits.memory_bytes} bytes) (${outcome.message})`,
+              message: `capsule execution exceeded its configured resource limits: ${outcome.limitMessage ?? `memory reached capabilities.limits.memory_bytes (${limits.memory_bytes} bytes) (${outcome.message})`}`,
               hint: 'the capsule requested more memory than capabilities.limits.memory_bytes allows — check for a runaway allocation, or raise the limit in murmur.yaml',
               path: 'capabilities.limits.memory_bytes',
             },
@@ -573,7 +574,11 @@ export class CapsuleHost implements AgentHost {
       case 'too-small':
         return refused(`${what} exceeded its configured resource limits: ${outcome.message}`);
       case 'trap':
-        return refused(outcome.memoryExhausted ? `${what} exceeded its configured resource limits: ${outcome.message}` : `${what} trapped: ${outcome.message}`);
+        return refused(
+          outcome.memoryExhausted
+            ? `${what} exceeded its configured resource limits: ${outcome.limitMessage ?? outcome.message}`
+            : `${what} trapped: ${outcome.message}`,
+        );
     }
   }
 

@@ -71,6 +71,8 @@ export interface SessionStartRun {
   toolsDeclared: string[];
   promptSource: 'manifest' | 'cli' | 'none';
   promptSha256: string | null;
+  /** The prompt itself: capsule content, so the trace holds it only where the manifest lets it hold tool output. */
+  prompt: string | null;
 }
 
 export type Fallible<T> = { ok: true; value: T } | { ok: false; error: string };

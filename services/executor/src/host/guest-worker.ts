@@ -3,6 +3,7 @@ import { pathToFileURL } from 'node:url';
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { BridgeClient } from './bridge.js';
 import { GuestExit, buildImports, preloadImports } from './imports.js';
+import { GROW_DENIED_EXPORT } from './grow-watch.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 
 /**
@@ -39,7 +40,8 @@ export interface GuestJob {
 export type GuestOutcome =
   | { kind: 'returned'; value?: unknown }
   | { kind: 'exit'; code: number }
-  | { kind: 'trap'; message: string; memoryExhausted: boolean }
+  /** `limitMessage`: what the memory limit refused, when a watched module recorded it. */
+  | { kind: 'trap'; message: string; memoryExhausted: boolean; limitMessage?: string }
   | { kind: 'link-error'; message: string; missing?: string }
   | { kind: 'too-small'; message: string };
 
@@ -62,6 +64,39 @@ function post(message: GuestMessage): void {
 function nearCap(memories: WebAssembly.Memory[], limit: number): boolean {
   const slack = Math.max(2 * PAGE, Math.min(32 * 1024 * 1024, limit / 4));
   return memories.some((memory) => memory.buffer.byteLength + slack >= limit);
+}
+
+/**
+ * What a trap is judged by: the refusals a watched module recorded (`grow-watch`), and for the
+ * memories of modules that could not be watched, how close they came to the cap.
+ */
+interface WatchedMemories {
+  unwatched: WebAssembly.Memory[];
+  denials: WebAssembly.Global[];
+}
+
+function watchInstance(memories: WatchedMemories, instance: WebAssembly.Instance): void {
+  const denial = instance.exports[GROW_DENIED_EXPORT];
+  if (denial instanceof WebAssembly.Global) {
+    memories.denials.push(denial);
+    return;
+  }
+  for (const value of Object.values(instance.exports)) if (value instanceof WebAssembly.Memory) memories.unwatched.push(value);
+}
+
+/**
+ * Whether a trap was the memory limit's doing. A recorded refusal is authoritative (upstream's
+ * limiter wins over the trap code the same way) and says what was asked for.
+ */
+function memoryVerdict(memories: WatchedMemories, limit: number): { memoryExhausted: boolean; limitMessage?: string } {
+  const refusedPages = memories.denials.map((global) => (global.value as number) >>> 0).find((pages) => pages !== 0);
+  if (refusedPages !== undefined) {
+    return {
+      memoryExhausted: true,
+      limitMessage: `linear memory growth to ${refusedPages * PAGE} bytes exceeds capabilities.limits.memory_bytes (${limit})`,
+    };
+  }
+  return { memoryExhausted: nearCap(memories.unwatched, limit) };
 }
 
 type InstantiateCore = (module: WebAssembly.Module, coreImports?: WebAssembly.Imports) => Promise<WebAssembly.Instance>;
@@ -105,7 +140,7 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   // interface a tool may not use) is a link failure, named, before any of it runs.
   const missing = job.imports.find((name) => !(name in imports));
   if (missing !== undefined) return { kind: 'link-error', message: `the runtime offers no ${missing}`, missing };
-  const memories: WebAssembly.Memory[] = [];
+  const memories: WatchedMemories = { unwatched: [], denials: [] };
   const getCoreModule = async (file: string): Promise<WebAssembly.Module> => {
     const compiled = job.modules[file];
     if (compiled) return compiled;
@@ -115,7 +150,7 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   // and the asynchronous form costs a round trip through the event loop per core module.
   const instantiateCore: InstantiateCore = async (module, coreImports) => {
     const instance = new WebAssembly.Instance(module, coreImports);
-    for (const value of Object.values(instance.exports)) if (value instanceof WebAssembly.Memory) memories.push(value);
+    watchInstance(memories, instance);
     return instance;
   };
   const bundle = await loadBundle(path.join(job.bundleDir, job.entry));
@@ -125,7 +160,7 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     if (error instanceof MemoryLimitError) return { kind: 'too-small', message };
-    if (error instanceof WebAssembly.RuntimeError) return { kind: 'trap', message, memoryExhausted: nearCap(memories, job.memoryLimitBytes) };
+    if (error instanceof WebAssembly.RuntimeError) return { kind: 'trap', message, ...memoryVerdict(memories, job.memoryLimitBytes) };
     const missing = /imports\.([\w:/.-]+)|instance import '([^']+)'/.exec(message);
     return { kind: 'link-error', message, ...(missing ? { missing: (missing[1] ?? missing[2]) as string } : {}) };
   }
@@ -142,12 +177,12 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   } catch (error) {
     if (error instanceof GuestExit) return { kind: 'exit', code: error.code };
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    return { kind: 'trap', message, memoryExhausted: nearCap(memories, job.memoryLimitBytes) };
+    return { kind: 'trap', message, ...memoryVerdict(memories, job.memoryLimitBytes) };
   }
 }
 
 /** A resident guest's instance (a hook's lifecycle export), kept for the calls that follow its instantiation. */
-let resident: { instance: Record<string, (...args: unknown[]) => unknown>; memories: WebAssembly.Memory[]; limit: number } | undefined;
+let resident: { instance: Record<string, (...args: unknown[]) => unknown>; memories: WatchedMemories; limit: number } | undefined;
 let residentReady: Promise<GuestOutcome> | undefined;
 
 /** WIT's kebab-case name as jco exports it: `on-session-start` → `onSessionStart`. */
@@ -176,7 +211,7 @@ async function callResident(fn: string, args: unknown[]): Promise<GuestOutcome> 
     if (!(error instanceof Error)) return { kind: 'returned', value: { err: String(error) } };
     if ('payload' in error) return { kind: 'returned', value: { err: String((error as { payload: unknown }).payload) } };
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
-    return { kind: 'trap', message, memoryExhausted: nearCap(resident.memories, resident.limit) };
+    return { kind: 'trap', message, ...memoryVerdict(resident.memories, resident.limit) };
   }
 }
 

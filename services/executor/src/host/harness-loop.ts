@@ -77,6 +77,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
       toolsDeclared: tools.map((tool) => tool.name),
       promptSource: agent.system_prompt_source,
       promptSha256: agent.system_prompt === null ? null : createHash('sha256').update(agent.system_prompt).digest('hex'),
+      prompt: agent.system_prompt,
     }),
   );
   const fail = (message: string, error: WireError = { code: 'E-RUN-007', message: `agent loop failed: ${message}` }): LoopOutcome => {

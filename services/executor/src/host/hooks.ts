@@ -358,6 +358,6 @@ function describeFailure(outcome: Exclude<RunOutcome, { kind: 'returned' }>): st
     case 'too-small':
       return `exceeded its configured resource limits: ${outcome.message}`;
     case 'trap':
-      return outcome.memoryExhausted ? `exceeded its configured resource limits: ${outcome.message}` : `trapped: ${outcome.message}`;
+      return outcome.memoryExhausted ? `exceeded its configured resource limits: ${outcome.limitMessage ?? outcome.message}` : `trapped: ${outcome.message}`;
   }
 }

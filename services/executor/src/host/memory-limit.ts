@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { watchMemoryGrowth, watchedModuleFile } from './grow-watch.js';
 /**
  * Caps the linear memories a WebAssembly core module defines, before it is compiled.
  *
@@ -209,7 +210,26 @@ function formatBytes(bytes: number): string {
   return bytes >= 1024 * 1024 ? `${bytes / (1024 * 1024)} MiB` : `${bytes / 1024} KiB`;
 }
 
-/** A core module compiled with its memories capped: growth past the limit fails in the guest instead of succeeding. */
+/**
+ * A core module compiled with its memories capped — growth past the limit fails in the guest
+ * instead of succeeding — and, where it can be, with the refused growth remembered (`grow-watch`).
+ */
 export async function compileCoreModule(file: string, memoryLimitBytes: number): Promise<WebAssembly.Module> {
+  const watched = await watchedModule(file);
+  if (watched) {
+    // A rewrite the engine refuses costs the watch, never the module.
+    const compiled = await WebAssembly.compile(capModuleMemory(watched, memoryLimitBytes).bytes).catch(() => undefined);
+    if (compiled) return compiled;
+  }
   return WebAssembly.compile(capModuleMemory(await readFile(file), memoryLimitBytes).bytes);
+}
+
+/**
+ * The watched form of a core module: what the executor keeps beside it (`keepWatchedModule`, once
+ * per machine, as the host may not write there), else made here, for this session only.
+ */
+async function watchedModule(file: string): Promise<Uint8Array | undefined> {
+  const kept = await readFile(watchedModuleFile(file)).catch(() => undefined);
+  if (kept) return kept.length > 0 ? kept : undefined;
+  return watchMemoryGrowth(await readFile(file));
 }
