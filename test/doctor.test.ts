@@ -174,7 +174,8 @@ describe('mur doctor in a capsule project', () => {
     await fs.writeFile(path.join(dir, 'skills', 'skill.md'), '# local\n');
     const result = await runMur(['doctor'], { cwd: dir, env });
     expect(result.code, result.stdout).toBe(0);
-    expect(markedLines(result.stdout, '✓', 'local-skill@')).toEqual([expect.stringMatching(/^ {2}✓ {2}local-skill@\S+\s+local source$/)]);
+    // Named by the version the manifest declares, as upstream's doctor names it.
+    expect(markedLines(result.stdout, '✓', 'local-skill@')).toEqual([expect.stringMatching(/^ {2}✓ {2}local-skill@0\.1\.0\s+local source$/)]);
     expect(result.stdout).not.toContain("murmur.lock missing artifact entry for 'local-skill'");
     expect(result.stdout).toContain('All checks passed.');
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type MurmurError, capabilityPolicy, parseCapsuleManifest, resolveManifestSecrets } from '@murmur/shared';
+import { CapsuleManifestSchema, type MurmurError, capabilityPolicy, parseCapsuleManifest, resolveManifestSecrets } from '@murmur/shared';
 
 function refusal(text: string, env?: Record<string, string>): MurmurError {
   try {
@@ -409,5 +409,16 @@ describe('the capsule manifest', () => {
     const error = refusal('- name: tiny\n');
     expect(error.code).toBe('E-MAN-003');
     expect(error.message).toContain("field '<root>' has invalid type (expected mapping, got sequence)");
+  });
+});
+
+describe('a local-source artifact', () => {
+  it('is versioned local for resolving, and keeps the version the manifest declared for reports, across a plan’s round trip', () => {
+    const { manifest } = parseCapsuleManifest(
+      'name: tiny\nversion: 1.0.0\nartifacts:\n  - name: local-skill\n    version: 0.1.0\n    runtime: skill\n    source: ./skills\n',
+    );
+    expect(manifest.artifacts[0]).toMatchObject({ name: 'local-skill', version: 'local', declared_version: '0.1.0', source: './skills' });
+    const again = CapsuleManifestSchema.parse(JSON.parse(JSON.stringify(manifest)));
+    expect(again.artifacts[0]).toMatchObject({ version: 'local', declared_version: '0.1.0' });
   });
 });

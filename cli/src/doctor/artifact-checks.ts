@@ -84,7 +84,7 @@ export async function checkArtifacts(manifest: CapsuleManifest, stores: readonly
       name: declaration.name,
       version: declaration.version,
       role: declaration.runtime,
-      reference: `${declaration.name}@${declaration.version}`,
+      reference: `${declaration.name}@${declaration.declared_version ?? declaration.version}`,
       verdict: await verdictFor(declaration, stores, lock),
     });
   }

@@ -238,6 +238,8 @@ const ArtifactDeclarationSchema = z
     capabilities: CapabilitiesSchema.optional(),
     on_overflow: z.string().optional(),
     gateway: GatewaySchema.optional(),
+    /** Set by this schema (below), and read back when a parsed manifest travels in a plan. */
+    declared_version: optionalText,
   })
   .superRefine((artifact, ctx) => {
     if (artifact.name === '') return refine(ctx, ['name'], "missing required field 'name'");
@@ -293,6 +295,10 @@ const ArtifactDeclarationSchema = z
       name: artifact.name,
       // A local-source artifact is never resolved from a registry; upstream names its version `local`.
       version: artifact.source === undefined ? (artifact.version as string) : 'local',
+      // What the manifest wrote for a local-source artifact, which reports name it by (as upstream's doctor does).
+      ...(artifact.source !== undefined && (artifact.declared_version ?? artifact.version) !== undefined
+        ? { declared_version: (artifact.declared_version ?? artifact.version) as string }
+        : {}),
       runtime,
       ...(artifact.source === undefined ? {} : { source: artifact.source }),
       local_source: artifact.local_source ?? isSkill,
