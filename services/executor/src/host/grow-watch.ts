@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { encodeU32 } from './leb128.js';
 
 /**
  * Makes a core module remember the `memory.grow` its memory limit refused, so that a guest ending
@@ -398,17 +399,6 @@ class Reader {
     if (align & 0x40) this.u32();
     this.leb();
   }
-}
-
-function encodeU32(value: number): number[] {
-  const out: number[] = [];
-  let rest = value;
-  do {
-    const low = rest % 128;
-    rest = Math.floor(rest / 128);
-    out.push(rest === 0 ? low : low | 0x80);
-  } while (rest !== 0);
-  return out;
 }
 
 function encodeName(name: string): number[] {

@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { watchMemoryGrowth, watchedModuleFile } from './grow-watch.js';
+import { encodeU32 } from './leb128.js';
 /**
  * Caps the linear memories a WebAssembly core module defines, before it is compiled.
  *
@@ -195,11 +196,6 @@ function writeU32(out: Uint8Array, offset: number, value: number): number {
     out[offset++] = rest === 0 ? low : low | 0x80;
   } while (rest !== 0);
   return offset;
-}
-
-function encodeU32(value: number): number[] {
-  const buffer = new Uint8Array(5);
-  return Array.from(buffer.subarray(0, writeU32(buffer, 0, value)));
 }
 
 function hexByte(byte: number | undefined): string {
