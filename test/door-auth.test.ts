@@ -8,7 +8,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, rpc, startAgent, textMessage } from './support/agents.js';
 import { tempDir } from './support/fs.js';
 import { runMur } from './support/processes.js';
-import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
+
+/** The scripted model of both suites: it answers a message with `echo: <its text>`. */
+function echo(body: Record<string, unknown>): ScriptedReply {
+  const last = (body.messages as Array<{ content: Array<{ type: string; text?: string }> }>).at(-1);
+  return { text: `echo: ${last?.content.find((block) => block.type === 'text')?.text ?? ''}` };
+}
 
 /**
  * A door that requires credentials (`MURMUR_DOOR_AUTH`): the card readable by anyone and saying
@@ -27,12 +33,7 @@ describe('a door with authentication', () => {
   beforeAll(async () => {
     scratch = await tempDir('murmur-door-auth-');
     env = { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_DOOR_AUTH: `${tokenA}, ${tokenB}` };
-    inference = await startScriptedInference({
-      script: (body) => {
-        const last = (body.messages as Array<{ content: Array<{ type: string; text?: string }> }>).at(-1);
-        return { text: `echo: ${last?.content.find((block) => block.type === 'text')?.text ?? ''}` };
-      },
-    });
+    inference = await startScriptedInference({ script: echo });
     const project = await agentProject(
       path.join(scratch.dir, 'agent'),
       agentManifest(inference, { name: 'guarded', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
@@ -170,12 +171,7 @@ describe("a door that takes each session's own token", () => {
 
   beforeAll(async () => {
     scratch = await tempDir('murmur-session-token-');
-    inference = await startScriptedInference({
-      script: (body) => {
-        const last = (body.messages as Array<{ content: Array<{ type: string; text?: string }> }>).at(-1);
-        return { text: `echo: ${last?.content.find((block) => block.type === 'text')?.text ?? ''}` };
-      },
-    });
+    inference = await startScriptedInference({ script: echo });
     const project = await agentProject(
       path.join(scratch.dir, 'agent'),
       agentManifest(inference, { name: 'own-token', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
