@@ -2,9 +2,8 @@ import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
-import { componentArtifact, nativeEchoTool, publishInto, skillArtifact } from './support/artifacts.js';
+import { probeToolArtifact, nativeEchoTool, publishInto, skillArtifact } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
-import { probeTool } from './support/probe-guests.js';
 import { eventually, runMur } from './support/processes.js';
 import { type ScriptedInference, type ScriptedInferenceOptions, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
 
@@ -38,16 +37,7 @@ describe('agent capsules', () => {
     scratch = await tempDir('murmur-agent-');
     env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
     const store = path.join(env.MURMUR_HOME as string, 'artifacts');
-    await publishInto(
-      store,
-      await componentArtifact(
-        'probe-tool',
-        '1.0.0',
-        (await probeTool()).bytes,
-        'tool',
-        'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\n',
-      ),
-    );
+    await publishInto(store, await probeToolArtifact());
     await publishInto(store, await nativeEchoTool('native-echo', '1.0.0'));
     await publishInto(store, await skillArtifact('style-guide', '1.0.0', 'Write short sentences.\n'));
   });

@@ -3,9 +3,8 @@ import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
-import { componentArtifact, publishInto } from './support/artifacts.js';
+import { probeToolArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
-import { probeTool } from './support/probe-guests.js';
 import { eventually } from './support/processes.js';
 import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
 
@@ -43,16 +42,7 @@ describe('the door', () => {
   beforeAll(async () => {
     scratch = await tempDir('murmur-door-');
     env = { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_SSE_HEARTBEAT_MS: '150', MURMUR_DOOR_MAX_BODY_BYTES: '65536' };
-    await publishInto(
-      path.join(env.MURMUR_HOME as string, 'artifacts'),
-      await componentArtifact(
-        'probe-tool',
-        '1.0.0',
-        (await probeTool()).bytes,
-        'tool',
-        'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\n',
-      ),
-    );
+    await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await probeToolArtifact());
     inference = await startScriptedInference({ script: echoScript, stream: true });
     const project = await agentProject(
       path.join(scratch.dir, 'agent'),

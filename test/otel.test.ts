@@ -2,13 +2,12 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
-import { componentArtifact, publishInto } from './support/artifacts.js';
+import { probeToolArtifact, publishInto } from './support/artifacts.js';
 import { probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from './support/otlp-receiver.js';
 import { freePort } from './support/ports.js';
-import { probeTool } from './support/probe-guests.js';
 import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 import { type CountingServer, startCountingServer } from './support/servers.js';
@@ -26,16 +25,7 @@ describe('OpenTelemetry export', () => {
   beforeAll(async () => {
     scratch = await tempDir('murmur-otel-');
     env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
-    await publishInto(
-      path.join(env.MURMUR_HOME as string, 'artifacts'),
-      await componentArtifact(
-        'probe-tool',
-        '1.0.0',
-        (await probeTool()).bytes,
-        'tool',
-        'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\n',
-      ),
-    );
+    await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await probeToolArtifact());
     collector = await startOtlpReceiver();
   });
 

@@ -5,10 +5,9 @@ import { type AddressInfo, type Socket, createServer } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject, rpc, textMessage } from './support/agents.js';
-import { capsuleProject, componentArtifact, publishInto } from './support/artifacts.js';
+import { capsuleProject, componentArtifact, probeToolArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { capsuleWat, toolWat } from './support/guests.js';
-import { probeTool } from './support/probe-guests.js';
 import { murBin, runMur } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
@@ -95,16 +94,7 @@ describe('upstream parity: the CLI', () => {
   describe('input timeout (input_required.rs)', () => {
     it('fails the run, status failed and exit 1, when its task fails by input-timeout (decided, unlike upstream)', async () => {
       const env = home('input-timeout');
-      await publishInto(
-        globalStore(env),
-        await componentArtifact(
-          'probe-tool',
-          '1.0.0',
-          (await probeTool()).bytes,
-          'tool',
-          'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\n',
-        ),
-      );
+      await publishInto(globalStore(env), await probeToolArtifact());
       const inference = await startScriptedInference({
         script: [{ toolCalls: [{ name: 'probe-tool', input: { actions: [{ op: 'ask', prompt: 'anyone?' }] } }] }],
       });

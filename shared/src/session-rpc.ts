@@ -58,6 +58,19 @@ export const SessionEventSchema = z.object({
   data: z.record(z.string(), z.unknown()),
 });
 export type SessionEvent = z.infer<typeof SessionEventSchema>;
+
+/**
+ * Whether a task in `state` has settled for a blocking send: it ended, or it waits for its
+ * client's input. The door and the host both decide when a blocking send is answered by this.
+ */
+export function hasSettled(state: TaskState): boolean {
+  return TERMINAL_TASK_STATES.has(state) || state === 'input-required';
+}
+
+/** Whether `event` is the status that settles its task (its final one, or input-required). */
+export function settlesItsTask(event: SessionEvent): boolean {
+  return event.type === 'status' && event.task_id !== null && (event.final || event.state === 'input-required');
+}
 export type SessionEventInput = z.input<typeof SessionEventSchema>;
 
 /** What a capsule is, as the host describes it; a door adds where it can be reached. */

@@ -1,6 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { ArtifactStore, type StoreScope, inspectArchive, writeMurZip } from '@murmur/shared/artifacts';
+import { probeTool } from './probe-guests.js';
 
 /** A `.mur.zip` for a WASM tool (or driver, or hook): its manifest plus the component at the root. */
 export async function componentArtifact(
@@ -69,4 +70,15 @@ export async function capsuleProject(dir: string, manifest: string, wasm?: Uint8
   await fs.writeFile(path.join(dir, 'murmur.yaml'), manifest);
   if (wasm) await fs.writeFile(path.join(dir, 'capsule.wasm'), wasm);
   return dir;
+}
+
+/** `probe-tool@1.0.0`: the probe tool built from its JS source, taking `{actions: [...]}` as its input. */
+export async function probeToolArtifact(): Promise<Buffer> {
+  return componentArtifact(
+    'probe-tool',
+    '1.0.0',
+    (await probeTool()).bytes,
+    'tool',
+    'input_schema:\n  type: object\n  properties:\n    actions: { type: array }\n',
+  );
 }

@@ -79,25 +79,25 @@ function anthropicJson(reply: Exclude<ScriptedReply, { raw: string } | HeldStrea
   });
 }
 
+/** The `message_start` event an Anthropic stream opens with, for a new message id. */
+function anthropicMessageStart(model: string): Record<string, unknown> {
+  return {
+    type: 'message_start',
+    message: {
+      id: `msg_scripted_${++messageIds}`,
+      type: 'message',
+      role: 'assistant',
+      model,
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      usage: { input_tokens: 11, output_tokens: 1 },
+    },
+  };
+}
+
 function anthropicStream(reply: Exclude<ScriptedReply, { raw: string } | HeldStreamReply>, model: string): string {
-  const events: Array<[string, unknown]> = [
-    [
-      'message_start',
-      {
-        type: 'message_start',
-        message: {
-          id: `msg_scripted_${++messageIds}`,
-          type: 'message',
-          role: 'assistant',
-          model,
-          content: [],
-          stop_reason: null,
-          stop_sequence: null,
-          usage: { input_tokens: 11, output_tokens: 1 },
-        },
-      },
-    ],
-  ];
+  const events: Array<[string, unknown]> = [['message_start', anthropicMessageStart(model)]];
   let index = 0;
   const block = (start: unknown, deltas: unknown[]): void => {
     events.push(['content_block_start', { type: 'content_block_start', index, content_block: start }]);
@@ -187,21 +187,7 @@ function anthropicPieces(pieces: HeldStreamReply['pieces'], model: string): stri
   let open: { type: 'thinking' | 'text'; index: number } | undefined;
   let nextIndex = 0;
   const written = pieces.map((piece, position) => {
-    let out =
-      position === 0
-        ? frame('message_start', {
-            type: 'message_start',
-            message: {
-              id: `msg_scripted_${++messageIds}`,
-              type: 'message',
-              role: 'assistant',
-              model,
-              content: [],
-              stop_reason: null,
-              usage: { input_tokens: 11, output_tokens: 1 },
-            },
-          })
-        : '';
+    let out = position === 0 ? frame('message_start', anthropicMessageStart(model)) : '';
     for (const type of ['thinking', 'text'] as const) {
       const text = piece[type];
       if (text === undefined) continue;

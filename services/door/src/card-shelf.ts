@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { sessionUrl } from '@murmur/shared';
 
 /**
  * The cards a door keeps, each as the bytes it is served as: a host writes its session's card
@@ -58,7 +59,7 @@ export class CardShelf {
     const card: KeptCard = { sessionId, text: rendered, body };
     if (this.byKey.size >= this.capacity) this.drop(this.byKey.keys().next().value as string);
     this.byKey.set(`${sessionId} ${url}`, card);
-    if (this.baseUrl !== undefined && url === `${this.baseUrl.replace(/\/+$/, '')}/sessions/${sessionId}/`) {
+    if (this.baseUrl !== undefined && url === `${sessionUrl(this.baseUrl, sessionId)}/`) {
       this.byPath.set(cardPath(sessionId), card);
       if (sessionId === this.soleSession) this.byPath.set(SOLE_CARD_PATH, card);
     }

@@ -25,6 +25,8 @@ import {
   a2aVersionOf,
   commands,
   doorPublicUrl,
+  hasSettled,
+  settlesItsTask,
   messageText,
   newId,
   runtimeTracing,
@@ -309,6 +311,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless told not to.
     const blocking = version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true;
     const historyLength = configuration?.historyLength;
+    const history = historyLength !== undefined ? { history_length: historyLength } : {};
     if (!blocking) {
       const sent = taskOf(await link.call(sendCall(message, request)));
       return context.json('error' in sent ? rpcError(call.id, sent.error) : rpcResult(call.id, renderSendResult(version, sent.task)));
@@ -321,24 +324,23 @@ export function startDoorService(options: DoorOptions): DoorService {
       await link.call({
         ...sendCall(message, request),
         settle_within_ms: Math.max(1, Math.min(SETTLE_WITHIN_MAX_MS, blockingWaitMs)),
-        ...(historyLength !== undefined ? { history_length: historyLength } : {}),
+        ...history,
       }),
     );
     if ('error' in sent) return context.json(rpcError(call.id, sent.error));
     let task = sent.task;
-    if (!settled(task) && Date.now() < deadline) {
+    if (!hasSettled(task.state) && Date.now() < deadline) {
       // Watched before asking again, so that a settling between the host's answer and now is not missed.
       const watch = await link.watch();
       try {
-        const current = (): Promise<ReturnType<typeof taskOf>> =>
-          link.call({ method: 'get', task_id: task.id, ...(historyLength !== undefined ? { history_length: historyLength } : {}) }).then(taskOf);
+        const current = (): Promise<ReturnType<typeof taskOf>> => link.call({ method: 'get', task_id: task.id, ...history }).then(taskOf);
         const now = await current();
         if ('task' in now) task = now.task;
-        if (!settled(task)) {
+        if (!hasSettled(task.state)) {
           for (;;) {
             const next = await watch.next(Math.max(1, deadline - Date.now()));
             if (next === 'ended' || next === 'timeout' || next === 'door-stopping') break;
-            if (next.task_id === task.id && next.type === 'status' && (next.final || next.state === 'input-required')) break;
+            if (next.task_id === task.id && settlesItsTask(next)) break;
           }
           const latest = await current();
           if ('task' in latest) task = latest.task;
@@ -647,10 +649,6 @@ const DOOR_STOPPING: RpcError = {
   code: RPC_ERRORS.internal,
   message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door',
 };
-
-function settled(task: TaskView): boolean {
-  return TERMINAL_TASK_STATES.has(task.state) || task.state === 'input-required';
-}
 
 /** The status a stream ends with when the session ended before its task did. */
 function endedEvent(task: TaskView): SessionEvent {

@@ -29,11 +29,13 @@ export class ResponseRelays {
   constructor(
     private readonly limitBytes: number,
     private readonly transportError: TransportError,
+    /** Bodies held at once: each is a connection, so a guest that opens them without reading them is stopped. */
+    private readonly maxOpen: number,
   ) {}
 
-  /** How many bodies are held, read or not. */
-  get open(): number {
-    return this.bodies.size;
+  /** Why no further request may be made while this many bodies are held; undefined while one may. */
+  refusal(): string | undefined {
+    return this.bodies.size >= this.maxOpen ? `this session already has ${this.maxOpen} response bodies open: read or drop one first` : undefined;
   }
 
   /** Holds `body` for reading and returns the id the host reads it by. */

@@ -159,7 +159,7 @@ export class Session {
   private workdirGuard: WorkdirGuard | undefined;
   private egress!: EgressPolicy;
   /** Allowed responses whose bodies the host is still reading. */
-  private readonly responseBodies = new ResponseRelays(RESPONSE_LIMIT_BYTES, transportError);
+  private readonly responseBodies = new ResponseRelays(RESPONSE_LIMIT_BYTES, transportError, MAX_OPEN_RESPONSE_BODIES);
   private trace!: TraceWriter;
   private telemetry: SessionTelemetry | undefined;
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
@@ -837,12 +837,11 @@ export class Session {
     try {
       let value: unknown;
       const startedAt = Date.now();
-      if (request.op === 'http' && this.responseBodies.open >= MAX_OPEN_RESPONSE_BODIES) {
-        // Each body still being read holds a connection here: a guest that opens them without
-        // reading them is stopped before it holds the executor's sockets, not after.
-        const reason = `this session already has ${MAX_OPEN_RESPONSE_BODIES} response bodies open: read or drop one first`;
-        this.recordEgress('http', request.request.grant, request.request.url, { decision: 'denied', code: 'internal-error', reason });
-        value = { outcome: 'denied', code: 'internal-error', reason };
+      const full = request.op === 'http' ? this.responseBodies.refusal() : undefined;
+      if (request.op === 'http' && full !== undefined) {
+        // Refused before it connects, not after it holds one more of the executor's sockets.
+        this.recordEgress('http', request.request.grant, request.request.url, { decision: 'denied', code: 'internal-error', reason: full });
+        value = { outcome: 'denied', code: 'internal-error', reason: full };
       } else if (request.op === 'http') {
         const result = await this.egress.http(request.request);
         this.recordEgress(

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parse as parseWat, print as printWasm, transpile } from '@bytecodealliance/jco';
 import { describe, expect, it } from 'vitest';
+import { encodeU32 } from '../src/host/leb128.js';
 import { capModuleMemory, MemoryLimitError } from '../src/host/memory-limit.js';
 import { tempDir } from '../../../test/support/fs.js';
 
@@ -48,17 +49,8 @@ function concat(...parts: Bytes[]): Uint8Array {
   return out;
 }
 
-/** Minimal unsigned LEB128. */
-function u32(value: number): number[] {
-  const out: number[] = [];
-  let rest = value;
-  do {
-    const low = rest % 128;
-    rest = Math.floor(rest / 128);
-    out.push(rest === 0 ? low : low | 0x80);
-  } while (rest !== 0);
-  return out;
-}
+/** Minimal unsigned LEB128: the encoder the runtime writes modules with. */
+const u32 = encodeU32;
 
 /** Unsigned LEB128 padded to exactly `width` bytes (valid, but not minimal). */
 function paddedU32(value: number, width: number): number[] {

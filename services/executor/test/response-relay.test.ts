@@ -32,7 +32,7 @@ function networkBody() {
 }
 
 function joined(limitBytes = 64 * 1024 * 1024) {
-  const relays = new ResponseRelays(limitBytes, transportError);
+  const relays = new ResponseRelays(limitBytes, transportError, 64);
   const asks: string[] = [];
   const bodies = new ResponseBodies({
     request: async (request: HostRequest) => {
@@ -151,5 +151,14 @@ describe('a relayed response body', () => {
     expect(mine.counts.cancelled).toBe(true);
     expect(other.counts.cancelled).toBe(false);
     expect(await bodies.read(mineId, 10, false)).toEqual({ error: { code: 'internal-error', reason: `response body ${mineId} is not open` } });
+  });
+
+  it('refuses a further request while as many bodies as it allows are held, and allows one again once one is released', () => {
+    const relays = new ResponseRelays(1024, transportError, 2);
+    const first = relays.hold(null);
+    relays.hold(null);
+    expect(relays.refusal()).toBe('this session already has 2 response bodies open: read or drop one first');
+    relays.release(first);
+    expect(relays.refusal()).toBeUndefined();
   });
 });

@@ -5,10 +5,10 @@ import {
   type SessionCall,
   type SessionEvent,
   type SessionReply,
-  TERMINAL_TASK_STATES,
-  type TaskState,
   type WireError,
   capabilityCategories,
+  hasSettled,
+  settlesItsTask,
 } from '@murmur/shared';
 import { type AgentLoopRun, type LoopOutcome, runAgentLoop } from './agent-loop.js';
 import { DriverContinuation } from './driver-continuation.js';
@@ -93,7 +93,7 @@ export class AgentSession {
         return { card: this.agent.card };
       case 'send': {
         const sent = this.registry.send(call);
-        if (call.settle_within_ms === undefined || !('task' in sent) || settles(sent.task.state)) return { ...sent, next_event_id: this.feed.nextEventId };
+        if (call.settle_within_ms === undefined || !('task' in sent) || hasSettled(sent.task.state)) return { ...sent, next_event_id: this.feed.nextEventId };
         return this.settled(sent.task.id, call.settle_within_ms, call.history_length);
       }
       case 'get':
@@ -366,7 +366,7 @@ export class AgentSession {
 
   /** Told every event the feed publishes: a settling status answers the sends waiting on its task. */
   private settling(event: SessionEvent): void {
-    if (event.type !== 'status' || event.task_id === null || !(event.final || event.state === 'input-required')) return;
+    if (!settlesItsTask(event) || event.task_id === null) return;
     for (const answer of this.settleWaiters.get(event.task_id) ?? []) answer();
   }
 
@@ -476,9 +476,4 @@ export function reopenedTask(original: string, feedback: ReadonlyArray<{ hook: s
   let text = `${original.trimEnd()}\n\n---\n\n# Reopen feedback\n\nThe previous attempt was not accepted. Address the following feedback, then continue.\n`;
   for (const [index, item] of feedback.entries()) text += `\n## Reopen ${index + 1} — from hook \`${item.hook}\`\n\n${item.reason.trim()}\n`;
   return text;
-}
-
-/** Whether a task in `state` has settled for a blocking send: ended, or waiting for its client's input. */
-function settles(state: TaskState): boolean {
-  return TERMINAL_TASK_STATES.has(state) || state === 'input-required';
 }
