@@ -20,6 +20,8 @@ export interface Runtime {
    * when that is the one session it will serve; over NATS, whichever door answers `door.locate`.
    */
   door(bind: string, port: number, soleSession?: string): Promise<string>;
+  /** In-process with `warmHostBase`: starts the one warm host (nothing is made before this is called). */
+  warmHost?: () => void;
   close(): Promise<void>;
 }
 
@@ -28,6 +30,11 @@ export interface RuntimeOptions {
   verbose?: boolean;
   /** Start an executor too (for `mur run`); staging alone does not need one. */
   executor?: boolean;
+  /**
+   * The in-process executor starts one capsule host for sessions whose workdirs are made under
+   * this base, before it is asked to launch, so the sandbox starts while the capsule is staged.
+   */
+  warmHostBase?: string | undefined;
 }
 
 export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime> {
@@ -58,13 +65,16 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
     ? await (await import('@murmur/shared/service')).installServiceTracer('mur', env.MURMUR_OTEL_ENDPOINT, log)
     : undefined;
   const stager = startStagerService({ bus, log, env });
-  const executor = options.executor ? startExecutorService({ bus, log, env }) : undefined;
+  const executor = options.executor
+    ? startExecutorService({ bus, log, env, ...(options.warmHostBase ? { pool: { base: options.warmHostBase, size: 1, refill: false, deferred: true } } : {}) })
+    : undefined;
   // The sessions this process runs are on the machine's map while they run.
   const watcher = options.executor ? startWatcherService({ bus, log, env }) : undefined;
   let door: { service: { close(): Promise<void> }; listener: HttpListener; url: string } | undefined;
   return {
     bus,
     inProcess: true,
+    warmHost: () => executor?.warmPool(),
     async door(bind, port, soleSession) {
       if (!door) {
         const { startDoorService } = await import('@murmur/door');

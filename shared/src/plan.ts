@@ -19,6 +19,12 @@ const sha256Hex = Sha256HexSchema;
 /** Where a transpiled bundle lives in any machine's cache: `<cache>/transpiled/<key>/`. */
 export const BundleKeySchema = z.string().regex(/^[a-z0-9][a-z0-9._-]*\/[0-9a-f]{64}$/, 'must be <transpiler>/<sha256>');
 
+/**
+ * The transpiler whose output a bundle is (`<cache>/transpiled/<id>/<sha256>/`): its version and
+ * mode are part of every bundle's key, so a change of either never reads an old bundle.
+ */
+export const TRANSPILER_ID = 'jco-1.35.0-instantiation-async.v2';
+
 /** A component transpiled by jco, ready to instantiate once its bundle is on the machine: `<bundle>/<entry>` plus its core modules. */
 export const TranspiledComponentSchema = z.object({
   /** sha256 of the component's `.wasm` bytes: the cache key. */

@@ -21,6 +21,13 @@
 //            launcher left open reaches the sandbox;
 //       then execve. Any failure is printed on stderr and exits 125: nothing half-confined runs.
 //
+//       A pooled sandbox (the executor's warm pool) also has `hold <command-fd> <reply-fd>`, before
+//       `drop`: the process forks there. It goes on down the spec and becomes the host, which
+//       waits for its session; a detached grandchild keeps the capabilities only until the executor
+//       names that session, then mounts the session's workdir into the sandbox (`mkdir`, `bind`,
+//       `readonly`, `unmount`, `done` on the command descriptor), answers `ok` and exits. No
+//       session's code runs before it has gone: the executor sends the host its session after `ok`.
+//
 //   murmur-confine limits [NAME=value]... [join=<fd>]... -- <command> [args...]
 //       Joins the cgroup whose `cgroup.procs` each `join` descriptor is open on, closes every
 //       descriptor above 2, sets hard (= soft, or NAME=soft:hard) rlimits, each clamped to the hard
@@ -51,8 +58,11 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define EXIT_CONFINE 125
@@ -338,6 +348,110 @@ static char *next_word(char **cursor) {
   return word;
 }
 
+// ── a pooled sandbox's session ──────────────────────────────────────────────────────────────
+
+/** The flags a mount already has, which a remount must repeat (the kernel refuses to clear a locked one). */
+static unsigned long mount_flags_of(const char *path) {
+  struct statvfs status;
+  if (statvfs(path, &status) < 0) return 0;
+  unsigned long flags = 0;
+  if (status.f_flag & ST_RDONLY) flags |= MS_RDONLY;
+  if (status.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+  if (status.f_flag & ST_NODEV) flags |= MS_NODEV;
+  if (status.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (status.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+  if (status.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+  if (status.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+  return flags;
+}
+
+static void attach_failed(int reply, const char *format, ...) {
+  char message[1024];
+  va_list args;
+  va_start(args, format);
+  vsnprintf(message, sizeof message, format, args);
+  va_end(args);
+  dprintf(reply, "error: %s\n", message);
+  exit(EXIT_CONFINE);
+}
+
+/**
+ * The parent's side of `hold`: mounts what the executor names, as bubblewrap would have at the
+ * start (a bind is nosuid and nodev, like bubblewrap's `--bind`), then exits. A command it cannot
+ * carry out ends it with `error:`, and the executor throws the whole sandbox away.
+ */
+static void attach_session(int commands, int reply) {
+  FILE *input = fdopen(commands, "r");
+  if (!input) attach_failed(reply, "reading commands: %s", strerror(errno));
+  char line[8192];
+  while (fgets(line, sizeof line, input)) {
+    size_t length = strlen(line);
+    if (length > 0 && line[length - 1] == '\n') line[--length] = '\0';
+    char *cursor = line;
+    char *verb = next_word(&cursor);
+    if (!verb) continue;
+    if (strcmp(verb, "done") == 0) {
+      // Nothing privileged is left by the time the executor reads `ok` and lets the session run.
+      drop_capabilities();
+      dprintf(reply, "ok\n");
+      exit(0);
+    }
+    if (strcmp(verb, "mkdir") == 0) {
+      if (mkdir(cursor, 0755) < 0 && errno != EEXIST) attach_failed(reply, "mkdir %s: %s", cursor, strerror(errno));
+    } else if (strcmp(verb, "bind") == 0) {
+      // `bind <source>\t<target>`: paths may hold spaces, not tabs.
+      char *tab = strchr(cursor, '\t');
+      if (!tab) attach_failed(reply, "bind needs a source and a target");
+      *tab = '\0';
+      const char *source = cursor, *target = tab + 1;
+      if (mount(source, target, NULL, MS_BIND, NULL) < 0) attach_failed(reply, "bind %s on %s: %s", source, target, strerror(errno));
+      unsigned long flags = mount_flags_of(target) | MS_NOSUID | MS_NODEV;
+      if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | flags, NULL) < 0) attach_failed(reply, "remounting %s nosuid,nodev: %s", target, strerror(errno));
+    } else if (strcmp(verb, "readonly") == 0) {
+      unsigned long flags = mount_flags_of(cursor) | MS_RDONLY;
+      if (mount(NULL, cursor, NULL, MS_REMOUNT | MS_BIND | flags, NULL) < 0) attach_failed(reply, "remounting %s read-only: %s", cursor, strerror(errno));
+    } else if (strcmp(verb, "unmount") == 0) {
+      // The mount namespace `hold` made is a less privileged copy, whose copied mounts are locked
+      // in place: one that cannot be taken away is covered by an empty read-only tmpfs instead.
+      if (umount2(cursor, MNT_DETACH) < 0 && mount("none", cursor, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=000") < 0)
+        attach_failed(reply, "taking away %s: %s", cursor, strerror(errno));
+    } else {
+      attach_failed(reply, "unknown command '%s'", verb);
+    }
+  }
+  // The executor went away (or gave up on this sandbox) before naming a session.
+  exit(EXIT_CONFINE);
+}
+
+/**
+ * `hold`: this process goes on to become the host, and a grandchild waits to attach a session.
+ * The host must stay bubblewrap's first process (the sandbox ends when that one does), and a
+ * grandchild is reaped by the sandbox's init rather than left a zombie under node.
+ */
+static void hold(int commands, int reply) {
+  // bubblewrap's mounts belong to its outer user namespace, and this process holds capabilities
+  // only in the inner one it made for --uid: a mount namespace of its own, owned by that one, is
+  // where the session's mounts can be made (the host, forked from here, lives in it too).
+  if (unshare(CLONE_NEWNS) < 0) fail("hold: a mount namespace for the session's mounts: %s", strerror(errno));
+  if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) fail("hold: making the mounts private: %s", strerror(errno));
+  pid_t child = fork();
+  if (child < 0) fail("hold: fork: %s", strerror(errno));
+  if (child > 0) {
+    int status = 0;
+    if (waitpid(child, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) fail("hold: the attaching process could not be started");
+    close(commands);
+    close(reply);
+    return;
+  }
+  pid_t attacher = fork();
+  if (attacher < 0) _exit(EXIT_CONFINE);
+  if (attacher > 0) _exit(0);
+  // Only the two descriptors of the exchange: the host's channel and sockets are not its own.
+  int keep[2] = {commands, reply};
+  close_all_but(keep, 2);
+  attach_session(commands, reply);
+}
+
 static int enter(int spec_fd, char **command) {
   FILE *spec = fdopen(spec_fd, "r");
   if (!spec) fail("reading the spec: %s", strerror(errno));
@@ -368,6 +482,11 @@ static int enter(int spec_fd, char **command) {
       if (!fd_text) fail("keep needs a descriptor");
       keep[kept++] = (int)parse_number(fd_text, "descriptor");
       if (kept == sizeof keep / sizeof keep[0]) fail("too many descriptors to keep");
+    } else if (strcmp(directive, "hold") == 0) {
+      char *commands = next_word(&cursor), *reply = next_word(&cursor);
+      if (!commands || !reply) fail("hold needs a command descriptor and a reply descriptor");
+      if (capabilities_dropped) fail("'hold' after 'drop': the mounts need the capabilities");
+      hold((int)parse_number(commands, "descriptor"), (int)parse_number(reply, "descriptor"));
     } else if (strcmp(directive, "drop") == 0) {
       drop_capabilities();
       capabilities_dropped = 1;

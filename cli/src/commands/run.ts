@@ -171,7 +171,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   // and outcome reach nobody is not started.
   const spawner = spawnerHandleFromEnv(process.env);
   const progress = terminalProgress(output);
-  const runtime = await openRuntime({ executor: true });
+  const localBase = fromRegistry ? process.cwd() : manifestDir;
+  // In-process, one host is started in its sandbox while the capsule is staged, for this run's workdir.
+  const runtime = await openRuntime({ executor: true, warmHostBase: options.workdir === undefined ? localBase : undefined });
   timing('runtime open');
   // The lock is the launcher's: only this machine holds the project it belongs to.
   const lockPath = fromRegistry ? undefined : path.join(manifestDir, LOCKFILE_NAME);
@@ -202,6 +204,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       // start its inference pulls and compiles nothing.
       if (manifest.inference?.transport === 'process' && manifest.inference.command) locateHarness(manifest.inference.command, env.PATH);
     }
+    // Every refusal that comes before staging has had its say: the host's sandbox may start now.
+    runtime.warmHost?.();
     const plan = await stageThroughBus(
       runtime.bus,
       fromRegistry
@@ -231,7 +235,6 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     }
 
     const sessionId = newSessionId();
-    const localBase = fromRegistry ? process.cwd() : manifestDir;
     const { ended, subscription: endWatch } = watchSessionEnd(runtime.bus, sessionId);
     const subscriptions = [endWatch];
     if (!options.json) {

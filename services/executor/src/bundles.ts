@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import type { TranspiledComponent } from '@murmur/shared';
+import { TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
 import { type BlobCache, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import { keepWatchedModule } from './host/grow-watch.js';
 import type { HostComponent } from './host/protocol.js';
@@ -21,6 +21,11 @@ export class LocalBundles {
     private readonly cacheDir: string,
     private readonly blobs: BlobCache,
   ) {}
+
+  /** Where every bundle of this runtime's transpiler lives here (a pooled sandbox reads them all). */
+  get transpilerDir(): string {
+    return path.join(this.cacheDir, 'transpiled', TRANSPILER_ID);
+  }
 
   dirOf(component: TranspiledComponent): string {
     return path.join(this.cacheDir, 'transpiled', ...component.bundle.key.split('/'));

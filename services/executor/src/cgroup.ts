@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -144,22 +144,28 @@ const CPU_PERIOD_US = 100_000;
 /** One session's groups. */
 export class SessionCgroup {
   /** Every directory this session made, parents before children. */
-  private readonly dirs: string[] = [];
+  private dirs: string[] = [];
   /** The host joins these (v1: one per controller; v2: `host/`, since a v2 group with children holds no process). */
-  readonly hostProcsFiles: string[];
+  hostProcsFiles: string[] = [];
   /** Every subprocess joins these, through the descriptors the helper is given. */
-  readonly toolsProcsFiles: string[];
-  private readonly memoryDir: string;
-  private readonly toolsMemoryDir: string;
-  private readonly toolsPidsDir: string;
+  toolsProcsFiles: string[] = [];
+  private memoryDir = '';
+  private toolsMemoryDir = '';
+  private toolsPidsDir = '';
 
   private constructor(
     private readonly support: CgroupSupport,
     name: string,
   ) {
+    this.place(name);
+  }
+
+  /** The group's paths under `name`: v2 one tree with `host/` and `tools/`, v1 one per controller. */
+  private place(name: string): void {
+    const support = this.support;
     if (support.version === 'v2') {
       const session = path.join(support.memoryParent, name);
-      this.dirs.push(session, path.join(session, 'host'), path.join(session, 'tools'));
+      this.dirs = [session, path.join(session, 'host'), path.join(session, 'tools')];
       this.memoryDir = session;
       this.toolsMemoryDir = this.toolsPidsDir = path.join(session, 'tools');
       this.hostProcsFiles = [path.join(session, 'host', 'cgroup.procs')];
@@ -168,7 +174,7 @@ export class SessionCgroup {
       const memory = path.join(support.memoryParent, name);
       const pids = path.join(support.pidsParent, name);
       const cpu = path.join(support.cpuParent, name);
-      this.dirs.push(memory, path.join(memory, 'tools'), pids, path.join(pids, 'tools'), cpu, path.join(cpu, 'tools'));
+      this.dirs = [memory, path.join(memory, 'tools'), pids, path.join(pids, 'tools'), cpu, path.join(cpu, 'tools')];
       this.memoryDir = memory;
       this.toolsMemoryDir = path.join(memory, 'tools');
       this.toolsPidsDir = path.join(pids, 'tools');
@@ -179,39 +185,54 @@ export class SessionCgroup {
 
   static create(support: CgroupSupport, name: string, session: SessionCeilings, tools: ToolCeilings): SessionCgroup {
     const group = new SessionCgroup(support, name);
-    const write = (dir: string, file: string, value: string): void => writeFileSync(path.join(dir, file), value);
     try {
       for (const dir of group.dirs) mkdirSync(dir, { recursive: true });
-      const quota = String(Math.max(1_000, tools.cpuPercent * 1_000));
-      if (support.version === 'v2') {
-        const [sessionDir, , toolsDir] = group.dirs as [string, string, string];
-        write(sessionDir, 'cgroup.subtree_control', '+memory +pids +cpu');
-        write(sessionDir, 'memory.max', String(session.memoryBytes));
-        write(sessionDir, 'pids.max', String(session.pidsMax));
-        write(toolsDir, 'memory.max', String(tools.memoryBytes));
-        write(toolsDir, 'pids.max', String(tools.pidsMax));
-        write(toolsDir, 'cpu.max', `${quota} ${CPU_PERIOD_US}`);
-        for (const dir of [sessionDir, toolsDir]) {
-          try {
-            write(dir, 'memory.swap.max', '0');
-          } catch {
-            // no swap accounting: memory.max alone bounds it
-          }
-        }
-      } else {
-        const [memory, toolsMemory, pids, toolsPids, , toolsCpu] = group.dirs as [string, string, string, string, string, string];
-        write(memory, 'memory.limit_in_bytes', String(session.memoryBytes));
-        write(toolsMemory, 'memory.limit_in_bytes', String(tools.memoryBytes));
-        write(pids, 'pids.max', String(session.pidsMax));
-        write(toolsPids, 'pids.max', String(tools.pidsMax));
-        write(toolsCpu, 'cpu.cfs_period_us', String(CPU_PERIOD_US));
-        write(toolsCpu, 'cpu.cfs_quota_us', quota);
-      }
+      if (support.version === 'v2') writeFileSync(path.join(group.memoryDir, 'cgroup.subtree_control'), '+memory +pids +cpu');
+      group.limit(session, tools);
     } catch (error) {
       group.removeNow();
       throw error;
     }
     return group;
+  }
+
+  /** Sets the ceilings; a pooled host's group gets its session's when the session takes it. */
+  limit(session: SessionCeilings, tools: ToolCeilings): void {
+    const write = (dir: string, file: string, value: string): void => writeFileSync(path.join(dir, file), value);
+    const quota = String(Math.max(1_000, tools.cpuPercent * 1_000));
+    if (this.support.version === 'v2') {
+      const [sessionDir, , toolsDir] = this.dirs as [string, string, string];
+      write(sessionDir, 'memory.max', String(session.memoryBytes));
+      write(sessionDir, 'pids.max', String(session.pidsMax));
+      write(toolsDir, 'memory.max', String(tools.memoryBytes));
+      write(toolsDir, 'pids.max', String(tools.pidsMax));
+      write(toolsDir, 'cpu.max', `${quota} ${CPU_PERIOD_US}`);
+      for (const dir of [sessionDir, toolsDir]) {
+        try {
+          write(dir, 'memory.swap.max', '0');
+        } catch {
+          // no swap accounting: memory.max alone bounds it
+        }
+      }
+    } else {
+      const [memory, toolsMemory, pids, toolsPids, , toolsCpu] = this.dirs as [string, string, string, string, string, string];
+      write(memory, 'memory.limit_in_bytes', String(session.memoryBytes));
+      write(toolsMemory, 'memory.limit_in_bytes', String(tools.memoryBytes));
+      write(pids, 'pids.max', String(session.pidsMax));
+      write(toolsPids, 'pids.max', String(tools.pidsMax));
+      write(toolsCpu, 'cpu.cfs_period_us', String(CPU_PERIOD_US));
+      write(toolsCpu, 'cpu.cfs_quota_us', quota);
+    }
+  }
+
+  /**
+   * Gives the group its session's name (the kernel renames a group in place, processes and open
+   * descriptors with it), so a pooled host's group reads like any session's: `murmur-<session>`.
+   */
+  rename(name: string): void {
+    const tops = this.support.version === 'v2' ? [this.dirs[0] as string] : [this.dirs[0], this.dirs[2], this.dirs[4]].map((dir) => dir as string);
+    for (const top of tops) renameSync(top, path.join(path.dirname(top), name));
+    this.place(name);
   }
 
   pids(): number[] {

@@ -60,6 +60,8 @@ export interface ConfinementInput {
   seccompFd: number;
   /** Descriptors the host keeps beyond the listeners (its IPC channel, the tools' cgroup). */
   keep: number[];
+  /** A pooled sandbox: the helper holds here, before dropping, for the session's mounts (`hold`). */
+  holdFd?: number | undefined;
 }
 
 export const DEVICE_RULES: ReadonlyArray<{ path: string; rights: string }> = [
@@ -76,6 +78,7 @@ export function confinementSpec(input: ConfinementInput): string {
   const lines = ['# murmur-confine enter: the sandbox, as the executor decided it', 'net'];
   lines.push(`listen udp 0.0.0.0 53 ${network.dns.udpFd}`, `listen tcp 0.0.0.0 53 ${network.dns.tcpFd}`);
   for (const listener of network.listeners) lines.push(`listen tcp ${listener.address} ${listener.port} ${listener.fd}`);
+  if (input.holdFd !== undefined) lines.push(`hold ${input.holdFd} ${input.holdFd}`);
   lines.push('drop', `landlock ${LANDLOCK_ABI}`);
   for (const readable of unique(input.readable)) lines.push(`allow rd ${readable}`);
   const executables = unique([...input.executables, ...input.shellBinaries].flatMap((file) => executionClosure(file)));

@@ -22,6 +22,7 @@ import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
  * | 7 | the confinement spec (read by the helper, then gone) |
  * | 8 | the seccomp program (read by the helper, then gone) |
  * | 9… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
+ * | 9 | a pooled sandbox (which has no tools' cgroup): its held helper's commands and answer |
  * | 16… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
  *
  * The helper keeps 3, the cgroup descriptors and the listeners, and closes everything else, so
@@ -37,13 +38,15 @@ const IPC_FD = 3;
 export interface HostSandboxInput {
   namespaces: NamespaceProbe;
   confine: ConfineSupport | undefined;
-  policy: CapabilityPolicy;
+  policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime' | 'network_allow' | 'shell_allow' | 'unix_sockets' | 'workdir_exec'>;
   /** The accessible workdir: the one writable directory. */
   workdir: string;
   /** The runtime's code, bound read-only; directories under it to hide. */
   codeRoot: string;
   hidden: string[];
   components: HostComponent[];
+  /** Directories bound read-only beyond the components' (a pooled sandbox's bundles). */
+  data?: string[] | undefined;
   tools: HostTool[];
   hostEntry: string;
   cgroup: SessionCgroup | undefined;
@@ -55,6 +58,33 @@ export interface HostSandboxInput {
    * the workdir).
    */
   harness?: { binary: string; home: string | undefined } | undefined;
+  /**
+   * A pooled sandbox (`host-pool.ts`): sealed before its session is known, with `workdir` the
+   * directory its session's workdir will be mounted in. The helper holds at `ATTACH_FD` until the
+   * executor names the session (`attachCommands`).
+   */
+  pooled?: boolean | undefined;
+}
+
+/** A pooled sandbox's exchange with its helper: the commands that mount the session in, and its answer. */
+export const ATTACH_FD = 9;
+/** Where a pooled sandbox sees its workdir's parent until the session is mounted (then unmounted). */
+export const ATTACH_STAGING = '/.murmur-attach';
+
+/**
+ * What the held helper of a pooled sandbox is told to do when `accessible` (a directory directly
+ * in the sandbox's workdir parent) becomes its session's workdir: mount it where a fresh sandbox
+ * would have bound it, make the parent read-only again, and take away the staging view of every
+ * other session's directory.
+ */
+export function attachCommands(parent: string, accessible: string): string {
+  const name = path.relative(parent, accessible);
+  if (name === '' || name.includes('/') || name.startsWith('..') || /[\t\n]/.test(accessible)) {
+    throw new Error(`a pooled sandbox can only take a workdir directly in ${parent}, not ${accessible}`);
+  }
+  return [`mkdir ${accessible}`, `bind ${path.join(ATTACH_STAGING, name)}\t${accessible}`, `readonly ${parent}`, `unmount ${ATTACH_STAGING}`, 'done', ''].join(
+    '\n',
+  );
 }
 
 export interface HostSandbox {
@@ -86,9 +116,11 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   if (namespaces.tool === 'unshare') return plain([namespaces.binary as string, ...unshareArguments([process.execPath, input.hostEntry])]);
   if (namespaces.tool !== 'bubblewrap') return plain([process.execPath, input.hostEntry]);
 
-  const tmp = sandboxTmp(input.workdir);
+  const pooled = input.pooled === true;
+  const tmp = pooled ? '/tmp' : sandboxTmp(input.workdir);
   const data = new Set<string>();
   for (const component of input.components) data.add(path.dirname(component.bundle_dir));
+  for (const dir of input.data ?? []) data.add(dir);
   for (const tool of input.tools) if (tool.kind === 'native' && tool.path) data.add(path.dirname(tool.path));
   // Runtime trees a shell binary needs, wherever they live (under /usr they are bound already).
   for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) if (!isSystemPath(dir.path)) data.add(dir.path);
@@ -97,8 +129,17 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   if (harness && !isSystemPath(harness.binary)) data.add(path.dirname(harness.binary));
   const writable = harness?.home ? [harness.home] : [];
   const pipes: Array<string | Buffer> = SANDBOX_FILES.map((file) => file.content);
-  const layout = { workdir: input.workdir, code: [input.codeRoot], hidden: input.hidden, data: [...data], writable, tmp };
+  const layout = {
+    workdir: input.workdir,
+    code: [input.codeRoot],
+    hidden: input.hidden,
+    data: [...data],
+    writable,
+    tmp,
+    ...(pooled ? { attachLater: { staging: ATTACH_STAGING } } : {}),
+  };
 
+  if (pooled && !confine) throw new Error('a pooled sandbox is sealed: its session is mounted in by the held helper');
   if (!confine) {
     const argv = [namespaces.binary as string, ...bubblewrapArguments(layout, [process.execPath, input.hostEntry])];
     return { ...pipesOnly(argv, pipes), network: undefined, start: undefined, sealed: false };
@@ -120,11 +161,24 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   ];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, `${input.subprocessPath}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`);
   const keep = [IPC_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
-  const spec = confinementSpec({ policy, network, workdir: input.workdir, tmp, writable, readable, executables, shellBinaries, seccompFd: SECCOMP_FD, keep });
+  const spec = confinementSpec({
+    policy,
+    network,
+    workdir: input.workdir,
+    tmp,
+    writable,
+    readable,
+    executables,
+    shellBinaries,
+    seccompFd: SECCOMP_FD,
+    keep,
+    ...(pooled ? { holdFd: ATTACH_FD } : {}),
+  });
   pipes.push(spec, seccompFilterBytes({ arch, unixSockets: policy.unix_sockets }));
   if (FIRST_DATA_FD + pipes.length !== FIRST_CGROUP_FD) throw new Error('the sandbox descriptor layout is out of step');
+  if (pooled && cgroupFds.length > 0) throw new Error('a pooled sandbox starts no subprocess: it is given no tools cgroup');
   const argv = [namespaces.binary as string, ...bubblewrapArguments(layout, [confine.node, input.hostEntry], { helper: confine.helper, specFd: SPEC_FD })];
-  const stdio: Array<StdioPipe | number> = [...pipes.map(() => 'pipe' as const), ...cgroupFds];
+  const stdio: Array<StdioPipe | number> = [...pipes.map(() => 'pipe' as const), ...cgroupFds, ...(pooled ? ['pipe' as const] : [])];
   return {
     argv,
     stdio,

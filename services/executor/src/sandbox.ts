@@ -71,6 +71,13 @@ export interface SandboxLayout {
   writable?: string[];
   /** The directory the sandbox sees as `/tmp`: inside the workdir, so it counts as the workdir. */
   tmp: string;
+  /**
+   * A pooled sandbox, started before its session is known: `workdir` is then the directory the
+   * session's workdir will be mounted in (an empty tmpfs until then), whose real directory is bound
+   * at `staging` for the helper to mount from; `/tmp` is a private read-only tmpfs; and the host
+   * starts in `/`, moving into its workdir when its session arrives.
+   */
+  attachLater?: { staging: string } | undefined;
 }
 
 /** Files whose content is handed to bubblewrap on inherited descriptors (`--ro-bind-data`). */
@@ -158,7 +165,8 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   args.push('--proc', '/proc', '--dev', '/dev', '--remount-ro', '/dev');
   // /tmp before everything that may live under it (the code, the cache, the workdir itself), so
   // those binds land on top of it rather than being hidden by it.
-  args.push('--bind', layout.tmp, '/tmp');
+  if (layout.attachLater) args.push('--tmpfs', '/tmp');
+  else args.push('--bind', layout.tmp, '/tmp');
   // Node itself, wherever it is installed (it may live outside /usr).
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
   if (!SYSTEM_DIRECTORIES.some((dir) => nodeRoot === dir || nodeRoot.startsWith(`${dir}/`))) args.push('--ro-bind', nodeRoot, nodeRoot);
@@ -170,12 +178,14 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   const hidden = layout.hidden.filter((dir) => existsSync(dir) && lstatSync(dir).isDirectory());
   for (const dir of hidden) args.push('--tmpfs', dir);
   for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
-  args.push('--bind', layout.workdir, layout.workdir);
+  if (layout.attachLater) args.push('--bind', layout.workdir, layout.attachLater.staging, '--tmpfs', layout.workdir);
+  else args.push('--bind', layout.workdir, layout.workdir);
   for (const dir of layout.writable ?? []) if (existsSync(dir)) args.push('--bind', dir, dir);
   for (const dir of hidden) args.push('--remount-ro', dir);
+  if (layout.attachLater) args.push('--remount-ro', '/tmp');
   // Last, so every mount point above exists: the composed root itself is read-only. What is
   // writable is the workdir (and /tmp, which is a directory inside it), nothing else.
-  args.push('--remount-ro', '/', '--chdir', layout.workdir, '--');
+  args.push('--remount-ro', '/', '--chdir', layout.attachLater ? '/' : layout.workdir, '--');
   if (confine) args.push(confine.helper, 'enter', String(confine.specFd), '--');
   args.push(...command);
   return args;

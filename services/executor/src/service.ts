@@ -17,11 +17,12 @@ import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
 import { BlobCache, cacheDir, murmurHome, processState } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
+import { HostPool } from './host-pool.js';
 import { assessContainment, effectiveGrants, strongestFloor } from './containment.js';
 import { isolationSummary, probeHost } from './host-probe.js';
 import { pullForSession } from './pull.js';
 import { readSessionFiles } from './session-files.js';
-import { type ExecutorEnvironment, Session, type SessionEnd } from './session.js';
+import { CODE_ROOT, type ExecutorEnvironment, HOST_ENTRY, HOST_PROCESS_ENV, SANDBOX_HIDDEN, Session, type SessionEnd } from './session.js';
 
 export { Session, type SessionEnd } from './session.js';
 export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './sandbox.js';
@@ -39,13 +40,24 @@ export interface ExecutorServiceOptions {
   env?: NodeJS.ProcessEnv;
   /** The id the process announces itself by; one is made up when running inside another process. */
   instanceId?: string;
+  /**
+   * The warm pool, beyond `MURMUR_EXECUTOR_POOL` (its size; 0 turns it off): an in-process
+   * executor warms a host for its one launch's workdir base, and does not refill.
+   */
+  pool?: { base: string; size: number; refill: boolean; deferred?: boolean } | undefined;
 }
 
 export interface ExecutorService {
   readonly instanceId: string;
   /** What this executor found it can do for isolation, decided once at start. */
-  readonly isolation: { namespaces: string; containment: string; cgroups: string };
+  readonly isolation: {
+    namespaces: string;
+    containment: string;
+    cgroups: string;
+  };
   sessions(): Session[];
+  /** Starts the warm pool's hosts when it was made deferred (an in-process executor, once its launch is sure). */
+  warmPool(): void;
   close(): Promise<void>;
 }
 
@@ -112,9 +124,12 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     bundles: new LocalBundles(cache, blobs),
     workdirBase: env.MURMUR_WORKDIR_BASE?.trim() ? path.resolve(env.MURMUR_WORKDIR_BASE.trim()) : murmurHome(env),
     murmurHome: murmurHome(env),
+    pool: undefined,
     session: (id) => sessions.get(id),
     pull: (session, name, version) => pullForSession(bus, session, name, version),
   };
+
+  environment.pool = startPool(environment, options.pool, env, log);
 
   /** Where the session lives, for whoever must find its workdir later; a store that is away costs the session nothing. */
   const locate = (location: SessionLocation): void => {
@@ -221,8 +236,10 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     instanceId,
     isolation,
     sessions: () => [...sessions.values()],
+    warmPool: () => environment.pool?.fill(),
     async close() {
       clearInterval(heartbeat);
+      environment.pool?.close();
       for (const subscription of subscriptions) subscription.unsubscribe();
       const ending = [...sessions.values()].map((session) => {
         session.stop('the executor is shutting down');
@@ -233,4 +250,41 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       await Promise.all([...sessions.values(), ...ended.values()].map((session) => session.telemetryDrained));
     },
   };
+}
+
+/** Default warm hosts of a long-running executor: enough for a burst of launches while it refills. */
+const DEFAULT_POOL_SIZE = 2;
+
+/**
+ * The warm pool, when this host seals sandboxes (a pooled host is always a sealed one: its helper
+ * mounts the session in). `MURMUR_EXECUTOR_POOL=0` turns it off.
+ */
+function startPool(environment: ExecutorEnvironment, wanted: ExecutorServiceOptions['pool'], env: NodeJS.ProcessEnv, log: Log): HostPool | undefined {
+  const configured = env.MURMUR_EXECUTOR_POOL?.trim();
+  const size = configured ? Number(configured) : (wanted?.size ?? DEFAULT_POOL_SIZE);
+  if (!Number.isInteger(size) || size < 0) {
+    log.warn({ MURMUR_EXECUTOR_POOL: configured }, 'MURMUR_EXECUTOR_POOL is not a whole number of hosts: the pool is off');
+    return undefined;
+  }
+  if (size === 0) return undefined;
+  if (environment.namespaces.tool !== 'bubblewrap' || !environment.confine.support) {
+    log.info({ reason: environment.confine.reason ?? environment.namespaces.reason }, 'no warm pool: this host does not seal sandboxes');
+    return undefined;
+  }
+  return new HostPool(
+    {
+      namespaces: environment.namespaces,
+      confine: environment.confine,
+      cgroups: environment.cgroups,
+      log,
+      workdirBase: wanted?.base ?? environment.workdirBase,
+      bundlesDir: environment.bundles.transpilerDir,
+      codeRoot: CODE_ROOT,
+      hidden: SANDBOX_HIDDEN,
+      hostEntry: HOST_ENTRY,
+      hostEnv: HOST_PROCESS_ENV,
+    },
+    size,
+    { refill: wanted?.refill ?? true, deferred: wanted?.deferred ?? false },
+  );
 }

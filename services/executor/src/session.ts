@@ -43,7 +43,9 @@ import {
 } from '@murmur/shared/node';
 import type { z } from 'zod';
 import type { LocalBundles } from './bundles.js';
-import { type CgroupProbe, SessionCgroup } from './cgroup.js';
+import { type CgroupProbe, SessionCgroup, type SessionCeilings, type ToolCeilings } from './cgroup.js';
+import { type HostPool, type PooledHost, poolRefusal } from './host-pool.js';
+import type { NetworkPlan } from './network-plan.js';
 import type { ConfineProbe } from './confinement.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
@@ -96,6 +98,8 @@ export interface ExecutorEnvironment {
   workdirBase: string;
   /** This executor's `$MURMUR_HOME`: where threaded conversations are kept (`conversations/`). */
   murmurHome: string;
+  /** Warm capsule hosts (`MURMUR_EXECUTOR_POOL`), for the launches that can take one. */
+  pool?: HostPool | undefined;
   /** A session this executor runs, for a child to be placed under its `children/`. */
   session(id: string): Session | undefined;
   /** Handles a host's request to pull an artifact at runtime. */
@@ -105,12 +109,20 @@ export interface ExecutorEnvironment {
 type LaunchRequest = z.output<typeof LaunchRequestSchema>;
 
 /** The host as one bundled file when the build made one (it starts several times faster), else its modules. */
-const HOST_ENTRY = ((): string => {
+export const HOST_ENTRY = ((): string => {
   const bundled = packageFile('@murmur/executor', 'dist/bundle/host.mjs', import.meta.url, '../dist/bundle/host.mjs');
   return existsSync(bundled) ? bundled : packageFile('@murmur/executor', 'dist/host/main.js', import.meta.url, '../dist/host/main.js');
 })();
 /** Where this runtime's code and its dependencies live: bound read-only into every sandbox. */
-const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));
+export const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));
+/** The repository's caches and history, hidden in every sandbox. */
+export const SANDBOX_HIDDEN = [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')];
+/** The capsule host's own environment: nothing of the executor's (what a guest sees arrives in `start`). */
+export const HOST_PROCESS_ENV: NodeJS.ProcessEnv = {
+  PATH: '/usr/local/bin:/usr/bin:/bin',
+  LANG: 'C.UTF-8',
+  ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}),
+};
 /** How long past its deadline a session may run before the executor kills it whole (`MURMUR_HARD_LIMIT_GRACE_MS`). */
 const HARD_LIMIT_GRACE_MS = Number(process.env.MURMUR_HARD_LIMIT_GRACE_MS ?? '') || 10_000;
 const READY_TIMEOUT_MS = 30_000;
@@ -152,6 +164,10 @@ export class Session {
   readonly id: string;
   paths!: SessionPaths;
   private child: ChildProcess | undefined;
+  /** The warm host this session took, until its workdir is attached (`host-pool.ts`). */
+  private pooled: { host: PooledHost; attaching: Promise<void> } | undefined;
+  /** The directory the launcher chose for the workdir, if it chose one. */
+  private launcherWorkdir: string | undefined;
   private cgroup: SessionCgroup | undefined;
   /** A sealed sandbox's network, served here. */
   private network: SandboxNetwork | undefined;
@@ -300,11 +316,12 @@ export class Session {
     const { blobs, bundles } = this.environment;
     const label = `${plan.capsule.name}@${plan.capsule.version}`;
     const capsuleComponent = plan.capsule.component ? await bundles.local(plan.capsule.component, label) : undefined;
+    this.launcherWorkdir = await this.chosenWorkdir();
     const { paths, tools } = await materialiseWorkdir(
       plan,
       {
         sessionId: this.id,
-        workdir: await this.chosenWorkdir(),
+        workdir: this.launcherWorkdir,
         defaultBase: this.request.default_workdir_base ?? this.environment.workdirBase,
         task: this.request.task,
       },
@@ -608,19 +625,62 @@ export class Session {
     return { error: { code: RPC_ERRORS.invalidRequest, message: 'Unauthorized: not this session’s token', data: { murmur_code: 'E-DOOR-003' } } };
   }
 
-  /** Starts the capsule host in its sandbox: its cgroups first, so nothing it forks escapes them. */
+  /** The session's ceilings: the whole session's (tools, guests and the host's own) and the tools'. */
+  private ceilings(): { session: SessionCeilings; tools: ToolCeilings } {
+    const { resources, limits } = this.plan.policy;
+    return {
+      session: {
+        memoryBytes: resources.cgroup_memory_bytes + limits.memory_bytes + HOST_MEMORY_BUDGET_BYTES,
+        pidsMax: resources.cgroup_pids_max + HOST_TASKS_BUDGET,
+      },
+      tools: { memoryBytes: resources.cgroup_memory_bytes, pidsMax: resources.cgroup_pids_max, cpuPercent: resources.cgroup_cpu_percent },
+    };
+  }
+
+  /** Starts the capsule host: a warm one from the pool when this session can take one, else a fresh one. */
   private spawnHost(start: StartMessage): void {
+    mkdirSync(sandboxTmp(this.paths.accessible), { recursive: true });
+    const pool = this.environment.pool;
+    if (pool) {
+      const refusal = poolRefusal(pool.environment, {
+        canSpawn: this.canSpawn(),
+        harness: start.agent?.harness !== undefined,
+        policy: this.plan.policy,
+        chosenWorkdir: this.launcherWorkdir !== undefined,
+        base: this.request.default_workdir_base ?? this.environment.workdirBase,
+        components: this.components,
+      });
+      const host = refusal === undefined ? pool.take() : undefined;
+      if (host) {
+        try {
+          // The group is the session's from here: its name and its ceilings, before the host runs anything.
+          host.cgroup?.rename(`murmur-${this.id}`);
+          const { session, tools } = this.ceilings();
+          host.cgroup?.limit(session, tools);
+          this.cgroup = host.cgroup;
+          this.pooled = { host, attaching: host.attach(this.paths.accessible) };
+          this.bootstrap.line('[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now)');
+          return;
+        } catch (error) {
+          this.environment.log.warn({ session_id: this.id, err: error }, 'a pooled capsule host could not take the session; starting a fresh one');
+          void host.discard();
+          this.cgroup = undefined;
+          this.pooled = undefined;
+        }
+      } else {
+        this.bootstrap.line(`[sandbox] a fresh host: ${refusal ?? 'no warm host was ready in the pool'}`);
+      }
+    }
+    this.spawnFreshHost(start);
+  }
+
+  /** Starts a fresh capsule host in its sandbox: its cgroups first, so nothing it forks escapes them. */
+  private spawnFreshHost(start: StartMessage): void {
     const plan = this.plan;
     const { namespaces, cgroups, confine } = this.environment;
     if (cgroups.support) {
-      const { resources, limits } = plan.policy;
-      this.cgroup = SessionCgroup.create(
-        cgroups.support,
-        `murmur-${this.id}`,
-        // The whole session: the tools' ceiling, the guests' memory, and the host's own.
-        { memoryBytes: resources.cgroup_memory_bytes + limits.memory_bytes + HOST_MEMORY_BUDGET_BYTES, pidsMax: resources.cgroup_pids_max + HOST_TASKS_BUDGET },
-        { memoryBytes: resources.cgroup_memory_bytes, pidsMax: resources.cgroup_pids_max, cpuPercent: resources.cgroup_cpu_percent },
-      );
+      const { session, tools } = this.ceilings();
+      this.cgroup = SessionCgroup.create(cgroups.support, `murmur-${this.id}`, session, tools);
     }
     const sandbox = hostSandbox({
       namespaces,
@@ -628,7 +688,7 @@ export class Session {
       policy: plan.policy,
       workdir: this.paths.accessible,
       codeRoot: CODE_ROOT,
-      hidden: [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')],
+      hidden: SANDBOX_HIDDEN,
       components: this.components,
       tools: this.tools,
       hostEntry: HOST_ENTRY,
@@ -636,17 +696,8 @@ export class Session {
       subprocessPath: start.subprocess_env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
       ...(start.agent?.harness ? { harness: { binary: start.agent.harness.binary, home: this.harnessHomeDir } } : {}),
     });
-    mkdirSync(sandboxTmp(this.paths.accessible), { recursive: true });
     if (sandbox.start) start.sandbox = sandbox.start;
-    if (sandbox.network) {
-      this.network = new SandboxNetwork({
-        plan: sandbox.network,
-        judge: (host, port) => this.egress.judgeTcp(host, port),
-        record: (record) => this.recordNetwork(record),
-      });
-      for (const skipped of sandbox.network.skipped)
-        this.bootstrap.line(`[capability-policy] network allow entry gets no listener in the sealed sandbox: ${skipped}`);
-    }
+    if (sandbox.network) this.serveNetwork(sandbox.network);
     let argv = sandbox.argv;
     if (this.cgroup) {
       // The shell joins the session's groups before it becomes the sandbox, so every process the
@@ -658,16 +709,32 @@ export class Session {
     try {
       child = spawn(argv[0] as string, argv.slice(1), {
         cwd: this.paths.accessible,
-        env: { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) },
+        env: HOST_PROCESS_ENV,
         stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...sandbox.stdio],
         serialization: 'json',
       });
     } finally {
       sandbox.release();
     }
-    this.child = child;
     sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
+    this.watchHost(child, []);
+  }
+
+  /** The sealed sandbox's DNS and listeners, answered and judged here. */
+  private serveNetwork(plan: NetworkPlan): void {
+    this.network = new SandboxNetwork({
+      plan,
+      judge: (host, port) => this.egress.judgeTcp(host, port),
+      record: (record) => this.recordNetwork(record),
+    });
+    for (const skipped of plan.skipped) this.bootstrap.line(`[capability-policy] network allow entry gets no listener in the sealed sandbox: ${skipped}`);
+  }
+
+  /** The session's side of its host: its output in `host.log`, its messages, its exit. */
+  private watchHost(child: ChildProcess, earlier: Buffer[]): void {
+    this.child = child;
     const hostLog = new LogFile(this.paths.sessionDir, 'host.log');
+    for (const chunk of earlier) hostLog.raw(chunk.toString());
     child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => {
       hostLog.raw(chunk.toString());
@@ -681,6 +748,34 @@ export class Session {
       this.environment.log.error({ session_id: this.id, err: error }, what);
     });
     if (this.canSpawn() && this.cgroup) this.guardWorkdir();
+  }
+
+  /**
+   * A pooled host, once its helper has mounted the workdir in: the session's from here, given its
+   * start at once (it said `ready` long ago). A host that cannot be attached is thrown away and a
+   * fresh one started in its place, so the pool can only make a launch faster, never fail it.
+   */
+  private async adoptPooledHost(start: StartMessage): Promise<boolean> {
+    const pooled = this.pooled as { host: PooledHost; attaching: Promise<void> };
+    this.pooled = undefined;
+    try {
+      await Promise.all([pooled.attaching, pooled.host.ready]);
+    } catch (error) {
+      this.environment.log.warn({ session_id: this.id, err: error }, 'a pooled capsule host could not be attached; starting a fresh one');
+      this.bootstrap.line(`[sandbox] the warm host could not be attached (${error instanceof Error ? error.message : String(error)}); a fresh host instead`);
+      // Its group carries this session's name by now: gone before the fresh host's is made.
+      await pooled.host.discard();
+      this.cgroup = undefined;
+      this.spawnFreshHost(start);
+      return false;
+    }
+    pooled.host.handOver();
+    start.sandbox = pooled.host.sandboxStart;
+    this.serveNetwork(pooled.host.network);
+    this.watchHost(pooled.host.child, pooled.host.earlyOutput);
+    this.processStart = (pooled.host.child.pid ? processStartToken(pooled.host.child.pid) : undefined) ?? '';
+    this.tellHost(start);
+    return true;
   }
 
   /**
@@ -730,7 +825,8 @@ export class Session {
     this.announceEgress({ kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, rule: record.rule ?? null });
   }
 
-  private handshake(start: StartMessage): Promise<void> {
+  private async handshake(start: StartMessage): Promise<void> {
+    if (this.pooled && (await this.adoptPooledHost(start))) return;
     return new Promise((resolve, reject) => {
       const child = this.child as ChildProcess;
       const timer = setTimeout(

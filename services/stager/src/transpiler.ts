@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { type FileSet, MurmurError, type TranspiledComponent } from '@murmur/shared';
+import { type FileSet, MurmurError, TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
 import { packageFile, removeEmptyParents, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import type { TranspileJob, TranspileReply } from './transpile-worker.js';
 
@@ -16,7 +16,7 @@ import type { TranspileJob, TranspileReply } from './transpile-worker.js';
  * stagers racing on the same bytes both end up reading the same entry.
  */
 
-export const TRANSPILER_ID = 'jco-1.35.0-instantiation-async.v2';
+export { TRANSPILER_ID };
 const BUNDLE_FILE = 'bundle.json';
 const ENTRY_NAME = 'component';
 

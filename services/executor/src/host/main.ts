@@ -139,6 +139,9 @@ process.on('message', (raw: unknown) => {
 });
 
 async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void> {
+  // A pooled host started in `/`, before its workdir was mounted in: it moves there now, so it and
+  // everything it starts run where a fresh host would have.
+  if (process.cwd() !== message.accessible_workdir) process.chdir(message.accessible_workdir);
   if (message.sandbox) {
     try {
       await handOverSandboxSockets(message.sandbox);

@@ -1,0 +1,303 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import type { Duplex } from 'node:stream';
+import { type CapabilityPolicy, type Log, newId } from '@murmur/shared';
+import { type CgroupProbe, SessionCgroup } from './cgroup.js';
+import type { ConfineProbe } from './confinement.js';
+import { ATTACH_FD, attachCommands, hostSandbox } from './host-sandbox.js';
+import type { HostComponent, SandboxNetworkStart } from './host/protocol.js';
+import type { NetworkPlan } from './network-plan.js';
+import type { NamespaceProbe } from './sandbox.js';
+
+/**
+ * The executor's warm pool: capsule hosts already started inside sealed sandboxes — namespaces,
+ * composed root, Landlock, seccomp, node loaded and the guest worker up — bound to no session yet.
+ * A launch takes one, and the sandbox's held helper mounts the session's workdir where a fresh
+ * sandbox would have bound it; then the host is given its session. The pool refills behind it.
+ *
+ * A pooled host serves exactly one session and is never given back: nothing of a previous
+ * session can be left in it. What it has of a generic state is only what every sealed sandbox of
+ * a capsule that cannot start a subprocess has anyway, so the pool takes only those launches
+ * (`poolRefusal` says why another one starts fresh): a subprocess's sandbox is shaped by its
+ * session (listeners for `network.allow`, Landlock rules for `shell.allow` and native tools, the
+ * tools' cgroup), and is started for it.
+ */
+
+export interface PoolEnvironment {
+  namespaces: NamespaceProbe;
+  confine: ConfineProbe;
+  cgroups: CgroupProbe;
+  log: Log;
+  /** Where sessions get their workdir when the launcher names none: `<base>/workdir/<session>`. */
+  workdirBase: string;
+  /** The transpiled bundles a pooled sandbox can read (one transpiler's directory). */
+  bundlesDir: string;
+  codeRoot: string;
+  hidden: string[];
+  hostEntry: string;
+  /** The host process's environment, the same as a fresh host's. */
+  hostEnv: NodeJS.ProcessEnv;
+}
+
+/** What a pooled sandbox is sealed with: nothing a session's grants would add. */
+const POOLED_POLICY: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime' | 'network_allow' | 'shell_allow' | 'unix_sockets' | 'workdir_exec'> = {
+  interpreter_runtime: [],
+  staged_runtime: [],
+  network_allow: [],
+  shell_allow: [],
+  unix_sockets: false,
+  workdir_exec: false,
+};
+
+/** A pooled host's group before its session sets the real ceilings: room for the host alone, none for tools. */
+const IDLE_CEILINGS = { session: { memoryBytes: 512 * 1024 * 1024, pidsMax: 128 }, tools: { memoryBytes: 0, pidsMax: 0, cpuPercent: 1 } };
+const ATTACH_TIMEOUT_MS = 5_000;
+
+export interface PoolRefusalInput {
+  canSpawn: boolean;
+  harness: boolean;
+  policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime' | 'unix_sockets' | 'workdir_exec'>;
+  /** The launcher chose the workdir (`--workdir`, a delegated child's directory). */
+  chosenWorkdir: boolean;
+  /** The base the session's workdir is made under. */
+  base: string;
+  components: HostComponent[];
+}
+
+/** Why this launch cannot take a pooled host (it starts a fresh one), or undefined when it can. */
+export function poolRefusal(pool: Pick<PoolEnvironment, 'workdirBase' | 'bundlesDir'>, input: PoolRefusalInput): string | undefined {
+  if (input.canSpawn) return 'the capsule can start subprocesses, whose sandbox is shaped by its grants';
+  if (input.harness) return 'a harness runs as a subprocess';
+  if (input.policy.workdir_exec || input.policy.unix_sockets) return 'workdir_exec and unix_sockets shape the sandbox';
+  if (input.policy.interpreter_runtime.length > 0 || input.policy.staged_runtime.length > 0) return 'runtime trees are bound for this session';
+  if (input.chosenWorkdir) return 'the workdir is one the launcher chose';
+  if (path.resolve(input.base) !== path.resolve(pool.workdirBase)) return `the workdir base ${input.base} is not the pool's (${pool.workdirBase})`;
+  const outside = input.components.find((component) => path.dirname(component.bundle_dir) !== pool.bundlesDir);
+  if (outside) return `the component at ${outside.bundle_dir} is outside the bundles a pooled sandbox reads`;
+  return undefined;
+}
+
+/** One host of the pool: started, sealed, its helper holding for a session. */
+export class PooledHost {
+  /** What the host wrote before it was taken (it should be nothing); the session's log gets it. */
+  readonly earlyOutput: Buffer[] = [];
+  readonly ready: Promise<void>;
+  private isReady = false;
+
+  constructor(
+    readonly child: ChildProcess,
+    readonly cgroup: SessionCgroup | undefined,
+    readonly network: NetworkPlan,
+    readonly sandboxStart: SandboxNetworkStart,
+    private readonly parent: string,
+  ) {
+    // A host discarded unused resets its pipes (the helper's too, when it exits): the end of an
+    // exchange nobody waits on, not a fault to take the executor down with.
+    for (const stream of child.stdio as ReadonlyArray<Duplex | null | undefined>) stream?.on('error', () => {});
+    const keep = (chunk: Buffer): void => void this.earlyOutput.push(chunk);
+    child.stdout?.on('data', keep);
+    child.stderr?.on('data', keep);
+    this.ready = new Promise((resolve, reject) => {
+      const onMessage = (raw: unknown): void => {
+        if ((raw as { type?: unknown } | null)?.type !== 'ready') return;
+        child.off('message', onMessage);
+        this.isReady = true;
+        resolve();
+      };
+      child.on('message', onMessage);
+      child.once('exit', (code, signal) => reject(new Error(`a pooled capsule host exited before it was used (${signal ?? `exit ${code}`})`)));
+    });
+    this.ready.catch(() => {});
+  }
+
+  /** Started and not gone: it may still be on its way to `ready`. */
+  get alive(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null && this.child.connected;
+  }
+
+  /** Alive and waiting: it has said `ready`. */
+  get usable(): boolean {
+    return this.isReady && this.alive;
+  }
+
+  /** Stops listening for the pool: the session takes the host's streams and messages from here. */
+  handOver(): void {
+    this.child.stdout?.removeAllListeners('data');
+    this.child.stderr?.removeAllListeners('data');
+  }
+
+  /**
+   * Mounts `accessible` (made in the pool's workdir parent) into the sandbox at its own path, and
+   * waits for the helper's `ok`: by then the helper has dropped every capability and is exiting.
+   */
+  attach(accessible: string): Promise<void> {
+    const socket = (this.child.stdio as ReadonlyArray<unknown>)[ATTACH_FD] as Duplex | null | undefined;
+    if (!socket) return Promise.reject(new Error('the pooled sandbox has no helper to attach with'));
+    return new Promise((resolve, reject) => {
+      let answer = '';
+      const timer = setTimeout(
+        () => finish(new Error(`the pooled sandbox's helper did not attach the workdir within ${ATTACH_TIMEOUT_MS / 1000}s`)),
+        ATTACH_TIMEOUT_MS,
+      );
+      const finish = (error?: Error): void => {
+        clearTimeout(timer);
+        socket.off('data', onData);
+        socket.off('close', onClose);
+        socket.destroy();
+        if (error) reject(error);
+        else resolve();
+      };
+      const onData = (chunk: Buffer): void => {
+        answer += chunk.toString();
+        const line = answer.split('\n')[0] as string;
+        if (!answer.includes('\n')) return;
+        if (line === 'ok') finish();
+        else finish(new Error(`the pooled sandbox's helper could not attach the workdir: ${line.replace(/^error: /, '')}`));
+      };
+      const onClose = (): void =>
+        finish(new Error(`the pooled sandbox's helper went away before it attached the workdir${answer ? `: ${answer.trim()}` : ''}`));
+      socket.on('data', onData);
+      socket.once('close', onClose);
+      try {
+        socket.write(attachCommands(this.parent, accessible));
+      } catch (error) {
+        finish(error as Error);
+      }
+    });
+  }
+
+  /** Kills the host and its sandbox; resolves when its group is gone. */
+  async discard(): Promise<void> {
+    this.child.kill('SIGKILL');
+    this.cgroup?.killAll();
+    await this.cgroup?.remove();
+  }
+}
+
+/**
+ * Keeps `size` hosts warm. A host that dies before it is used is replaced; a pool whose hosts
+ * keep failing to start stops trying (a launch still starts a fresh host, which says why).
+ */
+export class HostPool {
+  private readonly hosts: PooledHost[] = [];
+  private starting = 0;
+  private failures = 0;
+  private closed = false;
+  readonly parent: string;
+
+  constructor(
+    readonly environment: PoolEnvironment,
+    readonly size: number,
+    private readonly options: { refill: boolean; deferred?: boolean } = { refill: true },
+  ) {
+    this.parent = path.join(environment.workdirBase, 'workdir');
+    if (!options.deferred) this.fill();
+  }
+
+  /** How many hosts are warm and waiting. */
+  get idle(): number {
+    return this.hosts.filter((host) => host.usable).length;
+  }
+
+  /**
+   * A warm host, or undefined when the pool has none alive (the launch starts a fresh one). One
+   * still starting is taken too when none is ready: it is further along than a fresh one would be.
+   */
+  take(): PooledHost | undefined {
+    for (const host of this.hosts.filter((candidate) => !candidate.alive)) this.drop(host);
+    const taken = this.hosts.find((host) => host.usable) ?? this.hosts[0];
+    if (taken) this.hosts.splice(this.hosts.indexOf(taken), 1);
+    if (this.options.refill) setImmediate(() => this.fill());
+    return taken;
+  }
+
+  private drop(host: PooledHost): void {
+    const index = this.hosts.indexOf(host);
+    if (index >= 0) this.hosts.splice(index, 1);
+    void host.discard();
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const host of this.hosts.splice(0)) void host.discard();
+  }
+
+  /** Starts hosts until `size` are warm or starting. */
+  fill(): void {
+    while (!this.closed && this.failures < 3 && this.hosts.length + this.starting < this.size) {
+      this.starting += 1;
+      try {
+        const host = this.startHost();
+        this.hosts.push(host);
+        host.ready.then(
+          () => {
+            this.failures = 0;
+          },
+          (error: unknown) => {
+            this.failures += 1;
+            this.environment.log.warn({ err: error, failures: this.failures }, 'a pooled capsule host failed before it was used');
+            this.drop(host);
+            if (this.failures >= 3)
+              this.environment.log.warn({}, 'the warm pool stopped refilling: its hosts keep failing to start; launches start fresh hosts');
+            else setImmediate(() => this.fill());
+          },
+        );
+      } catch (error) {
+        this.failures += 1;
+        this.environment.log.warn({ err: error }, 'could not start a pooled capsule host');
+      } finally {
+        this.starting -= 1;
+      }
+    }
+  }
+
+  private startHost(): PooledHost {
+    const { namespaces, confine, cgroups } = this.environment;
+    // Both bound as directories, so made first: a bundle staged after the sandbox started is
+    // still seen (a bind is a live view), where a missing directory would not be bound at all.
+    mkdirSync(this.parent, { recursive: true });
+    mkdirSync(this.environment.bundlesDir, { recursive: true });
+    const cgroup = cgroups.support
+      ? SessionCgroup.create(cgroups.support, `murmur-pool-${newId('request').slice(4, 20)}`, IDLE_CEILINGS.session, IDLE_CEILINGS.tools)
+      : undefined;
+    const sandbox = hostSandbox({
+      namespaces,
+      confine: confine.support,
+      policy: POOLED_POLICY,
+      workdir: this.parent,
+      codeRoot: this.environment.codeRoot,
+      hidden: this.environment.hidden,
+      components: [],
+      data: [this.environment.bundlesDir],
+      tools: [],
+      hostEntry: this.environment.hostEntry,
+      cgroup: undefined,
+      subprocessPath: '/usr/local/bin:/usr/bin:/bin',
+      pooled: true,
+    });
+    let argv = sandbox.argv;
+    if (cgroup) {
+      const join = cgroup.hostProcsFiles.map((file) => `echo $$ > '${file}'`).join(' && ');
+      argv = ['/bin/sh', '-c', `${join} && exec "$@"`, 'murmur-session', ...argv];
+    }
+    let child: ChildProcess;
+    try {
+      child = spawn(argv[0] as string, argv.slice(1), {
+        cwd: this.environment.workdirBase,
+        env: this.environment.hostEnv,
+        stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...sandbox.stdio],
+        serialization: 'json',
+      });
+    } catch (error) {
+      cgroup?.killAll();
+      void cgroup?.remove();
+      throw error;
+    } finally {
+      sandbox.release();
+    }
+    child.on('error', (error) => this.environment.log.warn({ err: error }, 'a pooled capsule host’s channel failed'));
+    sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
+    return new PooledHost(child, cgroup, sandbox.network as NetworkPlan, sandbox.start as SandboxNetworkStart, this.parent);
+  }
+}

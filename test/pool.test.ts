@@ -1,0 +1,141 @@
+import { existsSync, readFileSync, readdirSync, promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { probeProject, probeResults } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { eventually, runMur } from './support/processes.js';
+
+/**
+ * The warm pool (`services/executor/src/host-pool.ts`), through `mur run`: its in-process executor
+ * warms one sealed host while the capsule is staged, and `MURMUR_EXECUTOR_POOL=0` turns that off,
+ * so the same capsule can be run on a pooled and on a fresh host and what each shows compared.
+ */
+describe('the warm pool', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-pool-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+  });
+
+  afterAll(async () => {
+    await scratch.cleanup();
+  });
+
+  /** Runs the probe capsule with `actions`, pooled or not; its results with the session's id taken out. */
+  async function probeRun(name: string, actions: unknown[], pooled: boolean, manifest = '') {
+    const project = await probeProject(path.join(scratch.dir, name), manifest);
+    const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], {
+      cwd: project,
+      env: { ...env, ...(pooled ? {} : { MURMUR_EXECUTOR_POOL: '0' }) },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const launch = JSON.parse(result.stdout) as { session_id: string; workdir: string };
+    const log = await fs.readFile(path.join(launch.workdir, 'logs', 'session.log'), 'utf8');
+    const bootstrap = await fs.readFile(path.join(launch.workdir, 'logs', 'bootstrap.log'), 'utf8');
+    const anonymous = (text: string): string => text.replaceAll(launch.session_id, '<session>').replaceAll(path.join(scratch.dir, name), '<project>');
+    return { results: JSON.parse(anonymous(JSON.stringify(probeResults(log.replaceAll('[stdout] ', ''))))) as unknown[], bootstrap, launch };
+  }
+
+  const looks = [
+    { op: 'env' },
+    { op: 'preopen' },
+    { op: 'list', path: '.' },
+    { op: 'read', path: 'task.md' },
+    { op: 'write', path: 'out/written.txt', text: 'kept' },
+    { op: 'read', path: 'out/written.txt' },
+    { op: 'list', path: 'out' },
+    { op: 'list', path: '..' },
+    { op: 'read', path: '../../etc/passwd' },
+    { op: 'stat', path: '.' },
+    { op: 'fetch', url: 'http://127.0.0.1:9/denied' },
+  ];
+
+  it('a capsule on a pooled host sees exactly what it sees on a fresh one', async () => {
+    const pooled = await probeRun('looks-pooled', looks, true);
+    const fresh = await probeRun('looks-fresh', looks, false);
+    expect(pooled.bootstrap).toContain('a warm host from the executor’s pool');
+    expect(fresh.bootstrap).not.toContain('warm host');
+    expect(pooled.results).toHaveLength(looks.length);
+    // The write landed in the session's own workdir, on the host's side of the mount.
+    expect(readFileSync(path.join(pooled.launch.workdir, 'out', 'written.txt'), 'utf8')).toBe('kept');
+    const withoutTimes = (results: unknown[]): unknown =>
+      JSON.parse(JSON.stringify(results), (key, value) => (/(^|_)(timestamp|time|mtime|atime|ctime)$|Timestamp$/i.test(key) ? '<time>' : value));
+    expect(withoutTimes(pooled.results)).toEqual(withoutTimes(fresh.results));
+  });
+
+  it('a capsule that can start subprocesses gets a fresh host, and its bootstrap log says why', async () => {
+    const { bootstrap } = await probeRun('shell-fresh', [{ op: 'preopen' }], true, 'capabilities:\n  shell:\n    allow: ["true"]\n');
+    expect(bootstrap).toContain('[sandbox] a fresh host: the capsule can start subprocesses');
+  });
+
+  it.runIf(process.getuid?.() === 0)(
+    'a pooled host runs sealed like a fresh one: no capabilities, seccomp, its workdir mounted where a fresh one binds it',
+    async () => {
+      const shapes: Array<{ status: Record<string, string>; mounts: string[] }> = [];
+      for (const pooled of [true, false]) {
+        const project = await probeProject(path.join(scratch.dir, `sealed-${pooled}`), '');
+        const release = path.join(project, 'workdir');
+        const running = runMur(['run', '--json', '--task', JSON.stringify([{ op: 'waitfor', path: 'go', seconds: 30 }])], {
+          cwd: project,
+          env: { ...env, ...(pooled ? {} : { MURMUR_EXECUTOR_POOL: '0' }) },
+        });
+        const host = await eventually(() => findHost(release), 20_000, 'the capsule host');
+        const status = Object.fromEntries(
+          readFileSync(`/proc/${host.pid}/status`, 'utf8')
+            .split('\n')
+            .filter((line) => /^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs|Seccomp|Uid):/.test(line))
+            .map((line) => line.split(':\t') as [string, string]),
+        );
+        // Mount points as the host sees them, with the session's own directory named alike.
+        const mounts = readFileSync(`/proc/${host.pid}/mountinfo`, 'utf8')
+          .split('\n')
+          .filter(Boolean)
+          .map((line) => {
+            const fields = line.split(' ');
+            const options = (fields[5] ?? '').split(',').filter((option) => ['ro', 'rw', 'nosuid', 'nodev', 'noexec'].includes(option));
+            return `${(fields[4] ?? '').replace(host.workdir, '<workdir>').replace(path.dirname(host.workdir), '<workdirs>')} ${options.sort().join(',')}`;
+          });
+        await fs.writeFile(path.join(host.workdir, 'go'), 'go');
+        const result = await running;
+        expect(result.code, result.stderr).toBe(0);
+        shapes.push({ status, mounts });
+      }
+      const [pooled, fresh] = shapes as [(typeof shapes)[0], (typeof shapes)[0]];
+      expect(pooled.status).toEqual(fresh.status);
+      expect(pooled.status.CapEff).toBe('0000000000000000');
+      expect(pooled.status.Seccomp).toBe('2');
+      expect(pooled.status.NoNewPrivs).toBe('1');
+      // The workdir is the one writable place in both; a pooled sandbox's /tmp is an empty read-only
+      // tmpfs, and its staging view of the other workdirs is covered (an empty read-only tmpfs).
+      expect(pooled.mounts.filter((mount) => mount.startsWith('<workdir> '))).toEqual(fresh.mounts.filter((mount) => mount.startsWith('<workdir> ')));
+      expect(pooled.mounts).toContain('<workdir> nodev,nosuid,rw');
+      expect(pooled.mounts.filter((mount) => mount.startsWith('<workdirs> '))).toEqual(['<workdirs> nodev,nosuid,ro']);
+      expect(pooled.mounts.filter((mount) => mount.startsWith('/.murmur-attach ')).at(-1)).toMatch(/^\/\.murmur-attach .*ro/);
+      expect(pooled.mounts.filter((mount) => mount.startsWith('/tmp ')).at(-1)).toMatch(/ro/);
+    },
+  );
+});
+
+/** The capsule host of the one session running under `workdirs`: the node process whose cwd is its workdir. */
+function findHost(workdirs: string): { pid: number; workdir: string } | undefined {
+  if (!existsSync(workdirs)) return undefined;
+  const sessions = readdirSync(workdirs).map((name) => path.join(workdirs, name));
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const command = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (!command.includes('host.mjs') || command.startsWith('bwrap') || command.includes('murmur-confine')) continue;
+      const status = readFileSync(`/proc/${entry}/status`, 'utf8');
+      if (!/^Seccomp:\t2$/m.test(status)) continue;
+      const pid = Number(entry);
+      const mountinfo = readFileSync(`/proc/${pid}/mountinfo`, 'utf8');
+      const workdir = sessions.find((dir) => mountinfo.includes(` ${dir} `));
+      if (workdir) return { pid, workdir };
+    } catch {
+      // gone, or not ours to read
+    }
+  }
+  return undefined;
+}
