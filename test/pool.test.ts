@@ -1,6 +1,11 @@
 import { existsSync, readFileSync, readdirSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LaunchReply, commands, newSessionId, silentLog, topics } from '@murmur/shared';
+import { InProcessTransport, createBus } from '@murmur/shared/bus';
+import { requestStaging, uploadProject } from '@murmur/shared/node';
+import { startExecutorService } from '@murmur/executor';
+import { startStagerService } from '@murmur/stager';
 import { probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { eventually, runMur } from './support/processes.js';
@@ -63,6 +68,46 @@ describe('the warm pool', () => {
     const withoutTimes = (results: unknown[]): unknown =>
       JSON.parse(JSON.stringify(results), (key, value) => (/(^|_)(timestamp|time|mtime|atime|ctime)$|Timestamp$/i.test(key) ? '<time>' : value));
     expect(withoutTimes(pooled.results)).toEqual(withoutTimes(fresh.results));
+  });
+
+  it('a warm host whose held helper has gone is replaced by a fresh one, and the launch still runs', async () => {
+    const home = path.join(scratch.dir, 'executor-home');
+    const serviceEnv = { ...process.env, MURMUR_HOME: home, MURMUR_EXECUTOR_POOL: '1' };
+    const bus = createBus(new InProcessTransport(), silentLog);
+    const stager = startStagerService({ bus, log: silentLog, env: serviceEnv });
+    const executor = startExecutorService({ bus, log: silentLog, env: serviceEnv });
+    try {
+      const project = await probeProject(path.join(scratch.dir, 'helper-gone'), '');
+      const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+      await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
+      // The helper waiting to mount a session in: the one process of a pooled sandbox still running murmur-confine.
+      const helper = await eventually(() => pooledHelper(), 10_000, 'the held helper');
+      process.kill(helper, 'SIGKILL');
+      const sessionId = newSessionId();
+      let ended: { exit_status: string } | undefined;
+      bus.subscribe(topics.sessionEnded, (event) => {
+        if (event.session_id === sessionId) ended = event;
+      });
+      await bus.flush();
+      const launched: LaunchReply = await bus.request(
+        commands.launch,
+        { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, task: JSON.stringify([{ op: 'print', text: 'ran' }]) },
+        { timeoutMs: 60_000 },
+      );
+      const end = await eventually(() => ended, 20_000, 'the session’s end');
+      expect(end.exit_status).toBe('ok');
+      const bootstrap = readFileSync(path.join(launched.session_dir, 'logs', 'bootstrap.log'), 'utf8');
+      expect(bootstrap).toContain('[sandbox] a warm host from the executor’s pool');
+      // bubblewrap keeps its own copy of the helper's socket, so a helper that is gone is found by its silence.
+      expect(bootstrap).toMatch(
+        /\[sandbox\] the warm host could not be attached \(the pooled sandbox's helper did not attach the workdir within 5s\); a fresh host instead/,
+      );
+      expect(readFileSync(path.join(launched.session_dir, 'logs', 'session.log'), 'utf8')).toContain('"op":"print","ok":true');
+    } finally {
+      await executor.close();
+      await stager.close();
+      await bus.close();
+    }
   });
 
   it('a capsule that can start subprocesses gets a fresh host, and its bootstrap log says why', async () => {
@@ -135,6 +180,21 @@ function findHost(workdirs: string): { pid: number; workdir: string } | undefine
       if (workdir) return { pid, workdir };
     } catch {
       // gone, or not ours to read
+    }
+  }
+  return undefined;
+}
+
+/** The pid of a pooled sandbox's held helper (`murmur-confine enter`, in a `murmur-pool-*` cgroup). */
+function pooledHelper(): number | undefined {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (!(command[0] ?? '').endsWith('murmur-confine') || command[1] !== 'enter') continue;
+      if (readFileSync(`/proc/${entry}/cgroup`, 'utf8').includes('/murmur-pool-')) return Number(entry);
+    } catch {
+      // gone
     }
   }
   return undefined;

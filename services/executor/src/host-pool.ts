@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { type CapabilityPolicy, type Log, newId } from '@murmur/shared';
@@ -8,7 +8,7 @@ import type { ConfineProbe } from './confinement.js';
 import { ATTACH_FD, attachCommands, hostSandbox } from './host-sandbox.js';
 import type { HostComponent, SandboxNetworkStart } from './host/protocol.js';
 import type { NetworkPlan } from './network-plan.js';
-import type { NamespaceProbe } from './sandbox.js';
+import { type NamespaceProbe, SYSTEM_DIRECTORIES } from './sandbox.js';
 
 /**
  * The executor's warm pool: capsule hosts already started inside sealed sandboxes — namespaces,
@@ -60,8 +60,9 @@ export interface PoolRefusalInput {
   policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime' | 'unix_sockets' | 'workdir_exec'>;
   /** The launcher chose the workdir (`--workdir`, a delegated child's directory). */
   chosenWorkdir: boolean;
-  /** The base the session's workdir is made under. */
+  /** The base the session's workdir is made under, and the workdir as made (symlinks resolved). */
   base: string;
+  accessible: string;
   components: HostComponent[];
 }
 
@@ -73,9 +74,32 @@ export function poolRefusal(pool: Pick<PoolEnvironment, 'workdirBase' | 'bundles
   if (input.policy.interpreter_runtime.length > 0 || input.policy.staged_runtime.length > 0) return 'runtime trees are bound for this session';
   if (input.chosenWorkdir) return 'the workdir is one the launcher chose';
   if (path.resolve(input.base) !== path.resolve(pool.workdirBase)) return `the workdir base ${input.base} is not the pool's (${pool.workdirBase})`;
+  // A `workdir` that is a symlink puts the session's directory elsewhere, outside the mount point.
+  if (path.dirname(input.accessible) !== path.join(realPath(pool.workdirBase), 'workdir'))
+    return `the workdir ${input.accessible} is not in ${path.join(pool.workdirBase, 'workdir')}`;
   const outside = input.components.find((component) => path.dirname(component.bundle_dir) !== pool.bundlesDir);
   if (outside) return `the component at ${outside.bundle_dir} is outside the bundles a pooled sandbox reads`;
   return undefined;
+}
+
+function realPath(dir: string): string {
+  try {
+    return realpathSync(dir);
+  } catch {
+    return path.resolve(dir);
+  }
+}
+
+/**
+ * Why the sandbox could not make `dir` as a mount point: bubblewrap makes a missing one in its own
+ * tmpfs, but not inside a directory it binds read-only (the code, the system's). Undefined when it can.
+ */
+export function mountPointRefusal(dir: string, readOnly: string[], writableInside: string[]): string | undefined {
+  if (existsSync(dir)) return undefined;
+  const within = (root: string): boolean => dir === root || dir.startsWith(`${root}/`);
+  if (writableInside.some(within)) return undefined;
+  const bound = readOnly.find(within);
+  return bound ? `${dir} does not exist, and a sandbox cannot make it inside ${bound}, which it binds read-only` : undefined;
 }
 
 /** One host of the pool: started, sealed, its helper holding for a session. */
@@ -84,6 +108,7 @@ export class PooledHost {
   readonly earlyOutput: Buffer[] = [];
   readonly ready: Promise<void>;
   private isReady = false;
+  private discarding: Promise<void> | undefined;
 
   constructor(
     readonly child: ChildProcess,
@@ -167,11 +192,14 @@ export class PooledHost {
     });
   }
 
-  /** Kills the host and its sandbox; resolves when its group is gone. */
-  async discard(): Promise<void> {
-    this.child.kill('SIGKILL');
-    this.cgroup?.killAll();
-    await this.cgroup?.remove();
+  /** Kills the host and its sandbox; resolves when its group is gone. Once: a second call waits for the first. */
+  discard(): Promise<void> {
+    this.discarding ??= (async () => {
+      this.child.kill('SIGKILL');
+      this.cgroup?.killAll();
+      await this.cgroup?.remove();
+    })();
+    return this.discarding;
   }
 }
 
@@ -235,6 +263,8 @@ export class HostPool {
             this.failures = 0;
           },
           (error: unknown) => {
+            // A host a session took is the session's to end: its group may carry the session's name by now.
+            if (!this.hosts.includes(host)) return;
             this.failures += 1;
             this.environment.log.warn({ err: error, failures: this.failures }, 'a pooled capsule host failed before it was used');
             this.drop(host);
@@ -254,10 +284,13 @@ export class HostPool {
 
   private startHost(): PooledHost {
     const { namespaces, confine, cgroups } = this.environment;
-    // Both bound as directories, so made first: a bundle staged after the sandbox started is
-    // still seen (a bind is a live view), where a missing directory would not be bound at all.
-    mkdirSync(this.parent, { recursive: true });
+    // Bound as directories, so made first: a bundle staged after the sandbox started is still
+    // seen (a bind is a live view), where a missing directory would not be bound at all. The
+    // workdirs' own directory is not made: a launch refused before it starts leaves nothing.
+    mkdirSync(this.environment.workdirBase, { recursive: true });
     mkdirSync(this.environment.bundlesDir, { recursive: true });
+    const refusal = mountPointRefusal(this.parent, [this.environment.codeRoot, ...SYSTEM_DIRECTORIES], this.environment.hidden);
+    if (refusal) throw new Error(refusal);
     const cgroup = cgroups.support
       ? SessionCgroup.create(cgroups.support, `murmur-pool-${newId('request').slice(4, 20)}`, IDLE_CEILINGS.session, IDLE_CEILINGS.tools)
       : undefined;

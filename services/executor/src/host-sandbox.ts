@@ -74,17 +74,17 @@ export const ATTACH_STAGING = '/.murmur-attach';
 /**
  * What the held helper of a pooled sandbox is told to do when `accessible` (a directory directly
  * in the sandbox's workdir parent) becomes its session's workdir: mount it where a fresh sandbox
- * would have bound it, make the parent read-only again, and take away the staging view of every
- * other session's directory.
+ * would have bound it, make the parent read-only again, and take away the staging view (of the
+ * directory above the parent: every other session's workdir is in it).
  */
 export function attachCommands(parent: string, accessible: string): string {
   const name = path.relative(parent, accessible);
   if (name === '' || name.includes('/') || name.startsWith('..') || /[\t\n]/.test(accessible)) {
     throw new Error(`a pooled sandbox can only take a workdir directly in ${parent}, not ${accessible}`);
   }
-  return [`mkdir ${accessible}`, `bind ${path.join(ATTACH_STAGING, name)}\t${accessible}`, `readonly ${parent}`, `unmount ${ATTACH_STAGING}`, 'done', ''].join(
-    '\n',
-  );
+  // The staging view is of the parent's parent: `<staging>/<parent's name>/<session>`.
+  const source = path.join(ATTACH_STAGING, path.basename(parent), name);
+  return [`mkdir ${accessible}`, `bind ${source}\t${accessible}`, `readonly ${parent}`, `unmount ${ATTACH_STAGING}`, 'done', ''].join('\n');
 }
 
 export interface HostSandbox {
@@ -136,7 +136,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
     data: [...data],
     writable,
     tmp,
-    ...(pooled ? { attachLater: { staging: ATTACH_STAGING } } : {}),
+    ...(pooled ? { attachLater: { source: path.dirname(input.workdir), staging: ATTACH_STAGING } } : {}),
   };
 
   if (pooled && !confine) throw new Error('a pooled sandbox is sealed: its session is mounted in by the held helper');

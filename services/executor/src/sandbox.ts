@@ -73,11 +73,12 @@ export interface SandboxLayout {
   tmp: string;
   /**
    * A pooled sandbox, started before its session is known: `workdir` is then the directory the
-   * session's workdir will be mounted in (an empty tmpfs until then), whose real directory is bound
-   * at `staging` for the helper to mount from; `/tmp` is a private read-only tmpfs; and the host
+   * session's workdir will be mounted in (an empty tmpfs until then); `source`, the real directory
+   * above it, is bound at `staging` for the helper to mount from (so the real `workdir` directory
+   * need not exist before a session makes it); `/tmp` is a private read-only tmpfs; and the host
    * starts in `/`, moving into its workdir when its session arrives.
    */
-  attachLater?: { staging: string } | undefined;
+  attachLater?: { source: string; staging: string } | undefined;
 }
 
 /** Files whose content is handed to bubblewrap on inherited descriptors (`--ro-bind-data`). */
@@ -178,7 +179,7 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   const hidden = layout.hidden.filter((dir) => existsSync(dir) && lstatSync(dir).isDirectory());
   for (const dir of hidden) args.push('--tmpfs', dir);
   for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
-  if (layout.attachLater) args.push('--bind', layout.workdir, layout.attachLater.staging, '--tmpfs', layout.workdir);
+  if (layout.attachLater) args.push('--bind', layout.attachLater.source, layout.attachLater.staging, '--tmpfs', layout.workdir);
   else args.push('--bind', layout.workdir, layout.workdir);
   for (const dir of layout.writable ?? []) if (existsSync(dir)) args.push('--bind', dir, dir);
   for (const dir of hidden) args.push('--remount-ro', dir);

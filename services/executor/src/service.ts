@@ -58,6 +58,8 @@ export interface ExecutorService {
   sessions(): Session[];
   /** Starts the warm pool's hosts when it was made deferred (an in-process executor, once its launch is sure). */
   warmPool(): void;
+  /** How many pooled hosts are started and waiting (0 without a pool). */
+  warmHosts(): number;
   close(): Promise<void>;
 }
 
@@ -237,6 +239,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     isolation,
     sessions: () => [...sessions.values()],
     warmPool: () => environment.pool?.fill(),
+    warmHosts: () => environment.pool?.idle ?? 0,
     async close() {
       clearInterval(heartbeat);
       environment.pool?.close();

@@ -70,7 +70,7 @@ import { murmurMd } from './murmur-md.js';
 import { LogFile, type TraceRecord, TraceWriter } from './records.js';
 import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
-import type { NamespaceProbe } from './sandbox.js';
+import { FIRST_DATA_FD, type NamespaceProbe } from './sandbox.js';
 import { type SessionPaths, materialiseWorkdir } from './workdir.js';
 
 /**
@@ -648,6 +648,7 @@ export class Session {
         policy: this.plan.policy,
         chosenWorkdir: this.launcherWorkdir !== undefined,
         base: this.request.default_workdir_base ?? this.environment.workdirBase,
+        accessible: this.paths.accessible,
         components: this.components,
       });
       const host = refusal === undefined ? pool.take() : undefined;
@@ -716,6 +717,9 @@ export class Session {
     } finally {
       sandbox.release();
     }
+    // A sandbox that ends before it has read what it was handed resets those pipes: that is told
+    // by its exit, and must not become an error event nobody hears, which would end the executor.
+    for (const stream of (child.stdio as ReadonlyArray<NodeJS.EventEmitter | null | undefined>).slice(FIRST_DATA_FD)) stream?.on('error', () => {});
     sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
     this.watchHost(child, []);
   }
