@@ -55,7 +55,9 @@ function percentile(values: number[], fraction: number): number {
 
 const scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-bench-density-'));
 const home = path.join(scratch, 'home');
-const env = { ...process.env, MURMUR_HOME: home };
+// The whole process's home: the services read some of it from process.env.
+process.env.MURMUR_HOME = home;
+const env = process.env;
 const bus = createBus(new InProcessTransport(), silentLog);
 const stager = startStagerService({ bus, log: silentLog, env });
 const executor = startExecutorService({ bus, log: silentLog, env });

@@ -19,7 +19,13 @@ export interface MurResult {
 export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
   const child = spawn(process.execPath, [murBin, ...args], {
     cwd: options.cwd ?? repositoryRoot,
-    env: { PATH: process.env.PATH ?? '', ...options.env },
+    // `MURMUR_EXECUTOR_POOL` set for the whole run (`npm run test:fresh-hosts`) reaches every
+    // `mur`, so the suites of the sandbox, egress and limits run on fresh hosts as well as pooled.
+    env: {
+      PATH: process.env.PATH ?? '',
+      ...(process.env.MURMUR_EXECUTOR_POOL ? { MURMUR_EXECUTOR_POOL: process.env.MURMUR_EXECUTOR_POOL } : {}),
+      ...options.env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';

@@ -231,7 +231,7 @@ function start(job: GuestJob): void {
 
 /** What a spare worker can load before its job arrives: the component it will most likely run. */
 export interface GuestPreload {
-  preload: { bundleDir: string; entry: string; imports: string[] };
+  preload: { bundleDir?: string | undefined; entry?: string | undefined; imports: string[] };
 }
 
 // A worker is either given its job at birth, or born early (while the host is still being told
@@ -251,7 +251,7 @@ if (parentPort) {
       const { bundleDir, entry, imports } = data.preload;
       // Only a head start: whatever fails here fails again, reported, when the job runs.
       void preloadImports(imports).catch(() => {});
-      void loadBundle(path.join(bundleDir, entry)).catch(() => {});
+      if (bundleDir && entry) void loadBundle(path.join(bundleDir, entry)).catch(() => {});
     }
     // A worker runs one job at a time, and — kept by the host after a clean return — may be
     // given the next call of the same component: a fresh instance, with its own imports, each time.

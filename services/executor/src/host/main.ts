@@ -96,7 +96,14 @@ const channel: HostChannel = {
   },
 };
 
-const prewarmed = prewarmGuestWorker();
+/**
+ * The WASI pieces nearly every component imports (a Rust or componentize-js build links all of
+ * them), loaded by the first guest worker while the host waits to be told what to run: a pooled
+ * host waits long, and a fresh one overlaps this with its start. Loading is not linking: a guest's
+ * import object still holds only what its component imports.
+ */
+const COMMON_WASI = ['wasi:io/streams', 'wasi:cli/stdout', 'wasi:clocks/monotonic-clock', 'wasi:filesystem/types', 'wasi:random/random'];
+const prewarmed = prewarmGuestWorker({ imports: COMMON_WASI });
 let started = false;
 /** A ceiling crossed before the host was made (the executor watches from the launch on). */
 let earlyCeiling: (ExecutorToHost & { type: 'ceiling' }) | undefined;
