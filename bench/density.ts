@@ -102,8 +102,8 @@ try {
     launchMs.push(performance.now() - started);
     if (readFileSync(path.join(launched.session_dir, 'logs', 'bootstrap.log'), 'utf8').includes('a warm host')) pooled += 1;
   }
-  // Idle: every host has set up its session and is waiting for a message.
-  await new Promise((resolve) => setTimeout(resolve, 1_500));
+  // Idle: every host has set up its session, is waiting for a message, and has let its spare workers go (after 2 s).
+  await new Promise((resolve) => setTimeout(resolve, 3_000));
   const perSession: number[] = [];
   let unreadable = 0;
   for (const sessionId of sessions) {

@@ -1,4 +1,4 @@
-import { existsSync, promises as fs } from 'node:fs';
+import { existsSync, promises as fs, readFileSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
@@ -479,5 +479,60 @@ describe('agent capsules', () => {
         await agent.stop();
       }
     });
+
+    it('a session left waiting lets its spare guest workers go, and answers its next message all the same', async () => {
+      const inference = await model(() => ({ text: 'answered' }));
+      const project = await agentProject(
+        path.join(scratch.dir, 'sleeper'),
+        agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+      );
+      const agent = await startAgent(project, env);
+      try {
+        const first = await rpc(agent.url, 'message/send', { ...textMessage('one'), configuration: { blocking: true } });
+        expect(first.body.result?.status).toMatchObject({ state: 'completed', message: { parts: [{ text: 'answered' }] } });
+        const host = await eventually(() => capsuleHostOf(agent.pid), 5_000, 'the capsule host process');
+        const busy = threadsOf(host);
+        // Each guest worker is a thread of the host: the spare and the driver's idle one go after 2 s.
+        const idle = await eventually(() => (threadsOf(host) < busy - 1 ? threadsOf(host) : undefined), 10_000, 'the spare workers let go');
+        expect(idle).toBeLessThan(busy);
+        const second = await rpc(agent.url, 'message/send', { ...textMessage('two'), configuration: { blocking: true } });
+        expect(second.body.result?.status).toMatchObject({ state: 'completed', message: { parts: [{ text: 'answered' }] } });
+      } finally {
+        await agent.stop();
+      }
+    });
   });
 });
+
+/** The capsule host under a session's sandbox: the descendant of `root` that runs `host.mjs`. */
+function capsuleHostOf(root: number): number | undefined {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const parent = Number(
+        readFileSync(`/proc/${entry}/stat`, 'utf8')
+          .replace(/^.*\) \S+ /, '')
+          .split(' ')[0],
+      );
+      children.set(parent, [...(children.get(parent) ?? []), Number(entry)]);
+    } catch {
+      // gone
+    }
+  }
+  const queue = [root];
+  while (queue.length > 0) {
+    const pid = queue.shift() as number;
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('host.mjs') && !readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('bwrap')) return pid;
+    } catch {
+      // gone
+    }
+    queue.push(...(children.get(pid) ?? []));
+  }
+  return undefined;
+}
+
+function threadsOf(pid: number): number {
+  return Number(/^Threads:\s+(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? Number.NaN);
+}

@@ -81,7 +81,7 @@ describe('the warm pool', () => {
       const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
       await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
       // The helper waiting to mount a session in: the one process of a pooled sandbox still running murmur-confine.
-      const helper = await eventually(() => pooledHelper(), 10_000, 'the held helper');
+      const helper = await eventually(() => pooledHelper(home), 10_000, 'the held helper');
       process.kill(helper, 'SIGKILL');
       const sessionId = newSessionId();
       let ended: { exit_status: string } | undefined;
@@ -185,14 +185,19 @@ function findHost(workdirs: string): { pid: number; workdir: string } | undefine
   return undefined;
 }
 
-/** The pid of a pooled sandbox's held helper (`murmur-confine enter`, in a `murmur-pool-*` cgroup). */
-function pooledHelper(): number | undefined {
+/**
+ * The pid of the held helper of a pooled sandbox whose workdirs are under `base`: `murmur-confine
+ * enter` in a `murmur-pool-*` cgroup, with `base` mounted (its staging view). Other suites' pools
+ * run beside this one: theirs are not touched.
+ */
+function pooledHelper(base: string): number | undefined {
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
       if (!(command[0] ?? '').endsWith('murmur-confine') || command[1] !== 'enter') continue;
-      if (readFileSync(`/proc/${entry}/cgroup`, 'utf8').includes('/murmur-pool-')) return Number(entry);
+      if (!readFileSync(`/proc/${entry}/cgroup`, 'utf8').includes('/murmur-pool-')) continue;
+      if (readFileSync(`/proc/${entry}/mountinfo`, 'utf8').includes(` ${base} /.murmur-attach `)) return Number(entry);
     } catch {
       // gone
     }

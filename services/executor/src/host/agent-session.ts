@@ -25,6 +25,8 @@ import { agentTools } from './tool-inventory.js';
 import { writeToolManifests } from './tool-manifests.js';
 import { ToolServer } from './tool-server.js';
 
+/** How long a waiting session keeps the guest workers it warmed for its next message. */
+const IDLE_WORKERS_KEPT_MS = 2_000;
 /** A hook's completion is capped at upstream's fixed output budget, whatever `inference.max_tokens` says. */
 const HOOK_COMPLETION_MAX_TOKENS = 8192;
 
@@ -213,7 +215,10 @@ export class AgentSession {
         continue;
       }
       if (acceptance === 'none') break;
+      // A session left waiting lets its spare guest workers go: sleeping, it holds only what it must.
+      const release = setTimeout(() => this.host.guests.releaseIdleWorkers(), IDLE_WORKERS_KEPT_MS);
       const task = await this.registry.next(queueSleep ? undefined : this.agent.idle_timeout_ms);
+      clearTimeout(release);
       if (!task) {
         if (queueSleep || this.registry.isClosed) break;
         this.channel.output('stderr', '[capsule-runtime] no A2A message received within timeout; running with empty task\n');

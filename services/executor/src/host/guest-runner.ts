@@ -90,6 +90,20 @@ export class GuestRunner {
   }
 
   /**
+   * Lets go of every worker kept for a next call (the idle ones and the spare): each holds a V8
+   * isolate, ~8–10 MB, which a session that sleeps between messages should not hold while nobody
+   * talks to it. The next call starts a worker as the first one did, and keeps a spare again.
+   * Returns how many were let go.
+   */
+  releaseIdleWorkers(): number {
+    const idle = [...this.idleWorkers.values(), ...(this.prewarmed ? [this.prewarmed] : [])];
+    this.idleWorkers.clear();
+    this.prewarmed = undefined;
+    for (const worker of idle) void worker.terminate();
+    return idle.length;
+  }
+
+  /**
    * Runs one instance in its own worker until it finishes or its deadline passes. The deadline
    * counts while the guest works, not while a person is asked for input: that wait has its own
    * limit (`lifecycle.input_timeout_secs`).
