@@ -106,6 +106,8 @@ export function mountPointRefusal(dir: string, readOnly: string[], writableInsid
 export class PooledHost {
   /** What the host wrote before it was taken (it should be nothing); the session's log gets it. */
   readonly earlyOutput: Buffer[] = [];
+  /** The sandbox's sockets, handed over while the host waited: the session serves them. */
+  readonly sockets: Array<{ fd: number; protocol: 'tcp' | 'udp'; handle: unknown }> = [];
   readonly ready: Promise<void>;
   private isReady = false;
   private discarding: Promise<void> | undefined;
@@ -114,7 +116,7 @@ export class PooledHost {
     readonly child: ChildProcess,
     readonly cgroup: SessionCgroup | undefined,
     readonly network: NetworkPlan,
-    readonly sandboxStart: SandboxNetworkStart,
+    private readonly sandboxStart: SandboxNetworkStart,
     private readonly parent: string,
   ) {
     // A host discarded unused resets its pipes (the helper's too, when it exits): the end of an
@@ -123,14 +125,24 @@ export class PooledHost {
     const keep = (chunk: Buffer): void => void this.earlyOutput.push(chunk);
     child.stdout?.on('data', keep);
     child.stderr?.on('data', keep);
+    // Ready once it has said so and handed over its sandbox's sockets (asked for at once), so a
+    // launch neither waits for the hand-over nor finds a socket still on its way.
+    const sockets = 2 + sandboxStart.listeners.length;
     this.ready = new Promise((resolve, reject) => {
-      const onMessage = (raw: unknown): void => {
-        if ((raw as { type?: unknown } | null)?.type !== 'ready') return;
+      let said = false;
+      const onMessage = (raw: unknown, handle: unknown): void => {
+        const message = raw as { type?: unknown; fd?: unknown; protocol?: unknown } | null;
+        if (message?.type === 'ready') said = true;
+        else if (message?.type === 'listener' && typeof message.fd === 'number' && (message.protocol === 'tcp' || message.protocol === 'udp'))
+          this.sockets.push({ fd: message.fd, protocol: message.protocol, handle });
+        else return;
+        if (!said || this.sockets.length < sockets) return;
         child.off('message', onMessage);
         this.isReady = true;
         resolve();
       };
       child.on('message', onMessage);
+      child.send({ type: 'hand-over', sandbox: sandboxStart }, () => {});
       child.once('exit', (code, signal) => reject(new Error(`a pooled capsule host exited before it was used (${signal ?? `exit ${code}`})`)));
     });
     this.ready.catch(() => {});
@@ -141,7 +153,12 @@ export class PooledHost {
     return this.child.exitCode === null && this.child.signalCode === null && this.child.connected;
   }
 
-  /** Alive and waiting: it has said `ready`. */
+  /** What the host is told of its sandbox at start: its sockets are handed over already. */
+  get start(): SandboxNetworkStart {
+    return { ...this.sandboxStart, handed_over: true };
+  }
+
+  /** Alive and waiting: it has said `ready` and handed its sockets over. */
   get usable(): boolean {
     return this.isReady && this.alive;
   }
@@ -195,6 +212,7 @@ export class PooledHost {
   /** Kills the host and its sandbox; resolves when its group is gone. Once: a second call waits for the first. */
   discard(): Promise<void> {
     this.discarding ??= (async () => {
+      for (const socket of this.sockets.splice(0)) (socket.handle as { close?: () => void } | undefined)?.close?.();
       this.child.kill('SIGKILL');
       this.cgroup?.killAll();
       await this.cgroup?.remove();

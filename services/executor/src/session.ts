@@ -774,8 +774,9 @@ export class Session {
       return false;
     }
     pooled.host.handOver();
-    start.sandbox = pooled.host.sandboxStart;
+    start.sandbox = pooled.host.start;
     this.serveNetwork(pooled.host.network);
+    for (const socket of pooled.host.sockets) this.network?.attach(socket.fd, socket.protocol, socket.handle);
     this.watchHost(pooled.host.child, pooled.host.earlyOutput);
     this.processStart = (pooled.host.child.pid ? processStartToken(pooled.host.child.pid) : undefined) ?? '';
     this.tellHost(start);

@@ -105,6 +105,8 @@ const channel: HostChannel = {
 const COMMON_WASI = ['wasi:io/streams', 'wasi:cli/stdout', 'wasi:clocks/monotonic-clock', 'wasi:filesystem/types', 'wasi:random/random'];
 const prewarmed = prewarmGuestWorker({ imports: COMMON_WASI });
 let started = false;
+/** A pooled host's sockets, handed over before its session (`hand-over`). */
+let handingOver: Promise<void> | undefined;
 /** A ceiling crossed before the host was made (the executor watches from the launch on). */
 let earlyCeiling: (ExecutorToHost & { type: 'ceiling' }) | undefined;
 // The executor is trusted and validates everything the host sends it; the host does not pay for a
@@ -136,6 +138,10 @@ process.on('message', (raw: unknown) => {
     else earlyCeiling = message;
     return;
   }
+  if (message.type === 'hand-over' && !started) {
+    handingOver ??= handOverSandboxSockets(message.sandbox);
+    return;
+  }
   if (message.type === 'start' && !started) {
     started = true;
     isAgent = message.agent !== undefined;
@@ -151,7 +157,7 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
   if (process.cwd() !== message.accessible_workdir) process.chdir(message.accessible_workdir);
   if (message.sandbox) {
     try {
-      await handOverSandboxSockets(message.sandbox);
+      await (message.sandbox.handed_over ? handingOver : handOverSandboxSockets(message.sandbox));
     } catch (error) {
       send({
         type: 'result',

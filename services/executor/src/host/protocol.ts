@@ -141,8 +141,16 @@ export const SandboxStartSchema = z.object({
   tool_cgroup_fds: z.array(z.number().int()),
   dns: z.object({ udpFd: z.number().int(), tcpFd: z.number().int() }),
   listeners: z.array(z.number().int()),
+  /** A pooled host handed them over while it waited (`hand-over`): nothing is left to hand. */
+  handed_over: z.boolean().optional(),
 });
 export type SandboxNetworkStart = z.infer<typeof SandboxStartSchema>;
+
+/**
+ * A pooled host, asked to hand its sandbox's sockets over while it waits for a session, so a
+ * launch does not wait for it; it answers with `listener` messages, as a fresh host does at start.
+ */
+export const HandOverMessageSchema = z.object({ type: z.literal('hand-over'), sandbox: SandboxStartSchema });
 
 export const StartMessageSchema = z.object({
   type: z.literal('start'),
@@ -201,6 +209,7 @@ export const ExecutorToHostSchema = z.discriminatedUnion('type', [
   StopMessageSchema,
   RpcMessageSchema,
   CeilingMessageSchema,
+  HandOverMessageSchema,
 ]);
 export type ExecutorToHost = z.infer<typeof ExecutorToHostSchema>;
 
