@@ -19,7 +19,7 @@ import { requestStaging, uploadProject } from '@murmur/shared/node';
 import { startExecutorService } from '@murmur/executor';
 import { startStagerService } from '@murmur/stager';
 import { componentArtifact, publishInto } from '../test/support/artifacts.js';
-import { echoDriver } from './echo-driver.js';
+import { echoDriver, echoManifest } from './echo-driver.js';
 
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 24);
 const GIB = 1024 * 1024 * 1024;
@@ -60,33 +60,14 @@ process.env.MURMUR_HOME = home;
 const env = process.env;
 const bus = createBus(new InProcessTransport(), silentLog);
 const stager = startStagerService({ bus, log: silentLog, env });
-const executor = startExecutorService({ bus, log: silentLog, env });
+// Warm hosts as the executor service keeps them (MURMUR_EXECUTOR_POOL=0 measures fresh hosts).
+const executor = startExecutorService({ bus, log: silentLog, env, pool: { size: 2, refill: true } });
 const sessions: string[] = [];
 try {
   await publishInto(path.join(home, 'artifacts'), await componentArtifact('echo-driver', '1.0.0', (await echoDriver()).bytes, 'driver'));
   const project = path.join(scratch, 'echo');
   await fs.mkdir(project);
-  await fs.writeFile(
-    path.join(project, 'murmur.yaml'),
-    [
-      'name: echo',
-      'version: 1.0.0',
-      'description: answers every message with its text',
-      'artifacts:',
-      '  - name: echo-driver',
-      '    version: 1.0.0',
-      '    runtime: driver',
-      'lifecycle:',
-      '  task_acceptance: queue',
-      '  after_task: sleep',
-      'inference:',
-      '  endpoint: http://127.0.0.1:9',
-      '  model: echo',
-      '  driver:',
-      '    artifact: echo-driver',
-      '',
-    ].join('\n'),
-  );
+  await fs.writeFile(path.join(project, 'murmur.yaml'), echoManifest());
   const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
   const launchMs: number[] = [];
   let pooled = 0;

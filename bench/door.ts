@@ -39,7 +39,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { componentArtifact, publishInto } from '../test/support/artifacts.js';
 import { recordingHook } from '../test/support/probe-guests.js';
-import { echoDriver } from './echo-driver.js';
+import { echoDriver, echoManifest } from './echo-driver.js';
 import { type Phase, load } from './http-load.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
@@ -122,29 +122,7 @@ try {
   const echoProject = async (name: string, hooks: string[]): Promise<string> => {
     const project = path.join(scratch, name);
     await fs.mkdir(project);
-    await fs.writeFile(
-      path.join(project, 'murmur.yaml'),
-      [
-        'name: echo',
-        'version: 1.0.0',
-        'description: answers every message with its text',
-        'artifacts:',
-        '  - name: echo-driver',
-        '    version: 1.0.0',
-        '    runtime: driver',
-        ...hooks.flatMap((hook) => [`  - name: ${hook}`, '    version: 1.0.0', '    runtime: hook']),
-        'lifecycle:',
-        '  task_acceptance: queue',
-        '  after_task: sleep',
-        `  queue_depth: ${CLIENTS * 2}`,
-        'inference:',
-        '  endpoint: http://127.0.0.1:9',
-        '  model: echo',
-        '  driver:',
-        '    artifact: echo-driver',
-        '',
-      ].join('\n'),
-    );
+    await fs.writeFile(path.join(project, 'murmur.yaml'), echoManifest({ hooks, queueDepth: CLIENTS * 2 }));
     return project;
   };
   /** The echo capsule started with `mur run`: its door URL, and where its trace is written. */

@@ -75,3 +75,30 @@ export const ECHO_DRIVER_WAT = toolComponentWat(`(core module $m
 export function echoDriver(): Promise<BuiltGuest> {
   return componentFromWat(ECHO_DRIVER_WAT);
 }
+
+/**
+ * The echo agent's manifest: the echo driver (published as `echo-driver@1.0.0`), queue and sleep,
+ * and `hooks` (each a `runtime: hook` artifact at 1.0.0) among its artifacts.
+ */
+export function echoManifest(options: { hooks?: string[]; queueDepth?: number } = {}): string {
+  return [
+    'name: echo',
+    'version: 1.0.0',
+    'description: answers every message with its text',
+    'artifacts:',
+    '  - name: echo-driver',
+    '    version: 1.0.0',
+    '    runtime: driver',
+    ...(options.hooks ?? []).flatMap((hook) => [`  - name: ${hook}`, '    version: 1.0.0', '    runtime: hook']),
+    'lifecycle:',
+    '  task_acceptance: queue',
+    '  after_task: sleep',
+    ...(options.queueDepth === undefined ? [] : [`  queue_depth: ${options.queueDepth}`]),
+    'inference:',
+    '  endpoint: http://127.0.0.1:9',
+    '  model: echo',
+    '  driver:',
+    '    artifact: echo-driver',
+    '',
+  ].join('\n');
+}

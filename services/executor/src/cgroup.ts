@@ -226,6 +226,15 @@ export class SessionCgroup {
   }
 
   /**
+   * `argv` run from a shell that first joins the session's groups, so every process the session
+   * ever starts is inside them: nothing is forked before the limits apply.
+   */
+  joining(argv: string[]): string[] {
+    const join = this.hostProcsFiles.map((file) => `echo $$ > '${file}'`).join(' && ');
+    return ['/bin/sh', '-c', `${join} && exec "$@"`, 'murmur-session', ...argv];
+  }
+
+  /**
    * Gives the group its session's name (the kernel renames a group in place, processes and open
    * descriptors with it), so a pooled host's group reads like any session's: `murmur-<session>`.
    */

@@ -122,6 +122,9 @@ export class PooledHost {
     // A host discarded unused resets its pipes (the helper's too, when it exits): the end of an
     // exchange nobody waits on, not a fault to take the executor down with.
     for (const stream of child.stdio as ReadonlyArray<Duplex | null | undefined>) stream?.on('error', () => {});
+    // A host no session holds never keeps the executor's process alive (an in-process `mur run`
+    // that is refused exits at once); the session that takes it holds it (`handOver`).
+    this.hold(false);
     const keep = (chunk: Buffer): void => void this.earlyOutput.push(chunk);
     child.stdout?.on('data', keep);
     child.stderr?.on('data', keep);
@@ -167,6 +170,17 @@ export class PooledHost {
   handOver(): void {
     this.child.stdout?.removeAllListeners('data');
     this.child.stderr?.removeAllListeners('data');
+    this.hold(true);
+  }
+
+  /** Whether the host, its channel and its pipes keep the event loop alive. */
+  private hold(held: boolean): void {
+    const handles: Array<{ ref?: () => void; unref?: () => void } | null | undefined> = [
+      this.child,
+      (this.child as unknown as { channel?: { ref?: () => void; unref?: () => void } }).channel,
+      ...(this.child.stdio as ReadonlyArray<unknown> as ReadonlyArray<{ ref?: () => void; unref?: () => void } | null | undefined>),
+    ];
+    for (const handle of handles) (held ? handle?.ref : handle?.unref)?.call(handle);
   }
 
   /**
@@ -215,6 +229,10 @@ export class PooledHost {
       for (const socket of this.sockets.splice(0)) (socket.handle as { close?: () => void } | undefined)?.close?.();
       this.child.kill('SIGKILL');
       this.cgroup?.killAll();
+      // This side's ends of the channel and the pipes go now, whatever of the sandbox may linger:
+      // a host thrown away must not keep the executor's process alive.
+      if (this.child.connected) this.child.disconnect();
+      for (const stream of this.child.stdio as ReadonlyArray<Duplex | null | undefined>) stream?.destroy();
       await this.cgroup?.remove();
     })();
     return this.discarding;
@@ -327,11 +345,7 @@ export class HostPool {
       subprocessPath: '/usr/local/bin:/usr/bin:/bin',
       pooled: true,
     });
-    let argv = sandbox.argv;
-    if (cgroup) {
-      const join = cgroup.hostProcsFiles.map((file) => `echo $$ > '${file}'`).join(' && ');
-      argv = ['/bin/sh', '-c', `${join} && exec "$@"`, 'murmur-session', ...argv];
-    }
+    const argv = cgroup ? cgroup.joining(sandbox.argv) : sandbox.argv;
     let child: ChildProcess;
     try {
       child = spawn(argv[0] as string, argv.slice(1), {

@@ -1,12 +1,13 @@
 #!/usr/bin/env node
 import { runServiceProcess } from '@murmur/shared/service';
-import { startExecutorService } from './service.js';
+import { DEFAULT_POOL_SIZE, startExecutorService } from './service.js';
 
 await runServiceProcess({
   service: 'executor',
   defaultPort: 7720,
   async start({ bus, log, env, instanceId }) {
-    const service = startExecutorService({ bus, log, env, instanceId });
+    // A long-running executor keeps warm hosts for the launches to come (MURMUR_EXECUTOR_POOL).
+    const service = startExecutorService({ bus, log, env, instanceId, pool: { size: DEFAULT_POOL_SIZE, refill: true } });
     return { close: () => service.close() };
   },
 });

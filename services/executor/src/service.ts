@@ -41,10 +41,11 @@ export interface ExecutorServiceOptions {
   /** The id the process announces itself by; one is made up when running inside another process. */
   instanceId?: string;
   /**
-   * The warm pool, beyond `MURMUR_EXECUTOR_POOL` (its size; 0 turns it off): an in-process
-   * executor warms a host for its one launch's workdir base, and does not refill.
+   * The warm pool: none unless asked for. The executor service asks for `DEFAULT_POOL_SIZE`; an
+   * in-process `mur run` for one host for its own launch's workdir base, started when the launch
+   * is sure and not refilled. `MURMUR_EXECUTOR_POOL` sets the size of either (0 turns it off).
    */
-  pool?: { base: string; size: number; refill: boolean; deferred?: boolean } | undefined;
+  pool?: { base?: string; size: number; refill: boolean; deferred?: boolean } | undefined;
 }
 
 export interface ExecutorService {
@@ -256,7 +257,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
 }
 
 /** Default warm hosts of a long-running executor: enough for a burst of launches while it refills. */
-const DEFAULT_POOL_SIZE = 2;
+export const DEFAULT_POOL_SIZE = 2;
 
 /**
  * The warm pool, when this host seals sandboxes (a pooled host is always a sealed one: its helper
@@ -264,7 +265,9 @@ const DEFAULT_POOL_SIZE = 2;
  */
 function startPool(environment: ExecutorEnvironment, wanted: ExecutorServiceOptions['pool'], env: NodeJS.ProcessEnv, log: Log): HostPool | undefined {
   const configured = env.MURMUR_EXECUTOR_POOL?.trim();
-  const size = configured ? Number(configured) : (wanted?.size ?? DEFAULT_POOL_SIZE);
+  // Only an executor that will launch is given a pool: asked for by its starter, or by the operator.
+  if (!wanted && !configured) return undefined;
+  const size = configured ? Number(configured) : (wanted?.size ?? 0);
   if (!Number.isInteger(size) || size < 0) {
     log.warn({ MURMUR_EXECUTOR_POOL: configured }, 'MURMUR_EXECUTOR_POOL is not a whole number of hosts: the pool is off');
     return undefined;

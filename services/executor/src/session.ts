@@ -699,13 +699,7 @@ export class Session {
     });
     if (sandbox.start) start.sandbox = sandbox.start;
     if (sandbox.network) this.serveNetwork(sandbox.network);
-    let argv = sandbox.argv;
-    if (this.cgroup) {
-      // The shell joins the session's groups before it becomes the sandbox, so every process the
-      // session ever starts is inside them: nothing is forked before the limits apply.
-      const join = this.cgroup.hostProcsFiles.map((file) => `echo $$ > '${file}'`).join(' && ');
-      argv = ['/bin/sh', '-c', `${join} && exec "$@"`, 'murmur-session', ...argv];
-    }
+    const argv = this.cgroup ? this.cgroup.joining(sandbox.argv) : sandbox.argv;
     let child: ChildProcess;
     try {
       child = spawn(argv[0] as string, argv.slice(1), {
