@@ -10,6 +10,7 @@ export default defineConfig({
     // The container suite has its own entry point (`npm run test:containers`, vitest.containers.config.ts).
     exclude: ['test/containers/**', '**/node_modules/**'],
     globalSetup: ['test/support/global-setup.ts'],
+    setupFiles: ['test/support/stop-leftovers.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',

@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
-import { murBin, repositoryRoot } from './processes.js';
+import { murBin, repositoryRoot, stopAfterFile } from './processes.js';
 import type { ScriptedInference } from './scripted-inference.js';
 
 /**
@@ -84,11 +84,13 @@ export interface RunningAgent {
 export async function startAgent(project: string, env: Record<string, string | undefined>, args: string[] = []): Promise<RunningAgent> {
   // `--capsule` names a packaged capsule instead of the project's manifest.
   const manifest = args.includes('--capsule') ? [] : ['--manifest', path.join(project, 'murmur.yaml')];
-  const child = spawn(process.execPath, [murBin, 'run', ...manifest, '--json', ...args], {
-    cwd: repositoryRoot,
-    env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = stopAfterFile(
+    spawn(process.execPath, [murBin, 'run', ...manifest, '--json', ...args], {
+      cwd: repositoryRoot,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
   let stdout = '';
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));

@@ -16,18 +16,40 @@ export interface MurResult {
  * Runs the real `mur` (the compiled CLI, as a user runs it) with a clean environment: only what
  * the test passes, plus PATH, so a developer's own MURMUR_* settings never leak into a test.
  */
+/**
+ * Every process the support started that may still run. A test that times out is abandoned by
+ * vitest without its `finally`, and its process would outlive the test file's worker (which vitest
+ * ends with a signal): `stop-leftovers.ts` kills what is left here after each file.
+ */
+const started = new Set<ChildProcess>();
+
+/** Kills every process the support started that has not ended. */
+export function stopLeftovers(): void {
+  for (const child of started) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  started.clear();
+}
+
+/** Keeps `child` to be killed when its test file ends, if it has not ended by then. */
+export function stopAfterFile<T extends ChildProcess>(child: T): T {
+  started.add(child);
+  child.once('exit', () => started.delete(child));
+  return child;
+}
+
 export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
-  const child = spawn(process.execPath, [murBin, ...args], {
-    cwd: options.cwd ?? repositoryRoot,
-    // `MURMUR_EXECUTOR_POOL` set for the whole run (`npm run test:fresh-hosts`) reaches every
-    // `mur`, so the suites of the sandbox, egress and limits run on fresh hosts as well as pooled.
-    env: {
-      PATH: process.env.PATH ?? '',
-      ...(process.env.MURMUR_EXECUTOR_POOL ? { MURMUR_EXECUTOR_POOL: process.env.MURMUR_EXECUTOR_POOL } : {}),
-      ...options.env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = stopAfterFile(
+    spawn(process.execPath, [murBin, ...args], {
+      cwd: options.cwd ?? repositoryRoot,
+      // `MURMUR_EXECUTOR_POOL` set for the whole run (`npm run test:fresh-hosts`) reaches every
+      // `mur`, so the suites of the sandbox, egress and limits run on fresh hosts as well as pooled.
+      env: {
+        PATH: process.env.PATH ?? '',
+        ...(process.env.MURMUR_EXECUTOR_POOL ? { MURMUR_EXECUTOR_POOL: process.env.MURMUR_EXECUTOR_POOL } : {}),
+        ...options.env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -52,11 +74,13 @@ export interface ServiceProcess {
 
 /** Starts `node services/<name>/dist/index.js` and waits for the line that says it is ready. */
 export async function startService(name: string, env: Record<string, string | undefined>): Promise<ServiceProcess> {
-  const child: ChildProcess = spawn(process.execPath, [path.join(repositoryRoot, 'services', name, 'dist', 'index.js')], {
-    cwd: repositoryRoot,
-    env: { PATH: process.env.PATH ?? '', [`MURMUR_${name.toUpperCase()}_PORT`]: '0', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child: ChildProcess = stopAfterFile(
+    spawn(process.execPath, [path.join(repositoryRoot, 'services', name, 'dist', 'index.js')], {
+      cwd: repositoryRoot,
+      env: { PATH: process.env.PATH ?? '', [`MURMUR_${name.toUpperCase()}_PORT`]: '0', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
   let output = '';
   const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name} did not report ready:\n${output}`)), 20_000);
