@@ -136,9 +136,11 @@ export class PooledHost {
       const onMessage = (raw: unknown, handle: unknown): void => {
         const message = raw as { type?: unknown; fd?: unknown; protocol?: unknown } | null;
         if (message?.type === 'ready') said = true;
-        else if (message?.type === 'listener' && typeof message.fd === 'number' && (message.protocol === 'tcp' || message.protocol === 'udp'))
+        else if (message?.type === 'listener' && typeof message.fd === 'number' && (message.protocol === 'tcp' || message.protocol === 'udp')) {
+          // Held, not served, until a session takes the host: like the host, it keeps nothing alive.
+          (handle as { unref?: () => void } | undefined)?.unref?.();
           this.sockets.push({ fd: message.fd, protocol: message.protocol, handle });
-        else return;
+        } else return;
         if (!said || this.sockets.length < sockets) return;
         child.off('message', onMessage);
         this.isReady = true;
@@ -171,6 +173,7 @@ export class PooledHost {
     this.child.stdout?.removeAllListeners('data');
     this.child.stderr?.removeAllListeners('data');
     this.hold(true);
+    for (const socket of this.sockets) (socket.handle as { ref?: () => void } | undefined)?.ref?.();
   }
 
   /** Whether the host, its channel and its pipes keep the event loop alive. */
