@@ -9,6 +9,8 @@
  *
  * Usage: tsx bench/first-instruction.ts <capsule project> <runs>; prints one JSON line per mode.
  */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { type LaunchReply, commands, newSessionId, silentLog, topics } from '@murmur/shared';
 import { InProcessTransport, createBus } from '@murmur/shared/bus';
 import { requestStaging, uploadProject } from '@murmur/shared/node';
@@ -61,7 +63,7 @@ for (const pooled of [true, false]) {
     await until(() => ended && firstOutput > 0, 30_000);
     output.unsubscribe();
     end.unsubscribe();
-    const bootstrap = await import('node:fs').then((fs) => fs.readFileSync(`${launched.session_dir}/logs/bootstrap.log`, 'utf8'));
+    const bootstrap = readFileSync(path.join(launched.session_dir, 'logs', 'bootstrap.log'), 'utf8');
     if (bootstrap.includes('a warm host from the executor’s pool')) pooledLaunches += 1;
     // The first two warm the caches (the component compiled, the bundle's watched forms kept).
     if (run >= 2) samples.push(firstOutput - requested);

@@ -524,7 +524,8 @@ function capsuleHostOf(root: number): number | undefined {
   while (queue.length > 0) {
     const pid = queue.shift() as number;
     try {
-      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('host.mjs') && !readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('bwrap')) return pid;
+      const command = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (command.includes('host.mjs') && !command.startsWith('bwrap')) return pid;
     } catch {
       // gone
     }

@@ -53,6 +53,8 @@ const POOLED_POLICY: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runt
 /** A pooled host's group before its session sets the real ceilings: room for the host alone, none for tools. */
 const IDLE_CEILINGS = { session: { memoryBytes: 512 * 1024 * 1024, pidsMax: 128 }, tools: { memoryBytes: 0, pidsMax: 0, cpuPercent: 1 } };
 const ATTACH_TIMEOUT_MS = 5_000;
+/** Hosts in a row that may fail to start before the pool stops refilling. */
+const POOL_FAILURES_TOLERATED = 3;
 
 export interface PoolRefusalInput {
   canSpawn: boolean;
@@ -248,7 +250,6 @@ export class PooledHost {
  */
 export class HostPool {
   private readonly hosts: PooledHost[] = [];
-  private starting = 0;
   private failures = 0;
   private closed = false;
   readonly parent: string;
@@ -290,34 +291,33 @@ export class HostPool {
     for (const host of this.hosts.splice(0)) void host.discard();
   }
 
-  /** Starts hosts until `size` are warm or starting. */
+  /** Starts hosts until `size` are warm or starting (a host is in `hosts` from its spawn on). */
   fill(): void {
-    while (!this.closed && this.failures < 3 && this.hosts.length + this.starting < this.size) {
-      this.starting += 1;
+    while (!this.closed && this.failures < POOL_FAILURES_TOLERATED && this.hosts.length < this.size) {
+      let host: PooledHost;
       try {
-        const host = this.startHost();
-        this.hosts.push(host);
-        host.ready.then(
-          () => {
-            this.failures = 0;
-          },
-          (error: unknown) => {
-            // A host a session took is the session's to end: its group may carry the session's name by now.
-            if (!this.hosts.includes(host)) return;
-            this.failures += 1;
-            this.environment.log.warn({ err: error, failures: this.failures }, 'a pooled capsule host failed before it was used');
-            this.drop(host);
-            if (this.failures >= 3)
-              this.environment.log.warn({}, 'the warm pool stopped refilling: its hosts keep failing to start; launches start fresh hosts');
-            else setImmediate(() => this.fill());
-          },
-        );
+        host = this.startHost();
       } catch (error) {
         this.failures += 1;
         this.environment.log.warn({ err: error }, 'could not start a pooled capsule host');
-      } finally {
-        this.starting -= 1;
+        continue;
       }
+      this.hosts.push(host);
+      host.ready.then(
+        () => {
+          this.failures = 0;
+        },
+        (error: unknown) => {
+          // A host a session took is the session's to end: its group may carry the session's name by now.
+          if (!this.hosts.includes(host)) return;
+          this.failures += 1;
+          this.environment.log.warn({ err: error, failures: this.failures }, 'a pooled capsule host failed before it was used');
+          this.drop(host);
+          if (this.failures >= POOL_FAILURES_TOLERATED)
+            this.environment.log.warn({}, 'the warm pool stopped refilling: its hosts keep failing to start; launches start fresh hosts');
+          else setImmediate(() => this.fill());
+        },
+      );
     }
   }
 

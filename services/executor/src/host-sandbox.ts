@@ -66,8 +66,8 @@ export interface HostSandboxInput {
   pooled?: boolean | undefined;
 }
 
-/** A pooled sandbox's exchange with its helper: the commands that mount the session in, and its answer. */
-export const ATTACH_FD = 9;
+/** A pooled sandbox's exchange with its helper (in the tools' cgroup descriptor's place: it has none). */
+export const ATTACH_FD = FIRST_CGROUP_FD;
 /** Where a pooled sandbox sees its workdir's parent until the session is mounted (then unmounted). */
 export const ATTACH_STAGING = '/.murmur-attach';
 
