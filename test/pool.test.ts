@@ -6,7 +6,9 @@ import { InProcessTransport, createBus } from '@murmur/shared/bus';
 import { requestStaging, uploadProject } from '@murmur/shared/node';
 import { startExecutorService } from '@murmur/executor';
 import { startStagerService } from '@murmur/stager';
+import { capsuleProject } from './support/artifacts.js';
 import { probeProject, probeResults } from './support/capsules.js';
+import { componentFromWat } from '@murmur/guest-kit';
 import { tempDir } from './support/fs.js';
 import { eventually, runMur } from './support/processes.js';
 
@@ -110,6 +112,29 @@ describe('the warm pool', () => {
     }
   });
 
+  it('a warm host told to expect a component its memory cap refuses reports it as a fresh host does', async () => {
+    // Taken for this launch, the warm host compiles what it was told to expect while its workdir is
+    // attached; that compile fails (the module's minimum is above the cap), and the failure must
+    // come out of the run, in the same words, not out of the head start.
+    const wasm = (await componentFromWat(LARGE_MEMORY_CAPSULE_WAT)).bytes;
+    const manifest = 'name: large-memory\nversion: 1.0.0\ncapabilities:\n  limits:\n    memory_bytes: 131072\n';
+    const outcomes: Array<{ code: number; error: string; bootstrap: string }> = [];
+    for (const pooled of [true, false]) {
+      const project = await capsuleProject(path.join(scratch.dir, `large-memory-${pooled}`), manifest, wasm);
+      const result = await runMur(['run', '--json'], { cwd: project, env: { ...env, ...(pooled ? {} : { MURMUR_EXECUTOR_POOL: '0' }) } });
+      const launch = JSON.parse(result.stdout.split('\n')[0] as string) as { workdir: string };
+      const bootstrap = await fs.readFile(path.join(launch.workdir, 'logs', 'bootstrap.log'), 'utf8');
+      outcomes.push({ code: result.code, error: result.stderr.split('\n').find((line) => line.includes('E-RUN-')) ?? result.stderr, bootstrap });
+    }
+    const [pooled, fresh] = outcomes as [(typeof outcomes)[0], (typeof outcomes)[0]];
+    expect(pooled.bootstrap).toContain('a warm host from the executor’s pool');
+    expect(fresh.bootstrap).not.toContain('warm host');
+    expect(pooled.error).toContain('declares a minimum of 4 pages');
+    expect(pooled.error).toContain('capabilities.limits.memory_bytes');
+    expect(pooled.code).not.toBe(0);
+    expect({ code: pooled.code, error: pooled.error }).toEqual({ code: fresh.code, error: fresh.error });
+  });
+
   it('a capsule that can start subprocesses gets a fresh host, and its bootstrap log says why', async () => {
     const { bootstrap } = await probeRun('shell-fresh', [{ op: 'preopen' }], true, 'capabilities:\n  shell:\n    allow: ["true"]\n');
     expect(bootstrap).toContain('[sandbox] a fresh host: the capsule can start subprocesses');
@@ -162,6 +187,14 @@ describe('the warm pool', () => {
     },
   );
 });
+
+/** A capsule whose one core module declares a 4-page (256 KiB) memory: above a 128 KiB cap before anything runs. */
+const LARGE_MEMORY_CAPSULE_WAT = `(component
+  (core module $main (memory 4) (func (export "run")))
+  (core instance $i (instantiate $main))
+  (func $run (canon lift (core func $i "run")))
+  (instance $inst (export "run" (func $run)))
+  (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
 
 /** The capsule host of the one session running under `workdirs`: the node process whose cwd is its workdir. */
 function findHost(workdirs: string): { pid: number; workdir: string } | undefined {

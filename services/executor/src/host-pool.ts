@@ -6,7 +6,7 @@ import { type CapabilityPolicy, type Log, newId } from '@murmur/shared';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import type { ConfineProbe } from './confinement.js';
 import { ATTACH_FD, attachCommands, hostSandbox } from './host-sandbox.js';
-import type { HostComponent, SandboxNetworkStart } from './host/protocol.js';
+import type { ExpectMessage, HostComponent, SandboxNetworkStart } from './host/protocol.js';
 import type { NetworkPlan } from './network-plan.js';
 import { type NamespaceProbe, SYSTEM_DIRECTORIES } from './sandbox.js';
 
@@ -55,6 +55,15 @@ const IDLE_CEILINGS = { session: { memoryBytes: 512 * 1024 * 1024, pidsMax: 128 
 const ATTACH_TIMEOUT_MS = 5_000;
 /** Hosts in a row that may fail to start before the pool stops refilling. */
 const POOL_FAILURES_TOLERATED = 3;
+/**
+ * How long after a take the pool starts the host that replaces it, while it still has one left.
+ * Starting a host costs the executor's thread ~10 ms (the fork of a large process, the sandbox's
+ * spec) and a core for ~100 ms (node starting in bubblewrap); paid at once, it lands on the launch
+ * that took the host, between its attach and its guest's first instruction (p50 ~40 ms rather
+ * than ~27 in `bench/first-instruction.ts`). A pool left empty refills at once: a burst of
+ * launches needs hosts more than any one launch needs the core.
+ */
+const REFILL_DELAY_MS = 250;
 
 export interface PoolRefusalInput {
   canSpawn: boolean;
@@ -170,6 +179,14 @@ export class PooledHost {
     return this.isReady && this.alive;
   }
 
+  /**
+   * Tells the host what its session will run first (`expect`), sent as soon as a launch takes it:
+   * the host compiles and loads it while the helper attaches the workdir.
+   */
+  expect(component: HostComponent, memoryLimitBytes: number): void {
+    if (this.child.connected) this.child.send({ type: 'expect', component, memory_limit_bytes: memoryLimitBytes } satisfies ExpectMessage, () => {});
+  }
+
   /** Stops listening for the pool: the session takes the host's streams and messages from here. */
   handOver(): void {
     this.child.stdout?.removeAllListeners('data');
@@ -276,7 +293,10 @@ export class HostPool {
     for (const host of this.hosts.filter((candidate) => !candidate.alive)) this.drop(host);
     const taken = this.hosts.find((host) => host.usable) ?? this.hosts[0];
     if (taken) this.hosts.splice(this.hosts.indexOf(taken), 1);
-    if (this.options.refill) setImmediate(() => this.fill());
+    if (this.options.refill) {
+      if (this.hosts.length === 0) setImmediate(() => this.fill());
+      else setTimeout(() => this.fill(), REFILL_DELAY_MS).unref();
+    }
     return taken;
   }
 

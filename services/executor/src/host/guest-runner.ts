@@ -33,6 +33,11 @@ export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
   return new Worker(GUEST_WORKER, { stdout: true, stderr: true, ...(preload ? { workerData: { preload } satisfies GuestPreload } : {}) });
 }
 
+/** Has a worker born early (`prewarmGuestWorker`) load `component`'s glue and imports before its job names it. */
+export function preloadInWorker(worker: Worker, component: HostComponent): void {
+  worker.postMessage({ preload: { bundleDir: component.bundle_dir, entry: component.entry, imports: component.imports } } satisfies GuestPreload);
+}
+
 /** `abandoned`: its task was canceled while it ran, and its worker ended (`abandonRunning`). */
 export type RunOutcome = GuestOutcome | { kind: 'deadline' } | { kind: 'abandoned'; message: string };
 
@@ -61,6 +66,31 @@ export type GuestSpec = Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitByt
 
 export function guestSpecOf(component: HostComponent): Pick<GuestSpec, 'bundleDir' | 'entry' | 'coreModules' | 'imports'> {
   return { bundleDir: component.bundle_dir, entry: component.entry, coreModules: component.core_modules, imports: component.imports };
+}
+
+/**
+ * Core modules compiled before the session's runner existed, by file and memory cap: a pooled host
+ * told what to expect compiles them while its workdir is attached (`precompileCoreModules`). The
+ * runner takes each once; a module compiled under another cap is not the one it needs.
+ */
+const precompiled = new Map<string, Promise<WebAssembly.Module>>();
+
+export function precompileCoreModules(component: HostComponent, memoryLimitBytes: number): void {
+  for (const file of component.core_modules) {
+    const key = `${memoryLimitBytes}:${path.join(component.bundle_dir, file)}`;
+    if (precompiled.has(key)) continue;
+    const module = compileCoreModule(path.join(component.bundle_dir, file), memoryLimitBytes);
+    // Only a head start: a compile that fails here is compiled, and reported, again when it is used.
+    module.catch(() => precompiled.delete(key));
+    precompiled.set(key, module);
+  }
+}
+
+function takePrecompiled(file: string, memoryLimitBytes: number): Promise<WebAssembly.Module> | undefined {
+  const key = `${memoryLimitBytes}:${file}`;
+  const module = precompiled.get(key);
+  precompiled.delete(key);
+  return module?.catch(() => compileCoreModule(file, memoryLimitBytes));
 }
 
 export class GuestRunner {
@@ -185,7 +215,7 @@ export class GuestRunner {
         const key = path.join(bundleDir, file);
         let module = this.modules.get(key);
         if (!module) {
-          module = compileCoreModule(key, limit);
+          module = takePrecompiled(key, limit) ?? compileCoreModule(key, limit);
           this.modules.set(key, module);
           // A failed compile is not remembered: the next call reports it afresh.
           module.catch(() => this.modules.delete(key));

@@ -229,6 +229,12 @@ function start(job: GuestJob): void {
   );
 }
 
+/** Only a head start: whatever fails here fails again, reported, when the job runs. */
+function preload({ bundleDir, entry, imports }: GuestPreload['preload']): void {
+  void preloadImports(imports).catch(() => {});
+  if (bundleDir && entry) void loadBundle(path.join(bundleDir, entry)).catch(() => {});
+}
+
 /** What a spare worker can load before its job arrives: the component it will most likely run. */
 export interface GuestPreload {
   preload: { bundleDir?: string | undefined; entry?: string | undefined; imports: string[] };
@@ -247,14 +253,10 @@ if (parentPort) {
       } else start(message as GuestJob);
     });
   } else {
-    if (data?.preload) {
-      const { bundleDir, entry, imports } = data.preload;
-      // Only a head start: whatever fails here fails again, reported, when the job runs.
-      void preloadImports(imports).catch(() => {});
-      if (bundleDir && entry) void loadBundle(path.join(bundleDir, entry)).catch(() => {});
-    }
+    if (data?.preload) preload(data.preload);
     // A worker runs one job at a time, and — kept by the host after a clean return — may be
     // given the next call of the same component: a fresh instance, with its own imports, each time.
-    parentPort.on('message', (job: GuestJob) => start(job));
+    // Before its first job it may be told what that job will load (`preloadInWorker`).
+    parentPort.on('message', (message: GuestJob | GuestPreload) => ('preload' in message ? preload(message.preload) : start(message)));
   }
 }

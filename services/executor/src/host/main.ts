@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { CapsuleHost } from './capsule-host.js';
 import type { HostChannel, SessionResult } from './contracts.js';
-import { prewarmGuestWorker } from './guest-runner.js';
+import { precompileCoreModules, preloadInWorker, prewarmGuestWorker } from './guest-runner.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { TraceRecord } from '../records.js';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
@@ -140,6 +140,11 @@ process.on('message', (raw: unknown) => {
   }
   if (message.type === 'hand-over' && !started) {
     handingOver ??= handOverSandboxSockets(message.sandbox);
+    return;
+  }
+  if (message.type === 'expect' && !started) {
+    precompileCoreModules(message.component, message.memory_limit_bytes);
+    preloadInWorker(prewarmed, message.component);
     return;
   }
   if (message.type === 'start' && !started) {

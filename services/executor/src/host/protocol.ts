@@ -152,6 +152,15 @@ export type SandboxNetworkStart = z.infer<typeof SandboxStartSchema>;
  */
 export const HandOverMessageSchema = z.object({ type: z.literal('hand-over'), sandbox: SandboxStartSchema });
 
+/**
+ * A pooled host, told what its session will run first while its workdir is being attached: it
+ * compiles the component's core modules and has its waiting worker load the component's glue,
+ * so neither is on the way to the guest's first instruction. Nothing is instantiated and no guest
+ * code runs before `start`; a host that is never started throws the work away with itself.
+ */
+export const ExpectMessageSchema = z.object({ type: z.literal('expect'), component: HostComponentSchema, memory_limit_bytes: z.number().int().positive() });
+export type ExpectMessage = z.infer<typeof ExpectMessageSchema>;
+
 export const StartMessageSchema = z.object({
   type: z.literal('start'),
   session_id: z.string(),
@@ -210,6 +219,7 @@ export const ExecutorToHostSchema = z.discriminatedUnion('type', [
   RpcMessageSchema,
   CeilingMessageSchema,
   HandOverMessageSchema,
+  ExpectMessageSchema,
 ]);
 export type ExecutorToHost = z.infer<typeof ExecutorToHostSchema>;
 
