@@ -5,7 +5,8 @@
  * the runtime costs: staging, the executor, the sandbox, the capsule host. Aim (issue 13): the
  * median ≤ 1.5× the bare node's, peak RSS ≤ the bare node's + 20 MB. A second pair does the same
  * for a 12 MB JavaScript capsule, for scale. `mur run` is measured with its one warm host (started
- * while the capsule is staged) and without it (`MURMUR_EXECUTOR_POOL=0`).
+ * while the capsule is staged) and without it (`MURMUR_EXECUTOR_POOL=0`), run as a user runs it:
+ * the bin itself, so the node flags of its shebang apply.
  *
  * Then, on a warm executor in one process (`bench/first-instruction.ts`): a launch request to the
  * guest's first instruction, with the warm pool and without. Aim: ≤ 20 ms p50, ≤ 50 ms p99 pooled.
@@ -74,7 +75,8 @@ try {
     const bundleDir = path.join(env.MURMUR_HOME, 'cache', 'transpiled', bundleKey);
     const unsealed = { ...env, MURMUR_CONFINE: 'none' };
     const unpooled = { ...env, MURMUR_EXECUTOR_POOL: '0' };
-    const murRun = [process.execPath, mur, 'run', '--manifest', manifest, '--json'];
+    // As a user runs it: the bin itself, so its shebang's node flags apply.
+    const murRun = [mur, 'run', '--manifest', manifest, '--json'];
     measure(murRun, env, project);
     measure(murRun, unsealed, project);
     measure(murRun, unpooled, project);
