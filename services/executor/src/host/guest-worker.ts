@@ -32,7 +32,8 @@ export interface GuestJob {
   /**
    * The component's core modules, compiled (with their memory capped) by the host once per
    * component and shared by every instance: an agent calls its driver every turn, and compiling
-   * a 12 MB module each time would be most of the turn.
+   * a 12 MB module each time would be most of the turn. Empty for a worker that ran this
+   * component last: it kept them.
    */
   modules: Record<string, WebAssembly.Module>;
 }
@@ -109,6 +110,13 @@ interface TranspiledBundle {
   ): Promise<Record<string, Record<string, (...args: unknown[]) => unknown>>>;
 }
 
+/**
+ * The compiled core modules this worker was given, by file: a worker kept for its component's
+ * next call is sent them once (the host posts none to a worker that ran the component last).
+ * One session's worker, so one memory cap.
+ */
+const keptModules = new Map<string, WebAssembly.Module>();
+
 /** A worker kept for the next call of its component loads the component's glue once. */
 const bundles = new Map<string, Promise<TranspiledBundle>>();
 
@@ -141,8 +149,9 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   const missing = job.imports.find((name) => !(name in imports));
   if (missing !== undefined) return { kind: 'link-error', message: `the runtime offers no ${missing}`, missing };
   const memories: WatchedMemories = { unwatched: [], denials: [] };
+  for (const [file, module] of Object.entries(job.modules)) keptModules.set(path.join(job.bundleDir, file), module);
   const getCoreModule = async (file: string): Promise<WebAssembly.Module> => {
-    const compiled = job.modules[file];
+    const compiled = keptModules.get(path.join(job.bundleDir, file));
     if (compiled) return compiled;
     return compileCoreModule(path.join(job.bundleDir, file), job.memoryLimitBytes);
   };
