@@ -118,7 +118,7 @@ describe('the warm pool', () => {
     // come out of the run, in the same words, not out of the head start.
     const wasm = (await componentFromWat(LARGE_MEMORY_CAPSULE_WAT)).bytes;
     const manifest = 'name: large-memory\nversion: 1.0.0\ncapabilities:\n  limits:\n    memory_bytes: 131072\n';
-    const outcomes: Array<{ code: number; error: string; bootstrap: string }> = [];
+    const outcomes: Array<{ code: number | null; error: string; bootstrap: string }> = [];
     for (const pooled of [true, false]) {
       const project = await capsuleProject(path.join(scratch.dir, `large-memory-${pooled}`), manifest, wasm);
       const result = await runMur(['run', '--json'], { cwd: project, env: { ...env, ...(pooled ? {} : { MURMUR_EXECUTOR_POOL: '0' }) } });
