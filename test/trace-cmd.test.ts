@@ -164,7 +164,8 @@ describe('mur trace', () => {
     it('adds the start of each turn’s tool input with --verbose', async () => {
       const result = await trace(['steps', '--verbose', '@2']);
       expect(result.code, result.stderr).toBe(0);
-      expect(lines(result)[2]).toMatch(new RegExp(`^ {2}0 {2}tool_call {4}sh {10}${DURATION}\\s+ {3}"${SHELL_COMMAND}"$`));
+      // The duration is padded to five characters, then three spaces: a 3-digit "111ms" leaves exactly three.
+      expect(lines(result)[2]).toMatch(new RegExp(`^ {2}0 {2}tool_call {4}sh {10}${DURATION} * {3}"${SHELL_COMMAND}"$`));
       expect(lines(result)[3]).toBe('  1  end_turn     —           —');
     });
   });
