@@ -10,7 +10,7 @@
  * `BENCH_SESSIONS` (default 24) sets N. Reading another process's smaps needs the right to trace
  * it: as an unprivileged user the capsule host (not dumpable) cannot be read, and the bench says so.
  */
-import { existsSync, promises as fs, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, promises as fs, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type LaunchReply, commands, newSessionId, silentLog } from '@murmur/shared';
@@ -19,38 +19,22 @@ import { requestStaging, uploadProject } from '@murmur/shared/node';
 import { startExecutorService } from '@murmur/executor';
 import { startStagerService } from '@murmur/stager';
 import { componentArtifact, publishInto } from '../test/support/artifacts.js';
+import { procFile, processIds } from '../test/support/proc.js';
 import { echoDriver, echoManifest } from './echo-driver.js';
+import { percentile } from './stats.js';
 
 const SESSIONS = Number(process.env.BENCH_SESSIONS ?? 24);
 const GIB = 1024 * 1024 * 1024;
 
 /** Every process whose cgroup is the session's (`murmur-<session>`, v1 or v2). */
 function sessionProcesses(sessionId: string): number[] {
-  const pids: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/cgroup`, 'utf8').includes(`/murmur-${sessionId}`)) pids.push(Number(entry));
-    } catch {
-      // gone
-    }
-  }
-  return pids;
+  return processIds().filter((pid) => procFile(pid, 'cgroup')?.includes(`/murmur-${sessionId}`));
 }
 
 /** PSS in bytes, or undefined when this process may not read it. */
 function pssOf(pid: number): number | undefined {
-  try {
-    const match = /^Pss:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'));
-    return match ? Number(match[1]) * 1024 : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-function percentile(values: number[], fraction: number): number {
-  const sorted = [...values].sort((left, right) => left - right);
-  return sorted[Math.min(sorted.length - 1, Math.floor(fraction * sorted.length))] as number;
+  const match = /^Pss:\s+(\d+) kB$/m.exec(procFile(pid, 'smaps_rollup') ?? '');
+  return match ? Number(match[1]) * 1024 : undefined;
 }
 
 const scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-bench-density-'));

@@ -16,23 +16,12 @@ import { InProcessTransport, createBus } from '@murmur/shared/bus';
 import { requestStaging, uploadProject } from '@murmur/shared/node';
 import { startExecutorService } from '@murmur/executor';
 import { startStagerService } from '@murmur/stager';
+import { eventually } from '../test/support/processes.js';
+import { percentile } from './stats.js';
 
 const [project, runsText] = process.argv.slice(2);
 const runs = Number(runsText);
 if (!project || !Number.isInteger(runs) || runs < 1) throw new Error('usage: first-instruction.ts <project dir> <runs>');
-
-function percentile(values: number[], fraction: number): number {
-  const sorted = [...values].sort((left, right) => left - right);
-  return sorted[Math.min(sorted.length - 1, Math.floor(fraction * sorted.length))] as number;
-}
-
-async function until(check: () => boolean, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('the executor did not settle in time');
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
 
 for (const pooled of [true, false]) {
   const env = { ...process.env, MURMUR_EXECUTOR_POOL: pooled ? '2' : '0' };
@@ -43,7 +32,7 @@ for (const pooled of [true, false]) {
   const samples: number[] = [];
   let pooledLaunches = 0;
   for (let run = 0; run < runs + 2; run += 1) {
-    if (pooled) await until(() => executor.warmHosts() === 2, 20_000);
+    if (pooled) await eventually(() => executor.warmHosts() === 2 || undefined, 20_000, 'two warm hosts');
     const sessionId = newSessionId();
     let firstOutput = 0;
     let ended = false;
@@ -60,7 +49,7 @@ for (const pooled of [true, false]) {
       { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, relay_output: true },
       { timeoutMs: 60_000 },
     );
-    await until(() => ended && firstOutput > 0, 30_000);
+    await eventually(() => (ended && firstOutput > 0) || undefined, 30_000, 'the session’s output and end');
     output.unsubscribe();
     end.unsubscribe();
     const bootstrap = readFileSync(path.join(launched.session_dir, 'logs', 'bootstrap.log'), 'utf8');

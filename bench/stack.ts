@@ -28,6 +28,7 @@ import { capsuleProject } from '../test/support/artifacts.js';
 import { printingCapsuleWat } from '../test/support/guests.js';
 import { ComposeProject, buildImages } from '../test/support/compose.js';
 import { freePort } from '../test/support/ports.js';
+import { percentile } from './stats.js';
 
 const LAUNCHES = Number(process.env.BENCH_LAUNCHES ?? 64);
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
@@ -38,11 +39,6 @@ interface Result {
   p50: number;
   p99: number;
   split: Map<string, number>;
-}
-
-function percentile(values: number[], fraction: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(fraction * sorted.length))] as number;
 }
 
 /** One launch: the request sent, the first output heard, the end heard. */

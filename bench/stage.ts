@@ -13,6 +13,7 @@ import { BlobCache, uploadProject } from '@murmur/shared/node';
 import { Stager } from '@murmur/stager';
 import { capsuleArchive, capsuleProject, publishInto } from '../test/support/artifacts.js';
 import { helloCapsuleJs } from '../test/support/guests.js';
+import { percentile } from './stats.js';
 
 const COLD_RUNS = Number(process.env.BENCH_COLD_RUNS ?? 5);
 const WARM_RUNS = Number(process.env.BENCH_WARM_RUNS ?? 40);
@@ -21,11 +22,6 @@ function median(values: number[]): number {
   const sorted = [...values].sort((left, right) => left - right);
   const middle = Math.floor(sorted.length / 2);
   return sorted.length % 2 === 0 ? ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2 : (sorted[middle] as number);
-}
-
-function percentile(values: number[], fraction: number): number {
-  const sorted = [...values].sort((left, right) => left - right);
-  return sorted[Math.min(sorted.length - 1, Math.floor(fraction * sorted.length))] as number;
 }
 
 const scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-bench-stage-'));

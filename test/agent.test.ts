@@ -1,9 +1,10 @@
-import { existsSync, promises as fs, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
 import { probeToolArtifact, nativeEchoTool, publishInto, skillArtifact } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
+import { procFile, processIds } from './support/proc.js';
 import { eventually, runMur } from './support/processes.js';
 import { type ScriptedInference, type ScriptedInferenceOptions, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
 
@@ -507,33 +508,23 @@ describe('agent capsules', () => {
 /** The capsule host under a session's sandbox: the descendant of `root` that runs `host.mjs`. */
 function capsuleHostOf(root: number): number | undefined {
   const children = new Map<number, number[]>();
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const parent = Number(
-        readFileSync(`/proc/${entry}/stat`, 'utf8')
-          .replace(/^.*\) \S+ /, '')
-          .split(' ')[0],
-      );
-      children.set(parent, [...(children.get(parent) ?? []), Number(entry)]);
-    } catch {
-      // gone
-    }
+  for (const pid of processIds()) {
+    const stat = procFile(pid, 'stat');
+    if (stat === undefined) continue;
+    const parent = Number(stat.replace(/^.*\) \S+ /, '').split(' ')[0]);
+    children.set(parent, [...(children.get(parent) ?? []), pid]);
   }
   const queue = [root];
   while (queue.length > 0) {
     const pid = queue.shift() as number;
-    try {
-      const command = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-      if (command.includes('host.mjs') && !command.startsWith('bwrap')) return pid;
-    } catch {
-      // gone
-    }
+    const command = procFile(pid, 'cmdline') ?? '';
+    if (command.includes('host.mjs') && !command.startsWith('bwrap')) return pid;
     queue.push(...(children.get(pid) ?? []));
   }
   return undefined;
 }
 
+/** How many threads `pid` has (NaN once it has gone). */
 function threadsOf(pid: number): number {
-  return Number(/^Threads:\s+(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? Number.NaN);
+  return Number(/^Threads:\s+(\d+)$/m.exec(procFile(pid, 'status') ?? '')?.[1] ?? Number.NaN);
 }

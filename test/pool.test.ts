@@ -8,6 +8,7 @@ import { startExecutorService } from '@murmur/executor';
 import { startStagerService } from '@murmur/stager';
 import { capsuleProject } from './support/artifacts.js';
 import { probeProject, probeResults } from './support/capsules.js';
+import { procFile, processIds } from './support/proc.js';
 import { componentFromWat } from '@murmur/guest-kit';
 import { tempDir } from './support/fs.js';
 import { eventually, runMur } from './support/processes.js';
@@ -200,20 +201,13 @@ const LARGE_MEMORY_CAPSULE_WAT = `(component
 function findHost(workdirs: string): { pid: number; workdir: string } | undefined {
   if (!existsSync(workdirs)) return undefined;
   const sessions = readdirSync(workdirs).map((name) => path.join(workdirs, name));
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const command = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
-      if (!command.includes('host.mjs') || command.startsWith('bwrap') || command.includes('murmur-confine')) continue;
-      const status = readFileSync(`/proc/${entry}/status`, 'utf8');
-      if (!/^Seccomp:\t2$/m.test(status)) continue;
-      const pid = Number(entry);
-      const mountinfo = readFileSync(`/proc/${pid}/mountinfo`, 'utf8');
-      const workdir = sessions.find((dir) => mountinfo.includes(` ${dir} `));
-      if (workdir) return { pid, workdir };
-    } catch {
-      // gone, or not ours to read
-    }
+  for (const pid of processIds()) {
+    const command = procFile(pid, 'cmdline') ?? '';
+    if (!command.includes('host.mjs') || command.startsWith('bwrap') || command.includes('murmur-confine')) continue;
+    if (!/^Seccomp:\t2$/m.test(procFile(pid, 'status') ?? '')) continue;
+    const mountinfo = procFile(pid, 'mountinfo') ?? '';
+    const workdir = sessions.find((dir) => mountinfo.includes(` ${dir} `));
+    if (workdir) return { pid, workdir };
   }
   return undefined;
 }
@@ -224,16 +218,9 @@ function findHost(workdirs: string): { pid: number; workdir: string } | undefine
  * run beside this one: theirs are not touched.
  */
 function pooledHelper(base: string): number | undefined {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-      if (!(command[0] ?? '').endsWith('murmur-confine') || command[1] !== 'enter') continue;
-      if (!readFileSync(`/proc/${entry}/cgroup`, 'utf8').includes('/murmur-pool-')) continue;
-      if (readFileSync(`/proc/${entry}/mountinfo`, 'utf8').includes(` ${base} /.murmur-attach `)) return Number(entry);
-    } catch {
-      // gone
-    }
-  }
-  return undefined;
+  return processIds().find((pid) => {
+    const command = (procFile(pid, 'cmdline') ?? '').split('\0');
+    if (!(command[0] ?? '').endsWith('murmur-confine') || command[1] !== 'enter') return false;
+    return procFile(pid, 'cgroup')?.includes('/murmur-pool-') === true && procFile(pid, 'mountinfo')?.includes(` ${base} /.murmur-attach `) === true;
+  });
 }

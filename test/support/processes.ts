@@ -13,10 +13,6 @@ export interface MurResult {
 }
 
 /**
- * Runs the real `mur` (the compiled CLI, as a user runs it) with a clean environment: only what
- * the test passes, plus PATH, so a developer's own MURMUR_* settings never leak into a test.
- */
-/**
  * Every process the support started that may still run. A test that times out is abandoned by
  * vitest without its `finally`, and its process would outlive the test file's worker (which vitest
  * ends with a signal): `stop-leftovers.ts` kills what is left here after each file.
@@ -36,6 +32,10 @@ export function stopAfterFile<T extends ChildProcess>(child: T): T {
   return child;
 }
 
+/**
+ * Runs the real `mur` (the compiled CLI, as a user runs it) with a clean environment: only what
+ * the test passes, plus PATH, so a developer's own MURMUR_* settings never leak into a test.
+ */
 export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
   const child = stopAfterFile(
     spawn(process.execPath, [murBin, ...args], {

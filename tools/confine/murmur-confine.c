@@ -433,7 +433,7 @@ static void hold(int commands, int reply) {
   // only in the inner one it made for --uid: a mount namespace of its own, owned by that one, is
   // where the session's mounts can be made (the host, forked from here, lives in it too).
   if (unshare(CLONE_NEWNS) < 0) fail("hold: a mount namespace for the session's mounts: %s", strerror(errno));
-  if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) fail("hold: making the mounts private: %s", strerror(errno));
+  if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) fail("hold: keeping the session's mounts from propagating out: %s", strerror(errno));
   pid_t child = fork();
   if (child < 0) fail("hold: fork: %s", strerror(errno));
   if (child > 0) {

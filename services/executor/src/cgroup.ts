@@ -144,6 +144,7 @@ const CPU_PERIOD_US = 100_000;
 /** One session's groups. */
 export class SessionCgroup {
   /** Every directory this session made, parents before children. */
+  private name = '';
   private dirs: string[] = [];
   /** The host joins these (v1: one per controller; v2: `host/`, since a v2 group with children holds no process). */
   hostProcsFiles: string[] = [];
@@ -162,6 +163,7 @@ export class SessionCgroup {
 
   /** The group's paths under `name`: v2 one tree with `host/` and `tools/`, v1 one per controller. */
   private place(name: string): void {
+    this.name = name;
     const support = this.support;
     if (support.version === 'v2') {
       const session = path.join(support.memoryParent, name);
@@ -239,8 +241,8 @@ export class SessionCgroup {
    * descriptors with it), so a pooled host's group reads like any session's: `murmur-<session>`.
    */
   rename(name: string): void {
-    const tops = this.support.version === 'v2' ? [this.dirs[0] as string] : [this.dirs[0], this.dirs[2], this.dirs[4]].map((dir) => dir as string);
-    for (const top of tops) renameSync(top, path.join(path.dirname(top), name));
+    // The group's own directories (one per v1 controller), not the `host/` and `tools/` inside them.
+    for (const top of this.dirs.filter((dir) => path.basename(dir) === this.name)) renameSync(top, path.join(path.dirname(top), name));
     this.place(name);
   }
 

@@ -1,11 +1,11 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { type CapabilityPolicy, type Log, newId } from '@murmur/shared';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import type { ConfineProbe } from './confinement.js';
-import { ATTACH_FD, attachCommands, hostSandbox } from './host-sandbox.js';
+import { ATTACH_FD, attachCommands, hostSandbox, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExpectMessage, HostComponent, SandboxNetworkStart } from './host/protocol.js';
 import type { NetworkPlan } from './network-plan.js';
 import { type NamespaceProbe, SYSTEM_DIRECTORIES } from './sandbox.js';
@@ -130,9 +130,6 @@ export class PooledHost {
     private readonly sandboxStart: SandboxNetworkStart,
     private readonly parent: string,
   ) {
-    // A host discarded unused resets its pipes (the helper's too, when it exits): the end of an
-    // exchange nobody waits on, not a fault to take the executor down with.
-    for (const stream of child.stdio as ReadonlyArray<Duplex | null | undefined>) stream?.on('error', () => {});
     // A host no session holds never keeps the executor's process alive (an in-process `mur run`
     // that is refused exits at once); the session that takes it holds it (`handOver`).
     this.hold(false);
@@ -368,24 +365,15 @@ export class HostPool {
       subprocessPath: '/usr/local/bin:/usr/bin:/bin',
       pooled: true,
     });
-    const argv = cgroup ? cgroup.joining(sandbox.argv) : sandbox.argv;
     let child: ChildProcess;
     try {
-      child = spawn(argv[0] as string, argv.slice(1), {
-        cwd: this.environment.workdirBase,
-        env: this.environment.hostEnv,
-        stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...sandbox.stdio],
-        serialization: 'json',
-      });
+      child = spawnSandboxedHost(sandbox, { cgroup, cwd: this.environment.workdirBase, env: this.environment.hostEnv });
     } catch (error) {
       cgroup?.killAll();
       void cgroup?.remove();
       throw error;
-    } finally {
-      sandbox.release();
     }
     child.on('error', (error) => this.environment.log.warn({ err: error }, 'a pooled capsule host’s channel failed'));
-    sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
     return new PooledHost(child, cgroup, sandbox.network as NetworkPlan, sandbox.start as SandboxNetworkStart, this.parent);
   }
 }

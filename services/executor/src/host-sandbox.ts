@@ -1,4 +1,4 @@
-import type { StdioNull, StdioPipe } from 'node:child_process';
+import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import type { CapabilityPolicy } from '@murmur/shared';
@@ -109,6 +109,31 @@ export function sandboxTmp(workdir: string): string {
 
 function isSystemPath(file: string): boolean {
   return SYSTEM_DIRECTORIES.some((dir) => file === dir || file.startsWith(`${dir}/`));
+}
+
+/**
+ * Starts a capsule host in `sandbox` — from a shell that first joins `cgroup`, when there is one, so
+ * nothing the session ever starts is outside it — and hands the sandbox what it reads on its
+ * descriptors. A fresh session's host and a pooled one are started alike.
+ */
+export function spawnSandboxedHost(sandbox: HostSandbox, options: { cgroup: SessionCgroup | undefined; cwd: string; env: NodeJS.ProcessEnv }): ChildProcess {
+  const argv = options.cgroup ? options.cgroup.joining(sandbox.argv) : sandbox.argv;
+  let child: ChildProcess;
+  try {
+    child = spawn(argv[0] as string, argv.slice(1), {
+      cwd: options.cwd,
+      env: options.env,
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...sandbox.stdio],
+      serialization: 'json',
+    });
+  } finally {
+    sandbox.release();
+  }
+  // A sandbox that ends before it has read what it was handed resets those pipes: that is told by
+  // its exit, and must not become an error event nobody hears, which would end the executor.
+  for (const stream of (child.stdio as ReadonlyArray<NodeJS.EventEmitter | null | undefined>).slice(FIRST_DATA_FD)) stream?.on('error', () => {});
+  sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
+  return child;
 }
 
 export function hostSandbox(input: HostSandboxInput): HostSandbox {

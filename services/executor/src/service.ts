@@ -51,11 +51,7 @@ export interface ExecutorServiceOptions {
 export interface ExecutorService {
   readonly instanceId: string;
   /** What this executor found it can do for isolation, decided once at start. */
-  readonly isolation: {
-    namespaces: string;
-    containment: string;
-    cgroups: string;
-  };
+  readonly isolation: { namespaces: string; containment: string; cgroups: string };
   sessions(): Session[];
   /** Starts the warm pool's hosts when it was made deferred (an in-process executor, once its launch is sure). */
   warmPool(): void;

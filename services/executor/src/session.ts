@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -50,7 +50,7 @@ import type { ConfineProbe } from './confinement.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
 import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
-import { hostSandbox, sandboxTmp } from './host-sandbox.js';
+import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import { type EgressRecord, SandboxNetwork } from './sandbox-network.js';
 import { WorkdirGuard } from './workdir-guard.js';
 import { prepareAgentLaunch } from './agent-launch.js';
@@ -70,7 +70,7 @@ import { murmurMd } from './murmur-md.js';
 import { LogFile, type TraceRecord, TraceWriter } from './records.js';
 import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
-import { FIRST_DATA_FD, type NamespaceProbe } from './sandbox.js';
+import type { NamespaceProbe } from './sandbox.js';
 import { type SessionPaths, materialiseWorkdir } from './workdir.js';
 
 /**
@@ -702,23 +702,7 @@ export class Session {
     });
     if (sandbox.start) start.sandbox = sandbox.start;
     if (sandbox.network) this.serveNetwork(sandbox.network);
-    const argv = this.cgroup ? this.cgroup.joining(sandbox.argv) : sandbox.argv;
-    let child: ChildProcess;
-    try {
-      child = spawn(argv[0] as string, argv.slice(1), {
-        cwd: this.paths.accessible,
-        env: HOST_PROCESS_ENV,
-        stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...sandbox.stdio],
-        serialization: 'json',
-      });
-    } finally {
-      sandbox.release();
-    }
-    // A sandbox that ends before it has read what it was handed resets those pipes: that is told
-    // by its exit, and must not become an error event nobody hears, which would end the executor.
-    for (const stream of (child.stdio as ReadonlyArray<NodeJS.EventEmitter | null | undefined>).slice(FIRST_DATA_FD)) stream?.on('error', () => {});
-    sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
-    this.watchHost(child, []);
+    this.watchHost(spawnSandboxedHost(sandbox, { cgroup: this.cgroup, cwd: this.paths.accessible, env: HOST_PROCESS_ENV }), []);
   }
 
   /** The sealed sandbox's DNS and listeners, answered and judged here. */
@@ -756,8 +740,7 @@ export class Session {
    * start at once (it said `ready` long ago). A host that cannot be attached is thrown away and a
    * fresh one started in its place, so the pool can only make a launch faster, never fail it.
    */
-  private async adoptPooledHost(start: StartMessage): Promise<boolean> {
-    const pooled = this.pooled as { host: PooledHost; attaching: Promise<void> };
+  private async adoptPooledHost(pooled: { host: PooledHost; attaching: Promise<void> }, start: StartMessage): Promise<boolean> {
     this.pooled = undefined;
     try {
       await Promise.all([pooled.attaching, pooled.host.ready]);
@@ -828,7 +811,7 @@ export class Session {
   }
 
   private async handshake(start: StartMessage): Promise<void> {
-    if (this.pooled && (await this.adoptPooledHost(start))) return;
+    if (this.pooled && (await this.adoptPooledHost(this.pooled, start))) return;
     return new Promise((resolve, reject) => {
       const child = this.child as ChildProcess;
       const timer = setTimeout(

@@ -5,7 +5,8 @@ import { BlobCache, cacheDir } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';
 
 export { Stager, type StageProgress, type StageCall, type StagerOptions } from './stage.js';
-export { ComponentCache, TRANSPILER_ID } from './transpiler.js';
+export { ComponentCache } from './transpiler.js';
+export { TRANSPILER_ID } from '@murmur/shared';
 
 export interface StagerServiceOptions {
   bus: Bus;

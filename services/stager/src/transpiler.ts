@@ -16,7 +16,6 @@ import type { TranspileJob, TranspileReply } from './transpile-worker.js';
  * stagers racing on the same bytes both end up reading the same entry.
  */
 
-export { TRANSPILER_ID };
 const BUNDLE_FILE = 'bundle.json';
 const ENTRY_NAME = 'component';
 

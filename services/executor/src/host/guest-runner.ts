@@ -69,32 +69,31 @@ export function guestSpecOf(component: HostComponent): Pick<GuestSpec, 'bundleDi
 }
 
 /**
- * Core modules compiled before the session's runner existed, by file and memory cap: a pooled host
- * told what to expect compiles them while its workdir is attached (`precompileCoreModules`). The
- * runner takes each once; a module compiled under another cap is not the one it needs.
+ * The host's compiled core modules, by memory cap and file: compiled once and shared by every
+ * instance (an agent calls its driver every turn, and compiling a 12 MB module each time would be
+ * most of the turn). A pooled host told what to expect fills it before its runner exists
+ * (`precompileCoreModules`). A failed compile is not remembered: the next use compiles, and
+ * reports, afresh.
  */
-const precompiled = new Map<string, Promise<WebAssembly.Module>>();
+const compiledModules = new Map<string, Promise<WebAssembly.Module>>();
 
-export function precompileCoreModules(component: HostComponent, memoryLimitBytes: number): void {
-  for (const file of component.core_modules) {
-    const key = `${memoryLimitBytes}:${path.join(component.bundle_dir, file)}`;
-    if (precompiled.has(key)) continue;
-    const module = compileCoreModule(path.join(component.bundle_dir, file), memoryLimitBytes);
-    // Only a head start: a compile that fails here is compiled, and reported, again when it is used.
-    module.catch(() => precompiled.delete(key));
-    precompiled.set(key, module);
+function compiledModule(file: string, memoryLimitBytes: number): Promise<WebAssembly.Module> {
+  const key = `${memoryLimitBytes}:${file}`;
+  let module = compiledModules.get(key);
+  if (!module) {
+    module = compileCoreModule(file, memoryLimitBytes);
+    compiledModules.set(key, module);
+    module.catch(() => compiledModules.delete(key));
   }
+  return module;
 }
 
-function takePrecompiled(file: string, memoryLimitBytes: number): Promise<WebAssembly.Module> | undefined {
-  const key = `${memoryLimitBytes}:${file}`;
-  const module = precompiled.get(key);
-  precompiled.delete(key);
-  return module?.catch(() => compileCoreModule(file, memoryLimitBytes));
+/** Compiles `component`'s core modules ahead of its first use: only a head start, whatever fails here fails again there. */
+export function precompileCoreModules(component: HostComponent, memoryLimitBytes: number): void {
+  for (const file of component.core_modules) void compiledModule(path.join(component.bundle_dir, file), memoryLimitBytes).catch(() => {});
 }
 
 export class GuestRunner {
-  private readonly modules = new Map<string, Promise<WebAssembly.Module>>();
   /** Workers whose last guest returned cleanly, by component, ready for that component's next call. */
   private readonly idleWorkers = new Map<string, Worker>();
   /** Keep a started worker in reserve after each guest starts, so the next call skips worker start-up (agents make many). */
@@ -207,22 +206,12 @@ export class GuestRunner {
     }
   }
 
-  /** The component's core modules, compiled once for the session and shared by every instance. */
+  /** The component's core modules, under the session's memory cap. */
   private compiled(bundleDir: string, files: string[]): Promise<Record<string, WebAssembly.Module>> {
     const limit = this.options.memoryLimitBytes;
-    return Promise.all(
-      files.map(async (file) => {
-        const key = path.join(bundleDir, file);
-        let module = this.modules.get(key);
-        if (!module) {
-          module = takePrecompiled(key, limit) ?? compileCoreModule(key, limit);
-          this.modules.set(key, module);
-          // A failed compile is not remembered: the next call reports it afresh.
-          module.catch(() => this.modules.delete(key));
-        }
-        return [file, await module] as const;
-      }),
-    ).then((entries) => Object.fromEntries(entries));
+    return Promise.all(files.map(async (file) => [file, await compiledModule(path.join(bundleDir, file), limit)] as const)).then((entries) =>
+      Object.fromEntries(entries),
+    );
   }
 
   private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>): Promise<RunOutcome> {
