@@ -47,7 +47,7 @@ const CLIENTS = 32;
 /** The many-sessions scenario: this many sessions share one door, `CLIENTS / MANY_SESSIONS` clients each. */
 const MANY_SESSIONS = 16;
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const mur = path.join(root, 'cli', 'bin', 'mur.js');
+const mur = path.join(root, 'cli', 'bin', 'mur');
 
 /** `CLIENTS` keep-alive connections sending blocking `SendMessage`s to `urls`; a reply counts when it is the completed task with the echo. */
 function messages(urls: string[], seconds: number, clients = CLIENTS): Promise<Phase> {
@@ -128,10 +128,8 @@ try {
   /** The echo capsule started with `mur run`: its door URL, and where its trace is written. */
   const startEcho = async (name: string, hooks: string[], extraEnv: Record<string, string> = {}): Promise<string> => {
     const project = await echoProject(name, hooks);
-    const murmur = await startProcess(
-      [process.execPath, mur, 'run', '--json'],
-      { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home, ...extraEnv } },
-      (line) => line.startsWith('{'),
+    const murmur = await startProcess([mur, 'run', '--json'], { cwd: project, env: { PATH: process.env.PATH ?? '', MURMUR_HOME: home, ...extraEnv } }, (line) =>
+      line.startsWith('{'),
     );
     children.push(murmur.child);
     const started = JSON.parse(murmur.line) as { url: string; workdir: string };

@@ -26,7 +26,7 @@ import { capsuleWat, helloCapsuleJs, printingCapsuleWat } from '../test/support/
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 30);
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const mur = path.join(root, 'cli', 'bin', 'mur.js');
+const mur = path.join(root, 'cli', 'bin', 'mur');
 const bare = path.join(root, 'bench', 'bare-run.mjs');
 const timeBinary = existsSync('/usr/bin/time') ? '/usr/bin/time' : undefined;
 
@@ -69,7 +69,7 @@ try {
     const project = await capsuleProject(path.join(scratch, `capsule-${index}`), `name: bench-${index}\nversion: 1.0.0\n`, capsule.bytes);
     const manifest = path.join(project, 'murmur.yaml');
     // Warm the cache, and find the transpiled bundle the baseline runs.
-    const warm = spawnSync(process.execPath, [mur, 'stage', project, '--json'], { env, encoding: 'utf8' });
+    const warm = spawnSync(mur, ['stage', project, '--json'], { env, encoding: 'utf8' });
     if (warm.status !== 0) throw new Error(warm.stderr);
     const bundleKey = (JSON.parse(warm.stdout) as { capsule: { component: { bundle: { key: string } } } }).capsule.component.bundle.key;
     const bundleDir = path.join(env.MURMUR_HOME, 'cache', 'transpiled', bundleKey);

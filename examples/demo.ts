@@ -27,7 +27,7 @@ const example = path.join(root, 'examples', 'hello-capsule');
 const demoDir = path.join(root, '.cache', 'demo');
 const home = path.join(demoDir, 'home');
 const capsuleDir = path.join(demoDir, 'hello-capsule');
-const mur = path.join(root, 'cli', 'bin', 'mur.js');
+const mur = path.join(root, 'cli', 'bin', 'mur');
 
 function step(title: string): void {
   process.stdout.write(`\n\u001b[1m== ${title}\u001b[0m\n`);
@@ -35,7 +35,7 @@ function step(title: string): void {
 
 function runMur(...args: string[]): void {
   process.stdout.write(`$ mur ${args.join(' ')}\n`);
-  const result = spawnSync(process.execPath, [mur, ...args], { stdio: 'inherit', env: { ...process.env, MURMUR_HOME: home, MURMUR_NATS_URL: '' } });
+  const result = spawnSync(mur, args, { stdio: 'inherit', env: { ...process.env, MURMUR_HOME: home, MURMUR_NATS_URL: '' } });
   if (result.status !== 0) {
     process.stderr.write(`\nthe demo stopped: 'mur ${args[0]}' exited with ${result.status}\n`);
     process.exit(result.status ?? 1);
@@ -95,7 +95,7 @@ await fs.mkdir(agentDir, { recursive: true });
 const template = await fs.readFile(path.join(root, 'examples', 'hello-agent', 'murmur.yaml'), 'utf8');
 await fs.writeFile(path.join(agentDir, 'murmur.yaml'), template.replaceAll('__ENDPOINT__', model.endpoint).replaceAll('__AUTHORITY__', model.authority));
 process.stdout.write(`$ mur run --json   (in ${path.relative(process.cwd(), agentDir)}; the model is scripted at ${model.endpoint})\n`);
-const agent = spawn(process.execPath, [mur, 'run', '--json'], {
+const agent = spawn(mur, ['run', '--json'], {
   cwd: agentDir,
   stdio: ['ignore', 'pipe', 'inherit'],
   env: { ...process.env, MURMUR_HOME: home, MURMUR_NATS_URL: '' },

@@ -70,6 +70,11 @@ const RUNTIME_WORKSPACES = {
   'services/watcher': ['dist', 'static'],
   cli: ['dist', 'bin'],
 };
+/**
+ * Built files the image leaves out: mur's startup snapshot is for the node that built it (the
+ * image's node is another file, so `cli/bin/mur` would not use it), and changes with every build.
+ */
+const BUILT_NOT_SHIPPED = new Set(['cli/dist/snapshot']);
 /** What must exist before anything is built, each with the file that proves it. */
 const BUILT_OUTPUTS = [
   'shared/dist/index.js',
@@ -342,6 +347,7 @@ function collectApp() {
     }
   };
   const add = (name, source, topLevelNodeModules = false) => {
+    if (BUILT_NOT_SHIPPED.has(name)) return;
     const stat = lstatSync(source);
     addDirectoryChain(name);
     if (stat.isSymbolicLink()) {

@@ -70,7 +70,7 @@ async function run(
   const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'pipe'];
   for (let fd = 3; fd <= Math.max(...INHERITED_FDS); fd += 1)
     stdio.push(INHERITED_FDS.includes(fd) ? (planted[INHERITED_FDS.indexOf(fd)] as number) : 'ignore');
-  const child = spawn(process.execPath, [murBin, 'run', '--json', '--workdir', workdir, '--task', JSON.stringify(actions)], {
+  const child = spawn(murBin, ['run', '--json', '--workdir', workdir, '--task', JSON.stringify(actions)], {
     cwd: project,
     env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(path.dirname(project), 'home'), ...options.env },
     stdio,

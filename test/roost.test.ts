@@ -120,15 +120,11 @@ describe('mur roost', () => {
     scratch = await tempDir('murmur-mur-roost-');
     const registry = path.join(scratch.dir, 'registry');
     for (const text of [PARENT, WORKER, HELPER]) await publishInto(registry, await capsuleArchive(text));
-    child = spawn(
-      process.execPath,
-      [murBin, 'roost', '--port', '0', '--registry-path', registry, '--spawn-allow', 'local/worker', '--spawn-allow=local/helper'],
-      {
-        cwd: repositoryRoot,
-        env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home') },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
+    child = spawn(murBin, ['roost', '--port', '0', '--registry-path', registry, '--spawn-allow', 'local/worker', '--spawn-allow=local/helper'], {
+      cwd: repositoryRoot,
+      env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home') },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const port = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`mur roost did not say where it listens:\n${stderr}`)), 20_000);
       child.stderr?.on('data', (chunk: Buffer) => {

@@ -378,7 +378,7 @@ describe('the sealed sandbox, piece by piece', () => {
       for (const entry of [dir, path.join(dir, 'capsule'), path.join(dir, 'capsule', 'murmur.yaml'), path.join(dir, 'capsule', 'capsule.wasm')])
         await fs.chown(entry, 1000, 1000);
       const task = JSON.stringify([python(script('ceilings.py'), 'nproc', '40')]);
-      const child = spawn(process.execPath, [murBin, 'run', '--task', task], {
+      const child = spawn(murBin, ['run', '--task', task], {
         cwd: project,
         env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(dir, 'home'), MURMUR_CGROUP_PARENT: parent },
         uid: 1000,

@@ -100,7 +100,7 @@ describe('mur run on the stack', () => {
 
   it('kills a session past its hard limit as a whole, and reports it', async () => {
     const project = await probeProject(path.join(scratch.dir, 'frozen'), 'capabilities:\n  limits:\n    deadline_seconds: 1\n');
-    const child: ChildProcess = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], {
+    const child: ChildProcess = spawn(murBin, ['run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], {
       cwd: project,
       env: { PATH: process.env.PATH ?? '', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -158,7 +158,7 @@ describe('mur run on the stack', () => {
 
   it('records the start token of the very process that runs the session', async () => {
     const project = await probeProject(path.join(scratch.dir, 'token'), 'capabilities:\n  limits:\n    deadline_seconds: 2\n');
-    const child = spawn(process.execPath, [murBin, 'run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], {
+    const child = spawn(murBin, ['run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], {
       cwd: project,
       env: { PATH: process.env.PATH ?? '', ...env },
       stdio: ['ignore', 'pipe', 'ignore'],
@@ -177,7 +177,7 @@ describe('mur run on the stack', () => {
   });
 
   it('tails the bus with mur events', async () => {
-    const events = spawn(process.execPath, [murBin, 'events', 'session.>', '--json'], {
+    const events = spawn(murBin, ['events', 'session.>', '--json'], {
       cwd: repositoryRoot,
       env: { PATH: process.env.PATH ?? '', MURMUR_NATS_URL: nats.url },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -104,7 +104,7 @@ describe('upstream parity: the CLI', () => {
         agentManifest(inference, { artifacts: '  - name: probe-tool\n    version: 1.0.0\n    runtime: tool', lifecycle: '  input_timeout_secs: 1' }),
       );
       // Not --json: the run's last line is its status. The task comes over A2A, as upstream's does.
-      const child = spawn(process.execPath, [murBin, 'run', '-v'], {
+      const child = spawn(murBin, ['run', '-v'], {
         cwd: project,
         env: { PATH: process.env.PATH ?? '', ...env },
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -269,7 +269,7 @@ describe('upstream parity: the CLI', () => {
 
     it('prints its output to a reader that stops early without crashing on the closed pipe', async () => {
       const workdir = await workdirWith('closed-pipe', { [first]: 400 });
-      const child = spawn(process.execPath, [murBin, 'trace', 'steps', '--workdir', workdir], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawn(murBin, ['trace', 'steps', '--workdir', workdir], { stdio: ['ignore', 'pipe', 'pipe'] });
       let stderr = '';
       child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
       child.stdout.once('data', () => child.stdout.destroy());

@@ -35,7 +35,7 @@ describe('mur watch', () => {
 
   /** `mur watch` as a user runs it, its stdout readable while it runs. */
   function watch(url: string): { child: ChildProcess; stdout: () => string; exited: Promise<{ code: number | null; stderr: string }> } {
-    const child = spawn(process.execPath, [murBin, 'watch', url], {
+    const child = spawn(murBin, ['watch', url], {
       cwd: repositoryRoot,
       env: { PATH: process.env.PATH ?? '' },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,10 +1,9 @@
 #!/usr/bin/env -S node --max-semi-space-size=1
-// The `mur` entry point. A committed shim so `npx mur` resolves before and after a build. It runs
-// the bundled CLI when the build produced one (it starts several times faster), else the modules.
-// The young generation is kept at 1 MiB a semi-space: a run allocates its start-up (schemas,
-// staging, the in-process services) in a burst that would otherwise grow it to 16 MiB for
-// nothing, ~6 MB of peak RSS, and a smaller nursery is no slower for a short-lived CLI
-// (`npm run bench:run`). Run as `node mur.js`, the flag does not apply.
+// `mur` from its bundle: what `cli/bin/mur` runs when there is no startup snapshot for this node
+// (or MURMUR_SNAPSHOT=off), and what `node cli/bin/mur.js` runs. A committed shim, so it resolves
+// before and after a build. It runs the bundled CLI when the build produced one (it starts several
+// times faster), else the modules. Run through its shebang it gets the launcher's node flag (a
+// 1 MiB young-generation semi-space, see cli/bin/mur); run as `node mur.js`, it does not.
 import { existsSync } from 'node:fs';
 
 const bundled = new URL('../dist/bundle/mur.mjs', import.meta.url);

@@ -180,7 +180,7 @@ describe('mur stage', () => {
     const piped = await runMur(['stage', project], { env });
     expect(piped.stderr).toBe('');
     // A real pseudo-terminal, from util-linux's script(1), with a cache that has not seen this component.
-    const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(murBin)} stage ${JSON.stringify(project)}`;
+    const command = `${JSON.stringify(murBin)} stage ${JSON.stringify(project)}`;
     const terminal = spawnSync('script', ['-qec', command, '/dev/null'], {
       env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'fresh-home'), TERM: 'dumb' },
       encoding: 'utf8',

@@ -85,7 +85,7 @@ export async function startAgent(project: string, env: Record<string, string | u
   // `--capsule` names a packaged capsule instead of the project's manifest.
   const manifest = args.includes('--capsule') ? [] : ['--manifest', path.join(project, 'murmur.yaml')];
   const child = stopAfterFile(
-    spawn(process.execPath, [murBin, 'run', ...manifest, '--json', ...args], {
+    spawn(murBin, ['run', ...manifest, '--json', ...args], {
       cwd: repositoryRoot,
       env: { PATH: process.env.PATH ?? '', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -4,7 +4,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const repositoryRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-export const murBin = path.join(repositoryRoot, 'cli', 'bin', 'mur.js');
+/** `mur` as a user runs it: the launcher, which starts node from mur's startup snapshot when there is one. */
+export const murBin = path.join(repositoryRoot, 'cli', 'bin', 'mur');
 
 export interface MurResult {
   code: number | null;
@@ -38,7 +39,7 @@ export function stopAfterFile<T extends ChildProcess>(child: T): T {
  */
 export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
   const child = stopAfterFile(
-    spawn(process.execPath, [murBin, ...args], {
+    spawn(murBin, args, {
       cwd: options.cwd ?? repositoryRoot,
       // `MURMUR_EXECUTOR_POOL` set for the whole run (`npm run test:fresh-hosts`) reaches every
       // `mur`, so the suites of the sandbox, egress and limits run on fresh hosts as well as pooled.

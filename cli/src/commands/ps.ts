@@ -53,7 +53,8 @@ export async function psCommand(options: { json?: boolean }, output: Output): Pr
   return 0;
 }
 
-const STOP_GRACE_MS = Number(process.env.MURMUR_STOP_GRACE_MS ?? '') || 5_000;
+/** `MURMUR_STOP_GRACE_MS`, read when a stop is asked for (never at load: `mur` runs from a build-time snapshot). */
+const stopGraceMs = (): number => Number(process.env.MURMUR_STOP_GRACE_MS ?? '') || 5_000;
 
 async function gone(record: { pid: number; process_start: string }, withinMs: number): Promise<boolean> {
   const until = Date.now() + withinMs;
@@ -85,16 +86,17 @@ export async function stopCommand(sessionId: string, output: Output): Promise<nu
     throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) was not signalled: ${term.reason}`, {
       hint: 'nothing was sent to a process that could not be confirmed as the session',
     });
-  if (await gone(record, STOP_GRACE_MS)) {
+  const graceMs = stopGraceMs();
+  if (await gone(record, graceMs)) {
     output.out(`${sessionId}: stopped`);
     return 0;
   }
   const kill = signalRunningRecord(record, 'SIGKILL');
   if (kill.outcome === 'refused')
     throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) outlived SIGTERM and SIGKILL was refused: ${kill.reason}`);
-  await gone(record, STOP_GRACE_MS);
+  await gone(record, graceMs);
   removeRunningRecord(sessionId);
-  output.out(`${sessionId}: killed after ${STOP_GRACE_MS / 1000}s`);
+  output.out(`${sessionId}: killed after ${graceMs / 1000}s`);
   return 0;
 }
 

@@ -68,17 +68,10 @@ function lifecycleOverride(options: RunOptions): Record<string, string> | undefi
   return Object.keys(override).length > 0 ? override : undefined;
 }
 
-/**
- * `mur run`: stage a capsule, launch it in an executor, and wait for it to end.
- *
- * Output as upstream: `session: <id>` (and `workdir:` with `-v`) when it starts, the capsule's own
- * output while it runs, and last `status:  ok|failed|trapped`; exit 0 only for ok. With `--json`
- * stdout carries exactly one line, the launch line, and nothing else.
- */
 /** `MURMUR_TIMING=1`: where a run's start-up time goes, on stderr. */
-const timing = process.env.MURMUR_TIMING
-  ? (label: string): void => void process.stderr.write(`[timing] ${label} ${performance.now().toFixed(0)}ms\n`)
-  : (): void => {};
+function timing(label: string): void {
+  if (process.env.MURMUR_TIMING) process.stderr.write(`[timing] ${label} ${performance.now().toFixed(0)}ms\n`);
+}
 
 /** `--containment`: one of the classes, said the way upstream says it when it is not. */
 function flagContainment(value: string | undefined): Containment | undefined {
@@ -138,6 +131,13 @@ function refuseSystemPromptWithoutInference(options: RunOptions, manifest: { inf
   });
 }
 
+/**
+ * `mur run`: stage a capsule, launch it in an executor, and wait for it to end.
+ *
+ * Output as upstream: `session: <id>` (and `workdir:` with `-v`) when it starts, the capsule's own
+ * output while it runs, and last `status:  ok|failed|trapped`; exit 0 only for ok. With `--json`
+ * stdout carries exactly one line, the launch line, and nothing else.
+ */
 export async function runCommand(options: RunOptions, output: Output): Promise<number> {
   timing('run command loaded');
   const flagFloor = flagContainment(options.containment);

@@ -22,7 +22,7 @@ import { assessContainment, effectiveGrants, strongestFloor } from './containmen
 import { isolationSummary, probeHost } from './host-probe.js';
 import { pullForSession } from './pull.js';
 import { readSessionFiles } from './session-files.js';
-import { CODE_ROOT, type ExecutorEnvironment, HOST_ENTRY, HOST_PROCESS_ENV, SANDBOX_HIDDEN, Session, type SessionEnd } from './session.js';
+import { CODE_ROOT, type ExecutorEnvironment, HOST_ENTRY, SANDBOX_HIDDEN, hostProcessEnv, Session, type SessionEnd } from './session.js';
 
 export { Session, type SessionEnd } from './session.js';
 export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './sandbox.js';
@@ -284,7 +284,7 @@ function startPool(environment: ExecutorEnvironment, wanted: ExecutorServiceOpti
       codeRoot: CODE_ROOT,
       hidden: SANDBOX_HIDDEN,
       hostEntry: HOST_ENTRY,
-      hostEnv: HOST_PROCESS_ENV,
+      hostEnv: hostProcessEnv(),
     },
     size,
     { refill: wanted?.refill ?? true, deferred: wanted?.deferred ?? false },

@@ -117,14 +117,16 @@ export const HOST_ENTRY = ((): string => {
 export const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));
 /** The repository's caches and history, hidden in every sandbox. */
 export const SANDBOX_HIDDEN = [path.join(CODE_ROOT, '.cache'), path.join(CODE_ROOT, '.git')];
-/** The capsule host's own environment: nothing of the executor's (what a guest sees arrives in `start`). */
-export const HOST_PROCESS_ENV: NodeJS.ProcessEnv = {
-  PATH: '/usr/local/bin:/usr/bin:/bin',
-  LANG: 'C.UTF-8',
-  ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}),
-};
+/**
+ * The capsule host's own environment: nothing of the executor's (what a guest sees arrives in
+ * `start`). Read when a host starts, never when this module loads: `mur` is evaluated into a V8
+ * startup snapshot at build time, and a value read then would be the build's.
+ */
+export function hostProcessEnv(): NodeJS.ProcessEnv {
+  return { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) };
+}
 /** How long past its deadline a session may run before the executor kills it whole (`MURMUR_HARD_LIMIT_GRACE_MS`). */
-const HARD_LIMIT_GRACE_MS = Number(process.env.MURMUR_HARD_LIMIT_GRACE_MS ?? '') || 10_000;
+const hardLimitGraceMs = (): number => Number(process.env.MURMUR_HARD_LIMIT_GRACE_MS ?? '') || 10_000;
 const READY_TIMEOUT_MS = 30_000;
 /** How long a session's last spans may take to leave after its end, before they are given up. */
 const TELEMETRY_DRAIN_MS = 1_500;
@@ -138,7 +140,7 @@ const HOST_TASKS_BUDGET = 256;
 /** Network decisions of a sealed sandbox recorded in the trace; past this, one line says more were not. */
 const NETWORK_RECORDS_KEPT = 1_000;
 /** How long a child the model delegated to may run before its watcher ends it (`MURMUR_DELEGATION_DEADLINE_SECS`). */
-const DELEGATION_DEADLINE_SECS = Number(process.env.MURMUR_DELEGATION_DEADLINE_SECS ?? '') || 600;
+const delegationDeadlineSecs = (): number => Number(process.env.MURMUR_DELEGATION_DEADLINE_SECS ?? '') || 600;
 
 function findCodeRoot(from: string): string {
   let dir = from;
@@ -500,16 +502,17 @@ export class Session {
 
   private armHardLimit(): void {
     const plan = this.plan;
+    const graceMs = hardLimitGraceMs();
     this.hardLimit = setTimeout(
       () => {
         this.kill({
           code: 'E-RUN-001',
-          message: `capsule session exceeded its hard limit (${plan.policy.limits.deadline_seconds}s deadline + ${HARD_LIMIT_GRACE_MS / 1000}s) and was killed as a whole`,
+          message: `capsule session exceeded its hard limit (${plan.policy.limits.deadline_seconds}s deadline + ${graceMs / 1000}s) and was killed as a whole`,
           hint: 'the capsule host did not stop at its deadline; its whole process group was killed',
           path: 'capabilities.limits.deadline_seconds',
         });
       },
-      plan.policy.limits.deadline_seconds * 1000 + HARD_LIMIT_GRACE_MS,
+      plan.policy.limits.deadline_seconds * 1000 + graceMs,
     );
     this.hardLimit.unref();
   }
@@ -702,7 +705,7 @@ export class Session {
     });
     if (sandbox.start) start.sandbox = sandbox.start;
     if (sandbox.network) this.serveNetwork(sandbox.network);
-    this.watchHost(spawnSandboxedHost(sandbox, { cgroup: this.cgroup, cwd: this.paths.accessible, env: HOST_PROCESS_ENV }), []);
+    this.watchHost(spawnSandboxedHost(sandbox, { cgroup: this.cgroup, cwd: this.paths.accessible, env: hostProcessEnv() }), []);
   }
 
   /** The sealed sandbox's DNS and listeners, answered and judged here. */
@@ -1250,7 +1253,7 @@ export class Session {
           },
           env: values,
           task: request.task,
-          completion_deadline_secs: DELEGATION_DEADLINE_SECS,
+          completion_deadline_secs: delegationDeadlineSecs(),
           ...(this.telemetry?.traceparent ? { traceparent: this.telemetry.traceparent } : {}),
         },
         { timeoutMs: 120_000 },

@@ -1,0 +1,151 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { promises as fs, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { buildSnapshot } from '../../scripts/snapshot.mjs';
+import { capsuleProject } from '../../test/support/artifacts.js';
+import { tempDir } from '../../test/support/fs.js';
+import { capsuleWat } from '../../test/support/guests.js';
+import { murBin, repositoryRoot, runMur, stopAfterFile } from '../../test/support/processes.js';
+
+let scratch: { dir: string; cleanup: () => Promise<void> };
+
+beforeEach(async () => {
+  scratch = await tempDir('murmur-snapshot-');
+});
+
+afterEach(async () => {
+  await scratch.cleanup();
+});
+
+/** Builds a snapshot from `source` (an ES module) in the scratch directory. */
+async function snapshotOf(source: string): Promise<{ blob: string | undefined; reason: string | undefined }> {
+  const entry = path.join(scratch.dir, 'entry.mjs');
+  await fs.writeFile(entry, source);
+  return buildSnapshot({ entry, outDir: path.join(scratch.dir, 'out'), name: 'probe' });
+}
+
+/**
+ * Starts `mur roost` through `launcher` and returns the node command line the launcher exec'd
+ * (`/proc/<pid>/cmdline`: the launcher execs node in its own process), then stops it.
+ */
+async function launchedCommandLine(launcher: string, env: Record<string, string> = {}): Promise<string[]> {
+  const child: ChildProcess = stopAfterFile(
+    spawn(launcher, ['roost', '--port', '0', '--registry-path', path.join(scratch.dir, 'registry')], {
+      env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home'), ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    }),
+  );
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let stderr = '';
+      const timer = setTimeout(() => reject(new Error(`mur roost did not start:\n${stderr}`)), 20_000);
+      child.stderr?.on('data', (chunk: Buffer) => {
+        stderr += chunk.toString();
+        if (stderr.includes('listening on')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`mur roost exited with ${code}:\n${stderr}`));
+      });
+    });
+    return readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+  } finally {
+    child.kill('SIGKILL');
+  }
+}
+
+/** A copy of `cli/bin` beside the build's bundle and snapshot, with a `mur.blob.node` that says `builtBy`. */
+async function launcherCopy(builtBy: string): Promise<{ launcher: string; blob: string }> {
+  const cli = path.join(scratch.dir, 'cli');
+  await fs.mkdir(path.join(cli, 'bin'), { recursive: true });
+  await fs.mkdir(path.join(cli, 'dist', 'snapshot'), { recursive: true });
+  for (const file of ['mur', 'mur.js']) await fs.copyFile(path.join(repositoryRoot, 'cli', 'bin', file), path.join(cli, 'bin', file));
+  await fs.symlink(path.join(repositoryRoot, 'cli', 'dist', 'bundle'), path.join(cli, 'dist', 'bundle'));
+  const blob = path.join(cli, 'dist', 'snapshot', 'mur.blob');
+  await fs.copyFile(path.join(repositoryRoot, 'cli', 'dist', 'snapshot', 'mur.blob'), blob);
+  await fs.writeFile(`${blob}.node`, `${builtBy}\n`);
+  return { launcher: path.join(cli, 'bin', 'mur'), blob };
+}
+
+const thisNode = (): string => readFileSync(path.join(repositoryRoot, 'cli', 'dist', 'snapshot', 'mur.blob.node'), 'utf8').trim();
+
+describe('the snapshot build', () => {
+  it('refuses code that reads the environment or the working directory while it is evaluated, naming what it read', async () => {
+    await expect(
+      snapshotOf(
+        "import v8 from 'node:v8';\nconst home = process.env.MURMUR_SNAPSHOT_PROBE ?? process.cwd();\nv8.startupSnapshot.setDeserializeMainFunction(() => console.log(home));\n",
+      ),
+    ).rejects.toThrow(/\(process\.env\.MURMUR_SNAPSHOT_PROBE, process\.cwd\(\)\): read it when it is used/);
+    expect(await fs.readdir(path.join(scratch.dir, 'out'))).not.toContain('probe.blob');
+  });
+
+  it('gives code the environment of the run it is started for, and loads deferred built-ins on their first use', async () => {
+    const built = await snapshotOf(
+      [
+        "import { execFileSync } from 'node:child_process';",
+        "import v8 from 'node:v8';",
+        'v8.startupSnapshot.setDeserializeMainFunction(() => {',
+        "  process.stdout.write(`${process.env.MURMUR_SNAPSHOT_PROBE} ${execFileSync('sh', ['-c', 'echo from-a-child'], { encoding: 'utf8' })}`);",
+        '});',
+      ].join('\n'),
+    );
+    expect(built.reason).toBeUndefined();
+    const run = spawnSync(process.execPath, ['--max-semi-space-size=1', '--snapshot-blob', built.blob as string], {
+      env: { PATH: process.env.PATH ?? '', MURMUR_SNAPSHOT_PROBE: 'given-at-run-time' },
+      encoding: 'utf8',
+    });
+    expect(run.stderr).toBe('');
+    expect(run.stdout).toBe('given-at-run-time from-a-child\n');
+  });
+});
+
+describe('cli/bin/mur', () => {
+  it('starts node from the snapshot the build made for it', async () => {
+    const commandLine = await launchedCommandLine(murBin);
+    expect(commandLine).toContain('--snapshot-blob');
+    expect(commandLine[commandLine.indexOf('--snapshot-blob') + 1]).toMatch(/cli\/bin\/\.\.\/dist\/snapshot\/mur\.blob$/);
+  });
+
+  it('reads its environment when it runs, not when its snapshot was built', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+    const timed = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml'), '--explain-scope'], { env: { ...env, MURMUR_TIMING: '1' } });
+    expect(timed.code, timed.stderr).toBe(0);
+    expect(timed.stderr).toMatch(/^\[timing\] run command loaded \d+ms$/m);
+    const quiet = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml'), '--explain-scope'], { env });
+    expect(quiet.stderr).not.toContain('[timing]');
+  });
+
+  it('gives every run its own random session id', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+    const ids = new Set<string>();
+    for (let run = 0; run < 2; run += 1) {
+      const result = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml'), '--json'], { env });
+      expect(result.code, result.stderr).toBe(0);
+      // The uuid v7's last 16 hex digits are random; its first ones are the time.
+      ids.add((JSON.parse(result.stdout) as { session_id: string }).session_id.slice(-16));
+    }
+    expect(ids.size).toBe(2);
+  });
+
+  it('runs the bundle when the snapshot was built by another node', async () => {
+    const { launcher } = await launcherCopy('/opt/another/node');
+    const commandLine = await launchedCommandLine(launcher);
+    expect(commandLine).not.toContain('--snapshot-blob');
+    expect(commandLine).toContain(path.join(await fs.realpath(scratch.dir), 'cli', 'bin', 'mur.js'));
+  });
+
+  it('runs the bundle when node is newer than the snapshot, and when MURMUR_SNAPSHOT=off', async () => {
+    const { launcher, blob } = await launcherCopy(thisNode());
+    expect(await launchedCommandLine(launcher)).toContain('--snapshot-blob');
+    expect(await launchedCommandLine(launcher, { MURMUR_SNAPSHOT: 'off' })).not.toContain('--snapshot-blob');
+    const longAgo = new Date('2001-01-01T00:00:00Z');
+    await fs.utimes(blob, longAgo, longAgo);
+    expect(await launchedCommandLine(launcher)).not.toContain('--snapshot-blob');
+  });
+});
