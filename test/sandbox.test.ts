@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { capsuleProject } from './support/artifacts.js';
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
-import { capsuleWat, socketsCapsuleWat } from './support/guests.js';
+import { capsuleWat, rustCapsule, socketsCapsuleWat } from './support/guests.js';
 import { repositoryRoot, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer } from './support/servers.js';
 
@@ -198,6 +198,26 @@ describe('the capsule sandbox', () => {
       const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
       expect(log).toContain('[stdout] to stdout');
       expect(log).toContain('[stderr] to stderr');
+    });
+
+    it('runs a capsule built from Rust as upstream builds them: its granted environment only, its file written in its workdir, nothing beside it', async () => {
+      const rust = await rustCapsule();
+      if ('missing' in rust) throw new Error(rust.missing);
+      const project = await capsuleProject(
+        path.join(scratch.dir, 'rust'),
+        'name: rust-hello\nversion: 1.0.0\ncapabilities:\n  env:\n    allow: [GREETING]\n',
+        rust.bytes,
+      );
+      const result = await runMur(['run', '--json'], { cwd: project, env: { ...env, GREETING: 'hello', NOT_ALLOWED: 'nope' } });
+      expect(result.code, result.stderr).toBe(0);
+      const workdir = (JSON.parse(result.stdout) as { workdir: string }).workdir;
+      const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+      expect(log).toContain('[stdout] hello from rust-hello (rust): hello');
+      expect(log).toContain('[stdout] a write beside the workdir: refused');
+      expect(await fs.readFile(path.join(workdir, 'out', 'environment.txt'), 'utf8')).toBe(
+        ['GREETING', 'MURMUR_CAPSULE_NAME', 'MURMUR_CAPSULE_URL', 'MURMUR_CAPSULE_VERSION', 'MURMUR_SESSION_ID', ''].join('\n'),
+      );
+      expect(existsSync(path.join(path.dirname(workdir), 'outside.txt'))).toBe(false);
     });
 
     it('offers no sockets: a component importing wasi:sockets is refused with E-RUN-002 naming it', async () => {

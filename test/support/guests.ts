@@ -1,4 +1,4 @@
-import { type BuiltGuest, componentFromJs, componentFromWat } from '@murmur/guest-kit';
+import { type BuiltGuest, componentFromJs, componentFromRust, componentFromWat, rustToolchain } from '@murmur/guest-kit';
 import { probeCapsule, probeTool } from './probe-guests.js';
 
 /**
@@ -152,6 +152,45 @@ world capsule {
   worldName: 'capsule',
 };
 
+/**
+ * A script capsule built the way upstream's are: Rust's standard library on WASI (preview 1,
+ * adapted). It greets from its environment, writes the names of the variables it was given to
+ * `out/environment.txt`, and says whether a write beside its workdir was refused.
+ */
+export const RUST_CAPSULE = {
+  source: `use std::io::Write;
+
+#[export_name = "murmur:capsule/run@0.1.0#run"]
+pub extern "C" fn run() {
+    let mut names: Vec<String> = std::env::vars().map(|(name, _)| name).collect();
+    names.sort();
+    let capsule = std::env::var("MURMUR_CAPSULE_NAME").unwrap_or_else(|_| "a capsule".into());
+    let greeting = std::env::var("GREETING").unwrap_or_else(|_| "no greeting".into());
+    println!("hello from {} (rust): {}", capsule, greeting);
+    std::fs::create_dir_all("out").expect("out/");
+    let mut listing = std::fs::File::create("out/environment.txt").expect("out/environment.txt");
+    for name in &names {
+        writeln!(listing, "{}", name).expect("a line of out/environment.txt");
+    }
+    let outside = std::fs::write("../outside.txt", b"escaped");
+    println!("a write beside the workdir: {}", if outside.is_ok() { "allowed" } else { "refused" });
+}
+`,
+  world: `package test:rust;
+
+world capsule {
+  export murmur:capsule/run@0.1.0;
+}
+`,
+  worldName: 'capsule',
+};
+
+/** The Rust capsule, or why it cannot be built on this machine (no rustc with a WASI target). */
+export async function rustCapsule(): Promise<BuiltGuest | { missing: string }> {
+  const toolchain = rustToolchain();
+  return 'missing' in toolchain ? { missing: toolchain.missing } : componentFromRust(RUST_CAPSULE);
+}
+
 export function capsuleWat(): Promise<BuiltGuest> {
   return componentFromWat(CAPSULE_WAT);
 }
@@ -178,4 +217,5 @@ export async function buildAllGuests(): Promise<void> {
   await helloCapsuleJs();
   await probeCapsule();
   await probeTool();
+  await rustCapsule();
 }

@@ -1,13 +1,15 @@
+import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, promises as fs, readFileSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parse as parseWat } from '@bytecodealliance/jco';
+import { componentEmbed, componentNew, parse as parseWat, preview1AdapterReactorPath } from '@bytecodealliance/jco';
 
 /**
  * Builds guest components from our own sources, for tests, benchmarks and the demo: JavaScript
- * through componentize-js, or component WAT through jco's `parse`. Each build lands in a cache
+ * through componentize-js, component WAT through jco's `parse`, or Rust through a `rustc` that
+ * has a WASI target (Debian's `rustc` with `libstd-rust-dev-wasm32`). Each build lands in a cache
  * keyed by the hash of everything that decides its bytes (source, WIT, options, tool versions), so
  * a second build of the same guest is a file read. Nothing built here is ever committed.
  *
@@ -149,4 +151,78 @@ export async function componentFromJs(guest: JsGuest): Promise<BuiltGuest> {
 export async function componentFromWat(wat: string): Promise<BuiltGuest> {
   const key = cacheKey(['wat', packageVersion('@bytecodealliance/jco'), wat]);
   return cached('wat', key, () => parseWat(wat));
+}
+
+export interface RustGuest {
+  /**
+   * The crate: one file with no dependencies, built as a `cdylib` for WASI preview 1 against
+   * Rust's standard library. It exports its functions under their canonical ABI names, e.g.
+   * `#[export_name = "murmur:capsule/run@0.1.0#run"] pub extern "C" fn run()` for a `func()`.
+   */
+  source: string;
+  /** The guest's own WIT package and world, as for a JavaScript guest. */
+  world: string;
+  worldName: string;
+}
+
+export type RustToolchain = { rustc: string; target: string; version: string } | { missing: string };
+
+let foundToolchain: RustToolchain | undefined;
+
+/**
+ * A `rustc` whose sysroot has the standard library for WASI preview 1 (`wasm32-wasip1`, called
+ * `wasm32-wasi` before Rust 1.78): `MURMUR_RUSTC`, else the first such `rustc` on `PATH` or at
+ * `/usr/bin/rustc`. A rustup toolchain usually lacks the target (it is a download); Debian's
+ * `rustc` gets it from the `libstd-rust-dev-wasm32` package. Says why when there is none.
+ */
+export function rustToolchain(): RustToolchain {
+  if (foundToolchain) return foundToolchain;
+  const explicit = process.env.MURMUR_RUSTC?.trim();
+  const candidates = explicit ? [explicit] : ['rustc', '/usr/bin/rustc'];
+  const tried: string[] = [];
+  for (const rustc of candidates) {
+    const sysroot = spawnSync(rustc, ['--print', 'sysroot'], { encoding: 'utf8' });
+    if (sysroot.status !== 0) {
+      tried.push(`${rustc}: ${sysroot.error?.message ?? sysroot.stderr.trim()}`);
+      continue;
+    }
+    const target = ['wasm32-wasip1', 'wasm32-wasi'].find((name) => existsSync(path.join(sysroot.stdout.trim(), 'lib', 'rustlib', name, 'lib')));
+    if (!target) {
+      tried.push(`${rustc}: no wasm32-wasip1 or wasm32-wasi standard library in ${sysroot.stdout.trim()}`);
+      continue;
+    }
+    const version = spawnSync(rustc, ['--version'], { encoding: 'utf8' }).stdout.trim();
+    foundToolchain = { rustc, target, version };
+    return foundToolchain;
+  }
+  foundToolchain = { missing: `no rustc can build a WASI guest (${tried.join('; ')}); on Debian: apt-get install rustc libstd-rust-dev-wasm32` };
+  return foundToolchain;
+}
+
+/**
+ * Builds (or reads from the cache) a component from a Rust guest: `rustc` makes a core module that
+ * imports WASI preview 1, jco embeds the world's WIT in it and adapts it to preview 2 with the
+ * reactor adapter jco ships, as `cargo component` does for upstream's Rust capsules.
+ */
+export async function componentFromRust(guest: RustGuest): Promise<BuiltGuest> {
+  const toolchain = rustToolchain();
+  if ('missing' in toolchain) throw new Error(toolchain.missing);
+  const wit = `${guest.world}\n${witDependencies()}`;
+  const key = cacheKey(['rust', toolchain.version, toolchain.target, packageVersion('@bytecodealliance/jco'), wit, guest.source, guest.worldName]);
+  return cached('rust', key, async () => {
+    const workDir = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-guest-'));
+    try {
+      const sourcePath = path.join(workDir, 'guest.rs');
+      const corePath = path.join(workDir, 'guest.wasm');
+      await fs.writeFile(sourcePath, guest.source);
+      const codegen = ['-C', 'opt-level=s', '-C', 'strip=symbols'];
+      const args = ['--edition', '2021', '--target', toolchain.target, '--crate-type', 'cdylib', ...codegen, '-o', corePath, sourcePath];
+      const compiled = spawnSync(toolchain.rustc, args, { encoding: 'utf8' });
+      if (compiled.status !== 0) throw new Error(`${toolchain.rustc} ${args.join(' ')} failed:\n${compiled.stderr}`);
+      const embedded = await componentEmbed({ binary: await fs.readFile(corePath), witSource: wit, world: guest.worldName });
+      return componentNew(embedded, [['wasi_snapshot_preview1', await fs.readFile(preview1AdapterReactorPath())]]);
+    } finally {
+      await fs.rm(workDir, { recursive: true, force: true });
+    }
+  });
 }
