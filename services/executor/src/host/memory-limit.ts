@@ -1,3 +1,4 @@
+import { readFileSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { watchMemoryGrowth, watchedModuleFile } from './grow-watch.js';
 import { encodeU32 } from './leb128.js';
@@ -207,6 +208,31 @@ function formatBytes(bytes: number): string {
 }
 
 /**
+ * Up to this size a core module is read and compiled on the calling thread. The asynchronous forms
+ * hand the work to other threads and back, which for a small module costs more than the work: on
+ * these 2-core machines a pooled host took ~8 ms to read a Rust capsule's 96 KiB module through the
+ * thread pool (busy loading the guest worker's glue) and ~7 ms to compile it asynchronously, against
+ * ~0.5 ms to compile it here — and a launch waits for it. A large module (a componentize-js
+ * capsule's 12 MB) is still read and compiled off the thread, which would otherwise stop answering
+ * its channel for as long.
+ */
+const ON_THREAD_MAX_BYTES = 1024 * 1024;
+
+function compile(bytes: Uint8Array): Promise<WebAssembly.Module> {
+  if (bytes.byteLength > ON_THREAD_MAX_BYTES) return WebAssembly.compile(bytes);
+  try {
+    return Promise.resolve(new WebAssembly.Module(bytes));
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+/** A file's bytes: read here when it is small, else by the thread pool. */
+async function readBytes(file: string): Promise<Uint8Array> {
+  return statSync(file).size <= ON_THREAD_MAX_BYTES ? readFileSync(file) : readFile(file);
+}
+
+/**
  * A core module compiled with its memories capped — growth past the limit fails in the guest
  * instead of succeeding — and, where it can be, with the refused growth remembered (`grow-watch`).
  */
@@ -214,10 +240,10 @@ export async function compileCoreModule(file: string, memoryLimitBytes: number):
   const watched = await watchedModule(file);
   if (watched) {
     // A rewrite the engine refuses costs the watch, never the module.
-    const compiled = await WebAssembly.compile(capModuleMemory(watched, memoryLimitBytes).bytes).catch(() => undefined);
+    const compiled = await compile(capModuleMemory(watched, memoryLimitBytes).bytes).catch(() => undefined);
     if (compiled) return compiled;
   }
-  return WebAssembly.compile(capModuleMemory(await readFile(file), memoryLimitBytes).bytes);
+  return compile(capModuleMemory(await readBytes(file), memoryLimitBytes).bytes);
 }
 
 /**
@@ -225,7 +251,7 @@ export async function compileCoreModule(file: string, memoryLimitBytes: number):
  * per machine, as the host may not write there), else made here, for this session only.
  */
 async function watchedModule(file: string): Promise<Uint8Array | undefined> {
-  const kept = await readFile(watchedModuleFile(file)).catch(() => undefined);
+  const kept = await readBytes(watchedModuleFile(file)).catch(() => undefined);
   if (kept) return kept.length > 0 ? kept : undefined;
-  return watchMemoryGrowth(await readFile(file));
+  return watchMemoryGrowth(await readBytes(file));
 }
