@@ -25,7 +25,7 @@ import { findProjectRoot } from '../project.js';
 import { openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
 import { launchEnvironment, sessionDoorUrl, watchSessionEnd } from '../session-launch.js';
-import { stageThroughBus } from '../staging.js';
+import { type CliStageSource, stageThroughBus, uploadStageSource } from '../staging.js';
 import { configuredContainment } from '../workspace-config.js';
 
 export interface RunOptions {
@@ -177,6 +177,14 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   timing('runtime open');
   // The lock is the launcher's: only this machine holds the project it belongs to.
   const lockPath = fromRegistry ? undefined : path.join(manifestDir, LOCKFILE_NAME);
+  const source: CliStageSource = fromRegistry
+    ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir }
+    : { kind: 'directory', dir: manifestDir };
+  // The upload starts while the executor is asked about the scope (on the stack, a few round trips
+  // each): it changes nothing anyone sees. A refusal that comes first still comes first; the
+  // upload's own failure is reported when staging waits for it.
+  const uploading = options.explainScope ? undefined : uploadStageSource(runtime.bus, source);
+  uploading?.catch(() => {});
   try {
     // The containment floor is decided before anything is staged or written (upstream's order):
     // the grants come from the manifest alone, the achievable class from an executor.
@@ -208,9 +216,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     runtime.warmHost?.();
     const plan = await stageThroughBus(
       runtime.bus,
-      fromRegistry
-        ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir }
-        : { kind: 'directory', dir: manifestDir },
+      uploading ?? source,
       {
         env_names: Object.keys(env),
         honour_pins: true,
