@@ -1,20 +1,25 @@
 /**
- * `npm run bench:run`: `mur run` of a small script capsule with a warm cache — median and p90
- * wall time and peak RSS over repeated runs — side by side with a bare `node` process that runs
- * the same transpiled component with no sandbox, no policy and no records. The difference is what
- * the runtime costs: staging, the executor, the sandbox, the capsule host. Aim (issue 13): the
- * median ≤ 1.5× the bare node's, peak RSS ≤ the bare node's + 20 MB. A second pair does the same
- * for a 12 MB JavaScript capsule, for scale. `mur run` is measured with its one warm host (started
- * while the capsule is staged) and without it (`MURMUR_EXECUTOR_POOL=0`), run as a user runs it:
- * the bin itself, so the node flags of its shebang apply.
+ * `npm run bench:run`: `mur run` of a script capsule with a warm cache — median and p90 wall time
+ * and peak RSS over repeated runs — side by side with a bare `node` process that runs the same
+ * transpiled component with no sandbox, no policy and no records. The difference is what the
+ * runtime costs: staging, the executor, the sandbox, the capsule host. Aim (issue 13): the median
+ * ≤ 1.5× the bare node's, peak RSS ≤ the bare node's + 20 MB.
+ *
+ * Three capsules: a component WAT that does nothing; upstream's kind of capsule, built from Rust
+ * (it reads its environment and writes a file; needs a rustc with a WASI target, else its row says
+ * why it is missing); and a 12 MB JavaScript capsule, for scale. Each is run, as a user runs it
+ * (`cli/bin/mur`, so the launcher's snapshot and node flags apply):
+ * - `mur run`: in-process, from the startup snapshot, with its one warm host started while the
+ *   capsule is staged;
+ * - from the bundle (`MURMUR_SNAPSHOT=off`): what the snapshot saves;
+ * - without the warm host (`MURMUR_EXECUTOR_POOL=0`);
+ * - unsealed (`MURMUR_CONFINE=none`: bubblewrap's composed root alone, which has no pool), so the
+ *   sealed sandbox's own cost is the difference of its median and the unpooled sealed one's;
+ * - against a stack on this machine (`nats-server` and the services as processes, the executor
+ *   keeping its warm pool): `mur` as a thin client of a warm executor.
  *
  * Then, on a warm executor in one process (`bench/first-instruction.ts`): a launch request to the
  * guest's first instruction, with the warm pool and without. Aim: ≤ 20 ms p50, ≤ 50 ms p99 pooled.
- *
- * Each capsule also runs with sealing turned off (`MURMUR_CONFINE=none`: bubblewrap's composed
- * root alone, the sandbox before sealed containment, which has no pool), so the sealed sandbox's
- * own cost — the network namespace, Landlock, seccomp, the execute-only node — is the difference
- * of its median and the unpooled sealed one's. Aim: ≤ 10 ms.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, promises as fs } from 'node:fs';
@@ -22,7 +27,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { capsuleProject } from '../test/support/artifacts.js';
-import { capsuleWat, helloCapsuleJs, printingCapsuleWat } from '../test/support/guests.js';
+import { capsuleWat, helloCapsuleJs, printingCapsuleWat, rustCapsule } from '../test/support/guests.js';
+import { startNatsServer } from '../test/support/nats-server.js';
+import { type ServiceProcess, startService } from '../test/support/processes.js';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 30);
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -55,59 +62,71 @@ function stats(samples: Sample[]): { median: number; p90: number; rss: number | 
 }
 
 const scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-bench-run-'));
+const nats = await startNatsServer();
+const services: ServiceProcess[] = [];
 try {
   const env = { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch, 'home') };
+  // The stack: its own home (its stager's cache, its executor's workdirs), the executor's default pool.
+  const stackEnv = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch, 'stack-home') };
+  for (const name of ['stager', 'executor', 'watcher', 'door']) services.push(await startService(name, stackEnv));
+
+  const rust = await rustCapsule();
   const capsules = [
-    { label: 'small (component WAT)', bytes: (await capsuleWat()).bytes },
-    { label: '12 MB (componentize-js)', bytes: (await helloCapsuleJs()).bytes },
+    { label: 'WAT, returns', bytes: (await capsuleWat()).bytes },
+    'missing' in rust ? { label: 'Rust, env + a file', missing: rust.missing } : { label: 'Rust, env + a file', bytes: rust.bytes },
+    { label: '12 MB JS (componentize)', bytes: (await helloCapsuleJs()).bytes },
+  ];
+  const runners: Array<{ label: string; env: NodeJS.ProcessEnv }> = [
+    { label: 'mur run', env },
+    { label: 'mur run, bundle', env: { ...env, MURMUR_SNAPSHOT: 'off' } },
+    { label: 'mur run, no pool', env: { ...env, MURMUR_EXECUTOR_POOL: '0' } },
+    { label: 'mur run, unsealed', env: { ...env, MURMUR_CONFINE: 'none' } },
+    { label: 'mur run → stack', env: { ...env, MURMUR_NATS_URL: nats.url } },
   ];
   process.stdout.write(
     `mur run, warm cache, ${RUNS} runs each (${os.cpus().length} cores, node ${process.version}${timeBinary ? '' : ', no /usr/bin/time: RSS not measured'})\n\n`,
   );
-  process.stdout.write('capsule                   runner              median ms   p90 ms   peak RSS MB\n');
+  process.stdout.write('capsule                   runner              median ms   p90 ms   peak RSS MB   × bare\n');
   for (const [index, capsule] of capsules.entries()) {
-    const project = await capsuleProject(path.join(scratch, `capsule-${index}`), `name: bench-${index}\nversion: 1.0.0\n`, capsule.bytes);
-    const manifest = path.join(project, 'murmur.yaml');
+    if (!('bytes' in capsule)) {
+      process.stdout.write(`${capsule.label.padEnd(26)}not built: ${capsule.missing}\n\n`);
+      continue;
+    }
+    const manifest = `name: bench-${index}\nversion: 1.0.0\n`;
+    const project = await capsuleProject(path.join(scratch, `capsule-${index}`), manifest, capsule.bytes);
+    const murRun = [mur, 'run', '--manifest', path.join(project, 'murmur.yaml'), '--json'];
     // Warm the cache, and find the transpiled bundle the baseline runs.
     const warm = spawnSync(mur, ['stage', project, '--json'], { env, encoding: 'utf8' });
     if (warm.status !== 0) throw new Error(warm.stderr);
     const bundleKey = (JSON.parse(warm.stdout) as { capsule: { component: { bundle: { key: string } } } }).capsule.component.bundle.key;
-    const bundleDir = path.join(env.MURMUR_HOME, 'cache', 'transpiled', bundleKey);
-    const unsealed = { ...env, MURMUR_CONFINE: 'none' };
-    const unpooled = { ...env, MURMUR_EXECUTOR_POOL: '0' };
-    // As a user runs it: the bin itself, so its shebang's node flags apply.
-    const murRun = [mur, 'run', '--manifest', manifest, '--json'];
-    measure(murRun, env, project);
-    measure(murRun, unsealed, project);
-    measure(murRun, unpooled, project);
-    measure([process.execPath, bare, bundleDir], env, root);
-    const murSamples: Sample[] = [];
-    const unsealedSamples: Sample[] = [];
-    const unpooledSamples: Sample[] = [];
+    const bareRun = [process.execPath, bare, path.join(env.MURMUR_HOME, 'cache', 'transpiled', bundleKey), path.join(scratch, `bare-${index}`)];
+    await fs.mkdir(bareRun[3] as string, { recursive: true });
+    for (const runner of runners) measure(murRun, runner.env, project);
+    measure(bareRun, env, root);
+    const samples = runners.map((): Sample[] => []);
     const bareSamples: Sample[] = [];
-    // Interleaved, so a machine that slows down for a while slows all four alike.
+    // Interleaved, so a machine that slows down for a while slows every runner alike; the stack's
+    // executor has refilled its pool by the time its turn comes round again.
     for (let run = 0; run < RUNS; run += 1) {
-      murSamples.push(measure(murRun, env, project));
-      unsealedSamples.push(measure(murRun, unsealed, project));
-      unpooledSamples.push(measure(murRun, unpooled, project));
-      bareSamples.push(measure([process.execPath, bare, bundleDir], env, root));
+      for (const [at, runner] of runners.entries()) samples[at]?.push(measure(murRun, runner.env, project));
+      bareSamples.push(measure(bareRun, env, root));
     }
-    const murStats = stats(murSamples);
-    const unsealedStats = stats(unsealedSamples);
-    const unpooledStats = stats(unpooledSamples);
     const bareStats = stats(bareSamples);
-    const row = (runner: string, value: ReturnType<typeof stats>) =>
-      `${capsule.label.padEnd(26)}${runner.padEnd(20)}${value.median.toFixed(1).padStart(9)}  ${value.p90.toFixed(1).padStart(7)}  ${value.rss === undefined ? 'n/a'.padStart(12) : value.rss.toFixed(1).padStart(12)}\n`;
-    process.stdout.write(row('mur run (sealed)', murStats));
-    process.stdout.write(row('mur run (no pool)', unpooledStats));
-    process.stdout.write(row('mur run (unsealed)', unsealedStats));
+    const row = (runner: string, value: ReturnType<typeof stats>): string =>
+      `${capsule.label.padEnd(26)}${runner.padEnd(20)}${value.median.toFixed(1).padStart(9)}  ${value.p90.toFixed(1).padStart(7)}  ${value.rss === undefined ? 'n/a'.padStart(12) : value.rss.toFixed(1).padStart(12)}  ${(value.median / bareStats.median).toFixed(2).padStart(7)}\n`;
+    const byLabel = new Map(runners.map((runner, at) => [runner.label, stats(samples[at] ?? [])]));
+    for (const [label, value] of byLabel) process.stdout.write(row(label, value));
     process.stdout.write(row('bare node', bareStats));
-    process.stdout.write(`${''.padEnd(26)}ratio (median)      ${(murStats.median / bareStats.median).toFixed(2).padStart(9)}\n`);
+    const of = (label: string): number => byLabel.get(label)?.median ?? Number.NaN;
+    const rss = byLabel.get('mur run')?.rss;
+    process.stdout.write(`${''.padEnd(26)}the snapshot saves  ${(of('mur run, bundle') - of('mur run')).toFixed(1).padStart(9)} ms (median)\n`);
     // Unsealed has no pool (a pooled host is a sealed one): sealing's own cost is against the unpooled run.
-    process.stdout.write(`${''.padEnd(26)}sealing adds        ${(unpooledStats.median - unsealedStats.median).toFixed(1).padStart(9)} ms (median, no pool)\n`);
-    process.stdout.write(`${''.padEnd(26)}the warm host saves ${(unpooledStats.median - murStats.median).toFixed(1).padStart(9)} ms (median)\n`);
     process.stdout.write(
-      `${''.padEnd(26)}RSS over bare node  ${murStats.rss !== undefined && bareStats.rss !== undefined ? (murStats.rss - bareStats.rss).toFixed(1).padStart(9) : 'n/a'.padStart(9)} MB\n\n`,
+      `${''.padEnd(26)}sealing adds        ${(of('mur run, no pool') - of('mur run, unsealed')).toFixed(1).padStart(9)} ms (median, no pool)\n`,
+    );
+    process.stdout.write(`${''.padEnd(26)}the warm host saves ${(of('mur run, no pool') - of('mur run')).toFixed(1).padStart(9)} ms (median)\n`);
+    process.stdout.write(
+      `${''.padEnd(26)}RSS over bare node  ${rss !== undefined && bareStats.rss !== undefined ? (rss - bareStats.rss).toFixed(1).padStart(9) : 'n/a'.padStart(9)} MB (mur run)\n\n`,
     );
   }
   process.stdout.write('aim: median ≤ 1.5× the bare node, peak RSS ≤ the bare node + 20 MB\n\n');
@@ -130,5 +149,7 @@ try {
   }
   process.stdout.write('\naim: ≤ 20 ms p50, ≤ 50 ms p99 with the pool\n');
 } finally {
+  for (const service of services.reverse()) await service.stop();
+  await nats.stop();
   await fs.rm(scratch, { recursive: true, force: true });
 }
