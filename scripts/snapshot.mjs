@@ -123,8 +123,10 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     entry: 'cli/dist/snapshot.js',
     outDir: 'cli/dist/snapshot',
     name: 'mur',
-    // Packages that find their own files at run time stay in node_modules, as in the bundle.
-    external: ['@bytecodealliance/*', 'pino', 'thread-stream'],
+    // Packages that find their own files at run time stay in node_modules, as in the bundle; so
+    // does the OpenTelemetry SDK (~290 KB, loaded only when a run exports spans), which would
+    // otherwise be source text in every run's heap.
+    external: ['@bytecodealliance/*', 'pino', 'thread-stream', '@opentelemetry/*'],
   });
   if (!built.blob) process.stdout.write(`no startup snapshot for mur (this node could not build one), so mur runs from its bundle:\n${built.reason}\n`);
 }
