@@ -88,16 +88,3 @@ export function capabilityPolicy(manifest: CapsuleManifest): CapabilityPolicy {
 function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
   return Object.fromEntries(Object.entries(value).filter(([, entry]) => entry !== undefined)) as { [K in keyof T]: Exclude<T[K], undefined> };
 }
-
-/**
- * The capability categories a capsule holds, in upstream's fixed order (the trace's
- * `session_start.capabilities` and a hook's `session-context.capabilities`): `network` with any
- * allow rule, `filesystem` with a scope narrower than the workdir, `shell` with any binary.
- */
-export function capabilityCategories(policy: Pick<CapabilityPolicy, 'network_allow' | 'filesystem_scope' | 'shell_allow'>): string[] {
-  return [
-    ...(policy.network_allow.length > 0 ? ['network'] : []),
-    ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []),
-    ...(policy.shell_allow.length > 0 ? ['shell'] : []),
-  ];
-}

@@ -178,10 +178,11 @@ export class PooledHost {
 
   /**
    * Tells the host what its session will run first (`expect`), sent as soon as a launch takes it:
-   * the host compiles and loads it while the helper attaches the workdir.
+   * the host compiles and loads it (and an agent's task loop) while the helper attaches the workdir.
    */
-  expect(component: HostComponent, memoryLimitBytes: number): void {
-    if (this.child.connected) this.child.send({ type: 'expect', component, memory_limit_bytes: memoryLimitBytes } satisfies ExpectMessage, () => {});
+  expect(component: HostComponent, memoryLimitBytes: number, agent: boolean): void {
+    const message: ExpectMessage = { type: 'expect', component, memory_limit_bytes: memoryLimitBytes, ...(agent ? { agent } : {}) };
+    if (this.child.connected) this.child.send(message, () => {});
   }
 
   /** Stops listening for the pool: the session takes the host's streams and messages from here. */

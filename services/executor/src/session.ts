@@ -664,7 +664,7 @@ export class Session {
           this.cgroup = host.cgroup;
           // The capsule's own component, or an agent's driver: what the guest's first instruction waits for.
           const first = this.components[0];
-          if (first) host.expect(first, start.policy.limits.memory_bytes);
+          if (first) host.expect(first, start.policy.limits.memory_bytes, start.agent !== undefined);
           this.pooled = { host, attaching: host.attach(this.paths.accessible) };
           this.bootstrap.line('[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now)');
           return;

@@ -145,6 +145,7 @@ process.on('message', (raw: unknown) => {
   if (message.type === 'expect' && !started) {
     precompileCoreModules(message.component, message.memory_limit_bytes);
     preloadInWorker(prewarmed, message.component);
+    if (message.agent) void agentSessionModule().catch(() => {});
     return;
   }
   if (message.type === 'start' && !started) {
@@ -204,10 +205,21 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
 }
 send({ type: 'ready' });
 
+/**
+ * The agent's task loop and all it uses (the schemas, the MCP tool server): ~480 KB a script
+ * capsule's host never loads. A pooled host told it will serve an agent loads it while its
+ * workdir is attached.
+ */
+let agentSession: Promise<typeof import('./agent-session.js')> | undefined;
+function agentSessionModule(): Promise<typeof import('./agent-session.js')> {
+  agentSession ??= import('./agent-session.js');
+  return agentSession;
+}
+
 /** An agent's task loop over the host, or a script capsule's one run (the agent's modules load only for an agent). */
 async function runSession(capsuleHost: CapsuleHost, message: ExecutorToHost & { type: 'start' }): Promise<SessionResult> {
   if (!message.agent) return capsuleHost.run();
-  const { AgentSession } = await import('./agent-session.js');
+  const { AgentSession } = await agentSessionModule();
   const session = new AgentSession(capsuleHost, message, message.agent, channel);
   capsuleHost.onStop((reason) => session.stop(reason));
   return session.run();

@@ -155,10 +155,17 @@ export const HandOverMessageSchema = z.object({ type: z.literal('hand-over'), sa
 /**
  * A pooled host, told what its session will run first while its workdir is being attached: it
  * compiles the component's core modules and has its waiting worker load the component's glue,
- * so neither is on the way to the guest's first instruction. Nothing is instantiated and no guest
- * code runs before `start`; a host that is never started throws the work away with itself.
+ * so neither is on the way to the guest's first instruction; for an agent (`agent`), it loads the
+ * task loop's modules as well, which a script capsule's host never loads. Nothing is instantiated
+ * and no guest code runs before `start`; a host that is never started throws the work away with
+ * itself.
  */
-export const ExpectMessageSchema = z.object({ type: z.literal('expect'), component: HostComponentSchema, memory_limit_bytes: z.number().int().positive() });
+export const ExpectMessageSchema = z.object({
+  type: z.literal('expect'),
+  component: HostComponentSchema,
+  memory_limit_bytes: z.number().int().positive(),
+  agent: z.boolean().optional(),
+});
 export type ExpectMessage = z.infer<typeof ExpectMessageSchema>;
 
 export const StartMessageSchema = z.object({
