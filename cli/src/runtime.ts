@@ -20,7 +20,7 @@ export interface Runtime {
    * when that is the one session it will serve; over NATS, whichever door answers `door.locate`.
    */
   door(bind: string, port: number, soleSession?: string): Promise<string>;
-  /** In-process with `warmHostBase`: starts the one warm host (nothing is made before this is called). */
+  /** In-process with `warmHostBase`: starts the one warm host (its sandbox makes nothing on disk; nothing is started before this is called). */
   warmHost?: () => void;
   close(): Promise<void>;
 }

@@ -185,6 +185,10 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   // upload's own failure is reported when staging waits for it.
   const uploading = options.explainScope ? undefined : uploadStageSource(runtime.bus, source);
   uploading?.catch(() => {});
+  // In-process, the one warm host starts its sandbox now, while the manifest is read, the scope
+  // explained and the capsule staged: its start is most of a run's wait. A run refused before
+  // staging throws it away, which leaves nothing behind (the pooled sandbox makes nothing on disk).
+  if (!options.explainScope) runtime.warmHost?.();
   try {
     // The containment floor is decided before anything is staged or written (upstream's order):
     // the grants come from the manifest alone, the achievable class from an executor.
@@ -212,8 +216,6 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       // start its inference pulls and compiles nothing.
       if (manifest.inference?.transport === 'process' && manifest.inference.command) locateHarness(manifest.inference.command, env.PATH);
     }
-    // Every refusal that comes before staging has had its say: the host's sandbox may start now.
-    runtime.warmHost?.();
     const plan = await stageThroughBus(
       runtime.bus,
       uploading ?? source,
