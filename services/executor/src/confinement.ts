@@ -216,6 +216,20 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
   }
 }
 
+/**
+ * Whether a sandbox was sealed with this helper, bubblewrap and node since the kernel booted: the
+ * probe's kept answer, read without probing or copying anything. Such a host's namespaces work, so
+ * an in-process `mur run` need not start bubblewrap to ask again (~12 ms of every run).
+ */
+export function sealedSinceBoot(options: { helper: string; bwrap: string; cacheDir: string }): boolean {
+  try {
+    const key = probeKey(realpathSync(options.helper), options.bwrap, executeOnlyNodePath(options.cacheDir).target);
+    return readProbeCache(path.join(options.cacheDir, 'runtime', 'confine-probe.json'), key) !== undefined;
+  } catch {
+    return false;
+  }
+}
+
 /** What the probe runs last, under every piece of the sandbox: a tiny program, so the probe stays cheap. */
 const PROBE_COMMAND = ['/usr/bin/true', '/bin/true'];
 
@@ -282,13 +296,19 @@ export function nodeExecutables(node: string): string[] {
  * same user in the same sandbox — cannot read the host's memory, environment or descriptors
  * through `/proc/<pid>/…` (where the inference key lives). Made once per node build, by rename.
  */
-export function executeOnlyNode(cacheDir: string): string {
+/** Where the execute-only copy of this process's node goes: named by its version, size and time. */
+function executeOnlyNodePath(cacheDir: string): { source: string; size: number; target: string } {
   const source = realpathSync(process.execPath);
   const status = statSync(source);
   const dir = path.join(cacheDir, 'runtime', `node-${process.version}-${status.size}-${Math.trunc(status.mtimeMs)}`);
-  const target = path.join(dir, 'node');
+  return { source, size: status.size, target: path.join(dir, 'node') };
+}
+
+export function executeOnlyNode(cacheDir: string): string {
+  const { source, size, target } = executeOnlyNodePath(cacheDir);
+  const dir = path.dirname(target);
   const existing = statSync(target, { throwIfNoEntry: false });
-  if (existing?.isFile() && existing.size === status.size && (existing.mode & 0o777) === 0o111) return target;
+  if (existing?.isFile() && existing.size === size && (existing.mode & 0o777) === 0o111) return target;
   mkdirSync(dir, { recursive: true });
   const temporary = `${target}.${process.pid}.tmp`;
   try {

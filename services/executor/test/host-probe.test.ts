@@ -1,0 +1,53 @@
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { probeHost } from '../src/host-probe.js';
+import { tempDir } from '../../../test/support/fs.js';
+
+let scratch: { dir: string; cleanup: () => Promise<void> };
+
+beforeEach(async () => {
+  scratch = await tempDir('murmur-host-probe-');
+});
+
+afterEach(async () => {
+  await scratch.cleanup();
+});
+
+/** A bubblewrap that writes down each time it is started, then is the real one. */
+function countingBubblewrap(): { bwrap: string; starts: () => number } {
+  const log = path.join(scratch.dir, 'starts.log');
+  writeFileSync(log, '');
+  const bwrap = path.join(scratch.dir, 'bwrap');
+  writeFileSync(bwrap, `#!/bin/sh\necho started >> '${log}'\nexec bwrap "$@"\n`);
+  chmodSync(bwrap, 0o755);
+  return { bwrap, starts: () => readFileSync(log, 'utf8').split('\n').filter(Boolean).length };
+}
+
+describe('the host probe', () => {
+  it('asks bubblewrap again only when no sandbox was sealed with it since boot, or the kept answer was forgotten', () => {
+    const { bwrap, starts } = countingBubblewrap();
+    const env = { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_BWRAP: bwrap };
+
+    const first = probeHost(env);
+    expect(first.namespaces.tool).toBe('bubblewrap');
+    expect(first.confine.support, first.confine.reason).toBeDefined();
+    // The namespaces, then a whole sealed sandbox.
+    expect(starts()).toBe(2);
+
+    const again = probeHost(env);
+    expect(again.namespaces).toEqual(first.namespaces);
+    expect(again.confine.support).toEqual(first.confine.support);
+    expect(starts()).toBe(2);
+
+    // A launch that found the host changed forgets the answer: both are asked again.
+    again.confine.forget?.();
+    probeHost(env);
+    expect(starts()).toBe(4);
+
+    // Sealing turned off keeps nothing to go by: bubblewrap itself is asked.
+    const unsealed = probeHost({ ...env, MURMUR_CONFINE: 'none' });
+    expect(unsealed.namespaces.tool).toBe('bubblewrap');
+    expect(starts()).toBe(5);
+  });
+});
