@@ -29,7 +29,7 @@ export const NODE_FLAGS = ['--max-semi-space-size=1'];
 // of one returns a stand-in that loads the module on first use.
 const DEFERRED_BUILTINS = ['child_process', 'worker_threads', 'tls'];
 
-// The snapshot builder's \`require\` knows built-ins only, and so does the one a snapshot starts
+// The snapshot builder's `require` knows built-ins only, and so does the one a snapshot starts
 // with; the external packages (those that find their own files at run time) are required, at run
 // time, through a require made for the bundle's own path.
 const banner = `

@@ -17,8 +17,8 @@ import { main } from './main.js';
  * stack. Other commands are in the snapshot's code but evaluated when they run, as from the
  * bundle. The invariant every module keeps for this: evaluating it reads nothing of the process
  * it runs in (environment, working directory, home, terminal) — the build's values would be
- * frozen into every run. The build checks the environment half of that and refuses a snapshot
- * whose evaluation read a variable.
+ * frozen into every run. The build checks the environment and the working directory, and refuses
+ * a snapshot whose evaluation read either.
  */
 const evaluated = [run, door, natsBus];
 
@@ -28,12 +28,15 @@ const evaluated = [run, door, natsBus];
  * sends and receives. Each object schema of the contracts parses an empty object here, once, so the
  * compiled parsers are in the snapshot; nothing else about a schema changes.
  */
-function compileObjectParsers(roots: unknown[]): number {
+function compileObjectParsers(roots: unknown[]): void {
   const seen = new Set<unknown>();
   const isSchema = (value: unknown): value is { _zod: { def: Record<string, unknown> }; safeParse(input: unknown): unknown } =>
     typeof value === 'object' && value !== null && '_zod' in value && typeof (value as { safeParse?: unknown }).safeParse === 'function';
   const visit = (value: unknown): void => {
-    if (Array.isArray(value)) return value.forEach(visit);
+    if (Array.isArray(value)) {
+      value.forEach(visit);
+      return;
+    }
     if (!isSchema(value) || seen.has(value)) return;
     seen.add(value);
     const def = value._zod.def;
@@ -45,7 +48,6 @@ function compileObjectParsers(roots: unknown[]): number {
     }
   };
   roots.forEach(visit);
-  return seen.size;
 }
 
 if (!v8.startupSnapshot.isBuildingSnapshot()) {
