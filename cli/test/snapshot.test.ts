@@ -140,6 +140,14 @@ describe('cli/bin/mur', () => {
     expect(commandLine).toContain(path.join(await fs.realpath(scratch.dir), 'cli', 'bin', 'mur.js'));
   });
 
+  it('runs the bundle, without a word, when the record of the node that built the snapshot is missing', async () => {
+    const { launcher, blob } = await launcherCopy(thisNode());
+    await fs.rm(`${blob}.node`);
+    expect(await launchedCommandLine(launcher)).not.toContain('--snapshot-blob');
+    const version = spawnSync(launcher, ['--version'], { env: { PATH: process.env.PATH ?? '' }, encoding: 'utf8' });
+    expect({ status: version.status, stdout: version.stdout, stderr: version.stderr }).toEqual({ status: 0, stdout: '0.1.0\n', stderr: '' });
+  });
+
   it('runs the bundle when node is newer than the snapshot, and when MURMUR_SNAPSHOT=off', async () => {
     const { launcher, blob } = await launcherCopy(thisNode());
     expect(await launchedCommandLine(launcher)).toContain('--snapshot-blob');
