@@ -17,7 +17,7 @@ import {
 import { capsuleArchive, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
-import { murBin, repositoryRoot, startService } from './support/processes.js';
+import { murBin, repositoryRoot, startService, untilSaid } from './support/processes.js';
 
 /**
  * roost as it is deployed: its own process on a real nats-server with JetStream, keeping sessions
@@ -114,7 +114,6 @@ describe('mur roost', () => {
   let scratch: { dir: string; cleanup: () => Promise<void> };
   let child: ChildProcess;
   let url: string;
-  let stderr = '';
 
   beforeAll(async () => {
     scratch = await tempDir('murmur-mur-roost-');
@@ -125,20 +124,9 @@ describe('mur roost', () => {
       env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home') },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    const port = await new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`mur roost did not say where it listens:\n${stderr}`)), 20_000);
-      child.stderr?.on('data', (chunk: Buffer) => {
-        stderr += chunk.toString();
-        const match = /mur-roost: listening on 127\.0\.0\.1:(\d+) \(registry (.+)\)/.exec(stderr);
-        if (match) {
-          clearTimeout(timer);
-          resolve(Number(match[1]));
-        }
-      });
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`mur roost exited with ${code}:\n${stderr}`));
-      });
+    const port = await untilSaid(child, 'stderr', (stderr) => {
+      const match = /mur-roost: listening on 127\.0\.0\.1:(\d+) \(registry (.+)\)/.exec(stderr);
+      return match ? Number(match[1]) : undefined;
     });
     expect(port).toBeGreaterThan(0);
     url = `http://127.0.0.1:${port}`;

@@ -2,11 +2,11 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { promises as fs, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { buildSnapshot } from '../../scripts/snapshot.mjs';
+import { NODE_FLAGS, buildSnapshot } from '../../scripts/snapshot.mjs';
 import { capsuleProject } from '../../test/support/artifacts.js';
 import { tempDir } from '../../test/support/fs.js';
 import { capsuleWat } from '../../test/support/guests.js';
-import { murBin, repositoryRoot, runMur, stopAfterFile } from '../../test/support/processes.js';
+import { murBin, repositoryRoot, runMur, stopAfterFile, untilSaid } from '../../test/support/processes.js';
 
 let scratch: { dir: string; cleanup: () => Promise<void> };
 
@@ -37,21 +37,7 @@ async function launchedCommandLine(launcher: string, env: Record<string, string>
     }),
   );
   try {
-    await new Promise<void>((resolve, reject) => {
-      let stderr = '';
-      const timer = setTimeout(() => reject(new Error(`mur roost did not start:\n${stderr}`)), 20_000);
-      child.stderr?.on('data', (chunk: Buffer) => {
-        stderr += chunk.toString();
-        if (stderr.includes('listening on')) {
-          clearTimeout(timer);
-          resolve();
-        }
-      });
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`mur roost exited with ${code}:\n${stderr}`));
-      });
-    });
+    await untilSaid(child, 'stderr', (stderr) => stderr.includes('listening on') || undefined);
     return readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
   } finally {
     child.kill('SIGKILL');
@@ -94,7 +80,7 @@ describe('the snapshot build', () => {
       ].join('\n'),
     );
     expect(built.reason).toBeUndefined();
-    const run = spawnSync(process.execPath, ['--max-semi-space-size=1', '--snapshot-blob', built.blob as string], {
+    const run = spawnSync(process.execPath, [...NODE_FLAGS, '--snapshot-blob', built.blob as string], {
       env: { PATH: process.env.PATH ?? '', MURMUR_SNAPSHOT_PROBE: 'given-at-run-time' },
       encoding: 'utf8',
     });

@@ -61,6 +61,29 @@ export async function runMur(args: string[], options: { cwd?: string; env?: Reco
   return { code, stdout, stderr };
 }
 
+/**
+ * What `child` has written on `stream` once `said` finds what it waits for in it; rejected, with
+ * all it wrote, when it exits first or says nothing of the kind within `timeoutMs`.
+ */
+export function untilSaid<T>(child: ChildProcess, stream: 'stdout' | 'stderr', said: (text: string) => T | undefined, timeoutMs = 20_000): Promise<T> {
+  let text = '';
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the process did not say what was waited for within ${timeoutMs} ms:\n${text}`)), timeoutMs);
+    child[stream]?.on('data', (chunk: Buffer) => {
+      text += chunk.toString();
+      const found = said(text);
+      if (found !== undefined) {
+        clearTimeout(timer);
+        resolve(found);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the process exited with ${code} before it said what was waited for:\n${text}`));
+    });
+  });
+}
+
 export interface ServiceProcess {
   readonly name: string;
   readonly port: number;

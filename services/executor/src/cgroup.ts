@@ -143,8 +143,9 @@ const CPU_PERIOD_US = 100_000;
 
 /** One session's groups. */
 export class SessionCgroup {
-  /** Every directory this session made, parents before children. */
+  /** The group's name (`murmur-<session>`, or a pooled host's until a session takes it). */
   private name = '';
+  /** Every directory this session made, parents before children. */
   private dirs: string[] = [];
   /** The host joins these (v1: one per controller; v2: `host/`, since a v2 group with children holds no process). */
   hostProcsFiles: string[] = [];

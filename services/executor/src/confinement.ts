@@ -157,7 +157,7 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
   }
   // A host that sealed a sandbox once since it booted, with this helper, bubblewrap and node, can
   // again: the answer is kept, so an in-process `mur run` does not pay for the probe every time.
-  const cacheFile = path.join(options.cacheDir, 'runtime', 'confine-probe.json');
+  const cacheFile = probeCacheFile(options.cacheDir);
   const key = probeKey(helper, namespaces.binary as string, node);
   const forget = (): void => rmSync(cacheFile, { force: true });
   const cached = readProbeCache(cacheFile, key);
@@ -224,10 +224,15 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
 export function sealedSinceBoot(options: { helper: string; bwrap: string; cacheDir: string }): boolean {
   try {
     const key = probeKey(realpathSync(options.helper), options.bwrap, executeOnlyNodePath(options.cacheDir).target);
-    return readProbeCache(path.join(options.cacheDir, 'runtime', 'confine-probe.json'), key) !== undefined;
+    return readProbeCache(probeCacheFile(options.cacheDir), key) !== undefined;
   } catch {
     return false;
   }
+}
+
+/** Where the probe's answer is kept, for this boot of the kernel. */
+function probeCacheFile(cacheDir: string): string {
+  return path.join(cacheDir, 'runtime', 'confine-probe.json');
 }
 
 /** What the probe runs last, under every piece of the sandbox: a tiny program, so the probe stays cheap. */
@@ -290,12 +295,6 @@ export function nodeExecutables(node: string): string[] {
   return [node, ...executionClosure(realpathSync(process.execPath)).slice(1)];
 }
 
-/**
- * A copy of this node that its own processes can execute but not read (mode 0111). A process
- * started from a file it cannot read is not dumpable, so a subprocess of the capsule host — the
- * same user in the same sandbox — cannot read the host's memory, environment or descriptors
- * through `/proc/<pid>/…` (where the inference key lives). Made once per node build, by rename.
- */
 /** Where the execute-only copy of this process's node goes: named by its version, size and time. */
 function executeOnlyNodePath(cacheDir: string): { source: string; size: number; target: string } {
   const source = realpathSync(process.execPath);
@@ -304,6 +303,12 @@ function executeOnlyNodePath(cacheDir: string): { source: string; size: number; 
   return { source, size: status.size, target: path.join(dir, 'node') };
 }
 
+/**
+ * A copy of this node that its own processes can execute but not read (mode 0111). A process
+ * started from a file it cannot read is not dumpable, so a subprocess of the capsule host — the
+ * same user in the same sandbox — cannot read the host's memory, environment or descriptors
+ * through `/proc/<pid>/…` (where the inference key lives). Made once per node build, by rename.
+ */
 export function executeOnlyNode(cacheDir: string): string {
   const { source, size, target } = executeOnlyNodePath(cacheDir);
   const dir = path.dirname(target);

@@ -28,19 +28,20 @@ const CONFINE_HELPER = packageFile('@murmur/executor', 'dist/confine/murmur-conf
  * turn sealing off on a host that should say what it is without it).
  */
 export function probeHost(env: NodeJS.ProcessEnv = process.env): HostProbe {
-  const bwrap = env.MURMUR_BWRAP?.trim() || undefined;
+  const bwrap = env.MURMUR_BWRAP?.trim() || 'bwrap';
   const sealing = env.MURMUR_CONFINE?.trim() !== 'none';
   const helper = env.MURMUR_CONFINE?.trim() || CONFINE_HELPER;
+  const cache = cacheDir(env);
   // A sandbox sealed with this bubblewrap since boot says its namespaces work; else bubblewrap is
   // tried. A launch that fails on a kept answer forgets it (`ConfineProbe.forget`), and the next
   // probe tries both again.
   const namespaces: NamespaceProbe =
-    sealing && bwrap !== 'none' && sealedSinceBoot({ helper, bwrap: bwrap ?? 'bwrap', cacheDir: cacheDir(env) })
-      ? { tool: 'bubblewrap', binary: bwrap ?? 'bwrap', reason: undefined }
+    sealing && bwrap !== 'none' && sealedSinceBoot({ helper, bwrap, cacheDir: cache })
+      ? { tool: 'bubblewrap', binary: bwrap, reason: undefined }
       : probeNamespaces({ bwrap, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
   const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined, env.MURMUR_CGROUP_PARENT?.trim() || undefined);
   const confine: ConfineProbe = sealing
-    ? probeConfinement(namespaces, { helper, cacheDir: cacheDir(env) })
+    ? probeConfinement(namespaces, { helper, cacheDir: cache })
     : { support: undefined, reason: 'sealing is turned off on this executor (MURMUR_CONFINE=none)' };
   return { namespaces, confine, cgroups, containment: hostContainment(namespaces, confine) };
 }
