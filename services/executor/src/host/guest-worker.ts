@@ -1,7 +1,7 @@
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { BridgeClient } from './bridge.js';
+import { loadGlue } from './glue.js';
 import { GuestExit, buildImports, preloadImports } from './imports.js';
 import { GROW_DENIED_EXPORT } from './grow-watch.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
@@ -123,7 +123,7 @@ const bundles = new Map<string, Promise<TranspiledBundle>>();
 function loadBundle(file: string): Promise<TranspiledBundle> {
   let bundle = bundles.get(file);
   if (!bundle) {
-    bundle = import(pathToFileURL(file).href) as Promise<TranspiledBundle>;
+    bundle = loadGlue<TranspiledBundle>(file);
     bundles.set(file, bundle);
   }
   return bundle;

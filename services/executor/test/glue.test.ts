@@ -1,0 +1,72 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { glueAsScript, loadGlue } from '../src/host/glue.js';
+import { tempDir } from '../../../test/support/fs.js';
+
+interface Glue {
+  instantiate(...args: unknown[]): unknown;
+}
+
+describe('a component’s glue, loaded as a script', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+
+  beforeEach(async () => {
+    scratch = await tempDir('murmur-glue-');
+  });
+
+  afterEach(async () => {
+    await scratch.cleanup();
+  });
+
+  async function glueFile(name: string, source: string): Promise<string> {
+    const file = path.join(scratch.dir, name);
+    await fs.writeFile(file, source);
+    return file;
+  }
+
+  it('evaluates as a module would: strict, `this` undefined at its top, its own file as import.meta.url', async () => {
+    const source = [
+      '"use components";',
+      'const topLevelThis = typeof this;',
+      'export function instantiate(base) {',
+      '  const strict = (function () { return this === undefined; })();',
+      '  return { base, strict, url: import.meta.url, topLevelThis };',
+      '}',
+      'export const _util = {};',
+    ].join('\n');
+    const file = await glueFile('component.js', source);
+    expect(glueAsScript(source, 'file:///x')).toBeDefined();
+    const scripted = await loadGlue<Glue>(file);
+    expect(scripted.instantiate(7)).toEqual({ base: 7, strict: true, url: pathToFileURL(file).href, topLevelThis: 'undefined' });
+  });
+
+  it('keeps the file’s own line numbers in a stack trace', async () => {
+    const file = await glueFile('component.js', 'export function instantiate() {\n\n  throw new Error("from line three");\n}\n');
+    const glue = await loadGlue<Glue>(file);
+    let stack = '';
+    try {
+      glue.instantiate();
+    } catch (error) {
+      stack = (error as Error).stack ?? '';
+    }
+    expect(stack).toContain(`${file}:3`);
+  });
+
+  it('is not used for glue of any other shape', () => {
+    const url = 'file:///glue.js';
+    expect(glueAsScript('import fs from "node:fs";\nexport function instantiate() {}', url)).toBeUndefined();
+    expect(glueAsScript('export function instantiate() {}\nexport const other = 1;', url)).toBeUndefined();
+    expect(glueAsScript('export default function () {}', url)).toBeUndefined();
+    expect(glueAsScript('export function instantiate() { return import.meta.resolve("x"); }', url)).toBeUndefined();
+    expect(glueAsScript('function instantiate() {}', url)).toBeUndefined();
+  });
+
+  it('falls back to the module loader for glue that is a module only (top-level await)', async () => {
+    const file = await glueFile('component.js', 'const value = await Promise.resolve(5);\nexport function instantiate() { return value; }\n');
+    expect(glueAsScript(await fs.readFile(file, 'utf8'), pathToFileURL(file).href)).toBeDefined();
+    const glue = await loadGlue<Glue>(file);
+    expect(glue.instantiate()).toBe(5);
+  });
+});
