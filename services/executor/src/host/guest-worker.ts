@@ -240,7 +240,7 @@ function start(job: GuestJob): void {
 
 /** Only a head start: whatever fails here fails again, reported, when the job runs. */
 function preload({ bundleDir, entry, imports }: GuestPreload['preload']): void {
-  void preloadImports(imports).catch(() => {});
+  void preloadImports(imports, Boolean(bundleDir && entry)).catch(() => {});
   if (bundleDir && entry) void loadBundle(path.join(bundleDir, entry)).catch(() => {});
 }
 

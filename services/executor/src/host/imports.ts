@@ -1,4 +1,5 @@
 import type { BridgeClient } from './bridge.js';
+import { loadShimIo, needsIoThread, startIoThread } from './io-thread.js';
 import type { BodyCalls } from './relayed-body.js';
 import type { BodyRead } from './response-bodies.js';
 import type { RelayedOutcome, RelayedRequest } from './wasi-http.js';
@@ -78,10 +79,12 @@ function loadPieces(needed: readonly string[]): ReturnType<typeof importPieces> 
   return pieces;
 }
 
-function importPieces(needed: readonly string[]) {
+async function importPieces(needed: readonly string[]) {
   const wants = (prefix: string): boolean => needed.some((name) => name.startsWith(prefix));
   const usesStreams = wants('wasi:cli/') || wants('wasi:io/') || wants('wasi:http/') || wants('wasi:filesystem/');
   const usesClocks = usesStreams || wants('wasi:clocks/');
+  // First the shim's io module, with its thread deferred; every other shim module shares it.
+  if (usesClocks || wants('wasi:random/')) await loadShimIo();
   return Promise.all([
     usesClocks ? import('@bytecodealliance/preview2-shim/io') : undefined,
     usesClocks ? import('@bytecodealliance/preview2-shim/clocks') : undefined,
@@ -93,13 +96,19 @@ function importPieces(needed: readonly string[]) {
   ]);
 }
 
-/** Loads the pieces a component will need before its job arrives (a spare worker's head start). */
-export async function preloadImports(needed: readonly string[]): Promise<void> {
+/**
+ * Loads the pieces a component will need before its job arrives (a spare worker's head start).
+ * For a named component (`forComponent`) that will call into the shim's I/O thread, the thread
+ * starts now too; a worker warmed for whatever comes next loads the modules and starts no thread.
+ */
+export async function preloadImports(needed: readonly string[], forComponent: boolean): Promise<void> {
   await loadPieces(needed);
+  if (forComponent && needsIoThread(needed)) startIoThread();
 }
 
 export async function buildImports(grants: GuestGrants, needed: readonly string[]): Promise<Record<string, unknown>> {
   const [io, clocks, random, filesystemModule, streamsModule, httpModule, relayedBody] = await loadPieces(needed);
+  if (needsIoThread(needed)) startIoThread();
   const imports: Record<string, unknown> = {};
   if (streamsModule) Object.assign(imports, cliImports(grants, streamsModule));
   if (io && clocks) {
