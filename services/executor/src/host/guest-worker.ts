@@ -3,6 +3,7 @@ import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { BridgeClient } from './bridge.js';
 import { loadGlue } from './glue.js';
 import { GuestExit, buildImports, preloadImports } from './imports.js';
+import { needsIoThread } from './io-thread.js';
 import { GROW_DENIED_EXPORT } from './grow-watch.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 
@@ -239,14 +240,21 @@ function start(job: GuestJob): void {
 }
 
 /** Only a head start: whatever fails here fails again, reported, when the job runs. */
-function preload({ bundleDir, entry, imports }: GuestPreload['preload']): void {
-  void preloadImports(imports, Boolean(bundleDir && entry)).catch(() => {});
+function preload({ bundleDir, entry, imports, ioThread }: GuestPreload['preload']): void {
+  // A named component's thread starts now if it will need one; a generic warm-up's when it says so.
+  void preloadImports(imports, ioThread ?? (bundleDir !== undefined && needsIoThread(imports))).catch(() => {});
   if (bundleDir && entry) void loadBundle(path.join(bundleDir, entry)).catch(() => {});
 }
 
 /** What a spare worker can load before its job arrives: the component it will most likely run. */
 export interface GuestPreload {
-  preload: { bundleDir?: string | undefined; entry?: string | undefined; imports: string[] };
+  preload: {
+    bundleDir?: string | undefined;
+    entry?: string | undefined;
+    imports: string[];
+    /** Start preview2-shim's I/O thread now (`io-thread.ts`), whatever the imports say: a pooled host's warm-up. */
+    ioThread?: boolean;
+  };
 }
 
 // A worker is either given its job at birth, or born early (while the host is still being told

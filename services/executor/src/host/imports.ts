@@ -96,14 +96,10 @@ async function importPieces(needed: readonly string[]) {
   ]);
 }
 
-/**
- * Loads the pieces a component will need before its job arrives (a spare worker's head start).
- * For a named component (`forComponent`) that will call into the shim's I/O thread, the thread
- * starts now too; a worker warmed for whatever comes next loads the modules and starts no thread.
- */
-export async function preloadImports(needed: readonly string[], forComponent: boolean): Promise<void> {
+/** Loads the pieces a component will need before its job arrives (a spare worker's head start), and the shim's I/O thread when asked. */
+export async function preloadImports(needed: readonly string[], ioThread: boolean): Promise<void> {
   await loadPieces(needed);
-  if (forComponent && needsIoThread(needed)) startIoThread();
+  if (ioThread) startIoThread();
 }
 
 export async function buildImports(grants: GuestGrants, needed: readonly string[]): Promise<Record<string, unknown>> {
