@@ -3,6 +3,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
 import { type BlobCache, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
+import { GlueCaches } from './glue-cache.js';
 import { keepWatchedModule } from './host/grow-watch.js';
 import type { HostComponent } from './host/protocol.js';
 
@@ -16,6 +17,7 @@ import type { HostComponent } from './host/protocol.js';
 export class LocalBundles {
   private readonly pending = new Map<string, Promise<string>>();
   private readonly watching = new Map<string, Promise<void>>();
+  private readonly glueCaches = new GlueCaches();
 
   constructor(
     private readonly cacheDir: string,
@@ -42,7 +44,7 @@ export class LocalBundles {
       }
       await fetching;
     }
-    await this.keepWatched(dir, component.core_modules);
+    await Promise.all([this.keepWatched(dir, component.core_modules), this.glueCaches.keep(path.join(dir, component.entry))]);
     const { bundle: _bundle, cache_hit: _hit, ...rest } = component;
     return { ...rest, bundle_dir: dir };
   }

@@ -1,8 +1,10 @@
-import { promises as fs } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { glueAsScript, loadGlue } from '../src/host/glue.js';
+import { GlueCaches } from '../src/glue-cache.js';
+import { compileGlue, glueAsScript, glueCacheFile, loadGlue } from '../src/host/glue.js';
 import { tempDir } from '../../../test/support/fs.js';
 
 interface Glue {
@@ -68,5 +70,59 @@ describe('a component’s glue, loaded as a script', () => {
     expect(glueAsScript(await fs.readFile(file, 'utf8'), pathToFileURL(file).href)).toBeDefined();
     const glue = await loadGlue<Glue>(file);
     expect(glue.instantiate()).toBe(5);
+  });
+});
+
+describe('a glue’s code cache', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  const builtGlue = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'host', 'glue.js');
+  const glueSource = ['export function instantiate(base) {', '  const twice = (value) => value * 2;', '  return twice(base) + 1;', '}', 'export const _util = {};'].join('\n');
+
+  beforeEach(async () => {
+    scratch = await tempDir('murmur-glue-cache-');
+  });
+
+  afterEach(async () => {
+    await scratch.cleanup();
+  });
+
+  /** How a node started as the capsule host is (no flags, no NODE_OPTIONS) fares with the glue's cache. */
+  function cacheUseInHostLikeNode(file: string): string {
+    const result = spawnSync(
+      process.execPath,
+      ['--input-type=module', '-e', `const { compileGlue } = await import(${JSON.stringify(pathToFileURL(builtGlue).href)}); process.stdout.write((await compileGlue(${JSON.stringify(file)})).cache);`],
+      { env: {}, encoding: 'utf8' },
+    );
+    expect(result.stderr).toBe('');
+    return result.stdout;
+  }
+
+  it('is made by the executor once, in a node of its own, and a node started as the host is accepts it', async () => {
+    const file = path.join(scratch.dir, 'component.js');
+    await fs.writeFile(file, glueSource);
+    expect(cacheUseInHostLikeNode(file)).toBe('none');
+    const caches = new GlueCaches();
+    await caches.keep(file);
+    const made = await fs.stat(glueCacheFile(file));
+    expect(cacheUseInHostLikeNode(file)).toBe('accepted');
+    // Kept: a second launch of the component makes nothing anew.
+    await caches.keep(file);
+    await new GlueCaches().keep(file);
+    expect((await fs.stat(glueCacheFile(file))).mtimeMs).toBe(made.mtimeMs);
+  });
+
+  it('is refused when damaged, and the glue compiles and runs without it', async () => {
+    const file = path.join(scratch.dir, 'component.js');
+    await fs.writeFile(file, glueSource);
+    await fs.writeFile(glueCacheFile(file), Buffer.alloc(4096, 7));
+    expect((await compileGlue(file))?.cache).toBe('rejected');
+    expect((await loadGlue<Glue>(file)).instantiate(20)).toBe(41);
+  });
+
+  it('is not made for glue that only the module loader can load', async () => {
+    const file = path.join(scratch.dir, 'component.js');
+    await fs.writeFile(file, 'const value = await Promise.resolve(5);\nexport function instantiate() { return value; }\n');
+    await new GlueCaches().keep(file);
+    expect(existsSync(glueCacheFile(file))).toBe(false);
   });
 });
