@@ -76,7 +76,13 @@ describe('a component’s glue, loaded as a script', () => {
 describe('a glue’s code cache', () => {
   let scratch: { dir: string; cleanup: () => Promise<void> };
   const builtGlue = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'host', 'glue.js');
-  const glueSource = ['export function instantiate(base) {', '  const twice = (value) => value * 2;', '  return twice(base) + 1;', '}', 'export const _util = {};'].join('\n');
+  const glueSource = [
+    'export function instantiate(base) {',
+    '  const twice = (value) => value * 2;',
+    '  return twice(base) + 1;',
+    '}',
+    'export const _util = {};',
+  ].join('\n');
 
   beforeEach(async () => {
     scratch = await tempDir('murmur-glue-cache-');
@@ -90,7 +96,11 @@ describe('a glue’s code cache', () => {
   function cacheUseInHostLikeNode(file: string): string {
     const result = spawnSync(
       process.execPath,
-      ['--input-type=module', '-e', `const { compileGlue } = await import(${JSON.stringify(pathToFileURL(builtGlue).href)}); process.stdout.write((await compileGlue(${JSON.stringify(file)})).cache);`],
+      [
+        '--input-type=module',
+        '-e',
+        `const { compileGlue } = await import(${JSON.stringify(pathToFileURL(builtGlue).href)}); process.stdout.write((await compileGlue(${JSON.stringify(file)})).cache);`,
+      ],
       { env: {}, encoding: 'utf8' },
     );
     expect(result.stderr).toBe('');
