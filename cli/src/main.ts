@@ -1,3 +1,4 @@
+import './zod-jitless.js';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { type Output, formatFailure, ignoreClosedStdout, processOutput } from './output.js';
 
