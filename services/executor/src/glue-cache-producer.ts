@@ -1,5 +1,9 @@
+import { readFile } from 'node:fs/promises';
+import { pathToFileURL } from 'node:url';
+import v8 from 'node:v8';
+import { Script } from 'node:vm';
 import { writeFileAtomic } from '@murmur/shared/node';
-import { eagerGlueCache, glueCacheFile } from './host/glue.js';
+import { glueAsScript, glueCacheFile } from './host/glue.js';
 
 /**
  * `node glue-cache-producer.js <glue file>`: writes the glue's V8 code cache beside it
@@ -8,6 +12,27 @@ import { eagerGlueCache, glueCacheFile } from './host/glue.js';
  * is started: V8 accepts a code cache only from a process with its own flags, and the executor's
  * may have others (`mur` runs with a small young generation). Written whole or not at all.
  */
+
+/**
+ * The glue compiled as the host compiles it (`glueAsScript`, the same file name), every function
+ * at once: V8 compiles lazily otherwise, and a cache holds only what was compiled. `--no-lazy` is
+ * process-wide, which is why this runs in a process of its own and nowhere else.
+ */
+async function eagerGlueCache(file: string): Promise<Buffer | undefined> {
+  const source = glueAsScript(await readFile(file, 'utf8'), pathToFileURL(file).href);
+  if (source === undefined) return undefined;
+  v8.setFlagsFromString('--no-lazy');
+  let script: Script;
+  try {
+    script = new Script(source, { filename: file });
+  } catch {
+    return undefined;
+  } finally {
+    v8.setFlagsFromString('--lazy');
+  }
+  return script.createCachedData();
+}
+
 const file = process.argv[2];
 if (!file) {
   process.stderr.write('usage: glue-cache-producer.js <glue file>\n');

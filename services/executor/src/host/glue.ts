@@ -1,7 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { Script } from 'node:vm';
-import v8 from 'node:v8';
 
 /**
  * A component's transpiled glue, loaded in its guest worker.
@@ -52,26 +51,6 @@ export async function compileGlue(file: string): Promise<{ script: Script; cache
  */
 export function glueCacheFile(file: string): string {
   return `${file}.node-${process.version}-${process.arch}.v8cache`;
-}
-
-/**
- * The glue's code cache with every function compiled (V8 compiles lazily otherwise, and a cache
- * holds only what was compiled), or undefined for glue that is not script-shaped. Only for a
- * process with the capsule host's V8 flags, which are none: V8 refuses a cache made under others.
- */
-export async function eagerGlueCache(file: string): Promise<Buffer | undefined> {
-  const source = glueAsScript(await readFile(file, 'utf8'), pathToFileURL(file).href);
-  if (source === undefined) return undefined;
-  v8.setFlagsFromString('--no-lazy');
-  let script: Script;
-  try {
-    script = new Script(source, { filename: file });
-  } catch {
-    return undefined;
-  } finally {
-    v8.setFlagsFromString('--lazy');
-  }
-  return script.createCachedData();
 }
 
 const EXPORT_LINE = /^export\b.*$/gm;
