@@ -32,6 +32,8 @@ import { startNatsServer } from '../test/support/nats-server.js';
 import { type ServiceProcess, startService } from '../test/support/processes.js';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 30);
+/** How long the stack's executor is given to refill its pool after a run against it. */
+const STACK_REFILL_MS = 1_000;
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const mur = path.join(root, 'cli', 'bin', 'mur');
 const bare = path.join(root, 'bench', 'bare-run.mjs');
@@ -105,10 +107,15 @@ try {
     measure(bareRun, env, root);
     const samples = runners.map((): Sample[] => []);
     const bareSamples: Sample[] = [];
-    // Interleaved, so a machine that slows down for a while slows every runner alike; the stack's
-    // executor has refilled its pool by the time its turn comes round again.
+    // Interleaved, so a machine that slows down for a while slows every runner alike. After its
+    // run the stack's executor refills its pool (a host's start: ~150 ms of a core, begun 250 ms
+    // after the take), which would land on whichever run came next; the next waits for it, as a
+    // launch to a resting executor finds it.
     for (let run = 0; run < RUNS; run += 1) {
-      for (const [at, runner] of runners.entries()) samples[at]?.push(measure(murRun, runner.env, project));
+      for (const [at, runner] of runners.entries()) {
+        samples[at]?.push(measure(murRun, runner.env, project));
+        if (runner.env.MURMUR_NATS_URL) await new Promise((resolve) => setTimeout(resolve, STACK_REFILL_MS));
+      }
       bareSamples.push(measure(bareRun, env, root));
     }
     const bareStats = stats(bareSamples);
