@@ -1,7 +1,9 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { pathToFileURL } from 'node:url';
 import { packageFile } from '@murmur/shared/node';
-import { glueCacheFile } from './host/glue.js';
+import { glueAsScript, glueCacheFile } from './host/glue.js';
 
 const PRODUCER = packageFile('@murmur/executor', 'dist/glue-cache-producer.js', import.meta.url, '../dist/glue-cache-producer.js');
 /** A producer that has not finished in this long is abandoned: the cache only ever saves milliseconds. */
@@ -28,7 +30,11 @@ export class GlueCaches {
   }
 }
 
-function produce(glueFile: string): Promise<void> {
+async function produce(glueFile: string): Promise<void> {
+  // Glue the host will import as a module gets no cache: no node is started for it, in every
+  // in-process `mur run` that finds none.
+  const source = await readFile(glueFile, 'utf8').catch(() => undefined);
+  if (source === undefined || glueAsScript(source, pathToFileURL(glueFile).href) === undefined) return;
   return new Promise((resolve) => {
     // Nothing of the executor's environment: NODE_OPTIONS there would give the producer other flags.
     execFile(process.execPath, [PRODUCER, glueFile], { env: {}, timeout: PRODUCER_TIMEOUT_MS }, () => resolve());

@@ -130,9 +130,13 @@ describe('a glue’s code cache', () => {
   });
 
   it('is not made for glue that only the module loader can load', async () => {
-    const file = path.join(scratch.dir, 'component.js');
-    await fs.writeFile(file, 'const value = await Promise.resolve(5);\nexport function instantiate() { return value; }\n');
-    await new GlueCaches().keep(file);
-    expect(existsSync(glueCacheFile(file))).toBe(false);
+    const awaiting = path.join(scratch.dir, 'awaiting.js');
+    await fs.writeFile(awaiting, 'const value = await Promise.resolve(5);\nexport function instantiate() { return value; }\n');
+    const importing = path.join(scratch.dir, 'importing.js');
+    await fs.writeFile(importing, "import { readFileSync } from 'node:fs';\nexport function instantiate() { return readFileSync; }\n");
+    const caches = new GlueCaches();
+    await Promise.all([caches.keep(awaiting), caches.keep(importing)]);
+    expect(existsSync(glueCacheFile(awaiting))).toBe(false);
+    expect(existsSync(glueCacheFile(importing))).toBe(false);
   });
 });
