@@ -3,7 +3,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
 import { type BlobCache, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
-import { GlueCaches } from './glue-cache.js';
+import { keepGlueCache } from './glue-cache.js';
 import { keepWatchedModule } from './host/grow-watch.js';
 import type { HostComponent } from './host/protocol.js';
 
@@ -16,8 +16,7 @@ import type { HostComponent } from './host/protocol.js';
  */
 export class LocalBundles {
   private readonly pending = new Map<string, Promise<string>>();
-  private readonly watching = new Map<string, Promise<void>>();
-  private readonly glueCaches = new GlueCaches();
+  private readonly deriving = new Map<string, Promise<void>>();
 
   constructor(
     private readonly cacheDir: string,
@@ -44,24 +43,26 @@ export class LocalBundles {
       }
       await fetching;
     }
-    await Promise.all([this.keepWatched(dir, component.core_modules), this.glueCaches.keep(path.join(dir, component.entry))]);
+    await this.keepDerived(dir, component);
     const { bundle: _bundle, cache_hit: _hit, ...rest } = component;
     return { ...rest, bundle_dir: dir };
   }
 
   /**
-   * The core modules' watched forms (`grow-watch`), made once per bundle on this machine: here,
-   * because the capsule host may not write into the cache. A failure only costs the host the pass.
+   * What the host is given beside a bundle, made once per bundle on this machine: the core
+   * modules' watched forms (`grow-watch`) and the glue's code cache (`glue-cache.ts`). Made here,
+   * because the capsule host may not write into the cache. A failure only costs the host the pass
+   * (the watch) or the head start (the cache); a failed watch is tried again at the next launch.
    */
-  private keepWatched(dir: string, modules: string[]): Promise<void> {
-    let keeping = this.watching.get(dir);
+  private keepDerived(dir: string, component: TranspiledComponent): Promise<void> {
+    let keeping = this.deriving.get(dir);
     if (!keeping) {
-      keeping = Promise.all(modules.map((file) => keepWatchedModule(path.join(dir, file))))
+      keeping = Promise.all([...component.core_modules.map((file) => keepWatchedModule(path.join(dir, file))), keepGlueCache(path.join(dir, component.entry))])
         .then(() => undefined)
         .catch(() => {
-          this.watching.delete(dir);
+          this.deriving.delete(dir);
         });
-      this.watching.set(dir, keeping);
+      this.deriving.set(dir, keeping);
     }
     return keeping;
   }

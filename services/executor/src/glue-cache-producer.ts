@@ -1,9 +1,7 @@
-import { readFile } from 'node:fs/promises';
-import { pathToFileURL } from 'node:url';
 import v8 from 'node:v8';
 import { Script } from 'node:vm';
 import { writeFileAtomic } from '@murmur/shared/node';
-import { glueAsScript, glueCacheFile } from './host/glue.js';
+import { glueCacheFile, readGlueScript } from './host/glue.js';
 
 /**
  * `node glue-cache-producer.js <glue file>`: writes the glue's V8 code cache beside it
@@ -14,12 +12,12 @@ import { glueAsScript, glueCacheFile } from './host/glue.js';
  */
 
 /**
- * The glue compiled as the host compiles it (`glueAsScript`, the same file name), every function
+ * The glue compiled as the host compiles it (`readGlueScript`, the same file name), every function
  * at once: V8 compiles lazily otherwise, and a cache holds only what was compiled. `--no-lazy` is
  * process-wide, which is why this runs in a process of its own and nowhere else.
  */
 async function eagerGlueCache(file: string): Promise<Buffer | undefined> {
-  const source = glueAsScript(await readFile(file, 'utf8'), pathToFileURL(file).href);
+  const source = await readGlueScript(file);
   if (source === undefined) return undefined;
   v8.setFlagsFromString('--no-lazy');
   let script: Script;

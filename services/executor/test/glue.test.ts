@@ -3,7 +3,7 @@ import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { GlueCaches } from '../src/glue-cache.js';
+import { keepGlueCache } from '../src/glue-cache.js';
 import { compileGlue, glueAsScript, glueCacheFile, loadGlue } from '../src/host/glue.js';
 import { tempDir } from '../../../test/support/fs.js';
 
@@ -11,23 +11,23 @@ interface Glue {
   instantiate(...args: unknown[]): unknown;
 }
 
+let scratch: { dir: string; cleanup: () => Promise<void> };
+
+beforeEach(async () => {
+  scratch = await tempDir('murmur-glue-');
+});
+
+afterEach(async () => {
+  await scratch.cleanup();
+});
+
+async function glueFile(name: string, source: string): Promise<string> {
+  const file = path.join(scratch.dir, name);
+  await fs.writeFile(file, source);
+  return file;
+}
+
 describe('a component’s glue, loaded as a script', () => {
-  let scratch: { dir: string; cleanup: () => Promise<void> };
-
-  beforeEach(async () => {
-    scratch = await tempDir('murmur-glue-');
-  });
-
-  afterEach(async () => {
-    await scratch.cleanup();
-  });
-
-  async function glueFile(name: string, source: string): Promise<string> {
-    const file = path.join(scratch.dir, name);
-    await fs.writeFile(file, source);
-    return file;
-  }
-
   it('evaluates as a module would: strict, `this` undefined at its top, its own file as import.meta.url', async () => {
     const source = [
       '"use components";',
@@ -74,7 +74,6 @@ describe('a component’s glue, loaded as a script', () => {
 });
 
 describe('a glue’s code cache', () => {
-  let scratch: { dir: string; cleanup: () => Promise<void> };
   const builtGlue = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'host', 'glue.js');
   const glueSource = [
     'export function instantiate(base) {',
@@ -83,14 +82,6 @@ describe('a glue’s code cache', () => {
     '}',
     'export const _util = {};',
   ].join('\n');
-
-  beforeEach(async () => {
-    scratch = await tempDir('murmur-glue-cache-');
-  });
-
-  afterEach(async () => {
-    await scratch.cleanup();
-  });
 
   /** How a node started as the capsule host is (no flags, no NODE_OPTIONS) fares with the glue's cache. */
   function cacheUseInHostLikeNode(file: string): string {
@@ -108,34 +99,27 @@ describe('a glue’s code cache', () => {
   }
 
   it('is made by the executor once, in a node of its own, and a node started as the host is accepts it', async () => {
-    const file = path.join(scratch.dir, 'component.js');
-    await fs.writeFile(file, glueSource);
+    const file = await glueFile('component.js', glueSource);
     expect(cacheUseInHostLikeNode(file)).toBe('none');
-    const caches = new GlueCaches();
-    await caches.keep(file);
+    await keepGlueCache(file);
     const made = await fs.stat(glueCacheFile(file));
     expect(cacheUseInHostLikeNode(file)).toBe('accepted');
     // Kept: a second launch of the component makes nothing anew.
-    await caches.keep(file);
-    await new GlueCaches().keep(file);
+    await keepGlueCache(file);
     expect((await fs.stat(glueCacheFile(file))).mtimeMs).toBe(made.mtimeMs);
   });
 
   it('is refused when damaged, and the glue compiles and runs without it', async () => {
-    const file = path.join(scratch.dir, 'component.js');
-    await fs.writeFile(file, glueSource);
+    const file = await glueFile('component.js', glueSource);
     await fs.writeFile(glueCacheFile(file), Buffer.alloc(4096, 7));
     expect((await compileGlue(file))?.cache).toBe('rejected');
     expect((await loadGlue<Glue>(file)).instantiate(20)).toBe(41);
   });
 
   it('is not made for glue that only the module loader can load', async () => {
-    const awaiting = path.join(scratch.dir, 'awaiting.js');
-    await fs.writeFile(awaiting, 'const value = await Promise.resolve(5);\nexport function instantiate() { return value; }\n');
-    const importing = path.join(scratch.dir, 'importing.js');
-    await fs.writeFile(importing, "import { readFileSync } from 'node:fs';\nexport function instantiate() { return readFileSync; }\n");
-    const caches = new GlueCaches();
-    await Promise.all([caches.keep(awaiting), caches.keep(importing)]);
+    const awaiting = await glueFile('awaiting.js', 'const value = await Promise.resolve(5);\nexport function instantiate() { return value; }\n');
+    const importing = await glueFile('importing.js', "import { readFileSync } from 'node:fs';\nexport function instantiate() { return readFileSync; }\n");
+    await Promise.all([keepGlueCache(awaiting), keepGlueCache(importing)]);
     expect(existsSync(glueCacheFile(awaiting))).toBe(false);
     expect(existsSync(glueCacheFile(importing))).toBe(false);
   });

@@ -32,7 +32,7 @@ export type GlueCacheUse = 'none' | 'accepted' | 'rejected';
 
 /** The glue as a compiled script, with how its code cache fared; undefined for glue that is a module only. */
 export async function compileGlue(file: string): Promise<{ script: Script; cache: GlueCacheUse } | undefined> {
-  const source = glueAsScript(await readFile(file, 'utf8'), pathToFileURL(file).href);
+  const source = await readGlueScript(file);
   if (source === undefined) return undefined;
   const cachedData = await readFile(glueCacheFile(file)).catch(() => undefined);
   try {
@@ -53,7 +53,13 @@ export function glueCacheFile(file: string): string {
   return `${file}.node-${process.version}-${process.arch}.v8cache`;
 }
 
+/** The glue file as the script `glueAsScript` makes of it (what the host compiles, and what its code cache is made from). */
+export async function readGlueScript(file: string): Promise<string | undefined> {
+  return glueAsScript(await readFile(file, 'utf8'), pathToFileURL(file).href);
+}
+
 const EXPORT_LINE = /^export\b.*$/gm;
+/** The two exports jco's instantiation mode writes; `$1` is each without its `export`. */
 const OWN_EXPORT = /^export (function instantiate\(|const _util = )/;
 
 /**
@@ -66,7 +72,7 @@ export function glueAsScript(source: string, url: string): string | undefined {
   const exports = source.match(EXPORT_LINE) ?? [];
   if (!exports.every((line) => OWN_EXPORT.test(line)) || !exports.some((line) => line.startsWith('export function instantiate('))) return undefined;
   if (/\bimport\s*\.\s*meta\b(?!\.url\b)/.test(source)) return undefined;
-  const body = source.replace(/^export (function instantiate\(|const _util = )/gm, '$1').replaceAll('import.meta.url', JSON.stringify(url));
+  const body = source.replace(new RegExp(OWN_EXPORT.source, 'gm'), '$1').replaceAll('import.meta.url', JSON.stringify(url));
   // Strict, as a module is; `this` is undefined at its top, as in a module.
   return `(function () { 'use strict'; ${body}\nreturn { instantiate };\n})`;
 }

@@ -3,7 +3,6 @@ import { type MessagePort, parentPort, workerData } from 'node:worker_threads';
 import { BridgeClient } from './bridge.js';
 import { loadGlue } from './glue.js';
 import { GuestExit, buildImports, preloadImports } from './imports.js';
-import { needsIoThread } from './io-thread.js';
 import { GROW_DENIED_EXPORT } from './grow-watch.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 
@@ -241,8 +240,7 @@ function start(job: GuestJob): void {
 
 /** Only a head start: whatever fails here fails again, reported, when the job runs. */
 function preload({ bundleDir, entry, imports, ioThread }: GuestPreload['preload']): void {
-  // A named component's thread starts now if it will need one; a generic warm-up's when it says so.
-  void preloadImports(imports, ioThread ?? (bundleDir !== undefined && needsIoThread(imports))).catch(() => {});
+  void preloadImports(imports, ioThread).catch(() => {});
   if (bundleDir && entry) void loadBundle(path.join(bundleDir, entry)).catch(() => {});
 }
 
@@ -252,7 +250,7 @@ export interface GuestPreload {
     bundleDir?: string | undefined;
     entry?: string | undefined;
     imports: string[];
-    /** Start preview2-shim's I/O thread now (`io-thread.ts`), whatever the imports say: a pooled host's warm-up. */
+    /** Whether to start preview2-shim's I/O thread now (`io-thread.ts`), whatever the imports say: a generic warm-up says. */
     ioThread?: boolean;
   };
 }

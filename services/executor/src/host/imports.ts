@@ -96,8 +96,12 @@ async function importPieces(needed: readonly string[]) {
   ]);
 }
 
-/** Loads the pieces a component will need before its job arrives (a spare worker's head start), and the shim's I/O thread when asked. */
-export async function preloadImports(needed: readonly string[], ioThread: boolean): Promise<void> {
+/**
+ * Loads the pieces a component will need before its job arrives (a spare worker's head start),
+ * and starts the shim's I/O thread if that component will need it — or as `ioThread` says, for a
+ * worker warmed for whatever comes next (a pooled host's, which starts it while it waits).
+ */
+export async function preloadImports(needed: readonly string[], ioThread = needsIoThread(needed)): Promise<void> {
   await loadPieces(needed);
   if (ioThread) startIoThread();
 }

@@ -218,13 +218,8 @@ function formatBytes(bytes: number): string {
  */
 const ON_THREAD_MAX_BYTES = 1024 * 1024;
 
-function compile(bytes: Uint8Array): Promise<WebAssembly.Module> {
-  if (bytes.byteLength > ON_THREAD_MAX_BYTES) return WebAssembly.compile(bytes);
-  try {
-    return Promise.resolve(new WebAssembly.Module(bytes));
-  } catch (error) {
-    return Promise.reject(error);
-  }
+async function compile(bytes: Uint8Array): Promise<WebAssembly.Module> {
+  return bytes.byteLength > ON_THREAD_MAX_BYTES ? WebAssembly.compile(bytes) : new WebAssembly.Module(bytes);
 }
 
 /** A file's bytes: read here when it is small, else by the thread pool. */
