@@ -1,6 +1,7 @@
-// Builds `mur`'s V8 startup snapshot: `cli/dist/snapshot/mur.blob`, which `cli/bin/mur` starts
-// node from, so that a run begins with `mur`'s modules already evaluated (cli/src/snapshot.ts says
-// what is in it and why). Runs after `tsc -b` and scripts/bundle.mjs, from their output.
+// Builds `mur`'s V8 startup snapshots: `cli/dist/snapshot/mur.blob` (in-process) and
+// `mur-client.blob` (a thin client of a stack), which `cli/bin/mur` starts node from, so that a
+// run begins with `mur`'s modules already evaluated (cli/src/snapshot-main.ts says why two, and
+// each entry what is in it). Runs after `tsc -b` and scripts/bundle.mjs, from their output.
 //
 // Three things make a snapshot of this code safe, and each is checked here rather than hoped for:
 // - Node 20 verifies only some built-in modules for snapshots; it warns about the rest. Those
@@ -73,16 +74,50 @@ if (__murmurProcessReads) {
 }
 `;
 
+/** The services `mur` runs in-process; a thin client of a stack runs none of them. */
+const SERVICE_PACKAGES = ['@murmur/executor', '@murmur/stager', '@murmur/watcher', '@murmur/door', '@murmur/roost'];
+
+/**
+ * An esbuild plugin that puts, in place of each package in `names`, a module with the same
+ * exports, every one a function that throws: the snapshot then holds none of the package's code,
+ * and a named import of it still resolves (esbuild refuses a missing one). The exports' names are
+ * read by importing the package here, in the build.
+ */
+async function absentPackages(names, snapshotName) {
+  const exportsOf = new Map();
+  for (const name of names)
+    exportsOf.set(
+      name,
+      Object.keys(await import(name)).filter((key) => key !== 'default'),
+    );
+  return {
+    name: 'absent-packages',
+    setup(builder) {
+      const filter = new RegExp(`^(${names.map((name) => name.replace(/[/.]/g, '\\$&')).join('|')})$`);
+      builder.onResolve({ filter }, (args) => ({ path: args.path, namespace: 'absent' }));
+      builder.onLoad({ filter: /.*/, namespace: 'absent' }, (args) => ({
+        loader: 'js',
+        contents: [
+          `const absent = () => { throw new Error(${JSON.stringify(
+            `${args.path} is not in ${snapshotName}.blob, mur's snapshot for a thin client of a stack: cli/bin/mur started it for a command it does not serve (MURMUR_SNAPSHOT=off runs mur from its bundle)`,
+          )}); };`,
+          ...exportsOf.get(args.path).map((key) => `export const ${key} = absent;`),
+        ].join('\n'),
+      }));
+    },
+  };
+}
+
 /**
  * Bundles `entry` (a module that calls `v8.startupSnapshot.setDeserializeMainFunction`) into one
  * CommonJS file in `outDir` and builds `<name>.blob` from it with this node. Returns the blob's
  * path, or undefined (with the reason) when this node cannot build snapshots; throws when the
  * code breaks one of the rules above.
  */
-export async function buildSnapshot({ entry, outDir, name, external = [] }) {
+export async function buildSnapshot({ entry, outDir, name, external = [], absent = [] }) {
   const script = path.join(outDir, `${name}.cjs`);
   const blob = path.join(outDir, `${name}.blob`);
-  rmSync(outDir, { recursive: true, force: true });
+  for (const file of [script, blob, `${blob}.node`]) rmSync(file, { force: true });
   await build({
     entryPoints: [entry],
     outfile: script,
@@ -98,6 +133,7 @@ export async function buildSnapshot({ entry, outDir, name, external = [] }) {
     define: { 'import.meta.url': '__murmurModuleUrl' },
     banner: { js: banner },
     footer: { js: footer },
+    plugins: absent.length > 0 ? [await absentPackages(absent, name)] : [],
   });
   if (/\bimport\(/.test(readFileSync(script, 'utf8'))) throw new Error(`${script} still holds a dynamic import(), which a snapshot cannot run`);
 
@@ -120,14 +156,25 @@ export async function buildSnapshot({ entry, outDir, name, external = [] }) {
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const built = await buildSnapshot({
-    entry: 'cli/dist/snapshot.js',
-    outDir: 'cli/dist/snapshot',
-    name: 'mur',
-    // Packages that find their own files at run time stay in node_modules, as in the bundle; so
-    // does the OpenTelemetry SDK (~290 KB, loaded only when a run exports spans), which would
-    // otherwise be source text in every run's heap.
-    external: ['@bytecodealliance/*', 'pino', 'thread-stream', '@opentelemetry/*'],
-  });
-  if (!built.blob) process.stdout.write(`no startup snapshot for mur (this node could not build one), so mur runs from its bundle:\n${built.reason}\n`);
+  const outDir = 'cli/dist/snapshot';
+  rmSync(outDir, { recursive: true, force: true });
+  // Packages that find their own files at run time stay in node_modules, as in the bundle; so
+  // do the OpenTelemetry SDK (~290 KB, loaded only when a run exports spans) and prom-client (only
+  // a service process serves metrics), which would otherwise be source text in every run's heap.
+  const external = ['@bytecodealliance/*', 'pino', 'thread-stream', '@opentelemetry/*', 'prom-client'];
+  const flavours = [
+    // In-process: the NATS client (~280 KB with its signing code) is loaded from node_modules by
+    // the commands other than a run that talk to a stack.
+    { entry: 'cli/dist/snapshot.js', name: 'mur', external: [...external, 'nats'] },
+    // A thin client of a stack: none of the services' code.
+    { entry: 'cli/dist/snapshot-client.js', name: 'mur-client', external, absent: SERVICE_PACKAGES },
+  ];
+  for (const flavour of flavours) {
+    const built = await buildSnapshot({ ...flavour, outDir });
+    if (!built.blob) {
+      rmSync(outDir, { recursive: true, force: true });
+      process.stdout.write(`no startup snapshot for mur (this node could not build one), so mur runs from its bundle:\n${built.reason}\n`);
+      break;
+    }
+  }
 }

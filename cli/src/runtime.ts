@@ -1,9 +1,6 @@
 import { type Bus, connectBus } from '@murmur/shared/bus';
 import { type Log, MurmurError, commands, silentLog } from '@murmur/shared';
 import type { HttpListener } from '@murmur/shared/service';
-import { startExecutorService } from '@murmur/executor';
-import { startWatcherService } from '@murmur/watcher';
-import { startStagerService } from '@murmur/stager';
 
 /**
  * Where `mur`'s work happens. With `MURMUR_NATS_URL` set, `mur` is a client: it asks the running
@@ -64,6 +61,13 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
   const tracer = env.MURMUR_OTEL_ENDPOINT?.trim()
     ? await (await import('@murmur/shared/service')).installServiceTracer('mur', env.MURMUR_OTEL_ENDPOINT, log)
     : undefined;
+  // The services are loaded here, not at the top: a client of a stack never runs them, and its
+  // startup snapshot (cli/src/snapshot-client.ts) does not hold their code.
+  const [{ startStagerService }, { startExecutorService }, { startWatcherService }] = await Promise.all([
+    import('@murmur/stager'),
+    import('@murmur/executor'),
+    import('@murmur/watcher'),
+  ]);
   const stager = startStagerService({ bus, log, env });
   const executor = options.executor
     ? startExecutorService({ bus, log, env, ...(options.warmHostBase ? { pool: { base: options.warmHostBase, size: 1, refill: false, deferred: true } } : {}) })

@@ -44,17 +44,38 @@ async function launchedCommandLine(launcher: string, env: Record<string, string>
   }
 }
 
-/** A copy of `cli/bin` beside the build's bundle and snapshot, with a `mur.blob.node` that says `builtBy`. */
+/** A copy of `cli/bin` beside the build's bundle and snapshots, with `.node` records that say `builtBy`. */
 async function launcherCopy(builtBy: string): Promise<{ launcher: string; blob: string }> {
   const cli = path.join(scratch.dir, 'cli');
   await fs.mkdir(path.join(cli, 'bin'), { recursive: true });
   await fs.mkdir(path.join(cli, 'dist', 'snapshot'), { recursive: true });
   for (const file of ['mur', 'mur.js']) await fs.copyFile(path.join(repositoryRoot, 'cli', 'bin', file), path.join(cli, 'bin', file));
   await fs.symlink(path.join(repositoryRoot, 'cli', 'dist', 'bundle'), path.join(cli, 'dist', 'bundle'));
-  const blob = path.join(cli, 'dist', 'snapshot', 'mur.blob');
-  await fs.copyFile(path.join(repositoryRoot, 'cli', 'dist', 'snapshot', 'mur.blob'), blob);
-  await fs.writeFile(`${blob}.node`, `${builtBy}\n`);
-  return { launcher: path.join(cli, 'bin', 'mur'), blob };
+  for (const name of ['mur.blob', 'mur-client.blob']) {
+    const copy = path.join(cli, 'dist', 'snapshot', name);
+    await fs.copyFile(path.join(repositoryRoot, 'cli', 'dist', 'snapshot', name), copy);
+    await fs.writeFile(`${copy}.node`, `${builtBy}\n`);
+  }
+  return { launcher: path.join(cli, 'bin', 'mur'), blob: path.join(cli, 'dist', 'snapshot', 'mur.blob') };
+}
+
+/**
+ * A `node` for the launcher to find first on PATH: it notes the snapshot it is started from in
+ * `noted`, then runs as this node. Its file is older than any snapshot, as an installed node is.
+ */
+async function notingNode(): Promise<{ bin: string; noted: string }> {
+  const bin = path.join(scratch.dir, 'noting-bin');
+  const noted = path.join(scratch.dir, 'noted-snapshot');
+  await fs.mkdir(bin);
+  const node = path.join(bin, 'node');
+  await fs.writeFile(
+    node,
+    `#!/bin/sh\nblob=none\nprevious=\nfor argument in "$@"; do [ "$previous" = --snapshot-blob ] && blob=$argument; previous=$argument; done\necho "\${blob##*/}" > '${noted}'\nexec '${process.execPath}' "$@"\n`,
+    { mode: 0o755 },
+  );
+  const longAgo = new Date('2001-01-01T00:00:00Z');
+  await fs.utimes(node, longAgo, longAgo);
+  return { bin, noted };
 }
 
 const thisNode = (): string => readFileSync(path.join(repositoryRoot, 'cli', 'dist', 'snapshot', 'mur.blob.node'), 'utf8').trim();
@@ -141,5 +162,41 @@ describe('cli/bin/mur', () => {
     const longAgo = new Date('2001-01-01T00:00:00Z');
     await fs.utimes(blob, longAgo, longAgo);
     expect(await launchedCommandLine(launcher)).not.toContain('--snapshot-blob');
+  });
+
+  it("starts a run or a stage against a stack from the thin client's snapshot, and everything else from the in-process one", async () => {
+    const node = await notingNode();
+    const { launcher } = await launcherCopy(path.join(node.bin, 'node'));
+    const stack = 'nats://127.0.0.1:4222';
+    const started = (args: string[], natsUrl?: string): string => {
+      // `--help` answers without a bus, from whichever snapshot was started.
+      const result = spawnSync(launcher, args, {
+        env: { PATH: `${node.bin}:${process.env.PATH ?? ''}`, ...(natsUrl === undefined ? {} : { MURMUR_NATS_URL: natsUrl }) },
+        encoding: 'utf8',
+      });
+      expect({ status: result.status, stderr: result.stderr }).toEqual({ status: 0, stderr: '' });
+      return readFileSync(node.noted, 'utf8').trim();
+    };
+    expect(started(['run', '--help'], stack)).toBe('mur-client.blob');
+    expect(started(['stage', '--help'], stack)).toBe('mur-client.blob');
+    expect(started(['run', '--help'])).toBe('mur.blob');
+    // Blank, as runtime.ts reads it, is no stack: the run is in-process.
+    expect(started(['run', '--help'], ' \t')).toBe('mur.blob');
+    expect(started(['ps', '--help'], stack)).toBe('mur.blob');
+    expect(started(['--version'], stack)).toBe('mur.blob');
+  });
+
+  it("fails as a bug in mur, naming the missing service, if the thin client's snapshot were ever asked to run a capsule in-process", async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const client = path.join(repositoryRoot, 'cli', 'dist', 'snapshot', 'mur-client.blob');
+    const run = spawnSync(process.execPath, [...NODE_FLAGS, '--snapshot-blob', client, '--', 'run', '--manifest', path.join(project, 'murmur.yaml')], {
+      env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home') },
+      encoding: 'utf8',
+    });
+    expect(run.status).not.toBe(0);
+    expect(run.stderr).toMatch(
+      /^error\[E-IO-003\]: unexpected failure: Error: @murmur\/(stager|executor|watcher) is not in mur-client\.blob, mur's snapshot for a thin client of a stack/m,
+    );
+    expect(run.stderr).toContain('hint: this is a bug in mur');
   });
 });

@@ -1,0 +1,63 @@
+import './zod-jitless.js';
+import v8 from 'node:v8';
+import { main } from './main.js';
+
+/**
+ * What both of `mur`'s V8 startup snapshots share (`scripts/snapshot.mjs` builds them with
+ * `npm run build`; `cli/bin/mur` starts node from one): the check that this code is being built
+ * into a snapshot, the main function a snapshot starts with, and the schema warm-up.
+ *
+ * There are two snapshots because a run has two paths that share little but the contracts.
+ * In-process (`cli/src/snapshot.ts`, `mur.blob`), `mur` runs the stager, the executor and the
+ * watcher itself; against a stack (`cli/src/snapshot-client.ts`, `mur-client.blob`), it is a thin
+ * client over NATS and runs none of them. Node keeps the whole blob it read in memory for the
+ * life of the process, beside the heap it restored from it, so code one path never runs costs
+ * that path twice over in peak RSS; and a smaller blob is restored sooner.
+ *
+ * The invariant every module in a snapshot keeps: evaluating it reads nothing of the process it
+ * runs in (environment, working directory, home, terminal), since the build's values would be
+ * frozen into every run. The build checks the environment and the working directory, and refuses
+ * a snapshot whose evaluation read either.
+ */
+export function startFromSnapshot(evaluated: readonly unknown[]): void {
+  if (!v8.startupSnapshot.isBuildingSnapshot()) {
+    throw new Error("this module is the entry of one of mur's V8 startup snapshots: build it with node --build-snapshot (scripts/snapshot.mjs)");
+  }
+  v8.startupSnapshot.setDeserializeMainFunction(async () => {
+    void evaluated;
+    // Started as `node --snapshot-blob <blob> -- <args>`: argv holds node and the arguments, and
+    // `main` expects node and a script before them, as a script's argv has.
+    process.exitCode = await main([process.argv[0] as string, 'mur', ...process.argv.slice(1)]);
+  });
+}
+
+/**
+ * Parses an empty object with every object schema reachable from `roots`, once. `mur`'s zod is
+ * jitless (`zod-jitless.ts`), so nothing is compiled from strings; what the snapshot keeps is
+ * zod's interpreter with its functions compiled, and each schema's lazily made state (its
+ * normalized shape) already made. Without it a run made both the first time each schema parsed:
+ * a WAT capsule's run against a stack took 6–20 ms longer (medians of 30 interleaved runs, two
+ * sets). In-process the gain was lost in the noise while the 0.3–0.7 MB of peak RSS it costs was
+ * not, so only the client's snapshot does this. Nothing else about a schema changes.
+ */
+export function warmObjectSchemas(roots: unknown[]): void {
+  const seen = new Set<unknown>();
+  const isSchema = (value: unknown): value is { _zod: { def: Record<string, unknown> }; safeParse(input: unknown): unknown } =>
+    typeof value === 'object' && value !== null && '_zod' in value && typeof (value as { safeParse?: unknown }).safeParse === 'function';
+  const visit = (value: unknown): void => {
+    if (Array.isArray(value)) {
+      value.forEach(visit);
+      return;
+    }
+    if (!isSchema(value) || seen.has(value)) return;
+    seen.add(value);
+    const def = value._zod.def;
+    if (def.type === 'object') value.safeParse({});
+    for (const [key, part] of Object.entries(def)) {
+      // `shape` is a record of schemas; a lazy schema's getter is not followed (it may recurse without end).
+      if (key === 'shape' && part && typeof part === 'object') Object.values(part).forEach(visit);
+      else if (key !== 'getter') visit(part);
+    }
+  };
+  roots.forEach(visit);
+}
