@@ -119,7 +119,7 @@ describe('packing a capsule project for staging', () => {
     expect(second.listing.files.find((file) => file.path === 'capsule.wasm')?.sha256).toBe(sha('other'));
   });
 
-  it('publishes each file once: a file the store already holds is not sent again', async () => {
+  it('publishes each file and the listing once: what the store already holds is not sent again, what it lost is', async () => {
     const project = path.join(scratch.dir, 'published');
     await writeFiles(project, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n', 'capsule.wasm': 'bytes' });
     const store = await bus.objectStore(BLOB_BUCKET);
@@ -140,7 +140,13 @@ describe('packing a capsule project for staging', () => {
       },
     };
     await publishProject(counting, packed);
-    expect(puts).toEqual([packed.ref.sha256]);
+    expect(puts).toEqual([]);
+    const wasm = packed.listing.files.find((file) => file.path === 'capsule.wasm') as { sha256: string };
+    await store.delete(wasm.sha256);
+    await store.delete(packed.ref.sha256);
+    await publishProject(counting, packed);
+    expect(puts).toEqual([wasm.sha256, packed.ref.sha256]);
+    expect(await store.info(packed.ref.sha256)).toEqual({ name: packed.ref.sha256, size: packed.ref.size });
   });
 });
 

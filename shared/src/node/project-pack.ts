@@ -278,16 +278,22 @@ async function finish(packer: Packer, label: string): Promise<PackedProject> {
 
 /**
  * Puts a packed project in the object store: each file the store does not hold yet (a component
- * that has not changed since the last run is not sent again), then the listing.
+ * that has not changed since the last run is not sent again), then the listing, once every file it
+ * names is there, and only if the store does not hold it either. Objects are named by their
+ * digest, so one of the same name and size is the same bytes; one that is not (a damaged store) is
+ * removed by the stager that finds it out, and the next staging puts it again.
  */
 export async function publishProject(store: ObjectStore, packed: PackedProject): Promise<BlobRef> {
-  await Promise.all(
-    packed.listing.files.map(async (file) => {
-      if ((await store.info(file.sha256))?.size === file.size) return;
+  const held = async (ref: BlobRef): Promise<boolean> => (await store.info(ref.sha256))?.size === ref.size;
+  // Asked at once with the files: an unchanged project's upload is one round of lookups.
+  const [listingHeld] = await Promise.all([
+    held(packed.ref),
+    ...packed.listing.files.map(async (file) => {
+      if (await held(file)) return;
       const local = packed.local.get(file.path) as string;
       await store.put(file.sha256, { size: file.size, open: () => createReadStream(local, { highWaterMark: 1 << 20 }) });
     }),
-  );
-  await store.put(packed.ref.sha256, { bytes: packed.listingBytes });
+  ]);
+  if (!listingHeld) await store.put(packed.ref.sha256, { bytes: packed.listingBytes });
   return packed.ref;
 }
