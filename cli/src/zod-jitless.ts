@@ -9,7 +9,6 @@ import * as z from 'zod';
  *
  * zod reads the setting when an object schema is made, so this module is the first import of
  * `mur`'s entries (`main.ts`, `snapshot.ts`, `snapshot-client.ts`), evaluated before any
- * contract's schema. The services
- * keep compiled parsers: a door parses thousands of messages.
+ * contract's schema. The services keep compiled parsers: a door parses thousands of messages.
  */
 z.config({ jitless: true });
