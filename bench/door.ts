@@ -41,6 +41,7 @@ import { componentArtifact, publishInto } from '../test/support/artifacts.js';
 import { recordingHook } from '../test/support/probe-guests.js';
 import { echoDriver, echoManifest } from './echo-driver.js';
 import { type Phase, load } from './http-load.js';
+import { nodeStartMs } from './stats.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 8);
 const CLIENTS = 32;
@@ -158,7 +159,9 @@ try {
     const probe = await messages([target.rpc], 0.2, 1);
     if (probe.requests === 0 || probe.failures > 0) throw new Error(`${target.label}: a message round trip did not come back as the echo`);
   }
-  process.stdout.write(`A2A door benchmark: ${CLIENTS} concurrent clients, ${SECONDS} s per phase (${os.cpus().length} cores, node ${process.version})\n\n`);
+  process.stdout.write(
+    `A2A door benchmark: ${CLIENTS} concurrent clients, ${SECONDS} s per phase (${os.cpus().length} cores, node ${process.version}, a bare node -e 0 takes ${nodeStartMs().toFixed(0)} ms)\n\n`,
+  );
   process.stdout.write(`${'server'.padEnd(42)}${'req/s'.padStart(8)}${'p50 ms'.padStart(10)}${'p99 ms'.padStart(10)}${'failed'.padStart(10)}\n`);
   const results: Record<string, { message: Phase; card: Phase }> = {};
   for (const target of targets) {

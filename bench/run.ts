@@ -30,6 +30,7 @@ import { capsuleProject } from '../test/support/artifacts.js';
 import { capsuleWat, helloCapsuleJs, printingCapsuleWat, rustCapsule } from '../test/support/guests.js';
 import { startNatsServer } from '../test/support/nats-server.js';
 import { type ServiceProcess, startService } from '../test/support/processes.js';
+import { nodeStartMs } from './stats.js';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 30);
 /** How long the stack's executor is given to refill its pool after a run against it. */
@@ -86,7 +87,7 @@ try {
     { label: 'mur run → stack', env: { ...env, MURMUR_NATS_URL: nats.url } },
   ];
   process.stdout.write(
-    `mur run, warm cache, ${RUNS} runs each (${os.cpus().length} cores, node ${process.version}${timeBinary ? '' : ', no /usr/bin/time: RSS not measured'})\n\n`,
+    `mur run, warm cache, ${RUNS} runs each (${os.cpus().length} cores, node ${process.version}, a bare node -e 0 takes ${nodeStartMs().toFixed(0)} ms${timeBinary ? '' : ', no /usr/bin/time: RSS not measured'})\n\n`,
   );
   process.stdout.write('capsule                   runner              median ms   p90 ms   peak RSS MB   × bare\n');
   for (const [index, capsule] of capsules.entries()) {

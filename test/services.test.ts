@@ -147,4 +147,40 @@ describe('the services as processes on NATS', () => {
     expect(await extra.stop()).toBe(0);
     expect(extra.logs()).toContain('watcher stopped');
   });
+
+  it('a service told to stop after its NATS server is gone still stops, cleanly and at once', async () => {
+    // nats.js, closed while it reconnects, kept a timer that held such a process open for good.
+    const ownNats = await startNatsServer();
+    const extra = await startService('watcher', { MURMUR_NATS_URL: ownNats.url });
+    await ownNats.stop();
+    const asked = Date.now();
+    // stop() sends SIGKILL after 5 s, which would make the code null.
+    expect(await extra.stop()).toBe(0);
+    expect(Date.now() - asked).toBeLessThan(5_000);
+    expect(extra.logs()).toContain('watcher stopped');
+  });
+
+  it('a service whose NATS server hangs while it stops exits at its stop deadline, saying what it was waiting for', async () => {
+    const ownNats = await startNatsServer();
+    try {
+      const extra = await startService('watcher', { MURMUR_NATS_URL: ownNats.url, MURMUR_SERVICE_STOP_DEADLINE_MS: '1500' });
+      ownNats.pause();
+      expect(await extra.stop()).toBe(1);
+      const said = extra
+        .logs()
+        .split('\n')
+        .filter((line) => line.includes('did not stop'))
+        .map((line) => JSON.parse(line) as { msg: string; waiting_for: string });
+      expect(said).toEqual([expect.objectContaining({ waiting_for: 'closing its bus connection' })]);
+      expect(said[0]?.msg).toBe('watcher did not stop within 1500 ms (still closing its bus connection); exiting');
+    } finally {
+      await ownNats.stop();
+    }
+  });
+
+  it('a service refuses a stop deadline that is not a number of milliseconds, naming the variable', async () => {
+    await expect(startService('watcher', { MURMUR_NATS_URL: nats.url, MURMUR_SERVICE_STOP_DEADLINE_MS: '8s' })).rejects.toThrow(
+      /E-CFG-003.*invalid MURMUR_SERVICE_STOP_DEADLINE_MS: '8s' is not a whole number of milliseconds above 0/,
+    );
+  });
 });

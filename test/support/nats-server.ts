@@ -18,6 +18,9 @@ export interface NatsServer {
   readonly storeDir: string;
   stop(): Promise<void>;
   restart(): Promise<void>;
+  /** Stops the server's process where it is (SIGSTOP): its connections stay open and nothing answers, as a hung server's. */
+  pause(): void;
+  resume(): void;
 }
 
 export function natsServerBinary(): string {
@@ -52,6 +55,8 @@ async function launch(port: number, storeDir: string): Promise<ChildProcess> {
 async function terminate(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = once(child, 'exit');
+  // A paused server would hold its SIGTERM until it is resumed.
+  child.kill('SIGCONT');
   child.kill('SIGTERM');
   const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
   await exited;
@@ -80,5 +85,7 @@ export async function startNatsServer(): Promise<NatsServer> {
       await terminate(child);
       child = await launch(port, storeDir);
     },
+    pause: () => void child.kill('SIGSTOP'),
+    resume: () => void child.kill('SIGCONT'),
   };
 }

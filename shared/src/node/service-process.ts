@@ -39,6 +39,27 @@ export interface ServiceProcessOptions {
   start(context: ServiceContext): Promise<StartedService>;
 }
 
+/** How long a stopped service's process may linger once its stop is done. */
+const LINGER_AFTER_STOP_MS = 500;
+
+export const DEFAULT_STOP_DEADLINE_MS = 8_000;
+
+/**
+ * How long a service may take to stop before it exits anyway: `MURMUR_SERVICE_STOP_DEADLINE_MS`,
+ * 8 s by default — below the 10 s docker gives a container between SIGTERM and SIGKILL.
+ */
+function stopDeadlineFromEnv(env: NodeJS.ProcessEnv): number {
+  const raw = env.MURMUR_SERVICE_STOP_DEADLINE_MS?.trim();
+  if (!raw) return DEFAULT_STOP_DEADLINE_MS;
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw)) || Number(raw) === 0) {
+    throw new MurmurError('E-CFG-003', `invalid MURMUR_SERVICE_STOP_DEADLINE_MS: '${raw}' is not a whole number of milliseconds above 0`, {
+      path: 'MURMUR_SERVICE_STOP_DEADLINE_MS',
+      hint: `give a whole number of milliseconds, or leave it unset for ${DEFAULT_STOP_DEADLINE_MS}`,
+    });
+  }
+  return Number(raw);
+}
+
 /**
  * The whole life of a service process, the same for all five: connect to the bus named by
  * `MURMUR_NATS_URL` (in-process when unset), start the service, serve its routes and `GET /health`
@@ -59,8 +80,10 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   };
   const host = env[`MURMUR_${upper}_HOST`]?.trim() || '127.0.0.1';
   let port: number;
+  let stopDeadlineMs: number;
   try {
     port = portFromEnv(env[`MURMUR_${upper}_PORT`], options.defaultPort, `MURMUR_${upper}_PORT`);
+    stopDeadlineMs = stopDeadlineFromEnv(env);
   } catch (error) {
     refuse(error, {});
     return;
@@ -115,14 +138,30 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     if (stopping) return;
     stopping = true;
     log.info({ signal }, `${options.service} stopping`);
+    // Whatever a step waits for (a bus that stopped answering), the process ends by the deadline,
+    // saying what it was still doing, rather than being killed without a word by whoever stops it.
+    let step = 'ending its streams';
+    const deadline = setTimeout(() => {
+      log.error({ signal, waiting_for: step }, `${options.service} did not stop within ${stopDeadlineMs} ms (still ${step}); exiting`);
+      process.exit(1);
+    }, stopDeadlineMs);
     health.unsubscribe();
     await started.drain?.();
     // A response being written (a stream's last frame) gets a moment to finish before it is cut.
+    step = 'closing its HTTP listener';
     await listener.close(1_000);
+    step = 'closing the service';
     await started.close();
+    step = 'closing its bus connection';
     await bus.close();
+    step = 'sending its last spans';
     await tracer?.shutdown(2_000);
+    clearTimeout(deadline);
     log.info({}, `${options.service} stopped`);
+    // Nothing of the service is left to run. What may still hold the event loop is a library's
+    // leftover — nats.js keeps a reconnect timer when it is closed while its server is gone, and
+    // the process then never ended — so it is given a moment to let go, and then it exits.
+    setTimeout(() => process.exit(), LINGER_AFTER_STOP_MS).unref();
   };
   // Handlers first, then the ready line: whoever reads the line may signal at once.
   process.once('SIGTERM', () => void stop('SIGTERM'));
