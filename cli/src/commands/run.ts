@@ -319,18 +319,51 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       }
     }
 
+    // On the stack the session lives on its executor: a bus that goes away is said, as is its
+    // return, and the run waits for it (NATS reconnects for as long as it takes).
+    if (!runtime.inProcess) {
+      runtime.bus.onConnectionChange((state) =>
+        output.err(
+          state === 'disconnected'
+            ? `mur: lost the stack's bus at ${runtime.bus.description}; session ${sessionId} goes on on its executor, and mur waits for the bus to come back (Ctrl-C leaves)`
+            : "mur: the stack's bus is back",
+        ),
+      );
+    }
     let interrupted = false;
+    let leave!: () => void;
+    const left = new Promise<undefined>((resolve) => (leave = () => resolve(undefined)));
     const onSignal = (): void => {
-      if (interrupted) return;
+      if (interrupted) {
+        // A second interrupt leaves at once, whatever the first one is still waiting for. In-process
+        // the session ends with this process; on the stack it is left to its executor.
+        output.err(
+          runtime.inProcess
+            ? `mur: interrupted again; ending session ${sessionId} now`
+            : `mur: interrupted again; leaving session ${sessionId} as it is (mur stop ${sessionId} stops it)`,
+        );
+        leave();
+        return;
+      }
       interrupted = true;
-      void runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 }).catch(() => {});
+      runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 }).catch((error: unknown) => {
+        // Nobody could be asked, so nobody will say the session ended either: waiting would be for ever.
+        output.err(
+          `mur: could not ask for session ${sessionId} to stop (${error instanceof Error ? error.message : String(error)}); it may still run on its executor: mur stop ${sessionId} once the stack answers`,
+        );
+        leave();
+      });
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
-    const end = await ended;
-    timing('ended');
+    const end = await Promise.race([ended, left]);
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+    if (!end) {
+      for (const subscription of subscriptions) subscription.unsubscribe();
+      return 130;
+    }
+    timing('ended');
     for (const subscription of subscriptions) subscription.unsubscribe();
     await pinning;
 

@@ -1,0 +1,78 @@
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { type RunningAgent, agentManifest, agentProject, startAgent } from './support/agents.js';
+import { tempDir } from './support/fs.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { type ServiceProcess, eventually, startService } from './support/processes.js';
+import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
+
+/**
+ * `mur run` as a client of a stack whose bus goes away: the session lives on its executor, so the
+ * run says so and waits for the bus; and an interrupt it cannot deliver does not leave it hanging.
+ */
+describe('mur run against a stack whose NATS server goes away', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let inference: ScriptedInference;
+  const services: ServiceProcess[] = [];
+  const agents: RunningAgent[] = [];
+  let env: Record<string, string>;
+  let project: string;
+
+  beforeEach(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-bus-loss-');
+    env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    for (const name of ['stager', 'executor', 'watcher', 'door']) services.push(await startService(name, env));
+    inference = await startScriptedInference({ script: () => ({ text: 'hello' }) });
+    project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep' }));
+  });
+
+  afterEach(async () => {
+    for (const agent of agents.splice(0)) await agent.stop();
+    // The services stop without their bus as well (services.test.ts).
+    for (const service of services.splice(0).reverse()) await service.stop();
+    await inference?.close();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  it('says the bus is lost and back, and waits for it', async () => {
+    const agent = await startAgent(project, env);
+    agents.push(agent);
+    await nats.restart();
+    const said = await eventually(() => (agent.stderr().includes("the stack's bus is back") ? agent.stderr() : undefined), 10_000, 'the bus back');
+    expect(said).toContain(
+      `mur: lost the stack's bus at ${nats.url}; session ${agent.sessionId} goes on on its executor, and mur waits for the bus to come back (Ctrl-C leaves)`,
+    );
+    // Still waiting on its session: nothing ended it.
+    expect(agent.process.exitCode).toBeNull();
+  });
+
+  it('an interrupt that cannot reach the executor ends the run, naming the session to stop later; a second leaves at once', async () => {
+    const first = await startAgent(project, env);
+    const second = await startAgent(project, env);
+    agents.push(first, second);
+    await nats.stop();
+    await eventually(() => (first.stderr().includes('lost the stack') && second.stderr().includes('lost the stack')) || undefined, 10_000, 'the loss said');
+
+    second.process.kill('SIGINT');
+    // Two signals sent together may arrive as one.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const twice = Date.now();
+    second.process.kill('SIGINT');
+    const secondEnd = await second.exited;
+    expect(secondEnd.code).toBe(130);
+    expect(Date.now() - twice).toBeLessThan(2_500);
+    expect(secondEnd.stderr).toContain(`mur: interrupted again; leaving session ${second.sessionId} as it is (mur stop ${second.sessionId} stops it)`);
+
+    first.process.kill('SIGINT');
+    const firstEnd = await first.exited;
+    expect(firstEnd.code).toBe(130);
+    expect(firstEnd.stderr).toMatch(
+      new RegExp(
+        `mur: could not ask for session ${first.sessionId} to stop \\(.+\\); it may still run on its executor: mur stop ${first.sessionId} once the stack answers`,
+      ),
+    );
+  });
+});
