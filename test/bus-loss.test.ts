@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, startAgent } from './support/agents.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
@@ -9,6 +9,8 @@ import { type ScriptedInference, startScriptedInference } from './support/script
 /**
  * `mur run` as a client of a stack whose bus goes away: the session lives on its executor, so the
  * run says so and waits for the bus; and an interrupt it cannot deliver does not leave it hanging.
+ * One stack for both cases (four services take a while to start): the first restarts its NATS
+ * server, the second takes it away for good, so it comes last.
  */
 describe('mur run against a stack whose NATS server goes away', () => {
   let nats: NatsServer;
@@ -19,7 +21,7 @@ describe('mur run against a stack whose NATS server goes away', () => {
   let env: Record<string, string>;
   let project: string;
 
-  beforeEach(async () => {
+  beforeAll(async () => {
     nats = await startNatsServer();
     scratch = await tempDir('murmur-bus-loss-');
     env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
@@ -28,7 +30,7 @@ describe('mur run against a stack whose NATS server goes away', () => {
     project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep' }));
   });
 
-  afterEach(async () => {
+  afterAll(async () => {
     for (const agent of agents.splice(0)) await agent.stop();
     // The services stop without their bus as well (services.test.ts).
     for (const service of services.splice(0).reverse()) await service.stop();
@@ -47,6 +49,9 @@ describe('mur run against a stack whose NATS server goes away', () => {
     );
     // Still waiting on its session: nothing ended it.
     expect(agent.process.exitCode).toBeNull();
+    // Stopped while the bus is here: the next case takes it away.
+    agents.splice(agents.indexOf(agent), 1);
+    await agent.stop();
   });
 
   it('an interrupt that cannot reach the executor ends the run, naming the session to stop later; a second leaves at once', async () => {
