@@ -163,6 +163,7 @@ describe('the services as processes on NATS', () => {
   it('a service whose NATS server hangs while it stops exits at its stop deadline, saying what it was waiting for', async () => {
     const ownNats = await startNatsServer();
     try {
+      // Under the 2 s a closing NATS connection gives a server to take what it drains.
       const extra = await startService('watcher', { MURMUR_NATS_URL: ownNats.url, MURMUR_SERVICE_STOP_DEADLINE_MS: '1500' });
       ownNats.pause();
       expect(await extra.stop()).toBe(1);

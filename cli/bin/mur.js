@@ -7,6 +7,6 @@
 import { existsSync } from 'node:fs';
 
 const bundled = new URL('../dist/bundle/mur.mjs', import.meta.url);
-const { exitWith, main } = await import(existsSync(bundled) ? bundled.href : new URL('../dist/main.js', import.meta.url).href);
+const { main } = await import(existsSync(bundled) ? bundled.href : new URL('../dist/main.js', import.meta.url).href);
 
-exitWith(await main(process.argv));
+process.exitCode = await main(process.argv);

@@ -8,17 +8,6 @@ import { type Output, formatFailure, ignoreClosedStdout, processOutput } from '.
  * `mur`. Exit codes: 0 success, 1 a refusal or failure (printed as `error[CODE]: …` with a hint),
  * 2 a usage error (unknown flag, missing argument).
  */
-/**
- * How `mur` ends once its command has returned: with the command's code, and at once. Nothing of
- * a command is left to run then; what may still hold the event loop is a library's leftover
- * (nats.js, closed while it reconnects to a server that is gone, keeps a timer for good), so it
- * gets a moment to let go and the process then exits.
- */
-export function exitWith(code: number): void {
-  process.exitCode = code;
-  setTimeout(() => process.exit(), 500).unref();
-}
-
 export async function main(argv: string[], output: Output = processOutput): Promise<number> {
   if (output === processOutput) ignoreClosedStdout();
   let exitCode = 0;

@@ -1,6 +1,6 @@
 import './zod-jitless.js';
 import v8 from 'node:v8';
-import { exitWith, main } from './main.js';
+import { main } from './main.js';
 
 /**
  * What both of `mur`'s V8 startup snapshots share (`scripts/snapshot.mjs` builds them with
@@ -27,7 +27,7 @@ export function startFromSnapshot(evaluated: readonly unknown[]): void {
     void evaluated;
     // Started as `node --snapshot-blob <blob> -- <args>`: argv holds node and the arguments, and
     // `main` expects node and a script before them, as a script's argv has.
-    exitWith(await main([process.argv[0] as string, 'mur', ...process.argv.slice(1)]));
+    process.exitCode = await main([process.argv[0] as string, 'mur', ...process.argv.slice(1)]);
   });
 }
 

@@ -359,12 +359,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     const end = await Promise.race([ended, left]);
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
-    if (!end) {
-      for (const subscription of subscriptions) subscription.unsubscribe();
-      return 130;
-    }
-    timing('ended');
     for (const subscription of subscriptions) subscription.unsubscribe();
+    if (!end) return 130;
+    timing('ended');
     await pinning;
 
     // On the stack the session's workdir is on its executor: its answer is fetched to where an

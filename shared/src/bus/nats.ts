@@ -24,6 +24,8 @@ export class NatsTransport implements Transport {
   private readonly buckets = new Map<string, Promise<KV>>();
   private readonly objectBuckets = new Map<string, Promise<NatsObjectStore>>();
   private readonly connectionListeners: Array<(state: 'disconnected' | 'reconnected') => void> = [];
+  /** Whether the server is there, as the connection's status last said. */
+  private connected = true;
 
   private constructor(
     private readonly connection: NatsConnection,
@@ -62,9 +64,11 @@ export class NatsTransport implements Transport {
     void (async () => {
       for await (const status of connection.status()) {
         if (status.type === 'disconnect') {
+          transport.connected = false;
           options.log.warn({ bus: url }, 'bus disconnected; reconnecting');
           transport.announce('disconnected');
         } else if (status.type === 'reconnect') {
+          transport.connected = true;
           options.log.info({ bus: url }, 'bus reconnected');
           transport.announce('reconnected');
         }
@@ -170,11 +174,26 @@ export class NatsTransport implements Transport {
     return this.connection.flush();
   }
 
+  /**
+   * Drains the connection (what was published reaches the server, subscriptions end cleanly) when
+   * the server is there, and closes it outright when it is not: nats.js's drain waits for the
+   * server's answer, so a drain begun while it reconnects never ends, and its reconnect timers then
+   * hold the process for good. A drain the server stops answering is cut short the same way.
+   */
   async close(): Promise<void> {
     if (this.connection.isClosed()) return;
-    await this.connection.drain().catch(() => this.connection.close());
+    if (this.connected) {
+      let timer: NodeJS.Timeout | undefined;
+      const cutShort = new Promise<void>((resolve) => (timer = setTimeout(resolve, DRAIN_WAIT_MS)));
+      await Promise.race([this.connection.drain().catch(() => {}), cutShort]);
+      clearTimeout(timer);
+    }
+    if (!this.connection.isClosed()) await this.connection.close();
   }
 }
+
+/** The longest a closing connection waits for the server to take what it drains. */
+const DRAIN_WAIT_MS = 2_000;
 
 /** JetStream's "wrong last sequence": a create on an existing key, an update at a stale revision. */
 const WRONG_LAST_SEQUENCE = 10071;

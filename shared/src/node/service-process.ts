@@ -39,10 +39,7 @@ export interface ServiceProcessOptions {
   start(context: ServiceContext): Promise<StartedService>;
 }
 
-/** How long a stopped service's process may linger once its stop is done. */
-const LINGER_AFTER_STOP_MS = 500;
-
-export const DEFAULT_STOP_DEADLINE_MS = 8_000;
+const DEFAULT_STOP_DEADLINE_MS = 8_000;
 
 /**
  * How long a service may take to stop before it exits anyway: `MURMUR_SERVICE_STOP_DEADLINE_MS`,
@@ -158,10 +155,6 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     await tracer?.shutdown(2_000);
     clearTimeout(deadline);
     log.info({}, `${options.service} stopped`);
-    // Nothing of the service is left to run. What may still hold the event loop is a library's
-    // leftover — nats.js keeps a reconnect timer when it is closed while its server is gone, and
-    // the process then never ended — so it is given a moment to let go, and then it exits.
-    setTimeout(() => process.exit(), LINGER_AFTER_STOP_MS).unref();
   };
   // Handlers first, then the ready line: whoever reads the line may signal at once.
   process.once('SIGTERM', () => void stop('SIGTERM'));
