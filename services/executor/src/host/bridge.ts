@@ -37,7 +37,10 @@ export class BridgeClient {
   call<T>(op: string, payload: unknown): T {
     Atomics.store(this.signal, 0, WAITING);
     this.port.postMessage({ op, payload });
-    Atomics.wait(this.signal, 0, WAITING);
+    // Only the word says this call was answered, never a wake alone: the main thread stores and
+    // then notifies, and the notify of the previous call's answer can land after this call began
+    // waiting (the worker saw that answer stored, took it, and went on), waking it with nothing.
+    while (Atomics.load(this.signal, 0) === WAITING) Atomics.wait(this.signal, 0, WAITING);
     const received = receiveMessageOnPort(this.port);
     if (!received) throw new BridgeError(`the host did not answer '${op}'`);
     const reply = received.message as BridgeReply;
