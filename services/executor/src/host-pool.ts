@@ -368,8 +368,7 @@ export class HostPool {
     });
     let child: ChildProcess;
     try {
-      // A pooled host knows it waits for a session it cannot see yet, and warms what every session may need.
-      child = spawnSandboxedHost(sandbox, { cgroup, cwd: this.environment.workdirBase, env: { ...this.environment.hostEnv, MURMUR_HOST_POOLED: '1' } });
+      child = spawnSandboxedHost(sandbox, { cgroup, cwd: this.environment.workdirBase, env: this.environment.hostEnv });
     } catch (error) {
       cgroup?.killAll();
       void cgroup?.remove();

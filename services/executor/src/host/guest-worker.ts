@@ -4,6 +4,7 @@ import { BridgeClient } from './bridge.js';
 import { loadGlue } from './glue.js';
 import { GuestExit, buildImports, preloadImports } from './imports.js';
 import { GROW_DENIED_EXPORT } from './grow-watch.js';
+import { closeGuestFiles } from './in-thread-io.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 
 /**
@@ -232,15 +233,20 @@ function start(job: GuestJob): void {
     return;
   }
   run(job).then(
-    (outcome) => post({ type: 'done', outcome }),
-    (error: unknown) =>
-      post({ type: 'done', outcome: { kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false } }),
+    (outcome) => {
+      closeGuestFiles();
+      post({ type: 'done', outcome });
+    },
+    (error: unknown) => {
+      closeGuestFiles();
+      post({ type: 'done', outcome: { kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false } });
+    },
   );
 }
 
 /** Only a head start: whatever fails here fails again, reported, when the job runs. */
-function preload({ bundleDir, entry, imports, ioThread }: GuestPreload['preload']): void {
-  void preloadImports(imports, ioThread).catch(() => {});
+function preload({ bundleDir, entry, imports }: GuestPreload['preload']): void {
+  void preloadImports(imports).catch(() => {});
   if (bundleDir && entry) void loadBundle(path.join(bundleDir, entry)).catch(() => {});
 }
 
@@ -250,8 +256,6 @@ export interface GuestPreload {
     bundleDir?: string | undefined;
     entry?: string | undefined;
     imports: string[];
-    /** Whether to start preview2-shim's I/O thread now (`io-thread.ts`), whatever the imports say: a generic warm-up says. */
-    ioThread?: boolean;
   };
 }
 

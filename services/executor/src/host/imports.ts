@@ -1,5 +1,5 @@
 import type { BridgeClient } from './bridge.js';
-import { loadShimIo, needsIoThread, startIoThread } from './io-thread.js';
+import { loadShimIo } from './in-thread-io.js';
 import type { BodyCalls } from './relayed-body.js';
 import type { BodyRead } from './response-bodies.js';
 import type { RelayedOutcome, RelayedRequest } from './wasi-http.js';
@@ -83,7 +83,7 @@ async function importPieces(needed: readonly string[]) {
   const wants = (prefix: string): boolean => needed.some((name) => name.startsWith(prefix));
   const usesStreams = wants('wasi:cli/') || wants('wasi:io/') || wants('wasi:http/') || wants('wasi:filesystem/');
   const usesClocks = usesStreams || wants('wasi:clocks/');
-  // First the shim's io module, with its thread deferred; every other shim module shares it.
+  // First the shim's io module, its I/O answered in this thread; every other shim module shares it.
   if (usesClocks || wants('wasi:random/')) await loadShimIo();
   return Promise.all([
     usesClocks ? import('@bytecodealliance/preview2-shim/io') : undefined,
@@ -96,19 +96,13 @@ async function importPieces(needed: readonly string[]) {
   ]);
 }
 
-/**
- * Loads the pieces a component will need before its job arrives (a spare worker's head start),
- * and starts the shim's I/O thread if that component will need it — or as `ioThread` says, for a
- * worker warmed for whatever comes next (a pooled host's, which starts it while it waits).
- */
-export async function preloadImports(needed: readonly string[], ioThread = needsIoThread(needed)): Promise<void> {
+/** Loads the pieces a component will need before its job arrives: a spare worker's head start. */
+export async function preloadImports(needed: readonly string[]): Promise<void> {
   await loadPieces(needed);
-  if (ioThread) startIoThread();
 }
 
 export async function buildImports(grants: GuestGrants, needed: readonly string[]): Promise<Record<string, unknown>> {
   const [io, clocks, random, filesystemModule, streamsModule, httpModule, relayedBody] = await loadPieces(needed);
-  if (needsIoThread(needed)) startIoThread();
   const imports: Record<string, unknown> = {};
   if (streamsModule) Object.assign(imports, cliImports(grants, streamsModule));
   if (io && clocks) {

@@ -100,13 +100,10 @@ const channel: HostChannel = {
  * The WASI pieces nearly every component imports (a Rust or componentize-js build links all of
  * them), loaded by the first guest worker while the host waits to be told what to run: a pooled
  * host waits long, and a fresh one overlaps this with its start. Loading is not linking: a guest's
- * import object still holds only what its component imports. A pooled host also starts
- * preview2-shim's I/O thread (`io-thread.ts`): it has the time, and a guest that writes a file
- * would otherwise wait ~30 ms for the thread to boot; a fresh host starts it only for a component
- * that needs it.
+ * import object still holds only what its component imports.
  */
 const COMMON_WASI = ['wasi:io/streams', 'wasi:cli/stdout', 'wasi:clocks/monotonic-clock', 'wasi:filesystem/types', 'wasi:random/random'];
-const prewarmed = prewarmGuestWorker({ imports: COMMON_WASI, ioThread: process.env.MURMUR_HOST_POOLED === '1' });
+const prewarmed = prewarmGuestWorker({ imports: COMMON_WASI });
 let started = false;
 /** A pooled host's sockets, handed over before its session (`hand-over`). */
 let handingOver: Promise<void> | undefined;
