@@ -26,8 +26,8 @@ const CLOSED = { tag: 'closed' } as const;
 /** jco keys a host resource by this symbol's value when it has one. */
 const REP = Symbol.for('cabiRep');
 /**
- * The shim's own pollables carry small ids from its I/O thread as their rep; ours count from
- * here, so jco's table of host resources never mistakes one for the other.
+ * The shim's own pollables carry small ids from its I/O calls (`in-thread-io.ts`) as their rep;
+ * ours count from here, so jco's table of host resources never mistakes one for the other.
  */
 let nextRep = 1 << 29;
 /** How long a wait over our bodies and the shim's own pollables (a timer) sleeps before it looks at the shim's again. */
