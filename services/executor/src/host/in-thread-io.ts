@@ -90,6 +90,8 @@ const STREAM_BUDGET = 1 << 20;
 const BLOCK_SLICE_MS = 100;
 
 const CLOSED = { tag: 'closed' } as const;
+/** The first rep of `relayed-body.ts`'s own pollables, which share jco's table of host resources with these. */
+const MAX_POLLABLE_ID = 1 << 29;
 
 type FileType = 'regular-file' | 'socket' | 'symbolic-link' | 'fifo' | 'directory' | 'character-device' | 'block-device' | 'unknown';
 
@@ -373,6 +375,8 @@ export class InThreadIo {
   }
 
   private pollable(due: bigint | undefined): number {
+    // Ids above this are `relayed-body.ts`'s pollables': a guest never gets that many of ours.
+    if (this.nextPollable >= MAX_POLLABLE_ID) throw new Error('wasi-io trap: the guest made more pollables than a worker can number');
     const id = this.nextPollable++;
     this.pollables.set(id, { due });
     return id;
