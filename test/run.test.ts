@@ -47,6 +47,23 @@ describe('mur run', () => {
     expect((await fs.stat(workdir as string)).isDirectory()).toBe(true);
   });
 
+  it('refuses a runtime setting that is not the number it names before anything runs, naming it', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'settings'), 'name: settings\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const cases: Array<[name: string, value: string, expected: string]> = [
+      ['MURMUR_A2A_TIMEOUT_SECS', 'soon', "invalid MURMUR_A2A_TIMEOUT_SECS: 'soon' is not a number of seconds"],
+      ['MURMUR_HARD_LIMIT_GRACE_MS', '10s', "invalid MURMUR_HARD_LIMIT_GRACE_MS: '10s' is not a whole number of milliseconds above 0"],
+    ];
+    for (const [name, value, expected] of cases) {
+      const result = await runMur(['run', '--json'], { cwd: project, env: { ...env, [name]: value } });
+      expect(result.code, name).not.toBe(0);
+      expect(result.stderr).toContain('E-CFG-003');
+      expect(result.stderr).toContain(expected);
+      expect(result.stdout, name).toBe('');
+    }
+    // Nothing ran: no session directory was made for either.
+    await expect(fs.readdir(path.join(project, 'workdir'))).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
   it('prints exactly one launch line with --json, and nothing else on stdout', async () => {
     const project = await probeProject(path.join(scratch.dir, 'json'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
     const result = await runMur(['run', '--json'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'print', text: 'not on stdout' }]) } });

@@ -184,4 +184,17 @@ describe('the services as processes on NATS', () => {
       /E-CFG-003.*invalid MURMUR_SERVICE_STOP_DEADLINE_MS: '8s' is not a whole number of milliseconds above 0/,
     );
   });
+
+  it('a service refuses any of its own settings that is not the number it names, rather than run on the default', async () => {
+    // Each of these used to fall back to its default without a word (the pool: with a warning, and no pool).
+    const refused: Array<[service: string, name: string, value: string, expected: RegExp]> = [
+      ['executor', 'MURMUR_EXECUTOR_POOL', 'two', /invalid MURMUR_EXECUTOR_POOL: 'two' is not a whole number of hosts\b/],
+      ['executor', 'MURMUR_HARD_LIMIT_GRACE_MS', '10s', /invalid MURMUR_HARD_LIMIT_GRACE_MS: '10s' is not a whole number of milliseconds above 0/],
+      ['door', 'MURMUR_DOOR_MAX_BODY_BYTES', '64k', /invalid MURMUR_DOOR_MAX_BODY_BYTES: '64k' is not a whole number of bytes above 0/],
+      ['watcher', 'MURMUR_EXECUTOR_LOST_MS', '-1', /invalid MURMUR_EXECUTOR_LOST_MS: '-1' is not a whole number of milliseconds above 0/],
+    ];
+    for (const [service, name, value, expected] of refused) {
+      await expect(startService(service, { MURMUR_NATS_URL: nats.url, [name]: value }), name).rejects.toThrow(new RegExp(`E-CFG-003.*${expected.source}`));
+    }
+  });
 });

@@ -25,6 +25,7 @@ export { yamlTypeName } from './manifest/issues.js';
 export * from './artifact-meta.js';
 export * from './service-health.js';
 export * from './environment.js';
+export * from './settings.js';
 export * from './launch.js';
 export * from './eval.js';
 export * from './session-rpc.js';

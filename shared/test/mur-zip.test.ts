@@ -290,11 +290,18 @@ describe('the per-entry ceiling from the environment', () => {
     expect(maxEntryBytesFromEnv({ MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: ' 2048 ' })).toBe(2048);
   });
 
-  it('falls back to 524288000 bytes when the variable is unset or not a whole number', () => {
+  it('is 524288000 bytes when the variable is unset or blank', () => {
     expect(DEFAULT_MAX_ENTRY_BYTES).toBe(524_288_000);
-    for (const raw of [undefined, '', 'lots', '-5', '1e6', '12.5', '0x10', '99999999999999999999']) {
-      const env = raw === undefined ? {} : { MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: raw };
-      expect(maxEntryBytesFromEnv(env), String(raw)).toBe(524_288_000);
+    for (const env of [{}, { MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: '' }, { MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: '  ' }]) {
+      expect(maxEntryBytesFromEnv(env)).toBe(524_288_000);
+    }
+  });
+
+  it('refuses a value that is not a whole number of bytes, naming the variable, rather than use the default', () => {
+    for (const raw of ['lots', '-5', '1e6', '12.5', '0x10', '0', '99999999999999999999']) {
+      expect(() => maxEntryBytesFromEnv({ MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES: raw }), raw).toThrow(
+        expect.objectContaining({ code: 'E-CFG-003', path: 'MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES' }),
+      );
     }
   });
 

@@ -1,4 +1,4 @@
-import { MurmurError, type SessionListReply, commands } from '@murmur/shared';
+import { MurmurError, type SessionListReply, commands, numberSetting } from '@murmur/shared';
 import { listRunningRecords, readRunningRecord, removeRunningRecord, signalRunningRecord, processState, verifyRunningRecord } from '@murmur/shared/node';
 import { type Output, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
@@ -54,7 +54,7 @@ export async function psCommand(options: { json?: boolean }, output: Output): Pr
 }
 
 /** `MURMUR_STOP_GRACE_MS`, read when a stop is asked for (never at load: `mur` runs from a build-time snapshot). */
-const stopGraceMs = (): number => Number(process.env.MURMUR_STOP_GRACE_MS ?? '') || 5_000;
+const stopGraceMs = (): number => numberSetting(process.env, 'MURMUR_STOP_GRACE_MS', 5_000, { unit: 'milliseconds' });
 
 async function gone(record: { pid: number; process_start: string }, withinMs: number): Promise<boolean> {
   const until = Date.now() + withinMs;

@@ -14,6 +14,7 @@ import {
   spawnerHandleFromEnv,
   topics,
   upsertLockEntry,
+  numberSetting,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
@@ -269,7 +270,12 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
 
     const task = taskText(options.task);
     const url = await sessionDoorUrl(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
-    const a2aTimeout = Number(env.MURMUR_A2A_TIMEOUT_SECS ?? process.env.MURMUR_A2A_TIMEOUT_SECS);
+    const a2aTimeout = numberSetting(
+      { MURMUR_A2A_TIMEOUT_SECS: env.MURMUR_A2A_TIMEOUT_SECS ?? process.env.MURMUR_A2A_TIMEOUT_SECS },
+      'MURMUR_A2A_TIMEOUT_SECS',
+      undefined,
+      { unit: 'seconds', fractional: true, zero: true },
+    );
     const launched: LaunchReply = await runtime.bus.request(
       commands.launch,
       {
@@ -285,7 +291,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         ...(options.systemPrompt !== undefined ? { system_prompt: options.systemPrompt } : {}),
         ...(options.resume !== undefined ? { context_id: options.resume, resume: true } : options.context !== undefined ? { context_id: options.context } : {}),
         ...(options.forgetSession ? { forget_session: true } : {}),
-        ...(Number.isFinite(a2aTimeout) && a2aTimeout >= 0 ? { a2a_timeout_secs: a2aTimeout } : {}),
+        ...(a2aTimeout !== undefined ? { a2a_timeout_secs: a2aTimeout } : {}),
         relay_output: !options.json,
         outlives_launcher: !hasControllingTerminal(),
         ...(spawner ? { spawner } : {}),

@@ -32,6 +32,7 @@ import {
   runtimeTracing,
   sessionUrl,
   topics,
+  numberSetting,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import { type Context, Hono } from 'hono';
@@ -108,18 +109,13 @@ interface RpcRequest {
   forgetSession: boolean;
 }
 
-function positiveNumber(value: string | undefined, fallback: number): number {
-  const parsed = Number(value);
-  return Number.isFinite(parsed) && parsed > 0 ? parsed : fallback;
-}
-
 export function startDoorService(options: DoorOptions): DoorService {
   const { bus, log } = options;
   const env = options.env ?? process.env;
   const doorId = `door-${newId('request').slice(4, 16)}`;
-  const maxBodyBytes = positiveNumber(env.MURMUR_DOOR_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES);
-  const heartbeatMs = positiveNumber(env.MURMUR_SSE_HEARTBEAT_MS, DEFAULT_HEARTBEAT_MS);
-  const blockingWaitMs = positiveNumber(env.MURMUR_DOOR_BLOCKING_WAIT_MS, DEFAULT_BLOCKING_WAIT_MS);
+  const maxBodyBytes = numberSetting(env, 'MURMUR_DOOR_MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, { unit: 'bytes' });
+  const heartbeatMs = numberSetting(env, 'MURMUR_SSE_HEARTBEAT_MS', DEFAULT_HEARTBEAT_MS, { unit: 'milliseconds' });
+  const blockingWaitMs = numberSetting(env, 'MURMUR_DOOR_BLOCKING_WAIT_MS', DEFAULT_BLOCKING_WAIT_MS, { unit: 'milliseconds' });
   let baseUrl = env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined;
 
   const locate = bus.serve(

@@ -47,6 +47,8 @@ export interface AgentLaunchInput {
   forgetContext?: string | undefined;
   /** The runtime's `MURMUR_*` identity values, applied last. */
   runtimeEnv: Record<string, string>;
+  /** The cap on one harness run (`transport: process`; the executor's `MURMUR_HARNESS_RUN_CAP_SECS`). */
+  harnessRunCapMs: number;
 }
 
 export interface AgentLaunch {
@@ -213,19 +215,10 @@ function harnessSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolv
       home: input.harnessHome,
       env: input.plan.policy.env_allow.flatMap((name): Array<[string, string]> => (input.env[name] !== undefined ? [[name, input.env[name] as string]] : [])),
       ...(input.forgetContext !== undefined ? { forget_context: input.forgetContext } : {}),
-      run_cap_ms: harnessRunCapMs(process.env.MURMUR_HARNESS_RUN_CAP_SECS),
+      run_cap_ms: input.harnessRunCapMs,
     },
     env: { MURMUR_INFERENCE_TRANSPORT: 'process', MURMUR_INFERENCE_ENDPOINT: '', MURMUR_INFERENCE_MODEL: inference.model ?? '', MURMUR_INFERENCE_DRIVER: '' },
   };
-}
-
-/** Upstream's cap on one harness run: 10 minutes. */
-const HARNESS_RUN_CAP_MS = 10 * 60 * 1000;
-
-/** `MURMUR_HARNESS_RUN_CAP_SECS` (the executor's): a positive number of seconds, else upstream's 10 minutes. */
-export function harnessRunCapMs(value: string | undefined): number {
-  const seconds = Number(value?.trim() || Number.NaN);
-  return Number.isFinite(seconds) && seconds > 0 ? Math.round(seconds * 1000) : HARNESS_RUN_CAP_MS;
 }
 
 export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {

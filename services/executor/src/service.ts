@@ -10,6 +10,7 @@ import {
   type SessionLocation,
   commands,
   newId,
+  numberSetting,
   topics,
   runtimeMetrics,
 } from '@murmur/shared';
@@ -21,6 +22,7 @@ import { HostPool } from './host-pool.js';
 import { assessContainment, effectiveGrants, strongestFloor } from './containment.js';
 import { isolationSummary, probeHost } from './host-probe.js';
 import { pullForSession } from './pull.js';
+import { executorSettings } from './settings.js';
 import { readSessionFiles } from './session-files.js';
 import { CODE_ROOT, type ExecutorEnvironment, HOST_ENTRY, SANDBOX_HIDDEN, hostProcessEnv, Session, type SessionEnd } from './session.js';
 
@@ -78,6 +80,9 @@ const ENDED_SESSIONS_KEPT = 10_000;
 export function startExecutorService(options: ExecutorServiceOptions): ExecutorService {
   const env = options.env ?? process.env;
   const { bus, log } = options;
+  // First, before anything is started: a malformed setting refuses the start, naming itself.
+  const settings = executorSettings(env);
+  const heartbeatMs = numberSetting(env, 'MURMUR_EXECUTOR_HEARTBEAT_MS', HEARTBEAT_MS, { unit: 'milliseconds' });
   const instanceId = options.instanceId ?? `executor-${newId('request').slice(4, 16)}`;
   const probe = probeHost(env);
   const { namespaces, cgroups, confine, containment: host } = probe;
@@ -123,6 +128,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     bundles: new LocalBundles(cache, blobs),
     workdirBase: env.MURMUR_WORKDIR_BASE?.trim() ? path.resolve(env.MURMUR_WORKDIR_BASE.trim()) : murmurHome(env),
     murmurHome: murmurHome(env),
+    settings,
     pool: undefined,
     session: (id) => sessions.get(id),
     pull: (session, name, version) => pullForSession(bus, session, name, version),
@@ -211,7 +217,6 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     })),
   );
 
-  const heartbeatMs = Number(env.MURMUR_EXECUTOR_HEARTBEAT_MS ?? '') || HEARTBEAT_MS;
   const beat = (): void => {
     try {
       bus.publish(topics.executorHeartbeat, {
@@ -263,11 +268,7 @@ function startPool(environment: ExecutorEnvironment, wanted: ExecutorServiceOpti
   const configured = env.MURMUR_EXECUTOR_POOL?.trim();
   // Only an executor that will launch is given a pool: asked for by its starter, or by the operator.
   if (!wanted && !configured) return undefined;
-  const size = configured ? Number(configured) : (wanted?.size ?? 0);
-  if (!Number.isInteger(size) || size < 0) {
-    log.warn({ MURMUR_EXECUTOR_POOL: configured }, 'MURMUR_EXECUTOR_POOL is not a whole number of hosts: the pool is off');
-    return undefined;
-  }
+  const size = numberSetting(env, 'MURMUR_EXECUTOR_POOL', wanted?.size ?? 0, { unit: 'hosts', zero: true });
   if (size === 0) return undefined;
   if (environment.namespaces.tool !== 'bubblewrap' || !environment.confine.support) {
     log.info({ reason: environment.confine.reason ?? environment.namespaces.reason }, 'no warm pool: this host does not seal sandboxes');

@@ -51,6 +51,7 @@ import { type ContainmentAssessment, assessContainment, containmentRefusal, effe
 import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
 import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
+import type { ExecutorSettings } from './settings.js';
 import { type EgressRecord, SandboxNetwork } from './sandbox-network.js';
 import { WorkdirGuard } from './workdir-guard.js';
 import { prepareAgentLaunch } from './agent-launch.js';
@@ -98,6 +99,8 @@ export interface ExecutorEnvironment {
   workdirBase: string;
   /** This executor's `$MURMUR_HOME`: where threaded conversations are kept (`conversations/`). */
   murmurHome: string;
+  /** The executor's numbers from its environment (`settings.ts`), read at its start. */
+  settings: ExecutorSettings;
   /** Warm capsule hosts (`MURMUR_EXECUTOR_POOL`), for the launches that can take one. */
   pool?: HostPool | undefined;
   /** A session this executor runs, for a child to be placed under its `children/`. */
@@ -125,8 +128,6 @@ export const SANDBOX_HIDDEN = [path.join(CODE_ROOT, '.cache'), path.join(CODE_RO
 export function hostProcessEnv(): NodeJS.ProcessEnv {
   return { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) };
 }
-/** How long past its deadline a session may run before the executor kills it whole (`MURMUR_HARD_LIMIT_GRACE_MS`). */
-const hardLimitGraceMs = (): number => Number(process.env.MURMUR_HARD_LIMIT_GRACE_MS ?? '') || 10_000;
 const READY_TIMEOUT_MS = 30_000;
 /** How long a session's last spans may take to leave after its end, before they are given up. */
 const TELEMETRY_DRAIN_MS = 1_500;
@@ -139,8 +140,6 @@ const HOST_MEMORY_BUDGET_BYTES = 1024 * 1024 * 1024;
 const HOST_TASKS_BUDGET = 256;
 /** Network decisions of a sealed sandbox recorded in the trace; past this, one line says more were not. */
 const NETWORK_RECORDS_KEPT = 1_000;
-/** How long a child the model delegated to may run before its watcher ends it (`MURMUR_DELEGATION_DEADLINE_SECS`). */
-const delegationDeadlineSecs = (): number => Number(process.env.MURMUR_DELEGATION_DEADLINE_SECS ?? '') || 600;
 
 function findCodeRoot(from: string): string {
   let dir = from;
@@ -426,6 +425,7 @@ export class Session {
         harnessHome: process ? await this.harnessHome(records, paths.accessible) : '',
         ...(this.request.forget_session && contextId !== undefined ? { forgetContext: contextId } : {}),
         runtimeEnv,
+        harnessRunCapMs: this.environment.settings.harnessRunCapMs,
       });
       agent = { ...launch.agent, ...(contextId !== undefined ? { context_id: contextId } : {}) };
       guestEnv = launch.guestEnv;
@@ -502,7 +502,7 @@ export class Session {
 
   private armHardLimit(): void {
     const plan = this.plan;
-    const graceMs = hardLimitGraceMs();
+    const graceMs = this.environment.settings.hardLimitGraceMs;
     this.hardLimit = setTimeout(
       () => {
         this.kill({
@@ -773,19 +773,24 @@ export class Session {
    */
   private guardWorkdir(): void {
     const max = this.plan.policy.resources.workdir_max_bytes;
-    this.workdirGuard = new WorkdirGuard(this.paths.accessible, max, (observed) => {
-      const message = `session workdir grew to ${observed} bytes, past the ${max} byte ceiling (capabilities.resources.workdir_max_bytes)`;
-      this.bootstrap.line(`[resources] ${message}`);
-      this.stderrLine(`[capsule-runtime] ${message}`);
-      this.trace.write('resource_limit', { limit: 'workdir_max_bytes', observed_bytes: observed, max_bytes: max });
-      this.tellHost({
-        type: 'ceiling',
-        limit: 'workdir_max_bytes',
-        code: 'E-RUN-013',
-        message,
-        hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
-      });
-    });
+    this.workdirGuard = new WorkdirGuard(
+      this.paths.accessible,
+      max,
+      (observed) => {
+        const message = `session workdir grew to ${observed} bytes, past the ${max} byte ceiling (capabilities.resources.workdir_max_bytes)`;
+        this.bootstrap.line(`[resources] ${message}`);
+        this.stderrLine(`[capsule-runtime] ${message}`);
+        this.trace.write('resource_limit', { limit: 'workdir_max_bytes', observed_bytes: observed, max_bytes: max });
+        this.tellHost({
+          type: 'ceiling',
+          limit: 'workdir_max_bytes',
+          code: 'E-RUN-013',
+          message,
+          hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
+        });
+      },
+      this.environment.settings.workdirCheckMs,
+    );
   }
 
   /** A sealed sandbox's connection or lookup, in the trace like every other egress decision (bounded). */
@@ -1253,7 +1258,7 @@ export class Session {
           },
           env: values,
           task: request.task,
-          completion_deadline_secs: delegationDeadlineSecs(),
+          completion_deadline_secs: this.environment.settings.delegationDeadlineSecs,
           ...(this.telemetry?.traceparent ? { traceparent: this.telemetry.traceparent } : {}),
         },
         { timeoutMs: 120_000 },

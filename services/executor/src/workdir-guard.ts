@@ -2,15 +2,14 @@ import { lstat, opendir } from 'node:fs/promises';
 import path from 'node:path';
 
 /**
- * The workdir's size against `capabilities.resources.workdir_max_bytes`, walked every 10 s
- * (`MURMUR_WORKDIR_CHECK_MS` changes the period, for tests): the sizes of every entry that is not
+ * The workdir's size against `capabilities.resources.workdir_max_bytes`, walked every `intervalMs`
+ * (10 s; the executor's `MURMUR_WORKDIR_CHECK_MS`, for tests): the sizes of every entry that is not
  * a directory, symlinks counted as themselves and never followed, unreadable entries skipped.
  * The first walk over the ceiling reports it once and stops watching — the session is ending.
  *
  * The walk is asynchronous and yields between directories, so a workdir of many files slows
  * only the guard, never the executor's other sessions.
  */
-export const WORKDIR_CHECK_INTERVAL_MS = 10_000;
 
 export class WorkdirGuard {
   private timer: NodeJS.Timeout | undefined;
@@ -21,7 +20,7 @@ export class WorkdirGuard {
     private readonly workdir: string,
     private readonly maxBytes: number,
     private readonly onBreach: (observedBytes: number) => void,
-    intervalMs = Number(process.env.MURMUR_WORKDIR_CHECK_MS ?? '') || WORKDIR_CHECK_INTERVAL_MS,
+    intervalMs: number,
   ) {
     this.timer = setInterval(() => void this.check(), intervalMs);
     this.timer.unref();

@@ -1,4 +1,4 @@
-import { type Log, QUEUE_GROUPS, type RunningRecord, type SessionListReply, type SessionStarted, commands, newId, topics } from '@murmur/shared';
+import { type Log, QUEUE_GROUPS, type RunningRecord, type SessionListReply, type SessionStarted, commands, newId, numberSetting, topics } from '@murmur/shared';
 import { DelegationWatcher } from './delegations.js';
 import { ExecutorMonitor } from './executors.js';
 
@@ -35,7 +35,12 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
   const instanceId = options.instanceId ?? `watcher-${newId('request').slice(4, 16)}`;
   /** Which executor holds each session's pid, learnt from `session.started`. */
   const owners = new Map<string, string>();
-  const executors = new ExecutorMonitor({ bus, log, lostAfterMs: Number(env.MURMUR_EXECUTOR_LOST_MS ?? '') || 5_000, watcherId: instanceId });
+  const executors = new ExecutorMonitor({
+    bus,
+    log,
+    lostAfterMs: numberSetting(env, 'MURMUR_EXECUTOR_LOST_MS', 5_000, { unit: 'milliseconds' }),
+    watcherId: instanceId,
+  });
 
   const recordOf = (event: SessionStarted): RunningRecord | undefined => {
     if (!event.url) return undefined;

@@ -6,6 +6,7 @@ import yauzl from 'yauzl';
 import yazl from 'yazl';
 import { MurmurError } from '../errors.js';
 import { normaliseEntryName } from '../file-set.js';
+import { numberSetting } from '../settings.js';
 
 export { normaliseEntryName } from '../file-set.js';
 
@@ -22,14 +23,9 @@ export { normaliseEntryName } from '../file-set.js';
 export const DEFAULT_MAX_ENTRY_BYTES = 524_288_000;
 export const MAX_ENTRY_BYTES_ENV = 'MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES';
 
-/** The per-entry ceiling: `MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES` when it is a whole number, else 500 MiB. */
+/** The per-entry ceiling: `MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES`, 500 MiB when unset. */
 export function maxEntryBytesFromEnv(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = env[MAX_ENTRY_BYTES_ENV]?.trim();
-  if (raw && /^\d+$/.test(raw)) {
-    const value = Number(raw);
-    if (Number.isSafeInteger(value)) return value;
-  }
-  return DEFAULT_MAX_ENTRY_BYTES;
+  return numberSetting(env, MAX_ENTRY_BYTES_ENV, DEFAULT_MAX_ENTRY_BYTES, { unit: 'bytes' });
 }
 
 const S_IFMT = 0o170000;

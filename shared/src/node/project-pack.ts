@@ -6,6 +6,7 @@ import type { ObjectStore } from '../bus/objects.js';
 import { MurmurError } from '../errors.js';
 import { type ProjectListing, ProjectListingSchema, type SetFile, fileSetBytes } from '../file-set.js';
 import { LOCKFILE_NAME } from '../lockfile.js';
+import { numberSetting } from '../settings.js';
 import { writeFileAtomic } from './atomic.js';
 import { type BlobRef, hashFile } from './blobs.js';
 import { cacheDir } from './home.js';
@@ -29,9 +30,7 @@ export const DEFAULT_MAX_PROJECT_BYTES = 512 * 1024 * 1024;
 export const MAX_PROJECT_FILES = 10_000;
 
 export function maxProjectBytesFromEnv(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = env[MAX_PROJECT_BYTES_ENV]?.trim();
-  if (raw && /^\d+$/.test(raw) && Number.isSafeInteger(Number(raw))) return Number(raw);
-  return DEFAULT_MAX_PROJECT_BYTES;
+  return numberSetting(env, MAX_PROJECT_BYTES_ENV, DEFAULT_MAX_PROJECT_BYTES, { unit: 'bytes' });
 }
 
 export interface PackedProject {

@@ -8,6 +8,7 @@ import type { Log } from '../log.js';
 import { newId } from '../ids.js';
 import { healthOf, serveHealth } from '../service-health.js';
 import { installRuntimeTracing } from '../tracing-sink.js';
+import { numberSetting } from '../settings.js';
 import { RUNTIME_VERSION } from '../version.js';
 import { type HttpAhead, healthRoutes, listenHttp, portFromEnv } from './http.js';
 import { createLogger } from './logger.js';
@@ -46,15 +47,7 @@ const DEFAULT_STOP_DEADLINE_MS = 8_000;
  * 8 s by default — below the 10 s docker gives a container between SIGTERM and SIGKILL.
  */
 function stopDeadlineFromEnv(env: NodeJS.ProcessEnv): number {
-  const raw = env.MURMUR_SERVICE_STOP_DEADLINE_MS?.trim();
-  if (!raw) return DEFAULT_STOP_DEADLINE_MS;
-  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(Number(raw)) || Number(raw) === 0) {
-    throw new MurmurError('E-CFG-003', `invalid MURMUR_SERVICE_STOP_DEADLINE_MS: '${raw}' is not a whole number of milliseconds above 0`, {
-      path: 'MURMUR_SERVICE_STOP_DEADLINE_MS',
-      hint: `give a whole number of milliseconds, or leave it unset for ${DEFAULT_STOP_DEADLINE_MS}`,
-    });
-  }
-  return Number(raw);
+  return numberSetting(env, 'MURMUR_SERVICE_STOP_DEADLINE_MS', DEFAULT_STOP_DEADLINE_MS, { unit: 'milliseconds' });
 }
 
 /**

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Bus } from '../bus/bus.js';
 import { MurmurError } from '../errors.js';
 import { BLOB_BUCKET } from '../file-set.js';
+import { numberSetting } from '../settings.js';
 import type { BlobRefJson, StageProgress, StageRequest, StagedPlan } from '../plan.js';
 import { commands, topics } from '../topics.js';
 import { type PackOptions, packProject, packProjectStore, publishProject } from './project-pack.js';
@@ -29,7 +30,7 @@ const DEFAULT_IDLE_MS = 15_000;
 
 export async function requestStaging(bus: Bus, request: StageRequest, options: StagingOptions = {}): Promise<StagedPlan> {
   const token = randomBytes(12).toString('hex');
-  const idleMs = options.idleMs ?? (Number(process.env.MURMUR_STAGE_IDLE_MS ?? '') || DEFAULT_IDLE_MS);
+  const idleMs = options.idleMs ?? numberSetting(process.env, 'MURMUR_STAGE_IDLE_MS', DEFAULT_IDLE_MS, { unit: 'milliseconds' });
   const what = request.source.kind === 'project' ? 'the uploaded project' : `${request.source.name}@${request.source.version}`;
   let watchdog: NodeJS.Timeout | undefined;
   let silent: ((error: MurmurError) => void) | undefined;

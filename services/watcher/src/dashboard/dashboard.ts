@@ -1,4 +1,4 @@
-import type { Log } from '@murmur/shared';
+import { type Log, numberSetting } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import type { Hono } from 'hono';
 import { dashboardAccess } from './access.js';
@@ -21,7 +21,7 @@ export interface Dashboard {
 export function startDashboard(options: { bus: Bus; log: Log; env: NodeJS.ProcessEnv; watcherId: string }): Dashboard {
   const access = dashboardAccess(options.env);
   const board = new DashboardBoard(options.bus, options.watcherId);
-  const heartbeatMs = Number(options.env.MURMUR_DASHBOARD_HEARTBEAT_MS ?? '') || undefined;
+  const heartbeatMs = numberSetting(options.env, 'MURMUR_DASHBOARD_HEARTBEAT_MS', undefined, { unit: 'milliseconds' });
   const routes = dashboardRoutes({ bus: options.bus, log: options.log, board, access, ...(heartbeatMs ? { heartbeatMs } : {}) });
   options.log.info(
     { token_required: access.required },

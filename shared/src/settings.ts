@@ -1,0 +1,40 @@
+import { MurmurError } from './errors.js';
+
+/**
+ * Numbers the runtime reads from its environment (`MURMUR_*_MS`, `_SECS`, `_BYTES`, the pool's
+ * size). Unset or blank is the default; anything else must be the number it names. A value that
+ * is not — `8s`, `64k`, `two`, `-1` — is refused with `E-CFG-003` naming the variable, rather than
+ * read as the default: an operator who set a limit and got another one would never know.
+ */
+
+export interface NumberSetting {
+  /** What the number counts, for the message: `milliseconds`, `seconds`, `bytes`, `hosts`. */
+  unit: string;
+  /** Whether a fraction is allowed (seconds may be 0.5); whole numbers only otherwise. */
+  fractional?: boolean;
+  /** Whether 0 is allowed (a pool of none); otherwise the number must be above 0. */
+  zero?: boolean;
+}
+
+type Environment = Readonly<Record<string, string | undefined>>;
+
+function describe(setting: NumberSetting): string {
+  return `${setting.fractional ? 'a number' : 'a whole number'} of ${setting.unit}${setting.zero ? '' : ' above 0'}`;
+}
+
+/** The number `name` gives in `env`; `fallback` when it is unset or blank; refused (`E-CFG-003`) when it is anything else. */
+export function numberSetting(env: Environment, name: string, fallback: number, setting: NumberSetting): number;
+export function numberSetting(env: Environment, name: string, fallback: undefined, setting: NumberSetting): number | undefined;
+export function numberSetting(env: Environment, name: string, fallback: number | undefined, setting: NumberSetting): number | undefined {
+  const raw = env[name]?.trim();
+  if (!raw) return fallback;
+  const value = Number(raw);
+  const wellFormed = setting.fractional ? /^\d+(\.\d+)?$/.test(raw) : /^\d+$/.test(raw);
+  if (wellFormed && Number.isFinite(value) && (setting.fractional || Number.isSafeInteger(value)) && (value > 0 || (setting.zero && value === 0))) {
+    return value;
+  }
+  throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' is not ${describe(setting)}`, {
+    path: name,
+    hint: `give ${describe(setting)}${fallback === undefined ? ', or leave it unset' : `, or leave it unset for ${fallback}`}`,
+  });
+}
