@@ -25,7 +25,7 @@ const common = {
 
 await build({
   ...common,
-  entryPoints: { host: 'services/executor/dist/host/main.js', 'guest-worker': 'services/executor/dist/host/guest-worker.js' },
+  entryPoints: { host: 'services/executor/dist/host/boot.js', 'guest-worker': 'services/executor/dist/host/guest-worker.js' },
   outdir: 'services/executor/dist/bundle',
   external: ['@bytecodealliance/*'],
 });

@@ -114,7 +114,7 @@ type LaunchRequest = z.output<typeof LaunchRequestSchema>;
 /** The host as one bundled file when the build made one (it starts several times faster), else its modules. */
 export const HOST_ENTRY = ((): string => {
   const bundled = packageFile('@murmur/executor', 'dist/bundle/host.mjs', import.meta.url, '../dist/bundle/host.mjs');
-  return existsSync(bundled) ? bundled : packageFile('@murmur/executor', 'dist/host/main.js', import.meta.url, '../dist/host/main.js');
+  return existsSync(bundled) ? bundled : packageFile('@murmur/executor', 'dist/host/boot.js', import.meta.url, '../dist/host/boot.js');
 })();
 /** Where this runtime's code and its dependencies live: bound read-only into every sandbox. */
 export const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));

@@ -1,9 +1,8 @@
-import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import type { LogFile } from '../records.js';
 import { createSignal, serveBridge } from './bridge.js';
+import { GUEST_WORKER, prewarmGuestWorker } from './first-worker.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 import type { HostComponent } from './protocol.js';
@@ -21,17 +20,7 @@ import type { HostComponent } from './protocol.js';
  * instantiates it afresh: a hook never sees a half-unwound instance.
  */
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-/** Beside this file: the bundled worker next to the bundled host, or the module next to the module. */
-const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.mjs'))
-  ? path.join(here, 'guest-worker.mjs')
-  : path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
 const decoder = new TextDecoder();
-
-/** A guest worker with no job yet: it loads the runtime's WASI pieces while the host waits for `start`. */
-export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
-  return new Worker(GUEST_WORKER, { stdout: true, stderr: true, ...(preload ? { workerData: { preload } satisfies GuestPreload } : {}) });
-}
 
 /** Has a worker born early (`prewarmGuestWorker`) load `component`'s glue and imports before its job names it. */
 export function preloadInWorker(worker: Worker, component: HostComponent): void {

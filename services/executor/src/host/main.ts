@@ -1,7 +1,7 @@
-#!/usr/bin/env node
 import { CapsuleHost } from './capsule-host.js';
 import type { HostChannel, SessionResult } from './contracts.js';
-import { precompileCoreModules, preloadInWorker, prewarmGuestWorker } from './guest-runner.js';
+import { takeFirstGuestWorker } from './first-worker.js';
+import { precompileCoreModules, preloadInWorker } from './guest-runner.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { TraceRecord } from '../records.js';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
@@ -96,14 +96,7 @@ const channel: HostChannel = {
   },
 };
 
-/**
- * The WASI pieces nearly every component imports (a Rust or componentize-js build links all of
- * them), loaded by the first guest worker while the host waits to be told what to run: a pooled
- * host waits long, and a fresh one overlaps this with its start. Loading is not linking: a guest's
- * import object still holds only what its component imports.
- */
-const COMMON_WASI = ['wasi:io/streams', 'wasi:cli/stdout', 'wasi:clocks/monotonic-clock', 'wasi:filesystem/types', 'wasi:random/random'];
-const prewarmed = prewarmGuestWorker({ imports: COMMON_WASI });
+const prewarmed = takeFirstGuestWorker();
 let started = false;
 /** A pooled host's sockets, handed over before its session (`hand-over`). */
 let handingOver: Promise<void> | undefined;
