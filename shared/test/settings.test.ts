@@ -1,18 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { MurmurError } from '../src/errors.js';
-import { numberSetting } from '../src/settings.js';
+import { numberSetting } from '@murmur/shared';
+import { refusalOf } from '../../test/support/refusals.js';
 
 const MS = { unit: 'milliseconds' };
-
-function refusal(call: () => unknown): MurmurError {
-  try {
-    call();
-  } catch (error) {
-    if (error instanceof MurmurError) return error;
-    throw error;
-  }
-  throw new Error('the value was accepted');
-}
 
 describe('a number read from the environment', () => {
   it('is the default when unset or blank, and the number when it is one', () => {
@@ -26,19 +16,19 @@ describe('a number read from the environment', () => {
 
   it('is refused with E-CFG-003 naming the variable, its value and what it should be, whenever it is anything else', () => {
     for (const value of ['8s', '64k', '-1', '1e3', '0x10', 'two', '1.5', '0', 'Infinity', '99999999999999999999']) {
-      const error = refusal(() => numberSetting({ MURMUR_X_MS: value }, 'MURMUR_X_MS', 250, MS));
+      const error = refusalOf(() => numberSetting({ MURMUR_X_MS: value }, 'MURMUR_X_MS', 250, MS));
       expect(error.code, value).toBe('E-CFG-003');
       expect(error.message).toBe(`invalid MURMUR_X_MS: '${value}' is not a whole number of milliseconds above 0`);
       expect(error.path).toBe('MURMUR_X_MS');
       expect(error.hint).toBe('give a whole number of milliseconds above 0, or leave it unset for 250');
     }
-    expect(refusal(() => numberSetting({ MURMUR_X_SECS: '0' }, 'MURMUR_X_SECS', 30, { unit: 'seconds', fractional: true })).message).toBe(
+    expect(refusalOf(() => numberSetting({ MURMUR_X_SECS: '0' }, 'MURMUR_X_SECS', 30, { unit: 'seconds', fractional: true })).message).toBe(
       "invalid MURMUR_X_SECS: '0' is not a number of seconds above 0",
     );
-    expect(refusal(() => numberSetting({ MURMUR_X_SECS: '.5' }, 'MURMUR_X_SECS', undefined, { unit: 'seconds', fractional: true })).hint).toBe(
+    expect(refusalOf(() => numberSetting({ MURMUR_X_SECS: '.5' }, 'MURMUR_X_SECS', undefined, { unit: 'seconds', fractional: true })).hint).toBe(
       'give a number of seconds above 0, or leave it unset',
     );
-    expect(refusal(() => numberSetting({ MURMUR_POOL: '-1' }, 'MURMUR_POOL', 2, { unit: 'hosts', zero: true })).message).toBe(
+    expect(refusalOf(() => numberSetting({ MURMUR_POOL: '-1' }, 'MURMUR_POOL', 2, { unit: 'hosts', zero: true })).message).toBe(
       "invalid MURMUR_POOL: '-1' is not a whole number of hosts",
     );
   });
