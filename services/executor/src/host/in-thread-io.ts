@@ -217,7 +217,7 @@ export class InThreadIo {
         return undefined;
     }
     // The remaining calls are the generic stream calls, for file streams only.
-    if ((call & c.CALL_TYPE_MASK) !== c.FILE) throw refused(`I/O call ${call.toString(16)}`);
+    if ((call & c.CALL_TYPE_MASK) !== c.FILE) throw refused(this.nameOf(call));
     return this.streamCall(call & c.CALL_MASK, id, payload);
   }
 
@@ -267,7 +267,15 @@ export class InThreadIo {
         return BigInt(chunk.byteLength);
       }
     }
-    throw refused(`stream call ${operation.toString(16)}`);
+    throw refused(this.nameOf(operation | c.FILE));
+  }
+
+  /** A call as the shim's table names it (`SOCKET_TCP_CREATE_HANDLE`, `INPUT_STREAM_CREATE of STDIN`), for a refusal. */
+  private nameOf(call: number): string {
+    const names = (this.calls.reverseMap ?? {}) as Record<number, string | undefined>;
+    const operation = names[call & this.calls.CALL_MASK] ?? `call ${(call & this.calls.CALL_MASK).toString(16)}`;
+    const type = call & this.calls.CALL_TYPE_MASK;
+    return type === 0 ? operation : `${operation} of ${names[type] ?? `type ${type}`}`;
   }
 
   private open({ path, flags }: { path: string; flags: number }): { id: number; type: FileType } {
