@@ -270,12 +270,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
 
     const task = taskText(options.task);
     const url = await sessionDoorUrl(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
-    const a2aTimeout = numberSetting(
-      { MURMUR_A2A_TIMEOUT_SECS: env.MURMUR_A2A_TIMEOUT_SECS ?? process.env.MURMUR_A2A_TIMEOUT_SECS },
-      'MURMUR_A2A_TIMEOUT_SECS',
-      undefined,
-      { unit: 'seconds', fractional: true, zero: true },
-    );
+    const a2aTimeout = numberSetting(env, 'MURMUR_A2A_TIMEOUT_SECS', undefined, { unit: 'seconds', fractional: true, zero: true });
     const launched: LaunchReply = await runtime.bus.request(
       commands.launch,
       {

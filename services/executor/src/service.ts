@@ -62,8 +62,6 @@ export interface ExecutorService {
   close(): Promise<void>;
 }
 
-/** How often an executor tells the stack it is alive (`MURMUR_EXECUTOR_HEARTBEAT_MS`). */
-const HEARTBEAT_MS = 1_000;
 /** Ended sessions whose workdirs stay readable through this executor (`mur files`), newest kept. */
 const ENDED_SESSIONS_KEPT = 10_000;
 
@@ -82,7 +80,6 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   const { bus, log } = options;
   // First, before anything is started: a malformed setting refuses the start, naming itself.
   const settings = executorSettings(env);
-  const heartbeatMs = numberSetting(env, 'MURMUR_EXECUTOR_HEARTBEAT_MS', HEARTBEAT_MS, { unit: 'milliseconds' });
   const instanceId = options.instanceId ?? `executor-${newId('request').slice(4, 16)}`;
   const probe = probeHost(env);
   const { namespaces, cgroups, confine, containment: host } = probe;
@@ -222,7 +219,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       bus.publish(topics.executorHeartbeat, {
         executor_id: instanceId,
         sent_at: new Date().toISOString(),
-        interval_ms: heartbeatMs,
+        interval_ms: settings.heartbeatMs,
         sessions: [...sessions.values()].flatMap((session) => {
           const identity = session.identity();
           return identity ? [identity] : [];
@@ -233,7 +230,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     }
   };
   beat();
-  const heartbeat = setInterval(beat, heartbeatMs);
+  const heartbeat = setInterval(beat, settings.heartbeatMs);
   heartbeat.unref();
 
   return {

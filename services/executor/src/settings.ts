@@ -6,6 +6,8 @@ import { numberSetting } from '@murmur/shared';
  * deadline's timer is no place to find out that `MURMUR_HARD_LIMIT_GRACE_MS` says `10s`.
  */
 export interface ExecutorSettings {
+  /** How often the executor tells the stack it is alive (`MURMUR_EXECUTOR_HEARTBEAT_MS`, 1 s). */
+  heartbeatMs: number;
   /** How long past its deadline a session may run before it is killed whole (`MURMUR_HARD_LIMIT_GRACE_MS`, 10 s). */
   hardLimitGraceMs: number;
   /** How long a child the model delegated to may run before its watcher ends it (`MURMUR_DELEGATION_DEADLINE_SECS`, 600). */
@@ -16,21 +18,14 @@ export interface ExecutorSettings {
   harnessRunCapMs: number;
 }
 
-export const DEFAULT_EXECUTOR_SETTINGS: ExecutorSettings = {
-  hardLimitGraceMs: 10_000,
-  delegationDeadlineSecs: 600,
-  workdirCheckMs: 10_000,
-  harnessRunCapMs: 10 * 60 * 1000,
-};
-
 export function executorSettings(env: NodeJS.ProcessEnv): ExecutorSettings {
-  const defaults = DEFAULT_EXECUTOR_SETTINGS;
+  const ms = { unit: 'milliseconds' };
+  const seconds = { unit: 'seconds', fractional: true };
   return {
-    hardLimitGraceMs: numberSetting(env, 'MURMUR_HARD_LIMIT_GRACE_MS', defaults.hardLimitGraceMs, { unit: 'milliseconds' }),
-    delegationDeadlineSecs: numberSetting(env, 'MURMUR_DELEGATION_DEADLINE_SECS', defaults.delegationDeadlineSecs, { unit: 'seconds', fractional: true }),
-    workdirCheckMs: numberSetting(env, 'MURMUR_WORKDIR_CHECK_MS', defaults.workdirCheckMs, { unit: 'milliseconds' }),
-    harnessRunCapMs: Math.round(
-      numberSetting(env, 'MURMUR_HARNESS_RUN_CAP_SECS', defaults.harnessRunCapMs / 1000, { unit: 'seconds', fractional: true }) * 1000,
-    ),
+    heartbeatMs: numberSetting(env, 'MURMUR_EXECUTOR_HEARTBEAT_MS', 1_000, ms),
+    hardLimitGraceMs: numberSetting(env, 'MURMUR_HARD_LIMIT_GRACE_MS', 10_000, ms),
+    delegationDeadlineSecs: numberSetting(env, 'MURMUR_DELEGATION_DEADLINE_SECS', 600, seconds),
+    workdirCheckMs: numberSetting(env, 'MURMUR_WORKDIR_CHECK_MS', 10_000, ms),
+    harnessRunCapMs: Math.round(numberSetting(env, 'MURMUR_HARNESS_RUN_CAP_SECS', 600, seconds) * 1000),
   };
 }

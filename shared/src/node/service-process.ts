@@ -40,15 +40,11 @@ export interface ServiceProcessOptions {
   start(context: ServiceContext): Promise<StartedService>;
 }
 
-const DEFAULT_STOP_DEADLINE_MS = 8_000;
-
 /**
- * How long a service may take to stop before it exits anyway: `MURMUR_SERVICE_STOP_DEADLINE_MS`,
- * 8 s by default — below the 10 s docker gives a container between SIGTERM and SIGKILL.
+ * How long a service may take to stop before it exits anyway, unless `MURMUR_SERVICE_STOP_DEADLINE_MS`
+ * says otherwise: below the 10 s docker gives a container between SIGTERM and SIGKILL.
  */
-function stopDeadlineFromEnv(env: NodeJS.ProcessEnv): number {
-  return numberSetting(env, 'MURMUR_SERVICE_STOP_DEADLINE_MS', DEFAULT_STOP_DEADLINE_MS, { unit: 'milliseconds' });
-}
+const DEFAULT_STOP_DEADLINE_MS = 8_000;
 
 /**
  * The whole life of a service process, the same for all five: connect to the bus named by
@@ -73,7 +69,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   let stopDeadlineMs: number;
   try {
     port = portFromEnv(env[`MURMUR_${upper}_PORT`], options.defaultPort, `MURMUR_${upper}_PORT`);
-    stopDeadlineMs = stopDeadlineFromEnv(env);
+    stopDeadlineMs = numberSetting(env, 'MURMUR_SERVICE_STOP_DEADLINE_MS', DEFAULT_STOP_DEADLINE_MS, { unit: 'milliseconds' });
   } catch (error) {
     refuse(error, {});
     return;

@@ -232,16 +232,12 @@ function start(job: GuestJob): void {
     );
     return;
   }
-  run(job).then(
-    (outcome) => {
+  run(job)
+    .catch((error: unknown): GuestOutcome => ({ kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false }))
+    .then((outcome) => {
       closeGuestFiles();
       post({ type: 'done', outcome });
-    },
-    (error: unknown) => {
-      closeGuestFiles();
-      post({ type: 'done', outcome: { kind: 'trap', message: error instanceof Error ? error.message : String(error), memoryExhausted: false } });
-    },
-  );
+    });
 }
 
 /** Only a head start: whatever fails here fails again, reported, when the job runs. */

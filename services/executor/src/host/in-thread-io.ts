@@ -106,7 +106,7 @@ function typeOf(stats: BigIntStats): FileType {
   return 'unknown';
 }
 
-/** A stream's failure as the shim reports it: `streams.ts`'s callers turn `val` into an io error. */
+/** A stream's failure as the shim's worker reports it: the shim's stream classes turn `val` into an io error. */
 function streamFailure(error: unknown): { tag: 'last-operation-failed'; val: { code?: string; message: string } } {
   const failure = error as NodeJS.ErrnoException;
   return { tag: 'last-operation-failed', val: { code: failure.code, message: failure.message ?? String(error) } };
@@ -407,8 +407,10 @@ export class InThreadIo {
     for (;;) {
       const ready = list.flatMap((pollable, index) => (this.ready(pollable) ? [index] : []));
       if (ready.length > 0) return Uint32Array.from(ready);
-      const due = list.reduce((soonest, pollable) => (pollable.due !== undefined && pollable.due < soonest ? pollable.due : soonest), list[0]?.due as bigint);
-      const waitMs = Math.min(BLOCK_SLICE_MS, Number(due - hrtime.bigint()) / 1e6);
+      // None is ready, so each is a timer: sleep until the soonest is due.
+      const now = hrtime.bigint();
+      let waitMs = BLOCK_SLICE_MS;
+      for (const pollable of list) waitMs = Math.min(waitMs, Number((pollable.due as bigint) - now) / 1e6);
       if (waitMs > 0) Atomics.wait(this.sleeper, 0, 0, waitMs);
     }
   }
