@@ -1,10 +1,13 @@
-import { promises as fs } from 'node:fs';
+import { closeSync, fstatSync, promises as fs, openSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
-import { parse as parseWat } from '@bytecodealliance/jco';
+import { parse as parseWat, transpile } from '@bytecodealliance/jco';
 import { describe, expect, it } from 'vitest';
-import { precompileCoreModules } from '../src/host/guest-runner.js';
+import { GuestRunner, precompileCoreModules } from '../src/host/guest-runner.js';
 import type { HostComponent } from '../src/host/protocol.js';
+import { LogFile } from '../src/records.js';
 import { tempDir } from '../../../test/support/fs.js';
+import { probeTool } from '../../../test/support/probe-guests.js';
+import { eventually } from '../../../test/support/processes.js';
 
 describe('compiling a component ahead of its run (a pooled host told what to expect)', () => {
   it('a head start the memory cap refuses is dropped without an unhandled rejection', async () => {
@@ -23,6 +26,93 @@ describe('compiling a component ahead of its run (a pooled host told what to exp
       expect(unhandled).toEqual([]);
     } finally {
       process.off('unhandledRejection', listen);
+      await scratch.cleanup();
+    }
+  });
+});
+
+/** The names of the files under `dir` this process holds open, from its descriptor table. */
+function openFilesUnder(dir: string): string[] {
+  const names: string[] = [];
+  for (const fd of readdirSync('/proc/self/fd')) {
+    let target: string;
+    try {
+      target = readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      continue; // the directory listing's own descriptor, closed by now
+    }
+    if (target.startsWith(`${dir}${path.sep}`)) names.push(path.relative(dir, target));
+  }
+  return names.sort();
+}
+
+describe('files a guest left open when its worker is ended', () => {
+  it('are closed once the worker is gone, and a file the host opened meanwhile stays open', async () => {
+    // A terminated worker never runs the code that closes what its instance opened (in-thread-io's
+    // closeAll runs at an instance's clean end), and descriptors belong to the host's process. What
+    // closes them is Node itself: a descriptor opened through `fs` in a worker is the worker's, and
+    // is closed when the worker exits. The host relies on that — an agent whose tasks keep being
+    // canceled mid-call would otherwise run out of descriptors — so this holds it to it, and holds
+    // any future design that opens a guest's files in a thread that outlives the guest to it too.
+    const scratch = await tempDir('murmur-file-ledger-');
+    try {
+      const bundleDir = path.join(scratch.dir, 'bundle');
+      const preopen = path.join(scratch.dir, 'workdir');
+      await fs.mkdir(bundleDir);
+      await fs.mkdir(preopen);
+      const { files, imports } = await transpile((await probeTool()).bytes, {
+        name: 'probe',
+        instantiation: 'async',
+        noTypescript: true,
+        quiet: true,
+        noComponentErrorWrapping: true,
+      });
+      for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+      const sessionLog = new LogFile(scratch.dir, 'session.log');
+      const runner = new GuestRunner({
+        memoryLimitBytes: 512 * 1024 * 1024,
+        deadlineMs: 120_000,
+        sessionLog,
+        capsuleOutput: () => {},
+        answer: async (op) => {
+          throw new Error(`the probe asked the host for ${op}, which this test does not offer`);
+        },
+      });
+      const running = runner.run({
+        role: 'tool',
+        label: 'probe',
+        bundleDir,
+        entry: 'probe.js',
+        coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')),
+        imports,
+        preopen,
+        env: [],
+        grant: 'tool:probe',
+        toolInput: {
+          data: JSON.stringify({
+            actions: [
+              { op: 'write', path: 'closed.txt', text: 'closed by the guest' },
+              { op: 'hold', path: 'held-1.txt' },
+              { op: 'hold', path: 'held-2.txt' },
+              { op: 'spin' },
+            ],
+          }),
+        },
+      });
+      await eventually(() => (readFileSync(sessionLog.file, 'utf8').includes('"op":"spin"') ? true : undefined), 60_000, 'the probe to spin');
+      expect(openFilesUnder(preopen)).toEqual(['held-1.txt', 'held-2.txt']);
+      // The host opens a file of its own meanwhile: it is likely given the number the guest's write closed,
+      // which nothing may close for it.
+      const hostsOwn = openSync(path.join(scratch.dir, 'the-host-s-own.txt'), 'w');
+      try {
+        expect(runner.abandonRunning('the test ends it')).toBe(1);
+        expect(await running).toEqual({ kind: 'abandoned', message: 'the test ends it' });
+        await eventually(() => (openFilesUnder(preopen).length === 0 ? true : undefined), 10_000, 'the held files to be closed');
+        expect(fstatSync(hostsOwn).isFile()).toBe(true);
+      } finally {
+        closeSync(hostsOwn);
+      }
+    } finally {
       await scratch.cleanup();
     }
   });

@@ -19,6 +19,7 @@
 //   {op:"mkdir", path}            create-directory-at
 //   {op:"symlink", target, path}  symlink-at
 //   {op:"stat", path}             value: stat-at (u64s as numbers)
+//   {op:"hold", path}             opens (creating) for reading and writing, and never closes it
 //   {op:"fetch", url, method?, body?, headers?}
 //                                 value {status, body (first 2000 chars)}; error String(e). A
 //                                 denied or failed request surfaces only as StarlingMonkey's
@@ -218,6 +219,9 @@ function listDirectory(path, follow = true) {
   }
 }
 
+/** Files a probe opens and never closes (`hold`), as a guest that leaks them would: open for the rest of the run. */
+const heldFiles = [];
+
 /** Responses a probe keeps without reading (`fetch` with `unread`), alive for the rest of the run. */
 const unreadResponses = [];
 
@@ -329,6 +333,9 @@ async function commonAction(action, report) {
       return null;
     case 'stat':
       return plain(rootDescriptor().statAt(pathFlags(action), action.path));
+    case 'hold':
+      heldFiles.push(rootDescriptor().openAt({ symlinkFollow: true }, action.path, { create: true }, { read: true, write: true }));
+      return null;
     case 'preopen': {
       const root = preopen();
       return root ? root.name : null;
