@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { promises as fs, readFileSync } from 'node:fs';
 import { MurmurError } from '../errors.js';
 
 /**
@@ -9,11 +9,24 @@ export async function readManifestText(manifestPath: string, hint?: string): Pro
   try {
     return await fs.readFile(manifestPath, 'utf8');
   } catch (error) {
-    const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
-    throw new MurmurError(
-      missing ? 'E-IO-001' : 'E-IO-003',
-      missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`,
-      { path: manifestPath, ...(missing && hint ? { hint } : {}) },
-    );
+    throw unreadableManifest(manifestPath, error, hint);
   }
+}
+
+/** `readManifestText`, read at once: for a caller that reads a handful of small files in a row (`project-pack.ts`). */
+export function readManifestTextSync(manifestPath: string, hint?: string): string {
+  try {
+    return readFileSync(manifestPath, 'utf8');
+  } catch (error) {
+    throw unreadableManifest(manifestPath, error, hint);
+  }
+}
+
+function unreadableManifest(manifestPath: string, error: unknown, hint: string | undefined): MurmurError {
+  const missing = (error as NodeJS.ErrnoException).code === 'ENOENT';
+  return new MurmurError(
+    missing ? 'E-IO-001' : 'E-IO-003',
+    missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`,
+    { path: manifestPath, ...(missing && hint ? { hint } : {}) },
+  );
 }
