@@ -90,6 +90,21 @@ describe('the snapshot build', () => {
     expect(await fs.readdir(path.join(scratch.dir, 'out'))).not.toContain('probe.blob');
   });
 
+  it('fails, saying why, when what a snapshot rehearses at build time fails', async () => {
+    // A rehearsal (cli/src/snapshot-rehearsal.ts) runs after the evaluation; a failed one must fail
+    // the build rather than leave mur with a snapshot that silently lacks it, or with none.
+    await expect(
+      snapshotOf(
+        [
+          "import v8 from 'node:v8';",
+          "v8.startupSnapshot.setDeserializeMainFunction(() => console.log('never'));",
+          "setImmediate(() => { process.exitCode = 1; process.stderr.write('Error: the rehearsal of a run failed: the probe could not connect\\n'); });",
+        ].join('\n'),
+      ),
+    ).rejects.toThrow('the rehearsal of a run failed: the probe could not connect');
+    expect(await fs.readdir(path.join(scratch.dir, 'out'))).not.toContain('probe.blob');
+  });
+
   it('gives code the environment of the run it is started for, and loads deferred built-ins on their first use', async () => {
     const built = await snapshotOf(
       [
