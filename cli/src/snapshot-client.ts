@@ -1,6 +1,7 @@
 import './zod-jitless.js';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import v8 from 'node:v8';
 import * as shared from '@murmur/shared';
 import * as natsBus from '@murmur/shared/bus/nats';
 import * as run from './commands/run.js';
@@ -20,6 +21,11 @@ import { rehearseRunStart } from './snapshot-rehearsal.js';
  */
 warmObjectSchemas(Object.values(shared));
 startFromSnapshot([run, natsBus]);
+// NATS draws inboxes, requests and object-store chunks from one generator, seeded at its first use
+// — which the rehearsal below was. Kept as the snapshot holds it, every run would name its objects'
+// chunks as every other did, and two uploads would write into each other's objects (the stager
+// refused them as the wrong size: how this was found). Each run reseeds it as it starts.
+v8.startupSnapshot.addDeserializeCallback(natsBus.reseedNatsIds);
 // After the evaluation (and the build's check of it); the snapshot is taken once the event loop is
 // empty, so after the rehearsal has closed all it opened. A failed rehearsal fails the build.
 setImmediate(() => {

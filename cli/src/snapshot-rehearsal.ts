@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { capabilityPolicy, commands, parseCapsuleManifest, silentLog, topics } from '@murmur/shared';
@@ -33,11 +34,22 @@ export async function rehearseRunStart(besideBundle: string, natsUrl: string | u
       return undefined;
     },
   });
+  // Node draws randomUUID and randomInt from a cache of random bytes filled at first use: drawn
+  // here, that cache would be in the snapshot, and every run would draw the same values.
+  const drew: string[] = [];
+  const cached = { randomUUID: crypto.randomUUID, randomInt: crypto.randomInt };
+  const refuse = (name: string) => () => {
+    drew.push(name);
+    throw new Error(`crypto.${name} is not drawn while a snapshot is built`);
+  };
+  Object.assign(crypto, { randomUUID: refuse('randomUUID'), randomInt: refuse('randomInt') });
   try {
     await rehearse(besideBundle, natsUrl);
   } finally {
     process.env = realEnv;
+    Object.assign(crypto, cached);
   }
+  if (drew.length > 0) throw new Error(`the rehearsal drew from crypto.${drew.join(', crypto.')}, whose cached entropy every run would share`);
   const unexpected = [...read].filter((name) => !READ_AFRESH.has(name));
   if (unexpected.length > 0)
     throw new Error(

@@ -5,8 +5,9 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { NODE_FLAGS, buildSnapshot } from '../../scripts/snapshot.mjs';
 import { capsuleProject } from '../../test/support/artifacts.js';
 import { tempDir } from '../../test/support/fs.js';
-import { capsuleWat } from '../../test/support/guests.js';
-import { murBin, repositoryRoot, runMur, stopAfterFile, untilSaid } from '../../test/support/processes.js';
+import { capsuleWat, printingCapsuleWat } from '../../test/support/guests.js';
+import { startNatsServer } from '../../test/support/nats-server.js';
+import { murBin, repositoryRoot, runMur, startService, stopAfterFile, untilSaid } from '../../test/support/processes.js';
 
 let scratch: { dir: string; cleanup: () => Promise<void> };
 
@@ -199,6 +200,33 @@ describe('cli/bin/mur', () => {
     expect(started(['run', '--help'], ' \t')).toBe('mur.blob');
     expect(started(['ps', '--help'], stack)).toBe('mur.blob');
     expect(started(['--version'], stack)).toBe('mur.blob');
+  });
+
+  it("gives every run from the thin client's snapshot its own NATS ids: two capsules run in a row against a stack reach it whole", async () => {
+    // The snapshot is built after a rehearsal that drew NATS ids (inboxes, object-store chunks) from
+    // nats.js's one generator. Unless each run reseeds it, runs draw the same ids, and two uploads
+    // of files of one size write their chunks into one object, which the stager then refuses.
+    const nats = await startNatsServer();
+    const stackEnv = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'stack-home') };
+    const services = [await startService('stager', stackEnv), await startService('executor', stackEnv)];
+    try {
+      // Manifests of one length, so a shared chunk is read as an object of the wrong size; and two
+      // components, so the second run uploads as many files as the first, drawing ids as it did.
+      for (const [name, component] of [
+        ['first', await capsuleWat()],
+        ['other', await printingCapsuleWat()],
+      ] as const) {
+        const project = await capsuleProject(path.join(scratch.dir, name), `name: ${name}\nversion: 0.1.0\n`, component.bytes);
+        const ran = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml'), '--json'], {
+          cwd: project,
+          env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
+        });
+        expect({ name, code: ran.code, stderr: ran.stderr }).toEqual({ name, code: 0, stderr: '' });
+      }
+    } finally {
+      for (const service of services.reverse()) await service.stop();
+      await nats.stop();
+    }
   });
 
   it("fails as a bug in mur, naming the missing service, if the thin client's snapshot were ever asked to run a capsule in-process", async () => {
