@@ -16,10 +16,9 @@
 // A node that cannot build snapshots at all leaves no blob, says so, and `mur` runs from its
 // bundle as before; the build still succeeds. SNAPSHOT_NO_MINIFY=1 keeps the code's names, for
 // reading a CPU profile of `mur`.
-import { spawn } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
-import net from 'node:net';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
@@ -45,12 +44,8 @@ require = ((builtin) => {
     if (!deferred.has(id)) return builtin(id);
     let module;
     const real = () => (module ??= builtin(id));
-    // While the snapshot is built, the rehearsal's plain NATS connection asks whether its socket is
-    // a TLS one (nats.js: socket instanceof tls.TLSSocket): it is not, and tls stays unloaded.
-    const building = () => builtin('node:v8').startupSnapshot.isBuildingSnapshot();
-    const notLoaded = class NotLoadedWhileBuilding {};
     return new Proxy(Object.create(null), {
-      get: (_, key) => (module === undefined && key === 'TLSSocket' && id.endsWith('tls') && building() ? notLoaded : real()[key]),
+      get: (_, key) => real()[key],
       has: (_, key) => key in real(),
       ownKeys: () => Reflect.ownKeys(real()),
       getOwnPropertyDescriptor: (_, key) => {
@@ -119,7 +114,7 @@ async function absentPackages(names, snapshotName) {
  * path, or undefined (with the reason) when this node cannot build snapshots; throws when the
  * code breaks one of the rules above.
  */
-export async function buildSnapshot({ entry, outDir, name, external = [], absent = [], args = [] }) {
+export async function buildSnapshot({ entry, outDir, name, external = [], absent = [] }) {
   const script = path.join(outDir, `${name}.cjs`);
   const blob = path.join(outDir, `${name}.blob`);
   for (const file of [script, blob, `${blob}.node`]) rmSync(file, { force: true });
@@ -142,16 +137,15 @@ export async function buildSnapshot({ entry, outDir, name, external = [], absent
   });
   if (/\bimport\(/.test(readFileSync(script, 'utf8'))) throw new Error(`${script} still holds a dynamic import(), which a snapshot cannot run`);
 
-  const building = await run(process.execPath, [...NODE_FLAGS, '--snapshot-blob', `${blob}.tmp`, '--build-snapshot', script, ...args], {
+  const building = spawnSync(process.execPath, [...NODE_FLAGS, '--snapshot-blob', `${blob}.tmp`, '--build-snapshot', script], {
+    encoding: 'utf8',
     env: { PATH: process.env.PATH ?? '' },
   });
   const warnings = (building.stderr ?? '').split('\n').filter((line) => /not yet fully verified/.test(line));
   if (warnings.length > 0) throw new Error(`node warned while the snapshot was built:\n${warnings.join('\n')}`);
   if (building.status !== 0) {
     rmSync(`${blob}.tmp`, { force: true });
-    const refusal = /Error: ((?:evaluating the code of the snapshot read the process it runs in|the rehearsal of a run failed)[^\n]*)/.exec(
-      building.stderr ?? '',
-    );
+    const refusal = /Error: (evaluating the code of the snapshot read the process it runs in[^\n]*)/.exec(building.stderr ?? '');
     if (refusal) throw new Error(refusal[1]);
     return { blob: undefined, reason: (building.stderr ?? '').trim() || `node exited with ${building.status}` };
   }
@@ -159,93 +153,6 @@ export async function buildSnapshot({ entry, outDir, name, external = [], absent
   writeFileSync(`${blob}.node`, `${realpathSync(process.execPath)}\n`);
   renameSync(`${blob}.tmp`, blob);
   return { blob, reason: undefined };
-}
-
-/** A child's exit status and output, without blocking this process (the NATS stand-in below answers it meanwhile). */
-function run(command, args, options) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk) => (stdout += chunk));
-    child.stderr.on('data', (chunk) => (stderr += chunk));
-    child.once('error', reject);
-    child.once('close', (status) => resolve({ status, stdout, stderr }));
-  });
-}
-
-/**
- * Just enough of a NATS server for the client snapshot's rehearsal (cli/src/snapshot-rehearsal.ts)
- * to talk to itself: INFO on connect, PONG to each PING, and every PUB/HPUB relayed to the
- * connection's own subscriptions whose subject matches (\`*\`, \`>\`). No JetStream, no queue groups,
- * no other client: on loopback, for as long as the snapshot is being built.
- */
-async function serveRehearsalNats() {
-  const sockets = new Set();
-  const server = net.createServer((socket) => {
-    sockets.add(socket);
-    socket.on('close', () => sockets.delete(socket));
-    socket.on('error', () => socket.destroy());
-    const { port } = server.address();
-    socket.write(
-      `INFO ${JSON.stringify({ server_id: 'rehearsal', server_name: 'rehearsal', version: '2.10.0', proto: 1, headers: true, max_payload: 1 << 20, host: '127.0.0.1', port })}\r\n`,
-    );
-    const subscriptions = new Map();
-    let pending = Buffer.alloc(0);
-    const relay = (subject, reply, headerBytes, body) => {
-      for (const [sid, pattern] of subscriptions) {
-        if (!subjectMatches(pattern, subject)) continue;
-        const replyPart = reply ? ` ${reply}` : '';
-        const head =
-          headerBytes === undefined
-            ? `MSG ${subject} ${sid}${replyPart} ${body.length}\r\n`
-            : `HMSG ${subject} ${sid}${replyPart} ${headerBytes} ${body.length}\r\n`;
-        socket.write(Buffer.concat([Buffer.from(head), body, Buffer.from('\r\n')]));
-      }
-    };
-    socket.on('data', (chunk) => {
-      pending = Buffer.concat([pending, chunk]);
-      for (;;) {
-        const end = pending.indexOf('\r\n');
-        if (end < 0) return;
-        const words = pending.subarray(0, end).toString().split(' ');
-        const verb = words[0]?.toUpperCase();
-        if (verb === 'PUB' || verb === 'HPUB') {
-          const total = Number(words.at(-1));
-          if (pending.length < end + 2 + total + 2) return;
-          const body = Buffer.from(pending.subarray(end + 2, end + 2 + total));
-          const reply = words.length === (verb === 'HPUB' ? 5 : 4) ? words[2] : undefined;
-          pending = pending.subarray(end + 2 + total + 2);
-          relay(words[1], reply, verb === 'HPUB' ? Number(words.at(-2)) : undefined, body);
-          continue;
-        }
-        pending = pending.subarray(end + 2);
-        if (verb === 'PING') socket.write('PONG\r\n');
-        else if (verb === 'SUB') subscriptions.set(words.at(-1), words[1]);
-        else if (verb === 'UNSUB') subscriptions.delete(words[1]);
-      }
-    });
-  });
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `nats://127.0.0.1:${server.address().port}`,
-    close: () =>
-      new Promise((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
-
-/** NATS subject matching: \`*\` is one token, \`>\` the rest. */
-function subjectMatches(pattern, subject) {
-  const wanted = pattern.split('.');
-  const tokens = subject.split('.');
-  for (let index = 0; index < wanted.length; index++) {
-    if (wanted[index] === '>') return tokens.length > index;
-    if (index >= tokens.length || (wanted[index] !== '*' && wanted[index] !== tokens[index])) return false;
-  }
-  return wanted.length === tokens.length;
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
@@ -262,17 +169,12 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     // A thin client of a stack: none of the services' code.
     { entry: 'cli/dist/snapshot-client.js', name: 'mur-client', external, absent: SERVICE_PACKAGES },
   ];
-  const rehearsalNats = await serveRehearsalNats();
-  try {
-    for (const flavour of flavours) {
-      const built = await buildSnapshot({ ...flavour, outDir, ...(flavour.name === 'mur-client' ? { args: [rehearsalNats.url] } : {}) });
-      if (!built.blob) {
-        rmSync(outDir, { recursive: true, force: true });
-        process.stdout.write(`no startup snapshot for mur (this node could not build one), so mur runs from its bundle:\n${built.reason}\n`);
-        break;
-      }
+  for (const flavour of flavours) {
+    const built = await buildSnapshot({ ...flavour, outDir });
+    if (!built.blob) {
+      rmSync(outDir, { recursive: true, force: true });
+      process.stdout.write(`no startup snapshot for mur (this node could not build one), so mur runs from its bundle:\n${built.reason}\n`);
+      break;
     }
-  } finally {
-    await rehearsalNats.close();
   }
 }

@@ -1,29 +1,9 @@
-import {
-  type ConnectionOptions,
-  ErrorCode,
-  type KV,
-  type NatsConnection,
-  NatsError,
-  type ObjectStore as NatsObjectStore,
-  StorageType,
-  connect,
-  nuid,
-} from 'nats';
+import { type ConnectionOptions, ErrorCode, type KV, type NatsConnection, NatsError, type ObjectStore as NatsObjectStore, StorageType, connect } from 'nats';
 import { MurmurError } from '../errors.js';
 import type { Log } from '../log.js';
 import type { KeyValueEntry, KeyValueStore } from './kv.js';
 import { type ObjectInfo, type ObjectSource, type ObjectStore, sourceChunks } from './objects.js';
 import { type RawSubscription, type Transport, TransportError } from './transport.js';
-
-/**
- * Gives this process's NATS ids — inboxes, requests, object-store chunks, all drawn from nats.js's
- * one process-wide generator, seeded at its first use — a fresh seed. For a process started from a
- * V8 snapshot in which ids were already drawn (`cli/src/snapshot-rehearsal.ts`): without it every
- * such process would draw the same ids as every other.
- */
-export function reseedNatsIds(): void {
-  nuid.reset();
-}
 
 export interface NatsTransportOptions {
   /** Shown in the server's connection list: which service this is. */
