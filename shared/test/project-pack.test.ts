@@ -73,6 +73,16 @@ describe('packing a capsule project for staging', () => {
     expect((await packProject(project, noCache)).listing.files.map((file) => file.path)).toEqual(['murmur.yaml', 'prompts/system.md']);
   });
 
+  it('packs nothing for a named file that cannot be there (a file where a directory is named), leaving its refusal to the stager', async () => {
+    // Packing reads synchronously; a path through a file is ENOTDIR, not a crash of the client.
+    const project = path.join(scratch.dir, 'through-a-file');
+    await writeFiles(project, {
+      'murmur.yaml': 'name: a\nversion: 0.1.0\ninference:\n  system_prompt_file: prompt.md/system.md\n',
+      'prompt.md': 'a file, not a directory',
+    });
+    expect((await packProject(project, noCache)).listing.files.map((file) => file.path)).toEqual(['murmur.yaml']);
+  });
+
   it('refuses a file the manifest names outside the capsule directory, naming it, with E-PRJ-002', async () => {
     const project = path.join(scratch.dir, 'leaky');
     await writeFiles(scratch.dir, { 'secret.md': 'outside' });

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { type Dirent, createReadStream, mkdirSync, readFileSync, readdirSync, realpathSync, statSync } from 'node:fs';
+import { type Dirent, type Stats, createReadStream, mkdirSync, readFileSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { ObjectStore } from '../bus/objects.js';
@@ -150,6 +150,15 @@ function readDirectory(dir: string): Dirent[] {
   }
 }
 
+/** A path's stat, or none when it cannot be had (missing, or a file where a directory was named): it is not packed. */
+function statIfAny(file: string): Stats | undefined {
+  try {
+    return statSync(file);
+  } catch {
+    return undefined;
+  }
+}
+
 function readTextIfAny(file: string): string | undefined {
   try {
     return readFileSync(file, 'utf8');
@@ -180,7 +189,7 @@ class Packer {
   /** Adds `relative` if it is a regular file inside the project; `what` names it in a refusal. */
   async add(relative: string, what: string): Promise<boolean> {
     const absolute = path.resolve(this.root, relative);
-    const stat = statSync(absolute, { throwIfNoEntry: false });
+    const stat = statIfAny(absolute);
     if (!stat?.isFile()) return false;
     const real = realpathSync(absolute);
     if (!real.startsWith(`${this.realRoot}${path.sep}`)) {
@@ -243,7 +252,7 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
   if (facts.compactionPromptFile !== undefined) await packer.add(facts.compactionPromptFile, 'inference.compaction.system_prompt_file');
   for (const source of facts.skillSources) {
     const absolute = path.resolve(root, source);
-    const stat = statSync(absolute, { throwIfNoEntry: false });
+    const stat = statIfAny(absolute);
     if (stat?.isDirectory()) {
       const skill = readDirectory(absolute).find((entry) => entry.name.toLowerCase() === 'skill.md')?.name;
       if (skill) await packer.add(path.join(source, skill), 'the skill source');
@@ -278,7 +287,7 @@ function digestCacheFor(options: PackOptions): DigestCache {
 export async function packProjectStore(projectDir: string, options: PackOptions = {}): Promise<PackedProject | undefined> {
   const root = path.resolve(projectDir);
   const store = path.join(root, '.murmur', 'artifacts');
-  if (!statSync(store, { throwIfNoEntry: false })?.isDirectory()) return undefined;
+  if (!statIfAny(store)?.isDirectory()) return undefined;
   const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv(), digestCacheFor(options));
   await packer.addTree(path.join('.murmur', 'artifacts'), 'the project store');
   if (packer.files.length === 0) return undefined;
