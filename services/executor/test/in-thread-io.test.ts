@@ -118,22 +118,24 @@ describe('WASI I/O answered in the guest’s own thread', () => {
     expect(readFileSync(path.join(preopen, 'note.txt'), 'utf8')).toBe('hello, World!');
   });
 
-  it('closes the files an instance left open when it ends, and a late drop of one is harmless', async () => {
+  it('closes the files an instance left open when it ends and forgets its pollables, and a late drop of one is harmless', async () => {
     const { report } = inGuestWorker(
-      FILESYSTEM,
+      [...FILESYSTEM, 'wasi:clocks/monotonic-clock'],
       preopen,
       `const [[root]] = imports['wasi:filesystem/preopens'].getDirectories();
        const before = openFds();
        const files = ['a.txt', 'b.txt'].map((name) => root.openAt({ symlinkFollow: false }, name, { create: true }, { write: true }));
        const stream = files[0].writeViaStream(0n);
        stream.blockingWriteAndFlush(Buffer.from('kept'));
+       const timer = imports['wasi:clocks/monotonic-clock'].subscribeDuration(1n);
        const whileOpen = openFds() - before;
        closeGuestFiles();
        const afterEnd = openFds() - before;
        const lateDrop = caught(() => { stream[Symbol.dispose](); files[0][Symbol.dispose](); files[1][Symbol.dispose](); });
-       result = { whileOpen, afterEnd, lateDrop };`,
+       const timerAfterEnd = caught(() => timer.ready());
+       result = { whileOpen, afterEnd, lateDrop, timerAfterEnd };`,
     );
-    expect(await report).toMatchObject({ result: { whileOpen: 2, afterEnd: 0, lateDrop: 'returned' } });
+    expect(await report).toMatchObject({ result: { whileOpen: 2, afterEnd: 0, lateDrop: 'returned', timerAfterEnd: expect.stringMatching(/no pollable/) } });
     expect(readFileSync(path.join(preopen, 'a.txt'), 'utf8')).toBe('kept');
   });
 

@@ -90,8 +90,12 @@ const STREAM_BUDGET = 1 << 20;
 const BLOCK_SLICE_MS = 100;
 
 const CLOSED = { tag: 'closed' } as const;
-/** The first rep of `relayed-body.ts`'s own pollables, which share jco's table of host resources with these. */
-const MAX_POLLABLE_ID = 1 << 29;
+/**
+ * Where the pollables' ids split: the shim's (answered here) count up from 1 below it, and
+ * `relayed-body.ts`'s own count up from it, since both are reps in jco's one table of host
+ * resources and must never collide.
+ */
+export const FIRST_RELAYED_POLLABLE_REP = 1 << 29;
 
 type FileType = 'regular-file' | 'socket' | 'symbolic-link' | 'fifo' | 'directory' | 'character-device' | 'block-device' | 'unknown';
 
@@ -299,8 +303,9 @@ export class InThreadIo {
   }
 
   /**
-   * Closes every file the instance left open: the instance is over, and the descriptors belong to
-   * the host's process, which a kept worker's next instance, and the host itself, outlive.
+   * Closes every file the instance left open, and forgets its streams and pollables: the instance
+   * is over, and the descriptors belong to the host's process, which a kept worker's next
+   * instance, and the host itself, outlive.
    */
   closeAll(): void {
     for (const file of this.files.values()) {
@@ -312,6 +317,7 @@ export class InThreadIo {
     }
     this.files.clear();
     this.streams.clear();
+    this.pollables.clear();
   }
 
   /** Lets go of a descriptor; one already closed (`closeAll`, then the shim's finalizer) is nothing to do. */
@@ -383,8 +389,8 @@ export class InThreadIo {
   }
 
   private pollable(due: bigint | undefined): number {
-    // Ids above this are `relayed-body.ts`'s pollables': a guest never gets that many of ours.
-    if (this.nextPollable >= MAX_POLLABLE_ID) throw new Error('wasi-io trap: the guest made more pollables than a worker can number');
+    // Ids from here on are `relayed-body.ts`'s pollables': a guest never gets that many of ours.
+    if (this.nextPollable >= FIRST_RELAYED_POLLABLE_REP) throw new Error('wasi-io trap: the guest made more pollables than a worker can number');
     const id = this.nextPollable++;
     this.pollables.set(id, { due });
     return id;

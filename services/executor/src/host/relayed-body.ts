@@ -1,5 +1,6 @@
 import { error as shimIoError, poll as shimPoll, streams } from '@bytecodealliance/preview2-shim/io';
 import type { BodyRead } from './response-bodies.js';
+import { FIRST_RELAYED_POLLABLE_REP } from './in-thread-io.js';
 
 /**
  * A relayed response body as the guest reads it (`wasi:io/streams#input-stream`), and the
@@ -25,11 +26,8 @@ const IoError = shimIoError.Error as unknown as new (payload: unknown) => Error;
 const CLOSED = { tag: 'closed' } as const;
 /** jco keys a host resource by this symbol's value when it has one. */
 const REP = Symbol.for('cabiRep');
-/**
- * The shim's own pollables carry small ids from its I/O calls (`in-thread-io.ts`) as their rep;
- * ours count from here, so jco's table of host resources never mistakes one for the other.
- */
-let nextRep = 1 << 29;
+/** Ours count from where the shim's own pollables' ids stop (`in-thread-io.ts`): jco keeps both in one table. */
+let nextRep = FIRST_RELAYED_POLLABLE_REP;
 /** How long a wait over our bodies and the shim's own pollables (a timer) sleeps before it looks at the shim's again. */
 const MIXED_POLL_SLICE_MS = 5;
 
