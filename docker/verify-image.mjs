@@ -50,10 +50,11 @@ await check('default artifacts', async () => {
 });
 await check('jco transpile', async () => {
   const { parse, transpile } = await import('@bytecodealliance/jco');
+  const { TRANSPILE_OPTIONS } = await import('@murmur/shared');
   const component = await parse(
     '(component (core module $m (func (export "f"))) (core instance $i (instantiate $m)) (func $f (canon lift (core func $i "f"))) (export "f" (func $f)))',
   );
-  const result = await transpile(component, { name: 'verify', instantiation: 'async', noTypescript: true, quiet: true });
+  const result = await transpile(component, { ...TRANSPILE_OPTIONS, name: 'verify' });
   return `${Object.keys(result.files).length} files`;
 });
 

@@ -25,6 +25,15 @@ export const BundleKeySchema = z.string().regex(/^[a-z0-9][a-z0-9._-]*\/[0-9a-f]
  */
 export const TRANSPILER_ID = 'jco-1.35.0-instantiation-async.v2';
 
+/**
+ * How jco makes the bundle `TRANSPILER_ID` names, for the stager and for any test that builds a
+ * bundle the executor runs: the instantiation-mode module (the executor instantiates it afresh for
+ * every call, with an import object it builds), no typings, and a component's own `err` thrown as
+ * it is rather than wrapped (the runner tells a guest's `err` from a trap by it). Changing one is
+ * changing the bundle's format: `TRANSPILER_ID` changes with it.
+ */
+export const TRANSPILE_OPTIONS = { instantiation: 'async', noTypescript: true, quiet: true, noComponentErrorWrapping: true } as const;
+
 /** A component transpiled by jco, ready to instantiate once its bundle is on the machine: `<bundle>/<entry>` plus its core modules. */
 export const TranspiledComponentSchema = z.object({
   /** sha256 of the component's `.wasm` bytes: the cache key. */

@@ -2,6 +2,7 @@ import { closeSync, fstatSync, promises as fs, openSync, readFileSync, readdirSy
 import path from 'node:path';
 import { parse as parseWat, transpile } from '@bytecodealliance/jco';
 import { describe, expect, it } from 'vitest';
+import { TRANSPILE_OPTIONS } from '@murmur/shared';
 import { GuestRunner, precompileCoreModules } from '../src/host/guest-runner.js';
 import type { HostComponent } from '../src/host/protocol.js';
 import { LogFile } from '../src/records.js';
@@ -60,13 +61,7 @@ describe('files a guest left open when its worker is ended', () => {
       const preopen = path.join(scratch.dir, 'workdir');
       await fs.mkdir(bundleDir);
       await fs.mkdir(preopen);
-      const { files, imports } = await transpile((await probeTool()).bytes, {
-        name: 'probe',
-        instantiation: 'async',
-        noTypescript: true,
-        quiet: true,
-        noComponentErrorWrapping: true,
-      });
+      const { files, imports } = await transpile((await probeTool()).bytes, { ...TRANSPILE_OPTIONS, name: 'probe' });
       for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
       const sessionLog = new LogFile(scratch.dir, 'session.log');
       const runner = new GuestRunner({

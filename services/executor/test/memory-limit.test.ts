@@ -3,6 +3,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parse as parseWat, print as printWasm, transpile } from '@bytecodealliance/jco';
 import { describe, expect, it } from 'vitest';
+import { TRANSPILE_OPTIONS } from '@murmur/shared';
 import { encodeU32 } from '../src/host/leb128.js';
 import { capModuleMemory, MemoryLimitError } from '../src/host/memory-limit.js';
 import { tempDir } from '../../../test/support/fs.js';
@@ -490,7 +491,7 @@ describe('capModuleMemory on a core module jco transpiled from a component', () 
 
   it('bounds the component export that grows memory, through jco’s own instantiation code', async () => {
     const component = await parseWat(COMPONENT_WAT);
-    const { files } = await transpile(component, { name: 'grower', instantiation: 'async', noTypescript: true, quiet: true });
+    const { files } = await transpile(component, { ...TRANSPILE_OPTIONS, name: 'grower' });
     const coreFiles = Object.keys(files).filter((file) => file.endsWith('.wasm'));
     expect(coreFiles).toEqual(['grower.core.wasm']);
     const core = files['grower.core.wasm'] as Uint8Array;

@@ -1,5 +1,6 @@
 import { parentPort } from 'node:worker_threads';
 import { transpile } from '@bytecodealliance/jco';
+import type { TRANSPILE_OPTIONS } from '@murmur/shared';
 
 /**
  * Runs jco's transpiler off the stager's event loop: a 12 MB component takes about a second of
@@ -11,6 +12,8 @@ export interface TranspileJob {
   id: number;
   name: string;
   bytes: Uint8Array;
+  /** `TRANSPILE_OPTIONS`, sent by the stager: this worker loads jco and nothing of the contracts. */
+  options: typeof TRANSPILE_OPTIONS;
 }
 
 export type TranspileReply =
@@ -22,13 +25,7 @@ if (parentPort) {
   port.on('message', (job: TranspileJob) => {
     void (async () => {
       try {
-        const result = await transpile(job.bytes, {
-          name: job.name,
-          instantiation: 'async',
-          noTypescript: true,
-          quiet: true,
-          noComponentErrorWrapping: true,
-        });
+        const result = await transpile(job.bytes, { ...job.options, name: job.name });
         const files = Object.fromEntries(Object.entries(result.files).filter(([file]) => !file.endsWith('.d.ts')));
         const reply: TranspileReply = { id: job.id, ok: true, files, imports: result.imports, exports: result.exports.map(([name]) => name) };
         port.postMessage(

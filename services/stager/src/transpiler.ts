@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { type FileSet, MurmurError, TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
+import { type FileSet, MurmurError, TRANSPILER_ID, TRANSPILE_OPTIONS, type TranspiledComponent } from '@murmur/shared';
 import { packageFile, removeEmptyParents, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import type { TranspileJob, TranspileReply } from './transpile-worker.js';
 
@@ -83,7 +83,7 @@ export class ComponentCache {
    * is visible in the cache until `commit`.
    */
   async prepare(bytes: Uint8Array, sha256: string, label: string): Promise<PendingEntry> {
-    const reply = await this.runJob({ id: 0, name: ENTRY_NAME, bytes });
+    const reply = await this.runJob({ id: 0, name: ENTRY_NAME, bytes, options: TRANSPILE_OPTIONS });
     if (!reply.ok) {
       throw new MurmurError('E-RUN-001', `failed to compile component for ${label}: ${reply.message}`, {
         hint: 'the artifact is not a valid WebAssembly component; rebuild it (componentize-js, cargo component, wasm-tools component new)',
