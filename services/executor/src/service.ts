@@ -18,6 +18,7 @@ import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
 import { BlobCache, cacheDir, murmurHome, processState } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
+import { sweepAbandonedGroups } from './cgroup-sweep.js';
 import { HostPool } from './host-pool.js';
 import { assessContainment, effectiveGrants, strongestFloor } from './containment.js';
 import { isolationSummary, probeHost } from './host-probe.js';
@@ -48,6 +49,12 @@ export interface ExecutorServiceOptions {
    * is sure and not refilled. `MURMUR_EXECUTOR_POOL` sets the size of either (0 turns it off).
    */
   pool?: { base?: string; size: number; refill: boolean; deferred?: boolean } | undefined;
+  /**
+   * A long-running executor (the service process) removes the session groups crashed executors
+   * left behind when it starts and every hour (`cgroup-sweep.ts`); every executor does when it
+   * closes, after its own sessions have ended.
+   */
+  sweepAtStart?: boolean;
 }
 
 export interface ExecutorService {
@@ -130,6 +137,28 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     session: (id) => sessions.get(id),
     pull: (session, name, version) => pullForSession(bus, session, name, version),
   };
+
+  /** Removes the session groups no executor will (`cgroup-sweep.ts`); never fails what called it. */
+  const sweep = (): void => {
+    if (!cgroups.support) return;
+    try {
+      const removed = sweepAbandonedGroups(cgroups.support);
+      if (removed.length > 0)
+        log.info(
+          { executor_id: instanceId, groups: removed.length, first: removed[0] },
+          'removed session cgroups that an executor which ended without ending its sessions left behind',
+        );
+    } catch (error) {
+      log.warn({ executor_id: instanceId, err: error }, 'could not sweep abandoned session cgroups');
+    }
+  };
+  let sweeping: NodeJS.Timeout | undefined;
+  // Before the pool makes its hosts' groups: what is swept is never this executor's.
+  if (options.sweepAtStart) {
+    sweep();
+    sweeping = setInterval(sweep, SWEEP_INTERVAL_MS);
+    sweeping.unref();
+  }
 
   environment.pool = startPool(environment, options.pool, env, log);
 
@@ -248,11 +277,16 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
         return session.ended;
       });
       await Promise.all(ending);
+      clearInterval(sweeping);
+      sweep();
       // Every session's last spans, sent or given up on (each bounded), before the process may exit.
       await Promise.all([...sessions.values(), ...ended.values()].map((session) => session.telemetryDrained));
     },
   };
 }
+
+/** How often a long-running executor looks for session groups that crashed executors left. */
+const SWEEP_INTERVAL_MS = 60 * 60 * 1000;
 
 /** Default warm hosts of a long-running executor: enough for a burst of launches while it refills. */
 export const DEFAULT_POOL_SIZE = 2;

@@ -1,0 +1,160 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, rmdirSync, utimesSync, writeFileSync } from 'node:fs';
+import { once } from 'node:events';
+import path from 'node:path';
+import { probeCgroups } from '@murmur/executor';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { CgroupSupport } from '../services/executor/src/cgroup.js';
+import { ABANDONED_AFTER_MS, sweepAbandonedGroups } from '../services/executor/src/cgroup-sweep.js';
+import { startNatsServer } from './support/nats-server.js';
+import { eventually, startService } from './support/processes.js';
+
+/**
+ * An executor that is killed leaves its sessions' cgroups behind: its sandboxes die with it, the
+ * directories do not. These run against the real cgroup v1 tree, in a parent group of their own
+ * (as a delegated subtree is given to an executor), so nothing outside it is touched.
+ */
+const ROOT = '/sys/fs/cgroup';
+const CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
+const isRoot = process.getuid?.() === 0;
+const v1 = CONTROLLERS.every((controller) => existsSync(path.join(ROOT, controller))) && !existsSync(path.join(ROOT, 'cgroup.controllers'));
+const why = !isRoot ? 'making cgroups needs root here' : !v1 ? 'this host has no cgroup v1 memory, pids and cpu trees' : undefined;
+const parent = `murmur-sweep-test-${process.pid}`;
+const HOUR_AGO = new Date(Date.now() - 60 * 60 * 1000);
+
+let counter = 0;
+/** A name this runtime gives a session's group. */
+function sessionName(): string {
+  counter += 1;
+  return `murmur-ses_${(Date.now().toString(16) + counter.toString(16)).padStart(32, '0')}`;
+}
+
+/** A group as an executor makes one: in every controller, with its `tools/`; made `made` ago. */
+function makeGroup(name: string, made?: Date): void {
+  for (const controller of CONTROLLERS) {
+    const dir = path.join(ROOT, controller, parent, name);
+    mkdirSync(path.join(dir, 'tools'), { recursive: true });
+    if (made) utimesSync(dir, made, made);
+  }
+}
+
+function exists(name: string, controller: (typeof CONTROLLERS)[number]): boolean {
+  return existsSync(path.join(ROOT, controller, parent, name));
+}
+
+/** Removes a group, children first, waiting for processes that were killed to be gone from it. */
+async function removeGroup(dir: string): Promise<void> {
+  for (let attempt = 0; attempt < 40; attempt += 1) {
+    try {
+      for (const entry of readdirSync(dir, { withFileTypes: true })) if (entry.isDirectory()) await removeGroup(path.join(dir, entry.name));
+      rmdirSync(dir);
+      return;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+}
+
+describe('session cgroups that an executor left behind', () => {
+  let support: CgroupSupport;
+
+  beforeAll(() => {
+    if (why) return;
+    for (const controller of CONTROLLERS) mkdirSync(path.join(ROOT, controller, parent), { recursive: true });
+    const probed = probeCgroups(ROOT, parent);
+    if (!probed.support) throw new Error(`the test's own parent group is unusable: ${probed.reason}`);
+    support = probed.support;
+  });
+
+  afterAll(async () => {
+    if (why) return;
+    for (const controller of CONTROLLERS) await removeGroup(path.join(ROOT, controller, parent));
+  });
+
+  it('are removed in every controller, a session’s and a pooled host’s, once they hold no process and are a minute old', (context) => {
+    if (why) {
+      console.warn(`[cgroup sweep] ${why}`);
+      return context.skip(why);
+    }
+    const session = sessionName();
+    const pooled = `murmur-pool-${'ab'.repeat(8)}`;
+    makeGroup(session, HOUR_AGO);
+    makeGroup(pooled, HOUR_AGO);
+    expect(sweepAbandonedGroups(support).sort()).toEqual([pooled, session].sort());
+    for (const controller of CONTROLLERS) {
+      expect(exists(session, controller)).toBe(false);
+      expect(exists(pooled, controller)).toBe(false);
+    }
+  });
+
+  it('keep a group whose host is in its memory and pids groups, its empty cpu group too', async (context) => {
+    if (why) {
+      console.warn(`[cgroup sweep] ${why}`);
+      return context.skip(why);
+    }
+    const live = sessionName();
+    makeGroup(live, HOUR_AGO);
+    const host: ChildProcess = spawn('sleep', ['30'], { stdio: 'ignore' });
+    try {
+      // As `SessionCgroup.joining` places a host: its memory and pids groups, not its cpu one (that is its tools').
+      for (const controller of ['memory', 'pids']) writeFileSync(path.join(ROOT, controller, parent, live, 'cgroup.procs'), String(host.pid));
+      expect(sweepAbandonedGroups(support)).toEqual([]);
+      for (const controller of CONTROLLERS) expect(exists(live, controller)).toBe(true);
+    } finally {
+      host.kill('SIGKILL');
+      await once(host, 'exit');
+      for (const controller of CONTROLLERS) await removeGroup(path.join(ROOT, controller, parent, live));
+    }
+  });
+
+  it('keep an empty group made less than a minute ago: a live executor moves its host in a moment after making it', (context) => {
+    if (why) {
+      console.warn(`[cgroup sweep] ${why}`);
+      return context.skip(why);
+    }
+    const fresh = sessionName();
+    makeGroup(fresh);
+    expect(sweepAbandonedGroups(support)).toEqual([]);
+    expect(exists(fresh, 'pids')).toBe(true);
+    // The same group, judged a minute and a second later, is abandoned.
+    expect(sweepAbandonedGroups(support, { now: Date.now() + ABANDONED_AFTER_MS + 1_000 })).toEqual([fresh]);
+    expect(exists(fresh, 'pids')).toBe(false);
+  });
+
+  it('never touch a group whose name the runtime does not make, however old and empty', async (context) => {
+    if (why) {
+      console.warn(`[cgroup sweep] ${why}`);
+      return context.skip(why);
+    }
+    const others = ['murmur-operator', 'murmur-ses_short', `murmur-${'0'.repeat(32)}`, 'murmur'];
+    for (const name of others) makeGroup(name, HOUR_AGO);
+    try {
+      expect(sweepAbandonedGroups(support)).toEqual([]);
+      for (const name of others) expect(exists(name, 'memory')).toBe(true);
+    } finally {
+      for (const name of others) for (const controller of CONTROLLERS) await removeGroup(path.join(ROOT, controller, parent, name));
+    }
+  });
+
+  it('are removed by the executor service when it starts', async (context) => {
+    if (why) {
+      console.warn(`[cgroup sweep] ${why}`);
+      return context.skip(why);
+    }
+    const abandoned = sessionName();
+    makeGroup(abandoned, HOUR_AGO);
+    const nats = await startNatsServer();
+    try {
+      const executor = await startService('executor', { MURMUR_NATS_URL: nats.url, MURMUR_CGROUP_PARENT: parent, MURMUR_EXECUTOR_POOL: '0' });
+      try {
+        for (const controller of CONTROLLERS) expect(exists(abandoned, controller)).toBe(false);
+        await eventually(() => executor.logs().includes('removed session cgroups') || undefined, 5_000, 'the sweep logged');
+      } finally {
+        await executor.stop();
+      }
+    } finally {
+      await nats.stop();
+    }
+  }, 30_000);
+});
