@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readdirSync, rmdirSync, utimesSync, writeFileSyn
 import { once } from 'node:events';
 import path from 'node:path';
 import { probeCgroups } from '@murmur/executor';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type TestContext, afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CgroupSupport } from '../services/executor/src/cgroup.js';
 import { ABANDONED_AFTER_MS, sweepAbandonedGroups } from '../services/executor/src/cgroup-sweep.js';
 import { startNatsServer } from './support/nats-server.js';
@@ -21,6 +21,14 @@ const v1 = CONTROLLERS.every((controller) => existsSync(path.join(ROOT, controll
 const why = !isRoot ? 'making cgroups needs root here' : !v1 ? 'this host has no cgroup v1 memory, pids and cpu trees' : undefined;
 const parent = `murmur-sweep-test-${process.pid}`;
 const HOUR_AGO = new Date(Date.now() - 60 * 60 * 1000);
+
+/** Skips a case, saying why, on a host where it cannot run. */
+function cannotRunHere(context: TestContext): boolean {
+  if (!why) return false;
+  console.warn(`[cgroup sweep] ${why}`);
+  context.skip(why);
+  return true;
+}
 
 let counter = 0;
 /** A name this runtime gives a session's group. */
@@ -73,10 +81,7 @@ describe('session cgroups that an executor left behind', () => {
   });
 
   it('are removed in every controller, a session’s and a pooled host’s, once they hold no process and are a minute old', (context) => {
-    if (why) {
-      console.warn(`[cgroup sweep] ${why}`);
-      return context.skip(why);
-    }
+    if (cannotRunHere(context)) return;
     const session = sessionName();
     const pooled = `murmur-pool-${'ab'.repeat(8)}`;
     makeGroup(session, HOUR_AGO);
@@ -89,10 +94,7 @@ describe('session cgroups that an executor left behind', () => {
   });
 
   it('keep a group whose host is in its memory and pids groups, its empty cpu group too', async (context) => {
-    if (why) {
-      console.warn(`[cgroup sweep] ${why}`);
-      return context.skip(why);
-    }
+    if (cannotRunHere(context)) return;
     const live = sessionName();
     makeGroup(live, HOUR_AGO);
     const host: ChildProcess = spawn('sleep', ['30'], { stdio: 'ignore' });
@@ -109,10 +111,7 @@ describe('session cgroups that an executor left behind', () => {
   });
 
   it('keep an empty group made less than a minute ago: a live executor moves its host in a moment after making it', (context) => {
-    if (why) {
-      console.warn(`[cgroup sweep] ${why}`);
-      return context.skip(why);
-    }
+    if (cannotRunHere(context)) return;
     const fresh = sessionName();
     makeGroup(fresh);
     expect(sweepAbandonedGroups(support)).toEqual([]);
@@ -123,10 +122,7 @@ describe('session cgroups that an executor left behind', () => {
   });
 
   it('never touch a group whose name the runtime does not make, however old and empty', async (context) => {
-    if (why) {
-      console.warn(`[cgroup sweep] ${why}`);
-      return context.skip(why);
-    }
+    if (cannotRunHere(context)) return;
     const others = ['murmur-operator', 'murmur-ses_short', `murmur-${'0'.repeat(32)}`, 'murmur'];
     for (const name of others) makeGroup(name, HOUR_AGO);
     try {
@@ -138,10 +134,7 @@ describe('session cgroups that an executor left behind', () => {
   });
 
   it('are removed by the executor service when it starts', async (context) => {
-    if (why) {
-      console.warn(`[cgroup sweep] ${why}`);
-      return context.skip(why);
-    }
+    if (cannotRunHere(context)) return;
     const abandoned = sessionName();
     makeGroup(abandoned, HOUR_AGO);
     const nats = await startNatsServer();
