@@ -1,11 +1,12 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, rmdirSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { once } from 'node:events';
 import path from 'node:path';
 import { probeCgroups } from '@murmur/executor';
 import { type TestContext, afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CgroupSupport } from '../services/executor/src/cgroup.js';
 import { ABANDONED_AFTER_MS, sweepAbandonedGroups } from '../services/executor/src/cgroup-sweep.js';
+import { removeCgroup } from './support/cgroups.js';
 import { startNatsServer } from './support/nats-server.js';
 import { eventually, startService } from './support/processes.js';
 
@@ -50,20 +51,6 @@ function exists(name: string, controller: (typeof CONTROLLERS)[number]): boolean
   return existsSync(path.join(ROOT, controller, parent, name));
 }
 
-/** Removes a group, children first, waiting for processes that were killed to be gone from it. */
-async function removeGroup(dir: string): Promise<void> {
-  for (let attempt = 0; attempt < 40; attempt += 1) {
-    try {
-      for (const entry of readdirSync(dir, { withFileTypes: true })) if (entry.isDirectory()) await removeGroup(path.join(dir, entry.name));
-      rmdirSync(dir);
-      return;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  }
-}
-
 describe('session cgroups that an executor left behind', () => {
   let support: CgroupSupport;
 
@@ -77,7 +64,7 @@ describe('session cgroups that an executor left behind', () => {
 
   afterAll(async () => {
     if (why) return;
-    for (const controller of CONTROLLERS) await removeGroup(path.join(ROOT, controller, parent));
+    for (const controller of CONTROLLERS) await removeCgroup(path.join(ROOT, controller, parent));
   });
 
   it('are removed in every controller, a session’s and a pooled host’s, once they hold no process and are a minute old', (context) => {
@@ -106,7 +93,7 @@ describe('session cgroups that an executor left behind', () => {
     } finally {
       host.kill('SIGKILL');
       await once(host, 'exit');
-      for (const controller of CONTROLLERS) await removeGroup(path.join(ROOT, controller, parent, live));
+      for (const controller of CONTROLLERS) await removeCgroup(path.join(ROOT, controller, parent, live));
     }
   });
 
@@ -129,7 +116,7 @@ describe('session cgroups that an executor left behind', () => {
       expect(sweepAbandonedGroups(support)).toEqual([]);
       for (const name of others) expect(exists(name, 'memory')).toBe(true);
     } finally {
-      for (const name of others) for (const controller of CONTROLLERS) await removeGroup(path.join(ROOT, controller, parent, name));
+      for (const name of others) for (const controller of CONTROLLERS) await removeCgroup(path.join(ROOT, controller, parent, name));
     }
   });
 

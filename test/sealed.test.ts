@@ -5,6 +5,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ARGUMENT_SYSCALLS, DENIED_SYSCALLS, nativeSeccompArch } from '../services/executor/src/seccomp.js';
 import { probeProject, probeResults, type ProbeResult } from './support/capsules.js';
+import { removeCgroup } from './support/cgroups.js';
 import { tempDir } from './support/fs.js';
 import { murBin, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer, startCountingTlsServer, startCountingUdp } from './support/servers.js';
@@ -338,20 +339,8 @@ describe('the sealed sandbox, piece by piece', () => {
     const groups = ['memory', 'pids', 'cpu'].map((controller) => path.join('/sys/fs/cgroup', controller, parent));
 
     afterAll(async () => {
-      for (const group of groups) {
-        for (let attempt = 0; attempt < 40; attempt += 1) {
-          try {
-            // The session's own groups are gone already (the executor removes them); a straggler is not.
-            for (const entry of readdirSync(group, { withFileTypes: true }))
-              if (entry.isDirectory()) await fs.rmdir(path.join(group, entry.name)).catch(() => undefined);
-            await fs.rmdir(group);
-            break;
-          } catch (error) {
-            if ((error as NodeJS.ErrnoException).code === 'ENOENT') break;
-            await new Promise((resolve) => setTimeout(resolve, 50));
-          }
-        }
-      }
+      // The session's own groups are gone already (the executor removes them); a straggler is not.
+      for (const group of groups) await removeCgroup(group);
     });
 
     it('refuses a fork past max_processes, counted over the tasks the sandbox’s user already runs', async (context) => {
