@@ -1,4 +1,4 @@
-import { appendFileSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -12,6 +12,7 @@ export class TraceWriter {
   readonly file: string;
   /** Opened once for appending: each event is one write on it, whole, as with appendFileSync. */
   private fd: number | undefined;
+  private closed = false;
 
   constructor(
     sessionDir: string,
@@ -25,9 +26,25 @@ export class TraceWriter {
 
   write(eventType: string, fields: Record<string, unknown>): void {
     const event = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
-    this.fd ??= openSync(this.file, 'a');
-    writeSync(this.fd, `${JSON.stringify(event)}\n`);
+    const line = `${JSON.stringify(event)}\n`;
+    if (this.closed) appendFileSync(this.file, line);
+    else {
+      this.fd ??= openSync(this.file, 'a');
+      writeSync(this.fd, line);
+    }
     this.observer?.(event);
+  }
+
+  /**
+   * The session has ended: its descriptor is closed now rather than never. An executor outlives
+   * thousands of sessions, and each that had an egress decision kept one open for the executor's
+   * life (and its trace file's space, were the workdir deleted). A record that still comes after
+   * (a late egress decision) is appended with a descriptor of its own, opened and closed for it.
+   */
+  close(): void {
+    this.closed = true;
+    if (this.fd !== undefined) closeSync(this.fd);
+    this.fd = undefined;
   }
 }
 

@@ -25,7 +25,7 @@ import { isolationSummary, probeHost } from './host-probe.js';
 import { pullForSession } from './pull.js';
 import { executorSettings } from './settings.js';
 import { readSessionFiles } from './session-files.js';
-import { CODE_ROOT, type ExecutorEnvironment, HOST_ENTRY, SANDBOX_HIDDEN, hostProcessEnv, Session, type SessionEnd } from './session.js';
+import { CODE_ROOT, type EndedSession, type ExecutorEnvironment, HOST_ENTRY, SANDBOX_HIDDEN, hostProcessEnv, Session, type SessionEnd } from './session.js';
 
 export { Session, type SessionEnd } from './session.js';
 export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './sandbox.js';
@@ -102,8 +102,8 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     );
   }
   const sessions = new Map<string, Session>();
-  /** Sessions that ended here, whose workdirs this machine still holds. */
-  const ended = new Map<string, Session>();
+  /** What is kept of the sessions that ended here, whose workdirs this machine still holds. */
+  const ended = new Map<string, EndedSession>();
   const subscriptions: Subscription[] = [];
   const blobs = new BlobCache(
     path.join(cache, 'blobs'),
@@ -178,7 +178,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       stop.unsubscribe();
       sessions.delete(session.id);
       if (startedAt) {
-        ended.set(session.id, session);
+        ended.set(session.id, session.remains());
         if (ended.size > ENDED_SESSIONS_KEPT) ended.delete(ended.keys().next().value as string);
         const plan = request.plan;
         locate({
@@ -218,7 +218,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   };
 
   /** A session this executor holds or held, or the refusal that says it does not. */
-  const held = (sessionId: string): Session => {
+  const held = (sessionId: string): Session | EndedSession => {
     const session = sessions.get(sessionId) ?? ended.get(sessionId);
     if (!session?.paths) throw new MurmurError('E-SES-001', `executor ${instanceId} holds no session '${sessionId}'`, { path: sessionId });
     return session;

@@ -14,6 +14,7 @@ import {
   type SessionReply,
   type WireError,
   type DelegationOutcome,
+  type SpawnerHandle,
   type LockedArtifact,
   SPAWNER_ENV,
   SPAWN_APPROVAL_HEADER,
@@ -156,6 +157,39 @@ export interface SessionEnd {
   exitCode: number | null;
   signal: string | null;
   error?: WireError | undefined;
+}
+
+/**
+ * What an executor keeps of a session that ended here, for as long as it keeps any
+ * (`ENDED_SESSIONS_KEPT`): where its workdir is (`mur files`), how to record a delegated child's
+ * completion in it, and its spans' drain. Not the session itself, which holds its host's process
+ * handle and pipes, its sandbox's network and its buffers: ~40 KB each, of which an executor kept
+ * ten thousand.
+ */
+export interface EndedSession {
+  readonly id: string;
+  readonly paths: SessionPaths;
+  readonly telemetryDrained: Promise<void>;
+  recordCompletion(outcome: DelegationOutcome, post: boolean): Promise<DelegationOutcome>;
+}
+
+/** Where a delegated child's completion is recorded, and whom it is posted to. */
+interface CompletionPlace {
+  id: string;
+  spawner: SpawnerHandle | undefined;
+  paths: SessionPaths | undefined;
+  bootstrap: LogFile | undefined;
+  bus: Bus;
+}
+
+/** Records a delegated child's completion in its workdir, and posts it to its spawner when `post`. */
+async function recordChildCompletion(place: CompletionPlace, outcome: DelegationOutcome, post: boolean): Promise<DelegationOutcome> {
+  const { spawner, paths } = place;
+  if (!spawner || !paths) throw new MurmurError('E-DLG-003', `session ${place.id} was not launched as a delegated child, so it has no completion to record`);
+  const resultPath = childResultPath(paths.accessible, paths.sessionDir);
+  const located: DelegationOutcome = { ...outcome, workdir: paths.accessible, ...(resultPath ? { result_path: resultPath } : {}) };
+  if (!post) return recordTerminated(located, paths.accessible);
+  return reportCompletion(spawner, located, paths.accessible, (line) => place.bootstrap?.line(line), { bus: place.bus });
 }
 
 /** Response bodies one session may hold open at once (each is a connection of the executor's). */
@@ -1097,6 +1131,7 @@ export class Session {
         error,
       });
     }
+    this.trace?.close();
     this.cgroup?.killAll();
     await this.cgroup?.remove();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
@@ -1309,14 +1344,26 @@ export class Session {
    * or was ended by its parent), recorded in this child's workdir — which only this machine holds
    * — and, when `post`, delivered to the parent and recorded again with what the delivery did.
    */
-  async recordCompletion(outcome: DelegationOutcome, post: boolean): Promise<DelegationOutcome> {
-    const spawner = this.request.spawner;
-    if (!spawner || !this.paths)
-      throw new MurmurError('E-DLG-003', `session ${this.id} was not launched as a delegated child, so it has no completion to record`);
-    const resultPath = childResultPath(this.paths.accessible, this.paths.sessionDir);
-    const located: DelegationOutcome = { ...outcome, workdir: this.paths.accessible, ...(resultPath ? { result_path: resultPath } : {}) };
-    if (!post) return recordTerminated(located, this.paths.accessible);
-    return reportCompletion(spawner, located, this.paths.accessible, (line) => this.bootstrap.line(line), { bus: this.environment.bus });
+  recordCompletion(outcome: DelegationOutcome, post: boolean): Promise<DelegationOutcome> {
+    return recordChildCompletion(this.completionPlace(), outcome, post);
+  }
+
+  /**
+   * What the executor keeps of this session once it has ended (`EndedSession`): its paths, its
+   * completion's recording and its spans' drain, and nothing that holds its host.
+   */
+  remains(): EndedSession {
+    const place = this.completionPlace();
+    return {
+      id: this.id,
+      paths: this.paths,
+      telemetryDrained: this.telemetryDrained,
+      recordCompletion: (outcome, post) => recordChildCompletion(place, outcome, post),
+    };
+  }
+
+  private completionPlace(): CompletionPlace {
+    return { id: this.id, spawner: this.request.spawner, paths: this.paths, bootstrap: this.bootstrap, bus: this.environment.bus };
   }
 
   /** Who holds the session, once its host has started: what an executor's heartbeat lists. */

@@ -1,0 +1,114 @@
+import { promises as fs, readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import path from 'node:path';
+import v8 from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LaunchReply, commands, newSessionId, silentLog, topics } from '@murmur/shared';
+import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
+import { requestStaging, uploadProject } from '@murmur/shared/node';
+import { type ExecutorService, startExecutorService } from '@murmur/executor';
+import { startStagerService } from '@murmur/stager';
+import { probeProject } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+
+/**
+ * What a long-running executor holds of the sessions that ended on it. It outlives thousands of
+ * them, so whatever each leaves behind adds up: a descriptor, its host's process handle and pipes.
+ * The executor runs in this process, so its descriptors are this process's.
+ */
+describe('an executor, after a session ended on it', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let bus: Bus;
+  let executor: ExecutorService;
+  let stager: { close(): Promise<void> };
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-ended-');
+    const env = { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_EXECUTOR_POOL: '0' };
+    bus = createBus(new InProcessTransport(), silentLog);
+    stager = startStagerService({ bus, log: silentLog, env });
+    executor = startExecutorService({ bus, log: silentLog, env });
+  });
+
+  afterAll(async () => {
+    await executor.close();
+    await stager.close();
+    await bus.close();
+    await scratch.cleanup();
+  });
+
+  /** Runs the probe capsule with `actions` to its end; where its workdir is. `whileRunning` is called once it has launched. */
+  async function runToEnd(
+    name: string,
+    actions: unknown[],
+    whileRunning: (sessionId: string, workdir: string) => Promise<void> = async () => {},
+  ): Promise<{ sessionId: string; workdir: string }> {
+    const project = await probeProject(path.join(scratch.dir, name));
+    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+    const sessionId = newSessionId();
+    const ended = new Promise<void>((resolve) => {
+      const subscription = bus.subscribe(topics.sessionEnded, (event) => {
+        if (event.session_id !== sessionId) return;
+        subscription.unsubscribe();
+        resolve();
+      });
+    });
+    await bus.flush();
+    const launched: LaunchReply = await bus.request(
+      commands.launch,
+      { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, task: JSON.stringify(actions) },
+      { timeoutMs: 60_000 },
+    );
+    await whileRunning(sessionId, launched.session_dir);
+    await ended;
+    return { sessionId, workdir: launched.session_dir };
+  }
+
+  /** The files this process holds a descriptor of. */
+  function openFiles(): string[] {
+    return readdirSync('/proc/self/fd').flatMap((fd) => {
+      try {
+        return [readlinkSync(path.join('/proc/self/fd', fd))];
+      } catch {
+        return [];
+      }
+    });
+  }
+
+  it('keeps no descriptor of its trace, which the executor wrote to while it ran', async () => {
+    const { workdir } = await runToEnd('egress', [{ op: 'fetch', url: 'http://127.0.0.1:9/denied' }]);
+    const trace = path.join(workdir, 'trace.jsonl');
+    // The executor's own record of the denied request is in it: it did open the file.
+    const egress = readFileSync(trace, 'utf8')
+      .split('\n')
+      .filter((line) => line.includes('"event_type":"egress"'));
+    expect(egress.length).toBeGreaterThan(0);
+    expect(openFiles()).not.toContain(await fs.realpath(trace));
+  });
+
+  it('lets go of the session itself, with its host’s process handle and pipes', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    let running: WeakRef<object> | undefined;
+    await runToEnd('let-go', [{ op: 'waitfor', path: 'out/go', seconds: 30 }], async (sessionId, workdir) => {
+      const session = executor.sessions().find((candidate) => candidate.id === sessionId);
+      expect(session).toBeDefined();
+      running = new WeakRef(session as object);
+      await fs.mkdir(path.join(workdir, 'out'), { recursive: true });
+      await fs.writeFile(path.join(workdir, 'out', 'go'), '');
+    });
+    // What the end set going (its announcement, the group's removal) has finished by now.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    gc();
+    // A WeakRef is cleared after the job that collected its target.
+    await new Promise((resolve) => setImmediate(resolve));
+    gc();
+    expect(running?.deref()).toBeUndefined();
+  });
+
+  it('still reads its workdir for `mur files`', async () => {
+    const { sessionId } = await runToEnd('files', [{ op: 'write', path: 'out/kept.txt', text: 'still here' }]);
+    const file = await bus.request(commands.sessionFiles.at(executor.instanceId), { session_id: sessionId, path: 'out/kept.txt' }, { timeoutMs: 10_000 });
+    expect(file.type === 'file' && Buffer.from(file.data, 'base64').toString()).toBe('still here');
+  });
+});
