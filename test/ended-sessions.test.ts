@@ -10,6 +10,7 @@ import { type ExecutorService, startExecutorService } from '@murmur/executor';
 import { startStagerService } from '@murmur/stager';
 import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
+import { eventually } from './support/processes.js';
 
 /**
  * What a long-running executor holds of the sessions that ended on it. It outlives thousands of
@@ -97,12 +98,18 @@ describe('an executor, after a session ended on it', () => {
       await fs.mkdir(path.join(workdir, 'out'), { recursive: true });
       await fs.writeFile(path.join(workdir, 'out', 'go'), '');
     });
-    // What the end set going (its announcement, the group's removal) has finished by now.
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    gc();
-    // A WeakRef is cleared after the job that collected its target.
-    await new Promise((resolve) => setImmediate(resolve));
-    gc();
+    // What the end set going (its announcement, the group's removal) lets go of it in a moment;
+    // a session the executor kept is never collected, and this runs out.
+    await eventually(
+      async () => {
+        gc();
+        // A WeakRef is cleared after the job that collected its target.
+        await new Promise((resolve) => setImmediate(resolve));
+        return running?.deref() === undefined || undefined;
+      },
+      5_000,
+      'the ended session collected',
+    );
     expect(running?.deref()).toBeUndefined();
   });
 

@@ -54,7 +54,7 @@ export interface ExecutorServiceOptions {
    * left behind when it starts and every hour (`cgroup-sweep.ts`); every executor does when it
    * closes, after its own sessions have ended.
    */
-  sweepAtStart?: boolean;
+  sweepAtStartAndHourly?: boolean;
 }
 
 export interface ExecutorService {
@@ -154,7 +154,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   };
   let sweeping: NodeJS.Timeout | undefined;
   // Before the pool makes its hosts' groups: what is swept is never this executor's.
-  if (options.sweepAtStart) {
+  if (options.sweepAtStartAndHourly) {
     sweep();
     sweeping = setInterval(sweep, SWEEP_INTERVAL_MS);
     sweeping.unref();
