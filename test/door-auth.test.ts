@@ -148,6 +148,31 @@ describe('a door with authentication', () => {
     }
   });
 
+  it("admits a completion's headers for a plain send only: reading, listing, canceling or streaming with them is refused as without a token", async () => {
+    // A task the forger would like to read or cancel, made with a real token.
+    const made = await rpc(agent.url, 'message/send', textMessage('private'), bearer(tokenA));
+    const taskId = (made.body.result as { id: string }).id;
+    const forged = { headers: { 'x-murmur-delegation-id': `dlg_${randomUUID().replaceAll('-', '')}`, 'x-murmur-completion-session': agent.sessionId } };
+    const attempts = [
+      await rpc(agent.url, 'tasks/get', { id: taskId }, forged),
+      await rpc(agent.url, 'tasks/list', {}, forged),
+      await rpc(agent.url, 'tasks/cancel', { id: taskId }, forged),
+      await rpc(agent.url, 'message/stream', textMessage('streamed'), forged),
+      await rpc(agent.url, 'tasks/resubscribe', { id: taskId }, forged),
+      await rpc(agent.url, 'GetTask', { id: taskId }, forged),
+      await rpc(agent.url, 'ListTasks', {}, forged),
+      await rpc(agent.url, 'CancelTask', { id: taskId }, forged),
+    ];
+    for (const attempt of attempts) {
+      expect(attempt.status).toBe(401);
+      expect(attempt.body.error).toMatchObject({ code: -32600, data: { murmur_code: 'E-DOOR-003' } });
+      expect(JSON.stringify(attempt.body)).not.toContain('private');
+    }
+    // The refused cancel did nothing: the task is the token holder's, in whatever state its turn has reached.
+    const still = await rpc(agent.url, 'tasks/get', { id: taskId }, bearer(tokenA));
+    expect(['working', 'completed']).toContain((still.body.result as { status: { state: string } }).status.state);
+  });
+
   it('refuses to start a door whose token is too short to be safe, naming MURMUR_DOOR_AUTH', async () => {
     const project = await agentProject(path.join(scratch.dir, 'short-token'), agentManifest(inference, { name: 'short' }));
     const result = await runMur(['run', '--json', '--task', 'hello'], { cwd: project, env: { ...env, MURMUR_DOOR_AUTH: 'xq9zv' } });

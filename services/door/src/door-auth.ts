@@ -18,20 +18,27 @@ import { MIN_BEARER_TOKEN_LENGTH, bearerOf, tokenMatcher } from '@murmur/shared/
  * names its delegation (`x-murmur-delegation-id`, a UUIDv7 with 74 random bits, known only to the
  * parent and the child) and the session it reports to, and the parent's host admits it only into the task that
  * awaits exactly that delegation — the delegation id is that post's credential, good for nothing
- * else.
+ * else. So what those headers admit is a plain send and nothing more (`completion`): the door
+ * checks the method once it has read the request, since the headers alone cannot be checked by
+ * anyone but the host, and anyone can write them.
  */
 export interface DoorAuth {
   readonly required: boolean;
   /**
    * What a request with these headers may do: reach its session (`admitted`), reach it only if its
-   * bearer is the session's own token (`session-token`, with that bearer), or nothing (`refused`).
+   * bearer is the session's own token (`session-token`, with that bearer), reach it only as a
+   * delegated child's completion (`completion`: a plain send, which the host judges), or nothing
+   * (`refused`).
    */
   judge(headers: { authorization?: string | undefined; delegationId?: string | undefined; completionSession?: string | undefined }): AuthVerdict;
   /** The card's declaration of the scheme, in both generations' shapes; empty without auth. */
   readonly cardFields: Record<string, unknown>;
 }
 
-export type AuthVerdict = { verdict: 'admitted' } | { verdict: 'session-token'; token: string } | { verdict: 'refused' };
+export type AuthVerdict = { verdict: 'admitted' } | { verdict: 'session-token'; token: string } | { verdict: 'completion' } | { verdict: 'refused' };
+
+/** The methods a completion is posted with (`message/send`, or its 1.0 name): a plain send, never a stream. */
+export const COMPLETION_METHODS: ReadonlySet<string> = new Set(['message/send', 'SendMessage']);
 
 export const DOOR_AUTH_SCHEME = 'murmur_bearer';
 export const WWW_AUTHENTICATE = 'Bearer realm="murmur door"';
@@ -40,6 +47,7 @@ export const SESSION_TOKENS_ENTRY = 'session';
 
 const ADMITTED: AuthVerdict = { verdict: 'admitted' };
 const REFUSED: AuthVerdict = { verdict: 'refused' };
+const COMPLETION: AuthVerdict = { verdict: 'completion' };
 
 export function doorAuth(env: NodeJS.ProcessEnv): DoorAuth {
   const entries = (env.MURMUR_DOOR_AUTH ?? '')
@@ -70,7 +78,7 @@ export function doorAuth(env: NodeJS.ProcessEnv): DoorAuth {
     judge: ({ authorization, delegationId, completionSession }) => {
       const bearer = bearerOf(authorization);
       if (matcher.admits(bearer)) return ADMITTED;
-      if (isDelegationId(delegationId) && completionSession !== undefined && completionSession !== '') return ADMITTED;
+      if (isDelegationId(delegationId) && completionSession !== undefined && completionSession !== '') return COMPLETION;
       if (sessionTokens && bearer !== undefined && bearer.length <= 512) return { verdict: 'session-token', token: bearer };
       return REFUSED;
     },

@@ -42,7 +42,7 @@ import type { HttpAhead } from '@murmur/shared/service';
 import { keptBody, limitBody } from './body-limit.js';
 import { CardShelf } from './card-shelf.js';
 import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
-import { WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
+import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateNamed } from './rendering.js';
 import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
 import { SessionTokens } from './session-tokens.js';
@@ -232,8 +232,10 @@ export function startDoorService(options: DoorOptions): DoorService {
       );
     }
     const read = readJsonRpc(await keptBody(context));
-    if (!read.ok) return context.json(read.response);
+    if (!read.ok) return judged.verdict === 'completion' ? unauthorized(context) : context.json(read.response);
     const call = read.call;
+    // A completion's headers are anyone's to write: they admit the one request a completion is.
+    if (judged.verdict === 'completion' && !COMPLETION_METHODS.has(call.method)) return unauthorized(context);
     // The service parameter as a header, or as the request parameter the spec also allows.
     const askedVersion = context.req.header('a2a-version') ?? context.req.query('A2A-Version') ?? context.req.query('a2a-version');
     const version = a2aVersionOf(askedVersion, call.method);
