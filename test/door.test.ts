@@ -323,6 +323,11 @@ describe('the door', () => {
         (asked.body.result!.artifacts as Array<{ name: string; parts: Array<{ text: string }> }>).find((artifact) => artifact.name === 'prompt')?.parts[0]
           ?.text,
       ).toBe('what colour?');
+      // A message naming the task and another conversation is refused, and the task still waits.
+      const crossed = await rpc(agent.url, 'message/send', textMessage('red', { taskId, contextId: 'some-other-conversation' }));
+      expect(crossed.body.error?.code).toBe(-32602);
+      expect(crossed.body.error?.message).toContain(`message.contextId 'some-other-conversation' is not the context of task '${taskId}'`);
+      expect((await rpc(agent.url, 'tasks/get', { id: taskId })).body.result).toMatchObject({ status: { state: 'input-required' } });
       const answered = await rpc(agent.url, 'message/send', { ...textMessage('blue', { taskId }), configuration: { blocking: true } });
       expect(answered.body.result?.id).toBe(taskId);
       const done = answered.body.result as { status: { state: string; message: { parts: Array<{ text: string }> } } };
@@ -428,6 +433,71 @@ describe('the door', () => {
       const reply = await rpc(agent.url, 'tasks/cancel', { id: sent.body.result?.id });
       expect(reply.body.error?.code).toBe(-32002);
       expect(reply.body.error?.message).toContain('completed');
+    });
+
+    it('refuses a message with a part that is not text with -32005, naming the part, and one with no parts with -32602', async () => {
+      const refusals: Array<[string, Record<string, unknown>, string | undefined]> = [
+        [
+          'message/send',
+          {
+            message: {
+              kind: 'message',
+              messageId: 'm-file',
+              role: 'user',
+              parts: [
+                { kind: 'text', text: 'see' },
+                { kind: 'file', file: { uri: 'https://x/y.png' } },
+              ],
+            },
+          },
+          undefined,
+        ],
+        ['message/stream', { message: { kind: 'message', messageId: 'm-data', role: 'user', parts: [{ kind: 'data', data: { a: 1 } }] } }, undefined],
+        ['SendMessage', { message: { messageId: 'm-url', role: 'ROLE_USER', parts: [{ url: 'https://x/y.png', mediaType: 'image/png' }] } }, '1.0'],
+        ['SendStreamingMessage', { message: { messageId: 'm-raw', role: 'ROLE_USER', parts: [{ raw: 'AAEC' }] } }, '1.0'],
+      ];
+      for (const [method, params, version] of refusals) {
+        const reply = await rpc(agent.url, method, params, version ? { version } : {});
+        expect(reply.body.error?.code, method).toBe(-32005);
+        expect(reply.body.error?.message, method).toMatch(
+          /^Content type not supported: message\.parts\[\d\] is a (file|data|url|raw) part; this agent takes text parts only/,
+        );
+      }
+      const empty = await rpc(agent.url, 'message/send', { message: { kind: 'message', messageId: 'm-empty', role: 'user', parts: [] } });
+      expect(empty.body.error?.code).toBe(-32602);
+      expect(empty.body.error?.message).toContain('message.parts');
+    });
+
+    it('refuses a message to a task that has ended with -32004 in both generations, and says how to start another', async () => {
+      const sent = await rpc(agent.url, 'message/send', { ...textMessage('over and done'), configuration: { blocking: true } });
+      const taskId = sent.body.result?.id as string;
+      const legacy = await rpc(agent.url, 'message/send', textMessage('more', { taskId }));
+      expect(legacy.body.error?.code).toBe(-32004);
+      expect(legacy.body.error?.message).toContain(`task '${taskId}' is completed`);
+      const modern = await rpc(agent.url, 'SendMessage', { message: { messageId: 'm-more', role: 'ROLE_USER', taskId, parts: [{ text: 'more' }] } });
+      expect(modern.body.error?.code).toBe(-32004);
+      expect(modern.body.error?.message).toContain('send without taskId to start a new one');
+    });
+
+    it('refuses SubscribeToTask to a task that has ended with -32004, and still replays it to a client resuming with Last-Event-ID', async () => {
+      const sent = await rpc(agent.url, 'message/send', { ...textMessage('ended before subscribing'), configuration: { blocking: true } });
+      const taskId = sent.body.result?.id as string;
+      const refused = await rpc(agent.url, 'SubscribeToTask', { id: taskId });
+      expect(refused.body.error?.code).toBe(-32004);
+      expect(refused.body.error?.message).toContain('GetTask reads it');
+      const resumed = (
+        await readSse(await openStream(agent.url, 'SubscribeToTask', { id: taskId }, { version: '1.0', headers: { 'last-event-id': '0' } }))
+      ).filter((frame) => frame.comment === undefined);
+      expect(resumed[0]?.event).toBe('task');
+      expect(resumed.some((frame) => frame.data.includes('TASK_STATE_COMPLETED'))).toBe(true);
+    });
+
+    it('answers for the extended card it does not have in each generation’s words: -32004 in 1.0, -32007 in 0.3', async () => {
+      const modern = await rpc(agent.url, 'GetExtendedAgentCard', {});
+      expect(modern.body.error?.code).toBe(-32004);
+      const legacy = await rpc(agent.url, 'agent/getAuthenticatedExtendedCard', {});
+      expect(legacy.body.error?.code).toBe(-32007);
+      for (const reply of [modern, legacy]) expect(reply.body.error?.message).toContain('.well-known/agent-card.json is the whole card');
     });
 
     it('answers an unsupported A2A-Version with -32009', async () => {
@@ -619,14 +689,51 @@ describe('the door', () => {
         [{ status: 'completed' }, 'status'],
         [{ statusTimestampAfter: 'yesterday' }, 'statusTimestampAfter'],
         [{ historyLength: -1 }, 'historyLength'],
-        [{ historyLength: 101 }, 'historyLength'],
+        [{ historyLength: 2 ** 31 }, 'historyLength'],
+        [{ status: 9 }, 'status'],
       ];
       for (const [params, field] of cases) {
         const reply = await rpc(agent.url, 'ListTasks', params);
         expect(reply.body.error?.code, JSON.stringify(params)).toBe(-32602);
         expect(reply.body.error?.message, JSON.stringify(params)).toContain(`Invalid params: ${field}`);
       }
-      expect((await rpc(agent.url, 'GetTask', { id: sentIds[0], historyLength: 5000 })).body.error?.code).toBe(-32602);
+      expect((await rpc(agent.url, 'GetTask', { id: sentIds[0], historyLength: 2 ** 40 })).body.error?.code).toBe(-32602);
+      // A 0.3 filter is a state's name, never a number.
+      expect((await rpc(agent.url, 'tasks/list', { status: 3 })).body.error?.code).toBe(-32602);
+    });
+
+    it('answers a historyLength beyond what it keeps with what it keeps (a lower limit, as the spec allows), and none as no history field', async () => {
+      for (const historyLength of [101, 5000, 2 ** 31 - 1]) {
+        const reply = await rpc(agent.url, 'GetTask', { id: sentIds[0], historyLength });
+        expect(reply.body.error, String(historyLength)).toBeUndefined();
+        expect((reply.body.result?.history as unknown[] | undefined)?.length).toBeGreaterThanOrEqual(1);
+      }
+      const none = await rpc(agent.url, 'GetTask', { id: sentIds[0], historyLength: 0 });
+      expect(none.body.result?.id).toBe(sentIds[0]);
+      expect(none.body.result).not.toHaveProperty('history');
+      // A send's configuration is honoured on the answer too, blocking or not.
+      for (const configuration of [{ historyLength: 0 }, { historyLength: 0, returnImmediately: true }]) {
+        const sent = await rpc(agent.url, 'SendMessage', { ...v10Message('no history'), configuration });
+        expect(sent.body.result?.task, JSON.stringify(configuration)).not.toHaveProperty('history');
+      }
+    });
+
+    it('filters by a state given as the proto enum number, and by auth-required, a state its tasks never enter, to an empty page', async () => {
+      const byName = (await rpc(agent.url, 'ListTasks', { contextId, status: 'TASK_STATE_COMPLETED' })).body.result as unknown as Listed;
+      const byNumber = (await rpc(agent.url, 'ListTasks', { contextId, status: 3 })).body.result as unknown as Listed;
+      expect(byNumber.tasks.map((task) => task.id)).toEqual(byName.tasks.map((task) => task.id));
+      expect(byNumber.tasks.map((task) => task.id)).toEqual(expect.arrayContaining(sentIds));
+      const all = (await rpc(agent.url, 'ListTasks', { contextId })).body.result as unknown as Listed;
+      const unspecified = (await rpc(agent.url, 'ListTasks', { contextId, status: 0 })).body.result as unknown as Listed;
+      expect(unspecified.totalSize).toBe(all.totalSize);
+      for (const [method, status] of [
+        ['ListTasks', 'TASK_STATE_AUTH_REQUIRED'],
+        ['ListTasks', 8],
+        ['tasks/list', 'auth-required'],
+      ] as const) {
+        const listed = await rpc(agent.url, method, { contextId, status });
+        expect(listed.body.result, `${method} ${status}`).toEqual({ tasks: [], nextPageToken: '', pageSize: 50, totalSize: 0 });
+      }
     });
 
     it('takes A2A-Version as a header or a query parameter, serves a bare method in its own generation, and refuses a version it does not speak with -32009', async () => {
@@ -636,12 +743,21 @@ describe('the door', () => {
       expect((queried.body.result?.status as { state: string } | undefined)?.state).toBe('TASK_STATE_COMPLETED');
       const legacy = await rpc(`${agent.url}?A2A-Version=0.3`, 'tasks/get', { id: sentIds[0] });
       expect((legacy.body.result?.status as { state: string } | undefined)?.state).toBe('completed');
+      // Major.Minor is what is negotiated: a patch number is not.
+      for (const [version, method, state] of [
+        ['1.0.1', 'GetTask', 'TASK_STATE_COMPLETED'],
+        ['0.3.5', 'tasks/get', 'completed'],
+      ] as const) {
+        const patched = await rpc(agent.url, method, { id: sentIds[0] }, { version });
+        expect((patched.body.result?.status as { state: string } | undefined)?.state, version).toBe(state);
+      }
       for (const reply of [
         await rpc(`${agent.url}?A2A-Version=2.0`, 'GetTask', { id: sentIds[0] }),
         await rpc(agent.url, 'GetTask', { id: sentIds[0] }, { version: '0.5' }),
+        await rpc(agent.url, 'GetTask', { id: sentIds[0] }, { version: '1.x' }),
       ]) {
         expect(reply.body.error?.code).toBe(-32009);
-        expect(reply.body.error?.message).toMatch(/^Unsupported A2A version '(2\.0|0\.5)'/);
+        expect(reply.body.error?.message).toMatch(/^Unsupported A2A version '(2\.0|0\.5|1\.x)'/);
       }
     });
 
@@ -663,6 +779,21 @@ describe('the door', () => {
         expect(reply.body.error?.code, method).toBe(-32003);
         expect(reply.body.error?.message, method).toContain('Push Notification is not supported');
       }
+    });
+  });
+
+  // Last: it fills the session's feed past its window, which the tests before it do not expect.
+  describe('the feed’s window', () => {
+    it('says in a comment that events were lost to the feed’s window, so every data frame of the stream stays a JSON-RPC response', async () => {
+      // The host keeps its last 512 events; each of these tasks makes several.
+      let taskId = '';
+      for (let sent = 0; sent < 140; sent += 1)
+        taskId = (await rpc(agent.url, 'message/send', { ...textMessage(`filler ${sent}`), configuration: { blocking: true } })).body.result?.id as string;
+      const frames = await readSse(await openStream(agent.url, 'tasks/resubscribe', { id: taskId }, { headers: { 'last-event-id': '1' } }));
+      expect(frames[0]?.comment).toMatch(/^ gap: the earliest event still kept is \d+$/);
+      const data = frames.filter((frame) => frame.comment === undefined);
+      expect(data.length).toBeGreaterThan(1);
+      for (const frame of data) expect(JSON.parse(frame.data), frame.data).toMatchObject({ jsonrpc: '2.0', result: expect.any(Object) });
     });
   });
 });

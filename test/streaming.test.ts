@@ -76,10 +76,17 @@ describe.each(['anthropic', 'openai'] as const)('a streamed %s reply', (dialect)
     let text = '';
     let thinking = '';
     let taskId: string | undefined;
+    /** Each streamed chunk's artifact and whether it said to append, in order. */
+    const chunks: Array<[string, boolean]> = [];
     const frames = await readSse(await openStream(agent.url, 'message/stream', textMessage('raconte')), (frame) => {
       if (frame.data === '') return false;
-      const result = (JSON.parse(frame.data) as { result: { id?: string; taskId?: string; artifact?: { parts: Array<{ text: string }> } } }).result;
+      const result = (
+        JSON.parse(frame.data) as {
+          result: { id?: string; taskId?: string; append?: boolean; artifact?: { artifactId: string; parts: Array<{ text: string }> } };
+        }
+      ).result;
       taskId ??= result.taskId ?? result.id;
+      if ((frame.event === 'text' || frame.event === 'thinking') && result.artifact) chunks.push([result.artifact.artifactId, result.append === true]);
       if (frame.event === 'text') text += result.artifact?.parts[0]?.text ?? '';
       if (frame.event === 'thinking') thinking += result.artifact?.parts[0]?.text ?? '';
       let streamed = '';
@@ -101,6 +108,12 @@ describe.each(['anthropic', 'openai'] as const)('a streamed %s reply', (dialect)
     }
     expect(text).toBe(WHOLE_TEXT);
     expect(thinking).toBe('je réfléchis…');
+    // The first chunk of each streamed artifact opens it; only the ones after it append.
+    for (const artifactId of ['response-stream', 'thinking-stream']) {
+      const appends = chunks.filter(([id]) => id === artifactId).map(([, append]) => append);
+      expect(appends.length, artifactId).toBeGreaterThan(0);
+      expect(appends, artifactId).toEqual(appends.map((_, index) => index > 0));
+    }
     const last = JSON.parse(frames.filter((frame) => frame.data !== '').at(-1)?.data ?? '{}') as { result: { final?: boolean; status?: { state: string } } };
     expect(last.result).toMatchObject({ final: true, status: { state: 'completed' } });
     const task = await rpc(agent.url, 'tasks/get', { id: taskId });

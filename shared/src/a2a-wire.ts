@@ -21,8 +21,11 @@ export type A2aVersion = (typeof A2A_VERSIONS)[number];
 export function a2aVersionOf(given: string | undefined, method?: string): A2aVersion | undefined {
   const value = given?.trim();
   if (value === undefined || value === '') return method !== undefined && /^[A-Z]/.test(method) ? '1.0' : '0.3';
-  if (value === '0.3' || value === '0.3.0') return '0.3';
-  if (value === '1.0' || value === '1' || value === '1.0.0') return '1.0';
+  // Major.Minor is what is negotiated; a patch number never is (the spec's rule).
+  const [major, minor = '0'] = value.split('.');
+  if (!/^\d+(\.\d+){0,2}$/.test(value)) return undefined;
+  if (Number(major) === 0 && Number(minor) === 3) return '0.3';
+  if (Number(major) === 1 && Number(minor) === 0) return '1.0';
   return undefined;
 }
 
@@ -47,9 +50,22 @@ const MessageSchema = z.looseObject({
   contextId: identifier.optional(),
   taskId: identifier.optional(),
   role: z.string().optional(),
-  parts: z.array(PartSchema).max(1024),
+  parts: z.array(PartSchema).min(1, 'a message holds at least one part').max(1024),
 });
 export type A2aMessage = z.infer<typeof MessageSchema>;
+
+/** The most messages of a task's history an answer holds: what the host keeps. */
+export const HISTORY_LENGTH_MAX = 100;
+/**
+ * `historyLength`: the proto's `int32`. More than the host keeps is answered with what it keeps
+ * (the spec lets a server apply a lower limit); past what the field can hold it is refused.
+ */
+const historyLength = z
+  .number()
+  .int()
+  .nonnegative()
+  .max(2 ** 31 - 1)
+  .transform((length) => Math.min(length, HISTORY_LENGTH_MAX));
 
 /** `message/send`, `message/stream` (0.3): the message under `message`, or — as upstream accepts — the params themselves. */
 export const SendParamsV03Schema = z.preprocess(
@@ -57,19 +73,15 @@ export const SendParamsV03Schema = z.preprocess(
     params !== null && typeof params === 'object' && !('message' in params) && ('messageId' in params || 'parts' in params) ? { message: params } : params,
   z.looseObject({
     message: MessageSchema,
-    configuration: z.looseObject({ blocking: z.boolean().optional(), historyLength: z.number().int().nonnegative().optional() }).optional(),
+    configuration: z.looseObject({ blocking: z.boolean().optional(), historyLength: historyLength.optional() }).optional(),
   }),
 );
 
 /** `SendMessage`, `SendStreamingMessage` (1.0): blocking unless `returnImmediately`. */
 export const SendParamsV10Schema = z.looseObject({
   message: MessageSchema,
-  configuration: z.looseObject({ returnImmediately: z.boolean().optional(), historyLength: z.number().int().nonnegative().optional() }).optional(),
+  configuration: z.looseObject({ returnImmediately: z.boolean().optional(), historyLength: historyLength.optional() }).optional(),
 });
-
-/** The most messages of a task's history a client may ask for: what the host keeps. */
-export const HISTORY_LENGTH_MAX = 100;
-const historyLength = z.number().int().nonnegative().max(HISTORY_LENGTH_MAX);
 
 /**
  * `ListTasks` (1.0) / `tasks/list` (0.3): filters, a page of 1–100 (50 when not said), the cursor a
@@ -79,7 +91,8 @@ const historyLength = z.number().int().nonnegative().max(HISTORY_LENGTH_MAX);
  */
 export const ListTasksParamsSchema = z.looseObject({
   contextId: identifier.optional(),
-  status: z.string().min(1).max(64).optional(),
+  /** A state's name, or in 1.0 the proto enum's number (ProtoJSON allows both). */
+  status: z.union([z.string().min(1).max(64), z.number().int().min(0).max(64)]).optional(),
   pageSize: z.number().int().min(1).max(100).optional(),
   pageToken: z.string().max(1024).optional(),
   historyLength: historyLength.optional(),
@@ -91,6 +104,22 @@ export const ListTasksParamsSchema = z.looseObject({
 /** `tasks/get`, `GetTask` and friends: the task id; 0.3 lets `tasks/get` leave it out (the active or last task). */
 export const TaskIdParamsSchema = z.looseObject({ id: identifier, historyLength: historyLength.optional() });
 export const OptionalTaskIdParamsSchema = z.looseObject({ id: identifier.optional(), historyLength: historyLength.optional() });
+
+/**
+ * The first part of a message that is not text — a file, a URL, raw bytes, data — described for
+ * the refusal, or undefined when every part is text. The runtime passes text to its agents and
+ * says so on its card (`defaultInputModes: text/plain`); dropping the other parts would hand an
+ * agent a different message than the one sent.
+ */
+export function nonTextPart(message: A2aMessage): string | undefined {
+  for (const [index, part] of message.parts.entries()) {
+    const kind = typeof part.kind === 'string' ? part.kind : undefined;
+    if (typeof part.text === 'string' && (kind === undefined || kind === 'text')) continue;
+    const named = kind ?? ['file', 'url', 'raw', 'data'].find((key) => key in part) ?? 'without text';
+    return `message.parts[${index}] is a ${named} part`;
+  }
+  return undefined;
+}
 
 /** The text a message carries: its text parts, joined by newlines (upstream's rule). */
 export function messageText(message: A2aMessage): string {

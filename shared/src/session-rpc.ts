@@ -181,6 +181,9 @@ export const RPC_ERRORS = {
   taskNotCancelable: -32002,
   pushNotificationNotSupported: -32003,
   unsupportedOperation: -32004,
+  contentTypeNotSupported: -32005,
+  /** 0.3's name for it: the authenticated extended card is not configured. */
+  extendedCardNotConfigured: -32007,
   versionNotSupported: -32009,
 } as const;
 

@@ -16,8 +16,30 @@ const STATE_V10: Record<TaskState, string> = {
   canceled: 'TASK_STATE_CANCELED',
 };
 
-/** The task state a client named in its generation's words (`working`, `TASK_STATE_WORKING`), or null when it names none. */
-export function taskStateNamed(version: A2aVersion, name: string): TaskState | null {
+/** 1.0's task states in the proto enum's order, so that a ProtoJSON number names one. */
+const STATE_NUMBERS_V10 = [
+  'TASK_STATE_UNSPECIFIED',
+  'TASK_STATE_SUBMITTED',
+  'TASK_STATE_WORKING',
+  'TASK_STATE_COMPLETED',
+  'TASK_STATE_FAILED',
+  'TASK_STATE_CANCELED',
+  'TASK_STATE_INPUT_REQUIRED',
+  'TASK_STATE_REJECTED',
+  'TASK_STATE_AUTH_REQUIRED',
+];
+
+/**
+ * The task state a `ListTasks` status filter names, in its generation's words (`working`,
+ * `TASK_STATE_WORKING`, or 1.0's enum number): `all` for proto3's unset value, `none` for a state
+ * the spec has and this runtime never enters (auth-required: its tasks never wait on credentials),
+ * null for what is not a state.
+ */
+export function taskStateFilter(version: A2aVersion, named: string | number): TaskState | 'all' | 'none' | null {
+  const name = typeof named === 'number' ? (version === '1.0' ? STATE_NUMBERS_V10[named] : undefined) : named;
+  if (name === undefined) return null;
+  if (version === '1.0' && name === 'TASK_STATE_UNSPECIFIED') return 'all';
+  if (name === (version === '0.3' ? 'auth-required' : 'TASK_STATE_AUTH_REQUIRED')) return 'none';
   for (const [state, v10] of Object.entries(STATE_V10) as Array<[TaskState, string]>) if ((version === '0.3' ? state : v10) === name) return state;
   return null;
 }
@@ -66,7 +88,10 @@ export function renderTask(version: A2aVersion, task: TaskView): Record<string, 
     ...ids,
     status: status(version, ids, task.state, statusText, task.updated_at, `${task.id}-status`),
     artifacts,
-    history: task.history.map((entry) => message(version, entry.role, entry.message_id, entry.text, task.id, task.context_id)),
+    // Asked for none (`historyLength: 0`), the field is left out, as the spec would have it.
+    ...(task.history.length > 0
+      ? { history: task.history.map((entry) => message(version, entry.role, entry.message_id, entry.text, task.id, task.context_id)) }
+      : {}),
   };
 }
 
@@ -76,8 +101,13 @@ export function renderSendResult(version: A2aVersion, task: TaskView): Record<st
   return version === '0.3' ? rendered : { task: rendered };
 }
 
-/** One feed event as a stream event, or undefined for what A2A streams do not carry. */
-export function renderStreamEvent(version: A2aVersion, event: SessionEvent): Record<string, unknown> | undefined {
+/**
+ * One feed event as a stream event, or undefined for what A2A streams do not carry. `sent` holds
+ * the ids of the artifacts this stream has already carried: a streamed reply's chunks share one
+ * artifact, and only a chunk after the first of it this client saw says `append` (a client
+ * drops, or refuses, a chunk that appends to an artifact it was never sent).
+ */
+export function renderStreamEvent(version: A2aVersion, event: SessionEvent, sent: Set<string>): Record<string, unknown> | undefined {
   if (event.task_id === null) return undefined;
   const ids = { taskId: event.task_id, contextId: event.context_id ?? '' };
   const timestamp = event.time;
@@ -101,12 +131,15 @@ export function renderStreamEvent(version: A2aVersion, event: SessionEvent): Rec
     case 'text':
     case 'thinking': {
       const streamed = event.type !== 'artifact';
+      const artifactId = streamed ? (event.type === 'text' ? 'response-stream' : 'thinking-stream') : `${ids.taskId}-event-${event.id}`;
+      const append = streamed && sent.has(artifactId);
+      sent.add(artifactId);
       const update = {
         ...ids,
         artifact: streamed
-          ? artifact(version, event.type === 'text' ? 'response-stream' : 'thinking-stream', event.type === 'text' ? 'response' : 'thinking', data.text ?? '')
-          : artifact(version, `${ids.taskId}-event-${event.id}`, data.artifact?.tool_name ?? 'tool', data.artifact?.content ?? ''),
-        append: streamed,
+          ? artifact(version, artifactId, event.type === 'text' ? 'response' : 'thinking', data.text ?? '')
+          : artifact(version, artifactId, data.artifact?.tool_name ?? 'tool', data.artifact?.content ?? ''),
+        append,
         lastChunk: streamed ? data.final === true : true,
       };
       return version === '0.3' ? { kind: 'artifact-update', ...update } : { artifactUpdate: update };

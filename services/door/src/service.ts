@@ -28,6 +28,7 @@ import {
   hasSettled,
   settlesItsTask,
   messageText,
+  nonTextPart,
   newId,
   runtimeTracing,
   sessionUrl,
@@ -43,7 +44,7 @@ import { keptBody, limitBody } from './body-limit.js';
 import { CardShelf } from './card-shelf.js';
 import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
-import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateNamed } from './rendering.js';
+import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateFilter } from './rendering.js';
 import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
 import { SessionTokens } from './session-tokens.js';
 
@@ -306,12 +307,14 @@ export function startDoorService(options: DoorOptions): DoorService {
       message: A2aMessage;
       configuration?: { blocking?: boolean; returnImmediately?: boolean; historyLength?: number };
     };
+    const notText = refuseNonText(message);
+    if (notText) return context.json(rpcError(call.id, notText));
     // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless told not to.
     const blocking = version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true;
     const historyLength = configuration?.historyLength;
     const history = historyLength !== undefined ? { history_length: historyLength } : {};
     if (!blocking) {
-      const sent = taskOf(await link.call(sendCall(message, request)));
+      const sent = taskOf(await link.call({ ...sendCall(message, request), ...history }));
       return context.json('error' in sent ? rpcError(call.id, sent.error) : rpcResult(call.id, renderSendResult(version, sent.task)));
     }
     // The host waits for the task to settle and answers with it: one round trip for most tasks.
@@ -375,9 +378,9 @@ export function startDoorService(options: DoorOptions): DoorService {
     const invalid = (field: string, why: string): Response =>
       context.json(rpcError(call.id, { code: RPC_ERRORS.invalidParams, message: `Invalid params: ${field}: ${why}` }));
     // Proto3's default state is no filter: a 1.0 client that sets none may still send it.
-    const unfiltered = given.status === undefined || (version === '1.0' && given.status === 'TASK_STATE_UNSPECIFIED');
-    const state = unfiltered ? undefined : taskStateNamed(version, given.status as string);
-    if (state === null) return invalid('status', `'${String(given.status).slice(0, 64)}' is not a task state of A2A ${version}`);
+    const filter = given.status === undefined ? 'all' : taskStateFilter(version, given.status);
+    if (filter === null) return invalid('status', `'${String(given.status).slice(0, 64)}' is not a task state of A2A ${version}`);
+    const state = filter === 'all' || filter === 'none' ? undefined : filter;
     let after: { updated_at_ms: number; id: string } | undefined;
     if (given.pageToken !== undefined && given.pageToken !== '') {
       after = readPageToken(given.pageToken, link.sessionId);
@@ -385,6 +388,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     }
     const since = given.statusTimestampAfter ?? given.lastUpdatedAfter;
     const pageSize = given.pageSize ?? 50;
+    if (filter === 'none') return context.json(rpcResult(call.id, { tasks: [], nextPageToken: '', pageSize, totalSize: 0 }));
     const reply = await link.call({
       method: 'list',
       page_size: pageSize,
@@ -410,6 +414,23 @@ export function startDoorService(options: DoorOptions): DoorService {
       }),
     );
   };
+
+  /** The extended card: there is none, the public card is all there is (each generation's own error for it). */
+  const noExtendedCard: Handler = async (context, request) =>
+    context.json(
+      rpcError(
+        request.call.id,
+        request.version === '0.3'
+          ? {
+              code: RPC_ERRORS.extendedCardNotConfigured,
+              message: 'Authenticated Extended Card is not configured: the agent card at .well-known/agent-card.json is the whole card',
+            }
+          : {
+              code: RPC_ERRORS.unsupportedOperation,
+              message: 'Unsupported operation: this agent has no extended card; the agent card at .well-known/agent-card.json is the whole card',
+            },
+      ),
+    );
 
   /** Every push-notification configuration method: this runtime offers none (the card says `pushNotifications: false`). */
   const pushNotSupported: Handler = async (context, request) =>
@@ -460,6 +481,8 @@ export function startDoorService(options: DoorOptions): DoorService {
     const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
     if (!params.ok) return context.json(rpcError(call.id, params.error));
     const { message } = params.value as { message: A2aMessage };
+    const notText = refuseNonText(message);
+    if (notText) return context.json(rpcError(call.id, notText));
     return openTaskStream(context, request, 'new', async () => {
       const replayed = request.lastEventId === undefined ? undefined : await link.call({ method: 'replay', after_event_id: request.lastEventId });
       const sent = taskOf(await link.call(sendCall(message, request)));
@@ -474,7 +497,17 @@ export function startDoorService(options: DoorOptions): DoorService {
     return openTaskStream(context, request, 'existing', async () => {
       const replayed = await link.call({ method: 'replay', task_id: params.value.id, after_event_id: request.lastEventId ?? Number.MAX_SAFE_INTEGER });
       const found = taskOf(replayed);
-      return 'error' in found ? found : { task: found.task, replayed };
+      if ('error' in found) return found;
+      // 1.0 says a task that has ended cannot be subscribed to; a client resuming a stream it lost
+      // (Last-Event-ID) still gets what it missed, and 0.3 says nothing, so it gets the task.
+      if (request.version === '1.0' && request.lastEventId === undefined && TERMINAL_TASK_STATES.has(found.task.state))
+        return {
+          error: {
+            code: RPC_ERRORS.unsupportedOperation,
+            message: `Unsupported operation: task '${found.task.id}' is ${found.task.state}, and a task that has ended cannot be subscribed to; GetTask reads it`,
+          },
+        };
+      return { task: found.task, replayed };
     });
   };
 
@@ -495,8 +528,10 @@ export function startDoorService(options: DoorOptions): DoorService {
       const heartbeat = startHeartbeat(sse, heartbeatMs);
       sse.onAbort(() => watch.close());
       try {
-        if (replayed?.first_available_id !== undefined)
-          await sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) });
+        // Every data frame of an A2A stream is a JSON-RPC response, so events lost to the feed's
+        // window are said in a comment, which a client's parser skips and a person reading it sees.
+        if (replayed?.first_available_id !== undefined) await sse.write(`: gap: the earliest event still kept is ${replayed.first_available_id}\n\n`);
+        const sent = new Set<string>();
         const frame = (event: string, result: unknown, id?: number): Promise<void> =>
           sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) });
         await frame('task', renderSendResult(version, task));
@@ -515,11 +550,11 @@ export function startDoorService(options: DoorOptions): DoorService {
             return;
           }
           if (next === 'ended') {
-            await frame('status', renderStreamEvent(version, endedEvent(task)));
+            await frame('status', renderStreamEvent(version, endedEvent(task), sent));
             return;
           }
           if (next.task_id !== task.id) continue;
-          const rendered = renderStreamEvent(version, next);
+          const rendered = renderStreamEvent(version, next, sent);
           if (rendered) await frame(next.type, rendered, next.id);
           if (next.type === 'status' && next.final) return;
         }
@@ -579,6 +614,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     'tasks/cancel': cancel,
     'tasks/resubscribe': resubscribe,
     'tasks/list': list,
+    'agent/getAuthenticatedExtendedCard': noExtendedCard,
     'stream/watch': watchSession,
     'tasks/pushNotificationConfig/set': pushNotSupported,
     'tasks/pushNotificationConfig/get': pushNotSupported,
@@ -592,6 +628,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     CancelTask: cancel,
     SubscribeToTask: resubscribe,
     ListTasks: list,
+    GetExtendedAgentCard: noExtendedCard,
     CreateTaskPushNotificationConfig: pushNotSupported,
     GetTaskPushNotificationConfig: pushNotSupported,
     ListTaskPushNotificationConfigs: pushNotSupported,
@@ -623,6 +660,17 @@ function methodNotFound(method: string, version: A2aVersion, otherGeneration: Re
   const other = version === '0.3' ? '1.0' : '0.3';
   const hint = Object.hasOwn(otherGeneration, method) ? ` ('${method}' is an A2A ${other} method: send it with A2A-Version: ${other}, or with no version)` : '';
   return { code: RPC_ERRORS.methodNotFound, message: `Method not found: '${method.slice(0, 128)}'${hint}` };
+}
+
+/** A message with a part that is not text: the spec's "content type not supported", naming the part. */
+function refuseNonText(message: A2aMessage): RpcError | undefined {
+  const part = nonTextPart(message);
+  return part === undefined
+    ? undefined
+    : {
+        code: RPC_ERRORS.contentTypeNotSupported,
+        message: `Content type not supported: ${part}; this agent takes text parts only (defaultInputModes: text/plain)`,
+      };
 }
 
 /** A client's message as the host's `send` call: its text parts joined, its ids as given. */

@@ -113,15 +113,16 @@ describe('the A2A generation of a request', () => {
     expect(a2aVersionOf(header)).toBe('0.3');
   });
 
-  it.each([['0.3'], ['0.3.0'], [' 0.3 ']])('is 0.3 for %j', (header) => {
+  // Major.Minor is negotiated; a patch number never is (the spec's rule).
+  it.each([['0.3'], ['0.3.0'], [' 0.3 '], ['0.3.1'], ['0.3.12']])('is 0.3 for %j', (header) => {
     expect(a2aVersionOf(header)).toBe('0.3');
   });
 
-  it.each([['1.0'], ['1'], ['1.0.0'], [' 1.0\t']])('is 1.0 for %j', (header) => {
+  it.each([['1.0'], ['1'], ['1.0.0'], [' 1.0\t'], ['1.0.1']])('is 1.0 for %j', (header) => {
     expect(a2aVersionOf(header)).toBe('1.0');
   });
 
-  it.each([['0.2'], ['0.3.1'], ['2.0'], ['v1'], ['1.1'], ['latest'], ['1.0,0.3']])('is unsupported for %j', (header) => {
+  it.each([['0.2'], ['0.3.1.4'], ['2.0'], ['v1'], ['1.1'], ['1.1.0'], ['latest'], ['1.0,0.3'], ['1.'], ['.3']])('is unsupported for %j', (header) => {
     expect(a2aVersionOf(header)).toBeUndefined();
   });
 });

@@ -1,6 +1,9 @@
-import type { CapsuleCard, SessionEvent, TaskState, TaskView } from '@murmur/shared';
+import type { A2aVersion, CapsuleCard, SessionEvent, TaskState, TaskView } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask } from '../src/rendering.js';
+
+/** An event as a stream that has sent nothing yet renders it. */
+const fresh = (version: A2aVersion, event: SessionEvent): Record<string, unknown> | undefined => renderStreamEvent(version, event, new Set());
 
 const UPDATED = '2025-01-02T03:04:05.000Z';
 const EVENT_TIME = '2025-06-07T08:09:10.000Z';
@@ -201,7 +204,7 @@ describe('rendering a stream event', () => {
       state: 'working',
       data: { id: 'tsk_1', context_id: 'ctx_1', status: { state: 'working', message: 'started' }, final: false },
     });
-    expect(renderStreamEvent('0.3', status)).toEqual({
+    expect(fresh('0.3', status)).toEqual({
       kind: 'status-update',
       taskId: 'tsk_1',
       contextId: 'ctx_1',
@@ -223,7 +226,7 @@ describe('rendering a stream event', () => {
 
   it('writes a status event in 1.0 as {statusUpdate}, without kind or final', () => {
     const status = event({ type: 'status', state: 'failed', final: true, data: { status: { state: 'failed', message: 'input-timeout' } } });
-    expect(renderStreamEvent('1.0', status)).toEqual({
+    expect(fresh('1.0', status)).toEqual({
       statusUpdate: {
         taskId: 'tsk_1',
         contextId: 'ctx_1',
@@ -243,7 +246,7 @@ describe('rendering a stream event', () => {
       final: true,
       data: { status: { state: 'completed', message: 'session ended', response: 'answer' } },
     });
-    expect(at(renderStreamEvent('0.3', done), 'final')).toBe(true);
+    expect(at(fresh('0.3', done), 'final')).toBe(true);
   });
 
   it('uses the response as a completed status’s message, falling back to the message', () => {
@@ -253,30 +256,30 @@ describe('rendering a stream event', () => {
       final: true,
       data: { status: { state: 'completed', message: 'session ended', response: 'answer' } },
     });
-    expect(at(at(at(at(renderStreamEvent('1.0', done), 'statusUpdate'), 'status'), 'message'), 'parts')).toEqual([{ text: 'answer' }]);
+    expect(at(at(at(at(fresh('1.0', done), 'statusUpdate'), 'status'), 'message'), 'parts')).toEqual([{ text: 'answer' }]);
     const bare = event({ type: 'status', state: 'completed', final: true, data: { status: { state: 'completed', message: 'session ended' } } });
-    expect(at(at(at(renderStreamEvent('0.3', bare), 'status'), 'message'), 'parts')).toEqual([{ kind: 'text', text: 'session ended' }]);
+    expect(at(at(at(fresh('0.3', bare), 'status'), 'message'), 'parts')).toEqual([{ kind: 'text', text: 'session ended' }]);
   });
 
   it('does not show a response on a status that is not completed', () => {
     const odd = event({ type: 'status', state: 'working', data: { status: { state: 'working', message: 'turn 2', response: 'not yet' } } });
-    expect(at(at(at(renderStreamEvent('0.3', odd), 'status'), 'message'), 'parts')).toEqual([{ kind: 'text', text: 'turn 2' }]);
+    expect(at(at(at(fresh('0.3', odd), 'status'), 'message'), 'parts')).toEqual([{ kind: 'text', text: 'turn 2' }]);
   });
 
   it('reads a status event without a state as working, and without a message leaves the message out', () => {
-    const rendered = renderStreamEvent('0.3', event({ type: 'status', data: {} }));
+    const rendered = fresh('0.3', event({ type: 'status', data: {} }));
     expect(at(rendered, 'status')).toEqual({ state: 'working', timestamp: EVENT_TIME });
   });
 
   it('gives every rendering of one event the same timestamp and message id, the host’s', () => {
     const status = event({ type: 'status', state: 'working', data: { status: { message: 'x' } } });
-    expect(renderStreamEvent('0.3', status)).toEqual(renderStreamEvent('0.3', status));
-    expect(at(at(renderStreamEvent('0.3', status), 'status'), 'timestamp')).toBe(EVENT_TIME);
+    expect(fresh('0.3', status)).toEqual(fresh('0.3', status));
+    expect(at(at(fresh('0.3', status), 'status'), 'timestamp')).toBe(EVENT_TIME);
   });
 
   it('writes a tool artifact as a whole artifact-update in 0.3', () => {
     const tool = event({ id: 12, type: 'artifact', data: { id: 'tsk_1', artifact: { tool_name: 'read_file', content: 'bytes' } } });
-    expect(renderStreamEvent('0.3', tool)).toEqual({
+    expect(fresh('0.3', tool)).toEqual({
       kind: 'artifact-update',
       taskId: 'tsk_1',
       contextId: 'ctx_1',
@@ -288,7 +291,7 @@ describe('rendering a stream event', () => {
 
   it('writes a tool artifact as {artifactUpdate} in 1.0', () => {
     const tool = event({ id: 12, type: 'artifact', data: { id: 'tsk_1', artifact: { tool_name: 'read_file', content: 'bytes' } } });
-    expect(renderStreamEvent('1.0', tool)).toEqual({
+    expect(fresh('1.0', tool)).toEqual({
       artifactUpdate: {
         taskId: 'tsk_1',
         contextId: 'ctx_1',
@@ -300,21 +303,22 @@ describe('rendering a stream event', () => {
   });
 
   it('names an artifact without a tool name “tool” with empty content', () => {
-    const rendered = renderStreamEvent('1.0', event({ type: 'artifact', data: {} }));
+    const rendered = fresh('1.0', event({ type: 'artifact', data: {} }));
     expect(at(at(rendered, 'artifactUpdate'), 'artifact')).toEqual({ artifactId: 'tsk_1-event-7', name: 'tool', parts: [{ text: '' }] });
   });
 
-  it('writes text chunks as appended pieces of the response stream, the last one marked', () => {
-    const chunk = renderStreamEvent('0.3', event({ type: 'text', data: { id: 'tsk_1', text: 'Hel', final: false } }));
-    expect(chunk).toEqual({
+  it('writes text chunks as pieces of the response stream: the first this stream sends opens it, the rest append, the last one marked', () => {
+    const sent = new Set<string>();
+    const first = renderStreamEvent('0.3', event({ type: 'text', data: { id: 'tsk_1', text: 'Hel', final: false } }), sent);
+    expect(first).toEqual({
       kind: 'artifact-update',
       taskId: 'tsk_1',
       contextId: 'ctx_1',
       artifact: { artifactId: 'response-stream', name: 'response', parts: [{ kind: 'text', text: 'Hel' }] },
-      append: true,
+      append: false,
       lastChunk: false,
     });
-    const last = renderStreamEvent('1.0', event({ type: 'text', data: { id: 'tsk_1', text: 'lo', final: true } }));
+    const last = renderStreamEvent('1.0', event({ type: 'text', data: { id: 'tsk_1', text: 'lo', final: true } }), sent);
     expect(last).toEqual({
       artifactUpdate: {
         taskId: 'tsk_1',
@@ -324,33 +328,37 @@ describe('rendering a stream event', () => {
         lastChunk: true,
       },
     });
+    // Another stream (another client, or one that resubscribed) has sent nothing of it yet.
+    expect(at(renderStreamEvent('0.3', event({ type: 'text', data: { text: 'lo' } }), new Set()), 'append')).toBe(false);
   });
 
-  it('writes thinking chunks to the thinking stream', () => {
-    const thinking = renderStreamEvent('1.0', event({ type: 'thinking', data: { text: 'hmm' } }));
+  it('writes thinking chunks to the thinking stream, an artifact of its own', () => {
+    const sent = new Set<string>(['response-stream']);
+    const thinking = renderStreamEvent('1.0', event({ type: 'thinking', data: { text: 'hmm' } }), sent);
     expect(at(thinking, 'artifactUpdate')).toEqual({
       taskId: 'tsk_1',
       contextId: 'ctx_1',
       artifact: { artifactId: 'thinking-stream', name: 'thinking', parts: [{ text: 'hmm' }] },
-      append: true,
+      append: false,
       lastChunk: false,
     });
+    expect(at(at(renderStreamEvent('1.0', event({ type: 'thinking', data: { text: '…' } }), sent), 'artifactUpdate'), 'append')).toBe(true);
   });
 
   it('renders nothing for an event that belongs to no task', () => {
     for (const version of ['0.3', '1.0'] as const) {
-      expect(renderStreamEvent(version, event({ type: 'status', task_id: null, state: 'working', data: { status: { message: 'x' } } }))).toBeUndefined();
-      expect(renderStreamEvent(version, event({ type: 'text', task_id: null, context_id: null, data: { text: 'x' } }))).toBeUndefined();
+      expect(fresh(version, event({ type: 'status', task_id: null, state: 'working', data: { status: { message: 'x' } } }))).toBeUndefined();
+      expect(fresh(version, event({ type: 'text', task_id: null, context_id: null, data: { text: 'x' } }))).toBeUndefined();
     }
   });
 
   it('renders nothing for an error event, which A2A streams do not carry', () => {
-    expect(renderStreamEvent('0.3', event({ type: 'error', data: { message: 'x' } }))).toBeUndefined();
-    expect(renderStreamEvent('1.0', event({ type: 'error', data: { message: 'x' } }))).toBeUndefined();
+    expect(fresh('0.3', event({ type: 'error', data: { message: 'x' } }))).toBeUndefined();
+    expect(fresh('1.0', event({ type: 'error', data: { message: 'x' } }))).toBeUndefined();
   });
 
   it('writes an empty context id when the event has none', () => {
-    expect(at(renderStreamEvent('0.3', event({ type: 'text', context_id: null, data: { text: 'x' } })), 'contextId')).toBe('');
+    expect(at(fresh('0.3', event({ type: 'text', context_id: null, data: { text: 'x' } })), 'contextId')).toBe('');
   });
 });
 

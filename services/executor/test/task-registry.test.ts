@@ -235,12 +235,25 @@ describe('waiting for input', () => {
     expect(stateOf(registry, task.id).history.at(-1)).toEqual({ role: 'user', message_id: 'msg-answer', text: 'notes.md' });
   });
 
-  it('resumes on a send that names the waiting task, whatever context it gives', async () => {
+  it('resumes on a send that names the waiting task, in its own context or none', async () => {
+    for (const context of [{ context_id: 'conversation-1' }, {}]) {
+      const { registry, task, input } = await waitingTask();
+      const answer = taskOf(send(registry, { task_id: task.id, ...context, text: 'by id' }));
+      expect(answer.id).toBe(task.id);
+      expect(answer.state).toBe('working');
+      await expect(input).resolves.toBe('by id');
+    }
+  });
+
+  it('refuses a send that names the waiting task and another context (the spec’s MUST), and keeps waiting', async () => {
     const { registry, task, input } = await waitingTask();
-    const answer = taskOf(send(registry, { task_id: task.id, context_id: 'some-other-context', text: 'by id' }));
-    expect(answer.id).toBe(task.id);
-    expect(answer.state).toBe('working');
-    await expect(input).resolves.toBe('by id');
+    const waiting = track(input);
+    const refused = send(registry, { task_id: task.id, context_id: 'some-other-context', text: 'by id' });
+    expect(refused).toMatchObject({
+      error: { code: -32602, message: expect.stringContaining("message.contextId 'some-other-context' is not the context of task") },
+    });
+    expect(stateOf(registry, task.id).state).toBe('input-required');
+    expect(waiting.settled).toBe(false);
   });
 
   it('resumes on a send in the waiting task’s own context', async () => {

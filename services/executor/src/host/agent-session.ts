@@ -94,7 +94,9 @@ export class AgentSession {
       case 'card':
         return { card: this.agent.card };
       case 'send': {
-        const sent = this.registry.send(call);
+        const accepted = this.registry.send(call);
+        // The history the client asked for: the registry's answer holds its default.
+        const sent = call.history_length !== undefined && 'task' in accepted ? this.registry.get(accepted.task.id, call.history_length) : accepted;
         if (call.settle_within_ms === undefined || !('task' in sent) || hasSettled(sent.task.state)) return { ...sent, next_event_id: this.feed.nextEventId };
         return this.settled(sent.task.id, call.settle_within_ms, call.history_length);
       }

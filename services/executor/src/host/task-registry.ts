@@ -102,7 +102,25 @@ export class TaskRegistry {
     if (call.task_id !== undefined && call.task_id !== waiting?.task.id) {
       const named = this.tasks.get(call.task_id);
       if (!named) return { error: { code: RPC_ERRORS.taskNotFound, message: `Task not found: '${call.task_id}'` } };
+      // The spec's error for a message to a task that has ended: the operation, not the params, is what cannot be.
+      if (TERMINAL_TASK_STATES.has(named.state))
+        return {
+          error: {
+            code: RPC_ERRORS.unsupportedOperation,
+            message: `Unsupported operation: task '${call.task_id}' is ${named.state}, and a task that has ended takes no more messages; send without taskId to start a new one`,
+          },
+        };
       return { error: { code: RPC_ERRORS.invalidParams, message: `Invalid params: task '${call.task_id}' is ${named.state} and is not waiting for input` } };
+    }
+    // A message naming a task and another conversation is refused (the spec's MUST): which of the
+    // two the client meant cannot be known.
+    if (call.task_id !== undefined && call.context_id !== undefined && waiting && call.context_id !== waiting.task.contextId) {
+      return {
+        error: {
+          code: RPC_ERRORS.invalidParams,
+          message: `Invalid params: message.contextId '${call.context_id.slice(0, 64)}' is not the context of task '${call.task_id}' ('${waiting.task.contextId}')`,
+        },
+      };
     }
     // The waiting task takes a message that names it, or — upstream's rule, which clients written
     // for upstream rely on — one that names no task and no other conversation.
