@@ -115,8 +115,8 @@ export function nonTextPart(message: A2aMessage): string | undefined {
   for (const [index, part] of message.parts.entries()) {
     const kind = typeof part.kind === 'string' ? part.kind : undefined;
     if (typeof part.text === 'string' && (kind === undefined || kind === 'text')) continue;
-    const named = kind ?? ['file', 'url', 'raw', 'data'].find((key) => key in part) ?? 'without text';
-    return `message.parts[${index}] is a ${named} part`;
+    const named = kind ?? ['file', 'url', 'raw', 'data'].find((key) => key in part);
+    return named === undefined ? `message.parts[${index}] has no text` : `message.parts[${index}] is a ${named} part`;
   }
   return undefined;
 }

@@ -1,4 +1,4 @@
-import { type A2aMessage, SendParamsV03Schema, a2aVersionOf, isSafeContextId, messageText } from '@murmur/shared';
+import { type A2aMessage, SendParamsV03Schema, a2aVersionOf, isSafeContextId, messageText, nonTextPart } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
 import { describeInvalidParams, readJsonRpc, rpcError, rpcResult } from '../src/json-rpc.js';
 
@@ -198,6 +198,24 @@ describe('the text of a message', () => {
   it('is empty for a message without text', () => {
     expect(messageText(messageOf([]))).toBe('');
     expect(messageText(messageOf([{ kind: 'data', data: {} }]))).toBe('');
+  });
+
+  it('names the first part that is not text, in either generation, and nothing when every part is text', () => {
+    expect(nonTextPart(messageOf([{ kind: 'text', text: 'a' }, { text: 'b' }, { text: '', metadata: { x: 1 } }]))).toBeUndefined();
+    expect(
+      nonTextPart(
+        messageOf([
+          { kind: 'text', text: 'a' },
+          { kind: 'file', file: { uri: 'file:///x' } },
+        ]),
+      ),
+    ).toBe('message.parts[1] is a file part');
+    expect(nonTextPart(messageOf([{ url: 'https://x', mediaType: 'image/png' }]))).toBe('message.parts[0] is a url part');
+    expect(nonTextPart(messageOf([{ raw: 'AAEC' }]))).toBe('message.parts[0] is a raw part');
+    expect(nonTextPart(messageOf([{ data: { a: 1 } }]))).toBe('message.parts[0] is a data part');
+    // A 0.3 part of another kind that also carries text is still that kind.
+    expect(nonTextPart(messageOf([{ kind: 'data', text: 'x', data: {} }]))).toBe('message.parts[0] is a data part');
+    expect(nonTextPart(messageOf([{ metadata: {} }]))).toBe('message.parts[0] has no text');
   });
 
   it('keeps empty text parts as empty lines', () => {
