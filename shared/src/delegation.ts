@@ -128,6 +128,51 @@ export function completionMessageText(outcome: DelegationOutcome): string {
   return `${lines.join('\n')}\n\nThe child's own output is in that file and is not reproduced here.`;
 }
 
+/** The words every completion message ends with (`completionMessageText`). */
+const COMPLETION_TAIL = "\n\nThe child's own output is in that file and is not reproduced here.";
+
+/**
+ * Whether `text` is a completion message exactly as `completionMessageText` writes one for
+ * `delegationId`. A parent's host admits nothing else as a completion: the delegation id is in
+ * the child's own environment (`MURMUR_SPAWNER`), so a child's guest can post a "completion"
+ * itself, and what it posts must be no more than what its runtime could have said — a status, a
+ * duration, paths and the bounded detail — never free text for the parent's model.
+ */
+export function isCompletionMessage(text: string, delegationId: string): boolean {
+  if (!text.endsWith(COMPLETION_TAIL)) return false;
+  const lines = text.slice(0, -COMPLETION_TAIL.length).split('\n');
+  const field = (at: number, name: string): string | undefined => {
+    const line = lines[at];
+    return line?.startsWith(`${name}: `) ? line.slice(name.length + 2) : undefined;
+  };
+  const capsule = /^(.+)@([^@]+)$/.exec(field(2, 'capsule') ?? '');
+  const status = DelegationStatusSchema.safeParse(field(4, 'status'));
+  const duration = field(5, 'duration_ms');
+  const workdir = field(6, 'workdir');
+  const result = /^(?:none \(the child wrote no result file\)|(.+) \(in that workdir\))$/.exec(field(7, 'result') ?? '');
+  const detailLines = lines.slice(8);
+  const detail = detailLines.length === 0 ? undefined : detailLines.join('\n');
+  if (lines[0] !== 'Delegated capsule finished.' || field(1, 'delegation_id') !== delegationId) return false;
+  if (!capsule || !status.success || duration === undefined || !/^\d{1,15}$/.test(duration) || workdir === undefined || !result) return false;
+  if (detail !== undefined && (!detail.startsWith('detail: ') || boundDetail(detail.slice('detail: '.length)) !== detail.slice('detail: '.length)))
+    return false;
+  const outcome: DelegationOutcome = {
+    delegation_id: delegationId,
+    capsule_name: capsule[1] as string,
+    capsule_version: capsule[2] as string,
+    session_id: field(3, 'session_id') ?? '',
+    status: status.data,
+    workdir,
+    duration_ms: Number(duration),
+    ...(result[1] !== undefined ? { result_path: result[1] } : {}),
+    ...(detail !== undefined ? { detail: detail.slice('detail: '.length) } : {}),
+    reported_by: 'child',
+    delivered: false,
+  };
+  // Written back, it must be the same text: nothing was carried in a field's shape.
+  return completionMessageText(outcome) === text;
+}
+
 /**
  * Launching a delegated child: what a parent's runtime (or a test acting as one) asks the watcher,
  * which launches the child through the stack, watches it, and reports for it when it cannot.

@@ -309,8 +309,10 @@ export function startDoorService(options: DoorOptions): DoorService {
     };
     const notText = refuseNonText(message);
     if (notText) return context.json(rpcError(call.id, notText));
-    // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless told not to.
-    const blocking = version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true;
+    // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless
+    // told not to. A completion never waits: it is answered with its acknowledgement alone, since
+    // following the task would show its poster, who may be the child's own guest, the parent's task.
+    const blocking = request.completion === undefined && (version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true);
     const historyLength = configuration?.historyLength;
     const history = historyLength !== undefined ? { history_length: historyLength } : {};
     if (!blocking) {

@@ -2,6 +2,7 @@ import {
   COMPLETION_NOT_AWAITED,
   type Lifecycle,
   RPC_ERRORS,
+  isCompletionMessage,
   isSafeContextId,
   type RpcError,
   type SessionCall,
@@ -291,11 +292,24 @@ export class TaskRegistry {
     }
     const awaiting = this.delegations.get(delegationId);
     if (!awaiting) return { error: { code: COMPLETION_NOT_AWAITED, message: `no task of this session awaits delegation ${delegationId}` } };
+    if (!isCompletionMessage(call.text, delegationId)) {
+      return {
+        error: {
+          code: RPC_ERRORS.invalidParams,
+          message: `Invalid params: the completion of delegation ${delegationId} is not a completion message as the runtime writes one (status, duration, workdir, result path, bounded detail); the task still awaits its completion`,
+        },
+      };
+    }
     this.delegations.delete(delegationId);
     awaiting.task.history.push({ role: 'user', message_id: call.message_id, text: call.text });
     this.transition(awaiting.task, awaiting.task.state, `delegation ${delegationId} completed`);
     awaiting.resolve(call.text);
-    return { task: this.view(awaiting.task) };
+    // Whoever holds a delegation id (the child's guest among them) learns that it was taken, and
+    // nothing of the parent's task: not its history, its artifacts or its messages.
+    const task = awaiting.task;
+    return {
+      task: { id: task.id, context_id: task.contextId, state: task.state, artifacts: [], history: [], updated_at: new Date(task.updatedAt).toISOString() },
+    };
   }
 
   /** The running task waits for a delegation's completion; the text is what the child's runtime (or its watcher) posted. */
