@@ -157,6 +157,24 @@ describe('the capsule sandbox', () => {
       for (const index of [2, 3, 4, 6]) expect(byIndex(index), JSON.stringify(byIndex(index))).toMatchObject({ ok: false, error: 'not-permitted' });
     });
 
+    it("the executor's own records never follow a link the guest put in their place: the end's line is dropped, not written outside", async () => {
+      // logs/bootstrap.log → <project>/planted-bootstrap, outside the workdir (<project>/workdir/<session>).
+      const { results, workdir, code, stderr } = await probe('record-link', '', [
+        { op: 'unlink', path: 'logs/bootstrap.log' },
+        { op: 'symlink', target: '../../../planted-bootstrap', path: 'logs/bootstrap.log' },
+      ]);
+      expect(code, stderr).toBe(0);
+      expect(
+        results.every((result) => result.ok),
+        JSON.stringify(results),
+      ).toBe(true);
+      const project = path.join(scratch.dir, 'record-link');
+      expect(existsSync(path.join(project, 'planted-bootstrap'))).toBe(false);
+      // The link is still there, untouched: the executor neither followed nor removed it.
+      expect((await fs.lstat(path.join(workdir, 'logs', 'bootstrap.log'))).isSymbolicLink()).toBe(true);
+      expect(path.dirname(path.dirname(workdir))).toBe(project);
+    });
+
     it('narrows the preopen to filesystem.scope', async () => {
       // task.md sits in the workdir, outside the scope: the actions come from the environment.
       const actions = [

@@ -180,6 +180,26 @@ describe('tools and the artifact manager', () => {
       ]);
     });
 
+    it('a pull writes nothing through a link the guest planted in tools/: a file link is replaced, a directory link refuses the pull', async () => {
+      // tools/probe-tool/murmur.yaml → <project>/planted-file, and tools/house-style → <project>/workdir
+      // (both outside the session's workdir, which is <project>/workdir/<session>).
+      const { results, workdir, project } = await run('pull-through-links', '', [
+        { op: 'mkdir', path: 'tools/probe-tool' },
+        { op: 'symlink', target: '../../../../planted-file', path: 'tools/probe-tool/murmur.yaml' },
+        { op: 'pull', name: 'probe-tool', version: '2.0.0' },
+        { op: 'symlink', target: '../..', path: 'tools/house-style' },
+        { op: 'pull', name: 'house-style', version: '1.0.0' },
+      ]);
+      expect(results.slice(0, 2).every((result) => result.ok)).toBe(true);
+      expect(results[2]).toEqual({ op: 'pull', ok: true, value: { name: 'probe-tool', version: '2.0.0', runtime: 'wasm' } });
+      expect(existsSync(path.join(project, 'planted-file'))).toBe(false);
+      expect((await fs.lstat(path.join(workdir, 'tools', 'probe-tool', 'murmur.yaml'))).isFile()).toBe(true);
+      expect(results[4]?.ok).toBe(false);
+      expect(results[4]?.error).toContain("'house-style' is a link or not a directory");
+      expect(existsSync(path.join(project, 'workdir', 'skill.md'))).toBe(false);
+      expect(existsSync(path.join(project, 'workdir', 'murmur.yaml'))).toBe(false);
+    });
+
     it('refuses a pull that contradicts murmur.lock and writes nothing', async () => {
       const project = await probeProject(path.join(scratch.dir, 'pull-conflict'));
       const lock = `lock_version: 1\nartifacts:\n  - name: probe-tool\n    resolved_version: 1.0.0\n    sha256:\n      wasm: ${'c'.repeat(64)}\n`;

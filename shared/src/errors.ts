@@ -114,6 +114,10 @@ export const ERROR_CATALOGUE = {
   'E-SES-001': { title: 'no such session', hint: "list the stack's sessions with 'mur ps'" },
   'E-SES-002': { title: 'path outside the session workdir', hint: "give a path relative to the session's workdir, such as 'out/result.txt'" },
   'E-SES-003': { title: 'the executor holding the session does not answer', hint: "the executor may have been lost: 'mur ps' shows what the stack knows" },
+  'E-SES-004': {
+    title: 'a link or special file in a session workdir was refused',
+    hint: 'something in the sandbox replaced a file or directory the runtime writes with a link, a FIFO or a hard link; the write was refused and nothing outside the workdir was touched',
+  },
   'E-EXE-001': {
     title: 'the executor running the session was lost',
     hint: 'the session ended with its executor; launch it again (the stack sends new launches to the executors still alive)',

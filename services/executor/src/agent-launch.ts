@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import {
   type CapsuleCard,
@@ -9,7 +9,7 @@ import {
   guestEnvironment,
   resolveManifestSecrets,
 } from '@murmur/shared';
-import { locateHarness } from '@murmur/shared/node';
+import { locateHarness, mkdirBeneath } from '@murmur/shared/node';
 import type { AgentStart, HookStart, HostComponent, HostTool } from './host/protocol.js';
 
 /**
@@ -136,7 +136,7 @@ function hookStarts(input: AgentLaunchInput, manifest: ReturnType<typeof resolve
     let preopen = '';
     if (scope !== undefined) {
       preopen = path.join(input.accessible, scope);
-      mkdirSync(preopen, { recursive: true });
+      if (!existsSync(preopen)) mkdirBeneath(input.accessible, preopen);
     }
     hooks.push({
       name: artifact.name,

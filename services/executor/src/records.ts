@@ -1,5 +1,37 @@
 import { appendFileSync, closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import path from 'node:path';
+import { MurmurError } from '@murmur/shared';
+import { appendBeneath, mkdirBeneath, openAppendBeneath } from '@murmur/shared/node';
+
+/**
+ * Where records are written from. Inside the sandbox (the capsule host) a path is a path: a link
+ * the guest made points inside its own view. The executor writes the same records from outside
+ * it, into the workdir the guest can write, so it walks from the workdir's root without following
+ * anything (`appendBeneath`), and a record the guest made unwritable — a link, a FIFO in its place —
+ * is dropped and said once (`refused`), never followed and never a crash of the executor.
+ */
+export interface RecordsOutsideSandbox {
+  /** The workdir's bind root, which the guest cannot replace. */
+  root: string;
+  refused(file: string, error: MurmurError): void;
+}
+
+/** Runs a write beneath the root; a refusal is said once per file and the write dropped. */
+function guarded(outside: RecordsOutsideSandbox, file: string, state: { refused: boolean }, write: () => void): void {
+  if (state.refused) return;
+  try {
+    write();
+  } catch (error) {
+    if (!(error instanceof MurmurError) || error.code !== 'E-SES-004') throw error;
+    state.refused = true;
+    outside.refused(file, error);
+  }
+}
+
+function makeDirectory(dir: string, outside: RecordsOutsideSandbox | undefined, state: { refused: boolean }): void {
+  if (!outside) mkdirSync(dir, { recursive: true });
+  else if (path.resolve(dir) !== path.resolve(outside.root)) guarded(outside, dir, state, () => mkdirBeneath(outside.root, dir));
+}
 
 /**
  * The session's records: `trace.jsonl` (one JSON object per line, each with `event_type`,
@@ -14,24 +46,37 @@ export class TraceWriter {
   private fd: number | undefined;
   private closed = false;
 
+  private readonly state = { refused: false };
+
   constructor(
     sessionDir: string,
     private readonly sessionId: string,
     /** Told of every event after it is written: the session's spans are made from the same records. */
     private readonly observer?: (event: TraceRecord) => void,
+    private readonly outside?: RecordsOutsideSandbox,
   ) {
-    mkdirSync(sessionDir, { recursive: true });
+    makeDirectory(sessionDir, outside, this.state);
     this.file = path.join(sessionDir, 'trace.jsonl');
   }
 
   write(eventType: string, fields: Record<string, unknown>): void {
     const event = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
     const line = `${JSON.stringify(event)}\n`;
-    if (this.closed) appendFileSync(this.file, line);
-    else {
-      this.fd ??= openSync(this.file, 'a');
-      writeSync(this.fd, line);
-    }
+    const outside = this.outside;
+    if (!outside) {
+      if (this.closed) appendFileSync(this.file, line);
+      else {
+        this.fd ??= openSync(this.file, 'a');
+        writeSync(this.fd, line);
+      }
+    } else
+      guarded(outside, this.file, this.state, () => {
+        if (this.closed) appendBeneath(outside.root, this.file, line);
+        else {
+          this.fd ??= openAppendBeneath(outside.root, this.file);
+          writeSync(this.fd, line);
+        }
+      });
     this.observer?.(event);
   }
 
@@ -54,18 +99,25 @@ export type TraceRecord = { event_type: string; session_id: string; timestamp: n
 /** `logs/<name>` under the session directory, appended a line at a time. */
 export class LogFile {
   readonly file: string;
+  private readonly state = { refused: false };
 
-  constructor(sessionDir: string, name: string) {
+  constructor(
+    sessionDir: string,
+    name: string,
+    private readonly outside?: RecordsOutsideSandbox,
+  ) {
     const dir = path.join(sessionDir, 'logs');
-    mkdirSync(dir, { recursive: true });
+    makeDirectory(dir, outside, this.state);
     this.file = path.join(dir, name);
   }
 
   line(text: string): void {
-    appendFileSync(this.file, text.endsWith('\n') ? text : `${text}\n`);
+    this.raw(text.endsWith('\n') ? text : `${text}\n`);
   }
 
   raw(text: string): void {
-    appendFileSync(this.file, text);
+    const outside = this.outside;
+    if (!outside) appendFileSync(this.file, text);
+    else guarded(outside, this.file, this.state, () => appendBeneath(outside.root, this.file, text));
   }
 }

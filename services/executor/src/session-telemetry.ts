@@ -1,6 +1,6 @@
 import { type OpenSpan, type SpanAttributes, otelTracesUrl } from '@murmur/shared';
 import type { OtelTracer } from '@murmur/shared/otel';
-import { LogFile, type TraceRecord } from './records.js';
+import { LogFile, type RecordsOutsideSandbox, type TraceRecord } from './records.js';
 
 /**
  * A session's OpenTelemetry spans, upstream's: `capsule.session` for each attempt — from its
@@ -46,9 +46,10 @@ export class SessionTelemetry {
     endpointAllowed: (url: string) => boolean;
     operatorEndpoint: string | undefined;
     sessionDir: string;
+    recordsOutside: RecordsOutsideSandbox;
     launchTraceparent: string | undefined;
   }): Promise<SessionTelemetry | undefined> {
-    const log = new LazyLog(options.sessionDir);
+    const log = new LazyLog(options.sessionDir, options.recordsOutside);
     let endpoint = options.endpoint?.trim() || undefined;
     if (endpoint && !options.endpointAllowed(otelTracesUrl(endpoint))) {
       log.line(
@@ -185,9 +186,12 @@ export class SessionTelemetry {
 /** `logs/otel.log`, made only when there is something to say. */
 class LazyLog {
   private file: LogFile | undefined;
-  constructor(private readonly sessionDir: string) {}
+  constructor(
+    private readonly sessionDir: string,
+    private readonly outside: RecordsOutsideSandbox,
+  ) {}
   line(message: string): void {
-    this.file ??= new LogFile(this.sessionDir, 'otel.log');
+    this.file ??= new LogFile(this.sessionDir, 'otel.log', this.outside);
     this.file.line(`[${new Date().toISOString()}] ${message}`);
   }
 }

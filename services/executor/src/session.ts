@@ -1,6 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import {
   type EgressDecision,
@@ -35,12 +34,14 @@ import type { Bus, Subscription } from '@murmur/shared/bus';
 import {
   type BlobCache,
   childResultPath,
+  mkdirBeneath,
   newSessionToken,
   packageFile,
   processStartToken,
   recordTerminated,
   reportCompletion,
   tokenMatcher,
+  writeFileBeneath,
 } from '@murmur/shared/node';
 import type { z } from 'zod';
 import type { LocalBundles } from './bundles.js';
@@ -69,7 +70,7 @@ import { ConversationRecords } from './conversations.js';
 import { HarnessSessions } from './harness-sessions.js';
 import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
-import { LogFile, type TraceRecord, TraceWriter } from './records.js';
+import { LogFile, type RecordsOutsideSandbox, type TraceRecord, TraceWriter } from './records.js';
 import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
@@ -216,6 +217,8 @@ export class Session {
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
   telemetryDrained: Promise<void> = Promise.resolve();
   private bootstrap!: LogFile;
+  /** Where the executor's own records go: beneath the workdir's root, never through a link the guest made. */
+  private recordsOutside!: RecordsOutsideSandbox;
   private conversations: ConversationRecords | undefined;
   private harnessSessions: HarnessSessions | undefined;
   /** `transport: process`: the harness's home, bound writable into the sandbox beside the workdir. */
@@ -321,8 +324,9 @@ export class Session {
         },
       );
     }
+    // Made beneath the parent's workdir root: its guest writes children/ and may have put a link there.
     const dir = path.join(parent.paths.sessionDir, 'children', childOf.name);
-    mkdirSync(dir, { recursive: true });
+    mkdirBeneath(parent.paths.accessible, dir);
     return dir;
   }
 
@@ -375,8 +379,13 @@ export class Session {
     );
     this.paths = paths;
     this.tools = tools;
-    this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record));
-    this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log');
+    this.recordsOutside = {
+      root: paths.accessible,
+      refused: (file, error) =>
+        this.environment.log.warn({ session_id: this.id, file, err: error }, 'a record the sandbox made unwritable (a link or a FIFO in its place) is dropped'),
+    };
+    this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record), this.recordsOutside);
+    this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside);
     this.egress = new EgressPolicy(plan);
     this.telemetry = await SessionTelemetry.open({
       capsule: plan.capsule,
@@ -384,6 +393,7 @@ export class Session {
       endpointAllowed: (url) => this.egress.judgeHttp(url, 'capsule').allowed,
       operatorEndpoint: this.environment.otelEndpoint,
       sessionDir: paths.sessionDir,
+      recordsOutside: this.recordsOutside,
       launchTraceparent,
     });
     this.bootstrap.line(
@@ -463,7 +473,8 @@ export class Session {
       });
       agent = { ...launch.agent, ...(contextId !== undefined ? { context_id: contextId } : {}) };
       guestEnv = launch.guestEnv;
-      await writeFile(
+      writeFileBeneath(
+        paths.accessible,
         path.join(paths.sessionDir, 'MURMUR.md'),
         murmurMd(plan, {
           sessionId: this.id,
@@ -676,7 +687,7 @@ export class Session {
 
   /** Starts the capsule host: a warm one from the pool when this session can take one, else a fresh one. */
   private spawnHost(start: StartMessage): void {
-    mkdirSync(sandboxTmp(this.paths.accessible), { recursive: true });
+    mkdirBeneath(this.paths.accessible, sandboxTmp(this.paths.accessible));
     const pool = this.environment.pool;
     if (pool) {
       const refusal = poolRefusal(pool.environment, {
@@ -755,7 +766,7 @@ export class Session {
   /** The session's side of its host: its output in `host.log`, its messages, its exit. */
   private watchHost(child: ChildProcess, earlier: Buffer[]): void {
     this.child = child;
-    const hostLog = new LogFile(this.paths.sessionDir, 'host.log');
+    const hostLog = new LogFile(this.paths.sessionDir, 'host.log', this.recordsOutside);
     for (const chunk of earlier) hostLog.raw(chunk.toString());
     child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => {

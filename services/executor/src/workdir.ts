@@ -1,7 +1,7 @@
-import { existsSync, promises as fs, realpathSync } from 'node:fs';
+import { existsSync, promises as fs, lstatSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, parseYamlSource } from '@murmur/shared';
-import type { BlobCache } from '@murmur/shared/node';
+import { type BlobCache, copyFileBeneath, mkdirBeneath, writeFileBeneath } from '@murmur/shared/node';
 import type { LocalBundles } from './bundles.js';
 import type { HostTool } from './host/protocol.js';
 import { shellToolDescription } from './host/subprocess.js';
@@ -14,6 +14,13 @@ import { shellToolDescription } from './host/subprocess.js';
  * for the session — `trace.jsonl`, `logs/`, `out/`, `tools/` — and is the accessible workdir
  * itself, or `<workdir>/.murmur/<session>` when the user chose the workdir, so a shared directory
  * keeps each session's records apart.
+ *
+ * The workdir is the guest's to write, and a workdir given again (`--workdir`) holds whatever an
+ * earlier guest left there: every directory and file made here is made beneath the accessible
+ * workdir's root without following a link (`@murmur/shared/node`'s `beneath`), so a link the
+ * guest planted in place of `tools/<name>/skill.md` or `task.md` makes the write fail
+ * (`E-SES-004`) instead of landing outside. The same holds for a tool pulled while the session
+ * runs, which is written where the guest has been writing all along.
  */
 export interface SessionPaths {
   accessible: string;
@@ -36,10 +43,20 @@ export interface ArtifactFiles {
   bundles: LocalBundles;
 }
 
-/** `<root>/<relative>`, refusing anything that would land outside `root` once symlinks are resolved. */
+/**
+ * `<root>/<relative>`, refusing anything that would land outside `root` once symlinks are
+ * resolved. A directory that is missing is made without following a link on the way; one that is
+ * there (a link of the user's own within the workdir included) is taken as it resolves.
+ */
 async function inside(root: string, relative: string, what: string): Promise<string> {
   const target = path.resolve(root, relative);
-  await fs.mkdir(target, { recursive: true });
+  const lexical = path.relative(root, target);
+  if (lexical.startsWith('..') || path.isAbsolute(lexical)) {
+    throw new MurmurError('E-CAP-002', `${what} '${relative}' is outside the workdir ${root}`, {
+      hint: "use a path relative to the workdir, such as 'data' or '.'",
+    });
+  }
+  if (lexical !== '' && !existsSync(target)) mkdirBeneath(root, target);
   const real = realpathSync(target);
   const realRoot = realpathSync(root);
   if (real !== realRoot && !real.startsWith(`${realRoot}${path.sep}`)) {
@@ -83,13 +100,14 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
   }
   accessible = realpathSync(accessible);
   const sessionDir = request.workdir !== undefined ? path.join(accessible, '.murmur', request.sessionId) : accessible;
-  for (const dir of ['tools', 'out', 'logs']) await fs.mkdir(path.join(sessionDir, dir), { recursive: true });
-  await fs.mkdir(path.join(accessible, '.capsule-home'), { recursive: true });
+  for (const dir of ['tools', 'out', 'logs']) mkdirBeneath(accessible, path.join(sessionDir, dir));
+  mkdirBeneath(accessible, path.join(accessible, '.capsule-home'));
   // Where a capsule writes its own answer (`out/result.txt`), whichever directory holds the records.
-  await fs.mkdir(path.join(accessible, 'out'), { recursive: true });
-  if (request.task !== undefined) await fs.writeFile(path.join(accessible, 'task.md'), request.task);
-  if (request.workdir !== undefined && !existsSync(path.join(accessible, 'murmur.yaml'))) {
-    await fs.writeFile(path.join(accessible, 'murmur.yaml'), plan.capsule.manifest_yaml);
+  mkdirBeneath(accessible, path.join(accessible, 'out'));
+  if (request.task !== undefined) writeFileBeneath(accessible, path.join(accessible, 'task.md'), request.task);
+  // Written only where nothing has the name: not even a dangling link, which a write would follow.
+  if (request.workdir !== undefined && !lstatSync(path.join(accessible, 'murmur.yaml'), { throwIfNoEntry: false })) {
+    writeFileBeneath(accessible, path.join(accessible, 'murmur.yaml'), plan.capsule.manifest_yaml);
   }
   const preopen = await inside(accessible, plan.policy.filesystem_scope, 'capabilities.filesystem.scope');
 
@@ -100,9 +118,8 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
   }
   for (const binary of plan.policy.shell_allow) {
     const manifest = path.join(sessionDir, 'tools', binary, 'murmur.yaml');
-    if (existsSync(manifest)) continue;
-    await fs.mkdir(path.dirname(manifest), { recursive: true });
-    await fs.writeFile(manifest, shellToolManifest(binary));
+    if (lstatSync(manifest, { throwIfNoEntry: false })) continue;
+    writeFileBeneath(accessible, manifest, shellToolManifest(binary));
   }
   return { paths: { accessible, sessionDir, preopen }, tools };
 }
@@ -110,8 +127,7 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
 /** Writes an artifact into `tools/<name>/` and describes it to the host; drivers and hooks are not tools. */
 export async function installArtifact(sessionDir: string, accessible: string, artifact: StagedArtifact, files: ArtifactFiles): Promise<HostTool | undefined> {
   const toolDir = path.join(sessionDir, 'tools', ...artifact.name.split('/'));
-  await fs.mkdir(toolDir, { recursive: true });
-  await fs.writeFile(path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
+  writeFileBeneath(accessible, path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
   const baseName = artifact.name.split('/').pop() as string;
   const common = {
     name: artifact.name,
@@ -120,10 +136,10 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
     ...(artifact.description !== undefined ? { description: artifact.description } : {}),
   };
   const label = `${artifact.name}@${artifact.version}`;
-  // Copied, never linked: the workdir is the guest's to write, the cache is not.
+  // Copied, never linked: the workdir is the guest's to write, the cache is not. Written beneath
+  // the workdir's root: a pull comes while the guest runs, and it may have put a link in the way.
   const copyOut = async (file: SetFile, target: string, mode: number): Promise<void> => {
-    await fs.copyFile(await files.blobs.fetch(file, `${label}: ${file.path}`), target);
-    await fs.chmod(target, mode);
+    copyFileBeneath(accessible, await files.blobs.fetch(file, `${label}: ${file.path}`), target, mode);
   };
   if (artifact.role === 'skill') {
     const target = path.join(toolDir, 'skill.md');

@@ -18,6 +18,7 @@
 //   {op:"list", path}             value: sorted entry names ("." for the preopen)
 //   {op:"mkdir", path}            create-directory-at
 //   {op:"symlink", target, path}  symlink-at
+//   {op:"unlink", path}           unlink-file-at (a file or a link, never followed)
 //   {op:"stat", path}             value: stat-at (u64s as numbers)
 //   {op:"hold", path}             opens (creating) for reading and writing, and never closes it
 //   {op:"fetch", url, method?, body?, headers?}
@@ -330,6 +331,9 @@ async function commonAction(action, report) {
       return null;
     case 'symlink':
       rootDescriptor().symlinkAt(action.target, action.path);
+      return null;
+    case 'unlink':
+      rootDescriptor().unlinkFileAt(action.path);
       return null;
     case 'stat':
       return plain(rootDescriptor().statAt(pathFlags(action), action.path));

@@ -1,0 +1,174 @@
+import { randomBytes } from 'node:crypto';
+import { closeSync, constants, fchmodSync, fstatSync, mkdirSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
+import path from 'node:path';
+import { MurmurError } from '../errors.js';
+
+/**
+ * Writing into a directory that a sandboxed guest can write, from outside its sandbox, without
+ * following anything the guest put there.
+ *
+ * A session's workdir is the guest's: it can make any name in it a symbolic link — to
+ * `/etc/cron.d/x`, to another session — or a FIFO. The executor writes there too, as the user it
+ * runs as (root on a server): its records (`trace.jsonl`, `logs/`), a pulled tool's files, the
+ * task, a completion. A write by path would follow the guest's link out of the workdir.
+ *
+ * So every write here starts from `root`, a directory the guest cannot replace (the workdir's bind
+ * root, which the sandbox mounts and cannot rename), and walks to the file one name at a time,
+ * each through the directory already opened (`/proc/self/fd/<fd>/<name>`, which is `openat(2)`),
+ * refusing a name that is a link (`O_NOFOLLOW`) or not what it should be. A file is written under
+ * a fresh name (`O_EXCL`) and renamed over the one it replaces, which replaces a link instead of
+ * following it; an append opens the file itself, refusing a link, a FIFO (`O_NONBLOCK`: no reader
+ * is waited for), anything but a regular file, and a file with another name elsewhere (a hard link
+ * the guest made to something it cannot write).
+ */
+
+const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+
+function refused(root: string, relative: string, why: string): MurmurError {
+  return new MurmurError('E-SES-004', `refused to write ${relative} in ${root}: ${why}`, { path: path.join(root, relative) });
+}
+
+/** The names from `root` to `file`, which must be beneath it. */
+function namesBeneath(root: string, file: string): string[] {
+  const relative = path.relative(root, path.resolve(root, file));
+  if (relative === '' || relative.startsWith('..') || path.isAbsolute(relative)) throw refused(root, file, 'it is not beneath that directory');
+  return relative.split(path.sep);
+}
+
+const at = (directory: number, name: string): string => `/proc/self/fd/${directory}/${name}`;
+
+/**
+ * Opens the directory holding `file` (made, with its parents, when `make`), walking from `root`
+ * without following a link. The caller closes the descriptor.
+ */
+function openParent(root: string, names: string[], make: boolean): number {
+  let directory = openSync(root, DIRECTORY);
+  const relative = names.join('/');
+  try {
+    for (const name of names.slice(0, -1)) {
+      if (make) {
+        try {
+          mkdirSync(at(directory, name), 0o755);
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+        }
+      }
+      let next: number;
+      try {
+        next = openSync(at(directory, name), DIRECTORY);
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code === 'ENOTDIR' || code === 'ELOOP')
+          throw refused(root, relative, `'${name}' is a link or not a directory (something in the sandbox put it there)`);
+        throw error;
+      }
+      closeSync(directory);
+      directory = next;
+    }
+    return directory;
+  } catch (error) {
+    closeSync(directory);
+    throw error;
+  }
+}
+
+/** Makes `dir` and its parents beneath `root`, refusing a link on the way. */
+export function mkdirBeneath(root: string, dir: string): void {
+  const names = namesBeneath(root, dir);
+  closeSync(openParent(root, [...names, '.'], true));
+}
+
+/**
+ * Opens `file` beneath `root` for appending (made when missing, with its directories), refusing a
+ * link, a FIFO or device, and a hard link. The caller closes the descriptor.
+ */
+export function openAppendBeneath(root: string, file: string, mode = 0o644): number {
+  const names = namesBeneath(root, file);
+  const directory = openParent(root, names, true);
+  const relative = names.join('/');
+  let fd: number;
+  try {
+    fd = openSync(
+      at(directory, names.at(-1) as string),
+      constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+      mode,
+    );
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP' || code === 'ENXIO' || code === 'EISDIR')
+      throw refused(root, relative, 'it is a link, a FIFO or a directory (something in the sandbox put it there)');
+    throw error;
+  } finally {
+    closeSync(directory);
+  }
+  const stat = fstatSync(fd);
+  if (!stat.isFile() || stat.nlink > 1) {
+    closeSync(fd);
+    throw refused(root, relative, stat.isFile() ? 'it has another name outside this file (a hard link)' : 'it is not a regular file');
+  }
+  return fd;
+}
+
+/** Appends `text` to `file` beneath `root` (see `openAppendBeneath`). */
+export function appendBeneath(root: string, file: string, text: string): void {
+  const fd = openAppendBeneath(root, file);
+  try {
+    writeSync(fd, text);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Writes `file` beneath `root` whole: under a fresh name, filled by `fill`, then renamed over
+ * whatever had the name (a link is replaced, never followed), its directories made.
+ */
+function replaceBeneath(root: string, file: string, mode: number, fill: (fd: number) => void): void {
+  const names = namesBeneath(root, file);
+  const directory = openParent(root, names, true);
+  const name = names.at(-1) as string;
+  const staged = `.${name}.${randomBytes(6).toString('hex')}.tmp`;
+  try {
+    const fd = openSync(at(directory, staged), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+    try {
+      fill(fd);
+      fchmodSync(fd, mode);
+    } catch (error) {
+      closeSync(fd);
+      rmSync(at(directory, staged), { force: true });
+      throw error;
+    }
+    closeSync(fd);
+    try {
+      renameSync(at(directory, staged), at(directory, name));
+    } catch (error) {
+      rmSync(at(directory, staged), { force: true });
+      if ((error as NodeJS.ErrnoException).code === 'EISDIR') throw refused(root, names.join('/'), 'it is a directory');
+      throw error;
+    }
+  } finally {
+    closeSync(directory);
+  }
+}
+
+function writeAll(fd: number, bytes: Uint8Array, length = bytes.length): void {
+  for (let written = 0; written < length; ) written += writeSync(fd, bytes, written, length - written);
+}
+
+/** Writes `file` beneath `root` whole (see `replaceBeneath`). */
+export function writeFileBeneath(root: string, file: string, data: string | Uint8Array, mode = 0o644): void {
+  replaceBeneath(root, file, mode, (fd) => writeAll(fd, typeof data === 'string' ? Buffer.from(data) : data));
+}
+
+/** Copies `source` (a file of the runtime's own, outside any workdir) to `file` beneath `root`, a chunk at a time. */
+export function copyFileBeneath(root: string, source: string, file: string, mode = 0o644): void {
+  const input = openSync(source, constants.O_RDONLY);
+  try {
+    const chunk = Buffer.allocUnsafe(1 << 20);
+    replaceBeneath(root, file, mode, (fd) => {
+      for (let got = readSync(input, chunk); got > 0; got = readSync(input, chunk)) writeAll(fd, chunk, got);
+    });
+  } finally {
+    closeSync(input);
+  }
+}
