@@ -109,7 +109,17 @@ export const SessionFilesRequestSchema = z.object({
     .default(512 * 1024),
 });
 export const SessionFileEntrySchema = z.object({
-  name: z.string(),
+  /**
+   * One name in the directory, never a path: `mur files --out` writes each entry under the name
+   * given, and a reply is only as trustworthy as whoever answered on the bus.
+   */
+  name: z
+    .string()
+    .min(1)
+    .max(255)
+    .refine((name) => name !== '.' && name !== '..' && !/[/\0]/.test(name), {
+      message: "a directory entry is one name: not '.', '..', or anything with '/' or NUL",
+    }),
   type: z.enum(['file', 'directory', 'other']),
   size: z.number().int().nonnegative(),
   modified_at: z.string(),

@@ -11,6 +11,7 @@ import {
   type RunningRecord,
   RunningRecordSchema,
   SessionEndedSchema,
+  SessionFilesReplySchema,
   SessionStartedSchema,
   capabilityPolicy,
   isErrorCode,
@@ -252,5 +253,20 @@ describe('the capability policy of a manifest that declares nothing', () => {
     const written = capabilityPolicy(parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilities:\n  limits:\n    deadline_seconds: 30\n').manifest);
     expect(written.limits).toEqual({ ...DEFAULT_LIMITS, deadline_seconds: 30 });
     expect(written.deadline_declared).toBe(true);
+  });
+});
+
+describe("a session's directory listing", () => {
+  const entry = (name: string) => ({ type: 'directory', path: '.', entries: [{ name, type: 'file', size: 1, modified_at: '2026-01-01T00:00:00.000Z' }] });
+
+  it('takes one name per entry, a name with spaces, dots or a backslash included', () => {
+    for (const name of ['result.txt', 'a b', '..hidden', 'x.', 'back\\slash']) expect(SessionFilesReplySchema.safeParse(entry(name)).success, name).toBe(true);
+  });
+
+  it('refuses an entry that is a path, or . or .., which `mur files --out` would write outside its target', () => {
+    for (const name of ['', '.', '..', '../../.bashrc', 'a/b', '/etc/passwd', 'nul\0byte']) {
+      const parsed = SessionFilesReplySchema.safeParse(entry(name));
+      expect(parsed.success, JSON.stringify(name)).toBe(false);
+    }
   });
 });
