@@ -191,6 +191,44 @@ describe('MurZip.open guards', () => {
     expect(await listTree(target)).toEqual([]);
   });
 
+  it('refuses entries that share one payload (the zip bomb of overlapping records), naming them, and extracts nothing', async () => {
+    const payload = text('x'.repeat(4096));
+    const bytes = rawZip([
+      { name: 'murmur.yaml', data: text('name: bomb\n') },
+      { name: 'a.bin', data: payload },
+      ...Array.from({ length: 50 }, (_, index): RawEntry => ({ name: `copy-${index}.bin`, data: payload, sharesDataOf: 1 })),
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toMatch(/share bytes|named otherwise in its local header/);
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses an entry whose local header names another file than its central record', async () => {
+    const bytes = rawZip([{ name: 'murmur.yaml', data: text('name: x\n') }]);
+    // The local header's name sits right after its 30 fixed bytes.
+    const tampered = Buffer.from(bytes);
+    tampered.write('MURMUR', 30, 'latin1');
+    const { error } = await refuseAndExtract(tampered);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("'murmur.yaml' is named otherwise in its local header");
+  });
+
+  it('refuses an archive whose entries hold more than twice the per-entry ceiling in all', async () => {
+    const entries = Array.from({ length: 3 }, (_, index): RawEntry => ({ name: `part-${index}.bin`, data: new Uint8Array(800) }));
+    const { error, target } = await refuseAndExtract(rawZip(entries), { maxEntryBytes: 1024 });
+    expect(error.code).toBe('E-ART-002');
+    expect(error.message).toContain('more than 2048 bytes in all');
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses an archive of more entries than an artifact holds', async () => {
+    const entries = Array.from({ length: 10_001 }, (_, index): RawEntry => ({ name: `f${index}`, data: new Uint8Array(0) }));
+    const { error } = await refuseAndExtract(rawZip(entries));
+    expect(error.code).toBe('E-ART-003');
+    expect(error.message).toContain('10001 entries; an artifact archive holds at most 10000');
+  });
+
   it('refuses two entry names that normalise to the same path', async () => {
     const bytes = rawZip([
       { name: 'data/x.txt', data: text('one') },
@@ -222,17 +260,20 @@ describe('MurZip.open guards', () => {
     expect(await listTree(target)).toEqual([]);
   });
 
-  it('refuses a deflated entry over the ceiling whose header claims it is small, and extracts nothing', async () => {
-    // A well-formed deflated entry of 100 000 bytes, then both headers patched to claim 16 bytes.
+  it('refuses a deflated entry whose header claims it is small, inflating no more than that claim, and extracts nothing', async () => {
+    // A well-formed deflated entry of 100 000 bytes, then both headers patched to claim 16 bytes:
+    // reading stops at the 17th byte, whatever the ceiling, and the lie is the refusal.
     const bytes = Buffer.from(await writeMurZip([{ name: 'big.bin', data: Buffer.alloc(100_000, 0x41) }]));
     const central = bytes.indexOf(Buffer.from([0x50, 0x4b, 0x01, 0x02]));
     expect(central).toBeGreaterThan(0);
     bytes.writeUInt32LE(16, 22);
     bytes.writeUInt32LE(16, central + 24);
-    const { error, target } = await refuseAndExtract(bytes, { maxEntryBytes: 1024 });
-    expect(error.code).toBe('E-ART-002');
-    expect(error.message).toContain("'big.bin'");
-    expect(await listTree(target)).toEqual([]);
+    for (const maxEntryBytes of [1024, 1_000_000]) {
+      const { error, target } = await refuseAndExtract(bytes, { maxEntryBytes });
+      expect(error.code).toBe('E-ART-003');
+      expect(error.message).toContain("zip entry 'big.bin' holds more than the 16 bytes its header declares");
+      expect(await listTree(target)).toEqual([]);
+    }
   });
 
   it('refuses an entry whose header lies about its size while staying under the ceiling, and extracts nothing', async () => {

@@ -12,15 +12,22 @@ export interface RawEntry {
   unixMode?: number;
   /** Overrides the uncompressed size written in the headers (to lie about it). */
   claimedSize?: number;
+  /**
+   * Writes no data of its own: its central directory record points at the local header of the
+   * entry at this index (the overlapping entries of a zip bomb, each inflating the same bytes).
+   */
+  sharesDataOf?: number;
 }
 
 export function rawZip(entries: RawEntry[]): Buffer {
   const locals: Buffer[] = [];
   const centrals: Buffer[] = [];
   let offset = 0;
+  const offsets: number[] = [];
   for (const entry of entries) {
     const name = Buffer.from(entry.name, 'utf8');
-    const data = Buffer.from(entry.data);
+    const shared = entry.sharesDataOf === undefined ? undefined : entries[entry.sharesDataOf];
+    const data = Buffer.from(shared ? shared.data : entry.data);
     const crc = crc32(data) >>> 0;
     const size = entry.claimedSize ?? data.length;
     const local = Buffer.alloc(30);
@@ -34,7 +41,7 @@ export function rawZip(entries: RawEntry[]): Buffer {
     local.writeUInt32LE(size, 22);
     local.writeUInt16LE(name.length, 26);
     local.writeUInt16LE(0, 28);
-    locals.push(local, name, data);
+    if (!shared) locals.push(local, name, data);
     const central = Buffer.alloc(46);
     central.writeUInt32LE(0x02014b50, 0);
     central.writeUInt16LE((3 << 8) | 20, 4);
@@ -47,9 +54,11 @@ export function rawZip(entries: RawEntry[]): Buffer {
     central.writeUInt32LE(size, 24);
     central.writeUInt16LE(name.length, 28);
     central.writeUInt32LE(((entry.unixMode ?? 0o100644) << 16) >>> 0, 38);
-    central.writeUInt32LE(offset, 42);
+    const at = entry.sharesDataOf === undefined ? offset : (offsets[entry.sharesDataOf] as number);
+    offsets.push(at);
+    central.writeUInt32LE(at, 42);
     centrals.push(central, name);
-    offset += 30 + name.length + data.length;
+    if (!shared) offset += 30 + name.length + data.length;
   }
   const centralSize = centrals.reduce((sum, part) => sum + part.length, 0);
   const end = Buffer.alloc(22);

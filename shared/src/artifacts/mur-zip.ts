@@ -17,10 +17,15 @@ export { normaliseEntryName } from '../file-set.js';
  * component, a symlink or other special file, a duplicate name, an encrypted entry), before a
  * single byte of any entry is used. Upstream treats such entries as absent; an archive that
  * carries one was built to attack its reader, so nothing in it is trusted. Each entry is also
- * held to a decompression ceiling, counted on the actual bytes, not the size the header claims.
+ * held to a decompression ceiling, counted on the actual bytes, not the size the header claims;
+ * the archive to twice that in all and to `MAX_ENTRIES` entries; and no two entries may share
+ * bytes, nor may an entry's local name differ from its central one — entries that all point at
+ * one payload are how a 66 KB archive inflates to gigabytes without any one entry being large.
  */
 
 export const DEFAULT_MAX_ENTRY_BYTES = 524_288_000;
+/** The most entries an artifact archive may hold (a component, its manifest, the files it requires). */
+export const MAX_ENTRIES = 10_000;
 export const MAX_ENTRY_BYTES_ENV = 'MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES';
 
 /** The per-entry ceiling: `MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES`, 500 MiB when unset. */
@@ -67,6 +72,35 @@ function readEntries(zip: yauzl.ZipFile): Promise<yauzl.Entry[]> {
   });
 }
 
+/**
+ * Why two entries share bytes, if any do: each entry's data, from its local header to the end of
+ * its compressed bytes, must lie in the archive apart from every other entry's, under the name its
+ * central record gives.
+ */
+function sharedBytes(bytes: Uint8Array, entries: yauzl.Entry[]): string | undefined {
+  const archive = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const spans: Array<{ name: string; start: number; end: number }> = [];
+  for (const entry of entries) {
+    const start = entry.relativeOffsetOfLocalHeader;
+    const central = Buffer.isBuffer(entry.fileName) ? entry.fileName : Buffer.from(String(entry.fileName));
+    const name = central.toString('utf8');
+    if (start + 30 > archive.length || archive.readUInt32LE(start) !== 0x04034b50) return `zip entry '${name}' has no local header where its record says`;
+    const nameLength = archive.readUInt16LE(start + 26);
+    const extraLength = archive.readUInt16LE(start + 28);
+    if (!archive.subarray(start + 30, start + 30 + nameLength).equals(central))
+      return `zip entry '${name}' is named otherwise in its local header; an archive with two readings of one entry is refused`;
+    spans.push({ name, start, end: start + 30 + nameLength + extraLength + entry.compressedSize });
+  }
+  spans.sort((left, right) => left.start - right.start);
+  for (let index = 1; index < spans.length; index += 1) {
+    const before = spans[index - 1] as (typeof spans)[number];
+    const span = spans[index] as (typeof spans)[number];
+    if (span.start < before.end)
+      return `zip entries '${before.name}' and '${span.name}' share bytes; an archive that reads one payload as several entries is refused`;
+  }
+  return undefined;
+}
+
 export interface MurZipOptions {
   /** What the archive is, for messages: `echo-tool@0.1.0`, or a file path. */
   label: string;
@@ -97,10 +131,14 @@ export class MurZip {
     }
     const entries = new Map<string, GuardedEntry>();
     const order: string[] = [];
-    const refuse = (code: 'E-ART-001' | 'E-ART-002', message: string): never => {
+    const refuse = (code: 'E-ART-001' | 'E-ART-002' | 'E-ART-003', message: string): never => {
       zip.close();
       throw new MurmurError(code, `${options.label}: ${message}`);
     };
+    if (rawEntries.length > MAX_ENTRIES) refuse('E-ART-003', `the archive has ${rawEntries.length} entries; an artifact archive holds at most ${MAX_ENTRIES}`);
+    const sharing = sharedBytes(bytes, rawEntries);
+    if (sharing) refuse('E-ART-001', sharing);
+    let total = 0;
     for (const entry of rawEntries) {
       const rawName = Buffer.isBuffer(entry.fileName) ? entry.fileName.toString('utf8') : String(entry.fileName);
       const normalised = normaliseEntryName(rawName);
@@ -120,6 +158,9 @@ export class MurZip {
       if (!directory && claimed > maxEntryBytes) {
         refuse('E-ART-002', `zip entry '${rawName}' exceeds the ${maxEntryBytes}-byte decompression ceiling`);
       }
+      total += directory ? 0 : claimed;
+      if (total > 2 * maxEntryBytes)
+        refuse('E-ART-002', `the archive's entries hold more than ${2 * maxEntryBytes} bytes in all (twice the per-entry ceiling)`);
       if (entries.has(name)) refuse('E-ART-001', `zip entry '${name}' appears more than once; an archive with two readings of one path is refused`);
       entries.set(name, { name, directory, executable: (mode & 0o111) !== 0, declaredSize: entry.uncompressedSize, raw: entry });
       order.push(name);
@@ -173,9 +214,10 @@ export class MurZip {
       bytes = compressed;
     } else {
       try {
-        bytes = inflateRawSync(compressed, { maxOutputLength: this.maxEntryBytes + 1 });
+        // No more than the header declares, plus one to see a lie: a liar is refused below.
+        bytes = inflateRawSync(compressed, { maxOutputLength: Math.min(this.maxEntryBytes, entry.declaredSize) + 1 });
       } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') bytes = Buffer.alloc(this.maxEntryBytes + 1);
+        if ((error as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') bytes = Buffer.alloc(Math.min(this.maxEntryBytes, entry.declaredSize) + 1);
         else throw unreadable(error);
       }
     }
@@ -184,6 +226,9 @@ export class MurZip {
     }
     // Sizes are checked here, on the bytes, rather than by the zip library: a header that lies is
     // malformed, and one that lies past the ceiling has already been stopped above.
+    if (bytes.length > entry.declaredSize) {
+      throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds more than the ${entry.declaredSize} bytes its header declares`);
+    }
     if (bytes.length !== entry.declaredSize) {
       throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds ${bytes.length} bytes but its header declares ${entry.declaredSize}`);
     }
