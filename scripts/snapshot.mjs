@@ -5,7 +5,7 @@
 //
 // Three things make a snapshot of this code safe, and each is checked here rather than hoped for:
 // - Node 20 verifies only some built-in modules for snapshots; it warns about the rest. Those
-//   `mur` uses (child_process, worker_threads, tls) are loaded on their first use at run time,
+//   `mur` uses (child_process, worker_threads, tls, http, https) are loaded on their first use at run time,
 //   never while the snapshot is built, and any warning from Node fails the build.
 // - Evaluating a module must not read the environment (the build's values would be frozen into
 //   every run): the build watches `process.env` and `process.cwd()` while the code is evaluated
@@ -28,7 +28,7 @@ export const NODE_FLAGS = ['--max-semi-space-size=1'];
 
 // Built-ins Node does not verify for user snapshots (it warns "not yet fully verified"). A require
 // of one returns a stand-in that loads the module on first use.
-const DEFERRED_BUILTINS = ['child_process', 'worker_threads', 'tls'];
+const DEFERRED_BUILTINS = ['child_process', 'worker_threads', 'tls', 'http', 'https'];
 
 // The snapshot builder's `require` knows built-ins only, and so does the one a snapshot starts
 // with; the external packages (those that find their own files at run time) are required, at run

@@ -712,8 +712,10 @@ describe('the door', () => {
       expect(none.body.result?.id).toBe(sentIds[0]);
       expect(none.body.result).not.toHaveProperty('history');
       // A send's configuration is honoured on the answer too, blocking or not.
+      // In a context of their own: the listing tests count this describe's context.
       for (const configuration of [{ historyLength: 0 }, { historyLength: 0, returnImmediately: true }]) {
-        const sent = await rpc(agent.url, 'SendMessage', { ...v10Message('no history'), configuration });
+        const message = { ...v10Message('no history').message, contextId: `ctx-history-${Date.now()}` };
+        const sent = await rpc(agent.url, 'SendMessage', { message, configuration });
         expect(sent.body.result?.task, JSON.stringify(configuration)).not.toHaveProperty('history');
       }
     });

@@ -162,6 +162,8 @@ describe('the stack in containers', () => {
         "    # The executors trust the stand-in model's CA, as an operator would add a private CA.",
         '    environment:',
         '      NODE_EXTRA_CA_CERTS: /opt/tls/ca.pem',
+        "      # …and let the model's name resolve to its address on the stack network, which no capsule's rule reaches otherwise.",
+        '      MURMUR_EGRESS_PRIVATE_HOSTS: model',
         '    volumes:',
         '      - ./.cache/containers/tls:/opt/tls:ro',
         '',

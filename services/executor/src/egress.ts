@@ -10,6 +10,9 @@ import {
   requestTargetOf,
   ruleMatches,
 } from '@murmur/shared';
+import type net from 'node:net';
+import { ProhibitedAddress, type Resolve, privateHostsSetting, vettedLookup } from './egress-address.js';
+import { egressRequest } from './egress-request.js';
 import type { HttpRequest } from './host/protocol.js';
 
 /**
@@ -17,7 +20,9 @@ import type { HttpRequest } from './host/protocol.js';
  * messages. A capsule host has no network; it asks, and this decides against `network.allow`
  * (§1.5.1) and, only if allowed, makes the request itself. A refused request never produces a
  * connection. Redirects are not followed here — a redirect to a host the capsule may not reach is
- * handed back to the guest as a response, never chased on its behalf.
+ * handed back to the guest as a response, never chased on its behalf. A name is reached only where
+ * it resolves to public addresses, and connected to the address that was checked
+ * (`egress-address.ts`): what a rule allows is a host, not whatever its DNS says today.
  */
 
 /** The most a response body may hold: a relay that reaches it ends the body with `HTTP-response-body-size`. */
@@ -58,8 +63,11 @@ export class EgressPolicy {
   private readonly tools = new Map<string, NetworkAllowRule[]>();
   /** Per-tool entries dropped because the ceiling does not cover them (`W-SEC-007`). */
   readonly dropped: NarrowingWarning[] = [];
+  /** How every allowed connection finds its address: vetted (`egress-address.ts`). */
+  readonly lookup: net.LookupFunction;
 
-  constructor(plan: Pick<StagedPlan, 'policy' | 'artifacts'>) {
+  constructor(plan: Pick<StagedPlan, 'policy' | 'artifacts'>, options: { privateHosts?: (host: string) => boolean; resolve?: Resolve } = {}) {
+    this.lookup = vettedLookup(options.privateHosts ?? privateHostsSetting(process.env), options.resolve);
     this.ceiling = parseNetworkAllowRules(plan.policy.network_allow);
     for (const artifact of plan.artifacts) {
       const declared = artifact.capabilities?.network?.allow;
@@ -126,31 +134,28 @@ export class EgressPolicy {
   async http(request: HttpRequest): Promise<EgressOpened> {
     const verdict = this.judgeHttp(request.url, request.grant);
     if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
-    const headers = new Headers();
-    for (const [name, value] of request.headers) if (!DROPPED_HEADERS.has(name.toLowerCase())) headers.append(name, value);
-    let response: Response;
+    const headers = request.headers.filter(([name]) => !DROPPED_HEADERS.has(name.toLowerCase()));
+    const body =
+      request.body_base64 !== undefined && request.method !== 'GET' && request.method !== 'HEAD' ? Buffer.from(request.body_base64, 'base64') : undefined;
+    if (body) headers.push(['content-length', String(body.length)]);
+    let response: Awaited<ReturnType<typeof egressRequest>>;
     try {
-      response = await fetch(request.url, {
+      response = await egressRequest(request.url, {
         method: request.method,
         headers,
-        redirect: 'manual',
+        body,
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-        ...(request.body_base64 !== undefined && request.method !== 'GET' && request.method !== 'HEAD'
-          ? { body: Buffer.from(request.body_base64, 'base64') }
-          : {}),
+        lookup: this.lookup,
       });
     } catch (error) {
       return { outcome: 'denied', ...transportError(error) };
     }
-    const declared = Number(response.headers.get('content-length') ?? Number.NaN);
+    const declared = Number(response.headers.find(([name]) => name === 'content-length')?.[1] ?? Number.NaN);
     if (declared > RESPONSE_LIMIT_BYTES) {
       response.body?.cancel().catch(() => {});
       return { outcome: 'denied', code: 'HTTP-response-body-size', reason: `the response is larger than ${RESPONSE_LIMIT_BYTES} bytes` };
     }
-    const responseHeaders: Array<[string, string]> = [];
-    response.headers.forEach((value, name) => {
-      if (!DROPPED_HEADERS.has(name)) responseHeaders.push([name, value]);
-    });
+    const responseHeaders = response.headers.filter(([name]) => !DROPPED_HEADERS.has(name));
     return { outcome: 'response', status: response.status, headers: responseHeaders, body: response.body };
   }
 
@@ -183,14 +188,19 @@ export class EgressPolicy {
     };
     let reply: { result?: { id?: string; contextId?: string; status?: { state?: string } }; error?: { message?: string } };
     try {
-      const response = await fetch(url, {
+      const payload = Buffer.from(JSON.stringify(body));
+      const response = await egressRequest(url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', ...(traceparent ? { traceparent } : {}) },
-        body: JSON.stringify(body),
-        redirect: 'manual',
+        headers: [
+          ['content-type', 'application/json'],
+          ['content-length', String(payload.length)],
+          ...(traceparent ? [['traceparent', traceparent] as [string, string]] : []),
+        ],
+        body: payload,
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        lookup: this.lookup,
       });
-      reply = (await response.json()) as typeof reply;
+      reply = (await new Response(response.body).json()) as typeof reply;
     } catch (error) {
       return { ok: false, error: `failed to send to '${peerUrl}': ${transportError(error).reason}` };
     }
@@ -203,8 +213,9 @@ export class EgressPolicy {
 
 /** The WASI error code (and the reason the trace records) of a failed request or body read. */
 export function transportError(error: unknown): { code: string; reason: string } {
+  if (error instanceof ProhibitedAddress) return { code: error.code, reason: error.message };
   const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-  const code = cause?.code ?? (error as { name?: string }).name;
+  const code = cause?.code ?? (error as { code?: string }).code ?? (error as { name?: string }).name;
   switch (code) {
     case 'ECONNREFUSED':
       return { code: 'connection-refused', reason: 'connection refused' };
@@ -212,6 +223,8 @@ export function transportError(error: unknown): { code: string; reason: string }
     case 'EAI_AGAIN':
       return { code: 'DNS-error', reason: 'the host name did not resolve' };
     case 'TimeoutError':
+    case 'AbortError':
+    case 'ABORT_ERR':
     case 'UND_ERR_CONNECT_TIMEOUT':
       return { code: 'connection-timeout', reason: 'the request timed out' };
     case 'ECONNRESET':

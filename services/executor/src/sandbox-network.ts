@@ -1,5 +1,6 @@
 import type { Socket as DatagramSocket, RemoteInfo } from 'node:dgram';
-import { type Server, type Socket, connect } from 'node:net';
+import { type LookupFunction, type Server, type Socket, connect } from 'node:net';
+import { ProhibitedAddress } from './egress-address.js';
 import { decide, encodeAnswer, parseQuery } from './dns-message.js';
 import type { NetworkPlan, PlannedListener } from './network-plan.js';
 
@@ -34,6 +35,8 @@ export interface SandboxNetworkOptions {
   record(record: EgressRecord): void;
   /** How long an upstream connect may take before the sandbox's connection is reset. */
   connectTimeoutMs?: number;
+  /** How a destination's name is resolved: vetted by the egress policy (`egress-address.ts`), and connected to as checked. */
+  lookup?: LookupFunction;
 }
 
 const DNS_TCP_IDLE_MS = 10_000;
@@ -118,7 +121,12 @@ export class SandboxNetwork {
         return;
       }
       inside.pause();
-      const outside = connect({ host: listener.host, port: listener.port, timeout: this.options.connectTimeoutMs ?? 30_000 });
+      const outside = connect({
+        host: listener.host,
+        port: listener.port,
+        timeout: this.options.connectTimeoutMs ?? 30_000,
+        ...(this.options.lookup ? { lookup: this.options.lookup } : {}),
+      });
       this.track(outside);
       let connected = false;
       outside.once('connect', () => {
@@ -131,8 +139,15 @@ export class SandboxNetwork {
       });
       outside.once('timeout', () => outside.destroy(new Error('the connection timed out')));
       outside.on('error', (error) => {
+        // A name that led to an address no rule may reach is a denial, not a failure of the network.
         if (!connected)
-          this.options.record({ kind: 'tcp', target, decision: 'failed', reason: error.message, ...(verdict.rule ? { rule: verdict.rule } : {}) });
+          this.options.record({
+            kind: 'tcp',
+            target,
+            decision: error instanceof ProhibitedAddress ? 'denied' : 'failed',
+            reason: error.message,
+            ...(verdict.rule ? { rule: verdict.rule } : {}),
+          });
         if (!inside.destroyed) inside.resetAndDestroy();
       });
       inside.on('error', () => outside.destroy());

@@ -379,11 +379,7 @@ export class Session {
     );
     this.paths = paths;
     this.tools = tools;
-    this.recordsOutside = {
-      root: paths.accessible,
-      refused: (file, error) =>
-        this.environment.log.warn({ session_id: this.id, file, err: error }, 'a record the sandbox made unwritable (a link or a FIFO in its place) is dropped'),
-    };
+    this.recordsOutside = recordsOutside(paths.accessible, this.environment.log, this.id);
     this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record), this.recordsOutside);
     this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside);
     this.egress = new EgressPolicy(plan);
@@ -759,6 +755,7 @@ export class Session {
       plan,
       judge: (host, port) => this.egress.judgeTcp(host, port),
       record: (record) => this.recordNetwork(record),
+      lookup: this.egress.lookup,
     });
     for (const skipped of plan.skipped) this.bootstrap.line(`[capability-policy] network allow entry gets no listener in the sealed sandbox: ${skipped}`);
   }
@@ -1400,4 +1397,18 @@ export class Session {
   get installedTools(): HostTool[] {
     return this.tools;
   }
+}
+
+/**
+ * Where a session's own records are written from outside its sandbox. Made here, not in a method:
+ * V8 gives every closure of a function one shared context, so a callback made beside one that
+ * reads `this` would hold the session itself — and the records' writers outlive it (a late egress
+ * decision, the spans' drain), where an ended session must be let go (`test/ended-sessions.test.ts`).
+ */
+function recordsOutside(root: string, log: Log, sessionId: string): RecordsOutsideSandbox {
+  return {
+    root,
+    refused: (file, error) =>
+      log.warn({ session_id: sessionId, file, err: error }, 'a record the sandbox made unwritable (a link or a FIFO in its place) is dropped'),
+  };
 }

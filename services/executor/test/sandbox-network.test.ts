@@ -1,7 +1,8 @@
 import { createSocket } from 'node:dgram';
-import { type AddressInfo, connect, createServer, type Server } from 'node:net';
+import { type AddressInfo, connect, createServer, type LookupFunction, type Server } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { QTYPE, RCODE } from '../src/dns-message.js';
+import { vettedLookup } from '../src/egress-address.js';
 import type { NetworkPlan } from '../src/network-plan.js';
 import { type EgressRecord, SandboxNetwork } from '../src/sandbox-network.js';
 
@@ -26,7 +27,10 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
     for (const cleanup of cleanups.splice(0)) cleanup();
   });
 
-  async function setup(judge: (host: string, port: number) => { allowed: true } | { allowed: false; reason: string }) {
+  async function setup(
+    judge: (host: string, port: number) => { allowed: true } | { allowed: false; reason: string },
+    destination: { host: string; lookup?: LookupFunction } = { host: '127.0.0.1' },
+  ) {
     const upstreamConnections: string[] = [];
     const upstream = createServer((socket) => {
       socket.on('data', (chunk: Buffer) => {
@@ -36,13 +40,18 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
     });
     const upstreamPort = await listening(upstream);
     const plan: NetworkPlan = {
-      listeners: [{ fd: 18, address: '127.77.0.1', port: upstreamPort, host: '127.0.0.1' }],
+      listeners: [{ fd: 18, address: '127.77.0.1', port: upstreamPort, host: destination.host }],
       names: { 'api.example.com': '127.77.0.1' },
       dns: { udpFd: 16, tcpFd: 17 },
       skipped: [],
     };
     const records: EgressRecord[] = [];
-    const network = new SandboxNetwork({ plan, judge, record: (record) => records.push(record) });
+    const network = new SandboxNetwork({
+      plan,
+      judge,
+      record: (record) => records.push(record),
+      ...(destination.lookup ? { lookup: destination.lookup } : {}),
+    });
     // Stand-ins for the sandbox's sockets, handed over as the host hands them.
     const listener = createServer();
     const listenerPort = await listening(listener);
@@ -82,6 +91,24 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
     expect(result.error).toBe('ECONNRESET');
     expect(upstreamConnections).toEqual([]);
     expect(records[0]).toMatchObject({ kind: 'tcp', decision: 'denied', reason: 'network policy: nope' });
+  });
+
+  it('refuses, as a denial, an allowed name whose DNS answers a private address, and never connects there', async () => {
+    // The capsule author's DNS (outside this system) answers loopback for its name.
+    const lookup = vettedLookup(
+      () => false,
+      async (hostname) => (hostname === 'api.attacker.example' ? [{ address: '127.0.0.1', family: 4 }] : []),
+    );
+    const { records, upstreamConnections, listenerPort, upstreamPort } = await setup(() => ({ allowed: true }), { host: 'api.attacker.example', lookup });
+    const result = await exchange(listenerPort, 'PUB x 1\r\n');
+    expect(result.error).toBe('ECONNRESET');
+    expect(upstreamConnections).toEqual([]);
+    expect(records[0]).toMatchObject({
+      kind: 'tcp',
+      target: `api.attacker.example:${upstreamPort}`,
+      decision: 'denied',
+      reason: expect.stringContaining("'api.attacker.example' resolves to 127.0.0.1, which is not a public address"),
+    });
   });
 
   it('answers DNS over UDP: the allowlisted name with its address, anything else REFUSED and recorded', async () => {

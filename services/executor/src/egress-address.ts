@@ -1,0 +1,140 @@
+import { type LookupAddress, type LookupOptions, promises as dnsPromises } from 'node:dns';
+import { BlockList, type LookupFunction, isIP } from 'node:net';
+
+/**
+ * Where an allowed name may lead. `capabilities.network.allow` names hosts, and the capsule's
+ * author chooses the names — and so what they resolve to. A rule for `api.attacker.example` whose
+ * DNS answers `127.0.0.1`, `169.254.169.254` or the stack's own addresses would otherwise carry the
+ * capsule to the executor's loopback (the bus, a door, a dashboard), the cloud's metadata service
+ * or the stack's private network, none of which the rule shows to whoever reads the scope.
+ *
+ * So a name is resolved here, and reached only when every address it resolves to is public; the
+ * connection is then made to the address that was checked (`lookup`), so the name is not resolved
+ * a second time to something else. An address reaches a private destination only as it is
+ * written: a rule that names an IP (`127.0.0.1:8080`, `[::1]`) or `localhost` says plainly where
+ * it goes, and the operator can let named hosts resolve privately (`MURMUR_EGRESS_PRIVATE_HOSTS`:
+ * host names, comma-separated, or `*`), e.g. a model server on the stack's own network.
+ */
+
+/** What resolves a name: the system's resolver, or a test's stand-in for the DNS of a domain nobody here owns. */
+export type Resolve = (hostname: string) => Promise<Array<{ address: string; family: number }>>;
+
+const systemResolve: Resolve = (hostname) => dnsPromises.lookup(hostname, { all: true, verbatim: true });
+
+let nonPublic: BlockList | undefined;
+
+/**
+ * The prefixes no name of a rule may lead to: loopback, unspecified, private, shared, link-local,
+ * multicast, reserved. Made at first use: a `BlockList` holds a native handle, which `mur`'s
+ * startup snapshot cannot keep.
+ */
+function nonPublicPrefixes(): BlockList {
+  if (nonPublic) return nonPublic;
+  const list = new BlockList();
+  for (const [prefix, length] of [
+    ['0.0.0.0', 8],
+    ['10.0.0.0', 8],
+    ['100.64.0.0', 10],
+    ['127.0.0.0', 8],
+    ['169.254.0.0', 16],
+    ['172.16.0.0', 12],
+    ['192.0.0.0', 24],
+    ['192.168.0.0', 16],
+    ['198.18.0.0', 15],
+    ['224.0.0.0', 4],
+    ['240.0.0.0', 4],
+  ] as const)
+    list.addSubnet(prefix, length, 'ipv4');
+  for (const [prefix, length] of [
+    ['::', 128],
+    ['::1', 128],
+    ['fc00::', 7],
+    ['fe80::', 10],
+    ['ff00::', 8],
+  ] as const)
+    list.addSubnet(prefix, length, 'ipv6');
+  nonPublic = list;
+  return list;
+}
+
+/** The IPv4 address an IPv6 one carries (mapped `::ffff:a.b.c.d`, or NAT64's `64:ff9b::/96`), if any. */
+function embeddedIpv4(address: string): string | undefined {
+  const lower = address.toLowerCase();
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(lower)?.[1];
+  if (mapped) return mapped;
+  const words = /^(?:::ffff:|64:ff9b::)([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(lower);
+  if (!words) return undefined;
+  const high = Number.parseInt(words[1] as string, 16);
+  const low = Number.parseInt(words[2] as string, 16);
+  return [high >> 8, high & 0xff, low >> 8, low & 0xff].join('.');
+}
+
+/** Whether `address` (an IP) is a public one a name may lead to. */
+export function isPublicAddress(address: string): boolean {
+  const family = isIP(address);
+  if (family === 0) return false;
+  if (family === 6) {
+    const carried = embeddedIpv4(address);
+    if (carried) return isPublicAddress(carried);
+    return !nonPublicPrefixes().check(address, 'ipv6');
+  }
+  return !nonPublicPrefixes().check(address, 'ipv4');
+}
+
+/** A host as a rule writes it, its IPv6 brackets off. */
+function bare(host: string): string {
+  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
+}
+
+/** Whether a host says where it goes as it is written: an IP, or `localhost`. */
+export function namesItsAddress(host: string): boolean {
+  const plain = bare(host).toLowerCase();
+  return isIP(plain) !== 0 || plain === 'localhost';
+}
+
+/** `MURMUR_EGRESS_PRIVATE_HOSTS`: the names the operator lets resolve to private addresses. */
+export function privateHostsSetting(env: NodeJS.ProcessEnv): (host: string) => boolean {
+  const entries = new Set(
+    (env.MURMUR_EGRESS_PRIVATE_HOSTS ?? '')
+      .split(',')
+      .map((entry) => entry.trim().toLowerCase())
+      .filter((entry) => entry !== ''),
+  );
+  return (host) => entries.has('*') || entries.has(bare(host).toLowerCase());
+}
+
+/** A name that led somewhere it may not: the WASI error code and the reason the trace records. */
+export class ProhibitedAddress extends Error {
+  readonly code = 'destination-IP-prohibited';
+  constructor(host: string, address: string) {
+    super(
+      `network policy: '${host}' resolves to ${address}, which is not a public address; a rule reaches such an address only by naming it (an IP, or localhost), or when the operator lets the name resolve privately (MURMUR_EGRESS_PRIVATE_HOSTS)`,
+    );
+  }
+}
+
+/**
+ * The `lookup` a connection to an allowed host is made with: the host's addresses, refused when
+ * one is not public and the host neither names its address nor is let resolve privately.
+ */
+export function vettedLookup(privateAllowed: (host: string) => boolean, resolve: Resolve = systemResolve): LookupFunction {
+  return (hostname, options, callback) => {
+    const answer = callback as unknown as (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+    resolve(hostname).then(
+      (addresses) => {
+        if (addresses.length === 0) return answer(Object.assign(new Error(`'${hostname}' did not resolve`), { code: 'ENOTFOUND' }), '', 0);
+        if (!namesItsAddress(hostname) && !privateAllowed(hostname)) {
+          const prohibited = addresses.find((entry) => !isPublicAddress(entry.address));
+          if (prohibited) return answer(new ProhibitedAddress(hostname, prohibited.address) as unknown as NodeJS.ErrnoException, '', 0);
+        }
+        const wanted = (options as LookupOptions).family;
+        const usable = wanted === 4 || wanted === 6 ? addresses.filter((entry) => entry.family === wanted) : addresses;
+        if ((options as LookupOptions).all) return answer(null, usable);
+        const first = usable[0];
+        if (!first) return answer(Object.assign(new Error(`'${hostname}' has no IPv${wanted} address`), { code: 'ENOTFOUND' }), '', 0);
+        answer(null, first.address, first.family);
+      },
+      (error: NodeJS.ErrnoException) => answer(error, '', 0),
+    );
+  };
+}

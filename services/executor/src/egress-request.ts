@@ -1,0 +1,59 @@
+// Named imports: a snapshot of `mur` defers these built-ins to their first use, and a default
+// import would load them while the snapshot is built (scripts/snapshot.mjs).
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type net from 'node:net';
+import { Readable } from 'node:stream';
+
+/**
+ * One HTTP request a capsule's grant allowed, made with the `lookup` that vets where the name
+ * leads (`egress-address.ts`), so the connection goes to the address that was checked. Node's
+ * `fetch` resolves names itself and takes no lookup, hence `node:http`: no redirect is ever
+ * followed (a 3xx is the guest's to read), and the signal covers the whole exchange, the body
+ * included.
+ */
+export interface EgressResponse {
+  status: number;
+  /** Each header line as it came, the name lower-cased. */
+  headers: Array<[string, string]>;
+  body: ReadableStream<Uint8Array> | null;
+}
+
+export function egressRequest(
+  url: string,
+  init: { method: string; headers: Array<[string, string]>; body?: Uint8Array | undefined; signal: AbortSignal; lookup: net.LookupFunction },
+): Promise<EgressResponse> {
+  const target = new URL(url);
+  const makeRequest = target.protocol === 'https:' ? httpsRequest : httpRequest;
+  return new Promise((resolve, reject) => {
+    const request = makeRequest(
+      target,
+      {
+        method: init.method,
+        headers: init.headers.reduce<Record<string, string | string[]>>((all, [name, value]) => {
+          const existing = all[name];
+          all[name] = existing === undefined ? value : Array.isArray(existing) ? [...existing, value] : [existing, value];
+          return all;
+        }, {}),
+        lookup: init.lookup,
+        signal: init.signal,
+        // One connection per request, as the relay's fetch had: nothing of one guest's request is kept for another.
+        agent: false,
+      },
+      (response) => {
+        const headers: Array<[string, string]> = [];
+        for (let index = 0; index + 1 < response.rawHeaders.length; index += 2)
+          headers.push([(response.rawHeaders[index] as string).toLowerCase(), response.rawHeaders[index + 1] as string]);
+        const bodyless = init.method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304;
+        if (bodyless) response.resume();
+        resolve({
+          status: response.statusCode ?? 0,
+          headers,
+          body: bodyless ? null : (Readable.toWeb(response) as ReadableStream<Uint8Array>),
+        });
+      },
+    );
+    request.on('error', reject);
+    request.end(init.body);
+  });
+}

@@ -1,0 +1,111 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve } from '../src/egress-address.js';
+import { EgressPolicy } from '../src/egress.js';
+
+/**
+ * Where an allowed name may lead. A real server on loopback stands for everything private — the
+ * bus, a door, the metadata service — and a resolver stands in for the DNS of a domain the
+ * capsule's author controls (outside this system), answering whatever the author likes.
+ */
+
+describe('a public address', () => {
+  it.each([['93.184.216.34'], ['8.8.8.8'], ['2606:4700:4700::1111'], ['::ffff:8.8.8.8']])('is %s', (address) => {
+    expect(isPublicAddress(address)).toBe(true);
+  });
+
+  it.each([
+    ['127.0.0.1'],
+    ['127.255.0.9'],
+    ['0.0.0.0'],
+    ['10.1.2.3'],
+    ['172.20.0.5'],
+    ['192.168.1.1'],
+    ['169.254.169.254'],
+    ['100.64.0.1'],
+    ['224.0.0.1'],
+    ['255.255.255.255'],
+    ['::1'],
+    ['::'],
+    ['fd00::1'],
+    ['fe80::1'],
+    ['ff02::1'],
+    ['::ffff:127.0.0.1'],
+    ['::ffff:7f00:1'],
+    ['64:ff9b::a9fe:a9fe'],
+    ['not-an-ip'],
+  ])('is not %s', (address) => {
+    expect(isPublicAddress(address)).toBe(false);
+  });
+
+  it('is what a rule that names an IP or localhost says plainly, and nothing else', () => {
+    for (const host of ['127.0.0.1', '[::1]', '::1', 'localhost', 'LOCALHOST']) expect(namesItsAddress(host), host).toBe(true);
+    for (const host of ['api.example.com', 'localhost.attacker.example', '127.0.0.1.nip.io']) expect(namesItsAddress(host), host).toBe(false);
+  });
+
+  it('may be waived by the operator for named hosts, or all', () => {
+    const some = privateHostsSetting({ MURMUR_EGRESS_PRIVATE_HOSTS: ' model , LLM.internal' });
+    expect([some('model'), some('llm.internal'), some('other')]).toEqual([true, true, false]);
+    expect(privateHostsSetting({ MURMUR_EGRESS_PRIVATE_HOSTS: '*' })('anything')).toBe(true);
+    expect(privateHostsSetting({})('model')).toBe(false);
+  });
+});
+
+describe('the egress relay and a name that resolves privately', () => {
+  let server: http.Server;
+  let port: number;
+  const hits: string[] = [];
+
+  beforeAll(async () => {
+    server = http.createServer((request, response) => {
+      hits.push(`${request.headers.host} ${request.url}`);
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { id: 'tsk_1', contextId: 'ctx_1', status: { state: 'completed' } } }));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as AddressInfo).port;
+  });
+
+  afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+  /** The attacker's DNS: its name answers loopback, in either of IPv4's spellings. */
+  const attackerDns =
+    (address: string): Resolve =>
+    async (hostname) =>
+      hostname === 'api.attacker.example' ? [{ address, family: address.includes(':') ? 6 : 4 }] : [];
+  const policy = (allow: string[], options: ConstructorParameters<typeof EgressPolicy>[1] = {}) =>
+    new EgressPolicy({ policy: { network_allow: allow } as never, artifacts: [] }, { privateHosts: () => false, ...options });
+  const get = (egress: EgressPolicy, url: string) => egress.http({ url, method: 'GET', headers: [], grant: 'capsule' } as never);
+
+  it('refuses a request whose allowed name resolves to loopback, and never connects', async () => {
+    for (const address of ['127.0.0.1', '::ffff:127.0.0.1']) {
+      const before = hits.length;
+      const egress = policy([`api.attacker.example:${port}`], { resolve: attackerDns(address) });
+      const opened = await get(egress, `http://api.attacker.example:${port}/internal`);
+      expect(opened).toMatchObject({ outcome: 'denied', code: 'destination-IP-prohibited' });
+      expect((opened as { reason: string }).reason).toContain(`'api.attacker.example' resolves to ${address}, which is not a public address`);
+      expect(hits.length).toBe(before);
+      // A2A sends are held to the same rule.
+      const sent = await egress.send(`http://api.attacker.example:${port}/`, { message_id: 'm1', text: 'hello' });
+      expect(sent).toMatchObject({ ok: false, error: expect.stringContaining('not a public address') });
+      expect(hits.length).toBe(before);
+    }
+  });
+
+  it('reaches it when the operator lets the name resolve privately, connecting to the address it checked', async () => {
+    const egress = policy([`api.attacker.example:${port}`], { resolve: attackerDns('127.0.0.1'), privateHosts: (host) => host === 'api.attacker.example' });
+    const opened = await get(egress, `http://api.attacker.example:${port}/allowed`);
+    expect(opened).toMatchObject({ outcome: 'response', status: 200 });
+    // The name exists nowhere but in the stand-in resolver: reaching the server proves the connection used its answer.
+    expect(hits.at(-1)).toBe(`api.attacker.example:${port} /allowed`);
+    const body = (opened as { body: ReadableStream<Uint8Array> }).body;
+    expect(await new Response(body).json()).toMatchObject({ result: { id: 'tsk_1' } });
+  });
+
+  it('reaches a private address a rule names as it is written (an IP), as before', async () => {
+    const opened = await get(policy([`127.0.0.1:${port}`]), `http://127.0.0.1:${port}/literal`);
+    expect(opened).toMatchObject({ outcome: 'response', status: 200 });
+    expect(hits.at(-1)).toBe(`127.0.0.1:${port} /literal`);
+  });
+});
