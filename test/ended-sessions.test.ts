@@ -118,4 +118,22 @@ describe('an executor, after a session ended on it', () => {
     const file = await bus.request(commands.sessionFiles.at(executor.instanceId), { session_id: sessionId, path: 'out/kept.txt' }, { timeoutMs: 10_000 });
     expect(file.type === 'file' && Buffer.from(file.data, 'base64').toString()).toBe('still here');
   });
+
+  it("refuses to read a workdir that a link has since replaced (a delegated child's, swapped by its parent's guest), reading nothing where it leads", async () => {
+    const { sessionId, workdir } = await runToEnd('swapped', [{ op: 'write', path: 'out/kept.txt', text: 'the session wrote this' }]);
+    const elsewhere = path.join(scratch.dir, 'host-secrets');
+    await fs.mkdir(path.join(elsewhere, 'out'), { recursive: true });
+    await fs.writeFile(path.join(elsewhere, 'out', 'kept.txt'), 'a secret of the host');
+    await fs.rename(workdir, `${workdir}-away`);
+    await fs.symlink(elsewhere, workdir);
+    const refusal = await bus
+      .request(commands.sessionFiles.at(executor.instanceId), { session_id: sessionId, path: 'out/kept.txt' }, { timeoutMs: 10_000 })
+      .then(
+        () => undefined,
+        (error: unknown) => error as Error,
+      );
+    expect(refusal?.message).toContain('now resolves to');
+    expect(refusal?.message).toContain('so something replaced it with a link; nothing was read');
+    expect(refusal?.message).not.toContain('a secret of the host');
+  });
 });

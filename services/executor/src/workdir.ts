@@ -35,6 +35,36 @@ export interface WorkdirRequest {
   workdir?: string | undefined;
   defaultBase: string;
   task?: string | undefined;
+  /**
+   * The workdir is one the executor made inside another guest's workdir (a delegated child's,
+   * under its parent's `children/`): it must resolve to itself, since that guest can put a link
+   * in its place (`assertWorkdirUnmoved`).
+   */
+  madeInGuestTree?: boolean;
+}
+
+/**
+ * Refuses a workdir that no longer resolves to the path the executor made: a parent's guest that
+ * swapped its child's directory for a link (to `/etc`, say) would otherwise have the child's
+ * records written, and its sandbox's writable bind made, there.
+ */
+export function assertWorkdirUnmoved(workdir: string): void {
+  let real: string | undefined;
+  try {
+    real = realpathSync(workdir);
+  } catch {
+    real = undefined;
+  }
+  if (real !== path.resolve(workdir)) {
+    throw new MurmurError(
+      'E-SES-004',
+      `refused the workdir ${workdir}: it ${real === undefined ? 'is gone' : `now resolves to ${real}`}, so something replaced it with a link`,
+      {
+        path: workdir,
+        hint: "a delegated child's directory lies in its parent's workdir, which the parent's guest can write; launch the child again",
+      },
+    );
+  }
 }
 
 /** Where an artifact's files come from on this machine: blobs verified into the local cache. */
@@ -98,6 +128,7 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
     accessible = path.join(path.resolve(request.defaultBase), 'workdir', request.sessionId);
     await fs.mkdir(accessible, { recursive: true });
   }
+  if (request.madeInGuestTree) assertWorkdirUnmoved(accessible);
   accessible = realpathSync(accessible);
   const sessionDir = request.workdir !== undefined ? path.join(accessible, '.murmur', request.sessionId) : accessible;
   for (const dir of ['tools', 'out', 'logs']) mkdirBeneath(accessible, path.join(sessionDir, dir));
