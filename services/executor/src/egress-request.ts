@@ -1,13 +1,13 @@
 // Named imports: a snapshot of `mur` defers these built-ins to their first use, and a default
 // import would load them while the snapshot is built (scripts/snapshot.mjs).
-import { request as httpRequest } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import { Agent as HttpAgent, request as httpRequest } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import type net from 'node:net';
 import { Readable } from 'node:stream';
 
 /**
- * One HTTP request a capsule's grant allowed, made with the `lookup` that vets where the name
- * leads (`egress-address.ts`), so the connection goes to the address that was checked. Node's
+ * One HTTP request a capsule's grant allowed, on a connection made with the `lookup` that vets
+ * where the name leads (`egress-address.ts`), so it goes to the address that was checked. Node's
  * `fetch` resolves names itself and takes no lookup, hence `node:http`: no redirect is ever
  * followed (a 3xx is the guest's to read), and the signal covers the whole exchange, the body
  * included.
@@ -19,9 +19,35 @@ export interface EgressResponse {
   body: ReadableStream<Uint8Array> | null;
 }
 
+/**
+ * One session's connections: kept alive between its requests (an agent's model calls, turn after
+ * turn, would otherwise each pay a TCP and TLS handshake), made with the vetted lookup, and never
+ * shared with another session. Closed when the session ends.
+ */
+export class EgressConnections {
+  private http: HttpAgent | undefined;
+  private https: HttpsAgent | undefined;
+
+  constructor(private readonly lookup: net.LookupFunction) {}
+
+  for(protocol: string): HttpAgent {
+    if (protocol === 'https:') {
+      this.https ??= new HttpsAgent({ keepAlive: true, lookup: this.lookup });
+      return this.https;
+    }
+    this.http ??= new HttpAgent({ keepAlive: true, lookup: this.lookup });
+    return this.http;
+  }
+
+  close(): void {
+    this.http?.destroy();
+    this.https?.destroy();
+  }
+}
+
 export function egressRequest(
   url: string,
-  init: { method: string; headers: Array<[string, string]>; body?: Uint8Array | undefined; signal: AbortSignal; lookup: net.LookupFunction },
+  init: { method: string; headers: Array<[string, string]>; body?: Uint8Array | undefined; signal: AbortSignal; connections: EgressConnections },
 ): Promise<EgressResponse> {
   const target = new URL(url);
   const makeRequest = target.protocol === 'https:' ? httpsRequest : httpRequest;
@@ -35,10 +61,8 @@ export function egressRequest(
           all[name] = existing === undefined ? value : Array.isArray(existing) ? [...existing, value] : [existing, value];
           return all;
         }, {}),
-        lookup: init.lookup,
         signal: init.signal,
-        // One connection per request, as the relay's fetch had: nothing of one guest's request is kept for another.
-        agent: false,
+        agent: init.connections.for(target.protocol),
       },
       (response) => {
         const headers: Array<[string, string]> = [];

@@ -12,7 +12,7 @@ import {
 } from '@murmur/shared';
 import type net from 'node:net';
 import { ProhibitedAddress, type Resolve, privateHostsSetting, vettedLookup } from './egress-address.js';
-import { egressRequest } from './egress-request.js';
+import { EgressConnections, egressRequest } from './egress-request.js';
 import type { HttpRequest } from './host/protocol.js';
 
 /**
@@ -65,9 +65,12 @@ export class EgressPolicy {
   readonly dropped: NarrowingWarning[] = [];
   /** How every allowed connection finds its address: vetted (`egress-address.ts`). */
   readonly lookup: net.LookupFunction;
+  /** This session's HTTP connections, kept alive between its requests. */
+  private readonly connections: EgressConnections;
 
   constructor(plan: Pick<StagedPlan, 'policy' | 'artifacts'>, options: { privateHosts?: (host: string) => boolean; resolve?: Resolve } = {}) {
     this.lookup = vettedLookup(options.privateHosts ?? privateHostsSetting(process.env), options.resolve);
+    this.connections = new EgressConnections(this.lookup);
     this.ceiling = parseNetworkAllowRules(plan.policy.network_allow);
     for (const artifact of plan.artifacts) {
       const declared = artifact.capabilities?.network?.allow;
@@ -80,6 +83,11 @@ export class EgressPolicy {
       }
       this.tools.set(artifact.name, kept);
     }
+  }
+
+  /** The session has ended: its kept connections close. */
+  close(): void {
+    this.connections.close();
   }
 
   rulesFor(grant: string): NetworkAllowRule[] {
@@ -145,7 +153,7 @@ export class EgressPolicy {
         headers,
         body,
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-        lookup: this.lookup,
+        connections: this.connections,
       });
     } catch (error) {
       return { outcome: 'denied', ...transportError(error) };
@@ -198,7 +206,7 @@ export class EgressPolicy {
         ],
         body: payload,
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-        lookup: this.lookup,
+        connections: this.connections,
       });
       reply = (await new Response(response.body).json()) as typeof reply;
     } catch (error) {

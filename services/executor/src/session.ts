@@ -1143,6 +1143,8 @@ export class Session {
       });
     }
     this.trace?.close();
+    // Set once the launch got as far as its policy; a launch refused before it has none.
+    (this.egress as EgressPolicy | undefined)?.close();
     this.cgroup?.killAll();
     await this.cgroup?.remove();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);

@@ -1,5 +1,5 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve } from '../src/egress-address.js';
 import { EgressPolicy } from '../src/egress.js';
@@ -101,6 +101,25 @@ describe('the egress relay and a name that resolves privately', () => {
     expect(hits.at(-1)).toBe(`api.attacker.example:${port} /allowed`);
     const body = (opened as { body: ReadableStream<Uint8Array> }).body;
     expect(await new Response(body).json()).toMatchObject({ result: { id: 'tsk_1' } });
+  });
+
+  it("keeps a session's connection between its requests, and closes it when the session ends", async () => {
+    const connections: Array<Socket> = [];
+    const count = (socket: Socket) => connections.push(socket);
+    server.on('connection', count);
+    try {
+      const egress = policy([`127.0.0.1:${port}`]);
+      for (const run of ['one', 'two', 'three']) {
+        const opened = await get(egress, `http://127.0.0.1:${port}/${run}`);
+        await new Response((opened as { body: ReadableStream<Uint8Array> }).body).arrayBuffer();
+      }
+      expect(connections).toHaveLength(1);
+      egress.close();
+      await new Promise((resolve) => connections[0]?.once('close', resolve));
+      expect(connections[0]?.destroyed).toBe(true);
+    } finally {
+      server.off('connection', count);
+    }
   });
 
   it('reaches a private address a rule names as it is written (an IP), as before', async () => {
