@@ -3,8 +3,8 @@ import { existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, 
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { MurmurError } from '../src/errors.js';
-import { appendBeneath, copyFileBeneath, mkdirBeneath, openAppendBeneath, writeFileBeneath } from '../src/node/beneath.js';
+import { appendBeneath, copyFileBeneath, mkdirBeneath, openAppendBeneath, writeFileBeneath } from '@murmur/shared/node';
+import { refusalOf as refusal } from '../../test/support/refusals.js';
 
 /**
  * Writing into a directory a guest can write, from outside its sandbox: a directory `outside`
@@ -25,16 +25,6 @@ describe('writing beneath a workdir the guest can write', () => {
   });
 
   afterEach(() => rmSync(scratch, { recursive: true, force: true }));
-
-  const refusal = (write: () => unknown): MurmurError => {
-    try {
-      write();
-    } catch (error) {
-      if (error instanceof MurmurError) return error;
-      throw error;
-    }
-    throw new Error('the write was not refused');
-  };
 
   it('writes, appends, copies and makes directories where nothing is in the way', () => {
     writeFileBeneath(root, path.join(root, 'tools', 'x', 'murmur.yaml'), 'name: x\n', 0o600);
