@@ -17,10 +17,11 @@ import { shellToolDescription } from './host/subprocess.js';
  *
  * The workdir is the guest's to write, and a workdir given again (`--workdir`) holds whatever an
  * earlier guest left there: every directory and file made here is made beneath the accessible
- * workdir's root without following a link (`@murmur/shared/node`'s `beneath`), so a link the
- * guest planted in place of `tools/<name>/skill.md` or `task.md` makes the write fail
- * (`E-SES-004`) instead of landing outside. The same holds for a tool pulled while the session
- * runs, which is written where the guest has been writing all along.
+ * workdir's root without following a link (`@murmur/shared/node`'s `beneath`): a link the guest
+ * planted in place of a file written here (`tools/<name>/skill.md`, `task.md`) is replaced, never
+ * followed, and one in place of a directory on the way fails the write (`E-SES-004`) instead of
+ * landing outside. The same holds for a tool pulled while the session runs, which is written where
+ * the guest has been writing all along.
  */
 export interface SessionPaths {
   accessible: string;
