@@ -1,7 +1,7 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
-import { closeSync, existsSync, openSync, realpathSync } from 'node:fs';
+import { closeSync, constants, existsSync, openSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
-import type { CapabilityPolicy } from '@murmur/shared';
+import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
 import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries } from './confinement.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
@@ -154,6 +154,9 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   if (harness && !isSystemPath(harness.binary)) data.add(path.dirname(harness.binary));
   const writable = harness?.home ? [harness.home] : [];
   const pipes: Array<string | Buffer> = SANDBOX_FILES.map((file) => file.content);
+  // A fresh sandbox binds its workdir and /tmp by descriptor, opened and checked now (a pooled
+  // one is given its workdir by its helper, which mounts what the executor names at attach time).
+  const pinned = pooled ? [] : [pinDirectory(input.workdir), pinDirectory(tmp)];
   const layout = {
     workdir: input.workdir,
     code: [input.codeRoot],
@@ -166,8 +169,12 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
 
   if (pooled && !confine) throw new Error('a pooled sandbox is sealed: its session is mounted in by the held helper');
   if (!confine) {
-    const argv = [namespaces.binary as string, ...bubblewrapArguments(layout, [process.execPath, input.hostEntry])];
-    return { ...pipesOnly(argv, pipes), network: undefined, start: undefined, sealed: false };
+    const pinnedAt = FIRST_DATA_FD + pipes.length;
+    const argv = [
+      namespaces.binary as string,
+      ...bubblewrapArguments({ ...layout, pinned: { workdirFd: pinnedAt, tmpFd: pinnedAt + 1 } }, [process.execPath, input.hostEntry]),
+    ];
+    return { ...pipesOnly(argv, pipes, pinned), network: undefined, start: undefined, sealed: false };
   }
 
   const arch = nativeSeccompArch();
@@ -202,8 +209,16 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   pipes.push(spec, seccompFilterBytes({ arch, unixSockets: policy.unix_sockets }));
   if (FIRST_DATA_FD + pipes.length !== FIRST_CGROUP_FD) throw new Error('the sandbox descriptor layout is out of step');
   if (pooled && cgroupFds.length > 0) throw new Error('a pooled sandbox starts no subprocess: it is given no tools cgroup');
-  const argv = [namespaces.binary as string, ...bubblewrapArguments(layout, [confine.node, input.hostEntry], { helper: confine.helper, specFd: SPEC_FD })];
-  const stdio: Array<StdioPipe | number> = [...pipes.map(() => 'pipe' as const), ...cgroupFds, ...(pooled ? ['pipe' as const] : [])];
+  // After the cgroup descriptors: the helper closes both before the host runs (they are not in `keep`).
+  const pinnedAt = FIRST_CGROUP_FD + cgroupFds.length;
+  const argv = [
+    namespaces.binary as string,
+    ...bubblewrapArguments({ ...layout, ...(pooled ? {} : { pinned: { workdirFd: pinnedAt, tmpFd: pinnedAt + 1 } }) }, [confine.node, input.hostEntry], {
+      helper: confine.helper,
+      specFd: SPEC_FD,
+    }),
+  ];
+  const stdio: Array<StdioPipe | number> = [...pipes.map(() => 'pipe' as const), ...cgroupFds, ...pinned, ...(pooled ? ['pipe' as const] : [])];
   return {
     argv,
     stdio,
@@ -211,7 +226,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
       for (const [index, content] of pipes.entries()) streams[FIRST_DATA_FD + index]?.end(content);
     },
     release: () => {
-      for (const fd of cgroupFds.splice(0)) closeSync(fd);
+      for (const fd of [...cgroupFds.splice(0), ...pinned.splice(0)]) closeSync(fd);
     },
     network,
     start: {
@@ -228,13 +243,38 @@ function plain(argv: string[]): HostSandbox {
   return { argv, stdio: [], feed: () => {}, release: () => {}, network: undefined, start: undefined, sealed: false };
 }
 
-function pipesOnly(argv: string[], pipes: Array<string | Buffer>): Omit<HostSandbox, 'network' | 'start' | 'sealed'> {
+function pipesOnly(argv: string[], pipes: Array<string | Buffer>, pinned: number[]): Omit<HostSandbox, 'network' | 'start' | 'sealed'> {
   return {
     argv,
-    stdio: pipes.map(() => 'pipe' as const),
+    stdio: [...pipes.map(() => 'pipe' as const), ...pinned],
     feed: (streams) => {
       for (const [index, content] of pipes.entries()) streams[FIRST_DATA_FD + index]?.end(content);
     },
-    release: () => {},
+    release: () => {
+      for (const fd of pinned.splice(0)) closeSync(fd);
+    },
   };
+}
+
+/**
+ * A directory opened for binding by descriptor, refused unless it is the directory named: not a
+ * link, and reached through no link (the descriptor's own path is the one asked for). Once open,
+ * swapping a link in at the path changes nothing the sandbox is given.
+ */
+export function pinDirectory(dir: string): number {
+  const refused = (why: string): MurmurError => new MurmurError('E-SES-004', `refused to bind ${dir} into the sandbox: ${why}`, { path: dir });
+  let fd: number;
+  try {
+    fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOTDIR' || code === 'ELOOP') throw refused('it is a link or not a directory, which something in a sandbox put there');
+    throw error;
+  }
+  const opened = readlinkSync(`/proc/self/fd/${fd}`);
+  if (opened !== path.resolve(dir)) {
+    closeSync(fd);
+    throw refused(`it resolves to ${opened}, so something replaced a directory on its way with a link`);
+  }
+  return fd;
 }

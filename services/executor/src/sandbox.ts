@@ -72,6 +72,13 @@ export interface SandboxLayout {
   /** The directory the sandbox sees as `/tmp`: inside the workdir, so it counts as the workdir. */
   tmp: string;
   /**
+   * Descriptors (as the sandbox's process has them) of the workdir and of `tmp`, opened and checked
+   * by the executor: bound by descriptor (`--bind-fd`), not by path, since those paths lie in
+   * directories a guest can write — a parent's guest its child's, a session's guest a reused
+   * workdir's `.capsule-tmp` — where a link swapped in after the check would be followed by the bind.
+   */
+  pinned?: { workdirFd: number; tmpFd: number };
+  /**
    * A pooled sandbox, started before its session is known: `workdir` is then the directory the
    * session's workdir will be mounted in (an empty tmpfs until then); `source`, the real directory
    * above it, is bound at `staging` for the helper to mount from (so the real `workdir` directory
@@ -167,6 +174,7 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   // /tmp before everything that may live under it (the code, the cache, the workdir itself), so
   // those binds land on top of it rather than being hidden by it.
   if (layout.attachLater) args.push('--tmpfs', '/tmp');
+  else if (layout.pinned) args.push('--bind-fd', String(layout.pinned.tmpFd), '/tmp');
   else args.push('--bind', layout.tmp, '/tmp');
   // Node itself, wherever it is installed (it may live outside /usr).
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
@@ -180,6 +188,7 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   for (const dir of hidden) args.push('--tmpfs', dir);
   for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
   if (layout.attachLater) args.push('--bind', layout.attachLater.source, layout.attachLater.staging, '--tmpfs', layout.workdir);
+  else if (layout.pinned) args.push('--bind-fd', String(layout.pinned.workdirFd), layout.workdir);
   else args.push('--bind', layout.workdir, layout.workdir);
   for (const dir of layout.writable ?? []) if (existsSync(dir)) args.push('--bind', dir, dir);
   for (const dir of hidden) args.push('--remount-ro', dir);
