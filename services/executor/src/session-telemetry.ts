@@ -1,5 +1,6 @@
 import { type OpenSpan, type SpanAttributes, otelTracesUrl } from '@murmur/shared';
 import type { OtelTracer } from '@murmur/shared/otel';
+import type { LookupFunction } from 'node:net';
 import { LogFile, type RecordsOutsideSandbox, type TraceRecord } from './records.js';
 
 /**
@@ -44,6 +45,8 @@ export class SessionTelemetry {
     capsule: { name: string; version: string };
     endpoint: string | undefined;
     endpointAllowed: (url: string) => boolean;
+    /** How the capsule's own endpoint is resolved: the session's vetted lookup (`egress-address.ts`). */
+    capsuleLookup: LookupFunction;
     operatorEndpoint: string | undefined;
     sessionDir: string;
     recordsOutside: RecordsOutsideSandbox;
@@ -69,7 +72,8 @@ export class SessionTelemetry {
       serviceVersion: options.capsule.version,
       scope: 'murmur-capsule-runtime',
       onExportError: (message) => log.line(message),
-      ...(collectorLabel ? { collectorLabel } : {}),
+      // The capsule's collector is reached as its requests are; the operator's is the operator's.
+      ...(collectorLabel ? { collectorLabel } : { lookup: options.capsuleLookup }),
     });
     return new SessionTelemetry(tracer, options.launchTraceparent);
   }

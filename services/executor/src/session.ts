@@ -388,6 +388,7 @@ export class Session {
       capsule: plan.capsule,
       endpoint: resolveManifestSecrets(plan.capsule.manifest, this.request.env).observability?.otel_endpoint,
       endpointAllowed: (url) => this.egress.judgeHttp(url, 'capsule').allowed,
+      capsuleLookup: this.egress.lookup,
       operatorEndpoint: this.environment.otelEndpoint,
       sessionDir: paths.sessionDir,
       recordsOutside: this.recordsOutside,

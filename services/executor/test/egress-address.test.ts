@@ -1,7 +1,9 @@
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve } from '../src/egress-address.js';
+import { openOtelTracer } from '@murmur/shared/otel';
+import { startOtlpReceiver } from '../../../test/support/otlp-receiver.js';
+import { isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve, vettedLookup } from '../src/egress-address.js';
 import { EgressPolicy } from '../src/egress.js';
 
 /**
@@ -126,5 +128,45 @@ describe('the egress relay and a name that resolves privately', () => {
     const opened = await get(policy([`127.0.0.1:${port}`]), `http://127.0.0.1:${port}/literal`);
     expect(opened).toMatchObject({ outcome: 'response', status: 200 });
     expect(hits.at(-1)).toBe(`127.0.0.1:${port} /literal`);
+  });
+});
+
+describe("a capsule's own OpenTelemetry collector", () => {
+  it('is reached as its requests are: a name of the capsule that resolves to loopback gets no spans, and says why in its log', async () => {
+    const receiver = await startOtlpReceiver();
+    try {
+      const port = Number(receiver.authority.split(':')[1]);
+      const errors: string[] = [];
+      const lookup = vettedLookup(
+        () => false,
+        async (hostname) => (hostname === 'otel.attacker.example' ? [{ address: '127.0.0.1', family: 4 }] : []),
+      );
+      const tracer = openOtelTracer({
+        endpoint: `http://otel.attacker.example:${port}`,
+        serviceName: 'capsule',
+        serviceVersion: '0.1.0',
+        scope: 'test',
+        onExportError: (message) => errors.push(message),
+        lookup,
+      });
+      tracer.span('capsule.session').end();
+      await tracer.shutdown(2_000);
+      expect(receiver.spans()).toEqual([]);
+      expect(errors.join('\n')).toContain("'otel.attacker.example' resolves to 127.0.0.1, which is not a public address");
+      // The same collector by its address, as a rule would name it: spans arrive.
+      const direct = openOtelTracer({
+        endpoint: receiver.endpoint,
+        serviceName: 'capsule',
+        serviceVersion: '0.1.0',
+        scope: 'test',
+        onExportError: () => {},
+        lookup,
+      });
+      direct.span('capsule.session').end();
+      await direct.shutdown(2_000);
+      expect(receiver.spans().map((span) => span.name)).toEqual(['capsule.session']);
+    } finally {
+      await receiver.close();
+    }
   });
 });

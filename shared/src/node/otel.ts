@@ -4,6 +4,7 @@ import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
 import { type OpenSpan, type RuntimeTracing, type SpanAttributes, type SpanOptions, isTraceparent, otelTracesUrl } from '../tracing-sink.js';
+import type { LookupFunction } from 'node:net';
 
 /**
  * The OpenTelemetry SDK behind the runtime's tracing sink: spans batched and exported as OTLP/HTTP
@@ -28,6 +29,12 @@ export interface OtelTracerOptions {
    * URL). Given, a failure is told by its code alone: a transport's message names the address.
    */
   collectorLabel?: string;
+  /**
+   * How the collector's name is resolved, for a collector the capsule named: the egress policy's
+   * vetted lookup, so its spans reach only where its network rules could (a capsule's own name
+   * leading to the executor's loopback is refused as its requests are).
+   */
+  lookup?: LookupFunction;
 }
 
 export interface OtelTracer extends RuntimeTracing {
@@ -49,7 +56,7 @@ const propagator = new W3CTraceContextPropagator();
 export function openOtelTracer(options: OtelTracerOptions): OtelTracer {
   const url = otelTracesUrl(options.endpoint);
   const exporter = new ReportingExporter(
-    new OTLPTraceExporter({ url, timeoutMillis: EXPORT_TIMEOUT_MS }),
+    new OTLPTraceExporter({ url, timeoutMillis: EXPORT_TIMEOUT_MS, ...(options.lookup ? { httpAgentOptions: { lookup: options.lookup } } : {}) }),
     options.collectorLabel ?? url,
     options.collectorLabel === undefined ? describeFailure : failureCode,
     options.onExportError,
