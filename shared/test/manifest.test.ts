@@ -274,6 +274,19 @@ describe('the capsule manifest', () => {
     expect(error.message).toContain("'python3' is not in capabilities.shell.allow");
   });
 
+  it('refuses an interpreter directory or a staged source whose path holds a line break, naming where', () => {
+    const interpreter = refusal(
+      'name: tiny\nversion: 1.0.0\ncapabilities:\n  shell:\n    allow: [python3]\n    interpreter_runtime:\n      - binary: python3\n        dirs: [{ path: "/opt/none\\nallow rwxdm /", list_dir: true }]\n',
+    );
+    expect(interpreter.path).toBe('capabilities.shell.interpreter_runtime[0].dirs[0].path');
+    expect(interpreter.message).toContain('must not contain a control character');
+    const staged = refusal(
+      'name: tiny\nversion: 1.0.0\ncapabilities:\n  shell:\n    allow: [python3]\n    staged_runtime:\n      - { binary: python3, source_path: "/opt/py\\tx", pin: "3" }\n',
+    );
+    expect(staged.path).toBe('capabilities.shell.staged_runtime[0].source_path');
+    expect(staged.message).toContain('must not contain a control character');
+  });
+
   describe('artifact declarations', () => {
     it("refuses runtime: wasm with upstream's advice to use runtime: tool", () => {
       const error = refusal('name: tiny\nversion: 1.0.0\nartifacts:\n  - name: t\n    version: 1.0.0\n    runtime: wasm\n');

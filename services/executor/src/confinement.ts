@@ -74,6 +74,7 @@ export const DEVICE_RULES: ReadonlyArray<{ path: string; rights: string }> = [
 export const LANDLOCK_ABI = 1;
 
 export function confinementSpec(input: ConfinementInput): string {
+  refuseBrokenPaths(input);
   const { policy, network } = input;
   const lines = ['# murmur-confine enter: the sandbox, as the executor decided it', 'net'];
   lines.push(`listen udp 0.0.0.0 53 ${network.dns.udpFd}`, `listen tcp 0.0.0.0 53 ${network.dns.tcpFd}`);
@@ -95,7 +96,30 @@ export function confinementSpec(input: ConfinementInput): string {
 }
 
 function unique(values: string[]): string[] {
-  return [...new Set(values.filter((value) => value !== '' && !value.includes('\n')))];
+  return [...new Set(values.filter((value) => value !== ''))];
+}
+
+/**
+ * Every path the spec will name, each one line: the helper reads one rule per line, and a path
+ * with a line break in it (`/opt/x\nallow rwxdm /`, from a manifest) would be a rule nobody
+ * decided. Such a spec is refused, never written with the path dropped or split.
+ */
+function refuseBrokenPaths(input: ConfinementInput): void {
+  const { policy } = input;
+  const paths = [
+    input.workdir,
+    input.tmp,
+    ...(input.writable ?? []),
+    ...input.readable,
+    ...input.executables,
+    ...input.shellBinaries,
+    ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => dir.path)),
+    ...policy.staged_runtime.map((grant) => grant.source_path),
+  ];
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
+  const broken = paths.find((value) => /[\u0000-\u001f\u007f]/.test(value));
+  if (broken !== undefined)
+    throw new Error(`the sandbox's spec would name the path ${JSON.stringify(broken.slice(0, 120))}, which holds a control character; refused`);
 }
 
 /** The shell allowlist as files on `PATH` (every match, as a shell's lookup could find any of them). */

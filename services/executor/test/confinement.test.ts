@@ -74,19 +74,26 @@ describe('the confinement spec murmur-confine carries out', () => {
     expect(lines).toContain('allow rx /opt/py/dynload');
   });
 
-  it('refuses to carry a path with a newline in it into the spec', () => {
-    const lines = confinementSpec({
+  it('refuses to write a spec naming a path with a line break in it, wherever the path comes from', () => {
+    const base = {
       policy,
       network: planNetwork([], 16),
       workdir: '/w',
       tmp: '/w/t',
-      readable: ['/usr', '/evil\nseccomp 0'],
+      readable: ['/usr'],
       executables: [],
       shellBinaries: [],
       seccompFd: 8,
       keep: [],
-    }).split('\n');
-    expect(lines).not.toContain('seccomp 0');
+    };
+    const injected = '/opt/none\nallow rwxdm /';
+    const cases: ConfinementInput[] = [
+      { ...base, readable: ['/usr', '/evil\nseccomp 0'] },
+      { ...base, policy: { ...policy, interpreter_runtime: [{ binary: 'python3', dirs: [{ path: injected, list_dir: true }] }] } },
+      { ...base, policy: { ...policy, staged_runtime: [{ binary: 'python3', source_path: injected, pin: '3' }] } },
+      { ...base, workdir: '/w\nallow rwxdm /' },
+    ];
+    for (const input of cases) expect(() => confinementSpec(input), JSON.stringify(input).slice(0, 200)).toThrow(/holds a control character; refused/);
   });
 });
 

@@ -128,6 +128,10 @@ const ShellCapabilitySchema = z
       }
       grant.dirs.forEach((dir, dirIndex) => {
         if (dir.path.trim() === '') refine(ctx, [...base, 'dirs', dirIndex, 'path'], 'must name a host directory');
+        // The sandbox's spec is one rule per line: a path is one line.
+        // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
+        else if (/[\u0000-\u001f\u007f]/.test(dir.path))
+          refine(ctx, [...base, 'dirs', dirIndex, 'path'], 'must not contain a control character (a newline, a tab, …)');
         else if (!dir.path.startsWith('/')) {
           refine(
             ctx,
@@ -161,6 +165,11 @@ const ShellCapabilitySchema = z
       }
       if (grant.source_path.trim() === '') {
         refine(ctx, [...base, 'source_path'], 'must name the host directory holding the pinned runtime tree');
+        continue;
+      }
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
+      if (/[\u0000-\u001f\u007f]/.test(grant.source_path)) {
+        refine(ctx, [...base, 'source_path'], 'must not contain a control character (a newline, a tab, …)');
         continue;
       }
       if (!grant.source_path.startsWith('/')) {
