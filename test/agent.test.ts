@@ -65,6 +65,17 @@ describe('agent capsules', () => {
   }
 
   describe('the agent loop', () => {
+    it('survives an answer too large for the bus: the run ends ok with the whole answer in out/result.txt, the executor still serving', async () => {
+      // 1.2 MB of text: its events (the streamed chunk, the final status) are over the bus's 1 MiB,
+      // which threw in the executor shared by every session on it.
+      const answer = `${'a long answer '.repeat(90_000)}.`;
+      const inference = await model([{ text: answer }]);
+      const run = await runTask('huge-answer', agentManifest(inference), 'say a lot');
+      expect(run.result.code, run.result.stderr.slice(0, 2_000)).toBe(0);
+      expect((await run.read('out/result.txt')).length).toBe(answer.length);
+      expect(run.result.stderr).not.toContain('E-BUS-001');
+    });
+
     it('runs task.md to the end: the final text in out/result.txt, the turn in the trace, status ok', async () => {
       const inference = await model([{ text: 'the answer is 42' }]);
       const run = await runTask('simple', agentManifest(inference), 'what is the answer?');

@@ -208,7 +208,7 @@ export class EgressPolicy {
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
         connections: this.connections,
       });
-      reply = (await new Response(response.body).json()) as typeof reply;
+      reply = JSON.parse(await readCapped(response.body, SEND_REPLY_LIMIT_BYTES)) as typeof reply;
     } catch (error) {
       return { ok: false, error: `failed to send to '${peerUrl}': ${transportError(error).reason}` };
     }
@@ -217,6 +217,28 @@ export class EgressPolicy {
     if (!task?.id || !task.contextId || !task.status?.state) return { ok: false, error: `the peer at '${peerUrl}' answered without a task` };
     return { ok: true, value: { task_id: task.id, context_id: task.contextId, state: task.status.state, traceparent: traceparent ?? null } };
   }
+}
+
+/** The most a peer's answer to `message/send` may hold: a task, not a payload. */
+const SEND_REPLY_LIMIT_BYTES = 1024 * 1024;
+
+/** A body's text, refused (the rest not read) past `limit` bytes: a peer's answer is read whole, so it is bounded. */
+async function readCapped(body: ReadableStream<Uint8Array> | null, limit: number): Promise<string> {
+  if (!body) return '';
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => {});
+      throw new Error(`the peer's answer is larger than ${limit} bytes`);
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }
 
 /** The WASI error code (and the reason the trace records) of a failed request or body read. */

@@ -1,6 +1,5 @@
 import { appendFileSync, closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import path from 'node:path';
-import { MurmurError } from '@murmur/shared';
 import { appendBeneath, mkdirBeneath, openAppendBeneath } from '@murmur/shared/node';
 
 /**
@@ -13,18 +12,21 @@ import { appendBeneath, mkdirBeneath, openAppendBeneath } from '@murmur/shared/n
 export interface RecordsOutsideSandbox {
   /** The workdir's bind root, which the guest cannot replace. */
   root: string;
-  refused(file: string, error: MurmurError): void;
+  refused(file: string, error: Error): void;
 }
 
-/** Runs a write beneath the root; a refusal is said once per file and the write dropped. */
+/**
+ * Runs a write beneath the root; a failure is said once per file and the write dropped. Any
+ * failure: a link or FIFO refused (`E-SES-004`), and a disk the guest filled (`ENOSPC`) alike —
+ * these writes run in the executor's event handlers, where a throw ends every session on it.
+ */
 function guarded(outside: RecordsOutsideSandbox, file: string, state: { refused: boolean }, write: () => void): void {
   if (state.refused) return;
   try {
     write();
   } catch (error) {
-    if (!(error instanceof MurmurError) || error.code !== 'E-SES-004') throw error;
     state.refused = true;
-    outside.refused(file, error);
+    outside.refused(file, error instanceof Error ? error : new Error(String(error)));
   }
 }
 

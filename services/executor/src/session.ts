@@ -71,6 +71,7 @@ import { HarnessSessions } from './harness-sessions.js';
 import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, type RecordsOutsideSandbox, type TraceRecord, TraceWriter } from './records.js';
+import { fitEventForBus } from './event-fit.js';
 import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
@@ -571,7 +572,12 @@ export class Session {
     this.onHostEvent = (event) => {
       this.countTask(event);
       this.announceActivity(event);
-      bus.publish(events, event);
+      // The event's size is the guest's to decide; a refusal by the bus must stay this session's.
+      try {
+        bus.publish(events, fitEventForBus(event));
+      } catch (error) {
+        this.environment.log.warn({ session_id: this.id, err: error, event_id: event.id }, 'a feed event could not be published; streaming clients miss it');
+      }
     };
     this.rpcSubscription = bus.serve(commands.sessionRpc.at(this.id), (call) => this.callHost(call));
     await bus.flush();
@@ -1415,6 +1421,9 @@ function recordsOutside(root: string, log: Log, sessionId: string): RecordsOutsi
   return {
     root,
     refused: (file, error) =>
-      log.warn({ session_id: sessionId, file, err: error }, 'a record the sandbox made unwritable (a link or a FIFO in its place) is dropped'),
+      log.warn(
+        { session_id: sessionId, file, err: error },
+        'a record could not be written (a link or a FIFO the sandbox put in its place, or a full disk) and is dropped',
+      ),
   };
 }

@@ -131,6 +131,26 @@ describe('the egress relay and a name that resolves privately', () => {
   });
 });
 
+describe("a peer's answer to an A2A send", () => {
+  it('is read to a megabyte at most: a larger one is refused, not held whole in the executor', async () => {
+    const huge = http.createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'application/json' });
+      response.end(`{"jsonrpc":"2.0","id":1,"result":{"padding":"${'x'.repeat(2 * 1024 * 1024)}"}}`);
+    });
+    await new Promise<void>((resolve) => huge.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (huge.address() as AddressInfo).port;
+      const egress = new EgressPolicy({ policy: { network_allow: [`127.0.0.1:${port}`] } as never, artifacts: [] });
+      const sent = await egress.send(`http://127.0.0.1:${port}/`, { message_id: 'm1', text: 'hello' });
+      expect(sent).toEqual({ ok: false, error: expect.stringContaining('larger than 1048576 bytes') });
+      egress.close();
+    } finally {
+      huge.closeAllConnections();
+      await new Promise<void>((resolve) => huge.close(() => resolve()));
+    }
+  });
+});
+
 describe("a capsule's own OpenTelemetry collector", () => {
   it('is reached as its requests are: a name of the capsule that resolves to loopback gets no spans, and says why in its log', async () => {
     const receiver = await startOtlpReceiver();

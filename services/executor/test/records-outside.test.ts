@@ -1,0 +1,56 @@
+import { mkdtempSync, readFileSync, rmSync, symlinkSync, mkdirSync, existsSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { LogFile, TraceWriter } from '../src/records.js';
+
+/**
+ * The executor's records of a session, written from outside its sandbox into the workdir the
+ * guest writes: what cannot be written is dropped and said once, whatever the reason, and never
+ * thrown into the executor's event handlers, where it would end every session on it.
+ */
+describe("a session's records, written from outside its sandbox", () => {
+  let root: string;
+  let refusals: Array<{ file: string; message: string }>;
+  const outside = () => ({ root, refused: (file: string, error: Error) => void refusals.push({ file, message: error.message }) });
+
+  beforeEach(() => {
+    root = mkdtempSync(path.join(os.tmpdir(), 'murmur-records-'));
+    refusals = [];
+  });
+
+  afterEach(() => rmSync(root, { recursive: true, force: true }));
+
+  it('are written beneath the root as the host writes them', () => {
+    const log = new LogFile(root, 'host.log', outside());
+    log.line('one');
+    log.raw('two\n');
+    const trace = new TraceWriter(root, 'ses_1', undefined, outside());
+    trace.write('egress', { decision: 'allowed' });
+    trace.close();
+    trace.write('egress', { decision: 'denied' });
+    expect(readFileSync(path.join(root, 'logs', 'host.log'), 'utf8')).toBe('one\ntwo\n');
+    expect(readFileSync(path.join(root, 'trace.jsonl'), 'utf8').trim().split('\n')).toHaveLength(2);
+    expect(refusals).toEqual([]);
+  });
+
+  it('drop a record whose file is a link, saying so once, and write nothing where it leads', () => {
+    mkdirSync(path.join(root, 'logs'));
+    symlinkSync(path.join(root, '..', 'planted-by-the-guest'), path.join(root, 'logs', 'bootstrap.log'));
+    const log = new LogFile(root, 'bootstrap.log', outside());
+    expect(() => {
+      log.line('[bootstrap] session ended: ok');
+      log.line('again');
+    }).not.toThrow();
+    expect(refusals).toHaveLength(1);
+    expect(refusals[0]?.message).toContain('is a link, a FIFO or a directory');
+    expect(existsSync(path.join(root, '..', 'planted-by-the-guest'))).toBe(false);
+  });
+
+  it('drop a record that fails for any other reason too, instead of throwing into the executor', () => {
+    const log = new LogFile(root, `${'x'.repeat(300)}.log`, outside());
+    expect(() => log.line('a name too long for the filesystem')).not.toThrow();
+    expect(refusals).toHaveLength(1);
+    expect(refusals[0]?.message).toMatch(/ENAMETOOLONG/);
+  });
+});
