@@ -178,11 +178,12 @@ describe('the warm pool', () => {
       expect(pooled.status.CapEff).toBe('0000000000000000');
       expect(pooled.status.Seccomp).toBe('2');
       expect(pooled.status.NoNewPrivs).toBe('1');
-      // The workdir is the one writable place in both; a pooled sandbox's /tmp is an empty read-only
-      // tmpfs, and its staging view of the other workdirs is covered (an empty read-only tmpfs).
+      // The workdir is the one writable place in both, and nothing on it executes (not even through
+      // the dynamic loader); a pooled sandbox's /tmp is an empty read-only tmpfs, and its staging
+      // view of the other workdirs is covered (an empty read-only tmpfs).
       expect(pooled.mounts.filter((mount) => mount.startsWith('<workdir> '))).toEqual(fresh.mounts.filter((mount) => mount.startsWith('<workdir> ')));
-      expect(pooled.mounts).toContain('<workdir> nodev,nosuid,rw');
-      expect(pooled.mounts.filter((mount) => mount.startsWith('<workdirs> '))).toEqual(['<workdirs> nodev,nosuid,ro']);
+      expect(pooled.mounts).toContain('<workdir> nodev,noexec,nosuid,rw');
+      expect(pooled.mounts.filter((mount) => mount.startsWith('<workdirs> '))).toEqual(['<workdirs> nodev,noexec,nosuid,ro']);
       expect(pooled.mounts.filter((mount) => mount.startsWith('/.murmur-attach ')).at(-1)).toMatch(/^\/\.murmur-attach .*ro/);
       expect(pooled.mounts.filter((mount) => mount.startsWith('/tmp ')).at(-1)).toMatch(/ro/);
     },

@@ -3,6 +3,7 @@ import { once } from 'node:events';
 import { copyFileSync, existsSync, promises as fs, readdirSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { interpreterOf } from '../services/executor/src/elf.js';
 import { ARGUMENT_SYSCALLS, DENIED_SYSCALLS, nativeSeccompArch } from '../services/executor/src/seccomp.js';
 import { probeProject, probeResults, type ProbeResult } from './support/capsules.js';
 import { removeCgroup } from './support/cgroups.js';
@@ -63,6 +64,10 @@ describe('the sealed sandbox, piece by piece', () => {
   }
 
   const python = (...args: string[]): { op: 'shell'; binary: string; args: string[] } => ({ op: 'shell', binary: 'python3', args });
+  /** python3's dynamic loader, which the sandbox lets run (it is how python3 itself starts). */
+  const loader = existsSync('/usr/bin/python3')
+    ? (interpreterOf(realpathSync('/usr/bin/python3')) ?? '/lib64/ld-linux-x86-64.so.2')
+    : '/lib64/ld-linux-x86-64.so.2';
   const value = (result: ProbeResult | undefined): ShellValue => result?.value as ShellValue;
   const json = (result: ProbeResult | undefined): Record<string, unknown> => JSON.parse(value(result).stdout) as Record<string, unknown>;
   const shellEvents = (trace: Array<Record<string, unknown>>): Array<Record<string, unknown>> => trace.filter((event) => event.event_type === 'shell');
@@ -152,6 +157,12 @@ describe('the sealed sandbox, piece by piece', () => {
           ),
           // The allowlisted binary runs, by its own path too.
           python('-c', "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True, text=True).stdout.strip())"),
+          // Through the dynamic loader (which every dynamically linked binary may run): the copy in
+          // the workdir, and a copy in /tmp, mapped rather than executed — only the mount refuses it.
+          python(
+            '-c',
+            `import subprocess, shutil\nshutil.copy('./python-copy', '/tmp/python-copy')\nfor target in ['./python-copy', '/tmp/python-copy']:\n  r = subprocess.run(['${loader}', target, '-c', 'print(1)'], capture_output=True, text=True)\n  print(r.returncode, r.stdout.strip() or 'no output')`,
+          ),
         ],
         async (workdir) => {
           copyFileSync(realpathSync('/usr/bin/python3'), path.join(workdir, 'python-copy'));
@@ -182,6 +193,12 @@ describe('the sealed sandbox, piece by piece', () => {
 
     it('runs the allowlisted binary itself', () => {
       expect(value(outcome.results[3]).stdout.trim()).toBe('7');
+    });
+
+    it('refuses to run a file of the workdir or /tmp through the dynamic loader: their mounts are noexec', () => {
+      const lines = value(outcome.results[4]).stdout.trim().split('\n');
+      expect(lines).toHaveLength(2);
+      for (const line of lines) expect(line).toMatch(/^127 no output$/);
     });
   });
 

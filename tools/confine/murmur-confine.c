@@ -405,8 +405,9 @@ static void attach_session(int commands, int reply) {
       *tab = '\0';
       const char *source = cursor, *target = tab + 1;
       if (mount(source, target, NULL, MS_BIND, NULL) < 0) attach_failed(reply, "bind %s on %s: %s", source, target, strerror(errno));
-      unsigned long flags = mount_flags_of(target) | MS_NOSUID | MS_NODEV;
-      if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | flags, NULL) < 0) attach_failed(reply, "remounting %s nosuid,nodev: %s", target, strerror(errno));
+      // noexec too: a pooled host runs no subprocess, and nothing of a workdir is for executing.
+      unsigned long flags = mount_flags_of(target) | MS_NOSUID | MS_NODEV | MS_NOEXEC;
+      if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | flags, NULL) < 0) attach_failed(reply, "remounting %s nosuid,nodev,noexec: %s", target, strerror(errno));
     } else if (strcmp(verb, "readonly") == 0) {
       unsigned long flags = mount_flags_of(cursor) | MS_RDONLY;
       if (mount(NULL, cursor, NULL, MS_REMOUNT | MS_BIND | flags, NULL) < 0) attach_failed(reply, "remounting %s read-only: %s", cursor, strerror(errno));
@@ -452,6 +453,26 @@ static void hold(int commands, int reply) {
   attach_session(commands, reply);
 }
 
+/**
+ * `noexec <path>`: the mount at `path` (the workdir, its /tmp) no longer lets a file on it be
+ * executed or mapped executable. Landlock's execute right is checked by execve alone: the dynamic
+ * loader, which every dynamically linked binary may run, maps a file it is given (`ld.so ./x`)
+ * without one, so only the mount can refuse that. The remount is made in a mount namespace of this
+ * process's own (`hold` makes one; otherwise made here, once), since bubblewrap's mounts belong to
+ * its outer user namespace; adding a flag to a copied, locked mount is allowed.
+ */
+static int own_mount_namespace = 0;
+
+static void remount_noexec(const char *path) {
+  if (!own_mount_namespace) {
+    if (unshare(CLONE_NEWNS) < 0) fail("noexec: a mount namespace to remount in: %s", strerror(errno));
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) fail("noexec: keeping the remounts from propagating out: %s", strerror(errno));
+    own_mount_namespace = 1;
+  }
+  unsigned long flags = mount_flags_of(path) | MS_NOEXEC;
+  if (mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | flags, NULL) < 0) fail("noexec: remounting %s: %s", path, strerror(errno));
+}
+
 static int enter(int spec_fd, char **command) {
   FILE *spec = fdopen(spec_fd, "r");
   if (!spec) fail("reading the spec: %s", strerror(errno));
@@ -486,7 +507,13 @@ static int enter(int spec_fd, char **command) {
       char *commands = next_word(&cursor), *reply = next_word(&cursor);
       if (!commands || !reply) fail("hold needs a command descriptor and a reply descriptor");
       if (capabilities_dropped) fail("'hold' after 'drop': the mounts need the capabilities");
+      if (own_mount_namespace) fail("'hold' after 'noexec': the session's mounts are made in hold's namespace");
       hold((int)parse_number(commands, "descriptor"), (int)parse_number(reply, "descriptor"));
+      own_mount_namespace = 1;
+    } else if (strcmp(directive, "noexec") == 0) {
+      if (capabilities_dropped) fail("'noexec' after 'drop': the remount needs the capabilities");
+      if (*cursor == '\0') fail("noexec needs a path");
+      remount_noexec(cursor);
     } else if (strcmp(directive, "drop") == 0) {
       drop_capabilities();
       capabilities_dropped = 1;

@@ -80,6 +80,11 @@ export function confinementSpec(input: ConfinementInput): string {
   lines.push(`listen udp 0.0.0.0 53 ${network.dns.udpFd}`, `listen tcp 0.0.0.0 53 ${network.dns.tcpFd}`);
   for (const listener of network.listeners) lines.push(`listen tcp ${listener.address} ${listener.port} ${listener.fd}`);
   if (input.holdFd !== undefined) lines.push(`hold ${input.holdFd} ${input.holdFd}`);
+  // Nothing written in the workdir runs, not even through the dynamic loader, unless the capsule
+  // was granted that (`workdir_exec`, which caps its posture at advisory).
+  // The mounts themselves: the workdir's, `/tmp` (where its `.capsule-tmp` is bound, or a pooled
+  // sandbox's tmpfs), each writable directory's.
+  if (!policy.workdir_exec) for (const dir of unique([input.workdir, '/tmp', ...(input.writable ?? [])])) lines.push(`noexec ${dir}`);
   lines.push('drop', `landlock ${LANDLOCK_ABI}`);
   for (const readable of unique(input.readable)) lines.push(`allow rd ${readable}`);
   const executables = unique([...input.executables, ...input.shellBinaries].flatMap((file) => executionClosure(file)));
