@@ -13,6 +13,12 @@ import * as z from 'zod';
 
 export const Sha256HexSchema = z.string().regex(/^[0-9a-f]{64}$/, 'must be a lowercase hex sha256');
 
+/** Whether `text` holds a control character (C0 or DEL): what no path written one per line may hold. */
+export function hasControlCharacter(text: string): boolean {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+  return /[\u0000-\u001f\u007f]/.test(text);
+}
+
 /**
  * The safe, normalised name of an entry, or the reason it is unsafe. Separators are `/` only
  * (a backslash is refused rather than guessed at), `.` and empty components are dropped, `..` is

@@ -17,7 +17,7 @@ import {
 } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import type { CapabilityPolicy } from '@murmur/shared';
+import { type CapabilityPolicy, hasControlCharacter } from '@murmur/shared';
 import { executionClosure } from './elf.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
 import { type NamespaceProbe, SANDBOX_FILES, SYSTEM_DIRECTORIES, bubblewrapArguments } from './sandbox.js';
@@ -121,8 +121,7 @@ function refuseBrokenPaths(input: ConfinementInput): void {
     ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => dir.path)),
     ...policy.staged_runtime.map((grant) => grant.source_path),
   ];
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
-  const broken = paths.find((value) => /[\u0000-\u001f\u007f]/.test(value));
+  const broken = paths.find(hasControlCharacter);
   if (broken !== undefined)
     throw new Error(`the sandbox's spec would name the path ${JSON.stringify(broken.slice(0, 120))}, which holds a control character; refused`);
 }

@@ -75,7 +75,7 @@ import { fitEventForBus } from './event-fit.js';
 import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
-import { type SessionPaths, assertWorkdirUnmoved, materialiseWorkdir } from './workdir.js';
+import { type SessionPaths, materialiseWorkdir } from './workdir.js';
 
 /**
  * One session, from the executor's side: the workdir it materialises, the sandboxed capsule host
@@ -754,8 +754,6 @@ export class Session {
     });
     if (sandbox.start) start.sandbox = sandbox.start;
     if (sandbox.network) this.serveNetwork(sandbox.network);
-    // Checked again at the last moment: bubblewrap binds the workdir by its path.
-    if (this.request.child_of) assertWorkdirUnmoved(this.paths.accessible);
     this.watchHost(spawnSandboxedHost(sandbox, { cgroup: this.cgroup, cwd: this.paths.accessible, env: hostProcessEnv() }), []);
   }
 

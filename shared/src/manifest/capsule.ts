@@ -3,6 +3,7 @@ import { type EnvLookup, envReferenceName, resolveEnvReference } from '../env-re
 import { MurmurError, type MurmurWarning } from '../errors.js';
 import { SCORER_TYPES } from '../eval.js';
 import { validateFilesystemScope } from '../filesystem-scope.js';
+import { hasControlCharacter } from '../file-set.js';
 import { parseNetworkAllowRule } from '../network-rules.js';
 import { artifactNameProblem } from './artifact-name.js';
 import { type IssueParams, issueToError, yamlPath } from './issues.js';
@@ -129,9 +130,7 @@ const ShellCapabilitySchema = z
       grant.dirs.forEach((dir, dirIndex) => {
         if (dir.path.trim() === '') refine(ctx, [...base, 'dirs', dirIndex, 'path'], 'must name a host directory');
         // The sandbox's spec is one rule per line: a path is one line.
-        // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
-        else if (/[\u0000-\u001f\u007f]/.test(dir.path))
-          refine(ctx, [...base, 'dirs', dirIndex, 'path'], 'must not contain a control character (a newline, a tab, …)');
+        else if (hasControlCharacter(dir.path)) refine(ctx, [...base, 'dirs', dirIndex, 'path'], 'must not contain a control character (a newline, a tab, …)');
         else if (!dir.path.startsWith('/')) {
           refine(
             ctx,
@@ -167,8 +166,7 @@ const ShellCapabilitySchema = z
         refine(ctx, [...base, 'source_path'], 'must name the host directory holding the pinned runtime tree');
         continue;
       }
-      // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
-      if (/[\u0000-\u001f\u007f]/.test(grant.source_path)) {
+      if (hasControlCharacter(grant.source_path)) {
         refine(ctx, [...base, 'source_path'], 'must not contain a control character (a newline, a tab, …)');
         continue;
       }
