@@ -37,15 +37,29 @@ export interface SandboxNetworkOptions {
   connectTimeoutMs?: number;
   /** How a destination's name is resolved: vetted by the egress policy (`egress-address.ts`), and connected to as checked. */
   lookup?: LookupFunction;
+  /** Connections the sandbox may hold open through its listeners at once (`MAX_CONNECTIONS` unless a test says). */
+  maxConnections?: number;
 }
 
 const DNS_TCP_IDLE_MS = 10_000;
 const DNS_TCP_BUFFER_BYTES = 64 * 1024;
+/**
+ * Spliced connections one sandbox may hold open at once. Each costs the executor two descriptors
+ * and two sockets' buffers, shared with every other session, so a tool that opens connections
+ * and never closes them is stopped at its own session's count rather than at the executor's
+ * descriptor limit, where every session would fail. Parallel downloads use tens; 256 is far past them.
+ */
+export const MAX_CONNECTIONS = 256;
+/** DNS over TCP is one exchange per connection (it idles out in 10 s): a few at once is plenty. */
+const MAX_DNS_CONNECTIONS = 16;
 
 export class SandboxNetwork {
   private readonly servers = new Set<Server>();
   private readonly datagrams = new Set<DatagramSocket>();
   private readonly sockets = new Set<Socket>();
+  /** The sandbox's end of each spliced connection still open (its upstream end may still be connecting). */
+  private spliced = 0;
+  private dnsConnections = 0;
   private closed = false;
 
   constructor(private readonly options: SandboxNetworkOptions) {}
@@ -74,6 +88,9 @@ export class SandboxNetwork {
     this.servers.add(server);
     server.on('connection', (socket) => {
       this.track(socket);
+      if (this.dnsConnections >= MAX_DNS_CONNECTIONS) return void socket.resetAndDestroy();
+      this.dnsConnections += 1;
+      socket.once('close', () => (this.dnsConnections -= 1));
       socket.setTimeout(DNS_TCP_IDLE_MS, () => socket.destroy());
       let pending = Buffer.alloc(0);
       socket.on('data', (chunk: Buffer) => {
@@ -115,11 +132,15 @@ export class SandboxNetwork {
     server.on('connection', (inside) => {
       this.track(inside);
       const verdict = this.options.judge(listener.host, listener.port);
-      if (!verdict.allowed) {
-        this.options.record({ kind: 'tcp', target, decision: 'denied', reason: verdict.reason });
+      const limit = this.options.maxConnections ?? MAX_CONNECTIONS;
+      if (!verdict.allowed || this.spliced >= limit) {
+        const reason = verdict.allowed ? `this sandbox already has ${limit} connections open: close one before opening another` : verdict.reason;
+        this.options.record({ kind: 'tcp', target, decision: 'denied', reason });
         inside.resetAndDestroy();
         return;
       }
+      this.spliced += 1;
+      inside.once('close', () => (this.spliced -= 1));
       inside.pause();
       const outside = connect({
         host: listener.host,

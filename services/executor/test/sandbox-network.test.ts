@@ -30,6 +30,7 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
   async function setup(
     judge: (host: string, port: number) => { allowed: true } | { allowed: false; reason: string },
     destination: { host: string; lookup?: LookupFunction } = { host: '127.0.0.1' },
+    maxConnections?: number,
   ) {
     const upstreamConnections: string[] = [];
     const upstream = createServer((socket) => {
@@ -51,6 +52,7 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
       judge,
       record: (record) => records.push(record),
       ...(destination.lookup ? { lookup: destination.lookup } : {}),
+      ...(maxConnections === undefined ? {} : { maxConnections }),
     });
     // Stand-ins for the sandbox's sockets, handed over as the host hands them.
     const listener = createServer();
@@ -109,6 +111,26 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
       decision: 'denied',
       reason: expect.stringContaining("'api.attacker.example' resolves to 127.0.0.1, which is not a public address"),
     });
+  });
+
+  it('refuses a connection past the sandbox’s open-connection ceiling, and takes one again once another closed', async () => {
+    const { records, upstreamConnections, listenerPort } = await setup(() => ({ allowed: true }), { host: '127.0.0.1' }, 2);
+    const spliced = () => records.filter((record) => record.decision === 'allowed').length;
+    const held = [connect(listenerPort, '127.0.0.1'), connect(listenerPort, '127.0.0.1')];
+    cleanups.push(() => {
+      for (const socket of held) socket.destroy();
+    });
+    await expect.poll(spliced).toBe(2);
+    const third = await exchange(listenerPort, 'one too many');
+    expect(third.error).toBe('ECONNRESET');
+    expect(upstreamConnections).toEqual([]);
+    expect(records.at(-1)).toMatchObject({
+      kind: 'tcp',
+      decision: 'denied',
+      reason: 'this sandbox already has 2 connections open: close one before opening another',
+    });
+    held[0]?.destroy();
+    await expect.poll(() => exchange(listenerPort, 'room again')).toEqual({ data: 'echo:room again' });
   });
 
   it('answers DNS over UDP: the allowlisted name with its address, anything else REFUSED and recorded', async () => {
