@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -66,6 +67,34 @@ describe('egress through the executor', () => {
     });
   });
 
+  it('sends a body larger than one message whole, and refuses one past 64 MiB before it connects', async () => {
+    // The server answers with the length and digest of what it received, never the body itself.
+    const digests = await startCountingServer((_request, body) => ({
+      body: `${Buffer.byteLength(body)} ${createHash('sha256').update(body).digest('hex')}`,
+    }));
+    try {
+      const piece = '0123456789abcdef';
+      const large = 200_000; // 3.2 MB: several of the host's 1 MiB upload pieces
+      const oversized = (64 * 1024 * 1024) / piece.length + 1;
+      const { results, trace } = await run('large-bodies', `capabilities:\n  network:\n    allow: [127.0.0.1:${digests.port}]\n`, [
+        { op: 'fetch', url: `${digests.url}/large`, method: 'POST', body: piece, repeat: large },
+        { op: 'fetch', url: `${digests.url}/oversized`, method: 'POST', body: piece, repeat: oversized },
+      ]);
+      const expected = piece.repeat(large);
+      expect(results[0]).toMatchObject({ ok: true, value: { status: 200, body: `${expected.length} ${createHash('sha256').update(expected).digest('hex')}` } });
+      expect(results[1]).toMatchObject({ ok: false });
+      expect(digests.bodies()).toHaveLength(1);
+      const decisions = trace.filter((event) => event.event_type === 'egress');
+      expect(decisions[1]).toMatchObject({
+        decision: 'denied',
+        code: 'HTTP-request-body-size',
+        reason: `the request body is ${oversized * piece.length} bytes, more than the 67108864 a request may carry`,
+      });
+    } finally {
+      await digests.close();
+    }
+  });
+
   it('lets a session hold at most 64 response bodies open, refusing the next request before it connects', async () => {
     // A server that sends a head and the start of a body, then holds the connection.
     const sockets = new Set<Socket>();
@@ -89,7 +118,7 @@ describe('egress through the executor', () => {
       expect(requests).toBe(64);
       const refusals = trace.filter((event) => event.event_type === 'egress' && event.decision === 'denied');
       expect(refusals).toHaveLength(2);
-      expect(refusals[0]).toMatchObject({ code: 'internal-error', reason: 'this session already has 64 response bodies open: read or drop one first' });
+      expect(refusals[0]).toMatchObject({ code: 'internal-error', reason: 'this session already has 64 responses open or awaited: read or drop one first' });
     } finally {
       for (const socket of sockets) socket.destroy();
       await new Promise((resolve) => hoarded.close(resolve));

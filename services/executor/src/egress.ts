@@ -14,6 +14,8 @@ import type net from 'node:net';
 import { ProhibitedAddress, type Resolve, privateHostsSetting, vettedLookup } from './egress-address.js';
 import { EgressConnections, egressRequest } from './egress-request.js';
 import type { HttpRequest } from './host/protocol.js';
+import { REQUEST_BODY_LIMIT_BYTES } from './host/request-body.js';
+import type { RequestUploads } from './request-uploads.js';
 
 /**
  * The one enforcement point for everything that leaves a sandbox: outgoing HTTP and outgoing A2A
@@ -139,12 +141,21 @@ export class EgressPolicy {
    * Judges and, if allowed, makes one HTTP request, answering once its head arrived. The timeout
    * covers the body too: its signal aborts a read still going when it fires.
    */
-  async http(request: HttpRequest): Promise<EgressOpened> {
+  async http(request: HttpRequest, uploads?: RequestUploads): Promise<EgressOpened> {
     const verdict = this.judgeHttp(request.url, request.grant);
+    // A body sent ahead is let go whatever happens next: it was for this request alone.
+    const uploaded = request.upload === undefined ? undefined : (uploads?.take(request.upload) ?? { refused: 'this executor takes no uploaded bodies' });
     if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
+    if (request.oversized_bytes !== undefined)
+      return {
+        outcome: 'denied',
+        code: 'HTTP-request-body-size',
+        reason: `the request body is ${request.oversized_bytes} bytes, more than the ${REQUEST_BODY_LIMIT_BYTES} a request may carry`,
+      };
+    if (uploaded && 'refused' in uploaded) return { outcome: 'denied', code: 'internal-error', reason: uploaded.refused };
     const headers = request.headers.filter(([name]) => !DROPPED_HEADERS.has(name.toLowerCase()));
-    const body =
-      request.body_base64 !== undefined && request.method !== 'GET' && request.method !== 'HEAD' ? Buffer.from(request.body_base64, 'base64') : undefined;
+    const sent = uploaded?.body ?? (request.body_base64 === undefined ? undefined : Buffer.from(request.body_base64, 'base64'));
+    const body = sent !== undefined && request.method !== 'GET' && request.method !== 'HEAD' ? sent : undefined;
     if (body) headers.push(['content-length', String(body.length)]);
     let response: Awaited<ReturnType<typeof egressRequest>>;
     try {

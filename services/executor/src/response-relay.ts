@@ -33,9 +33,15 @@ export class ResponseRelays {
     private readonly maxOpen: number,
   ) {}
 
-  /** Why no further request may be made while this many bodies are held; undefined while one may. */
-  refusal(): string | undefined {
-    return this.bodies.size >= this.maxOpen ? `this session already has ${this.maxOpen} response bodies open: read or drop one first` : undefined;
+  /**
+   * Why no further request may be made while this many bodies are held and `awaited` requests
+   * still wait for their heads (each will hold a body, and holds a connection already); undefined
+   * while one may.
+   */
+  refusal(awaited = 0): string | undefined {
+    return this.bodies.size + awaited >= this.maxOpen
+      ? `this session already has ${this.maxOpen} responses open or awaited: read or drop one first`
+      : undefined;
   }
 
   /** Holds `body` for reading and returns the id the host reads it by. */

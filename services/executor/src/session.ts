@@ -72,6 +72,7 @@ import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, type RecordsOutsideSandbox, type TraceRecord, TraceWriter } from './records.js';
 import { fitEventForBus } from './event-fit.js';
+import { RequestUploads } from './request-uploads.js';
 import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
@@ -213,6 +214,10 @@ export class Session {
   private egress!: EgressPolicy;
   /** Allowed responses whose bodies the host is still reading. */
   private readonly responseBodies = new ResponseRelays(RESPONSE_LIMIT_BYTES, transportError, MAX_OPEN_RESPONSE_BODIES);
+  /** Requests made and not yet answered with a head: they count against `MAX_OPEN_RESPONSE_BODIES` too. */
+  private awaitedResponses = 0;
+  /** Request bodies sent ahead of their requests, in pieces (`http-upload`). */
+  private readonly requestUploads = new RequestUploads();
   private trace!: TraceWriter;
   private telemetry: SessionTelemetry | undefined;
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
@@ -976,13 +981,23 @@ export class Session {
     try {
       let value: unknown;
       const startedAt = Date.now();
-      const full = request.op === 'http' ? this.responseBodies.refusal() : undefined;
+      const full = request.op === 'http' ? this.responseBodies.refusal(this.awaitedResponses) : undefined;
       if (request.op === 'http' && full !== undefined) {
         // Refused before it connects, not after it holds one more of the executor's sockets.
+        if (request.request.upload !== undefined) this.requestUploads.take(request.request.upload);
         this.recordEgress('http', request.request.grant, request.request.url, { decision: 'denied', code: 'internal-error', reason: full });
         value = { outcome: 'denied', code: 'internal-error', reason: full };
+      } else if (request.op === 'http-upload') {
+        this.requestUploads.add(request.upload, request.chunk_base64);
+        value = null;
       } else if (request.op === 'http') {
-        const result = await this.egress.http(request.request);
+        this.awaitedResponses += 1;
+        let result: Awaited<ReturnType<EgressPolicy['http']>>;
+        try {
+          result = await this.egress.http(request.request, this.requestUploads);
+        } finally {
+          this.awaitedResponses -= 1;
+        }
         this.recordEgress(
           'http',
           request.request.grant,
@@ -1113,6 +1128,7 @@ export class Session {
     this.workdirGuard?.stop();
     this.network?.close();
     this.responseBodies.releaseAll();
+    this.requestUploads.clear();
     this.rpcSubscription?.unsubscribe();
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
     this.pendingRpc.clear();

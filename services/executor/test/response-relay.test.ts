@@ -157,8 +157,15 @@ describe('a relayed response body', () => {
     const relays = new ResponseRelays(1024, transportError, 2);
     const first = relays.hold(null);
     relays.hold(null);
-    expect(relays.refusal()).toBe('this session already has 2 response bodies open: read or drop one first');
+    expect(relays.refusal()).toBe('this session already has 2 responses open or awaited: read or drop one first');
     relays.release(first);
     expect(relays.refusal()).toBeUndefined();
+  });
+
+  it('counts requests still waiting for their heads as open, since each already holds a connection', () => {
+    const relays = new ResponseRelays(1024, transportError, 2);
+    expect(relays.refusal(1)).toBeUndefined();
+    relays.hold(null);
+    expect(relays.refusal(1)).toBe('this session already has 2 responses open or awaited: read or drop one first');
   });
 });

@@ -21,7 +21,7 @@
 //   {op:"unlink", path}           unlink-file-at (a file or a link, never followed)
 //   {op:"stat", path}             value: stat-at (u64s as numbers)
 //   {op:"hold", path}             opens (creating) for reading and writing, and never closes it
-//   {op:"fetch", url, method?, body?, headers?}
+//   {op:"fetch", url, method?, body?, repeat?, headers?}
 //                                 value {status, body (first 2000 chars)}; error String(e). A
 //                                 denied or failed request surfaces only as StarlingMonkey's
 //                                 "TypeError: NetworkError when attempting to fetch resource"
@@ -229,6 +229,8 @@ const unreadResponses = [];
 async function fetchAction(action) {
   const init = { method: action.method ?? 'GET' };
   if (action.body !== undefined) init.body = typeof action.body === 'string' ? action.body : JSON.stringify(action.body);
+  // `repeat`: the body is `body` written `repeat` times (a large body without a large task).
+  if (action.repeat !== undefined) init.body = String(action.body ?? 'x').repeat(action.repeat);
   if (action.headers) init.headers = action.headers;
   const response = await fetch(action.url, init);
   // `unread`: the response is kept, its body never read, as a guest that hoards connections would.

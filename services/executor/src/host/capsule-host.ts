@@ -7,7 +7,8 @@ import { spanRecordOf } from '../span-records.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import { ResponseBodies } from './response-bodies.js';
-import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, StartMessage } from './protocol.js';
+import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpRequest, StartMessage } from './protocol.js';
+import { UPLOAD_PIECE_CHARS, uploadPieces } from './request-body.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { DELEGATE_TOOL } from './tool-inventory.js';
 import {
@@ -62,6 +63,7 @@ export class CapsuleHost implements AgentHost {
   readonly guests: GuestRunner;
   /** Relayed response bodies, as they arrive from the executor and until the guests have read them. */
   private readonly responseBodies: ResponseBodies;
+  private nextUpload = 1;
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
@@ -323,11 +325,31 @@ export class CapsuleHost implements AgentHost {
     }
   }
 
+  /**
+   * `request` as the executor is sent it: a body larger than one message goes ahead in pieces
+   * (`request-body.ts`), each sent once the executor took the one before. A piece the executor
+   * refuses ends the upload; the request still goes, naming it, and the executor refuses it with
+   * the reason and traces it, as every refused request is.
+   */
+  private async uploaded(request: HttpRequest): Promise<HttpRequest> {
+    const body = request.body_base64;
+    if (body === undefined || body.length <= UPLOAD_PIECE_CHARS) return request;
+    const upload = this.nextUpload++;
+    try {
+      for (const piece of uploadPieces(body)) await this.channel.request({ op: 'http-upload', upload, chunk_base64: piece });
+    } catch {
+      // The executor keeps why; the request below learns it.
+    }
+    const { body_base64: _sent, ...head } = request;
+    return { ...head, upload };
+  }
+
   /** A guest's host call, answered on the main thread. */
   private async answer(op: string, payload: unknown, grant: string, instance: number): Promise<unknown> {
     switch (op) {
       case 'http': {
-        const result = (await this.channel.request({ op: 'http', request: payload as never })) as EgressResult;
+        const request = await this.uploaded(payload as HttpRequest);
+        const result = (await this.channel.request({ op: 'http', request })) as EgressResult;
         // The body starts coming in now, while the guest reads the head.
         if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
         return result;

@@ -1,6 +1,7 @@
 import type { BridgeClient } from './bridge.js';
 import { loadShimIo } from './in-thread-io.js';
 import type { BodyCalls } from './relayed-body.js';
+import { REQUEST_BODY_LIMIT_BYTES } from './request-body.js';
 import type { BodyRead } from './response-bodies.js';
 import type { RelayedOutcome, RelayedRequest } from './wasi-http.js';
 
@@ -146,7 +147,11 @@ function relay(grants: GuestGrants, request: RelayedRequest): RelayedOutcome {
     method: request.method,
     url: request.url,
     headers: request.headers,
-    body_base64: request.body.byteLength > 0 ? base64(request.body) : undefined,
+    ...(request.bodyBytes > REQUEST_BODY_LIMIT_BYTES
+      ? { oversized_bytes: request.bodyBytes }
+      : request.body.byteLength > 0
+        ? { body_base64: base64(request.body) }
+        : {}),
     grant: grants.grant,
   });
   if (result.outcome === 'denied') return { outcome: 'error', code: errorCode(result.code, result.reason) };

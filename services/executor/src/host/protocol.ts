@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { UPLOAD_PIECE_CHARS } from './request-body.js';
 import {
   CapabilityPolicySchema,
   CapsuleCardSchema,
@@ -234,7 +235,12 @@ export const HttpRequestSchema = z.object({
   method: z.string(),
   url: z.string(),
   headers: z.array(z.tuple([z.string(), z.string()])),
-  body_base64: z.string().optional(),
+  /** A body of at most one piece, sent with its request. */
+  body_base64: z.string().max(UPLOAD_PIECE_CHARS).optional(),
+  /** A larger body, sent ahead in `http-upload` pieces under this id. */
+  upload: z.number().int().positive().optional(),
+  /** How many bytes the guest wrote, when more than `REQUEST_BODY_LIMIT_BYTES`: the body itself is not sent. */
+  oversized_bytes: z.number().int().nonnegative().optional(),
   /** Whose grant the request is made under: the capsule, or a tool by name (its narrowed rules). */
   grant: z.string(),
 });
@@ -285,6 +291,8 @@ export const DelegateRequestSchema = z.object({
 
 export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('http'), request: HttpRequestSchema }),
+  /** One piece of a request body larger than `UPLOAD_PIECE_CHARS`, sent (in order) before its `http` request. */
+  z.object({ op: z.literal('http-upload'), upload: z.number().int().positive(), chunk_base64: z.string().max(UPLOAD_PIECE_CHARS) }),
   /** `outgoing-handler.handle`: whether the request may go at all, decided before any body is written. */
   z.object({ op: z.literal('http-check'), request: z.object({ url: z.string(), grant: z.string() }) }),
   /** The next piece of an allowed response's body (`HttpResponse.body`), answered when it arrives. */

@@ -1,5 +1,6 @@
 import { types as shimHttpTypes } from '@bytecodealliance/preview2-shim/http';
 import { type BodyCalls, RelayedBodyStream } from './relayed-body.js';
+import { REQUEST_BODY_LIMIT_BYTES } from './request-body.js';
 import { SinkOutputStream, readyPollable } from './streams.js';
 
 /**
@@ -9,7 +10,8 @@ import { SinkOutputStream, readyPollable } from './streams.js';
  * `network.allow` decides and, if it allows, the request is made. The sandboxed host process has
  * no network of its own; nothing here opens a socket.
  *
- * Streaming request bodies are sent whole once the guest waits on the response. A response's
+ * Streaming request bodies are sent whole once the guest waits on the response, up to
+ * `REQUEST_BODY_LIMIT_BYTES` (past it, the request is refused with `HTTP-request-body-size`). A response's
  * head comes back as soon as the executor has it, and its body streams: the guest reads each piece
  * as it arrives (`RelayedBodyStream`), so a model's streamed reply is read while it is written. A refusal is the WASI error code the executor chose (`HTTP-request-denied`),
  * thrown as a variant value rather than a string, so it lowers into the guest's error type.
@@ -19,7 +21,9 @@ export interface RelayedRequest {
   method: string;
   url: string;
   headers: Array<[string, string]>;
+  /** Empty when the guest wrote more than `REQUEST_BODY_LIMIT_BYTES`; `bodyBytes` says how much it wrote. */
   body: Uint8Array;
+  bodyBytes: number;
 }
 
 export type RelayedOutcome =
@@ -36,19 +40,39 @@ const Fields = shimHttpTypes.Fields as unknown as { fromList(entries: Array<[str
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
+/**
+ * A request body as the guest writes it: kept up to `REQUEST_BODY_LIMIT_BYTES`, and past that only
+ * counted, so a guest that writes without end holds no more of the host's memory than the limit.
+ * Its writes keep succeeding; the request is refused (`HTTP-request-body-size`) when it is made.
+ */
 class OutgoingBody {
   private readonly chunks: Uint8Array[] = [];
+  private kept = 0;
   private streamTaken = false;
+  /** Every byte the guest wrote, kept or not. */
+  written = 0;
   finished = false;
 
   write(): SinkOutputStream {
     if (this.streamTaken) throw undefined;
     this.streamTaken = true;
-    return new SinkOutputStream((bytes) => this.chunks.push(bytes));
+    return new SinkOutputStream((bytes) => this.take(bytes));
+  }
+
+  private take(bytes: Uint8Array): void {
+    this.written += bytes.byteLength;
+    if (this.written > REQUEST_BODY_LIMIT_BYTES) {
+      // Nothing of an oversized body will be sent: what was kept is let go at once.
+      this.chunks.length = 0;
+      this.kept = 0;
+      return;
+    }
+    this.chunks.push(bytes);
+    this.kept += bytes.byteLength;
   }
 
   bytes(): Uint8Array {
-    return Buffer.concat(this.chunks);
+    return this.kept === 0 ? new Uint8Array() : Buffer.concat(this.chunks, this.kept);
   }
 
   static finish(body: OutgoingBody): void {
@@ -125,6 +149,7 @@ class OutgoingRequest {
       url: `${scheme}://${this.authorityValue}${this.pathValue ?? '/'}`,
       headers: this.headerFields.entries().map(([name, value]) => [name, decoder.decode(value)]),
       body: this.outgoingBody.bytes(),
+      bodyBytes: this.outgoingBody.written,
     };
   }
 

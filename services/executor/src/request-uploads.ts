@@ -1,0 +1,76 @@
+import { REQUEST_BODY_LIMIT_BYTES } from './host/request-body.js';
+
+/**
+ * The pieces of request bodies a capsule host sends ahead of their requests (`http-upload`), held
+ * until the request that names them is made or the session ends. The host runs untrusted code and
+ * is not trusted to stop: one body may not grow past the limit, and all the bodies a session holds
+ * at once may not pass twice it (two of its guests may upload at once). A piece past either is
+ * refused and its whole upload let go; the refusal is kept for the request that names it, which is
+ * refused with it (and traced), so a session can make the executor hold a bounded amount only.
+ */
+export class RequestUploads {
+  private readonly held = new Map<number, { pieces: Buffer[]; size: number }>();
+  /** Why an upload was let go, by its id, for its request (the newest few: each is asked for once). */
+  private readonly refused = new Map<number, string>();
+  private total = 0;
+
+  constructor(
+    private readonly limitBytes = REQUEST_BODY_LIMIT_BYTES,
+    private readonly sessionLimitBytes = 2 * limitBytes,
+  ) {}
+
+  /** Adds one piece to upload `upload`; throws (the upload let go) past a limit, or after one. */
+  add(upload: number, chunkBase64: string): void {
+    const earlier = this.refused.get(upload);
+    if (earlier !== undefined) throw new Error(earlier);
+    const piece = Buffer.from(chunkBase64, 'base64');
+    const entry = this.held.get(upload) ?? { pieces: [], size: 0 };
+    const refusal =
+      entry.size + piece.length > this.limitBytes
+        ? `the request body is larger than ${this.limitBytes} bytes`
+        : this.total + piece.length > this.sessionLimitBytes
+          ? `this session's request bodies waiting for their requests would hold more than ${this.sessionLimitBytes} bytes: make one request before uploading another`
+          : undefined;
+    if (refusal !== undefined) {
+      this.drop(upload);
+      this.refused.set(upload, refusal);
+      if (this.refused.size > REFUSALS_KEPT) this.refused.delete(this.refused.keys().next().value as number);
+      throw new Error(refusal);
+    }
+    entry.pieces.push(piece);
+    entry.size += piece.length;
+    this.total += piece.length;
+    this.held.set(upload, entry);
+  }
+
+  /** Upload `upload`'s whole body, or why it was refused; either way no longer held. */
+  take(upload: number): { body: Buffer } | { refused: string } {
+    const refused = this.refused.get(upload);
+    this.refused.delete(upload);
+    const entry = this.held.get(upload);
+    this.drop(upload);
+    if (entry) return { body: Buffer.concat(entry.pieces, entry.size) };
+    return { refused: refused ?? `no request body was uploaded as ${upload}` };
+  }
+
+  /** The bytes held across all uploads (what the session's limit is checked against). */
+  get heldBytes(): number {
+    return this.total;
+  }
+
+  /** Lets go of everything held (the session ended). */
+  clear(): void {
+    this.held.clear();
+    this.refused.clear();
+    this.total = 0;
+  }
+
+  private drop(upload: number): void {
+    const entry = this.held.get(upload);
+    if (!entry) return;
+    this.held.delete(upload);
+    this.total -= entry.size;
+  }
+}
+
+const REFUSALS_KEPT = 16;
