@@ -170,6 +170,23 @@ describe('egress through the executor', () => {
     expect(trace.find((event) => event.event_type === 'egress')).toMatchObject({ kind: 'a2a', decision: 'denied' });
   });
 
+  it('refuses a message too large for the capsule host to hand the executor, as the guest’s error, and never contacts the peer', async () => {
+    const before = peer.connections();
+    const repeat = 9 * 1024 * 1024;
+    const { results } = await run('send-too-large', `capabilities:\n  network:\n    allow: [127.0.0.1:${peer.port}]\n`, [
+      { op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'x', repeat },
+      { op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'still here' },
+    ]);
+    expect(results[0]).toEqual({
+      op: 'send',
+      ok: false,
+      error: expect.stringMatching(/^the 'send' request is \d+ characters of JSON, more than the 8388608 a capsule host may send the executor at once$/),
+    });
+    // The session, its host and its executor go on: the next message is sent.
+    expect(results[1]).toMatchObject({ op: 'send', ok: true });
+    expect(peer.connections()).toBe(before + 1);
+  });
+
   it('sends an allowed A2A message and records it as a2a_send', async () => {
     const { results, trace } = await run('send-allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${peer.port}]\n`, [
       { op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'hello peer', contextId: 'ctx_thread', messageId: 'msg_one' },

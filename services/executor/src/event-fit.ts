@@ -11,19 +11,26 @@ export const EVENT_BUS_BUDGET = 768 * 1024;
  * `event` as it can cross the bus: itself when it fits, else a copy whose long strings are cut,
  * each saying how much was cut. What a streaming client then misses of a chunk or an answer, the
  * task's own record (the workdir's result, `GetTask` where it fits) still holds; an event refused
- * whole would have been an exception in the executor, shared by every session on it.
+ * whole would have been an exception in the executor, shared by every session on it. The capsule
+ * host fits each event before it sends it; the executor fits it again, since a host is not trusted.
  */
 export function fitEventForBus(event: SessionEvent, budget = EVENT_BUS_BUDGET): SessionEvent {
   if (Buffer.byteLength(JSON.stringify(event)) <= budget) return event;
-  // Each string gets a share of the budget in characters; a character is at most 4 bytes of UTF-8
-  // and 6 of a JSON escape, so a quarter of the budget over the strings leaves room to spare.
+  return { ...event, data: cutLongStrings(event.data, budget, 'too long for the bus') as SessionEvent['data'] };
+}
+
+/**
+ * A copy of `value` whose strings are cut so that its JSON fits `budget` bytes, each cut saying so
+ * and `why`. Each string gets a share of the budget in characters; a character is at most 4 bytes of
+ * UTF-8 and 6 of a JSON escape, so an eighth of the budget per string leaves room for its neighbours.
+ */
+export function cutLongStrings(value: unknown, budget: number, why: string): unknown {
   const keep = Math.max(1024, Math.floor(budget / 8));
-  const cut = (value: unknown): unknown => {
-    if (typeof value === 'string')
-      return value.length > keep ? `${value.slice(0, keep)} […${value.length - keep} more characters cut: too long for the bus]` : value;
-    if (Array.isArray(value)) return value.map(cut);
-    if (value !== null && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([key, inner]) => [key, cut(inner)]));
-    return value;
+  const cut = (inner: unknown): unknown => {
+    if (typeof inner === 'string') return inner.length > keep ? `${inner.slice(0, keep)} […${inner.length - keep} more characters cut: ${why}]` : inner;
+    if (Array.isArray(inner)) return inner.map(cut);
+    if (inner !== null && typeof inner === 'object') return Object.fromEntries(Object.entries(inner).map(([key, field]) => [key, cut(field)]));
+    return inner;
   };
-  return { ...event, data: cut(event.data) as SessionEvent['data'] };
+  return cut(value);
 }

@@ -10,7 +10,7 @@
 // `{ok: false, error: <the err string>}`.
 //   {op:"invoke", name, data?}         murmur:tool-registry invoke; data: string, or JSON-encoded
 //   {op:"shell", binary, args?, env?}  murmur:shell run; env: {K: V} or [[K, V], …]
-//   {op:"send", peer, text, contextId?, messageId?}   murmur:message send
+//   {op:"send", peer, text, repeat?, contextId?, messageId?}   murmur:message send (text written `repeat` times)
 //   {op:"artifacts"}, {op:"describe", name}, {op:"search", query}, {op:"pull", name, version},
 //   {op:"remove", name}, {op:"diagnostics"}          murmur:artifact-manager
 //   {op:"handle", url}                 wasi:http/outgoing-handler `handle` alone, never waiting on the
@@ -93,7 +93,7 @@ async function capsuleAction(action) {
       return send(String(action.peer), {
         messageId: action.messageId ?? `probe-message-${sent}`,
         contextId: action.contextId ?? undefined,
-        text: String(action.text ?? ''),
+        text: String(action.text ?? '').repeat(action.repeat ?? 1),
       });
     case 'artifacts':
       return listArtifacts();

@@ -349,7 +349,13 @@ export class CapsuleHost implements AgentHost {
     switch (op) {
       case 'http': {
         const request = await this.uploaded(payload as HttpRequest);
-        const result = (await this.channel.request({ op: 'http', request })) as EgressResult;
+        let result: EgressResult;
+        try {
+          result = (await this.channel.request({ op: 'http', request })) as EgressResult;
+        } catch (error) {
+          // Refused before it left (a URL or headers too large to send), or by the executor: an error code, not a trap.
+          return { outcome: 'denied', code: 'internal-error', reason: error instanceof Error ? error.message : String(error) } satisfies EgressResult;
+        }
         // The body starts coming in now, while the guest reads the head.
         if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
         return result;
@@ -701,10 +707,16 @@ export class CapsuleHost implements AgentHost {
     peerUrl: string,
     message: { messageId: string; contextId?: string; text: string },
   ): Promise<Fallible<{ taskId: string; contextId: string; state: string }>> {
-    const result = (await this.channel.request({
-      op: 'send',
-      request: { peer_url: peerUrl, message_id: message.messageId, ...(message.contextId ? { context_id: message.contextId } : {}), text: message.text },
-    })) as Fallible<{ task_id: string; context_id: string; state: string; traceparent?: string | null }>;
+    let result: Fallible<{ task_id: string; context_id: string; state: string; traceparent?: string | null }>;
+    try {
+      result = (await this.channel.request({
+        op: 'send',
+        request: { peer_url: peerUrl, message_id: message.messageId, ...(message.contextId ? { context_id: message.contextId } : {}), text: message.text },
+      })) as typeof result;
+    } catch (error) {
+      // A message too large to send is the guest's error to handle, not a trap.
+      return refused(error instanceof Error ? error.message : String(error));
+    }
     if (!result.ok) return result;
     this.trace.write('a2a_send', {
       peer_url: peerUrl,

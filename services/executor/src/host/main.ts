@@ -5,6 +5,7 @@ import { precompileCoreModules, preloadInWorker } from './guest-runner.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { TraceRecord } from '../records.js';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
+import { fitForExecutor } from './message-fit.js';
 import { handOverSandboxSockets } from './sandbox-sockets.js';
 
 /**
@@ -24,11 +25,21 @@ if (!process.send) {
   process.exit(2);
 }
 
-const send = (message: HostToExecutor): void => {
+/**
+ * Sends `message` fitted to the channel (`message-fit.ts`); returns why it was not sent, if it was
+ * not. A message refused whole is said on stderr, which the executor keeps in `host.log`.
+ */
+const send = (message: HostToExecutor): string | undefined => {
   // A request may depend on the spans the records made so far (its egress span's parent, the
   // traceparent an outgoing message carries): they reach the executor first.
   if (message.type === 'request') flushTraces();
-  process.send?.(message);
+  const fitted = fitForExecutor(message);
+  if ('refused' in fitted) {
+    process.stderr.write(`[capsule-host] not sent: ${fitted.refused}\n`);
+    return fitted.refused;
+  }
+  process.send?.(fitted.message);
+  return undefined;
 };
 
 /**
@@ -45,7 +56,8 @@ function flushTraces(): void {
   if (traceBatch.length === 0) return;
   const events = traceBatch;
   traceBatch = [];
-  process.send?.({ type: 'trace', events } satisfies HostToExecutor);
+  // A batch too large to go at once goes record by record; a record too large alone is left out, said on stderr.
+  if (send({ type: 'trace', events }) !== undefined && events.length > 1) for (const event of events) send({ type: 'trace', events: [event] });
 }
 
 let nextRequest = 1;
@@ -76,7 +88,10 @@ const channel: HostChannel = {
     const id = nextRequest++;
     return new Promise((resolve, reject) => {
       pending.set(id, { resolve, reject });
-      send({ type: 'request', id, request });
+      const refused = send({ type: 'request', id, request });
+      if (refused === undefined) return;
+      pending.delete(id);
+      reject(new Error(refused));
     });
   },
   output(stream, text) {
@@ -180,9 +195,10 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
       // Exit as soon as the result is written: nothing is left to do, and a lingering helper
       // thread would only delay the session's end.
       flushTraces();
-      process.send?.({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, () =>
-        process.exit(0),
-      );
+      const fitted = fitForExecutor({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) });
+      const sent: HostToExecutor =
+        'message' in fitted ? fitted.message : { type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-001', message: fitted.refused } };
+      process.send?.(sent, () => process.exit(0));
     },
     (error: unknown) => {
       flushTraces();
