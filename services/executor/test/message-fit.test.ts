@@ -1,4 +1,4 @@
-import type { SessionEvent } from '@murmur/shared';
+import type { SessionEvent, SessionReply } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
 import { EVENT_BUS_BUDGET } from '../src/event-fit.js';
 import { fitForExecutor } from '../src/host/message-fit.js';
@@ -29,7 +29,8 @@ describe('fitting a capsule host’s messages to its channel', () => {
   });
 
   it('answers a door’s call with an error when the reply is too large, rather than not at all', () => {
-    const message: HostToExecutor = { type: 'rpc-reply', id: 9, reply: { result: { text: 'x'.repeat(limit) } } };
+    const reply = { task: { id: 't', context_id: 'c', state: 'completed', response: 'x'.repeat(limit) } } as SessionReply;
+    const message: HostToExecutor = { type: 'rpc-reply', id: 9, reply };
     const fitted = fitForExecutor(message, limit);
     expect(fitted).toEqual({
       message: {
