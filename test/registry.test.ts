@@ -85,6 +85,19 @@ describe('roost as a remote registry', () => {
     expect(result.stderr).toContain('MURMUR_ROOST_TOKEN');
   });
 
+  it('refuses a token that is almost the one it was started with, alike', async () => {
+    const almost = `${token.slice(0, -1)}${token.endsWith('s') ? 't' : 's'}`;
+    for (const presented of [almost, `${token}x`, token.slice(0, -1)]) {
+      const response = await fetch(`${roost.url}/v1/artifacts?name=echo-tool&version=9.9.9`, {
+        method: 'POST',
+        body: await fs.readFile(toolZip),
+        headers: { authorization: `Bearer ${presented}` },
+      });
+      expect(response.status).toBe(401);
+      expect(await response.json()).toMatchObject({ code: 'E-ROOST-001' });
+    }
+  });
+
   async function post(query: string, body: Uint8Array): Promise<{ status: number; body: { code?: string; error?: string } }> {
     const response = await fetch(`${roost.url}/v1/artifacts?${query}`, { method: 'POST', body, headers: { authorization: `Bearer ${token}` } });
     return { status: response.status, body: (await response.json()) as { code?: string; error?: string } };

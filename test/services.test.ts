@@ -131,6 +131,13 @@ describe('the services as processes on NATS', () => {
     expect(log).not.toMatch(/\n\s+at /);
   });
 
+  it('roost refuses to start with a publishing token short enough to guess, naming the variable and never the token', async () => {
+    const { code, log } = await refusedStart('roost', { MURMUR_ROOST_TOKEN: 'hunter2' });
+    expect(code).toBe(1);
+    expect(log).toContain('error[E-CFG-003]: MURMUR_ROOST_TOKEN is 7 characters long; a publishing token needs at least 16');
+    expect(log).not.toContain('hunter2');
+  });
+
   it('a service whose port is taken says so with a code, and exits', async () => {
     const taken = await startService('door', { MURMUR_NATS_URL: nats.url });
     try {

@@ -1,7 +1,7 @@
-import { timingSafeEqual } from 'node:crypto';
 import { httpStatusOf } from './http-status.js';
 import { type ArtifactMeta, type Log, MurmurError, type PackagingType, isReservedVersion, parsePlatform } from '@murmur/shared';
 import { type ArtifactStore, SHA256_HEADER, inspectArchive, maxEntryBytesFromEnv, sha256Hex } from '@murmur/shared/artifacts';
+import { bearerOf, tokenMatcher } from '@murmur/shared/node';
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 
@@ -29,12 +29,6 @@ function errorBody(error: MurmurError): { error: string; code: string; hint?: st
   return { error: error.message, code: error.code, ...(error.hint ? { hint: error.hint } : {}) };
 }
 
-function tokenMatches(header: string | undefined, token: string): boolean {
-  const presented = Buffer.from(header?.replace(/^Bearer\s+/i, '') ?? '');
-  const expected = Buffer.from(token);
-  return presented.length === expected.length && timingSafeEqual(presented, expected);
-}
-
 /** `local/worker/0.1.0` or `local%2Fworker/0.1.0` → name `local/worker`, version `0.1.0`. */
 function nameAndVersion(rest: string): { name: string; version: string } | undefined {
   const segments = rest
@@ -47,6 +41,8 @@ function nameAndVersion(rest: string): { name: string; version: string } | undef
 }
 
 export function registryRoutes(options: RegistryRoutesOptions): Hono {
+  // By digest, in constant time: neither the time a refusal takes nor a length check says how much of a guess was right.
+  const publishers = options.publishToken === undefined ? undefined : tokenMatcher([options.publishToken]);
   const app = new Hono();
   const fail = (error: MurmurError) => ({ body: errorBody(error), status: httpStatusOf(error) });
 
@@ -85,7 +81,7 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       onError: (context) => context.json({ error: `the artifact is larger than the ${maxEntryBytesFromEnv()}-byte ceiling`, code: 'E-ART-002' }, 413),
     }),
     async (context) => {
-      if (options.publishToken !== undefined && !tokenMatches(context.req.header('authorization'), options.publishToken)) {
+      if (publishers !== undefined && !publishers.admits(bearerOf(context.req.header('authorization')))) {
         return context.json({ error: 'unauthorized: publishing needs the roost token', code: 'E-ROOST-001' }, 401);
       }
       const name = context.req.query('name')?.trim();

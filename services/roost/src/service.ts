@@ -1,8 +1,8 @@
 import path from 'node:path';
 import type { Bus } from '@murmur/shared/bus';
-import type { Log } from '@murmur/shared';
+import { type Log, MurmurError } from '@murmur/shared';
 import { ArtifactStore } from '@murmur/shared/artifacts';
-import { globalStoreDir } from '@murmur/shared/node';
+import { MIN_BEARER_TOKEN_LENGTH, globalStoreDir } from '@murmur/shared/node';
 import { Hono } from 'hono';
 import { registryRoutes } from './registry-routes.js';
 import { sessionRoutes } from './session-routes.js';
@@ -48,6 +48,21 @@ export function parseSpawnAllowList(value: string | undefined): string[] {
 }
 
 /**
+ * `MURMUR_ROOST_TOKEN`, the bearer publishing needs (none: anyone who reaches roost may publish).
+ * A short one is refused at start, naming the setting, as a door's is: a token guessable over the
+ * network would let anyone replace what every executor of the stack runs.
+ */
+function publishTokenOf(env: NodeJS.ProcessEnv): string | undefined {
+  const token = env.MURMUR_ROOST_TOKEN?.trim() || undefined;
+  if (token !== undefined && token.length < MIN_BEARER_TOKEN_LENGTH)
+    throw new MurmurError('E-CFG-003', `MURMUR_ROOST_TOKEN is ${token.length} characters long; a publishing token needs at least ${MIN_BEARER_TOKEN_LENGTH}`, {
+      path: 'MURMUR_ROOST_TOKEN',
+      hint: 'use a long random value, e.g. `openssl rand -hex 32`',
+    });
+  return token;
+}
+
+/**
  * roost: the registry over HTTP for a stack whose services do not share a disk, and delegation's
  * referee: sessions register and get a credential, a session asks `POST /spawn` for an approval
  * to spawn a child that fits inside it, and the child registers with that approval. Sessions and
@@ -72,7 +87,7 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
       ),
     );
   const http = new Hono();
-  http.route('/', registryRoutes({ store, publishToken: env.MURMUR_ROOST_TOKEN?.trim() || undefined, log: options.log }));
+  http.route('/', registryRoutes({ store, publishToken: publishTokenOf(env), log: options.log }));
   http.route('/', sessionRoutes({ state, store, spawnAllow, now: options.now ?? Date.now, log: options.log }));
   return { http, registryPath, spawnAllow, close: async () => {} };
 }
