@@ -276,3 +276,74 @@ describe("a door that takes each session's own token", () => {
     expect(agent.stderr()).not.toContain(agent.token);
   });
 });
+
+/**
+ * A threaded capsule keeps its conversations beyond a session, and any session of the capsule may
+ * continue one by naming its context. A session's own token is good for that session alone, and
+ * so is what was said under it: another session's holder who names the same context starts afresh.
+ */
+describe("the conversations of contexts named under a session's own token", () => {
+  const operatorToken = 'door-operator-token-0123456789';
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let inference: ScriptedInference;
+  let first: RunningAgent;
+  let second: RunningAgent;
+  let home: string;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-session-contexts-');
+    home = path.join(scratch.dir, 'home');
+    inference = await startScriptedInference({ script: echo });
+    const project = await agentProject(
+      path.join(scratch.dir, 'agent'),
+      agentManifest(inference, { name: 'keeper', lifecycle: '  conversation: threaded\n  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    const env = { MURMUR_HOME: home, MURMUR_DOOR_AUTH: `session, ${operatorToken}` };
+    first = await startAgent(project, env);
+    second = await startAgent(project, env);
+  });
+
+  afterAll(async () => {
+    await first?.stop();
+    await second?.stop();
+    await inference?.close();
+    await scratch?.cleanup();
+  });
+
+  type Message = { role: string; content: Array<{ type: string; text?: string }> };
+  /** What the model was sent for the task `text` began, one line per message. */
+  const seenBy = async (agent: RunningAgent, token: string, contextId: string, text: string): Promise<string[]> => {
+    const before = inference.requests().length;
+    const reply = await rpc(
+      agent.url,
+      'SendMessage',
+      { message: { messageId: randomUUID(), contextId, role: 'ROLE_USER', parts: [{ text }] } },
+      { headers: { authorization: `Bearer ${token}` } },
+    );
+    expect((reply.body.result?.task as { status?: { state: string } } | undefined)?.status?.state).toBe('TASK_STATE_COMPLETED');
+    const messages = inference.requests()[before]?.body.messages as Message[];
+    return messages.map((message) => `${message.role}: ${message.content.map((block) => block.text ?? '').join('')}`);
+  };
+
+  it('keeps such a context for its session alone: another session naming it starts afresh, and the shared record holds nothing of it', async () => {
+    expect(await seenBy(first, first.token, 'main', 'the secret is 42')).toEqual(['user: the secret is 42']);
+    expect(await seenBy(second, second.token, 'main', 'what is the secret?')).toEqual(['user: what is the secret?']);
+    // The session that said it still continues it.
+    expect(await seenBy(first, first.token, 'main', 'say it again')).toEqual([
+      'user: the secret is 42',
+      'assistant: echo: the secret is 42',
+      'user: say it again',
+    ]);
+    const record = path.join(home, 'conversations', 'keeper');
+    expect((await fs.readdir(record)).sort()).toEqual([`main@${first.sessionId}`, `main@${second.sessionId}`].sort());
+  });
+
+  it("shares a context named under the operator's token across the capsule's sessions, as a context always was", async () => {
+    expect(await seenBy(first, operatorToken, 'shared', 'my name is Ada')).toEqual(['user: my name is Ada']);
+    expect(await seenBy(second, operatorToken, 'shared', 'what is my name?')).toEqual([
+      'user: my name is Ada',
+      'assistant: echo: my name is Ada',
+      'user: what is my name?',
+    ]);
+  });
+});

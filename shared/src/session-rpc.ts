@@ -118,6 +118,13 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
     /** `x-murmur-forget-session`: this task's context starts its harness conversation anew. */
     forget_session: z.boolean().optional(),
     /**
+     * The request was admitted by the session's own token, which is good for this session alone:
+     * so is the conversation its context names. It is kept apart from the capsule's shared ones
+     * (which any session of the capsule may continue), so a holder of one session's token cannot
+     * load another session's conversation by naming its context.
+     */
+    context_scope: z.literal('session').optional(),
+    /**
      * A blocking send: the host answers once the task settles (a final state, or input-required)
      * or after this long, whichever is first — with the task as it then stands, its history cut to
      * `history_length` — so a door's blocking send is one round trip instead of send, watch, get.

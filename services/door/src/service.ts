@@ -108,6 +108,8 @@ interface RpcRequest {
   completion: { delegation_id: string; completion_session: string } | undefined;
   /** `x-murmur-forget-session`: the task's context starts its harness conversation anew. */
   forgetSession: boolean;
+  /** Admitted by the session's own token: the contexts it names are the session's alone (`context_scope`). */
+  sessionToken: boolean;
 }
 
 export function startDoorService(options: DoorOptions): DoorService {
@@ -267,7 +269,8 @@ export function startDoorService(options: DoorOptions): DoorService {
       : undefined;
     try {
       const forgetSession = asksToForget(context.req.header(FORGET_SESSION_HEADER));
-      return await handler(context, { link, version, call, lastEventId, traceparent, completion, forgetSession });
+      const sessionToken = judged.verdict === 'session-token';
+      return await handler(context, { link, version, call, lastEventId, traceparent, completion, forgetSession, sessionToken });
     } catch (error) {
       span.fail(error instanceof Error ? error.message : String(error));
       if (error instanceof SessionUnreachable)
@@ -678,7 +681,7 @@ function refuseNonText(message: A2aMessage): RpcError | undefined {
 /** A client's message as the host's `send` call: its text parts joined, its ids as given. */
 function sendCall(
   message: A2aMessage,
-  { traceparent, completion, forgetSession }: Pick<RpcRequest, 'traceparent' | 'completion' | 'forgetSession'>,
+  { traceparent, completion, forgetSession, sessionToken }: Pick<RpcRequest, 'traceparent' | 'completion' | 'forgetSession' | 'sessionToken'>,
 ): Extract<SessionCall, { method: 'send' }> {
   return {
     method: 'send',
@@ -689,6 +692,7 @@ function sendCall(
     ...(traceparent ? { traceparent } : {}),
     ...(completion ?? {}),
     ...(forgetSession ? { forget_session: true } : {}),
+    ...(sessionToken ? { context_scope: 'session' as const } : {}),
   };
 }
 

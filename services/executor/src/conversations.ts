@@ -12,6 +12,9 @@ import { pathExists, writeFileAtomic } from '@murmur/shared/node';
  * - A context id comes from a client (`mur run --context`, an A2A message), so it is checked, not
  *   trusted (`isSafeContextId`): one that is not a plain path segment gets no file, and nothing
  *   else changes.
+ * - A context a session's own token named is kept apart, under `<context-id>@<session-id>`
+ *   (`contextKey`): that token is good for its session alone, and so is what it said, where a
+ *   context of the capsule's shared record may be continued by any session of the capsule.
  * - Written whole, by rename, 0600 under 0700 directories: a reader never sees half a record, and
  *   no other user of the machine reads a conversation.
  * - Never fatal: a home that cannot be written costs the conversation its memory beyond this
@@ -19,6 +22,21 @@ import { pathExists, writeFileAtomic } from '@murmur/shared/node';
  */
 
 const DIRECTORY_MODE = 0o700;
+
+/**
+ * The name a context is kept under in its record: its id, or, scoped to a session, its id and the
+ * session's joined by `@`: a name no client can give (a context id holds no `@`), so only that
+ * session finds it again.
+ */
+export function contextKey(contextId: string, sessionScope?: string): string {
+  return sessionScope === undefined ? contextId : `${contextId}@${sessionScope}`;
+}
+
+/** Whether `key` is a context's id, or one scoped to a session (`contextKey`): a plain path segment either way. */
+function isContextKey(key: string): boolean {
+  const [contextId = '', session, ...more] = key.split('@');
+  return more.length === 0 && isSafeContextId(contextId) && (session === undefined || isSafeContextId(session));
+}
 export const FILE_MODE = 0o600;
 
 export class ConversationRecords {
@@ -41,9 +59,12 @@ export class ConversationRecords {
     return this.store ? path.join(this.store.conversations, this.store.record) : undefined;
   }
 
-  /** A file of the context's directory, or undefined when nothing is kept for it (no record, or an id that is not a path segment). */
+  /**
+   * A file of the context's directory, or undefined when nothing is kept for it (no record, or an
+   * id that is not a path segment). `contextId` here and below is a `contextKey`.
+   */
   fileIn(contextId: string, name: string): string | undefined {
-    if (!this.store || !isSafeContextId(contextId)) return undefined;
+    if (!this.store || !isContextKey(contextId)) return undefined;
     return path.join(this.store.conversations, this.store.record, contextId, name);
   }
 

@@ -66,7 +66,7 @@ import {
   type HostTool,
   type StartMessage,
 } from './host/protocol.js';
-import { ConversationRecords } from './conversations.js';
+import { ConversationRecords, contextKey } from './conversations.js';
 import { HarnessSessions } from './harness-sessions.js';
 import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
@@ -1042,14 +1042,14 @@ export class Session {
         );
         value = result;
       } else if (request.op === 'delegate') value = await this.delegate(request.request);
-      else if (request.op === 'harness-session-get') value = (await this.harnessSessions?.get(request.context_id)) ?? null;
+      else if (request.op === 'harness-session-get') value = (await this.harnessSessions?.get(this.contextKeyOf(request))) ?? null;
       else if (request.op === 'harness-session-put') {
-        await this.harnessSessions?.put(request.context_id, request.session_id);
+        await this.harnessSessions?.put(this.contextKeyOf(request), request.session_id);
         value = null;
-      } else if (request.op === 'harness-session-forget') value = (await this.harnessSessions?.forget(request.context_id)) ?? null;
-      else if (request.op === 'conversation-load') value = (await this.conversations?.load(request.context_id)) ?? [];
+      } else if (request.op === 'harness-session-forget') value = (await this.harnessSessions?.forget(this.contextKeyOf(request))) ?? null;
+      else if (request.op === 'conversation-load') value = (await this.conversations?.load(this.contextKeyOf(request))) ?? [];
       else if (request.op === 'conversation-save') {
-        await this.conversations?.save(request.context_id, request.messages);
+        await this.conversations?.save(this.contextKeyOf(request), request.messages);
         value = null;
       } else
         value = this.environment.pull
@@ -1060,6 +1060,11 @@ export class Session {
       reply = { type: 'reply', id, ok: false, error: error instanceof Error ? error.message : String(error) };
     }
     this.tellHost(reply);
+  }
+
+  /** The name the host's context is kept under: apart, for this session alone, when its task came under the session's own token. */
+  private contextKeyOf(request: { context_id: string; session_scoped?: true | undefined }): string {
+    return contextKey(request.context_id, request.session_scoped ? this.id : undefined);
   }
 
   /**

@@ -258,6 +258,7 @@ export class AgentSession {
     const harness = this.agent.harness;
     if (!harness || !this.toolServer) return runAgentLoop(run);
     const channel = this.channel;
+    const scope = contextScope(task);
     const harnessRun: HarnessLoopRun = {
       ...run,
       harness,
@@ -267,17 +268,18 @@ export class AgentSession {
         this.harnessScene = scene;
       },
       sessions: {
-        get: async (contextId) => ((await channel.request({ op: 'harness-session-get', context_id: contextId })) as string | null) ?? undefined,
+        get: async (contextId) => ((await channel.request({ op: 'harness-session-get', context_id: contextId, ...scope })) as string | null) ?? undefined,
         put: async (contextId, sessionId) => {
-          await channel.request({ op: 'harness-session-put', context_id: contextId, session_id: sessionId });
+          await channel.request({ op: 'harness-session-put', context_id: contextId, session_id: sessionId, ...scope });
         },
-        forget: async (contextId) => ((await channel.request({ op: 'harness-session-forget', context_id: contextId })) as string | null) ?? undefined,
+        forget: async (contextId) => ((await channel.request({ op: 'harness-session-forget', context_id: contextId, ...scope })) as string | null) ?? undefined,
       },
     };
     return runHarnessLoop(harnessRun);
   }
 
   private loopRun(task: Task | undefined, maxTurns: number): AgentLoopRun {
+    const scope = contextScope(task);
     return {
       host: this.host,
       start: this.start,
@@ -289,9 +291,9 @@ export class AgentSession {
       shellDescriptions: this.shellDescriptions,
       continuation: this.continuation,
       conversation: {
-        load: async (contextId) => (await this.channel.request({ op: 'conversation-load', context_id: contextId })) as WireMessage[],
+        load: async (contextId) => (await this.channel.request({ op: 'conversation-load', context_id: contextId, ...scope })) as WireMessage[],
         save: async (contextId, messages) => {
-          await this.channel.request({ op: 'conversation-save', context_id: contextId, messages });
+          await this.channel.request({ op: 'conversation-save', context_id: contextId, messages, ...scope });
         },
       },
     };
@@ -483,4 +485,9 @@ export function reopenedTask(original: string, feedback: ReadonlyArray<{ hook: s
   let text = `${original.trimEnd()}\n\n---\n\n# Reopen feedback\n\nThe previous attempt was not accepted. Address the following feedback, then continue.\n`;
   for (const [index, item] of feedback.entries()) text += `\n## Reopen ${index + 1} — from hook \`${item.hook}\`\n\n${item.reason.trim()}\n`;
   return text;
+}
+
+/** How the executor is asked to keep a task's context: apart, for this session alone, when the task came under the session's own token. */
+function contextScope(task: Task | undefined): { session_scoped?: true } {
+  return task?.sessionScoped ? { session_scoped: true } : {};
 }

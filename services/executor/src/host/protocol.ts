@@ -304,12 +304,13 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('send'), request: SendRequestSchema }),
   z.object({ op: z.literal('pull'), request: PullRequestSchema }),
   z.object({ op: z.literal('delegate'), request: DelegateRequestSchema }),
-  z.object({ op: z.literal('conversation-load'), context_id: z.string() }),
-  z.object({ op: z.literal('conversation-save'), context_id: z.string(), messages: z.array(z.unknown()) }),
+  /** `session_scoped` on these: the context is kept for this session alone (its task came under the session's own token). */
+  z.object({ op: z.literal('conversation-load'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
+  z.object({ op: z.literal('conversation-save'), context_id: z.string(), messages: z.array(z.unknown()), session_scoped: z.literal(true).optional() }),
   /** The harness session a context has (`transport: process`), recorded, replaced or dropped by the executor. */
-  z.object({ op: z.literal('harness-session-get'), context_id: z.string() }),
-  z.object({ op: z.literal('harness-session-put'), context_id: z.string(), session_id: z.string() }),
-  z.object({ op: z.literal('harness-session-forget'), context_id: z.string() }),
+  z.object({ op: z.literal('harness-session-get'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
+  z.object({ op: z.literal('harness-session-put'), context_id: z.string(), session_id: z.string(), session_scoped: z.literal(true).optional() }),
+  z.object({ op: z.literal('harness-session-forget'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
 ]);
 export type HostRequest = z.infer<typeof HostRequestSchema>;
 

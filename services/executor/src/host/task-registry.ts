@@ -36,6 +36,8 @@ export interface Task {
   readonly traceparent: string | undefined;
   /** `x-murmur-forget-session` on the request: the context's harness session is dropped before the task runs. */
   readonly forgetSession?: boolean;
+  /** Sent under the session's own token: its context's conversation is kept for this session alone (`context_scope`). */
+  readonly sessionScoped?: boolean;
   state: TaskState;
   message?: string;
   prompt?: string;
@@ -141,6 +143,7 @@ export class TaskRegistry {
       text: call.text,
       traceparent: call.traceparent,
       ...(call.forget_session ? { forgetSession: true } : {}),
+      ...(call.context_scope === 'session' ? { sessionScoped: true } : {}),
       state: 'submitted',
       artifacts: [],
       history: [{ role: 'user', message_id: call.message_id, text: call.text }],
