@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, lstatSync, readlinkSync, realpathSync } from 'node:fs';
+import { closeSync, constants, existsSync, lstatSync, openSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -30,8 +30,8 @@ export interface SandboxOptions {
   unshare?: string | undefined;
 }
 
-function tryRun(binary: string, args: string[]): string | undefined {
-  const result = spawnSync(binary, args, { stdio: ['ignore', 'ignore', 'pipe'], timeout: 10_000 });
+function tryRun(binary: string, args: string[], descriptors: number[] = []): string | undefined {
+  const result = spawnSync(binary, args, { stdio: ['ignore', 'ignore', 'pipe', ...descriptors], timeout: 10_000 });
   if (result.error) return result.error.message;
   if (result.status !== 0) return result.stderr.toString().trim() || `exited with ${result.status}`;
   return undefined;
@@ -42,11 +42,26 @@ export function probeNamespaces(options: SandboxOptions = {}): NamespaceProbe {
   const reasons: string[] = [];
   const bwrap = options.bwrap ?? 'bwrap';
   if (bwrap !== 'none') {
-    // What every launch needs: the namespaces and a fresh /proc for the new pid namespace (which a
-    // container that still masks its /proc refuses), so a probe that passes means launches can.
-    const failure = tryRun(bwrap, ['--unshare-all', '--die-with-parent', '--ro-bind', '/', '/', '--proc', '/proc', '--', 'true']);
+    // What every launch needs: the namespaces, a fresh /proc for the new pid namespace (which a
+    // container that still masks its /proc refuses), and a directory bound by descriptor (how the
+    // workdir is bound: bubblewrap 0.7 and later), so a probe that passes means launches can.
+    const root = openSync('/', constants.O_RDONLY | constants.O_DIRECTORY);
+    let failure: string | undefined;
+    try {
+      failure = tryRun(
+        bwrap,
+        ['--unshare-all', '--die-with-parent', '--ro-bind', '/', '/', '--proc', '/proc', '--ro-bind-fd', '3', '/mnt', '--', 'true'],
+        [root],
+      );
+    } finally {
+      closeSync(root);
+    }
     if (failure === undefined) return { tool: 'bubblewrap', binary: bwrap, reason: undefined };
-    reasons.push(`bubblewrap (${bwrap}): ${failure}`);
+    reasons.push(
+      /bind-fd/.test(failure)
+        ? `bubblewrap (${bwrap}) cannot bind a directory by descriptor, which it does since 0.7 (--ro-bind-fd: ${failure}); install bubblewrap 0.7 or later`
+        : `bubblewrap (${bwrap}): ${failure}`,
+    );
   } else reasons.push('bubblewrap is disabled (MURMUR_BWRAP=none)');
   const unshare = options.unshare ?? 'unshare';
   if (unshare !== 'none') {

@@ -50,4 +50,24 @@ describe('the host probe', () => {
     expect(unsealed.namespaces.tool).toBe('bubblewrap');
     expect(starts()).toBe(5);
   });
+
+  it('refuses a bubblewrap that cannot bind a directory by descriptor, saying which version is needed', () => {
+    // A bubblewrap from before 0.7, as its option parser answers an option it does not know.
+    const old = path.join(scratch.dir, 'old-bwrap');
+    writeFileSync(
+      old,
+      `#!/bin/sh\nfor arg in "$@"; do case "$arg" in --ro-bind-fd|--bind-fd) echo "bwrap: Unknown option $arg" >&2; exit 1;; esac; done\nexec bwrap "$@"\n`,
+    );
+    chmodSync(old, 0o755);
+    const probe = probeHost({
+      PATH: process.env.PATH ?? '',
+      MURMUR_HOME: path.join(scratch.dir, 'home'),
+      MURMUR_BWRAP: old,
+      MURMUR_UNSHARE: 'none',
+    });
+    expect(probe.namespaces.tool).toBeUndefined();
+    expect(probe.namespaces.reason).toContain(
+      `bubblewrap (${old}) cannot bind a directory by descriptor, which it does since 0.7 (--ro-bind-fd: bwrap: Unknown option --ro-bind-fd); install bubblewrap 0.7 or later`,
+    );
+  });
 });
