@@ -19,7 +19,8 @@
 //         6. every descriptor above 2 closed but those `keep` names (the host's IPC channel, the
 //            sockets above, the cgroups its subprocesses join), so nothing the executor's own
 //            launcher left open reaches the sandbox;
-//       then execve. Any failure is printed on stderr and exits 125: nothing half-confined runs.
+//       then execve. Any failure is printed on stderr and exits 125: nothing half-confined runs,
+//       and a spec without `drop`, `landlock` or `seccomp` is such a failure.
 //
 //       A pooled sandbox (the executor's warm pool) also has `hold <command-fd> <reply-fd>`, before
 //       `drop`: the process forks there. It goes on down the spec and becomes the host, which
@@ -482,6 +483,7 @@ static int enter(int spec_fd, char **command) {
   size_t kept = 0;
   int network_done = 0;
   int capabilities_dropped = 0;
+  int landlock_started = 0;
   while (fgets(line, sizeof line, spec)) {
     size_t length = strlen(line);
     if (length > 0 && line[length - 1] == '\n') line[--length] = '\0';
@@ -521,6 +523,7 @@ static int enter(int spec_fd, char **command) {
       char *minimum = next_word(&cursor);
       if (!capabilities_dropped) fail("'landlock' before 'drop'");
       landlock_begin(minimum ? minimum : "1");
+      landlock_started = 1;
     } else if (strcmp(directive, "allow") == 0 || strcmp(directive, "require") == 0) {
       char *letters = next_word(&cursor);
       char *path = cursor;
@@ -535,9 +538,13 @@ static int enter(int spec_fd, char **command) {
     }
   }
   fclose(spec);
+  // The executor always writes all three; a spec without one is not this program's to run as
+  // given, since what it would run is less confined than a sealed sandbox says it is.
   if (!capabilities_dropped) fail("the spec never drops capabilities");
+  if (!landlock_started) fail("the spec never starts Landlock");
+  if (seccomp_fd < 0) fail("the spec installs no seccomp filter");
   landlock_commit();
-  if (seccomp_fd >= 0) seccomp_install(seccomp_fd);
+  seccomp_install(seccomp_fd);
   close_all_but(keep, kept);
   execvp(command[0], command);
   fail("running %s: %s", command[0], strerror(errno));

@@ -1,4 +1,8 @@
-import { existsSync, realpathSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { closeSync, existsSync, openSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { confinementSpec, resolveShellBinaries } from '../src/confinement.js';
 import { executionClosure, interpreterOf } from '../src/elf.js';
@@ -114,5 +118,40 @@ describe('what executing a file takes', () => {
 
   it('finds every match of a bare name on PATH, and never looks up a path', () => {
     expect(resolveShellBinaries(['sh', '/bin/sh', 'no-such-binary-here'], '/usr/bin:/bin')).toEqual(['/usr/bin/sh', '/bin/sh']);
+  });
+});
+
+/** The helper as `npm run build` makes it (the build says so when no C compiler could). */
+const HELPER = fileURLToPath(new URL('../dist/confine/murmur-confine', import.meta.url));
+if (!existsSync(HELPER)) console.warn(`[confinement tests] ${HELPER} was not built (no C compiler at npm run build): the helper's own refusals are skipped`);
+
+describe('murmur-confine enter', () => {
+  /** Runs the helper on `lines` as its spec; what it said and how it ended. */
+  function enter(name: string, lines: string[]): { status: number | null; stderr: string; ran: boolean } {
+    const specFile = path.join(os.tmpdir(), `murmur-confine-spec-${process.pid}-${name}`);
+    const marker = `${specFile}.ran`;
+    writeFileSync(specFile, `${lines.join('\n')}\n`);
+    const spec = openSync(specFile, 'r');
+    try {
+      const result = spawnSync(HELPER, ['enter', '3', '--', '/bin/sh', '-c', `: > '${marker}'`], {
+        stdio: ['ignore', 'ignore', 'pipe', spec],
+        encoding: 'utf8',
+      });
+      return { status: result.status, stderr: result.stderr, ran: existsSync(marker) };
+    } finally {
+      closeSync(spec);
+      rmSync(specFile, { force: true });
+      rmSync(marker, { force: true });
+    }
+  }
+
+  it.skipIf(!existsSync(HELPER))('refuses a spec that leaves out Landlock or seccomp, running nothing (the executor always writes both)', () => {
+    const withoutLandlock = enter('no-landlock', ['drop', 'seccomp 9']);
+    expect(withoutLandlock).toEqual({ status: 125, stderr: 'murmur-confine: the spec never starts Landlock\n', ran: false });
+    const withoutSeccomp = enter('no-seccomp', ['drop', 'landlock 1', 'allow rx /']);
+    expect(withoutSeccomp).toEqual({ status: 125, stderr: 'murmur-confine: the spec installs no seccomp filter\n', ran: false });
+    const withoutDrop = enter('no-drop', ['landlock 1']);
+    expect(withoutDrop.status).toBe(125);
+    expect(withoutDrop.ran).toBe(false);
   });
 });
