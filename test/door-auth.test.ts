@@ -76,7 +76,7 @@ describe('a door with authentication', () => {
     ];
     for (const refusal of refusals) {
       expect(refusal.status).toBe(401);
-      expect(refusal.body.error).toMatchObject({ code: -32600, data: { murmur_code: 'E-DOOR-003' } });
+      expect(refusal.body.error).toMatchObject({ code: -32600, data: [{ reason: 'E_DOOR_003', metadata: { murmur_code: 'E-DOOR-003' } }] });
       expect(JSON.stringify(refusal.body)).not.toContain('ses_');
     }
     const raw = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
@@ -165,7 +165,7 @@ describe('a door with authentication', () => {
     ];
     for (const attempt of attempts) {
       expect(attempt.status).toBe(401);
-      expect(attempt.body.error).toMatchObject({ code: -32600, data: { murmur_code: 'E-DOOR-003' } });
+      expect(attempt.body.error).toMatchObject({ code: -32600, data: [{ reason: 'E_DOOR_003', metadata: { murmur_code: 'E-DOOR-003' } }] });
       expect(JSON.stringify(attempt.body)).not.toContain('private');
     }
     // The refused cancel did nothing: the task is the token holder's, in whatever state its turn has reached.
@@ -255,7 +255,7 @@ describe("a door that takes each session's own token", () => {
       { status: (await fetch(agent.url, { method: 'POST', headers: { authorization: `Bearer mst_${'B'.repeat(43)}` }, body: 'not json' })).status, body: {} },
     ];
     for (const refusal of refusals) expect(refusal.status).toBe(401);
-    expect(refusals[1]?.body.error).toMatchObject({ code: -32600, data: { murmur_code: 'E-DOOR-003' } });
+    expect(refusals[1]?.body.error).toMatchObject({ code: -32600, data: [{ reason: 'E_DOOR_003', metadata: { murmur_code: 'E-DOOR-003' } }] });
     // The session's token opens no other session, even a well-formed one the door does not know.
     const elsewhere = agent.url.replace(agent.sessionId, `ses_${'0'.repeat(32)}`);
     expect((await rpc(elsewhere, 'GetTask', { id: 'tsk_x' }, { headers: { authorization: `Bearer ${agent.token}` } })).status).toBe(401);

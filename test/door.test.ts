@@ -423,7 +423,11 @@ describe('the door', () => {
 
     it('answers an unknown task with -32001 in both generations', async () => {
       expect((await rpc(agent.url, 'tasks/get', { id: 'tsk_nope' })).body.error).toMatchObject({ code: -32001 });
-      expect((await rpc(agent.url, 'GetTask', { id: 'tsk_nope' }, { version: '1.0' })).body.error).toMatchObject({ code: -32001 });
+      // 1.0's error details: an ErrorInfo naming the A2A error type.
+      expect((await rpc(agent.url, 'GetTask', { id: 'tsk_nope' }, { version: '1.0' })).body.error).toMatchObject({
+        code: -32001,
+        data: [{ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'TASK_NOT_FOUND', domain: 'a2a-protocol.org' }],
+      });
       expect((await rpc(agent.url, 'tasks/cancel', { id: 'tsk_nope' })).body.error).toMatchObject({ code: -32001 });
       expect((await rpc(agent.url, 'tasks/resubscribe', { id: 'tsk_nope' })).body.error).toMatchObject({ code: -32001 });
     });

@@ -19,8 +19,44 @@ export function rpcResult(id: JsonRpcId, result: unknown): Record<string, unknow
   return { jsonrpc: '2.0', id, result };
 }
 
+/**
+ * An error as both generations take it. 1.0 wants `data` to be an array of typed details (ProtoJSON
+ * `Any`, each with its `@type`), an A2A error named by a `google.rpc.ErrorInfo` (`reason`, domain
+ * `a2a-protocol.org`); 0.3 takes any `data`, so one shape serves both. Murmur's own code, where the
+ * error has one, is that ErrorInfo's `murmur_code`, or an ErrorInfo of its own in the `murmur` domain.
+ */
 export function rpcError(id: JsonRpcId, error: RpcError): Record<string, unknown> {
-  return { jsonrpc: '2.0', id, error };
+  const details = errorDetails(error);
+  return { jsonrpc: '2.0', id, error: { code: error.code, message: error.message, ...(details.length > 0 ? { data: details } : {}) } };
+}
+
+const ERROR_INFO = 'type.googleapis.com/google.rpc.ErrorInfo';
+
+/** Each A2A-specific code's error type, as 1.0's ErrorInfo names it: UPPER_SNAKE_CASE, without "Error". */
+const A2A_REASONS: Readonly<Record<number, string>> = {
+  [-32001]: 'TASK_NOT_FOUND',
+  [-32002]: 'TASK_NOT_CANCELABLE',
+  [-32003]: 'PUSH_NOTIFICATION_NOT_SUPPORTED',
+  [-32004]: 'UNSUPPORTED_OPERATION',
+  [-32005]: 'CONTENT_TYPE_NOT_SUPPORTED',
+  [-32006]: 'INVALID_AGENT_RESPONSE',
+  [-32007]: 'EXTENDED_AGENT_CARD_NOT_CONFIGURED',
+  [-32008]: 'EXTENSION_SUPPORT_REQUIRED',
+  [-32009]: 'VERSION_NOT_SUPPORTED',
+};
+
+function errorDetails(error: RpcError): Array<Record<string, unknown>> {
+  // ErrorInfo's metadata is a map of strings: what the error carried that is one.
+  const metadata =
+    error.data !== null && typeof error.data === 'object' && !Array.isArray(error.data)
+      ? Object.fromEntries(Object.entries(error.data).filter((entry): entry is [string, string] => typeof entry[1] === 'string'))
+      : {};
+  const withMetadata = Object.keys(metadata).length > 0 ? { metadata } : {};
+  const reason = A2A_REASONS[error.code];
+  if (reason !== undefined) return [{ '@type': ERROR_INFO, reason, domain: 'a2a-protocol.org', ...withMetadata }];
+  const murmurCode = metadata.murmur_code;
+  if (murmurCode !== undefined) return [{ '@type': ERROR_INFO, reason: murmurCode.replaceAll('-', '_'), domain: 'murmur', ...withMetadata }];
+  return [];
 }
 
 export function readJsonRpc(body: string): { ok: true; call: JsonRpcCall } | { ok: false; response: Record<string, unknown> } {

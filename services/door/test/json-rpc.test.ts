@@ -75,7 +75,30 @@ describe('reading a JSON-RPC request', () => {
 
   it('writes results and errors as JSON-RPC 2.0 envelopes', () => {
     expect(rpcResult(1, { ok: true })).toEqual({ jsonrpc: '2.0', id: 1, result: { ok: true } });
-    expect(rpcError('x', { code: -32001, message: 'Task not found' })).toEqual({ jsonrpc: '2.0', id: 'x', error: { code: -32001, message: 'Task not found' } });
+    expect(rpcError('x', { code: -32602, message: 'Invalid params' })).toEqual({ jsonrpc: '2.0', id: 'x', error: { code: -32602, message: 'Invalid params' } });
+  });
+
+  it('details an A2A error as 1.0 does, an ErrorInfo naming its type, which 0.3 takes as any data', () => {
+    expect(rpcError('x', { code: -32001, message: 'Task not found' })).toEqual({
+      jsonrpc: '2.0',
+      id: 'x',
+      error: {
+        code: -32001,
+        message: 'Task not found',
+        data: [{ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'TASK_NOT_FOUND', domain: 'a2a-protocol.org' }],
+      },
+    });
+    expect((rpcError(1, { code: -32009, message: 'Unsupported A2A version' }).error as { data: unknown }).data).toEqual([
+      { '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'VERSION_NOT_SUPPORTED', domain: 'a2a-protocol.org' },
+    ]);
+  });
+
+  it("details murmur's own code as an ErrorInfo of the murmur domain, keeping the code itself", () => {
+    expect(rpcError(null, { code: -32600, message: 'Unauthorized', data: { murmur_code: 'E-DOOR-003' } }).error).toEqual({
+      code: -32600,
+      message: 'Unauthorized',
+      data: [{ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'E_DOOR_003', domain: 'murmur', metadata: { murmur_code: 'E-DOOR-003' } }],
+    });
   });
 });
 
