@@ -131,6 +131,15 @@ describe('the door', () => {
         expect(fromHost.status).toBe(200);
         expect(kept).toEqual(fromHost);
         expect(JSON.parse(kept.body)).toMatchObject({ session_id: agent.sessionId });
+        // A client that holds the card (A2A 1.0 §8.6) is told so, from the kept card and from the host alike.
+        const etag = kept.headers.find((line) => line.toLowerCase().startsWith('etag: '))?.slice('etag: '.length) ?? '';
+        expect(etag).toMatch(/^"[A-Za-z0-9_-]{27}"$/);
+        expect(kept.headers).toContain('cache-control: max-age=300');
+        const held = await raw(url, { 'if-none-match': etag });
+        const heldFromHost = await raw(url, { 'if-none-match': `"other", ${etag}`, 'cache-control': 'no-cache' });
+        expect(held).toEqual(heldFromHost);
+        expect(held).toMatchObject({ status: 304, body: '' });
+        expect((await raw(url, { 'if-none-match': '"another card"' })).status).toBe(200);
       }
     });
 

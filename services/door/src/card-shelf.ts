@@ -1,8 +1,10 @@
+import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sessionUrl } from '@murmur/shared';
 
 /**
- * The cards a door keeps, each as the bytes it is served as: a host writes its session's card
+ * The cards a door keeps, each as the bytes it is served as, with an entity tag and a lifetime a
+ * client may cache it for (A2A 1.0 §8.6; a client holding the card is answered 304): a host writes its session's card
  * once, so the door renders it once and keeps it until it hears the session end. A kept card is
  * answered straight from the HTTP server's request event (`answer`), before the request becomes a
  * fetch `Request` for the router — no routing, no JSON, no fetch objects, the bytes built when
@@ -15,11 +17,37 @@ import { sessionUrl } from '@murmur/shared';
  * which serves cards naming the door's base URL — skips the router.
  */
 
-interface KeptCard {
+interface KeptCard extends RenderedCard {
   readonly sessionId: string;
-  /** The card's JSON, for the router's answer; `body` is the same as bytes, for the fast one. */
-  readonly text: string;
+  /** `text` as bytes, for the fast answer. */
   readonly body: Buffer;
+}
+
+/** A card as it is served: its JSON and the entity tag naming that JSON. */
+export interface RenderedCard {
+  readonly text: string;
+  readonly etag: string;
+}
+
+/**
+ * How long a client may keep a card without asking again (A2A 1.0 §8.6): a session's card never
+ * changes while it lives, and one kept past the session's end only names a session that answers
+ * no more. A client that must know the session lives asks with `Cache-Control: no-cache`.
+ */
+export const CARD_CACHE_CONTROL = 'max-age=300';
+
+/** A strong entity tag of the card's JSON: what a client's `If-None-Match` is compared with. */
+export function cardEtag(text: string): string {
+  return `"${createHash('sha256').update(text).digest('base64url').slice(0, 27)}"`;
+}
+
+/** Whether an `If-None-Match` header names `etag` (or `*`): the client holds this card already. */
+export function holdsCard(ifNoneMatch: string | undefined, etag: string): boolean {
+  if (ifNoneMatch === undefined) return false;
+  return ifNoneMatch.split(',').some((tag) => {
+    const trimmed = tag.trim();
+    return trimmed === '*' || trimmed === etag || trimmed === `W/${etag}`;
+  });
 }
 
 /** The path a session's card is served at below a door's root. */
@@ -48,22 +76,22 @@ export class CardShelf {
     this.baseUrl ??= url;
   }
 
-  /** The kept card's JSON for `sessionId` rendered for `url`, if any. */
-  get(sessionId: string, url: string): string | undefined {
-    return this.byKey.get(`${sessionId} ${url}`)?.text;
+  /** The kept card for `sessionId` rendered for `url`, if any. */
+  get(sessionId: string, url: string): RenderedCard | undefined {
+    return this.byKey.get(`${sessionId} ${url}`);
   }
 
   /** Keeps `rendered` (the card's JSON) as `sessionId`'s card naming `url`. */
-  keep(sessionId: string, url: string, rendered: string): string {
+  keep(sessionId: string, url: string, rendered: string): RenderedCard {
     const body = Buffer.from(rendered);
-    const card: KeptCard = { sessionId, text: rendered, body };
+    const card: KeptCard = { sessionId, text: rendered, etag: cardEtag(rendered), body };
     if (this.byKey.size >= this.capacity) this.drop(this.byKey.keys().next().value as string);
     this.byKey.set(`${sessionId} ${url}`, card);
     if (this.baseUrl !== undefined && url === `${sessionUrl(this.baseUrl, sessionId)}/`) {
       this.byPath.set(cardPath(sessionId), card);
       if (sessionId === this.soleSession) this.byPath.set(SOLE_CARD_PATH, card);
     }
-    return rendered;
+    return card;
   }
 
   /** The session ended: none of its cards is served any more. */
@@ -83,10 +111,15 @@ export class CardShelf {
     if (!card) return false;
     const cacheControl = request.headers['cache-control'];
     if (cacheControl !== undefined && /no-cache/i.test(cacheControl)) return false;
-    // Not `writeHead`: `end` then adds Content-Length after Node's own headers, as the router's answer has it.
-    response.statusCode = 200;
-    response.setHeader('content-type', 'application/json');
-    response.end(card.body);
+    // The router's answer, header for header: a fetch `Headers` lists its names in order, and its
+    // server writes the length before Node's own headers.
+    const held = holdsCard(request.headers['if-none-match'], card.etag);
+    response.statusCode = held ? 304 : 200;
+    response.setHeader('cache-control', CARD_CACHE_CONTROL);
+    if (!held) response.setHeader('content-type', 'application/json');
+    response.setHeader('etag', card.etag);
+    if (!held) response.setHeader('Content-Length', card.body.length);
+    response.end(held ? undefined : card.body);
     return true;
   }
 

@@ -41,7 +41,7 @@ import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import type * as z from 'zod';
 import type { HttpAhead } from '@murmur/shared/service';
 import { keptBody, limitBody } from './body-limit.js';
-import { CardShelf } from './card-shelf.js';
+import { CARD_CACHE_CONTROL, CardShelf, type RenderedCard, holdsCard } from './card-shelf.js';
 import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateFilter } from './rendering.js';
@@ -161,13 +161,18 @@ export function startDoorService(options: DoorOptions): DoorService {
   const serveCard = async (context: Context, link: SessionLink): Promise<Response> => {
     const url = urlOf(context, link.sessionId);
     const fresh = /no-cache/i.test(context.req.header('cache-control') ?? '');
+    const served = (card: RenderedCard): Response => {
+      const headers = { etag: card.etag, 'cache-control': CARD_CACHE_CONTROL };
+      return holdsCard(context.req.header('if-none-match'), card.etag)
+        ? context.body(null, 304, headers)
+        : context.body(card.text, 200, { 'content-type': 'application/json', ...headers });
+    };
     const kept = fresh ? undefined : cards.get(link.sessionId, url);
-    if (kept !== undefined) return context.body(kept, 200, { 'content-type': 'application/json' });
+    if (kept !== undefined) return served(kept);
     try {
       const reply = await link.call({ method: 'card' });
       if (!reply.card) return context.json({ error: { code: 'E-DOOR-001', message: reply.error?.message ?? 'the session gave no card' } }, 404);
-      const rendered = cards.keep(link.sessionId, url, JSON.stringify({ ...renderAgentCard(reply.card, url), ...auth.cardFields }));
-      return context.body(rendered, 200, { 'content-type': 'application/json' });
+      return served(cards.keep(link.sessionId, url, JSON.stringify({ ...renderAgentCard(reply.card, url), ...auth.cardFields })));
     } catch (error) {
       if (error instanceof SessionUnreachable) return context.json({ error: { code: 'E-DOOR-001', message: error.message } }, error.status);
       throw error;
