@@ -210,9 +210,13 @@ function isDatagram(handle: unknown): handle is DatagramSocket {
   );
 }
 
-function closeHandle(handle: unknown): void {
+/** Closes a handle a host sent over IPC (a server, a socket or a datagram socket), whatever state it is in. */
+export function closeHandle(handle: unknown): void {
+  const closable = handle as { destroy?: () => void; close?: () => void } | null | undefined;
   try {
-    (handle as { close?: () => void } | null)?.close?.();
+    // A connected socket is destroyed (it has no `close`); a server or a datagram socket is closed.
+    if (typeof closable?.destroy === 'function') closable.destroy();
+    else closable?.close?.();
   } catch {
     // already closed
   }

@@ -54,7 +54,7 @@ import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js'
 import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExecutorSettings } from './settings.js';
-import { type EgressRecord, SandboxNetwork } from './sandbox-network.js';
+import { type EgressRecord, SandboxNetwork, closeHandle } from './sandbox-network.js';
 import { WorkdirGuard } from './workdir-guard.js';
 import { prepareAgentLaunch } from './agent-launch.js';
 import {
@@ -931,6 +931,9 @@ export class Session {
 
   private onMessage(raw: unknown, handle?: unknown): void {
     const parsed = HostToExecutorSchema.safeParse(raw);
+    // A descriptor comes with a listener only: any other one the host sends is closed, not held
+    // for as long as the executor runs.
+    if (handle !== undefined && (!parsed.success || parsed.data.type !== 'listener')) closeHandle(handle);
     if (!parsed.success) {
       this.environment.log.warn({ session_id: this.id }, 'refused a malformed message from a capsule host');
       return;
@@ -941,7 +944,7 @@ export class Session {
         return;
       case 'listener':
         if (this.network) this.network.attach(message.fd, message.protocol, handle);
-        else (handle as { close?: () => void } | undefined)?.close?.();
+        else closeHandle(handle);
         return;
       case 'output':
         if (message.stream === 'stderr') for (const line of message.text.split('\n')) if (line.trim() !== '') this.stderrLine(line);

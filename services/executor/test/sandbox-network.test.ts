@@ -172,4 +172,12 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
     network.attach(99, 'tcp', stray);
     expect(stray.listening).toBe(false);
   });
+
+  it('destroys a connected socket it is handed where it expects none, rather than hold it open', async () => {
+    const { network, upstreamPort } = await setup(() => ({ allowed: true }));
+    const socket = connect(upstreamPort, '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    network.attach(18, 'tcp', socket);
+    expect(socket.destroyed).toBe(true);
+  });
 });
