@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -129,6 +130,28 @@ describe('the services as processes on NATS', () => {
     expect(code).toBe(1);
     expect(log).toContain("error[E-IO-003]: invalid MURMUR_DOOR_PORT: 'eighty' is not a port number (0-65535)");
     expect(log).not.toMatch(/\n\s+at /);
+  });
+
+  it('a service reaches a bus that requires a token through a URL carrying it, and names the bus without it', async () => {
+    const token = randomBytes(16).toString('hex');
+    const guarded = await startNatsServer({ token });
+    try {
+      const service = await startService('roost', { MURMUR_NATS_URL: `nats://${token}@127.0.0.1:${guarded.port}` });
+      try {
+        expect(service.ready.bus).toBe(`nats://127.0.0.1:${guarded.port}`);
+        expect(service.logs()).not.toContain(token);
+      } finally {
+        await service.stop();
+      }
+      const { code, log } = await refusedStart('roost', { MURMUR_NATS_URL: `nats://127.0.0.1:${guarded.port}` });
+      expect(code).toBe(1);
+      expect(log).toMatch(new RegExp(`error\\[E-BUS-005\\]: cannot connect to the bus at nats://127\\.0\\.0\\.1:${guarded.port}: .*authorization`, 'i'));
+      const wrong = await refusedStart('roost', { MURMUR_NATS_URL: `nats://not-${token}@127.0.0.1:${guarded.port}` });
+      expect(wrong.log).toContain('E-BUS-005');
+      expect(wrong.log).not.toContain(token);
+    } finally {
+      await guarded.stop();
+    }
   });
 
   it('roost refuses to start with a publishing token short enough to guess, naming the variable and never the token', async () => {

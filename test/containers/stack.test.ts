@@ -179,6 +179,8 @@ describe('the stack in containers', () => {
       MURMUR_WATCHER_PORT: String(await freePort()),
       MURMUR_WATCHER_HOST: '0.0.0.0',
       MURMUR_DASHBOARD_TOKEN: randomBytes(24).toString('hex'),
+      // The bus as an operator secures it: every client presents the token, the services theirs in their URL.
+      MURMUR_NATS_TOKEN: randomBytes(24).toString('hex'),
     };
     project = new ComposeProject(`murmurct${randomBytes(3).toString('hex')}`, ['docker-compose.yml', OVERRIDE], env);
     stack = await new DockerComposeEnvironment(root, project.files)
@@ -187,7 +189,7 @@ describe('the stack in containers', () => {
       .withEnvironment(env)
       .withStartupTimeout(180_000)
       .up();
-    client = { MURMUR_NATS_URL: `nats://127.0.0.1:${env.MURMUR_NATS_PORT}`, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    client = { MURMUR_NATS_URL: `nats://${env.MURMUR_NATS_TOKEN}@127.0.0.1:${env.MURMUR_NATS_PORT}`, MURMUR_HOME: path.join(scratch.dir, 'home') };
     roostUrl = `http://127.0.0.1:${env.MURMUR_ROOST_PORT}`;
     bus = createBus(await NatsTransport.connect(client.MURMUR_NATS_URL as string, { log: silentLog }), silentLog);
     bus.subscribe(topics.sessionStarted, (event) => void started.push(event));
@@ -227,6 +229,13 @@ describe('the stack in containers', () => {
         '1000:1000 true []',
       );
     }
+    // The bus takes no client without the stack's token, and no service wrote the token in its log.
+    const anonymous = await runMur(['health', '--json'], { env: { ...client, MURMUR_NATS_URL: `nats://127.0.0.1:${env.MURMUR_NATS_PORT}` } });
+    expect(anonymous.code).not.toBe(0);
+    expect(anonymous.stderr).toMatch(/E-BUS-005.*(Authorization Violation|AUTHORIZATION_VIOLATION)/i);
+    for (const service of ['roost', 'stager', 'executor', 'door', 'watcher'])
+      expect(await docker('logs', container(service))).not.toContain(env.MURMUR_NATS_TOKEN);
+    expect(health.stdout).not.toContain(env.MURMUR_NATS_TOKEN);
     const isolation = (await docker('logs', container('executor'))).split('\n').find((line) => line.includes('executor isolation probed'));
     expect(JSON.parse(isolation as string)).toMatchObject({
       namespaces: 'bubblewrap',

@@ -27,8 +27,9 @@ export function natsServerBinary(): string {
   return process.env.MURMUR_NATS_SERVER_BIN ?? 'nats-server';
 }
 
-async function launch(port: number, storeDir: string): Promise<ChildProcess> {
-  const child = spawn(natsServerBinary(), ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir], { stdio: ['ignore', 'ignore', 'pipe'] });
+async function launch(port: number, storeDir: string, token: string | undefined): Promise<ChildProcess> {
+  const auth = token === undefined ? [] : ['--auth', token];
+  const child = spawn(natsServerBinary(), ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, ...auth], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const ready = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`nats-server did not become ready on port ${port}:\n${log}`)), 10_000);
@@ -63,12 +64,13 @@ async function terminate(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
-export async function startNatsServer(): Promise<NatsServer> {
+/** `token`: every client must present it (`nats://<token>@…`), as a stack's bus with `MURMUR_NATS_TOKEN`. */
+export async function startNatsServer(options: { token?: string } = {}): Promise<NatsServer> {
   const port = await freePort();
   const storeDir = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-nats-'));
   let child: ChildProcess;
   try {
-    child = await launch(port, storeDir);
+    child = await launch(port, storeDir, options.token);
   } catch (error) {
     await fs.rm(storeDir, { recursive: true, force: true });
     throw error;
@@ -83,7 +85,7 @@ export async function startNatsServer(): Promise<NatsServer> {
     },
     async restart() {
       await terminate(child);
-      child = await launch(port, storeDir);
+      child = await launch(port, storeDir, options.token);
     },
     pause: () => void child.kill('SIGSTOP'),
     resume: () => void child.kill('SIGCONT'),

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { MurmurError, silentLog } from '@murmur/shared';
-import { connectBus } from '@murmur/shared/bus';
+import { connectBus, shownNatsUrl } from '@murmur/shared/bus';
 import { askEveryService } from '../stack-health.js';
 import type { ReportLine } from './host-checks.js';
 
@@ -74,13 +74,15 @@ async function busProblem(url: string, timeoutMs: number): Promise<string | unde
 }
 
 export async function checkStack(env: NodeJS.ProcessEnv = process.env, timeoutMs = STACK_TIMEOUT_MS): Promise<StackCheck> {
-  const url = env.MURMUR_NATS_URL?.trim();
-  if (!url) {
+  const given = env.MURMUR_NATS_URL?.trim();
+  if (!given) {
     return {
       passed: undefined,
       line: { mark: '-', label: 'stack', detail: 'MURMUR_NATS_URL is not set: mur runs every service in-process', notes: [] },
     };
   }
+  // What doctor prints names the bus without the token its URL may carry.
+  const url = shownNatsUrl(given) as string;
   const unreachable = await busProblem(url, timeoutMs);
   if (unreachable !== undefined) {
     return {
@@ -90,7 +92,7 @@ export async function checkStack(env: NodeJS.ProcessEnv = process.env, timeoutMs
   }
   let bus: Awaited<ReturnType<typeof connectBus>>;
   try {
-    bus = await connectBus({ natsUrl: url, name: 'mur doctor', log: silentLog, connectTimeoutMs: timeoutMs });
+    bus = await connectBus({ natsUrl: given, name: 'mur doctor', log: silentLog, connectTimeoutMs: timeoutMs });
   } catch (error) {
     const reason = error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error);
     return {

@@ -8,3 +8,4 @@ export { isPublishableSubject, isValidPattern, subjectMatches } from './subject.
 export { type CommandTopic, type EventTopic, defineCommand, defineEvent } from './topic.js';
 export { type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
 export { connectBus, type ConnectBusOptions } from './connect.js';
+export { type NatsEndpoint, natsEndpoint, shownNatsUrl } from './nats-url.js';

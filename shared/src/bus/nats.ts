@@ -1,5 +1,6 @@
 import { type ConnectionOptions, ErrorCode, type KV, type NatsConnection, NatsError, type ObjectStore as NatsObjectStore, StorageType, connect } from 'nats';
 import { MurmurError } from '../errors.js';
+import { natsEndpoint } from './nats-url.js';
 import type { Log } from '../log.js';
 import type { KeyValueEntry, KeyValueStore } from './kv.js';
 import { type ObjectInfo, type ObjectSource, type ObjectStore, sourceChunks } from './objects.js';
@@ -43,8 +44,12 @@ export class NatsTransport implements Transport {
   }
 
   static async connect(url: string, options: NatsTransportOptions): Promise<NatsTransport> {
+    const endpoint = natsEndpoint(url);
+    // From here on the bus is named without its credentials (`nats-url.ts`): the URL is logged.
+    url = endpoint.shown;
     const connectionOptions: ConnectionOptions = {
-      servers: url,
+      servers: endpoint.servers,
+      ...endpoint.credentials,
       name: options.name,
       reconnect: true,
       maxReconnectAttempts: -1,

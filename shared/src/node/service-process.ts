@@ -1,6 +1,6 @@
 import type { Hono } from 'hono';
 import type { Logger } from 'pino';
-import { type Bus, connectBus } from '../bus/index.js';
+import { type Bus, connectBus, shownNatsUrl } from '../bus/index.js';
 import { MurmurError } from '../errors.js';
 import { installRuntimeMetrics } from '../metrics-sink.js';
 import type { ServiceName } from '../events.js';
@@ -83,7 +83,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   try {
     bus = await connectBus({ natsUrl: env.MURMUR_NATS_URL, name: instanceId, log });
   } catch (error) {
-    refuse(error, { bus: env.MURMUR_NATS_URL });
+    refuse(error, { bus: shownNatsUrl(env.MURMUR_NATS_URL) });
     return;
   }
   let started: StartedService;
