@@ -4,8 +4,9 @@ import { sessionUrl } from '@murmur/shared';
 
 /**
  * The cards a door keeps, each as the bytes it is served as, with an entity tag and a lifetime a
- * client may cache it for (A2A 1.0 §8.6; a client holding the card is answered 304): a host writes its session's card
- * once, so the door renders it once and keeps it until it hears the session end. A kept card is
+ * client may cache it for (A2A 1.0 §8.6; a client holding the card is answered 304): a host
+ * writes its session's card once, so the door renders it once and keeps it until it hears the
+ * session end. A kept card is
  * answered straight from the HTTP server's request event (`answer`), before the request becomes a
  * fetch `Request` for the router — no routing, no JSON, no fetch objects, the bytes built when
  * the card was kept. What `answer` declines (not a plain GET of a kept card's path, or a

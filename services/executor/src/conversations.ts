@@ -22,6 +22,7 @@ import { pathExists, writeFileAtomic } from '@murmur/shared/node';
  */
 
 const DIRECTORY_MODE = 0o700;
+export const FILE_MODE = 0o600;
 
 /**
  * The name a context is kept under in its record: its id, or, scoped to a session, its id and the
@@ -37,7 +38,6 @@ function isContextKey(key: string): boolean {
   const [contextId = '', session, ...more] = key.split('@');
   return more.length === 0 && isSafeContextId(contextId) && (session === undefined || isSafeContextId(session));
 }
-export const FILE_MODE = 0o600;
 
 export class ConversationRecords {
   private reported = false;

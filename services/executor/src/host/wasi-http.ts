@@ -11,9 +11,10 @@ import { SinkOutputStream, readyPollable } from './streams.js';
  * no network of its own; nothing here opens a socket.
  *
  * Streaming request bodies are sent whole once the guest waits on the response, up to
- * `REQUEST_BODY_LIMIT_BYTES` (past it, the request is refused with `HTTP-request-body-size`). A response's
- * head comes back as soon as the executor has it, and its body streams: the guest reads each piece
- * as it arrives (`RelayedBodyStream`), so a model's streamed reply is read while it is written. A refusal is the WASI error code the executor chose (`HTTP-request-denied`),
+ * `REQUEST_BODY_LIMIT_BYTES` (past it, the request is refused with `HTTP-request-body-size`).
+ * A response's head comes back as soon as the executor has it, and its body streams: the guest
+ * reads each piece as it arrives (`RelayedBodyStream`), so a model's streamed reply is read while
+ * it is written. A refusal is the WASI error code the executor chose (`HTTP-request-denied`),
  * thrown as a variant value rather than a string, so it lowers into the guest's error type.
  */
 
