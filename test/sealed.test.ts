@@ -163,6 +163,11 @@ describe('the sealed sandbox, piece by piece', () => {
             '-c',
             `import subprocess, shutil\nshutil.copy('./python-copy', '/tmp/python-copy')\nfor target in ['./python-copy', '/tmp/python-copy']:\n  r = subprocess.run(['${loader}', target, '-c', 'print(1)'], capture_output=True, text=True)\n  print(r.returncode, r.stdout.strip() or 'no output')`,
           ),
+          // Through the dynamic loader, a system binary shell.allow does not name; and listing its directory.
+          python(
+            '-c',
+            `import subprocess, os\nr = subprocess.run(['${loader}', '/usr/bin/ls', '/'], capture_output=True, text=True)\nprint(r.returncode, r.stdout.strip() or 'no output', 'denied' if 'Permission denied' in r.stderr else r.stderr.strip())\ntry:\n  os.listdir('/usr/bin')\n  print('listed')\nexcept OSError as e:\n  print(e.strerror)`,
+          ),
         ],
         async (workdir) => {
           copyFileSync(realpathSync('/usr/bin/python3'), path.join(workdir, 'python-copy'));
@@ -199,6 +204,10 @@ describe('the sealed sandbox, piece by piece', () => {
       const lines = value(outcome.results[4]).stdout.trim().split('\n');
       expect(lines).toHaveLength(2);
       for (const line of lines) expect(line).toMatch(/^127 no output$/);
+    });
+
+    it('refuses to run a system binary shell.allow does not name through the dynamic loader: the directories of executables cannot be read', () => {
+      expect(value(outcome.results[5]).stdout.trim().split('\n')).toEqual(['127 no output denied', 'Permission denied']);
     });
   });
 

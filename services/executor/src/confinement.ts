@@ -20,7 +20,7 @@ import path from 'node:path';
 import { type CapabilityPolicy, hasControlCharacter } from '@murmur/shared';
 import { executionClosure } from './elf.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
-import { type NamespaceProbe, SANDBOX_FILES, SYSTEM_DIRECTORIES, bubblewrapArguments } from './sandbox.js';
+import { type NamespaceProbe, SANDBOX_FILES, bubblewrapArguments, systemReadable } from './sandbox.js';
 import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
 
 /**
@@ -197,7 +197,7 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
     const tmp = path.join(workdir, '.capsule-tmp');
     mkdirSync(tmp, { recursive: true });
     const network = planNetwork(['probe.invalid:443'], 16);
-    const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', path.dirname(node), path.dirname(helper)].filter((dir) => existsSync(dir));
+    const readable = [...systemReadable(), '/etc', '/proc', path.dirname(node), path.dirname(helper)].filter((dir) => existsSync(dir));
     const policy = { interpreter_runtime: [], staged_runtime: [], workdir_exec: false, unix_sockets: false };
     const finalCommand = PROBE_COMMAND.find((file) => existsSync(file)) ?? node;
     const spec = confinementSpec({

@@ -6,7 +6,7 @@ import type { SessionCgroup } from './cgroup.js';
 import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries } from './confinement.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
-import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, SYSTEM_DIRECTORIES, bubblewrapArguments, unshareArguments } from './sandbox.js';
+import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, bubblewrapArguments, isSystemPath, systemReadable, unshareArguments } from './sandbox.js';
 import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
 
 /**
@@ -107,10 +107,6 @@ export function sandboxTmp(workdir: string): string {
   return path.join(workdir, '.capsule-tmp');
 }
 
-function isSystemPath(file: string): boolean {
-  return SYSTEM_DIRECTORIES.some((dir) => file === dir || file.startsWith(`${dir}/`));
-}
-
 /**
  * Starts a capsule host in `sandbox` — from a shell that first joins `cgroup`, when there is one, so
  * nothing the session ever starts is outside it — and hands the sandbox what it reads on its
@@ -184,7 +180,10 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   const nodeDir = path.dirname(confine.node);
   layout.data.push(nodeDir);
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
-  const readable = [...SYSTEM_DIRECTORIES, '/etc', '/proc', nodeRoot, input.codeRoot, ...layout.data].filter((dir) => existsSync(dir));
+  // Node's install root is read where it is not a system directory's, whose readable part is given as such.
+  const readable = [...systemReadable(), '/etc', '/proc', ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]), input.codeRoot, ...layout.data].filter((dir) =>
+    existsSync(dir),
+  );
   const executables = [
     ...nodeExecutables(confine.node),
     confine.helper,

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { closeSync, constants, existsSync, lstatSync, openSync, readlinkSync, realpathSync } from 'node:fs';
+import { closeSync, constants, existsSync, lstatSync, openSync, readdirSync, readlinkSync, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -138,6 +138,56 @@ const CONFINE_CAPABILITIES = ['CAP_SYS_ADMIN', 'CAP_NET_ADMIN', 'CAP_NET_BIND_SE
 
 /** The system's own directories, bound read-only at the same paths (a usrmerge symlink stays a symlink). */
 export const SYSTEM_DIRECTORIES = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
+
+/**
+ * The directories of executables. A sealed sandbox may read none of them as a whole, only the
+ * files `shell.allow` and its tools name (Landlock `rx`, file by file): the dynamic loader, which
+ * every dynamically linked binary may run, maps whatever file it is handed, execute right or not,
+ * so `ld.so /usr/bin/curl` ran a binary shell.allow never named for as long as it could read it.
+ */
+const BINARY_DIRECTORIES = ['/bin', '/sbin', '/usr/bin', '/usr/sbin', '/usr/games', '/usr/local/bin', '/usr/local/sbin', '/usr/local/games'];
+
+let systemReadableCache: string[] | undefined;
+
+/**
+ * What of the system directories a sealed sandbox may read and list (Landlock `rd`): all of them
+ * but the directories of executables. A directory holding one of those is given child by child;
+ * a link is followed to what it names, and nothing that resolves into a directory of executables
+ * is given. Read once per process: the system's layout does not change under a running executor.
+ */
+export function systemReadable(): string[] {
+  if (systemReadableCache) return systemReadableCache;
+  const binaries = BINARY_DIRECTORIES.flatMap((dir) => {
+    try {
+      return [realpathSync(dir)];
+    } catch {
+      return [];
+    }
+  });
+  const within = (dir: string, parent: string): boolean => dir === parent || dir.startsWith(`${parent}/`);
+  const readable = new Set<string>();
+  const visit = (dir: string): void => {
+    let real: string;
+    try {
+      real = realpathSync(dir);
+      if (!statSync(real).isDirectory()) return;
+    } catch {
+      return;
+    }
+    if (binaries.some((binary) => within(real, binary))) return;
+    if (!binaries.some((binary) => within(binary, real))) return void readable.add(real);
+    for (const entry of readdirSync(real)) visit(path.join(real, entry));
+  };
+  for (const dir of SYSTEM_DIRECTORIES) visit(dir);
+  // One inside another (`/usr/local/man`, a link into `/usr/local/share`) is given already.
+  systemReadableCache = [...readable].filter((dir) => ![...readable].some((other) => other !== dir && within(dir, other))).sort();
+  return systemReadableCache;
+}
+
+/** Whether `dir` lies in the system directories (whose readable part `systemReadable` gives). */
+export function isSystemPath(dir: string): boolean {
+  return SYSTEM_DIRECTORIES.some((system) => dir === system || dir.startsWith(`${system}/`));
+}
 /** What of `/etc` a process needs to load libraries, resolve users and read certificates. */
 const ETC_ENTRIES = [
   'ld.so.cache',
@@ -193,7 +243,7 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   else args.push('--bind', layout.tmp, '/tmp');
   // Node itself, wherever it is installed (it may live outside /usr).
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
-  if (!SYSTEM_DIRECTORIES.some((dir) => nodeRoot === dir || nodeRoot.startsWith(`${dir}/`))) args.push('--ro-bind', nodeRoot, nodeRoot);
+  if (!isSystemPath(nodeRoot)) args.push('--ro-bind', nodeRoot, nodeRoot);
   for (const dir of layout.code) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
   // A hidden directory is an empty tmpfs, made read-only only after the binds below: data or the
   // workdir may live inside one (a MURMUR_HOME or a project under the repository's .cache), and

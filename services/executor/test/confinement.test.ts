@@ -5,6 +5,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { confinementSpec, resolveShellBinaries } from '../src/confinement.js';
+import { systemReadable } from '../src/sandbox.js';
 import { executionClosure, interpreterOf } from '../src/elf.js';
 import { planNetwork } from '../src/network-plan.js';
 
@@ -118,6 +119,16 @@ describe('what executing a file takes', () => {
 
   it('finds every match of a bare name on PATH, and never looks up a path', () => {
     expect(resolveShellBinaries(['sh', '/bin/sh', 'no-such-binary-here'], '/usr/bin:/bin')).toEqual(['/usr/bin/sh', '/bin/sh']);
+  });
+});
+
+describe('what a sealed sandbox reads of the system', () => {
+  it('is every system directory but those of executables, which are read file by file as shell.allow names them', () => {
+    const readable = systemReadable();
+    const covers = (dir: string): boolean => readable.some((given) => dir === given || dir.startsWith(`${given}/`));
+    for (const binaries of ['/usr/bin', '/usr/sbin', '/usr/local/bin', '/bin'])
+      if (existsSync(binaries)) expect(covers(realpathSync(binaries)), binaries).toBe(false);
+    for (const needed of ['/usr/lib', '/usr/share']) if (existsSync(needed)) expect(covers(realpathSync(needed)), needed).toBe(true);
   });
 });
 
