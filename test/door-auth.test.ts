@@ -338,6 +338,18 @@ describe("the conversations of contexts named under a session's own token", () =
     expect((await fs.readdir(record)).sort()).toEqual([`main@${first.sessionId}`, `main@${second.sessionId}`].sort());
   });
 
+  it("keeps what the operator said in a session apart from what the session's own token says there, under the same context id", async () => {
+    expect(await seenBy(first, operatorToken, 'mixed', 'my pin is 9876')).toEqual(['user: my pin is 9876']);
+    // The session's own token, in the session the operator spoke in, with the operator's context id.
+    expect(await seenBy(first, first.token, 'mixed', 'what is my pin?')).toEqual(['user: what is my pin?']);
+    // And the operator's context holds nothing the token said.
+    expect(await seenBy(second, operatorToken, 'mixed', 'anything else?')).toEqual([
+      'user: my pin is 9876',
+      'assistant: echo: my pin is 9876',
+      'user: anything else?',
+    ]);
+  });
+
   it("shares a context named under the operator's token across the capsule's sessions, as a context always was", async () => {
     expect(await seenBy(first, operatorToken, 'shared', 'my name is Ada')).toEqual(['user: my name is Ada']);
     expect(await seenBy(second, operatorToken, 'shared', 'what is my name?')).toEqual([

@@ -1,4 +1,4 @@
-import { REQUEST_BODY_LIMIT_BYTES } from './host/request-body.js';
+import { REQUEST_BODY_LIMIT_BYTES, UPLOAD_PIECE_CHARS } from './host/request-body.js';
 
 /**
  * The pieces of request bodies a capsule host sends ahead of their requests (`http-upload`), held
@@ -7,9 +7,12 @@ import { REQUEST_BODY_LIMIT_BYTES } from './host/request-body.js';
  * at once may not pass twice it (two of its guests may upload at once). A piece past either is
  * refused and its whole upload let go; the refusal is kept for the request that names it, which is
  * refused with it (and traced), so a session can make the executor hold a bounded amount only.
+ * Bytes are not all a piece costs: every piece but an upload's last is a whole piece (a short one
+ * ends it), and a session holds a few uploads at once, so neither many tiny pieces nor many empty
+ * uploads can make the executor hold more than their bytes say.
  */
 export class RequestUploads {
-  private readonly held = new Map<number, { pieces: Buffer[]; size: number }>();
+  private readonly held = new Map<number, { pieces: Buffer[]; size: number; ended: boolean }>();
   /** Why an upload was let go, by its id, for its request (the newest few: each is asked for once). */
   private readonly refused = new Map<number, string>();
   private total = 0;
@@ -17,6 +20,8 @@ export class RequestUploads {
   constructor(
     private readonly limitBytes = REQUEST_BODY_LIMIT_BYTES,
     private readonly sessionLimitBytes = 2 * limitBytes,
+    /** A whole piece, in base64 characters (`request-body.ts`). */
+    private readonly pieceChars = UPLOAD_PIECE_CHARS,
   ) {}
 
   /** Adds one piece to upload `upload`; throws (the upload let go) past a limit, or after one. */
@@ -24,13 +29,19 @@ export class RequestUploads {
     const earlier = this.refused.get(upload);
     if (earlier !== undefined) throw new Error(earlier);
     const piece = Buffer.from(chunkBase64, 'base64');
-    const entry = this.held.get(upload) ?? { pieces: [], size: 0 };
+    const entry = this.held.get(upload) ?? { pieces: [], size: 0, ended: false };
     const refusal =
-      entry.size + piece.length > this.limitBytes
-        ? `the request body is larger than ${this.limitBytes} bytes`
-        : this.total + piece.length > this.sessionLimitBytes
-          ? `this session's request bodies waiting for their requests would hold more than ${this.sessionLimitBytes} bytes: make one request before uploading another`
-          : undefined;
+      chunkBase64 === ''
+        ? `upload ${upload} was sent an empty piece`
+        : entry.ended
+          ? `upload ${upload} was sent a piece after its last one`
+          : !this.held.has(upload) && this.held.size >= OPEN_UPLOADS
+            ? `this session already has ${OPEN_UPLOADS} request bodies waiting for their requests: make one request before uploading another`
+            : entry.size + piece.length > this.limitBytes
+              ? `the request body is larger than ${this.limitBytes} bytes`
+              : this.total + piece.length > this.sessionLimitBytes
+                ? `this session's request bodies waiting for their requests would hold more than ${this.sessionLimitBytes} bytes: make one request before uploading another`
+                : undefined;
     if (refusal !== undefined) {
       this.drop(upload);
       this.refused.set(upload, refusal);
@@ -39,6 +50,8 @@ export class RequestUploads {
     }
     entry.pieces.push(piece);
     entry.size += piece.length;
+    // A piece shorter than a whole one is the upload's last.
+    entry.ended = chunkBase64.length < this.pieceChars;
     this.total += piece.length;
     this.held.set(upload, entry);
   }
@@ -74,3 +87,5 @@ export class RequestUploads {
 }
 
 const REFUSALS_KEPT = 16;
+/** Uploads a session holds at once: a guest's request is made once its body is up, and a few guests (tools, hooks) may upload together. */
+const OPEN_UPLOADS = 8;

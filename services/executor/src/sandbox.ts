@@ -144,44 +144,72 @@ export const SYSTEM_DIRECTORIES = ['/usr', '/bin', '/sbin', '/lib', '/lib32', '/
  * files `shell.allow` and its tools name (Landlock `rx`, file by file): the dynamic loader, which
  * every dynamically linked binary may run, maps whatever file it is handed, execute right or not,
  * so `ld.so /usr/bin/curl` ran a binary shell.allow never named for as long as it could read it.
+ * A package installed under `/usr/local` keeps its own (`/usr/local/cuda/bin`, `/usr/local/go/bin`):
+ * a directory there named as these are is one too.
  */
 const BINARY_DIRECTORIES = ['/bin', '/sbin', '/usr/bin', '/usr/sbin', '/usr/games', '/usr/local/bin', '/usr/local/sbin', '/usr/local/games'];
+const BINARY_NAMES = new Set(['bin', 'sbin', 'games']);
 
 let systemReadableCache: string[] | undefined;
 
 /**
  * What of the system directories a sealed sandbox may read and list (Landlock `rd`): all of them
  * but the directories of executables. A directory holding one of those is given child by child;
- * a link is followed to what it names, and nothing that resolves into a directory of executables
- * is given. Read once per process: the system's layout does not change under a running executor.
+ * a link is followed to what it names, once (a link back up is not walked again), and nothing that
+ * resolves into a directory of executables is given. Read once per process: the system's layout
+ * does not change under a running executor.
  */
 export function systemReadable(): string[] {
-  if (systemReadableCache) return systemReadableCache;
+  systemReadableCache ??= systemReadableUnder('');
+  return systemReadableCache;
+}
+
+/** `systemReadable` of the tree at `root` (`''`: this machine's own; a test's tree otherwise). */
+export function systemReadableUnder(root: string): string[] {
+  const within = (dir: string, parent: string): boolean => dir === parent || dir.startsWith(`${parent}/`);
+  const local = `${root}/usr/local`;
   const binaries = BINARY_DIRECTORIES.flatMap((dir) => {
     try {
-      return [realpathSync(dir)];
+      return [realpathSync(`${root}${dir}`)];
     } catch {
       return [];
     }
   });
-  const within = (dir: string, parent: string): boolean => dir === parent || dir.startsWith(`${parent}/`);
+  const isDirectory = (file: string): boolean => {
+    try {
+      return statSync(file).isDirectory();
+    } catch {
+      return false;
+    }
+  };
+  // A package's own directory of executables, one level down in /usr/local.
+  const packageBinaries = (real: string): string[] =>
+    path.dirname(real) === local
+      ? readdirSync(real)
+          .filter((entry) => BINARY_NAMES.has(entry))
+          .map((entry) => path.join(real, entry))
+          .filter(isDirectory)
+      : [];
   const readable = new Set<string>();
+  const visited = new Set<string>();
   const visit = (dir: string): void => {
     let real: string;
     try {
       real = realpathSync(dir);
-      if (!statSync(real).isDirectory()) return;
     } catch {
       return;
     }
+    if (visited.has(real) || !isDirectory(real)) return;
+    visited.add(real);
     if (binaries.some((binary) => within(real, binary))) return;
+    const nested = packageBinaries(real);
+    binaries.push(...nested);
     if (!binaries.some((binary) => within(binary, real))) return void readable.add(real);
     for (const entry of readdirSync(real)) visit(path.join(real, entry));
   };
-  for (const dir of SYSTEM_DIRECTORIES) visit(dir);
+  for (const dir of SYSTEM_DIRECTORIES) visit(`${root}${dir}`);
   // One inside another (`/usr/local/man`, a link into `/usr/local/share`) is given already.
-  systemReadableCache = [...readable].filter((dir) => ![...readable].some((other) => other !== dir && within(dir, other))).sort();
-  return systemReadableCache;
+  return [...readable].filter((dir) => ![...readable].some((other) => other !== dir && within(dir, other))).sort();
 }
 
 /** Whether `dir` lies in the system directories (whose readable part `systemReadable` gives). */

@@ -22,6 +22,7 @@ import {
   commands,
   guestEnvironment,
   isCredentialShaped,
+  isSafeContextId,
   RPC_ERRORS,
   RUNTIME_VERSION,
   runtimeMetrics,
@@ -993,6 +994,9 @@ export class Session {
       } else if (request.op === 'http-upload') {
         this.requestUploads.add(request.upload, request.chunk_base64);
         value = null;
+      } else if (request.op === 'http-upload-release') {
+        this.requestUploads.take(request.upload);
+        value = null;
       } else if (request.op === 'http') {
         this.awaitedResponses += 1;
         let result: Awaited<ReturnType<EgressPolicy['http']>>;
@@ -1067,6 +1071,8 @@ export class Session {
 
   /** The name the host's context is kept under: apart, for this session alone, when its task came under the session's own token. */
   private contextKeyOf(request: { context_id: string; session_scoped?: true | undefined }): string {
+    // A host is not trusted to send a client's plain id: one holding `@` would name another session's key. '' keeps nothing.
+    if (!isSafeContextId(request.context_id)) return '';
     return contextKey(request.context_id, request.session_scoped ? this.id : undefined);
   }
 

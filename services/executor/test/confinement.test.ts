@@ -1,11 +1,11 @@
 import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, openSync, realpathSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { confinementSpec, resolveShellBinaries } from '../src/confinement.js';
-import { systemReadable } from '../src/sandbox.js';
+import { systemReadable, systemReadableUnder } from '../src/sandbox.js';
 import { executionClosure, interpreterOf } from '../src/elf.js';
 import { planNetwork } from '../src/network-plan.js';
 
@@ -123,6 +123,27 @@ describe('what executing a file takes', () => {
 });
 
 describe('what a sealed sandbox reads of the system', () => {
+  it('leaves out a package’s own directory of executables, and walks a link back up once, without looping', () => {
+    const root = mkdtempSync(path.join(os.tmpdir(), 'murmur-system-tree-'));
+    try {
+      for (const dir of ['usr/bin', 'usr/lib/x', 'usr/share', 'usr/local/bin', 'usr/local/lib', 'usr/local/cuda-13/bin', 'usr/local/cuda-13/lib64'])
+        mkdirSync(path.join(root, dir), { recursive: true });
+      symlinkSync('usr/bin', path.join(root, 'bin'));
+      symlinkSync('usr/lib', path.join(root, 'lib'));
+      // A link back up to /usr, and one to a directory of executables.
+      symlinkSync('..', path.join(root, 'usr/local/up'));
+      symlinkSync('cuda-13/bin', path.join(root, 'usr/local/cuda-bin'));
+      expect(systemReadableUnder(root).map((dir) => dir.slice(realpathSync(root).length))).toEqual([
+        '/usr/lib',
+        '/usr/local/cuda-13/lib64',
+        '/usr/local/lib',
+        '/usr/share',
+      ]);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+
   it('is every system directory but those of executables, which are read file by file as shell.allow names them', () => {
     const readable = systemReadable();
     const covers = (dir: string): boolean => readable.some((given) => dir === given || dir.startsWith(`${given}/`));

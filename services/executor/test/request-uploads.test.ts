@@ -23,7 +23,7 @@ describe('request bodies uploaded ahead of their requests', () => {
   });
 
   it('refuses a body growing past its limit, lets go of it, and keeps the reason for its request', () => {
-    const uploads = new RequestUploads(10, 100);
+    const uploads = new RequestUploads(10, 100, 8);
     uploads.add(1, base64('123456'));
     expect(() => uploads.add(1, base64('78901'))).toThrow('the request body is larger than 10 bytes');
     expect(uploads.heldBytes).toBe(0);
@@ -34,7 +34,7 @@ describe('request bodies uploaded ahead of their requests', () => {
   });
 
   it('bounds what a session holds across its uploads, whatever the number of uploads', () => {
-    const uploads = new RequestUploads(10, 20);
+    const uploads = new RequestUploads(10, 20, 16);
     uploads.add(1, base64('1234567890'));
     uploads.add(2, base64('1234567890'));
     expect(() => uploads.add(3, base64('1'))).toThrow(
@@ -51,6 +51,24 @@ describe('request bodies uploaded ahead of their requests', () => {
     for (let id = 1; id <= 1000; id++) expect(() => uploads.add(id, base64('12'))).toThrow();
     expect(uploads.take(1)).toEqual({ refused: 'no request body was uploaded as 1' });
     expect(uploads.take(1000)).toEqual({ refused: 'the request body is larger than 1 bytes' });
+  });
+
+  it('counts pieces and uploads, not bytes alone: no empty piece, nothing after a short one, a few uploads at once', () => {
+    const uploads = new RequestUploads(1000, 2000, 8);
+    expect(() => uploads.add(1, '')).toThrow('upload 1 was sent an empty piece');
+    uploads.add(2, base64('123456'));
+    uploads.add(2, base64('ab'));
+    // A short piece was the last: the host that goes on is refused, and the upload let go.
+    expect(() => uploads.add(2, base64('123456'))).toThrow('upload 2 was sent a piece after its last one');
+    expect(uploads.heldBytes).toBe(0);
+    for (let id = 10; id < 18; id++) uploads.add(id, base64('x'));
+    expect(() => uploads.add(18, base64('x'))).toThrow(
+      'this session already has 8 request bodies waiting for their requests: make one request before uploading another',
+    );
+    // A request made, or an upload let go, makes room again.
+    uploads.take(10);
+    uploads.add(19, base64('x'));
+    expect(uploads.heldBytes).toBe(8);
   });
 
   it('lets go of everything when its session ends', () => {

@@ -1,7 +1,7 @@
 import { RPC_ERRORS, type RpcError, type SessionCall, type SessionEvent, type TaskView, completionMessageText } from '@murmur/shared';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { EventFeed } from '../src/host/event-feed.js';
-import { type Task, TaskRegistry } from '../src/host/task-registry.js';
+import { type Task, TaskRegistry, localContextKey } from '../src/host/task-registry.js';
 
 type SendCall = Extract<SessionCall, { method: 'send' }>;
 type Answer = { task: TaskView } | { error: RpcError };
@@ -254,6 +254,28 @@ describe('waiting for input', () => {
     });
     expect(stateOf(registry, task.id).state).toBe('input-required');
     expect(waiting.settled).toBe(false);
+  });
+
+  it('resumes a task an operator’s token started only with a message under such a token, never under the session’s own', async () => {
+    const { registry, task, input } = await waitingTask();
+    const waiting = track(input);
+    // Naming it: refused, and it keeps waiting.
+    expect(send(registry, { task_id: task.id, text: 'mine now', context_scope: 'session' })).toMatchObject({
+      error: { code: -32602, message: `Invalid params: task '${task.id}' was not started under this session's own token, and takes no message sent with it` },
+    });
+    // Naming nothing: a task of its own, not the waiting one.
+    const own = taskOf(send(registry, { text: 'hello', context_scope: 'session' }));
+    expect(own.id).not.toBe(task.id);
+    expect(stateOf(registry, task.id).state).toBe('input-required');
+    expect(waiting.settled).toBe(false);
+    // The operator's answer still resumes it.
+    expect(taskOf(send(registry, { task_id: task.id, text: 'from the operator' })).state).toBe('working');
+    await expect(input).resolves.toBe('from the operator');
+  });
+
+  it('keeps a session-token task’s context apart from the operator’s of the same id, in the session’s own history and continuation', () => {
+    expect(localContextKey({ contextId: 'main' })).toBe('main');
+    expect(localContextKey({ contextId: 'main', sessionScoped: true })).toBe('main@token');
   });
 
   it('resumes on a send in the waiting task’s own context', async () => {

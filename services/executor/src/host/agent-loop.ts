@@ -10,7 +10,7 @@ import { type DriverContinuation, continuationIdOf } from './driver-continuation
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from './driver-wire.js';
 import type { HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
-import type { Task, TaskRegistry } from './task-registry.js';
+import { type Task, type TaskRegistry, localContextKey } from './task-registry.js';
 import { agentTools } from './tool-inventory.js';
 import { callTool } from './tool-call.js';
 
@@ -68,15 +68,17 @@ export function readTaskText(accessible: string): string {
   return '';
 }
 
-function historyFile(sessionDir: string, contextId: string): string {
-  return path.join(sessionDir, 'contexts', contextId, 'history.json');
+/** The file of the session's history of the task's context, or undefined when its id is not a path segment. */
+function historyFile(sessionDir: string, task: Task): string | undefined {
+  return isSafeContextId(task.contextId) ? path.join(sessionDir, 'contexts', localContextKey(task), 'history.json') : undefined;
 }
 
-/** The session's history of a context, or undefined when it has none (a context id that is not a path segment has none). */
-function loadHistory(sessionDir: string, contextId: string): WireMessage[] | undefined {
-  if (!isSafeContextId(contextId)) return undefined;
+/** The session's history of the task's context, or undefined when it has none. */
+function loadHistory(sessionDir: string, task: Task): WireMessage[] | undefined {
+  const file = historyFile(sessionDir, task);
+  if (file === undefined) return undefined;
   try {
-    const saved: unknown = JSON.parse(readFileSync(historyFile(sessionDir, contextId), 'utf8'));
+    const saved: unknown = JSON.parse(readFileSync(file, 'utf8'));
     return Array.isArray(saved) ? (saved as WireMessage[]) : undefined;
   } catch {
     return undefined;
@@ -89,7 +91,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
   const threaded = agent.lifecycle.conversation === 'threaded' && task !== undefined;
   const tools = agentTools(run);
   // This session's own history of the context first; else what an earlier capsule recorded of it.
-  const history = threaded ? (loadHistory(sessionDir, task.contextId) ?? (await run.conversation.load(task.contextId))) : [];
+  const history = threaded ? (loadHistory(sessionDir, task) ?? (await run.conversation.load(task.contextId))) : [];
   let messages: WireMessage[] = [...history, userMessage(readTaskText(start.accessible_workdir))];
   const system = composeSystemPrompt(start, agent.system_prompt);
   host.trace.write(
@@ -119,7 +121,8 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     if (breached) return fail('failed', breached.message, breached);
     host.setTurn(turn);
     if (task) registry.progress(task, `inference turn ${turn + 1}`);
-    const contextId = task?.contextId;
+    // The driver's continuation is this session's, kept as the task's history is (`localContextKey`).
+    const contextId = task ? localContextKey(task) : undefined;
     const sentLength = messages.length;
     const full = { model: agent.model, maxTokens: agent.max_tokens, messages, tools, system };
     const fullData = driverRequestData(full);
@@ -186,9 +189,10 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     writeFileAtomic(resultFile, reply.text);
     if (threaded) {
       const kept: WireMessage[] = [...messages, { role: 'assistant', content: reply.content }];
-      if (isSafeContextId(task.contextId)) writeFileAtomic(historyFile(sessionDir, task.contextId), JSON.stringify(kept));
+      const file = historyFile(sessionDir, task);
+      if (file !== undefined) writeFileAtomic(file, JSON.stringify(kept));
       await run.conversation.save(task.contextId, kept);
-      run.continuation.advance(task.contextId, kept.length);
+      run.continuation.advance(localContextKey(task), kept.length);
     }
     if (task && !call.streamedText && reply.text !== '') registry.chunk(task, 'text', reply.text, true);
     host.writeSessionEnd('ok');

@@ -418,7 +418,8 @@ export class AgentSession {
     let exitStatus: 'ok' | 'failed' | 'reopen_budget_exhausted';
     // Asked once, on the request that starts the task: a reopen continues the conversation the first attempt started.
     let forget: ForgetAsker | undefined = task.forgetSession ? 'a2a' : undefined;
-    if (this.forgetContext !== undefined && this.forgetContext === task.contextId) {
+    // `mur run --forget-session` names the operator's context, never one a session's token named.
+    if (this.forgetContext !== undefined && this.forgetContext === task.contextId && !task.sessionScoped) {
       forget = 'cli';
       this.forgetContext = undefined;
     }

@@ -354,6 +354,8 @@ export class CapsuleHost implements AgentHost {
           result = (await this.channel.request({ op: 'http', request })) as EgressResult;
         } catch (error) {
           // Refused before it left (a URL or headers too large to send), or by the executor: an error code, not a trap.
+          // A body uploaded for it is let go, rather than held by the executor until the session ends.
+          if (request.upload !== undefined) void this.channel.request({ op: 'http-upload-release', upload: request.upload }).catch(() => {});
           return { outcome: 'denied', code: 'internal-error', reason: error instanceof Error ? error.message : String(error) } satisfies EgressResult;
         }
         // The body starts coming in now, while the guest reads the head.

@@ -293,6 +293,8 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('http'), request: HttpRequestSchema }),
   /** One piece of a request body larger than `UPLOAD_PIECE_CHARS`, sent (in order) before its `http` request. */
   z.object({ op: z.literal('http-upload'), upload: z.number().int().positive(), chunk_base64: z.string().max(UPLOAD_PIECE_CHARS) }),
+  /** An upload whose request could not be sent after all (its head too large to cross): the executor lets it go. */
+  z.object({ op: z.literal('http-upload-release'), upload: z.number().int().positive() }),
   /** `outgoing-handler.handle`: whether the request may go at all, decided before any body is written. */
   z.object({ op: z.literal('http-check'), request: z.object({ url: z.string(), grant: z.string() }) }),
   /** The next piece of an allowed response's body (`HttpResponse.body`), answered when it arrives. */

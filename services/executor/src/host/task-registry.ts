@@ -49,6 +49,16 @@ export interface Task {
   abortedWith?: string;
 }
 
+/**
+ * The name this session keeps a task's context under (its history file, the driver's
+ * continuation): its id, or for a task sent under the session's own token its id marked so
+ * (`@token`, which no client's id can hold). What was said under an operator's token and under the
+ * session's own then never share a history, even within one session.
+ */
+export function localContextKey(task: Pick<Task, 'contextId' | 'sessionScoped'>): string {
+  return task.sessionScoped ? `${task.contextId}@token` : task.contextId;
+}
+
 interface InputWait {
   task: Task;
   resolve(text: string): void;
@@ -115,25 +125,35 @@ export class TaskRegistry {
         };
       return { error: { code: RPC_ERRORS.invalidParams, message: `Invalid params: task '${call.task_id}' is ${named.state} and is not waiting for input` } };
     }
-    // A message naming a task and another conversation is refused (the spec's MUST): which of the
-    // two the client meant cannot be known.
-    if (call.task_id !== undefined && call.context_id !== undefined && waiting && call.context_id !== waiting.task.contextId) {
+    // A message under the session's own token resumes only a task started under it: a task an
+    // operator's token started holds a conversation the capsule's other sessions may share.
+    const resumable = waiting && (call.context_scope !== 'session' || waiting.task.sessionScoped === true) ? waiting : undefined;
+    if (waiting && !resumable && call.task_id === waiting.task.id)
       return {
         error: {
           code: RPC_ERRORS.invalidParams,
-          message: `Invalid params: message.contextId '${call.context_id.slice(0, 64)}' is not the context of task '${call.task_id}' ('${waiting.task.contextId}')`,
+          message: `Invalid params: task '${call.task_id}' was not started under this session's own token, and takes no message sent with it`,
+        },
+      };
+    // A message naming a task and another conversation is refused (the spec's MUST): which of the
+    // two the client meant cannot be known.
+    if (call.task_id !== undefined && call.context_id !== undefined && resumable && call.context_id !== resumable.task.contextId) {
+      return {
+        error: {
+          code: RPC_ERRORS.invalidParams,
+          message: `Invalid params: message.contextId '${call.context_id.slice(0, 64)}' is not the context of task '${call.task_id}' ('${resumable.task.contextId}')`,
         },
       };
     }
     // The waiting task takes a message that names it, or — upstream's rule, which clients written
     // for upstream rely on — one that names no task and no other conversation.
-    if (waiting && (call.task_id !== undefined || call.context_id === undefined || call.context_id === waiting.task.contextId)) {
+    if (resumable && (call.task_id !== undefined || call.context_id === undefined || call.context_id === resumable.task.contextId)) {
       this.inputWait = undefined;
-      if (waiting.timer) clearTimeout(waiting.timer);
-      const task = waiting.task;
+      if (resumable.timer) clearTimeout(resumable.timer);
+      const task = resumable.task;
       task.history.push({ role: 'user', message_id: call.message_id, text: call.text });
       this.transition(task, 'working', 'resumed');
-      waiting.resolve(call.text);
+      resumable.resolve(call.text);
       return { task: this.view(task) };
     }
     const task: Task = {
