@@ -35,7 +35,7 @@ describe('the compose file', () => {
 
   it('gives every service the bus, with the stack’s token when one is set and no credentials when none is', () => {
     for (const service of SERVICES) {
-      expect(natsEndpoint(environmentOf(service).MURMUR_NATS_URL ?? ''), service).toEqual({ servers: 'nats://nats:4222', shown: 'nats://nats:4222' });
+      expect(natsEndpoint(environmentOf(service).MURMUR_NATS_URL ?? ''), service).toEqual({ servers: ['nats://nats:4222'], shown: 'nats://nats:4222' });
       const token = 'stack-bus-token-0123456789abcdef';
       expect(natsEndpoint(environmentOf(service, { MURMUR_NATS_TOKEN: token }).MURMUR_NATS_URL ?? '').credentials, service).toEqual({ token });
     }
