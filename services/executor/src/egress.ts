@@ -141,10 +141,10 @@ export class EgressPolicy {
    * Judges and, if allowed, makes one HTTP request, answering once its head arrived. The timeout
    * covers the body too: its signal aborts a read still going when it fires.
    */
-  async http(request: HttpRequest, uploads?: RequestUploads): Promise<EgressOpened> {
+  async http(request: HttpRequest, uploads: RequestUploads): Promise<EgressOpened> {
     const verdict = this.judgeHttp(request.url, request.grant);
     // A body sent ahead is let go whatever happens next: it was for this request alone.
-    const uploaded = request.upload === undefined ? undefined : (uploads?.take(request.upload) ?? { refused: 'this executor takes no uploaded bodies' });
+    const uploaded = request.upload === undefined ? undefined : uploads.take(request.upload);
     if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
     if (request.oversized_bytes !== undefined)
       return {

@@ -8,7 +8,7 @@ import type { ConfineProbe } from './confinement.js';
 import { ATTACH_FD, attachCommands, hostSandbox, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExpectMessage, HostComponent, SandboxNetworkStart } from './host/protocol.js';
 import type { NetworkPlan } from './network-plan.js';
-import { type NamespaceProbe, SYSTEM_DIRECTORIES } from './sandbox.js';
+import { type NamespaceProbe, SYSTEM_DIRECTORIES, pathWithin } from './sandbox.js';
 
 /**
  * The executor's warm pool: capsule hosts already started inside sealed sandboxes — namespaces,
@@ -107,7 +107,7 @@ function realPath(dir: string): string {
  */
 export function mountPointRefusal(dir: string, readOnly: string[], writableInside: string[]): string | undefined {
   if (existsSync(dir)) return undefined;
-  const within = (root: string): boolean => dir === root || dir.startsWith(`${root}/`);
+  const within = (root: string): boolean => pathWithin(dir, root);
   if (writableInside.some(within)) return undefined;
   const bound = readOnly.find(within);
   return bound ? `${dir} does not exist, and a sandbox cannot make it inside ${bound}, which it binds read-only` : undefined;

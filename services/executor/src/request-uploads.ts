@@ -30,18 +30,7 @@ export class RequestUploads {
     if (earlier !== undefined) throw new Error(earlier);
     const piece = Buffer.from(chunkBase64, 'base64');
     const entry = this.held.get(upload) ?? { pieces: [], size: 0, ended: false };
-    const refusal =
-      chunkBase64 === ''
-        ? `upload ${upload} was sent an empty piece`
-        : entry.ended
-          ? `upload ${upload} was sent a piece after its last one`
-          : !this.held.has(upload) && this.held.size >= OPEN_UPLOADS
-            ? `this session already has ${OPEN_UPLOADS} request bodies waiting for their requests: make one request before uploading another`
-            : entry.size + piece.length > this.limitBytes
-              ? `the request body is larger than ${this.limitBytes} bytes`
-              : this.total + piece.length > this.sessionLimitBytes
-                ? `this session's request bodies waiting for their requests would hold more than ${this.sessionLimitBytes} bytes: make one request before uploading another`
-                : undefined;
+    const refusal = this.refusalOf(upload, entry, chunkBase64, piece.length);
     if (refusal !== undefined) {
       this.drop(upload);
       this.refused.set(upload, refusal);
@@ -54,6 +43,18 @@ export class RequestUploads {
     entry.ended = chunkBase64.length < this.pieceChars;
     this.total += piece.length;
     this.held.set(upload, entry);
+  }
+
+  /** Why the piece `chunkBase64` (`bytes` long) may not join `entry`, upload `upload`; undefined when it may. */
+  private refusalOf(upload: number, entry: { size: number; ended: boolean }, chunkBase64: string, bytes: number): string | undefined {
+    if (chunkBase64 === '') return `upload ${upload} was sent an empty piece`;
+    if (entry.ended) return `upload ${upload} was sent a piece after its last one`;
+    if (!this.held.has(upload) && this.held.size >= OPEN_UPLOADS)
+      return `this session already has ${OPEN_UPLOADS} request bodies waiting for their requests: make one request before uploading another`;
+    if (entry.size + bytes > this.limitBytes) return `the request body is larger than ${this.limitBytes} bytes`;
+    if (this.total + bytes > this.sessionLimitBytes)
+      return `this session's request bodies waiting for their requests would hold more than ${this.sessionLimitBytes} bytes: make one request before uploading another`;
+    return undefined;
   }
 
   /** Upload `upload`'s whole body, or why it was refused; either way no longer held. */

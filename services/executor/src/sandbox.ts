@@ -166,7 +166,6 @@ export function systemReadable(): string[] {
 
 /** `systemReadable` of the tree at `root` (`''`: this machine's own; a test's tree otherwise). */
 export function systemReadableUnder(root: string): string[] {
-  const within = (dir: string, parent: string): boolean => dir === parent || dir.startsWith(`${parent}/`);
   const local = `${root}/usr/local`;
   const binaries = BINARY_DIRECTORIES.flatMap((dir) => {
     try {
@@ -201,20 +200,25 @@ export function systemReadableUnder(root: string): string[] {
     }
     if (visited.has(real) || !isDirectory(real)) return;
     visited.add(real);
-    if (binaries.some((binary) => within(real, binary))) return;
+    if (binaries.some((binary) => pathWithin(real, binary))) return;
     const nested = packageBinaries(real);
     binaries.push(...nested);
-    if (!binaries.some((binary) => within(binary, real))) return void readable.add(real);
+    if (!binaries.some((binary) => pathWithin(binary, real))) return void readable.add(real);
     for (const entry of readdirSync(real)) visit(path.join(real, entry));
   };
   for (const dir of SYSTEM_DIRECTORIES) visit(`${root}${dir}`);
   // One inside another (`/usr/local/man`, a link into `/usr/local/share`) is given already.
-  return [...readable].filter((dir) => ![...readable].some((other) => other !== dir && within(dir, other))).sort();
+  return [...readable].filter((dir) => ![...readable].some((other) => other !== dir && pathWithin(dir, other))).sort();
 }
 
 /** Whether `dir` lies in the system directories (whose readable part `systemReadable` gives). */
 export function isSystemPath(dir: string): boolean {
-  return SYSTEM_DIRECTORIES.some((system) => dir === system || dir.startsWith(`${system}/`));
+  return SYSTEM_DIRECTORIES.some((system) => pathWithin(dir, system));
+}
+
+/** Whether the absolute, normalised path `dir` is `parent` or lies beneath it. */
+export function pathWithin(dir: string, parent: string): boolean {
+  return dir === parent || dir.startsWith(`${parent}/`);
 }
 /** What of `/etc` a process needs to load libraries, resolve users and read certificates. */
 const ETC_ENTRIES = [

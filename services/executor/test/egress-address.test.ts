@@ -5,6 +5,7 @@ import { openOtelTracer } from '@murmur/shared/otel';
 import { startOtlpReceiver } from '../../../test/support/otlp-receiver.js';
 import { isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve, vettedLookup } from '../src/egress-address.js';
 import { EgressPolicy } from '../src/egress.js';
+import { RequestUploads } from '../src/request-uploads.js';
 
 /**
  * Where an allowed name may lead. A real server on loopback stands for everything private — the
@@ -78,7 +79,7 @@ describe('the egress relay and a name that resolves privately', () => {
       hostname === 'api.attacker.example' ? [{ address, family: address.includes(':') ? 6 : 4 }] : [];
   const policy = (allow: string[], options: ConstructorParameters<typeof EgressPolicy>[1] = {}) =>
     new EgressPolicy({ policy: { network_allow: allow } as never, artifacts: [] }, { privateHosts: () => false, ...options });
-  const get = (egress: EgressPolicy, url: string) => egress.http({ url, method: 'GET', headers: [], grant: 'capsule' } as never);
+  const get = (egress: EgressPolicy, url: string) => egress.http({ url, method: 'GET', headers: [], grant: 'capsule' } as never, new RequestUploads());
 
   it('refuses a request whose allowed name resolves to loopback, and never connects', async () => {
     for (const address of ['127.0.0.1', '::ffff:127.0.0.1']) {
