@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, readdirSync, promises as fs } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, readlinkSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LaunchReply, commands, newSessionId, silentLog, topics } from '@murmur/shared';
@@ -144,15 +144,21 @@ describe('the warm pool', () => {
   it.runIf(process.getuid?.() === 0)(
     'a pooled host runs sealed like a fresh one: no capabilities, seccomp, its workdir mounted where a fresh one binds it',
     async () => {
-      const shapes: Array<{ status: Record<string, string>; mounts: string[] }> = [];
+      const shapes: Array<{ status: Record<string, string>; mounts: string[]; sockets: string[] }> = [];
       for (const pooled of [true, false]) {
         const project = await probeProject(path.join(scratch.dir, `sealed-${pooled}`), '');
         const release = path.join(project, 'workdir');
-        const running = runMur(['run', '--json', '--task', JSON.stringify([{ op: 'waitfor', path: 'go', seconds: 30 }])], {
+        const task = [
+          { op: 'write', path: 'running', text: 'yes' },
+          { op: 'waitfor', path: 'go', seconds: 30 },
+        ];
+        const running = runMur(['run', '--json', '--task', JSON.stringify(task)], {
           cwd: project,
           env: { ...env, ...(pooled ? {} : { MURMUR_EXECUTOR_POOL: '0' }) },
         });
         const host = await eventually(() => findHost(release), 20_000, 'the capsule host');
+        // Looked at once the guest runs: a fresh host is found before it has been given its session.
+        await eventually(() => existsSync(path.join(host.workdir, 'running')) || undefined, 20_000, 'the guest to run');
         const status = Object.fromEntries(
           readFileSync(`/proc/${host.pid}/status`, 'utf8')
             .split('\n')
@@ -168,16 +174,28 @@ describe('the warm pool', () => {
             const options = (fields[5] ?? '').split(',').filter((option) => ['ro', 'rw', 'nosuid', 'nodev', 'noexec'].includes(option));
             return `${(fields[4] ?? '').replace(host.workdir, '<workdir>').replace(path.dirname(host.workdir), '<workdirs>')} ${options.sort().join(',')}`;
           });
+        // The descriptors that are sockets, once the guest runs: its sandbox's were handed out and
+        // closed, and so was the IPC channel they went over; its stdout and stderr (Node makes pipes
+        // of socket pairs) and its framed channel are left.
+        const sockets = readdirSync(`/proc/${host.pid}/fd`).filter((fd) => {
+          try {
+            return readlinkSync(`/proc/${host.pid}/fd/${fd}`).startsWith('socket:');
+          } catch {
+            return false;
+          }
+        });
         await fs.writeFile(path.join(host.workdir, 'go'), 'go');
         const result = await running;
         expect(result.code, result.stderr).toBe(0);
-        shapes.push({ status, mounts });
+        shapes.push({ status, mounts, sockets });
       }
       const [pooled, fresh] = shapes as [(typeof shapes)[0], (typeof shapes)[0]];
       expect(pooled.status).toEqual(fresh.status);
       expect(pooled.status.CapEff).toBe('0000000000000000');
       expect(pooled.status.Seccomp).toBe('2');
       expect(pooled.status.NoNewPrivs).toBe('1');
+      expect(pooled.sockets).toEqual(['1', '2', '3']);
+      expect(fresh.sockets).toEqual(['1', '2', '3']);
       // The workdir is the one writable place in both, and nothing on it executes (not even through
       // the dynamic loader); a pooled sandbox's /tmp is an empty read-only tmpfs, and its staging
       // view of the other workdirs is covered (an empty read-only tmpfs).

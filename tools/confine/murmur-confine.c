@@ -16,7 +16,7 @@
 //            no_new_privs set;
 //         4. `landlock` and its `allow` rules: what may be read, written, listed and executed;
 //         5. `seccomp`: the filter the spec's descriptor holds, installed last;
-//         6. every descriptor above 2 closed but those `keep` names (the host's IPC channel, the
+//         6. every descriptor above 2 closed but those `keep` names (the host's channels, the
 //            sockets above, the cgroups its subprocesses join), so nothing the executor's own
 //            launcher left open reaches the sandbox;
 //       then execve. Any failure is printed on stderr and exits 125: nothing half-confined runs,

@@ -58,7 +58,7 @@ export interface ConfinementInput {
   /** The shell allowlist, resolved to files on the sandbox's PATH. */
   shellBinaries: string[];
   seccompFd: number;
-  /** Descriptors the host keeps beyond the listeners (its IPC channel, the tools' cgroup). */
+  /** Descriptors the host keeps beyond the listeners (its channel to the executor, the hand-over channel, the tools' cgroup). */
   keep: number[];
   /** A pooled sandbox: the helper holds here, before dropping, for the session's mounts (`hold`). */
   holdFd?: number | undefined;

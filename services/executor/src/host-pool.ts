@@ -5,6 +5,7 @@ import type { Duplex } from 'node:stream';
 import { type CapabilityPolicy, type Log, newId } from '@murmur/shared';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import type { ConfineProbe } from './confinement.js';
+import { HostLink } from './host-link.js';
 import { ATTACH_FD, attachCommands, hostSandbox, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExpectMessage, HostComponent, SandboxNetworkStart } from './host/protocol.js';
 import type { NetworkPlan } from './network-plan.js';
@@ -120,7 +121,10 @@ export class PooledHost {
   /** The sandbox's sockets, handed over while the host waited: the session serves them. */
   readonly sockets: Array<{ fd: number; protocol: 'tcp' | 'udp'; handle: unknown }> = [];
   readonly ready: Promise<void>;
+  /** Its channel: the session that takes the host takes it too. */
+  readonly link: HostLink;
   private isReady = false;
+  private readonly discardBroken = (): void => void this.discard();
   private discarding: Promise<void> | undefined;
 
   constructor(
@@ -133,6 +137,9 @@ export class PooledHost {
     // A host no session holds never keeps the executor's process alive (an in-process `mur run`
     // that is refused exits at once); the session that takes it holds it (`handOver`).
     this.hold(false);
+    this.link = new HostLink(child);
+    // A host that breaks its channel before a session took it is only thrown away.
+    this.link.on('violation', this.discardBroken);
     const keep = (chunk: Buffer): void => void this.earlyOutput.push(chunk);
     child.stdout?.on('data', keep);
     child.stderr?.on('data', keep);
@@ -141,6 +148,17 @@ export class PooledHost {
     const sockets = 2 + sandboxStart.listeners.length;
     this.ready = new Promise((resolve, reject) => {
       let said = false;
+      const settle = (): void => {
+        if (!said || !this.link.handedOver) return;
+        this.link.off('message', onMessage);
+        this.link.off('handed-over', settle);
+        if (this.sockets.length !== sockets) {
+          reject(new Error(`a pooled capsule host handed over ${this.sockets.length} of its sandbox's ${sockets} sockets`));
+          return;
+        }
+        this.isReady = true;
+        resolve();
+      };
       const onMessage = (raw: unknown, handle: unknown): void => {
         const message = raw as { type?: unknown; fd?: unknown; protocol?: unknown } | null;
         if (message?.type === 'ready') said = true;
@@ -149,13 +167,11 @@ export class PooledHost {
           (handle as { unref?: () => void } | undefined)?.unref?.();
           this.sockets.push({ fd: message.fd, protocol: message.protocol, handle });
         } else return;
-        if (!said || this.sockets.length < sockets) return;
-        child.off('message', onMessage);
-        this.isReady = true;
-        resolve();
+        settle();
       };
-      child.on('message', onMessage);
-      child.send({ type: 'hand-over', sandbox: sandboxStart }, () => {});
+      this.link.on('message', onMessage);
+      this.link.on('handed-over', settle);
+      this.link.send({ type: 'hand-over', sandbox: sandboxStart });
       child.once('exit', (code, signal) => reject(new Error(`a pooled capsule host exited before it was used (${signal ?? `exit ${code}`})`)));
     });
     this.ready.catch(() => {});
@@ -163,7 +179,7 @@ export class PooledHost {
 
   /** Started and not gone: it may still be on its way to `ready`. */
   get alive(): boolean {
-    return this.child.exitCode === null && this.child.signalCode === null && this.child.connected;
+    return this.child.exitCode === null && this.child.signalCode === null && this.link.open;
   }
 
   /** What the host is told of its sandbox at start: its sockets are handed over already. */
@@ -182,11 +198,12 @@ export class PooledHost {
    */
   expect(component: HostComponent, memoryLimitBytes: number, agent: boolean): void {
     const message: ExpectMessage = { type: 'expect', component, memory_limit_bytes: memoryLimitBytes, ...(agent ? { agent } : {}) };
-    if (this.child.connected) this.child.send(message, () => {});
+    this.link.send(message);
   }
 
   /** Stops listening for the pool: the session takes the host's streams and messages from here. */
   handOver(): void {
+    this.link.off('violation', this.discardBroken);
     this.child.stdout?.removeAllListeners('data');
     this.child.stderr?.removeAllListeners('data');
     this.hold(true);
@@ -251,7 +268,7 @@ export class PooledHost {
       this.cgroup?.killAll();
       // This side's ends of the channel and the pipes go now, whatever of the sandbox may linger:
       // a host thrown away must not keep the executor's process alive.
-      if (this.child.connected) this.child.disconnect();
+      this.link.close();
       for (const stream of this.child.stdio as ReadonlyArray<Duplex | null | undefined>) stream?.destroy();
       await this.cgroup?.remove();
     })();

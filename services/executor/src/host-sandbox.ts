@@ -4,6 +4,7 @@ import path from 'node:path';
 import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
 import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries } from './confinement.js';
+import { HOST_CHANNEL_FD } from './host/frame-channel.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
 import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, bubblewrapArguments, isSystemPath, systemReadable, unshareArguments } from './sandbox.js';
@@ -17,23 +18,32 @@ import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
  * | fd | what |
  * |---|---|
  * | 0–2 | nothing, stdout, stderr |
- * | 3 | the IPC channel to the executor |
+ * | 3 | the channel to the executor: framed messages (`host/frame-channel.ts`) |
  * | 4–6 | `/etc/passwd`, `/etc/group`, `/etc/resolv.conf` (read by bubblewrap, then gone) |
  * | 7 | the confinement spec (read by the helper, then gone) |
  * | 8 | the seccomp program (read by the helper, then gone) |
  * | 9… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
  * | 9 | a pooled sandbox (which has no tools' cgroup): its held helper's commands and answer |
+ * | 15 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
  * | 16… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
  *
- * The helper keeps 3, the cgroup descriptors and the listeners, and closes everything else, so
- * nothing the executor's own launcher left open (a descriptor without close-on-exec) gets in.
+ * The helper keeps 3, 15, the cgroup descriptors and the listeners, and closes everything else, so
+ * nothing the executor's own launcher left open (a descriptor without close-on-exec) gets in. A
+ * sandbox that is not sealed has no network to hand out, and its host no IPC channel at all.
  */
 
 export const SPEC_FD = 7;
 export const SECCOMP_FD = 8;
 export const FIRST_CGROUP_FD = 9;
 export const FIRST_LISTENER_FD = 16;
-const IPC_FD = 3;
+/** Every host's channel to the executor. */
+export const CHANNEL_FD = HOST_CHANNEL_FD;
+/**
+ * Node's IPC channel, in a sealed sandbox only: the one way a descriptor reaches the executor
+ * from a child. It carries the sandbox's sockets and nothing else, and is closed by both sides
+ * once they are out, before the capsule's code runs (`host-link.ts`).
+ */
+export const HANDOVER_FD = 15;
 
 export interface HostSandboxInput {
   namespaces: NamespaceProbe;
@@ -119,7 +129,7 @@ export function spawnSandboxedHost(sandbox: HostSandbox, options: { cgroup: Sess
     child = spawn(argv[0] as string, argv.slice(1), {
       cwd: options.cwd,
       env: options.env,
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc', ...sandbox.stdio],
+      stdio: hostStdio(sandbox),
       serialization: 'json',
     });
   } finally {
@@ -130,6 +140,16 @@ export function spawnSandboxedHost(sandbox: HostSandbox, options: { cgroup: Sess
   for (const stream of (child.stdio as ReadonlyArray<NodeJS.EventEmitter | null | undefined>).slice(FIRST_DATA_FD)) stream?.on('error', () => {});
   sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
   return child;
+}
+
+/** What a host inherits, in descriptor order: its channel, the sandbox's descriptors, and the hand-over channel when sealed. */
+function hostStdio(sandbox: HostSandbox): Array<StdioPipe | StdioNull | number | 'ipc'> {
+  const stdio: Array<StdioPipe | StdioNull | number | 'ipc'> = ['ignore', 'pipe', 'pipe', 'pipe', ...sandbox.stdio];
+  if (!sandbox.sealed) return stdio;
+  while (stdio.length < HANDOVER_FD) stdio.push('ignore');
+  if (stdio.length > HANDOVER_FD) throw new Error('the sandbox descriptor layout is out of step: its descriptors reach the hand-over channel');
+  stdio.push('ipc');
+  return stdio;
 }
 
 export function hostSandbox(input: HostSandboxInput): HostSandbox {
@@ -191,7 +211,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
     ...(harness ? [harness.binary] : []),
   ];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, `${input.subprocessPath}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`);
-  const keep = [IPC_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
+  const keep = [CHANNEL_FD, HANDOVER_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
   const spec = confinementSpec({
     policy,
     network,
@@ -210,6 +230,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   if (pooled && cgroupFds.length > 0) throw new Error('a pooled sandbox starts no subprocess: it is given no tools cgroup');
   // After the cgroup descriptors: the helper closes both before the host runs (they are not in `keep`).
   const pinnedAt = FIRST_CGROUP_FD + cgroupFds.length;
+  if (pinnedAt + pinned.length > HANDOVER_FD) throw new Error(`${cgroupFds.length} cgroup descriptors do not fit below the hand-over channel`);
   const argv = [
     namespaces.binary as string,
     ...bubblewrapArguments({ ...layout, ...(pooled ? {} : { pinned: { workdirFd: pinnedAt, tmpFd: pinnedAt + 1 } }) }, [confine.node, input.hostEntry], {

@@ -210,7 +210,7 @@ function isDatagram(handle: unknown): handle is DatagramSocket {
   );
 }
 
-/** Closes a handle a host sent over IPC (a server, a socket or a datagram socket), whatever state it is in. */
+/** Closes a handle a host sent over Node's IPC (a server, a socket or a datagram socket), whatever state it is in. */
 export function closeHandle(handle: unknown): void {
   const closable = handle as { destroy?: () => void; close?: () => void } | null | undefined;
   try {

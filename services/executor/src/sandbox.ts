@@ -109,7 +109,7 @@ export interface SandboxFile {
   content: string;
 }
 
-/** The first descriptor a sandbox file is passed on: after stdin, stdout, stderr and the IPC channel. */
+/** The first descriptor a sandbox file is passed on: after stdin, stdout, stderr and the host's channel. */
 export const FIRST_DATA_FD = 4;
 
 /**

@@ -55,6 +55,12 @@ export interface ExecutorServiceOptions {
    * closes, after its own sessions have ended.
    */
   sweepAtStartAndHourly?: boolean;
+  /**
+   * The capsule host to start instead of the runtime's own: a test's host that breaks its
+   * protocol, to show what the executor does when a capsule has broken out of WebAssembly. It
+   * must lie under the runtime's code root, which is all a sandbox can read of it.
+   */
+  hostEntry?: string;
 }
 
 export interface ExecutorService {
@@ -134,6 +140,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     murmurHome: murmurHome(env),
     settings,
     pool: undefined,
+    hostEntry: options.hostEntry,
     session: (id) => sessions.get(id),
     pull: (session, name, version) => pullForSession(bus, session, name, version),
   };
@@ -315,7 +322,7 @@ function startPool(environment: ExecutorEnvironment, wanted: ExecutorServiceOpti
       bundlesDir: environment.bundles.transpilerDir,
       codeRoot: CODE_ROOT,
       hidden: SANDBOX_HIDDEN,
-      hostEntry: HOST_ENTRY,
+      hostEntry: environment.hostEntry ?? HOST_ENTRY,
       hostEnv: hostProcessEnv(),
     },
     size,

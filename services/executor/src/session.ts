@@ -53,6 +53,7 @@ import type { ConfineProbe } from './confinement.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
 import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
+import { HostLink } from './host-link.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExecutorSettings } from './settings.js';
 import { type EgressRecord, SandboxNetwork, closeHandle } from './sandbox-network.js';
@@ -108,6 +109,8 @@ export interface ExecutorEnvironment {
   settings: ExecutorSettings;
   /** Warm capsule hosts (`MURMUR_EXECUTOR_POOL`), for the launches that can take one. */
   pool?: HostPool | undefined;
+  /** The capsule host's entry when it is not the runtime's own (`HOST_ENTRY`): a test's host that misbehaves. */
+  hostEntry?: string | undefined;
   /** A session this executor runs, for a child to be placed under its `children/`. */
   session(id: string): Session | undefined;
   /** Handles a host's request to pull an artifact at runtime. */
@@ -203,6 +206,8 @@ export class Session {
   readonly id: string;
   paths!: SessionPaths;
   private child: ChildProcess | undefined;
+  /** The host's channel (`host-link.ts`): set with `child`. */
+  private link: HostLink | undefined;
   /** The warm host this session took, until its workdir is attached (`host-pool.ts`). */
   private pooled: { host: PooledHost; attaching: Promise<void> } | undefined;
   /** The directory the launcher chose for the workdir, if it chose one. */
@@ -641,8 +646,7 @@ export class Session {
 
   private callHost(call: SessionCall): Promise<SessionReply> {
     if (call.method === 'authorize') return Promise.resolve(this.authorize(call.session_token));
-    const child = this.child;
-    if (!child?.connected) return Promise.resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
+    if (!this.link?.open) return Promise.resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
     const id = this.nextRpcId++;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
@@ -667,14 +671,12 @@ export class Session {
    * told; it never becomes an error event, which would take the executor down with the session.
    */
   private tellHost(message: object, undelivered?: () => void): void {
-    const child = this.child;
-    if (!child?.connected) {
+    const link = this.link;
+    if (!link?.open) {
       undelivered?.();
       return;
     }
-    child.send(message, (error) => {
-      if (error) undelivered?.();
-    });
+    link.send(message, undelivered);
   }
 
   /** A door asking whether a bearer token is this session's own: an empty reply says it is. */
@@ -753,14 +755,14 @@ export class Session {
       hidden: SANDBOX_HIDDEN,
       components: this.components,
       tools: this.tools,
-      hostEntry: HOST_ENTRY,
+      hostEntry: this.environment.hostEntry ?? HOST_ENTRY,
       cgroup: this.cgroup,
       subprocessPath: start.subprocess_env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
       ...(start.agent?.harness ? { harness: { binary: start.agent.harness.binary, home: this.harnessHomeDir } } : {}),
     });
     if (sandbox.start) start.sandbox = sandbox.start;
     if (sandbox.network) this.serveNetwork(sandbox.network);
-    this.watchHost(spawnSandboxedHost(sandbox, { cgroup: this.cgroup, cwd: this.paths.accessible, env: hostProcessEnv() }), []);
+    this.watchHost(new HostLink(spawnSandboxedHost(sandbox, { cgroup: this.cgroup, cwd: this.paths.accessible, env: hostProcessEnv() })), []);
   }
 
   /** The sealed sandbox's DNS and listeners, answered and judged here. */
@@ -775,8 +777,10 @@ export class Session {
   }
 
   /** The session's side of its host: its output in `host.log`, its messages, its exit. */
-  private watchHost(child: ChildProcess, earlier: Buffer[]): void {
+  private watchHost(link: HostLink, earlier: Buffer[]): void {
+    const child = link.child;
     this.child = child;
+    this.link = link;
     const hostLog = new LogFile(this.paths.sessionDir, 'host.log', this.recordsOutside);
     for (const chunk of earlier) hostLog.raw(chunk.toString());
     child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
@@ -784,7 +788,15 @@ export class Session {
       hostLog.raw(chunk.toString());
       for (const line of chunk.toString().split('\n')) if (line.trim() !== '') this.stderrLine(line);
     });
-    child.on('message', (raw: unknown, handle: unknown) => this.onMessage(raw, handle));
+    link.on('message', (raw: unknown, handle: unknown) => this.onMessage(raw, handle));
+    link.on('violation', (why) => {
+      this.environment.log.error({ session_id: this.id, why }, 'a capsule host broke its channel; ending it');
+      this.kill({
+        code: 'E-RUN-001',
+        message: `the capsule host broke its channel to the executor (${why}), so the session was ended; a host runs only the runtime's code and the capsule's WebAssembly, so the capsule may have broken out of WebAssembly`,
+        hint: 'do not run this capsule again until its code is understood; keep the session directory for whoever looks into it',
+      });
+    });
     child.once('exit', (code, signal) => this.onExit(code, signal));
     // Every error, not the first: a second one unheard would be thrown, and end the executor.
     child.on('error', (error: NodeJS.ErrnoException) => {
@@ -816,7 +828,7 @@ export class Session {
     start.sandbox = pooled.host.start;
     this.serveNetwork(pooled.host.network);
     for (const socket of pooled.host.sockets) this.network?.attach(socket.fd, socket.protocol, socket.handle);
-    this.watchHost(pooled.host.child, pooled.host.earlyOutput);
+    this.watchHost(pooled.host.link, pooled.host.earlyOutput);
     this.processStart = (pooled.host.child.pid ? processStartToken(pooled.host.child.pid) : undefined) ?? '';
     this.tellHost(start);
     return true;
@@ -878,6 +890,7 @@ export class Session {
     if (this.pooled && (await this.adoptPooledHost(this.pooled, start))) return;
     return new Promise((resolve, reject) => {
       const child = this.child as ChildProcess;
+      const link = this.link as HostLink;
       const timer = setTimeout(
         () =>
           reject(
@@ -888,14 +901,28 @@ export class Session {
           ),
         READY_TIMEOUT_MS,
       );
+      // A sealed host hands its sandbox's sockets over first, and is sent its start only once the
+      // channel they came over is closed (`host-link.ts` says why).
+      const sandbox = start.sandbox && !start.sandbox.handed_over ? start.sandbox : undefined;
+      let said = false;
+      const settle = (): void => {
+        if (!said || (sandbox && !link.handedOver)) return;
+        clearTimeout(timer);
+        link.off('message', onReady);
+        link.off('handed-over', settle);
+        child.off('close', onEarlyExit);
+        this.processStart = (child.pid ? processStartToken(child.pid) : undefined) ?? '';
+        if (sandbox) {
+          sandbox.handed_over = true;
+          this.tellHost(start);
+        }
+        resolve();
+      };
       const onReady = (raw: unknown): void => {
         const parsed = HostToExecutorSchema.safeParse(raw);
         if (!parsed.success || parsed.data.type !== 'ready') return;
-        clearTimeout(timer);
-        child.off('message', onReady);
-        child.off('close', onEarlyExit);
-        this.processStart = (child.pid ? processStartToken(child.pid) : undefined) ?? '';
-        resolve();
+        said = true;
+        settle();
       };
       const onEarlyExit = (code: number | null, signal: string | null): void => {
         clearTimeout(timer);
@@ -921,12 +948,13 @@ export class Session {
           ),
         );
       };
-      child.on('message', onReady);
+      link.on('message', onReady);
+      link.on('handed-over', settle);
       // 'close', not 'exit': by then its stderr is read, and the helper's reason with it.
       child.once('close', onEarlyExit);
       // Sent at once, not after `ready`: the host reads it as soon as it listens, so its start-up
       // and the executor's wait overlap instead of adding up.
-      this.tellHost(start);
+      this.tellHost(sandbox ? { type: 'hand-over', sandbox } : start);
     });
   }
 

@@ -2,7 +2,7 @@
  * The trace records a session's spans are made of, and the fields each span reads
  * (`session-telemetry.ts`). The capsule host forwards only these, and only these fields, to the
  * executor: a `session_start` carries the whole grant set, which no span needs, and every byte
- * crosses the IPC channel once per task.
+ * crosses the host's channel once per task.
  */
 export const SPAN_RECORD_FIELDS: Readonly<Record<string, readonly string[]>> = {
   a2a_task_received: ['traceparent_from_caller'],

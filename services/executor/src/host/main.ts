@@ -1,3 +1,5 @@
+import { fstatSync } from 'node:fs';
+import { Socket } from 'node:net';
 import { CapsuleHost } from './capsule-host.js';
 import type { HostChannel, SessionResult } from './contracts.js';
 import { takeFirstGuestWorker } from './first-worker.js';
@@ -5,12 +7,13 @@ import { precompileCoreModules, preloadInWorker } from './guest-runner.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { TraceRecord } from '../records.js';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
+import { EXECUTOR_FRAME_LIMIT_BYTES, FrameChannel, HOST_CHANNEL_FD } from './frame-channel.js';
 import { fitForExecutor } from './message-fit.js';
 import { handOverSandboxSockets } from './sandbox-sockets.js';
 
 /**
- * The capsule host process: started by an executor inside the session's sandbox with an IPC
- * channel as its only connection to anything. It waits for `start`, runs the session, reports the
+ * The capsule host process: started by an executor inside the session's sandbox with its channel
+ * (`frame-channel.ts`, on descriptor 3) as its only connection to anything. It waits for `start`, runs the session, reports the
  * result and exits. It never reads its own environment or argv on the guest's behalf: everything
  * the guest may see arrives in `start`, already decided by the executor.
  */
@@ -20,10 +23,28 @@ const timing = process.env.MURMUR_TIMING
   : (): void => {};
 timing('host loaded');
 
-if (!process.send) {
-  process.stderr.write('the capsule host must be started by an executor, with an IPC channel\n');
+function isSocket(fd: number): boolean {
+  try {
+    return fstatSync(fd).isSocket();
+  } catch {
+    return false;
+  }
+}
+/** What the host exits with when its channel closes: 0 once it has sent a successful result. */
+let exitCode = 1;
+if (!isSocket(HOST_CHANNEL_FD)) {
+  process.stderr.write(`the capsule host must be started by an executor, with its channel on descriptor ${HOST_CHANNEL_FD}\n`);
   process.exit(2);
 }
+const executor = new FrameChannel(new Socket({ fd: HOST_CHANNEL_FD, readable: true, writable: true }), EXECUTOR_FRAME_LIMIT_BYTES, {
+  message: (raw) => onExecutorMessage(raw),
+  violation: (why) => {
+    process.stderr.write(`[capsule-host] the executor's channel broke: ${why}\n`);
+    process.exit(1);
+  },
+  // The executor is gone or has let this host go: nothing the host does can reach anyone now.
+  close: () => process.exit(exitCode),
+});
 
 /**
  * Sends `message` fitted to the channel (`message-fit.ts`); returns why it was not sent, if it was
@@ -38,12 +59,21 @@ const send = (message: HostToExecutor): string | undefined => {
     process.stderr.write(`[capsule-host] not sent: ${fitted.refused}\n`);
     return fitted.refused;
   }
-  process.send?.(fitted.message);
+  executor.send(fitted.message);
   return undefined;
 };
 
+/** Sends the session's result, then exits once it is written. */
+function finish(result: HostToExecutor & { type: 'result' }, code: number): void {
+  const fitted = fitForExecutor(result);
+  const sent: HostToExecutor =
+    'message' in fitted ? fitted.message : { type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-001', message: fitted.refused } };
+  exitCode = code;
+  executor.send(sent, () => process.exit(code));
+}
+
 /**
- * Trace records for the executor's spans, sent in batches: one IPC message per record would cost
+ * Trace records for the executor's spans, sent in batches: one message per record would cost
  * the task loop, which is serial, a write per record. A batch leaves before the next request, at
  * the result, and at the latest 50 ms after its first record.
  */
@@ -119,7 +149,7 @@ let handingOver: Promise<void> | undefined;
 let earlyCeiling: (ExecutorToHost & { type: 'ceiling' }) | undefined;
 // The executor is trusted and validates everything the host sends it; the host does not pay for a
 // schema library to check its one trusted peer, which keeps it small and quick to start.
-process.on('message', (raw: unknown) => {
+function onExecutorMessage(raw: unknown): void {
   if (raw === null || typeof raw !== 'object' || typeof (raw as { type?: unknown }).type !== 'string') return;
   const message = raw as ExecutorToHost;
   if (message.type === 'reply') {
@@ -138,7 +168,7 @@ process.on('message', (raw: unknown) => {
   if (message.type === 'stop') {
     // Tasks still waiting say why they end before the process goes.
     host?.stop(`the session was stopped: ${message.reason}`);
-    process.send?.({ type: 'output', stream: 'stderr', text: '' }, () => process.exit(143));
+    executor.send({ type: 'output', stream: 'stderr', text: '' }, () => process.exit(143));
     return;
   }
   if (message.type === 'ceiling') {
@@ -163,7 +193,7 @@ process.on('message', (raw: unknown) => {
     timing('start received');
     void begin(message);
   }
-});
+}
 
 async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void> {
   // A pooled host started in `/`, before its workdir was mounted in: it moves there now, so it and
@@ -171,18 +201,22 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
   if (process.cwd() !== message.accessible_workdir) process.chdir(message.accessible_workdir);
   if (message.sandbox) {
     try {
-      await (message.sandbox.handed_over ? handingOver : handOverSandboxSockets(message.sandbox));
+      // The executor asks for them first (`hand-over`), and starts the session once they are out.
+      if (!handingOver) throw new Error('the executor started the session before it took them');
+      await handingOver;
     } catch (error) {
-      send({
-        type: 'result',
-        status: 'failed',
-        exit_code: 1,
-        error: {
-          code: 'E-RUN-014',
-          message: `the sealed sandbox's network could not be handed to the executor: ${error instanceof Error ? error.message : String(error)}`,
+      finish(
+        {
+          type: 'result',
+          status: 'failed',
+          exit_code: 1,
+          error: {
+            code: 'E-RUN-014',
+            message: `the sealed sandbox's network could not be handed to the executor: ${error instanceof Error ? error.message : String(error)}`,
+          },
         },
-      });
-      process.disconnect?.();
+        1,
+      );
       return;
     }
     timing('sandbox sockets handed over');
@@ -195,20 +229,19 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
       // Exit as soon as the result is written: nothing is left to do, and a lingering helper
       // thread would only delay the session's end.
       flushTraces();
-      const fitted = fitForExecutor({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) });
-      const sent: HostToExecutor =
-        'message' in fitted ? fitted.message : { type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-001', message: fitted.refused } };
-      process.send?.(sent, () => process.exit(0));
+      finish({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, 0);
     },
     (error: unknown) => {
       flushTraces();
-      send({
-        type: 'result',
-        status: 'failed',
-        exit_code: 1,
-        error: { code: 'E-RUN-001', message: `the capsule host failed: ${error instanceof Error ? error.message : String(error)}` },
-      });
-      process.disconnect?.();
+      finish(
+        {
+          type: 'result',
+          status: 'failed',
+          exit_code: 1,
+          error: { code: 'E-RUN-001', message: `the capsule host failed: ${error instanceof Error ? error.message : String(error)}` },
+        },
+        1,
+      );
     },
   );
 }

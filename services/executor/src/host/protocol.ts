@@ -12,9 +12,10 @@ import {
 } from '@murmur/shared';
 
 /**
- * The executor ↔ capsule host channel: Node's IPC on an inherited file descriptor, the host's
- * only way out of its sandbox (it has no network). Both ends validate every message, because the
- * host runs untrusted code and must be treated as able to say anything.
+ * The executor ↔ capsule host channel: framed JSON on an inherited descriptor
+ * (`frame-channel.ts`), the host's only way out of its sandbox (it has no network). The executor
+ * validates every message, because the host runs untrusted code and must be treated as able to
+ * say anything.
  */
 
 /**
@@ -135,21 +136,22 @@ export type AgentStart = z.infer<typeof AgentStartSchema>;
  * The sealed sandbox, as the host needs to know it: the helper every subprocess starts through
  * (for its rlimits, and to join the tools' cgroup on the descriptors named here), and the
  * sockets `murmur-confine` bound in the sandbox's network namespace, which the host hands to the
- * executor at once (it serves none of them itself).
+ * executor when asked (`hand-over`, before `start`; it serves none of them itself).
  */
 export const SandboxStartSchema = z.object({
   helper: z.string(),
   tool_cgroup_fds: z.array(z.number().int()),
   dns: z.object({ udpFd: z.number().int(), tcpFd: z.number().int() }),
   listeners: z.array(z.number().int()),
-  /** A pooled host handed them over while it waited (`hand-over`): nothing is left to hand. */
+  /** Set in `start`: the host handed them over when asked (`hand-over`), and nothing is left to hand. */
   handed_over: z.boolean().optional(),
 });
 export type SandboxNetworkStart = z.infer<typeof SandboxStartSchema>;
 
 /**
- * A pooled host, asked to hand its sandbox's sockets over while it waits for a session, so a
- * launch does not wait for it; it answers with `listener` messages, as a fresh host does at start.
+ * A sealed host, asked to hand its sandbox's sockets over before it is given a session: it answers
+ * on Node's IPC channel with one `listener` message per socket, then `listeners-done`, and closes
+ * that channel. A pooled host is asked as soon as it is started, so a launch does not wait for it.
  */
 export const HandOverMessageSchema = z.object({ type: z.literal('hand-over'), sandbox: SandboxStartSchema });
 

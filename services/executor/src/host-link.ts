@@ -1,0 +1,92 @@
+import type { ChildProcess } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import type { Duplex } from 'node:stream';
+import { CHANNEL_FD } from './host-sandbox.js';
+import { FrameChannel } from './host/frame-channel.js';
+import { HOST_MESSAGE_LIMIT } from './host/message-fit.js';
+import { closeHandle } from './sandbox-network.js';
+
+/**
+ * The most bytes one frame from a host may hold. The host fits what it sends to
+ * `HOST_MESSAGE_LIMIT` characters of JSON, and a character is at most three bytes of UTF-8 (one
+ * outside the BMP is two characters and four bytes); a frame announcing more is a broken host.
+ */
+export const HOST_FRAME_LIMIT_BYTES = 3 * HOST_MESSAGE_LIMIT;
+
+export interface HostLinkEvents {
+  /** A message from the host, with the socket it handed over when it is a `listener`. */
+  message: [raw: unknown, handle?: unknown];
+  /** The host broke its channel's framing: nothing more is read from it. */
+  violation: [why: string];
+  /** The sandbox's sockets are all out, and the channel they came over is closed. */
+  'handed-over': [];
+}
+
+/**
+ * The executor's side of one capsule host's connection: its messages, framed on descriptor 3
+ * (`host/frame-channel.ts`), and — from a sealed sandbox, only until its sockets are out — Node's
+ * IPC channel, which carries those sockets and nothing else.
+ *
+ * Node's IPC is the only way a child can hand the executor a descriptor, but its reader trusts its
+ * peer (a line that is not JSON ends the reading process). So it is used only before the host has
+ * run any of the capsule's code, and closed by both sides after the last socket
+ * (`listeners-done`). The executor sends a host its session's `start`, before which no guest code
+ * runs, only once the hand-over channel is closed on its side (`handedOver`): whatever a guest
+ * that broke out of WebAssembly writes from then on reaches only the framed channel's reader.
+ */
+export class HostLink extends EventEmitter<HostLinkEvents> {
+  private readonly frames: FrameChannel;
+  /** The hand-over is over: its channel is closed on this side, and `start` may be sent. */
+  handedOver = false;
+
+  constructor(readonly child: ChildProcess) {
+    super();
+    const socket = (child.stdio as ReadonlyArray<unknown>)[CHANNEL_FD] as Duplex | null | undefined;
+    if (!socket) throw new Error('the capsule host was started without its channel');
+    this.frames = new FrameChannel(socket, HOST_FRAME_LIMIT_BYTES, {
+      message: (raw) => this.emit('message', raw),
+      violation: (why) => {
+        this.closeHandOver();
+        this.emit('violation', why);
+      },
+    });
+    child.on('message', (raw: unknown, handle: unknown) => this.onHandOver(raw, handle));
+  }
+
+  /** The host can still be told something: its channel is open. */
+  get open(): boolean {
+    return this.frames.open;
+  }
+
+  /** Sends `message`; `undelivered` is told when it cannot be (the channel is closed or breaks). */
+  send(message: object, undelivered?: () => void): void {
+    this.frames.send(message, (error) => {
+      if (error) undelivered?.();
+    });
+  }
+
+  /** Closes this side of both channels at once. */
+  close(): void {
+    this.frames.destroy();
+    this.closeHandOver();
+  }
+
+  private onHandOver(raw: unknown, handle: unknown): void {
+    const type = (raw as { type?: unknown } | null)?.type;
+    if (type === 'listener' && handle !== undefined) {
+      this.emit('message', raw, handle);
+      return;
+    }
+    // Nothing but sockets crosses here: anything else is dropped, a descriptor with it closed.
+    if (handle !== undefined) closeHandle(handle);
+    if (type === 'listeners-done' && !this.handedOver) {
+      this.closeHandOver();
+      this.handedOver = true;
+      this.emit('handed-over');
+    }
+  }
+
+  private closeHandOver(): void {
+    if (this.child.connected) this.child.disconnect();
+  }
+}

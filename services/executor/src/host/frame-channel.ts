@@ -1,0 +1,153 @@
+import type { Duplex } from 'node:stream';
+
+/**
+ * One JSON message per frame: four bytes of length (big-endian), then that many bytes of UTF-8.
+ *
+ * The executor and each capsule host talk over this, not over Node's IPC channel, because the
+ * host runs a capsule's code, and Node's IPC reader trusts its peer: a line that is not JSON is
+ * thrown out of the reader's event loop, and a line has no bound on its length. A host whose guest
+ * broke out of WebAssembly could end the executor, and every session it runs, with a few bytes.
+ * Here a frame over the reader's limit, or one that does not parse, is a violation the reader's
+ * owner is told of: nothing more is read from that peer, and the executor ends that host alone.
+ */
+
+/** The descriptor a capsule host finds its channel to the executor on. */
+export const HOST_CHANNEL_FD = 3;
+
+/**
+ * The most a host reads in one frame from the executor, which it trusts: a bound only so that a
+ * frame whose header was damaged fails as a broken channel rather than as an allocation.
+ */
+export const EXECUTOR_FRAME_LIMIT_BYTES = 512 * 1024 * 1024;
+
+const HEADER_BYTES = 4;
+const LARGEST_FRAME = 0xffff_ffff;
+
+export interface FrameChannelHandlers {
+  message(value: unknown): void;
+  /** The peer sent what is not a frame: the channel is closed, and nothing after it was read. */
+  violation(why: string): void;
+  /** The channel closed, from either side; told once. */
+  close?(): void;
+}
+
+export class FrameChannel {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  /** The body length of the frame being read; -1 until its header is in. */
+  private bodyBytes = -1;
+  private ended = false;
+
+  constructor(
+    private readonly socket: Duplex,
+    /** The largest body this side reads: a peer that announces more is refused before it is buffered. */
+    private readonly limitBytes: number,
+    private readonly handlers: FrameChannelHandlers,
+  ) {
+    socket.on('data', (chunk: Buffer) => this.read(chunk));
+    // A reset from a peer that died is told by 'close'; an error event nobody hears would be thrown.
+    socket.on('error', () => {});
+    socket.once('close', () => {
+      this.ended = true;
+      this.handlers.close?.();
+    });
+  }
+
+  /** Neither side has closed it, and its peer has broken nothing. */
+  get open(): boolean {
+    return !this.ended && this.socket.writable;
+  }
+
+  /**
+   * Sends `message` as one frame; `done` is told when it is handed to the kernel, or why it was
+   * not (the channel closed). A message that cannot be encoded throws: that is the sender's bug.
+   */
+  send(message: unknown, done?: (error?: Error) => void): void {
+    if (!this.open) {
+      done?.(new Error('the channel is closed'));
+      return;
+    }
+    const body = JSON.stringify(message);
+    const size = Buffer.byteLength(body);
+    if (size > LARGEST_FRAME) throw new RangeError(`a message of ${size} bytes does not fit a frame`);
+    const frame = Buffer.allocUnsafe(HEADER_BYTES + size);
+    frame.writeUInt32BE(size, 0);
+    frame.write(body, HEADER_BYTES, 'utf8');
+    this.socket.write(frame, done ? (error) => done(error ?? undefined) : undefined);
+  }
+
+  /** Closes this side once what was sent is written. */
+  end(): void {
+    this.socket.end();
+  }
+
+  /** Closes at once, dropping what is unsent and unread. */
+  destroy(): void {
+    this.ended = true;
+    this.chunks = [];
+    this.socket.destroy();
+  }
+
+  private read(chunk: Buffer): void {
+    if (this.ended) return;
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+    while (!this.ended) {
+      if (this.bodyBytes < 0) {
+        if (this.buffered < HEADER_BYTES) return;
+        const size = this.take(HEADER_BYTES).readUInt32BE(0);
+        if (size > this.limitBytes) {
+          this.violate(`it announced a message of ${size} bytes, more than the ${this.limitBytes} this channel takes`);
+          return;
+        }
+        this.bodyBytes = size;
+      }
+      if (this.buffered < this.bodyBytes) return;
+      const body = this.take(this.bodyBytes);
+      this.bodyBytes = -1;
+      let value: unknown;
+      try {
+        value = JSON.parse(body.toString('utf8'));
+      } catch (error) {
+        this.violate(`it sent a message that is not JSON (${error instanceof Error ? error.message : String(error)})`);
+        return;
+      }
+      this.handlers.message(value);
+    }
+  }
+
+  private violate(why: string): void {
+    this.destroy();
+    this.handlers.violation(why);
+  }
+
+  /** The next `bytes` buffered, as one buffer; copied only when they span chunks. */
+  private take(bytes: number): Buffer {
+    this.buffered -= bytes;
+    const first = this.chunks[0] as Buffer;
+    if (first.length === bytes) {
+      this.chunks.shift();
+      return first;
+    }
+    if (first.length > bytes) {
+      this.chunks[0] = first.subarray(bytes);
+      return first.subarray(0, bytes);
+    }
+    const joined = Buffer.allocUnsafe(bytes);
+    let offset = 0;
+    while (offset < bytes) {
+      const piece = this.chunks[0] as Buffer;
+      const wanted = bytes - offset;
+      if (piece.length <= wanted) {
+        piece.copy(joined, offset);
+        offset += piece.length;
+        this.chunks.shift();
+      } else {
+        piece.copy(joined, offset, 0, wanted);
+        this.chunks[0] = piece.subarray(wanted);
+        offset += wanted;
+      }
+    }
+    return joined;
+  }
+}

@@ -1,0 +1,91 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type LaunchReply, type SessionEnded, commands, newSessionId, silentLog, topics } from '@murmur/shared';
+import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
+import { requestStaging, uploadProject } from '@murmur/shared/node';
+import { type ExecutorService, startExecutorService } from '@murmur/executor';
+import { startStagerService } from '@murmur/stager';
+import { probeProject } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { repositoryRoot } from './support/processes.js';
+
+/**
+ * A capsule host runs a capsule's code, so the executor treats what its host writes as a stranger's:
+ * a host that breaks its channel ends its own session, never the executor every session shares.
+ * The executor runs in this process, so if a host could end it, this test file would end with it.
+ * The host here is `support/hostile-host.mjs`, which does to its channels what a capsule that broke
+ * out of WebAssembly could.
+ */
+describe('an executor whose capsule host breaks its channel', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let bus: Bus;
+  let executor: ExecutorService;
+  let stager: { close(): Promise<void> };
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-hostile-');
+    const env = { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_EXECUTOR_POOL: '0' };
+    bus = createBus(new InProcessTransport(), silentLog);
+    stager = startStagerService({ bus, log: silentLog, env });
+    executor = startExecutorService({ bus, log: silentLog, env, hostEntry: path.join(repositoryRoot, 'test', 'support', 'hostile-host.mjs') });
+  });
+
+  afterAll(async () => {
+    await executor.close();
+    await stager.close();
+    await bus.close();
+    await scratch.cleanup();
+  });
+
+  /** Runs a capsule named `how` (the hostile host breaks its channels that way) to its end. */
+  async function runToEnd(how: string): Promise<{ ended: SessionEnded; sessionDir: string }> {
+    const project = await probeProject(path.join(scratch.dir, how), '', how);
+    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+    const sessionId = newSessionId();
+    const ended = new Promise<SessionEnded>((resolve) => {
+      const subscription = bus.subscribe(topics.sessionEnded, (event) => {
+        if (event.session_id !== sessionId) return;
+        subscription.unsubscribe();
+        resolve(event);
+      });
+    });
+    await bus.flush();
+    const launched: LaunchReply = await bus.request(
+      commands.launch,
+      { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, task: '[]' },
+      { timeoutMs: 60_000 },
+    );
+    return { ended: await ended, sessionDir: launched.session_dir };
+  }
+
+  it('a frame announcing more than a host may send ends that session, naming what the host did', async () => {
+    const { ended } = await runToEnd('announces-too-much');
+    expect(ended.exit_status).toBe('failed');
+    expect(ended.error?.code).toBe('E-RUN-001');
+    expect(ended.error?.message).toContain('the capsule host broke its channel to the executor');
+    expect(ended.error?.message).toContain('announced a message of 4294967295 bytes');
+    expect(ended.error?.hint).toMatch(/do not run this capsule again/);
+  });
+
+  it('a frame that is not JSON ends that session, and the executor runs the next one', async () => {
+    const first = await runToEnd('not-json');
+    expect(first.ended.exit_status).toBe('failed');
+    expect(first.ended.error?.message).toMatch(/sent a message that is not JSON/);
+    const second = await runToEnd('not-json');
+    expect(second.ended.error?.message).toMatch(/sent a message that is not JSON/);
+    expect(executor.sessions().map((session) => session.id)).not.toContain(second.ended.session_id);
+  });
+
+  it('finds the IPC channel the sandbox’s sockets came over already closed once its session has started', async (context) => {
+    if (!executor.isolation.containment.startsWith('sealed')) {
+      const why = `only a sealed sandbox hands sockets over, and this host gives '${executor.isolation.containment}'`;
+      console.warn(`skipped: ${why}`);
+      context.skip(why);
+    }
+    const { ended, sessionDir } = await runToEnd('ipc-after-start');
+    expect(ended.exit_status, JSON.stringify(ended.error)).toBe('ok');
+    const hostLog = await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8');
+    expect(hostLog).toMatch(/the hand-over channel refused the line \((EPIPE|EBADF)\)/);
+  });
+});

@@ -1,0 +1,52 @@
+// A capsule host taken over by its capsule: what a guest that broke out of WebAssembly could make
+// of the host process. It starts as the runtime's host does (says `ready` on its framed channel,
+// answers a sealed sandbox's `hand-over`, with no sockets), and once it is given its session it
+// breaks its channels in the way the capsule's name says:
+// - `announces-too-much`: a frame header announcing 4 GiB;
+// - `not-json`: a whole frame whose body does not parse;
+// - `ipc-after-start`: a line that is not JSON on Node's IPC channel (which the executor must have
+//   closed by now: written to an open one, it would end the executor), then an honest result.
+import { writeSync } from 'node:fs';
+import { Socket } from 'node:net';
+
+const HANDOVER_FD = 15;
+const channel = new Socket({ fd: 3, readable: true, writable: true });
+
+function frame(message) {
+  const body = Buffer.from(JSON.stringify(message));
+  const header = Buffer.alloc(4);
+  header.writeUInt32BE(body.length);
+  return Buffer.concat([header, body]);
+}
+
+let buffered = Buffer.alloc(0);
+channel.on('data', (chunk) => {
+  buffered = Buffer.concat([buffered, chunk]);
+  while (buffered.length >= 4 && buffered.length >= 4 + buffered.readUInt32BE(0)) {
+    const size = buffered.readUInt32BE(0);
+    const message = JSON.parse(buffered.subarray(4, 4 + size).toString());
+    buffered = buffered.subarray(4 + size);
+    if (message.type === 'hand-over') process.send?.({ type: 'listeners-done' });
+    if (message.type === 'start') breakChannels(message.capsule_name);
+  }
+});
+
+function breakChannels(how) {
+  if (how === 'announces-too-much') {
+    channel.write(Buffer.from([0xff, 0xff, 0xff, 0xff, 0x7b]));
+  } else if (how === 'not-json') {
+    channel.write(Buffer.concat([Buffer.from([0, 0, 0, 8]), Buffer.from('not json')]));
+  } else if (how === 'ipc-after-start') {
+    try {
+      writeSync(HANDOVER_FD, 'this line is not JSON\n');
+      process.stderr.write('hostile host: the hand-over channel took the line\n');
+    } catch (error) {
+      process.stderr.write(`hostile host: the hand-over channel refused the line (${error.code})\n`);
+    }
+    channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+  }
+  // Held open, as a host that goes on running would be, until the executor ends it.
+  setInterval(() => {}, 60_000);
+}
+
+channel.write(frame({ type: 'ready' }));
