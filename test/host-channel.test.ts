@@ -77,6 +77,12 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(executor.sessions().map((session) => session.id)).not.toContain(second.ended.session_id);
   });
 
+  it('an empty frame, the last bytes it wrote, ends that session as a frame that is not JSON', async () => {
+    const { ended } = await runToEnd('empty-frame');
+    expect(ended.exit_status).toBe('failed');
+    expect(ended.error?.message).toMatch(/broke its channel to the executor \(it sent a message that is not JSON/);
+  });
+
   it('finds the IPC channel the sandbox’s sockets came over already closed once its session has started', async (context) => {
     if (!executor.isolation.containment.startsWith('sealed')) {
       const why = `only a sealed sandbox hands sockets over, and this host gives '${executor.isolation.containment}'`;

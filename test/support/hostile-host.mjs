@@ -4,6 +4,7 @@
 // breaks its channels in the way the capsule's name says:
 // - `announces-too-much`: a frame header announcing 4 GiB;
 // - `not-json`: a whole frame whose body does not parse;
+// - `empty-frame`: a frame of no bytes at all, the last thing it writes;
 // - `ipc-after-start`: a line that is not JSON on Node's IPC channel (which the executor must have
 //   closed by now: written to an open one, it would end the executor), then an honest result.
 import { writeSync } from 'node:fs';
@@ -34,6 +35,8 @@ channel.on('data', (chunk) => {
 function breakChannels(how) {
   if (how === 'announces-too-much') {
     channel.write(Buffer.from([0xff, 0xff, 0xff, 0xff, 0x7b]));
+  } else if (how === 'empty-frame') {
+    channel.write(Buffer.alloc(4));
   } else if (how === 'not-json') {
     channel.write(Buffer.concat([Buffer.from([0, 0, 0, 8]), Buffer.from('not json')]));
   } else if (how === 'ipc-after-start') {

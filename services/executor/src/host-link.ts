@@ -13,6 +13,14 @@ import { closeHandle } from './sandbox-network.js';
  */
 export const HOST_FRAME_LIMIT_BYTES = 3 * HOST_MESSAGE_LIMIT;
 
+/**
+ * The most the executor holds of what it sent a host and the host has not read. Its replies are
+ * what the host asks for (a conversation of up to 8 MiB, a response body's pieces), so a host that
+ * asks and never reads would otherwise have the executor keep every reply until it runs out of
+ * memory; a host that reads keeps this near empty.
+ */
+export const HOST_BACKLOG_LIMIT_BYTES = 64 * 1024 * 1024;
+
 export interface HostLinkEvents {
   /** A message from the host, with the socket it handed over when it is a `listener`. */
   message: [raw: unknown, handle?: unknown];
@@ -38,18 +46,24 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
   private readonly frames: FrameChannel;
   /** The hand-over is over: its channel is closed on this side, and `start` may be sent. */
   handedOver = false;
+  private handOverEnding = false;
 
   constructor(readonly child: ChildProcess) {
     super();
     const socket = (child.stdio as ReadonlyArray<unknown>)[CHANNEL_FD] as Duplex | null | undefined;
     if (!socket) throw new Error('the capsule host was started without its channel');
-    this.frames = new FrameChannel(socket, HOST_FRAME_LIMIT_BYTES, {
-      message: (raw) => this.emit('message', raw),
-      violation: (why) => {
-        this.closeHandOver();
-        this.emit('violation', why);
+    this.frames = new FrameChannel(
+      socket,
+      HOST_FRAME_LIMIT_BYTES,
+      {
+        message: (raw) => this.emit('message', raw),
+        violation: (why) => {
+          this.closeHandOver();
+          this.emit('violation', why);
+        },
       },
-    });
+      HOST_BACKLOG_LIMIT_BYTES,
+    );
     child.on('message', (raw: unknown, handle: unknown) => this.onHandOver(raw, handle));
   }
 
@@ -79,10 +93,19 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
     }
     // Nothing but sockets crosses here: anything else is dropped, a descriptor with it closed.
     if (handle !== undefined) closeHandle(handle);
-    if (type === 'listeners-done' && !this.handedOver) {
-      this.closeHandOver();
-      this.handedOver = true;
-      this.emit('handed-over');
+    if (type === 'listeners-done' && !this.handOverEnding) {
+      this.handOverEnding = true;
+      // Told once the channel is closed on this side, not when it is asked to close (Node closes
+      // it a tick later): a host sent its start from then on finds nothing to write to.
+      const over = (): void => {
+        this.handedOver = true;
+        this.emit('handed-over');
+      };
+      if (!this.child.connected) over();
+      else {
+        this.child.once('disconnect', over);
+        this.child.disconnect();
+      }
     }
   }
 

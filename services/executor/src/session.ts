@@ -8,6 +8,7 @@ import {
   type LaunchRequestSchema,
   type Log,
   MurmurError,
+  isErrorCode,
   type SessionCall,
   type SessionEvent,
   type SessionReply,
@@ -926,6 +927,15 @@ export class Session {
       };
       const onEarlyExit = (code: number | null, signal: string | null): void => {
         clearTimeout(timer);
+        link.off('message', onReady);
+        link.off('handed-over', settle);
+        // What the executor ended it for (it broke its channel), or the failure it reported itself
+        // (its sandbox's sockets could not be handed over), says more than its exit.
+        const said = this.killedFor ?? this.result?.error;
+        if (said) {
+          reject(new MurmurError(isErrorCode(said.code) ? said.code : 'E-RUN-001', said.message, { hint: said.hint }));
+          return;
+        }
         // The helper says what it could not do, and exits 125 before anything of the session ran.
         const confineFailure = code === 125 ? this.stderrTail.find((line) => line.startsWith('murmur-confine: ')) : undefined;
         if (confineFailure) {
@@ -953,12 +963,22 @@ export class Session {
       // 'close', not 'exit': by then its stderr is read, and the helper's reason with it.
       child.once('close', onEarlyExit);
       // Sent at once, not after `ready`: the host reads it as soon as it listens, so its start-up
-      // and the executor's wait overlap instead of adding up.
+      // and the executor's wait overlap instead of adding up (a sealed host's start waits for
+      // its hand-over, asked for at once).
       this.tellHost(sandbox ? { type: 'hand-over', sandbox } : start);
     });
   }
 
+  /** A message from the host, handled; a failure to handle it is logged, never thrown into the channel's reader. */
   private onMessage(raw: unknown, handle?: unknown): void {
+    try {
+      this.handleMessage(raw, handle);
+    } catch (error) {
+      this.environment.log.error({ session_id: this.id, err: error }, 'could not handle a message from a capsule host');
+    }
+  }
+
+  private handleMessage(raw: unknown, handle?: unknown): void {
     const parsed = HostToExecutorSchema.safeParse(raw);
     // A descriptor comes with a listener only: any other one the host sends is closed, not held
     // for as long as the executor runs.
@@ -1206,6 +1226,8 @@ export class Session {
       });
     }
     this.trace?.close();
+    // Whatever the host (or a process it left behind) still sends has no session to reach.
+    this.link?.close();
     // Set once the launch got as far as its policy; a launch refused before it has none.
     (this.egress as EgressPolicy | undefined)?.close();
     this.cgroup?.killAll();

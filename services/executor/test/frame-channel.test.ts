@@ -130,6 +130,27 @@ describe('a framed channel', () => {
     await until(() => far.readableEnded || far.destroyed);
   });
 
+  it('refuses an empty frame, even as the last bytes read, as a message that is not JSON', async () => {
+    const { near, far } = await pair();
+    const { told } = reader(near);
+    far.write(Buffer.concat([frame('{"type":"ready"}'), frame('')]));
+    await until(() => told.closed);
+    expect(told.messages).toEqual([{ type: 'ready' }]);
+    expect(told.violations).toEqual(['it sent a message that is not JSON (Unexpected end of JSON input)']);
+  });
+
+  it('refuses a peer that leaves more than its backlog unread, and keeps no more of it', async () => {
+    const { near, far } = await pair();
+    const told: string[] = [];
+    const sender = new FrameChannel(near, 1024, { message: () => {}, violation: (why) => told.push(why) }, 256 * 1024);
+    far.pause();
+    const piece = { text: 'x'.repeat(64 * 1024) };
+    for (let sent = 0; sent < 200 && told.length === 0; sent++) sender.send(piece);
+    expect(told).toHaveLength(1);
+    expect(told[0]).toMatch(/^it left \d+ bytes sent to it unread, more than the 262144 this channel holds for it$/);
+    expect(sender.open).toBe(false);
+  });
+
   it('tells a sender its message did not go once the channel has closed', async () => {
     const { near, far } = await pair();
     const { channel, told } = reader(near);

@@ -22,6 +22,7 @@ export const EXECUTOR_FRAME_LIMIT_BYTES = 512 * 1024 * 1024;
 
 const HEADER_BYTES = 4;
 const LARGEST_FRAME = 0xffff_ffff;
+const NOTHING = Buffer.alloc(0);
 
 export interface FrameChannelHandlers {
   message(value: unknown): void;
@@ -43,6 +44,11 @@ export class FrameChannel {
     /** The largest body this side reads: a peer that announces more is refused before it is buffered. */
     private readonly limitBytes: number,
     private readonly handlers: FrameChannelHandlers,
+    /**
+     * The most this side holds unwritten because the peer does not read: a peer that asks for
+     * replies it never reads would otherwise have them all kept in this side's memory.
+     */
+    private readonly backlogLimitBytes = Number.POSITIVE_INFINITY,
   ) {
     socket.on('data', (chunk: Buffer) => this.read(chunk));
     // A reset from a peer that died is told by 'close'; an error event nobody hears would be thrown.
@@ -74,6 +80,10 @@ export class FrameChannel {
     frame.writeUInt32BE(size, 0);
     frame.write(body, HEADER_BYTES, 'utf8');
     this.socket.write(frame, done ? (error) => done(error ?? undefined) : undefined);
+    const backlog = this.socket.writableLength;
+    if (backlog > this.backlogLimitBytes) {
+      this.violate(`it left ${backlog} bytes sent to it unread, more than the ${this.backlogLimitBytes} this channel holds for it`);
+    }
   }
 
   /** Closes this side once what was sent is written. */
@@ -123,6 +133,7 @@ export class FrameChannel {
 
   /** The next `bytes` buffered, as one buffer; copied only when they span chunks. */
   private take(bytes: number): Buffer {
+    if (bytes === 0) return NOTHING;
     this.buffered -= bytes;
     const first = this.chunks[0] as Buffer;
     if (first.length === bytes) {

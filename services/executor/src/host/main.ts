@@ -13,7 +13,8 @@ import { handOverSandboxSockets } from './sandbox-sockets.js';
 
 /**
  * The capsule host process: started by an executor inside the session's sandbox with its channel
- * (`frame-channel.ts`, on descriptor 3) as its only connection to anything. It waits for `start`, runs the session, reports the
+ * (`frame-channel.ts`, on descriptor 3) as its only connection to anything once its session
+ * starts (a sealed sandbox's sockets go out before, over Node's IPC: `sandbox-sockets.ts`). It waits for `start`, runs the session, reports the
  * result and exits. It never reads its own environment or argv on the guest's behalf: everything
  * the guest may see arrives in `start`, already decided by the executor.
  */
@@ -143,7 +144,7 @@ const channel: HostChannel = {
 
 const prewarmed = takeFirstGuestWorker();
 let started = false;
-/** A pooled host's sockets, handed over before its session (`hand-over`). */
+/** A sealed sandbox's sockets, handed over before its session (`hand-over`). */
 let handingOver: Promise<void> | undefined;
 /** A ceiling crossed before the host was made (the executor watches from the launch on). */
 let earlyCeiling: (ExecutorToHost & { type: 'ceiling' }) | undefined;
@@ -168,6 +169,7 @@ function onExecutorMessage(raw: unknown): void {
   if (message.type === 'stop') {
     // Tasks still waiting say why they end before the process goes.
     host?.stop(`the session was stopped: ${message.reason}`);
+    exitCode = 143;
     executor.send({ type: 'output', stream: 'stderr', text: '' }, () => process.exit(143));
     return;
   }
@@ -176,8 +178,10 @@ function onExecutorMessage(raw: unknown): void {
     else earlyCeiling = message;
     return;
   }
-  if (message.type === 'hand-over' && !started) {
-    handingOver ??= handOverSandboxSockets(message.sandbox);
+  if (message.type === 'hand-over' && !started && !handingOver) {
+    handingOver = handOverSandboxSockets(message.sandbox);
+    // Said as the session's failure: the executor, waiting for the sockets, reports it as the launch's.
+    handingOver.catch(sandboxNotHandedOver);
     return;
   }
   if (message.type === 'expect' && !started) {
@@ -195,30 +199,37 @@ function onExecutorMessage(raw: unknown): void {
   }
 }
 
+function sandboxNotHandedOver(error: unknown): void {
+  finish(
+    {
+      type: 'result',
+      status: 'failed',
+      exit_code: 1,
+      error: {
+        code: 'E-RUN-014',
+        message: `the sealed sandbox's network could not be handed to the executor: ${error instanceof Error ? error.message : String(error)}`,
+      },
+    },
+    1,
+  );
+}
+
 async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void> {
   // A pooled host started in `/`, before its workdir was mounted in: it moves there now, so it and
   // everything it starts run where a fresh host would have.
   if (process.cwd() !== message.accessible_workdir) process.chdir(message.accessible_workdir);
   if (message.sandbox) {
-    try {
-      // The executor asks for them first (`hand-over`), and starts the session once they are out.
-      if (!handingOver) throw new Error('the executor started the session before it took them');
-      await handingOver;
-    } catch (error) {
-      finish(
-        {
-          type: 'result',
-          status: 'failed',
-          exit_code: 1,
-          error: {
-            code: 'E-RUN-014',
-            message: `the sealed sandbox's network could not be handed to the executor: ${error instanceof Error ? error.message : String(error)}`,
-          },
-        },
-        1,
-      );
+    // The executor asks for them first (`hand-over`), and starts the session once they are out.
+    if (!handingOver) {
+      sandboxNotHandedOver(new Error('the executor started the session before it took them'));
       return;
     }
+    // One that failed was reported as it failed, and the executor never starts such a session.
+    const handedOver = await handingOver.then(
+      () => true,
+      () => false,
+    );
+    if (!handedOver) return;
     timing('sandbox sockets handed over');
   }
   host = new CapsuleHost(message, channel, prewarmed);
