@@ -3,13 +3,12 @@ import path from 'node:path';
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LaunchReply, commands, newSessionId, silentLog, topics } from '@murmur/shared';
-import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
-import { requestStaging, uploadProject } from '@murmur/shared/node';
-import { type ExecutorService, startExecutorService } from '@murmur/executor';
-import { startStagerService } from '@murmur/stager';
+import { commands } from '@murmur/shared';
+import type { Bus } from '@murmur/shared/bus';
+import type { ExecutorService } from '@murmur/executor';
 import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
+import { type InProcessStack, launchToEnd, startInProcessStack } from './support/in-process-stack.js';
 import { eventually } from './support/processes.js';
 
 /**
@@ -19,22 +18,18 @@ import { eventually } from './support/processes.js';
  */
 describe('an executor, after a session ended on it', () => {
   let scratch: { dir: string; cleanup: () => Promise<void> };
+  let stack: InProcessStack;
   let bus: Bus;
   let executor: ExecutorService;
-  let stager: { close(): Promise<void> };
 
   beforeAll(async () => {
     scratch = await tempDir('murmur-ended-');
-    const env = { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_EXECUTOR_POOL: '0' };
-    bus = createBus(new InProcessTransport(), silentLog);
-    stager = startStagerService({ bus, log: silentLog, env });
-    executor = startExecutorService({ bus, log: silentLog, env });
+    stack = startInProcessStack(scratch.dir);
+    ({ bus, executor } = stack);
   });
 
   afterAll(async () => {
-    await executor.close();
-    await stager.close();
-    await bus.close();
+    await stack.close();
     await scratch.cleanup();
   });
 
@@ -42,27 +37,11 @@ describe('an executor, after a session ended on it', () => {
   async function runToEnd(
     name: string,
     actions: unknown[],
-    whileRunning: (sessionId: string, workdir: string) => Promise<void> = async () => {},
+    whileRunning?: (sessionId: string, workdir: string) => Promise<void>,
   ): Promise<{ sessionId: string; workdir: string }> {
     const project = await probeProject(path.join(scratch.dir, name));
-    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
-    const sessionId = newSessionId();
-    const ended = new Promise<void>((resolve) => {
-      const subscription = bus.subscribe(topics.sessionEnded, (event) => {
-        if (event.session_id !== sessionId) return;
-        subscription.unsubscribe();
-        resolve();
-      });
-    });
-    await bus.flush();
-    const launched: LaunchReply = await bus.request(
-      commands.launch,
-      { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, task: JSON.stringify(actions) },
-      { timeoutMs: 60_000 },
-    );
-    await whileRunning(sessionId, launched.session_dir);
-    await ended;
-    return { sessionId, workdir: launched.session_dir };
+    const { sessionId, sessionDir } = await launchToEnd(bus, project, JSON.stringify(actions), whileRunning);
+    return { sessionId, workdir: sessionDir };
   }
 
   /** The files this process holds a descriptor of. */

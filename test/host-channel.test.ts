@@ -1,13 +1,10 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LaunchReply, type SessionEnded, commands, newSessionId, silentLog, topics } from '@murmur/shared';
-import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
-import { requestStaging, uploadProject } from '@murmur/shared/node';
-import { type ExecutorService, startExecutorService } from '@murmur/executor';
-import { startStagerService } from '@murmur/stager';
+import type { SessionEnded } from '@murmur/shared';
 import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
+import { type InProcessStack, launchToEnd, startInProcessStack } from './support/in-process-stack.js';
 import { repositoryRoot } from './support/processes.js';
 
 /**
@@ -19,44 +16,21 @@ import { repositoryRoot } from './support/processes.js';
  */
 describe('an executor whose capsule host breaks its channel', () => {
   let scratch: { dir: string; cleanup: () => Promise<void> };
-  let bus: Bus;
-  let executor: ExecutorService;
-  let stager: { close(): Promise<void> };
+  let stack: InProcessStack;
 
   beforeAll(async () => {
     scratch = await tempDir('murmur-hostile-');
-    const env = { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_EXECUTOR_POOL: '0' };
-    bus = createBus(new InProcessTransport(), silentLog);
-    stager = startStagerService({ bus, log: silentLog, env });
-    executor = startExecutorService({ bus, log: silentLog, env, hostEntry: path.join(repositoryRoot, 'test', 'support', 'hostile-host.mjs') });
+    stack = startInProcessStack(scratch.dir, { hostEntry: path.join(repositoryRoot, 'test', 'support', 'hostile-host.mjs') });
   });
 
   afterAll(async () => {
-    await executor.close();
-    await stager.close();
-    await bus.close();
+    await stack.close();
     await scratch.cleanup();
   });
 
   /** Runs a capsule named `how` (the hostile host breaks its channels that way) to its end. */
   async function runToEnd(how: string): Promise<{ ended: SessionEnded; sessionDir: string }> {
-    const project = await probeProject(path.join(scratch.dir, how), '', how);
-    const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
-    const sessionId = newSessionId();
-    const ended = new Promise<SessionEnded>((resolve) => {
-      const subscription = bus.subscribe(topics.sessionEnded, (event) => {
-        if (event.session_id !== sessionId) return;
-        subscription.unsubscribe();
-        resolve(event);
-      });
-    });
-    await bus.flush();
-    const launched: LaunchReply = await bus.request(
-      commands.launch,
-      { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, task: '[]' },
-      { timeoutMs: 60_000 },
-    );
-    return { ended: await ended, sessionDir: launched.session_dir };
+    return launchToEnd(stack.bus, await probeProject(path.join(scratch.dir, how), '', how), '[]');
   }
 
   it('a frame announcing more than a host may send ends that session, naming what the host did', async () => {
@@ -74,7 +48,7 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(first.ended.error?.message).toMatch(/sent a message that is not JSON/);
     const second = await runToEnd('not-json');
     expect(second.ended.error?.message).toMatch(/sent a message that is not JSON/);
-    expect(executor.sessions().map((session) => session.id)).not.toContain(second.ended.session_id);
+    expect(stack.executor.sessions().map((session) => session.id)).not.toContain(second.ended.session_id);
   });
 
   it('an empty frame, the last bytes it wrote, ends that session as a frame that is not JSON', async () => {
@@ -84,8 +58,8 @@ describe('an executor whose capsule host breaks its channel', () => {
   });
 
   it('finds the IPC channel the sandbox’s sockets came over already closed once its session has started', async (context) => {
-    if (!executor.isolation.containment.startsWith('sealed')) {
-      const why = `only a sealed sandbox hands sockets over, and this host gives '${executor.isolation.containment}'`;
+    if (!stack.executor.isolation.containment.startsWith('sealed')) {
+      const why = `only a sealed sandbox hands sockets over, and this host gives '${stack.executor.isolation.containment}'`;
       console.warn(`skipped: ${why}`);
       context.skip(why);
     }

@@ -1,9 +1,9 @@
 import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
-import { CHANNEL_FD } from './host-sandbox.js';
-import { FrameChannel } from './host/frame-channel.js';
+import { FrameChannel, HOST_CHANNEL_FD } from './host/frame-channel.js';
 import { HOST_MESSAGE_LIMIT } from './host/message-fit.js';
+import type { SandboxNetworkStart } from './host/protocol.js';
 import { closeHandle } from './sandbox-network.js';
 
 /**
@@ -26,8 +26,8 @@ export interface HostLinkEvents {
   message: [raw: unknown, handle?: unknown];
   /** The host broke its channel's framing: nothing more is read from it. */
   violation: [why: string];
-  /** The sandbox's sockets are all out, and the channel they came over is closed. */
-  'handed-over': [];
+  /** The host said `ready`, and its sandbox's sockets are out if it was asked for them: it may be sent `start`. Told once. */
+  startable: [];
 }
 
 /**
@@ -39,24 +39,33 @@ export interface HostLinkEvents {
  * peer (a line that is not JSON ends the reading process). So it is used only before the host has
  * run any of the capsule's code, and closed by both sides after the last socket
  * (`listeners-done`). The executor sends a host its session's `start`, before which no guest code
- * runs, only once the hand-over channel is closed on its side (`handedOver`): whatever a guest
+ * runs, only once the hand-over channel is closed on its side (`startable`): whatever a guest
  * that broke out of WebAssembly writes from then on reaches only the framed channel's reader.
  */
 export class HostLink extends EventEmitter<HostLinkEvents> {
   private readonly frames: FrameChannel;
-  /** The hand-over is over: its channel is closed on this side, and `start` may be sent. */
-  handedOver = false;
+  private saidReady = false;
+  private handOverAsked = false;
   private handOverEnding = false;
+  /** The hand-over is over: its channel is closed on this side. */
+  private handedOver = false;
+  private toldStartable = false;
 
   constructor(readonly child: ChildProcess) {
     super();
-    const socket = (child.stdio as ReadonlyArray<unknown>)[CHANNEL_FD] as Duplex | null | undefined;
+    const socket = (child.stdio as ReadonlyArray<unknown>)[HOST_CHANNEL_FD] as Duplex | null | undefined;
     if (!socket) throw new Error('the capsule host was started without its channel');
     this.frames = new FrameChannel(
       socket,
       HOST_FRAME_LIMIT_BYTES,
       {
-        message: (raw) => this.emit('message', raw),
+        message: (raw) => {
+          if ((raw as { type?: unknown } | null)?.type === 'ready') {
+            this.saidReady = true;
+            this.tellIfStartable();
+          }
+          this.emit('message', raw);
+        },
         violation: (why) => {
           this.closeHandOver();
           this.emit('violation', why);
@@ -65,6 +74,17 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
       HOST_BACKLOG_LIMIT_BYTES,
     );
     child.on('message', (raw: unknown, handle: unknown) => this.onHandOver(raw, handle));
+  }
+
+  /** The host has said `ready`, and handed its sandbox's sockets over if it was asked to. */
+  get startable(): boolean {
+    return this.saidReady && (!this.handOverAsked || this.handedOver);
+  }
+
+  /** Asks a sealed host for its sandbox's sockets (`hand-over`): it is `startable` once they are out. */
+  askHandOver(sandbox: SandboxNetworkStart): void {
+    this.handOverAsked = true;
+    this.send({ type: 'hand-over', sandbox });
   }
 
   /** The host can still be told something: its channel is open. */
@@ -99,7 +119,7 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
       // it a tick later): a host sent its start from then on finds nothing to write to.
       const over = (): void => {
         this.handedOver = true;
-        this.emit('handed-over');
+        this.tellIfStartable();
       };
       if (!this.child.connected) over();
       else {
@@ -107,6 +127,12 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
         this.child.disconnect();
       }
     }
+  }
+
+  private tellIfStartable(): void {
+    if (this.toldStartable || !this.startable) return;
+    this.toldStartable = true;
+    this.emit('startable');
   }
 
   private closeHandOver(): void {

@@ -147,11 +147,8 @@ export class PooledHost {
     // launch neither waits for the hand-over nor finds a socket still on its way.
     const sockets = 2 + sandboxStart.listeners.length;
     this.ready = new Promise((resolve, reject) => {
-      let said = false;
-      const settle = (): void => {
-        if (!said || !this.link.handedOver) return;
+      const started = (): void => {
         this.link.off('message', onMessage);
-        this.link.off('handed-over', settle);
         if (this.sockets.length !== sockets) {
           reject(new Error(`a pooled capsule host handed over ${this.sockets.length} of its sandbox's ${sockets} sockets`));
           return;
@@ -161,17 +158,15 @@ export class PooledHost {
       };
       const onMessage = (raw: unknown, handle: unknown): void => {
         const message = raw as { type?: unknown; fd?: unknown; protocol?: unknown } | null;
-        if (message?.type === 'ready') said = true;
-        else if (message?.type === 'listener' && typeof message.fd === 'number' && (message.protocol === 'tcp' || message.protocol === 'udp')) {
+        if (message?.type === 'listener' && typeof message.fd === 'number' && (message.protocol === 'tcp' || message.protocol === 'udp')) {
           // Held, not served, until a session takes the host: like the host, it keeps nothing alive.
           (handle as { unref?: () => void } | undefined)?.unref?.();
           this.sockets.push({ fd: message.fd, protocol: message.protocol, handle });
-        } else return;
-        settle();
+        }
       };
       this.link.on('message', onMessage);
-      this.link.on('handed-over', settle);
-      this.link.send({ type: 'hand-over', sandbox: sandboxStart });
+      this.link.once('startable', started);
+      this.link.askHandOver(sandboxStart);
       child.once('exit', (code, signal) => reject(new Error(`a pooled capsule host exited before it was used (${signal ?? `exit ${code}`})`)));
     });
     this.ready.catch(() => {});

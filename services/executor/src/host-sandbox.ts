@@ -36,8 +36,6 @@ export const SPEC_FD = 7;
 export const SECCOMP_FD = 8;
 export const FIRST_CGROUP_FD = 9;
 export const FIRST_LISTENER_FD = 16;
-/** Every host's channel to the executor. */
-export const CHANNEL_FD = HOST_CHANNEL_FD;
 /**
  * Node's IPC channel, in a sealed sandbox only: the one way a descriptor reaches the executor
  * from a child. It carries the sandbox's sockets and nothing else, and is closed by both sides
@@ -211,7 +209,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
     ...(harness ? [harness.binary] : []),
   ];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, `${input.subprocessPath}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`);
-  const keep = [CHANNEL_FD, HANDOVER_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
+  const keep = [HOST_CHANNEL_FD, HANDOVER_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
   const spec = confinementSpec({
     policy,
     network,

@@ -905,12 +905,8 @@ export class Session {
       // A sealed host hands its sandbox's sockets over first, and is sent its start only once the
       // channel they came over is closed (`host-link.ts` says why).
       const sandbox = start.sandbox && !start.sandbox.handed_over ? start.sandbox : undefined;
-      let said = false;
-      const settle = (): void => {
-        if (!said || (sandbox && !link.handedOver)) return;
+      const started = (): void => {
         clearTimeout(timer);
-        link.off('message', onReady);
-        link.off('handed-over', settle);
         child.off('close', onEarlyExit);
         this.processStart = (child.pid ? processStartToken(child.pid) : undefined) ?? '';
         if (sandbox) {
@@ -919,21 +915,14 @@ export class Session {
         }
         resolve();
       };
-      const onReady = (raw: unknown): void => {
-        const parsed = HostToExecutorSchema.safeParse(raw);
-        if (!parsed.success || parsed.data.type !== 'ready') return;
-        said = true;
-        settle();
-      };
       const onEarlyExit = (code: number | null, signal: string | null): void => {
         clearTimeout(timer);
-        link.off('message', onReady);
-        link.off('handed-over', settle);
+        link.off('startable', started);
         // What the executor ended it for (it broke its channel), or the failure it reported itself
         // (its sandbox's sockets could not be handed over), says more than its exit.
-        const said = this.killedFor ?? this.result?.error;
-        if (said) {
-          reject(new MurmurError(isErrorCode(said.code) ? said.code : 'E-RUN-001', said.message, { hint: said.hint }));
+        const reported = this.killedFor ?? this.result?.error;
+        if (reported) {
+          reject(new MurmurError(isErrorCode(reported.code) ? reported.code : 'E-RUN-001', reported.message, { hint: reported.hint }));
           return;
         }
         // The helper says what it could not do, and exits 125 before anything of the session ran.
@@ -958,14 +947,14 @@ export class Session {
           ),
         );
       };
-      link.on('message', onReady);
-      link.on('handed-over', settle);
+      link.once('startable', started);
       // 'close', not 'exit': by then its stderr is read, and the helper's reason with it.
       child.once('close', onEarlyExit);
       // Sent at once, not after `ready`: the host reads it as soon as it listens, so its start-up
       // and the executor's wait overlap instead of adding up (a sealed host's start waits for
       // its hand-over, asked for at once).
-      this.tellHost(sandbox ? { type: 'hand-over', sandbox } : start);
+      if (sandbox) link.askHandOver(sandbox);
+      else this.tellHost(start);
     });
   }
 

@@ -14,9 +14,10 @@ import { handOverSandboxSockets } from './sandbox-sockets.js';
 /**
  * The capsule host process: started by an executor inside the session's sandbox with its channel
  * (`frame-channel.ts`, on descriptor 3) as its only connection to anything once its session
- * starts (a sealed sandbox's sockets go out before, over Node's IPC: `sandbox-sockets.ts`). It waits for `start`, runs the session, reports the
- * result and exits. It never reads its own environment or argv on the guest's behalf: everything
- * the guest may see arrives in `start`, already decided by the executor.
+ * starts (a sealed sandbox's sockets go out before, over Node's IPC: `sandbox-sockets.ts`). It
+ * waits for `start`, runs the session, reports the result and exits. It never reads its own
+ * environment or argv on the guest's behalf: everything the guest may see arrives in `start`,
+ * already decided by the executor.
  */
 
 const timing = process.env.MURMUR_TIMING
