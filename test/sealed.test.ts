@@ -168,6 +168,8 @@ describe('the sealed sandbox, piece by piece', () => {
             '-c',
             `import subprocess, os\nr = subprocess.run(['${loader}', '/usr/bin/ls', '/'], capture_output=True, text=True)\nprint(r.returncode, r.stdout.strip() or 'no output', 'denied' if 'Permission denied' in r.stderr else r.stderr.strip())\ntry:\n  os.listdir('/usr/bin')\n  print('listed')\nexcept OSError as e:\n  print(e.strerror)`,
           ),
+          // Without a file on any mount: the copy's bytes in an anonymous memory file, executed.
+          python(script('memfd-exec.py'), './python-copy'),
         ],
         async (workdir) => {
           copyFileSync(realpathSync('/usr/bin/python3'), path.join(workdir, 'python-copy'));
@@ -208,6 +210,10 @@ describe('the sealed sandbox, piece by piece', () => {
 
     it('refuses to run a system binary shell.allow does not name through the dynamic loader: the directories of executables cannot be read', () => {
       expect(value(outcome.results[5]).stdout.trim().split('\n')).toEqual(['127 no output denied', 'Permission denied']);
+    });
+
+    it('refuses to make an anonymous memory file, so a program brought as bytes has nothing to be executed from', () => {
+      expect(json(outcome.results[6])).toEqual({ 'proc-path': 'memfd_create:EPERM', descriptor: 'memfd_create:EPERM' });
     });
   });
 

@@ -8,11 +8,12 @@
  * upstream's must-stay-denied set — io_uring, userfaultfd, bpf, perf_event_open, open_by_handle_at,
  * the keyring, ptrace and process_vm_*, the mount family (old and new API), chroot, unshare,
  * setns, module and kexec loading, swap, reboot, clock setting, NUMA policy, fanotify, seccomp
- * itself, personality and kcmp — and `clone` with any flag that makes a namespace. `clone3` gets
- * `ENOSYS`, so C libraries fall back to `clone`, whose flags a filter can see. `socket` is judged
- * by family: IPv4 and IPv6 pass, `AF_UNIX` only when `network.unix_sockets` grants it, netlink
- * and packet sockets get `EACCES` (the sandbox looked and refused), every other family `EPERM`;
- * `socketpair` is allowed for `AF_UNIX` only.
+ * itself, personality and kcmp — as well as `memfd_create` (a file on no mount, whose contents
+ * could be executed past Landlock and the noexec mounts), and `clone` with any flag that makes a
+ * namespace. `clone3` gets `ENOSYS`, so C libraries fall back to `clone`, whose flags a filter
+ * can see. `socket` is judged by family: IPv4 and IPv6 pass, `AF_UNIX` only when
+ * `network.unix_sockets` grants it, netlink and packet sockets get `EACCES` (the sandbox looked
+ * and refused), every other family `EPERM`; `socketpair` is allowed for `AF_UNIX` only.
  *
  * The architecture is checked first: a syscall made through another ABI (i386 `int 0x80` on
  * x86_64, 32-bit ARM on aarch64, x32) kills the process rather than slipping past numbers meant
@@ -102,6 +103,10 @@ export const DENIED_SYSCALLS: Readonly<Record<string, SyscallNumbers>> = {
   fanotify_mark: { x64: 301, arm64: 263 },
   seccomp: { x64: 317, arm64: 277 },
   personality: { x64: 135, arm64: 92 },
+  // An anonymous memory file is on no mount, so neither Landlock's execute rights nor a noexec
+  // mount can refuse running it: a capsule could write a program it brought into one and execute
+  // it (by /proc/self/fd, by execveat, or through the dynamic loader), whatever shell.allow says.
+  memfd_create: { x64: 319, arm64: 279 },
 };
 
 /** The syscalls judged by their arguments. */
