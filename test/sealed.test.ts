@@ -170,6 +170,12 @@ describe('the sealed sandbox, piece by piece', () => {
           ),
           // Without a file on any mount: the copy's bytes in an anonymous memory file, executed.
           python(script('memfd-exec.py'), './python-copy'),
+          // Moving and linking a file from one directory of the workdir to another, as git and
+          // editors do; then truncating it, by opening it for writing and by truncate(2).
+          python(
+            '-c',
+            "import os\nos.makedirs('from'); os.makedirs('to')\nopen('from/f', 'w').write('first')\ntry:\n  os.rename('from/f', 'to/f')\n  os.link('to/f', 'from/linked')\n  moved = open('from/linked').read()\n  open('to/f', 'w').write('second')\n  rewritten = open('from/linked').read()\n  os.truncate('to/f', 3)\n  print(moved, rewritten, open('to/f').read())\nexcept OSError as e:\n  print(e.strerror)",
+          ),
         ],
         async (workdir) => {
           copyFileSync(realpathSync('/usr/bin/python3'), path.join(workdir, 'python-copy'));
@@ -214,6 +220,10 @@ describe('the sealed sandbox, piece by piece', () => {
 
     it('refuses to make an anonymous memory file, so a program brought as bytes has nothing to be executed from', () => {
       expect(json(outcome.results[6])).toEqual({ 'proc-path': 'memfd_create:EPERM', descriptor: 'memfd_create:EPERM' });
+    });
+
+    it('lets a file of the workdir move or be linked into another of its directories, and be truncated', () => {
+      expect(value(outcome.results[7]).stdout.trim()).toBe('first second sec');
     });
   });
 

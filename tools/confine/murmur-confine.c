@@ -86,8 +86,12 @@
 #define LL_MAKE_SYM (1ULL << 12)
 /** Every right of ABI 1: a right no rule grants is denied everywhere. */
 #define LL_ABI1_ALL ((1ULL << 13) - 1)
+/** ABI 2: moving or linking a file into another directory. ABI 1 refuses every such move. */
+#define LL_REFER (1ULL << 13)
+/** ABI 3: truncating a file. ABI 1 does not control it at all. */
+#define LL_TRUNCATE (1ULL << 14)
 /** The rights that make sense on a file rather than a directory (the kernel refuses the rest). */
-#define LL_FILE_RIGHTS (LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE)
+#define LL_FILE_RIGHTS (LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_TRUNCATE)
 #ifndef __NR_landlock_create_ruleset
 #define __NR_landlock_create_ruleset 444
 #define __NR_landlock_add_rule 445
@@ -226,13 +230,19 @@ static void drop_capabilities(void) {
 // ── Landlock ────────────────────────────────────────────────────────────────────────────────
 
 static int ruleset = -1;
+/** Every right this kernel's Landlock knows of: all are handled, so what no rule grants is denied. */
+static uint64_t handled_rights = 0;
 
 static void landlock_begin(const char *minimum_text) {
   long minimum = parse_number(minimum_text, "Landlock ABI");
   long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
   if (abi < 0) fail("Landlock is not available: %s", strerror(errno));
   if (abi < minimum) fail("Landlock ABI %ld is older than the %ld required", abi, minimum);
-  struct landlock_ruleset_attr attributes = {.handled_access_fs = LL_ABI1_ALL};
+  // A newer kernel's rights are handled too: refer lets a file move between two directories the
+  // sandbox may change (ABI 1 refuses every such move with EXDEV, which breaks git and editors),
+  // and truncate makes truncating a file a right of its own, given only with write.
+  handled_rights = LL_ABI1_ALL | (abi >= 2 ? LL_REFER : 0) | (abi >= 3 ? LL_TRUNCATE : 0);
+  struct landlock_ruleset_attr attributes = {.handled_access_fs = handled_rights};
   ruleset = (int)syscall(__NR_landlock_create_ruleset, &attributes, sizeof attributes, 0);
   if (ruleset < 0) fail("creating the Landlock ruleset: %s", strerror(errno));
 }
@@ -242,11 +252,12 @@ static uint64_t rights_of(const char *letters) {
   for (const char *letter = letters; *letter; letter += 1) {
     switch (*letter) {
     case 'x': rights |= LL_EXECUTE; break;
-    case 'w': rights |= LL_WRITE_FILE; break;
+    case 'w': rights |= LL_WRITE_FILE | LL_TRUNCATE; break;
     case 'r': rights |= LL_READ_FILE; break;
     case 'd': rights |= LL_READ_DIR; break;
     // Changing a directory's entries: files, directories, FIFOs and symlinks, never devices.
-    case 'm': rights |= LL_REMOVE_DIR | LL_REMOVE_FILE | LL_MAKE_DIR | LL_MAKE_REG | LL_MAKE_FIFO | LL_MAKE_SYM; break;
+    // A file moved in keeps no more rights than it had where it was (Landlock checks both sides).
+    case 'm': rights |= LL_REMOVE_DIR | LL_REMOVE_FILE | LL_MAKE_DIR | LL_MAKE_REG | LL_MAKE_FIFO | LL_MAKE_SYM | LL_REFER; break;
     case 's': rights |= LL_MAKE_SOCK; break;
     default: fail("unknown Landlock right '%c'", *letter);
     }
@@ -264,7 +275,7 @@ static void landlock_allow(const char *letters, const char *path, int required) 
   }
   struct stat status;
   if (fstat(fd, &status) < 0) fail("stat %s: %s", path, strerror(errno));
-  uint64_t rights = rights_of(letters);
+  uint64_t rights = rights_of(letters) & handled_rights;
   if (!S_ISDIR(status.st_mode)) rights &= LL_FILE_RIGHTS;
   if (rights != 0) {
     struct landlock_path_beneath_attr rule = {.allowed_access = rights, .parent_fd = fd};

@@ -29,7 +29,9 @@ import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
  * Landlock ruleset, and the seccomp filter's descriptor. Everything here is decided from the
  * grants; the helper only carries it out.
  *
- * The Landlock ruleset handles every right of ABI 1, so what no rule grants is denied:
+ * The Landlock ruleset handles every filesystem right the kernel's Landlock knows, up to ABI 3's,
+ * so what no rule grants is denied (moving a file between directories is ABI 2's right and given
+ * with the right to change a directory; truncating is ABI 3's and given with write):
  * - the system's directories, the `/etc` entries the composed root has, `/proc`, this runtime's
  *   code and the components it runs: read and list, never execute;
  * - execute: the node binary the host runs (and its loader), the helper itself (every subprocess
