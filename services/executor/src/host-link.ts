@@ -50,6 +50,8 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
   /** The hand-over is over: its channel is closed on this side. */
   private handedOver = false;
   private toldStartable = false;
+  private channelClosed = false;
+  private readonly closeWaiters = new Set<() => void>();
 
   constructor(readonly child: ChildProcess) {
     super();
@@ -69,6 +71,11 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
         violation: (why) => {
           this.closeHandOver();
           this.emit('violation', why);
+        },
+        close: () => {
+          this.channelClosed = true;
+          for (const waiter of this.closeWaiters) waiter();
+          this.closeWaiters.clear();
         },
       },
       HOST_BACKLOG_LIMIT_BYTES,
@@ -96,6 +103,26 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
   send(message: object, undelivered?: () => void): void {
     this.frames.send(message, (error) => {
       if (error) undelivered?.();
+    });
+  }
+
+  /**
+   * Resolves once everything the host wrote has been read (its channel is closed, by its end or by
+   * this side), or after `waitMs`, whichever comes first. A host's exit can be heard before its
+   * last frames are read: the executor reads the channel a slice at a time, and may hear the exit
+   * between two slices, with the host's result still in the socket.
+   */
+  everythingRead(waitMs: number): Promise<void> {
+    if (this.channelClosed) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.closeWaiters.delete(done);
+        resolve();
+      };
+      // A process the host left behind could hold the channel open: the end is not held for it.
+      const timer = setTimeout(done, waitMs);
+      this.closeWaiters.add(done);
     });
   }
 

@@ -143,6 +143,8 @@ const TELEMETRY_DRAIN_MS = 1_500;
 /** A door call the host does not answer in this long is answered for it (the host answers from memory, at once). */
 const RPC_TIMEOUT_MS = 10_000;
 const STDERR_TAIL_LINES = 20;
+/** How long after a host's exit its channel may take to give up what it still holds. */
+const LAST_FRAMES_WAIT_MS = 2_000;
 /** The session's group bounds the host too: what it may use beyond the tools' and the guests' memory. */
 const HOST_MEMORY_BUDGET_BYTES = 1024 * 1024 * 1024;
 /** …and the host's own threads and workers beyond the tools' tasks. */
@@ -798,7 +800,9 @@ export class Session {
         hint: 'do not run this capsule again until its code is understood; keep the session directory for whoever looks into it',
       });
     });
-    child.once('exit', (code, signal) => this.onExit(code, signal));
+    // The session ends on what the host said last, its result among it, not on the first news of
+    // its exit, which can come while the last frames are still unread.
+    child.once('exit', (code, signal) => void link.everythingRead(LAST_FRAMES_WAIT_MS).then(() => this.onExit(code, signal)));
     // Every error, not the first: a second one unheard would be thrown, and end the executor.
     child.on('error', (error: NodeJS.ErrnoException) => {
       const what = error.syscall?.startsWith('spawn') ? 'the capsule host could not be started' : 'the capsule host’s channel failed';

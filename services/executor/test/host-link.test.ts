@@ -1,0 +1,84 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { afterEach, describe, expect, it } from 'vitest';
+import { HostLink } from '../src/host-link.js';
+
+/**
+ * A stand-in host: a real node process with the channel on fd 3, as the executor starts one. It
+ * exits at once, leaving behind a process that inherited the channel and says its pid, then, after
+ * `delayMs`, writes `frames` output frames and a result and exits, unless told to `stay`: so
+ * the host's exit is heard before its last frames are written, let alone read.
+ */
+function startHost(options: { frames: number; delayMs: number; stay?: boolean }): ChildProcess {
+  const writer = `
+    const { Socket } = require('node:net');
+    const channel = new Socket({ fd: 3, readable: false, writable: true });
+    const frame = (message) => {
+      const body = Buffer.from(JSON.stringify(message));
+      const header = Buffer.alloc(4);
+      header.writeUInt32BE(body.length);
+      return Buffer.concat([header, body]);
+    };
+    channel.write(frame({ type: 'left-behind', pid: process.pid }));
+    setTimeout(() => {
+      for (let n = 0; n < ${options.frames}; n += 1) channel.write(frame({ type: 'output', stream: 'stdout', text: 'x'.repeat(1024) }));
+      channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => { if (!${options.stay === true}) process.exit(0); });
+    }, ${options.delayMs});
+    setInterval(() => {}, 60_000);
+  `;
+  const host = `
+    const { spawn } = require('node:child_process');
+    spawn(process.execPath, ['-e', ${JSON.stringify(writer)}], { stdio: ['ignore', 'ignore', 'inherit', 3], detached: true }).unref();
+    process.exit(0);
+  `;
+  return spawn(process.execPath, ['-e', host], { stdio: ['ignore', 'ignore', 'inherit', 'pipe'] });
+}
+
+describe("the executor's link to a capsule host", () => {
+  let leftBehind: number | undefined;
+
+  afterEach(() => {
+    if (leftBehind !== undefined) {
+      try {
+        process.kill(leftBehind, 'SIGKILL');
+      } catch {}
+    }
+    leftBehind = undefined;
+  });
+
+  /** The link to `child`, and every message read from it in order. */
+  function link(child: ChildProcess): { link: HostLink; messages: Array<{ type: string; pid?: number }> } {
+    const hostLink = new HostLink(child);
+    const messages: Array<{ type: string; pid?: number }> = [];
+    hostLink.on('message', (raw) => {
+      const message = raw as { type: string; pid?: number };
+      if (message.type === 'left-behind') leftBehind = message.pid;
+      messages.push(message);
+    });
+    return { link: hostLink, messages };
+  }
+
+  it('a host whose exit is heard before its last frames arrive has them all read before its end is taken', async () => {
+    const child = startHost({ frames: 40, delayMs: 300 });
+    const { link: hostLink, messages } = link(child);
+    await once(child, 'exit');
+    expect(messages.map((message) => message.type)).not.toContain('result');
+    await hostLink.everythingRead(10_000);
+    expect(messages).toHaveLength(42);
+    expect(messages.at(-1)?.type).toBe('result');
+  });
+
+  it('does not hold a host’s end past its wait for a process it left behind that keeps the channel open', async () => {
+    const child = startHost({ frames: 0, delayMs: 0, stay: true });
+    const { link: hostLink, messages } = link(child);
+    await once(child, 'exit');
+    const started = performance.now();
+    await hostLink.everythingRead(500);
+    const waited = performance.now() - started;
+    expect(leftBehind, 'the process left behind said its pid').toBeTypeOf('number');
+    expect(messages.at(-1)?.type).toBe('result');
+    expect(waited).toBeGreaterThanOrEqual(450);
+    expect(waited).toBeLessThan(5_000);
+    hostLink.close();
+  });
+});
