@@ -58,7 +58,7 @@ function nonPublicPrefixes(): BlockList {
 }
 
 /** The IPv4 address an IPv6 one carries (mapped `::ffff:a.b.c.d`, or NAT64's `64:ff9b::/96`), if any. */
-function embeddedIpv4(address: string): string | undefined {
+export function embeddedIpv4(address: string): string | undefined {
   const lower = address.toLowerCase();
   const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(lower)?.[1];
   if (mapped) return mapped;
@@ -82,7 +82,7 @@ export function isPublicAddress(address: string): boolean {
 }
 
 /** A host as a rule writes it, its IPv6 brackets off. */
-function bare(host: string): string {
+export function bare(host: string): string {
   return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
 }
 

@@ -13,6 +13,7 @@ import {
 import type net from 'node:net';
 import { ProhibitedAddress, type Resolve, privateHostsSetting, vettedLookup } from './egress-address.js';
 import { EgressConnections, egressRequest } from './egress-request.js';
+import { OwnEndpoints } from './own-endpoints.js';
 import type { HttpRequest } from './host/protocol.js';
 import { REQUEST_BODY_LIMIT_BYTES } from './host/request-body.js';
 import type { RequestUploads } from './request-uploads.js';
@@ -59,6 +60,10 @@ export interface NarrowingWarning {
   entry: string;
 }
 
+function ownEndpointRefusal(host: string, port: number): string {
+  return `network policy: '${host}:${port}' is the bus this runtime runs on, which no capsule may reach whatever capabilities.network.allow says`;
+}
+
 /** The rules each grant holder (the capsule, each tool) is judged by. */
 export class EgressPolicy {
   private readonly ceiling: NetworkAllowRule[];
@@ -70,7 +75,14 @@ export class EgressPolicy {
   /** This session's HTTP connections, kept alive between its requests. */
   private readonly connections: EgressConnections;
 
-  constructor(plan: Pick<StagedPlan, 'policy' | 'artifacts'>, options: { privateHosts?: (host: string) => boolean; resolve?: Resolve } = {}) {
+  /** The runtime's own endpoints, refused whatever the rules say. */
+  private readonly own: OwnEndpoints;
+
+  constructor(
+    plan: Pick<StagedPlan, 'policy' | 'artifacts'>,
+    options: { privateHosts?: (host: string) => boolean; resolve?: Resolve; own?: OwnEndpoints } = {},
+  ) {
+    this.own = options.own ?? OwnEndpoints.none;
     this.lookup = vettedLookup(options.privateHosts ?? privateHostsSetting(process.env), options.resolve);
     this.connections = new EgressConnections(this.lookup);
     this.ceiling = parseNetworkAllowRules(plan.policy.network_allow);
@@ -111,6 +123,8 @@ export class EgressPolicy {
   judgeHttp(url: string, grant: string): { allowed: true; rule: string } | { allowed: false; code: string; reason: string } {
     const target = requestTargetOf(url);
     if (!target) return { allowed: false, code: 'HTTP-request-URI-invalid', reason: `'${url}' is not an http(s) URL` };
+    const port = target.port ?? (target.scheme === 'https' ? 443 : 80);
+    if (this.own.covers(target.host, port)) return { allowed: false, code: 'destination-IP-prohibited', reason: ownEndpointRefusal(target.host, port) };
     const rule = this.rulesFor(grant).find((candidate) => ruleMatches(candidate, target));
     if (!rule) {
       return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
@@ -130,6 +144,7 @@ export class EgressPolicy {
    * over them: the same host and port the rule already lets `wasi:http` reach.
    */
   judgeTcp(host: string, port: number): { allowed: true; rule: string } | { allowed: false; reason: string } {
+    if (this.own.covers(host, port)) return { allowed: false, reason: ownEndpointRefusal(host, port) };
     // A URL rule always has its port (written, or its scheme's default); a host rule without one admits any.
     const admitted = this.ceiling.find((rule) => rule.host === host.toLowerCase() && (rule.port === undefined || rule.port === port));
     return admitted

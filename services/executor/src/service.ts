@@ -26,6 +26,7 @@ import { pullForSession } from './pull.js';
 import { executorSettings } from './settings.js';
 import { readSessionFiles } from './session-files.js';
 import { CODE_ROOT, type EndedSession, type ExecutorEnvironment, HOST_ENTRY, SANDBOX_HIDDEN, hostProcessEnv, Session, type SessionEnd } from './session.js';
+import { OwnEndpoints } from './own-endpoints.js';
 
 export { Session, type SessionEnd } from './session.js';
 export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './sandbox.js';
@@ -132,6 +133,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     namespaces,
     confine,
     cgroups,
+    ownEndpoints: OwnEndpoints.ofBus(env.MURMUR_NATS_URL),
     roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined,
     otelEndpoint: env.MURMUR_OTEL_ENDPOINT?.trim() || undefined,
     blobs,

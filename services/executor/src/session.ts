@@ -53,6 +53,7 @@ import type { NetworkPlan } from './network-plan.js';
 import type { ConfineProbe } from './confinement.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
+import type { OwnEndpoints } from './own-endpoints.js';
 import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
 import { HostLink } from './host-link.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
@@ -97,6 +98,8 @@ export interface ExecutorEnvironment {
   cgroups: CgroupProbe;
   /** The operator's collector (`MURMUR_OTEL_ENDPOINT`): sessions whose capsule names none export their spans there. */
   otelEndpoint?: string | undefined;
+  /** The bus this executor is on, which no capsule is connected to whatever its rules say (`own-endpoints.ts`). */
+  ownEndpoints: Promise<OwnEndpoints>;
   /** roost, when the executor knows one (`MURMUR_ROOST_URL`); a launch may name its own. */
   roostUrl?: string | undefined;
   /** This machine's blobs and bundles: what the plan names by content, fetched and verified here. */
@@ -398,7 +401,7 @@ export class Session {
     this.recordsOutside = recordsOutside(paths.accessible, this.environment.log, this.id);
     this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record), this.recordsOutside);
     this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside);
-    this.egress = new EgressPolicy(plan);
+    this.egress = new EgressPolicy(plan, { own: await this.environment.ownEndpoints });
     this.telemetry = await SessionTelemetry.open({
       capsule: plan.capsule,
       endpoint: resolveManifestSecrets(plan.capsule.manifest, this.request.env).observability?.otel_endpoint,

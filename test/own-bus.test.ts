@@ -1,0 +1,97 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { type ServiceProcess, runMur, startService } from './support/processes.js';
+import { startCountingServer } from './support/servers.js';
+
+/**
+ * The bus is the stack's control plane: whoever reaches it without credentials launches and stops
+ * sessions and reads their events. A capsule launched on the stack may name the bus's address in
+ * its `network.allow` (an address says where it goes only to whoever knows it is the bus's); the
+ * executor connects it nowhere near it. The bus here is a real nats-server, which greets every
+ * connection with `INFO`: a capsule that read that greeting would have reached it.
+ */
+describe('a capsule on a stack and the bus the stack runs on', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let nats: NatsServer;
+  const services: ServiceProcess[] = [];
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-own-bus-');
+    nats = await startNatsServer();
+    const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'stack-home'), MURMUR_EXECUTOR_POOL: '0' };
+    for (const name of ['stager', 'executor']) services.push(await startService(name, env));
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const service of services.reverse()) await service.stop();
+    await nats.stop();
+    await scratch.cleanup();
+  });
+
+  it('is refused the bus by address, by loopback alias and by name, over wasi:http and over a raw socket, and the bus never greets it', async () => {
+    const port = nats.port;
+    const connect = (host: string): { op: 'shell'; binary: string; args: string[] } => ({
+      op: 'shell',
+      binary: 'python3',
+      args: [
+        '-c',
+        `import socket\ntry:\n  s = socket.create_connection(('${host}', ${port}), timeout=10)\n  print(s.recv(4).decode() or 'closed')\nexcept OSError as e:\n  print(type(e).__name__)`,
+      ],
+    });
+    const project = await probeProject(
+      path.join(scratch.dir, 'bus-seeker'),
+      `capabilities:\n  network:\n    allow: [127.0.0.1:${port}, localhost:${port}, 127.0.0.2:${port}]\n  shell:\n    allow: [python3]\n`,
+    );
+    const actions = [
+      { op: 'fetch', url: `http://127.0.0.1:${port}/` },
+      { op: 'fetch', url: `http://localhost:${port}/` },
+      connect('127.0.0.1'),
+      connect('127.0.0.2'),
+      connect('localhost'),
+    ];
+    const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], {
+      cwd: project,
+      env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+    const results: ProbeResult[] = probeResults(log.replaceAll('[stdout] ', ''));
+    const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+
+    expect(results.slice(0, 2).map((entry) => entry.ok)).toEqual([false, false]);
+    for (const entry of results.slice(2)) {
+      const said = (entry.value as { stdout: string }).stdout.trim();
+      expect(said, 'a sandboxed process read the bus’s greeting').not.toMatch(/^INFO/);
+    }
+    const refusals = trace.filter((event) => event.event_type === 'egress' && event.decision === 'denied');
+    expect(refusals.length).toBeGreaterThanOrEqual(2);
+    for (const refusal of refusals) expect(String(refusal.reason)).toMatch(/is the bus this runtime runs on/);
+    expect(refusals.filter((refusal) => refusal.code === 'destination-IP-prohibited')).toHaveLength(2);
+  });
+
+  it('still reaches what its rules allow on another port of the same address', async () => {
+    const neighbour = await startCountingServer();
+    try {
+      const project = await probeProject(path.join(scratch.dir, 'neighbour'), `capabilities:\n  network:\n    allow: [127.0.0.1:${neighbour.port}]\n`);
+      const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'fetch', url: `${neighbour.url}/` }])], {
+        cwd: project,
+        env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
+      });
+      expect(result.code, result.stderr).toBe(0);
+      const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+      const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+      expect(probeResults(log.replaceAll('[stdout] ', ''))[0]).toMatchObject({ ok: true, value: { status: 200 } });
+      expect(neighbour.connections()).toBe(1);
+    } finally {
+      await neighbour.close();
+    }
+  });
+});
