@@ -32,7 +32,7 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     await scratch.cleanup();
   });
 
-  it('is refused the bus by address, by loopback alias and by name, over wasi:http and over a raw socket, and the bus never greets it', async () => {
+  it('is refused the bus by address, by another loopback address and by localhost, over wasi:http, a raw socket and A2A, and the bus never greets it', async () => {
     const port = nats.port;
     const connect = (host: string): { op: 'shell'; binary: string; args: string[] } => ({
       op: 'shell',
@@ -52,6 +52,7 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
       connect('127.0.0.1'),
       connect('127.0.0.2'),
       connect('localhost'),
+      { op: 'send', peer: `127.0.0.1:${port}`, text: 'hello, bus' },
     ];
     const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], {
       cwd: project,
@@ -67,14 +68,16 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
       .map((line) => JSON.parse(line) as Record<string, unknown>);
 
     expect(results.slice(0, 2).map((entry) => entry.ok)).toEqual([false, false]);
-    for (const entry of results.slice(2)) {
+    for (const entry of results.slice(2, 5)) {
       const said = (entry.value as { stdout: string }).stdout.trim();
       expect(said, 'a sandboxed process read the bus’s greeting').not.toMatch(/^INFO/);
     }
+    expect(results[5]).toMatchObject({ op: 'send', ok: false, error: expect.stringMatching(/is the bus this runtime runs on/) });
+    // Each refused by the executor as the bus, not merely unanswered.
     const refusals = trace.filter((event) => event.event_type === 'egress' && event.decision === 'denied');
-    expect(refusals.length).toBeGreaterThanOrEqual(2);
     for (const refusal of refusals) expect(String(refusal.reason)).toMatch(/is the bus this runtime runs on/);
-    expect(refusals.filter((refusal) => refusal.code === 'destination-IP-prohibited')).toHaveLength(2);
+    expect(refusals.filter((refusal) => refusal.kind === 'http' && refusal.code === 'destination-IP-prohibited')).toHaveLength(2);
+    expect(refusals.filter((refusal) => refusal.kind === 'tcp')).toHaveLength(3);
   });
 
   it('still reaches what its rules allow on another port of the same address', async () => {

@@ -230,7 +230,7 @@ static void drop_capabilities(void) {
 // ── Landlock ────────────────────────────────────────────────────────────────────────────────
 
 static int ruleset = -1;
-/** Every right this kernel's Landlock knows of: all are handled, so what no rule grants is denied. */
+/** The filesystem rights handled, every one up to ABI 3's that this kernel knows: what no rule grants is denied. */
 static uint64_t handled_rights = 0;
 
 static void landlock_begin(const char *minimum_text) {

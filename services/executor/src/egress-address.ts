@@ -19,7 +19,7 @@ import { BlockList, type LookupFunction, isIP } from 'node:net';
 /** What resolves a name: the system's resolver, or a test's stand-in for the DNS of a domain nobody here owns. */
 export type Resolve = (hostname: string) => Promise<Array<{ address: string; family: number }>>;
 
-const systemResolve: Resolve = (hostname) => dnsPromises.lookup(hostname, { all: true, verbatim: true });
+export const systemResolve: Resolve = (hostname) => dnsPromises.lookup(hostname, { all: true, verbatim: true });
 
 let nonPublic: BlockList | undefined;
 
@@ -106,9 +106,11 @@ export function privateHostsSetting(env: NodeJS.ProcessEnv): (host: string) => b
 /** A name that led somewhere it may not: the WASI error code and the reason the trace records. */
 export class ProhibitedAddress extends Error {
   readonly code = 'destination-IP-prohibited';
-  constructor(host: string, address: string) {
+  /** `reason`: why, when it is not that the address is not public (it is the runtime's own bus). */
+  constructor(host: string, address: string, reason?: string) {
     super(
-      `network policy: '${host}' resolves to ${address}, which is not a public address; a rule reaches such an address only by naming it (an IP, or localhost), or when the operator lets the name resolve privately (MURMUR_EGRESS_PRIVATE_HOSTS)`,
+      reason ??
+        `network policy: '${host}' resolves to ${address}, which is not a public address; a rule reaches such an address only by naming it (an IP, or localhost), or when the operator lets the name resolve privately (MURMUR_EGRESS_PRIVATE_HOSTS)`,
     );
   }
 }

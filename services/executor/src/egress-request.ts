@@ -28,15 +28,23 @@ export class EgressConnections {
   private http: HttpAgent | undefined;
   private https: HttpsAgent | undefined;
 
-  constructor(private readonly lookup: net.LookupFunction) {}
+  /** `lookupTo`: the vetted lookup for a connection to a port (`EgressPolicy.lookupTo`). */
+  constructor(private readonly lookupTo: (port: number) => net.LookupFunction) {}
 
   for(protocol: string): HttpAgent {
     if (protocol === 'https:') {
-      this.https ??= new HttpsAgent({ keepAlive: true, lookup: this.lookup });
+      this.https ??= this.withLookup(new HttpsAgent({ keepAlive: true }));
       return this.https;
     }
-    this.http ??= new HttpAgent({ keepAlive: true, lookup: this.lookup });
+    this.http ??= this.withLookup(new HttpAgent({ keepAlive: true }));
     return this.http;
+  }
+
+  /** An agent whose every connection resolves its host with the lookup for its port. */
+  private withLookup<A extends HttpAgent>(agent: A): A {
+    const connect = agent.createConnection.bind(agent);
+    agent.createConnection = (options, callback) => connect({ ...options, lookup: this.lookupTo(Number(options.port ?? 0)) } as typeof options, callback);
+    return agent;
   }
 
   close(): void {

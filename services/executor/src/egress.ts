@@ -10,6 +10,7 @@ import {
   requestTargetOf,
   ruleMatches,
 } from '@murmur/shared';
+import type { LookupAddress } from 'node:dns';
 import type net from 'node:net';
 import { ProhibitedAddress, type Resolve, privateHostsSetting, vettedLookup } from './egress-address.js';
 import { EgressConnections, egressRequest } from './egress-request.js';
@@ -84,7 +85,7 @@ export class EgressPolicy {
   ) {
     this.own = options.own ?? OwnEndpoints.none;
     this.lookup = vettedLookup(options.privateHosts ?? privateHostsSetting(process.env), options.resolve);
-    this.connections = new EgressConnections(this.lookup);
+    this.connections = new EgressConnections((port) => this.lookupTo(port));
     this.ceiling = parseNetworkAllowRules(plan.policy.network_allow);
     for (const artifact of plan.artifacts) {
       const declared = artifact.capabilities?.network?.allow;
@@ -97,6 +98,24 @@ export class EgressPolicy {
       }
       this.tools.set(artifact.name, kept);
     }
+  }
+
+  /**
+   * The vetted lookup for a connection to `port`: a name that resolves to the bus this runtime runs
+   * on is refused there too (a name the operator lets resolve privately could lead to it; an
+   * address as written is refused by the judges, and a connection to one looks nothing up).
+   */
+  lookupTo(port: number): net.LookupFunction {
+    if (this.own.empty) return this.lookup;
+    return (hostname, options, callback) => {
+      const answer = callback as unknown as (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
+      this.lookup(hostname, options, ((error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => {
+        const addresses = typeof address === 'string' ? [address] : (address ?? []).map((entry) => entry.address);
+        const bus = error ? undefined : addresses.find((candidate) => this.own.covers(candidate, port));
+        if (bus === undefined) return answer(error, address, family);
+        answer(new ProhibitedAddress(hostname, bus, ownEndpointRefusal(`${hostname} (${bus})`, port)) as unknown as NodeJS.ErrnoException, '', 0);
+      }) as unknown as Parameters<net.LookupFunction>[2]);
+    };
   }
 
   /** The session has ended: its kept connections close. */
@@ -123,12 +142,13 @@ export class EgressPolicy {
   judgeHttp(url: string, grant: string): { allowed: true; rule: string } | { allowed: false; code: string; reason: string } {
     const target = requestTargetOf(url);
     if (!target) return { allowed: false, code: 'HTTP-request-URI-invalid', reason: `'${url}' is not an http(s) URL` };
-    const port = target.port ?? (target.scheme === 'https' ? 443 : 80);
-    if (this.own.covers(target.host, port)) return { allowed: false, code: 'destination-IP-prohibited', reason: ownEndpointRefusal(target.host, port) };
     const rule = this.rulesFor(grant).find((candidate) => ruleMatches(candidate, target));
     if (!rule) {
       return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
     }
+    // After the rules: a capsule no rule lets near the bus learns nothing of where the bus is.
+    const port = target.port ?? (target.scheme === 'https' ? 443 : 80);
+    if (this.own.covers(target.host, port)) return { allowed: false, code: 'destination-IP-prohibited', reason: ownEndpointRefusal(target.host, port) };
     return { allowed: true, rule: formatRule(rule) };
   }
 
@@ -144,12 +164,11 @@ export class EgressPolicy {
    * over them: the same host and port the rule already lets `wasi:http` reach.
    */
   judgeTcp(host: string, port: number): { allowed: true; rule: string } | { allowed: false; reason: string } {
-    if (this.own.covers(host, port)) return { allowed: false, reason: ownEndpointRefusal(host, port) };
     // A URL rule always has its port (written, or its scheme's default); a host rule without one admits any.
     const admitted = this.ceiling.find((rule) => rule.host === host.toLowerCase() && (rule.port === undefined || rule.port === port));
-    return admitted
-      ? { allowed: true, rule: formatRule(admitted) }
-      : { allowed: false, reason: `network policy: '${host}:${port}' not in capabilities.network.allow` };
+    if (!admitted) return { allowed: false, reason: `network policy: '${host}:${port}' not in capabilities.network.allow` };
+    if (this.own.covers(host, port)) return { allowed: false, reason: ownEndpointRefusal(host, port) };
+    return { allowed: true, rule: formatRule(admitted) };
   }
 
   /**
@@ -207,6 +226,8 @@ export class EgressPolicy {
     const target = requestTargetOf(url);
     if (!target) return { ok: false, error: `invalid peer URL '${peerUrl}'` };
     if (!anyRuleMatches(this.ceiling, target)) return { ok: false, error: `network policy: '${peerUrl}' not in capabilities.network.allow` };
+    const port = target.port ?? (target.scheme === 'https' ? 443 : 80);
+    if (this.own.covers(target.host, port)) return { ok: false, error: ownEndpointRefusal(target.host, port) };
     const body = {
       jsonrpc: '2.0',
       id: newRequestId(),

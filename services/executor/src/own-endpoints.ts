@@ -1,8 +1,7 @@
-import { promises as dnsPromises } from 'node:dns';
 import { isIP } from 'node:net';
 import os from 'node:os';
 import { natsEndpoint } from '@murmur/shared/bus';
-import { bare, embeddedIpv4 } from './egress-address.js';
+import { bare, embeddedIpv4, systemResolve } from './egress-address.js';
 
 /**
  * The runtime's own endpoints, which no capsule is connected to whatever its rules say: the bus
@@ -27,19 +26,34 @@ export class OwnEndpoints {
 
   /**
    * The endpoints of the bus at `natsUrl` (`MURMUR_NATS_URL`: one URL, or several comma-separated),
-   * its names resolved with `resolve`. A name that does not resolve is kept as a name.
+   * its names resolved with `resolve`. A name that does not resolve (in 5 s) is kept as a name only.
    */
-  static async ofBus(natsUrl: string | undefined, resolve: (host: string) => Promise<string[]> = resolveAll): Promise<OwnEndpoints> {
+  static async ofBus(
+    natsUrl: string | undefined,
+    options: { resolve?: (host: string) => Promise<string[]>; unresolved?: (host: string, error: unknown) => void } = {},
+  ): Promise<OwnEndpoints> {
+    const resolve = options.resolve ?? resolveAll;
     const own = new OwnEndpoints();
     for (const server of busServers(natsUrl)) {
       const host = server.host;
       own.add(own.names, host, server.port);
       const literal = canonicalAddress(host);
-      const addresses = literal !== undefined ? [literal] : await resolve(host).catch(() => [] as string[]);
+      const addresses =
+        literal !== undefined
+          ? [literal]
+          : await resolve(host).catch((error: unknown) => {
+              options.unresolved?.(host, error);
+              return [] as string[];
+            });
       const onThisMachine = host === 'localhost' || addresses.some(isThisMachine);
       for (const address of onThisMachine ? thisMachine() : addresses) own.add(own.taken, address, server.port);
     }
     return own;
+  }
+
+  /** Nothing is taken: the in-process bus. */
+  get empty(): boolean {
+    return this.names.size === 0;
   }
 
   /** Whether a connection to `host:port` (as a rule or a URL writes it) would reach one of these endpoints. */
@@ -59,21 +73,36 @@ export class OwnEndpoints {
   }
 }
 
-/** Each server of a `MURMUR_NATS_URL`, as host (without brackets, lowercased) and port (NATS's 4222 when none is written). */
+/** Each server of a `MURMUR_NATS_URL`, as host (without brackets, lowercased) and port (when none is written: a websocket's scheme's, else NATS's 4222). */
 export function busServers(natsUrl: string | undefined): Array<{ host: string; port: number }> {
   if (natsUrl === undefined || natsUrl.trim() === '') return [];
   return natsEndpoint(natsUrl).servers.flatMap((server) => {
     try {
       const parsed = new URL(server.includes('://') ? server : `nats://${server}`);
-      return [{ host: bare(parsed.hostname).toLowerCase(), port: parsed.port === '' ? 4222 : Number(parsed.port) }];
+      const written = parsed.port === '' ? undefined : Number(parsed.port);
+      const port = written ?? (parsed.protocol === 'wss:' ? 443 : parsed.protocol === 'ws:' ? 80 : 4222);
+      return [{ host: bare(parsed.hostname).toLowerCase(), port }];
     } catch {
       return [];
     }
   });
 }
 
+/** How long the bus's name may take to resolve: every launch waits for the answer. */
+const RESOLVE_TIMEOUT_MS = 5_000;
+
 async function resolveAll(host: string): Promise<string[]> {
-  return (await dnsPromises.lookup(host, { all: true, verbatim: true })).flatMap((entry) => canonicalAddress(entry.address) ?? []);
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`'${host}' did not resolve within ${RESOLVE_TIMEOUT_MS} ms`)), RESOLVE_TIMEOUT_MS);
+    timer.unref();
+  });
+  try {
+    const answers = await Promise.race([systemResolve(host), timedOut]);
+    return answers.flatMap((entry) => canonicalAddress(entry.address) ?? []);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**
@@ -101,7 +130,12 @@ function isLoopback(address: string): boolean {
 
 /** The addresses a connection made here reaches this machine at: loopback, the unspecified ones, and each interface's. */
 function thisMachine(): string[] {
-  const interfaces = Object.values(os.networkInterfaces()).flatMap((entries) => (entries ?? []).flatMap((entry) => canonicalAddress(entry.address) ?? []));
+  let interfaces: string[] = [];
+  try {
+    interfaces = Object.values(os.networkInterfaces()).flatMap((entries) => (entries ?? []).flatMap((entry) => canonicalAddress(entry.address) ?? []));
+  } catch {
+    // The interfaces could not be listed: loopback and the unspecified addresses are still the machine's.
+  }
   return ['127.0.0.1', '::1', '0.0.0.0', '::', ...interfaces];
 }
 

@@ -35,8 +35,8 @@ export interface SandboxNetworkOptions {
   record(record: EgressRecord): void;
   /** How long an upstream connect may take before the sandbox's connection is reset. */
   connectTimeoutMs?: number;
-  /** How a destination's name is resolved: vetted by the egress policy (`egress-address.ts`), and connected to as checked. */
-  lookup?: LookupFunction;
+  /** How a destination's name is resolved for a port: vetted by the egress policy (`EgressPolicy.lookupTo`), and connected to as checked. */
+  lookupTo?: (port: number) => LookupFunction;
   /** Connections the sandbox may hold open through its listeners at once (`MAX_CONNECTIONS` unless a test says). */
   maxConnections?: number;
 }
@@ -146,7 +146,7 @@ export class SandboxNetwork {
         host: listener.host,
         port: listener.port,
         timeout: this.options.connectTimeoutMs ?? 30_000,
-        ...(this.options.lookup ? { lookup: this.options.lookup } : {}),
+        ...(this.options.lookupTo ? { lookup: this.options.lookupTo(listener.port) } : {}),
       });
       this.track(outside);
       let connected = false;

@@ -8,10 +8,9 @@
  * upstream's must-stay-denied set — io_uring, userfaultfd, bpf, perf_event_open, open_by_handle_at,
  * the keyring, ptrace and process_vm_*, the mount family (old and new API), chroot, unshare,
  * setns, module and kexec loading, swap, reboot, clock setting, NUMA policy, fanotify, seccomp
- * itself, personality and kcmp — as well as `memfd_create` (a file on no mount, whose contents
- * could be executed past Landlock and the noexec mounts), and `clone` with any flag that makes a
- * namespace. `clone3` gets `ENOSYS`, so C libraries fall back to `clone`, whose flags a filter
- * can see. `socket` is judged by family: IPv4 and IPv6 pass, `AF_UNIX` only when
+ * itself, personality and kcmp — and `clone` with any flag that makes a namespace. `clone3` gets
+ * `ENOSYS`, so C libraries fall back to `clone`, whose flags a filter can see, and so does
+ * `memfd_create` (`UNAVAILABLE_SYSCALLS` says why). `socket` is judged by family: IPv4 and IPv6 pass, `AF_UNIX` only when
  * `network.unix_sockets` grants it, netlink and packet sockets get `EACCES` (the sandbox looked
  * and refused), every other family `EPERM`; `socketpair` is allowed for `AF_UNIX` only.
  *
@@ -103,9 +102,19 @@ export const DENIED_SYSCALLS: Readonly<Record<string, SyscallNumbers>> = {
   fanotify_mark: { x64: 301, arm64: 263 },
   seccomp: { x64: 317, arm64: 277 },
   personality: { x64: 135, arm64: 92 },
-  // An anonymous memory file is on no mount, so neither Landlock's execute rights nor a noexec
-  // mount can refuse running it: a capsule could write a program it brought into one and execute
-  // it (by /proc/self/fd, by execveat, or through the dynamic loader), whatever shell.allow says.
+};
+
+/**
+ * Syscalls answered `ENOSYS`, as a kernel without them would: libraries that use them fall back
+ * to what the sandbox judges (a file on a mount), where an `EPERM` could end them.
+ *
+ * `memfd_create`: an anonymous memory file is on no mount, so neither Landlock's execute right
+ * nor a noexec mount can refuse executing one; a capsule's process could write a program it
+ * brought into one and run it (by `/proc/self/fd`, by `execveat`, through the dynamic loader),
+ * whatever `shell.allow` says. Executable memory inside a process (`mmap` with `PROT_EXEC`) stays
+ * possible, as it must for any JIT: what is refused is a brought program run as a process.
+ */
+export const UNAVAILABLE_SYSCALLS: Readonly<Record<string, SyscallNumbers>> = {
   memfd_create: { x64: 319, arm64: 279 },
 };
 
@@ -197,6 +206,10 @@ export function seccompProgram(options: SeccompOptions): BpfInstruction[] {
   for (const numbers of Object.values(DENIED_SYSCALLS)) {
     const nr = number(numbers);
     if (nr !== undefined) steps.push({ kind: 'jump', op: BPF_JEQ_K, k: nr, whenTrue: 'eperm', whenFalse: null });
+  }
+  for (const numbers of Object.values(UNAVAILABLE_SYSCALLS)) {
+    const nr = number(numbers);
+    if (nr !== undefined) steps.push({ kind: 'jump', op: BPF_JEQ_K, k: nr, whenTrue: 'enosys', whenFalse: null });
   }
   steps.push(
     { kind: 'jump', op: BPF_JEQ_K, k: number(ARGUMENT_SYSCALLS.socket) as number, whenTrue: 'socket', whenFalse: null },

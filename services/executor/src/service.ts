@@ -133,7 +133,13 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     namespaces,
     confine,
     cgroups,
-    ownEndpoints: OwnEndpoints.ofBus(env.MURMUR_NATS_URL),
+    ownEndpoints: OwnEndpoints.ofBus(env.MURMUR_NATS_URL, {
+      unresolved: (host, error) =>
+        log.warn(
+          { executor_id: instanceId, host, err: error },
+          "the bus's name did not resolve: capsules are refused it by that name only, not at its addresses",
+        ),
+    }),
     roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined,
     otelEndpoint: env.MURMUR_OTEL_ENDPOINT?.trim() || undefined,
     blobs,

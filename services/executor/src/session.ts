@@ -27,6 +27,7 @@ import {
   RPC_ERRORS,
   RUNTIME_VERSION,
   runtimeMetrics,
+  requestTargetOf,
   resolveManifestSecrets,
   stagedRuntimeFloorRefusal,
   topics,
@@ -402,11 +403,12 @@ export class Session {
     this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record), this.recordsOutside);
     this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside);
     this.egress = new EgressPolicy(plan, { own: await this.environment.ownEndpoints });
+    const capsuleCollector = resolveManifestSecrets(plan.capsule.manifest, this.request.env).observability?.otel_endpoint;
     this.telemetry = await SessionTelemetry.open({
       capsule: plan.capsule,
-      endpoint: resolveManifestSecrets(plan.capsule.manifest, this.request.env).observability?.otel_endpoint,
+      endpoint: capsuleCollector,
       endpointAllowed: (url) => this.egress.judgeHttp(url, 'capsule').allowed,
-      capsuleLookup: this.egress.lookup,
+      capsuleLookup: this.egress.lookupTo((capsuleCollector ? requestTargetOf(capsuleCollector)?.port : undefined) ?? 443),
       operatorEndpoint: this.environment.otelEndpoint,
       sessionDir: paths.sessionDir,
       recordsOutside: this.recordsOutside,
@@ -777,7 +779,7 @@ export class Session {
       plan,
       judge: (host, port) => this.egress.judgeTcp(host, port),
       record: (record) => this.recordNetwork(record),
-      lookup: this.egress.lookup,
+      lookupTo: (port) => this.egress.lookupTo(port),
     });
     for (const skipped of plan.skipped) this.bootstrap.line(`[capability-policy] network allow entry gets no listener in the sealed sandbox: ${skipped}`);
   }
@@ -805,7 +807,10 @@ export class Session {
     });
     // The session ends on what the host said last, its result among it, not on the first news of
     // its exit, which can come while the last frames are still unread.
-    child.once('exit', (code, signal) => void link.everythingRead(LAST_FRAMES_WAIT_MS).then(() => this.onExit(code, signal)));
+    child.once('exit', (code, signal) => {
+      const exitedAt = Date.now();
+      void link.everythingRead(LAST_FRAMES_WAIT_MS).then(() => this.onExit(code, signal, exitedAt));
+    });
     // Every error, not the first: a second one unheard would be thrown, and end the executor.
     child.on('error', (error: NodeJS.ErrnoException) => {
       const what = error.syscall?.startsWith('spawn') ? 'the capsule host could not be started' : 'the capsule host’s channel failed';
@@ -1166,8 +1171,9 @@ export class Session {
     return true;
   }
 
-  private onExit(code: number | null, signal: string | null): void {
-    this.finish(code, signal).catch((error: unknown) => {
+  /** `exitedAt`: when the exit was heard, in ms since the epoch (the end is taken once the host's last frames are read). */
+  private onExit(code: number | null, signal: string | null, exitedAt: number): void {
+    this.finish(code, signal, exitedAt).catch((error: unknown) => {
       // The end could not be announced (the bus closed under a stopping service): say so, and
       // still let whoever awaits this session's end go on.
       this.environment.log.error({ session_id: this.id, err: error }, 'could not announce the end of a session');
@@ -1180,8 +1186,8 @@ export class Session {
     });
   }
 
-  private async finish(code: number | null, signal: string | null): Promise<void> {
-    const exitedAt = new Date().toISOString();
+  private async finish(code: number | null, signal: string | null, exitedAtMs: number): Promise<void> {
+    const exitedAt = new Date(exitedAtMs).toISOString();
     if (this.hardLimit) clearTimeout(this.hardLimit);
     this.workdirGuard?.stop();
     this.network?.close();
@@ -1216,7 +1222,7 @@ export class Session {
         total_output_tokens: 0,
         total_tool_calls: 0,
         total_shell_calls: 0,
-        duration_ms: Date.now() - this.startedAt,
+        duration_ms: exitedAtMs - this.startedAt,
         exit_status: 'failed',
         error,
       });
@@ -1247,7 +1253,7 @@ export class Session {
       exit_code: end.exitCode,
       signal: end.signal,
       ...(end.error ? { error: end.error } : {}),
-      duration_ms: Date.now() - this.startedAt,
+      duration_ms: exitedAtMs - this.startedAt,
       ended_at: new Date().toISOString(),
       exited_at: exitedAt,
       stderr_tail: [...this.stderrTail],

@@ -24,7 +24,8 @@ function startHost(options: { frames: number; delayMs: number; stay?: boolean })
       for (let n = 0; n < ${options.frames}; n += 1) channel.write(frame({ type: 'output', stream: 'stdout', text: 'x'.repeat(1024) }));
       channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => { if (!${options.stay === true}) process.exit(0); });
     }, ${options.delayMs});
-    setInterval(() => {}, 60_000);
+    // Never outlives the test by much, whatever happens to the test.
+    setTimeout(() => process.exit(0), 20_000);
   `;
   const host = `
     const { spawn } = require('node:child_process');
@@ -72,6 +73,8 @@ describe("the executor's link to a capsule host", () => {
     const child = startHost({ frames: 0, delayMs: 0, stay: true });
     const { link: hostLink, messages } = link(child);
     await once(child, 'exit');
+    // What the process left behind has said all it will: only its open channel is waited for now.
+    for (let waited = 0; messages.at(-1)?.type !== 'result' && waited < 10_000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50));
     const started = performance.now();
     await hostLink.everythingRead(500);
     const waited = performance.now() - started;

@@ -14,12 +14,16 @@ describe("the runtime's own endpoints", () => {
       { host: '10.0.0.6', port: 4222 },
       { host: 'fd00::1', port: 4444 },
     ]);
+    expect(busServers('ws://10.0.0.7,wss://10.0.0.8')).toEqual([
+      { host: '10.0.0.7', port: 80 },
+      { host: '10.0.0.8', port: 443 },
+    ]);
     expect(busServers(undefined)).toEqual([]);
     expect(busServers('  ')).toEqual([]);
   });
 
   it('takes a bus elsewhere at each address its name resolves to, at its port only', async () => {
-    const own = await OwnEndpoints.ofBus('nats://token@nats:4222', async () => ['172.18.0.2']);
+    const own = await OwnEndpoints.ofBus('nats://token@nats:4222', { resolve: async () => ['172.18.0.2'] });
     expect(own.covers('172.18.0.2', 4222)).toBe(true);
     expect(own.covers('nats', 4222)).toBe(true);
     expect(own.covers('NATS', 4222)).toBe(true);
@@ -32,7 +36,7 @@ describe("the runtime's own endpoints", () => {
   });
 
   it('takes a bus on this machine at its port on every address of the machine', async () => {
-    const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', noDns);
+    const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', { resolve: noDns });
     const interfaces = Object.values(os.networkInterfaces()).flatMap((entries) => (entries ?? []).map((entry) => entry.address));
     for (const host of ['127.0.0.1', '127.0.0.2', '127.255.0.9', 'localhost', '::1', '[0:0:0:0:0:0:0:1]', '0.0.0.0', '::', '[::ffff:127.0.0.1]', ...interfaces])
       expect(own.covers(host, 4999), host).toBe(true);
@@ -40,21 +44,23 @@ describe("the runtime's own endpoints", () => {
     expect(own.covers('8.8.8.8', 4999)).toBe(false);
   });
 
-  it('keeps a name that does not resolve as the name', async () => {
-    const own = await OwnEndpoints.ofBus('bus.internal:4222', noDns);
+  it('keeps a name that does not resolve as the name, and says it did not resolve', async () => {
+    const unresolved: string[] = [];
+    const own = await OwnEndpoints.ofBus('bus.internal:4222', { resolve: noDns, unresolved: (host) => unresolved.push(host) });
+    expect(unresolved).toEqual(['bus.internal']);
     expect(own.covers('bus.internal', 4222)).toBe(true);
     expect(own.covers('bus.internal', 4223)).toBe(false);
   });
 
   it('is nothing for an executor on the in-process bus', async () => {
-    for (const own of [OwnEndpoints.none, await OwnEndpoints.ofBus(undefined, noDns)]) {
+    for (const own of [OwnEndpoints.none, await OwnEndpoints.ofBus(undefined, { resolve: noDns })]) {
       expect(own.covers('127.0.0.1', 4222)).toBe(false);
       expect(own.covers('localhost', 4222)).toBe(false);
     }
   });
 
   it('refuses the bus over HTTP and TCP even where a rule allows it, and lets the rule through elsewhere', async () => {
-    const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', noDns);
+    const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', { resolve: noDns });
     const policy = new EgressPolicy(
       { policy: { network_allow: ['127.0.0.1:4999', 'localhost', '127.0.0.1:5000'] } as never, artifacts: [] },
       { own, privateHosts: () => false },
@@ -70,6 +76,34 @@ describe("the runtime's own endpoints", () => {
       expect(policy.judgeTcp('localhost', 4999)).toMatchObject({ allowed: false });
       expect(policy.judgeHttp('http://127.0.0.1:5000/', 'capsule')).toMatchObject({ allowed: true });
       expect(policy.judgeTcp('localhost', 80)).toMatchObject({ allowed: true });
+      // No rule, no word of the bus: the refusal is the rules', as for any other address.
+      expect(policy.judgeHttp('http://10.9.9.9:4999/', 'capsule')).toMatchObject({ allowed: false, code: 'HTTP-request-denied' });
+      expect((await policy.send('http://[::1]:4999', { message_id: 'm', text: 'hi' })) as unknown).toMatchObject({
+        ok: false,
+        error: expect.stringMatching(/not in capabilities.network.allow/),
+      });
+      expect(await policy.send('http://127.0.0.1:4999', { message_id: 'm', text: 'hi' })).toEqual({
+        ok: false,
+        error: "network policy: '127.0.0.1:4999' is the bus this runtime runs on, which no capsule may reach whatever capabilities.network.allow says",
+      });
+    } finally {
+      policy.close();
+    }
+  });
+
+  it('refuses a name that resolves to the bus, at the bus’s port only, when names may resolve privately', async () => {
+    const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', { resolve: noDns });
+    const policy = new EgressPolicy(
+      { policy: { network_allow: ['model.internal'] } as never, artifacts: [] },
+      { own, privateHosts: () => true, resolve: async () => [{ address: '127.0.0.1', family: 4 }] },
+    );
+    const lookup = (port: number): Promise<{ error: Error | null; address: unknown }> =>
+      new Promise((resolve) => policy.lookupTo(port)('model.internal', { family: 4 }, (error, address) => resolve({ error, address })));
+    try {
+      const toBus = await lookup(4999);
+      expect(toBus.error?.message).toMatch(/is the bus this runtime runs on/);
+      expect((toBus.error as { code?: string } | null)?.code).toBe('destination-IP-prohibited');
+      expect(await lookup(11434)).toEqual({ error: null, address: '127.0.0.1' });
     } finally {
       policy.close();
     }

@@ -51,7 +51,7 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
       plan,
       judge,
       record: (record) => records.push(record),
-      ...(destination.lookup ? { lookup: destination.lookup } : {}),
+      ...(destination.lookup ? { lookupTo: () => destination.lookup as LookupFunction } : {}),
       ...(maxConnections === undefined ? {} : { maxConnections }),
     });
     // Stand-ins for the sandbox's sockets, handed over as the host hands them.

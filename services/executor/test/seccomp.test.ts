@@ -6,6 +6,7 @@ import {
   type BpfInstruction,
   CLONE_NAMESPACE_FLAGS,
   DENIED_SYSCALLS,
+  UNAVAILABLE_SYSCALLS,
   ERRNO,
   SECCOMP_RET,
   type SeccompArch,
@@ -299,11 +300,16 @@ const deniedNumbers: Record<SeccompArch, ReadonlySet<number>> = {
   x64: new Set(deniedOn('x64').map(([, nr]) => nr)),
   arm64: new Set(deniedOn('arm64').map(([, nr]) => nr)),
 };
+const unavailableNumbers: Record<SeccompArch, ReadonlySet<number>> = {
+  x64: new Set(Object.values(UNAVAILABLE_SYSCALLS).flatMap((numbers) => numbers.x64 ?? [])),
+  arm64: new Set(Object.values(UNAVAILABLE_SYSCALLS).flatMap((numbers) => numbers.arm64 ?? [])),
+};
 function expectedVerdict(arch: SeccompArch, unixSockets: boolean, data: SeccompData): number {
   if (data.arch >>> 0 !== AUDIT_ARCH[arch]) return RET_KILL_PROCESS;
   const nr = data.nr >>> 0;
   if (arch === 'x64' && nr >= X32_SYSCALL_BIT) return RET_KILL_PROCESS;
   if (deniedNumbers[arch].has(nr)) return RET_EPERM;
+  if (unavailableNumbers[arch].has(nr)) return RET_ENOSYS;
   const arg0Low = Number(BigInt.asUintN(32, data.args?.[0] ?? 0n));
   if (nr === argumentNumber(arch, 'socket')) {
     if (arg0Low === AF_INET || arg0Low === AF_INET6) return RET_ALLOW;
@@ -626,6 +632,13 @@ describe.each(ARCHES)('on %s', (arch) => {
     expect(hex(syscall(arch, clone3Nr, [], { unixSockets: true }))).toBe(hex(RET_ENOSYS));
   });
 
+  it(`answers memfd_create with ENOSYS on ${archName}, whatever its arguments, as a kernel without it would`, () => {
+    const memfdNr = UNAVAILABLE_SYSCALLS.memfd_create?.[arch] as number;
+    expect(hex(syscall(arch, memfdNr))).toBe(hex(RET_ENOSYS));
+    expect(hex(syscall(arch, memfdNr, [0x7ffd_0000_1000n, 1n]))).toBe(hex(RET_ENOSYS));
+    expect(hex(syscall(arch, memfdNr, [], { unixSockets: true }))).toBe(hex(RET_ENOSYS));
+  });
+
   describe('other architectures', () => {
     const foreign: Array<[string, number]> = [
       ['i386', AUDIT_ARCH_I386],
@@ -633,7 +646,19 @@ describe.each(ARCHES)('on %s', (arch) => {
       arch === 'x64' ? ['aarch64', AUDIT_ARCH_AARCH64] : ['x86_64', AUDIT_ARCH_X86_64],
       ['an unknown architecture (0)', 0],
     ];
-    const numbers = [0, 1, 11, 59, 120, socketNr, cloneNr, clone3Nr, ...deniedOn(arch).map(([, nr]) => nr), 0xffffffff];
+    const numbers = [
+      0,
+      1,
+      11,
+      59,
+      120,
+      socketNr,
+      cloneNr,
+      clone3Nr,
+      ...deniedOn(arch).map(([, nr]) => nr),
+      ...Object.values(UNAVAILABLE_SYSCALLS).flatMap((entry) => entry[arch] ?? []),
+      0xffffffff,
+    ];
 
     it.each(foreign)(`kills the process for a syscall made as %s on ${archName}, whatever the number`, (_name, auditArch) => {
       for (const unixSockets of [false, true]) {
@@ -914,6 +939,7 @@ describe.each(ARCHES)('syscall numbers on %s against the kernel headers', (arch)
   const tables: Array<[string, string, number | undefined]> = [
     ...Object.entries(DENIED_SYSCALLS).map(([name, numbers]): [string, string, number | undefined] => ['DENIED_SYSCALLS', name, numbers[arch]]),
     ...Object.entries(ARGUMENT_SYSCALLS).map(([name, numbers]): [string, string, number | undefined] => ['ARGUMENT_SYSCALLS', name, numbers[arch]]),
+    ...Object.entries(UNAVAILABLE_SYSCALLS).map(([name, numbers]): [string, string, number | undefined] => ['UNAVAILABLE_SYSCALLS', name, numbers[arch]]),
     ...ALLOWED_SYSCALLS[arch].map(([name, nr]): [string, string, number | undefined] => ['the allowed-syscall list', name, nr]),
   ];
 
