@@ -41,7 +41,12 @@ describe('egress through the executor', () => {
   async function run(name: string, manifest: string, actions: unknown[]): Promise<{ results: ProbeResult[]; trace: Array<Record<string, unknown>> }> {
     const project = await probeProject(path.join(scratch.dir, name), manifest);
     const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], { cwd: project, env });
-    expect(result.code, result.stderr).toBe(0);
+    // A session that failed says where its host's log is: what the host said is the best clue to why.
+    const hostLog = /see (\S+host\.log)/.exec(result.stderr)?.[1];
+    let said = '';
+    for (const file of hostLog ? [hostLog, path.join(path.dirname(hostLog), 'bootstrap.log')] : [])
+      said += `\n${path.basename(file)}:\n${await fs.readFile(file, 'utf8').catch(() => '(could not be read)')}`;
+    expect(result.code, `${result.stderr}${said}`).toBe(0);
     const { workdir } = JSON.parse(result.stdout) as { workdir: string };
     const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
     const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))

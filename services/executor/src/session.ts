@@ -986,6 +986,14 @@ export class Session {
     if (handle !== undefined && (!parsed.success || parsed.data.type !== 'listener')) closeHandle(handle);
     if (!parsed.success) {
       this.environment.log.warn({ session_id: this.id }, 'refused a malformed message from a capsule host');
+      // In the session's own record too: a result refused here is a session that ends without one.
+      const type = (raw as { type?: unknown } | null)?.type;
+      this.bootstrap.line(
+        `[host] refused a malformed '${typeof type === 'string' ? type.slice(0, 40) : typeof type}' message from the capsule host: ${parsed.error.issues
+          .slice(0, 3)
+          .map((issue) => `${issue.path.join('.') || '(message)'}: ${issue.message}`)
+          .join('; ')}`,
+      );
       return;
     }
     const message = parsed.data;
