@@ -61,6 +61,11 @@ export interface NarrowingWarning {
   entry: string;
 }
 
+/** The port a request target goes to: its own, or its scheme's. */
+function portOf(target: { scheme: string; port?: number | undefined }): number {
+  return target.port ?? (target.scheme === 'https' ? 443 : 80);
+}
+
 function ownEndpointRefusal(host: string, port: number): string {
   return `network policy: '${host}:${port}' is the bus this runtime runs on, which no capsule may reach whatever capabilities.network.allow says`;
 }
@@ -147,8 +152,8 @@ export class EgressPolicy {
       return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
     }
     // After the rules: a capsule no rule lets near the bus learns nothing of where the bus is.
-    const port = target.port ?? (target.scheme === 'https' ? 443 : 80);
-    if (this.own.covers(target.host, port)) return { allowed: false, code: 'destination-IP-prohibited', reason: ownEndpointRefusal(target.host, port) };
+    if (this.own.covers(target.host, portOf(target)))
+      return { allowed: false, code: 'destination-IP-prohibited', reason: ownEndpointRefusal(target.host, portOf(target)) };
     return { allowed: true, rule: formatRule(rule) };
   }
 
@@ -226,8 +231,7 @@ export class EgressPolicy {
     const target = requestTargetOf(url);
     if (!target) return { ok: false, error: `invalid peer URL '${peerUrl}'` };
     if (!anyRuleMatches(this.ceiling, target)) return { ok: false, error: `network policy: '${peerUrl}' not in capabilities.network.allow` };
-    const port = target.port ?? (target.scheme === 'https' ? 443 : 80);
-    if (this.own.covers(target.host, port)) return { ok: false, error: ownEndpointRefusal(target.host, port) };
+    if (this.own.covers(target.host, portOf(target))) return { ok: false, error: ownEndpointRefusal(target.host, portOf(target)) };
     const body = {
       jsonrpc: '2.0',
       id: newRequestId(),
