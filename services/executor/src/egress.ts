@@ -76,8 +76,8 @@ export class EgressPolicy {
   private readonly tools = new Map<string, NetworkAllowRule[]>();
   /** Per-tool entries dropped because the ceiling does not cover them (`W-SEC-007`). */
   readonly dropped: NarrowingWarning[] = [];
-  /** How every allowed connection finds its address: vetted (`egress-address.ts`). */
-  readonly lookup: net.LookupFunction;
+  /** How every allowed connection finds its address: vetted (`egress-address.ts`); reached through `lookupTo`. */
+  private readonly lookup: net.LookupFunction;
   /** This session's HTTP connections, kept alive between its requests. */
   private readonly connections: EgressConnections;
 
@@ -121,6 +121,12 @@ export class EgressPolicy {
         answer(new ProhibitedAddress(hostname, bus, ownEndpointRefusal(`${hostname} (${bus})`, port)) as unknown as NodeJS.ErrnoException, '', 0);
       }) as unknown as Parameters<net.LookupFunction>[2]);
     };
+  }
+
+  /** `lookupTo` for the port an http(s) URL goes to (a collector's), or for 443 when there is none. */
+  lookupToUrl(url: string | undefined): net.LookupFunction {
+    const target = url === undefined ? undefined : requestTargetOf(url);
+    return this.lookupTo(target ? portOf(target) : 443);
   }
 
   /** The session has ended: its kept connections close. */

@@ -50,11 +50,15 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
   /** The hand-over is over: its channel is closed on this side. */
   private handedOver = false;
   private toldStartable = false;
-  private channelClosed = false;
-  private readonly closeWaiters = new Set<() => void>();
+  /** Resolves once the framed channel has closed: everything the host wrote has been read. */
+  private readonly channelClosed: Promise<void>;
+  private markClosed: () => void = () => {};
 
   constructor(readonly child: ChildProcess) {
     super();
+    this.channelClosed = new Promise((resolve) => {
+      this.markClosed = resolve;
+    });
     const socket = (child.stdio as ReadonlyArray<unknown>)[HOST_CHANNEL_FD] as Duplex | null | undefined;
     if (!socket) throw new Error('the capsule host was started without its channel');
     this.frames = new FrameChannel(
@@ -72,11 +76,7 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
           this.closeHandOver();
           this.emit('violation', why);
         },
-        close: () => {
-          this.channelClosed = true;
-          for (const waiter of this.closeWaiters) waiter();
-          this.closeWaiters.clear();
-        },
+        close: () => this.markClosed(),
       },
       HOST_BACKLOG_LIMIT_BYTES,
     );
@@ -112,18 +112,14 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
    * last frames are read: the executor reads the channel a slice at a time, and may hear the exit
    * between two slices, with the host's result still in the socket.
    */
-  everythingRead(waitMs: number): Promise<void> {
-    if (this.channelClosed) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = (): void => {
-        clearTimeout(timer);
-        this.closeWaiters.delete(done);
-        resolve();
-      };
-      // A process the host left behind could hold the channel open: the end is not held for it.
-      const timer = setTimeout(done, waitMs);
-      this.closeWaiters.add(done);
+  async everythingRead(waitMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    // A process the host left behind could hold the channel open: the end is not held for it.
+    const waited = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, waitMs);
     });
+    await Promise.race([this.channelClosed, waited]);
+    clearTimeout(timer);
   }
 
   /** Closes this side of both channels at once. */
