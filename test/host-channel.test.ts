@@ -57,6 +57,15 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(ended.error?.message).toMatch(/broke its channel to the executor \(it sent a message that is not JSON/);
   });
 
+  it('a host that exits 0 without a result fails its session, and the session’s record says what was heard of it', async () => {
+    const { ended, sessionDir } = await runToEnd('exits-without-result');
+    expect(ended.exit_status).toBe('failed');
+    expect(ended.error?.message).toMatch(/the capsule host ended without a result \(exit status 0\)/);
+    const bootstrap = await fs.readFile(path.join(sessionDir, 'logs', 'bootstrap.log'), 'utf8');
+    // `ready`, then its two lines: the channel closed with nothing left unread, so the host never sent one.
+    expect(bootstrap).toContain('[host] ended without a result: 3 messages read from it (the last: ready, output, output); its channel had closed');
+  });
+
   it('finds the IPC channel the sandbox’s sockets came over already closed once its session has started', async (context) => {
     if (!stack.executor.isolation.containment.startsWith('sealed')) {
       const why = `only a sealed sandbox hands sockets over, and this host gives '${stack.executor.isolation.containment}'`;

@@ -6,7 +6,8 @@
 // - `not-json`: a whole frame whose body does not parse;
 // - `empty-frame`: a frame of no bytes at all, the last thing it writes;
 // - `ipc-after-start`: a line that is not JSON on Node's IPC channel (which the executor must have
-//   closed by now: written to an open one, it would end the executor), then an honest result.
+//   closed by now: written to an open one, it would end the executor), then an honest result;
+// - `exits-without-result`: two lines of output, then an exit with status 0 and no result.
 import { writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 
@@ -47,6 +48,9 @@ function breakChannels(how) {
       process.stderr.write(`hostile host: the hand-over channel refused the line (${error.code})\n`);
     }
     channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+  } else if (how === 'exits-without-result') {
+    channel.write(frame({ type: 'output', stream: 'stdout', text: 'one\n' }));
+    channel.write(frame({ type: 'output', stream: 'stdout', text: 'two\n' }), () => process.exit(0));
   }
   // Held open, as a host that goes on running would be, until the executor ends it.
   setInterval(() => {}, 60_000);

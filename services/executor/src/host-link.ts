@@ -21,6 +21,9 @@ export const HOST_FRAME_LIMIT_BYTES = 3 * HOST_MESSAGE_LIMIT;
  */
 export const HOST_BACKLOG_LIMIT_BYTES = 64 * 1024 * 1024;
 
+/** How many of the last frames' types a link remembers. */
+const LAST_TYPES_KEPT = 8;
+
 export interface HostLinkEvents {
   /** A message from the host, with the socket it handed over when it is a `listener`. */
   message: [raw: unknown, handle?: unknown];
@@ -53,11 +56,18 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
   /** Resolves once the framed channel has closed: everything the host wrote has been read. */
   private readonly channelClosed: Promise<void>;
   private markClosed: () => void = () => {};
+  private closed = false;
+  private framesRead = 0;
+  /** The types of the last frames read, oldest first: what a session that ends without a result says it last heard. */
+  private readonly lastTypes: string[] = [];
 
   constructor(readonly child: ChildProcess) {
     super();
     this.channelClosed = new Promise((resolve) => {
-      this.markClosed = resolve;
+      this.markClosed = () => {
+        this.closed = true;
+        resolve();
+      };
     });
     const socket = (child.stdio as ReadonlyArray<unknown>)[HOST_CHANNEL_FD] as Duplex | null | undefined;
     if (!socket) throw new Error('the capsule host was started without its channel');
@@ -66,7 +76,11 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
       HOST_FRAME_LIMIT_BYTES,
       {
         message: (raw) => {
-          if ((raw as { type?: unknown } | null)?.type === 'ready') {
+          const type = (raw as { type?: unknown } | null)?.type;
+          this.framesRead += 1;
+          this.lastTypes.push(typeof type === 'string' ? type.slice(0, 40) : typeof type);
+          if (this.lastTypes.length > LAST_TYPES_KEPT) this.lastTypes.shift();
+          if (type === 'ready') {
             this.saidReady = true;
             this.tellIfStartable();
           }
@@ -112,7 +126,7 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
    * last frames are read: the executor reads the channel a slice at a time, and may hear the exit
    * between two slices, with the host's result still in the socket.
    */
-  async everythingRead(waitMs: number): Promise<void> {
+  async everythingRead(waitMs: number): Promise<'closed' | 'waited'> {
     let timer: NodeJS.Timeout | undefined;
     // A process the host left behind could hold the channel open: the end is not held for it.
     const waited = new Promise<void>((resolve) => {
@@ -120,6 +134,12 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
     });
     await Promise.race([this.channelClosed, waited]);
     clearTimeout(timer);
+    return this.closed ? 'closed' : 'waited';
+  }
+
+  /** What was read from the host: how many frames, and the types of the last few (oldest first). */
+  get heard(): { frames: number; lastTypes: string[] } {
+    return { frames: this.framesRead, lastTypes: [...this.lastTypes] };
   }
 
   /** Closes this side of both channels at once. */

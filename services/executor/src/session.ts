@@ -808,7 +808,7 @@ export class Session {
     // its exit, which can come while the last frames are still unread.
     child.once('exit', (code, signal) => {
       const exitedAt = Date.now();
-      void link.everythingRead(LAST_FRAMES_WAIT_MS).then(() => this.onExit(code, signal, exitedAt));
+      void link.everythingRead(LAST_FRAMES_WAIT_MS).then((read) => this.onExit(code, signal, exitedAt, read));
     });
     // Every error, not the first: a second one unheard would be thrown, and end the executor.
     child.on('error', (error: NodeJS.ErrnoException) => {
@@ -1178,9 +1178,12 @@ export class Session {
     return true;
   }
 
-  /** `exitedAt`: when the exit was heard, in ms since the epoch (the end is taken once the host's last frames are read). */
-  private onExit(code: number | null, signal: string | null, exitedAt: number): void {
-    this.finish(code, signal, exitedAt).catch((error: unknown) => {
+  /**
+   * `exitedAt`: when the exit was heard, in ms since the epoch (the end is taken once the host's
+   * last frames are read); `read`: whether its channel closed by then, or the wait ran out.
+   */
+  private onExit(code: number | null, signal: string | null, exitedAt: number, read: 'closed' | 'waited'): void {
+    this.finish(code, signal, exitedAt, read).catch((error: unknown) => {
       // The end could not be announced (the bus closed under a stopping service): say so, and
       // still let whoever awaits this session's end go on.
       this.environment.log.error({ session_id: this.id, err: error }, 'could not announce the end of a session');
@@ -1193,7 +1196,7 @@ export class Session {
     });
   }
 
-  private async finish(code: number | null, signal: string | null, exitedAtMs: number): Promise<void> {
+  private async finish(code: number | null, signal: string | null, exitedAtMs: number, read: 'closed' | 'waited'): Promise<void> {
     const exitedAt = new Date(exitedAtMs).toISOString();
     if (this.hardLimit) clearTimeout(this.hardLimit);
     this.workdirGuard?.stop();
@@ -1222,6 +1225,7 @@ export class Session {
               message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`,
             });
       end = { status: 'failed', exitCode: code, signal, error };
+      if (!this.killedFor) this.bootstrap.line(this.withoutResult(read));
       // The host could not close its own trace: the executor does, so every session_start has an end.
       this.trace.write('session_end', {
         total_turns: 0,
@@ -1280,6 +1284,16 @@ export class Session {
    * home that cannot be made, gets the session's own `.capsule-home`: its harness then remembers
    * only as long as this session lives, which is reported once.
    */
+  /**
+   * What the session heard of a host that ended without a result, for whoever reads the session's
+   * record: how much it read, what came last, and whether the channel had closed, so a host that
+   * never sent its result can be told from one whose result was not read.
+   */
+  private withoutResult(read: 'closed' | 'waited'): string {
+    const heard = this.link?.heard ?? { frames: 0, lastTypes: [] };
+    return `[host] ended without a result: ${heard.frames} message${heard.frames === 1 ? '' : 's'} read from it${heard.lastTypes.length ? ` (the last: ${heard.lastTypes.join(', ')})` : ''}; its channel ${read === 'closed' ? 'had closed' : `was still open ${LAST_FRAMES_WAIT_MS / 1000} s after its exit`}`;
+  }
+
   private async harnessHome(records: ConversationRecords, accessible: string): Promise<string> {
     try {
       this.harnessHomeDir = await records.ensureRecordDir('.harness-home');

@@ -64,9 +64,10 @@ describe("the executor's link to a capsule host", () => {
     const { link: hostLink, messages } = link(child);
     await once(child, 'exit');
     expect(messages.map((message) => message.type)).not.toContain('result');
-    await hostLink.everythingRead(10_000);
+    expect(await hostLink.everythingRead(10_000)).toBe('closed');
     expect(messages).toHaveLength(42);
     expect(messages.at(-1)?.type).toBe('result');
+    expect(hostLink.heard).toEqual({ frames: 42, lastTypes: [...Array<string>(7).fill('output'), 'result'] });
   });
 
   it('does not hold a host’s end past its wait for a process it left behind that keeps the channel open', async () => {
@@ -76,8 +77,9 @@ describe("the executor's link to a capsule host", () => {
     // What the process left behind has said all it will: only its open channel is waited for now.
     for (let waited = 0; messages.at(-1)?.type !== 'result' && waited < 10_000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50));
     const started = performance.now();
-    await hostLink.everythingRead(500);
+    const read = await hostLink.everythingRead(500);
     const waited = performance.now() - started;
+    expect(read).toBe('waited');
     expect(leftBehind, 'the process left behind said its pid').toBeTypeOf('number');
     expect(messages.at(-1)?.type).toBe('result');
     expect(waited).toBeGreaterThanOrEqual(450);

@@ -71,7 +71,12 @@ function finish(result: HostToExecutor & { type: 'result' }, code: number): void
   const sent: HostToExecutor =
     'message' in fitted ? fitted.message : { type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-001', message: fitted.refused } };
   exitCode = code;
-  executor.send(sent, () => process.exit(code));
+  // A result that did not reach the channel is not a success, whatever it said: the executor
+  // hears an exit without a result, and host.log says why.
+  executor.send(sent, (error) => {
+    if (error) process.stderr.write(`[capsule-host] the session's result could not be sent to the executor: ${error.message}\n`);
+    process.exit(error ? 1 : code);
+  });
 }
 
 /**
