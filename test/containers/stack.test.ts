@@ -310,6 +310,24 @@ describe('the stack in containers', () => {
     expect(climbing.stderr).toContain('error[E-SES-002]');
   });
 
+  it('refuses a capsule the bus’s host whatever its rules say: the bus, and the monitoring port that would list every session', async () => {
+    // The address a capsule's author could find out and write; a name of the stack's would be refused as private anyway.
+    const natsAddress = (await docker('inspect', '-f', '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}', container('nats'))).trim();
+    expect(natsAddress).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+    const dir = await probeProject(path.join(scratch.dir, 'bus-host'), `capabilities:\n  network:\n    allow: [${natsAddress}]\n`);
+    const task = JSON.stringify([
+      { op: 'fetch', url: `http://${natsAddress}:8222/connz?subs=1` },
+      { op: 'fetch', url: `http://${natsAddress}:4222/` },
+      { op: 'send', peer: `${natsAddress}:8222`, text: 'hello, monitoring' },
+    ]);
+    const result = await runMur(['run', '--task', task], { cwd: dir, env: client });
+    expect(result.code, result.stderr).toBe(0);
+    const results = probeResults(result.stdout);
+    // Without the refusal the first would be nats-server's own answer: 200, with every connection and subscription.
+    expect(results.map((entry) => entry.ok)).toEqual([false, false, false]);
+    expect(results[2]).toMatchObject({ op: 'send', error: expect.stringMatching(/:8222' is the host of the bus this runtime runs on/) });
+  });
+
   it('answers an agent capsule over A2A through the published door port with @a2a-js/sdk', async () => {
     const dir = await agentProject(path.join(scratch.dir, 'agent'), agentYaml('contained-agent'));
     const agent = await startAgent(dir, client);

@@ -14,7 +14,7 @@ import type { LookupAddress } from 'node:dns';
 import type net from 'node:net';
 import { ProhibitedAddress, type Resolve, privateHostsSetting, vettedLookup } from './egress-address.js';
 import { EgressConnections, egressRequest } from './egress-request.js';
-import { OwnEndpoints } from './own-endpoints.js';
+import { type OwnEndpoint, OwnEndpoints } from './own-endpoints.js';
 import type { HttpRequest } from './host/protocol.js';
 import { REQUEST_BODY_LIMIT_BYTES } from './host/request-body.js';
 import type { RequestUploads } from './request-uploads.js';
@@ -66,8 +66,8 @@ function portOf(target: { scheme: string; port?: number | undefined }): number {
   return target.port ?? (target.scheme === 'https' ? 443 : 80);
 }
 
-function ownEndpointRefusal(host: string, port: number): string {
-  return `network policy: '${host}:${port}' is the bus this runtime runs on, which no capsule may reach whatever capabilities.network.allow says`;
+function ownEndpointRefusal(host: string, port: number, what: OwnEndpoint): string {
+  return `network policy: '${host}:${port}' is ${what}, which no capsule may reach whatever capabilities.network.allow says`;
 }
 
 /** The rules each grant holder (the capsule, each tool) is judged by. */
@@ -116,9 +116,17 @@ export class EgressPolicy {
       const answer = callback as unknown as (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
       this.lookup(hostname, options, ((error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => {
         const addresses = typeof address === 'string' ? [address] : (address ?? []).map((entry) => entry.address);
-        const bus = error ? undefined : addresses.find((candidate) => this.own.covers(candidate, port));
-        if (bus === undefined) return answer(error, address, family);
-        answer(new ProhibitedAddress(hostname, bus, ownEndpointRefusal(`${hostname} (${bus})`, port)) as unknown as NodeJS.ErrnoException, '', 0);
+        let reached: { address: string; what: OwnEndpoint } | undefined;
+        for (const candidate of error ? [] : addresses) {
+          const what = this.own.covers(candidate, port);
+          if (what) {
+            reached = { address: candidate, what };
+            break;
+          }
+        }
+        if (reached === undefined) return answer(error, address, family);
+        const refusal = ownEndpointRefusal(`${hostname} (${reached.address})`, port, reached.what);
+        answer(new ProhibitedAddress(hostname, reached.address, refusal) as unknown as NodeJS.ErrnoException, '', 0);
       }) as unknown as Parameters<net.LookupFunction>[2]);
     };
   }
@@ -158,8 +166,8 @@ export class EgressPolicy {
       return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
     }
     // After the rules: a capsule no rule lets near the bus learns nothing of where the bus is.
-    if (this.own.covers(target.host, portOf(target)))
-      return { allowed: false, code: 'destination-IP-prohibited', reason: ownEndpointRefusal(target.host, portOf(target)) };
+    const own = this.own.covers(target.host, portOf(target));
+    if (own) return { allowed: false, code: 'destination-IP-prohibited', reason: ownEndpointRefusal(target.host, portOf(target), own) };
     return { allowed: true, rule: formatRule(rule) };
   }
 
@@ -178,7 +186,8 @@ export class EgressPolicy {
     // A URL rule always has its port (written, or its scheme's default); a host rule without one admits any.
     const admitted = this.ceiling.find((rule) => rule.host === host.toLowerCase() && (rule.port === undefined || rule.port === port));
     if (!admitted) return { allowed: false, reason: `network policy: '${host}:${port}' not in capabilities.network.allow` };
-    if (this.own.covers(host, port)) return { allowed: false, reason: ownEndpointRefusal(host, port) };
+    const own = this.own.covers(host, port);
+    if (own) return { allowed: false, reason: ownEndpointRefusal(host, port, own) };
     return { allowed: true, rule: formatRule(admitted) };
   }
 
@@ -237,7 +246,8 @@ export class EgressPolicy {
     const target = requestTargetOf(url);
     if (!target) return { ok: false, error: `invalid peer URL '${peerUrl}'` };
     if (!anyRuleMatches(this.ceiling, target)) return { ok: false, error: `network policy: '${peerUrl}' not in capabilities.network.allow` };
-    if (this.own.covers(target.host, portOf(target))) return { ok: false, error: ownEndpointRefusal(target.host, portOf(target)) };
+    const own = this.own.covers(target.host, portOf(target));
+    if (own) return { ok: false, error: ownEndpointRefusal(target.host, portOf(target), own) };
     const body = {
       jsonrpc: '2.0',
       id: newRequestId(),

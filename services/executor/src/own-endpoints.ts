@@ -12,14 +12,19 @@ import { bare, embeddedIpv4, systemResolve } from './egress-address.js';
  * operator lets names resolve privately (`egress-address.ts`).
  *
  * A bus on this machine (a loopback address, or one of the machine's own) is reached at its port
- * on every address of the machine, since a server listening on all of them answers on each; a
- * bus elsewhere, on each address its name resolves to.
+ * on every address of the machine, since a server listening on all of them answers on each. A bus
+ * elsewhere is taken whole, every port of each address its name resolves to: the host a bus runs
+ * on serves its monitoring (`/connz` lists every client and subscription, so every session), its
+ * cluster routes and whatever else its operator put beside it, on ports this executor cannot know.
+ * The machine the executor runs on cannot be taken whole: capsules may be granted its other ports.
  */
 export class OwnEndpoints {
-  /** Address (`canonicalAddress`) → the ports taken there. */
+  /** Address (`canonicalAddress`) → the bus's ports there. */
   private readonly taken = new Map<string, Set<number>>();
-  /** Host names as written in the bus's URL, with their ports. */
+  /** Host names as written in the bus's URL, with the bus's ports. */
   private readonly names = new Map<string, Set<number>>();
+  /** Addresses and names taken at every port: those of a bus elsewhere. */
+  private readonly whole = new Set<string>();
 
   /** None: an executor on the in-process bus has no endpoint a capsule could reach. */
   static readonly none = new OwnEndpoints();
@@ -36,7 +41,6 @@ export class OwnEndpoints {
     const own = new OwnEndpoints();
     for (const server of busServers(natsUrl)) {
       const host = server.host;
-      own.add(own.names, host, server.port);
       const literal = canonicalAddress(host);
       const addresses =
         literal !== undefined
@@ -46,7 +50,12 @@ export class OwnEndpoints {
               return [] as string[];
             });
       const onThisMachine = host === 'localhost' || addresses.some(isThisMachine);
-      for (const address of onThisMachine ? thisMachine() : addresses) own.add(own.taken, address, server.port);
+      own.add(own.names, host, server.port);
+      if (!onThisMachine) own.whole.add(host);
+      for (const address of onThisMachine ? thisMachine() : addresses) {
+        own.add(own.taken, address, server.port);
+        if (!onThisMachine) own.whole.add(address);
+      }
     }
     return own;
   }
@@ -56,22 +65,28 @@ export class OwnEndpoints {
     return this.names.size === 0;
   }
 
-  /** Whether a connection to `host:port` (as a rule or a URL writes it) would reach one of these endpoints. */
-  covers(host: string, port: number): boolean {
+  /**
+   * What a connection to `host:port` (as a rule or a URL writes it) would reach of these
+   * endpoints — the bus itself, or another port of the host a bus elsewhere runs on — or
+   * undefined when it reaches none of them.
+   */
+  covers(host: string, port: number): OwnEndpoint | undefined {
     const plain = bare(host).toLowerCase();
-    if (this.names.get(plain)?.has(port)) return true;
-    const written = plain === 'localhost' ? ['127.0.0.1', '::1'] : [canonicalAddress(plain)];
-    return written.some(
-      (address) => address !== undefined && (this.taken.get(address)?.has(port) || (isLoopback(address) && this.taken.get('127.0.0.1')?.has(port))),
-    );
+    const written = (plain === 'localhost' ? ['127.0.0.1', '::1'] : [canonicalAddress(plain)]).filter((address) => address !== undefined);
+    // Every address in 127/8 reaches the machine: a bus on it is taken at each (`thisMachine`).
+    const keys = [plain, ...written, ...(written.some(isLoopback) ? ['127.0.0.1'] : [])];
+    if (this.names.get(plain)?.has(port) || keys.some((key) => this.taken.get(key)?.has(port))) return 'the bus this runtime runs on';
+    if (keys.some((key) => this.whole.has(key))) return 'the host of the bus this runtime runs on';
+    return undefined;
   }
 
   private add(map: Map<string, Set<number>>, key: string, port: number): void {
-    const ports = map.get(key) ?? new Set<number>();
-    ports.add(port);
-    map.set(key, ports);
+    map.set(key, (map.get(key) ?? new Set<number>()).add(port));
   }
 }
+
+/** What of the runtime's own a connection would reach. */
+export type OwnEndpoint = 'the bus this runtime runs on' | 'the host of the bus this runtime runs on';
 
 /** Each server of a `MURMUR_NATS_URL`, as host (without brackets, lowercased) and port (when none is written: a websocket's scheme's, else NATS's 4222). */
 export function busServers(natsUrl: string | undefined): Array<{ host: string; port: number }> {

@@ -3,6 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { EgressPolicy } from '../src/egress.js';
 import { OwnEndpoints, busServers } from '../src/own-endpoints.js';
 
+const BUS = 'the bus this runtime runs on';
+const BUS_HOST = 'the host of the bus this runtime runs on';
+
 const noDns = async (host: string): Promise<string[]> => {
   throw new Error(`no DNS in this test (${host})`);
 };
@@ -22,40 +25,42 @@ describe("the runtime's own endpoints", () => {
     expect(busServers('  ')).toEqual([]);
   });
 
-  it('takes a bus elsewhere at each address its name resolves to, at its port only', async () => {
+  it('takes a bus elsewhere whole: its port as the bus, every other port of its name and addresses as the bus’s host', async () => {
     const own = await OwnEndpoints.ofBus('nats://token@nats:4222', { resolve: async () => ['172.18.0.2'] });
-    expect(own.covers('172.18.0.2', 4222)).toBe(true);
-    expect(own.covers('nats', 4222)).toBe(true);
-    expect(own.covers('NATS', 4222)).toBe(true);
-    expect(own.covers('[::ffff:172.18.0.2]', 4222)).toBe(true);
-    expect(own.covers('::ffff:ac12:2', 4222)).toBe(true);
-    expect(own.covers('172.18.0.2', 8222)).toBe(false);
-    expect(own.covers('172.18.0.3', 4222)).toBe(false);
-    expect(own.covers('127.0.0.1', 4222)).toBe(false);
-    expect(own.covers('localhost', 4222)).toBe(false);
+    for (const host of ['172.18.0.2', 'nats', 'NATS', '[::ffff:172.18.0.2]', '::ffff:ac12:2']) {
+      expect(own.covers(host, 4222), host).toBe(BUS);
+      // Its monitoring (/connz names every client and subscription), its cluster routes, anything beside it.
+      for (const port of [8222, 6222, 80]) expect(own.covers(host, port), `${host}:${port}`).toBe(BUS_HOST);
+    }
+    expect(own.covers('172.18.0.3', 4222)).toBeUndefined();
+    expect(own.covers('127.0.0.1', 4222)).toBeUndefined();
+    expect(own.covers('localhost', 8222)).toBeUndefined();
   });
 
   it('takes a bus on this machine at its port on every address of the machine', async () => {
     const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', { resolve: noDns });
     const interfaces = Object.values(os.networkInterfaces()).flatMap((entries) => (entries ?? []).map((entry) => entry.address));
     for (const host of ['127.0.0.1', '127.0.0.2', '127.255.0.9', 'localhost', '::1', '[0:0:0:0:0:0:0:1]', '0.0.0.0', '::', '[::ffff:127.0.0.1]', ...interfaces])
-      expect(own.covers(host, 4999), host).toBe(true);
-    expect(own.covers('127.0.0.1', 4998)).toBe(false);
-    expect(own.covers('8.8.8.8', 4999)).toBe(false);
+      expect(own.covers(host, 4999), host).toBe(BUS);
+    // The machine the executor is on is not taken whole: a capsule may be granted its other ports.
+    expect(own.covers('127.0.0.1', 4998)).toBeUndefined();
+    expect(own.covers('127.0.0.1', 8222)).toBeUndefined();
+    expect(own.covers('8.8.8.8', 4999)).toBeUndefined();
   });
 
-  it('keeps a name that does not resolve as the name, and says it did not resolve', async () => {
+  it('keeps a name that does not resolve as the name, whole, and says it did not resolve', async () => {
     const unresolved: string[] = [];
     const own = await OwnEndpoints.ofBus('bus.internal:4222', { resolve: noDns, unresolved: (host) => unresolved.push(host) });
     expect(unresolved).toEqual(['bus.internal']);
-    expect(own.covers('bus.internal', 4222)).toBe(true);
-    expect(own.covers('bus.internal', 4223)).toBe(false);
+    expect(own.covers('bus.internal', 4222)).toBe(BUS);
+    expect(own.covers('bus.internal', 4223)).toBe(BUS_HOST);
+    expect(own.covers('other.internal', 4222)).toBeUndefined();
   });
 
   it('is nothing for an executor on the in-process bus', async () => {
     for (const own of [OwnEndpoints.none, await OwnEndpoints.ofBus(undefined, { resolve: noDns })]) {
-      expect(own.covers('127.0.0.1', 4222)).toBe(false);
-      expect(own.covers('localhost', 4222)).toBe(false);
+      expect(own.covers('127.0.0.1', 4222)).toBeUndefined();
+      expect(own.covers('localhost', 4222)).toBeUndefined();
     }
   });
 
@@ -86,6 +91,33 @@ describe("the runtime's own endpoints", () => {
         ok: false,
         error: "network policy: '127.0.0.1:4999' is the bus this runtime runs on, which no capsule may reach whatever capabilities.network.allow says",
       });
+    } finally {
+      policy.close();
+    }
+  });
+
+  it('refuses the monitoring port of a bus elsewhere where a rule allows it, naming it as the bus’s host', async () => {
+    const own = await OwnEndpoints.ofBus('nats://nats:4222', { resolve: async () => ['172.18.0.2'] });
+    const policy = new EgressPolicy(
+      { policy: { network_allow: ['nats:8222', '172.18.0.2', 'https://api.example.com'] } as never, artifacts: [] },
+      { own, privateHosts: () => true, resolve: async () => [{ address: '172.18.0.2', family: 4 }] },
+    );
+    try {
+      expect(policy.judgeHttp('http://nats:8222/connz?subs=1', 'capsule')).toEqual({
+        allowed: false,
+        code: 'destination-IP-prohibited',
+        reason: "network policy: 'nats:8222' is the host of the bus this runtime runs on, which no capsule may reach whatever capabilities.network.allow says",
+      });
+      expect(policy.judgeTcp('172.18.0.2', 6222)).toMatchObject({
+        allowed: false,
+        reason: expect.stringMatching(/is the host of the bus this runtime runs on/),
+      });
+      expect(policy.judgeHttp('http://172.18.0.2:4222/', 'capsule')).toMatchObject({ reason: expect.stringMatching(/is the bus this runtime runs on/) });
+      // A name that resolves there is refused at any port too.
+      const lookup = await new Promise<{ error: Error | null }>((resolve) =>
+        policy.lookupTo(443)('api.example.com', { family: 4 }, (error) => resolve({ error })),
+      );
+      expect(lookup.error?.message).toMatch(/'api\.example\.com \(172\.18\.0\.2\):443' is the host of the bus this runtime runs on/);
     } finally {
       policy.close();
     }
