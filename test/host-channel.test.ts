@@ -57,6 +57,12 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(ended.error?.message).toMatch(/broke its channel to the executor \(it sent a message that is not JSON/);
   });
 
+  it('ends the channel once it has read a host’s result, so a host that waits for that exits at once', async () => {
+    const { ended, sessionDir } = await runToEnd('waits-for-end');
+    expect(ended.exit_status, JSON.stringify(ended.error)).toBe('ok');
+    expect(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).toContain('the executor ended the channel after the result');
+  });
+
   it('a host that exits 0 without a result fails its session, and the session’s record says what was heard of it', async () => {
     const { ended, sessionDir } = await runToEnd('exits-without-result');
     expect(ended.exit_status).toBe('failed');

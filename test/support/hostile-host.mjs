@@ -7,7 +7,9 @@
 // - `empty-frame`: a frame of no bytes at all, the last thing it writes;
 // - `ipc-after-start`: a line that is not JSON on Node's IPC channel (which the executor must have
 //   closed by now: written to an open one, it would end the executor), then an honest result;
-// - `exits-without-result`: two lines of output, then an exit with status 0 and no result.
+// - `exits-without-result`: two lines of output, then an exit with status 0 and no result;
+// - `waits-for-end` (not hostile): a result, then an exit only once the executor ends the channel,
+//   as the runtime's host does, saying on stderr that it was ended (status 0), or not (status 3).
 import { writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 
@@ -48,6 +50,13 @@ function breakChannels(how) {
       process.stderr.write(`hostile host: the hand-over channel refused the line (${error.code})\n`);
     }
     channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+  } else if (how === 'waits-for-end') {
+    channel.on('end', () => {
+      process.stderr.write('hostile host: the executor ended the channel after the result\n');
+      process.exit(0);
+    });
+    channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }));
+    setTimeout(() => process.exit(3), 10_000);
   } else if (how === 'exits-without-result') {
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'one\n' }));
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'two\n' }), () => process.exit(0));

@@ -142,6 +142,16 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
     return { frames: this.framesRead, lastTypes: [...this.lastTypes] };
   }
 
+  /**
+   * Ends what this side sends, once what was sent is written: told to a host whose result has
+   * been read, which waits for it to exit. A host must not exit before: a reply the executor
+   * writes to a host that has exited fails, and Node then drops whatever the channel still held
+   * unread, the result among it.
+   */
+  endSending(): void {
+    this.frames.end();
+  }
+
   /** Closes this side of both channels at once. */
   close(): void {
     this.frames.destroy();

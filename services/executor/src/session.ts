@@ -1020,6 +1020,8 @@ export class Session {
         return;
       case 'result':
         this.result = message;
+        // Heard: the host may exit now, and waits for this to (`HostLink.endSending` says why).
+        this.link?.endSending();
         return;
       case 'event':
         this.onHostEvent(message.event);

@@ -65,17 +65,34 @@ const send = (message: HostToExecutor): string | undefined => {
   return undefined;
 };
 
-/** Sends the session's result, then exits once it is written. */
+/**
+ * How long a host that sent its result waits for the executor to end the channel, which it does
+ * once it has read the result; an executor that never does is not waited for longer.
+ */
+const RESULT_HEARD_TIMEOUT_MS = 5_000;
+
+/**
+ * Sends the session's result, then exits once the executor has read it: it ends the channel, and
+ * the channel's close exits with `code`. Not as soon as it is written: a reply the executor writes
+ * to a host that has already exited (one to a request sent just before the result) fails, and
+ * Node then drops what the executor had not yet read of the channel, the result among it.
+ */
 function finish(result: HostToExecutor & { type: 'result' }, code: number): void {
   const fitted = fitForExecutor(result);
   const sent: HostToExecutor =
     'message' in fitted ? fitted.message : { type: 'result', status: 'failed', exit_code: 1, error: { code: 'E-RUN-001', message: fitted.refused } };
   exitCode = code;
-  // A result that did not reach the channel is not a success, whatever it said: the executor
-  // hears an exit without a result, and host.log says why.
   executor.send(sent, (error) => {
-    if (error) process.stderr.write(`[capsule-host] the session's result could not be sent to the executor: ${error.message}\n`);
-    process.exit(error ? 1 : code);
+    // A result that did not reach the channel is not a success, whatever it said: the executor
+    // hears an exit without a result, and host.log says why.
+    if (error) {
+      process.stderr.write(`[capsule-host] the session's result could not be sent to the executor: ${error.message}\n`);
+      process.exit(1);
+    }
+    setTimeout(() => {
+      process.stderr.write(`[capsule-host] the executor did not end the channel within ${RESULT_HEARD_TIMEOUT_MS / 1000} s of the result; exiting\n`);
+      process.exit(code);
+    }, RESULT_HEARD_TIMEOUT_MS);
   });
 }
 

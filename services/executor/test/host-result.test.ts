@@ -1,0 +1,111 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { capabilityPolicy, parseCapsuleManifest } from '@murmur/shared';
+import { afterEach, describe, expect, it } from 'vitest';
+import { HostLink } from '../src/host-link.js';
+import type { StartMessage } from '../src/host/protocol.js';
+import { HOST_ENTRY } from '../src/session.js';
+
+/**
+ * A host's result is the session's outcome, so a host does not exit the moment it has written it:
+ * a reply the executor writes to a host that has exited fails, and Node then drops what the
+ * executor had not yet read of the channel, the result among it (under load, a session that
+ * held 64 response bodies open lost its result that way: their releases were answered late).
+ * The host waits for the executor to end the channel, which it does once it has read the result.
+ */
+describe("a capsule host's result", () => {
+  const children: ChildProcess[] = [];
+  let scratch: string | undefined;
+
+  afterEach(async () => {
+    for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    if (scratch) await fs.rm(scratch, { recursive: true, force: true });
+    scratch = undefined;
+  });
+
+  it('the real host stays after writing its result until the executor ends the channel, then exits with its status', async () => {
+    scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-host-result-'));
+    const host = spawn(process.execPath, [HOST_ENTRY], { cwd: scratch, env: { PATH: process.env.PATH ?? '' }, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] });
+    children.push(host);
+    let stderr = '';
+    host.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const link = new HostLink(host);
+    const result = new Promise<{ status: string; error?: { code: string } }>((resolve) =>
+      link.on('message', (raw) => {
+        const message = raw as { type: string; status: string; error?: { code: string } };
+        if (message.type === 'ready') link.send(startWithNothingToRun(scratch as string));
+        if (message.type === 'result') resolve(message);
+      }),
+    );
+    // A script capsule with no component: the host's answer is a failed result, at once.
+    expect(await result).toMatchObject({ status: 'failed', error: { code: 'E-RUN-004' } });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(host.exitCode, `the host exited before the executor had said it read the result: ${stderr}`).toBeNull();
+    link.endSending();
+    const [code] = (await once(host, 'exit')) as [number | null];
+    expect(code).toBe(0);
+    expect(stderr).not.toContain('did not end the channel');
+  });
+
+  it('a reply written late to a host that waits for the channel’s end costs the executor nothing of what the host wrote', async () => {
+    // The host asks for something, then sends its result 50 ms later; the executor, stalled for
+    // 300 ms on the request (a machine under load), answers after the result is in the channel.
+    const stand_in = `
+      const { Socket } = require('node:net');
+      const channel = new Socket({ fd: 3, readable: true, writable: true });
+      const frame = (message) => {
+        const body = Buffer.from(JSON.stringify(message));
+        const header = Buffer.alloc(4);
+        header.writeUInt32BE(body.length);
+        return Buffer.concat([header, body]);
+      };
+      channel.on('data', () => {});
+      channel.on('close', () => process.exit(0));
+      channel.write(frame({ type: 'request', id: 1, request: { op: 'http-body-release', body: 1 } }));
+      setTimeout(() => channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 })), 50);
+      setTimeout(() => process.exit(3), 10_000);
+    `;
+    const host = spawn(process.execPath, ['-e', stand_in], { stdio: ['ignore', 'ignore', 'inherit', 'pipe'] });
+    children.push(host);
+    const link = new HostLink(host);
+    const types: string[] = [];
+    link.on('message', (raw) => {
+      const message = raw as { type: string; id?: number };
+      types.push(message.type);
+      if (message.type === 'request') {
+        const until = Date.now() + 300;
+        while (Date.now() < until);
+        link.send({ type: 'reply', id: message.id, ok: true, value: null });
+      }
+      if (message.type === 'result') link.endSending();
+    });
+    const [code] = (await once(host, 'exit')) as [number | null];
+    expect(await link.everythingRead(5_000)).toBe('closed');
+    expect(code).toBe(0);
+    expect(types).toEqual(['request', 'result']);
+    link.close();
+  });
+});
+
+function startWithNothingToRun(workdir: string): StartMessage {
+  const policy = capabilityPolicy(parseCapsuleManifest('name: nothing\nversion: 0.1.0\n').manifest);
+  return {
+    type: 'start',
+    session_id: 'ses_host_result_test',
+    capsule_name: 'nothing',
+    capsule_version: '0.1.0',
+    preopen: workdir,
+    accessible_workdir: workdir,
+    session_dir: workdir,
+    guest_env: [],
+    subprocess_env: {},
+    policy,
+    tools: [],
+    allowlist: [],
+    trace_include_tool_output: false,
+    effective_grants: {},
+  };
+}
