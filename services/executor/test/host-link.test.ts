@@ -9,16 +9,21 @@ import { HostLink } from '../src/host-link.js';
  * `delayMs`, writes `frames` output frames and a result and exits, unless told to `stay`: so
  * the host's exit is heard before its last frames are written, let alone read.
  */
+/** A stand-in host's source for one framed message (four bytes of length, then the JSON). */
+const FRAME_SOURCE = `
+  const frame = (message) => {
+    const body = Buffer.from(JSON.stringify(message));
+    const header = Buffer.alloc(4);
+    header.writeUInt32BE(body.length);
+    return Buffer.concat([header, body]);
+  };
+`;
+
 function startHost(options: { frames: number; delayMs: number; stay?: boolean }): ChildProcess {
   const writer = `
     const { Socket } = require('node:net');
     const channel = new Socket({ fd: 3, readable: false, writable: true });
-    const frame = (message) => {
-      const body = Buffer.from(JSON.stringify(message));
-      const header = Buffer.alloc(4);
-      header.writeUInt32BE(body.length);
-      return Buffer.concat([header, body]);
-    };
+    ${FRAME_SOURCE}
     channel.write(frame({ type: 'left-behind', pid: process.pid }));
     setTimeout(() => {
       for (let n = 0; n < ${options.frames}; n += 1) channel.write(frame({ type: 'output', stream: 'stdout', text: 'x'.repeat(1024) }));
@@ -84,6 +89,39 @@ describe("the executor's link to a capsule host", () => {
     expect(messages.at(-1)?.type).toBe('result');
     expect(waited).toBeGreaterThanOrEqual(450);
     expect(waited).toBeLessThan(5_000);
+    hostLink.close();
+  });
+  it('a reply written late to a host that waits for the channel’s end costs the executor nothing of what the host wrote', async () => {
+    // The host asks for something, then sends its result 50 ms later; the executor, stalled for
+    // 300 ms on the request (a machine under load), answers after the result is in the channel.
+    // A host that exited as soon as its result was written would lose it here (host-result.test.ts).
+    const standIn = `
+      const { Socket } = require('node:net');
+      const channel = new Socket({ fd: 3, readable: true, writable: true });
+      ${FRAME_SOURCE}
+      channel.on('data', () => {});
+      channel.on('close', () => process.exit(0));
+      channel.write(frame({ type: 'request', id: 1, request: { op: 'http-body-release', body: 1 } }));
+      setTimeout(() => channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 })), 50);
+      setTimeout(() => process.exit(3), 10_000);
+    `;
+    const child = spawn(process.execPath, ['-e', standIn], { stdio: ['ignore', 'ignore', 'inherit', 'pipe'] });
+    const hostLink = new HostLink(child);
+    const types: string[] = [];
+    hostLink.on('message', (raw) => {
+      const message = raw as { type: string; id?: number };
+      types.push(message.type);
+      if (message.type === 'request') {
+        const until = Date.now() + 300;
+        while (Date.now() < until);
+        hostLink.send({ type: 'reply', id: message.id, ok: true, value: null });
+      }
+      if (message.type === 'result') hostLink.endSending();
+    });
+    const [code] = (await once(child, 'exit')) as [number | null];
+    expect(await hostLink.everythingRead(5_000)).toBe('closed');
+    expect(code).toBe(0);
+    expect(types).toEqual(['request', 'result']);
     hostLink.close();
   });
 });
