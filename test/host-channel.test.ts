@@ -63,6 +63,16 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).toContain('the executor ended the channel after the result');
   });
 
+  it('ends the channel on a result it refuses as malformed too, so its host does not linger', async () => {
+    const { ended, sessionDir } = await runToEnd('malformed-result');
+    expect(ended.exit_status).toBe('failed');
+    expect(ended.error?.message).toMatch(/the capsule host ended without a result \(exit status 0\)/);
+    expect(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).toContain('the executor ended the channel after the result');
+    expect(await fs.readFile(path.join(sessionDir, 'logs', 'bootstrap.log'), 'utf8')).toMatch(
+      /refused a malformed 'result' message from the capsule host: status/,
+    );
+  });
+
   it('a host that exits 0 without a result fails its session, and the session’s record says what was heard of it', async () => {
     const { ended, sessionDir } = await runToEnd('exits-without-result');
     expect(ended.exit_status).toBe('failed');

@@ -326,6 +326,19 @@ describe('the stack in containers', () => {
     // Without the refusal the first would be nats-server's own answer: 200, with every connection and subscription.
     expect(results.map((entry) => entry.ok)).toEqual([false, false, false]);
     expect(results[2]).toMatchObject({ op: 'send', error: expect.stringMatching(/:8222' is the host of the bus this runtime runs on/) });
+    // Each fetch refused for what it is, in the session's trace on its executor.
+    const trace = await runMur(['files', sessionOf(result.stdout), 'trace.jsonl'], { env: client });
+    expect(trace.code, trace.stderr).toBe(0);
+    const refusals = trace.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { event_type: string; kind?: string; decision?: string; reason?: string })
+      .filter((event) => event.event_type === 'egress' && event.kind === 'http' && event.decision === 'denied')
+      .map((event) => event.reason);
+    expect(refusals).toEqual([
+      expect.stringMatching(/:8222' is the host of the bus this runtime runs on/),
+      expect.stringMatching(/:4222' is the bus this runtime runs on/),
+    ]);
   });
 
   it('answers an agent capsule over A2A through the published door port with @a2a-js/sdk', async () => {

@@ -9,7 +9,8 @@
 //   closed by now: written to an open one, it would end the executor), then an honest result;
 // - `exits-without-result`: two lines of output, then an exit with status 0 and no result;
 // - `waits-for-end` (not hostile): a result, then an exit only once the executor ends the channel,
-//   as the runtime's host does, saying on stderr that it was ended (status 0), or not (status 3).
+//   as the runtime's host does, saying on stderr that it was ended (status 0), or not (status 3);
+// - `malformed-result`: the same, with a result whose status is no status.
 import { writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 
@@ -50,12 +51,12 @@ function breakChannels(how) {
       process.stderr.write(`hostile host: the hand-over channel refused the line (${error.code})\n`);
     }
     channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
-  } else if (how === 'waits-for-end') {
+  } else if (how === 'waits-for-end' || how === 'malformed-result') {
     channel.on('end', () => {
       process.stderr.write('hostile host: the executor ended the channel after the result\n');
       process.exit(0);
     });
-    channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }));
+    channel.write(frame({ type: 'result', status: how === 'waits-for-end' ? 'ok' : 'splendid', exit_code: 0 }));
     setTimeout(() => process.exit(3), 10_000);
   } else if (how === 'exits-without-result') {
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'one\n' }));

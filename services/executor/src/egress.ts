@@ -14,7 +14,7 @@ import type { LookupAddress } from 'node:dns';
 import type net from 'node:net';
 import { ProhibitedAddress, type Resolve, privateHostsSetting, vettedLookup } from './egress-address.js';
 import { EgressConnections, egressRequest } from './egress-request.js';
-import { type OwnEndpoint, OwnEndpoints } from './own-endpoints.js';
+import { OwnEndpoints } from './own-endpoints.js';
 import type { HttpRequest } from './host/protocol.js';
 import { REQUEST_BODY_LIMIT_BYTES } from './host/request-body.js';
 import type { RequestUploads } from './request-uploads.js';
@@ -66,10 +66,6 @@ function portOf(target: { scheme: string; port?: number | undefined }): number {
   return target.port ?? (target.scheme === 'https' ? 443 : 80);
 }
 
-function ownEndpointRefusal(host: string, port: number, what: OwnEndpoint): string {
-  return `network policy: '${host}:${port}' is ${what}, which no capsule may reach whatever capabilities.network.allow says`;
-}
-
 /** The rules each grant holder (the capsule, each tool) is judged by. */
 export class EgressPolicy {
   private readonly ceiling: NetworkAllowRule[];
@@ -116,19 +112,19 @@ export class EgressPolicy {
       const answer = callback as unknown as (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
       this.lookup(hostname, options, ((error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => {
         const addresses = typeof address === 'string' ? [address] : (address ?? []).map((entry) => entry.address);
-        let reached: { address: string; what: OwnEndpoint } | undefined;
-        for (const candidate of error ? [] : addresses) {
-          const what = this.own.covers(candidate, port);
-          if (what) {
-            reached = { address: candidate, what };
-            break;
-          }
-        }
-        if (reached === undefined) return answer(error, address, family);
-        const refusal = ownEndpointRefusal(`${hostname} (${reached.address})`, port, reached.what);
-        answer(new ProhibitedAddress(hostname, reached.address, refusal) as unknown as NodeJS.ErrnoException, '', 0);
+        const refused = (error ? [] : addresses)
+          .map((candidate) => ({ candidate, reason: this.ownEndpointRefusal(candidate, port, `${hostname} (${candidate})`) }))
+          .find((entry) => entry.reason !== undefined);
+        if (refused?.reason === undefined) return answer(error, address, family);
+        answer(new ProhibitedAddress(hostname, refused.candidate, refused.reason) as unknown as NodeJS.ErrnoException, '', 0);
       }) as unknown as Parameters<net.LookupFunction>[2]);
     };
+  }
+
+  /** Why `host:port` may not be reached (the runtime's own, `own-endpoints.ts`), said as `shown`; undefined when it may. */
+  private ownEndpointRefusal(host: string, port: number, shown = host): string | undefined {
+    const what = this.own.covers(host, port);
+    return what && `network policy: '${shown}:${port}' is ${what}, which no capsule may reach whatever capabilities.network.allow says`;
   }
 
   /** `lookupTo` for the port an http(s) URL goes to (a collector's), or for 443 when there is none. */
@@ -166,8 +162,8 @@ export class EgressPolicy {
       return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
     }
     // After the rules: a capsule no rule lets near the bus learns nothing of where the bus is.
-    const own = this.own.covers(target.host, portOf(target));
-    if (own) return { allowed: false, code: 'destination-IP-prohibited', reason: ownEndpointRefusal(target.host, portOf(target), own) };
+    const own = this.ownEndpointRefusal(target.host, portOf(target));
+    if (own) return { allowed: false, code: 'destination-IP-prohibited', reason: own };
     return { allowed: true, rule: formatRule(rule) };
   }
 
@@ -186,8 +182,8 @@ export class EgressPolicy {
     // A URL rule always has its port (written, or its scheme's default); a host rule without one admits any.
     const admitted = this.ceiling.find((rule) => rule.host === host.toLowerCase() && (rule.port === undefined || rule.port === port));
     if (!admitted) return { allowed: false, reason: `network policy: '${host}:${port}' not in capabilities.network.allow` };
-    const own = this.own.covers(host, port);
-    if (own) return { allowed: false, reason: ownEndpointRefusal(host, port, own) };
+    const own = this.ownEndpointRefusal(host, port);
+    if (own) return { allowed: false, reason: own };
     return { allowed: true, rule: formatRule(admitted) };
   }
 
@@ -246,8 +242,8 @@ export class EgressPolicy {
     const target = requestTargetOf(url);
     if (!target) return { ok: false, error: `invalid peer URL '${peerUrl}'` };
     if (!anyRuleMatches(this.ceiling, target)) return { ok: false, error: `network policy: '${peerUrl}' not in capabilities.network.allow` };
-    const own = this.own.covers(target.host, portOf(target));
-    if (own) return { ok: false, error: ownEndpointRefusal(target.host, portOf(target), own) };
+    const own = this.ownEndpointRefusal(target.host, portOf(target));
+    if (own) return { ok: false, error: own };
     const body = {
       jsonrpc: '2.0',
       id: newRequestId(),

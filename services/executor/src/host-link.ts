@@ -21,6 +21,12 @@ export const HOST_FRAME_LIMIT_BYTES = 3 * HOST_MESSAGE_LIMIT;
  */
 export const HOST_BACKLOG_LIMIT_BYTES = 64 * 1024 * 1024;
 
+/** A host's message's `type`, as a record may name it: at most 40 characters, or what it is when not a string. */
+export function messageType(raw: unknown): string {
+  const type = (raw as { type?: unknown } | null)?.type;
+  return typeof type === 'string' ? type.slice(0, 40) : typeof type;
+}
+
 /** How many of the last frames' types a link remembers. */
 const LAST_TYPES_KEPT = 8;
 
@@ -76,9 +82,9 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
       HOST_FRAME_LIMIT_BYTES,
       {
         message: (raw) => {
-          const type = (raw as { type?: unknown } | null)?.type;
+          const type = messageType(raw);
           this.framesRead += 1;
-          this.lastTypes.push(typeof type === 'string' ? type.slice(0, 40) : typeof type);
+          this.lastTypes.push(type);
           if (this.lastTypes.length > LAST_TYPES_KEPT) this.lastTypes.shift();
           if (type === 'ready') {
             this.saidReady = true;

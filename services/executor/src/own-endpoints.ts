@@ -52,9 +52,10 @@ export class OwnEndpoints {
       const onThisMachine = host === 'localhost' || addresses.some(isThisMachine);
       own.add(own.names, host, server.port);
       if (!onThisMachine) own.whole.add(host);
-      for (const address of onThisMachine ? thisMachine() : addresses) {
+      // A name that resolves both here and elsewhere: the machine at the bus's port, the rest whole.
+      for (const address of onThisMachine ? [...thisMachine(), ...addresses] : addresses) {
         own.add(own.taken, address, server.port);
-        if (!onThisMachine) own.whole.add(address);
+        if (!isThisMachine(address)) own.whole.add(address);
       }
     }
     return own;
@@ -71,7 +72,7 @@ export class OwnEndpoints {
    * undefined when it reaches none of them.
    */
   covers(host: string, port: number): OwnEndpoint | undefined {
-    const plain = bare(host).toLowerCase();
+    const plain = hostName(host);
     const written = (plain === 'localhost' ? ['127.0.0.1', '::1'] : [canonicalAddress(plain)]).filter((address) => address !== undefined);
     // Every address in 127/8 reaches the machine: a bus on it is taken at each (`thisMachine`).
     const keys = [plain, ...written, ...(written.some(isLoopback) ? ['127.0.0.1'] : [])];
@@ -88,7 +89,7 @@ export class OwnEndpoints {
 /** What of the runtime's own a connection would reach. */
 export type OwnEndpoint = 'the bus this runtime runs on' | 'the host of the bus this runtime runs on';
 
-/** Each server of a `MURMUR_NATS_URL`, as host (without brackets, lowercased) and port (when none is written: a websocket's scheme's, else NATS's 4222). */
+/** Each server of a `MURMUR_NATS_URL`, as host (`hostName`) and port (when none is written: a websocket's scheme's, else NATS's 4222). */
 export function busServers(natsUrl: string | undefined): Array<{ host: string; port: number }> {
   if (natsUrl === undefined || natsUrl.trim() === '') return [];
   return natsEndpoint(natsUrl).servers.flatMap((server) => {
@@ -96,11 +97,18 @@ export function busServers(natsUrl: string | undefined): Array<{ host: string; p
       const parsed = new URL(server.includes('://') ? server : `nats://${server}`);
       const written = parsed.port === '' ? undefined : Number(parsed.port);
       const port = written ?? (parsed.protocol === 'wss:' ? 443 : parsed.protocol === 'ws:' ? 80 : 4222);
-      return [{ host: bare(parsed.hostname).toLowerCase(), port }];
+      return [{ host: hostName(parsed.hostname), port }];
     } catch {
       return [];
     }
   });
+}
+
+/** A host as written, compared as a name: without brackets, lowercased, and `nats.` the same as `nats`. */
+function hostName(host: string): string {
+  return bare(host)
+    .toLowerCase()
+    .replace(/(?<=.)\.$/, '');
 }
 
 /** How long the bus's name may take to resolve: every launch waits for the answer. */

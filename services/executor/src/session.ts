@@ -55,7 +55,7 @@ import { type ContainmentAssessment, assessContainment, containmentRefusal, effe
 import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
 import type { OwnEndpoints } from './own-endpoints.js';
 import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
-import { HostLink } from './host-link.js';
+import { HostLink, messageType } from './host-link.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExecutorSettings } from './settings.js';
 import { type EgressRecord, SandboxNetwork, closeHandle } from './sandbox-network.js';
@@ -986,9 +986,11 @@ export class Session {
     if (!parsed.success) {
       this.environment.log.warn({ session_id: this.id }, 'refused a malformed message from a capsule host');
       // In the session's own record too: a result refused here is a session that ends without one.
-      const type = (raw as { type?: unknown } | null)?.type;
+      const type = messageType(raw);
+      // A host waits for the channel's end once it has sent its result, refused or not.
+      if (type === 'result') this.link?.endSending();
       this.bootstrap.line(
-        `[host] refused a malformed '${typeof type === 'string' ? type.slice(0, 40) : typeof type}' message from the capsule host: ${parsed.error.issues
+        `[host] refused a malformed '${type}' message from the capsule host: ${parsed.error.issues
           .slice(0, 3)
           .map((issue) => `${issue.path.join('.') || '(message)'}: ${issue.message}`)
           .join('; ')}`,
@@ -1280,13 +1282,6 @@ export class Session {
   }
 
   /**
-   * Where the harness keeps its sessions: `<record>/.harness-home` (0700), shared by every context
-   * of the record so a later launch can `--resume` what an earlier one started — no context id can
-   * name it, since ids that begin with a dot are refused. A capsule that keeps no record, or a
-   * home that cannot be made, gets the session's own `.capsule-home`: its harness then remembers
-   * only as long as this session lives, which is reported once.
-   */
-  /**
    * What the session heard of a host that ended without a result, for whoever reads the session's
    * record: how much it read, what came last, and whether the channel had closed, so a host that
    * never sent its result can be told from one whose result was not read.
@@ -1296,6 +1291,13 @@ export class Session {
     return `[host] ended without a result: ${heard.frames} message${heard.frames === 1 ? '' : 's'} read from it${heard.lastTypes.length ? ` (the last: ${heard.lastTypes.join(', ')})` : ''}; its channel ${read === 'closed' ? 'had closed' : `was still open ${LAST_FRAMES_WAIT_MS / 1000} s after its exit`}`;
   }
 
+  /**
+   * Where the harness keeps its sessions: `<record>/.harness-home` (0700), shared by every context
+   * of the record so a later launch can `--resume` what an earlier one started — no context id can
+   * name it, since ids that begin with a dot are refused. A capsule that keeps no record, or a
+   * home that cannot be made, gets the session's own `.capsule-home`: its harness then remembers
+   * only as long as this session lives, which is reported once.
+   */
   private async harnessHome(records: ConversationRecords, accessible: string): Promise<string> {
     try {
       this.harnessHomeDir = await records.ensureRecordDir('.harness-home');

@@ -1,14 +1,23 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync, readdirSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { HostLink } from '../src/host-link.js';
 
 /**
- * A stand-in host: a real node process with the channel on fd 3, as the executor starts one. It
- * exits at once, leaving behind a process that inherited the channel and says its pid, then, after
- * `delayMs`, writes `frames` output frames and a result and exits, unless told to `stay`: so
- * the host's exit is heard before its last frames are written, let alone read.
+ * Whether `pid` has exited, every thread of it, and is not yet reaped (this process's loop, which
+ * would reap it, is busy): only then are its descriptors closed, which the leader's zombie state
+ * alone does not say while its other threads are still ending.
  */
+function exited(pid: number): boolean {
+  try {
+    const threads = readdirSync(`/proc/${pid}/task`);
+    return threads.length === 1 && (readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.startsWith('Z') ?? true);
+  } catch {
+    return true;
+  }
+}
+
 /** A stand-in host's source for one framed message (four bytes of length, then the JSON). */
 const FRAME_SOURCE = `
   const frame = (message) => {
@@ -19,6 +28,12 @@ const FRAME_SOURCE = `
   };
 `;
 
+/**
+ * A stand-in host: a real node process with the channel on fd 3, as the executor starts one. It
+ * exits at once, leaving behind a process that inherited the channel and says its pid, then, after
+ * `delayMs`, writes `frames` output frames and a result and exits, unless told to `stay`: so
+ * the host's exit is heard before its last frames are written, let alone read.
+ */
 function startHost(options: { frames: number; delayMs: number; stay?: boolean }): ChildProcess {
   const writer = `
     const { Socket } = require('node:net');
@@ -42,8 +57,10 @@ function startHost(options: { frames: number; delayMs: number; stay?: boolean })
 
 describe("the executor's link to a capsule host", () => {
   let leftBehind: number | undefined;
+  const children: ChildProcess[] = [];
 
   afterEach(() => {
+    for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     if (leftBehind !== undefined) {
       try {
         process.kill(leftBehind, 'SIGKILL');
@@ -91,37 +108,57 @@ describe("the executor's link to a capsule host", () => {
     expect(waited).toBeLessThan(5_000);
     hostLink.close();
   });
-  it('a reply written late to a host that waits for the channel’s end costs the executor nothing of what the host wrote', async () => {
-    // The host asks for something, then sends its result 50 ms later; the executor, stalled for
-    // 300 ms on the request (a machine under load), answers after the result is in the channel.
-    // A host that exited as soon as its result was written would lose it here (host-result.test.ts).
+  /**
+   * A stand-in host that asks for something, sends its result once the executor has read the
+   * request (it says so first), and exits when the channel closes (`waits`) or as soon as the
+   * result is written; and the executor's side of it, stalled on the request (a machine under
+   * load) until the host has exited, or 300 ms for one that waits, so that its reply is written
+   * after the result is in the channel, never read with the request. Resolves with what was read,
+   * once everything was.
+   */
+  async function lateReply(waits: boolean): Promise<string[]> {
     const standIn = `
       const { Socket } = require('node:net');
       const channel = new Socket({ fd: 3, readable: true, writable: true });
       ${FRAME_SOURCE}
-      channel.on('data', () => {});
+      let told = false;
+      channel.on('data', () => {
+        if (told) return;
+        told = true;
+        channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => { if (!${waits}) process.exit(0); });
+      });
       channel.on('close', () => process.exit(0));
       channel.write(frame({ type: 'request', id: 1, request: { op: 'http-body-release', body: 1 } }));
-      setTimeout(() => channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 })), 50);
       setTimeout(() => process.exit(3), 10_000);
     `;
     const child = spawn(process.execPath, ['-e', standIn], { stdio: ['ignore', 'ignore', 'inherit', 'pipe'] });
+    children.push(child);
     const hostLink = new HostLink(child);
     const types: string[] = [];
     hostLink.on('message', (raw) => {
       const message = raw as { type: string; id?: number };
       types.push(message.type);
       if (message.type === 'request') {
-        const until = Date.now() + 300;
-        while (Date.now() < until);
+        hostLink.send({ type: 'read-it' });
+        const until = Date.now() + (waits ? 300 : 5_000);
+        while (Date.now() < until && !exited(child.pid as number));
         hostLink.send({ type: 'reply', id: message.id, ok: true, value: null });
       }
       if (message.type === 'result') hostLink.endSending();
     });
     const [code] = (await once(child, 'exit')) as [number | null];
-    expect(await hostLink.everythingRead(5_000)).toBe('closed');
     expect(code).toBe(0);
-    expect(types).toEqual(['request', 'result']);
+    expect(await hostLink.everythingRead(5_000)).toBe('closed');
     hostLink.close();
+    return types;
+  }
+
+  it('a reply written late to a host that waits for the channel’s end costs the executor nothing of what the host wrote', async () => {
+    expect(await lateReply(true)).toEqual(['request', 'result']);
+  });
+
+  it('a host that exits as soon as its result is written loses it to a reply written late (why hosts wait)', async () => {
+    // The reply fails on the exited host (EPIPE), and Node drops what the channel still held unread.
+    expect(await lateReply(false)).toEqual(['request']);
   });
 });

@@ -15,7 +15,7 @@ import { HOST_ENTRY } from '../src/session.js';
  * executor had not yet read of the channel, the result among it (under load, a session that
  * held 64 response bodies open lost its result that way: their releases were answered late).
  * The host waits for the executor to end the channel, which it does once it has read the result
- * (`host-link.test.ts` shows a late reply then costs nothing).
+ * (`host-link.test.ts` shows a late reply then costs nothing, and what it costs a host that does not wait).
  */
 describe("a capsule host's result", () => {
   const children: ChildProcess[] = [];

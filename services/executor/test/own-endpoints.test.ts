@@ -32,9 +32,20 @@ describe("the runtime's own endpoints", () => {
       // Its monitoring (/connz names every client and subscription), its cluster routes, anything beside it.
       for (const port of [8222, 6222, 80]) expect(own.covers(host, port), `${host}:${port}`).toBe(BUS_HOST);
     }
+    expect(own.covers('nats.', 4222)).toBe(BUS);
+    expect(own.covers('nats.', 8222)).toBe(BUS_HOST);
     expect(own.covers('172.18.0.3', 4222)).toBeUndefined();
     expect(own.covers('127.0.0.1', 4222)).toBeUndefined();
     expect(own.covers('localhost', 8222)).toBeUndefined();
+  });
+
+  it('takes a name that resolves both here and elsewhere at its port on this machine, and whole elsewhere', async () => {
+    const own = await OwnEndpoints.ofBus('nats://bus.example:4222', { resolve: async () => ['127.0.0.1', '10.1.2.3'] });
+    expect(own.covers('10.1.2.3', 4222)).toBe(BUS);
+    expect(own.covers('10.1.2.3', 8222)).toBe(BUS_HOST);
+    expect(own.covers('127.0.0.1', 4222)).toBe(BUS);
+    expect(own.covers('::1', 4222)).toBe(BUS);
+    expect(own.covers('127.0.0.1', 8222)).toBeUndefined();
   });
 
   it('takes a bus on this machine at its port on every address of the machine', async () => {
@@ -54,6 +65,7 @@ describe("the runtime's own endpoints", () => {
     expect(unresolved).toEqual(['bus.internal']);
     expect(own.covers('bus.internal', 4222)).toBe(BUS);
     expect(own.covers('bus.internal', 4223)).toBe(BUS_HOST);
+    expect(own.covers('Bus.Internal.', 4223)).toBe(BUS_HOST);
     expect(own.covers('other.internal', 4222)).toBeUndefined();
   });
 

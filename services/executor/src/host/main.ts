@@ -32,7 +32,7 @@ function isSocket(fd: number): boolean {
     return false;
   }
 }
-/** What the host exits with when its channel closes: 0 once it has sent a successful result. */
+/** What the host exits with when its channel closes: 1 until it sends a result, then that result's status (`finish`). */
 let exitCode = 1;
 if (!isSocket(HOST_CHANNEL_FD)) {
   process.stderr.write(`the capsule host must be started by an executor, with its channel on descriptor ${HOST_CHANNEL_FD}\n`);
@@ -67,9 +67,11 @@ const send = (message: HostToExecutor): string | undefined => {
 
 /**
  * How long a host that sent its result waits for the executor to end the channel, which it does
- * once it has read the result; an executor that never does is not waited for longer.
+ * once it has read the result, refused or not. Only an executor that is alive and never does is
+ * waited for this long; a stalled one must not be given up on soon, since the host's exit is what
+ * would lose the result (`finish`).
  */
-const RESULT_HEARD_TIMEOUT_MS = 5_000;
+const RESULT_HEARD_TIMEOUT_MS = 30_000;
 
 /**
  * Sends the session's result, then exits once the executor has read it: it ends the channel, and
@@ -260,8 +262,7 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
   runSession(host, message).then(
     (result) => {
       timing('guest finished');
-      // Exit as soon as the result is written: nothing is left to do, and a lingering helper
-      // thread would only delay the session's end.
+      // Nothing is left to do: the host exits once the executor has read the result (`finish`).
       flushTraces();
       finish({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, 0);
     },
