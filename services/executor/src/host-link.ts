@@ -91,6 +91,11 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
             this.tellIfStartable();
           }
           this.emit('message', raw);
+          // Heard, whoever holds the host (a session, or the pool when it failed before one took
+          // it) and whether or not it is well formed: the host waits for this to exit, since a
+          // reply written to a host that has exited fails, and Node then drops whatever the
+          // channel still held unread, the result among it.
+          if (type === 'result') this.frames.end();
         },
         violation: (why) => {
           this.closeHandOver();
@@ -143,19 +148,9 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
     return this.closed ? 'closed' : 'waited';
   }
 
-  /** What was read from the host: how many frames, and the types of the last few (oldest first). */
-  get heard(): { frames: number; lastTypes: string[] } {
-    return { frames: this.framesRead, lastTypes: [...this.lastTypes] };
-  }
-
-  /**
-   * Ends what this side sends, once what was sent is written: told to a host whose result has
-   * been read, which waits for it to exit. A host must not exit before: a reply the executor
-   * writes to a host that has exited fails, and Node then drops whatever the channel still held
-   * unread, the result among it.
-   */
-  endSending(): void {
-    this.frames.end();
+  /** What was read from the host: how many frames, the types of the last few (oldest first), and whether its channel has closed. */
+  get heard(): { frames: number; lastTypes: string[]; closed: boolean } {
+    return { frames: this.framesRead, lastTypes: [...this.lastTypes], closed: this.closed };
   }
 
   /** Closes this side of both channels at once. */

@@ -158,9 +158,6 @@ export class PooledHost {
       };
       const onMessage = (raw: unknown, handle: unknown): void => {
         const message = raw as { type?: unknown; fd?: unknown; protocol?: unknown } | null;
-        // Its failure (a hand-over that could not be made), said before any session took it: it
-        // waits for the channel's end to exit, and its exit is what rejects `ready`.
-        if (message?.type === 'result') this.link.endSending();
         if (message?.type === 'listener' && typeof message.fd === 'number' && (message.protocol === 'tcp' || message.protocol === 'udp')) {
           // Held, not served, until a session takes the host: like the host, it keeps nothing alive.
           (handle as { unref?: () => void } | undefined)?.unref?.();

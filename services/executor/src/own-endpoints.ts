@@ -39,6 +39,8 @@ export class OwnEndpoints {
   ): Promise<OwnEndpoints> {
     const resolve = options.resolve ?? resolveAll;
     const own = new OwnEndpoints();
+    const here = thisMachine();
+    const isHere = (address: string): boolean => isLoopback(address) || here.includes(address);
     for (const server of busServers(natsUrl)) {
       const host = server.host;
       const literal = canonicalAddress(host);
@@ -49,13 +51,13 @@ export class OwnEndpoints {
               options.unresolved?.(host, error);
               return [] as string[];
             });
-      const onThisMachine = host === 'localhost' || addresses.some(isThisMachine);
+      const onThisMachine = host === 'localhost' || addresses.some(isHere);
       own.add(own.names, host, server.port);
       if (!onThisMachine) own.whole.add(host);
       // A name that resolves both here and elsewhere: the machine at the bus's port, the rest whole.
-      for (const address of onThisMachine ? [...thisMachine(), ...addresses] : addresses) {
+      for (const address of onThisMachine ? [...here, ...addresses] : addresses) {
         own.add(own.taken, address, server.port);
-        if (!isThisMachine(address)) own.whole.add(address);
+        if (!isHere(address)) own.whole.add(address);
       }
     }
     return own;
@@ -160,8 +162,4 @@ function thisMachine(): string[] {
     // The interfaces could not be listed: loopback and the unspecified addresses are still the machine's.
   }
   return ['127.0.0.1', '::1', '0.0.0.0', '::', ...interfaces];
-}
-
-function isThisMachine(address: string): boolean {
-  return isLoopback(address) || thisMachine().includes(address);
 }

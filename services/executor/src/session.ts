@@ -808,7 +808,7 @@ export class Session {
     // its exit, which can come while the last frames are still unread.
     child.once('exit', (code, signal) => {
       const exitedAt = Date.now();
-      void link.everythingRead(LAST_FRAMES_WAIT_MS).then((read) => this.onExit(code, signal, exitedAt, read));
+      void link.everythingRead(LAST_FRAMES_WAIT_MS).then(() => this.onExit(code, signal, exitedAt));
     });
     // Every error, not the first: a second one unheard would be thrown, and end the executor.
     child.on('error', (error: NodeJS.ErrnoException) => {
@@ -986,11 +986,8 @@ export class Session {
     if (!parsed.success) {
       this.environment.log.warn({ session_id: this.id }, 'refused a malformed message from a capsule host');
       // In the session's own record too: a result refused here is a session that ends without one.
-      const type = messageType(raw);
-      // A host waits for the channel's end once it has sent its result, refused or not.
-      if (type === 'result') this.link?.endSending();
       this.bootstrap.line(
-        `[host] refused a malformed '${type}' message from the capsule host: ${parsed.error.issues
+        `[host] refused a malformed '${messageType(raw)}' message from the capsule host: ${parsed.error.issues
           .slice(0, 3)
           .map((issue) => `${issue.path.join('.') || '(message)'}: ${issue.message}`)
           .join('; ')}`,
@@ -1022,8 +1019,6 @@ export class Session {
         return;
       case 'result':
         this.result = message;
-        // Heard: the host may exit now, and waits for this to (`HostLink.endSending` says why).
-        this.link?.endSending();
         return;
       case 'event':
         this.onHostEvent(message.event);
@@ -1182,12 +1177,9 @@ export class Session {
     return true;
   }
 
-  /**
-   * `exitedAt`: when the exit was heard, in ms since the epoch (the end is taken once the host's
-   * last frames are read); `read`: whether its channel closed by then, or the wait ran out.
-   */
-  private onExit(code: number | null, signal: string | null, exitedAt: number, read: 'closed' | 'waited'): void {
-    this.finish(code, signal, exitedAt, read).catch((error: unknown) => {
+  /** `exitedAt`: when the exit was heard, in ms since the epoch (the end is taken once the host's last frames are read). */
+  private onExit(code: number | null, signal: string | null, exitedAt: number): void {
+    this.finish(code, signal, exitedAt).catch((error: unknown) => {
       // The end could not be announced (the bus closed under a stopping service): say so, and
       // still let whoever awaits this session's end go on.
       this.environment.log.error({ session_id: this.id, err: error }, 'could not announce the end of a session');
@@ -1200,7 +1192,7 @@ export class Session {
     });
   }
 
-  private async finish(code: number | null, signal: string | null, exitedAtMs: number, read: 'closed' | 'waited'): Promise<void> {
+  private async finish(code: number | null, signal: string | null, exitedAtMs: number): Promise<void> {
     const exitedAt = new Date(exitedAtMs).toISOString();
     if (this.hardLimit) clearTimeout(this.hardLimit);
     this.workdirGuard?.stop();
@@ -1229,7 +1221,7 @@ export class Session {
               message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`,
             });
       end = { status: 'failed', exitCode: code, signal, error };
-      if (!this.killedFor) this.bootstrap.line(this.withoutResult(read));
+      if (!this.killedFor) this.bootstrap.line(this.withoutResult());
       // The host could not close its own trace: the executor does, so every session_start has an end.
       this.trace.write('session_end', {
         total_turns: 0,
@@ -1286,9 +1278,9 @@ export class Session {
    * record: how much it read, what came last, and whether the channel had closed, so a host that
    * never sent its result can be told from one whose result was not read.
    */
-  private withoutResult(read: 'closed' | 'waited'): string {
-    const heard = this.link?.heard ?? { frames: 0, lastTypes: [] };
-    return `[host] ended without a result: ${heard.frames} message${heard.frames === 1 ? '' : 's'} read from it${heard.lastTypes.length ? ` (the last: ${heard.lastTypes.join(', ')})` : ''}; its channel ${read === 'closed' ? 'had closed' : `was still open ${LAST_FRAMES_WAIT_MS / 1000} s after its exit`}`;
+  private withoutResult(): string {
+    const heard = this.link?.heard ?? { frames: 0, lastTypes: [], closed: true };
+    return `[host] ended without a result: ${heard.frames} message${heard.frames === 1 ? '' : 's'} read from it${heard.lastTypes.length ? ` (the last: ${heard.lastTypes.join(', ')})` : ''}; its channel ${heard.closed ? 'had closed' : `was still open ${LAST_FRAMES_WAIT_MS / 1000} s after its exit`}`;
   }
 
   /**

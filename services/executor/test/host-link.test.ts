@@ -89,7 +89,7 @@ describe("the executor's link to a capsule host", () => {
     expect(await hostLink.everythingRead(10_000)).toBe('closed');
     expect(messages).toHaveLength(42);
     expect(messages.at(-1)?.type).toBe('result');
-    expect(hostLink.heard).toEqual({ frames: 42, lastTypes: [...Array<string>(7).fill('output'), 'result'] });
+    expect(hostLink.heard).toEqual({ frames: 42, lastTypes: [...Array<string>(7).fill('output'), 'result'], closed: true });
   });
 
   it('does not hold a host’s end past its wait for a process it left behind that keeps the channel open', async () => {
@@ -144,7 +144,6 @@ describe("the executor's link to a capsule host", () => {
         while (Date.now() < until && !exited(child.pid as number));
         hostLink.send({ type: 'reply', id: message.id, ok: true, value: null });
       }
-      if (message.type === 'result') hostLink.endSending();
     });
     const [code] = (await once(child, 'exit')) as [number | null];
     expect(code).toBe(0);

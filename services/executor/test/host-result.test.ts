@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { capabilityPolicy, parseCapsuleManifest } from '@murmur/shared';
 import { afterEach, describe, expect, it } from 'vitest';
-import { HostLink } from '../src/host-link.js';
+import type { Duplex } from 'node:stream';
+import { FrameChannel, HOST_CHANNEL_FD } from '../src/host/frame-channel.js';
 import type { StartMessage } from '../src/host/protocol.js';
 import { HOST_ENTRY } from '../src/session.js';
 
@@ -33,19 +34,24 @@ describe("a capsule host's result", () => {
     children.push(host);
     let stderr = '';
     host.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const link = new HostLink(host);
-    const result = new Promise<{ status: string; error?: { code: string } }>((resolve) =>
-      link.on('message', (raw) => {
-        const message = raw as { type: string; status: string; error?: { code: string } };
-        if (message.type === 'ready') link.send(startWithNothingToRun(scratch as string));
-        if (message.type === 'result') resolve(message);
-      }),
-    );
+    // The executor's side as a bare channel, not a `HostLink` (which ends the channel on a result
+    // at once): the test decides when the result has been heard.
+    let channel: FrameChannel | undefined;
+    const result = new Promise<{ status: string; error?: { code: string } }>((resolve) => {
+      channel = new FrameChannel((host.stdio as ReadonlyArray<unknown>)[HOST_CHANNEL_FD] as Duplex, 1024 * 1024, {
+        message: (raw) => {
+          const message = raw as { type: string; status: string; error?: { code: string } };
+          if (message.type === 'ready') channel?.send(startWithNothingToRun(scratch as string));
+          if (message.type === 'result') resolve(message);
+        },
+        violation: () => {},
+      });
+    });
     // A script capsule with no component: the host's answer is a failed result, at once.
     expect(await result).toMatchObject({ status: 'failed', error: { code: 'E-RUN-004' } });
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(host.exitCode, `the host exited before the executor had said it read the result: ${stderr}`).toBeNull();
-    link.endSending();
+    channel?.end();
     const [code] = (await once(host, 'exit')) as [number | null];
     expect(code).toBe(0);
     expect(stderr).not.toContain('did not end the channel');
