@@ -28,16 +28,19 @@ describe("a capsule host's result", () => {
     scratch = undefined;
   });
 
-  it('the real host stays after writing its result until the executor ends the channel, then exits with its status', async () => {
+  /**
+   * The real host (the built bundle), driven by a bare channel rather than a `HostLink` (which
+   * ends the channel on a result at once), so the test decides when the result has been heard. It
+   * is given a script capsule with no component, which it answers at once with a failed result.
+   */
+  async function hostWithItsResult(env: Record<string, string> = {}) {
     scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-host-result-'));
-    const host = spawn(process.execPath, [HOST_ENTRY], { cwd: scratch, env: { PATH: process.env.PATH ?? '' }, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] });
+    const host = spawn(process.execPath, [HOST_ENTRY], { cwd: scratch, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] });
     children.push(host);
-    let stderr = '';
-    host.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    // The executor's side as a bare channel, not a `HostLink` (which ends the channel on a result
-    // at once): the test decides when the result has been heard.
+    const output = { stderr: '' };
+    host.stderr?.on('data', (chunk: Buffer) => (output.stderr += chunk.toString()));
     let channel: FrameChannel | undefined;
-    const result = new Promise<{ status: string; error?: { code: string } }>((resolve) => {
+    const result = await new Promise<{ status: string; error?: { code: string } }>((resolve) => {
       channel = new FrameChannel((host.stdio as ReadonlyArray<unknown>)[HOST_CHANNEL_FD] as Duplex, 1024 * 1024, {
         message: (raw) => {
           const message = raw as { type: string; status: string; error?: { code: string } };
@@ -47,14 +50,27 @@ describe("a capsule host's result", () => {
         violation: () => {},
       });
     });
-    // A script capsule with no component: the host's answer is a failed result, at once.
-    expect(await result).toMatchObject({ status: 'failed', error: { code: 'E-RUN-004' } });
+    return { host, channel: channel as FrameChannel, result, output };
+  }
+
+  it('the real host stays after writing its result until the executor ends the channel, then exits with its status', async () => {
+    const { host, channel, result, output } = await hostWithItsResult();
+    expect(result).toMatchObject({ status: 'failed', error: { code: 'E-RUN-004' } });
     await new Promise((resolve) => setTimeout(resolve, 500));
-    expect(host.exitCode, `the host exited before the executor had said it read the result: ${stderr}`).toBeNull();
-    channel?.end();
+    expect(host.exitCode, `the host exited before the executor had said it read the result: ${output.stderr}`).toBeNull();
+    channel.end();
     const [code] = (await once(host, 'exit')) as [number | null];
     expect(code).toBe(0);
-    expect(stderr).not.toContain('did not end the channel');
+    expect(output.stderr).not.toContain('did not end the channel');
+  });
+
+  it('a host whose executor never ends the channel gives up after its wait, exits with its status and says why', async () => {
+    const { host, result, output } = await hostWithItsResult({ MURMUR_HOST_RESULT_WAIT_MS: '300' });
+    expect(result).toMatchObject({ status: 'failed' });
+    const [code] = (await once(host, 'exit')) as [number | null];
+    // Its status, not a failure of its own: the result was written, only its hearing is unknown.
+    expect(code).toBe(0);
+    expect(output.stderr).toContain('[capsule-host] the executor did not end the channel within 0.3 s of the result; exiting');
   });
 });
 

@@ -69,9 +69,10 @@ const send = (message: HostToExecutor): string | undefined => {
  * How long a host that sent its result waits for the executor to end the channel, which it does
  * once it has read the result, refused or not. Only an executor that is alive and never does is
  * waited for this long; a stalled one must not be given up on soon, since the host's exit is what
- * would lose the result (`finish`).
+ * would lose the result (`finish`). `MURMUR_HOST_RESULT_WAIT_MS` shortens it for the test that
+ * plays such an executor; the executor never sets it.
  */
-const RESULT_HEARD_TIMEOUT_MS = 30_000;
+const RESULT_HEARD_TIMEOUT_MS = Number(process.env.MURMUR_HOST_RESULT_WAIT_MS) || 30_000;
 
 /**
  * Sends the session's result, then exits once the executor has read it: it ends the channel, and
