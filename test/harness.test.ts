@@ -334,4 +334,49 @@ describe('the harness transport (Claude Code)', () => {
       await agent.stop();
     }
   }, 180_000);
+
+  it("keeps what was said under a session's own token in that session's home, never in the record's harness home every session of the capsule is given", async () => {
+    const project = await agentProject(
+      path.join(scratch.dir, 'scoped'),
+      manifest({ name: 'harnessed-scoped', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    answer = () => ({ text: 'noted' });
+    const agent = await startAgent(project, { ...env, MURMUR_DOOR_AUTH: 'session' });
+    try {
+      const ask = async (text: string) => {
+        const before = model.requests().length;
+        const sent = await rpc(agent.url, 'message/send', textMessage(text, { contextId: 'ctx-scoped' }), {
+          headers: { authorization: `Bearer ${agent.token}` },
+        });
+        const id = sent.body.result?.id;
+        expect(id, JSON.stringify(sent.body)).toBeDefined();
+        await eventually(
+          async () => {
+            const got = await rpc(agent.url, 'tasks/get', { id }, { headers: { authorization: `Bearer ${agent.token}` } });
+            const state = (got.body.result?.status as { state?: string } | undefined)?.state;
+            if (state === 'failed') throw new Error(JSON.stringify(got.body));
+            return state === 'completed' ? true : undefined;
+          },
+          60_000,
+          `task '${text}' to complete`,
+        );
+        return { session: sessionHeader(before), body: model.requests()[before]?.body as Body };
+      };
+      const first = await ask('the passphrase is heliotrope');
+      const second = await ask('what was the passphrase?');
+      // Resumed from the session's home: the harness found its own transcript there.
+      expect(second.session).toBe(first.session);
+      expect(textsOf(second.body)).toContain('the passphrase is heliotrope');
+      const mentioning = async (dir: string): Promise<string[]> => {
+        const entries = await fs.readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []);
+        const files = entries.filter((entry) => entry.isFile()).map((entry) => path.join(entry.parentPath ?? entry.path, entry.name));
+        const hits = await Promise.all(files.map(async (file) => ((await fs.readFile(file, 'utf8')).includes('heliotrope') ? [file] : [])));
+        return hits.flat();
+      };
+      expect(await mentioning(path.join(agent.workdir, '.capsule-home'))).not.toEqual([]);
+      expect(await mentioning(path.join(env.MURMUR_HOME as string, 'conversations', 'harnessed-scoped', '.harness-home'))).toEqual([]);
+    } finally {
+      await agent.stop();
+    }
+  }, 180_000);
 });

@@ -14,6 +14,7 @@ import {
   readClaudeCodeLine,
 } from './claude-code.js';
 import { sortedJson } from './compaction.js';
+import { capsuleHome } from './subprocess.js';
 import type { HarnessStart } from './protocol.js';
 import { agentTools } from './tool-inventory.js';
 import type { Task } from './task-registry.js';
@@ -99,7 +100,12 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   // Scratch files of the harness stay in the sandbox's /tmp, in a directory of their own.
   const scratch = path.join('/tmp', `harness-${process.pid}`);
   mkdirSync(scratch, { recursive: true, mode: 0o700 });
-  mkdirSync(harness.home, { recursive: true, mode: 0o700 });
+  // A context kept for this session alone (its task came under the session's own token) keeps its
+  // transcript in this session's home, never the record's: the record's harness home is bound into
+  // every session of the capsule, where any of them, through its tools, could read or rewrite what
+  // was said under another session's token. The session's home lasts as long as that token does.
+  const home = task?.sessionScoped ? capsuleHome(start.accessible_workdir) : harness.home;
+  mkdirSync(home, { recursive: true, mode: 0o700 });
 
   let turn = -1;
   let open: { id: string; blocks: HarnessBlock[]; inputTokens: number; outputTokens: number } | undefined;
@@ -197,7 +203,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
     exit = await host.runHarness(
       harness.binary,
       args,
-      { ...Object.fromEntries(harness.env), ...claudeCodeEnvironment(scratch), HOME: harness.home, USERPROFILE: harness.home },
+      { ...Object.fromEntries(harness.env), ...claudeCodeEnvironment(scratch), HOME: home, USERPROFILE: home },
       {
         deadlineMs: harness.run_cap_ms,
         onLine,
