@@ -92,9 +92,8 @@ export class HostLink extends EventEmitter<HostLinkEvents> {
           }
           this.emit('message', raw);
           // Heard, whoever holds the host (a session, or the pool when it failed before one took
-          // it) and whether or not it is well formed: the host waits for this to exit, since a
-          // reply written to a host that has exited fails, and Node then drops whatever the
-          // channel still held unread, the result among it.
+          // it) and whether or not it is well formed: the host waits for this to exit (`finish`
+          // in `host/main.ts` says why).
           if (type === 'result') this.frames.end();
         },
         violation: (why) => {

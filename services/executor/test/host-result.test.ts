@@ -12,11 +12,12 @@ import { HOST_ENTRY } from '../src/session.js';
 
 /**
  * A host's result is the session's outcome, so a host does not exit the moment it has written it:
- * a reply the executor writes to a host that has exited fails, and Node then drops what the
- * executor had not yet read of the channel, the result among it (under load, a session that
- * held 64 response bodies open lost its result that way: their releases were answered late).
- * The host waits for the executor to end the channel, which it does once it has read the result
- * (`host-link.test.ts` shows a late reply then costs nothing, and what it costs a host that does not wait).
+ * a reply the executor writes to a host that has exited fails, and Node's handling of that drops
+ * what the executor had not yet read of the channel, the result among it (under load, a session
+ * that held 64 response bodies open lost its result that way: their releases were answered late).
+ * The host waits for the executor to end the channel, which it does once it has read the result;
+ * the executor's channel also reads what is left after such a failure (`host-link.test.ts` has
+ * both: a late reply to a host that waits, and to one that does not).
  */
 describe("a capsule host's result", () => {
   const children: ChildProcess[] = [];

@@ -1,3 +1,4 @@
+import { readSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
 
 /**
@@ -21,6 +22,8 @@ export const HOST_CHANNEL_FD = 3;
 export const EXECUTOR_FRAME_LIMIT_BYTES = 512 * 1024 * 1024;
 
 const HEADER_BYTES = 4;
+/** The most read after a failed write (`drainAfterError`): far more than a socket's buffer holds. */
+const DRAIN_LIMIT_BYTES = 16 * 1024 * 1024;
 const LARGEST_FRAME = 0xffff_ffff;
 const NOTHING = Buffer.alloc(0);
 
@@ -51,8 +54,18 @@ export class FrameChannel {
     private readonly backlogLimitBytes = Number.POSITIVE_INFINITY,
   ) {
     socket.on('data', (chunk: Buffer) => this.read(chunk));
-    // A reset from a peer that died is told by 'close'; an error event nobody hears would be thrown.
-    socket.on('error', () => {});
+    // A write that fails because the peer has gone (EPIPE) must not cost this side what the peer
+    // wrote before it went: Node would destroy the socket on the failed write, and with it
+    // whatever the kernel still held unread — a host's last output, or its result. So no error
+    // destroys the socket on its own: on one, what is left is read (`drainAfterError`) and only
+    // then is it closed; at the peer's end of file it is closed as before.
+    const states = socket as unknown as { _readableState?: { autoDestroy: boolean }; _writableState?: { autoDestroy: boolean } };
+    if (states._readableState) states._readableState.autoDestroy = false;
+    if (states._writableState) states._writableState.autoDestroy = false;
+    socket.once('end', () => socket.destroy());
+    // A reset from a peer that died is told by 'close' after the drain; an error event nobody
+    // hears would be thrown.
+    socket.on('error', () => this.drainAfterError());
     socket.once('close', () => {
       this.ended = true;
       this.handlers.close?.();
@@ -124,6 +137,33 @@ export class FrameChannel {
       }
       this.handlers.message(value);
     }
+  }
+
+  /**
+   * What the peer wrote before a failed write, read straight from the descriptor and then the
+   * socket closed. Node's stream stops reading once it has an error, but the kernel still holds
+   * what the peer sent before it went; the peer has closed its side, so this ends at its end of
+   * file, or when nothing more is there. Bounded all the same: a peer that closed only its
+   * reading side and keeps writing cannot hold this side in the loop.
+   */
+  private drainAfterError(): void {
+    if (this.socket.destroyed) return;
+    const fd = (this.socket as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
+    if (typeof fd === 'number' && fd >= 0) {
+      const piece = Buffer.allocUnsafe(64 * 1024);
+      for (let drained = 0; drained < DRAIN_LIMIT_BYTES && !this.ended; ) {
+        let bytes: number;
+        try {
+          bytes = readSync(fd, piece);
+        } catch {
+          break;
+        }
+        if (bytes === 0) break;
+        drained += bytes;
+        this.read(Buffer.from(piece.subarray(0, bytes)));
+      }
+    }
+    this.socket.destroy();
   }
 
   private violate(why: string): void {

@@ -78,7 +78,9 @@ const RESULT_HEARD_TIMEOUT_MS = Number(process.env.MURMUR_HOST_RESULT_WAIT_MS) |
  * Sends the session's result, then exits once the executor has read it: it ends the channel, and
  * the channel's close exits with `code`. Not as soon as it is written: a reply the executor writes
  * to a host that has already exited (one to a request sent just before the result) fails, and
- * Node then drops what the executor had not yet read of the channel, the result among it.
+ * Node's own handling of that failure drops what the executor had not yet read of the channel,
+ * the result among it. The executor's channel reads it anyway (`FrameChannel.drainAfterError`),
+ * but through Node's internals; this wait holds without them.
  */
 function finish(result: HostToExecutor & { type: 'result' }, code: number): void {
   const fitted = fitForExecutor(result);
