@@ -36,7 +36,11 @@ describe("a capsule host's result", () => {
    */
   async function hostWithItsResult(env: Record<string, string> = {}) {
     scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-host-result-'));
-    const host = spawn(process.execPath, [HOST_ENTRY], { cwd: scratch, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] });
+    const host = spawn(process.execPath, [HOST_ENTRY], {
+      cwd: scratch,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
+    });
     children.push(host);
     const output = { stderr: '' };
     host.stderr?.on('data', (chunk: Buffer) => (output.stderr += chunk.toString()));
