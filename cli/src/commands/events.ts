@@ -13,11 +13,18 @@ export async function eventsCommand(pattern: string, options: { json?: boolean }
     });
   }
   const runtime = await openRuntime();
-  const subscription = runtime.bus.tap(pattern, (subject, payload) => {
-    const time = new Date().toISOString();
-    output.out(options.json ? JSON.stringify({ time, subject, payload }) : `${time} ${subject} ${JSON.stringify(payload)}`);
-  });
-  await runtime.bus.flush();
+  let subscription: ReturnType<typeof runtime.bus.tap>;
+  try {
+    subscription = runtime.bus.tap(pattern, (subject, payload) => {
+      const time = new Date().toISOString();
+      output.out(options.json ? JSON.stringify({ time, subject, payload }) : `${time} ${subject} ${JSON.stringify(payload)}`);
+    });
+    await runtime.bus.flush();
+  } catch (error) {
+    // A pattern the bus refuses: the connection goes too, or mur would wait on it for ever.
+    await runtime.close();
+    throw error;
+  }
   output.err(`listening on '${pattern}' at ${runtime.bus.description} (ctrl-c to stop)`);
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);

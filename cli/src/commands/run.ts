@@ -162,6 +162,13 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       hint: 'run mur run in a capsule directory, or pass --manifest <file> or --capsule <name> --capsule-version <v>',
     });
   }
+  if (!fromRegistry && statSync(manifestPath).isDirectory()) {
+    throw new MurmurError('E-IO-001', `--manifest names a directory, not a manifest: ${manifestPath}`, {
+      hint: existsSync(path.join(manifestPath, 'murmur.yaml'))
+        ? `pass the manifest in it: --manifest ${path.join(manifestPath, 'murmur.yaml')}`
+        : 'pass the murmur.yaml file of the capsule to run',
+    });
+  }
   const manifestDir = path.dirname(manifestPath);
   const projectDir = fromRegistry ? findProjectRoot() : manifestDir;
   const env = options.envFile === false ? environmentWithEnvFile(undefined) : environmentWithEnvFile(projectDir);

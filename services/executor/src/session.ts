@@ -908,7 +908,7 @@ export class Session {
           reject(
             new MurmurError(
               'E-RUN-001',
-              `the capsule host did not start within ${READY_TIMEOUT_MS / 1000}s; see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`,
+              `the capsule host did not start within ${READY_TIMEOUT_MS / 1000}s; see ${this.hostLogs()}`,
             ),
           ),
         READY_TIMEOUT_MS,
@@ -954,7 +954,7 @@ export class Session {
         reject(
           new MurmurError(
             'E-RUN-001',
-            `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`,
+            `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${this.hostLogs()}`,
           ),
         );
       };
@@ -1216,10 +1216,13 @@ export class Session {
               hint: 'raise capabilities.resources.cgroup_memory_bytes, or find what is allocating',
               path: 'capabilities.resources.cgroup_memory_bytes',
             }
-          : {
-              code: 'E-RUN-001',
-              message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${path.join(this.paths.sessionDir, 'logs', 'host.log')}`,
-            });
+          : signal === 'SIGTERM'
+            ? // Not this executor's doing (what it kills for is `killedFor`): someone asked the session to stop, as `mur stop` does.
+              { code: 'E-RUN-001', message: 'the session was stopped: its capsule host was sent SIGTERM from outside the executor (as mur stop does)' }
+            : {
+                code: 'E-RUN-001',
+                message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${this.hostLogs()}`,
+              });
       end = { status: 'failed', exitCode: code, signal, error };
       if (!this.killedFor) this.bootstrap.line(this.withoutResult());
       // The host could not close its own trace: the executor does, so every session_start has an end.
@@ -1271,6 +1274,13 @@ export class Session {
 
   private get roostUrl(): string | undefined {
     return this.request.roost?.url ?? this.environment.roostUrl;
+  }
+
+  /** Where to read what a host said: its `host.log` when it wrote one (it is made at its first line), and the session's `bootstrap.log`. */
+  private hostLogs(): string {
+    const logs = path.join(this.paths.sessionDir, 'logs');
+    const hostLog = path.join(logs, 'host.log');
+    return existsSync(hostLog) ? `${hostLog} and bootstrap.log beside it` : path.join(logs, 'bootstrap.log');
   }
 
   /**

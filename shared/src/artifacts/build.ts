@@ -230,7 +230,7 @@ async function checkPayload(files: PlannedFile[], packaging: PackagingType, pack
 export async function buildArtifact(sourceDirInput: string, options: BuildOptions = {}): Promise<BuildResult> {
   const sourceDir = path.resolve(sourceDirInput);
   const manifestPath = path.join(sourceDir, 'murmur.yaml');
-  const manifestText = await readManifestText(manifestPath);
+  const manifestText = await readManifestText(manifestPath, 'run mur build in the directory of the capsule or artifact to pack, or pass that directory');
   const packaged = parsePackagedManifest(manifestText);
   const { name, version } = packaged.manifest;
   const warnings: MurmurWarning[] = [...packaged.warnings, ...scanForLiteralSecrets(parseYamlSource(manifestText).value)];

@@ -235,7 +235,7 @@ class Packer {
 export async function packProject(dir: string, options: PackOptions = {}): Promise<PackedProject> {
   const root = path.resolve(dir);
   const manifestPath = path.join(root, 'murmur.yaml');
-  const manifestText = readManifestTextSync(manifestPath, 'pass the directory that holds murmur.yaml, or --manifest <path>');
+  const manifestText = readManifestTextSync(manifestPath, 'pass the directory that holds murmur.yaml (mur run: --manifest <file>)');
   const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv(), digestCacheFor(options));
   await packer.add('murmur.yaml', 'the manifest');
   const lockText = readTextIfAny(path.join(root, LOCKFILE_NAME));
