@@ -53,9 +53,14 @@ describe('mur config', () => {
     expect((await mur(['get', 'inference.model'])).stdout.trim()).toBe('project-model');
     expect((await mur(['get', '-g', 'inference.model'])).stdout.trim()).toBe('global-model');
     expect((await mur(['get', 'registry.default'])).stdout.trim()).toBe('global-registry');
-    // A project's key is refused in effect: written with a warning, never read.
+    // A project's key is refused before anything is written: it would never be read, and the
+    // project's file travels with the project.
+    const before = await fs.readFile(projectFile, 'utf8');
     const project = await mur(['set', 'inference.api_key', 'sk-project']);
-    expect(project.stderr).toContain(`warning: inference.api_key in ${projectFile} has no effect`);
+    expect(project.code).toBe(1);
+    expect(project.stderr).toContain(`error[E-CFG-003]: inference.api_key is only ever read from the global config; it is not written to ${projectFile}`);
+    expect(project.stderr).toContain('hint: mur config set -g inference.api_key <key>');
+    expect(await fs.readFile(projectFile, 'utf8')).toBe(before);
     const unset = await mur(['get', 'inference.api_key']);
     expect(unset.code).toBe(1);
     expect(unset.stdout).toBe('');

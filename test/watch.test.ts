@@ -86,6 +86,39 @@ describe('mur watch', () => {
     }
   }, 90_000);
 
+  it('says under [failed] why a task failed, as out/result.txt does, and a watcher killed then holds up no stop', async () => {
+    const failing = await startScriptedInference({
+      script: () => ({ status: 400, raw: '{"type":"error","error":{"type":"invalid_request_error","message":"the model refuses"}}' }),
+    });
+    const project = await agentProject(
+      path.join(scratch.dir, 'failing'),
+      agentManifest(failing, { name: 'failing', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    let agent: RunningAgent | undefined;
+    let watcher: ReturnType<typeof watch> | undefined;
+    try {
+      agent = await startAgent(project, env);
+      watcher = watch(agent.url);
+      await rpc(agent.url, 'message/send', textMessage('a task the model cannot answer'));
+      const seen = watcher;
+      await eventually(() => (seen.stdout().includes('[failed]') ? true : undefined), 30_000, 'the task to be watched failing');
+      const lines = seen.stdout().split('\n');
+      const reason = lines[lines.indexOf('[failed]') + 1] ?? '';
+      expect(reason).toMatch(/^ {2}\S/);
+      expect(reason).toContain('400');
+      // A watcher that went away holds nothing: the run stops on its signal, well before `stop`
+      // gives up on it and kills it (a closed watch once waited out a 15 s heartbeat first).
+      seen.child.kill('SIGKILL');
+      await once(seen.child, 'exit');
+      await agent.stop();
+      expect((await agent.exited).code, 'mur run was killed, not stopped').not.toBeNull();
+    } finally {
+      watcher?.child.kill('SIGKILL');
+      await agent?.stop();
+      await failing.close();
+    }
+  }, 90_000);
+
   it('refuses a URL that is not a door, and one nothing answers, with E-IO-003 and what to do', async () => {
     const notADoor = await runMur(['watch', inference.endpoint]);
     expect(notADoor.code).toBe(1);

@@ -78,7 +78,7 @@ function refusal(kind: SessionRecordKind, message: string, entries: SessionEntry
 export function noSessions(workdir: string, kind: SessionRecordKind = TRACE_RECORDS): MurmurError {
   return new MurmurError(kind.code, `no sessions found in workdir at ${workdir}`, {
     path: workdir,
-    hint: "run a capsule with 'mur run' first, or point --workdir at the directory that holds its sessions",
+    hint: "run a capsule with 'mur run' first, or point --workdir at the directory that holds its sessions (mur run puts them in <capsule dir>/workdir)",
   });
 }
 

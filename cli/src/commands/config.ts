@@ -10,7 +10,8 @@ import { effectiveConfig, readConfigText, workspaceConfigFiles } from '../worksp
  * `mur config set|get`: upstream's six keys over the global (`$MURMUR_HOME/config.yaml`) and the
  * project's (`<cwd>/.murmur/config.yaml`) files.
  *
- * - `set` writes the project's file unless `-g`; it edits the one key in the document as it is,
+ * - `set` writes the project's file unless `-g` (never `inference.api_key`, which only the global
+ *   file's counts); it edits the one key in the document as it is,
  *   comments and every other key kept, and writes it whole by rename. The global file is held at
  *   0600 under a 0700 directory (it may hold the inference key); the project's modes are left as
  *   they are. A file that does not parse is refused, not overwritten.
@@ -24,16 +25,24 @@ export async function configSetCommand(key: string, value: string, options: { gl
     throw new MurmurError('E-CFG-003', `the value for '${known}' is empty`, { path: known, hint: `give it a value: mur config set ${known} <value>` });
   const [globalFile, projectFile] = workspaceConfigFiles(process.env, process.cwd()) as [string, string];
   const file = options.global ? globalFile : projectFile;
+  // Never read from the project's file, and a secret there travels with the project (its
+  // repository, its archive): refused before anything is written, rather than written and warned about.
+  if (known === 'inference.api_key' && !options.global) {
+    throw new MurmurError(
+      'E-CFG-003',
+      `inference.api_key is only ever read from the global config; it is not written to ${file}, which travels with the project`,
+      {
+        path: known,
+        hint: 'mur config set -g inference.api_key <key>',
+      },
+    );
+  }
   const text = (await readConfigText(file)) ?? '';
   if (text !== '') parseWorkspaceConfig(text, file);
   const document = parseDocument(text);
   document.setIn(known.split('.'), value);
   if (known === 'inference.api_key') {
     output.err('note: mur run does not read inference.api_key; a manifest names its key as `inference.api_key: ${NAME}`, read from the environment or .env');
-    if (!options.global)
-      output.err(
-        `warning: inference.api_key in ${file} has no effect: it is only ever read from the global config (mur config set -g inference.api_key <key>)`,
-      );
   }
   const directory = path.dirname(file);
   await mkdir(directory, { recursive: true, ...(options.global ? { mode: 0o700 } : {}) });

@@ -6,6 +6,8 @@ import {
   type Containment,
   LOCKFILE_NAME,
   type LaunchReply,
+  type LifecycleOverride,
+  LifecycleOverrideSchema,
   MurmurError,
   capabilityPolicy,
   commands,
@@ -62,11 +64,25 @@ function taskText(task: string | undefined): string | undefined {
   return task;
 }
 
-function lifecycleOverride(options: RunOptions): Record<string, string> | undefined {
+function lifecycleOverride(options: RunOptions): LifecycleOverride | undefined {
+  const flags = {
+    task_acceptance: ['--lifecycle-task-acceptance', options.lifecycleTaskAcceptance],
+    after_task: ['--lifecycle-after-task', options.lifecycleAfterTask],
+  } as const;
   const override: Record<string, string> = {};
-  if (options.lifecycleTaskAcceptance) override.task_acceptance = options.lifecycleTaskAcceptance;
-  if (options.lifecycleAfterTask) override.after_task = options.lifecycleAfterTask;
-  return Object.keys(override).length > 0 ? override : undefined;
+  for (const [field, [flag, value]] of Object.entries(flags)) {
+    if (value === undefined) continue;
+    // Said here, naming the flag, rather than by the bus as a payload that breaks its contract.
+    const modes = LifecycleOverrideSchema.shape[field as keyof typeof flags].unwrap().options;
+    if (!(modes as readonly string[]).includes(value)) {
+      throw new MurmurError('E-IO-003', `${flag} must be one of: ${modes.join(', ')}; got '${value}'`, {
+        path: flag,
+        hint: `e.g. mur run ${flag} ${modes[0]}`,
+      });
+    }
+    override[field] = value;
+  }
+  return Object.keys(override).length > 0 ? (override as LifecycleOverride) : undefined;
 }
 
 /** `MURMUR_TIMING=1`: where a run's start-up time goes, on stderr. */

@@ -135,6 +135,10 @@ function printStatus(event: Record<string, unknown>, state: WatchState, print: (
   if (taskState === 'completed' && typeof status.response === 'string') {
     for (const line of wrap(status.response, ANSWER_WIDTH)) print(`  ${line}`.trimEnd());
     print('');
+  } else if (taskState !== 'completed' && typeof status.message === 'string' && status.message !== '') {
+    // Why it failed (or was canceled, or refused): otherwise only out/result.txt says.
+    for (const line of wrap(status.message, ANSWER_WIDTH)) print(`  ${line}`.trimEnd());
+    print('');
   }
 }
 

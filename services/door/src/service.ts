@@ -350,7 +350,7 @@ export function startDoorService(options: DoorOptions): DoorService {
         if (!hasSettled(task.state)) {
           for (;;) {
             const next = await watch.next(Math.max(1, deadline - Date.now()));
-            if (next === 'ended' || next === 'timeout' || next === 'door-stopping') break;
+            if (next === 'ended' || next === 'timeout' || next === 'door-stopping' || next === 'closed') break;
             if (next.task_id === task.id && settlesItsTask(next)) break;
           }
           const latest = await current();
@@ -555,6 +555,7 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (sse.aborted) return;
           const next = await watch.next(heartbeatMs);
           if (next === 'timeout') continue;
+          if (next === 'closed') return;
           if (next === 'door-stopping') {
             await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, DOOR_STOPPING)) });
             return;
@@ -600,6 +601,7 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (sse.aborted) return;
           const next = await watch.next(heartbeatMs);
           if (next === 'timeout') continue;
+          if (next === 'closed') return;
           if (next === 'door-stopping') {
             await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, DOOR_STOPPING)) });
             return;

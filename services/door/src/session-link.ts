@@ -135,9 +135,15 @@ export class FeedWatch {
     this.wake?.();
   }
 
-  /** The next event, `ended` once the session is gone, `door-stopping`, or `timeout` after `waitMs` of quiet. */
-  async next(waitMs: number): Promise<SessionEvent | 'ended' | 'door-stopping' | 'timeout'> {
+  /**
+   * The next event, `ended` once the session is gone, `door-stopping`, `closed` once the watch is
+   * (its client went away), or `timeout` after `waitMs` of quiet.
+   */
+  async next(waitMs: number): Promise<SessionEvent | 'ended' | 'door-stopping' | 'closed' | 'timeout'> {
     for (;;) {
+      // A closed watch is told at once: waiting out `waitMs` for a client that is gone held a
+      // stopping `mur run` for a whole heartbeat (15 s) after its watcher was killed.
+      if (this.closed) return 'closed';
       if (this.stopping) return 'door-stopping';
       const event = this.queue.shift();
       if (event) {
@@ -146,7 +152,8 @@ export class FeedWatch {
       }
       if (this.ended) return 'ended';
       const woken = await new Promise<boolean>((resolve) => {
-        const timer = setTimeout(() => resolve(false), waitMs);
+        // Waiting for events never keeps a process alive by itself: whatever serves the stream does.
+        const timer = setTimeout(() => resolve(false), waitMs).unref();
         this.wake = () => {
           clearTimeout(timer);
           resolve(true);

@@ -1,0 +1,37 @@
+import type { SessionEvent } from '@murmur/shared';
+import { describe, expect, it } from 'vitest';
+import { FeedWatch } from '../src/session-link.js';
+
+function event(id: number): SessionEvent {
+  return { id, type: 'status', task_id: 'tsk_1', context_id: 'ctx_1', state: 'working', final: false, time: '2026-01-01T00:00:00.000Z', data: {} };
+}
+
+/** A stream's view of its session's events (`FeedWatch`): what its loop is told, and when. */
+describe('a feed watch', () => {
+  it('tells a waiting stream at once that its watch was closed, rather than after its wait', async () => {
+    const watch = new FeedWatch(() => {});
+    const waiting = watch.next(60_000);
+    watch.close();
+    // The loop's turn that follows the close: a next that waited out its minute would not be here.
+    const first = await Promise.race([waiting, new Promise((resolve) => setImmediate(() => resolve('still waiting')))]);
+    expect(first).toBe('closed');
+    expect(await watch.next(60_000)).toBe('closed');
+  });
+
+  it('hands out events in id order, each once, then says the session ended', async () => {
+    const watch = new FeedWatch(() => {});
+    watch.push(event(2), event(1));
+    watch.push(event(1));
+    watch.end();
+    expect(((await watch.next(10)) as SessionEvent).id).toBe(1);
+    expect(((await watch.next(10)) as SessionEvent).id).toBe(2);
+    expect(await watch.next(10)).toBe('ended');
+  });
+
+  it('says the door is stopping before anything still queued', async () => {
+    const watch = new FeedWatch(() => {});
+    watch.push(event(1));
+    watch.shutdown();
+    expect(await watch.next(10)).toBe('door-stopping');
+  });
+});

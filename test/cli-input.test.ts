@@ -1,0 +1,95 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempDir } from './support/fs.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { runMur } from './support/processes.js';
+
+/**
+ * What a new user types by mistake, and what `mur` says back: an `error[CODE]` naming what was
+ * refused, a hint that says what to do instead, and never a stack trace or a wait for ever.
+ */
+describe('mur, given what a new user gets wrong', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let capsule: string;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-cli-input-');
+    capsule = path.join(scratch.dir, 'capsule');
+    await fs.mkdir(capsule);
+    await fs.writeFile(path.join(capsule, 'murmur.yaml'), 'name: typo\nversion: 0.1.0\n');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+  });
+  afterAll(async () => {
+    await scratch.cleanup();
+  });
+
+  /** A refusal as the README promises it: the code and the words, a hint, exit 1, and nothing of mur's insides. */
+  function refused(result: { code: number | null; stderr: string }, code: string, words: string, hint: string): void {
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toContain(`error[${code}]: ${words}`);
+    expect(result.stderr).toContain(`hint: ${hint}`);
+    expect(result.stderr).not.toMatch(/\n\s+at |this is a bug in mur/);
+  }
+
+  it('refuses a directory given as --manifest, naming the manifest in it', async () => {
+    const result = await runMur(['run', '--manifest', capsule], { env });
+    refused(
+      result,
+      'E-IO-001',
+      `--manifest names a directory, not a manifest: ${capsule}`,
+      `pass the manifest in it: --manifest ${path.join(capsule, 'murmur.yaml')}`,
+    );
+  });
+
+  it('refuses the manifest file where stage and build want its directory, naming the directory', async () => {
+    const manifest = path.join(capsule, 'murmur.yaml');
+    for (const command of ['stage', 'build']) {
+      const result = await runMur([command, manifest], { env });
+      refused(result, 'E-IO-001', `${manifest} is a file, not a capsule directory`, `pass the directory that holds murmur.yaml: ${capsule}`);
+    }
+  });
+
+  it('refuses a lifecycle override that is not one of its modes, naming the flag, before anything runs', async () => {
+    const acceptance = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--lifecycle-task-acceptance', 'quee'], { env });
+    refused(
+      acceptance,
+      'E-IO-003',
+      "--lifecycle-task-acceptance must be one of: none, single, queue; got 'quee'",
+      'e.g. mur run --lifecycle-task-acceptance none',
+    );
+    const after = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--lifecycle-after-task', 'bogus'], { env });
+    refused(after, 'E-IO-003', "--lifecycle-after-task must be one of: exit, sleep; got 'bogus'", 'e.g. mur run --lifecycle-after-task exit');
+    expect(after.stderr).not.toContain('E-BUS-001');
+  });
+
+  it('says what a bad manifest value is and that the field is to be corrected', async () => {
+    const bad = path.join(scratch.dir, 'bad');
+    await fs.mkdir(bad);
+    await fs.writeFile(path.join(bad, 'murmur.yaml'), 'name: bad\nversion: 0.1.0\nlifecycle:\n  task_acceptance: quee\n');
+    const result = await runMur(['stage', bad], { env });
+    refused(result, 'E-MAN-003', '', 'correct the field the message names in the manifest');
+    expect(result.stderr).toContain("got 'quee'");
+  });
+
+  describe('against a stack', () => {
+    let nats: NatsServer;
+    beforeAll(async () => {
+      nats = await startNatsServer();
+    });
+    afterAll(async () => {
+      await nats.stop();
+    });
+
+    it('refuses a subject pattern the bus cannot take, and exits rather than waiting on the bus', async () => {
+      const result = await runMur(['events', 'bad pattern'], { env: { ...env, MURMUR_NATS_URL: nats.url }, timeoutMs: 20_000 });
+      refused(
+        result,
+        'E-BUS-001',
+        "'bad pattern' is not a valid subject pattern",
+        "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'",
+      );
+    });
+  });
+});
