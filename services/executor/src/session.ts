@@ -904,13 +904,7 @@ export class Session {
       const child = this.child as ChildProcess;
       const link = this.link as HostLink;
       const timer = setTimeout(
-        () =>
-          reject(
-            new MurmurError(
-              'E-RUN-001',
-              `the capsule host did not start within ${READY_TIMEOUT_MS / 1000}s; see ${this.hostLogs()}`,
-            ),
-          ),
+        () => reject(new MurmurError('E-RUN-001', `the capsule host did not start within ${READY_TIMEOUT_MS / 1000}s; see ${this.hostLogs()}`)),
         READY_TIMEOUT_MS,
       );
       // A sealed host hands its sandbox's sockets over first, and is sent its start only once the
@@ -951,12 +945,7 @@ export class Session {
           );
           return;
         }
-        reject(
-          new MurmurError(
-            'E-RUN-001',
-            `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${this.hostLogs()}`,
-          ),
-        );
+        reject(new MurmurError('E-RUN-001', `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${this.hostLogs()}`));
       };
       link.once('startable', started);
       // 'close', not 'exit': by then its stderr is read, and the helper's reason with it.
