@@ -66,6 +66,15 @@ describe('mur doctor in a capsule project', () => {
     expect(lines.at(-2)).toBe('All checks passed.');
   });
 
+  it('installs and pins a driver this runtime ships, which doctor then finds in the project', async () => {
+    const dir = await project('  - name: murmur-driver-anthropic\n    version: 0.1.0\n    runtime: driver\n', ['murmur-driver-anthropic@0.1.0']);
+    const lock = await fs.readFile(path.join(dir, 'murmur.lock'), 'utf8');
+    expect(lock).toContain('murmur-driver-anthropic');
+    const result = await runMur(['doctor'], { cwd: dir, env });
+    expect(result.code, result.stdout + result.stderr).toBe(0);
+    expect(result.stdout).toContain(`  ✓  murmur-driver-anthropic@0.1.0   ${platform}`);
+  });
+
   it('walks up from a subdirectory to the project, and resolves an artifact from the global store without a lock', async () => {
     const dir = await project('  - name: style\n    version: 1.2.0\n    runtime: skill\n');
     const nested = path.join(dir, 'src', 'deep');

@@ -12,7 +12,7 @@ import {
   verifyResolved,
   writeLockfile,
 } from '@murmur/shared/artifacts';
-import { globalStoreDir, projectStoreDir } from '@murmur/shared/node';
+import { defaultArtifactsDir, globalStoreDir, projectStoreDir } from '@murmur/shared/node';
 import { type Output, formatFailure } from '../output.js';
 import { registryChoice, requireProjectRoot } from '../project.js';
 
@@ -51,9 +51,13 @@ function sources(options: InstallOptions): ArtifactSource[] {
   const choice = registryChoice(options.registry);
   if (choice.kind === 'remote') return [new RoostRegistryClient(choice.url)];
   const global = storeSource(new ArtifactStore(globalStoreDir(), 'global'));
-  if (choice.kind === 'local') return [global];
+  // The artifacts this runtime ships (its drivers), last, as staging finds them: what `mur run`
+  // and `mur doctor` accept from there, `mur install` can pin too.
+  const shippedDir = defaultArtifactsDir();
+  const shipped = shippedDir ? [storeSource(new ArtifactStore(shippedDir, 'default'))] : [];
+  if (choice.kind === 'local') return [global, ...shipped];
   const roostUrl = process.env.MURMUR_ROOST_URL?.trim();
-  return [global, ...(roostUrl ? [new RoostRegistryClient(roostUrl)] : [])];
+  return [global, ...(roostUrl ? [new RoostRegistryClient(roostUrl)] : []), ...shipped];
 }
 
 function isZipReference(reference: string): boolean {
