@@ -1,7 +1,9 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
+import { capsuleWat } from './support/guests.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { runMur } from './support/processes.js';
 
@@ -71,6 +73,18 @@ describe('mur, given what a new user gets wrong', () => {
     const result = await runMur(['stage', bad], { env });
     refused(result, 'E-MAN-003', '', 'correct the field the message names in the manifest');
     expect(result.stderr).toContain("got 'quee'");
+  });
+
+  it('says when a --task that reads as a path is no file, and runs that text as the task, as upstream does', async () => {
+    const runnable = await capsuleProject(path.join(scratch.dir, 'runnable'), 'name: runnable\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const result = await runMur(['run', '--manifest', path.join(runnable, 'murmur.yaml'), '--task', './tsk-typo.md', '--json'], { env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain("warning: --task './tsk-typo.md' is not a file here, so the task is that text as written");
+    const { workdir } = JSON.parse(result.stdout.split('\n')[0] as string) as { workdir: string };
+    expect(await fs.readFile(path.join(workdir, 'task.md'), 'utf8')).toBe('./tsk-typo.md');
+    const prose = await runMur(['run', '--manifest', path.join(runnable, 'murmur.yaml'), '--task', 'summarise the notes', '--json'], { env });
+    expect(prose.code, prose.stderr).toBe(0);
+    expect(prose.stderr).not.toContain('warning: --task');
   });
 
   describe('against a stack', () => {

@@ -54,14 +54,22 @@ export interface RunOptions {
 const LAUNCH_TIMEOUT_MS = 60_000;
 
 /** `--task`: a file's content when it names a file, else the text itself. */
-function taskText(task: string | undefined): string | undefined {
+function taskText(task: string | undefined, output: Output): string | undefined {
   if (task === undefined) return undefined;
   try {
     if (existsSync(task) && statSync(task).isFile()) return readFileSync(task, 'utf8');
   } catch {
     // not a readable file: the text is the task
   }
+  // Upstream's rule (a file is copied, anything else is the text) turns a mistyped path into a
+  // task that reads as that path: said, so the run is not taken for the one meant.
+  if (looksLikeAPath(task)) output.err(`warning: --task '${task}' is not a file here, so the task is that text as written`);
   return task;
+}
+
+/** One word that names a file or a directory: a path's start (`./`, `../`, `/`, `~/`), or a task file's ending. */
+function looksLikeAPath(text: string): boolean {
+  return !/\s/.test(text) && (/^(\.{1,2}\/|\/|~\/)/.test(text) || /\.(md|txt|markdown)$/i.test(text));
 }
 
 function lifecycleOverride(options: RunOptions): LifecycleOverride | undefined {
@@ -291,7 +299,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     }
     await runtime.bus.flush();
 
-    const task = taskText(options.task);
+    const task = taskText(options.task, output);
     const url = await sessionDoorUrl(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
     const a2aTimeout = numberSetting(env, 'MURMUR_A2A_TIMEOUT_SECS', undefined, { unit: 'seconds', fractional: true, zero: true });
     const launched: LaunchReply = await runtime.bus.request(
