@@ -66,6 +66,11 @@ describe('mur, given what a new user gets wrong', () => {
     expect(after.stderr).not.toContain('E-BUS-001');
   });
 
+  it('refuses --capsule-version without --capsule rather than run the manifest here instead', async () => {
+    const result = await runMur(['run', '--capsule-version', '0.1.0'], { cwd: capsule, env });
+    refused(result, 'E-IO-003', '--capsule-version needs --capsule', 'e.g. mur run --capsule <name> --capsule-version 0.1.0');
+  });
+
   it('says what a bad manifest value is and that the field is to be corrected', async () => {
     const bad = path.join(scratch.dir, 'bad');
     await fs.mkdir(bad);

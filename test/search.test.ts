@@ -94,4 +94,15 @@ describe('mur search', () => {
     const limit = await runMur(['search', 'x', '--registry', 'local', '--limit', '0'], { env });
     expect(limit.stderr).toContain("error[E-IO-003]: --limit must be a whole number of at least 1; got '0'");
   });
+
+  it('names the configuration as where a bad index came from when no --registry was given', async () => {
+    const configured = { ...env, MURMUR_HOME: path.join(scratch.dir, 'configured-home') };
+    expect((await runMur(['config', 'set', '-g', 'registry.index_url', 'not-a-url'], { env: configured })).code).toBe(0);
+    const result = await runMur(['search', 'x'], { env: configured });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-IO-003]: failed to read artifact index from not-a-url: ENOENT');
+    expect(result.stderr).toContain(
+      `hint: it is registry.index_url in ${path.join(scratch.dir, 'configured-home', 'config.yaml')}: correct it with mur config set -g registry.index_url <roost URL or index .json>, or pass --registry`,
+    );
+  });
 });

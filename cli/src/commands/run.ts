@@ -180,6 +180,11 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const fromRegistry = options.capsule !== undefined;
   if (fromRegistry && !options.capsuleVersion)
     throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
+  // Alone it would be ignored, and the manifest here run instead of the capsule meant.
+  if (!fromRegistry && options.capsuleVersion)
+    throw new MurmurError('E-IO-003', '--capsule-version needs --capsule', {
+      hint: `e.g. mur run --capsule <name> --capsule-version ${options.capsuleVersion}`,
+    });
   const manifestPath = path.resolve(options.manifest ?? 'murmur.yaml');
   if (!fromRegistry && !existsSync(manifestPath)) {
     throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, {

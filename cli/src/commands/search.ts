@@ -4,7 +4,7 @@ import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import * as z from 'zod';
 import { type Output, table } from '../output.js';
-import { effectiveConfig } from '../workspace-config.js';
+import { effectiveConfig, workspaceConfigFiles } from '../workspace-config.js';
 
 /**
  * `mur search <query>`: artifacts whose name, description or a tag contains the query (any case),
@@ -68,7 +68,15 @@ async function fetchIndex(url: string): Promise<Entry[]> {
 
 async function entriesFrom(registry: string | undefined): Promise<Entry[]> {
   const given = registry?.trim();
-  const source = given || (await effectiveConfig('registry.index_url'))?.value || process.env.MURMUR_ROOST_URL?.trim() || 'local';
+  const configured = given ? undefined : await effectiveConfig('registry.index_url');
+  const source = given || configured?.value || process.env.MURMUR_ROOST_URL?.trim() || 'local';
+  // A source the user did not type is named with where it came from, so it is corrected there.
+  const globalFile = workspaceConfigFiles(process.env, process.cwd())[0];
+  const hint = given
+    ? "--registry takes 'local', a roost URL, or an artifact index (a .json file or URL)"
+    : configured
+      ? `it is registry.index_url in ${configured.file ?? 'the defaults'}: correct it with mur config set${configured.file === globalFile ? ' -g' : ''} registry.index_url <roost URL or index .json>, or pass --registry`
+      : 'it is MURMUR_ROOST_URL, which should name a roost URL; or pass --registry';
   // A store's entries name their runtime as the artifact's manifest does, as an index's do.
   const entries = (metas: ArtifactMeta[]): Entry[] => metas.map((meta) => ({ ...meta, runtime: meta.artifact_runtime }));
   if (source.toLowerCase() === 'local') return entries(await new ArtifactStore(globalStoreDir(), 'global').list());
@@ -82,7 +90,7 @@ async function entriesFrom(registry: string | undefined): Promise<Entry[]> {
   } catch (error) {
     throw new MurmurError('E-IO-003', `failed to read artifact index from ${source}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
       path: source,
-      hint: "--registry takes 'local', a roost URL, or an artifact index (a .json file or URL)",
+      hint,
     });
   }
   return fromIndex(text, source);
