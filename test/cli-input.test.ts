@@ -77,7 +77,7 @@ describe('mur, given what a new user gets wrong', () => {
     await fs.writeFile(path.join(bad, 'murmur.yaml'), 'name: bad\nversion: 0.1.0\nlifecycle:\n  task_acceptance: quee\n');
     const result = await runMur(['stage', bad], { env });
     refused(result, 'E-MAN-003', '', 'correct the field the message names in the manifest');
-    expect(result.stderr).toContain("got 'quee'");
+    expect(result.stderr).toMatch(/error\[E-MAN-003\]: .*lifecycle\.task_acceptance.*must be one of: .*got 'quee'/);
   });
 
   it('says when a --task that reads as a path is no file, and runs that text as the task, as upstream does', async () => {

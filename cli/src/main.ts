@@ -54,7 +54,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .description('install an artifact into the project store and pin it in murmur.lock')
     .argument('[ref]', 'name@version, or a path to a .mur.zip (default: every artifact the manifest declares)')
     .option('-g, --global', 'install into the global store instead (no lock)')
-    .option('--registry <url|local>', "where to look: 'local' (the global store) or a roost URL")
+    .option('--registry <url|local>', "where to look: 'local' (the global store, then the artifacts this runtime ships) or a roost URL")
     .action(
       run((ref: string | undefined, options: { global?: boolean; registry?: string }) =>
         import('./commands/install.js').then((module) => module.installCommand(ref, options, output)),

@@ -21,7 +21,10 @@ export const ERROR_CATALOGUE = {
     title: 'artifact archive entry too large',
     hint: 'raise MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES if the artifact is trusted and genuinely this large',
   },
-  'E-ART-003': { title: 'malformed artifact archive', hint: 'pass a .mur.zip made by mur build (mur build <dir> packs one)' },
+  'E-ART-003': {
+    title: 'malformed artifact archive',
+    hint: 'the archive is refused whole; a .mur.zip that mur build made reads (rebuild or republish it with mur build)',
+  },
   'E-BLD-001': { title: 'invalid artifact name', hint: 'use lowercase letters, digits and single hyphens (1-100 characters)' },
   'E-BLD-002': { title: 'unsafe or colliding requires_files entry' },
   'E-BLD-003': { title: 'payload is not a launchable wasm component' },

@@ -56,14 +56,17 @@ const LAUNCH_TIMEOUT_MS = 60_000;
 /** `--task`: a file's content when it names a file, else the text itself. */
 function taskText(task: string | undefined, output: Output): string | undefined {
   if (task === undefined) return undefined;
+  let unreadable: string | undefined;
   try {
     if (existsSync(task) && statSync(task).isFile()) return readFileSync(task, 'utf8');
-  } catch {
+  } catch (error) {
     // not a readable file: the text is the task
+    unreadable = (error as NodeJS.ErrnoException).code ?? String(error);
   }
   // Upstream's rule (a file is copied, anything else is the text) turns a mistyped path into a
   // task that reads as that path: said, so the run is not taken for the one meant.
-  if (looksLikeAPath(task)) output.err(`warning: --task '${task}' is not a file here, so the task is that text as written`);
+  if (unreadable) output.err(`warning: --task '${task}' cannot be read (${unreadable}), so the task is that text as written`);
+  else if (looksLikeAPath(task)) output.err(`warning: --task '${task}' is not a file here, so the task is that text as written`);
   return task;
 }
 

@@ -70,17 +70,29 @@ async function entriesFrom(registry: string | undefined): Promise<Entry[]> {
   const given = registry?.trim();
   const configured = given ? undefined : await effectiveConfig('registry.index_url');
   const source = given || configured?.value || process.env.MURMUR_ROOST_URL?.trim() || 'local';
-  // A source the user did not type is named with where it came from, so it is corrected there.
+  // Whatever fails, a source the user did not type is named with where it came from, so it is
+  // corrected there, not by a --registry nobody passed.
   const globalFile = workspaceConfigFiles(process.env, process.cwd())[0];
   const hint = given
     ? "--registry takes 'local', a roost URL, or an artifact index (a .json file or URL)"
     : configured
       ? `it is registry.index_url in ${configured.file ?? 'the defaults'}: correct it with mur config set${configured.file === globalFile ? ' -g' : ''} registry.index_url <roost URL or index .json>, or pass --registry`
       : 'it is MURMUR_ROOST_URL, which should name a roost URL; or pass --registry';
+  try {
+    return await entriesAt(source);
+  } catch (error) {
+    if (!(error instanceof MurmurError) || (given && error.hint)) throw error;
+    throw new MurmurError(error.code, error.message, { hint, ...(error.path ? { path: error.path } : {}) });
+  }
+}
+
+/** The entries `source` lists: the global store (`local`), an index (a `.json` URL or file), or a roost. */
+async function entriesAt(source: string): Promise<Entry[]> {
   // A store's entries name their runtime as the artifact's manifest does, as an index's do.
   const entries = (metas: ArtifactMeta[]): Entry[] => metas.map((meta) => ({ ...meta, runtime: meta.artifact_runtime }));
   if (source.toLowerCase() === 'local') return entries(await new ArtifactStore(globalStoreDir(), 'global').list());
   if (/^https?:\/\//.test(source)) {
+    if (!URL.canParse(source)) throw new MurmurError('E-IO-003', `'${source}' is not a URL`, { path: source });
     if (new URL(source).pathname.endsWith('.json')) return fetchIndex(source);
     return entries(await new RoostRegistryClient(source.replace(/\/+$/, '')).list());
   }
@@ -90,7 +102,6 @@ async function entriesFrom(registry: string | undefined): Promise<Entry[]> {
   } catch (error) {
     throw new MurmurError('E-IO-003', `failed to read artifact index from ${source}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
       path: source,
-      hint,
     });
   }
   return fromIndex(text, source);

@@ -72,7 +72,8 @@ describe("a capsule host's result", () => {
   it('a host whose executor never ends the channel gives up after its wait, exits with its status and says why', async () => {
     const { host, result, output } = await hostWithItsResult({ MURMUR_HOST_RESULT_WAIT_MS: '300' });
     expect(result).toMatchObject({ status: 'failed' });
-    const [code] = (await once(host, 'exit')) as [number | null];
+    // 'close', not 'exit': by then its stderr has been read to the end.
+    const [code] = (await once(host, 'close')) as [number | null];
     // Its status, not a failure of its own: the result was written, only its hearing is unknown.
     expect(code).toBe(0);
     expect(output.stderr).toContain('[capsule-host] the executor did not end the channel within 0.3 s of the result; exiting');

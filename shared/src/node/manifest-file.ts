@@ -1,4 +1,4 @@
-import { promises as fs, readFileSync } from 'node:fs';
+import { promises as fs, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '../errors.js';
 
@@ -26,17 +26,25 @@ export function readManifestTextSync(manifestPath: string, hint?: string): strin
 function unreadableManifest(manifestPath: string, error: unknown, hint: string | undefined): MurmurError {
   const code = (error as NodeJS.ErrnoException).code;
   // The path given was the manifest itself (or another file) where its directory was wanted.
-  if (code === 'ENOTDIR') {
-    const given = path.dirname(manifestPath);
+  const given = path.dirname(manifestPath);
+  if (code === 'ENOTDIR' && isFile(given)) {
     return new MurmurError('E-IO-001', `${given} is a file, not a capsule directory`, {
       path: given,
       hint: `pass the directory that holds murmur.yaml: ${path.dirname(given)}`,
     });
   }
-  const missing = code === 'ENOENT';
+  const missing = code === 'ENOENT' || code === 'ENOTDIR';
   return new MurmurError(
     missing ? 'E-IO-001' : 'E-IO-003',
     missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`,
     { path: manifestPath, ...(missing && hint ? { hint } : {}) },
   );
+}
+
+function isFile(file: string): boolean {
+  try {
+    return statSync(file).isFile();
+  } catch {
+    return false;
+  }
 }

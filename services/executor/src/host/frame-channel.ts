@@ -56,9 +56,10 @@ export class FrameChannel {
     socket.on('data', (chunk: Buffer) => this.read(chunk));
     // A write that fails because the peer has gone (EPIPE) must not cost this side what the peer
     // wrote before it went: Node would destroy the socket on the failed write, and with it
-    // whatever the kernel still held unread — a host's last output, or its result. So no error
-    // destroys the socket on its own: on one, what is left is read (`drainAfterError`) and only
-    // then is it closed; at the peer's end of file it is closed as before.
+    // whatever the kernel still held unread — a host's last output, or its result. So a failed
+    // write does not destroy the socket on its own: what is left is read first
+    // (`drainAfterError`), and only then is it closed; at the peer's end of file it is closed as
+    // before, and a failed read (Node destroys the socket itself) loses nothing the kernel had.
     const states = socket as unknown as { _readableState?: { autoDestroy: boolean }; _writableState?: { autoDestroy: boolean } };
     if (states._readableState) states._readableState.autoDestroy = false;
     if (states._writableState) states._writableState.autoDestroy = false;
@@ -149,9 +150,12 @@ export class FrameChannel {
   private drainAfterError(): void {
     if (this.socket.destroyed) return;
     const fd = (this.socket as unknown as { _handle?: { fd?: unknown } })._handle?.fd;
-    if (typeof fd === 'number' && fd >= 0) {
+    try {
+      if (typeof fd !== 'number' || fd < 0) return;
       const piece = Buffer.allocUnsafe(64 * 1024);
-      for (let drained = 0; drained < DRAIN_LIMIT_BYTES && !this.ended; ) {
+      // Stops as soon as the socket is closed by anyone (a handler, a violation): its descriptor
+      // may then be closed, or already another file's.
+      for (let drained = 0; drained < DRAIN_LIMIT_BYTES && !this.ended && !this.socket.destroyed; ) {
         let bytes: number;
         try {
           bytes = readSync(fd, piece);
@@ -162,8 +166,9 @@ export class FrameChannel {
         drained += bytes;
         this.read(Buffer.from(piece.subarray(0, bytes)));
       }
+    } finally {
+      this.socket.destroy();
     }
-    this.socket.destroy();
   }
 
   private violate(why: string): void {

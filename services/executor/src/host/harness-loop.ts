@@ -103,7 +103,9 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   // A context kept for this session alone (its task came under the session's own token) keeps its
   // transcript in this session's home, never the record's: the record's harness home is bound into
   // every session of the capsule, where any of them, through its tools, could read or rewrite what
-  // was said under another session's token. The session's home lasts as long as that token does.
+  // was said under another session's token. Only this session can resume it (its map entry is
+  // under `<context>@<session>`), which it can only while its token lives; the transcript stays in
+  // the session's workdir, as the rest of the session does.
   const home = task?.sessionScoped ? capsuleHome(start.accessible_workdir) : harness.home;
   mkdirSync(home, { recursive: true, mode: 0o700 });
 
