@@ -80,6 +80,28 @@ describe('the harness transport (Claude Code)', () => {
 
   const sessionHeader = (index: number) => model.requests()[index]?.headers['x-claude-code-session-id'];
 
+  /**
+   * Sends `text` in `contextId` over A2A and waits for its task to complete, every request with
+   * `headers`; the harness session the model saw it in, and the model's request.
+   */
+  async function askInContext(agent: { url: string }, contextId: string, text: string, headers: Record<string, string> = {}) {
+    const before = model.requests().length;
+    const sent = await rpc(agent.url, 'message/send', textMessage(text, { contextId }), { headers });
+    const id = sent.body.result?.id;
+    expect(id, JSON.stringify(sent.body)).toBeDefined();
+    await eventually(
+      async () => {
+        const got = await rpc(agent.url, 'tasks/get', { id }, { headers });
+        const state = (got.body.result?.status as { state?: string } | undefined)?.state;
+        if (state === 'failed') throw new Error(JSON.stringify(got.body));
+        return state === 'completed' ? true : undefined;
+      },
+      60_000,
+      `task '${text}' to complete`,
+    );
+    return { session: sessionHeader(before), body: model.requests()[before]?.body as Body };
+  }
+
   it('answers a task through Claude Code, which calls a capsule tool over MCP, and records the session it started', async () => {
     const project = await agentProject(path.join(scratch.dir, 'answer'), manifest());
     answer = (body) =>
@@ -304,23 +326,7 @@ describe('the harness transport (Claude Code)', () => {
     answer = () => ({ text: 'ack' });
     const agent = await startAgent(project, env);
     try {
-      const ask = async (text: string, headers: Record<string, string> = {}) => {
-        const before = model.requests().length;
-        const sent = await rpc(agent.url, 'message/send', textMessage(text, { contextId: 'ctx-a2a' }), { headers });
-        const id = sent.body.result?.id;
-        expect(id, JSON.stringify(sent.body)).toBeDefined();
-        await eventually(
-          async () => {
-            const got = await rpc(agent.url, 'tasks/get', { id });
-            const state = (got.body.result?.status as { state?: string } | undefined)?.state;
-            if (state === 'failed') throw new Error(JSON.stringify(got.body));
-            return state === 'completed' ? true : undefined;
-          },
-          60_000,
-          `task '${text}' to complete`,
-        );
-        return { session: sessionHeader(before), body: model.requests()[before]?.body as Body };
-      };
+      const ask = (text: string, headers: Record<string, string> = {}) => askInContext(agent, 'ctx-a2a', text, headers);
       const first = await ask('the colour is teal');
       const second = await ask('which colour?');
       expect(second.session).toBe(first.session);
@@ -343,25 +349,7 @@ describe('the harness transport (Claude Code)', () => {
     answer = () => ({ text: 'noted' });
     const agent = await startAgent(project, { ...env, MURMUR_DOOR_AUTH: 'session' });
     try {
-      const ask = async (text: string) => {
-        const before = model.requests().length;
-        const sent = await rpc(agent.url, 'message/send', textMessage(text, { contextId: 'ctx-scoped' }), {
-          headers: { authorization: `Bearer ${agent.token}` },
-        });
-        const id = sent.body.result?.id;
-        expect(id, JSON.stringify(sent.body)).toBeDefined();
-        await eventually(
-          async () => {
-            const got = await rpc(agent.url, 'tasks/get', { id }, { headers: { authorization: `Bearer ${agent.token}` } });
-            const state = (got.body.result?.status as { state?: string } | undefined)?.state;
-            if (state === 'failed') throw new Error(JSON.stringify(got.body));
-            return state === 'completed' ? true : undefined;
-          },
-          60_000,
-          `task '${text}' to complete`,
-        );
-        return { session: sessionHeader(before), body: model.requests()[before]?.body as Body };
-      };
+      const ask = (text: string) => askInContext(agent, 'ctx-scoped', text, { authorization: `Bearer ${agent.token}` });
       const first = await ask('the passphrase is heliotrope');
       const second = await ask('what was the passphrase?');
       // Resumed from the session's home: the harness found its own transcript there.
