@@ -71,6 +71,9 @@ describe('mur ps and mur stop', () => {
       // A stop, said as one: not a host that ended without a result, pointing at a log it never wrote.
       expect(exited.stderr).toContain('the session was stopped: its capsule host was sent SIGTERM from outside the executor (as mur stop does)');
       expect(exited.stderr).not.toContain('host.log');
+      expect(await fs.readFile(path.join(agent.workdir, 'logs', 'bootstrap.log'), 'utf8')).toContain(
+        '[host] was stopped from outside (SIGTERM) without a result:',
+      );
       await eventually(async () => ((await fs.stat(file).catch(() => undefined)) ? undefined : true), 10_000, 'the record to be removed');
       expect((await ps()).some((session) => session.session_id === agent.sessionId)).toBe(false);
     } finally {

@@ -1213,7 +1213,10 @@ export class Session {
                 message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${this.hostLogs()}`,
               });
       end = { status: 'failed', exitCode: code, signal, error };
-      if (!this.killedFor) this.bootstrap.line(this.withoutResult());
+      if (!this.killedFor)
+        this.bootstrap.line(
+          this.withoutResult(signal === 'SIGTERM' && !oom ? 'was stopped from outside (SIGTERM) without a result' : 'ended without a result'),
+        );
       // The host could not close its own trace: the executor does, so every session_start has an end.
       this.trace.write('session_end', {
         total_turns: 0,
@@ -1277,9 +1280,9 @@ export class Session {
    * record: how much it read, what came last, and whether the channel had closed, so a host that
    * never sent its result can be told from one whose result was not read.
    */
-  private withoutResult(): string {
+  private withoutResult(what: string): string {
     const heard = this.link?.heard ?? { frames: 0, lastTypes: [], closed: true };
-    return `[host] ended without a result: ${heard.frames} message${heard.frames === 1 ? '' : 's'} read from it${heard.lastTypes.length ? ` (the last: ${heard.lastTypes.join(', ')})` : ''}; its channel ${heard.closed ? 'had closed' : `was still open ${LAST_FRAMES_WAIT_MS / 1000} s after its exit`}`;
+    return `[host] ${what}: ${heard.frames} message${heard.frames === 1 ? '' : 's'} read from it${heard.lastTypes.length ? ` (the last: ${heard.lastTypes.join(', ')})` : ''}; its channel ${heard.closed ? 'had closed' : `was still open ${LAST_FRAMES_WAIT_MS / 1000} s after its exit`}`;
   }
 
   /**
