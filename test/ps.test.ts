@@ -1,11 +1,12 @@
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { promises as fs, statSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processStartToken, runningDir, writeRunningRecord } from '@murmur/shared/node';
 import { agentManifest, agentProject, startAgent } from './support/agents.js';
 import { tempDir } from './support/fs.js';
-import { eventually, runMur } from './support/processes.js';
+import { eventually, murBin, repositoryRoot, runMur } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -78,6 +79,71 @@ describe('mur ps and mur stop', () => {
       expect((await ps()).some((session) => session.session_id === agent.sessionId)).toBe(false);
     } finally {
       await agent.stop();
+    }
+  });
+
+  it('stops its session and forgets it when its terminal goes away (SIGHUP), as an interrupt does', async () => {
+    const project = await agentProject(
+      path.join(scratch.dir, 'hung-up'),
+      agentManifest(inference, { name: 'hung-up', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    const agent = await startAgent(project, env);
+    try {
+      const file = path.join(env.MURMUR_HOME as string, 'running', `${agent.sessionId}.json`);
+      await eventually(async () => ((await fs.stat(file).catch(() => undefined)) ? true : undefined), 10_000, 'the running record');
+      agent.process.kill('SIGHUP');
+      // Through the interrupt's path (130), not killed by the signal's default (which left the
+      // session's sandbox, its cgroups and this record behind).
+      expect((await agent.exited).code).toBe(130);
+      expect(() => process.kill(agent.pid, 0), 'the session’s sandbox is gone').toThrow();
+      expect(await fs.stat(file).catch(() => undefined), 'the record is removed').toBeUndefined();
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  it('launches nothing when it is told to stop while it is still starting, and closes what it started', async () => {
+    const project = await agentProject(
+      path.join(scratch.dir, 'early'),
+      agentManifest(inference, { name: 'early', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    const child = spawn(murBin, ['run', '--manifest', path.join(project, 'murmur.yaml'), '--json'], {
+      cwd: repositoryRoot,
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    const exited = once(child, 'exit');
+    // Once it has started something (its warm host, begun while the capsule is staged) and
+    // before its launch line: what the signal's default left behind.
+    const started = await eventually(
+      async () => {
+        const children = (await fs.readFile(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').catch(() => '')).trim();
+        return children === '' || stdout !== '' ? undefined : children.split(' ').map(Number);
+      },
+      10_000,
+      'mur run to start its warm host',
+    );
+    child.kill('SIGTERM');
+    const [code, signal] = (await exited) as [number | null, string | null];
+    expect({ code, signal }).toEqual({ code: 130, signal: null });
+    expect(stdout, 'no session was launched').toBe('');
+    expect(await fs.readdir(path.join(project, 'workdir')).catch(() => []), 'no session directory').toEqual([]);
+    // Nothing it started outlives it (a sandbox dies with its parent; the run closed the rest).
+    for (const pid of started) {
+      await eventually(
+        () => {
+          try {
+            process.kill(pid, 0);
+            return undefined;
+          } catch {
+            return true;
+          }
+        },
+        10_000,
+        `what it started (${pid}) to be gone`,
+      );
     }
   });
 

@@ -96,6 +96,9 @@ function lifecycleOverride(options: RunOptions): LifecycleOverride | undefined {
   return Object.keys(override).length > 0 ? (override as LifecycleOverride) : undefined;
 }
 
+/** The signals that stop a run: an interrupt, a termination, and the terminal going away. */
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+
 /** `MURMUR_TIMING=1`: where a run's start-up time goes, on stderr. */
 function timing(label: string): void {
   if (process.env.MURMUR_TIMING) process.stderr.write(`[timing] ${label} ${performance.now().toFixed(0)}ms\n`);
@@ -212,8 +215,22 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const spawner = spawnerHandleFromEnv(process.env);
   const progress = terminalProgress(output);
   const localBase = fromRegistry ? process.cwd() : manifestDir;
+  // Until the session's own handler takes over after its launch, a signal is held rather than
+  // left to its default, which ends mur at once and leaves the warm host's sandbox, its cgroups
+  // and a running record behind: a run not yet launched then launches nothing, one being launched
+  // is stopped as any interrupted session is, and everything is closed on the way out. SIGHUP
+  // (the terminal closed) is one of them. A second signal leaves at once.
+  let heldSignal: NodeJS.Signals | undefined;
+  const holdSignal = (signal: NodeJS.Signals): void => {
+    if (heldSignal) process.exit(130);
+    heldSignal = signal;
+  };
+  for (const signal of STOP_SIGNALS) process.on(signal, holdSignal);
   // In-process, one host is started in its sandbox while the capsule is staged, for this run's workdir.
-  const runtime = await openRuntime({ executor: true, warmHostBase: options.workdir === undefined ? localBase : undefined });
+  const runtime = await openRuntime({ executor: true, warmHostBase: options.workdir === undefined ? localBase : undefined }).catch((error: unknown) => {
+    for (const signal of STOP_SIGNALS) process.off(signal, holdSignal);
+    throw error;
+  });
   timing('runtime open');
   // The lock is the launcher's: only this machine holds the project it belongs to.
   const lockPath = fromRegistry ? undefined : path.join(manifestDir, LOCKFILE_NAME);
@@ -308,6 +325,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     await runtime.bus.flush();
 
     const task = taskText(options.task, output);
+    if (heldSignal) return 130;
     const url = await sessionDoorUrl(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
     const a2aTimeout = numberSetting(env, 'MURMUR_A2A_TIMEOUT_SECS', undefined, { unit: 'seconds', fractional: true, zero: true });
     const launched: LaunchReply = await runtime.bus.request(
@@ -394,11 +412,14 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         leave();
       });
     };
-    process.on('SIGINT', onSignal);
-    process.on('SIGTERM', onSignal);
+    for (const signal of STOP_SIGNALS) {
+      process.off(signal, holdSignal);
+      process.on(signal, onSignal);
+    }
+    // One that came while the session was being launched.
+    if (heldSignal) onSignal();
     const end = await Promise.race([ended, left]);
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
+    for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
     for (const subscription of subscriptions) subscription.unsubscribe();
     if (!end) return 130;
     timing('ended');
@@ -429,6 +450,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     if (interrupted) return 130;
     return end.exit_status === 'ok' ? 0 : 1;
   } finally {
+    for (const signal of STOP_SIGNALS) process.off(signal, holdSignal);
     progress.stop();
     await runtime.close();
   }
