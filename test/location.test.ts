@@ -205,6 +205,36 @@ describe('the stack with nothing shared but the bus', () => {
       expect(await fs.readFile(path.join(scratch.dir, 'single.txt'), 'utf8')).toBe('line one\nline two\n');
     });
 
+    it('copies a directory whole or not at all: into a directory it merges, onto a file or a clash it writes nothing', async () => {
+      // Into an existing directory: merged, what was there kept.
+      const existing = path.join(scratch.dir, 'existing');
+      await fs.mkdir(existing);
+      await fs.writeFile(path.join(existing, 'mine.txt'), 'mine');
+      const merged = await runMur(['files', sessionId, 'out/deep', '--out', existing], { env: client });
+      expect(merged.code, merged.stderr).toBe(0);
+      expect((await fs.readdir(existing)).sort()).toEqual(['mine.txt', 'note.txt']);
+      // Onto a file: refused, the file as it was.
+      const file = path.join(scratch.dir, 'a-file');
+      await fs.writeFile(file, 'untouched');
+      const ontoFile = await runMur(['files', sessionId, 'out/deep', '--out', file], { env: client });
+      expect(ontoFile.code).toBe(1);
+      expect(ontoFile.stderr).toContain(`error[E-IO-003]: --out ${file} is a file, and out/deep is a directory`);
+      expect(ontoFile.stderr).not.toMatch(/\n\s+at |this is a bug in mur/);
+      expect(await fs.readFile(file, 'utf8')).toBe('untouched');
+      // A directory where a copied file would go: refused before anything moves.
+      const clashing = path.join(scratch.dir, 'clashing');
+      await fs.mkdir(path.join(clashing, 'deep', 'note.txt'), { recursive: true });
+      const clash = await runMur(['files', sessionId, 'out', '--out', clashing], { env: client });
+      expect(clash.code).toBe(1);
+      expect(clash.stderr).toContain('error[E-IO-003]');
+      expect(await fs.readdir(clashing)).toEqual(['deep']);
+      expect(await fs.readdir(path.join(clashing, 'deep'))).toEqual(['note.txt']);
+      expect(
+        (await fs.readdir(scratch.dir)).filter((name) => name.includes('.mur-files-')),
+        'no staging directory left',
+      ).toEqual([]);
+    });
+
     it.each([
       ['a path that climbs out', '../..', 'E-SES-002', "'../..' is not a path inside the session's workdir"],
       ['an absolute path', '/etc/passwd', 'E-SES-002', "'/etc/passwd' is not a path inside the session's workdir"],

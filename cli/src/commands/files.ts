@@ -56,23 +56,109 @@ export async function filesCommand(sessionId: string, relative: string | undefin
   }
 }
 
+/**
+ * Copies what `reply` names to `target`, whole or not at all: a file by rename; a directory built
+ * beside the target first and then moved in, after every entry it would replace was checked, so a
+ * copy that fails (a file where a directory must go, the bus gone mid-way) leaves nothing behind.
+ */
 async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesReply, target: string): Promise<{ files: number; bytes: number }> {
-  if (reply.type === 'file') {
-    const bytes = await sessionFileBytes(bus, location, reply.path, reply);
-    const into = (await fs.stat(target).catch(() => undefined))?.isDirectory() ? path.join(target, path.basename(reply.path)) : target;
-    await fs.mkdir(path.dirname(into), { recursive: true });
-    await writeFileAtomic(into, bytes);
-    return { files: 1, bytes: bytes.length };
+  try {
+    if (reply.type === 'file') {
+      const bytes = await sessionFileBytes(bus, location, reply.path, reply);
+      const into = (await fs.stat(target).catch(() => undefined))?.isDirectory() ? path.join(target, path.basename(reply.path)) : target;
+      await fs.mkdir(path.dirname(into), { recursive: true });
+      await writeFileAtomic(into, bytes);
+      return { files: 1, bytes: bytes.length };
+    }
+    const existing = await fs.lstat(target).catch(() => undefined);
+    if (existing && !existing.isDirectory()) throw notADirectory(target, reply.path);
+    await fs.mkdir(path.dirname(target), { recursive: true });
+    const staging = await fs.mkdtemp(path.join(path.dirname(target), `.${path.basename(target)}.mur-files-`));
+    try {
+      const copied = await copyTree(bus, location, reply, staging);
+      if (existing) await moveInto(staging, target, reply.path);
+      else await fs.rename(staging, target);
+      return copied;
+    } finally {
+      await fs.rm(staging, { recursive: true, force: true });
+    }
+  } catch (error) {
+    if (error instanceof MurmurError || !(error as NodeJS.ErrnoException).code) throw error;
+    throw new MurmurError('E-IO-003', `cannot copy ${reply.path} to ${target}: ${(error as NodeJS.ErrnoException).code}`, {
+      path: target,
+      hint: 'name a directory that can be written, or a path that does not exist yet',
+    });
   }
-  await fs.mkdir(target, { recursive: true });
+}
+
+function notADirectory(target: string, what: string): MurmurError {
+  return new MurmurError('E-IO-003', `--out ${target} is a file, and ${what} is a directory`, {
+    path: target,
+    hint: 'name a directory (made when absent), or a path that does not exist yet',
+  });
+}
+
+/** The directory `reply` names, copied into the empty directory `into`. */
+async function copyTree(
+  bus: Bus,
+  location: SessionLocation,
+  reply: SessionFilesReply & { type: 'directory' },
+  into: string,
+): Promise<{ files: number; bytes: number }> {
   let files = 0;
   let bytes = 0;
   for (const entry of reply.entries) {
     if (entry.type === 'other') continue;
     const child = reply.path === '.' ? entry.name : `${reply.path}/${entry.name}`;
-    const copied = await copyOut(bus, location, await askExecutor(bus, location, { path: child }), path.join(target, entry.name));
-    files += copied.files;
-    bytes += copied.bytes;
+    const childReply = await askExecutor(bus, location, { path: child });
+    const destination = path.join(into, entry.name);
+    if (childReply.type === 'file') {
+      const content = await sessionFileBytes(bus, location, childReply.path, childReply);
+      await fs.writeFile(destination, content, { flag: 'wx' });
+      files += 1;
+      bytes += content.length;
+    } else {
+      await fs.mkdir(destination);
+      const copied = await copyTree(bus, location, childReply, destination);
+      files += copied.files;
+      bytes += copied.bytes;
+    }
   }
   return { files, bytes };
+}
+
+/**
+ * Moves the copied tree `from` into the existing directory `to`, a file replacing a file and a
+ * directory merged into a directory. Every clash (a file where a directory would go, or the other
+ * way) is found before anything moves.
+ */
+async function moveInto(from: string, to: string, what: string): Promise<void> {
+  const clashes: string[] = [];
+  const check = async (source: string, destination: string): Promise<void> => {
+    for (const entry of await fs.readdir(source, { withFileTypes: true })) {
+      const there = await fs.lstat(path.join(destination, entry.name)).catch(() => undefined);
+      if (!there) continue;
+      if (entry.isDirectory() !== there.isDirectory()) clashes.push(path.join(destination, entry.name));
+      else if (entry.isDirectory()) await check(path.join(source, entry.name), path.join(destination, entry.name));
+    }
+  };
+  await check(from, to);
+  if (clashes.length > 0) {
+    throw new MurmurError(
+      'E-IO-003',
+      `cannot copy ${what} into ${to}: ${clashes.join(', ')} ${clashes.length === 1 ? 'is' : 'are'} in the way (a file where a directory goes, or the other way)`,
+      {
+        path: to,
+        hint: 'move those aside, or copy to a path that does not exist yet',
+      },
+    );
+  }
+  const move = async (source: string, destination: string): Promise<void> => {
+    for (const entry of await fs.readdir(source, { withFileTypes: true })) {
+      const target = path.join(destination, entry.name);
+      if (entry.isDirectory() && (await fs.lstat(target).catch(() => undefined))) await move(path.join(source, entry.name), target);
+      else await fs.rename(path.join(source, entry.name), target);
+    }
+  };
+  await move(from, to);
 }
