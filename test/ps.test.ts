@@ -4,7 +4,7 @@ import { promises as fs, statSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processStartToken, runningDir, writeRunningRecord } from '@murmur/shared/node';
-import { agentManifest, agentProject, startAgent } from './support/agents.js';
+import { agentManifest, agentProject, rpc, startAgent, textMessage } from './support/agents.js';
 import { tempDir } from './support/fs.js';
 import { eventually, murBin, repositoryRoot, runMur } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
@@ -64,6 +64,16 @@ describe('mur ps and mur stop', () => {
       const listed = await ps();
       expect(listed.find((session) => session.session_id === agent.sessionId)).toMatchObject({ liveness: 'live', pid: agent.pid });
 
+      // A task answered first: what the session did must survive its stop in the trace.
+      const sent = await rpc(agent.url, 'message/send', textMessage('one task before the stop'));
+      const taskId = sent.body.result?.id;
+      await eventually(
+        async () =>
+          ((await rpc(agent.url, 'tasks/get', { id: taskId })).body.result?.status as { state?: string } | undefined)?.state === 'completed' || undefined,
+        30_000,
+        'the task to complete',
+      );
+
       const stopped = await runMur(['stop', agent.sessionId], { env });
       expect(stopped.code, stopped.stderr).toBe(0);
       expect(stopped.stdout).toContain(`${agent.sessionId}: stopped`);
@@ -75,6 +85,20 @@ describe('mur ps and mur stop', () => {
       expect(await fs.readFile(path.join(agent.workdir, 'logs', 'bootstrap.log'), 'utf8')).toContain(
         '[host] was stopped from outside (SIGTERM) without a result:',
       );
+      // The end the executor wrote for the stopped host is the trace's last: it keeps the totals
+      // of the one the host wrote after its task, where it used to say the session did nothing.
+      const ends = (await fs.readFile(path.join(agent.workdir, 'trace.jsonl'), 'utf8'))
+        .split('\n')
+        .filter((line) => line.includes('"session_end"'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      const [byHost, byExecutor] = ends.slice(-2);
+      expect(byHost?.total_turns).toBeGreaterThanOrEqual(1);
+      expect(byExecutor).toMatchObject({
+        exit_status: 'failed',
+        total_turns: byHost?.total_turns,
+        total_input_tokens: byHost?.total_input_tokens,
+        total_output_tokens: byHost?.total_output_tokens,
+      });
       await eventually(async () => ((await fs.stat(file).catch(() => undefined)) ? undefined : true), 10_000, 'the record to be removed');
       expect((await ps()).some((session) => session.session_id === agent.sessionId)).toBe(false);
     } finally {

@@ -1,6 +1,6 @@
-import { appendFileSync, closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, constants, fstatSync, mkdirSync, openSync, readSync, writeSync } from 'node:fs';
 import path from 'node:path';
-import { appendBeneath, mkdirBeneath, openAppendBeneath } from '@murmur/shared/node';
+import { appendBeneath, mkdirBeneath, openAppendBeneath, readTailBeneath } from '@murmur/shared/node';
 
 /**
  * Where records are written from. Inside the sandbox (the capsule host) a path is a path: a link
@@ -83,6 +83,37 @@ export class TraceWriter {
   }
 
   /**
+   * The totals of the last `session_end` the trace holds (an agent's host writes one after each
+   * task, the whole session's so far), or zeros when there is none: what the executor's own
+   * `session_end` carries for a host that could not close its trace (stopped, crashed, killed),
+   * so that the last one, which readers take as the session's, does not drop what it did. Only
+   * the file's tail is read, beneath the workdir's root when there is one, and only
+   * non-negative whole numbers are taken from it: the file is in the guest's workdir.
+   */
+  lastTotals(): SessionTotals {
+    const tail = this.outside ? readTailBeneath(this.outside.root, this.file, TOTALS_TAIL_BYTES) : readTail(this.file, TOTALS_TAIL_BYTES);
+    const totals: SessionTotals = { total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0 };
+    const lines = (tail ?? '').split('\n');
+    for (let index = lines.length - 1; index >= 0; index -= 1) {
+      const line = lines[index] as string;
+      if (!line.includes('"session_end"')) continue;
+      let event: Record<string, unknown>;
+      try {
+        event = JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        continue;
+      }
+      if (event === null || typeof event !== 'object' || event.event_type !== 'session_end') continue;
+      for (const key of Object.keys(totals) as Array<keyof SessionTotals>) {
+        const value = event[key];
+        if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) totals[key] = value;
+      }
+      break;
+    }
+    return totals;
+  }
+
+  /**
    * The session has ended: its descriptor is closed now rather than never. An executor outlives
    * thousands of sessions, and each that had an egress decision kept one open for the executor's
    * life (and its trace file's space, were the workdir deleted). A record that still comes after
@@ -92,6 +123,37 @@ export class TraceWriter {
     this.closed = true;
     if (this.fd !== undefined) closeSync(this.fd);
     this.fd = undefined;
+  }
+}
+
+/** How much of the file `lastTotals` reads: far more than a few task ends, never the whole of a long trace. */
+const TOTALS_TAIL_BYTES = 256 * 1024;
+
+/** A `session_end`'s totals. */
+export interface SessionTotals {
+  total_turns: number;
+  total_input_tokens: number;
+  total_output_tokens: number;
+  total_tool_calls: number;
+  total_shell_calls: number;
+}
+
+/** `readTailBeneath` for a trace with no sandbox around it: the same refusals, by path. */
+function readTail(file: string, maxBytes: number): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch {
+    return undefined;
+  }
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) return undefined;
+    const length = Math.min(stat.size, maxBytes);
+    const bytes = Buffer.alloc(length);
+    return bytes.subarray(0, readSync(fd, bytes, 0, length, stat.size - length)).toString('utf8');
+  } finally {
+    closeSync(fd);
   }
 }
 

@@ -1217,13 +1217,10 @@ export class Session {
         this.bootstrap.line(
           this.withoutResult(signal === 'SIGTERM' && !oom ? 'was stopped from outside (SIGTERM) without a result' : 'ended without a result'),
         );
-      // The host could not close its own trace: the executor does, so every session_start has an end.
+      // The host could not close its own trace: the executor does, so every session_start has an
+      // end, with the totals of the last end the host wrote (an agent's, after each task).
       this.trace.write('session_end', {
-        total_turns: 0,
-        total_input_tokens: 0,
-        total_output_tokens: 0,
-        total_tool_calls: 0,
-        total_shell_calls: 0,
+        ...this.trace.lastTotals(),
         duration_ms: exitedAtMs - this.startedAt,
         exit_status: 'failed',
         error,

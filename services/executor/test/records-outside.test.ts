@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, symlinkSync, mkdirSync, existsSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, symlinkSync, mkdirSync, existsSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -32,6 +32,31 @@ describe("a session's records, written from outside its sandbox", () => {
     expect(readFileSync(path.join(root, 'logs', 'host.log'), 'utf8')).toBe('one\ntwo\n');
     expect(readFileSync(path.join(root, 'trace.jsonl'), 'utf8').trim().split('\n')).toHaveLength(2);
     expect(refusals).toEqual([]);
+  });
+
+  it("read the last session_end's totals for the end the executor writes, taking only whole numbers, never through a link", () => {
+    const trace = new TraceWriter(root, 'ses_1', undefined, outside());
+    const zeros = { total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0 };
+    expect(trace.lastTotals(), 'no trace yet').toEqual(zeros);
+    const file = path.join(root, 'trace.jsonl');
+    const end = (fields: Record<string, unknown>) => `${JSON.stringify({ event_type: 'session_end', session_id: 'ses_1', timestamp: 1, ...fields })}\n`;
+    appendFileSync(file, end({ total_turns: 1, total_input_tokens: 10, total_output_tokens: 5, total_tool_calls: 0, total_shell_calls: 0 }));
+    appendFileSync(file, end({ total_turns: 3, total_input_tokens: 40, total_output_tokens: 20, total_tool_calls: 2, total_shell_calls: 1 }));
+    appendFileSync(file, '{"event_type":"inference","turn":3}\n{"not json\n');
+    expect(trace.lastTotals()).toEqual({ total_turns: 3, total_input_tokens: 40, total_output_tokens: 20, total_tool_calls: 2, total_shell_calls: 1 });
+    // What the guest wrote in its own workdir: nothing but a whole, non-negative number is taken.
+    appendFileSync(file, end({ total_turns: -4, total_input_tokens: 1.5, total_output_tokens: '9', total_tool_calls: 1e300, total_shell_calls: 2 }));
+    expect(trace.lastTotals()).toEqual({ ...zeros, total_shell_calls: 2 });
+    // A trace the guest replaced with a link is not followed.
+    const elsewhere = path.join(root, '..', `elsewhere-${path.basename(root)}.jsonl`);
+    writeFileSync(elsewhere, end({ total_turns: 99, total_input_tokens: 99, total_output_tokens: 99, total_tool_calls: 99, total_shell_calls: 99 }));
+    try {
+      rmSync(file);
+      symlinkSync(elsewhere, file);
+      expect(trace.lastTotals()).toEqual(zeros);
+    } finally {
+      rmSync(elsewhere, { force: true });
+    }
   });
 
   it('drop a record whose file is a link, saying so once, and write nothing where it leads', () => {

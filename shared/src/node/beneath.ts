@@ -109,6 +109,36 @@ export function openAppendBeneath(root: string, file: string, mode = 0o644): num
   return fd;
 }
 
+/**
+ * The last `maxBytes` of `file` beneath `root` (all of it when shorter), or undefined when it is
+ * missing, a link, a FIFO or anything but a regular file: read without following what the guest
+ * put there, and without waiting on it.
+ */
+export function readTailBeneath(root: string, file: string, maxBytes: number): string | undefined {
+  const names = namesBeneath(root, file);
+  let fd: number;
+  try {
+    const directory = openParent(root, names, false);
+    try {
+      fd = openSync(at(directory, names.at(-1) as string), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    } finally {
+      closeSync(directory);
+    }
+  } catch {
+    return undefined;
+  }
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) return undefined;
+    const length = Math.min(stat.size, maxBytes);
+    const bytes = Buffer.alloc(length);
+    const read = readSync(fd, bytes, 0, length, stat.size - length);
+    return bytes.subarray(0, read).toString('utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** Appends `text` to `file` beneath `root` (see `openAppendBeneath`). */
 export function appendBeneath(root: string, file: string, text: string): void {
   const fd = openAppendBeneath(root, file);
