@@ -342,6 +342,19 @@ describe('mur trace', () => {
       const result = await trace(['show', running]);
       expect(result.code).toBe(1);
       expect(result.stderr).toContain(`error[E-TRC-001]: ${running}: no session_end event found`);
+      expect(result.stderr).toContain("hint: the session is still running, or its mur was killed before the trace could be closed ('mur ps' says which)");
+    });
+
+    it('refuses a trace with no session_start (an agent stopped before its first task) saying why that is', async () => {
+      const idle = path.join(scratch.dir, 'idle.jsonl');
+      await fs.writeFile(
+        idle,
+        `${JSON.stringify({ event_type: 'session_end', session_id: 'ses_idle', timestamp: 1, total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0, duration_ms: 5, exit_status: 'failed' })}\n`,
+      );
+      const result = await trace(['show', idle]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain(`error[E-TRC-001]: ${idle}: no session_start event found`);
+      expect(result.stderr).toContain('hint: an agent writes its session_start when a task begins: this session ran no task');
     });
   });
 });

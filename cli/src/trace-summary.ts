@@ -156,8 +156,16 @@ export function summariseTrace(file: string, events: TraceEvent[]): TraceSummary
         break;
     }
   }
-  if (!start) throw new MurmurError('E-TRC-001', `${file}: no session_start event found`, { path: file });
-  if (!end) throw new MurmurError('E-TRC-001', `${file}: no session_end event found`, { path: file, hint: 'is the session still running?' });
+  if (!start)
+    throw new MurmurError('E-TRC-001', `${file}: no session_start event found`, {
+      path: file,
+      hint: 'an agent writes its session_start when a task begins: this session ran no task (or its trace was cut short)',
+    });
+  if (!end)
+    throw new MurmurError('E-TRC-001', `${file}: no session_end event found`, {
+      path: file,
+      hint: "the session is still running, or its mur was killed before the trace could be closed ('mur ps' says which); 'mur trace steps' reads it as it is",
+    });
   const toolOk = toolRecords.filter((record) => record.status === 'ok').length;
   return {
     sessionId: start.session_id,
