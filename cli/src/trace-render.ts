@@ -164,7 +164,7 @@ export function renderShow(summary: TraceSummary): string[] {
     for (const [index, task] of summary.tasks.entries()) {
       const reopens = task.reopenCount > 0 ? `  reopens: ${task.reopenCount}` : '';
       lines.push(
-        `task ${index + 1}  ${task.taskId.slice(0, 12)}  turns: ${task.turns}  in: ${thousands(task.inputTokens)}  out: ${thousands(task.outputTokens)}  ${task.exitStatus}  ${duration(task.durationMs)}${reopens}`,
+        `task ${index + 1}  ${shortId(task.taskId)}  turns: ${task.turns}  in: ${thousands(task.inputTokens)}  out: ${thousands(task.outputTokens)}  ${task.exitStatus}  ${duration(task.durationMs)}${reopens}`,
       );
     }
   }
@@ -255,8 +255,19 @@ export function renderDiff(a: TraceSummary, b: TraceSummary): string[] {
   ];
 }
 
+/**
+ * An id cut for a table: its kind (`ses_`, `tsk_`) and its last 8 characters. Upstream shows the
+ * first 12, but these ids begin with their time, so sessions or tasks started close together read
+ * alike there; the end tells them apart, and is what a selector names (its last 4+ characters).
+ */
+export function shortId(id: string): string {
+  if (id.length <= 16) return id;
+  const kind = /^[a-z]+_/.exec(id)?.[0] ?? '';
+  return `${kind}...${id.slice(-8)}`;
+}
+
 function sessionBlock(summary: TraceSummary): string[] {
-  const id = summary.sessionId.length > 12 ? `${summary.sessionId.slice(0, 12)}...` : summary.sessionId;
+  const id = shortId(summary.sessionId);
   const lines = [`Session ${id}  ${duration(summary.durationMs)}  ${plural(summary.totalTurns, 'turn')}`, ''];
   lines.push(
     summary.toolError > 0
