@@ -71,6 +71,18 @@ describe('mur, given what a new user gets wrong', () => {
     refused(result, 'E-IO-003', '--capsule-version needs --capsule', 'e.g. mur run --capsule <name> --capsule-version 0.1.0');
   });
 
+  it('refuses an address and a port given to --bind, saying where the port is set', async () => {
+    for (const bind of ['127.0.0.1:36469', '[::1]:8080']) {
+      const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });
+      refused(
+        result,
+        'E-IO-003',
+        `--bind takes an address, not an address and a port: '${bind}'`,
+        "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port",
+      );
+    }
+  });
+
   it('says what a bad manifest value is and that the field is to be corrected', async () => {
     const bad = path.join(scratch.dir, 'bad');
     await fs.mkdir(bad);

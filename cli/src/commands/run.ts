@@ -186,6 +186,12 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const fromRegistry = options.capsule !== undefined;
   if (fromRegistry && !options.capsuleVersion)
     throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
+  // An address and a port together would be looked up as a host name, and fail as one.
+  if (options.bind !== undefined && /^(\[[^\]]*\]|[^:]+):\d+$/.test(options.bind))
+    throw new MurmurError('E-IO-003', `--bind takes an address, not an address and a port: '${options.bind}'`, {
+      path: '--bind',
+      hint: "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port (unset or 0: any free port)",
+    });
   // Alone it would be ignored, and the manifest here run instead of the capsule meant.
   if (!fromRegistry && options.capsuleVersion)
     throw new MurmurError('E-IO-003', '--capsule-version needs --capsule', {
