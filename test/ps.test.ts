@@ -137,8 +137,10 @@ describe('mur ps and mur stop', () => {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
+    let stderr = '';
     child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    const exited = once(child, 'exit');
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = once(child, 'close');
     // Once it has started something (its warm host, begun while the capsule is staged) and
     // before its launch line: what the signal's default left behind.
     const started = await eventually(
@@ -153,6 +155,7 @@ describe('mur ps and mur stop', () => {
     const [code, signal] = (await exited) as [number | null, string | null];
     expect({ code, signal }).toEqual({ code: 130, signal: null });
     expect(stdout, 'no session was launched').toBe('');
+    expect(stderr).toContain('mur: SIGTERM: stopping once what is under way is done, launching nothing new (again to leave at once)');
     expect(await fs.readdir(path.join(project, 'workdir')).catch(() => []), 'no session directory').toEqual([]);
     // Nothing it started outlives it (a sandbox dies with its parent; the run closed the rest).
     for (const pid of started) {

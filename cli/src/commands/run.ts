@@ -230,11 +230,17 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const holdSignal = (signal: NodeJS.Signals): void => {
     if (heldSignal) process.exit(130);
     heldSignal = signal;
+    output.err(`mur: ${signal}: stopping once what is under way is done, launching nothing new (again to leave at once)`);
   };
-  for (const signal of STOP_SIGNALS) process.on(signal, holdSignal);
+  // One listener per signal for the whole run, whose target changes: removing a signal's last
+  // listener and adding another closes and reopens node's watcher of it, and a signal that came
+  // in between was seen to be lost.
+  let onStopSignal: (signal: NodeJS.Signals) => void = holdSignal;
+  const stopSignalListener = (signal: NodeJS.Signals): void => onStopSignal(signal);
+  for (const signal of STOP_SIGNALS) process.on(signal, stopSignalListener);
   // In-process, one host is started in its sandbox while the capsule is staged, for this run's workdir.
   const runtime = await openRuntime({ executor: true, warmHostBase: options.workdir === undefined ? localBase : undefined }).catch((error: unknown) => {
-    for (const signal of STOP_SIGNALS) process.off(signal, holdSignal);
+    for (const signal of STOP_SIGNALS) process.off(signal, stopSignalListener);
     throw error;
   });
   timing('runtime open');
@@ -418,14 +424,11 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         leave();
       });
     };
-    for (const signal of STOP_SIGNALS) {
-      process.off(signal, holdSignal);
-      process.on(signal, onSignal);
-    }
+    onStopSignal = onSignal;
     // One that came while the session was being launched.
     if (heldSignal) onSignal();
     const end = await Promise.race([ended, left]);
-    for (const signal of STOP_SIGNALS) process.off(signal, onSignal);
+    onStopSignal = () => {};
     for (const subscription of subscriptions) subscription.unsubscribe();
     if (!end) return 130;
     timing('ended');
@@ -456,7 +459,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     if (interrupted) return 130;
     return end.exit_status === 'ok' ? 0 : 1;
   } finally {
-    for (const signal of STOP_SIGNALS) process.off(signal, holdSignal);
+    for (const signal of STOP_SIGNALS) process.off(signal, stopSignalListener);
     progress.stop();
     await runtime.close();
   }
