@@ -213,6 +213,12 @@ describe('the stack with nothing shared but the bus', () => {
       const merged = await runMur(['files', sessionId, 'out/deep', '--out', existing], { env: client });
       expect(merged.code, merged.stderr).toBe(0);
       expect((await fs.readdir(existing)).sort()).toEqual(['mine.txt', 'note.txt']);
+      // Through a link to a directory, as to the directory; a new directory gets the usual modes.
+      await fs.symlink(existing, path.join(scratch.dir, 'linked'));
+      expect((await runMur(['files', sessionId, 'out/deep', '--out', path.join(scratch.dir, 'linked')], { env: client })).code).toBe(0);
+      const made = path.join(scratch.dir, 'made');
+      expect((await runMur(['files', sessionId, 'out/deep', '--out', made], { env: client })).code).toBe(0);
+      expect((await fs.stat(made)).mode & 0o777).toBe(0o777 & ~process.umask());
       // Onto a file: refused, the file as it was.
       const file = path.join(scratch.dir, 'a-file');
       await fs.writeFile(file, 'untouched');

@@ -70,14 +70,23 @@ async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesR
       await writeFileAtomic(into, bytes);
       return { files: 1, bytes: bytes.length };
     }
-    const existing = await fs.lstat(target).catch(() => undefined);
+    // Followed once, as the file branch does: a link to a directory is that directory.
+    const existing = await fs.stat(target).catch(() => undefined);
     if (existing && !existing.isDirectory()) throw notADirectory(target, reply.path);
-    await fs.mkdir(path.dirname(target), { recursive: true });
-    const staging = await fs.mkdtemp(path.join(path.dirname(target), `.${path.basename(target)}.mur-files-`));
+    // Staged inside a directory that exists (its own filesystem, and writable where the copy goes
+    // anyway), else beside the one to be made, which is then renamed into place.
+    if (!existing) await fs.mkdir(path.dirname(target), { recursive: true });
+    const staging = await fs.mkdtemp(
+      existing ? path.join(target, STAGING_PREFIX) : path.join(path.dirname(target), `.${path.basename(target)}${STAGING_PREFIX}`),
+    );
     try {
       const copied = await copyTree(bus, location, reply, staging);
       if (existing) await moveInto(staging, target, reply.path);
-      else await fs.rename(staging, target);
+      else {
+        // mkdtemp makes it 0700; a directory made by the copy gets the modes any other would.
+        await fs.chmod(staging, 0o777 & ~process.umask());
+        await fs.rename(staging, target);
+      }
       return copied;
     } finally {
       await fs.rm(staging, { recursive: true, force: true });
@@ -90,6 +99,9 @@ async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesR
     });
   }
 }
+
+/** The name a directory copy is staged under before it is moved into place. */
+const STAGING_PREFIX = '.mur-files-';
 
 function notADirectory(target: string, what: string): MurmurError {
   return new MurmurError('E-IO-003', `--out ${target} is a file, and ${what} is a directory`, {

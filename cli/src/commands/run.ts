@@ -96,8 +96,11 @@ function lifecycleOverride(options: RunOptions): LifecycleOverride | undefined {
   return Object.keys(override).length > 0 ? (override as LifecycleOverride) : undefined;
 }
 
-/** The signals that stop a run: an interrupt, a termination, and the terminal going away. */
-const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+/**
+ * The signals that stop a run: an interrupt and a termination. Not SIGHUP: listening for it would
+ * undo `nohup`'s ignoring it, and a run whose terminal is gone fails its first write to it.
+ */
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 
 /** `MURMUR_TIMING=1`: where a run's start-up time goes, on stderr. */
 function timing(label: string): void {
@@ -224,8 +227,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   // Until the session's own handler takes over after its launch, a signal is held rather than
   // left to its default, which ends mur at once and leaves the warm host's sandbox, its cgroups
   // and a running record behind: a run not yet launched then launches nothing, one being launched
-  // is stopped as any interrupted session is, and everything is closed on the way out. SIGHUP
-  // (the terminal closed) is one of them. A second signal leaves at once.
+  // is stopped as any interrupted session is, and everything is closed on the way out. A second
+  // signal leaves at once.
   let heldSignal: NodeJS.Signals | undefined;
   const holdSignal = (signal: NodeJS.Signals): void => {
     if (heldSignal) process.exit(130);
@@ -428,7 +431,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // One that came while the session was being launched.
     if (heldSignal) onSignal();
     const end = await Promise.race([ended, left]);
-    onStopSignal = () => {};
+    // The session is over; what is left (pinning, a fetched result) is not waited for past a signal.
+    onStopSignal = () => process.exit(130);
     for (const subscription of subscriptions) subscription.unsubscribe();
     if (!end) return 130;
     timing('ended');

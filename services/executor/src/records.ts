@@ -91,8 +91,14 @@ export class TraceWriter {
    * non-negative whole numbers are taken from it: the file is in the guest's workdir.
    */
   lastTotals(): SessionTotals {
-    const tail = this.outside ? readTailBeneath(this.outside.root, this.file, TOTALS_TAIL_BYTES) : readTail(this.file, TOTALS_TAIL_BYTES);
     const totals: SessionTotals = { total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0 };
+    let tail: string | undefined;
+    try {
+      tail = this.outside ? readTailBeneath(this.outside.root, this.file, TOTALS_TAIL_BYTES) : readTail(this.file, TOTALS_TAIL_BYTES);
+    } catch {
+      // Read in the executor's handlers, where a throw would end every session: zeros instead.
+      return totals;
+    }
     const lines = (tail ?? '').split('\n');
     for (let index = lines.length - 1; index >= 0; index -= 1) {
       const line = lines[index] as string;
