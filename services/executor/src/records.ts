@@ -1,6 +1,6 @@
-import { appendFileSync, closeSync, constants, fstatSync, mkdirSync, openSync, readSync, writeSync } from 'node:fs';
+import { appendFileSync, closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import path from 'node:path';
-import { appendBeneath, mkdirBeneath, openAppendBeneath, readTailBeneath } from '@murmur/shared/node';
+import { TAIL_READ, appendBeneath, mkdirBeneath, openAppendBeneath, readTailBeneath, readTailOf } from '@murmur/shared/node';
 
 /**
  * Where records are written from. Inside the sandbox (the capsule host) a path is a path: a link
@@ -148,19 +148,11 @@ export interface SessionTotals {
 function readTail(file: string, maxBytes: number): string | undefined {
   let fd: number;
   try {
-    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    fd = openSync(file, TAIL_READ);
   } catch {
     return undefined;
   }
-  try {
-    const stat = fstatSync(fd);
-    if (!stat.isFile()) return undefined;
-    const length = Math.min(stat.size, maxBytes);
-    const bytes = Buffer.alloc(length);
-    return bytes.subarray(0, readSync(fd, bytes, 0, length, stat.size - length)).toString('utf8');
-  } finally {
-    closeSync(fd);
-  }
+  return readTailOf(fd, maxBytes);
 }
 
 /** One line of `trace.jsonl`: its type, session and Unix-ms timestamp, then the event's own fields. */

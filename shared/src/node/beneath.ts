@@ -120,13 +120,21 @@ export function readTailBeneath(root: string, file: string, maxBytes: number): s
   try {
     const directory = openParent(root, names, false);
     try {
-      fd = openSync(at(directory, names.at(-1) as string), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+      fd = openSync(at(directory, names.at(-1) as string), TAIL_READ);
     } finally {
       closeSync(directory);
     }
   } catch {
     return undefined;
   }
+  return readTailOf(fd, maxBytes);
+}
+
+/** How a tail is opened: for reading, refusing a link, never waiting on a FIFO. */
+export const TAIL_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/** The last `maxBytes` of the regular file open on `fd` (undefined for anything else), which it closes. */
+export function readTailOf(fd: number, maxBytes: number): string | undefined {
   try {
     const stat = fstatSync(fd);
     if (!stat.isFile()) return undefined;
