@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processStartToken, runningDir, writeRunningRecord } from '@murmur/shared/node';
 import { agentManifest, agentProject, rpc, startAgent, textMessage } from './support/agents.js';
 import { tempDir } from './support/fs.js';
-import { eventually, murBin, repositoryRoot, runMur } from './support/processes.js';
+import { eventually, runMur, spawnMur } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -131,15 +131,7 @@ describe('mur ps and mur stop', () => {
       path.join(scratch.dir, 'early'),
       agentManifest(inference, { name: 'early', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
     );
-    const child = spawn(murBin, ['run', '--manifest', path.join(project, 'murmur.yaml'), '--json'], {
-      cwd: repositoryRoot,
-      env: { PATH: process.env.PATH ?? '', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const { child, output } = spawnMur(['run', '--manifest', path.join(project, 'murmur.yaml'), '--json'], { env });
     const exited = once(child, 'close');
     try {
       // Once it has started something (its warm host, begun while the capsule is staged) and
@@ -147,7 +139,7 @@ describe('mur ps and mur stop', () => {
       const started = await eventually(
         async () => {
           const children = (await fs.readFile(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').catch(() => '')).trim();
-          return children === '' || stdout !== '' ? undefined : children.split(' ').map(Number);
+          return children === '' || output.stdout !== '' ? undefined : children.split(' ').map(Number);
         },
         10_000,
         'mur run to start its warm host',
@@ -155,10 +147,10 @@ describe('mur ps and mur stop', () => {
       child.kill('SIGTERM');
       const [code, signal] = (await exited) as [number | null, string | null];
       expect({ code, signal }).toEqual({ code: 130, signal: null });
-      expect(stderr).toContain('mur: SIGTERM: stopping once what is under way is done, launching nothing new (again to leave at once)');
+      expect(output.stderr).toContain('mur: SIGTERM: stopping once what is under way is done, launching nothing new (again to leave at once)');
       // Held before the launch: nothing launched. (Held while the launch was already asked for,
       // the session it made is stopped as an interrupted one is, and its directory says so.)
-      if (stdout === '') expect(await fs.readdir(path.join(project, 'workdir')).catch(() => []), 'no session directory').toEqual([]);
+      if (output.stdout === '') expect(await fs.readdir(path.join(project, 'workdir')).catch(() => []), 'no session directory').toEqual([]);
       // Nothing it started outlives it (a sandbox dies with its parent; the run closed the rest).
       for (const pid of started) {
         await eventually(

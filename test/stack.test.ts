@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -9,7 +8,7 @@ import { startTokenFromStat } from '@murmur/shared/node';
 import { probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
-import { type ServiceProcess, eventually, murBin, repositoryRoot, runMur, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, runMur, spawnMur, startService } from './support/processes.js';
 
 /**
  * `mur run` against the stack: a real nats-server, stager and executor processes. The same
@@ -100,17 +99,9 @@ describe('mur run on the stack', () => {
 
   it('kills a session past its hard limit as a whole, and reports it', async () => {
     const project = await probeProject(path.join(scratch.dir, 'frozen'), 'capabilities:\n  limits:\n    deadline_seconds: 1\n');
-    const child: ChildProcess = spawn(murBin, ['run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], {
-      cwd: project,
-      env: { PATH: process.env.PATH ?? '', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const { child, output } = spawnMur(['run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], { cwd: project, env });
     const launch = await eventually(
-      () => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
+      () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
       20_000,
       'the launch line',
     );
@@ -124,8 +115,8 @@ describe('mur run on the stack', () => {
     for (const pid of pids) process.kill(pid, 'SIGSTOP');
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
     expect(code).toBe(1);
-    expect(stderr).toContain('exceeded its hard limit');
-    expect(stderr).toContain('killed as a whole');
+    expect(output.stderr).toContain('exceeded its hard limit');
+    expect(output.stderr).toContain('killed as a whole');
     // Killed, and gone once reaped.
     for (const pid of pids) {
       await eventually(
@@ -158,15 +149,9 @@ describe('mur run on the stack', () => {
 
   it('records the start token of the very process that runs the session', async () => {
     const project = await probeProject(path.join(scratch.dir, 'token'), 'capabilities:\n  limits:\n    deadline_seconds: 2\n');
-    const child = spawn(murBin, ['run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], {
-      cwd: project,
-      env: { PATH: process.env.PATH ?? '', ...env },
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
-    let stdout = '';
-    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    const { child, output } = spawnMur(['run', '--json', '--task', JSON.stringify([{ op: 'spin' }])], { cwd: project, env });
     const launch = await eventually(
-      () => (stdout.includes('\n') ? (JSON.parse(stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
+      () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
       20_000,
       'the launch line',
     );
@@ -177,22 +162,14 @@ describe('mur run on the stack', () => {
   });
 
   it('tails the bus with mur events', async () => {
-    const events = spawn(murBin, ['events', 'session.>', '--json'], {
-      cwd: repositoryRoot,
-      env: { PATH: process.env.PATH ?? '', MURMUR_NATS_URL: nats.url },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let lines = '';
-    let ready = '';
-    events.stdout?.on('data', (chunk: Buffer) => (lines += chunk.toString()));
-    events.stderr?.on('data', (chunk: Buffer) => (ready += chunk.toString()));
+    const { child: events, output } = spawnMur(['events', 'session.>', '--json'], { env: { MURMUR_NATS_URL: nats.url } });
     try {
-      await eventually(() => (ready.includes('listening') ? true : undefined), 10_000, 'mur events to listen');
+      await eventually(() => (output.stderr.includes('listening') ? true : undefined), 10_000, 'mur events to listen');
       const result = await runProbe('watched', [{ op: 'print', text: 'watched' }]);
       const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1] as string;
       const seen = await eventually(
         () => {
-          const subjects = lines
+          const subjects = output.stdout
             .trim()
             .split('\n')
             .filter((line) => line.includes(sessionId))

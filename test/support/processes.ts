@@ -37,7 +37,14 @@ export function stopAfterFile<T extends ChildProcess>(child: T): T {
  * Runs the real `mur` (the compiled CLI, as a user runs it) with a clean environment: only what
  * the test passes, plus PATH, so a developer's own MURMUR_* settings never leak into a test.
  */
-export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
+/**
+ * `mur` started as a user starts it, its stdout and stderr collected as they come (`output`, read
+ * at any time), stopped with the test file like every process a test starts.
+ */
+export function spawnMur(
+  args: string[],
+  options: { cwd?: string; env?: Record<string, string | undefined> } = {},
+): { child: ChildProcess; output: { stdout: string; stderr: string } } {
   const child = stopAfterFile(
     spawn(murBin, args, {
       cwd: options.cwd ?? repositoryRoot,
@@ -51,14 +58,18 @@ export async function runMur(args: string[], options: { cwd?: string; env?: Reco
       stdio: ['ignore', 'pipe', 'pipe'],
     }),
   );
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const output = { stdout: '', stderr: '' };
+  child.stdout.on('data', (chunk: Buffer) => (output.stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output.stderr += chunk.toString()));
+  return { child, output };
+}
+
+export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
+  const { child, output } = spawnMur(args, options);
   const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000);
   const [code] = (await once(child, 'exit')) as [number | null];
   clearTimeout(timer);
-  return { code, stdout, stderr };
+  return { code, ...output };
 }
 
 /**
