@@ -7,6 +7,7 @@ import { requestStaging, uploadProject } from '@murmur/shared/node';
 import { startExecutorService } from '@murmur/executor';
 import { startStagerService } from '@murmur/stager';
 import { capsuleProject } from './support/artifacts.js';
+import { printingCapsuleWat } from './support/guests.js';
 import { probeProject, probeResults } from './support/capsules.js';
 import { procFile, processIds } from './support/proc.js';
 import { componentFromWat } from '@murmur/guest-kit';
@@ -134,6 +135,69 @@ describe('the warm pool', () => {
     expect(pooled.error).toContain('capabilities.limits.memory_bytes');
     expect(pooled.code).not.toBe(0);
     expect({ code: pooled.code, error: pooled.error }).toEqual({ code: fresh.code, error: fresh.error });
+  });
+
+  it('a warm host started after a launch has that capsule loaded ahead; one that guessed wrong runs what it is given, and each sees the same', async () => {
+    const home = path.join(scratch.dir, 'anticipating-home');
+    const serviceEnv = { ...process.env, MURMUR_HOME: home, MURMUR_EXECUTOR_POOL: '1' };
+    const bus = createBus(new InProcessTransport(), silentLog);
+    const stager = startStagerService({ bus, log: silentLog, env: serviceEnv });
+    const executor = startExecutorService({ bus, log: silentLog, env: serviceEnv });
+    try {
+      const stage = async (project: string) => requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+      const plans = {
+        probe: await stage(await probeProject(path.join(scratch.dir, 'anticipated-probe'), '')),
+        printing: await stage(
+          await capsuleProject(path.join(scratch.dir, 'anticipated-printing'), 'name: printing\nversion: 1.0.0\n', (await printingCapsuleWat()).bytes),
+        ),
+      };
+      /** Launches `which` on the pool's one warm host (waited for, as a launch to a resting executor finds it). */
+      const launch = async (which: keyof typeof plans) => {
+        await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
+        const sessionId = newSessionId();
+        let ended: { exit_status: string } | undefined;
+        const end = bus.subscribe(topics.sessionEnded, (event) => {
+          if (event.session_id === sessionId) ended = event;
+        });
+        await bus.flush();
+        const launched: LaunchReply = await bus.request(
+          commands.launch,
+          { session_id: sessionId, plan: plans[which], env: { PATH: process.env.PATH ?? '' }, task: JSON.stringify(looks) },
+          { timeoutMs: 60_000 },
+        );
+        expect((await eventually(() => ended, 20_000, 'the session’s end')).exit_status).toBe('ok');
+        end.unsubscribe();
+        const log = readFileSync(path.join(launched.session_dir, 'logs', 'session.log'), 'utf8').replaceAll('[stdout] ', '');
+        const results = JSON.parse(JSON.stringify(probeResults(log)).replaceAll(sessionId, '<session>'), (key, value) =>
+          /(^|_)(timestamp|time|mtime|atime|ctime)$|Timestamp$/i.test(key) ? '<time>' : value,
+        ) as unknown[];
+        return { bootstrap: readFileSync(path.join(launched.session_dir, 'logs', 'bootstrap.log'), 'utf8'), log, results };
+      };
+      const ahead = 'it had this capsule’s component loaded ahead';
+      // The pool's first host was started before any launch: nothing to anticipate.
+      const first = await launch('probe');
+      expect(first.bootstrap).toContain('a warm host from the executor’s pool');
+      expect(first.bootstrap).not.toContain(ahead);
+      // Its replacement was told to expect the probe, and was given the probe.
+      const second = await launch('probe');
+      expect(second.bootstrap).toContain(ahead);
+      expect(second.results).toHaveLength(looks.length);
+      expect(second.results).toEqual(first.results);
+      // The next one expected the probe too, and is given another capsule: that one runs, alone.
+      const printing = await launch('printing');
+      expect(printing.bootstrap).toContain('a warm host from the executor’s pool');
+      expect(printing.bootstrap).not.toContain(ahead);
+      expect(printing.log).toContain('first output');
+      expect(printing.results).toEqual([]);
+      // And the one after expected that capsule, and is given the probe again.
+      const third = await launch('probe');
+      expect(third.bootstrap).not.toContain(ahead);
+      expect(third.results).toEqual(first.results);
+    } finally {
+      await executor.close();
+      await stager.close();
+      await bus.close();
+    }
   });
 
   it('a capsule that can start subprocesses gets a fresh host, and its bootstrap log says why', async () => {

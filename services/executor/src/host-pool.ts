@@ -114,6 +114,13 @@ export function mountPointRefusal(dir: string, readOnly: string[], writableInsid
   return bound ? `${dir} does not exist, and a sandbox cannot make it inside ${bound}, which it binds read-only` : undefined;
 }
 
+/** What a session will run first, as a pooled host is told it ahead (`ExpectMessage`). */
+export interface Expectation {
+  component: HostComponent;
+  memoryLimitBytes: number;
+  agent: boolean;
+}
+
 /** One host of the pool: started, sealed, its helper holding for a session. */
 export class PooledHost {
   /** What the host wrote before it was taken (it should be nothing); the session's log gets it. */
@@ -124,6 +131,8 @@ export class PooledHost {
   /** Its channel: the session that takes the host takes it too. */
   readonly link: HostLink;
   private isReady = false;
+  /** The last `expect` the host was sent, as sent. */
+  private expected: string | undefined;
   private readonly discardBroken = (): void => void this.discard();
   private discarding: Promise<void> | undefined;
 
@@ -188,12 +197,23 @@ export class PooledHost {
   }
 
   /**
-   * Tells the host what its session will run first (`expect`), sent as soon as a launch takes it:
-   * the host compiles and loads it (and an agent's task loop) while the helper attaches the workdir.
+   * Tells the host what its session will run first (`expect`): the host compiles and loads it (and
+   * an agent's task loop). Sent as the host starts, of what the pool anticipates, and again as soon
+   * as a launch takes it, of what that launch runs, while the helper attaches the workdir. Returns
+   * whether the host had been told exactly this already, and so has it loaded or on its way.
    */
-  expect(component: HostComponent, memoryLimitBytes: number, agent: boolean): void {
-    const message: ExpectMessage = { type: 'expect', component, memory_limit_bytes: memoryLimitBytes, ...(agent ? { agent } : {}) };
+  expect(expectation: Expectation): boolean {
+    const message: ExpectMessage = {
+      type: 'expect',
+      component: expectation.component,
+      memory_limit_bytes: expectation.memoryLimitBytes,
+      ...(expectation.agent ? { agent: true } : {}),
+    };
+    const key = JSON.stringify(message);
+    if (key === this.expected) return true;
+    this.expected = key;
     this.link.send(message);
+    return false;
   }
 
   /** Stops listening for the pool: the session takes the host's streams and messages from here. */
@@ -277,6 +297,13 @@ export class PooledHost {
  */
 export class HostPool {
   private readonly hosts: PooledHost[] = [];
+  /**
+   * What the last launch that took a host runs first: every host started from then on is told to
+   * expect it, so an executor that launches one capsule again and again finds its component
+   * compiled and loaded before the launch. A host started before it, or one whose launch runs
+   * something else, is told at the take instead (the wrong guess let go), as without it.
+   */
+  private anticipated: Expectation | undefined;
   private failures = 0;
   private closed = false;
   readonly parent: string;
@@ -310,6 +337,11 @@ export class HostPool {
     return taken;
   }
 
+  /** Has hosts started from now on load `expectation` while they wait (see `anticipated`). */
+  anticipate(expectation: Expectation): void {
+    this.anticipated = expectation;
+  }
+
   private drop(host: PooledHost): void {
     const index = this.hosts.indexOf(host);
     if (index >= 0) this.hosts.splice(index, 1);
@@ -333,6 +365,7 @@ export class HostPool {
         continue;
       }
       this.hosts.push(host);
+      if (this.anticipated) host.expect(this.anticipated);
       host.ready.then(
         () => {
           this.failures = 0;

@@ -728,9 +728,13 @@ export class Session {
           this.cgroup = host.cgroup;
           // The capsule's own component, or an agent's driver: what the guest's first instruction waits for.
           const first = this.components[0];
-          if (first) host.expect(first, start.policy.limits.memory_bytes, start.agent !== undefined);
+          const expectation = first ? { component: first, memoryLimitBytes: start.policy.limits.memory_bytes, agent: start.agent !== undefined } : undefined;
+          const ahead = expectation ? host.expect(expectation) : false;
+          if (expectation) pool.anticipate(expectation);
           this.pooled = { host, attaching: host.attach(this.paths.accessible) };
-          this.bootstrap.line('[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now)');
+          this.bootstrap.line(
+            `[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now${ahead ? '; it had this capsule’s component loaded ahead' : ''})`,
+          );
           return;
         } catch (error) {
           this.environment.log.warn({ session_id: this.id, err: error }, 'a pooled capsule host could not take the session; starting a fresh one');

@@ -22,7 +22,10 @@ import type { HostComponent } from './protocol.js';
 
 const decoder = new TextDecoder();
 
-/** Has a worker born early (`prewarmGuestWorker`) load `component`'s glue and imports before its job names it. */
+/**
+ * Has a worker born early (`prewarmGuestWorker`) load `component`'s glue and imports before its
+ * job names it; a glue it loaded earlier for another component is let go.
+ */
 export function preloadInWorker(worker: Worker, component: HostComponent): void {
   worker.postMessage({ preload: { bundleDir: component.bundle_dir, entry: component.entry, imports: component.imports } } satisfies GuestPreload);
 }
@@ -75,6 +78,11 @@ function compiledModule(file: string, memoryLimitBytes: number): Promise<WebAsse
     module.catch(() => compiledModules.delete(key));
   }
   return module;
+}
+
+/** Lets go of every module compiled so far: a pooled host told to expect one component and then given another keeps nothing of the first. */
+export function forgetPrecompiled(): void {
+  compiledModules.clear();
 }
 
 /** Compiles `component`'s core modules ahead of its first use: only a head start, whatever fails here fails again there. */

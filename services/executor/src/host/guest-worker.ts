@@ -240,10 +240,18 @@ function start(job: GuestJob): void {
     });
 }
 
-/** Only a head start: whatever fails here fails again, reported, when the job runs. */
+/**
+ * Only a head start: whatever fails here fails again, reported, when the job runs. A worker told
+ * to load another component than it loaded before (a pooled host's anticipation was wrong) lets
+ * the earlier glue go: only what its job runs stays.
+ */
 function preload({ bundleDir, entry, imports }: GuestPreload['preload']): void {
   void preloadImports(imports).catch(() => {});
-  if (bundleDir && entry) void loadBundle(path.join(bundleDir, entry)).catch(() => {});
+  if (bundleDir && entry) {
+    const file = path.join(bundleDir, entry);
+    for (const loaded of bundles.keys()) if (loaded !== file) bundles.delete(loaded);
+    void loadBundle(file).catch(() => {});
+  }
 }
 
 /** What a spare worker can load before its job arrives: the component it will most likely run. */

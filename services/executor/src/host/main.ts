@@ -3,7 +3,7 @@ import { Socket } from 'node:net';
 import { CapsuleHost } from './capsule-host.js';
 import type { HostChannel, SessionResult } from './contracts.js';
 import { takeFirstGuestWorker } from './first-worker.js';
-import { precompileCoreModules, preloadInWorker } from './guest-runner.js';
+import { forgetPrecompiled, precompileCoreModules, preloadInWorker } from './guest-runner.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { TraceRecord } from '../records.js';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
@@ -213,9 +213,7 @@ function onExecutorMessage(raw: unknown): void {
     return;
   }
   if (message.type === 'expect' && !started) {
-    precompileCoreModules(message.component, message.memory_limit_bytes);
-    preloadInWorker(prewarmed, message.component);
-    if (message.agent) void agentSessionModule().catch(() => {});
+    expectComponent(message);
     return;
   }
   if (message.type === 'start' && !started) {
@@ -225,6 +223,26 @@ function onExecutorMessage(raw: unknown): void {
     timing('start received');
     void begin(message);
   }
+}
+
+/** The component (and memory cap) the host was last told to expect; undefined until it is told. */
+let expected: string | undefined;
+
+/**
+ * Compiles and loads ahead what the host is told its session will run first. Told again of the
+ * same, it has nothing to do; told of another (the pool's anticipation was wrong), it lets go of
+ * what it had compiled and loaded for the first before it begins on the second.
+ */
+function expectComponent(message: ExecutorToHost & { type: 'expect' }): void {
+  const { component, memory_limit_bytes: memoryLimitBytes } = message;
+  const key = JSON.stringify([component.bundle_dir, component.entry, memoryLimitBytes]);
+  if (key !== expected) {
+    if (expected !== undefined) forgetPrecompiled();
+    expected = key;
+    precompileCoreModules(component, memoryLimitBytes);
+    preloadInWorker(prewarmed, component);
+  }
+  if (message.agent) void agentSessionModule().catch(() => {});
 }
 
 function sandboxNotHandedOver(error: unknown): void {

@@ -162,6 +162,12 @@ export const HandOverMessageSchema = z.object({ type: z.literal('hand-over'), sa
  * task loop's modules as well, which a script capsule's host never loads. Nothing is instantiated
  * and no guest code runs before `start`; a host that is never started throws the work away with
  * itself.
+ *
+ * A pooled host is also told, as it starts, what the pool's last launch ran first (`HostPool`'s
+ * anticipation): an executor that launches one capsule again and again then finds that work done
+ * before the launch. A later `expect` naming another component (or another memory cap) replaces
+ * it: what was compiled and loaded for the first is let go, so the session's host holds only what
+ * its own session runs.
  */
 export const ExpectMessageSchema = z.object({
   type: z.literal('expect'),
