@@ -3,10 +3,12 @@ import path from 'node:path';
 import { parse as parseWat, transpile } from '@bytecodealliance/jco';
 import { describe, expect, it } from 'vitest';
 import { TRANSPILE_OPTIONS } from '@murmur/shared';
-import { GuestRunner, precompileCoreModules } from '../src/host/guest-runner.js';
+import { prewarmGuestWorker } from '../src/host/first-worker.js';
+import { GuestRunner, precompileCoreModules, preloadInWorker } from '../src/host/guest-runner.js';
 import type { HostComponent } from '../src/host/protocol.js';
 import { LogFile } from '../src/records.js';
 import { tempDir } from '../../../test/support/fs.js';
+import { printingCapsuleWat } from '../../../test/support/guests.js';
 import { probeTool } from '../../../test/support/probe-guests.js';
 import { eventually } from '../../../test/support/processes.js';
 
@@ -27,6 +29,54 @@ describe('compiling a component ahead of its run (a pooled host told what to exp
       expect(unhandled).toEqual([]);
     } finally {
       process.off('unhandledRejection', listen);
+      await scratch.cleanup();
+    }
+  });
+});
+
+describe('a worker told ahead what its job will load (a pooled host’s anticipation)', () => {
+  it('runs the job when what it was told to load was not there yet and is by the job', async () => {
+    // A failed head start must not be remembered: the job loads, and would report, afresh.
+    const scratch = await tempDir('murmur-preload-');
+    const worker = prewarmGuestWorker();
+    try {
+      const bundleDir = path.join(scratch.dir, 'bundle');
+      const component = { bundle_dir: bundleDir, entry: 'printing.js', core_modules: [], imports: [], exports: [] } as unknown as HostComponent;
+      preloadInWorker(worker, component);
+      // The worker's attempt, on a file that is not there, is over well within this.
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await fs.mkdir(bundleDir);
+      const { files, imports } = await transpile((await printingCapsuleWat()).bytes, { ...TRANSPILE_OPTIONS, name: 'printing' });
+      for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+      let printed = '';
+      const runner = new GuestRunner({
+        memoryLimitBytes: 64 * 1024 * 1024,
+        deadlineMs: 60_000,
+        sessionLog: new LogFile(scratch.dir, 'session.log'),
+        capsuleOutput: (_stream, text) => {
+          printed += text;
+        },
+        answer: async (op) => {
+          throw new Error(`the capsule asked the host for ${op}, which this test does not offer`);
+        },
+        prewarmed: worker,
+      });
+      const outcome = await runner.run({
+        role: 'capsule',
+        label: 'printing',
+        bundleDir,
+        entry: 'printing.js',
+        coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')),
+        imports,
+        preopen: scratch.dir,
+        env: [],
+        grant: 'capsule',
+      });
+      expect(outcome).toEqual({ kind: 'returned' });
+      expect(printed).toBe('first output\n');
+      runner.releaseIdleWorkers();
+    } finally {
+      await worker.terminate();
       await scratch.cleanup();
     }
   });

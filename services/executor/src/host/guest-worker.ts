@@ -118,14 +118,22 @@ interface TranspiledBundle {
  */
 const keptModules = new Map<string, WebAssembly.Module>();
 
-/** A worker kept for the next call of its component loads the component's glue once. */
+/**
+ * A worker kept for the next call of its component loads the component's glue once. A load that
+ * failed is not remembered (a head start's failure says nothing of the job's): the job loads, and
+ * reports, afresh.
+ */
 const bundles = new Map<string, Promise<TranspiledBundle>>();
 
 function loadBundle(file: string): Promise<TranspiledBundle> {
   let bundle = bundles.get(file);
   if (!bundle) {
-    bundle = loadGlue<TranspiledBundle>(file);
-    bundles.set(file, bundle);
+    const loading = loadGlue<TranspiledBundle>(file);
+    loading.catch(() => {
+      if (bundles.get(file) === loading) bundles.delete(file);
+    });
+    bundles.set(file, loading);
+    bundle = loading;
   }
   return bundle;
 }
