@@ -92,6 +92,15 @@ describe('the @a2a-js/sdk client', () => {
     await exercise(client);
   });
 
+  it('1.x: lists the tasks, newest first, as its caller asks without naming a status', async () => {
+    const client = await new ClientFactory().createFromUrl(agent.url);
+    await client.sendMessage(message('to be listed'));
+    // The SDK writes a status the caller left out as `UNRECOGNIZED`: it must read as no filter.
+    const listed = (await client.listTasks({ pageSize: 2, tenant: '' } as never)) as { tasks: Array<{ id: string; status?: { state: number } }> };
+    expect(listed.tasks).toHaveLength(2);
+    expect(listed.tasks.every((task) => task.status?.state === TaskState.TASK_STATE_COMPLETED)).toBe(true);
+  });
+
   it('compat/v0_3: the legacy JSON-RPC transport speaks 0.3 to the same door', async () => {
     const factory = new ClientFactory(
       ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {

@@ -81,6 +81,13 @@ describe('a door with authentication', () => {
     }
     const raw = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
     expect(raw.headers.get('www-authenticate')).toBe('Bearer realm="murmur door"');
+    // A token that was sent and is not good is told so (RFC 6750), here and for a session that is not one alike.
+    for (const url of [agent.url, elsewhere]) {
+      const wrong = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${almost}` }, body: '{}' });
+      expect(wrong.status).toBe(401);
+      expect(wrong.headers.get('www-authenticate')).toBe('Bearer realm="murmur door", error="invalid_token"');
+      expect(((await wrong.json()) as { error: { message: string } }).error.message).toContain('the credentials sent are not good at this door');
+    }
   });
 
   it('answers any of its tokens, over raw HTTP as the spec writes requests', async () => {
@@ -181,6 +188,18 @@ describe('a door with authentication', () => {
     expect(result.stderr).toContain("error[E-CFG-003]: MURMUR_DOOR_AUTH's token 1 is 5 characters long; a door token needs at least 16");
     // A token is never written anywhere, not even one refused.
     expect(result.stderr).not.toContain('xq9zv');
+  });
+
+  it('refuses to start a door whose MURMUR_DOOR_AUTH is set but names no token, rather than serve without credentials', async () => {
+    // `MURMUR_DOOR_AUTH="$TOKEN"` with TOKEN unset, or a stray comma: whoever set it meant auth on.
+    const project = await agentProject(path.join(scratch.dir, 'no-token'), agentManifest(inference, { name: 'no-token' }));
+    for (const value of ['', ' ', ', ,']) {
+      const result = await runMur(['run', '--json', '--task', 'hello'], { cwd: project, env: { ...env, MURMUR_DOOR_AUTH: value } });
+      expect(result.code, value).toBe(1);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toContain(`error[E-CFG-003]: MURMUR_DOOR_AUTH is set (to ${JSON.stringify(value)}) but names no token`);
+      expect(result.stderr).toContain('unset it to serve without credentials');
+    }
   });
 });
 

@@ -1,5 +1,6 @@
 import { promises as fs } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
@@ -540,6 +541,19 @@ describe('the door', () => {
       expect(streamed.status).toBe(413);
     });
 
+    it('refuses a body declared too large before it is sent, when the client waits to be told to send it (Expect: 100-continue)', async () => {
+      const head = await rawExchange(agent.url, { 'content-length': '10000000', expect: '100-continue' });
+      expect(head).toMatch(/^HTTP\/1\.1 413 /);
+      expect(head).not.toContain('100 Continue');
+      expect(head).toContain('larger than 65536 bytes (MURMUR_DOOR_MAX_BODY_BYTES)');
+    });
+
+    it('answers a body declared past what the door would read at all with 413 at once, before any of it is sent', async () => {
+      const head = await rawExchange(agent.url, { 'content-length': String(2 ** 31) });
+      expect(head).toMatch(/^HTTP\/1\.1 413 /);
+      expect(head).toContain('larger than 65536 bytes (MURMUR_DOOR_MAX_BODY_BYTES)');
+    });
+
     it('refuses a body that is not JSON by content-type with 415', async () => {
       const reply = await post('{}', { 'content-type': 'text/plain' });
       expect(reply.status).toBe(415);
@@ -580,6 +594,42 @@ describe('the door', () => {
       expect(answered.status).toMatchObject({ state: 'completed', message: { parts: [{ text: 'echo: after the cancel' }] } });
       expect((await rpc(agent.url, 'GetTask', { id: taskId })).body.result?.status).toMatchObject({ state: 'TASK_STATE_CANCELED' });
     });
+    it('says a session that ends with its one task, canceled by a client, was canceled, not that its loop failed', async () => {
+      const single = await startAgent(
+        await agentProject(
+          path.join(scratch.dir, 'single-canceled'),
+          agentManifest(inference, { name: 'single', lifecycle: '  task_acceptance: single\n  after_task: exit' }),
+        ),
+        env,
+      );
+      try {
+        const sent = await rpc(single.url, 'SendMessage', {
+          message: { messageId: `m-slow-${Date.now()}`, role: 'ROLE_USER', parts: [{ text: 'slow single' }] },
+          configuration: { returnImmediately: true },
+        });
+        const taskId = (sent.body.result?.task as { id: string } | undefined)?.id as string;
+        await eventually(
+          async () =>
+            ((await rpc(single.url, 'GetTask', { id: taskId })).body.result?.status as { state: string } | undefined)?.state === 'TASK_STATE_WORKING' ||
+            undefined,
+          10_000,
+          'the slow task to be working',
+        );
+        expect(((await rpc(single.url, 'CancelTask', { id: taskId })).body.result?.status as { state: string } | undefined)?.state).toBe('TASK_STATE_CANCELED');
+        const canceledAt = Date.now();
+        const exited = await single.exited;
+        // The model answers the canceled call only after 30 s: a session that waited for it did not
+        // abandon it (the cancel came while the driver was still being readied for its first call).
+        expect(Date.now() - canceledAt, 'the session waited for the model’s reply to the canceled call').toBeLessThan(20_000);
+        expect(exited.code).toBe(1);
+        expect(exited.stderr).toContain(`error[E-RUN-007]: its task ${taskId} was canceled by a client (tasks/cancel) before it was done`);
+        expect(exited.stderr).toContain('hint: nothing in the capsule failed');
+        expect(exited.stderr).not.toContain('agent loop failed');
+      } finally {
+        await single.stop();
+      }
+    });
+
     it('kills the shell command the canceled task was running, with what it forked', async () => {
       const shelled = await startAgent(
         await agentProject(
@@ -815,3 +865,33 @@ describe('the door', () => {
     });
   });
 });
+
+/**
+ * Writes a POST's head to `url` over a bare socket, no body, and returns what the door answers
+ * before the body would be sent (what it wrote within a second).
+ */
+async function rawExchange(url: string, headers: Record<string, string>): Promise<string> {
+  const target = new URL(url);
+  const socket = net.connect(Number(target.port), target.hostname);
+  try {
+    await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+    const lines = [
+      `POST ${target.pathname} HTTP/1.1`,
+      `host: ${target.host}`,
+      'content-type: application/json',
+      ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+    ];
+    socket.write(`${lines.join('\r\n')}\r\n\r\n`);
+    let answer = '';
+    socket.on('data', (chunk: Buffer) => {
+      answer += chunk.toString('latin1');
+    });
+    await new Promise((resolve) => {
+      socket.once('close', resolve);
+      setTimeout(resolve, 1_000);
+    });
+    return answer;
+  } finally {
+    socket.destroy();
+  }
+}

@@ -5,7 +5,9 @@ import type { Context, MiddlewareHandler } from 'hono';
  * Reads a request body up to `maxBytes`, never holding more. A body over the limit is answered
  * with `refuse` once the client has finished sending — what arrives past the limit is read and
  * dropped, up to `drainBytes`, so an ordinary client gets the 413 instead of a broken pipe — and
- * the connection is closed after it. A client that keeps sending past `drainBytes` is cut off.
+ * the connection is closed after it. A client that keeps sending past `drainBytes` is cut off; one
+ * that declares so much (`Content-Length`) is answered at once, before any of it is read, so it
+ * has the 413 to read rather than only a reset after the door has read `drainBytes` for nothing.
  *
  * Served by Node (`listenHttp`), the body is read from Node's own request stream, not through the
  * fetch `Request`'s web stream (which costs a door more than the rest of its JSON-RPC work), and
@@ -15,6 +17,11 @@ export function limitBody(maxBytes: number, refuse: (context: Context) => Respon
   return async (context, next) => {
     const incoming = (context.env as { incoming?: IncomingMessage } | undefined)?.incoming;
     const declared = Number(context.req.header('content-length'));
+    if (Number.isFinite(declared) && declared > drainBytes) {
+      const response = refuse(context);
+      response.headers.set('connection', 'close');
+      return response;
+    }
     const read = incoming ? await readIncoming(incoming, maxBytes, drainBytes, declared) : await readRequest(context.req.raw, maxBytes, drainBytes, declared);
     if (read === 'none') return next();
     if (read === 'over') {

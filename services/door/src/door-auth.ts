@@ -50,11 +50,20 @@ const REFUSED: AuthVerdict = { verdict: 'refused' };
 const COMPLETION: AuthVerdict = { verdict: 'completion' };
 
 export function doorAuth(env: NodeJS.ProcessEnv): DoorAuth {
-  const entries = (env.MURMUR_DOOR_AUTH ?? '')
+  const configured = env.MURMUR_DOOR_AUTH;
+  if (configured === undefined) return { required: false, judge: () => ADMITTED, cardFields: {} };
+  const entries = configured
     .split(',')
     .map((token) => token.trim())
     .filter((token) => token !== '');
-  if (entries.length === 0) return { required: false, judge: () => ADMITTED, cardFields: {} };
+  // Set, but to nothing (`MURMUR_DOOR_AUTH="$TOKEN"` with TOKEN unset, a stray comma): whoever set
+  // it meant the door to ask for credentials, so it does not start open.
+  if (entries.length === 0) {
+    throw new MurmurError('E-CFG-003', `MURMUR_DOOR_AUTH is set (to ${JSON.stringify(configured)}) but names no token`, {
+      path: 'MURMUR_DOOR_AUTH',
+      hint: `give it tokens (long random values, e.g. \`openssl rand -hex 32\`, separated by commas) or '${SESSION_TOKENS_ENTRY}'; unset it to serve without credentials`,
+    });
+  }
   const sessionTokens = entries.includes(SESSION_TOKENS_ENTRY);
   const tokens = entries.filter((entry) => entry !== SESSION_TOKENS_ENTRY);
   const short = tokens.findIndex((token) => token.length < MIN_BEARER_TOKEN_LENGTH);

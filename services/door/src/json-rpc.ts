@@ -7,6 +7,11 @@ import { type JsonRpcId, JsonRpcIdSchema, JsonRpcRequestSchema, RPC_ERRORS, type
  * request's id when it had a usable one; params that are not an object (A2A names every
  * parameter) are -32602. Ids are the client's business: two requests with the same id are each
  * answered.
+ *
+ * **Decided:** a request without an `id` (a JSON-RPC notification) is -32600 too, and not run.
+ * Every A2A method answers and A2A's requests all carry an id; run, a notification's send would
+ * start a task whose id its client never learns, and answered, its reply (id null) could not be
+ * told from a refusal whose id could not be read.
  */
 
 export interface JsonRpcCall {
@@ -71,20 +76,40 @@ export function readJsonRpc(body: string): { ok: true; call: JsonRpcCall } | { o
     const candidate =
       value !== null && typeof value === 'object' && !Array.isArray(value) ? JsonRpcIdSchema.safeParse((value as { id?: unknown }).id) : undefined;
     const id = candidate?.success ? candidate.data : null;
-    const why = Array.isArray(value) ? 'batch requests are not supported' : 'expected an object with "jsonrpc": "2.0" and a "method" string';
-    return { ok: false, response: rpcError(id, { code: RPC_ERRORS.invalidRequest, message: `Invalid Request: ${why}` }) };
+    return { ok: false, response: rpcError(id, { code: RPC_ERRORS.invalidRequest, message: `Invalid Request: ${whyInvalid(value)}` }) };
+  }
+  if (parsed.data.id === undefined) {
+    return {
+      ok: false,
+      response: rpcError(null, {
+        code: RPC_ERRORS.invalidRequest,
+        message: 'Invalid Request: the request has no "id" (a JSON-RPC notification, which gets no answer); every A2A method answers, so send one',
+      }),
+    };
   }
   const { params } = parsed.data;
   if (params !== undefined && (params === null || typeof params !== 'object' || Array.isArray(params))) {
     return {
       ok: false,
-      response: rpcError(parsed.data.id ?? null, {
+      response: rpcError(parsed.data.id, {
         code: RPC_ERRORS.invalidParams,
         message: `Invalid params: params must be an object of named parameters (got ${Array.isArray(params) ? 'an array' : params === null ? 'null' : typeof params})`,
       }),
     };
   }
-  return { ok: true, call: { id: parsed.data.id ?? null, method: parsed.data.method, params: params ?? {} } };
+  return { ok: true, call: { id: parsed.data.id, method: parsed.data.method, params: params ?? {} } };
+}
+
+/** What is wrong with a body that is JSON but not one request object, named as precisely as it can be. */
+function whyInvalid(value: unknown): string {
+  if (Array.isArray(value)) return 'batch requests are not supported';
+  const request = value !== null && typeof value === 'object' ? (value as Record<string, unknown>) : undefined;
+  if (request && request.jsonrpc === '2.0' && typeof request.method === 'string' && request.method !== '' && 'id' in request) {
+    const id = request.id;
+    if (typeof id === 'string') return `"id" is a string of ${id.length} characters; at most 256 are read`;
+    if (typeof id !== 'number' && id !== null) return `"id" must be a string, a number or null (got ${Array.isArray(id) ? 'an array' : typeof id})`;
+  }
+  return 'expected an object with "jsonrpc": "2.0" and a "method" string';
 }
 
 /** A zod failure as the one line a client can act on: where, and what was wrong. */

@@ -34,11 +34,16 @@ const STATE_NUMBERS_V10 = [
  * `TASK_STATE_WORKING`, or 1.0's enum number): `all` for proto3's unset value, `none` for a state
  * the spec has and this runtime never enters (auth-required: its tasks never wait on credentials),
  * null for what is not a state.
+ *
+ * **Decided:** 1.0's `UNRECOGNIZED` is read as unset too. It is not a state of the spec, but it is
+ * what `@a2a-js/sdk`'s client (its ts-proto `toJSON`) writes for a request whose caller gave no
+ * status, so refusing it would fail every `listTasks()` of the reference client that does not
+ * name a state. Any other name that is not a state is refused.
  */
 export function taskStateFilter(version: A2aVersion, named: string | number): TaskState | 'all' | 'none' | null {
   const name = typeof named === 'number' ? (version === '1.0' ? STATE_NUMBERS_V10[named] : undefined) : named;
   if (name === undefined) return null;
-  if (version === '1.0' && name === 'TASK_STATE_UNSPECIFIED') return 'all';
+  if (version === '1.0' && (name === 'TASK_STATE_UNSPECIFIED' || name === 'UNRECOGNIZED')) return 'all';
   if (name === (version === '0.3' ? 'auth-required' : 'TASK_STATE_AUTH_REQUIRED')) return 'none';
   for (const [state, v10] of Object.entries(STATE_V10) as Array<[TaskState, string]>) if ((version === '0.3' ? state : v10) === name) return state;
   return null;

@@ -35,6 +35,7 @@ import {
   topics,
   numberSetting,
 } from '@murmur/shared';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Bus } from '@murmur/shared/bus';
 import { type Context, Hono } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
@@ -195,26 +196,36 @@ export function startDoorService(options: DoorOptions): DoorService {
     app.get('/.well-known/agent-card.json', (context) => serveCard(context, new SessionLink(bus, feeds, sole)));
   }
 
-  const limit = limitBody(maxBodyBytes, (context) =>
-    context.json(
-      rpcError(null, {
-        code: RPC_ERRORS.invalidRequest,
-        message: `Invalid Request: the body is larger than ${maxBodyBytes} bytes (MURMUR_DOOR_MAX_BODY_BYTES)`,
-      }),
-      413,
-    ),
-  );
+  const tooLarge = rpcError(null, {
+    code: RPC_ERRORS.invalidRequest,
+    message: `Invalid Request: the body is larger than ${maxBodyBytes} bytes (MURMUR_DOOR_MAX_BODY_BYTES)`,
+  });
+  const limit = limitBody(maxBodyBytes, (context) => context.json(tooLarge, 413));
+  /** A request that waits to be told to send its body (`Expect: 100-continue`) and declares one over the limit: refused before it sends it. */
+  const refuseDeclaredTooLarge = (request: IncomingMessage, response: ServerResponse): boolean => {
+    if (request.method !== 'POST' || !/100-continue/i.test(request.headers.expect ?? '')) return false;
+    const declared = Number(request.headers['content-length']);
+    if (!(Number.isFinite(declared) && declared > maxBodyBytes)) return false;
+    response.writeHead(413, { 'content-type': 'application/json', connection: 'close' }).end(JSON.stringify(tooLarge));
+    return true;
+  };
 
-  const unauthorized = (context: Context): Response =>
-    context.json(
+  // RFC 6750: a request that presented credentials is told they were not good (`invalid_token`);
+  // one that presented none is only told the scheme. Neither says anything of the session.
+  const unauthorized = (context: Context): Response => {
+    const presented = (context.req.header('authorization') ?? '') !== '';
+    return context.json(
       rpcError(null, {
         code: RPC_ERRORS.invalidRequest,
-        message: "Unauthorized: this door requires a bearer token ('Authorization: Bearer <token>'); its agent card declares the scheme",
+        message: presented
+          ? "Unauthorized: the credentials sent are not good at this door (it takes 'Authorization: Bearer <token>'); its agent card declares the scheme"
+          : "Unauthorized: this door requires a bearer token ('Authorization: Bearer <token>'); its agent card declares the scheme",
         data: { murmur_code: 'E-DOOR-003' },
       }),
       401,
-      { 'www-authenticate': WWW_AUTHENTICATE },
+      { 'www-authenticate': presented ? `${WWW_AUTHENTICATE}, error="invalid_token"` : WWW_AUTHENTICATE },
     );
+  };
 
   const serveRpc = async (context: Context): Promise<Response> => {
     // Before anything else, the session id included: a refusal tells nothing about the session.
@@ -225,7 +236,17 @@ export function startDoorService(options: DoorOptions): DoorService {
     });
     if (judged.verdict === 'refused') return unauthorized(context);
     const link = sessionOf(context);
-    if (link instanceof Response) return judged.verdict === 'session-token' ? unauthorized(context) : link;
+    if (link instanceof Response) {
+      if (judged.verdict === 'session-token') return unauthorized(context);
+      return context.json(
+        rpcError(null, {
+          code: RPC_ERRORS.invalidRequest,
+          message: `Invalid Request: '${(context.req.param('session') ?? '').slice(0, 80)}' is not a session id (ses_ followed by 32 hex digits)`,
+          data: { murmur_code: 'E-DOOR-001' },
+        }),
+        404,
+      );
+    }
     // A session's own token is proven by its executor before the request is read, so a wrong one
     // is refused alike whatever the request was.
     if (judged.verdict === 'session-token' && !(await sessionTokens.admits(link, judged.token))) return unauthorized(context);
@@ -278,8 +299,16 @@ export function startDoorService(options: DoorOptions): DoorService {
       return await handler(context, { link, version, call, lastEventId, traceparent, completion, forgetSession, sessionToken });
     } catch (error) {
       span.fail(error instanceof Error ? error.message : String(error));
+      // No session here is the request's mistake (its URL), not the door's; one that does not answer in time is the door's.
       if (error instanceof SessionUnreachable)
-        return context.json(rpcError(call.id, { code: RPC_ERRORS.internal, message: error.message, data: { murmur_code: 'E-DOOR-001' } }), error.status);
+        return context.json(
+          rpcError(call.id, {
+            code: error.status === 404 ? RPC_ERRORS.invalidRequest : RPC_ERRORS.internal,
+            message: error.message,
+            data: { murmur_code: 'E-DOOR-001' },
+          }),
+          error.status,
+        );
       log.error({ err: error, session_id: link.sessionId, method: call.method }, 'door request failed');
       return context.json(
         rpcError(call.id, { code: RPC_ERRORS.internal, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` }),
@@ -649,7 +678,7 @@ export function startDoorService(options: DoorOptions): DoorService {
 
   return {
     http: app,
-    ahead: (request, response) => cards.answer(request, response),
+    ahead: (request, response) => refuseDeclaredTooLarge(request, response) || cards.answer(request, response),
     doorId,
     setBaseUrl(url: string) {
       baseUrl ??= doorPublicUrl(url);

@@ -19,8 +19,23 @@ describe('reading a JSON-RPC request', () => {
     });
   });
 
-  it('reads a missing id as null and missing params as an empty object', () => {
-    expect(readJsonRpc('{"jsonrpc":"2.0","method":"tasks/get"}')).toEqual({ ok: true, call: { id: null, method: 'tasks/get', params: {} } });
+  it('reads missing params as an empty object', () => {
+    expect(readJsonRpc('{"jsonrpc":"2.0","id":null,"method":"tasks/get"}')).toEqual({ ok: true, call: { id: null, method: 'tasks/get', params: {} } });
+  });
+
+  it('refuses a request without an id (a notification) as an invalid request, and runs nothing', () => {
+    const { id, code, message } = refusal('{"jsonrpc":"2.0","method":"message/send","params":{"message":{}}}');
+    expect({ id, code }).toEqual({ id: null, code: -32600 });
+    expect(message).toContain('the request has no "id"');
+  });
+
+  it.each([
+    ['{"jsonrpc":"2.0","id":{"a":1},"method":"tasks/get"}', '"id" must be a string, a number or null (got object)'],
+    ['{"jsonrpc":"2.0","id":true,"method":"tasks/get"}', '"id" must be a string, a number or null (got boolean)'],
+    ['{"jsonrpc":"2.0","id":[1],"method":"tasks/get"}', '"id" must be a string, a number or null (got an array)'],
+    [`{"jsonrpc":"2.0","id":"${'x'.repeat(300)}","method":"tasks/get"}`, '"id" is a string of 300 characters; at most 256 are read'],
+  ])('names the id when it is what makes %s invalid', (body, why) => {
+    expect(refusal(body)).toEqual({ id: null, code: -32600, message: `Invalid Request: ${why}` });
   });
 
   it('keeps a string id', () => {

@@ -140,6 +140,8 @@ export const SANDBOX_HIDDEN = [path.join(CODE_ROOT, '.cache'), path.join(CODE_RO
 export function hostProcessEnv(): NodeJS.ProcessEnv {
   return { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) };
 }
+/** What a session ended by a stop (`mur stop`, a signal to its host) tells whoever reads its end. */
+const STOPPED_HINT = 'nothing in the capsule failed: it was stopped; its records stay in its workdir, and running it again starts a new session';
 const READY_TIMEOUT_MS = 30_000;
 /** How long a session's last spans may take to leave after its end, before they are given up. */
 const TELEMETRY_DRAIN_MS = 1_500;
@@ -1163,10 +1165,11 @@ export class Session {
   /** Asks the host to stop, then kills what is left after a grace period. */
   stop(reason: string): boolean {
     if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return false;
-    this.killedFor ??= { code: 'E-RUN-001', message: `the session was stopped: ${reason}` };
+    const stopped: WireError = { code: 'E-RUN-001', message: `the session was stopped: ${reason}`, hint: STOPPED_HINT };
+    this.killedFor ??= stopped;
     this.tellHost({ type: 'stop', reason });
     this.child.kill('SIGTERM');
-    setTimeout(() => this.kill({ code: 'E-RUN-001', message: `the session was stopped: ${reason}` }), 2_000).unref();
+    setTimeout(() => this.kill(stopped), 2_000).unref();
     return true;
   }
 
@@ -1211,7 +1214,11 @@ export class Session {
             }
           : signal === 'SIGTERM'
             ? // Not this executor's doing (what it kills for is `killedFor`): someone asked the session to stop, as `mur stop` does.
-              { code: 'E-RUN-001', message: 'the session was stopped: its capsule host was sent SIGTERM from outside the executor (as mur stop does)' }
+              {
+                code: 'E-RUN-001',
+                message: 'the session was stopped: its capsule host was sent SIGTERM from outside the executor (as mur stop does)',
+                hint: STOPPED_HINT,
+              }
             : {
                 code: 'E-RUN-001',
                 message: `the capsule host ended without a result (${signal ? `signal: ${signal}` : `exit status ${code}`}); see ${this.hostLogs()}`,

@@ -21,12 +21,23 @@ export type HttpAhead = (request: IncomingMessage, response: ServerResponse) => 
 
 /**
  * Serves a hono app on `host:port` (0 picks a free port) and resolves once it is listening;
- * `ahead`, when given, is offered each request first.
+ * `ahead`, when given, is offered each request first — a request that asks to be told before it
+ * sends its body (`Expect: 100-continue`) before it is told to go on, so what `ahead` refuses
+ * (a body declared too large) is never sent.
  */
 export function listenHttp(app: Hono, options: { host?: string; port?: number } = {}, ahead?: HttpAhead): Promise<HttpListener> {
   const host = options.host ?? '127.0.0.1';
-  const withAhead = (serverOptions: object, toApp: RequestListener): HttpServer =>
-    createServer(serverOptions, ahead ? (request, response) => void (ahead(request, response) || toApp(request, response)) : toApp);
+  const withAhead = (serverOptions: object, toApp: RequestListener): HttpServer => {
+    const server = createServer(serverOptions, ahead ? (request, response) => void (ahead(request, response) || toApp(request, response)) : toApp);
+    if (ahead) {
+      server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
+        if (ahead(request, response)) return;
+        response.writeContinue();
+        toApp(request, response);
+      });
+    }
+    return server;
+  };
   return new Promise((resolve, reject) => {
     const server = serve({ fetch: app.fetch, hostname: host, port: options.port ?? 0, createServer: withAhead as typeof createServer }, (info: AddressInfo) => {
       const urlHost = info.family === 'IPv6' ? `[${info.address}]` : info.address;

@@ -19,7 +19,7 @@ import { EventFeed } from './event-feed.js';
 import { type HarnessLoopRun, type HarnessScene, runHarnessLoop } from './harness-loop.js';
 import { HookLaunchError, HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
-import { type Task, TaskRegistry } from './task-registry.js';
+import { CANCELED_BY_REQUEST, type Task, TaskRegistry } from './task-registry.js';
 import { callTool } from './tool-call.js';
 import { agentTools } from './tool-inventory.js';
 import { writeToolManifests } from './tool-manifests.js';
@@ -467,6 +467,17 @@ export class AgentSession {
       shell_calls: totals.shellCalls - before.shellCalls,
       reopen_count: feedback.length,
     });
+    // A client's cancel is not the loop failing: a session that ends with its task says so.
+    if (task.abortedWith === CANCELED_BY_REQUEST && outcome.status !== 'ok') {
+      return {
+        ...outcome,
+        error: {
+          code: 'E-RUN-007',
+          message: `its task ${task.id} was canceled by a client (tasks/cancel) before it was done`,
+          hint: 'nothing in the capsule failed; a session with one task (task_acceptance: single, or after_task: exit) ends with it: send the task again to a new session',
+        },
+      };
+    }
     return outcome;
   }
 

@@ -100,6 +100,9 @@ export class GuestRunner {
   /** How to end each guest running in a worker of its own now: what a canceled task abandons. */
   private readonly running = new Set<(outcome: RunOutcome) => void>();
   private nextInstance = 1;
+  /** How many times `abandonRunning` was called, and with what: a call that began before the last one is abandoned. */
+  private abandonments = 0;
+  private abandonedWith = '';
 
   constructor(private readonly options: GuestRunnerOptions) {
     this.prewarmed = options.prewarmed;
@@ -135,7 +138,10 @@ export class GuestRunner {
    * limit (`lifecycle.input_timeout_secs`).
    */
   async run(spec: GuestSpec): Promise<RunOutcome> {
+    const asked = this.abandonments;
     const compiled = await this.compiledOrFailure(spec);
+    // Abandoned while its modules were being compiled: it never reaches a worker.
+    if (this.abandonments !== asked) return { kind: 'abandoned', message: this.abandonedWith };
     if ('failure' in compiled) return compiled.failure;
     const { coreModules: _files, ...rest } = spec;
     return this.runWorker({ ...rest, modules: compiled.modules });
@@ -143,10 +149,13 @@ export class GuestRunner {
 
   /**
    * Ends every guest running in a worker of its own (a driver's call, a WASM tool's) at once: each
-   * call returns `abandoned` and its worker is terminated, whatever the guest was doing. Resident
-   * hooks are not touched: they belong to the session, not to a task. Returns how many there were.
+   * call returns `abandoned` and its worker is terminated, whatever the guest was doing. A call on
+   * its way to a worker (its modules still compiling) is abandoned too, before it starts one. Resident
+   * hooks are not touched: they belong to the session, not to a task. Returns how many were running.
    */
   abandonRunning(message: string): number {
+    this.abandonments += 1;
+    this.abandonedWith = message;
     const ending = [...this.running];
     for (const finish of ending) finish({ kind: 'abandoned', message });
     return ending.length;

@@ -74,6 +74,9 @@ const REMEMBERED_TASKS = 1000;
 /** The most of a task's history `tasks/get` returns unless asked for less. */
 const HISTORY_LIMIT = 100;
 
+/** Why a task a client canceled (`tasks/cancel`, `CancelTask`) ended: its status message, and what its loop was aborted with. */
+export const CANCELED_BY_REQUEST = 'canceled by request';
+
 export class TaskRegistry {
   private readonly tasks = new Map<string, Task>();
   private readonly pending: Task[] = [];
@@ -360,21 +363,21 @@ export class TaskRegistry {
     const index = this.pending.indexOf(task);
     if (index >= 0) {
       this.pending.splice(index, 1);
-      this.finish(task, { state: 'canceled', message: 'canceled by request' });
+      this.finish(task, { state: 'canceled', message: CANCELED_BY_REQUEST });
       return { task: this.view(task) };
     }
     if (this.inputWait?.task === task) {
       const wait = this.inputWait;
       this.inputWait = undefined;
       if (wait.timer) clearTimeout(wait.timer);
-      task.abortedWith = 'canceled by request';
-      this.finish(task, { state: 'canceled', message: 'canceled by request' });
+      task.abortedWith = CANCELED_BY_REQUEST;
+      this.finish(task, { state: 'canceled', message: CANCELED_BY_REQUEST });
       wait.reject(new Error('the task was canceled while waiting for input'));
       return { task: this.view(task) };
     }
     if (this.active === task && !TERMINAL_TASK_STATES.has(task.state)) {
-      task.abortedWith = 'canceled by request';
-      this.finish(task, { state: 'canceled', message: 'canceled by request' });
+      task.abortedWith = CANCELED_BY_REQUEST;
+      this.finish(task, { state: 'canceled', message: CANCELED_BY_REQUEST });
       this.stopRunning(task);
       return { task: this.view(task) };
     }
