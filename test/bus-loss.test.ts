@@ -1,9 +1,10 @@
+import { once } from 'node:events';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, startAgent } from './support/agents.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
-import { type ServiceProcess, eventually, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, spawnMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -60,6 +61,17 @@ describe('mur run against a stack whose NATS server goes away', () => {
     agents.push(first, second);
     await nats.stop();
     await eventually(() => (first.stderr().includes('lost the stack') && second.stderr().includes('lost the stack')) || undefined, 10_000, 'the loss said');
+    // A service without its bus tells a probe so (docker's health check), rather than `ok`.
+    const door = services.find((service) => service.name === 'door') as ServiceProcess;
+    const health = await eventually(
+      async () => {
+        const response = await fetch(`${door.url}/health`);
+        return response.status === 503 ? ((await response.json()) as { status: string; reason: string }) : undefined;
+      },
+      10_000,
+      'the door’s health to say its bus is lost',
+    );
+    expect(health).toMatchObject({ status: 'unavailable', reason: `its bus connection to ${nats.url} is lost` });
 
     second.process.kill('SIGINT');
     // Two signals sent together may arrive as one.
@@ -79,5 +91,54 @@ describe('mur run against a stack whose NATS server goes away', () => {
         `mur: could not ask for session ${first.sessionId} to stop \\(.+\\); it may still run on its executor: mur stop ${first.sessionId} once the stack answers`,
       ),
     );
+  });
+});
+
+/**
+ * A stack whose NATS server comes back refusing the connections it had (the operator turned a
+ * token on): nothing will reconnect, so nothing waits as if it would.
+ */
+describe('a stack whose NATS server comes back refusing its clients’ credentials', () => {
+  it('ends mur run and mur events with the reason and the session to stop later, and stops the services, failed', async () => {
+    const nats = await startNatsServer();
+    const scratch = await tempDir('murmur-bus-refused-');
+    const inference = await startScriptedInference({ script: () => ({ text: 'hello' }) });
+    const services: ServiceProcess[] = [];
+    const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    let agent: RunningAgent | undefined;
+    let events: ReturnType<typeof spawnMur> | undefined;
+    try {
+      for (const name of ['stager', 'executor', 'door']) services.push(await startService(name, env));
+      const project = await agentProject(
+        path.join(scratch.dir, 'agent'),
+        agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+      );
+      agent = await startAgent(project, env);
+      events = spawnMur(['events', 'session.>'], { env });
+      const watching = events;
+      await eventually(() => watching.output.stderr.includes('listening on') || undefined, 10_000, 'mur events to listen');
+      const eventsExited = once(watching.child, 'exit') as Promise<[number | null]>;
+
+      await nats.restart({ token: 'a-token-none-of-them-has-0123456789' });
+
+      const run = await agent.exited;
+      expect(run.code).toBe(1);
+      expect(run.stderr).toContain(`error[E-BUS-005]: the stack's bus at ${nats.url} closed mur's connection for good`);
+      expect(run.stderr).toContain(`'mur stop ${agent.sessionId}' stops it`);
+      const [eventsCode] = await eventsExited;
+      expect(eventsCode).toBe(1);
+      expect(watching.output.stderr).toContain(`error[E-BUS-005]: the bus at ${nats.url} closed mur's connection for good`);
+      for (const service of services) {
+        await eventually(() => service.logs().includes('lost its bus for good') || undefined, 15_000, `${service.name} to say it lost its bus`);
+        expect(await service.stop(), service.name).toBe(1);
+      }
+    } finally {
+      events?.child.kill('SIGKILL');
+      await agent?.stop();
+      for (const service of services.reverse()) await service.stop();
+      await inference.close();
+      await nats.stop();
+      await scratch.cleanup();
+    }
   });
 });

@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ERROR_CATALOGUE, MurmurError } from '@murmur/shared';
@@ -804,6 +805,81 @@ describe('the contract bus over NATS across a server restart', () => {
 
     expect(subscriber.log.warnings.some((entry) => entry.message === 'bus disconnected; reconnecting')).toBe(true);
     expect(subscriber.log.entries.some((entry) => entry.level === 'info' && entry.message === 'bus reconnected')).toBe(true);
+  });
+});
+
+describe('a NATS connection the server will not have back', () => {
+  it('is said to be closed for good, with the reason, when the restarted server refuses its credentials', async () => {
+    const server = await startNatsServer();
+    const log = new RecordingLog();
+    const bus = createBus(await NatsTransport.connect(server.url, { log, name: 'closed-for-good-test' }), log);
+    try {
+      const states: Array<{ state: string; reason?: string | undefined }> = [];
+      bus.onConnectionChange((state, reason) => states.push({ state, reason }));
+      expect(bus.connected).toBe(true);
+      // The operator turns a token on: this connection has none, and is refused on reconnecting.
+      await server.restart({ token: 'a-token-the-client-never-had-0123456789' });
+      await eventually(() => expect(states.map((change) => change.state)).toContain('closed'), { timeoutMs: 15_000, intervalMs: 100 });
+      expect(states.find((change) => change.state === 'closed')?.reason).toMatch(/authorization/i);
+      expect(bus.connected).toBe(false);
+      expect(log.entries.some((entry) => entry.level === 'error' && entry.message === 'the bus connection is closed for good')).toBe(true);
+    } finally {
+      await bus.close();
+      await server.stop();
+    }
+  });
+
+  it('is not said to be closed when this side closes it', async () => {
+    const server = await startNatsServer();
+    const log = new RecordingLog();
+    const bus = createBus(await NatsTransport.connect(server.url, { log, name: 'closed-by-us-test' }), log);
+    const states: string[] = [];
+    bus.onConnectionChange((state) => states.push(state));
+    await bus.close();
+    await server.stop();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(states).toEqual([]);
+  });
+});
+
+describe('a first connection to something that is not a NATS server', () => {
+  it('is refused in its own words when the other end never greets, and leaves no connection open', async () => {
+    // What the client did alone: time out, and keep the socket open for as long as the other end did.
+    const silent = net.createServer((socket) => socket.on('error', () => {}));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as net.AddressInfo).port;
+    try {
+      const refused = await rejection(
+        NatsTransport.connect(`nats://127.0.0.1:${port}`, { log: new RecordingLog(), name: 'silent-test', connectTimeoutMs: 300 }),
+      );
+      expect(refused.code).toBe('E-BUS-005');
+      expect(refused.message).toContain('sent no NATS greeting');
+      expect(refused.hint).toContain('names the nats-server port');
+      await eventually(async () => expect(await new Promise((resolve) => silent.getConnections((_error, count) => resolve(count)))).toBe(0), {
+        timeoutMs: 2_000,
+        intervalMs: 50,
+      });
+    } finally {
+      silent.close();
+    }
+  });
+
+  it('is refused at once when the other end answers with something that is not NATS', async () => {
+    const talker = net.createServer((socket) => {
+      socket.on('error', () => {});
+      socket.write('HTTP/1.1 400 Bad Request\r\n\r\n');
+    });
+    await new Promise<void>((resolve) => talker.listen(0, '127.0.0.1', resolve));
+    const port = (talker.address() as net.AddressInfo).port;
+    try {
+      const refused = await rejection(
+        NatsTransport.connect(`nats://127.0.0.1:${port}`, { log: new RecordingLog(), name: 'talker-test', connectTimeoutMs: 5_000 }),
+      );
+      expect(refused.code).toBe('E-BUS-005');
+      expect(refused.message).toContain('not as a NATS server does ("HTTP/');
+    } finally {
+      talker.close();
+    }
   });
 });
 

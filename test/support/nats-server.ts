@@ -17,7 +17,8 @@ export interface NatsServer {
   /** JetStream's storage directory. */
   readonly storeDir: string;
   stop(): Promise<void>;
-  restart(): Promise<void>;
+  /** Restarts it on the same port and store; with `token`, requiring that token from then on (null: none). */
+  restart(changes?: { token?: string | null }): Promise<void>;
   /** Stops the server's process where it is (SIGSTOP): its connections stay open and nothing answers, as a hung server's. */
   pause(): void;
   resume(): void;
@@ -83,8 +84,9 @@ export async function startNatsServer(options: { token?: string } = {}): Promise
       await terminate(child);
       await fs.rm(storeDir, { recursive: true, force: true });
     },
-    async restart() {
+    async restart(changes = {}) {
       await terminate(child);
+      if (changes.token !== undefined) options.token = changes.token ?? undefined;
       child = await launch(port, storeDir, options.token);
     },
     pause: () => void child.kill('SIGSTOP'),

@@ -26,11 +26,29 @@ export async function eventsCommand(pattern: string, options: { json?: boolean }
     throw error;
   }
   output.err(`listening on '${pattern}' at ${runtime.bus.description} (ctrl-c to stop)`);
-  await new Promise<void>((resolve) => {
-    process.once('SIGINT', resolve);
-    process.once('SIGTERM', resolve);
+  const code = await new Promise<number>((resolve) => {
+    process.once('SIGINT', () => resolve(0));
+    process.once('SIGTERM', () => resolve(0));
+    // Silence from a bus that is gone is not silence from the stack: say when it goes, and end
+    // when it will never come back (the connection refused on reconnecting).
+    runtime.bus.onConnectionChange((state, reason) => {
+      if (state === 'closed') {
+        output.err(
+          new MurmurError('E-BUS-005', `the bus at ${runtime.bus.description} closed mur's connection for good (${reason ?? 'no reason given'})`, {
+            hint: 'check MURMUR_NATS_URL and its token, then run mur events again',
+          }).format(),
+        );
+        resolve(1);
+        return;
+      }
+      output.err(
+        state === 'disconnected'
+          ? `mur: lost the bus at ${runtime.bus.description}; waiting for it to come back (nothing passes meanwhile)`
+          : `mur: the bus is back; listening on '${pattern}' again`,
+      );
+    });
   });
   subscription.unsubscribe();
   await runtime.close();
-  return 0;
+  return code;
 }

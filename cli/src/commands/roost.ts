@@ -22,7 +22,7 @@ export async function roostCommand(options: { port?: string; registryPath?: stri
   });
   // The same `GET /health` (and bus health) a roost service process answers.
   const identity = { service: 'roost' as const, instanceId: `roost-${newId('request').slice(4, 16)}`, httpPort: null as number | null, startedAt: new Date() };
-  const app = healthRoutes(() => healthOf(identity, bus));
+  const app = healthRoutes(() => healthOf(identity, bus), bus);
   app.route('/', roost.http);
   let listener: Awaited<ReturnType<typeof listenHttp>>;
   try {

@@ -394,18 +394,30 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
 
     // On the stack the session lives on its executor: a bus that goes away is said, as is its
     // return, and the run waits for it (NATS reconnects for as long as it takes).
+    let interrupted = false;
+    let busClosed = false;
+    let leave!: () => void;
+    const left = new Promise<undefined>((resolve) => (leave = () => resolve(undefined)));
     if (!runtime.inProcess) {
-      runtime.bus.onConnectionChange((state) =>
+      runtime.bus.onConnectionChange((state, reason) => {
+        if (state === 'closed') {
+          // The bus will never come back to this connection (it refused it on reconnecting): waiting would be for ever.
+          busClosed = true;
+          output.err(
+            new MurmurError('E-BUS-005', `the stack's bus at ${runtime.bus.description} closed mur's connection for good (${reason ?? 'no reason given'})`, {
+              hint: `session ${sessionId} may still run on its executor: once mur can reach the bus again (check its URL and token), 'mur ps' shows it and 'mur stop ${sessionId}' stops it`,
+            }).format(),
+          );
+          leave();
+          return;
+        }
         output.err(
           state === 'disconnected'
             ? `mur: lost the stack's bus at ${runtime.bus.description}; session ${sessionId} goes on on its executor, and mur waits for the bus to come back (Ctrl-C leaves)`
             : "mur: the stack's bus is back",
-        ),
-      );
+        );
+      });
     }
-    let interrupted = false;
-    let leave!: () => void;
-    const left = new Promise<undefined>((resolve) => (leave = () => resolve(undefined)));
     const onSignal = (): void => {
       if (interrupted) {
         // A second interrupt leaves at once, whatever the first one is still waiting for. In-process
@@ -434,7 +446,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // The session is over; what is left (pinning, a fetched result) is not waited for past a signal.
     onStopSignal = () => process.exit(130);
     for (const subscription of subscriptions) subscription.unsubscribe();
-    if (!end) return 130;
+    if (!end) return busClosed ? 1 : 130;
     timing('ended');
     await pinning;
 

@@ -6,7 +6,7 @@ import { type ObjectStore, checkedObjectStore } from './objects.js';
 import { isValidPattern } from './subject.js';
 import { type CommandTopic, type EventTopic, isConcrete } from './topic.js';
 import { runtimeMetrics } from '../metrics-sink.js';
-import { type RawMessage, type Transport, TransportError } from './transport.js';
+import { type BusConnectionState, type RawMessage, type Transport, TransportError } from './transport.js';
 
 export interface MessageInfo {
   readonly subject: string;
@@ -61,8 +61,10 @@ export interface Bus {
    * `keyValue`.
    */
   objectStore(bucket: string): Promise<ObjectStore>;
-  /** Told when the bus connection is lost and when it is back; never, in-process. */
-  onConnectionChange(listener: (state: 'disconnected' | 'reconnected') => void): void;
+  /** Told when the bus connection is lost, when it is back, and when it is closed for good (`BusConnectionState`); never, in-process. */
+  onConnectionChange(listener: (state: BusConnectionState, reason?: string) => void): void;
+  /** Whether the server is there now (always, in-process). */
+  readonly connected: boolean;
   flush(): Promise<void>;
   close(): Promise<void>;
 }
@@ -357,6 +359,9 @@ export function createBus(transport: Transport, log: Log): Bus {
     },
 
     onConnectionChange: (listener) => transport.onConnectionChange(listener),
+    get connected() {
+      return transport.connected;
+    },
 
     flush: () => transport.flush(),
     close: () => transport.close(),

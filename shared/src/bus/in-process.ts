@@ -109,6 +109,8 @@ export class InProcessTransport implements Transport {
   /** One process never loses its own bus. */
   onConnectionChange(): void {}
 
+  readonly connected = true;
+
   flush(): Promise<void> {
     if (this.pending === 0) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));

@@ -1,10 +1,11 @@
+import { createConnection } from 'node:net';
 import { type ConnectionOptions, ErrorCode, type KV, type NatsConnection, NatsError, type ObjectStore as NatsObjectStore, StorageType, connect } from 'nats';
 import { MurmurError } from '../errors.js';
 import { natsEndpoint } from './nats-url.js';
 import type { Log } from '../log.js';
 import type { KeyValueEntry, KeyValueStore } from './kv.js';
 import { type ObjectInfo, type ObjectSource, type ObjectStore, sourceChunks } from './objects.js';
-import { type RawSubscription, type Transport, TransportError } from './transport.js';
+import { type BusConnectionState, type RawSubscription, type Transport, TransportError } from './transport.js';
 
 export interface NatsTransportOptions {
   /** Shown in the server's connection list: which service this is. */
@@ -24,19 +25,21 @@ export interface NatsTransportOptions {
 export class NatsTransport implements Transport {
   private readonly buckets = new Map<string, Promise<KV>>();
   private readonly objectBuckets = new Map<string, Promise<NatsObjectStore>>();
-  private readonly connectionListeners: Array<(state: 'disconnected' | 'reconnected') => void> = [];
+  private readonly connectionListeners: Array<(state: BusConnectionState, reason?: string) => void> = [];
   /** Whether the server is there, as the connection's status last said. */
-  private connected = true;
+  connected = true;
+  /** This side is closing the connection (`close`): its end is not news. */
+  private closing = false;
 
   private constructor(
     private readonly connection: NatsConnection,
     readonly description: string,
   ) {}
 
-  private announce(state: 'disconnected' | 'reconnected'): void {
+  private announce(state: BusConnectionState, reason?: string): void {
     for (const listener of this.connectionListeners) {
       try {
-        listener(state);
+        listener(state, reason);
       } catch {
         // a listener's failure is its own
       }
@@ -60,10 +63,16 @@ export class NatsTransport implements Transport {
     };
     let connection: NatsConnection;
     try {
+      if (endpoint.servers.length === 1) {
+        const silent = await notNats(endpoint.servers[0] as string, options.connectTimeoutMs ?? CLIENT_CONNECT_TIMEOUT_MS);
+        if (silent)
+          throw new MurmurError('E-BUS-005', `cannot connect to the bus at ${url}: ${silent}`, connectHint(NatsError.errorForCode(ErrorCode.Timeout)));
+      }
       connection = await connect(connectionOptions);
     } catch (error) {
+      if (error instanceof MurmurError) throw error;
       const reason = error instanceof Error ? error.message : String(error);
-      throw new MurmurError('E-BUS-005', `cannot connect to the bus at ${url}: ${reason}`, { cause: error });
+      throw new MurmurError('E-BUS-005', `cannot connect to the bus at ${url}: ${reason}`, { cause: error, ...connectHint(error) });
     }
     const transport = new NatsTransport(connection, url);
     void (async () => {
@@ -79,10 +88,19 @@ export class NatsTransport implements Transport {
         }
       }
     })().catch(() => {});
+    // Closed by the client itself while this side still holds it: the server refused the
+    // reconnection (credentials revoked or changed), and it never reconnects from there.
+    void connection.closed().then((error) => {
+      if (transport.closing) return;
+      transport.connected = false;
+      const reason = error instanceof Error ? error.message : 'the connection was closed';
+      options.log.error({ bus: url, reason }, 'the bus connection is closed for good');
+      transport.announce('closed', reason);
+    });
     return transport;
   }
 
-  onConnectionChange(listener: (state: 'disconnected' | 'reconnected') => void): void {
+  onConnectionChange(listener: (state: BusConnectionState, reason?: string) => void): void {
     this.connectionListeners.push(listener);
   }
 
@@ -186,6 +204,7 @@ export class NatsTransport implements Transport {
    * hold the process for good. A drain the server stops answering is cut short the same way.
    */
   async close(): Promise<void> {
+    this.closing = true;
     if (this.connection.isClosed()) return;
     if (this.connected) {
       let timer: NodeJS.Timeout | undefined;
@@ -195,6 +214,60 @@ export class NatsTransport implements Transport {
     }
     if (!this.connection.isClosed()) await this.connection.close();
   }
+}
+
+/** The client's own limit on a first connection, when none is given. */
+const CLIENT_CONNECT_TIMEOUT_MS = 20_000;
+
+/**
+ * Why `server` is not a NATS server, or undefined when it greeted as one (or could not be reached,
+ * which the client then says itself). A NATS server sends its INFO line as soon as it accepts a
+ * connection; the client (nats.js 2.29) waits for it without a limit of its own, and when its
+ * connect times out it leaves that socket open — so a process given the port of something else (a
+ * door) printed its error and then lingered for as long as the other end held the connection.
+ * Asked here first, on a socket this side always closes, nothing is left open.
+ */
+function notNats(server: string, timeoutMs: number): Promise<string | undefined> {
+  let target: URL;
+  try {
+    target = new URL(server);
+  } catch {
+    return Promise.resolve(undefined);
+  }
+  const host = target.hostname.replace(/^\[(.*)\]$/, '$1');
+  const port = Number(target.port || 4222);
+  return new Promise((resolve) => {
+    let greeting = '';
+    const socket = createConnection({ host, port });
+    const settle = (why: string | undefined): void => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(why);
+    };
+    const timer = setTimeout(() => settle(`TIMEOUT: it accepted the connection but sent no NATS greeting within ${timeoutMs / 1000} s`), timeoutMs);
+    socket.on('data', (chunk: Buffer) => {
+      greeting += chunk.toString('latin1');
+      if (greeting.startsWith('INFO ')) settle(undefined);
+      else if (greeting.length >= 5 || !'INFO '.startsWith(greeting))
+        settle(`it answered, but not as a NATS server does (${JSON.stringify(greeting.slice(0, 40))})`);
+    });
+    socket.on('error', () => settle(undefined));
+    socket.on('close', () => settle(greeting === '' ? undefined : `it closed the connection after ${JSON.stringify(greeting.slice(0, 40))}`));
+  });
+}
+
+/** What to do about a first connection that failed, where the catalogue's hint would mislead. */
+function connectHint(error: unknown): { hint?: string } {
+  const code = error instanceof NatsError ? error.code : undefined;
+  if (code === ErrorCode.AuthorizationViolation || code === ErrorCode.AuthenticationExpired)
+    return {
+      hint: 'the server wants other credentials: give its token in the URL (nats://<token>@host:4222); the compose stack uses MURMUR_NATS_TOKEN',
+    };
+  if (code === ErrorCode.Timeout)
+    return {
+      hint: 'something answered there but never spoke NATS within the time allowed: check that MURMUR_NATS_URL names the nats-server port (4222), not another service',
+    };
+  return {};
 }
 
 /** The longest a closing connection waits for the server to take what it drains. */

@@ -19,6 +19,13 @@ export interface RawSubscription {
 
 export type TransportFailure = 'timeout' | 'no-responders' | 'closed';
 
+/**
+ * What a bus connection says of itself: lost (the client reconnects, for as long as it takes),
+ * back, or closed for good (it never will: the server refused it on reconnecting, its credentials
+ * revoked). Closed by its own side (`close`) is not said.
+ */
+export type BusConnectionState = 'disconnected' | 'reconnected' | 'closed';
+
 /** Thrown by `Transport.request` so the bus can map it onto a catalogue code. */
 export class TransportError extends Error {
   constructor(
@@ -51,7 +58,9 @@ export interface Transport {
    * Told when the connection to the bus is lost and when it is back (never, in-process): a
    * service that judges others by their silence must not judge while it cannot hear.
    */
-  onConnectionChange(listener: (state: 'disconnected' | 'reconnected') => void): void;
+  onConnectionChange(listener: (state: BusConnectionState, reason?: string) => void): void;
+  /** Whether the server is there now (always, in-process). */
+  readonly connected: boolean;
   /** Resolves once everything published so far has reached the server (or every local subscriber). */
   flush(): Promise<void>;
   close(): Promise<void>;

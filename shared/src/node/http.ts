@@ -62,10 +62,18 @@ export function listenHttp(app: Hono, options: { host?: string; port?: number } 
   });
 }
 
-/** `GET /health`: 200 with the service's health, for probes that speak HTTP rather than the bus. */
-export function healthRoutes(health: () => object): Hono {
+/**
+ * `GET /health`: 200 with the service's health, for probes that speak HTTP rather than the bus;
+ * 503 while the service's `bus` connection is lost.
+ */
+export function healthRoutes(health: () => object, bus?: { readonly connected: boolean; readonly description: string }): Hono {
   const app = new Hono();
-  app.get('/health', (context) => context.json(health()));
+  // A service without its bus serves nothing: a probe (docker's health check) hears so, not `ok`.
+  app.get('/health', (context) =>
+    bus && !bus.connected
+      ? context.json({ ...health(), status: 'unavailable', reason: `its bus connection to ${bus.description} is lost` }, 503)
+      : context.json(health()),
+  );
   return app;
 }
 

@@ -95,7 +95,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     return;
   }
   const identity = { service: options.service, instanceId, httpPort: null as number | null, startedAt };
-  const app = healthRoutes(() => healthOf(identity, bus));
+  const app = healthRoutes(() => healthOf(identity, bus), bus);
   app.get('/metrics', async (context) => {
     const { contentType, body } = await metricsText();
     return context.body(body, 200, { 'content-type': contentType });
@@ -145,6 +145,14 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     clearTimeout(deadline);
     log.info({}, `${options.service} stopped`);
   };
+  // A bus that closed the connection for good (it refused it on reconnecting: credentials revoked)
+  // leaves the service nothing to serve; it stops, failed, so whatever runs it can start it again.
+  bus.onConnectionChange((state, reason) => {
+    if (state !== 'closed') return;
+    log.fatal({ bus: bus.description, reason }, `${options.service} lost its bus for good (${reason ?? 'no reason given'}); stopping`);
+    process.exitCode = 1;
+    void stop('its bus closed the connection');
+  });
   // Handlers first, then the ready line: whoever reads the line may signal at once.
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
