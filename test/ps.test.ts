@@ -240,4 +240,14 @@ describe('mur ps and mur stop', () => {
     expect(result.stderr).toContain('error[E-IO-001]');
     expect(result.stderr).toContain('mur ps');
   });
+
+  it('refuses to stop what is not a session id at once, in-process and against a stack alike', async () => {
+    // Against a stack nothing is asked: a bus that does not answer must not be what says so.
+    for (const extra of [{}, { MURMUR_NATS_URL: 'nats://127.0.0.1:9' }]) {
+      const result = await runMur(['stop', 'ses_nonexistent'], { env: { ...env, ...extra } });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain("error[E-SES-001]: 'ses_nonexistent' is not a session id (ses_ followed by 32 hex digits)");
+      expect(result.stderr).toContain("hint: 'mur ps' lists the running sessions");
+    }
+  });
 });

@@ -293,6 +293,10 @@ describe('mur trace', () => {
         expect(result.stdout, selector).toBe('');
         expect(result.stderr, selector).toContain(`error[E-TRC-002]: ${message}${candidates}`);
       }
+      // A full id found nowhere here may be a stack's session, whose records are on its executor.
+      expect((await trace(['show', missing])).stderr).toContain(
+        `hint: a session a stack ran keeps its records on its executor: 'mur files ${missing} trace.jsonl --out <dir>'`,
+      );
     });
 
     it('says so when the workdir holds no sessions, or a report’s workdir does not exist', async () => {

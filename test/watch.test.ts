@@ -131,5 +131,23 @@ describe('mur watch', () => {
     const nobody = await runMur(['watch', `127.0.0.1:${port}/sessions/ses_x/`]);
     expect(nobody.code).toBe(1);
     expect(nobody.stderr).toContain(`error[E-IO-003]: failed to connect to 127.0.0.1:${port}: ECONNREFUSED`);
+    // An id is not a URL: said so, not looked up as a host name.
+    const id = `ses_${'0'.repeat(32)}`;
+    const byId = await runMur(['watch', id]);
+    expect(byId.code).toBe(1);
+    expect(byId.stderr).toContain(`error[E-IO-003]: '${id}' is a session id; mur watch follows a session through its door's URL`);
+  });
+
+  it('says a session no longer runs when its door answers that it does not, rather than that the door is not one', async () => {
+    const agent = await startAgent(await agentProject(path.join(scratch.dir, 'ended'), agentManifest(inference, { name: 'ended' })), env);
+    try {
+      const gone = agent.url.replace(agent.sessionId, `ses_${'0'.repeat(32)}`);
+      const watched = await runMur(['watch', gone]);
+      expect(watched.code).toBe(1);
+      expect(watched.stderr).toContain(`error[E-SES-001]: no running session answers at ${gone}`);
+      expect(watched.stderr).toContain('the session has ended');
+    } finally {
+      await agent.stop();
+    }
   });
 });

@@ -139,7 +139,14 @@ export async function resolveSessionRecord(
     if (selector.startsWith('@')) return byOrdinal(kind, selector, entries, workdir);
     if (FULL_ID.test(selector)) {
       const found = entries.find((entry) => entry.id.toLowerCase() === selector.toLowerCase());
-      if (!found) throw refusal(kind, `session ${selector} not found in ${workdir}`, entries, workdir);
+      if (!found) {
+        // A session run by a stack keeps its records on its executor, not in any local workdir.
+        const onStack = `a session a stack ran keeps its records on its executor: 'mur files ${selector} ${kind.file} --out <dir>' fetches them, then give <dir>/${kind.file}`;
+        throw new MurmurError(kind.code, `session ${selector} not found in ${workdir}${entries.length > 0 ? `\n${candidateLines(entries)}` : ''}`, {
+          path: workdir,
+          hint: `${onStack}; else ${selectorHint(kind)}`,
+        });
+      }
       return found;
     }
     return bySuffix(kind, selector, entries, workdir);

@@ -1,4 +1,4 @@
-import { MurmurError, type SessionListReply, commands, numberSetting } from '@murmur/shared';
+import { MurmurError, SessionIdSchema, type SessionListReply, commands, numberSetting } from '@murmur/shared';
 import { listRunningRecords, readRunningRecord, removeRunningRecord, signalRunningRecord, processState, verifyRunningRecord } from '@murmur/shared/node';
 import { type Output, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
@@ -71,6 +71,11 @@ async function gone(record: { pid: number; process_start: string }, withinMs: nu
  * signalled.
  */
 export async function stopCommand(sessionId: string, output: Output): Promise<number> {
+  if (!SessionIdSchema.safeParse(sessionId).success) {
+    throw new MurmurError('E-SES-001', `'${sessionId.slice(0, 80)}' is not a session id (ses_ followed by 32 hex digits)`, {
+      hint: "'mur ps' lists the running sessions with their ids",
+    });
+  }
   if (process.env.MURMUR_NATS_URL?.trim()) return stopOnStack(sessionId, output);
   const record = readRunningRecord(sessionId);
   if (!record) {
@@ -100,6 +105,9 @@ export async function stopCommand(sessionId: string, output: Output): Promise<nu
   return 0;
 }
 
+/** How long an executor is given to answer a stop (it answers as soon as it has sent TERM). */
+const STOP_ANSWER_MS = 5_000;
+
 /**
  * On the stack a session's process is on its executor's machine, where no signal from here can
  * reach: the executor that owns it is asked (`session.<id>.stop`: TERM, then KILL after its grace).
@@ -109,12 +117,21 @@ async function stopOnStack(sessionId: string, output: Output): Promise<number> {
   try {
     let reply: { stopping: boolean };
     try {
-      reply = await runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'stopped with mur stop' }, { timeoutMs: 10_000 });
+      reply = await runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'stopped with mur stop' }, { timeoutMs: STOP_ANSWER_MS });
     } catch (error) {
       if (error instanceof MurmurError && error.code === 'E-BUS-004') {
         throw new MurmurError('E-SES-001', `no executor on ${runtime.bus.description} runs session '${sessionId}'`, {
           hint: "list the stack's sessions with 'mur ps'",
         });
+      }
+      // An executor that holds the session answers at once; silence is mostly a session that is
+      // not there, heard by something that listens to every session's subjects (a 'mur events').
+      if (error instanceof MurmurError && error.code === 'E-BUS-003') {
+        throw new MurmurError(
+          'E-SES-001',
+          `no executor on ${runtime.bus.description} answered for session '${sessionId}' within ${STOP_ANSWER_MS / 1000} s: it is not running there, or its executor does not answer`,
+          { hint: "'mur ps' lists the stack's running sessions; 'mur health' shows whether its executors answer" },
+        );
       }
       throw error;
     }

@@ -24,6 +24,13 @@ interface WatchState {
 }
 
 function doorUrl(given: string): URL {
+  // An id read as a host name fails as a DNS lookup: say what is wanted instead.
+  if (/^ses_[0-9a-f]{32}$/i.test(given.trim())) {
+    throw new MurmurError('E-IO-003', `'${given.trim()}' is a session id; mur watch follows a session through its door's URL`, {
+      path: 'url',
+      hint: "pass the url mur run printed (murmur: url …); 'mur ps' lists each running session with its URL",
+    });
+  }
   const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(given) ? given : `http://${given}`;
   try {
     return new URL(withScheme);
@@ -57,13 +64,23 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
   }
   const type = response.headers.get('content-type') ?? '';
   if (!response.ok || !type.includes('text/event-stream')) {
-    const body = (await response.text().catch(() => '')).slice(0, 300);
+    // Whole, to be read as JSON-RPC (a door's refusal carries details); only its message is shown.
+    const body = (await response.text().catch(() => '')).slice(0, 16_384);
     let reason = `it answered ${response.status}${type ? ` (${type.split(';')[0]})` : ''}`;
+    let doorCode: string | undefined;
     try {
-      const rpc = JSON.parse(body) as { error?: { message?: string } };
-      if (rpc.error?.message) reason = rpc.error.message;
+      const rpc = JSON.parse(body) as { error?: { message?: string; data?: Array<{ metadata?: { murmur_code?: string } }> } };
+      if (rpc.error?.message) reason = rpc.error.message.slice(0, 300);
+      doorCode = rpc.error?.data?.find((detail) => detail.metadata?.murmur_code)?.metadata?.murmur_code;
     } catch {
       // not JSON-RPC: the status says enough
+    }
+    // A door that says no session of that id runs behind it: the session ended, or is elsewhere.
+    if (doorCode === 'E-DOOR-001') {
+      throw new MurmurError('E-SES-001', `no running session answers at ${url.href}: ${reason}`, {
+        path: 'url',
+        hint: "the session has ended (its records stay in its workdir) or runs behind another door; 'mur ps' lists the running sessions",
+      });
     }
     throw notADoor(reason);
   }
