@@ -1,9 +1,12 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { natsEndpoint } from '@murmur/shared/bus';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { dashboardAccess } from '../services/watcher/src/dashboard/access.js';
+import { natsServerBinary } from './support/nats-server.js';
 import { repositoryRoot } from './support/processes.js';
 
 /**
@@ -12,7 +15,7 @@ import { repositoryRoot } from './support/processes.js';
  * the stack with its settings given; this reads the defaults, which it does not run.)
  */
 
-type Service = { environment?: Record<string, string> };
+type Service = { environment?: Record<string, string>; stop_signal?: string };
 const compose = parse(readFileSync(path.join(repositoryRoot, 'docker-compose.yml'), 'utf8')) as { services: Record<string, Service> };
 
 /** Compose's interpolation of `${NAME:-default}` and `${NAME}`, from `settings`. */
@@ -25,6 +28,26 @@ function environmentOf(service: string, settings: Record<string, string> = {}): 
 const SERVICES = ['roost', 'stager', 'executor', 'door', 'watcher'];
 
 describe('the compose file', () => {
+  it('stops the bus with the signal on which nats-server exits 0, so a docker-compose stop does not read as a failure', async () => {
+    const signal = (compose.services.nats?.stop_signal ?? 'SIGTERM') as NodeJS.Signals;
+    const server = spawn(natsServerBinary(), ['-a', '127.0.0.1', '-p', '-1'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    try {
+      let log = '';
+      await new Promise<void>((resolve, reject) => {
+        server.stderr.on('data', (chunk: Buffer) => {
+          log += chunk.toString();
+          if (log.includes('Server is ready')) resolve();
+        });
+        server.once('exit', (code) => reject(new Error(`nats-server exited with ${code}:\n${log}`)));
+      });
+      const exited = once(server, 'exit') as Promise<[number | null, string | null]>;
+      server.kill(signal);
+      expect(await exited).toEqual([0, null]);
+    } finally {
+      server.kill('SIGKILL');
+    }
+  });
+
   it('starts the watcher with nothing set: its dashboard stays on the container’s loopback, where no token is asked', () => {
     expect(() => dashboardAccess(environmentOf('watcher'))).not.toThrow();
     expect(dashboardAccess(environmentOf('watcher')).required).toBe(false);
