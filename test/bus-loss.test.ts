@@ -136,6 +136,8 @@ describe('a stack whose NATS server comes back refusing its clients’ credentia
       for (const service of services) {
         await eventually(() => service.logs().includes('lost its bus for good') || undefined, 15_000, `${service.name} to say it lost its bus`);
         expect(await service.stop(), service.name).toBe(1);
+        // Stopped as it stops on a signal, not crashed on the way.
+        expect(service.logs(), service.name).toContain(`"msg":"${service.name} stopped"`);
       }
     } finally {
       events?.child.kill('SIGKILL');

@@ -734,9 +734,10 @@ export class Session {
           const ahead = expectation ? host.expect(expectation) : false;
           if (expectation) pool.anticipate(expectation);
           this.pooled = { host, attaching: host.attach(this.paths.accessible) };
-          this.bootstrap.line(
-            `[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now${ahead ? '; it had this capsule’s component loaded ahead' : ''})`,
-          );
+          this.bootstrap.line('[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now)');
+          // The executor's own log, not the session's: the guest reads its bootstrap log, and
+          // whether its host was told of it ahead says what the last launch here ran.
+          if (ahead) this.environment.log.info({ session_id: this.id }, 'the warm host was told this capsule’s component ahead: the pool’s last launch ran it');
           return;
         } catch (error) {
           this.environment.log.warn({ session_id: this.id, err: error }, 'a pooled capsule host could not take the session; starting a fresh one');

@@ -65,8 +65,7 @@ export class NatsTransport implements Transport {
     try {
       if (endpoint.servers.length === 1) {
         const silent = await notNats(endpoint.servers[0] as string, options.connectTimeoutMs ?? CLIENT_CONNECT_TIMEOUT_MS);
-        if (silent)
-          throw new MurmurError('E-BUS-005', `cannot connect to the bus at ${url}: ${silent}`, connectHint(NatsError.errorForCode(ErrorCode.Timeout)));
+        if (silent) throw new MurmurError('E-BUS-005', `cannot connect to the bus at ${url}: ${silent}`, { hint: NOT_NATS_HINT });
       }
       connection = await connect(connectionOptions);
     } catch (error) {
@@ -230,7 +229,7 @@ const CLIENT_CONNECT_TIMEOUT_MS = 20_000;
 function notNats(server: string, timeoutMs: number): Promise<string | undefined> {
   let target: URL;
   try {
-    target = new URL(server);
+    target = new URL(server.includes('://') ? server : `nats://${server}`);
   } catch {
     return Promise.resolve(undefined);
   }
@@ -263,12 +262,11 @@ function connectHint(error: unknown): { hint?: string } {
     return {
       hint: 'the server wants other credentials: give its token in the URL (nats://<token>@host:4222); the compose stack uses MURMUR_NATS_TOKEN',
     };
-  if (code === ErrorCode.Timeout)
-    return {
-      hint: 'something answered there but never spoke NATS within the time allowed: check that MURMUR_NATS_URL names the nats-server port (4222), not another service',
-    };
+  if (code === ErrorCode.Timeout) return { hint: NOT_NATS_HINT };
   return {};
 }
+
+const NOT_NATS_HINT = 'what answers there is not a nats-server: check that MURMUR_NATS_URL names the nats-server port (4222), not another service';
 
 /** The longest a closing connection waits for the server to take what it drains. */
 const DRAIN_WAIT_MS = 2_000;

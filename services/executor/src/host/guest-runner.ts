@@ -80,7 +80,7 @@ function compiledModule(file: string, memoryLimitBytes: number): Promise<WebAsse
   return module;
 }
 
-/** Lets go of every module compiled so far: a pooled host told to expect one component and then given another keeps nothing of the first. */
+/** Lets go of every module compiled so far: a pooled host told to expect one component and then given another drops what it compiled for the first. */
 export function forgetPrecompiled(): void {
   compiledModules.clear();
 }

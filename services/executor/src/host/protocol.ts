@@ -166,8 +166,8 @@ export const HandOverMessageSchema = z.object({ type: z.literal('hand-over'), sa
  * A pooled host is also told, as it starts, what the pool's last launch ran first (`HostPool`'s
  * anticipation): an executor that launches one capsule again and again then finds that work done
  * before the launch. A later `expect` naming another component (or another memory cap) replaces
- * it: what was compiled and loaded for the first is let go, so the session's host holds only what
- * its own session runs.
+ * it: the modules compiled and the glue loaded for the first are dropped before the second is
+ * begun on.
  */
 export const ExpectMessageSchema = z.object({
   type: z.literal('expect'),
