@@ -134,10 +134,12 @@ describe('a stack whose NATS server comes back refusing its clients’ credentia
       expect(eventsCode).toBe(1);
       expect(watching.output.stderr).toContain(`error[E-BUS-005]: the bus at ${nats.url} closed mur's connection for good`);
       for (const service of services) {
-        await eventually(() => service.logs().includes('lost its bus for good') || undefined, 15_000, `${service.name} to say it lost its bus`);
-        expect(await service.stop(), service.name).toBe(1);
-        // Stopped as it stops on a signal, not crashed on the way.
-        expect(service.logs(), service.name).toContain(`"msg":"${service.name} stopped"`);
+        // It stops by itself (the executor ends its sessions first, within its stop deadline), failed.
+        const code = await Promise.race([service.exited, new Promise((resolve) => setTimeout(() => resolve('still running'), 20_000))]);
+        expect(code, service.name).toBe(1);
+        expect(service.logs(), service.name).toContain('lost its bus for good');
+        // Stopped as it stops on a signal (done, or cut short at its deadline), not crashed on the way.
+        expect(service.logs(), service.name).toMatch(new RegExp(`"msg":"${service.name} (stopped|did not stop within)`));
       }
     } finally {
       events?.child.kill('SIGKILL');

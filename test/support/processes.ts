@@ -102,6 +102,8 @@ export interface ServiceProcess {
   /** The service's own start line, parsed. */
   readonly ready: Record<string, unknown>;
   logs(): string;
+  /** Resolves with the exit code when the process exits, whoever ended it (null for a signal). */
+  readonly exited: Promise<number | null>;
   /** Sends a signal and does not wait: what a crash or `docker kill` does to a service. */
   kill(signal: NodeJS.Signals): void;
   stop(): Promise<number | null>;
@@ -117,6 +119,7 @@ export async function startService(name: string, env: Record<string, string | un
     }),
   );
   let output = '';
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name} did not report ready:\n${output}`)), 20_000);
     const onData = (chunk: Buffer): void => {
@@ -149,6 +152,7 @@ export async function startService(name: string, env: Record<string, string | un
     url: `http://127.0.0.1:${ready.port as number}`,
     ready,
     logs: () => output,
+    exited,
     kill: (signal) => void child.kill(signal),
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
