@@ -81,6 +81,9 @@ describe('a door with authentication', () => {
     }
     const raw = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
     expect(raw.headers.get('www-authenticate')).toBe('Bearer realm="murmur door"');
+    // Credentials of another scheme are not a bearer token that was not good: only the scheme is said.
+    const basic = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Basic ${tokenA}` }, body: '{}' });
+    expect(basic.headers.get('www-authenticate')).toBe('Bearer realm="murmur door"');
     // A token that was sent and is not good is told so (RFC 6750), here and for a session that is not one alike.
     for (const url of [agent.url, elsewhere]) {
       const wrong = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${almost}` }, body: '{}' });

@@ -146,6 +146,11 @@ describe('mur watch', () => {
       expect(watched.code).toBe(1);
       expect(watched.stderr).toContain(`error[E-SES-001]: no running session answers at ${gone}`);
       expect(watched.stderr).toContain('the session has ended');
+      // A mistyped session in the URL is not an ended session.
+      const mistyped = await runMur(['watch', agent.url.replace(agent.sessionId, 'ses_x')]);
+      expect(mistyped.code).toBe(1);
+      expect(mistyped.stderr).toContain('error[E-IO-003]: ');
+      expect(mistyped.stderr).toContain("'ses_x' is not a session id");
     } finally {
       await agent.stop();
     }

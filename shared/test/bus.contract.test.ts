@@ -823,6 +823,10 @@ describe('a NATS connection the server will not have back', () => {
       expect(states.find((change) => change.state === 'closed')?.reason).toMatch(/authorization/i);
       expect(bus.connected).toBe(false);
       expect(log.entries.some((entry) => entry.level === 'error' && entry.message === 'the bus connection is closed for good')).toBe(true);
+      // A listener that comes after (a service still starting) is told too, not never.
+      const late = await new Promise<[string, string | undefined]>((resolve) => bus.onConnectionChange((state, reason) => resolve([state, reason])));
+      expect(late[0]).toBe('closed');
+      expect(late[1]).toMatch(/authorization/i);
     } finally {
       await bus.close();
       await server.stop();

@@ -76,7 +76,7 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
       // not JSON-RPC: the status says enough
     }
     // A door that says no session of that id runs behind it: the session ended, or is elsewhere.
-    if (doorCode === 'E-DOOR-001' && response.status === 404) {
+    if (doorCode === 'E-DOOR-001' && response.status === 404 && !reason.includes('is not a session id')) {
       throw new MurmurError('E-SES-001', `no running session answers at ${url.href}: ${reason}`, {
         path: 'url',
         hint: "the session has ended (its records stay in its workdir) or runs behind another door; 'mur ps' lists the running sessions",

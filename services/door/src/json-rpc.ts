@@ -106,9 +106,12 @@ function whyInvalid(value: unknown): string {
   const request = value !== null && typeof value === 'object' ? (value as Record<string, unknown>) : undefined;
   if (request && request.jsonrpc === '2.0' && typeof request.method === 'string' && request.method !== '' && 'id' in request) {
     const id = request.id;
-    if (typeof id === 'string') return `"id" is a string of ${id.length} characters; at most 256 are read`;
-    if (typeof id !== 'number' && id !== null) return `"id" must be a string, a number or null (got ${Array.isArray(id) ? 'an array' : typeof id})`;
+    if (typeof id === 'string' && id.length > 256) return `"id" is a string of ${id.length} characters; at most 256 are read`;
+    if (typeof id !== 'string' && typeof id !== 'number' && id !== null)
+      return `"id" must be a string, a number or null (got ${Array.isArray(id) ? 'an array' : typeof id})`;
   }
+  if (request && typeof request.method === 'string' && request.method.length > 128)
+    return `"method" is ${request.method.length} characters long; no method has more than 128`;
   return 'expected an object with "jsonrpc": "2.0" and a "method" string';
 }
 

@@ -213,7 +213,7 @@ export function startDoorService(options: DoorOptions): DoorService {
   // RFC 6750: a request that presented credentials is told they were not good (`invalid_token`);
   // one that presented none is only told the scheme. Neither says anything of the session.
   const unauthorized = (context: Context): Response => {
-    const presented = (context.req.header('authorization') ?? '') !== '';
+    const presented = /^bearer\s/i.test(context.req.header('authorization') ?? '');
     return context.json(
       rpcError(null, {
         code: RPC_ERRORS.invalidRequest,

@@ -38,6 +38,14 @@ describe('reading a JSON-RPC request', () => {
     expect(refusal(body)).toEqual({ id: null, code: -32600, message: `Invalid Request: ${why}` });
   });
 
+  it('names the method, not a good id, when the method is what is too long', () => {
+    expect(refusal(`{"jsonrpc":"2.0","id":"abc","method":"${'m'.repeat(200)}"}`)).toEqual({
+      id: 'abc',
+      code: -32600,
+      message: 'Invalid Request: "method" is 200 characters long; no method has more than 128',
+    });
+  });
+
   it('keeps a string id', () => {
     const read = readJsonRpc('{"jsonrpc":"2.0","id":"req-1","method":"GetTask","params":{"id":"tsk_1"}}');
     expect(read.ok && read.call.id).toBe('req-1');

@@ -374,6 +374,15 @@ export class HostPool {
           // A host a session took is the session's to end: its group may carry the session's name by now.
           if (!this.hosts.includes(host)) return;
           this.failures += 1;
+          // What it was told to load ahead may be what killed it (a large module under the idle
+          // host's ceilings): the next ones are told nothing, as before any launch.
+          if (this.anticipated) {
+            this.environment.log.warn(
+              { component: this.anticipated.component.bundle_dir },
+              'a pooled host told to load a component ahead failed; the pool stops anticipating it',
+            );
+            this.anticipated = undefined;
+          }
           this.environment.log.warn({ err: error, failures: this.failures }, 'a pooled capsule host failed before it was used');
           this.drop(host);
           if (this.failures >= POOL_FAILURES_TOLERATED)

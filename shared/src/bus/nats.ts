@@ -30,6 +30,8 @@ export class NatsTransport implements Transport {
   connected = true;
   /** This side is closing the connection (`close`): its end is not news. */
   private closing = false;
+  /** Why the server closed the connection for good, once it has: a listener that comes later is told at once. */
+  private closedFor: string | undefined;
 
   private constructor(
     private readonly connection: NatsConnection,
@@ -93,6 +95,7 @@ export class NatsTransport implements Transport {
       if (transport.closing) return;
       transport.connected = false;
       const reason = error instanceof Error ? error.message : 'the connection was closed';
+      transport.closedFor = reason;
       options.log.error({ bus: url, reason }, 'the bus connection is closed for good');
       transport.announce('closed', reason);
     });
@@ -101,6 +104,16 @@ export class NatsTransport implements Transport {
 
   onConnectionChange(listener: (state: BusConnectionState, reason?: string) => void): void {
     this.connectionListeners.push(listener);
+    // Closed for good before this listener came (while a service was starting): it is told now, not never.
+    const closedFor = this.closedFor;
+    if (closedFor !== undefined)
+      queueMicrotask(() => {
+        try {
+          listener('closed', closedFor);
+        } catch {
+          // a listener's failure is its own
+        }
+      });
   }
 
   get maxPayload(): number {

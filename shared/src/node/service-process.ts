@@ -148,10 +148,13 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   // A bus that closed the connection for good (it refused it on reconnecting: credentials revoked)
   // leaves the service nothing to serve; it stops, failed, so whatever runs it can start it again.
   bus.onConnectionChange((state, reason) => {
-    if (state !== 'closed') return;
+    if (state !== 'closed' || stopping) return;
     log.fatal({ bus: bus.description, reason }, `${options.service} lost its bus for good (${reason ?? 'no reason given'}); stopping`);
     process.exitCode = 1;
-    void stop('its bus closed the connection');
+    stop('its bus closed the connection').catch((error: unknown) => {
+      log.error({ err: error }, `${options.service} could not stop cleanly without its bus; exiting`);
+      process.exit(1);
+    });
   });
   // Handlers first, then the ready line: whoever reads the line may signal at once.
   process.once('SIGTERM', () => void stop('SIGTERM'));

@@ -73,9 +73,12 @@ function compiledModule(file: string, memoryLimitBytes: number): Promise<WebAsse
   const key = `${memoryLimitBytes}:${file}`;
   let module = compiledModules.get(key);
   if (!module) {
-    module = compileCoreModule(file, memoryLimitBytes);
-    compiledModules.set(key, module);
-    module.catch(() => compiledModules.delete(key));
+    const compiling = compileCoreModule(file, memoryLimitBytes);
+    compiledModules.set(key, compiling);
+    compiling.catch(() => {
+      if (compiledModules.get(key) === compiling) compiledModules.delete(key);
+    });
+    module = compiling;
   }
   return module;
 }

@@ -305,8 +305,8 @@ send({ type: 'ready' });
 
 /**
  * The agent's task loop and all it uses (the schemas, the MCP tool server): ~480 KB a script
- * capsule's host never loads. A pooled host told it will serve an agent loads it while its
- * workdir is attached.
+ * capsule's host does not load. A pooled host told it will serve an agent loads it while it
+ * waits or while its workdir is attached (told so wrongly, ahead, it has it loaded and unused).
  */
 let agentSession: Promise<typeof import('./agent-session.js')> | undefined;
 function agentSessionModule(): Promise<typeof import('./agent-session.js')> {

@@ -159,7 +159,8 @@ export const HandOverMessageSchema = z.object({ type: z.literal('hand-over'), sa
  * A pooled host, told what its session will run first while its workdir is being attached: it
  * compiles the component's core modules and has its waiting worker load the component's glue,
  * so neither is on the way to the guest's first instruction; for an agent (`agent`), it loads the
- * task loop's modules as well, which a script capsule's host never loads. Nothing is instantiated
+ * task loop's modules as well, which a script capsule's host does not need (one that was told
+ * an agent's component ahead, wrongly, has them loaded and unused). Nothing is instantiated
  * and no guest code runs before `start`; a host that is never started throws the work away with
  * itself.
  *
