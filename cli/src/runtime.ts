@@ -106,3 +106,8 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
     },
   };
 }
+
+/** What `mur` says when its bus closed the connection for good (it refused it on reconnecting): nothing will come back to wait for. */
+export function busClosedError(runtime: Pick<Runtime, 'bus'>, reason: string | undefined, hint: string, named = 'the bus'): MurmurError {
+  return new MurmurError('E-BUS-005', `${named} at ${runtime.bus.description} closed mur's connection for good (${reason ?? 'no reason given'})`, { hint });
+}

@@ -1,6 +1,6 @@
 import { MurmurError } from '@murmur/shared';
 import type { Output } from '../output.js';
-import { openRuntime } from '../runtime.js';
+import { busClosedError, openRuntime } from '../runtime.js';
 
 /**
  * `mur events [pattern]`: every message on the stack's bus, as it passes. Monitoring is
@@ -33,11 +33,7 @@ export async function eventsCommand(pattern: string, options: { json?: boolean }
     // when it will never come back (the connection refused on reconnecting).
     runtime.bus.onConnectionChange((state, reason) => {
       if (state === 'closed') {
-        output.err(
-          new MurmurError('E-BUS-005', `the bus at ${runtime.bus.description} closed mur's connection for good (${reason ?? 'no reason given'})`, {
-            hint: 'check MURMUR_NATS_URL and its token, then run mur events again',
-          }).format(),
-        );
+        output.err(busClosedError(runtime, reason, 'check MURMUR_NATS_URL and its token, then run mur events again').format());
         resolve(1);
         return;
       }

@@ -25,7 +25,7 @@ import { environmentWithEnvFile } from '../env-file.js';
 import type { Output } from '../output.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
-import { openRuntime } from '../runtime.js';
+import { busClosedError, openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
 import { launchEnvironment, sessionDoorUrl, watchSessionEnd } from '../session-launch.js';
 import { type CliStageSource, stageThroughBus, uploadStageSource } from '../staging.js';
@@ -404,9 +404,12 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
           // The bus will never come back to this connection (it refused it on reconnecting): waiting would be for ever.
           busClosed = true;
           output.err(
-            new MurmurError('E-BUS-005', `the stack's bus at ${runtime.bus.description} closed mur's connection for good (${reason ?? 'no reason given'})`, {
-              hint: `session ${sessionId} may still run on its executor: once mur can reach the bus again (check its URL and token), 'mur ps' shows it and 'mur stop ${sessionId}' stops it`,
-            }).format(),
+            busClosedError(
+              runtime,
+              reason,
+              `session ${sessionId} may still run on its executor: once mur can reach the bus again (check its URL and token), 'mur ps' shows it and 'mur stop ${sessionId}' stops it`,
+              "the stack's bus",
+            ).format(),
           );
           leave();
           return;
