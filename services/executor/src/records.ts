@@ -36,6 +36,52 @@ function makeDirectory(dir: string, outside: RecordsOutsideSandbox | undefined, 
 }
 
 /**
+ * One record file, appended a whole line at a time. A `held` one keeps the descriptor its first
+ * line opened until `close`: a launch writes a dozen lines, and opening each beneath the workdir
+ * walks every directory on the way. Whoever holds one closes it when its session ends (an executor
+ * outlives thousands of sessions); a line that still comes after, and every line of a file not
+ * held, is appended with a descriptor of its own, opened and closed for it.
+ */
+class RecordFile {
+  private fd: number | undefined;
+  private closed: boolean;
+  /** `state` is shared with whatever made the file's directory: a refusal there stops the writes too. */
+  constructor(
+    readonly file: string,
+    private readonly state: { refused: boolean },
+    private readonly outside: RecordsOutsideSandbox | undefined,
+    held: boolean,
+  ) {
+    this.closed = !held;
+  }
+
+  append(text: string): void {
+    const outside = this.outside;
+    if (!outside) {
+      if (this.closed) appendFileSync(this.file, text);
+      else {
+        this.fd ??= openSync(this.file, 'a');
+        writeSync(this.fd, text);
+      }
+      return;
+    }
+    guarded(outside, this.file, this.state, () => {
+      if (this.closed) appendBeneath(outside.root, this.file, text);
+      else {
+        this.fd ??= openAppendBeneath(outside.root, this.file);
+        writeSync(this.fd, text);
+      }
+    });
+  }
+
+  close(): void {
+    this.closed = true;
+    if (this.fd !== undefined) closeSync(this.fd);
+    this.fd = undefined;
+  }
+}
+
+/**
  * The session's records: `trace.jsonl` (one JSON object per line, each with `event_type`,
  * `session_id` and a Unix-millisecond `timestamp`; readers ignore keys and types they do not
  * know) and the plain-text logs under `logs/`. Appends are synchronous and whole-line, so a
@@ -44,11 +90,8 @@ function makeDirectory(dir: string, outside: RecordsOutsideSandbox | undefined, 
  */
 export class TraceWriter {
   readonly file: string;
-  /** Opened once for appending: each event is one write on it, whole, as with appendFileSync. */
-  private fd: number | undefined;
-  private closed = false;
-
   private readonly state = { refused: false };
+  private readonly records: RecordFile;
 
   constructor(
     sessionDir: string,
@@ -59,26 +102,12 @@ export class TraceWriter {
   ) {
     makeDirectory(sessionDir, outside, this.state);
     this.file = path.join(sessionDir, 'trace.jsonl');
+    this.records = new RecordFile(this.file, this.state, outside, true);
   }
 
   write(eventType: string, fields: Record<string, unknown>): void {
     const event = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
-    const line = `${JSON.stringify(event)}\n`;
-    const outside = this.outside;
-    if (!outside) {
-      if (this.closed) appendFileSync(this.file, line);
-      else {
-        this.fd ??= openSync(this.file, 'a');
-        writeSync(this.fd, line);
-      }
-    } else
-      guarded(outside, this.file, this.state, () => {
-        if (this.closed) appendBeneath(outside.root, this.file, line);
-        else {
-          this.fd ??= openAppendBeneath(outside.root, this.file);
-          writeSync(this.fd, line);
-        }
-      });
+    this.records.append(`${JSON.stringify(event)}\n`);
     this.observer?.(event);
   }
 
@@ -119,16 +148,9 @@ export class TraceWriter {
     return totals;
   }
 
-  /**
-   * The session has ended: its descriptor is closed now rather than never. An executor outlives
-   * thousands of sessions, and each that had an egress decision kept one open for the executor's
-   * life (and its trace file's space, were the workdir deleted). A record that still comes after
-   * (a late egress decision) is appended with a descriptor of its own, opened and closed for it.
-   */
+  /** The session has ended: the trace's descriptor is let go (see `RecordFile`). */
   close(): void {
-    this.closed = true;
-    if (this.fd !== undefined) closeSync(this.fd);
-    this.fd = undefined;
+    this.records.close();
   }
 }
 
@@ -158,19 +180,20 @@ function readTail(file: string, maxBytes: number): string | undefined {
 /** One line of `trace.jsonl`: its type, session and Unix-ms timestamp, then the event's own fields. */
 export type TraceRecord = { event_type: string; session_id: string; timestamp: number } & Record<string, unknown>;
 
-/** `logs/<name>` under the session directory, appended a line at a time. */
+/**
+ * `logs/<name>` under the session directory, appended a line at a time. `held`: its descriptor is
+ * kept from the first line until `close`, which its owner must call (see `RecordFile`).
+ */
 export class LogFile {
   readonly file: string;
   private readonly state = { refused: false };
+  private readonly records: RecordFile;
 
-  constructor(
-    sessionDir: string,
-    name: string,
-    private readonly outside?: RecordsOutsideSandbox,
-  ) {
+  constructor(sessionDir: string, name: string, outside?: RecordsOutsideSandbox, options: { held?: boolean } = {}) {
     const dir = path.join(sessionDir, 'logs');
     makeDirectory(dir, outside, this.state);
     this.file = path.join(dir, name);
+    this.records = new RecordFile(this.file, this.state, outside, options.held ?? false);
   }
 
   line(text: string): void {
@@ -178,8 +201,11 @@ export class LogFile {
   }
 
   raw(text: string): void {
-    const outside = this.outside;
-    if (!outside) appendFileSync(this.file, text);
-    else guarded(outside, this.file, this.state, () => appendBeneath(outside.root, this.file, text));
+    this.records.append(text);
+  }
+
+  /** A held descriptor is let go; a line that still comes is appended alone (see `RecordFile`). */
+  close(): void {
+    this.records.close();
   }
 }

@@ -227,6 +227,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       stop.unsubscribe();
       sessions.delete(session.id);
       session.kill({ code: 'E-RUN-001', message: 'the launch failed' });
+      session.releaseRecords();
       if (error instanceof MurmurError) throw error;
       throw new MurmurError('E-RUN-001', `the capsule could not be launched: ${error instanceof Error ? error.message : String(error)}`);
     }

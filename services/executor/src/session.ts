@@ -402,7 +402,7 @@ export class Session {
     this.tools = tools;
     this.recordsOutside = recordsOutside(paths.accessible, this.environment.log, this.id);
     this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record), this.recordsOutside);
-    this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside);
+    this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside, { held: true });
     this.egress = new EgressPolicy(plan, { own: await this.environment.ownEndpoints });
     const capsuleCollector = resolveManifestSecrets(plan.capsule.manifest, this.request.env).observability?.otel_endpoint;
     this.telemetry = await SessionTelemetry.open({
@@ -795,9 +795,11 @@ export class Session {
     const child = link.child;
     this.child = child;
     this.link = link;
-    const hostLog = new LogFile(this.paths.sessionDir, 'host.log', this.recordsOutside);
+    const hostLog = new LogFile(this.paths.sessionDir, 'host.log', this.recordsOutside, { held: true });
     for (const chunk of earlier) hostLog.raw(chunk.toString());
     child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
+    // Its output has all been read once its pipes close.
+    child.once('close', () => hostLog.close());
     child.stderr?.on('data', (chunk: Buffer) => {
       hostLog.raw(chunk.toString());
       for (const line of chunk.toString().split('\n')) if (line.trim() !== '') this.stderrLine(line);
@@ -1156,6 +1158,16 @@ export class Session {
     });
   }
 
+  /**
+   * The launch failed: the records' held descriptors are let go now, since a session whose host
+   * never started has no end to close them at. A line written after (the end of a host that did
+   * start) is appended on its own.
+   */
+  releaseRecords(): void {
+    this.bootstrap?.close();
+    this.trace?.close();
+  }
+
   /** Ends the session at once: every process in its cgroup, or the host alone without one. */
   kill(reason: WireError): void {
     this.killedFor ??= reason;
@@ -1246,6 +1258,7 @@ export class Session {
     this.cgroup?.killAll();
     await this.cgroup?.remove();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
+    this.bootstrap.close();
     // Exported in the background: a collector that is slow or away never delays the end's announcement.
     if (this.telemetry) this.telemetryDrained = this.telemetry.close(TELEMETRY_DRAIN_MS);
     // A delegated child whose session ended on its own terms reports for itself, before the end is

@@ -1,4 +1,4 @@
-import { appendFileSync, mkdtempSync, readFileSync, rmSync, symlinkSync, mkdirSync, existsSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -32,6 +32,33 @@ describe("a session's records, written from outside its sandbox", () => {
     expect(readFileSync(path.join(root, 'logs', 'host.log'), 'utf8')).toBe('one\ntwo\n');
     expect(readFileSync(path.join(root, 'trace.jsonl'), 'utf8').trim().split('\n')).toHaveLength(2);
     expect(refusals).toEqual([]);
+  });
+
+  it('a held log keeps the file its first line opened, and once closed follows no link the guest put in its place', () => {
+    const log = new LogFile(root, 'bootstrap.log', outside(), { held: true });
+    log.line('one');
+    const file = path.join(root, 'logs', 'bootstrap.log');
+    // While held, lines go to the file the first line opened: the guest moving it aside does not
+    // make the executor open a name it planted.
+    renameSync(file, path.join(root, 'logs', 'moved.log'));
+    symlinkSync(path.join(root, '..', `planted-${path.basename(root)}`), file);
+    log.line('two');
+    expect(readFileSync(path.join(root, 'logs', 'moved.log'), 'utf8')).toBe('one\ntwo\n');
+    // Closed, the next line opens the name again, and refuses the link there.
+    log.close();
+    log.line('three');
+    expect(refusals).toHaveLength(1);
+    expect(refusals[0]?.message).toContain('is a link, a FIFO or a directory');
+    expect(existsSync(path.join(root, '..', `planted-${path.basename(root)}`))).toBe(false);
+  });
+
+  it('a log that is not held opens its file for every line', () => {
+    const log = new LogFile(root, 'host.log', outside());
+    log.line('one');
+    const file = path.join(root, 'logs', 'host.log');
+    renameSync(file, path.join(root, 'logs', 'moved.log'));
+    log.line('two');
+    expect(readFileSync(file, 'utf8')).toBe('two\n');
   });
 
   it("read the last session_end's totals for the end the executor writes, taking only whole numbers, never through a link", () => {

@@ -38,6 +38,34 @@ function namesBeneath(root: string, file: string): string[] {
 const at = (directory: number, name: string): string => `/proc/self/fd/${directory}/${name}`;
 
 /**
+ * Opens `name` in `directory` as a directory, never through a link; made first when missing and
+ * `make`. Opened before it is made: nearly every name on a record's way exists already (each log
+ * line walks the same few), and a refused `mkdir` costs a system call and an error object each.
+ */
+function openDirectoryIn(directory: number, name: string, make: boolean, notADirectory: () => MurmurError): number {
+  /** The directory's descriptor; undefined when it is missing and may be made. */
+  const open = (mayBeMissing: boolean): number | undefined => {
+    try {
+      return openSync(at(directory, name), DIRECTORY);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'ENOTDIR' || code === 'ELOOP') throw notADirectory();
+      if (code === 'ENOENT' && mayBeMissing) return undefined;
+      throw error;
+    }
+  };
+  const found = open(make);
+  if (found !== undefined) return found;
+  try {
+    mkdirSync(at(directory, name), 0o755);
+  } catch (error) {
+    // Made meanwhile by someone else (the guest, another writer): opened as it is, checked the same.
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+  }
+  return open(false) as number;
+}
+
+/**
  * Opens the directory holding `file` (made, with its parents, when `make`), walking from `root`
  * without following a link. The caller closes the descriptor.
  */
@@ -46,22 +74,9 @@ function openParent(root: string, names: string[], make: boolean): number {
   const relative = names.join('/');
   try {
     for (const name of names.slice(0, -1)) {
-      if (make) {
-        try {
-          mkdirSync(at(directory, name), 0o755);
-        } catch (error) {
-          if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-        }
-      }
-      let next: number;
-      try {
-        next = openSync(at(directory, name), DIRECTORY);
-      } catch (error) {
-        const code = (error as NodeJS.ErrnoException).code;
-        if (code === 'ENOTDIR' || code === 'ELOOP')
-          throw refused(root, relative, `'${name}' is a link or not a directory (something in the sandbox put it there)`);
-        throw error;
-      }
+      const next = openDirectoryIn(directory, name, make, () =>
+        refused(root, relative, `'${name}' is a link or not a directory (something in the sandbox put it there)`),
+      );
       closeSync(directory);
       directory = next;
     }

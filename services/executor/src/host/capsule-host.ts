@@ -84,7 +84,8 @@ export class CapsuleHost implements AgentHost {
           }
         : undefined,
     );
-    this.sessionLog = new LogFile(start.session_dir, 'session.log');
+    // Held for the host's life, which is the session's: every line of the guest's output is one.
+    this.sessionLog = new LogFile(start.session_dir, 'session.log', undefined, { held: true });
     this.responseBodies = new ResponseBodies(channel);
     for (const tool of start.tools) this.tools.set(tool.name, tool);
     this.allowlist = new Set(start.allowlist);
