@@ -80,6 +80,14 @@ export const ATTACH_FD = FIRST_CGROUP_FD;
 export const ATTACH_STAGING = '/.murmur-attach';
 
 /**
+ * A pooled host's node flags: it compiles every function as its modules load, while it waits
+ * for a session rather than during the launch, and goes back to lazy compilation once told what
+ * it will run (`compileLazilyFromNow` in `host/main.ts`). A fresh host's start is the launch, so
+ * it gets none.
+ */
+const POOLED_NODE_FLAGS = ['--no-lazy'];
+
+/**
  * What the held helper of a pooled sandbox is told to do when `accessible` (a directory directly
  * in the sandbox's workdir parent) becomes its session's workdir: mount it where a fresh sandbox
  * would have bound it, make the parent read-only again, and take away the staging view (of the
@@ -231,10 +239,14 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   if (pinnedAt + pinned.length > HANDOVER_FD) throw new Error(`${cgroupFds.length} cgroup descriptors do not fit below the hand-over channel`);
   const argv = [
     namespaces.binary as string,
-    ...bubblewrapArguments({ ...layout, ...(pooled ? {} : { pinned: { workdirFd: pinnedAt, tmpFd: pinnedAt + 1 } }) }, [confine.node, input.hostEntry], {
-      helper: confine.helper,
-      specFd: SPEC_FD,
-    }),
+    ...bubblewrapArguments(
+      { ...layout, ...(pooled ? {} : { pinned: { workdirFd: pinnedAt, tmpFd: pinnedAt + 1 } }) },
+      [confine.node, ...(pooled ? POOLED_NODE_FLAGS : []), input.hostEntry],
+      {
+        helper: confine.helper,
+        specFd: SPEC_FD,
+      },
+    ),
   ];
   const stdio: Array<StdioPipe | number> = [...pipes.map(() => 'pipe' as const), ...cgroupFds, ...pinned, ...(pooled ? ['pipe' as const] : [])];
   return {
