@@ -1,5 +1,6 @@
 import { closeSync, fstatSync, promises as fs, openSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
+import type { Worker } from 'node:worker_threads';
 import { parse as parseWat, transpile } from '@bytecodealliance/jco';
 import { describe, expect, it } from 'vitest';
 import { TRANSPILE_OPTIONS } from '@murmur/shared';
@@ -35,46 +36,72 @@ describe('compiling a component ahead of its run (a pooled host told what to exp
 });
 
 describe('a worker told ahead what its job will load (a pooled host’s anticipation)', () => {
+  /** The printing capsule transpiled into `bundleDir`: its core modules and imports. */
+  const writePrintingBundle = async (bundleDir: string): Promise<{ coreModules: string[]; imports: string[] }> => {
+    await fs.mkdir(bundleDir, { recursive: true });
+    const { files, imports } = await transpile((await printingCapsuleWat()).bytes, { ...TRANSPILE_OPTIONS, name: 'printing' });
+    for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+    return { coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')), imports };
+  };
+
+  /** Runs the printing capsule from `bundleDir` on `worker`: its outcome and what it printed. */
+  const runPrinting = async (worker: Worker, dir: string, bundle: { coreModules: string[]; imports: string[] }) => {
+    let printed = '';
+    const runner = new GuestRunner({
+      memoryLimitBytes: 64 * 1024 * 1024,
+      deadlineMs: 60_000,
+      sessionLog: new LogFile(dir, 'session.log'),
+      capsuleOutput: (_stream, text) => {
+        printed += text;
+      },
+      answer: async (op) => {
+        throw new Error(`the capsule asked the host for ${op}, which this test does not offer`);
+      },
+      prewarmed: worker,
+    });
+    const outcome = await runner.run({
+      role: 'capsule',
+      label: 'printing',
+      bundleDir: path.join(dir, 'bundle'),
+      entry: 'printing.js',
+      ...bundle,
+      preopen: dir,
+      env: [],
+      grant: 'capsule',
+    });
+    runner.releaseIdleWorkers();
+    return { outcome, printed };
+  };
+
+  const printingComponent = (bundleDir: string): HostComponent =>
+    ({ bundle_dir: bundleDir, entry: 'printing.js', core_modules: [], imports: [], exports: [] }) as unknown as HostComponent;
+
   it('runs the job when what it was told to load was not there yet and is by the job', async () => {
     // A failed head start must not be remembered: the job loads, and would report, afresh.
     const scratch = await tempDir('murmur-preload-');
     const worker = prewarmGuestWorker();
     try {
       const bundleDir = path.join(scratch.dir, 'bundle');
-      const component = { bundle_dir: bundleDir, entry: 'printing.js', core_modules: [], imports: [], exports: [] } as unknown as HostComponent;
-      preloadInWorker(worker, component);
-      // The worker's attempt, on a file that is not there, is over well within this.
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      await fs.mkdir(bundleDir);
-      const { files, imports } = await transpile((await printingCapsuleWat()).bytes, { ...TRANSPILE_OPTIONS, name: 'printing' });
-      for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
-      let printed = '';
-      const runner = new GuestRunner({
-        memoryLimitBytes: 64 * 1024 * 1024,
-        deadlineMs: 60_000,
-        sessionLog: new LogFile(scratch.dir, 'session.log'),
-        capsuleOutput: (_stream, text) => {
-          printed += text;
-        },
-        answer: async (op) => {
-          throw new Error(`the capsule asked the host for ${op}, which this test does not offer`);
-        },
-        prewarmed: worker,
-      });
-      const outcome = await runner.run({
-        role: 'capsule',
-        label: 'printing',
-        bundleDir,
-        entry: 'printing.js',
-        coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')),
-        imports,
-        preopen: scratch.dir,
-        env: [],
-        grant: 'capsule',
-      });
-      expect(outcome).toEqual({ kind: 'returned' });
-      expect(printed).toBe('first output\n');
-      runner.releaseIdleWorkers();
+      await preloadInWorker(worker, printingComponent(bundleDir));
+      const bundle = await writePrintingBundle(bundleDir);
+      expect(await runPrinting(worker, scratch.dir, bundle)).toEqual({ outcome: { kind: 'returned' }, printed: 'first output\n' });
+    } finally {
+      await worker.terminate();
+      await scratch.cleanup();
+    }
+  });
+
+  it('says when it has loaded what it was told, and a job given meanwhile is not ended by the word', async () => {
+    // The pooled host compiles eagerly until the worker says it has loaded (`compile-mode.ts`); a
+    // job posted before then sees that word arrive while it runs, and must take it for nothing.
+    const scratch = await tempDir('murmur-preload-');
+    const worker = prewarmGuestWorker();
+    try {
+      const bundleDir = path.join(scratch.dir, 'bundle');
+      const bundle = await writePrintingBundle(bundleDir);
+      const preloaded = preloadInWorker(worker, printingComponent(bundleDir));
+      expect(await runPrinting(worker, scratch.dir, bundle)).toEqual({ outcome: { kind: 'returned' }, printed: 'first output\n' });
+      await expect(preloaded).resolves.toBeUndefined();
     } finally {
       await worker.terminate();
       await scratch.cleanup();

@@ -24,10 +24,21 @@ const decoder = new TextDecoder();
 
 /**
  * Has a worker born early (`prewarmGuestWorker`) load `component`'s glue and imports before its
- * job names it; a glue it loaded earlier for another component is let go.
+ * job names it; a glue it loaded earlier for another component is let go. Settles once the worker
+ * has loaded them (or failed to: its job will load, and report, afresh) or has exited.
  */
-export function preloadInWorker(worker: Worker, component: HostComponent): void {
-  worker.postMessage({ preload: { bundleDir: component.bundle_dir, entry: component.entry, imports: component.imports } } satisfies GuestPreload);
+export function preloadInWorker(worker: Worker, component: HostComponent): Promise<void> {
+  return new Promise((resolve) => {
+    const onMessage = (message: GuestMessage): void => {
+      if (message.type === 'preloaded') settle();
+    };
+    const settle = (): void => {
+      worker.off('message', onMessage).off('exit', settle);
+      resolve();
+    };
+    worker.on('message', onMessage).on('exit', settle);
+    worker.postMessage({ preload: { bundleDir: component.bundle_dir, entry: component.entry, imports: component.imports } } satisfies GuestPreload);
+  });
 }
 
 /** `abandoned`: its task was canceled while it ran, and its worker ended (`abandonRunning`). */
@@ -276,7 +287,7 @@ export class GuestRunner {
             for (const line of lines.push(message.stream, text)) this.options.sessionLog.line(`[${message.stream}] ${line}`);
             this.options.capsuleOutput(message.stream, text);
           } else this.logOutput(lines, job.label, message.stream, message.bytes);
-        } else finish(message.outcome);
+        } else if (message.type === 'done') finish(message.outcome);
       };
       const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
       const onExit = (): void => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false });
@@ -356,7 +367,7 @@ export class ResidentGuest {
       let settled = false;
       const onMessage = (message: GuestMessage): void => {
         if (message.type === 'output') this.runner.logOutput(live.lines, this.spec.label, message.stream, message.bytes);
-        else finish(message.outcome);
+        else if (message.type === 'done') finish(message.outcome);
       };
       const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
       const onExit = (): void => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false });

@@ -47,7 +47,8 @@ export type GuestOutcome =
   | { kind: 'link-error'; message: string; missing?: string }
   | { kind: 'too-small'; message: string };
 
-export type GuestMessage = { type: 'output'; stream: 'stdout' | 'stderr'; bytes: Uint8Array } | { type: 'done'; outcome: GuestOutcome };
+/** `preloaded`: what a `preload` named is loaded, or failed to load (its job will say so). */
+export type GuestMessage = { type: 'output'; stream: 'stdout' | 'stderr'; bytes: Uint8Array } | { type: 'done'; outcome: GuestOutcome } | { type: 'preloaded' };
 
 const CAPSULE_EXPORT = 'murmur:capsule/run@0.1.0';
 const TOOL_EXPORT = 'murmur:tool/run@0.1.0';
@@ -254,12 +255,13 @@ function start(job: GuestJob): void {
  * the earlier glue go: only what its job runs stays.
  */
 function preload({ bundleDir, entry, imports }: GuestPreload['preload']): void {
-  void preloadImports(imports).catch(() => {});
+  const loading: Array<Promise<unknown>> = [preloadImports(imports)];
   if (bundleDir && entry) {
     const file = path.join(bundleDir, entry);
     for (const loaded of bundles.keys()) if (loaded !== file) bundles.delete(loaded);
-    void loadBundle(file).catch(() => {});
+    loading.push(loadBundle(file));
   }
+  void Promise.allSettled(loading).then(() => post({ type: 'preloaded' }));
 }
 
 /** What a spare worker can load before its job arrives: the component it will most likely run. */

@@ -1,7 +1,7 @@
 import { fstatSync } from 'node:fs';
 import { Socket } from 'node:net';
-import { setFlagsFromString } from 'node:v8';
 import { CapsuleHost } from './capsule-host.js';
+import { compileLazilyForGood, eagerWhile, loadLazily } from './compile-mode.js';
 import type { HostChannel, SessionResult } from './contracts.js';
 import { takeFirstGuestWorker } from './first-worker.js';
 import { forgetPrecompiled, precompileCoreModules, preloadInWorker } from './guest-runner.js';
@@ -219,7 +219,7 @@ function onExecutorMessage(raw: unknown): void {
   }
   if (message.type === 'start' && !started) {
     started = true;
-    compileLazilyFromNow();
+    compileLazilyForGood();
     isAgent = message.agent !== undefined;
     if (!isAgent) for (const queued of earlyCalls.splice(0)) answerCall(queued);
     timing('start received');
@@ -231,37 +231,23 @@ function onExecutorMessage(raw: unknown): void {
 let expected: string | undefined;
 
 /**
- * A pooled host boots with V8 compiling every function of a module as it loads (`--no-lazy`, from
- * the pool): what its launch runs first — the host's own run path, the guest worker's — is then
- * compiled before the launch instead of during it (~3 ms of the guest's first instruction, on
- * these machines). Once it is told what it will run it compiles lazily again: an agent's modules,
- * loaded then, are mostly code no session runs, and compiled whole they would stay in every idle
- * session (~14 MB; the host's own, ~2 MB, do).
- */
-let compilingEagerly = process.execArgv.includes('--no-lazy');
-
-function compileLazilyFromNow(): void {
-  if (!compilingEagerly) return;
-  compilingEagerly = false;
-  setFlagsFromString('--lazy');
-}
-
-/**
  * Compiles and loads ahead what the host is told its session will run first. Told again of the
  * same, it has nothing to do; told of another (the pool's anticipation was wrong), it lets go of
  * what it had compiled and loaded for the first before it begins on the second.
  */
 function expectComponent(message: ExecutorToHost & { type: 'expect' }): void {
-  compileLazilyFromNow();
   const { component, memory_limit_bytes: memoryLimitBytes } = message;
+  // An agent's modules first, lazily; then the glue, in an eager window (`compile-mode.ts`).
+  const agentModules = message.agent ? loadLazily(agentSessionModule).catch(() => {}) : Promise.resolve();
   const key = JSON.stringify([component.bundle_dir, component.entry, memoryLimitBytes]);
   if (key !== expected) {
     if (expected !== undefined) forgetPrecompiled();
     expected = key;
     precompileCoreModules(component, memoryLimitBytes);
-    preloadInWorker(prewarmed, component);
+    void agentModules.then(() => {
+      if (expected === key && !started) eagerWhile(preloadInWorker(prewarmed, component));
+    });
   }
-  if (message.agent) void agentSessionModule().catch(() => {});
 }
 
 function sandboxNotHandedOver(error: unknown): void {
