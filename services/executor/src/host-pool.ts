@@ -419,6 +419,7 @@ export class HostPool {
       cgroup: undefined,
       subprocessPath: '/usr/local/bin:/usr/bin:/bin',
       pooled: true,
+      compileAhead: this.options.refill,
     });
     let child: ChildProcess;
     try {

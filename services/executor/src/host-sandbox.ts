@@ -72,6 +72,12 @@ export interface HostSandboxInput {
    * executor names the session (`attachCommands`).
    */
   pooled?: boolean | undefined;
+  /**
+   * A pooled host that will wait for its session (a long-running executor's, refilled behind each
+   * launch) rather than be taken as soon as it is up (`mur run`'s one warm host, started while its
+   * capsule is staged): it compiles its code as it loads (`POOLED_NODE_FLAGS`).
+   */
+  compileAhead?: boolean | undefined;
 }
 
 /** A pooled sandbox's exchange with its helper (in the tools' cgroup descriptor's place: it has none). */
@@ -80,10 +86,10 @@ export const ATTACH_FD = FIRST_CGROUP_FD;
 export const ATTACH_STAGING = '/.murmur-attach';
 
 /**
- * A pooled host's node flags: it compiles every function as its modules load, while it waits
- * for a session rather than during the launch, and goes back to lazy compilation once told what
- * it will run (`compileLazilyFromNow` in `host/main.ts`). A fresh host's start is the launch, so
- * it gets none.
+ * A waiting pooled host's node flags (`compileAhead`): it compiles every function as its modules
+ * load, while it waits for a session rather than during the launch, until it is told what it will
+ * run (`host/compile-mode.ts`). A host whose start is on a launch's way — a fresh one, `mur run`'s
+ * warm one — gets none: compiling everything would make it later (by ~150 ms for `mur run`).
  */
 const POOLED_NODE_FLAGS = ['--no-lazy'];
 
@@ -241,7 +247,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
     namespaces.binary as string,
     ...bubblewrapArguments(
       { ...layout, ...(pooled ? {} : { pinned: { workdirFd: pinnedAt, tmpFd: pinnedAt + 1 } }) },
-      [confine.node, ...(pooled ? POOLED_NODE_FLAGS : []), input.hostEntry],
+      [confine.node, ...(pooled && input.compileAhead ? POOLED_NODE_FLAGS : []), input.hostEntry],
       {
         helper: confine.helper,
         specFd: SPEC_FD,

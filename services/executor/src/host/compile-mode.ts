@@ -5,13 +5,14 @@ import { setFlagsFromString } from 'node:v8';
  * call (V8's default, `lazy`). A function first called during a launch is compiled during it, and
  * a launch's path is all first calls — the host's run path, the guest worker's, the component's
  * glue — so a pooled host, which waits for its session with nothing to do, compiles them ahead:
- * it boots with `--no-lazy` (given by the pool), and preloads its expected component's glue in an
+ * it boots with `--no-lazy` (given by a refilling pool), and preloads its expected component's glue in an
  * eager window. Worth ~4 ms of a launch's ~20 to the guest's first instruction, on these machines.
  *
  * Everything else is loaded lazily: an agent's modules are mostly code no session runs, and
  * compiled whole they would stay in every idle session (~14 MB). Once the session starts the host
  * compiles lazily for good. The flag is the process's, every thread's: a window is opened only
- * while nothing else loads. A fresh host (no `--no-lazy`) is never eager: its boot is its launch.
+ * while nothing else loads. A host booted without `--no-lazy` (a fresh one, `mur run`'s warm one,
+ * whose boot is on its launch's way) is never eager.
  */
 
 const pooled = process.execArgv.includes('--no-lazy');
