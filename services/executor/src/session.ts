@@ -237,6 +237,8 @@ export class Session {
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
   telemetryDrained: Promise<void> = Promise.resolve();
   private bootstrap!: LogFile;
+  /** The host's stdout and stderr, from its start until its pipes close (or the session's end). */
+  private hostLog: LogFile | undefined;
   /** Where the executor's own records go: beneath the workdir's root, never through a link the guest made. */
   private recordsOutside!: RecordsOutsideSandbox;
   private conversations: ConversationRecords | undefined;
@@ -796,6 +798,7 @@ export class Session {
     this.child = child;
     this.link = link;
     const hostLog = new LogFile(this.paths.sessionDir, 'host.log', this.recordsOutside, { held: true });
+    this.hostLog = hostLog;
     for (const chunk of earlier) hostLog.raw(chunk.toString());
     child.stdout?.on('data', (chunk: Buffer) => hostLog.raw(chunk.toString()));
     // Its output has all been read once its pipes close.
@@ -1159,12 +1162,13 @@ export class Session {
   }
 
   /**
-   * The launch failed: the records' held descriptors are let go now, since a session whose host
-   * never started has no end to close them at. A line written after (the end of a host that did
-   * start) is appended on its own.
+   * The launch failed, or the session's end could not be announced: the records' held
+   * descriptors are let go now, since no end of the session will close them. A line written
+   * after (the end of a host that did start) is appended on its own.
    */
   releaseRecords(): void {
     this.bootstrap?.close();
+    this.hostLog?.close();
     this.trace?.close();
   }
 
@@ -1192,6 +1196,7 @@ export class Session {
       // The end could not be announced (the bus closed under a stopping service): say so, and
       // still let whoever awaits this session's end go on.
       this.environment.log.error({ session_id: this.id, err: error }, 'could not announce the end of a session');
+      this.releaseRecords();
       this.resolveEnded({
         status: 'failed',
         exitCode: code,
@@ -1259,6 +1264,7 @@ export class Session {
     await this.cgroup?.remove();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
     this.bootstrap.close();
+    this.hostLog?.close();
     // Exported in the background: a collector that is slow or away never delays the end's announcement.
     if (this.telemetry) this.telemetryDrained = this.telemetry.close(TELEMETRY_DRAIN_MS);
     // A delegated child whose session ended on its own terms reports for itself, before the end is

@@ -1,11 +1,12 @@
 import { closeSync, fstatSync, promises as fs, openSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
-import type { Worker } from 'node:worker_threads';
+import type { TransferListItem, Worker } from 'node:worker_threads';
 import { parse as parseWat, transpile } from '@bytecodealliance/jco';
 import { describe, expect, it } from 'vitest';
 import { TRANSPILE_OPTIONS } from '@murmur/shared';
 import { prewarmGuestWorker } from '../src/host/first-worker.js';
 import { GuestRunner, precompileCoreModules, preloadInWorker } from '../src/host/guest-runner.js';
+import type { GuestMessage } from '../src/host/guest-worker.js';
 import type { HostComponent } from '../src/host/protocol.js';
 import { LogFile } from '../src/records.js';
 import { tempDir } from '../../../test/support/fs.js';
@@ -91,17 +92,54 @@ describe('a worker told ahead what its job will load (a pooled host’s anticipa
     }
   });
 
-  it('says when it has loaded what it was told, and a job given meanwhile is not ended by the word', async () => {
-    // The pooled host compiles eagerly until the worker says it has loaded (`compile-mode.ts`); a
-    // job posted before then sees that word arrive while it runs, and must take it for nothing.
+  it('answers a preload while a job runs, and the job takes the answer for nothing', async () => {
+    // A pooled host's worker may be given its job while it still preloads (the launch came
+    // first): the answer then reaches the job's listener, which must not read it as the end.
     const scratch = await tempDir('murmur-preload-');
     const worker = prewarmGuestWorker();
     try {
       const bundleDir = path.join(scratch.dir, 'bundle');
       const bundle = await writePrintingBundle(bundleDir);
+      const heard: string[] = [];
+      worker.on('message', (message: GuestMessage) => {
+        if (message.type !== 'output') heard.push(message.type);
+      });
+      const running = runPrinting(worker, scratch.dir, bundle);
+      // The job is posted (its listener is on) before the preload is asked for.
+      await eventually(() => worker.listenerCount('message') >= 2 || undefined, 10_000, 'the job posted');
       const preloaded = preloadInWorker(worker, printingComponent(bundleDir));
-      expect(await runPrinting(worker, scratch.dir, bundle)).toEqual({ outcome: { kind: 'returned' }, printed: 'first output\n' });
-      await expect(preloaded).resolves.toBeUndefined();
+      expect(await running).toEqual({ outcome: { kind: 'returned' }, printed: 'first output\n' });
+      expect(await preloaded).toBe('preloaded');
+      expect(heard).toEqual(['preloaded', 'done']);
+    } finally {
+      await worker.terminate();
+      await scratch.cleanup();
+    }
+  });
+
+  it('answers each preload under its own id: an earlier answer settles only its own', async () => {
+    const scratch = await tempDir('murmur-preload-');
+    const worker = prewarmGuestWorker();
+    try {
+      const bundleDir = path.join(scratch.dir, 'bundle');
+      await writePrintingBundle(bundleDir);
+      const asked: number[] = [];
+      const post = worker.postMessage.bind(worker);
+      worker.postMessage = (message: { preload?: { id?: number } }, transfer?: readonly TransferListItem[]) => {
+        if (message.preload?.id !== undefined) asked.push(message.preload.id);
+        post(message, transfer);
+      };
+      const answered: number[] = [];
+      worker.on('message', (message: GuestMessage) => {
+        if (message.type === 'preloaded') answered.push(message.id);
+      });
+      // The one loads a glue, the other fails at once: their answers come in either order.
+      const first = preloadInWorker(worker, printingComponent(bundleDir)).then(() => [...answered]);
+      const second = preloadInWorker(worker, printingComponent(path.join(scratch.dir, 'missing'))).then(() => [...answered]);
+      const [heardByFirst, heardBySecond] = await Promise.all([first, second]);
+      expect(asked).toHaveLength(2);
+      expect(heardByFirst).toContain(asked[0]);
+      expect(heardBySecond).toContain(asked[1]);
     } finally {
       await worker.terminate();
       await scratch.cleanup();

@@ -38,18 +38,23 @@ describe("a session's records, written from outside its sandbox", () => {
     const log = new LogFile(root, 'bootstrap.log', outside(), { held: true });
     log.line('one');
     const file = path.join(root, 'logs', 'bootstrap.log');
-    // While held, lines go to the file the first line opened: the guest moving it aside does not
-    // make the executor open a name it planted.
-    renameSync(file, path.join(root, 'logs', 'moved.log'));
-    symlinkSync(path.join(root, '..', `planted-${path.basename(root)}`), file);
-    log.line('two');
-    expect(readFileSync(path.join(root, 'logs', 'moved.log'), 'utf8')).toBe('one\ntwo\n');
-    // Closed, the next line opens the name again, and refuses the link there.
-    log.close();
-    log.line('three');
-    expect(refusals).toHaveLength(1);
-    expect(refusals[0]?.message).toContain('is a link, a FIFO or a directory');
-    expect(existsSync(path.join(root, '..', `planted-${path.basename(root)}`))).toBe(false);
+    const planted = path.join(root, '..', `planted-${path.basename(root)}`);
+    try {
+      // While held, lines go to the file the first line opened: the guest moving it aside does
+      // not make the executor open a name it planted.
+      renameSync(file, path.join(root, 'logs', 'moved.log'));
+      symlinkSync(planted, file);
+      log.line('two');
+      expect(readFileSync(path.join(root, 'logs', 'moved.log'), 'utf8')).toBe('one\ntwo\n');
+      // Closed, the next line opens the name again, and refuses the link there.
+      log.close();
+      log.line('three');
+      expect(refusals).toHaveLength(1);
+      expect(refusals[0]?.message).toContain('is a link, a FIFO or a directory');
+      expect(existsSync(planted)).toBe(false);
+    } finally {
+      rmSync(planted, { force: true });
+    }
   });
 
   it('a log that is not held opens its file for every line', () => {

@@ -22,22 +22,27 @@ import type { HostComponent } from './protocol.js';
 
 const decoder = new TextDecoder();
 
+let nextPreload = 1;
+
 /**
  * Has a worker born early (`prewarmGuestWorker`) load `component`'s glue and imports before its
  * job names it; a glue it loaded earlier for another component is let go. Settles once the worker
- * has loaded them (or failed to: its job will load, and report, afresh) or has exited.
+ * says it has loaded them (or failed to: its job will load, and report, afresh), or once it has
+ * exited; each preload is answered under its own id, so an earlier one's answer settles only it.
  */
-export function preloadInWorker(worker: Worker, component: HostComponent): Promise<void> {
+export function preloadInWorker(worker: Worker, component: HostComponent): Promise<'preloaded' | 'exited'> {
+  const id = nextPreload++;
   return new Promise((resolve) => {
     const onMessage = (message: GuestMessage): void => {
-      if (message.type === 'preloaded') settle();
+      if (message.type === 'preloaded' && message.id === id) settle('preloaded');
     };
-    const settle = (): void => {
-      worker.off('message', onMessage).off('exit', settle);
-      resolve();
+    const onExit = (): void => settle('exited');
+    const settle = (how: 'preloaded' | 'exited'): void => {
+      worker.off('message', onMessage).off('exit', onExit);
+      resolve(how);
     };
-    worker.on('message', onMessage).on('exit', settle);
-    worker.postMessage({ preload: { bundleDir: component.bundle_dir, entry: component.entry, imports: component.imports } } satisfies GuestPreload);
+    worker.on('message', onMessage).on('exit', onExit);
+    worker.postMessage({ preload: { bundleDir: component.bundle_dir, entry: component.entry, imports: component.imports, id } } satisfies GuestPreload);
   });
 }
 

@@ -47,8 +47,11 @@ export type GuestOutcome =
   | { kind: 'link-error'; message: string; missing?: string }
   | { kind: 'too-small'; message: string };
 
-/** `preloaded`: what a `preload` named is loaded, or failed to load (its job will say so). */
-export type GuestMessage = { type: 'output'; stream: 'stdout' | 'stderr'; bytes: Uint8Array } | { type: 'done'; outcome: GuestOutcome } | { type: 'preloaded' };
+/** `preloaded`: what the `preload` with this id named is loaded, or failed to load (its job will say so). */
+export type GuestMessage =
+  | { type: 'output'; stream: 'stdout' | 'stderr'; bytes: Uint8Array }
+  | { type: 'done'; outcome: GuestOutcome }
+  | { type: 'preloaded'; id: number };
 
 const CAPSULE_EXPORT = 'murmur:capsule/run@0.1.0';
 const TOOL_EXPORT = 'murmur:tool/run@0.1.0';
@@ -254,14 +257,15 @@ function start(job: GuestJob): void {
  * to load another component than it loaded before (a pooled host's anticipation was wrong) lets
  * the earlier glue go: only what its job runs stays.
  */
-function preload({ bundleDir, entry, imports }: GuestPreload['preload']): void {
+function preload({ bundleDir, entry, imports, id }: GuestPreload['preload']): void {
   const loading: Array<Promise<unknown>> = [preloadImports(imports)];
   if (bundleDir && entry) {
     const file = path.join(bundleDir, entry);
     for (const loaded of bundles.keys()) if (loaded !== file) bundles.delete(loaded);
     loading.push(loadBundle(file));
   }
-  void Promise.allSettled(loading).then(() => post({ type: 'preloaded' }));
+  // Answered only when asked (`preloadInWorker`); a preload given at birth has nobody waiting.
+  if (id !== undefined) void Promise.allSettled(loading).then(() => post({ type: 'preloaded', id }));
 }
 
 /** What a spare worker can load before its job arrives: the component it will most likely run. */
@@ -270,6 +274,8 @@ export interface GuestPreload {
     bundleDir?: string | undefined;
     entry?: string | undefined;
     imports: string[];
+    /** Set by `preloadInWorker`: the worker answers `preloaded` with it. */
+    id?: number | undefined;
   };
 }
 

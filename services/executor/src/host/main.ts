@@ -237,16 +237,15 @@ let expected: string | undefined;
  */
 function expectComponent(message: ExecutorToHost & { type: 'expect' }): void {
   const { component, memory_limit_bytes: memoryLimitBytes } = message;
-  // An agent's modules first, lazily; then the glue, in an eager window (`compile-mode.ts`).
-  const agentModules = message.agent ? loadLazily(agentSessionModule).catch(() => {}) : Promise.resolve();
+  // An agent's modules load lazily, and its driver's glue beside them: no eager window opens
+  // while they load (`compile-mode.ts`). A capsule's own glue loads in one.
+  if (message.agent) void loadLazily(agentSessionModule).catch(() => {});
   const key = JSON.stringify([component.bundle_dir, component.entry, memoryLimitBytes]);
   if (key !== expected) {
     if (expected !== undefined) forgetPrecompiled();
     expected = key;
     precompileCoreModules(component, memoryLimitBytes);
-    void agentModules.then(() => {
-      if (expected === key && !started) eagerWhile(preloadInWorker(prewarmed, component));
-    });
+    eagerWhile(preloadInWorker(prewarmed, component));
   }
 }
 
