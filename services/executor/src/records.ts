@@ -45,6 +45,10 @@ function makeDirectory(dir: string, outside: RecordsOutsideSandbox | undefined, 
 class RecordFile {
   private fd: number | undefined;
   private closed: boolean;
+  /** Opens the file for appending, and appends once with a descriptor of its own: beneath the workdir's root from outside the sandbox. */
+  private readonly open: () => number;
+  private readonly appendOnce: (text: string) => void;
+
   /** `state` is shared with whatever made the file's directory: a refusal there stops the writes too. */
   constructor(
     readonly file: string,
@@ -53,25 +57,20 @@ class RecordFile {
     held: boolean,
   ) {
     this.closed = !held;
+    this.open = outside ? () => openAppendBeneath(outside.root, file) : () => openSync(file, 'a');
+    this.appendOnce = outside ? (text) => appendBeneath(outside.root, file, text) : (text) => appendFileSync(file, text);
   }
 
   append(text: string): void {
-    const outside = this.outside;
-    if (!outside) {
-      if (this.closed) appendFileSync(this.file, text);
+    const write = (): void => {
+      if (this.closed) this.appendOnce(text);
       else {
-        this.fd ??= openSync(this.file, 'a');
+        this.fd ??= this.open();
         writeSync(this.fd, text);
       }
-      return;
-    }
-    guarded(outside, this.file, this.state, () => {
-      if (this.closed) appendBeneath(outside.root, this.file, text);
-      else {
-        this.fd ??= openAppendBeneath(outside.root, this.file);
-        writeSync(this.fd, text);
-      }
-    });
+    };
+    if (this.outside) guarded(this.outside, this.file, this.state, write);
+    else write();
   }
 
   close(): void {

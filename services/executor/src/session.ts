@@ -1162,9 +1162,9 @@ export class Session {
   }
 
   /**
-   * The launch failed, or the session's end could not be announced: the records' held
-   * descriptors are let go now, since no end of the session will close them. A line written
-   * after (the end of a host that did start) is appended on its own.
+   * Lets go of the records' held descriptors: at the session's end, and when no end will (a
+   * launch that failed, an end that could not be announced). A line written after (the end of a
+   * host that did start) is appended on its own.
    */
   releaseRecords(): void {
     this.bootstrap?.close();
@@ -1263,8 +1263,7 @@ export class Session {
     this.cgroup?.killAll();
     await this.cgroup?.remove();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
-    this.bootstrap.close();
-    this.hostLog?.close();
+    this.releaseRecords();
     // Exported in the background: a collector that is slow or away never delays the end's announcement.
     if (this.telemetry) this.telemetryDrained = this.telemetry.close(TELEMETRY_DRAIN_MS);
     // A delegated child whose session ended on its own terms reports for itself, before the end is

@@ -77,51 +77,48 @@ describe('a worker told ahead what its job will load (a pooled host’s anticipa
   const printingComponent = (bundleDir: string): HostComponent =>
     ({ bundle_dir: bundleDir, entry: 'printing.js', core_modules: [], imports: [], exports: [] }) as unknown as HostComponent;
 
-  it('runs the job when what it was told to load was not there yet and is by the job', async () => {
-    // A failed head start must not be remembered: the job loads, and would report, afresh.
+  /** Runs `body` with a worker born early and a scratch directory (`bundle/` in it for the glue), both gone after. */
+  const withEarlyWorker = async (body: (worker: Worker, dir: string, bundleDir: string) => Promise<void>): Promise<void> => {
     const scratch = await tempDir('murmur-preload-');
     const worker = prewarmGuestWorker();
     try {
-      const bundleDir = path.join(scratch.dir, 'bundle');
-      await preloadInWorker(worker, printingComponent(bundleDir));
-      const bundle = await writePrintingBundle(bundleDir);
-      expect(await runPrinting(worker, scratch.dir, bundle)).toEqual({ outcome: { kind: 'returned' }, printed: 'first output\n' });
+      await body(worker, scratch.dir, path.join(scratch.dir, 'bundle'));
     } finally {
       await worker.terminate();
       await scratch.cleanup();
     }
+  };
+
+  it('runs the job when what it was told to load was not there yet and is by the job', async () => {
+    // A failed head start must not be remembered: the job loads, and would report, afresh.
+    await withEarlyWorker(async (worker, dir, bundleDir) => {
+      await preloadInWorker(worker, printingComponent(bundleDir));
+      const bundle = await writePrintingBundle(bundleDir);
+      expect(await runPrinting(worker, dir, bundle)).toEqual({ outcome: { kind: 'returned' }, printed: 'first output\n' });
+    });
   });
 
   it('answers a preload while a job runs, and the job takes the answer for nothing', async () => {
     // A pooled host's worker may be given its job while it still preloads (the launch came
     // first): the answer then reaches the job's listener, which must not read it as the end.
-    const scratch = await tempDir('murmur-preload-');
-    const worker = prewarmGuestWorker();
-    try {
-      const bundleDir = path.join(scratch.dir, 'bundle');
+    await withEarlyWorker(async (worker, dir, bundleDir) => {
       const bundle = await writePrintingBundle(bundleDir);
       const heard: string[] = [];
       worker.on('message', (message: GuestMessage) => {
         if (message.type !== 'output') heard.push(message.type);
       });
-      const running = runPrinting(worker, scratch.dir, bundle);
+      const running = runPrinting(worker, dir, bundle);
       // The job is posted (its listener is on) before the preload is asked for.
       await eventually(() => worker.listenerCount('message') >= 2 || undefined, 10_000, 'the job posted');
       const preloaded = preloadInWorker(worker, printingComponent(bundleDir));
       expect(await running).toEqual({ outcome: { kind: 'returned' }, printed: 'first output\n' });
       expect(await preloaded).toBe('preloaded');
       expect(heard).toEqual(['preloaded', 'done']);
-    } finally {
-      await worker.terminate();
-      await scratch.cleanup();
-    }
+    });
   });
 
   it('answers each preload under its own id: an earlier answer settles only its own', async () => {
-    const scratch = await tempDir('murmur-preload-');
-    const worker = prewarmGuestWorker();
-    try {
-      const bundleDir = path.join(scratch.dir, 'bundle');
+    await withEarlyWorker(async (worker, dir, bundleDir) => {
       await writePrintingBundle(bundleDir);
       const asked: number[] = [];
       const post = worker.postMessage.bind(worker);
@@ -135,15 +132,12 @@ describe('a worker told ahead what its job will load (a pooled host’s anticipa
       });
       // The one loads a glue, the other fails at once: their answers come in either order.
       const first = preloadInWorker(worker, printingComponent(bundleDir)).then(() => [...answered]);
-      const second = preloadInWorker(worker, printingComponent(path.join(scratch.dir, 'missing'))).then(() => [...answered]);
+      const second = preloadInWorker(worker, printingComponent(path.join(dir, 'missing'))).then(() => [...answered]);
       const [heardByFirst, heardBySecond] = await Promise.all([first, second]);
       expect(asked).toHaveLength(2);
       expect(heardByFirst).toContain(asked[0]);
       expect(heardBySecond).toContain(asked[1]);
-    } finally {
-      await worker.terminate();
-      await scratch.cleanup();
-    }
+    });
   });
 });
 
