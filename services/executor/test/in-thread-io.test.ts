@@ -163,14 +163,16 @@ describe('WASI I/O answered in the guest’s own thread', () => {
       preopen,
       `const clock = imports['wasi:clocks/monotonic-clock'];
        const { poll } = imports['wasi:io/poll'];
+       // Each span is timed from before its timers are made: a timer is due that long after it
+       // was made, not after whatever ran between (on a loaded machine, milliseconds).
+       let started = clock.now();
        const timer = clock.subscribeDuration(30_000_000n);
        const readyAtOnce = timer.ready();
-       let started = clock.now();
        timer.block();
        const blockedMs = Number(clock.now() - started) / 1e6;
+       started = clock.now();
        const slow = clock.subscribeDuration(500_000_000n);
        const quick = clock.subscribeDuration(20_000_000n);
-       started = clock.now();
        const first = Array.from(poll([slow, quick]));
        const polledMs = Number(clock.now() - started) / 1e6;
        const stdoutReady = Array.from(poll([slow, imports['wasi:cli/stdout'].getStdout().subscribe()]));
