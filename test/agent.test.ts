@@ -1,4 +1,5 @@
 import { existsSync, promises as fs } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
@@ -297,6 +298,36 @@ describe('agent capsules', () => {
       expect(inference.requests()[0]?.headers['x-api-key']).toBe('sk-from-env-123');
       const everything = (await Promise.all(['trace.jsonl', 'MURMUR.md', 'logs/bootstrap.log'].map((file) => run.read(file)))).join('\n');
       expect(everything).not.toContain('sk-from-env-123');
+    });
+
+    it('says which URL an inference request that got no answer went to and why, with a hint at inference.endpoint', async () => {
+      // A loopback port nobody listens on: taken, then let go.
+      const port = await new Promise<number>((resolve) => {
+        const server = net.createServer().listen(0, '127.0.0.1', () => {
+          const { port } = server.address() as net.AddressInfo;
+          server.close(() => resolve(port));
+        });
+      });
+      const manifest = agentManifest({ endpoint: `http://127.0.0.1:${port}`, authority: `127.0.0.1:${port}` });
+      const run = await runTask('endpoint-down', manifest, 'hi');
+      expect(run.result.code, run.result.stderr).toBe(1);
+      expect(run.result.stderr).toContain(`error[E-RUN-007]: agent loop failed: inference request failed: `);
+      expect(run.result.stderr).toContain(`(http://127.0.0.1:${port}/v1/messages: connection refused)`);
+      expect(run.result.stderr).toContain('hint: check that inference.endpoint in murmur.yaml names a model server that is up and reachable');
+      // The answer file says the same, in words rather than the driver's line of JSON.
+      expect(await run.read('out/result.txt')).toMatch(
+        new RegExp(`^error: inference request failed: .*\\(http://127\\.0\\.0\\.1:${port}/v1/messages: connection refused\\)$`),
+      );
+    });
+
+    it('names the network policy when the endpoint is not in capabilities.network.allow, and the model hears nothing', async () => {
+      const inference = await model([{ text: 'never asked' }]);
+      const manifest = agentManifest({ endpoint: inference.endpoint, authority: '127.0.0.1:9' });
+      const run = await runTask('endpoint-not-allowed', manifest, 'hi');
+      expect(run.result.code, run.result.stderr).toBe(1);
+      expect(run.result.stderr).toContain(`(${inference.endpoint}/v1/messages: network policy: '${inference.authority}' not in capabilities.network.allow)`);
+      expect(run.result.stderr).toContain("hint: name the endpoint's host and port in capabilities.network.allow in murmur.yaml");
+      expect(inference.requests()).toHaveLength(0);
     });
   });
 

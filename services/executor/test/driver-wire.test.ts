@@ -1,7 +1,15 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { type DriverRequest, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from '../src/host/driver-wire.js';
+import {
+  type DriverRequest,
+  driverFailure,
+  driverRequestData,
+  estimateTokens,
+  readDriverReply,
+  toolResultMessage,
+  userMessage,
+} from '../src/host/driver-wire.js';
 import type { HostTool } from '../src/host/protocol.js';
 import { shellToolDescription } from '../src/host/subprocess.js';
 import { toolInventory } from '../src/host/tool-inventory.js';
@@ -192,6 +200,18 @@ describe('reading a driver’s reply', () => {
     expect(readDriverReply({ status: 'failed' })).toEqual({ kind: 'error', message: 'driver returned error', decision: null });
   });
 
+  it('gives the error of a failed call whose data is the wire error reply, not the line of JSON', () => {
+    const data = JSON.stringify({ error: 'inference request failed: NetworkError', stop_reason: 'error' });
+    expect(readDriverReply({ status: 'error', data, summary: 'inference request failed: NetworkError' })).toEqual({
+      kind: 'error',
+      message: 'inference request failed: NetworkError',
+      decision: null,
+    });
+    // Data that is JSON of another shape, or an error with no words, is still given as it is.
+    const other = JSON.stringify({ stop_reason: 'error', error: '' });
+    expect(readDriverReply({ status: 'failed', data: other })).toMatchObject({ kind: 'error', message: other });
+  });
+
   it('does not read a good-looking reply when the status is not passed', () => {
     expect(readDriverReply({ status: 'failed', data: JSON.stringify({ stop_reason: 'end_turn', content: [] }) }).kind).toBe('error');
   });
@@ -369,5 +389,38 @@ describe('the tools the model is offered', () => {
 
   it('offers nothing when there are no tools and no shell', () => {
     expect(toolInventory([], [], undefined)).toEqual([]);
+  });
+});
+
+describe('a driver failure as the run reports it', () => {
+  it('adds the URL and the reason of the request that got no answer, with a hint at inference.endpoint', () => {
+    const failed = driverFailure('inference request failed: NetworkError\n', {
+      url: 'http://127.0.0.1:9/v1/messages',
+      code: 'connection-refused',
+      reason: 'connection refused',
+    });
+    expect(failed.message).toBe('inference request failed: NetworkError (http://127.0.0.1:9/v1/messages: connection refused)');
+    expect(failed.error).toEqual({
+      code: 'E-RUN-007',
+      message: `agent loop failed: ${failed.message}`,
+      hint: 'check that inference.endpoint in murmur.yaml names a model server that is up and reachable from this machine',
+      path: 'inference.endpoint',
+    });
+  });
+
+  it('points at capabilities.network.allow when the policy refused the request', () => {
+    const failed = driverFailure('inference request failed: NetworkError', {
+      url: 'http://127.0.0.1:8080/v1/messages',
+      code: 'HTTP-request-denied',
+      reason: "network policy: '127.0.0.1:8080' not in capabilities.network.allow",
+    });
+    expect(failed.error.path).toBe('capabilities.network.allow');
+    expect(failed.error.hint).toContain('capabilities.network.allow');
+  });
+
+  it("keeps the driver's words alone when every request was answered (a provider's own refusal)", () => {
+    const failed = driverFailure('anthropic: 401 invalid x-api-key', undefined);
+    expect(failed.message).toBe('anthropic: 401 invalid x-api-key');
+    expect(failed.error).toMatchObject({ code: 'E-RUN-007', message: 'agent loop failed: anthropic: 401 invalid x-api-key', path: 'inference' });
   });
 });

@@ -7,7 +7,7 @@ import { writeFileAtomic } from './atomic-file.js';
 import { fromHookMessages, sortedJson, summaryOf, toHookMessages } from './compaction.js';
 import type { AgentHost } from './contracts.js';
 import { type DriverContinuation, continuationIdOf } from './driver-continuation.js';
-import { type WireMessage, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from './driver-wire.js';
+import { type WireMessage, driverFailure, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from './driver-wire.js';
 import type { HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import { type Task, type TaskRegistry, localContextKey } from './task-registry.js';
@@ -163,7 +163,10 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       // A hook's artifact reaches the task's observers as it is made (upstream holds them to the final turn).
       if (task) for (const artifact of told.artifacts) registry.artifact(task, artifact.hook, artifact.payload);
     }
-    if (reply.kind === 'error') return fail('failed', reply.message);
+    if (reply.kind === 'error') {
+      const failed = driverFailure(reply.message, call.egressFailure);
+      return fail('failed', failed.message, failed.error);
+    }
     // Before compaction, so that a replaced history drops the continuation this turn renewed.
     run.continuation.afterTurn(continuationIdOf(call.result.metadata), contextId, sentLength);
 

@@ -4,7 +4,18 @@ import { type WireError, capabilityCategories } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
 import { LogFile, TraceWriter } from '../records.js';
 import { spanRecordOf } from '../span-records.js';
-import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
+import type {
+  AgentHost,
+  DriverCall,
+  EgressFailure,
+  Fallible,
+  HostChannel,
+  SessionResult,
+  SessionStartRun,
+  SessionTotals,
+  ShellRun,
+  ToolDispatch,
+} from './contracts.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import { ResponseBodies } from './response-bodies.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpRequest, StartMessage } from './protocol.js';
@@ -64,6 +75,8 @@ export class CapsuleHost implements AgentHost {
   /** Relayed response bodies, as they arrive from the executor and until the guests have read them. */
   private readonly responseBodies: ResponseBodies;
   private nextUpload = 1;
+  /** Each grant's last request that got no answer, kept for the driver call that made it (`callDriver`). */
+  private readonly egressFailures = new Map<string, EgressFailure>();
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
@@ -251,19 +264,28 @@ export class CapsuleHost implements AgentHost {
     const context = this.taskContext;
     if (options.silent) this.taskContext = undefined;
     else if (context) context.streamedText = false;
+    const grant = `tool:${driver.name}`;
+    this.egressFailures.delete(grant);
     const outcome = await this.guests.run({
       role: 'tool',
       label: `driver '${driver.name}'`,
       ...guestSpecOf(driver.component),
       preopen: driver.preopen,
       env,
-      grant: `tool:${driver.name}`,
+      grant,
       toolInput: { data },
     });
     if (options.silent) this.taskContext = context;
+    const egressFailure = this.egressFailures.get(grant);
+    this.egressFailures.delete(grant);
     const result = this.toolOutcome(`driver '${driver.name}'`, outcome);
     if (!result.ok) return result;
-    return { ok: true, result: result.value, streamedText: options.silent ? false : (this.taskContext?.streamedText ?? false) };
+    return {
+      ok: true,
+      result: result.value,
+      streamedText: options.silent ? false : (this.taskContext?.streamedText ?? false),
+      ...(egressFailure ? { egressFailure } : {}),
+    };
   }
 
   private classify(outcome: RunOutcome): SessionResult {
@@ -357,8 +379,11 @@ export class CapsuleHost implements AgentHost {
           // Refused before it left (a URL or headers too large to send), or by the executor: an error code, not a trap.
           // A body uploaded for it is let go, rather than held by the executor until the session ends.
           if (request.upload !== undefined) void this.channel.request({ op: 'http-upload-release', upload: request.upload }).catch(() => {});
-          return { outcome: 'denied', code: 'internal-error', reason: error instanceof Error ? error.message : String(error) } satisfies EgressResult;
+          const reason = error instanceof Error ? error.message : String(error);
+          this.egressFailures.set(grant, { url: request.url, code: 'internal-error', reason });
+          return { outcome: 'denied', code: 'internal-error', reason } satisfies EgressResult;
         }
+        if (result.outcome === 'denied') this.egressFailures.set(grant, { url: request.url, code: result.code, reason: result.reason });
         // The body starts coming in now, while the guest reads the head.
         if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
         return result;
@@ -374,8 +399,17 @@ export class CapsuleHost implements AgentHost {
       case 'http-body-release':
         this.responseBodies.release((payload as { body: number }).body);
         return null;
-      case 'http-check':
-        return this.channel.request({ op: 'http-check', request: payload as never });
+      case 'http-check': {
+        const request = payload as { url: string; grant: string };
+        const verdict = (await this.channel.request({ op: 'http-check', request })) as { allowed: boolean; code?: string; reason?: string };
+        if (!verdict.allowed)
+          this.egressFailures.set(grant, {
+            url: request.url,
+            code: verdict.code ?? 'HTTP-request-denied',
+            reason: verdict.reason ?? 'refused by the network policy',
+          });
+        return verdict;
+      }
       case 'invoke': {
         const { name, input } = payload as { name: string; input: { data?: string; logPath?: string } };
         return this.invoke(name, input);

@@ -52,8 +52,21 @@ export interface ToolDispatch {
   shell?: ShellRun;
 }
 
-/** What one driver call gave: its tool-result, or why the call itself failed (trap, deadline, link). */
-export type DriverCall = { ok: true; result: ToolResultShape; streamedText: boolean } | { ok: false; error: string };
+/** A request of a guest's that did not get an answer: refused by the policy, or failed on its way (`connection refused`). */
+export interface EgressFailure {
+  url: string;
+  /** The WASI error code the guest was given (`HTTP-request-denied` for the policy's refusal). */
+  code: string;
+  reason: string;
+}
+
+/**
+ * What one driver call gave: its tool-result, or why the call itself failed (trap, deadline, link).
+ * `egressFailure` is the last of the driver's requests that got no answer during the call: a
+ * driver reports its own failure with whatever its fetch told it (in a JavaScript driver, a bare
+ * `NetworkError`), where the runtime knows which URL it was and why.
+ */
+export type DriverCall = { ok: true; result: ToolResultShape; streamedText: boolean; egressFailure?: EgressFailure } | { ok: false; error: string };
 
 /** Counts kept across the whole session: the last `session_end` carries them. */
 export interface SessionTotals {

@@ -10,6 +10,9 @@
  * - reply: status `passed` and `data` = `{"stop_reason","content":[…],"error"?}`.
  */
 
+import type { WireError } from '@murmur/shared';
+import type { EgressFailure } from './contracts.js';
+
 export type ContentBlock = { type: string; [key: string]: unknown };
 
 export type WireMessage =
@@ -76,10 +79,15 @@ interface ToolResultLike {
   data?: string | undefined;
 }
 
-/** Reads one driver call's result: status, then `data` (or `summary`) as the wire's JSON reply. */
+/**
+ * Reads one driver call's result: status, then `data` (or `summary`) as the wire's JSON reply. A
+ * failed call says why in its `data`, else its `summary` (upstream's order); `data` that is itself
+ * the wire's error reply (`{"error":"…","stop_reason":"error"}`, as a driver that fails its call
+ * writes it) gives its `error`, not a line of JSON for a person to read.
+ */
 export function readDriverReply(result: ToolResultLike): DriverReply {
   if (result.status !== 'passed') {
-    return { kind: 'error', message: result.data ?? result.summary ?? 'driver returned error', decision: null };
+    return { kind: 'error', message: wireErrorText(result.data) ?? result.data ?? result.summary ?? 'driver returned error', decision: null };
   }
   const raw = result.data ?? result.summary;
   if (raw === undefined) return { kind: 'error', message: 'driver returned no data', decision: null };
@@ -127,6 +135,34 @@ export function readDriverReply(result: ToolResultLike): DriverReply {
     default:
       return { kind: 'error', message: `unsupported stop_reason '${String(stopReason)}'`, decision: 'text' };
   }
+}
+
+/** The `error` of a wire error reply, or undefined when `data` is not one. */
+function wireErrorText(data: string | undefined): string | undefined {
+  if (data === undefined || !data.startsWith('{')) return undefined;
+  try {
+    const reply = JSON.parse(data) as { stop_reason?: unknown; error?: unknown };
+    return reply.stop_reason === 'error' && typeof reply.error === 'string' && reply.error !== '' ? reply.error : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A driver's failure as the run reports it: the driver's own words, then the URL and the reason of
+ * its last request that got no answer, which a driver often cannot give (a JavaScript driver's
+ * fetch says `NetworkError` and no more), and a hint at the manifest field that decides it.
+ */
+export function driverFailure(message: string, egress: EgressFailure | undefined): { message: string; error: WireError } {
+  const said = egress ? `${message.trimEnd()} (${egress.url}: ${egress.reason})` : message;
+  const error = (hint: string, path: string): WireError => ({ code: 'E-RUN-007', message: `agent loop failed: ${said}`, hint, path });
+  if (!egress) return { message: said, error: error("the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml", 'inference') };
+  if (egress.code === 'HTTP-request-denied')
+    return { message: said, error: error("name the endpoint's host and port in capabilities.network.allow in murmur.yaml", 'capabilities.network.allow') };
+  return {
+    message: said,
+    error: error('check that inference.endpoint in murmur.yaml names a model server that is up and reachable from this machine', 'inference.endpoint'),
+  };
 }
 
 /**
