@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -7,7 +8,7 @@ import { probeProject, probeResults } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
 import { capsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
 import { probeTool } from './support/probe-guests.js';
-import { runMur } from './support/processes.js';
+import { runMur, spawnMur, untilSaid } from './support/processes.js';
 
 /** `mur run` as a user runs it, everything inside the one `mur` process (the embedded default). */
 describe('mur run', () => {
@@ -85,6 +86,19 @@ describe('mur run', () => {
     expect(result.code).toBe(1);
     expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  failed');
     expect(result.stderr).toContain('error[E-RUN-001]: capsule exited with code 3');
+  });
+
+  it('says a session it stopped on Ctrl-C was stopped, not failed, and exits 130', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'interrupted'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const { child, output } = spawnMur(['run'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'spin' }]) } });
+    const exited = once(child, 'close');
+    const sessionId = await untilSaid(child, 'stdout', (text) => /session: (ses_\w+)/.exec(text)?.[1]);
+    child.kill('SIGINT');
+    const [code] = (await exited) as [number | null];
+    expect(code, output.stderr).toBe(130);
+    expect(output.stderr).toContain(`mur: interrupted; stopping session ${sessionId} (again to leave at once)`);
+    expect(output.stdout.trim().split('\n').at(-1)).toBe('status:  stopped');
+    expect(output.stderr).not.toContain('error[');
   });
 
   it('reports a trap as status trapped', async () => {

@@ -169,7 +169,8 @@ function refuseSystemPromptWithoutInference(options: RunOptions, manifest: { inf
  * `mur run`: stage a capsule, launch it in an executor, and wait for it to end.
  *
  * Output as upstream: `session: <id>` (and `workdir:` with `-v`) when it starts, the capsule's own
- * output while it runs, and last `status:  ok|failed|trapped`; exit 0 only for ok. With `--json`
+ * output while it runs, and last `status:  ok|failed|trapped`; exit 0 only for ok. A run stopped by
+ * its own interrupt says `status:  stopped` for the failure it caused, and exits 130. With `--json`
  * stdout carries exactly one line, the launch line, and nothing else.
  */
 export async function runCommand(options: RunOptions, output: Output): Promise<number> {
@@ -434,6 +435,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         return;
       }
       interrupted = true;
+      output.err(`mur: interrupted; stopping session ${sessionId} (again to leave at once)`);
       runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 }).catch((error: unknown) => {
         // Nobody could be asked, so nobody will say the session ended either: waiting would be for ever.
         output.err(
@@ -474,7 +476,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
           ...(end.error.path ? { path: end.error.path } : {}),
         }).format(),
       );
-    if (!options.json) output.out(`status:  ${end.exit_status}`);
+    // A session that failed because this run stopped it did not fail: it was stopped (a trap or a
+    // success that came first is still said as it was).
+    if (!options.json) output.out(`status:  ${interrupted && end.exit_status === 'failed' ? 'stopped' : end.exit_status}`);
     if (interrupted) return 130;
     return end.exit_status === 'ok' ? 0 : 1;
   } finally {
