@@ -59,11 +59,17 @@ describe('the services as processes on NATS', () => {
     expect(HealthReplySchema.parse(await response.json()).instance_id).toBe(reply.instance_id);
   });
 
-  it('mur health lists every service as ok', async () => {
+  it('mur health lists every instance of every service as ok, both stagers among them', async () => {
     const result = await runMur(['health', '--json'], { env: { MURMUR_NATS_URL: nats.url } });
     expect(result.code).toBe(0);
-    const rows = JSON.parse(result.stdout) as Array<{ service: string; reply?: { status: string } }>;
-    expect(rows.map((row) => [row.service, row.reply?.status])).toEqual(SERVICE_NAMES.map((name) => [name, 'ok']));
+    const rows = JSON.parse(result.stdout) as Array<{ service: string; reply?: { status: string; http_port: number } }>;
+    expect(rows.map((row) => [row.service, row.reply?.status])).toEqual(
+      SERVICE_NAMES.flatMap((name) => (name === 'stager' ? [name, name] : [name])).map((name) => [name, 'ok']),
+    );
+    // Each row is a process of this stack, each process has its row.
+    expect(rows.map((row) => row.reply?.http_port).sort()).toEqual(services.map((service) => service.port).sort());
+    const table = await runMur(['health'], { env: { MURMUR_NATS_URL: nats.url } });
+    expect(table.stdout.split('\n').filter((line) => line.startsWith('stager ')).length).toBe(2);
   });
 
   it('stages over NATS through the stager processes, sharing the work between them', async () => {

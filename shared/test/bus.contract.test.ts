@@ -329,6 +329,47 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     expect(calls).toBe(1);
   });
 
+  it('gathers a reply from every server of a request, one per queue group, until the replies go quiet', async () => {
+    const first = await network.connect();
+    const second = await network.connect();
+    const grouped = await network.connect();
+    const client = await network.connect();
+    first.bus.serve(add, ({ a, b }) => ({ sum: a + b }));
+    second.bus.serve(add, ({ a, b }) => ({ sum: a + b + 100 }));
+    // Two members of one queue group are one answer, as a request to the group would be.
+    grouped.bus.serve(add, ({ a, b }) => ({ sum: a + b + 1_000 }), { queue: 'pool' });
+    grouped.bus.serve(add, ({ a, b }) => ({ sum: a + b + 1_000 }), { queue: 'pool' });
+    await settle(first.bus, second.bus, grouped.bus);
+
+    const timeoutMs = 5_000;
+    const started = performance.now();
+    const replies = await client.bus.gather(add, { a: 1, b: 2 }, { timeoutMs, quietMs: 200 });
+    // Over as soon as the replies went quiet, not at the timeout.
+    expect(performance.now() - started).toBeLessThan(timeoutMs / 2);
+    expect(replies.map((reply) => reply.sum).sort((left, right) => left - right)).toEqual([3, 103, 1_003]);
+  });
+
+  it('gathers nothing, without failing, when nobody serves the request', async () => {
+    const client = await network.connect();
+    expect(await client.bus.gather(lonely, { a: 1, b: 1 }, { timeoutMs: 300, quietMs: 100 })).toEqual([]);
+  });
+
+  it('leaves out of a gathering, and logs, a reply that is an error or breaks the reply schema', async () => {
+    const good = await network.connect();
+    const failingServer = await network.connect();
+    const responder = await network.connect();
+    const client = await network.connect();
+    good.bus.serve(add, ({ a, b }) => ({ sum: a + b }));
+    failingServer.bus.serve(add, () => {
+      throw new MurmurError('E-BUS-006', 'not today');
+    });
+    responder.transport.subscribe('contract.add', (message) => message.respond?.(encoder.encode(JSON.stringify({ ok: true, data: { sum: 'x' } }))));
+    await settle(good.bus, failingServer.bus, responder.bus);
+
+    expect(await client.bus.gather(add, { a: 2, b: 2 }, { timeoutMs: 5_000, quietMs: 200 })).toEqual([{ sum: 4 }]);
+    expect(client.log.about('warn', 'contract.add')).toHaveLength(2);
+  });
+
   it('refuses an invalid payload on send with E-BUS-001 naming the subject, and nothing is delivered', async () => {
     const publisher = await network.connect();
     const subscriber = await network.connect();

@@ -437,6 +437,11 @@ describe('the stack in containers', () => {
         executors.add((await startOf(sessionOf(result.stdout))).executor_id);
       }
       expect(executors.size).toBe(2);
+      // `mur health` hears both, where one request would hear whichever answered first.
+      const health = await runMur(['health', '--json'], { env: client });
+      expect(health.code, health.stderr).toBe(0);
+      const rows = JSON.parse(health.stdout) as Array<{ service: string; reply?: { instance_id: string } }>;
+      expect(new Set(rows.filter((row) => row.service === 'executor').map((row) => row.reply?.instance_id))).toEqual(executors);
       const agents: RunningAgent[] = [];
       try {
         const placed = new Set<string>();
@@ -550,7 +555,13 @@ describe('the stack in containers', () => {
       await docker('start', container('nats'));
       await healthy(container('nats'));
       await eventually(
-        async () => ((await runMur(['health', '--json'], { env: client })).stdout.match(/"status":"ok"/g)?.length === 5 ? true : undefined),
+        async () => {
+          const health = await runMur(['health', '--json'], { env: client });
+          const rows = health.code === 0 ? (JSON.parse(health.stdout) as Array<{ service: string; reply?: { status: string } }>) : [];
+          return ['roost', 'stager', 'executor', 'door', 'watcher'].every((name) => rows.some((row) => row.service === name && row.reply?.status === 'ok'))
+            ? true
+            : undefined;
+        },
         60_000,
         'every service to answer again',
       );

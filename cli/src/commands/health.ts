@@ -3,7 +3,7 @@ import { type Output, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
 import { askEveryService } from '../stack-health.js';
 
-/** `mur health`: asks each service on the bus for its health check. Exit 1 if any does not answer. */
+/** `mur health`: asks every instance of each service on the bus for its health check, a row each. Exit 1 if a service has none that answers. */
 export async function healthCommand(options: { json?: boolean; timeoutMs?: number }, output: Output): Promise<number> {
   if (!process.env.MURMUR_NATS_URL?.trim()) {
     throw new MurmurError('E-BUS-005', 'mur health asks running services over NATS, and MURMUR_NATS_URL is not set', {

@@ -6,7 +6,7 @@ import { type ObjectStore, checkedObjectStore } from './objects.js';
 import { isValidPattern } from './subject.js';
 import { type CommandTopic, type EventTopic, isConcrete } from './topic.js';
 import { runtimeMetrics } from '../metrics-sink.js';
-import { type BusConnectionState, type RawMessage, type Transport, TransportError } from './transport.js';
+import { type BusConnectionState, type GatherWindow, type RawMessage, type Transport, TransportError } from './transport.js';
 
 export interface MessageInfo {
   readonly subject: string;
@@ -44,6 +44,13 @@ export interface Bus {
   /** Every message on `pattern`, undecoded past JSON: what a monitor such as `mur events` wants. */
   tap(pattern: string, handler: (subject: string, payload: unknown) => unknown): Subscription;
   request<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, options?: RequestOptions): Promise<R>;
+  /**
+   * A census: `topic` asked of every subscriber at once (each instance of a scaled service, where
+   * `request` hears the first), every good reply collected until `window.quietMs` pass with no new
+   * one after the first, or `window.timeoutMs` with none. A reply that is an error or breaks the
+   * contract is logged and left out; nobody answering is an empty list.
+   */
+  gather<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, window: GatherWindow): Promise<R[]>;
   serve<Q, R, QInput, RInput>(
     topic: CommandTopic<Q, R, QInput, RInput>,
     handler: (payload: Q, info: MessageInfo) => RInput | Promise<RInput>,
@@ -295,6 +302,29 @@ export function createBus(transport: Transport, log: Log): Bus {
         throw new MurmurError('E-BUS-002', `refused the reply on '${topic.subject}': ${reason}`, { path: topic.subject });
       }
       return reply.data;
+    },
+
+    async gather(topic, payload, window) {
+      const valid = validateOutgoing(topic.subject, topic.request, payload);
+      let replies: Uint8Array[];
+      try {
+        replies = await transport.gather(topic.subject, encodeFor(topic.subject, valid), window);
+      } catch (error) {
+        if (error instanceof TransportError) throw closed(topic.subject);
+        throw error;
+      }
+      return replies.flatMap((data) => {
+        const envelope = receive({ subject: topic.subject, data }, ReplyEnvelopeSchema);
+        const reply = envelope.ok && envelope.value.ok ? topic.reply.safeParse(envelope.value.data) : undefined;
+        if (reply?.success) return [reply.data];
+        const reason = !envelope.ok
+          ? envelope.reason
+          : !envelope.value.ok
+            ? `${envelope.value.error.code}: ${envelope.value.error.message}`
+            : `payload does not match its contract: ${reply ? describeIssues(reply.error) : ''}`;
+        log.warn({ subject: topic.subject, reason }, 'left a reply out of a gathering');
+        return [];
+      });
     },
 
     serve(topic, handler, options = {}) {

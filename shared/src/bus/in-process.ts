@@ -1,7 +1,7 @@
 import type { KeyValueEntry, KeyValueStore } from './kv.js';
 import { type ObjectInfo, type ObjectSource, type ObjectStore, sourceChunks } from './objects.js';
 import { subjectMatches } from './subject.js';
-import { type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
+import { type GatherWindow, type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
 
 interface Subscriber {
   /** When it subscribed, among all of this transport's subscribers: delivery goes in this order. */
@@ -80,6 +80,28 @@ export class InProcessTransport implements Transport {
         settled = true;
         clearTimeout(timer);
         reject(new TransportError('no-responders', `no subscriber for '${subject}'`));
+      }
+    });
+  }
+
+  gather(subject: string, data: Uint8Array, window: GatherWindow): Promise<Uint8Array[]> {
+    return new Promise((resolve) => {
+      const replies: Uint8Array[] = [];
+      let settled = false;
+      const settle = (): void => {
+        settled = true;
+        resolve(replies);
+      };
+      let timer = setTimeout(settle, window.timeoutMs);
+      const delivered = this.deliver(subject, data, (reply) => {
+        if (settled) return;
+        replies.push(Uint8Array.from(reply));
+        clearTimeout(timer);
+        timer = setTimeout(settle, window.quietMs);
+      });
+      if (delivered === 0) {
+        clearTimeout(timer);
+        settle();
       }
     });
   }

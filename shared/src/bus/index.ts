@@ -6,6 +6,6 @@ export { type ObjectInfo, type ObjectSource, type ObjectStore, isValidObjectName
 // load the NATS client for a process that runs on the in-process bus.
 export { isPublishableSubject, isValidPattern, subjectMatches } from './subject.js';
 export { type CommandTopic, type EventTopic, defineCommand, defineEvent } from './topic.js';
-export { type BusConnectionState, type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
+export { type BusConnectionState, type GatherWindow, type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
 export { connectBus, type ConnectBusOptions } from './connect.js';
 export { type NatsEndpoint, natsEndpoint, shownNatsUrl } from './nats-url.js';

@@ -1,11 +1,21 @@
 import { createConnection } from 'node:net';
-import { type ConnectionOptions, ErrorCode, type KV, type NatsConnection, NatsError, type ObjectStore as NatsObjectStore, StorageType, connect } from 'nats';
+import {
+  type ConnectionOptions,
+  ErrorCode,
+  type KV,
+  type NatsConnection,
+  NatsError,
+  type ObjectStore as NatsObjectStore,
+  RequestStrategy,
+  StorageType,
+  connect,
+} from 'nats';
 import { MurmurError } from '../errors.js';
 import { natsEndpoint } from './nats-url.js';
 import type { Log } from '../log.js';
 import type { KeyValueEntry, KeyValueStore } from './kv.js';
 import { type ObjectInfo, type ObjectSource, type ObjectStore, sourceChunks } from './objects.js';
-import { type BusConnectionState, type RawSubscription, type Transport, TransportError } from './transport.js';
+import { type BusConnectionState, type GatherWindow, type RawSubscription, type Transport, TransportError } from './transport.js';
 
 export interface NatsTransportOptions {
   /** Shown in the server's connection list: which service this is. */
@@ -161,6 +171,25 @@ export class NatsTransport implements Transport {
       }
       throw error;
     }
+  }
+
+  async gather(subject: string, data: Uint8Array, window: GatherWindow): Promise<Uint8Array[]> {
+    const replies: Uint8Array[] = [];
+    try {
+      const messages = await this.connection.requestMany(subject, data, {
+        strategy: RequestStrategy.JitterTimer,
+        maxWait: window.timeoutMs,
+        jitter: window.quietMs,
+      });
+      for await (const message of messages) replies.push(message.data);
+    } catch (error) {
+      if (error instanceof NatsError) {
+        if (error.code === ErrorCode.NoResponders || error.code === ErrorCode.Timeout) return replies;
+        if (error.code === ErrorCode.ConnectionClosed) throw new TransportError('closed', error.message);
+      }
+      throw error;
+    }
+    return replies;
   }
 
   /**

@@ -17,6 +17,12 @@ export interface RawSubscription {
   unsubscribe(): void;
 }
 
+/** How long a `gather` listens: for the first reply, then for each next one. */
+export interface GatherWindow {
+  timeoutMs: number;
+  quietMs: number;
+}
+
 export type TransportFailure = 'timeout' | 'no-responders' | 'closed';
 
 /**
@@ -44,6 +50,12 @@ export interface Transport {
   publish(subject: string, data: Uint8Array): void;
   subscribe(pattern: string, handler: (message: RawMessage) => void, queue?: string): RawSubscription;
   request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
+  /**
+   * A request every subscriber of `subject` answers (one per queue group): every reply, collected
+   * until `quietMs` pass with no new one after the first, or `timeoutMs` with none at all. No
+   * subscriber is no reply: an empty list, not a failure.
+   */
+  gather(subject: string, data: Uint8Array, window: GatherWindow): Promise<Uint8Array[]>;
   /**
    * A key-value bucket, created on first use. Keys and value sizes are checked above this, by the
    * bus; a transport maps a lost connection onto `TransportError` as `request` does.
