@@ -75,7 +75,7 @@ export class CapsuleHost implements AgentHost {
   /** Relayed response bodies, as they arrive from the executor and until the guests have read them. */
   private readonly responseBodies: ResponseBodies;
   private nextUpload = 1;
-  /** Each grant's last request that got no answer, kept for the driver call that made it (`callDriver`). */
+  /** Each grant's last request, when it got no answer: kept for the driver call that made it (`callDriver`). */
   private readonly egressFailures = new Map<string, EgressFailure>();
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
@@ -383,7 +383,9 @@ export class CapsuleHost implements AgentHost {
           this.egressFailures.set(grant, { url: request.url, code: 'internal-error', reason });
           return { outcome: 'denied', code: 'internal-error', reason } satisfies EgressResult;
         }
+        // Only the last request counts: one answered after a refused one (a retry) leaves nothing to tell.
         if (result.outcome === 'denied') this.egressFailures.set(grant, { url: request.url, code: result.code, reason: result.reason });
+        else this.egressFailures.delete(grant);
         // The body starts coming in now, while the guest reads the head.
         if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
         return result;
