@@ -61,7 +61,7 @@ describe('the services as processes on NATS', () => {
 
   it('mur health lists every instance of every service as ok, both stagers among them', async () => {
     const result = await runMur(['health', '--json'], { env: { MURMUR_NATS_URL: nats.url } });
-    expect(result.code).toBe(0);
+    expect(result.code, result.stdout + result.stderr).toBe(0);
     const rows = JSON.parse(result.stdout) as Array<{ service: string; reply?: { status: string; http_port: number } }>;
     expect(rows.map((row) => [row.service, row.reply?.status])).toEqual(
       SERVICE_NAMES.flatMap((name) => (name === 'stager' ? [name, name] : [name])).map((name) => [name, 'ok']),

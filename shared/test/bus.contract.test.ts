@@ -341,20 +341,21 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     grouped.bus.serve(add, ({ a, b }) => ({ sum: a + b + 1_000 }), { queue: 'pool' });
     await settle(first.bus, second.bus, grouped.bus);
 
-    const timeoutMs = 5_000;
+    const timeoutMs = 10_000;
     const started = performance.now();
-    const replies = await client.bus.gather(add, { a: 1, b: 2 }, { timeoutMs, quietMs: 200 });
-    // Over as soon as the replies went quiet, not at the timeout.
+    const { replies, refused } = await client.bus.gather(add, { a: 1, b: 2 }, { timeoutMs, quietMs: 1_000 });
+    // Over once the replies went quiet, not at the timeout.
     expect(performance.now() - started).toBeLessThan(timeoutMs / 2);
     expect(replies.map((reply) => reply.sum).sort((left, right) => left - right)).toEqual([3, 103, 1_003]);
+    expect(refused).toEqual([]);
   });
 
   it('gathers nothing, without failing, when nobody serves the request', async () => {
     const client = await network.connect();
-    expect(await client.bus.gather(lonely, { a: 1, b: 1 }, { timeoutMs: 300, quietMs: 100 })).toEqual([]);
+    expect(await client.bus.gather(lonely, { a: 1, b: 1 }, { timeoutMs: 300, quietMs: 100 })).toEqual({ replies: [], refused: [] });
   });
 
-  it('leaves out of a gathering, and logs, a reply that is an error or breaks the reply schema', async () => {
+  it('gives a gathered reply that is an error or breaks the reply schema as request would have thrown it', async () => {
     const good = await network.connect();
     const failingServer = await network.connect();
     const responder = await network.connect();
@@ -366,8 +367,13 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     responder.transport.subscribe('contract.add', (message) => message.respond?.(encoder.encode(JSON.stringify({ ok: true, data: { sum: 'x' } }))));
     await settle(good.bus, failingServer.bus, responder.bus);
 
-    expect(await client.bus.gather(add, { a: 2, b: 2 }, { timeoutMs: 5_000, quietMs: 200 })).toEqual([{ sum: 4 }]);
-    expect(client.log.about('warn', 'contract.add')).toHaveLength(2);
+    const { replies, refused } = await client.bus.gather(add, { a: 2, b: 2 }, { timeoutMs: 10_000, quietMs: 1_000 });
+    expect(replies).toEqual([{ sum: 4 }]);
+    expect(refused.map((error) => [error.code, error.message]).sort()).toEqual([
+      ['E-BUS-002', expect.stringContaining("refused the reply on 'contract.add': payload does not match its contract")],
+      ['E-BUS-006', 'not today'],
+    ]);
+    expect(client.log.about('warn', 'contract.add')).toHaveLength(1);
   });
 
   it('refuses an invalid payload on send with E-BUS-001 naming the subject, and nothing is delivered', async () => {
@@ -613,12 +619,14 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     expect(tapped).toEqual(['contract.add']);
   });
 
-  it('fails a request or a publish on a closed bus with E-BUS-005', async () => {
+  it('fails a request, a gathering or a publish on a closed bus with E-BUS-005', async () => {
     const { bus } = await network.connect();
     await bus.close();
 
     const requestError = await rejection(bus.request(add, { a: 1, b: 2 }));
     expect(requestError.code).toBe('E-BUS-005');
+    const gatherError = await rejection(bus.gather(add, { a: 1, b: 2 }, { timeoutMs: 500, quietMs: 100 }));
+    expect(gatherError.code).toBe('E-BUS-005');
     const publishError = thrown(() => bus.publish(ticks, { n: 1 }));
     expect(publishError.code).toBe('E-BUS-005');
   });

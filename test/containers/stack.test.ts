@@ -437,11 +437,19 @@ describe('the stack in containers', () => {
         executors.add((await startOf(sessionOf(result.stdout))).executor_id);
       }
       expect(executors.size).toBe(2);
-      // `mur health` hears both, where one request would hear whichever answered first.
-      const health = await runMur(['health', '--json'], { env: client });
-      expect(health.code, health.stderr).toBe(0);
-      const rows = JSON.parse(health.stdout) as Array<{ service: string; reply?: { instance_id: string } }>;
-      expect(new Set(rows.filter((row) => row.service === 'executor').map((row) => row.reply?.instance_id))).toEqual(executors);
+      // `mur health` hears both, where one request would hear whichever answered first. (An
+      // executor busy refilling its pool may miss the census's quiet window: it is asked again.)
+      const heard = await eventually(
+        async () => {
+          const health = await runMur(['health', '--json'], { env: client });
+          const rows = health.code === 0 ? (JSON.parse(health.stdout) as Array<{ service: string; reply?: { instance_id: string } }>) : [];
+          const ids = new Set(rows.filter((row) => row.service === 'executor').map((row) => row.reply?.instance_id));
+          return ids.size === 2 ? ids : undefined;
+        },
+        30_000,
+        'mur health to list both executors',
+      );
+      expect(heard).toEqual(executors);
       const agents: RunningAgent[] = [];
       try {
         const placed = new Set<string>();

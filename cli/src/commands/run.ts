@@ -396,6 +396,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // On the stack the session lives on its executor: a bus that goes away is said, as is its
     // return, and the run waits for it (NATS reconnects for as long as it takes).
     let interrupted = false;
+    /** Whether the executor took this run's stop for a session still running (not one already ending on its own). */
+    let stoppedByThisRun = false;
     let busClosed = false;
     let leave!: () => void;
     const left = new Promise<undefined>((resolve) => (leave = () => resolve(undefined)));
@@ -436,13 +438,18 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       }
       interrupted = true;
       output.err(`mur: interrupted; stopping session ${sessionId} (again to leave at once)`);
-      runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 }).catch((error: unknown) => {
-        // Nobody could be asked, so nobody will say the session ended either: waiting would be for ever.
-        output.err(
-          `mur: could not ask for session ${sessionId} to stop (${error instanceof Error ? error.message : String(error)}); it may still run on its executor: mur stop ${sessionId} once the stack answers`,
-        );
-        leave();
-      });
+      runtime.bus
+        .request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 })
+        .then(({ stopping }) => {
+          stoppedByThisRun = stopping;
+        })
+        .catch((error: unknown) => {
+          // Nobody could be asked, so nobody will say the session ended either: waiting would be for ever.
+          output.err(
+            `mur: could not ask for session ${sessionId} to stop (${error instanceof Error ? error.message : String(error)}); it may still run on its executor: mur stop ${sessionId} once the stack answers`,
+          );
+          leave();
+        });
     };
     onStopSignal = onSignal;
     // One that came while the session was being launched.
@@ -469,16 +476,16 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     }
 
     // Stopped on the launcher's own signal is how a sleeping agent is meant to end: no error to report.
-    if (end.error && !interrupted)
+    if (end.error && !stoppedByThisRun)
       output.err(
         new MurmurError(end.error.code as never, end.error.message, {
           ...(end.error.hint ? { hint: end.error.hint } : {}),
           ...(end.error.path ? { path: end.error.path } : {}),
         }).format(),
       );
-    // A session that failed because this run stopped it did not fail: it was stopped (a trap or a
-    // success that came first is still said as it was).
-    if (!options.json) output.out(`status:  ${interrupted && end.exit_status === 'failed' ? 'stopped' : end.exit_status}`);
+    // A session that failed because this run stopped it did not fail: it was stopped (a trap, a
+    // success, or an end already under way when the stop came is said as it was).
+    if (!options.json) output.out(`status:  ${stoppedByThisRun && end.exit_status === 'failed' ? 'stopped' : end.exit_status}`);
     if (interrupted) return 130;
     return end.exit_status === 'ok' ? 0 : 1;
   } finally {

@@ -27,6 +27,12 @@ export interface RequestOptions {
 
 export const DEFAULT_REQUEST_TIMEOUT_MS = 5_000;
 
+/** What a `gather` heard: the good replies, and the refused ones as `request` would have thrown them. */
+export interface Gathered<R> {
+  replies: R[];
+  refused: MurmurError[];
+}
+
 /**
  * The bus every service speaks: typed topics, payloads validated by their zod schema on send
  * and again on receipt, and errors that travel back to the requester as catalogue codes.
@@ -46,11 +52,12 @@ export interface Bus {
   request<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, options?: RequestOptions): Promise<R>;
   /**
    * A census: `topic` asked of every subscriber at once (each instance of a scaled service, where
-   * `request` hears the first), every good reply collected until `window.quietMs` pass with no new
-   * one after the first, or `window.timeoutMs` with none. A reply that is an error or breaks the
-   * contract is logged and left out; nobody answering is an empty list.
+   * `request` hears the first), every reply collected until `window.quietMs` pass with no new one
+   * after the last, or `window.timeoutMs` with none. Each reply is read as `request` reads its
+   * one: good ones in `replies`, errors and broken ones in `refused`, as `request` would have
+   * thrown them. Nobody answering is nothing in either.
    */
-  gather<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, window: GatherWindow): Promise<R[]>;
+  gather<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, window: GatherWindow): Promise<Gathered<R>>;
   serve<Q, R, QInput, RInput>(
     topic: CommandTopic<Q, R, QInput, RInput>,
     handler: (payload: Q, info: MessageInfo) => RInput | Promise<RInput>,
@@ -151,6 +158,31 @@ export function createBus(transport: Transport, log: Log): Bus {
     if (bytes.byteLength > transport.maxPayload)
       refuseOnSend(subject, `payload is ${bytes.byteLength} bytes, over the bus's ${transport.maxPayload}-byte limit`);
     return bytes;
+  }
+
+  /**
+   * One reply read as `request` reads it: the envelope (`E-BUS-002` when it is not one), the
+   * replier's own error with its code (`E-BUS-006` for a code this catalogue does not know), and
+   * the reply's contract (`E-BUS-002`, logged).
+   */
+  function decodeReply<Q, R, QInput, RInput>(
+    topic: CommandTopic<Q, R, QInput, RInput>,
+    data: Uint8Array,
+  ): { ok: true; value: R } | { ok: false; error: MurmurError } {
+    const envelope = receive({ subject: topic.subject, data }, ReplyEnvelopeSchema);
+    if (!envelope.ok)
+      return { ok: false, error: new MurmurError('E-BUS-002', `refused the reply on '${topic.subject}': ${envelope.reason}`, { path: topic.subject }) };
+    if (!envelope.value.ok) {
+      const { code, message, hint, path } = envelope.value.error;
+      return { ok: false, error: new MurmurError(isErrorCode(code) ? code : 'E-BUS-006', message, { hint, path }) };
+    }
+    const reply = topic.reply.safeParse(envelope.value.data);
+    if (!reply.success) {
+      const reason = `payload does not match its contract: ${describeIssues(reply.error)}`;
+      log.warn({ subject: topic.subject, reason }, 'refused an invalid bus reply');
+      return { ok: false, error: new MurmurError('E-BUS-002', `refused the reply on '${topic.subject}': ${reason}`, { path: topic.subject }) };
+    }
+    return { ok: true, value: reply.data };
   }
 
   function closed(subject: string): MurmurError {
@@ -289,22 +321,12 @@ export function createBus(transport: Transport, log: Log): Bus {
         }
         throw error;
       }
-      const envelope = receive({ subject: topic.subject, data: replyBytes }, ReplyEnvelopeSchema);
-      if (!envelope.ok) throw new MurmurError('E-BUS-002', `refused the reply on '${topic.subject}': ${envelope.reason}`, { path: topic.subject });
-      if (!envelope.value.ok) {
-        const { code, message, hint, path } = envelope.value.error;
-        throw new MurmurError(isErrorCode(code) ? code : 'E-BUS-006', message, { hint, path });
-      }
-      const reply = topic.reply.safeParse(envelope.value.data);
-      if (!reply.success) {
-        const reason = `payload does not match its contract: ${describeIssues(reply.error)}`;
-        log.warn({ subject: topic.subject, reason }, 'refused an invalid bus reply');
-        throw new MurmurError('E-BUS-002', `refused the reply on '${topic.subject}': ${reason}`, { path: topic.subject });
-      }
-      return reply.data;
+      const reply = decodeReply(topic, replyBytes);
+      if (!reply.ok) throw reply.error;
+      return reply.value;
     },
 
-    async gather(topic, payload, window) {
+    async gather<Q, R, QInput, RInput>(topic: CommandTopic<Q, R, QInput, RInput>, payload: QInput, window: GatherWindow): Promise<Gathered<R>> {
       const valid = validateOutgoing(topic.subject, topic.request, payload);
       let replies: Uint8Array[];
       try {
@@ -313,18 +335,13 @@ export function createBus(transport: Transport, log: Log): Bus {
         if (error instanceof TransportError) throw closed(topic.subject);
         throw error;
       }
-      return replies.flatMap((data) => {
-        const envelope = receive({ subject: topic.subject, data }, ReplyEnvelopeSchema);
-        const reply = envelope.ok && envelope.value.ok ? topic.reply.safeParse(envelope.value.data) : undefined;
-        if (reply?.success) return [reply.data];
-        const reason = !envelope.ok
-          ? envelope.reason
-          : !envelope.value.ok
-            ? `${envelope.value.error.code}: ${envelope.value.error.message}`
-            : `payload does not match its contract: ${reply ? describeIssues(reply.error) : ''}`;
-        log.warn({ subject: topic.subject, reason }, 'left a reply out of a gathering');
-        return [];
-      });
+      const gathered: Gathered<R> = { replies: [], refused: [] };
+      for (const data of replies) {
+        const reply = decodeReply(topic, data);
+        if (reply.ok) gathered.replies.push(reply.value);
+        else gathered.refused.push(reply.error);
+      }
+      return gathered;
     },
 
     serve(topic, handler, options = {}) {

@@ -88,21 +88,20 @@ export class InProcessTransport implements Transport {
     return new Promise((resolve) => {
       const replies: Uint8Array[] = [];
       let settled = false;
+      let timer: NodeJS.Timeout | undefined;
       const settle = (): void => {
         settled = true;
         resolve(replies);
       };
-      let timer = setTimeout(settle, window.timeoutMs);
+      // Delivery is asynchronous: no reply can come before the timer is set below.
       const delivered = this.deliver(subject, data, (reply) => {
         if (settled) return;
         replies.push(Uint8Array.from(reply));
         clearTimeout(timer);
         timer = setTimeout(settle, window.quietMs);
       });
-      if (delivered === 0) {
-        clearTimeout(timer);
-        settle();
-      }
+      if (delivered === 0) settle();
+      else timer = setTimeout(settle, window.timeoutMs);
     });
   }
 

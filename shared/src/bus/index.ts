@@ -1,4 +1,13 @@
-export { type Bus, type MessageInfo, type RequestOptions, type SubscribeOptions, type Subscription, DEFAULT_REQUEST_TIMEOUT_MS, createBus } from './bus.js';
+export {
+  type Bus,
+  type Gathered,
+  type MessageInfo,
+  type RequestOptions,
+  type SubscribeOptions,
+  type Subscription,
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  createBus,
+} from './bus.js';
 export { InProcessTransport } from './in-process.js';
 export { type KeyValueEntry, type KeyValueStore, isValidBucketName, isValidKeyValueKey } from './kv.js';
 export { type ObjectInfo, type ObjectSource, type ObjectStore, isValidObjectName } from './objects.js';

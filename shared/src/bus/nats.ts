@@ -183,10 +183,10 @@ export class NatsTransport implements Transport {
       });
       for await (const message of messages) replies.push(message.data);
     } catch (error) {
-      if (error instanceof NatsError) {
-        if (error.code === ErrorCode.NoResponders || error.code === ErrorCode.Timeout) return replies;
-        if (error.code === ErrorCode.ConnectionClosed) throw new TransportError('closed', error.message);
-      }
+      // Nobody subscribed is no reply; the replies that came before any other failure are kept,
+      // unless the connection is gone (nats ends a gathering it closes under with a timeout).
+      if (this.connection.isClosed()) throw new TransportError('closed', 'the connection to the bus is closed');
+      if (error instanceof NatsError && error.code === ErrorCode.NoResponders) return replies;
       throw error;
     }
     return replies;

@@ -4,18 +4,8 @@ import { type WireError, capabilityCategories } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
 import { LogFile, TraceWriter } from '../records.js';
 import { spanRecordOf } from '../span-records.js';
-import type {
-  AgentHost,
-  DriverCall,
-  EgressFailure,
-  Fallible,
-  HostChannel,
-  SessionResult,
-  SessionStartRun,
-  SessionTotals,
-  ShellRun,
-  ToolDispatch,
-} from './contracts.js';
+import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
+import { EgressFailures } from './egress-failures.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import { ResponseBodies } from './response-bodies.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpRequest, StartMessage } from './protocol.js';
@@ -75,8 +65,8 @@ export class CapsuleHost implements AgentHost {
   /** Relayed response bodies, as they arrive from the executor and until the guests have read them. */
   private readonly responseBodies: ResponseBodies;
   private nextUpload = 1;
-  /** Each grant's last request, when it got no answer: kept for the driver call that made it (`callDriver`). */
-  private readonly egressFailures = new Map<string, EgressFailure>();
+  /** Each grant's last request, when it got no answer: told with the driver call that made it (`callDriver`). */
+  private readonly egressFailures = new EgressFailures();
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
@@ -265,7 +255,7 @@ export class CapsuleHost implements AgentHost {
     if (options.silent) this.taskContext = undefined;
     else if (context) context.streamedText = false;
     const grant = `tool:${driver.name}`;
-    this.egressFailures.delete(grant);
+    this.egressFailures.take(grant);
     const outcome = await this.guests.run({
       role: 'tool',
       label: `driver '${driver.name}'`,
@@ -276,8 +266,7 @@ export class CapsuleHost implements AgentHost {
       toolInput: { data },
     });
     if (options.silent) this.taskContext = context;
-    const egressFailure = this.egressFailures.get(grant);
-    this.egressFailures.delete(grant);
+    const egressFailure = this.egressFailures.take(grant);
     const result = this.toolOutcome(`driver '${driver.name}'`, outcome);
     if (!result.ok) return result;
     return {
@@ -380,12 +369,11 @@ export class CapsuleHost implements AgentHost {
           // A body uploaded for it is let go, rather than held by the executor until the session ends.
           if (request.upload !== undefined) void this.channel.request({ op: 'http-upload-release', upload: request.upload }).catch(() => {});
           const reason = error instanceof Error ? error.message : String(error);
-          this.egressFailures.set(grant, { url: request.url, code: 'internal-error', reason });
+          this.egressFailures.failed(grant, request.url, 'internal-error', reason);
           return { outcome: 'denied', code: 'internal-error', reason } satisfies EgressResult;
         }
-        // Only the last request counts: one answered after a refused one (a retry) leaves nothing to tell.
-        if (result.outcome === 'denied') this.egressFailures.set(grant, { url: request.url, code: result.code, reason: result.reason });
-        else this.egressFailures.delete(grant);
+        if (result.outcome === 'denied') this.egressFailures.failed(grant, request.url, result.code, result.reason);
+        else this.egressFailures.answered(grant);
         // The body starts coming in now, while the guest reads the head.
         if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
         return result;
@@ -405,11 +393,7 @@ export class CapsuleHost implements AgentHost {
         const request = payload as { url: string; grant: string };
         const verdict = (await this.channel.request({ op: 'http-check', request })) as { allowed: boolean; code?: string; reason?: string };
         if (!verdict.allowed)
-          this.egressFailures.set(grant, {
-            url: request.url,
-            code: verdict.code ?? 'HTTP-request-denied',
-            reason: verdict.reason ?? 'refused by the network policy',
-          });
+          this.egressFailures.failed(grant, request.url, verdict.code ?? 'HTTP-request-denied', verdict.reason ?? 'refused by the network policy');
         return verdict;
       }
       case 'invoke': {

@@ -62,9 +62,9 @@ export interface EgressFailure {
 
 /**
  * What one driver call gave: its tool-result, or why the call itself failed (trap, deadline, link).
- * `egressFailure` is the last of the driver's requests that got no answer during the call: a
- * driver reports its own failure with whatever its fetch told it (in a JavaScript driver, a bare
- * `NetworkError`), where the runtime knows which URL it was and why.
+ * `egressFailure` is the driver's last request of the call, when it got no answer: a driver
+ * reports its own failure with whatever its fetch told it (in a JavaScript driver, a bare
+ * `NetworkError`), where the runtime knows which URL it was and why (`egress-failures.ts`).
  */
 export type DriverCall = { ok: true; result: ToolResultShape; streamedText: boolean; egressFailure?: EgressFailure } | { ok: false; error: string };
 

@@ -1,0 +1,40 @@
+import type { EgressFailure } from './contracts.js';
+
+/**
+ * Each grant's last request, when it got no answer (refused by the policy, or failed on its way):
+ * what a driver's own failure cannot say (a JavaScript driver's fetch says `NetworkError` and no
+ * more), kept for the driver call that made it. Only the last request counts: one answered after a
+ * refused one (a retry) leaves nothing to tell.
+ *
+ * The URL is kept without what may be a credential (a user and password, a query, a fragment): it
+ * is said in the run's error, which reaches the bus, the trace and a door's clients, where the
+ * executor's own records never carry a path's query either.
+ */
+export class EgressFailures {
+  private readonly byGrant = new Map<string, EgressFailure>();
+
+  failed(grant: string, url: string, code: string, reason: string): void {
+    this.byGrant.set(grant, { url: shownUrl(url), code, reason });
+  }
+
+  answered(grant: string): void {
+    this.byGrant.delete(grant);
+  }
+
+  /** The grant's last failure, if its last request failed; forgotten once taken. */
+  take(grant: string): EgressFailure | undefined {
+    const failure = this.byGrant.get(grant);
+    this.byGrant.delete(grant);
+    return failure;
+  }
+}
+
+/** `url` as it may be shown: its scheme, host, port and path, none of its user, query or fragment. */
+export function shownUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.protocol}//${parsed.host}${parsed.pathname}`;
+  } catch {
+    return '(a URL that does not parse)';
+  }
+}
