@@ -1,4 +1,4 @@
-import { MurmurError, fetchFailureReason } from '@murmur/shared';
+import { MurmurError, SessionIdSchema, fetchFailureReason } from '@murmur/shared';
 import type { Output } from '../output.js';
 
 /**
@@ -76,7 +76,10 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
       // not JSON-RPC: the status says enough
     }
     // A door that says no session of that id runs behind it: the session ended, or is elsewhere.
-    if (doorCode === 'E-DOOR-001' && response.status === 404 && !reason.includes('is not a session id')) {
+    // Unless the id itself is not one (mistyped), which no session could ever have answered.
+    const pathId = /\/sessions\/([^/]*)/.exec(url.pathname)?.[1];
+    const mistyped = pathId !== undefined && !SessionIdSchema.safeParse(pathId).success;
+    if (doorCode === 'E-DOOR-001' && response.status === 404 && !mistyped) {
       throw new MurmurError('E-SES-001', `no running session answers at ${url.href}: ${reason}`, {
         path: 'url',
         hint: "the session has ended (its records stay in its workdir) or runs behind another door; 'mur ps' lists the running sessions",
