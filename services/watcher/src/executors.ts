@@ -11,8 +11,12 @@ import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
  * so the queue group no longer offers it work.
  *
  * Silence is judged only while this watcher can hear: while its own bus connection is away no
- * executor is judged, and when it is back every executor gets a fresh allowance. With several
- * watchers, one announcement per session is made (a create-once key decides which watcher).
+ * executor is judged, and when it is back every executor gets a fresh allowance. The same holds
+ * when this watcher itself was not running: a judgement that comes far later than it was due (the
+ * process paused, stalled or stopped; in `mur run` the executor shares its event loop, so one long
+ * stall used to end its own sessions) judges no one, and gives everyone a fresh allowance. Time
+ * is the monotonic clock's, which a suspended machine does not advance. With several watchers,
+ * one announcement per session is made (a create-once key decides which watcher).
  */
 
 interface Known {
@@ -37,6 +41,8 @@ export class ExecutorMonitor {
   private readonly timer: NodeJS.Timeout;
   private hearing = true;
   private announcements: Promise<KeyValueStore> | undefined;
+  private readonly judgeEveryMs: number;
+  private lastJudged = performance.now();
 
   constructor(private readonly options: ExecutorMonitorOptions) {
     const { bus } = options;
@@ -57,9 +63,10 @@ export class ExecutorMonitor {
     ];
     bus.onConnectionChange((state) => {
       this.hearing = state === 'reconnected';
-      if (this.hearing) for (const known of this.executors.values()) known.lastSeen = Date.now();
+      if (this.hearing) this.refreshAllowances();
     });
-    this.timer = setInterval(() => void this.judge(), Math.min(1_000, options.lostAfterMs / 2));
+    this.judgeEveryMs = Math.min(1_000, options.lostAfterMs / 2);
+    this.timer = setInterval(() => void this.judge(), this.judgeEveryMs);
     this.timer.unref();
   }
 
@@ -71,7 +78,7 @@ export class ExecutorMonitor {
   private known(executorId: string): Known {
     let known = this.executors.get(executorId);
     if (!known) {
-      known = { lastSeen: Date.now(), intervalMs: 1_000, sessions: new Map(), lost: false };
+      known = { lastSeen: performance.now(), intervalMs: 1_000, sessions: new Map(), lost: false };
       this.executors.set(executorId, known);
     }
     return known;
@@ -84,15 +91,29 @@ export class ExecutorMonitor {
         { executor_id: beat.executor_id },
         'an executor reported lost is answering again; the sessions announced ended with it are not revived',
       );
-    known.lastSeen = Date.now();
+    known.lastSeen = performance.now();
     known.intervalMs = beat.interval_ms;
     known.lost = false;
     for (const session of beat.sessions) known.sessions.set(session.session_id, session);
   }
 
+  /** Every executor's silence counted from now. */
+  private refreshAllowances(): void {
+    const now = performance.now();
+    for (const known of this.executors.values()) known.lastSeen = now;
+  }
+
   private async judge(): Promise<void> {
+    const now = performance.now();
+    const late = now - this.lastJudged - this.judgeEveryMs;
+    this.lastJudged = now;
     if (!this.hearing) return;
-    const now = Date.now();
+    // Half the allowance late: the silence since the last judgement is this process's own.
+    if (late > this.options.lostAfterMs / 2) {
+      this.options.log.warn({ late_ms: Math.round(late) }, 'the watcher was not running for a while; every executor gets a fresh allowance');
+      this.refreshAllowances();
+      return;
+    }
     for (const [executorId, known] of this.executors) {
       if (known.lost || now - known.lastSeen < this.options.lostAfterMs) continue;
       known.lost = true;

@@ -1,0 +1,67 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { type ExecutorHeartbeat, type SessionEnded, silentLog, topics } from '@murmur/shared';
+import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
+import { ExecutorMonitor } from '@murmur/watcher';
+
+/**
+ * The watcher's judgement of executors by their heartbeats, on one in-process bus, as `mur run`
+ * has it: the executor and the watcher in one event loop.
+ */
+describe("the watcher's judgement of silent executors", () => {
+  const LOST_AFTER_MS = 600;
+  const started: Array<{ close(): void }> = [];
+  afterEach(() => {
+    for (const thing of started.splice(0)) thing.close();
+  });
+
+  function setUp(): { bus: Bus; ended: SessionEnded[]; beating: { close(): void } } {
+    const bus = createBus(new InProcessTransport(), silentLog);
+    const monitor = new ExecutorMonitor({ bus, log: silentLog, lostAfterMs: LOST_AFTER_MS, watcherId: 'watcher-test' });
+    const ended: SessionEnded[] = [];
+    const subscription = bus.subscribe(topics.sessionEnded, (event) => void ended.push(event));
+    const beat: ExecutorHeartbeat = {
+      executor_id: 'executor-test',
+      sent_at: new Date().toISOString(),
+      interval_ms: 100,
+      sessions: [
+        {
+          session_id: 'ses_0123456789abcdef0123456789abcdef',
+          capsule_name: 'c',
+          capsule_version: '1.0.0',
+          pid: 1,
+          process_start: '',
+          started_at: new Date().toISOString(),
+        },
+      ],
+    };
+    bus.publish(topics.executorHeartbeat, beat);
+    const timer = setInterval(() => bus.publish(topics.executorHeartbeat, { ...beat, sent_at: new Date().toISOString() }), 100);
+    const beating = { close: () => clearInterval(timer) };
+    started.push(beating, monitor, { close: () => subscription.unsubscribe() });
+    return { bus, ended, beating };
+  }
+
+  const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it('announces the sessions of an executor that falls silent as lost with it (E-EXE-001)', async () => {
+    const { ended, beating } = setUp();
+    await sleep(300);
+    beating.close();
+    const deadline = Date.now() + 5_000;
+    while (ended.length === 0 && Date.now() < deadline) await sleep(50);
+    expect(ended.map((event) => [event.session_id, event.error?.code])).toEqual([['ses_0123456789abcdef0123456789abcdef', 'E-EXE-001']]);
+  });
+
+  it('does not take a stall of its own process for the silence of the executor beating beside it', async () => {
+    const { ended } = setUp();
+    await sleep(300);
+    // The one event loop blocked for well past the allowance: no timer, heartbeat or judgement runs.
+    const blockedUntil = performance.now() + LOST_AFTER_MS * 2.5;
+    while (performance.now() < blockedUntil) {
+      // busy: what a long synchronous task or a paused process does to every timer of the loop
+    }
+    // Long enough after the stall for several judgements, each of which would announce a loss.
+    await sleep(LOST_AFTER_MS * 2);
+    expect(ended).toEqual([]);
+  });
+});
