@@ -143,6 +143,8 @@ for await (const chunk of stream.body as unknown as AsyncIterable<Uint8Array>) {
     process.stdout.write(`  [${id ?? '-'}] ${result.kind} ${detail}\n`);
   }
 }
+// A sleeping agent waits for its next task until its launcher stops it, as Ctrl-C would.
+process.stdout.write('stopping the sleeping agent, as Ctrl-C would:\n');
 agent.kill('SIGTERM');
 await new Promise((resolve) => agent.once('exit', resolve));
 await model.close();
