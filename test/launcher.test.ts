@@ -43,11 +43,15 @@ describe("mur's launcher", () => {
     expect(lines.at(-1)).toBe('arg=--version');
   });
 
-  it("keeps a user's own malloc settings, an empty one too", async () => {
+  it("keeps a user's own malloc settings", async () => {
     const lines = await launch({ MALLOC_MMAP_THRESHOLD_: '65536', MALLOC_ARENA_MAX: '4' });
     expect(lines).toContain('MALLOC_MMAP_THRESHOLD_=65536');
     expect(lines).toContain('MALLOC_ARENA_MAX=4');
-    // Set empty is set: glibc's own default, as the user asked.
-    expect(await launch({ MALLOC_ARENA_MAX: '' })).toContain('MALLOC_ARENA_MAX=');
+  });
+
+  it('takes an empty malloc setting for an unset one (glibc would read an empty threshold as 0)', async () => {
+    const lines = await launch({ MALLOC_MMAP_THRESHOLD_: '', MALLOC_ARENA_MAX: '' });
+    expect(lines).toContain('MALLOC_MMAP_THRESHOLD_=131072');
+    expect(lines).toContain('MALLOC_ARENA_MAX=1');
   });
 });

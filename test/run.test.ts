@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
@@ -8,7 +9,7 @@ import { probeProject, probeResults } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
 import { capsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
 import { probeTool } from './support/probe-guests.js';
-import { runMur, spawnMur, untilSaid } from './support/processes.js';
+import { murBin, runMur, spawnMur, stopAfterFile, untilSaid } from './support/processes.js';
 
 /** `mur run` as a user runs it, everything inside the one `mur` process (the embedded default). */
 describe('mur run', () => {
@@ -97,6 +98,29 @@ describe('mur run', () => {
     const [code] = (await exited) as [number | null];
     expect(code, output.stderr).toBe(130);
     expect(output.stderr).toContain(`mur: interrupted; stopping session ${sessionId} (again to leave at once)`);
+    expect(output.stdout.trim().split('\n').at(-1)).toBe('status:  stopped');
+    expect(output.stderr).not.toContain('error[');
+  });
+
+  it("says a session was stopped when a terminal's Ctrl-C reaches its host too, as it does a host outside bubblewrap", async () => {
+    const project = await probeProject(path.join(scratch.dir, 'interrupted-group'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    // Its own process group, as a terminal's foreground job is: the interrupt goes to the whole group.
+    const child = stopAfterFile(
+      spawn(murBin, ['run'], {
+        cwd: project,
+        detached: true,
+        env: { PATH: process.env.PATH ?? '', ...env, MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none', PROBE_ACTIONS: actions([{ op: 'spin' }]) },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      }),
+    );
+    const output = { stdout: '', stderr: '' };
+    child.stdout.on('data', (chunk: Buffer) => (output.stdout += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output.stderr += chunk.toString()));
+    const exited = once(child, 'close');
+    await untilSaid(child, 'stdout', (text) => /session: (ses_\w+)/.exec(text)?.[1]);
+    process.kill(-(child.pid as number), 'SIGINT');
+    const [code] = (await exited) as [number | null];
+    expect(code, output.stderr).toBe(130);
     expect(output.stdout.trim().split('\n').at(-1)).toBe('status:  stopped');
     expect(output.stderr).not.toContain('error[');
   });

@@ -1,8 +1,11 @@
 import { type HealthReply, MurmurError, SERVICE_NAMES, type ServiceName, commands } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 
-/** One instance's answer to its health check, or why a service had none. */
-export type ServiceAnswer = { service: ServiceName; reply: HealthReply } | { service: ServiceName; error: string };
+/**
+ * One instance's answer to its health check; an answer mur refused (an error, a reply that breaks
+ * the contract: `refused`); or why a service had none.
+ */
+export type ServiceAnswer = { service: ServiceName; reply: HealthReply } | { service: ServiceName; error: string; refused?: true };
 
 /**
  * How long the census listens for another instance of a service after the last one answered:
@@ -27,7 +30,7 @@ export async function askEveryService(bus: Bus, timeoutMs: number): Promise<Serv
         const { replies, refused } = await bus.gather(topic, {}, { timeoutMs, quietMs: Math.min(NEXT_INSTANCE_QUIET_MS, timeoutMs) });
         const answered: ServiceAnswer[] = [
           ...replies.sort((left, right) => left.instance_id.localeCompare(right.instance_id)).map((reply) => ({ service, reply })),
-          ...refused.map((error) => ({ service, error: `${error.code}: ${error.message}` })),
+          ...refused.map((error) => ({ service, error: `${error.code}: ${error.message}`, refused: true as const })),
         ];
         if (answered.length > 0) return answered;
         return [{ service, error: `E-BUS-003: no instance answers '${topic.subject}' on ${bus.description} within ${timeoutMs} ms` }];

@@ -3,7 +3,7 @@ import { type Output, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
 import { askEveryService } from '../stack-health.js';
 
-/** `mur health`: asks every instance of each service on the bus for its health check, a row each. Exit 1 if a service has none that answers. */
+/** `mur health`: asks every instance of each service on the bus for its health check, a row each. Exit 1 unless every row is an instance that answered ok. */
 export async function healthCommand(options: { json?: boolean; timeoutMs?: number }, output: Output): Promise<number> {
   if (!process.env.MURMUR_NATS_URL?.trim()) {
     throw new MurmurError('E-BUS-005', 'mur health asks running services over NATS, and MURMUR_NATS_URL is not set', {
@@ -25,7 +25,7 @@ export async function healthCommand(options: { json?: boolean; timeoutMs?: numbe
               String(result.reply.pid),
               `${Math.round(result.reply.uptime_ms / 1000)}s`,
             ]
-          : [result.service, 'unreachable', result.error, '-', '-', '-'],
+          : [result.service, result.refused ? 'refused' : 'unreachable', result.error, '-', '-', '-'],
       );
       for (const line of table(['SERVICE', 'STATUS', 'INSTANCE', 'PORT', 'PID', 'UPTIME'], rows)) output.out(line);
     }

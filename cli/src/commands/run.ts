@@ -398,6 +398,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     let interrupted = false;
     /** Whether the executor took this run's stop for a session still running (not one already ending on its own). */
     let stoppedByThisRun = false;
+    /** The stop's request, settled (answered, refused or timed out) before its answer is read. */
+    let stopAsked: Promise<void> | undefined;
     let busClosed = false;
     let leave!: () => void;
     const left = new Promise<undefined>((resolve) => (leave = () => resolve(undefined)));
@@ -438,7 +440,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       }
       interrupted = true;
       output.err(`mur: interrupted; stopping session ${sessionId} (again to leave at once)`);
-      runtime.bus
+      stopAsked = runtime.bus
         .request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 })
         .then(({ stopping }) => {
           stoppedByThisRun = stopping;
@@ -460,6 +462,11 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     for (const subscription of subscriptions) subscription.unsubscribe();
     if (!end) return busClosed ? 1 : 130;
     timing('ended');
+    // The session's end can be read before the stop's answer (both in one read from the bus).
+    await stopAsked;
+    // Ended by the interrupt: the executor took the stop, or the interrupt reached the host itself
+    // (a host outside bubblewrap shares this run's process group, and a terminal's Ctrl-C signals it too).
+    const endedByInterrupt = interrupted && (stoppedByThisRun || end.signal === 'SIGINT' || end.signal === 'SIGTERM');
     await pinning;
 
     // On the stack the session's workdir is on its executor: its answer is fetched to where an
@@ -476,7 +483,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     }
 
     // Stopped on the launcher's own signal is how a sleeping agent is meant to end: no error to report.
-    if (end.error && !stoppedByThisRun)
+    if (end.error && !endedByInterrupt)
       output.err(
         new MurmurError(end.error.code as never, end.error.message, {
           ...(end.error.hint ? { hint: end.error.hint } : {}),
@@ -485,7 +492,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       );
     // A session that failed because this run stopped it did not fail: it was stopped (a trap, a
     // success, or an end already under way when the stop came is said as it was).
-    if (!options.json) output.out(`status:  ${stoppedByThisRun && end.exit_status === 'failed' ? 'stopped' : end.exit_status}`);
+    if (!options.json) output.out(`status:  ${endedByInterrupt && end.exit_status === 'failed' ? 'stopped' : end.exit_status}`);
     if (interrupted) return 130;
     return end.exit_status === 'ok' ? 0 : 1;
   } finally {

@@ -102,18 +102,20 @@ export async function checkStack(env: NodeJS.ProcessEnv = process.env, timeoutMs
   }
   try {
     const answers = await askEveryService(bus, timeoutMs);
-    const silent = answers.filter((answer) => 'error' in answer).map((answer) => answer.service);
+    const silent = answers.filter((answer) => 'error' in answer && !answer.refused).map((answer) => answer.service);
+    const refused = [...new Set(answers.filter((answer) => 'error' in answer && answer.refused).map((answer) => answer.service))];
     const notes = answers.map((answer) =>
       'reply' in answer
         ? `✓  ${answer.service.padEnd(8)}  ${answer.reply.instance_id}, pid ${answer.reply.pid}, up ${Math.round(answer.reply.uptime_ms / 1000)}s`
-        : `✗  ${answer.service.padEnd(8)}  no answer: ${answer.error}`,
+        : `✗  ${answer.service.padEnd(8)}  ${answer.refused ? 'refused answer' : 'no answer'}: ${answer.error}`,
     );
-    return silent.length === 0
+    const failures = [
+      ...(silent.length > 0 ? [`${silent.join(', ')} did not answer within ${seconds(timeoutMs)}`] : []),
+      ...(refused.length > 0 ? [`${refused.join(', ')} answered what mur refuses (another version?)`] : []),
+    ];
+    return failures.length === 0
       ? { passed: true, line: { mark: '✓', label: 'stack', detail: `${url}: every service answers (asked with a ${seconds(timeoutMs)} timeout)`, notes } }
-      : {
-          passed: false,
-          line: { mark: '✗', label: 'stack', detail: `${url}: ${silent.join(', ')} did not answer within ${seconds(timeoutMs)}`, notes },
-        };
+      : { passed: false, line: { mark: '✗', label: 'stack', detail: `${url}: ${failures.join('; ')}`, notes } };
   } finally {
     await bus.close();
   }

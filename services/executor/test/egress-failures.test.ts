@@ -30,5 +30,9 @@ describe("a grant's last unanswered request", () => {
     failures.failed('tool:driver', 'https://api.example.com/v1beta/models:generate?key=AIza-secret', 'connection-refused', 'connection refused');
     expect(JSON.stringify(failures.take('tool:driver'))).not.toContain('secret');
     expect(shownUrl('not a url')).toBe('(a URL that does not parse)');
+    // Nor does a reason that quotes the URL it refused.
+    const mistyped = 'htps://api.example.com/v1?key=sk-secret';
+    failures.failed('tool:driver', mistyped, 'HTTP-request-URI-invalid', `'${mistyped}' is not an http(s) URL`);
+    expect(JSON.stringify(failures.take('tool:driver'))).not.toContain('secret');
   });
 });

@@ -11,12 +11,12 @@ import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
  * so the queue group no longer offers it work.
  *
  * Silence is judged only while this watcher can hear: while its own bus connection is away no
- * executor is judged, and when it is back every executor gets a fresh allowance. The same holds
- * when this watcher itself was not running: a judgement that comes far later than it was due (the
- * process paused, stalled or stopped; in `mur run` the executor shares its event loop, so one long
- * stall used to end its own sessions) judges no one, and gives everyone a fresh allowance. Time
- * is the monotonic clock's, which a suspended machine does not advance. With several watchers,
- * one announcement per session is made (a create-once key decides which watcher).
+ * executor is judged, and when it is back every executor gets a fresh allowance. Nor is the time
+ * this watcher itself was not running counted: a judgement's lateness (the process paused,
+ * stalled or stopped; in `mur run` the executor shares its event loop, so one long stall used to
+ * end its own sessions) is added to every executor's last heartbeat. Time is the monotonic
+ * clock's, which a suspended machine does not advance. With several watchers, one announcement
+ * per session is made (a create-once key decides which watcher).
  */
 
 interface Known {
@@ -105,15 +105,15 @@ export class ExecutorMonitor {
 
   private async judge(): Promise<void> {
     const now = performance.now();
-    const late = now - this.lastJudged - this.judgeEveryMs;
+    // However late this judgement comes, that much of every silence is this process's own (it was
+    // not running, or not on time): it is forgiven, so silence counts only time kept on schedule.
+    // A watcher that is always somewhat late still declares a dead executor, a little later.
+    const late = Math.max(0, now - this.lastJudged - this.judgeEveryMs);
     this.lastJudged = now;
+    if (late > 0) for (const known of this.executors.values()) known.lastSeen = Math.min(now, known.lastSeen + late);
+    if (late > this.options.lostAfterMs / 2)
+      this.options.log.warn({ late_ms: Math.round(late) }, 'the watcher was not running for a while; that time is not counted as any executor’s silence');
     if (!this.hearing) return;
-    // Half the allowance late: the silence since the last judgement is this process's own.
-    if (late > this.options.lostAfterMs / 2) {
-      this.options.log.warn({ late_ms: Math.round(late) }, 'the watcher was not running for a while; every executor gets a fresh allowance');
-      this.refreshAllowances();
-      return;
-    }
     for (const [executorId, known] of this.executors) {
       if (known.lost || now - known.lastSeen < this.options.lostAfterMs) continue;
       known.lost = true;

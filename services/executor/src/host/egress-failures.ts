@@ -14,7 +14,9 @@ export class EgressFailures {
   private readonly byGrant = new Map<string, EgressFailure>();
 
   failed(grant: string, url: string, code: string, reason: string): void {
-    this.byGrant.set(grant, { url: shownUrl(url), code, reason });
+    const shown = shownUrl(url);
+    // A reason may quote the URL it refused (`'…' is not an http(s) URL`): it is shown as the URL is.
+    this.byGrant.set(grant, { url: shown, code, reason: reason.replaceAll(url, shown) });
   }
 
   answered(grant: string): void {
