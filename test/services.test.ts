@@ -72,6 +72,25 @@ describe('the services as processes on NATS', () => {
     expect(table.stdout.split('\n').filter((line) => line.startsWith('stager ')).length).toBe(2);
   });
 
+  it('mur health shows an answer it refuses as a refused row of its own, and fails', async () => {
+    // A stranger on the door's health subject, answering what no door of this version would.
+    const stranger = await NatsTransport.connect(nats.url, { log: silentLog });
+    stranger.subscribe('service.door.health', (message) => message.respond?.(new TextEncoder().encode('{"ok":true,"data":{"status":"fine"}}')));
+    await stranger.flush();
+    try {
+      const result = await runMur(['health', '--json'], { env: { MURMUR_NATS_URL: nats.url } });
+      expect(result.code).toBe(1);
+      const rows = JSON.parse(result.stdout) as Array<{ service: string; reply?: { status: string }; error?: string; refused?: boolean }>;
+      const door = rows.filter((row) => row.service === 'door');
+      expect(door.filter((row) => row.reply?.status === 'ok')).toHaveLength(1);
+      expect(door.filter((row) => row.refused)).toEqual([
+        { service: 'door', refused: true, error: expect.stringContaining("E-BUS-002: refused the reply on 'service.door.health'") },
+      ]);
+    } finally {
+      await stranger.close();
+    }
+  });
+
   it('stages over NATS through the stager processes, sharing the work between them', async () => {
     const project = path.join(home.dir, 'capsule');
     await capsuleProject(project, 'name: over-nats\nversion: 0.1.0\n', (await capsuleWat()).bytes);
