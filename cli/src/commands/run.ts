@@ -396,10 +396,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // On the stack the session lives on its executor: a bus that goes away is said, as is its
     // return, and the run waits for it (NATS reconnects for as long as it takes).
     let interrupted = false;
-    /** Whether the executor took this run's stop for a session still running (not one already ending on its own). */
-    let stoppedByThisRun = false;
-    /** The stop's request, settled (answered, refused or timed out) before its answer is read. */
-    let stopAsked: Promise<void> | undefined;
+    /** Whether the executor took this run's stop for a session still running (not one already ending on its own); false when it could not be asked. */
+    let stopTaken: Promise<boolean> | undefined;
     let busClosed = false;
     let leave!: () => void;
     const left = new Promise<undefined>((resolve) => (leave = () => resolve(undefined)));
@@ -440,18 +438,17 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       }
       interrupted = true;
       output.err(`mur: interrupted; stopping session ${sessionId} (again to leave at once)`);
-      stopAsked = runtime.bus
-        .request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 })
-        .then(({ stopping }) => {
-          stoppedByThisRun = stopping;
-        })
-        .catch((error: unknown) => {
+      stopTaken = runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'mur run was interrupted' }, { timeoutMs: 5_000 }).then(
+        ({ stopping }) => stopping,
+        (error: unknown) => {
           // Nobody could be asked, so nobody will say the session ended either: waiting would be for ever.
           output.err(
             `mur: could not ask for session ${sessionId} to stop (${error instanceof Error ? error.message : String(error)}); it may still run on its executor: mur stop ${sessionId} once the stack answers`,
           );
           leave();
-        });
+          return false;
+        },
+      );
     };
     onStopSignal = onSignal;
     // One that came while the session was being launched.
@@ -462,11 +459,11 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     for (const subscription of subscriptions) subscription.unsubscribe();
     if (!end) return busClosed ? 1 : 130;
     timing('ended');
-    // The session's end can be read before the stop's answer (both in one read from the bus).
-    await stopAsked;
-    // Ended by the interrupt: the executor took the stop, or the interrupt reached the host itself
-    // (a host outside bubblewrap shares this run's process group, and a terminal's Ctrl-C signals it too).
-    const endedByInterrupt = interrupted && (stoppedByThisRun || end.signal === 'SIGINT' || end.signal === 'SIGTERM');
+    // Ended by the interrupt: the executor took the stop (its answer awaited, since the session's
+    // end can be read before it, both in one read from the bus), or the interrupt reached the host
+    // itself (a host outside bubblewrap shares this run's process group, and a terminal's Ctrl-C
+    // signals it too).
+    const endedByInterrupt = interrupted && ((await stopTaken) === true || end.signal === 'SIGINT' || end.signal === 'SIGTERM');
     await pinning;
 
     // On the stack the session's workdir is on its executor: its answer is fetched to where an

@@ -52,7 +52,7 @@ export interface Transport {
   request(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array>;
   /**
    * A request every subscriber of `subject` answers (one per queue group): every reply, collected
-   * until `quietMs` pass with no new one after the first, or `timeoutMs` with none at all. No
+   * until `quietMs` pass with no new one after the last, or `timeoutMs` with none at all. No
    * subscriber is no reply: an empty list, not a failure.
    */
   gather(subject: string, data: Uint8Array, window: GatherWindow): Promise<Uint8Array[]>;

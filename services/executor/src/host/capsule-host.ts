@@ -8,7 +8,7 @@ import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, Sessi
 import { EgressFailures } from './egress-failures.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import { ResponseBodies } from './response-bodies.js';
-import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpRequest, StartMessage } from './protocol.js';
+import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpCheckVerdict, HttpRequest, StartMessage } from './protocol.js';
 import { UPLOAD_PIECE_CHARS, uploadPieces } from './request-body.js';
 import type { Task, TaskRegistry } from './task-registry.js';
 import { DELEGATE_TOOL } from './tool-inventory.js';
@@ -255,6 +255,7 @@ export class CapsuleHost implements AgentHost {
     if (options.silent) this.taskContext = undefined;
     else if (context) context.streamedText = false;
     const grant = `tool:${driver.name}`;
+    // What an earlier call (a hook's completion) left is not this call's to tell.
     this.egressFailures.take(grant);
     const outcome = await this.guests.run({
       role: 'tool',
@@ -391,9 +392,8 @@ export class CapsuleHost implements AgentHost {
         return null;
       case 'http-check': {
         const request = payload as { url: string; grant: string };
-        const verdict = (await this.channel.request({ op: 'http-check', request })) as { allowed: boolean; code?: string; reason?: string };
-        if (!verdict.allowed)
-          this.egressFailures.failed(grant, request.url, verdict.code ?? 'HTTP-request-denied', verdict.reason ?? 'refused by the network policy');
+        const verdict = (await this.channel.request({ op: 'http-check', request })) as HttpCheckVerdict;
+        if (!verdict.allowed) this.egressFailures.failed(grant, request.url, verdict.code, verdict.reason);
         return verdict;
       }
       case 'invoke': {

@@ -155,14 +155,12 @@ function wireErrorText(data: string | undefined): string | undefined {
  */
 export function driverFailure(message: string, egress: EgressFailure | undefined): { message: string; error: WireError } {
   const said = egress ? `${message.trimEnd()} (${egress.url}: ${egress.reason})` : message;
-  const error = (hint: string, path: string): WireError => ({ code: 'E-RUN-007', message: `agent loop failed: ${said}`, hint, path });
-  if (!egress) return { message: said, error: error("the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml", 'inference') };
-  if (egress.code === 'HTTP-request-denied')
-    return { message: said, error: error("name the endpoint's host and port in capabilities.network.allow in murmur.yaml", 'capabilities.network.allow') };
-  return {
-    message: said,
-    error: error('check that inference.endpoint in murmur.yaml names a model server that is up and reachable from this machine', 'inference.endpoint'),
-  };
+  const [hint, path] = !egress
+    ? ["the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml", 'inference']
+    : egress.code === 'HTTP-request-denied'
+      ? ["name the endpoint's host and port in capabilities.network.allow in murmur.yaml", 'capabilities.network.allow']
+      : ['check that inference.endpoint in murmur.yaml names a model server that is up and reachable from this machine', 'inference.endpoint'];
+  return { message: said, error: { code: 'E-RUN-007', message: `agent loop failed: ${said}`, hint, path } };
 }
 
 /**

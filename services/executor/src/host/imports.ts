@@ -2,6 +2,7 @@ import type { BridgeClient } from './bridge.js';
 import { loadShimIo } from './in-thread-io.js';
 import type { BodyCalls } from './relayed-body.js';
 import { REQUEST_BODY_LIMIT_BYTES } from './request-body.js';
+import type { HttpCheckVerdict } from './protocol.js';
 import type { BodyRead } from './response-bodies.js';
 import type { RelayedOutcome, RelayedRequest } from './wasi-http.js';
 
@@ -128,7 +129,7 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
     const http = httpModule.relayedHttp(
       (request) => relay(grants, request),
       (url) => {
-        const verdict = grants.bridge.call<{ allowed: true } | { allowed: false; code: string; reason: string }>('http-check', { url, grant: grants.grant });
+        const verdict = grants.bridge.call<HttpCheckVerdict>('http-check', { url, grant: grants.grant });
         return verdict.allowed ? undefined : errorCode(verdict.code, verdict.reason);
       },
       bodyCalls(grants.bridge),

@@ -281,6 +281,9 @@ export const EgressResultSchema = z.discriminatedUnion('outcome', [
 ]);
 export type EgressResult = z.infer<typeof EgressResultSchema>;
 
+/** The executor's answer to `http-check`: whether the policy lets a request to that URL go at all. */
+export type HttpCheckVerdict = { allowed: true } | { allowed: false; code: string; reason: string };
+
 export const SendRequestSchema = z.object({
   peer_url: z.string(),
   message_id: z.string(),
@@ -305,6 +308,7 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   /** An upload whose request could not be sent after all (its head too large to cross): the executor lets it go. */
   z.object({ op: z.literal('http-upload-release'), upload: z.number().int().positive() }),
   /** `outgoing-handler.handle`: whether the request may go at all, decided before any body is written. */
+  /** Answered with an `HttpCheckVerdict`. */
   z.object({ op: z.literal('http-check'), request: z.object({ url: z.string(), grant: z.string() }) }),
   /** The next piece of an allowed response's body (`HttpResponse.body`), answered when it arrives. */
   z.object({ op: z.literal('http-body'), body: z.number().int().positive() }),
