@@ -555,10 +555,51 @@ describe('the door', () => {
       expect(head).toContain('larger than 65536 bytes (MURMUR_DOOR_MAX_BODY_BYTES)');
     });
 
-    it('refuses a body that is not JSON by content-type with 415', async () => {
-      const reply = await post('{}', { 'content-type': 'text/plain' });
-      expect(reply.status).toBe(415);
-      expect(reply.body.error?.code).toBe(-32600);
+    it('refuses a body that is not JSON by content-type with 415, comparing the media type rather than searching it', async () => {
+      // The second is what a web page may send to any origin without a CORS preflight.
+      for (const contentType of ['text/plain', 'text/plain;charset=application/json', 'text/html; x=application/json']) {
+        const reply = await post('{}', { 'content-type': contentType });
+        expect(reply.status, contentType).toBe(415);
+        expect(reply.body.error?.code).toBe(-32600);
+      }
+      const suffixed = await post(JSON.stringify({ jsonrpc: '2.0', id: 5, method: 'tasks/get', params: { id: 'tsk_none' } }), {
+        'content-type': 'Application/JSON; charset=utf-8',
+      });
+      expect(suffixed.body.error?.code).toBe(-32001);
+    });
+
+    it('answers only for localhost while it listens on loopback: a request naming another host (DNS rebinding) is 421 before anything is read', async () => {
+      const target = new URL(agent.url);
+      const ask = (method: 'GET' | 'POST', requestPath: string, host: string) =>
+        new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const request = http.request(
+            { host: '127.0.0.1', port: target.port, method, path: requestPath, headers: { host, 'content-type': 'application/json' } },
+            (response) => {
+              let body = '';
+              response.setEncoding('utf8').on('data', (chunk: string) => {
+                body += chunk;
+              });
+              response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+            },
+          );
+          request.on('error', reject);
+          request.end(method === 'POST' ? JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tasks/get', params: {} }) : undefined);
+        });
+      const cardPath = `${target.pathname}.well-known/agent-card.json`;
+      for (const [method, requestPath] of [
+        ['GET', '/.well-known/agent-card.json'],
+        ['GET', cardPath],
+        ['POST', target.pathname],
+      ] as const) {
+        const refused = await ask(method, requestPath, `attacker.example:${target.port}`);
+        expect(refused.status, `${method} ${requestPath}`).toBe(421);
+        expect(refused.body).toContain('E-DOOR-002');
+        expect(refused.body).toContain("'attacker.example:");
+        expect(refused.body).not.toContain(agent.sessionId);
+      }
+      for (const host of [`localhost:${target.port}`, `127.0.0.1:${target.port}`, 'LOCALHOST', `agent.localhost:${target.port}`]) {
+        expect((await ask('GET', cardPath, host)).status, host).toBe(200);
+      }
     });
 
     it('keeps serving after all of that', async () => {
@@ -782,6 +823,12 @@ describe('the door', () => {
         const sent = await rpc(agent.url, 'SendMessage', { message, configuration });
         expect(sent.body.result?.task, JSON.stringify(configuration)).not.toHaveProperty('history');
       }
+      // And on the task a stream opens with.
+      const message = { ...v10Message('streamed, no history').message, contextId: `ctx-history-${Date.now()}` };
+      const frames = await readSse(await openStream(agent.url, 'SendStreamingMessage', { message, configuration: { historyLength: 0 } }));
+      const opening = JSON.parse(frames[0]?.data ?? '{}') as { result?: { task?: Record<string, unknown> } };
+      expect(opening.result?.task?.id).toBeDefined();
+      expect(opening.result?.task).not.toHaveProperty('history');
     });
 
     it('filters by a state given as the proto enum number, and by auth-required, a state its tasks never enter, to an empty page', async () => {
@@ -817,8 +864,13 @@ describe('the door', () => {
         const patched = await rpc(agent.url, method, { id: sentIds[0] }, { version });
         expect((patched.body.result?.status as { state: string } | undefined)?.state, version).toBe(state);
       }
+      // The parameter's name is case-insensitive, and a header sent empty does not hide it.
+      const lowered = await rpc(`${agent.url}?a2a-version=0.3`, 'tasks/get', { id: sentIds[0] });
+      expect((lowered.body.result?.status as { state: string } | undefined)?.state).toBe('completed');
       for (const reply of [
         await rpc(`${agent.url}?A2A-Version=2.0`, 'GetTask', { id: sentIds[0] }),
+        await rpc(`${agent.url}?a2a-VERSION=2.0`, 'GetTask', { id: sentIds[0] }),
+        await rpc(`${agent.url}?A2A-Version=2.0`, 'GetTask', { id: sentIds[0] }, { headers: { 'a2a-version': '' } }),
         await rpc(agent.url, 'GetTask', { id: sentIds[0] }, { version: '0.5' }),
         await rpc(agent.url, 'GetTask', { id: sentIds[0] }, { version: '1.x' }),
       ]) {

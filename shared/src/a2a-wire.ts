@@ -105,18 +105,29 @@ export const ListTasksParamsSchema = z.looseObject({
 export const TaskIdParamsSchema = z.looseObject({ id: identifier, historyLength: historyLength.optional() });
 export const OptionalTaskIdParamsSchema = z.looseObject({ id: identifier.optional(), historyLength: historyLength.optional() });
 
+/** What a part can carry besides text: 1.0's `oneof content` (`url`, `raw`, `data`), 0.3's `file` and `data`. */
+const PAYLOAD_KEYS = ['file', 'url', 'raw', 'data'] as const;
+
 /**
- * The first part of a message that is not text — a file, a URL, raw bytes, data — described for
- * the refusal, or undefined when every part is text. The runtime passes text to its agents and
- * says so on its card (`defaultInputModes: text/plain`); dropping the other parts would hand an
- * agent a different message than the one sent.
+ * The first part of a message the runtime cannot pass to its agent, described for the refusal, or
+ * undefined when every part is text. `unsupported` is a file, a URL, raw bytes or data: the runtime
+ * passes text to its agents and says so on its card (`defaultInputModes: text/plain`), and
+ * dropping the other parts would hand an agent a different message than the one sent. `invalid`
+ * is a part that is no part: one with no content, a text part without its text, or text beside a
+ * payload (a part holds one kind of content, 1.0's `oneof`), whose payload would be dropped.
  */
-export function nonTextPart(message: A2aMessage): string | undefined {
+export function unreadablePart(message: A2aMessage): { kind: 'unsupported' | 'invalid'; what: string } | undefined {
   for (const [index, part] of message.parts.entries()) {
+    const at = `message.parts[${index}]`;
     const kind = typeof part.kind === 'string' ? part.kind : undefined;
-    if (typeof part.text === 'string' && (kind === undefined || kind === 'text')) continue;
-    const named = kind ?? ['file', 'url', 'raw', 'data'].find((key) => key in part);
-    return named === undefined ? `message.parts[${index}] has no text` : `message.parts[${index}] is a ${named} part`;
+    const payload = PAYLOAD_KEYS.find((key) => key in part);
+    const hasText = typeof part.text === 'string';
+    if (kind !== undefined && kind !== 'text') return { kind: 'unsupported', what: `${at} is a ${kind} part` };
+    if (hasText && payload !== undefined) return { kind: 'invalid', what: `${at} holds text and a ${payload}; a part holds one kind of content` };
+    if (hasText) continue;
+    if (kind === 'text') return { kind: 'invalid', what: `${at} is a text part without its text` };
+    if (payload !== undefined) return { kind: 'unsupported', what: `${at} is a ${payload} part` };
+    return { kind: 'invalid', what: `${at} has no content (text, url, raw, data or file)` };
   }
   return undefined;
 }

@@ -64,6 +64,17 @@ function errorDetails(error: RpcError): Array<Record<string, unknown>> {
   return [];
 }
 
+/**
+ * Whether a `Content-Type` names JSON: `application/json`, or a type with the `+json` suffix,
+ * parameters aside. The media type is compared, not searched for: a browser sends
+ * `text/plain;charset=application/json` from any page without asking first (a "simple" request,
+ * no CORS preflight), and a substring test would take it for JSON.
+ */
+export function isJsonMediaType(contentType: string): boolean {
+  const mediaType = (contentType.split(';')[0] ?? '').trim().toLowerCase();
+  return mediaType === 'application/json' || /^application\/[a-z0-9!#$&^_.+-]+\+json$/.test(mediaType);
+}
+
 export function readJsonRpc(body: string): { ok: true; call: JsonRpcCall } | { ok: false; response: Record<string, unknown> } {
   let value: unknown;
   try {

@@ -28,7 +28,7 @@ import {
   hasSettled,
   settlesItsTask,
   messageText,
-  nonTextPart,
+  unreadablePart,
   newId,
   runtimeTracing,
   sessionUrl,
@@ -43,7 +43,8 @@ import type * as z from 'zod';
 import type { HttpAhead } from '@murmur/shared/service';
 import { keptBody, limitBody } from './body-limit.js';
 import { CARD_CACHE_CONTROL, CardShelf, type RenderedCard, holdsCard } from './card-shelf.js';
-import { type JsonRpcCall, describeInvalidParams, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
+import { type HostGuard, loopbackHostGuard, refuseForeignHost } from './host-guard.js';
+import { type JsonRpcCall, describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateFilter } from './rendering.js';
 import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
@@ -121,6 +122,8 @@ export function startDoorService(options: DoorOptions): DoorService {
   const heartbeatMs = numberSetting(env, 'MURMUR_SSE_HEARTBEAT_MS', DEFAULT_HEARTBEAT_MS, { unit: 'milliseconds' });
   const blockingWaitMs = numberSetting(env, 'MURMUR_DOOR_BLOCKING_WAIT_MS', DEFAULT_BLOCKING_WAIT_MS, { unit: 'milliseconds' });
   let baseUrl = env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined;
+  /** Set with the address the door listens on (`setBaseUrl`): only a door on loopback has one. */
+  let hostGuard: HostGuard | undefined;
 
   const locate = bus.serve(
     commands.locateDoor,
@@ -251,7 +254,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     // is refused alike whatever the request was.
     if (judged.verdict === 'session-token' && !(await sessionTokens.admits(link, judged.token))) return unauthorized(context);
     const contentType = context.req.header('content-type') ?? '';
-    if (!contentType.toLowerCase().includes('application/json')) {
+    if (!isJsonMediaType(contentType)) {
       return context.json(
         rpcError(null, {
           code: RPC_ERRORS.invalidRequest,
@@ -265,8 +268,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     const call = read.call;
     // A completion's headers are anyone's to write: they admit the one request a completion is.
     if (judged.verdict === 'completion' && !COMPLETION_METHODS.has(call.method)) return unauthorized(context);
-    // The service parameter as a header, or as the request parameter the spec also allows.
-    const askedVersion = context.req.header('a2a-version') ?? context.req.query('A2A-Version') ?? context.req.query('a2a-version');
+    const askedVersion = serviceParameter(context, 'a2a-version');
     const version = a2aVersionOf(askedVersion, call.method);
     if (!version) {
       return context.json(
@@ -350,8 +352,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     // told not to. A completion never waits: it is answered with its acknowledgement alone, since
     // following the task would show its poster, who may be the child's own guest, the parent's task.
     const blocking = request.completion === undefined && (version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true);
-    const historyLength = configuration?.historyLength;
-    const history = historyLength !== undefined ? { history_length: historyLength } : {};
+    const history = historyAsked(configuration?.historyLength);
     if (!blocking) {
       const sent = taskOf(await link.call({ ...sendCall(message, request), ...history }));
       return context.json('error' in sent ? rpcError(call.id, sent.error) : rpcResult(call.id, renderSendResult(version, sent.task)));
@@ -401,7 +402,7 @@ export function startDoorService(options: DoorOptions): DoorService {
       await link.call({
         method: 'get',
         ...(params.value.id !== undefined ? { task_id: params.value.id } : {}),
-        ...(params.value.historyLength !== undefined ? { history_length: params.value.historyLength } : {}),
+        ...historyAsked(params.value.historyLength),
       }),
     );
     if ('error' in found) return context.json(rpcError(call.id, found.error));
@@ -435,7 +436,7 @@ export function startDoorService(options: DoorOptions): DoorService {
       ...(state !== undefined ? { state } : {}),
       ...(since !== undefined ? { updated_after_ms: Date.parse(since) } : {}),
       ...(after ? { after } : {}),
-      ...(given.historyLength !== undefined ? { history_length: given.historyLength } : {}),
+      ...historyAsked(given.historyLength),
     });
     if (reply.error) return context.json(rpcError(call.id, reply.error));
     const tasks = (reply.tasks ?? []).map((task) => {
@@ -519,12 +520,14 @@ export function startDoorService(options: DoorOptions): DoorService {
     const { call, version, link } = request;
     const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
     if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const { message } = params.value as { message: A2aMessage };
+    const { message, configuration } = params.value as { message: A2aMessage; configuration?: { historyLength?: number } };
     const notText = refuseNonText(message);
     if (notText) return context.json(rpcError(call.id, notText));
+    // The task the stream opens with holds no more history than asked for, as a send's would.
+    const history = historyAsked(configuration?.historyLength);
     return openTaskStream(context, request, 'new', async () => {
       const replayed = request.lastEventId === undefined ? undefined : await link.call({ method: 'replay', after_event_id: request.lastEventId });
-      const sent = taskOf(await link.call(sendCall(message, request)));
+      const sent = taskOf(await link.call({ ...sendCall(message, request), ...history }));
       return 'error' in sent ? sent : { task: sent.task, ...(replayed ? { replayed } : {}) };
     });
   };
@@ -678,9 +681,11 @@ export function startDoorService(options: DoorOptions): DoorService {
 
   return {
     http: app,
-    ahead: (request, response) => refuseDeclaredTooLarge(request, response) || cards.answer(request, response),
+    ahead: (request, response) =>
+      refuseForeignHost(hostGuard, request, response) || refuseDeclaredTooLarge(request, response) || cards.answer(request, response),
     doorId,
     setBaseUrl(url: string) {
+      hostGuard = loopbackHostGuard(url, env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined);
       baseUrl ??= doorPublicUrl(url);
       cards.setBaseUrl(baseUrl);
       return baseUrl;
@@ -705,13 +710,31 @@ function methodNotFound(method: string, version: A2aVersion, otherGeneration: Re
 
 /** A message with a part that is not text: the spec's "content type not supported", naming the part. */
 function refuseNonText(message: A2aMessage): RpcError | undefined {
-  const part = nonTextPart(message);
-  return part === undefined
-    ? undefined
-    : {
+  const part = unreadablePart(message);
+  if (part === undefined) return undefined;
+  return part.kind === 'unsupported'
+    ? {
         code: RPC_ERRORS.contentTypeNotSupported,
-        message: `Content type not supported: ${part}; this agent takes text parts only (defaultInputModes: text/plain)`,
-      };
+        message: `Content type not supported: ${part.what}; this agent takes text parts only (defaultInputModes: text/plain)`,
+      }
+    : { code: RPC_ERRORS.invalidParams, message: `Invalid params: ${part.what}` };
+}
+
+/**
+ * A service parameter (A2A's `A2A-Version`, …) as a header, or as the request parameter the spec
+ * also allows; its name is case-insensitive either way. A header sent empty is as good as absent,
+ * so it does not hide the parameter.
+ */
+function serviceParameter(context: Context, name: string): string | undefined {
+  const header = context.req.header(name);
+  if (header !== undefined && header.trim() !== '') return header;
+  for (const [key, value] of new URL(context.req.url).searchParams) if (key.toLowerCase() === name && value.trim() !== '') return value;
+  return undefined;
+}
+
+/** A request's `historyLength` as the session call's field: absent when the client asked for no limit. */
+function historyAsked(historyLength: number | undefined): { history_length?: number } {
+  return historyLength !== undefined ? { history_length: historyLength } : {};
 }
 
 /** A client's message as the host's `send` call: its text parts joined, its ids as given. */

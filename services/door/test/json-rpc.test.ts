@@ -1,6 +1,6 @@
-import { type A2aMessage, SendParamsV03Schema, a2aVersionOf, isSafeContextId, messageText, nonTextPart } from '@murmur/shared';
+import { type A2aMessage, SendParamsV03Schema, a2aVersionOf, isSafeContextId, messageText, unreadablePart } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
-import { describeInvalidParams, readJsonRpc, rpcError, rpcResult } from '../src/json-rpc.js';
+import { describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from '../src/json-rpc.js';
 
 /** The error response of a body that is not a usable request. */
 function refusal(body: string): { id: unknown; code: number; message: string } {
@@ -122,6 +122,18 @@ describe('reading a JSON-RPC request', () => {
       message: 'Unauthorized',
       data: [{ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'E_DOOR_003', domain: 'murmur', metadata: { murmur_code: 'E-DOOR-003' } }],
     });
+  });
+});
+
+describe('the content type of a request', () => {
+  it('is JSON when its media type is application/json or a +json type, whatever its parameters and case', () => {
+    for (const type of ['application/json', 'Application/JSON; charset=utf-8', ' application/json ;x=y', 'application/a2a+json'])
+      expect(isJsonMediaType(type), type).toBe(true);
+  });
+
+  it('is not JSON when JSON is only mentioned: a parameter, another type, or nothing', () => {
+    for (const type of ['text/plain;charset=application/json', 'text/html; x=application/json', 'application/jsonx', 'text/json', 'application/+json', ''])
+      expect(isJsonMediaType(type), type).toBe(false);
   });
 });
 
@@ -247,21 +259,33 @@ describe('the text of a message', () => {
   });
 
   it('names the first part that is not text, in either generation, and nothing when every part is text', () => {
-    expect(nonTextPart(messageOf([{ kind: 'text', text: 'a' }, { text: 'b' }, { text: '', metadata: { x: 1 } }]))).toBeUndefined();
+    expect(unreadablePart(messageOf([{ kind: 'text', text: 'a' }, { text: 'b' }, { text: '', metadata: { x: 1 } }]))).toBeUndefined();
+    const unsupported = (what: string) => ({ kind: 'unsupported', what });
     expect(
-      nonTextPart(
+      unreadablePart(
         messageOf([
           { kind: 'text', text: 'a' },
           { kind: 'file', file: { uri: 'file:///x' } },
         ]),
       ),
-    ).toBe('message.parts[1] is a file part');
-    expect(nonTextPart(messageOf([{ url: 'https://x', mediaType: 'image/png' }]))).toBe('message.parts[0] is a url part');
-    expect(nonTextPart(messageOf([{ raw: 'AAEC' }]))).toBe('message.parts[0] is a raw part');
-    expect(nonTextPart(messageOf([{ data: { a: 1 } }]))).toBe('message.parts[0] is a data part');
+    ).toEqual(unsupported('message.parts[1] is a file part'));
+    expect(unreadablePart(messageOf([{ url: 'https://x', mediaType: 'image/png' }]))).toEqual(unsupported('message.parts[0] is a url part'));
+    expect(unreadablePart(messageOf([{ raw: 'AAEC' }]))).toEqual(unsupported('message.parts[0] is a raw part'));
+    expect(unreadablePart(messageOf([{ data: { a: 1 } }]))).toEqual(unsupported('message.parts[0] is a data part'));
     // A 0.3 part of another kind that also carries text is still that kind.
-    expect(nonTextPart(messageOf([{ kind: 'data', text: 'x', data: {} }]))).toBe('message.parts[0] is a data part');
-    expect(nonTextPart(messageOf([{ metadata: {} }]))).toBe('message.parts[0] has no text');
+    expect(unreadablePart(messageOf([{ kind: 'data', text: 'x', data: {} }]))).toEqual(unsupported('message.parts[0] is a data part'));
+  });
+
+  it('calls a part that is no part invalid: no content, a text part without text, or text beside a payload that would be dropped', () => {
+    const invalid = (what: string) => ({ kind: 'invalid', what });
+    expect(unreadablePart(messageOf([{ metadata: {} }]))).toEqual(invalid('message.parts[0] has no content (text, url, raw, data or file)'));
+    expect(unreadablePart(messageOf([{ kind: 'text' }]))).toEqual(invalid('message.parts[0] is a text part without its text'));
+    expect(unreadablePart(messageOf([{ text: 'hi', url: 'http://example.com/secret.pdf', mediaType: 'application/pdf' }]))).toEqual(
+      invalid('message.parts[0] holds text and a url; a part holds one kind of content'),
+    );
+    expect(unreadablePart(messageOf([{ text: 'ok' }, { kind: 'text', text: 'hi', raw: 'aGk=' }]))).toEqual(
+      invalid('message.parts[1] holds text and a raw; a part holds one kind of content'),
+    );
   });
 
   it('keeps empty text parts as empty lines', () => {

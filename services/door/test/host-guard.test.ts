@@ -1,0 +1,30 @@
+import { describe, expect, it } from 'vitest';
+import { loopbackHostGuard } from '../src/host-guard.js';
+
+describe('the host guard of a door on loopback', () => {
+  it('answers for loopback names and addresses, with or without a port, and for a request that names no host', () => {
+    const guard = loopbackHostGuard('http://127.0.0.1:7730', undefined);
+    for (const host of ['localhost', 'localhost:7730', 'LocalHost.', 'agent.localhost:7730', '127.0.0.1:7730', '127.8.9.10', '[::1]:7730', undefined, '']) {
+      expect(guard?.(host), String(host)).toBe(true);
+    }
+  });
+
+  it('refuses any other name, one that only starts like a loopback name, and a Host that is not one', () => {
+    const guard = loopbackHostGuard('http://[::1]:7730', undefined);
+    for (const host of ['attacker.example', 'attacker.example:7730', 'localhost.attacker.example', '127.0.0.1.nip.io', '10.0.0.5:7730', 'a b', '@evil']) {
+      expect(guard?.(host), host).toBe(false);
+    }
+  });
+
+  it('answers for the name of its public URL as well', () => {
+    const guard = loopbackHostGuard('http://127.0.0.1:7730', 'https://agents.example.org/');
+    expect(guard?.('agents.example.org')).toBe(true);
+    expect(guard?.('other.example.org')).toBe(false);
+  });
+
+  it('is not there for a door listening beyond loopback: its operator chose the names it is reached by', () => {
+    expect(loopbackHostGuard('http://0.0.0.0:8080', undefined)).toBeUndefined();
+    expect(loopbackHostGuard('http://[::]:8080', undefined)).toBeUndefined();
+    expect(loopbackHostGuard('http://10.1.2.3:8080', undefined)).toBeUndefined();
+  });
+});
