@@ -2,7 +2,15 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { MurmurError } from '@murmur/shared';
-import { DEFAULT_MAX_ENTRY_BYTES, MAX_ENTRY_BYTES_ENV, MurZip, type ZipInput, maxEntryBytesFromEnv, writeMurZip } from '@murmur/shared/artifacts';
+import {
+  DEFAULT_MAX_ENTRY_BYTES,
+  MAX_ENTRY_BYTES_ENV,
+  MurZip,
+  type ZipInput,
+  inspectArchive,
+  maxEntryBytesFromEnv,
+  writeMurZip,
+} from '@murmur/shared/artifacts';
 import { listTree, tempDir } from '../../test/support/fs.js';
 import { type RawEntry, rawZip } from '../../test/support/raw-zip.js';
 import { rejectionOf as rejection } from '../../test/support/refusals.js';
@@ -296,6 +304,35 @@ describe('MurZip.open guards', () => {
     }
     const over = await rejection(MurZip.open(await writeMurZip([{ name: 'exact.bin', data }]), { label: 'exact.mur.zip', maxEntryBytes: 1023 }));
     expect(over.code).toBe('E-ART-002');
+  });
+
+  it('refuses an entry whose bytes were changed in place, sizes kept, by its CRC-32, and extracts nothing', async () => {
+    const bytes = rawZip([
+      { name: 'capsule.wasm', data: noise(300) },
+      { name: 'murmur.yaml', data: text('name: x\n') },
+    ]);
+    // A stored entry's data follows its 30-byte local header and its name.
+    const at = 30 + 'capsule.wasm'.length + 100;
+    bytes[at] = (bytes[at] as number) ^ 0xff;
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-003');
+    expect(error.message).toContain("zip entry 'capsule.wasm' is corrupt: its bytes do not match the CRC-32 its header declares");
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('has publish and install refuse a damaged archive whose manifest is whole: every entry is read before one is stored', async () => {
+    const good = await writeMurZip([
+      { name: 'murmur.yaml', data: text('name: damaged\nversion: 0.1.0\n') },
+      { name: 'capsule.wasm', data: noise(4096) },
+    ]);
+    expect((await inspectArchive(good, 'damaged-0.1.0.mur.zip')).meta.name).toBe('damaged');
+    const damaged = Buffer.from(good);
+    // Inside capsule.wasm's compressed bytes, which follow the manifest's entry.
+    const at = damaged.indexOf(Buffer.from('capsule.wasm')) + 'capsule.wasm'.length + 200;
+    damaged[at] = (damaged[at] as number) ^ 0xff;
+    const error = await rejection(inspectArchive(damaged, 'damaged-0.1.0.mur.zip'));
+    expect(error.code).toBe('E-ART-003');
+    expect(error.message).toMatch(/^damaged-0\.1\.0\.mur\.zip: (cannot read )?zip entry 'capsule\.wasm'/);
   });
 
   it('refuses bytes that are not a zip at all as E-ART-003, naming the archive', async () => {

@@ -12,13 +12,16 @@ export interface InspectedArchive {
 }
 
 /**
- * Opens an archive with every guard, reads its manifest, and derives the meta a store keeps for
- * it. What `mur publish`, `mur install <zip>` and roost's publish endpoint all do before storing
- * bytes they were handed, so none of them stores an archive that staging would later refuse.
+ * Opens an archive with every guard, reads every entry (each held to its declared size and
+ * checksum), reads its manifest, and derives the meta a store keeps for it. What `mur publish`,
+ * `mur install <zip>` and roost's publish endpoint all do before storing bytes they were handed,
+ * so none of them stores an archive that staging would later refuse: a published version cannot
+ * be replaced, so a damaged one stored would stay unusable under its name.
  */
 export async function inspectArchive(bytes: Uint8Array, label: string, options: { platform?: string } = {}): Promise<InspectedArchive> {
   const zip = await MurZip.open(bytes, { label });
   try {
+    for (const name of zip.names) await zip.read(name);
     const text = await zip.manifestText();
     let packaged: PackagedManifest;
     try {

@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
-import { inflateRawSync } from 'node:zlib';
+import { crc32, inflateRawSync } from 'node:zlib';
 import yauzl from 'yauzl';
 import yazl from 'yazl';
 import { MurmurError } from '../errors.js';
@@ -231,6 +231,12 @@ export class MurZip {
     }
     if (bytes.length !== entry.declaredSize) {
       throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds ${bytes.length} bytes but its header declares ${entry.declaredSize}`);
+    }
+    // Bytes changed in place (a bad disk, a cut download patched up) keep their sizes: only the checksum tells.
+    if (crc32(bytes) !== entry.raw.crc32) {
+      throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' is corrupt: its bytes do not match the CRC-32 its header declares`, {
+        hint: 'the archive was damaged after it was built: fetch or copy it again, or rebuild it with mur build',
+      });
     }
     return bytes;
   }
