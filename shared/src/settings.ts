@@ -16,6 +16,9 @@ export interface NumberSetting {
   zero?: boolean;
 }
 
+/** A duration a node timer can hold, by unit: past 2^31−1 ms it would fire at once (with only a warning). */
+const LONGEST_TIMER: Readonly<Record<string, number>> = { milliseconds: 2 ** 31 - 1, seconds: Math.floor((2 ** 31 - 1) / 1000) };
+
 type Environment = Readonly<Record<string, string | undefined>>;
 
 function describe(setting: NumberSetting): string {
@@ -31,6 +34,12 @@ export function numberSetting(env: Environment, name: string, fallback: number |
   const value = Number(raw);
   const wellFormed = setting.fractional ? /^\d+(\.\d+)?$/.test(raw) : /^\d+$/.test(raw);
   if (wellFormed && Number.isFinite(value) && (setting.fractional || Number.isSafeInteger(value)) && (value > 0 || (setting.zero && value === 0))) {
+    const longest = LONGEST_TIMER[setting.unit];
+    if (longest !== undefined && value > longest)
+      throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' ${setting.unit} is longer than a timer can hold (at most ${longest}, about 24 days)`, {
+        path: name,
+        hint: `give at most ${longest} ${setting.unit}${fallback === undefined ? ', or leave it unset' : `, or leave it unset for ${fallback}`}`,
+      });
     return value;
   }
   throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' is not ${describe(setting)}`, {

@@ -203,6 +203,18 @@ describe('the capsule manifest', () => {
     expect(error.message).toBe(`murmur.yaml: invalid capability config for 'capabilities.${block}.${field}': must be greater than zero (line 5)`);
   });
 
+  it.each([
+    ['capabilities:\n  limits:\n    deadline_seconds', 'capabilities.limits.deadline_seconds'],
+    ['lifecycle:\n  input_timeout_secs', 'lifecycle.input_timeout_secs'],
+  ])('refuses a duration longer than a timer can hold (%s), which would end the session at once', (prefix, at) => {
+    const manifest = (seconds: number) => `name: tiny\nversion: 1.0.0\n${prefix}: ${seconds}\n`;
+    expect(() => parseCapsuleManifest(manifest(2_000_000))).not.toThrow();
+    const error = refusal(manifest(2_200_000));
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.path).toBe(at);
+    expect(error.message).toContain('must be at most 2000000 seconds (about 23 days)');
+  });
+
   it('refuses a unix_sockets grant on a capsule without shell, at its YAML path', () => {
     const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  network:\n    unix_sockets: true\n');
     expect(error.code).toBe('E-MAN-003');

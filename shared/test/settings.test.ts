@@ -32,4 +32,15 @@ describe('a number read from the environment', () => {
       "invalid MURMUR_POOL: '-1' is not a whole number of hosts",
     );
   });
+
+  it('is refused as a duration longer than a timer can hold, which node would fire at once', () => {
+    expect(numberSetting({ MURMUR_X_MS: String(2 ** 31 - 1) }, 'MURMUR_X_MS', 250, MS)).toBe(2 ** 31 - 1);
+    const error = refusalOf(() => numberSetting({ MURMUR_X_MS: String(2 ** 31) }, 'MURMUR_X_MS', 250, MS));
+    expect(error.code).toBe('E-CFG-003');
+    expect(error.message).toBe("invalid MURMUR_X_MS: '2147483648' milliseconds is longer than a timer can hold (at most 2147483647, about 24 days)");
+    expect(error.hint).toBe('give at most 2147483647 milliseconds, or leave it unset for 250');
+    const seconds = { unit: 'seconds', fractional: true };
+    expect(numberSetting({ MURMUR_X_SECS: '2147483' }, 'MURMUR_X_SECS', 30, seconds)).toBe(2147483);
+    expect(refusalOf(() => numberSetting({ MURMUR_X_SECS: '2147483.9' }, 'MURMUR_X_SECS', 30, seconds)).code).toBe('E-CFG-003');
+  });
 });

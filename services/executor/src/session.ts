@@ -578,7 +578,8 @@ export class Session {
           path: 'capabilities.limits.deadline_seconds',
         });
       },
-      plan.policy.limits.deadline_seconds * 1000 + graceMs,
+      // Both parts fit a timer; their sum may not, and past it node fires at once.
+      Math.min(plan.policy.limits.deadline_seconds * 1000 + graceMs, 2 ** 31 - 1),
     );
     this.hardLimit.unref();
   }

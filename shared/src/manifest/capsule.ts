@@ -40,6 +40,18 @@ const positiveCount = z
   .int()
   .refine((value) => value > 0, { message: 'must be greater than zero' });
 
+/**
+ * The longest duration a manifest may give, in seconds (about 23 days): node's timers hold at most
+ * 2^31−1 ms (~24.8 days) and fire at once past it, so a longer deadline would end a session the
+ * moment it started. What is left below that bound is room for the executor's grace.
+ */
+export const LONGEST_DURATION_SECONDS = 2_000_000;
+
+/** A duration in whole seconds that a timer can hold. */
+const durationSeconds = positiveCount.refine((value) => value <= LONGEST_DURATION_SECONDS, {
+  message: `must be at most ${LONGEST_DURATION_SECONDS} seconds (about 23 days)`,
+});
+
 function trimmedEnum<const T extends readonly [string, ...string[]]>(values: T) {
   return z.preprocess((value) => (typeof value === 'string' ? value.trim() : value), z.enum(values));
 }
@@ -190,7 +202,7 @@ const LimitsSchema = z.object({
   memory_bytes: positiveCount.optional(),
   table_elements: positiveCount.optional(),
   instances: positiveCount.optional(),
-  deadline_seconds: positiveCount.optional(),
+  deadline_seconds: durationSeconds.optional(),
 });
 
 const ResourcesSchema = z.object({
@@ -427,7 +439,7 @@ export const LifecycleSchema = z.object({
   task_acceptance: trimmedEnum(['none', 'single', 'queue']).default('single'),
   after_task: trimmedEnum(['exit', 'sleep']).default('exit'),
   queue_depth: positiveCount.default(1),
-  input_timeout_secs: positiveCount.optional(),
+  input_timeout_secs: durationSeconds.optional(),
   conversation: trimmedEnum(['stateless', 'threaded']).default('stateless'),
 });
 export type Lifecycle = z.output<typeof LifecycleSchema>;
