@@ -160,6 +160,16 @@ describe('ArtifactStore.publish', () => {
     expect((await rejection(store.resolve('../x', '1.0.0'))).code).toBe('E-REG-006');
     expect((await rejection(store.resolve('x', '..'))).code).toBe('E-REG-006');
   });
+
+  it('refuses a name or a version too long for a file name as E-REG-006 with a hint, not as a failed open (ENAMETOOLONG)', async () => {
+    const long = await rejection(store.resolve('a'.repeat(300), '1.0.0'));
+    expect(long.code).toBe('E-REG-006');
+    expect(long.message).toBe(`'${'a'.repeat(60)}…' cannot name an artifact: a name is at most 100 characters (this one is 300)`);
+    expect(long.hint).toContain('as its murmur.yaml names it');
+    expect((await rejection(store.resolve(`ns/${'b'.repeat(101)}`, '1.0.0'))).code).toBe('E-REG-006');
+    expect((await rejection(store.resolve('x', `1.0.0-${'c'.repeat(200)}`))).code).toBe('E-REG-006');
+    expect(await store.resolve('a'.repeat(100), '1.0.0')).toBeUndefined();
+  });
 });
 
 describe('ArtifactStore.resolve', () => {

@@ -42,19 +42,35 @@ export interface StoredArtifact {
 
 const SEGMENT = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
 
+/** The longest name segment (an artifact's own rule, `artifactNameProblem`) and version a store takes. */
+const LONGEST_NAME_SEGMENT = 100;
+const LONGEST_VERSION = 128;
+
 /**
  * Names and versions become directory and file names, so they are held to a shape that cannot
- * climb (`..`), hide (`.x`) or nest beyond one namespace (`ns/name`).
+ * climb (`..`), hide (`.x`) or nest beyond one namespace (`ns/name`), and to lengths that keep
+ * `<name>-<version>.meta.json` within a file name's 255 bytes.
  */
 export function assertStorable(name: string, version: string): void {
   const segments = name.split('/');
   const badName = segments.length > 2 || segments.some((segment) => !SEGMENT.test(segment) || segment.includes('..'));
+  const shown = (text: string): string => (text.length > 60 ? `${text.slice(0, 60)}…` : text);
   if (badName)
-    throw new MurmurError('E-REG-006', `'${name}' cannot name an artifact in a store: use lowercase letters, digits and '-', with at most one 'namespace/'`, {
+    throw new MurmurError('E-REG-006', `'${shown(name)}' cannot name an artifact in a store: use lowercase letters, digits and '-', with at most one 'namespace/'`, {
       path: name,
+      hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
     });
-  if (!SEGMENT.test(version) || version.includes('..')) {
-    throw new MurmurError('E-REG-006', `'${version}' cannot be an artifact version in a store: use letters, digits, '.', '+', '-' and '_'`, { path: version });
+  if (segments.some((segment) => segment.length > LONGEST_NAME_SEGMENT))
+    throw new MurmurError('E-REG-006', `'${shown(name)}' cannot name an artifact: a name is at most ${LONGEST_NAME_SEGMENT} characters (this one is ${name.length})`, {
+      path: name,
+      hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
+    });
+  if (!SEGMENT.test(version) || version.includes('..') || version.length > LONGEST_VERSION) {
+    throw new MurmurError(
+      'E-REG-006',
+      `'${shown(version)}' cannot be an artifact version in a store: use letters, digits, '.', '+', '-' and '_', at most ${LONGEST_VERSION} of them`,
+      { path: version, hint: "a version is as the artifact's murmur.yaml gives it, e.g. 0.1.0" },
+    );
   }
 }
 
