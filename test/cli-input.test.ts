@@ -71,6 +71,40 @@ describe('mur, given what a new user gets wrong', () => {
     refused(result, 'E-IO-003', '--capsule-version needs --capsule', 'e.g. mur run --capsule <name> --capsule-version 0.1.0');
   });
 
+  it('refuses two flags that each name the same thing, rather than silently follow one of them', async () => {
+    const manifest = path.join(capsule, 'murmur.yaml');
+    refused(
+      await runMur(['run', '--manifest', manifest, '--capsule', 'hello', '--capsule-version', '0.1.0'], { env }),
+      'E-IO-003',
+      '--manifest and --capsule each name the capsule to run: give one',
+      `mur run --manifest ${manifest} runs a project`,
+    );
+    refused(
+      await runMur(['run', '--manifest', manifest, '--context', 'a', '--resume', 'b'], { env }),
+      'E-IO-003',
+      '--context and --resume each name the context of the task: give one',
+      '--resume <id> is --context <id> refused when no conversation is recorded for it',
+    );
+    refused(
+      await runMur(['stage', '--capsule-version', '0.1.0'], { cwd: capsule, env }),
+      'E-IO-003',
+      '--capsule-version needs --capsule',
+      'e.g. mur stage --capsule <name> --capsule-version 0.1.0',
+    );
+    refused(
+      await runMur(['stage', capsule, '--capsule', 'hello', '--capsule-version', '0.1.0'], { env }),
+      'E-IO-003',
+      `a directory ('${capsule}') and --capsule each name the capsule to stage: give one`,
+      `mur stage ${capsule} stages a project`,
+    );
+    refused(
+      await runMur(['list', '-g', '--registry', 'http://127.0.0.1:9'], { env }),
+      'E-IO-003',
+      "-g chooses among this machine's stores, and --registry http://127.0.0.1:9 lists a roost: give one",
+      'mur list --registry <url> lists what a roost holds',
+    );
+  });
+
   it('refuses an address and a port given to --bind, saying where the port is set', async () => {
     for (const bind of ['127.0.0.1:36469', '[::1]:8080']) {
       const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });

@@ -66,7 +66,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .description('list installed artifacts')
     .option('-g, --global', 'the global store')
     .addOption(new Option('--all', 'the project and the global store').conflicts('global'))
-    .option('--registry <url>', "a roost's index")
+    .option('--registry <url>', "a roost's index ('local': the global store)")
     .option('--json', 'print JSON')
     .action(
       run((options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }) =>
@@ -91,7 +91,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
   program
     .command('run')
     .description('stage a capsule, run it in a sandbox, and wait for it to end')
-    .option('--manifest <path>', 'the capsule manifest', './murmur.yaml')
+    .option('--manifest <path>', 'the capsule manifest (default: ./murmur.yaml)')
     .option('--capsule <name>', 'run a capsule from a registry instead')
     .option('--capsule-version <version>', 'the version of --capsule')
     .option(

@@ -1,4 +1,4 @@
-import type { ArtifactMeta } from '@murmur/shared';
+import { type ArtifactMeta, MurmurError } from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
 import { globalStoreDir, projectStoreDir } from '@murmur/shared/node';
 import { type Output, table } from '../output.js';
@@ -15,6 +15,15 @@ function platforms(meta: ArtifactMeta): string {
 export async function listCommand(options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }, output: Output): Promise<void> {
   const rows: Array<{ scope: string; meta: ArtifactMeta }> = [];
   const choice = registryChoice(options.registry);
+  if (choice.kind === 'remote' && (options.global || options.all))
+    throw new MurmurError(
+      'E-IO-003',
+      `${options.global ? '-g' : '--all'} chooses among this machine's stores, and --registry ${choice.url} lists a roost: give one`,
+      {
+        path: options.global ? '--global' : '--all',
+        hint: 'mur list --registry <url> lists what a roost holds; mur list -g or --all what this machine holds',
+      },
+    );
   if (choice.kind === 'remote') {
     for (const meta of await new RoostRegistryClient(choice.url).list()) rows.push({ scope: 'roost', meta });
   } else {
@@ -24,7 +33,8 @@ export async function listCommand(options: { global?: boolean; all?: boolean; re
       if (project) for (const meta of await new ArtifactStore(projectStoreDir(project), 'project').list()) rows.push({ scope: 'project', meta });
       for (const meta of await global.list()) rows.push({ scope: 'global', meta });
     } else {
-      const store = options.global || !project ? global : new ArtifactStore(projectStoreDir(project), 'project');
+      // `--registry local` is the global store, as search, publish and install read it.
+      const store = options.global || choice.kind === 'local' || !project ? global : new ArtifactStore(projectStoreDir(project), 'project');
       for (const meta of await store.list()) rows.push({ scope: store.scope, meta });
     }
   }

@@ -196,6 +196,17 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       path: '--bind',
       hint: "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port (unset or 0: any free port)",
     });
+  // Each pair names one thing twice: taking either would run what the other did not mean.
+  if (fromRegistry && options.manifest !== undefined)
+    throw new MurmurError('E-IO-003', '--manifest and --capsule each name the capsule to run: give one', {
+      path: '--manifest',
+      hint: `mur run --manifest ${options.manifest} runs a project; mur run --capsule ${options.capsule} --capsule-version <v> runs an installed capsule`,
+    });
+  if (options.context !== undefined && options.resume !== undefined)
+    throw new MurmurError('E-IO-003', '--context and --resume each name the context of the task: give one', {
+      path: '--resume',
+      hint: '--resume <id> is --context <id> refused when no conversation is recorded for it',
+    });
   // Alone it would be ignored, and the manifest here run instead of the capsule meant.
   if (!fromRegistry && options.capsuleVersion)
     throw new MurmurError('E-IO-003', '--capsule-version needs --capsule', {

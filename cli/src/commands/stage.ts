@@ -17,8 +17,19 @@ function stageSourceFor(directory: string | undefined, options: StageOptions): C
   if (options.capsule !== undefined) {
     if (!options.capsuleVersion)
       throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0' });
+    if (directory !== undefined)
+      throw new MurmurError('E-IO-003', `a directory ('${directory}') and --capsule each name the capsule to stage: give one`, {
+        path: '--capsule',
+        hint: `mur stage ${directory} stages a project; mur stage --capsule ${options.capsule} --capsule-version ${options.capsuleVersion} an installed capsule`,
+      });
     return { kind: 'registry', name: options.capsule, version: options.capsuleVersion, projectDir: findProjectRoot() ?? process.cwd() };
   }
+  // Alone it would be ignored, and the project here staged instead of the capsule meant.
+  if (options.capsuleVersion !== undefined)
+    throw new MurmurError('E-IO-003', '--capsule-version needs --capsule', {
+      path: '--capsule-version',
+      hint: `e.g. mur stage --capsule <name> --capsule-version ${options.capsuleVersion}`,
+    });
   return { kind: 'directory', dir: path.resolve(directory ?? '.') };
 }
 

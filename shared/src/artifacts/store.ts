@@ -56,15 +56,23 @@ export function assertStorable(name: string, version: string): void {
   const badName = segments.length > 2 || segments.some((segment) => !SEGMENT.test(segment) || segment.includes('..'));
   const shown = (text: string): string => (text.length > 60 ? `${text.slice(0, 60)}…` : text);
   if (badName)
-    throw new MurmurError('E-REG-006', `'${shown(name)}' cannot name an artifact in a store: use lowercase letters, digits and '-', with at most one 'namespace/'`, {
-      path: name,
-      hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
-    });
+    throw new MurmurError(
+      'E-REG-006',
+      `'${shown(name)}' cannot name an artifact in a store: use lowercase letters, digits and '-', with at most one 'namespace/'`,
+      {
+        path: name,
+        hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
+      },
+    );
   if (segments.some((segment) => segment.length > LONGEST_NAME_SEGMENT))
-    throw new MurmurError('E-REG-006', `'${shown(name)}' cannot name an artifact: a name is at most ${LONGEST_NAME_SEGMENT} characters (this one is ${name.length})`, {
-      path: name,
-      hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
-    });
+    throw new MurmurError(
+      'E-REG-006',
+      `'${shown(name)}' cannot name an artifact: a name is at most ${LONGEST_NAME_SEGMENT} characters (this one is ${name.length})`,
+      {
+        path: name,
+        hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
+      },
+    );
   if (!SEGMENT.test(version) || version.includes('..') || version.length > LONGEST_VERSION) {
     throw new MurmurError(
       'E-REG-006',
