@@ -49,6 +49,23 @@ describe('mur run', () => {
     expect((await fs.stat(workdir as string)).isDirectory()).toBe(true);
   });
 
+  it('refuses a context given to a script capsule, which has no conversation, and runs nothing', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'contextless'), 'name: contextless\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    for (const [flag, verb] of [
+      ['--resume', 'resume'],
+      ['--context', 'continue'],
+    ] as const) {
+      const result = await runMur(['run', flag, 'ctx-1'], { cwd: project, env });
+      expect(result.code, result.stderr).toBe(1);
+      expect(result.stderr).toContain(
+        `error[E-CTX-001]: contextless is a script capsule, which answers no tasks and records no conversation: context 'ctx-1' has nothing to ${verb}`,
+      );
+      expect(result.stderr).toContain('hint: --context and --resume are for agent capsules');
+      expect(result.stdout).not.toContain('status:');
+    }
+    expect(await listTree(path.join(project, 'workdir')).catch(() => [])).toEqual([]);
+  });
+
   it('refuses a runtime setting that is not the number it names before anything runs, naming it', async () => {
     const project = await capsuleProject(path.join(scratch.dir, 'settings'), 'name: settings\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     const cases: Array<[name: string, value: string, expected: string]> = [

@@ -372,6 +372,14 @@ export class Session {
   private async launchWithin(launchTraceparent: string | undefined): Promise<LaunchReply> {
     this.checkHost();
     const plan = this.plan;
+    // A script capsule answers no tasks, so it has no conversation to continue: a context given to
+    // it would be dropped without a word, and one to resume would "resume" nothing.
+    if (plan.capsule.kind !== 'agent' && this.request.context_id !== undefined)
+      throw new MurmurError(
+        'E-CTX-001',
+        `${plan.capsule.name} is a script capsule, which answers no tasks and records no conversation: context '${this.request.context_id}' has nothing to ${this.request.resume ? 'resume' : 'continue'}`,
+        { hint: '--context and --resume are for agent capsules (a manifest with an inference: block); run this one without them' },
+      );
     for (const warning of plan.warnings) this.stderrLine(`warning[${warning.code}]: ${warning.message}`);
     await this.registerWithRoost();
     const { blobs, bundles } = this.environment;
