@@ -356,10 +356,14 @@ describe('mur trace', () => {
         idle,
         `${JSON.stringify({ event_type: 'session_end', session_id: 'ses_idle', timestamp: 1, total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0, duration_ms: 5, exit_status: 'failed' })}\n`,
       );
-      const result = await trace(['show', idle]);
-      expect(result.code).toBe(1);
-      expect(result.stderr).toContain(`error[E-TRC-001]: ${idle}: no session_start event found`);
-      expect(result.stderr).toContain('hint: an agent writes its session_start when a task begins: this session ran no task');
+      // steps reads a trace still being written as it is, but one that never started names no session.
+      for (const command of ['show', 'steps']) {
+        const result = await trace([command, idle]);
+        expect(result.code, command).toBe(1);
+        expect(result.stderr).toContain(`error[E-TRC-001]: ${idle}: no session_start event found`);
+        expect(result.stderr).toContain('hint: an agent writes its session_start when a task begins: this session ran no task');
+        expect(result.stdout).toBe('');
+      }
     });
   });
 });

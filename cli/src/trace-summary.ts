@@ -156,11 +156,7 @@ export function summariseTrace(file: string, events: TraceEvent[]): TraceSummary
         break;
     }
   }
-  if (!start)
-    throw new MurmurError('E-TRC-001', `${file}: no session_start event found`, {
-      path: file,
-      hint: 'an agent writes its session_start when a task begins: this session ran no task (or its trace was cut short)',
-    });
+  if (!start) throw noSessionStart(file);
   if (!end)
     throw new MurmurError('E-TRC-001', `${file}: no session_end event found`, {
       path: file,
@@ -193,4 +189,12 @@ export function summariseTrace(file: string, events: TraceEvent[]): TraceSummary
     reopens,
     tasks,
   };
+}
+
+/** A trace without its `session_start`: nothing in it says which session, or what run, it was. */
+export function noSessionStart(file: string): MurmurError {
+  return new MurmurError('E-TRC-001', `${file}: no session_start event found`, {
+    path: file,
+    hint: 'an agent writes its session_start when a task begins: this session ran no task (or its trace was cut short)',
+  });
 }

@@ -5,7 +5,7 @@ import { readTraceFile } from '@murmur/shared/node';
 import type { Output } from '../output.js';
 import { renderDiff, renderReport, renderShow, renderSteps } from '../trace-render.js';
 import { listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, traceFileOf } from '../session-selector.js';
-import { type TraceSummary, summariseTrace } from '../trace-summary.js';
+import { type TraceSummary, noSessionStart, summariseTrace } from '../trace-summary.js';
 
 /**
  * `mur trace show|steps|diff|report`: upstream's readers of a session's `trace.jsonl`.
@@ -46,6 +46,8 @@ export async function traceStepsCommand(selector: string | undefined, options: T
   const file = await resolveTrace(selector, workdirOf(options));
   const events = await readEvents(file, output);
   if (events.length === 0) throw new MurmurError('E-TRC-001', `${file}: trace file is empty (incomplete or zero-event session)`, { path: file });
+  // A trace still being written (no session_end) is read as it is; one that never started is no run's.
+  if (!events.some((event) => event.event_type === 'session_start')) throw noSessionStart(file);
   for (const line of renderSteps(events, options.verbose === true)) output.out(line);
 }
 
