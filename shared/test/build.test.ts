@@ -155,6 +155,10 @@ describe('buildArtifact: artifacts', () => {
     const into = path.join(dir, 'dist');
     await fs.mkdir(into);
     expect((await buildArtifact(src, { output: into })).outputPath).toBe(path.join(into, 'echo-tool-0.1.0.mur.zip'));
+    // A directory that does not exist yet, named as one by its trailing '/'.
+    const fresh = path.join(dir, 'fresh', 'dist');
+    expect((await buildArtifact(src, { output: `${fresh}/` })).outputPath).toBe(path.join(fresh, 'echo-tool-0.1.0.mur.zip'));
+    expect((await fs.stat(path.join(fresh, 'echo-tool-0.1.0.mur.zip'))).isFile()).toBe(true);
     expect(await listTree(src)).toEqual(['murmur.yaml', 'tool.wasm']);
   });
 
@@ -257,6 +261,7 @@ describe('buildArtifact: artifacts', () => {
       const error = await refuse({ 'murmur.yaml': toolManifest(['tool.wasm']), 'tool.wasm': tool.bytes }, { output: path.join(dir, 'out.zip') });
       expect(error.code).toBe('E-IO-003');
       expect(error.message).toContain('.mur.zip');
+      expect(error.hint).toContain("or a directory to write echo-tool-0.1.0.mur.zip into (one that exists, or one written with a trailing '/')");
       expect(await listTree(dir)).toEqual(['src/', 'src/murmur.yaml', 'src/tool.wasm']);
     });
   });

@@ -245,9 +245,15 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
   let outputPath = path.join(sourceDir, fileName);
   if (options.output !== undefined) {
     const stat = await fs.stat(options.output).catch(() => undefined);
-    outputPath = stat?.isDirectory() ? path.join(path.resolve(options.output), fileName) : path.resolve(options.output);
+    // A trailing '/' names a directory whether or not it exists yet: it is made, as a file's missing parents are.
+    const directory = stat?.isDirectory() || options.output.endsWith('/');
+    outputPath = directory ? path.join(path.resolve(options.output), fileName) : path.resolve(options.output);
   }
-  if (!outputPath.endsWith('.mur.zip')) throw new MurmurError('E-IO-003', `output path must end with .mur.zip: ${outputPath}`, { path: outputPath });
+  if (!outputPath.endsWith('.mur.zip'))
+    throw new MurmurError('E-IO-003', `output path must end with .mur.zip: ${outputPath}`, {
+      path: outputPath,
+      hint: `give -o a file name ending in .mur.zip, or a directory to write ${fileName} into (one that exists, or one written with a trailing '/')`,
+    });
 
   let declared: string[];
   let packaging: PackagingType;
