@@ -285,6 +285,26 @@ describe('the door', () => {
       expect(results.some((result) => 'artifactUpdate' in result)).toBe(true);
     });
 
+    it('names a tool result in the stream as the finished task names it, so a client holding both holds it once', async () => {
+      const frames = await readSse(
+        await openStream(agent.url, 'SendStreamingMessage', {
+          message: { messageId: `m-tool-${Date.now()}`, role: 'ROLE_USER', parts: [{ text: 'run echo named' }] },
+        }),
+      );
+      type Artifact = { artifactId: string; name: string; parts: Array<{ text: string }> };
+      const results = frames
+        .filter((frame) => frame.comment === undefined)
+        .map((frame) => (JSON.parse(frame.data) as { result: Record<string, unknown> }).result);
+      const taskId = (results[0]?.task as { id: string }).id;
+      const streamedTool = results
+        .map((result) => (result.artifactUpdate as { artifact: Artifact } | undefined)?.artifact)
+        .find((artifact) => artifact?.name === 'sh');
+      // This agent grants no shell, so the result is the refusal: an artifact all the same.
+      expect(streamedTool?.artifactId).toMatch(/-artifact-0$/);
+      const task = (await rpc(agent.url, 'GetTask', { id: taskId })).body.result as { artifacts: Artifact[] };
+      expect(task.artifacts.filter((artifact) => artifact.name === 'sh')).toEqual([streamedTool]);
+    });
+
     it('replays a task after Last-Event-ID, the same events with the same ids', async () => {
       const first = (await readSse(await openStream(agent.url, 'message/stream', textMessage('replay me')))).filter((frame) => frame.id !== undefined);
       const taskId = (JSON.parse(first[0]?.data as string) as { result: { taskId: string } }).result.taskId;

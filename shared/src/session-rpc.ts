@@ -33,8 +33,8 @@ export const TaskViewSchema = z.object({
   prompt: z.string().optional(),
   /** Once `completed`: the final text (what `out/result.txt` holds). */
   response: z.string().optional(),
-  /** Tool results and hook artifacts, as the stream carried them. */
-  artifacts: z.array(z.object({ name: z.string(), text: z.string() })),
+  /** Tool results and hook artifacts, as the stream carried them; `seq` numbers each within its task (its A2A artifactId). */
+  artifacts: z.array(z.object({ name: z.string(), text: z.string(), seq: z.number().int().nonnegative().optional() })),
   history: z.array(TaskMessageSchema),
   updated_at: z.string(),
 });

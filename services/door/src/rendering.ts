@@ -78,6 +78,11 @@ function artifact(version: A2aVersion, artifactId: string, name: string, text: s
   return { artifactId, name, parts: [textPart(version, text)] };
 }
 
+/** A tool result's or hook artifact's A2A id: its number among its task's artifacts. */
+function toolArtifactId(taskId: string, seq: number): string {
+  return `${taskId}-artifact-${seq}`;
+}
+
 /**
  * A task. While it waits for input its prompt is the status message and a `prompt` artifact
  * (upstream's shape); once completed its response is the status message and a `response` artifact.
@@ -85,7 +90,7 @@ function artifact(version: A2aVersion, artifactId: string, name: string, text: s
 export function renderTask(version: A2aVersion, task: TaskView): Record<string, unknown> {
   const ids = { id: task.id, contextId: task.context_id };
   const statusText = task.state === 'input-required' ? task.prompt : task.state === 'completed' ? task.response : task.message;
-  const artifacts = task.artifacts.map((entry, index) => artifact(version, `${task.id}-artifact-${index}`, entry.name, entry.text));
+  const artifacts = task.artifacts.map((entry, index) => artifact(version, toolArtifactId(task.id, entry.seq ?? index), entry.name, entry.text));
   if (task.state === 'input-required' && task.prompt !== undefined) artifacts.push(artifact(version, 'prompt', 'prompt', task.prompt));
   if (task.response !== undefined) artifacts.push(artifact(version, 'response', 'response', task.response));
   return {
@@ -118,7 +123,7 @@ export function renderStreamEvent(version: A2aVersion, event: SessionEvent, sent
   const timestamp = event.time;
   const data = event.data as {
     status?: { message?: string; response?: string };
-    artifact?: { tool_name?: string; content?: string };
+    artifact?: { tool_name?: string; content?: string; seq?: number };
     text?: string;
     final?: boolean;
   };
@@ -136,7 +141,16 @@ export function renderStreamEvent(version: A2aVersion, event: SessionEvent, sent
     case 'text':
     case 'thinking': {
       const streamed = event.type !== 'artifact';
-      const artifactId = streamed ? (event.type === 'text' ? 'response-stream' : 'thinking-stream') : `${ids.taskId}-event-${event.id}`;
+      // A tool's artifact is named as the task names it (GetTask, a resubscription's opening task);
+      // streamed text is not the task's `response` artifact, which holds the last turn's answer only.
+      const seq = data.artifact?.seq;
+      const artifactId = streamed
+        ? event.type === 'text'
+          ? 'response-stream'
+          : 'thinking-stream'
+        : seq !== undefined
+          ? toolArtifactId(ids.taskId, seq)
+          : `${ids.taskId}-event-${event.id}`;
       const append = streamed && sent.has(artifactId);
       sent.add(artifactId);
       const update = {

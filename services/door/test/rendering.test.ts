@@ -109,6 +109,11 @@ describe('rendering a task for A2A 0.3', () => {
     expect(at(rendered, 'artifacts')).toEqual([]);
   });
 
+  it('keeps each artifact’s number when the oldest have been let go', () => {
+    const rendered = renderTask('0.3', taskView({ artifacts: [{ name: 'late', text: '1', seq: 140 }] }));
+    expect((at(rendered, 'artifacts') as Rendered[])[0]?.artifactId).toBe('tsk_1-artifact-140');
+  });
+
   it('numbers the task’s own artifacts in order', () => {
     const rendered = renderTask(
       '0.3',
@@ -300,6 +305,14 @@ describe('rendering a stream event', () => {
         lastChunk: true,
       },
     });
+  });
+
+  it('names a numbered tool artifact in a stream as the task names it, so a client joining a stream and GetTask holds it once', () => {
+    const streamed = fresh('1.0', event({ id: 12, type: 'artifact', data: { id: 'tsk_1', artifact: { tool_name: 'sh', content: 'out', seq: 3 } } }));
+    const task = renderTask('1.0', taskView({ artifacts: [{ name: 'sh', text: 'out', seq: 3 }] }));
+    const inStream = at(at(streamed, 'artifactUpdate'), 'artifact') as Rendered;
+    expect(inStream.artifactId).toBe('tsk_1-artifact-3');
+    expect((at(task, 'artifacts') as Rendered[])[0]).toEqual(inStream);
   });
 
   it('names an artifact without a tool name “tool” with empty content', () => {

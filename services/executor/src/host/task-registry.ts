@@ -42,7 +42,8 @@ export interface Task {
   message?: string;
   prompt?: string;
   response?: string;
-  readonly artifacts: Array<{ name: string; text: string }>;
+  /** Each with its number among the task's artifacts (`seq`), which names it the same in a stream and in the task. */
+  readonly artifacts: Array<{ name: string; text: string; seq: number }>;
   readonly history: TaskMessage[];
   updatedAt: number;
   /** Set when the task was ended from outside (input timeout, cancel): the loop stops at its next step. */
@@ -262,9 +263,11 @@ export class TaskRegistry {
 
   /** A tool result or hook artifact, kept on the task and streamed. */
   artifact(task: Task, name: string, text: string): void {
-    task.artifacts.push({ name, text });
+    // Counted on from the last one kept, so the oldest being let go renumbers nothing.
+    const seq = (task.artifacts.at(-1)?.seq ?? -1) + 1;
+    task.artifacts.push({ name, text, seq });
     if (task.artifacts.length > HISTORY_LIMIT) task.artifacts.shift();
-    this.feed.emit({ type: 'artifact', taskId: task.id, contextId: task.contextId, data: { id: task.id, artifact: { tool_name: name, content: text } } });
+    this.feed.emit({ type: 'artifact', taskId: task.id, contextId: task.contextId, data: { id: task.id, artifact: { tool_name: name, content: text, seq } } });
   }
 
   chunk(task: Task, kind: 'text' | 'thinking', text: string, final = false): void {
