@@ -295,7 +295,7 @@ describe('the door', () => {
       const results = frames
         .filter((frame) => frame.comment === undefined)
         .map((frame) => (JSON.parse(frame.data) as { result: Record<string, unknown> }).result);
-      const taskId = (results[0]?.task as { id: string }).id;
+      const taskId = (results[0]?.task as { id: string } | undefined)?.id;
       const streamedTool = results
         .map((result) => (result.artifactUpdate as { artifact: Artifact } | undefined)?.artifact)
         .find((artifact) => artifact?.name === 'sh');
