@@ -743,7 +743,7 @@ describe('a delegated child’s completion', () => {
     const registry = new TaskRegistry({ task_acceptance: 'queue', queue_depth: 2 }, new EventFeed((event) => events.push(event)), SESSION);
     taskOf(send(registry, { text: 'delegate to a worker' }));
     const task = await startNext(registry);
-    task.artifacts.push({ name: 'tool', text: 'API_KEY=secret-of-the-parent' });
+    registry.artifact(task, 'tool', 'API_KEY=secret-of-the-parent');
     const awaited = track(registry.awaitDelegation(task, DELEGATION));
     return { registry, task, awaited };
   }
