@@ -668,10 +668,10 @@ describe('the events a task emits', () => {
         task_id: task.id,
         context_id: task.contextId,
         final: false,
-        data: { id: task.id, artifact: { tool_name: 'read_file', content: 'file contents' } },
+        data: { id: task.id, artifact: { tool_name: 'read_file', content: 'file contents', seq: 0 } },
       }),
     ]);
-    expect(stateOf(registry, task.id).artifacts).toEqual([{ name: 'read_file', text: 'file contents' }]);
+    expect(stateOf(registry, task.id).artifacts).toEqual([{ name: 'read_file', text: 'file contents', seq: 0 }]);
   });
 
   it('keeps only the latest 100 artifacts on a task', async () => {
@@ -683,6 +683,8 @@ describe('the events a task emits', () => {
     expect(artifacts).toHaveLength(100);
     expect(artifacts[0]?.text).toBe('result 5');
     expect(artifacts.at(-1)?.text).toBe('result 104');
+    // Each keeps its number: the oldest let go renumbers nothing.
+    expect([artifacts[0]?.seq, artifacts.at(-1)?.seq]).toEqual([5, 104]);
   });
 
   it('streams text and thinking chunks in upstream’s shape, final only when said', async () => {
