@@ -802,6 +802,16 @@ describe('the door', () => {
       expect(working.totalSize).toBe(0);
     });
 
+    it('reads 1.0 params by their proto names too, and an int32 given as a string, as ProtoJSON allows', async () => {
+      const listed = (await rpc(agent.url, 'ListTasks', { context_id: contextId, page_size: '1' })).body.result as unknown as Listed;
+      expect(listed.tasks.map((task) => task.id)).toEqual([sentIds[2]]);
+      expect(listed).toMatchObject({ pageSize: 1, totalSize: 3 });
+      const withArtifacts = (await rpc(agent.url, 'ListTasks', { context_id: contextId, include_artifacts: true })).body.result as unknown as Listed;
+      expect(withArtifacts.tasks.every((task) => 'artifacts' in task)).toBe(true);
+      const got = await rpc(agent.url, 'GetTask', { id: sentIds[0], history_length: 0 });
+      expect(got.body.result).not.toHaveProperty('history');
+    });
+
     it('refuses ListTasks values that are not valid with -32602 naming the field, and a page token of another session', async () => {
       const foreign = Buffer.from(JSON.stringify({ s: 'ses_00000000000000000000000000000000', u: 1, i: 'tsk_x' })).toString('base64url');
       const cases: Array<[Record<string, unknown>, string]> = [
@@ -863,6 +873,8 @@ describe('the door', () => {
         ['ListTasks', 'TASK_STATE_AUTH_REQUIRED'],
         ['ListTasks', 8],
         ['tasks/list', 'auth-required'],
+        // 0.3's `unknown` is a state of its enum too, and no task of this runtime is ever in it.
+        ['tasks/list', 'unknown'],
       ] as const) {
         const listed = await rpc(agent.url, method, { contextId, status });
         expect(listed.body.result, `${method} ${status}`).toEqual({ tasks: [], nextPageToken: '', pageSize: 50, totalSize: 0 });

@@ -42,6 +42,32 @@ export type JsonRpcRequest = z.infer<typeof JsonRpcRequestSchema>;
 
 const identifier = z.string().min(1).max(256);
 
+/** Fields whose values are `google.protobuf.Struct`s, a client's own JSON: their keys are never renamed. */
+const STRUCT_FIELDS = new Set(['metadata', 'data']);
+/** The proto's int32 fields among the params read: ProtoJSON writes a number or a string of one. */
+const INT32_FIELDS = new Set(['pageSize', 'historyLength']);
+
+/**
+ * 1.0's params as ProtoJSON gives them, read as the door's schemas name them. ProtoJSON parsers
+ * accept a field's proto name (`context_id`) as well as its JSON name (`contextId`), and an int32
+ * as a string of digits (`"pageSize": "1"`); read only by the JSON names, those requests would
+ * lose their filters and settings without a word. A field given under both names keeps its JSON
+ * name's value. The keys of a Struct (`metadata`, a part's `data`) are the client's and kept.
+ */
+export function fromProtoJson(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(fromProtoJson);
+  if (value === null || typeof value !== 'object') return value;
+  const renamed: Record<string, unknown> = {};
+  const entries = Object.entries(value as Record<string, unknown>);
+  for (const [key, field] of entries) {
+    const name = key.includes('_') ? key.replace(/_([a-z0-9])/g, (_match, next: string) => next.toUpperCase()) : key;
+    if (name !== key && Object.hasOwn(value, name)) continue;
+    const read = STRUCT_FIELDS.has(name) ? field : fromProtoJson(field);
+    renamed[name] = INT32_FIELDS.has(name) && typeof read === 'string' && /^-?\d{1,10}$/.test(read) ? Number(read) : read;
+  }
+  return renamed;
+}
+
 /** A part as either generation writes it; only text is read (`kind: "text"` in 0.3, a bare `text` in 1.0). */
 const PartSchema = z.looseObject({ kind: z.string().optional(), text: z.string().optional() });
 

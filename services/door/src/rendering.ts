@@ -32,7 +32,8 @@ const STATE_NUMBERS_V10 = [
 /**
  * The task state a `ListTasks` status filter names, in its generation's words (`working`,
  * `TASK_STATE_WORKING`, or 1.0's enum number): `all` for proto3's unset value, `none` for a state
- * the spec has and this runtime never enters (auth-required: its tasks never wait on credentials),
+ * the spec has and this runtime never enters (auth-required: its tasks never wait on credentials;
+ * 0.3's `unknown`: its tasks' states are always known),
  * null for what is not a state.
  *
  * **Decided:** 1.0's `UNRECOGNIZED` is read as unset too. It is not a state of the spec, but it is
@@ -44,7 +45,7 @@ export function taskStateFilter(version: A2aVersion, named: string | number): Ta
   const name = typeof named === 'number' ? (version === '1.0' ? STATE_NUMBERS_V10[named] : undefined) : named;
   if (name === undefined) return null;
   if (version === '1.0' && (name === 'TASK_STATE_UNSPECIFIED' || name === 'UNRECOGNIZED')) return 'all';
-  if (name === (version === '0.3' ? 'auth-required' : 'TASK_STATE_AUTH_REQUIRED')) return 'none';
+  if (name === (version === '0.3' ? 'auth-required' : 'TASK_STATE_AUTH_REQUIRED') || (version === '0.3' && name === 'unknown')) return 'none';
   for (const [state, v10] of Object.entries(STATE_V10) as Array<[TaskState, string]>) if ((version === '0.3' ? state : v10) === name) return state;
   return null;
 }

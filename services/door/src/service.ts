@@ -25,6 +25,7 @@ import {
   a2aVersionOf,
   commands,
   doorPublicUrl,
+  fromProtoJson,
   hasSettled,
   settlesItsTask,
   messageText,
@@ -36,6 +37,7 @@ import {
   numberSetting,
 } from '@murmur/shared';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { networkInterfaces } from 'node:os';
 import type { Bus } from '@murmur/shared/bus';
 import { type Context, Hono } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
@@ -325,7 +327,7 @@ export function startDoorService(options: DoorOptions): DoorService {
   // ── methods ───────────────────────────────────────────────────────────────
 
   const parseParams = <T>(schema: z.ZodType<T>, request: RpcRequest): { ok: true; value: T } | { ok: false; error: RpcError } => {
-    const parsed = schema.safeParse(request.call.params);
+    const parsed = schema.safeParse(request.version === '1.0' ? fromProtoJson(request.call.params) : request.call.params);
     return parsed.success
       ? { ok: true, value: parsed.data }
       : { ok: false, error: { code: RPC_ERRORS.invalidParams, message: describeInvalidParams(parsed.error.issues) } };
@@ -686,7 +688,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     doorId,
     setBaseUrl(url: string) {
       hostGuard = loopbackHostGuard(url, env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined);
-      baseUrl ??= doorPublicUrl(url);
+      baseUrl ??= doorPublicUrl(url, machineAddress);
       cards.setBaseUrl(baseUrl);
       return baseUrl;
     },
@@ -718,6 +720,14 @@ function refuseNonText(message: A2aMessage): RpcError | undefined {
         message: `Content type not supported: ${part.what}; this agent takes text parts only (defaultInputModes: text/plain)`,
       }
     : { code: RPC_ERRORS.invalidParams, message: `Invalid params: ${part.what}` };
+}
+
+/** This machine's first address on a network (IPv4 before IPv6), what a door on every interface is reached by. */
+function machineAddress(): string | undefined {
+  const external = Object.values(networkInterfaces())
+    .flat()
+    .filter((entry) => entry !== undefined && !entry.internal && !(entry.family === 'IPv6' && entry.scopeid !== 0));
+  return (external.find((entry) => entry?.family === 'IPv4') ?? external[0])?.address;
 }
 
 /**

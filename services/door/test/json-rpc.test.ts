@@ -1,4 +1,4 @@
-import { type A2aMessage, SendParamsV03Schema, a2aVersionOf, isSafeContextId, messageText, unreadablePart } from '@murmur/shared';
+import { type A2aMessage, SendParamsV03Schema, a2aVersionOf, fromProtoJson, isSafeContextId, messageText, unreadablePart } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
 import { describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from '../src/json-rpc.js';
 
@@ -134,6 +134,34 @@ describe('the content type of a request', () => {
   it('is not JSON when JSON is only mentioned: a parameter, another type, or nothing', () => {
     for (const type of ['text/plain;charset=application/json', 'text/html; x=application/json', 'application/jsonx', 'text/json', 'application/+json', ''])
       expect(isJsonMediaType(type), type).toBe(false);
+  });
+});
+
+describe('1.0 params as ProtoJSON writes them', () => {
+  it('are read by their proto names as well as their JSON names, nested fields included', () => {
+    expect(fromProtoJson({ context_id: 'c', page_size: 2, include_artifacts: true, status_timestamp_after: 't' })).toEqual({
+      contextId: 'c',
+      pageSize: 2,
+      includeArtifacts: true,
+      statusTimestampAfter: 't',
+    });
+    expect(fromProtoJson({ message: { message_id: 'm', parts: [{ text: 'x', media_type: 'text/plain' }] }, configuration: { history_length: 0 } })).toEqual({
+      message: { messageId: 'm', parts: [{ text: 'x', mediaType: 'text/plain' }] },
+      configuration: { historyLength: 0 },
+    });
+  });
+
+  it('take an int32 written as a string of digits, and nothing else as one', () => {
+    expect(fromProtoJson({ pageSize: '1', history_length: '5' })).toEqual({ pageSize: 1, historyLength: 5 });
+    expect(fromProtoJson({ pageSize: 'one', historyLength: '1.5' })).toEqual({ pageSize: 'one', historyLength: '1.5' });
+  });
+
+  it('keep the JSON name’s value when a field comes under both names, and a Struct’s keys as the client wrote them', () => {
+    expect(fromProtoJson({ contextId: 'json', context_id: 'proto' })).toEqual({ contextId: 'json' });
+    expect(fromProtoJson({ metadata: { trace_id: 'a' }, message: { parts: [{ data: { snake_key: 1 } }] } })).toEqual({
+      metadata: { trace_id: 'a' },
+      message: { parts: [{ data: { snake_key: 1 } }] },
+    });
   });
 });
 
