@@ -105,6 +105,38 @@ describe('mur, given what a new user gets wrong', () => {
     );
   });
 
+  it('gives every refusal of a mistyped path, reference or option a hint', async () => {
+    const odd = path.join(scratch.dir, 'odd');
+    await fs.mkdir(path.join(odd, 'murmur.yaml'), { recursive: true });
+    refused(
+      await runMur(['build', odd], { env }),
+      'E-IO-003',
+      `${path.join(odd, 'murmur.yaml')} is a directory, not a manifest`,
+      'a capsule directory holds its manifest as a file named murmur.yaml',
+    );
+    refused(
+      await runMur(['publish', scratch.dir], { env }),
+      'E-IO-003',
+      `failed to read artifact at ${scratch.dir}`,
+      'pass the .mur.zip file, not a directory',
+    );
+    refused(
+      await runMur(['install', 'hello'], { cwd: capsule, env }),
+      'E-IO-003',
+      "artifact reference 'hello' must be in the format <name@version> or a path to a .mur.zip",
+      'e.g. mur install hello@0.1.0',
+    );
+    const garbage = path.join(scratch.dir, 'garbage.jsonl');
+    await fs.writeFile(garbage, 'not json\nnor this\n');
+    refused(await runMur(['trace', 'show', garbage], { env }), 'E-TRC-001', `${garbage}: holds no trace event`, "a session's trace is trace.jsonl");
+    refused(
+      await runMur(['trace', 'report', '@1', '--last', '2'], { cwd: capsule, env }),
+      'E-TRC-002',
+      '--last cannot be combined',
+      'name the sessions to report',
+    );
+  });
+
   it('refuses an address and a port given to --bind, saying where the port is set', async () => {
     for (const bind of ['127.0.0.1:36469', '[::1]:8080']) {
       const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });

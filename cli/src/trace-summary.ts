@@ -86,7 +86,7 @@ function resourceOf(call: TraceEventOf<'tool_call'>): string | undefined {
 }
 
 export function summariseTrace(file: string, events: TraceEvent[]): TraceSummary {
-  if (events.length === 0) throw new MurmurError('E-TRC-001', `${file}: trace file is empty (incomplete or zero-event session)`, { path: file });
+  if (events.length === 0) throw noTraceEvents(file);
   let start: TraceEventOf<'session_start'> | undefined;
   let end: TraceEventOf<'session_end'> | undefined;
   const toolRecords: CallRecord[] = [];
@@ -196,5 +196,13 @@ export function noSessionStart(file: string): MurmurError {
   return new MurmurError('E-TRC-001', `${file}: no session_start event found`, {
     path: file,
     hint: 'an agent writes its session_start when a task begins: this session ran no task (or its trace was cut short)',
+  });
+}
+
+/** A trace with no event in it: empty, or nothing in it a trace event (each unreadable line was warned of). */
+export function noTraceEvents(file: string): MurmurError {
+  return new MurmurError('E-TRC-001', `${file}: holds no trace event (incomplete or zero-event session)`, {
+    path: file,
+    hint: "a session's trace is trace.jsonl in its session directory, written as it runs; mur trace show @1 reads the newest session's",
   });
 }

@@ -16,11 +16,14 @@ export async function publishCommand(zipArgument: string | undefined, options: {
   try {
     bytes = await fs.readFile(zipPath);
   } catch (error) {
-    throw new MurmurError(
-      (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'E-IO-001' : 'E-IO-003',
-      `failed to read artifact at ${zipPath}: ${(error as Error).message}`,
-      { path: zipPath },
-    );
+    const code = (error as NodeJS.ErrnoException).code;
+    throw new MurmurError(code === 'ENOENT' ? 'E-IO-001' : 'E-IO-003', `failed to read artifact at ${zipPath}: ${(error as Error).message}`, {
+      path: zipPath,
+      hint:
+        code === 'EISDIR'
+          ? 'pass the .mur.zip file, not a directory (mur build prints the path of the one it writes)'
+          : 'pass the .mur.zip that mur build wrote (it prints its path), or run mur publish with none in the capsule directory',
+    });
   }
   const inspected = await inspectArchive(bytes, zipPath, options.platform === undefined ? {} : { platform: options.platform });
   for (const warning of inspected.packaged.warnings) output.warn(warning);

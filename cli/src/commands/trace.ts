@@ -5,7 +5,7 @@ import { readTraceFile } from '@murmur/shared/node';
 import type { Output } from '../output.js';
 import { renderDiff, renderReport, renderShow, renderSteps } from '../trace-render.js';
 import { listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, traceFileOf } from '../session-selector.js';
-import { type TraceSummary, noSessionStart, summariseTrace } from '../trace-summary.js';
+import { type TraceSummary, noSessionStart, noTraceEvents, summariseTrace } from '../trace-summary.js';
 
 /**
  * `mur trace show|steps|diff|report`: upstream's readers of a session's `trace.jsonl`.
@@ -45,7 +45,7 @@ export async function traceShowCommand(selector: string | undefined, options: Tr
 export async function traceStepsCommand(selector: string | undefined, options: TraceOptions & { verbose?: boolean }, output: Output): Promise<void> {
   const file = await resolveTrace(selector, workdirOf(options));
   const events = await readEvents(file, output);
-  if (events.length === 0) throw new MurmurError('E-TRC-001', `${file}: trace file is empty (incomplete or zero-event session)`, { path: file });
+  if (events.length === 0) throw noTraceEvents(file);
   // A trace still being written (no session_end) is read as it is; one that never started is no run's.
   if (!events.some((event) => event.event_type === 'session_start')) throw noSessionStart(file);
   for (const line of renderSteps(events, options.verbose === true)) output.out(line);
@@ -102,8 +102,12 @@ async function reportTraces(selectors: string[], options: ReportOptions, workdir
 
 export async function traceReportCommand(selectors: string[], options: ReportOptions, output: Output): Promise<void> {
   if (selectors.length > 0 && (options.last !== undefined || options.since !== undefined))
-    throw new MurmurError('E-TRC-002', `${options.since !== undefined ? '--since' : '--last'} cannot be combined with explicit session arguments`);
-  if (options.last === 0) throw new MurmurError('E-TRC-002', '--last must be at least 1', { path: '--last' });
+    throw new MurmurError('E-TRC-002', `${options.since !== undefined ? '--since' : '--last'} cannot be combined with explicit session arguments`, {
+      path: options.since !== undefined ? '--since' : '--last',
+      hint: 'name the sessions to report (@1 @2, ids or trace files), or choose them with --last or --since, not both',
+    });
+  if (options.last === 0)
+    throw new MurmurError('E-TRC-002', '--last must be at least 1', { path: '--last', hint: 'e.g. mur trace report --last 5: the five newest sessions' });
   const workdir = workdirOf(options);
   const summaries: TraceSummary[] = [];
   let incomplete = 0;

@@ -39,7 +39,11 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
     let platforms: Array<[string, string]> = [];
     if (options.platform !== undefined) {
       const pair = parsePlatform(options.platform);
-      if (!pair) throw new MurmurError('E-IO-003', `invalid platform '${options.platform}' (expected os-arch, e.g. linux-x86_64)`);
+      if (!pair)
+        throw new MurmurError('E-IO-003', `invalid platform '${options.platform}' (expected os-arch, e.g. linux-x86_64)`, {
+          path: '--platform',
+          hint: 'name an operating system and an architecture joined by a hyphen: linux-x86_64, linux-aarch64, darwin-aarch64',
+        });
       runtime = 'native';
       platforms = [pair];
     } else if (runtime === 'native') {

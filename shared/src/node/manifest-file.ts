@@ -33,11 +33,16 @@ function unreadableManifest(manifestPath: string, error: unknown, hint: string |
       hint: `pass the directory that holds murmur.yaml: ${path.dirname(given)}`,
     });
   }
+  if (code === 'EISDIR')
+    return new MurmurError('E-IO-003', `${manifestPath} is a directory, not a manifest`, {
+      path: manifestPath,
+      hint: 'a capsule directory holds its manifest as a file named murmur.yaml; move what is in that directory out of the way and write the manifest there',
+    });
   const missing = code === 'ENOENT' || code === 'ENOTDIR';
   return new MurmurError(
     missing ? 'E-IO-001' : 'E-IO-003',
     missing ? `murmur.yaml not found at ${manifestPath}` : `failed to read murmur.yaml at ${manifestPath}: ${(error as Error).message}`,
-    { path: manifestPath, ...(missing && hint ? { hint } : {}) },
+    { path: manifestPath, ...(missing ? (hint ? { hint } : {}) : { hint: 'check that the file exists and that you may read it' }) },
   );
 }
 
