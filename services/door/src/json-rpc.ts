@@ -89,6 +89,17 @@ export function readJsonRpc(body: string): { ok: true; call: JsonRpcCall } | { o
     const id = candidate?.success ? candidate.data : null;
     return { ok: false, response: rpcError(id, { code: RPC_ERRORS.invalidRequest, message: `Invalid Request: ${whyInvalid(value)}` }) };
   }
+  // JSON.parse keeps 53 bits of an integer: a larger id would be answered as another number, one
+  // its client cannot match to its request.
+  if (typeof parsed.data.id === 'number' && Number.isInteger(parsed.data.id) && !Number.isSafeInteger(parsed.data.id)) {
+    return {
+      ok: false,
+      response: rpcError(null, {
+        code: RPC_ERRORS.invalidRequest,
+        message: 'Invalid Request: "id" is an integer beyond 2^53, which cannot be answered with the same number; send it as a string',
+      }),
+    };
+  }
   if (parsed.data.id === undefined) {
     return {
       ok: false,

@@ -51,6 +51,14 @@ describe('reading a JSON-RPC request', () => {
     expect(read.ok && read.call.id).toBe('req-1');
   });
 
+  it('refuses an integer id too large to answer with the same number, and keeps the largest that is', () => {
+    const { id, code, message } = refusal('{"jsonrpc":"2.0","id":12345678901234567890123,"method":"GetTask","params":{}}');
+    expect([id, code]).toEqual([null, -32600]);
+    expect(message).toContain('send it as a string');
+    const largest = readJsonRpc(`{"jsonrpc":"2.0","id":${Number.MAX_SAFE_INTEGER},"method":"GetTask","params":{}}`);
+    expect(largest.ok && largest.call.id).toBe(Number.MAX_SAFE_INTEGER);
+  });
+
   it.each([['not json'], ['{"jsonrpc":"2.0",'], [''], ['{"jsonrpc":"2.0","id":5,"method":"x"']])(
     'answers the body %j with a parse error and id null',
     (body) => {
