@@ -110,4 +110,20 @@ describe('mur config', () => {
     expect(await fs.readFile(projectFile, 'utf8')).toBe('containment: [unclosed\n');
     expect((await fs.readdir(path.dirname(projectFile))).sort()).toEqual(['config.yaml']);
   });
+
+  it('says what to do with a configuration that is a list, or a directory where its file should be', async () => {
+    const { mur, projectFile } = await place();
+    await fs.mkdir(path.dirname(projectFile), { recursive: true });
+    await fs.writeFile(projectFile, '- containment\n- sealed\n');
+    const listed = await mur(['get', 'inference.model']);
+    expect(listed.code).toBe(1);
+    expect(listed.stderr).toContain(`error[E-CFG-003]: ${projectFile}: the configuration must be a mapping of keys to values`);
+    expect(listed.stderr).toContain("hint: write it as 'key: value' lines");
+    await fs.rm(projectFile);
+    await fs.mkdir(projectFile);
+    const directory = await mur(['get', 'inference.model']);
+    expect(directory.code).toBe(1);
+    expect(directory.stderr).toContain(`error[E-IO-002]: cannot read ${projectFile}: EISDIR`);
+    expect(directory.stderr).toContain(`hint: a configuration is a file: move the directory ${projectFile} out of the way`);
+  });
 });

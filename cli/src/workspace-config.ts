@@ -19,7 +19,7 @@ export function configuredContainment(env: NodeJS.ProcessEnv, cwd: string): Arra
     try {
       text = readFileSync(file, 'utf8');
     } catch (error) {
-      throw new MurmurError('E-IO-002', `cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, { path: file });
+      throw unreadableConfig(file, error as NodeJS.ErrnoException);
     }
     const config = parseWorkspaceConfig(text, file);
     if (config.containment) floors.push({ file, containment: config.containment });
@@ -31,7 +31,7 @@ export function configuredContainment(env: NodeJS.ProcessEnv, cwd: string): Arra
 export function readConfigText(file: string): Promise<string | undefined> {
   if (!existsSync(file)) return Promise.resolve(undefined);
   return readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
-    throw new MurmurError('E-IO-002', `cannot read ${file}: ${error.code ?? error.message}`, { path: file });
+    throw unreadableConfig(file, error);
   });
 }
 
@@ -52,4 +52,11 @@ export async function effectiveConfig(
   const found = effectiveConfigValue(await readConfigFile(globalFile), options.global ? undefined : await readConfigFile(projectFile), key);
   if (!found) return undefined;
   return { value: found.value, file: found.from === 'project' ? projectFile : found.from === 'global' ? globalFile : undefined };
+}
+
+function unreadableConfig(file: string, error: NodeJS.ErrnoException): MurmurError {
+  return new MurmurError('E-IO-002', `cannot read ${file}: ${error.code ?? error.message}`, {
+    path: file,
+    hint: error.code === 'EISDIR' ? `a configuration is a file: move the directory ${file} out of the way` : `check that you may read ${file}`,
+  });
 }

@@ -27,7 +27,10 @@ export function parseWorkspaceConfig(text: string, file: string): WorkspaceConfi
   }
   const value = source.value ?? {};
   if (typeof value !== 'object' || Array.isArray(value))
-    throw new MurmurError('E-CFG-003', `${file}: the configuration must be a mapping of keys to values`, { path: file });
+    throw new MurmurError('E-CFG-003', `${file}: the configuration must be a mapping of keys to values`, {
+      path: file,
+      hint: `write it as 'key: value' lines (mur config set <key> <value> writes one), or remove ${file}`,
+    });
   const containment = (value as Record<string, unknown>).containment;
   const parsed = WorkspaceConfigSchema.safeParse(value);
   if (!parsed.success) {
