@@ -76,6 +76,8 @@ describe('the capsule sandbox', () => {
         { op: 'shell', binary: 'touch', args: ['inside.txt'] },
         { op: 'shell', binary: 'sh', args: ['-c', 'echo "$HOME"'] },
         { op: 'shell', binary: 'sh', args: ['-c', 'id -u'] },
+        // A PATH the guest sets is the subprocess's, not where the allowlisted binary is looked up.
+        { op: 'shell', binary: 'id', args: ['-u'], env: { PATH: '/nonexistent-murmur-path' } },
       ]);
       results = probed.results;
       workdir = probed.workdir;
@@ -126,6 +128,11 @@ describe('the capsule sandbox', () => {
       expect(shellOutput(7).stdout.trim()).toBe(path.join(workdir, '.capsule-home'));
       expect(shellOutput(8).stdout.trim()).toBe('1000');
     });
+
+    it('looks an allowlisted binary up on the runtime’s PATH, whatever PATH the guest gives the command', () => {
+      expect(results[9]?.ok, JSON.stringify(results[9])).toBe(true);
+      expect(shellOutput(9).stdout.trim()).toBe('1000');
+    });
   });
 
   describe('the WASI import object', () => {
@@ -173,6 +180,36 @@ describe('the capsule sandbox', () => {
       // The link is still there, untouched: the executor neither followed nor removed it.
       expect((await fs.lstat(path.join(workdir, 'logs', 'bootstrap.log'))).isSymbolicLink()).toBe(true);
       expect(path.dirname(path.dirname(workdir))).toBe(project);
+    });
+
+    it('gives the guest its trace to read and not to rewrite: a forged, cut, removed or replaced trace.jsonl is refused, and the record stays whole', async () => {
+      const forged = JSON.stringify({ event_type: 'session_start', session_id: 'ses_forged', timestamp: 1, capsule_name: 'innocent' });
+      const { results, workdir, code, stderr } = await probe('trace-forger', '', [
+        { op: 'read', path: 'trace.jsonl' },
+        { op: 'write', path: 'trace.jsonl', text: `${forged}\n` },
+        { op: 'unlink', path: 'trace.jsonl' },
+        { op: 'symlink', target: 'forged.jsonl', path: 'trace.jsonl' },
+        { op: 'print', text: 'after' },
+      ]);
+      expect(code, stderr).toBe(0);
+      expect(
+        results.map((result) => [result.op, result.ok]),
+        JSON.stringify(results),
+      ).toEqual([
+        ['read', true],
+        ['write', false],
+        ['unlink', false],
+        ['symlink', false],
+        ['print', true],
+      ]);
+      const trace = await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8');
+      expect(trace).not.toContain('ses_forged');
+      expect(
+        trace
+          .split('\n')
+          .filter(Boolean)
+          .map((line) => (JSON.parse(line) as { event_type: string }).event_type),
+      ).toContain('session_end');
     });
 
     it('narrows the preopen to filesystem.scope', async () => {

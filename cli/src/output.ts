@@ -31,6 +31,21 @@ export function ignoreClosedStdout(): void {
   });
 }
 
+/** C0 controls but tab and newline, a carriage return not ending a line, DEL and the C1 controls. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this pattern finds
+const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f]|\r(?!\n)/g;
+
+/**
+ * A capsule's output as a terminal may be given it: every control character a terminal would act
+ * on is shown as its escape (`\x1b`) instead. A capsule is untrusted, and its bytes reach the
+ * person running it: an escape sequence could set their clipboard (OSC 52), retitle the window,
+ * hide the `status:` line that follows (conceal), or a bare carriage return overwrite a line with
+ * one of the runtime's own. Output to a pipe or a file is left as the capsule wrote it.
+ */
+export function terminalSafe(text: string): string {
+  return text.replace(TERMINAL_CONTROLS, (control) => `\\x${control.charCodeAt(0).toString(16).padStart(2, '0')}`);
+}
+
 /** `error[CODE]: message` (+ `  hint: …`), or the unexpected error with a request to report it. */
 export function formatFailure(error: unknown): string {
   if (error instanceof MurmurError) return error.format();

@@ -22,7 +22,7 @@ import type { Bus } from '@murmur/shared/bus';
 import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal, locateHarness } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
-import type { Output } from '../output.js';
+import { type Output, terminalSafe } from '../output.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { busClosedError, openRuntime } from '../runtime.js';
@@ -332,7 +332,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     if (!options.json) {
       subscriptions.push(
         runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
-          (chunk.stream === 'stdout' ? process.stdout : process.stderr).write(chunk.text);
+          const stream = chunk.stream === 'stdout' ? process.stdout : process.stderr;
+          stream.write(stream.isTTY ? terminalSafe(chunk.text) : chunk.text);
         }),
       );
     }

@@ -236,10 +236,11 @@ export class PooledHost {
   }
 
   /**
-   * Mounts `accessible` (made in the pool's workdir parent) into the sandbox at its own path, and
-   * waits for the helper's `ok`: by then the helper has dropped every capability and is exiting.
+   * Mounts `accessible` (made in the pool's workdir parent) into the sandbox at its own path, with
+   * `readOnly` (the session's records in it) bound over themselves read-only, and waits for the
+   * helper's `ok`: by then the helper has dropped every capability and is exiting.
    */
-  attach(accessible: string): Promise<void> {
+  attach(accessible: string, readOnly: readonly string[] = []): Promise<void> {
     const socket = (this.child.stdio as ReadonlyArray<unknown>)[ATTACH_FD] as Duplex | null | undefined;
     if (!socket) return Promise.reject(new Error('the pooled sandbox has no helper to attach with'));
     return new Promise((resolve, reject) => {
@@ -268,7 +269,7 @@ export class PooledHost {
       socket.on('data', onData);
       socket.once('close', onClose);
       try {
-        socket.write(attachCommands(this.parent, accessible));
+        socket.write(attachCommands(this.parent, accessible, readOnly));
       } catch (error) {
         finish(error as Error);
       }

@@ -1,5 +1,5 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
-import { closeSync, constants, existsSync, openSync, readlinkSync, realpathSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, openSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
@@ -55,6 +55,12 @@ export interface HostSandboxInput {
   components: HostComponent[];
   /** Directories bound read-only beyond the components' (a pooled sandbox's bundles). */
   data?: string[] | undefined;
+  /**
+   * Files in the workdir the sandbox sees read-only: the session's records the executor writes
+   * from outside (`sessionRecords`), which the guest may read and must not rewrite. Each must
+   * exist, a regular file of one link.
+   */
+  readOnly?: string[] | undefined;
   tools: HostTool[];
   hostEntry: string;
   cgroup: SessionCgroup | undefined;
@@ -99,14 +105,18 @@ const POOLED_NODE_FLAGS = ['--no-lazy'];
  * would have bound it, make the parent read-only again, and take away the staging view (of the
  * directory above the parent: every other session's workdir is in it).
  */
-export function attachCommands(parent: string, accessible: string): string {
+export function attachCommands(parent: string, accessible: string, readOnly: readonly string[] = []): string {
   const name = path.relative(parent, accessible);
   if (name === '' || name.includes('/') || name.startsWith('..') || /[\t\n]/.test(accessible)) {
     throw new Error(`a pooled sandbox can only take a workdir directly in ${parent}, not ${accessible}`);
   }
-  // The staging view is of the parent's parent: `<staging>/<parent's name>/<session>`.
+  const outside = readOnly.find((file) => !path.resolve(file).startsWith(`${accessible}/`) || /[\t\n]/.test(file));
+  if (outside !== undefined) throw new Error(`a pooled sandbox binds read-only only files in its workdir ${accessible}, not ${outside}`);
+  // The staging view is of the parent's parent: `<staging>/<parent's name>/<session>`. Each record
+  // is bound over itself and made read-only once the workdir is in place, before the host runs.
   const source = path.join(ATTACH_STAGING, path.basename(parent), name);
-  return [`mkdir ${accessible}`, `bind ${source}\t${accessible}`, `readonly ${parent}`, `unmount ${ATTACH_STAGING}`, 'done', ''].join('\n');
+  const records = readOnly.flatMap((file) => [`bind ${file}\t${file}`, `readonly ${file}`]);
+  return [`mkdir ${accessible}`, `bind ${source}\t${accessible}`, ...records, `readonly ${parent}`, `unmount ${ATTACH_STAGING}`, 'done', ''].join('\n');
 }
 
 export interface HostSandbox {
@@ -184,7 +194,9 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   const pipes: Array<string | Buffer> = SANDBOX_FILES.map((file) => file.content);
   // A fresh sandbox binds its workdir and /tmp by descriptor, opened and checked now (a pooled
   // one is given its workdir by its helper, which mounts what the executor names at attach time).
-  const pinned = pooled ? [] : [pinDirectory(input.workdir), pinDirectory(tmp)];
+  const readOnly = pooled ? [] : (input.readOnly ?? []);
+  const pinned = pooled ? [] : [pinDirectory(input.workdir), pinDirectory(tmp), ...readOnly.map(pinRecordFile)];
+  const pinnedFrom = (at: number) => ({ workdirFd: at, tmpFd: at + 1, readOnly: readOnly.map((file, index) => ({ fd: at + 2 + index, path: file })) });
   const layout = {
     workdir: input.workdir,
     code: [input.codeRoot],
@@ -198,10 +210,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   if (pooled && !confine) throw new Error('a pooled sandbox is sealed: its session is mounted in by the held helper');
   if (!confine) {
     const pinnedAt = FIRST_DATA_FD + pipes.length;
-    const argv = [
-      namespaces.binary as string,
-      ...bubblewrapArguments({ ...layout, pinned: { workdirFd: pinnedAt, tmpFd: pinnedAt + 1 } }, [process.execPath, input.hostEntry]),
-    ];
+    const argv = [namespaces.binary as string, ...bubblewrapArguments({ ...layout, pinned: pinnedFrom(pinnedAt) }, [process.execPath, input.hostEntry])];
     return { ...pipesOnly(argv, pipes, pinned), network: undefined, start: undefined, sealed: false };
   }
 
@@ -246,7 +255,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   const argv = [
     namespaces.binary as string,
     ...bubblewrapArguments(
-      { ...layout, ...(pooled ? {} : { pinned: { workdirFd: pinnedAt, tmpFd: pinnedAt + 1 } }) },
+      { ...layout, ...(pooled ? {} : { pinned: pinnedFrom(pinnedAt) }) },
       [confine.node, ...(pooled && input.compileAhead ? POOLED_NODE_FLAGS : []), input.hostEntry],
       {
         helper: confine.helper,
@@ -297,6 +306,29 @@ function pipesOnly(argv: string[], pipes: Array<string | Buffer>, pinned: number
  * link, and reached through no link (the descriptor's own path is the one asked for). Once open,
  * swapping a link in at the path changes nothing the sandbox is given.
  */
+/**
+ * Opens a record file to bind read-only into a sandbox, checked as `pinDirectory` checks a
+ * directory: not a link, the file named, and a regular file of one link (a hard link to a file
+ * elsewhere would bind that file).
+ */
+export function pinRecordFile(file: string): number {
+  const refused = (why: string): MurmurError => new MurmurError('E-SES-004', `refused to bind ${file} into the sandbox: ${why}`, { path: file });
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NOCTTY | constants.O_NONBLOCK);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ELOOP') throw refused('it is a link, which something in a sandbox put there');
+    throw error;
+  }
+  const stat = fstatSync(fd);
+  const opened = readlinkSync(`/proc/self/fd/${fd}`);
+  if (!stat.isFile() || stat.nlink !== 1 || opened !== path.resolve(file)) {
+    closeSync(fd);
+    throw refused(!stat.isFile() ? 'it is not a regular file' : stat.nlink !== 1 ? 'it has another name (a hard link)' : `it resolves to ${opened}`);
+  }
+  return fd;
+}
+
 export function pinDirectory(dir: string): number {
   const refused = (why: string): MurmurError => new MurmurError('E-SES-004', `refused to bind ${dir} into the sandbox: ${why}`, { path: dir });
   let fd: number;

@@ -87,7 +87,12 @@ class RecordFile {
  * reader never sees half an event, and a host that is killed mid-session leaves every event it
  * wrote intact.
  */
-export class TraceWriter {
+/** Where a session's trace records go: `TraceWriter` in the executor, the channel to it in the host (`ChannelTrace`). */
+export interface TraceSink {
+  write(eventType: string, fields: Record<string, unknown>): void;
+}
+
+export class TraceWriter implements TraceSink {
   readonly file: string;
   private readonly state = { refused: false };
   private readonly records: RecordFile;
@@ -108,6 +113,28 @@ export class TraceWriter {
     const event = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
     this.records.append(`${JSON.stringify(event)}\n`);
     this.observer?.(event);
+  }
+
+  /**
+   * A record the host made (`ChannelTrace`), as the line it wrote, when it is one: one JSON object
+   * with an `event_type` and a `timestamp`. Returns the record, or undefined for a line that is
+   * not one, which is not written: the host runs a capsule's code, and the trace is what readers
+   * trust. Its `session_id` is not held to this session's: upstream's `harness_session_forgotten`
+   * names the harness's session there. The observer is not told: the caller decides what the
+   * host's records make.
+   */
+  appendHostLine(line: string): TraceRecord | undefined {
+    let record: unknown;
+    try {
+      record = JSON.parse(line);
+    } catch {
+      return undefined;
+    }
+    if (record === null || typeof record !== 'object' || Array.isArray(record)) return undefined;
+    const { event_type, timestamp } = record as Record<string, unknown>;
+    if (typeof event_type !== 'string' || typeof timestamp !== 'number' || line.includes('\n')) return undefined;
+    this.records.append(`${line}\n`);
+    return record as TraceRecord;
   }
 
   /**

@@ -9,8 +9,8 @@ import { LogFile, type RecordsOutsideSandbox, type TraceRecord } from './records
  * `capsule.shell` and `capsule.compaction` under it, and the executor's own `murmur.egress`
  * decisions. Resource `service.name`/`service.version` are the capsule's.
  *
- * The spans are made from the trace records as they are written (the host's arrive over its channel, cut
- * to the fields `span-records.ts` names; the executor's are its own), so a span never says something `trace.jsonl` does not: a tool call's
+ * The spans are made from the trace records as the executor writes them (the host's arrive over its
+ * channel, each as its line; the executor's are its own), so a span never says something `trace.jsonl` does not: a tool call's
  * or shell's span ends at its record and lasts its `duration_ms`; an inference's starts at the
  * host's previous record (the turn's start, the last tool result) — the trace does not time the
  * model call itself. The host has no network: the executor, which has, exports.

@@ -74,13 +74,13 @@ import { ConversationRecords, contextKey } from './conversations.js';
 import { HarnessSessions } from './harness-sessions.js';
 import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
-import { LogFile, type RecordsOutsideSandbox, type TraceRecord, TraceWriter } from './records.js';
+import { LogFile, type RecordsOutsideSandbox, TraceWriter } from './records.js';
 import { fitEventForBus } from './event-fit.js';
 import { RequestUploads } from './request-uploads.js';
 import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
-import { type SessionPaths, materialiseWorkdir } from './workdir.js';
+import { type SessionPaths, materialiseWorkdir, sessionRecords } from './workdir.js';
 
 /**
  * One session, from the executor's side: the workdir it materialises, the sandboxed capsule host
@@ -218,6 +218,8 @@ export class Session {
   private link: HostLink | undefined;
   /** The warm host this session took, until its workdir is attached (`host-pool.ts`). */
   private pooled: { host: PooledHost; attaching: Promise<void> } | undefined;
+  /** Trace lines the host sent that were not records of this session (`refuseTraceLine`). */
+  private refusedTraceLines = 0;
   /** The directory the launcher chose for the workdir, if it chose one. */
   private launcherWorkdir: string | undefined;
   private cgroup: SessionCgroup | undefined;
@@ -531,7 +533,6 @@ export class Session {
       tools,
       allowlist: plan.artifacts.filter((artifact) => artifact.role === 'tool' || artifact.role === 'skill').map((artifact) => artifact.name),
       trace_include_tool_output: plan.capsule.manifest.trace?.include_tool_output === true || plan.capsule.manifest.trace?.capture === 'content',
-      ...(this.telemetry ? { forward_trace: true } : {}),
       ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id } : {}),
       effective_grants: {},
     };
@@ -744,7 +745,7 @@ export class Session {
           const expectation = first ? { component: first, memoryLimitBytes: start.policy.limits.memory_bytes, agent: start.agent !== undefined } : undefined;
           const ahead = expectation ? host.expect(expectation) : false;
           if (expectation) pool.anticipate(expectation);
-          this.pooled = { host, attaching: host.attach(this.paths.accessible) };
+          this.pooled = { host, attaching: host.attach(this.paths.accessible, sessionRecords(this.paths.sessionDir)) };
           this.bootstrap.line('[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now)');
           // The executor's own log, not the session's: the guest reads its bootstrap log, and
           // whether its host was told of it ahead says what the last launch here ran.
@@ -776,6 +777,7 @@ export class Session {
       confine: confine.support,
       policy: plan.policy,
       workdir: this.paths.accessible,
+      readOnly: sessionRecords(this.paths.sessionDir),
       codeRoot: CODE_ROOT,
       hidden: SANDBOX_HIDDEN,
       components: this.components,
@@ -788,6 +790,19 @@ export class Session {
     if (sandbox.start) start.sandbox = sandbox.start;
     if (sandbox.network) this.serveNetwork(sandbox.network);
     this.watchHost(new HostLink(spawnSandboxedHost(sandbox, { cgroup: this.cgroup, cwd: this.paths.accessible, env: hostProcessEnv() })), []);
+  }
+
+  /**
+   * A trace line from the host that is not a record: not written, and said once in the executor's
+   * log (a host sends none unless the capsule broke into it).
+   */
+  private refuseTraceLine(line: string): void {
+    this.refusedTraceLines += 1;
+    if (this.refusedTraceLines > 1) return;
+    this.environment.log.warn(
+      { session_id: this.id, line: line.slice(0, 200) },
+      'the capsule host sent a trace line that is not a trace record; it and any more like it are not written to trace.jsonl',
+    );
   }
 
   /** The sealed sandbox's DNS and listeners, answered and judged here. */
@@ -1033,9 +1048,12 @@ export class Session {
       case 'event':
         this.onHostEvent(message.event);
         return;
-      case 'trace':
-        for (const record of message.events) this.telemetry?.observeHost(record as TraceRecord);
+      case 'trace': {
+        const record = this.trace.appendHostLine(message.line);
+        if (record) this.telemetry?.observeHost(record);
+        else this.refuseTraceLine(message.line);
         return;
+      }
       case 'rpc-reply': {
         const waiting = this.pendingRpc.get(message.id);
         this.pendingRpc.delete(message.id);

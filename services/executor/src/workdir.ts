@@ -1,7 +1,7 @@
 import { existsSync, promises as fs, lstatSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, parseYamlSource } from '@murmur/shared';
-import { type BlobCache, copyFileBeneath, mkdirBeneath, writeFileBeneath } from '@murmur/shared/node';
+import { type BlobCache, appendBeneath, copyFileBeneath, mkdirBeneath, writeFileBeneath } from '@murmur/shared/node';
 import type { LocalBundles } from './bundles.js';
 import type { HostTool } from './host/protocol.js';
 import { shellToolDescription } from './host/subprocess.js';
@@ -153,7 +153,20 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
     if (lstatSync(manifest, { throwIfNoEntry: false })) continue;
     writeFileBeneath(accessible, manifest, shellToolManifest(binary));
   }
+  // Made before any host runs, so a sandbox can bind them read-only over their names from the start.
+  for (const record of sessionRecords(sessionDir)) appendBeneath(accessible, record, '');
   return { paths: { accessible, sessionDir, preopen }, tools };
+}
+
+/**
+ * The session's records that only the executor writes, from outside the sandbox: `trace.jsonl`,
+ * what the session did and was refused. They live in the workdir (upstream's layout), which is
+ * the guest's to write, so every sandbox binds them read-only over their own names: the guest
+ * reads its trace and cannot rewrite, cut or remove what it did (a denied request, a tool call).
+ * The logs are not among them: the host writes its own lines there from inside.
+ */
+export function sessionRecords(sessionDir: string): string[] {
+  return [path.join(sessionDir, 'trace.jsonl')];
 }
 
 /** Writes an artifact into `tools/<name>/` and describes it to the host; drivers and hooks are not tools. */

@@ -41,6 +41,20 @@ describe('the held helper’s commands', () => {
     ]);
   });
 
+  it('bind the session’s records over themselves read-only once the workdir is in, and refuse a record outside it', () => {
+    const records = ['/srv/murmur/workdir/ses_1/trace.jsonl'];
+    expect(attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', records).split('\n').slice(1, 5)).toEqual([
+      'bind /.murmur-attach/workdir/ses_1\t/srv/murmur/workdir/ses_1',
+      'bind /srv/murmur/workdir/ses_1/trace.jsonl\t/srv/murmur/workdir/ses_1/trace.jsonl',
+      'readonly /srv/murmur/workdir/ses_1/trace.jsonl',
+      'readonly /srv/murmur/workdir',
+    ]);
+    expect(() => attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', ['/srv/murmur/workdir/ses_2/trace.jsonl'])).toThrow(
+      /only files in its workdir/,
+    );
+    expect(() => attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', ['/srv/murmur/workdir/ses_1/a\tb'])).toThrow(/only files in its workdir/);
+  });
+
   it('refuse a workdir that is not directly in the mount point, or whose path would break a command line', () => {
     expect(() => attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/a/b')).toThrow(/directly in/);
     expect(() => attachCommands('/srv/murmur/workdir', '/srv/other')).toThrow(/directly in/);

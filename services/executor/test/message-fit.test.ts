@@ -63,9 +63,9 @@ describe('fitting a capsule host’s messages to its channel', () => {
     expect(sent.text).toMatch(/more characters cut: too long for the capsule host’s channel\]$/);
   });
 
-  it('refuses what cutting its strings cannot bring within the limit (a batch of many records)', () => {
-    const events = Array.from({ length: 200 }, (_, index) => ({ event_type: 'tool_call', session_id: 's', timestamp: index, output: 'w'.repeat(2048) }));
-    const fitted = fitForExecutor({ type: 'trace', events }, limit);
-    expect(fitted).toEqual({ refused: expect.stringMatching(/^the batch of 200 trace records is \d+ characters of JSON/) });
+  it('refuses a trace line too large rather than cut it: a cut line is no record', () => {
+    const line = JSON.stringify({ event_type: 'tool_call', session_id: 's', timestamp: 1, output: 'w'.repeat(limit) });
+    const fitted = fitForExecutor({ type: 'trace', line }, limit);
+    expect(fitted).toEqual({ refused: expect.stringMatching(/^the trace record of \d+ characters is \d+ characters of JSON/) });
   });
 });

@@ -2,8 +2,8 @@ import { readFileSync } from 'node:fs';
 import type { Worker } from 'node:worker_threads';
 import { type WireError, capabilityCategories } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
-import { LogFile, TraceWriter } from '../records.js';
-import { spanRecordOf } from '../span-records.js';
+import { LogFile, type TraceSink } from '../records.js';
+import { ChannelTrace } from './channel-trace.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { EgressFailures } from './egress-failures.js';
 import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
@@ -52,7 +52,7 @@ function refused(error: string): Fallible<never> {
 }
 
 export class CapsuleHost implements AgentHost {
-  readonly trace: TraceWriter;
+  readonly trace: TraceSink;
   private readonly sessionLog: LogFile;
   readonly tools = new Map<string, HostTool>();
   private readonly allowlist: Set<string>;
@@ -77,16 +77,7 @@ export class CapsuleHost implements AgentHost {
     /** A guest worker started before `start` arrived, for the capsule's own instance. */
     prewarmed?: Worker,
   ) {
-    this.trace = new TraceWriter(
-      start.session_dir,
-      start.session_id,
-      start.forward_trace
-        ? (event) => {
-            const forwarded = spanRecordOf(event);
-            if (forwarded) channel.trace(forwarded);
-          }
-        : undefined,
-    );
+    this.trace = new ChannelTrace(start.session_id, (line) => channel.trace(line));
     // Held for the host's life, which is the session's: every line of the guest's output is one.
     this.sessionLog = new LogFile(start.session_dir, 'session.log', undefined, { held: true });
     this.responseBodies = new ResponseBodies(channel);

@@ -1,5 +1,5 @@
 import type { SessionCall, SessionEvent, SessionReply, WireError } from '@murmur/shared';
-import type { TraceRecord, TraceWriter } from '../records.js';
+import type { TraceSink } from '../records.js';
 import type { GuestRunner } from './guest-runner.js';
 import type { DriverComponentRef, HostComponent, HostRequest, HostTool } from './protocol.js';
 import type { HarnessExit, ToolResultShape } from './subprocess.js';
@@ -18,8 +18,8 @@ export interface HostChannel {
   output(stream: 'stdout' | 'stderr', text: string): void;
   /** Hands one event of the session's A2A feed to the executor, for the doors. */
   event(event: SessionEvent): void;
-  /** Hands one trace record to the executor (batched), which makes the session's spans from it. */
-  trace(event: TraceRecord): void;
+  /** Hands one trace record, as its JSON line, to the executor: it writes `trace.jsonl`, and makes the session's spans from it. */
+  trace(line: string): void;
   /** Answers the doors' calls (relayed by the executor) with `handler`: at once, or later (a blocking send waiting for its task to settle). */
   serve(handler: (call: SessionCall) => SessionReply | Promise<SessionReply>): void;
 }
@@ -92,7 +92,7 @@ export type Fallible<T> = { ok: true; value: T } | { ok: false; error: string };
 
 /** The capsule host as an agent's session uses it. */
 export interface AgentHost {
-  readonly trace: TraceWriter;
+  readonly trace: TraceSink;
   readonly totals: SessionTotals;
   readonly tools: ReadonlyMap<string, HostTool>;
   readonly breach: { message: string } | undefined;

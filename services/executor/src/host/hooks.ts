@@ -1,4 +1,4 @@
-import { LogFile, type TraceWriter } from '../records.js';
+import { LogFile, type TraceSink } from '../records.js';
 import { type GuestRunner, type ResidentGuest, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import type { HookStart } from './protocol.js';
 
@@ -154,7 +154,7 @@ export class HookRuntime {
   constructor(
     specs: readonly HookStart[],
     guests: GuestRunner,
-    private readonly trace: TraceWriter,
+    private readonly trace: TraceSink,
     sessionDir: string,
   ) {
     this.hooks = specs.map((spec) => {

@@ -6,7 +6,6 @@ import type { HostChannel, SessionResult } from './contracts.js';
 import { takeFirstGuestWorker } from './first-worker.js';
 import { forgetPrecompiled, precompileCoreModules, preloadInWorker } from './guest-runner.js';
 import type { SessionCall, SessionReply } from '@murmur/shared';
-import type { TraceRecord } from '../records.js';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
 import { EXECUTOR_FRAME_LIMIT_BYTES, FrameChannel, HOST_CHANNEL_FD } from './frame-channel.js';
 import { fitForExecutor } from './message-fit.js';
@@ -54,9 +53,6 @@ const executor = new FrameChannel(new Socket({ fd: HOST_CHANNEL_FD, readable: tr
  * not. A message refused whole is said on stderr, which the executor keeps in `host.log`.
  */
 const send = (message: HostToExecutor): string | undefined => {
-  // A request may depend on the spans the records made so far (its egress span's parent, the
-  // traceparent an outgoing message carries): they reach the executor first.
-  if (message.type === 'request') flushTraces();
   const fitted = fitForExecutor(message);
   if ('refused' in fitted) {
     process.stderr.write(`[capsule-host] not sent: ${fitted.refused}\n`);
@@ -102,24 +98,6 @@ function finish(result: HostToExecutor & { type: 'result' }, code: number): void
   });
 }
 
-/**
- * Trace records for the executor's spans, sent in batches: one message per record would cost
- * the task loop, which is serial, a write per record. A batch leaves before the next request, at
- * the result, and at the latest 50 ms after its first record.
- */
-let traceBatch: TraceRecord[] = [];
-let traceTimer: NodeJS.Timeout | undefined;
-
-function flushTraces(): void {
-  if (traceTimer) clearTimeout(traceTimer);
-  traceTimer = undefined;
-  if (traceBatch.length === 0) return;
-  const events = traceBatch;
-  traceBatch = [];
-  // A batch too large to go at once goes record by record; a record too large alone is left out, said on stderr.
-  if (send({ type: 'trace', events }) !== undefined && events.length > 1) for (const event of events) send({ type: 'trace', events: [event] });
-}
-
 let nextRequest = 1;
 const pending = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
 
@@ -160,9 +138,8 @@ const channel: HostChannel = {
   event(event) {
     send({ type: 'event', event });
   },
-  trace(event) {
-    traceBatch.push(event);
-    traceTimer ??= setTimeout(flushTraces, 50);
+  trace(line) {
+    send({ type: 'trace', line });
   },
   serve(handler) {
     serveCall = handler;
@@ -288,11 +265,9 @@ async function begin(message: ExecutorToHost & { type: 'start' }): Promise<void>
     (result) => {
       timing('guest finished');
       // Nothing is left to do: the host exits once the executor has read the result (`finish`).
-      flushTraces();
       finish({ type: 'result', status: result.status, exit_code: result.exitCode, ...(result.error ? { error: result.error } : {}) }, 0);
     },
     (error: unknown) => {
-      flushTraces();
       finish(
         {
           type: 'result',

@@ -17,7 +17,8 @@ export const HOST_MESSAGE_LIMIT = 8 * 1024 * 1024;
  * `message` as the host may send it, or why it may not be sent at all:
  * - a feed event is cut to what the bus carries (`fitEventForBus`);
  * - an answer to a door's call that is too large becomes an error saying so (`-32603`);
- * - a request that is too large is refused, and its caller told why;
+ * - a request or a trace line that is too large is refused, and its caller told why (the host's
+ *   trace cuts a record long before, `ChannelTrace`);
  * - anything else has its long strings cut, each saying so, or is refused if that is not enough.
  */
 export function fitForExecutor(message: HostToExecutor, limit = HOST_MESSAGE_LIMIT): { message: HostToExecutor } | { refused: string } {
@@ -30,7 +31,8 @@ export function fitForExecutor(message: HostToExecutor, limit = HOST_MESSAGE_LIM
   const size = JSON.stringify(message).length;
   if (size <= limit) return { message };
   const refusal = `the ${describe(message)} is ${size} characters of JSON, more than the ${limit} a capsule host may send the executor at once`;
-  if (message.type === 'request') return { refused: refusal };
+  // A request cut would ask for something else, and a trace line cut is no record.
+  if (message.type === 'request' || message.type === 'trace') return { refused: refusal };
   if (message.type === 'rpc-reply')
     return {
       message: {
@@ -49,7 +51,7 @@ function describe(message: HostToExecutor): string {
     case 'rpc-reply':
       return 'reply';
     case 'trace':
-      return `batch of ${message.events.length} trace records`;
+      return `trace record of ${message.line.length} characters`;
     default:
       return `'${message.type}' message`;
   }

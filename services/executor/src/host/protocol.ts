@@ -199,8 +199,6 @@ export const StartMessageSchema = z.object({
   /** Declared tool names a capsule may invoke (its allowlist). */
   allowlist: z.array(z.string()),
   trace_include_tool_output: z.boolean(),
-  /** The session's spans are exported: every trace event is also sent to the executor, which makes them. */
-  forward_trace: z.boolean().optional(),
   /** The session that spawned this one (`session_start.spawned_by`). */
   spawned_by: z.string().optional(),
   effective_grants: z.record(z.string(), z.unknown()),
@@ -338,11 +336,8 @@ export const HostToExecutorSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('rpc-reply'), id: z.number().int(), reply: SessionReplySchema }),
   /** One event of the session's A2A feed, for the executor to publish on `session.<id>.events`. */
   z.object({ type: z.literal('event'), event: SessionEventSchema }),
-  /** `trace.jsonl` records, in order, cut to what the session's spans read (only when `forward_trace`). */
-  z.object({
-    type: z.literal('trace'),
-    events: z.array(z.object({ event_type: z.string(), session_id: z.string(), timestamp: z.number() }).passthrough()),
-  }),
+  /** One `trace.jsonl` record as its line (`ChannelTrace`): the executor checks it and alone writes the file. */
+  z.object({ type: z.literal('trace'), line: z.string() }),
   z.object({
     type: z.literal('result'),
     status: z.enum(['ok', 'failed', 'trapped']),

@@ -1,0 +1,16 @@
+import { describe, expect, it } from 'vitest';
+import { terminalSafe } from '../src/output.js';
+
+describe('a capsule’s output on a terminal', () => {
+  it('shows every control a terminal would act on as its escape: OSC 52, a title, conceal, a bell, a lone carriage return, a C1 CSI', () => {
+    expect(terminalSafe('\u001b]52;c;aGVsbG8=\u0007')).toBe('\\x1b]52;c;aGVsbG8=\\x07');
+    expect(terminalSafe('\u001b[8mhidden')).toBe('\\x1b[8mhidden');
+    expect(terminalSafe('status:  failed\rstatus:  ok')).toBe('status:  failed\\x0dstatus:  ok');
+    expect(terminalSafe('\u009b31m\u007f')).toBe('\\x9b31m\\x7f');
+  });
+
+  it('keeps text, tabs, newlines, line endings with a carriage return, and every other character as written', () => {
+    const text = 'plain\ttabbed\nnext line\r\nünïcödé → 日本 🙂\n';
+    expect(terminalSafe(text)).toBe(text);
+  });
+});

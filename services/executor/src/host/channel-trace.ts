@@ -1,0 +1,30 @@
+import type { TraceRecord, TraceSink } from '../records.js';
+
+/**
+ * The host's side of the session's trace: each record goes to the executor as the line it is,
+ * and the executor alone writes `trace.jsonl`, which the sandbox sees read-only (`sessionRecords`).
+ * A capsule cannot rewrite what it did, even through a host it broke into: it could only add
+ * records, each checked as one whole record.
+ *
+ * One message per record, sent at once, as the file's append was one write: a host that is
+ * killed has sent every record it made before it, and a request that follows a record (an
+ * egress span's parent) reaches the executor after it.
+ */
+export class ChannelTrace implements TraceSink {
+  constructor(
+    private readonly sessionId: string,
+    private readonly send: (line: string) => void,
+  ) {}
+
+  write(eventType: string, fields: Record<string, unknown>): void {
+    const record: TraceRecord = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
+    let line = JSON.stringify(record);
+    // Past what one message carries, the record keeps what says what it was, and that it was cut.
+    if (line.length > TRACE_LINE_MAX_CHARS)
+      line = JSON.stringify({ event_type: eventType, session_id: this.sessionId, timestamp: record.timestamp, cut: true, bytes: Buffer.byteLength(line) });
+    this.send(line);
+  }
+}
+
+/** The longest trace line the host sends whole: inside the host's 8 MiB message however much its JSON escaping doubles it. */
+export const TRACE_LINE_MAX_CHARS = 2 * 1024 * 1024;

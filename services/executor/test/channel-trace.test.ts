@@ -1,0 +1,61 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ChannelTrace, TRACE_LINE_MAX_CHARS } from '../src/host/channel-trace.js';
+import { TraceWriter } from '../src/records.js';
+import { tempDir } from '../../../test/support/fs.js';
+
+let dir: string;
+let cleanup: () => Promise<void>;
+
+beforeEach(async () => {
+  ({ dir, cleanup } = await tempDir('murmur-channel-trace-'));
+});
+
+afterEach(async () => {
+  await cleanup();
+});
+
+async function lines(): Promise<Array<Record<string, unknown>>> {
+  const text = await fs.readFile(path.join(dir, 'trace.jsonl'), 'utf8').catch(() => '');
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+describe('the host’s trace, written by the executor alone', () => {
+  it('reaches trace.jsonl as the record the host made, in order, one line each', async () => {
+    const writer = new TraceWriter(dir, 'ses_1');
+    const trace = new ChannelTrace('ses_1', (line) => writer.appendHostLine(line));
+    trace.write('tool_call', { tool_name: 'read', status: 'ok' });
+    trace.write('inference', { turn: 1, text: 'two\nlines' });
+    expect((await lines()).map((record) => [record.event_type, record.session_id])).toEqual([
+      ['tool_call', 'ses_1'],
+      ['inference', 'ses_1'],
+    ]);
+    expect((await lines())[1]?.text).toBe('two\nlines');
+  });
+
+  it('writes no line that is not one whole record: an array, no event type, no timestamp, two lines in one', async () => {
+    const writer = new TraceWriter(dir, 'ses_1');
+    for (const line of [
+      JSON.stringify([{ event_type: 'x', session_id: 'ses_1', timestamp: 1 }]),
+      JSON.stringify({ session_id: 'ses_1', timestamp: 1 }),
+      JSON.stringify({ event_type: 'x', session_id: 'ses_1', timestamp: 'now' }),
+      `${JSON.stringify({ event_type: 'a', session_id: 'ses_1', timestamp: 1 })}\n${JSON.stringify({ event_type: 'forged', session_id: 'ses_1', timestamp: 2 })}`,
+      'not json',
+    ]) {
+      expect(writer.appendHostLine(line), line).toBeUndefined();
+    }
+    expect(await lines()).toEqual([]);
+  });
+
+  it('sends a record too long for one message as what it was and that it was cut', () => {
+    const sent: string[] = [];
+    new ChannelTrace('ses_1', (line) => sent.push(line)).write('tool_call', { output: 'x'.repeat(TRACE_LINE_MAX_CHARS) });
+    const record = JSON.parse(sent[0] as string) as Record<string, unknown>;
+    expect(record).toMatchObject({ event_type: 'tool_call', session_id: 'ses_1', cut: true });
+    expect(record.bytes).toBeGreaterThan(TRACE_LINE_MAX_CHARS);
+  });
+});
