@@ -80,18 +80,18 @@ class RecordFile {
   }
 }
 
-/**
- * The session's records: `trace.jsonl` (one JSON object per line, each with `event_type`,
- * `session_id` and a Unix-millisecond `timestamp`; readers ignore keys and types they do not
- * know) and the plain-text logs under `logs/`. Appends are synchronous and whole-line, so a
- * reader never sees half an event, and a host that is killed mid-session leaves every event it
- * wrote intact.
- */
 /** Where a session's trace records go: `TraceWriter` in the executor, the channel to it in the host (`ChannelTrace`). */
 export interface TraceSink {
   write(eventType: string, fields: Record<string, unknown>): void;
 }
 
+/**
+ * The session's records: `trace.jsonl` (one JSON object per line, each with `event_type`,
+ * `session_id` and a Unix-millisecond `timestamp`; readers ignore keys and types they do not
+ * know), written by the executor alone: its own records, and the host's as they arrive over its
+ * channel, each sent as it was made (so a host that is killed has sent every record it made).
+ * Appends are synchronous and whole-line, so a reader never sees half an event.
+ */
 export class TraceWriter implements TraceSink {
   readonly file: string;
   private readonly state = { refused: false };
