@@ -182,13 +182,12 @@ describe('the capsule sandbox', () => {
       expect(path.dirname(path.dirname(workdir))).toBe(project);
     });
 
-    it('gives the guest its trace to read and not to rewrite: a forged, cut, removed or replaced trace.jsonl is refused, and the record stays whole', async () => {
+    it('gives the guest its trace to read and not to rewrite: a forged, cut or removed trace.jsonl is refused, and the record stays whole', async () => {
       const forged = JSON.stringify({ event_type: 'session_start', session_id: 'ses_forged', timestamp: 1, capsule_name: 'innocent' });
       const { results, workdir, code, stderr } = await probe('trace-forger', '', [
         { op: 'read', path: 'trace.jsonl' },
         { op: 'write', path: 'trace.jsonl', text: `${forged}\n` },
         { op: 'unlink', path: 'trace.jsonl' },
-        { op: 'symlink', target: 'forged.jsonl', path: 'trace.jsonl' },
         { op: 'print', text: 'after' },
       ]);
       expect(code, stderr).toBe(0);
@@ -199,7 +198,6 @@ describe('the capsule sandbox', () => {
         ['read', true],
         ['write', false],
         ['unlink', false],
-        ['symlink', false],
         ['print', true],
       ]);
       const trace = await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8');

@@ -46,6 +46,28 @@ export function terminalSafe(text: string): string {
   return text.replace(TERMINAL_CONTROLS, (control) => `\\x${control.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }
 
+/**
+ * `terminalSafe` over a stream that comes in chunks: a carriage return that ends one chunk is held
+ * until the next says whether it ends a line (`\r\n`, kept) or stands alone (shown escaped).
+ */
+export class TerminalSafeStream {
+  private heldReturn = false;
+
+  write(chunk: string): string {
+    let text = this.heldReturn ? `\r${chunk}` : chunk;
+    this.heldReturn = text.endsWith('\r');
+    if (this.heldReturn) text = text.slice(0, -1);
+    return terminalSafe(text);
+  }
+
+  /** What is still held once the stream has ended: a carriage return that ended nothing. */
+  end(): string {
+    const held = this.heldReturn;
+    this.heldReturn = false;
+    return held ? terminalSafe('\r') : '';
+  }
+}
+
 /** `error[CODE]: message` (+ `  hint: …`), or the unexpected error with a request to report it. */
 export function formatFailure(error: unknown): string {
   if (error instanceof MurmurError) return error.format();

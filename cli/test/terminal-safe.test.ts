@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { terminalSafe } from '../src/output.js';
+import { TerminalSafeStream, terminalSafe } from '../src/output.js';
 
 describe('a capsule’s output on a terminal', () => {
   it('shows every control a terminal would act on as its escape: OSC 52, a title, conceal, a bell, a lone carriage return, a C1 CSI', () => {
@@ -12,5 +12,12 @@ describe('a capsule’s output on a terminal', () => {
   it('keeps text, tabs, newlines, line endings with a carriage return, and every other character as written', () => {
     const text = 'plain\ttabbed\nnext line\r\nünïcödé → 日本 🙂\n';
     expect(terminalSafe(text)).toBe(text);
+  });
+
+  it('keeps a line ending split across chunks, and shows a carriage return that ended nothing once the stream ends', () => {
+    const stream = new TerminalSafeStream();
+    expect(stream.write('one\r') + stream.write('\ntwo\r') + stream.write('three')).toBe('one\r\ntwo\\x0dthree');
+    expect(stream.write('last\r') + stream.end()).toBe('last\\x0d');
+    expect(stream.end()).toBe('');
   });
 });

@@ -146,7 +146,8 @@ export function unreadablePart(message: A2aMessage): { kind: 'unsupported' | 'in
   for (const [index, part] of message.parts.entries()) {
     const at = `message.parts[${index}]`;
     const kind = typeof part.kind === 'string' ? part.kind : undefined;
-    const payload = PAYLOAD_KEYS.find((key) => key in part);
+    // A payload written as null (a serializer that keeps unset fields) is no payload.
+    const payload = PAYLOAD_KEYS.find((key) => (part as Record<string, unknown>)[key] != null);
     const hasText = typeof part.text === 'string';
     if (kind !== undefined && kind !== 'text') return { kind: 'unsupported', what: `${at} is a ${kind} part` };
     if (hasText && payload !== undefined) return { kind: 'invalid', what: `${at} holds text and a ${payload}; a part holds one kind of content` };

@@ -22,7 +22,7 @@ import type { Bus } from '@murmur/shared/bus';
 import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal, locateHarness } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
-import { type Output, terminalSafe } from '../output.js';
+import { type Output, TerminalSafeStream } from '../output.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { busClosedError, openRuntime } from '../runtime.js';
@@ -329,11 +329,12 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     const sessionId = newSessionId();
     const { ended, subscription: endWatch } = watchSessionEnd(runtime.bus, sessionId);
     const subscriptions = [endWatch];
+    const terminalStreams = { stdout: new TerminalSafeStream(), stderr: new TerminalSafeStream() };
     if (!options.json) {
       subscriptions.push(
         runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
           const stream = chunk.stream === 'stdout' ? process.stdout : process.stderr;
-          stream.write(stream.isTTY ? terminalSafe(chunk.text) : chunk.text);
+          stream.write(stream.isTTY ? terminalStreams[chunk.stream].write(chunk.text) : chunk.text);
         }),
       );
     }
@@ -469,6 +470,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // The session is over; what is left (pinning, a fetched result) is not waited for past a signal.
     onStopSignal = () => process.exit(130);
     for (const subscription of subscriptions) subscription.unsubscribe();
+    if (process.stdout.isTTY) process.stdout.write(terminalStreams.stdout.end());
+    if (process.stderr.isTTY) process.stderr.write(terminalStreams.stderr.end());
     if (!end) return busClosed ? 1 : 130;
     timing('ended');
     // Ended by the interrupt: the executor took the stop (its answer awaited, since the session's

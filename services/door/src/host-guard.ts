@@ -26,11 +26,11 @@ function isLoopbackName(hostname: string): boolean {
 /** The guard of a door listening at `listenerUrl`, or undefined when it listens beyond loopback. */
 export function loopbackHostGuard(listenerUrl: string, publicUrl: string | undefined): HostGuard | undefined {
   if (!isLoopbackName(new URL(listenerUrl).hostname)) return undefined;
-  const publicName = publicUrl ? hostnameOf(publicUrl) : undefined;
+  const publicName = publicUrl ? hostnameOf(publicUrl)?.replace(/\.$/, '') : undefined;
   return (host) => {
     if (host === undefined || host === '') return true;
     const name = hostnameOf(`http://${host}`);
-    return name !== undefined && (isLoopbackName(name) || name === publicName);
+    return name !== undefined && (isLoopbackName(name) || name.replace(/\.$/, '') === publicName);
   };
 }
 

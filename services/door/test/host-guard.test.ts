@@ -19,6 +19,8 @@ describe('the host guard of a door on loopback', () => {
   it('answers for the name of its public URL as well', () => {
     const guard = loopbackHostGuard('http://127.0.0.1:7730', 'https://agents.example.org/');
     expect(guard?.('agents.example.org')).toBe(true);
+    expect(guard?.('agents.example.org.:443')).toBe(true);
+    expect(loopbackHostGuard('http://127.0.0.1:7730', 'https://agents.example.org./')?.('agents.example.org')).toBe(true);
     expect(guard?.('other.example.org')).toBe(false);
   });
 

@@ -322,6 +322,8 @@ describe('the text of a message', () => {
     expect(unreadablePart(messageOf([{ text: 'ok' }, { kind: 'text', text: 'hi', raw: 'aGk=' }]))).toEqual(
       invalid('message.parts[1] holds text and a raw; a part holds one kind of content'),
     );
+    // A payload written as null is none: a serializer that keeps unset fields sends a text part.
+    expect(unreadablePart(messageOf([{ text: 'hi', url: null, raw: null }]))).toBeUndefined();
   });
 
   it('keeps empty text parts as empty lines', () => {

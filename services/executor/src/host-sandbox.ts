@@ -5,6 +5,7 @@ import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
 import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries } from './confinement.js';
 import { HOST_CHANNEL_FD } from './host/frame-channel.js';
+import { shellSearchPath } from './host/shell-path.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
 import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, bubblewrapArguments, isSystemPath, systemReadable, unshareArguments } from './sandbox.js';
@@ -23,6 +24,7 @@ import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
  * | 7 | the confinement spec (read by the helper, then gone) |
  * | 8 | the seccomp program (read by the helper, then gone) |
  * | 9… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
+ * | next… | a fresh sandbox's pinned workdir, `/tmp` and read-only records (bound by bubblewrap, then gone; below 15) |
  * | 9 | a pooled sandbox (which has no tools' cgroup): its held helper's commands and answer |
  * | 15 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
  * | 16… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
@@ -195,7 +197,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   // A fresh sandbox binds its workdir and /tmp by descriptor, opened and checked now (a pooled
   // one is given its workdir by its helper, which mounts what the executor names at attach time).
   const readOnly = pooled ? [] : (input.readOnly ?? []);
-  const pinned = pooled ? [] : [pinDirectory(input.workdir), pinDirectory(tmp), ...readOnly.map(pinRecordFile)];
+  const pinned = pooled ? [] : pinAll([() => pinDirectory(input.workdir), () => pinDirectory(tmp), ...readOnly.map((file) => () => pinRecordFile(file))]);
   const pinnedFrom = (at: number) => ({ workdirFd: at, tmpFd: at + 1, readOnly: readOnly.map((file, index) => ({ fd: at + 2 + index, path: file })) });
   const layout = {
     workdir: input.workdir,
@@ -231,7 +233,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
     ...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])),
     ...(harness ? [harness.binary] : []),
   ];
-  const shellBinaries = resolveShellBinaries(policy.shell_allow, `${input.subprocessPath}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`);
+  const shellBinaries = resolveShellBinaries(policy.shell_allow, shellSearchPath(input.subprocessPath));
   const keep = [HOST_CHANNEL_FD, HANDOVER_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
   const spec = confinementSpec({
     policy,
@@ -251,7 +253,8 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   if (pooled && cgroupFds.length > 0) throw new Error('a pooled sandbox starts no subprocess: it is given no tools cgroup');
   // After the cgroup descriptors: the helper closes both before the host runs (they are not in `keep`).
   const pinnedAt = FIRST_CGROUP_FD + cgroupFds.length;
-  if (pinnedAt + pinned.length > HANDOVER_FD) throw new Error(`${cgroupFds.length} cgroup descriptors do not fit below the hand-over channel`);
+  if (pinnedAt + pinned.length > HANDOVER_FD)
+    throw new Error(`${cgroupFds.length} cgroup and ${pinned.length} pinned descriptors do not fit below the hand-over channel`);
   const argv = [
     namespaces.binary as string,
     ...bubblewrapArguments(
@@ -302,11 +305,6 @@ function pipesOnly(argv: string[], pipes: Array<string | Buffer>, pinned: number
 }
 
 /**
- * A directory opened for binding by descriptor, refused unless it is the directory named: not a
- * link, and reached through no link (the descriptor's own path is the one asked for). Once open,
- * swapping a link in at the path changes nothing the sandbox is given.
- */
-/**
  * Opens a record file to bind read-only into a sandbox, checked as `pinDirectory` checks a
  * directory: not a link, the file named, and a regular file of one link (a hard link to a file
  * elsewhere would bind that file).
@@ -329,6 +327,23 @@ export function pinRecordFile(file: string): number {
   return fd;
 }
 
+/** Opens each in turn; when one is refused, closes those already open before passing the refusal on. */
+function pinAll(openers: Array<() => number>): number[] {
+  const opened: number[] = [];
+  try {
+    for (const open of openers) opened.push(open());
+  } catch (error) {
+    for (const fd of opened) closeSync(fd);
+    throw error;
+  }
+  return opened;
+}
+
+/**
+ * A directory opened for binding by descriptor, refused unless it is the directory named: not a
+ * link, and reached through no link (the descriptor's own path is the one asked for). Once open,
+ * swapping a link in at the path changes nothing the sandbox is given.
+ */
 export function pinDirectory(dir: string): number {
   const refused = (why: string): MurmurError => new MurmurError('E-SES-004', `refused to bind ${dir} into the sandbox: ${why}`, { path: dir });
   let fd: number;

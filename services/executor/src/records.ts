@@ -80,6 +80,9 @@ class RecordFile {
   }
 }
 
+/** Records only the executor writes (its policy's decisions): a host that sends one is not believed. */
+const EXECUTOR_RECORDS = new Set(['egress', 'resource_limit']);
+
 /** Where a session's trace records go: `TraceWriter` in the executor, the channel to it in the host (`ChannelTrace`). */
 export interface TraceSink {
   write(eventType: string, fields: Record<string, unknown>): void;
@@ -89,7 +92,7 @@ export interface TraceSink {
  * The session's records: `trace.jsonl` (one JSON object per line, each with `event_type`,
  * `session_id` and a Unix-millisecond `timestamp`; readers ignore keys and types they do not
  * know), written by the executor alone: its own records, and the host's as they arrive over its
- * channel, each sent as it was made (so a host that is killed has sent every record it made).
+ * channel, each sent as it was made.
  * Appends are synchronous and whole-line, so a reader never sees half an event.
  */
 export class TraceWriter implements TraceSink {
@@ -119,9 +122,10 @@ export class TraceWriter implements TraceSink {
    * A record the host made (`ChannelTrace`), as the line it wrote, when it is one: one JSON object
    * with an `event_type` and a `timestamp`. Returns the record, or undefined for a line that is
    * not one, which is not written: the host runs a capsule's code, and the trace is what readers
-   * trust. Its `session_id` is not held to this session's: upstream's `harness_session_forgotten`
-   * names the harness's session there. The observer is not told: the caller decides what the
-   * host's records make.
+   * trust. A record only the executor writes (`egress`, `resource_limit`) and a `session_start`
+   * of another session are refused; other records' `session_id` is not held to this session's,
+   * since upstream's `harness_session_forgotten` names the harness's session there. The observer
+   * is not told: the caller decides what the host's records make.
    */
   appendHostLine(line: string): TraceRecord | undefined {
     let record: unknown;
@@ -131,8 +135,10 @@ export class TraceWriter implements TraceSink {
       return undefined;
     }
     if (record === null || typeof record !== 'object' || Array.isArray(record)) return undefined;
-    const { event_type, timestamp } = record as Record<string, unknown>;
+    const { event_type, session_id, timestamp } = record as Record<string, unknown>;
     if (typeof event_type !== 'string' || typeof timestamp !== 'number' || line.includes('\n')) return undefined;
+    // What only the executor decides is never the host's to say, and a session starts as itself.
+    if (EXECUTOR_RECORDS.has(event_type) || (event_type === 'session_start' && session_id !== this.sessionId)) return undefined;
     this.records.append(`${line}\n`);
     return record as TraceRecord;
   }

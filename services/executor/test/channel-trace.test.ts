@@ -37,13 +37,18 @@ describe('the host’s trace, written by the executor alone', () => {
     expect((await lines())[1]?.text).toBe('two\nlines');
   });
 
-  it('writes no line that is not one whole record: an array, no event type, no timestamp, two lines in one', async () => {
+  it('writes no line that is not one whole record, nor one only the executor writes: an array, no event type, two lines, an egress decision, another session’s start', async () => {
     const writer = new TraceWriter(dir, 'ses_1');
     for (const line of [
       JSON.stringify([{ event_type: 'x', session_id: 'ses_1', timestamp: 1 }]),
       JSON.stringify({ session_id: 'ses_1', timestamp: 1 }),
       JSON.stringify({ event_type: 'x', session_id: 'ses_1', timestamp: 'now' }),
-      `${JSON.stringify({ event_type: 'a', session_id: 'ses_1', timestamp: 1 })}\n${JSON.stringify({ event_type: 'forged', session_id: 'ses_1', timestamp: 2 })}`,
+      // One object whose tokens a raw newline separates: valid JSON, and two lines in the file.
+      '{"event_type":"a","session_id":"ses_1",\n"timestamp":1}',
+      // What only the executor decides, and another session's start.
+      JSON.stringify({ event_type: 'egress', session_id: 'ses_1', timestamp: 1, decision: 'allowed' }),
+      JSON.stringify({ event_type: 'resource_limit', session_id: 'ses_1', timestamp: 1 }),
+      JSON.stringify({ event_type: 'session_start', session_id: 'ses_other', timestamp: 1 }),
       'not json',
     ]) {
       expect(writer.appendHostLine(line), line).toBeUndefined();
@@ -51,11 +56,23 @@ describe('the host’s trace, written by the executor alone', () => {
     expect(await lines()).toEqual([]);
   });
 
-  it('sends a record too long for one message as what it was and that it was cut', () => {
+  it('sends a record too long for one message with its long strings cut, every other field kept', () => {
     const sent: string[] = [];
-    new ChannelTrace('ses_1', (line) => sent.push(line)).write('tool_call', { output: 'x'.repeat(TRACE_LINE_MAX_CHARS) });
+    new ChannelTrace('ses_1', (line) => sent.push(line)).write('tool_call', {
+      tool_name: 'read',
+      status: 'ok',
+      duration_ms: 4,
+      input: 'x'.repeat(TRACE_LINE_MAX_CHARS),
+    });
+    expect(sent[0]?.length).toBeLessThanOrEqual(TRACE_LINE_MAX_CHARS);
     const record = JSON.parse(sent[0] as string) as Record<string, unknown>;
-    expect(record).toMatchObject({ event_type: 'tool_call', session_id: 'ses_1', cut: true });
-    expect(record.bytes).toBeGreaterThan(TRACE_LINE_MAX_CHARS);
+    expect(record).toMatchObject({ event_type: 'tool_call', session_id: 'ses_1', tool_name: 'read', status: 'ok', duration_ms: 4 });
+    expect(record.input).toMatch(/more characters cut: too long for the trace\]$/);
+  });
+
+  it('keeps the harness’s session id a harness record names, which is not the session’s', async () => {
+    const writer = new TraceWriter(dir, 'ses_1');
+    new ChannelTrace('ses_1', (line) => writer.appendHostLine(line)).write('harness_session_forgotten', { session_id: 'harness-uuid' });
+    expect((await lines())[0]).toMatchObject({ event_type: 'harness_session_forgotten', session_id: 'harness-uuid' });
   });
 });

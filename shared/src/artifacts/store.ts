@@ -42,9 +42,13 @@ export interface StoredArtifact {
 
 const SEGMENT = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
 
-/** The longest name segment (an artifact's own rule, `artifactNameProblem`) and version a store takes. */
+/**
+ * The longest name segment (an artifact's own rule, `artifactNameProblem`) and version a store
+ * takes: `<name>-<version>-<platform>.meta.json` under a temporary name (`.<file>.<pid>.<hex>.tmp`),
+ * or beside its backup, stays within a file name's 255 bytes.
+ */
 const LONGEST_NAME_SEGMENT = 100;
-const LONGEST_VERSION = 128;
+const LONGEST_VERSION = 64;
 
 /**
  * Names and versions become directory and file names, so they are held to a shape that cannot
@@ -64,10 +68,11 @@ export function assertStorable(name: string, version: string): void {
         hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
       },
     );
-  if (segments.some((segment) => segment.length > LONGEST_NAME_SEGMENT))
+  const longest = Math.max(...segments.map((segment) => segment.length));
+  if (longest > LONGEST_NAME_SEGMENT)
     throw new MurmurError(
       'E-REG-006',
-      `'${shown(name)}' cannot name an artifact: a name is at most ${LONGEST_NAME_SEGMENT} characters (this one is ${name.length})`,
+      `'${shown(name)}' cannot name an artifact: a name is at most ${LONGEST_NAME_SEGMENT} characters (this one is ${longest})`,
       {
         path: name,
         hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",

@@ -1,3 +1,4 @@
+import { cutLongStrings } from '../event-fit.js';
 import type { TraceRecord, TraceSink } from '../records.js';
 
 /**
@@ -6,9 +7,9 @@ import type { TraceRecord, TraceSink } from '../records.js';
  * A capsule cannot rewrite what it did, even through a host it broke into: it could only add
  * records, each checked as one whole record.
  *
- * One message per record, sent at once, as the file's append was one write: a host that is
- * killed has sent every record it made before it, and a request that follows a record (an
- * egress span's parent) reaches the executor after it.
+ * One message per record, written to the channel at once, as the file's append was one write: a
+ * request that follows a record (an egress span's parent) reaches the executor after it. A host
+ * killed while the channel is backed up (the executor not reading) loses what it still held.
  */
 export class ChannelTrace implements TraceSink {
   constructor(
@@ -19,9 +20,10 @@ export class ChannelTrace implements TraceSink {
   write(eventType: string, fields: Record<string, unknown>): void {
     const record: TraceRecord = { event_type: eventType, session_id: this.sessionId, timestamp: Date.now(), ...fields };
     let line = JSON.stringify(record);
-    // Past what one message carries, the record keeps what says what it was, and that it was cut.
-    if (line.length > TRACE_LINE_MAX_CHARS)
-      line = JSON.stringify({ event_type: eventType, session_id: this.sessionId, timestamp: record.timestamp, cut: true, bytes: Buffer.byteLength(line) });
+    // Past what one message carries, its long strings are cut, each saying so: every other field
+    // (a tool call's name, status and duration) stays, so readers still read the record.
+    if (line.length > TRACE_LINE_MAX_CHARS) line = JSON.stringify(cutLongStrings(record, TRACE_LINE_MAX_CHARS, 'too long for the trace'));
+    // Whatever is left too long (a record of many long fields) is refused by the channel, said on stderr.
     this.send(line);
   }
 }

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import type { CapabilityPolicy } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
+import { shellSearchPath } from './shell-path.js';
 
 /**
  * Subprocesses a capsule may start: allowlisted shell binaries and its declared native tools.
@@ -215,9 +216,9 @@ async function startSubprocess(
 export async function runShell(context: SubprocessContext, binary: string, args: string[], overrides: Array<[string, string]>): Promise<ShellResult> {
   if (!context.policy.shell_allow.includes(binary)) throw new Error(`shell binary '${binary}' is not in capabilities.shell.allow`);
   const env = environmentFor(context, overrides);
-  // Looked up on the runtime's PATH, the one the sandbox's execute grants were resolved on, never on
-  // a PATH the guest set: the allowlist names a binary, and the guest does not choose which file it is.
-  const binaryPath = resolveOnPath(binary, context.baseEnv.PATH ?? env.PATH);
+  // Looked up where the sandbox's execute grants were resolved, never on a PATH the guest set: the
+  // allowlist names a binary, and the guest does not choose which file it is.
+  const binaryPath = resolveOnPath(binary, shellSearchPath(context.baseEnv.PATH));
   if (!binaryPath) throw new Error(`shell binary '${binary}' is allowlisted but not found on PATH inside the sandbox`);
   const started = performance.now();
   const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, args, env, {});
