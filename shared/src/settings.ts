@@ -16,8 +16,11 @@ export interface NumberSetting {
   zero?: boolean;
 }
 
-/** A duration a node timer can hold, by unit: past 2^31−1 ms it would fire at once (with only a warning). */
-const LONGEST_TIMER: Readonly<Record<string, number>> = { milliseconds: 2 ** 31 - 1, seconds: Math.floor((2 ** 31 - 1) / 1000) };
+/** The longest delay a node timer holds: past it, it fires at once (with only a warning). */
+export const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
+/** A duration a node timer can hold, by unit. */
+const LONGEST_TIMER: Readonly<Record<string, number>> = { milliseconds: LONGEST_TIMER_MS, seconds: Math.floor(LONGEST_TIMER_MS / 1000) };
 
 type Environment = Readonly<Record<string, string | undefined>>;
 

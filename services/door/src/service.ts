@@ -123,7 +123,8 @@ export function startDoorService(options: DoorOptions): DoorService {
   const maxBodyBytes = numberSetting(env, 'MURMUR_DOOR_MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, { unit: 'bytes' });
   const heartbeatMs = numberSetting(env, 'MURMUR_SSE_HEARTBEAT_MS', DEFAULT_HEARTBEAT_MS, { unit: 'milliseconds' });
   const blockingWaitMs = numberSetting(env, 'MURMUR_DOOR_BLOCKING_WAIT_MS', DEFAULT_BLOCKING_WAIT_MS, { unit: 'milliseconds' });
-  let baseUrl = env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined;
+  const publicUrl = env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined;
+  let baseUrl = publicUrl;
   /** Set with the address the door listens on (`setBaseUrl`): only a door on loopback has one. */
   let hostGuard: HostGuard | undefined;
 
@@ -687,7 +688,7 @@ export function startDoorService(options: DoorOptions): DoorService {
       refuseForeignHost(hostGuard, request, response) || refuseDeclaredTooLarge(request, response) || cards.answer(request, response),
     doorId,
     setBaseUrl(url: string) {
-      hostGuard = loopbackHostGuard(url, env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined);
+      hostGuard = loopbackHostGuard(url, publicUrl);
       baseUrl ??= doorPublicUrl(url, machineAddress);
       cards.setBaseUrl(baseUrl);
       return baseUrl;
@@ -710,7 +711,10 @@ function methodNotFound(method: string, version: A2aVersion, otherGeneration: Re
   return { code: RPC_ERRORS.methodNotFound, message: `Method not found: '${method.slice(0, 128)}'${hint}` };
 }
 
-/** A message with a part that is not text: the spec's "content type not supported", naming the part. */
+/**
+ * A message with a part the agent cannot be given, named: one that is not text is the spec's
+ * "content type not supported", one that is no part at all (`unreadablePart`) invalid params.
+ */
 function refuseNonText(message: A2aMessage): RpcError | undefined {
   const part = unreadablePart(message);
   if (part === undefined) return undefined;
@@ -738,6 +742,8 @@ function machineAddress(): string | undefined {
 function serviceParameter(context: Context, name: string): string | undefined {
   const header = context.req.header(name);
   if (header !== undefined && header.trim() !== '') return header;
+  // Most requests carry no query: the URL is parsed only for one that does.
+  if (!context.req.url.includes('?')) return undefined;
   for (const [key, value] of new URL(context.req.url).searchParams) if (key.toLowerCase() === name && value.trim() !== '') return value;
   return undefined;
 }

@@ -304,29 +304,6 @@ function pipesOnly(argv: string[], pipes: Array<string | Buffer>, pinned: number
   };
 }
 
-/**
- * Opens a record file to bind read-only into a sandbox, checked as `pinDirectory` checks a
- * directory: not a link, the file named, and a regular file of one link (a hard link to a file
- * elsewhere would bind that file).
- */
-export function pinRecordFile(file: string): number {
-  const refused = (why: string): MurmurError => new MurmurError('E-SES-004', `refused to bind ${file} into the sandbox: ${why}`, { path: file });
-  let fd: number;
-  try {
-    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NOCTTY | constants.O_NONBLOCK);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ELOOP') throw refused('it is a link, which something in a sandbox put there');
-    throw error;
-  }
-  const stat = fstatSync(fd);
-  const opened = readlinkSync(`/proc/self/fd/${fd}`);
-  if (!stat.isFile() || stat.nlink !== 1 || opened !== path.resolve(file)) {
-    closeSync(fd);
-    throw refused(!stat.isFile() ? 'it is not a regular file' : stat.nlink !== 1 ? 'it has another name (a hard link)' : `it resolves to ${opened}`);
-  }
-  return fd;
-}
-
 /** Opens each in turn; when one is refused, closes those already open before passing the refusal on. */
 function pinAll(openers: Array<() => number>): number[] {
   const opened: number[] = [];
@@ -345,19 +322,40 @@ function pinAll(openers: Array<() => number>): number[] {
  * swapping a link in at the path changes nothing the sandbox is given.
  */
 export function pinDirectory(dir: string): number {
-  const refused = (why: string): MurmurError => new MurmurError('E-SES-004', `refused to bind ${dir} into the sandbox: ${why}`, { path: dir });
+  return pinChecked(dir, constants.O_DIRECTORY, 'a link or not a directory', () => undefined);
+}
+
+/**
+ * A record file opened for binding read-only, checked as a directory is, and a regular file of one
+ * link besides (a hard link to a file elsewhere would bind that file).
+ */
+export function pinRecordFile(file: string): number {
+  return pinChecked(file, constants.O_NOCTTY | constants.O_NONBLOCK, 'a link', (fd) => {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) return 'it is not a regular file';
+    return stat.nlink !== 1 ? 'it has another name (a hard link)' : undefined;
+  });
+}
+
+/**
+ * `target` opened without following a link (`flags` beside), refused unless the descriptor is the
+ * file named (reached through no link) and `problem` finds nothing wrong with it.
+ */
+function pinChecked(target: string, flags: number, refusedKind: string, problem: (fd: number) => string | undefined): number {
+  const refused = (why: string): MurmurError => new MurmurError('E-SES-004', `refused to bind ${target} into the sandbox: ${why}`, { path: target });
   let fd: number;
   try {
-    fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+    fd = openSync(target, constants.O_RDONLY | constants.O_NOFOLLOW | flags);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOTDIR' || code === 'ELOOP') throw refused('it is a link or not a directory, which something in a sandbox put there');
+    if (code === 'ENOTDIR' || code === 'ELOOP') throw refused(`it is ${refusedKind}, which something in a sandbox put there`);
     throw error;
   }
   const opened = readlinkSync(`/proc/self/fd/${fd}`);
-  if (opened !== path.resolve(dir)) {
+  const why = opened !== path.resolve(target) ? `it resolves to ${opened}, so something replaced a directory on its way with a link` : problem(fd);
+  if (why !== undefined) {
     closeSync(fd);
-    throw refused(`it resolves to ${opened}, so something replaced a directory on its way with a link`);
+    throw refused(why);
   }
   return fd;
 }

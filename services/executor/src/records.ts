@@ -80,6 +80,11 @@ class RecordFile {
   }
 }
 
+/** A session's `trace.jsonl`, in its session directory. */
+export function traceFileIn(sessionDir: string): string {
+  return path.join(sessionDir, 'trace.jsonl');
+}
+
 /** Records only the executor writes (its policy's decisions): a host that sends one is not believed. */
 const EXECUTOR_RECORDS = new Set(['egress', 'resource_limit']);
 
@@ -108,7 +113,7 @@ export class TraceWriter implements TraceSink {
     private readonly outside?: RecordsOutsideSandbox,
   ) {
     makeDirectory(sessionDir, outside, this.state);
-    this.file = path.join(sessionDir, 'trace.jsonl');
+    this.file = traceFileIn(sessionDir);
     this.records = new RecordFile(this.file, this.state, outside, true);
   }
 

@@ -7,6 +7,7 @@ import {
   type LaunchReply,
   type LaunchRequestSchema,
   type Log,
+  LONGEST_TIMER_MS,
   MurmurError,
   isErrorCode,
   type SessionCall,
@@ -218,8 +219,8 @@ export class Session {
   private link: HostLink | undefined;
   /** The warm host this session took, until its workdir is attached (`host-pool.ts`). */
   private pooled: { host: PooledHost; attaching: Promise<void> } | undefined;
-  /** Trace lines the host sent that were not records of this session (`refuseTraceLine`). */
-  private refusedTraceLines = 0;
+  /** Whether the host sent a trace line that is not a record (`refuseTraceLine`): said once. */
+  private traceLineRefused = false;
   /** The directory the launcher chose for the workdir, if it chose one. */
   private launcherWorkdir: string | undefined;
   private cgroup: SessionCgroup | undefined;
@@ -588,7 +589,7 @@ export class Session {
         });
       },
       // Both parts fit a timer; their sum may not, and past it node fires at once.
-      Math.min(plan.policy.limits.deadline_seconds * 1000 + graceMs, 2 ** 31 - 1),
+      Math.min(plan.policy.limits.deadline_seconds * 1000 + graceMs, LONGEST_TIMER_MS),
     );
     this.hardLimit.unref();
   }
@@ -797,8 +798,8 @@ export class Session {
    * log (a host sends none unless the capsule broke into it).
    */
   private refuseTraceLine(line: string): void {
-    this.refusedTraceLines += 1;
-    if (this.refusedTraceLines > 1) return;
+    if (this.traceLineRefused) return;
+    this.traceLineRefused = true;
     this.environment.log.warn(
       { session_id: this.id, line: line.slice(0, 200) },
       'the capsule host sent a trace line that is not a trace record; it and any more like it are not written to trace.jsonl',

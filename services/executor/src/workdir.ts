@@ -5,6 +5,7 @@ import { type BlobCache, appendBeneath, copyFileBeneath, mkdirBeneath, writeFile
 import type { LocalBundles } from './bundles.js';
 import type { HostTool } from './host/protocol.js';
 import { shellToolDescription } from './host/subprocess.js';
+import { traceFileIn } from './records.js';
 
 /**
  * A session's directories, made from the staged plan on the machine that runs it (upstream §5).
@@ -166,7 +167,7 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
  * The logs are not among them: the host writes its own lines there from inside.
  */
 export function sessionRecords(sessionDir: string): string[] {
-  return [path.join(sessionDir, 'trace.jsonl')];
+  return [traceFileIn(sessionDir)];
 }
 
 /** Writes an artifact into `tools/<name>/` and describes it to the host; drivers and hooks are not tools. */
