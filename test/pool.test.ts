@@ -60,6 +60,8 @@ describe('the warm pool', () => {
     { op: 'read', path: '../../etc/passwd' },
     { op: 'stat', path: '.' },
     { op: 'fetch', url: 'http://127.0.0.1:9/denied' },
+    { op: 'write', path: 'children/planted.txt', text: 'x' },
+    { op: 'rename', path: 'trace.jsonl', to: 'moved-trace.jsonl' },
   ];
 
   it('a capsule on a pooled host sees exactly what it sees on a fresh one', async () => {
@@ -73,6 +75,8 @@ describe('the warm pool', () => {
     const withoutTimes = (results: unknown[]): unknown =>
       JSON.parse(JSON.stringify(results), (key, value) => (/(^|_)(timestamp|time|mtime|atime|ctime)$|Timestamp$/i.test(key) ? '<time>' : value));
     expect(withoutTimes(pooled.results)).toEqual(withoutTimes(fresh.results));
+    // The runtime's records are read-only in both: a delegated child's directory and the trace.
+    expect((pooled.results.slice(-2) as Array<{ ok: boolean }>).map((result) => result.ok)).toEqual([false, false]);
   });
 
   it('a warm host whose held helper has gone is replaced by a fresh one, and the launch still runs', async () => {
@@ -270,6 +274,10 @@ describe('the warm pool', () => {
       // the dynamic loader); a pooled sandbox's /tmp is an empty read-only tmpfs, and its staging
       // view of the other workdirs is covered (an empty read-only tmpfs).
       expect(pooled.mounts.filter((mount) => mount.startsWith('<workdir> '))).toEqual(fresh.mounts.filter((mount) => mount.startsWith('<workdir> ')));
+      // The records bound over themselves inside it, read-only, alike (`recordBinds`).
+      const records = (mounts: string[]) => mounts.filter((mount) => mount.startsWith('<workdir>/') && !mount.startsWith('<workdir>/.capsule-tmp'));
+      expect(records(pooled.mounts)).toEqual(records(fresh.mounts));
+      expect(records(pooled.mounts)).toEqual(['<workdir>/children nodev,noexec,nosuid,ro', '<workdir>/trace.jsonl nodev,noexec,nosuid,ro']);
       expect(pooled.mounts).toContain('<workdir> nodev,noexec,nosuid,rw');
       expect(pooled.mounts.filter((mount) => mount.startsWith('<workdirs> '))).toEqual(['<workdirs> nodev,noexec,nosuid,ro']);
       expect(pooled.mounts.filter((mount) => mount.startsWith('/.murmur-attach ')).at(-1)).toMatch(/^\/\.murmur-attach .*ro/);

@@ -210,6 +210,71 @@ describe('the capsule sandbox', () => {
       ).toContain('session_end');
     });
 
+    it("keeps the runtime's records where the guest cannot move them aside: children/ and trace.jsonl stay, read and not written", async () => {
+      const { results, workdir, code, stderr } = await probe('records-in-place', '', [
+        { op: 'list', path: 'children' },
+        { op: 'write', path: 'children/planted.txt', text: 'x' },
+        { op: 'mkdir', path: 'children/forged-child' },
+        { op: 'rename', path: 'children', to: 'kids' },
+        { op: 'rename', path: 'trace.jsonl', to: 'old-trace.jsonl' },
+        { op: 'write', path: 'mine.txt', text: 'mine' },
+      ]);
+      expect(code, stderr).toBe(0);
+      expect(
+        results.map((result) => [result.op, result.ok]),
+        JSON.stringify(results),
+      ).toEqual([
+        ['list', true],
+        ['write', false],
+        ['mkdir', false],
+        ['rename', false],
+        ['rename', false],
+        ['write', true],
+      ]);
+      expect(await fs.readdir(path.join(workdir, 'children'))).toEqual([]);
+      expect(existsSync(path.join(workdir, 'kids'))).toBe(false);
+      expect(existsSync(path.join(workdir, 'old-trace.jsonl'))).toBe(false);
+      expect(await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8')).toContain('"session_end"');
+    });
+
+    it('in a chosen workdir, binds .murmur read-only and the session’s own records writable inside it: no guest moves them or writes another session’s', async () => {
+      const workdir = path.join(scratch.dir, 'shared-workdir');
+      const theirs = path.join(workdir, '.murmur', 'ses_other');
+      await fs.mkdir(theirs, { recursive: true });
+      await fs.writeFile(path.join(theirs, 'trace.jsonl'), 'theirs\n');
+      const { results, code, stderr } = await probe(
+        'chosen-records',
+        '',
+        [
+          { op: 'rename', path: '.murmur', to: 'moved' },
+          { op: 'write', path: '.murmur/ses_other/trace.jsonl', text: 'forged\n' },
+          { op: 'rename', path: '.murmur/ses_other', to: '.murmur/ses_gone' },
+          { op: 'mkdir', path: '.murmur/ses_forged' },
+          { op: 'write', path: 'mine.txt', text: 'mine' },
+        ],
+        {},
+        workdir,
+      );
+      expect(code, stderr).toBe(0);
+      expect(
+        results.map((result) => [result.op, result.ok]),
+        JSON.stringify(results),
+      ).toEqual([
+        ['rename', false],
+        ['write', false],
+        ['rename', false],
+        ['mkdir', false],
+        ['write', true],
+      ]);
+      expect(await fs.readFile(path.join(theirs, 'trace.jsonl'), 'utf8')).toBe('theirs\n');
+      expect(existsSync(path.join(workdir, 'moved'))).toBe(false);
+      const sessions = (await fs.readdir(path.join(workdir, '.murmur'))).filter((name) => name !== 'ses_other');
+      expect(sessions).toHaveLength(1);
+      // The host wrote the session's log inside its own directory (the results above came from it), and the executor its trace.
+      const own = path.join(workdir, '.murmur', sessions[0] as string);
+      expect(await fs.readFile(path.join(own, 'trace.jsonl'), 'utf8')).toContain('"session_end"');
+    });
+
     it('narrows the preopen to filesystem.scope', async () => {
       // task.md sits in the workdir, outside the scope: the actions come from the environment.
       const actions = [

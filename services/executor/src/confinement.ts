@@ -53,6 +53,11 @@ export interface ConfinementInput {
   tmp: string;
   /** Directories beyond the workdir a subprocess writes with the workdir's rights (a harness's home). */
   writable?: string[];
+  /**
+   * Mount points bubblewrap made inside the workdir (the session's records, `recordBinds`): each a
+   * mount of its own, which the workdir's `noexec` does not reach.
+   */
+  workdirMounts?: string[];
   /** Directories and files the host reads: system directories, `/etc` entries, code, components. */
   readable: string[];
   /** Files to execute (each with its loader), beyond the shell allowlist: node, the helper, native tools. */
@@ -85,8 +90,11 @@ export function confinementSpec(input: ConfinementInput): string {
   // Nothing written in the workdir runs, not even through the dynamic loader, unless the capsule
   // was granted that (`workdir_exec`, which caps its posture at advisory).
   // The mounts themselves: the workdir's, `/tmp` (where its `.capsule-tmp` is bound, or a pooled
-  // sandbox's tmpfs), each writable directory's.
-  if (!policy.workdir_exec) for (const dir of unique([input.workdir, '/tmp', ...(input.writable ?? [])])) lines.push(`noexec ${dir}`);
+  // sandbox's tmpfs), each writable directory's, each mount inside the workdir: a delegated child's
+  // files are no more the parent's to run than its own.
+  if (!policy.workdir_exec) {
+    for (const dir of unique([input.workdir, '/tmp', ...(input.writable ?? []), ...(input.workdirMounts ?? [])])) lines.push(`noexec ${dir}`);
+  }
   lines.push('drop', `landlock ${LANDLOCK_ABI}`);
   for (const readable of unique(input.readable)) lines.push(`allow rd ${readable}`);
   const executables = unique([...input.executables, ...input.shellBinaries].flatMap((file) => executionClosure(file)));
@@ -117,6 +125,7 @@ function refuseBrokenPaths(input: ConfinementInput): void {
     input.workdir,
     input.tmp,
     ...(input.writable ?? []),
+    ...(input.workdirMounts ?? []),
     ...input.readable,
     ...input.executables,
     ...input.shellBinaries,

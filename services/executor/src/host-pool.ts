@@ -10,6 +10,7 @@ import { ATTACH_FD, attachCommands, hostSandbox, spawnSandboxedHost } from './ho
 import type { ExpectMessage, HostComponent, SandboxNetworkStart } from './host/protocol.js';
 import type { NetworkPlan } from './network-plan.js';
 import { type NamespaceProbe, SYSTEM_DIRECTORIES, pathWithin } from './sandbox.js';
+import type { RecordBind } from './workdir.js';
 
 /**
  * The executor's warm pool: capsule hosts already started inside sealed sandboxes — namespaces,
@@ -237,10 +238,10 @@ export class PooledHost {
 
   /**
    * Mounts `accessible` (made in the pool's workdir parent) into the sandbox at its own path, with
-   * `readOnly` (the session's records in it) bound over themselves read-only, and waits for the
+   * `records` (the session's records in it, `recordBinds`) bound over themselves read-only, and waits for the
    * helper's `ok`: by then the helper has dropped every capability and is exiting.
    */
-  attach(accessible: string, readOnly: readonly string[] = []): Promise<void> {
+  attach(accessible: string, records: readonly RecordBind[] = []): Promise<void> {
     const socket = (this.child.stdio as ReadonlyArray<unknown>)[ATTACH_FD] as Duplex | null | undefined;
     if (!socket) return Promise.reject(new Error('the pooled sandbox has no helper to attach with'));
     return new Promise((resolve, reject) => {
@@ -269,7 +270,7 @@ export class PooledHost {
       socket.on('data', onData);
       socket.once('close', onClose);
       try {
-        socket.write(attachCommands(this.parent, accessible, readOnly));
+        socket.write(attachCommands(this.parent, accessible, records));
       } catch (error) {
         finish(error as Error);
       }

@@ -10,6 +10,7 @@ import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protoc
 import { type NetworkPlan, planNetwork } from './network-plan.js';
 import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, bubblewrapArguments, isSystemPath, systemReadable, unshareArguments } from './sandbox.js';
 import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
+import type { RecordBind } from './workdir.js';
 
 /**
  * How one session's capsule host is started: its command line and the descriptors it inherits.
@@ -24,12 +25,12 @@ import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
  * | 7 | the confinement spec (read by the helper, then gone) |
  * | 8 | the seccomp program (read by the helper, then gone) |
  * | 9… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
- * | next… | a fresh sandbox's pinned workdir, `/tmp` and read-only records (bound by bubblewrap, then gone; below 15) |
+ * | next… | a fresh sandbox's pinned workdir, `/tmp` and records (bound by bubblewrap, then gone; below 20) |
  * | 9 | a pooled sandbox (which has no tools' cgroup): its held helper's commands and answer |
- * | 15 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
- * | 16… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
+ * | 20 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
+ * | 21… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
  *
- * The helper keeps 3, 15, the cgroup descriptors and the listeners, and closes everything else, so
+ * The helper keeps 3, 20, the cgroup descriptors and the listeners, and closes everything else, so
  * nothing the executor's own launcher left open (a descriptor without close-on-exec) gets in. A
  * sandbox that is not sealed has no network to hand out, and its host no IPC channel at all.
  */
@@ -37,13 +38,13 @@ import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
 export const SPEC_FD = 7;
 export const SECCOMP_FD = 8;
 export const FIRST_CGROUP_FD = 9;
-export const FIRST_LISTENER_FD = 16;
+export const FIRST_LISTENER_FD = 21;
 /**
  * Node's IPC channel, in a sealed sandbox only: the one way a descriptor reaches the executor
  * from a child. It carries the sandbox's sockets and nothing else, and is closed by both sides
  * once they are out, before the capsule's code runs (`host-link.ts`).
  */
-export const HANDOVER_FD = 15;
+export const HANDOVER_FD = 20;
 
 export interface HostSandboxInput {
   namespaces: NamespaceProbe;
@@ -58,11 +59,11 @@ export interface HostSandboxInput {
   /** Directories bound read-only beyond the components' (a pooled sandbox's bundles). */
   data?: string[] | undefined;
   /**
-   * Files in the workdir the sandbox sees read-only: the session's records the executor writes
-   * from outside (`sessionRecords`), which the guest may read and must not rewrite. Each must
-   * exist, a regular file of one link.
+   * Paths in the workdir bound over themselves, in order (`recordBinds`): the session's records
+   * the executor writes from outside, which the guest may read and must not rewrite. Each must
+   * exist: a directory, or a regular file of one link.
    */
-  readOnly?: string[] | undefined;
+  records?: readonly RecordBind[] | undefined;
   tools: HostTool[];
   hostEntry: string;
   cgroup: SessionCgroup | undefined;
@@ -107,18 +108,19 @@ const POOLED_NODE_FLAGS = ['--no-lazy'];
  * would have bound it, make the parent read-only again, and take away the staging view (of the
  * directory above the parent: every other session's workdir is in it).
  */
-export function attachCommands(parent: string, accessible: string, readOnly: readonly string[] = []): string {
+export function attachCommands(parent: string, accessible: string, records: readonly RecordBind[] = []): string {
   const name = path.relative(parent, accessible);
   if (name === '' || name.includes('/') || name.startsWith('..') || /[\t\n]/.test(accessible)) {
     throw new Error(`a pooled sandbox can only take a workdir directly in ${parent}, not ${accessible}`);
   }
-  const outside = readOnly.find((file) => !path.resolve(file).startsWith(`${accessible}/`) || /[\t\n]/.test(file));
-  if (outside !== undefined) throw new Error(`a pooled sandbox binds read-only only files in its workdir ${accessible}, not ${outside}`);
+  // A pooled sandbox takes only a workdir that is its session's directory, whose records are all read-only.
+  const refused = records.find((record) => record.writable || !path.resolve(record.path).startsWith(`${accessible}/`) || /[\t\n]/.test(record.path));
+  if (refused !== undefined) throw new Error(`a pooled sandbox binds read-only only paths in its workdir ${accessible}, not ${refused.path}`);
   // The staging view is of the parent's parent: `<staging>/<parent's name>/<session>`. Each record
   // is bound over itself and made read-only once the workdir is in place, before the host runs.
   const source = path.join(ATTACH_STAGING, path.basename(parent), name);
-  const records = readOnly.flatMap((file) => [`bind ${file}\t${file}`, `readonly ${file}`]);
-  return [`mkdir ${accessible}`, `bind ${source}\t${accessible}`, ...records, `readonly ${parent}`, `unmount ${ATTACH_STAGING}`, 'done', ''].join('\n');
+  const binds = records.flatMap((record) => [`bind ${record.path}\t${record.path}`, `readonly ${record.path}`]);
+  return [`mkdir ${accessible}`, `bind ${source}\t${accessible}`, ...binds, `readonly ${parent}`, `unmount ${ATTACH_STAGING}`, 'done', ''].join('\n');
 }
 
 export interface HostSandbox {
@@ -196,9 +198,14 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   const pipes: Array<string | Buffer> = SANDBOX_FILES.map((file) => file.content);
   // A fresh sandbox binds its workdir and /tmp by descriptor, opened and checked now (a pooled
   // one is given its workdir by its helper, which mounts what the executor names at attach time).
-  const readOnly = pooled ? [] : (input.readOnly ?? []);
-  const pinned = pooled ? [] : pinAll([() => pinDirectory(input.workdir), () => pinDirectory(tmp), ...readOnly.map((file) => () => pinRecordFile(file))]);
-  const pinnedFrom = (at: number) => ({ workdirFd: at, tmpFd: at + 1, readOnly: readOnly.map((file, index) => ({ fd: at + 2 + index, path: file })) });
+  const records = pooled ? [] : (input.records ?? []);
+  const pinRecord = (record: RecordBind) => () => (record.kind === 'directory' ? pinDirectory(record.path) : pinRecordFile(record.path));
+  const pinned = pooled ? [] : pinAll([() => pinDirectory(input.workdir), () => pinDirectory(tmp), ...records.map(pinRecord)]);
+  const pinnedFrom = (at: number) => ({
+    workdirFd: at,
+    tmpFd: at + 1,
+    records: records.map((record, index) => ({ fd: at + 2 + index, path: record.path, writable: record.writable })),
+  });
   const layout = {
     workdir: input.workdir,
     code: [input.codeRoot],
@@ -241,6 +248,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
     workdir: input.workdir,
     tmp,
     writable,
+    workdirMounts: records.map((record) => record.path),
     readable,
     executables,
     shellBinaries,

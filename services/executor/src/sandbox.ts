@@ -92,7 +92,7 @@ export interface SandboxLayout {
    * directories a guest can write — a parent's guest its child's, a session's guest a reused
    * workdir's `.capsule-tmp` — where a link swapped in after the check would be followed by the bind.
    */
-  pinned?: { workdirFd: number; tmpFd: number; readOnly?: Array<{ fd: number; path: string }> };
+  pinned?: { workdirFd: number; tmpFd: number; records?: Array<{ fd: number; path: string; writable: boolean }> };
   /**
    * A pooled sandbox, started before its session is known: `workdir` is then the directory the
    * session's workdir will be mounted in (an empty tmpfs until then); `source`, the real directory
@@ -287,9 +287,10 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   if (layout.attachLater) args.push('--bind', layout.attachLater.source, layout.attachLater.staging, '--tmpfs', layout.workdir);
   else if (layout.pinned) args.push('--bind-fd', String(layout.pinned.workdirFd), layout.workdir);
   else args.push('--bind', layout.workdir, layout.workdir);
-  // The session's records over their own names in the workdir, read-only: the guest reads its
-  // trace, and cannot rewrite, cut or remove it (a mount point is not unlinked or renamed).
-  for (const file of layout.pinned?.readOnly ?? []) args.push('--ro-bind-fd', String(file.fd), file.path);
+  // The session's records over their own names in the workdir (`recordBinds`), read-only but for
+  // a chosen workdir's session directory: the guest reads its trace, and cannot rewrite, cut or
+  // remove it, nor move it aside (a mount point is not unlinked or renamed).
+  for (const record of layout.pinned?.records ?? []) args.push(record.writable ? '--bind-fd' : '--ro-bind-fd', String(record.fd), record.path);
   for (const dir of layout.writable ?? []) if (existsSync(dir)) args.push('--bind', dir, dir);
   for (const dir of hidden) args.push('--remount-ro', dir);
   if (layout.attachLater) args.push('--remount-ro', '/tmp');

@@ -32,8 +32,9 @@ export async function readSessionFiles(workdir: string, query: FilesQuery): Prom
   const root = await fs.realpath(workdir);
   const shown = relative === '' ? '.' : relative;
   // The workdir was recorded as it resolved at launch. One that resolves elsewhere now was
-  // replaced by a link — a delegated child's, by its parent's guest, which writes children/ — and
-  // reading beneath where it leads would read the host.
+  // replaced by a link — a delegated child's, by its parent's guest where no bubblewrap made
+  // children/ read-only to it, or by an earlier guest of a reused workdir — and reading beneath
+  // where it leads would read the host.
   if (root !== path.resolve(workdir))
     refuse(shown, `cannot be read: the session's workdir ${workdir} now resolves to ${root}, so something replaced it with a link; nothing was read`);
   let handle: fs.FileHandle;

@@ -81,7 +81,7 @@ import { RequestUploads } from './request-uploads.js';
 import { ResponseRelays } from './response-relay.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
-import { type SessionPaths, materialiseWorkdir, sessionRecords } from './workdir.js';
+import { type SessionPaths, childrenDirIn, materialiseWorkdir, recordBinds } from './workdir.js';
 
 /**
  * One session, from the executor's side: the workdir it materialises, the sandboxed capsule host
@@ -349,8 +349,9 @@ export class Session {
         },
       );
     }
-    // Made beneath the parent's workdir root: its guest writes children/ and may have put a link there.
-    const dir = path.join(parent.paths.sessionDir, 'children', childOf.name);
+    // Made beneath the parent's workdir root: its guest sees children/ read-only, and an earlier
+    // guest of a reused workdir may have put a link there.
+    const dir = path.join(childrenDirIn(parent.paths.sessionDir), childOf.name);
     mkdirBeneath(parent.paths.accessible, dir);
     return dir;
   }
@@ -746,7 +747,7 @@ export class Session {
           const expectation = first ? { component: first, memoryLimitBytes: start.policy.limits.memory_bytes, agent: start.agent !== undefined } : undefined;
           const ahead = expectation ? host.expect(expectation) : false;
           if (expectation) pool.anticipate(expectation);
-          this.pooled = { host, attaching: host.attach(this.paths.accessible, sessionRecords(this.paths.sessionDir)) };
+          this.pooled = { host, attaching: host.attach(this.paths.accessible, recordBinds(this.paths)) };
           this.bootstrap.line('[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now)');
           // The executor's own log, not the session's: the guest reads its bootstrap log, and
           // whether its host was told of it ahead says what the last launch here ran.
@@ -778,7 +779,7 @@ export class Session {
       confine: confine.support,
       policy: plan.policy,
       workdir: this.paths.accessible,
-      readOnly: sessionRecords(this.paths.sessionDir),
+      records: recordBinds(this.paths),
       codeRoot: CODE_ROOT,
       hidden: SANDBOX_HIDDEN,
       components: this.components,

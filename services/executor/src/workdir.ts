@@ -39,8 +39,8 @@ export interface WorkdirRequest {
   task?: string | undefined;
   /**
    * The workdir is one the executor made inside another guest's workdir (a delegated child's,
-   * under its parent's `children/`): it must resolve to itself, since that guest can put a link
-   * in its place (`assertWorkdirUnmoved`).
+   * under its parent's `children/`): it must resolve to itself, since that guest could put a link
+   * in its place where no bubblewrap binds `children/` read-only to it (`assertWorkdirUnmoved`).
    */
   madeInGuestTree?: boolean;
 }
@@ -154,20 +154,50 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
     if (lstatSync(manifest, { throwIfNoEntry: false })) continue;
     writeFileBeneath(accessible, manifest, shellToolManifest(binary));
   }
-  // Made before any host runs, so a sandbox can bind them read-only over their names from the start.
-  for (const record of sessionRecords(sessionDir)) appendBeneath(accessible, record, '');
+  // Made before any host runs, so a sandbox can bind each over its own name from the start.
+  mkdirBeneath(accessible, childrenDirIn(sessionDir));
+  appendBeneath(accessible, traceFileIn(sessionDir), '');
   return { paths: { accessible, sessionDir, preopen }, tools };
 }
 
+/** Where a session's delegated children get their workdirs, each under its own name. */
+export function childrenDirIn(sessionDir: string): string {
+  return path.join(sessionDir, 'children');
+}
+
 /**
- * The session's records that only the executor writes, from outside the sandbox: `trace.jsonl`,
- * what the session did and was refused. They live in the workdir (upstream's layout), which is
- * the guest's to write, so every sandbox binds them read-only over their own names: the guest
- * reads its trace and cannot rewrite, cut or remove what it did (a denied request, a tool call).
- * The logs are not among them: the host writes its own lines there from inside.
+ * A path in the workdir that a sandbox binds over itself: read-only, or writable again inside a
+ * read-only one. Bound in order, so a later one lands on top of an earlier one.
  */
-export function sessionRecords(sessionDir: string): string[] {
-  return [traceFileIn(sessionDir)];
+export interface RecordBind {
+  path: string;
+  kind: 'directory' | 'file';
+  writable: boolean;
+}
+
+/**
+ * What every sandbox of the session binds over their own names so that its guest reads and cannot
+ * rewrite what only the runtime writes: `trace.jsonl` (what the session did and was refused) and
+ * `children/` (each delegated child's workdir, holding that child's own trace). They live in the
+ * workdir (upstream's layout), which is the guest's to write, and a mount point can be neither
+ * unlinked nor renamed, so the guest cannot cut the trace, nor move a directory aside and make
+ * another with a trace of its own, which readers would then take for the session's.
+ *
+ * Under a chosen workdir the records are in `.murmur/<session>/`: `.murmur` is bound read-only
+ * (it cannot be moved, and other sessions' records in it cannot be written), and the session's
+ * own directory writable again inside it, since the host writes there (`logs/`, `out/`,
+ * `contexts/`, a shell tool's manifest). The logs stay the guest's to write.
+ */
+export function recordBinds(paths: Pick<SessionPaths, 'accessible' | 'sessionDir'>): RecordBind[] {
+  const { accessible, sessionDir } = paths;
+  const chosen: RecordBind[] =
+    sessionDir === accessible
+      ? []
+      : [
+          { path: path.dirname(sessionDir), kind: 'directory', writable: false },
+          { path: sessionDir, kind: 'directory', writable: true },
+        ];
+  return [...chosen, { path: childrenDirIn(sessionDir), kind: 'directory', writable: false }, { path: traceFileIn(sessionDir), kind: 'file', writable: false }];
 }
 
 /** Writes an artifact into `tools/<name>/` and describes it to the host; drivers and hooks are not tools. */

@@ -19,6 +19,7 @@ function spec(overrides: Partial<ConfinementInput['policy']> = {}): string[] {
     network: planNetwork(['api.example.com:443'], 16),
     workdir: '/work/session',
     tmp: '/work/session/.capsule-tmp',
+    workdirMounts: ['/work/session/children', '/work/session/trace.jsonl'],
     readable: ['/usr', '/etc', '/proc'],
     executables: [],
     shellBinaries: [],
@@ -48,6 +49,14 @@ describe('the confinement spec murmur-confine carries out', () => {
     const lines = spec();
     expect(lines).toContain('require rwdm /work/session');
     expect(lines).toContain('require rwdm /work/session/.capsule-tmp');
+  });
+
+  it('remounts the workdir, /tmp and every mount inside the workdir noexec, before it drops: a child’s files are not its parent’s to run', () => {
+    const lines = spec();
+    const noexec = lines.filter((line) => line.startsWith('noexec '));
+    expect(noexec).toEqual(['noexec /work/session', 'noexec /tmp', 'noexec /work/session/children', 'noexec /work/session/trace.jsonl']);
+    expect(lines.indexOf('drop')).toBeGreaterThan(lines.indexOf(noexec.at(-1) as string));
+    expect(spec({ workdir_exec: true }).filter((line) => line.startsWith('noexec '))).toEqual([]);
   });
 
   it('adds execute to the workdir only with workdir_exec, and making sockets only with unix_sockets', () => {

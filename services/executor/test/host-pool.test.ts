@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { attachCommands } from '../src/host-sandbox.js';
 import { mountPointRefusal, poolRefusal } from '../src/host-pool.js';
+import { recordBinds } from '../src/workdir.js';
 
 const pool = { workdirBase: '/srv/murmur', bundlesDir: '/srv/murmur/cache/transpiled/jco' };
 const plain = {
@@ -41,18 +42,26 @@ describe('the held helper’s commands', () => {
     ]);
   });
 
-  it('bind the session’s records over themselves read-only once the workdir is in, and refuse a record outside it', () => {
-    const records = ['/srv/murmur/workdir/ses_1/trace.jsonl'];
-    expect(attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', records).split('\n').slice(1, 5)).toEqual([
+  it('bind the session’s records over themselves read-only once the workdir is in, and refuse a record outside it or a writable one', () => {
+    const records = recordBinds({ accessible: '/srv/murmur/workdir/ses_1', sessionDir: '/srv/murmur/workdir/ses_1' });
+    expect(attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', records).split('\n').slice(1, 7)).toEqual([
       'bind /.murmur-attach/workdir/ses_1\t/srv/murmur/workdir/ses_1',
+      'bind /srv/murmur/workdir/ses_1/children\t/srv/murmur/workdir/ses_1/children',
+      'readonly /srv/murmur/workdir/ses_1/children',
       'bind /srv/murmur/workdir/ses_1/trace.jsonl\t/srv/murmur/workdir/ses_1/trace.jsonl',
       'readonly /srv/murmur/workdir/ses_1/trace.jsonl',
       'readonly /srv/murmur/workdir',
     ]);
-    expect(() => attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', ['/srv/murmur/workdir/ses_2/trace.jsonl'])).toThrow(
-      /only files in its workdir/,
+    const file = (at: string, writable = false) => [{ path: at, kind: 'file' as const, writable }];
+    expect(() => attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', file('/srv/murmur/workdir/ses_2/trace.jsonl'))).toThrow(
+      /only paths in its workdir/,
     );
-    expect(() => attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', ['/srv/murmur/workdir/ses_1/a\tb'])).toThrow(/only files in its workdir/);
+    expect(() => attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', file('/srv/murmur/workdir/ses_1/a\tb'))).toThrow(
+      /only paths in its workdir/,
+    );
+    // A chosen workdir's session directory is writable inside a read-only .murmur: never a pooled host's.
+    const chosen = recordBinds({ accessible: '/srv/murmur/workdir/ses_1', sessionDir: '/srv/murmur/workdir/ses_1/.murmur/ses_1' });
+    expect(() => attachCommands('/srv/murmur/workdir', '/srv/murmur/workdir/ses_1', chosen)).toThrow(/read-only only/);
   });
 
   it('refuse a workdir that is not directly in the mount point, or whose path would break a command line', () => {

@@ -19,6 +19,7 @@
 //   {op:"mkdir", path}            create-directory-at
 //   {op:"symlink", target, path}  symlink-at
 //   {op:"unlink", path}           unlink-file-at (a file or a link, never followed)
+//   {op:"rename", path, to}       rename-at, within the preopen
 //   {op:"stat", path}             value: stat-at (u64s as numbers)
 //   {op:"hold", path}             opens (creating) for reading and writing, and never closes it
 //   {op:"fetch", url, method?, body?, repeat?, headers?}
@@ -336,6 +337,9 @@ async function commonAction(action, report) {
       return null;
     case 'unlink':
       rootDescriptor().unlinkFileAt(action.path);
+      return null;
+    case 'rename':
+      rootDescriptor().renameAt(action.path, rootDescriptor(), action.to);
       return null;
     case 'stat':
       return plain(rootDescriptor().statAt(pathFlags(action), action.path));

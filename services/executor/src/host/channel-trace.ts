@@ -3,7 +3,7 @@ import type { TraceRecord, TraceSink } from '../records.js';
 
 /**
  * The host's side of the session's trace: each record goes to the executor as the line it is,
- * and the executor alone writes `trace.jsonl`, which the sandbox sees read-only (`sessionRecords`).
+ * and the executor alone writes `trace.jsonl`, which the sandbox sees read-only (`recordBinds`).
  * A capsule cannot rewrite what it did, even through a host it broke into: it could only add
  * records, each checked as one whole record.
  *
