@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegistryIndexSchema } from '@murmur/shared';
@@ -119,6 +119,20 @@ describe('roost as a remote registry', () => {
     expect(await listTree(registryPath)).toEqual(before);
   });
 
+  it('refuses a platform that is not os-arch and a name whose escapes do not decode, serving and storing nothing outside its store', async () => {
+    const before = await listTree(registryPath);
+    const climbing = await post('name=echo-tool&version=0.2.0&platform=linux-x/../../../escaped/pwn', await fs.readFile(toolZip));
+    expect(climbing.status).toBe(422);
+    const secret = await fetch(`${roost.url}/v1/artifacts/echo-tool/0.1.0?platform=${encodeURIComponent('x/../../../../secret/private-1.0')}`);
+    expect(secret.status).toBe(422);
+    expect(await secret.json()).toMatchObject({ code: 'E-REG-006' });
+    const malformed = await fetch(`${roost.url}/v1/artifacts/%E0%A4%A/1.0`);
+    expect(malformed.status).toBe(422);
+    expect(await malformed.json()).toMatchObject({ code: 'E-REG-006' });
+    expect(await listTree(registryPath)).toEqual(before);
+    expect(existsSync(path.join(scratch.dir, 'escaped'))).toBe(false);
+  });
+
   it('refuses a body over its size ceiling without storing it', async () => {
     const big = await writeMurZip([
       { name: 'murmur.yaml', data: Buffer.from('name: big\nversion: 1.0.0\nruntime: skill\n') },
@@ -148,6 +162,45 @@ describe('roost as a remote registry', () => {
     const lock = await readLockfile(path.join(project, 'murmur.lock'));
     expect(lock?.artifacts).toEqual([{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(await fs.readFile(toolZip)) } }]);
     expect(await listTree(path.join(project, '.murmur', 'artifacts'))).toContain('echo-tool/0.1.0/echo-tool-0.1.0.mur.zip');
+  });
+
+  it('installs with -g or from a local zip without pinning, and two installs at once keep both pins', async () => {
+    const project = path.join(scratch.dir, 'pinning-project');
+    await capsuleProject(project, 'name: app\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const env = user('pinner');
+    const global = await runMur(['install', '-g', 'echo-tool@0.1.0', '--registry', roost.url], { cwd: project, env });
+    expect(global.code, global.stderr).toBe(0);
+    const local = await runMur(['install', toolZip], { cwd: project, env });
+    expect(local.code, local.stderr).toBe(0);
+    expect(existsSync(path.join(project, 'murmur.lock'))).toBe(false);
+    const other = path.join(scratch.dir, 'other-tool-0.1.0.mur.zip');
+    await fs.writeFile(other, await componentArtifact('other-tool', '0.1.0', (await toolWat()).bytes));
+    expect((await runMur(['publish', other, '--registry', roost.url], { env })).code).toBe(0);
+    const both = await Promise.all(
+      ['echo-tool@0.1.0', 'other-tool@0.1.0'].map((reference) => runMur(['install', reference, '--registry', roost.url], { cwd: project, env })),
+    );
+    for (const result of both) expect(result.code, result.stderr).toBe(0);
+    const lock = await readLockfile(path.join(project, 'murmur.lock'));
+    expect(lock?.artifacts.map((entry) => entry.name).sort()).toEqual(['echo-tool', 'other-tool']);
+    expect(existsSync(path.join(project, 'murmur.lock.writing'))).toBe(false);
+  });
+
+  it('refuses to install bytes that are another artifact than the one named, writing nothing', async () => {
+    const env = user('mislabelled');
+    // A store that holds other-tool's archive under echo-tool's name and version.
+    const version = path.join(env.MURMUR_HOME, 'artifacts', 'echo-tool', '0.3.0');
+    await fs.mkdir(version, { recursive: true });
+    const bytes = await componentArtifact('other-tool', '0.3.0', (await toolWat()).bytes);
+    await fs.writeFile(path.join(version, 'echo-tool-0.3.0.mur.zip'), bytes);
+    await fs.writeFile(path.join(version, 'echo-tool-0.3.0.sha256'), sha256Hex(bytes));
+    const project = path.join(scratch.dir, 'mislabelled-project');
+    await capsuleProject(project, 'name: app\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const result = await runMur(['install', 'echo-tool@0.3.0'], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-REG-002]');
+    expect(result.stderr).toContain('holds other-tool@0.3.0 under echo-tool@0.3.0');
+    expect(existsSync(path.join(project, '.murmur', 'artifacts'))).toBe(false);
+    expect(existsSync(path.join(project, 'murmur.lock'))).toBe(false);
   });
 
   it('stages a capsule whose artifact only roost has, when MURMUR_ROOST_URL names it', async () => {

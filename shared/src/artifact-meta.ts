@@ -37,8 +37,14 @@ export function currentPlatform(platform: string = process.platform, arch: strin
   return os && cpu ? `${os}-${cpu}` : 'unknown';
 }
 
+/**
+ * An operating system and an architecture, as upstream names them: lowercase letters, digits and
+ * `_` each (`linux-x86_64`). A platform becomes part of a file name in a store, so nothing else is
+ * one: a `/` or a `..` in it would climb out of the version's directory.
+ */
+const PLATFORM = /^([a-z0-9_]{1,32})-([a-z0-9_]{1,32})$/;
+
 export function parsePlatform(value: string): [string, string] | undefined {
-  const index = value.indexOf('-');
-  if (index <= 0 || index === value.length - 1) return undefined;
-  return [value.slice(0, index), value.slice(index + 1)];
+  const match = PLATFORM.exec(value);
+  return match ? [match[1] as string, match[2] as string] : undefined;
 }

@@ -56,7 +56,7 @@ export const ERROR_CATALOGUE = {
   'E-REG-003': { title: 'artifact version already published', hint: 'published versions are immutable: bump the version and publish again' },
   'E-REG-004': { title: 'reserved version', hint: "'latest', 'stable' and 'edge' cannot be published; use a concrete version" },
   'E-REG-005': { title: 'install disagrees with murmur.lock' },
-  'E-REG-006': { title: 'artifact name or version cannot name a store path' },
+  'E-REG-006': { title: 'artifact name, version or platform cannot name a store path' },
   'E-RUN-001': { title: 'the capsule trapped or exceeded a limit' },
   'E-RUN-002': { title: 'missing WASI import' },
   'E-RUN-003': { title: 'murmur.lock does not match the manifest or the installed artifacts' },

@@ -32,7 +32,25 @@ export function normaliseEntryName(raw: string): { ok: true; name: string } | { 
   const components = raw.split('/').filter((component) => component !== '' && component !== '.');
   if (components.includes('..')) return { ok: false, reason: "contains a '..' component" };
   if (components.length === 0) return { ok: false, reason: 'is empty' };
-  return { ok: true, name: components.join('/') };
+  // What a file system takes: a name of at most 255 bytes, a path well inside PATH_MAX once under a workdir.
+  if (components.some((component) => utf8Bytes(component) > LONGEST_COMPONENT_BYTES))
+    return { ok: false, reason: `has a name longer than ${LONGEST_COMPONENT_BYTES} bytes` };
+  const name = components.join('/');
+  if (utf8Bytes(name) > LONGEST_PATH_BYTES) return { ok: false, reason: `is longer than ${LONGEST_PATH_BYTES} bytes` };
+  return { ok: true, name };
+}
+
+const LONGEST_COMPONENT_BYTES = 255;
+const utf8 = new TextEncoder();
+const utf8Bytes = (text: string): number => utf8.encode(text).length;
+const LONGEST_PATH_BYTES = 1024;
+
+/**
+ * A path as a file system that folds case or Unicode forms (macOS's, Windows') would see it: two
+ * entries with one folded name are one file there, so which is written depends on the order.
+ */
+export function foldedEntryName(name: string): string {
+  return name.normalize('NFC').toLowerCase();
 }
 
 export const SetFileSchema = z.object({

@@ -248,6 +248,40 @@ describe('MurZip.open guards', () => {
     expect(await listTree(target)).toEqual([]);
   });
 
+  it.each([
+    ['case', 'skill.md', 'SKILL.md'],
+    ['Unicode form', 'caf\u00e9.md', 'cafe\u0301.md'],
+  ])('refuses two entry names that differ only in %s: one file where case or forms fold, and extracts nothing', async (_kind, first, second) => {
+    const bytes = rawZip([
+      { name: first, data: text('one') },
+      { name: second, data: text('two') },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain('differ only in case or Unicode form');
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses a path that is both a file and a directory, and extracts nothing', async () => {
+    const bytes = rawZip([
+      { name: 'a', data: text('file') },
+      { name: 'a/b', data: text('inside') },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("'a' is both a file and a directory");
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses a name no file system takes: a component over 255 bytes, a path over 1024', async () => {
+    const deep = `${'d'.repeat(200)}/`.repeat(6);
+    for (const name of [`${'n'.repeat(256)}.md`, `${deep}x.md`]) {
+      const { error } = await refuseAndExtract(rawZip([{ name, data: text('x') }]));
+      expect(error.code, name.slice(0, 20)).toBe('E-ART-001');
+      expect(error.message).toMatch(/longer than (255|1024) bytes/);
+    }
+  });
+
   it('refuses an entry whose declared size is over the per-entry ceiling and extracts nothing', async () => {
     const bytes = await writeMurZip([
       { name: 'murmur.yaml', data: text('name: x\n') },

@@ -156,6 +156,31 @@ describe('ArtifactStore.publish', () => {
     expect(await listTree(dir)).toEqual([]);
   });
 
+  it('refuses a platform that is not os-arch, so no variant lands outside its version directory, writing nothing', async () => {
+    for (const platform of [
+      ['linux', 'x/../../../../escaped/pwn'],
+      ['linux', 'X86'],
+      ['linux-gnu', 'x86_64'],
+      ['', 'x86_64'],
+    ] as Array<[string, string]>) {
+      const error = await rejection(store.publish(ZIP_A, meta({ runtime: 'native', platforms: [platform] })));
+      expect(error.code, platform.join('-')).toBe('E-REG-006');
+      expect(error.message).toContain('cannot name a platform');
+    }
+    expect((await rejection(store.resolve('echo-tool', '0.1.0', 'x/../../../secret/private'))).code).toBe('E-REG-006');
+    expect(await listTree(dir)).toEqual([]);
+  });
+
+  it('keeps the meta of a version when a platform variant of it is published after, adding the platform', async () => {
+    await store.publish(ZIP_A, meta());
+    await store.publish(ZIP_B, meta({ runtime: 'native', platforms: [['linux', 'x86_64']] }));
+    const kept = await store.readMeta('echo-tool', '0.1.0');
+    expect(kept.runtime).toBe('wasm');
+    expect(kept.platforms).toEqual([['linux', 'x86_64']]);
+    expect((await store.resolve('echo-tool', '0.1.0', 'linux-x86_64'))?.bytes).toEqual(ZIP_B);
+    expect((await store.resolve('echo-tool', '0.1.0', 'unknown'))?.bytes).toEqual(ZIP_A);
+  });
+
   it('refuses to resolve a name that could escape the store', async () => {
     expect((await rejection(store.resolve('../x', '1.0.0'))).code).toBe('E-REG-006');
     expect((await rejection(store.resolve('x', '..'))).code).toBe('E-REG-006');

@@ -10,6 +10,7 @@ import {
   readLockfile,
   storeSource,
   verifyResolved,
+  withLockfileTurn,
   writeLockfile,
 } from '@murmur/shared/artifacts';
 import { defaultArtifactsDir, globalStoreDir, projectStoreDir } from '@murmur/shared/node';
@@ -90,18 +91,36 @@ async function pin(projectRoot: string | undefined, lock: MurmurLock | undefined
   await writeLockfile(path.join(projectRoot, LOCKFILE_NAME), upsertLockEntry(lock, { name, resolved_version: version, sha256: { wasm: sha256 } }));
 }
 
+/**
+ * Vets the bytes and stores them as what their own archive says they are: the meta (runtime,
+ * platforms) is derived from the archive, never taken from a source's index, which is not
+ * verified and whose platform would become part of a file name. A reference's bytes must be the
+ * artifact it names (`expected`): a source serving another's is `E-REG-002`, before anything is
+ * written. Only a registry install pins (SPEC §2.4: not `-g`, not a local file), but every install
+ * into a project refuses bytes its lock contradicts.
+ */
 async function installBytes(
   into: Target,
   bytes: Buffer,
   label: string,
-  sourceMeta: ArtifactMeta | undefined,
+  expected: { name: string; version: string; location: string } | undefined,
 ): Promise<{ meta: ArtifactMeta; zipPath: string }> {
-  const inspected = await inspectArchive(bytes, label);
-  const meta = sourceMeta && sourceMeta.artifact_runtime !== '' ? { ...inspected.meta, ...sourceMeta } : inspected.meta;
-  const lock = await checkPin(into.projectRoot, meta.name, meta.version, inspected.sha256);
-  const { zipPath } = await into.store.install(bytes, meta, inspected.sha256);
-  await pin(into.projectRoot, lock, meta.name, meta.version, inspected.sha256);
-  return { meta, zipPath };
+  const { meta, sha256 } = await inspectArchive(bytes, label);
+  if (expected && (meta.name !== expected.name || meta.version !== expected.version)) {
+    throw new MurmurError(
+      'E-REG-002',
+      `${expected.location} holds ${meta.name}@${meta.version} under ${expected.name}@${expected.version}: the bytes are another artifact's; nothing was installed`,
+      { path: `${expected.name}@${expected.version}`, hint: 'publish the artifact again under its own name, or ask the registry’s keeper' },
+    );
+  }
+  const install = async (): Promise<{ meta: ArtifactMeta; zipPath: string }> => {
+    const lock = await checkPin(into.projectRoot, meta.name, meta.version, sha256);
+    const { zipPath } = await into.store.install(bytes, meta, sha256);
+    if (expected) await pin(into.projectRoot, lock, meta.name, meta.version, sha256);
+    return { meta, zipPath };
+  };
+  // The lock's check, the install and the pin in one turn: another install's pin is not lost.
+  return into.projectRoot ? withLockfileTurn(path.join(into.projectRoot, LOCKFILE_NAME), install) : install();
 }
 
 async function installReference(reference: string, into: Target, options: InstallOptions, output: Output): Promise<void> {
@@ -128,7 +147,7 @@ async function installReference(reference: string, into: Target, options: Instal
     const resolved = await source.resolve(name, version);
     if (!resolved) continue;
     verifyResolved(resolved);
-    const { zipPath } = await installBytes(into, resolved.bytes, `${name}@${version}`, resolved.meta.artifact_runtime === '' ? undefined : resolved.meta);
+    const { zipPath } = await installBytes(into, resolved.bytes, `${name}@${version}`, { name, version, location: resolved.location });
     output.out(`Installed ${name}@${version} → ${tildePath(zipPath)}`);
     return;
   }
@@ -157,7 +176,7 @@ export async function installCommand(reference: string | undefined, options: Ins
   for (const artifact of wanted) {
     const label = `${artifact.name}@${artifact.version}`;
     try {
-      await installReference(label, { store: into.store, projectRoot }, options, output);
+      await installReference(label, { store: into.store, projectRoot: into.projectRoot }, options, output);
     } catch (error) {
       failures.push({ label, error });
     }

@@ -19,7 +19,7 @@ import {
   numberSetting,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
+import { readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal, locateHarness } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import { type Output, TerminalSafeStream } from '../output.js';
@@ -344,7 +344,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       subscriptions.push(
         runtime.bus.subscribe(topics.sessionPinned.at(sessionId), ({ artifact }) => {
           pinning = pinning
-            .then(async () => writeLockfile(lockPath, upsertLockEntry(await readLockfile(lockPath).catch(() => undefined), artifact)))
+            .then(() =>
+              withLockfileTurn(lockPath, async () => writeLockfile(lockPath, upsertLockEntry(await readLockfile(lockPath).catch(() => undefined), artifact))),
+            )
             .catch((error: unknown) =>
               output.err(`warning: could not pin ${artifact.name}@${artifact.resolved_version} in ${lockPath}: ${(error as Error).message}`),
             );

@@ -34,10 +34,29 @@ function nameAndVersion(rest: string): { name: string; version: string } | undef
   const segments = rest
     .split('/')
     .filter((segment) => segment !== '')
-    .map((segment) => decodeURIComponent(segment));
+    .map((segment) => {
+      try {
+        return decodeURIComponent(segment);
+      } catch {
+        throw new MurmurError('E-REG-006', `'${segment.slice(0, 60)}' is not a name or version: its percent-escapes do not decode`, {
+          path: segment,
+          hint: 'escape a name as encodeURIComponent does, e.g. local%2Fworker',
+        });
+      }
+    });
   const version = segments.pop();
   if (!version || segments.length === 0) return undefined;
   return { name: segments.join('/'), version };
+}
+
+/** A `platform` query parameter, refused when it is not `os-arch`: it becomes part of a file name. */
+function platformPair(value: string): [string, string] {
+  const pair = parsePlatform(value);
+  if (pair) return pair;
+  throw new MurmurError('E-REG-006', `'${value.slice(0, 60)}' is not a platform: expected os-arch, e.g. linux-x86_64`, {
+    path: 'platform',
+    hint: 'an operating system and an architecture of lowercase letters, digits and _, joined by one hyphen',
+  });
 }
 
 export function registryRoutes(options: RegistryRoutesOptions): Hono {
@@ -98,10 +117,7 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       const meta: ArtifactMeta = {
         ...inspected.meta,
         ...(runtime === 'wasm' || runtime === 'native' || runtime === 'static' ? { runtime } : {}),
-        platforms:
-          platforms.length > 0
-            ? platforms.map((value) => parsePlatform(value)).filter((pair): pair is [string, string] => pair !== undefined)
-            : inspected.meta.platforms,
+        platforms: platforms.length > 0 ? platforms.map(platformPair) : inspected.meta.platforms,
         artifact_runtime: context.req.query('artifact_runtime')?.trim() || inspected.meta.artifact_runtime,
       };
       const published = await options.store.publish(bytes, meta);

@@ -684,7 +684,7 @@ function pinOf(
   if (!context.honourPins) {
     throw new MurmurError('E-RUN-003', `lockfile version mismatch for '${name}': manifest requested ${version}, lock pinned ${pin.resolved_version}`, {
       path: context.lockPath,
-      hint: `to upgrade, remove the '${name}' entry from murmur.lock (or run 'mur install ${name}@${version}')`,
+      hint: `to upgrade, remove the '${name}' entry from murmur.lock, then run 'mur install ${name}@${version}' (or the capsule, which pins it again)`,
     });
   }
   context.warnings.push({

@@ -1,6 +1,6 @@
 import { type ArtifactMeta, currentPlatform, parsePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
-import { type PackagedManifest, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
+import { type PackagedManifest, artifactNameProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
 import { MurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
 
@@ -34,15 +34,24 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
         });
       throw error;
     }
+    // The rule `mur build` packs by: a name no build makes is no name a manifest can declare, and a
+    // published version cannot be replaced.
+    const nameProblem = artifactNameProblem(packaged.manifest.name);
+    if (nameProblem) {
+      throw new MurmurError('E-MAN-003', `${label}: invalid artifact name '${packaged.manifest.name.slice(0, 120)}': ${nameProblem}`, {
+        path: 'name',
+        hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool); pack it again with mur build',
+      });
+    }
     let runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
     if (runtime === 'wasm') zip.rootWasmName();
     let platforms: Array<[string, string]> = [];
     if (options.platform !== undefined) {
       const pair = parsePlatform(options.platform);
       if (!pair)
-        throw new MurmurError('E-IO-003', `invalid platform '${options.platform}' (expected os-arch, e.g. linux-x86_64)`, {
+        throw new MurmurError('E-REG-006', `invalid platform '${options.platform.slice(0, 60)}' (expected os-arch, e.g. linux-x86_64)`, {
           path: '--platform',
-          hint: 'name an operating system and an architecture joined by a hyphen: linux-x86_64, linux-aarch64, darwin-aarch64',
+          hint: 'name an operating system and an architecture (lowercase letters, digits and _) joined by one hyphen: linux-x86_64, linux-aarch64, darwin-aarch64',
         });
       runtime = 'native';
       platforms = [pair];

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta } from '../artifact-meta.js';
+import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta, parsePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
 import { isReservedVersion } from '../manifest/artifact.js';
 import { temporarySibling } from '../node/atomic.js';
@@ -109,6 +109,12 @@ export class ArtifactStore {
 
   variantFiles(name: string, version: string, platform?: string): VariantFiles {
     const dir = this.versionDir(name, version);
+    if (platform !== undefined && !parsePlatform(platform)) {
+      throw new MurmurError('E-REG-006', `'${platform.slice(0, 60)}' cannot name a platform in a store: expected os-arch, e.g. linux-x86_64`, {
+        path: platform,
+        hint: 'an operating system and an architecture of lowercase letters, digits and _, joined by one hyphen',
+      });
+    }
     const stem = platform ? `${this.stem(name, version)}-${platform}` : this.stem(name, version);
     return { zip: path.join(dir, `${stem}.mur.zip`), sha: path.join(dir, `${stem}.sha256`) };
   }
@@ -204,10 +210,14 @@ export class ArtifactStore {
     if (exists) throw conflict();
     const sha256 = sha256Hex(bytes);
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
+    // Another variant of this version was published first: its meta stays (a generic artifact does
+    // not turn native), and gains this variant's platform.
+    const kept = (await pathPresent(this.metaFile(meta.name, meta.version))) ? await this.readMeta(meta.name, meta.version) : undefined;
+    const stored = kept ? { ...kept, platforms: unionOfPlatforms(kept.platforms, meta.platforms) } : meta;
     const staged = await stageFiles([
       [files.zip, bytes],
       [files.sha, sha256],
-      [this.metaFile(meta.name, meta.version), metaJson(meta)],
+      [this.metaFile(meta.name, meta.version), metaJson(stored)],
     ]);
     try {
       try {
@@ -279,6 +289,12 @@ export class ArtifactStore {
     await Promise.all(backups.map(({ backup }) => fs.rm(backup, { force: true })));
     return { zipPath: files.zip };
   }
+}
+
+function unionOfPlatforms(kept: Array<[string, string]>, added: Array<[string, string]>): Array<[string, string]> {
+  const union = [...kept];
+  for (const pair of added) if (!union.some(([os, arch]) => os === pair[0] && arch === pair[1])) union.push(pair);
+  return union;
 }
 
 function metaJson(meta: ArtifactMeta): string {
