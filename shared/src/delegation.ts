@@ -102,8 +102,13 @@ export const DelegationOutcomeSchema = z.object({
 });
 export type DelegationOutcome = z.infer<typeof DelegationOutcomeSchema>;
 
-/** `detail` cut to `MAX_DETAIL_BYTES` of UTF-8 on a character boundary, the cut marked. */
-export function boundDetail(detail: string): string {
+/**
+ * `detail` on one line (a completion message is one field per line, so a second line would be
+ * free text for the parent's model), cut to `MAX_DETAIL_BYTES` of UTF-8 on a character boundary,
+ * the cut marked.
+ */
+export function boundDetail(text: string): string {
+  const detail = text.replace(/\s*[\r\n]+\s*/g, ' ');
   const bytes = Buffer.from(detail, 'utf8');
   if (bytes.length <= MAX_DETAIL_BYTES) return detail;
   let end = MAX_DETAIL_BYTES;
@@ -124,7 +129,7 @@ export function completionMessageText(outcome: DelegationOutcome): string {
     `workdir: ${outcome.workdir}`,
     outcome.result_path === undefined ? 'result: none (the child wrote no result file)' : `result: ${outcome.result_path} (in that workdir)`,
   ];
-  if (outcome.detail !== undefined) lines.push(`detail: ${outcome.detail}`);
+  if (outcome.detail !== undefined) lines.push(`detail: ${boundDetail(outcome.detail)}`);
   return `${lines.join('\n')}\n\nThe child's own output is in that file and is not reproduced here.`;
 }
 
@@ -136,9 +141,10 @@ const COMPLETION_TAIL = "\n\nThe child's own output is in that file and is not r
  * `delegationId`. A parent's host admits nothing else as a completion: the delegation id is in
  * the child's own environment (`MURMUR_SPAWNER`), so a child's guest can post a "completion"
  * itself, and what it posts must be no more than what its runtime could have said — a status, a
- * duration, paths and the bounded detail — never free text for the parent's model.
+ * duration, paths and the bounded detail on one line — never free text for the parent's model —
+ * and, given `childSessionId`, about the child the delegation launched.
  */
-export function isCompletionMessage(text: string, delegationId: string): boolean {
+export function isCompletionMessage(text: string, delegationId: string, childSessionId?: string): boolean {
   if (!text.endsWith(COMPLETION_TAIL)) return false;
   const lines = text.slice(0, -COMPLETION_TAIL.length).split('\n');
   const field = (at: number, name: string): string | undefined => {
@@ -153,6 +159,8 @@ export function isCompletionMessage(text: string, delegationId: string): boolean
   const detailLines = lines.slice(8);
   const detail = detailLines.length === 0 ? undefined : detailLines.join('\n');
   if (lines[0] !== 'Delegated capsule finished.' || field(1, 'delegation_id') !== delegationId) return false;
+  // The child the delegation launched, when the parent knows it: no other session's name is taken.
+  if (childSessionId !== undefined && field(3, 'session_id') !== childSessionId) return false;
   if (!capsule || !status.success || duration === undefined || !/^\d{1,15}$/.test(duration) || workdir === undefined || !result) return false;
   if (detail !== undefined && (!detail.startsWith('detail: ') || boundDetail(detail.slice('detail: '.length)) !== detail.slice('detail: '.length)))
     return false;

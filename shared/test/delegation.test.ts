@@ -351,6 +351,10 @@ describe('boundDetail', () => {
     expect(boundDetail(detail)).toBe(detail);
   });
 
+  it('puts a detail of several lines on one: a completion message is one field per line', () => {
+    expect(boundDetail('E-RUN-001: the capsule failed\n  hint: run it again\r\n\nbye')).toBe('E-RUN-001: the capsule failed hint: run it again bye');
+  });
+
   it('cuts a detail one byte over the cap and marks the cut', () => {
     expect(boundDetail('x'.repeat(2_001))).toBe(`${'x'.repeat(2_000)}${MARK}`);
   });
@@ -410,12 +414,13 @@ describe('completionMessageText', () => {
     expect(text).toContain('status: error');
   });
 
-  it('includes the detail, after the result line, when there is one', () => {
+  it('includes the detail, after the result line and on one line of its own, when there is one', () => {
     const text = completionMessageText(outcome({ status: 'crashed', detail: 'exit status 101\nthread panicked', reported_by: 'launcher' }));
     const lines = text.split('\n');
     const result = lines.indexOf('result: out/result.txt (in that workdir)');
     expect(result).toBeGreaterThan(0);
-    expect(lines[result + 1]).toBe('detail: exit status 101');
+    expect(lines[result + 1]).toBe('detail: exit status 101 thread panicked');
+    expect(lines[result + 2]).toBe('');
     expect(text).toContain('status: crashed');
   });
 

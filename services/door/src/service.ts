@@ -355,7 +355,8 @@ export function startDoorService(options: DoorOptions): DoorService {
     // told not to. A completion never waits: it is answered with its acknowledgement alone, since
     // following the task would show its poster, who may be the child's own guest, the parent's task.
     const blocking = request.completion === undefined && (version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true);
-    const history = historyAsked(configuration?.historyLength);
+    // Nor is a completion given history: its reply is the acknowledgement, whatever it asked for.
+    const history = request.completion === undefined ? historyAsked(configuration?.historyLength) : {};
     if (!blocking) {
       const sent = taskOf(await link.call({ ...sendCall(message, request), ...history }));
       return context.json('error' in sent ? rpcError(call.id, sent.error) : rpcResult(call.id, renderSendResult(version, sent.task)));

@@ -2,6 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import {
+  type Containment,
   type EgressDecision,
   type ExitStatus,
   type LaunchReply,
@@ -301,11 +302,17 @@ export class Session {
   /** The session's containment: the strongest floor it was given, against what this host achieves. */
   get containment(): ContainmentAssessment {
     const { namespaces, confine } = this.environment;
-    return assessContainment(
-      hostContainment(namespaces, confine),
-      this.plan.policy,
-      strongestFloor(this.plan.policy.containment, this.request.containment_floor),
-    );
+    return assessContainment(hostContainment(namespaces, confine), this.plan.policy, this.floor);
+  }
+
+  /**
+   * The floor the session must run at: the manifest's, the launcher's (`--containment`, workspace
+   * config) and, for a delegated child, its parent's own — a floor the user set on the command line
+   * binds the children too, which roost's fit check (of declared floors) cannot see.
+   */
+  get floor(): Containment {
+    const parent = this.request.child_of ? this.environment.session(this.request.child_of.session_id) : undefined;
+    return strongestFloor(this.plan.policy.containment, this.request.containment_floor, parent?.floor);
   }
 
   /** Refusals decided before anything is written: what this host cannot do for this capsule. */

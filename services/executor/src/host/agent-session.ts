@@ -95,8 +95,10 @@ export class AgentSession {
         return { card: this.agent.card };
       case 'send': {
         const accepted = this.registry.send(call);
-        // The history the client asked for: the registry's answer holds its default.
-        const sent = call.history_length !== undefined && 'task' in accepted ? this.registry.get(accepted.task.id, call.history_length) : accepted;
+        // The history the client asked for: the registry's answer holds its default. A completion's
+        // poster (perhaps the child's own guest) gets its acknowledgement alone, never the parent's task.
+        const asked = call.history_length !== undefined && call.delegation_id === undefined && 'task' in accepted;
+        const sent = asked ? this.registry.get(accepted.task.id, call.history_length) : accepted;
         if (call.settle_within_ms === undefined || !('task' in sent) || hasSettled(sent.task.state)) return { ...sent, next_event_id: this.feed.nextEventId };
         return this.settled(sent.task.id, call.settle_within_ms, call.history_length);
       }

@@ -512,7 +512,7 @@ export class CapsuleHost implements AgentHost {
     });
     let text: string;
     try {
-      text = await context.registry.awaitDelegation(context.task, launched.value.delegation_id);
+      text = await context.registry.awaitDelegation(context.task, launched.value.delegation_id, launched.value.session_id);
     } catch (error) {
       return fail(`delegation ${launched.value.delegation_id} ended without a completion: ${(error as Error).message}`);
     }

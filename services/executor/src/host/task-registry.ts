@@ -89,7 +89,7 @@ export class TaskRegistry {
   private closed = false;
 
   /** Delegations a running task awaits (the model's `delegate-task`), by delegation id. */
-  private readonly delegations = new Map<string, { task: Task; resolve(text: string): void; reject(error: Error): void }>();
+  private readonly delegations = new Map<string, { task: Task; childSessionId: string; resolve(text: string): void; reject(error: Error): void }>();
 
   constructor(
     private readonly lifecycle: Pick<Lifecycle, 'task_acceptance' | 'queue_depth'>,
@@ -321,7 +321,7 @@ export class TaskRegistry {
     }
     const awaiting = this.delegations.get(delegationId);
     if (!awaiting) return { error: { code: COMPLETION_NOT_AWAITED, message: `no task of this session awaits delegation ${delegationId}` } };
-    if (!isCompletionMessage(call.text, delegationId)) {
+    if (!isCompletionMessage(call.text, delegationId, awaiting.childSessionId)) {
       return {
         error: {
           code: RPC_ERRORS.invalidParams,
@@ -342,9 +342,9 @@ export class TaskRegistry {
   }
 
   /** The running task waits for a delegation's completion; the text is what the child's runtime (or its watcher) posted. */
-  awaitDelegation(task: Task, delegationId: string): Promise<string> {
+  awaitDelegation(task: Task, delegationId: string, childSessionId: string): Promise<string> {
     return new Promise((resolve, reject) => {
-      this.delegations.set(delegationId, { task, resolve, reject });
+      this.delegations.set(delegationId, { task, childSessionId, resolve, reject });
     });
   }
 
