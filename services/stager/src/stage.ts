@@ -517,6 +517,13 @@ export class Stager {
     context.openZips.push(zip);
     const manifestText = await zip.manifestText();
     const own = parseArtifactManifest(manifestText, `${label}: murmur.yaml`);
+    // As a packaged capsule is held to its name: bytes stored under one artifact's name may be another's.
+    if (own.name !== name || own.version !== version) {
+      throw new MurmurError('E-REG-002', `${resolved.location} holds ${own.name}@${own.version}, not ${label}`, {
+        path: resolved.location,
+        hint: `reinstall it ('mur install ${label}') from a registry that holds it`,
+      });
+    }
     const packaging = packagingTypeOf(own);
     const staged: StagedArtifact = {
       name,

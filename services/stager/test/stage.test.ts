@@ -216,6 +216,22 @@ describe('staging refuses, and writes nothing', () => {
     expect(await writtenByStaging()).toEqual({ cache: [], project: before });
   });
 
+  it('refuses an artifact whose store holds another artifact’s bytes under its name, naming both', async () => {
+    // other-tool's archive, with its digest, where echo-tool@0.1.0 belongs.
+    const published = await publishInto(world.globalStore, await componentArtifact('other-tool', '0.1.0', (await toolWat()).bytes));
+    const target = path.join(world.globalStore, 'echo-tool', '0.1.0');
+    await fs.mkdir(target, { recursive: true });
+    await fs.copyFile(published.zipPath, path.join(target, 'echo-tool-0.1.0.mur.zip'));
+    await fs.writeFile(path.join(target, 'echo-tool-0.1.0.sha256'), published.sha256);
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    const before = await listTree(world.project);
+
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-REG-002');
+    expect(error.message).toContain('holds other-tool@0.1.0, not echo-tool@0.1.0');
+    expect(await writtenByStaging()).toEqual({ cache: [], project: before });
+  });
+
   it('refuses an artifact whose bytes differ from the lock’s pin', async () => {
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
