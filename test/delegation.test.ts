@@ -285,6 +285,36 @@ describe('delegated children and their completions', () => {
     }
   });
 
+  it('a child its parent left running ends with its parent: no child outlives the session that launched it', async () => {
+    const parent = await startParent();
+    let started: Record<string, unknown> | undefined;
+    try {
+      await rpc(
+        parent.url,
+        'message/send',
+        // A child that waits two minutes for a file nobody writes: it ends only if it is ended.
+        textMessage(
+          `delegate ${JSON.stringify({ capsule: 'local/waiting-worker', version: '0.1.0', task: JSON.stringify([{ op: 'waitfor', path: 'never', seconds: 120 }]) })}`,
+        ),
+        { headers: bearer(parent.token) },
+      );
+      started = await eventually(
+        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
+        60_000,
+        'the delegation to start',
+      );
+    } finally {
+      await parent.stop();
+    }
+    const childRecords = path.join(parent.sessionDir, 'children', started?.delegation_id as string, '.murmur', started?.child_session_id as string);
+    const end = await eventually(
+      async () => (await traceOf(childRecords).catch(() => [])).find((event) => event.event_type === 'session_end'),
+      30_000,
+      'the child to end with its parent',
+    );
+    expect(end.exit_status).toBe('failed');
+  });
+
   it('a child runs at no weaker a containment floor than the one its parent was given on the command line', async () => {
     const parent = await startParent(['--containment', 'scoped']);
     try {

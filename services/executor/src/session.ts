@@ -273,6 +273,8 @@ export class Session {
   private readonly stderrTail: string[] = [];
   /** roost's credential for this session, never given to the guest. */
   private roostCredential: string | undefined;
+  /** Every delegation this session launched: ended with it, so no child outlives its parent. */
+  private readonly delegations = new Set<string>();
   /**
    * The session's own door token: given to the launcher alone, in the launch reply, and checked
    * here when a door asks (`authorize`). The host and the records never see it.
@@ -1306,6 +1308,7 @@ export class Session {
     // announced: the watcher reads that announcement as "report for it, unless it reported".
     const completionReported = await this.reportOwnCompletion(end);
     void this.deregisterFromRoost();
+    void this.endDelegations();
     const plan = this.plan;
     this.environment.bus.publish(topics.sessionEnded, {
       session_id: this.id,
@@ -1325,6 +1328,25 @@ export class Session {
       completion_reported: completionReported,
     });
     this.resolveEnded(end);
+  }
+
+  /**
+   * Asks the watcher of each delegation this session launched to end it (`shutdown`; one that has
+   * ended already is left as it is): a child runs on its parent's grants, for its parent's task,
+   * and neither is there any more. A watcher that does not answer is said in the executor's log.
+   */
+  private async endDelegations(): Promise<void> {
+    const ids = [...this.delegations];
+    this.delegations.clear();
+    await Promise.all(
+      ids.map(async (id) => {
+        try {
+          await this.environment.bus.request(commands.controlDelegation.at(id), { action: 'shutdown' }, { timeoutMs: 10_000 });
+        } catch (error) {
+          this.environment.log.warn({ session_id: this.id, delegation_id: id, err: error }, 'could not end a delegation its parent left running');
+        }
+      }),
+    );
   }
 
   private get roostUrl(): string | undefined {
@@ -1480,6 +1502,7 @@ export class Session {
         },
         { timeoutMs: 120_000 },
       );
+      this.delegations.add(launched.delegation_id as string);
       return { ok: true, value: { delegation_id: launched.delegation_id as string, session_id: launched.session_id, workdir: launched.workdir } };
     } catch (error) {
       return {

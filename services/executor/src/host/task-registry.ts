@@ -381,6 +381,13 @@ export class TaskRegistry {
     if (this.active === task && !TERMINAL_TASK_STATES.has(task.state)) {
       task.abortedWith = CANCELED_BY_REQUEST;
       this.finish(task, { state: 'canceled', message: CANCELED_BY_REQUEST });
+      // A delegation it awaits is awaited no more: its tool call ends now, and a completion that
+      // comes later finds no task awaiting it (-31002), as the child then records.
+      for (const [id, awaiting] of this.delegations) {
+        if (awaiting.task !== task) continue;
+        this.delegations.delete(id);
+        awaiting.reject(new Error(CANCELED_BY_REQUEST));
+      }
       this.stopRunning(task);
       return { task: this.view(task) };
     }
