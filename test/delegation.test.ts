@@ -222,7 +222,9 @@ describe('delegated children and their completions', () => {
   }
 
   async function heardOf(parent: { sessionDir: string }, delegationId: string): Promise<boolean> {
-    const trace = await traceOf(parent.sessionDir).catch(() => []);
+    // Read, never assumed empty: a trace that could not be read would hear of nothing. (A parent
+    // that has run no task has written nothing in it yet: the file is there, and empty.)
+    const trace = await traceOf(parent.sessionDir);
     return trace.some((event) => event.origin === 'completion' || JSON.stringify(event).includes(delegationId));
   }
 
@@ -366,7 +368,7 @@ describe('delegated children and their completions', () => {
       await new Promise((resolve) => setTimeout(resolve, 1_500));
       expect(await heardOf(parent, child.delegation_id as string)).toBe(false);
       // An idle parent has written no trace at all; whatever it has written must not hold the child's output.
-      expect(await fs.readFile(path.join(parent.sessionDir, 'trace.jsonl'), 'utf8').catch(() => '')).not.toContain(MARKER);
+      expect(await fs.readFile(path.join(parent.sessionDir, 'trace.jsonl'), 'utf8')).not.toContain(MARKER);
     } finally {
       await parent.stop();
     }
@@ -450,7 +452,7 @@ describe('delegated children and their completions', () => {
       expect(completion.delivery_error).toContain(elsewhere.sessionId);
       expect(completion.delivery_error).not.toContain(addressed.sessionId);
       await new Promise((resolve) => setTimeout(resolve, 1_500));
-      expect((await traceOf(addressed.sessionDir).catch(() => [])).some((event) => event.origin === 'completion')).toBe(false);
+      expect((await traceOf(addressed.sessionDir)).some((event) => event.origin === 'completion')).toBe(false);
     } finally {
       await addressed.stop();
       await elsewhere.stop();
