@@ -180,8 +180,15 @@ export class SandboxNetwork {
     server.on('error', () => undefined);
   }
 
+  /**
+   * Every socket, from the moment it is accepted or opened: kept to be closed with the sandbox,
+   * and given an `error` listener first of all. Whatever is inside the sandbox can reset a
+   * connection (a DNS query over TCP, one byte, then RST), and an `error` with no listener is
+   * thrown out of the event loop: it ended the executor, and every session on it.
+   */
   private track(socket: Socket): void {
     this.sockets.add(socket);
+    socket.on('error', () => socket.destroy());
     socket.once('close', () => this.sockets.delete(socket));
   }
 

@@ -165,6 +165,34 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
     expect(reply.readUInt16BE(4) & 0xf).toBe(RCODE.NOERROR);
   });
 
+  it('survives a DNS connection reset from inside, and answers the next one', async () => {
+    const { dnsTcpPort } = await setup(() => ({ allowed: true }));
+    // One byte of a length prefix, then RST: the executor's side of the socket gets ECONNRESET.
+    for (let round = 0; round < 3; round += 1) {
+      await new Promise<void>((resolve) => {
+        const socket = connect(dnsTcpPort, '127.0.0.1', () => {
+          socket.write(Buffer.from([0]));
+          // Once the executor's side has read it and waits for the rest.
+          setTimeout(() => {
+            socket.resetAndDestroy();
+            resolve();
+          }, 100);
+        });
+        socket.on('error', () => undefined);
+      });
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const message = query('api.example.com');
+    const reply = await new Promise<Buffer>((resolve) => {
+      const socket = connect(dnsTcpPort, '127.0.0.1', () => socket.write(Buffer.concat([Buffer.from([0, message.length]), message])));
+      socket.once('data', (chunk: Buffer) => {
+        resolve(chunk);
+        socket.destroy();
+      });
+    });
+    expect(reply.readUInt16BE(4) & 0xf).toBe(RCODE.NOERROR);
+  });
+
   it('closes a handle it does not expect instead of serving it', async () => {
     const { network } = await setup(() => ({ allowed: true }));
     const stray = createServer();
