@@ -42,6 +42,26 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(ended.error?.hint).toMatch(/do not run this capsule again/);
   });
 
+  it('a host that says ok and then breaks its channel ends failed: the executor’s verdict stands over its result', async () => {
+    const { ended, sessionDir } = await runToEnd('ok-then-breaks');
+    expect(ended.exit_status).toBe('failed');
+    expect(ended.error?.message).toContain('the capsule host broke its channel to the executor');
+    const ends = (await fs.readFile(path.join(sessionDir, 'trace.jsonl'), 'utf8'))
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as { event_type: string; exit_status?: string })
+      .filter((record) => record.event_type === 'session_end');
+    expect(ends.at(-1)?.exit_status).toBe('failed');
+  });
+
+  it('a host error of megabytes is cut, and the session’s end is still announced', async () => {
+    const { ended } = await runToEnd('huge-error');
+    expect(ended.exit_status).toBe('failed');
+    expect(ended.error?.message.length).toBeLessThan(9_000);
+    expect(ended.error?.message).toMatch(/^x+… \(cut from 2097152 characters\)$/);
+    expect(ended.error?.hint?.length).toBeLessThan(2_200);
+  });
+
   it('a frame that is not JSON ends that session, and the executor runs the next one', async () => {
     const first = await runToEnd('not-json');
     expect(first.ended.exit_status).toBe('failed');

@@ -8,6 +8,8 @@
 // - `ipc-after-start`: a line that is not JSON on Node's IPC channel (which the executor must have
 //   closed by now: written to an open one, it would end the executor), then an honest result;
 // - `exits-without-result`: two lines of output, then an exit with status 0 and no result;
+// - `ok-then-breaks`: a result that says `ok`, then a frame header announcing 4 GiB;
+// - `huge-error`: a failed result whose error message is 2 MB, then an exit;
 // - `waits-for-end` (not hostile): a result, then an exit only once the executor ends the channel,
 //   as the runtime's host does, saying on stderr that it was ended (status 0), or not (status 3);
 // - `malformed-result`: the same, with a result whose status is no status.
@@ -59,6 +61,12 @@ function breakChannels(how) {
     });
     channel.write(frame({ type: 'result', status: how === 'waits-for-end' ? 'ok' : 'splendid', exit_code: 0 }));
     setTimeout(() => process.exit(3), 10_000);
+  } else if (how === 'ok-then-breaks') {
+    channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }));
+    channel.write(Buffer.from([0xff, 0xff, 0xff, 0xff, 0x7b]));
+  } else if (how === 'huge-error') {
+    const error = { code: 'E-RUN-001', message: 'x'.repeat(2 * 1024 * 1024), hint: 'h'.repeat(100_000) };
+    channel.write(frame({ type: 'result', status: 'failed', exit_code: 1, error }), () => process.exit(1));
   } else if (how === 'exits-without-result') {
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'one\n' }));
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'two\n' }), () => process.exit(0));

@@ -252,6 +252,11 @@ export class Session {
   private result: (HostToExecutor & { type: 'result' }) | undefined;
   private hardLimit: NodeJS.Timeout | undefined;
   private killedFor: WireError | undefined;
+  /**
+   * The executor's own verdict stands over whatever result the host sent: a host that broke its
+   * channel, outran the hard limit or ignored a ceiling may have said `ok` first.
+   */
+  private resultOverruled = false;
   private startedAt = Date.now();
   private processStart = '';
   private tools: HostTool[] = [];
@@ -591,12 +596,15 @@ export class Session {
     const graceMs = this.environment.settings.hardLimitGraceMs;
     this.hardLimit = setTimeout(
       () => {
-        this.kill({
-          code: 'E-RUN-001',
-          message: `capsule session exceeded its hard limit (${plan.policy.limits.deadline_seconds}s deadline + ${graceMs / 1000}s) and was killed as a whole`,
-          hint: 'the capsule host did not stop at its deadline; its whole process group was killed',
-          path: 'capabilities.limits.deadline_seconds',
-        });
+        this.kill(
+          {
+            code: 'E-RUN-001',
+            message: `capsule session exceeded its hard limit (${plan.policy.limits.deadline_seconds}s deadline + ${graceMs / 1000}s) and was killed as a whole`,
+            hint: 'the capsule host did not stop at its deadline; its whole process group was killed',
+            path: 'capabilities.limits.deadline_seconds',
+          },
+          { overrule: true },
+        );
       },
       // Both parts fit a timer; their sum may not, and past it node fires at once.
       Math.min(plan.policy.limits.deadline_seconds * 1000 + graceMs, LONGEST_TIMER_MS),
@@ -845,11 +853,14 @@ export class Session {
     link.on('message', (raw: unknown, handle: unknown) => this.onMessage(raw, handle));
     link.on('violation', (why) => {
       this.environment.log.error({ session_id: this.id, why }, 'a capsule host broke its channel; ending it');
-      this.kill({
-        code: 'E-RUN-001',
-        message: `the capsule host broke its channel to the executor (${why}), so the session was ended; a host runs only the runtime's code and the capsule's WebAssembly, so the capsule may have broken out of WebAssembly`,
-        hint: 'do not run this capsule again until its code is understood; keep the session directory for whoever looks into it',
-      });
+      this.kill(
+        {
+          code: 'E-RUN-001',
+          message: `the capsule host broke its channel to the executor (${why}), so the session was ended; a host runs only the runtime's code and the capsule's WebAssembly, so the capsule may have broken out of WebAssembly`,
+          hint: 'do not run this capsule again until its code is understood; keep the session directory for whoever looks into it',
+        },
+        { overrule: true },
+      );
     });
     // The session ends on what the host said last, its result among it, not on the first news of
     // its exit, which can come while the last frames are still unread.
@@ -1054,7 +1065,7 @@ export class Session {
         void this.answer(message.id, message.request);
         return;
       case 'result':
-        this.result = message;
+        this.result = message.error ? { ...message, error: boundedHostError(message.error) } : message;
         return;
       case 'event':
         this.onHostEvent(message.event);
@@ -1210,8 +1221,15 @@ export class Session {
     this.trace?.close();
   }
 
-  /** Ends the session at once: every process in its cgroup, or the host alone without one. */
-  kill(reason: WireError): void {
+  /**
+   * Ends the session at once: every process in its cgroup, or the host alone without one. With
+   * `overrule`, the reason is the session's end whatever result the host sent before.
+   */
+  kill(reason: WireError, options: { overrule?: boolean } = {}): void {
+    if (options.overrule && !this.resultOverruled) {
+      this.resultOverruled = true;
+      this.killedFor = reason;
+    }
     this.killedFor ??= reason;
     if (this.cgroup) this.cgroup.killAll();
     this.child?.kill('SIGKILL');
@@ -1255,8 +1273,9 @@ export class Session {
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
     this.pendingRpc.clear();
     let end: SessionEnd;
-    if (this.result) {
-      end = { status: this.result.status, exitCode: this.result.exit_code, signal: null, error: this.result.error };
+    const result = this.resultOverruled ? undefined : this.result;
+    if (result) {
+      end = { status: result.status, exitCode: result.exit_code, signal: null, error: result.error };
     } else {
       const oom = this.cgroup?.oomKilled() ?? false;
       const error: WireError =
@@ -1515,7 +1534,7 @@ export class Session {
   /** A delegated child that ended on its own terms (the host gave a result) records and posts its completion. */
   private async reportOwnCompletion(end: SessionEnd): Promise<boolean> {
     const spawner = this.request.spawner;
-    if (!spawner || !this.result) return false;
+    if (!spawner || !this.result || this.resultOverruled) return false;
     const resultPath = childResultPath(this.paths.accessible, this.paths.sessionDir);
     const outcome: DelegationOutcome = {
       delegation_id: spawner.delegation_id,
@@ -1610,5 +1629,23 @@ function recordsOutside(root: string, log: Log, sessionId: string): RecordsOutsi
         { session_id: sessionId, file, err: error },
         'a record could not be written (a link or a FIFO the sandbox put in its place, or a full disk) and is dropped',
       ),
+  };
+}
+
+/** The longest of each text of a host's error that the executor passes on. */
+const HOST_ERROR_BOUNDS = { code: 64, message: 8_192, hint: 2_048, path: 1_024 } as const;
+
+/**
+ * A host's error as the executor passes it on (`session.ended`, a child's completion, the trace):
+ * each text cut to a bound. The host is the capsule's to break, and an error of megabytes made
+ * the announcement of the session's end too large for the bus, so it was never announced.
+ */
+function boundedHostError(error: WireError): WireError {
+  const cut = (text: string, bound: number): string => (text.length > bound ? `${text.slice(0, bound)}… (cut from ${text.length} characters)` : text);
+  return {
+    code: cut(error.code, HOST_ERROR_BOUNDS.code),
+    message: cut(error.message, HOST_ERROR_BOUNDS.message),
+    ...(error.hint !== undefined ? { hint: cut(error.hint, HOST_ERROR_BOUNDS.hint) } : {}),
+    ...(error.path !== undefined ? { path: cut(error.path, HOST_ERROR_BOUNDS.path) } : {}),
   };
 }
