@@ -110,13 +110,14 @@ describe('mur publish, install and list', () => {
     ]);
   });
 
-  it('installs a .mur.zip by path and upserts its pin', async () => {
+  it('installs a .mur.zip by path into the project store without pinning it (SPEC 2.4: a local file is not pinned)', async () => {
     const dir = await toolSource();
     await runMur(['build', dir], { env });
     const project = await capsuleProject(path.join(scratch.dir, 'app'), 'name: app\nversion: 1.0.0\n', (await capsuleWat()).bytes);
     const result = await runMur(['install', path.join(dir, 'echo-tool-0.1.0.mur.zip')], { cwd: project, env });
     expect(result.code, result.stderr).toBe(0);
-    expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts.map((entry) => entry.name)).toEqual(['echo-tool']);
+    expect(await listTree(path.join(project, '.murmur', 'artifacts'))).toContain('echo-tool/0.1.0/echo-tool-0.1.0.mur.zip');
+    expect(await readLockfile(path.join(project, 'murmur.lock'))).toBeUndefined();
   });
 
   it('refuses an install that contradicts the lock with E-REG-005 and changes nothing', async () => {
