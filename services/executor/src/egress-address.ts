@@ -48,8 +48,10 @@ function nonPublicPrefixes(): BlockList {
   for (const [prefix, length] of [
     ['::', 128],
     ['::1', 128],
+    ['64:ff9b:1::', 48],
     ['fc00::', 7],
     ['fe80::', 10],
+    ['fec0::', 10],
     ['ff00::', 8],
   ] as const)
     list.addSubnet(prefix, length, 'ipv6');
@@ -57,16 +59,37 @@ function nonPublicPrefixes(): BlockList {
   return list;
 }
 
-/** The IPv4 address an IPv6 one carries (mapped `::ffff:a.b.c.d`, or NAT64's `64:ff9b::/96`), if any. */
+/**
+ * The IPv4 address an IPv6 one carries, if any: IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible
+ * (the deprecated `::a.b.c.d`, all of `::/96`: `::` and `::1` carry 0.0.0.0 and 0.0.0.1, neither
+ * public), NAT64's well-known `64:ff9b::/96`, and 6to4's `2002:aabb:ccdd::/48`. Each reaches the
+ * IPv4 address where a route for it exists, so it is as public as that address.
+ */
 export function embeddedIpv4(address: string): string | undefined {
-  const lower = address.toLowerCase();
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(lower)?.[1];
-  if (mapped) return mapped;
-  const words = /^(?:::ffff:|64:ff9b::)([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(lower);
+  const words = ipv6Words(address);
   if (!words) return undefined;
-  const high = Number.parseInt(words[1] as string, 16);
-  const low = Number.parseInt(words[2] as string, 16);
-  return [high >> 8, high & 0xff, low >> 8, low & 0xff].join('.');
+  const quad = (high: number, low: number): string => [high >> 8, high & 0xff, low >> 8, low & 0xff].join('.');
+  const zeros = (from: number, to: number): boolean => words.slice(from, to).every((word) => word === 0);
+  if (zeros(0, 5) && (words[5] === 0 || words[5] === 0xffff)) return quad(words[6] as number, words[7] as number);
+  if (words[0] === 0x64 && words[1] === 0xff9b && zeros(2, 6)) return quad(words[6] as number, words[7] as number);
+  if (words[0] === 0x2002) return quad(words[1] as number, words[2] as number);
+  return undefined;
+}
+
+/** An IPv6 address (one `isIP` took) as its eight 16-bit words, a trailing dotted quad included. */
+function ipv6Words(address: string): number[] | undefined {
+  let text = address.toLowerCase();
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head = '', tail] = text.split('::');
+  const headWords = head === '' ? [] : head.split(':');
+  const tailWords = tail === undefined || tail === '' ? [] : tail.split(':');
+  const missing = tail === undefined ? 0 : 8 - headWords.length - tailWords.length;
+  const words = [...headWords, ...Array<string>(Math.max(0, missing)).fill('0'), ...tailWords].map((word) => Number.parseInt(word, 16));
+  return words.length === 8 && words.every((word) => Number.isInteger(word) && word >= 0 && word <= 0xffff) ? words : undefined;
 }
 
 /** Whether `address` (an IP) is a public one a name may lead to. */

@@ -2,6 +2,7 @@ import { promises as fs } from 'node:fs';
 import { HARNESS_SESSION_FILE, HARNESS_SESSION_TYPE, type HarnessSessionEntry, HarnessSessionEntrySchema } from '@murmur/shared';
 import { writeFileAtomic } from '@murmur/shared/node';
 import { type ConversationRecords, FILE_MODE } from './conversations.js';
+import { rememberBounded } from './bounded-map.js';
 
 /**
  * What one launch knows of the harness sessions of the contexts it serves (`seeds/harness_session.rs`):
@@ -40,7 +41,7 @@ export class HarnessSessions {
   /** Remembers `sessionId` for the context; `created_ms` is carried over from what the file held. An empty id is no session. */
   async put(contextId: string, sessionId: string): Promise<void> {
     if (sessionId === '') return;
-    this.seen.set(contextId, sessionId);
+    rememberBounded(this.seen, contextId, sessionId);
     const file = this.records.fileIn(contextId, HARNESS_SESSION_FILE);
     if (file === undefined) return;
     const now = Date.now();

@@ -53,6 +53,7 @@ import { type CgroupProbe, SessionCgroup, type SessionCeilings, type ToolCeiling
 import { type HostPool, type PooledHost, poolRefusal } from './host-pool.js';
 import type { NetworkPlan } from './network-plan.js';
 import type { ConfineProbe } from './confinement.js';
+import { rememberBounded } from './bounded-map.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
 import type { OwnEndpoints } from './own-endpoints.js';
@@ -638,7 +639,7 @@ export class Session {
   private countTask(event: SessionEvent): void {
     if (event.type !== 'status' || event.task_id === null) return;
     const first = this.taskSeen.get(event.task_id);
-    if (first === undefined) this.taskSeen.set(event.task_id, Date.parse(event.time));
+    if (first === undefined) rememberBounded(this.taskSeen, event.task_id, Date.parse(event.time));
     if (!event.final) return;
     this.taskSeen.delete(event.task_id);
     runtimeMetrics().taskEnded(event.state ?? 'unknown', Math.max(0, Date.parse(event.time) - (first ?? Date.parse(event.time))) / 1000);
@@ -653,7 +654,7 @@ export class Session {
     if (event.type !== 'status' || event.task_id === null || event.state === undefined) return;
     const message = (event.data.status as { message?: unknown } | undefined)?.message;
     const turn = typeof message === 'string' ? /^inference turn (\d+)$/.exec(message)?.[1] : undefined;
-    if (turn !== undefined) this.taskTurns.set(event.task_id, Number(turn));
+    if (turn !== undefined) rememberBounded(this.taskTurns, event.task_id, Number(turn));
     try {
       this.environment.bus.publish(topics.sessionActivity, {
         session_id: this.id,

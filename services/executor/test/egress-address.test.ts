@@ -14,7 +14,7 @@ import { RequestUploads } from '../src/request-uploads.js';
  */
 
 describe('a public address', () => {
-  it.each([['93.184.216.34'], ['8.8.8.8'], ['2606:4700:4700::1111'], ['::ffff:8.8.8.8']])('is %s', (address) => {
+  it.each([['93.184.216.34'], ['8.8.8.8'], ['2606:4700:4700::1111'], ['::ffff:8.8.8.8'], ['2002:808:808::1'], ['64:ff9b::808:808']])('is %s', (address) => {
     expect(isPublicAddress(address)).toBe(true);
   });
 
@@ -37,6 +37,13 @@ describe('a public address', () => {
     ['::ffff:127.0.0.1'],
     ['::ffff:7f00:1'],
     ['64:ff9b::a9fe:a9fe'],
+    ['::a9fe:a9fe'],
+    ['::169.254.169.254'],
+    ['0:0:0:0:0:0:7f00:1'],
+    ['64:ff9b:1::808:808'],
+    ['2002:a9fe:a9fe::1'],
+    ['2002:c0a8:101::'],
+    ['fec0::1'],
     ['not-an-ip'],
   ])('is not %s', (address) => {
     expect(isPublicAddress(address)).toBe(false);
