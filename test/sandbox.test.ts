@@ -275,6 +275,23 @@ describe('the capsule sandbox', () => {
       expect(await fs.readFile(path.join(own, 'trace.jsonl'), 'utf8')).toContain('"session_end"');
     });
 
+    it('ends a capsule that writes its workdir past workdir_max_bytes through WASI and never returns, with E-RUN-013', async () => {
+      const started = Date.now();
+      const { results, code, stderr } = await probe(
+        'wasi-filler',
+        'capabilities:\n  resources:\n    workdir_max_bytes: 1048576\n',
+        [
+          { op: 'write', path: 'filler', text: 'x', repeat: 2_097_152 },
+          { op: 'waitfor', path: 'never-appears', seconds: 60 },
+        ],
+        { MURMUR_WORKDIR_CHECK_MS: '300', MURMUR_HARD_LIMIT_GRACE_MS: '1000' },
+      );
+      expect(results[0]).toMatchObject({ ok: true });
+      expect(code).toBe(1);
+      expect(stderr).toContain('error[E-RUN-013]: session workdir grew to');
+      expect(Date.now() - started).toBeLessThan(30_000);
+    });
+
     it('narrows the preopen to filesystem.scope', async () => {
       // task.md sits in the workdir, outside the scope: the actions come from the environment.
       const actions = [

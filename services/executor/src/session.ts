@@ -258,6 +258,8 @@ export class Session {
    * channel, outran the hard limit or ignored a ceiling may have said `ok` first.
    */
   private resultOverruled = false;
+  /** Armed when the workdir crossed its ceiling: the session is killed if it has not ended by then. */
+  private ceilingKill: NodeJS.Timeout | undefined;
   private startedAt = Date.now();
   private processStart = '';
   private tools: HostTool[] = [];
@@ -874,7 +876,7 @@ export class Session {
       const what = error.syscall?.startsWith('spawn') ? 'the capsule host could not be started' : 'the capsule host’s channel failed';
       this.environment.log.error({ session_id: this.id, err: error }, what);
     });
-    if (this.canSpawn() && this.cgroup) this.guardWorkdir();
+    this.guardWorkdir();
   }
 
   /**
@@ -906,9 +908,12 @@ export class Session {
   }
 
   /**
-   * The workdir's size, walked every 10 s against `workdir_max_bytes`. The first time it is over,
-   * the host is told: it refuses every later subprocess naming the ceiling, and the session ends
-   * with `E-RUN-013` (at its next turn, or when its guest returns).
+   * The workdir's size, walked every 10 s against `workdir_max_bytes`, for every session: a guest
+   * fills a disk through WASI as well as through a subprocess. The first time it is over, the host
+   * is told: it refuses every later subprocess naming the ceiling, and the session ends with
+   * `E-RUN-013` (at its next turn, or when its guest returns). One that has not ended a grace
+   * later (`MURMUR_HARD_LIMIT_GRACE_MS`) is killed for it: a guest that writes on and never returns,
+   * or a host that ignores the news, is not left to fill the disk.
    */
   private guardWorkdir(): void {
     const max = this.plan.policy.resources.workdir_max_bytes;
@@ -920,13 +925,14 @@ export class Session {
         this.bootstrap.line(`[resources] ${message}`);
         this.stderrLine(`[capsule-runtime] ${message}`);
         this.trace.write('resource_limit', { limit: 'workdir_max_bytes', observed_bytes: observed, max_bytes: max });
-        this.tellHost({
-          type: 'ceiling',
-          limit: 'workdir_max_bytes',
+        const ceiling = {
           code: 'E-RUN-013',
           message,
           hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
-        });
+        };
+        this.tellHost({ type: 'ceiling', limit: 'workdir_max_bytes', ...ceiling });
+        this.ceilingKill = setTimeout(() => this.kill(ceiling, { overrule: true }), this.environment.settings.hardLimitGraceMs);
+        this.ceilingKill.unref();
       },
       this.environment.settings.workdirCheckMs,
     );
@@ -1266,6 +1272,7 @@ export class Session {
   private async finish(code: number | null, signal: string | null, exitedAtMs: number): Promise<void> {
     const exitedAt = new Date(exitedAtMs).toISOString();
     if (this.hardLimit) clearTimeout(this.hardLimit);
+    if (this.ceilingKill) clearTimeout(this.ceilingKill);
     this.workdirGuard?.stop();
     this.network?.close();
     this.responseBodies.releaseAll();

@@ -8,7 +8,7 @@ import { numberSetting } from '@murmur/shared';
 export interface ExecutorSettings {
   /** How often the executor tells the stack it is alive (`MURMUR_EXECUTOR_HEARTBEAT_MS`, 1 s). */
   heartbeatMs: number;
-  /** How long past its deadline a session may run before it is killed whole (`MURMUR_HARD_LIMIT_GRACE_MS`, 10 s). */
+  /** How long past its deadline, or past its workdir ceiling, a session may run before it is killed whole (`MURMUR_HARD_LIMIT_GRACE_MS`, 10 s). */
   hardLimitGraceMs: number;
   /** How long a child the model delegated to may run before its watcher ends it (`MURMUR_DELEGATION_DEADLINE_SECS`, 600). */
   delegationDeadlineSecs: number;

@@ -20,6 +20,7 @@
 //   {op:"symlink", target, path}  symlink-at
 //   {op:"unlink", path}           unlink-file-at (a file or a link, never followed)
 //   {op:"rename", path, to}       rename-at, within the preopen
+//   (write takes `repeat`: the text written that many times over)
 //   {op:"stat", path}             value: stat-at (u64s as numbers)
 //   {op:"hold", path}             opens (creating) for reading and writing, and never closes it
 //   {op:"fetch", url, method?, body?, repeat?, headers?}
@@ -324,7 +325,7 @@ async function commonAction(action, report) {
     case 'env':
       return environmentObject();
     case 'write':
-      return { bytes: writeFileText(action.path, String(action.text ?? ''), action.follow !== false) };
+      return { bytes: writeFileText(action.path, String(action.text ?? '').repeat(action.repeat ?? 1), action.follow !== false) };
     case 'read':
       return readFileText(action.path, action.follow !== false);
     case 'list':
