@@ -62,6 +62,14 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(ended.error?.hint?.length).toBeLessThan(2_200);
   });
 
+  it('a request it refuses as malformed is still answered, so the guest call waiting on it fails instead of hanging', async () => {
+    const { ended, sessionDir } = await runToEnd('malformed-request');
+    expect(ended.exit_status).toBe('ok');
+    expect(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).toMatch(
+      /request 7 answered ok=false: the executor refused a malformed request: Too big/,
+    );
+  });
+
   it('a frame that is not JSON ends that session, and the executor runs the next one', async () => {
     const first = await runToEnd('not-json');
     expect(first.ended.exit_status).toBe('failed');

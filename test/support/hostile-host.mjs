@@ -10,6 +10,8 @@
 // - `exits-without-result`: two lines of output, then an exit with status 0 and no result;
 // - `ok-then-breaks`: a result that says `ok`, then a frame header announcing 4 GiB;
 // - `huge-error`: a failed result whose error message is 2 MB, then an exit;
+// - `malformed-request`: a request the executor refuses (a conversation of 10 001 messages); it
+//   says on stderr how it was answered, then sends an honest result;
 // - `waits-for-end` (not hostile): a result, then an exit only once the executor ends the channel,
 //   as the runtime's host does, saying on stderr that it was ended (status 0), or not (status 3);
 // - `malformed-result`: the same, with a result whose status is no status.
@@ -36,6 +38,10 @@ channel.on('data', (chunk) => {
     buffered = buffered.subarray(4 + size);
     if (message.type === 'hand-over') process.send?.({ type: 'listeners-done' });
     if (message.type === 'start') breakChannels(message.capsule_name);
+    if (message.type === 'reply') {
+      process.stderr.write(`hostile host: request ${message.id} answered ok=${message.ok}: ${message.error ?? ''}\n`);
+      channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+    }
   }
 });
 
@@ -67,6 +73,9 @@ function breakChannels(how) {
   } else if (how === 'huge-error') {
     const error = { code: 'E-RUN-001', message: 'x'.repeat(2 * 1024 * 1024), hint: 'h'.repeat(100_000) };
     channel.write(frame({ type: 'result', status: 'failed', exit_code: 1, error }), () => process.exit(1));
+  } else if (how === 'malformed-request') {
+    const messages = Array.from({ length: 10_001 }, () => ({}));
+    channel.write(frame({ type: 'request', id: 7, request: { op: 'conversation-save', context_id: 'ctx_1', messages } }));
   } else if (how === 'exits-without-result') {
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'one\n' }));
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'two\n' }), () => process.exit(0));

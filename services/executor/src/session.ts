@@ -1046,6 +1046,16 @@ export class Session {
           .map((issue) => `${issue.path.join('.') || '(message)'}: ${issue.message}`)
           .join('; ')}`,
       );
+      // A request refused is still answered: the guest call that waits on it fails instead of hanging.
+      const request = raw as { type?: unknown; id?: unknown };
+      if (request.type === 'request' && Number.isSafeInteger(request.id)) {
+        this.tellHost({
+          type: 'reply',
+          id: request.id as number,
+          ok: false,
+          error: `the executor refused a malformed request: ${parsed.error.issues[0]?.message ?? 'invalid'}`,
+        });
+      }
       return;
     }
     const message = parsed.data;

@@ -238,10 +238,17 @@ export const ExecutorToHostSchema = z.discriminatedUnion('type', [
 ]);
 export type ExecutorToHost = z.infer<typeof ExecutorToHostSchema>;
 
+/**
+ * The most entries a host's request may hold in a list: a frame is bounded in bytes, and parsed
+ * into objects many times its size (a 24 MiB frame of `{}` is 8 million objects): what the
+ * executor keeps of a request, and writes (a conversation), is bounded in entries too.
+ */
+export const HOST_LIST_LIMITS = { headers: 512, messages: 10_000 } as const;
+
 export const HttpRequestSchema = z.object({
   method: z.string(),
   url: z.string(),
-  headers: z.array(z.tuple([z.string(), z.string()])),
+  headers: z.array(z.tuple([z.string(), z.string()])).max(HOST_LIST_LIMITS.headers),
   /** A body of at most one piece, sent with its request. */
   body_base64: z.string().max(UPLOAD_PIECE_CHARS).optional(),
   /** A larger body, sent ahead in `http-upload` pieces under this id. */
@@ -319,7 +326,12 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('delegate'), request: DelegateRequestSchema }),
   /** `session_scoped` on these: the context is kept for this session alone (its task came under the session's own token). */
   z.object({ op: z.literal('conversation-load'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
-  z.object({ op: z.literal('conversation-save'), context_id: z.string(), messages: z.array(z.unknown()), session_scoped: z.literal(true).optional() }),
+  z.object({
+    op: z.literal('conversation-save'),
+    context_id: z.string(),
+    messages: z.array(z.unknown()).max(HOST_LIST_LIMITS.messages),
+    session_scoped: z.literal(true).optional(),
+  }),
   /** The harness session a context has (`transport: process`), recorded, replaced or dropped by the executor. */
   z.object({ op: z.literal('harness-session-get'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
   z.object({ op: z.literal('harness-session-put'), context_id: z.string(), session_id: z.string(), session_scoped: z.literal(true).optional() }),
