@@ -29,8 +29,8 @@ describe('an executor whose capsule host breaks its channel', () => {
   });
 
   /** Runs a capsule named `how` (the hostile host breaks its channels that way) to its end. */
-  async function runToEnd(how: string): Promise<{ ended: SessionEnded; sessionDir: string }> {
-    return launchToEnd(stack.bus, await probeProject(path.join(scratch.dir, how), '', how), '[]');
+  async function runToEnd(how: string, env: Record<string, string> = {}): Promise<{ ended: SessionEnded; sessionDir: string }> {
+    return launchToEnd(stack.bus, await probeProject(path.join(scratch.dir, how), '', how), '[]', undefined, env);
   }
 
   it('a frame announcing more than a host may send ends that session, naming what the host did', async () => {
@@ -68,6 +68,16 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).toMatch(
       /request 7 answered ok=false: the executor refused a malformed request: Too big/,
     );
+  });
+
+  it('is given, for subprocesses, only the environment a subprocess is made from: nothing else of the launcher’s reaches the sandbox', async () => {
+    const { ended, sessionDir } = await runToEnd('tells-its-env', { LAUNCHER_ONLY_VALUE: 'kept-outside', LANG: 'C.UTF-8' });
+    expect(ended.exit_status).toBe('ok');
+    const told = /subprocess_env (\{.*\})/.exec(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8'))?.[1];
+    const env = JSON.parse(told ?? 'null') as Record<string, string>;
+    expect(env.LANG).toBe('C.UTF-8');
+    expect(env.PATH).toBe(process.env.PATH);
+    expect(env).not.toHaveProperty('LAUNCHER_ONLY_VALUE');
   });
 
   it('a frame that is not JSON ends that session, and the executor runs the next one', async () => {

@@ -10,6 +10,7 @@
 // - `exits-without-result`: two lines of output, then an exit with status 0 and no result;
 // - `ok-then-breaks`: a result that says `ok`, then a frame header announcing 4 GiB;
 // - `huge-error`: a failed result whose error message is 2 MB, then an exit;
+// - `tells-its-env`: prints the environment it was given for subprocesses, then an honest result;
 // - `malformed-request`: a request the executor refuses (a conversation of 10 001 messages); it
 //   says on stderr how it was answered, then sends an honest result;
 // - `waits-for-end` (not hostile): a result, then an exit only once the executor ends the channel,
@@ -37,7 +38,10 @@ channel.on('data', (chunk) => {
     const message = JSON.parse(buffered.subarray(4, 4 + size).toString());
     buffered = buffered.subarray(4 + size);
     if (message.type === 'hand-over') process.send?.({ type: 'listeners-done' });
-    if (message.type === 'start') breakChannels(message.capsule_name);
+    if (message.type === 'start' && message.capsule_name === 'tells-its-env') {
+      process.stderr.write(`hostile host: subprocess_env ${JSON.stringify(message.subprocess_env)}\n`);
+      channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+    } else if (message.type === 'start') breakChannels(message.capsule_name);
     if (message.type === 'reply') {
       process.stderr.write(`hostile host: request ${message.id} answered ok=${message.ok}: ${message.error ?? ''}\n`);
       channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));

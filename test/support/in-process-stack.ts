@@ -37,6 +37,7 @@ export async function launchToEnd(
   project: string,
   task: string,
   whileRunning: (sessionId: string, sessionDir: string) => Promise<void> = async () => {},
+  env: Record<string, string> = {},
 ): Promise<{ ended: SessionEnded; sessionId: string; sessionDir: string }> {
   const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
   const sessionId = newSessionId();
@@ -50,7 +51,7 @@ export async function launchToEnd(
   await bus.flush();
   const launched: LaunchReply = await bus.request(
     commands.launch,
-    { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, task },
+    { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '', ...env }, task },
     { timeoutMs: 60_000 },
   );
   await whileRunning(sessionId, launched.session_dir);

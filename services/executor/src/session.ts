@@ -25,6 +25,7 @@ import {
   commands,
   guestEnvironment,
   isCredentialShaped,
+  SUBPROCESS_BASELINE,
   isSafeContextId,
   RPC_ERRORS,
   RUNTIME_VERSION,
@@ -535,7 +536,13 @@ export class Session {
         }),
       );
     }
-    const subprocessBase = Object.fromEntries(Object.entries(launcherEnv).filter(([name]) => !isCredentialShaped(name, plan.policy.shell_strip_env)));
+    // Only what a subprocess's environment is made from (`subprocessEnvironment`): the host runs
+    // inside the sandbox, so whatever else of the launcher's environment it were given (a secret
+    // under a name no credential pattern matches) would be the capsule's to read.
+    const forSubprocesses = new Set<string>([...SUBPROCESS_BASELINE, ...plan.policy.shell_baseline_env]);
+    const subprocessBase = Object.fromEntries(
+      Object.entries(launcherEnv).filter(([name]) => forSubprocesses.has(name) && !isCredentialShaped(name, plan.policy.shell_strip_env)),
+    );
     const start: StartMessage = {
       type: 'start',
       session_id: this.id,
