@@ -10,8 +10,7 @@ export const HOST_KEYS_REMEMBERED = 256;
 export function rememberBounded<V>(map: Map<string, V>, key: string, value: V, limit = HOST_KEYS_REMEMBERED): void {
   map.delete(key);
   map.set(key, value);
-  for (const oldest of map.keys()) {
-    if (map.size <= limit) break;
-    map.delete(oldest);
-  }
+  // One set adds at most one entry: at most the oldest goes. (A task forgotten while it still runs
+  // is counted, when it ends, as if it had just begun.)
+  if (map.size > limit) map.delete(map.keys().next().value as string);
 }

@@ -1253,8 +1253,9 @@ export class Session {
     if (options.overrule && !this.resultOverruled) {
       this.resultOverruled = true;
       this.killedFor = reason;
+    } else {
+      this.killedFor ??= reason;
     }
-    this.killedFor ??= reason;
     if (this.cgroup) this.cgroup.killAll();
     this.child?.kill('SIGKILL');
   }
