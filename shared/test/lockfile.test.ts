@@ -1,9 +1,13 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
+import { hostname } from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { type LockedArtifact, type MurmurLock, LOCKFILE_NAME, upsertLockEntry } from '@murmur/shared';
-import { readLockfile, writeLockfile } from '@murmur/shared/artifacts';
+import { readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
 import { listTree, tempDir } from '../../test/support/fs.js';
 import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
@@ -170,5 +174,71 @@ describe('upsertLockEntry', () => {
     const result = upsertLockEntry(original, updated);
     expect(result).toEqual({ lock_version: 1, artifacts: [updated, second] });
     expect(original.artifacts).toEqual([first, second]);
+  });
+});
+
+describe('withLockfileTurn', () => {
+  const turnPath = () => `${lockPath}.writing`;
+
+  /** The pid of a process that has ended: a writer that crashed holding its turn. */
+  async function deadPid(): Promise<number> {
+    const child = spawn(process.execPath, ['-e', '']);
+    await once(child, 'exit');
+    return child.pid as number;
+  }
+
+  /** Runs `writers` turns at once, each holding it a little; gives the most that held it together. */
+  async function mostHoldingAtOnce(writers: number): Promise<number> {
+    let holding = 0;
+    let most = 0;
+    await Promise.all(
+      Array.from({ length: writers }, () =>
+        withLockfileTurn(lockPath, async () => {
+          holding += 1;
+          most = Math.max(most, holding);
+          await sleep(5);
+          holding -= 1;
+        }),
+      ),
+    );
+    return most;
+  }
+
+  it('gives writers the turn one at a time and leaves no turn behind', async () => {
+    expect(await mostHoldingAtOnce(6)).toBe(1);
+    expect(await listTree(dir)).toEqual([]);
+  });
+
+  it('takes over a crashed writer’s turn once, however many waiters find it dead together', async () => {
+    for (const pid of [await deadPid(), await deadPid(), await deadPid()]) {
+      // With the old bare-pid format as well as the current one.
+      await fs.writeFile(turnPath(), pid % 2 ? `${pid}\n` : `${pid} ${hostname()} crashed-writer\n`);
+      expect(await mostHoldingAtOnce(8)).toBe(1);
+      expect(await listTree(dir)).toEqual([]);
+    }
+  });
+
+  it('does not remove a turn that is no longer its own when it ends', async () => {
+    await withLockfileTurn(lockPath, async () => {
+      // Another writer's turn in its place (as if this one had been judged dead and taken over).
+      await fs.writeFile(turnPath(), `${process.pid} ${hostname()} someone-else\n`);
+    });
+    expect(await fs.readFile(turnPath(), 'utf8')).toContain('someone-else');
+  });
+
+  it('waits for a live writer and, when it never finishes, says who holds the turn and what to do', async () => {
+    await fs.writeFile(turnPath(), `${process.pid} ${hostname()} live-writer\n`);
+    const error = await rejection(withLockfileTurn(lockPath, async () => 'written', { waitMs: 300 }));
+    expect(error.code).toBe('E-IO-003');
+    expect(error.message).toContain(`pid ${process.pid}`);
+    expect(error.hint).toContain(`remove ${turnPath()}`);
+  });
+
+  it('never judges a turn written on another host by its pid', async () => {
+    const pid = await deadPid();
+    await fs.writeFile(turnPath(), `${pid} some-other-host its-token\n`);
+    const error = await rejection(withLockfileTurn(lockPath, async () => 'written', { waitMs: 300 }));
+    expect(error.message).toContain(`pid ${pid} on some-other-host`);
+    expect(await fs.readFile(turnPath(), 'utf8')).toContain('its-token');
   });
 });

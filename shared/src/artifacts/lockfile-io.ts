@@ -1,4 +1,6 @@
+import { randomUUID } from 'node:crypto';
 import { promises as fs } from 'node:fs';
+import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify as stringifyYaml } from 'yaml';
 import { MurmurError } from '../errors.js';
@@ -57,49 +59,108 @@ export async function writeLockfile(file: string, lock: MurmurLock): Promise<voi
 
 /** How long a writer waits for another to finish with the lock before it gives up. */
 const LOCK_TURN_WAIT_MS = 10_000;
+/** A reaper's guard is held for a read and an unlink; one older than this was left by a crash. */
+const REAP_GUARD_STALE_MS = 5_000;
+/** A turn is written within microseconds of its creation; one still empty after this lost its writer between the two. */
+const TURN_UNWRITTEN_STALE_MS = 5_000;
+
+interface TurnHolder {
+  pid: number;
+  host: string;
+  token: string;
+}
 
 /**
  * Runs `change` — read the lock, act, write it — while no other writer of `file` does: without a
  * turn each, two `mur install`s at once both read the same lock and the second write loses the
- * first's entry. The turn is a file beside the lock made with `O_EXCL` and holding the writer's
- * pid; one whose writer is gone (it crashed) is taken over.
+ * first's entry. The turn is a file beside the lock made with `O_EXCL`, naming the writer's pid,
+ * host and a token of its own.
+ *
+ * A turn whose writer is gone (it crashed) is taken over, and taking over is itself exclusive:
+ * two waiters that both judged the same writer dead would otherwise each remove "the stale turn",
+ * the second removing the turn the first had just taken, and both would write. So a dead turn is
+ * removed only under a second `O_EXCL` guard, and only when it still holds the very token judged
+ * dead. A pid means something only on the host that wrote it: another host's turn is waited for,
+ * never judged. A writer removes the turn at the end only if it is still its own.
  */
-export async function withLockfileTurn<T>(file: string, change: () => Promise<T>): Promise<T> {
+export async function withLockfileTurn<T>(file: string, change: () => Promise<T>, options: { waitMs?: number } = {}): Promise<T> {
+  const waitMs = options.waitMs ?? LOCK_TURN_WAIT_MS;
   const turn = `${file}.writing`;
+  const mine: TurnHolder = { pid: process.pid, host: hostname(), token: randomUUID() };
   const started = Date.now();
   for (;;) {
-    try {
-      const handle = await fs.open(turn, 'wx', 0o644);
-      await handle.writeFile(String(process.pid));
-      await handle.close();
-      break;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') {
-        throw new MurmurError('E-IO-003', `failed to take a turn at writing murmur.lock (${turn}): ${(error as Error).message}`, { path: turn });
-      }
-    }
-    const holder = Number((await fs.readFile(turn, 'utf8').catch(() => '')).trim());
-    if (Number.isInteger(holder) && holder > 0 && !processAlive(holder)) {
-      await fs.rm(turn, { force: true });
+    if (await tryCreate(turn, `${mine.pid} ${mine.host} ${mine.token}\n`)) break;
+    const text = await fs.readFile(turn, 'utf8').catch(() => undefined);
+    const holder = text === undefined ? undefined : parseHolder(text);
+    if (text !== undefined && (holder ? holder.host === mine.host && !processAlive(holder.pid) : await olderThan(turn, TURN_UNWRITTEN_STALE_MS))) {
+      await reapDeadTurn(turn, text);
       continue;
     }
-    if (Date.now() - started > LOCK_TURN_WAIT_MS) {
-      throw new MurmurError(
-        'E-IO-003',
-        `murmur.lock is being written by another mur (pid ${holder || 'unknown'}) and was not released within ${LOCK_TURN_WAIT_MS / 1000}s`,
-        {
-          path: turn,
-          hint: `wait for the other mur to finish; if none is running, remove ${turn}`,
-        },
-      );
+    if (Date.now() - started > waitMs) {
+      const who = holder ? `pid ${holder.pid}${holder.host === mine.host ? '' : ` on ${holder.host}`}` : 'pid unknown';
+      throw new MurmurError('E-IO-003', `murmur.lock is being written by another mur (${who}) and was not released within ${waitMs / 1000}s`, {
+        path: turn,
+        hint: `wait for the other mur to finish; if none is running, remove ${turn}`,
+      });
     }
     await sleep(25);
   }
   try {
     return await change();
   } finally {
-    await fs.rm(turn, { force: true });
+    const still = await fs.readFile(turn, 'utf8').catch(() => undefined);
+    if (still !== undefined && parseHolder(still)?.token === mine.token) await fs.rm(turn, { force: true });
   }
+}
+
+/** Removes `turn` if it still reads `deadText`, under the reaper's guard; leaves it to another reaper that holds the guard. */
+async function reapDeadTurn(turn: string, deadText: string): Promise<void> {
+  const guard = `${turn}.reaping`;
+  if (!(await tryCreate(guard, String(process.pid)))) {
+    if (await olderThan(guard, REAP_GUARD_STALE_MS)) await fs.rm(guard, { force: true });
+    return;
+  }
+  try {
+    // Only a reaper removes another's turn, and there is one reaper: the turn read here cannot be
+    // replaced by a live one before the unlink, since replacing it needs this unlink first.
+    const now = await fs.readFile(turn, 'utf8').catch(() => undefined);
+    if (now === deadText) await fs.rm(turn, { force: true });
+  } finally {
+    await fs.rm(guard, { force: true });
+  }
+}
+
+async function olderThan(file: string, ms: number): Promise<boolean> {
+  const stats = await fs.stat(file).catch(() => undefined);
+  return stats !== undefined && Date.now() - stats.mtimeMs > ms;
+}
+
+/** Creates `file` holding `text` if no file is there; false when one is. */
+async function tryCreate(file: string, text: string): Promise<boolean> {
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(file, 'wx', 0o644);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw new MurmurError('E-IO-003', `failed to take a turn at writing murmur.lock (${file}): ${(error as Error).message}`, { path: file });
+  }
+  try {
+    await handle.writeFile(text);
+  } finally {
+    await handle.close();
+  }
+  return true;
+}
+
+/**
+ * The writer a turn file names. A turn still being written (empty) names none, and is waited for;
+ * a bare pid is what an earlier mur wrote, on this host.
+ */
+function parseHolder(text: string): TurnHolder | undefined {
+  const [pidText, host, token] = text.trim().split(' ');
+  const pid = Number(pidText);
+  if (!Number.isInteger(pid) || pid <= 0) return undefined;
+  return { pid, host: host ?? hostname(), token: token ?? '' };
 }
 
 function processAlive(pid: number): boolean {
