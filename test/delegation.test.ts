@@ -320,10 +320,19 @@ describe('delegated children and their completions', () => {
   it('a child runs at no weaker a containment floor than the one its parent was given on the command line', async () => {
     const parent = await startParent(['--containment', 'scoped']);
     try {
-      const child = await launch(parent, 'local/worker', { task: workerTask });
+      // Delegated by the parent's own runtime, which carries its floor in the delegation's launch.
+      await rpc(parent.url, 'message/send', textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`), {
+        headers: bearer(parent.token),
+      });
+      const started = await eventually(
+        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
+        60_000,
+        'the delegation to start',
+      );
+      const childRecords = path.join(parent.sessionDir, 'children', started.delegation_id as string, '.murmur', started.child_session_id as string);
       const bootstrap = await eventually(
         async () => {
-          const text = await fs.readFile(path.join(child.records_dir, 'logs', 'bootstrap.log'), 'utf8').catch(() => '');
+          const text = await fs.readFile(path.join(childRecords, 'logs', 'bootstrap.log'), 'utf8').catch(() => '');
           return /\[bootstrap\] containment: /.test(text) ? text : undefined;
         },
         30_000,
@@ -538,6 +547,69 @@ describe('delegated children and their completions', () => {
       expect(JSON.parse(await fs.readFile(path.join(child, 'completion.json'), 'utf8'))).toMatchObject({ status: 'ok', delivered: true, reported_by: 'child' });
       expect(await completionsCounted(true)).toBe(deliveredBefore + 1);
     } finally {
+      await parent.stop();
+    }
+  });
+
+  it("a completion whose post failed is delivered by the parent's own runtime to the task awaiting it, once", async () => {
+    const parent = await startParent();
+    let delegationId: string | undefined;
+    try {
+      const sent = await rpc(
+        parent.url,
+        'message/send',
+        // A child that runs until it is ended: the only completion is the one below.
+        textMessage(
+          `delegate ${JSON.stringify({ capsule: 'local/waiting-worker', version: '0.1.0', task: JSON.stringify([{ op: 'waitfor', path: 'never', seconds: 120 }]) })}`,
+        ),
+        { headers: bearer(parent.token) },
+      );
+      const taskId = (sent.body.result as { id: string }).id;
+      const started = await eventually(
+        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
+        60_000,
+        'the delegation to start',
+      );
+      delegationId = started.delegation_id as string;
+      // What a child's runtime announces when its post to the parent failed (the bus timed out).
+      const undelivered = {
+        delegation_id: delegationId,
+        capsule_name: 'local/waiting-worker',
+        capsule_version: '0.1.0',
+        session_id: started.child_session_id as string,
+        status: 'error' as const,
+        workdir: path.join(parent.sessionDir, 'children', delegationId),
+        duration_ms: 7,
+        detail: 'E-RUN-009: it gave up',
+        reported_by: 'child' as const,
+        delivered: false,
+        delivery_error: 'E-BUS-002: session rpc did not answer within 30s',
+      };
+      bus.publish(topics.delegationCompleted, { parent_session_id: parent.sessionId, outcome: undelivered });
+      const ended = await eventually(
+        async () => {
+          const reply = await rpc(parent.url, 'tasks/get', { id: taskId }, { headers: bearer(parent.token) });
+          return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? reply.body.result : undefined;
+        },
+        30_000,
+        'the delegating task to complete',
+      );
+      const answer = JSON.stringify(ended);
+      expect(answer).toContain('Delegated capsule finished.');
+      expect(answer).toContain('detail: E-RUN-009: it gave up');
+      const bootstrap = path.join(parent.sessionDir, 'logs', 'bootstrap.log');
+      expect(await fs.readFile(bootstrap, 'utf8')).toContain(
+        `delegation ${delegationId}: its completion was not delivered (E-BUS-002: session rpc did not answer within 30s); delivered from this executor instead`,
+      );
+      // Heard again, it is not delivered again: the delegation has ended for this session.
+      bus.publish(topics.delegationCompleted, { parent_session_id: parent.sessionId, outcome: undelivered });
+      await bus.flush();
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      const trace = await traceOf(parent.sessionDir);
+      expect(trace.filter((event) => event.event_type === 'delegation_completed')).toHaveLength(1);
+      expect((await fs.readFile(bootstrap, 'utf8')).split('its completion was not delivered')).toHaveLength(2);
+    } finally {
+      if (delegationId) await control(delegationId, 'shutdown').catch(() => undefined);
       await parent.stop();
     }
   });

@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { MurmurError } from './errors.js';
+import { ContainmentSchema } from './manifest/capsule.js';
 
 /**
  * How a delegated child knows its spawner, and what it leaves behind when it ends.
@@ -213,6 +214,12 @@ export const DelegationLaunchRequestSchema = z.object({
   delegated: z.boolean().default(true),
   /** The parent session's traceparent: the child's launch and session continue its trace. */
   traceparent: z.string().max(512).optional(),
+  /**
+   * The floor the parent runs at (its manifest's, the launcher's `--containment`, its own parent's):
+   * the child runs at no weaker one. roost's fit check sees only declared floors, not one given on a
+   * command line, so the parent's runtime carries it here, with the launch rather than looked up later.
+   */
+  containment_floor: ContainmentSchema.optional(),
 });
 export type DelegationLaunchRequest = z.input<typeof DelegationLaunchRequestSchema>;
 

@@ -257,6 +257,15 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     bus.serve(commands.recordCompletion.at(instanceId), async (request) => ({
       outcome: await held(request.session_id).recordCompletion(request.outcome, request.post),
     })),
+    // Wherever the child ran and whoever reported for it, its parent's runtime hears of its end here.
+    bus.subscribe(topics.delegationCompleted, ({ parent_session_id, outcome }) => {
+      sessions
+        .get(parent_session_id)
+        ?.delegationEnded(outcome)
+        .catch((error: unknown) =>
+          log.warn({ session_id: parent_session_id, delegation_id: outcome.delegation_id, err: error }, 'could not hand a delegation its end'),
+        );
+    }),
   );
 
   const beat = (): void => {

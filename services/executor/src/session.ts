@@ -18,6 +18,9 @@ import {
   type DelegationOutcome,
   type SpawnerHandle,
   type LockedArtifact,
+  boundDetail,
+  completionMessageText,
+  newMessageId,
   SPAWNER_ENV,
   SPAWN_APPROVAL_HEADER,
   SPAWN_CREDENTIAL_HEADER,
@@ -282,8 +285,11 @@ export class Session {
   private readonly stderrTail: string[] = [];
   /** roost's credential for this session, never given to the guest. */
   private roostCredential: string | undefined;
-  /** Every delegation this session launched: ended with it, so no child outlives its parent. */
-  private readonly delegations = new Set<string>();
+  /**
+   * Every delegation this session launched that has not been heard to end, with the conversation it
+   * was for: ended with the session, so no child outlives its parent.
+   */
+  private readonly delegations = new Map<string, { contextId: string }>();
   /**
    * The session's own door token: given to the launcher alone, in the launch reply, and checked
    * here when a door asks (`authorize`). The host and the records never see it.
@@ -317,13 +323,12 @@ export class Session {
   }
 
   /**
-   * The floor the session must run at: the manifest's, the launcher's (`--containment`, workspace
-   * config) and, for a delegated child, its parent's own — a floor the user set on the command line
-   * binds the children too, which roost's fit check (of declared floors) cannot see.
+   * The floor the session must run at: the manifest's and the launcher's (`--containment`, workspace
+   * config; for a delegated child, its parent's own floor, which the parent's runtime puts in the
+   * delegation's launch — a floor the user set on the command line binds the children too).
    */
   get floor(): Containment {
-    const parent = this.request.child_of ? this.environment.session(this.request.child_of.session_id) : undefined;
-    return strongestFloor(this.plan.policy.containment, this.request.containment_floor, parent?.floor);
+    return strongestFloor(this.plan.policy.containment, this.request.containment_floor);
   }
 
   /** Refusals decided before anything is written: what this host cannot do for this capsule. */
@@ -1381,7 +1386,7 @@ export class Session {
    * and neither is there any more. A watcher that does not answer is said in the executor's log.
    */
   private async endDelegations(): Promise<void> {
-    const ids = [...this.delegations];
+    const ids = [...this.delegations.keys()];
     this.delegations.clear();
     await Promise.all(
       ids.map(async (id) => {
@@ -1391,6 +1396,33 @@ export class Session {
           this.environment.log.warn({ session_id: this.id, delegation_id: id, err: error }, 'could not end a delegation its parent left running');
         }
       }),
+    );
+  }
+
+  /**
+   * One of this session's delegations has ended (`delegation.completed`): it is no longer one to end
+   * with the session. A completion whose post failed (the bus timed out, the door was away) is
+   * delivered here by the parent's own runtime, to the task that awaits it — else that task waits
+   * until the session ends. One the task no longer awaits (it was delivered after all, or the task
+   * was canceled) is refused by the host as any late completion is, and only said in the records.
+   */
+  async delegationEnded(outcome: DelegationOutcome): Promise<void> {
+    const delegation = this.delegations.get(outcome.delegation_id);
+    if (!delegation) return;
+    this.delegations.delete(outcome.delegation_id);
+    if (outcome.delivered || outcome.delivery_error === undefined) return;
+    const reply = await this.callHost({
+      method: 'send',
+      message_id: newMessageId(),
+      context_id: delegation.contextId,
+      text: completionMessageText(outcome),
+      delegation_id: outcome.delegation_id,
+      completion_session: this.id,
+    });
+    this.bootstrap.line(
+      `[executor] delegation ${outcome.delegation_id}: its completion was not delivered (${boundDetail(outcome.delivery_error)}); ${
+        reply.error ? `delivering it from this executor was refused too: ${boundDetail(reply.error.message)}` : 'delivered from this executor instead'
+      }`,
     );
   }
 
@@ -1544,10 +1576,11 @@ export class Session {
           task: request.task,
           completion_deadline_secs: this.environment.settings.delegationDeadlineSecs,
           ...(this.telemetry?.traceparent ? { traceparent: this.telemetry.traceparent } : {}),
+          containment_floor: this.floor,
         },
         { timeoutMs: 120_000 },
       );
-      this.delegations.add(launched.delegation_id as string);
+      this.delegations.set(launched.delegation_id as string, { contextId: request.context_id });
       return { ok: true, value: { delegation_id: launched.delegation_id as string, session_id: launched.session_id, workdir: launched.workdir } };
     } catch (error) {
       return {

@@ -127,6 +127,7 @@ export class DelegationWatcher {
         ...(url ? { url } : {}),
         ...(handle ? { spawner: handle } : {}),
         ...(request.traceparent ? { traceparent: request.traceparent } : {}),
+        ...(request.containment_floor ? { containment_floor: request.containment_floor } : {}),
         roost: { url: request.roost_url, approval: request.approval },
         outlives_launcher: true,
         relay_output: false,
