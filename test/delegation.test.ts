@@ -103,7 +103,7 @@ describe('delegated children and their completions', () => {
     await publishInto(
       store,
       await capsuleArchive(
-        `stderr_marker: true\nname: local/slow-worker\nversion: 0.1.0\nartifacts:\n${driverEntry}${agentTail(inference.endpoint, inference.authority, '  task_acceptance: queue\n  after_task: sleep\n')}`,
+        `stderr_marker: true\nname: local/slow-worker\nversion: 0.1.0\nartifacts:\n${driverEntry}${agentTail(inference.endpoint, inference.authority, '  task_acceptance: queue\n  after_task: sleep\n').replace('capabilities:\n', 'capabilities:\n  spawn:\n    allow: [local/worker]\n')}`,
       ),
     );
     await publishInto(
@@ -118,7 +118,9 @@ describe('delegated children and their completions', () => {
     services.push(roost);
     roostUrl = roost.url;
     const withRoost = { ...env, MURMUR_ROOST_URL: roostUrl };
-    executors.push(await startService('executor', withRoost), await startService('executor', withRoost));
+    // Delegation's own bounds, small enough to reach: a child may not delegate, a tree holds two.
+    const limits = { MURMUR_DELEGATION_MAX_DEPTH: '1', MURMUR_DELEGATION_MAX_TREE: '2' };
+    executors.push(await startService('executor', { ...withRoost, ...limits }), await startService('executor', { ...withRoost, ...limits }));
     // The door takes only each session's own token: delegation must keep working with auth on.
     services.push(
       await startService('stager', withRoost),
@@ -610,6 +612,92 @@ describe('delegated children and their completions', () => {
       expect((await fs.readFile(bootstrap, 'utf8')).split('its completion was not delivered')).toHaveLength(2);
     } finally {
       if (delegationId) await control(delegationId, 'shutdown').catch(() => undefined);
+      await parent.stop();
+    }
+  });
+
+  it('a child may not delegate deeper than the executor allows: the refusal is a tool error its model reads', async () => {
+    const parent = await startParent();
+    let delegationId: string | undefined;
+    try {
+      await rpc(
+        parent.url,
+        'message/send',
+        // An agent child whose own model tries to delegate in turn.
+        textMessage(
+          `delegate ${JSON.stringify({ capsule: 'local/slow-worker', version: '0.1.0', task: `delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}` })}`,
+        ),
+        { headers: bearer(parent.token) },
+      );
+      const started = await eventually(
+        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
+        60_000,
+        'the delegation to start',
+      );
+      delegationId = started.delegation_id as string;
+      const refusal = await eventually(
+        () =>
+          inference
+            .requests()
+            .flatMap((request) => JSON.stringify(request.body).match(/the delegation of local\/worker@0\.1\.0 is refused[^"]*/g) ?? [])
+            .at(0),
+        60_000,
+        "the grandchild's refusal in the child's model's context",
+      );
+      expect(refusal).toContain('it would run 2 delegations deep, and this executor allows 1 (MURMUR_DELEGATION_MAX_DEPTH)');
+      const childTrace = await traceOf(path.join(parent.sessionDir, 'children', delegationId, '.murmur', started.child_session_id as string));
+      expect(childTrace.some((event) => event.event_type === 'delegation_started')).toBe(false);
+    } finally {
+      if (delegationId) await control(delegationId, 'shutdown').catch(() => undefined);
+      await parent.stop();
+    }
+  });
+
+  it('a delegation tree holds at most the executor’s number of running children, and a place frees when a child ends', async () => {
+    const parent = await startParent();
+    const headers = { headers: bearer(parent.token) };
+    const waiting = `delegate ${JSON.stringify({ capsule: 'local/waiting-worker', version: '0.1.0', task: JSON.stringify([{ op: 'waitfor', path: 'never', seconds: 120 }]) })}`;
+    const quick = `delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`;
+    const startedIds: string[] = [];
+    const answerOf = (taskId: string) =>
+      eventually(
+        async () => {
+          const reply = await rpc(parent.url, 'tasks/get', { id: taskId }, headers);
+          return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? JSON.stringify(reply.body.result) : undefined;
+        },
+        60_000,
+        `task ${taskId} to complete`,
+      );
+    try {
+      // Two children that run on after their tasks are canceled: the tree (the parent's) is full.
+      for (let index = 0; index < 2; index += 1) {
+        const taskId = ((await rpc(parent.url, 'message/send', textMessage(waiting), headers)).body.result as { id: string }).id;
+        const started = await eventually(
+          async () => (await traceOf(parent.sessionDir).catch(() => [])).filter((event) => event.event_type === 'delegation_started')[index],
+          60_000,
+          `delegation ${index + 1} to start`,
+        );
+        startedIds.push(started.delegation_id as string);
+        expect((await rpc(parent.url, 'tasks/cancel', { id: taskId }, headers)).body.result).toMatchObject({ status: { state: 'canceled' } });
+      }
+      const third = ((await rpc(parent.url, 'message/send', textMessage(quick), headers)).body.result as { id: string }).id;
+      expect(await answerOf(third)).toContain(
+        'the delegation tree this session belongs to already has 2 delegated sessions running, the most this executor allows (MURMUR_DELEGATION_MAX_TREE)',
+      );
+      // One of them ends: its place is free again.
+      await control(startedIds[0] as string, 'shutdown');
+      const fourth = await eventually(
+        async () => {
+          const taskId = ((await rpc(parent.url, 'message/send', textMessage(quick), headers)).body.result as { id: string }).id;
+          const answer = await answerOf(taskId);
+          return answer.includes('Delegated capsule finished.') ? answer : undefined;
+        },
+        30_000,
+        'a delegation admitted once a place is free',
+      );
+      expect(fourth).toContain('status: ok');
+    } finally {
+      for (const id of startedIds) await control(id, 'shutdown').catch(() => undefined);
       await parent.stop();
     }
   });

@@ -1,6 +1,7 @@
 import * as z from 'zod';
 import { MurmurError } from './errors.js';
 import { ContainmentSchema } from './manifest/capsule.js';
+import { DelegationIdSchema } from './ids.js';
 
 /**
  * How a delegated child knows its spawner, and what it leaves behind when it ends.
@@ -183,12 +184,25 @@ export function isCompletionMessage(text: string, delegationId: string, childSes
 }
 
 /**
+ * Where a delegated session sits in its delegation tree: the session at the root (one a person or
+ * a client launched, not delegated) and how many delegations below it (1: the root's own child).
+ * The parent's runtime sets it; a guest never names it.
+ */
+export const DelegationLineageSchema = z.object({
+  root_session_id: z.string().min(1).max(256),
+  depth: z.number().int().min(1).max(10_000),
+});
+export type DelegationLineage = z.infer<typeof DelegationLineageSchema>;
+
+/**
  * Launching a delegated child: what a parent's runtime (or a test acting as one) asks the watcher,
  * which launches the child through the stack, watches it, and reports for it when it cannot.
  */
 export const DelegationLaunchRequestSchema = z.object({
   /** roost's approval for this child (`POST /spawn`), consumed when the child registers. */
   approval: z.string().min(1),
+  /** The delegation's id, when the parent's runtime minted it (to hold the delegation before the child exists); else the watcher mints one. */
+  delegation_id: DelegationIdSchema.optional(),
   roost_url: z.string().min(1),
   capsule_name: z.string().min(1),
   capsule_version: z.string().min(1),
@@ -220,6 +234,8 @@ export const DelegationLaunchRequestSchema = z.object({
    * command line, so the parent's runtime carries it here, with the launch rather than looked up later.
    */
   containment_floor: ContainmentSchema.optional(),
+  /** The child's place in its delegation tree. Absent: the parent is taken for a root, and the child is one delegation deep. */
+  lineage: DelegationLineageSchema.optional(),
 });
 export type DelegationLaunchRequest = z.input<typeof DelegationLaunchRequestSchema>;
 

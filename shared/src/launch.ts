@@ -1,7 +1,7 @@
 import * as z from 'zod';
 import { SessionIdSchema } from './ids.js';
 import { StagedPlanSchema } from './plan.js';
-import { SpawnerHandleSchema } from './delegation.js';
+import { DelegationLineageSchema, SpawnerHandleSchema } from './delegation.js';
 import { ContainmentSchema } from './manifest/capsule.js';
 import { CapabilityPolicySchema } from './policy.js';
 import { LivenessSchema, RunningRecordSchema } from './running-record.js';
@@ -31,6 +31,8 @@ export const LaunchRequestSchema = z.object({
    * the executor that takes this launch (children run on their parent's executor).
    */
   child_of: z.object({ session_id: z.string().min(1), name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/) }).optional(),
+  /** A delegated child's place in its delegation tree, which bounds how deep and how wide it grows; absent: a root. */
+  delegation_lineage: DelegationLineageSchema.optional(),
   /** `mur run --context <id>` / `--resume <id>`: the context the `task.md` task belongs to (a threaded capsule continues its conversation). */
   context_id: z.string().min(1).optional(),
   /** `--resume`: the context must already have a recorded conversation, or the launch is refused. */

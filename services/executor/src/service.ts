@@ -23,6 +23,7 @@ import { HostPool } from './host-pool.js';
 import { assessContainment, effectiveGrants, strongestFloor } from './containment.js';
 import { isolationSummary, probeHost } from './host-probe.js';
 import { pullForSession } from './pull.js';
+import { DelegationTrees } from './delegation-trees.js';
 import { executorSettings } from './settings.js';
 import { readSessionFiles } from './session-files.js';
 import { CODE_ROOT, type EndedSession, type ExecutorEnvironment, HOST_ENTRY, SANDBOX_HIDDEN, hostProcessEnv, Session, type SessionEnd } from './session.js';
@@ -150,6 +151,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     pool: undefined,
     hostEntry: options.hostEntry,
     session: (id) => sessions.get(id),
+    delegationTrees: new DelegationTrees(),
     pull: (session, name, version) => pullForSession(bus, session, name, version),
   };
 

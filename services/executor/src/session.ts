@@ -17,6 +17,8 @@ import {
   type WireError,
   type DelegationOutcome,
   type SpawnerHandle,
+  type DelegationLineage,
+  newDelegationId,
   type LockedArtifact,
   boundDetail,
   completionMessageText,
@@ -58,6 +60,7 @@ import { type HostPool, type PooledHost, poolRefusal } from './host-pool.js';
 import type { NetworkPlan } from './network-plan.js';
 import type { ConfineProbe } from './confinement.js';
 import { rememberBounded } from './bounded-map.js';
+import type { DelegationTrees } from './delegation-trees.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
 import type { OwnEndpoints } from './own-endpoints.js';
@@ -124,6 +127,8 @@ export interface ExecutorEnvironment {
   hostEntry?: string | undefined;
   /** A session this executor runs, for a child to be placed under its `children/`. */
   session(id: string): Session | undefined;
+  /** How many delegated sessions each delegation tree has here (`MURMUR_DELEGATION_MAX_TREE`). */
+  delegationTrees: DelegationTrees;
   /** Handles a host's request to pull an artifact at runtime. */
   pull?(session: Session, name: string, version: string): Promise<{ ok: true; value: { tool: HostTool } } | { ok: false; error: string }>;
 }
@@ -286,10 +291,11 @@ export class Session {
   /** roost's credential for this session, never given to the guest. */
   private roostCredential: string | undefined;
   /**
-   * Every delegation this session launched that has not been heard to end, with the conversation it
-   * was for: ended with the session, so no child outlives its parent.
+   * Every delegation this session launched (or is launching) that has not been heard to end: the
+   * conversation it was for, its place in the delegation tree, and when its launch was answered.
+   * Each is ended with the session, so no child outlives its parent.
    */
-  private readonly delegations = new Map<string, { contextId: string }>();
+  private readonly delegations = new Map<string, { contextId: string; release: () => void; launched: Promise<unknown> }>();
   /**
    * The session's own door token: given to the launcher alone, in the launch reply, and checked
    * here when a door asks (`authorize`). The host and the records never see it.
@@ -329,6 +335,12 @@ export class Session {
    */
   get floor(): Containment {
     return strongestFloor(this.plan.policy.containment, this.request.containment_floor);
+  }
+
+  /** Where a child this session delegates to sits: under this session's root, one delegation deeper. */
+  private childLineage(): DelegationLineage {
+    const own = this.request.delegation_lineage;
+    return own ? { root_session_id: own.root_session_id, depth: own.depth + 1 } : { root_session_id: this.id, depth: 1 };
   }
 
   /** Refusals decided before anything is written: what this host cannot do for this capsule. */
@@ -1387,6 +1399,7 @@ export class Session {
    */
   private async endDelegations(): Promise<void> {
     const ids = [...this.delegations.keys()];
+    for (const delegation of this.delegations.values()) delegation.release();
     this.delegations.clear();
     await Promise.all(
       ids.map(async (id) => {
@@ -1410,7 +1423,10 @@ export class Session {
     const delegation = this.delegations.get(outcome.delegation_id);
     if (!delegation) return;
     this.delegations.delete(outcome.delegation_id);
+    delegation.release();
     if (outcome.delivered || outcome.delivery_error === undefined) return;
+    // A child that ended at once may be heard of before its task awaits it: not before the launch is answered.
+    await delegation.launched;
     const reply = await this.callHost({
       method: 'send',
       message_id: newMessageId(),
@@ -1542,6 +1558,25 @@ export class Session {
     const roostUrl = this.roostUrl;
     if (!roostUrl) return { ok: false, error: 'delegation needs roost: MURMUR_ROOST_URL is not set for this session' };
     if (!this.roostCredential) return { ok: false, error: `this session is not registered with roost at ${roostUrl}, so it cannot delegate` };
+    // Bounds roost cannot see (a capsule allowed to spawn itself fits its own ceiling), checked
+    // before an approval is asked for, so a refused child costs roost nothing.
+    const { delegationMaxDepth, delegationMaxTree } = this.environment.settings;
+    const lineage = this.childLineage();
+    if (lineage.depth > delegationMaxDepth)
+      return {
+        ok: false,
+        error: `the delegation of ${request.capsule}@${request.version} is refused: it would run ${lineage.depth} delegation${lineage.depth === 1 ? '' : 's'} deep, and this executor allows ${delegationMaxDepth} (MURMUR_DELEGATION_MAX_DEPTH); do the work in this session instead`,
+      };
+    const release = this.environment.delegationTrees.take(lineage.root_session_id, delegationMaxTree);
+    if (!release)
+      return {
+        ok: false,
+        error: `the delegation of ${request.capsule}@${request.version} is refused: the delegation tree this session belongs to already has ${delegationMaxTree} delegated session${delegationMaxTree === 1 ? '' : 's'} running, the most this executor allows (MURMUR_DELEGATION_MAX_TREE); wait for a delegation to complete, or do the work in this session`,
+      };
+    const refused = (error: string) => {
+      release();
+      return { ok: false as const, error };
+    };
     let approval: string;
     try {
       const response = await fetch(new URL('/spawn', roostUrl), {
@@ -1552,37 +1587,45 @@ export class Session {
       });
       const body = (await response.json().catch(() => ({}))) as { approval?: string; error?: string };
       if (!response.ok || !body.approval)
-        return { ok: false, error: `roost refused the delegation of ${request.capsule}@${request.version}: ${body.error ?? `HTTP ${response.status}`}` };
+        return refused(`roost refused the delegation of ${request.capsule}@${request.version}: ${body.error ?? `HTTP ${response.status}`}`);
       approval = body.approval;
     } catch (error) {
-      return { ok: false, error: `roost at ${roostUrl} did not answer: ${(error as Error).message}` };
+      return refused(`roost at ${roostUrl} did not answer: ${(error as Error).message}`);
     }
     const values = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => this.plan.policy.env_allow.includes(name)));
-    try {
-      const launched = await this.environment.bus.request(
-        commands.launchDelegation,
-        {
-          approval,
-          roost_url: roostUrl,
-          capsule_name: request.capsule,
-          capsule_version: request.version,
-          parent: {
-            session_id: this.id,
-            context_id: request.context_id,
-            ...(this.request.url ? { url: this.request.url } : {}),
-            executor_id: this.environment.executorId,
-          },
-          env: values,
-          task: request.task,
-          completion_deadline_secs: this.environment.settings.delegationDeadlineSecs,
-          ...(this.telemetry?.traceparent ? { traceparent: this.telemetry.traceparent } : {}),
-          containment_floor: this.floor,
+    // The id is minted here, and the delegation held, before the child exists: a child that ends
+    // at once is heard of (`delegationEnded`) while its launch is still being answered.
+    const delegationId = newDelegationId();
+    const launching = this.environment.bus.request(
+      commands.launchDelegation,
+      {
+        approval,
+        delegation_id: delegationId,
+        roost_url: roostUrl,
+        capsule_name: request.capsule,
+        capsule_version: request.version,
+        parent: {
+          session_id: this.id,
+          context_id: request.context_id,
+          ...(this.request.url ? { url: this.request.url } : {}),
+          executor_id: this.environment.executorId,
         },
-        { timeoutMs: 120_000 },
-      );
-      this.delegations.set(launched.delegation_id as string, { contextId: request.context_id });
-      return { ok: true, value: { delegation_id: launched.delegation_id as string, session_id: launched.session_id, workdir: launched.workdir } };
+        env: values,
+        task: request.task,
+        completion_deadline_secs: this.environment.settings.delegationDeadlineSecs,
+        ...(this.telemetry?.traceparent ? { traceparent: this.telemetry.traceparent } : {}),
+        containment_floor: this.floor,
+        lineage,
+      },
+      { timeoutMs: 120_000 },
+    );
+    this.delegations.set(delegationId, { contextId: request.context_id, release, launched: launching.catch(() => undefined) });
+    try {
+      const launched = await launching;
+      return { ok: true, value: { delegation_id: delegationId, session_id: launched.session_id, workdir: launched.workdir } };
     } catch (error) {
+      this.delegations.delete(delegationId);
+      release();
       return {
         ok: false,
         error: `the delegation of ${request.capsule}@${request.version} could not be launched: ${error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error)}`,

@@ -16,6 +16,10 @@ export interface ExecutorSettings {
   workdirCheckMs: number;
   /** The cap on one harness run (`MURMUR_HARNESS_RUN_CAP_SECS`, upstream's 10 minutes). */
   harnessRunCapMs: number;
+  /** How many delegations deep a child may run below the session a person or client launched (`MURMUR_DELEGATION_MAX_DEPTH`, 4; 0: none may delegate). */
+  delegationMaxDepth: number;
+  /** How many delegated sessions one delegation tree may have running at once, its root not counted (`MURMUR_DELEGATION_MAX_TREE`, 16). */
+  delegationMaxTree: number;
 }
 
 export function executorSettings(env: NodeJS.ProcessEnv): ExecutorSettings {
@@ -27,5 +31,7 @@ export function executorSettings(env: NodeJS.ProcessEnv): ExecutorSettings {
     delegationDeadlineSecs: numberSetting(env, 'MURMUR_DELEGATION_DEADLINE_SECS', 600, seconds),
     workdirCheckMs: numberSetting(env, 'MURMUR_WORKDIR_CHECK_MS', 10_000, ms),
     harnessRunCapMs: Math.round(numberSetting(env, 'MURMUR_HARNESS_RUN_CAP_SECS', 600, seconds) * 1000),
+    delegationMaxDepth: numberSetting(env, 'MURMUR_DELEGATION_MAX_DEPTH', 4, { unit: 'delegations', zero: true }),
+    delegationMaxTree: numberSetting(env, 'MURMUR_DELEGATION_MAX_TREE', 16, { unit: 'sessions', zero: true }),
   };
 }

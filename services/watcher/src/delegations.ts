@@ -93,7 +93,9 @@ export class DelegationWatcher {
   /** Stages the child, composes its spawner handle, launches it under its workdir in the parent's `children/`, and starts watching it. */
   async launch(input: DelegationLaunchRequest): Promise<DelegationLaunchReply> {
     const request = DelegationLaunchRequestSchema.parse(input);
-    const delegationId = request.delegated ? newDelegationId() : undefined;
+    const delegationId = request.delegated ? (request.delegation_id ?? newDelegationId()) : undefined;
+    if (delegationId && [...this.watched.values()].some((watched) => watched.delegationId === delegationId))
+      throw new MurmurError('E-DLG-003', `delegation ${delegationId} is launched already: a delegation id names one child`, { path: delegationId });
     const sessionId = newSessionId();
     const parentExecutor = request.parent.executor_id ?? this.executorOf(request.parent.session_id);
     const plan = await requestStaging(
@@ -128,6 +130,7 @@ export class DelegationWatcher {
         ...(handle ? { spawner: handle } : {}),
         ...(request.traceparent ? { traceparent: request.traceparent } : {}),
         ...(request.containment_floor ? { containment_floor: request.containment_floor } : {}),
+        delegation_lineage: request.lineage ?? { root_session_id: request.parent.session_id, depth: 1 },
         roost: { url: request.roost_url, approval: request.approval },
         outlives_launcher: true,
         relay_output: false,
