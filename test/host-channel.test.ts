@@ -70,6 +70,18 @@ describe('an executor whose capsule host breaks its channel', () => {
     );
   });
 
+  it('a host that asks for many slow things at once has only so many worked on, and the rest refused at once, naming the bound', async () => {
+    const { ended, sessionDir } = await runToEnd('floods-pulls');
+    expect(ended.exit_status).toBe('ok');
+    const said = /(\d+) pulls answered, (\d+) refused as too many: (.*)/.exec(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8'));
+    expect(said?.[1]).toBe('40');
+    // All 40 arrive together; at most 16 are worked on, however fast the others are answered.
+    expect(Number(said?.[2])).toBeGreaterThanOrEqual(1);
+    expect(said?.[3]).toContain(
+      "refused this pull: the executor is already working on 16 of this session's requests to send, delegate or pull, the most it takes at once",
+    );
+  });
+
   it('is given, for subprocesses, only the environment a subprocess is made from: nothing else of the launcher’s reaches the sandbox', async () => {
     const { ended, sessionDir } = await runToEnd('tells-its-env', { LAUNCHER_ONLY_VALUE: 'kept-outside', LANG: 'C.UTF-8' });
     expect(ended.exit_status).toBe('ok');

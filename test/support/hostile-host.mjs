@@ -13,6 +13,8 @@
 // - `tells-its-env`: prints the environment it was given for subprocesses, then an honest result;
 // - `malformed-request`: a request the executor refuses (a conversation of 10 001 messages); it
 //   says on stderr how it was answered, then sends an honest result;
+// - `floods-pulls`: 40 pulls at once (of an artifact no store holds); once all are answered it says
+//   on stderr how many were refused for being too many at once, then sends an honest result;
 // - `waits-for-end` (not hostile): a result, then an exit only once the executor ends the channel,
 //   as the runtime's host does, saying on stderr that it was ended (status 0), or not (status 3);
 // - `malformed-result`: the same, with a result whose status is no status.
@@ -30,6 +32,9 @@ function frame(message) {
   return Buffer.concat([header, body]);
 }
 
+const FLOOD = 40;
+let flooding;
+
 let buffered = Buffer.alloc(0);
 channel.on('data', (chunk) => {
   buffered = Buffer.concat([buffered, chunk]);
@@ -42,7 +47,17 @@ channel.on('data', (chunk) => {
       process.stderr.write(`hostile host: subprocess_env ${JSON.stringify(message.subprocess_env)}\n`);
       channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
     } else if (message.type === 'start') breakChannels(message.capsule_name);
-    if (message.type === 'reply') {
+    if (message.type === 'reply' && flooding) {
+      flooding.answered += 1;
+      if (!message.ok && /the most it takes at once/.test(message.error ?? '')) {
+        flooding.refused += 1;
+        flooding.refusal = message.error;
+      }
+      if (flooding.answered === FLOOD) {
+        process.stderr.write(`hostile host: ${flooding.answered} pulls answered, ${flooding.refused} refused as too many: ${flooding.refusal ?? ''}\n`);
+        channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+      }
+    } else if (message.type === 'reply') {
       process.stderr.write(`hostile host: request ${message.id} answered ok=${message.ok}: ${message.error ?? ''}\n`);
       channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
     }
@@ -80,6 +95,12 @@ function breakChannels(how) {
   } else if (how === 'malformed-request') {
     const messages = Array.from({ length: 10_001 }, () => ({}));
     channel.write(frame({ type: 'request', id: 7, request: { op: 'conversation-save', context_id: 'ctx_1', messages } }));
+  } else if (how === 'floods-pulls') {
+    flooding = { answered: 0, refused: 0, refusal: undefined };
+    const pulls = Array.from({ length: FLOOD }, (_, index) =>
+      frame({ type: 'request', id: 100 + index, request: { op: 'pull', request: { name: 'no-such-tool', version: '1.0.0' } } }),
+    );
+    channel.write(Buffer.concat(pulls));
   } else if (how === 'exits-without-result') {
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'one\n' }));
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'two\n' }), () => process.exit(0));

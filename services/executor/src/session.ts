@@ -168,6 +168,15 @@ const HOST_MEMORY_BUDGET_BYTES = 1024 * 1024 * 1024;
 const HOST_TASKS_BUDGET = 256;
 /** Network decisions of a sealed sandbox recorded in the trace; past this, one line says more were not. */
 const NETWORK_RECORDS_KEPT = 1_000;
+/**
+ * The host's requests that may wait long on something outside the session — an A2A peer, roost
+ * and a child's launch, a stager's download — and how many of one session's the executor works on
+ * at once (`http` has its own bound, the response bodies it may hold). A host is a stranger: without
+ * a bound, one that sends thousands holds that many of the executor's sockets, or has the stager
+ * download that many artifacts, for every session on the machine.
+ */
+const SLOW_HOST_OPS: ReadonlySet<string> = new Set(['send', 'delegate', 'pull']);
+const SLOW_HOST_REQUESTS_IN_FLIGHT = 16;
 
 function findCodeRoot(from: string): string {
   let dir = from;
@@ -1126,7 +1135,29 @@ export class Session {
     }
   }
 
+  /** The host's requests of `SLOW_HOST_OPS` being answered now. */
+  private slowRequests = 0;
+
   private async answer(id: number, request: HostRequest): Promise<void> {
+    if (!SLOW_HOST_OPS.has(request.op)) return this.answerNow(id, request);
+    if (this.slowRequests >= SLOW_HOST_REQUESTS_IN_FLIGHT) {
+      this.tellHost({
+        type: 'reply',
+        id,
+        ok: false,
+        error: `refused this ${request.op}: the executor is already working on ${SLOW_HOST_REQUESTS_IN_FLIGHT} of this session's requests to send, delegate or pull, the most it takes at once; try again once one has been answered`,
+      });
+      return;
+    }
+    this.slowRequests += 1;
+    try {
+      await this.answerNow(id, request);
+    } finally {
+      this.slowRequests -= 1;
+    }
+  }
+
+  private async answerNow(id: number, request: HostRequest): Promise<void> {
     let reply: { type: 'reply'; id: number; ok: boolean; value?: unknown; error?: string };
     try {
       let value: unknown;
