@@ -45,6 +45,15 @@ describe('mur, given what a new user gets wrong', () => {
     );
   });
 
+  it('names the murmur.yaml it looked for, not a flag, when the one here is a directory; and refuses an empty --workdir', async () => {
+    const here = path.join(capsule, '..', 'manifest-is-a-directory');
+    await fs.mkdir(path.join(here, 'murmur.yaml'), { recursive: true });
+    const result = await runMur(['run'], { cwd: here, env });
+    refused(result, 'E-IO-001', `murmur.yaml here is a directory, not a manifest: ${path.join(here, 'murmur.yaml')}`, 'pass the murmur.yaml file');
+    const empty = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--workdir', ''], { env });
+    refused(empty, 'E-IO-003', '--workdir is empty', 'name the directory the session works in');
+  });
+
   it('refuses the manifest file where stage and build want its directory, naming the directory', async () => {
     const manifest = path.join(capsule, 'murmur.yaml');
     for (const command of ['stage', 'build']) {

@@ -234,6 +234,50 @@ describe('mur ps and mur stop', () => {
     await expect(fs.stat(broken)).rejects.toThrow();
   });
 
+  it('passes by what is not a record file (a directory named like one), and lists the rest', async () => {
+    const stray = path.join(runningDir(env), 'ses_0599c4e2f1b7712a9d3e4f5061728394.json');
+    await fs.mkdir(stray);
+    try {
+      const result = await runMur(['ps', '--json'], { env });
+      expect(result.code, result.stderr).toBe(0);
+      expect(Array.isArray(JSON.parse(result.stdout))).toBe(true);
+      expect((await fs.stat(stray)).isDirectory()).toBe(true);
+    } finally {
+      await fs.rm(stray, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a malformed MURMUR_STOP_GRACE_MS before it signals anything', async () => {
+    const sessionId = 'ses_0699c4e2f1b7712a9d3e4f5061728394';
+    const sleeper = spawn('sleep', ['30'], { stdio: 'ignore' });
+    try {
+      writeRunningRecord(
+        {
+          session_id: sessionId,
+          url: '127.0.0.1:9',
+          pid: sleeper.pid as number,
+          process_start: processStartToken(sleeper.pid as number) as string,
+          capsule_name: 'sleeper',
+          capsule_version: '0.1.0',
+          workdir: '/nowhere',
+          outlives_launcher: false,
+          started_at: '2026-01-01T00:00:00Z',
+        },
+        env,
+      );
+      const result = await runMur(['stop', sessionId], { env: { ...env, MURMUR_STOP_GRACE_MS: 'abc' } });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('error[E-CFG-003]: invalid MURMUR_STOP_GRACE_MS');
+      // Time for a signal, had one been sent, to have been heard of here.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(sleeper.exitCode).toBeNull();
+      expect(sleeper.signalCode).toBeNull();
+    } finally {
+      sleeper.kill('SIGKILL');
+      await fs.rm(path.join(runningDir(env), `${sessionId}.json`), { force: true });
+    }
+  });
+
   it('refuses to stop a session it has no record of, saying where to look', async () => {
     const result = await runMur(['stop', 'ses_0499c4e2f1b7712a9d3e4f5061728394'], { env });
     expect(result.code).toBe(1);

@@ -11,10 +11,15 @@ export interface Output {
   readonly stderrIsTerminal: boolean;
 }
 
+/**
+ * What `mur` prints holds strangers' text — a registry's descriptions, a trace's tool names and
+ * inputs, a manifest's name, a capsule's error — so a line bound for a terminal has its control
+ * characters shown, never acted on (`terminalSafe`); a pipe or a file gets it as it is.
+ */
 export const processOutput: Output = {
-  out: (line) => process.stdout.write(`${line}\n`),
-  err: (line) => process.stderr.write(`${line}\n`),
-  warn: (warning) => process.stderr.write(`${formatWarning(warning)}\n`),
+  out: (line) => process.stdout.write(`${process.stdout.isTTY ? terminalSafe(line) : line}\n`),
+  err: (line) => process.stderr.write(`${process.stderr.isTTY ? terminalSafe(line) : line}\n`),
+  warn: (warning) => process.stderr.write(`${process.stderr.isTTY ? terminalSafe(formatWarning(warning)) : formatWarning(warning)}\n`),
   get stderrIsTerminal() {
     return process.stderr.isTTY === true;
   },
@@ -68,9 +73,32 @@ export class TerminalSafeStream {
   }
 }
 
+/**
+ * What to do about a file system's refusal: these come from the paths a person gave or keeps
+ * (a directory where a file belongs, a full disk), and are theirs to mend, not mur's bugs.
+ */
+const SYSTEM_FAILURE_HINTS: Readonly<Record<string, string>> = {
+  ENOENT: 'check that the path exists and is spelled as intended',
+  EISDIR: 'a directory is where a file is expected: name the file, or move the directory aside',
+  ENOTDIR: 'a file is where a directory is expected along that path: move it aside, or name another path',
+  EEXIST: 'something is already at that path: move it aside, or name another path',
+  EACCES: 'this user may not do that there: check the permissions along the path',
+  EPERM: 'this user may not do that there: check the permissions and ownership along the path',
+  ENOSPC: 'the file system is full: free some space, then run it again',
+  EDQUOT: 'the disk quota is used up: free some space, then run it again',
+  EROFS: 'that file system is read-only: name a path on a writable one',
+  ENAMETOOLONG: 'the path is longer than the file system takes: use a shorter one',
+  ELOOP: 'the path goes round a loop of symbolic links: name the real path',
+  EMFILE: 'too many files are open: raise the limit (ulimit -n), or close what holds them',
+  ERR_FS_FILE_TOO_LARGE: 'the file is larger than the 2 GiB mur reads at once: leave it out, or make it smaller',
+};
+
 /** `error[CODE]: message` (+ `  hint: …`), or the unexpected error with a request to report it. */
 export function formatFailure(error: unknown): string {
   if (error instanceof MurmurError) return error.format();
+  const code = error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined;
+  const hint = code === undefined ? undefined : SYSTEM_FAILURE_HINTS[code];
+  if (hint !== undefined) return new MurmurError('E-IO-003', (error as Error).message, { hint }).format();
   const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
   return `error[E-IO-003]: unexpected failure: ${message}\n  hint: this is a bug in mur; please report it with the command you ran`;
 }

@@ -1,5 +1,5 @@
 import type { StageProgress } from '@murmur/stager';
-import { type Output, formatBytes } from './output.js';
+import { type Output, formatBytes, terminalSafe } from './output.js';
 
 /**
  * Staging progress on a terminal: one line per component, ticking while jco transpiles (a 12 MB
@@ -17,7 +17,8 @@ export function terminalProgress(output: Output): { report(progress: StageProgre
   return {
     report(progress) {
       if (progress.phase !== 'transpile') return;
-      const what = `${progress.artifact} (${formatBytes(progress.bytes)})`;
+      // Only ever on a terminal, and the artifact's name is the manifest's: shown, never acted on.
+      const what = `${terminalSafe(progress.artifact)} (${formatBytes(progress.bytes)})`;
       if (progress.state === 'start') {
         const started = Date.now();
         let frame = 0;

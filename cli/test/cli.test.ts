@@ -47,6 +47,18 @@ describe('mur build', () => {
     expect(await listTree(dir)).toEqual(['murmur.yaml']);
   });
 
+  it('says what to do when the file system refuses a path it was given, rather than calling it a bug', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello-out'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const out = path.join(scratch.dir, 'out');
+    // A directory where the archive's file goes.
+    await fs.mkdir(path.join(out, 'hello-0.1.0.mur.zip'), { recursive: true });
+    const result = await runMur(['build', project, '-o', `${out}/`], { env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/^error\[E-IO-003\]: EISDIR: .*\n {2}hint: a directory is where a file is expected/);
+    expect(result.stderr).not.toContain('this is a bug');
+    expect((await listTree(out)).filter((name) => name.endsWith('.tmp'))).toEqual([]);
+  });
+
   it('prints W-SEC-019 on stderr for an unknown key and still builds', async () => {
     const project = await capsuleProject(path.join(scratch.dir, 'typo'), 'name: typo\nversion: 0.1.0\ncapabilites: {}\n', (await capsuleWat()).bytes);
     const result = await runMur(['build', project], { env });
@@ -154,9 +166,10 @@ describe('mur publish, install and list', () => {
     );
     const result = await runMur(['install'], { cwd: project, env });
     expect(result.code).toBe(1);
-    expect(result.stdout).toContain('1 of 2 artifacts failed to install:');
-    expect(result.stdout).toContain('missing-tool@2.0.0');
-    expect(result.stdout).toContain('error[E-REG-001]');
+    expect(result.stderr).toContain('1 of 2 artifacts failed to install:');
+    expect(result.stderr).toContain('missing-tool@2.0.0');
+    expect(result.stderr).toContain('error[E-REG-001]');
+    expect(result.stdout).not.toContain('error[');
     expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts.map((entry) => entry.name)).toEqual(['echo-tool']);
   });
 
@@ -190,6 +203,23 @@ describe('mur stage', () => {
     expect(terminal.stdout).toContain('transpiling hello@0.1.0 (182 B)');
     expect(terminal.stdout).toMatch(/✓ transpiled hello@0\.1\.0 \(182 B\) in \d+\.\ds/);
     expect(terminal.stdout).toContain('staged hello@0.1.0 (script capsule)');
+  });
+
+  it('on a terminal, shows a manifest’s control characters instead of acting on them, in what it staged and in a refusal', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'escapes'), 'name: "x\\e]0;PWNED\\a"\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const onTerminal = (args: string) =>
+      spawnSync('script', ['-qec', `${JSON.stringify(murBin)} ${args}`, '/dev/null'], {
+        env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'escapes-home'), TERM: 'dumb' },
+        encoding: 'utf8',
+      }).stdout;
+    const staged = onTerminal(`stage ${JSON.stringify(project)}`);
+    expect(staged).toContain('staged x\\x1b]0;PWNED\\x07@0.1.0');
+    const refused = onTerminal(`build ${JSON.stringify(project)}`);
+    expect(refused).toContain('error[E-BLD-001]');
+    expect(refused).toContain('\\x1b]0;PWNED\\x07');
+    for (const output of [staged, refused]) expect(output).not.toContain('\u001b]0;PWNED');
+    // To a pipe, what was written is passed on as it is.
+    expect((await runMur(['stage', project], { env })).stdout).toContain('staged x\u001b]0;PWNED\u0007@0.1.0');
   });
 
   it('stages a published capsule by --capsule and --capsule-version', async () => {

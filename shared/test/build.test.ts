@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { promises as fs, existsSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { MurmurError } from '@murmur/shared';
@@ -235,6 +235,18 @@ describe('buildArtifact: artifacts', () => {
       const error = await refuse({ 'murmur.yaml': toolManifest(['tool.wasm'], 'My_Tool'), 'tool.wasm': tool.bytes });
       expect(error.code).toBe('E-BLD-001');
       expect(error.message).toContain("'My_Tool'");
+    });
+
+    it('a version that would put the archive anywhere but where it is asked for, or hold a control character', async () => {
+      const tool = await toolWat();
+      for (const version of ['1/../../../escaped', '..', '0.1.0\u001b[2J', 'x'.repeat(65)]) {
+        const manifest = toolManifest(['tool.wasm']).replace('version: 0.1.0', `version: ${JSON.stringify(version)}`);
+        const error = await refuse({ 'murmur.yaml': manifest, 'tool.wasm': tool.bytes });
+        expect(error.code, version).toBe('E-BLD-001');
+        expect(error.message).toContain('invalid artifact version');
+        expect(error.path).toBe('version');
+      }
+      expect(existsSync(path.resolve(src, '..', '..', '..', 'escaped.mur.zip'))).toBe(false);
     });
 
     it('a core wasm module where a component is expected', async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { CapsuleManifestSchema, type MurmurError, capabilityPolicy, parseCapsuleManifest, resolveManifestSecrets } from '@murmur/shared';
+import { CapsuleManifestSchema, type MurmurError, capabilityPolicy, parseCapsuleManifest, parseWorkspaceConfig, resolveManifestSecrets } from '@murmur/shared';
 
 function refusal(text: string, env?: Record<string, string>): MurmurError {
   try {
@@ -148,6 +148,16 @@ describe('the capsule manifest', () => {
     const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities: [\n');
     expect(error.code).toBe('E-MAN-002');
     expect(error.message).toMatch(/murmur\.yaml: YAML syntax error at line \d+, column \d+/);
+  });
+
+  it('refuses YAML whose aliases would expand past the bound with E-MAN-002, not a crash', () => {
+    const laughs = 'a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nname: x\nversion: 1.0.0\n';
+    const error = refusal(laughs);
+    expect(error.code).toBe('E-MAN-002');
+    expect(error.message).toMatch(/^murmur\.yaml: .*alias/i);
+    expect(error.hint).toContain('aliases');
+    // The workspace configuration reads YAML the same way, and says it as its own refusal.
+    expect(() => parseWorkspaceConfig(laughs, '.murmur/config.yaml')).toThrow(expect.objectContaining({ code: 'E-CFG-003' }));
   });
 
   it('refuses a manifest with no name with E-MAN-001 naming the field', () => {

@@ -182,12 +182,13 @@ export async function installCommand(reference: string | undefined, options: Ins
     }
   }
   if (failures.length === 0) return 0;
-  output.out('');
-  output.out(`${failures.length} of ${wanted.length} artifact${wanted.length === 1 ? '' : 's'} failed to install:`);
+  // What failed is an error report: on stderr, where stdout keeps what was installed.
+  output.err('');
+  output.err(`${failures.length} of ${wanted.length} artifact${wanted.length === 1 ? '' : 's'} failed to install:`);
   for (const failure of failures) {
-    output.out('');
-    output.out(`  ${failure.label}`);
-    for (const line of formatFailure(failure.error).split('\n')) output.out(`    ${line}`);
+    output.err('');
+    output.err(`  ${failure.label}`);
+    for (const line of formatFailure(failure.error).split('\n')) output.err(`    ${line}`);
   }
   return 1;
 }

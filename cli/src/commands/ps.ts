@@ -81,6 +81,8 @@ export async function stopCommand(sessionId: string, output: Output): Promise<nu
   if (!record) {
     throw new MurmurError('E-IO-001', `no running record for session '${sessionId}' on this machine`, { hint: "list the machine's sessions with 'mur ps'" });
   }
+  // Read before anything is sent: a malformed setting refuses the stop, not its second half.
+  const graceMs = stopGraceMs();
   const term = signalRunningRecord(record, 'SIGTERM');
   if (term.outcome === 'already-gone') {
     removeRunningRecord(sessionId);
@@ -91,7 +93,6 @@ export async function stopCommand(sessionId: string, output: Output): Promise<nu
     throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) was not signalled: ${term.reason}`, {
       hint: 'nothing was sent to a process that could not be confirmed as the session',
     });
-  const graceMs = stopGraceMs();
   if (await gone(record, graceMs)) {
     output.out(`${sessionId}: stopped`);
     return 0;

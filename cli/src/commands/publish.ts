@@ -1,6 +1,6 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { MurmurError, parseCapsuleManifest, parseYamlSource } from '@murmur/shared';
+import { MurmurError, manifestIdentity, parsePackagedManifest, parseYamlSource } from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient, inspectArchive } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import type { Output } from '../output.js';
@@ -46,9 +46,8 @@ async function defaultArtifactPath(): Promise<string> {
       hint: 'pass the .mur.zip to publish, or run this in the directory you built',
     });
   });
-  const raw = parseYamlSource(text).value as { runtime?: unknown; name?: unknown; version?: unknown } | null;
-  const { name, version } =
-    raw && typeof raw === 'object' && 'runtime' in raw ? { name: String(raw.name), version: String(raw.version) } : parseCapsuleManifest(text).manifest;
+  // Read as `mur build` reads it, so a manifest without a name or version is refused here too.
+  const { name, version } = manifestIdentity(parsePackagedManifest(text));
   const candidate = path.resolve(`${name.split('/').pop() as string}-${version}.mur.zip`);
   try {
     await fs.access(candidate);

@@ -212,6 +212,11 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     throw new MurmurError('E-IO-003', '--capsule-version needs --capsule', {
       hint: `e.g. mur run --capsule <name> --capsule-version ${options.capsuleVersion}`,
     });
+  if (options.workdir !== undefined && options.workdir.trim() === '')
+    throw new MurmurError('E-IO-003', '--workdir is empty', {
+      path: '--workdir',
+      hint: 'name the directory the session works in, or leave --workdir out for a fresh one',
+    });
   const manifestPath = path.resolve(options.manifest ?? 'murmur.yaml');
   if (!fromRegistry && !existsSync(manifestPath)) {
     throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, {
@@ -219,11 +224,15 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     });
   }
   if (!fromRegistry && statSync(manifestPath).isDirectory()) {
-    throw new MurmurError('E-IO-001', `--manifest names a directory, not a manifest: ${manifestPath}`, {
-      hint: existsSync(path.join(manifestPath, 'murmur.yaml'))
-        ? `pass the manifest in it: --manifest ${path.join(manifestPath, 'murmur.yaml')}`
-        : 'pass the murmur.yaml file of the capsule to run',
-    });
+    throw new MurmurError(
+      'E-IO-001',
+      `${options.manifest === undefined ? 'murmur.yaml here is' : '--manifest names'} a directory, not a manifest: ${manifestPath}`,
+      {
+        hint: existsSync(path.join(manifestPath, 'murmur.yaml'))
+          ? `pass the manifest in it: --manifest ${path.join(manifestPath, 'murmur.yaml')}`
+          : 'pass the murmur.yaml file of the capsule to run',
+      },
+    );
   }
   const manifestDir = path.dirname(manifestPath);
   const projectDir = fromRegistry ? findProjectRoot() : manifestDir;

@@ -1,5 +1,5 @@
 import { MurmurError, SessionIdSchema, fetchFailureReason } from '@murmur/shared';
-import type { Output } from '../output.js';
+import { type Output, TerminalSafeStream } from '../output.js';
 
 /**
  * `mur watch <url>`: upstream's observer. It asks a session's door for `stream/watch` (every event
@@ -96,6 +96,7 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
     output.out(line);
   };
   let ended = false;
+  const terminal = process.stdout.isTTY ? new TerminalSafeStream() : undefined;
   for await (const frame of sseFrames(response)) {
     if (frame.event === 'connection-ack') {
       state.threaded = parse(frame.data).conversation_mode === 'threaded';
@@ -116,11 +117,13 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
     else if (frame.event === 'text') {
       const text = parse(frame.data).text;
       if (typeof text === 'string' && text !== '') {
-        process.stdout.write(text);
+        // The capsule's own text: on a terminal its control characters are shown, never acted on.
+        process.stdout.write(terminal ? terminal.write(text) : text);
         state.midLine = !text.endsWith('\n');
       }
     }
   }
+  if (terminal) process.stdout.write(terminal.end());
   if (!ended) throw new MurmurError('E-IO-003', `the stream from ${url.host} broke before the session ended`, { hint: `run mur watch ${given} again` });
   return 0;
 }

@@ -2,7 +2,14 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { type ArtifactMeta, currentPlatform, parsePlatform } from '../artifact-meta.js';
 import { MurmurError, type MurmurWarning } from '../errors.js';
-import { type PackagedManifest, type PackagingType, artifactNameProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
+import {
+  type PackagedManifest,
+  type PackagingType,
+  artifactNameProblem,
+  artifactVersionProblem,
+  packagingTypeOf,
+  parsePackagedManifest,
+} from '../manifest/artifact.js';
 import { parseYamlSource } from '../manifest/yaml-source.js';
 import { writeFileAtomic } from '../node/atomic.js';
 import { readManifestText } from '../node/manifest-file.js';
@@ -239,6 +246,13 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
     throw new MurmurError('E-BLD-001', `invalid artifact name '${name}': ${nameProblem}`, {
       path: 'name',
       hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool)',
+    });
+
+  const versionProblem = artifactVersionProblem(version);
+  if (versionProblem)
+    throw new MurmurError('E-BLD-001', `invalid artifact version '${version.length > 60 ? `${version.slice(0, 60)}…` : version}': ${versionProblem}`, {
+      path: 'version',
+      hint: 'the version names the archive and its place in a store, e.g. 0.1.0 or 1.2.0-rc.1+build.5',
     });
 
   const fileName = `${name.split('/').pop() as string}-${version}.mur.zip`;

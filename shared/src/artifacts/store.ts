@@ -3,6 +3,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta, parsePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
+import { LONGEST_ARTIFACT_VERSION, artifactVersionProblem } from '../manifest/artifact-name.js';
 import { isReservedVersion } from '../manifest/artifact.js';
 import { temporarySibling } from '../node/atomic.js';
 
@@ -48,7 +49,6 @@ const SEGMENT = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
  * or beside its backup, stays within a file name's 255 bytes.
  */
 const LONGEST_NAME_SEGMENT = 100;
-const LONGEST_VERSION = 64;
 
 /**
  * Names and versions become directory and file names, so they are held to a shape that cannot
@@ -78,10 +78,10 @@ export function assertStorable(name: string, version: string): void {
         hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
       },
     );
-  if (!SEGMENT.test(version) || version.includes('..') || version.length > LONGEST_VERSION) {
+  if (artifactVersionProblem(version) !== undefined) {
     throw new MurmurError(
       'E-REG-006',
-      `'${shown(version)}' cannot be an artifact version in a store: use letters, digits, '.', '+', '-' and '_', at most ${LONGEST_VERSION} of them`,
+      `'${shown(version)}' cannot be an artifact version in a store: use letters, digits, '.', '+', '-' and '_', at most ${LONGEST_ARTIFACT_VERSION} of them`,
       { path: version, hint: "a version is as the artifact's murmur.yaml gives it, e.g. 0.1.0" },
     );
   }

@@ -12,3 +12,21 @@ export function artifactNameProblem(name: string): string | undefined {
   }
   return undefined;
 }
+
+/** The longest version a store takes: `<name>-<version>-<platform>.meta.json` stays within a file name's 255 bytes. */
+export const LONGEST_ARTIFACT_VERSION = 64;
+
+/**
+ * Artifact versions: letters, digits, '.', '+', '-' and '_', starting with a letter or digit, no
+ * `..`. A version becomes a file and directory name (`<name>-<version>.mur.zip`, the store's
+ * `<name>/<version>/`), so it is held to a shape that cannot climb out of where it is written.
+ */
+export function artifactVersionProblem(version: string): string | undefined {
+  if (version === '') return 'must not be empty';
+  if (version.length > LONGEST_ARTIFACT_VERSION) return `must be at most ${LONGEST_ARTIFACT_VERSION} characters (this one is ${version.length})`;
+  const bad = [...version].find((character) => !/[A-Za-z0-9._+-]/.test(character));
+  if (bad !== undefined) return `may contain only letters, digits, '.', '+', '-' and '_' (found ${JSON.stringify(bad)})`;
+  if (!/^[A-Za-z0-9]/.test(version)) return 'must start with a letter or a digit';
+  if (version.includes('..')) return "must not contain '..'";
+  return undefined;
+}

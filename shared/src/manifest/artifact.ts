@@ -194,7 +194,7 @@ export function manifestIdentity(packaged: PackagedManifest): { name: string; ve
   return { name: packaged.manifest.name, version: packaged.manifest.version };
 }
 
-export { artifactNameProblem } from './artifact-name.js';
+export { artifactNameProblem, artifactVersionProblem } from './artifact-name.js';
 
 export const RESERVED_VERSIONS = ['latest', 'stable', 'edge'] as const;
 

@@ -39,8 +39,18 @@ export function parseYamlSource(text: string, file = 'murmur.yaml'): YamlSource 
       }
     },
   });
+  let value: unknown;
+  try {
+    value = document.toJS({ maxAliasCount: 100 });
+  } catch (error) {
+    // yaml refuses a document whose aliases would expand past the bound (a "billion laughs").
+    throw new MurmurError('E-MAN-002', `${file}: ${(error as Error).message.split('\n')[0]}`, {
+      path: file,
+      hint: 'write the values out instead of through so many aliases (*name); a file of this size needs none',
+    });
+  }
   return {
-    value: document.toJS({ maxAliasCount: 100 }),
+    value,
     lineOf(path) {
       for (let length = path.length; length >= 0; length -= 1) {
         const node = document.getIn(path.slice(0, length), true) as { range?: [number, number, number] } | undefined;

@@ -68,16 +68,27 @@ export function removeRunningRecord(sessionId: string, env: NodeJS.ProcessEnv = 
   rmSync(recordPath(runningDir(env), sessionId), { force: true });
 }
 
-/** Every record that parses, newest session first (ids are time-ordered); one that does not is unlinked on the way past. */
+/**
+ * Every record that parses, newest session first (ids are time-ordered); a file that does not is
+ * unlinked on the way past. Anything else there (a directory, a socket) is not a record and not
+ * ours to remove: it is passed by, so one stray entry never stops every `mur ps`.
+ */
 export function listRunningRecords(env: NodeJS.ProcessEnv = process.env): RunningRecord[] {
   const dir = runningDir(env);
   const records: RunningRecord[] = [];
-  for (const name of readdirSync(dir)) {
-    if (!name.endsWith('.json') || name.startsWith('.')) continue;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const name = entry.name;
+    if (!name.endsWith('.json') || name.startsWith('.') || !entry.isFile()) continue;
     const file = path.join(dir, name);
     const record = readRecord(file);
     if (record) records.push(record);
-    else rmSync(file, { force: true });
+    else {
+      try {
+        rmSync(file, { force: true });
+      } catch {
+        // Not removable by this user: left for whoever can, and still not listed.
+      }
+    }
   }
   return records.sort((left, right) => (left.session_id < right.session_id ? 1 : left.session_id > right.session_id ? -1 : 0));
 }
