@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { connect } from 'node:net';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { Role, TaskState } from '@a2a-js/sdk';
@@ -91,6 +92,33 @@ describe('a door with authentication', () => {
       expect(wrong.headers.get('www-authenticate')).toBe('Bearer realm="murmur door", error="invalid_token"');
       expect(((await wrong.json()) as { error: { message: string } }).error.message).toContain('the credentials sent are not good at this door');
     }
+  });
+
+  it('refuses a request without a token before it reads its body: 401 at once, not 413, nor a wait for a megabyte that never comes', async () => {
+    // Over the limit: owed 401, not 413.
+    const big = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: 'x'.repeat(2 * 1024 * 1024) });
+    expect(big.status).toBe(401);
+    // A body declared and never sent: answered from the headers alone.
+    const { port, hostname, pathname } = new URL(agent.url);
+    const socket = connect(Number(port), hostname === 'localhost' ? '127.0.0.1' : hostname);
+    try {
+      socket.write(`POST ${pathname} HTTP/1.1\r\nHost: localhost:${port}\r\nContent-Type: application/json\r\nContent-Length: 900000\r\n\r\n{`);
+      const head = await new Promise<string>((resolve, reject) => {
+        socket.once('data', (chunk) => resolve(chunk.toString('latin1')));
+        socket.once('error', reject);
+        setTimeout(() => reject(new Error('no answer within 5s: the door waited for the body')), 5_000).unref();
+      });
+      expect(head).toMatch(/^HTTP\/1\.1 401 /);
+    } finally {
+      socket.destroy();
+    }
+  });
+
+  it('answers a completion’s headers with a session id that is not one as it answers no token: 401, nothing about sessions', async () => {
+    const headers = { 'x-murmur-delegation-id': `dlg_${randomUUID().replaceAll('-', '')}`, 'x-murmur-completion-session': 'whatever' };
+    const reply = await rpc(agent.url.replace(agent.sessionId, 'ses_not-a-session'), 'message/send', textMessage('done'), { headers });
+    expect(reply.status).toBe(401);
+    expect(JSON.stringify(reply.body)).not.toContain('ses_');
   });
 
   it('answers any of its tokens, over raw HTTP as the spec writes requests', async () => {

@@ -437,6 +437,29 @@ describe('the door', () => {
       expect(other.body.error?.message).toContain("'tasks/get' is an A2A 0.3 method: send it with A2A-Version: 0.3, or with no version");
     });
 
+    it('answers a method named like a property every object has (constructor, toString, __proto__) as the unknown method it is', async () => {
+      for (const method of ['constructor', 'toString', '__proto__', 'hasOwnProperty', 'valueOf']) {
+        for (const version of [undefined, '0.3', '1.0']) {
+          const reply = await rpc(agent.url, method, {}, version ? { version } : {});
+          expect(reply.status, `${method} ${version}`).toBe(200);
+          expect(reply.body.error?.code, `${method} ${version}`).toBe(-32601);
+        }
+      }
+    });
+
+    it('answers a body that is not UTF-8 with -32700 rather than reading it as something three times its size', async () => {
+      const bytes = Buffer.concat([Buffer.from('{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"'), Buffer.alloc(1000, 0xff), Buffer.from('"}}')]);
+      const response = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: bytes });
+      expect(await response.json()).toMatchObject({ id: null, error: { code: -32700, message: 'Parse error: the body is not UTF-8 text' } });
+    });
+
+    it('reads 1.0 params nested far deeper than any field it reads without running out of stack', async () => {
+      const deep = `${'['.repeat(30_000)}${']'.repeat(30_000)}`;
+      const body = `{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{"id":"tsk_none","z":${deep}}}`;
+      const response = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      expect(((await response.json()) as { error: { code: number } }).error.code).toBe(-32001);
+    });
+
     it('answers bad params with -32602, naming what was wrong', async () => {
       const reply = await rpc(agent.url, 'message/send', { message: { role: 'user', parts: [{ kind: 'text', text: 'no id' }] } });
       expect(reply.body.error?.code).toBe(-32602);
@@ -802,6 +825,36 @@ describe('the door', () => {
       expect(working.totalSize).toBe(0);
     });
 
+    it('cuts a page short where its tasks would outgrow one message on the bus, and goes on from there', async () => {
+      const bigContext = `ctx-big-${Date.now()}`;
+      const big = new Set<string>();
+      for (let index = 0; index < 5; index += 1) {
+        const text = `${index}`.padEnd(60_000, 'x');
+        const sent = await rpc(agent.url, 'SendMessage', {
+          message: { messageId: `m-big-${index}-${Date.now()}`, role: 'ROLE_USER', parts: [{ text }], contextId: bigContext },
+        });
+        expect((sent.body.result?.task as { status: { state: string } } | undefined)?.status.state, JSON.stringify(sent.body).slice(0, 300)).toBe(
+          'TASK_STATE_COMPLETED',
+        );
+        big.add((sent.body.result as { task: { id: string } }).task.id);
+      }
+      const seen: string[] = [];
+      let pageToken = '';
+      let pages = 0;
+      do {
+        const reply = await rpc(agent.url, 'ListTasks', { contextId: bigContext, pageSize: 100, ...(pageToken ? { pageToken } : {}) });
+        expect(reply.body.error, JSON.stringify(reply.body.error)).toBeUndefined();
+        const page = reply.body.result as unknown as Listed;
+        expect(page.totalSize).toBe(5);
+        seen.push(...page.tasks.map((task) => task.id as string));
+        pageToken = page.nextPageToken;
+        pages += 1;
+      } while (pageToken !== '' && pages < 10);
+      expect(pages).toBeGreaterThan(1);
+      expect(new Set(seen)).toEqual(big);
+      expect(seen).toHaveLength(5);
+    });
+
     it('reads 1.0 params by their proto names too, and an int32 given as a string, as ProtoJSON allows', async () => {
       const listed = (await rpc(agent.url, 'ListTasks', { context_id: contextId, page_size: '1' })).body.result as unknown as Listed;
       expect(listed.tasks.map((task) => task.id)).toEqual([sentIds[2]]);
@@ -826,6 +879,8 @@ describe('the door', () => {
         [{ historyLength: -1 }, 'historyLength'],
         [{ historyLength: 2 ** 31 }, 'historyLength'],
         [{ status: 9 }, 'status'],
+        // A token written by hand whose position no number holds.
+        [{ pageToken: Buffer.from(`{"s":"${agent.sessionId}","u":1e400,"i":"x"}`).toString('base64url') }, 'pageToken'],
       ];
       for (const [params, field] of cases) {
         const reply = await rpc(agent.url, 'ListTasks', params);
@@ -835,6 +890,13 @@ describe('the door', () => {
       expect((await rpc(agent.url, 'GetTask', { id: sentIds[0], historyLength: 2 ** 40 })).body.error?.code).toBe(-32602);
       // A 0.3 filter is a state's name, never a number.
       expect((await rpc(agent.url, 'tasks/list', { status: 3 })).body.error?.code).toBe(-32602);
+      // A time before 1970 is a time: everything since.
+      const since1969 = await rpc(agent.url, 'ListTasks', { statusTimestampAfter: '1969-12-31T23:59:59Z' });
+      expect(since1969.body.error).toBeUndefined();
+      expect((since1969.body.result as { tasks: unknown[] }).tasks.length).toBeGreaterThan(0);
+      // A filter no task can match still asks for the session, as every listing does.
+      const nowhere = agent.url.replace(agent.sessionId, `ses_${'0'.repeat(32)}`);
+      expect((await rpc(nowhere, 'ListTasks', { status: 'TASK_STATE_AUTH_REQUIRED' })).status).toBe(404);
     });
 
     it('answers a historyLength beyond what it keeps with what it keeps (a lower limit, as the spec allows), and none as no history field', async () => {

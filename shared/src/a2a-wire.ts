@@ -47,6 +47,9 @@ const STRUCT_FIELDS = new Set(['metadata', 'data']);
 /** The proto's int32 fields among the params read: ProtoJSON writes a number or a string of one. */
 const INT32_FIELDS = new Set(['pageSize', 'historyLength']);
 
+/** How deep `fromProtoJson` renames: A2A's messages nest a few levels, parts and their fields below. */
+const PROTO_FIELD_DEPTH = 32;
+
 /**
  * 1.0's params as ProtoJSON gives them, read as the door's schemas name them. ProtoJSON parsers
  * accept a field's proto name (`context_id`) as well as its JSON name (`contextId`), and an int32
@@ -54,15 +57,18 @@ const INT32_FIELDS = new Set(['pageSize', 'historyLength']);
  * lose their filters and settings without a word. A field given under both names keeps its JSON
  * name's value. The keys of a Struct (`metadata`, a part's `data`) are the client's and kept.
  */
-export function fromProtoJson(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(fromProtoJson);
+export function fromProtoJson(value: unknown, depth = 0): unknown {
+  // No field the door reads is this deep; below it a request's values are kept as they came, and
+  // a body of 200 000 nested arrays is not a way to exhaust the stack.
+  if (depth > PROTO_FIELD_DEPTH) return value;
+  if (Array.isArray(value)) return value.map((item) => fromProtoJson(item, depth + 1));
   if (value === null || typeof value !== 'object') return value;
   const renamed: Record<string, unknown> = {};
   const entries = Object.entries(value as Record<string, unknown>);
   for (const [key, field] of entries) {
     const name = key.includes('_') ? key.replace(/_([a-z0-9])/g, (_match, next: string) => next.toUpperCase()) : key;
     if (name !== key && Object.hasOwn(value, name)) continue;
-    const read = STRUCT_FIELDS.has(name) ? field : fromProtoJson(field);
+    const read = STRUCT_FIELDS.has(name) ? field : fromProtoJson(field, depth + 1);
     renamed[name] = INT32_FIELDS.has(name) && typeof read === 'string' && /^-?\d{1,10}$/.test(read) ? Number(read) : read;
   }
   return renamed;

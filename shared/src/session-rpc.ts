@@ -147,6 +147,8 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
     page_size: z.number().int().min(1).max(100),
     after: z.object({ updated_at_ms: z.number().nonnegative(), id: z.string().max(256) }).optional(),
     history_length: z.number().int().nonnegative().optional(),
+    /** `includeArtifacts`: without it a page's tasks carry none, which the reply would only carry to be dropped. */
+    include_artifacts: z.boolean().optional(),
   }),
   /**
    * The events a stream begins with: those after `after_event_id` still in the replay buffer

@@ -37,10 +37,20 @@ export function limitBody(maxBytes: number, refuse: (context: Context) => Respon
 /** The bodies `limitBody` read, by the request they came with. */
 const kept = new WeakMap<Context, Uint8Array>();
 
-/** The body `limitBody` read for this request, as text (the request's own, when it read none). */
-export function keptBody(context: Context): Promise<string> {
-  const body = kept.get(context);
-  return body ? Promise.resolve(Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')) : context.req.text();
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * The body `limitBody` read for this request, as text (the request's own, when it read none), or
+ * undefined when it is not UTF-8: decoded leniently, each bad byte would become a three-byte
+ * U+FFFD, and a body under the limit three times its size on its way on.
+ */
+export async function keptBody(context: Context): Promise<string | undefined> {
+  const body = kept.get(context) ?? new Uint8Array(await context.req.arrayBuffer());
+  try {
+    return strictUtf8.decode(body);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Collects a limited body from its chunks: 'over' once past `maxBytes`, the bytes otherwise. */

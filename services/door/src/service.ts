@@ -49,7 +49,7 @@ import { type HostGuard, loopbackHostGuard, refuseForeignHost } from './host-gua
 import { type JsonRpcCall, describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateFilter } from './rendering.js';
-import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable } from './session-link.js';
+import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable, WATCH_QUEUE_LIMIT } from './session-link.js';
 import { SessionTokens } from './session-tokens.js';
 
 /**
@@ -142,6 +142,12 @@ export function startDoorService(options: DoorOptions): DoorService {
   const urlOf = (context: Context, sessionId: string): string => `${sessionUrl(baseUrl ?? new URL(context.req.url).origin, sessionId)}/`;
 
   const app = new Hono();
+  // What escapes a route (a client gone in the middle of its body, above all) is said once in the
+  // door's log and answered, never printed with its stack by the HTTP server.
+  app.onError((error, context) => {
+    log.warn({ path: context.req.path.slice(0, 200), reason: error.message }, 'a request failed before it could be answered');
+    return context.json({ error: { code: 'E-DOOR-002', message: 'the request could not be read to its end' } }, 400);
+  });
 
   /** The session a path names, or a 404 before anything reaches the bus: only a real session id becomes a subject. */
   const sessionOf = (context: Context): SessionLink | Response => {
@@ -233,7 +239,15 @@ export function startDoorService(options: DoorOptions): DoorService {
     );
   };
 
-  const serveRpc = async (context: Context): Promise<Response> => {
+  /** What `admit` decided of a request, for `serveRpc` once its body has been read. */
+  const admitted = new WeakMap<Request, { judged: ReturnType<typeof auth.judge>; link: SessionLink }>();
+
+  /**
+   * Who may ask, decided from the headers and the URL before a byte of the body is read: a client
+   * without a credential is refused at once, never made to wait while it sends a megabyte, nor
+   * told 413 where it is owed 401.
+   */
+  const admit = async (context: Context, next: () => Promise<void>): Promise<Response | undefined> => {
     // Before anything else, the session id included: a refusal tells nothing about the session.
     const judged = auth.judge({
       authorization: context.req.header('authorization'),
@@ -243,7 +257,8 @@ export function startDoorService(options: DoorOptions): DoorService {
     if (judged.verdict === 'refused') return unauthorized(context);
     const link = sessionOf(context);
     if (link instanceof Response) {
-      if (judged.verdict === 'session-token') return unauthorized(context);
+      // A completion's headers are anyone's to write: they learn no more than no credential does.
+      if (judged.verdict === 'session-token' || judged.verdict === 'completion') return unauthorized(context);
       return context.json(
         rpcError(null, {
           code: RPC_ERRORS.invalidRequest,
@@ -256,6 +271,15 @@ export function startDoorService(options: DoorOptions): DoorService {
     // A session's own token is proven by its executor before the request is read, so a wrong one
     // is refused alike whatever the request was.
     if (judged.verdict === 'session-token' && !(await sessionTokens.admits(link, judged.token))) return unauthorized(context);
+    admitted.set(context.req.raw, { judged, link });
+    await next();
+    return undefined;
+  };
+
+  const serveRpc = async (context: Context): Promise<Response> => {
+    const admission = admitted.get(context.req.raw);
+    if (!admission) return unauthorized(context);
+    const { judged, link } = admission;
     const contentType = context.req.header('content-type') ?? '';
     if (!isJsonMediaType(contentType)) {
       return context.json(
@@ -266,7 +290,11 @@ export function startDoorService(options: DoorOptions): DoorService {
         415,
       );
     }
-    const read = readJsonRpc(await keptBody(context));
+    const text = await keptBody(context);
+    const read: ReturnType<typeof readJsonRpc> =
+      text === undefined
+        ? { ok: false, response: rpcError(null, { code: RPC_ERRORS.parse, message: 'Parse error: the body is not UTF-8 text' }) }
+        : readJsonRpc(text);
     if (!read.ok) return judged.verdict === 'completion' ? unauthorized(context) : context.json(read.response);
     const call = read.call;
     // A completion's headers are anyone's to write: they admit the one request a completion is.
@@ -281,7 +309,9 @@ export function startDoorService(options: DoorOptions): DoorService {
         }),
       );
     }
-    const handler = (version === '0.3' ? METHODS_V03 : METHODS_V10)[call.method];
+    // Own names only: `constructor` or `toString` is no method of either generation.
+    const table = version === '0.3' ? METHODS_V03 : METHODS_V10;
+    const handler = Object.hasOwn(table, call.method) ? table[call.method] : undefined;
     if (!handler) return context.json(rpcError(call.id, methodNotFound(call.method, version, version === '0.3' ? METHODS_V10 : METHODS_V03)));
     const lastEventHeader = context.req.header('last-event-id');
     const lastEventId = lastEventHeader !== undefined && /^\d{1,15}$/.test(lastEventHeader.trim()) ? Number(lastEventHeader.trim()) : undefined;
@@ -314,6 +344,14 @@ export function startDoorService(options: DoorOptions): DoorService {
           }),
           error.status,
         );
+      // A request the bus cannot carry to its session is the request's size, not the door's failure.
+      if (error instanceof MurmurError && error.code === 'E-BUS-001' && /over the bus's \d+-byte limit/.test(error.message))
+        return context.json(
+          rpcError(call.id, {
+            code: RPC_ERRORS.invalidParams,
+            message: `Invalid params: the request is larger than one message to a session may be (${/over the bus's (\d+)-byte limit/.exec(error.message)?.[1]} bytes); send less at once`,
+          }),
+        );
       log.error({ err: error, session_id: link.sessionId, method: call.method }, 'door request failed');
       return context.json(
         rpcError(call.id, { code: RPC_ERRORS.internal, message: `Internal error: ${error instanceof Error ? error.message : String(error)}` }),
@@ -322,8 +360,8 @@ export function startDoorService(options: DoorOptions): DoorService {
       span.end();
     }
   };
-  app.post('/sessions/:session', limit, serveRpc);
-  app.post('/sessions/:session/', limit, serveRpc);
+  app.post('/sessions/:session', admit, limit, serveRpc);
+  app.post('/sessions/:session/', admit, limit, serveRpc);
 
   // ── methods ───────────────────────────────────────────────────────────────
 
@@ -384,7 +422,7 @@ export function startDoorService(options: DoorOptions): DoorService {
         if (!hasSettled(task.state)) {
           for (;;) {
             const next = await watch.next(Math.max(1, deadline - Date.now()));
-            if (next === 'ended' || next === 'timeout' || next === 'door-stopping' || next === 'closed') break;
+            if (next === 'ended' || next === 'timeout' || next === 'door-stopping' || next === 'fell-behind' || next === 'closed') break;
             if (next.task_id === task.id && settlesItsTask(next)) break;
           }
           const latest = await current();
@@ -432,13 +470,20 @@ export function startDoorService(options: DoorOptions): DoorService {
     }
     const since = given.statusTimestampAfter ?? given.lastUpdatedAfter;
     const pageSize = given.pageSize ?? 50;
-    if (filter === 'none') return context.json(rpcResult(call.id, { tasks: [], nextPageToken: '', pageSize, totalSize: 0 }));
+    if (filter === 'none') {
+      // No task is ever in that state; the session is still asked for, as any listing asks it.
+      const reply = await link.call({ method: 'list', page_size: 1 });
+      if (reply.error) return context.json(rpcError(call.id, reply.error));
+      return context.json(rpcResult(call.id, { tasks: [], nextPageToken: '', pageSize, totalSize: 0 }));
+    }
     const reply = await link.call({
       method: 'list',
       page_size: pageSize,
       ...(given.contextId !== undefined ? { context_id: given.contextId } : {}),
       ...(state !== undefined ? { state } : {}),
-      ...(since !== undefined ? { updated_after_ms: Date.parse(since) } : {}),
+      // Before 1970 is before every task.
+      ...(since !== undefined ? { updated_after_ms: Math.max(0, Date.parse(since)) } : {}),
+      include_artifacts: given.includeArtifacts === true,
       ...(after ? { after } : {}),
       ...historyAsked(given.historyLength),
     });
@@ -592,8 +637,8 @@ export function startDoorService(options: DoorOptions): DoorService {
           const next = await watch.next(heartbeatMs);
           if (next === 'timeout') continue;
           if (next === 'closed') return;
-          if (next === 'door-stopping') {
-            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, DOOR_STOPPING)) });
+          if (next === 'door-stopping' || next === 'fell-behind') {
+            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, next === 'door-stopping' ? DOOR_STOPPING : FELL_BEHIND)) });
             return;
           }
           if (next === 'ended') {
@@ -638,8 +683,8 @@ export function startDoorService(options: DoorOptions): DoorService {
           const next = await watch.next(heartbeatMs);
           if (next === 'timeout') continue;
           if (next === 'closed') return;
-          if (next === 'door-stopping') {
-            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, DOOR_STOPPING)) });
+          if (next === 'door-stopping' || next === 'fell-behind') {
+            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, next === 'door-stopping' ? DOOR_STOPPING : FELL_BEHIND)) });
             return;
           }
           if (next === 'ended') {
@@ -778,6 +823,11 @@ const DOOR_STOPPING: RpcError = {
   message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door',
 };
 
+const FELL_BEHIND: RpcError = {
+  code: RPC_ERRORS.internal,
+  message: `Internal error: this stream's reader fell ${WATCH_QUEUE_LIMIT} events behind, more than the door holds for one reader; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) with Last-Event-ID to continue where it stopped`,
+};
+
 /** The status a stream ends with when the session ended before its task did. */
 function endedEvent(task: TaskView): SessionEvent {
   return {
@@ -811,8 +861,9 @@ function pageToken(sessionId: string, after: { updated_at_ms: number; id: string
 function readPageToken(token: string, sessionId: string): { updated_at_ms: number; id: string } | undefined {
   try {
     const decoded = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as { s?: unknown; u?: unknown; i?: unknown };
-    if (decoded.s !== sessionId || typeof decoded.u !== 'number' || decoded.u < 0 || typeof decoded.i !== 'string' || decoded.i.length > 256) return undefined;
-    return { updated_at_ms: decoded.u, id: decoded.i };
+    if (decoded.s !== sessionId || !Number.isSafeInteger(decoded.u) || (decoded.u as number) < 0 || typeof decoded.i !== 'string' || decoded.i.length > 256)
+      return undefined;
+    return { updated_at_ms: decoded.u as number, id: decoded.i };
   } catch {
     return undefined;
   }

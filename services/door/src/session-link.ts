@@ -102,8 +102,19 @@ export class FeedHub {
  * The session's events as they arrive, in id order, each at most once; and the session's end,
  * which closes every stream that was waiting on it.
  */
+/**
+ * How many events a watch holds for a reader that has not taken them. A client that stops reading
+ * its stream would otherwise have the door keep everything its session says; past this, the
+ * reader is told it fell behind (its stream ends, and a resubscribe with `Last-Event-ID` replays
+ * what the session still keeps).
+ */
+export const WATCH_QUEUE_LIMIT = 1_024;
+
 export class FeedWatch {
+  /** In id order; `queued` holds the same ids, so a duplicate is found without a scan. */
   private readonly queue: SessionEvent[] = [];
+  private readonly queued = new Set<number>();
+  private fellBehind = false;
   /** The id of the last event handed out: anything at or below it is a duplicate. */
   private delivered = 0;
   private wake: (() => void) | undefined;
@@ -116,11 +127,30 @@ export class FeedWatch {
   /** Adds events (live or replayed); an id already delivered or queued is ignored. */
   push(...events: SessionEvent[]): void {
     for (const event of events) {
-      if (event.id <= this.delivered || this.queue.some((queued) => queued.id === event.id)) continue;
-      this.queue.push(event);
+      if (event.id <= this.delivered || this.queued.has(event.id)) continue;
+      if (this.queue.length >= WATCH_QUEUE_LIMIT) {
+        this.fellBehind = true;
+        break;
+      }
+      // Live events come in id order: appended. A replayed one goes where its id puts it.
+      const last = this.queue.at(-1);
+      if (last === undefined || last.id < event.id) this.queue.push(event);
+      else this.queue.splice(this.positionOf(event.id), 0, event);
+      this.queued.add(event.id);
     }
-    this.queue.sort((left, right) => left.id - right.id);
     this.wake?.();
+  }
+
+  /** The first index whose event's id is above `id`. */
+  private positionOf(id: number): number {
+    let low = 0;
+    let high = this.queue.length;
+    while (low < high) {
+      const middle = (low + high) >>> 1;
+      if ((this.queue[middle] as SessionEvent).id < id) low = middle + 1;
+      else high = middle;
+    }
+    return low;
   }
 
   /** The session ended: once the queue is empty, `next` says so. */
@@ -136,17 +166,20 @@ export class FeedWatch {
   }
 
   /**
-   * The next event, `ended` once the session is gone, `door-stopping`, `closed` once the watch is
-   * (its client went away), or `timeout` after `waitMs` of quiet.
+   * The next event, `ended` once the session is gone, `door-stopping`, `fell-behind` once its
+   * reader left `WATCH_QUEUE_LIMIT` events untaken, `closed` once the watch is (its client went
+   * away), or `timeout` after `waitMs` of quiet.
    */
-  async next(waitMs: number): Promise<SessionEvent | 'ended' | 'door-stopping' | 'closed' | 'timeout'> {
+  async next(waitMs: number): Promise<SessionEvent | 'ended' | 'door-stopping' | 'fell-behind' | 'closed' | 'timeout'> {
     for (;;) {
       // A closed watch is told at once: waiting out `waitMs` for a client that is gone held a
       // stopping `mur run` for a whole heartbeat (15 s) after its watcher was killed.
       if (this.closed) return 'closed';
       if (this.stopping) return 'door-stopping';
+      if (this.fellBehind) return 'fell-behind';
       const event = this.queue.shift();
       if (event) {
+        this.queued.delete(event.id);
         this.delivered = event.id;
         return event;
       }

@@ -1,6 +1,6 @@
 import type { SessionEvent } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
-import { FeedWatch } from '../src/session-link.js';
+import { FeedWatch, WATCH_QUEUE_LIMIT } from '../src/session-link.js';
 
 function event(id: number): SessionEvent {
   return { id, type: 'status', task_id: 'tsk_1', context_id: 'ctx_1', state: 'working', final: false, time: '2026-01-01T00:00:00.000Z', data: {} };
@@ -26,6 +26,24 @@ describe('a feed watch', () => {
     expect(((await watch.next(10)) as SessionEvent).id).toBe(1);
     expect(((await watch.next(10)) as SessionEvent).id).toBe(2);
     expect(await watch.next(10)).toBe('ended');
+  });
+
+  it('places a replayed event among live ones by its id, each id once', async () => {
+    const watch = new FeedWatch(() => {});
+    watch.push(event(5), event(9));
+    watch.push(event(7), event(1), event(9), event(7));
+    watch.end();
+    const ids: number[] = [];
+    for (let next = await watch.next(10); next !== 'ended'; next = await watch.next(10)) ids.push((next as SessionEvent).id);
+    expect(ids).toEqual([1, 5, 7, 9]);
+  });
+
+  it('tells a reader that left too many events untaken that it fell behind, holding no more than the bound', async () => {
+    const watch = new FeedWatch(() => {});
+    for (let id = 1; id <= WATCH_QUEUE_LIMIT + 500; id += 1) watch.push(event(id));
+    expect(await watch.next(10)).toBe('fell-behind');
+    // Whatever came after is not kept for it.
+    expect((watch as unknown as { queue: unknown[] }).queue.length).toBeLessThanOrEqual(WATCH_QUEUE_LIMIT);
   });
 
   it('says the door is stopping before anything still queued', async () => {

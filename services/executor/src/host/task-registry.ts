@@ -74,6 +74,11 @@ type Answer = { task: TaskView } | { error: RpcError };
 const REMEMBERED_TASKS = 1000;
 /** The most of a task's history `tasks/get` returns unless asked for less. */
 const HISTORY_LIMIT = 100;
+/**
+ * The most a page of `tasks/list` carries: under the bus's 1 MiB per message, with room for the
+ * reply's envelope and for the escaping JSON adds on its way.
+ */
+const LIST_REPLY_BUDGET_BYTES = 640 * 1024;
 
 /** Why a task a client canceled (`tasks/cancel`, `CancelTask`) ended: its status message, and what its loop was aborted with. */
 export const CANCELED_BY_REQUEST = 'canceled by request';
@@ -423,11 +428,25 @@ export class TaskRegistry {
       .sort(newestFirst);
     const after = query.after;
     const start = after ? matching.findIndex((task) => newestFirst(task, { updatedAt: after.updated_at_ms, id: after.id }) > 0) : 0;
-    const page = start < 0 ? [] : matching.slice(start, start + query.page_size);
+    const candidates = start < 0 ? [] : matching.slice(start, start + query.page_size);
+    // A page is cut short, and continues on the next, where its tasks would outgrow what one
+    // reply may carry over the bus: two tasks of 600 KB made every listing of the session fail.
+    const page: Task[] = [];
+    const views: TaskView[] = [];
+    let bytes = 0;
+    for (const task of candidates) {
+      const view = this.view(task, query.history_length);
+      if (query.include_artifacts !== true) view.artifacts = [];
+      const size = Buffer.byteLength(JSON.stringify(view));
+      if (views.length > 0 && bytes + size > LIST_REPLY_BUDGET_BYTES) break;
+      bytes += size;
+      page.push(task);
+      views.push(view);
+    }
     const last = page.at(-1);
     const more = start >= 0 && start + page.length < matching.length;
     return {
-      tasks: page.map((task) => this.view(task, query.history_length)),
+      tasks: views,
       total_size: matching.length,
       ...(more && last ? { next_after: { updated_at_ms: last.updatedAt, id: last.id } } : {}),
     };
