@@ -111,6 +111,24 @@ describe('mur config', () => {
     expect((await fs.readdir(path.dirname(projectFile))).sort()).toEqual(['config.yaml']);
   });
 
+  it('refuses a value holding a control character, and a URL key given something that is not an http(s) URL, writing nothing', async () => {
+    const { mur, projectFile } = await place();
+    const escaped = await mur(['set', 'inference.model', 'm\u001b]0;PWNED\u0007']);
+    expect(escaped.code).toBe(1);
+    expect(escaped.stderr).toContain("error[E-CFG-003]: the value for 'inference.model' holds a control character");
+    for (const [key, value] of [
+      ['registry.index_url', 'ftp://example.com/index.json'],
+      ['inference.endpoint', 'notaurl'],
+      ['inference.endpoint', 'ftp://example.com/v1'],
+    ] as const) {
+      const refused = await mur(['set', key, value]);
+      expect(refused.code, `${key} ${value}`).toBe(1);
+      expect(refused.stderr).toContain(`error[E-CFG-003]: the value for '${key}' is not an http(s) URL`);
+    }
+    await expect(fs.stat(projectFile)).rejects.toThrow();
+    expect((await mur(['set', 'inference.endpoint', 'http://127.0.0.1:8080/v1'])).code).toBe(0);
+  });
+
   it('says what to do with a configuration that is a list, or a directory where its file should be', async () => {
     const { mur, projectFile } = await place();
     await fs.mkdir(path.dirname(projectFile), { recursive: true });

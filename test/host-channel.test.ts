@@ -82,6 +82,18 @@ describe('an executor whose capsule host breaks its channel', () => {
     );
   });
 
+  it('keeps records for no more contexts than it was sent messages, and the launch’s own: made-up ones are refused', async () => {
+    const { ended, sessionDir } = await runToEnd('floods-contexts');
+    expect(ended.exit_status).toBe('ok');
+    const said = (await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).split('\n').filter((line) => line.includes('hostile host: context'));
+    expect(said).toHaveLength(5);
+    expect(said[0]).toContain('context 200 answered ok=true');
+    for (const line of said.slice(1)) {
+      expect(line).toContain('ok=false');
+      expect(line).toContain('a session keeps records for at most one context per message it was sent, and its launch');
+    }
+  });
+
   it('is given, for subprocesses, only the environment a subprocess is made from: nothing else of the launcher’s reaches the sandbox', async () => {
     const { ended, sessionDir } = await runToEnd('tells-its-env', { LAUNCHER_ONLY_VALUE: 'kept-outside', LANG: 'C.UTF-8' });
     expect(ended.exit_status).toBe('ok');

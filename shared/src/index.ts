@@ -16,6 +16,7 @@ export * from './metrics-sink.js';
 export * from './tracing-sink.js';
 export * from './version.js';
 export * from './fetch-failure.js';
+export * from './response-body.js';
 export * from './running-record.js';
 export * from './wire.js';
 export * from './manifest/capsule.js';

@@ -246,6 +246,8 @@ describe('buildArtifact: artifacts', () => {
         expect(error.message).toContain('invalid artifact version');
         expect(error.path).toBe('version');
       }
+      // Where `echo-tool-1/../../../escaped.mur.zip` would have put it, and one level further for good measure.
+      expect(existsSync(path.resolve(src, '..', '..', 'escaped.mur.zip'))).toBe(false);
       expect(existsSync(path.resolve(src, '..', '..', '..', 'escaped.mur.zip'))).toBe(false);
     });
 

@@ -15,6 +15,8 @@
 //   says on stderr how it was answered, then sends an honest result;
 // - `floods-pulls`: 40 pulls at once (of an artifact no store holds); once all are answered it says
 //   on stderr how many were refused for being too many at once, then sends an honest result;
+// - `floods-contexts`: conversation records for 5 contexts no client named, one after another; it
+//   says on stderr how each was answered, then sends an honest result;
 // - `waits-for-end` (not hostile): a result, then an exit only once the executor ends the channel,
 //   as the runtime's host does, saying on stderr that it was ended (status 0), or not (status 3);
 // - `malformed-result`: the same, with a result whose status is no status.
@@ -34,6 +36,13 @@ function frame(message) {
 
 const FLOOD = 40;
 let flooding;
+const CONTEXTS = 5;
+let contexts;
+
+function saveContext(index) {
+  const request = { op: 'conversation-save', context_id: `ctx_made_up_${index}`, messages: [{ role: 'user', content: 'x' }] };
+  channel.write(frame({ type: 'request', id: 200 + index, request }));
+}
 
 let buffered = Buffer.alloc(0);
 channel.on('data', (chunk) => {
@@ -47,11 +56,17 @@ channel.on('data', (chunk) => {
       process.stderr.write(`hostile host: subprocess_env ${JSON.stringify(message.subprocess_env)}\n`);
       channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
     } else if (message.type === 'start') breakChannels(message.capsule_name);
-    if (message.type === 'reply' && flooding) {
+    if (message.type === 'reply' && contexts) {
+      process.stderr.write(`hostile host: context ${message.id} answered ok=${message.ok}: ${message.error ?? ''}\n`);
+      contexts.left -= 1;
+      if (contexts.left > 0) saveContext(CONTEXTS - contexts.left);
+      else channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+    } else if (message.type === 'reply' && flooding) {
       flooding.answered += 1;
-      if (!message.ok && /the most it takes at once/.test(message.error ?? '')) {
+      const refusal = message.value?.ok === false ? message.value.error : undefined;
+      if (message.ok && /the most it takes at once/.test(refusal ?? '')) {
         flooding.refused += 1;
-        flooding.refusal = message.error;
+        flooding.refusal = refusal;
       }
       if (flooding.answered === FLOOD) {
         process.stderr.write(`hostile host: ${flooding.answered} pulls answered, ${flooding.refused} refused as too many: ${flooding.refusal ?? ''}\n`);
@@ -95,6 +110,9 @@ function breakChannels(how) {
   } else if (how === 'malformed-request') {
     const messages = Array.from({ length: 10_001 }, () => ({}));
     channel.write(frame({ type: 'request', id: 7, request: { op: 'conversation-save', context_id: 'ctx_1', messages } }));
+  } else if (how === 'floods-contexts') {
+    contexts = { left: CONTEXTS };
+    saveContext(0);
   } else if (how === 'floods-pulls') {
     flooding = { answered: 0, refused: 0, refusal: undefined };
     const pulls = Array.from({ length: FLOOD }, (_, index) =>

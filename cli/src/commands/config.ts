@@ -19,10 +19,39 @@ import { effectiveConfig, readConfigText, workspaceConfigFiles } from '../worksp
  *   unset key prints nothing and exits 1, as `git config` does. A secret is never printed back.
  */
 
+function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
 export async function configSetCommand(key: string, value: string, options: { global?: boolean }, output: Output): Promise<number> {
   const known = configKey(key);
   if (value.trim() === '')
     throw new MurmurError('E-CFG-003', `the value for '${known}' is empty`, { path: known, hint: `give it a value: mur config set ${known} <value>` });
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this refuses
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(value))
+    throw new MurmurError('E-CFG-003', `the value for '${known}' holds a control character`, {
+      path: known,
+      hint: 'give the value as plain text, on one line',
+    });
+  // An index may be a file's path as well as a URL; an endpoint is always a URL. Either way, no other scheme.
+  const otherScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(value) && !/^https?:\/\//i.test(value);
+  if ((known === 'inference.endpoint' && !isHttpUrl(value)) || (known === 'registry.index_url' && otherScheme))
+    throw new MurmurError(
+      'E-CFG-003',
+      `the value for '${known}' is not an http(s) URL${known === 'registry.index_url' ? ' or a path' : ''}: '${value.slice(0, 80)}'`,
+      {
+        path: known,
+        hint:
+          known === 'inference.endpoint'
+            ? `give the full URL, e.g. mur config set ${known} https://api.example.com/v1`
+            : `give a roost's URL, an index's .json URL, or the path of an index file, e.g. mur config set ${known} https://example.com/index.json`,
+      },
+    );
   const [globalFile, projectFile] = workspaceConfigFiles(process.env, process.cwd()) as [string, string];
   const file = options.global ? globalFile : projectFile;
   // Never read from the project's file, and a secret there travels with the project (its

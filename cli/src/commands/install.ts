@@ -127,7 +127,10 @@ async function installReference(reference: string, into: Target, options: Instal
   if (isZipReference(reference)) {
     const file = path.resolve(reference);
     const bytes = await fs.readFile(file).catch((error: Error) => {
-      throw new MurmurError('E-IO-001', `failed to read ${reference}: ${error.message}`, { path: file });
+      throw new MurmurError('E-IO-001', `failed to read ${reference}: ${error.message}`, {
+        path: file,
+        hint: 'give the path of a .mur.zip file (mur build writes one), or name@version to install from a registry',
+      });
     });
     const { meta } = await installBytes(into, bytes, reference, undefined);
     output.out(`Installed ${meta.name}@${meta.version} from ${reference}`);

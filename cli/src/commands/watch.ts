@@ -1,4 +1,4 @@
-import { MurmurError, SessionIdSchema, fetchFailureReason } from '@murmur/shared';
+import { MurmurError, SessionIdSchema, fetchFailureReason, readBodyPrefix } from '@murmur/shared';
 import { type Output, TerminalSafeStream } from '../output.js';
 
 /**
@@ -65,7 +65,7 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
   const type = response.headers.get('content-type') ?? '';
   if (!response.ok || !type.includes('text/event-stream')) {
     // Whole, to be read as JSON-RPC (a door's refusal carries details); only its message is shown.
-    const body = (await response.text().catch(() => '')).slice(0, 16_384);
+    const body = await readBodyPrefix(response, 16_384);
     let reason = `it answered ${response.status}${type ? ` (${type.split(';')[0]})` : ''}`;
     let doorCode: string | undefined;
     try {

@@ -53,6 +53,9 @@ export async function keptBody(context: Context): Promise<string | undefined> {
   }
 }
 
+/** A body its client stopped sending before it was whole: the client's doing, answered 400. */
+export class BodyCutShort extends Error {}
+
 /** Collects a limited body from its chunks: 'over' once past `maxBytes`, the bytes otherwise. */
 class LimitedBody {
   private readonly parts: Uint8Array[] = [];
@@ -113,17 +116,18 @@ function readIncoming(incoming: IncomingMessage, maxBytes: number, drainBytes: n
   const limited = new LimitedBody(maxBytes, drainBytes, declared);
   return new Promise((resolve, reject) => {
     const settle = (outcome: Error | undefined): void => {
-      incoming.off('data', onData).off('end', onEnd).off('error', settle).off('close', onClose);
+      incoming.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
       if (outcome) reject(outcome);
       else resolve(limited.result());
     };
     const onEnd = (): void => settle(undefined);
-    const onClose = (): void => settle(new Error('the request body ended before it was complete'));
+    const onClose = (): void => settle(new BodyCutShort('the request body ended before it was complete'));
     const onData = (chunk: Buffer): void => {
       if (limited.add(chunk)) return;
       incoming.destroy();
       settle(undefined);
     };
-    incoming.on('data', onData).once('end', onEnd).once('error', settle).once('close', onClose);
+    const onError = (error: Error): void => settle(new BodyCutShort(`the request body broke off: ${error.message}`));
+    incoming.on('data', onData).once('end', onEnd).once('error', onError).once('close', onClose);
   });
 }

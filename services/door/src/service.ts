@@ -43,7 +43,7 @@ import { type Context, Hono } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import type * as z from 'zod';
 import type { HttpAhead } from '@murmur/shared/service';
-import { keptBody, limitBody } from './body-limit.js';
+import { BodyCutShort, keptBody, limitBody } from './body-limit.js';
 import { CARD_CACHE_CONTROL, CardShelf, type RenderedCard, holdsCard } from './card-shelf.js';
 import { type HostGuard, loopbackHostGuard, refuseForeignHost } from './host-guard.js';
 import { type JsonRpcCall, describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
@@ -145,8 +145,12 @@ export function startDoorService(options: DoorOptions): DoorService {
   // What escapes a route (a client gone in the middle of its body, above all) is said once in the
   // door's log and answered, never printed with its stack by the HTTP server.
   app.onError((error, context) => {
-    log.warn({ path: context.req.path.slice(0, 200), reason: error.message }, 'a request failed before it could be answered');
-    return context.json({ error: { code: 'E-DOOR-002', message: 'the request could not be read to its end' } }, 400);
+    if (error instanceof BodyCutShort) {
+      log.warn({ path: context.req.path.slice(0, 200), reason: error.message }, 'a request body ended before it was complete');
+      return context.json({ error: { code: 'E-DOOR-002', message: 'the request could not be read to its end' } }, 400);
+    }
+    log.error({ path: context.req.path.slice(0, 200), err: error }, 'door request failed');
+    return context.json(rpcError(null, { code: RPC_ERRORS.internal, message: `Internal error: ${error.message.slice(0, 512)}` }), 500);
   });
 
   /** The session a path names, or a 404 before anything reaches the bus: only a real session id becomes a subject. */
@@ -345,11 +349,14 @@ export function startDoorService(options: DoorOptions): DoorService {
           error.status,
         );
       // A request the bus cannot carry to its session is the request's size, not the door's failure.
-      if (error instanceof MurmurError && error.code === 'E-BUS-001' && /over the bus's \d+-byte limit/.test(error.message))
+      // (Only the request's own size: a reply the session could not fit is the door's side, -32603.)
+      const oversize =
+        error instanceof MurmurError && error.code === 'E-BUS-001' ? /payload is \d+ bytes, over the bus's (\d+)-byte limit/.exec(error.message) : null;
+      if (oversize)
         return context.json(
           rpcError(call.id, {
             code: RPC_ERRORS.invalidParams,
-            message: `Invalid params: the request is larger than one message to a session may be (${/over the bus's (\d+)-byte limit/.exec(error.message)?.[1]} bytes); send less at once`,
+            message: `Invalid params: the request is larger than one message to a session may be (${oversize[1]} bytes); send less at once`,
           }),
         );
       log.error({ err: error, session_id: link.sessionId, method: call.method }, 'door request failed');

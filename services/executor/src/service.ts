@@ -194,6 +194,11 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     void session.ended.then((end: SessionEnd) => {
       stop.unsubscribe();
       sessions.delete(session.id);
+      // A child ends here, where its parent runs: its place in the delegation tree is free again
+      // now, whether or not its end is ever announced (`delegation.completed` is published once).
+      const parentId = request.child_of?.session_id;
+      const delegationId = request.spawner?.delegation_id;
+      if (parentId !== undefined && delegationId !== undefined) sessions.get(parentId)?.childEnded(delegationId);
       if (startedAt) {
         ended.set(session.id, session.remains());
         if (ended.size > ENDED_SESSIONS_KEPT) ended.delete(ended.keys().next().value as string);

@@ -305,6 +305,8 @@ export class Session {
    * Each is ended with the session, so no child outlives its parent.
    */
   private readonly delegations = new Map<string, { contextId: string; release: () => void; launched: Promise<unknown> }>();
+  /** The session's delegations have been ended (it is ending): none is launched any more. */
+  private delegationsEnded = false;
   /**
    * The session's own door token: given to the launcher alone, in the launch reply, and checked
    * here when a door asks (`authorize`). The host and the records never see it.
@@ -723,6 +725,7 @@ export class Session {
   private callHost(call: SessionCall): Promise<SessionReply> {
     if (call.method === 'authorize') return Promise.resolve(this.authorize(call.session_token));
     if (!this.link?.open) return Promise.resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
+    if (call.method === 'send') this.messagesRelayed += 1;
     const id = this.nextRpcId++;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
@@ -1137,15 +1140,23 @@ export class Session {
 
   /** The host's requests of `SLOW_HOST_OPS` being answered now. */
   private slowRequests = 0;
+  /** The contexts the host has written records for (`claimContext`), and the client messages relayed to it. */
+  private readonly contextsWritten = new Set<string>();
+  private messagesRelayed = 0;
 
   private async answer(id: number, request: HostRequest): Promise<void> {
     if (!SLOW_HOST_OPS.has(request.op)) return this.answerNow(id, request);
     if (this.slowRequests >= SLOW_HOST_REQUESTS_IN_FLIGHT) {
+      // Answered as each of these ops answers a refusal (a value that failed), so the guest's call,
+      // or the model's tool call, fails with it rather than the whole task.
       this.tellHost({
         type: 'reply',
         id,
-        ok: false,
-        error: `refused this ${request.op}: the executor is already working on ${SLOW_HOST_REQUESTS_IN_FLIGHT} of this session's requests to send, delegate or pull, the most it takes at once; try again once one has been answered`,
+        ok: true,
+        value: {
+          ok: false,
+          error: `refused this ${request.op}: the executor is already working on ${SLOW_HOST_REQUESTS_IN_FLIGHT} of this session's requests to send, delegate or pull, the most it takes at once; try again once one has been answered`,
+        },
       });
       return;
     }
@@ -1228,11 +1239,13 @@ export class Session {
       } else if (request.op === 'delegate') value = await this.delegate(request.request);
       else if (request.op === 'harness-session-get') value = (await this.harnessSessions?.get(this.contextKeyOf(request))) ?? null;
       else if (request.op === 'harness-session-put') {
+        this.claimContext(this.contextKeyOf(request));
         await this.harnessSessions?.put(this.contextKeyOf(request), request.session_id);
         value = null;
       } else if (request.op === 'harness-session-forget') value = (await this.harnessSessions?.forget(this.contextKeyOf(request))) ?? null;
       else if (request.op === 'conversation-load') value = (await this.conversations?.load(this.contextKeyOf(request))) ?? [];
       else if (request.op === 'conversation-save') {
+        this.claimContext(this.contextKeyOf(request));
         await this.conversations?.save(this.contextKeyOf(request), request.messages);
         value = null;
       } else
@@ -1244,6 +1257,23 @@ export class Session {
       reply = { type: 'reply', id, ok: false, error: error instanceof Error ? error.message : String(error) };
     }
     this.tellHost(reply);
+  }
+
+  /**
+   * A context the host writes a record for (its conversation, its harness session). What it writes
+   * lands in the executor's home, beyond the session, so a host may start as many contexts as it
+   * was given tasks — one per client message, and the launch's own — and no more: a host that
+   * broke out of its capsule could otherwise write 24 MiB records under as many made-up contexts as
+   * it liked, until the disk every session shares is full.
+   */
+  private claimContext(key: string): void {
+    if (key === '' || this.contextsWritten.has(key)) return;
+    const allowed = this.messagesRelayed + 1;
+    if (this.contextsWritten.size >= allowed)
+      throw new Error(
+        `refused to keep a record of context '${key.slice(0, 80)}': this session has written records for ${this.contextsWritten.size} contexts and been sent ${this.messagesRelayed} messages; a session keeps records for at most one context per message it was sent, and its launch's`,
+      );
+    this.contextsWritten.add(key);
   }
 
   /** The name the host's context is kept under: apart, for this session alone, when its task came under the session's own token. */
@@ -1429,18 +1459,30 @@ export class Session {
    * and neither is there any more. A watcher that does not answer is said in the executor's log.
    */
   private async endDelegations(): Promise<void> {
+    // From here no delegation is launched, and one whose launch is still being answered is ended
+    // as soon as it has been (`delegate`).
+    this.delegationsEnded = true;
     const ids = [...this.delegations.keys()];
     for (const delegation of this.delegations.values()) delegation.release();
     this.delegations.clear();
-    await Promise.all(
-      ids.map(async (id) => {
-        try {
-          await this.environment.bus.request(commands.controlDelegation.at(id), { action: 'shutdown' }, { timeoutMs: 10_000 });
-        } catch (error) {
-          this.environment.log.warn({ session_id: this.id, delegation_id: id, err: error }, 'could not end a delegation its parent left running');
-        }
-      }),
-    );
+    await Promise.all(ids.map((id) => this.shutDownDelegation(id)));
+  }
+
+  private async shutDownDelegation(id: string): Promise<void> {
+    try {
+      await this.environment.bus.request(commands.controlDelegation.at(id), { action: 'shutdown' }, { timeoutMs: 10_000 });
+    } catch (error) {
+      this.environment.log.warn({ session_id: this.id, delegation_id: id, err: error }, 'could not end a delegation its parent left running');
+    }
+  }
+
+  /**
+   * A child of this session ended on this executor: its place in the delegation tree is given back.
+   * The delegation stays held until its outcome is heard (`delegationEnded`), which may yet need
+   * delivering to the task awaiting it.
+   */
+  childEnded(delegationId: string): void {
+    this.delegations.get(delegationId)?.release();
   }
 
   /**
@@ -1466,9 +1508,11 @@ export class Session {
       delegation_id: outcome.delegation_id,
       completion_session: this.id,
     });
+    const refusal =
+      reply.error?.message ?? (reply.task?.state === 'rejected' ? 'the session rejected it: its queue is full or it has stopped taking work' : undefined);
     this.bootstrap.line(
       `[executor] delegation ${outcome.delegation_id}: its completion was not delivered (${boundDetail(outcome.delivery_error)}); ${
-        reply.error ? `delivering it from this executor was refused too: ${boundDetail(reply.error.message)}` : 'delivered from this executor instead'
+        refusal !== undefined ? `delivering it from this executor was refused too: ${boundDetail(refusal)}` : 'delivered from this executor instead'
       }`,
     );
   }
@@ -1623,6 +1667,7 @@ export class Session {
     } catch (error) {
       return refused(`roost at ${roostUrl} did not answer: ${(error as Error).message}`);
     }
+    if (this.delegationsEnded) return refused(`the delegation of ${request.capsule}@${request.version} is refused: this session is ending`);
     const values = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => this.plan.policy.env_allow.includes(name)));
     // The id is minted here, and the delegation held, before the child exists: a child that ends
     // at once is heard of (`delegationEnded`) while its launch is still being answered.
@@ -1653,6 +1698,12 @@ export class Session {
     this.delegations.set(delegationId, { contextId: request.context_id, release, launched: launching.catch(() => undefined) });
     try {
       const launched = await launching;
+      // The session began to end while the launch was answered: the child does not outlive it.
+      if (this.delegationsEnded) {
+        release();
+        await this.shutDownDelegation(delegationId);
+        return { ok: false, error: `the delegation of ${request.capsule}@${request.version} was ended as it launched: this session is ending` };
+      }
       return { ok: true, value: { delegation_id: delegationId, session_id: launched.session_id, workdir: launched.workdir } };
     } catch (error) {
       this.delegations.delete(delegationId);

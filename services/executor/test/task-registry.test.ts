@@ -790,4 +790,38 @@ describe('a delegated child’s completion', () => {
     taskOf(send(registry, completing(completion)));
     await vi.waitFor(() => expect(awaited.settled).toBe(true));
   });
+
+  it('that comes before its launch is answered is held until the task awaits it, then enters it', async () => {
+    const events: SessionEvent[] = [];
+    const registry = new TaskRegistry({ task_acceptance: 'queue', queue_depth: 2 }, new EventFeed((event) => events.push(event)), SESSION);
+    taskOf(send(registry, { text: 'delegate to a quick worker' }));
+    const task = await startNext(registry);
+    const answered = registry.beginDelegationLaunch();
+    // The child ended at once: its completion is here before the launch's answer.
+    expect(registry.holdsEarly(DELEGATION)).toBe(true);
+    const held = track(registry.afterLaunches().then(() => send(registry, completing(completion))));
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(held.settled).toBe(false);
+    const awaited = track(registry.awaitDelegation(task, DELEGATION, 'ses_child'));
+    answered();
+    await vi.waitFor(() => expect(awaited.settled).toBe(true));
+    expect(awaited.value).toBe(completion);
+    expect(taskOf(held.value as Answer).id).toBe(task.id);
+    // With no launch under way, nothing is held: a completion nobody awaits is refused at once.
+    expect(registry.holdsEarly('dlg_0199c4e2f1b7712a9d3e4f5061728322')).toBe(false);
+  });
+
+  it('holds only so many completions while a launch is answered: anyone can send a completion’s headers', async () => {
+    const { registry } = await awaitingTask();
+    const answered = registry.beginDelegationLaunch();
+    let held = 0;
+    for (let index = 0; index < 40; index += 1) {
+      const id = `dlg_0199c4e2f1b7712a9d3e4f50617284${String(index).padStart(2, '0')}`;
+      if (!registry.holdsEarly(id)) break;
+      void registry.afterLaunches();
+      held += 1;
+    }
+    expect(held).toBe(16);
+    answered();
+  });
 });

@@ -121,7 +121,10 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
     try {
       stat = await fs.lstat(sourcePath);
     } catch {
-      throw new MurmurError('E-IO-003', `missing required file '${entry}' in ${sourceDir}`, { path: entry });
+      throw new MurmurError('E-IO-003', `missing required file '${entry}' in ${sourceDir}`, {
+        path: entry,
+        hint: `create ${entry} there, or take it out of murmur.yaml (requires_files, or the prompt file that names it)`,
+      });
     }
     if (stat.isSymbolicLink()) {
       throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is a symlink (${sourcePath}); declare the file it points to instead`, {
@@ -129,7 +132,11 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
         hint: 'copy the target into the source directory, or declare its real path',
       });
     }
-    if (!stat.isFile()) throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is not a regular file (${sourcePath})`, { path: entry });
+    if (!stat.isFile())
+      throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is not a regular file (${sourcePath})`, {
+        path: entry,
+        hint: 'declare each file on its own: a directory is packed by naming the files in it',
+      });
     candidates.push({ declared: entry, archiveName: normalised.name, sourcePath });
   }
   const files: PlannedFile[] = [];

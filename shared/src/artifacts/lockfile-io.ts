@@ -93,8 +93,8 @@ export async function withLockfileTurn<T>(file: string, change: () => Promise<T>
     const text = await fs.readFile(turn, 'utf8').catch(() => undefined);
     const holder = text === undefined ? undefined : parseHolder(text);
     if (text !== undefined && (holder ? holder.host === mine.host && !processAlive(holder.pid) : await olderThan(turn, TURN_UNWRITTEN_STALE_MS))) {
-      await reapDeadTurn(turn, text);
-      continue;
+      // Reaped: try again at once. Another reaper at work: wait like any waiter.
+      if (await reapDeadTurn(turn, text)) continue;
     }
     if (Date.now() - started > waitMs) {
       const who = holder ? `pid ${holder.pid}${holder.host === mine.host ? '' : ` on ${holder.host}`}` : 'pid unknown';
@@ -113,18 +113,22 @@ export async function withLockfileTurn<T>(file: string, change: () => Promise<T>
   }
 }
 
-/** Removes `turn` if it still reads `deadText`, under the reaper's guard; leaves it to another reaper that holds the guard. */
-async function reapDeadTurn(turn: string, deadText: string): Promise<void> {
+/**
+ * Removes `turn` if it still reads `deadText`, under the reaper's guard, and says whether it
+ * reaped; another reaper that holds the guard is left to it.
+ */
+async function reapDeadTurn(turn: string, deadText: string): Promise<boolean> {
   const guard = `${turn}.reaping`;
   if (!(await tryCreate(guard, String(process.pid)))) {
     if (await olderThan(guard, REAP_GUARD_STALE_MS)) await fs.rm(guard, { force: true });
-    return;
+    return false;
   }
   try {
     // Only a reaper removes another's turn, and there is one reaper: the turn read here cannot be
     // replaced by a live one before the unlink, since replacing it needs this unlink first.
     const now = await fs.readFile(turn, 'utf8').catch(() => undefined);
     if (now === deadText) await fs.rm(turn, { force: true });
+    return true;
   } finally {
     await fs.rm(guard, { force: true });
   }

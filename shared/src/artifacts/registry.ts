@@ -1,6 +1,7 @@
 import { type ArtifactMeta, RegistryIndexSchema, currentPlatform, fallbackMeta } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
 import { fetchFailureReason } from '../fetch-failure.js';
+import { readBodyCapped, readBodyPrefix } from '../response-body.js';
 import { maxEntryBytesFromEnv } from './mur-zip.js';
 import type { ArtifactStore } from './store.js';
 
@@ -47,6 +48,9 @@ export function storeSource(store: ArtifactStore): ArtifactSource {
 
 export const SHA256_HEADER = 'x-murmur-sha256';
 const REQUEST_TIMEOUT_MS = 30_000;
+/** The most of roost's index read, and of an error's body: answers of a server, read with a ceiling. */
+const INDEX_LIMIT_BYTES = 16 * 1024 * 1024;
+const ERROR_BODY_LIMIT = 64 * 1024;
 
 interface ErrorBody {
   error?: string;
@@ -94,7 +98,7 @@ export class RoostRegistryClient implements ArtifactSource {
 
   private async failure(response: Response, what: string): Promise<MurmurError> {
     let body: ErrorBody = {};
-    const text = await response.text().catch(() => '');
+    const text = await readBodyPrefix(response, ERROR_BODY_LIMIT);
     try {
       body = JSON.parse(text) as ErrorBody;
     } catch {
@@ -133,7 +137,7 @@ export class RoostRegistryClient implements ArtifactSource {
         `roost at ${this.location} sent ${name}@${version} without an ${SHA256_HEADER} header; refusing bytes that cannot be verified`,
       );
     }
-    const bytes = await readCapped(response, maxEntryBytesFromEnv(), `${name}@${version}`);
+    const bytes = await readBodyCapped(response, maxEntryBytesFromEnv(), `${name}@${version}`);
     const meta = await this.metaOf(name, version);
     return {
       name,
@@ -155,7 +159,14 @@ export class RoostRegistryClient implements ArtifactSource {
   async list(): Promise<ArtifactMeta[]> {
     const response = await this.request('GET', '/v1/artifacts');
     if (!response.ok) throw await this.failure(response, 'the index');
-    const parsed = RegistryIndexSchema.safeParse(await response.json().catch(() => undefined));
+    const text = (await readBodyCapped(response, INDEX_LIMIT_BYTES, `the index of roost at ${this.location}`, 'E-ROOST-001')).toString('utf8');
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      value = undefined;
+    }
+    const parsed = RegistryIndexSchema.safeParse(value);
     if (!parsed.success) throw new MurmurError('E-ROOST-001', `roost at ${this.location} sent an index that is not a list of artifact metas`);
     return parsed.data;
   }
@@ -169,24 +180,6 @@ export class RoostRegistryClient implements ArtifactSource {
     const body = (await response.json().catch(() => ({}))) as { sha256?: string };
     return { sha256: body.sha256 ?? '' };
   }
-}
-
-async function readCapped(response: Response, limit: number, what: string): Promise<Buffer> {
-  const declared = Number(response.headers.get('content-length') ?? '0');
-  if (declared > limit) {
-    await response.body?.cancel();
-    throw new MurmurError('E-ART-002', `${what} is ${declared} bytes, over the ${limit}-byte ceiling`);
-  }
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  if (response.body) {
-    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-      total += chunk.byteLength;
-      if (total > limit) throw new MurmurError('E-ART-002', `${what} exceeds the ${limit}-byte ceiling`);
-      chunks.push(chunk);
-    }
-  }
-  return Buffer.concat(chunks, total);
 }
 
 export interface ChainHit {

@@ -44,9 +44,12 @@ export function parseYamlSource(text: string, file = 'murmur.yaml'): YamlSource 
     value = document.toJS({ maxAliasCount: 100 });
   } catch (error) {
     // yaml refuses a document whose aliases would expand past the bound (a "billion laughs").
-    throw new MurmurError('E-MAN-002', `${file}: ${(error as Error).message.split('\n')[0]}`, {
+    const message = (error as Error).message.split('\n')[0] ?? '';
+    throw new MurmurError('E-MAN-002', `${file}: ${message}`, {
       path: file,
-      hint: 'write the values out instead of through so many aliases (*name); a file of this size needs none',
+      hint: /alias/i.test(message)
+        ? 'write the values out instead of through so many aliases (*name); a file of this size needs none'
+        : 'fix the YAML; a YAML linter or `yq .` shows what it makes of the file',
     });
   }
   return {

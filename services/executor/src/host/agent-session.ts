@@ -94,6 +94,9 @@ export class AgentSession {
       case 'card':
         return { card: this.agent.card };
       case 'send': {
+        // A completion that came before its delegation's launch was answered waits for it.
+        if (call.delegation_id !== undefined && this.registry.holdsEarly(call.delegation_id))
+          return this.registry.afterLaunches().then(() => this.answer(call));
         const accepted = this.registry.send(call);
         // The history the client asked for: the registry's answer holds its default. A completion's
         // poster (perhaps the child's own guest) gets its acknowledgement alone, never the parent's task.

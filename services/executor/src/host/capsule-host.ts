@@ -499,10 +499,18 @@ export class CapsuleHost implements AgentHost {
     }
     const context = this.taskContext;
     if (!context) return fail('delegate-task is available only inside a task');
-    const launched = (await this.channel.request({ op: 'delegate', request: { ...request, context_id: context.task.contextId } })) as
-      | { ok: true; value: { delegation_id: string; session_id: string } }
-      | { ok: false; error: string };
-    if (!launched.ok) return fail(launched.error);
+    const launchAnswered = context.registry.beginDelegationLaunch();
+    let launched: { ok: true; value: { delegation_id: string; session_id: string } } | { ok: false; error: string };
+    try {
+      launched = (await this.channel.request({ op: 'delegate', request: { ...request, context_id: context.task.contextId } })) as typeof launched;
+    } catch (error) {
+      launchAnswered();
+      return fail(`the delegation of ${request.capsule}@${request.version} could not be asked for: ${(error as Error).message}`);
+    }
+    if (!launched.ok) {
+      launchAnswered();
+      return fail(launched.error);
+    }
     this.trace.write('delegation_started', {
       turn: this.turn,
       task_id: context.task.id,
@@ -512,7 +520,10 @@ export class CapsuleHost implements AgentHost {
     });
     let text: string;
     try {
-      text = await context.registry.awaitDelegation(context.task, launched.value.delegation_id, launched.value.session_id);
+      const completion = context.registry.awaitDelegation(context.task, launched.value.delegation_id, launched.value.session_id);
+      // Awaited now: a completion that came early, held until this, finds its task.
+      launchAnswered();
+      text = await completion;
     } catch (error) {
       return fail(`delegation ${launched.value.delegation_id} ended without a completion: ${(error as Error).message}`);
     }

@@ -79,6 +79,8 @@ const HISTORY_LIMIT = 100;
  * reply's envelope and for the escaping JSON adds on its way.
  */
 const LIST_REPLY_BUDGET_BYTES = 640 * 1024;
+/** Completions held while a delegation's launch is answered (`holdsEarly`). */
+const EARLY_COMPLETIONS_HELD = 16;
 
 /** Why a task a client canceled (`tasks/cancel`, `CancelTask`) ended: its status message, and what its loop was aborted with. */
 export const CANCELED_BY_REQUEST = 'canceled by request';
@@ -95,6 +97,10 @@ export class TaskRegistry {
 
   /** Delegations a running task awaits (the model's `delegate-task`), by delegation id. */
   private readonly delegations = new Map<string, { task: Task; childSessionId: string; resolve(text: string): void; reject(error: Error): void }>();
+  /** Delegations being launched, whose ids are not known here until the launch is answered. */
+  private launching = 0;
+  /** Completions that came while a launch was being answered, for a delegation no task awaits yet. */
+  private readonly early: Array<() => void> = [];
 
   constructor(
     private readonly lifecycle: Pick<Lifecycle, 'task_acceptance' | 'queue_depth'>,
@@ -346,6 +352,37 @@ export class TaskRegistry {
     };
   }
 
+  /**
+   * A delegation's launch has been asked for; the returned function is called once it has been
+   * answered and, if it launched, awaited (`awaitDelegation`). A child can end, and its completion
+   * come, before its launch is answered: that completion is held until then (`afterLaunches`).
+   */
+  beginDelegationLaunch(): () => void {
+    this.launching += 1;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      this.launching -= 1;
+      if (this.launching === 0) for (const retry of this.early.splice(0)) retry();
+    };
+  }
+
+  /**
+   * Whether a completion for `delegationId` should wait for the launches being answered: no task
+   * awaits it yet, one may once they are, and there is room to hold it (`EARLY_COMPLETIONS_HELD`;
+   * anyone can send a completion's headers, so the held are few).
+   */
+  holdsEarly(delegationId: string): boolean {
+    return this.launching > 0 && !this.delegations.has(delegationId) && this.early.length < EARLY_COMPLETIONS_HELD;
+  }
+
+  /** Resolves once no launch is being answered (at once when none is). */
+  afterLaunches(): Promise<void> {
+    if (this.launching === 0) return Promise.resolve();
+    return new Promise((resolve) => this.early.push(resolve));
+  }
+
   /** The running task waits for a delegation's completion; the text is what the child's runtime (or its watcher) posted. */
   awaitDelegation(task: Task, delegationId: string, childSessionId: string): Promise<string> {
     return new Promise((resolve, reject) => {
@@ -435,10 +472,16 @@ export class TaskRegistry {
     const views: TaskView[] = [];
     let bytes = 0;
     for (const task of candidates) {
-      const view = this.view(task, query.history_length);
+      let view = this.view(task, query.history_length);
       if (query.include_artifacts !== true) view.artifacts = [];
-      const size = Buffer.byteLength(JSON.stringify(view));
+      let size = Buffer.byteLength(JSON.stringify(view));
       if (views.length > 0 && bytes + size > LIST_REPLY_BUDGET_BYTES) break;
+      if (size > LIST_REPLY_BUDGET_BYTES) {
+        // A task too large for a page even alone is listed without its history and artifacts
+        // (GetTask reads them): else no page that holds it could ever be sent, nor any after it.
+        view = { ...view, history: [], artifacts: [] };
+        size = Buffer.byteLength(JSON.stringify(view));
+      }
       bytes += size;
       page.push(task);
       views.push(view);

@@ -1,0 +1,45 @@
+import { type ErrorCode, MurmurError } from './errors.js';
+
+/**
+ * A response's body read with a ceiling: a server's answer is a stranger's, and read whole it can
+ * be as large as that server likes. Past `limit` (declared or as it comes) the read stops and is
+ * refused with `code`, naming `what`.
+ */
+export async function readBodyCapped(response: Response, limit: number, what: string, code: ErrorCode = 'E-ART-002'): Promise<Buffer> {
+  const declared = Number(response.headers.get('content-length') ?? '0');
+  if (declared > limit) {
+    await response.body?.cancel().catch(() => undefined);
+    throw new MurmurError(code, `${what} is ${declared} bytes, over the ${limit}-byte ceiling`);
+  }
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  if (response.body) {
+    for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+      total += chunk.byteLength;
+      if (total > limit) throw new MurmurError(code, `${what} exceeds the ${limit}-byte ceiling`);
+      chunks.push(chunk);
+    }
+  }
+  return Buffer.concat(chunks, total);
+}
+
+/** The first `limit` bytes of a body, as text, the rest left unread: what an error's body is shown as. */
+export async function readBodyPrefix(response: Response, limit: number): Promise<string> {
+  const reader = response.body?.getReader();
+  if (!reader) return '';
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    while (total < limit) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      total += value.byteLength;
+    }
+  } catch {
+    // A body that broke off is shown as far as it came.
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+  return Buffer.concat(chunks).subarray(0, limit).toString('utf8');
+}
