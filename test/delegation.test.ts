@@ -205,6 +205,15 @@ describe('delegated children and their completions', () => {
     );
   }
 
+  /** The parent's `delegation_started` record of its `index`-th delegation, once it has written it. */
+  function delegationStarted(parent: { sessionDir: string }, index = 0): Promise<Record<string, unknown>> {
+    return eventually(
+      async () => (await traceOf(parent.sessionDir).catch(() => [])).filter((event) => event.event_type === 'delegation_started')[index],
+      60_000,
+      `delegation ${index + 1} to start`,
+    );
+  }
+
   /** The child's record of how it ended, once the delivery it describes has settled. */
   async function settledCompletion(workdir: string): Promise<Completion> {
     return eventually(
@@ -239,6 +248,8 @@ describe('delegated children and their completions', () => {
   const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
   const workerTask = JSON.stringify([{ op: 'env' }, { op: 'write', path: 'out/result.txt', text: MARKER }]);
+  /** What the parent's model is told to delegate: a child that waits two minutes for a file nobody writes, so it ends only if it is ended. */
+  const DELEGATE_TO_WAITING_WORKER = `delegate ${JSON.stringify({ capsule: 'local/waiting-worker', version: '0.1.0', task: JSON.stringify([{ op: 'waitfor', path: 'never', seconds: 120 }]) })}`;
 
   it('a child knows its spawner from an injected value, never from an inherited one', async () => {
     const parent = await startParent();
@@ -297,16 +308,10 @@ describe('delegated children and their completions', () => {
         parent.url,
         'message/send',
         // A child that waits two minutes for a file nobody writes: it ends only if it is ended.
-        textMessage(
-          `delegate ${JSON.stringify({ capsule: 'local/waiting-worker', version: '0.1.0', task: JSON.stringify([{ op: 'waitfor', path: 'never', seconds: 120 }]) })}`,
-        ),
+        textMessage(DELEGATE_TO_WAITING_WORKER),
         { headers: bearer(parent.token) },
       );
-      started = await eventually(
-        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
-        60_000,
-        'the delegation to start',
-      );
+      started = await delegationStarted(parent);
     } finally {
       await parent.stop();
     }
@@ -326,11 +331,7 @@ describe('delegated children and their completions', () => {
       await rpc(parent.url, 'message/send', textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`), {
         headers: bearer(parent.token),
       });
-      const started = await eventually(
-        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
-        60_000,
-        'the delegation to start',
-      );
+      const started = await delegationStarted(parent);
       const childRecords = path.join(parent.sessionDir, 'children', started.delegation_id as string, '.murmur', started.child_session_id as string);
       const bootstrap = await eventually(
         async () => {
@@ -561,17 +562,11 @@ describe('delegated children and their completions', () => {
         parent.url,
         'message/send',
         // A child that runs until it is ended: the only completion is the one below.
-        textMessage(
-          `delegate ${JSON.stringify({ capsule: 'local/waiting-worker', version: '0.1.0', task: JSON.stringify([{ op: 'waitfor', path: 'never', seconds: 120 }]) })}`,
-        ),
+        textMessage(DELEGATE_TO_WAITING_WORKER),
         { headers: bearer(parent.token) },
       );
       const taskId = (sent.body.result as { id: string }).id;
-      const started = await eventually(
-        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
-        60_000,
-        'the delegation to start',
-      );
+      const started = await delegationStarted(parent);
       delegationId = started.delegation_id as string;
       // What a child's runtime announces when its post to the parent failed (the bus timed out).
       const undelivered = {
@@ -629,11 +624,7 @@ describe('delegated children and their completions', () => {
         ),
         { headers: bearer(parent.token) },
       );
-      const started = await eventually(
-        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
-        60_000,
-        'the delegation to start',
-      );
+      const started = await delegationStarted(parent);
       delegationId = started.delegation_id as string;
       const refusal = await eventually(
         () =>
@@ -656,7 +647,6 @@ describe('delegated children and their completions', () => {
   it('a delegation tree holds at most the executor’s number of running children, and a place frees when a child ends', async () => {
     const parent = await startParent();
     const headers = { headers: bearer(parent.token) };
-    const waiting = `delegate ${JSON.stringify({ capsule: 'local/waiting-worker', version: '0.1.0', task: JSON.stringify([{ op: 'waitfor', path: 'never', seconds: 120 }]) })}`;
     const quick = `delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`;
     const startedIds: string[] = [];
     const answerOf = (taskId: string) =>
@@ -671,12 +661,8 @@ describe('delegated children and their completions', () => {
     try {
       // Two children that run on after their tasks are canceled: the tree (the parent's) is full.
       for (let index = 0; index < 2; index += 1) {
-        const taskId = ((await rpc(parent.url, 'message/send', textMessage(waiting), headers)).body.result as { id: string }).id;
-        const started = await eventually(
-          async () => (await traceOf(parent.sessionDir).catch(() => [])).filter((event) => event.event_type === 'delegation_started')[index],
-          60_000,
-          `delegation ${index + 1} to start`,
-        );
+        const taskId = ((await rpc(parent.url, 'message/send', textMessage(DELEGATE_TO_WAITING_WORKER), headers)).body.result as { id: string }).id;
+        const started = await delegationStarted(parent, index);
         startedIds.push(started.delegation_id as string);
         expect((await rpc(parent.url, 'tasks/cancel', { id: taskId }, headers)).body.result).toMatchObject({ status: { state: 'canceled' } });
       }
@@ -713,11 +699,7 @@ describe('delegated children and their completions', () => {
         { headers: bearer(parent.token) },
       );
       const taskId = (sent.body.result as { id: string }).id;
-      const started = await eventually(
-        async () => (await traceOf(parent.sessionDir).catch(() => [])).find((event) => event.event_type === 'delegation_started'),
-        60_000,
-        'the delegation to start',
-      );
+      const started = await delegationStarted(parent);
       delegationId = started.delegation_id as string;
       // What a child's guest can do with its own MURMUR_SPAWNER: post to its parent's door, asking to block.
       const asChild = (text: string, historyLength?: number) =>
