@@ -205,6 +205,27 @@ describe('delegated children and their completions', () => {
     );
   }
 
+  /** Tells the parent `text` under its own token, as its operator would; the id of the task it starts. */
+  async function tellParent(parent: { url: string; token: string }, text: string): Promise<string> {
+    const sent = await rpc(parent.url, 'message/send', textMessage(text), { headers: bearer(parent.token) });
+    return (sent.body.result as { id: string }).id;
+  }
+
+  /** The parent's task `taskId`, once it has completed. */
+  function completedTask(parent: { url: string; token: string }, taskId: string, timeoutMs = 60_000): Promise<Record<string, unknown>> {
+    return eventually(
+      async () => {
+        const reply = await rpc(parent.url, 'tasks/get', { id: taskId }, { headers: bearer(parent.token) });
+        return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? reply.body.result : undefined;
+      },
+      timeoutMs,
+      `task ${taskId} to complete`,
+    );
+  }
+
+  /** What the parent's model is told to make it delegate `task` to `capsule`. */
+  const delegating = (capsule: string, task: string): string => `delegate ${JSON.stringify({ capsule, version: '0.1.0', task })}`;
+
   /** The parent's `delegation_started` record of its `index`-th delegation, once it has written it. */
   function delegationStarted(parent: { sessionDir: string }, index = 0): Promise<Record<string, unknown>> {
     return eventually(
@@ -304,13 +325,7 @@ describe('delegated children and their completions', () => {
     const parent = await startParent();
     let started: Record<string, unknown> | undefined;
     try {
-      await rpc(
-        parent.url,
-        'message/send',
-        // A child that waits two minutes for a file nobody writes: it ends only if it is ended.
-        textMessage(DELEGATE_TO_WAITING_WORKER),
-        { headers: bearer(parent.token) },
-      );
+      await tellParent(parent, DELEGATE_TO_WAITING_WORKER);
       started = await delegationStarted(parent);
     } finally {
       await parent.stop();
@@ -328,9 +343,7 @@ describe('delegated children and their completions', () => {
     const parent = await startParent(['--containment', 'scoped']);
     try {
       // Delegated by the parent's own runtime, which carries its floor in the delegation's launch.
-      await rpc(parent.url, 'message/send', textMessage(`delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`), {
-        headers: bearer(parent.token),
-      });
+      await tellParent(parent, delegating('local/worker', workerTask));
       const started = await delegationStarted(parent);
       const childRecords = path.join(parent.sessionDir, 'children', started.delegation_id as string, '.murmur', started.child_session_id as string);
       const bootstrap = await eventually(
@@ -558,14 +571,8 @@ describe('delegated children and their completions', () => {
     const parent = await startParent();
     let delegationId: string | undefined;
     try {
-      const sent = await rpc(
-        parent.url,
-        'message/send',
-        // A child that runs until it is ended: the only completion is the one below.
-        textMessage(DELEGATE_TO_WAITING_WORKER),
-        { headers: bearer(parent.token) },
-      );
-      const taskId = (sent.body.result as { id: string }).id;
+      // A child that runs until it is ended: the only completion is the one below.
+      const taskId = await tellParent(parent, DELEGATE_TO_WAITING_WORKER);
       const started = await delegationStarted(parent);
       delegationId = started.delegation_id as string;
       // What a child's runtime announces when its post to the parent failed (the bus timed out).
@@ -583,14 +590,7 @@ describe('delegated children and their completions', () => {
         delivery_error: 'E-BUS-002: session rpc did not answer within 30s',
       };
       bus.publish(topics.delegationCompleted, { parent_session_id: parent.sessionId, outcome: undelivered });
-      const ended = await eventually(
-        async () => {
-          const reply = await rpc(parent.url, 'tasks/get', { id: taskId }, { headers: bearer(parent.token) });
-          return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? reply.body.result : undefined;
-        },
-        30_000,
-        'the delegating task to complete',
-      );
+      const ended = await completedTask(parent, taskId, 30_000);
       const answer = JSON.stringify(ended);
       expect(answer).toContain('Delegated capsule finished.');
       expect(answer).toContain('detail: E-RUN-009: it gave up');
@@ -615,15 +615,8 @@ describe('delegated children and their completions', () => {
     const parent = await startParent();
     let delegationId: string | undefined;
     try {
-      await rpc(
-        parent.url,
-        'message/send',
-        // An agent child whose own model tries to delegate in turn.
-        textMessage(
-          `delegate ${JSON.stringify({ capsule: 'local/slow-worker', version: '0.1.0', task: `delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}` })}`,
-        ),
-        { headers: bearer(parent.token) },
-      );
+      // An agent child whose own model tries to delegate in turn.
+      await tellParent(parent, delegating('local/slow-worker', delegating('local/worker', workerTask)));
       const started = await delegationStarted(parent);
       delegationId = started.delegation_id as string;
       const refusal = await eventually(
@@ -647,35 +640,25 @@ describe('delegated children and their completions', () => {
   it('a delegation tree holds at most the executor’s number of running children, and a place frees when a child ends', async () => {
     const parent = await startParent();
     const headers = { headers: bearer(parent.token) };
-    const quick = `delegate ${JSON.stringify({ capsule: 'local/worker', version: '0.1.0', task: workerTask })}`;
+    const quick = delegating('local/worker', workerTask);
     const startedIds: string[] = [];
-    const answerOf = (taskId: string) =>
-      eventually(
-        async () => {
-          const reply = await rpc(parent.url, 'tasks/get', { id: taskId }, headers);
-          return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? JSON.stringify(reply.body.result) : undefined;
-        },
-        60_000,
-        `task ${taskId} to complete`,
-      );
+    const answerOf = async (taskId: string) => JSON.stringify(await completedTask(parent, taskId));
     try {
       // Two children that run on after their tasks are canceled: the tree (the parent's) is full.
       for (let index = 0; index < 2; index += 1) {
-        const taskId = ((await rpc(parent.url, 'message/send', textMessage(DELEGATE_TO_WAITING_WORKER), headers)).body.result as { id: string }).id;
+        const taskId = await tellParent(parent, DELEGATE_TO_WAITING_WORKER);
         const started = await delegationStarted(parent, index);
         startedIds.push(started.delegation_id as string);
         expect((await rpc(parent.url, 'tasks/cancel', { id: taskId }, headers)).body.result).toMatchObject({ status: { state: 'canceled' } });
       }
-      const third = ((await rpc(parent.url, 'message/send', textMessage(quick), headers)).body.result as { id: string }).id;
-      expect(await answerOf(third)).toContain(
+      expect(await answerOf(await tellParent(parent, quick))).toContain(
         'the delegation tree this session belongs to already has 2 delegated sessions running, the most this executor allows (MURMUR_DELEGATION_MAX_TREE)',
       );
       // One of them ends: its place is free again.
       await control(startedIds[0] as string, 'shutdown');
       const fourth = await eventually(
         async () => {
-          const taskId = ((await rpc(parent.url, 'message/send', textMessage(quick), headers)).body.result as { id: string }).id;
-          const answer = await answerOf(taskId);
+          const answer = await answerOf(await tellParent(parent, quick));
           return answer.includes('Delegated capsule finished.') ? answer : undefined;
         },
         30_000,
@@ -692,13 +675,7 @@ describe('delegated children and their completions', () => {
     const parent = await startParent();
     let delegationId: string | undefined;
     try {
-      const sent = await rpc(
-        parent.url,
-        'message/send',
-        textMessage(`delegate ${JSON.stringify({ capsule: 'local/slow-worker', version: '0.1.0', task: 'take your time' })}`),
-        { headers: bearer(parent.token) },
-      );
-      const taskId = (sent.body.result as { id: string }).id;
+      const taskId = await tellParent(parent, delegating('local/slow-worker', 'take your time'));
       const started = await delegationStarted(parent);
       delegationId = started.delegation_id as string;
       // What a child's guest can do with its own MURMUR_SPAWNER: post to its parent's door, asking to block.
@@ -734,14 +711,7 @@ describe('delegated children and their completions', () => {
         status: { state: 'working', timestamp: expect.any(String) },
         artifacts: [],
       });
-      const ended = await eventually(
-        async () => {
-          const reply = await rpc(parent.url, 'tasks/get', { id: taskId }, { headers: bearer(parent.token) });
-          return (reply.body.result?.status as { state: string } | undefined)?.state === 'completed' ? reply.body.result : undefined;
-        },
-        60_000,
-        'the parent task to complete',
-      );
+      const ended = await completedTask(parent, taskId);
       expect(JSON.stringify(ended)).toContain('Delegated capsule finished.');
     } finally {
       if (delegationId) await control(delegationId, 'shutdown').catch(() => undefined);

@@ -17,13 +17,17 @@ export interface Output {
  * characters shown, never acted on (`terminalSafe`); a pipe or a file gets it as it is.
  */
 export const processOutput: Output = {
-  out: (line) => process.stdout.write(`${process.stdout.isTTY ? terminalSafe(line) : line}\n`),
-  err: (line) => process.stderr.write(`${process.stderr.isTTY ? terminalSafe(line) : line}\n`),
-  warn: (warning) => process.stderr.write(`${process.stderr.isTTY ? terminalSafe(formatWarning(warning)) : formatWarning(warning)}\n`),
+  out: (line) => writeLine(process.stdout, line),
+  err: (line) => writeLine(process.stderr, line),
+  warn: (warning) => writeLine(process.stderr, formatWarning(warning)),
   get stderrIsTerminal() {
     return process.stderr.isTTY === true;
   },
 };
+
+function writeLine(stream: NodeJS.WriteStream, line: string): void {
+  stream.write(`${stream.isTTY ? terminalSafe(line) : line}\n`);
+}
 
 /**
  * A reader that stops early (`mur trace show | head`) closes stdout. What is left unwritten is

@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { MurmurError } from './errors.js';
 import { PackagingTypeSchema } from './manifest/artifact.js';
 
 /**
@@ -47,4 +48,14 @@ const PLATFORM = /^([a-z0-9_]{1,32})-([a-z0-9_]{1,32})$/;
 export function parsePlatform(value: string): [string, string] | undefined {
   const match = PLATFORM.exec(value);
   return match ? [match[1] as string, match[2] as string] : undefined;
+}
+
+/** `value` as a platform, or refused (`E-REG-006`) naming `where` it was given (`--platform`, a query). */
+export function requirePlatform(value: string, where: string): [string, string] {
+  const pair = parsePlatform(value);
+  if (pair) return pair;
+  throw new MurmurError('E-REG-006', `'${value.slice(0, 60)}' cannot name a platform: expected os-arch, e.g. linux-x86_64`, {
+    path: where,
+    hint: 'name an operating system and an architecture of lowercase letters, digits and _, joined by one hyphen: linux-x86_64, linux-aarch64, darwin-aarch64',
+  });
 }

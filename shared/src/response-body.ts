@@ -1,5 +1,8 @@
 import { type ErrorCode, MurmurError } from './errors.js';
 
+/** The most of an artifact index read (roost's, or one `mur search` fetches): an answer of a server. */
+export const INDEX_CEILING_BYTES = 16 * 1024 * 1024;
+
 /**
  * A response's body read with a ceiling: a server's answer is a stranger's, and read whole it can
  * be as large as that server likes. Past `limit` (declared or as it comes) the read stops and is

@@ -1,6 +1,6 @@
 import { chmod, mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import { type ConfigKey, MurmurError, SECRET_CONFIG_KEYS, configKey, parseWorkspaceConfig } from '@murmur/shared';
+import { type ConfigKey, MurmurError, SECRET_CONFIG_KEYS, configKey, hasControlCharacter, parseWorkspaceConfig } from '@murmur/shared';
 import { writeFileAtomic } from '@murmur/shared/node';
 import { parseDocument } from 'yaml';
 import type { Output } from '../output.js';
@@ -32,8 +32,7 @@ export async function configSetCommand(key: string, value: string, options: { gl
   const known = configKey(key);
   if (value.trim() === '')
     throw new MurmurError('E-CFG-003', `the value for '${known}' is empty`, { path: known, hint: `give it a value: mur config set ${known} <value>` });
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this refuses
-  if (/[\u0000-\u001f\u007f-\u009f]/.test(value))
+  if (hasControlCharacter(value))
     throw new MurmurError('E-CFG-003', `the value for '${known}' holds a control character`, {
       path: known,
       hint: 'give the value as plain text, on one line',

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { type ArtifactMeta, MurmurError, fetchFailureReason, readBodyCapped } from '@murmur/shared';
+import { type ArtifactMeta, INDEX_CEILING_BYTES, MurmurError, fetchFailureReason, readBodyCapped } from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import * as z from 'zod';
@@ -55,9 +55,6 @@ function fromIndex(text: string, source: string): Entry[] {
   return parsed.artifacts;
 }
 
-/** The most of an artifact index read: a server's answer, read with a ceiling. */
-const INDEX_LIMIT_BYTES = 16 * 1024 * 1024;
-
 async function fetchIndex(url: string): Promise<Entry[]> {
   let response: Response;
   try {
@@ -66,7 +63,7 @@ async function fetchIndex(url: string): Promise<Entry[]> {
     throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: ${fetchFailureReason(error)}`, { path: url });
   }
   if (!response.ok) throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: HTTP ${response.status}`, { path: url });
-  return fromIndex((await readBodyCapped(response, INDEX_LIMIT_BYTES, `the artifact index from ${url}`, 'E-IO-003')).toString('utf8'), url);
+  return fromIndex((await readBodyCapped(response, INDEX_CEILING_BYTES, `the artifact index from ${url}`, 'E-IO-003')).toString('utf8'), url);
 }
 
 async function entriesFrom(registry: string | undefined): Promise<Entry[]> {

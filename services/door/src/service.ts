@@ -38,7 +38,7 @@ import {
 } from '@murmur/shared';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { networkInterfaces } from 'node:os';
-import type { Bus } from '@murmur/shared/bus';
+import { type Bus, PayloadTooLarge } from '@murmur/shared/bus';
 import { type Context, Hono } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import type * as z from 'zod';
@@ -350,13 +350,11 @@ export function startDoorService(options: DoorOptions): DoorService {
         );
       // A request the bus cannot carry to its session is the request's size, not the door's failure.
       // (Only the request's own size: a reply the session could not fit is the door's side, -32603.)
-      const oversize =
-        error instanceof MurmurError && error.code === 'E-BUS-001' ? /payload is \d+ bytes, over the bus's (\d+)-byte limit/.exec(error.message) : null;
-      if (oversize)
+      if (error instanceof PayloadTooLarge)
         return context.json(
           rpcError(call.id, {
             code: RPC_ERRORS.invalidParams,
-            message: `Invalid params: the request is larger than one message to a session may be (${oversize[1]} bytes); send less at once`,
+            message: `Invalid params: the request is larger than one message to a session may be (${error.limit} bytes); send less at once`,
           }),
         );
       log.error({ err: error, session_id: link.sessionId, method: call.method }, 'door request failed');
@@ -645,7 +643,7 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (next === 'timeout') continue;
           if (next === 'closed') return;
           if (next === 'door-stopping' || next === 'fell-behind') {
-            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, next === 'door-stopping' ? DOOR_STOPPING : FELL_BEHIND)) });
+            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, STREAM_CUT[next])) });
             return;
           }
           if (next === 'ended') {
@@ -691,7 +689,7 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (next === 'timeout') continue;
           if (next === 'closed') return;
           if (next === 'door-stopping' || next === 'fell-behind') {
-            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, next === 'door-stopping' ? DOOR_STOPPING : FELL_BEHIND)) });
+            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) });
             return;
           }
           if (next === 'ended') {
@@ -824,15 +822,16 @@ function sendCall(
   };
 }
 
-/** What an open stream is told when its door stops: the task is not affected, only this connection. */
-const DOOR_STOPPING: RpcError = {
-  code: RPC_ERRORS.internal,
-  message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door',
-};
-
-const FELL_BEHIND: RpcError = {
-  code: RPC_ERRORS.internal,
-  message: `Internal error: this stream's reader fell ${WATCH_QUEUE_LIMIT} events behind, more than the door holds for one reader; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) with Last-Event-ID to continue where it stopped`,
+/** Why a stream ends while its task goes on, in the error event it ends with: either way, resubscribe. */
+const STREAM_CUT: Readonly<Record<'door-stopping' | 'fell-behind', RpcError>> = {
+  'door-stopping': {
+    code: RPC_ERRORS.internal,
+    message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door',
+  },
+  'fell-behind': {
+    code: RPC_ERRORS.internal,
+    message: `Internal error: this stream's reader fell ${WATCH_QUEUE_LIMIT} events behind, more than the door holds for one reader; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) with Last-Event-ID to continue where it stopped`,
+  },
 };
 
 /** The status a stream ends with when the session ended before its task did. */

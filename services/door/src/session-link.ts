@@ -99,10 +99,6 @@ export class FeedHub {
 }
 
 /**
- * The session's events as they arrive, in id order, each at most once; and the session's end,
- * which closes every stream that was waiting on it.
- */
-/**
  * How many events a watch holds for a reader that has not taken them. A client that stops reading
  * its stream would otherwise have the door keep everything its session says; past this, the
  * reader is told it fell behind (its stream ends, and a resubscribe with `Last-Event-ID` replays
@@ -110,6 +106,10 @@ export class FeedHub {
  */
 export const WATCH_QUEUE_LIMIT = 1_024;
 
+/**
+ * The session's events as they arrive, in id order, each at most once; and the session's end,
+ * which closes every stream that was waiting on it.
+ */
 export class FeedWatch {
   /** In id order; `queued` holds the same ids, so a duplicate is found without a scan. */
   private readonly queue: SessionEvent[] = [];

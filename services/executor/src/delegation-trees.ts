@@ -4,9 +4,9 @@
  * without a count a delegation tree grows until the machine is full; and a tree lives on one
  * executor (a child runs on its parent's), so one executor's count is the tree's.
  *
- * A parent takes a place before it asks roost for an approval, and gives it back when it hears the
- * child has ended or when it ends itself: the check and the taking are one step, so two children
- * asked for at once cannot both take the last place.
+ * A parent takes a place before it asks roost for an approval, and gives it back when the child
+ * ends or when it ends itself: the check and the taking are one step, so two children asked for at
+ * once cannot both take the last place.
  */
 export class DelegationTrees {
   private readonly sizes = new Map<string, number>();
@@ -24,10 +24,5 @@ export class DelegationTrees {
       if (left > 0) this.sizes.set(root, left);
       else this.sizes.delete(root);
     };
-  }
-
-  /** How many places the tree rooted at `root` holds now. */
-  size(root: string): number {
-    return this.sizes.get(root) ?? 0;
   }
 }

@@ -1239,14 +1239,14 @@ export class Session {
       } else if (request.op === 'delegate') value = await this.delegate(request.request);
       else if (request.op === 'harness-session-get') value = (await this.harnessSessions?.get(this.contextKeyOf(request))) ?? null;
       else if (request.op === 'harness-session-put') {
-        this.claimContext(this.contextKeyOf(request));
-        await this.harnessSessions?.put(this.contextKeyOf(request), request.session_id);
+        const key = this.claimContext(request);
+        await this.harnessSessions?.put(key, request.session_id);
         value = null;
       } else if (request.op === 'harness-session-forget') value = (await this.harnessSessions?.forget(this.contextKeyOf(request))) ?? null;
       else if (request.op === 'conversation-load') value = (await this.conversations?.load(this.contextKeyOf(request))) ?? [];
       else if (request.op === 'conversation-save') {
-        this.claimContext(this.contextKeyOf(request));
-        await this.conversations?.save(this.contextKeyOf(request), request.messages);
+        const key = this.claimContext(request);
+        await this.conversations?.save(key, request.messages);
         value = null;
       } else
         value = this.environment.pull
@@ -1260,20 +1260,22 @@ export class Session {
   }
 
   /**
-   * A context the host writes a record for (its conversation, its harness session). What it writes
+   * The key of a context the host writes a record for (its conversation, its harness session). What it writes
    * lands in the executor's home, beyond the session, so a host may start as many contexts as it
    * was given tasks — one per client message, and the launch's own — and no more: a host that
    * broke out of its capsule could otherwise write 24 MiB records under as many made-up contexts as
    * it liked, until the disk every session shares is full.
    */
-  private claimContext(key: string): void {
-    if (key === '' || this.contextsWritten.has(key)) return;
+  private claimContext(request: { context_id: string; session_scoped?: true | undefined }): string {
+    const key = this.contextKeyOf(request);
+    if (key === '' || this.contextsWritten.has(key)) return key;
     const allowed = this.messagesRelayed + 1;
     if (this.contextsWritten.size >= allowed)
       throw new Error(
         `refused to keep a record of context '${key.slice(0, 80)}': this session has written records for ${this.contextsWritten.size} contexts and been sent ${this.messagesRelayed} messages; a session keeps records for at most one context per message it was sent, and its launch's`,
       );
     this.contextsWritten.add(key);
+    return key;
   }
 
   /** The name the host's context is kept under: apart, for this session alone, when its task came under the session's own token. */

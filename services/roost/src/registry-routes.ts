@@ -1,5 +1,5 @@
 import { httpStatusOf } from './http-status.js';
-import { type ArtifactMeta, type Log, MurmurError, type PackagingType, isReservedVersion, parsePlatform } from '@murmur/shared';
+import { type ArtifactMeta, type Log, MurmurError, type PackagingType, isReservedVersion, requirePlatform } from '@murmur/shared';
 import { type ArtifactStore, SHA256_HEADER, inspectArchive, maxEntryBytesFromEnv, sha256Hex } from '@murmur/shared/artifacts';
 import { bearerOf, tokenMatcher } from '@murmur/shared/node';
 import { Hono } from 'hono';
@@ -47,16 +47,6 @@ function nameAndVersion(rest: string): { name: string; version: string } | undef
   const version = segments.pop();
   if (!version || segments.length === 0) return undefined;
   return { name: segments.join('/'), version };
-}
-
-/** A `platform` query parameter, refused when it is not `os-arch`: it becomes part of a file name. */
-function platformPair(value: string): [string, string] {
-  const pair = parsePlatform(value);
-  if (pair) return pair;
-  throw new MurmurError('E-REG-006', `'${value.slice(0, 60)}' is not a platform: expected os-arch, e.g. linux-x86_64`, {
-    path: 'platform',
-    hint: 'an operating system and an architecture of lowercase letters, digits and _, joined by one hyphen',
-  });
 }
 
 export function registryRoutes(options: RegistryRoutesOptions): Hono {
@@ -117,7 +107,7 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       const meta: ArtifactMeta = {
         ...inspected.meta,
         ...(runtime === 'wasm' || runtime === 'native' || runtime === 'static' ? { runtime } : {}),
-        platforms: platforms.length > 0 ? platforms.map(platformPair) : inspected.meta.platforms,
+        platforms: platforms.length > 0 ? platforms.map((value) => requirePlatform(value, 'platform')) : inspected.meta.platforms,
         artifact_runtime: context.req.query('artifact_runtime')?.trim() || inspected.meta.artifact_runtime,
       };
       const published = await options.store.publish(bytes, meta);

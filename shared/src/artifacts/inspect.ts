@@ -1,4 +1,4 @@
-import { type ArtifactMeta, currentPlatform, parsePlatform } from '../artifact-meta.js';
+import { type ArtifactMeta, currentPlatform, parsePlatform, requirePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
 import { type PackagedManifest, artifactNameProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
 import { MurZip } from './mur-zip.js';
@@ -47,14 +47,8 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
     if (runtime === 'wasm') zip.rootWasmName();
     let platforms: Array<[string, string]> = [];
     if (options.platform !== undefined) {
-      const pair = parsePlatform(options.platform);
-      if (!pair)
-        throw new MurmurError('E-REG-006', `invalid platform '${options.platform.slice(0, 60)}' (expected os-arch, e.g. linux-x86_64)`, {
-          path: '--platform',
-          hint: 'name an operating system and an architecture (lowercase letters, digits and _) joined by one hyphen: linux-x86_64, linux-aarch64, darwin-aarch64',
-        });
       runtime = 'native';
-      platforms = [pair];
+      platforms = [requirePlatform(options.platform, '--platform')];
     } else if (runtime === 'native') {
       const pair = parsePlatform(currentPlatform());
       if (!pair)

@@ -163,21 +163,22 @@ export class MurZip {
       if (total > 2 * maxEntryBytes)
         refuse('E-ART-002', `the archive's entries hold more than ${2 * maxEntryBytes} bytes in all (twice the per-entry ceiling)`);
       if (entries.has(name)) refuse('E-ART-001', `zip entry '${name}' appears more than once; an archive with two readings of one path is refused`);
-      const earlier = folded.get(foldedEntryName(name));
+      const foldedName = foldedEntryName(name);
+      const earlier = folded.get(foldedName);
       if (earlier !== undefined)
         refuse('E-ART-001', `zip entries '${earlier}' and '${name}' differ only in case or Unicode form; an archive with two readings of one path is refused`);
-      folded.set(foldedEntryName(name), name);
+      folded.set(foldedName, name);
       entries.set(name, { name, directory, executable: (mode & 0o111) !== 0, declaredSize: entry.uncompressedSize, raw: entry });
       order.push(name);
     }
     // `a` as a file and `a/b` beside it cannot both be written.
     const directories = new Set<string>();
-    for (const entry of entries.values()) {
-      const parts = foldedEntryName(entry.name).split('/');
+    for (const foldedName of folded.keys()) {
+      const parts = foldedName.split('/');
       for (let depth = 1; depth < parts.length; depth += 1) directories.add(parts.slice(0, depth).join('/'));
     }
-    const both = [...entries.values()].find((entry) => !entry.directory && directories.has(foldedEntryName(entry.name)));
-    if (both) refuse('E-ART-001', `zip entry '${both.name}' is both a file and a directory`);
+    const both = [...folded].find(([foldedName, name]) => !entries.get(name)?.directory && directories.has(foldedName));
+    if (both) refuse('E-ART-001', `zip entry '${both[1]}' is both a file and a directory`);
     return new MurZip(zip, entries, order, options.label, maxEntryBytes);
   }
 

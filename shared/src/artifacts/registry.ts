@@ -1,7 +1,7 @@
 import { type ArtifactMeta, RegistryIndexSchema, currentPlatform, fallbackMeta } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
 import { fetchFailureReason } from '../fetch-failure.js';
-import { readBodyCapped, readBodyPrefix } from '../response-body.js';
+import { INDEX_CEILING_BYTES, readBodyCapped, readBodyPrefix } from '../response-body.js';
 import { maxEntryBytesFromEnv } from './mur-zip.js';
 import type { ArtifactStore } from './store.js';
 
@@ -48,8 +48,7 @@ export function storeSource(store: ArtifactStore): ArtifactSource {
 
 export const SHA256_HEADER = 'x-murmur-sha256';
 const REQUEST_TIMEOUT_MS = 30_000;
-/** The most of roost's index read, and of an error's body: answers of a server, read with a ceiling. */
-const INDEX_LIMIT_BYTES = 16 * 1024 * 1024;
+/** The most of an error's body read: an answer of a server, shown as far as this. */
 const ERROR_BODY_LIMIT = 64 * 1024;
 
 interface ErrorBody {
@@ -159,7 +158,7 @@ export class RoostRegistryClient implements ArtifactSource {
   async list(): Promise<ArtifactMeta[]> {
     const response = await this.request('GET', '/v1/artifacts');
     if (!response.ok) throw await this.failure(response, 'the index');
-    const text = (await readBodyCapped(response, INDEX_LIMIT_BYTES, `the index of roost at ${this.location}`, 'E-ROOST-001')).toString('utf8');
+    const text = (await readBodyCapped(response, INDEX_CEILING_BYTES, `the index of roost at ${this.location}`, 'E-ROOST-001')).toString('utf8');
     let value: unknown;
     try {
       value = JSON.parse(text);

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta, parsePlatform } from '../artifact-meta.js';
+import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta, requirePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
 import { LONGEST_ARTIFACT_VERSION, artifactVersionProblem } from '../manifest/artifact-name.js';
 import { isReservedVersion } from '../manifest/artifact.js';
@@ -109,12 +109,8 @@ export class ArtifactStore {
 
   variantFiles(name: string, version: string, platform?: string): VariantFiles {
     const dir = this.versionDir(name, version);
-    if (platform !== undefined && !parsePlatform(platform)) {
-      throw new MurmurError('E-REG-006', `'${platform.slice(0, 60)}' cannot name a platform in a store: expected os-arch, e.g. linux-x86_64`, {
-        path: platform,
-        hint: 'an operating system and an architecture of lowercase letters, digits and _, joined by one hyphen',
-      });
-    }
+    // It becomes part of a file name: nothing but `os-arch`.
+    if (platform !== undefined) requirePlatform(platform, 'platform');
     const stem = platform ? `${this.stem(name, version)}-${platform}` : this.stem(name, version);
     return { zip: path.join(dir, `${stem}.mur.zip`), sha: path.join(dir, `${stem}.sha256`) };
   }

@@ -120,6 +120,21 @@ function toErrorJson(error: unknown): MurmurErrorJson {
   return { code: 'E-BUS-006', message: `the service failed while handling the request: ${message}` };
 }
 
+/**
+ * A message the bus refused to send for its size: over what the transport carries. Its own class,
+ * so a sender can tell its caller the request was too large (the caller's to mend) rather than
+ * read it out of a message's words.
+ */
+export class PayloadTooLarge extends MurmurError {
+  constructor(
+    subject: string,
+    readonly bytes: number,
+    readonly limit: number,
+  ) {
+    super('E-BUS-001', `refused to send on '${subject}': payload is ${bytes} bytes, over the bus's ${limit}-byte limit`, { path: subject });
+  }
+}
+
 export function createBus(transport: Transport, log: Log): Bus {
   function refuseOnSend(subject: string, reason: string): never {
     log.warn({ subject, reason }, 'refused to send an invalid bus payload');
@@ -155,8 +170,11 @@ export function createBus(transport: Transport, log: Log): Bus {
   /** Encodes for the wire, refusing what the transport could not carry. */
   function encodeFor(subject: string, value: unknown): Uint8Array {
     const bytes = encode(value);
-    if (bytes.byteLength > transport.maxPayload)
-      refuseOnSend(subject, `payload is ${bytes.byteLength} bytes, over the bus's ${transport.maxPayload}-byte limit`);
+    if (bytes.byteLength > transport.maxPayload) {
+      const refusal = new PayloadTooLarge(subject, bytes.byteLength, transport.maxPayload);
+      log.warn({ subject, reason: refusal.message }, 'refused to send an invalid bus payload');
+      throw refusal;
+    }
     return bytes;
   }
 

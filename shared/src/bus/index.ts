@@ -6,6 +6,7 @@ export {
   type SubscribeOptions,
   type Subscription,
   DEFAULT_REQUEST_TIMEOUT_MS,
+  PayloadTooLarge,
   createBus,
 } from './bus.js';
 export { InProcessTransport } from './in-process.js';

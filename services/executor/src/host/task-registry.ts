@@ -468,8 +468,8 @@ export class TaskRegistry {
     const candidates = start < 0 ? [] : matching.slice(start, start + query.page_size);
     // A page is cut short, and continues on the next, where its tasks would outgrow what one
     // reply may carry over the bus: two tasks of 600 KB made every listing of the session fail.
-    const page: Task[] = [];
     const views: TaskView[] = [];
+    let last: Task | undefined;
     let bytes = 0;
     for (const task of candidates) {
       let view = this.view(task, query.history_length);
@@ -483,11 +483,10 @@ export class TaskRegistry {
         size = Buffer.byteLength(JSON.stringify(view));
       }
       bytes += size;
-      page.push(task);
+      last = task;
       views.push(view);
     }
-    const last = page.at(-1);
-    const more = start >= 0 && start + page.length < matching.length;
+    const more = start >= 0 && start + views.length < matching.length;
     return {
       tasks: views,
       total_size: matching.length,
