@@ -101,6 +101,27 @@ describe('the @a2a-js/sdk client', () => {
     expect(listed.tasks.every((task) => task.status?.state === TaskState.TASK_STATE_COMPLETED)).toBe(true);
   });
 
+  it('1.x: a task whose words outgrow one bus message is still answered and read: its history gives way first, then the answer is cut, saying so', async () => {
+    const client = await new ClientFactory().createFromUrl(agent.url);
+    // 400 KB each way: the task's answer, its history (the message and the answer) held whole were 1.2 MB.
+    const large = 'l'.repeat(400_000);
+    const sent = (await client.sendMessage(message(large))) as { id: string; status?: { state: number }; history?: unknown[] } & Parameters<typeof textOf>[0];
+    expect(sent.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    expect(textOf(sent)).toBe(`echo: ${large}`);
+    expect(sent.history ?? []).toHaveLength(0);
+    const got = (await client.getTask({ id: sent.id, historyLength: 10 } as never)) as Parameters<typeof textOf>[0];
+    expect(textOf(got)).toBe(`echo: ${large}`);
+    // An answer larger than a reply may carry is cut, and the cut says so, rather than the task failing to be read.
+    const huge = 'h'.repeat(900_000);
+    const cut = (await client.sendMessage(message(huge))) as { id: string; status?: { state: number } } & Parameters<typeof textOf>[0];
+    expect(cut.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    const answer = textOf(cut) ?? '';
+    expect(answer.startsWith('echo: hhhh')).toBe(true);
+    expect(answer.length).toBeLessThan(900_000);
+    expect(answer).toMatch(/more characters cut: too long for one reply; the session’s own records hold the task whole\]$/);
+    expect(textOf((await client.getTask({ id: cut.id } as never)) as Parameters<typeof textOf>[0])).toBe(answer);
+  });
+
   it('compat/v0_3: the legacy JSON-RPC transport speaks 0.3 to the same door', async () => {
     const factory = new ClientFactory(
       ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {

@@ -1,7 +1,7 @@
 import { RPC_ERRORS, type RpcError, type SessionCall, type SessionEvent, type TaskView, completionMessageText } from '@murmur/shared';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { EventFeed } from '../src/host/event-feed.js';
-import { type Task, TaskRegistry, localContextKey } from '../src/host/task-registry.js';
+import { type Task, TaskRegistry, fitTaskView, localContextKey } from '../src/host/task-registry.js';
 
 type SendCall = Extract<SessionCall, { method: 'send' }>;
 type Answer = { task: TaskView } | { error: RpcError };
@@ -823,5 +823,47 @@ describe('a delegated child’s completion', () => {
     }
     expect(held).toBe(16);
     answered();
+  });
+});
+
+describe('a task as one reply carries it', () => {
+  const view = (history: number, response: string, artifacts: string[] = []): TaskView => ({
+    id: 'tsk_1',
+    context_id: 'ctx_1',
+    state: 'completed',
+    response,
+    artifacts: artifacts.map((text, seq) => ({ name: 'tool', text, seq })),
+    history: Array.from({ length: history }, (_, index) => ({ role: 'user' as const, message_id: `m${index}`, text: 'h'.repeat(200_000) })),
+    updated_at: '2026-12-04T00:00:00.000Z',
+  });
+  const size = (task: TaskView): number => Buffer.byteLength(JSON.stringify(task));
+
+  it('is the task itself when it fits', () => {
+    const small = view(2, 'the answer');
+    expect(fitTaskView(small)).toBe(small);
+  });
+
+  it('gives up its oldest history first, keeping the newest and the whole answer', () => {
+    const fitted = fitTaskView(view(6, 'a'.repeat(300_000)));
+    expect(size(fitted)).toBeLessThanOrEqual(640 * 1024);
+    expect(fitted.response).toBe('a'.repeat(300_000));
+    expect(fitted.history.map((entry) => entry.message_id)).toEqual(['m5']);
+  });
+
+  it('cuts an answer no reply can carry, saying so, and drops the oldest artifacts last of all', () => {
+    const fitted = fitTaskView(
+      view(
+        3,
+        'a'.repeat(2_000_000),
+        Array.from({ length: 900 }, () => 't'.repeat(5_000)),
+      ),
+    );
+    expect(size(fitted)).toBeLessThanOrEqual(640 * 1024);
+    expect(fitted.history).toEqual([]);
+    expect(fitted.response?.startsWith('aaaa')).toBe(true);
+    expect(fitted.response).toMatch(/more characters cut: too long for one reply; the session’s own records hold the task whole\]$/);
+    // The newest artifacts are the ones kept.
+    expect(fitted.artifacts.at(-1)?.seq).toBe(899);
+    expect(fitted.artifacts.length).toBeLessThan(900);
   });
 });

@@ -15,6 +15,7 @@ import {
   newMessageId,
   newTaskId,
 } from '@murmur/shared';
+import { cutLongStrings } from '../event-fit.js';
 import type { EventFeed } from './event-feed.js';
 
 /**
@@ -75,10 +76,12 @@ const REMEMBERED_TASKS = 1000;
 /** The most of a task's history `tasks/get` returns unless asked for less. */
 const HISTORY_LIMIT = 100;
 /**
- * The most a page of `tasks/list` carries: under the bus's 1 MiB per message, with room for the
- * reply's envelope and for the escaping JSON adds on its way.
+ * The most one reply about tasks carries (a task, or a page of `tasks/list`): under the bus's
+ * 1 MiB per message, with room for the reply's envelope and for the escaping JSON adds on its way.
  */
-const LIST_REPLY_BUDGET_BYTES = 640 * 1024;
+const REPLY_BUDGET_BYTES = 640 * 1024;
+/** What a cut string says of itself: the task's words are whole where the session keeps them. */
+const CUT_FOR_REPLY = 'too long for one reply; the session’s own records hold the task whole';
 /** Completions held while a delegation's launch is answered (`holdsEarly`). */
 const EARLY_COMPLETIONS_HELD = 16;
 
@@ -472,16 +475,11 @@ export class TaskRegistry {
     let last: Task | undefined;
     let bytes = 0;
     for (const task of candidates) {
-      let view = this.view(task, query.history_length);
+      // Each view fits a reply alone (`view`), so a page always holds at least its first task.
+      const view = this.view(task, query.history_length);
       if (query.include_artifacts !== true) view.artifacts = [];
-      let size = Buffer.byteLength(JSON.stringify(view));
-      if (views.length > 0 && bytes + size > LIST_REPLY_BUDGET_BYTES) break;
-      if (size > LIST_REPLY_BUDGET_BYTES) {
-        // A task too large for a page even alone is listed without its history and artifacts
-        // (GetTask reads them): else no page that holds it could ever be sent, nor any after it.
-        view = { ...view, history: [], artifacts: [] };
-        size = Buffer.byteLength(JSON.stringify(view));
-      }
+      const size = Buffer.byteLength(JSON.stringify(view));
+      if (views.length > 0 && bytes + size > REPLY_BUDGET_BYTES) break;
       bytes += size;
       last = task;
       views.push(view);
@@ -523,8 +521,9 @@ export class TaskRegistry {
     waiter?.(undefined);
   }
 
+  /** `task` as a reply carries it, fitted to one reply (`fitTaskView`). */
   view(task: Task, historyLength = HISTORY_LIMIT): TaskView {
-    return {
+    return fitTaskView({
       id: task.id,
       context_id: task.contextId,
       state: task.state,
@@ -534,7 +533,7 @@ export class TaskRegistry {
       artifacts: [...task.artifacts],
       history: historyLength === 0 ? [] : task.history.slice(-historyLength),
       updated_at: new Date(task.updatedAt).toISOString(),
-    };
+    });
   }
 
   private remember(task: Task): void {
@@ -561,4 +560,30 @@ export class TaskRegistry {
       data: { id: task.id, context_id: task.contextId, status: { state, message, ...extra }, final },
     });
   }
+}
+
+/**
+ * `view` as one reply can carry it: whole when it fits `budget`; else without as many of its
+ * oldest history entries as must go; else with its long strings cut, each saying so, shorter each
+ * round; else without its oldest artifacts. A task's words are the guest's and its client's to
+ * size: a 400 KB message to an agent that answered at length made its task unreadable — the
+ * blocking `SendMessage`'s reply and every `GetTask` failed over the bus's limit, though the task
+ * had run. The session's own records (its result, its trace, its conversation) keep what a reply
+ * leaves out.
+ */
+export function fitTaskView(view: TaskView, budget = REPLY_BUDGET_BYTES): TaskView {
+  const bytes = (value: unknown): number => Buffer.byteLength(JSON.stringify(value));
+  let size = bytes(view);
+  if (size <= budget) return view;
+  const history = [...view.history];
+  while (history.length > 0 && size > budget) size -= bytes(history.shift()) + 1;
+  let fitted: TaskView = { ...view, history };
+  // Each round keeps half as much of every long string (never under 1 024 characters of one).
+  for (let share = budget; size > budget && share >= 8 * 1024; share /= 2) {
+    fitted = cutLongStrings({ ...view, history }, share, CUT_FOR_REPLY) as TaskView;
+    size = bytes(fitted);
+  }
+  const artifacts = [...fitted.artifacts];
+  while (artifacts.length > 0 && size > budget) size -= bytes(artifacts.shift()) + 1;
+  return { ...fitted, artifacts };
 }
