@@ -2,6 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionEnded } from '@murmur/shared';
+import { agentManifest, agentProject } from './support/agents.js';
 import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type InProcessStack, launchToEnd, startInProcessStack } from './support/in-process-stack.js';
@@ -80,6 +81,38 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(said?.[3]).toContain(
       "refused this pull: the executor is already working on 16 of this session's requests to send, delegate or pull, the most it takes at once",
     );
+  });
+
+  it('keeps no message nested past what a model writes, and answers a flood of record requests one at a time, refusing past the bound', async () => {
+    // An agent with a threaded conversation, whose records the host may read and write; its model is never called.
+    const dir = await agentProject(
+      path.join(scratch.dir, 'deep-conversation'),
+      agentManifest({ endpoint: 'http://127.0.0.1:9/v1', authority: '127.0.0.1:9' }, { name: 'deep-conversation', lifecycle: '  conversation: threaded' }),
+    );
+    const { ended, sessionDir } = await launchToEnd(stack.bus, dir, 'hello');
+    expect(ended.exit_status).toBe('ok');
+    const log = await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8');
+    expect(log).toContain('hostile host: 100 deep loaded ok=true messages=0');
+    expect(log).toContain('hostile host: 10 deep loaded ok=true messages=1');
+    const flood = /hostile host: 100 loads answered, (\d+) refused: (.*)/.exec(log);
+    // Sent together, answered one at a time: 64 wait their turn at most, the rest are refused at once.
+    expect(Number(flood?.[1])).toBeGreaterThanOrEqual(100 - 64 - 1);
+    expect(flood?.[2]).toContain("refused this conversation-load: 64 of this session's requests of its records are waiting already");
+  });
+
+  it('records at most a thousand of a host’s egress decisions, then one line saying later ones are not', async () => {
+    const { ended, sessionDir } = await runToEnd('floods-egress');
+    expect(ended.exit_status).toBe('ok');
+    const egress = (await fs.readFile(path.join(sessionDir, 'trace.jsonl'), 'utf8'))
+      .split('\n')
+      .filter((line) => line.includes('"event_type":"egress"'))
+      .map((line) => JSON.parse(line) as { decision: string; target?: string; reason?: string });
+    expect(egress).toHaveLength(1_001);
+    expect(egress.slice(0, 1_000).every((record) => record.decision === 'denied' && record.target === 'http://denied.example')).toBe(true);
+    expect(egress[1_000]).toMatchObject({
+      decision: 'suppressed',
+      reason: 'more than 1000 egress decisions of the capsule host in this session; later ones are not recorded',
+    });
   });
 
   it('keeps records for no more contexts than it was sent messages, and the launch’s own: made-up ones are refused', async () => {

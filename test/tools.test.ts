@@ -170,9 +170,12 @@ describe('tools and the artifact manager', () => {
       const { results, workdir, project } = await run('pull', '', [
         { op: 'pull', name: 'probe-tool', version: '2.0.0' },
         { op: 'invoke', name: 'probe-tool', data: JSON.stringify({ actions: [{ op: 'print', text: 'pulled and run' }] }) },
+        // Pulled again: the session holds its pin already, and the pull is as good as the first.
+        { op: 'pull', name: 'probe-tool', version: '2.0.0' },
       ]);
       expect(results[0]).toEqual({ op: 'pull', ok: true, value: { name: 'probe-tool', version: '2.0.0', runtime: 'wasm' } });
       expect(results[1]).toMatchObject({ ok: true, value: { status: 'passed' } });
+      expect(results[2]).toEqual(results[0]);
       expect(await listTree(path.join(workdir, 'tools'))).toContain('probe-tool/murmur.yaml');
       const zip = await fs.readFile(path.join(store, 'probe-tool', '2.0.0', 'probe-tool-2.0.0.mur.zip'));
       expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts).toEqual([

@@ -17,6 +17,10 @@
 //   on stderr how many were refused for being too many at once, then sends an honest result;
 // - `floods-contexts`: conversation records for 5 contexts no client named, one after another; it
 //   says on stderr how each was answered, then sends an honest result;
+// - `deep-conversation` (an agent capsule with a threaded conversation): saves a message nested
+//   100 deep and loads it back, saves one nested 10 deep and loads it back, then asks for 100
+//   loads at once; it says on stderr how each was answered, then sends an honest result;
+// - `floods-egress`: 1 100 checks of a URL the policy denies, then an honest result once all are answered;
 // - `waits-for-end` (not hostile): a result, then an exit only once the executor ends the channel,
 //   as the runtime's host does, saying on stderr that it was ended (status 0), or not (status 3);
 // - `malformed-result`: the same, with a result whose status is no status.
@@ -33,6 +37,22 @@ function frame(message) {
   header.writeUInt32BE(body.length);
   return Buffer.concat([header, body]);
 }
+
+/** A request frame whose `messages` hold one message nested `depth` arrays deep, written as text: nothing here walks it. */
+function deepSave(id, depth) {
+  const body = Buffer.from(
+    `{"type":"request","id":${id},"request":{"op":"conversation-save","context_id":"ctx_deep","messages":[${'['.repeat(depth)}${']'.repeat(depth)}]}}`,
+  );
+  const header = Buffer.alloc(4);
+  header.writeUInt32BE(body.length);
+  return Buffer.concat([header, body]);
+}
+const load = (id) => frame({ type: 'request', id, request: { op: 'conversation-load', context_id: 'ctx_deep' } });
+const LOADS = 100;
+let deep;
+
+const CHECKS = 1_100;
+let checks;
 
 const FLOOD = 40;
 let flooding;
@@ -56,7 +76,29 @@ channel.on('data', (chunk) => {
       process.stderr.write(`hostile host: subprocess_env ${JSON.stringify(message.subprocess_env)}\n`);
       channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
     } else if (message.type === 'start') breakChannels(message.capsule_name);
-    if (message.type === 'reply' && contexts) {
+    if (message.type === 'reply' && checks) {
+      checks.answered += 1;
+      if (checks.answered === CHECKS) channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+    } else if (message.type === 'reply' && deep) {
+      const said = `ok=${message.ok} ${message.ok ? `messages=${message.value?.length ?? 'none'}` : message.error}`;
+      if (message.id === 301) process.stderr.write(`hostile host: 100 deep loaded ${said}\n`);
+      if (message.id === 303) process.stderr.write(`hostile host: 10 deep loaded ${said}\n`);
+      if (message.id === 300) channel.write(load(301));
+      else if (message.id === 301) channel.write(deepSave(302, 10));
+      else if (message.id === 302) channel.write(load(303));
+      else if (message.id === 303) channel.write(Buffer.concat(Array.from({ length: LOADS }, (_, index) => load(400 + index))));
+      else if (message.id >= 400) {
+        deep.answered += 1;
+        if (!message.ok && /waiting already/.test(message.error)) {
+          deep.refused += 1;
+          deep.refusal = message.error;
+        }
+        if (deep.answered === LOADS) {
+          process.stderr.write(`hostile host: ${LOADS} loads answered, ${deep.refused} refused: ${deep.refusal ?? ''}\n`);
+          channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+        }
+      }
+    } else if (message.type === 'reply' && contexts) {
       process.stderr.write(`hostile host: context ${message.id} answered ok=${message.ok}: ${message.error ?? ''}\n`);
       contexts.left -= 1;
       if (contexts.left > 0) saveContext(CONTEXTS - contexts.left);
@@ -110,6 +152,19 @@ function breakChannels(how) {
   } else if (how === 'malformed-request') {
     const messages = Array.from({ length: 10_001 }, () => ({}));
     channel.write(frame({ type: 'request', id: 7, request: { op: 'conversation-save', context_id: 'ctx_1', messages } }));
+  } else if (how === 'floods-egress') {
+    checks = { answered: 0 };
+    const url = `http://denied.example/${'p'.repeat(2_000)}`;
+    channel.write(
+      Buffer.concat(
+        Array.from({ length: CHECKS }, (_, index) =>
+          frame({ type: 'request', id: 1_000 + index, request: { op: 'http-check', request: { url, grant: 'capsule' } } }),
+        ),
+      ),
+    );
+  } else if (how === 'deep-conversation') {
+    deep = { answered: 0, refused: 0, refusal: undefined };
+    channel.write(deepSave(300, 100));
   } else if (how === 'floods-contexts') {
     contexts = { left: CONTEXTS };
     saveContext(0);

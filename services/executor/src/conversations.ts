@@ -100,15 +100,16 @@ export class ConversationRecords {
     return file !== undefined && (await pathExists(file));
   }
 
-  /** The messages recorded for the context; nothing for an unknown, unreadable or damaged record. */
+  /** The messages recorded for the context; nothing for an unknown, unreadable or damaged record (one nested too deep among them). */
   async load(contextId: string): Promise<unknown[]> {
     const file = this.fileFor(contextId);
     if (!file) return [];
     try {
-      return (await fs.readFile(file, 'utf8'))
+      const messages = (await fs.readFile(file, 'utf8'))
         .split('\n')
         .filter((line) => line !== '')
         .map((line) => JSON.parse(line) as unknown);
+      return messages.some((message) => nestedDeeperThan(message, MESSAGE_DEPTH_LIMIT)) ? [] : messages;
     } catch {
       return [];
     }
@@ -117,6 +118,12 @@ export class ConversationRecords {
   async save(contextId: string, messages: readonly unknown[]): Promise<void> {
     const file = this.fileFor(contextId);
     if (!file || !this.store) return;
+    if (messages.some((message) => nestedDeeperThan(message, MESSAGE_DEPTH_LIMIT))) {
+      this.reportOnce(
+        `[conversation] the conversation for context '${contextId}' was not written: a message in it is nested more than ${MESSAGE_DEPTH_LIMIT} levels deep, which no model's message is`,
+      );
+      return;
+    }
     try {
       await this.ensureRecordDir(contextId);
       await writeFileAtomic(file, messages.map((message) => `${JSON.stringify(message)}\n`).join(''), { mode: FILE_MODE });
@@ -126,4 +133,23 @@ export class ConversationRecords {
       );
     }
   }
+}
+
+/**
+ * How deep a recorded message may nest. A model's message is a few levels (role, content, a tool
+ * call's input); one thousands deep parses, but is past what `JSON.stringify` can walk when it is
+ * answered back, and read back it would fail every later session of its context.
+ */
+const MESSAGE_DEPTH_LIMIT = 64;
+
+/** Whether `value` nests arrays and objects more than `limit` deep; walked without recursion, so any depth is measured. */
+export function nestedDeeperThan(value: unknown, limit: number): boolean {
+  const pending: Array<[unknown, number]> = [[value, 0]];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [item, depth] = next;
+    if (item === null || typeof item !== 'object') continue;
+    if (depth >= limit) return true;
+    for (const child of Array.isArray(item) ? item : Object.values(item)) pending.push([child, depth + 1]);
+  }
+  return false;
 }

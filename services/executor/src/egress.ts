@@ -193,31 +193,42 @@ export class EgressPolicy {
    */
   async http(request: HttpRequest, uploads: RequestUploads): Promise<EgressOpened> {
     const verdict = this.judgeHttp(request.url, request.grant);
-    // A body sent ahead is let go whatever happens next: it was for this request alone.
-    const uploaded = request.upload === undefined ? undefined : uploads.take(request.upload);
-    if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
-    if (request.oversized_bytes !== undefined)
-      return {
-        outcome: 'denied',
-        code: 'HTTP-request-body-size',
-        reason: `the request body is ${request.oversized_bytes} bytes, more than the ${REQUEST_BODY_LIMIT_BYTES} a request may carry`,
-      };
-    if (uploaded && 'refused' in uploaded) return { outcome: 'denied', code: 'internal-error', reason: uploaded.refused };
-    const headers = request.headers.filter(([name]) => !DROPPED_HEADERS.has(name.toLowerCase()));
-    const sent = uploaded?.body ?? (request.body_base64 === undefined ? undefined : Buffer.from(request.body_base64, 'base64'));
-    const body = sent !== undefined && request.method !== 'GET' && request.method !== 'HEAD' ? sent : undefined;
-    if (body) headers.push(['content-length', String(body.length)]);
+    // A body sent ahead is let go whatever happens next: it was for this request alone. It counts
+    // against the session's bytes until the request is answered (`RequestUploads.send`).
+    const uploaded = request.upload === undefined ? undefined : uploads.send(request.upload);
+    let release = uploaded && 'release' in uploaded ? uploaded.release : () => {};
     let response: Awaited<ReturnType<typeof egressRequest>>;
     try {
-      response = await egressRequest(request.url, {
-        method: request.method,
-        headers,
-        body,
-        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
-        connections: this.connections,
-      });
-    } catch (error) {
-      return { outcome: 'denied', ...transportError(error) };
+      if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
+      if (request.oversized_bytes !== undefined)
+        return {
+          outcome: 'denied',
+          code: 'HTTP-request-body-size',
+          reason: `the request body is ${request.oversized_bytes} bytes, more than the ${REQUEST_BODY_LIMIT_BYTES} a request may carry`,
+        };
+      if (uploaded && 'refused' in uploaded) return { outcome: 'denied', code: 'internal-error', reason: uploaded.refused };
+      const headers = request.headers.filter(([name]) => !DROPPED_HEADERS.has(name.toLowerCase()));
+      const sent = uploaded?.body ?? (request.body_base64 === undefined ? undefined : Buffer.from(request.body_base64, 'base64'));
+      const body = sent !== undefined && request.method !== 'GET' && request.method !== 'HEAD' ? sent : undefined;
+      if (body && !uploaded) {
+        const inline = uploads.sendInline(body.length);
+        if ('refused' in inline) return { outcome: 'denied', code: 'HTTP-request-body-size', reason: inline.refused };
+        release = inline.release;
+      }
+      if (body) headers.push(['content-length', String(body.length)]);
+      try {
+        response = await egressRequest(request.url, {
+          method: request.method,
+          headers,
+          body,
+          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+          connections: this.connections,
+        });
+      } catch (error) {
+        return { outcome: 'denied', ...transportError(error) };
+      }
+    } finally {
+      release();
     }
     const declared = Number(response.headers.find(([name]) => name === 'content-length')?.[1] ?? Number.NaN);
     if (declared > RESPONSE_LIMIT_BYTES) {

@@ -40,7 +40,9 @@ export async function pullForSession(
     return { ok: false, error: `failed to install ${name}@${version}: ${error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error)}` };
   }
   if (!tool) return { ok: false, error: `${name}@${version} is a ${staged.role}, not a tool or skill a capsule can call` };
-  if (staged.sha256) {
+  // A pin this session already holds (the same pull again) is neither kept nor announced twice: a
+  // host that pulled one tool in a loop grew the list, and had murmur.lock rewritten each time.
+  if (staged.sha256 && !pin) {
     const artifact: LockedArtifact = { name, resolved_version: version, sha256: { wasm: staged.sha256 } };
     session.pulledPins.push(artifact);
     bus.publish(topics.sessionPinned.at(session.id), { session_id: session.id, artifact });

@@ -53,7 +53,7 @@ export class RequestUploads {
       return `this session already has ${OPEN_UPLOADS} request bodies waiting for their requests: make one request before uploading another`;
     if (entry.size + bytes > this.limitBytes) return `the request body is larger than ${this.limitBytes} bytes`;
     if (this.total + bytes > this.sessionLimitBytes)
-      return `this session's request bodies waiting for their requests would hold more than ${this.sessionLimitBytes} bytes: make one request before uploading another`;
+      return `this session's request bodies waiting or being sent would hold more than ${this.sessionLimitBytes} bytes: make one request (or wait for one to be answered) before uploading another`;
     return undefined;
   }
 
@@ -67,7 +67,38 @@ export class RequestUploads {
     return { refused: refused ?? `no request body was uploaded as ${upload}` };
   }
 
-  /** The bytes held across all uploads (what the session's limit is checked against). */
+  /**
+   * Upload `upload`'s whole body for its request, still counted against the session's bytes until
+   * `release` (the request answered, or refused): taken bodies sit in a socket's buffer while a
+   * slow server reads them, and uncounted, 64 requests of 64 MiB each held 4 GiB of one session.
+   */
+  send(upload: number): { body: Buffer; release: () => void } | { refused: string } {
+    const taken = this.take(upload);
+    if ('refused' in taken) return taken;
+    this.total += taken.body.length;
+    return { body: taken.body, release: this.releaser(taken.body.length) };
+  }
+
+  /** Counts a body sent inline with its request (not uploaded) the same way; why not, past the session's limit. */
+  sendInline(bytes: number): { release: () => void } | { refused: string } {
+    if (this.total + bytes > this.sessionLimitBytes)
+      return {
+        refused: `this session's request bodies waiting or being sent would hold more than ${this.sessionLimitBytes} bytes: wait for a request to be answered`,
+      };
+    this.total += bytes;
+    return { release: this.releaser(bytes) };
+  }
+
+  private releaser(bytes: number): () => void {
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.total -= bytes;
+    };
+  }
+
+  /** The bytes held across all uploads and bodies being sent (what the session's limit is checked against). */
   get heldBytes(): number {
     return this.total;
   }

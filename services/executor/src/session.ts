@@ -166,8 +166,13 @@ const LAST_FRAMES_WAIT_MS = 2_000;
 const HOST_MEMORY_BUDGET_BYTES = 1024 * 1024 * 1024;
 /** …and the host's own threads and workers beyond the tools' tasks. */
 const HOST_TASKS_BUDGET = 256;
-/** Network decisions of a sealed sandbox recorded in the trace; past this, one line says more were not. */
+/**
+ * Network decisions recorded in the trace, of a sealed sandbox and of the host's requests each;
+ * past this, one line says more were not.
+ */
 const NETWORK_RECORDS_KEPT = 1_000;
+/** How much of an egress target that is not a URL is recorded. */
+const EGRESS_TARGET_KEPT = 512;
 /**
  * The host's requests that may wait long on something outside the session — an A2A peer, roost
  * and a child's launch, a stager's download — and how many of one session's the executor works on
@@ -177,6 +182,20 @@ const NETWORK_RECORDS_KEPT = 1_000;
  */
 const SLOW_HOST_OPS: ReadonlySet<string> = new Set(['send', 'delegate', 'pull']);
 const SLOW_HOST_REQUESTS_IN_FLIGHT = 16;
+/**
+ * The host's requests of its records in the executor's home (its conversations, its harness
+ * sessions): answered one at a time per session, and at most `RECORD_REQUESTS_WAITING` wait their
+ * turn. Each reads or writes a whole record — a conversation load of a 20 MB record holds ~60 MB
+ * while it is answered — so forty sent at once took the executor to 2.5 GB.
+ */
+const RECORD_OPS: ReadonlySet<string> = new Set([
+  'conversation-load',
+  'conversation-save',
+  'harness-session-get',
+  'harness-session-put',
+  'harness-session-forget',
+]);
+const RECORD_REQUESTS_WAITING = 64;
 
 function findCodeRoot(from: string): string {
   let dir = from;
@@ -672,14 +691,19 @@ export class Session {
     await bus.flush();
   }
 
-  /** A task's first event starts its clock; its final one counts it, by state, with its latency. */
+  /**
+   * A task's first event starts its clock; its final one counts it, by state, with its latency —
+   * on the executor's clock, as the events arrive: an event's `time` is the host's to write, and a
+   * time that does not parse (NaN) or one a century off would land in a metric every session shares.
+   */
   private countTask(event: SessionEvent): void {
     if (event.type !== 'status' || event.task_id === null) return;
+    const now = Date.now();
     const first = this.taskSeen.get(event.task_id);
-    if (first === undefined) rememberBounded(this.taskSeen, event.task_id, Date.parse(event.time));
+    if (first === undefined) rememberBounded(this.taskSeen, event.task_id, now);
     if (!event.final) return;
     this.taskSeen.delete(event.task_id);
-    runtimeMetrics().taskEnded(event.state ?? 'unknown', Math.max(0, Date.parse(event.time) - (first ?? Date.parse(event.time))) / 1000);
+    runtimeMetrics().taskEnded(event.state ?? 'unknown', (now - (first ?? now)) / 1000);
   }
 
   /**
@@ -1115,7 +1139,21 @@ export class Session {
         }
         return;
       case 'request':
-        void this.answer(message.id, message.request);
+        // Nothing of a request may end the executor, which every session shares: what escapes its
+        // answer (it should be nothing) ends this session instead.
+        this.answer(message.id, message.request).catch((error: unknown) => {
+          this.environment.log.error(
+            { session_id: this.id, op: message.request.op, err: error },
+            'answering a capsule host request failed; ending the session',
+          );
+          this.kill(
+            {
+              code: 'E-RUN-001',
+              message: `the executor failed to answer the capsule host's ${message.request.op} request, so the session was ended: ${String(error).slice(0, 200)}`,
+            },
+            { overrule: true },
+          );
+        });
         return;
       case 'result':
         this.result = message.error ? { ...message, error: boundedHostError(message.error) } : message;
@@ -1138,13 +1176,20 @@ export class Session {
     }
   }
 
+  /** The host's egress decisions recorded so far (`recordEgress`). */
+  private egressRecords = 0;
   /** The host's requests of `SLOW_HOST_OPS` being answered now. */
   private slowRequests = 0;
   /** The contexts the host has written records for (`claimContext`), and the client messages relayed to it. */
   private readonly contextsWritten = new Set<string>();
   private messagesRelayed = 0;
 
+  /** The host's record requests waiting for, or taking, their turn; and the turn they take. */
+  private recordRequests = 0;
+  private recordTurn: Promise<void> = Promise.resolve();
+
   private async answer(id: number, request: HostRequest): Promise<void> {
+    if (RECORD_OPS.has(request.op)) return this.answerInTurn(id, request);
     if (!SLOW_HOST_OPS.has(request.op)) return this.answerNow(id, request);
     if (this.slowRequests >= SLOW_HOST_REQUESTS_IN_FLIGHT) {
       // Answered as each of these ops answers a refusal (a value that failed), so the guest's call,
@@ -1165,6 +1210,27 @@ export class Session {
       await this.answerNow(id, request);
     } finally {
       this.slowRequests -= 1;
+    }
+  }
+
+  /** A record request, answered after the session's record requests before it (`RECORD_OPS`). */
+  private async answerInTurn(id: number, request: HostRequest): Promise<void> {
+    if (this.recordRequests >= RECORD_REQUESTS_WAITING) {
+      this.tellHost({
+        type: 'reply',
+        id,
+        ok: false,
+        error: `refused this ${request.op}: ${RECORD_REQUESTS_WAITING} of this session's requests of its records are waiting already, the most the executor holds; send the next once one has been answered`,
+      });
+      return;
+    }
+    this.recordRequests += 1;
+    const answered = this.recordTurn.then(() => this.answerNow(id, request));
+    this.recordTurn = answered.catch(() => undefined);
+    try {
+      await answered;
+    } finally {
+      this.recordRequests -= 1;
     }
   }
 
@@ -1256,7 +1322,18 @@ export class Session {
     } catch (error) {
       reply = { type: 'reply', id, ok: false, error: error instanceof Error ? error.message : String(error) };
     }
-    this.tellHost(reply);
+    try {
+      this.tellHost(reply);
+    } catch (error) {
+      // An answer that cannot be framed — larger than a frame, or nested past what JSON.stringify
+      // can walk (a record the host wrote, read back) — fails the call that asked for it.
+      this.tellHost({
+        type: 'reply',
+        id,
+        ok: false,
+        error: `the executor could not send its answer to this ${request.op}: ${error instanceof Error ? error.message : String(error)}`.slice(0, 400),
+      });
+    }
   }
 
   /**
@@ -1290,9 +1367,24 @@ export class Session {
    * sees a WASI error code, so this is where an operator reads what was refused and why.
    */
   private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>, rule?: string, startedAt = Date.now()): void {
-    let target = url;
+    // As the sandbox's own decisions: the host decides how many of these there are (50 000 denied
+    // checks were as many trace lines and bus messages), so past the bound only the metric counts.
+    this.egressRecords += 1;
+    if (this.egressRecords > NETWORK_RECORDS_KEPT) {
+      runtimeMetrics().egress(kind, String(outcome.decision), rule);
+      if (this.egressRecords === NETWORK_RECORDS_KEPT + 1)
+        this.trace.write('egress', {
+          kind,
+          grant,
+          decision: 'suppressed',
+          reason: `more than ${NETWORK_RECORDS_KEPT} egress decisions of the capsule host in this session; later ones are not recorded`,
+        });
+      return;
+    }
+    // Not a URL, it is recorded as given, up to a length: the host chose it.
+    let target = url.slice(0, EGRESS_TARGET_KEPT);
     /** What the bus is told: never a path or a query, even of what is not a URL. */
-    let announced = url.split(/[/?#]/, 1)[0] ?? '';
+    let announced = (url.split(/[/?#]/, 1)[0] ?? '').slice(0, EGRESS_TARGET_KEPT);
     try {
       const parsed = new URL(url.includes('://') ? url : `http://${url}`);
       target = `${parsed.protocol}//${parsed.host}`;

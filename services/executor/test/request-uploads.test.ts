@@ -22,6 +22,29 @@ describe('request bodies uploaded ahead of their requests', () => {
     expect(uploads.take(7)).toEqual({ refused: 'no request body was uploaded as 7' });
   });
 
+  it('counts a body taken for its request, and one sent inline, against the session until the request is answered', () => {
+    const uploads = new RequestUploads(10, 20, 8);
+    uploads.add(1, base64('123456'));
+    const sending = uploads.send(1);
+    expect('body' in sending && sending.body.toString()).toBe('123456');
+    // Taken, but still in flight: it holds its share of the session's bytes.
+    expect(uploads.heldBytes).toBe(6);
+    const inline = uploads.sendInline(10);
+    expect('release' in inline).toBe(true);
+    expect(uploads.heldBytes).toBe(16);
+    expect(uploads.sendInline(5)).toEqual({
+      refused: "this session's request bodies waiting or being sent would hold more than 20 bytes: wait for a request to be answered",
+    });
+    expect(() => uploads.add(2, base64('abcde'))).toThrow("this session's request bodies waiting or being sent would hold more than 20 bytes");
+    if ('release' in sending) {
+      sending.release();
+      sending.release();
+    }
+    if ('release' in inline) inline.release();
+    expect(uploads.heldBytes).toBe(0);
+    expect(uploads.send(9)).toEqual({ refused: 'no request body was uploaded as 9' });
+  });
+
   it('refuses a body growing past its limit, lets go of it, and keeps the reason for its request', () => {
     const uploads = new RequestUploads(10, 100, 8);
     uploads.add(1, base64('123456'));
@@ -38,7 +61,7 @@ describe('request bodies uploaded ahead of their requests', () => {
     uploads.add(1, base64('1234567890'));
     uploads.add(2, base64('1234567890'));
     expect(() => uploads.add(3, base64('1'))).toThrow(
-      "this session's request bodies waiting for their requests would hold more than 20 bytes: make one request before uploading another",
+      "this session's request bodies waiting or being sent would hold more than 20 bytes: make one request (or wait for one to be answered) before uploading another",
     );
     expect(uploads.heldBytes).toBe(20);
     uploads.take(1);
