@@ -158,6 +158,20 @@ describe('mur, given what a new user gets wrong', () => {
     }
   });
 
+  it('refuses to build an archive no reader would take: two files whose names differ only in case', async () => {
+    const casey = path.join(scratch.dir, 'casey');
+    await fs.mkdir(casey);
+    await fs.writeFile(path.join(casey, 'murmur.yaml'), 'name: casey\nversion: 0.1.0\nruntime: skill\nrequires_files: [skill.md, README.md, readme.md]\n');
+    for (const file of ['skill.md', 'README.md', 'readme.md']) await fs.writeFile(path.join(casey, file), `# ${file}\n`);
+    refused(
+      await runMur(['build', casey], { env }),
+      'E-BLD-002',
+      "requires_files entries 'README.md' and 'readme.md' differ only in case or Unicode form",
+      'give each packaged file a distinct path inside the artifact',
+    );
+    expect((await fs.readdir(casey)).filter((name) => name.endsWith('.mur.zip'))).toEqual([]);
+  });
+
   it('says what a bad manifest value is and that the field is to be corrected', async () => {
     const bad = path.join(scratch.dir, 'bad');
     await fs.mkdir(bad);

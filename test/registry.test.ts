@@ -2,7 +2,7 @@ import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegistryIndexSchema } from '@murmur/shared';
-import { readLockfile, sha256Hex, writeMurZip } from '@murmur/shared/artifacts';
+import { ArtifactStore, MAX_ENTRIES, inspectArchive, pinFirstRun, readLockfile, sha256Hex, writeLockfile, writeMurZip } from '@murmur/shared/artifacts';
 import { capsuleProject, componentArtifact } from './support/artifacts.js';
 import { listTree, tempDir } from './support/fs.js';
 import { capsuleWat, toolWat } from './support/guests.js';
@@ -85,6 +85,18 @@ describe('roost as a remote registry', () => {
     expect(result.stderr).toContain('MURMUR_ROOST_TOKEN');
   });
 
+  it('takes no publish from a web page, even one that holds the token: a request with an Origin is 403', async () => {
+    const before = await listTree(registryPath);
+    const response = await fetch(`${roost.url}/v1/artifacts?name=echo-tool&version=0.9.0`, {
+      method: 'POST',
+      body: await fs.readFile(toolZip),
+      headers: { authorization: `Bearer ${token}`, origin: 'http://attacker.example', 'content-type': 'text/plain' },
+    });
+    expect(response.status).toBe(403);
+    expect(await response.json()).toMatchObject({ code: 'E-ROOST-001', error: expect.stringContaining('roost takes no POST from a web page') });
+    expect(await listTree(registryPath)).toEqual(before);
+  });
+
   it('refuses a token that is almost the one it was started with, alike', async () => {
     const almost = `${token.slice(0, -1)}${token.endsWith('s') ? 't' : 's'}`;
     for (const presented of [almost, `${token}x`, token.slice(0, -1)]) {
@@ -114,8 +126,36 @@ describe('roost as a remote registry', () => {
     const unsafe = await post('name=slip&version=1.0.0', slip);
     expect(unsafe).toMatchObject({ status: 422, body: { code: 'E-ART-001' } });
     expect(unsafe.body.error).toContain('../../escape.md');
+    // A name holding a C1 control (U+009B, a terminal's one-character CSI) is as unsafe as one holding ESC.
+    for (const control of ['\u001b', '\u007f', '\u009b']) {
+      const controlled = await post(
+        'name=slip&version=1.0.0',
+        rawZip([
+          { name: 'murmur.yaml', data: Buffer.from('name: slip\nversion: 1.0.0\nruntime: skill\n') },
+          { name: `notes${control}[2J.md`, data: Buffer.from('gotcha') },
+        ]),
+      );
+      expect(controlled, JSON.stringify(control)).toMatchObject({ status: 422, body: { code: 'E-ART-001' } });
+      expect(controlled.body.error).toContain('has an unsafe path: contains a control character');
+    }
     const mislabelled = await post('name=other-tool&version=0.1.0', await fs.readFile(toolZip));
     expect(mislabelled).toMatchObject({ status: 422, body: { code: 'E-MAN-003' } });
+    expect(await listTree(registryPath)).toEqual(before);
+  });
+
+  it('stores what an archive is, not what its upload says: a runtime the archive is not, two platforms, a platform of a non-native archive are refused', async () => {
+    const before = await listTree(registryPath);
+    const bytes = await fs.readFile(toolZip);
+    for (const [query, code, words] of [
+      ['runtime=native', 'E-MAN-003', 'runtime="native" does not match the archive, which is wasm'],
+      ['artifact_runtime=driver%1b%5b31m', 'E-MAN-003', 'does not match the archive, which is tool'],
+      ['platform=linux-aarch64&platform=darwin-x86_64', 'E-REG-006', 'an upload is one platform’s build; this one names 2'],
+      ['platform=linux-x86_64', 'E-MAN-003', 'a platform build must be a native artifact; this one is wasm'],
+    ] as const) {
+      const refused = await post(`name=echo-tool&version=0.1.0&${query}`, bytes);
+      expect(refused, query).toMatchObject({ status: 422, body: { code } });
+      expect(refused.body.error, query).toContain(words);
+    }
     expect(await listTree(registryPath)).toEqual(before);
   });
 
@@ -227,6 +267,99 @@ describe('roost as a remote registry', () => {
       expect(await response.json()).toMatchObject({ code: 'E-REG-002' });
     } finally {
       await fs.writeFile(zip, original);
+    }
+  });
+});
+
+/**
+ * What a registry refuses of an archive before it is parsed or stored: sizes that cost the reader
+ * far more than the uploader, and variants that would shadow a version already published.
+ */
+describe('archives a registry refuses', () => {
+  const skill = (manifest: string, extra: Array<{ name: string; data: Buffer }> = []) =>
+    rawZip([{ name: 'murmur.yaml', data: Buffer.from(manifest) }, { name: 'skill.md', data: Buffer.from('# a skill\n') }, ...extra]);
+  const refusal = async (bytes: Uint8Array, options: { platform?: string } = {}) => {
+    const error = (await inspectArchive(bytes, 'upload', options).then(
+      () => undefined,
+      (thrown: unknown) => thrown,
+    )) as { code?: string; message?: string } | undefined;
+    return { code: error?.code, message: error?.message ?? '' };
+  };
+
+  it('refuses a murmur.yaml over 1 MiB before parsing it, and a description or tags past what an index keeps', async () => {
+    const wordy = `name: wordy\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(1_500_000)}\n`;
+    const huge = await refusal(skill(wordy));
+    expect(huge).toEqual({ code: 'E-ART-002', message: `upload: murmur.yaml is ${wordy.length} bytes; an artifact's manifest is at most 1048576` });
+    const long = await refusal(skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(5000)}\n`));
+    expect(long.code).toBe('E-MAN-003');
+    expect(long.message).toContain('description');
+    expect(long.message).toContain('at most 4096 characters');
+    const tags = await refusal(
+      skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ntags: [${Array.from({ length: 40 }, (_, index) => `t${index}`).join(', ')}]\n`),
+    );
+    expect(tags).toMatchObject({ code: 'E-MAN-003', message: expect.stringContaining('at most 32 tags') });
+    const capsule = await refusal(
+      rawZip([{ name: 'murmur.yaml', data: Buffer.from(`name: wordy-capsule\nversion: 0.1.0\ndescription: ${'d'.repeat(5000)}\n`) }]),
+    );
+    expect(capsule).toMatchObject({ code: 'E-MAN-003', message: expect.stringContaining('a packaged one is at most 4096') });
+    expect((await refusal(skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(4096)}\n`))).code).toBeUndefined();
+  });
+
+  it('refuses an archive declaring more entries than an artifact holds, without reading them', async () => {
+    const many = Array.from({ length: MAX_ENTRIES }, (_, index) => ({ name: `f/${index}`, data: Buffer.alloc(0) }));
+    const refused = await refusal(skill('name: many\nversion: 0.1.0\nruntime: skill\n', many));
+    expect(refused).toEqual({
+      code: 'E-ART-003',
+      message: `upload: the archive has ${MAX_ENTRIES + 2} entries; an artifact archive holds at most ${MAX_ENTRIES}`,
+    });
+  });
+
+  it('marks no archive but a native one as a platform’s build', async () => {
+    const refused = await refusal(skill('name: plain\nversion: 0.1.0\nruntime: skill\n'), { platform: 'linux-x86_64' });
+    expect(refused).toMatchObject({ code: 'E-MAN-003', message: expect.stringContaining('a platform build must be a native artifact; this one is static') });
+  });
+
+  it('adds no variant to a published version but a native build for another platform', async () => {
+    const scratch = await tempDir('murmur-variants-');
+    try {
+      const store = new ArtifactStore(path.join(scratch.dir, 'store'), 'global');
+      const generic = skill('name: shared-name\nversion: 0.1.0\nruntime: skill\n');
+      await store.publish(generic, (await inspectArchive(generic, 'generic')).meta);
+      const before = await listTree(store.root);
+      // Other bytes under the same name and version, claiming to be a platform's native build.
+      const native = skill('name: shared-name\nversion: 0.1.0\nruntime: skill\nexecution: native\n', [{ name: 'bin/tool', data: Buffer.from('#!/bin/sh\n') }]);
+      const inspected = await inspectArchive(native, 'native', { platform: 'linux-x86_64' });
+      const shadowing = await store.publish(native, inspected.meta).then(
+        () => undefined,
+        (error: { code?: string; message?: string }) => error,
+      );
+      expect(shadowing?.code).toBe('E-REG-003');
+      expect(shadowing?.message).toContain("only a native artifact's build for another platform may be added to a published version");
+      expect(await listTree(store.root)).toEqual(before);
+      expect((await store.resolve('shared-name', '0.1.0'))?.bytes).toEqual(Buffer.from(generic));
+    } finally {
+      await scratch.cleanup();
+    }
+  });
+});
+
+describe("a first run's pins", () => {
+  const pin = (name: string, digit: string) => ({ name, resolved_version: '0.1.0', sha256: { wasm: digit.repeat(64) } });
+
+  it('are written whole where no lock is, and only where another mur has not pinned since, its pins standing', async () => {
+    const scratch = await tempDir('murmur-first-pins-');
+    try {
+      const fresh = path.join(scratch.dir, 'fresh.lock');
+      await pinFirstRun(fresh, [pin('driver', 'a'), pin('skill', 'b')]);
+      expect((await readLockfile(fresh))?.artifacts).toEqual([pin('driver', 'a'), pin('skill', 'b')]);
+      // An install wrote the lock between the run's staging (no lock) and its pinning.
+      const raced = path.join(scratch.dir, 'raced.lock');
+      await writeLockfile(raced, { lock_version: 1, artifacts: [pin('installed', 'c'), pin('skill', 'd')] });
+      await pinFirstRun(raced, [pin('driver', 'a'), pin('skill', 'b')]);
+      expect((await readLockfile(raced))?.artifacts).toEqual([pin('installed', 'c'), pin('skill', 'd'), pin('driver', 'a')]);
+      expect(existsSync(`${raced}.writing`)).toBe(false);
+    } finally {
+      await scratch.cleanup();
     }
   });
 });

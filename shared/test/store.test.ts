@@ -171,14 +171,26 @@ describe('ArtifactStore.publish', () => {
     expect(await listTree(dir)).toEqual([]);
   });
 
-  it('keeps the meta of a version when a platform variant of it is published after, adding the platform', async () => {
-    await store.publish(ZIP_A, meta());
-    await store.publish(ZIP_B, meta({ runtime: 'native', platforms: [['linux', 'x86_64']] }));
+  it('keeps the meta of a native version when its build for another platform is published after, adding the platform', async () => {
+    await store.publish(ZIP_A, meta({ runtime: 'native', platforms: [['linux', 'x86_64']] }));
+    await store.publish(ZIP_B, meta({ runtime: 'native', platforms: [['linux', 'aarch64']] }));
     const kept = await store.readMeta('echo-tool', '0.1.0');
-    expect(kept.runtime).toBe('wasm');
-    expect(kept.platforms).toEqual([['linux', 'x86_64']]);
-    expect((await store.resolve('echo-tool', '0.1.0', 'linux-x86_64'))?.bytes).toEqual(ZIP_B);
-    expect((await store.resolve('echo-tool', '0.1.0', 'unknown'))?.bytes).toEqual(ZIP_A);
+    expect(kept.runtime).toBe('native');
+    expect(kept.platforms).toEqual([
+      ['linux', 'x86_64'],
+      ['linux', 'aarch64'],
+    ]);
+    expect((await store.resolve('echo-tool', '0.1.0', 'linux-x86_64'))?.bytes).toEqual(ZIP_A);
+    expect((await store.resolve('echo-tool', '0.1.0', 'linux-aarch64'))?.bytes).toEqual(ZIP_B);
+  });
+
+  it('adds no platform variant to a version published for every platform: it would shadow it there', async () => {
+    await store.publish(ZIP_A, meta());
+    const shadowing = await rejection(store.publish(ZIP_B, meta({ runtime: 'native', platforms: [['linux', 'x86_64']] })));
+    expect(shadowing.code).toBe('E-REG-003');
+    expect(shadowing.message).toContain("only a native artifact's build for another platform may be added to a published version");
+    expect((await store.readMeta('echo-tool', '0.1.0')).runtime).toBe('wasm');
+    expect((await store.resolve('echo-tool', '0.1.0', 'linux-x86_64'))?.bytes).toEqual(ZIP_A);
   });
 
   it('refuses to resolve a name that could escape the store', async () => {

@@ -12,7 +12,7 @@ import {
   newSessionId,
   parseCapsuleManifest,
 } from '@murmur/shared';
-import { writeLockfile } from '@murmur/shared/artifacts';
+import { pinFirstRun } from '@murmur/shared/artifacts';
 import { environmentWithEnvFile } from '../env-file.js';
 import { readDataset } from '../eval-dataset.js';
 import { type EvalFileContents, overallOf, readEvalFile, selectEvalFile, skippedWarning, tallyByScorer } from '../eval-records.js';
@@ -204,9 +204,7 @@ function stagedOnce(context: CaseContext, output: Output): Promise<{ plan: Stage
         { env_names: Object.keys(context.env), honour_pins: true },
       );
       for (const warning of plan.warnings) output.warn(warning);
-      if (plan.lock.status === 'absent' && plan.lock.entries.length > 0 && !existsSync(context.lockPath)) {
-        await writeLockfile(context.lockPath, { lock_version: 1, artifacts: plan.lock.entries });
-      }
+      if (plan.lock.status === 'absent' && plan.lock.entries.length > 0) await pinFirstRun(context.lockPath, plan.lock.entries);
       return { plan };
     } catch (error) {
       return { error };

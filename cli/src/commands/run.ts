@@ -19,7 +19,7 @@ import {
   numberSetting,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
+import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal, locateHarness } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import { type Output, TerminalSafeStream } from '../output.js';
@@ -331,9 +331,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     }
     for (const warning of plan.warnings) output.warn(warning);
     // The first run pins what it resolved; later runs are held to it.
-    if (plan.lock.status === 'absent' && lockPath && plan.lock.entries.length > 0) {
-      await writeLockfile(lockPath, { lock_version: 1, artifacts: plan.lock.entries });
-    }
+    if (plan.lock.status === 'absent' && lockPath && plan.lock.entries.length > 0) await pinFirstRun(lockPath, plan.lock.entries);
 
     const sessionId = newSessionId();
     const { ended, subscription: endWatch } = watchSessionEnd(runtime.bus, sessionId);

@@ -1,5 +1,5 @@
 import { httpStatusOf } from './http-status.js';
-import { type ArtifactMeta, type Log, MurmurError, type PackagingType, isReservedVersion, requirePlatform } from '@murmur/shared';
+import { type Log, MurmurError, isReservedVersion } from '@murmur/shared';
 import { type ArtifactStore, SHA256_HEADER, inspectArchive, maxEntryBytesFromEnv, sha256Hex } from '@murmur/shared/artifacts';
 import { bearerOf, tokenMatcher } from '@murmur/shared/node';
 import { Hono } from 'hono';
@@ -99,18 +99,25 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       if (isReservedVersion(version)) throw new MurmurError('E-REG-004', `reserved artifact version '${version}' is not allowed`);
       const bytes = new Uint8Array(await context.req.arrayBuffer());
       const platforms = context.req.queries('platform') ?? [];
+      if (platforms.length > 1)
+        throw new MurmurError('E-REG-006', `an upload is one platform’s build; this one names ${platforms.length} (${platforms.slice(0, 4).join(', ')})`);
       const inspected = await inspectArchive(bytes, `${name}@${version}`, platforms[0] ? { platform: platforms[0] } : {});
       if (inspected.meta.name !== name || inspected.meta.version !== version) {
         throw new MurmurError('E-MAN-003', `the archive's murmur.yaml names ${inspected.meta.name}@${inspected.meta.version}, not ${name}@${version}`);
       }
-      const runtime = context.req.query('runtime') as PackagingType | undefined;
-      const meta: ArtifactMeta = {
-        ...inspected.meta,
-        ...(runtime === 'wasm' || runtime === 'native' || runtime === 'static' ? { runtime } : {}),
-        platforms: platforms.length > 0 ? platforms.map((value) => requirePlatform(value, 'platform')) : inspected.meta.platforms,
-        artifact_runtime: context.req.query('artifact_runtime')?.trim() || inspected.meta.artifact_runtime,
-      };
-      const published = await options.store.publish(bytes, meta);
+      // What is stored and indexed is what the archive is: a client's word for it may agree, or be
+      // refused — never believed over the archive (a skill listed as a native driver, a platform
+      // listed with no file for it).
+      for (const [parameter, claimed, actual] of [
+        ['runtime', context.req.query('runtime')?.trim(), inspected.meta.runtime],
+        ['artifact_runtime', context.req.query('artifact_runtime')?.trim(), inspected.meta.artifact_runtime],
+      ] as const) {
+        if (claimed && claimed !== actual)
+          throw new MurmurError('E-MAN-003', `${parameter}=${JSON.stringify(claimed.slice(0, 40))} does not match the archive, which is ${actual}`, {
+            path: parameter,
+          });
+      }
+      const published = await options.store.publish(bytes, inspected.meta);
       options.log.info({ artifact: `${name}@${version}`, sha256: published.sha256 }, 'published');
       return context.json({ artifact_id: `${name}@${version}`, sha256: published.sha256 }, 201);
     },

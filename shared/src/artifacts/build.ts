@@ -13,6 +13,7 @@ import {
 import { parseYamlSource } from '../manifest/yaml-source.js';
 import { writeFileAtomic } from '../node/atomic.js';
 import { readManifestText } from '../node/manifest-file.js';
+import { foldedEntryName } from '../file-set.js';
 import { normaliseEntryName, writeMurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
 
@@ -151,17 +152,22 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
     }
     seenSources.add(resolved);
     if (resolved === path.resolve(outputPath)) continue;
-    const clash = byArchiveName.get(candidate.archiveName);
+    // Names that differ only in case or Unicode form clash too: every reader refuses such a pair
+    // (`MurZip`), so an archive holding one could be built but never published or installed.
+    const folded = foldedEntryName(candidate.archiveName);
+    const clash = byArchiveName.get(folded);
     if (clash) {
       throw new MurmurError(
         'E-BLD-002',
-        `requires_files entries '${clash.declared}' and '${candidate.declared}' both pack as the archive entry '${candidate.archiveName}'`,
+        clash.archiveName === candidate.archiveName
+          ? `requires_files entries '${clash.declared}' and '${candidate.declared}' both pack as the archive entry '${candidate.archiveName}'`
+          : `requires_files entries '${clash.declared}' and '${candidate.declared}' differ only in case or Unicode form; an archive may not hold both (a case-insensitive file system would extract one over the other)`,
         {
           hint: 'give each packaged file a distinct path inside the artifact',
         },
       );
     }
-    byArchiveName.set(candidate.archiveName, candidate);
+    byArchiveName.set(folded, candidate);
     files.push(candidate);
   }
   return { files, shadowed };

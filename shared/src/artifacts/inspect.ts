@@ -1,6 +1,6 @@
 import { type ArtifactMeta, currentPlatform, parsePlatform, requirePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
-import { type PackagedManifest, artifactNameProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
+import { MAX_DESCRIPTION_CHARS, type PackagedManifest, artifactNameProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
 import { MurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
 
@@ -43,11 +43,25 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
         hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool); pack it again with mur build',
       });
     }
-    let runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
+    // An artifact's manifest holds its description to this already; a capsule's is held to it here,
+    // where it becomes an index entry (a local `mur run` reads a description of any length).
+    const description = packaged.manifest.description;
+    if (description !== undefined && description.length > MAX_DESCRIPTION_CHARS)
+      throw new MurmurError('E-MAN-003', `${label}: the description is ${description.length} characters; a packaged one is at most ${MAX_DESCRIPTION_CHARS}`, {
+        path: 'description',
+        hint: 'registries index the description for search: keep it to a paragraph',
+      });
+    const runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
     if (runtime === 'wasm') zip.rootWasmName();
     let platforms: Array<[string, string]> = [];
     if (options.platform !== undefined) {
-      runtime = 'native';
+      // A platform names a native build; any other archive is the same on every platform, and one
+      // marked as a platform's build would shadow the generic one there.
+      if (runtime !== 'native')
+        throw new MurmurError('E-MAN-003', `${label}: a platform build must be a native artifact; this one is ${runtime}`, {
+          path: 'platform',
+          hint: 'publish it without --platform (a platform is for execution: native artifacts)',
+        });
       platforms = [requirePlatform(options.platform, '--platform')];
     } else if (runtime === 'native') {
       const pair = parsePlatform(currentPlatform());

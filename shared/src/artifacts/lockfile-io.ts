@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify as stringifyYaml } from 'yaml';
 import { MurmurError } from '../errors.js';
-import { type MurmurLock, MurmurLockSchema } from '../lockfile.js';
+import { type LockedArtifact, type MurmurLock, MurmurLockSchema } from '../lockfile.js';
 import { writeFileAtomic } from '../node/atomic.js';
 import { parseYamlSource } from '../manifest/yaml-source.js';
 
@@ -55,6 +55,21 @@ export async function writeLockfile(file: string, lock: MurmurLock): Promise<voi
   } catch (error) {
     throw new MurmurError('E-IO-003', `failed to write murmur.lock at ${file}: ${(error as Error).message}`, { path: file });
   }
+}
+
+/**
+ * A first run's pins: written when `file` is still absent, in a writer's turn. Staging found no
+ * lock, but another `mur` (an install) may have written one since; its pins stand, and only the
+ * artifacts it does not name are added — a whole lock written over it lost the install's entry.
+ */
+export async function pinFirstRun(file: string, entries: readonly LockedArtifact[]): Promise<void> {
+  await withLockfileTurn(file, async () => {
+    const present = await readLockfile(file);
+    const named = new Set(present?.artifacts.map((entry) => entry.name));
+    const added = entries.filter((entry) => !named.has(entry.name));
+    if (present && added.length === 0) return;
+    await writeLockfile(file, { lock_version: 1, artifacts: [...(present?.artifacts ?? []), ...added] });
+  });
 }
 
 /** How long a writer waits for another to finish with the lock before it gives up. */

@@ -26,6 +26,8 @@ export { normaliseEntryName } from '../file-set.js';
 export const DEFAULT_MAX_ENTRY_BYTES = 524_288_000;
 /** The most entries an artifact archive may hold (a component, its manifest, the files it requires). */
 export const MAX_ENTRIES = 10_000;
+/** The largest `murmur.yaml` an archive may carry (it is read and parsed whole before anything else). */
+export const MAX_MANIFEST_BYTES = 1024 * 1024;
 export const MAX_ENTRY_BYTES_ENV = 'MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES';
 
 /** The per-entry ceiling: `MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES`, 500 MiB when unset. */
@@ -59,12 +61,18 @@ function openZip(bytes: Uint8Array): Promise<yauzl.ZipFile> {
   });
 }
 
-function readEntries(zip: yauzl.ZipFile): Promise<yauzl.Entry[]> {
+/**
+ * The archive's central directory, read no further than `limit` entries: what is past an archive's
+ * entry ceiling is never read, since a million empty entries cost ~800 MB and half a minute to
+ * list before they could be refused.
+ */
+function readEntries(zip: yauzl.ZipFile, limit: number): Promise<yauzl.Entry[]> {
   return new Promise((resolve, reject) => {
     const entries: yauzl.Entry[] = [];
     zip.on('entry', (entry: yauzl.Entry) => {
       entries.push(entry);
-      zip.readEntry();
+      if (entries.length >= limit) resolve(entries);
+      else zip.readEntry();
     });
     zip.on('end', () => resolve(entries));
     zip.on('error', reject);
@@ -123,8 +131,15 @@ export class MurZip {
     let rawEntries: yauzl.Entry[];
     try {
       zip = await openZip(bytes);
-      rawEntries = await readEntries(zip);
+      // The count the archive declares, refused before a single entry is read; one that lies is
+      // refused at the entry past the ceiling.
+      if (zip.entryCount > MAX_ENTRIES) {
+        zip.close();
+        throw new MurmurError('E-ART-003', `${options.label}: the archive has ${zip.entryCount} entries; an artifact archive holds at most ${MAX_ENTRIES}`);
+      }
+      rawEntries = await readEntries(zip, MAX_ENTRIES + 1);
     } catch (error) {
+      if (error instanceof MurmurError) throw error;
       throw new MurmurError('E-ART-003', `${options.label} is not a valid .mur.zip archive: ${error instanceof Error ? error.message : String(error)}`, {
         cause: error,
       });
@@ -136,7 +151,8 @@ export class MurZip {
       zip.close();
       throw new MurmurError(code, `${options.label}: ${message}`);
     };
-    if (rawEntries.length > MAX_ENTRIES) refuse('E-ART-003', `the archive has ${rawEntries.length} entries; an artifact archive holds at most ${MAX_ENTRIES}`);
+    if (rawEntries.length > MAX_ENTRIES)
+      refuse('E-ART-003', `the archive has more than ${MAX_ENTRIES} entries; an artifact archive holds at most ${MAX_ENTRIES}`);
     const sharing = sharedBytes(bytes, rawEntries);
     if (sharing) refuse('E-ART-001', sharing);
     let total = 0;
@@ -267,6 +283,13 @@ export class MurZip {
   /** `murmur.yaml`, which every artifact must carry. */
   async manifestText(): Promise<string> {
     if (!this.has('murmur.yaml')) throw new MurmurError('E-ART-003', `${this.label}: artifact missing required file murmur.yaml`);
+    const size = this.entries.get('murmur.yaml')?.declaredSize ?? 0;
+    // A manifest is parsed whole on the event loop: 20 KB of archive carrying a 20 MiB description
+    // held a registry for ten seconds, and its index past every client's ceiling from then on.
+    if (size > MAX_MANIFEST_BYTES)
+      throw new MurmurError('E-ART-002', `${this.label}: murmur.yaml is ${size} bytes; an artifact's manifest is at most ${MAX_MANIFEST_BYTES}`, {
+        hint: 'a manifest describes the artifact; what it carries belongs in files of the archive (requires_files)',
+      });
     return this.readText('murmur.yaml');
   }
 

@@ -95,7 +95,8 @@ export class RoostRegistryClient implements ArtifactSource {
     }
   }
 
-  private async failure(response: Response, what: string): Promise<MurmurError> {
+  /** `publishing`: a conflict (`E-REG-003`, `E-REG-004`) is what a publish is refused as, never a read. */
+  private async failure(response: Response, what: string, publishing = false): Promise<MurmurError> {
     let body: ErrorBody = {};
     const text = await readBodyPrefix(response, ERROR_BODY_LIMIT);
     try {
@@ -110,9 +111,9 @@ export class RoostRegistryClient implements ArtifactSource {
       });
     }
     const code =
-      body.code === 'E-REG-003' || response.status === 409
+      publishing && (body.code === 'E-REG-003' || response.status === 409)
         ? 'E-REG-003'
-        : body.code === 'E-REG-004'
+        : publishing && body.code === 'E-REG-004'
           ? 'E-REG-004'
           : body.code === 'E-REG-001'
             ? 'E-REG-001'
@@ -175,7 +176,7 @@ export class RoostRegistryClient implements ArtifactSource {
     for (const [os, arch] of meta.platforms) query.append('platform', `${os}-${arch}`);
     if (meta.description) query.set('description', meta.description);
     const response = await this.request('POST', `/v1/artifacts?${query.toString()}`, bytes);
-    if (response.status !== 201) throw await this.failure(response, `publishing ${meta.name}@${meta.version}`);
+    if (response.status !== 201) throw await this.failure(response, `publishing ${meta.name}@${meta.version}`, true);
     const body = (await response.json().catch(() => ({}))) as { sha256?: string };
     return { sha256: body.sha256 ?? '' };
   }

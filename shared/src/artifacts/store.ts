@@ -209,6 +209,16 @@ export class ArtifactStore {
     // Another variant of this version was published first: its meta stays (a generic artifact does
     // not turn native), and gains this variant's platform.
     const kept = (await pathPresent(this.metaFile(meta.name, meta.version))) ? await this.readMeta(meta.name, meta.version) : undefined;
+    // Only a native artifact's builds for other platforms join a version already published: any
+    // other variant would be what a resolver on its platform prefers, other bytes under a name and
+    // version every other machine already trusts.
+    if (kept && (kept.runtime !== 'native' || meta.runtime !== 'native' || platform === undefined)) {
+      throw new MurmurError(
+        'E-REG-003',
+        `artifact ${meta.name}@${meta.version} already exists in registry (the ${this.scope} store); only a native artifact's build for another platform may be added to a published version`,
+        { path: this.metaFile(meta.name, meta.version), hint: 'published versions are immutable: bump the version and publish again' },
+      );
+    }
     const stored = kept ? { ...kept, platforms: unionOfPlatforms(kept.platforms, meta.platforms) } : meta;
     const staged = await stageFiles([
       [files.zip, bytes],

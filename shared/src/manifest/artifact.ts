@@ -55,6 +55,11 @@ const InputSchemaSchema = z.union([z.string(), z.record(z.string(), z.unknown())
   return z.NEVER;
 });
 
+/** An artifact's description and tags, as registries index them. */
+export const MAX_DESCRIPTION_CHARS = 4096;
+export const MAX_TAGS = 32;
+export const MAX_TAG_CHARS = 64;
+
 export const ArtifactManifestSchema = z
   .object({
     name: z.string(),
@@ -63,8 +68,12 @@ export const ArtifactManifestSchema = z
     implementation: z.unknown().optional(),
     execution: z.string().optional(),
     requires_files: z.array(z.string()).optional(),
-    description: z.string().optional(),
-    tags: z.array(z.string()).default([]),
+    // Shown by search and kept in every registry's index: a line or a paragraph, not a payload.
+    description: z.string().max(MAX_DESCRIPTION_CHARS, `must be at most ${MAX_DESCRIPTION_CHARS} characters`).optional(),
+    tags: z
+      .array(z.string().max(MAX_TAG_CHARS, `a tag must be at most ${MAX_TAG_CHARS} characters`))
+      .max(MAX_TAGS, `at most ${MAX_TAGS} tags`)
+      .default([]),
     input_schema: InputSchemaSchema.optional(),
     /** Upstream's alias of `input_schema`. */
     input: InputSchemaSchema.optional(),
