@@ -8,6 +8,7 @@ import { probeToolArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { eventually } from './support/processes.js';
 import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
+import { loopbackHostGuard } from '../services/door/src/host-guard.js';
 
 /**
  * The door in front of a running agent capsule (`mur run --json`, the embedded default): the
@@ -1043,3 +1044,18 @@ async function rawExchange(url: string, headers: Record<string, string>): Promis
     socket.destroy();
   }
 }
+
+describe('the Host a door answers for', () => {
+  it('is guarded when the door listens on loopback, or listens elsewhere but is published as loopback (the stack), and not when it is neither', () => {
+    const stack = loopbackHostGuard('http://0.0.0.0:8080', 'http://localhost:8080', 'door, agents.internal.');
+    expect(stack).toBeDefined();
+    for (const host of ['localhost:8080', '127.0.0.1:8080', '[::1]:8080', 'door:8080', 'Agents.Internal', undefined])
+      expect(stack?.(host), String(host)).toBe(true);
+    for (const host of ['attacker.example:8080', 'door.attacker.example', '10.0.0.5:8080']) expect(stack?.(host), host).toBe(false);
+    const loopback = loopbackHostGuard('http://127.0.0.1:8080', undefined);
+    expect(loopback?.('localhost:8080')).toBe(true);
+    expect(loopback?.('door:8080')).toBe(false);
+    expect(loopbackHostGuard('http://0.0.0.0:8080', 'https://agents.example.com')).toBeUndefined();
+    expect(loopbackHostGuard('http://0.0.0.0:8080', undefined)).toBeUndefined();
+  });
+});

@@ -739,7 +739,7 @@ export function startDoorService(options: DoorOptions): DoorService {
       refuseForeignHost(hostGuard, request, response) || refuseDeclaredTooLarge(request, response) || cards.answer(request, response),
     doorId,
     setBaseUrl(url: string) {
-      hostGuard = loopbackHostGuard(url, publicUrl);
+      hostGuard = loopbackHostGuard(url, publicUrl, env.MURMUR_DOOR_HOSTS);
       baseUrl ??= doorPublicUrl(url, machineAddress);
       cards.setBaseUrl(baseUrl);
       return baseUrl;
