@@ -116,6 +116,10 @@ describe('mur config', () => {
     const escaped = await mur(['set', 'inference.model', 'm\u001b]0;PWNED\u0007']);
     expect(escaped.code).toBe(1);
     expect(escaped.stderr).toContain("error[E-CFG-003]: the value for 'inference.model' holds a control character");
+    // C1 as well: U+009B is a one-character CSI to a terminal that reads 8-bit controls.
+    const eightBit = await mur(['set', 'inference.model', 'm\u009b2J']);
+    expect(eightBit.code).toBe(1);
+    expect(eightBit.stderr).toContain("error[E-CFG-003]: the value for 'inference.model' holds a control character");
     for (const [key, value] of [
       ['registry.index_url', 'ftp://example.com/index.json'],
       ['inference.endpoint', 'notaurl'],

@@ -13,6 +13,7 @@ import {
   completionMessageText,
   commands,
   newContextId,
+  newDelegationId,
   parseCapsuleManifest,
   parseSpawnerHandle,
   silentLog,
@@ -186,7 +187,7 @@ describe('delegated children and their completions', () => {
   async function launch(
     parent: { sessionId: string; url: string; sessionDir: string },
     name: string,
-    options: { task?: string; env?: Record<string, string>; delegated?: boolean; deadlineSecs?: number; addressedTo?: string } = {},
+    options: { task?: string; env?: Record<string, string>; delegated?: boolean; deadlineSecs?: number; addressedTo?: string; delegationId?: string } = {},
   ): Promise<DelegationLaunchReply> {
     return bus.request(
       commands.launchDelegation,
@@ -199,6 +200,7 @@ describe('delegated children and their completions', () => {
         env: options.env ?? { [MARKER_VAR]: MARKER },
         ...(options.task !== undefined ? { task: options.task } : {}),
         delegated: options.delegated ?? true,
+        ...(options.delegationId !== undefined ? { delegation_id: options.delegationId } : {}),
         ...(options.deadlineSecs !== undefined ? { completion_deadline_secs: options.deadlineSecs } : {}),
       },
       { timeoutMs: 120_000 },
@@ -394,6 +396,27 @@ describe('delegated children and their completions', () => {
       expect(await heardOf(parent, child.delegation_id as string)).toBe(false);
       // An idle parent has written no trace at all; whatever it has written must not hold the child's output.
       expect(await fs.readFile(path.join(parent.sessionDir, 'trace.jsonl'), 'utf8')).not.toContain(MARKER);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it('two launches naming one delegation id at once start one child; the other is refused with E-DLG-003', async () => {
+    const parent = await startParent();
+    try {
+      const delegationId = newDelegationId();
+      const both = await Promise.allSettled([0, 1].map(() => launch(parent, 'local/worker', { task: workerTask, delegationId })));
+      const launched = both.filter((outcome) => outcome.status === 'fulfilled');
+      const refused = both.filter((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
+      expect(launched).toHaveLength(1);
+      expect(refused).toHaveLength(1);
+      expect(String(refused[0]?.reason)).toContain(`delegation ${delegationId} is launched already`);
+      expect((refused[0]?.reason as { code?: string } | undefined)?.code).toBe('E-DLG-003');
+      const child = (launched[0] as PromiseFulfilledResult<DelegationLaunchReply>).value;
+      expect(child.delegation_id).toBe(delegationId);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(started.filter((event) => event.delegation_id === delegationId)).toHaveLength(1);
+      await settledCompletion(child.workdir);
     } finally {
       await parent.stop();
     }

@@ -227,6 +227,37 @@ describe('mur ps and mur stop', () => {
     await fs.rm(path.join(runningDir(env), `${sessionId}.json`));
   });
 
+  it('lists a record holding a field this runtime does not know (a newer mur wrote it), rather than pruning it', async () => {
+    const sessionId = 'ses_0699c4e2f1b7712a9d3e4f5061728394';
+    const file = path.join(runningDir(env), `${sessionId}.json`);
+    const newer = {
+      session_id: sessionId,
+      url: '127.0.0.1:9',
+      pid: process.pid,
+      process_start: processStartToken(process.pid) as string,
+      capsule_name: 'from-a-newer-mur',
+      capsule_version: '0.1.0',
+      workdir: '/nowhere',
+      outlives_launcher: false,
+      started_at: '2026-01-01T00:00:00Z',
+      a_field_of_a_later_version: { anything: true },
+    };
+    await fs.writeFile(file, JSON.stringify(newer), { mode: 0o600 });
+    try {
+      const listed = (await ps()).find((session) => session.session_id === sessionId);
+      expect(listed).toMatchObject({ capsule_name: 'from-a-newer-mur', liveness: 'unreachable' });
+      expect(listed).not.toHaveProperty('a_field_of_a_later_version');
+      expect(JSON.parse(await fs.readFile(file, 'utf8'))).toEqual(newer);
+      // A record missing one of the nine is still pruned: it names no process that could be checked.
+      const { process_start: _, ...missing } = newer;
+      await fs.writeFile(file, JSON.stringify(missing), { mode: 0o600 });
+      expect((await ps()).some((session) => session.session_id === sessionId)).toBe(false);
+      await expect(fs.stat(file)).rejects.toThrow();
+    } finally {
+      await fs.rm(file, { force: true });
+    }
+  });
+
   it('prunes a record that does not parse', async () => {
     const broken = path.join(runningDir(env), 'ses_0399c4e2f1b7712a9d3e4f5061728394.json');
     await fs.writeFile(broken, 'not json');

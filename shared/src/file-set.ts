@@ -13,10 +13,14 @@ import * as z from 'zod';
 
 export const Sha256HexSchema = z.string().regex(/^[0-9a-f]{64}$/, 'must be a lowercase hex sha256');
 
-/** Whether `text` holds a control character (C0 or DEL): what no path written one per line may hold. */
+/**
+ * Whether `text` holds a control character: C0, DEL or C1. No path written one per line may hold
+ * one, and C1 counts too: U+009B is a terminal's one-character CSI, as able to move a cursor or
+ * retitle a window as ESC [ is.
+ */
 export function hasControlCharacter(text: string): boolean {
   // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
-  return /[\u0000-\u001f\u007f]/.test(text);
+  return /[\u0000-\u001f\u007f-\u009f]/.test(text);
 }
 
 /**
@@ -25,8 +29,7 @@ export function hasControlCharacter(text: string): boolean {
  * refused wherever it appears.
  */
 export function normaliseEntryName(raw: string): { ok: true; name: string } | { ok: false; reason: string } {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing control characters is the point
-  if (raw.includes('\0') || /[\u0001-\u001f]/.test(raw)) return { ok: false, reason: 'contains a control character' };
+  if (hasControlCharacter(raw)) return { ok: false, reason: 'contains a control character' };
   if (raw.includes('\\')) return { ok: false, reason: 'contains a backslash' };
   if (raw.startsWith('/') || /^[A-Za-z]:/.test(raw)) return { ok: false, reason: 'is an absolute path' };
   const components = raw.split('/').filter((component) => component !== '' && component !== '.');

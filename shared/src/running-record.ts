@@ -3,10 +3,13 @@ import * as z from 'zod';
 /**
  * One running session's door and the process that holds it: `running/<session_id>.json` under
  * `MURMUR_HOME`. A record is a hint, never a truth (a SIGKILLed capsule writes no farewell), so
- * readers verify it in three layers before believing it. Every field is required and there are
- * exactly nine: a record that does not parse names no process that could be checked.
+ * readers verify it in three layers before believing it. Every field is required and exactly nine
+ * are written: a record missing one names no process that could be checked, and is pruned. A
+ * field this runtime does not know is passed over, as upstream's reader does: a newer runtime's
+ * record still names a process this one can check, and pruning it would hide a live session from
+ * `mur ps` (and from `mur stop`) on a machine with two versions of `mur`.
  */
-export const RunningRecordSchema = z.strictObject({
+export const RunningRecordSchema = z.object({
   session_id: z.string().min(1),
   /** `host:port` the A2A door answers on. */
   url: z.string().min(1),

@@ -68,6 +68,11 @@ function exitStatus(event: SessionEnded): string {
 
 export class DelegationWatcher {
   private readonly watched = new Map<string, Watched>();
+  /**
+   * Delegation ids whose launch is under way: claimed before the launch's first await, so two
+   * launches naming one id (a replayed request) cannot both pass the check while neither is watched yet.
+   */
+  private readonly launching = new Set<string>();
   private readonly ended: Subscription;
   private readonly completed: Subscription;
 
@@ -94,8 +99,17 @@ export class DelegationWatcher {
   async launch(input: DelegationLaunchRequest): Promise<DelegationLaunchReply> {
     const request = DelegationLaunchRequestSchema.parse(input);
     const delegationId = request.delegated ? (request.delegation_id ?? newDelegationId()) : undefined;
-    if (delegationId && [...this.watched.values()].some((watched) => watched.delegationId === delegationId))
+    if (delegationId && (this.launching.has(delegationId) || [...this.watched.values()].some((watched) => watched.delegationId === delegationId)))
       throw new MurmurError('E-DLG-003', `delegation ${delegationId} is launched already: a delegation id names one child`, { path: delegationId });
+    if (delegationId) this.launching.add(delegationId);
+    try {
+      return await this.launchClaimed(request, delegationId);
+    } finally {
+      if (delegationId) this.launching.delete(delegationId);
+    }
+  }
+
+  private async launchClaimed(request: Watched['request'], delegationId: string | undefined): Promise<DelegationLaunchReply> {
     const sessionId = newSessionId();
     const parentExecutor = request.parent.executor_id ?? this.executorOf(request.parent.session_id);
     const plan = await requestStaging(
