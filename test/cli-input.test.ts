@@ -170,6 +170,18 @@ describe('mur, given what a new user gets wrong', () => {
       'give each packaged file a distinct path inside the artifact',
     );
     expect((await fs.readdir(casey)).filter((name) => name.endsWith('.mur.zip'))).toEqual([]);
+    // …nor one no registry would index: a description past a paragraph.
+    await fs.writeFile(
+      path.join(casey, 'murmur.yaml'),
+      `name: casey\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(5000)}\nrequires_files: [skill.md]\n`,
+    );
+    refused(
+      await runMur(['build', casey], { env }),
+      'E-BLD-001',
+      'the description is 5000 characters; a packaged one is at most 4096',
+      'registries index the description and tags for search: keep them to a paragraph and a few words',
+    );
+    expect((await fs.readdir(casey)).filter((name) => name.endsWith('.mur.zip'))).toEqual([]);
   });
 
   it('says what a bad manifest value is and that the field is to be corrected', async () => {

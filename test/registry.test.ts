@@ -278,7 +278,7 @@ describe('roost as a remote registry', () => {
 describe('archives a registry refuses', () => {
   const skill = (manifest: string, extra: Array<{ name: string; data: Buffer }> = []) =>
     rawZip([{ name: 'murmur.yaml', data: Buffer.from(manifest) }, { name: 'skill.md', data: Buffer.from('# a skill\n') }, ...extra]);
-  const refusal = async (bytes: Uint8Array, options: { platform?: string } = {}) => {
+  const refusal = async (bytes: Uint8Array, options: { platform?: string; publishing?: boolean } = {}) => {
     const error = (await inspectArchive(bytes, 'upload', options).then(
       () => undefined,
       (thrown: unknown) => thrown,
@@ -290,27 +290,37 @@ describe('archives a registry refuses', () => {
     const wordy = `name: wordy\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(1_500_000)}\n`;
     const huge = await refusal(skill(wordy));
     expect(huge).toEqual({ code: 'E-ART-002', message: `upload: murmur.yaml is ${wordy.length} bytes; an artifact's manifest is at most 1048576` });
-    const long = await refusal(skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(5000)}\n`));
-    expect(long.code).toBe('E-MAN-003');
-    expect(long.message).toContain('description');
-    expect(long.message).toContain('at most 4096 characters');
-    const tags = await refusal(
-      skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ntags: [${Array.from({ length: 40 }, (_, index) => `t${index}`).join(', ')}]\n`),
-    );
-    expect(tags).toMatchObject({ code: 'E-MAN-003', message: expect.stringContaining('at most 32 tags') });
-    const capsule = await refusal(
-      rawZip([{ name: 'murmur.yaml', data: Buffer.from(`name: wordy-capsule\nversion: 0.1.0\ndescription: ${'d'.repeat(5000)}\n`) }]),
-    );
-    expect(capsule).toMatchObject({ code: 'E-MAN-003', message: expect.stringContaining('a packaged one is at most 4096') });
-    expect((await refusal(skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(4096)}\n`))).code).toBeUndefined();
+    // Past what an index keeps, refused where it would become an entry (a publish), read anywhere else:
+    // what a store already holds stays runnable.
+    const wordy5000 = skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(5000)}\n`);
+    const long = await refusal(wordy5000, { publishing: true });
+    expect(long).toMatchObject({ code: 'E-MAN-003', message: 'upload: the description is 5000 characters; a packaged one is at most 4096' });
+    expect((await refusal(wordy5000)).code).toBeUndefined();
+    const tagged = skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ntags: [${Array.from({ length: 40 }, (_, index) => `t${index}`).join(', ')}]\n`);
+    expect(await refusal(tagged, { publishing: true })).toMatchObject({
+      code: 'E-MAN-003',
+      message: expect.stringContaining('40 tags; a packaged artifact has at most 32'),
+    });
+    expect((await refusal(tagged)).code).toBeUndefined();
+    const capsule = rawZip([{ name: 'murmur.yaml', data: Buffer.from(`name: wordy-capsule\nversion: 0.1.0\ndescription: ${'d'.repeat(5000)}\n`) }]);
+    expect(await refusal(capsule, { publishing: true })).toMatchObject({
+      code: 'E-MAN-003',
+      message: expect.stringContaining('a packaged one is at most 4096'),
+    });
+    const fits = skill(`name: wordy\nversion: 0.1.0\nruntime: skill\ndescription: ${'d'.repeat(4096)}\n`);
+    expect((await refusal(fits, { publishing: true })).code).toBeUndefined();
   });
 
   it('refuses an archive declaring more entries than an artifact holds, without reading them', async () => {
-    const many = Array.from({ length: MAX_ENTRIES }, (_, index) => ({ name: `f/${index}`, data: Buffer.alloc(0) }));
-    const refused = await refusal(skill('name: many\nversion: 0.1.0\nruntime: skill\n', many));
-    expect(refused).toEqual({
+    // Two entries, and an end record declaring 65 535: read one by one, the directory would run out
+    // long before the count (what was refused before as an archive that does not parse).
+    const archive = Buffer.from(skill('name: many\nversion: 0.1.0\nruntime: skill\n'));
+    const end = archive.lastIndexOf(Buffer.from([0x50, 0x4b, 0x05, 0x06]));
+    archive.writeUInt16LE(0xffff, end + 8);
+    archive.writeUInt16LE(0xffff, end + 10);
+    expect(await refusal(archive)).toEqual({
       code: 'E-ART-003',
-      message: `upload: the archive has ${MAX_ENTRIES + 2} entries; an artifact archive holds at most ${MAX_ENTRIES}`,
+      message: `upload: the archive has 65535 entries; an artifact archive holds at most ${MAX_ENTRIES}`,
     });
   });
 

@@ -125,7 +125,10 @@ export const ERROR_CATALOGUE = {
     title: 'the executor running the session was lost',
     hint: 'the session ended with its executor; launch it again (the stack sends new launches to the executors still alive)',
   },
-  'E-ROOST-001': { title: 'roost is unreachable or answered with an error', hint: 'check MURMUR_ROOST_URL and that roost is running' },
+  'E-ROOST-001': {
+    title: 'roost is unreachable or answered with an error',
+    hint: 'check the registry named (--registry, else MURMUR_ROOST_URL) and that roost is running there',
+  },
   'W-SEC-004': { title: 'literal secret in a manifest' },
   'W-SEC-009': { title: 'interpreter_runtime grant couples the capsule to a host layout' },
   'W-SEC-011': { title: 'workdir_exec: the shell allowlist is not enforceable inside the workdir' },

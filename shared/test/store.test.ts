@@ -193,6 +193,33 @@ describe('ArtifactStore.publish', () => {
     expect((await store.resolve('echo-tool', '0.1.0', 'linux-x86_64'))?.bytes).toEqual(ZIP_A);
   });
 
+  it('publishes one variant of a version at a time: of a generic and a platform build sent at once, one is stored and the other refused', async () => {
+    for (let round = 0; round < 5; round += 1) {
+      const version = `0.5.${round}`;
+      const outcomes = await Promise.allSettled([
+        store.publish(ZIP_A, meta({ version })),
+        store.publish(ZIP_B, meta({ version, runtime: 'native', platforms: [['linux', 'x86_64']] })),
+      ]);
+      expect(
+        outcomes.filter((outcome) => outcome.status === 'fulfilled'),
+        version,
+      ).toHaveLength(1);
+      const refused = outcomes.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
+      expect((refused?.reason as { code?: string } | undefined)?.code).toBe('E-REG-003');
+      const files = await fs.readdir(path.join(root, 'echo-tool', version));
+      expect(
+        files.filter((file) => file.endsWith('.mur.zip')),
+        version,
+      ).toHaveLength(1);
+    }
+    // Two platforms' builds at once are both kept, and the meta names both.
+    await Promise.all([
+      store.publish(ZIP_A, meta({ version: '0.6.0', runtime: 'native', platforms: [['linux', 'x86_64']] })),
+      store.publish(ZIP_B, meta({ version: '0.6.0', runtime: 'native', platforms: [['linux', 'aarch64']] })),
+    ]);
+    expect((await store.readMeta('echo-tool', '0.6.0')).platforms).toHaveLength(2);
+  });
+
   it('refuses to resolve a name that could escape the store', async () => {
     expect((await rejection(store.resolve('../x', '1.0.0'))).code).toBe('E-REG-006');
     expect((await rejection(store.resolve('x', '..'))).code).toBe('E-REG-006');

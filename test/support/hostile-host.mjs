@@ -89,7 +89,7 @@ channel.on('data', (chunk) => {
       else if (message.id === 303) channel.write(Buffer.concat(Array.from({ length: LOADS }, (_, index) => load(400 + index))));
       else if (message.id >= 400) {
         deep.answered += 1;
-        if (!message.ok && /waiting already/.test(message.error)) {
+        if (!message.ok && /records already/.test(message.error)) {
           deep.refused += 1;
           deep.refusal = message.error;
         }

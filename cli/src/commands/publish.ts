@@ -25,7 +25,7 @@ export async function publishCommand(zipArgument: string | undefined, options: {
           : 'pass the .mur.zip that mur build wrote (it prints its path), or run mur publish with none in the capsule directory',
     });
   }
-  const inspected = await inspectArchive(bytes, zipPath, options.platform === undefined ? {} : { platform: options.platform });
+  const inspected = await inspectArchive(bytes, zipPath, { publishing: true, ...(options.platform === undefined ? {} : { platform: options.platform }) });
   for (const warning of inspected.packaged.warnings) output.warn(warning);
   const { meta } = inspected;
   const choice = registryChoice(options.registry ?? (await manifestRegistry()));

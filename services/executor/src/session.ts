@@ -184,9 +184,10 @@ const SLOW_HOST_OPS: ReadonlySet<string> = new Set(['send', 'delegate', 'pull'])
 const SLOW_HOST_REQUESTS_IN_FLIGHT = 16;
 /**
  * The host's requests of its records in the executor's home (its conversations, its harness
- * sessions): answered one at a time per session, and at most `RECORD_REQUESTS_WAITING` wait their
- * turn. Each reads or writes a whole record — a conversation load of a 20 MB record holds ~60 MB
- * while it is answered — so forty sent at once took the executor to 2.5 GB.
+ * sessions): answered one at a time per session, and at most `RECORD_REQUESTS_HELD` held, the one
+ * answered among them. Each reads or writes a whole record — a conversation load of a 20 MB record
+ * holds ~60 MB while it is answered, forty sent at once took the executor to 2.5 GB — and a save
+ * waiting its turn holds its messages, up to a frame's 24 MiB. A task loads once and saves once.
  */
 const RECORD_OPS: ReadonlySet<string> = new Set([
   'conversation-load',
@@ -195,7 +196,7 @@ const RECORD_OPS: ReadonlySet<string> = new Set([
   'harness-session-put',
   'harness-session-forget',
 ]);
-const RECORD_REQUESTS_WAITING = 64;
+const RECORD_REQUESTS_HELD = 8;
 
 function findCodeRoot(from: string): string {
   let dir = from;
@@ -1215,12 +1216,12 @@ export class Session {
 
   /** A record request, answered after the session's record requests before it (`RECORD_OPS`). */
   private async answerInTurn(id: number, request: HostRequest): Promise<void> {
-    if (this.recordRequests >= RECORD_REQUESTS_WAITING) {
+    if (this.recordRequests >= RECORD_REQUESTS_HELD) {
       this.tellHost({
         type: 'reply',
         id,
         ok: false,
-        error: `refused this ${request.op}: ${RECORD_REQUESTS_WAITING} of this session's requests of its records are waiting already, the most the executor holds; send the next once one has been answered`,
+        error: `refused this ${request.op}: the executor holds ${RECORD_REQUESTS_HELD} of this session's requests of its records already, the most it takes at once; send the next once one has been answered`,
       });
       return;
     }

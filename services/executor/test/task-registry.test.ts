@@ -674,6 +674,17 @@ describe('the events a task emits', () => {
     expect(stateOf(registry, task.id).artifacts).toEqual([{ name: 'read_file', text: 'file contents', seq: 0 }]);
   });
 
+  it('lists a task without its artifacts as fitted without them: a large artifact costs it none of its history', async () => {
+    const { registry } = setup('queue', 1);
+    taskOf(send(registry));
+    const task = await startNext(registry);
+    registry.artifact(task, 'read_file', 'r'.repeat(700_000));
+    const listed = registry.list({ method: 'list', page_size: 10 }) as { tasks: TaskView[] };
+    expect(listed.tasks[0]?.artifacts).toEqual([]);
+    expect(listed.tasks[0]?.history).toHaveLength(1);
+    expect(listed.tasks[0]?.history[0]?.text).toMatch(/^message \d+$/);
+  });
+
   it('keeps only the latest 100 artifacts on a task', async () => {
     const { registry } = setup('queue', 1);
     taskOf(send(registry));

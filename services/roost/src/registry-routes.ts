@@ -101,7 +101,7 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       const platforms = context.req.queries('platform') ?? [];
       if (platforms.length > 1)
         throw new MurmurError('E-REG-006', `an upload is one platform’s build; this one names ${platforms.length} (${platforms.slice(0, 4).join(', ')})`);
-      const inspected = await inspectArchive(bytes, `${name}@${version}`, platforms[0] ? { platform: platforms[0] } : {});
+      const inspected = await inspectArchive(bytes, `${name}@${version}`, { publishing: true, ...(platforms[0] ? { platform: platforms[0] } : {}) });
       if (inspected.meta.name !== name || inspected.meta.version !== version) {
         throw new MurmurError('E-MAN-003', `the archive's murmur.yaml names ${inspected.meta.name}@${inspected.meta.version}, not ${name}@${version}`);
       }

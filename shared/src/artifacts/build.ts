@@ -6,6 +6,7 @@ import {
   type PackagedManifest,
   type PackagingType,
   artifactNameProblem,
+  indexEntryProblem,
   artifactVersionProblem,
   packagingTypeOf,
   parsePackagedManifest,
@@ -259,6 +260,13 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
     throw new MurmurError('E-BLD-001', `invalid artifact name '${name}': ${nameProblem}`, {
       path: 'name',
       hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool)',
+    });
+
+  const indexProblem = indexEntryProblem({ description: packaged.manifest.description, tags: packaged.kind === 'artifact' ? packaged.manifest.tags : [] });
+  if (indexProblem)
+    throw new MurmurError('E-BLD-001', indexProblem.problem, {
+      path: indexProblem.path,
+      hint: 'registries index the description and tags for search: keep them to a paragraph and a few words',
     });
 
   const versionProblem = artifactVersionProblem(version);

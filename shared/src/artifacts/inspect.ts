@@ -1,6 +1,6 @@
 import { type ArtifactMeta, currentPlatform, parsePlatform, requirePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
-import { MAX_DESCRIPTION_CHARS, type PackagedManifest, artifactNameProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
+import { type PackagedManifest, artifactNameProblem, indexEntryProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
 import { MurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
 
@@ -18,7 +18,7 @@ export interface InspectedArchive {
  * so none of them stores an archive that staging would later refuse: a published version cannot
  * be replaced, so a damaged one stored would stay unusable under its name.
  */
-export async function inspectArchive(bytes: Uint8Array, label: string, options: { platform?: string } = {}): Promise<InspectedArchive> {
+export async function inspectArchive(bytes: Uint8Array, label: string, options: { platform?: string; publishing?: boolean } = {}): Promise<InspectedArchive> {
   const zip = await MurZip.open(bytes, { label });
   try {
     for (const name of zip.names) await zip.read(name);
@@ -43,13 +43,14 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
         hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool); pack it again with mur build',
       });
     }
-    // An artifact's manifest holds its description to this already; a capsule's is held to it here,
-    // where it becomes an index entry (a local `mur run` reads a description of any length).
-    const description = packaged.manifest.description;
-    if (description !== undefined && description.length > MAX_DESCRIPTION_CHARS)
-      throw new MurmurError('E-MAN-003', `${label}: the description is ${description.length} characters; a packaged one is at most ${MAX_DESCRIPTION_CHARS}`, {
-        path: 'description',
-        hint: 'registries index the description for search: keep it to a paragraph',
+    // Held where the archive becomes an index entry; one already stored is read whatever it says.
+    const indexProblem = options.publishing
+      ? indexEntryProblem({ description: packaged.manifest.description, tags: packaged.kind === 'artifact' ? packaged.manifest.tags : [] })
+      : undefined;
+    if (indexProblem)
+      throw new MurmurError('E-MAN-003', `${label}: ${indexProblem.problem}`, {
+        path: indexProblem.path,
+        hint: 'registries index the description and tags for search: keep them to a paragraph and a few words',
       });
     const runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
     if (runtime === 'wasm') zip.rootWasmName();

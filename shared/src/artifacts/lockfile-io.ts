@@ -98,13 +98,15 @@ interface TurnHolder {
  * dead. A pid means something only on the host that wrote it: another host's turn is waited for,
  * never judged. A writer removes the turn at the end only if it is still its own.
  */
-export async function withLockfileTurn<T>(file: string, change: () => Promise<T>, options: { waitMs?: number } = {}): Promise<T> {
+export async function withLockfileTurn<T>(file: string, change: () => Promise<T>, options: { waitMs?: number; what?: string } = {}): Promise<T> {
   const waitMs = options.waitMs ?? LOCK_TURN_WAIT_MS;
+  /** What the turn guards, for messages: the lock by default, a store's version for a publish. */
+  const what = options.what ?? 'murmur.lock';
   const turn = `${file}.writing`;
   const mine: TurnHolder = { pid: process.pid, host: hostname(), token: randomUUID() };
   const started = Date.now();
   for (;;) {
-    if (await tryCreate(turn, `${mine.pid} ${mine.host} ${mine.token}\n`)) break;
+    if (await tryCreate(turn, `${mine.pid} ${mine.host} ${mine.token}\n`, what)) break;
     const text = await fs.readFile(turn, 'utf8').catch(() => undefined);
     const holder = text === undefined ? undefined : parseHolder(text);
     if (text !== undefined && (holder ? holder.host === mine.host && !processAlive(holder.pid) : await olderThan(turn, TURN_UNWRITTEN_STALE_MS))) {
@@ -113,7 +115,7 @@ export async function withLockfileTurn<T>(file: string, change: () => Promise<T>
     }
     if (Date.now() - started > waitMs) {
       const who = holder ? `pid ${holder.pid}${holder.host === mine.host ? '' : ` on ${holder.host}`}` : 'pid unknown';
-      throw new MurmurError('E-IO-003', `murmur.lock is being written by another mur (${who}) and was not released within ${waitMs / 1000}s`, {
+      throw new MurmurError('E-IO-003', `${what} is being written by another mur (${who}) and was not released within ${waitMs / 1000}s`, {
         path: turn,
         hint: `wait for the other mur to finish; if none is running, remove ${turn}`,
       });
@@ -155,13 +157,13 @@ async function olderThan(file: string, ms: number): Promise<boolean> {
 }
 
 /** Creates `file` holding `text` if no file is there; false when one is. */
-async function tryCreate(file: string, text: string): Promise<boolean> {
+async function tryCreate(file: string, text: string, what = 'murmur.lock'): Promise<boolean> {
   let handle: fs.FileHandle;
   try {
     handle = await fs.open(file, 'wx', 0o644);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false;
-    throw new MurmurError('E-IO-003', `failed to take a turn at writing murmur.lock (${file}): ${(error as Error).message}`, { path: file });
+    throw new MurmurError('E-IO-003', `failed to take a turn at writing ${what} (${file}): ${(error as Error).message}`, { path: file });
   }
   try {
     await handle.writeFile(text);

@@ -6,6 +6,7 @@ import { MurmurError } from '../errors.js';
 import { LONGEST_ARTIFACT_VERSION, artifactVersionProblem } from '../manifest/artifact-name.js';
 import { isReservedVersion } from '../manifest/artifact.js';
 import { temporarySibling } from '../node/atomic.js';
+import { withLockfileTurn } from './lockfile-io.js';
 
 /**
  * An on-disk artifact store, laid out exactly as upstream's so the two share `~/.murmur`:
@@ -206,6 +207,21 @@ export class ArtifactStore {
     if (exists) throw conflict();
     const sha256 = sha256Hex(bytes);
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
+    // One publish of a version at a time: what was published of it is read, judged and added to
+    // as one step (two variants published at once each found none before, and both were kept).
+    return withLockfileTurn(path.join(path.dirname(files.zip), '.publish'), () => this.publishVariant(bytes, meta, sha256, files, platform, conflict), {
+      what: `${meta.name}@${meta.version} in the ${this.scope} store`,
+    });
+  }
+
+  private async publishVariant(
+    bytes: Uint8Array,
+    meta: ArtifactMeta,
+    sha256: string,
+    files: VariantFiles,
+    platform: string | undefined,
+    conflict: () => MurmurError,
+  ): Promise<{ sha256: string; zipPath: string }> {
     // Another variant of this version was published first: its meta stays (a generic artifact does
     // not turn native), and gains this variant's platform.
     const kept = (await pathPresent(this.metaFile(meta.name, meta.version))) ? await this.readMeta(meta.name, meta.version) : undefined;

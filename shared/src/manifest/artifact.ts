@@ -55,10 +55,28 @@ const InputSchemaSchema = z.union([z.string(), z.record(z.string(), z.unknown())
   return z.NEVER;
 });
 
-/** An artifact's description and tags, as registries index them. */
+/**
+ * An artifact's description and tags as registries index them: a line or a paragraph, shown by
+ * search and kept in every index, not a payload. Held to these where an archive is made or
+ * published (`indexEntryProblem`), never where one already stored is read.
+ */
 export const MAX_DESCRIPTION_CHARS = 4096;
 export const MAX_TAGS = 32;
 export const MAX_TAG_CHARS = 64;
+
+/** Why `manifest`'s description or tags are past what an index keeps; undefined when they are not. */
+export function indexEntryProblem(manifest: {
+  description?: string | undefined;
+  tags?: readonly string[] | undefined;
+}): { path: string; problem: string } | undefined {
+  if (manifest.description !== undefined && manifest.description.length > MAX_DESCRIPTION_CHARS)
+    return { path: 'description', problem: `the description is ${manifest.description.length} characters; a packaged one is at most ${MAX_DESCRIPTION_CHARS}` };
+  const tags = manifest.tags ?? [];
+  if (tags.length > MAX_TAGS) return { path: 'tags', problem: `${tags.length} tags; a packaged artifact has at most ${MAX_TAGS}` };
+  const long = tags.find((tag) => tag.length > MAX_TAG_CHARS);
+  if (long !== undefined) return { path: 'tags', problem: `the tag '${long.slice(0, 40)}…' is ${long.length} characters; a tag is at most ${MAX_TAG_CHARS}` };
+  return undefined;
+}
 
 export const ArtifactManifestSchema = z
   .object({
@@ -68,12 +86,8 @@ export const ArtifactManifestSchema = z
     implementation: z.unknown().optional(),
     execution: z.string().optional(),
     requires_files: z.array(z.string()).optional(),
-    // Shown by search and kept in every registry's index: a line or a paragraph, not a payload.
-    description: z.string().max(MAX_DESCRIPTION_CHARS, `must be at most ${MAX_DESCRIPTION_CHARS} characters`).optional(),
-    tags: z
-      .array(z.string().max(MAX_TAG_CHARS, `a tag must be at most ${MAX_TAG_CHARS} characters`))
-      .max(MAX_TAGS, `at most ${MAX_TAGS} tags`)
-      .default([]),
+    description: z.string().optional(),
+    tags: z.array(z.string()).default([]),
     input_schema: InputSchemaSchema.optional(),
     /** Upstream's alias of `input_schema`. */
     input: InputSchemaSchema.optional(),

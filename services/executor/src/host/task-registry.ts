@@ -475,9 +475,9 @@ export class TaskRegistry {
     let last: Task | undefined;
     let bytes = 0;
     for (const task of candidates) {
-      // Each view fits a reply alone (`view`), so a page always holds at least its first task.
-      const view = this.view(task, query.history_length);
-      if (query.include_artifacts !== true) view.artifacts = [];
+      // Each view fits a reply alone (`view`), so a page always holds at least its first task; one
+      // listed without its artifacts is fitted without them, so they cost it none of its history.
+      const view = this.view(task, query.history_length, query.include_artifacts === true);
       const size = Buffer.byteLength(JSON.stringify(view));
       if (views.length > 0 && bytes + size > REPLY_BUDGET_BYTES) break;
       bytes += size;
@@ -521,8 +521,8 @@ export class TaskRegistry {
     waiter?.(undefined);
   }
 
-  /** `task` as a reply carries it, fitted to one reply (`fitTaskView`). */
-  view(task: Task, historyLength = HISTORY_LIMIT): TaskView {
+  /** `task` as a reply carries it, fitted to one reply (`fitTaskView`); `withArtifacts` false leaves them out. */
+  view(task: Task, historyLength = HISTORY_LIMIT, withArtifacts = true): TaskView {
     return fitTaskView({
       id: task.id,
       context_id: task.contextId,
@@ -530,7 +530,7 @@ export class TaskRegistry {
       ...(task.message !== undefined ? { message: task.message } : {}),
       ...(task.prompt !== undefined && task.state === 'input-required' ? { prompt: task.prompt } : {}),
       ...(task.response !== undefined ? { response: task.response } : {}),
-      artifacts: [...task.artifacts],
+      artifacts: withArtifacts ? [...task.artifacts] : [],
       history: historyLength === 0 ? [] : task.history.slice(-historyLength),
       updated_at: new Date(task.updatedAt).toISOString(),
     });
@@ -585,5 +585,9 @@ export function fitTaskView(view: TaskView, budget = REPLY_BUDGET_BYTES): TaskVi
   }
   const artifacts = [...fitted.artifacts];
   while (artifacts.length > 0 && size > budget) size -= bytes(artifacts.shift()) + 1;
-  return { ...fitted, artifacts };
+  // The sizes above are counted down entry by entry; the last word is the reply's own.
+  let result: TaskView = { ...fitted, artifacts };
+  while (result.artifacts.length + result.history.length > 0 && bytes(result) > budget)
+    result = result.history.length > 0 ? { ...result, history: result.history.slice(1) } : { ...result, artifacts: result.artifacts.slice(1) };
+  return result;
 }
