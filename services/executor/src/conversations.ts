@@ -143,7 +143,7 @@ export class ConversationRecords {
 const MESSAGE_DEPTH_LIMIT = 64;
 
 /** Whether `value` nests arrays and objects more than `limit` deep; walked without recursion, so any depth is measured. */
-export function nestedDeeperThan(value: unknown, limit: number): boolean {
+function nestedDeeperThan(value: unknown, limit: number): boolean {
   const pending: Array<[unknown, number]> = [[value, 0]];
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
     const [item, depth] = next;

@@ -1000,19 +1000,26 @@ export class Session {
   }
 
   /** A sealed sandbox's connection or lookup, in the trace like every other egress decision (bounded). */
+  /**
+   * Whether the `count`th decision of its kind is past what a session's trace keeps
+   * (`NETWORK_RECORDS_KEPT`); the first one past it is recorded as the line that says so.
+   */
+  private pastRecordBound(count: number, kind: string, grant: string, decisions: string): boolean {
+    if (count <= NETWORK_RECORDS_KEPT) return false;
+    if (count === NETWORK_RECORDS_KEPT + 1)
+      this.trace.write('egress', {
+        kind,
+        grant,
+        decision: 'suppressed',
+        reason: `more than ${NETWORK_RECORDS_KEPT} ${decisions} in this session; later ones are not recorded`,
+      });
+    return true;
+  }
+
   private recordNetwork(record: EgressRecord): void {
     runtimeMetrics().egress(record.kind, record.decision, record.rule);
     this.networkRecords += 1;
-    if (this.networkRecords > NETWORK_RECORDS_KEPT) {
-      if (this.networkRecords === NETWORK_RECORDS_KEPT + 1)
-        this.trace.write('egress', {
-          kind: record.kind,
-          grant: 'sandbox',
-          decision: 'suppressed',
-          reason: `more than ${NETWORK_RECORDS_KEPT} network decisions in this session; later ones are not recorded`,
-        });
-      return;
-    }
+    if (this.pastRecordBound(this.networkRecords, record.kind, 'sandbox', 'network decisions')) return;
     this.trace.write('egress', {
       kind: record.kind,
       grant: 'sandbox',
@@ -1368,20 +1375,11 @@ export class Session {
    * sees a WASI error code, so this is where an operator reads what was refused and why.
    */
   private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>, rule?: string, startedAt = Date.now()): void {
+    runtimeMetrics().egress(kind, String(outcome.decision), rule);
     // As the sandbox's own decisions: the host decides how many of these there are (50 000 denied
     // checks were as many trace lines and bus messages), so past the bound only the metric counts.
     this.egressRecords += 1;
-    if (this.egressRecords > NETWORK_RECORDS_KEPT) {
-      runtimeMetrics().egress(kind, String(outcome.decision), rule);
-      if (this.egressRecords === NETWORK_RECORDS_KEPT + 1)
-        this.trace.write('egress', {
-          kind,
-          grant,
-          decision: 'suppressed',
-          reason: `more than ${NETWORK_RECORDS_KEPT} egress decisions of the capsule host in this session; later ones are not recorded`,
-        });
-      return;
-    }
+    if (this.pastRecordBound(this.egressRecords, kind, grant, 'egress decisions of the capsule host')) return;
     // Not a URL, it is recorded as given, up to a length: the host chose it.
     let target = url.slice(0, EGRESS_TARGET_KEPT);
     /** What the bus is told: never a path or a query, even of what is not a URL. */
@@ -1394,7 +1392,6 @@ export class Session {
       // not a URL: recorded as given
     }
     this.trace.write('egress', { kind, grant, target, ...outcome });
-    runtimeMetrics().egress(kind, String(outcome.decision), rule);
     this.telemetry?.egress({ kind, grant, target: announced, decision: String(outcome.decision), rule }, startedAt);
     const decision = outcome.decision === 'allowed' || outcome.decision === 'denied' ? outcome.decision : 'failed';
     this.announceEgress({

@@ -92,12 +92,10 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
   // opened could publish to a roost started without a token — a text/plain POST needs no CORS
   // preflight, and roost answers for whatever name its host is reached by.
   http.use('*', async (context, next) => {
-    const method = context.req.method;
-    if (method === 'GET' || method === 'HEAD' || context.req.header('origin') === undefined) return next();
-    return context.json(
-      { error: `roost takes no ${method} from a web page (this one came from ${context.req.header('origin')?.slice(0, 80)})`, code: 'E-ROOST-001' },
-      403,
-    );
+    const { method } = context.req;
+    const origin = context.req.header('origin');
+    if (method === 'GET' || method === 'HEAD' || origin === undefined) return next();
+    return context.json({ error: `roost takes no ${method} from a web page (this one came from ${origin.slice(0, 80)})`, code: 'E-ROOST-001' }, 403);
   });
   http.route('/', registryRoutes({ store, publishToken: publishTokenOf(env), log: options.log }));
   http.route('/', sessionRoutes({ state, store, spawnAllow, now: options.now ?? Date.now, log: options.log }));

@@ -6,7 +6,7 @@ import {
   type PackagedManifest,
   type PackagingType,
   artifactNameProblem,
-  indexEntryProblem,
+  indexEntryRefusal,
   artifactVersionProblem,
   packagingTypeOf,
   parsePackagedManifest,
@@ -262,12 +262,8 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
       hint: 'artifact names are lowercase letters, digits and inner hyphens, e.g. my-tool (optionally namespace/my-tool)',
     });
 
-  const indexProblem = indexEntryProblem({ description: packaged.manifest.description, tags: packaged.kind === 'artifact' ? packaged.manifest.tags : [] });
-  if (indexProblem)
-    throw new MurmurError('E-BLD-001', indexProblem.problem, {
-      path: indexProblem.path,
-      hint: 'registries index the description and tags for search: keep them to a paragraph and a few words',
-    });
+  const indexRefusal = indexEntryRefusal(packaged, 'E-BLD-001');
+  if (indexRefusal) throw indexRefusal;
 
   const versionProblem = artifactVersionProblem(version);
   if (versionProblem)

@@ -1,6 +1,6 @@
 import { type ArtifactMeta, currentPlatform, parsePlatform, requirePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
-import { type PackagedManifest, artifactNameProblem, indexEntryProblem, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
+import { type PackagedManifest, artifactNameProblem, indexEntryRefusal, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
 import { MurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
 
@@ -44,14 +44,8 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
       });
     }
     // Held where the archive becomes an index entry; one already stored is read whatever it says.
-    const indexProblem = options.publishing
-      ? indexEntryProblem({ description: packaged.manifest.description, tags: packaged.kind === 'artifact' ? packaged.manifest.tags : [] })
-      : undefined;
-    if (indexProblem)
-      throw new MurmurError('E-MAN-003', `${label}: ${indexProblem.problem}`, {
-        path: indexProblem.path,
-        hint: 'registries index the description and tags for search: keep them to a paragraph and a few words',
-      });
+    const indexRefusal = options.publishing ? indexEntryRefusal(packaged, 'E-MAN-003', label) : undefined;
+    if (indexRefusal) throw indexRefusal;
     const runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
     if (runtime === 'wasm') zip.rootWasmName();
     let platforms: Array<[string, string]> = [];

@@ -111,7 +111,7 @@ export async function withLockfileTurn<T>(file: string, change: () => Promise<T>
     const holder = text === undefined ? undefined : parseHolder(text);
     if (text !== undefined && (holder ? holder.host === mine.host && !processAlive(holder.pid) : await olderThan(turn, TURN_UNWRITTEN_STALE_MS))) {
       // Reaped: try again at once. Another reaper at work: wait like any waiter.
-      if (await reapDeadTurn(turn, text)) continue;
+      if (await reapDeadTurn(turn, text, what)) continue;
     }
     if (Date.now() - started > waitMs) {
       const who = holder ? `pid ${holder.pid}${holder.host === mine.host ? '' : ` on ${holder.host}`}` : 'pid unknown';
@@ -134,9 +134,9 @@ export async function withLockfileTurn<T>(file: string, change: () => Promise<T>
  * Removes `turn` if it still reads `deadText`, under the reaper's guard, and says whether it
  * reaped; another reaper that holds the guard is left to it.
  */
-async function reapDeadTurn(turn: string, deadText: string): Promise<boolean> {
+async function reapDeadTurn(turn: string, deadText: string, what: string): Promise<boolean> {
   const guard = `${turn}.reaping`;
-  if (!(await tryCreate(guard, String(process.pid)))) {
+  if (!(await tryCreate(guard, String(process.pid), what))) {
     if (await olderThan(guard, REAP_GUARD_STALE_MS)) await fs.rm(guard, { force: true });
     return false;
   }
@@ -157,7 +157,7 @@ async function olderThan(file: string, ms: number): Promise<boolean> {
 }
 
 /** Creates `file` holding `text` if no file is there; false when one is. */
-async function tryCreate(file: string, text: string, what = 'murmur.lock'): Promise<boolean> {
+async function tryCreate(file: string, text: string, what: string): Promise<boolean> {
   let handle: fs.FileHandle;
   try {
     handle = await fs.open(file, 'wx', 0o644);

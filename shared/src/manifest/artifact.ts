@@ -58,24 +58,34 @@ const InputSchemaSchema = z.union([z.string(), z.record(z.string(), z.unknown())
 /**
  * An artifact's description and tags as registries index them: a line or a paragraph, shown by
  * search and kept in every index, not a payload. Held to these where an archive is made or
- * published (`indexEntryProblem`), never where one already stored is read.
+ * published (`indexEntryRefusal`), never where one already stored is read.
  */
 export const MAX_DESCRIPTION_CHARS = 4096;
 export const MAX_TAGS = 32;
 export const MAX_TAG_CHARS = 64;
 
-/** Why `manifest`'s description or tags are past what an index keeps; undefined when they are not. */
-export function indexEntryProblem(manifest: {
-  description?: string | undefined;
-  tags?: readonly string[] | undefined;
-}): { path: string; problem: string } | undefined {
-  if (manifest.description !== undefined && manifest.description.length > MAX_DESCRIPTION_CHARS)
-    return { path: 'description', problem: `the description is ${manifest.description.length} characters; a packaged one is at most ${MAX_DESCRIPTION_CHARS}` };
-  const tags = manifest.tags ?? [];
-  if (tags.length > MAX_TAGS) return { path: 'tags', problem: `${tags.length} tags; a packaged artifact has at most ${MAX_TAGS}` };
+/**
+ * The refusal of a packaged manifest whose description or tags are past what an index keeps, as
+ * `code` (`mur build`'s or a publish's), `label` before the message; undefined when they are not.
+ */
+export function indexEntryRefusal(packaged: PackagedManifest, code: 'E-BLD-001' | 'E-MAN-003', label?: string): MurmurError | undefined {
+  const { description } = packaged.manifest;
+  const tags = packaged.kind === 'artifact' ? packaged.manifest.tags : [];
   const long = tags.find((tag) => tag.length > MAX_TAG_CHARS);
-  if (long !== undefined) return { path: 'tags', problem: `the tag '${long.slice(0, 40)}…' is ${long.length} characters; a tag is at most ${MAX_TAG_CHARS}` };
-  return undefined;
+  const found: [path: string, problem: string] | undefined =
+    description !== undefined && description.length > MAX_DESCRIPTION_CHARS
+      ? ['description', `the description is ${description.length} characters; a packaged one is at most ${MAX_DESCRIPTION_CHARS}`]
+      : tags.length > MAX_TAGS
+        ? ['tags', `${tags.length} tags; a packaged artifact has at most ${MAX_TAGS}`]
+        : long !== undefined
+          ? ['tags', `the tag '${long.slice(0, 40)}…' is ${long.length} characters; a tag is at most ${MAX_TAG_CHARS}`]
+          : undefined;
+  if (found === undefined) return undefined;
+  const [path, problem] = found;
+  return new MurmurError(code, label === undefined ? problem : `${label}: ${problem}`, {
+    path,
+    hint: 'registries index the description and tags for search: keep them to a paragraph and a few words',
+  });
 }
 
 export const ArtifactManifestSchema = z
