@@ -1,11 +1,13 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SessionEnded } from '@murmur/shared';
+import { type SessionEnded, topics } from '@murmur/shared';
 import { agentManifest, agentProject } from './support/agents.js';
+import { componentArtifact, publishInto } from './support/artifacts.js';
 import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type InProcessStack, launchToEnd, startInProcessStack } from './support/in-process-stack.js';
+import { probeTool } from './support/probe-guests.js';
 import { repositoryRoot } from './support/processes.js';
 
 /**
@@ -69,6 +71,28 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).toMatch(
       /request 7 answered ok=false: the executor refused a malformed request: Too big/,
     );
+  });
+
+  it('pulls of one tool at once are taken in turn: each answered, the tool pinned and announced once', async () => {
+    await publishInto(path.join(scratch.dir, 'home', 'artifacts'), await componentArtifact('probe-tool', '2.0.0', (await probeTool()).bytes));
+    const pinned: string[] = [];
+    const subscription = stack.bus.subscribe(topics.sessionPinned, (event) => {
+      pinned.push(`${event.session_id} ${event.artifact.name}@${event.artifact.resolved_version}`);
+    });
+    try {
+      const { ended, sessionId, sessionDir } = await launchToEnd(
+        stack.bus,
+        await probeProject(path.join(scratch.dir, 'pulls-at-once'), '', 'pulls-at-once'),
+        '[]',
+      );
+      expect(ended.exit_status).toBe('ok');
+      const answers = Array.from({ length: 8 }, (_, index) => `${501 + index} ok=true`).join(', ');
+      expect(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).toContain(`pulls answered ${answers}`);
+      await stack.bus.flush();
+      expect(pinned).toEqual([`${sessionId} probe-tool@2.0.0`]);
+    } finally {
+      subscription.unsubscribe();
+    }
   });
 
   it('a host that asks for many slow things at once has only so many worked on, and the rest refused at once, naming the bound', async () => {

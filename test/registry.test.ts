@@ -275,9 +275,10 @@ describe('roost as a remote registry', () => {
  * What a registry refuses of an archive before it is parsed or stored: sizes that cost the reader
  * far more than the uploader, and variants that would shadow a version already published.
  */
+const skill = (manifest: string, extra: Array<{ name: string; data: Buffer }> = []) =>
+  rawZip([{ name: 'murmur.yaml', data: Buffer.from(manifest) }, { name: 'skill.md', data: Buffer.from('# a skill\n') }, ...extra]);
+
 describe('archives a registry refuses', () => {
-  const skill = (manifest: string, extra: Array<{ name: string; data: Buffer }> = []) =>
-    rawZip([{ name: 'murmur.yaml', data: Buffer.from(manifest) }, { name: 'skill.md', data: Buffer.from('# a skill\n') }, ...extra]);
   const refusal = async (bytes: Uint8Array, options: { platform?: string; publishing?: boolean } = {}) => {
     const error = (await inspectArchive(bytes, 'upload', options).then(
       () => undefined,
@@ -347,6 +348,43 @@ describe('archives a registry refuses', () => {
       expect(shadowing?.message).toContain("only a native artifact's build for another platform may be added to a published version");
       expect(await listTree(store.root)).toEqual(before);
       expect((await store.resolve('shared-name', '0.1.0'))?.bytes).toEqual(Buffer.from(generic));
+    } finally {
+      await scratch.cleanup();
+    }
+  });
+});
+
+describe('a reinstall', () => {
+  it('leaves a reader meanwhile the old version or the new one, never none and never a zip beside another digest', async () => {
+    const scratch = await tempDir('murmur-reinstall-');
+    try {
+      const store = new ArtifactStore(path.join(scratch.dir, 'store'), 'global');
+      const builds = ['first', 'second'].map((text) =>
+        skill('name: swapped\nversion: 0.1.0\nruntime: skill\n', [{ name: 'notes.md', data: Buffer.from(text) }]),
+      );
+      const meta = (await inspectArchive(builds[0] as Buffer, 'swapped')).meta;
+      await store.install(builds[0] as Buffer, meta, sha256Hex(builds[0] as Buffer));
+      let installing = true;
+      const seen: string[] = [];
+      const reader = (async () => {
+        while (installing) {
+          const stored = await store.resolve('swapped', '0.1.0');
+          seen.push(stored === undefined ? 'none' : sha256Hex(stored.bytes) === stored.recordedSha256 ? 'whole' : 'mismatched');
+        }
+      })();
+      for (let round = 1; round <= 60; round += 1) {
+        const bytes = builds[round % 2] as Buffer;
+        await store.install(bytes, meta, sha256Hex(bytes));
+      }
+      installing = false;
+      await reader;
+      expect(seen.length).toBeGreaterThan(0);
+      expect(seen.filter((verdict) => verdict !== 'whole')).toEqual([]);
+      expect((await fs.readdir(store.versionDir('swapped', '0.1.0'))).sort()).toEqual([
+        'swapped-0.1.0.meta.json',
+        'swapped-0.1.0.mur.zip',
+        'swapped-0.1.0.sha256',
+      ]);
     } finally {
       await scratch.cleanup();
     }

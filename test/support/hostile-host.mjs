@@ -15,6 +15,8 @@
 //   says on stderr how it was answered, then sends an honest result;
 // - `floods-pulls`: 40 pulls at once (of an artifact no store holds); once all are answered it says
 //   on stderr how many were refused for being too many at once, then sends an honest result;
+// - `pulls-at-once`: eight pulls of `probe-tool@2.0.0` at once; once all are answered it says
+//   on stderr how each was answered, then sends an honest result;
 // - `floods-contexts`: conversation records for 5 contexts no client named, one after another; it
 //   says on stderr how each was answered, then sends an honest result;
 // - `deep-conversation` (an agent capsule with a threaded conversation): saves a message nested
@@ -58,6 +60,8 @@ const FLOOD = 40;
 let flooding;
 const CONTEXTS = 5;
 let contexts;
+let atOnce;
+const PULLS_AT_ONCE = 8;
 
 function saveContext(index) {
   const request = { op: 'conversation-save', context_id: `ctx_made_up_${index}`, messages: [{ role: 'user', content: 'x' }] };
@@ -103,6 +107,14 @@ channel.on('data', (chunk) => {
       contexts.left -= 1;
       if (contexts.left > 0) saveContext(CONTEXTS - contexts.left);
       else channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+    } else if (message.type === 'reply' && atOnce) {
+      atOnce.push(
+        `${message.id} ok=${message.ok && message.value?.ok !== false}${message.ok && message.value?.ok !== false ? '' : ` (${message.value?.error ?? message.error})`}`,
+      );
+      if (atOnce.length === PULLS_AT_ONCE) {
+        process.stderr.write(`hostile host: pulls answered ${atOnce.sort().join(', ')}\n`);
+        channel.write(frame({ type: 'result', status: 'ok', exit_code: 0 }), () => process.exit(0));
+      }
     } else if (message.type === 'reply' && flooding) {
       flooding.answered += 1;
       const refusal = message.value?.ok === false ? message.value.error : undefined;
@@ -174,6 +186,10 @@ function breakChannels(how) {
       frame({ type: 'request', id: 100 + index, request: { op: 'pull', request: { name: 'no-such-tool', version: '1.0.0' } } }),
     );
     channel.write(Buffer.concat(pulls));
+  } else if (how === 'pulls-at-once') {
+    atOnce = [];
+    const pull = (id) => frame({ type: 'request', id, request: { op: 'pull', request: { name: 'probe-tool', version: '2.0.0' } } });
+    channel.write(Buffer.concat(Array.from({ length: PULLS_AT_ONCE }, (_, index) => pull(501 + index))));
   } else if (how === 'exits-without-result') {
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'one\n' }));
     channel.write(frame({ type: 'output', stream: 'stdout', text: 'two\n' }), () => process.exit(0));

@@ -13,12 +13,33 @@ import { installArtifact } from './workdir.js';
  * the launcher to write into its `murmur.lock`, which only the launcher's machine holds. A failure
  * leaves nothing behind.
  */
-export async function pullForSession(
-  bus: Bus,
-  session: Session,
-  name: string,
-  version: string,
-): Promise<{ ok: true; value: { tool: HostTool } } | { ok: false; error: string }> {
+export function pullForSession(bus: Bus, session: Session, name: string, version: string): Promise<PullAnswer> {
+  // Pulls of one name are taken in turn: two at once each found no pin before either was
+  // installed, and both pinned (or the second overwrote the first's files under its pin).
+  let turns = pullTurns.get(session);
+  if (turns === undefined) {
+    turns = new Map();
+    pullTurns.set(session, turns);
+  }
+  const before = turns.get(name) ?? Promise.resolve();
+  const mine = before.then(() => pullOnce(bus, session, name, version));
+  const settled = mine.then(
+    () => {},
+    () => {},
+  );
+  turns.set(name, settled);
+  void settled.then(() => {
+    if (turns.get(name) === settled) turns.delete(name);
+  });
+  return mine;
+}
+
+type PullAnswer = { ok: true; value: { tool: HostTool } } | { ok: false; error: string };
+
+/** Each session's pulls in flight, the last of each name: the one a new pull of that name waits for. */
+const pullTurns = new WeakMap<Session, Map<string, Promise<void>>>();
+
+async function pullOnce(bus: Bus, session: Session, name: string, version: string): Promise<PullAnswer> {
   const plan = session.plan;
   let staged: StagedArtifact;
   try {

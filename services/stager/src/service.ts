@@ -1,7 +1,7 @@
 import path from 'node:path';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import { BLOB_BUCKET, type Log, MurmurError, QUEUE_GROUPS, type StageRequest, commands, newId, runtimeMetrics, runtimeTracing, topics } from '@murmur/shared';
-import { BlobCache, cacheDir } from '@murmur/shared/node';
+import { BlobCache, cacheDir, globalStoreDir } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';
 
 export { Stager, type StageProgress, type StageCall, type StagerOptions } from './stage.js';
@@ -49,7 +49,8 @@ export function startStagerService(options: StagerServiceOptions): StagerService
   const roostUrl = env.MURMUR_ROOST_URL?.trim();
   const cache = cacheDir(env);
   const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET));
-  const stager = new Stager({ cacheDir: cache, blobs, log, ...(roostUrl ? { roostUrl } : {}) });
+  // The global store from the same environment as the cache (process.env otherwise decided it).
+  const stager = new Stager({ cacheDir: cache, globalStore: globalStoreDir(env), blobs, log, ...(roostUrl ? { roostUrl } : {}) });
   /** Each staging still in flight, with what it stages, for the refusal it gets if the stager goes. */
   const inFlight = new Map<(error: MurmurError) => void, string>();
   let closing = false;

@@ -129,9 +129,9 @@ export class ArtifactStore {
     if (platform !== 'unknown') candidates.push({ files: this.variantFiles(name, version, platform), platform });
     candidates.push({ files: this.variantFiles(name, version), platform: undefined });
     for (const candidate of candidates) {
-      const [bytes, sha] = await Promise.all([readIfExists(candidate.files.zip), readIfExists(candidate.files.sha)]);
-      if (bytes === undefined || sha === undefined) continue;
-      const recordedSha256 = sha.toString('utf8').trim();
+      const pair = await readPair(candidate.files);
+      if (pair === undefined) continue;
+      const { bytes, recordedSha256 } = pair;
       if (recordedSha256 === '') {
         throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar (${candidate.files.sha})`, {
           path: candidate.files.sha,
@@ -264,8 +264,9 @@ export class ArtifactStore {
 
   /**
    * Stores `bytes` as `meta`, replacing what is there (`mur install`). The bytes must hash to
-   * `expectedSha256` first. The old files are moved aside and restored if any rename fails, so an
-   * install either lands whole or leaves the store as it was.
+   * `expectedSha256` first. The old files are kept aside and restored if any rename fails, so an
+   * install either lands whole or leaves the store as it was; a reader meanwhile finds the old
+   * version or the new one, never none (it reads a mismatched pair again, `readPair`).
    */
   async install(bytes: Uint8Array, meta: ArtifactMeta, expectedSha256: string): Promise<{ zipPath: string }> {
     const actual = sha256Hex(bytes);
@@ -284,14 +285,16 @@ export class ArtifactStore {
       [files.sha, actual],
       [targets[2] as string, metaJson(meta)],
     ]);
-    const backups: Array<{ target: string; backup: string }> = [];
+    // The old files are kept by a second link each and replaced by renames over them, so every
+    // name always holds either the old file or the new one: a reader never finds the version gone.
+    const backups = new Map<string, string>();
     const committed: string[] = [];
     try {
       for (const target of targets) {
         if (await pathPresent(target)) {
           const backup = `${temporarySibling(target)}.bak`;
-          await fs.rename(target, backup);
-          backups.push({ target, backup });
+          await fs.link(target, backup);
+          backups.set(target, backup);
         }
       }
       for (const [index, target] of targets.entries()) {
@@ -299,16 +302,19 @@ export class ArtifactStore {
         committed.push(target);
       }
     } catch (error) {
-      for (const target of committed) await fs.rm(target, { force: true });
-      for (const { target, backup } of backups.reverse()) await fs.rename(backup, target).catch(() => {});
-      await Promise.all(staged.map((file) => fs.rm(file, { force: true })));
+      for (const target of committed.reverse()) {
+        const backup = backups.get(target);
+        if (backup === undefined) await fs.rm(target, { force: true });
+        else await fs.rename(backup, target).catch(() => {});
+      }
+      await Promise.all([...staged, ...backups.values()].map((file) => fs.rm(file, { force: true })));
       throw new MurmurError(
         'E-IO-003',
         `could not install ${meta.name}@${meta.version} into the ${this.scope} store: ${error instanceof Error ? error.message : String(error)}`,
         { cause: error },
       );
     }
-    await Promise.all(backups.map(({ backup }) => fs.rm(backup, { force: true })));
+    await Promise.all([...backups.values()].map((backup) => fs.rm(backup, { force: true })));
     return { zipPath: files.zip };
   }
 }
@@ -353,6 +359,25 @@ async function stageFiles(files: Array<[string, Uint8Array | string]>): Promise<
   } catch (error) {
     await Promise.all(staged.map((file) => fs.rm(file, { force: true })));
     throw error;
+  }
+}
+
+/** How often a zip that does not match its digest is read again before it is handed on as it is. */
+const PAIR_READS = 5;
+
+/**
+ * A zip and its digest, read as a pair. A reinstall replaces the two by two renames, so a reader
+ * between them holds the new zip beside the old digest (or the reverse): a pair that does not match
+ * is read again a few times, and only one that still does not is handed on, for the caller to
+ * refuse. Undefined when either file is missing.
+ */
+async function readPair(files: VariantFiles): Promise<{ bytes: Buffer; recordedSha256: string } | undefined> {
+  for (let read = 1; ; read += 1) {
+    const [bytes, sha] = await Promise.all([readIfExists(files.zip), readIfExists(files.sha)]);
+    if (bytes === undefined || sha === undefined) return undefined;
+    const recordedSha256 = sha.toString('utf8').trim();
+    if (read >= PAIR_READS || recordedSha256 === '' || sha256Hex(bytes) === recordedSha256.toLowerCase()) return { bytes, recordedSha256 };
+    await new Promise((resolve) => setTimeout(resolve, 10 * read));
   }
 }
 
