@@ -1,7 +1,7 @@
 import path from 'node:path';
-import { MessageChannel, Worker } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import type { LogFile } from '../records.js';
-import { createSignal, serveBridge } from './bridge.js';
+import { type BridgeHandler, createSignal, serveBridge } from './bridge.js';
 import { GUEST_WORKER, prewarmGuestWorker } from './first-worker.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
@@ -44,6 +44,23 @@ export function preloadInWorker(worker: Worker, component: HostComponent): Promi
     worker.on('message', onMessage).on('exit', onExit);
     worker.postMessage({ preload: { bundleDir: component.bundle_dir, entry: component.entry, imports: component.imports, id } } satisfies GuestPreload);
   });
+}
+
+/** The main thread's end of a worker's bridge: `call` answers the guest call the worker runs now, if any. */
+interface WorkerBridge {
+  port: MessagePort;
+  call: BridgeHandler | undefined;
+}
+
+/** A bridge for a worker's life; the worker's end (`port`, `signal`) goes with its first job. */
+function openBridge(): { bridge: WorkerBridge; port: MessagePort; signal: Int32Array } {
+  const { port1, port2 } = new MessageChannel();
+  const signal = createSignal();
+  const bridge: WorkerBridge = { port: port1, call: undefined };
+  serveBridge(port1, signal, (op, payload) =>
+    bridge.call ? bridge.call(op, payload) : Promise.reject(new Error(`no guest call is running to ask for '${op}'`)),
+  );
+  return { bridge, port: port2, signal };
 }
 
 /** `abandoned`: its task was canceled while it ran, and its worker ended (`abandonRunning`). */
@@ -119,6 +136,8 @@ export class GuestRunner {
   /** How to end each guest running in a worker of its own now: what a canceled task abandons. */
   private readonly running = new Set<(outcome: RunOutcome) => void>();
   private nextInstance = 1;
+  /** The bridge of each worker that runs calls, opened with its first call and closed when it ends. */
+  private readonly bridges = new Map<Worker, WorkerBridge>();
   /** How many times `abandonRunning` was called, and with what: a call that began before the last one is abandoned. */
   private abandonments = 0;
   private abandonedWith = '';
@@ -147,8 +166,15 @@ export class GuestRunner {
     const idle = [...this.idleWorkers.values(), ...(this.prewarmed ? [this.prewarmed] : [])];
     this.idleWorkers.clear();
     this.prewarmed = undefined;
-    for (const worker of idle) void worker.terminate();
+    for (const worker of idle) this.endWorker(worker);
     return idle.length;
+  }
+
+  /** Ends a worker that runs calls, and closes its bridge. */
+  private endWorker(worker: Worker): void {
+    this.bridges.get(worker)?.port.close();
+    this.bridges.delete(worker);
+    void worker.terminate();
   }
 
   /**
@@ -240,8 +266,6 @@ export class GuestRunner {
   }
 
   private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>): Promise<RunOutcome> {
-    const { port1, port2 } = new MessageChannel();
-    const signal = createSignal();
     const instance = this.nextInstance++;
     let timer: NodeJS.Timeout | undefined;
     let remainingMs = this.options.deadlineMs;
@@ -256,7 +280,7 @@ export class GuestRunner {
       timer = undefined;
       remainingMs = Math.max(0, remainingMs - (Date.now() - armedAt));
     };
-    serveBridge(port1, signal, async (op, payload) => {
+    const answer: BridgeHandler = async (op, payload) => {
       if (op !== 'request-input') return this.options.answer(op, payload, job.grant, instance);
       pause();
       try {
@@ -264,24 +288,36 @@ export class GuestRunner {
       } finally {
         arm();
       }
-    });
-    const guestJob: GuestJob = { ...job, memoryLimitBytes: this.options.memoryLimitBytes, bridgePort: port2, signal };
+    };
+    const guestJob: GuestJob = { ...job, memoryLimitBytes: this.options.memoryLimitBytes };
     let worker: Worker;
+    let bridge: WorkerBridge;
     const idle = this.idleWorkers.get(job.bundleDir);
-    if (idle) {
-      this.idleWorkers.delete(job.bundleDir);
+    const idleBridge = idle && this.bridges.get(idle);
+    if (idle) this.idleWorkers.delete(job.bundleDir);
+    if (idle && idleBridge) {
       worker = idle;
-      // It ran this component last, and keeps its modules: posting them again costs the host's
-      // thread a fraction of a millisecond a call, which an agent pays every turn.
-      worker.postMessage({ ...guestJob, modules: {} } satisfies GuestJob, [port2]);
-    } else if (this.prewarmed) {
-      worker = this.prewarmed;
-      this.prewarmed = undefined;
-      worker.postMessage(guestJob, [port2]);
-      if (this.keepSpareWorker) this.prewarmed = prewarmGuestWorker(this.spareWorkerPreload);
+      bridge = idleBridge;
+      // It ran this component last, and keeps its modules and its bridge: posting them again costs
+      // the host's thread a fraction of a millisecond a call, which an agent pays every turn.
+      worker.postMessage({ ...guestJob, modules: {} } satisfies GuestJob);
     } else {
-      worker = new Worker(GUEST_WORKER, { workerData: guestJob, transferList: [port2], stdout: true, stderr: true });
+      if (idle) this.endWorker(idle);
+      const opened = openBridge();
+      bridge = opened.bridge;
+      const first: GuestJob = { ...guestJob, bridgePort: opened.port, signal: opened.signal };
+      if (this.prewarmed) {
+        worker = this.prewarmed;
+        this.prewarmed = undefined;
+        worker.postMessage(first, [opened.port]);
+        if (this.keepSpareWorker) this.prewarmed = prewarmGuestWorker(this.spareWorkerPreload);
+      } else {
+        worker = new Worker(GUEST_WORKER, { workerData: first, transferList: [opened.port], stdout: true, stderr: true });
+      }
+      this.bridges.set(worker, bridge);
     }
+    // The bridge answers for this call, and this call only: between calls it refuses.
+    bridge.call = answer;
     const lines = new LineBuffers();
     return new Promise((resolve) => {
       let settled = false;
@@ -302,13 +338,13 @@ export class GuestRunner {
         this.running.delete(finish);
         this.drainOutput(lines);
         if (timer) clearTimeout(timer);
-        port1.close();
+        bridge.call = undefined;
         this.options.instanceEnded?.(instance);
         worker.off('message', onMessage).off('error', onError).off('exit', onExit);
         // A worker whose guest returned cleanly is kept for the next call of the same component
         // (an agent calls its driver every turn); anything else — a trap, a deadline — ends it.
         if (outcome.kind === 'returned' && this.keepSpareWorker && !this.idleWorkers.has(job.bundleDir)) this.idleWorkers.set(job.bundleDir, worker);
-        else void worker.terminate();
+        else this.endWorker(worker);
         resolve(outcome);
       };
       onDeadline = () => finish({ kind: 'deadline' });

@@ -27,8 +27,13 @@ export interface GuestJob {
   preopen: string;
   env: Array<[string, string]>;
   grant: string;
-  bridgePort: MessagePort;
-  signal: Int32Array;
+  /**
+   * The worker's bridge to the host's main thread (`bridge.ts`), given with its first job only: a
+   * worker kept for its component's next call keeps it. A new port for every call cost the host's
+   * thread a transfer each time (a tenth of a millisecond or more to post, on every driver turn).
+   */
+  bridgePort?: MessagePort;
+  signal?: Int32Array;
   toolInput?: { data?: string | undefined; logPath?: string | undefined };
   /**
    * The component's core modules, compiled (with their memory capped) by the host once per
@@ -142,8 +147,13 @@ function loadBundle(file: string): Promise<TranspiledBundle> {
   return bundle;
 }
 
+/** This worker's end of its bridge, from its first job on. */
+let keptBridge: BridgeClient | undefined;
+
 async function run(job: GuestJob): Promise<GuestOutcome> {
-  const bridge = new BridgeClient(job.bridgePort, job.signal);
+  if (job.bridgePort && job.signal) keptBridge = new BridgeClient(job.bridgePort, job.signal);
+  const bridge = keptBridge;
+  if (bridge === undefined) return { kind: 'trap', message: 'the host gave this worker no bridge', memoryExhausted: false };
   const imports = await buildImports(
     {
       preopen: job.preopen,
