@@ -1,14 +1,16 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { once } from 'node:events';
 import path from 'node:path';
 import { probeCgroups } from '@murmur/executor';
 import { type TestContext, afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CgroupSupport } from '../services/executor/src/cgroup.js';
 import { ABANDONED_AFTER_MS, sweepAbandonedGroups } from '../services/executor/src/cgroup-sweep.js';
+import { probeProject } from './support/capsules.js';
 import { removeCgroup } from './support/cgroups.js';
+import { tempDir } from './support/fs.js';
 import { startNatsServer } from './support/nats-server.js';
-import { eventually, startService } from './support/processes.js';
+import { eventually, runMur, startService } from './support/processes.js';
 
 /**
  * An executor that is killed leaves its sessions' cgroups behind: its sandboxes die with it, the
@@ -119,6 +121,25 @@ describe('session cgroups that an executor left behind', () => {
       for (const name of others) for (const controller of CONTROLLERS) await removeCgroup(path.join(ROOT, controller, parent, name));
     }
   });
+
+  it('are never left by a launch refused before its host runs: neither the session’s group nor a pooled host’s', async (context) => {
+    if (cannotRunHere(context)) return;
+    const scratch = await tempDir('murmur-refused-launch-');
+    try {
+      // A project whose path the sandbox's spec refuses to name (it holds a line break): every
+      // host for it, pooled or fresh, is refused after its group was made.
+      const project = await probeProject(path.join(scratch.dir, 'line\nbreak'));
+      const result = await runMur(['run'], { cwd: project, env: { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_CGROUP_PARENT: parent } });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('error[E-RUN-001]');
+      expect(result.stderr).toContain('control character');
+      const left = (): string[] =>
+        CONTROLLERS.flatMap((controller) => readdirSync(path.join(ROOT, controller, parent)).filter((name) => name.startsWith('murmur-')));
+      await eventually(() => (left().length === 0 ? true : undefined), 5_000, `no group left in ${parent}: ${left().join(', ')}`);
+    } finally {
+      await scratch.cleanup();
+    }
+  }, 60_000);
 
   it('are removed by the executor service when it starts', async (context) => {
     if (cannotRunHere(context)) return;

@@ -214,6 +214,18 @@ describe('the capsule manifest', () => {
   });
 
   it.each([
+    ['cgroup_pids_max', 4_194_048, "must be at most 4194048 (the kernel's limit on a group's tasks, less the host's own)"],
+    ['cgroup_cpu_percent', 102_400, 'must be at most 102400 (100 for each of 1 024 CPUs)'],
+  ] as const)('refuses a capabilities.resources.%s the kernel would not take, naming the bound', (field, most, said) => {
+    const manifest = (value: number) => `name: tiny\nversion: 1.0.0\ncapabilities:\n  resources:\n    ${field}: ${value}\n`;
+    expect(() => parseCapsuleManifest(manifest(most))).not.toThrow();
+    const error = refusal(manifest(most + 1));
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.path).toBe(`capabilities.resources.${field}`);
+    expect(error.message).toBe(`murmur.yaml: invalid capability config for 'capabilities.resources.${field}': ${said} (line 5)`);
+  });
+
+  it.each([
     ['capabilities:\n  limits:\n    deadline_seconds', 'capabilities.limits.deadline_seconds'],
     ['lifecycle:\n  input_timeout_secs', 'lifecycle.input_timeout_secs'],
   ])('refuses a duration longer than a timer can hold (%s), which would end the session at once', (prefix, at) => {

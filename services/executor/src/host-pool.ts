@@ -396,7 +396,7 @@ export class HostPool {
   }
 
   private startHost(): PooledHost {
-    const { namespaces, confine, cgroups } = this.environment;
+    const { cgroups } = this.environment;
     // Bound as directories, so made first: a bundle staged after the sandbox started is still
     // seen (a bind is a live view), where a missing directory would not be bound at all. The
     // workdirs' own directory is not made: a launch refused before it starts leaves nothing.
@@ -407,6 +407,17 @@ export class HostPool {
     const cgroup = cgroups.support
       ? SessionCgroup.create(cgroups.support, `murmur-pool-${newId('request').slice(4, 20)}`, IDLE_CEILINGS.session, IDLE_CEILINGS.tools)
       : undefined;
+    try {
+      return this.startInSandbox(cgroup);
+    } catch (error) {
+      cgroup?.killAll();
+      void cgroup?.remove();
+      throw error;
+    }
+  }
+
+  private startInSandbox(cgroup: SessionCgroup | undefined): PooledHost {
+    const { namespaces, confine } = this.environment;
     const sandbox = hostSandbox({
       namespaces,
       confine: confine.support,
@@ -423,14 +434,7 @@ export class HostPool {
       pooled: true,
       compileAhead: this.options.refill,
     });
-    let child: ChildProcess;
-    try {
-      child = spawnSandboxedHost(sandbox, { cgroup, cwd: this.environment.workdirBase, env: this.environment.hostEnv });
-    } catch (error) {
-      cgroup?.killAll();
-      void cgroup?.remove();
-      throw error;
-    }
+    const child = spawnSandboxedHost(sandbox, { cgroup, cwd: this.environment.workdirBase, env: this.environment.hostEnv });
     child.on('error', (error) => this.environment.log.warn({ err: error }, 'a pooled capsule host’s channel failed'));
     return new PooledHost(child, cgroup, sandbox.network as NetworkPlan, sandbox.start as SandboxNetworkStart, this.parent);
   }

@@ -149,9 +149,9 @@ export function sandboxTmp(workdir: string): string {
  * descriptors. A fresh session's host and a pooled one are started alike.
  */
 export function spawnSandboxedHost(sandbox: HostSandbox, options: { cgroup: SessionCgroup | undefined; cwd: string; env: NodeJS.ProcessEnv }): ChildProcess {
-  const argv = options.cgroup ? options.cgroup.joining(sandbox.argv) : sandbox.argv;
   let child: ChildProcess;
   try {
+    const argv = options.cgroup ? options.cgroup.joining(sandbox.argv) : sandbox.argv;
     child = spawn(argv[0] as string, argv.slice(1), {
       cwd: options.cwd,
       env: options.env,
@@ -178,7 +178,23 @@ function hostStdio(sandbox: HostSandbox): Array<StdioPipe | StdioNull | number |
   return stdio;
 }
 
+/**
+ * The host's sandbox: its command line and the descriptors it is handed. The descriptors opened on
+ * the way (the pinned workdir, /tmp and records, the tools' cgroup files) are closed again when a
+ * later step refuses, so a refused launch keeps none of them open in the executor.
+ */
 export function hostSandbox(input: HostSandboxInput): HostSandbox {
+  const opened: number[] = [];
+  try {
+    return buildHostSandbox(input, opened);
+  } catch (error) {
+    for (const fd of opened.splice(0)) closeSync(fd);
+    throw error;
+  }
+}
+
+/** `opened`: every descriptor it opens, as it opens them, for `hostSandbox` to close if a later step throws. */
+function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbox {
   const { namespaces, confine, policy } = input;
   if (namespaces.tool === 'unshare') return plain([namespaces.binary as string, ...unshareArguments([process.execPath, input.hostEntry])]);
   if (namespaces.tool !== 'bubblewrap') return plain([process.execPath, input.hostEntry]);
@@ -201,6 +217,7 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
   const records = pooled ? [] : (input.records ?? []);
   const pinRecord = (record: RecordBind) => () => (record.kind === 'directory' ? pinDirectory(record.path) : pinRecordFile(record.path));
   const pinned = pooled ? [] : pinAll([() => pinDirectory(input.workdir), () => pinDirectory(tmp), ...records.map(pinRecord)]);
+  opened.push(...pinned);
   const pinnedFrom = (at: number) => ({
     workdirFd: at,
     tmpFd: at + 1,
@@ -225,7 +242,8 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
 
   const arch = nativeSeccompArch();
   if (!arch) throw new Error(`no seccomp filter is built for ${process.arch}`);
-  const cgroupFds: number[] = input.cgroup ? input.cgroup.toolsProcsFiles.map((file) => openSync(file, 'w')) : [];
+  const cgroupFds: number[] = input.cgroup ? pinAll(input.cgroup.toolsProcsFiles.map((file) => () => openSync(file, 'w'))) : [];
+  opened.push(...cgroupFds);
   const network = planNetwork(policy.network_allow, FIRST_LISTENER_FD);
   const nodeDir = path.dirname(confine.node);
   layout.data.push(nodeDir);

@@ -236,7 +236,9 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       session.kill({ code: 'E-RUN-001', message: 'the launch failed' });
       session.releaseRecords();
       if (error instanceof MurmurError) throw error;
-      throw new MurmurError('E-RUN-001', `the capsule could not be launched: ${error instanceof Error ? error.message : String(error)}`);
+      throw new MurmurError('E-RUN-001', `the capsule could not be launched: ${error instanceof Error ? error.message : String(error)}`, {
+        hint: "nothing of the capsule ran; what refused the launch is named above (the executor's log has the rest): mend it and run again",
+      });
     }
   };
 

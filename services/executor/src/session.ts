@@ -155,6 +155,8 @@ export function hostProcessEnv(): NodeJS.ProcessEnv {
 /** What a session ended by a stop (`mur stop`, a signal to its host) tells whoever reads its end. */
 const STOPPED_HINT = 'nothing in the capsule failed: it was stopped; its records stay in its workdir, and running it again starts a new session';
 const READY_TIMEOUT_MS = 30_000;
+/** A pooled host taken while it was still starting: how long it may take to be ready, before a fresh one is started instead. */
+const POOLED_READY_TIMEOUT_MS = 10_000;
 /** How long a session's last spans may take to leave after its end, before they are given up. */
 const TELEMETRY_DRAIN_MS = 1_500;
 /** A door call the host does not answer in this long is answered for it (the host answers from memory, at once). */
@@ -849,12 +851,26 @@ export class Session {
 
   /** Starts a fresh capsule host in its sandbox: its cgroups first, so nothing it forks escapes them. */
   private spawnFreshHost(start: StartMessage): void {
-    const plan = this.plan;
-    const { namespaces, cgroups, confine } = this.environment;
+    const { cgroups } = this.environment;
     if (cgroups.support) {
       const { session, tools } = this.ceilings();
       this.cgroup = SessionCgroup.create(cgroups.support, `murmur-${this.id}`, session, tools);
     }
+    try {
+      this.spawnInSandbox(start);
+    } catch (error) {
+      // Refused before a host ran (a path the sandbox cannot name, a spawn that failed): its
+      // groups go with the launch, which no host's exit will clean up after.
+      this.cgroup?.killAll();
+      void this.cgroup?.remove();
+      this.cgroup = undefined;
+      throw error;
+    }
+  }
+
+  private spawnInSandbox(start: StartMessage): void {
+    const plan = this.plan;
+    const { namespaces, confine } = this.environment;
     const sandbox = hostSandbox({
       namespaces,
       confine: confine.support,
@@ -947,8 +963,14 @@ export class Session {
    */
   private async adoptPooledHost(pooled: { host: PooledHost; attaching: Promise<void> }, start: StartMessage): Promise<boolean> {
     this.pooled = undefined;
+    let timer: NodeJS.Timeout | undefined;
     try {
-      await Promise.all([pooled.attaching, pooled.host.ready]);
+      // A host taken while still starting gets a while to finish, not forever: one that hangs
+      // (stopped, starved) is thrown away and a fresh host started, under its own timeout.
+      const overdue = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`it was not ready within ${POOLED_READY_TIMEOUT_MS / 1000}s`)), POOLED_READY_TIMEOUT_MS);
+      });
+      await Promise.race([Promise.all([pooled.attaching, pooled.host.ready]), overdue]);
     } catch (error) {
       this.environment.log.warn({ session_id: this.id, err: error }, 'a pooled capsule host could not be attached; starting a fresh one');
       this.bootstrap.line(`[sandbox] the warm host could not be attached (${error instanceof Error ? error.message : String(error)}); a fresh host instead`);
@@ -957,6 +979,8 @@ export class Session {
       this.cgroup = undefined;
       this.spawnFreshHost(start);
       return false;
+    } finally {
+      clearTimeout(timer);
     }
     pooled.host.handOver();
     start.sandbox = pooled.host.start;

@@ -205,6 +205,14 @@ const LimitsSchema = z.object({
   deadline_seconds: durationSeconds.optional(),
 });
 
+/**
+ * Ceilings the kernel itself bounds: a session's `pids.max` is at most 4 194 304 (PID_MAX_LIMIT),
+ * and the session group adds its host's own tasks to the capsule's; a CPU share past 1 024 CPUs
+ * is no ceiling. Past these the launch failed writing the cgroup, with the kernel's bare EINVAL.
+ */
+const MOST_CGROUP_PIDS = 4_194_304 - 256;
+const MOST_CGROUP_CPU_PERCENT = 1024 * 100;
+
 const ResourcesSchema = z.object({
   max_processes: positiveCount.optional(),
   max_open_files: positiveCount.optional(),
@@ -212,8 +220,14 @@ const ResourcesSchema = z.object({
   cpu_seconds: positiveCount.optional(),
   memory_bytes: positiveCount.optional(),
   cgroup_memory_bytes: positiveCount.optional(),
-  cgroup_pids_max: positiveCount.optional(),
-  cgroup_cpu_percent: positiveCount.optional(),
+  cgroup_pids_max: positiveCount
+    .refine((value) => value <= MOST_CGROUP_PIDS, {
+      message: `must be at most ${MOST_CGROUP_PIDS} (the kernel's limit on a group's tasks, less the host's own)`,
+    })
+    .optional(),
+  cgroup_cpu_percent: positiveCount
+    .refine((value) => value <= MOST_CGROUP_CPU_PERCENT, { message: `must be at most ${MOST_CGROUP_CPU_PERCENT} (100 for each of 1 024 CPUs)` })
+    .optional(),
   cgroup_io_bytes_per_sec: positiveCount.optional(),
   workdir_max_bytes: positiveCount.optional(),
 });
