@@ -305,6 +305,20 @@ describe('the stack with nothing shared but the bus', () => {
       await stillServing();
     });
 
+    it('a murmur.yaml over 1 MiB is refused by its size, before it is parsed, as an archive’s is', async () => {
+      const manifest = Buffer.from(`name: wordy\nversion: 0.1.0\ndescription: ${'d'.repeat(1_100_000)}\n`);
+      await blobs.put(sha256Hex(manifest), { bytes: manifest });
+      const ref = await uploadListing({
+        format: 'murmur-project/1',
+        label: 'wordy',
+        files: [{ path: 'murmur.yaml', sha256: sha256Hex(manifest), size: manifest.byteLength }],
+      });
+      const error = await rejectionOf(requestStaging(bus, { source: { kind: 'project', project: ref } }));
+      expect(error.code).toBe('E-MAN-002');
+      expect(error.message).toBe(`murmur.yaml of the project 'wordy' is ${manifest.byteLength} bytes; a manifest is at most 1048576`);
+      await stillServing();
+    });
+
     it('a listing with a path that climbs out is refused whole, as a .mur.zip entry would be', async () => {
       const before = await stagerCacheFiles();
       const manifest = Buffer.from('name: sly\nversion: 0.1.0\n');

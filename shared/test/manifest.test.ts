@@ -150,6 +150,14 @@ describe('the capsule manifest', () => {
     expect(error.message).toMatch(/murmur\.yaml: YAML syntax error at line \d+, column \d+/);
   });
 
+  it('refuses a key given twice in one mapping with E-MAN-002 and the line of the second', () => {
+    const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  env:\n    allow: [HOME]\n  env:\n    allow: [PATH]\n');
+    expect(error.code).toBe('E-MAN-002');
+    expect(error.message).toBe('murmur.yaml: YAML syntax error at line 6, column 3: Map keys must be unique');
+    // The same key in two mappings is no repetition.
+    expect(() => parseCapsuleManifest('name: tiny\nversion: 1.0.0\nx:\n  a: 1\ny:\n  a: 2\n')).not.toThrow();
+  });
+
   it('refuses YAML whose aliases would expand past the bound with E-MAN-002, not a crash', () => {
     const laughs = 'a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nname: x\nversion: 1.0.0\n';
     const error = refusal(laughs);

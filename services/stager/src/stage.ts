@@ -29,6 +29,7 @@ import {
 import {
   type ArtifactSource,
   ArtifactStore,
+  MAX_MANIFEST_BYTES,
   MurZip,
   RegistryChain,
   type ResolvedArtifact,
@@ -410,6 +411,17 @@ export class Stager {
           path: 'murmur.yaml',
           hint: 'pack the directory that holds murmur.yaml',
         });
+      }
+      // The bound an archive's manifest is held to (a manifest's size is what parsing it costs).
+      if (manifestFile.file.size > MAX_MANIFEST_BYTES) {
+        throw new MurmurError(
+          'E-MAN-002',
+          `murmur.yaml of the project '${project.label}' is ${manifestFile.file.size} bytes; a manifest is at most ${MAX_MANIFEST_BYTES}`,
+          {
+            path: 'murmur.yaml',
+            hint: 'a manifest names what the capsule is and may do; long text (a system prompt) belongs in a file of its own',
+          },
+        );
       }
       const manifestText = await fs.readFile(manifestFile.local, 'utf8');
       const { manifest, warnings } = parseCapsuleManifest(manifestText, { env: presence(request.env_names) });
