@@ -356,6 +356,21 @@ describe('the stack with nothing shared but the bus', () => {
       expect((await stage(project)).capsule.name).toBe('probe');
     });
 
+    it('a reference that understates an object’s size is refused, and the object, right under its name, stays for its other readers', async () => {
+      const manifest = Buffer.from('name: understated\nversion: 0.1.0\n');
+      await blobs.put(sha256Hex(manifest), { bytes: manifest });
+      const ref = await uploadListing({
+        format: 'murmur-project/1',
+        label: 'understated',
+        files: [{ path: 'murmur.yaml', sha256: sha256Hex(manifest), size: 1 }],
+      });
+      const error = await rejectionOf(requestStaging(bus, { source: { kind: 'project', project: ref } }));
+      expect(error.code).toBe('E-REG-002');
+      expect(error.message).toContain('holds more than 1 bytes, not the 1 it was published as');
+      expect(error.hint).toContain('the object was left as it is');
+      expect((await blobs.info(sha256Hex(manifest)))?.size).toBe(manifest.byteLength);
+    });
+
     it('a project store artifact that fails the .mur.zip guards is refused, and nothing of the project is kept', async () => {
       const project = await probeProject(path.join(scratch.dir, 'hostile-store'), 'artifacts:\n  - name: echo-tool\n    version: 0.1.0\n');
       const archive = rawZip([

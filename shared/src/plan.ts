@@ -34,20 +34,36 @@ export const TRANSPILER_ID = 'jco-1.35.0-instantiation-async.v2';
  */
 export const TRANSPILE_OPTIONS = { instantiation: 'async', noTypescript: true, quiet: true, noComponentErrorWrapping: true } as const;
 
-/** A component transpiled by jco, ready to instantiate once its bundle is on the machine: `<bundle>/<entry>` plus its core modules. */
-export const TranspiledComponentSchema = z.object({
+/** A transpiled component's fields, unchecked against each other (for schemas made from it: a refined schema cannot be picked apart). */
+export const TranspiledComponentFields = z.object({
   /** sha256 of the component's `.wasm` bytes: the cache key. */
   sha256: sha256Hex,
   size_bytes: z.number().int().nonnegative(),
   /** The transpiled files by content, and where they go in a cache. */
   bundle: z.object({ key: BundleKeySchema, files: FileSetSchema }),
-  /** The instantiation-mode module to import, relative to the bundle's directory. */
+  /** The instantiation-mode module to import, relative to the bundle's directory: one of its files. */
   entry: z.string(),
+  /** The core modules, each one of the bundle's files. */
   core_modules: z.array(z.string()),
   imports: z.array(z.string()),
   exports: z.array(z.string()),
   /** Whether this staging found it in the cache rather than transpiling it. */
   cache_hit: z.boolean(),
+});
+
+/** A component transpiled by jco, ready to instantiate once its bundle is on the machine: `<bundle>/<entry>` plus its core modules. */
+export const TranspiledComponentSchema = TranspiledComponentFields.superRefine((component, context) => {
+  // What the executor reads and derives from (a watched module, a code cache beside the glue)
+  // is only ever a file the bundle brought, written by the executor itself: never a path the
+  // plan names outside it (`../../x`), a device or a pipe.
+  const files = new Set(component.bundle.files.map((file) => file.path));
+  const named: Array<[string, Array<string | number>]> = [
+    [component.entry, ['entry']],
+    ...component.core_modules.map((file, index): [string, Array<string | number>] => [file, ['core_modules', index]]),
+  ];
+  for (const [file, at] of named) {
+    if (!files.has(file)) context.addIssue({ code: 'custom', path: at, message: `'${file}' is not one of the bundle's files` });
+  }
 });
 export type TranspiledComponent = z.infer<typeof TranspiledComponentSchema>;
 

@@ -13,6 +13,7 @@ import {
   SessionEndedSchema,
   SessionFilesReplySchema,
   SessionStartedSchema,
+  TranspiledComponentSchema,
   capabilityPolicy,
   isErrorCode,
   isMurmurError,
@@ -255,6 +256,36 @@ describe('the capability policy of a manifest that declares nothing', () => {
     const written = capabilityPolicy(parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilities:\n  limits:\n    deadline_seconds: 30\n').manifest);
     expect(written.limits).toEqual({ ...DEFAULT_LIMITS, deadline_seconds: 30 });
     expect(written.deadline_declared).toBe(true);
+  });
+});
+
+describe("a plan's transpiled component", () => {
+  const digit = (d: string) => d.repeat(64);
+  const component = (entry: string, coreModules: string[]) => ({
+    sha256: digit('a'),
+    size_bytes: 10,
+    bundle: {
+      key: `jco-test/${digit('a')}`,
+      files: [
+        { path: 'component.js', sha256: digit('b'), size: 1 },
+        { path: 'component.core.wasm', sha256: digit('c'), size: 1 },
+      ],
+    },
+    entry,
+    core_modules: coreModules,
+    imports: [],
+    exports: [],
+    cache_hit: false,
+  });
+
+  it('names as its entry and core modules only files its bundle brings', () => {
+    expect(TranspiledComponentSchema.safeParse(component('component.js', ['component.core.wasm'])).success).toBe(true);
+    const outside = TranspiledComponentSchema.safeParse(component('../../../outside/glue.js', ['component.core.wasm', '../../fifo']));
+    expect(outside.success).toBe(false);
+    expect(outside.error?.issues.map((issue) => [issue.path.join('.'), issue.message])).toEqual([
+      ['entry', "'../../../outside/glue.js' is not one of the bundle's files"],
+      ['core_modules.1', "'../../fifo' is not one of the bundle's files"],
+    ]);
   });
 });
 

@@ -390,7 +390,8 @@ export class Stager {
   /** Whatever was not committed is removed, with any directory it created; scratch always. */
   private async rollback(tx: Transaction): Promise<void> {
     for (const entry of tx.pendingComponents) await this.components.discard(entry);
-    if (!tx.committed) await this.options.blobs.forget(tx.created);
+    if (tx.committed) this.options.blobs.release(tx.created);
+    else await this.options.blobs.forget(tx.created);
     for (const dir of tx.scratch) {
       await fs.rm(dir, { recursive: true, force: true });
       await removeEmptyParents(path.dirname(dir), this.options.cacheDir);

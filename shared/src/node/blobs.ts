@@ -24,12 +24,19 @@ export interface BlobRef {
 /**
  * Collects the cache entries a piece of work created, so work that is then refused can take back
  * what it wrote (a refused staging leaves nothing behind) without touching entries that were
- * there before it.
+ * there before it, or that another piece of work is using meanwhile.
  */
 export type CreatedEntries = string[];
 
 export class BlobCache {
   private readonly fetching = new Map<string, Promise<string>>();
+  /**
+   * The pieces of work using each blob now (by their `CreatedEntries`), whichever of them fetched
+   * it: a refused one takes back only the blobs no other is using. A staging refused while another
+   * read the same component lost it under that one (ENOENT, uncoded), which was then refused too.
+   */
+  private readonly users = new Map<string, Set<CreatedEntries>>();
+  private readonly used = new WeakMap<CreatedEntries, Set<string>>();
 
   /**
    * @param dir the local cache directory (`<cache>/blobs`)
@@ -56,6 +63,7 @@ export class BlobCache {
   async adoptBytes(bytes: Uint8Array, created?: CreatedEntries): Promise<{ sha256: string; path: string }> {
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     const target = this.pathOf(sha256);
+    this.use(target, created);
     if (!(await this.hasLocal(sha256))) {
       await fs.mkdir(path.dirname(target), { recursive: true });
       const temporary = temporarySibling(target);
@@ -94,6 +102,7 @@ export class BlobCache {
    */
   async fetch(ref: BlobRef, what: string, created?: CreatedEntries): Promise<string> {
     const target = this.pathOf(ref.sha256);
+    this.use(target, created);
     if (await this.hasLocal(ref.sha256)) return target;
     let pending = this.fetching.get(ref.sha256);
     if (!pending) {
@@ -106,12 +115,40 @@ export class BlobCache {
     return pending;
   }
 
-  /** Removes entries a refused piece of work created (see `CreatedEntries`). */
+  /** Removes entries a refused piece of work created and no other is using (see `CreatedEntries`). */
   async forget(created: CreatedEntries): Promise<void> {
+    this.release(created);
     for (const entry of created.splice(0)) {
+      if (this.users.has(entry)) continue;
       await fs.rm(entry, { force: true });
       await removeEmptyParents(path.dirname(entry), path.dirname(this.dir));
     }
+  }
+
+  /** A piece of work is over (kept or refused): the blobs it used are no longer held for it. */
+  release(created: CreatedEntries): void {
+    for (const entry of this.used.get(created) ?? []) {
+      const users = this.users.get(entry);
+      users?.delete(created);
+      if (users?.size === 0) this.users.delete(entry);
+    }
+    this.used.delete(created);
+  }
+
+  private use(entry: string, created: CreatedEntries | undefined): void {
+    if (created === undefined) return;
+    let users = this.users.get(entry);
+    if (users === undefined) {
+      users = new Set();
+      this.users.set(entry, users);
+    }
+    users.add(created);
+    let used = this.used.get(created);
+    if (used === undefined) {
+      used = new Set();
+      this.used.set(created, used);
+    }
+    used.add(entry);
   }
 
   private async fetchOnce(ref: BlobRef, what: string): Promise<string> {
@@ -141,8 +178,11 @@ export class BlobCache {
       const actual = hash.digest('hex');
       if (received !== ref.size || actual !== ref.sha256) {
         // An object whose bytes are not what its name says is wrong for everyone who reads it:
-        // it is taken out of the store, so the next staging publishes the right bytes again.
-        await store.delete(ref.sha256).catch(() => {});
+        // it is taken out of the store, so the next staging publishes the right bytes again. Only
+        // then: a reference that understates an object's size (its reading stops early) or names
+        // a good object with the wrong size is wrong, not the object, which others still read.
+        const objectIsBad = received <= ref.size && actual !== ref.sha256;
+        if (objectIsBad) await store.delete(ref.sha256).catch(() => {});
         throw new MurmurError(
           'E-REG-002',
           received !== ref.size
@@ -150,7 +190,9 @@ export class BlobCache {
             : `${what}: object ${ref.sha256} in the bus's object store hashes to ${actual}; its bytes do not match its name, and were refused before use`,
           {
             path: `${BLOB_BUCKET}/${ref.sha256}`,
-            hint: 'the bad object was removed from the store: stage the capsule again (it republishes the right bytes), and find out who wrote that object',
+            hint: objectIsBad
+              ? 'the bad object was removed from the store: stage the capsule again (it republishes the right bytes), and find out who wrote that object'
+              : 'the object was left as it is (its bytes may be right under their name): whatever named it with this size is wrong; stage the capsule again',
           },
         );
       }

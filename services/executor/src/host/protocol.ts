@@ -8,7 +8,7 @@ import {
   SessionCallSchema,
   SessionEventSchema,
   SessionReplySchema,
-  TranspiledComponentSchema,
+  TranspiledComponentFields,
 } from '@murmur/shared';
 
 /**
@@ -22,7 +22,7 @@ import {
  * A component as the host loads it: the plan's transpiled component, its bundle already fetched
  * and verified into this machine's cache at `bundle_dir` by the executor.
  */
-export const HostComponentSchema = TranspiledComponentSchema.omit({ bundle: true, cache_hit: true }).extend({ bundle_dir: z.string() });
+export const HostComponentSchema = TranspiledComponentFields.omit({ bundle: true, cache_hit: true }).extend({ bundle_dir: z.string() });
 export type HostComponent = z.infer<typeof HostComponentSchema>;
 
 /** A tool the host can dispatch, with the paths it sees inside the sandbox. */
