@@ -1,6 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ATTRIBUTE_VALUE_CHARACTERS, openOtelTracer } from '../shared/src/node/otel.js';
 import { agentManifest, agentProject, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
 import { probeToolArtifact, publishInto } from './support/artifacts.js';
 import { probeProject, probeResults } from './support/capsules.js';
@@ -105,6 +106,33 @@ describe('OpenTelemetry export', () => {
     expect(inferences).toHaveLength(trace.filter((event) => event.event_type === 'inference').length);
     await expect(existsLog(workdir)).resolves.toBe(false);
     expect(collector.strayRequests()).toEqual([]);
+  });
+
+  it('cuts an attribute value past 1 024 characters, and exports a span given a time no clock reads at the time it was made, its batch with it', async () => {
+    const receiver = await startOtlpReceiver();
+    const errors: string[] = [];
+    const tracer = openOtelTracer({
+      endpoint: receiver.endpoint,
+      serviceName: 'cut',
+      serviceVersion: '1',
+      scope: 'test',
+      onExportError: (message) => errors.push(message),
+    });
+    try {
+      tracer.span('long', { attributes: { tool_name: 't'.repeat(100_000) } }).end();
+      tracer.span('unreadable time', { startTimeMs: Number.POSITIVE_INFINITY }).end(Number.NaN);
+      tracer.span('after').end();
+      await tracer.flush(2_000);
+      await eventually(() => (receiver.spans().length === 3 ? true : undefined), 5_000, 'three spans arrived');
+      const spans = receiver.spans();
+      expect(spans.map((span) => span.name)).toEqual(['long', 'unreadable time', 'after']);
+      expect(spans[0]?.attributes.tool_name).toBe('t'.repeat(ATTRIBUTE_VALUE_CHARACTERS));
+      expect(Math.abs((spans[1]?.startMs ?? 0) - Date.now())).toBeLessThan(60_000);
+      expect(errors).toEqual([]);
+    } finally {
+      await tracer.shutdown(1_000);
+      await receiver.close();
+    }
   });
 
   it('keeps a session whose collector is unreachable running as usual, and says why nothing was exported in logs/otel.log', async () => {

@@ -105,6 +105,14 @@ export const ERROR_CATALOGUE = {
     title: 'dashboard request refused: missing or wrong token',
     hint: 'open the dashboard as /dashboard?token=<MURMUR_DASHBOARD_TOKEN>, or send `authorization: Bearer <token>`',
   },
+  'E-DASH-003': {
+    title: 'dashboard request for another host refused',
+    hint: 'open the dashboard as http://localhost:<port>/dashboard or http://127.0.0.1:<port>/dashboard; to serve it under another name, set MURMUR_DASHBOARD_TOKEN',
+  },
+  'E-DASH-004': {
+    title: 'too many dashboard streams open',
+    hint: 'close dashboard tabs that are not in use, then reload',
+  },
   'E-PRJ-001': {
     title: 'capsule project over the staging limit',
     hint: 'raise MURMUR_MAX_PROJECT_BYTES for the client and the stager, or keep large files out of what the manifest names',

@@ -31,6 +31,7 @@ export * from './launch.js';
 export * from './eval.js';
 export * from './session-rpc.js';
 export * from './door.js';
+export * from './loopback-host.js';
 export * from './a2a-wire.js';
 export * from './roost.js';
 export * from './file-set.js';

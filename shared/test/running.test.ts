@@ -167,6 +167,18 @@ describe('the records directory', () => {
     await expect(fs.stat(broken)).rejects.toThrow();
   });
 
+  it('writes and removes nothing outside its directory, whatever id it is given', async () => {
+    const victim = path.join(home, 'victim.json');
+    await fs.writeFile(victim, '{}');
+    const climbing = path.relative(runningDir(env), path.join(home, 'victim'));
+    expect(() => writeRunningRecord(record(1, '1', climbing), env)).toThrow(
+      expect.objectContaining({ code: 'E-SES-001', message: expect.stringContaining("cannot name a running session's record") }),
+    );
+    removeRunningRecord(climbing, env);
+    expect(await fs.readFile(victim, 'utf8')).toBe('{}');
+    expect(await fs.readdir(home)).toEqual(['.murmur', 'victim.json']);
+  });
+
   it('leaves no staging file behind, and removes a record on request', () => {
     writeRunningRecord(record(1, '1'), env);
     expect(readRunningRecord(record(1, '1').session_id, env)).toEqual(record(1, '1'));

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { hostHeaderName, hostnameOf, isLoopbackName } from '@murmur/shared';
 
 /**
  * Which `Host` a door listening on loopback answers: a loopback name (`localhost`, a name under
@@ -19,13 +20,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
  */
 export type HostGuard = (host: string | undefined) => boolean;
 
-const LOOPBACK_IPV4 = /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/;
-
-function isLoopbackName(hostname: string): boolean {
-  const name = hostname.toLowerCase().replace(/\.$/, '');
-  return name === 'localhost' || name.endsWith('.localhost') || LOOPBACK_IPV4.test(name) || name === '[::1]';
-}
-
 /**
  * The guard of a door listening at `listenerUrl` and reached at `publicUrl`, or undefined when it
  * is neither listening on nor published as loopback. `extraNames`: `MURMUR_DOOR_HOSTS`.
@@ -42,17 +36,9 @@ export function loopbackHostGuard(listenerUrl: string, publicUrl: string | undef
   if (publicName !== undefined) admitted.add(publicName);
   return (host) => {
     if (host === undefined || host === '') return true;
-    const name = hostnameOf(`http://${host}`);
+    const name = hostHeaderName(host);
     return name !== undefined && (isLoopbackName(name) || admitted.has(name.replace(/\.$/, '')));
   };
-}
-
-function hostnameOf(url: string): string | undefined {
-  try {
-    return new URL(url).hostname.toLowerCase();
-  } catch {
-    return undefined;
-  }
 }
 
 /**

@@ -141,7 +141,7 @@ export class TraceWriter implements TraceSink {
     }
     if (record === null || typeof record !== 'object' || Array.isArray(record)) return undefined;
     const { event_type, session_id, timestamp } = record as Record<string, unknown>;
-    if (typeof event_type !== 'string' || typeof timestamp !== 'number' || line.includes('\n')) return undefined;
+    if (typeof event_type !== 'string' || typeof timestamp !== 'number' || !Number.isFinite(timestamp) || line.includes('\n')) return undefined;
     // What only the executor decides is never the host's to say, and a session starts as itself.
     if (EXECUTOR_RECORDS.has(event_type) || (event_type === 'session_start' && session_id !== this.sessionId)) return undefined;
     this.records.append(`${line}\n`);

@@ -37,6 +37,7 @@ import {
   runtimeMetrics,
   resolveManifestSecrets,
   stagedRuntimeFloorRefusal,
+  TaskIdSchema,
   topics,
   traced,
 } from '@murmur/shared';
@@ -716,6 +717,9 @@ export class Session {
    */
   private announceActivity(event: SessionEvent): void {
     if (event.type !== 'status' || event.task_id === null || event.state === undefined) return;
+    // The host names the task: only an id of the runtime's own shape is passed on (a host's
+    // 600 KB "id" went to every dashboard), stamped with the executor's clock, not the host's.
+    if (!TaskIdSchema.safeParse(event.task_id).success) return;
     const message = (event.data.status as { message?: unknown } | undefined)?.message;
     const turn = typeof message === 'string' ? /^inference turn (\d+)$/.exec(message)?.[1] : undefined;
     if (turn !== undefined) rememberBounded(this.taskTurns, event.task_id, Number(turn));
@@ -726,7 +730,7 @@ export class Session {
         task_id: event.task_id,
         state: event.state,
         turn: this.taskTurns.get(event.task_id) ?? null,
-        at: event.time,
+        at: new Date().toISOString(),
       });
     } catch (error) {
       // What only a dashboard reads never stands between the host's feed and its doors.

@@ -37,12 +37,14 @@ describe('the host’s trace, written by the executor alone', () => {
     expect((await lines())[1]?.text).toBe('two\nlines');
   });
 
-  it('writes no line that is not one whole record, nor one only the executor writes: an array, no event type, two lines, an egress decision, another session’s start', async () => {
+  it('writes no line that is not one whole record, nor one only the executor writes: an array, no event type, a time that is no time, two lines, an egress decision, another session’s start', async () => {
     const writer = new TraceWriter(dir, 'ses_1');
     for (const line of [
       JSON.stringify([{ event_type: 'x', session_id: 'ses_1', timestamp: 1 }]),
       JSON.stringify({ session_id: 'ses_1', timestamp: 1 }),
       JSON.stringify({ event_type: 'x', session_id: 'ses_1', timestamp: 'now' }),
+      // A time no clock reads: JSON's 1e309 is Infinity once parsed.
+      '{"event_type":"x","session_id":"ses_1","timestamp":1e309}',
       // One object whose tokens a raw newline separates: valid JSON, and two lines in the file.
       '{"event_type":"a","session_id":"ses_1",\n"timestamp":1}',
       // What only the executor decides, and another session's start.

@@ -51,17 +51,28 @@ export interface OtelTracer extends RuntimeTracing {
  * dead one cost a process's exit at most a second or so, and lets its failure be reported before.
  */
 const EXPORT_TIMEOUT_MS = 1_000;
+/** The longest attribute value a span keeps; longer ones are cut. */
+export const ATTRIBUTE_VALUE_CHARACTERS = 1024;
 const propagator = new W3CTraceContextPropagator();
 
 export function openOtelTracer(options: OtelTracerOptions): OtelTracer {
   const url = otelTracesUrl(options.endpoint);
   const exporter = new ReportingExporter(
-    new OTLPTraceExporter({ url, timeoutMillis: EXPORT_TIMEOUT_MS, ...(options.lookup ? { httpAgentOptions: { lookup: options.lookup } } : {}) }),
+    // No connection is kept between exports: a tracer is opened for each session, and a kept one
+    // outlived its session (an idle socket per ended session, for as long as the collector kept it).
+    new OTLPTraceExporter({
+      url,
+      timeoutMillis: EXPORT_TIMEOUT_MS,
+      httpAgentOptions: { keepAlive: false, ...(options.lookup ? { lookup: options.lookup } : {}) },
+    }),
     options.collectorLabel ?? url,
     options.collectorLabel === undefined ? describeFailure : failureCode,
     options.onExportError,
   );
   const provider = new BasicTracerProvider({
+    // Attribute values come from capsule hosts (a tool's name, a model's): a megabyte-long one
+    // made every span a megabyte, held in the queue and sent on.
+    spanLimits: { attributeValueLengthLimit: ATTRIBUTE_VALUE_CHARACTERS, attributeCountLimit: 64 },
     resource: resourceFromAttributes({ 'service.name': options.serviceName, 'service.version': options.serviceVersion }),
     spanProcessors: [
       new BatchSpanProcessor(exporter, { scheduledDelayMillis: 200, maxExportBatchSize: 512, maxQueueSize: 8192, exportTimeoutMillis: EXPORT_TIMEOUT_MS }),
@@ -78,7 +89,8 @@ export function openOtelTracer(options: OtelTracerOptions): OtelTracer {
         {
           kind: spanOptions.kind === 'server' ? SpanKind.SERVER : spanOptions.kind === 'client' ? SpanKind.CLIENT : SpanKind.INTERNAL,
           attributes: definedAttributes(spanOptions.attributes ?? {}),
-          ...(spanOptions.startTimeMs !== undefined ? { startTime: spanOptions.startTimeMs } : {}),
+          // A time no clock reads (a host's `1e309`) would fail the encoding of its whole batch.
+          ...(spanOptions.startTimeMs !== undefined && Number.isFinite(spanOptions.startTimeMs) ? { startTime: spanOptions.startTimeMs } : {}),
         },
         parentContext(spanOptions.parent),
       );
@@ -100,7 +112,7 @@ function openSpan(span: Span): OpenSpan {
     traceparent,
     setAttributes: (attributes) => span.setAttributes(definedAttributes(attributes)),
     fail: (message) => span.setStatus({ code: SpanStatusCode.ERROR, message }),
-    end: (endTimeMs) => span.end(endTimeMs),
+    end: (endTimeMs) => span.end(endTimeMs !== undefined && Number.isFinite(endTimeMs) ? endTimeMs : undefined),
   };
 }
 
@@ -148,11 +160,17 @@ class ReportingExporter implements SpanExporter {
   ) {}
 
   export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
-    this.inner.export(spans, (result) => {
+    const finish = (result: ExportResult): void => {
       if (result.code !== ExportResultCode.SUCCESS)
         this.report(`could not export ${spans.length} span(s) to ${this.collector}: ${this.describe(result.error)}`);
       done(result);
-    });
+    };
+    try {
+      this.inner.export(spans, finish);
+    } catch (error) {
+      // A batch that cannot even be encoded (a time no clock reads) is lost: said, not silent.
+      finish({ code: ExportResultCode.FAILED, error: error instanceof Error ? error : new Error(String(error)) });
+    }
   }
 
   shutdown(): Promise<void> {

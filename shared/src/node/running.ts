@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { chmodSync, closeSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { MurmurError } from '../errors.js';
 import { type RunningRecord, RunningRecordSchema } from '../running-record.js';
 import { murmurHome } from './home.js';
 import { startTokenFromStat } from './process.js';
@@ -40,7 +41,19 @@ export function runningDir(env: NodeJS.ProcessEnv = process.env): string {
   return dir;
 }
 
+/**
+ * A session id becomes a file name here, so it must be one: a record named `../../x` (the
+ * watcher writes and removes records for ids it hears on the bus) would be written or removed
+ * anywhere its user can reach.
+ */
+const RECORD_NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$/;
+
 function recordPath(dir: string, sessionId: string): string {
+  if (!RECORD_NAME.test(sessionId)) {
+    throw new MurmurError('E-SES-001', `'${sessionId.slice(0, 80)}' cannot name a running session's record: a session id is letters, digits, '_' and '-'`, {
+      path: sessionId.slice(0, 80),
+    });
+  }
   return path.join(dir, `${sessionId}.json`);
 }
 
@@ -64,7 +77,9 @@ export function writeRunningRecord(record: RunningRecord, env: NodeJS.ProcessEnv
   return file;
 }
 
+/** Removes a session's record; an id no record can be named by has none to remove. */
 export function removeRunningRecord(sessionId: string, env: NodeJS.ProcessEnv = process.env): void {
+  if (!RECORD_NAME.test(sessionId)) return;
   rmSync(recordPath(runningDir(env), sessionId), { force: true });
 }
 

@@ -55,7 +55,13 @@ export function presentedToken(headers: { authorization?: string | undefined; co
   if (bearer !== undefined) return bearer;
   for (const part of (headers.cookie ?? '').split(';')) {
     const [name, ...value] = part.trim().split('=');
-    if (name === DASHBOARD_COOKIE) return decodeURIComponent(value.join('='));
+    if (name !== DASHBOARD_COOKIE) continue;
+    // Any page on this machine can plant a cookie for /dashboard: one that does not decode is no token.
+    try {
+      return decodeURIComponent(value.join('='));
+    } catch {
+      return undefined;
+    }
   }
   return undefined;
 }

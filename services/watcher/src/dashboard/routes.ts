@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type ErrorCode, type Log, MurmurError, SessionIdSchema } from '@murmur/shared';
+import { type ErrorCode, type Log, MurmurError, SessionIdSchema, hostHeaderName, isLoopbackName } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import { Hono, type MiddlewareHandler } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
@@ -55,6 +55,11 @@ function refusal(code: ErrorCode, message: string, status: ContentfulStatusCode,
   return new Response(JSON.stringify({ error: error.toJSON() }), { status, headers: { 'content-type': 'application/json', ...PAGE_HEADERS } });
 }
 
+/** Dashboard pages open at once (each its own event stream). */
+const MAX_STREAMS = 32;
+/** Changes a stream holds for a client that is not reading them, before it is ended. */
+const MAX_QUEUED_CHANGES = 1_000;
+
 /** The one answer to a request without the token: the same for every path, echoing nothing of what was asked. */
 function refuseUnauthorised(): Response {
   return refusal('E-DASH-002', 'the dashboard refused the request: it carries no token, or not MURMUR_DASHBOARD_TOKEN', 401, 'MURMUR_DASHBOARD_TOKEN');
@@ -67,6 +72,24 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
   const streams = new Set<() => void>();
   const files = new Map(Object.entries(STATIC_FILES).map(([file, type]) => [file, { body: readFileSync(path.join(STATIC_DIR, file)), type }]));
   const app = new Hono();
+
+  // A dashboard without a token is on loopback, where a web page reaches it through a name of its
+  // own pointed at 127.0.0.1 (DNS rebinding) and reads it as that site's: only a request for a
+  // loopback name is answered. A request with no `Host` comes from no browser.
+  const loopbackOnly: MiddlewareHandler = async (context, next) => {
+    const host = context.req.header('host');
+    if (access.required || host === undefined || host === '') return next();
+    const name = hostHeaderName(host);
+    if (name !== undefined && isLoopbackName(name)) return next();
+    return refusal(
+      'E-DASH-003',
+      `the dashboard serves loopback without a token, and answers only for localhost; a request for '${host.slice(0, 80)}' is refused (a web page reaching it through a name of its own: DNS rebinding)`,
+      421,
+      host.slice(0, 80),
+    );
+  };
+  app.use('/dashboard', loopbackOnly);
+  app.use('/dashboard/*', loopbackOnly);
 
   // `?token=` on the page is traded for a cookie, and the URL loses it (it would stay in history).
   app.get('/dashboard', (context, next) => {
@@ -120,6 +143,8 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
   });
 
   app.get('/dashboard/api/events', (context) => {
+    if (streams.size >= MAX_STREAMS)
+      return refusal('E-DASH-004', `the dashboard has ${streams.size} streams open, the most it serves at once`, 503, '/dashboard/api/events');
     for (const [name, value] of Object.entries(PAGE_HEADERS)) context.header(name, value);
     return streamSSE(context, async (sse) => {
       let wake: (() => void) | undefined;
@@ -132,6 +157,15 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
       streams.add(end);
       // Listening before the snapshot is taken: a change between the two is sent twice, never lost.
       const stop = board.listen((change) => {
+        // A client that stopped reading holds its changes here: past the bound it is let go (the
+        // page reconnects and starts from a snapshot) rather than held at the watcher's memory.
+        if (queue.length >= MAX_QUEUED_CHANGES) {
+          queue.length = 0;
+          stop();
+          end();
+          sse.abort();
+          return;
+        }
         queue.push(change);
         wake?.();
       });

@@ -1,0 +1,69 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { silentLog, topics } from '@murmur/shared';
+import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
+import { type Dashboard, startDashboard } from '../src/dashboard/dashboard.js';
+
+/**
+ * The dashboard's routes in this process, on the in-process bus: what they answer a browser that
+ * misbehaves (a page of another site, a tab that stops reading, a planted cookie).
+ */
+describe('the dashboard served on loopback without a token', () => {
+  let bus: Bus;
+  let dashboard: Dashboard;
+
+  beforeEach(() => {
+    bus = createBus(new InProcessTransport(), silentLog);
+    dashboard = startDashboard({ bus, log: silentLog, env: {}, watcherId: 'watcher-test' });
+  });
+
+  afterEach(async () => {
+    dashboard.close();
+    await bus.close();
+  });
+
+  const get = (path: string, headers: Record<string, string> = {}) => dashboard.http.fetch(new Request(`http://127.0.0.1:7740${path}`, { headers }));
+
+  it('answers only for a loopback name: a page’s own name pointed at 127.0.0.1 gets 421 and E-DASH-003', async () => {
+    for (const host of ['127.0.0.1:7740', 'localhost:7740', 'app.localhost', '[::1]:7740']) {
+      expect((await get('/dashboard/api/snapshot', { host })).status, host).toBe(200);
+    }
+    for (const path of ['/dashboard', '/dashboard/api/snapshot', '/dashboard/api/events']) {
+      const refused = await get(path, { host: 'rebound.example:7740' });
+      expect(refused.status, path).toBe(421);
+      const body = await refused.text();
+      expect(JSON.parse(body)).toMatchObject({ error: { code: 'E-DASH-003', path: 'rebound.example:7740' } });
+      expect(body).not.toContain('watcher-test');
+    }
+  });
+
+  it('takes a cookie that does not decode for no token, rather than failing every request', async () => {
+    const response = await get('/dashboard/api/snapshot', { cookie: 'murmur_dashboard=%E0%A4%A' });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({ watcher_id: 'watcher-test' });
+  });
+
+  it('lets go of a page that stopped reading its stream once a thousand changes wait for it', async () => {
+    const response = await get('/dashboard/api/events');
+    expect(response.status).toBe(200);
+    // Nothing is read while the changes pile up.
+    for (let index = 0; index < 1_500; index += 1) {
+      bus.publish(topics.egressDecision, {
+        session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728394',
+        executor_id: 'exe-test',
+        kind: 'http',
+        grant: 'capsule',
+        target: `https://denied-${index}.example`,
+        decision: 'denied',
+        rule: null,
+        at: new Date().toISOString(),
+      });
+    }
+    await bus.flush();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // Read now: what was written before the bound, and then the end, not the 1 500 changes.
+    const text = await response.text();
+    const events = text.split('\n').filter((line) => line.startsWith('event: '));
+    expect(events[0]).toBe('event: snapshot');
+    expect(events.length).toBeLessThan(1_001);
+  });
+});
