@@ -1,7 +1,8 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type SessionEnded, topics } from '@murmur/shared';
+import { type SessionEnded, commands, newSessionId, topics } from '@murmur/shared';
+import { requestStaging, uploadProject } from '@murmur/shared/node';
 import { agentManifest, agentProject } from './support/agents.js';
 import { componentArtifact, publishInto } from './support/artifacts.js';
 import { probeProject } from './support/capsules.js';
@@ -9,6 +10,7 @@ import { tempDir } from './support/fs.js';
 import { type InProcessStack, launchToEnd, startInProcessStack } from './support/in-process-stack.js';
 import { probeTool } from './support/probe-guests.js';
 import { repositoryRoot } from './support/processes.js';
+import { rejectionOf } from './support/refusals.js';
 
 /**
  * A capsule host runs a capsule's code, so the executor treats what its host writes as a stranger's:
@@ -71,6 +73,31 @@ describe('an executor whose capsule host breaks its channel', () => {
     expect(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8')).toMatch(
       /request 7 answered ok=false: the executor refused a malformed request: Too big/,
     );
+  });
+
+  it('a launch that reaches the executor after its launcher stopped waiting is refused, and starts nothing', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'late'), '', 'waits-for-end');
+    const plan = await requestStaging(stack.bus, { source: { kind: 'project', project: await uploadProject(stack.bus, project) } });
+    const sessionId = newSessionId();
+    const started: string[] = [];
+    const subscription = stack.bus.subscribe(topics.sessionStarted, (event) => void started.push(event.session_id));
+    try {
+      const refusal = await rejectionOf(
+        stack.bus.request(
+          commands.launch,
+          { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, launch_by: Date.now() - 5_000 },
+          { timeoutMs: 10_000 },
+        ),
+      );
+      expect(refusal.code).toBe('E-BUS-003');
+      expect(refusal.message).toMatch(
+        new RegExp(`^the launch of session ${sessionId} reached executor \\S+ [56]s after its launcher stopped waiting; nothing was started$`),
+      );
+      await stack.bus.flush();
+      expect(started).toEqual([]);
+    } finally {
+      subscription.unsubscribe();
+    }
   });
 
   it('pulls of one tool at once are taken in turn: each answered, the tool pinned and announced once', async () => {

@@ -66,11 +66,13 @@ describe('mur run', () => {
     expect(await listTree(path.join(project, 'workdir')).catch(() => [])).toEqual([]);
   });
 
-  it('refuses a runtime setting that is not the number it names before anything runs, naming it', async () => {
+  it('refuses a runtime setting that does not hold (not the number it names, a cgroup parent no group can be made in) before anything runs, naming it', async () => {
     const project = await capsuleProject(path.join(scratch.dir, 'settings'), 'name: settings\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     const cases: Array<[name: string, value: string, expected: string]> = [
       ['MURMUR_A2A_TIMEOUT_SECS', 'soon', "invalid MURMUR_A2A_TIMEOUT_SECS: 'soon' is not a number of seconds"],
       ['MURMUR_HARD_LIMIT_GRACE_MS', '10s', "invalid MURMUR_HARD_LIMIT_GRACE_MS: '10s' is not a whole number of milliseconds above 0"],
+      // Named, and no group can be made there: sessions would have run with no group's ceilings.
+      ['MURMUR_CGROUP_PARENT', 'murmur-no-such-parent', "MURMUR_CGROUP_PARENT names 'murmur-no-such-parent', where no session cgroups can be made"],
     ];
     for (const [name, value, expected] of cases) {
       const result = await runMur(['run', '--json'], { cwd: project, env: { ...env, [name]: value } });

@@ -16,6 +16,12 @@ export const LaunchRequestSchema = z.object({
   session_id: SessionIdSchema,
   plan: StagedPlanSchema,
   /**
+   * When its launcher stops waiting (ms since the epoch): an executor that takes the request later
+   * (it was stopped, starved, behind a slow bus) refuses it, so no session starts that nobody
+   * launched any more, and nobody was told the id of.
+   */
+  launch_by: z.number().int().positive().optional(),
+  /**
    * `--workdir`: the accessible workdir, a directory on the executor's machine that must exist.
    * Only a launcher that shares the executor's disk (`mur run` in-process) can name one.
    * Absent → `<default_workdir_base>/workdir/<session>`.

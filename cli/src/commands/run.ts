@@ -6,6 +6,7 @@ import {
   type Containment,
   LOCKFILE_NAME,
   type LaunchReply,
+  type LaunchRequestSchema,
   type LifecycleOverride,
   LifecycleOverrideSchema,
   MurmurError,
@@ -19,6 +20,7 @@ import {
   numberSetting,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
+import type { z } from 'zod';
 import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal, locateHarness } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
@@ -366,30 +368,27 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     if (heldSignal) return 130;
     const url = await sessionDoorUrl(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
     const a2aTimeout = numberSetting(env, 'MURMUR_A2A_TIMEOUT_SECS', undefined, { unit: 'seconds', fractional: true, zero: true });
-    const launched: LaunchReply = await runtime.bus.request(
-      commands.launch,
-      {
-        session_id: sessionId,
-        plan,
-        ...(options.workdir ? { workdir: path.resolve(options.workdir) } : {}),
-        // In one process the session's directory is beside the capsule, as upstream puts it; an
-        // executor of the stack keeps its sessions on its own machine.
-        ...(runtime.inProcess ? { default_workdir_base: localBase } : {}),
-        ...(task !== undefined ? { task } : {}),
-        env: launchEnvironment(plan, env),
-        ...(url ? { url } : {}),
-        ...(options.systemPrompt !== undefined ? { system_prompt: options.systemPrompt } : {}),
-        ...(options.resume !== undefined ? { context_id: options.resume, resume: true } : options.context !== undefined ? { context_id: options.context } : {}),
-        ...(options.forgetSession ? { forget_session: true } : {}),
-        ...(a2aTimeout !== undefined ? { a2a_timeout_secs: a2aTimeout } : {}),
-        relay_output: !options.json,
-        outlives_launcher: !hasControllingTerminal(),
-        ...(spawner ? { spawner } : {}),
-        ...(floor ? { containment_floor: floor } : {}),
-        ...(process.env.MURMUR_ROOST_URL?.trim() ? { roost: { url: process.env.MURMUR_ROOST_URL.trim() } } : {}),
-      },
-      { timeoutMs: LAUNCH_TIMEOUT_MS },
-    );
+    const launched: LaunchReply = await launchNaming(runtime.bus, sessionId, {
+      session_id: sessionId,
+      launch_by: Date.now() + LAUNCH_TIMEOUT_MS,
+      plan,
+      ...(options.workdir ? { workdir: path.resolve(options.workdir) } : {}),
+      // In one process the session's directory is beside the capsule, as upstream puts it; an
+      // executor of the stack keeps its sessions on its own machine.
+      ...(runtime.inProcess ? { default_workdir_base: localBase } : {}),
+      ...(task !== undefined ? { task } : {}),
+      env: launchEnvironment(plan, env),
+      ...(url ? { url } : {}),
+      ...(options.systemPrompt !== undefined ? { system_prompt: options.systemPrompt } : {}),
+      ...(options.resume !== undefined ? { context_id: options.resume, resume: true } : options.context !== undefined ? { context_id: options.context } : {}),
+      ...(options.forgetSession ? { forget_session: true } : {}),
+      ...(a2aTimeout !== undefined ? { a2a_timeout_secs: a2aTimeout } : {}),
+      relay_output: !options.json,
+      outlives_launcher: !hasControllingTerminal(),
+      ...(spawner ? { spawner } : {}),
+      ...(floor ? { containment_floor: floor } : {}),
+      ...(process.env.MURMUR_ROOST_URL?.trim() ? { roost: { url: process.env.MURMUR_ROOST_URL.trim() } } : {}),
+    });
 
     timing('launched');
     if (options.json) {
@@ -520,5 +519,24 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     for (const signal of STOP_SIGNALS) process.off(signal, stopSignalListener);
     progress.stop();
     await runtime.close();
+  }
+}
+
+/**
+ * Launches the session, waiting at most `LAUNCH_TIMEOUT_MS`. A launch not answered in time names
+ * its session and asks it to stop: an executor may still hold it (a slow start, then stopped as
+ * soon as its host is there), and one that takes the request later refuses it by its `launch_by`.
+ */
+async function launchNaming(bus: Bus, sessionId: string, request: z.input<typeof LaunchRequestSchema>): Promise<LaunchReply> {
+  try {
+    return await bus.request(commands.launch, request, { timeoutMs: LAUNCH_TIMEOUT_MS });
+  } catch (error) {
+    if (!(error instanceof MurmurError) || error.code !== 'E-BUS-003') throw error;
+    await bus
+      .request(commands.stopSession.at(sessionId), { reason: 'its launcher stopped waiting for its launch' }, { timeoutMs: 2_000 })
+      .catch(() => undefined);
+    throw new MurmurError('E-BUS-003', `${error.message}: session ${sessionId} was not launched in time, and was asked to stop`, {
+      hint: `is an executor running and keeping up? If ${sessionId} shows in 'mur ps' after all, 'mur stop ${sessionId}' ends it`,
+    });
   }
 }

@@ -115,6 +115,6 @@ function natsServerLine(env: NodeJS.ProcessEnv): ReportLine {
 }
 
 export function checkHost(env: NodeJS.ProcessEnv = process.env): HostReport {
-  const probe = probeHost(env);
+  const probe = probeHost(env, { report: true });
   return { probe, lines: [containmentLine(probe), bubblewrapLine(probe, env), cgroupsLine(probe), natsServerLine(env)] };
 }

@@ -25,9 +25,11 @@ const CONFINE_HELPER = packageFile('@murmur/executor', 'dist/confine/murmur-conf
 /**
  * Honours the executor's settings: `MURMUR_BWRAP`/`MURMUR_UNSHARE` (a binary, or `none`),
  * `MURMUR_CGROUP_ROOT`/`MURMUR_CGROUP_PARENT`, and `MURMUR_CONFINE` (the helper, or `none` to
- * turn sealing off on a host that should say what it is without it).
+ * turn sealing off on a host that should say what it is without it). A `MURMUR_CGROUP_PARENT` no
+ * group can be made in is refused (`E-CFG-003`), unless the probe is only to be reported (`report`:
+ * `mur doctor`, which says why).
  */
-export function probeHost(env: NodeJS.ProcessEnv = process.env): HostProbe {
+export function probeHost(env: NodeJS.ProcessEnv = process.env, options: { report?: boolean } = {}): HostProbe {
   const bwrap = env.MURMUR_BWRAP?.trim() || 'bwrap';
   const sealing = env.MURMUR_CONFINE?.trim() !== 'none';
   const helper = env.MURMUR_CONFINE?.trim() || CONFINE_HELPER;
@@ -39,7 +41,16 @@ export function probeHost(env: NodeJS.ProcessEnv = process.env): HostProbe {
     sealing && bwrap !== 'none' && sealedSinceBoot({ helper, bwrap, cacheDir: cache })
       ? { tool: 'bubblewrap', binary: bwrap, reason: undefined }
       : probeNamespaces({ bwrap, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
-  const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined, env.MURMUR_CGROUP_PARENT?.trim() || undefined);
+  const parent = env.MURMUR_CGROUP_PARENT?.trim() || undefined;
+  const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined, parent);
+  // A parent the operator named and that cannot be used is a setting that does not hold: sessions
+  // would run with no memory or task ceiling of a group, which is not what naming one asked for.
+  if (parent !== undefined && !cgroups.support && !options.report) {
+    throw new MurmurError('E-CFG-003', `MURMUR_CGROUP_PARENT names '${parent}', where no session cgroups can be made: ${cgroups.reason}`, {
+      path: 'MURMUR_CGROUP_PARENT',
+      hint: 'name a cgroup this user may create groups in (with the memory, pids and cpu controllers), or unset it to use the executor’s own',
+    });
+  }
   const confine: ConfineProbe = sealing
     ? probeConfinement(namespaces, { helper, cacheDir: cache })
     : { support: undefined, reason: 'sealing is turned off on this executor (MURMUR_CONFINE=none)' };

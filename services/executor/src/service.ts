@@ -187,6 +187,15 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   };
 
   const launch = async (request: z.output<typeof LaunchRequestSchema>): Promise<LaunchReply> => {
+    const late = request.launch_by === undefined ? 0 : Date.now() - request.launch_by;
+    if (late > 0) {
+      runtimeMetrics().launch('refused');
+      throw new MurmurError(
+        'E-BUS-003',
+        `the launch of session ${request.session_id} reached executor ${instanceId} ${Math.ceil(late / 1000)}s after its launcher stopped waiting; nothing was started`,
+        { hint: 'launch it again; an executor this late is overloaded or was stopped (or its clock is ahead of the launcher’s)' },
+      );
+    }
     const session = new Session(environment, request);
     sessions.set(session.id, session);
     const stop = bus.serve(commands.stopSession.at(session.id), ({ reason }) => ({ stopping: session.stop(reason) }));

@@ -303,6 +303,8 @@ export class Session {
   private ceilingKill: NodeJS.Timeout | undefined;
   private startedAt = Date.now();
   private processStart = '';
+  /** A stop asked for before the host was there: it is stopped as soon as it is (`watchHost`). */
+  private stopAsked: string | undefined;
   private tools: HostTool[] = [];
   /** Every component the host may load, on this machine: their bundles are bound into the sandbox. */
   private components: HostComponent[] = [];
@@ -958,6 +960,11 @@ export class Session {
       this.environment.log.error({ session_id: this.id, err: error }, what);
     });
     this.guardWorkdir();
+    if (this.stopAsked !== undefined) {
+      const reason = this.stopAsked;
+      this.stopAsked = undefined;
+      setImmediate(() => this.stop(reason));
+    }
   }
 
   /**
@@ -1460,6 +1467,12 @@ export class Session {
 
   /** Asks the host to stop, then kills what is left after a grace period. */
   stop(reason: string): boolean {
+    if (!this.child) {
+      // Asked while it is still launching (its launcher gave up waiting): stopped as soon as its
+      // host is there, rather than left to run with nobody attached.
+      this.stopAsked = reason;
+      return true;
+    }
     if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return false;
     const stopped: WireError = { code: 'E-RUN-001', message: `the session was stopped: ${reason}`, hint: STOPPED_HINT };
     this.killedFor ??= stopped;
