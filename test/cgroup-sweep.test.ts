@@ -10,7 +10,7 @@ import { probeProject } from './support/capsules.js';
 import { removeCgroup } from './support/cgroups.js';
 import { tempDir } from './support/fs.js';
 import { startNatsServer } from './support/nats-server.js';
-import { eventually, runMur, startService } from './support/processes.js';
+import { eventually, repositoryRoot, runMur, startService } from './support/processes.js';
 
 /**
  * An executor that is killed leaves its sessions' cgroups behind: its sandboxes die with it, the
@@ -92,6 +92,46 @@ describe('session cgroups that an executor left behind', () => {
       for (const controller of ['memory', 'pids']) writeFileSync(path.join(ROOT, controller, parent, live, 'cgroup.procs'), String(host.pid));
       expect(sweepAbandonedGroups(support)).toEqual([]);
       for (const controller of CONTROLLERS) expect(exists(live, controller)).toBe(true);
+    } finally {
+      host.kill('SIGKILL');
+      await once(host, 'exit');
+      for (const controller of CONTROLLERS) await removeCgroup(path.join(ROOT, controller, parent, live));
+    }
+  });
+
+  it('keep a live group when swept from another PID namespace, whose cgroup.procs lists none of its processes', async (context) => {
+    if (cannotRunHere(context)) return;
+    const live = sessionName();
+    makeGroup(live, HOUR_AGO);
+    const host: ChildProcess = spawn('sleep', ['30'], { stdio: 'ignore' });
+    try {
+      for (const controller of ['memory', 'pids']) writeFileSync(path.join(ROOT, controller, parent, live, 'cgroup.procs'), String(host.pid));
+      // The sweep run as an executor in a container sharing the parent group would run it.
+      const sweeper = spawn(
+        'unshare',
+        [
+          '--pid',
+          '--fork',
+          '--mount-proc',
+          process.execPath,
+          '--input-type=module',
+          '-e',
+          `import { probeCgroups } from ${JSON.stringify(path.join(repositoryRoot, 'services', 'executor', 'dist', 'service.js'))};
+           import { sweepAbandonedGroups } from ${JSON.stringify(path.join(repositoryRoot, 'services', 'executor', 'dist', 'cgroup-sweep.js'))};
+           const seen = (await import('node:fs')).readFileSync(${JSON.stringify(path.join(ROOT, 'pids', parent, live, 'cgroup.procs'))}, 'utf8');
+           console.log(JSON.stringify({ seen, removed: sweepAbandonedGroups(probeCgroups(${JSON.stringify(ROOT)}, ${JSON.stringify(parent)}).support) }));`,
+        ],
+        { stdio: ['ignore', 'pipe', 'inherit'] },
+      );
+      let said = '';
+      sweeper.stdout?.on('data', (chunk: Buffer) => (said += chunk.toString()));
+      await once(sweeper, 'exit');
+      // From in there, the group looks empty; it was kept whole all the same.
+      expect(JSON.parse(said)).toEqual({ seen: '', removed: [] });
+      for (const controller of CONTROLLERS) {
+        expect(exists(live, controller)).toBe(true);
+        expect(existsSync(path.join(ROOT, controller, parent, live, 'tools'))).toBe(true);
+      }
     } finally {
       host.kill('SIGKILL');
       await once(host, 'exit');

@@ -73,11 +73,29 @@ function madeBefore(group: string, cutoff: number): boolean {
   }
 }
 
-/** Whether a group holds no process; one that cannot be read is treated as holding one. */
+/**
+ * Whether a group holds no process; one that cannot be read is treated as holding one. Its
+ * `cgroup.procs` lists only the processes of the reader's PID namespace, so an executor in
+ * another one (a container sharing the parent group) would read a live group as empty: where the
+ * kernel counts every task (`pids.current`, v2's `cgroup.events`), that count must say none too.
+ */
 function holdsNoProcess(group: string): boolean {
   try {
-    return readFileSync(path.join(group, 'cgroup.procs'), 'utf8').trim() === '';
+    if (readFileSync(path.join(group, 'cgroup.procs'), 'utf8').trim() !== '') return false;
+    const tasks = readIfThere(path.join(group, 'pids.current'));
+    if (tasks !== undefined && tasks.trim() !== '0') return false;
+    const events = readIfThere(path.join(group, 'cgroup.events'));
+    return events === undefined || /^populated 0$/m.test(events);
   } catch {
     return false;
+  }
+}
+
+function readIfThere(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw error;
   }
 }
