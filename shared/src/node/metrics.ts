@@ -63,6 +63,23 @@ export async function metricsText(): Promise<{ contentType: string; body: string
   return { contentType: metricsRegistry.contentType, body: await metricsRegistry.metrics() };
 }
 
+/**
+ * The distinct `rule` labels the egress counter takes, each cut to 200 characters: the rules come
+ * from manifests (one may list thousands), every label is a series kept for the process's life,
+ * and one session could light them all. Rules past the bound are counted as `(other)`.
+ */
+export const EGRESS_RULES_LABELLED = 256;
+const labelledRules = new Set<string>();
+
+function ruleLabel(rule: string | undefined): string {
+  if (rule === undefined) return '(none)';
+  const label = rule.slice(0, 200);
+  if (labelledRules.has(label)) return label;
+  if (labelledRules.size >= EGRESS_RULES_LABELLED) return '(other)';
+  labelledRules.add(label);
+  return label;
+}
+
 /** The runtime's reports, counted into this process's registry. */
 export const prometheusMetrics: RuntimeMetrics = {
   launch: (outcome) => metrics.launches.inc({ outcome }),
@@ -72,7 +89,7 @@ export const prometheusMetrics: RuntimeMetrics = {
     metrics.tasks.inc({ state });
     metrics.taskSeconds.observe({ state }, seconds);
   },
-  egress: (kind, decision, rule) => metrics.egress.inc({ kind, decision, rule: rule ?? '(none)' }),
+  egress: (kind, decision, rule) => metrics.egress.inc({ kind, decision, rule: ruleLabel(rule) }),
   stageComponent: (cacheHit) => metrics.stageComponents.inc({ cache: cacheHit ? 'hit' : 'miss' }),
   busRequest: (topic, seconds, ok) => metrics.busRequestSeconds.observe({ topic, outcome: ok ? 'ok' : 'error' }, seconds),
   completion: (delivered) => metrics.completions.inc({ delivered: String(delivered) }),
