@@ -24,8 +24,19 @@ set -eu
 
 say() { printf 'executor-entrypoint: %s\n' "$*" >&2; }
 
+# The executor refuses a MURMUR_CGROUP_PARENT where it cannot make groups (E-CFG-003): where this
+# script did not set the parent up, the compose file's default is taken back, and the executor runs
+# without cgroups as the warnings below say.
+without_cgroups() {
+  unset MURMUR_CGROUP_PARENT
+}
+
 if [ "$(id -u)" != 0 ]; then
   say "not root (uid $(id -u)): no cgroup delegation, /proc masks stay; running the command as is"
+  # A parent set up beforehand (by whoever runs the container as this user) is kept.
+  if [ -n "${MURMUR_CGROUP_PARENT:-}" ] && ! [ -w "/sys/fs/cgroup/memory/$MURMUR_CGROUP_PARENT" ]; then
+    without_cgroups
+  fi
   exec "$@"
 fi
 
@@ -36,6 +47,7 @@ parent=${MURMUR_CGROUP_PARENT:-}
 if [ -n "$parent" ]; then
   if [ -e /sys/fs/cgroup/cgroup.controllers ]; then
     say "WARNING: this host uses cgroup v2; session cgroups are only set up on cgroup v1 here. The executor runs without cgroups and refuses capsules that can start subprocesses."
+    without_cgroups
   else
     ok=yes
     for controller in memory pids cpu; do
@@ -56,6 +68,7 @@ if [ -n "$parent" ]; then
       say "session cgroups under /sys/fs/cgroup/{memory,pids,cpu}/$parent (owned by $uid:$gid)"
     else
       say "WARNING: the executor runs without cgroups and refuses capsules that can start subprocesses."
+      without_cgroups
     fi
   fi
 fi

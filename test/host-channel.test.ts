@@ -85,11 +85,11 @@ describe('an executor whose capsule host breaks its channel', () => {
       const refusal = await rejectionOf(
         stack.bus.request(
           commands.launch,
-          { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, launch_by: Date.now() - 5_000 },
+          { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, launch_by: Date.now() - 7_000 },
           { timeoutMs: 10_000 },
         ),
       );
-      expect(refusal.code).toBe('E-BUS-003');
+      expect(refusal.code).toBe('E-EXE-002');
       expect(refusal.message).toMatch(
         new RegExp(`^the launch of session ${sessionId} reached executor \\S+ [56]s after its launcher stopped waiting; nothing was started$`),
       );

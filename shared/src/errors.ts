@@ -133,6 +133,10 @@ export const ERROR_CATALOGUE = {
     title: 'the executor running the session was lost',
     hint: 'the session ended with its executor; launch it again (the stack sends new launches to the executors still alive)',
   },
+  'E-EXE-002': {
+    title: 'a launch reached its executor after its launcher stopped waiting',
+    hint: 'nothing was started: launch it again; an executor this late is overloaded or was stopped (or its clock is ahead of the launcher’s)',
+  },
   'E-ROOST-001': {
     title: 'roost is unreachable or answered with an error',
     hint: 'check the registry named (--registry, else MURMUR_ROOST_URL) and that roost is running there',

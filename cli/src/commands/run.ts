@@ -531,7 +531,8 @@ async function launchNaming(bus: Bus, sessionId: string, request: z.input<typeof
   try {
     return await bus.request(commands.launch, request, { timeoutMs: LAUNCH_TIMEOUT_MS });
   } catch (error) {
-    if (!(error instanceof MurmurError) || error.code !== 'E-BUS-003') throw error;
+    // Only this request's own timeout: a refusal the executor answered with is passed on as it is.
+    if (!(error instanceof MurmurError) || error.code !== 'E-BUS-003' || error.path !== commands.launch.subject) throw error;
     await bus
       .request(commands.stopSession.at(sessionId), { reason: 'its launcher stopped waiting for its launch' }, { timeoutMs: 2_000 })
       .catch(() => undefined);

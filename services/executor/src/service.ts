@@ -77,6 +77,9 @@ export interface ExecutorService {
   close(): Promise<void>;
 }
 
+/** How far an executor's clock may be ahead of a launcher's before its `launch_by` is judged passed. */
+const LAUNCH_CLOCK_SLACK_MS = 2_000;
+
 /** Ended sessions whose workdirs stay readable through this executor (`mur files`), newest kept. */
 const ENDED_SESSIONS_KEPT = 10_000;
 
@@ -187,13 +190,14 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   };
 
   const launch = async (request: z.output<typeof LaunchRequestSchema>): Promise<LaunchReply> => {
-    const late = request.launch_by === undefined ? 0 : Date.now() - request.launch_by;
+    // Judged on this machine's clock against the launcher's: the stack's services share one, and a
+    // skew of LAUNCH_CLOCK_SLACK_MS is taken as none.
+    const late = request.launch_by === undefined ? 0 : Date.now() - request.launch_by - LAUNCH_CLOCK_SLACK_MS;
     if (late > 0) {
       runtimeMetrics().launch('refused');
       throw new MurmurError(
-        'E-BUS-003',
+        'E-EXE-002',
         `the launch of session ${request.session_id} reached executor ${instanceId} ${Math.ceil(late / 1000)}s after its launcher stopped waiting; nothing was started`,
-        { hint: 'launch it again; an executor this late is overloaded or was stopped (or its clock is ahead of the launcher’s)' },
       );
     }
     const session = new Session(environment, request);

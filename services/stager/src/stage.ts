@@ -364,7 +364,7 @@ export class Stager {
   private async payloadOf(zip: MurZip, zipSha256: string, skip: ReadonlySet<string>, tx: Transaction): Promise<FileSet> {
     const indexFile = this.payloadIndexFile(zipSha256);
     const recorded = await readPayloadIndex(indexFile);
-    if (recorded && (await Promise.all(recorded.map((file) => this.options.blobs.hasLocal(file.sha256)))).every(Boolean)) return recorded;
+    if (recorded && (await Promise.all(recorded.map((file) => this.options.blobs.holdLocal(file.sha256, tx.created)))).every(Boolean)) return recorded;
     const files: FileSet = [];
     for (const name of zip.names) {
       if (skip.has(name)) continue;

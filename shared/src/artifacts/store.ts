@@ -302,12 +302,15 @@ export class ArtifactStore {
         committed.push(target);
       }
     } catch (error) {
+      // A backup that could not be put back is kept: it is the only copy of what was there.
+      const unrestored = new Set<string>();
       for (const target of committed.reverse()) {
         const backup = backups.get(target);
         if (backup === undefined) await fs.rm(target, { force: true });
-        else await fs.rename(backup, target).catch(() => {});
+        else await fs.rename(backup, target).catch(() => unrestored.add(backup));
       }
-      await Promise.all([...staged, ...backups.values()].map((file) => fs.rm(file, { force: true })));
+      const leftovers = [...staged, ...[...backups.values()].filter((backup) => !unrestored.has(backup))];
+      await Promise.all(leftovers.map((file) => fs.rm(file, { force: true })));
       throw new MurmurError(
         'E-IO-003',
         `could not install ${meta.name}@${meta.version} into the ${this.scope} store: ${error instanceof Error ? error.message : String(error)}`,

@@ -37,6 +37,8 @@ export class BlobCache {
    */
   private readonly users = new Map<string, Set<CreatedEntries>>();
   private readonly used = new WeakMap<CreatedEntries, Set<string>>();
+  /** Blobs a refusal is removing now: a piece of work that wants one waits, and then fetches it again. */
+  private readonly removing = new Map<string, Promise<void>>();
 
   /**
    * @param dir the local cache directory (`<cache>/blobs`)
@@ -59,11 +61,17 @@ export class BlobCache {
     return (await fs.stat(this.pathOf(sha256)).catch(() => undefined))?.isFile() === true;
   }
 
+  /** Whether the blob is here, held for `created` from now on (so no other work's refusal removes it). */
+  async holdLocal(sha256: string, created: CreatedEntries): Promise<boolean> {
+    await this.use(this.pathOf(sha256), created);
+    return this.hasLocal(sha256);
+  }
+
   /** Takes bytes in hand into the cache under their digest (computed here). */
   async adoptBytes(bytes: Uint8Array, created?: CreatedEntries): Promise<{ sha256: string; path: string }> {
     const sha256 = createHash('sha256').update(bytes).digest('hex');
     const target = this.pathOf(sha256);
-    this.use(target, created);
+    await this.use(target, created);
     if (!(await this.hasLocal(sha256))) {
       await fs.mkdir(path.dirname(target), { recursive: true });
       const temporary = temporarySibling(target);
@@ -102,7 +110,7 @@ export class BlobCache {
    */
   async fetch(ref: BlobRef, what: string, created?: CreatedEntries): Promise<string> {
     const target = this.pathOf(ref.sha256);
-    this.use(target, created);
+    await this.use(target, created);
     if (await this.hasLocal(ref.sha256)) return target;
     let pending = this.fetching.get(ref.sha256);
     if (!pending) {
@@ -120,8 +128,16 @@ export class BlobCache {
     this.release(created);
     for (const entry of created.splice(0)) {
       if (this.users.has(entry)) continue;
-      await fs.rm(entry, { force: true });
-      await removeEmptyParents(path.dirname(entry), path.dirname(this.dir));
+      const removal = (async () => {
+        await fs.rm(entry, { force: true });
+        await removeEmptyParents(path.dirname(entry), path.dirname(this.dir));
+      })();
+      this.removing.set(entry, removal);
+      try {
+        await removal;
+      } finally {
+        if (this.removing.get(entry) === removal) this.removing.delete(entry);
+      }
     }
   }
 
@@ -135,7 +151,9 @@ export class BlobCache {
     this.used.delete(created);
   }
 
-  private use(entry: string, created: CreatedEntries | undefined): void {
+  /** Holds `entry` for `created`, once any removal of it under way is over (the caller then finds it gone, and fetches it again). */
+  private async use(entry: string, created: CreatedEntries | undefined): Promise<void> {
+    await this.removing.get(entry)?.catch(() => {});
     if (created === undefined) return;
     let users = this.users.get(entry);
     if (users === undefined) {

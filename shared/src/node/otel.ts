@@ -111,7 +111,8 @@ function openSpan(span: Span): OpenSpan {
   return {
     traceparent,
     setAttributes: (attributes) => span.setAttributes(definedAttributes(attributes)),
-    fail: (message) => span.setStatus({ code: SpanStatusCode.ERROR, message }),
+    // A status message is no attribute, and the span limits do not cut it: it can carry a host's words.
+    fail: (message) => span.setStatus({ code: SpanStatusCode.ERROR, message: message.slice(0, ATTRIBUTE_VALUE_CHARACTERS) }),
     end: (endTimeMs) => span.end(endTimeMs !== undefined && Number.isFinite(endTimeMs) ? endTimeMs : undefined),
   };
 }

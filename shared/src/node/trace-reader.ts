@@ -35,11 +35,14 @@ export interface TraceRecordLine {
  * The trace's lines as records, with those that are not one skipped and said why: not JSON (or
  * cut off, for a last line without its newline), not an object, no `event_type`.
  */
-export function traceRecordLines(text: string): { records: TraceRecordLine[]; skipped: SkippedLine[] } {
+export function traceRecordLines(text: string, options: { most?: number } = {}): { records: TraceRecordLine[]; skipped: SkippedLine[] } {
   const records: TraceRecordLine[] = [];
   const skipped: SkippedLine[] = [];
   const lines = text.split('\n');
+  const most = options.most ?? Number.POSITIVE_INFINITY;
   for (const [index, raw] of lines.entries()) {
+    // One record past `most` says there are more; none after it is parsed.
+    if (records.length > most) break;
     const line = raw.trim();
     if (line === '') continue;
     const skip = (reason: string): void => void skipped.push({ line: index + 1, reason });
