@@ -82,30 +82,37 @@ describe('session cgroups that an executor left behind', () => {
     }
   });
 
-  it('keep a group whose host is in its memory and pids groups, its empty cpu group too', async (context) => {
-    if (cannotRunHere(context)) return;
-    const live = sessionName();
-    makeGroup(live, HOUR_AGO);
+  /**
+   * An hour-old group `name` with a live process in its memory and pids groups, as
+   * `SessionCgroup.joining` places a host (not its cpu one: that is its tools'), while `use` runs;
+   * the process is killed and the group removed after.
+   */
+  async function withLiveHost(name: string, use: () => Promise<void> | void): Promise<void> {
+    makeGroup(name, HOUR_AGO);
     const host: ChildProcess = spawn('sleep', ['30'], { stdio: 'ignore' });
     try {
-      // As `SessionCgroup.joining` places a host: its memory and pids groups, not its cpu one (that is its tools').
-      for (const controller of ['memory', 'pids']) writeFileSync(path.join(ROOT, controller, parent, live, 'cgroup.procs'), String(host.pid));
-      expect(sweepAbandonedGroups(support)).toEqual([]);
-      for (const controller of CONTROLLERS) expect(exists(live, controller)).toBe(true);
+      for (const controller of ['memory', 'pids']) writeFileSync(path.join(ROOT, controller, parent, name, 'cgroup.procs'), String(host.pid));
+      await use();
     } finally {
       host.kill('SIGKILL');
       await once(host, 'exit');
-      for (const controller of CONTROLLERS) await removeCgroup(path.join(ROOT, controller, parent, live));
+      for (const controller of CONTROLLERS) await removeCgroup(path.join(ROOT, controller, parent, name));
     }
+  }
+
+  it('keep a group whose host is in its memory and pids groups, its empty cpu group too', async (context) => {
+    if (cannotRunHere(context)) return;
+    const live = sessionName();
+    await withLiveHost(live, () => {
+      expect(sweepAbandonedGroups(support)).toEqual([]);
+      for (const controller of CONTROLLERS) expect(exists(live, controller)).toBe(true);
+    });
   });
 
   it('keep a live group when swept from another PID namespace, whose cgroup.procs lists none of its processes', async (context) => {
     if (cannotRunHere(context)) return;
     const live = sessionName();
-    makeGroup(live, HOUR_AGO);
-    const host: ChildProcess = spawn('sleep', ['30'], { stdio: 'ignore' });
-    try {
-      for (const controller of ['memory', 'pids']) writeFileSync(path.join(ROOT, controller, parent, live, 'cgroup.procs'), String(host.pid));
+    await withLiveHost(live, async () => {
       // The sweep run as an executor in a container sharing the parent group would run it.
       const sweeper = spawn(
         'unshare',
@@ -132,11 +139,7 @@ describe('session cgroups that an executor left behind', () => {
         expect(exists(live, controller)).toBe(true);
         expect(existsSync(path.join(ROOT, controller, parent, live, 'tools'))).toBe(true);
       }
-    } finally {
-      host.kill('SIGKILL');
-      await once(host, 'exit');
-      for (const controller of CONTROLLERS) await removeCgroup(path.join(ROOT, controller, parent, live));
-    }
+    });
   });
 
   it('keep an empty group made less than a minute ago: a live executor moves its host in a moment after making it', (context) => {

@@ -1,5 +1,5 @@
 import type { CapsuleManifest, MurmurLock } from '@murmur/shared';
-import { ArtifactStore, type StoredArtifact, sha256Hex } from '@murmur/shared/artifacts';
+import { ArtifactStore, type StoredArtifact } from '@murmur/shared/artifacts';
 import { defaultArtifactsDir, globalStoreDir, projectStoreDir } from '@murmur/shared/node';
 
 /**
@@ -71,7 +71,7 @@ async function verdictFor(
   const pin = lock?.artifacts.find((entry) => entry.name === name);
   if (lock && !pin) return { kind: 'lock-entry-missing' };
   if (pin && pin.resolved_version !== version) return { kind: 'lock-version-mismatch', pinned: pin.resolved_version };
-  const actual = sha256Hex(stored.bytes);
+  const actual = stored.bytesSha256;
   if (actual !== stored.recordedSha256.toLowerCase()) return { kind: 'store-digest-mismatch', stored, actual };
   if (pin && pin.sha256.wasm.toLowerCase() !== actual) return { kind: 'lock-digest-mismatch', stored, expected: pin.sha256.wasm, actual };
   return { kind: 'ok', stored };

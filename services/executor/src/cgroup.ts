@@ -297,6 +297,12 @@ export class SessionCgroup {
     }
   }
 
+  /** Kills every process in the groups and removes them: what is left of a session or a pooled host that is over. */
+  async discard(): Promise<void> {
+    this.killAll();
+    await this.remove();
+  }
+
   /**
    * Removes the groups once their last process has gone. A group is busy for a moment after its
    * processes are killed (the kernel tears them down asynchronously), so removal is retried for a

@@ -410,8 +410,7 @@ export class HostPool {
     try {
       return this.startInSandbox(cgroup);
     } catch (error) {
-      cgroup?.killAll();
-      void cgroup?.remove();
+      void cgroup?.discard();
       throw error;
     }
   }

@@ -16,13 +16,8 @@ import { installArtifact } from './workdir.js';
 export function pullForSession(bus: Bus, session: Session, name: string, version: string): Promise<PullAnswer> {
   // Pulls of one name are taken in turn: two at once each found no pin before either was
   // installed, and both pinned (or the second overwrote the first's files under its pin).
-  let turns = pullTurns.get(session);
-  if (turns === undefined) {
-    turns = new Map();
-    pullTurns.set(session, turns);
-  }
-  const before = turns.get(name) ?? Promise.resolve();
-  const mine = before.then(() => pullOnce(bus, session, name, version));
+  const turns = session.pullTurns;
+  const mine = (turns.get(name) ?? Promise.resolve()).then(() => pullOnce(bus, session, name, version));
   const settled = mine.then(
     () => {},
     () => {},
@@ -35,9 +30,6 @@ export function pullForSession(bus: Bus, session: Session, name: string, version
 }
 
 type PullAnswer = { ok: true; value: { tool: HostTool } } | { ok: false; error: string };
-
-/** Each session's pulls in flight, the last of each name: the one a new pull of that name waits for. */
-const pullTurns = new WeakMap<Session, Map<string, Promise<void>>>();
 
 async function pullOnce(bus: Bus, session: Session, name: string, version: string): Promise<PullAnswer> {
   const plan = session.plan;

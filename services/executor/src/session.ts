@@ -310,6 +310,8 @@ export class Session {
   private components: HostComponent[] = [];
   /** Artifacts this session pulled at run time, pinned from then on. */
   readonly pulledPins: LockedArtifact[] = [];
+  /** The last pull in flight of each name: the one a new pull of that name waits for (`pullForSession`). */
+  readonly pullTurns = new Map<string, Promise<void>>();
   /** Whether the launch was answered: a session is announced (and listed) only from then on. */
   private launched = false;
   private rpcSubscription: Subscription | undefined;
@@ -867,8 +869,7 @@ export class Session {
     } catch (error) {
       // Refused before a host ran (a path the sandbox cannot name, a spawn that failed): its
       // groups go with the launch, which no host's exit will clean up after.
-      this.cgroup?.killAll();
-      void this.cgroup?.remove();
+      void this.cgroup?.discard();
       this.cgroup = undefined;
       throw error;
     }
@@ -1554,8 +1555,7 @@ export class Session {
     this.link?.close();
     // Set once the launch got as far as its policy; a launch refused before it has none.
     (this.egress as EgressPolicy | undefined)?.close();
-    this.cgroup?.killAll();
-    await this.cgroup?.remove();
+    await this.cgroup?.discard();
     this.bootstrap.line(`[bootstrap] session ended: ${end.status}${end.error ? ` (${end.error.code}: ${end.error.message})` : ''}`);
     this.releaseRecords();
     // Exported in the background: a collector that is slow or away never delays the end's announcement.

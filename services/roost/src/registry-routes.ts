@@ -1,6 +1,6 @@
 import { httpStatusOf } from './http-status.js';
 import { type Log, MurmurError, isReservedVersion } from '@murmur/shared';
-import { type ArtifactStore, SHA256_HEADER, inspectArchive, maxEntryBytesFromEnv, sha256Hex } from '@murmur/shared/artifacts';
+import { type ArtifactStore, SHA256_HEADER, inspectArchive, maxEntryBytesFromEnv } from '@murmur/shared/artifacts';
 import { bearerOf, tokenMatcher } from '@murmur/shared/node';
 import { Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
@@ -74,7 +74,7 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
     const stored = await options.store.resolve(parsed.name, parsed.version, platform ?? 'unknown');
     if (!stored) return context.json({ error: `artifact ${parsed.name}@${parsed.version} not found in registry`, code: 'E-REG-001' }, 404);
     // Served only if the bytes still match their digest: a corrupted store is reported, not passed on.
-    if (sha256Hex(stored.bytes) !== stored.recordedSha256) {
+    if (stored.bytesSha256 !== stored.recordedSha256) {
       throw new MurmurError(
         'E-REG-002',
         `artifact integrity check failed for ${parsed.name}@${parsed.version}: the stored bytes no longer match their recorded sha256`,

@@ -18,7 +18,7 @@ import {
   parseNetworkAllowRules,
   validateFilesystemScope,
 } from '@murmur/shared';
-import { type ArtifactStore, assertStorable, inspectArchive, sha256Hex } from '@murmur/shared/artifacts';
+import { type ArtifactStore, assertStorable, inspectArchive } from '@murmur/shared/artifacts';
 import { type Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
@@ -307,7 +307,7 @@ async function registeredCapsulePolicy(store: ArtifactStore, name: string, versi
   }
   const stored = await store.resolve(name, version, 'unknown');
   if (!stored) throw new Refusal(404, `capsule ${label} is not in roost's registry; publish it first`, { code: 'E-REG-001' });
-  if (sha256Hex(stored.bytes) !== stored.recordedSha256) {
+  if (stored.bytesSha256 !== stored.recordedSha256) {
     throw new MurmurError('E-REG-002', `artifact integrity check failed for ${label}: the stored bytes no longer match their recorded sha256`);
   }
   const inspected = await inspectArchive(stored.bytes, label);

@@ -19,6 +19,8 @@ export interface ResolvedArtifact {
   bytes: Buffer;
   /** The digest the source recorded or sent. Not yet verified. */
   claimedSha256: string;
+  /** What the bytes hash to, when the source computed it as it read them (a local store). */
+  bytesSha256?: string;
   meta: ArtifactMeta;
   origin: SourceOrigin;
   /** A path or URL, for messages. */
@@ -40,7 +42,16 @@ export function storeSource(store: ArtifactStore): ArtifactSource {
     async resolve(name, version) {
       const stored = await store.resolve(name, version);
       if (!stored) return undefined;
-      return { name, version, bytes: stored.bytes, claimedSha256: stored.recordedSha256, meta: stored.meta, origin: store.scope, location: stored.zipPath };
+      return {
+        name,
+        version,
+        bytes: stored.bytes,
+        claimedSha256: stored.recordedSha256,
+        bytesSha256: stored.bytesSha256,
+        meta: stored.meta,
+        origin: store.scope,
+        location: stored.zipPath,
+      };
     },
     list: () => store.list(),
   };

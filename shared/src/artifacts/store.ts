@@ -36,6 +36,8 @@ export interface StoredArtifact {
   bytes: Buffer;
   /** The digest recorded beside the zip. Not yet compared with the bytes: that is the caller's check. */
   recordedSha256: string;
+  /** What the bytes hash to, computed as they were read (`readPair`): a caller checks against it without hashing again. */
+  bytesSha256: string;
   meta: ArtifactMeta;
   zipPath: string;
   /** Set when a platform variant was chosen over the generic file. */
@@ -131,14 +133,23 @@ export class ArtifactStore {
     for (const candidate of candidates) {
       const pair = await readPair(candidate.files);
       if (pair === undefined) continue;
-      const { bytes, recordedSha256 } = pair;
+      const { bytes, recordedSha256, bytesSha256 } = pair;
       if (recordedSha256 === '') {
         throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar (${candidate.files.sha})`, {
           path: candidate.files.sha,
           hint: 'republish or reinstall the artifact',
         });
       }
-      return { name, version, bytes, recordedSha256, meta: await this.readMeta(name, version), zipPath: candidate.files.zip, platform: candidate.platform };
+      return {
+        name,
+        version,
+        bytes,
+        recordedSha256,
+        bytesSha256,
+        meta: await this.readMeta(name, version),
+        zipPath: candidate.files.zip,
+        platform: candidate.platform,
+      };
     }
     return undefined;
   }
@@ -374,12 +385,13 @@ const PAIR_READS = 5;
  * is read again a few times, and only one that still does not is handed on, for the caller to
  * refuse. Undefined when either file is missing.
  */
-async function readPair(files: VariantFiles): Promise<{ bytes: Buffer; recordedSha256: string } | undefined> {
+async function readPair(files: VariantFiles): Promise<{ bytes: Buffer; recordedSha256: string; bytesSha256: string } | undefined> {
   for (let read = 1; ; read += 1) {
     const [bytes, sha] = await Promise.all([readIfExists(files.zip), readIfExists(files.sha)]);
     if (bytes === undefined || sha === undefined) return undefined;
     const recordedSha256 = sha.toString('utf8').trim();
-    if (read >= PAIR_READS || recordedSha256 === '' || sha256Hex(bytes) === recordedSha256.toLowerCase()) return { bytes, recordedSha256 };
+    const bytesSha256 = sha256Hex(bytes);
+    if (read >= PAIR_READS || recordedSha256 === '' || bytesSha256 === recordedSha256.toLowerCase()) return { bytes, recordedSha256, bytesSha256 };
     await new Promise((resolve) => setTimeout(resolve, 10 * read));
   }
 }

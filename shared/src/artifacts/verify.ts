@@ -7,7 +7,7 @@ import { sha256Hex } from './store.js';
  * archive is opened, let alone anything in it compiled.
  */
 export function verifyResolved(artifact: ResolvedArtifact): string {
-  const actual = sha256Hex(artifact.bytes);
+  const actual = artifact.bytesSha256 ?? sha256Hex(artifact.bytes);
   if (actual !== artifact.claimedSha256.toLowerCase()) {
     throw new MurmurError(
       'E-REG-002',

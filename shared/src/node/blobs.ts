@@ -36,7 +36,6 @@ export class BlobCache {
    * read the same component lost it under that one (ENOENT, uncoded), which was then refused too.
    */
   private readonly users = new Map<string, Set<CreatedEntries>>();
-  private readonly used = new WeakMap<CreatedEntries, Set<string>>();
   /** Blobs a refusal is removing now: a piece of work that wants one waits, and then fetches it again. */
   private readonly removing = new Map<string, Promise<void>>();
 
@@ -143,12 +142,11 @@ export class BlobCache {
 
   /** A piece of work is over (kept or refused): the blobs it used are no longer held for it. */
   release(created: CreatedEntries): void {
-    for (const entry of this.used.get(created) ?? []) {
-      const users = this.users.get(entry);
-      users?.delete(created);
-      if (users?.size === 0) this.users.delete(entry);
+    // Only blobs in use are here: as many as the work under way reads, not the cache's whole.
+    for (const [entry, users] of this.users) {
+      users.delete(created);
+      if (users.size === 0) this.users.delete(entry);
     }
-    this.used.delete(created);
   }
 
   /** Holds `entry` for `created`, once any removal of it under way is over (the caller then finds it gone, and fetches it again). */
@@ -161,12 +159,6 @@ export class BlobCache {
       this.users.set(entry, users);
     }
     users.add(created);
-    let used = this.used.get(created);
-    if (used === undefined) {
-      used = new Set();
-      this.used.set(created, used);
-    }
-    used.add(entry);
   }
 
   private async fetchOnce(ref: BlobRef, what: string): Promise<string> {
