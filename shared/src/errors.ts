@@ -137,6 +137,14 @@ export const ERROR_CATALOGUE = {
     title: 'a launch reached its executor after its launcher stopped waiting',
     hint: 'nothing was started: launch it again; an executor this late is overloaded or was stopped (or its clock is ahead of the launcher’s)',
   },
+  'E-STG-001': {
+    title: 'a component took too long to transpile',
+    hint: 'a component this large may need more time: raise MURMUR_TRANSPILE_TIMEOUT_MS on the stager (default 120000); one that never finishes is malformed or built to stall jco',
+  },
+  'E-STG-002': {
+    title: 'the stager’s transpiler failed',
+    hint: 'stage again: a fresh transpiler is started; if the same component fails it again, it is too large or malformed for jco (the stager’s log says more)',
+  },
   'E-ROOST-001': {
     title: 'roost is unreachable or answered with an error',
     hint: 'check the registry named (--registry, else MURMUR_ROOST_URL) and that roost is running there',

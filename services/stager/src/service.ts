@@ -1,8 +1,21 @@
 import path from 'node:path';
 import type { Bus, Subscription } from '@murmur/shared/bus';
-import { BLOB_BUCKET, type Log, MurmurError, QUEUE_GROUPS, type StageRequest, commands, newId, runtimeMetrics, runtimeTracing, topics } from '@murmur/shared';
+import {
+  BLOB_BUCKET,
+  type Log,
+  MurmurError,
+  QUEUE_GROUPS,
+  type StageRequest,
+  commands,
+  newId,
+  numberSetting,
+  runtimeMetrics,
+  runtimeTracing,
+  topics,
+} from '@murmur/shared';
 import { BlobCache, cacheDir, globalStoreDir } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';
+import { DEFAULT_TRANSPILE_TIMEOUT_MS } from './transpiler.js';
 
 export { Stager, type StageProgress, type StageCall, type StagerOptions } from './stage.js';
 export { ComponentCache } from './transpiler.js';
@@ -50,7 +63,8 @@ export function startStagerService(options: StagerServiceOptions): StagerService
   const cache = cacheDir(env);
   const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET));
   // The global store from the same environment as the cache (process.env otherwise decided it).
-  const stager = new Stager({ cacheDir: cache, globalStore: globalStoreDir(env), blobs, log, ...(roostUrl ? { roostUrl } : {}) });
+  const transpileTimeoutMs = numberSetting(env, 'MURMUR_TRANSPILE_TIMEOUT_MS', DEFAULT_TRANSPILE_TIMEOUT_MS, { unit: 'milliseconds' });
+  const stager = new Stager({ cacheDir: cache, globalStore: globalStoreDir(env), blobs, log, transpileTimeoutMs, ...(roostUrl ? { roostUrl } : {}) });
   /** Each staging still in flight, with what it stages, for the refusal it gets if the stager goes. */
   const inFlight = new Map<(error: MurmurError) => void, string>();
   let closing = false;

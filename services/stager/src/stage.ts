@@ -83,6 +83,8 @@ export interface StagerOptions {
   roostUrl?: string;
   /** The artifacts shipped with the runtime, asked last; undefined finds them, null turns them off. */
   defaultStore?: string | null;
+  /** How long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`, 120 s). */
+  transpileTimeoutMs?: number;
   log: Log;
 }
 
@@ -143,7 +145,7 @@ export class Stager {
   readonly components: ComponentCache;
 
   constructor(private readonly options: StagerOptions) {
-    this.components = new ComponentCache(options.cacheDir);
+    this.components = new ComponentCache(options.cacheDir, options.transpileTimeoutMs);
   }
 
   private chain(project: OpenedProject | undefined): RegistryChain {

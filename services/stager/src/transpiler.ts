@@ -1,10 +1,9 @@
 import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { Worker } from 'node:worker_threads';
-import { type FileSet, MurmurError, TRANSPILER_ID, TRANSPILE_OPTIONS, type TranspiledComponent } from '@murmur/shared';
-import { packageFile, removeEmptyParents, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
-import type { TranspileJob, TranspileReply } from './transpile-worker.js';
+import { type FileSet, MurmurError, TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
+import { removeEmptyParents, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
+import { type TranspileOutcome, TranspileQueue } from './transpile-queue.js';
 
 /**
  * Components transpiled once by jco into a content-addressed cache:
@@ -17,6 +16,12 @@ import type { TranspileJob, TranspileReply } from './transpile-worker.js';
  */
 
 const BUNDLE_FILE = 'bundle.json';
+/**
+ * How long one component may take to transpile: a 12 MB one takes about a second here, so this
+ * is far past any honest component, and short enough that one made to keep jco busy holds this
+ * stager's later stagings for two minutes, not for good.
+ */
+export const DEFAULT_TRANSPILE_TIMEOUT_MS = 120_000;
 const ENTRY_NAME = 'component';
 
 interface BundleRecord {
@@ -38,11 +43,15 @@ export interface PendingEntry {
 }
 
 export class ComponentCache {
-  private worker: Worker | undefined;
-  private nextJob = 1;
-  private readonly waiting = new Map<number, (reply: TranspileReply) => void>();
+  private readonly transpiler: TranspileQueue;
 
-  constructor(readonly cacheDir: string) {}
+  /** `transpileTimeoutMs`: how long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`). */
+  constructor(
+    readonly cacheDir: string,
+    readonly transpileTimeoutMs = DEFAULT_TRANSPILE_TIMEOUT_MS,
+  ) {
+    this.transpiler = new TranspileQueue(transpileTimeoutMs);
+  }
 
   private get root(): string {
     return path.join(this.cacheDir, 'transpiled', TRANSPILER_ID);
@@ -83,12 +92,8 @@ export class ComponentCache {
    * is visible in the cache until `commit`.
    */
   async prepare(bytes: Uint8Array, sha256: string, label: string): Promise<PendingEntry> {
-    const reply = await this.runJob({ id: 0, name: ENTRY_NAME, bytes, options: TRANSPILE_OPTIONS });
-    if (!reply.ok) {
-      throw new MurmurError('E-RUN-001', `failed to compile component for ${label}: ${reply.message}`, {
-        hint: 'the artifact is not a valid WebAssembly component; rebuild it (componentize-js, cargo component, wasm-tools component new)',
-      });
-    }
+    const reply = await this.transpiler.transpile(ENTRY_NAME, bytes);
+    if (reply.kind !== 'done') throw transpileRefusal(reply, label, bytes.byteLength);
     const finalDir = this.entryDir(sha256);
     const temporaryDir = temporarySibling(finalDir);
     await fs.mkdir(temporaryDir, { recursive: true });
@@ -145,47 +150,27 @@ export class ComponentCache {
     await removeEmptyParents(path.dirname(pending.temporaryDir), this.cacheDir);
   }
 
-  private ensureWorker(): Worker {
-    if (this.worker) return this.worker;
-    // Always the compiled worker: under a TypeScript test runner `src/` holds no .js to start,
-    // and in a bundle this file is not where the worker is.
-    const workerFile = packageFile('@murmur/stager', 'dist/transpile-worker.js', import.meta.url, '../dist/transpile-worker.js');
-    const worker = new Worker(workerFile);
-    worker.unref();
-    worker.on('message', (reply: TranspileReply) => {
-      const resolve = this.waiting.get(reply.id);
-      this.waiting.delete(reply.id);
-      resolve?.(reply);
-      if (this.waiting.size === 0) worker.unref();
-    });
-    worker.on('error', (error) => this.failAll(error.message));
-    worker.on('exit', () => {
-      this.worker = undefined;
-      this.failAll('the transpiler worker exited');
-    });
-    this.worker = worker;
-    return worker;
+  close(): Promise<void> {
+    return this.transpiler.close();
   }
+}
 
-  private failAll(message: string): void {
-    for (const [id, resolve] of this.waiting) resolve({ id, ok: false, message });
-    this.waiting.clear();
-  }
-
-  private runJob(job: TranspileJob): Promise<TranspileReply> {
-    const worker = this.ensureWorker();
-    const id = this.nextJob++;
-    worker.ref();
-    return new Promise((resolve) => {
-      this.waiting.set(id, resolve);
-      const copy = Uint8Array.from(job.bytes);
-      worker.postMessage({ ...job, id, bytes: copy }, [copy.buffer]);
-    });
-  }
-
-  async close(): Promise<void> {
-    const worker = this.worker;
-    this.worker = undefined;
-    if (worker) await worker.terminate();
+/** Why a component was not transpiled, as the staging's refusal: whose the fault is decides the code. */
+function transpileRefusal(outcome: Exclude<TranspileOutcome, { kind: 'done' }>, label: string, sizeBytes: number): MurmurError {
+  switch (outcome.kind) {
+    case 'refused':
+      return new MurmurError('E-RUN-001', `failed to compile component for ${label}: ${outcome.message}`, {
+        hint: 'the artifact is not a valid WebAssembly component; rebuild it (componentize-js, cargo component, wasm-tools component new)',
+      });
+    case 'timed-out':
+      return new MurmurError(
+        'E-STG-001',
+        `transpiling the component of ${label} (${sizeBytes} bytes) took longer than ${outcome.timeoutMs / 1000} s, so it was stopped; nothing of it was kept`,
+      );
+    case 'failed':
+      return new MurmurError(
+        'E-STG-002',
+        `the stager could not transpile the component of ${label} (${sizeBytes} bytes): ${outcome.message}; nothing of it was kept`,
+      );
   }
 }

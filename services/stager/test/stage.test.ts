@@ -1,6 +1,6 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { BLOB_BUCKET, LOCKFILE_NAME, type MurmurError, StagedPlanSchema, silentLog } from '@murmur/shared';
 import { ArtifactStore, readLockfile, sha256Hex, writeLockfile } from '@murmur/shared/artifacts';
 import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
@@ -198,6 +198,59 @@ describe('staging a capsule directory', () => {
     await capsuleProject(world.project, `${SCRIPT}colour: blue\n`, (await capsuleWat()).bytes);
     const plan = await world.stager.stage(await directory());
     expect(plan.warnings.map((warning) => warning.code)).toEqual(['W-SEC-019']);
+  });
+});
+
+describe('a transpile is bounded', () => {
+  /** A second stager on the same cache whose transpiles may take `timeoutMs`. */
+  function stagerWithin(timeoutMs: number): Stager {
+    return new Stager({ cacheDir: world.cacheDir, globalStore: world.globalStore, log: silentLog, blobs: world.blobs, transpileTimeoutMs: timeoutMs });
+  }
+
+  it('stops a transpile past its deadline with E-STG-001, keeps nothing of it, and transpiles the one queued behind it in a fresh worker', async () => {
+    // The 12 MB JavaScript capsule takes about a second to transpile here; the WAT one a few milliseconds.
+    const slow = await helloCapsuleJs();
+    await capsuleProject(world.project, SCRIPT, slow.bytes);
+    const quickDir = path.join(world.root, 'quick');
+    await capsuleProject(quickDir, 'name: quick\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const stager = stagerWithin(400);
+    try {
+      const [slowCall, quickCall] = await Promise.all([directory(), directory(quickDir)]);
+      const [refused, staged] = await Promise.allSettled([stager.stage(slowCall), stager.stage(quickCall)]);
+      expect(refused.status).toBe('rejected');
+      const error = (refused as PromiseRejectedResult).reason as MurmurError;
+      expect(error.code).toBe('E-STG-001');
+      expect(error.message).toContain('hello@0.1.0');
+      expect(error.message).toContain(`${slow.bytes.byteLength} bytes`);
+      expect(error.message).toContain('0.4 s');
+      expect(error.hint).toContain('MURMUR_TRANSPILE_TIMEOUT_MS');
+      expect(staged.status).toBe('fulfilled');
+      const quick = (staged as PromiseFulfilledResult<Awaited<ReturnType<Stager['stage']>>>).value;
+      expect(quick.capsule.component?.cache_hit).toBe(false);
+      const transpiled = (await listTree(world.cacheDir)).filter((entry) => entry.startsWith('transpiled/'));
+      expect(transpiled.some((entry) => entry.includes(sha256Hex(slow.bytes)))).toBe(false);
+      expect(transpiled.some((entry) => entry.includes(quick.capsule.component?.sha256 as string))).toBe(true);
+    } finally {
+      await stager.close();
+    }
+  });
+
+  it('refuses a transpile still running when the stager closes with E-STG-002, and keeps nothing of it', async () => {
+    const slow = await helloCapsuleJs();
+    await capsuleProject(world.project, SCRIPT, slow.bytes);
+    const progress: StageProgress[] = [];
+    const staging = world.stager.stage({ ...(await directory()), onProgress: (event) => progress.push(event) });
+    const outcome = staging.then(
+      () => undefined,
+      (error: MurmurError) => error,
+    );
+    // Closed once the transpile has begun, not before.
+    await vi.waitFor(() => expect(progress.some((event) => event.phase === 'transpile')).toBe(true), { timeout: 10_000 });
+    await world.stager.close();
+    const error = await outcome;
+    expect(error?.code).toBe('E-STG-002');
+    expect(error?.message).toContain('shutting down');
+    expect((await listTree(world.cacheDir)).filter((entry) => entry.startsWith('transpiled/'))).toEqual([]);
   });
 });
 
