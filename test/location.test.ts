@@ -16,7 +16,8 @@ import {
 import { sha256Hex } from '@murmur/shared/artifacts';
 import { type Bus, type ObjectStore, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
-import { packProject, publishProject, requestStaging, uploadProject } from '@murmur/shared/node';
+import { BlobCache, packProject, publishProject, requestStaging, uploadProject } from '@murmur/shared/node';
+import { type StageProgress, Stager } from '@murmur/stager';
 import { agentManifest, agentProject, openStream, readSse, startAgent, textMessage } from './support/agents.js';
 import { probeProject } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
@@ -133,6 +134,35 @@ describe('the stack with nothing shared but the bus', () => {
     const second = await launchOn(executor, plan, { task: JSON.stringify([{ op: 'print', text: 'again' }]) });
     expect((await second.end).exit_status).toBe('ok');
     expect(fetchedBlobs(executor)).toBe(afterFirst);
+  });
+
+  it('a stager that shares its cache with an executor finds a bundle the executor fetched first, and does not transpile it again', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'shared-cache'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
+    const plan = await stage(project);
+    const [executor] = executors as [ServiceProcess];
+    const launched = await launchOn(executor, plan, { task: JSON.stringify([{ op: 'print', text: 'fetched first' }]) });
+    expect((await launched.end).exit_status).toBe('ok');
+    // A stager on this executor's machine, its cache the executor's.
+    const cacheDir = path.join(home('executor-a'), 'cache');
+    const sharing = new Stager({
+      cacheDir,
+      globalStore: path.join(home('executor-a'), 'artifacts'),
+      defaultStore: null,
+      log: silentLog,
+      blobs: new BlobCache(path.join(cacheDir, 'blobs'), () => bus.objectStore(BLOB_BUCKET)),
+    });
+    try {
+      const progress: StageProgress[] = [];
+      const again = await sharing.stage({
+        request: { source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(home('client'), 'digests.json') }) } },
+        onProgress: (event) => progress.push(event),
+      });
+      expect(again.capsule.component?.cache_hit).toBe(true);
+      expect(progress.filter((event) => event.phase === 'transpile').map((event) => (event as { state: string }).state)).toEqual(['cached']);
+      expect(again.capsule.component?.bundle).toEqual(plan.capsule.component?.bundle);
+    } finally {
+      await sharing.close();
+    }
   });
 
   it('mur run against the stack streams the output, gives the status and exit code, and fetches out/result.txt to where an in-process run leaves it', async () => {

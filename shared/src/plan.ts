@@ -67,6 +67,36 @@ export const TranspiledComponentSchema = TranspiledComponentFields.superRefine((
 });
 export type TranspiledComponent = z.infer<typeof TranspiledComponentSchema>;
 
+/** The record a bundle's directory holds beside its files, in every cache (stager's and executor's alike). */
+export const BUNDLE_RECORD_FILE = 'bundle.json';
+
+/**
+ * `bundle.json`: what a cache knows of a bundle it holds, so that a stager finds a component
+ * already transpiled whoever put it there — itself, or an executor sharing its cache that fetched
+ * the bundle first (without the record, that stager would transpile the component again at every
+ * staging, and lose each time the race to put it in place).
+ */
+export const BundleRecordSchema = TranspiledComponentFields.omit({ bundle: true, cache_hit: true }).extend({
+  transpiler: z.string(),
+  files: FileSetSchema,
+});
+export type BundleRecord = z.infer<typeof BundleRecordSchema>;
+
+/** A component's record, as its bundle's directory keeps it. */
+export function bundleRecordOf(component: TranspiledComponent): BundleRecord {
+  const { bundle, cache_hit: _hit, ...rest } = component;
+  return { ...rest, transpiler: bundle.key.slice(0, bundle.key.lastIndexOf('/')), files: bundle.files };
+}
+
+/** The component a bundle record describes, found in a cache; undefined when the record is not one of `sha256` or names files it does not hold. */
+export function componentOfRecord(record: unknown, sha256: string): TranspiledComponent | undefined {
+  const parsed = BundleRecordSchema.safeParse(record);
+  if (!parsed.success || parsed.data.sha256 !== sha256) return undefined;
+  const { transpiler, files, ...rest } = parsed.data;
+  const component = TranspiledComponentSchema.safeParse({ ...rest, bundle: { key: `${transpiler}/${sha256}`, files }, cache_hit: true });
+  return component.success ? component.data : undefined;
+}
+
 export const ArtifactOriginSchema = z.enum(['project', 'global', 'roost', 'default', 'local']);
 export type ArtifactOrigin = z.infer<typeof ArtifactOriginSchema>;
 

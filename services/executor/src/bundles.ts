@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
+import { BUNDLE_RECORD_FILE, TRANSPILER_ID, type TranspiledComponent, bundleRecordOf } from '@murmur/shared';
 import { type BlobCache, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import { keepGlueCache } from './glue-cache.js';
 import { keepWatchedModule } from './host/grow-watch.js';
@@ -11,8 +11,8 @@ import type { HostComponent } from './host/protocol.js';
  * A plan's components, made loadable on this machine: each bundle in `<cache>/transpiled/<key>/`,
  * the same place a stager on this machine keeps it (so an executor beside its stager finds it
  * there), else fetched file by file from the bus's object store, every digest verified, into a
- * temporary sibling renamed into place whole. A directory at the key exists only complete, so
- * finding one is a local hit.
+ * temporary sibling renamed into place whole, with the bundle's record (`bundle.json`) as a stager
+ * writes it. A directory at the key exists only complete, so finding one is a local hit.
  */
 export class LocalBundles {
   private readonly pending = new Map<string, Promise<string>>();
@@ -72,6 +72,8 @@ export class LocalBundles {
     const temporary = temporarySibling(dir);
     try {
       await this.blobs.materialise(component.bundle.files, temporary, `the transpiled bundle of ${label}`);
+      // Its record as a stager writes it: a stager sharing this cache then finds it transpiled.
+      await fs.writeFile(path.join(temporary, BUNDLE_RECORD_FILE), JSON.stringify(bundleRecordOf(component), null, 2));
     } catch (error) {
       await fs.rm(temporary, { recursive: true, force: true });
       throw error;

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { type FileSet, MurmurError, TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
+import { BUNDLE_RECORD_FILE, type FileSet, MurmurError, TRANSPILER_ID, type TranspiledComponent, bundleRecordOf, componentOfRecord } from '@murmur/shared';
 import { removeEmptyParents, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import { type TranspileOutcome, TranspileQueue } from './transpile-queue.js';
 
@@ -15,7 +15,6 @@ import { type TranspileOutcome, TranspileQueue } from './transpile-queue.js';
  * stagers racing on the same bytes both end up reading the same entry.
  */
 
-const BUNDLE_FILE = 'bundle.json';
 /**
  * How long one component may take to transpile: a 12 MB one takes about a second here, so this
  * is far past any honest component, and short enough that one made to keep jco busy holds this
@@ -23,17 +22,6 @@ const BUNDLE_FILE = 'bundle.json';
  */
 export const DEFAULT_TRANSPILE_TIMEOUT_MS = 120_000;
 const ENTRY_NAME = 'component';
-
-interface BundleRecord {
-  sha256: string;
-  size_bytes: number;
-  entry: string;
-  core_modules: string[];
-  imports: string[];
-  exports: string[];
-  transpiler: string;
-  files: FileSet;
-}
 
 /** A transpiled entry not yet in the cache: committed or discarded as one with the rest of a staging. */
 export interface PendingEntry {
@@ -68,20 +56,10 @@ export class ComponentCache {
 
   /** The cached entry for these bytes, or undefined when it has not been transpiled yet. */
   async lookup(sha256: string): Promise<TranspiledComponent | undefined> {
-    const dir = this.entryDir(sha256);
     try {
-      const record = JSON.parse(await fs.readFile(path.join(dir, BUNDLE_FILE), 'utf8')) as BundleRecord;
-      if (record.sha256 !== sha256 || !Array.isArray(record.files)) return undefined;
-      return {
-        sha256,
-        size_bytes: record.size_bytes,
-        bundle: { key: `${TRANSPILER_ID}/${sha256}`, files: record.files },
-        entry: record.entry,
-        core_modules: record.core_modules,
-        imports: record.imports,
-        exports: record.exports,
-        cache_hit: true,
-      };
+      const record: unknown = JSON.parse(await fs.readFile(path.join(this.entryDir(sha256), BUNDLE_RECORD_FILE), 'utf8'));
+      const component = componentOfRecord(record, sha256);
+      return component?.bundle.key === `${TRANSPILER_ID}/${sha256}` ? component : undefined;
     } catch {
       return undefined;
     }
@@ -101,7 +79,7 @@ export class ComponentCache {
       const files: FileSet = [];
       for (const [file, content] of Object.entries(reply.files).sort(([a], [b]) => (a < b ? -1 : 1))) {
         const target = path.join(temporaryDir, file);
-        if (path.dirname(target) !== temporaryDir || file === BUNDLE_FILE) throw new Error(`jco produced an unexpected file name '${file}'`);
+        if (path.dirname(target) !== temporaryDir || file === BUNDLE_RECORD_FILE) throw new Error(`jco produced an unexpected file name '${file}'`);
         await fs.writeFile(target, content);
         files.push({ path: file, sha256: createHash('sha256').update(content).digest('hex'), size: content.byteLength, executable: false });
       }
@@ -109,31 +87,18 @@ export class ComponentCache {
       const coreModules = Object.keys(reply.files)
         .filter((file) => file.endsWith('.wasm'))
         .sort();
-      const record: BundleRecord = {
+      const component: TranspiledComponent = {
         sha256,
         size_bytes: bytes.byteLength,
+        bundle: { key: `${TRANSPILER_ID}/${sha256}`, files },
         entry,
         core_modules: coreModules,
         imports: reply.imports,
         exports: reply.exports,
-        transpiler: TRANSPILER_ID,
-        files,
+        cache_hit: false,
       };
-      await fs.writeFile(path.join(temporaryDir, BUNDLE_FILE), JSON.stringify(record, null, 2));
-      return {
-        temporaryDir,
-        finalDir,
-        component: {
-          sha256,
-          size_bytes: bytes.byteLength,
-          bundle: { key: `${TRANSPILER_ID}/${sha256}`, files },
-          entry,
-          core_modules: coreModules,
-          imports: reply.imports,
-          exports: reply.exports,
-          cache_hit: false,
-        },
-      };
+      await fs.writeFile(path.join(temporaryDir, BUNDLE_RECORD_FILE), JSON.stringify(bundleRecordOf(component), null, 2));
+      return { temporaryDir, finalDir, component };
     } catch (error) {
       await fs.rm(temporaryDir, { recursive: true, force: true });
       throw error;
