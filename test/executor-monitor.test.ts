@@ -14,7 +14,11 @@ describe("the watcher's judgement of silent executors", () => {
     for (const thing of started.splice(0)) thing.close();
   });
 
-  function setUp(): { bus: Bus; ended: SessionEnded[]; beating: { close(): void } } {
+  const SESSION = 'ses_0123456789abcdef0123456789abcdef';
+  const OTHER = 'ses_fedcba9876543210fedcba9876543210';
+
+  /** `listed`: the sessions each heartbeat names, read at each beat (a test changes it as its executor would). */
+  function setUp(listed: string[] = [SESSION]): { bus: Bus; ended: SessionEnded[]; beating: { close(): void } } {
     const bus = createBus(new InProcessTransport(), silentLog);
     const monitor = new ExecutorMonitor({ bus, log: silentLog, lostAfterMs: LOST_AFTER_MS, watcherId: 'watcher-test' });
     const ended: SessionEnded[] = [];
@@ -23,19 +27,19 @@ describe("the watcher's judgement of silent executors", () => {
       executor_id: 'executor-test',
       sent_at: new Date().toISOString(),
       interval_ms: 100,
-      sessions: [
-        {
-          session_id: 'ses_0123456789abcdef0123456789abcdef',
-          capsule_name: 'c',
-          capsule_version: '1.0.0',
-          pid: 1,
-          process_start: '',
-          started_at: new Date().toISOString(),
-        },
-      ],
+      sessions: [],
     };
-    bus.publish(topics.executorHeartbeat, beat);
-    const timer = setInterval(() => bus.publish(topics.executorHeartbeat, { ...beat, sent_at: new Date().toISOString() }), 100);
+    const held = (sessionId: string) => ({
+      session_id: sessionId,
+      capsule_name: 'c',
+      capsule_version: '1.0.0',
+      pid: 1,
+      process_start: '',
+      started_at: new Date().toISOString(),
+    });
+    const send = (): void => bus.publish(topics.executorHeartbeat, { ...beat, sent_at: new Date().toISOString(), sessions: listed.map(held) });
+    send();
+    const timer = setInterval(send, 100);
     const beating = { close: () => clearInterval(timer) };
     started.push(beating, monitor, { close: () => subscription.unsubscribe() });
     return { bus, ended, beating };
@@ -49,7 +53,21 @@ describe("the watcher's judgement of silent executors", () => {
     beating.close();
     const deadline = Date.now() + 5_000;
     while (ended.length === 0 && Date.now() < deadline) await sleep(50);
-    expect(ended.map((event) => [event.session_id, event.error?.code])).toEqual([['ses_0123456789abcdef0123456789abcdef', 'E-EXE-001']]);
+    expect(ended.map((event) => [event.session_id, event.error?.code])).toEqual([[SESSION, 'E-EXE-001']]);
+  });
+
+  it('announces lost only the sessions the silent executor still listed, not one whose end it missed', async () => {
+    const listed = [SESSION, OTHER];
+    const { ended, beating } = setUp(listed);
+    await sleep(300);
+    // SESSION ended on the executor, and its `session.ended` never reached this watcher.
+    listed.splice(0, 1);
+    await sleep(300);
+    beating.close();
+    const deadline = Date.now() + 5_000;
+    while (ended.length === 0 && Date.now() < deadline) await sleep(50);
+    await sleep(LOST_AFTER_MS);
+    expect(ended.map((event) => [event.session_id, event.error?.code])).toEqual([[OTHER, 'E-EXE-001']]);
   });
 
   it('does not take a stall of its own process for the silence of the executor beating beside it', async () => {

@@ -9,8 +9,11 @@ import { TaskStateSchema } from './session-rpc.js';
  * text or model output can reach the page even by accident.
  */
 
-/** Where a session stands: running, one of its exit statuses, or lost with its executor. */
-export const DashboardSessionStateSchema = z.union([z.literal('running'), ExitStatusSchema, z.literal('lost')]);
+/**
+ * Where a session stands: running, one of its exit statuses, lost with its executor, or `ended`
+ * when its executor stopped listing it but its end was never heard (so how it ended is unknown).
+ */
+export const DashboardSessionStateSchema = z.union([z.literal('running'), ExitStatusSchema, z.literal('lost'), z.literal('ended')]);
 export type DashboardSessionState = z.infer<typeof DashboardSessionStateSchema>;
 
 export const DashboardSessionSchema = z.object({

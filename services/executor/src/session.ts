@@ -312,8 +312,8 @@ export class Session {
   readonly pulledPins: LockedArtifact[] = [];
   /** The last pull in flight of each name: the one a new pull of that name waits for (`pullForSession`). */
   readonly pullTurns = new Map<string, Promise<void>>();
-  /** Whether the launch was answered: a session is announced (and listed) only from then on. */
-  private launched = false;
+  /** Whether `session.started` was sent: the heartbeat lists the session from then on (`identity`). */
+  private startAnnounced = false;
   private rpcSubscription: Subscription | undefined;
   private readonly pendingRpc = new Map<number, (reply: SessionReply) => void>();
   private nextRpcId = 1;
@@ -632,6 +632,9 @@ export class Session {
       isolation: this.containment.tier,
       token: this.token,
     };
+    // Listed in the heartbeat from here on: a watcher that heard it start and then a heartbeat
+    // without it takes it to have ended (`executors.ts`, the dashboard's board).
+    this.startAnnounced = true;
     this.environment.bus.publish(topics.sessionStarted, {
       session_id: this.id,
       capsule_name: plan.capsule.name,
@@ -652,7 +655,6 @@ export class Session {
     // A script capsule runs once, so its whole life is bounded; an agent's guest calls each have
     // their deadline, and a sleeping agent lives until it is stopped.
     if (plan.capsule.kind === 'script') this.armHardLimit();
-    this.launched = true;
     return reply;
   }
 
@@ -1910,7 +1912,7 @@ export class Session {
   /** Who holds the session, once its host has started: what an executor's heartbeat lists. */
   identity(): { session_id: string; capsule_name: string; capsule_version: string; pid: number; process_start: string; started_at: string } | undefined {
     const pid = this.child?.pid;
-    if (!pid || !this.launched) return undefined;
+    if (!pid || !this.startAnnounced) return undefined;
     return {
       session_id: this.id,
       capsule_name: this.plan.capsule.name,

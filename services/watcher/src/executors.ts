@@ -22,7 +22,7 @@ import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 interface Known {
   lastSeen: number;
   intervalMs: number;
-  /** The sessions it holds, as its heartbeats and `session.started` say. */
+  /** The sessions it holds: its last heartbeat's, and those heard to start since. */
   sessions: Map<string, ExecutorHeartbeat['sessions'][number]>;
   lost: boolean;
 }
@@ -94,7 +94,11 @@ export class ExecutorMonitor {
     known.lastSeen = performance.now();
     known.intervalMs = beat.interval_ms;
     known.lost = false;
-    for (const session of beat.sessions) known.sessions.set(session.session_id, session);
+    // A heartbeat lists every session its executor holds (from the moment it announced the start),
+    // and arrives after anything the executor announced before it: a session it no longer lists
+    // has ended, whether or not this watcher heard that end (a reconnecting bus drops messages).
+    // Kept, it would be announced lost with its executor long after it ended.
+    known.sessions = new Map(beat.sessions.map((session) => [session.session_id, session]));
   }
 
   /** Every executor's silence counted from now. */

@@ -67,3 +67,72 @@ describe('the dashboard served on loopback without a token', () => {
     expect(events.length).toBeLessThan(1_001);
   });
 });
+
+describe('what the dashboard shows of a session whose end it never heard', () => {
+  let bus: Bus;
+  let dashboard: Dashboard;
+
+  beforeEach(() => {
+    bus = createBus(new InProcessTransport(), silentLog);
+    dashboard = startDashboard({ bus, log: silentLog, env: {}, watcherId: 'watcher-test' });
+  });
+
+  afterEach(async () => {
+    dashboard.close();
+    await bus.close();
+  });
+
+  const EXECUTOR = 'executor-test';
+  const held = (sessionId: string) => ({
+    session_id: sessionId,
+    capsule_name: 'c',
+    capsule_version: '1.0.0',
+    pid: 1,
+    process_start: '',
+    started_at: new Date().toISOString(),
+  });
+  const beat = (...sessionIds: string[]): void =>
+    bus.publish(topics.executorHeartbeat, { executor_id: EXECUTOR, sent_at: new Date().toISOString(), interval_ms: 1_000, sessions: sessionIds.map(held) });
+  const start = (sessionId: string): void =>
+    bus.publish(topics.sessionStarted, { ...held(sessionId), executor_id: EXECUTOR, workdir: '/w', url: null, outlives_launcher: false });
+  const stateOf = async (sessionId: string): Promise<string | undefined> => {
+    await bus.flush();
+    const response = await dashboard.http.fetch(new Request('http://127.0.0.1:7740/dashboard/api/snapshot'));
+    const snapshot = (await response.json()) as { sessions: Array<{ session_id: string; state: string }> };
+    return snapshot.sessions.find((session) => session.session_id === sessionId)?.state;
+  };
+  const A = 'ses_0123456789abcdef0123456789abcdef';
+  const B = 'ses_fedcba9876543210fedcba9876543210';
+
+  it('shows a running session its executor stopped listing as ended after two heartbeats without it, and one it still lists as running', async () => {
+    start(A);
+    start(B);
+    beat(A, B);
+    beat(B);
+    // One heartbeat without it: its end, announced as it left the list, may still be on its way.
+    expect(await stateOf(A)).toBe('running');
+    beat(B);
+    expect(await stateOf(A)).toBe('ended');
+    expect(await stateOf(B)).toBe('running');
+  });
+
+  it('keeps the real status of an end that arrives after the first heartbeat without the session', async () => {
+    start(A);
+    beat(A);
+    beat();
+    bus.publish(topics.sessionEnded, {
+      ...held(A),
+      executor_id: EXECUTOR,
+      exit_status: 'ok',
+      exit_code: 0,
+      signal: null,
+      duration_ms: 5,
+      ended_at: new Date().toISOString(),
+      stderr_tail: [],
+      completion_reported: false,
+    });
+    beat();
+    beat();
+    expect(await stateOf(A)).toBe('ok');
+  });
+});

@@ -29,10 +29,14 @@ export interface TraceLocation {
 
 const ENDED_SESSIONS_KEPT = 200;
 const EGRESS_DECISIONS_KEPT = 200;
+/** Heartbeats in a row that must leave a running session out before it is shown ended. */
+const UNLISTED_BEATS_ENDED = 2;
 
 export class DashboardBoard {
   private readonly sessions = new Map<string, DashboardSession>();
   private readonly traceFiles = new Map<string, string>();
+  /** Running sessions their executor's last heartbeats did not list, with how many in a row. */
+  private readonly unlisted = new Map<string, number>();
   private readonly egress: EgressDecision[] = [];
   private readonly listeners = new Set<(change: BoardChange) => void>();
   private readonly subscriptions: Subscription[];
@@ -120,17 +124,39 @@ export class DashboardBoard {
     const known = this.sessions.get(event.session_id);
     const base: DashboardSession =
       known ?? unseenSession({ ...event, started_at: new Date(Date.parse(event.ended_at) - event.duration_ms).toISOString() }, event.executor_id, state);
+    this.unlisted.delete(event.session_id);
     this.sessions.set(event.session_id, { ...base, state, ended_at: event.ended_at, error_code: event.error?.code ?? null });
     this.tell({ kind: 'session', session: this.sessions.get(event.session_id) as DashboardSession });
     this.forgetOldest();
   }
 
-  /** A session an executor holds that this board never saw start (it started before this watcher). */
+  /**
+   * A heartbeat lists every session its executor holds: one this board never saw start (it started
+   * before this watcher) is added, and a running one it no longer lists has ended unheard (its
+   * `session.ended` lost while the bus reconnected), shown `ended` rather than running for ever.
+   * Only after two heartbeats in a row without it: an end announced as the session left the list
+   * has that long to arrive with its real status.
+   */
   private heard(beat: ExecutorHeartbeat): void {
-    for (const held of beat.sessions) {
-      if (this.sessions.has(held.session_id)) continue;
-      this.sessions.set(held.session_id, unseenSession(held, beat.executor_id, 'running'));
-      this.tell({ kind: 'session', session: this.sessions.get(held.session_id) as DashboardSession });
+    const held = new Set<string>();
+    for (const session of beat.sessions) {
+      held.add(session.session_id);
+      this.unlisted.delete(session.session_id);
+      if (this.sessions.has(session.session_id)) continue;
+      this.sessions.set(session.session_id, unseenSession(session, beat.executor_id, 'running'));
+      this.tell({ kind: 'session', session: this.sessions.get(session.session_id) as DashboardSession });
+    }
+    for (const session of [...this.sessions.values()]) {
+      if (session.state !== 'running' || session.executor_id !== beat.executor_id || held.has(session.session_id)) continue;
+      const misses = (this.unlisted.get(session.session_id) ?? 0) + 1;
+      if (misses < UNLISTED_BEATS_ENDED) {
+        this.unlisted.set(session.session_id, misses);
+        continue;
+      }
+      this.unlisted.delete(session.session_id);
+      this.sessions.set(session.session_id, { ...session, state: 'ended', ended_at: new Date().toISOString() });
+      this.tell({ kind: 'session', session: this.sessions.get(session.session_id) as DashboardSession });
+      this.forgetOldest();
     }
   }
 

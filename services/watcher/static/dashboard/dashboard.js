@@ -33,7 +33,8 @@ function age(fromIso, toIso) {
 const clock = (iso) => new Date(iso).toLocaleTimeString([], { hour12: false });
 
 function badge(state) {
-  return element('span', { class: `badge state-${state}` }, state);
+  const title = state === 'ended' ? 'its executor stopped listing it, and its end was never heard: how it ended is unknown' : undefined;
+  return element('span', { class: `badge state-${state}`, title }, state);
 }
 
 function renderCounts() {
