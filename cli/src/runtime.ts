@@ -1,5 +1,6 @@
 import { type Bus, connectBus } from '@murmur/shared/bus';
 import { type Log, MurmurError, commands, silentLog } from '@murmur/shared';
+import { LEFTOVER_AGE_MS, cacheDir, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
 import type { HttpListener } from '@murmur/shared/service';
 
 /**
@@ -69,6 +70,8 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
     import('@murmur/watcher'),
   ]);
   const stager = startStagerService({ bus, log, env });
+  // A run cut short (a second Ctrl-C) can leave a transpile or a fetch half-made: swept once a day.
+  void sweepCacheLeftoversIfDue(cacheDir(env), 24 * LEFTOVER_AGE_MS, log);
   const executor = options.executor
     ? startExecutorService({ bus, log, env, ...(options.warmHostBase ? { pool: { base: options.warmHostBase, size: 1, refill: false, deferred: true } } : {}) })
     : undefined;

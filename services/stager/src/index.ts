@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { LEFTOVER_AGE_MS, cacheDir, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
 import { runServiceProcess } from '@murmur/shared/service';
 import { startStagerService } from './service.js';
 
@@ -7,6 +8,16 @@ await runServiceProcess({
   defaultPort: 7710,
   async start({ bus, log, env, instanceId }) {
     const service = startStagerService({ bus, log, env, instanceId });
-    return { close: () => service.close() };
+    // What a crashed stager left in the cache (a transpile, a project's scratch copy), hourly.
+    const sweep = (): void => void sweepCacheLeftoversIfDue(cacheDir(env), LEFTOVER_AGE_MS, log);
+    sweep();
+    const sweeping = setInterval(sweep, LEFTOVER_AGE_MS);
+    sweeping.unref();
+    return {
+      close: () => {
+        clearInterval(sweeping);
+        return service.close();
+      },
+    };
   },
 });

@@ -1,0 +1,73 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import type { Log } from '../log.js';
+import { writeFileAtomic } from './atomic.js';
+
+/**
+ * What a process that died mid-write leaves in a cache: a temporary sibling (`temporarySibling`:
+ * `.<name>.<pid>.<12 hex>.tmp`, a transpile or a fetched bundle not yet renamed into place, a blob
+ * being written, a backup) or a staging's scratch copy of a project (`staging/<id>`). Each is
+ * removed on every path but a crash, so none of them is ever read; a cache that is never swept
+ * keeps them for good.
+ *
+ * Judged by age, not by the pid in the name: a cache may be shared by processes in other PID
+ * namespaces (containers on one volume), where a pid says nothing, and a live writer's temporary
+ * is written to as it grows. An hour without a write is far past any transpile (its deadline is
+ * two minutes) or fetch in progress.
+ */
+
+const TEMPORARY = /^\..+\.\d+\.[0-9a-f]{12}\.tmp(\.bak)?$/;
+const STAGING_DIR = 'staging';
+/** How deep below the cache a temporary can lie (`transpiled/<id>/<key>/<file>`). */
+const DEPTH = 4;
+const MARKER = '.leftovers-swept';
+export const LEFTOVER_AGE_MS = 60 * 60 * 1000;
+
+/** Removes every leftover in `cacheDir` not written to for `olderThanMs`; returns their paths. */
+export async function sweepCacheLeftovers(cacheDir: string, olderThanMs = LEFTOVER_AGE_MS, now = Date.now()): Promise<string[]> {
+  const removed: string[] = [];
+  const stale = async (entry: string): Promise<boolean> => {
+    const stat = await fs.lstat(entry).catch(() => undefined);
+    return stat !== undefined && now - stat.mtimeMs >= olderThanMs;
+  };
+  const remove = async (entry: string): Promise<void> => {
+    // A link is removed as a link: `rm` never follows it to what it names.
+    await fs.rm(entry, { recursive: true, force: true });
+    removed.push(entry);
+  };
+  const walk = async (dir: string, depth: number): Promise<void> => {
+    const entries = await fs.readdir(dir, { withFileTypes: true }).catch(() => []);
+    for (const entry of entries) {
+      const full = path.join(dir, entry.name);
+      const scratch = depth === 1 && path.basename(dir) === STAGING_DIR;
+      if (scratch || TEMPORARY.test(entry.name)) {
+        if (await stale(full)) await remove(full);
+      } else if (entry.isDirectory() && depth < DEPTH) {
+        await walk(full, depth + 1);
+      }
+    }
+  };
+  await walk(cacheDir, 0);
+  return removed;
+}
+
+/**
+ * Sweeps `cacheDir` unless it was swept within `everyMs` (a marker file says when: the processes
+ * sharing a cache take turns), in the background of whoever calls it; what it removed is logged.
+ */
+export async function sweepCacheLeftoversIfDue(cacheDir: string, everyMs: number, log: Log): Promise<void> {
+  const marker = path.join(cacheDir, MARKER);
+  try {
+    const last = await fs.stat(marker).then(
+      (stat) => stat.mtimeMs,
+      () => 0,
+    );
+    if (Date.now() - last < everyMs) return;
+    await fs.mkdir(cacheDir, { recursive: true });
+    await writeFileAtomic(marker, `${new Date().toISOString()}\n`);
+    const removed = await sweepCacheLeftovers(cacheDir);
+    if (removed.length > 0) log.info({ cache: cacheDir, removed }, 'removed what interrupted writes left in the cache');
+  } catch (error) {
+    log.warn({ cache: cacheDir, err: error }, 'could not sweep the cache for leftovers');
+  }
+}
