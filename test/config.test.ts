@@ -133,6 +133,55 @@ describe('mur config', () => {
     expect((await mur(['set', 'inference.endpoint', 'http://127.0.0.1:8080/v1'])).code).toBe(0);
   });
 
+  it('sets a key under a section left empty (its keys commented out), and refuses one that is a list, a scalar or an alias, writing nothing', async () => {
+    const { mur, projectFile } = await place();
+    await fs.mkdir(path.dirname(projectFile), { recursive: true });
+    await fs.writeFile(projectFile, 'inference:\n# model: old\n');
+    const set = await mur(['set', 'inference.model', 'm1']);
+    expect(set.code, set.stderr).toBe(0);
+    expect((await mur(['get', 'inference.model'])).stdout.trim()).toBe('m1');
+    for (const [text, said] of [
+      ['registry: [a]\n', "'registry' must be a mapping of keys to values (line 1)"],
+      ['registry: foo\n', "'registry' must be a mapping of keys to values (line 1)"],
+      ['inference:\n  model: [1, 2]\n', "'inference.model' must be a single value, not a list (line 2)"],
+    ] as const) {
+      await fs.writeFile(projectFile, text);
+      for (const args of [
+        ['set', 'registry.default', 'local'],
+        ['get', 'registry.default'],
+      ]) {
+        const refused = await mur(args);
+        expect(refused.code, `${args.join(' ')} on ${text}`).toBe(1);
+        expect(refused.stderr).toContain(`error[E-CFG-003]: ${projectFile}: ${said}`);
+        expect(refused.stderr).not.toContain('this is a bug');
+      }
+      expect(await fs.readFile(projectFile, 'utf8')).toBe(text);
+    }
+    const aliased = 'defaults: &d\n  default: official\nregistry: *d\n';
+    await fs.writeFile(projectFile, aliased);
+    const alias = await mur(['set', 'registry.default', 'local']);
+    expect(alias.code).toBe(1);
+    expect(alias.stderr).toContain(`error[E-CFG-003]: ${projectFile}: 'registry' is an alias (*d)`);
+    expect(await fs.readFile(projectFile, 'utf8')).toBe(aliased);
+  });
+
+  it('keeps the mode of the project file it edits, and writes a global file that is a link where the link leads', async () => {
+    const { mur, home, projectFile, globalFile } = await place();
+    await fs.mkdir(path.dirname(projectFile), { recursive: true });
+    await fs.writeFile(projectFile, 'inference:\n  endpoint: https://user:pw@example.com/v1\n', { mode: 0o600 });
+    await fs.chmod(projectFile, 0o600);
+    expect((await mur(['set', 'inference.model', 'm1'])).code).toBe(0);
+    expect((await fs.stat(projectFile)).mode & 0o777).toBe(0o600);
+    const dotfile = path.join(home, '..', 'dotfiles', 'config.yaml');
+    await fs.mkdir(path.dirname(dotfile), { recursive: true });
+    await fs.writeFile(dotfile, 'registry:\n  default: official\n');
+    await fs.mkdir(home, { recursive: true });
+    await fs.symlink(dotfile, globalFile);
+    expect((await mur(['set', '-g', 'inference.model', 'm2'])).code).toBe(0);
+    expect((await fs.lstat(globalFile)).isSymbolicLink()).toBe(true);
+    expect(await fs.readFile(dotfile, 'utf8')).toContain('model: m2');
+  });
+
   it('says what to do with a configuration that is a list, or a directory where its file should be', async () => {
     const { mur, projectFile } = await place();
     await fs.mkdir(path.dirname(projectFile), { recursive: true });

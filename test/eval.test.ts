@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -327,7 +328,7 @@ describe('mur eval', () => {
     expect(records.at(-1)).toMatchObject({ dataset_id: null, overall: 'pass', scores: { exit_ok: 1 } });
   }, 120_000);
 
-  it('records a case that cannot be staged as stage_failed, and it does not count as a pass', async () => {
+  it('records a case that cannot be staged as stage_failed, which does not count as a pass, and exits 1 saying which case did not run', async () => {
     const dir = path.join(scratch.dir, 'unstageable');
     const artifacts = `${EVAL_HOOK_ENTRY}\n  - name: not-installed\n    version: 1.0.0\n    runtime: tool`;
     await agentProject(dir, agentManifest(inference, { artifacts, extra: evalBlock(['      - type: exit_ok']) }), {
@@ -335,8 +336,9 @@ describe('mur eval', () => {
       'eval.jsonl': '{"case_id": "never-runs", "task_path": "task.md"}\n',
     });
     const result = await runMur(['eval', 'run'], { cwd: dir, env });
-    expect(result.code, result.stderr).toBe(0);
+    expect(result.code, result.stderr).toBe(1);
     expect(result.stderr).toMatch(/^ {4}stage failed: error\[E-RUN-008\]: .*not-installed/m);
+    expect(result.stderr).toContain('error: 1 of 1 case(s) did not run (never-runs); why is said under each case above');
     expect(result.stdout).toBe(
       [
         'Running 1 case(s) …',
@@ -475,7 +477,7 @@ describe('mur eval', () => {
       const shown = await runMur(['eval', 'show', 'bbb1', '--workdir', workdir]);
       expect(shown.code, shown.stderr).toBe(0);
       expect(shown.stderr.trim()).toBe(
-        `warning[E-EVAL-001]: skipped 2 unreadable lines in ${path.join(workdir, newer, 'eval.jsonl')}: line 2 (not JSON (${jsonError('this is not valid json')})), line 3 (event_score record: ts: Invalid input: expected number, received undefined)`,
+        `warning[E-EVAL-001]: skipped 2 unreadable lines in ${path.join(workdir, newer, 'eval.jsonl')}: line 2 (not JSON), line 3 (event_score record: ts: Invalid input: expected number, received undefined)`,
       );
       expect(shown.stdout).toContain(`  ${'turn_limit'.padEnd(24)} 0/1 pass  (0.0%)`);
       expect(shown.stdout).toContain(`  turn   2  session_end   ${'turn_limit'.padEnd(24)} fail  score=0.00`);
@@ -499,6 +501,29 @@ describe('mur eval', () => {
         expect(ordinal.stderr).toContain('error[E-EVAL-002]: @4 is out of range — workdir has 3 sessions');
       } finally {
         await fs.rm(path.join(workdir, bare), { recursive: true });
+      }
+    });
+
+    it('refuses an eval.jsonl its guest made a link (to a secret outside the workdir) or a FIFO, reading and printing nothing of it', async () => {
+      const planted = `ses_${'0'.repeat(28)}ddd3`;
+      const secret = path.join(scratch.dir, 'read', 'secret.env');
+      await fs.writeFile(secret, 'AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG\n');
+      await fs.mkdir(path.join(workdir, planted), { recursive: true });
+      await fs.symlink(secret, path.join(workdir, planted, 'eval.jsonl'));
+      try {
+        const linked = await runMur(['eval', 'show', 'ddd3', '--workdir', workdir]);
+        expect(linked.code).toBe(1);
+        expect(linked.stderr).toContain(
+          `error[E-IO-003]: refused to read ${path.join(workdir, planted, 'eval.jsonl')}: it is a symbolic link, not the record file`,
+        );
+        expect(linked.stdout + linked.stderr).not.toContain('wJalrXUtnFEMIK7MDENG');
+        await fs.rm(path.join(workdir, planted, 'eval.jsonl'));
+        execFileSync('mkfifo', [path.join(workdir, planted, 'eval.jsonl')]);
+        const fifo = await runMur(['eval', 'show', 'ddd3', '--workdir', workdir]);
+        expect(fifo.code).toBe(1);
+        expect(fifo.stderr).toContain('it is not a regular file');
+      } finally {
+        await fs.rm(path.join(workdir, planted), { recursive: true });
       }
     });
 
@@ -543,13 +568,3 @@ describe('mur eval', () => {
     });
   });
 });
-
-/** The message JSON.parse gives for this text, as the warning quotes it. */
-function jsonError(text: string): string {
-  try {
-    JSON.parse(text);
-  } catch (error) {
-    return (error as Error).message;
-  }
-  return '';
-}

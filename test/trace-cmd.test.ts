@@ -339,6 +339,32 @@ describe('mur trace', () => {
       expect(steps.stdout).toBe((await trace(['steps', original])).stdout);
     });
 
+    it('shows a trace whose tool input is nested thousands deep, and one with tens of thousands of calls in a turn, in a line each and at once', async () => {
+      const original = path.join(workdir, shellSession, 'trace.jsonl');
+      const events = (await fs.readFile(original, 'utf8')).trimEnd().split('\n');
+      const callAt = events.findIndex((line) => line.includes('"event_type":"tool_call"'));
+      const call = JSON.parse(events[callAt] as string) as Record<string, unknown>;
+      // 5 000 arrays deep: JSON.parse takes it, and mur used to overflow its stack writing it back.
+      const deep = JSON.stringify({ ...call, input: 'DEEP' }).replace('"DEEP"', `${'['.repeat(5_000)}"at the bottom"${']'.repeat(5_000)}`);
+      const nested = path.join(scratch.dir, 'nested.jsonl');
+      await fs.writeFile(nested, `${[...events.slice(0, callAt), deep, ...events.slice(callAt + 1)].join('\n')}\n`);
+      const shown = await trace(['show', nested]);
+      expect(shown.code, shown.stderr).toBe(0);
+      expect(shown.stdout).toContain(`  ${'['.repeat(120)}…`);
+      const steps = await trace(['steps', '--verbose', nested]);
+      expect(steps.code, steps.stderr).toBe(0);
+      expect(steps.stdout).toContain('"at the bottom"');
+      // 60 000 calls in one turn: each used to copy the turn's list so far.
+      const many = path.join(scratch.dir, 'many.jsonl');
+      await fs.writeFile(
+        many,
+        `${[...events.slice(0, callAt), ...Array.from({ length: 60_000 }, () => events[callAt]), ...events.slice(callAt + 1)].join('\n')}\n`,
+      );
+      const crowded = await trace(['show', many]);
+      expect(crowded.code, crowded.stderr).toBe(0);
+      expect(crowded.stdout.split('{"command":"echo hello from the shell"}').length - 1).toBe(60_000);
+    }, 60_000);
+
     it('refuses a trace with no session_end (a session still running) with E-TRC-001', async () => {
       const original = path.join(workdir, plainSession, 'trace.jsonl');
       const events = (await fs.readFile(original, 'utf8')).trimEnd().split('\n');

@@ -1,4 +1,3 @@
-import { promises as fs } from 'node:fs';
 import {
   type DatasetRunRecord,
   DatasetRunRecordSchema,
@@ -8,6 +7,7 @@ import {
   EventScoreRecordSchema,
   MurmurError,
 } from '@murmur/shared';
+import { readRecordFile } from '@murmur/shared/node';
 import { type SessionRecordKind, resolveSessionRecord } from './session-selector.js';
 
 /**
@@ -59,8 +59,9 @@ function readLine(text: string): { record: EventScoreRecord | DatasetRunRecord }
   let value: unknown;
   try {
     value = JSON.parse(text);
-  } catch (error) {
-    return { unreadable: `not JSON (${(error as Error).message})` };
+  } catch {
+    // Not the parser's message: it quotes the line, which may be anything a guest linked or wrote there.
+    return { unreadable: 'not JSON' };
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return { unreadable: 'not a JSON object' };
   const recordType = (value as { record_type?: unknown }).record_type;
@@ -80,8 +81,9 @@ export async function readEvalFile(choice: EvalFileChoice): Promise<EvalFileCont
   const { file } = choice;
   let text: string;
   try {
-    text = await fs.readFile(file, 'utf8');
+    text = await readRecordFile(file);
   } catch (error) {
+    if (error instanceof MurmurError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' && choice.sessionId !== undefined) {
       throw new MurmurError('E-EVAL-002', `session ${choice.sessionId} has no ${EVAL_FILE} (${file})`, {

@@ -109,7 +109,7 @@ export function formatFailure(error: unknown): string {
 
 /** Left-aligned columns separated by two spaces; the last column is not padded. */
 export function table(header: string[], rows: string[][]): string[] {
-  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)));
+  const widths = header.map((title, column) => rows.reduce((widest, row) => Math.max(widest, (row[column] ?? '').length), title.length));
   const render = (row: string[]): string =>
     row
       .map((cell, column) => (column === row.length - 1 ? cell : cell.padEnd(widths[column] ?? 0)))

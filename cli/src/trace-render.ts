@@ -37,14 +37,43 @@ const pad = (text: string | number, width: number): string => {
 const heading = (title: string, width = 49): string => `── ${title} ${'─'.repeat(Math.max(0, width - title.length - 4))}`;
 const icon = (status: string): string => (status === 'ok' ? '✓' : '✗');
 
-/** A JSON value as `serde_json::to_string` writes one: compact, object keys sorted. */
-export function sortedJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(sortedJson).join(',')}]`;
-  if (value !== null && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([key, item]) => `${JSON.stringify(key)}:${sortedJson(item)}`).join(',')}}`;
-  }
-  return JSON.stringify(value) ?? 'null';
+/**
+ * A JSON value as `serde_json::to_string` writes one: compact, object keys sorted — its first
+ * `budget` UTF-16 units at least, not much more. A trace's input is a guest's to nest: written
+ * whole, 4 000 nested arrays overflowed the stack, and only a line's worth is ever shown; with a
+ * budget the walk goes no deeper than the text it can still show.
+ */
+export function sortedJson(value: unknown, budget = Number.POSITIVE_INFINITY): string {
+  const parts: string[] = [];
+  let length = 0;
+  const write = (text: string): void => {
+    parts.push(text);
+    length += text.length;
+  };
+  const visit = (item: unknown): void => {
+    if (length > budget) return;
+    if (Array.isArray(item)) {
+      write('[');
+      item.forEach((element, index) => {
+        if (index > 0) write(',');
+        visit(element);
+      });
+      write(']');
+    } else if (item !== null && typeof item === 'object') {
+      write('{');
+      Object.entries(item as Record<string, unknown>)
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .forEach(([key, element], index) => {
+          write(`${index > 0 ? ',' : ''}${JSON.stringify(key)}:`);
+          visit(element);
+        });
+      write('}');
+    } else {
+      write(JSON.stringify(item) ?? 'null');
+    }
+  };
+  visit(value);
+  return parts.join('');
 }
 
 /** The first `limit` code points of `text`, and `…` when there were more. */
@@ -54,22 +83,26 @@ function truncated(text: string, limit: number): string {
 }
 
 /** Two spaces and the input's JSON (at most 120 characters), to append to a tool call. */
-const inlineInput = (input: unknown): string => (input === undefined ? '' : `  ${truncated(sortedJson(input), 120)}`);
+// 2 × 120 + 2 units hold at least 121 code points, which is what `truncated` needs to know it cut.
+const inlineInput = (input: unknown): string => (input === undefined ? '' : `  ${truncated(sortedJson(input, 242), 120)}`);
 
-/** The first string anywhere in the input (keys in sorted order), quoted, at most 60 characters. */
+/**
+ * The first string anywhere in the input (keys in sorted order), quoted, at most 60 characters.
+ * Walked with a stack of its own, not by recursion: however deep a guest nests its input.
+ */
 function inputSummary(input: unknown): string {
-  const first = (value: unknown): string | undefined => {
-    if (typeof value === 'string') return value;
-    if (Array.isArray(value)) return value.map(first).find((found) => found !== undefined);
-    if (value !== null && typeof value === 'object')
-      return Object.keys(value as Record<string, unknown>)
-        .sort()
-        .map((key) => first((value as Record<string, unknown>)[key]))
-        .find((found) => found !== undefined);
-    return undefined;
-  };
-  const found = first(input);
-  return found === undefined ? '' : `"${truncated(found, 60)}"`;
+  const waiting: unknown[] = [input];
+  while (waiting.length > 0) {
+    const value = waiting.pop();
+    if (typeof value === 'string') return `"${truncated(value, 60)}"`;
+    if (Array.isArray(value)) for (let index = value.length - 1; index >= 0; index -= 1) waiting.push(value[index]);
+    else if (value !== null && typeof value === 'object') {
+      const record = value as Record<string, unknown>;
+      const keys = Object.keys(record).sort();
+      for (let index = keys.length - 1; index >= 0; index -= 1) waiting.push(record[keys[index] as string]);
+    }
+  }
+  return '';
 }
 
 function exitCodes(codes: Map<number, number>): string {
@@ -82,7 +115,11 @@ function exitCodes(codes: Map<number, number>): string {
 
 function byTurn(records: CallRecord[]): Map<number, CallRecord[]> {
   const turns = new Map<number, CallRecord[]>();
-  for (const record of records) turns.set(record.turn, [...(turns.get(record.turn) ?? []), record]);
+  for (const record of records) {
+    const turn = turns.get(record.turn);
+    if (turn) turn.push(record);
+    else turns.set(record.turn, [record]);
+  }
   return new Map([...turns].sort(([a], [b]) => a - b));
 }
 
@@ -188,7 +225,8 @@ export function renderSteps(events: TraceEvent[], verbose: boolean): string[] {
       }
     }
   }
-  const toolWidth = Math.max(12, ...inferences.map((row) => Array.from(row.tool).length));
+  // A loop, not a spread: a trace of 200 000 turns is more arguments than a call takes.
+  const toolWidth = inferences.reduce((widest, row) => Math.max(widest, Array.from(row.tool).length), 12);
   const lines = [`Session ${sessionId}  (${plural(inferences.length, 'turn')})`, ''];
   for (const { turn, decision, tool } of inferences) {
     const spent = durations.has(turn) ? duration(durations.get(turn) as number) : DASH;
@@ -291,7 +329,7 @@ const oneDecimal = (value: number): string => fixed(value, 1);
 function statRow(label: string, values: number[], format: (value: number) => string): string {
   const average = mean(values) ?? 0;
   const deviation = values.length < 2 ? 0 : Math.sqrt(values.reduce((sum, value) => sum + (value - average) ** 2, 0) / values.length);
-  return `${pad(label, 22)} ${pad(format(average), 14)} ${pad(format(deviation), 14)} ${pad(format(Math.min(...values)), 14)} ${format(Math.max(...values))}`;
+  return `${pad(label, 22)} ${pad(format(average), 14)} ${pad(format(deviation), 14)} ${pad(format(values.reduce((least, value) => Math.min(least, value), Number.POSITIVE_INFINITY)), 14)} ${format(values.reduce((most, value) => Math.max(most, value), Number.NEGATIVE_INFINITY))}`;
 }
 
 const statHeader = (): string[] => [

@@ -31,6 +31,31 @@ export function parseWorkspaceConfig(text: string, file: string): WorkspaceConfi
       path: file,
       hint: `write it as 'key: value' lines (mur config set <key> <value> writes one), or remove ${file}`,
     });
+  for (const key of CONFIG_KEYS) {
+    const [section, name] = key.split('.') as [string, string];
+    const held = (value as Record<string, unknown>)[section];
+    const line = (at: string[]): string => {
+      const found = source.lineOf(at);
+      return found ? ` (line ${found})` : '';
+    };
+    // An empty section (`inference:` with its keys commented out) is no section, as YAML reads it.
+    if (held === undefined || held === null) continue;
+    if (typeof held !== 'object' || Array.isArray(held))
+      throw new MurmurError('E-CFG-003', `${file}: '${section}' must be a mapping of keys to values${line([section])}`, {
+        path: section,
+        hint: `write it as '${section}:' followed by indented 'key: value' lines, or remove it from ${file}`,
+      });
+    const item = (held as Record<string, unknown>)[name];
+    if (item !== undefined && item !== null && typeof item === 'object')
+      throw new MurmurError(
+        'E-CFG-003',
+        `${file}: '${key}' must be a single value, not a ${Array.isArray(item) ? 'list' : 'mapping'}${line([section, name])}`,
+        {
+          path: key,
+          hint: `mur config set ${key} <value> writes it as one`,
+        },
+      );
+  }
   const containment = (value as Record<string, unknown>).containment;
   const parsed = WorkspaceConfigSchema.safeParse(value);
   if (!parsed.success) {

@@ -1,8 +1,8 @@
-import { chmod, mkdir } from 'node:fs/promises';
+import { chmod, mkdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { type ConfigKey, MurmurError, SECRET_CONFIG_KEYS, configKey, hasControlCharacter, parseWorkspaceConfig } from '@murmur/shared';
 import { writeFileAtomic } from '@murmur/shared/node';
-import { parseDocument } from 'yaml';
+import { YAMLMap, isAlias, isScalar, parseDocument } from 'yaml';
 import type { Output } from '../output.js';
 import { effectiveConfig, readConfigText, workspaceConfigFiles } from '../workspace-config.js';
 
@@ -13,8 +13,9 @@ import { effectiveConfig, readConfigText, workspaceConfigFiles } from '../worksp
  * - `set` writes the project's file unless `-g` (never `inference.api_key`, which only the global
  *   file's counts); it edits the one key in the document as it is,
  *   comments and every other key kept, and writes it whole by rename. The global file is held at
- *   0600 under a 0700 directory (it may hold the inference key); the project's modes are left as
- *   they are. A file that does not parse is refused, not overwritten.
+ *   0600 under a 0700 directory (it may hold the inference key); the project's keeps its mode. A
+ *   file that is a link is written where it leads. A file that does not parse, or whose section is
+ *   not a mapping (or is an alias), is refused, not overwritten.
  * - `get` prints the effective value (the merge of §1.9) or, with `-g`, the global file's; an
  *   unset key prints nothing and exits 1, as `git config` does. A secret is never printed back.
  */
@@ -68,6 +69,16 @@ export async function configSetCommand(key: string, value: string, options: { gl
   const text = (await readConfigText(file)) ?? '';
   if (text !== '') parseWorkspaceConfig(text, file);
   const document = parseDocument(text);
+  const [section] = known.split('.') as [string, string];
+  const held = document.get(section, true);
+  // An alias would be written through to the mapping it names, wherever else that is used.
+  if (isAlias(held))
+    throw new MurmurError('E-CFG-003', `${file}: '${section}' is an alias (*${held.source}); mur config set does not write through one`, {
+      path: section,
+      hint: `write '${section}' out as its own mapping in ${file}, then set the key again`,
+    });
+  // `inference:` with every key commented out is an empty (null) section: it becomes a mapping.
+  if (held === null || (isScalar(held) && held.value === null)) document.set(section, new YAMLMap());
   document.setIn(known.split('.'), value);
   if (known === 'inference.api_key') {
     output.err('note: mur run does not read inference.api_key; a manifest names its key as `inference.api_key: ${NAME}`, read from the environment or .env');
@@ -75,7 +86,15 @@ export async function configSetCommand(key: string, value: string, options: { gl
   const directory = path.dirname(file);
   await mkdir(directory, { recursive: true, ...(options.global ? { mode: 0o700 } : {}) });
   if (options.global) await chmod(directory, 0o700);
-  await writeFileAtomic(file, document.toString(), options.global ? { mode: 0o600 } : {});
+  // A file that is a link (a dotfiles checkout) is written where it leads, not replaced by a file;
+  // the project's keeps the mode it had (one made 0600 because it names a credentialed endpoint).
+  const target = await realpath(file).catch(() => file);
+  const kept = await stat(target).then(
+    (found) => found.mode & 0o777,
+    () => undefined,
+  );
+  const mode = options.global ? 0o600 : kept;
+  await writeFileAtomic(target, document.toString(), mode === undefined ? {} : { mode });
   output.out(`Set ${known} in ${file}`);
   return 0;
 }

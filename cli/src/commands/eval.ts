@@ -158,6 +158,8 @@ export async function evalDiffCommand(a: string, b: string, options: { workdir?:
 interface CaseOutcome {
   caseId: string;
   result: EvalOverall | 'stage_failed';
+  /** The case could not be staged, or its session launched: it has no score to report. */
+  didNotRun?: boolean;
   /** The session's directory on this machine (where its eval.jsonl was read); the capsule directory's workdir when it never started. */
   workdir: string;
   datasetRun: DatasetRunRecord | undefined;
@@ -254,7 +256,7 @@ async function runCase(context: CaseContext, caseId: string, task: string, outpu
   const staged = await stagedOnce(context, output);
   if ('error' in staged) {
     output.err(`    stage failed: ${failureText(staged.error)}`);
-    return { caseId, result: 'stage_failed', workdir: path.join(projectDir, 'workdir'), datasetRun: undefined };
+    return { caseId, result: 'stage_failed', workdir: path.join(projectDir, 'workdir'), datasetRun: undefined, didNotRun: true };
   }
   const { plan } = staged;
   let session: { launched: LaunchReply; end: SessionEnded };
@@ -263,7 +265,7 @@ async function runCase(context: CaseContext, caseId: string, task: string, outpu
   } catch (error) {
     output.err(`    session failed: ${failureText(error)}`);
     output.out('    result: no_scores  session: n/a');
-    return { caseId, result: 'no_scores', workdir: path.join(projectDir, 'workdir'), datasetRun: undefined };
+    return { caseId, result: 'no_scores', workdir: path.join(projectDir, 'workdir'), datasetRun: undefined, didNotRun: true };
   }
   const { launched, end } = session;
   if (end.exit_status === 'trapped') output.err(`    session trapped: ${end.error?.message ?? 'the capsule trapped'}`);
@@ -288,9 +290,10 @@ async function runCase(context: CaseContext, caseId: string, task: string, outpu
 /**
  * `mur eval run [capsule] --dataset <jsonl>`: one session per case, in order, each with the case's
  * task as its `task.md` and the case's ids for its hooks; then upstream's summary. Exit 0 once every
- * case has run, whatever the cases scored (as upstream): the scores are the result.
+ * case has run, whatever the cases scored (as upstream): the scores are the result. A case that
+ * could not be staged or launched has no score, so a run with any such case exits 1, saying so.
  */
-export async function evalRunCommand(capsule: string | undefined, options: { dataset?: string }, output: Output): Promise<void> {
+export async function evalRunCommand(capsule: string | undefined, options: { dataset?: string }, output: Output): Promise<number> {
   const manifestPath = manifestOf(capsule);
   const projectDir = path.dirname(manifestPath);
   const env = environmentWithEnvFile(projectDir);
@@ -325,6 +328,12 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
         .join(' ');
       output.out(`  ${outcome.caseId.padEnd(NAME_COLUMN)} ${outcome.result}  ${scores}  (${outcome.workdir})`);
     }
+    const unrun = outcomes.filter((outcome) => outcome.didNotRun);
+    if (unrun.length === 0) return 0;
+    output.err(
+      `error: ${unrun.length} of ${outcomes.length} case(s) did not run (${unrun.map((outcome) => outcome.caseId).join(', ')}); why is said under each case above`,
+    );
+    return 1;
   } finally {
     await runtime.close();
   }

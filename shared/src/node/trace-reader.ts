@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { constants, promises as fs } from 'node:fs';
 import { MurmurError } from '../errors.js';
 import { type TraceEvent, TraceEventSchema, isKnownTraceEventType } from '../trace-events.js';
 
@@ -84,12 +84,44 @@ export function parseTraceText(text: string): TraceRead {
   return { events, skipped };
 }
 
-/** The file read whole; a missing file is `E-IO-001`, any other failure to read it `E-IO-003`. */
+/** The most of a record file (`trace.jsonl`, `eval.jsonl`) `mur` reads: a long agent session's trace is a few MB. */
+export const RECORD_FILE_MAX_BYTES = 256 * 1024 * 1024;
+
+/**
+ * A record file in a session's workdir, read whole — a workdir is its guest's to write, so the name
+ * may be a link planted there (to a secret, to `/dev/zero`) or a FIFO: one that is not a regular
+ * file, or is over `maxBytes`, is refused (`E-IO-003`) and never read. A missing file is thrown
+ * as it was (`ENOENT`), for the caller to say what its absence means.
+ */
+export async function readRecordFile(file: string, maxBytes = RECORD_FILE_MAX_BYTES): Promise<string> {
+  let handle: fs.FileHandle;
+  try {
+    handle = await fs.open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ELOOP') throw new MurmurError('E-IO-003', `refused to read ${file}: it is a symbolic link, not the record file`, { path: file });
+    throw error;
+  }
+  try {
+    const stat = await handle.stat();
+    if (!stat.isFile()) throw new MurmurError('E-IO-003', `refused to read ${file}: it is not a regular file`, { path: file });
+    if (stat.size > maxBytes)
+      throw new MurmurError('E-IO-003', `refused to read ${file}: it is ${stat.size} bytes, over the ${maxBytes} a record file may be`, { path: file });
+    const bytes = Buffer.alloc(stat.size);
+    const { bytesRead } = await handle.read(bytes, 0, stat.size, 0);
+    return bytes.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await handle.close();
+  }
+}
+
+/** The file read whole (`readRecordFile`); a missing file is `E-IO-001`, any other failure to read it `E-IO-003`. */
 export async function readTraceFile(file: string): Promise<TraceRead> {
   let text: string;
   try {
-    text = await fs.readFile(file, 'utf8');
+    text = await readRecordFile(file);
   } catch (error) {
+    if (error instanceof MurmurError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') throw new MurmurError('E-IO-001', `trace file not found: ${file}`, { path: file });
     throw new MurmurError('E-IO-003', `failed to read ${file}: ${(error as Error).message}`, { path: file, cause: error });
