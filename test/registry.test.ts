@@ -1,4 +1,5 @@
 import { existsSync, promises as fs } from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegistryIndexSchema } from '@murmur/shared';
@@ -83,6 +84,31 @@ describe('roost as a remote registry', () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toContain('error[E-ROOST-001]');
     expect(result.stderr).toContain('MURMUR_ROOST_TOKEN');
+  });
+
+  it('refuses a publish without the token before reading its body, even one sent without a length', async () => {
+    // Chunked, and never ended: roost must answer from the headers alone, not once it has read (and held) the body.
+    const request = http.request(`${roost.url}/v1/artifacts?name=x&version=1.0.0`, { method: 'POST', headers: { 'transfer-encoding': 'chunked' } });
+    const answered = new Promise<{ status: number; body: string }>((resolve, reject) => {
+      request.on('response', (response) => {
+        let body = '';
+        response.on('data', (chunk: Buffer) => {
+          body += chunk.toString();
+        });
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+      });
+      request.on('error', reject);
+    });
+    request.write(Buffer.alloc(64 * 1024, 1));
+    const timedOut = new Promise<'no answer'>((resolve) => setTimeout(() => resolve('no answer'), 5_000).unref());
+    try {
+      const response = await Promise.race([answered, timedOut]);
+      expect(response, 'roost answered while the body was still being sent').not.toBe('no answer');
+      expect(response).toMatchObject({ status: 401 });
+      expect(JSON.parse((response as { body: string }).body)).toMatchObject({ code: 'E-ROOST-001' });
+    } finally {
+      request.destroy();
+    }
   });
 
   it('takes no publish from a web page, even one that holds the token: a request with an Origin is 403', async () => {

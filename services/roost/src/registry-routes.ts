@@ -85,11 +85,9 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
 
   app.post(
     '/v1/artifacts',
-    bodyLimit({
-      maxSize: maxEntryBytesFromEnv(),
-      onError: (context) => context.json({ error: `the artifact is larger than the ${maxEntryBytesFromEnv()}-byte ceiling`, code: 'E-ART-002' }, 413),
-    }),
-    async (context) => {
+    // Before the body is read: hono's limit buffers a body sent without a length (chunked) up to
+    // its ceiling, 500 MB by default, and anyone could make roost hold that much without a token.
+    async (context, next) => {
       if (publishers !== undefined && !publishers.admits(bearerOf(context.req.header('authorization')))) {
         return context.json({ error: 'unauthorized: publishing needs the roost token', code: 'E-ROOST-001' }, 401);
       }
@@ -97,6 +95,15 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       const version = context.req.query('version')?.trim();
       if (!name || !version) return context.json({ error: 'name and version query parameters are required', code: 'E-MAN-001' }, 400);
       if (isReservedVersion(version)) throw new MurmurError('E-REG-004', `reserved artifact version '${version}' is not allowed`);
+      await next();
+    },
+    bodyLimit({
+      maxSize: maxEntryBytesFromEnv(),
+      onError: (context) => context.json({ error: `the artifact is larger than the ${maxEntryBytesFromEnv()}-byte ceiling`, code: 'E-ART-002' }, 413),
+    }),
+    async (context) => {
+      const name = context.req.query('name')?.trim() as string;
+      const version = context.req.query('version')?.trim() as string;
       const bytes = new Uint8Array(await context.req.arrayBuffer());
       const platforms = context.req.queries('platform') ?? [];
       if (platforms.length > 1)
