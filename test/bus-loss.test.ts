@@ -55,6 +55,43 @@ describe('mur run against a stack whose NATS server goes away', () => {
     await agent.stop();
   });
 
+  it('a door asked to watch a session while its bus was down watches it again once the bus is back', async () => {
+    const agent = await startAgent(project, env);
+    agents.push(agent);
+    /** One `stream/watch` at the session's door URL: `stream` when it streams, else what it answered. */
+    const watchOnce = async (): Promise<string> => {
+      const controller = new AbortController();
+      const timer = setTimeout(() => controller.abort(), 3_000);
+      try {
+        const response = await fetch(agent.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${agent.token}` },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'stream/watch', params: {} }),
+          signal: controller.signal,
+        });
+        if ((response.headers.get('content-type') ?? '').includes('text/event-stream')) return 'stream';
+        return await response.text();
+      } catch (error) {
+        return `failed: ${String(error)}`;
+      } finally {
+        clearTimeout(timer);
+        controller.abort();
+      }
+    };
+    expect(await watchOnce()).toBe('stream');
+    await nats.down();
+    try {
+      // Asked while the door's bus is away: whatever this answers, it must not stick.
+      expect(await watchOnce()).not.toBe('stream');
+    } finally {
+      await nats.up();
+    }
+    const after = await eventually(async () => ((await watchOnce()) === 'stream' ? 'stream' : undefined), 20_000, 'the door to watch the session again');
+    expect(after).toBe('stream');
+    agents.splice(agents.indexOf(agent), 1);
+    await agent.stop();
+  });
+
   it('an interrupt that cannot reach the executor ends the run, naming the session to stop later; a second leaves at once', async () => {
     const first = await startAgent(project, env);
     const second = await startAgent(project, env);

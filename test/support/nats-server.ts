@@ -19,6 +19,9 @@ export interface NatsServer {
   stop(): Promise<void>;
   /** Restarts it on the same port and store; with `token`, requiring that token from then on (null: none). */
   restart(changes?: { token?: string | null }): Promise<void>;
+  /** Stops the server for a while, its port and store kept for `up()`: its clients lose their connections meanwhile. */
+  down(): Promise<void>;
+  up(): Promise<void>;
   /** Stops the server's process where it is (SIGSTOP): its connections stay open and nothing answers, as a hung server's. */
   pause(): void;
   resume(): void;
@@ -87,6 +90,10 @@ export async function startNatsServer(options: { token?: string } = {}): Promise
     async restart(changes = {}) {
       await terminate(child);
       if (changes.token !== undefined) options.token = changes.token ?? undefined;
+      child = await launch(port, storeDir, options.token);
+    },
+    down: () => terminate(child),
+    async up() {
       child = await launch(port, storeDir, options.token);
     },
     pause: () => void child.kill('SIGSTOP'),

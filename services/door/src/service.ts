@@ -420,20 +420,28 @@ export function startDoorService(options: DoorOptions): DoorService {
     if (!hasSettled(task.state) && Date.now() < deadline) {
       // Watched before asking again, so that a settling between the host's answer and now is not missed.
       const watch = await link.watch();
+      // A client that goes away stops the wait: its watch is let go now, not at the wait's end
+      // (up to MURMUR_DOOR_BLOCKING_WAIT_MS later), and the session is not asked again for it.
+      const gone = context.req.raw.signal;
+      const leave = (): void => watch.close();
+      gone.addEventListener('abort', leave, { once: true });
       try {
         const current = (): Promise<ReturnType<typeof taskOf>> => link.call({ method: 'get', task_id: task.id, ...history }).then(taskOf);
         const now = await current();
         if ('task' in now) task = now.task;
-        if (!hasSettled(task.state)) {
+        if (!hasSettled(task.state) && !gone.aborted) {
           for (;;) {
             const next = await watch.next(Math.max(1, deadline - Date.now()));
             if (next === 'ended' || next === 'timeout' || next === 'door-stopping' || next === 'fell-behind' || next === 'closed') break;
             if (next.task_id === task.id && settlesItsTask(next)) break;
           }
-          const latest = await current();
-          if ('task' in latest) task = latest.task;
+          if (!gone.aborted) {
+            const latest = await current();
+            if ('task' in latest) task = latest.task;
+          }
         }
       } finally {
+        gone.removeEventListener('abort', leave);
         watch.close();
       }
     }

@@ -72,7 +72,20 @@ export class FeedHub {
     }
     const watch = new FeedWatch(() => this.release(sessionId, watch));
     session.watchers.add(watch);
-    await session.ready;
+    try {
+      await session.ready;
+    } catch (error) {
+      // The bus lost its connection before it confirmed the subscription. Kept, the failed flush
+      // would fail every later watch of this session until the door restarted: the entry goes
+      // with it, and the next watch subscribes afresh (every watch waiting on it fails alike: none
+      // of them ever had the subscription confirmed).
+      session.watchers.delete(watch);
+      if (this.sessions.get(sessionId) === session) {
+        this.sessions.delete(sessionId);
+        session.subscription.unsubscribe();
+      }
+      throw error;
+    }
     return watch;
   }
 
