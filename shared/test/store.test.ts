@@ -113,6 +113,15 @@ describe('ArtifactStore.publish', () => {
     expect(await snapshot(root)).toEqual(before);
   });
 
+  it('publishes over a zip without its digest, what a publish that died between its two steps leaves, rather than refusing that version for good', async () => {
+    await writeFiles(root, { 'echo-tool/0.1.0/echo-tool-0.1.0.mur.zip': ZIP_B.toString() });
+    expect(await store.resolve('echo-tool', '0.1.0', 'unknown')).toBeUndefined();
+    const published = await store.publish(ZIP_A, meta());
+    expect(published.sha256).toBe(sha256Hex(ZIP_A));
+    expect(Buffer.compare(await fs.readFile(published.zipPath), ZIP_A)).toBe(0);
+    expect((await store.resolve('echo-tool', '0.1.0', 'unknown'))?.recordedSha256).toBe(sha256Hex(ZIP_A));
+  });
+
   it('refuses reserved versions in any case and writes nothing', async () => {
     for (const version of ['latest', 'Stable', 'EDGE']) {
       const error = await rejection(store.publish(ZIP_A, meta({ version })));

@@ -210,12 +210,10 @@ export class ArtifactStore {
     }
     const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
     const files = this.variantFiles(meta.name, meta.version, platform);
-    const exists = (await pathPresent(files.zip)) || (await pathPresent(files.sha));
     const conflict = (): MurmurError =>
       new MurmurError('E-REG-003', `artifact ${meta.name}@${meta.version} already exists in registry (the ${this.scope} store: ${files.zip})`, {
         path: files.zip,
       });
-    if (exists) throw conflict();
     const sha256 = sha256Hex(bytes);
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
     // One publish of a version at a time: what was published of it is read, judged and added to
@@ -233,6 +231,13 @@ export class ArtifactStore {
     platform: string | undefined,
     conflict: () => MurmurError,
   ): Promise<{ sha256: string; zipPath: string }> {
+    const zipThere = await pathPresent(files.zip);
+    if (await pathPresent(files.sha)) throw conflict();
+    // A zip without its digest is what a publish that died between its link and its rename left
+    // (a live one would hold this turn): no reader takes it for a version, and kept, it would make
+    // the version "already exist" for good while nothing could serve it. It goes, and this publish
+    // proceeds. (A digest without its zip is no step of a publish: refused, as the version's.)
+    if (zipThere) await fs.rm(files.zip, { force: true });
     // Another variant of this version was published first: its meta stays (a generic artifact does
     // not turn native), and gains this variant's platform.
     const kept = (await pathPresent(this.metaFile(meta.name, meta.version))) ? await this.readMeta(meta.name, meta.version) : undefined;
