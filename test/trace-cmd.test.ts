@@ -236,6 +236,20 @@ describe('mur trace', () => {
       expect(output).toContain(`  ${'ok'.padEnd(24)} 3  (100.0%)`);
     });
 
+    it('reports the rest when one session’s trace cannot be read (a link its guest planted), saying which it skipped', async () => {
+      const planted = mintedDaysAgo(1, 'f0f0f0f0');
+      await fs.mkdir(path.join(history, planted));
+      await fs.symlink(path.join(history, shellSession, 'trace.jsonl'), path.join(history, planted, 'trace.jsonl'));
+      try {
+        const result = await trace(['report', '--workdir', history], scratch.dir);
+        expect(result.code, result.stderr).toBe(0);
+        expect(result.stderr).toContain(`warning: skipped ${path.join(history, planted, 'trace.jsonl')}: refused to read`);
+        expect(sessionsLine(result)).toBe(`Sessions: 3  (${history})`);
+      } finally {
+        await fs.rm(path.join(history, planted), { recursive: true });
+      }
+    });
+
     it('narrows to the newest N with --last, and to those minted within a while with --since', async () => {
       const last = await trace(['report', '--workdir', history, '--last', '1'], scratch.dir);
       expect(last.code, last.stderr).toBe(0);

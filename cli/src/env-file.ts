@@ -3,7 +3,10 @@ import path from 'node:path';
 
 /**
  * The project's `.env` (upstream's rules): `KEY=VALUE` lines, `#` comments, surrounding quotes
- * stripped, and never overriding a variable the environment already sets.
+ * stripped, and never overriding a variable the environment already sets. A comment may follow a
+ * value, as dotenv files are written (`A="abc" # why`, `B=plain # why`): after a quoted value's
+ * closing quote, or after whitespace in an unquoted one — never inside quotes, so `"a # b"` keeps
+ * its `#`. Without this, the comment became part of the value a capsule was given.
  */
 export function parseEnvFile(text: string): Record<string, string> {
   const values: Record<string, string> = {};
@@ -15,11 +18,22 @@ export function parseEnvFile(text: string): Record<string, string> {
     if (equals <= 0) continue;
     const key = body.slice(0, equals).trim();
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(key)) continue;
-    let value = body.slice(equals + 1).trim();
-    if (value.length >= 2 && ((value.startsWith('"') && value.endsWith('"')) || (value.startsWith("'") && value.endsWith("'")))) value = value.slice(1, -1);
-    values[key] = value;
+    values[key] = valueOf(body.slice(equals + 1).trim());
   }
   return values;
+}
+
+function valueOf(raw: string): string {
+  const quote = raw[0];
+  if (quote === '"' || quote === "'") {
+    const closing = raw.indexOf(quote, 1);
+    // Quoted, and nothing but a comment after the closing quote: the quoted text.
+    if (closing > 0 && /^\s*(#.*)?$/.test(raw.slice(closing + 1))) return raw.slice(1, closing);
+    return raw;
+  }
+  if (raw.startsWith('#')) return '';
+  const comment = raw.search(/\s#/);
+  return comment === -1 ? raw : raw.slice(0, comment).trimEnd();
 }
 
 /** The environment `mur run` works with: its own, plus the project's `.env` beneath it. */

@@ -42,17 +42,22 @@ export function ignoreClosedStdout(): void {
 
 /** C0 controls but tab and newline, a carriage return not ending a line, DEL and the C1 controls. */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this pattern finds
-const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f]|\r(?!\n)/g;
+const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]|\r(?!\n)/g;
 
 /**
  * A capsule's output as a terminal may be given it: every control character a terminal would act
  * on is shown as its escape (`\x1b`) instead. A capsule is untrusted, and its bytes reach the
  * person running it: an escape sequence could set their clipboard (OSC 52), retitle the window,
  * hide the `status:` line that follows (conceal), or a bare carriage return overwrite a line with
- * one of the runtime's own. Output to a pipe or a file is left as the capsule wrote it.
+ * one of the runtime's own. The bidirectional controls (U+202E and its kin) are shown too: they
+ * would make a name read backwards (`safe\u202egnp.exe` shows as `safeexe.png`). Output to a pipe
+ * or a file is left as the capsule wrote it.
  */
 export function terminalSafe(text: string): string {
-  return text.replace(TERMINAL_CONTROLS, (control) => `\\x${control.charCodeAt(0).toString(16).padStart(2, '0')}`);
+  return text.replace(TERMINAL_CONTROLS, (control) => {
+    const code = control.charCodeAt(0);
+    return code > 0xff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`;
+  });
 }
 
 /**

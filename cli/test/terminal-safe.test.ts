@@ -9,6 +9,11 @@ describe('a capsule’s output on a terminal', () => {
     expect(terminalSafe('\u009b31m\u007f')).toBe('\\x9b31m\\x7f');
   });
 
+  it('shows the bidirectional controls that would make text read backwards as their escapes', () => {
+    expect(terminalSafe('safe\u202egnp.exe')).toBe('safe\\u202egnp.exe');
+    expect(terminalSafe('\u2066a\u2069\u200f\u061c')).toBe('\\u2066a\\u2069\\u200f\\u061c');
+  });
+
   it('keeps text, tabs, newlines, line endings with a carriage return, and every other character as written', () => {
     const text = 'plain\ttabbed\nnext line\r\nünïcödé → 日本 🙂\n';
     expect(terminalSafe(text)).toBe(text);

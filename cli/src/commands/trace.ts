@@ -117,6 +117,8 @@ export async function traceReportCommand(selectors: string[], options: ReportOpt
     } catch (error) {
       // A live workdir holds sessions still running and sessions that never started: not this report's.
       if (isMurmurError(error, 'E-TRC-001') || (selectors.length === 0 && isMurmurError(error, 'E-IO-001'))) incomplete += 1;
+      // One trace it cannot read (a directory, a link its guest planted) costs the report that session, not the rest.
+      else if (selectors.length === 0 && isMurmurError(error, 'E-IO-003')) output.err(`warning: skipped ${file}: ${(error as MurmurError).message}`);
       else throw error;
     }
   }

@@ -1,0 +1,25 @@
+import { describe, expect, it } from 'vitest';
+import { parseEnvFile } from '../src/env-file.js';
+
+describe('a project’s .env', () => {
+  it('takes KEY=VALUE lines, strips surrounding quotes, and skips comments and lines that are not assignments', () => {
+    expect(parseEnvFile('# a comment\nA=1\nexport B = two\nC="three"\nD=\'four\'\n=nothing\n1BAD=x\nno equals\n')).toEqual({
+      A: '1',
+      B: 'two',
+      C: 'three',
+      D: 'four',
+    });
+  });
+
+  it('leaves a comment after a value out of the value, but keeps a # inside quotes or inside a word', () => {
+    expect(parseEnvFile('A="abc" # why\nB=plain # why\nC=\'x # y\'\nD=pass#word\nE="quoted"#tight\nF="unclosed # still\nG=  # only a comment\n')).toEqual({
+      A: 'abc',
+      B: 'plain',
+      C: 'x # y',
+      D: 'pass#word',
+      E: 'quoted',
+      F: '"unclosed # still',
+      G: '',
+    });
+  });
+});
