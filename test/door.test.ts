@@ -152,6 +152,15 @@ describe('the door', () => {
       expect(((await response.json()) as { error: { code: string } }).error.code).toBe('E-DOOR-001');
     });
 
+    it('answers a path it does not serve with 404 and E-DOOR-002, as JSON', async () => {
+      const base = agent.url.slice(0, agent.url.indexOf('/sessions/'));
+      const response = await fetch(`${base}/nowhere/at/all`);
+      expect(response.status).toBe(404);
+      const body = (await response.json()) as { error: { code: string; message: string } };
+      expect(body.error.code).toBe('E-DOOR-002');
+      expect(body.error.message).toContain('GET /nowhere/at/all');
+    });
+
     it('answers 404 with E-DOOR-001 for a well-formed session no one runs', async () => {
       const base = agent.url.slice(0, agent.url.indexOf('/sessions/'));
       const response = await fetch(`${base}/sessions/ses_${'0'.repeat(32)}/.well-known/agent-card.json`);

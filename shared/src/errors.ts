@@ -149,6 +149,10 @@ export const ERROR_CATALOGUE = {
     title: 'roost is unreachable or answered with an error',
     hint: 'check the registry named (--registry, else MURMUR_ROOST_URL) and that roost is running there',
   },
+  'E-ROOST-002': {
+    title: 'roost refused a request it could not take',
+    hint: 'the message names what was wrong (a body that is not JSON or too large, a missing or wrong credential, an unknown session or route)',
+  },
   'W-SEC-004': { title: 'literal secret in a manifest' },
   'W-SEC-009': { title: 'interpreter_runtime grant couples the capsule to a host layout' },
   'W-SEC-011': { title: 'workdir_exec: the shell allowlist is not enforceable inside the workdir' },

@@ -153,6 +153,18 @@ export function startDoorService(options: DoorOptions): DoorService {
     return context.json(rpcError(null, { code: RPC_ERRORS.internal, message: `Internal error: ${error.message.slice(0, 512)}` }), 500);
   });
 
+  app.notFound((context) =>
+    context.json(
+      {
+        error: {
+          code: 'E-DOOR-002',
+          message: `a door serves /sessions/<id>/ and its agent cards; it has no ${context.req.method} ${context.req.path.slice(0, 200)}`,
+        },
+      },
+      404,
+    ),
+  );
+
   /** The session a path names, or a 404 before anything reaches the bus: only a real session id becomes a subject. */
   const sessionOf = (context: Context): SessionLink | Response => {
     const id = context.req.param('session') ?? '';

@@ -99,5 +99,6 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
   });
   http.route('/', registryRoutes({ store, publishToken: publishTokenOf(env), log: options.log }));
   http.route('/', sessionRoutes({ state, store, spawnAllow, now: options.now ?? Date.now, log: options.log }));
+  http.notFound((context) => context.json({ error: `roost has no ${context.req.method} ${context.req.path.slice(0, 200)}`, code: 'E-ROOST-002' }, 404));
   return { http, registryPath, spawnAllow, close: async () => {} };
 }

@@ -61,6 +61,8 @@ class Refusal extends Error {
   }
 }
 
+/** A request roost could not take (malformed, unauthenticated, unknown): the catalogue's E-ROOST-002. */
+const ROOST_REFUSED = 'E-ROOST-002';
 /** roost refused the delegation (the catalogue's E-DLG-002). */
 const DELEGATION_REFUSED = 'E-DLG-002';
 /** Approvals that expired this long ago are deleted; until then a late child is told "expired". */
@@ -108,7 +110,8 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
   let lastSweep = Number.NEGATIVE_INFINITY;
 
   app.onError((error, context) => {
-    if (error instanceof Refusal) return context.json({ error: error.message, ...error.extra }, error.status);
+    // Every refusal carries a code: the delegation's own where it is one, else roost's.
+    if (error instanceof Refusal) return context.json({ error: error.message, code: ROOST_REFUSED, ...error.extra }, error.status);
     if (error instanceof MurmurError) {
       const status = httpStatusOf(error);
       if (status >= 500) log.error({ err: error, path: context.req.path }, 'roost request failed');
@@ -120,7 +123,7 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
 
   const limited = bodyLimit({
     maxSize: ROOST_MAX_BODY_BYTES,
-    onError: (context) => context.json({ error: `the request body is larger than roost's ${ROOST_MAX_BODY_BYTES}-byte limit` }, 413),
+    onError: (context) => context.json({ error: `the request body is larger than roost's ${ROOST_MAX_BODY_BYTES}-byte limit`, code: ROOST_REFUSED }, 413),
   });
 
   /** The header's value, or undefined when absent; present but blank is kept (and refused later). */

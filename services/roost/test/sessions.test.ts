@@ -348,10 +348,14 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     const without = await call('DELETE', `/v1/sessions/${parent.sessionId}`);
     expect(without.status).toBe(401);
     expect(without.body.error).toContain(SPAWN_CREDENTIAL_HEADER);
+    expect(without.body.code).toBe('E-ROOST-002');
     const wrong = await call('DELETE', `/v1/sessions/${parent.sessionId}`, { headers: { [SPAWN_CREDENTIAL_HEADER]: other.credential } });
     expect(wrong.status).toBe(401);
     const unknown = await call('DELETE', `/v1/sessions/${newSessionId()}`, { headers: { [SPAWN_CREDENTIAL_HEADER]: parent.credential } });
     expect(unknown.status).toBe(404);
+    expect(unknown.body.code).toBe('E-ROOST-002');
+    // A route roost does not have is refused in the same shape, with a code.
+    expect(await call('PUT', '/v1/artifacts')).toEqual({ status: 404, body: { error: 'roost has no PUT /v1/artifacts', code: 'E-ROOST-002' } });
     expect((await call('GET', `/status/${parent.sessionId}`)).status).toBe(200);
 
     const done = await call('DELETE', `/v1/sessions/${parent.sessionId}`, { headers: { [SPAWN_CREDENTIAL_HEADER]: parent.credential } });
