@@ -146,6 +146,12 @@ describe('ArtifactStore.publish', () => {
     expect(resolved?.recordedSha256).toBe(sha256Hex(ZIP_A));
   });
 
+  it('lists a namespaced artifact beside a plain one whose version is its last segment: each of local/worker@0.2.0 and local@worker', async () => {
+    await store.publish(ZIP_A, meta({ name: 'local/worker', version: '0.2.0' }));
+    await store.publish(ZIP_B, meta({ name: 'local', version: 'worker' }));
+    expect((await store.list()).map((entry) => `${entry.name}@${entry.version}`)).toEqual(['local@worker', 'local/worker@0.2.0']);
+  });
+
   it('refuses names and versions that could escape or hide in the store, writing nothing', async () => {
     const cases: Array<Partial<ArtifactMeta>> = [
       { name: '../x' },

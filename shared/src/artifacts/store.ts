@@ -173,15 +173,13 @@ export class ArtifactStore {
       for (const entry of await readDirectories(dir)) {
         const name = [...prefix, entry].join('/');
         const entryDir = path.join(dir, entry);
-        let versionsHere = 0;
         for (const version of await readDirectories(entryDir)) {
           if (!SEGMENT.test(version)) continue;
-          if (await this.hasVariant(entryDir, version, entry)) {
-            versionsHere += 1;
-            found.push(await this.readMeta(name, version));
-          }
+          if (await this.hasVariant(entryDir, version, entry)) found.push(await this.readMeta(name, version));
         }
-        if (versionsHere === 0 && depth === 0) await visit([entry], entryDir, 1);
+        // Always looked into as a namespace too: `local@worker` (a version directory `worker`) and
+        // `local/worker@0.1.0` share `local/worker/`, and one must not hide the other.
+        if (depth === 0) await visit([entry], entryDir, 1);
       }
     };
     await visit([], this.root, 0);
