@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SessionFilesReply } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { askExecutor, locateSession, sessionFileBytes, writeFileAtomic } from '@murmur/shared/node';
+import { askExecutor, locateSession, writeSessionFile } from '@murmur/shared/node';
 
 /** Copies one file of the session to `target` (whole or not at all); false when the session has no such file. */
 export async function fetchSessionFile(bus: Bus, sessionId: string, relative: string, target: string): Promise<boolean> {
@@ -15,8 +15,7 @@ export async function fetchSessionFile(bus: Bus, sessionId: string, relative: st
     throw error;
   }
   if (first.type !== 'file') return false;
-  const bytes = await sessionFileBytes(bus, location, relative, first);
   await fs.mkdir(path.dirname(target), { recursive: true });
-  await writeFileAtomic(target, bytes);
+  await writeSessionFile(bus, location, relative, target, { first });
   return true;
 }

@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SessionFilesReply, type SessionLocation } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { askExecutor, locateSession, sessionFileBytes, sessionFileChunks, writeFileAtomic } from '@murmur/shared/node';
+import { askExecutor, locateSession, sessionFileChunks, writeSessionFile } from '@murmur/shared/node';
 import { type Output, formatBytes, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
 
@@ -64,11 +64,9 @@ export async function filesCommand(sessionId: string, relative: string | undefin
 async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesReply, target: string): Promise<{ files: number; bytes: number }> {
   try {
     if (reply.type === 'file') {
-      const bytes = await sessionFileBytes(bus, location, reply.path, reply);
       const into = (await fs.stat(target).catch(() => undefined))?.isDirectory() ? path.join(target, path.basename(reply.path)) : target;
       await fs.mkdir(path.dirname(into), { recursive: true });
-      await writeFileAtomic(into, bytes);
-      return { files: 1, bytes: bytes.length };
+      return { files: 1, bytes: await writeSessionFile(bus, location, reply.path, into, { first: reply }) };
     }
     // Followed once, as the file branch does: a link to a directory is that directory.
     const existing = await fs.stat(target).catch(() => undefined);
@@ -125,10 +123,8 @@ async function copyTree(
     const childReply = await askExecutor(bus, location, { path: child });
     const destination = path.join(into, entry.name);
     if (childReply.type === 'file') {
-      const content = await sessionFileBytes(bus, location, childReply.path, childReply);
-      await fs.writeFile(destination, content, { flag: 'wx' });
+      bytes += await writeSessionFile(bus, location, childReply.path, destination, { first: childReply, exclusive: true });
       files += 1;
-      bytes += content.length;
     } else {
       await fs.mkdir(destination);
       const copied = await copyTree(bus, location, childReply, destination);

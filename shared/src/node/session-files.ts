@@ -1,7 +1,9 @@
+import { promises as fs } from 'node:fs';
 import { MurmurError } from '../errors.js';
 import { SESSION_LOCATIONS_BUCKET, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
 import { commands } from '../topics.js';
 import type { Bus } from '../bus/bus.js';
+import { temporarySibling } from './atomic.js';
 
 /**
  * A session's workdir, read from wherever it lives: the stack records which executor holds each
@@ -66,9 +68,37 @@ export async function* sessionFileChunks(
   }
 }
 
-/** A whole file of the session, in memory (what `--out` and a fetched result write, by rename). */
-export async function sessionFileBytes(bus: Bus, holder: SessionHolder, relative: string, first?: SessionFilesReply & { type: 'file' }): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const chunk of sessionFileChunks(bus, holder, relative, first ? { first } : {})) parts.push(chunk);
-  return Buffer.concat(parts);
+/**
+ * A file of the session written to `target` whole or not at all, never held in memory whole (a
+ * session may leave gigabytes): its slices go into a new temporary sibling (`wx`: one already there
+ * is not written through), renamed over `target` once complete; removed if the read fails. With
+ * `exclusive`, a `target` already there is refused rather than replaced. Returns its size.
+ */
+export async function writeSessionFile(
+  bus: Bus,
+  holder: SessionHolder,
+  relative: string,
+  target: string,
+  options: { first?: SessionFilesReply & { type: 'file' }; exclusive?: boolean } = {},
+): Promise<number> {
+  const temporary = temporarySibling(target);
+  const handle = await fs.open(temporary, 'wx');
+  let bytes = 0;
+  try {
+    for await (const chunk of sessionFileChunks(bus, holder, relative, options.first ? { first: options.first } : {})) {
+      await handle.write(chunk);
+      bytes += chunk.length;
+    }
+    await handle.close();
+    if (options.exclusive) {
+      // A hard link fails where the name is taken: nothing already there is replaced.
+      await fs.link(temporary, target);
+      await fs.rm(temporary, { force: true });
+    } else await fs.rename(temporary, target);
+    return bytes;
+  } catch (error) {
+    await handle.close().catch(() => {});
+    await fs.rm(temporary, { force: true });
+    throw error;
+  }
 }
