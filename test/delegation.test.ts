@@ -115,10 +115,12 @@ describe('delegated children and their completions', () => {
     );
     await publishInto(store, await capsuleArchive(`name: local/not-allowed\nversion: 0.1.0\n`, probe));
 
-    const roost = await startService('roost', { ...env, MURMUR_ROOST_REGISTRY_PATH: store });
+    // roost with a token: a session registers to delegate only with it, which the executors hold.
+    const roostToken = 'a-roost-token-for-the-delegation-tests';
+    const roost = await startService('roost', { ...env, MURMUR_ROOST_REGISTRY_PATH: store, MURMUR_ROOST_TOKEN: roostToken });
     services.push(roost);
     roostUrl = roost.url;
-    const withRoost = { ...env, MURMUR_ROOST_URL: roostUrl };
+    const withRoost = { ...env, MURMUR_ROOST_URL: roostUrl, MURMUR_ROOST_TOKEN: roostToken };
     // Delegation's own bounds, small enough to reach: a child may not delegate, a tree holds two.
     const limits = { MURMUR_DELEGATION_MAX_DEPTH: '1', MURMUR_DELEGATION_MAX_TREE: '2' };
     executors.push(await startService('executor', { ...withRoost, ...limits }), await startService('executor', { ...withRoost, ...limits }));
@@ -134,10 +136,10 @@ describe('delegated children and their completions', () => {
     bus.subscribe(topics.delegationCompleted, (event) => void completed.push(event));
     await bus.flush();
 
-    // The suite registers a session of its own, as the parent capsule, to ask roost for approvals.
+    // The suite registers a session of its own, as the parent capsule, to ask roost for approvals (with roost's token, as an executor does).
     const registered = await fetch(new URL('/v1/sessions', roostUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${roostToken}` },
       body: JSON.stringify({
         session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728300',
         capsule_name: PARENT,

@@ -145,6 +145,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
         ),
     }),
     roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined,
+    roostToken: env.MURMUR_ROOST_TOKEN?.trim() || undefined,
     otelEndpoint: env.MURMUR_OTEL_ENDPOINT?.trim() || undefined,
     blobs,
     bundles: new LocalBundles(cache, blobs),

@@ -113,6 +113,8 @@ export interface ExecutorEnvironment {
   ownEndpoints: Promise<OwnEndpoints>;
   /** roost, when the executor knows one (`MURMUR_ROOST_URL`); a launch may name its own. */
   roostUrl?: string | undefined;
+  /** roost's token (`MURMUR_ROOST_TOKEN`): what registering a session without an approval needs of a roost that has one. */
+  roostToken?: string | undefined;
   /** This machine's blobs and bundles: what the plan names by content, fetched and verified here. */
   blobs: BlobCache;
   bundles: LocalBundles;
@@ -1721,7 +1723,11 @@ export class Session {
     try {
       response = await fetch(new URL('/v1/sessions', roostUrl), {
         method: 'POST',
-        headers: { 'content-type': 'application/json', ...(approval ? { [SPAWN_APPROVAL_HEADER]: approval } : {}) },
+        // Under an approval the approval is the credential; without one, roost's token when it has one.
+        headers: {
+          'content-type': 'application/json',
+          ...(approval ? { [SPAWN_APPROVAL_HEADER]: approval } : this.environment.roostToken ? { authorization: `Bearer ${this.environment.roostToken}` } : {}),
+        },
         body: JSON.stringify({
           session_id: this.id,
           capsule_name: this.plan.capsule.name,

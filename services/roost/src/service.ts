@@ -97,8 +97,9 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
     if (method === 'GET' || method === 'HEAD' || origin === undefined) return next();
     return context.json({ error: `roost takes no ${method} from a web page (this one came from ${origin.slice(0, 80)})`, code: 'E-ROOST-001' }, 403);
   });
-  http.route('/', registryRoutes({ store, publishToken: publishTokenOf(env), log: options.log }));
-  http.route('/', sessionRoutes({ state, store, spawnAllow, now: options.now ?? Date.now, log: options.log }));
+  const token = publishTokenOf(env);
+  http.route('/', registryRoutes({ store, publishToken: token, log: options.log }));
+  http.route('/', sessionRoutes({ state, store, spawnAllow, registrationToken: token, now: options.now ?? Date.now, log: options.log }));
   http.notFound((context) => context.json({ error: `roost has no ${context.req.method} ${context.req.path.slice(0, 200)}`, code: 'E-ROOST-002' }, 404));
   return { http, registryPath, spawnAllow, close: async () => {} };
 }

@@ -19,6 +19,7 @@ import {
   validateFilesystemScope,
 } from '@murmur/shared';
 import { type ArtifactStore, assertStorable, inspectArchive } from '@murmur/shared/artifacts';
+import { bearerOf, tokenMatcher } from '@murmur/shared/node';
 import { type Context, Hono } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
@@ -46,6 +47,14 @@ export interface SessionRoutesOptions {
   store: ArtifactStore;
   /** Capsules anyone may spawn without a credential (no parent, so no fit check). */
   spawnAllow: readonly string[];
+  /**
+   * roost's token (`MURMUR_ROOST_TOKEN`), when it has one: a session registers without a spawn
+   * approval only with it. Such a session reports its own envelope, its `spawn_allow` among it, and
+   * what it reports is what `/spawn` approves from: from anyone at all, that would approve any
+   * capsule for anyone who can reach roost. (A child registers under its approval, which roost
+   * issued to its parent: no token.)
+   */
+  registrationToken?: string | undefined;
   now: () => number;
   log: Log;
 }
@@ -106,6 +115,8 @@ function statusOf(record: SessionRecord): SessionStatus {
 export function sessionRoutes(options: SessionRoutesOptions): Hono {
   const { state, store, log, now } = options;
   const globalSpawnAllow = new Set(options.spawnAllow);
+  // By digest, in constant time, as the publish token is.
+  const registrars = options.registrationToken === undefined ? undefined : tokenMatcher([options.registrationToken]);
   const app = new Hono();
   let lastSweep = Number.NEGATIVE_INFINITY;
 
@@ -140,6 +151,8 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
   // ── sessions ──────────────────────────────────────────────────────────────
 
   app.post('/v1/sessions', limited, async (context) => {
+    if (registrars !== undefined && header(context, SPAWN_APPROVAL_HEADER) === undefined && !registrars.admits(bearerOf(context.req.header('authorization'))))
+      throw new Refusal(401, 'registering a session without a spawn approval needs roost’s token (MURMUR_ROOST_TOKEN, as a bearer)', { code: 'E-ROOST-001' });
     const body = await jsonBody(context, RegisterSessionRequestSchema, 'invalid session registration');
     checkPolicy(body.policy);
     const approval = header(context, SPAWN_APPROVAL_HEADER);

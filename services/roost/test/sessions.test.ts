@@ -339,6 +339,24 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     }
   });
 
+  it('with a token of its own, registers a session without an approval only from who presents that token', async () => {
+    const token = 'a-roost-token-of-32-characters!!';
+    const guarded = start({ spawnAllow: [], env: { MURMUR_ROOST_TOKEN: token } });
+    try {
+      const body = { session_id: newSessionId(), capsule_name: 'local/parent', capsule_version: '1.0.0', policy: policyOf(PARENT) };
+      const anyone = await call('POST', '/v1/sessions', { body, app: guarded });
+      expect(anyone.status).toBe(401);
+      expect(anyone.body).toMatchObject({ code: 'E-ROOST-001' });
+      expect(String(anyone.body.error)).toContain('MURMUR_ROOST_TOKEN');
+      const almost = await call('POST', '/v1/sessions', { body, headers: { authorization: `Bearer ${token.slice(0, -1)}?` }, app: guarded });
+      expect(almost.status).toBe(401);
+      const holder = await call('POST', '/v1/sessions', { body, headers: { authorization: `Bearer ${token}` }, app: guarded });
+      expect(holder.status, JSON.stringify(holder.body)).toBe(201);
+    } finally {
+      await guarded.close();
+    }
+  });
+
   // ── deregistration ────────────────────────────────────────────────────────
 
   it('deregisters a session only with its own credential, after which its status and its credential are gone', async () => {
