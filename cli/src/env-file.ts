@@ -18,12 +18,12 @@ export function parseEnvFile(text: string): Record<string, string> {
     if (equals <= 0) continue;
     const key = body.slice(0, equals).trim();
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(key)) continue;
-    values[key] = valueOf(body.slice(equals + 1).trim());
+    values[key] = envValue(body.slice(equals + 1).trim());
   }
   return values;
 }
 
-function valueOf(raw: string): string {
+function envValue(raw: string): string {
   const quote = raw[0];
   if (quote === '"' || quote === "'") {
     const closing = raw.indexOf(quote, 1);
