@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { MurmurError } from '@murmur/shared';
 
 /**
  * The project's `.env` (upstream's rules): `KEY=VALUE` lines, `#` comments, surrounding quotes
@@ -40,11 +41,21 @@ function envValue(raw: string): string {
 export function environmentWithEnvFile(projectDir: string | undefined, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const merged: Record<string, string> = {};
   if (projectDir) {
+    const file = path.join(projectDir, '.env');
+    let text: string | undefined;
     try {
-      Object.assign(merged, parseEnvFile(readFileSync(path.join(projectDir, '.env'), 'utf8')));
-    } catch {
-      // no .env: nothing to add
+      text = readFileSync(file, 'utf8');
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      // No .env: nothing to add. One that is there and cannot be read is said, not passed over:
+      // the capsule would run without the values its author put there.
+      if (code !== 'ENOENT')
+        throw new MurmurError('E-IO-002', `cannot read ${file}: ${code ?? (error as Error).message}`, {
+          path: file,
+          hint: code === 'EISDIR' ? `.env is a directory: move it, or run with --no-env-file` : `check that you may read ${file}, or run with --no-env-file`,
+        });
     }
+    if (text !== undefined) Object.assign(merged, parseEnvFile(text));
   }
   for (const [key, value] of Object.entries(env)) if (value !== undefined) merged[key] = value;
   return merged;

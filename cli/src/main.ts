@@ -160,8 +160,11 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     .description('run a capsule once per case of a dataset and summarise the scores of each session')
     .argument('[capsule]', 'the capsule directory (holding murmur.yaml)', '.')
     .option('--dataset <jsonl>', 'one case a line: {"case_id", "task_path", "expected"?} (default: ./eval.jsonl)')
+    .option('--no-env-file', "do not load the project's .env")
     .action(
-      run((capsule: string, options: { dataset?: string }) => import('./commands/eval.js').then((module) => module.evalRunCommand(capsule, options, output))),
+      run((capsule: string, options: { dataset?: string; envFile?: boolean }) =>
+        import('./commands/eval.js').then((module) => module.evalRunCommand(capsule, options, output)),
+      ),
     );
 
   program

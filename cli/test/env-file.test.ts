@@ -1,5 +1,8 @@
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseEnvFile } from '../src/env-file.js';
+import { environmentWithEnvFile, parseEnvFile } from '../src/env-file.js';
 
 describe('a project’s .env', () => {
   it('takes KEY=VALUE lines, strips surrounding quotes, and skips comments and lines that are not assignments', () => {
@@ -21,5 +24,18 @@ describe('a project’s .env', () => {
       F: '"unclosed # still',
       G: '',
     });
+  });
+
+  it('refuses a .env that is there but cannot be read, naming it, rather than running without its values', () => {
+    const project = mkdtempSync(path.join(os.tmpdir(), 'murmur-env-file-'));
+    try {
+      expect(environmentWithEnvFile(project, { PATH: '/bin' })).toEqual({ PATH: '/bin' });
+      mkdirSync(path.join(project, '.env'));
+      expect(() => environmentWithEnvFile(project, {})).toThrow(
+        expect.objectContaining({ code: 'E-IO-002', message: `cannot read ${path.join(project, '.env')}: EISDIR` }),
+      );
+    } finally {
+      rmSync(project, { recursive: true, force: true });
+    }
   });
 });

@@ -293,10 +293,10 @@ async function runCase(context: CaseContext, caseId: string, task: string, outpu
  * case has run, whatever the cases scored (as upstream): the scores are the result. A case that
  * could not be staged or launched has no score, so a run with any such case exits 1, saying so.
  */
-export async function evalRunCommand(capsule: string | undefined, options: { dataset?: string }, output: Output): Promise<number> {
+export async function evalRunCommand(capsule: string | undefined, options: { dataset?: string; envFile?: boolean }, output: Output): Promise<number> {
   const manifestPath = manifestOf(capsule);
   const projectDir = path.dirname(manifestPath);
-  const env = environmentWithEnvFile(projectDir);
+  const env = environmentWithEnvFile(options.envFile === false ? undefined : projectDir);
   const { manifest } = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env });
   const dataset = await readDataset(options.dataset);
   if (!manifest.artifacts.some((artifact) => artifact.name === 'murmur-hook-eval')) {
