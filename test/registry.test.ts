@@ -60,6 +60,8 @@ describe('roost as a remote registry', () => {
     const again = await runMur(['publish', toolZip, '--registry', roost.url], { env: user('publisher') });
     expect(again.code).toBe(1);
     expect(again.stderr).toContain('error[E-REG-003]');
+    // The registry's files are roost's own: a publisher is not told where roost keeps them.
+    expect(again.stderr).not.toContain(registryPath);
     expect(await listTree(registryPath)).toEqual(stored);
   });
 

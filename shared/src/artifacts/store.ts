@@ -135,7 +135,7 @@ export class ArtifactStore {
       if (pair === undefined) continue;
       const { bytes, recordedSha256, bytesSha256 } = pair;
       if (recordedSha256 === '') {
-        throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar (${candidate.files.sha})`, {
+        throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar in the ${this.scope} store`, {
           path: candidate.files.sha,
           hint: 'republish or reinstall the artifact',
         });
@@ -209,7 +209,7 @@ export class ArtifactStore {
     const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
     const files = this.variantFiles(meta.name, meta.version, platform);
     const conflict = (): MurmurError =>
-      new MurmurError('E-REG-003', `artifact ${meta.name}@${meta.version} already exists in registry (the ${this.scope} store: ${files.zip})`, {
+      new MurmurError('E-REG-003', `artifact ${meta.name}@${meta.version} already exists in registry (the ${this.scope} store)`, {
         path: files.zip,
       });
     const sha256 = sha256Hex(bytes);
