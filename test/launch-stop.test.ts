@@ -1,10 +1,10 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LaunchReply, type MurmurError, type SessionEnded, commands, newSessionId, topics } from '@murmur/shared';
+import { type LaunchReply, type MurmurError, commands, newSessionId } from '@murmur/shared';
 import { requestStaging, uploadProject } from '@murmur/shared/node';
 import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
-import { type InProcessStack, startInProcessStack } from './support/in-process-stack.js';
+import { type InProcessStack, endOf, startInProcessStack } from './support/in-process-stack.js';
 import { eventually } from './support/processes.js';
 
 /**
@@ -32,13 +32,7 @@ describe('a session asked to stop while its launch is still under way', () => {
     const project = await probeProject(path.join(scratch.dir, 'spinning'), 'capabilities:\n  limits:\n    deadline_seconds: 120\n');
     const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
     const sessionId = newSessionId();
-    const ended = new Promise<SessionEnded>((resolve) => {
-      const subscription = bus.subscribe(topics.sessionEnded, (event) => {
-        if (event.session_id !== sessionId) return;
-        subscription.unsubscribe();
-        resolve(event);
-      });
-    });
+    const ended = endOf(bus, sessionId);
     await bus.flush();
     let settledAt = Number.POSITIVE_INFINITY;
     const launching = bus

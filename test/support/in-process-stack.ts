@@ -28,6 +28,17 @@ export function startInProcessStack(scratch: string, options: Pick<ExecutorServi
   };
 }
 
+/** The session's `session.ended`, listened for from now (flush the bus before launching it). */
+export function endOf(bus: Bus, sessionId: string): Promise<SessionEnded> {
+  return new Promise<SessionEnded>((resolve) => {
+    const subscription = bus.subscribe(topics.sessionEnded, (event) => {
+      if (event.session_id !== sessionId) return;
+      subscription.unsubscribe();
+      resolve(event);
+    });
+  });
+}
+
 /**
  * Stages `project`, launches it with `task` and waits for its end; `whileRunning` is called once
  * it has launched.
@@ -41,13 +52,7 @@ export async function launchToEnd(
 ): Promise<{ ended: SessionEnded; sessionId: string; sessionDir: string }> {
   const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
   const sessionId = newSessionId();
-  const ended = new Promise<SessionEnded>((resolve) => {
-    const subscription = bus.subscribe(topics.sessionEnded, (event) => {
-      if (event.session_id !== sessionId) return;
-      subscription.unsubscribe();
-      resolve(event);
-    });
-  });
+  const ended = endOf(bus, sessionId);
   await bus.flush();
   const launched: LaunchReply = await bus.request(
     commands.launch,

@@ -314,6 +314,8 @@ export class Session {
   readonly pulledPins: LockedArtifact[] = [];
   /** The last pull in flight of each name: the one a new pull of that name waits for (`pullForSession`). */
   readonly pullTurns = new Map<string, Promise<void>>();
+  /** While the launch waits for its host to start: ends that wait, refusing the launch with `reason`. */
+  private endHandshake: ((reason: WireError) => void) | undefined;
   /** Whether `session.started` was sent: the heartbeat lists the session from then on (`identity`). */
   private startAnnounced = false;
   private rpcSubscription: Subscription | undefined;
@@ -1086,6 +1088,7 @@ export class Session {
       const started = (): void => {
         clearTimeout(timer);
         child.off('close', onEarlyExit);
+        this.endHandshake = undefined;
         this.processStart = (child.pid ? processStartToken(child.pid) : undefined) ?? '';
         if (sandbox) {
           sandbox.handed_over = true;
@@ -1096,6 +1099,7 @@ export class Session {
       const onEarlyExit = (code: number | null, signal: string | null): void => {
         clearTimeout(timer);
         link.off('startable', started);
+        this.endHandshake = undefined;
         // What the executor ended it for (it broke its channel), or the failure it reported itself
         // (its sandbox's sockets could not be handed over), says more than its exit.
         const reported = this.killedFor ?? this.result?.error;
@@ -1119,6 +1123,17 @@ export class Session {
           return;
         }
         reject(new MurmurError('E-RUN-001', `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${this.hostLogs()}`));
+      };
+      // Stopped or killed before it started: the launch is refused with that reason at once, not
+      // once its sandbox's last process has let go of its pipes (under load that was the whole
+      // 30 s), and its channel is closed, so a host still starting reads the end of it and exits.
+      this.endHandshake = (reason) => {
+        clearTimeout(timer);
+        link.off('startable', started);
+        child.off('close', onEarlyExit);
+        this.endHandshake = undefined;
+        link.close();
+        reject(new MurmurError(isErrorCode(reason.code) ? reason.code : 'E-RUN-001', reason.message, { hint: reason.hint }));
       };
       link.once('startable', started);
       // 'close', not 'exit': by then its stderr is read, and the helper's reason with it.
@@ -1468,6 +1483,7 @@ export class Session {
     }
     if (this.cgroup) this.cgroup.killAll();
     this.child?.kill('SIGKILL');
+    this.endHandshake?.(this.killedFor ?? reason);
   }
 
   /** Asks the host to stop, then kills what is left after a grace period. */
@@ -1481,6 +1497,11 @@ export class Session {
     if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return false;
     const stopped: WireError = { code: 'E-RUN-001', message: `the session was stopped: ${reason}`, hint: STOPPED_HINT };
     this.killedFor ??= stopped;
+    // Its host has not started the session yet: there is nothing to stop gracefully.
+    if (this.endHandshake) {
+      this.kill(stopped);
+      return true;
+    }
     this.tellHost({ type: 'stop', reason });
     this.child.kill('SIGTERM');
     setTimeout(() => this.kill(stopped), 2_000).unref();

@@ -3,6 +3,20 @@ import { silentLog, topics } from '@murmur/shared';
 import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
 import { type Dashboard, startDashboard } from '../src/dashboard/dashboard.js';
 
+/** A dashboard on its own in-process bus for each test, with no token: `use` is given both before each test. */
+function servedForEachTest(use: (served: { bus: Bus; dashboard: Dashboard }) => void): void {
+  let served: { bus: Bus; dashboard: Dashboard } | undefined;
+  beforeEach(() => {
+    const bus = createBus(new InProcessTransport(), silentLog);
+    served = { bus, dashboard: startDashboard({ bus, log: silentLog, env: {}, watcherId: 'watcher-test' }) };
+    use(served);
+  });
+  afterEach(async () => {
+    served?.dashboard.close();
+    await served?.bus.close();
+  });
+}
+
 /**
  * The dashboard's routes in this process, on the in-process bus: what they answer a browser that
  * misbehaves (a page of another site, a tab that stops reading, a planted cookie).
@@ -10,16 +24,7 @@ import { type Dashboard, startDashboard } from '../src/dashboard/dashboard.js';
 describe('the dashboard served on loopback without a token', () => {
   let bus: Bus;
   let dashboard: Dashboard;
-
-  beforeEach(() => {
-    bus = createBus(new InProcessTransport(), silentLog);
-    dashboard = startDashboard({ bus, log: silentLog, env: {}, watcherId: 'watcher-test' });
-  });
-
-  afterEach(async () => {
-    dashboard.close();
-    await bus.close();
-  });
+  servedForEachTest((served) => ({ bus, dashboard } = served));
 
   const get = (path: string, headers: Record<string, string> = {}) => dashboard.http.fetch(new Request(`http://127.0.0.1:7740${path}`, { headers }));
 
@@ -71,16 +76,7 @@ describe('the dashboard served on loopback without a token', () => {
 describe('what the dashboard shows of a session whose end it never heard', () => {
   let bus: Bus;
   let dashboard: Dashboard;
-
-  beforeEach(() => {
-    bus = createBus(new InProcessTransport(), silentLog);
-    dashboard = startDashboard({ bus, log: silentLog, env: {}, watcherId: 'watcher-test' });
-  });
-
-  afterEach(async () => {
-    dashboard.close();
-    await bus.close();
-  });
+  servedForEachTest((served) => ({ bus, dashboard } = served));
 
   const EXECUTOR = 'executor-test';
   const held = (sessionId: string) => ({
