@@ -27,9 +27,11 @@ export function parseEnvFile(text: string): Record<string, string> {
 function envValue(raw: string): string {
   const quote = raw[0];
   if (quote === '"' || quote === "'") {
-    const closing = raw.indexOf(quote, 1);
-    // Quoted, and nothing but a comment after the closing quote: the quoted text.
-    if (closing > 0 && /^\s*(#.*)?$/.test(raw.slice(closing + 1))) return raw.slice(1, closing);
+    // The closing quote is the first with nothing but a comment after it (`"say "hi""` keeps its
+    // inner quotes, `"a" # it's "b"` is `a`); with none, the value is as written, quotes and all.
+    for (let closing = raw.indexOf(quote, 1); closing > 0; closing = raw.indexOf(quote, closing + 1)) {
+      if (/^\s*(#.*)?$/.test(raw.slice(closing + 1))) return raw.slice(1, closing);
+    }
     return raw;
   }
   if (raw.startsWith('#')) return '';

@@ -1,6 +1,6 @@
 import { type Bus, connectBus } from '@murmur/shared/bus';
 import { type Log, MurmurError, commands, silentLog } from '@murmur/shared';
-import { LEFTOVER_AGE_MS, cacheDir, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
+import { LEFTOVER_SWEEP_EVERY_MS, cacheDir, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
 import type { HttpListener } from '@murmur/shared/service';
 
 /**
@@ -71,7 +71,7 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
   ]);
   const stager = startStagerService({ bus, log, env });
   // A run cut short (a second Ctrl-C) can leave a transpile or a fetch half-made: swept once a day.
-  void sweepCacheLeftoversIfDue(cacheDir(env), 24 * LEFTOVER_AGE_MS, log);
+  void sweepCacheLeftoversIfDue(cacheDir(env), 24 * LEFTOVER_SWEEP_EVERY_MS, log);
   const executor = options.executor
     ? startExecutorService({ bus, log, env, ...(options.warmHostBase ? { pool: { base: options.warmHostBase, size: 1, refill: false, deferred: true } } : {}) })
     : undefined;

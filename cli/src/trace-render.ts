@@ -54,19 +54,20 @@ export function sortedJson(value: unknown, budget = Number.POSITIVE_INFINITY): s
     if (length > budget) return;
     if (Array.isArray(item)) {
       write('[');
-      item.forEach((element, index) => {
+      // Each loop stops once the budget is spent: a flat array of millions is not walked to the end.
+      for (let index = 0; index < item.length && length <= budget; index += 1) {
         if (index > 0) write(',');
-        visit(element);
-      });
+        visit(item[index]);
+      }
       write(']');
     } else if (item !== null && typeof item === 'object') {
       write('{');
-      Object.entries(item as Record<string, unknown>)
-        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-        .forEach(([key, element], index) => {
-          write(`${index > 0 ? ',' : ''}${JSON.stringify(key)}:`);
-          visit(element);
-        });
+      const entries = Object.entries(item as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      for (let index = 0; index < entries.length && length <= budget; index += 1) {
+        const [key, element] = entries[index] as [string, unknown];
+        write(`${index > 0 ? ',' : ''}${JSON.stringify(key)}:`);
+        visit(element);
+      }
       write('}');
     } else {
       write(JSON.stringify(item) ?? 'null');

@@ -24,6 +24,8 @@ describe('a project’s .env', () => {
       F: '"unclosed # still',
       G: '',
     });
+    // A quote inside a quoted value is the value's: the closing quote is the last one.
+    expect(parseEnvFile(`A="say "hi""\nB='it's'\nC="x # y" # z\nD="a" # it's "b"\n`)).toEqual({ A: 'say "hi"', B: "it's", C: 'x # y', D: 'a' });
   });
 
   it('refuses a .env that is there but cannot be read, naming it, rather than running without its values', () => {

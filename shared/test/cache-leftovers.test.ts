@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { TRANSPILER_ID, silentLog } from '@murmur/shared';
-import { LEFTOVER_AGE_MS, sweepCacheLeftovers, sweepCacheLeftoversIfDue, temporarySibling } from '@murmur/shared/node';
+import { LEFTOVER_SWEEP_EVERY_MS, sweepCacheLeftovers, sweepCacheLeftoversIfDue, temporarySibling } from '@murmur/shared/node';
 import { tempDir } from '../../test/support/fs.js';
 
 /** A cache as interrupted writes leave it: what each kind of leftover looks like, and real entries beside them. */
@@ -39,14 +39,14 @@ describe('sweeping a cache for what interrupted writes left', () => {
       () => false,
     );
 
-  it('removes temporaries and staging scratch copies not written to for an hour, and nothing else', async () => {
+  it('removes temporaries and staging scratch copies not written to for a day, and nothing else: an hours-old one may be a long staging’s', async () => {
     const bundle = path.join(cache, 'transpiled', TRANSPILER_ID, 'a'.repeat(64));
-    const oldTranspile = await dir(temporarySibling(path.join(cache, 'transpiled', TRANSPILER_ID, 'b'.repeat(64))), hoursAgo(2));
-    const liveTranspile = await dir(temporarySibling(path.join(cache, 'transpiled', TRANSPILER_ID, 'c'.repeat(64))), hoursAgo(0.1));
-    const oldBlob = await file(path.relative(cache, temporarySibling(path.join(cache, 'blobs', 'ab', 'ab'.repeat(32)))), hoursAgo(3));
-    const oldDerived = await file(path.relative(cache, temporarySibling(path.join(bundle, 'component.js.v8cache'))), hoursAgo(3));
-    const oldScratch = await dir(path.join(cache, 'staging', '0123456789abcdef-0123456789ab'), hoursAgo(5));
-    const liveScratch = await dir(path.join(cache, 'staging', 'fedcba9876543210-fedcba987654'), hoursAgo(0.2));
+    const oldTranspile = await dir(temporarySibling(path.join(cache, 'transpiled', TRANSPILER_ID, 'b'.repeat(64))), hoursAgo(26));
+    const liveTranspile = await dir(temporarySibling(path.join(cache, 'transpiled', TRANSPILER_ID, 'c'.repeat(64))), hoursAgo(3));
+    const oldBlob = await file(path.relative(cache, temporarySibling(path.join(cache, 'blobs', 'ab', 'ab'.repeat(32)))), hoursAgo(30));
+    const oldDerived = await file(path.relative(cache, temporarySibling(path.join(bundle, 'component.js.v8cache'))), hoursAgo(30));
+    const oldScratch = await dir(path.join(cache, 'staging', '0123456789abcdef-0123456789ab'), hoursAgo(50));
+    const liveScratch = await dir(path.join(cache, 'staging', 'fedcba9876543210-fedcba987654'), hoursAgo(6));
     // Real entries, however old: a bundle, a blob, an archive index.
     await dir(bundle, hoursAgo(100));
     const blob = await file(path.join('blobs', 'cd', 'cd'.repeat(32)), hoursAgo(100));
@@ -63,22 +63,22 @@ describe('sweeping a cache for what interrupted writes left', () => {
     const link = temporarySibling(path.join(cache, 'transpiled', TRANSPILER_ID, 'd'.repeat(64)));
     await fs.mkdir(path.dirname(link), { recursive: true });
     await fs.symlink(outside, link);
-    await fs.lutimes(link, hoursAgo(2), hoursAgo(2));
+    await fs.lutimes(link, hoursAgo(26), hoursAgo(26));
     expect(await sweepCacheLeftovers(cache)).toEqual([link]);
     expect(await exists(link)).toBe(false);
     expect(await fs.readdir(outside)).toEqual(['component.js']);
   });
 
   it('sweeps only when the last sweep of that cache is older than asked, whichever process made it', async () => {
-    const first = await file(path.relative(cache, temporarySibling(path.join(cache, 'blobs', 'ab', 'ab'.repeat(32)))), hoursAgo(2));
-    await sweepCacheLeftoversIfDue(cache, LEFTOVER_AGE_MS, silentLog);
+    const first = await file(path.relative(cache, temporarySibling(path.join(cache, 'blobs', 'ab', 'ab'.repeat(32)))), hoursAgo(26));
+    await sweepCacheLeftoversIfDue(cache, LEFTOVER_SWEEP_EVERY_MS, silentLog);
     expect(await exists(first)).toBe(false);
-    const second = await file(path.relative(cache, temporarySibling(path.join(cache, 'blobs', 'cd', 'cd'.repeat(32)))), hoursAgo(2));
-    await sweepCacheLeftoversIfDue(cache, LEFTOVER_AGE_MS, silentLog);
+    const second = await file(path.relative(cache, temporarySibling(path.join(cache, 'blobs', 'cd', 'cd'.repeat(32)))), hoursAgo(26));
+    await sweepCacheLeftoversIfDue(cache, LEFTOVER_SWEEP_EVERY_MS, silentLog);
     expect(await exists(second)).toBe(true);
     // Due again once its marker is older than the interval.
     await fs.utimes(path.join(cache, '.leftovers-swept'), hoursAgo(2), hoursAgo(2));
-    await sweepCacheLeftoversIfDue(cache, LEFTOVER_AGE_MS, silentLog);
+    await sweepCacheLeftoversIfDue(cache, LEFTOVER_SWEEP_EVERY_MS, silentLog);
     expect(await exists(second)).toBe(false);
   });
 });

@@ -429,7 +429,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     );
     if ('error' in sent) return context.json(rpcError(call.id, sent.error));
     let task = sent.task;
-    if (!hasSettled(task.state) && Date.now() < deadline) {
+    if (!hasSettled(task.state) && Date.now() < deadline && !context.req.raw.signal.aborted) {
       // Watched before asking again, so that a settling between the host's answer and now is not missed.
       const watch = await link.watch();
       // A client that goes away stops the wait: its watch is let go now, not at the wait's end
@@ -439,8 +439,8 @@ export function startDoorService(options: DoorOptions): DoorService {
       gone.addEventListener('abort', leave, { once: true });
       try {
         const current = (): Promise<ReturnType<typeof taskOf>> => link.call({ method: 'get', task_id: task.id, ...history }).then(taskOf);
-        const now = await current();
-        if ('task' in now) task = now.task;
+        const now = gone.aborted ? undefined : await current();
+        if (now && 'task' in now) task = now.task;
         if (!hasSettled(task.state) && !gone.aborted) {
           for (;;) {
             const next = await watch.next(Math.max(1, deadline - Date.now()));

@@ -16,7 +16,7 @@ import {
 } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
-import { BlobCache, LEFTOVER_AGE_MS, cacheDir, murmurHome, processState, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
+import { BlobCache, LEFTOVER_SWEEP_EVERY_MS, cacheDir, murmurHome, processState, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
 import { sweepAbandonedGroups } from './cgroup-sweep.js';
 import { HostPool } from './host-pool.js';
@@ -177,11 +177,11 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   // Before the pool makes its hosts' groups: what is swept is never this executor's.
   if (options.sweepAtStartAndHourly) {
     // And what a crashed executor left in its cache (a bundle fetched but never put in place).
-    void sweepCacheLeftoversIfDue(cache, LEFTOVER_AGE_MS, log);
+    void sweepCacheLeftoversIfDue(cache, LEFTOVER_SWEEP_EVERY_MS, log);
     sweep();
     sweeping = setInterval(() => {
       sweep();
-      void sweepCacheLeftoversIfDue(cache, LEFTOVER_AGE_MS, log);
+      void sweepCacheLeftoversIfDue(cache, LEFTOVER_SWEEP_EVERY_MS, log);
     }, SWEEP_INTERVAL_MS);
     sweeping.unref();
   }

@@ -1675,6 +1675,22 @@ export class Session {
     );
   }
 
+  /**
+   * roost's token, as a bearer, only for the roost this executor was configured with: a launch may
+   * name another roost (`mur run` passes its own `MURMUR_ROOST_URL`), and a token sent wherever a
+   * launcher points would hand it to any bus client with a server of its own.
+   */
+  private roostTokenFor(url: string): Record<string, string> {
+    const token = this.environment.roostToken;
+    const own = this.environment.roostUrl;
+    if (token === undefined || own === undefined) return {};
+    try {
+      return new URL(url).origin === new URL(own).origin ? { authorization: `Bearer ${token}` } : {};
+    } catch {
+      return {};
+    }
+  }
+
   private get roostUrl(): string | undefined {
     return this.request.roost?.url ?? this.environment.roostUrl;
   }
@@ -1747,7 +1763,7 @@ export class Session {
         // Under an approval the approval is the credential; without one, roost's token when it has one.
         headers: {
           'content-type': 'application/json',
-          ...(approval ? { [SPAWN_APPROVAL_HEADER]: approval } : this.environment.roostToken ? { authorization: `Bearer ${this.environment.roostToken}` } : {}),
+          ...(approval ? { [SPAWN_APPROVAL_HEADER]: approval } : this.roostTokenFor(roostUrl)),
         },
         body: JSON.stringify({
           session_id: this.id,

@@ -216,7 +216,11 @@ describe('a transpile is bounded', () => {
     const stager = stagerWithin(400);
     try {
       const [slowCall, quickCall] = await Promise.all([directory(), directory(quickDir)]);
-      const [refused, staged] = await Promise.allSettled([stager.stage(slowCall), stager.stage(quickCall)]);
+      // The quick one asks only once the slow one is transpiling: it waits behind it in the queue.
+      let slowStarted = false;
+      const slowStaging = stager.stage({ ...slowCall, onProgress: (event) => (slowStarted ||= event.phase === 'transpile') });
+      await vi.waitFor(() => expect(slowStarted).toBe(true), { timeout: 10_000 });
+      const [refused, staged] = await Promise.allSettled([slowStaging, stager.stage(quickCall)]);
       expect(refused.status).toBe('rejected');
       const error = (refused as PromiseRejectedResult).reason as MurmurError;
       expect(error.code).toBe('E-STG-001');

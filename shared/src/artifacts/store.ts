@@ -294,6 +294,14 @@ export class ArtifactStore {
     const files = this.variantFiles(meta.name, meta.version, platform);
     const targets = [files.zip, files.sha, this.metaFile(meta.name, meta.version)];
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
+    // In the version's publish turn: a publish meanwhile would take the zip this install has
+    // renamed in, before its digest, for what a dead publish left (`publishVariant`).
+    return withLockfileTurn(path.join(path.dirname(files.zip), '.publish'), () => this.installVariant(bytes, meta, actual, files, targets), {
+      what: `${meta.name}@${meta.version} in the ${this.scope} store`,
+    });
+  }
+
+  private async installVariant(bytes: Uint8Array, meta: ArtifactMeta, actual: string, files: VariantFiles, targets: string[]): Promise<{ zipPath: string }> {
     const staged = await stageFiles([
       [files.zip, bytes],
       [files.sha, actual],

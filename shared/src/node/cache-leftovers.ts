@@ -11,9 +11,10 @@ import { writeFileAtomic } from './atomic.js';
  * keeps them for good.
  *
  * Judged by age, not by the pid in the name: a cache may be shared by processes in other PID
- * namespaces (containers on one volume), where a pid says nothing, and a live writer's temporary
- * is written to as it grows. An hour without a write is far past any transpile (its deadline is
- * two minutes) or fetch in progress.
+ * namespaces (containers on one volume), where a pid says nothing. A directory's time changes only
+ * when its own entries do, so a staging's scratch copy or a prepared transpile waiting for its
+ * commit looks as old as the staging: a day without a write is past any staging (a stager works
+ * one transpile at a time, two minutes each at most), where an hour is not past a long queue.
  */
 
 const TEMPORARY = /^\..+\.\d+\.[0-9a-f]{12}\.tmp(\.bak)?$/;
@@ -21,7 +22,9 @@ const STAGING_DIR = 'staging';
 /** How deep below the cache a temporary can lie (`transpiled/<id>/<key>/<file>`). */
 const DEPTH = 4;
 const MARKER = '.leftovers-swept';
-export const LEFTOVER_AGE_MS = 60 * 60 * 1000;
+export const LEFTOVER_AGE_MS = 24 * 60 * 60 * 1000;
+/** How often the services sweep. */
+export const LEFTOVER_SWEEP_EVERY_MS = 60 * 60 * 1000;
 
 /** Removes every leftover in `cacheDir` not written to for `olderThanMs`; returns their paths. */
 export async function sweepCacheLeftovers(cacheDir: string, olderThanMs = LEFTOVER_AGE_MS, now = Date.now()): Promise<string[]> {
@@ -62,7 +65,8 @@ export async function sweepCacheLeftoversIfDue(cacheDir: string, everyMs: number
       (stat) => stat.mtimeMs,
       () => 0,
     );
-    if (Date.now() - last < everyMs) return;
+    // A minute's slack: a timer set to `everyMs` fires a moment before the marker it wrote is that old.
+    if (Date.now() - last < everyMs - 60_000) return;
     await fs.mkdir(cacheDir, { recursive: true });
     await writeFileAtomic(marker, `${new Date().toISOString()}\n`);
     const removed = await sweepCacheLeftovers(cacheDir);

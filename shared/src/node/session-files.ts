@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { constants as fsConstants, promises as fs } from 'node:fs';
 import { MurmurError } from '../errors.js';
 import { SESSION_LOCATIONS_BUCKET, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
 import { commands } from '../topics.js';
@@ -91,8 +91,12 @@ export async function writeSessionFile(
     }
     await handle.close();
     if (options.exclusive) {
-      // A hard link fails where the name is taken: nothing already there is replaced.
-      await fs.link(temporary, target);
+      // A hard link fails where the name is taken: nothing already there is replaced. Where the
+      // filesystem has no hard links (FAT, some network mounts), an exclusive copy does the same.
+      await fs.link(temporary, target).catch(async (error: NodeJS.ErrnoException) => {
+        if (error.code !== 'EPERM' && error.code !== 'ENOTSUP' && error.code !== 'EOPNOTSUPP') throw error;
+        await fs.copyFile(temporary, target, fsConstants.COPYFILE_EXCL);
+      });
       await fs.rm(temporary, { force: true });
     } else await fs.rename(temporary, target);
     return bytes;
