@@ -313,6 +313,20 @@ describe('mur trace', () => {
       );
     });
 
+    it('does not look for sessions in a .murmur that is a link (its guest may have made it one), only in a .murmur that is a directory', async () => {
+      const elsewhere = path.join(scratch.dir, 'elsewhere');
+      await copySession(path.join(workdir, plainSession), path.join(elsewhere, plainSession));
+      const linked = path.join(scratch.dir, 'linked-workdir');
+      await fs.mkdir(linked);
+      await fs.symlink(elsewhere, path.join(linked, '.murmur'));
+      const shown = await trace(['show', '--workdir', linked], scratch.dir);
+      expect(shown.code).toBe(1);
+      expect(shown.stderr).toContain(`error[E-TRC-002]: no sessions found in workdir at ${linked}`);
+      await fs.rm(path.join(linked, '.murmur'));
+      await copySession(path.join(workdir, plainSession), path.join(linked, '.murmur', plainSession));
+      expect((await trace(['show', '--workdir', linked], scratch.dir)).code).toBe(0);
+    });
+
     it('says so when the workdir holds no sessions, or a report’s workdir does not exist', async () => {
       const empty = path.join(scratch.dir, 'empty');
       await fs.mkdir(empty);

@@ -52,7 +52,13 @@ async function sessionDirsIn(dir: string): Promise<SessionEntry[]> {
 /** The workdir's sessions, oldest first; an id present in both places is the workdir's own. */
 export async function listSessions(workdir: string): Promise<SessionEntry[]> {
   const byId = new Map<string, SessionEntry>();
-  for (const entry of [...(await sessionDirsIn(path.join(workdir, '.murmur'))), ...(await sessionDirsIn(workdir))]) byId.set(entry.id, entry);
+  // `.murmur` lies in the workdir, which a guest writes: one that is a link leads elsewhere, and is not looked in.
+  const records = path.join(workdir, '.murmur');
+  const linked = await fs.lstat(records).then(
+    (stat) => stat.isSymbolicLink(),
+    () => false,
+  );
+  for (const entry of [...(linked ? [] : await sessionDirsIn(records)), ...(await sessionDirsIn(workdir))]) byId.set(entry.id, entry);
   return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 

@@ -108,8 +108,14 @@ export async function readRecordFile(file: string, maxBytes = RECORD_FILE_MAX_BY
     if (stat.size > maxBytes)
       throw new MurmurError('E-IO-003', `refused to read ${file}: it is ${stat.size} bytes, over the ${maxBytes} a record file may be`, { path: file });
     const bytes = Buffer.alloc(stat.size);
-    const { bytesRead } = await handle.read(bytes, 0, stat.size, 0);
-    return bytes.subarray(0, bytesRead).toString('utf8');
+    // Read until the size it had, or its end: a read may return less than asked (a network mount).
+    let filled = 0;
+    while (filled < stat.size) {
+      const { bytesRead } = await handle.read(bytes, filled, stat.size - filled, filled);
+      if (bytesRead === 0) break;
+      filled += bytesRead;
+    }
+    return bytes.subarray(0, filled).toString('utf8');
   } finally {
     await handle.close();
   }
