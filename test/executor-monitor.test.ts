@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type ExecutorHeartbeat, type SessionEnded, silentLog, topics } from '@murmur/shared';
 import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
 import { ExecutorMonitor } from '@murmur/watcher';
+import { heldSession } from './support/heartbeats.js';
 
 /**
  * The watcher's judgement of executors by their heartbeats, on one in-process bus, as `mur run`
@@ -29,15 +30,7 @@ describe("the watcher's judgement of silent executors", () => {
       interval_ms: 100,
       sessions: [],
     };
-    const held = (sessionId: string) => ({
-      session_id: sessionId,
-      capsule_name: 'c',
-      capsule_version: '1.0.0',
-      pid: 1,
-      process_start: '',
-      started_at: new Date().toISOString(),
-    });
-    const send = (): void => bus.publish(topics.executorHeartbeat, { ...beat, sent_at: new Date().toISOString(), sessions: listed.map(held) });
+    const send = (): void => bus.publish(topics.executorHeartbeat, { ...beat, sent_at: new Date().toISOString(), sessions: listed.map(heldSession) });
     send();
     const timer = setInterval(send, 100);
     const beating = { close: () => clearInterval(timer) };

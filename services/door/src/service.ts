@@ -429,12 +429,12 @@ export function startDoorService(options: DoorOptions): DoorService {
     );
     if ('error' in sent) return context.json(rpcError(call.id, sent.error));
     let task = sent.task;
-    if (!hasSettled(task.state) && Date.now() < deadline && !context.req.raw.signal.aborted) {
+    // A client that goes away stops the wait: its watch is let go now, not at the wait's end (up
+    // to MURMUR_DOOR_BLOCKING_WAIT_MS later), and the session is not asked again for it.
+    const gone = context.req.raw.signal;
+    if (!hasSettled(task.state) && Date.now() < deadline && !gone.aborted) {
       // Watched before asking again, so that a settling between the host's answer and now is not missed.
       const watch = await link.watch();
-      // A client that goes away stops the wait: its watch is let go now, not at the wait's end
-      // (up to MURMUR_DOOR_BLOCKING_WAIT_MS later), and the session is not asked again for it.
-      const gone = context.req.raw.signal;
       const leave = (): void => watch.close();
       gone.addEventListener('abort', leave, { once: true });
       try {

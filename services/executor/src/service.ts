@@ -16,7 +16,7 @@ import {
 } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
-import { BlobCache, LEFTOVER_SWEEP_EVERY_MS, cacheDir, murmurHome, processState, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
+import { BlobCache, cacheDir, keepCacheSwept, murmurHome, processState } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
 import { sweepAbandonedGroups } from './cgroup-sweep.js';
 import { HostPool } from './host-pool.js';
@@ -174,16 +174,14 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     }
   };
   let sweeping: NodeJS.Timeout | undefined;
+  let stopSweepingCache = (): void => {};
   // Before the pool makes its hosts' groups: what is swept is never this executor's.
   if (options.sweepAtStartAndHourly) {
-    // And what a crashed executor left in its cache (a bundle fetched but never put in place).
-    void sweepCacheLeftoversIfDue(cache, LEFTOVER_SWEEP_EVERY_MS, log);
     sweep();
-    sweeping = setInterval(() => {
-      sweep();
-      void sweepCacheLeftoversIfDue(cache, LEFTOVER_SWEEP_EVERY_MS, log);
-    }, SWEEP_INTERVAL_MS);
+    sweeping = setInterval(sweep, SWEEP_INTERVAL_MS);
     sweeping.unref();
+    // And what a crashed executor left in its cache (a bundle fetched but never put in place).
+    stopSweepingCache = keepCacheSwept(cache, log);
   }
 
   environment.pool = startPool(environment, options.pool, env, log);
@@ -331,6 +329,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       });
       await Promise.all(ending);
       clearInterval(sweeping);
+      stopSweepingCache();
       sweep();
       // Every session's last spans, sent or given up on (each bounded), before the process may exit.
       await Promise.all([...sessions.values(), ...ended.values()].map((session) => session.telemetryDrained));

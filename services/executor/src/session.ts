@@ -1085,10 +1085,15 @@ export class Session {
       // A sealed host hands its sandbox's sockets over first, and is sent its start only once the
       // channel they came over is closed (`host-link.ts` says why).
       const sandbox = start.sandbox && !start.sandbox.handed_over ? start.sandbox : undefined;
-      const started = (): void => {
+      /** The wait is over, whichever way: nothing else of it may fire. */
+      const settled = (): void => {
         clearTimeout(timer);
+        link.off('startable', started);
         child.off('close', onEarlyExit);
         this.endHandshake = undefined;
+      };
+      const started = (): void => {
+        settled();
         this.processStart = (child.pid ? processStartToken(child.pid) : undefined) ?? '';
         if (sandbox) {
           sandbox.handed_over = true;
@@ -1097,9 +1102,7 @@ export class Session {
         resolve();
       };
       const onEarlyExit = (code: number | null, signal: string | null): void => {
-        clearTimeout(timer);
-        link.off('startable', started);
-        this.endHandshake = undefined;
+        settled();
         // What the executor ended it for (it broke its channel), or the failure it reported itself
         // (its sandbox's sockets could not be handed over), says more than its exit.
         const reported = this.killedFor ?? this.result?.error;
@@ -1128,10 +1131,7 @@ export class Session {
       // once its sandbox's last process has let go of its pipes (under load that was the whole
       // 30 s), and its channel is closed, so a host still starting reads the end of it and exits.
       this.endHandshake = (reason) => {
-        clearTimeout(timer);
-        link.off('startable', started);
-        child.off('close', onEarlyExit);
-        this.endHandshake = undefined;
+        settled();
         link.close();
         reject(new MurmurError(isErrorCode(reason.code) ? reason.code : 'E-RUN-001', reason.message, { hint: reason.hint }));
       };

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { LEFTOVER_SWEEP_EVERY_MS, cacheDir, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
+import { cacheDir, keepCacheSwept } from '@murmur/shared/node';
 import { runServiceProcess } from '@murmur/shared/service';
 import { startStagerService } from './service.js';
 
@@ -8,14 +8,11 @@ await runServiceProcess({
   defaultPort: 7710,
   async start({ bus, log, env, instanceId }) {
     const service = startStagerService({ bus, log, env, instanceId });
-    // What a crashed stager left in the cache (a transpile, a project's scratch copy), hourly.
-    const sweep = (): void => void sweepCacheLeftoversIfDue(cacheDir(env), LEFTOVER_SWEEP_EVERY_MS, log);
-    sweep();
-    const sweeping = setInterval(sweep, LEFTOVER_SWEEP_EVERY_MS);
-    sweeping.unref();
+    // What a crashed stager left in the cache (a transpile, a project's scratch copy).
+    const stopSweeping = keepCacheSwept(cacheDir(env), log);
     return {
       close: () => {
-        clearInterval(sweeping);
+        stopSweeping();
         return service.close();
       },
     };

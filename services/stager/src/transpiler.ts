@@ -36,7 +36,7 @@ export class ComponentCache {
   /** `transpileTimeoutMs`: how long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`). */
   constructor(
     readonly cacheDir: string,
-    readonly transpileTimeoutMs = DEFAULT_TRANSPILE_TIMEOUT_MS,
+    transpileTimeoutMs = DEFAULT_TRANSPILE_TIMEOUT_MS,
   ) {
     this.transpiler = new TranspileQueue(transpileTimeoutMs);
   }
@@ -79,7 +79,8 @@ export class ComponentCache {
       const files: FileSet = [];
       for (const [file, content] of Object.entries(reply.files).sort(([a], [b]) => (a < b ? -1 : 1))) {
         const target = path.join(temporaryDir, file);
-        if (path.dirname(target) !== temporaryDir || file === BUNDLE_RECORD_FILE) throw new Error(`jco produced an unexpected file name '${file}'`);
+        if (path.dirname(target) !== temporaryDir || file === BUNDLE_RECORD_FILE)
+          throw new MurmurError('E-STG-002', `the stager could not transpile the component of ${label}: jco produced an unexpected file name '${file}'`);
         await fs.writeFile(target, content);
         files.push({ path: file, sha256: createHash('sha256').update(content).digest('hex'), size: content.byteLength, executable: false });
       }

@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { silentLog, topics } from '@murmur/shared';
 import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
 import { type Dashboard, startDashboard } from '../src/dashboard/dashboard.js';
+import { heldSession } from '../../../test/support/heartbeats.js';
 
 /** A dashboard on its own in-process bus for each test, with no token: `use` is given both before each test. */
 function servedForEachTest(use: (served: { bus: Bus; dashboard: Dashboard }) => void): void {
@@ -79,18 +80,15 @@ describe('what the dashboard shows of a session whose end it never heard', () =>
   servedForEachTest((served) => ({ bus, dashboard } = served));
 
   const EXECUTOR = 'executor-test';
-  const held = (sessionId: string) => ({
-    session_id: sessionId,
-    capsule_name: 'c',
-    capsule_version: '1.0.0',
-    pid: 1,
-    process_start: '',
-    started_at: new Date().toISOString(),
-  });
   const beat = (...sessionIds: string[]): void =>
-    bus.publish(topics.executorHeartbeat, { executor_id: EXECUTOR, sent_at: new Date().toISOString(), interval_ms: 1_000, sessions: sessionIds.map(held) });
+    bus.publish(topics.executorHeartbeat, {
+      executor_id: EXECUTOR,
+      sent_at: new Date().toISOString(),
+      interval_ms: 1_000,
+      sessions: sessionIds.map(heldSession),
+    });
   const start = (sessionId: string): void =>
-    bus.publish(topics.sessionStarted, { ...held(sessionId), executor_id: EXECUTOR, workdir: '/w', url: null, outlives_launcher: false });
+    bus.publish(topics.sessionStarted, { ...heldSession(sessionId), executor_id: EXECUTOR, workdir: '/w', url: null, outlives_launcher: false });
   const stateOf = async (sessionId: string): Promise<string | undefined> => {
     await bus.flush();
     const response = await dashboard.http.fetch(new Request('http://127.0.0.1:7740/dashboard/api/snapshot'));
@@ -117,7 +115,7 @@ describe('what the dashboard shows of a session whose end it never heard', () =>
     beat(A);
     beat();
     bus.publish(topics.sessionEnded, {
-      ...held(A),
+      ...heldSession(A),
       executor_id: EXECUTOR,
       exit_status: 'ok',
       exit_code: 0,

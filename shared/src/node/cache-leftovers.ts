@@ -55,6 +55,18 @@ export async function sweepCacheLeftovers(cacheDir: string, olderThanMs = LEFTOV
 }
 
 /**
+ * A long-running service's sweeps of its cache: now, and every `LEFTOVER_SWEEP_EVERY_MS` (each
+ * skipped when another process sharing the cache swept it meanwhile). Returns how to stop them.
+ */
+export function keepCacheSwept(cacheDir: string, log: Log): () => void {
+  const sweep = (): void => void sweepCacheLeftoversIfDue(cacheDir, LEFTOVER_SWEEP_EVERY_MS, log);
+  sweep();
+  const timer = setInterval(sweep, LEFTOVER_SWEEP_EVERY_MS);
+  timer.unref();
+  return () => clearInterval(timer);
+}
+
+/**
  * Sweeps `cacheDir` unless it was swept within `everyMs` (a marker file says when: the processes
  * sharing a cache take turns), in the background of whoever calls it; what it removed is logged.
  */
