@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { type ExecutorHeartbeat, type SessionEnded, silentLog, topics } from '@murmur/shared';
 import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
-import { ExecutorMonitor } from '@murmur/watcher';
+import { ExecutorMonitor, LOST_EXECUTORS_REMEMBERED } from '@murmur/watcher';
 import { heldSession } from './support/heartbeats.js';
 
 /**
@@ -74,5 +74,26 @@ describe("the watcher's judgement of silent executors", () => {
     // Long enough after the stall for several judgements, each of which would announce a loss.
     await sleep(LOST_AFTER_MS * 2);
     expect(ended).toEqual([]);
+  });
+
+  it('remembers a bounded number of lost executors, the latest ones, however many come and go', async () => {
+    const bus = createBus(new InProcessTransport(), silentLog);
+    const monitor = new ExecutorMonitor({ bus, log: silentLog, lostAfterMs: LOST_AFTER_MS, watcherId: 'watcher-test' });
+    started.push(monitor);
+    // One heartbeat each, then silence: as many executors as a long-lived stack restarts, and some.
+    const count = LOST_EXECUTORS_REMEMBERED + 50;
+    const idOf = (n: number): string => `executor-${n}`;
+    for (let n = 0; n < count; n++)
+      bus.publish(topics.executorHeartbeat, { executor_id: idOf(n), sent_at: new Date().toISOString(), interval_ms: 100, sessions: [] });
+    const deadline = Date.now() + 5_000;
+    while (!monitor.isLost(idOf(count - 1)) && Date.now() < deadline) await sleep(50);
+    expect(monitor.isLost(idOf(count - 1))).toBe(true);
+    expect(monitor.isLost(idOf(count - LOST_EXECUTORS_REMEMBERED))).toBe(true);
+    expect(monitor.isLost(idOf(count - LOST_EXECUTORS_REMEMBERED - 1))).toBe(false);
+    expect(monitor.isLost(idOf(0))).toBe(false);
+    // One that answers again is no longer lost, and is judged afresh.
+    bus.publish(topics.executorHeartbeat, { executor_id: idOf(count - 1), sent_at: new Date().toISOString(), interval_ms: 100, sessions: [] });
+    await sleep(50);
+    expect(monitor.isLost(idOf(count - 1))).toBe(false);
   });
 });

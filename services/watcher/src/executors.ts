@@ -24,8 +24,15 @@ interface Known {
   intervalMs: number;
   /** The sessions it holds: its last heartbeat's, and those heard to start since. */
   sessions: Map<string, ExecutorHeartbeat['sessions'][number]>;
-  lost: boolean;
 }
+
+/**
+ * How many lost executors are remembered as lost once their sessions are announced: enough that a
+ * `mur ps` soon after a loss reads their sessions as gone without asking them, few enough that a
+ * stack whose executors come and go for months (each restart is a new id) does not grow for ever.
+ * One forgotten is asked like any executor, and its silence reads as unverified, not gone.
+ */
+export const LOST_EXECUTORS_REMEMBERED = 1_000;
 
 export interface ExecutorMonitorOptions {
   bus: Bus;
@@ -37,6 +44,8 @@ export interface ExecutorMonitorOptions {
 
 export class ExecutorMonitor {
   private readonly executors = new Map<string, Known>();
+  /** Executors judged lost, their sessions announced, oldest first (see `LOST_EXECUTORS_REMEMBERED`). */
+  private readonly lost = new Set<string>();
   private readonly subscriptions: Subscription[];
   private readonly timer: NodeJS.Timeout;
   private hearing = true;
@@ -72,13 +81,18 @@ export class ExecutorMonitor {
 
   /** Whether the executor is known to be lost (its sessions then are gone). */
   isLost(executorId: string): boolean {
-    return this.executors.get(executorId)?.lost === true;
+    return this.lost.has(executorId);
   }
 
   private known(executorId: string): Known {
     let known = this.executors.get(executorId);
     if (!known) {
-      known = { lastSeen: performance.now(), intervalMs: 1_000, sessions: new Map(), lost: false };
+      if (this.lost.delete(executorId))
+        this.options.log.warn(
+          { executor_id: executorId },
+          'an executor reported lost is answering again; the sessions announced ended with it are not revived',
+        );
+      known = { lastSeen: performance.now(), intervalMs: 1_000, sessions: new Map() };
       this.executors.set(executorId, known);
     }
     return known;
@@ -86,14 +100,8 @@ export class ExecutorMonitor {
 
   private heard(beat: ExecutorHeartbeat): void {
     const known = this.known(beat.executor_id);
-    if (known.lost)
-      this.options.log.warn(
-        { executor_id: beat.executor_id },
-        'an executor reported lost is answering again; the sessions announced ended with it are not revived',
-      );
     known.lastSeen = performance.now();
     known.intervalMs = beat.interval_ms;
-    known.lost = false;
     // A heartbeat lists every session its executor holds (from the moment it announced the start),
     // and arrives after anything the executor announced before it: a session it no longer lists
     // has ended, whether or not this watcher heard that end (a reconnecting bus drops messages).
@@ -118,9 +126,12 @@ export class ExecutorMonitor {
     if (late > this.options.lostAfterMs / 2)
       this.options.log.warn({ late_ms: Math.round(late) }, 'the watcher was not running for a while; that time is not counted as any executor’s silence');
     if (!this.hearing) return;
-    for (const [executorId, known] of this.executors) {
-      if (known.lost || now - known.lastSeen < this.options.lostAfterMs) continue;
-      known.lost = true;
+    for (const [executorId, known] of [...this.executors]) {
+      if (now - known.lastSeen < this.options.lostAfterMs) continue;
+      // Lost: it leaves the executors judged, and is remembered as lost (a bounded memory).
+      this.executors.delete(executorId);
+      this.lost.add(executorId);
+      if (this.lost.size > LOST_EXECUTORS_REMEMBERED) this.lost.delete(this.lost.values().next().value as string);
       const silentFor = now - known.lastSeen;
       this.options.log.warn({ executor_id: executorId, silent_ms: silentFor, sessions: known.sessions.size }, 'executor lost');
       for (const session of [...known.sessions.values()]) {

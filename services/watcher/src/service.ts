@@ -3,7 +3,7 @@ import { DelegationWatcher } from './delegations.js';
 import { ExecutorMonitor } from './executors.js';
 
 export { DelegationWatcher } from './delegations.js';
-export { ExecutorMonitor } from './executors.js';
+export { ExecutorMonitor, LOST_EXECUTORS_REMEMBERED } from './executors.js';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import { type ProcessState, listRunningRecords, processState, removeRunningRecord, verifyRunningRecord, writeRunningRecord } from '@murmur/shared/node';
 
