@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { Bus } from '@murmur/shared/bus';
-import { type Log, MurmurError } from '@murmur/shared';
+import { type Log, MurmurError, topics } from '@murmur/shared';
 import { ArtifactStore } from '@murmur/shared/artifacts';
 import { MIN_BEARER_TOKEN_LENGTH, globalStoreDir } from '@murmur/shared/node';
 import { Hono } from 'hono';
@@ -101,5 +101,17 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
   http.route('/', registryRoutes({ store, publishToken: token, log: options.log }));
   http.route('/', sessionRoutes({ state, store, spawnAllow, registrationToken: token, now: options.now ?? Date.now, log: options.log }));
   http.notFound((context) => context.json({ error: `roost has no ${context.req.method} ${context.req.path.slice(0, 200)}`, code: 'E-ROOST-002' }, 404));
-  return { http, registryPath, spawnAllow, close: async () => {} };
+  // A session's runtime deregisters it when it ends; one whose executor died cannot, and its record
+  // and credential would stay for ever. Every end the bus carries (the watcher announces those of a
+  // lost executor's sessions) forgets the session here too: a second deregistration is nothing.
+  const ends = options.bus.subscribe(topics.sessionEnded, (ended) => {
+    state
+      .forgetSession(ended.session_id)
+      .then((forgot) => {
+        // Most often the runtime's own deregistration is still on its way: not worth more than a debug line.
+        if (forgot) options.log.debug({ session_id: ended.session_id }, 'an ended session forgotten');
+      })
+      .catch((error: unknown) => options.log.warn({ session_id: ended.session_id, err: error }, 'could not forget an ended session'));
+  });
+  return { http, registryPath, spawnAllow, close: async () => ends.unsubscribe() };
 }

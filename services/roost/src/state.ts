@@ -138,6 +138,14 @@ export class RoostState {
     await kv.delete(credentialKey(record.credential_sha256));
   }
 
+  /** Forgets the session `sessionId` and its credential, if roost knows it; true when it did. */
+  async forgetSession(sessionId: string): Promise<boolean> {
+    const record = await this.session(sessionId);
+    if (!record) return false;
+    await this.deleteSession(record);
+    return true;
+  }
+
   async approval(approval: string): Promise<StoredApproval | undefined> {
     const key = approvalKey(sha256Of(approval));
     const entry = await (await this.kv()).entry(key);

@@ -9,8 +9,10 @@ import {
   SessionStatusSchema,
   SpawnApprovalSchema,
   capabilityPolicy,
+  type SessionEnded,
   newSessionId,
   parseCapsuleManifest,
+  topics,
 } from '@murmur/shared';
 import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
 import { type RoostService, startRoostService } from '../src/service.js';
@@ -25,6 +27,26 @@ import { RecordingLog } from '../../../test/support/recording-log.js';
  */
 
 const MiB = 1024 * 1024;
+
+/** The end the watcher announces for a session lost with its executor. */
+function lostSessionEnd(sessionId: string): SessionEnded {
+  return {
+    session_id: sessionId,
+    capsule_name: 'local/parent',
+    capsule_version: '1.0.0',
+    executor_id: 'executor-gone',
+    pid: 4242,
+    process_start: '1',
+    exit_status: 'failed',
+    exit_code: null,
+    signal: null,
+    error: { code: 'E-EXE-001', message: 'the session was lost with its executor' },
+    duration_ms: 1000,
+    ended_at: new Date().toISOString(),
+    stderr_tail: [],
+    completion_reported: false,
+  };
+}
 
 interface Capabilities {
   network?: string[];
@@ -382,6 +404,21 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     expect((await spawn(parent.credential, 'local/worker')).status).toBe(401);
     expect((await call('DELETE', `/v1/sessions/${parent.sessionId}`, { headers: { [SPAWN_CREDENTIAL_HEADER]: parent.credential } })).status).toBe(404);
     // The other session is untouched.
+    expect((await spawn(other.credential, 'local/worker')).status).toBe(200);
+  });
+
+  it('forgets a session the bus says ended, as its executor would have deregistered it had it lived', async () => {
+    const parent = await registerParent();
+    const other = await registerParent();
+    // The watcher's announcement for a session lost with its executor: nobody deregisters it.
+    bus.publish(topics.sessionEnded, lostSessionEnd(parent.sessionId));
+    const deadline = Date.now() + 5_000;
+    while ((await call('GET', `/status/${parent.sessionId}`)).status !== 404 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect((await call('GET', `/status/${parent.sessionId}`)).status).toBe(404);
+    expect((await spawn(parent.credential, 'local/worker')).status).toBe(401);
+    expect(Object.keys(await stored()).filter((key) => key.includes(parent.sessionId))).toEqual([]);
+    // Another session, and an end roost never knew, are nothing to it.
+    bus.publish(topics.sessionEnded, lostSessionEnd(newSessionId()));
     expect((await spawn(other.credential, 'local/worker')).status).toBe(200);
   });
 
