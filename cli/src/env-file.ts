@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
 
@@ -39,6 +39,15 @@ function envValue(raw: string): string {
   return comment === -1 ? raw : raw.slice(0, comment).trimEnd();
 }
 
+/** What `file` links to, when it is a link. */
+function linkTarget(file: string): string | undefined {
+  try {
+    return readlinkSync(file);
+  } catch {
+    return undefined;
+  }
+}
+
 /** The environment `mur run` works with: its own, plus the project's `.env` beneath it. */
 export function environmentWithEnvFile(projectDir: string | undefined, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const merged: Record<string, string> = {};
@@ -50,12 +59,22 @@ export function environmentWithEnvFile(projectDir: string | undefined, env: Node
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       // No .env: nothing to add. One that is there and cannot be read is said, not passed over:
-      // the capsule would run without the values its author put there.
-      if (code !== 'ENOENT')
-        throw new MurmurError('E-IO-002', `cannot read ${file}: ${code ?? (error as Error).message}`, {
-          path: file,
-          hint: code === 'EISDIR' ? `.env is a directory: move it, or run with --no-env-file` : `check that you may read ${file}, or run with --no-env-file`,
-        });
+      // the capsule would run without the values its author put there. A link to nothing is there.
+      const dangling = code === 'ENOENT' ? linkTarget(file) : undefined;
+      if (code !== 'ENOENT' || dangling !== undefined)
+        throw new MurmurError(
+          'E-IO-002',
+          `cannot read ${file}: ${dangling !== undefined ? `it is a link to ${dangling}, which does not exist` : (code ?? (error as Error).message)}`,
+          {
+            path: file,
+            hint:
+              code === 'EISDIR'
+                ? '.env is a directory: move it, or run with --no-env-file'
+                : dangling !== undefined
+                  ? 'restore what the link names, remove the link, or run with --no-env-file'
+                  : `check that you may read ${file}, or run with --no-env-file`,
+          },
+        );
     }
     if (text !== undefined) Object.assign(merged, parseEnvFile(text));
   }

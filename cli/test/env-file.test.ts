@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -32,6 +32,15 @@ describe('a project’s .env', () => {
     const project = mkdtempSync(path.join(os.tmpdir(), 'murmur-env-file-'));
     try {
       expect(environmentWithEnvFile(project, { PATH: '/bin' })).toEqual({ PATH: '/bin' });
+      // A link to a file that is not there is a .env that is there.
+      symlinkSync('secrets/prod.env', path.join(project, '.env'));
+      expect(() => environmentWithEnvFile(project, {})).toThrow(
+        expect.objectContaining({
+          code: 'E-IO-002',
+          message: `cannot read ${path.join(project, '.env')}: it is a link to secrets/prod.env, which does not exist`,
+        }),
+      );
+      rmSync(path.join(project, '.env'));
       mkdirSync(path.join(project, '.env'));
       expect(() => environmentWithEnvFile(project, {})).toThrow(
         expect.objectContaining({ code: 'E-IO-002', message: `cannot read ${path.join(project, '.env')}: EISDIR` }),
