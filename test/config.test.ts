@@ -165,7 +165,7 @@ describe('mur config', () => {
     expect(await fs.readFile(projectFile, 'utf8')).toBe(aliased);
   });
 
-  it('keeps the mode of the project file it edits, and writes a global file that is a link where the link leads', async () => {
+  it('keeps the mode of the project file it edits, and writes a global file that is a link where the link leads, refusing a link to nothing', async () => {
     const { mur, home, projectFile, globalFile } = await place();
     await fs.mkdir(path.dirname(projectFile), { recursive: true });
     await fs.writeFile(projectFile, 'inference:\n  endpoint: https://user:pw@example.com/v1\n', { mode: 0o600 });
@@ -180,6 +180,12 @@ describe('mur config', () => {
     expect((await mur(['set', '-g', 'inference.model', 'm2'])).code).toBe(0);
     expect((await fs.lstat(globalFile)).isSymbolicLink()).toBe(true);
     expect(await fs.readFile(dotfile, 'utf8')).toContain('model: m2');
+    // A link to nothing (the dotfiles not checked out) is refused, and stays the link it was.
+    await fs.rm(dotfile);
+    const dangling = await mur(['set', '-g', 'inference.model', 'm3']);
+    expect(dangling.code).toBe(1);
+    expect(dangling.stderr).toContain(`error[E-IO-002]: cannot write ${globalFile}: it is a link to ${dotfile}, which does not exist`);
+    expect(await fs.readlink(globalFile)).toBe(dotfile);
   });
 
   it('says what to do with a configuration that is a list, or a directory where its file should be', async () => {
