@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -26,7 +27,7 @@ import { capsuleProject } from './support/artifacts.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { rawZip } from './support/raw-zip.js';
 import { rejectionOf } from './support/refusals.js';
-import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, runMur, spawnMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -285,6 +286,32 @@ describe('the stack with nothing shared but the bus', () => {
       expect(refused.stderr).toContain(`error[${code}]: ${message}`);
       expect(await fs.stat(target).catch(() => undefined)).toBeUndefined();
       expect((await runMur(['files', sessionId, 'out/result.txt'], { env: client })).stdout).toBe('line one\nline two\n');
+    });
+
+    it.each([
+      ['a file', 'out/big/big.bin'],
+      ['a directory', 'out/big'],
+    ])('leaves nothing of %s it was copying out when it is interrupted (Ctrl-C) in the middle', async (what, wanted) => {
+      // Large enough that the copy, a slice at a time over the bus, is still going when it is interrupted.
+      await fs.mkdir(path.join(workdir, 'out', 'big'), { recursive: true });
+      await fs.writeFile(path.join(workdir, 'out', 'big', 'big.bin'), Buffer.alloc(0));
+      await fs.truncate(path.join(workdir, 'out', 'big', 'big.bin'), 512 * 1024 * 1024);
+      const into = path.join(scratch.dir, `interrupted-${what.replace(/\W/g, '-')}`);
+      await fs.mkdir(into);
+      const { child } = spawnMur(['files', sessionId, wanted, '--out', path.join(into, 'copy')], { env: client });
+      const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+      // Interrupted once some of the copy is on disk.
+      await eventually(async () => {
+        const copied = (await listTree(into)).filter((name) => !name.endsWith('/'));
+        const sizes = await Promise.all(copied.map(async (name) => (await fs.stat(path.join(into, name))).size));
+        expect(copied.length > 0 && sizes.some((size) => size > 0 && size < 512 * 1024 * 1024)).toBe(true);
+        return true;
+      }, 30_000);
+      child.kill('SIGINT');
+      const [code, signal] = await exited;
+      expect({ code, signal }).toEqual({ code: null, signal: 'SIGINT' });
+      expect(await fs.readdir(into)).toEqual([]);
+      await fs.rm(path.join(workdir, 'out', 'big'), { recursive: true });
     });
 
     it('refuses an unknown session with E-SES-001, and mur files without a stack with E-BUS-005', async () => {

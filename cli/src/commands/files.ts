@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SessionFilesReply, type SessionLocation } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { askExecutor, locateSession, sessionFileChunks, writeSessionFile } from '@murmur/shared/node';
+import { askExecutor, locateSession, removedIfInterrupted, sessionFileChunks, writeSessionFile } from '@murmur/shared/node';
 import { type Output, formatBytes, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
 
@@ -77,6 +77,8 @@ async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesR
     const staging = await fs.mkdtemp(
       existing ? path.join(target, STAGING_PREFIX) : path.join(path.dirname(target), `.${path.basename(target)}${STAGING_PREFIX}`),
     );
+    // Interrupted (Ctrl-C) in the middle, the staging directory goes with the process.
+    const release = removedIfInterrupted(staging);
     try {
       const copied = await copyTree(bus, location, reply, staging);
       if (existing) await moveInto(staging, target, reply.path);
@@ -88,6 +90,7 @@ async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesR
       return copied;
     } finally {
       await fs.rm(staging, { recursive: true, force: true });
+      release();
     }
   } catch (error) {
     if (error instanceof MurmurError || !(error as NodeJS.ErrnoException).code) throw error;

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { promises as fs, rmSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -8,6 +8,33 @@ import path from 'node:path';
  */
 export function temporarySibling(target: string): string {
   return path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+}
+
+/**
+ * Temporary files (or directories) a long write holds: an interrupt (Ctrl-C, a TERM) while one is
+ * written removes it before the process ends, as a failed write would, rather than leaving a hidden
+ * `.name.pid.tmp` in the user's directory. Listened for only while one is held, so the process otherwise ends on a
+ * signal exactly as it would have.
+ */
+const interruptible = new Set<string>();
+const INTERRUPTS = ['SIGINT', 'SIGTERM'] as const;
+
+function removeOnInterrupt(signal: NodeJS.Signals): void {
+  for (const file of interruptible) rmSync(file, { recursive: true, force: true });
+  interruptible.clear();
+  for (const each of INTERRUPTS) process.off(each, removeOnInterrupt);
+  // With nobody else listening, the signal ends the process as if no one had listened at all.
+  if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+}
+
+/** Removes `file` if the process is interrupted before the returned release is called. */
+export function removedIfInterrupted(file: string): () => void {
+  if (interruptible.size === 0) for (const signal of INTERRUPTS) process.on(signal, removeOnInterrupt);
+  interruptible.add(file);
+  return () => {
+    if (!interruptible.delete(file) || interruptible.size > 0) return;
+    for (const signal of INTERRUPTS) process.off(signal, removeOnInterrupt);
+  };
 }
 
 export interface AtomicWriteOptions {

@@ -3,7 +3,7 @@ import { MurmurError } from '../errors.js';
 import { SESSION_LOCATIONS_BUCKET, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
 import { commands } from '../topics.js';
 import type { Bus } from '../bus/bus.js';
-import { temporarySibling } from './atomic.js';
+import { removedIfInterrupted, temporarySibling } from './atomic.js';
 
 /**
  * A session's workdir, read from wherever it lives: the stack records which executor holds each
@@ -71,8 +71,9 @@ export async function* sessionFileChunks(
 /**
  * A file of the session written to `target` whole or not at all, never held in memory whole (a
  * session may leave gigabytes): its slices go into a new temporary sibling (`wx`: one already there
- * is not written through), renamed over `target` once complete; removed if the read fails. With
- * `exclusive`, a `target` already there is refused rather than replaced. Returns its size.
+ * is not written through), renamed over `target` once complete; removed if the read fails or the
+ * process is interrupted (Ctrl-C) meanwhile. With `exclusive`, a `target` already there is refused
+ * rather than replaced. Returns its size.
  */
 export async function writeSessionFile(
   bus: Bus,
@@ -83,6 +84,7 @@ export async function writeSessionFile(
 ): Promise<number> {
   const temporary = temporarySibling(target);
   const handle = await fs.open(temporary, 'wx');
+  const release = removedIfInterrupted(temporary);
   let bytes = 0;
   try {
     for await (const chunk of sessionFileChunks(bus, holder, relative, options.first ? { first: options.first } : {})) {
@@ -104,5 +106,7 @@ export async function writeSessionFile(
     await handle.close().catch(() => {});
     await fs.rm(temporary, { force: true });
     throw error;
+  } finally {
+    release();
   }
 }
