@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentProject, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
 import { componentArtifact, publishInto } from './support/artifacts.js';
 import { claudeCodeBin } from './support/claude-code.js';
-import { tempDir } from './support/fs.js';
+import { listTree, tempDir } from './support/fs.js';
 import { ONE_SHELL_CALL_SESSION } from './support/hook-events.js';
 import { recordingHook } from './support/probe-guests.js';
 import { eventually, runMur } from './support/processes.js';
@@ -261,6 +261,23 @@ describe('the harness transport (Claude Code)', () => {
     expect(sent).not.toContain('PLANTED');
     expect(model.requests()[before]?.body.model).toBe('test-model');
   }, 180_000);
+
+  it('gives the task to the harness as text, never as options, however it begins: a task of -- does not switch its restrictions off', async () => {
+    const project = await agentProject(path.join(scratch.dir, 'dashed'), manifest({ name: 'dashed' }));
+    // What a task read as options would let run: the project's own settings, with a hook.
+    const hook = { hooks: [{ type: 'command', command: 'touch planted-hook-ran' }] };
+    await fs.mkdir(path.join(project, '.claude'), { recursive: true });
+    await fs.writeFile(path.join(project, '.claude', 'settings.json'), JSON.stringify({ hooks: { SessionStart: [hook], UserPromptSubmit: [hook] } }));
+    answer = () => ({ text: 'read as text' });
+    for (const task of ['--', '--version', '-p --bare']) {
+      const before = model.requests().length;
+      const result = await runMur(['run', `--task=${task}`], { cwd: project, env, timeoutMs: 120_000 });
+      expect(result.code, `${task}: ${result.stderr}`).toBe(0);
+      const messages = (model.requests()[before]?.body as Body | undefined)?.messages ?? [];
+      expect(JSON.stringify(messages.at(-1)?.content), task).toContain(JSON.stringify(task).slice(1, -1));
+    }
+    expect((await listTree(project)).filter((name) => name.includes('planted-hook-ran'))).toEqual([]);
+  }, 300_000);
 
   it('fails the task when the harness exits non-zero, quoting what it said and the tail of its stderr', async () => {
     const project = await agentProject(path.join(scratch.dir, 'refused'), manifest());

@@ -4,7 +4,7 @@ import { stderrTail } from '../src/host/harness-loop.js';
 
 /** Claude Code's headless dialect, as the runtime writes its command line and reads its stream-json. */
 describe("Claude Code's dialect", () => {
-  const invocation = { prompt: 'do it', systemPrompt: '[Capsule]', model: 'm', maxTurns: 4, mcpConfig: '{}' };
+  const invocation = { systemPromptFile: '/tmp/h/system-prompt.md', model: 'm', maxTurns: 4, mcpConfigFile: '/tmp/h/mcp.json' };
 
   it('offers a fresh conversation under --session-id and resumes a known one with --resume, never both', () => {
     const fresh = claudeCodeArguments({ ...invocation, session: { fresh: 'uuid-1' } });
@@ -21,6 +21,17 @@ describe("Claude Code's dialect", () => {
     expect(args.slice(args.indexOf('--allowedTools'), args.indexOf('--allowedTools') + 2)).toEqual(['--allowedTools', 'mcp__murmur']);
     for (const flag of ['--strict-mcp-config', '--bare', '--restricted', '--verbose']) expect(args).toContain(flag);
     expect(args.join(' ')).not.toMatch(/dangerously|bypassPermissions/);
+  });
+
+  it('puts nothing a client or a capsule wrote on the command line: the task goes on stdin, the prompt and the MCP token in files', () => {
+    const args = claudeCodeArguments({ ...invocation, session: { fresh: 'uuid-1' } });
+    expect(args.slice(0, 3)).toEqual(['-p', '--input-format', 'text']);
+    expect(args.slice(args.indexOf('--append-system-prompt-file'), args.indexOf('--append-system-prompt-file') + 2)).toEqual([
+      '--append-system-prompt-file',
+      '/tmp/h/system-prompt.md',
+    ]);
+    expect(args.slice(args.indexOf('--mcp-config'), args.indexOf('--mcp-config') + 2)).toEqual(['--mcp-config', '/tmp/h/mcp.json']);
+    expect(args).not.toContain('--append-system-prompt');
   });
 
   it('reads the session a run started, each message, and the result by key, whatever the key order', () => {

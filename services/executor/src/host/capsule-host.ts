@@ -469,7 +469,7 @@ export class CapsuleHost implements AgentHost {
     binary: string,
     args: string[],
     env: Record<string, string>,
-    run: { deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
+    run: { input: string; deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
   ): Promise<HarnessExit> {
     const context = this.subprocessContext();
     // A shell tool's environment (credentials stripped), under what the caller adds.

@@ -13,15 +13,22 @@ import { TOOL_SERVER_NAME } from './tool-server.js';
  * Nothing a capsule can write steers the harness either: the workdir and the harness's home are
  * writable from inside the sandbox, so `--bare` skips `CLAUDE.md` discovery, settings hooks,
  * plugins and auto-memory, and `--restricted` ignores the user, project and local settings files.
+ *
+ * Nor does the text a run is given: the task (from any A2A client, or a delegating parent's model)
+ * goes on the harness's stdin, never on its command line, where one that begins with `-` was read
+ * as options (`--` alone ended them, and every restriction above with them). The system prompt and
+ * the MCP configuration, which holds the tool server's bearer token, are files only the sandbox's
+ * user may read: on a command line, every local user could read the token in `/proc/<pid>/cmdline`,
+ * and an argument over 128 KiB would not start the harness at all (`E2BIG`).
  */
 
 export interface HarnessInvocation {
-  prompt: string;
-  /** The capsule's `[Capsule]` header and system prompt, added to the harness's own. */
-  systemPrompt: string;
+  /** A file holding the capsule's `[Capsule]` header and system prompt, added to the harness's own. */
+  systemPromptFile: string;
   model: string | undefined;
   maxTurns: number;
-  mcpConfig: string;
+  /** A file holding the `--mcp-config` JSON of the session's tool server. */
+  mcpConfigFile: string;
   /** A session the harness already holds (`--resume`), else the fresh id it is offered (`--session-id`). */
   session: { resume: string } | { fresh: string };
 }
@@ -29,7 +36,8 @@ export interface HarnessInvocation {
 export function claudeCodeArguments(run: HarnessInvocation): string[] {
   return [
     '-p',
-    run.prompt,
+    '--input-format',
+    'text',
     '--output-format',
     'stream-json',
     '--verbose',
@@ -37,10 +45,10 @@ export function claudeCodeArguments(run: HarnessInvocation): string[] {
     ...(run.model ? ['--model', run.model] : []),
     '--max-turns',
     String(run.maxTurns),
-    '--append-system-prompt',
-    run.systemPrompt,
+    '--append-system-prompt-file',
+    run.systemPromptFile,
     '--mcp-config',
-    run.mcpConfig,
+    run.mcpConfigFile,
     '--strict-mcp-config',
     '--tools',
     '',

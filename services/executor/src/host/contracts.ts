@@ -122,7 +122,7 @@ export interface AgentHost {
     binary: string,
     args: string[],
     env: Record<string, string>,
-    run: { deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
+    run: { input: string; deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
   ): Promise<HarnessExit>;
   /** Where the session's guests run (hooks open resident instances here). */
   readonly guests: GuestRunner;

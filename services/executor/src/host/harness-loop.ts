@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { ForgetAsker, WireError } from '@murmur/shared';
 import { writeFileAtomic } from './atomic-file.js';
@@ -192,14 +192,20 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
     },
   });
   let exit: Awaited<ReturnType<typeof host.runHarness>>;
+  let given: string | undefined;
   try {
     if (task) registry.progress(task, known ? `resuming harness session ${known}` : 'starting a harness session');
+    // This run's own files, readable by the sandbox's user alone, gone with the run.
+    given = mkdtempSync(path.join(scratch, 'run-'));
+    const systemPromptFile = path.join(given, 'system-prompt.md');
+    const mcpConfigFile = path.join(given, 'mcp.json');
+    writeFileSync(systemPromptFile, composeSystemPrompt(start, agent.system_prompt), { mode: 0o600, flag: 'wx' });
+    writeFileSync(mcpConfigFile, run.mcpConfig, { mode: 0o600, flag: 'wx' });
     const args = claudeCodeArguments({
-      prompt: readTaskText(start.accessible_workdir),
-      systemPrompt: composeSystemPrompt(start, agent.system_prompt),
+      systemPromptFile,
       model: agent.model === '' ? undefined : agent.model,
       maxTurns: run.maxTurns,
-      mcpConfig: run.mcpConfig,
+      mcpConfigFile,
       session: known ? { resume: known } : { fresh: offered },
     });
     exit = await host.runHarness(
@@ -207,6 +213,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
       args,
       { ...Object.fromEntries(harness.env), ...claudeCodeEnvironment(scratch), HOME: home, USERPROFILE: home },
       {
+        input: readTaskText(start.accessible_workdir),
         deadlineMs: harness.run_cap_ms,
         onLine,
         signal: stopper.signal,
@@ -218,6 +225,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
     clearInterval(watch);
     run.serve(undefined);
     closeMessage();
+    if (given !== undefined) rmSync(given, { recursive: true, force: true });
   }
   await told;
 

@@ -362,15 +362,15 @@ export interface HarnessExit {
 /**
  * A harness CLI (`inference.transport: process`), started like every subprocess of the capsule —
  * through the helper when sealed, in the workdir, with its rlimits and the tools' cgroup — and
- * read line by line as it writes. Its environment is the caller's: the harness needs the grants a
- * shell tool is never given (its model's endpoint and key).
+ * read line by line as it writes, `input` written to its stdin. Its environment is the caller's: the
+ * harness needs the grants a shell tool is never given (its model's endpoint and key).
  */
 export async function runHarness(
   context: SubprocessContext,
   binaryPath: string,
   args: string[],
   env: Record<string, string>,
-  run: { deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
+  run: { input: string; deadlineMs: number; onLine: (line: string) => void; signal: AbortSignal },
 ): Promise<HarnessExit> {
   // A character may straddle two chunks: decode across them.
   const decoder = new StringDecoder('utf8');
@@ -385,7 +385,7 @@ export async function runHarness(
       newline = pending.indexOf('\n');
     }
   };
-  const collected = await startSubprocess(context, binaryPath, args, env, { deadlineMs: run.deadlineMs, onStdout, signal: run.signal });
+  const collected = await startSubprocess(context, binaryPath, args, env, { input: run.input, deadlineMs: run.deadlineMs, onStdout, signal: run.signal });
   if (pending.trim() !== '') run.onLine(pending.trim());
   return {
     exitCode: collected.timedOut ? 124 : collected.code,
