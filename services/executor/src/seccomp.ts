@@ -63,6 +63,11 @@ export const DENIED_SYSCALLS: Readonly<Record<string, SyscallNumbers>> = {
   fsmount: { x64: 432, arm64: 432 },
   fspick: { x64: 433, arm64: 433 },
   mount_setattr: { x64: 442, arm64: 442 },
+  // Newer than some kernels' headers: reading the mount table (statmount, listmount) and the
+  // mount API's open_tree with attributes.
+  statmount: { x64: 457, arm64: 457 },
+  listmount: { x64: 458, arm64: 458 },
+  open_tree_attr: { x64: 467, arm64: 467 },
   unshare: { x64: 272, arm64: 97 },
   setns: { x64: 308, arm64: 268 },
   init_module: { x64: 175, arm64: 105 },

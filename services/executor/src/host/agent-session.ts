@@ -229,7 +229,7 @@ export class AgentSession {
       if (!task) {
         if (queueSleep || this.registry.isClosed) break;
         this.channel.output('stderr', '[capsule-runtime] no A2A message received within timeout; running with empty task\n');
-        last = await this.loop(undefined, this.agent.max_turns, undefined);
+        last = await this.attempt(undefined, this.agent.max_turns, undefined);
         break;
       }
       writeFileSync(this.taskFile, task.text);
@@ -486,7 +486,8 @@ export class AgentSession {
     return outcome;
   }
 
-  private async attempt(task: Task, maxTurns: number, forget: ForgetAsker | undefined): Promise<LoopOutcome> {
+  /** One run of the loop; what escapes it fails the attempt (its session end written), never the host. */
+  private async attempt(task: Task | undefined, maxTurns: number, forget: ForgetAsker | undefined): Promise<LoopOutcome> {
     try {
       return await this.loop(task, maxTurns, forget);
     } catch (error) {

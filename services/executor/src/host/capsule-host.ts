@@ -551,7 +551,13 @@ export class CapsuleHost implements AgentHost {
     let kind: 'tool' | 'skill' = 'tool';
     let shell: ShellRun | undefined;
     if (tool?.kind === 'native' && tool.path) {
-      result = ok(await runNativeTool(this.subprocessContext(), name, tool.path, input));
+      // One that cannot start (gone, a ceiling already crossed, its task canceled) is the tool's
+      // error, which the model reads, as a shell binary's is; never the task's failure.
+      try {
+        result = ok(await runNativeTool(this.subprocessContext(), name, tool.path, input));
+      } catch (error) {
+        result = refused(`native tool '${name}' could not run: ${error instanceof Error ? error.message : String(error)}`);
+      }
     } else if (this.start.policy.shell_allow.includes(name)) {
       const ran = await this.shellTool(name, input);
       result = ran.result;

@@ -1,4 +1,5 @@
 import { type StdioOptions, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { accessSync, constants, mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -21,8 +22,11 @@ import { shellSearchPath } from './shell-path.js';
  * ended says which (`resource_limit`), read from its signal or the cgroup's counters.
  */
 
-/** Each stream beyond this is cut in the result; the whole output is kept in `logs/shell-<ms>.log`. */
+/** Each stream beyond this is cut in the result; the output is kept in `logs/shell-<ms>-<hex>.log` (its first 8 MiB a stream). */
 export const STREAM_LIMIT_BYTES = 16 * 1024;
+
+/** The most a native tool's result (its stdout) may be: more is refused rather than cut, since a cut JSON is not its result. */
+export const NATIVE_RESULT_MAX_BYTES = 16 * 1024 * 1024;
 
 /** Shells whose `command` is a script for `-c`; every other binary gets it split into words. */
 export const INTERPRETERS: ReadonlySet<string> = new Set(['bash', 'sh', 'zsh', 'fish', 'dash', 'ksh']);
@@ -95,10 +99,23 @@ function environmentFor(context: SubprocessContext, overrides: Array<[string, st
 interface Collected {
   code: number;
   signal: NodeJS.Signals | null;
+  /** What was kept of each stream (`RunOptions.keep`), and how many bytes it wrote in all. */
   stdout: Buffer;
   stderr: Buffer;
+  stdoutBytes: number;
+  stderrBytes: number;
   timedOut: boolean;
 }
+
+/** How much of each stream is kept by default: a tool may write gigabytes, and the host's memory is the session's. */
+const KEPT_BYTES = 8 * 1024 * 1024;
+
+/**
+ * How long what a command forked may go on holding its output once the command itself has exited:
+ * then its process group is killed, and a moment later the streams are closed on whatever still
+ * holds them (a process that left the group, `setsid`), so that no call waits on it.
+ */
+const AFTER_EXIT_GRACE_MS = 250;
 
 /** How one subprocess is run beyond its command: its stdin, how long it may take, who reads its stdout as it comes, who may end it. */
 interface RunOptions {
@@ -108,12 +125,57 @@ interface RunOptions {
   signal?: AbortSignal | undefined;
   /** The context's cancellation, which ends the subprocess as `signal` does. */
   canceled?: AbortSignal | undefined;
+  /** How many bytes of each stream are kept, and which: its first (the default) or its last. */
+  keep?: { stdout?: KeptPart; stderr?: KeptPart } | undefined;
+}
+
+interface KeptPart {
+  bytes: number;
+  from: 'start' | 'end';
+}
+
+/** A stream's first or last `bytes` bytes, and how many it wrote in all. */
+class KeptOutput {
+  private chunks: Buffer[] = [];
+  private kept = 0;
+  total = 0;
+
+  constructor(private readonly part: KeptPart) {}
+
+  add(chunk: Buffer): void {
+    this.total += chunk.length;
+    const { bytes, from } = this.part;
+    if (from === 'start') {
+      if (this.kept >= bytes) return;
+      const taken = chunk.length <= bytes - this.kept ? chunk : chunk.subarray(0, bytes - this.kept);
+      this.chunks.push(taken);
+      this.kept += taken.length;
+      return;
+    }
+    this.chunks.push(chunk);
+    this.kept += chunk.length;
+    while (this.kept > bytes && this.chunks.length > 0) {
+      const first = this.chunks[0] as Buffer;
+      const over = this.kept - bytes;
+      if (first.length <= over) {
+        this.chunks.shift();
+        this.kept -= first.length;
+      } else {
+        this.chunks[0] = first.subarray(over);
+        this.kept -= over;
+      }
+    }
+  }
+
+  bytes(): Buffer {
+    return Buffer.concat(this.chunks);
+  }
 }
 
 function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineMs: number): Promise<Collected> {
   return new Promise((resolve, reject) => {
-    const stdout: Buffer[] = [];
-    const stderr: Buffer[] = [];
+    const stdout = new KeptOutput(options.keep?.stdout ?? { bytes: KEPT_BYTES, from: 'start' });
+    const stderr = new KeptOutput(options.keep?.stderr ?? { bytes: KEPT_BYTES, from: 'start' });
     let timedOut = false;
     // The command leads a process group of its own (it was started detached): ending it ends what
     // it forked too, so no grandchild outlives it holding its pipes open.
@@ -128,29 +190,49 @@ function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineM
       timedOut = true;
       kill();
     }, deadlineMs);
+    const afterExit: NodeJS.Timeout[] = [];
     const signals = [options.signal, options.canceled].filter((signal): signal is AbortSignal => signal !== undefined);
     for (const signal of signals) signal.addEventListener('abort', kill, { once: true });
-    const unlisten = (): void => {
+    const settle = (): void => {
+      clearTimeout(timer);
+      for (const pending of afterExit) clearTimeout(pending);
       for (const signal of signals) signal.removeEventListener('abort', kill);
     };
     child.stdout?.on('data', (chunk: Buffer) => {
-      stdout.push(chunk);
+      stdout.add(chunk);
       options.onStdout?.(chunk);
     });
-    child.stderr?.on('data', (chunk: Buffer) => stderr.push(chunk));
+    child.stderr?.on('data', (chunk: Buffer) => stderr.add(chunk));
     child.once('error', (error) => {
-      clearTimeout(timer);
-      unlisten();
+      settle();
       reject(error);
     });
-    child.once('close', (code, signal) => {
+    // The command is done when it exits, not when the last holder of its pipes lets go: a
+    // background job (`sleep 600 &`) would hold the call to its deadline, and one that left the
+    // process group (`setsid`) past it, for as long as it liked.
+    child.once('exit', () => {
       clearTimeout(timer);
-      unlisten();
+      afterExit.push(
+        setTimeout(() => {
+          kill();
+          afterExit.push(
+            setTimeout(() => {
+              child.stdout?.destroy();
+              child.stderr?.destroy();
+            }, AFTER_EXIT_GRACE_MS),
+          );
+        }, AFTER_EXIT_GRACE_MS),
+      );
+    });
+    child.once('close', (code, signal) => {
+      settle();
       resolve({
         code: code ?? (signal ? 128 + (os.constants.signals[signal] ?? 0) : 1),
         signal,
-        stdout: Buffer.concat(stdout),
-        stderr: Buffer.concat(stderr),
+        stdout: stdout.bytes(),
+        stderr: stderr.bytes(),
+        stdoutBytes: stdout.total,
+        stderrBytes: stderr.total,
         timedOut,
       });
     });
@@ -221,15 +303,20 @@ export async function runShell(context: SubprocessContext, binary: string, args:
   const binaryPath = resolveOnPath(binary, shellSearchPath(context.baseEnv.PATH));
   if (!binaryPath) throw new Error(`shell binary '${binary}' is allowlisted but not found on PATH inside the sandbox`);
   const started = performance.now();
-  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, args, env, {});
+  const { code, stdout, stderr, stdoutBytes, stderrBytes, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, args, env, {});
   const durationMs = performance.now() - started;
-  const truncated = stdout.length > STREAM_LIMIT_BYTES || stderr.length > STREAM_LIMIT_BYTES;
+  const truncated = stdoutBytes > STREAM_LIMIT_BYTES || stderrBytes > STREAM_LIMIT_BYTES;
   let fullOutputPath: string | undefined;
   if (truncated) {
     const logs = path.join(context.accessibleWorkdir, 'logs');
     mkdirSync(logs, { recursive: true });
-    fullOutputPath = path.join(logs, `shell-${Date.now()}.log`);
-    writeFileSync(fullOutputPath, `$ ${[binary, ...args].join(' ')}\nExit code: ${code}\nStdout:\n${stdout.toString()}\nStderr:\n${stderr.toString()}\n`);
+    // Two calls may be cut in the same millisecond (a harness runs tools side by side).
+    fullOutputPath = path.join(logs, `shell-${Date.now()}-${randomBytes(3).toString('hex')}.log`);
+    const beyond = (kept: Buffer, total: number): string => (total > kept.length ? `\n[${total - kept.length} more bytes, not kept]` : '');
+    writeFileSync(
+      fullOutputPath,
+      `$ ${[binary, ...args].join(' ')}\nExit code: ${code}\nStdout:\n${stdout.toString()}${beyond(stdout, stdoutBytes)}\nStderr:\n${stderr.toString()}${beyond(stderr, stderrBytes)}\n`,
+    );
   }
   const cut = (bytes: Buffer): string => bytes.subarray(0, STREAM_LIMIT_BYTES).toString('utf8');
   return {
@@ -300,8 +387,9 @@ export async function runNativeTool(
   input: { data?: string | undefined; logPath?: string | undefined },
 ): Promise<ToolResultShape> {
   const env = environmentFor(context, []);
-  const { code, stdout, stderr, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, [], env, {
+  const { code, stdout, stderr, stdoutBytes, timedOut, resourceLimit } = await startSubprocess(context, binaryPath, [], env, {
     input: JSON.stringify({ data: input.data ?? null, log_path: input.logPath ?? null }),
+    keep: { stdout: { bytes: NATIVE_RESULT_MAX_BYTES, from: 'start' }, stderr: { bytes: STREAM_LIMIT_BYTES, from: 'end' } },
   });
   if (resourceLimit) {
     return {
@@ -313,8 +401,18 @@ export async function runNativeTool(
       metadata: [['resource_limit', resourceLimit]],
     };
   }
-  const out = stdout.toString('utf8').trim();
   const errText = stderr.toString('utf8');
+  if (stdoutBytes > stdout.length) {
+    return {
+      status: 'error',
+      summary: `native tool '${name}' wrote ${stdoutBytes} bytes of result, over the ${NATIVE_RESULT_MAX_BYTES} a result may have`,
+      data: errText || undefined,
+      dataPath: undefined,
+      truncated: true,
+      metadata: [],
+    };
+  }
+  const out = stdout.toString('utf8').trim();
   if (timedOut)
     return {
       status: 'error',
@@ -359,6 +457,11 @@ export interface HarnessExit {
   resourceLimit: ResourceLimit | undefined;
 }
 
+/** The longest line of a harness's stream the runtime reads (a message with a large tool result). */
+const HARNESS_LINE_MAX_CHARS = 32 * 1024 * 1024;
+/** What is kept of a harness's stderr: its end, where it says why it stopped. */
+const HARNESS_STDERR_KEPT_BYTES = 1024 * 1024;
+
 /**
  * A harness CLI (`inference.transport: process`), started like every subprocess of the capsule —
  * through the helper when sealed, in the workdir, with its rlimits and the tools' cgroup — and
@@ -375,18 +478,32 @@ export async function runHarness(
   // A character may straddle two chunks: decode across them.
   const decoder = new StringDecoder('utf8');
   let pending = '';
+  // A line longer than any the runtime reads is passed over whole, not held while it grows.
+  let overlong = false;
   const onStdout = (chunk: Buffer): void => {
     pending += decoder.write(chunk);
     let newline = pending.indexOf('\n');
     while (newline >= 0) {
       const line = pending.slice(0, newline).trim();
       pending = pending.slice(newline + 1);
-      if (line !== '') run.onLine(line);
+      if (line !== '' && !overlong) run.onLine(line);
+      overlong = false;
       newline = pending.indexOf('\n');
     }
+    if (pending.length > HARNESS_LINE_MAX_CHARS) {
+      pending = '';
+      overlong = true;
+    }
   };
-  const collected = await startSubprocess(context, binaryPath, args, env, { input: run.input, deadlineMs: run.deadlineMs, onStdout, signal: run.signal });
-  if (pending.trim() !== '') run.onLine(pending.trim());
+  const collected = await startSubprocess(context, binaryPath, args, env, {
+    input: run.input,
+    deadlineMs: run.deadlineMs,
+    onStdout,
+    signal: run.signal,
+    // Its stdout is read line by line as it comes; of its stderr, the end says why it stopped.
+    keep: { stdout: { bytes: 0, from: 'start' }, stderr: { bytes: HARNESS_STDERR_KEPT_BYTES, from: 'end' } },
+  });
+  if (pending.trim() !== '' && !overlong) run.onLine(pending.trim());
   return {
     exitCode: collected.timedOut ? 124 : collected.code,
     stderr: collected.stderr.toString('utf8'),

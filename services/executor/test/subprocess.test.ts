@@ -1,0 +1,83 @@
+import { promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { capabilityPolicy, parseCapsuleManifest } from '@murmur/shared';
+import { STREAM_LIMIT_BYTES, type SubprocessContext, runShell } from '../src/host/subprocess.js';
+
+/**
+ * A shell tool's command as the capsule host runs it (unsealed here: the sealed sandbox's suites
+ * run the same calls through `murmur-confine`): real bash, real processes, the call's own bounds.
+ */
+describe('a shell call', () => {
+  let workdir: string;
+  const leftBehind: number[] = [];
+
+  beforeEach(async () => {
+    workdir = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-subprocess-'));
+  });
+
+  afterEach(async () => {
+    for (const pid of leftBehind.splice(0)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    await fs.rm(workdir, { recursive: true, force: true });
+  });
+
+  function context(deadlineMs: number): SubprocessContext {
+    const manifest = 'name: local/shell\nversion: 0.1.0\ncapabilities:\n  shell:\n    allow: [bash]\n';
+    return {
+      policy: capabilityPolicy(parseCapsuleManifest(manifest).manifest),
+      accessibleWorkdir: workdir,
+      baseEnv: { PATH: '/usr/local/bin:/usr/bin:/bin' },
+      identityEnv: [],
+      deadlineMs,
+    };
+  }
+
+  const alive = (pid: number): boolean => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  it('returns when its command exits, ending a background job that still holds its output', async () => {
+    const result = await runShell(context(30_000), 'bash', ['-c', 'sleep 600 & echo $!'], []);
+    const pid = Number(result.stdout.trim());
+    leftBehind.push(pid);
+    expect(result.exitCode).toBe(0);
+    expect(result.stderr).not.toContain('deadline');
+    // What it forked went with it (it was still in the command's process group).
+    for (let tries = 0; tries < 100 && alive(pid); tries += 1) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(alive(pid)).toBe(false);
+  });
+
+  it('returns at its deadline even when what it forked left its process group holding its output', async () => {
+    // `set -m`: the background job leads a process group of its own, out of reach of the group's kill.
+    const result = await runShell(context(1_000), 'bash', ['-c', 'set -m; sleep 600 & echo $!; sleep 600'], []);
+    leftBehind.push(Number(result.stdout.trim()));
+    expect(result.exitCode).toBe(124);
+    expect(result.stderr).toContain('[killed: the command outlived its 1s deadline]');
+  });
+
+  it('keeps a bounded part of an output of any size: the model gets its start, the log its first 8 MiB a stream', async () => {
+    const result = await runShell(context(60_000), 'bash', ['-c', 'head -c 40000000 /dev/zero | tr "\\0" x; echo done >&2'], []);
+    expect(result.exitCode).toBe(0);
+    expect(result.truncated).toBe(true);
+    expect(result.stdout.length).toBe(STREAM_LIMIT_BYTES);
+    expect(result.stderr).toBe('done\n');
+    const log = result.fullOutputPath as string;
+    expect(path.dirname(log)).toBe(path.join(workdir, 'logs'));
+    const logged = await fs.readFile(log, 'utf8');
+    expect(logged).toContain(`[${40_000_000 - 8 * 1024 * 1024} more bytes, not kept]`);
+    expect(logged.length).toBeLessThan(8 * 1024 * 1024 + 4096);
+    expect(logged.endsWith('Stderr:\ndone\n\n')).toBe(true);
+  });
+});
