@@ -8,7 +8,7 @@ import { ARGUMENT_SYSCALLS, DENIED_SYSCALLS, UNAVAILABLE_SYSCALLS, nativeSeccomp
 import { probeProject, probeResults, type ProbeResult } from './support/capsules.js';
 import { removeCgroup } from './support/cgroups.js';
 import { tempDir } from './support/fs.js';
-import { murBin, runMur } from './support/processes.js';
+import { murBin, repositoryRoot, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer, startCountingTlsServer, startCountingUdp } from './support/servers.js';
 
 /**
@@ -71,6 +71,8 @@ describe('the sealed sandbox, piece by piece', () => {
   const value = (result: ProbeResult | undefined): ShellValue => result?.value as ShellValue;
   const json = (result: ProbeResult | undefined): Record<string, unknown> => JSON.parse(value(result).stdout) as Record<string, unknown>;
   const shellEvents = (trace: Array<Record<string, unknown>>): Array<Record<string, unknown>> => trace.filter((event) => event.event_type === 'shell');
+  /** The helper every subprocess of a sealed host starts through. */
+  const helperPath = path.join(repositoryRoot, 'services', 'executor', 'dist', 'confine', 'murmur-confine');
 
   describe('seccomp', () => {
     const arch = nativeSeccompArch();
@@ -181,6 +183,12 @@ describe('the sealed sandbox, piece by piece', () => {
             '-c',
             "import ctypes, os\nprint(ctypes.CDLL(None).syscall(444, None, 0, 1))\nos.makedirs('from'); os.makedirs('to')\nopen('from/f', 'w').write('first')\ntry:\n  os.rename('from/f', 'to/f')\n  os.link('to/f', 'from/linked')\n  moved = open('from/linked').read()\n  open('to/f', 'w').write('second')\n  rewritten = open('from/linked').read()\n  os.truncate('to/f', 3)\n  print(moved, rewritten, open('to/f').read())\nexcept OSError as e:\n  print(e.strerror)",
           ),
+          // What only the host executes: its own node (on a script the tool wrote, that would be any
+          // program at all) and the helper. Both are in the sandbox, and the host runs them.
+          python(
+            '-c',
+            `import glob, subprocess\nopen('brought.js', 'w').write('console.log("brought JS ran")')\nnodes = glob.glob('${path.join(env.MURMUR_HOME as string, 'cache', 'runtime', 'node-*', 'node')}')\nprint(len(nodes))\nfor target in [nodes[0], '${helperPath}']:\n  try:\n    r = subprocess.run([target, 'brought.js'], capture_output=True, text=True)\n    print(r.returncode, r.stdout.strip() or 'no output')\n  except OSError as e:\n    print(e.strerror)`,
+          ),
         ],
         async (workdir) => {
           copyFileSync(realpathSync('/usr/bin/python3'), path.join(workdir, 'python-copy'));
@@ -225,6 +233,10 @@ describe('the sealed sandbox, piece by piece', () => {
 
     it('cannot make an anonymous memory file to run a program brought as bytes from, past the execute rights and the noexec mounts', () => {
       expect(json(outcome.results[6])).toEqual({ 'proc-path': 'memfd_create:ENOSYS', descriptor: 'memfd_create:ENOSYS' });
+    });
+
+    it('lets no tool run the host’s own node or the helper, which the host runs itself: a tool runs only what it was granted', () => {
+      expect(value(outcome.results[8]).stdout.trim().split('\n')).toEqual(['1', 'Permission denied', 'Permission denied']);
     });
 
     it('lets a file of the workdir move or be linked into another of its directories, and be truncated', () => {

@@ -29,13 +29,15 @@
 //       `readonly`, `unmount`, `done` on the command descriptor), answers `ok` and exits. No
 //       session's code runs before it has gone: the executor sends the host its session after `ok`.
 //
-//   murmur-confine limits [NAME=value]... [join=<fd>]... -- <command> [args...]
+//   murmur-confine limits [NAME=value]... [join=<fd>]... [exec=<path>]... -- <command> [args...]
 //       Joins the cgroup whose `cgroup.procs` each `join` descriptor is open on, closes every
 //       descriptor above 2, sets hard (= soft, or NAME=soft:hard) rlimits, each clamped to the hard
-//       limit already in force, with NPROC=+N meaning N more tasks than this user runs now; then
-//       execve. The capsule
-//       host runs every subprocess through this, so a ceiling binds the tool and not the host, and
-//       a tool inherits nothing but its three standard streams.
+//       limit already in force, with NPROC=+N meaning N more tasks than this user runs now; with
+//       `exec` paths, adds a Landlock layer that lets only those (files, or directories and what is
+//       beneath them) be executed; then execve. The capsule host runs every subprocess through
+//       this, so a ceiling binds the tool and not the host, a tool inherits nothing but its three
+//       standard streams, and a tool cannot run what only the host may (its node, this helper):
+//       layers intersect, so the host's own domain keeps its rights and the tool's is narrower.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -606,6 +608,49 @@ static void join_cgroup(const char *fd_text) {
   close(fd);
 }
 
+/**
+ * The tools' execute layer: a Landlock ruleset handling only execution, granting it on the `exec`
+ * paths. A path that is not there (a runtime directory this host lacks) grants nothing; any other
+ * failure is a failure: a tool never runs without its layer.
+ */
+static void restrict_execution(char **settings) {
+  int granted = 0;
+  for (char **setting = settings; *setting; setting += 1) granted += strncmp(*setting, "exec=", 5) == 0;
+  if (granted == 0) return;
+  // A layer that does not handle REFER (ABI 2) forbids every move or link between directories
+  // (ABI 1's rule): this one handles it and grants it everywhere, so moves stay as the host's
+  // domain judges them, and none gains an execute right this layer does not give.
+  long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  uint64_t refer = abi >= 2 ? LL_REFER : 0;
+  struct landlock_ruleset_attr attributes = {.handled_access_fs = LL_EXECUTE | refer};
+  int layer = (int)syscall(__NR_landlock_create_ruleset, &attributes, sizeof attributes, 0);
+  if (layer < 0) fail("creating the tools' execute layer: %s", strerror(errno));
+  if (refer) {
+    int root = open("/", O_PATH | O_CLOEXEC | O_DIRECTORY);
+    if (root < 0) fail("opening / for the tools' execute layer: %s", strerror(errno));
+    struct landlock_path_beneath_attr everywhere = {.allowed_access = refer, .parent_fd = root};
+    if (syscall(__NR_landlock_add_rule, layer, LANDLOCK_RULE_PATH_BENEATH, &everywhere, 0) < 0)
+      fail("adding moves to the tools' execute layer: %s", strerror(errno));
+    close(root);
+  }
+  for (char **setting = settings; *setting; setting += 1) {
+    if (strncmp(*setting, "exec=", 5) != 0) continue;
+    const char *path = *setting + 5;
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT || errno == ENOTDIR) continue;
+      fail("opening %s for the tools' execute layer: %s", path, strerror(errno));
+    }
+    struct landlock_path_beneath_attr rule = {.allowed_access = LL_EXECUTE, .parent_fd = fd};
+    if (syscall(__NR_landlock_add_rule, layer, LANDLOCK_RULE_PATH_BENEATH, &rule, 0) < 0)
+      fail("adding %s to the tools' execute layer: %s", path, strerror(errno));
+    close(fd);
+  }
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail("no_new_privs: %s", strerror(errno));
+  if (syscall(__NR_landlock_restrict_self, layer, 0) < 0) fail("entering the tools' execute layer: %s", strerror(errno));
+  close(layer);
+}
+
 static int limits(char **settings, char **command) {
   for (char **setting = settings; *setting; setting += 1) {
     if (strncmp(*setting, "join=", 5) == 0) join_cgroup(*setting + 5);
@@ -613,7 +658,7 @@ static int limits(char **settings, char **command) {
   // The NPROC baseline is counted before anything else runs, and nothing of the host's is inherited.
   close_from(3, ~0U);
   for (char **setting = settings; *setting; setting += 1) {
-    if (strncmp(*setting, "join=", 5) == 0) continue;
+    if (strncmp(*setting, "join=", 5) == 0 || strncmp(*setting, "exec=", 5) == 0) continue;
     char *equals = strchr(*setting, '=');
     if (!equals) fail("'%s' is not NAME=value", *setting);
     *equals = '\0';
@@ -637,6 +682,7 @@ static int limits(char **settings, char **command) {
     struct rlimit next = {.rlim_cur = wanted, .rlim_max = wanted_hard};
     if (setrlimit(resource, &next) < 0) fail("setting %s to %llu: %s", *setting, (unsigned long long)wanted, strerror(errno));
   }
+  restrict_execution(settings);
   execvp(command[0], command);
   fail("running %s: %s", command[0], strerror(errno));
   return EXIT_CONFINE;

@@ -37,7 +37,8 @@ import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
  * - execute: the node binary the host runs (and its loader), the helper itself (every subprocess
  *   starts through it, for its rlimits), each `shell.allow` binary with its loader or `#!`
  *   interpreter, each native tool's binary, and the `interpreter_runtime` and `staged_runtime`
- *   trees;
+ *   trees — of which a subprocess may execute all but the host's node and the helper
+ *   (`toolExecuteGrants`);
  * - the workdir and `/tmp` (a directory inside it): everything but execute (unless `workdir_exec`)
  *   and making devices or sockets (sockets only with `unix_sockets`);
  * - devices as upstream: `/dev/null` read-write, `/dev/zero` and `/dev/urandom` read-only,
@@ -60,8 +61,10 @@ export interface ConfinementInput {
   workdirMounts?: string[];
   /** Directories and files the host reads: system directories, `/etc` entries, code, components. */
   readable: string[];
-  /** Files to execute (each with its loader), beyond the shell allowlist: node, the helper, native tools. */
+  /** Files only the host executes (each with its loader): its node, the helper. */
   executables: string[];
+  /** Files the host and its subprocesses execute (each with its loader): native tools, the harness. */
+  toolExecutables?: string[] | undefined;
   /** The shell allowlist, resolved to files on the sandbox's PATH. */
   shellBinaries: string[];
   seccompFd: number;
@@ -97,7 +100,7 @@ export function confinementSpec(input: ConfinementInput): string {
   }
   lines.push('drop', `landlock ${LANDLOCK_ABI}`);
   for (const readable of unique(input.readable)) lines.push(`allow rd ${readable}`);
-  const executables = unique([...input.executables, ...input.shellBinaries].flatMap((file) => executionClosure(file)));
+  const executables = unique([...input.executables, ...(input.toolExecutables ?? []), ...input.shellBinaries].flatMap((file) => executionClosure(file)));
   for (const file of executables) lines.push(`allow rx ${file}`);
   for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) lines.push(`allow ${dir.list_dir ? 'rxd' : 'rx'} ${dir.path}`);
   for (const grant of policy.staged_runtime) lines.push(`allow rxd ${grant.source_path}`);
@@ -108,6 +111,21 @@ export function confinementSpec(input: ConfinementInput): string {
   for (const fd of input.keep) lines.push(`keep ${fd}`);
   lines.push(`seccomp ${input.seccompFd}`);
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * What a subprocess may execute: the spec's execute grants less the host's own (its node and the
+ * helper). `murmur-confine limits` puts these in a Landlock layer of the tool's own, so that a
+ * tool `shell.allow` admits (`find -exec`, `xargs`, a shell) cannot run the host's node on a
+ * script it wrote, which would be any program at all.
+ */
+export function toolExecuteGrants(input: Pick<ConfinementInput, 'policy' | 'toolExecutables' | 'shellBinaries'>): string[] {
+  const { policy } = input;
+  return unique([
+    ...[...(input.toolExecutables ?? []), ...input.shellBinaries].flatMap((file) => executionClosure(file)),
+    ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => dir.path)),
+    ...policy.staged_runtime.map((grant) => grant.source_path),
+  ]);
 }
 
 function unique(values: string[]): string[] {
@@ -128,6 +146,7 @@ function refuseBrokenPaths(input: ConfinementInput): void {
     ...(input.workdirMounts ?? []),
     ...input.readable,
     ...input.executables,
+    ...(input.toolExecutables ?? []),
     ...input.shellBinaries,
     ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => dir.path)),
     ...policy.staged_runtime.map((grant) => grant.source_path),

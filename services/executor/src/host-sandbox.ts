@@ -3,7 +3,7 @@ import { closeSync, constants, existsSync, fstatSync, openSync, readlinkSync, re
 import path from 'node:path';
 import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
-import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries } from './confinement.js';
+import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries, toolExecuteGrants } from './confinement.js';
 import { HOST_CHANNEL_FD } from './host/frame-channel.js';
 import { shellSearchPath } from './host/shell-path.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
@@ -252,12 +252,8 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   const readable = [...systemReadable(), '/etc', '/proc', ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]), input.codeRoot, ...layout.data].filter((dir) =>
     existsSync(dir),
   );
-  const executables = [
-    ...nodeExecutables(confine.node),
-    confine.helper,
-    ...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])),
-    ...(harness ? [harness.binary] : []),
-  ];
+  const executables = [...nodeExecutables(confine.node), confine.helper];
+  const toolExecutables = [...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])), ...(harness ? [harness.binary] : [])];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, shellSearchPath(input.subprocessPath));
   const keep = [HOST_CHANNEL_FD, HANDOVER_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
   const spec = confinementSpec({
@@ -269,6 +265,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     workdirMounts: records.map((record) => record.path),
     readable,
     executables,
+    toolExecutables,
     shellBinaries,
     seccompFd: SECCOMP_FD,
     keep,
@@ -306,6 +303,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     start: {
       helper: confine.helper,
       tool_cgroup_fds: cgroupFds.map((_, index) => FIRST_CGROUP_FD + index),
+      tool_executables: toolExecuteGrants({ policy, toolExecutables, shellBinaries }),
       dns: network.dns,
       listeners: network.listeners.map((listener) => listener.fd),
     },

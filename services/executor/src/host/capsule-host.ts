@@ -120,7 +120,7 @@ export class CapsuleHost implements AgentHost {
       deadlineMs: this.start.policy.limits.deadline_seconds * 1000,
       ...(sandbox
         ? {
-            confine: { helper: sandbox.helper, cgroupFds: sandbox.tool_cgroup_fds },
+            confine: { helper: sandbox.helper, cgroupFds: sandbox.tool_cgroup_fds, executables: sandbox.tool_executables },
             ...(sandbox.tool_cgroup_fds.length > 0
               ? { counters: () => this.channel.request({ op: 'tool-counters' }) as Promise<{ oom_kills: number; pids_refusals: number }> }
               : {}),

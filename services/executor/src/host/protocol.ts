@@ -134,13 +134,16 @@ export type AgentStart = z.infer<typeof AgentStartSchema>;
 
 /**
  * The sealed sandbox, as the host needs to know it: the helper every subprocess starts through
- * (for its rlimits, and to join the tools' cgroup on the descriptors named here), and the
+ * (for its rlimits, to join the tools' cgroup on the descriptors named here, and to be held to
+ * what a tool may execute), and the
  * sockets `murmur-confine` bound in the sandbox's network namespace, which the host hands to the
  * executor when asked (`hand-over`, before `start`; it serves none of them itself).
  */
 export const SandboxStartSchema = z.object({
   helper: z.string(),
   tool_cgroup_fds: z.array(z.number().int()),
+  /** What a subprocess may execute (`murmur-confine limits exec=`): never the host's node or the helper. */
+  tool_executables: z.array(z.string()),
   dns: z.object({ udpFd: z.number().int(), tcpFd: z.number().int() }),
   listeners: z.array(z.number().int()),
   /** Set in `start`: the host handed them over when asked (`hand-over`), and nothing is left to hand. */

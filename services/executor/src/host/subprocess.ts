@@ -47,7 +47,7 @@ export interface SubprocessContext {
   identityEnv: Array<[string, string]>;
   deadlineMs: number;
   /** The sealed sandbox's helper and the descriptors of the tools' cgroup; absent when not sealed. */
-  confine?: { helper: string; cgroupFds: number[] } | undefined;
+  confine?: { helper: string; cgroupFds: number[]; executables: string[] } | undefined;
   /** A ceiling the session already crossed: every spawn is refused with this text. */
   breached?: () => string | undefined;
   /** The tools' cgroup counters, around each subprocess (absent without a cgroup). */
@@ -272,6 +272,8 @@ async function startSubprocess(
       `NPROC=+${resources.max_processes}`,
       'CORE=0',
       ...confine.cgroupFds.map((fd) => `join=${fd}`),
+      // What it may execute (its own layer): never the host's node or the helper.
+      ...confine.executables.map((file) => `exec=${file}`),
       '--',
       binaryPath,
       ...args,
