@@ -200,10 +200,14 @@ export function recordBinds(paths: Pick<SessionPaths, 'accessible' | 'sessionDir
   return [...chosen, { path: childrenDirIn(sessionDir), kind: 'directory', writable: false }, { path: traceFileIn(sessionDir), kind: 'file', writable: false }];
 }
 
-/** Writes an artifact into `tools/<name>/` and describes it to the host; drivers and hooks are not tools. */
+/**
+ * Writes an artifact into `tools/<name>/` and describes it to the host; drivers and hooks are not
+ * tools. Everything that can fail for want of something — a blob the store lacks, a bundle, a
+ * scope outside the workdir — is settled before anything is written, so a pull that fails leaves
+ * no tool directory behind (a `murmur.yaml` naming a tool the session does not have).
+ */
 export async function installArtifact(sessionDir: string, accessible: string, artifact: StagedArtifact, files: ArtifactFiles): Promise<HostTool | undefined> {
   const toolDir = path.join(sessionDir, 'tools', ...artifact.name.split('/'));
-  writeFileBeneath(accessible, path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
   const baseName = artifact.name.split('/').pop() as string;
   const common = {
     name: artifact.name,
@@ -212,19 +216,18 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
     ...(artifact.description !== undefined ? { description: artifact.description } : {}),
   };
   const label = `${artifact.name}@${artifact.version}`;
-  // Copied, never linked: the workdir is the guest's to write, the cache is not. Written beneath
-  // the workdir's root: a pull comes while the guest runs, and it may have put a link in the way.
+  // Copied, never linked: the workdir is the guest's to write, the cache is not.
+  const copies: Array<{ source: string; target: string; mode: number }> = [];
   const copyOut = async (file: SetFile, target: string, mode: number): Promise<void> => {
-    copyFileBeneath(accessible, await files.blobs.fetch(file, `${label}: ${file.path}`), target, mode);
+    copies.push({ source: await files.blobs.fetch(file, `${label}: ${file.path}`), target, mode });
   };
+  let tool: HostTool | undefined;
   if (artifact.role === 'skill') {
     const target = path.join(toolDir, 'skill.md');
     const skill = artifact.files.find((file) => file.path.toLowerCase() === 'skill.md');
     if (skill) await copyOut(skill, target, 0o644);
-    return { ...common, kind: 'skill', path: target, preopen: accessible, runtime: 'wasm' };
-  }
-  if (artifact.role !== 'tool') return undefined;
-  if (artifact.packaging === 'native') {
+    tool = { ...common, kind: 'skill', path: target, preopen: accessible, runtime: 'wasm' };
+  } else if (artifact.role === 'tool' && artifact.packaging === 'native') {
     const target = path.join(toolDir, baseName);
     const binary = artifact.files.find((file) => file.path === `bin/${baseName}`);
     if (!binary) throw new MurmurError('E-ART-003', `${label}: the staged plan names no bin/${baseName} for this native tool`);
@@ -232,17 +235,23 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
     // sandbox lets execute and no guest can rewrite (the workdir never has the execute right).
     await copyOut(binary, target, 0o755);
     const executable = await files.blobs.executable(binary, baseName, `${label}: ${binary.path}`);
-    return { ...common, kind: 'native', path: executable, preopen: accessible, runtime: 'native' };
+    tool = { ...common, kind: 'native', path: executable, preopen: accessible, runtime: 'native' };
+  } else if (artifact.role === 'tool') {
+    const scope = artifact.capabilities?.filesystem?.scope;
+    const preopen = scope === undefined ? accessible : await inside(accessible, scope, `the filesystem scope of '${artifact.name}'`);
+    tool = {
+      ...common,
+      kind: 'wasm',
+      ...(artifact.component ? { component: await files.bundles.local(artifact.component, label) } : {}),
+      preopen,
+      runtime: 'wasm',
+    };
   }
-  const scope = artifact.capabilities?.filesystem?.scope;
-  const preopen = scope === undefined ? accessible : await inside(accessible, scope, `the filesystem scope of '${artifact.name}'`);
-  return {
-    ...common,
-    kind: 'wasm',
-    ...(artifact.component ? { component: await files.bundles.local(artifact.component, label) } : {}),
-    preopen,
-    runtime: 'wasm',
-  };
+  // Written beneath the workdir's root: a pull comes while the guest runs, and it may have put a
+  // link in the way.
+  writeFileBeneath(accessible, path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
+  for (const copy of copies) copyFileBeneath(accessible, copy.source, copy.target, copy.mode);
+  return tool;
 }
 
 /** `manage.describe`'s answer for an artifact, from its own manifest: description, tags, schemas as JSON. */
