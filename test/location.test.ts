@@ -288,6 +288,28 @@ describe('the stack with nothing shared but the bus', () => {
       expect((await runMur(['files', sessionId, 'out/result.txt'], { env: client })).stdout).toBe('line one\nline two\n');
     });
 
+    it('lists and copies a directory whose listing is larger than a bus message, a page at a time', async () => {
+      // 4 000 names of 200 characters: over 1 MiB of listing, which one reply cannot carry.
+      const many = path.join(workdir, 'out', 'many');
+      await fs.mkdir(many);
+      const names = Array.from({ length: 4_000 }, (_, index) => `${String(index).padStart(4, '0')}-${'n'.repeat(195)}`);
+      for (const name of names) await fs.writeFile(path.join(many, name), '');
+      await fs.writeFile(path.join(many, names[0] as string), 'first');
+      try {
+        const listed = await runMur(['files', sessionId, 'out/many', '--json'], { env: client });
+        expect(listed.code, listed.stderr).toBe(0);
+        const entries = (JSON.parse(listed.stdout) as { entries: Array<{ name: string }> }).entries;
+        expect(entries.map((entry) => entry.name)).toEqual(names);
+        const target = path.join(scratch.dir, 'many-copied');
+        const copied = await runMur(['files', sessionId, 'out/many', '--out', target], { env: client, timeoutMs: 120_000 });
+        expect(copied.code, copied.stderr).toBe(0);
+        expect((await fs.readdir(target)).sort()).toEqual(names);
+        expect(await fs.readFile(path.join(target, names[0] as string), 'utf8')).toBe('first');
+      } finally {
+        await fs.rm(many, { recursive: true, force: true });
+      }
+    }, 180_000);
+
     it.each([
       ['a file', 'out/big/big.bin'],
       ['a directory', 'out/big'],

@@ -107,7 +107,7 @@ export const ExplainScopeReplySchema = z.object({
 export const SessionFilesRequestSchema = z.object({
   session_id: SessionIdSchema,
   path: z.string().max(4096).default(''),
-  /** For a file: where the slice starts, and at most how many bytes (the reply must fit in a message). */
+  /** For a file: where the slice starts, and at most how many bytes (the reply must fit in a message); for a directory, the first entry wanted. */
   offset: z.number().int().nonnegative().default(0),
   length: z
     .number()
@@ -133,7 +133,11 @@ export const SessionFileEntrySchema = z.object({
   modified_at: z.string(),
 });
 export const SessionFilesReplySchema = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('directory'), path: z.string(), entries: z.array(SessionFileEntrySchema) }),
+  /**
+   * A directory's entries in name order, a page at a time (a reply must fit in a message): `next`,
+   * when there are more, is the offset to ask for the rest from.
+   */
+  z.object({ type: z.literal('directory'), path: z.string(), entries: z.array(SessionFileEntrySchema), next: z.number().int().positive().optional() }),
   /** `data` is base64; `size` the file's whole size, so a reader knows when it has it all. */
   z.object({ type: z.literal('file'), path: z.string(), size: z.number().int().nonnegative(), offset: z.number().int().nonnegative(), data: z.string() }),
 ]);

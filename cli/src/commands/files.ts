@@ -1,8 +1,8 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { MurmurError, type SessionFilesReply, type SessionLocation } from '@murmur/shared';
+import { MurmurError, type SessionFileEntry, type SessionFilesReply, type SessionLocation } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { askExecutor, locateSession, removedIfInterrupted, sessionFileChunks, writeSessionFile } from '@murmur/shared/node';
+import { askExecutor, directoryEntries, locateSession, removedIfInterrupted, sessionFileChunks, writeSessionFile } from '@murmur/shared/node';
 import { type Output, formatBytes, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
 
@@ -35,11 +35,13 @@ export async function filesCommand(sessionId: string, relative: string | undefin
       return 0;
     }
     if (reply.type === 'directory') {
-      if (options.json) output.out(JSON.stringify(reply));
+      const entries: SessionFileEntry[] = [];
+      for await (const entry of directoryEntries(runtime.bus, location, reply)) entries.push(entry);
+      if (options.json) output.out(JSON.stringify({ type: 'directory', path: reply.path, entries }));
       else
         for (const line of table(
           ['TYPE', 'SIZE', 'MODIFIED', 'NAME'],
-          reply.entries.map((entry) => [
+          entries.map((entry) => [
             entry.type,
             entry.type === 'file' ? String(entry.size) : '-',
             entry.modified_at,
@@ -120,7 +122,7 @@ async function copyTree(
 ): Promise<{ files: number; bytes: number }> {
   let files = 0;
   let bytes = 0;
-  for (const entry of reply.entries) {
+  for await (const entry of directoryEntries(bus, location, reply)) {
     if (entry.type === 'other') continue;
     const child = reply.path === '.' ? entry.name : `${reply.path}/${entry.name}`;
     const childReply = await askExecutor(bus, location, { path: child });

@@ -50,7 +50,7 @@ export async function readSessionFiles(workdir: string, query: FilesQuery): Prom
     const opened = await fs.readlink(`/proc/self/fd/${handle.fd}`);
     if (opened !== root && !opened.startsWith(`${root}${path.sep}`)) refuse(shown, "resolves outside the session's workdir; nothing was read");
     const stat = await handle.stat();
-    if (stat.isDirectory()) return { type: 'directory', path: shown, entries: await listDirectory(`/proc/self/fd/${handle.fd}`) };
+    if (stat.isDirectory()) return { type: 'directory', path: shown, ...(await listDirectory(`/proc/self/fd/${handle.fd}`, query.offset)) };
     if (!stat.isFile()) refuse(shown, 'is not a regular file or a directory');
     const length = Math.max(0, Math.min(query.length, stat.size - query.offset));
     const buffer = Buffer.alloc(length);
@@ -61,19 +61,33 @@ export async function readSessionFiles(workdir: string, query: FilesQuery): Prom
   }
 }
 
-/** The directory that was opened, through its descriptor: not whatever its path names by now. */
-async function listDirectory(opened: string): Promise<SessionFileEntry[]> {
+/**
+ * How much of a directory's listing one reply carries, as JSON: well inside a bus message (1 MiB),
+ * which a guest's directory of many long names outgrew.
+ */
+const DIRECTORY_PAGE_BYTES = 256 * 1024;
+
+/**
+ * The directory that was opened, through its descriptor (not whatever its path names by now), from
+ * its `from`th name in name order, as many entries as a page holds.
+ */
+async function listDirectory(opened: string, from: number): Promise<{ entries: SessionFileEntry[]; next?: number }> {
   const names = (await fs.readdir(opened)).sort();
   const entries: SessionFileEntry[] = [];
-  for (const name of names) {
+  let bytes = 0;
+  for (let index = from; index < names.length; index += 1) {
+    const name = names[index] as string;
     const stat = await fs.lstat(path.join(opened, name)).catch(() => undefined);
     if (!stat) continue;
-    entries.push({
+    const entry: SessionFileEntry = {
       name,
       type: stat.isFile() ? 'file' : stat.isDirectory() ? 'directory' : 'other',
       size: stat.isFile() ? stat.size : 0,
       modified_at: stat.mtime.toISOString(),
-    });
+    };
+    bytes += Buffer.byteLength(JSON.stringify(entry)) + 1;
+    if (bytes > DIRECTORY_PAGE_BYTES && entries.length > 0) return { entries, next: index };
+    entries.push(entry);
   }
-  return entries;
+  return { entries };
 }

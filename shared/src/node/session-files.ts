@@ -1,6 +1,6 @@
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import { MurmurError } from '../errors.js';
-import { SESSION_LOCATIONS_BUCKET, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
+import { SESSION_LOCATIONS_BUCKET, type SessionFileEntry, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
 import { commands } from '../topics.js';
 import type { Bus } from '../bus/bus.js';
 import { removedIfInterrupted, temporarySibling } from './atomic.js';
@@ -38,6 +38,22 @@ export async function askExecutor(bus: Bus, holder: SessionHolder, query: { path
       });
     }
     throw error;
+  }
+}
+
+/**
+ * A directory's entries, page after page: `first` is its first page, as `askExecutor` answered it.
+ * A directory that became something else between pages is refused, as a file that did is.
+ */
+export async function* directoryEntries(bus: Bus, holder: SessionHolder, first: SessionFilesReply & { type: 'directory' }): AsyncIterable<SessionFileEntry> {
+  let page: SessionFilesReply & { type: 'directory' } = first;
+  for (;;) {
+    yield* page.entries;
+    if (page.next === undefined) return;
+    const next: SessionFilesReply = await askExecutor(bus, holder, { path: first.path, offset: page.next });
+    if (next.type !== 'directory')
+      throw new MurmurError('E-IO-003', `'${first.path}' in session ${holder.session_id} changed into a file while it was listed`, { path: first.path });
+    page = next;
   }
 }
 
