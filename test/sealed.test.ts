@@ -189,6 +189,11 @@ describe('the sealed sandbox, piece by piece', () => {
             '-c',
             `import glob, subprocess\nopen('brought.js', 'w').write('console.log("brought JS ran")')\nnodes = glob.glob('${path.join(env.MURMUR_HOME as string, 'cache', 'runtime', 'node-*', 'node')}')\nprint(len(nodes))\nfor target in [nodes[0], '${helperPath}']:\n  try:\n    r = subprocess.run([target, 'brought.js'], capture_output=True, text=True)\n    print(r.returncode, r.stdout.strip() or 'no output')\n  except OSError as e:\n    print(e.strerror)`,
           ),
+          // The runtime's code is read, its hidden entries (a checkout's .env, .npmrc, .git) are not.
+          python(
+            '-c',
+            `for target in ['${path.join(repositoryRoot, 'package.json')}', '${path.join(repositoryRoot, '.gitignore')}', '${path.join(repositoryRoot, '.ci', 'run')}']:\n  try:\n    open(target).read()\n    print('read')\n  except OSError as e:\n    print(e.strerror)`,
+          ),
         ],
         async (workdir) => {
           copyFileSync(realpathSync('/usr/bin/python3'), path.join(workdir, 'python-copy'));
@@ -237,6 +242,10 @@ describe('the sealed sandbox, piece by piece', () => {
 
     it('lets no tool run the host’s own node or the helper, which the host runs itself: a tool runs only what it was granted', () => {
       expect(value(outcome.results[8]).stdout.trim().split('\n')).toEqual(['1', 'Permission denied', 'Permission denied']);
+    });
+
+    it('lets a tool read the runtime’s code but none of its hidden entries: a checkout’s .env or .npmrc stays its own', () => {
+      expect(value(outcome.results[9]).stdout.trim().split('\n')).toEqual(['read', 'Permission denied', 'No such file or directory']);
     });
 
     it('lets a file of the workdir move or be linked into another of its directories, and be truncated', () => {

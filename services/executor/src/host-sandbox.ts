@@ -1,5 +1,5 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
-import { closeSync, constants, existsSync, fstatSync, openSync, readlinkSync, realpathSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
@@ -123,6 +123,33 @@ export function attachCommands(parent: string, accessible: string, records: read
   return [`mkdir ${accessible}`, `bind ${source}\t${accessible}`, ...binds, `readonly ${parent}`, `unmount ${ATTACH_STAGING}`, 'done', ''].join('\n');
 }
 
+/**
+ * What of the runtime's code a sealed sandbox reads: every entry of its root but the hidden ones
+ * (`.git`, `.cache`, a checkout's `.env` or `.npmrc`), which the host never needs and a tool must not
+ * read; they are not bound either when they are directories. Read when a sandbox is made, since
+ * what a checkout holds changes.
+ */
+function codeRootReadable(codeRoot: string): string[] {
+  const dotted = new Set(codeRootDotEntries(codeRoot));
+  return readdirSync(codeRoot)
+    .map((name) => path.join(codeRoot, name))
+    .filter((entry) => !dotted.has(entry));
+}
+
+function codeRootDotEntries(codeRoot: string): string[] {
+  return readdirSync(codeRoot)
+    .filter((name) => name.startsWith('.'))
+    .map((name) => path.join(codeRoot, name));
+}
+
+function isDirectory(entry: string): boolean {
+  try {
+    return lstatSync(entry).isDirectory();
+  } catch {
+    return false;
+  }
+}
+
 export interface HostSandbox {
   argv: string[];
   /** The descriptors from 4 on, in order, as `spawn`'s `stdio` takes them. */
@@ -226,7 +253,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   const layout = {
     workdir: input.workdir,
     code: [input.codeRoot],
-    hidden: input.hidden,
+    hidden: [...new Set([...input.hidden, ...codeRootDotEntries(input.codeRoot).filter(isDirectory)])],
     data: [...data],
     writable,
     tmp,
@@ -249,9 +276,14 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   layout.data.push(nodeDir);
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
   // Node's install root is read where it is not a system directory's, whose readable part is given as such.
-  const readable = [...systemReadable(), '/etc', '/proc', ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]), input.codeRoot, ...layout.data].filter((dir) =>
-    existsSync(dir),
-  );
+  const readable = [
+    ...systemReadable(),
+    '/etc',
+    '/proc',
+    ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]),
+    ...codeRootReadable(input.codeRoot),
+    ...layout.data,
+  ].filter((dir) => existsSync(dir));
   const executables = [...nodeExecutables(confine.node), confine.helper];
   const toolExecutables = [...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])), ...(harness ? [harness.binary] : [])];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, shellSearchPath(input.subprocessPath));
