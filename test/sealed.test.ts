@@ -47,8 +47,9 @@ describe('the sealed sandbox, piece by piece', () => {
     capabilities: string,
     actions: unknown[],
     prepare?: (workdir: string) => Promise<void>,
+    floor = '  containment: sealed\n',
   ): Promise<{ results: ProbeResult[]; code: number | null; stderr: string; stdout: string; trace: Array<Record<string, unknown>>; workdir: string }> {
-    const project = await probeProject(path.join(scratch.dir, name), `capabilities:\n  containment: sealed\n${capabilities}`);
+    const project = await probeProject(path.join(scratch.dir, name), `capabilities:\n${floor}${capabilities}`);
     const workdir = path.join(scratch.dir, `${name}-wd`);
     await fs.mkdir(workdir);
     await prepare?.(workdir);
@@ -254,6 +255,23 @@ describe('the sealed sandbox, piece by piece', () => {
       expect(said).toBe(Number(abi) >= 2 ? 'first second sec' : 'Invalid cross-device link');
     });
   });
+
+  it('runs what a capsule granted workdir_exec builds in its workdir, through the helper as any tool (at advisory)', async () => {
+    const outcome = await run(
+      'workdir-exec-runs',
+      '  filesystem:\n    workdir_exec: true\n  shell:\n    allow: [python3]\n',
+      [python('-c', "import subprocess\nprint(subprocess.run(['./python-copy', '-c', 'print(6 * 7)'], capture_output=True, text=True).stdout.strip())")],
+      async (workdir) => {
+        copyFileSync(realpathSync('/usr/bin/python3'), path.join(workdir, 'python-copy'));
+        await fs.chmod(path.join(workdir, 'python-copy'), 0o755);
+      },
+      '',
+    );
+    expect(outcome.code, outcome.stderr).toBe(0);
+    expect(value(outcome.results[0]).stdout.trim()).toBe('42');
+    // Advisory, as workdir_exec caps it; its tools still start through murmur-confine, in its layer.
+    expect(outcome.trace[0]).toMatchObject({ containment_achieved: 'advisory' });
+  }, 120_000);
 
   describe('the network', () => {
     let listed: CountingServer;

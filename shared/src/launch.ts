@@ -107,8 +107,10 @@ export const ExplainScopeReplySchema = z.object({
 export const SessionFilesRequestSchema = z.object({
   session_id: SessionIdSchema,
   path: z.string().max(4096).default(''),
-  /** For a file: where the slice starts, and at most how many bytes (the reply must fit in a message); for a directory, the first entry wanted. */
+  /** For a file: where the slice starts, and at most how many bytes (the reply must fit in a message). */
   offset: z.number().int().nonnegative().default(0),
+  /** For a directory: the entries after this name (a page's `next`). */
+  after: z.string().min(1).max(255).optional(),
   length: z
     .number()
     .int()
@@ -135,9 +137,10 @@ export const SessionFileEntrySchema = z.object({
 export const SessionFilesReplySchema = z.discriminatedUnion('type', [
   /**
    * A directory's entries in name order, a page at a time (a reply must fit in a message): `next`,
-   * when there are more, is the offset to ask for the rest from.
+   * when there are more, is the last name given, to ask for the rest `after`. A name, not a count:
+   * a guest adding or removing names between pages shifts counts, never the order of names.
    */
-  z.object({ type: z.literal('directory'), path: z.string(), entries: z.array(SessionFileEntrySchema), next: z.number().int().positive().optional() }),
+  z.object({ type: z.literal('directory'), path: z.string(), entries: z.array(SessionFileEntrySchema), next: z.string().min(1).max(255).optional() }),
   /** `data` is base64; `size` the file's whole size, so a reader knows when it has it all. */
   z.object({ type: z.literal('file'), path: z.string(), size: z.number().int().nonnegative(), offset: z.number().int().nonnegative(), data: z.string() }),
 ]);

@@ -119,12 +119,14 @@ export function confinementSpec(input: ConfinementInput): string {
  * tool `shell.allow` admits (`find -exec`, `xargs`, a shell) cannot run the host's node on a
  * script it wrote, which would be any program at all.
  */
-export function toolExecuteGrants(input: Pick<ConfinementInput, 'policy' | 'toolExecutables' | 'shellBinaries'>): string[] {
+export function toolExecuteGrants(input: Pick<ConfinementInput, 'policy' | 'toolExecutables' | 'shellBinaries' | 'workdir' | 'tmp' | 'writable'>): string[] {
   const { policy } = input;
   return unique([
     ...[...(input.toolExecutables ?? []), ...input.shellBinaries].flatMap((file) => executionClosure(file)),
     ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => dir.path)),
     ...policy.staged_runtime.map((grant) => grant.source_path),
+    // `workdir_exec`: what the capsule builds or brings into its workdir runs (`make && ./a.out`).
+    ...(policy.workdir_exec ? [input.workdir, input.tmp, ...(input.writable ?? [])] : []),
   ]);
 }
 

@@ -335,7 +335,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     start: {
       helper: confine.helper,
       tool_cgroup_fds: cgroupFds.map((_, index) => FIRST_CGROUP_FD + index),
-      tool_executables: toolExecuteGrants({ policy, toolExecutables, shellBinaries }),
+      tool_executables: toolExecuteGrants({ policy, toolExecutables, shellBinaries, workdir: input.workdir, tmp, writable }),
       dns: network.dns,
       listeners: network.listeners.map((listener) => listener.fd),
     },

@@ -15,6 +15,7 @@ export interface FilesQuery {
   path: string;
   offset: number;
   length: number;
+  after?: string | undefined;
 }
 
 function refuse(relative: string, reason: string): never {
@@ -50,7 +51,7 @@ export async function readSessionFiles(workdir: string, query: FilesQuery): Prom
     const opened = await fs.readlink(`/proc/self/fd/${handle.fd}`);
     if (opened !== root && !opened.startsWith(`${root}${path.sep}`)) refuse(shown, "resolves outside the session's workdir; nothing was read");
     const stat = await handle.stat();
-    if (stat.isDirectory()) return { type: 'directory', path: shown, ...(await listDirectory(`/proc/self/fd/${handle.fd}`, query.offset)) };
+    if (stat.isDirectory()) return { type: 'directory', path: shown, ...(await listDirectory(`/proc/self/fd/${handle.fd}`, query.after)) };
     if (!stat.isFile()) refuse(shown, 'is not a regular file or a directory');
     const length = Math.max(0, Math.min(query.length, stat.size - query.offset));
     const buffer = Buffer.alloc(length);
@@ -68,14 +69,15 @@ export async function readSessionFiles(workdir: string, query: FilesQuery): Prom
 const DIRECTORY_PAGE_BYTES = 256 * 1024;
 
 /**
- * The directory that was opened, through its descriptor (not whatever its path names by now), from
- * its `from`th name in name order, as many entries as a page holds.
+ * The directory that was opened, through its descriptor (not whatever its path names by now), in
+ * name order from the first name after `after`, as many entries as a page holds.
  */
-async function listDirectory(opened: string, from: number): Promise<{ entries: SessionFileEntry[]; next?: number }> {
+async function listDirectory(opened: string, after: string | undefined): Promise<{ entries: SessionFileEntry[]; next?: string }> {
   const names = (await fs.readdir(opened)).sort();
   const entries: SessionFileEntry[] = [];
   let bytes = 0;
-  for (let index = from; index < names.length; index += 1) {
+  const from = after === undefined ? 0 : names.findIndex((name) => name > after);
+  for (let index = from < 0 ? names.length : from; index < names.length; index += 1) {
     const name = names[index] as string;
     const stat = await fs.lstat(path.join(opened, name)).catch(() => undefined);
     if (!stat) continue;
@@ -86,7 +88,7 @@ async function listDirectory(opened: string, from: number): Promise<{ entries: S
       modified_at: stat.mtime.toISOString(),
     };
     bytes += Buffer.byteLength(JSON.stringify(entry)) + 1;
-    if (bytes > DIRECTORY_PAGE_BYTES && entries.length > 0) return { entries, next: index };
+    if (bytes > DIRECTORY_PAGE_BYTES && entries.length > 0) return { entries, next: (entries.at(-1) as SessionFileEntry).name };
     entries.push(entry);
   }
   return { entries };

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { capabilityPolicy, parseCapsuleManifest } from '@murmur/shared';
-import { STREAM_LIMIT_BYTES, type SubprocessContext, runShell } from '../src/host/subprocess.js';
+import { STREAM_LIMIT_BYTES, type SubprocessContext, runHarness, runShell } from '../src/host/subprocess.js';
 
 /**
  * A shell tool's command as the capsule host runs it (unsealed here: the sealed sandbox's suites
@@ -79,5 +79,23 @@ describe('a shell call', () => {
     expect(logged).toContain(`[${40_000_000 - 8 * 1024 * 1024} more bytes, not kept]`);
     expect(logged.length).toBeLessThan(8 * 1024 * 1024 + 4096);
     expect(logged.endsWith('Stderr:\ndone\n\n')).toBe(true);
+  });
+
+  it('reports a harness that exits without reading a task larger than a pipe as its exit, never as a broken pipe that ends the host', async () => {
+    const lines: string[] = [];
+    const exit = await runHarness(
+      context(30_000),
+      '/bin/sh',
+      ['-c', 'echo refused >&2; exit 3'],
+      { PATH: '/usr/bin:/bin' },
+      {
+        input: 'a task, '.repeat(128 * 1024),
+        deadlineMs: 30_000,
+        onLine: (line) => lines.push(line),
+        signal: new AbortController().signal,
+      },
+    );
+    expect(exit).toMatchObject({ exitCode: 3, stderr: 'refused\n', timedOut: false });
+    expect(lines).toEqual([]);
   });
 });

@@ -127,7 +127,9 @@ export class ExecutorMonitor {
       this.options.log.warn({ late_ms: Math.round(late) }, 'the watcher was not running for a while; that time is not counted as any executor’s silence');
     if (!this.hearing) return;
     for (const [executorId, known] of [...this.executors]) {
-      if (now - known.lastSeen < this.options.lostAfterMs) continue;
+      // A judgement still announcing (a slow key-value store) is overtaken by the next: an executor
+      // one of them declared lost and that has answered since is another entry, not this one.
+      if (this.executors.get(executorId) !== known || now - known.lastSeen < this.options.lostAfterMs) continue;
       // Lost: it leaves the executors judged, and is remembered as lost (a bounded memory).
       this.executors.delete(executorId);
       this.lost.add(executorId);

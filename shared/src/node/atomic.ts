@@ -29,7 +29,8 @@ function removeOnInterrupt(signal: NodeJS.Signals): void {
 
 /** Removes `file` if the process is interrupted before the returned release is called. */
 export function removedIfInterrupted(file: string): () => void {
-  if (interruptible.size === 0) for (const signal of INTERRUPTS) process.on(signal, removeOnInterrupt);
+  // First among the signal's listeners: one that ends the process (`mur run`'s) must not run before it.
+  if (interruptible.size === 0) for (const signal of INTERRUPTS) process.prependListener(signal, removeOnInterrupt);
   interruptible.add(file);
   return () => {
     if (!interruptible.delete(file) || interruptible.size > 0) return;

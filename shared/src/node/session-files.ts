@@ -24,11 +24,11 @@ export async function locateSession(bus: Bus, sessionId: string): Promise<Sessio
 }
 
 /** One request to the executor that holds the session, its silence turned into a refusal that names it. */
-export async function askExecutor(bus: Bus, holder: SessionHolder, query: { path: string; offset?: number }): Promise<SessionFilesReply> {
+export async function askExecutor(bus: Bus, holder: SessionHolder, query: { path: string; offset?: number; after?: string }): Promise<SessionFilesReply> {
   try {
     return await bus.request(
       commands.sessionFiles.at(holder.executor_id),
-      { session_id: holder.session_id, path: query.path, offset: query.offset ?? 0 },
+      { session_id: holder.session_id, path: query.path, offset: query.offset ?? 0, ...(query.after === undefined ? {} : { after: query.after }) },
       { timeoutMs: 15_000 },
     );
   } catch (error) {
@@ -50,7 +50,7 @@ export async function* directoryEntries(bus: Bus, holder: SessionHolder, first: 
   for (;;) {
     yield* page.entries;
     if (page.next === undefined) return;
-    const next: SessionFilesReply = await askExecutor(bus, holder, { path: first.path, offset: page.next });
+    const next: SessionFilesReply = await askExecutor(bus, holder, { path: first.path, after: page.next });
     if (next.type !== 'directory')
       throw new MurmurError('E-IO-003', `'${first.path}' in session ${holder.session_id} changed into a file while it was listed`, { path: first.path });
     page = next;

@@ -236,6 +236,9 @@ function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineM
         timedOut,
       });
     });
+    // A command that exits before it has read its input (a harness refusing at start, one stopped)
+    // breaks the pipe: that is its exit to report, never an error that ends the host.
+    child.stdin?.on('error', () => {});
     if (options.input !== undefined) child.stdin?.end(options.input);
   });
 }
