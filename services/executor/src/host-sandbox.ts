@@ -1,5 +1,5 @@
 import { type ChildProcess, type StdioNull, type StdioPipe, spawn } from 'node:child_process';
-import { closeSync, constants, existsSync, fstatSync, lstatSync, openSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
@@ -126,8 +126,9 @@ export function attachCommands(parent: string, accessible: string, records: read
 /**
  * What of the runtime's code a sealed sandbox reads: every entry of its root but the hidden ones
  * (`.git`, `.cache`, a checkout's `.env` or `.npmrc`), which the host never needs and a tool must not
- * read; they are not bound either when they are directories. Read when a sandbox is made, since
- * what a checkout holds changes.
+ * read. Every sandbox also hides them (`layout.hidden`: an empty directory, an empty file), since a
+ * Landlock grant above the code root (a checkout under `/tmp`) would reach them. Read when a
+ * sandbox is made, since what a checkout holds changes.
  */
 function codeRootReadable(codeRoot: string): string[] {
   const dotted = new Set(codeRootDotEntries(codeRoot));
@@ -140,14 +141,6 @@ function codeRootDotEntries(codeRoot: string): string[] {
   return readdirSync(codeRoot)
     .filter((name) => name.startsWith('.'))
     .map((name) => path.join(codeRoot, name));
-}
-
-function isDirectory(entry: string): boolean {
-  try {
-    return lstatSync(entry).isDirectory();
-  } catch {
-    return false;
-  }
 }
 
 export interface HostSandbox {
@@ -253,7 +246,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   const layout = {
     workdir: input.workdir,
     code: [input.codeRoot],
-    hidden: [...new Set([...input.hidden, ...codeRootDotEntries(input.codeRoot).filter(isDirectory)])],
+    hidden: [...new Set([...input.hidden, ...codeRootDotEntries(input.codeRoot)])],
     data: [...data],
     writable,
     tmp,
