@@ -61,20 +61,16 @@ export function environmentWithEnvFile(projectDir: string | undefined, env: Node
       // No .env: nothing to add. One that is there and cannot be read is said, not passed over:
       // the capsule would run without the values its author put there. A link to nothing is there.
       const dangling = code === 'ENOENT' ? linkTarget(file) : undefined;
-      if (code !== 'ENOENT' || dangling !== undefined)
-        throw new MurmurError(
-          'E-IO-002',
-          `cannot read ${file}: ${dangling !== undefined ? `it is a link to ${dangling}, which does not exist` : (code ?? (error as Error).message)}`,
-          {
-            path: file,
-            hint:
-              code === 'EISDIR'
-                ? '.env is a directory: move it, or run with --no-env-file'
-                : dangling !== undefined
-                  ? 'restore what the link names, remove the link, or run with --no-env-file'
-                  : `check that you may read ${file}, or run with --no-env-file`,
-          },
-        );
+      if (dangling !== undefined)
+        throw new MurmurError('E-IO-002', `cannot read ${file}: it is a link to ${dangling}, which does not exist`, {
+          path: file,
+          hint: 'restore what the link names, remove the link, or run with --no-env-file',
+        });
+      if (code !== 'ENOENT')
+        throw new MurmurError('E-IO-002', `cannot read ${file}: ${code ?? (error as Error).message}`, {
+          path: file,
+          hint: code === 'EISDIR' ? '.env is a directory: move it, or run with --no-env-file' : `check that you may read ${file}, or run with --no-env-file`,
+        });
     }
     if (text !== undefined) Object.assign(merged, parseEnvFile(text));
   }

@@ -123,11 +123,15 @@ export function toolExecuteGrants(input: Pick<ConfinementInput, 'policy' | 'tool
   const { policy } = input;
   return unique([
     ...[...(input.toolExecutables ?? []), ...input.shellBinaries].flatMap((file) => executionClosure(file)),
-    ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => dir.path)),
-    ...policy.staged_runtime.map((grant) => grant.source_path),
+    ...runtimeTrees(policy),
     // `workdir_exec`: what the capsule builds or brings into its workdir runs (`make && ./a.out`).
     ...(policy.workdir_exec ? [input.workdir, input.tmp, ...(input.writable ?? [])] : []),
   ]);
+}
+
+/** The trees a capsule's runtime grants name (`interpreter_runtime`, `staged_runtime`), executable beneath. */
+function runtimeTrees(policy: ConfinementInput['policy']): string[] {
+  return [...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => dir.path)), ...policy.staged_runtime.map((grant) => grant.source_path)];
 }
 
 function unique(values: string[]): string[] {
@@ -150,8 +154,7 @@ function refuseBrokenPaths(input: ConfinementInput): void {
     ...input.executables,
     ...(input.toolExecutables ?? []),
     ...input.shellBinaries,
-    ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => dir.path)),
-    ...policy.staged_runtime.map((grant) => grant.source_path),
+    ...runtimeTrees(policy),
   ];
   const broken = paths.find(hasControlCharacter);
   if (broken !== undefined)

@@ -124,23 +124,18 @@ export function attachCommands(parent: string, accessible: string, records: read
 }
 
 /**
- * What of the runtime's code a sealed sandbox reads: every entry of its root but the hidden ones
- * (`.git`, `.cache`, a checkout's `.env` or `.npmrc`), which the host never needs and a tool must not
- * read. Every sandbox also hides them (`layout.hidden`: an empty directory, an empty file), since a
- * Landlock grant above the code root (a checkout under `/tmp`) would reach them. Read when a
- * sandbox is made, since what a checkout holds changes.
+ * The runtime's code root, listed once for each sandbox (what a checkout holds changes): a sealed
+ * sandbox reads every entry but the hidden ones (`.git`, `.cache`, a checkout's `.env` or
+ * `.npmrc`), which the host never needs and a tool must not read. Every sandbox also covers them
+ * (`layout.hidden`: an empty directory, an empty file), since a Landlock grant above the code root
+ * (a checkout under `/tmp`) would reach them.
  */
-function codeRootReadable(codeRoot: string): string[] {
-  const dotted = new Set(codeRootDotEntries(codeRoot));
-  return readdirSync(codeRoot)
-    .map((name) => path.join(codeRoot, name))
-    .filter((entry) => !dotted.has(entry));
-}
-
-function codeRootDotEntries(codeRoot: string): string[] {
-  return readdirSync(codeRoot)
-    .filter((name) => name.startsWith('.'))
-    .map((name) => path.join(codeRoot, name));
+function codeRootEntries(codeRoot: string): { readable: string[]; hidden: string[] } {
+  const entries = readdirSync(codeRoot);
+  return {
+    readable: entries.filter((name) => !name.startsWith('.')).map((name) => path.join(codeRoot, name)),
+    hidden: entries.filter((name) => name.startsWith('.')).map((name) => path.join(codeRoot, name)),
+  };
 }
 
 export interface HostSandbox {
@@ -243,10 +238,11 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     tmpFd: at + 1,
     records: records.map((record, index) => ({ fd: at + 2 + index, path: record.path, writable: record.writable })),
   });
+  const code = codeRootEntries(input.codeRoot);
   const layout = {
     workdir: input.workdir,
     code: [input.codeRoot],
-    hidden: [...new Set([...input.hidden, ...codeRootDotEntries(input.codeRoot)])],
+    hidden: [...new Set([...input.hidden, ...code.hidden])],
     data: [...data],
     writable,
     tmp,
@@ -269,14 +265,9 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   layout.data.push(nodeDir);
   const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
   // Node's install root is read where it is not a system directory's, whose readable part is given as such.
-  const readable = [
-    ...systemReadable(),
-    '/etc',
-    '/proc',
-    ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]),
-    ...codeRootReadable(input.codeRoot),
-    ...layout.data,
-  ].filter((dir) => existsSync(dir));
+  const readable = [...systemReadable(), '/etc', '/proc', ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]), ...code.readable, ...layout.data].filter((dir) =>
+    existsSync(dir),
+  );
   const executables = [...nodeExecutables(confine.node), confine.helper];
   const toolExecutables = [...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])), ...(harness ? [harness.binary] : [])];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, shellSearchPath(input.subprocessPath));

@@ -280,10 +280,15 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   // A hidden directory is an empty tmpfs, made read-only only after the binds below: data or the
   // workdir may live inside one (a MURMUR_HOME or a project under the repository's .cache), and
   // bubblewrap has to create their mount points there first.
-  const hidden = layout.hidden.filter((dir) => existsSync(dir) && lstatSync(dir).isDirectory());
-  for (const dir of hidden) args.push('--tmpfs', dir);
   // A hidden file (a checkout's `.env`) reads as empty: `/dev/null` over it, read-only.
-  for (const file of layout.hidden) if (existsSync(file) && lstatSync(file).isFile()) args.push('--ro-bind', '/dev/null', file);
+  const hidden: string[] = [];
+  for (const entry of layout.hidden) {
+    const found = lstatSync(entry, { throwIfNoEntry: false });
+    if (found?.isDirectory()) {
+      hidden.push(entry);
+      args.push('--tmpfs', entry);
+    } else if (found?.isFile()) args.push('--ro-bind', '/dev/null', entry);
+  }
   for (const dir of layout.data) if (existsSync(dir)) args.push('--ro-bind', dir, dir);
   if (layout.attachLater) args.push('--bind', layout.attachLater.source, layout.attachLater.staging, '--tmpfs', layout.workdir);
   else if (layout.pinned) args.push('--bind-fd', String(layout.pinned.workdirFd), layout.workdir);

@@ -212,17 +212,11 @@ function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineM
     // process group (`setsid`) past it, for as long as it liked.
     child.once('exit', () => {
       clearTimeout(timer);
-      afterExit.push(
-        setTimeout(() => {
-          kill();
-          afterExit.push(
-            setTimeout(() => {
-              child.stdout?.destroy();
-              child.stderr?.destroy();
-            }, AFTER_EXIT_GRACE_MS),
-          );
-        }, AFTER_EXIT_GRACE_MS),
-      );
+      const closeOutput = (): void => {
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+      };
+      afterExit.push(setTimeout(kill, AFTER_EXIT_GRACE_MS), setTimeout(closeOutput, 2 * AFTER_EXIT_GRACE_MS));
     });
     child.once('close', (code, signal) => {
       settle();
