@@ -151,6 +151,41 @@ describe('a framed channel', () => {
     expect(sender.open).toBe(false);
   });
 
+  it('hands the frames of one turn of the event loop to the kernel in one write, in order', async () => {
+    const { near, far } = await pair();
+    // What the socket hands the kernel: one entry per write, the number of frames it carried.
+    const writes: number[] = [];
+    const socket = near as unknown as {
+      _write: (chunk: Buffer, encoding: string, done: () => void) => void;
+      _writev: (chunks: unknown[], done: () => void) => void;
+    };
+    const write = socket._write.bind(near);
+    const writev = socket._writev.bind(near);
+    socket._write = (chunk, encoding, done) => {
+      writes.push(1);
+      write(chunk, encoding, done);
+    };
+    socket._writev = (chunks, done) => {
+      writes.push(chunks.length);
+      writev(chunks, done);
+    };
+    const sender = new FrameChannel(near, 1024, { message: () => {}, violation: () => {} });
+    const { told } = reader(far);
+    // Sent the way a host sends a task's events: between awaits, in ticks and microtasks of one turn.
+    sender.send({ n: 1 });
+    await Promise.resolve();
+    sender.send({ n: 2 });
+    await new Promise<void>((resolve) => process.nextTick(resolve));
+    sender.send({ n: 3 });
+    await until(() => told.messages.length === 3);
+    expect(told.messages).toEqual([{ n: 1 }, { n: 2 }, { n: 3 }]);
+    expect(writes).toEqual([3]);
+    // The next turn's frames are a write of their own.
+    sender.send({ n: 4 });
+    await until(() => told.messages.length === 4);
+    expect(writes).toEqual([3, 1]);
+  });
+
   it('tells a sender its message did not go once the channel has closed', async () => {
     const { near, far } = await pair();
     const { channel, told } = reader(near);
