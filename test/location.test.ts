@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
@@ -27,7 +27,7 @@ import { capsuleProject } from './support/artifacts.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { rawZip } from './support/raw-zip.js';
 import { rejectionOf } from './support/refusals.js';
-import { type ServiceProcess, eventually, runMur, spawnMur, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, murBin, runMur, spawnMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -224,6 +224,23 @@ describe('the stack with nothing shared but the bus', () => {
       const file = await runMur(['files', sessionId, 'out/result.txt'], { env: client });
       expect(file.code, file.stderr).toBe(0);
       expect(file.stdout).toBe('line one\nline two\n');
+    });
+
+    it('prints a file to a terminal with its control characters shown, and to a pipe as it is', async () => {
+      const written = 'ok \u001b]52;c;cGF3bmVk\u0007 é\r\nkept\rover\n';
+      await fs.writeFile(path.join(workdir, 'out', 'escapes.txt'), written);
+      // A real pseudo-terminal, from util-linux's script(1).
+      const terminal = spawnSync('script', ['-qec', `${JSON.stringify(murBin)} files ${sessionId} out/escapes.txt`, '/dev/null'], {
+        env: { PATH: process.env.PATH ?? '', TERM: 'dumb', ...client },
+        encoding: 'utf8',
+      });
+      expect(terminal.status, terminal.stdout).toBe(0);
+      expect(terminal.stdout).toContain('ok \\x1b]52;c;cGF3bmVk\\x07 é');
+      expect(terminal.stdout).toContain('kept\\x0dover');
+      expect(terminal.stdout).not.toContain('\u001b]52');
+      const piped = await runMur(['files', sessionId, 'out/escapes.txt'], { env: client });
+      expect(piped.stdout).toBe(written);
+      await fs.rm(path.join(workdir, 'out', 'escapes.txt'));
     });
 
     it('copies a file or a whole directory out with --out, writing nothing it could not read', async () => {

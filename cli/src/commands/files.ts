@@ -3,7 +3,7 @@ import path from 'node:path';
 import { MurmurError, type SessionFileEntry, type SessionFilesReply, type SessionLocation } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import { askExecutor, directoryEntries, locateSession, removedIfInterrupted, sessionFileChunks, writeSessionFile } from '@murmur/shared/node';
-import { type Output, formatBytes, table } from '../output.js';
+import { type Output, TerminalSafeStream, formatBytes, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
 
 export interface FilesOptions {
@@ -13,8 +13,8 @@ export interface FilesOptions {
 
 /**
  * `mur files <session> [path]`: a session's workdir, through the executor that holds it. A
- * directory is listed; a file is written to stdout, or with `--out` copied to a local path (a
- * directory is copied whole). Read-only, and never beyond the workdir.
+ * directory is listed; a file is written to stdout (to a terminal, as text with its control
+ * characters shown), or with `--out` copied to a local path (a directory is copied whole). Read-only, and never beyond the workdir.
  */
 export async function filesCommand(sessionId: string, relative: string | undefined, options: FilesOptions, output: Output): Promise<number> {
   if (!process.env.MURMUR_NATS_URL?.trim()) {
@@ -51,7 +51,12 @@ export async function filesCommand(sessionId: string, relative: string | undefin
           output.out(line);
       return 0;
     }
-    for await (const chunk of sessionFileChunks(runtime.bus, location, wanted, { first: reply })) process.stdout.write(chunk);
+    // A capsule wrote this file: on a terminal its control characters are shown, never acted on,
+    // as `mur run` shows its output; to a pipe or a file the bytes go as they are.
+    const terminal = process.stdout.isTTY ? { decoder: new TextDecoder(), safe: new TerminalSafeStream() } : undefined;
+    for await (const chunk of sessionFileChunks(runtime.bus, location, wanted, { first: reply }))
+      process.stdout.write(terminal ? terminal.safe.write(terminal.decoder.decode(chunk, { stream: true })) : chunk);
+    if (terminal) process.stdout.write(terminal.safe.write(terminal.decoder.decode()) + terminal.safe.end());
     return 0;
   } finally {
     await runtime.close();
