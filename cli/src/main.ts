@@ -311,6 +311,8 @@ export async function main(argv: string[], output: Output = processOutput): Prom
       ),
     );
 
+  usageHints(program, 'mur');
+
   try {
     await program.parseAsync(argv);
     return exitCode;
@@ -319,4 +321,10 @@ export async function main(argv: string[], output: Output = processOutput): Prom
     output.err(formatFailure(error));
     return 1;
   }
+}
+
+/** A usage error names the help of the command it was made in (`mur config set --help`), not only `mur`'s. */
+function usageHints(command: Command, name: string): void {
+  command.showHelpAfterError(`(run ${name} --help for usage)`);
+  for (const sub of command.commands) usageHints(sub, `${name} ${sub.name()}`);
 }

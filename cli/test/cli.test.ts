@@ -255,6 +255,15 @@ describe('usage', () => {
     for (const command of ['build', 'publish', 'install', 'list', 'stage', 'roost']) expect(help.stdout).toContain(command);
   });
 
+  it('points a usage error at the help of the command it was made in', async () => {
+    const unknownFlag = await runMur(['build', '--nope'], { env });
+    expect(unknownFlag.stderr).toBe("error: unknown option '--nope'\n(run mur build --help for usage)\n");
+    const missing = await runMur(['config', 'set'], { env });
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('(run mur config set --help for usage)');
+    expect((await runMur(['frobnicate'], { env })).stderr).toContain('(run mur --help for usage)');
+  });
+
   it('refuses --all together with -g', async () => {
     expect((await runMur(['list', '--all', '-g'], { env })).code).toBe(2);
   });
