@@ -2,7 +2,7 @@ import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
-import { componentArtifact, nativeEchoTool, publishInto, skillArtifact } from './support/artifacts.js';
+import { componentArtifact, nativeEchoTool, nativeTool, publishInto, skillArtifact } from './support/artifacts.js';
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
 import { probeTool } from './support/probe-guests.js';
@@ -34,6 +34,7 @@ describe('tools and the artifact manager', () => {
     );
     await publishInto(store, await componentArtifact('probe-tool', '2.0.0', (await probeTool()).bytes));
     await publishInto(store, await nativeEchoTool('native-echo', '1.0.0'));
+    await publishInto(store, await nativeTool('native-unstartable', '1.0.0', '#!/no/such/interpreter\n'));
     await publishInto(store, await skillArtifact('house-style', '1.0.0', '# House style\nWrite plainly.\n'));
   });
 
@@ -135,6 +136,21 @@ describe('tools and the artifact manager', () => {
     expect(data).toContain('SAFE=C.UTF-8');
     expect(data).toContain('INPUT={data:ping,log_path:null}');
     expect(await fs.stat(path.join(workdir, 'tools', 'native-echo', 'native-echo')).then((stat) => stat.mode & 0o111)).not.toBe(0);
+  });
+
+  it('answers a native tool that cannot start with an error the guest reads, and the session goes on', async () => {
+    const { results, trace } = await run('unstartable', 'artifacts:\n  - name: native-unstartable\n    version: 1.0.0\n', [
+      { op: 'invoke', name: 'native-unstartable', data: 'ping' },
+      { op: 'print', text: 'still here' },
+    ]);
+    // Its sandbox's launcher could not execute it (the interpreter its #! names is not there): the
+    // tool's error, with the launcher's reason, for the guest to read.
+    expect(results[0]).toMatchObject({ op: 'invoke', ok: true, value: { status: 'error', summary: "native tool 'native-unstartable' exited with 125" } });
+    expect((results[0]?.value as { data?: string } | undefined)?.data).toMatch(
+      /^murmur-confine: running \S+\/native-unstartable: the file is there, but the interpreter its #! line names \(or the loader it was linked for\) is not\n$/,
+    );
+    expect(results[1]).toMatchObject({ op: 'print', ok: true });
+    expect(trace.at(-1)).toMatchObject({ event_type: 'session_end', exit_status: 'ok' });
   });
 
   it('returns a skill’s text when a skill is invoked', async () => {

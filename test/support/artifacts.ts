@@ -34,6 +34,11 @@ export async function nativeEchoTool(name: string, version: string): Promise<Buf
     `printf '{"status":"passed","summary":"native ${name}","data":"HOME=%s TOKEN=%s SAFE=%s INPUT=%s"}' "$HOME" "$GITHUB_TOKEN" "$LANG" "$input"`,
     '',
   ].join('\n');
+  return nativeTool(name, version, script);
+}
+
+/** A native tool whose executable `bin/<name>` is `script`. */
+export async function nativeTool(name: string, version: string, script: string): Promise<Buffer> {
   return writeMurZip([
     {
       name: 'murmur.yaml',

@@ -119,6 +119,18 @@ static void fail(const char *format, ...) {
   exit(EXIT_CONFINE);
 }
 
+/*
+ * Says why `command` did not run. execve's ENOENT for a file that is there means what it named
+ * cannot be loaded — the interpreter of its #! line, or its ELF loader — which "No such file or
+ * directory" alone would hide: the person reading it would look for the file they can see.
+ */
+static void fail_running(const char *command) {
+  int error = errno;
+  if (error == ENOENT && strchr(command, '/') != NULL && access(command, F_OK) == 0)
+    fail("running %s: the file is there, but the interpreter its #! line names (or the loader it was linked for) is not", command);
+  fail("running %s: %s", command, strerror(error));
+}
+
 static long parse_number(const char *text, const char *what) {
   char *end = NULL;
   errno = 0;
@@ -560,7 +572,7 @@ static int enter(int spec_fd, char **command) {
   seccomp_install(seccomp_fd);
   close_all_but(keep, kept);
   execvp(command[0], command);
-  fail("running %s: %s", command[0], strerror(errno));
+  fail_running(command[0]);
   return EXIT_CONFINE;
 }
 
@@ -684,7 +696,7 @@ static int limits(char **settings, char **command) {
   }
   restrict_execution(settings);
   execvp(command[0], command);
-  fail("running %s: %s", command[0], strerror(errno));
+  fail_running(command[0]);
   return EXIT_CONFINE;
 }
 
