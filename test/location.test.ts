@@ -190,6 +190,31 @@ describe('the stack with nothing shared but the bus', () => {
     expect(failed.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
   });
 
+  it('mur run interrupted (Ctrl-C) while it fetches out/result.txt leaves nothing of the fetch behind', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'big-result'), 'capabilities:\n  shell:\n    allow: [truncate]\n');
+    // Large enough that the fetch, a slice at a time over the bus, is still going when it is interrupted.
+    const task = JSON.stringify([{ op: 'shell', binary: 'truncate', args: ['-s', '512M', 'out/result.txt'] }]);
+    const { child } = spawnMur(['run', '--task', task], { cwd: project, env: client });
+    const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    const outDir = async (): Promise<string | undefined> => {
+      const sessions = await fs.readdir(path.join(project, 'workdir')).catch(() => []);
+      return sessions[0] === undefined ? undefined : path.join(project, 'workdir', sessions[0], 'out');
+    };
+    // Interrupted once some of the fetch is on disk.
+    await eventually(async () => {
+      const dir = await outDir();
+      const names = dir === undefined ? [] : await fs.readdir(dir).catch(() => []);
+      const sizes = await Promise.all(names.map(async (name) => (await fs.stat(path.join(dir as string, name))).size));
+      expect(sizes.some((size) => size > 0 && size < 512 * 1024 * 1024)).toBe(true);
+      return true;
+    }, 60_000);
+    child.kill('SIGINT');
+    // mur run's own exit on an interrupt, once the partial file is gone.
+    const [code, signal] = await exited;
+    expect({ code, signal }).toEqual({ code: 130, signal: null });
+    expect(await fs.readdir((await outDir()) as string)).toEqual([]);
+  });
+
   describe('mur files', () => {
     let sessionId: string;
     let workdir: string;
