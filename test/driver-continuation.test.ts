@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { agentProject, traceOf } from './support/agents.js';
+import { agentProject, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
 import { componentArtifact, publishInto } from './support/artifacts.js';
 import { continuationDriver } from './support/driver-guests.js';
 import { tempDir } from './support/fs.js';
@@ -15,7 +15,7 @@ import { runMur } from './support/processes.js';
  * dummy: the driver calls no model.
  */
 
-function manifest(config: string | undefined): string {
+function manifest(config: string | undefined, extra: string[] = []): string {
   return [
     'name: agent-capsule',
     'version: 0.1.0',
@@ -28,6 +28,7 @@ function manifest(config: string | undefined): string {
     '    allow: [127.0.0.1:9]',
     '  shell:',
     '    allow: [bash]',
+    ...extra,
     'inference:',
     '  endpoint: http://127.0.0.1:9',
     '  model: test-model',
@@ -73,6 +74,35 @@ describe('a driver continuation', () => {
   it('resends the whole history, with no continuation id, to a driver that never gives one', async () => {
     const run = await runSession('inactive', 'NOCONT');
     expect(run.text).toBe('wire_n=3 cont=none');
+  });
+
+  it('never carries a continuation into a task that starts from other messages: the next task of the context is sent whole', async () => {
+    // One turn a task: the first task's tool call leaves a continuation held, and the task ends out
+    // of turns, its history not kept. The next task in the same context starts from its own message.
+    const project = await agentProject(
+      path.join(scratch.dir, 'next-task'),
+      manifest(undefined, ['lifecycle:', '  task_acceptance: queue', '  after_task: sleep']).replace(
+        '  model: test-model',
+        '  model: test-model\n  max_turns: 1',
+      ),
+    );
+    const agent = await startAgent(project, env);
+    try {
+      const states: string[] = [];
+      for (const text of ['the first task', 'the second task']) {
+        const sent = await rpc(agent.url, 'message/send', { ...textMessage(text, { contextId: 'ctx-shared' }), configuration: { blocking: true } });
+        states.push((sent.body.result as { status: { state: string } }).status.state);
+      }
+      // Sent whole, with no id, the second task's first turn is the driver's first turn again (a
+      // tool call, then out of turns); given the first task's continuation and none of its own
+      // messages, it answered at once with `wire_n=0 cont=cont-echo-1`.
+      expect(await fs.readFile(path.join(agent.workdir, 'out', 'result.txt'), 'utf8')).toBe('error: inference loop exceeded 1 turns');
+      expect(states).toEqual(['failed', 'failed']);
+      const calls = (await traceOf(agent.workdir)).filter((event) => event.event_type === 'tool_call').map((event) => event.tool_name);
+      expect(calls).toEqual(['bash', 'bash']);
+    } finally {
+      await agent.stop();
+    }
   });
 
   it('counts the same input tokens each turn with and without a continuation', async () => {

@@ -127,9 +127,8 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     const full = { model: agent.model, maxTokens: agent.max_tokens, messages, tools, system };
     const fullData = driverRequestData(full);
     // The wire carries what the driver has not seen yet; the accounting below always counts the full history.
-    const held = run.continuation.active(contextId);
-    const data =
-      held && held.ackedLength <= sentLength ? driverRequestData({ ...full, messages: messages.slice(held.ackedLength), continuationId: held.id }) : fullData;
+    const held = run.continuation.active(contextId, messages);
+    const data = held ? driverRequestData({ ...full, messages: messages.slice(held.ackedLength), continuationId: held.id }) : fullData;
     const call = await host.callDriver(driver, agent.driver_env, data);
     if (task?.abortedWith) return fail('failed', task.abortedWith);
     if (!call.ok) {
@@ -168,7 +167,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       return fail('failed', failed.message, failed.error);
     }
     // Before compaction, so that a replaced history drops the continuation this turn renewed.
-    run.continuation.afterTurn(continuationIdOf(call.result.metadata), contextId, sentLength);
+    run.continuation.afterTurn(continuationIdOf(call.result.metadata), contextId, messages.slice(0, sentLength));
 
     const sessionTokens = inputTokens + outputTokens;
     if (agent.context_max_tokens !== undefined && sessionTokens / agent.context_max_tokens >= agent.compaction.threshold) {
@@ -195,7 +194,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       const file = historyFile(sessionDir, task);
       if (file !== undefined) writeFileAtomic(file, JSON.stringify(kept));
       await run.conversation.save(task.contextId, kept);
-      run.continuation.advance(localContextKey(task), kept.length);
+      run.continuation.advance(localContextKey(task), kept);
     }
     if (task && !call.streamedText && reply.text !== '') registry.chunk(task, 'text', reply.text, true);
     host.writeSessionEnd('ok');
