@@ -1,13 +1,13 @@
-import { promises as fs } from 'node:fs';
+import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { agentManifest, agentProject, openStream, readSse, startAgent, textMessage, traceOf } from './support/agents.js';
+import { agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
 import { componentArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { ONE_SHELL_CALL_SESSION } from './support/hook-events.js';
 import { halfHookWat } from './support/guests.js';
 import { recordingHook } from './support/probe-guests.js';
-import { runMur } from './support/processes.js';
+import { eventually, runMur } from './support/processes.js';
 import { startOtlpReceiver } from './support/otlp-receiver.js';
 import { type ScriptedInference, type ScriptedInferenceOptions, startScriptedInference } from './support/scripted-inference.js';
 
@@ -286,6 +286,39 @@ describe('hooks', () => {
     expect(log).toContain("hook 'recorder' on-tool-call exceeded its 4s execution deadline");
     expect((await run.recorded('recorder')).map((event) => event.fn)).toContain('on-session-end');
   }, 120_000);
+
+  it('runs none of the tools of a task canceled while a blocking hook ran, and the task stays canceled', async () => {
+    const inference = await model([{ toolCalls: [{ name: 'bash', input: { command: 'touch tool-ran' }, id: 'call-1' }] }, { text: 'all done' }]);
+    const project = path.join(scratch.dir, 'canceled-in-hook');
+    const workdir = path.join(project, 'work');
+    await fs.mkdir(path.join(workdir, 'hooks', 'annotator'), { recursive: true });
+    // The turn's on-inference hook spins for a while: the task is canceled meanwhile.
+    await fs.writeFile(path.join(workdir, 'hooks', 'annotator', 'script.json'), JSON.stringify({ 'on-inference': [{ busy_ms: 1_500 }] }));
+    const manifest = agentManifest(inference, { ...withShell, lifecycle: '  task_acceptance: queue\n  after_task: sleep', artifacts: hookEntry('annotator') });
+    await agentProject(project, manifest);
+    const agent = await startAgent(project, env, ['--workdir', workdir]);
+    try {
+      const sent = await rpc(agent.url, 'message/send', textMessage('touch it'));
+      const taskId = (sent.body.result as { id: string }).id;
+      await eventually(
+        async () =>
+          (await fs.readFile(path.join(workdir, 'hooks', 'annotator', 'events.jsonl'), 'utf8').catch(() => '')).includes('on-inference') ? true : undefined,
+        20_000,
+        'the on-inference hook to be running',
+      );
+      expect((await rpc(agent.url, 'tasks/cancel', { id: taskId })).body.result).toMatchObject({ status: { state: 'canceled' } });
+      // The next task is answered only once the canceled one's attempt is over, the hook's spin with it.
+      const next = await rpc(agent.url, 'message/send', { ...textMessage('and now?'), configuration: { blocking: true } });
+      expect((next.body.result as { status: { state: string } }).status.state).toBe('completed');
+      expect(existsSync(path.join(workdir, 'tool-ran'))).toBe(false);
+      // Not even asked for: no call is dispatched, none refused.
+      const sessionDir = path.join(workdir, '.murmur', agent.sessionId);
+      expect((await traceOf(sessionDir)).filter((event) => event.event_type === 'tool_call')).toEqual([]);
+      expect((await rpc(agent.url, 'tasks/get', { id: taskId })).body.result).toMatchObject({ status: { state: 'canceled' } });
+    } finally {
+      await agent.stop();
+    }
+  });
 
   it("gives a hook one completion through the session's driver, traced with its origin, and its artifact reaches A2A clients", async () => {
     const inference = await model((body) => ((body.system as string | undefined) === 'be brief' ? { text: 'hook answer' } : { text: 'the capsule answer' }));

@@ -339,6 +339,16 @@ describe('waiting for input', () => {
     await expect(input).rejects.toThrow();
   });
 
+  it('refuses a request for input from a task already canceled: it stays canceled and never waits', async () => {
+    const { registry } = setup('queue', 4);
+    send(registry);
+    const task = await startNext(registry);
+    expect(taskOf(registry.cancel(task.id)).state).toBe('canceled');
+    await expect(registry.requestInput(task, 'Which file?', undefined)).rejects.toThrow('request-input: the task has ended');
+    expect(stateOf(registry, task.id).state).toBe('canceled');
+    expect(stateOf(registry, task.id).prompt).toBeUndefined();
+  });
+
   it('fails the task with input-timeout when no answer comes in time', async () => {
     vi.useFakeTimers();
     const { registry, task, input, events } = await waitingTask('queue', 1_000);

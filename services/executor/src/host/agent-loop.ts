@@ -161,6 +161,8 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       }));
       // A hook's artifact reaches the task's observers as it is made (upstream holds them to the final turn).
       if (task) for (const artifact of told.artifacts) registry.artifact(task, artifact.hook, artifact.payload);
+      // Canceled while the hooks ran: nothing of this turn goes on (no tool runs, no answer is kept).
+      if (task?.abortedWith) return fail('failed', task.abortedWith);
     }
     if (reply.kind === 'error') {
       const failed = driverFailure(reply.message, call.egressFailure);
@@ -175,11 +177,13 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       if (!compacted.ok) return fail('failed', compacted.message, { code: 'E-RUN-007', message: `agent loop failed: ${compacted.message}` });
       if (compacted.messages !== messages) run.continuation.clear();
       messages = compacted.messages;
+      if (task?.abortedWith) return fail('failed', task.abortedWith);
     }
 
     if (reply.kind === 'tools') {
       const results: WireMessage[] = [];
       for (const toolCall of reply.calls) {
+        if (task?.abortedWith) return fail('failed', task.abortedWith);
         const dispatched = await callTool({ host, hooks, registry, task, turn }, toolCall.name, JSON.stringify(toolCall.input));
         results.push(toolResultMessage(toolCall.id, dispatched.text, dispatched.isError));
         if (task?.abortedWith) return fail('failed', task.abortedWith);

@@ -435,7 +435,8 @@ export class AgentSession {
         forget = undefined;
         exitStatus = outcome.status === 'ok' ? 'ok' : 'failed';
         const ended = await this.hooks.dispatch('on-task-end', () => ({ taskId: task.id, exitStatus }));
-        if (!ended.reopen) break;
+        // A task its client canceled (or whose input timed out) is over: no hook sends it back.
+        if (!ended.reopen || task.abortedWith !== undefined) break;
         const turnsLeft = this.agent.max_turns - (this.host.totals.turns - before.turns);
         if (feedback.length >= this.agent.max_task_reopens || turnsLeft <= 0) {
           exitStatus = 'reopen_budget_exhausted';

@@ -293,6 +293,9 @@ export class TaskRegistry {
    * until the next `message/send` answers it, or fails with `input-timeout`.
    */
   requestInput(task: Task, prompt: string, timeoutMs: number | undefined): Promise<string> {
+    // A task that ended (canceled while a hook ran, say) never comes back to wait for input.
+    if (task.abortedWith !== undefined || TERMINAL_TASK_STATES.has(task.state))
+      return Promise.reject(new Error(`request-input: the task has ended (${task.abortedWith ?? task.state})`));
     if (this.inputWait) return Promise.reject(new Error('request-input: another request is already waiting for input'));
     return new Promise((resolve, reject) => {
       task.prompt = prompt;
