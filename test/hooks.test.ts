@@ -320,6 +320,51 @@ describe('hooks', () => {
     }
   });
 
+  it("streams a task's text to that task while an async hook's completion is under way", async () => {
+    // The hook, told of the first task's inference, makes its slow completion while the second
+    // task runs; the second task's answer is streamed meanwhile.
+    const inference = await startScriptedInference({
+      stream: 'as-asked',
+      script: (body) => {
+        const request = JSON.stringify(body);
+        if (body.system === 'be brief') return { text: 'hook answer', delayMs: 2_500 };
+        return request.includes('task two') ? { text: 'the answer to task two', delayMs: 1_000 } : { text: 'the answer to task one' };
+      },
+    });
+    servers.push(inference);
+    const project = path.join(scratch.dir, 'async-completion');
+    const workdir = path.join(project, 'work');
+    await fs.mkdir(path.join(workdir, 'hooks', 'async-recorder'), { recursive: true });
+    await fs.writeFile(
+      path.join(workdir, 'hooks', 'async-recorder', 'script.json'),
+      JSON.stringify({ 'on-inference': [{ infer: { messages: [{ role: 'user', content: 'annotate' }], systemPrompt: 'be brief' } }, { return: 'none' }] }),
+    );
+    const manifest = agentManifest(inference, { lifecycle: '  task_acceptance: queue\n  after_task: sleep', artifacts: hookEntry('async-recorder') });
+    await agentProject(project, manifest);
+    const agent = await startAgent(project, env, ['--workdir', workdir]);
+    try {
+      /** A task sent over message/stream: the pieces of text its stream carried, up to its final status. */
+      const streamed = async (text: string): Promise<string[]> => {
+        const frames = await readSse(
+          await openStream(agent.url, 'message/stream', textMessage(text)),
+          (frame) => frame.event === 'status' && frame.data.includes('"final":true'),
+        );
+        return frames
+          .filter((frame) => frame.event === 'text')
+          .map((frame) => (JSON.parse(frame.data) as { result: { artifact?: { parts: Array<{ text?: string }> } } }).result.artifact?.parts[0]?.text ?? '')
+          .filter((piece) => piece !== '');
+      };
+      expect((await streamed('task one')).join('')).toBe('the answer to task one');
+      // Piece by piece as the model wrote them (the script sends two): chunks that went elsewhere
+      // would leave the task only its whole text, sent at the end of its turn.
+      const pieces = await streamed('task two');
+      expect(pieces.join('')).toBe('the answer to task two');
+      expect(pieces.length, JSON.stringify(pieces)).toBeGreaterThan(1);
+    } finally {
+      await agent.stop();
+    }
+  });
+
   it("gives a hook one completion through the session's driver, traced with its origin, and its artifact reaches A2A clients", async () => {
     const inference = await model((body) => ((body.system as string | undefined) === 'be brief' ? { text: 'hook answer' } : { text: 'the capsule answer' }));
     const project = path.join(scratch.dir, 'a2a-artifact');

@@ -6,7 +6,7 @@ import { LogFile, type TraceSink } from '../records.js';
 import { ChannelTrace } from './channel-trace.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { EgressFailures } from './egress-failures.js';
-import { GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
+import { type CallRecord, GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import { ResponseBodies } from './response-bodies.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpCheckVerdict, HttpRequest, StartMessage } from './protocol.js';
 import { UPLOAD_PIECE_CHARS, uploadPieces } from './request-body.js';
@@ -66,7 +66,6 @@ export class CapsuleHost implements AgentHost {
   private readonly responseBodies: ResponseBodies;
   private nextUpload = 1;
   /** Each grant's last request, when it got no answer: told with the driver call that made it (`callDriver`). */
-  private readonly egressFailures = new EgressFailures();
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
@@ -88,7 +87,7 @@ export class CapsuleHost implements AgentHost {
       deadlineMs: start.policy.limits.deadline_seconds * 1000,
       sessionLog: this.sessionLog,
       capsuleOutput: (stream, text) => channel.output(stream, text),
-      answer: (op, payload, grant, instance) => this.answer(op, payload, grant, instance),
+      answer: (op, payload, grant, instance, record) => this.answer(op, payload, grant, instance, record),
       instanceEnded: (instance) => this.responseBodies.releaseOwnedBy(instance),
       prewarmed,
     });
@@ -242,13 +241,12 @@ export class CapsuleHost implements AgentHost {
   /** One call of the driver component with the turn's wire request. */
   async callDriver(driver: DriverComponentRef, env: Array<[string, string]>, data: string, options: { silent?: boolean } = {}): Promise<DriverCall> {
     // A silent call (a hook's completion) streams nothing to the task and asks nobody anything.
-    const context = this.taskContext;
-    if (options.silent) this.taskContext = undefined;
-    else if (context) context.streamedText = false;
+    const context = options.silent ? undefined : this.taskContext;
+    if (context) context.streamedText = false;
     const grant = `tool:${driver.name}`;
-    // What an earlier call (a hook's completion) left is not this call's to tell.
-    this.egressFailures.take(grant);
+    const record: CallRecord = { taskless: options.silent === true, egress: new EgressFailures() };
     const outcome = await this.guests.run({
+      record,
       role: 'tool',
       label: `driver '${driver.name}'`,
       ...guestSpecOf(driver.component),
@@ -257,14 +255,13 @@ export class CapsuleHost implements AgentHost {
       grant,
       toolInput: { data },
     });
-    if (options.silent) this.taskContext = context;
-    const egressFailure = this.egressFailures.take(grant);
+    const egressFailure = record.egress.take(grant);
     const result = this.toolOutcome(`driver '${driver.name}'`, outcome);
     if (!result.ok) return result;
     return {
       ok: true,
       result: result.value,
-      streamedText: options.silent ? false : (this.taskContext?.streamedText ?? false),
+      streamedText: context?.streamedText ?? false,
       ...(egressFailure ? { egressFailure } : {}),
     };
   }
@@ -349,7 +346,9 @@ export class CapsuleHost implements AgentHost {
   }
 
   /** A guest's host call, answered on the main thread. */
-  private async answer(op: string, payload: unknown, grant: string, instance: number): Promise<unknown> {
+  private async answer(op: string, payload: unknown, grant: string, instance: number, record?: CallRecord): Promise<unknown> {
+    // The task this call speaks for: none for a hook's completion, whatever task runs meanwhile.
+    const taskContext = record?.taskless ? undefined : this.taskContext;
     switch (op) {
       case 'http': {
         const request = await this.uploaded(payload as HttpRequest);
@@ -361,11 +360,11 @@ export class CapsuleHost implements AgentHost {
           // A body uploaded for it is let go, rather than held by the executor until the session ends.
           if (request.upload !== undefined) void this.channel.request({ op: 'http-upload-release', upload: request.upload }).catch(() => {});
           const reason = error instanceof Error ? error.message : String(error);
-          this.egressFailures.failed(grant, request.url, 'internal-error', reason);
+          record?.egress.failed(grant, request.url, 'internal-error', reason);
           return { outcome: 'denied', code: 'internal-error', reason } satisfies EgressResult;
         }
-        if (result.outcome === 'denied') this.egressFailures.failed(grant, request.url, result.code, result.reason);
-        else this.egressFailures.answered(grant);
+        if (result.outcome === 'denied') record?.egress.failed(grant, request.url, result.code, result.reason);
+        else record?.egress.answered(grant);
         // The body starts coming in now, while the guest reads the head.
         if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
         return result;
@@ -384,7 +383,7 @@ export class CapsuleHost implements AgentHost {
       case 'http-check': {
         const request = payload as { url: string; grant: string };
         const verdict = (await this.channel.request({ op: 'http-check', request })) as HttpCheckVerdict;
-        if (!verdict.allowed) this.egressFailures.failed(grant, request.url, verdict.code, verdict.reason);
+        if (!verdict.allowed) record?.egress.failed(grant, request.url, verdict.code, verdict.reason);
         return verdict;
       }
       case 'invoke': {
@@ -417,7 +416,7 @@ export class CapsuleHost implements AgentHost {
         return refused(`not implemented (name: ${(payload as { name: string }).name})`);
       case 'chunk': {
         const { kind, text } = payload as { kind: 'text' | 'thinking'; text: string };
-        const context = this.taskContext;
+        const context = taskContext;
         if (!context) return null;
         if (kind === 'text') context.streamedText = true;
         context.registry.chunk(context.task, kind, text);
@@ -429,7 +428,7 @@ export class CapsuleHost implements AgentHost {
         return this.hookInference(grant, payload);
       }
       case 'request-input': {
-        const context = this.taskContext;
+        const context = taskContext;
         if (!context?.answerable) throw new Error('request-input is not available outside an A2A task context');
         return context.registry.requestInput(context.task, (payload as { prompt: string }).prompt, context.inputTimeoutMs);
       }

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import type { LogFile } from '../records.js';
+import type { EgressFailures } from './egress-failures.js';
 import { type BridgeHandler, createSignal, serveBridge } from './bridge.js';
 import { GUEST_WORKER, prewarmGuestWorker } from './first-worker.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
@@ -71,7 +72,19 @@ export type RunOutcome = GuestOutcome | { kind: 'deadline' } | { kind: 'abandone
  * `instance` names the one WebAssembly instance that asked, unique in the session: what it opened
  * (a relayed response body) is let go when `instanceEnded` says it is gone.
  */
-export type HostCallHandler = (op: string, payload: unknown, grant: string, instance: number) => Promise<unknown>;
+export type HostCallHandler = (op: string, payload: unknown, grant: string, instance: number, record?: CallRecord) => Promise<unknown>;
+
+/**
+ * The host's own record of one guest call, handed with each host call the call makes and never
+ * sent to its worker: whether the call speaks for the running task (a hook's completion through
+ * the session's driver does not: it streams nothing to the task and asks nobody for input), and
+ * how its requests fared. Per call, not per grant or per host: a hook's completion and the loop's
+ * own driver call run at once, under the same grant.
+ */
+export interface CallRecord {
+  taskless: boolean;
+  egress: EgressFailures;
+}
 
 export interface GuestRunnerOptions {
   memoryLimitBytes: number;
@@ -87,7 +100,7 @@ export interface GuestRunnerOptions {
 }
 
 /** What a guest job names before the runner compiles its modules and opens its bridge. */
-export type GuestSpec = Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes' | 'modules' | 'resident'> & { coreModules: string[] };
+export type GuestSpec = Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes' | 'modules' | 'resident'> & { coreModules: string[]; record?: CallRecord };
 
 export function guestSpecOf(component: HostComponent): Pick<GuestSpec, 'bundleDir' | 'entry' | 'coreModules' | 'imports'> {
   return { bundleDir: component.bundle_dir, entry: component.entry, coreModules: component.core_modules, imports: component.imports };
@@ -188,8 +201,8 @@ export class GuestRunner {
     // Abandoned while its modules were being compiled: it never reaches a worker.
     if (this.abandonments !== asked) return { kind: 'abandoned', message: this.abandonedWith };
     if ('failure' in compiled) return compiled.failure;
-    const { coreModules: _files, ...rest } = spec;
-    return this.runWorker({ ...rest, modules: compiled.modules });
+    const { coreModules: _files, record, ...rest } = spec;
+    return this.runWorker({ ...rest, modules: compiled.modules }, record);
   }
 
   /**
@@ -216,7 +229,7 @@ export class GuestRunner {
     const compiled = await this.compiledOrFailure(spec);
     if ('failure' in compiled) return compiled.failure;
     const modules = compiled.modules;
-    const { coreModules: _files, ...rest } = spec;
+    const { coreModules: _files, record: _record, ...rest } = spec;
     const { port1, port2 } = new MessageChannel();
     const signal = createSignal();
     const instance = this.nextInstance++;
@@ -265,7 +278,7 @@ export class GuestRunner {
     );
   }
 
-  private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>): Promise<RunOutcome> {
+  private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>, record: CallRecord | undefined): Promise<RunOutcome> {
     const instance = this.nextInstance++;
     let timer: NodeJS.Timeout | undefined;
     let remainingMs = this.options.deadlineMs;
@@ -281,10 +294,10 @@ export class GuestRunner {
       remainingMs = Math.max(0, remainingMs - (Date.now() - armedAt));
     };
     const answer: BridgeHandler = async (op, payload) => {
-      if (op !== 'request-input') return this.options.answer(op, payload, job.grant, instance);
+      if (op !== 'request-input') return this.options.answer(op, payload, job.grant, instance, record);
       pause();
       try {
-        return await this.options.answer(op, payload, job.grant, instance);
+        return await this.options.answer(op, payload, job.grant, instance, record);
       } finally {
         arm();
       }
