@@ -32,6 +32,8 @@ export function echoScript(body: Record<string, unknown>): ScriptedReply {
   if (text.startsWith('slow ')) return { text: `echo: ${text}`, delayMs: 30_000 };
   // `run <command>`: one shell call, its output the answer.
   if (text.startsWith('run ')) return { toolCalls: [{ name: 'sh', input: { command: text.slice(4) } }] };
+  // `big <n>`: an answer of n characters.
+  if (text.startsWith('big ')) return { text: 'y'.repeat(Number(text.slice(4))) };
   return { text: `echo: ${text}` };
 }
 
@@ -1006,6 +1008,35 @@ describe('the door', () => {
   });
 
   // Last: it fills the session's feed past its window, which the tests before it do not expect.
+  describe('a stream whose client stopped reading', () => {
+    it('is cut once a write has waited four heartbeats, and the door holds nothing more for it', async () => {
+      // A raw connection that asks to watch the session and then reads nothing.
+      const url = new URL(agent.url);
+      const socket = net.connect(Number(url.port), url.hostname);
+      await new Promise((resolve) => socket.once('connect', resolve));
+      socket.pause();
+      const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'stream/watch', params: {} });
+      socket.write(
+        `POST ${url.pathname} HTTP/1.1\r\nhost: ${url.host}\r\ncontent-type: application/json\r\naccept: text/event-stream\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+      const ended = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+      try {
+        // About twice what the connection's buffers hold (~4 MB here): the door's writes to it begin to wait.
+        for (let sent = 0; sent < 7; sent += 1) {
+          const reply = await rpc(agent.url, 'message/send', { ...textMessage('big 700000'), configuration: { blocking: true } });
+          expect(reply.body.result?.status).toMatchObject({ state: 'completed' });
+        }
+        // Cut by now (heartbeats of 150 ms): what was sent before the cut is read, then the end.
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        socket.resume();
+        socket.on('data', () => {});
+        await Promise.race([ended, new Promise((_, reject) => setTimeout(() => reject(new Error('the stalled stream was never cut')), 10_000))]);
+      } finally {
+        socket.destroy();
+      }
+    });
+  });
+
   describe('the feed’s window', () => {
     it('says in a comment that events were lost to the feed’s window, so every data frame of the stream stays a JSON-RPC response', async () => {
       // The host keeps its last 512 events; each of these tasks makes one or more (most are

@@ -49,7 +49,7 @@ import { type HostGuard, loopbackHostGuard, refuseForeignHost } from './host-gua
 import { type JsonRpcCall, describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateFilter } from './rendering.js';
-import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable, WATCH_QUEUE_LIMIT } from './session-link.js';
+import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from './session-link.js';
 import { SessionTokens } from './session-tokens.js';
 
 /**
@@ -122,6 +122,8 @@ export function startDoorService(options: DoorOptions): DoorService {
   const doorId = `door-${newId('request').slice(4, 16)}`;
   const maxBodyBytes = numberSetting(env, 'MURMUR_DOOR_MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, { unit: 'bytes' });
   const heartbeatMs = numberSetting(env, 'MURMUR_SSE_HEARTBEAT_MS', DEFAULT_HEARTBEAT_MS, { unit: 'milliseconds' });
+  /** How long a stream's write may wait for its client to read (`deliveredOrCut`): four heartbeats. */
+  const stalledAfterMs = heartbeatMs * 4;
   const blockingWaitMs = numberSetting(env, 'MURMUR_DOOR_BLOCKING_WAIT_MS', DEFAULT_BLOCKING_WAIT_MS, { unit: 'milliseconds' });
   const publicUrl = env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined;
   let baseUrl = publicUrl;
@@ -643,14 +645,19 @@ export function startDoorService(options: DoorOptions): DoorService {
     return streamSSE(context, async (sse) => {
       const heartbeat = startHeartbeat(sse, heartbeatMs);
       sse.onAbort(() => watch.close());
+      const delivered = deliveredOrCut(context, stalledAfterMs);
       try {
         // Every data frame of an A2A stream is a JSON-RPC response, so events lost to the feed's
         // window are said in a comment, which a client's parser skips and a person reading it sees.
-        if (replayed?.first_available_id !== undefined) await sse.write(`: gap: the earliest event still kept is ${replayed.first_available_id}\n\n`);
+        if (
+          replayed?.first_available_id !== undefined &&
+          !(await delivered(sse.write(`: gap: the earliest event still kept is ${replayed.first_available_id}\n\n`)))
+        )
+          return;
         const sent = new Set<string>();
-        const frame = (event: string, result: unknown, id?: number): Promise<void> =>
-          sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) });
-        await frame('task', renderSendResult(version, task));
+        const frame = (event: string, result: unknown, id?: number): Promise<boolean> =>
+          delivered(sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) }));
+        if (!(await frame('task', renderSendResult(version, task)))) return;
         if (replayed?.events) watch.push(...replayed.events);
         // A task that had already ended when the client subscribed has nothing more to say unless
         // its last event was among those replayed. A task just sent is followed to its end, even
@@ -663,7 +670,7 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (next === 'timeout') continue;
           if (next === 'closed') return;
           if (next === 'door-stopping' || next === 'fell-behind') {
-            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, STREAM_CUT[next])) });
+            await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, STREAM_CUT[next])) }));
             return;
           }
           if (next === 'ended') {
@@ -672,7 +679,7 @@ export function startDoorService(options: DoorOptions): DoorService {
           }
           if (next.task_id !== task.id) continue;
           const rendered = renderStreamEvent(version, next, sent);
-          if (rendered) await frame(next.type, rendered, next.id);
+          if (rendered && !(await frame(next.type, rendered, next.id))) return;
           if (next.type === 'status' && next.final) return;
         }
       } finally {
@@ -698,10 +705,19 @@ export function startDoorService(options: DoorOptions): DoorService {
     return streamSSE(context, async (sse) => {
       const heartbeat = startHeartbeat(sse, heartbeatMs);
       sse.onAbort(() => watch.close());
+      const delivered = deliveredOrCut(context, stalledAfterMs);
       try {
-        await sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: card.card?.conversation ?? 'stateless' }) });
-        if (replayed.first_available_id !== undefined)
-          await sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) });
+        if (
+          !(await delivered(
+            sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: card.card?.conversation ?? 'stateless' }) }),
+          ))
+        )
+          return;
+        if (
+          replayed.first_available_id !== undefined &&
+          !(await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) })))
+        )
+          return;
         watch.push(...(replayed.events ?? []));
         for (;;) {
           if (sse.aborted) return;
@@ -709,14 +725,14 @@ export function startDoorService(options: DoorOptions): DoorService {
           if (next === 'timeout') continue;
           if (next === 'closed') return;
           if (next === 'door-stopping' || next === 'fell-behind') {
-            await sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) });
+            await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) }));
             return;
           }
           if (next === 'ended') {
-            await sse.writeSSE({ event: 'capsule-closed', data: '{}' });
+            await delivered(sse.writeSSE({ event: 'capsule-closed', data: '{}' }));
             return;
           }
-          await sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) });
+          if (!(await delivered(sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) })))) return;
         }
       } finally {
         clearInterval(heartbeat);
@@ -850,7 +866,7 @@ const STREAM_CUT: Readonly<Record<'door-stopping' | 'fell-behind', RpcError>> = 
   },
   'fell-behind': {
     code: RPC_ERRORS.internal,
-    message: `Internal error: this stream's reader fell ${WATCH_QUEUE_LIMIT} events behind, more than the door holds for one reader; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) with Last-Event-ID to continue where it stopped`,
+    message: `Internal error: this stream's reader fell ${WATCH_QUEUE_LIMIT} events (or ${WATCH_QUEUE_LIMIT_BYTES / 1024 / 1024} MiB of them) behind, more than the door holds for one reader; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) with Last-Event-ID to continue where it stopped`,
   },
 };
 
@@ -865,6 +881,25 @@ function endedEvent(task: TaskView): SessionEvent {
     final: true,
     time: new Date().toISOString(),
     data: { id: task.id, context_id: task.context_id, status: { state: 'failed', message: 'session ended' }, final: true },
+  };
+}
+
+/**
+ * A stream's writes, each given `stalledAfterMs` to be taken by its client. One still waiting by
+ * then means the client stopped reading: its connection is closed, and with it the stream and all
+ * the door held for it (its watch, the frame being written). A reader that stopped reading can be
+ * told nothing, and would otherwise keep them for as long as its connection stayed open. Resolves
+ * whether the write went (the stream goes on) or the connection was cut (the stream ends).
+ */
+function deliveredOrCut(context: Context, stalledAfterMs: number): (write: Promise<unknown>) => Promise<boolean> {
+  return async (write) => {
+    let timer: NodeJS.Timeout | undefined;
+    const stalled = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), stalledAfterMs);
+    });
+    const went = await Promise.race([write.then(() => true), stalled]).finally(() => clearTimeout(timer));
+    if (!went) (context.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket.destroy();
+    return went;
   };
 }
 

@@ -120,6 +120,23 @@ export class FeedHub {
 export const WATCH_QUEUE_LIMIT = 1_024;
 
 /**
+ * How many bytes of events (as JSON) a watch holds for a reader that has not taken them: one event
+ * may be most of a bus message, so a bound by count alone let one stalled stream hold ~1 024 MiB.
+ */
+export const WATCH_QUEUE_LIMIT_BYTES = 8 * 1024 * 1024;
+
+/** An event's size as JSON, measured once however many watches hold it (the hub hands each the same object). */
+const eventBytes = new WeakMap<SessionEvent, number>();
+function bytesOf(event: SessionEvent): number {
+  let bytes = eventBytes.get(event);
+  if (bytes === undefined) {
+    bytes = JSON.stringify(event).length;
+    eventBytes.set(event, bytes);
+  }
+  return bytes;
+}
+
+/**
  * The session's events as they arrive, in id order, each at most once; and the session's end,
  * which closes every stream that was waiting on it.
  */
@@ -127,6 +144,7 @@ export class FeedWatch {
   /** In id order; `queued` holds the same ids, so a duplicate is found without a scan. */
   private readonly queue: SessionEvent[] = [];
   private readonly queued = new Set<number>();
+  private queuedBytes = 0;
   private fellBehind = false;
   /** The id of the last event handed out: anything at or below it is a duplicate. */
   private delivered = 0;
@@ -140,11 +158,19 @@ export class FeedWatch {
   /** Adds events (live or replayed); an id already delivered or queued is ignored. */
   push(...events: SessionEvent[]): void {
     for (const event of events) {
+      if (this.fellBehind) break;
       if (event.id <= this.delivered || this.queued.has(event.id)) continue;
-      if (this.queue.length >= WATCH_QUEUE_LIMIT) {
+      const bytes = bytesOf(event);
+      if (this.queue.length >= WATCH_QUEUE_LIMIT || this.queuedBytes + bytes > WATCH_QUEUE_LIMIT_BYTES) {
+        // Nothing queued will be handed out now (the reader is told it fell behind, and resubscribes
+        // with Last-Event-ID): it is let go at once, not when a reader that stopped reading goes.
         this.fellBehind = true;
+        this.queue.length = 0;
+        this.queued.clear();
+        this.queuedBytes = 0;
         break;
       }
+      this.queuedBytes += bytes;
       // Live events come in id order: appended. A replayed one goes where its id puts it.
       const last = this.queue.at(-1);
       if (last === undefined || last.id < event.id) this.queue.push(event);
@@ -193,6 +219,7 @@ export class FeedWatch {
       const event = this.queue.shift();
       if (event) {
         this.queued.delete(event.id);
+        this.queuedBytes -= bytesOf(event);
         this.delivered = event.id;
         return event;
       }

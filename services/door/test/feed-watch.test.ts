@@ -1,6 +1,6 @@
 import type { SessionEvent } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
-import { FeedWatch, WATCH_QUEUE_LIMIT } from '../src/session-link.js';
+import { FeedWatch, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from '../src/session-link.js';
 
 function event(id: number): SessionEvent {
   return { id, type: 'status', task_id: 'tsk_1', context_id: 'ctx_1', state: 'working', final: false, time: '2026-01-01T00:00:00.000Z', data: {} };
@@ -44,6 +44,18 @@ describe('a feed watch', () => {
     expect(await watch.next(10)).toBe('fell-behind');
     // Whatever came after is not kept for it.
     expect((watch as unknown as { queue: unknown[] }).queue.length).toBeLessThanOrEqual(WATCH_QUEUE_LIMIT);
+  });
+
+  it('tells a reader that left too many bytes of events untaken that it fell behind, and lets go of all it held', async () => {
+    const watch = new FeedWatch(() => {});
+    const big = (id: number): SessionEvent => ({ ...event(id), type: 'text', data: { text: 'x'.repeat(512 * 1024) } });
+    const fits = Math.floor(WATCH_QUEUE_LIMIT_BYTES / (512 * 1024 + 200));
+    for (let id = 1; id <= fits; id += 1) watch.push(big(id));
+    expect((watch as unknown as { queue: unknown[] }).queue.length).toBe(fits);
+    watch.push(big(fits + 1), big(fits + 2));
+    expect(await watch.next(10)).toBe('fell-behind');
+    // Nothing it held will be handed out: none of it is kept for a reader that may never read again.
+    expect((watch as unknown as { queue: unknown[] }).queue.length).toBe(0);
   });
 
   it('says the door is stopping before anything still queued', async () => {
