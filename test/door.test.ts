@@ -1052,6 +1052,24 @@ describe('the door', () => {
       expect(data.length).toBeGreaterThan(1);
       for (const frame of data) expect(JSON.parse(frame.data), frame.data).toMatchObject({ jsonrpc: '2.0', result: expect.any(Object) });
     });
+
+    it('replays a task whose events are larger than one bus message, the latest that fit, saying where they begin', async () => {
+      // Sent again while the queue (one deep) is still full of the fillers above.
+      const sent = await eventually(
+        async () => {
+          const reply = await rpc(agent.url, 'message/send', { ...textMessage('big 700000'), configuration: { blocking: true } });
+          return (reply.body.result?.status as { state?: string } | undefined)?.state === 'completed' ? reply : undefined;
+        },
+        30_000,
+        'the big answer to be completed',
+      );
+      const frames = await readSse(await openStream(agent.url, 'tasks/resubscribe', { id: sent.body.result?.id }, { headers: { 'last-event-id': '0' } }));
+      const data = frames.filter((frame) => frame.comment === undefined);
+      for (const frame of data) expect(JSON.parse(frame.data), frame.data.slice(0, 300)).toMatchObject({ jsonrpc: '2.0', result: expect.any(Object) });
+      // Its last event, the final status, among them.
+      expect(data.at(-1)?.event).toBe('status');
+      expect(frames[0]?.comment).toMatch(/^ gap: the earliest event still kept is \d+$/);
+    });
   });
 });
 

@@ -1,6 +1,6 @@
 import type { SessionEvent } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
-import { EventFeed } from '../src/host/event-feed.js';
+import { EventFeed, REPLAY_BUDGET_BYTES } from '../src/host/event-feed.js';
 
 /** A feed with a small replay buffer, and everything it published. */
 function feedOf(capacity?: number): { feed: EventFeed; published: SessionEvent[] } {
@@ -122,5 +122,27 @@ describe('an event feed', () => {
     expect(replayed.events).toHaveLength(512);
     expect(replayed.events[0]?.id).toBe(2);
     expect(replayed.firstAvailableId).toBe(2);
+  });
+  it('replays only the latest events that fit one reply on the bus, and says where they begin', () => {
+    const { feed } = feedOf();
+    emitText(feed, 'a', 'small');
+    for (let n = 0; n < 10; n += 1) emitText(feed, 'a', 'x'.repeat(100 * 1024));
+    const replayed = feed.replay(0);
+    const bytes = replayed.events.reduce((sum, event) => sum + Buffer.byteLength(JSON.stringify(event)), 0);
+    expect(bytes).toBeLessThanOrEqual(REPLAY_BUDGET_BYTES);
+    expect(replayed.events.map((event) => event.id)).toEqual([7, 8, 9, 10, 11]);
+    expect(replayed.firstAvailableId).toBe(7);
+    // All that was asked for, when it fits: no gap.
+    expect(feed.replay(10)).toEqual({ events: [expect.objectContaining({ id: 11 })] });
+  });
+
+  it('replays an event too large for a reply with its long strings cut, rather than failing the replay', () => {
+    const { feed } = feedOf();
+    emitText(feed, 'a', 'y'.repeat(700_000));
+    const replayed = feed.replay(0);
+    expect(replayed.events).toHaveLength(1);
+    expect(Buffer.byteLength(JSON.stringify(replayed.events[0]))).toBeLessThanOrEqual(REPLAY_BUDGET_BYTES);
+    expect(JSON.stringify(replayed.events[0]?.data)).toContain('more characters cut: too long for the bus');
+    expect(replayed.firstAvailableId).toBeUndefined();
   });
 });

@@ -19,7 +19,7 @@ import { EventFeed } from './event-feed.js';
 import { type HarnessLoopRun, type HarnessScene, runHarnessLoop } from './harness-loop.js';
 import { HookLaunchError, HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
-import { CANCELED_BY_REQUEST, type Task, TaskRegistry } from './task-registry.js';
+import { CANCELED_BY_REQUEST, type Task, TaskRegistry, fitTaskView } from './task-registry.js';
 import { callTool } from './tool-call.js';
 import { agentTools } from './tool-inventory.js';
 import { writeToolManifests } from './tool-manifests.js';
@@ -27,6 +27,8 @@ import { ToolServer } from './tool-server.js';
 
 /** How long a waiting session keeps the guest workers it warmed for its next message. */
 const IDLE_WORKERS_KEPT_MS = 2_000;
+/** A replay's task, beside up to `REPLAY_BUDGET_BYTES` of events: the two under the bus's 1 MiB, with room for the envelope. */
+const REPLAY_TASK_BUDGET_BYTES = 320 * 1024;
 /** A hook's completion is capped at upstream's fixed output budget, whatever `inference.max_tokens` says. */
 const HOOK_COMPLETION_MAX_TOKENS = 8192;
 
@@ -122,7 +124,8 @@ export class AgentSession {
           events: replayed.events,
           ...(replayed.firstAvailableId !== undefined ? { first_available_id: replayed.firstAvailableId } : {}),
           next_event_id: this.feed.nextEventId,
-          ...(task ? { task } : {}),
+          // With the replayed events, under the bus's 1 MiB.
+          ...(task ? { task: fitTaskView(task, REPLAY_TASK_BUDGET_BYTES) } : {}),
         };
       }
       case 'authorize':

@@ -1,4 +1,12 @@
 import type { SessionEvent, TaskState } from '@murmur/shared';
+import { fitEventForBus } from '../event-fit.js';
+
+/**
+ * The most bytes of events (as JSON) one replay carries: with the task it names (fitted to the
+ * rest), a replay is one reply on the bus, which refuses a message over 1 MiB. Kept whole, 512
+ * events of a few KiB each — or one answer of 700 KB — made every replay of the session fail.
+ */
+export const REPLAY_BUDGET_BYTES = 512 * 1024;
 
 /**
  * A session's A2A feed: every status, artifact and text event, numbered from 1 in the order the
@@ -44,13 +52,31 @@ export class EventFeed {
   }
 
   /**
-   * The held events after `afterId` (of one task, or all), and — when events after `afterId` were
-   * already evicted — the oldest id still held, so a stream can say there may be a gap. (The feed
-   * does not remember what it dropped, so for one task the gap is possible, not certain.)
+   * The held events after `afterId` (of one task, or all), as many of the latest as fit
+   * `REPLAY_BUDGET_BYTES` (the latest one alone, with its long strings cut, when even it does not),
+   * and — when events after `afterId` were already evicted or left out — the oldest id it gives, so
+   * a stream can say there may be a gap. (The feed does not remember what it dropped, so for one
+   * task the gap is possible, not certain.)
    */
   replay(afterId: number, taskId?: string): { events: SessionEvent[]; firstAvailableId?: number } {
-    const oldest = this.buffer[0]?.id ?? this.nextId;
-    const events = this.buffer.filter((event) => event.id > afterId && (taskId === undefined || event.task_id === taskId));
-    return afterId + 1 < oldest ? { events, firstAvailableId: oldest } : { events };
+    const wanted = this.buffer.filter((event) => event.id > afterId && (taskId === undefined || event.task_id === taskId));
+    // The latest that fit, counted back from the newest.
+    let first = wanted.length;
+    let bytes = 0;
+    while (first > 0) {
+      const size = Buffer.byteLength(JSON.stringify(wanted[first - 1]));
+      if (bytes + size > REPLAY_BUDGET_BYTES) break;
+      bytes += size;
+      first -= 1;
+    }
+    let events = wanted.slice(first);
+    if (events.length === 0 && wanted.length > 0) {
+      first = wanted.length - 1;
+      events = [fitEventForBus(wanted[first] as SessionEvent, REPLAY_BUDGET_BYTES)];
+    }
+    const heldFrom = this.buffer[0]?.id ?? this.nextId;
+    // A gap: events after `afterId` evicted from the feed, or left out of this replay.
+    if (first > 0) return { events, firstAvailableId: (events[0] as SessionEvent).id };
+    return afterId + 1 < heldFrom ? { events, firstAvailableId: heldFrom } : { events };
   }
 }
