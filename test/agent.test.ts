@@ -228,6 +228,9 @@ describe('agent capsules', () => {
       const run = await runTask('turns', agentManifest(inference, { capabilities: '  shell:\n    allow: [sh]', inference: '  max_turns: 2' }), 'loop forever');
       expect(run.result.code).toBe(1);
       expect(await run.read('out/result.txt')).toBe('error: inference loop exceeded 2 turns');
+      // What to do about it, and where.
+      expect(run.result.stderr).toContain('error[E-RUN-007]: agent loop failed: inference loop exceeded 2 turns');
+      expect(run.result.stderr).toContain('raise inference.max_turns in murmur.yaml');
       const trace = await run.trace();
       expect(trace.filter((event) => event.event_type === 'inference')).toHaveLength(2);
       expect(trace.find((event) => event.event_type === 'session_end')).toMatchObject({ exit_status: 'max_turns_reached' });

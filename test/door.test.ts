@@ -32,6 +32,8 @@ export function echoScript(body: Record<string, unknown>): ScriptedReply {
   if (text.startsWith('slow ')) return { text: `echo: ${text}`, delayMs: 30_000 };
   // `run <command>`: one shell call, its output the answer.
   if (text.startsWith('run ')) return { toolCalls: [{ name: 'sh', input: { command: text.slice(4) } }] };
+  // `narrate <text>`: a tool turn that says something as it calls the tool.
+  if (text.startsWith('narrate ')) return { toolCalls: [{ name: 'sh', input: { command: 'true' } }], text: 'first, a tool. ' };
   // `big <n>`: an answer of n characters.
   if (text.startsWith('big ')) return { text: 'y'.repeat(Number(text.slice(4))) };
   return { text: `echo: ${text}` };
@@ -1008,6 +1010,23 @@ describe('the door', () => {
   });
 
   // Last: it fills the session's feed past its window, which the tests before it do not expect.
+  describe('a streamed answer after a tool turn', () => {
+    it('says its last chunk is the last once, at the turn that answers, not at the tool turn before it', async () => {
+      const frames = await readSse(await openStream(agent.url, 'message/stream', textMessage('narrate streamed')), (frame) =>
+        frame.data.includes('"final":true'),
+      );
+      type Update = { result: { kind?: string; lastChunk?: boolean; artifact?: { artifactId: string; parts: Array<{ text?: string }> } } };
+      const chunks = frames
+        .filter((frame) => frame.event === 'text')
+        .map((frame) => (JSON.parse(frame.data) as Update).result)
+        .filter((update) => update.artifact?.artifactId.endsWith('response-stream'));
+      // The tool turn's words, then the answer's (the tool's result is the probe's refusal of sh, which is not declared here).
+      expect(chunks.map((chunk) => chunk.artifact?.parts[0]?.text ?? '').join('')).toMatch(/^first, a tool\. tool said: /);
+      expect(chunks.filter((chunk) => chunk.lastChunk === true)).toHaveLength(1);
+      expect(chunks.at(-1)?.lastChunk).toBe(true);
+    });
+  });
+
   describe('a stream whose client stopped reading', () => {
     it('is cut once a write has waited four heartbeats, and the door holds nothing more for it', async () => {
       // A raw connection that asks to watch the session and then reads nothing.

@@ -246,6 +246,28 @@ describe('reading a driver’s reply', () => {
     });
   });
 
+  it('takes only counts that are whole, not negative and exact: any other is left to the estimate', () => {
+    const end = (usage: unknown) => readDriverReply(passed({ stop_reason: 'end_turn', content: [], usage }));
+    expect(end({ input_tokens: '56', output_tokens: 1.5 })).not.toHaveProperty('usage');
+    expect(end({ input_tokens: -1_000, output_tokens: 2 ** 60 })).not.toHaveProperty('usage');
+    expect(end({ input_tokens: 12, output_tokens: '7' })).toMatchObject({ usage: { input_tokens: 12 } });
+    expect(end({ input_tokens: 12, output_tokens: '7' })).not.toHaveProperty('usage.output_tokens');
+  });
+
+  it('keeps no tool call in an ending turn: a reply cut at max_tokens ran none of the calls it carried', () => {
+    const reply = readDriverReply(
+      passed({
+        stop_reason: 'max_tokens',
+        content: [
+          { type: 'text', text: 'let me check' },
+          { type: 'tool_call', id: 'c9', name: 'bash', input: {} },
+        ],
+      }),
+    );
+    expect(reply).toMatchObject({ kind: 'end', text: 'let me check', content: [{ type: 'text', text: 'let me check' }] });
+    expect(reply.kind === 'end' ? reply.content : undefined).toHaveLength(1);
+  });
+
   it('leaves usage out when the driver reports none or not an object', () => {
     expect(readDriverReply(passed({ stop_reason: 'end_turn', content: [] }))).not.toHaveProperty('usage');
     expect(readDriverReply(passed({ stop_reason: 'end_turn', content: [], usage: null }))).not.toHaveProperty('usage');

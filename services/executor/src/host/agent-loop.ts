@@ -135,8 +135,10 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       const message = `driver invocation failed: ${call.error}`;
       return fail('failed', message, { code: 'E-RUN-007', message: `agent loop failed: ${message}` });
     }
-    if (call.streamedText && task) registry.chunk(task, 'text', '', true);
     const reply = readDriverReply(call.result);
+    // The stream's last text says it is the last: once, at the turn that answers, not at every
+    // streamed turn (a tool turn's text is followed by more).
+    if (call.streamedText && task && reply.kind === 'end') registry.chunk(task, 'text', '', true);
     const usage = reply.kind === 'error' ? undefined : reply.usage;
     const inputTokens = usage?.input_tokens ?? estimateTokens(fullData);
     const outputTokens = usage?.output_tokens ?? estimateTokens(call.result.data ?? call.result.summary ?? '');
@@ -197,14 +199,27 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       const kept: WireMessage[] = [...messages, { role: 'assistant', content: reply.content }];
       const file = historyFile(sessionDir, task);
       if (file !== undefined) writeFileAtomic(file, JSON.stringify(kept));
-      await run.conversation.save(task.contextId, kept);
+      // The record beyond the session is a convenience, never the task's failure: the answer is
+      // given, and the session's own history of the context is kept above.
+      await run.conversation.save(task.contextId, kept).catch((error: unknown) => {
+        new LogFile(sessionDir, 'bootstrap.log').line(
+          `[conversation] context ${task.contextId} was not recorded beyond this session: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      });
       run.continuation.advance(localContextKey(task), kept);
     }
     if (task && !call.streamedText && reply.text !== '') registry.chunk(task, 'text', reply.text, true);
     host.writeSessionEnd('ok');
     return { status: 'ok', response: reply.text };
   }
-  return fail('max_turns_reached', `inference loop exceeded ${maxTurns} turns`);
+  // The manifest's budget, which reopens share, not what this attempt had left of it.
+  const message = `inference loop exceeded ${agent.max_turns} turns`;
+  return fail('max_turns_reached', message, {
+    code: 'E-RUN-007',
+    message: `agent loop failed: ${message}`,
+    hint: 'the model was still calling tools when its turns ran out: raise inference.max_turns in murmur.yaml, or give it a task it can finish in fewer turns',
+    path: 'inference.max_turns',
+  });
 }
 
 type Compacted = { ok: true; messages: WireMessage[] } | { ok: false; message: string };

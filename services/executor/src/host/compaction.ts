@@ -81,21 +81,37 @@ function blocksOf(content: string): ContentBlock[] {
   return [{ type: 'text', text: JSON.stringify(parsed) }];
 }
 
-/** What breaks tool-call pairing in `messages`, or undefined when every call has its one result. */
+/**
+ * What breaks tool-call pairing in `messages`, or undefined when every call has its one result:
+ * the calls of an assistant message are answered by the tool messages that follow it, before the
+ * next user or assistant message. Pairs are found turn by turn, not across the history: a driver
+ * that numbers calls by their place in a turn (`call_0`) uses the same id in many turns.
+ */
 export function pairingProblem(messages: readonly WireMessage[]): string | undefined {
-  const issued = new Set<string>();
+  /** The calls of the latest assistant message still waiting for their results, and those answered. */
+  let open = new Set<string>();
+  let answered = new Set<string>();
   for (const message of messages) {
+    if (message.role === 'tool') {
+      const id = message.tool_call_id;
+      if (answered.has(id)) return `tool call '${id}' is answered twice`;
+      if (!open.has(id)) return `a tool result answers '${id}', which the assistant message before it does not call`;
+      open.delete(id);
+      answered.add(id);
+      continue;
+    }
+    const unanswered = [...open][0];
+    if (unanswered !== undefined) return `tool call '${unanswered}' has no tool result`;
+    open = new Set();
+    answered = new Set();
     if (message.role !== 'assistant' || !Array.isArray(message.content)) continue;
-    for (const block of message.content) if (block.type === 'tool_call' && typeof block.id === 'string') issued.add(block.id);
+    for (const block of message.content) {
+      if (block.type !== 'tool_call' || typeof block.id !== 'string') continue;
+      if (open.has(block.id)) return `tool call '${block.id}' is issued twice in one message`;
+      open.add(block.id);
+    }
   }
-  const answered = new Set<string>();
-  for (const message of messages) {
-    if (message.role !== 'tool') continue;
-    if (!issued.has(message.tool_call_id)) return `a tool result answers '${message.tool_call_id}', which no assistant message calls`;
-    if (answered.has(message.tool_call_id)) return `tool call '${message.tool_call_id}' is answered twice`;
-    answered.add(message.tool_call_id);
-  }
-  const unanswered = [...issued].find((id) => !answered.has(id));
+  const unanswered = [...open][0];
   return unanswered === undefined ? undefined : `tool call '${unanswered}' has no tool result`;
 }
 

@@ -104,7 +104,7 @@ export function readDriverReply(result: ToolResultLike): DriverReply {
   const blocks = Array.isArray(content)
     ? content.filter((block): block is ContentBlock => block !== null && typeof block === 'object' && typeof (block as ContentBlock).type === 'string')
     : [];
-  const tokenUsage = usage !== null && typeof usage === 'object' ? (usage as TokenUsage) : undefined;
+  const tokenUsage = readUsage(usage);
   const withUsage = tokenUsage ? { usage: tokenUsage } : {};
   switch (stopReason) {
     case 'end_turn':
@@ -116,7 +116,10 @@ export function readDriverReply(result: ToolResultLike): DriverReply {
           .filter((block) => block.type === 'text' && typeof block.text === 'string')
           .map((block) => block.text as string)
           .join('\n'),
-        content: blocks,
+        // A turn that ends runs no tool: calls it carries (a reply cut at max_tokens keeps those it
+        // finished) are not kept, or the history would hold calls no result answers, which a
+        // provider refuses on every later turn of the context.
+        content: blocks.filter((block) => block.type !== 'tool_call'),
         ...withUsage,
       };
     case 'tool_call': {
@@ -161,6 +164,21 @@ export function driverFailure(message: string, egress: EgressFailure | undefined
       ? ["name the endpoint's host and port in capabilities.network.allow in murmur.yaml", 'capabilities.network.allow']
       : ['check that inference.endpoint in murmur.yaml names a model server that is up and reachable from this machine', 'inference.endpoint'];
   return { message: said, error: { code: 'E-RUN-007', message: `agent loop failed: ${said}`, hint, path } };
+}
+
+/**
+ * The usage a driver reported, each count only when it is one (a whole number, not negative, and
+ * exact as a double): a driver passes through whatever its provider said, and a count that is a
+ * string or a fraction added up as text, or broke the hooks' 64-bit fields and the session's end.
+ * A count left out is estimated instead, as when none is reported.
+ */
+function readUsage(usage: unknown): TokenUsage | undefined {
+  if (usage === null || typeof usage !== 'object') return undefined;
+  const count = (value: unknown): number | undefined => (Number.isSafeInteger(value) && (value as number) >= 0 ? (value as number) : undefined);
+  const input = count((usage as Record<string, unknown>).input_tokens);
+  const output = count((usage as Record<string, unknown>).output_tokens);
+  if (input === undefined && output === undefined) return undefined;
+  return { ...(input !== undefined ? { input_tokens: input } : {}), ...(output !== undefined ? { output_tokens: output } : {}) };
 }
 
 /**
