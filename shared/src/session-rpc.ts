@@ -156,10 +156,12 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
    */
   z.object({ method: z.literal('replay'), task_id: z.string().max(256).optional(), after_event_id: z.number().int().nonnegative().optional() }),
   /**
-   * Whether `session_token` is this session's own token (the one its launch returned). Answered by
-   * the executor that holds the session, never by the capsule host, which never sees a token.
+   * Whether the token whose SHA-256 (hex) is `session_token_sha256` is this session's own (the one
+   * its launch returned). Answered by the executor that holds the session, never by the capsule
+   * host, which never sees a token. The digest, not the token, crosses the bus: whoever reads the
+   * bus (`mur events 'session.>'`) must not be handed every token a client presents.
    */
-  z.object({ method: z.literal('authorize'), session_token: z.string().max(512) }),
+  z.object({ method: z.literal('authorize'), session_token_sha256: z.string().regex(/^[0-9a-f]{64}$/) }),
 ]);
 export type SessionCall = z.infer<typeof SessionCallSchema>;
 

@@ -20,7 +20,7 @@ export class SessionTokens {
     const digest = tokenDigest(token);
     if (this.proven.get(link.sessionId)?.has(digest)) return true;
     try {
-      const reply = await link.call({ method: 'authorize', session_token: token });
+      const reply = await link.call({ method: 'authorize', session_token_sha256: digest });
       if (reply.error) return false;
     } catch (error) {
       if (error instanceof SessionUnreachable) return false;

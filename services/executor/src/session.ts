@@ -764,7 +764,7 @@ export class Session {
   }
 
   private callHost(call: SessionCall): Promise<SessionReply> {
-    if (call.method === 'authorize') return Promise.resolve(this.authorize(call.session_token));
+    if (call.method === 'authorize') return Promise.resolve(this.authorize(call.session_token_sha256));
     if (!this.link?.open) return Promise.resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
     if (call.method === 'send') this.messagesRelayed += 1;
     const id = this.nextRpcId++;
@@ -800,8 +800,8 @@ export class Session {
   }
 
   /** A door asking whether a bearer token is this session's own: an empty reply says it is. */
-  private authorize(presented: string): SessionReply {
-    if (this.tokenCheck.admits(presented)) return {};
+  private authorize(presentedDigest: string): SessionReply {
+    if (this.tokenCheck.admitsDigest(presentedDigest)) return {};
     return { error: { code: RPC_ERRORS.invalidRequest, message: 'Unauthorized: not this session’s token', data: { murmur_code: 'E-DOOR-003' } } };
   }
 

@@ -7,6 +7,8 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
  */
 export interface TokenMatcher {
   admits(presented: string | undefined): boolean;
+  /** Whether the token whose SHA-256 (`tokenDigest`) is `digestHex` is admitted: compared as `admits` compares. */
+  admitsDigest(digestHex: string): boolean;
 }
 
 /** The minimum length of a token: a short one is a password, guessable over the network. */
@@ -14,13 +16,16 @@ export const MIN_BEARER_TOKEN_LENGTH = 16;
 
 export function tokenMatcher(tokens: readonly string[]): TokenMatcher {
   const expected = tokens.map(digest);
+  const matches = (given: Buffer): boolean => {
+    let admitted = false;
+    for (const candidate of expected) admitted = timingSafeEqual(given, candidate) || admitted;
+    return admitted;
+  };
   return {
-    admits(presented) {
-      if (presented === undefined) return false;
-      const given = digest(presented);
-      let admitted = false;
-      for (const candidate of expected) admitted = timingSafeEqual(given, candidate) || admitted;
-      return admitted;
+    admits: (presented) => presented !== undefined && matches(digest(presented)),
+    admitsDigest(digestHex) {
+      const given = Buffer.from(digestHex, 'hex');
+      return given.length === 32 && given.toString('hex') === digestHex.toLowerCase() && matches(given);
     },
   };
 }
