@@ -72,6 +72,26 @@ describe('the host’s trace, written by the executor alone', () => {
     expect(record.input).toMatch(/more characters cut: too long for the trace\]$/);
   });
 
+  it('fits a record of many long strings, each under the first cut, and keeps a record even when its strings are all short', () => {
+    const sent: string[] = [];
+    const trace = new ChannelTrace('ses_1', (line) => sent.push(line));
+    trace.write('tool_call', { tool_name: 'read', status: 'ok', input: { parts: Array.from({ length: 40 }, () => 'y'.repeat(250_000)) } });
+    trace.write('tool_call', { tool_name: 'list', status: 'ok', input: { names: Array.from({ length: 400_000 }, (_, n) => `name-${n}`) } });
+    expect(sent).toHaveLength(2);
+    for (const line of sent) expect(line.length).toBeLessThanOrEqual(TRACE_LINE_MAX_CHARS);
+    const [many, short] = sent.map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(many).toMatchObject({ event_type: 'tool_call', tool_name: 'read', status: 'ok' });
+    expect(JSON.stringify(many?.input)).toContain('more characters cut: too long for the trace');
+    expect(short).toEqual({
+      event_type: 'tool_call',
+      session_id: 'ses_1',
+      timestamp: expect.any(Number),
+      tool_name: 'list',
+      status: 'ok',
+      trace_cut: 'fields left out, too large for the trace: input',
+    });
+  });
+
   it('keeps the harness’s session id a harness record names, which is not the session’s', async () => {
     const writer = new TraceWriter(dir, 'ses_1');
     new ChannelTrace('ses_1', (line) => writer.appendHostLine(line)).write('harness_session_forgotten', { session_id: 'harness-uuid' });
