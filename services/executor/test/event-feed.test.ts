@@ -1,6 +1,6 @@
 import type { SessionEvent } from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
-import { EventFeed, REPLAY_BUDGET_BYTES } from '../src/host/event-feed.js';
+import { BUFFER_KEPT_BYTES, EventFeed, REPLAY_BUDGET_BYTES } from '../src/host/event-feed.js';
 
 /** A feed with a small replay buffer, and everything it published. */
 function feedOf(capacity?: number): { feed: EventFeed; published: SessionEvent[] } {
@@ -144,5 +144,16 @@ describe('an event feed', () => {
     expect(Buffer.byteLength(JSON.stringify(replayed.events[0]))).toBeLessThanOrEqual(REPLAY_BUDGET_BYTES);
     expect(JSON.stringify(replayed.events[0]?.data)).toContain('more characters cut: too long for the bus');
     expect(replayed.firstAvailableId).toBeUndefined();
+  });
+  it('keeps for replays no more than its byte bound, each event as the bus would carry it', () => {
+    const { feed, published } = feedOf();
+    for (let n = 0; n < 40; n += 1) emitText(feed, 'a', 'z'.repeat(2_000_000));
+    // Published whole (the executor fits what it puts on the bus); kept fitted, and only the latest.
+    expect(JSON.stringify(published[0]?.data).length).toBeGreaterThan(2_000_000);
+    const kept = (feed as unknown as { buffer: SessionEvent[] }).buffer;
+    const bytes = kept.reduce((sum, event) => sum + Buffer.byteLength(JSON.stringify(event)), 0);
+    expect(bytes).toBeLessThanOrEqual(BUFFER_KEPT_BYTES);
+    expect(kept.at(-1)?.id).toBe(40);
+    expect(feed.replay(0).firstAvailableId).toBeGreaterThan(1);
   });
 });

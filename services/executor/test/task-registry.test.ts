@@ -349,6 +349,20 @@ describe('waiting for input', () => {
     expect(stateOf(registry, task.id).prompt).toBeUndefined();
   });
 
+  it('keeps at most 32 Mi characters of artifacts across its tasks, letting the oldest go first', async () => {
+    const { registry } = setup('queue', 4);
+    send(registry);
+    const first = await startNext(registry);
+    for (let n = 0; n < 3; n += 1) registry.artifact(first, 'tool', String(n).repeat(12 * 1024 * 1024));
+    registry.finish(first, { state: 'completed', response: 'done' });
+    send(registry);
+    const second = await startNext(registry);
+    registry.artifact(second, 'tool', 'b'.repeat(12 * 1024 * 1024));
+    // 48 Mi written: the first task's two oldest are let go, its newest and the second task's kept.
+    expect(first.artifacts.map((artifact) => artifact.seq)).toEqual([2]);
+    expect(second.artifacts.map((artifact) => artifact.seq)).toEqual([0]);
+  });
+
   it('fails the task with input-timeout when no answer comes in time', async () => {
     vi.useFakeTimers();
     const { registry, task, input, events } = await waitingTask('queue', 1_000);

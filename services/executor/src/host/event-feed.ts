@@ -7,6 +7,8 @@ import { fitEventForBus } from '../event-fit.js';
  * events of a few KiB each — or one answer of 700 KB — made every replay of the session fail.
  */
 export const REPLAY_BUDGET_BYTES = 512 * 1024;
+/** The most bytes of events (as JSON) the feed keeps for replays: many replays' worth. */
+export const BUFFER_KEPT_BYTES = 16 * 1024 * 1024;
 
 /**
  * A session's A2A feed: every status, artifact and text event, numbered from 1 in the order the
@@ -17,6 +19,9 @@ export const REPLAY_BUDGET_BYTES = 512 * 1024;
 export class EventFeed {
   private nextId = 1;
   private readonly buffer: SessionEvent[] = [];
+  /** Each kept event's size as JSON, in the buffer's order. */
+  private readonly sizes: number[] = [];
+  private bufferBytes = 0;
 
   constructor(
     private readonly publish: (event: SessionEvent) => void,
@@ -45,8 +50,17 @@ export class EventFeed {
       time: new Date().toISOString(),
       data: event.data,
     };
-    this.buffer.push(numbered);
-    if (this.buffer.length > this.capacity) this.buffer.shift();
+    // Kept as the bus will carry it, and no more of them than `BUFFER_KEPT_BYTES`: a replay gives
+    // at most `REPLAY_BUDGET_BYTES`, and 512 whole tool outputs would be the host's memory for good.
+    const kept = fitEventForBus(numbered);
+    const size = Buffer.byteLength(JSON.stringify(kept));
+    this.buffer.push(kept);
+    this.sizes.push(size);
+    this.bufferBytes += size;
+    while (this.buffer.length > this.capacity || (this.bufferBytes > BUFFER_KEPT_BYTES && this.buffer.length > 1)) {
+      this.buffer.shift();
+      this.bufferBytes -= this.sizes.shift() ?? 0;
+    }
     this.publish(numbered);
     return numbered;
   }

@@ -73,6 +73,13 @@ type Answer = { task: TaskView } | { error: RpcError };
 
 /** How many ended tasks `tasks/get` still knows; the oldest are forgotten first. */
 const REMEMBERED_TASKS = 1000;
+/**
+ * The most of artifacts' text (in characters) the session keeps across its tasks for `tasks/get`:
+ * past it, the oldest tasks' artifacts are let go first. A tool's output can be 16 MiB, and a long
+ * session's ended tasks would otherwise keep every one of them in the host's memory for good (their
+ * stream carried them as they came; the workdir and the trace keep what a tool wrote).
+ */
+const ARTIFACTS_KEPT_CHARS = 32 * 1024 * 1024;
 /** The most of a task's history `tasks/get` returns unless asked for less. */
 const HISTORY_LIMIT = 100;
 /**
@@ -90,6 +97,8 @@ export const CANCELED_BY_REQUEST = 'canceled by request';
 
 export class TaskRegistry {
   private readonly tasks = new Map<string, Task>();
+  /** The characters of artifact text all remembered tasks keep (`ARTIFACTS_KEPT_CHARS`). */
+  private artifactChars = 0;
   private readonly pending: Task[] = [];
   private active: Task | undefined;
   private last: Task | undefined;
@@ -280,7 +289,9 @@ export class TaskRegistry {
     // Counted on from the last one kept, so the oldest being let go renumbers nothing.
     const seq = (task.artifacts.at(-1)?.seq ?? -1) + 1;
     task.artifacts.push({ name, text, seq });
-    if (task.artifacts.length > HISTORY_LIMIT) task.artifacts.shift();
+    this.artifactChars += text.length;
+    if (task.artifacts.length > HISTORY_LIMIT) this.artifactChars -= task.artifacts.shift()?.text.length ?? 0;
+    this.keepArtifactsWithinBudget();
     this.feed.emit({ type: 'artifact', taskId: task.id, contextId: task.contextId, data: { id: task.id, artifact: { tool_name: name, content: text, seq } } });
   }
 
@@ -545,9 +556,22 @@ export class TaskRegistry {
     for (const [id, old] of this.tasks) {
       if (TERMINAL_TASK_STATES.has(old.state)) {
         this.tasks.delete(id);
+        this.dropArtifacts(old, old.artifacts.length);
         return;
       }
     }
+  }
+
+  /** Lets go of the oldest artifacts, oldest task first, while more than `ARTIFACTS_KEPT_CHARS` are kept. */
+  private keepArtifactsWithinBudget(): void {
+    for (const task of this.tasks.values()) {
+      if (this.artifactChars <= ARTIFACTS_KEPT_CHARS) return;
+      while (task.artifacts.length > 0 && this.artifactChars > ARTIFACTS_KEPT_CHARS) this.dropArtifacts(task, 1);
+    }
+  }
+
+  private dropArtifacts(task: Task, count: number): void {
+    for (const dropped of task.artifacts.splice(0, count)) this.artifactChars -= dropped.text.length;
   }
 
   private transition(task: Task, state: TaskState, message: string, final = false, extra: Record<string, unknown> = {}): void {
