@@ -41,7 +41,7 @@ export class FrameChannel {
   /** The body length of the frame being read; -1 until its header is in. */
   private bodyBytes = -1;
   private ended = false;
-  /** Frames are being gathered for one write at the end of this turn of the event loop (`send`). */
+  /** The frames after this turn's first are being gathered for one write at the turn's end (`send`). */
   private gathering = false;
 
   constructor(
@@ -81,9 +81,9 @@ export class FrameChannel {
   }
 
   /**
-   * Sends `message` as one frame, with whatever else is sent in this turn of the event loop; `done`
-   * is told when it is handed to the kernel, or why it was not (the channel closed). A message that
-   * cannot be encoded throws: that is the sender's bug.
+   * Sends `message` as one frame: at once when it is the first of this turn of the event loop, else
+   * with the turn's others, in one write; `done` is told when it is handed to the kernel, or why it
+   * was not (the channel closed). A message that cannot be encoded throws: that is the sender's bug.
    */
   send(message: unknown, done?: (error?: Error) => void): void {
     if (!this.open) {
@@ -96,9 +96,11 @@ export class FrameChannel {
     const frame = Buffer.allocUnsafe(HEADER_BYTES + size);
     frame.writeUInt32BE(size, 0);
     frame.write(body, HEADER_BYTES, 'utf8');
-    // The frames of one turn of the event loop leave together, in one write: an echo task sends
-    // a dozen (its trace events, its task's progress, its reply), and each write of its own woke
-    // the peer for that frame alone. Gathered, the host answered ~17% more messages a second.
+    // A frame that starts a turn of the event loop goes at once: a lone one (a launch's start, a
+    // guest's first output) is not held back. Those that follow it in the same turn are gathered
+    // into one write at the turn's end: an echo task sends a dozen (its trace events, its task's
+    // progress, its reply), and each write of its own woke the peer for that frame alone.
+    this.socket.write(frame, done ? (error) => done(error ?? undefined) : undefined);
     if (!this.gathering) {
       this.gathering = true;
       this.socket.cork();
@@ -107,7 +109,6 @@ export class FrameChannel {
         this.socket.uncork();
       });
     }
-    this.socket.write(frame, done ? (error) => done(error ?? undefined) : undefined);
     const backlog = this.socket.writableLength;
     if (backlog > this.backlogLimitBytes) {
       this.violate(`it left ${backlog} bytes sent to it unread, more than the ${this.backlogLimitBytes} this channel holds for it`);
