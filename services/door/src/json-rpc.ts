@@ -129,6 +129,7 @@ function whyInvalid(value: unknown): string {
   if (request && request.jsonrpc === '2.0' && typeof request.method === 'string' && request.method !== '' && 'id' in request) {
     const id = request.id;
     if (typeof id === 'string' && id.length > 256) return `"id" is a string of ${id.length} characters; at most 256 are read`;
+    if (typeof id === 'number' && !Number.isFinite(id)) return '"id" is a number past what a double holds; send it as a string';
     if (typeof id !== 'string' && typeof id !== 'number' && id !== null)
       return `"id" must be a string, a number or null (got ${Array.isArray(id) ? 'an array' : typeof id})`;
   }

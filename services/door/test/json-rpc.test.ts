@@ -55,6 +55,12 @@ describe('reading a JSON-RPC request', () => {
     const { id, code, message } = refusal('{"jsonrpc":"2.0","id":12345678901234567890123,"method":"GetTask","params":{}}');
     expect([id, code]).toEqual([null, -32600]);
     expect(message).toContain('send it as a string');
+    const overflowing = refusal('{"jsonrpc":"2.0","id":1e400,"method":"GetTask","params":{}}');
+    expect([overflowing.id, overflowing.code, overflowing.message]).toEqual([
+      null,
+      -32600,
+      'Invalid Request: "id" is a number past what a double holds; send it as a string',
+    ]);
     const largest = readJsonRpc(`{"jsonrpc":"2.0","id":${Number.MAX_SAFE_INTEGER},"method":"GetTask","params":{}}`);
     expect(largest.ok && largest.call.id).toBe(Number.MAX_SAFE_INTEGER);
   });
