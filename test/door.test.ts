@@ -1027,6 +1027,47 @@ describe('the door', () => {
     });
   });
 
+  describe('a door that holds as many streams as it takes', () => {
+    it('refuses one more with 503 and E-DOOR-004, still answers a blocking send, and takes a stream again once one closes', async () => {
+      const bounded = await startAgent(
+        await agentProject(
+          path.join(scratch.dir, 'bounded'),
+          agentManifest(inference, { name: 'bounded', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+        ),
+        { ...env, MURMUR_DOOR_MAX_STREAMS: '2' },
+      );
+      const opened: Response[] = [];
+      try {
+        for (let n = 0; n < 2; n += 1) {
+          const response = await openStream(bounded.url, 'stream/watch', {});
+          expect(response.headers.get('content-type')).toContain('text/event-stream');
+          opened.push(response);
+        }
+        const refused = await openStream(bounded.url, 'stream/watch', {});
+        expect(refused.status).toBe(503);
+        expect(await refused.json()).toMatchObject({ error: { code: -32603, data: [{ metadata: { murmur_code: 'E-DOOR-004' } }] } });
+        // A blocking send is answered all the same, with the task as it stands when no stream is left to follow it.
+        const sent = await rpc(bounded.url, 'message/send', { ...textMessage('hello'), configuration: { blocking: true } });
+        expect(sent.status).toBe(200);
+        expect(['working', 'submitted', 'completed']).toContain((sent.body.result?.status as { state?: string } | undefined)?.state);
+        await opened.shift()?.body?.cancel();
+        await eventually(
+          async () => {
+            const again = await openStream(bounded.url, 'stream/watch', {});
+            if (again.status !== 200) return undefined;
+            opened.push(again);
+            return true;
+          },
+          10_000,
+          'a stream to be taken once one closed',
+        );
+      } finally {
+        for (const response of opened) await response.body?.cancel().catch(() => {});
+        await bounded.stop();
+      }
+    });
+  });
+
   describe('a stream whose client stopped reading', () => {
     it('is cut once a write has waited four heartbeats, and the door holds nothing more for it', async () => {
       // A raw connection that asks to watch the session and then reads nothing.

@@ -49,7 +49,7 @@ import { type HostGuard, loopbackHostGuard, refuseForeignHost } from './host-gua
 import { type JsonRpcCall, describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateFilter } from './rendering.js';
-import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from './session-link.js';
+import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable, TooManyStreams, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from './session-link.js';
 import { SessionTokens } from './session-tokens.js';
 
 /**
@@ -94,6 +94,11 @@ export interface DoorService {
 
 /** The largest JSON-RPC body a door reads (`MURMUR_DOOR_MAX_BODY_BYTES`): a message is text, not a file transfer. */
 const DEFAULT_MAX_BODY_BYTES = 1024 * 1024;
+/**
+ * The streams a door holds open at once (`MURMUR_DOOR_MAX_STREAMS`): an idle one costs ~30 KiB and
+ * a reader's unread queue up to `WATCH_QUEUE_LIMIT_BYTES`, and a client could open any number.
+ */
+const DEFAULT_MAX_STREAMS = 1_024;
 const DEFAULT_HEARTBEAT_MS = 15_000;
 /** How long a blocking `message/send` waits for its task to settle before answering with the task as it stands. */
 const DEFAULT_BLOCKING_WAIT_MS = 10 * 60_000;
@@ -121,6 +126,8 @@ export function startDoorService(options: DoorOptions): DoorService {
   const env = options.env ?? process.env;
   const doorId = `door-${newId('request').slice(4, 16)}`;
   const maxBodyBytes = numberSetting(env, 'MURMUR_DOOR_MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, { unit: 'bytes' });
+  /** The streams (and blocking sends that follow a task) a door holds open at once, over all its sessions. */
+  const maxStreams = numberSetting(env, 'MURMUR_DOOR_MAX_STREAMS', DEFAULT_MAX_STREAMS, { unit: 'streams' });
   const heartbeatMs = numberSetting(env, 'MURMUR_SSE_HEARTBEAT_MS', DEFAULT_HEARTBEAT_MS, { unit: 'milliseconds' });
   /** How long a stream's write may wait for its client to read (`deliveredOrCut`): four heartbeats. */
   const stalledAfterMs = heartbeatMs * 4;
@@ -140,7 +147,7 @@ export function startDoorService(options: DoorOptions): DoorService {
   );
 
   const auth = doorAuth(env);
-  const feeds = new FeedHub(bus);
+  const feeds = new FeedHub(bus, maxStreams);
   const urlOf = (context: Context, sessionId: string): string => `${sessionUrl(baseUrl ?? new URL(context.req.url).origin, sessionId)}/`;
 
   const app = new Hono();
@@ -362,6 +369,12 @@ export function startDoorService(options: DoorOptions): DoorService {
           }),
           error.status,
         );
+      // The door's own bound, not the session's failure: the client may come back, or go elsewhere.
+      if (error instanceof TooManyStreams)
+        return context.json(
+          rpcError(call.id, { code: RPC_ERRORS.internal, message: `Internal error: ${error.message}`, data: { murmur_code: 'E-DOOR-004' } }),
+          503,
+        );
       // A request the bus cannot carry to its session is the request's size, not the door's failure.
       // (Only the request's own size: a reply the session could not fit is the door's side, -32603.)
       if (error instanceof PayloadTooLarge)
@@ -434,9 +447,17 @@ export function startDoorService(options: DoorOptions): DoorService {
     // A client that goes away stops the wait: its watch is let go now, not at the wait's end (up
     // to MURMUR_DOOR_BLOCKING_WAIT_MS later), and the session is not asked again for it.
     const gone = context.req.raw.signal;
-    if (!hasSettled(task.state) && Date.now() < deadline && !gone.aborted) {
+    // A door that holds all the streams it takes answers with the task as it stands: the task was
+    // sent, and its client can follow it with tasks/get.
+    const watch =
+      !hasSettled(task.state) && Date.now() < deadline && !gone.aborted
+        ? await link.watch().catch((error: unknown) => {
+            if (error instanceof TooManyStreams) return undefined;
+            throw error;
+          })
+        : undefined;
+    if (watch) {
       // Watched before asking again, so that a settling between the host's answer and now is not missed.
-      const watch = await link.watch();
       const leave = (): void => watch.close();
       gone.addEventListener('abort', leave, { once: true });
       try {

@@ -50,17 +50,30 @@ export class SessionLink {
  * rather than once per watcher, which would cost the door (clients × events) under load. It is
  * not task state: a watcher exists only while its HTTP request does.
  */
+/** A door asked for one more stream than it holds (`FeedHub`'s `maxWatches`). */
+export class TooManyStreams extends Error {
+  constructor(readonly limit: number) {
+    super(`this door holds ${limit} open streams, as many as it takes (E-DOOR-004): close one, or reach the session through another door`);
+  }
+}
+
 export class FeedHub {
   private readonly sessions = new Map<string, { watchers: Set<FeedWatch>; subscription: Subscription; ready: Promise<void> }>();
   private readonly ended: Subscription;
+  /** Every watch open at this door, whatever its session: each holds a stream, its buffers and its queue. */
+  private open = 0;
 
-  constructor(private readonly bus: Bus) {
+  constructor(
+    private readonly bus: Bus,
+    private readonly maxWatches = Number.POSITIVE_INFINITY,
+  ) {
     this.ended = bus.subscribe(topics.sessionEnded, (event) => {
       for (const watch of this.sessions.get(event.session_id)?.watchers ?? []) watch.end();
     });
   }
 
   async watch(sessionId: string): Promise<FeedWatch> {
+    if (this.open >= this.maxWatches) throw new TooManyStreams(this.maxWatches);
     let session = this.sessions.get(sessionId);
     if (!session) {
       const watchers = new Set<FeedWatch>();
@@ -71,6 +84,7 @@ export class FeedHub {
       this.sessions.set(sessionId, session);
     }
     const watch = new FeedWatch(() => this.release(sessionId, watch));
+    this.open += 1;
     session.watchers.add(watch);
     try {
       await session.ready;
@@ -80,6 +94,7 @@ export class FeedHub {
       // with it, and the next watch subscribes afresh (every watch waiting on it fails alike: none
       // of them ever had the subscription confirmed).
       session.watchers.delete(watch);
+      this.open -= 1;
       if (this.sessions.get(sessionId) === session) {
         this.sessions.delete(sessionId);
         session.subscription.unsubscribe();
@@ -91,8 +106,8 @@ export class FeedHub {
 
   private release(sessionId: string, watch: FeedWatch): void {
     const session = this.sessions.get(sessionId);
-    if (!session) return;
-    session.watchers.delete(watch);
+    if (!session?.watchers.delete(watch)) return;
+    this.open -= 1;
     if (session.watchers.size > 0) return;
     session.subscription.unsubscribe();
     this.sessions.delete(sessionId);
