@@ -1,6 +1,7 @@
-import { readFileSync, readlinkSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
+import { refuseDanglingLink } from './dangling-link.js';
 
 /**
  * The project's `.env` (upstream's rules): `KEY=VALUE` lines, `#` comments, surrounding quotes
@@ -39,15 +40,6 @@ function envValue(raw: string): string {
   return comment === -1 ? raw : raw.slice(0, comment).trimEnd();
 }
 
-/** What `file` links to, when it is a link. */
-function linkTarget(file: string): string | undefined {
-  try {
-    return readlinkSync(file);
-  } catch {
-    return undefined;
-  }
-}
-
 /** The environment `mur run` works with: its own, plus the project's `.env` beneath it. */
 export function environmentWithEnvFile(projectDir: string | undefined, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const merged: Record<string, string> = {};
@@ -60,12 +52,7 @@ export function environmentWithEnvFile(projectDir: string | undefined, env: Node
       const code = (error as NodeJS.ErrnoException).code;
       // No .env: nothing to add. One that is there and cannot be read is said, not passed over:
       // the capsule would run without the values its author put there. A link to nothing is there.
-      const dangling = code === 'ENOENT' ? linkTarget(file) : undefined;
-      if (dangling !== undefined)
-        throw new MurmurError('E-IO-002', `cannot read ${file}: it is a link to ${dangling}, which does not exist`, {
-          path: file,
-          hint: 'restore what the link names, remove the link, or run with --no-env-file',
-        });
+      if (code === 'ENOENT') refuseDanglingLink(file, 'read', 'restore what the link names, remove the link, or run with --no-env-file');
       if (code !== 'ENOENT')
         throw new MurmurError('E-IO-002', `cannot read ${file}: ${code ?? (error as Error).message}`, {
           path: file,

@@ -93,13 +93,13 @@ export const ERROR_CATALOGUE = {
     hint: "check the session id in the URL; 'mur run --json' prints the URL of a session it starts",
   },
   'E-DOOR-002': { title: 'request refused at the door' },
-  'E-DOOR-004': {
-    title: 'the door holds as many open streams as it takes',
-    hint: 'close a stream this door serves, or reach the session through another door; MURMUR_DOOR_MAX_STREAMS sets the bound',
-  },
   'E-DOOR-003': {
     title: 'the door requires a bearer token',
     hint: "send 'Authorization: Bearer <token>' with one of the tokens the door was given (MURMUR_DOOR_AUTH); the agent card says so",
+  },
+  'E-DOOR-004': {
+    title: 'the door holds as many open streams as it takes',
+    hint: 'close a stream this door serves, or reach the session through another door; MURMUR_DOOR_MAX_STREAMS sets the bound',
   },
   'E-DASH-001': {
     title: 'the dashboard needs a token where its bind is configured',

@@ -1,9 +1,10 @@
-import { chmod, mkdir, readlink, realpath, stat } from 'node:fs/promises';
+import { chmod, mkdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { type ConfigKey, MurmurError, SECRET_CONFIG_KEYS, configKey, hasControlCharacter, parseWorkspaceConfig } from '@murmur/shared';
 import { writeFileAtomic } from '@murmur/shared/node';
 import { YAMLMap, isAlias, isScalar, parseDocument } from 'yaml';
 import type { Output } from '../output.js';
+import { refuseDanglingLink } from '../dangling-link.js';
 import { effectiveConfig, readConfigText, workspaceConfigFiles } from '../workspace-config.js';
 
 /**
@@ -88,14 +89,8 @@ export async function configSetCommand(key: string, value: string, options: { gl
   if (options.global) await chmod(directory, 0o700);
   // A file that is a link (a dotfiles checkout) is written where it leads, not replaced by a file;
   // the project's keeps the mode it had (one made 0600 because it names a credentialed endpoint).
-  const target = await realpath(file).catch(async () => {
-    const leadsTo = await readlink(file).catch(() => undefined);
-    // A link to nothing (a dotfiles checkout not there) is not replaced by a file of its own.
-    if (leadsTo !== undefined)
-      throw new MurmurError('E-IO-002', `cannot write ${file}: it is a link to ${leadsTo}, which does not exist`, {
-        path: file,
-        hint: 'restore what the link names, or remove the link to have mur config write a file there',
-      });
+  const target = await realpath(file).catch(() => {
+    refuseDanglingLink(file, 'write', 'restore what the link names, or remove the link to have mur config write a file there');
     return file;
   });
   const kept = await stat(target).then(

@@ -14,7 +14,8 @@ export interface FilesOptions {
 /**
  * `mur files <session> [path]`: a session's workdir, through the executor that holds it. A
  * directory is listed; a file is written to stdout (to a terminal, as text with its control
- * characters shown), or with `--out` copied to a local path (a directory is copied whole). Read-only, and never beyond the workdir.
+ * characters shown), or with `--out` copied to a local path (a directory is copied whole).
+ * Read-only, and never beyond the workdir.
  */
 export async function filesCommand(sessionId: string, relative: string | undefined, options: FilesOptions, output: Output): Promise<number> {
   if (!process.env.MURMUR_NATS_URL?.trim()) {

@@ -666,19 +666,16 @@ export function startDoorService(options: DoorOptions): DoorService {
     return streamSSE(context, async (sse) => {
       const heartbeat = startHeartbeat(sse, heartbeatMs);
       sse.onAbort(() => watch.close());
-      const delivered = deliveredOrCut(context, stalledAfterMs);
+      const delivered = deliveredOrCut(context, sse, stalledAfterMs);
       try {
         // Every data frame of an A2A stream is a JSON-RPC response, so events lost to the feed's
         // window are said in a comment, which a client's parser skips and a person reading it sees.
-        if (
-          replayed?.first_available_id !== undefined &&
-          !(await delivered(sse.write(`: gap: the earliest event still kept is ${replayed.first_available_id}\n\n`)))
-        )
-          return;
+        if (replayed?.first_available_id !== undefined)
+          await delivered(sse.write(`: gap: the earliest event still kept is ${replayed.first_available_id}\n\n`));
         const sent = new Set<string>();
-        const frame = (event: string, result: unknown, id?: number): Promise<boolean> =>
+        const frame = (event: string, result: unknown, id?: number): Promise<void> =>
           delivered(sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) }));
-        if (!(await frame('task', renderSendResult(version, task)))) return;
+        await frame('task', renderSendResult(version, task));
         if (replayed?.events) watch.push(...replayed.events);
         // A task that had already ended when the client subscribed has nothing more to say unless
         // its last event was among those replayed. A task just sent is followed to its end, even
@@ -700,7 +697,7 @@ export function startDoorService(options: DoorOptions): DoorService {
           }
           if (next.task_id !== task.id) continue;
           const rendered = renderStreamEvent(version, next, sent);
-          if (rendered && !(await frame(next.type, rendered, next.id))) return;
+          if (rendered) await frame(next.type, rendered, next.id);
           if (next.type === 'status' && next.final) return;
         }
       } finally {
@@ -726,19 +723,13 @@ export function startDoorService(options: DoorOptions): DoorService {
     return streamSSE(context, async (sse) => {
       const heartbeat = startHeartbeat(sse, heartbeatMs);
       sse.onAbort(() => watch.close());
-      const delivered = deliveredOrCut(context, stalledAfterMs);
+      const delivered = deliveredOrCut(context, sse, stalledAfterMs);
       try {
-        if (
-          !(await delivered(
-            sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: card.card?.conversation ?? 'stateless' }) }),
-          ))
-        )
-          return;
-        if (
-          replayed.first_available_id !== undefined &&
-          !(await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) })))
-        )
-          return;
+        await delivered(
+          sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: card.card?.conversation ?? 'stateless' }) }),
+        );
+        if (replayed.first_available_id !== undefined)
+          await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) }));
         watch.push(...(replayed.events ?? []));
         for (;;) {
           if (sse.aborted) return;
@@ -753,7 +744,7 @@ export function startDoorService(options: DoorOptions): DoorService {
             await delivered(sse.writeSSE({ event: 'capsule-closed', data: '{}' }));
             return;
           }
-          if (!(await delivered(sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) })))) return;
+          await delivered(sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) }));
         }
       } finally {
         clearInterval(heartbeat);
@@ -907,20 +898,21 @@ function endedEvent(task: TaskView): SessionEvent {
 
 /**
  * A stream's writes, each given `stalledAfterMs` to be taken by its client. One still waiting by
- * then means the client stopped reading: its connection is closed, and with it the stream and all
- * the door held for it (its watch, the frame being written). A reader that stopped reading can be
- * told nothing, and would otherwise keep them for as long as its connection stayed open. Resolves
- * whether the write went (the stream goes on) or the connection was cut (the stream ends).
+ * then means the client stopped reading: the stream is aborted (its watch closed, so its loop ends
+ * at its next step) and its connection closed, and with them all the door held for it. A reader
+ * that stopped reading can be told nothing, and would otherwise keep them for as long as its
+ * connection stayed open.
  */
-function deliveredOrCut(context: Context, stalledAfterMs: number): (write: Promise<unknown>) => Promise<boolean> {
+function deliveredOrCut(context: Context, sse: SSEStreamingApi, stalledAfterMs: number): (write: Promise<unknown>) => Promise<void> {
   return async (write) => {
     let timer: NodeJS.Timeout | undefined;
     const stalled = new Promise<false>((resolve) => {
       timer = setTimeout(() => resolve(false), stalledAfterMs);
     });
     const went = await Promise.race([write.then(() => true), stalled]).finally(() => clearTimeout(timer));
-    if (!went) (context.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket.destroy();
-    return went;
+    if (went) return;
+    sse.abort();
+    (context.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket.destroy();
   };
 }
 

@@ -44,12 +44,6 @@ export class SessionLink {
   }
 }
 
-/**
- * The door's live subscriptions: one bus subscription per session being watched, however many
- * requests watch it, so an event is received and checked once and handed to each watcher —
- * rather than once per watcher, which would cost the door (clients × events) under load. It is
- * not task state: a watcher exists only while its HTTP request does.
- */
 /** A door asked for one more stream than it holds (`FeedHub`'s `maxWatches`). */
 export class TooManyStreams extends Error {
   constructor(readonly limit: number) {
@@ -57,6 +51,12 @@ export class TooManyStreams extends Error {
   }
 }
 
+/**
+ * The door's live subscriptions: one bus subscription per session being watched, however many
+ * requests watch it, so an event is received and checked once and handed to each watcher —
+ * rather than once per watcher, which would cost the door (clients × events) under load. It is
+ * not task state: a watcher exists only while its HTTP request does.
+ */
 export class FeedHub {
   private readonly sessions = new Map<string, { watchers: Set<FeedWatch>; subscription: Subscription; ready: Promise<void> }>();
   private readonly ended: Subscription;

@@ -67,6 +67,8 @@ export interface ConfinementInput {
   toolExecutables?: string[] | undefined;
   /** The shell allowlist, resolved to files on the sandbox's PATH. */
   shellBinaries: string[];
+  /** `toolClosure` of the tool executables and shell binaries, when the caller needs it too (`toolExecuteGrants`): read once. */
+  toolFiles?: string[] | undefined;
   seccompFd: number;
   /** Descriptors the host keeps beyond the listeners (its channel to the executor, the hand-over channel, the tools' cgroup). */
   keep: number[];
@@ -100,7 +102,7 @@ export function confinementSpec(input: ConfinementInput): string {
   }
   lines.push('drop', `landlock ${LANDLOCK_ABI}`);
   for (const readable of unique(input.readable)) lines.push(`allow rd ${readable}`);
-  const executables = unique([...input.executables, ...(input.toolExecutables ?? []), ...input.shellBinaries].flatMap((file) => executionClosure(file)));
+  const executables = unique([...input.executables.flatMap((file) => executionClosure(file)), ...(input.toolFiles ?? toolClosure(input))]);
   for (const file of executables) lines.push(`allow rx ${file}`);
   for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) lines.push(`allow ${dir.list_dir ? 'rxd' : 'rx'} ${dir.path}`);
   for (const grant of policy.staged_runtime) lines.push(`allow rxd ${grant.source_path}`);
@@ -119,14 +121,19 @@ export function confinementSpec(input: ConfinementInput): string {
  * tool `shell.allow` admits (`find -exec`, `xargs`, a shell) cannot run the host's node on a
  * script it wrote, which would be any program at all.
  */
-export function toolExecuteGrants(input: Pick<ConfinementInput, 'policy' | 'toolExecutables' | 'shellBinaries' | 'workdir' | 'tmp' | 'writable'>): string[] {
+export function toolExecuteGrants(input: Pick<ConfinementInput, 'policy' | 'workdir' | 'tmp' | 'writable'> & { toolFiles: string[] }): string[] {
   const { policy } = input;
   return unique([
-    ...[...(input.toolExecutables ?? []), ...input.shellBinaries].flatMap((file) => executionClosure(file)),
+    ...input.toolFiles,
     ...runtimeTrees(policy),
     // `workdir_exec`: what the capsule builds or brings into its workdir runs (`make && ./a.out`).
     ...(policy.workdir_exec ? [input.workdir, input.tmp, ...(input.writable ?? [])] : []),
   ]);
+}
+
+/** The files a tool executable or shell binary runs with (each with its loader or `#!` interpreter): read from disk, so worked out once a sandbox. */
+export function toolClosure(input: Pick<ConfinementInput, 'toolExecutables' | 'shellBinaries'>): string[] {
+  return unique([...(input.toolExecutables ?? []), ...input.shellBinaries].flatMap((file) => executionClosure(file)));
 }
 
 /** The trees a capsule's runtime grants name (`interpreter_runtime`, `staged_runtime`), executable beneath. */

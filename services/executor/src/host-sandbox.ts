@@ -3,7 +3,7 @@ import { closeSync, constants, existsSync, fstatSync, openSync, readdirSync, rea
 import path from 'node:path';
 import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
 import type { SessionCgroup } from './cgroup.js';
-import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries, toolExecuteGrants } from './confinement.js';
+import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries, toolClosure, toolExecuteGrants } from './confinement.js';
 import { HOST_CHANNEL_FD } from './host/frame-channel.js';
 import { shellSearchPath } from './host/shell-path.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
@@ -271,6 +271,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   const executables = [...nodeExecutables(confine.node), confine.helper];
   const toolExecutables = [...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])), ...(harness ? [harness.binary] : [])];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, shellSearchPath(input.subprocessPath));
+  const toolFiles = toolClosure({ toolExecutables, shellBinaries });
   const keep = [HOST_CHANNEL_FD, HANDOVER_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
   const spec = confinementSpec({
     policy,
@@ -283,6 +284,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     executables,
     toolExecutables,
     shellBinaries,
+    toolFiles,
     seccompFd: SECCOMP_FD,
     keep,
     ...(pooled ? { holdFd: ATTACH_FD } : {}),
@@ -319,7 +321,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     start: {
       helper: confine.helper,
       tool_cgroup_fds: cgroupFds.map((_, index) => FIRST_CGROUP_FD + index),
-      tool_executables: toolExecuteGrants({ policy, toolExecutables, shellBinaries, workdir: input.workdir, tmp, writable }),
+      tool_executables: toolExecuteGrants({ policy, toolFiles, workdir: input.workdir, tmp, writable }),
       dns: network.dns,
       listeners: network.listeners.map((listener) => listener.fd),
     },

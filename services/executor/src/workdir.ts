@@ -218,14 +218,14 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
   const label = `${artifact.name}@${artifact.version}`;
   // Copied, never linked: the workdir is the guest's to write, the cache is not.
   const copies: Array<{ source: string; target: string; mode: number }> = [];
-  const copyOut = async (file: SetFile, target: string, mode: number): Promise<void> => {
+  const fetchForCopy = async (file: SetFile, target: string, mode: number): Promise<void> => {
     copies.push({ source: await files.blobs.fetch(file, `${label}: ${file.path}`), target, mode });
   };
   let tool: HostTool | undefined;
   if (artifact.role === 'skill') {
     const target = path.join(toolDir, 'skill.md');
     const skill = artifact.files.find((file) => file.path.toLowerCase() === 'skill.md');
-    if (skill) await copyOut(skill, target, 0o644);
+    if (skill) await fetchForCopy(skill, target, 0o644);
     tool = { ...common, kind: 'skill', path: target, preopen: accessible, runtime: 'wasm' };
   } else if (artifact.role === 'tool' && artifact.packaging === 'native') {
     const target = path.join(toolDir, baseName);
@@ -233,7 +233,7 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
     if (!binary) throw new MurmurError('E-ART-003', `${label}: the staged plan names no bin/${baseName} for this native tool`);
     // The workdir copy is the guest's to read; what runs is the cache's read-only copy, which the
     // sandbox lets execute and no guest can rewrite (the workdir never has the execute right).
-    await copyOut(binary, target, 0o755);
+    await fetchForCopy(binary, target, 0o755);
     const executable = await files.blobs.executable(binary, baseName, `${label}: ${binary.path}`);
     tool = { ...common, kind: 'native', path: executable, preopen: accessible, runtime: 'native' };
   } else if (artifact.role === 'tool') {

@@ -13,8 +13,8 @@ export function temporarySibling(target: string): string {
 /**
  * Temporary files (or directories) a long write holds: an interrupt (Ctrl-C, a TERM) while one is
  * written removes it before the process ends, as a failed write would, rather than leaving a hidden
- * `.name.pid.tmp` in the user's directory. Listened for only while one is held, so the process otherwise ends on a
- * signal exactly as it would have.
+ * `.name.pid.tmp` in the user's directory. Listened for only while one is held, so the process
+ * otherwise ends on a signal exactly as it would have.
  */
 const interruptible = new Set<string>();
 const INTERRUPTS = ['SIGINT', 'SIGTERM'] as const;

@@ -188,7 +188,6 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
         if (task?.abortedWith) return fail('failed', task.abortedWith);
         const dispatched = await callTool({ host, hooks, registry, task, turn }, toolCall.name, JSON.stringify(toolCall.input));
         results.push(toolResultMessage(toolCall.id, dispatched.text, dispatched.isError));
-        if (task?.abortedWith) return fail('failed', task.abortedWith);
       }
       messages.push({ role: 'assistant', content: reply.content }, ...results);
       continue;

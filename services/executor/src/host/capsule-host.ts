@@ -5,7 +5,7 @@ import { subprocessEnvironment } from '@murmur/shared/environment';
 import { LogFile, type TraceSink } from '../records.js';
 import { ChannelTrace } from './channel-trace.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
-import { EgressFailures } from './egress-failures.js';
+import { LastEgressFailure } from './egress-failures.js';
 import { type CallRecord, GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import { ResponseBodies } from './response-bodies.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpCheckVerdict, HttpRequest, StartMessage } from './protocol.js';
@@ -65,7 +65,6 @@ export class CapsuleHost implements AgentHost {
   /** Relayed response bodies, as they arrive from the executor and until the guests have read them. */
   private readonly responseBodies: ResponseBodies;
   private nextUpload = 1;
-  /** Each grant's last request, when it got no answer: told with the driver call that made it (`callDriver`). */
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
@@ -244,7 +243,7 @@ export class CapsuleHost implements AgentHost {
     const context = options.silent ? undefined : this.taskContext;
     if (context) context.streamedText = false;
     const grant = `tool:${driver.name}`;
-    const record: CallRecord = { taskless: options.silent === true, egress: new EgressFailures() };
+    const record: CallRecord = { taskless: options.silent === true, egress: new LastEgressFailure() };
     const outcome = await this.guests.run({
       record,
       role: 'tool',
@@ -255,7 +254,7 @@ export class CapsuleHost implements AgentHost {
       grant,
       toolInput: { data },
     });
-    const egressFailure = record.egress.take(grant);
+    const egressFailure = record.egress.failure;
     const result = this.toolOutcome(`driver '${driver.name}'`, outcome);
     if (!result.ok) return result;
     return {
@@ -360,11 +359,11 @@ export class CapsuleHost implements AgentHost {
           // A body uploaded for it is let go, rather than held by the executor until the session ends.
           if (request.upload !== undefined) void this.channel.request({ op: 'http-upload-release', upload: request.upload }).catch(() => {});
           const reason = error instanceof Error ? error.message : String(error);
-          record?.egress.failed(grant, request.url, 'internal-error', reason);
+          record?.egress.failed(request.url, 'internal-error', reason);
           return { outcome: 'denied', code: 'internal-error', reason } satisfies EgressResult;
         }
-        if (result.outcome === 'denied') record?.egress.failed(grant, request.url, result.code, result.reason);
-        else record?.egress.answered(grant);
+        if (result.outcome === 'denied') record?.egress.failed(request.url, result.code, result.reason);
+        else record?.egress.answered();
         // The body starts coming in now, while the guest reads the head.
         if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
         return result;
@@ -383,7 +382,7 @@ export class CapsuleHost implements AgentHost {
       case 'http-check': {
         const request = payload as { url: string; grant: string };
         const verdict = (await this.channel.request({ op: 'http-check', request })) as HttpCheckVerdict;
-        if (!verdict.allowed) record?.egress.failed(grant, request.url, verdict.code, verdict.reason);
+        if (!verdict.allowed) record?.egress.failed(request.url, verdict.code, verdict.reason);
         return verdict;
       }
       case 'invoke': {
@@ -416,10 +415,9 @@ export class CapsuleHost implements AgentHost {
         return refused(`not implemented (name: ${(payload as { name: string }).name})`);
       case 'chunk': {
         const { kind, text } = payload as { kind: 'text' | 'thinking'; text: string };
-        const context = taskContext;
-        if (!context) return null;
-        if (kind === 'text') context.streamedText = true;
-        context.registry.chunk(context.task, kind, text);
+        if (!taskContext) return null;
+        if (kind === 'text') taskContext.streamedText = true;
+        taskContext.registry.chunk(taskContext.task, kind, text);
         return null;
       }
       case 'run-inference': {
@@ -428,9 +426,8 @@ export class CapsuleHost implements AgentHost {
         return this.hookInference(grant, payload);
       }
       case 'request-input': {
-        const context = taskContext;
-        if (!context?.answerable) throw new Error('request-input is not available outside an A2A task context');
-        return context.registry.requestInput(context.task, (payload as { prompt: string }).prompt, context.inputTimeoutMs);
+        if (!taskContext?.answerable) throw new Error('request-input is not available outside an A2A task context');
+        return taskContext.registry.requestInput(taskContext.task, (payload as { prompt: string }).prompt, taskContext.inputTimeoutMs);
       }
       default:
         throw new Error(`unknown host call '${op}' from ${grant}`);

@@ -1,33 +1,31 @@
 import type { EgressFailure } from './contracts.js';
 
 /**
- * Each grant's last request, when it got no answer (refused by the policy, or failed on its way):
- * what a driver's own failure cannot say (a JavaScript driver's fetch says `NetworkError` and no
- * more), kept for the driver call that made it. Only the last request counts: one answered after a
- * refused one (a retry) leaves nothing to tell.
+ * One guest call's last request, when it got no answer (refused by the policy, or failed on its
+ * way): what a driver's own failure cannot say (a JavaScript driver's fetch says `NetworkError`
+ * and no more), kept for the driver call that made it (`CallRecord`). Only the last request
+ * counts: one answered after a refused one (a retry) leaves nothing to tell.
  *
  * The URL is kept without what may be a credential (a user and password, a query, a fragment): it
  * is said in the run's error, which reaches the bus, the trace and a door's clients, where the
  * executor's own records never carry a path's query either.
  */
-export class EgressFailures {
-  private readonly byGrant = new Map<string, EgressFailure>();
+export class LastEgressFailure {
+  private last: EgressFailure | undefined;
 
-  failed(grant: string, url: string, code: string, reason: string): void {
+  failed(url: string, code: string, reason: string): void {
     const shown = shownUrl(url);
     // A reason may quote the URL it refused (`'…' is not an http(s) URL`): it is shown as the URL is.
-    this.byGrant.set(grant, { url: shown, code, reason: reason.replaceAll(url, shown) });
+    this.last = { url: shown, code, reason: reason.replaceAll(url, shown) };
   }
 
-  answered(grant: string): void {
-    this.byGrant.delete(grant);
+  answered(): void {
+    this.last = undefined;
   }
 
-  /** The grant's last failure, if its last request failed; forgotten once taken. */
-  take(grant: string): EgressFailure | undefined {
-    const failure = this.byGrant.get(grant);
-    this.byGrant.delete(grant);
-    return failure;
+  /** The last failure, if the last request failed. */
+  get failure(): EgressFailure | undefined {
+    return this.last;
   }
 }
 

@@ -73,20 +73,19 @@ export class EventFeed {
    * task the gap is possible, not certain.)
    */
   replay(afterId: number, taskId?: string): { events: SessionEvent[]; firstAvailableId?: number } {
-    const wanted = this.buffer.filter((event) => event.id > afterId && (taskId === undefined || event.task_id === taskId));
+    // The wanted events' places in the buffer, whose sizes were measured as they were kept.
+    const wanted = this.buffer.flatMap((event, at) => (event.id > afterId && (taskId === undefined || event.task_id === taskId) ? [at] : []));
     // The latest that fit, counted back from the newest.
     let first = wanted.length;
     let bytes = 0;
-    while (first > 0) {
-      const size = Buffer.byteLength(JSON.stringify(wanted[first - 1]));
-      if (bytes + size > REPLAY_BUDGET_BYTES) break;
-      bytes += size;
+    while (first > 0 && bytes + (this.sizes[wanted[first - 1] as number] as number) <= REPLAY_BUDGET_BYTES) {
+      bytes += this.sizes[wanted[first - 1] as number] as number;
       first -= 1;
     }
-    let events = wanted.slice(first);
+    let events = wanted.slice(first).map((at) => this.buffer[at] as SessionEvent);
     if (events.length === 0 && wanted.length > 0) {
       first = wanted.length - 1;
-      events = [fitEventForBus(wanted[first] as SessionEvent, REPLAY_BUDGET_BYTES)];
+      events = [fitEventForBus(this.buffer[wanted[first] as number] as SessionEvent, REPLAY_BUDGET_BYTES)];
     }
     const heldFrom = this.buffer[0]?.id ?? this.nextId;
     // A gap: events after `afterId` evicted from the feed, or left out of this replay.

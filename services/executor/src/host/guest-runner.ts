@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import type { LogFile } from '../records.js';
-import type { EgressFailures } from './egress-failures.js';
+import type { LastEgressFailure } from './egress-failures.js';
 import { type BridgeHandler, createSignal, serveBridge } from './bridge.js';
 import { GUEST_WORKER, prewarmGuestWorker } from './first-worker.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
@@ -83,7 +83,7 @@ export type HostCallHandler = (op: string, payload: unknown, grant: string, inst
  */
 export interface CallRecord {
   taskless: boolean;
-  egress: EgressFailures;
+  egress: LastEgressFailure;
 }
 
 export interface GuestRunnerOptions {

@@ -290,7 +290,7 @@ export class TaskRegistry {
     const seq = (task.artifacts.at(-1)?.seq ?? -1) + 1;
     task.artifacts.push({ name, text, seq });
     this.artifactChars += text.length;
-    if (task.artifacts.length > HISTORY_LIMIT) this.artifactChars -= task.artifacts.shift()?.text.length ?? 0;
+    if (task.artifacts.length > HISTORY_LIMIT) this.dropArtifacts(task, 1);
     this.keepArtifactsWithinBudget();
     this.feed.emit({ type: 'artifact', taskId: task.id, contextId: task.contextId, data: { id: task.id, artifact: { tool_name: name, content: text, seq } } });
   }
