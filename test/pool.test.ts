@@ -12,6 +12,7 @@ import { probeProject, probeResults } from './support/capsules.js';
 import { procFile, processIds } from './support/proc.js';
 import { componentFromWat } from '@murmur/guest-kit';
 import { tempDir } from './support/fs.js';
+import { agentManifest, agentProject } from './support/agents.js';
 import { RecordingLog } from './support/recording-log.js';
 import { eventually, runMur } from './support/processes.js';
 
@@ -210,6 +211,67 @@ describe('the warm pool', () => {
     }
   });
 
+  it('a launch refused after it took a warm host throws that host away, its group with it, and the pool is warm again', async () => {
+    // A launch takes its warm host as soon as its workdir is made, so the host mounts it in while
+    // the launch prepares the rest; a refusal after that (here: a context to resume that was never
+    // recorded) must not leave the host running under the session's name with nobody to end it.
+    const home = path.join(scratch.dir, 'refused-home');
+    const serviceEnv = { ...process.env, MURMUR_HOME: home, MURMUR_EXECUTOR_POOL: '1' };
+    const bus = createBus(new InProcessTransport(), silentLog);
+    const stager = startStagerService({ bus, log: silentLog, env: serviceEnv });
+    const executor = startExecutorService({ bus, log: silentLog, env: serviceEnv });
+    try {
+      const manifest = agentManifest(
+        { endpoint: 'http://127.0.0.1:9/v1', authority: '127.0.0.1:9' },
+        { name: 'threaded', lifecycle: '  conversation: threaded' },
+      );
+      const project = await agentProject(path.join(scratch.dir, 'refused-threaded'), manifest);
+      const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+      await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
+      const warm = await eventually(
+        () => {
+          const pids = pooledSandbox(home);
+          return pids.length > 0 ? pids : undefined;
+        },
+        10_000,
+        'the warm sandbox’s processes',
+      );
+      const poolGroup = groupOf(warm[0] as number);
+      const sessionId = newSessionId();
+      const refused = bus.request(
+        commands.launch,
+        { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, context_id: 'ctx-never-recorded', resume: true },
+        { timeoutMs: 60_000 },
+      );
+      await expect(refused).rejects.toMatchObject({ code: 'E-CTX-001' });
+      await eventually(() => warm.every((pid) => !isRunning(pid)) || undefined, 10_000, 'the taken host to be gone');
+      if (poolGroup) {
+        const sessionGroup = path.join(path.dirname(poolGroup), `murmur-${sessionId}`);
+        await eventually(() => !existsSync(sessionGroup) || undefined, 10_000, `${sessionGroup} to be removed`);
+      } else {
+        console.log('[pool] the warm host ran in no cgroup of its own here: that its group is removed is not checked');
+      }
+      await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'the pool to be warm again');
+      // And the executor's close throws its waiting hosts away with their groups before it returns.
+      const refilledGroup = await eventually(
+        () =>
+          pooledSandbox(home)
+            .filter((pid) => !warm.includes(pid))
+            .map(groupOf)
+            .find((group) => group !== undefined),
+        10_000,
+        'the refilled sandbox’s group',
+      ).catch(() => undefined);
+      await executor.close();
+      if (refilledGroup) expect(existsSync(refilledGroup)).toBe(false);
+      if (poolGroup && !refilledGroup) throw new Error('the refilled warm host was found in no group of its own, though the first was');
+    } finally {
+      await executor.close();
+      await stager.close();
+      await bus.close();
+    }
+  });
+
   it('a capsule that can start subprocesses gets a fresh host, and its bootstrap log says why', async () => {
     const { bootstrap } = await probeRun('shell-fresh', [{ op: 'preopen' }], true, 'capabilities:\n  shell:\n    allow: ["true"]\n');
     expect(bootstrap).toContain('[sandbox] a fresh host: the capsule can start subprocesses');
@@ -307,6 +369,23 @@ function findHost(workdirs: string): { pid: number; workdir: string } | undefine
     if (workdir) return { pid, workdir };
   }
   return undefined;
+}
+
+/** The processes of a warm sandbox whose workdirs are under `base` (its staging view is mounted in each). */
+function pooledSandbox(base: string): number[] {
+  return processIds().filter((pid) => procFile(pid, 'mountinfo')?.includes(` ${base} /.murmur-attach `) === true);
+}
+
+/** The directory of the warm sandbox group `pid` runs in: cgroup v2's one hierarchy, or v1's memory controller. */
+function groupOf(pid: number): string | undefined {
+  const line = procFile(pid, 'cgroup')?.match(/^\d+:(|memory):(\/.*\/murmur-pool-[^/\n]+)/m);
+  return line ? path.join('/sys/fs/cgroup', line[1] ?? '', line[2] ?? '') : undefined;
+}
+
+/** Whether `pid` is a process that has not ended (a zombie has ended). */
+function isRunning(pid: number): boolean {
+  const state = procFile(pid, 'status')?.match(/^State:\s+(\S)/m)?.[1];
+  return state !== undefined && state !== 'Z';
 }
 
 /**

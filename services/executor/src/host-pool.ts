@@ -350,9 +350,10 @@ export class HostPool {
     void host.discard();
   }
 
-  close(): void {
+  /** Stops refilling and throws every waiting host away; resolves when their groups are gone. */
+  async close(): Promise<void> {
     this.closed = true;
-    for (const host of this.hosts.splice(0)) void host.discard();
+    await Promise.all(this.hosts.splice(0).map((host) => host.discard()));
   }
 
   /** Starts hosts until `size` are warm or starting (a host is in `hosts` from its spawn on). */

@@ -321,13 +321,14 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     warmHosts: () => environment.pool?.idle ?? 0,
     async close() {
       clearInterval(heartbeat);
-      environment.pool?.close();
+      // Its hosts' groups are gone before the executor is: a process that exits on this leaves none.
+      const poolClosed = environment.pool?.close();
       for (const subscription of subscriptions) subscription.unsubscribe();
       const ending = [...sessions.values()].map((session) => {
         session.stop('the executor is shutting down');
         return session.ended;
       });
-      await Promise.all(ending);
+      await Promise.all([...ending, poolClosed]);
       clearInterval(sweeping);
       stopSweepingCache();
       sweep();

@@ -264,6 +264,8 @@ export class Session {
   private link: HostLink | undefined;
   /** The warm host this session took, until its workdir is attached (`host-pool.ts`). */
   private pooled: { host: PooledHost; attaching: Promise<void> } | undefined;
+  /** What the launch found of the pool, for the bootstrap log: written when the host is started. */
+  private poolNote: string | undefined;
   /** Whether the host sent a trace line that is not a record (`refuseTraceLine`): said once. */
   private traceLineRefused = false;
   /** The directory the launcher chose for the workdir, if it chose one. */
@@ -491,6 +493,7 @@ export class Session {
     );
     this.paths = paths;
     this.tools = tools;
+    this.takePooledHost();
     this.recordsOutside = recordsOutside(paths.accessible, this.environment.log, this.id);
     this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record), this.recordsOutside);
     this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside, { held: true });
@@ -817,49 +820,70 @@ export class Session {
     };
   }
 
-  /** Starts the capsule host: a warm one from the pool when this session can take one, else a fresh one. */
-  private spawnHost(start: StartMessage): void {
-    mkdirBeneath(this.paths.accessible, sandboxTmp(this.paths.accessible));
+  /**
+   * Takes a warm host from the pool, when this session can have one, as soon as its workdir and
+   * components are known: the helper mounts the workdir in, and the host loads what the guest runs
+   * first, while the launch still prepares the rest (telemetry, MURMUR.md, the start message). A
+   * launch that fails after this throws the host away (`kill`); it never goes back to the pool.
+   * Whatever it found is said in the bootstrap log when the host is started (`spawnHost`).
+   */
+  private takePooledHost(): void {
     const pool = this.environment.pool;
-    if (pool) {
-      const refusal = poolRefusal(pool.environment, {
-        canSpawn: this.canSpawn(),
-        harness: start.agent?.harness !== undefined,
-        policy: this.plan.policy,
-        chosenWorkdir: this.launcherWorkdir !== undefined,
-        base: this.request.default_workdir_base ?? this.environment.workdirBase,
-        accessible: this.paths.accessible,
-        components: this.components,
-      });
-      const host = refusal === undefined ? pool.take() : undefined;
-      if (host) {
-        try {
-          // The group is the session's from here: its name and its ceilings, before the host runs anything.
-          host.cgroup?.rename(`murmur-${this.id}`);
-          const { session, tools } = this.ceilings();
-          host.cgroup?.limit(session, tools);
-          this.cgroup = host.cgroup;
-          // The capsule's own component, or an agent's driver: what the guest's first instruction waits for.
-          const first = this.components[0];
-          const expectation = first ? { component: first, memoryLimitBytes: start.policy.limits.memory_bytes, agent: start.agent !== undefined } : undefined;
-          const ahead = expectation ? host.expect(expectation) : false;
-          if (expectation) pool.anticipate(expectation);
-          this.pooled = { host, attaching: host.attach(this.paths.accessible, recordBinds(this.paths)) };
-          this.bootstrap.line('[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now)');
-          // The executor's own log, not the session's: the guest reads its bootstrap log, and
-          // whether its host was told of it ahead says what the last launch here ran.
-          if (ahead) this.environment.log.info({ session_id: this.id }, 'the warm host was told this capsule’s component ahead: the pool’s last launch ran it');
-          return;
-        } catch (error) {
-          this.environment.log.warn({ session_id: this.id, err: error }, 'a pooled capsule host could not take the session; starting a fresh one');
-          void host.discard();
-          this.cgroup = undefined;
-          this.pooled = undefined;
-        }
-      } else {
-        this.bootstrap.line(`[sandbox] a fresh host: ${refusal ?? 'no warm host was ready in the pool'}`);
-      }
+    if (!pool) return;
+    const plan = this.plan;
+    const refusal = poolRefusal(pool.environment, {
+      canSpawn: this.canSpawn(),
+      harness: plan.capsule.kind === 'agent' && plan.capsule.manifest.inference?.transport === 'process',
+      policy: plan.policy,
+      chosenWorkdir: this.launcherWorkdir !== undefined,
+      base: this.request.default_workdir_base ?? this.environment.workdirBase,
+      accessible: this.paths.accessible,
+      components: this.components,
+    });
+    const host = refusal === undefined ? pool.take() : undefined;
+    if (!host) {
+      this.poolNote = `[sandbox] a fresh host: ${refusal ?? 'no warm host was ready in the pool'}`;
+      return;
     }
+    try {
+      mkdirBeneath(this.paths.accessible, sandboxTmp(this.paths.accessible));
+      // The group is the session's from here: its name and its ceilings, before the host runs anything.
+      host.cgroup?.rename(`murmur-${this.id}`);
+      const { session, tools } = this.ceilings();
+      host.cgroup?.limit(session, tools);
+      this.cgroup = host.cgroup;
+      // The capsule's own component, or an agent's driver: what the guest's first instruction waits for.
+      const first = this.components[0];
+      const expectation = first ? { component: first, memoryLimitBytes: plan.policy.limits.memory_bytes, agent: plan.capsule.kind === 'agent' } : undefined;
+      const ahead = expectation ? host.expect(expectation) : false;
+      if (expectation) pool.anticipate(expectation);
+      const attaching = host.attach(this.paths.accessible, recordBinds(this.paths));
+      // Awaited only when the host is adopted; a launch refused before that must not leave it unheard.
+      attaching.catch(() => {});
+      this.pooled = { host, attaching };
+      this.poolNote = '[sandbox] a warm host from the executor’s pool (sealed before this session; its workdir mounted in now)';
+      // The executor's own log, not the session's: the guest reads its bootstrap log, and
+      // whether its host was told of it ahead says what the last launch here ran.
+      if (ahead) this.environment.log.info({ session_id: this.id }, 'the warm host was told this capsule’s component ahead: the pool’s last launch ran it');
+    } catch (error) {
+      this.environment.log.warn({ session_id: this.id, err: error }, 'a pooled capsule host could not take the session; starting a fresh one');
+      this.poolNote = `[sandbox] a fresh host: the warm one could not take the session (${error instanceof Error ? error.message : String(error)})`;
+      this.letPooledHostGo(host);
+    }
+  }
+
+  /** Throws away a pooled host this session took and will not run on; its group carries the session's name. */
+  private letPooledHostGo(host: PooledHost): void {
+    void host.discard();
+    if (this.cgroup === host.cgroup) this.cgroup = undefined;
+    this.pooled = undefined;
+  }
+
+  /** Starts the capsule host: the warm one taken from the pool (adopted in `handshake`), else a fresh one. */
+  private spawnHost(start: StartMessage): void {
+    if (this.poolNote) this.bootstrap.line(this.poolNote);
+    if (this.pooled) return;
+    mkdirBeneath(this.paths.accessible, sandboxTmp(this.paths.accessible));
     this.spawnFreshHost(start);
   }
 
@@ -1481,6 +1505,8 @@ export class Session {
     } else {
       this.killedFor ??= reason;
     }
+    // A warm host taken by a launch that failed before the host was adopted: nobody else has it.
+    if (this.pooled) this.letPooledHostGo(this.pooled.host);
     if (this.cgroup) this.cgroup.killAll();
     this.child?.kill('SIGKILL');
     this.endHandshake?.(this.killedFor ?? reason);
