@@ -21,9 +21,13 @@ export async function main(argv: string[], output: Output = processOutput): Prom
   const program = new Command('mur')
     .description('Build, publish, install, stage and run Murmur capsules')
     .version('0.1.0')
-    .showHelpAfterError('(run mur --help for usage)')
     .exitOverride()
-    .configureOutput({ writeOut: (text) => process.stdout.write(text), writeErr: (text) => process.stderr.write(text) });
+    .configureOutput({
+      writeOut: (text) => process.stdout.write(text),
+      writeErr: (text) => process.stderr.write(text),
+      // A usage error reads as every other refusal does: its code, then what to do (`usageHints`).
+      outputError: (text, write) => write(text.replace(/^error: /, 'error[E-IO-003]: ')),
+    });
 
   program
     .command('build')
@@ -325,6 +329,6 @@ export async function main(argv: string[], output: Output = processOutput): Prom
 
 /** A usage error names the help of the command it was made in (`mur config set --help`), not only `mur`'s. */
 function usageHints(command: Command, name: string): void {
-  command.showHelpAfterError(`(run ${name} --help for usage)`);
+  command.showHelpAfterError(`  hint: run ${name} --help for usage`);
   for (const sub of command.commands) usageHints(sub, `${name} ${sub.name()}`);
 }

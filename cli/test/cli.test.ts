@@ -255,13 +255,15 @@ describe('usage', () => {
     for (const command of ['build', 'publish', 'install', 'list', 'stage', 'roost']) expect(help.stdout).toContain(command);
   });
 
-  it('points a usage error at the help of the command it was made in', async () => {
+  it('gives a usage error a code and points it at the help of the command it was made in', async () => {
     const unknownFlag = await runMur(['build', '--nope'], { env });
-    expect(unknownFlag.stderr).toBe("error: unknown option '--nope'\n(run mur build --help for usage)\n");
+    expect(unknownFlag.stderr).toBe("error[E-IO-003]: unknown option '--nope'\n  hint: run mur build --help for usage\n");
     const missing = await runMur(['config', 'set'], { env });
     expect(missing.code).toBe(2);
-    expect(missing.stderr).toContain('(run mur config set --help for usage)');
-    expect((await runMur(['frobnicate'], { env })).stderr).toContain('(run mur --help for usage)');
+    expect(missing.stderr).toBe("error[E-IO-003]: missing required argument 'key'\n  hint: run mur config set --help for usage\n");
+    const unknownCommand = await runMur(['frobnicate'], { env });
+    expect(unknownCommand.stderr).toBe("error[E-IO-003]: unknown command 'frobnicate'\n  hint: run mur --help for usage\n");
+    expect((await runMur(['list', '--all', '-g'], { env })).stderr).toMatch(/^error\[E-IO-003\]: .*\n {2}hint: run mur list --help for usage\n$/);
   });
 
   it('refuses --all together with -g', async () => {
