@@ -237,12 +237,15 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
     const executable = await files.blobs.executable(binary, baseName, `${label}: ${binary.path}`);
     tool = { ...common, kind: 'native', path: executable, preopen: accessible, runtime: 'native' };
   } else if (artifact.role === 'tool') {
+    // Its bundle first: the scope is made on the way to being resolved, and a pull whose bundle
+    // cannot be had must leave no directory of it behind.
+    const component = artifact.component ? await files.bundles.local(artifact.component, label) : undefined;
     const scope = artifact.capabilities?.filesystem?.scope;
     const preopen = scope === undefined ? accessible : await inside(accessible, scope, `the filesystem scope of '${artifact.name}'`);
     tool = {
       ...common,
       kind: 'wasm',
-      ...(artifact.component ? { component: await files.bundles.local(artifact.component, label) } : {}),
+      ...(component ? { component } : {}),
       preopen,
       runtime: 'wasm',
     };
