@@ -320,6 +320,45 @@ describe('hooks', () => {
     }
   });
 
+  it('never sends back a task its client canceled, whatever its on-task-end hook asks', async () => {
+    // The first task's model is slow: the client cancels it meanwhile. The reviewer asks to reopen
+    // every task it is told of; a canceled one is over all the same.
+    const inference = await model((_body, index) => (index === 0 ? { text: 'too late', delayMs: 2_000 } : { text: 'answered' }));
+    const project = path.join(scratch.dir, 'canceled-reopen');
+    const workdir = path.join(project, 'work');
+    await fs.mkdir(path.join(workdir, 'hooks', 'reviewer'), { recursive: true });
+    await fs.writeFile(
+      path.join(workdir, 'hooks', 'reviewer', 'script.json'),
+      JSON.stringify({ 'on-task-end': [{ return: 'reopen-task', val: 'again' }, { return: 'none' }] }),
+    );
+    const manifest = agentManifest(inference, {
+      lifecycle: '  task_acceptance: queue\n  after_task: sleep',
+      artifacts: hookEntry('reviewer'),
+    });
+    await agentProject(project, manifest);
+    const agent = await startAgent(project, env, ['--workdir', workdir]);
+    try {
+      const sent = await rpc(agent.url, 'message/send', textMessage('be slow'));
+      const taskId = (sent.body.result as { id: string }).id;
+      await eventually(() => (inference.requests().length > 0 ? true : undefined), 20_000, 'the slow inference to be asked');
+      expect((await rpc(agent.url, 'tasks/cancel', { id: taskId })).body.result).toMatchObject({ status: { state: 'canceled' } });
+      // The next task runs once the canceled one's attempt is over, its on-task-end with it.
+      const next = await rpc(agent.url, 'message/send', { ...textMessage('and now?'), configuration: { blocking: true } });
+      expect(next.body.result).toMatchObject({ status: { state: 'completed' } });
+      const trace = await traceOf(path.join(workdir, '.murmur', agent.sessionId));
+      // The hook was asked, and asked to reopen: the canceled task was not sent back for it.
+      expect(
+        (await fs.readFile(path.join(workdir, 'hooks', 'reviewer', 'events.jsonl'), 'utf8')).split('\n').filter((line) => line.includes('on-task-end')).length,
+      ).toBeGreaterThanOrEqual(1);
+      expect(trace.filter((event) => event.event_type === 'task_reopened' && event.task_id === taskId)).toEqual([]);
+      // One inference for the canceled task, one for the next: none for a reopened attempt.
+      expect(inference.requests()).toHaveLength(2);
+      expect((await rpc(agent.url, 'tasks/get', { id: taskId })).body.result).toMatchObject({ status: { state: 'canceled' } });
+    } finally {
+      await agent.stop();
+    }
+  });
+
   it("streams a task's text to that task while an async hook's completion is under way", async () => {
     // The hook, told of the first task's inference, makes its slow completion while the second
     // task runs; the second task's answer is streamed meanwhile.
