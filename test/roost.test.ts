@@ -155,7 +155,7 @@ describe('mur roost', () => {
       expect(SpawnApprovalSchema.parse(answer.body)).toMatchObject({ name, version: '0.1.0', parent_session_id: null });
     }
     const refused = await post(`${url}/spawn`, { name: 'local/parent', version: '1.0.0' });
-    expect(refused.status).toBe(401);
+    expect(refused.status).toBe(403);
     expect(String(refused.body.error)).toContain("'local/parent' is not in it");
   });
 

@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import {
   type CapabilityPolicy,
   type DeregisterSessionResponse,
@@ -118,6 +119,7 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
   // By digest, in constant time, as the publish token is.
   const registrars = options.registrationToken === undefined ? undefined : tokenMatcher([options.registrationToken]);
   const app = new Hono();
+  const registeredPolicies = new RegisteredPolicies(store);
   let lastSweep = Number.NEGATIVE_INFINITY;
 
   app.onError((error, context) => {
@@ -178,7 +180,7 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       };
       if (!stored) refuse(`the spawn approval in ${SPAWN_APPROVAL_HEADER} is unknown to roost`);
       const { record: granted } = stored!;
-      if (granted.used_by !== undefined) refuse(`the spawn approval was already used (by session ${granted.used_by}); an approval admits one registration`);
+      if (granted.used_by !== undefined) refuse('the spawn approval was already used; an approval admits one registration');
       if (at >= granted.expires_at)
         refuse(`the spawn approval expired at ${iso(granted.expires_at)} (approvals are valid for ${SPAWN_APPROVAL_TTL_MS / 1000} s)`);
       if (granted.name !== body.capsule_name || granted.version !== body.capsule_version) {
@@ -186,6 +188,9 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       }
       const misfit = findMisfit(body.policy, granted.policy, { ceiling: `the approved ${granted.name}@${granted.version}'s` });
       if (misfit) refuse(`the reported envelope is wider than the one approved: ${misfit.reason}`, misfit.axis);
+      // A delegation ends with its parent: an approval its parent left unused is not a way in after it.
+      if (granted.parent_session_id !== null && !(await state.session(granted.parent_session_id)))
+        refuse(`the session the spawn approval was issued to (${granted.parent_session_id}) is no longer registered, so its approval admits nobody`);
 
       const spentRevision = await state.spendApproval(stored!, body.session_id, at);
       if (spentRevision === undefined) refuse('the spawn approval was already used; an approval admits one registration');
@@ -252,16 +257,19 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
         refuse(403, `spawn: capsule '${body.name}' is not in capabilities.spawn.allow of session ${parent.session_id}`, 'spawn');
       }
     } else if (!globalSpawnAllow.has(body.name)) {
+      // Upstream's "not allowed": nothing was presented that could be wrong, so not a 401.
       refuse(
-        401,
+        403,
         `a spawn without ${SPAWN_CREDENTIAL_HEADER} is allowed only for capsules in roost's spawn allowlist (--spawn-allow, MURMUR_ROOST_SPAWN_ALLOW), and '${body.name}' is not in it`,
       );
     }
 
-    const childPolicy = await registeredCapsulePolicy(store, body.name, body.version);
+    const childPolicy = await registeredPolicies.of(body.name, body.version);
     if (parent) {
       const misfit = findMisfit(childPolicy, parent.policy);
       if (misfit) refuse(403, misfit.reason, misfit.axis);
+      // Deregistered while the registry was read: no approval for a parent that is gone.
+      if (!(await state.session(parent.session_id))) throw new Refusal(401, `the credential in ${SPAWN_CREDENTIAL_HEADER} is not a registered session's`);
     }
 
     const issuedAt = now();
@@ -313,8 +321,45 @@ function checkPolicy(policy: CapabilityPolicy): void {
   }
 }
 
+/** Envelopes worked out, kept: an archive is not rewritten under its name@version. */
+const POLICIES_KEPT = 256;
+
+/**
+ * The envelopes of the capsules in roost's registry, each worked out from its archive once: a
+ * `/spawn` of an allowlisted capsule needs no credential, and reading, hashing and inflating its
+ * archive at every request (64 MiB took ~350 ms) was anyone's to repeat. A version stays its
+ * archive (a publish never replaces one); one removed and published again is read again when
+ * its recorded digest changes, which the store's record says without reading the bytes.
+ */
+class RegisteredPolicies {
+  private readonly kept = new Map<string, { sha256: string; policy: CapabilityPolicy }>();
+
+  constructor(private readonly store: ArtifactStore) {}
+
+  async of(name: string, version: string): Promise<CapabilityPolicy> {
+    const key = `${name}@${version}`;
+    const recorded = await recordedSha256(this.store, name, version);
+    const kept = this.kept.get(key);
+    if (kept && recorded !== undefined && kept.sha256 === recorded) return kept.policy;
+    const { policy, sha256 } = await registeredCapsulePolicy(this.store, name, version);
+    this.kept.delete(key);
+    this.kept.set(key, { sha256, policy });
+    if (this.kept.size > POLICIES_KEPT) this.kept.delete(this.kept.keys().next().value as string);
+    return policy;
+  }
+}
+
+/** The digest the registry records for `name@version`'s archive (its sidecar), without reading the archive. */
+async function recordedSha256(store: ArtifactStore, name: string, version: string): Promise<string | undefined> {
+  try {
+    return (await readFile(store.variantFiles(name, version).sha, 'utf8')).trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** The envelope of the capsule `name@version` in roost's registry, from its own manifest. */
-async function registeredCapsulePolicy(store: ArtifactStore, name: string, version: string): Promise<CapabilityPolicy> {
+async function registeredCapsulePolicy(store: ArtifactStore, name: string, version: string): Promise<{ policy: CapabilityPolicy; sha256: string }> {
   const label = `${name}@${version}`;
   try {
     assertStorable(name, version);
@@ -330,5 +375,5 @@ async function registeredCapsulePolicy(store: ArtifactStore, name: string, versi
   if (inspected.packaged.kind !== 'capsule') {
     throw new Refusal(422, `${label} in roost's registry is a ${inspected.packaged.manifest.runtime} artifact, not a capsule`, { code: 'E-MAN-003' });
   }
-  return capabilityPolicy(inspected.packaged.manifest);
+  return { policy: capabilityPolicy(inspected.packaged.manifest), sha256: stored.recordedSha256 };
 }

@@ -441,7 +441,7 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     expect(JSON.stringify(await stored())).not.toContain(approval.approval);
   });
 
-  it('refuses a spawn with a credential roost never issued with 401, and one without a credential for a capsule outside the global allowlist', async () => {
+  it('refuses a spawn with a credential roost never issued with 401, and one without a credential for a capsule outside the global allowlist with 403', async () => {
     await registerParent();
     for (const credential of ['0'.repeat(64), 'garbage', '']) {
       const answer = await spawn(credential, 'local/worker');
@@ -449,7 +449,7 @@ describe('roost: sessions, credentials and spawn approvals', () => {
       expect(answer.body.error).toContain('not a registered session');
     }
     const anonymous = await spawn(undefined, 'local/wide-env');
-    expect(anonymous.status).toBe(401);
+    expect(anonymous.status).toBe(403);
     expect(anonymous.body.error).toContain("'local/wide-env' is not in it");
   });
 
@@ -511,8 +511,23 @@ describe('roost: sessions, credentials and spawn approvals', () => {
 
     const second = await register('local/worker', '0.1.0', WORKER, { approval });
     expect(second.status).toBe(403);
-    expect(second.body).toMatchObject({ code: 'E-DLG-002', error: expect.stringContaining(`already used (by session ${child.sessionId})`) });
+    expect(second.body).toMatchObject({ code: 'E-DLG-002', error: 'the spawn approval was already used; an approval admits one registration' });
+    // Which session won is not the loser's to learn.
+    expect(JSON.stringify(second.body)).not.toContain(child.sessionId);
     expect((await call('GET', `/status/${second.sessionId}`)).status).toBe(404);
+  });
+
+  it('refuses a registration under an approval whose parent has since deregistered: a delegation ends with its parent', async () => {
+    const parent = await registerParent();
+    const approval = await approvalFor(parent.credential, 'local/worker');
+    expect((await call('DELETE', `/v1/sessions/${parent.sessionId}`, { headers: { [SPAWN_CREDENTIAL_HEADER]: parent.credential } })).status).toBe(200);
+    const orphan = await register('local/worker', '0.1.0', WORKER, { approval });
+    expect(orphan.status).toBe(403);
+    expect(orphan.body).toEqual({
+      code: 'E-DLG-002',
+      error: `the session the spawn approval was issued to (${parent.sessionId}) is no longer registered, so its approval admits nobody`,
+    });
+    expect((await call('GET', `/status/${orphan.sessionId}`)).status).toBe(404);
   });
 
   it('admits exactly one of several children racing with one approval', async () => {
@@ -598,7 +613,7 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     expect(child.status).toBe(201);
     const status = SessionStatusSchema.parse((await call('GET', `/status/${child.sessionId}`)).body);
     expect(status.spawned_by).toBeUndefined();
-    expect((await spawn(undefined, 'local/parent')).status).toBe(401);
+    expect((await spawn(undefined, 'local/parent')).status).toBe(403);
     // A credential, when given, must be a session's even for an allowlisted capsule.
     expect((await spawn('1'.repeat(64), 'local/wide-net')).status).toBe(401);
   });
@@ -607,7 +622,7 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     const fromEnv = start({ env: { MURMUR_ROOST_SPAWN_ALLOW: ' local/wide-env, ,local/greedy ' } });
     expect(fromEnv.spawnAllow).toEqual(['local/wide-env', 'local/greedy']);
     expect((await spawn(undefined, 'local/wide-env', '0.1.0', fromEnv)).status).toBe(200);
-    expect((await spawn(undefined, 'local/worker', '0.1.0', fromEnv)).status).toBe(401);
+    expect((await spawn(undefined, 'local/worker', '0.1.0', fromEnv)).status).toBe(403);
     expect(start().spawnAllow).toEqual([]);
   });
 
