@@ -1,6 +1,8 @@
-import { promises as fs } from 'node:fs';
+import { existsSync, promises as fs } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { agentManifest, agentProject } from './support/agents.js';
 import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { capsuleWat } from './support/guests.js';
@@ -144,6 +146,56 @@ describe('mur, given what a new user gets wrong', () => {
       '--last cannot be combined',
       'name the sessions to report',
     );
+  });
+
+  it('refuses an empty --bind, or a bare number, which would put the door on every interface', async () => {
+    for (const bind of ['', ' ', '0', '127.1']) {
+      const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });
+      refused(result, 'E-IO-003', `--bind takes an IP address or a host name: '${bind}'`, 'e.g. --bind 127.0.0.1 (the default)');
+    }
+  });
+
+  it('runs the manifest --manifest names, not the murmur.yaml beside it', async () => {
+    const wasm = (await capsuleWat()).bytes;
+    const project = await capsuleProject(path.join(scratch.dir, 'two-manifests'), 'name: beside\nversion: 0.1.0\n', wasm);
+    await fs.writeFile(path.join(project, 'other.yaml'), 'name: named\nversion: 9.9.9\n');
+    const result = await runMur(['run', '--manifest', path.join(project, 'other.yaml'), '--json'], { env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(JSON.parse(result.stdout.split('\n')[0] as string)).toMatchObject({ name: 'named', version: '9.9.9' });
+    const missing = await runMur(['run', '--manifest', path.join(project, 'nope.yaml')], { env });
+    expect(missing.stderr).toContain(`error[E-IO-001]: the manifest --manifest names was not found: ${path.join(project, 'nope.yaml')}`);
+  });
+
+  it('refuses an agent whose network.internal_port is taken with E-RUN-010, naming the port, and pins nothing', async () => {
+    const taken = net.createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as net.AddressInfo).port;
+    try {
+      const manifest = agentManifest(
+        { endpoint: 'http://127.0.0.1:9/v1', authority: '127.0.0.1:9' },
+        { name: 'busy-port', extra: `network:\n  internal_port: ${port}` },
+      );
+      const project = await agentProject(path.join(scratch.dir, 'busy-port'), manifest);
+      const result = await runMur(['run', '--json'], { cwd: project, env });
+      refused(
+        result,
+        'E-RUN-010',
+        `network.internal_port ${port} is already in use on 127.0.0.1`,
+        'stop what holds the port, or set network.internal_port to another port',
+      );
+      expect(existsSync(path.join(project, 'murmur.lock'))).toBe(false);
+    } finally {
+      await new Promise((resolve) => taken.close(resolve));
+    }
+  });
+
+  it('refuses a --task that is there but is no file it can read, before anything is staged', async () => {
+    const runnable = await capsuleProject(path.join(scratch.dir, 'task-dir'), 'name: taskdir\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    await fs.mkdir(path.join(runnable, 'notes.md'));
+    const result = await runMur(['run', '--task', 'notes.md', '--json'], { cwd: runnable, env });
+    refused(result, 'E-IO-001', "--task 'notes.md' is a directory, not a task file", 'name a file whose content is the task');
+    expect(result.stdout).toBe('');
+    expect(existsSync(path.join(runnable, 'workdir'))).toBe(false);
   });
 
   it('refuses an address and a port given to --bind, saying where the port is set', async () => {

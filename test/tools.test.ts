@@ -1,4 +1,5 @@
 import { existsSync, promises as fs } from 'node:fs';
+import { once } from 'node:events';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
@@ -6,7 +7,7 @@ import { componentArtifact, nativeEchoTool, nativeTool, publishInto, skillArtifa
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
 import { probeTool } from './support/probe-guests.js';
-import { runMur } from './support/processes.js';
+import { eventually, runMur, spawnMur } from './support/processes.js';
 import { type CountingServer, startCountingServer } from './support/servers.js';
 
 describe('tools and the artifact manager', () => {
@@ -230,6 +231,50 @@ describe('tools and the artifact manager', () => {
       expect(results[0]?.error).toContain("murmur.lock conflict for 'probe-tool'");
       expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(lock);
       expect(await listTree(path.join(workdir, 'tools'))).toEqual([]);
+    });
+
+    it('leaves a murmur.lock it cannot read as it is when a pull pins: the pin is said, not written over it', async () => {
+      const project = await probeProject(path.join(scratch.dir, 'pull-unreadable-lock'));
+      const { child, output } = spawnMur(
+        [
+          'run',
+          '--json',
+          '--task',
+          JSON.stringify([
+            { op: 'waitfor', path: 'go', seconds: 30 },
+            { op: 'pull', name: 'probe-tool', version: '2.0.0' },
+          ]),
+        ],
+        { cwd: project, env },
+      );
+      try {
+        const { workdir } = await eventually(
+          () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { workdir: string }) : undefined),
+          30_000,
+          'the launch line',
+        );
+        // Written while the session runs: a lock of a version this mur does not read.
+        const unreadable = 'lock_version: 2\nartifacts:\n  - name: precious\n    resolved_version: 1.0.0\n    sha256:\n      wasm: abc\n';
+        await fs.writeFile(path.join(project, 'murmur.lock'), unreadable);
+        await fs.writeFile(path.join(workdir, 'go'), 'go');
+        const [code] = (await once(child, 'exit')) as [number | null];
+        expect(code, output.stderr).toBe(0);
+        expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(unreadable);
+        expect(output.stderr).toContain(`warning: could not pin probe-tool@2.0.0 in ${path.join(project, 'murmur.lock')}: invalid murmur.lock`);
+      } finally {
+        child.kill('SIGKILL');
+      }
+    });
+
+    it('writes no first-run pins for a run whose launch is refused', async () => {
+      const project = await probeProject(path.join(scratch.dir, 'refused-pins'), declared());
+      const refused = await runMur(['run', '--json', '--workdir', path.join(scratch.dir, 'no-such-workdir')], { cwd: project, env });
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain('error[E-IO-001]');
+      expect(existsSync(path.join(project, 'murmur.lock'))).toBe(false);
+      // The same run launched pins what it resolved.
+      expect((await runMur(['run', '--json'], { cwd: project, env })).code).toBe(0);
+      expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts.map((entry) => entry.name)).toEqual(['probe-tool']);
     });
 
     it('refuses a pull of an artifact that is not published, naming it', async () => {

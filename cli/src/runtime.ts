@@ -89,6 +89,12 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
         const service = startDoorService({ bus, log, env, ...(soleSession ? { soleSession } : {}) });
         const listener = await listenHttp(service.http, { host: bind, port }, service.ahead).catch((error: NodeJS.ErrnoException) => {
           void service.close();
+          // The manifest's own port taken is upstream's E-RUN-010; any other failure to listen is the address's.
+          if (error.code === 'EADDRINUSE' && port !== 0)
+            throw new MurmurError('E-RUN-010', `network.internal_port ${port} is already in use on ${bind}, so the session's door cannot bind it`, {
+              path: 'network.internal_port',
+              hint: 'stop what holds the port, or set network.internal_port to another port (0 or unset picks a free one)',
+            });
           throw new MurmurError('E-IO-003', `cannot bind the session's door on ${bind}:${port}: ${error.code ?? error.message}`, {
             hint: 'choose another --bind address, or another network.internal_port (0 picks a free port)',
           });

@@ -2,8 +2,14 @@ import type { StageProgress, StageRequest, StagedPlan } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import { DEFAULT_STAGE_TIMEOUT_MS, requestStaging, uploadProject, uploadProjectStore } from '@murmur/shared/node';
 
-/** What `mur` stages: the capsule directory it packs and uploads, or a capsule by name (with the project's store, packed). */
-export type CliStageSource = { kind: 'directory'; dir: string } | { kind: 'registry'; name: string; version: string; projectDir?: string | undefined };
+/**
+ * What `mur` stages: the capsule directory it packs and uploads (`manifest`: the manifest file to
+ * stage, when it is not the directory's `murmur.yaml`, as `mur run --manifest` names one), or a
+ * capsule by name (with the project's store, packed).
+ */
+export type CliStageSource =
+  | { kind: 'directory'; dir: string; manifest?: string | undefined }
+  | { kind: 'registry'; name: string; version: string; projectDir?: string | undefined };
 
 /**
  * Packs and uploads what a stage request will name: the project (a file the store already holds is
@@ -11,7 +17,8 @@ export type CliStageSource = { kind: 'directory'; dir: string } | { kind: 'regis
  * blobs named by their digest — so a command may start it before it has decided to stage.
  */
 export async function uploadStageSource(bus: Bus, source: CliStageSource): Promise<StageRequest['source']> {
-  if (source.kind === 'directory') return { kind: 'project', project: await uploadProject(bus, source.dir) };
+  if (source.kind === 'directory')
+    return { kind: 'project', project: await uploadProject(bus, source.dir, source.manifest === undefined ? {} : { manifestFile: source.manifest }) };
   const project = source.projectDir ? await uploadProjectStore(bus, source.projectDir) : undefined;
   return { kind: 'registry', name: source.name, version: source.version, ...(project ? { project } : {}) };
 }

@@ -1,4 +1,5 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
+import { isIP } from 'node:net';
 import path from 'node:path';
 import {
   CONTAINMENT_CLASSES,
@@ -18,6 +19,7 @@ import {
   topics,
   upsertLockEntry,
   numberSetting,
+  isLoopbackName,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import type { z } from 'zod';
@@ -55,21 +57,65 @@ export interface RunOptions {
 
 const LAUNCH_TIMEOUT_MS = 60_000;
 
-/** `--task`: a file's content when it names a file, else the text itself. */
+/** The largest task file a launch can carry: the bus's message limit (the plan rides beside it). */
+const TASK_FILE_MAX_BYTES = 1024 * 1024;
+
+/**
+ * `--task`: a file's content when it names a file, else the text itself. Something that is there
+ * but is not a file it can read (a directory, a file it may not read, one too large to launch) is
+ * refused: running its path as the task would be a run nobody meant.
+ */
 function taskText(task: string | undefined, output: Output): string | undefined {
   if (task === undefined) return undefined;
-  let unreadable: string | undefined;
+  let stat: ReturnType<typeof statSync>;
   try {
-    if (existsSync(task) && statSync(task).isFile()) return readFileSync(task, 'utf8');
-  } catch (error) {
-    // not a readable file: the text is the task
-    unreadable = (error as NodeJS.ErrnoException).code ?? String(error);
+    stat = statSync(task, { throwIfNoEntry: false });
+  } catch {
+    // A name that cannot even be looked up (too long, a file where a directory would be) names no file here.
+    stat = undefined;
   }
-  // Upstream's rule (a file is copied, anything else is the text) turns a mistyped path into a
-  // task that reads as that path: said, so the run is not taken for the one meant.
-  if (unreadable) output.err(`warning: --task '${task}' cannot be read (${unreadable}), so the task is that text as written`);
-  else if (looksLikeAPath(task)) output.err(`warning: --task '${task}' is not a file here, so the task is that text as written`);
-  return task;
+  if (stat === undefined) {
+    // Upstream's rule (a file is copied, anything else is the text) turns a mistyped path into a
+    // task that reads as that path: said, so the run is not taken for the one meant.
+    if (looksLikeAPath(task)) output.err(`warning: --task '${task}' is not a file here, so the task is that text as written`);
+    return task;
+  }
+  const hint = 'name a file whose content is the task, or give the task itself as text';
+  if (!stat.isFile())
+    throw new MurmurError('E-IO-001', `--task '${task}' is ${stat.isDirectory() ? 'a directory' : 'not a regular file'}, not a task file`, {
+      path: '--task',
+      hint,
+    });
+  if (stat.size > TASK_FILE_MAX_BYTES)
+    throw new MurmurError('E-IO-003', `--task '${task}' is ${stat.size} bytes; a task file is at most ${TASK_FILE_MAX_BYTES} bytes, what one launch carries`, {
+      path: '--task',
+      hint: 'put large inputs beside the task in the workdir and name them in a short task',
+    });
+  try {
+    return readFileSync(task, 'utf8');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code ?? String(error);
+    throw new MurmurError(code === 'EACCES' || code === 'EPERM' ? 'E-IO-002' : 'E-IO-001', `--task '${task}' cannot be read (${code})`, {
+      path: '--task',
+      hint,
+    });
+  }
+}
+
+/**
+ * `--bind`: an address or a host name to listen on. An empty one, or a bare number (`0`, which
+ * the resolver reads as 0.0.0.0), would put the door on every interface without saying so;
+ * one beyond loopback is said, since a door without MURMUR_DOOR_AUTH answers whoever reaches it.
+ */
+function refuseBind(bind: string, output: Output): void {
+  const name = bind.trim().replace(/^\[(.*)\]$/, '$1');
+  if (name === '' || (isIP(name) === 0 && /^[\d.]+$/.test(name)))
+    throw new MurmurError('E-IO-003', `--bind takes an IP address or a host name: '${bind}' is ${name === '' ? 'empty' : 'neither'}`, {
+      path: '--bind',
+      hint: 'e.g. --bind 127.0.0.1 (the default); --bind 0.0.0.0 listens on every interface, when that is meant',
+    });
+  if (!isLoopbackName(isIP(name) === 6 ? `[${name}]` : name) && !process.env.MURMUR_DOOR_AUTH?.trim())
+    output.err(`warning: --bind ${bind} puts the session's door beyond this machine's loopback, and without MURMUR_DOOR_AUTH it answers whoever reaches it`);
 }
 
 /** One word that names a file or a directory: a path's start (`./`, `../`, `/`, `~/`), or a task file's ending. */
@@ -198,6 +244,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       path: '--bind',
       hint: "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port (unset or 0: any free port)",
     });
+  if (options.bind !== undefined) refuseBind(options.bind, output);
   // Each pair names one thing twice: taking either would run what the other did not mean.
   if (fromRegistry && options.manifest !== undefined)
     throw new MurmurError('E-IO-003', '--manifest and --capsule each name the capsule to run: give one', {
@@ -221,9 +268,13 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     });
   const manifestPath = path.resolve(options.manifest ?? 'murmur.yaml');
   if (!fromRegistry && !existsSync(manifestPath)) {
-    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, {
-      hint: 'run mur run in a capsule directory, or pass --manifest <file> or --capsule <name> --capsule-version <v>',
-    });
+    throw new MurmurError(
+      'E-IO-001',
+      options.manifest === undefined ? `murmur.yaml not found at ${manifestPath}` : `the manifest --manifest names was not found: ${manifestPath}`,
+      {
+        hint: 'run mur run in a capsule directory, or pass --manifest <file> or --capsule <name> --capsule-version <v>',
+      },
+    );
   }
   if (!fromRegistry && statSync(manifestPath).isDirectory()) {
     throw new MurmurError(
@@ -240,6 +291,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const projectDir = fromRegistry ? findProjectRoot() : manifestDir;
   const env = options.envFile === false ? environmentWithEnvFile(undefined) : environmentWithEnvFile(projectDir);
   const override = lifecycleOverride(options);
+  // Read before anything is staged: a task file that is refused leaves nothing behind.
+  const task = taskText(options.task, output);
 
   // A session launched under a spawner handle (a delegated child started as `mur run`) reports its
   // ending to that spawner. A handle that is set and unreadable refuses the run: work whose origin
@@ -274,7 +327,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const lockPath = fromRegistry ? undefined : path.join(manifestDir, LOCKFILE_NAME);
   const source: CliStageSource = fromRegistry
     ? { kind: 'registry', name: options.capsule as string, version: options.capsuleVersion as string, projectDir }
-    : { kind: 'directory', dir: manifestDir };
+    : { kind: 'directory', dir: manifestDir, manifest: manifestPath };
   // The upload starts while the executor is asked about the scope (on the stack, a few round trips
   // each): it changes nothing anyone sees. A refusal that comes first still comes first; the
   // upload's own failure is reported when staging waits for it.
@@ -331,9 +384,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));
       return 0;
     }
+    // Held while staging (the runtime opening, the capsule staged): nothing is launched, nor pinned.
+    if (heldSignal) return 130;
     for (const warning of plan.warnings) output.warn(warning);
-    // The first run pins what it resolved; later runs are held to it.
-    if (plan.lock.status === 'absent' && lockPath && plan.lock.entries.length > 0) await pinFirstRun(lockPath, plan.lock.entries);
 
     const sessionId = newSessionId();
     const { ended, subscription: endWatch } = watchSessionEnd(runtime.bus, sessionId);
@@ -354,7 +407,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         runtime.bus.subscribe(topics.sessionPinned.at(sessionId), ({ artifact }) => {
           pinning = pinning
             .then(() =>
-              withLockfileTurn(lockPath, async () => writeLockfile(lockPath, upsertLockEntry(await readLockfile(lockPath).catch(() => undefined), artifact))),
+              // A lock that cannot be read is left as it is (the warning below), never written over.
+              withLockfileTurn(lockPath, async () => writeLockfile(lockPath, upsertLockEntry(await readLockfile(lockPath), artifact))),
             )
             .catch((error: unknown) =>
               output.err(`warning: could not pin ${artifact.name}@${artifact.resolved_version} in ${lockPath}: ${(error as Error).message}`),
@@ -364,7 +418,6 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     }
     await runtime.bus.flush();
 
-    const task = taskText(options.task, output);
     if (heldSignal) return 130;
     const url = await sessionDoorUrl(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
     const a2aTimeout = numberSetting(env, 'MURMUR_A2A_TIMEOUT_SECS', undefined, { unit: 'seconds', fractional: true, zero: true });
@@ -391,6 +444,13 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     });
 
     timing('launched');
+    // The first run pins what it resolved; later runs are held to it. Only once a session runs:
+    // a run refused on the way (its door, its task, the executor) leaves no lock behind.
+    if (plan.lock.status === 'absent' && lockPath && plan.lock.entries.length > 0) {
+      await pinFirstRun(lockPath, plan.lock.entries).catch((error: unknown) =>
+        output.err(`warning: could not write the first run's pins to ${lockPath}: ${(error as Error).message}; the next run pins them again`),
+      );
+    }
     if (options.json) {
       output.out(
         JSON.stringify({

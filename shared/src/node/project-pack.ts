@@ -47,6 +47,12 @@ export interface PackOptions {
   label?: string;
   /** Where digests of unchanged files are remembered between packs (default `<cache>/file-digests.json`; null: nowhere). */
   digestCache?: string | null;
+  /**
+   * The manifest to stage, when it is not the directory's `murmur.yaml` (`mur run --manifest
+   * other.yaml`): packed as `murmur.yaml`, so what is staged is the manifest that was named and
+   * checked, not another one beside it. Inside the project directory, as every packed file.
+   */
+  manifestFile?: string;
 }
 
 /**
@@ -186,8 +192,8 @@ class Packer {
     this.realRoot = realpathSync(root);
   }
 
-  /** Adds `relative` if it is a regular file inside the project; `what` names it in a refusal. */
-  async add(relative: string, what: string): Promise<boolean> {
+  /** Adds `relative` if it is a regular file inside the project, under its own name or `as`; `what` names it in a refusal. */
+  async add(relative: string, what: string, as?: string): Promise<boolean> {
     const absolute = path.resolve(this.root, relative);
     const stat = statIfAny(absolute);
     if (!stat?.isFile()) return false;
@@ -198,7 +204,7 @@ class Packer {
         hint: 'a capsule is staged from its own directory: move the file into it (or point the manifest at a copy inside it)',
       });
     }
-    const name = path.relative(this.realRoot, real).split(path.sep).join('/');
+    const name = as ?? path.relative(this.realRoot, real).split(path.sep).join('/');
     if (this.local.has(name)) return true;
     const digest = await this.digests.digest(real);
     this.files.push({ path: name, sha256: digest.sha256, size: digest.size, executable: (stat.mode & 0o111) !== 0 });
@@ -234,10 +240,10 @@ class Packer {
 /** Packs the capsule project in `dir` (the directory holding `murmur.yaml`). */
 export async function packProject(dir: string, options: PackOptions = {}): Promise<PackedProject> {
   const root = path.resolve(dir);
-  const manifestPath = path.join(root, 'murmur.yaml');
+  const manifestPath = options.manifestFile === undefined ? path.join(root, 'murmur.yaml') : path.resolve(root, options.manifestFile);
   const manifestText = readManifestTextSync(manifestPath, 'pass the directory that holds murmur.yaml (mur run: --manifest <file>)');
   const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv(), digestCacheFor(options));
-  await packer.add('murmur.yaml', 'the manifest');
+  await packer.add(path.relative(root, manifestPath), 'the manifest', 'murmur.yaml');
   const lockText = readTextIfAny(path.join(root, LOCKFILE_NAME));
   await packer.add(LOCKFILE_NAME, 'the lock');
   const facts = manifestFacts(manifestText);
