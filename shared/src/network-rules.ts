@@ -43,6 +43,11 @@ function explicitPort(url: URL): number | undefined {
   return url.port === '' ? undefined : Number(url.port);
 }
 
+/** Port 0 names no destination (a connection cannot be made to it): refused, naming the entry. */
+function refusePortZero(entry: string, url: URL, path: string | undefined): void {
+  if (url.port === '0') throw invalidEntry(entry, 'port 0 names no port a connection can be made to', path);
+}
+
 function parseUrlRule(entry: string, path: string | undefined): NetworkAllowRule {
   let url: URL;
   try {
@@ -58,6 +63,7 @@ function parseUrlRule(entry: string, path: string | undefined): NetworkAllowRule
     throw invalidEntry(entry, 'URL allow entries must not include path, query, or fragment', path);
   }
   if (url.hostname === '') throw invalidEntry(entry, 'URL allow entries must include a host', path);
+  refusePortZero(entry, url, path);
   return { scheme, host: url.hostname.toLowerCase(), port: explicitPort(url) ?? defaultPort(scheme) };
 }
 
@@ -72,6 +78,7 @@ function parseHostRule(entry: string, path: string | undefined): NetworkAllowRul
     throw invalidEntry(entry, 'host allow entries must be host or host:port only', path);
   }
   if (url.hostname === '') throw invalidEntry(entry, 'host allow entries must include a host', path);
+  refusePortZero(entry, url, path);
   return { scheme: undefined, host: url.hostname.toLowerCase(), port: explicitPort(url) };
 }
 

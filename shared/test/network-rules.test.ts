@@ -24,6 +24,12 @@ describe('parsing a network allow entry (§1.5.1)', () => {
     expect(rule('https://api.example.com')).toStrictEqual({ scheme: 'https', host: 'api.example.com', port: 443 });
   });
 
+  it('refuses port 0, which names no port a connection can be made to, in either form', () => {
+    for (const entry of ['example.com:0', 'http://example.com:0']) {
+      expect(() => parseNetworkAllowRule(entry, 'capabilities.network.allow[0]')).toThrow(/port 0 names no port a connection can be made to/);
+    }
+  });
+
   it('keeps the explicit port of a URL rule', () => {
     expect(rule('https://api.example.com:8443')).toStrictEqual({ scheme: 'https', host: 'api.example.com', port: 8443 });
   });

@@ -19,7 +19,28 @@ import { BlockList, type LookupFunction, isIP } from 'node:net';
 /** What resolves a name: the system's resolver, or a test's stand-in for the DNS of a domain nobody here owns. */
 export type Resolve = (hostname: string) => Promise<Array<{ address: string; family: number }>>;
 
-export const systemResolve: Resolve = (hostname) => dnsPromises.lookup(hostname, { all: true, verbatim: true });
+/** Lookups under way, by name: what every caller asking for the same name meanwhile is given. */
+const resolving = new Map<string, Promise<Array<{ address: string; family: number }>>>();
+
+/**
+ * The system's resolver (getaddrinfo, the hosts file included), one lookup of a name at a time:
+ * each runs on one of libuv's few pool threads until the resolver gives up, and a capsule whose
+ * allowed name never answers made each of its many requests hold another, which starved every
+ * session's lookups (and the executor's file work) long after its requests timed out. A capsule
+ * can only have looked up the names its rules allow, so what it holds is bounded by its rules.
+ */
+export const systemResolve: Resolve = (hostname) => {
+  const key = hostname.toLowerCase();
+  const pending = resolving.get(key);
+  if (pending) return pending;
+  const lookup = dnsPromises.lookup(hostname, { all: true, verbatim: true });
+  resolving.set(key, lookup);
+  const done = (): void => {
+    if (resolving.get(key) === lookup) resolving.delete(key);
+  };
+  lookup.then(done, done);
+  return lookup;
+};
 
 let nonPublic: BlockList | undefined;
 

@@ -53,10 +53,16 @@ export class EgressConnections {
   }
 }
 
+/**
+ * One request, answered once its head arrived. `sent` settles once the request is done with its
+ * body — written out, or the request gone — which may be after the answer: a server may answer
+ * before it reads what it was sent (or never read it). A body still unwritten when its response
+ * has ended is let go with its connection, so nothing outlives the exchange it was for.
+ */
 export function egressRequest(
   url: string,
   init: { method: string; headers: Array<[string, string]>; body?: Uint8Array | undefined; signal: AbortSignal; connections: EgressConnections },
-): Promise<EgressResponse> {
+): Promise<EgressResponse & { sent: Promise<void> }> {
   const target = new URL(url);
   const makeRequest = target.protocol === 'https:' ? httpsRequest : httpRequest;
   return new Promise((resolve, reject) => {
@@ -64,11 +70,15 @@ export function egressRequest(
       target,
       {
         method: init.method,
-        headers: init.headers.reduce<Record<string, string | string[]>>((all, [name, value]) => {
-          const existing = all[name];
-          all[name] = existing === undefined ? value : Array.isArray(existing) ? [...existing, value] : [existing, value];
-          return all;
-        }, {}),
+        // Without a prototype: a guest's header named `constructor` or `__proto__` is a header like any other.
+        headers: init.headers.reduce<Record<string, string | string[]>>(
+          (all, [name, value]) => {
+            const existing = Object.hasOwn(all, name) ? all[name] : undefined;
+            all[name] = existing === undefined ? value : Array.isArray(existing) ? [...existing, value] : [existing, value];
+            return all;
+          },
+          Object.create(null) as Record<string, string | string[]>,
+        ),
         signal: init.signal,
         agent: init.connections.for(target.protocol),
       },
@@ -77,14 +87,22 @@ export function egressRequest(
         for (let index = 0; index + 1 < response.rawHeaders.length; index += 2)
           headers.push([(response.rawHeaders[index] as string).toLowerCase(), response.rawHeaders[index + 1] as string]);
         const bodyless = init.method === 'HEAD' || response.statusCode === 204 || response.statusCode === 304;
+        response.once('close', () => {
+          if (!request.writableFinished) request.destroy();
+        });
         if (bodyless) response.resume();
         resolve({
           status: response.statusCode ?? 0,
           headers,
           body: bodyless ? null : (Readable.toWeb(response) as ReadableStream<Uint8Array>),
+          sent,
         });
       },
     );
+    const sent = new Promise<void>((settle) => {
+      request.once('finish', settle);
+      request.once('close', settle);
+    });
     request.on('error', reject);
     request.end(init.body);
   });

@@ -94,7 +94,9 @@ export class EgressPolicy {
       const kept: NetworkAllowRule[] = [];
       for (const entry of declared) {
         const rule = parseNetworkAllowRule(entry);
-        if (ceilingCovers(this.ceiling, rule)) kept.push(rule);
+        // A hook gets exactly what its entry names (upstream's §1.4: it inherits nothing, so nothing
+        // narrows it); a tool or a driver is narrowed to what the capsule itself may reach.
+        if (artifact.role === 'hook' || ceilingCovers(this.ceiling, rule)) kept.push(rule);
         else this.dropped.push({ artifact: artifact.name, entry });
       }
       this.tools.set(artifact.name, kept);
@@ -159,7 +161,10 @@ export class EgressPolicy {
     if (!target) return { allowed: false, code: 'HTTP-request-URI-invalid', reason: `'${url}' is not an http(s) URL` };
     const rule = this.rulesFor(grant).find((candidate) => ruleMatches(candidate, target));
     if (!rule) {
-      return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in capabilities.network.allow` };
+      // An artifact judged by its own entry's rules is told those, not the capsule's it may not have.
+      const own = grant.startsWith('hook:') || (grant.startsWith('tool:') && this.tools.has(grant.slice(5)));
+      const whose = own ? `${grant}'s network.allow (${this.describe(grant)})` : 'capabilities.network.allow';
+      return { allowed: false, code: 'HTTP-request-denied', reason: `network policy: '${target.host}:${target.port ?? ''}' not in ${whose}` };
     }
     // After the rules: a capsule no rule lets near the bus learns nothing of where the bus is.
     const own = this.ownEndpointRefusal(target.host, portOf(target));
@@ -198,6 +203,9 @@ export class EgressPolicy {
     const uploaded = request.upload === undefined ? undefined : uploads.send(request.upload);
     let release = uploaded && 'release' in uploaded ? uploaded.release : () => {};
     let response: Awaited<ReturnType<typeof egressRequest>>;
+    // Once a request is made, its body counts until it is written out or the request is gone, not
+    // until its answer: a server that answers first and never reads held bodies no limit counted.
+    let releasedWhenSent = false;
     try {
       if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
       if (request.oversized_bytes !== undefined)
@@ -227,11 +235,14 @@ export class EgressPolicy {
       } catch (error) {
         return { outcome: 'denied', ...transportError(error) };
       }
+      void response.sent.then(release);
+      releasedWhenSent = true;
     } finally {
-      release();
+      if (!releasedWhenSent) release();
     }
     const declared = Number(response.headers.find(([name]) => name === 'content-length')?.[1] ?? Number.NaN);
-    if (declared > RESPONSE_LIMIT_BYTES) {
+    // A response with no body (HEAD, 204, 304) may declare the size of the one it stands for.
+    if (response.body !== null && declared > RESPONSE_LIMIT_BYTES) {
       response.body?.cancel().catch(() => {});
       return { outcome: 'denied', code: 'HTTP-response-body-size', reason: `the response is larger than ${RESPONSE_LIMIT_BYTES} bytes` };
     }
@@ -318,8 +329,11 @@ async function readCapped(body: ReadableStream<Uint8Array> | null, limit: number
 /** The WASI error code (and the reason the trace records) of a failed request or body read. */
 export function transportError(error: unknown): { code: string; reason: string } {
   if (error instanceof ProhibitedAddress) return { code: error.code, reason: error.message };
-  const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-  const code = cause?.code ?? (error as { code?: string }).code ?? (error as { name?: string }).name;
+  const cause = (error as { cause?: { code?: unknown; name?: string; message?: string } }).cause;
+  // An abort's cause is a DOMException, whose `code` is a number (23): its name says what it is.
+  const causeCode = typeof cause?.code === 'string' ? cause.code : cause?.name;
+  const ownCode = (error as { code?: unknown }).code;
+  const code = causeCode ?? (typeof ownCode === 'string' ? ownCode : undefined) ?? (error as { name?: string }).name;
   switch (code) {
     case 'ECONNREFUSED':
       return { code: 'connection-refused', reason: 'connection refused' };

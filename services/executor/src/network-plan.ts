@@ -43,6 +43,7 @@ export interface NetworkPlan {
 /** Listeners beyond this are not opened (each is a descriptor in every sandbox). */
 export const MAX_LISTENERS = 64;
 const SYNTHETIC_BASE = [127, 77];
+const DNS_PORT = 53;
 
 function portsOf(rule: NetworkAllowRule): number[] {
   if (rule.port !== undefined) return [rule.port];
@@ -53,7 +54,8 @@ function portsOf(rule: NetworkAllowRule): number[] {
 
 export function planNetwork(allow: readonly string[], firstFd: number): NetworkPlan {
   const rules = parseNetworkAllowRules(allow);
-  const names: Record<string, string> = {};
+  // Without a prototype: a rule's host named `constructor` or `__proto__` is a name like any other.
+  const names = Object.create(null) as Record<string, string>;
   const wanted = new Map<string, PlannedListener>();
   const skipped: string[] = [];
   let nextFd = firstFd + 2;
@@ -73,12 +75,22 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
     return names[host];
   };
   for (const rule of [...rules].sort((left, right) => (left.host < right.host ? -1 : left.host > right.host ? 1 : 0))) {
+    // The unspecified address is no destination, and would take its port on every address; the
+    // synthetic range is where this plan puts names, so a literal in it would take a name's place.
+    if (rule.host === '0.0.0.0' || rule.host.startsWith(`${SYNTHETIC_BASE.join('.')}.`)) {
+      skipped.push(`${rule.host}: not an address a sandbox's connection can stand for`);
+      continue;
+    }
     const address = addressOf(rule.host);
     if (address === undefined) {
       skipped.push(`${rule.host}: the sandbox's network is IPv4 only`);
       continue;
     }
     for (const port of portsOf(rule)) {
+      if (port === DNS_PORT) {
+        skipped.push(`${rule.host}:${port}: port ${DNS_PORT} is the sandbox's own DNS`);
+        continue;
+      }
       const key = `${address}:${port}`;
       if (wanted.has(key)) continue;
       if (wanted.size >= MAX_LISTENERS) {

@@ -29,6 +29,9 @@ export class OwnEndpoints {
   /** None: an executor on the in-process bus has no endpoint a capsule could reach. */
   static readonly none = new OwnEndpoints();
 
+  /** Whether a name of the bus did not resolve, so it is refused by that name only (`ofBus` is to be asked again). */
+  unresolved = false;
+
   /**
    * The endpoints of the bus at `natsUrl` (`MURMUR_NATS_URL`: one URL, or several comma-separated),
    * its names resolved with `resolve`. A name that does not resolve (in 5 s) is kept as a name only.
@@ -49,6 +52,7 @@ export class OwnEndpoints {
           ? [literal]
           : await resolve(host).catch((error: unknown) => {
               options.unresolved?.(host, error);
+              own.unresolved = true;
               return [] as string[];
             });
       const onThisMachine = host === 'localhost' || addresses.some(isHere);
@@ -57,8 +61,12 @@ export class OwnEndpoints {
       // A name that resolves both here and elsewhere: the machine at the bus's port, the rest whole.
       for (const address of onThisMachine ? [...here, ...addresses] : addresses) {
         own.add(own.taken, address, server.port);
+        // A server here serves its monitoring beside it (`/connz` names every session's subjects),
+        // at nats-server's usual port: the machine's other ports are not taken, that one is.
+        if (isHere(address)) own.add(own.taken, address, NATS_MONITORING_PORT);
         if (!isHere(address)) own.whole.add(address);
       }
+      if (onThisMachine) own.add(own.names, host, NATS_MONITORING_PORT);
     }
     return own;
   }
@@ -112,6 +120,9 @@ function hostName(host: string): string {
     .toLowerCase()
     .replace(/(?<=.)\.$/, '');
 }
+
+/** nats-server's monitoring port when it is turned on (`-m 8222`, the port its documentation uses). */
+const NATS_MONITORING_PORT = 8222;
 
 /** How long the bus's name may take to resolve: every launch waits for the answer. */
 const RESOLVE_TIMEOUT_MS = 5_000;

@@ -130,6 +130,22 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     }
     return locations;
   };
+  const resolveOwnEndpoints = (): Promise<OwnEndpoints> =>
+    OwnEndpoints.ofBus(env.MURMUR_NATS_URL, {
+      unresolved: (host, error) =>
+        log.warn(
+          { executor_id: instanceId, host, err: error },
+          `the bus's name did not resolve: capsules are refused it by that name only, not at its addresses, until it is resolved again (at a launch, at most every ${OWN_ENDPOINTS_RETRY_MS / 1000}s)`,
+        ),
+    });
+  let own = { endpoints: resolveOwnEndpoints(), at: Date.now() };
+  /** The bus's endpoints, resolved again at a launch when a name of it did not resolve last time (a bus not up yet when the executor started). */
+  const ownEndpoints = async (): Promise<OwnEndpoints> => {
+    const current = await own.endpoints;
+    if (!current.unresolved || Date.now() - own.at < OWN_ENDPOINTS_RETRY_MS) return current;
+    own = { endpoints: resolveOwnEndpoints(), at: Date.now() };
+    return own.endpoints;
+  };
   const environment: ExecutorEnvironment = {
     executorId: instanceId,
     bus,
@@ -137,13 +153,9 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     namespaces,
     confine,
     cgroups,
-    ownEndpoints: OwnEndpoints.ofBus(env.MURMUR_NATS_URL, {
-      unresolved: (host, error) =>
-        log.warn(
-          { executor_id: instanceId, host, err: error },
-          "the bus's name did not resolve: capsules are refused it by that name only, not at its addresses",
-        ),
-    }),
+    get ownEndpoints() {
+      return ownEndpoints();
+    },
     roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined,
     roostToken: env.MURMUR_ROOST_TOKEN?.trim() || undefined,
     otelEndpoint: env.MURMUR_OTEL_ENDPOINT?.trim() || undefined,
@@ -337,6 +349,9 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     },
   };
 }
+
+/** How soon the bus's endpoints are resolved again after one of its names did not resolve. */
+const OWN_ENDPOINTS_RETRY_MS = 30_000;
 
 /** How often a long-running executor looks for session groups that crashed executors left. */
 const SWEEP_INTERVAL_MS = 60 * 60 * 1000;

@@ -40,6 +40,7 @@ import {
   TaskIdSchema,
   topics,
   traced,
+  otelTracesUrl,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import {
@@ -176,8 +177,10 @@ const HOST_TASKS_BUDGET = 256;
  * past this, one line says more were not.
  */
 const NETWORK_RECORDS_KEPT = 1_000;
-/** How much of an egress target that is not a URL is recorded. */
+/** How much of an egress target is recorded (a host name, or what the host sent that is not a URL). */
 const EGRESS_TARGET_KEPT = 512;
+/** A decision's reason names the target: cut so a long one cannot make a long line either. */
+const EGRESS_REASON_KEPT = 2_048;
 /**
  * The host's requests that may wait long on something outside the session — an A2A peer, roost
  * and a child's launch, a stager's download — and how many of one session's the executor works on
@@ -503,7 +506,8 @@ export class Session {
       capsule: plan.capsule,
       endpoint: capsuleCollector,
       endpointAllowed: (url) => this.egress.judgeHttp(url, 'capsule').allowed,
-      capsuleLookup: this.egress.lookupToUrl(capsuleCollector),
+      // Looked up for the port the traces go to: the endpoint as written may name none (`collector:4318` has no scheme).
+      capsuleLookup: this.egress.lookupToUrl(capsuleCollector === undefined ? undefined : otelTracesUrl(capsuleCollector)),
       operatorEndpoint: this.environment.otelEndpoint,
       sessionDir: paths.sessionDir,
       recordsOutside: this.recordsOutside,
@@ -1465,12 +1469,14 @@ export class Session {
     let announced = (url.split(/[/?#]/, 1)[0] ?? '').slice(0, EGRESS_TARGET_KEPT);
     try {
       const parsed = new URL(url.includes('://') ? url : `http://${url}`);
-      target = `${parsed.protocol}//${parsed.host}`;
+      // A host name may be as long as the guest likes (a denied check needs no rule): cut as well.
+      target = `${parsed.protocol}//${parsed.host}`.slice(0, EGRESS_TARGET_KEPT);
       announced = target;
     } catch {
       // not a URL: recorded as given
     }
-    this.trace.write('egress', { kind, grant, target, ...outcome });
+    const reason = typeof outcome.reason === 'string' ? { reason: outcome.reason.slice(0, EGRESS_REASON_KEPT) } : {};
+    this.trace.write('egress', { kind, grant, target, ...outcome, ...reason });
     this.telemetry?.egress({ kind, grant, target: announced, decision: String(outcome.decision), rule }, startedAt);
     const decision = outcome.decision === 'allowed' || outcome.decision === 'denied' ? outcome.decision : 'failed';
     this.announceEgress({

@@ -3,7 +3,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openOtelTracer } from '@murmur/shared/otel';
 import { startOtlpReceiver } from '../../../test/support/otlp-receiver.js';
-import { isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve, vettedLookup } from '../src/egress-address.js';
+import { isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve, systemResolve, vettedLookup } from '../src/egress-address.js';
 import { EgressPolicy } from '../src/egress.js';
 import { RequestUploads } from '../src/request-uploads.js';
 
@@ -59,6 +59,17 @@ describe('a public address', () => {
     expect([some('model'), some('llm.internal'), some('other')]).toEqual([true, true, false]);
     expect(privateHostsSetting({ MURMUR_EGRESS_PRIVATE_HOSTS: '*' })('anything')).toBe(true);
     expect(privateHostsSetting({})('model')).toBe(false);
+  });
+});
+
+describe("the system's resolver", () => {
+  it('looks a name up once at a time: every request for it meanwhile waits on the same lookup', async () => {
+    const first = systemResolve('localhost');
+    const again = systemResolve('LOCALHOST');
+    expect(again).toBe(first);
+    expect((await first).length).toBeGreaterThan(0);
+    // Once answered, the next request looks it up afresh (an answer is not kept past its lookup).
+    expect(systemResolve('localhost')).not.toBe(first);
   });
 });
 

@@ -45,7 +45,8 @@ describe("the runtime's own endpoints", () => {
     expect(own.covers('10.1.2.3', 8222)).toBe(BUS_HOST);
     expect(own.covers('127.0.0.1', 4222)).toBe(BUS);
     expect(own.covers('::1', 4222)).toBe(BUS);
-    expect(own.covers('127.0.0.1', 8222)).toBeUndefined();
+    // The part here serves its monitoring beside it, as a bus on this machine does.
+    expect(own.covers('127.0.0.1', 8222)).toBe(BUS);
   });
 
   it('takes a bus on this machine at its port on every address of the machine', async () => {
@@ -55,14 +56,18 @@ describe("the runtime's own endpoints", () => {
       expect(own.covers(host, 4999), host).toBe(BUS);
     // The machine the executor is on is not taken whole: a capsule may be granted its other ports.
     expect(own.covers('127.0.0.1', 4998)).toBeUndefined();
-    expect(own.covers('127.0.0.1', 8222)).toBeUndefined();
     expect(own.covers('8.8.8.8', 4999)).toBeUndefined();
+    // But a local bus's monitoring is (nats-server's usual port): /connz names every session's subjects.
+    for (const host of ['127.0.0.1', 'localhost', '::1', ...interfaces]) expect(own.covers(host, 8222), `${host}:8222`).toBe(BUS);
+    expect(own.unresolved).toBe(false);
   });
 
   it('keeps a name that does not resolve as the name, whole, and says it did not resolve', async () => {
     const unresolved: string[] = [];
     const own = await OwnEndpoints.ofBus('bus.internal:4222', { resolve: noDns, unresolved: (host) => unresolved.push(host) });
     expect(unresolved).toEqual(['bus.internal']);
+    // So the executor asks again at a later launch (a bus not up yet when it started).
+    expect(own.unresolved).toBe(true);
     expect(own.covers('bus.internal', 4222)).toBe(BUS);
     expect(own.covers('bus.internal', 4223)).toBe(BUS_HOST);
     expect(own.covers('Bus.Internal.', 4223)).toBe(BUS_HOST);

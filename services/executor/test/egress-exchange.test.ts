@@ -1,0 +1,158 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { EgressPolicy, transportError } from '../src/egress.js';
+import { planNetwork } from '../src/network-plan.js';
+import { RequestUploads } from '../src/request-uploads.js';
+import { eventually } from '../../../test/support/processes.js';
+
+/**
+ * One exchange through the egress relay, against a real server on loopback: what the session
+ * counts of a request's body for as long as the body is held, what reaches the server of a
+ * guest's headers, and what a refusal says.
+ */
+
+const servers: http.Server[] = [];
+
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+});
+
+async function serve(handler: http.RequestListener): Promise<number> {
+  const server = http.createServer(handler);
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return (server.address() as AddressInfo).port;
+}
+
+const policy = (allow: string[], artifacts: unknown[] = []) =>
+  new EgressPolicy({ policy: { network_allow: allow } as never, artifacts: artifacts as never }, { privateHosts: () => false });
+
+describe('a request body', () => {
+  it('its server answered before reading counts against the session until the request is done with it, and goes with the response', async () => {
+    let serverSocketClosed = false;
+    const port = await serve((request, response) => {
+      // Answers at once and never reads what it is sent.
+      request.pause();
+      request.socket.once('close', () => {
+        serverSocketClosed = true;
+      });
+      response.end('early');
+    });
+    const egress = policy([`127.0.0.1:${port}`]);
+    // 16 MiB: more than loopback's socket buffers take, so most of it waits in the executor.
+    const body = Buffer.alloc(16 * 1024 * 1024, 0x61);
+    const uploads = new RequestUploads(64 * 1024 * 1024, 128 * 1024 * 1024, 64 * 1024 * 1024);
+    uploads.add(1, body.toString('base64'));
+    const opened = await egress.http({ url: `http://127.0.0.1:${port}/`, method: 'POST', headers: [], grant: 'capsule', upload: 1 } as never, uploads);
+    expect(opened).toMatchObject({ outcome: 'response', status: 200 });
+    // Answered, and the body is still the session's to count: it is still in the executor.
+    expect(uploads.heldBytes).toBe(body.length);
+    expect(await new Response((opened as { body: ReadableStream<Uint8Array> }).body).text()).toBe('early');
+    // With the response read whole, the body nobody will read is let go with its connection.
+    await eventually(() => (uploads.heldBytes === 0 ? true : undefined), 5_000, 'the body to be let go');
+    await eventually(() => serverSocketClosed || undefined, 5_000, 'the connection to close');
+    egress.close();
+  });
+
+  it('its server read is let go once written, and a HEAD that declares a large body it has not is answered', async () => {
+    const port = await serve((request, response) => {
+      request.resume();
+      request.on('end', () => {
+        response.writeHead(200, { 'content-length': String(100 * 1024 * 1024) });
+        response.end();
+      });
+    });
+    const egress = policy([`127.0.0.1:${port}`]);
+    const uploads = new RequestUploads();
+    const opened = await egress.http({ url: `http://127.0.0.1:${port}/big.iso`, method: 'HEAD', headers: [], grant: 'capsule' } as never, uploads);
+    expect(opened).toMatchObject({ outcome: 'response', status: 200, body: null });
+    expect(uploads.heldBytes).toBe(0);
+    egress.close();
+  });
+});
+
+describe('a guest’s headers', () => {
+  it('named like an object’s own properties reach the server as headers, and nothing else does', async () => {
+    let seen: string[] = [];
+    const port = await serve((request, response) => {
+      seen = request.rawHeaders;
+      response.end();
+    });
+    const egress = policy([`127.0.0.1:${port}`]);
+    const opened = await egress.http(
+      {
+        url: `http://127.0.0.1:${port}/`,
+        method: 'GET',
+        headers: [
+          ['constructor', 'one'],
+          ['__proto__', 'two'],
+          ['x-plain', 'three'],
+        ],
+        grant: 'capsule',
+      } as never,
+      new RequestUploads(),
+    );
+    expect(opened).toMatchObject({ outcome: 'response', status: 200 });
+    await new Response((opened as { body: ReadableStream<Uint8Array> }).body).arrayBuffer();
+    const pairs = seen.flatMap((name, index) => (index % 2 === 0 ? [`${name.toLowerCase()}: ${seen[index + 1]}`] : []));
+    expect(pairs).toEqual(expect.arrayContaining(['constructor: one', '__proto__: two', 'x-plain: three']));
+    expect(pairs.filter((pair) => pair.startsWith('constructor:'))).toEqual(['constructor: one']);
+    egress.close();
+  });
+});
+
+describe('a refusal', () => {
+  it('of a tool’s or a hook’s request names its own narrowed allow list, not the capsule’s', () => {
+    const egress = policy(
+      ['api.example.com', 'files.example.com'],
+      [
+        { name: 'fetcher', role: 'tool', capabilities: { network: { allow: ['files.example.com'] } } },
+        { name: 'audit', role: 'hook', capabilities: { network: { allow: ['collector.example:4318'] } } },
+      ],
+    );
+    expect(egress.judgeHttp('https://api.example.com/', 'tool:fetcher')).toMatchObject({
+      allowed: false,
+      reason: "network policy: 'api.example.com:443' not in tool:fetcher's network.allow (files.example.com)",
+    });
+    // A hook gets exactly its own entry's rules: the capsule's neither narrow nor widen them.
+    expect(egress.judgeHttp('http://collector.example:4318/v1/traces', 'hook:audit')).toMatchObject({ allowed: true });
+    expect(egress.judgeHttp('https://api.example.com/', 'hook:audit')).toMatchObject({
+      allowed: false,
+      reason: "network policy: 'api.example.com:443' not in hook:audit's network.allow (collector.example:4318)",
+    });
+    expect(egress.dropped).toEqual([]);
+    expect(egress.judgeHttp('https://nowhere.example/', 'capsule')).toMatchObject({
+      allowed: false,
+      reason: "network policy: 'nowhere.example:443' not in capabilities.network.allow",
+    });
+  });
+
+  it('of a request that timed out says so, whatever shape the abort came in', () => {
+    const aborted = Object.assign(new Error('The operation was aborted due to timeout'), {
+      name: 'AbortError',
+      cause: new DOMException('The operation was aborted due to timeout', 'TimeoutError'),
+    });
+    expect(transportError(aborted)).toEqual({ code: 'connection-timeout', reason: 'the request timed out' });
+  });
+});
+
+describe("a sealed sandbox's network plan", () => {
+  it('takes hosts named like an object’s own properties as names, and gives no listener to what cannot stand for a destination', () => {
+    const plan = planNetwork(['constructor:8080', '__proto__:9090', 'dns.example:53', '0.0.0.0:8080', '127.77.0.1:443', 'api.example:443'], 3);
+    // A name is answered even where its port gets no listener: a connection to it is refused, as to any port not allowed.
+    expect(Object.keys(plan.names).sort()).toEqual(['__proto__', 'api.example', 'constructor', 'dns.example']);
+    for (const name of ['constructor', '__proto__', 'api.example']) expect(plan.names[name]).toMatch(/^127\.77\.\d+\.\d+$/);
+    expect(plan.listeners.map((listener) => `${listener.host}:${listener.port}`).sort()).toEqual(['__proto__:9090', 'api.example:443', 'constructor:8080']);
+    expect(plan.skipped).toEqual(
+      expect.arrayContaining([
+        "dns.example:53: port 53 is the sandbox's own DNS",
+        "0.0.0.0: not an address a sandbox's connection can stand for",
+        "127.77.0.1: not an address a sandbox's connection can stand for",
+      ]),
+    );
+  });
+});
