@@ -395,6 +395,9 @@ describe('agent capsules', () => {
       const result = await runMur(['run', '-v'], { cwd: project, env: { ...env, MURMUR_A2A_TIMEOUT_SECS: '1' } });
       expect(result.code, result.stderr).toBe(0);
       expect(result.stderr).toContain('no A2A message received within timeout; running with empty task');
+      // -v says what answers the agent's turns and how many skills it has, as upstream does.
+      expect(result.stdout).toMatch(/^driver: murmur-driver-anthropic \(test-model\)$/m);
+      expect(result.stdout).toMatch(/^skills: 0 installed$/m);
       const workdir = /^workdir: (.+)$/m.exec(result.stdout)?.[1] as string;
       expect(await fs.readFile(path.join(workdir, 'out', 'result.txt'), 'utf8')).toBe('task was: []');
       const trace = await traceOf(workdir);

@@ -189,6 +189,21 @@ describe('mur, given what a new user gets wrong', () => {
     }
   });
 
+  it('warns of a mur_version it is not and of a workdir that holds the project, and explains the scope before it looks at --system-prompt', async () => {
+    const project = await capsuleProject(
+      path.join(scratch.dir, 'versioned'),
+      'name: versioned\nversion: 0.1.0\nmur_version: 9.9.9\n',
+      (await capsuleWat()).bytes,
+    );
+    const run = await runMur(['run', '--json', '--workdir', project], { cwd: project, env });
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stderr).toContain('warning: murmur.yaml names mur_version 9.9.9, and this is mur 0.1.0; running it with this one');
+    expect(run.stderr).toContain(`warning: --workdir ${project} holds the project ${project}: the capsule can read and change its files`);
+    const explained = await runMur(['run', '--explain-scope', '--json', '--system-prompt', 'be brief'], { cwd: project, env });
+    expect(explained.code, explained.stderr).toBe(0);
+    expect(JSON.parse(explained.stdout)).toHaveProperty('achieved_containment');
+  });
+
   it('refuses a --task that is there but is no file it can read, before anything is staged', async () => {
     const runnable = await capsuleProject(path.join(scratch.dir, 'task-dir'), 'name: taskdir\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     await fs.mkdir(path.join(runnable, 'notes.md'));

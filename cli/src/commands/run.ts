@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
 import path from 'node:path';
 import {
@@ -20,6 +20,8 @@ import {
   upsertLockEntry,
   numberSetting,
   isLoopbackName,
+  RUNTIME_VERSION,
+  type StagedPlan,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import type { z } from 'zod';
@@ -205,6 +207,42 @@ function scopeReport(grants: Record<string, unknown>): string {
 }
 
 /** `--system-prompt` replaces an agent's prompt; a capsule without `inference:` has none, so the flag is refused (upstream's words). */
+/**
+ * A `--workdir` that holds the project (the directory itself, or one above it) hands the capsule
+ * the project's own files to read and rewrite — its `.env`, `murmur.yaml`, `murmur.lock`. That may
+ * be meant (an agent set to work on the project), so it is said, not refused.
+ */
+function warnOfProjectInWorkdir(workdir: string, projectDir: string, output: Output): void {
+  const real = (dir: string): string => {
+    try {
+      return realpathSync(dir);
+    } catch {
+      return dir;
+    }
+  };
+  const relative = path.relative(real(workdir), real(projectDir));
+  if (relative.startsWith('..') || path.isAbsolute(relative)) return;
+  output.err(
+    `warning: --workdir ${workdir} holds the project ${projectDir}: the capsule can read and change its files (.env, murmur.yaml, murmur.lock among them)`,
+  );
+}
+
+/** `mur_version`: a manifest written for another mur is run all the same, said once (upstream: a warning only). */
+function warnOfMurVersion(wanted: string | undefined, output: Output): void {
+  if (wanted === undefined || wanted.trim() === '' || wanted.trim() === RUNTIME_VERSION) return;
+  output.err(`warning: murmur.yaml names mur_version ${wanted.trim()}, and this is mur ${RUNTIME_VERSION}; running it with this one`);
+}
+
+/** `-v` for an agent, as upstream prints it: what answers its turns, and how many skills it was given. */
+function agentLines(plan: StagedPlan): string[] {
+  const inference = plan.capsule.manifest.inference;
+  if (plan.capsule.kind !== 'agent' || !inference) return [];
+  const model = inference.model ?? 'no model named';
+  const driver = inference.transport === 'process' ? `${inference.command ?? ''} process (${model})` : `${inference.driver?.artifact ?? 'none'} (${model})`;
+  const skills = plan.artifacts.filter((artifact) => artifact.role === 'skill').length;
+  return [`driver: ${driver}`, `skills: ${skills} installed`];
+}
+
 function refuseSystemPromptWithoutInference(options: RunOptions, manifest: { inference?: unknown }): void {
   if (options.systemPrompt === undefined || manifest.inference !== undefined) return;
   throw new MurmurError('E-IO-003', '--system-prompt requires an agent capsule: this manifest has no inference: block', {
@@ -289,6 +327,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   }
   const manifestDir = path.dirname(manifestPath);
   const projectDir = fromRegistry ? findProjectRoot() : manifestDir;
+  if (options.workdir !== undefined && projectDir !== undefined) warnOfProjectInWorkdir(path.resolve(options.workdir), projectDir, output);
   const env = options.envFile === false ? environmentWithEnvFile(undefined) : environmentWithEnvFile(projectDir);
   const override = lifecycleOverride(options);
   // Read before anything is staged: a task file that is refused leaves nothing behind.
@@ -342,7 +381,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // the grants come from the manifest alone, the achievable class from an executor.
     if (!fromRegistry) {
       const manifest = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env }).manifest;
-      refuseSystemPromptWithoutInference(options, manifest);
+      // Upstream's order: the version warned of, the scope explained (and --explain-scope done), then the prompt refused.
+      warnOfMurVersion(manifest.mur_version, output);
       const policy = capabilityPolicy(manifest);
       const grants = await explainScope(runtime.bus, policy, floor);
       timing('scope explained');
@@ -350,6 +390,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));
         return 0;
       }
+      refuseSystemPromptWithoutInference(options, manifest);
       if (grants.floor_met !== true) {
         throw new MurmurError(
           'E-CAP-003',
@@ -377,12 +418,15 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     );
     progress.stop();
     timing('staged');
-    // A packaged capsule's manifest is known only now, still before anything is launched.
-    if (fromRegistry) refuseSystemPromptWithoutInference(options, plan.capsule.manifest);
     if (options.explainScope) {
       const grants = await explainScope(runtime.bus, plan.policy, floor);
       output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));
       return 0;
+    }
+    // A packaged capsule's manifest is known only now, still before anything is launched.
+    if (fromRegistry) {
+      warnOfMurVersion(plan.capsule.manifest.mur_version, output);
+      refuseSystemPromptWithoutInference(options, plan.capsule.manifest);
     }
     // Held while staging (the runtime opening, the capsule staged): nothing is launched, nor pinned.
     if (heldSignal) return 130;
@@ -470,6 +514,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       if (options.verbose) {
         output.out(`workdir: ${launched.workdir}${runtime.inProcess ? '' : ` (on executor ${launched.executor_id})`}`);
         output.out(`manifest: ${plan.capsule.name} v${plan.capsule.version}`);
+        for (const line of agentLines(plan)) output.out(line);
         output.out(`isolation: ${launched.isolation}`);
       }
     }
