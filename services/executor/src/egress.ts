@@ -331,7 +331,7 @@ export function transportError(error: unknown): { code: string; reason: string }
   if (error instanceof ProhibitedAddress) return { code: error.code, reason: error.message };
   const cause = (error as { cause?: { code?: unknown; name?: string; message?: string } }).cause;
   // An abort's cause is a DOMException, whose `code` is a number (23): its name says what it is.
-  const causeCode = typeof cause?.code === 'string' ? cause.code : cause?.name;
+  const causeCode = typeof cause?.code === 'string' ? cause.code : cause?.name === 'TimeoutError' || cause?.name === 'AbortError' ? cause.name : undefined;
   const ownCode = (error as { code?: unknown }).code;
   const code = causeCode ?? (typeof ownCode === 'string' ? ownCode : undefined) ?? (error as { name?: string }).name;
   switch (code) {
