@@ -621,9 +621,17 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     if (interrupted) return 130;
     return end.exit_status === 'ok' ? 0 : 1;
   } finally {
-    for (const signal of STOP_SIGNALS) process.off(signal, stopSignalListener);
+    // A signal while everything is closed is held, not left to its default (143, the close cut
+    // short): closing is what it asks for. Again, and mur leaves at once.
+    let closingSignal: NodeJS.Signals | undefined;
+    onStopSignal = (signal) => {
+      if (closingSignal) process.exit(130);
+      closingSignal = signal;
+      output.err(`mur: ${signal}: closing what this run started (again to leave at once)`);
+    };
     progress.stop();
     await runtime.close();
+    for (const signal of STOP_SIGNALS) process.off(signal, stopSignalListener);
   }
 }
 

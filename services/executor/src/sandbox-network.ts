@@ -39,9 +39,18 @@ export interface SandboxNetworkOptions {
   lookupTo?: (port: number) => LookupFunction;
   /** Connections the sandbox may hold open through its listeners at once (`MAX_CONNECTIONS` unless a test says). */
   maxConnections?: number;
+  /** DNS questions answered per second, beyond a burst of twice as many (`DNS_QUERIES_PER_SECOND` unless a test says). */
+  dnsQueriesPerSecond?: number;
 }
 
 const DNS_TCP_IDLE_MS = 10_000;
+/**
+ * The questions one sandbox's DNS is answered per second (and twice that in a burst): a program
+ * asks a few names at a time, and one UDP sender flooding it took 58% of the executor's event
+ * loop, which every session shares. Past it a question is dropped unanswered, as a resolver that
+ * is busy drops it, and the first drop is recorded.
+ */
+const DNS_QUERIES_PER_SECOND = 200;
 const DNS_TCP_BUFFER_BYTES = 64 * 1024;
 /**
  * Spliced connections one sandbox may hold open at once. Each costs the executor two descriptors
@@ -61,8 +70,37 @@ export class SandboxNetwork {
   private spliced = 0;
   private dnsConnections = 0;
   private closed = false;
+  /** What is left of the DNS budget (`takeDnsQuestion`), and when it was last counted. */
+  private dnsBudget: number;
+  private dnsBudgetAt = performance.now();
+  private dnsDropRecorded = false;
+  private readonly dnsRate: number;
 
-  constructor(private readonly options: SandboxNetworkOptions) {}
+  constructor(private readonly options: SandboxNetworkOptions) {
+    this.dnsRate = options.dnsQueriesPerSecond ?? DNS_QUERIES_PER_SECOND;
+    this.dnsBudget = 2 * this.dnsRate;
+  }
+
+  /** Whether one more DNS question is within the sandbox's budget; the first one past it is recorded. */
+  private takeDnsQuestion(): boolean {
+    const now = performance.now();
+    this.dnsBudget = Math.min(2 * this.dnsRate, this.dnsBudget + ((now - this.dnsBudgetAt) / 1000) * this.dnsRate);
+    this.dnsBudgetAt = now;
+    if (this.dnsBudget >= 1) {
+      this.dnsBudget -= 1;
+      return true;
+    }
+    if (!this.dnsDropRecorded) {
+      this.dnsDropRecorded = true;
+      this.options.record({
+        kind: 'dns',
+        target: '(over budget)',
+        decision: 'denied',
+        reason: `more than ${this.dnsRate} DNS questions a second: the rest are dropped unanswered while it lasts`,
+      });
+    }
+    return false;
+  }
 
   /** Takes one socket the host handed over; anything unexpected is closed rather than served. */
   attach(fd: number, protocol: 'tcp' | 'udp', handle: unknown): void {
@@ -78,6 +116,7 @@ export class SandboxNetwork {
   private serveDnsUdp(socket: DatagramSocket): void {
     this.datagrams.add(socket);
     socket.on('message', (message: Buffer, from: RemoteInfo) => {
+      if (!this.takeDnsQuestion()) return;
       const reply = this.answer(message);
       if (reply) socket.send(reply, from.port, from.address);
     });
@@ -99,6 +138,7 @@ export class SandboxNetwork {
         while (pending.length >= 2) {
           const length = pending.readUInt16BE(0);
           if (pending.length < 2 + length) break;
+          if (!this.takeDnsQuestion()) return void socket.destroy();
           const reply = this.answer(pending.subarray(2, 2 + length));
           pending = pending.subarray(2 + length);
           if (!reply) return void socket.destroy();

@@ -5,6 +5,7 @@ import { QTYPE, RCODE } from '../src/dns-message.js';
 import { vettedLookup } from '../src/egress-address.js';
 import type { NetworkPlan } from '../src/network-plan.js';
 import { type EgressRecord, SandboxNetwork } from '../src/sandbox-network.js';
+import { eventually } from '../../../test/support/processes.js';
 
 /**
  * The executor's end of a sealed sandbox's network, with real sockets on loopback standing in for
@@ -31,6 +32,7 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
     judge: (host: string, port: number) => { allowed: true } | { allowed: false; reason: string },
     destination: { host: string; lookup?: LookupFunction } = { host: '127.0.0.1' },
     maxConnections?: number,
+    dnsQueriesPerSecond?: number,
   ) {
     const upstreamConnections: string[] = [];
     const upstream = createServer((socket) => {
@@ -53,6 +55,7 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
       record: (record) => records.push(record),
       ...(destination.lookup ? { lookupTo: () => destination.lookup as LookupFunction } : {}),
       ...(maxConnections === undefined ? {} : { maxConnections }),
+      ...(dnsQueriesPerSecond === undefined ? {} : { dnsQueriesPerSecond }),
     });
     // Stand-ins for the sandbox's sockets, handed over as the host hands them.
     const listener = createServer();
@@ -148,6 +151,34 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
     const refused = await ask('exfil.attacker.example');
     expect(refused.readUInt16BE(2) & 0xf).toBe(RCODE.REFUSED);
     expect(records).toEqual([{ kind: 'dns', target: 'exfil.attacker.example', decision: 'denied', reason: 'not in capabilities.network.allow' }]);
+  });
+
+  it('answers a sandbox’s DNS questions within its budget a second, drops the rest unanswered, and records the first drop', async () => {
+    const { records, dnsUdpPort } = await setup(() => ({ allowed: true }), undefined, undefined, 10);
+    const client = createSocket('udp4');
+    cleanups.push(() => client.close());
+    let answered = 0;
+    client.on('message', () => {
+      answered += 1;
+    });
+    // A flood at once: the burst (twice the rate) is answered, the rest dropped.
+    for (let id = 0; id < 100; id += 1) client.send(query('api.example.com', id % 250), dnsUdpPort, '127.0.0.1');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(answered).toBeGreaterThanOrEqual(20);
+    expect(answered).toBeLessThan(30);
+    expect(records.filter((record) => record.target === '(over budget)')).toEqual([
+      {
+        kind: 'dns',
+        target: '(over budget)',
+        decision: 'denied',
+        reason: 'more than 10 DNS questions a second: the rest are dropped unanswered while it lasts',
+      },
+    ]);
+    // The budget refills with time: a question a while later is answered.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const before = answered;
+    client.send(query('api.example.com'), dnsUdpPort, '127.0.0.1');
+    await eventually(() => (answered > before ? true : undefined), 5_000, 'a question answered once the budget refilled');
   });
 
   it('answers DNS over TCP, each message framed by its length', async () => {
