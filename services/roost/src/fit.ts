@@ -6,7 +6,6 @@ import {
   type NetworkAllowRule,
   type SpawnAxis,
   ceilingCovers,
-  hookDeadlineSeconds,
   parseNetworkAllowRule,
   validateFilesystemScope,
 } from '@murmur/shared';
@@ -187,17 +186,6 @@ function checkLimits(child: CapabilityPolicy, ceiling: CapabilityPolicy, owner: 
         return { axis: 'limits', reason: `limits: child capabilities.${group}.${name} ${value} exceeds ${owner} ${bound}` };
       }
     }
-  }
-  // A deadline binds hooks only when written: a parent without one runs its hooks for 30 s, and a
-  // child that writes the default 600 would run its hooks twenty times as long.
-  // (A ceiling that declares one has been compared above: only the undeclared 30 s is left.)
-  const childHooks = hookDeadlineSeconds(child);
-  const ceilingHooks = hookDeadlineSeconds(ceiling);
-  if (childHooks > ceilingHooks) {
-    return {
-      axis: 'limits',
-      reason: `limits: child hooks may run ${childHooks}s each (capabilities.limits.deadline_seconds), past ${owner} hook default (no limits.deadline_seconds declared) of ${ceilingHooks}s`,
-    };
   }
   return undefined;
 }
