@@ -1,7 +1,7 @@
 import { existsSync, readFileSync, readdirSync, readlinkSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type LaunchReply, commands, newSessionId, silentLog, topics } from '@murmur/shared';
+import { type LaunchReply, type Log, commands, newSessionId, silentLog, topics } from '@murmur/shared';
 import { InProcessTransport, createBus } from '@murmur/shared/bus';
 import { requestStaging, uploadProject } from '@murmur/shared/node';
 import { startExecutorService } from '@murmur/executor';
@@ -33,6 +33,29 @@ describe('the warm pool', () => {
   afterAll(async () => {
     await scratch.cleanup();
   });
+
+  /**
+   * A stager and an executor in this process, on the in-process bus, with one warm host and a home
+   * of their own under `name`: for what `mur run` does not show (the pool's state, the executor's log).
+   */
+  function pooledExecutor(name: string, log: Log = silentLog) {
+    const home = path.join(scratch.dir, name);
+    const serviceEnv = { ...process.env, MURMUR_HOME: home, MURMUR_EXECUTOR_POOL: '1' };
+    const bus = createBus(new InProcessTransport(), silentLog);
+    const stager = startStagerService({ bus, log: silentLog, env: serviceEnv });
+    const executor = startExecutorService({ bus, log, env: serviceEnv });
+    return {
+      home,
+      bus,
+      executor,
+      stage: async (project: string) => requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } }),
+      close: async () => {
+        await executor.close();
+        await stager.close();
+        await bus.close();
+      },
+    };
+  }
 
   /** Runs the probe capsule with `actions`, pooled or not; its results with the session's id taken out. */
   async function probeRun(name: string, actions: unknown[], pooled: boolean, manifest = '') {
@@ -81,14 +104,9 @@ describe('the warm pool', () => {
   });
 
   it('a warm host whose held helper has gone is replaced by a fresh one, and the launch still runs', async () => {
-    const home = path.join(scratch.dir, 'executor-home');
-    const serviceEnv = { ...process.env, MURMUR_HOME: home, MURMUR_EXECUTOR_POOL: '1' };
-    const bus = createBus(new InProcessTransport(), silentLog);
-    const stager = startStagerService({ bus, log: silentLog, env: serviceEnv });
-    const executor = startExecutorService({ bus, log: silentLog, env: serviceEnv });
+    const { home, bus, executor, stage, close } = pooledExecutor('executor-home');
     try {
-      const project = await probeProject(path.join(scratch.dir, 'helper-gone'), '');
-      const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+      const plan = await stage(await probeProject(path.join(scratch.dir, 'helper-gone'), ''));
       await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
       // The helper waiting to mount a session in: the one process of a pooled sandbox still running murmur-confine.
       const helper = await eventually(() => pooledHelper(home), 10_000, 'the held helper');
@@ -114,9 +132,7 @@ describe('the warm pool', () => {
       );
       expect(readFileSync(path.join(launched.session_dir, 'logs', 'session.log'), 'utf8')).toContain('"op":"print","ok":true');
     } finally {
-      await executor.close();
-      await stager.close();
-      await bus.close();
+      await close();
     }
   });
 
@@ -144,14 +160,9 @@ describe('the warm pool', () => {
   });
 
   it('a warm host started after a launch has that capsule loaded ahead; one that guessed wrong runs what it is given, and each sees the same', async () => {
-    const home = path.join(scratch.dir, 'anticipating-home');
-    const serviceEnv = { ...process.env, MURMUR_HOME: home, MURMUR_EXECUTOR_POOL: '1' };
-    const bus = createBus(new InProcessTransport(), silentLog);
-    const stager = startStagerService({ bus, log: silentLog, env: serviceEnv });
     const executorLog = new RecordingLog();
-    const executor = startExecutorService({ bus, log: executorLog, env: serviceEnv });
+    const { bus, executor, stage, close } = pooledExecutor('anticipating-home', executorLog);
     try {
-      const stage = async (project: string) => requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
       const plans = {
         probe: await stage(await probeProject(path.join(scratch.dir, 'anticipated-probe'), '')),
         printing: await stage(
@@ -205,9 +216,7 @@ describe('the warm pool', () => {
       expect(third.ahead).toBe(false);
       expect(third.results).toEqual(first.results);
     } finally {
-      await executor.close();
-      await stager.close();
-      await bus.close();
+      await close();
     }
   });
 
@@ -215,18 +224,13 @@ describe('the warm pool', () => {
     // A launch takes its warm host as soon as its workdir is made, so the host mounts it in while
     // the launch prepares the rest; a refusal after that (here: a context to resume that was never
     // recorded) must not leave the host running under the session's name with nobody to end it.
-    const home = path.join(scratch.dir, 'refused-home');
-    const serviceEnv = { ...process.env, MURMUR_HOME: home, MURMUR_EXECUTOR_POOL: '1' };
-    const bus = createBus(new InProcessTransport(), silentLog);
-    const stager = startStagerService({ bus, log: silentLog, env: serviceEnv });
-    const executor = startExecutorService({ bus, log: silentLog, env: serviceEnv });
+    const { home, bus, executor, stage, close } = pooledExecutor('refused-home');
     try {
       const manifest = agentManifest(
         { endpoint: 'http://127.0.0.1:9/v1', authority: '127.0.0.1:9' },
         { name: 'threaded', lifecycle: '  conversation: threaded' },
       );
-      const project = await agentProject(path.join(scratch.dir, 'refused-threaded'), manifest);
-      const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
+      const plan = await stage(await agentProject(path.join(scratch.dir, 'refused-threaded'), manifest));
       await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
       const warm = await eventually(
         () => {
@@ -266,9 +270,7 @@ describe('the warm pool', () => {
       if (refilledGroup) expect(existsSync(refilledGroup)).toBe(false);
       if (poolGroup && !refilledGroup) throw new Error('the refilled warm host was found in no group of its own, though the first was');
     } finally {
-      await executor.close();
-      await stager.close();
-      await bus.close();
+      await close();
     }
   });
 

@@ -64,14 +64,6 @@ export const CapabilityPolicySchema = z.object({
 });
 export type CapabilityPolicy = z.infer<typeof CapabilityPolicySchema>;
 
-/** How long a hook call may run when the capsule declares no `limits.deadline_seconds`. */
-export const HOOK_DEFAULT_DEADLINE_SECONDS = 30;
-
-/** How long each of a session's hook calls may run: its declared deadline, else the default. */
-export function hookDeadlineSeconds(policy: Pick<CapabilityPolicy, 'deadline_declared' | 'limits'>): number {
-  return policy.deadline_declared ? policy.limits.deadline_seconds : HOOK_DEFAULT_DEADLINE_SECONDS;
-}
-
 export function capabilityPolicy(manifest: CapsuleManifest): CapabilityPolicy {
   const capabilities = manifest.capabilities ?? {};
   return {

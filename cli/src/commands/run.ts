@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
 import path from 'node:path';
 import {
@@ -26,7 +26,7 @@ import {
 import type { Bus } from '@murmur/shared/bus';
 import type { z } from 'zod';
 import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
-import { hasControllingTerminal, locateHarness } from '@murmur/shared/node';
+import { hasControllingTerminal, locateHarness, resolvedPath } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import { type Output, TerminalSafeStream } from '../output.js';
 import { terminalProgress } from '../progress.js';
@@ -110,6 +110,12 @@ function taskText(task: string | undefined, output: Output): string | undefined 
  * one beyond loopback is said, since a door without MURMUR_DOOR_AUTH answers whoever reaches it.
  */
 function refuseBind(bind: string, output: Output): void {
+  // An address and a port together would be looked up as a host name, and fail as one.
+  if (/^(\[[^\]]*\]|[^:]+):\d+$/.test(bind))
+    throw new MurmurError('E-IO-003', `--bind takes an address, not an address and a port: '${bind}'`, {
+      path: '--bind',
+      hint: "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port (unset or 0: any free port)",
+    });
   const name = bind.trim().replace(/^\[(.*)\]$/, '$1');
   if (name === '' || (isIP(name) === 0 && /^[\d.]+$/.test(name)))
     throw new MurmurError('E-IO-003', `--bind takes an IP address or a host name: '${bind}' is ${name === '' ? 'empty' : 'neither'}`, {
@@ -206,21 +212,13 @@ function scopeReport(grants: Record<string, unknown>): string {
   return lines.join('\n');
 }
 
-/** `--system-prompt` replaces an agent's prompt; a capsule without `inference:` has none, so the flag is refused (upstream's words). */
 /**
  * A `--workdir` that holds the project (the directory itself, or one above it) hands the capsule
  * the project's own files to read and rewrite — its `.env`, `murmur.yaml`, `murmur.lock`. That may
  * be meant (an agent set to work on the project), so it is said, not refused.
  */
 function warnOfProjectInWorkdir(workdir: string, projectDir: string, output: Output): void {
-  const real = (dir: string): string => {
-    try {
-      return realpathSync(dir);
-    } catch {
-      return dir;
-    }
-  };
-  const relative = path.relative(real(workdir), real(projectDir));
+  const relative = path.relative(resolvedPath(workdir), resolvedPath(projectDir));
   if (relative.startsWith('..') || path.isAbsolute(relative)) return;
   output.err(
     `warning: --workdir ${workdir} holds the project ${projectDir}: the capsule can read and change its files (.env, murmur.yaml, murmur.lock among them)`,
@@ -243,6 +241,7 @@ function agentLines(plan: StagedPlan): string[] {
   return [`driver: ${driver}`, `skills: ${skills} installed`];
 }
 
+/** `--system-prompt` replaces an agent's prompt; a capsule without `inference:` has none, so the flag is refused (upstream's words). */
 function refuseSystemPromptWithoutInference(options: RunOptions, manifest: { inference?: unknown }): void {
   if (options.systemPrompt === undefined || manifest.inference !== undefined) return;
   throw new MurmurError('E-IO-003', '--system-prompt requires an agent capsule: this manifest has no inference: block', {
@@ -276,12 +275,6 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const fromRegistry = options.capsule !== undefined;
   if (fromRegistry && !options.capsuleVersion)
     throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
-  // An address and a port together would be looked up as a host name, and fail as one.
-  if (options.bind !== undefined && /^(\[[^\]]*\]|[^:]+):\d+$/.test(options.bind))
-    throw new MurmurError('E-IO-003', `--bind takes an address, not an address and a port: '${options.bind}'`, {
-      path: '--bind',
-      hint: "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port (unset or 0: any free port)",
-    });
   if (options.bind !== undefined) refuseBind(options.bind, output);
   // Each pair names one thing twice: taking either would run what the other did not mean.
   if (fromRegistry && options.manifest !== undefined)

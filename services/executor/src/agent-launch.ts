@@ -7,7 +7,6 @@ import {
   type StagedPlan,
   evalConfigForHooks,
   guestEnvironment,
-  hookDeadlineSeconds,
   resolveManifestSecrets,
 } from '@murmur/shared';
 import { locateHarness, mkdirBeneath } from '@murmur/shared/node';
@@ -102,6 +101,7 @@ function systemPrompt(plan: StagedPlan, tools: HostTool[], override: string | un
 }
 
 /** A hook's call may take `limits.deadline_seconds` when the manifest writes it, else 30 s (upstream's hook default, not the capsule's 600). */
+const HOOK_DEFAULT_DEADLINE_MS = 30_000;
 
 /**
  * The hooks as the host runs them. A hook gets no host environment: only the observability
@@ -121,7 +121,7 @@ function hookStarts(input: AgentLaunchInput, manifest: ReturnType<typeof resolve
     env.push(['MURMUR_CASE_ID', input.evalCase.case_id]);
     if (input.evalCase.dataset_id) env.push(['MURMUR_DATASET_ID', input.evalCase.dataset_id]);
   }
-  const deadlineMs = hookDeadlineSeconds(plan.policy) * 1000;
+  const deadlineMs = plan.policy.deadline_declared ? plan.policy.limits.deadline_seconds * 1000 : HOOK_DEFAULT_DEADLINE_MS;
   const hooks: HookStart[] = [];
   for (const artifact of plan.artifacts) {
     if (artifact.role !== 'hook' || !artifact.hook) continue;

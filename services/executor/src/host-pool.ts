@@ -1,8 +1,9 @@
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, realpathSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { type CapabilityPolicy, type Log, newId } from '@murmur/shared';
+import { resolvedPath } from '@murmur/shared/node';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import type { ConfineProbe } from './confinement.js';
 import { HostLink } from './host-link.js';
@@ -88,19 +89,11 @@ export function poolRefusal(pool: Pick<PoolEnvironment, 'workdirBase' | 'bundles
   if (input.chosenWorkdir) return 'the workdir is one the launcher chose';
   if (path.resolve(input.base) !== path.resolve(pool.workdirBase)) return `the workdir base ${input.base} is not the pool's (${pool.workdirBase})`;
   // A `workdir` that is a symlink puts the session's directory elsewhere, outside the mount point.
-  if (path.dirname(input.accessible) !== path.join(realPath(pool.workdirBase), 'workdir'))
+  if (path.dirname(input.accessible) !== path.join(resolvedPath(pool.workdirBase), 'workdir'))
     return `the workdir ${input.accessible} is not in ${path.join(pool.workdirBase, 'workdir')}`;
   const outside = input.components.find((component) => path.dirname(component.bundle_dir) !== pool.bundlesDir);
   if (outside) return `the component at ${outside.bundle_dir} is outside the bundles a pooled sandbox reads`;
   return undefined;
-}
-
-function realPath(dir: string): string {
-  try {
-    return realpathSync(dir);
-  } catch {
-    return path.resolve(dir);
-  }
 }
 
 /**

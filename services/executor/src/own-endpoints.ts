@@ -64,7 +64,7 @@ export class OwnEndpoints {
         // A server here serves its monitoring beside it (`/connz` names every session's subjects),
         // at nats-server's usual port: the machine's other ports are not taken, that one is.
         if (isHere(address)) own.add(own.taken, address, NATS_MONITORING_PORT);
-        if (!isHere(address)) own.whole.add(address);
+        else own.whole.add(address);
       }
       if (onThisMachine) own.add(own.names, host, NATS_MONITORING_PORT);
     }

@@ -153,9 +153,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     namespaces,
     confine,
     cgroups,
-    get ownEndpoints() {
-      return ownEndpoints();
-    },
+    ownEndpoints,
     roostUrl: env.MURMUR_ROOST_URL?.trim() || undefined,
     roostToken: env.MURMUR_ROOST_TOKEN?.trim() || undefined,
     otelEndpoint: env.MURMUR_OTEL_ENDPOINT?.trim() || undefined,

@@ -111,7 +111,8 @@ export interface ExecutorEnvironment {
   /** The operator's collector (`MURMUR_OTEL_ENDPOINT`): sessions whose capsule names none export their spans there. */
   otelEndpoint?: string | undefined;
   /** The bus this executor is on, which no capsule is connected to whatever its rules say (`own-endpoints.ts`). */
-  ownEndpoints: Promise<OwnEndpoints>;
+  /** The bus's endpoints no capsule may reach (resolved again while a name of it does not resolve). */
+  ownEndpoints: () => Promise<OwnEndpoints>;
   /** roost, when the executor knows one (`MURMUR_ROOST_URL`); a launch may name its own. */
   roostUrl?: string | undefined;
   /** roost's token (`MURMUR_ROOST_TOKEN`): what registering a session without an approval needs of a roost that has one. */
@@ -496,11 +497,13 @@ export class Session {
     );
     this.paths = paths;
     this.tools = tools;
+    // Where the host's /tmp is bound, warm or fresh.
+    mkdirBeneath(paths.accessible, sandboxTmp(paths.accessible));
     this.takePooledHost();
     this.recordsOutside = recordsOutside(paths.accessible, this.environment.log, this.id);
     this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record), this.recordsOutside);
     this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside, { held: true });
-    this.egress = new EgressPolicy(plan, { own: await this.environment.ownEndpoints });
+    this.egress = new EgressPolicy(plan, { own: await this.environment.ownEndpoints() });
     const capsuleCollector = resolveManifestSecrets(plan.capsule.manifest, this.request.env).observability?.otel_endpoint;
     this.telemetry = await SessionTelemetry.open({
       capsule: plan.capsule,
@@ -850,7 +853,6 @@ export class Session {
       return;
     }
     try {
-      mkdirBeneath(this.paths.accessible, sandboxTmp(this.paths.accessible));
       // The group is the session's from here: its name and its ceilings, before the host runs anything.
       host.cgroup?.rename(`murmur-${this.id}`);
       const { session, tools } = this.ceilings();
@@ -887,7 +889,6 @@ export class Session {
   private spawnHost(start: StartMessage): void {
     if (this.poolNote) this.bootstrap.line(this.poolNote);
     if (this.pooled) return;
-    mkdirBeneath(this.paths.accessible, sandboxTmp(this.paths.accessible));
     this.spawnFreshHost(start);
   }
 

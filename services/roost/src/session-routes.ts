@@ -1,4 +1,3 @@
-import { readFile } from 'node:fs/promises';
 import {
   type CapabilityPolicy,
   type DeregisterSessionResponse,
@@ -269,7 +268,7 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       const misfit = findMisfit(childPolicy, parent.policy);
       if (misfit) refuse(403, misfit.reason, misfit.axis);
       // Deregistered while the registry was read: no approval for a parent that is gone.
-      if (!(await state.session(parent.session_id))) throw new Refusal(401, `the credential in ${SPAWN_CREDENTIAL_HEADER} is not a registered session's`);
+      await authenticated(credential, 'a spawn');
     }
 
     const issuedAt = now();
@@ -338,7 +337,8 @@ class RegisteredPolicies {
 
   async of(name: string, version: string): Promise<CapabilityPolicy> {
     const key = `${name}@${version}`;
-    const recorded = await recordedSha256(this.store, name, version);
+    // A name that cannot be a store path has no record: the full read below refuses it by name.
+    const recorded = await this.store.recordedSha256(name, version).catch(() => undefined);
     const kept = this.kept.get(key);
     if (kept && recorded !== undefined && kept.sha256 === recorded) return kept.policy;
     const { policy, sha256 } = await registeredCapsulePolicy(this.store, name, version);
@@ -346,15 +346,6 @@ class RegisteredPolicies {
     this.kept.set(key, { sha256, policy });
     if (this.kept.size > POLICIES_KEPT) this.kept.delete(this.kept.keys().next().value as string);
     return policy;
-  }
-}
-
-/** The digest the registry records for `name@version`'s archive (its sidecar), without reading the archive. */
-async function recordedSha256(store: ArtifactStore, name: string, version: string): Promise<string | undefined> {
-  try {
-    return (await readFile(store.variantFiles(name, version).sha, 'utf8')).trim() || undefined;
-  } catch {
-    return undefined;
   }
 }
 

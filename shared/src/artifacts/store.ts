@@ -154,6 +154,15 @@ export class ArtifactStore {
     return undefined;
   }
 
+  /**
+   * The digest recorded for `name@version`'s generic archive (its sidecar), without reading the
+   * archive; undefined when there is none. What a reader that keeps something worked out from an
+   * archive checks it against: a version removed and published again records another digest.
+   */
+  async recordedSha256(name: string, version: string): Promise<string | undefined> {
+    return (await readIfExists(this.variantFiles(name, version).sha))?.toString('utf8').trim() || undefined;
+  }
+
   async readMeta(name: string, version: string): Promise<ArtifactMeta> {
     const raw = await readIfExists(this.metaFile(name, version));
     if (raw === undefined) return fallbackMeta(name, version);

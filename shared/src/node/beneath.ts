@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fchmodSync, fstatSync, mkdirSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, constants, fchmodSync, fstatSync, mkdirSync, openSync, readSync, realpathSync, renameSync, rmSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '../errors.js';
 
@@ -223,5 +223,14 @@ export function copyFileBeneath(root: string, source: string, file: string, mode
     });
   } finally {
     closeSync(input);
+  }
+}
+
+/** `dir` with its links resolved, or resolved as written when it cannot be (it does not exist yet, or is not readable). */
+export function resolvedPath(dir: string): string {
+  try {
+    return realpathSync(dir);
+  } catch {
+    return path.resolve(dir);
   }
 }
