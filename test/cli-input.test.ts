@@ -29,12 +29,17 @@ describe('mur, given what a new user gets wrong', () => {
     await scratch.cleanup();
   });
 
-  /** A refusal as the README promises it: the code and the words, a hint, exit 1, and nothing of mur's insides. */
-  function refused(result: { code: number | null; stderr: string }, code: string, words: string, hint: string): void {
-    expect(result.code, result.stderr).toBe(1);
+  /** A refusal as the README promises it: the code and the words, a hint, exit 1 (2 for a usage error), and nothing of mur's insides. */
+  function refused(result: { code: number | null; stderr: string }, code: string, words: string, hint: string, exitCode = 1): void {
+    expect(result.code, result.stderr).toBe(exitCode);
     expect(result.stderr).toContain(`error[${code}]: ${words}`);
     expect(result.stderr).toContain(`hint: ${hint}`);
     expect(result.stderr).not.toMatch(/\n\s+at |this is a bug in mur/);
+  }
+
+  /** A command line mur cannot take as written (flags that contradict each other, a value no flag takes): a usage error, exit 2. */
+  function misused(result: { code: number | null; stderr: string }, words: string, hint: string): void {
+    refused(result, 'E-IO-003', words, hint, 2);
   }
 
   it('refuses a directory given as --manifest, naming the manifest in it', async () => {
@@ -53,7 +58,7 @@ describe('mur, given what a new user gets wrong', () => {
     const result = await runMur(['run'], { cwd: here, env });
     refused(result, 'E-IO-001', `murmur.yaml here is a directory, not a manifest: ${path.join(here, 'murmur.yaml')}`, 'pass the murmur.yaml file');
     const empty = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--workdir', ''], { env });
-    refused(empty, 'E-IO-003', '--workdir is empty', 'name the directory the session works in');
+    misused(empty, '--workdir is empty', 'name the directory the session works in');
   });
 
   it('refuses the manifest file where stage and build want its directory, naming the directory', async () => {
@@ -66,45 +71,36 @@ describe('mur, given what a new user gets wrong', () => {
 
   it('refuses a lifecycle override that is not one of its modes, naming the flag, before anything runs', async () => {
     const acceptance = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--lifecycle-task-acceptance', 'quee'], { env });
-    refused(
-      acceptance,
-      'E-IO-003',
-      "--lifecycle-task-acceptance must be one of: none, single, queue; got 'quee'",
-      'e.g. mur run --lifecycle-task-acceptance none',
-    );
+    misused(acceptance, "--lifecycle-task-acceptance must be one of: none, single, queue; got 'quee'", 'e.g. mur run --lifecycle-task-acceptance none');
     const after = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--lifecycle-after-task', 'bogus'], { env });
-    refused(after, 'E-IO-003', "--lifecycle-after-task must be one of: exit, sleep; got 'bogus'", 'e.g. mur run --lifecycle-after-task exit');
+    misused(after, "--lifecycle-after-task must be one of: exit, sleep; got 'bogus'", 'e.g. mur run --lifecycle-after-task exit');
     expect(after.stderr).not.toContain('E-BUS-001');
   });
 
   it('refuses --capsule-version without --capsule rather than run the manifest here instead', async () => {
     const result = await runMur(['run', '--capsule-version', '0.1.0'], { cwd: capsule, env });
-    refused(result, 'E-IO-003', '--capsule-version needs --capsule', 'e.g. mur run --capsule <name> --capsule-version 0.1.0');
+    misused(result, '--capsule-version needs --capsule', 'e.g. mur run --capsule <name> --capsule-version 0.1.0');
   });
 
   it('refuses two flags that each name the same thing, rather than silently follow one of them', async () => {
     const manifest = path.join(capsule, 'murmur.yaml');
-    refused(
+    misused(
       await runMur(['run', '--manifest', manifest, '--capsule', 'hello', '--capsule-version', '0.1.0'], { env }),
-      'E-IO-003',
       '--manifest and --capsule each name the capsule to run: give one',
       `mur run --manifest ${manifest} runs a project`,
     );
-    refused(
+    misused(
       await runMur(['run', '--manifest', manifest, '--context', 'a', '--resume', 'b'], { env }),
-      'E-IO-003',
       '--context and --resume each name the context of the task: give one',
       '--resume <id> is --context <id> refused when no conversation is recorded for it',
     );
-    refused(
+    misused(
       await runMur(['stage', '--capsule-version', '0.1.0'], { cwd: capsule, env }),
-      'E-IO-003',
       '--capsule-version needs --capsule',
       'e.g. mur stage --capsule <name> --capsule-version 0.1.0',
     );
-    refused(
+    misused(
       await runMur(['stage', capsule, '--capsule', 'hello', '--capsule-version', '0.1.0'], { env }),
-      'E-IO-003',
       `a directory ('${capsule}') and --capsule each name the capsule to stage: give one`,
       `mur stage ${capsule} stages a project`,
     );
@@ -131,9 +127,8 @@ describe('mur, given what a new user gets wrong', () => {
       `failed to read artifact at ${scratch.dir}`,
       'pass the .mur.zip file, not a directory',
     );
-    refused(
+    misused(
       await runMur(['install', 'hello'], { cwd: capsule, env }),
-      'E-IO-003',
       "artifact reference 'hello' must be in the format <name@version> or a path to a .mur.zip",
       'e.g. mur install hello@0.1.0',
     );
@@ -151,7 +146,7 @@ describe('mur, given what a new user gets wrong', () => {
   it('refuses an empty --bind, or a bare number, which would put the door on every interface', async () => {
     for (const bind of ['', ' ', '0', '127.1']) {
       const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });
-      refused(result, 'E-IO-003', `--bind takes an IP address or a host name: '${bind}'`, 'e.g. --bind 127.0.0.1 (the default)');
+      misused(result, `--bind takes an IP address or a host name: '${bind}'`, 'e.g. --bind 127.0.0.1 (the default)');
     }
   });
 
@@ -216,9 +211,8 @@ describe('mur, given what a new user gets wrong', () => {
   it('refuses an address and a port given to --bind, saying where the port is set', async () => {
     for (const bind of ['127.0.0.1:36469', '[::1]:8080']) {
       const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });
-      refused(
+      misused(
         result,
-        'E-IO-003',
         `--bind takes an address, not an address and a port: '${bind}'`,
         "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port",
       );

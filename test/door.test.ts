@@ -8,7 +8,7 @@ import { probeToolArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { eventually } from './support/processes.js';
 import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
-import { loopbackHostGuard } from '../services/door/src/host-guard.js';
+import { loopbackHostGuard } from '@murmur/shared';
 
 /**
  * The door in front of a running agent capsule (`mur run --json`, the embedded default): the

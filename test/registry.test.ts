@@ -125,6 +125,31 @@ describe('roost as a remote registry', () => {
     expect(await listTree(registryPath)).toEqual(before);
   });
 
+  it('answers only for loopback names: a web page reaching roost through a name of its own (DNS rebinding) reads nothing of the registry', async () => {
+    const { port } = new URL(roost.url);
+    const get = (requestPath: string, host: string): Promise<{ status: number; body: string }> =>
+      new Promise((resolve, reject) => {
+        const request = http.get({ host: '127.0.0.1', port, path: requestPath, headers: { host } }, (response) => {
+          let body = '';
+          response.on('data', (chunk: Buffer) => {
+            body += chunk.toString();
+          });
+          response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+        });
+        request.on('error', reject);
+      });
+    if (!existsSync(path.join(registryPath, 'echo-tool', '0.1.0'))) {
+      const published = await runMur(['publish', toolZip, '--registry', roost.url], { env: user('rebinding') });
+      expect(published.code, published.stderr).toBe(0);
+    }
+    for (const requestPath of ['/v1/artifacts', '/v1/artifacts/echo-tool/0.1.0']) {
+      const refused = await get(requestPath, `attacker.example:${port}`);
+      expect(refused.status, requestPath).toBe(421);
+      expect(JSON.parse(refused.body)).toMatchObject({ code: 'E-ROOST-002', error: expect.stringContaining("'attacker.example:") });
+      for (const host of [`localhost:${port}`, `127.0.0.1:${port}`]) expect((await get(requestPath, host)).status, `${requestPath} as ${host}`).toBe(200);
+    }
+  });
+
   it('refuses a token that is almost the one it was started with, alike', async () => {
     const almost = `${token.slice(0, -1)}${token.endsWith('s') ? 't' : 's'}`;
     for (const presented of [almost, `${token}x`, token.slice(0, -1)]) {

@@ -575,7 +575,7 @@ describe('containment: declared, achieved, explained', () => {
 
   it('refuses an unknown --containment class naming the flag', async () => {
     const result = await runMur(['run', '--containment', 'sealedd'], { cwd: project, env });
-    expect(result.code).toBe(1);
+    expect(result.code).toBe(2);
     expect(result.stderr).toContain("error[E-IO-003]: --containment must be one of: advisory, scoped, sealed; got 'sealedd'");
   });
 

@@ -92,6 +92,7 @@ describe('mur search', () => {
     const unknown = await runMur(['search', 'x', '--registry', future], { env });
     expect(unknown.stderr).toContain(`error[E-IO-003]: unsupported artifact index schema version '2' from ${future} (expected 1)`);
     const limit = await runMur(['search', 'x', '--registry', 'local', '--limit', '0'], { env });
+    expect(limit.code).toBe(2);
     expect(limit.stderr).toContain("error[E-IO-003]: --limit must be a whole number of at least 1; got '0'");
   });
 

@@ -134,7 +134,7 @@ describe('mur watch', () => {
     // An id is not a URL: said so, not looked up as a host name.
     const id = `ses_${'0'.repeat(32)}`;
     const byId = await runMur(['watch', id]);
-    expect(byId.code).toBe(1);
+    expect(byId.code).toBe(2);
     expect(byId.stderr).toContain(`error[E-IO-003]: '${id}' is a session id; mur watch follows a session through its door's URL`);
   });
 

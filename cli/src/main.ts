@@ -1,12 +1,12 @@
 import './zod-jitless.js';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { type Output, formatFailure, ignoreClosedStdout, processOutput } from './output.js';
+import { type Output, UsageError, formatFailure, ignoreClosedStdout, processOutput } from './output.js';
 
 // Each command's module is imported only when that command runs: `mur --help` should not pay for
 // NATS, jco or hono, and `mur run`'s start-up time is part of every capsule's.
 /**
  * `mur`. Exit codes: 0 success, 1 a refusal or failure (printed as `error[CODE]: …` with a hint),
- * 2 a usage error (unknown flag, missing argument).
+ * 2 a usage error (unknown flag, missing argument, flags that contradict each other: `UsageError`).
  */
 export async function main(argv: string[], output: Output = processOutput): Promise<number> {
   if (output === processOutput) ignoreClosedStdout();
@@ -323,7 +323,7 @@ export async function main(argv: string[], output: Output = processOutput): Prom
   } catch (error) {
     if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
     output.err(formatFailure(error));
-    return 1;
+    return error instanceof UsageError ? 2 : 1;
   }
 }
 

@@ -1,4 +1,4 @@
-import { MurmurError, type MurmurWarning, formatWarning } from '@murmur/shared/errors';
+import { MurmurError, type MurmurErrorOptions, type MurmurWarning, formatWarning } from '@murmur/shared/errors';
 
 /**
  * What `mur` prints and where. stdout carries only what a command promises (a table, a JSON
@@ -101,6 +101,18 @@ const SYSTEM_FAILURE_HINTS: Readonly<Record<string, string>> = {
   EMFILE: 'too many files are open: raise the limit (ulimit -n), or close what holds them',
   ERR_FS_FILE_TOO_LARGE: 'the file is larger than the 2 GiB mur reads at once: leave it out, or make it smaller',
 };
+
+/**
+ * A command line mur cannot take as written — flags that contradict each other, a flag or an
+ * argument whose value is not one it accepts — found by a command rather than by commander: it
+ * exits 2 as commander's own usage errors do (clap's, upstream), so a script can tell a mistyped
+ * command from a refusal of what it asked for (1).
+ */
+export class UsageError extends MurmurError {
+  constructor(message: string, options: Omit<MurmurErrorOptions, 'cause'> = {}) {
+    super('E-IO-003', message, options);
+  }
+}
 
 /** `error[CODE]: message` (+ `  hint: …`), or the unexpected error with a request to report it. */
 export function formatFailure(error: unknown): string {

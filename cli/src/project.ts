@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
+import { UsageError } from './output.js';
 
 /** The nearest directory at or above `from` that holds a `murmur.yaml`: the project. */
 export function findProjectRoot(from: string = process.cwd()): string | undefined {
@@ -31,7 +32,7 @@ export function registryChoice(flag: string | undefined): RegistryChoice {
   if (!value) return { kind: 'default' };
   if (value.toLowerCase() === 'local') return { kind: 'local' };
   if (!/^https?:\/\//.test(value)) {
-    throw new MurmurError('E-IO-003', `--registry '${value}' is neither 'local' nor an http(s) URL`, {
+    throw new UsageError(`--registry '${value}' is neither 'local' nor an http(s) URL`, {
       hint: 'use --registry local, or --registry http://127.0.0.1:7700 for a roost',
     });
   }

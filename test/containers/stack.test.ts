@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { promises as fs } from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { ClientFactory } from '@a2a-js/sdk/client';
@@ -413,6 +414,25 @@ describe('the stack in containers', () => {
     // The runs before this one started sessions on the stack: the watcher saw each of them.
     expect(started.length).toBeGreaterThan(0);
     for (const event of started) expect(board.sessions.map((session) => session.session_id)).toContain(event.session_id);
+  });
+
+  it('answers on its published ports only for loopback names: a web page reaching roost or the door through a name of its own (DNS rebinding) is refused', async () => {
+    const statusFor = (port: string | undefined, requestPath: string, host: string): Promise<number> =>
+      new Promise((resolve, reject) => {
+        http
+          .get({ host: '127.0.0.1', port, path: requestPath, headers: { host } }, (response) => {
+            response.resume();
+            resolve(response.statusCode ?? 0);
+          })
+          .on('error', reject);
+      });
+    for (const [port, requestPath] of [
+      [env.MURMUR_ROOST_PORT, '/v1/artifacts'],
+      [env.MURMUR_DOOR_PORT, '/sessions'],
+    ] as const) {
+      expect(await statusFor(port, requestPath, `attacker.example:${port}`), `${requestPath} on ${port}`).toBe(421);
+      expect(await statusFor(port, requestPath, `localhost:${port}`), `${requestPath} on ${port}`).not.toBe(421);
+    }
   });
 
   it("delegates to a child that runs on its parent's executor, under its children/, and the completion comes back as the tool's result", async () => {

@@ -14,7 +14,7 @@ import {
   writeLockfile,
 } from '@murmur/shared/artifacts';
 import { defaultArtifactsDir, globalStoreDir, projectStoreDir } from '@murmur/shared/node';
-import { type Output, formatFailure } from '../output.js';
+import { type Output, UsageError, formatFailure } from '../output.js';
 import { registryChoice, requireProjectRoot } from '../project.js';
 
 /**
@@ -140,7 +140,7 @@ async function installReference(reference: string, into: Target, options: Instal
   const name = reference.slice(0, at).trim();
   const version = reference.slice(at + 1).trim();
   if (at <= 0 || name === '' || version === '') {
-    throw new MurmurError('E-IO-003', `artifact reference '${reference}' must be in the format <name@version> or a path to a .mur.zip`, {
+    throw new UsageError(`artifact reference '${reference}' must be in the format <name@version> or a path to a .mur.zip`, {
       path: reference,
       hint: 'e.g. mur install hello@0.1.0, or mur install ./hello-0.1.0.mur.zip (mur search lists what a registry holds)',
     });

@@ -17,6 +17,7 @@ export async function roostCommand(options: { port?: string; registryPath?: stri
   const roost = startRoostService({
     bus,
     log,
+    listenHost: '127.0.0.1',
     ...(options.registryPath ? { registryPath: options.registryPath } : {}),
     ...(options.spawnAllow && options.spawnAllow.length > 0 ? { spawnAllow: options.spawnAllow } : {}),
   });

@@ -28,7 +28,7 @@ import type { z } from 'zod';
 import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal, locateHarness, resolvedPath } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
-import { type Output, TerminalSafeStream } from '../output.js';
+import { type Output, TerminalSafeStream, UsageError } from '../output.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { busClosedError, openRuntime } from '../runtime.js';
@@ -112,13 +112,13 @@ function taskText(task: string | undefined, output: Output): string | undefined 
 function refuseBind(bind: string, output: Output): void {
   // An address and a port together would be looked up as a host name, and fail as one.
   if (/^(\[[^\]]*\]|[^:]+):\d+$/.test(bind))
-    throw new MurmurError('E-IO-003', `--bind takes an address, not an address and a port: '${bind}'`, {
+    throw new UsageError(`--bind takes an address, not an address and a port: '${bind}'`, {
       path: '--bind',
       hint: "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port (unset or 0: any free port)",
     });
   const name = bind.trim().replace(/^\[(.*)\]$/, '$1');
   if (name === '' || (isIP(name) === 0 && /^[\d.]+$/.test(name)))
-    throw new MurmurError('E-IO-003', `--bind takes an IP address or a host name: '${bind}' is ${name === '' ? 'empty' : 'neither'}`, {
+    throw new UsageError(`--bind takes an IP address or a host name: '${bind}' is ${name === '' ? 'empty' : 'neither'}`, {
       path: '--bind',
       hint: 'e.g. --bind 127.0.0.1 (the default); --bind 0.0.0.0 listens on every interface, when that is meant',
     });
@@ -142,7 +142,7 @@ function lifecycleOverride(options: RunOptions): LifecycleOverride | undefined {
     // Said here, naming the flag, rather than by the bus as a payload that breaks its contract.
     const modes = LifecycleOverrideSchema.shape[field as keyof typeof flags].unwrap().options;
     if (!(modes as readonly string[]).includes(value)) {
-      throw new MurmurError('E-IO-003', `${flag} must be one of: ${modes.join(', ')}; got '${value}'`, {
+      throw new UsageError(`${flag} must be one of: ${modes.join(', ')}; got '${value}'`, {
         path: flag,
         hint: `e.g. mur run ${flag} ${modes[0]}`,
       });
@@ -168,7 +168,7 @@ function flagContainment(value: string | undefined): Containment | undefined {
   if (value === undefined) return undefined;
   const trimmed = value.trim();
   if (!(CONTAINMENT_CLASSES as readonly string[]).includes(trimmed)) {
-    throw new MurmurError('E-IO-003', `--containment must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got '${value}'`, {
+    throw new UsageError(`--containment must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got '${value}'`, {
       path: '--containment',
       hint: 'e.g. mur run --containment sealed',
     });
@@ -268,32 +268,32 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     undefined,
   );
   if (options.forgetSession && options.context === undefined && options.resume === undefined)
-    throw new MurmurError('E-IO-003', '--forget-session needs the context whose harness session to forget', {
+    throw new UsageError('--forget-session needs the context whose harness session to forget', {
       path: '--forget-session',
       hint: 'e.g. mur run --forget-session --context <id>',
     });
   const fromRegistry = options.capsule !== undefined;
   if (fromRegistry && !options.capsuleVersion)
-    throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
+    throw new UsageError('--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
   if (options.bind !== undefined) refuseBind(options.bind, output);
   // Each pair names one thing twice: taking either would run what the other did not mean.
   if (fromRegistry && options.manifest !== undefined)
-    throw new MurmurError('E-IO-003', '--manifest and --capsule each name the capsule to run: give one', {
+    throw new UsageError('--manifest and --capsule each name the capsule to run: give one', {
       path: '--manifest',
       hint: `mur run --manifest ${options.manifest} runs a project; mur run --capsule ${options.capsule} --capsule-version <v> runs an installed capsule`,
     });
   if (options.context !== undefined && options.resume !== undefined)
-    throw new MurmurError('E-IO-003', '--context and --resume each name the context of the task: give one', {
+    throw new UsageError('--context and --resume each name the context of the task: give one', {
       path: '--resume',
       hint: '--resume <id> is --context <id> refused when no conversation is recorded for it',
     });
   // Alone it would be ignored, and the manifest here run instead of the capsule meant.
   if (!fromRegistry && options.capsuleVersion)
-    throw new MurmurError('E-IO-003', '--capsule-version needs --capsule', {
+    throw new UsageError('--capsule-version needs --capsule', {
       hint: `e.g. mur run --capsule <name> --capsule-version ${options.capsuleVersion}`,
     });
   if (options.workdir !== undefined && options.workdir.trim() === '')
-    throw new MurmurError('E-IO-003', '--workdir is empty', {
+    throw new UsageError('--workdir is empty', {
       path: '--workdir',
       hint: 'name the directory the session works in, or leave --workdir out for a fresh one',
     });

@@ -3,7 +3,7 @@ import { type ArtifactMeta, INDEX_CEILING_BYTES, MurmurError, fetchFailureReason
 import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import * as z from 'zod';
-import { type Output, table } from '../output.js';
+import { type Output, UsageError, table } from '../output.js';
 import { effectiveConfig, workspaceConfigFiles } from '../workspace-config.js';
 
 /**
@@ -110,7 +110,7 @@ async function entriesAt(source: string): Promise<Entry[]> {
 export async function searchCommand(query: string, options: { registry?: string; limit?: string; json?: boolean }, output: Output): Promise<void> {
   const limit = Number(options.limit ?? '10');
   if (!Number.isInteger(limit) || limit < 1)
-    throw new MurmurError('E-IO-003', `--limit must be a whole number of at least 1; got '${options.limit}'`, {
+    throw new UsageError(`--limit must be a whole number of at least 1; got '${options.limit}'`, {
       path: '--limit',
       hint: 'e.g. mur search http --limit 20',
     });

@@ -1,6 +1,6 @@
 import path from 'node:path';
-import { MurmurError, type StagedPlan } from '@murmur/shared';
-import { type Output, formatBytes } from '../output.js';
+import type { StagedPlan } from '@murmur/shared';
+import { type Output, UsageError, formatBytes } from '../output.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { openRuntime } from '../runtime.js';
@@ -15,10 +15,9 @@ export interface StageOptions {
 
 function stageSourceFor(directory: string | undefined, options: StageOptions): CliStageSource {
   if (options.capsule !== undefined) {
-    if (!options.capsuleVersion)
-      throw new MurmurError('E-IO-003', '--capsule needs --capsule-version', { hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0' });
+    if (!options.capsuleVersion) throw new UsageError('--capsule needs --capsule-version', { hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0' });
     if (directory !== undefined)
-      throw new MurmurError('E-IO-003', `a directory ('${directory}') and --capsule each name the capsule to stage: give one`, {
+      throw new UsageError(`a directory ('${directory}') and --capsule each name the capsule to stage: give one`, {
         path: '--capsule',
         hint: `mur stage ${directory} stages a project; mur stage --capsule ${options.capsule} --capsule-version ${options.capsuleVersion} an installed capsule`,
       });
@@ -26,7 +25,7 @@ function stageSourceFor(directory: string | undefined, options: StageOptions): C
   }
   // Alone it would be ignored, and the project here staged instead of the capsule meant.
   if (options.capsuleVersion !== undefined)
-    throw new MurmurError('E-IO-003', '--capsule-version needs --capsule', {
+    throw new UsageError('--capsule-version needs --capsule', {
       path: '--capsule-version',
       hint: `e.g. mur stage --capsule <name> --capsule-version ${options.capsuleVersion}`,
     });

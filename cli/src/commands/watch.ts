@@ -1,5 +1,5 @@
 import { MurmurError, SessionIdSchema, fetchFailureReason, readBodyPrefix } from '@murmur/shared';
-import { type Output, TerminalSafeStream } from '../output.js';
+import { type Output, TerminalSafeStream, UsageError } from '../output.js';
 
 /**
  * `mur watch <url>`: upstream's observer. It asks a session's door for `stream/watch` (every event
@@ -26,7 +26,7 @@ interface WatchState {
 function doorUrl(given: string): URL {
   // An id read as a host name fails as a DNS lookup: say what is wanted instead.
   if (/^ses_[0-9a-f]{32}$/i.test(given.trim())) {
-    throw new MurmurError('E-IO-003', `'${given.trim()}' is a session id; mur watch follows a session through its door's URL`, {
+    throw new UsageError(`'${given.trim()}' is a session id; mur watch follows a session through its door's URL`, {
       path: 'url',
       hint: "pass the url mur run printed (murmur: url …); 'mur ps' lists each running session with its URL",
     });
@@ -35,7 +35,7 @@ function doorUrl(given: string): URL {
   try {
     return new URL(withScheme);
   } catch {
-    throw new MurmurError('E-IO-003', `'${given}' is not a URL`, {
+    throw new UsageError(`'${given}' is not a URL`, {
       path: 'url',
       hint: 'pass the url mur run printed (murmur: url …), or the launch line’s url',
     });

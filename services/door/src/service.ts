@@ -21,6 +21,8 @@ import {
   type SessionReply,
   TERMINAL_TASK_STATES,
   TaskIdParamsSchema,
+  type HostGuard,
+  loopbackHostGuard,
   type TaskView,
   a2aVersionOf,
   commands,
@@ -45,7 +47,7 @@ import type * as z from 'zod';
 import type { HttpAhead } from '@murmur/shared/service';
 import { BodyCutShort, keptBody, limitBody } from './body-limit.js';
 import { CARD_CACHE_CONTROL, CardShelf, type RenderedCard, holdsCard } from './card-shelf.js';
-import { type HostGuard, loopbackHostGuard, refuseForeignHost } from './host-guard.js';
+import { refuseForeignHost } from './host-guard.js';
 import { type JsonRpcCall, describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
 import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
 import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateFilter } from './rendering.js';

@@ -1,6 +1,6 @@
 import path from 'node:path';
 import type { Bus } from '@murmur/shared/bus';
-import { type Log, MurmurError, topics } from '@murmur/shared';
+import { type Log, MurmurError, loopbackHostGuard, topics } from '@murmur/shared';
 import { ArtifactStore } from '@murmur/shared/artifacts';
 import { MIN_BEARER_TOKEN_LENGTH, globalStoreDir } from '@murmur/shared/node';
 import { Hono } from 'hono';
@@ -25,6 +25,11 @@ export interface RoostServiceOptions {
   spawnAllow?: readonly string[];
   /** The clock approvals and registrations are stamped with (milliseconds since the epoch). */
   now?: () => number;
+  /**
+   * The address roost's listener is bound to, for its host guard; `MURMUR_ROOST_HOST`, else
+   * 127.0.0.1 (where a roost service process listens when not told otherwise).
+   */
+  listenHost?: string;
 }
 
 export interface RoostService {
@@ -97,6 +102,28 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
     if (method === 'GET' || method === 'HEAD' || origin === undefined) return next();
     return context.json({ error: `roost takes no ${method} from a web page (this one came from ${origin.slice(0, 80)})`, code: 'E-ROOST-001' }, 403);
   });
+  // A roost on loopback (or published there: MURMUR_ROOST_PUBLIC_URL) answers only for loopback
+  // names and MURMUR_ROOST_HOSTS: otherwise a page of any site that points a name it owns at
+  // 127.0.0.1 reads the registry's index and archives as its own (DNS rebinding).
+  const listenHost = options.listenHost ?? (env.MURMUR_ROOST_HOST?.trim() || '127.0.0.1');
+  const hostGuard = loopbackHostGuard(
+    `http://${listenHost.includes(':') ? `[${listenHost}]` : listenHost}`,
+    env.MURMUR_ROOST_PUBLIC_URL?.trim() || undefined,
+    env.MURMUR_ROOST_HOSTS,
+  );
+  if (hostGuard)
+    http.use('*', async (context, next) => {
+      const host = context.req.header('host');
+      if (hostGuard(host)) return next();
+      return context.json(
+        {
+          error: `roost answers only for localhost and the names in MURMUR_ROOST_HOSTS; a request for '${(host ?? '').slice(0, 80)}' is refused (a web page reaching it through a name of its own: DNS rebinding)`,
+          code: 'E-ROOST-002',
+          hint: 'reach roost as localhost or 127.0.0.1; a roost meant to be reached by another name is given it in MURMUR_ROOST_HOSTS',
+        },
+        421,
+      );
+    });
   const token = publishTokenOf(env);
   http.route('/', registryRoutes({ store, publishToken: token, log: options.log }));
   http.route('/', sessionRoutes({ state, store, spawnAllow, registrationToken: token, now: options.now ?? Date.now, log: options.log }));

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { loopbackHostGuard } from '../src/host-guard.js';
+import { loopbackHostGuard } from '../src/loopback-host.js';
 
-describe('the host guard of a door on loopback', () => {
+describe('the host guard of a service on loopback', () => {
   it('answers for loopback names and addresses, with or without a port, and for a request that names no host', () => {
     const guard = loopbackHostGuard('http://127.0.0.1:7730', undefined);
     for (const host of ['localhost', 'localhost:7730', 'LocalHost.', 'agent.localhost:7730', '127.0.0.1:7730', '127.8.9.10', '[::1]:7730', undefined, '']) {
@@ -24,7 +24,7 @@ describe('the host guard of a door on loopback', () => {
     expect(guard?.('other.example.org')).toBe(false);
   });
 
-  it('is not there for a door listening beyond loopback: its operator chose the names it is reached by', () => {
+  it('is not there for a service listening beyond loopback: its operator chose the names it is reached by', () => {
     expect(loopbackHostGuard('http://0.0.0.0:8080', undefined)).toBeUndefined();
     expect(loopbackHostGuard('http://[::]:8080', undefined)).toBeUndefined();
     expect(loopbackHostGuard('http://10.1.2.3:8080', undefined)).toBeUndefined();
