@@ -44,8 +44,15 @@ const DROPPED_HEADERS = new Set([
   'proxy-connection',
   'proxy-authenticate',
   'proxy-authorization',
-  'content-length',
 ]);
+
+/**
+ * A guest's `content-length` is not sent as it gave it: the relay sends the body it holds, and
+ * says that body's length itself. A response's is passed on (as wasmtime does): it is what the
+ * server said of the body the guest is about to read, and what a guest sizes a buffer or a
+ * progress bar by; the relay holds the body to `RESPONSE_LIMIT_BYTES` whatever it says.
+ */
+const DROPPED_REQUEST_HEADERS = new Set([...DROPPED_HEADERS, 'content-length']);
 
 /**
  * An allowed request's response as soon as its head arrived, its body still arriving (it is
@@ -215,9 +222,12 @@ export class EgressPolicy {
           reason: `the request body is ${request.oversized_bytes} bytes, more than the ${REQUEST_BODY_LIMIT_BYTES} a request may carry`,
         };
       if (uploaded && 'refused' in uploaded) return { outcome: 'denied', code: 'internal-error', reason: uploaded.refused };
-      const headers = request.headers.filter(([name]) => !DROPPED_HEADERS.has(name.toLowerCase()));
+      const headers = request.headers.filter(([name]) => !DROPPED_REQUEST_HEADERS.has(name.toLowerCase()));
       const sent = uploaded?.body ?? (request.body_base64 === undefined ? undefined : Buffer.from(request.body_base64, 'base64'));
-      const body = sent !== undefined && request.method !== 'GET' && request.method !== 'HEAD' ? sent : undefined;
+      // Any method may carry a body (a search API's GET does), and a guest that wrote one meant it
+      // sent, as wasmtime sends it. An empty one on a GET or a HEAD is no body: a guest's fetch
+      // opens one for every request, and `content-length: 0` on a GET is refused by some servers.
+      const body = sent !== undefined && (sent.length > 0 || (request.method !== 'GET' && request.method !== 'HEAD')) ? sent : undefined;
       if (body && !uploaded) {
         const inline = uploads.sendInline(body.length);
         if ('refused' in inline) return { outcome: 'denied', code: 'HTTP-request-body-size', reason: inline.refused };

@@ -75,6 +75,64 @@ describe('a request body', () => {
   });
 });
 
+describe('what a request carries and a response says', () => {
+  it('a GET with a body sends it, an empty one sends none, and the length sent is the body’s own, not the guest’s', async () => {
+    const seen: Array<{ method: string; length: string | undefined; body: string }> = [];
+    const port = await serve((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        seen.push({ method: request.method ?? '', length: request.headers['content-length'], body: Buffer.concat(chunks).toString() });
+        response.end('ok');
+      });
+    });
+    const egress = policy([`127.0.0.1:${port}`]);
+    const ask = async (method: string, body: string): Promise<void> => {
+      const opened = await egress.http(
+        {
+          url: `http://127.0.0.1:${port}/_search`,
+          method,
+          headers: [['content-length', '999']],
+          grant: 'capsule',
+          body_base64: Buffer.from(body).toString('base64'),
+        } as never,
+        new RequestUploads(),
+      );
+      expect(opened).toMatchObject({ outcome: 'response', status: 200 });
+      await new Response((opened as { body: ReadableStream<Uint8Array> }).body).arrayBuffer();
+    };
+    await ask('GET', '{"query":{"match_all":{}}}');
+    await ask('GET', '');
+    await ask('POST', '');
+    expect(seen).toEqual([
+      { method: 'GET', length: '26', body: '{"query":{"match_all":{}}}' },
+      { method: 'GET', length: undefined, body: '' },
+      { method: 'POST', length: '0', body: '' },
+    ]);
+    egress.close();
+  });
+
+  it('a response’s content-length reaches the guest, the hop-by-hop headers do not', async () => {
+    const port = await serve((_request, response) => {
+      response.writeHead(200, { 'content-length': '5', connection: 'keep-alive', 'x-kept': 'yes' });
+      response.end('hello');
+    });
+    const egress = policy([`127.0.0.1:${port}`]);
+    const opened = await egress.http({ url: `http://127.0.0.1:${port}/`, method: 'GET', headers: [], grant: 'capsule' } as never, new RequestUploads());
+    expect(opened).toMatchObject({ outcome: 'response', status: 200 });
+    const { headers, body } = opened as { headers: Array<[string, string]>; body: ReadableStream<Uint8Array> };
+    expect(headers).toEqual(
+      expect.arrayContaining([
+        ['content-length', '5'],
+        ['x-kept', 'yes'],
+      ]),
+    );
+    expect(headers.map(([name]) => name)).not.toContain('connection');
+    expect(await new Response(body).text()).toBe('hello');
+    egress.close();
+  });
+});
+
 describe('a guest’s headers', () => {
   it('named like an object’s own properties reach the server as headers, and nothing else does', async () => {
     let seen: string[] = [];
