@@ -215,6 +215,14 @@ export class EgressPolicy {
     let releasedWhenSent = false;
     try {
       if (!verdict.allowed) return { outcome: 'denied', code: verdict.code, reason: verdict.reason };
+      // A CONNECT asks the server for a tunnel: what would pass through it is past every judgment
+      // here, and node answers it with no response at all (the request waited out its timeout).
+      if (request.method.toUpperCase() === 'CONNECT')
+        return {
+          outcome: 'denied',
+          code: 'HTTP-request-method-invalid',
+          reason: 'CONNECT asks for a tunnel, and what passes through a tunnel is past the egress policy',
+        };
       if (request.oversized_bytes !== undefined)
         return {
           outcome: 'denied',

@@ -112,6 +112,19 @@ describe('what a request carries and a response says', () => {
     egress.close();
   });
 
+  it('a CONNECT is refused, naming the method, and never reaches the server', async () => {
+    let reached = false;
+    const port = await serve((_request, response) => {
+      reached = true;
+      response.end();
+    });
+    const egress = policy([`127.0.0.1:${port}`]);
+    const opened = await egress.http({ url: `http://127.0.0.1:${port}/`, method: 'CONNECT', headers: [], grant: 'capsule' } as never, new RequestUploads());
+    expect(opened).toMatchObject({ outcome: 'denied', code: 'HTTP-request-method-invalid', reason: expect.stringContaining('CONNECT') });
+    expect(reached).toBe(false);
+    egress.close();
+  });
+
   it('a response’s content-length reaches the guest, the hop-by-hop headers do not', async () => {
     const port = await serve((_request, response) => {
       response.writeHead(200, { 'content-length': '5', connection: 'keep-alive', 'x-kept': 'yes' });
