@@ -181,6 +181,16 @@ describe('the stack with nothing shared but the bus', () => {
     expect(await fs.readFile(local, 'utf8')).toBe('the result, fetched');
     expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
 
+    // With --json, stdout is the launch line alone, and it names where the answer is fetched to.
+    const json = await runMur(['run', '--json', '--task', task], { cwd: project, env: client });
+    expect(json.code, json.stderr).toBe(0);
+    const lines = json.stdout.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    const launch = JSON.parse(lines[0] as string) as { session_id: string; result: string; executor_id: string };
+    expect(launch.result).toBe(path.join(project, 'workdir', launch.session_id, 'out', 'result.txt'));
+    expect(launch.executor_id).toMatch(/^executor-/);
+    expect(await fs.readFile(launch.result, 'utf8')).toBe('the result, fetched');
+
     const failed = await runMur(['run', '--task', JSON.stringify([{ op: 'spin' }])], {
       cwd: await probeProject(path.join(scratch.dir, 'spins'), 'capabilities:\n  limits:\n    deadline_seconds: 1\n'),
       env: client,

@@ -488,6 +488,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         output.err(`warning: could not write the first run's pins to ${lockPath}: ${(error as Error).message}; the next run pins them again`),
       );
     }
+    // On the stack the session's workdir is on its executor: its answer is fetched, when it ends, to
+    // where an in-process run would have left it, so a script finds out/result.txt in the same place.
+    const fetchedResult = !runtime.inProcess && !options.workdir ? path.join(localBase, 'workdir', sessionId, 'out', 'result.txt') : undefined;
     if (options.json) {
       output.out(
         JSON.stringify({
@@ -499,6 +502,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
           workdir: launched.workdir,
           // The session's own door token, for a session a door serves (MURMUR_DOOR_AUTH=session).
           ...(launched.url ? { token: launched.token } : {}),
+          // The workdir above is the executor's: where this run copies the answer once the session ends.
+          ...(fetchedResult ? { executor_id: launched.executor_id, result: fetchedResult } : {}),
         }),
       );
     } else {
@@ -587,17 +592,15 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     const endedByInterrupt = interrupted && ((await stopTaken) === true || end.signal === 'SIGINT' || end.signal === 'SIGTERM');
     await pinning;
 
-    // On the stack the session's workdir is on its executor: its answer is fetched to where an
-    // in-process run would have left it, so a script finds out/result.txt in the same place.
-    if (!runtime.inProcess && !options.json && !options.workdir && end.error?.code !== 'E-EXE-001') {
-      const local = path.join(localBase, 'workdir', sessionId, 'out', 'result.txt');
-      const fetched = await fetchSessionFile(runtime.bus, sessionId, 'out/result.txt', local).catch((error: unknown) => {
+    if (fetchedResult && end.error?.code !== 'E-EXE-001') {
+      const fetched = await fetchSessionFile(runtime.bus, sessionId, 'out/result.txt', fetchedResult).catch((error: unknown) => {
         output.err(
           `warning: could not fetch out/result.txt from executor ${launched.executor_id}: ${error instanceof MurmurError ? error.message : String(error)}`,
         );
         return false;
       });
-      if (fetched) output.out(`result:  ${local}`);
+      // With --json, stdout is the launch line alone; it named where the answer goes.
+      if (fetched && !options.json) output.out(`result:  ${fetchedResult}`);
     }
 
     // Stopped on the launcher's own signal is how a sleeping agent is meant to end: no error to report.
