@@ -266,6 +266,16 @@ describe('mur, given what a new user gets wrong', () => {
     expect(prose.stderr).not.toContain('warning: --task');
   });
 
+  it('says a lifecycle flag changes nothing for a script capsule, which runs its task once all the same', async () => {
+    const script = await capsuleProject(path.join(scratch.dir, 'script-lifecycle'), 'name: scripted\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const result = await runMur(['run', '--lifecycle-after-task', 'sleep', '--lifecycle-task-acceptance', 'queue', '--task', 'once'], { cwd: script, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain(
+      'warning: --lifecycle-task-acceptance and --lifecycle-after-task change nothing here: scripted is a script capsule (no inference:), which runs its task once',
+    );
+    expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
+  });
+
   describe('against a stack', () => {
     let nats: NatsServer;
     beforeAll(async () => {

@@ -424,6 +424,13 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // Held while staging (the runtime opening, the capsule staged): nothing is launched, nor pinned.
     if (heldSignal) return 130;
     for (const warning of plan.warnings) output.warn(warning);
+    // A script capsule runs its task once, whatever the lifecycle says: a flag that asks otherwise is said to do nothing.
+    if (override && plan.capsule.kind === 'script') {
+      const flags = Object.keys(override).map((field) => `--lifecycle-${field.replace('_', '-')}`);
+      output.err(
+        `warning: ${flags.join(' and ')} ${flags.length > 1 ? 'change' : 'changes'} nothing here: ${plan.capsule.name} is a script capsule (no inference:), which runs its task once`,
+      );
+    }
 
     const sessionId = newSessionId();
     const { ended, subscription: endWatch } = watchSessionEnd(runtime.bus, sessionId);
