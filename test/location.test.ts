@@ -9,6 +9,7 @@ import {
   type SessionEnded,
   type SessionStarted,
   type StagedPlan,
+  TRANSPILER_ID,
   commands,
   newSessionId,
   silentLog,
@@ -19,10 +20,11 @@ import { type Bus, type ObjectStore, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
 import { BlobCache, packProject, publishProject, requestStaging, uploadProject } from '@murmur/shared/node';
 import { type StageProgress, Stager } from '@murmur/stager';
+import { fetchedBundleName } from '../services/executor/src/bundles.js';
 import { agentManifest, agentProject, openStream, readSse, startAgent, textMessage } from './support/agents.js';
 import { probeProject } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
-import { capsuleWat, toolWat } from './support/guests.js';
+import { capsuleWat, printingCapsuleWat, toolWat } from './support/guests.js';
 import { capsuleProject } from './support/artifacts.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { rawZip } from './support/raw-zip.js';
@@ -126,7 +128,7 @@ describe('the stack with nothing shared but the bus', () => {
     expect(fetchedBlobs(executor)).toBeGreaterThan(before);
     // What the executor keeps is the bundle the plan names, byte for byte.
     const component = plan.capsule.component!;
-    const bundleDir = path.join(home('executor-a'), 'cache', 'transpiled', component.bundle.key);
+    const bundleDir = path.join(home('executor-a'), 'cache', 'transpiled', TRANSPILER_ID, fetchedBundleName(component.bundle.files));
     for (const file of component.bundle.files) expect(sha256Hex(await fs.readFile(path.join(bundleDir, file.path)))).toBe(file.sha256);
     // The workdir is the executor's, under its own home.
     expect(first.reply.workdir.startsWith(home('executor-a'))).toBe(true);
@@ -137,13 +139,38 @@ describe('the stack with nothing shared but the bus', () => {
     expect(fetchedBlobs(executor)).toBe(afterFirst);
   });
 
-  it('a stager that shares its cache with an executor finds a bundle the executor fetched first, and does not transpile it again', async () => {
-    const project = await probeProject(path.join(scratch.dir, 'shared-cache'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
-    const plan = await stage(project);
+  it("a plan forged to name another component's bundle key takes nothing of it: the honest plan runs its own bundle, and a stager sharing the executor's cache transpiles it itself", async () => {
+    // The victim: a component this executor has not run. The forger: a plan with the victim's
+    // digest and bundle key, and the files of a bundle of its own.
+    const victim = await stage(await capsuleProject(path.join(scratch.dir, 'victim'), 'name: victim\nversion: 0.1.0\n', (await printingCapsuleWat()).bytes));
+    const own = await stage(await probeProject(path.join(scratch.dir, 'forger'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n'));
+    const victimComponent = victim.capsule.component!;
+    const forged = structuredClone(own);
+    Object.assign(forged.capsule.component!, { sha256: victimComponent.sha256, size_bytes: victimComponent.size_bytes });
+    forged.capsule.component!.bundle.key = victimComponent.bundle.key;
     const [executor] = executors as [ServiceProcess];
-    const launched = await launchOn(executor, plan, { task: JSON.stringify([{ op: 'print', text: 'fetched first' }]) });
-    expect((await launched.end).exit_status).toBe('ok');
-    // A stager on this executor's machine, its cache the executor's.
+    const forgery = await launchOn(executor, forged, { task: JSON.stringify([{ op: 'print', text: 'the forger ran' }]) });
+    expect((await forgery.end).exit_status).toBe('ok');
+
+    // The victim's own launch runs the victim's code (it prints "first output"), not the forger's.
+    const printed: string[] = [];
+    const output = bus.subscribe(topics.sessionOutput, (event) => void printed.push(`${event.session_id} ${event.text}`));
+    await bus.flush();
+    try {
+      const honest = await launchOn(executor, victim, { relay_output: true, task: JSON.stringify([{ op: 'print', text: 'the forger ran' }]) });
+      expect((await honest.end).exit_status).toBe('ok');
+      await eventually(
+        () => printed.find((line) => line.startsWith(`${honest.reply.session_id} `) && line.includes('first output')),
+        10_000,
+        "the victim's own output",
+      );
+      expect(printed.filter((line) => line.startsWith(`${honest.reply.session_id} `)).join('')).not.toContain('the forger ran');
+    } finally {
+      output.unsubscribe();
+    }
+
+    // A stager on this executor's machine, its cache the executor's: what the executor fetched is
+    // no transpile of the stager's, so it transpiles the victim's component itself.
     const cacheDir = path.join(home('executor-a'), 'cache');
     const sharing = new Stager({
       cacheDir,
@@ -155,12 +182,17 @@ describe('the stack with nothing shared but the bus', () => {
     try {
       const progress: StageProgress[] = [];
       const again = await sharing.stage({
-        request: { source: { kind: 'project', project: await uploadProject(bus, project, { digestCache: path.join(home('client'), 'digests.json') }) } },
+        request: {
+          source: {
+            kind: 'project',
+            project: await uploadProject(bus, path.join(scratch.dir, 'victim'), { digestCache: path.join(home('client'), 'digests.json') }),
+          },
+        },
         onProgress: (event) => progress.push(event),
       });
-      expect(again.capsule.component?.cache_hit).toBe(true);
-      expect(progress.filter((event) => event.phase === 'transpile').map((event) => (event as { state: string }).state)).toEqual(['cached']);
-      expect(again.capsule.component?.bundle).toEqual(plan.capsule.component?.bundle);
+      expect(again.capsule.component?.cache_hit).toBe(false);
+      expect(progress.filter((event) => event.phase === 'transpile').map((event) => (event as { state: string }).state)).toEqual(['start', 'done']);
+      expect(again.capsule.component?.bundle.files).not.toEqual(own.capsule.component?.bundle.files);
     } finally {
       await sharing.close();
     }
@@ -528,7 +560,7 @@ describe('the stack with nothing shared but the bus', () => {
     const plan = await stage(project);
     const [, executor] = executors as [ServiceProcess, ServiceProcess];
     const core = plan.capsule.component!.bundle.files.find((file) => file.path.endsWith('.wasm'))!;
-    const bundleDir = path.join(home('executor-b'), 'cache', 'transpiled', plan.capsule.component!.bundle.key);
+    const bundleDir = path.join(home('executor-b'), 'cache', 'transpiled', TRANSPILER_ID, fetchedBundleName(plan.capsule.component!.bundle.files));
     await blobs.put(core.sha256, { bytes: Buffer.alloc(core.size, 0) });
     const error = await rejectionOf(launchOn(executor, plan));
     expect(error.code).toBe('E-REG-002');

@@ -1,22 +1,53 @@
-import { existsSync } from 'node:fs';
+import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { BUNDLE_RECORD_FILE, TRANSPILER_ID, type TranspiledComponent, bundleRecordOf } from '@murmur/shared';
+import { BUNDLE_RECORD_FILE, BundleRecordSchema, type FileSet, TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
 import { type BlobCache, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import { keepGlueCache } from './glue-cache.js';
 import { keepWatchedModule } from './host/grow-watch.js';
 import type { HostComponent } from './host/protocol.js';
 
 /**
- * A plan's components, made loadable on this machine: each bundle in `<cache>/transpiled/<key>/`,
- * the same place a stager on this machine keeps it (so an executor beside its stager finds it
- * there), else fetched file by file from the bus's object store, every digest verified, into a
- * temporary sibling renamed into place whole, with the bundle's record (`bundle.json`) as a stager
- * writes it. A directory at the key exists only complete, so finding one is a local hit.
+ * The directory a fetched bundle is kept in, beside the stager's under its transpiler: named by
+ * the digest of its whole file list, so only a plan that names exactly these files finds them.
+ */
+export function fetchedBundleName(files: FileSet): string {
+  const listed = [...files]
+    .sort((left, right) => (left.path < right.path ? -1 : left.path > right.path ? 1 : 0))
+    .map((file) => [file.path, file.sha256, file.size, file.executable]);
+  return `fetched-${createHash('sha256').update(JSON.stringify(listed)).digest('hex')}`;
+}
+
+/** Whether two file lists name the same files with the same contents. */
+function sameFiles(left: FileSet, right: FileSet): boolean {
+  if (left.length !== right.length) return false;
+  const byPath = new Map(left.map((file) => [file.path, file]));
+  return right.every((file) => {
+    const other = byPath.get(file.path);
+    return other !== undefined && other.sha256 === file.sha256 && other.size === file.size && other.executable === file.executable;
+  });
+}
+
+/**
+ * A plan's components, made loadable on this machine. A plan comes over the bus from any client
+ * that may launch, so what it says a bundle holds is trusted for that plan alone:
+ *
+ * - a stager's own transpile, at the bundle's key (`<cache>/transpiled/<key>/`), is used when a
+ *   stager shares this cache and its record (`bundle.json`, which only a stager writes) names
+ *   exactly the plan's files;
+ * - anything else is fetched file by file from the bus's object store, every digest verified, into
+ *   a temporary sibling renamed into place whole, under the digest of the plan's file list
+ *   (`fetchedBundleName`): a directory there exists only complete, so finding one is a local hit.
+ *
+ * Never at the key: a fetched copy written there was found by every later plan naming that key —
+ * another user's, and a stager sharing the cache, which then staged it as its own transpile — with
+ * whatever files the first plan had named: one forged launch put its code in everyone's capsule.
  */
 export class LocalBundles {
   private readonly pending = new Map<string, Promise<string>>();
   private readonly deriving = new Map<string, Promise<void>>();
+  /** The files a stager's entry at a key holds, by its directory: read once, since it never changes. */
+  private readonly stagerHeld = new Map<string, FileSet>();
 
   constructor(
     private readonly cacheDir: string,
@@ -28,24 +59,38 @@ export class LocalBundles {
     return path.join(this.cacheDir, 'transpiled', TRANSPILER_ID);
   }
 
-  dirOf(component: TranspiledComponent): string {
-    return path.join(this.cacheDir, 'transpiled', ...component.bundle.key.split('/'));
-  }
-
   /** The component as the host loads it, its bundle on this machine. `label` names it in a refusal. */
   async local(component: TranspiledComponent, label: string): Promise<HostComponent> {
-    const dir = this.dirOf(component);
-    if (!existsSync(dir)) {
-      let fetching = this.pending.get(dir);
-      if (!fetching) {
-        fetching = this.fetch(component, dir, label).finally(() => this.pending.delete(dir));
-        this.pending.set(dir, fetching);
-      }
-      await fetching;
+    const dir = await this.placeOf(component);
+    let fetching = this.pending.get(dir);
+    if (!fetching && !(await exists(dir))) {
+      fetching = this.fetch(component, dir, label).finally(() => this.pending.delete(dir));
+      this.pending.set(dir, fetching);
     }
+    if (fetching) await fetching;
     await this.keepDerived(dir, component);
     const { bundle: _bundle, cache_hit: _hit, ...rest } = component;
     return { ...rest, bundle_dir: dir };
+  }
+
+  /** The stager's directory at the bundle's key when it holds exactly the plan's files, else the fetched copy's. */
+  private async placeOf(component: TranspiledComponent): Promise<string> {
+    const { key, files } = component.bundle;
+    const transpiled = path.join(this.cacheDir, 'transpiled', ...key.split('/'));
+    if (this.stagerHeld.has(transpiled)) {
+      if (sameFiles(this.stagerHeld.get(transpiled) as FileSet, files)) return transpiled;
+    } else {
+      const record = await fs
+        .readFile(path.join(transpiled, BUNDLE_RECORD_FILE), 'utf8')
+        .then((text) => BundleRecordSchema.safeParse(JSON.parse(text)))
+        .catch(() => undefined);
+      // Kept once read: a stager's entry is renamed into place whole and never changed after.
+      if (record?.success) {
+        this.stagerHeld.set(transpiled, record.data.files);
+        if (sameFiles(record.data.files, files)) return transpiled;
+      }
+    }
+    return path.join(this.cacheDir, 'transpiled', key.slice(0, key.lastIndexOf('/')), fetchedBundleName(files));
   }
 
   /**
@@ -72,8 +117,6 @@ export class LocalBundles {
     const temporary = temporarySibling(dir);
     try {
       await this.blobs.materialise(component.bundle.files, temporary, `the transpiled bundle of ${label}`);
-      // Its record as a stager writes it: a stager sharing this cache then finds it transpiled.
-      await fs.writeFile(path.join(temporary, BUNDLE_RECORD_FILE), JSON.stringify(bundleRecordOf(component), null, 2));
     } catch (error) {
       await fs.rm(temporary, { recursive: true, force: true });
       throw error;
@@ -81,4 +124,11 @@ export class LocalBundles {
     await renameDirectoryIntoPlace(temporary, dir);
     return dir;
   }
+}
+
+async function exists(dir: string): Promise<boolean> {
+  return fs.stat(dir).then(
+    () => true,
+    () => false,
+  );
 }
