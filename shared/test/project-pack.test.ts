@@ -73,6 +73,20 @@ describe('packing a capsule project for staging', () => {
     expect((await packProject(project, noCache)).listing.files.map((file) => file.path)).toEqual(['murmur.yaml', 'prompts/system.md']);
   });
 
+  it('packs a file the manifest names through a symbolic link inside the project under the name the manifest gives it', async () => {
+    const project = path.join(scratch.dir, 'linked');
+    await writeFiles(project, {
+      'murmur.yaml': 'name: a\nversion: 0.1.0\ninference:\n  system_prompt_file: prompt.md\n',
+      'prompts/v2.md': 'be brief',
+    });
+    await fs.symlink('prompts/v2.md', path.join(project, 'prompt.md'));
+    const packed = await packProject(project, noCache);
+    expect(packed.listing.files.map((file) => [file.path, file.sha256])).toEqual([
+      ['murmur.yaml', expect.any(String)],
+      ['prompt.md', sha('be brief')],
+    ]);
+  });
+
   it('packs nothing for a named file that cannot be there (a file where a directory is named), leaving its refusal to the stager', async () => {
     // Packing reads synchronously; a path through a file is ENOTDIR, not a crash of the client.
     const project = path.join(scratch.dir, 'through-a-file');

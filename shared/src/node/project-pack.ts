@@ -204,7 +204,9 @@ class Packer {
         hint: 'a capsule is staged from its own directory: move the file into it (or point the manifest at a copy inside it)',
       });
     }
-    const name = as ?? path.relative(this.realRoot, real).split(path.sep).join('/');
+    // Listed under the name it is read by (the manifest's, through any link inside the project),
+    // not its target's: staging looks for `prompt.md`, not for what it links to.
+    const name = as ?? path.relative(this.root, absolute).split(path.sep).join('/');
     if (this.local.has(name)) return true;
     const digest = await this.digests.digest(real);
     this.files.push({ path: name, sha256: digest.sha256, size: digest.size, executable: (stat.mode & 0o111) !== 0 });
