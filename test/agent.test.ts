@@ -372,6 +372,19 @@ describe('agent capsules', () => {
       expect(run.result.stderr).toContain('nowhere.md');
       expect(inference.requests()).toHaveLength(0);
     });
+
+    it('refuses a system_prompt_file over 1 MiB with E-RUN-009, naming its size, before anything runs', async () => {
+      const inference = await model([{ text: 'never asked' }]);
+      const project = await agentProject(path.join(scratch.dir, 'prompt-huge'), agentManifest(inference, { inference: '  system_prompt_file: huge.md' }), {
+        'huge.md': 'x'.repeat(1024 * 1024 + 1),
+      });
+      const result = await runMur(['run', '--task', 'x'], { cwd: project, env });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain(`error[E-RUN-009]: the system prompt file 'huge.md' of`);
+      expect(result.stderr).toContain(`is ${1024 * 1024 + 1} bytes; a prompt file is at most ${1024 * 1024}`);
+      expect(existsSync(path.join(project, 'workdir'))).toBe(false);
+      expect(inference.requests()).toHaveLength(0);
+    });
   });
 
   describe('the task loop', () => {

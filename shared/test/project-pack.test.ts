@@ -215,6 +215,15 @@ describe('a blob cache in front of the object store', () => {
     expect((await rejectionOf(cache.fetch({ sha256: longer, size: 5 }, 'a blob'))).message).toContain('holds more than 5 bytes');
   });
 
+  it('refuses a reference that names a blob it holds with another size, rather than count what the sender says', async () => {
+    const bytes = Buffer.from('sixty-four megabytes, say');
+    await (await bus.objectStore(BLOB_BUCKET)).put(sha(bytes), { bytes });
+    await cache.fetch({ sha256: sha(bytes), size: bytes.byteLength }, 'a test blob');
+    const error = await rejectionOf(cache.fetch({ sha256: sha(bytes), size: 0 }, 'project x: prompt.md'));
+    expect(error.code).toBe('E-REG-002');
+    expect(error.message).toBe(`project x: prompt.md: named as 0 bytes, but the blob of its digest ${sha(bytes)} is ${bytes.byteLength} bytes`);
+  });
+
   it('names a blob the store does not hold with E-IO-001', async () => {
     const error = await rejectionOf(cache.fetch({ sha256: sha('absent'), size: 6 }, 'the bundle of x'));
     expect(error.code).toBe('E-IO-001');

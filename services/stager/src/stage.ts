@@ -675,8 +675,23 @@ async function readCapsuleText(capsule: LoadedCapsule, relative: string, manifes
       path: manifestPath,
     });
   }
+  // Its text travels in the plan, and so in every launch of it: held to what one bus message carries.
+  const size = (await fs.stat(found.local)).size;
+  if (size > MAX_PROMPT_FILE_BYTES) {
+    throw new MurmurError(
+      'E-RUN-009',
+      `the system prompt file '${relative}' of ${capsule.label} is ${size} bytes; a prompt file is at most ${MAX_PROMPT_FILE_BYTES}`,
+      {
+        hint: 'a system prompt is instructions, not material: put reference material in files the agent reads, or in a skill',
+        path: manifestPath,
+      },
+    );
+  }
   return fs.readFile(found.local, 'utf8');
 }
+
+/** The largest system prompt file a plan carries (1 MiB, a manifest's own ceiling). */
+const MAX_PROMPT_FILE_BYTES = 1024 * 1024;
 
 /** The version an artifact runs at and the digest the lock holds it to (none without a lock). */
 interface ArtifactPin {

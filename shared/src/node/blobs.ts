@@ -110,7 +110,16 @@ export class BlobCache {
   async fetch(ref: BlobRef, what: string, created?: CreatedEntries): Promise<string> {
     const target = this.pathOf(ref.sha256);
     await this.use(target, created);
-    if (await this.hasLocal(ref.sha256)) return target;
+    const local = await fs.stat(target).catch(() => undefined);
+    if (local?.isFile()) {
+      // The copy here was verified when it came; the size a reference gives is what its sender
+      // says, and what limits are counted by: one that names a held blob as smaller is refused.
+      if (local.size !== ref.size)
+        throw new MurmurError('E-REG-002', `${what}: named as ${ref.size} bytes, but the blob of its digest ${ref.sha256} is ${local.size} bytes`, {
+          hint: 'the listing or plan that named it is not what was packed: pack and send it again',
+        });
+      return target;
+    }
     let pending = this.fetching.get(ref.sha256);
     if (!pending) {
       pending = this.fetchOnce(ref, what).finally(() => this.fetching.delete(ref.sha256));
