@@ -53,7 +53,8 @@ const LONGEST_PATH_BYTES = 1024;
  * entries with one folded name are one file there, so which is written depends on the order.
  */
 export function foldedEntryName(name: string): string {
-  return name.normalize('NFC').toLowerCase();
+  // A final sigma lowercases to itself, not to the sigma its capital folds to.
+  return name.normalize('NFC').toLowerCase().replaceAll('ς', 'σ');
 }
 
 export const SetFileSchema = z.object({
@@ -71,10 +72,16 @@ export type SetFile = z.infer<typeof SetFileSchema>;
 
 export const FileSetSchema = z.array(SetFileSchema).superRefine((files, context) => {
   const seen = new Set<string>();
+  const folded = new Map<string, string>();
   const directories = new Set<string>();
   for (const file of files) {
     if (seen.has(file.path)) context.addIssue({ code: 'custom', message: `path '${file.path}' appears more than once` });
     seen.add(file.path);
+    // Held to an archive's rule: laid out on a disk that folds them, the two are one file.
+    const twin = folded.get(foldedEntryName(file.path));
+    if (twin !== undefined && twin !== file.path)
+      context.addIssue({ code: 'custom', message: `paths '${twin}' and '${file.path}' differ only in case or Unicode form` });
+    folded.set(foldedEntryName(file.path), file.path);
     const parts = file.path.split('/');
     for (let depth = 1; depth < parts.length; depth += 1) directories.add(parts.slice(0, depth).join('/'));
   }
@@ -97,7 +104,11 @@ export function fileSetBytes(files: readonly SetFile[]): number {
 export const ProjectListingSchema = z.object({
   format: z.literal('murmur-project/1'),
   /** What the client calls it (its directory's name), for messages only. */
-  label: z.string().max(200),
+  label: z
+    .string()
+    .max(200)
+    // Said back in messages and on the bus: no escape sequence rides in on it.
+    .refine((label) => !hasControlCharacter(label), 'must not hold control characters'),
   files: FileSetSchema,
 });
 export type ProjectListing = z.infer<typeof ProjectListingSchema>;

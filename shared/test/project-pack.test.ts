@@ -87,6 +87,23 @@ describe('packing a capsule project for staging', () => {
     ]);
   });
 
+  it('refuses, naming both, a project whose packed files differ only in case, and names a directory with a control character as ?', async () => {
+    const project = path.join(scratch.dir, 'twins');
+    await writeFiles(project, {
+      'murmur.yaml': 'name: a\nversion: 0.1.0\nartifacts:\n  - name: echo-tool\n    version: 0.1.0\n',
+      '.murmur/artifacts/echo-tool/0.1.0/notes.txt': 'one',
+      '.murmur/artifacts/echo-tool/0.1.0/NOTES.txt': 'two',
+    });
+    const error = await rejectionOf(packProject(project, noCache));
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toMatch(
+      /paths '\.murmur\/artifacts\/echo-tool\/0\.1\.0\/(NOTES|notes)\.txt' and '\.murmur\/artifacts\/echo-tool\/0\.1\.0\/(NOTES|notes)\.txt' differ only in case or Unicode form/,
+    );
+    const odd = path.join(scratch.dir, 'odd\u001b[2Jname');
+    await writeFiles(odd, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n' });
+    expect((await packProject(odd, noCache)).listing.label).toBe('odd?[2Jname');
+  });
+
   it('packs nothing for a named file that cannot be there (a file where a directory is named), leaving its refusal to the stager', async () => {
     // Packing reads synchronously; a path through a file is ENOTDIR, not a crash of the client.
     const project = path.join(scratch.dir, 'through-a-file');

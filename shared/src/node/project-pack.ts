@@ -4,7 +4,7 @@ import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { ObjectStore } from '../bus/objects.js';
 import { MurmurError } from '../errors.js';
-import { type ProjectListing, ProjectListingSchema, type SetFile, fileSetBytes } from '../file-set.js';
+import { type ProjectListing, ProjectListingSchema, type SetFile, fileSetBytes, hasControlCharacter } from '../file-set.js';
 import { LOCKFILE_NAME } from '../lockfile.js';
 import { numberSetting } from '../settings.js';
 import { writeFileAtomic } from './atomic.js';
@@ -305,7 +305,19 @@ export async function packProjectStore(projectDir: string, options: PackOptions 
 async function finish(packer: Packer, label: string): Promise<PackedProject> {
   await packer.digests.save();
   const files = [...packer.files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
-  const listing = ProjectListingSchema.parse({ format: 'murmur-project/1', label: label.slice(0, 200), files });
+  // A directory's name may hold what a label may not (a control character): shown as `?`.
+  const shown = [...label]
+    .map((character) => (hasControlCharacter(character) ? '?' : character))
+    .join('')
+    .slice(0, 200);
+  const parsed = ProjectListingSchema.safeParse({ format: 'murmur-project/1', label: shown, files });
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new MurmurError('E-ART-001', `the capsule project in ${packer.root} cannot be staged as it is: ${issue?.message ?? 'its listing is not valid'}`, {
+      hint: 'rename the file it names: a staged project is laid out on machines whose disks may fold case and Unicode forms, and held to the rules of a .mur.zip',
+    });
+  }
+  const listing = parsed.data;
   const listingBytes = new TextEncoder().encode(JSON.stringify(listing));
   return {
     listing,
