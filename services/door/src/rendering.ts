@@ -114,7 +114,7 @@ export function renderSendResult(version: A2aVersion, task: TaskView): Record<st
 
 /**
  * One feed event as a stream event, or undefined for what A2A streams do not carry. `sent` holds
- * the ids of the artifacts this stream has already carried: a streamed reply's chunks share one
+ * the ids of the streamed artifacts this stream has already carried: a streamed reply's chunks share one
  * artifact, and only a chunk after the first of it this client saw says `append` (a client
  * drops, or refuses, a chunk that appends to an artifact it was never sent).
  */
@@ -153,7 +153,8 @@ export function renderStreamEvent(version: A2aVersion, event: SessionEvent, sent
           ? toolArtifactId(ids.taskId, seq)
           : `${ids.taskId}-event-${event.id}`;
       const append = streamed && sent.has(artifactId);
-      sent.add(artifactId);
+      // Only a streamed artifact is ever appended to: the others' ids would grow the set for the stream's whole life.
+      if (streamed) sent.add(artifactId);
       const update = {
         ...ids,
         artifact: streamed

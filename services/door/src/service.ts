@@ -130,6 +130,13 @@ export function startDoorService(options: DoorOptions): DoorService {
   const maxBodyBytes = numberSetting(env, 'MURMUR_DOOR_MAX_BODY_BYTES', DEFAULT_MAX_BODY_BYTES, { unit: 'bytes' });
   /** The streams (and blocking sends that follow a task) a door holds open at once, over all its sessions. */
   const maxStreams = numberSetting(env, 'MURMUR_DOOR_MAX_STREAMS', DEFAULT_MAX_STREAMS, { unit: 'streams' });
+  /** What one session may hold of them: a quarter unless said otherwise, all of them at a door that serves one session (`mur run`'s). */
+  const maxStreamsPerSession = Math.min(
+    maxStreams,
+    numberSetting(env, 'MURMUR_DOOR_MAX_STREAMS_PER_SESSION', options.soleSession ? maxStreams : Math.max(1, Math.ceil(maxStreams / 4)), {
+      unit: 'streams',
+    }),
+  );
   const heartbeatMs = numberSetting(env, 'MURMUR_SSE_HEARTBEAT_MS', DEFAULT_HEARTBEAT_MS, { unit: 'milliseconds' });
   /** How long a stream's write may wait for its client to read (`deliveredOrCut`): four heartbeats. */
   const stalledAfterMs = heartbeatMs * 4;
@@ -149,7 +156,7 @@ export function startDoorService(options: DoorOptions): DoorService {
   );
 
   const auth = doorAuth(env);
-  const feeds = new FeedHub(bus, maxStreams);
+  const feeds = new FeedHub(bus, maxStreams, maxStreamsPerSession);
   const urlOf = (context: Context, sessionId: string): string => `${sessionUrl(baseUrl ?? new URL(context.req.url).origin, sessionId)}/`;
 
   const app = new Hono();
@@ -462,21 +469,38 @@ export function startDoorService(options: DoorOptions): DoorService {
       // Watched before asking again, so that a settling between the host's answer and now is not missed.
       const leave = (): void => watch.close();
       gone.addEventListener('abort', leave, { once: true });
+      let ended = false;
+      // A session that ended while its task was followed cannot be asked about it any more: its
+      // client is told the task failed with it, as a stream is (`endedEvent`), not that the session never was.
+      const current = async (): Promise<void> => {
+        const latest = await link
+          .call({ method: 'get', task_id: task.id, ...history })
+          .then(taskOf)
+          .catch((error: unknown) => {
+            if (!(error instanceof SessionUnreachable)) throw error;
+            ended = true;
+            return undefined;
+          });
+        if (latest && 'task' in latest) task = latest.task;
+      };
       try {
-        const current = (): Promise<ReturnType<typeof taskOf>> => link.call({ method: 'get', task_id: task.id, ...history }).then(taskOf);
-        const now = gone.aborted ? undefined : await current();
-        if (now && 'task' in now) task = now.task;
-        if (!hasSettled(task.state) && !gone.aborted) {
+        if (!gone.aborted) await current();
+        if (!hasSettled(task.state) && !gone.aborted && !ended) {
+          let settledAs: SessionEvent | undefined;
           for (;;) {
             const next = await watch.next(Math.max(1, deadline - Date.now()));
+            if (next === 'ended') ended = true;
             if (next === 'ended' || next === 'timeout' || next === 'door-stopping' || next === 'fell-behind' || next === 'closed') break;
-            if (next.task_id === task.id && settlesItsTask(next)) break;
+            if (next.task_id === task.id && settlesItsTask(next)) {
+              settledAs = next;
+              break;
+            }
           }
-          if (!gone.aborted) {
-            const latest = await current();
-            if ('task' in latest) task = latest.task;
-          }
+          if (!gone.aborted && !ended) await current();
+          // Settled, and the session gone before it could be asked how: the state its event said.
+          if (ended && settledAs?.state && !hasSettled(task.state)) task = { ...task, state: settledAs.state };
         }
+        if (ended && !hasSettled(task.state)) task = { ...task, state: 'failed', message: 'session ended', updated_at: new Date().toISOString() };
       } finally {
         gone.removeEventListener('abort', leave);
         watch.close();

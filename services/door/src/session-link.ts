@@ -44,10 +44,17 @@ export class SessionLink {
   }
 }
 
-/** A door asked for one more stream than it holds (`FeedHub`'s `maxWatches`). */
+/** A door asked for one more stream than it holds (`FeedHub`'s `maxWatches`), or than one session may hold of them. */
 export class TooManyStreams extends Error {
-  constructor(readonly limit: number) {
-    super(`this door holds ${limit} open streams, as many as it takes (E-DOOR-004): close one, or reach the session through another door`);
+  constructor(
+    readonly limit: number,
+    readonly scope: 'door' | 'session' = 'door',
+  ) {
+    super(
+      scope === 'door'
+        ? `this door holds ${limit} open streams, as many as it takes (E-DOOR-004): close one, or reach the session through another door`
+        : `this session has ${limit} open streams at this door, as many as one session may hold (E-DOOR-004): close one`,
+    );
   }
 }
 
@@ -66,6 +73,12 @@ export class FeedHub {
   constructor(
     private readonly bus: Bus,
     private readonly maxWatches = Number.POSITIVE_INFINITY,
+    /**
+     * What one session may hold of them: whoever may talk to one session (its token's holder, or
+     * anyone at a door without auth) could otherwise take every stream, and every other session's
+     * streams and blocking sends would be refused for as long as theirs stayed open.
+     */
+    private readonly maxWatchesPerSession = maxWatches,
   ) {
     this.ended = bus.subscribe(topics.sessionEnded, (event) => {
       for (const watch of this.sessions.get(event.session_id)?.watchers ?? []) watch.end();
@@ -75,6 +88,7 @@ export class FeedHub {
   async watch(sessionId: string): Promise<FeedWatch> {
     if (this.open >= this.maxWatches) throw new TooManyStreams(this.maxWatches);
     let session = this.sessions.get(sessionId);
+    if ((session?.watchers.size ?? 0) >= this.maxWatchesPerSession) throw new TooManyStreams(this.maxWatchesPerSession, 'session');
     if (!session) {
       const watchers = new Set<FeedWatch>();
       const subscription = this.bus.subscribe(topics.sessionEvents.at(sessionId), (event) => {
@@ -145,7 +159,8 @@ const eventBytes = new WeakMap<SessionEvent, number>();
 function bytesOf(event: SessionEvent): number {
   let bytes = eventBytes.get(event);
   if (bytes === undefined) {
-    bytes = JSON.stringify(event).length;
+    // Bytes, not characters: three to a character of CJK text, which a count of characters let in three times over.
+    bytes = Buffer.byteLength(JSON.stringify(event));
     eventBytes.set(event, bytes);
   }
   return bytes;

@@ -1,6 +1,7 @@
-import type { SessionEvent } from '@murmur/shared';
+import { type SessionEvent, silentLog } from '@murmur/shared';
+import { InProcessTransport, createBus } from '@murmur/shared/bus';
 import { describe, expect, it } from 'vitest';
-import { FeedWatch, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from '../src/session-link.js';
+import { FeedHub, FeedWatch, TooManyStreams, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from '../src/session-link.js';
 
 function event(id: number): SessionEvent {
   return { id, type: 'status', task_id: 'tsk_1', context_id: 'ctx_1', state: 'working', final: false, time: '2026-01-01T00:00:00.000Z', data: {} };
@@ -58,10 +59,43 @@ describe('a feed watch', () => {
     expect((watch as unknown as { queue: unknown[] }).queue.length).toBe(0);
   });
 
+  it('counts the bytes of what it holds, not its characters: text of three bytes a character falls behind at the same bound', async () => {
+    const watch = new FeedWatch(() => {});
+    // A third of the bound in characters, the whole bound and more in UTF-8.
+    const characters = Math.ceil(WATCH_QUEUE_LIMIT_BYTES / 3) + 1024;
+    watch.push({ ...event(1), type: 'text', data: { text: '\u6f22'.repeat(characters) } });
+    watch.push(event(2));
+    expect(await watch.next(10)).toBe('fell-behind');
+  });
+
   it('says the door is stopping before anything still queued', async () => {
     const watch = new FeedWatch(() => {});
     watch.push(event(1));
     watch.shutdown();
     expect(await watch.next(10)).toBe('door-stopping');
+  });
+});
+
+/** The door's streams over all its sessions (`FeedHub`), on a real in-process bus. */
+describe('a feed hub', () => {
+  it('holds a session to its share of the streams, so one session’s clients cannot take every other session’s, and gives a slot back once closed', async () => {
+    const bus = createBus(new InProcessTransport(), silentLog);
+    const hub = new FeedHub(bus, 4, 2);
+    try {
+      const first = [await hub.watch('ses_a'), await hub.watch('ses_a')];
+      const refused = await hub.watch('ses_a').catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(TooManyStreams);
+      expect((refused as TooManyStreams).message).toBe('this session has 2 open streams at this door, as many as one session may hold (E-DOOR-004): close one');
+      // Another session still has its own.
+      const other = [await hub.watch('ses_b'), await hub.watch('ses_b')];
+      // The door's whole bound holds over both.
+      expect(((await hub.watch('ses_c').catch((error: unknown) => error)) as TooManyStreams).scope).toBe('door');
+      first[0]?.close();
+      const again = await hub.watch('ses_a');
+      for (const watch of [...first, ...other, again]) watch.close();
+    } finally {
+      hub.close();
+      await bus.close();
+    }
   });
 });
