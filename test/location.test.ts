@@ -9,6 +9,7 @@ import {
   type SessionEnded,
   type SessionStarted,
   type StagedPlan,
+  SETTLE_WITHIN_MAX_MS,
   TRANSPILER_ID,
   commands,
   newSessionId,
@@ -590,6 +591,40 @@ describe('the stack with nothing shared but the bus', () => {
       expect(JSON.stringify(body.result)).toContain('the answer, from the stack');
     } finally {
       await agent.stop();
+    }
+  });
+
+  it('answers a blocking send whose session ends while the door follows its task with the task failed, not with a session that never was', async () => {
+    // A model that answers after a minute: the task is still working when its session is stopped.
+    const slow = await startScriptedInference({ script: [{ text: 'too late', delayMs: 60_000 }] });
+    const project = await agentProject(
+      path.join(scratch.dir, 'ended-while-followed'),
+      agentManifest(slow, { name: 'followed', lifecycle: '  task_acceptance: queue\n  after_task: sleep\n' }),
+    );
+    const agent = await startAgent(project, client);
+    try {
+      const answer = fetch(agent.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'a2a-version': '1.0' },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'SendMessage',
+          params: { message: { messageId: 'm-1', role: 'ROLE_USER', parts: [{ text: 'hello' }] } },
+        }),
+      });
+      // The host answers a blocking send within 8 s (SETTLE_WITHIN_MAX_MS) with the task as it
+      // stands; past that the door follows the task on the session's feed. It is stopped then.
+      await new Promise((resolve) => setTimeout(resolve, SETTLE_WITHIN_MAX_MS + 2_000));
+      await bus.request(commands.stopSession.at(agent.sessionId), { reason: 'the test stops it while its task is followed' }, { timeoutMs: 10_000 });
+      const response = await answer;
+      expect(response.status).toBe(200);
+      const body = (await response.json()) as { result?: { task?: { status?: { state?: string; message?: { parts?: Array<{ text?: string }> } } } } };
+      expect(body.result?.task?.status?.state).toBe('TASK_STATE_FAILED');
+      expect(JSON.stringify(body.result?.task?.status?.message)).toContain('session ended');
+    } finally {
+      await agent.stop();
+      await slow.close();
     }
   });
 
