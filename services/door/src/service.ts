@@ -689,43 +689,55 @@ export function startDoorService(options: DoorOptions): DoorService {
     origin: 'new' | 'existing',
   ): Response => {
     const { version, call } = request;
+    // The opening (the task with its history, the replay: up to most of a megabyte) is let go
+    // once written: the stream's loop lives as long as its client, and holds only the task's ids.
+    let opening: { task: TaskView; replayed: SessionReply | undefined } | undefined = { task, replayed };
+    const ids = { id: task.id, context_id: task.context_id };
     return streamSSE(context, async (sse) => {
       const heartbeat = startHeartbeat(sse, heartbeatMs);
       sse.onAbort(() => watch.close());
       const delivered = deliveredOrCut(context, sse, stalledAfterMs);
       try {
-        // Every data frame of an A2A stream is a JSON-RPC response, so events lost to the feed's
-        // window are said in a comment, which a client's parser skips and a person reading it sees.
-        if (replayed?.first_available_id !== undefined)
-          await delivered(sse.write(`: gap: the earliest event still kept is ${replayed.first_available_id}\n\n`));
         const sent = new Set<string>();
         const frame = (event: string, result: unknown, id?: number): Promise<void> =>
           delivered(sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) }));
-        await frame('task', renderSendResult(version, task));
-        if (replayed?.events) watch.push(...replayed.events);
-        // A task that had already ended when the client subscribed has nothing more to say unless
-        // its last event was among those replayed. A task just sent is followed to its end, even
-        // when that end (a rejection) came before the stream opened: the watch holds it.
-        if (origin === 'existing' && TERMINAL_TASK_STATES.has(task.state) && !replayed?.events?.some((event) => event.task_id === task.id && event.final))
-          return;
-        for (;;) {
-          if (sse.aborted) return;
+        // Written by a function of its own: what an async function's frame held, even in a block
+        // long left, stayed in its suspended registers for as long as the loop below waited.
+        const writeOpening = async (): Promise<'done' | 'follow'> => {
+          const { task: opened, replayed: missed } = opening as NonNullable<typeof opening>;
+          opening = undefined;
+          // Every data frame of an A2A stream is a JSON-RPC response, so events lost to the feed's
+          // window are said in a comment, which a client's parser skips and a person reading it sees.
+          if (missed?.first_available_id !== undefined) await delivered(sse.write(`: gap: the earliest event still kept is ${missed.first_available_id}\n\n`));
+          await frame('task', renderSendResult(version, opened));
+          if (missed?.events) watch.push(...missed.events.filter((event) => event.task_id === ids.id));
+          // A task that had already ended when the client subscribed has nothing more to say unless
+          // its last event was among those replayed. A task just sent is followed to its end, even
+          // when that end (a rejection) came before the stream opened: the watch holds it.
+          const ended = origin === 'existing' && TERMINAL_TASK_STATES.has(opened.state);
+          return ended && !missed?.events?.some((event) => event.task_id === ids.id && event.final) ? 'done' : 'follow';
+        };
+        if ((await writeOpening()) === 'done') return;
+        // One event at a time, each in a call of its own: an event kept by the loop's frame was
+        // held until the next one came, and a quiet session's last (a long answer) for ever.
+        const writeNext = async (): Promise<'done' | 'follow'> => {
           const next = await watch.next(heartbeatMs);
-          if (next === 'timeout') continue;
-          if (next === 'closed') return;
+          if (next === 'timeout') return 'follow';
+          if (next === 'closed') return 'done';
           if (next === 'door-stopping' || next === 'fell-behind') {
             await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, STREAM_CUT[next])) }));
-            return;
+            return 'done';
           }
           if (next === 'ended') {
-            await frame('status', renderStreamEvent(version, endedEvent(task), sent));
-            return;
+            await frame('status', renderStreamEvent(version, endedEvent(ids), sent));
+            return 'done';
           }
-          if (next.task_id !== task.id) continue;
+          if (next.task_id !== ids.id) return 'follow';
           const rendered = renderStreamEvent(version, next, sent);
           if (rendered) await frame(next.type, rendered, next.id);
-          if (next.type === 'status' && next.final) return;
-        }
+          return next.type === 'status' && next.final ? 'done' : 'follow';
+        };
+        while (!sse.aborted && (await writeNext()) === 'follow');
       } finally {
         clearInterval(heartbeat);
         watch.close();
@@ -746,32 +758,40 @@ export function startDoorService(options: DoorOptions): DoorService {
       watch.close();
       throw error;
     }
+    // Let go of once written, as a task stream's opening is: the loop holds nothing of it.
+    let opening: { conversation: string; replayed: SessionReply } | undefined = { conversation: card.card?.conversation ?? 'stateless', replayed };
     return streamSSE(context, async (sse) => {
       const heartbeat = startHeartbeat(sse, heartbeatMs);
       sse.onAbort(() => watch.close());
       const delivered = deliveredOrCut(context, sse, stalledAfterMs);
       try {
-        await delivered(
-          sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: card.card?.conversation ?? 'stateless' }) }),
-        );
-        if (replayed.first_available_id !== undefined)
-          await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: replayed.first_available_id }) }));
-        watch.push(...(replayed.events ?? []));
-        for (;;) {
-          if (sse.aborted) return;
+        // In a function of its own, as a task stream's opening is: nothing of it stays in the loop's frame.
+        const writeOpening = async (): Promise<void> => {
+          const { conversation, replayed: missed } = opening as NonNullable<typeof opening>;
+          opening = undefined;
+          await delivered(sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: conversation }) }));
+          if (missed.first_available_id !== undefined)
+            await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: missed.first_available_id }) }));
+          watch.push(...(missed.events ?? []));
+        };
+        await writeOpening();
+        // One event at a time in a call of its own, as a task stream's: the loop keeps none of them.
+        const writeNext = async (): Promise<'done' | 'follow'> => {
           const next = await watch.next(heartbeatMs);
-          if (next === 'timeout') continue;
-          if (next === 'closed') return;
+          if (next === 'timeout') return 'follow';
+          if (next === 'closed') return 'done';
           if (next === 'door-stopping' || next === 'fell-behind') {
             await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) }));
-            return;
+            return 'done';
           }
           if (next === 'ended') {
             await delivered(sse.writeSSE({ event: 'capsule-closed', data: '{}' }));
-            return;
+            return 'done';
           }
           await delivered(sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) }));
-        }
+          return 'follow';
+        };
+        while (!sse.aborted && (await writeNext()) === 'follow');
       } finally {
         clearInterval(heartbeat);
         watch.close();
@@ -909,7 +929,7 @@ const STREAM_CUT: Readonly<Record<'door-stopping' | 'fell-behind', RpcError>> = 
 };
 
 /** The status a stream ends with when the session ended before its task did. */
-function endedEvent(task: TaskView): SessionEvent {
+function endedEvent(task: Pick<TaskView, 'id' | 'context_id'>): SessionEvent {
   return {
     id: 0,
     type: 'status',
