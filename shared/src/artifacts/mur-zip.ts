@@ -1,7 +1,8 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
-import { crc32, inflateRawSync } from 'node:zlib';
+import { promisify } from 'node:util';
+import { crc32, inflateRaw, inflateRawSync } from 'node:zlib';
 import yauzl from 'yauzl';
 import yazl from 'yazl';
 import { MurmurError } from '../errors.js';
@@ -9,6 +10,21 @@ import { foldedEntryName, normaliseEntryName } from '../file-set.js';
 import { numberSetting } from '../settings.js';
 
 export { normaliseEntryName } from '../file-set.js';
+
+const inflateRawAsync = promisify(inflateRaw);
+
+/** Above this, an entry is inflated on the thread pool: a large one (or a bomb) held the event loop, and every other staging with it, for seconds. */
+const INFLATE_IN_THREAD_MAX_BYTES = 1024 * 1024;
+
+/** The CRC-32 of an entry's bytes, 8 MiB at a time with the event loop let go between: one of 500 MiB held it for a quarter of a second. */
+async function crc32Yielding(bytes: Buffer): Promise<number> {
+  let value = 0;
+  for (let offset = 0; offset < bytes.length; offset += 8 * 1024 * 1024) {
+    if (offset > 0) await new Promise((resolve) => setImmediate(resolve));
+    value = crc32(bytes.subarray(offset, offset + 8 * 1024 * 1024), value);
+  }
+  return value;
+}
 
 /**
  * `.mur.zip`: read with every guard up front, written reproducibly.
@@ -238,7 +254,8 @@ export class MurZip {
     } else {
       try {
         // No more than the header declares, plus one to see a lie: a liar is refused below.
-        bytes = inflateRawSync(compressed, { maxOutputLength: Math.min(this.maxEntryBytes, entry.declaredSize) + 1 });
+        const limit = { maxOutputLength: Math.min(this.maxEntryBytes, entry.declaredSize) + 1 };
+        bytes = entry.declaredSize <= INFLATE_IN_THREAD_MAX_BYTES ? inflateRawSync(compressed, limit) : await inflateRawAsync(compressed, limit);
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') bytes = Buffer.alloc(Math.min(this.maxEntryBytes, entry.declaredSize) + 1);
         else throw unreadable(error);
@@ -256,7 +273,7 @@ export class MurZip {
       throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds ${bytes.length} bytes but its header declares ${entry.declaredSize}`);
     }
     // Bytes changed in place (a bad disk, a cut download patched up) keep their sizes: only the checksum tells.
-    if (crc32(bytes) !== entry.raw.crc32) {
+    if ((await crc32Yielding(bytes)) !== entry.raw.crc32) {
       throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' is corrupt: its bytes do not match the CRC-32 its header declares`, {
         hint: 'the archive was damaged after it was built: fetch or copy it again, or rebuild it with mur build',
       });
