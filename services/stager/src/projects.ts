@@ -111,7 +111,16 @@ export async function openProject(options: {
         ...source,
         location: `.murmur/artifacts of '${listing.label}'`,
         async resolve(name, version) {
-          const found = await source.resolve(name, version);
+          // What the store says of a file names it by the staging's scratch copy: said back to the
+          // requester (and on the bus) by the project's own path instead.
+          const found = await source.resolve(name, version).catch((error: unknown) => {
+            if (!(error instanceof MurmurError)) throw error;
+            const shown = (text: string): string => text.split(`${dir}${path.sep}`).join('');
+            throw new MurmurError(error.code, shown(error.message), {
+              ...(error.hint ? { hint: shown(error.hint) } : {}),
+              ...(error.path ? { path: `${relative(error.path)} in '${listing.label}'` } : {}),
+            });
+          });
           return found ? { ...found, location: `${relative(found.location)} in '${listing.label}'` } : undefined;
         },
       };

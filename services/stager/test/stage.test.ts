@@ -289,6 +289,28 @@ describe('staging refuses, and writes nothing', () => {
     expect(await writtenByStaging()).toEqual({ cache: [], project: before });
   });
 
+  it('names what it refuses in an uploaded project store by the project’s own path, never by the stager’s scratch copy, with a code', async () => {
+    const store = path.join(world.project, '.murmur', 'artifacts', 'echo-tool', '0.1.0');
+    await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
+    await fs.mkdir(store, { recursive: true });
+    await fs.writeFile(path.join(store, 'echo-tool-0.1.0.mur.zip'), await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
+    await fs.writeFile(path.join(store, 'echo-tool-0.1.0.sha256'), '');
+    const empty = await refusal(directory());
+    expect(empty.code).toBe('E-REG-002');
+    expect(empty.path).toBe(".murmur/artifacts/echo-tool/0.1.0/echo-tool-0.1.0.sha256 in 'project'");
+    expect(JSON.stringify(empty.toJSON())).not.toContain(world.cacheDir);
+
+    // A store's archive that is a directory: said with a code, not passed on as EISDIR.
+    await fs.rm(store, { recursive: true });
+    await fs.mkdir(path.join(store, 'echo-tool-0.1.0.mur.zip', 'inside'), { recursive: true });
+    await fs.writeFile(path.join(store, 'echo-tool-0.1.0.mur.zip', 'inside', 'x'), 'x');
+    await fs.writeFile(path.join(store, 'echo-tool-0.1.0.sha256'), 'a'.repeat(64));
+    const directoryAsArchive = await refusal(directory());
+    expect(directoryAsArchive.code).toBe('E-REG-002');
+    expect(directoryAsArchive.message).toBe('cannot read echo-tool-0.1.0.mur.zip in the store: EISDIR');
+    expect(JSON.stringify(directoryAsArchive.toJSON())).not.toContain(world.cacheDir);
+  });
+
   it('refuses an artifact whose bytes differ from the lock’s pin', async () => {
     await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes));
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);

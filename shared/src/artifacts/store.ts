@@ -420,8 +420,18 @@ async function readIfExists(file: string): Promise<Buffer | undefined> {
   try {
     return await fs.readFile(file);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT' || (error as NodeJS.ErrnoException).code === 'ENOTDIR') return undefined;
-    throw error;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') return undefined;
+    // A store's file that is a directory, or cannot be read, is said with a code and its name,
+    // never passed on as a bare system error.
+    throw new MurmurError(
+      code === 'EACCES' || code === 'EPERM' ? 'E-IO-002' : 'E-REG-002',
+      `cannot read ${path.basename(file)} in the store: ${code ?? (error as Error).message}`,
+      {
+        path: file,
+        hint: code === 'EISDIR' ? 'a store entry is a file: remove what is there and reinstall the artifact' : 'reinstall the artifact',
+      },
+    );
   }
 }
 
