@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import {
@@ -364,7 +365,7 @@ export class Stager {
    * archive's digest so the next staging of the same archive neither inflates nor hashes them.
    */
   private async payloadOf(zip: MurZip, zipSha256: string, skip: ReadonlySet<string>, tx: Transaction): Promise<FileSet> {
-    const indexFile = this.payloadIndexFile(zipSha256);
+    const indexFile = this.payloadIndexFile(zipSha256, skip);
     const recorded = await readPayloadIndex(indexFile);
     if (recorded && (await Promise.all(recorded.map((file) => this.options.blobs.holdLocal(file.sha256, tx.created)))).every(Boolean)) return recorded;
     const files: FileSet = [];
@@ -607,8 +608,20 @@ export class Stager {
     return path.join(this.options.cacheDir, 'archives', `${zipSha256}.json`);
   }
 
-  private payloadIndexFile(zipSha256: string): string {
-    return path.join(this.options.cacheDir, 'archives', `${zipSha256}.payload.json`);
+  /**
+   * Where the payload of this archive is recorded, for the entries a staging leaves out of it:
+   * one archive staged in two roles (a capsule, then a skill) leaves out different entries, and
+   * the second must not be given the first's list.
+   */
+  private payloadIndexFile(zipSha256: string, skip: ReadonlySet<string>): string {
+    const left =
+      skip.size === 0
+        ? ''
+        : `.${createHash('sha256')
+            .update(JSON.stringify([...skip].sort()))
+            .digest('hex')
+            .slice(0, 16)}`;
+    return path.join(this.options.cacheDir, 'archives', `${zipSha256}${left}.payload.json`);
   }
 
   /** The digest of `entry` in the archive with this digest, if a previous staging recorded it. */
