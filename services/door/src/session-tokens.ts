@@ -12,6 +12,11 @@ import { SessionUnreachable, type SessionLink } from './session-link.js';
  */
 export class SessionTokens {
   private readonly proven = new Map<string, Set<string>>();
+  /**
+   * Tokens refused lately, by session and digest, with when: a client repeating a wrong token is
+   * answered from here for `REFUSAL_KEPT_MS`, not by asking the executor each time.
+   */
+  private readonly refused = new Map<string, number>();
 
   constructor(private readonly sessionsKept = 10_000) {}
 
@@ -19,9 +24,18 @@ export class SessionTokens {
   async admits(link: SessionLink, token: string): Promise<boolean> {
     const digest = tokenDigest(token);
     if (this.proven.get(link.sessionId)?.has(digest)) return true;
+    // Whoever reaches the door may send tokens: one sent again and again costs its session's
+    // executor one question, not one a request. (Not a bound on questions at once: a flood of wrong
+    // ones would then have refused the session's own token on its first use.)
+    const key = `${link.sessionId} ${digest}`;
+    const refusedAt = this.refused.get(key);
+    if (refusedAt !== undefined && Date.now() - refusedAt < REFUSAL_KEPT_MS) return false;
     try {
       const reply = await link.call({ method: 'authorize', session_token_sha256: digest });
-      if (reply.error) return false;
+      if (reply.error) {
+        this.remember(key);
+        return false;
+      }
     } catch (error) {
       if (error instanceof SessionUnreachable) return false;
       throw error;
@@ -39,4 +53,15 @@ export class SessionTokens {
   forget(sessionId: string): void {
     this.proven.delete(sessionId);
   }
+
+  private remember(key: string): void {
+    this.refused.delete(key);
+    if (this.refused.size >= REFUSALS_KEPT) this.refused.delete(this.refused.keys().next().value as string);
+    this.refused.set(key, Date.now());
+  }
 }
+
+/** How long a refused token is answered without asking again. */
+const REFUSAL_KEPT_MS = 30_000;
+/** How many refused tokens a door remembers (the oldest goes first). */
+const REFUSALS_KEPT = 4_096;
