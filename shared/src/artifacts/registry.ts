@@ -58,6 +58,9 @@ export function storeSource(store: ArtifactStore): ArtifactSource {
 }
 
 export const SHA256_HEADER = 'x-murmur-sha256';
+
+/** How long an index roost sent is used for the metas of the artifacts resolved after it. */
+const INDEX_REUSED_MS = 5_000;
 const REQUEST_TIMEOUT_MS = 30_000;
 /** The most of an error's body read: an answer of a server, shown as far as this. */
 const ERROR_BODY_LIMIT = 64 * 1024;
@@ -77,6 +80,8 @@ interface ErrorBody {
 export class RoostRegistryClient implements ArtifactSource {
   readonly origin = 'roost' as const;
   readonly location: string;
+  /** The index last read for `metaOf`, and when. */
+  private indexRead: { at: number; metas: Promise<ArtifactMeta[]> } | undefined;
 
   constructor(
     baseUrl: string,
@@ -161,9 +166,15 @@ export class RoostRegistryClient implements ArtifactSource {
     };
   }
 
-  /** The index entry for one artifact, or the fallback when the index does not list it. */
+  /**
+   * The index entry for one artifact, or the fallback when the index does not list it. The index
+   * read for one is used for the others resolved within `INDEX_REUSED_MS`: a capsule of many
+   * artifacts from roost fetched the whole index (up to 16 MiB) once for each.
+   */
   private async metaOf(name: string, version: string): Promise<ArtifactMeta> {
-    const index = await this.list().catch(() => [] as ArtifactMeta[]);
+    if (!this.indexRead || Date.now() - this.indexRead.at > INDEX_REUSED_MS)
+      this.indexRead = { at: Date.now(), metas: this.list().catch(() => [] as ArtifactMeta[]) };
+    const index = await this.indexRead.metas;
     return index.find((meta) => meta.name === name && meta.version === version) ?? fallbackMeta(name, version);
   }
 
