@@ -126,6 +126,16 @@ describe('writeLockfile', () => {
     expect(await readLockfile(lockPath)).toEqual(lock);
   });
 
+  it('writes through a symbolic link to the file it points to, and the link stays one', async () => {
+    const shared = path.join(dir, 'shared', 'murmur.lock');
+    await fs.mkdir(path.dirname(shared));
+    await fs.writeFile(shared, 'lock_version: 1\nartifacts: []\n');
+    await fs.symlink(shared, lockPath);
+    await writeLockfile(lockPath, lock);
+    expect((await fs.lstat(lockPath)).isSymbolicLink()).toBe(true);
+    expect(await readLockfile(shared)).toEqual(lock);
+  });
+
   it("writes upstream's shape: lock_version 1 and a list of name, resolved_version, sha256.wasm", async () => {
     await writeLockfile(lockPath, lock);
     const text = await fs.readFile(lockPath, 'utf8');

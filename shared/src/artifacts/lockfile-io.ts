@@ -6,6 +6,7 @@ import { stringify as stringifyYaml } from 'yaml';
 import { MurmurError } from '../errors.js';
 import { type LockedArtifact, type MurmurLock, MurmurLockSchema } from '../lockfile.js';
 import { writeFileAtomic } from '../node/atomic.js';
+import { resolvedPath } from '../node/beneath.js';
 import { parseYamlSource } from '../manifest/yaml-source.js';
 
 function describe(error: { issues: Array<{ path: PropertyKey[]; message: string }> }): string {
@@ -51,7 +52,8 @@ export async function writeLockfile(file: string, lock: MurmurLock): Promise<voi
   const valid = parsed.data;
   const text = stringifyYaml(valid, { defaultStringType: 'PLAIN', defaultKeyType: 'PLAIN' });
   try {
-    await writeFileAtomic(file, text, { fsync: true });
+    // Through a symbolic link, the file it points to is replaced, and the link stays one.
+    await writeFileAtomic(resolvedPath(file), text, { fsync: true });
   } catch (error) {
     throw new MurmurError('E-IO-003', `failed to write murmur.lock at ${file}: ${(error as Error).message}`, { path: file });
   }
