@@ -89,7 +89,13 @@ describe('mur run on the stack', () => {
   });
 
   it('stops a ballooning guest at its memory limit with E-RUN-001, and the executor keeps serving', async () => {
-    const balloon = await runProbe('balloon', [{ op: 'balloon', chunkBytes: 1048576, trap: true }]);
+    // A deadline far past what filling 32 MiB takes: on a loaded machine the 2 s one came first.
+    const balloon = await runProbe(
+      'balloon',
+      [{ op: 'balloon', chunkBytes: 1048576, trap: true }],
+      {},
+      probeManifest.replace('deadline_seconds: 2', 'deadline_seconds: 30'),
+    );
     expect(balloon.code).toBe(1);
     expect(balloon.stderr).toContain('error[E-RUN-001]: capsule execution exceeded its configured resource limits');
     expect(balloon.stderr).toContain('capabilities.limits.memory_bytes');

@@ -21,9 +21,16 @@ export const FORGET_SESSION_HEADER = 'x-murmur-forget-session';
 export const FORGET_ASKERS = ['cli', 'a2a'] as const;
 export type ForgetAsker = (typeof FORGET_ASKERS)[number];
 
+/**
+ * A harness's session id, as Claude Code makes and takes them: a UUID. Held to that wherever one
+ * is kept or passed on, since it goes on the harness's command line (`--resume=<id>`), where an id
+ * that began with `-` was read as an option.
+ */
+export const HarnessSessionIdSchema = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, 'must be a UUID');
+
 export const HarnessSessionEntrySchema = z.object({
   type: z.literal(HARNESS_SESSION_TYPE),
-  session_id: z.string().min(1),
+  session_id: HarnessSessionIdSchema,
   harness: z.string(),
   driver: z.string(),
   /** When the context first got a session (ms since the epoch): kept across every later write. */

@@ -6,13 +6,13 @@ import { stderrTail } from '../src/host/harness-loop.js';
 describe("Claude Code's dialect", () => {
   const invocation = { systemPromptFile: '/tmp/h/system-prompt.md', model: 'm', maxTurns: 4, mcpConfigFile: '/tmp/h/mcp.json' };
 
-  it('offers a fresh conversation under --session-id and resumes a known one with --resume, never both', () => {
-    const fresh = claudeCodeArguments({ ...invocation, session: { fresh: 'uuid-1' } });
-    expect(fresh).toContain('--session-id');
-    expect(fresh).not.toContain('--resume');
-    const resumed = claudeCodeArguments({ ...invocation, session: { resume: 'uuid-2' } });
-    expect(resumed.slice(resumed.indexOf('--resume'), resumed.indexOf('--resume') + 2)).toEqual(['--resume', 'uuid-2']);
-    expect(resumed).not.toContain('--session-id');
+  it('offers a fresh conversation under --session-id and resumes a known one with --resume, never both, each joined to its value', () => {
+    const fresh = claudeCodeArguments({ ...invocation, session: { fresh: '0191d6b2-7c4e-7000-8000-000000000001' } });
+    expect(fresh).toContain('--session-id=0191d6b2-7c4e-7000-8000-000000000001');
+    expect(fresh.some((arg) => arg.startsWith('--resume'))).toBe(false);
+    const resumed = claudeCodeArguments({ ...invocation, session: { resume: '0191d6b2-7c4e-7000-8000-000000000002' } });
+    expect(resumed).toContain('--resume=0191d6b2-7c4e-7000-8000-000000000002');
+    expect(resumed.some((arg) => arg.startsWith('--session-id'))).toBe(false);
   });
 
   it("turns the harness's own tools and configuration off and allows only the capsule's MCP server", () => {
@@ -35,7 +35,12 @@ describe("Claude Code's dialect", () => {
   });
 
   it('reads the session a run started, each message, and the result by key, whatever the key order', () => {
-    expect(readClaudeCodeLine('{"type":"system","subtype":"init","session_id":"s-1"}')).toEqual({ kind: 'started', sessionId: 's-1' });
+    expect(readClaudeCodeLine('{"type":"system","subtype":"init","session_id":"0191d6b2-7c4e-7000-8000-000000000001"}')).toEqual({
+      kind: 'started',
+      sessionId: '0191d6b2-7c4e-7000-8000-000000000001',
+    });
+    // An id that is no UUID is not taken: it would go back on the command line to resume.
+    expect(readClaudeCodeLine('{"type":"system","subtype":"init","session_id":"--settings=/tmp/x"}')).toEqual({ kind: 'other' });
     expect(readClaudeCodeLine('{"type":"system","subtype":"ui_invalidate"}')).toEqual({ kind: 'other' });
     expect(
       readClaudeCodeLine(
@@ -44,9 +49,17 @@ describe("Claude Code's dialect", () => {
     ).toEqual({ kind: 'message', id: 'm1', blocks: [{ type: 'text', text: 'hi' }], usage: { inputTokens: 5, outputTokens: 1 } });
     expect(
       readClaudeCodeLine(
-        '{"is_error":true,"subtype":"success","result":"API Error: 401","session_id":"s-1","type":"result","num_turns":1,"usage":{"input_tokens":0}}',
+        '{"is_error":true,"subtype":"success","result":"API Error: 401","session_id":"0191d6b2-7c4e-7000-8000-000000000001","type":"result","num_turns":1,"usage":{"input_tokens":0}}',
       ),
-    ).toEqual({ kind: 'result', isError: true, text: 'API Error: 401', errors: [], sessionId: 's-1', usage: { inputTokens: 0, outputTokens: 0 }, turns: 1 });
+    ).toEqual({
+      kind: 'result',
+      isError: true,
+      text: 'API Error: 401',
+      errors: [],
+      sessionId: '0191d6b2-7c4e-7000-8000-000000000001',
+      usage: { inputTokens: 0, outputTokens: 0 },
+      turns: 1,
+    });
     expect(readClaudeCodeLine('not json')).toEqual({ kind: 'other' });
   });
 

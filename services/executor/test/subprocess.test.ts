@@ -81,6 +81,34 @@ describe('a shell call', () => {
     expect(logged.endsWith('Stderr:\ndone\n\n')).toBe(true);
   });
 
+  it('reads a harness line by line however its output is cut, passes over a line longer than any it reads, and keeps a last line without a newline', async () => {
+    const lines: string[] = [];
+    // Lines cut mid-way and mid-character by the pauses; then 40 MiB without a newline, then two more.
+    const script = [
+      'printf \'{"a":1}\\n{"b":\'',
+      'sleep 0.05',
+      "printf '2}\\n\\303'",
+      'sleep 0.05',
+      "printf '\\251t\\351\\n'",
+      "head -c 41943040 /dev/zero | tr '\\0' x",
+      "printf '\\nafter\\nlast'",
+    ].join('; ');
+    const exit = await runHarness(
+      context(30_000),
+      '/bin/sh',
+      ['-c', script],
+      { PATH: '/usr/bin:/bin' },
+      {
+        input: '',
+        deadlineMs: 30_000,
+        onLine: (line) => lines.push(line.length > 100 ? `${line.length} characters` : line),
+        signal: new AbortController().signal,
+      },
+    );
+    expect(exit.exitCode, exit.stderr).toBe(0);
+    expect(lines).toEqual(['{"a":1}', '{"b":2}', '\u00e9t\ufffd', 'after', 'last']);
+  });
+
   it('reports a harness that exits without reading a task larger than a pipe as its exit, never as a broken pipe that ends the host', async () => {
     const lines: string[] = [];
     const exit = await runHarness(

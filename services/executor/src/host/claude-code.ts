@@ -1,3 +1,4 @@
+import { HarnessSessionIdSchema } from '@murmur/shared';
 import { TOOL_SERVER_NAME } from './tool-server.js';
 
 /**
@@ -41,7 +42,8 @@ export function claudeCodeArguments(run: HarnessInvocation): string[] {
     '--output-format',
     'stream-json',
     '--verbose',
-    ...('resume' in run.session ? ['--resume', run.session.resume] : ['--session-id', run.session.fresh]),
+    // Joined to its flag: a value of its own is never read as another option, whatever it holds.
+    ...('resume' in run.session ? [`--resume=${run.session.resume}`] : [`--session-id=${run.session.fresh}`]),
     ...(run.model ? ['--model', run.model] : []),
     '--max-turns',
     String(run.maxTurns),
@@ -121,7 +123,8 @@ export function readClaudeCodeLine(line: string): HarnessLine {
   }
   if (value === null || typeof value !== 'object') return { kind: 'other' };
   const record = value as Record<string, unknown>;
-  const sessionId = typeof record.session_id === 'string' && record.session_id !== '' ? record.session_id : undefined;
+  // An id that is no UUID is not kept: it would be passed back on the command line to resume.
+  const sessionId = HarnessSessionIdSchema.safeParse(record.session_id).success ? (record.session_id as string) : undefined;
   if (record.type === 'system' && record.subtype === 'init' && sessionId) return { kind: 'started', sessionId };
   if (record.type === 'assistant' && record.message && typeof record.message === 'object') {
     const message = record.message as Record<string, unknown>;

@@ -97,9 +97,6 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   const known = contextId === undefined ? undefined : await run.sessions.get(contextId);
   const offered = known ?? randomUUID();
 
-  // Scratch files of the harness stay in the sandbox's /tmp, in a directory of their own.
-  const scratch = path.join('/tmp', `harness-${process.pid}`);
-  mkdirSync(scratch, { recursive: true, mode: 0o700 });
   // A context kept for this session alone (its task came under the session's own token) keeps its
   // transcript in this session's home, never the record's: the record's harness home is bound into
   // every session of the capsule, where any of them, through its tools, could read or rewrite what
@@ -107,7 +104,6 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   // under `<context>@<session>`), which it can only while its token lives; the transcript stays in
   // the session's workdir, as the rest of the session does.
   const home = task?.sessionScoped ? capsuleHome(start.accessible_workdir) : harness.home;
-  mkdirSync(home, { recursive: true, mode: 0o700 });
 
   let turn = -1;
   let open: { id: string; blocks: HarnessBlock[]; inputTokens: number; outputTokens: number } | undefined;
@@ -195,8 +191,12 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   let given: string | undefined;
   try {
     if (task) registry.progress(task, known ? `resuming harness session ${known}` : 'starting a harness session');
-    // This run's own files, readable by the sandbox's user alone, gone with the run.
-    given = mkdtempSync(path.join(scratch, 'run-'));
+    // This run's own files (and the harness's scratch files), readable by the sandbox's user alone,
+    // gone with the run: a directory made afresh under a name no one chose, so nothing a tool left
+    // in the sandbox's /tmp stands in its way (a fixed name, planted as a file, failed every task after).
+    given = mkdtempSync(path.join('/tmp', 'harness-run-'));
+    mkdirSync(home, { recursive: true, mode: 0o700 });
+    resetHarnessConfig(home);
     const systemPromptFile = path.join(given, 'system-prompt.md');
     const mcpConfigFile = path.join(given, 'mcp.json');
     writeFileSync(systemPromptFile, composeSystemPrompt(start, agent.system_prompt), { mode: 0o600, flag: 'wx' });
@@ -211,7 +211,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
     exit = await host.runHarness(
       harness.binary,
       args,
-      { ...Object.fromEntries(harness.env), ...claudeCodeEnvironment(scratch), HOME: home, USERPROFILE: home },
+      { ...Object.fromEntries(harness.env), ...claudeCodeEnvironment(given), HOME: home, USERPROFILE: home },
       {
         input: readTaskText(start.accessible_workdir),
         deadlineMs: harness.run_cap_ms,
@@ -225,7 +225,12 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
     clearInterval(watch);
     run.serve(undefined);
     closeMessage();
-    if (given !== undefined) rmSync(given, { recursive: true, force: true });
+    // Never a throw from here: a tool may have made the run's files into anything meanwhile.
+    if (given !== undefined) {
+      try {
+        rmSync(given, { recursive: true, force: true });
+      } catch {}
+    }
   }
   await told;
 
@@ -270,4 +275,17 @@ export function stderrTail(stderr: string): string {
   if (Buffer.byteLength(trimmed) <= STDERR_TAIL_BYTES) return trimmed;
   const tail = Buffer.from(trimmed).subarray(-STDERR_TAIL_BYTES).toString('utf8');
   return `…${tail.slice(tail.indexOf('\n') + 1 || 0)}`;
+}
+
+/**
+ * The harness's own configuration in its home (`.claude.json`), made empty before each run,
+ * whatever was there: the home is writable by the capsule's tools, and Claude Code takes the `env`
+ * of that file even under `--bare --restricted` — a tool that wrote `ANTHROPIC_BASE_URL` into it
+ * had every later run send the model key to a host the capsule chose. (Empty, not absent: absent,
+ * Claude Code says so on every run.) The legacy place is removed.
+ */
+function resetHarnessConfig(home: string): void {
+  const config = path.join(home, '.claude.json');
+  for (const file of [config, path.join(home, '.claude', '.config.json')]) rmSync(file, { recursive: true, force: true });
+  writeFileSync(config, '{}\n', { mode: 0o600, flag: 'wx' });
 }

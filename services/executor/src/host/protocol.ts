@@ -3,6 +3,7 @@ import { UPLOAD_PIECE_CHARS } from './request-body.js';
 import {
   CapabilityPolicySchema,
   CapsuleCardSchema,
+  HarnessSessionIdSchema,
   LifecycleSchema,
   MurmurErrorJsonSchema,
   SessionCallSchema,
@@ -337,7 +338,7 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   }),
   /** The harness session a context has (`transport: process`), recorded, replaced or dropped by the executor. */
   z.object({ op: z.literal('harness-session-get'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
-  z.object({ op: z.literal('harness-session-put'), context_id: z.string(), session_id: z.string(), session_scoped: z.literal(true).optional() }),
+  z.object({ op: z.literal('harness-session-put'), context_id: z.string(), session_id: HarnessSessionIdSchema, session_scoped: z.literal(true).optional() }),
   z.object({ op: z.literal('harness-session-forget'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
 ]);
 export type HostRequest = z.infer<typeof HostRequestSchema>;
