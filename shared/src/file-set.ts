@@ -78,10 +78,11 @@ export const FileSetSchema = z.array(SetFileSchema).superRefine((files, context)
     if (seen.has(file.path)) context.addIssue({ code: 'custom', message: `path '${file.path}' appears more than once` });
     seen.add(file.path);
     // Held to an archive's rule: laid out on a disk that folds them, the two are one file.
-    const twin = folded.get(foldedEntryName(file.path));
+    const name = foldedEntryName(file.path);
+    const twin = folded.get(name);
     if (twin !== undefined && twin !== file.path)
       context.addIssue({ code: 'custom', message: `paths '${twin}' and '${file.path}' differ only in case or Unicode form` });
-    folded.set(foldedEntryName(file.path), file.path);
+    folded.set(name, file.path);
     const parts = file.path.split('/');
     for (let depth = 1; depth < parts.length; depth += 1) directories.add(parts.slice(0, depth).join('/'));
   }

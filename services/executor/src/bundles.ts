@@ -2,30 +2,25 @@ import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { BUNDLE_RECORD_FILE, BundleRecordSchema, type FileSet, TRANSPILER_ID, type TranspiledComponent } from '@murmur/shared';
-import { type BlobCache, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
+import { type BlobCache, pathExists, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import { keepGlueCache } from './glue-cache.js';
 import { keepWatchedModule } from './host/grow-watch.js';
 import type { HostComponent } from './host/protocol.js';
+
+/** The digest of a file list, whatever its order: two lists with one digest name the same files with the same contents. */
+function fileListDigest(files: FileSet): string {
+  const listed = [...files]
+    .sort((left, right) => (left.path < right.path ? -1 : left.path > right.path ? 1 : 0))
+    .map((file) => [file.path, file.sha256, file.size, file.executable]);
+  return createHash('sha256').update(JSON.stringify(listed)).digest('hex');
+}
 
 /**
  * The directory a fetched bundle is kept in, beside the stager's under its transpiler: named by
  * the digest of its whole file list, so only a plan that names exactly these files finds them.
  */
 export function fetchedBundleName(files: FileSet): string {
-  const listed = [...files]
-    .sort((left, right) => (left.path < right.path ? -1 : left.path > right.path ? 1 : 0))
-    .map((file) => [file.path, file.sha256, file.size, file.executable]);
-  return `fetched-${createHash('sha256').update(JSON.stringify(listed)).digest('hex')}`;
-}
-
-/** Whether two file lists name the same files with the same contents. */
-function sameFiles(left: FileSet, right: FileSet): boolean {
-  if (left.length !== right.length) return false;
-  const byPath = new Map(left.map((file) => [file.path, file]));
-  return right.every((file) => {
-    const other = byPath.get(file.path);
-    return other !== undefined && other.sha256 === file.sha256 && other.size === file.size && other.executable === file.executable;
-  });
+  return `fetched-${fileListDigest(files)}`;
 }
 
 /**
@@ -46,8 +41,8 @@ function sameFiles(left: FileSet, right: FileSet): boolean {
 export class LocalBundles {
   private readonly pending = new Map<string, Promise<string>>();
   private readonly deriving = new Map<string, Promise<void>>();
-  /** The files a stager's entry at a key holds, by its directory: read once, since it never changes. */
-  private readonly stagerHeld = new Map<string, FileSet>();
+  /** The digest of the files a stager's entry at a key holds, by its directory: read once, since it never changes. */
+  private readonly stagerHeld = new Map<string, string>();
 
   constructor(
     private readonly cacheDir: string,
@@ -63,7 +58,7 @@ export class LocalBundles {
   async local(component: TranspiledComponent, label: string): Promise<HostComponent> {
     const dir = await this.placeOf(component);
     let fetching = this.pending.get(dir);
-    if (!fetching && !(await exists(dir))) {
+    if (!fetching && !(await pathExists(dir))) {
       fetching = this.fetch(component, dir, label).finally(() => this.pending.delete(dir));
       this.pending.set(dir, fetching);
     }
@@ -77,20 +72,19 @@ export class LocalBundles {
   private async placeOf(component: TranspiledComponent): Promise<string> {
     const { key, files } = component.bundle;
     const transpiled = path.join(this.cacheDir, 'transpiled', ...key.split('/'));
-    if (this.stagerHeld.has(transpiled)) {
-      if (sameFiles(this.stagerHeld.get(transpiled) as FileSet, files)) return transpiled;
-    } else {
+    let held = this.stagerHeld.get(transpiled);
+    if (held === undefined) {
       const record = await fs
         .readFile(path.join(transpiled, BUNDLE_RECORD_FILE), 'utf8')
         .then((text) => BundleRecordSchema.safeParse(JSON.parse(text)))
         .catch(() => undefined);
       // Kept once read: a stager's entry is renamed into place whole and never changed after.
       if (record?.success) {
-        this.stagerHeld.set(transpiled, record.data.files);
-        if (sameFiles(record.data.files, files)) return transpiled;
+        held = fileListDigest(record.data.files);
+        this.stagerHeld.set(transpiled, held);
       }
     }
-    return path.join(this.cacheDir, 'transpiled', key.slice(0, key.lastIndexOf('/')), fetchedBundleName(files));
+    return held === fileListDigest(files) ? transpiled : path.join(this.cacheDir, 'transpiled', key.slice(0, key.lastIndexOf('/')), fetchedBundleName(files));
   }
 
   /**
@@ -124,11 +118,4 @@ export class LocalBundles {
     await renameDirectoryIntoPlace(temporary, dir);
     return dir;
   }
-}
-
-async function exists(dir: string): Promise<boolean> {
-  return fs.stat(dir).then(
-    () => true,
-    () => false,
-  );
 }

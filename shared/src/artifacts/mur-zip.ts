@@ -7,6 +7,7 @@ import yauzl from 'yauzl';
 import yazl from 'yazl';
 import { MurmurError } from '../errors.js';
 import { foldedEntryName, normaliseEntryName } from '../file-set.js';
+import { inSlices } from '../node/slices.js';
 import { numberSetting } from '../settings.js';
 
 export { normaliseEntryName } from '../file-set.js';
@@ -15,16 +16,6 @@ const inflateRawAsync = promisify(inflateRaw);
 
 /** Above this, an entry is inflated on the thread pool: a large one (or a bomb) held the event loop, and every other staging with it, for seconds. */
 const INFLATE_IN_THREAD_MAX_BYTES = 1024 * 1024;
-
-/** The CRC-32 of an entry's bytes, 8 MiB at a time with the event loop let go between: one of 500 MiB held it for a quarter of a second. */
-async function crc32Yielding(bytes: Buffer): Promise<number> {
-  let value = 0;
-  for (let offset = 0; offset < bytes.length; offset += 8 * 1024 * 1024) {
-    if (offset > 0) await new Promise((resolve) => setImmediate(resolve));
-    value = crc32(bytes.subarray(offset, offset + 8 * 1024 * 1024), value);
-  }
-  return value;
-}
 
 /**
  * `.mur.zip`: read with every guard up front, written reproducibly.
@@ -273,7 +264,11 @@ export class MurZip {
       throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds ${bytes.length} bytes but its header declares ${entry.declaredSize}`);
     }
     // Bytes changed in place (a bad disk, a cut download patched up) keep their sizes: only the checksum tells.
-    if ((await crc32Yielding(bytes)) !== entry.raw.crc32) {
+    let checksum = 0;
+    await inSlices(bytes, (slice) => {
+      checksum = crc32(slice, checksum);
+    });
+    if (checksum !== entry.raw.crc32) {
       throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' is corrupt: its bytes do not match the CRC-32 its header declares`, {
         hint: 'the archive was damaged after it was built: fetch or copy it again, or rebuild it with mur build',
       });

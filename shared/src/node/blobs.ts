@@ -5,22 +5,7 @@ import type { ObjectStore } from '../bus/objects.js';
 import { MurmurError } from '../errors.js';
 import { BLOB_BUCKET, type SetFile } from '../file-set.js';
 import { removeEmptyParents, temporarySibling } from './atomic.js';
-
-/** How much is hashed between two turns of the event loop. */
-const HASH_SLICE_BYTES = 8 * 1024 * 1024;
-
-/**
- * The sha256 of bytes in hand, a slice at a time with the event loop let go between slices: hashed
- * at once, an archive's 500 MiB payload held it, and every other staging with it, for a second.
- */
-async function digestYielding(bytes: Uint8Array): Promise<string> {
-  const hash = createHash('sha256');
-  for (let offset = 0; offset < bytes.byteLength; offset += HASH_SLICE_BYTES) {
-    if (offset > 0) await new Promise((resolve) => setImmediate(resolve));
-    hash.update(bytes.subarray(offset, offset + HASH_SLICE_BYTES));
-  }
-  return hash.digest('hex');
-}
+import { inSlices } from './slices.js';
 
 /**
  * A machine's local cache of blobs — bytes named by their sha256 — in front of the bus's object
@@ -84,7 +69,9 @@ export class BlobCache {
 
   /** Takes bytes in hand into the cache under their digest (computed here). */
   async adoptBytes(bytes: Uint8Array, created?: CreatedEntries): Promise<{ sha256: string; path: string }> {
-    const sha256 = await digestYielding(bytes);
+    const hash = createHash('sha256');
+    await inSlices(bytes, (slice) => hash.update(slice));
+    const sha256 = hash.digest('hex');
     const target = this.pathOf(sha256);
     await this.use(target, created);
     if (!(await this.hasLocal(sha256))) {

@@ -1,6 +1,7 @@
 // Light Node helpers any process may load. What only a service process needs (its logger, its
 // HTTP server, its life cycle) is `@murmur/shared/service`, so `mur` does not pay for it.
 export * from './atomic.js';
+export * from './slices.js';
 export * from './cache-leftovers.js';
 export * from './beneath.js';
 export * from './home.js';
