@@ -14,6 +14,8 @@ export interface NumberSetting {
   fractional?: boolean;
   /** Whether 0 is allowed (a pool of none); otherwise the number must be above 0. */
   zero?: boolean;
+  /** The most it may be, and why (`the executor's 64 MiB backlog to a host`). */
+  most?: { value: number; because: string };
 }
 
 /** The longest delay a node timer holds: past it, it fires at once (with only a warning). */
@@ -37,6 +39,15 @@ export function numberSetting(env: Environment, name: string, fallback: number |
   const value = Number(raw);
   const wellFormed = setting.fractional ? /^\d+(\.\d+)?$/.test(raw) : /^\d+$/.test(raw);
   if (wellFormed && Number.isFinite(value) && (setting.fractional || Number.isSafeInteger(value)) && (value > 0 || (setting.zero && value === 0))) {
+    if (setting.most && value > setting.most.value)
+      throw new MurmurError(
+        'E-CFG-003',
+        `invalid ${name}: '${raw}' ${setting.unit} is more than ${setting.most.because} allows (at most ${setting.most.value})`,
+        {
+          path: name,
+          hint: `give at most ${setting.most.value} ${setting.unit}${fallback === undefined ? ', or leave it unset' : `, or leave it unset for ${fallback}`}`,
+        },
+      );
     const longest = LONGEST_TIMER[setting.unit];
     if (longest !== undefined && value > longest)
       throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' ${setting.unit} is longer than a timer can hold (at most ${longest}, about 24 days)`, {

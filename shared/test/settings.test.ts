@@ -43,4 +43,13 @@ describe('a number read from the environment', () => {
     expect(numberSetting({ MURMUR_X_SECS: '2147483' }, 'MURMUR_X_SECS', 30, seconds)).toBe(2147483);
     expect(refusalOf(() => numberSetting({ MURMUR_X_SECS: '2147483.9' }, 'MURMUR_X_SECS', 30, seconds)).code).toBe('E-CFG-003');
   });
+
+  it('is refused above the most a setting may be, saying what sets that bound', () => {
+    const bytes = { unit: 'bytes', most: { value: 1024, because: 'one answer to a capsule host' } };
+    expect(numberSetting({ MURMUR_X_BYTES: '1024' }, 'MURMUR_X_BYTES', 512, bytes)).toBe(1024);
+    const error = refusalOf(() => numberSetting({ MURMUR_X_BYTES: '1025' }, 'MURMUR_X_BYTES', 512, bytes));
+    expect(error.code).toBe('E-CFG-003');
+    expect(error.message).toBe("invalid MURMUR_X_BYTES: '1025' bytes is more than one answer to a capsule host allows (at most 1024)");
+    expect(error.hint).toBe('give at most 1024 bytes, or leave it unset for 512');
+  });
 });

@@ -41,14 +41,14 @@ export interface AgentLaunchInput {
   /** `mur run --system-prompt`: replaces every manifest source; empty clears the prompt. */
   systemPromptOverride?: string | undefined;
   idleTimeoutMs: number;
-  /** `transport: process`: the home the harness keeps its sessions in (the conversation record's, or the session's own). */
-  harnessHome: string;
   /** `mur run --forget-session`: the context whose harness session its first task drops. */
   forgetContext?: string | undefined;
   /** The runtime's `MURMUR_*` identity values, applied last. */
   runtimeEnv: Record<string, string>;
   /** The cap on one harness run (`transport: process`; the executor's `MURMUR_HARNESS_RUN_CAP_SECS`). */
   harnessRunCapMs: number;
+  /** The largest harness transcript kept for a context (the executor's `MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES`). */
+  harnessTranscriptMaxBytes: number;
 }
 
 export interface AgentLaunch {
@@ -212,7 +212,7 @@ function harnessSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolv
       dialect: located.dialect,
       command,
       binary: located.binary,
-      home: input.harnessHome,
+      transcript_limit_bytes: input.harnessTranscriptMaxBytes,
       env: input.plan.policy.env_allow.flatMap((name): Array<[string, string]> => (input.env[name] !== undefined ? [[name, input.env[name] as string]] : [])),
       ...(input.forgetContext !== undefined ? { forget_context: input.forgetContext } : {}),
       run_cap_ms: input.harnessRunCapMs,

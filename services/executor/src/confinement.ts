@@ -52,8 +52,6 @@ export interface ConfinementInput {
   /** The accessible workdir and the directory the sandbox sees as `/tmp`. */
   workdir: string;
   tmp: string;
-  /** Directories beyond the workdir a subprocess writes with the workdir's rights (a harness's home). */
-  writable?: string[];
   /**
    * Mount points bubblewrap made inside the workdir (the session's records, `recordBinds`): each a
    * mount of its own, which the workdir's `noexec` does not reach.
@@ -95,10 +93,10 @@ export function confinementSpec(input: ConfinementInput): string {
   // Nothing written in the workdir runs, not even through the dynamic loader, unless the capsule
   // was granted that (`workdir_exec`, which caps its posture at advisory).
   // The mounts themselves: the workdir's, `/tmp` (where its `.capsule-tmp` is bound, or a pooled
-  // sandbox's tmpfs), each writable directory's, each mount inside the workdir: a delegated child's
+  // sandbox's tmpfs), each mount inside the workdir: a delegated child's
   // files are no more the parent's to run than its own.
   if (!policy.workdir_exec) {
-    for (const dir of unique([input.workdir, '/tmp', ...(input.writable ?? []), ...(input.workdirMounts ?? [])])) lines.push(`noexec ${dir}`);
+    for (const dir of unique([input.workdir, '/tmp', ...(input.workdirMounts ?? [])])) lines.push(`noexec ${dir}`);
   }
   lines.push('drop', `landlock ${LANDLOCK_ABI}`);
   for (const readable of unique(input.readable)) lines.push(`allow rd ${readable}`);
@@ -108,7 +106,6 @@ export function confinementSpec(input: ConfinementInput): string {
   for (const grant of policy.staged_runtime) lines.push(`allow rxd ${grant.source_path}`);
   const workRights = `rwdm${policy.workdir_exec ? 'x' : ''}${policy.unix_sockets ? 's' : ''}`;
   lines.push(`require ${workRights} ${input.workdir}`, `require ${workRights} ${input.tmp}`);
-  for (const dir of unique(input.writable ?? [])) lines.push(`require ${workRights} ${dir}`);
   for (const device of DEVICE_RULES) lines.push(`allow ${device.rights} ${device.path}`);
   for (const fd of input.keep) lines.push(`keep ${fd}`);
   lines.push(`seccomp ${input.seccompFd}`);
@@ -121,13 +118,13 @@ export function confinementSpec(input: ConfinementInput): string {
  * tool `shell.allow` admits (`find -exec`, `xargs`, a shell) cannot run the host's node on a
  * script it wrote, which would be any program at all.
  */
-export function toolExecuteGrants(input: Pick<ConfinementInput, 'policy' | 'workdir' | 'tmp' | 'writable'> & { toolFiles: string[] }): string[] {
+export function toolExecuteGrants(input: Pick<ConfinementInput, 'policy' | 'workdir' | 'tmp'> & { toolFiles: string[] }): string[] {
   const { policy } = input;
   return unique([
     ...input.toolFiles,
     ...runtimeTrees(policy),
     // `workdir_exec`: what the capsule builds or brings into its workdir runs (`make && ./a.out`).
-    ...(policy.workdir_exec ? [input.workdir, input.tmp, ...(input.writable ?? [])] : []),
+    ...(policy.workdir_exec ? [input.workdir, input.tmp] : []),
   ]);
 }
 
@@ -155,7 +152,6 @@ function refuseBrokenPaths(input: ConfinementInput): void {
   const paths = [
     input.workdir,
     input.tmp,
-    ...(input.writable ?? []),
     ...(input.workdirMounts ?? []),
     ...input.readable,
     ...input.executables,

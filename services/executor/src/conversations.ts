@@ -73,7 +73,7 @@ export class ConversationRecords {
   }
 
   /**
-   * Makes `<record>/<name>` (a context's directory, or the harness's home) and returns it, each
+   * Makes `<record>/<name>` (a context's directory) and returns it, each
    * level held at 0700 whatever made it first: `conversations/`, the record, `name`. Undefined
    * when the capsule keeps no record.
    */

@@ -1,12 +1,14 @@
-import { promises as fs } from 'node:fs';
-import { HARNESS_SESSION_FILE, HARNESS_SESSION_TYPE, type HarnessSessionEntry, HarnessSessionEntrySchema } from '@murmur/shared';
+import { constants, promises as fs } from 'node:fs';
+import path from 'node:path';
+import { HARNESS_SESSION_FILE, HARNESS_SESSION_TYPE, type HarnessSessionEntry, HarnessSessionEntrySchema, HarnessSessionIdSchema } from '@murmur/shared';
 import { writeFileAtomic } from '@murmur/shared/node';
 import { type ConversationRecords, FILE_MODE } from './conversations.js';
 import { rememberBounded } from './bounded-map.js';
 
 /**
  * What one launch knows of the harness sessions of the contexts it serves (`seeds/harness_session.rs`):
- * `<record>/<context-id>/harness-session.json` on disk, and what this launch has already seen.
+ * `<record>/<context-id>/harness-session.json` on disk, and what this launch has already seen; and
+ * the session's transcript beside it, `harness-<session-id>.jsonl`.
  *
  * - The in-memory half wins over the file: a task just answered is remembered even where nothing
  *   could be written, and it is what threads the tasks of one life of a capsule that keeps no file
@@ -23,6 +25,8 @@ export class HarnessSessions {
     private readonly records: ConversationRecords,
     /** Written for a person reading the directory: the dialect, and the command that ran it. */
     private readonly names: { harness: string; driver: string },
+    /** The largest transcript kept (`MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES`). */
+    readonly transcriptLimitBytes = HARNESS_TRANSCRIPT_LIMIT_BYTES,
   ) {}
 
   /** Whether the context has a session on disk (what `mur run --resume` asks before anything runs). */
@@ -67,6 +71,7 @@ export class HarnessSessions {
   async forget(contextId: string): Promise<string | undefined> {
     const dropped = await this.get(contextId);
     this.seen.delete(contextId);
+    await this.dropTranscripts(contextId);
     const file = this.records.fileIn(contextId, HARNESS_SESSION_FILE);
     if (file !== undefined) {
       try {
@@ -79,6 +84,120 @@ export class HarnessSessions {
     }
     return dropped;
   }
+
+  /**
+   * The transcript of `sessionId` kept for the context, or undefined when none is (none written
+   * yet, the record off, one over the limit). A transcript kept where this runtime used to keep
+   * them (`<record>/.harness-home`) is read from there until the context's next run saves it here.
+   */
+  async transcript(contextId: string, sessionId: string): Promise<Buffer | undefined> {
+    if (!HarnessSessionIdSchema.safeParse(sessionId).success) return undefined;
+    const file = this.records.fileIn(contextId, transcriptName(sessionId));
+    if (file === undefined) return undefined;
+    const kept = await this.readTranscript(file, contextId);
+    if (kept !== undefined) return kept;
+    const earlier = await this.earlierTranscript(sessionId);
+    return earlier === undefined ? undefined : await this.readTranscript(earlier, contextId);
+  }
+
+  /**
+   * Keeps what a run left of the context's session, replacing the context's earlier transcripts;
+   * false when nothing could be kept (the record off, a home that cannot be written), and the host
+   * keeps it in the session's home for as long as the session lives.
+   */
+  async keepTranscript(contextId: string, sessionId: string, transcript: Buffer): Promise<boolean> {
+    const file = HarnessSessionIdSchema.safeParse(sessionId).success ? this.records.fileIn(contextId, transcriptName(sessionId)) : undefined;
+    if (file === undefined) return false;
+    try {
+      await this.records.ensureRecordDir(contextId);
+      await writeFileAtomic(file, transcript, { mode: FILE_MODE });
+    } catch (error) {
+      this.records.reportOnce(
+        `[harness-session] the transcript of context '${contextId}' could not be written to ${file} (${(error as NodeJS.ErrnoException).code ?? String(error)}); this conversation can be resumed only until this capsule stops`,
+      );
+      return false;
+    }
+    await this.dropTranscripts(contextId, path.basename(file));
+    return true;
+  }
+
+  /**
+   * A run left a transcript too large to keep: the context's earlier one is dropped with it, so a
+   * later session that resumes the context is told the harness no longer knows its session,
+   * rather than resume a conversation with its last turns missing.
+   */
+  async refuseTranscript(contextId: string, bytes: number): Promise<void> {
+    this.records.reportOnce(
+      `[harness-session] the transcript of context '${contextId}' is ${bytes} bytes, more than the ${this.transcriptLimitBytes} an executor keeps (MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES); it can be resumed only until this capsule stops (after that, start anew with mur run --forget-session)`,
+    );
+    await this.dropTranscripts(contextId);
+  }
+
+  /** Removes the context's transcripts but `keep`. */
+  private async dropTranscripts(contextId: string, keep?: string): Promise<void> {
+    const anyFile = this.records.fileIn(contextId, HARNESS_SESSION_FILE);
+    if (anyFile === undefined) return;
+    const dir = path.dirname(anyFile);
+    const names = await fs.readdir(dir).catch(() => [] as string[]);
+    for (const name of names) if (name !== keep && TRANSCRIPT_NAME.test(name)) await fs.rm(path.join(dir, name), { force: true }).catch(() => {});
+  }
+
+  /** A regular file of at most the limit, read through no link at its end; undefined when it is not one. */
+  private async readTranscript(file: string, contextId: string): Promise<Buffer | undefined> {
+    let handle: fs.FileHandle;
+    try {
+      handle = await fs.open(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+    } catch {
+      return undefined;
+    }
+    try {
+      const stat = await handle.stat();
+      if (!stat.isFile()) return undefined;
+      if (stat.size > this.transcriptLimitBytes) {
+        this.records.reportOnce(
+          `[harness-session] the transcript of context '${contextId}' at ${file} is ${stat.size} bytes, more than the ${this.transcriptLimitBytes} an executor keeps (MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES); it was not resumed`,
+        );
+        return undefined;
+      }
+      return await handle.readFile();
+    } catch {
+      return undefined;
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /**
+   * `<record>/.harness-home/.claude/projects/<any>/<session-id>.jsonl`, where this runtime kept a
+   * record's transcripts before. That home was writable by every session of the record, so what
+   * is found there is taken only when it really lies inside it, not through a link out of it.
+   */
+  private async earlierTranscript(sessionId: string): Promise<string | undefined> {
+    const record = this.records.recordDir;
+    if (record === undefined) return undefined;
+    try {
+      const home = await fs.realpath(path.join(record, EARLIER_HOME));
+      const projects = path.join(home, '.claude', 'projects');
+      for (const project of await fs.readdir(projects)) {
+        const candidate = path.join(projects, project, `${sessionId}.jsonl`);
+        const real = await fs.realpath(candidate).catch(() => undefined);
+        if (real === candidate) return candidate;
+      }
+    } catch {}
+    return undefined;
+  }
+}
+
+/** The largest transcript an executor keeps by default: twice a conversation record's 8 MiB. */
+export const HARNESS_TRANSCRIPT_LIMIT_BYTES = 16 * 1024 * 1024;
+
+/** Where this runtime kept a record's harness transcripts before: the harness's home, under the record. */
+const EARLIER_HOME = '.harness-home';
+
+const TRANSCRIPT_NAME = /^harness-[0-9a-f-]{36}\.jsonl$/i;
+
+function transcriptName(sessionId: string): string {
+  return `harness-${sessionId.toLowerCase()}.jsonl`;
 }
 
 async function readEntry(file: string): Promise<HarnessSessionEntry | undefined> {

@@ -70,11 +70,10 @@ export interface HostSandboxInput {
   /** The subprocess PATH, where the shell allowlist is looked up. */
   subprocessPath: string;
   /**
-   * `transport: process`: the harness binary (made executable, its directory readable) and the
-   * home it keeps its sessions in beyond this session (bound writable; absent when it lives in
-   * the workdir).
+   * `transport: process`: the harness binary (made executable, its directory readable). Its home
+   * is the session's own, in the workdir: nothing beyond the workdir is writable.
    */
-  harness?: { binary: string; home: string | undefined } | undefined;
+  harness?: { binary: string } | undefined;
   /**
    * A pooled sandbox (`host-pool.ts`): sealed before its session is known, with `workdir` the
    * directory its session's workdir will be mounted in. The helper holds at `ATTACH_FD` until the
@@ -225,7 +224,6 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   for (const grant of policy.staged_runtime) if (!isSystemPath(grant.source_path)) data.add(grant.source_path);
   const harness = input.harness;
   if (harness && !isSystemPath(harness.binary)) data.add(path.dirname(harness.binary));
-  const writable = harness?.home ? [harness.home] : [];
   const pipes: Array<string | Buffer> = SANDBOX_FILES.map((file) => file.content);
   // A fresh sandbox binds its workdir and /tmp by descriptor, opened and checked now (a pooled
   // one is given its workdir by its helper, which mounts what the executor names at attach time).
@@ -244,7 +242,6 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     code: [input.codeRoot],
     hidden: [...new Set([...input.hidden, ...code.hidden])],
     data: [...data],
-    writable,
     tmp,
     ...(pooled ? { attachLater: { source: path.dirname(input.workdir), staging: ATTACH_STAGING } } : {}),
   };
@@ -278,7 +275,6 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     network,
     workdir: input.workdir,
     tmp,
-    writable,
     workdirMounts: records.map((record) => record.path),
     readable,
     executables,
@@ -321,7 +317,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     start: {
       helper: confine.helper,
       tool_cgroup_fds: cgroupFds.map((_, index) => FIRST_CGROUP_FD + index),
-      tool_executables: toolExecuteGrants({ policy, toolFiles, workdir: input.workdir, tmp, writable }),
+      tool_executables: toolExecuteGrants({ policy, toolFiles, workdir: input.workdir, tmp }),
       dns: network.dns,
       listeners: network.listeners.map((listener) => listener.fd),
     },

@@ -82,8 +82,6 @@ export interface SandboxLayout {
   hidden: string[];
   /** Data the host reads (transpiled components, extracted payloads), bound read-only after `hidden`. */
   data: string[];
-  /** Directories bound writable beside the workdir (a harness's home); none by default. */
-  writable?: string[];
   /** The directory the sandbox sees as `/tmp`: inside the workdir, so it counts as the workdir. */
   tmp: string;
   /**
@@ -297,7 +295,6 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   // a chosen workdir's session directory: the guest reads its trace, and cannot rewrite, cut or
   // remove it, nor move it aside (a mount point is not unlinked or renamed).
   for (const record of layout.pinned?.records ?? []) args.push(record.writable ? '--bind-fd' : '--ro-bind-fd', String(record.fd), record.path);
-  for (const dir of layout.writable ?? []) if (existsSync(dir)) args.push('--bind', dir, dir);
   for (const dir of hidden) args.push('--remount-ro', dir);
   if (layout.attachLater) args.push('--remount-ro', '/tmp');
   // Last, so every mount point above exists: the composed root itself is read-only. What is

@@ -84,7 +84,6 @@ import {
 } from './host/protocol.js';
 import { ConversationRecords, contextKey } from './conversations.js';
 import { HarnessSessions } from './harness-sessions.js';
-import { capsuleHome } from './host/subprocess.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, type RecordsOutsideSandbox, TraceWriter } from './records.js';
 import { fitEventForBus } from './event-fit.js';
@@ -204,6 +203,8 @@ const RECORD_OPS: ReadonlySet<string> = new Set([
   'harness-session-get',
   'harness-session-put',
   'harness-session-forget',
+  'harness-transcript-load',
+  'harness-transcript-save',
 ]);
 const RECORD_REQUESTS_HELD = 8;
 
@@ -286,6 +287,8 @@ export class Session {
   private awaitedResponses = 0;
   /** Request bodies sent ahead of their requests, in pieces (`http-upload`). */
   private readonly requestUploads = new RequestUploads();
+  /** The pieces of a harness transcript the host sends ahead of its `harness-transcript-save`. */
+  private readonly transcriptUploads: RequestUploads;
   private trace!: TraceWriter;
   private telemetry: SessionTelemetry | undefined;
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
@@ -297,8 +300,6 @@ export class Session {
   private recordsOutside!: RecordsOutsideSandbox;
   private conversations: ConversationRecords | undefined;
   private harnessSessions: HarnessSessions | undefined;
-  /** `transport: process`: the harness's home, bound writable into the sandbox beside the workdir. */
-  private harnessHomeDir: string | undefined;
   private result: (HostToExecutor & { type: 'result' }) | undefined;
   private hardLimit: NodeJS.Timeout | undefined;
   private killedFor: WireError | undefined;
@@ -359,6 +360,9 @@ export class Session {
   ) {
     this.id = request.session_id;
     this.ended = new Promise((resolve) => (this.resolveEnded = resolve));
+    // One transcript at a time: a session's harness runs one task after another.
+    const transcriptMax = environment.settings.harnessTranscriptMaxBytes;
+    this.transcriptUploads = new RequestUploads(transcriptMax, transcriptMax);
   }
 
   get plan() {
@@ -559,7 +563,9 @@ export class Session {
       // On transport: process the harness holds the conversation; the runtime keeps only its session id.
       this.conversations = plan.lifecycle.conversation === 'threaded' && !process ? records : undefined;
       const command = plan.capsule.manifest.inference?.command ?? '';
-      this.harnessSessions = process ? new HarnessSessions(records, { harness: 'claude-code', driver: command }) : undefined;
+      this.harnessSessions = process
+        ? new HarnessSessions(records, { harness: 'claude-code', driver: command }, this.environment.settings.harnessTranscriptMaxBytes)
+        : undefined;
       const contextId = this.request.context_id;
       if (contextId !== undefined && this.request.resume) {
         const recorded = this.harnessSessions ? await this.harnessSessions.recorded(contextId) : await this.conversations?.exists(contextId);
@@ -586,10 +592,10 @@ export class Session {
         systemPromptOverride: this.request.system_prompt,
         ...(this.request.eval_case ? { evalCase: this.request.eval_case } : {}),
         idleTimeoutMs: (this.request.a2a_timeout_secs ?? 30) * 1000,
-        harnessHome: process ? await this.harnessHome(records, paths.accessible) : '',
         ...(this.request.forget_session && contextId !== undefined ? { forgetContext: contextId } : {}),
         runtimeEnv,
         harnessRunCapMs: this.environment.settings.harnessRunCapMs,
+        harnessTranscriptMaxBytes: this.environment.settings.harnessTranscriptMaxBytes,
       });
       agent = { ...launch.agent, ...(contextId !== undefined ? { context_id: contextId } : {}) };
       guestEnv = launch.guestEnv;
@@ -926,7 +932,7 @@ export class Session {
       hostEntry: this.environment.hostEntry ?? HOST_ENTRY,
       cgroup: this.cgroup,
       subprocessPath: start.subprocess_env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
-      ...(start.agent?.harness ? { harness: { binary: start.agent.harness.binary, home: this.harnessHomeDir } } : {}),
+      ...(start.agent?.harness ? { harness: { binary: start.agent.harness.binary } } : {}),
     });
     if (sandbox.start) start.sandbox = sandbox.start;
     if (sandbox.network) this.serveNetwork(sandbox.network);
@@ -1401,6 +1407,12 @@ export class Session {
         await this.harnessSessions?.put(key, request.session_id);
         value = null;
       } else if (request.op === 'harness-session-forget') value = (await this.harnessSessions?.forget(this.contextKeyOf(request))) ?? null;
+      else if (request.op === 'harness-transcript-load')
+        value = (await this.harnessSessions?.transcript(this.contextKeyOf(request), request.session_id))?.toString('base64') ?? null;
+      else if (request.op === 'harness-transcript-upload') {
+        this.transcriptUploads.add(request.upload, request.chunk_base64);
+        value = null;
+      } else if (request.op === 'harness-transcript-save') value = { kept: await this.keepTranscript(request) };
       else if (request.op === 'conversation-load') value = (await this.conversations?.load(this.contextKeyOf(request))) ?? [];
       else if (request.op === 'conversation-save') {
         const key = this.claimContext(request);
@@ -1445,6 +1457,32 @@ export class Session {
       );
     this.contextsWritten.add(key);
     return key;
+  }
+
+  /**
+   * A host's `harness-transcript-save`: what a run left of a context's harness session, kept in
+   * the context's record (`HarnessSessions.keepTranscript`), or, larger than the executor keeps,
+   * dropped with what the record held. Whether it was kept: when not, the host keeps it in the
+   * session's home, where it lasts as long as the session.
+   */
+  private async keepTranscript(request: {
+    context_id: string;
+    session_id: string;
+    upload?: number | undefined;
+    oversized_bytes?: number | undefined;
+  }): Promise<boolean> {
+    // Taken first, whatever follows: a refused save must not leave its pieces held.
+    const taken = request.upload === undefined ? { body: Buffer.alloc(0) } : this.transcriptUploads.take(request.upload);
+    const sessions = this.harnessSessions;
+    if (!sessions) return false;
+    if ('refused' in taken) throw new Error(taken.refused);
+    const key = this.claimContext(request);
+    if (key === '') return false;
+    if (request.oversized_bytes !== undefined) {
+      await sessions.refuseTranscript(key, request.oversized_bytes);
+      return false;
+    }
+    return sessions.keepTranscript(key, request.session_id, taken.body);
   }
 
   /** The name the host's context is kept under: apart, for this session alone, when its task came under the session's own token. */
@@ -1565,6 +1603,7 @@ export class Session {
     this.network?.close();
     this.responseBodies.releaseAll();
     this.requestUploads.clear();
+    this.transcriptUploads.clear();
     this.rpcSubscription?.unsubscribe();
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
     this.pendingRpc.clear();
@@ -1743,24 +1782,6 @@ export class Session {
   private withoutResult(what: string): string {
     const heard = this.link?.heard ?? { frames: 0, lastTypes: [], closed: true };
     return `[host] ${what}: ${heard.frames} message${heard.frames === 1 ? '' : 's'} read from it${heard.lastTypes.length ? ` (the last: ${heard.lastTypes.join(', ')})` : ''}; its channel ${heard.closed ? 'had closed' : `was still open ${LAST_FRAMES_WAIT_MS / 1000} s after its exit`}`;
-  }
-
-  /**
-   * Where the harness keeps its sessions: `<record>/.harness-home` (0700), shared by every context
-   * of the record so a later launch can `--resume` what an earlier one started — no context id can
-   * name it, since ids that begin with a dot are refused. A capsule that keeps no record, or a
-   * home that cannot be made, gets the session's own `.capsule-home`: its harness then remembers
-   * only as long as this session lives, which is reported once.
-   */
-  private async harnessHome(records: ConversationRecords, accessible: string): Promise<string> {
-    try {
-      this.harnessHomeDir = await records.ensureRecordDir('.harness-home');
-    } catch (error) {
-      records.reportOnce(
-        `[harness-session] the harness home under ${records.recordDir} could not be made (${(error as NodeJS.ErrnoException).code ?? String(error)}); this capsule's harness sessions last only as long as it runs`,
-      );
-    }
-    return this.harnessHomeDir ?? capsuleHome(accessible);
   }
 
   /** A line the executor itself has for the person who launched the session: on their stderr, as the capsule's own. */

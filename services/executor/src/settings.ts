@@ -1,4 +1,5 @@
 import { numberSetting } from '@murmur/shared';
+import { HARNESS_TRANSCRIPT_LIMIT_BYTES } from './harness-sessions.js';
 
 /**
  * The executor's numbers from its environment, read once when it starts: a malformed one refuses
@@ -16,6 +17,8 @@ export interface ExecutorSettings {
   workdirCheckMs: number;
   /** The cap on one harness run (`MURMUR_HARNESS_RUN_CAP_SECS`, upstream's 10 minutes). */
   harnessRunCapMs: number;
+  /** The largest harness transcript kept for a context (`MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES`, 16 MiB; at most 32 MiB, which a host is sent whole). */
+  harnessTranscriptMaxBytes: number;
   /** How many delegations deep a child may run below the session a person or client launched (`MURMUR_DELEGATION_MAX_DEPTH`, 4; 0: none may delegate). */
   delegationMaxDepth: number;
   /** How many delegated sessions one delegation tree may have running at once, its root not counted (`MURMUR_DELEGATION_MAX_TREE`, 16). */
@@ -31,6 +34,10 @@ export function executorSettings(env: NodeJS.ProcessEnv): ExecutorSettings {
     delegationDeadlineSecs: numberSetting(env, 'MURMUR_DELEGATION_DEADLINE_SECS', 600, seconds),
     workdirCheckMs: numberSetting(env, 'MURMUR_WORKDIR_CHECK_MS', 10_000, ms),
     harnessRunCapMs: Math.round(numberSetting(env, 'MURMUR_HARNESS_RUN_CAP_SECS', 600, seconds) * 1000),
+    harnessTranscriptMaxBytes: numberSetting(env, 'MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES', HARNESS_TRANSCRIPT_LIMIT_BYTES, {
+      unit: 'bytes',
+      most: { value: 32 * 1024 * 1024, because: 'one answer to a capsule host' },
+    }),
     delegationMaxDepth: numberSetting(env, 'MURMUR_DELEGATION_MAX_DEPTH', 4, { unit: 'delegations', zero: true }),
     delegationMaxTree: numberSetting(env, 'MURMUR_DELEGATION_MAX_TREE', 16, { unit: 'sessions', zero: true }),
   };

@@ -22,6 +22,7 @@ import type { AgentStart, StartMessage } from './protocol.js';
 import { CANCELED_BY_REQUEST, type Task, TaskRegistry, fitTaskView } from './task-registry.js';
 import { callTool } from './tool-call.js';
 import { agentTools } from './tool-inventory.js';
+import { uploadPieces } from './request-body.js';
 import { writeToolManifests } from './tool-manifests.js';
 import { ToolServer } from './tool-server.js';
 
@@ -60,6 +61,8 @@ export class AgentSession {
   /** `transport: process`: the MCP server the harness reaches the capsule's tools through, and the task its calls serve. */
   private toolServer: ToolServer | undefined;
   private harnessScene: HarnessScene | undefined;
+  /** The last id a harness transcript's upload was sent under. */
+  private transcriptUploads = 0;
   /** A stateful driver's continuation: it outlives an attempt, so the next task of its context resends nothing the driver knows. */
   private readonly continuation = new DriverContinuation();
   /** `mur run --forget-session`'s context, until its first task has forgotten it. */
@@ -281,6 +284,21 @@ export class AgentSession {
           await channel.request({ op: 'harness-session-put', context_id: contextId, session_id: sessionId, ...scope });
         },
         forget: async (contextId) => ((await channel.request({ op: 'harness-session-forget', context_id: contextId, ...scope })) as string | null) ?? undefined,
+        transcript: async (contextId, sessionId) => {
+          const kept = (await channel.request({ op: 'harness-transcript-load', context_id: contextId, session_id: sessionId })) as string | null;
+          return kept === null ? undefined : Buffer.from(kept, 'base64');
+        },
+        keepTranscript: async (contextId, sessionId, transcript) => {
+          const base = { op: 'harness-transcript-save', context_id: contextId, session_id: sessionId } as const;
+          if ('oversizedBytes' in transcript)
+            return ((await channel.request({ ...base, oversized_bytes: transcript.oversizedBytes })) as { kept: boolean }).kept;
+          const pieces = uploadPieces(transcript.toString('base64'));
+          if (pieces.length === 0) return ((await channel.request(base)) as { kept: boolean }).kept;
+          this.transcriptUploads += 1;
+          const upload = this.transcriptUploads;
+          for (const piece of pieces) await channel.request({ op: 'harness-transcript-upload', upload, chunk_base64: piece });
+          return ((await channel.request({ ...base, upload })) as { kept: boolean }).kept;
+        },
       },
     };
     return runHarnessLoop(harnessRun);

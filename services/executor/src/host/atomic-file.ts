@@ -17,7 +17,7 @@ import path from 'node:path';
  * task's `out/result.txt`: a fifth of an echo task's time. These are records, not durable state:
  * after a crash the session is over anyway.
  */
-export function writeFileAtomic(file: string, text: string): void {
+export function writeFileAtomic(file: string, text: string | Uint8Array): void {
   mkdirSync(path.dirname(file), { recursive: true });
   const temporary = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
   try {

@@ -11,7 +11,7 @@ import { TOOL_SERVER_NAME } from './tool-server.js';
  * ignores any MCP server a configuration file names, and `--allowedTools mcp__murmur` lets the
  * capsule's tools run without a prompt nobody is there to answer.
  *
- * Nothing a capsule can write steers the harness either: the workdir and the harness's home are
+ * Nothing a capsule can write steers the harness either: the workdir and the harness's home in it are
  * writable from inside the sandbox, so `--bare` skips `CLAUDE.md` discovery, settings hooks,
  * plugins and auto-memory, and `--restricted` ignores the user, project and local settings files.
  *

@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, fstatSync, lstatSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { ForgetAsker, WireError } from '@murmur/shared';
 import { writeFileAtomic } from './atomic-file.js';
@@ -30,6 +30,9 @@ import type { Task } from './task-registry.js';
  *   context keeps.
  * - A session the harness no longer knows fails the turn, saying how to start anew: never a new
  *   conversation behind the person's back.
+ * - The harness's home is the session's own (`.capsule-home`); the executor keeps the transcript
+ *   of a context the capsule shares across its sessions, and it is in the home only while a run
+ *   of that context needs it (`harness-sessions.ts` says why).
  * - A run is capped at 10 minutes (`MURMUR_HARNESS_RUN_CAP_SECS` on the executor); a harness that exits non-zero (or says `is_error`) fails the
  *   task with the tail of its stderr.
  * - Each model message is an `inference` (tokens as the harness reports them on it); the session's
@@ -43,6 +46,10 @@ export interface HarnessSessionStore {
   get(contextId: string): Promise<string | undefined>;
   put(contextId: string, sessionId: string): Promise<void>;
   forget(contextId: string): Promise<string | undefined>;
+  /** The transcript the executor keeps of the context's session; undefined when it keeps none. */
+  transcript(contextId: string, sessionId: string): Promise<Buffer | undefined>;
+  /** Hands the executor what a run left of the context's session (or its size, when too large to keep); whether it was kept. */
+  keepTranscript(contextId: string, sessionId: string, transcript: Buffer | { oversizedBytes: number }): Promise<boolean>;
 }
 
 /** What the session's MCP server needs of the attempt a tool call belongs to. */
@@ -97,13 +104,15 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   const known = contextId === undefined ? undefined : await run.sessions.get(contextId);
   const offered = known ?? randomUUID();
 
-  // A context kept for this session alone (its task came under the session's own token) keeps its
-  // transcript in this session's home, never the record's: the record's harness home is bound into
-  // every session of the capsule, where any of them, through its tools, could read or rewrite what
-  // was said under another session's token. Only this session can resume it (its map entry is
-  // under `<context>@<session>`), which it can only while its token lives; the transcript stays in
-  // the session's workdir, as the rest of the session does.
-  const home = task?.sessionScoped ? capsuleHome(start.accessible_workdir) : harness.home;
+  // The harness's home is the session's own. A context the capsule shares across its sessions has
+  // its transcript kept by the executor: put in the home for this run, handed back after it, and
+  // gone from the home once kept, so a task of another context never finds it here. One kept for
+  // this session alone (its task came under the session's own token) stays in the home: only this
+  // session can resume it (its map entry is under `<context>@<session>`), which it can only while
+  // its token lives, and its transcript stays in the session's workdir, as the rest of the session does.
+  const home = capsuleHome(start.accessible_workdir);
+  const shared = contextId !== undefined && task?.sessionScoped !== true ? contextId : undefined;
+  const projects = path.join(home, '.claude', 'projects');
 
   let turn = -1;
   let open: { id: string; blocks: HarnessBlock[]; inputTokens: number; outputTokens: number } | undefined;
@@ -197,6 +206,11 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
     given = mkdtempSync(path.join('/tmp', 'harness-run-'));
     mkdirSync(home, { recursive: true, mode: 0o700 });
     resetHarnessConfig(home);
+    if (shared !== undefined && known !== undefined) {
+      const transcript = await run.sessions.transcript(shared, known);
+      // None kept (the record off, or not written): what this session's home holds is what resumes.
+      if (transcript !== undefined) placeTranscript(projects, start.accessible_workdir, known, transcript);
+    }
     const systemPromptFile = path.join(given, 'system-prompt.md');
     const mcpConfigFile = path.join(given, 'mcp.json');
     writeFileSync(systemPromptFile, composeSystemPrompt(start, agent.system_prompt), { mode: 0o600, flag: 'wx' });
@@ -241,6 +255,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   // The harness said which session it started (or resumed): that is what the context keeps.
   const holding = started ?? (exit.exitCode === 0 ? result?.sessionId : undefined);
   if (contextId !== undefined && holding !== undefined && holding !== known) await run.sessions.put(contextId, holding);
+  if (shared !== undefined && holding !== undefined) await handBackTranscript(run.sessions, projects, shared, holding, harness.transcript_limit_bytes);
 
   if (task?.abortedWith) return fail(task.abortedWith);
   const ceiling = host.breachError();
@@ -275,6 +290,64 @@ export function stderrTail(stderr: string): string {
   if (Buffer.byteLength(trimmed) <= STDERR_TAIL_BYTES) return trimmed;
   const tail = Buffer.from(trimmed).subarray(-STDERR_TAIL_BYTES).toString('utf8');
   return `…${tail.slice(tail.indexOf('\n') + 1 || 0)}`;
+}
+
+/**
+ * Puts a kept transcript where the harness looks for its session: under the project of its
+ * working directory (Claude Code names it by the path, every character but a letter or digit a
+ * `-`), in place of any copy of that session the home held.
+ */
+function placeTranscript(projects: string, workdir: string, sessionId: string, transcript: Buffer): void {
+  for (const copy of transcriptCopies(projects, sessionId)) rmSync(copy.file, { force: true });
+  writeFileAtomic(path.join(projects, workdir.replace(/[^A-Za-z0-9]/g, '-'), `${sessionId}.jsonl`), transcript);
+}
+
+/**
+ * Gives the executor what the run left of the session (the newest copy in the home), and takes it
+ * out of the home once kept. Never a throw: the answer stands whatever becomes of its transcript,
+ * which then stays in the home for as long as the session lives (the executor says why it kept none).
+ */
+async function handBackTranscript(sessions: HarnessSessionStore, projects: string, contextId: string, sessionId: string, limitBytes: number): Promise<void> {
+  const copies = transcriptCopies(projects, sessionId);
+  const newest = copies.sort((a, b) => b.modifiedMs - a.modifiedMs)[0];
+  if (!newest) return;
+  try {
+    const transcript = readTranscript(newest.file, limitBytes);
+    if (transcript === undefined) return;
+    if (await sessions.keepTranscript(contextId, sessionId, transcript)) for (const copy of copies) rmSync(copy.file, { force: true });
+  } catch {}
+}
+
+/** Every `<project>/<session-id>.jsonl` in the home that is a file of its own (a link, planted by a tool, is not one). */
+function transcriptCopies(projects: string, sessionId: string): Array<{ file: string; modifiedMs: number }> {
+  const copies: Array<{ file: string; modifiedMs: number }> = [];
+  let names: string[];
+  try {
+    names = readdirSync(projects);
+  } catch {
+    return copies;
+  }
+  for (const name of names) {
+    const file = path.join(projects, name, `${sessionId}.jsonl`);
+    try {
+      const stat = lstatSync(file);
+      if (stat.isFile()) copies.push({ file, modifiedMs: stat.mtimeMs });
+    } catch {}
+  }
+  return copies;
+}
+
+/** The file's bytes, or its size when it is larger than the executor keeps; read through no link at its end, and undefined when it is not a file. */
+function readTranscript(file: string, limitBytes: number): Buffer | { oversizedBytes: number } | undefined {
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) return undefined;
+    if (stat.size > limitBytes) return { oversizedBytes: stat.size };
+    return readFileSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /**

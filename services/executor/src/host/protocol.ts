@@ -73,16 +73,18 @@ export const HookStartSchema = z.object({
 export type HookStart = z.infer<typeof HookStartSchema>;
 
 /**
- * A harness CLI as its session runs it (`inference.transport: process`): its dialect, the binary
- * found on PATH by the executor (the real file, which the sandbox makes executable), and the home
- * it keeps its sessions in — the conversation record's, so `--resume` finds them in a later life.
+ * A harness CLI as its session runs it (`inference.transport: process`): its dialect, and the binary
+ * found on PATH by the executor (the real file, which the sandbox makes executable). Its home is
+ * the session's own; the transcript of a context it resumes is asked of the executor
+ * (`harness-transcript-load`) and handed back after the run (`harness-transcript-save`).
  */
 export const HarnessStartSchema = z.object({
   dialect: z.literal('claude-code'),
   /** `inference.command` as the manifest wrote it (what `harness-session.json` names as the driver). */
   command: z.string(),
   binary: z.string(),
-  home: z.string(),
+  /** The largest transcript the executor keeps for a context: a larger one is not sent (`oversized_bytes`). */
+  transcript_limit_bytes: z.number().int().positive(),
   /**
    * The launcher's values for every `capabilities.env.allow` name, credentials included: the
    * harness is the capsule's inference, and like a driver's key its credential reaches it alone
@@ -340,6 +342,21 @@ export const HostRequestSchema = z.discriminatedUnion('op', [
   z.object({ op: z.literal('harness-session-get'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
   z.object({ op: z.literal('harness-session-put'), context_id: z.string(), session_id: HarnessSessionIdSchema, session_scoped: z.literal(true).optional() }),
   z.object({ op: z.literal('harness-session-forget'), context_id: z.string(), session_scoped: z.literal(true).optional() }),
+  /** The transcript the executor keeps of a context's harness session, in base64; null when it keeps none. */
+  z.object({ op: z.literal('harness-transcript-load'), context_id: z.string(), session_id: HarnessSessionIdSchema }),
+  /** One piece of a transcript, sent (in order) before the `harness-transcript-save` that names its upload. */
+  z.object({ op: z.literal('harness-transcript-upload'), upload: z.number().int().positive(), chunk_base64: z.string().max(UPLOAD_PIECE_CHARS) }),
+  /**
+   * What a run left of the context's session, to keep in place of what was (`{ kept }`): its
+   * pieces' upload (none for an empty one), or only its size when it is larger than the executor keeps.
+   */
+  z.object({
+    op: z.literal('harness-transcript-save'),
+    context_id: z.string(),
+    session_id: HarnessSessionIdSchema,
+    upload: z.number().int().positive().optional(),
+    oversized_bytes: z.number().int().positive().optional(),
+  }),
 ]);
 export type HostRequest = z.infer<typeof HostRequestSchema>;
 
