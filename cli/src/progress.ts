@@ -2,7 +2,8 @@ import type { StageProgress } from '@murmur/stager';
 import { type Output, formatBytes, terminalSafe } from './output.js';
 
 /**
- * Staging progress on a terminal: one line per component, ticking while jco transpiles (a 12 MB
+ * Staging progress on a terminal: while the staging waits for a turn at a busy stager, one line
+ * saying how many are ahead; then one line per component, ticking while jco transpiles (a 12 MB
  * component takes a second or two cold), replaced by its outcome. Off a terminal it prints nothing,
  * so logs and pipes stay clean.
  */
@@ -14,8 +15,18 @@ export function terminalProgress(output: Output): { report(progress: StageProgre
     if (ticker) clearInterval(ticker);
     ticker = undefined;
   };
+  let waiting = false;
   return {
     report(progress) {
+      if (progress.phase === 'queued') {
+        waiting = true;
+        process.stderr.write(`\r\u001b[2K… waiting for a turn at the stager ${terminalSafe(progress.stager_id)}: ${progress.ahead} ahead`);
+        return;
+      }
+      if (waiting) {
+        waiting = false;
+        process.stderr.write('\r\u001b[2K');
+      }
       if (progress.phase !== 'transpile') return;
       // Only ever on a terminal, and the artifact's name is the manifest's: shown, never acted on.
       const what = `${terminalSafe(progress.artifact)} (${formatBytes(progress.bytes)})`;

@@ -82,6 +82,7 @@ export const ERROR_CATALOGUE = {
   'E-BUS-004': { title: 'no service answers this bus subject', hint: 'start the service, or unset MURMUR_NATS_URL to run everything in-process' },
   'E-BUS-005': { title: 'cannot connect to the bus', hint: 'check MURMUR_NATS_URL and that nats-server is running' },
   'E-BUS-006': { title: 'a service failed while handling a request' },
+  'E-BUS-007': { title: 'a service had no room for the request', hint: 'try again in a moment, or run more of that service' },
   'E-DLG-001': { title: 'the spawner handle is unreadable' },
   'E-DLG-002': {
     title: 'roost refused the delegation',

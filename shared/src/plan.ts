@@ -239,6 +239,8 @@ export const StageProgressSchema = z.discriminatedUnion('phase', [
   z.object({ phase: z.literal('fetch'), what: z.string(), bytes: z.number() }),
   z.object({ phase: z.literal('done'), ms: z.number() }),
   z.object({ phase: z.literal('working'), stager_id: z.string() }),
+  /** Waiting for one of the stager's slots (`MURMUR_STAGER_CONCURRENCY`), behind `ahead` others; said again as that changes. */
+  z.object({ phase: z.literal('queued'), stager_id: z.string(), ahead: z.number().int().nonnegative() }),
 ]);
 export type StageProgress = z.infer<typeof StageProgressSchema>;
 

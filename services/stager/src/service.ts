@@ -15,10 +15,12 @@ import {
 } from '@murmur/shared';
 import { BlobCache, cacheDir, globalStoreDir } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';
+import { DEFAULT_STAGER_CONCURRENCY, DEFAULT_STAGER_QUEUE, StagingSlots } from './staging-slots.js';
 import { DEFAULT_TRANSPILE_TIMEOUT_MS } from './transpiler.js';
 
 export { Stager, type StageProgress, type StageCall, type StagerOptions } from './stage.js';
 export { ComponentCache } from './transpiler.js';
+export { StagingSlots } from './staging-slots.js';
 export { TRANSPILER_ID } from '@murmur/shared';
 
 export interface StagerServiceOptions {
@@ -65,6 +67,11 @@ export function startStagerService(options: StagerServiceOptions): StagerService
   // The global store from the same environment as the cache (process.env otherwise decided it).
   const transpileTimeoutMs = numberSetting(env, 'MURMUR_TRANSPILE_TIMEOUT_MS', DEFAULT_TRANSPILE_TIMEOUT_MS, { unit: 'milliseconds' });
   const stager = new Stager({ cacheDir: cache, globalStore: globalStoreDir(env), blobs, log, transpileTimeoutMs, ...(roostUrl ? { roostUrl } : {}) });
+  const slots = new StagingSlots(
+    numberSetting(env, 'MURMUR_STAGER_CONCURRENCY', DEFAULT_STAGER_CONCURRENCY, { unit: 'stagings' }),
+    numberSetting(env, 'MURMUR_STAGER_QUEUE', DEFAULT_STAGER_QUEUE, { unit: 'stagings', zero: true }),
+    `the stager ${instanceId}`,
+  );
   /** Each staging still in flight, with what it stages, for the refusal it gets if the stager goes. */
   const inFlight = new Map<(error: MurmurError) => void, string>();
   let closing = false;
@@ -101,7 +108,13 @@ export function startStagerService(options: StagerServiceOptions): StagerService
           attributes: { 'murmur.source': source, 'murmur.stager_id': instanceId },
         });
         try {
-          const plan = await whileServing(source, stager.stage({ request, onProgress: report }));
+          const plan = await whileServing(
+            source,
+            slots.run(
+              () => stager.stage({ request, onProgress: report }),
+              (ahead) => report({ phase: 'queued', stager_id: instanceId, ahead }),
+            ),
+          );
           span.setAttributes({
             'murmur.capsule': `${plan.capsule.name}@${plan.capsule.version}`,
             'murmur.stage.components': plan.stats.components,
@@ -136,9 +149,18 @@ export function startStagerService(options: StagerServiceOptions): StagerService
       },
       { queue: QUEUE_GROUPS.stager },
     ),
-    bus.serve(commands.stageArtifact, (request) => whileServing(`${request.name}@${request.version}`, stager.stageOne(request)), {
-      queue: QUEUE_GROUPS.stager,
-    }),
+    bus.serve(
+      commands.stageArtifact,
+      (request) =>
+        whileServing(
+          `${request.name}@${request.version}`,
+          slots.run(
+            () => stager.stageOne(request),
+            () => {},
+          ),
+        ),
+      { queue: QUEUE_GROUPS.stager },
+    ),
   ];
   return {
     instanceId,
@@ -147,6 +169,8 @@ export function startStagerService(options: StagerServiceOptions): StagerService
       closing = true;
       for (const subscription of subscriptions) subscription.unsubscribe();
       for (const [abandon, what] of [...inFlight]) abandon(shutDown(what));
+      // Those waiting for a slot were answered above; none of them starts now.
+      slots.close(shutDown('what was waiting for a slot'));
       // The refusals go out before the connection does.
       await bus.flush().catch(() => {});
       await stager.close();
