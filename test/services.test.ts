@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { HealthReplySchema, SERVICE_NAMES, type SessionStaged, commands, silentLog, topics } from '@murmur/shared';
@@ -184,6 +185,36 @@ describe('the services as processes on NATS', () => {
     expect(code).toBe(1);
     expect(log).toContain('error[E-CFG-003]: MURMUR_ROOST_TOKEN is 7 characters long; a publishing token needs at least 16');
     expect(log).not.toContain('hunter2');
+  });
+
+  it('the stager process keeps its blob cache within MURMUR_BLOB_CACHE_MAX_BYTES, the blobs used least recently first', async () => {
+    const own = await tempDir('murmur-stager-trim-');
+    try {
+      const blobs = path.join(own.dir, 'home', 'cache', 'blobs');
+      const aged: string[] = [];
+      for (let index = 0; index < 4; index += 1) {
+        const bytes = Buffer.alloc(4096, index);
+        const sha256 = createHash('sha256').update(bytes).digest('hex');
+        const file = path.join(blobs, sha256.slice(0, 2), sha256);
+        await fs.mkdir(path.dirname(file), { recursive: true });
+        await fs.writeFile(file, bytes, { mode: 0o444 });
+        // Used an hour ago, each later one a minute more recently.
+        const used = new Date(Date.now() - (60 - index) * 60_000);
+        await fs.utimes(file, used, used);
+        aged.push(file);
+      }
+      const stager = await startService('stager', { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(own.dir, 'home'), MURMUR_BLOB_CACHE_MAX_BYTES: '10000' });
+      try {
+        // 16 KiB over a bound of 10 000 bytes: down to 9 000, the two least recently used.
+        await eventually(async () => (stager.logs().includes('removed the blobs used least recently') ? true : undefined), 10_000, 'the trim at start');
+        expect(aged.map((file) => existsSync(file))).toEqual([false, false, true, true]);
+        expect(stager.logs()).toMatch(/"removed":2,"freed_bytes":8192,"kept_bytes":8192/);
+      } finally {
+        await stager.stop();
+      }
+    } finally {
+      await own.cleanup();
+    }
   });
 
   it('a service whose port is taken says so with a code, and exits', async () => {

@@ -16,7 +16,7 @@ import {
 } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
-import { BlobCache, cacheDir, keepCacheSwept, murmurHome, processState } from '@murmur/shared/node';
+import { BlobCache, blobCacheMaxBytes, cacheDir, keepBlobsWithin, keepCacheSwept, murmurHome, processState } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
 import { sweepAbandonedGroups } from './cgroup-sweep.js';
 import { HostPool } from './host-pool.js';
@@ -185,6 +185,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   };
   let sweeping: NodeJS.Timeout | undefined;
   let stopSweepingCache = (): void => {};
+  let stopTrimmingBlobs = (): void => {};
   // Before the pool makes its hosts' groups: what is swept is never this executor's.
   if (options.sweepAtStartAndHourly) {
     sweep();
@@ -192,6 +193,8 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     sweeping.unref();
     // And what a crashed executor left in its cache (a bundle fetched but never put in place).
     stopSweepingCache = keepCacheSwept(cache, log);
+    // And the blobs it fetched for the sessions it ran, least recently used first.
+    stopTrimmingBlobs = keepBlobsWithin(blobs, blobCacheMaxBytes(env), log);
   }
 
   environment.pool = startPool(environment, options.pool, env, log);
@@ -341,6 +344,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       await Promise.all([...ending, poolClosed]);
       clearInterval(sweeping);
       stopSweepingCache();
+      stopTrimmingBlobs();
       sweep();
       // Every session's last spans, sent or given up on (each bounded), before the process may exit.
       await Promise.all([...sessions.values(), ...ended.values()].map((session) => session.telemetryDrained));

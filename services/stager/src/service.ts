@@ -13,7 +13,7 @@ import {
   runtimeTracing,
   topics,
 } from '@murmur/shared';
-import { BlobCache, cacheDir, globalStoreDir } from '@murmur/shared/node';
+import { BlobCache, blobCacheMaxBytes, cacheDir, globalStoreDir, keepBlobsWithin } from '@murmur/shared/node';
 import { type StageProgress, Stager } from './stage.js';
 import { DEFAULT_STAGER_CONCURRENCY, DEFAULT_STAGER_QUEUE, StagingSlots } from './staging-slots.js';
 import { DEFAULT_TRANSPILE_TIMEOUT_MS } from './transpiler.js';
@@ -31,6 +31,11 @@ export interface StagerServiceOptions {
   instanceId?: string;
   /** Reports each staging's progress, e.g. to a terminal when everything runs in one process. */
   onProgress?: (progress: StageProgress) => void;
+  /**
+   * Keeps the blob cache within `MURMUR_BLOB_CACHE_MAX_BYTES` (`keepBlobsWithin`): what the stager
+   * process does; a stager inside `mur run` lives for one run, and leaves the user's cache alone.
+   */
+  trimBlobCache?: boolean;
 }
 
 export interface StagerService {
@@ -64,6 +69,7 @@ export function startStagerService(options: StagerServiceOptions): StagerService
   const roostUrl = env.MURMUR_ROOST_URL?.trim();
   const cache = cacheDir(env);
   const blobs = new BlobCache(path.join(cache, 'blobs'), () => bus.objectStore(BLOB_BUCKET));
+  const stopTrimming = options.trimBlobCache ? keepBlobsWithin(blobs, blobCacheMaxBytes(env), log) : () => {};
   // The global store from the same environment as the cache (process.env otherwise decided it).
   const transpileTimeoutMs = numberSetting(env, 'MURMUR_TRANSPILE_TIMEOUT_MS', DEFAULT_TRANSPILE_TIMEOUT_MS, { unit: 'milliseconds' });
   const stager = new Stager({ cacheDir: cache, globalStore: globalStoreDir(env), blobs, log, transpileTimeoutMs, ...(roostUrl ? { roostUrl } : {}) });
@@ -167,6 +173,7 @@ export function startStagerService(options: StagerServiceOptions): StagerService
     stager,
     async close() {
       closing = true;
+      stopTrimming();
       for (const subscription of subscriptions) subscription.unsubscribe();
       for (const [abandon, what] of [...inFlight]) abandon(shutDown(what));
       // Those waiting for a slot were answered above; none of them starts now.

@@ -4,6 +4,8 @@ import path from 'node:path';
 import type { ObjectStore } from '../bus/objects.js';
 import { MurmurError } from '../errors.js';
 import { BLOB_BUCKET, type SetFile } from '../file-set.js';
+import type { Log } from '../log.js';
+import { numberSetting } from '../settings.js';
 import { removeEmptyParents, temporarySibling } from './atomic.js';
 import { inSlices } from './slices.js';
 
@@ -15,7 +17,8 @@ import { inSlices } from './slices.js';
  * time it is a local hit. A local entry exists only once verified: it is written to a temporary
  * sibling while it is hashed and renamed into place only when the digest matched.
  *
- * Layout: `<dir>/<first two hex digits>/<sha256>`, read-only files.
+ * Layout: `<dir>/<first two hex digits>/<sha256>`, read-only files, each one's time the last time
+ * work used it (`trim` keeps the cache within a bound by that).
  */
 export interface BlobRef {
   readonly sha256: string;
@@ -28,6 +31,13 @@ export interface BlobRef {
  * there before it, or that another piece of work is using meanwhile.
  */
 export type CreatedEntries = string[];
+
+/** How recently used a blob is kept whatever the bound (`BlobCache.trim`): longer than any staging or launch holds a path. */
+export const BLOB_TRIM_GRACE_MS = 10 * 60 * 1000;
+/** How often the services trim their blob caches. */
+export const BLOB_TRIM_EVERY_MS = 60 * 1000;
+/** The bound of a service's blob cache unless its operator says otherwise (`MURMUR_BLOB_CACHE_MAX_BYTES`). */
+export const DEFAULT_BLOB_CACHE_MAX_BYTES = 16 * 1024 * 1024 * 1024;
 
 export class BlobCache {
   private readonly fetching = new Map<string, Promise<string>>();
@@ -139,16 +149,57 @@ export class BlobCache {
     this.release(created);
     for (const entry of created.splice(0)) {
       if (this.users.has(entry)) continue;
-      const removal = (async () => {
-        await fs.rm(entry, { force: true });
-        await removeEmptyParents(path.dirname(entry), path.dirname(this.dir));
-      })();
-      this.removing.set(entry, removal);
-      try {
-        await removal;
-      } finally {
-        if (this.removing.get(entry) === removal) this.removing.delete(entry);
+      await this.remove(entry);
+    }
+  }
+
+  /**
+   * Keeps the cache within `maxBytes`: when its blobs hold more, those used least recently are
+   * removed first, down to nine tenths of the bound, so that a cache near its bound is not swept
+   * again at every blob. Never one that work under way holds, nor one used within `graceMs` (work
+   * may keep the path of a blob it fetched without holding it). A removed blob is only a cache
+   * miss: the next work that needs it fetches it again from the object store, verified as ever.
+   * With every blob in use or recent, the cache stays over its bound until the next trim.
+   */
+  async trim(maxBytes: number, graceMs = BLOB_TRIM_GRACE_MS, now = Date.now()): Promise<{ removed: number; freedBytes: number; keptBytes: number }> {
+    const blobs: Array<{ file: string; size: number; usedMs: number }> = [];
+    for (const shard of await fs.readdir(this.dir).catch(() => [] as string[])) {
+      if (!/^[0-9a-f]{2}$/.test(shard)) continue;
+      for (const name of await fs.readdir(path.join(this.dir, shard)).catch(() => [] as string[])) {
+        // Temporaries are the leftover sweeper's (`cache-leftovers.ts`), not the bound's.
+        if (!/^[0-9a-f]{64}$/.test(name)) continue;
+        const file = path.join(this.dir, shard, name);
+        const stat = await fs.lstat(file).catch(() => undefined);
+        if (stat?.isFile()) blobs.push({ file, size: stat.size, usedMs: stat.mtimeMs });
       }
+    }
+    let kept = blobs.reduce((sum, blob) => sum + blob.size, 0);
+    let removed = 0;
+    let freed = 0;
+    if (kept <= maxBytes) return { removed, freedBytes: freed, keptBytes: kept };
+    const target = Math.floor(maxBytes * 0.9);
+    for (const blob of blobs.sort((a, b) => a.usedMs - b.usedMs)) {
+      if (kept <= target || now - blob.usedMs < graceMs) break;
+      if (this.users.has(blob.file) || this.removing.has(blob.file)) continue;
+      await this.remove(blob.file);
+      kept -= blob.size;
+      freed += blob.size;
+      removed += 1;
+    }
+    return { removed, freedBytes: freed, keptBytes: kept };
+  }
+
+  /** Removes `entry`, said to be under way at once (before any wait), so work that wants it meanwhile waits and fetches it again. */
+  private async remove(entry: string): Promise<void> {
+    const removal = (async () => {
+      await fs.rm(entry, { force: true });
+      await removeEmptyParents(path.dirname(entry), path.dirname(this.dir));
+    })();
+    this.removing.set(entry, removal);
+    try {
+      await removal;
+    } finally {
+      if (this.removing.get(entry) === removal) this.removing.delete(entry);
     }
   }
 
@@ -161,16 +212,23 @@ export class BlobCache {
     }
   }
 
-  /** Holds `entry` for `created`, once any removal of it under way is over (the caller then finds it gone, and fetches it again). */
+  /**
+   * Holds `entry` for `created` — at once, so no removal begun after this call takes it — and,
+   * once any removal of it already under way is over (the caller then finds it gone, and fetches
+   * it again), marks it used now, which is what `trim` keeps by.
+   */
   private async use(entry: string, created: CreatedEntries | undefined): Promise<void> {
-    await this.removing.get(entry)?.catch(() => {});
-    if (created === undefined) return;
-    let users = this.users.get(entry);
-    if (users === undefined) {
-      users = new Set();
-      this.users.set(entry, users);
+    if (created !== undefined) {
+      let users = this.users.get(entry);
+      if (users === undefined) {
+        users = new Set();
+        this.users.set(entry, users);
+      }
+      users.add(created);
     }
-    users.add(created);
+    await this.removing.get(entry)?.catch(() => {});
+    const now = new Date();
+    await fs.utimes(entry, now, now).catch(() => {});
   }
 
   private async fetchOnce(ref: BlobRef, what: string): Promise<string> {
@@ -297,4 +355,44 @@ export async function hashFile(file: string): Promise<BlobRef> {
     size += (chunk as Buffer).byteLength;
   }
   return { sha256: hash.digest('hex'), size };
+}
+
+/** `MURMUR_BLOB_CACHE_MAX_BYTES`: the bound a service keeps its blob cache within (16 GiB unless set). */
+export function blobCacheMaxBytes(env: NodeJS.ProcessEnv): number {
+  return numberSetting(env, 'MURMUR_BLOB_CACHE_MAX_BYTES', DEFAULT_BLOB_CACHE_MAX_BYTES, { unit: 'bytes' });
+}
+
+/**
+ * Trims `blobs` to `maxBytes` now and every `BLOB_TRIM_EVERY_MS` (`BlobCache.trim`), saying in
+ * `log` what it removed, and when what is left is still over the bound; returns the stop. Every
+ * upload and archive a stager is sent lands in its cache, so one never trimmed grows with every
+ * project it ever staged, and a sender of archives that inflate to their ceiling fills its disk.
+ */
+export function keepBlobsWithin(blobs: BlobCache, maxBytes: number, log: Log): () => void {
+  let running = false;
+  const trim = async (): Promise<void> => {
+    if (running) return;
+    running = true;
+    try {
+      const { removed, freedBytes, keptBytes } = await blobs.trim(maxBytes);
+      if (removed > 0)
+        log.info(
+          { cache: blobs.dir, removed, freed_bytes: freedBytes, kept_bytes: keptBytes },
+          'removed the blobs used least recently, to keep the cache within MURMUR_BLOB_CACHE_MAX_BYTES',
+        );
+      if (keptBytes > maxBytes)
+        log.warn(
+          { cache: blobs.dir, kept_bytes: keptBytes, max_bytes: maxBytes },
+          `the blob cache holds more than MURMUR_BLOB_CACHE_MAX_BYTES, all of it in use or used within ${BLOB_TRIM_GRACE_MS / 60_000} minutes; it is trimmed again in ${BLOB_TRIM_EVERY_MS / 1000} s`,
+        );
+    } catch (error) {
+      log.warn({ cache: blobs.dir, err: error }, 'could not trim the blob cache');
+    } finally {
+      running = false;
+    }
+  };
+  void trim();
+  const timer = setInterval(() => void trim(), BLOB_TRIM_EVERY_MS);
+  timer.unref();
+  return () => clearInterval(timer);
 }
