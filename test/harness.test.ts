@@ -251,6 +251,27 @@ describe('the harness transport (Claude Code)', () => {
     );
   }, 240_000);
 
+  it("leaves no file of the MCP server's bearer token for the capsule's tools, which run in the harness's sandbox as its user", async () => {
+    const project = await agentProject(path.join(scratch.dir, 'token'), manifest({ name: 'token', shell: ['sh'] }));
+    let listed: string | undefined;
+    answer = (body) => {
+      const said = textsOf(body);
+      if (said.includes('tool_result')) {
+        listed = said;
+        return { text: 'read' };
+      }
+      // Every file of every harness run's directory, whole, with shell builtins only.
+      const command = 'for f in /tmp/harness-run-*/*; do echo "== $f"; while IFS= read -r line; do echo "$line"; done < "$f"; echo "$line"; done';
+      return { toolCalls: [{ name: 'mcp__murmur__sh', input: { command } }] };
+    };
+    const result = await runMur(['run', '--task', 'read what the harness was given'], { cwd: project, env, timeoutMs: 120_000 });
+    expect(result.code, result.stderr).toBe(0);
+    // The tool read the run's directory (its system prompt is there), and no token.
+    expect(listed).toContain('system-prompt.md');
+    expect(listed).not.toContain('mcp.json');
+    expect(listed).not.toMatch(/Bearer/i);
+  }, 180_000);
+
   it('drops a transcript larger than the executor keeps, says so, and fails a later resume rather than resume it with turns missing', async () => {
     const project = await agentProject(path.join(scratch.dir, 'oversized'), manifest({ name: 'oversized' }));
     answer = () => ({ text: 'noted' });

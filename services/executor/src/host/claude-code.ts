@@ -19,7 +19,8 @@ import { TOOL_SERVER_NAME } from './tool-server.js';
  * goes on the harness's stdin, never on its command line, where one that begins with `-` was read
  * as options (`--` alone ended them, and every restriction above with them). The system prompt and
  * the MCP configuration, which holds the tool server's bearer token, are files only the sandbox's
- * user may read: on a command line, every local user could read the token in `/proc/<pid>/cmdline`,
+ * user may read (the configuration removed before the first tool runs, as the tools are that user
+ * too): on a command line, every local user could read the token in `/proc/<pid>/cmdline`,
  * and an argument over 128 KiB would not start the harness at all (`E2BIG`).
  */
 

@@ -188,10 +188,15 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   const watch = setInterval(() => {
     if (task?.abortedWith || host.breach) stopper.abort();
   }, 200);
+  let mcpConfigFile: string | undefined;
   run.serve({
     task,
     turn: () => Math.max(turn, 0),
     beforeToolCall: () => {
+      // A harness that calls a tool has read its MCP configuration: removed before the tool runs,
+      // the server's bearer token is in no file the capsule's tools (the same user, in the same
+      // sandbox and its /tmp) could read and then call the server with, past the harness.
+      if (mcpConfigFile !== undefined) rmSync(mcpConfigFile, { force: true });
       closeMessage();
       return told;
     },
@@ -212,7 +217,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
       if (transcript !== undefined) placeTranscript(projects, start.accessible_workdir, known, transcript);
     }
     const systemPromptFile = path.join(given, 'system-prompt.md');
-    const mcpConfigFile = path.join(given, 'mcp.json');
+    mcpConfigFile = path.join(given, 'mcp.json');
     writeFileSync(systemPromptFile, composeSystemPrompt(start, agent.system_prompt), { mode: 0o600, flag: 'wx' });
     writeFileSync(mcpConfigFile, run.mcpConfig, { mode: 0o600, flag: 'wx' });
     const args = claudeCodeArguments({
