@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentProject, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
@@ -304,6 +304,8 @@ describe('the harness transport (Claude Code)', () => {
     expect(result.code, result.stderr).toBe(0);
     expect(textsOf(model.requests()[before]?.body as Body)).toContain('the colour is vermilion');
     expect(await fs.readFile(kept, 'utf8')).toContain('which colour?');
+    // The earlier copy is gone with it: left, it would be what a resume read if the new one were dropped.
+    expect(existsSync(path.join(earlier, `${sessionId}.jsonl`))).toBe(false);
   }, 180_000);
 
   it('starts a new conversation when the person asks to forget the session, and traces who asked', async () => {

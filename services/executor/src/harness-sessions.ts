@@ -88,7 +88,8 @@ export class HarnessSessions {
   /**
    * The transcript of `sessionId` kept for the context, or undefined when none is (none written
    * yet, the record off, one over the limit). A transcript kept where this runtime used to keep
-   * them (`<record>/.harness-home`) is read from there until the context's next run saves it here.
+   * them (`<record>/.harness-home`) is read from there until the context's next run saves it here
+   * (and removes it there).
    */
   async transcript(contextId: string, sessionId: string): Promise<Buffer | undefined> {
     if (!HarnessSessionIdSchema.safeParse(sessionId).success) return undefined;
@@ -118,6 +119,7 @@ export class HarnessSessions {
       return false;
     }
     await this.dropTranscripts(contextId, path.basename(file));
+    await this.dropEarlierTranscript(sessionId);
     return true;
   }
 
@@ -126,11 +128,22 @@ export class HarnessSessions {
    * later session that resumes the context is told the harness no longer knows its session,
    * rather than resume a conversation with its last turns missing.
    */
-  async refuseTranscript(contextId: string, bytes: number): Promise<void> {
+  async refuseTranscript(contextId: string, sessionId: string, bytes: number): Promise<void> {
     this.records.reportOnce(
       `[harness-session] the transcript of context '${contextId}' is ${bytes} bytes, more than the ${this.transcriptLimitBytes} an executor keeps (MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES); it can be resumed only until this capsule stops (after that, start anew with mur run --forget-session)`,
     );
     await this.dropTranscripts(contextId);
+    await this.dropEarlierTranscript(sessionId);
+  }
+
+  /**
+   * The copy of `sessionId` where this runtime kept transcripts before, once a newer one replaced
+   * it (or was refused): left there, it would be what a later resume read, without the turns since.
+   */
+  private async dropEarlierTranscript(sessionId: string): Promise<void> {
+    if (!HarnessSessionIdSchema.safeParse(sessionId).success) return;
+    const earlier = await this.earlierTranscript(sessionId);
+    if (earlier !== undefined) await fs.rm(earlier, { force: true }).catch(() => {});
   }
 
   /** Removes the context's transcripts but `keep`. */

@@ -1479,7 +1479,7 @@ export class Session {
     const key = this.claimContext(request);
     if (key === '') return false;
     if (request.oversized_bytes !== undefined) {
-      await sessions.refuseTranscript(key, request.oversized_bytes);
+      await sessions.refuseTranscript(key, request.session_id, request.oversized_bytes);
       return false;
     }
     return sessions.keepTranscript(key, request.session_id, taken.body);
