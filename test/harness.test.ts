@@ -91,6 +91,18 @@ describe('the harness transport (Claude Code)', () => {
     return hits.flat();
   };
 
+  /** Has the model call the capsule's shell tool `tool` once with `command`, then answer: what it was sent after the call (the tool's result among it). */
+  const afterOneCall = (tool: string, command: string): (() => string | undefined) => {
+    let sent: string | undefined;
+    answer = (body) => {
+      const said = textsOf(body);
+      if (!said.includes('tool_result')) return { toolCalls: [{ name: `mcp__murmur__${tool}`, input: { command } }] };
+      sent = said;
+      return { text: 'done' };
+    };
+    return () => sent;
+  };
+
   const sessionHeader = (index: number) => model.requests()[index]?.headers['x-claude-code-session-id'];
 
   /**
@@ -223,15 +235,7 @@ describe('the harness transport (Claude Code)', () => {
     // The intruder names the victim's record and has grep: it searches the executor's records and its own workdir.
     const intruder = await agentProject(path.join(scratch.dir, 'intruder'), manifest({ name: 'intruder', record: 'victim', shell: ['grep'] }));
     const conversations = path.join(env.MURMUR_HOME as string, 'conversations');
-    let searched: string | undefined;
-    answer = (body) => {
-      const said = textsOf(body);
-      if (said.includes('tool_result')) {
-        searched = said;
-        return { text: 'searched' };
-      }
-      return { toolCalls: [{ name: 'mcp__murmur__grep', input: { command: `-r -l -s marigold . ${conversations}` } }] };
-    };
+    const searchedFor = afterOneCall('grep', `-r -l -s marigold . ${conversations}`);
     const result = await runMur(['run', '--json', '--context', 'ctx-other', '--task', 'find the word marigold anywhere'], {
       cwd: intruder,
       env,
@@ -239,6 +243,7 @@ describe('the harness transport (Claude Code)', () => {
     });
     expect(result.code, result.stderr).toBe(0);
     // grep ran and found the word where it is the intruder's own (its task), and nowhere of the victim's.
+    const searched = searchedFor();
     expect(searched).toContain('task.md');
     expect(searched).not.toContain(victimSession);
     expect(searched).not.toContain(`${conversations}/`);
@@ -253,20 +258,15 @@ describe('the harness transport (Claude Code)', () => {
 
   it("leaves no file of the MCP server's bearer token for the capsule's tools, which run in the harness's sandbox as its user", async () => {
     const project = await agentProject(path.join(scratch.dir, 'token'), manifest({ name: 'token', shell: ['sh'] }));
-    let listed: string | undefined;
-    answer = (body) => {
-      const said = textsOf(body);
-      if (said.includes('tool_result')) {
-        listed = said;
-        return { text: 'read' };
-      }
-      // Every file of every harness run's directory, whole, with shell builtins only.
-      const command = 'for f in /tmp/harness-run-*/*; do echo "== $f"; while IFS= read -r line; do echo "$line"; done < "$f"; echo "$line"; done';
-      return { toolCalls: [{ name: 'mcp__murmur__sh', input: { command } }] };
-    };
+    // Every file of every harness run's directory, whole, with shell builtins only.
+    const listedBy = afterOneCall(
+      'sh',
+      'for f in /tmp/harness-run-*/*; do echo "== $f"; while IFS= read -r line; do echo "$line"; done < "$f"; echo "$line"; done',
+    );
     const result = await runMur(['run', '--task', 'read what the harness was given'], { cwd: project, env, timeoutMs: 120_000 });
     expect(result.code, result.stderr).toBe(0);
     // The tool read the run's directory (its system prompt is there), and no token.
+    const listed = listedBy();
     expect(listed).toContain('system-prompt.md');
     expect(listed).not.toContain('mcp.json');
     expect(listed).not.toMatch(/Bearer/i);

@@ -39,25 +39,27 @@ export function numberSetting(env: Environment, name: string, fallback: number |
   const value = Number(raw);
   const wellFormed = setting.fractional ? /^\d+(\.\d+)?$/.test(raw) : /^\d+$/.test(raw);
   if (wellFormed && Number.isFinite(value) && (setting.fractional || Number.isSafeInteger(value)) && (value > 0 || (setting.zero && value === 0))) {
-    if (setting.most && value > setting.most.value)
-      throw new MurmurError(
-        'E-CFG-003',
-        `invalid ${name}: '${raw}' ${setting.unit} is more than ${setting.most.because} allows (at most ${setting.most.value})`,
-        {
-          path: name,
-          hint: `give at most ${setting.most.value} ${setting.unit}${fallback === undefined ? ', or leave it unset' : `, or leave it unset for ${fallback}`}`,
-        },
-      );
-    const longest = LONGEST_TIMER[setting.unit];
-    if (longest !== undefined && value > longest)
-      throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' ${setting.unit} is longer than a timer can hold (at most ${longest}, about 24 days)`, {
+    const bound = boundOf(setting);
+    if (bound && value > bound.value)
+      throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' ${setting.unit} ${bound.exceeded}`, {
         path: name,
-        hint: `give at most ${longest} ${setting.unit}${fallback === undefined ? ', or leave it unset' : `, or leave it unset for ${fallback}`}`,
+        hint: `give at most ${bound.value} ${setting.unit}${orUnset(fallback)}`,
       });
     return value;
   }
   throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' is not ${describe(setting)}`, {
     path: name,
-    hint: `give ${describe(setting)}${fallback === undefined ? ', or leave it unset' : `, or leave it unset for ${fallback}`}`,
+    hint: `give ${describe(setting)}${orUnset(fallback)}`,
   });
+}
+
+/** The most a setting may be, and what a value past it is: the setting's own bound, else a timer's for a duration. */
+function boundOf(setting: NumberSetting): { value: number; exceeded: string } | undefined {
+  if (setting.most) return { value: setting.most.value, exceeded: `is more than ${setting.most.because} allows (at most ${setting.most.value})` };
+  const longest = LONGEST_TIMER[setting.unit];
+  return longest === undefined ? undefined : { value: longest, exceeded: `is longer than a timer can hold (at most ${longest}, about 24 days)` };
+}
+
+function orUnset(fallback: number | undefined): string {
+  return fallback === undefined ? ', or leave it unset' : `, or leave it unset for ${fallback}`;
 }

@@ -64,8 +64,14 @@ export class ConversationRecords {
    * id that is not a path segment). `contextId` here and below is a `contextKey`.
    */
   fileIn(contextId: string, name: string): string | undefined {
+    const dir = this.contextDir(contextId);
+    return dir === undefined ? undefined : path.join(dir, name);
+  }
+
+  /** The context's directory (`<record>/<context-id>`), or undefined when nothing is kept for it. */
+  contextDir(contextId: string): string | undefined {
     if (!this.store || !isContextKey(contextId)) return undefined;
-    return path.join(this.store.conversations, this.store.record, contextId, name);
+    return path.join(this.store.conversations, this.store.record, contextId);
   }
 
   private fileFor(contextId: string): string | undefined {

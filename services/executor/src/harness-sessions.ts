@@ -92,8 +92,7 @@ export class HarnessSessions {
    * (and removes it there).
    */
   async transcript(contextId: string, sessionId: string): Promise<Buffer | undefined> {
-    if (!HarnessSessionIdSchema.safeParse(sessionId).success) return undefined;
-    const file = this.records.fileIn(contextId, transcriptName(sessionId));
+    const file = this.transcriptFile(contextId, sessionId);
     if (file === undefined) return undefined;
     const kept = await this.readTranscript(file, contextId);
     if (kept !== undefined) return kept;
@@ -107,7 +106,7 @@ export class HarnessSessions {
    * keeps it in the session's home for as long as the session lives.
    */
   async keepTranscript(contextId: string, sessionId: string, transcript: Buffer): Promise<boolean> {
-    const file = HarnessSessionIdSchema.safeParse(sessionId).success ? this.records.fileIn(contextId, transcriptName(sessionId)) : undefined;
+    const file = this.transcriptFile(contextId, sessionId);
     if (file === undefined) return false;
     try {
       await this.records.ensureRecordDir(contextId);
@@ -141,16 +140,19 @@ export class HarnessSessions {
    * it (or was refused): left there, it would be what a later resume read, without the turns since.
    */
   private async dropEarlierTranscript(sessionId: string): Promise<void> {
-    if (!HarnessSessionIdSchema.safeParse(sessionId).success) return;
     const earlier = await this.earlierTranscript(sessionId);
     if (earlier !== undefined) await fs.rm(earlier, { force: true }).catch(() => {});
   }
 
+  /** `<record>/<context-id>/harness-<session-id>.jsonl`; undefined when nothing is kept for the context, or the id is not a session's (a UUID). */
+  private transcriptFile(contextId: string, sessionId: string): string | undefined {
+    return HarnessSessionIdSchema.safeParse(sessionId).success ? this.records.fileIn(contextId, `harness-${sessionId.toLowerCase()}.jsonl`) : undefined;
+  }
+
   /** Removes the context's transcripts but `keep`. */
   private async dropTranscripts(contextId: string, keep?: string): Promise<void> {
-    const anyFile = this.records.fileIn(contextId, HARNESS_SESSION_FILE);
-    if (anyFile === undefined) return;
-    const dir = path.dirname(anyFile);
+    const dir = this.records.contextDir(contextId);
+    if (dir === undefined) return;
     const names = await fs.readdir(dir).catch(() => [] as string[]);
     for (const name of names) if (name !== keep && TRANSCRIPT_NAME.test(name)) await fs.rm(path.join(dir, name), { force: true }).catch(() => {});
   }
@@ -187,7 +189,7 @@ export class HarnessSessions {
    */
   private async earlierTranscript(sessionId: string): Promise<string | undefined> {
     const record = this.records.recordDir;
-    if (record === undefined) return undefined;
+    if (record === undefined || !HarnessSessionIdSchema.safeParse(sessionId).success) return undefined;
     try {
       const home = await fs.realpath(path.join(record, EARLIER_HOME));
       const projects = path.join(home, '.claude', 'projects');
@@ -208,10 +210,6 @@ export const HARNESS_TRANSCRIPT_LIMIT_BYTES = 16 * 1024 * 1024;
 const EARLIER_HOME = '.harness-home';
 
 const TRANSCRIPT_NAME = /^harness-[0-9a-f-]{36}\.jsonl$/i;
-
-function transcriptName(sessionId: string): string {
-  return `harness-${sessionId.toLowerCase()}.jsonl`;
-}
 
 async function readEntry(file: string): Promise<HarnessSessionEntry | undefined> {
   try {

@@ -173,20 +173,20 @@ export class BlobCache {
         if (stat?.isFile()) blobs.push({ file, size: stat.size, usedMs: stat.mtimeMs });
       }
     }
-    let kept = blobs.reduce((sum, blob) => sum + blob.size, 0);
+    const total = blobs.reduce((sum, blob) => sum + blob.size, 0);
+    let kept = total;
     let removed = 0;
-    let freed = 0;
-    if (kept <= maxBytes) return { removed, freedBytes: freed, keptBytes: kept };
-    const target = Math.floor(maxBytes * 0.9);
-    for (const blob of blobs.sort((a, b) => a.usedMs - b.usedMs)) {
-      if (kept <= target || now - blob.usedMs < graceMs) break;
-      if (this.users.has(blob.file) || this.removing.has(blob.file)) continue;
-      await this.remove(blob.file);
-      kept -= blob.size;
-      freed += blob.size;
-      removed += 1;
+    if (total > maxBytes) {
+      const target = Math.floor(maxBytes * 0.9);
+      for (const blob of blobs.sort((a, b) => a.usedMs - b.usedMs)) {
+        if (kept <= target || now - blob.usedMs < graceMs) break;
+        if (this.users.has(blob.file) || this.removing.has(blob.file)) continue;
+        await this.remove(blob.file);
+        kept -= blob.size;
+        removed += 1;
+      }
     }
-    return { removed, freedBytes: freed, keptBytes: kept };
+    return { removed, freedBytes: total - kept, keptBytes: kept };
   }
 
   /** Removes `entry`, said to be under way at once (before any wait), so work that wants it meanwhile waits and fetches it again. */

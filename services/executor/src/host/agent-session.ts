@@ -289,15 +289,18 @@ export class AgentSession {
           return kept === null ? undefined : Buffer.from(kept, 'base64');
         },
         keepTranscript: async (contextId, sessionId, transcript) => {
-          const base = { op: 'harness-transcript-save', context_id: contextId, session_id: sessionId } as const;
-          if ('oversizedBytes' in transcript)
-            return ((await channel.request({ ...base, oversized_bytes: transcript.oversizedBytes })) as { kept: boolean }).kept;
-          const pieces = uploadPieces(transcript.toString('base64'));
-          if (pieces.length === 0) return ((await channel.request(base)) as { kept: boolean }).kept;
-          this.transcriptUploads += 1;
-          const upload = this.transcriptUploads;
-          for (const piece of pieces) await channel.request({ op: 'harness-transcript-upload', upload, chunk_base64: piece });
-          return ((await channel.request({ ...base, upload })) as { kept: boolean }).kept;
+          // Its bytes go ahead in pieces (none for an empty one); one too large to keep, by its size alone.
+          const pieces = 'oversizedBytes' in transcript ? [] : uploadPieces(transcript.toString('base64'));
+          const upload = pieces.length > 0 ? ++this.transcriptUploads : undefined;
+          for (const piece of pieces) await channel.request({ op: 'harness-transcript-upload', upload: upload as number, chunk_base64: piece });
+          const reply = await channel.request({
+            op: 'harness-transcript-save',
+            context_id: contextId,
+            session_id: sessionId,
+            ...(upload !== undefined ? { upload } : {}),
+            ...('oversizedBytes' in transcript ? { oversized_bytes: transcript.oversizedBytes } : {}),
+          });
+          return (reply as { kept: boolean }).kept;
         },
       },
     };
