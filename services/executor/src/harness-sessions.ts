@@ -1,7 +1,7 @@
-import { constants, promises as fs } from 'node:fs';
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { HARNESS_SESSION_FILE, HARNESS_SESSION_TYPE, type HarnessSessionEntry, HarnessSessionEntrySchema, HarnessSessionIdSchema } from '@murmur/shared';
-import { writeFileAtomic } from '@murmur/shared/node';
+import { TAIL_READ, writeFileAtomic } from '@murmur/shared/node';
 import { type ConversationRecords, FILE_MODE } from './conversations.js';
 import { rememberBounded } from './bounded-map.js';
 
@@ -157,11 +157,11 @@ export class HarnessSessions {
     for (const name of names) if (name !== keep && TRANSCRIPT_NAME.test(name)) await fs.rm(path.join(dir, name), { force: true }).catch(() => {});
   }
 
-  /** A regular file of at most the limit, read through no link at its end; undefined when it is not one. */
+  /** A regular file of at most the limit, read through no link at its end (nor waited on, a FIFO); undefined when it is not one. */
   private async readTranscript(file: string, contextId: string): Promise<Buffer | undefined> {
     let handle: fs.FileHandle;
     try {
-      handle = await fs.open(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+      handle = await fs.open(file, TAIL_READ);
     } catch {
       return undefined;
     }

@@ -63,7 +63,8 @@ function transcriptCopies(projects: string, sessionId: string): Array<{ file: st
 
 /** The file's bytes, or its size when it is larger than the executor keeps; read through no link at its end, and undefined when it is not a file. */
 function readTranscript(file: string, limitBytes: number): Buffer | { oversizedBytes: number } | undefined {
-  const fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+  // Never waited on: a tool can swap a FIFO in after the listing saw a file, and a blocking open would hold the host's only thread.
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   try {
     const stat = fstatSync(fd);
     if (!stat.isFile()) return undefined;
