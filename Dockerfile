@@ -3,7 +3,7 @@
 # image from the host's build instead (docker/runtime.Dockerfile); both have the same layout:
 #
 #   /usr/local/bin/node   Node 20
-#   /opt/murmur           the app: package.json files, built dist/, drivers/dist/store, docker/
+#   /opt/murmur           the app: package.json files, built dist/, drivers/dist (store, transpiled), docker/
 #                         scripts, and node_modules pruned to the runtime's production closure
 #                         (scripts/images.mjs --stage-only computes it from package-lock.json)
 #   uid/gid 1000 murmur   home /var/lib/murmur (MURMUR_HOME); /var/lib/murmur{,/registry} and

@@ -48,6 +48,12 @@ await check('default artifacts', async () => {
   if (!dir) throw new Error('no drivers/dist/store found above @murmur/shared');
   return dir;
 });
+await check('shipped transpiled components', async () => {
+  const { shippedCacheDir } = await import('@murmur/shared/node');
+  const dir = shippedCacheDir();
+  if (!dir) throw new Error('no drivers/dist/transpiled found above @murmur/shared');
+  return dir;
+});
 await check('jco transpile', async () => {
   const { parse, transpile } = await import('@bytecodealliance/jco');
   const { TRANSPILE_OPTIONS } = await import('@murmur/shared');

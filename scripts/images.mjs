@@ -13,8 +13,9 @@
 //                              cache hit, and the legacy builder hashes one file, not thousands.
 //
 // The app is the root package.json, the runtime workspaces' package.json and built output, the
-// default artifacts (drivers/dist/store), the docker/ scripts, and node_modules pruned to the
-// production dependency closure of those workspaces, computed offline from package-lock.json.
+// default artifacts (drivers/dist/store) and their components transpiled (drivers/dist/transpiled),
+// the docker/ scripts, and node_modules pruned to the production dependency closure of those
+// workspaces, computed offline from package-lock.json.
 //
 // Options:
 //   --stage-only     only write .cache/images/runtime/app.tar (no docker); the root Dockerfile
@@ -85,6 +86,7 @@ const BUILT_OUTPUTS = [
   'services/watcher/dist/index.js',
   'cli/dist/main.js',
   'drivers/dist/store',
+  'drivers/dist/transpiled',
 ];
 
 /**
@@ -374,6 +376,7 @@ function collectApp() {
     for (const item of shipped) fromRoot(`${workspace}/${item}`);
   }
   fromRoot('drivers/dist/store');
+  fromRoot('drivers/dist/transpiled');
   for (const file of readdirSync(path.join(root, 'docker')).sort()) {
     if (file.endsWith('.sh') || file.endsWith('.mjs')) fromRoot(`docker/${file}`);
   }

@@ -3,6 +3,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
+import { agentManifest, agentProject } from '../../test/support/agents.js';
 import { capsuleProject, componentArtifact } from '../../test/support/artifacts.js';
 import { listTree, tempDir, writeFiles } from '../../test/support/fs.js';
 import { capsuleWat, toolWat } from '../../test/support/guests.js';
@@ -220,6 +221,22 @@ describe('mur stage', () => {
     for (const output of [staged, refused]) expect(output).not.toContain('\u001b]0;PWNED');
     // To a pipe, what was written is passed on as it is.
     expect((await runMur(['stage', project], { env })).stdout).toContain('staged x\u001b]0;PWNED\u0007@0.1.0');
+  });
+
+  it('takes a first-party driver already transpiled from what the runtime ships, in a home that never transpiled it', async () => {
+    // Staged only: the endpoint is never asked.
+    const project = await agentProject(path.join(scratch.dir, 'agent'), agentManifest({ endpoint: 'http://127.0.0.1:9/v1', authority: '127.0.0.1:9' }));
+    const result = await runMur(['stage', project, '--json'], { env });
+    expect(result.code, result.stderr).toBe(0);
+    const plan = JSON.parse(result.stdout) as {
+      artifacts: Array<{ name: string; origin: string; component?: { cache_hit: boolean; bundle: { key: string } } }>;
+    };
+    const driver = plan.artifacts.find((artifact) => artifact.name === 'murmur-driver-anthropic');
+    expect(driver).toMatchObject({ origin: 'default', component: { cache_hit: true } });
+    // Copied into this home's cache, where an executor finds what a plan names.
+    expect(await fs.readdir(path.join(env.MURMUR_HOME as string, 'cache', 'transpiled', ...(driver?.component?.bundle.key ?? '').split('/')))).toContain(
+      'component.js',
+    );
   });
 
   it('stages a published capsule by --capsule and --capsule-version', async () => {

@@ -45,6 +45,7 @@ import {
   type BlobCache,
   type CreatedEntries,
   defaultArtifactsDir,
+  shippedCacheDir,
   globalStoreDir,
   maxProjectBytesFromEnv,
   removeEmptyParents,
@@ -86,6 +87,8 @@ export interface StagerOptions {
   defaultStore?: string | null;
   /** How long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`, 120 s). */
   transpileTimeoutMs?: number;
+  /** Components the runtime's build transpiled (`drivers/dist`); undefined finds them, null turns them off. */
+  shippedCache?: string | null;
   log: Log;
 }
 
@@ -146,7 +149,8 @@ export class Stager {
   readonly components: ComponentCache;
 
   constructor(private readonly options: StagerOptions) {
-    this.components = new ComponentCache(options.cacheDir, options.transpileTimeoutMs);
+    const shippedCache = options.shippedCache === undefined ? shippedCacheDir() : (options.shippedCache ?? undefined);
+    this.components = new ComponentCache(options.cacheDir, options.transpileTimeoutMs, shippedCache);
   }
 
   private chain(project: OpenedProject | undefined): RegistryChain {

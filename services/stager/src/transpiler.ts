@@ -33,20 +33,21 @@ export interface PendingEntry {
 export class ComponentCache {
   private readonly transpiler: TranspileQueue;
 
-  /** `transpileTimeoutMs`: how long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`). */
+  /**
+   * `transpileTimeoutMs`: how long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`).
+   * `shippedCacheDir`: a read-only cache of the same layout, made by the runtime's build
+   * (`shippedCacheDir()` in shared), whose entries are copied in rather than transpiled again.
+   */
   constructor(
     readonly cacheDir: string,
     transpileTimeoutMs = DEFAULT_TRANSPILE_TIMEOUT_MS,
+    private readonly shippedCacheDir?: string,
   ) {
     this.transpiler = new TranspileQueue(transpileTimeoutMs);
   }
 
-  private get root(): string {
-    return path.join(this.cacheDir, 'transpiled', TRANSPILER_ID);
-  }
-
   entryDir(sha256: string): string {
-    return path.join(this.root, sha256);
+    return entryIn(this.cacheDir, sha256);
   }
 
   /** The local directory of a bundle this cache holds (or will, once committed). */
@@ -54,15 +55,45 @@ export class ComponentCache {
     return path.join(this.cacheDir, 'transpiled', component.bundle.key);
   }
 
-  /** The cached entry for these bytes, or undefined when it has not been transpiled yet. */
+  /**
+   * The cached entry for these bytes, or undefined when it has not been transpiled yet. An entry
+   * the runtime shipped is copied into this cache first, so what a plan names is always here.
+   */
   async lookup(sha256: string): Promise<TranspiledComponent | undefined> {
+    return (await readEntry(this.entryDir(sha256), sha256)) ?? (await this.adoptShipped(sha256));
+  }
+
+  /**
+   * The shipped entry for these bytes, copied whole into this cache: each file is checked against
+   * the digest and size its record gives, so a damaged install is transpiled afresh rather than
+   * handed on (the executor verifies a bundle by the same record). Written to a temporary
+   * sibling and renamed into place, as a transpiled entry is; it is committed at once rather
+   * than with its staging, since it is the same content-addressed entry whichever staging made it.
+   */
+  private async adoptShipped(sha256: string): Promise<TranspiledComponent | undefined> {
+    if (this.shippedCacheDir === undefined) return undefined;
+    const source = entryIn(this.shippedCacheDir, sha256);
+    const component = await readEntry(source, sha256);
+    if (!component) return undefined;
+    const finalDir = this.entryDir(sha256);
+    const temporaryDir = temporarySibling(finalDir);
     try {
-      const record: unknown = JSON.parse(await fs.readFile(path.join(this.entryDir(sha256), BUNDLE_RECORD_FILE), 'utf8'));
-      const component = componentOfRecord(record, sha256);
-      return component?.bundle.key === `${TRANSPILER_ID}/${sha256}` ? component : undefined;
+      await fs.mkdir(temporaryDir, { recursive: true });
+      for (const file of component.bundle.files) {
+        // A transpiled entry is flat, as `prepare` writes it.
+        if (path.basename(file.path) !== file.path) throw new Error(`'${file.path}' is not a file of the entry's own`);
+        const bytes = await fs.readFile(path.join(source, file.path));
+        if (bytes.byteLength !== file.size || createHash('sha256').update(bytes).digest('hex') !== file.sha256)
+          throw new Error(`${file.path} does not match its record`);
+        await fs.writeFile(path.join(temporaryDir, file.path), bytes);
+      }
+      await fs.writeFile(path.join(temporaryDir, BUNDLE_RECORD_FILE), JSON.stringify(bundleRecordOf(component), null, 2));
+      await renameDirectoryIntoPlace(temporaryDir, finalDir);
     } catch {
+      await fs.rm(temporaryDir, { recursive: true, force: true });
       return undefined;
     }
+    return readEntry(finalDir, sha256);
   }
 
   /**
@@ -118,6 +149,22 @@ export class ComponentCache {
 
   close(): Promise<void> {
     return this.transpiler.close();
+  }
+}
+
+/** Where a cache rooted at `cacheDir` keeps the entry of the component whose bytes hash to `sha256`. */
+function entryIn(cacheDir: string, sha256: string): string {
+  return path.join(cacheDir, 'transpiled', TRANSPILER_ID, sha256);
+}
+
+/** The component an entry's record describes, or undefined when there is no whole entry there for these bytes. */
+async function readEntry(dir: string, sha256: string): Promise<TranspiledComponent | undefined> {
+  try {
+    const record: unknown = JSON.parse(await fs.readFile(path.join(dir, BUNDLE_RECORD_FILE), 'utf8'));
+    const component = componentOfRecord(record, sha256);
+    return component?.bundle.key === `${TRANSPILER_ID}/${sha256}` ? component : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -10,6 +10,7 @@ import { capsuleArchive, capsuleProject, componentArtifact, publishInto, skillAr
 import { listTree, tempDir } from '../../../test/support/fs.js';
 import { capsuleWat, helloCapsuleJs, toolWat, unversionedCapsuleWat } from '../../../test/support/guests.js';
 import { rawZip } from '../../../test/support/raw-zip.js';
+import { ComponentCache } from '../src/transpiler.js';
 
 interface World {
   root: string;
@@ -198,6 +199,59 @@ describe('staging a capsule directory', () => {
     await capsuleProject(world.project, `${SCRIPT}colour: blue\n`, (await capsuleWat()).bytes);
     const plan = await world.stager.stage(await directory());
     expect(plan.warnings.map((warning) => warning.code)).toEqual(['W-SEC-019']);
+  });
+});
+
+describe('components the runtime shipped transpiled', () => {
+  /** A stager on the world's cache whose shipped cache is `shipped`, holding `bytes` transpiled as the build does. */
+  async function stagerShipping(bytes: Uint8Array): Promise<{ stager: Stager; shippedEntry: string }> {
+    const shipped = path.join(world.root, 'shipped');
+    const build = new ComponentCache(shipped);
+    const sha256 = sha256Hex(bytes);
+    await build.commit(await build.prepare(bytes, sha256, 'the build'));
+    await build.close();
+    const stager = new Stager({ cacheDir: world.cacheDir, globalStore: world.globalStore, log: silentLog, blobs: world.blobs, shippedCache: shipped });
+    return { stager, shippedEntry: build.entryDir(sha256) };
+  }
+
+  const transpileStates = (progress: StageProgress[]) =>
+    progress.filter((event) => event.phase === 'transpile').map((event) => (event as { state: string }).state);
+
+  it('copies a shipped entry into the cache instead of transpiling the component again', async () => {
+    const capsule = await capsuleWat();
+    const { stager, shippedEntry } = await stagerShipping(capsule.bytes);
+    await capsuleProject(world.project, SCRIPT, capsule.bytes);
+    const progress: StageProgress[] = [];
+    try {
+      const plan = await stager.stage({ ...(await directory()), onProgress: (event) => progress.push(event) });
+      expect(transpileStates(progress)).toEqual(['cached']);
+      expect(plan.capsule.component?.cache_hit).toBe(true);
+      const bundleDir = stager.components.bundleDir(plan.capsule.component!);
+      expect(bundleDir.startsWith(world.cacheDir)).toBe(true);
+      for (const file of plan.capsule.component?.bundle.files ?? []) {
+        expect(await fs.readFile(path.join(bundleDir, file.path))).toEqual(await fs.readFile(path.join(shippedEntry, file.path)));
+      }
+    } finally {
+      await stager.close();
+    }
+  });
+
+  it('transpiles afresh a component whose shipped entry does not match its record, and keeps the shipped bytes out of the cache', async () => {
+    const capsule = await capsuleWat();
+    const { stager, shippedEntry } = await stagerShipping(capsule.bytes);
+    const glue = path.join(shippedEntry, 'component.js');
+    const honest = await fs.readFile(glue);
+    await fs.appendFile(glue, '\nglobalThis.planted = true;\n');
+    await capsuleProject(world.project, SCRIPT, capsule.bytes);
+    const progress: StageProgress[] = [];
+    try {
+      const plan = await stager.stage({ ...(await directory()), onProgress: (event) => progress.push(event) });
+      expect(transpileStates(progress)).toEqual(['start', 'done']);
+      expect(plan.capsule.component?.cache_hit).toBe(false);
+      expect(await fs.readFile(path.join(stager.components.bundleDir(plan.capsule.component!), 'component.js'))).toEqual(honest);
+    } finally {
+      await stager.close();
+    }
   });
 });
 

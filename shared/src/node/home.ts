@@ -39,9 +39,26 @@ export function defaultArtifactsDir(env: NodeJS.ProcessEnv = process.env): strin
   const explicit = env.MURMUR_DEFAULT_ARTIFACTS?.trim();
   if (explicit === 'none') return undefined;
   if (explicit) return path.resolve(explicit);
+  return shippedPath('store');
+}
+
+/**
+ * The cache `npm run build` fills beside the default store (`drivers/dist`, laid out as a cache:
+ * `transpiled/<transpiler>/<sha256>/`): the first-party components already transpiled, so no home
+ * pays for transpiling a 12 MB driver on its first agent run. Found only beside this runtime's own
+ * code and never named by the environment: a transpiled component is code the capsule host runs,
+ * and is trusted as the runtime itself is. Undefined when the build made none.
+ */
+export function shippedCacheDir(): string | undefined {
+  const transpiled = shippedPath('transpiled');
+  return transpiled === undefined ? undefined : path.dirname(transpiled);
+}
+
+/** `drivers/dist/<name>` in the first directory above this module that has one. */
+function shippedPath(name: string): string | undefined {
   let dir = path.dirname(fileURLToPath(import.meta.url));
   for (;;) {
-    const candidate = path.join(dir, 'drivers', 'dist', 'store');
+    const candidate = path.join(dir, 'drivers', 'dist', name);
     if (existsSync(candidate)) return candidate;
     const parent = path.dirname(dir);
     if (parent === dir) return undefined;
