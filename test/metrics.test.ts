@@ -1,7 +1,9 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, rpc, startAgent, textMessage } from './support/agents.js';
+import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
+import { capsuleWat } from './support/guests.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
@@ -111,7 +113,8 @@ describe('metrics', () => {
   }, 120_000);
 
   it("counts the stager's transpile cache, a miss and then a hit, and every service serves its process metrics", async () => {
-    const project = await agentProject(path.join(scratch.dir, 'staged'), agentManifest(inference, { name: 'staged' }));
+    // A script capsule of its own: the agents' driver ships transpiled, a hit from the start.
+    const project = await capsuleProject(path.join(scratch.dir, 'staged'), 'name: staged\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     for (let index = 0; index < 2; index += 1) expect((await runMur(['stage', project], { env })).code).toBe(0);
     const stager = await scrape('stager');
     expect(sample(stager, 'murmur_stage_components_total', { cache: 'hit' })).toBeGreaterThanOrEqual(1);
