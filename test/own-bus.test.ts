@@ -80,6 +80,43 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     expect(refusals.filter((refusal) => refusal.kind === 'tcp')).toHaveLength(3);
   });
 
+  it("is refused the executor's own health and metrics listener, which names every session's egress rules, over wasi:http and a raw socket", async () => {
+    const executor = services.find((service) => service.name === 'executor') as ServiceProcess;
+    const project = await probeProject(
+      path.join(scratch.dir, 'metrics-seeker'),
+      `capabilities:\n  network:\n    allow: [127.0.0.1:${executor.port}]\n  shell:\n    allow: [python3]\n`,
+    );
+    const actions = [
+      { op: 'fetch', url: `http://127.0.0.1:${executor.port}/metrics` },
+      {
+        op: 'shell',
+        binary: 'python3',
+        args: [
+          '-c',
+          `import socket\ntry:\n  s = socket.create_connection(('127.0.0.1', ${executor.port}), timeout=10)\n  s.sendall(b'GET /metrics HTTP/1.0\\r\\n\\r\\n')\n  print(s.recv(64).decode() or 'closed')\nexcept OSError as e:\n  print(type(e).__name__)`,
+        ],
+      },
+    ];
+    const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], {
+      cwd: project,
+      env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+    const results: ProbeResult[] = probeResults(log.replaceAll('[stdout] ', ''));
+    expect(results[0]).toMatchObject({ op: 'fetch', ok: false });
+    expect(results[1]).toMatchObject({ op: 'shell', value: { stdout: expect.any(String) } });
+    expect(((results[1] as ProbeResult).value as { stdout: string }).stdout, 'a sandboxed process read the executor’s answer').not.toMatch(/HTTP\/1/);
+    const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    const refusals = trace.filter((event) => event.event_type === 'egress' && event.decision === 'denied');
+    expect(refusals.map((refusal) => refusal.kind).sort()).toEqual(['http', 'tcp']);
+    for (const refusal of refusals) expect(String(refusal.reason)).toMatch(/is this executor's health and metrics listener/);
+  });
+
   it('still reaches what its rules allow on another port of the same address', async () => {
     const neighbour = await startCountingServer();
     try {

@@ -8,7 +8,17 @@ await runServiceProcess({
   async start({ bus, log, env, instanceId }) {
     // A long-running executor keeps warm hosts for the launches to come (MURMUR_EXECUTOR_POOL).
     // It also removes the session cgroups that executors which crashed here left behind.
-    const service = startExecutorService({ bus, log, env, instanceId, pool: { size: DEFAULT_POOL_SIZE, refill: true }, sweepAtStartAndHourly: true });
-    return { close: () => service.close() };
+    let listening: (port: number) => void = () => {};
+    const listenerPort = new Promise<number>((resolve) => (listening = resolve));
+    const service = startExecutorService({
+      bus,
+      log,
+      env,
+      instanceId,
+      pool: { size: DEFAULT_POOL_SIZE, refill: true },
+      sweepAtStartAndHourly: true,
+      listenerPort,
+    });
+    return { close: () => service.close(), onListening: (url) => listening(Number(new URL(url).port)) };
   },
 });

@@ -5,99 +5,130 @@ import { bare, embeddedIpv4, systemResolve } from './egress-address.js';
 
 /**
  * The runtime's own endpoints, which no capsule is connected to whatever its rules say: the bus
- * the executor is on. Whoever reaches the bus without credentials controls the stack (it launches
- * and stops sessions, reads their events); a rule that names an address (`172.18.0.2:4222`, or
- * `127.0.0.1:4222` beside a local stack) says plainly where it goes only to someone who knows
- * that address is the bus's, and a name that resolves there is refused already unless the
- * operator lets names resolve privately (`egress-address.ts`).
+ * the executor is on, the executor's own health and metrics listener, and the operator's
+ * telemetry collector. Whoever reaches the bus without credentials controls the stack (it
+ * launches and stops sessions, reads their events); the metrics name every session's egress
+ * rules; the collector takes spans as the runtime's own. A rule that names an address
+ * (`172.18.0.2:4222`, or `127.0.0.1:7720` beside a local executor) says plainly where it goes only
+ * to someone who knows whose that address is, and a name that resolves there is refused already
+ * unless the operator lets names resolve privately (`egress-address.ts`).
  *
- * A bus on this machine (a loopback address, or one of the machine's own) is reached at its port
- * on every address of the machine, since a server listening on all of them answers on each. A bus
- * elsewhere is taken whole, every port of each address its name resolves to: the host a bus runs
- * on serves its monitoring (`/connz` lists every client and subscription, so every session), its
- * cluster routes and whatever else its operator put beside it, on ports this executor cannot know.
- * The machine the executor runs on cannot be taken whole: capsules may be granted its other ports.
+ * An endpoint on this machine (a loopback address, or one of the machine's own) is reached at its
+ * port on every address of the machine, since a server listening on all of them answers on each.
+ * A bus elsewhere is taken whole, every port of each address its name resolves to: the host a bus
+ * runs on serves its monitoring (`/connz` lists every client and subscription, so every session),
+ * its cluster routes and whatever else its operator put beside it, on ports this executor cannot
+ * know. A collector elsewhere is taken at its port only: it is a sink for spans, not a control
+ * plane, and its host may serve what capsules are granted. The machine the executor runs on cannot
+ * be taken whole: capsules may be granted its other ports.
  */
 export class OwnEndpoints {
-  /** Address (`canonicalAddress`) → the bus's ports there. */
-  private readonly taken = new Map<string, Set<number>>();
-  /** Host names as written in the bus's URL, with the bus's ports. */
-  private readonly names = new Map<string, Set<number>>();
+  /** Address (`canonicalAddress`) → port → what is there. */
+  private readonly taken = new Map<string, Map<number, OwnEndpoint>>();
+  /** Host names as written, with their ports and what is there. */
+  private readonly names = new Map<string, Map<number, OwnEndpoint>>();
   /** Addresses and names taken at every port: those of a bus elsewhere. */
   private readonly whole = new Set<string>();
 
-  /** None: an executor on the in-process bus has no endpoint a capsule could reach. */
+  /** None: an executor on the in-process bus, with no listener and no collector, has no endpoint a capsule could reach. */
   static readonly none = new OwnEndpoints();
 
-  /** Whether a name of the bus did not resolve, so it is refused by that name only (`ofBus` is to be asked again). */
+  /** Whether a name did not resolve, so it is refused by that name only (`of` is to be asked again). */
   unresolved = false;
 
   /**
-   * The endpoints of the bus at `natsUrl` (`MURMUR_NATS_URL`: one URL, or several comma-separated),
-   * its names resolved with `resolve`. A name that does not resolve (in 5 s) is kept as a name only.
+   * The endpoints of a runtime: the bus at `natsUrl` (`MURMUR_NATS_URL`: one URL, or several
+   * comma-separated), the collector at `collectorUrl` (`MURMUR_OTEL_ENDPOINT`), and this process's
+   * own listener at `listenerPort`, names resolved with `resolve`. A name that does not resolve
+   * (in 5 s) is kept as a name only.
    */
-  static async ofBus(
-    natsUrl: string | undefined,
+  static async of(
+    runtime: { natsUrl?: string | undefined; collectorUrl?: string | undefined; listenerPort?: number | undefined },
     options: { resolve?: (host: string) => Promise<string[]>; unresolved?: (host: string, error: unknown) => void } = {},
   ): Promise<OwnEndpoints> {
-    const resolve = options.resolve ?? resolveAll;
     const own = new OwnEndpoints();
-    const here = thisMachine();
-    const isHere = (address: string): boolean => isLoopback(address) || here.includes(address);
-    for (const server of busServers(natsUrl)) {
-      const host = server.host;
+    const resolve = async (host: string): Promise<string[]> => {
       const literal = canonicalAddress(host);
-      const addresses =
-        literal !== undefined
-          ? [literal]
-          : await resolve(host).catch((error: unknown) => {
-              options.unresolved?.(host, error);
-              own.unresolved = true;
-              return [] as string[];
-            });
-      const onThisMachine = host === 'localhost' || addresses.some(isHere);
-      own.add(own.names, host, server.port);
-      if (!onThisMachine) own.whole.add(host);
-      // A name that resolves both here and elsewhere: the machine at the bus's port, the rest whole.
-      for (const address of onThisMachine ? [...here, ...addresses] : addresses) {
-        own.add(own.taken, address, server.port);
-        // A server here serves its monitoring beside it (`/connz` names every session's subjects),
-        // at nats-server's usual port: the machine's other ports are not taken, that one is.
-        if (isHere(address)) own.add(own.taken, address, NATS_MONITORING_PORT);
-        else own.whole.add(address);
+      if (literal !== undefined) return [literal];
+      return (options.resolve ?? resolveAll)(host).catch((error: unknown) => {
+        options.unresolved?.(host, error);
+        own.unresolved = true;
+        return [] as string[];
+      });
+    };
+    for (const server of busServers(runtime.natsUrl)) {
+      const addresses = await resolve(server.host);
+      own.add(own.names, server.host, server.port, BUS);
+      // A server here serves its monitoring beside it (`/connz` names every session's subjects),
+      // at nats-server's usual port: the machine's other ports are not taken, that one is.
+      if (own.onThisMachine(server.host, addresses, [server.port, NATS_MONITORING_PORT], BUS)) own.add(own.names, server.host, NATS_MONITORING_PORT, BUS);
+      else own.whole.add(server.host);
+      // A bus elsewhere (or the part elsewhere of a name that resolves here too) is taken whole.
+      for (const address of addresses.filter((candidate) => !isHere(candidate))) {
+        own.add(own.taken, address, server.port, BUS);
+        own.whole.add(address);
       }
-      if (onThisMachine) own.add(own.names, host, NATS_MONITORING_PORT);
     }
+    const collector = collectorServer(runtime.collectorUrl);
+    if (collector) {
+      const addresses = await resolve(collector.host);
+      own.add(own.names, collector.host, collector.port, COLLECTOR);
+      own.onThisMachine(collector.host, addresses, [collector.port], COLLECTOR);
+      for (const address of addresses.filter((candidate) => !isHere(candidate))) own.add(own.taken, address, collector.port, COLLECTOR);
+    }
+    if (runtime.listenerPort !== undefined) own.onThisMachine('localhost', [], [runtime.listenerPort], LISTENER);
     return own;
   }
 
-  /** Nothing is taken: the in-process bus. */
+  /** Nothing is taken. */
   get empty(): boolean {
     return this.names.size === 0;
   }
 
   /**
    * What a connection to `host:port` (as a rule or a URL writes it) would reach of these
-   * endpoints — the bus itself, or another port of the host a bus elsewhere runs on — or
-   * undefined when it reaches none of them.
+   * endpoints — the bus itself, another port of the host a bus elsewhere runs on, the executor's
+   * listener or the collector — or undefined when it reaches none of them.
    */
   covers(host: string, port: number): OwnEndpoint | undefined {
     const plain = hostName(host);
     const written = (plain === 'localhost' ? ['127.0.0.1', '::1'] : [canonicalAddress(plain)]).filter((address) => address !== undefined);
-    // Every address in 127/8 reaches the machine: a bus on it is taken at each (`thisMachine`).
+    // Every address in 127/8 reaches the machine: what is on it is taken at each (`thisMachine`).
     const keys = [plain, ...written, ...(written.some(isLoopback) ? ['127.0.0.1'] : [])];
-    if (this.names.get(plain)?.has(port) || keys.some((key) => this.taken.get(key)?.has(port))) return 'the bus this runtime runs on';
-    if (keys.some((key) => this.whole.has(key))) return 'the host of the bus this runtime runs on';
+    const named = this.names.get(plain)?.get(port) ?? keys.map((key) => this.taken.get(key)?.get(port)).find((what) => what !== undefined);
+    if (named) return named;
+    if (keys.some((key) => this.whole.has(key))) return BUS_HOST;
     return undefined;
   }
 
-  private add(map: Map<string, Set<number>>, key: string, port: number): void {
-    map.set(key, (map.get(key) ?? new Set<number>()).add(port));
+  /**
+   * `what` at `ports` on every address of this machine, when `host` (or an address it resolved
+   * to) is on this machine; false, taking nothing, when it is not.
+   */
+  private onThisMachine(host: string, addresses: string[], ports: number[], what: OwnEndpoint): boolean {
+    if (host !== 'localhost' && !addresses.some(isHere)) return false;
+    for (const port of ports) {
+      this.add(this.names, 'localhost', port, what);
+      for (const address of [...thisMachine(), ...addresses.filter(isHere)]) this.add(this.taken, address, port, what);
+    }
+    return true;
+  }
+
+  private add(map: Map<string, Map<number, OwnEndpoint>>, key: string, port: number, what: OwnEndpoint): void {
+    const ports = map.get(key) ?? new Map<number, OwnEndpoint>();
+    // The bus is named first where two would share a port: it is the one to fear.
+    if (!ports.has(port)) ports.set(port, what);
+    map.set(key, ports);
   }
 }
 
+const BUS = 'the bus this runtime runs on';
+const BUS_HOST = 'the host of the bus this runtime runs on';
+const LISTENER = "this executor's health and metrics listener";
+const COLLECTOR = 'the telemetry collector this runtime exports to';
+
 /** What of the runtime's own a connection would reach. */
-export type OwnEndpoint = 'the bus this runtime runs on' | 'the host of the bus this runtime runs on';
+export type OwnEndpoint = typeof BUS | typeof BUS_HOST | typeof LISTENER | typeof COLLECTOR;
 
 /** Each server of a `MURMUR_NATS_URL`, as host (`hostName`) and port (when none is written: a websocket's scheme's, else NATS's 4222). */
 export function busServers(natsUrl: string | undefined): Array<{ host: string; port: number }> {
@@ -112,6 +143,18 @@ export function busServers(natsUrl: string | undefined): Array<{ host: string; p
       return [];
     }
   });
+}
+
+/** The collector of an OTLP endpoint URL, as host and port (its scheme's when none is written); undefined when there is none. */
+function collectorServer(url: string | undefined): { host: string; port: number } | undefined {
+  if (url === undefined || url.trim() === '') return undefined;
+  try {
+    const parsed = new URL(url.trim());
+    const port = parsed.port === '' ? (parsed.protocol === 'https:' ? 443 : 80) : Number(parsed.port);
+    return { host: hostName(parsed.hostname), port };
+  } catch {
+    return undefined;
+  }
 }
 
 /** A host as written, compared as a name: without brackets, lowercased, and `nats.` the same as `nats`. */
@@ -157,6 +200,11 @@ function canonicalAddress(address: string): string | undefined {
     compressed = address.toLowerCase();
   }
   return embeddedIpv4(compressed) ?? compressed;
+}
+
+/** Whether a connection to `address` reaches this machine. */
+function isHere(address: string): boolean {
+  return isLoopback(address) || thisMachine().includes(address);
 }
 
 /** Every IPv4 address in 127.0.0.0/8 reaches this machine, and so does `::1`. */

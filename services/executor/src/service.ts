@@ -63,6 +63,11 @@ export interface ExecutorServiceOptions {
    * must lie under the runtime's code root, which is all a sandbox can read of it.
    */
   hostEntry?: string;
+  /**
+   * The port of this process's health and metrics listener (the service process's), once it
+   * listens: no capsule is connected to it (`own-endpoints.ts`), and a launch waits for it.
+   */
+  listenerPort?: Promise<number>;
 }
 
 export interface ExecutorService {
@@ -130,16 +135,19 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     }
     return locations;
   };
-  const resolveOwnEndpoints = (): Promise<OwnEndpoints> =>
-    OwnEndpoints.ofBus(env.MURMUR_NATS_URL, {
-      unresolved: (host, error) =>
-        log.warn(
-          { executor_id: instanceId, host, err: error },
-          `the bus's name did not resolve: capsules are refused it by that name only, not at its addresses, until it is resolved again (at a launch, at most every ${OWN_ENDPOINTS_RETRY_MS / 1000}s)`,
-        ),
-    });
+  const resolveOwnEndpoints = async (): Promise<OwnEndpoints> =>
+    OwnEndpoints.of(
+      { natsUrl: env.MURMUR_NATS_URL, collectorUrl: env.MURMUR_OTEL_ENDPOINT, listenerPort: await options.listenerPort },
+      {
+        unresolved: (host, error) =>
+          log.warn(
+            { executor_id: instanceId, host, err: error },
+            `the runtime's own endpoint '${host}' did not resolve: capsules are refused it by that name only, not at its addresses, until it is resolved again (at a launch, at most every ${OWN_ENDPOINTS_RETRY_MS / 1000}s)`,
+          ),
+      },
+    );
   let own = { endpoints: resolveOwnEndpoints(), at: Date.now() };
-  /** The bus's endpoints, resolved again at a launch when a name of it did not resolve last time (a bus not up yet when the executor started). */
+  /** The runtime's endpoints, resolved again at a launch when a name of them did not resolve last time (a bus not up yet when the executor started). */
   const ownEndpoints = async (): Promise<OwnEndpoints> => {
     const current = await own.endpoints;
     if (!current.unresolved || Date.now() - own.at < OWN_ENDPOINTS_RETRY_MS) return current;

@@ -5,6 +5,8 @@ import { OwnEndpoints, busServers } from '../src/own-endpoints.js';
 
 const BUS = 'the bus this runtime runs on';
 const BUS_HOST = 'the host of the bus this runtime runs on';
+const LISTENER = "this executor's health and metrics listener";
+const COLLECTOR = 'the telemetry collector this runtime exports to';
 
 const noDns = async (host: string): Promise<string[]> => {
   throw new Error(`no DNS in this test (${host})`);
@@ -26,7 +28,7 @@ describe("the runtime's own endpoints", () => {
   });
 
   it('takes a bus elsewhere whole: its port as the bus, every other port of its name and addresses as the bus’s host', async () => {
-    const own = await OwnEndpoints.ofBus('nats://token@nats:4222', { resolve: async () => ['172.18.0.2'] });
+    const own = await OwnEndpoints.of({ natsUrl: 'nats://token@nats:4222' }, { resolve: async () => ['172.18.0.2'] });
     for (const host of ['172.18.0.2', 'nats', 'NATS', '[::ffff:172.18.0.2]', '::ffff:ac12:2']) {
       expect(own.covers(host, 4222), host).toBe(BUS);
       // Its monitoring (/connz names every client and subscription), its cluster routes, anything beside it.
@@ -40,7 +42,7 @@ describe("the runtime's own endpoints", () => {
   });
 
   it('takes a name that resolves both here and elsewhere at its port on this machine, and whole elsewhere', async () => {
-    const own = await OwnEndpoints.ofBus('nats://bus.example:4222', { resolve: async () => ['127.0.0.1', '10.1.2.3'] });
+    const own = await OwnEndpoints.of({ natsUrl: 'nats://bus.example:4222' }, { resolve: async () => ['127.0.0.1', '10.1.2.3'] });
     expect(own.covers('10.1.2.3', 4222)).toBe(BUS);
     expect(own.covers('10.1.2.3', 8222)).toBe(BUS_HOST);
     expect(own.covers('127.0.0.1', 4222)).toBe(BUS);
@@ -50,7 +52,7 @@ describe("the runtime's own endpoints", () => {
   });
 
   it('takes a bus on this machine at its port on every address of the machine', async () => {
-    const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', { resolve: noDns });
+    const own = await OwnEndpoints.of({ natsUrl: 'nats://127.0.0.1:4999' }, { resolve: noDns });
     const interfaces = Object.values(os.networkInterfaces()).flatMap((entries) => (entries ?? []).map((entry) => entry.address));
     for (const host of ['127.0.0.1', '127.0.0.2', '127.255.0.9', 'localhost', '::1', '[0:0:0:0:0:0:0:1]', '0.0.0.0', '::', '[::ffff:127.0.0.1]', ...interfaces])
       expect(own.covers(host, 4999), host).toBe(BUS);
@@ -64,7 +66,7 @@ describe("the runtime's own endpoints", () => {
 
   it('keeps a name that does not resolve as the name, whole, and says it did not resolve', async () => {
     const unresolved: string[] = [];
-    const own = await OwnEndpoints.ofBus('bus.internal:4222', { resolve: noDns, unresolved: (host) => unresolved.push(host) });
+    const own = await OwnEndpoints.of({ natsUrl: 'bus.internal:4222' }, { resolve: noDns, unresolved: (host) => unresolved.push(host) });
     expect(unresolved).toEqual(['bus.internal']);
     // So the executor asks again at a later launch (a bus not up yet when it started).
     expect(own.unresolved).toBe(true);
@@ -74,15 +76,46 @@ describe("the runtime's own endpoints", () => {
     expect(own.covers('other.internal', 4222)).toBeUndefined();
   });
 
+  it("takes the executor's own listener at its port on every address of the machine, and no other port", async () => {
+    const own = await OwnEndpoints.of({ listenerPort: 7720 }, { resolve: noDns });
+    const interfaces = Object.values(os.networkInterfaces()).flatMap((entries) => (entries ?? []).map((entry) => entry.address));
+    for (const host of ['127.0.0.1', '127.0.0.2', 'localhost', '::1', '0.0.0.0', ...interfaces]) expect(own.covers(host, 7720), host).toBe(LISTENER);
+    expect(own.covers('127.0.0.1', 7721)).toBeUndefined();
+    expect(own.covers('10.9.9.9', 7720)).toBeUndefined();
+    expect(own.empty).toBe(false);
+  });
+
+  it('takes a collector elsewhere at its port only, by its name and by each address it resolves to', async () => {
+    const own = await OwnEndpoints.of({ collectorUrl: 'http://otel-collector:4318' }, { resolve: async () => ['172.18.0.9'] });
+    for (const host of ['otel-collector', 'OTEL-Collector.', '172.18.0.9', '::ffff:172.18.0.9']) expect(own.covers(host, 4318), host).toBe(COLLECTOR);
+    // A sink for spans, not a control plane: its host's other ports are not the runtime's.
+    expect(own.covers('172.18.0.9', 4317)).toBeUndefined();
+    expect(own.covers('otel-collector', 80)).toBeUndefined();
+    expect(own.covers('127.0.0.1', 4318)).toBeUndefined();
+    // Without a port written, its scheme's.
+    expect((await OwnEndpoints.of({ collectorUrl: 'https://collector.example/v1' }, { resolve: async () => ['10.0.0.8'] })).covers('10.0.0.8', 443)).toBe(
+      COLLECTOR,
+    );
+  });
+
+  it('takes a collector on this machine at its port on every address of the machine, beside the bus', async () => {
+    const own = await OwnEndpoints.of({ natsUrl: 'nats://127.0.0.1:4999', collectorUrl: 'http://localhost:4318/', listenerPort: 7720 }, { resolve: noDns });
+    for (const host of ['127.0.0.1', 'localhost', '::1']) {
+      expect(own.covers(host, 4318), host).toBe(COLLECTOR);
+      expect(own.covers(host, 4999), host).toBe(BUS);
+      expect(own.covers(host, 7720), host).toBe(LISTENER);
+    }
+  });
+
   it('is nothing for an executor on the in-process bus', async () => {
-    for (const own of [OwnEndpoints.none, await OwnEndpoints.ofBus(undefined, { resolve: noDns })]) {
+    for (const own of [OwnEndpoints.none, await OwnEndpoints.of({ natsUrl: undefined }, { resolve: noDns })]) {
       expect(own.covers('127.0.0.1', 4222)).toBeUndefined();
       expect(own.covers('localhost', 4222)).toBeUndefined();
     }
   });
 
   it('refuses the bus over HTTP and TCP even where a rule allows it, and lets the rule through elsewhere', async () => {
-    const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', { resolve: noDns });
+    const own = await OwnEndpoints.of({ natsUrl: 'nats://127.0.0.1:4999' }, { resolve: noDns });
     const policy = new EgressPolicy(
       { policy: { network_allow: ['127.0.0.1:4999', 'localhost', '127.0.0.1:5000'] } as never, artifacts: [] },
       { own, privateHosts: () => false },
@@ -113,8 +146,25 @@ describe("the runtime's own endpoints", () => {
     }
   });
 
+  it("refuses the executor's listener, naming it, where a rule allows its address", async () => {
+    const own = await OwnEndpoints.of({ listenerPort: 7720 }, { resolve: noDns });
+    const policy = new EgressPolicy({ policy: { network_allow: ['127.0.0.1'] } as never, artifacts: [] }, { own, privateHosts: () => false });
+    try {
+      expect(policy.judgeHttp('http://127.0.0.1:7720/metrics', 'capsule')).toEqual({
+        allowed: false,
+        code: 'destination-IP-prohibited',
+        reason:
+          "network policy: '127.0.0.1:7720' is this executor's health and metrics listener, which no capsule may reach whatever capabilities.network.allow says",
+      });
+      expect(policy.judgeTcp('127.0.0.1', 7720)).toMatchObject({ allowed: false });
+      expect(policy.judgeHttp('http://127.0.0.1:7721/', 'capsule')).toMatchObject({ allowed: true });
+    } finally {
+      policy.close();
+    }
+  });
+
   it('refuses the monitoring port of a bus elsewhere where a rule allows it, naming it as the bus’s host', async () => {
-    const own = await OwnEndpoints.ofBus('nats://nats:4222', { resolve: async () => ['172.18.0.2'] });
+    const own = await OwnEndpoints.of({ natsUrl: 'nats://nats:4222' }, { resolve: async () => ['172.18.0.2'] });
     const policy = new EgressPolicy(
       { policy: { network_allow: ['nats:8222', '172.18.0.2', 'https://api.example.com'] } as never, artifacts: [] },
       { own, privateHosts: () => true, resolve: async () => [{ address: '172.18.0.2', family: 4 }] },
@@ -141,7 +191,7 @@ describe("the runtime's own endpoints", () => {
   });
 
   it('refuses a name that resolves to the bus, at the bus’s port only, when names may resolve privately', async () => {
-    const own = await OwnEndpoints.ofBus('nats://127.0.0.1:4999', { resolve: noDns });
+    const own = await OwnEndpoints.of({ natsUrl: 'nats://127.0.0.1:4999' }, { resolve: noDns });
     const policy = new EgressPolicy(
       { policy: { network_allow: ['model.internal'] } as never, artifacts: [] },
       { own, privateHosts: () => true, resolve: async () => [{ address: '127.0.0.1', family: 4 }] },
