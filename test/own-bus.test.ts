@@ -5,6 +5,7 @@ import { type ProbeResult, probeProject, probeResults } from './support/capsules
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { type ServiceProcess, runMur, startService } from './support/processes.js';
+import { freePort } from './support/ports.js';
 import { startCountingServer } from './support/servers.js';
 
 /**
@@ -22,8 +23,14 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
   beforeAll(async () => {
     scratch = await tempDir('murmur-own-bus-');
     nats = await startNatsServer();
-    const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'stack-home'), MURMUR_EXECUTOR_POOL: '0' };
-    for (const name of ['stager', 'executor']) services.push(await startService(name, env));
+    // The watcher's port is in the stack's settings, as an executor beside it reads them.
+    const env = {
+      MURMUR_NATS_URL: nats.url,
+      MURMUR_HOME: path.join(scratch.dir, 'stack-home'),
+      MURMUR_EXECUTOR_POOL: '0',
+      MURMUR_WATCHER_PORT: String(await freePort()),
+    };
+    for (const name of ['stager', 'executor', 'watcher']) services.push(await startService(name, env));
   }, 60_000);
 
   afterAll(async () => {
@@ -80,13 +87,17 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     expect(refusals.filter((refusal) => refusal.kind === 'tcp')).toHaveLength(3);
   });
 
-  it("is refused the executor's own health and metrics listener, which names every session's egress rules, over wasi:http and a raw socket", async () => {
+  it("is refused the executor's own listener, whose metrics name every session's egress rules, and the watcher's dashboard beside it, over wasi:http and a raw socket", async () => {
     const executor = services.find((service) => service.name === 'executor') as ServiceProcess;
+    const watcher = services.find((service) => service.name === 'watcher') as ServiceProcess;
     const project = await probeProject(
       path.join(scratch.dir, 'metrics-seeker'),
-      `capabilities:\n  network:\n    allow: [127.0.0.1:${executor.port}]\n  shell:\n    allow: [python3]\n`,
+      `capabilities:\n  network:\n    allow: [127.0.0.1:${executor.port}, localhost:${watcher.port}]\n  shell:\n    allow: [python3]\n`,
     );
+    // The dashboard answers a request from this machine without a token.
+    expect((await fetch(`http://127.0.0.1:${watcher.port}/dashboard/api/snapshot`)).status).toBe(200);
     const actions = [
+      { op: 'fetch', url: `http://localhost:${watcher.port}/dashboard/api/snapshot` },
       { op: 'fetch', url: `http://127.0.0.1:${executor.port}/metrics` },
       {
         op: 'shell',
@@ -105,16 +116,22 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     const { workdir } = JSON.parse(result.stdout) as { workdir: string };
     const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
     const results: ProbeResult[] = probeResults(log.replaceAll('[stdout] ', ''));
-    expect(results[0]).toMatchObject({ op: 'fetch', ok: false });
-    expect(results[1]).toMatchObject({ op: 'shell', value: { stdout: expect.any(String) } });
-    expect(((results[1] as ProbeResult).value as { stdout: string }).stdout, 'a sandboxed process read the executor’s answer').not.toMatch(/HTTP\/1/);
+    expect(results.slice(0, 2)).toMatchObject([
+      { op: 'fetch', ok: false },
+      { op: 'fetch', ok: false },
+    ]);
+    expect(results[2]).toMatchObject({ op: 'shell', value: { stdout: expect.any(String) } });
+    expect(((results[2] as ProbeResult).value as { stdout: string }).stdout, 'a sandboxed process read the executor’s answer').not.toMatch(/HTTP\/1/);
     const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
       .trim()
       .split('\n')
       .map((line) => JSON.parse(line) as Record<string, unknown>);
     const refusals = trace.filter((event) => event.event_type === 'egress' && event.decision === 'denied');
-    expect(refusals.map((refusal) => refusal.kind).sort()).toEqual(['http', 'tcp']);
-    for (const refusal of refusals) expect(String(refusal.reason)).toMatch(/is this executor's health and metrics listener/);
+    expect(refusals.map((refusal) => [refusal.kind, String(refusal.reason).replace(/^.* is (.*), which .*$/, '$1')])).toEqual([
+      ['http', "the watcher's dashboard on this machine"],
+      ['http', "this executor's health and metrics listener"],
+      ['tcp', "this executor's health and metrics listener"],
+    ]);
   });
 
   it('still reaches what its rules allow on another port of the same address', async () => {

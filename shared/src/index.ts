@@ -25,6 +25,7 @@ export { parseYamlSource, type YamlSource } from './manifest/yaml-source.js';
 export { yamlTypeName } from './manifest/issues.js';
 export * from './artifact-meta.js';
 export * from './service-health.js';
+export * from './service-ports.js';
 export * from './environment.js';
 export * from './settings.js';
 export * from './launch.js';

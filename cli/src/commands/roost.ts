@@ -1,6 +1,6 @@
-import { createLogger, healthRoutes, listenHttp, portFromEnv } from '@murmur/shared/service';
+import { createLogger, healthRoutes, listenHttp } from '@murmur/shared/service';
 import { connectBus } from '@murmur/shared/bus';
-import { MurmurError, healthOf, newId, serveHealth } from '@murmur/shared';
+import { MurmurError, SERVICE_DEFAULT_PORTS, healthOf, newId, portFromEnv, serveHealth } from '@murmur/shared';
 import { startRoostService } from '@murmur/roost';
 import type { Output } from '../output.js';
 
@@ -11,7 +11,7 @@ import type { Output } from '../output.js';
  * Sessions and approvals live on the bus: in memory without `MURMUR_NATS_URL`, in JetStream with it.
  */
 export async function roostCommand(options: { port?: string; registryPath?: string; spawnAllow?: string[] }, output: Output): Promise<number> {
-  const port = portFromEnv(options.port, 7700, '--port');
+  const port = portFromEnv(options.port, SERVICE_DEFAULT_PORTS.roost, '--port');
   const log = createLogger('roost');
   const bus = await connectBus({ natsUrl: process.env.MURMUR_NATS_URL, name: 'mur-roost', log });
   const roost = startRoostService({

@@ -4,7 +4,6 @@ import { startDoorService } from './service.js';
 
 await runServiceProcess({
   service: 'door',
-  defaultPort: 7730,
   async start({ bus, log }) {
     const service = startDoorService({ bus, log });
     return {

@@ -4,7 +4,6 @@ import { DEFAULT_POOL_SIZE, startExecutorService } from './service.js';
 
 await runServiceProcess({
   service: 'executor',
-  defaultPort: 7720,
   async start({ bus, log, env, instanceId }) {
     // A long-running executor keeps warm hosts for the launches to come (MURMUR_EXECUTOR_POOL).
     // It also removes the session cgroups that executors which crashed here left behind.

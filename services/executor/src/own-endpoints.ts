@@ -5,10 +5,14 @@ import { bare, embeddedIpv4, systemResolve } from './egress-address.js';
 
 /**
  * The runtime's own endpoints, which no capsule is connected to whatever its rules say: the bus
- * the executor is on, the executor's own health and metrics listener, and the operator's
- * telemetry collector. Whoever reaches the bus without credentials controls the stack (it
- * launches and stops sessions, reads their events); the metrics name every session's egress
- * rules; the collector takes spans as the runtime's own. A rule that names an address
+ * the executor is on, the operator's telemetry collector, and the listeners of the executor and
+ * of the stager and watcher beside it on this machine. Whoever reaches the bus without
+ * credentials controls the stack (it launches and stops sessions, reads their events); an
+ * executor's metrics name every session's egress rules; the watcher's dashboard, which asks no
+ * token on its default loopback bind, shows every session's timeline; the collector takes spans
+ * as the runtime's own. A stager or watcher is known at the port its setting names in the
+ * executor's environment (`MURMUR_<SERVICE>_PORT`, else its default): one on this machine at
+ * another port, or one elsewhere, is not known here. A rule that names an address
  * (`172.18.0.2:4222`, or `127.0.0.1:7720` beside a local executor) says plainly where it goes only
  * to someone who knows whose that address is, and a name that resolves there is refused already
  * unless the operator lets names resolve privately (`egress-address.ts`).
@@ -38,12 +42,12 @@ export class OwnEndpoints {
 
   /**
    * The endpoints of a runtime: the bus at `natsUrl` (`MURMUR_NATS_URL`: one URL, or several
-   * comma-separated), the collector at `collectorUrl` (`MURMUR_OTEL_ENDPOINT`), and this process's
-   * own listener at `listenerPort`, names resolved with `resolve`. A name that does not resolve
-   * (in 5 s) is kept as a name only.
+   * comma-separated), the collector at `collectorUrl` (`MURMUR_OTEL_ENDPOINT`), and the services'
+   * `listeners` on this machine, names resolved with `resolve`. A name that does not resolve (in
+   * 5 s) is kept as a name only.
    */
   static async of(
-    runtime: { natsUrl?: string | undefined; collectorUrl?: string | undefined; listenerPort?: number | undefined },
+    runtime: { natsUrl?: string | undefined; collectorUrl?: string | undefined; listeners?: Array<{ port: number; what: OwnListener }> },
     options: { resolve?: (host: string) => Promise<string[]>; unresolved?: (host: string, error: unknown) => void } = {},
   ): Promise<OwnEndpoints> {
     const own = new OwnEndpoints();
@@ -76,7 +80,7 @@ export class OwnEndpoints {
       own.onThisMachine(collector.host, addresses, [collector.port], COLLECTOR);
       for (const address of addresses.filter((candidate) => !isHere(candidate))) own.add(own.taken, address, collector.port, COLLECTOR);
     }
-    if (runtime.listenerPort !== undefined) own.onThisMachine('localhost', [], [runtime.listenerPort], LISTENER);
+    for (const listener of runtime.listeners ?? []) own.onThisMachine('localhost', [], [listener.port], listener.what);
     return own;
   }
 
@@ -124,11 +128,18 @@ export class OwnEndpoints {
 
 const BUS = 'the bus this runtime runs on';
 const BUS_HOST = 'the host of the bus this runtime runs on';
-const LISTENER = "this executor's health and metrics listener";
 const COLLECTOR = 'the telemetry collector this runtime exports to';
 
+/** The services' listeners on the executor's machine that no capsule is connected to (the door and roost serve capsules' requests by design). */
+export const OWN_LISTENERS = {
+  executor: "this executor's health and metrics listener",
+  stager: "a stager's health and metrics listener on this machine",
+  watcher: "the watcher's dashboard on this machine",
+} as const;
+export type OwnListener = (typeof OWN_LISTENERS)[keyof typeof OWN_LISTENERS];
+
 /** What of the runtime's own a connection would reach. */
-export type OwnEndpoint = typeof BUS | typeof BUS_HOST | typeof LISTENER | typeof COLLECTOR;
+export type OwnEndpoint = typeof BUS | typeof BUS_HOST | typeof COLLECTOR | OwnListener;
 
 /** Each server of a `MURMUR_NATS_URL`, as host (`hostName`) and port (when none is written: a websocket's scheme's, else NATS's 4222). */
 export function busServers(natsUrl: string | undefined): Array<{ host: string; port: number }> {

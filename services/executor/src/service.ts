@@ -11,6 +11,7 @@ import {
   commands,
   newId,
   numberSetting,
+  servicePortIn,
   topics,
   runtimeMetrics,
 } from '@murmur/shared';
@@ -27,7 +28,7 @@ import { DelegationTrees } from './delegation-trees.js';
 import { executorSettings } from './settings.js';
 import { readSessionFiles } from './session-files.js';
 import { CODE_ROOT, type EndedSession, type ExecutorEnvironment, HOST_ENTRY, SANDBOX_HIDDEN, hostProcessEnv, Session, type SessionEnd } from './session.js';
-import { OwnEndpoints } from './own-endpoints.js';
+import { OWN_LISTENERS, type OwnListener, OwnEndpoints } from './own-endpoints.js';
 
 export { Session, type SessionEnd } from './session.js';
 export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './sandbox.js';
@@ -98,6 +99,20 @@ const ENDED_SESSIONS_KEPT = 10_000;
  * stack every second that it is alive and what it holds (`executor.heartbeat`). It probes once, at
  * start, what isolation this host can give, and refuses what needs more than that.
  */
+/**
+ * The listeners on this machine no capsule is connected to: this executor's own once it listens,
+ * and a stager's and the watcher's at the ports their settings name here.
+ */
+async function ownListeners(env: NodeJS.ProcessEnv, listenerPort: Promise<number> | undefined): Promise<Array<{ port: number; what: OwnListener }>> {
+  const listeners: Array<{ port: number; what: OwnListener }> = [];
+  if (listenerPort) listeners.push({ port: await listenerPort, what: OWN_LISTENERS.executor });
+  for (const service of ['stager', 'watcher'] as const) {
+    const port = servicePortIn(env, service);
+    if (port !== undefined) listeners.push({ port, what: OWN_LISTENERS[service] });
+  }
+  return listeners;
+}
+
 export function startExecutorService(options: ExecutorServiceOptions): ExecutorService {
   const env = options.env ?? process.env;
   const { bus, log } = options;
@@ -137,7 +152,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   };
   const resolveOwnEndpoints = async (): Promise<OwnEndpoints> =>
     OwnEndpoints.of(
-      { natsUrl: env.MURMUR_NATS_URL, collectorUrl: env.MURMUR_OTEL_ENDPOINT, listenerPort: await options.listenerPort },
+      { natsUrl: env.MURMUR_NATS_URL, collectorUrl: env.MURMUR_OTEL_ENDPOINT, listeners: await ownListeners(env, options.listenerPort) },
       {
         unresolved: (host, error) =>
           log.warn(

@@ -1,11 +1,11 @@
 import os from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { EgressPolicy } from '../src/egress.js';
-import { OwnEndpoints, busServers } from '../src/own-endpoints.js';
+import { OWN_LISTENERS, OwnEndpoints, busServers } from '../src/own-endpoints.js';
 
 const BUS = 'the bus this runtime runs on';
 const BUS_HOST = 'the host of the bus this runtime runs on';
-const LISTENER = "this executor's health and metrics listener";
+const LISTENER = OWN_LISTENERS.executor;
 const COLLECTOR = 'the telemetry collector this runtime exports to';
 
 const noDns = async (host: string): Promise<string[]> => {
@@ -77,7 +77,7 @@ describe("the runtime's own endpoints", () => {
   });
 
   it("takes the executor's own listener at its port on every address of the machine, and no other port", async () => {
-    const own = await OwnEndpoints.of({ listenerPort: 7720 }, { resolve: noDns });
+    const own = await OwnEndpoints.of({ listeners: [{ port: 7720, what: LISTENER }] }, { resolve: noDns });
     const interfaces = Object.values(os.networkInterfaces()).flatMap((entries) => (entries ?? []).map((entry) => entry.address));
     for (const host of ['127.0.0.1', '127.0.0.2', 'localhost', '::1', '0.0.0.0', ...interfaces]) expect(own.covers(host, 7720), host).toBe(LISTENER);
     expect(own.covers('127.0.0.1', 7721)).toBeUndefined();
@@ -99,7 +99,10 @@ describe("the runtime's own endpoints", () => {
   });
 
   it('takes a collector on this machine at its port on every address of the machine, beside the bus', async () => {
-    const own = await OwnEndpoints.of({ natsUrl: 'nats://127.0.0.1:4999', collectorUrl: 'http://localhost:4318/', listenerPort: 7720 }, { resolve: noDns });
+    const own = await OwnEndpoints.of(
+      { natsUrl: 'nats://127.0.0.1:4999', collectorUrl: 'http://localhost:4318/', listeners: [{ port: 7720, what: LISTENER }] },
+      { resolve: noDns },
+    );
     for (const host of ['127.0.0.1', 'localhost', '::1']) {
       expect(own.covers(host, 4318), host).toBe(COLLECTOR);
       expect(own.covers(host, 4999), host).toBe(BUS);
@@ -147,7 +150,7 @@ describe("the runtime's own endpoints", () => {
   });
 
   it("refuses the executor's listener, naming it, where a rule allows its address", async () => {
-    const own = await OwnEndpoints.of({ listenerPort: 7720 }, { resolve: noDns });
+    const own = await OwnEndpoints.of({ listeners: [{ port: 7720, what: LISTENER }] }, { resolve: noDns });
     const policy = new EgressPolicy({ policy: { network_allow: ['127.0.0.1'] } as never, artifacts: [] }, { own, privateHosts: () => false });
     try {
       expect(policy.judgeHttp('http://127.0.0.1:7720/metrics', 'capsule')).toEqual({

@@ -4,7 +4,6 @@ import { startRoostService } from './service.js';
 
 await runServiceProcess({
   service: 'roost',
-  defaultPort: 7700,
   async start({ bus, log, env }) {
     const service = startRoostService({ bus, log, env });
     log.info({ registry_path: service.registryPath, spawn_allow: service.spawnAllow }, 'roost serving the registry, sessions and spawn approvals');

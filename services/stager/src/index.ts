@@ -5,7 +5,6 @@ import { startStagerService } from './service.js';
 
 await runServiceProcess({
   service: 'stager',
-  defaultPort: 7710,
   async start({ bus, log, env, instanceId }) {
     const service = startStagerService({ bus, log, env, instanceId, trimBlobCache: true });
     // What a crashed stager left in the cache (a transpile, a project's scratch copy).

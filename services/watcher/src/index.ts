@@ -5,7 +5,6 @@ import { startWatcherService } from './service.js';
 
 await runServiceProcess({
   service: 'watcher',
-  defaultPort: 7740,
   async start({ bus, log, env, instanceId }) {
     // First: a dashboard that may not be served as configured stops the watcher before it does anything.
     const dashboard = startDashboard({ bus, log, env, watcherId: instanceId });

@@ -2,7 +2,6 @@ import { type Server as HttpServer, type IncomingMessage, type RequestListener, 
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
-import { MurmurError } from '../errors.js';
 
 export interface HttpListener {
   readonly host: string;
@@ -75,18 +74,4 @@ export function healthRoutes(health: () => object, bus?: { readonly connected: b
       : context.json(health()),
   );
   return app;
-}
-
-/** A port from the environment or a flag (`source` names which): a whole number 0–65535, or the fallback. */
-export function portFromEnv(value: string | undefined, fallback: number, source = 'the port'): number {
-  const trimmed = value?.trim();
-  if (!trimmed) return fallback;
-  const port = Number(trimmed);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new MurmurError('E-IO-003', `invalid ${source}: '${trimmed}' is not a port number (0-65535)`, {
-      path: source,
-      hint: 'give a whole number from 0 to 65535 (0 picks a free port)',
-    });
-  }
-  return port;
 }

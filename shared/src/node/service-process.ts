@@ -6,11 +6,12 @@ import { installRuntimeMetrics } from '../metrics-sink.js';
 import type { ServiceName } from '../events.js';
 import type { Log } from '../log.js';
 import { newId } from '../ids.js';
+import { SERVICE_DEFAULT_PORTS, portFromEnv } from '../service-ports.js';
 import { healthOf, serveHealth } from '../service-health.js';
 import { installRuntimeTracing } from '../tracing-sink.js';
 import { numberSetting } from '../settings.js';
 import { RUNTIME_VERSION } from '../version.js';
-import { type HttpAhead, healthRoutes, listenHttp, portFromEnv } from './http.js';
+import { type HttpAhead, healthRoutes, listenHttp } from './http.js';
 import { createLogger } from './logger.js';
 import type { OtelTracer } from './otel.js';
 
@@ -35,8 +36,6 @@ export interface StartedService {
 
 export interface ServiceProcessOptions {
   service: ServiceName;
-  /** The port the service listens on unless `MURMUR_<SERVICE>_PORT` says otherwise (0: any free port). */
-  defaultPort: number;
   start(context: ServiceContext): Promise<StartedService>;
 }
 
@@ -68,7 +67,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   let port: number;
   let stopDeadlineMs: number;
   try {
-    port = portFromEnv(env[`MURMUR_${upper}_PORT`], options.defaultPort, `MURMUR_${upper}_PORT`);
+    port = portFromEnv(env[`MURMUR_${upper}_PORT`], SERVICE_DEFAULT_PORTS[options.service], `MURMUR_${upper}_PORT`);
     stopDeadlineMs = numberSetting(env, 'MURMUR_SERVICE_STOP_DEADLINE_MS', DEFAULT_STOP_DEADLINE_MS, { unit: 'milliseconds' });
   } catch (error) {
     refuse(error, {});

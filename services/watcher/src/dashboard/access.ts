@@ -4,7 +4,8 @@ import { MIN_BEARER_TOKEN_LENGTH, bearerOf, tokenMatcher } from '@murmur/shared/
 /**
  * Who may see the dashboard. It is for operators only: on the default bind (loopback) anyone who
  * can reach the port is on this machine already, so no token is asked — unless one is set, which
- * is then always asked. Once the operator configures the bind (`MURMUR_WATCHER_HOST`, to any
+ * is then always asked. (A capsule an executor beside it runs is on this machine too, through its
+ * egress: the executor refuses it the watcher's port, `own-endpoints.ts`.) Once the operator configures the bind (`MURMUR_WATCHER_HOST`, to any
  * address, loopback included: the default is what is known safe, a configured address is taken to
  * be reachable), `MURMUR_DASHBOARD_TOKEN` is required, and the watcher refuses to start without it.
  *

@@ -1,0 +1,33 @@
+import { MurmurError } from './errors.js';
+import type { ServiceName } from './events.js';
+
+/** The port each service listens on unless `MURMUR_<SERVICE>_PORT` says otherwise (0: any free port). */
+export const SERVICE_DEFAULT_PORTS: Readonly<Record<ServiceName, number>> = { roost: 7700, stager: 7710, executor: 7720, door: 7730, watcher: 7740 };
+
+/**
+ * The port `service` listens on by the settings in `env`, as another process on this machine
+ * reads them: undefined when it picks a free one (0) or its setting is not a port (that service
+ * refuses to start, saying so).
+ */
+export function servicePortIn(env: NodeJS.ProcessEnv, service: ServiceName): number | undefined {
+  try {
+    const port = portFromEnv(env[`MURMUR_${service.toUpperCase()}_PORT`], SERVICE_DEFAULT_PORTS[service]);
+    return port === 0 ? undefined : port;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A port from the environment or a flag (`source` names which): a whole number 0–65535, or the fallback. */
+export function portFromEnv(value: string | undefined, fallback: number, source = 'the port'): number {
+  const trimmed = value?.trim();
+  if (!trimmed) return fallback;
+  const port = Number(trimmed);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new MurmurError('E-IO-003', `invalid ${source}: '${trimmed}' is not a port number (0-65535)`, {
+      path: source,
+      hint: 'give a whole number from 0 to 65535 (0 picks a free port)',
+    });
+  }
+  return port;
+}

@@ -1,0 +1,32 @@
+import { describe, expect, it } from 'vitest';
+import { type MurmurError, SERVICE_DEFAULT_PORTS, portFromEnv, servicePortIn } from '@murmur/shared';
+
+describe("the services' ports", () => {
+  it('reads a port from a setting, or the fallback when it is unset or blank', () => {
+    expect(portFromEnv('7801', 7700)).toBe(7801);
+    expect(portFromEnv(' 0 ', 7700)).toBe(0);
+    expect(portFromEnv(undefined, 7700)).toBe(7700);
+    expect(portFromEnv('  ', 7700)).toBe(7700);
+  });
+
+  it('refuses a setting that is not a port with E-IO-003, naming the setting', () => {
+    for (const value of ['70000', '-1', '7.5', 'http']) {
+      let refusal: MurmurError | undefined;
+      try {
+        portFromEnv(value, 7700, 'MURMUR_STAGER_PORT');
+      } catch (error) {
+        refusal = error as MurmurError;
+      }
+      expect(refusal?.code, value).toBe('E-IO-003');
+      expect(refusal?.message).toContain(`invalid MURMUR_STAGER_PORT: '${value}'`);
+    }
+  });
+
+  it("tells another process a service's port by the same settings, and nothing when it picks a free one or cannot start", () => {
+    expect(servicePortIn({}, 'watcher')).toBe(SERVICE_DEFAULT_PORTS.watcher);
+    expect(servicePortIn({ MURMUR_WATCHER_PORT: '9740' }, 'watcher')).toBe(9740);
+    expect(servicePortIn({ MURMUR_WATCHER_PORT: '9740' }, 'stager')).toBe(SERVICE_DEFAULT_PORTS.stager);
+    expect(servicePortIn({ MURMUR_STAGER_PORT: '0' }, 'stager')).toBeUndefined();
+    expect(servicePortIn({ MURMUR_STAGER_PORT: 'nope' }, 'stager')).toBeUndefined();
+  });
+});
