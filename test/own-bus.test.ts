@@ -39,28 +39,8 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     await scratch.cleanup();
   });
 
-  it('is refused the bus by address, by another loopback address and by localhost, over wasi:http, a raw socket and A2A, and the bus never greets it', async () => {
-    const port = nats.port;
-    const connect = (host: string): { op: 'shell'; binary: string; args: string[] } => ({
-      op: 'shell',
-      binary: 'python3',
-      args: [
-        '-c',
-        `import socket\ntry:\n  s = socket.create_connection(('${host}', ${port}), timeout=10)\n  print(s.recv(4).decode() or 'closed')\nexcept OSError as e:\n  print(type(e).__name__)`,
-      ],
-    });
-    const project = await probeProject(
-      path.join(scratch.dir, 'bus-seeker'),
-      `capabilities:\n  network:\n    allow: [127.0.0.1:${port}, localhost:${port}, 127.0.0.2:${port}]\n  shell:\n    allow: [python3]\n`,
-    );
-    const actions = [
-      { op: 'fetch', url: `http://127.0.0.1:${port}/` },
-      { op: 'fetch', url: `http://localhost:${port}/` },
-      connect('127.0.0.1'),
-      connect('127.0.0.2'),
-      connect('localhost'),
-      { op: 'send', peer: `127.0.0.1:${port}`, text: 'hello, bus' },
-    ];
+  /** The probe capsule of `project` run on the stack with `actions`: what each did, and the session's trace. */
+  async function probeOnStack(project: string, actions: unknown[]): Promise<{ results: ProbeResult[]; trace: Array<Record<string, unknown>> }> {
     const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], {
       cwd: project,
       env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
@@ -68,11 +48,41 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     expect(result.code, result.stderr).toBe(0);
     const { workdir } = JSON.parse(result.stdout) as { workdir: string };
     const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
-    const results: ProbeResult[] = probeResults(log.replaceAll('[stdout] ', ''));
     const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
       .trim()
       .split('\n')
       .map((line) => JSON.parse(line) as Record<string, unknown>);
+    return { results: probeResults(log.replaceAll('[stdout] ', '')), trace };
+  }
+
+  /** A python3 shell action: connect to `host:port` as a raw socket, send `say`, and print what came back first (or the error's name). */
+  function rawConnect(host: string, port: number, say = ''): { op: 'shell'; binary: string; args: string[] } {
+    const send = say === '' ? '' : `  s.sendall(${JSON.stringify(say)}.encode())\n`;
+    return {
+      op: 'shell',
+      binary: 'python3',
+      args: [
+        '-c',
+        `import socket\ntry:\n  s = socket.create_connection(('${host}', ${port}), timeout=10)\n${send}  print(s.recv(64).decode() or 'closed')\nexcept OSError as e:\n  print(type(e).__name__)`,
+      ],
+    };
+  }
+
+  it('is refused the bus by address, by another loopback address and by localhost, over wasi:http, a raw socket and A2A, and the bus never greets it', async () => {
+    const port = nats.port;
+    const project = await probeProject(
+      path.join(scratch.dir, 'bus-seeker'),
+      `capabilities:\n  network:\n    allow: [127.0.0.1:${port}, localhost:${port}, 127.0.0.2:${port}]\n  shell:\n    allow: [python3]\n`,
+    );
+    const actions = [
+      { op: 'fetch', url: `http://127.0.0.1:${port}/` },
+      { op: 'fetch', url: `http://localhost:${port}/` },
+      rawConnect('127.0.0.1', port),
+      rawConnect('127.0.0.2', port),
+      rawConnect('localhost', port),
+      { op: 'send', peer: `127.0.0.1:${port}`, text: 'hello, bus' },
+    ];
+    const { results, trace } = await probeOnStack(project, actions);
 
     expect(results.slice(0, 2).map((entry) => entry.ok)).toEqual([false, false]);
     for (const entry of results.slice(2, 5)) {
@@ -99,33 +109,15 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     const actions = [
       { op: 'fetch', url: `http://localhost:${watcher.port}/dashboard/api/snapshot` },
       { op: 'fetch', url: `http://127.0.0.1:${executor.port}/metrics` },
-      {
-        op: 'shell',
-        binary: 'python3',
-        args: [
-          '-c',
-          `import socket\ntry:\n  s = socket.create_connection(('127.0.0.1', ${executor.port}), timeout=10)\n  s.sendall(b'GET /metrics HTTP/1.0\\r\\n\\r\\n')\n  print(s.recv(64).decode() or 'closed')\nexcept OSError as e:\n  print(type(e).__name__)`,
-        ],
-      },
+      rawConnect('127.0.0.1', executor.port, 'GET /metrics HTTP/1.0\r\n\r\n'),
     ];
-    const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], {
-      cwd: project,
-      env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
-    });
-    expect(result.code, result.stderr).toBe(0);
-    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
-    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
-    const results: ProbeResult[] = probeResults(log.replaceAll('[stdout] ', ''));
+    const { results, trace } = await probeOnStack(project, actions);
     expect(results.slice(0, 2)).toMatchObject([
       { op: 'fetch', ok: false },
       { op: 'fetch', ok: false },
     ]);
     expect(results[2]).toMatchObject({ op: 'shell', value: { stdout: expect.any(String) } });
     expect(((results[2] as ProbeResult).value as { stdout: string }).stdout, 'a sandboxed process read the executor’s answer').not.toMatch(/HTTP\/1/);
-    const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
     const refusals = trace.filter((event) => event.event_type === 'egress' && event.decision === 'denied');
     expect(refusals.map((refusal) => [refusal.kind, String(refusal.reason).replace(/^.* is (.*), which .*$/, '$1')])).toEqual([
       ['http', "the watcher's dashboard on this machine"],
@@ -138,14 +130,8 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     const neighbour = await startCountingServer();
     try {
       const project = await probeProject(path.join(scratch.dir, 'neighbour'), `capabilities:\n  network:\n    allow: [127.0.0.1:${neighbour.port}]\n`);
-      const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'fetch', url: `${neighbour.url}/` }])], {
-        cwd: project,
-        env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
-      });
-      expect(result.code, result.stderr).toBe(0);
-      const { workdir } = JSON.parse(result.stdout) as { workdir: string };
-      const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
-      expect(probeResults(log.replaceAll('[stdout] ', ''))[0]).toMatchObject({ ok: true, value: { status: 200 } });
+      const { results } = await probeOnStack(project, [{ op: 'fetch', url: `${neighbour.url}/` }]);
+      expect(results[0]).toMatchObject({ ok: true, value: { status: 200 } });
       expect(neighbour.connections()).toBe(1);
     } finally {
       await neighbour.close();

@@ -34,7 +34,7 @@ export class OwnEndpoints {
   /** Addresses and names taken at every port: those of a bus elsewhere. */
   private readonly whole = new Set<string>();
 
-  /** None: an executor on the in-process bus, with no listener and no collector, has no endpoint a capsule could reach. */
+  /** None: what a policy built without the runtime's endpoints (a unit's) refuses of its own. */
   static readonly none = new OwnEndpoints();
 
   /** Whether a name did not resolve, so it is refused by that name only (`of` is to be asked again). */
@@ -91,8 +91,8 @@ export class OwnEndpoints {
 
   /**
    * What a connection to `host:port` (as a rule or a URL writes it) would reach of these
-   * endpoints — the bus itself, another port of the host a bus elsewhere runs on, the executor's
-   * listener or the collector — or undefined when it reaches none of them.
+   * endpoints — the bus itself, another port of the host a bus elsewhere runs on, a service's
+   * listener on this machine or the collector — or undefined when it reaches none of them.
    */
   covers(host: string, port: number): OwnEndpoint | undefined {
     const plain = hostName(host);
