@@ -4,7 +4,7 @@ import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
+import { type ProbeResult, probeProject, probeRun } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer } from './support/servers.js';
@@ -48,12 +48,7 @@ describe('egress through the executor', () => {
       said += `\n${path.basename(file)}:\n${await fs.readFile(file, 'utf8').catch(() => '(could not be read)')}`;
     expect(result.code, `${result.stderr}${said}`).toBe(0);
     const { workdir } = JSON.parse(result.stdout) as { workdir: string };
-    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
-    const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
-    return { results: probeResults(log.replaceAll('[stdout] ', '')), trace };
+    return probeRun(workdir);
   }
 
   it('makes an allowed request for the guest and hands back the response', async () => {

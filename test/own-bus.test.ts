@@ -1,7 +1,6 @@
-import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
+import { type ProbeResult, probeProject, probeRun } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { type ServiceProcess, runMur, startService } from './support/processes.js';
@@ -47,12 +46,7 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     });
     expect(result.code, result.stderr).toBe(0);
     const { workdir } = JSON.parse(result.stdout) as { workdir: string };
-    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
-    const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
-    return { results: probeResults(log.replaceAll('[stdout] ', '')), trace };
+    return probeRun(workdir);
   }
 
   /** A python3 shell action: connect to `host:port` as a raw socket, send `say`, and print what came back first (or the error's name). */

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
 import { componentArtifact, nativeEchoTool, nativeTool, publishInto, skillArtifact } from './support/artifacts.js';
-import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
+import { type ProbeResult, probeProject, probeResults, probeRun } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
 import { probeTool } from './support/probe-guests.js';
 import { eventually, runMur, spawnMur } from './support/processes.js';
@@ -54,12 +54,7 @@ describe('tools and the artifact manager', () => {
     const result = await runMur(['run', '--json', '--task', JSON.stringify(actions)], { cwd: project, env });
     expect(result.code, result.stderr).toBe(0);
     const { workdir } = JSON.parse(result.stdout) as { workdir: string };
-    const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
-    const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line) as Record<string, unknown>);
-    return { results: probeResults(log.replaceAll('[stdout] ', '')), workdir, trace, project };
+    return { ...(await probeRun(workdir)), workdir, project };
   }
 
   const declared = (capabilities = '') => `artifacts:\n  - name: probe-tool\n    version: 1.0.0\n${capabilities}`;

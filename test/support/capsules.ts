@@ -18,6 +18,16 @@ export function probeResults(stdout: string): ProbeResult[] {
     .map((line) => JSON.parse(line) as ProbeResult);
 }
 
+/** What a probe capsule's run left in its workdir: each action's result, from the session's log, and the session's trace. */
+export async function probeRun(workdir: string): Promise<{ results: ProbeResult[]; trace: Array<Record<string, unknown>> }> {
+  const log = await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8');
+  const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+  return { results: probeResults(log.replaceAll('[stdout] ', '')), trace };
+}
+
 /** A probe capsule project: `murmur.yaml` (name `probe`, plus `manifest`) and the probe component. */
 export async function probeProject(dir: string, manifest = '', name = 'probe'): Promise<string> {
   await fs.mkdir(dir, { recursive: true });
