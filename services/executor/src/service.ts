@@ -90,16 +90,6 @@ const LAUNCH_CLOCK_SLACK_MS = 2_000;
 const ENDED_SESSIONS_KEPT = 10_000;
 
 /**
- * The executor on the bus: answers `launch` in the `executor` queue group, so executors scale by
- * adding processes, and `executor.<id>.launch` for launches meant for it (a delegated child goes
- * to its parent's executor). It runs each session's capsule host in a sandbox, answers
- * `session.<id>.stop` for the sessions it owns, reads their workdirs for `mur files`
- * (`executor.<id>.files`), records completions a watcher decided in children's workdirs
- * (`executor.<id>.completion`), says where each session lives (`murmur-sessions`), and tells the
- * stack every second that it is alive and what it holds (`executor.heartbeat`). It probes once, at
- * start, what isolation this host can give, and refuses what needs more than that.
- */
-/**
  * The listeners on this machine no capsule is connected to: this executor's own once it listens,
  * and a stager's and the watcher's at the ports their settings name here.
  */
@@ -113,6 +103,16 @@ async function ownListeners(env: NodeJS.ProcessEnv, listenerPort: Promise<number
   return listeners;
 }
 
+/**
+ * The executor on the bus: answers `launch` in the `executor` queue group, so executors scale by
+ * adding processes, and `executor.<id>.launch` for launches meant for it (a delegated child goes
+ * to its parent's executor). It runs each session's capsule host in a sandbox, answers
+ * `session.<id>.stop` for the sessions it owns, reads their workdirs for `mur files`
+ * (`executor.<id>.files`), records completions a watcher decided in children's workdirs
+ * (`executor.<id>.completion`), says where each session lives (`murmur-sessions`), and tells the
+ * stack every second that it is alive and what it holds (`executor.heartbeat`). It probes once, at
+ * start, what isolation this host can give, and refuses what needs more than that.
+ */
 export function startExecutorService(options: ExecutorServiceOptions): ExecutorService {
   const env = options.env ?? process.env;
   const { bus, log } = options;
