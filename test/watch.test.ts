@@ -101,9 +101,8 @@ describe('mur watch', () => {
       watcher = watch(agent.url);
       await rpc(agent.url, 'message/send', textMessage('a task the model cannot answer'));
       const seen = watcher;
-      await eventually(() => (seen.stdout().includes('[failed]') ? true : undefined), 30_000, 'the task to be watched failing');
-      const lines = seen.stdout().split('\n');
-      const reason = lines[lines.indexOf('[failed]') + 1] ?? '';
+      // The line under [failed], once it has arrived whole: the two may come in separate chunks.
+      const reason = await eventually(() => /\n\[failed\]\n([^\n]*)\n/.exec(`\n${seen.stdout()}`)?.[1], 30_000, 'the task to be watched failing, and why');
       expect(reason).toMatch(/^ {2}\S/);
       expect(reason).toContain('400');
       // A watcher that went away holds nothing: the run stops on its signal, well before `stop`
