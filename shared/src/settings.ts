@@ -53,11 +53,12 @@ export function numberSetting(env: Environment, name: string, fallback: number |
   });
 }
 
-/** The most a setting may be, and what a value past it is: the setting's own bound, else a timer's for a duration. */
+/** The most a setting may be, and what a value past it is: the tighter of its own bound and, for a duration, a timer's. */
 function boundOf(setting: NumberSetting): { value: number; exceeded: string } | undefined {
-  if (setting.most) return { value: setting.most.value, exceeded: `is more than ${setting.most.because} allows (at most ${setting.most.value})` };
+  const own = setting.most && { value: setting.most.value, exceeded: `is more than ${setting.most.because} allows (at most ${setting.most.value})` };
   const longest = LONGEST_TIMER[setting.unit];
-  return longest === undefined ? undefined : { value: longest, exceeded: `is longer than a timer can hold (at most ${longest}, about 24 days)` };
+  const timer = longest === undefined ? undefined : { value: longest, exceeded: `is longer than a timer can hold (at most ${longest}, about 24 days)` };
+  return own && timer ? (own.value <= timer.value ? own : timer) : (own ?? timer);
 }
 
 function orUnset(fallback: number | undefined): string {

@@ -52,4 +52,13 @@ describe('a number read from the environment', () => {
     expect(error.message).toBe("invalid MURMUR_X_BYTES: '1025' bytes is more than one answer to a capsule host allows (at most 1024)");
     expect(error.hint).toBe('give at most 1024 bytes, or leave it unset for 512');
   });
+
+  it('holds a duration to the tighter of its own bound and a timer’s, naming that one', () => {
+    const generous = { unit: 'milliseconds', most: { value: 2 ** 32, because: 'the protocol' } };
+    expect(refusalOf(() => numberSetting({ MURMUR_X_MS: '2147483648' }, 'MURMUR_X_MS', 250, generous)).message).toMatch(/longer than a timer can hold/);
+    const tight = { unit: 'milliseconds', most: { value: 1000, because: 'the protocol' } };
+    expect(refusalOf(() => numberSetting({ MURMUR_X_MS: '1001' }, 'MURMUR_X_MS', 250, tight)).message).toMatch(
+      /more than the protocol allows \(at most 1000\)/,
+    );
+  });
 });

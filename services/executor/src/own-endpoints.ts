@@ -35,10 +35,13 @@ export class OwnEndpoints {
   private readonly whole = new Set<string>();
 
   /** None: what a policy built without the runtime's endpoints (a unit's) refuses of its own. */
-  static readonly none = new OwnEndpoints();
+  static readonly none = new OwnEndpoints([]);
 
   /** Whether a name did not resolve, so it is refused by that name only (`of` is to be asked again). */
   unresolved = false;
+
+  /** `here`: the addresses a connection made on this machine reaches it at (`thisMachine`), listed once. */
+  private constructor(private readonly here: readonly string[]) {}
 
   /**
    * The endpoints of a runtime: the bus at `natsUrl` (`MURMUR_NATS_URL`: one URL, or several
@@ -50,7 +53,7 @@ export class OwnEndpoints {
     runtime: { natsUrl?: string | undefined; collectorUrl?: string | undefined; listeners?: Array<{ port: number; what: OwnListener }> },
     options: { resolve?: (host: string) => Promise<string[]>; unresolved?: (host: string, error: unknown) => void } = {},
   ): Promise<OwnEndpoints> {
-    const own = new OwnEndpoints();
+    const own = new OwnEndpoints(thisMachine());
     const resolve = async (host: string): Promise<string[]> => {
       const literal = canonicalAddress(host);
       if (literal !== undefined) return [literal];
@@ -68,7 +71,7 @@ export class OwnEndpoints {
       if (own.onThisMachine(server.host, addresses, [server.port, NATS_MONITORING_PORT], BUS)) own.add(own.names, server.host, NATS_MONITORING_PORT, BUS);
       else own.whole.add(server.host);
       // A bus elsewhere (or the part elsewhere of a name that resolves here too) is taken whole.
-      for (const address of addresses.filter((candidate) => !isHere(candidate))) {
+      for (const address of addresses.filter((candidate) => !own.isHere(candidate))) {
         own.add(own.taken, address, server.port, BUS);
         own.whole.add(address);
       }
@@ -78,7 +81,7 @@ export class OwnEndpoints {
       const addresses = await resolve(collector.host);
       own.add(own.names, collector.host, collector.port, COLLECTOR);
       own.onThisMachine(collector.host, addresses, [collector.port], COLLECTOR);
-      for (const address of addresses.filter((candidate) => !isHere(candidate))) own.add(own.taken, address, collector.port, COLLECTOR);
+      for (const address of addresses.filter((candidate) => !own.isHere(candidate))) own.add(own.taken, address, collector.port, COLLECTOR);
     }
     for (const listener of runtime.listeners ?? []) own.onThisMachine('localhost', [], [listener.port], listener.what);
     return own;
@@ -110,12 +113,17 @@ export class OwnEndpoints {
    * to) is on this machine; false, taking nothing, when it is not.
    */
   private onThisMachine(host: string, addresses: string[], ports: number[], what: OwnEndpoint): boolean {
-    if (host !== 'localhost' && !addresses.some(isHere)) return false;
+    if (host !== 'localhost' && !addresses.some((address) => this.isHere(address))) return false;
     for (const port of ports) {
       this.add(this.names, 'localhost', port, what);
-      for (const address of [...thisMachine(), ...addresses.filter(isHere)]) this.add(this.taken, address, port, what);
+      for (const address of [...this.here, ...addresses.filter((candidate) => this.isHere(candidate))]) this.add(this.taken, address, port, what);
     }
     return true;
+  }
+
+  /** Whether a connection to `address` reaches this machine. */
+  private isHere(address: string): boolean {
+    return isLoopback(address) || this.here.includes(address);
   }
 
   private add(map: Map<string, Map<number, OwnEndpoint>>, key: string, port: number, what: OwnEndpoint): void {
@@ -211,11 +219,6 @@ function canonicalAddress(address: string): string | undefined {
     compressed = address.toLowerCase();
   }
   return embeddedIpv4(compressed) ?? compressed;
-}
-
-/** Whether a connection to `address` reaches this machine. */
-function isHere(address: string): boolean {
-  return isLoopback(address) || thisMachine().includes(address);
 }
 
 /** Every IPv4 address in 127.0.0.0/8 reaches this machine, and so does `::1`. */

@@ -1,7 +1,7 @@
-import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { BUNDLE_RECORD_FILE, type FileSet, MurmurError, TRANSPILER_ID, type TranspiledComponent, bundleRecordOf, componentOfRecord } from '@murmur/shared';
+import { sha256Hex } from '@murmur/shared/artifacts';
 import { removeEmptyParents, renameDirectoryIntoPlace, temporarySibling } from '@murmur/shared/node';
 import { type TranspileOutcome, TranspileQueue } from './transpile-queue.js';
 
@@ -83,8 +83,7 @@ export class ComponentCache {
         // A transpiled entry is flat, as `prepare` writes it.
         if (path.basename(file.path) !== file.path) throw new Error(`'${file.path}' is not a file of the entry's own`);
         const bytes = await fs.readFile(path.join(source, file.path));
-        if (bytes.byteLength !== file.size || createHash('sha256').update(bytes).digest('hex') !== file.sha256)
-          throw new Error(`${file.path} does not match its record`);
+        if (bytes.byteLength !== file.size || sha256Hex(bytes) !== file.sha256) throw new Error(`${file.path} does not match its record`);
         await fs.writeFile(path.join(temporaryDir, file.path), bytes);
       }
       await fs.writeFile(path.join(temporaryDir, BUNDLE_RECORD_FILE), JSON.stringify(bundleRecordOf(component), null, 2));
@@ -113,7 +112,7 @@ export class ComponentCache {
         if (path.dirname(target) !== temporaryDir || file === BUNDLE_RECORD_FILE)
           throw new MurmurError('E-STG-002', `the stager could not transpile the component of ${label}: jco produced an unexpected file name '${file}'`);
         await fs.writeFile(target, content);
-        files.push({ path: file, sha256: createHash('sha256').update(content).digest('hex'), size: content.byteLength, executable: false });
+        files.push({ path: file, sha256: sha256Hex(content), size: content.byteLength, executable: false });
       }
       const entry = `${ENTRY_NAME}.js`;
       const coreModules = Object.keys(reply.files)
