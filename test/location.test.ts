@@ -9,6 +9,7 @@ import {
   type SessionEnded,
   type SessionStarted,
   type StagedPlan,
+  SESSION_LOCATIONS_BUCKET,
   SETTLE_WITHIN_MAX_MS,
   TRANSPILER_ID,
   commands,
@@ -777,5 +778,65 @@ describe('a stager or a door that stops mid-request', () => {
     } finally {
       await inference.close();
     }
+  });
+});
+
+/**
+ * A stack whose record of where each session lives cannot be written (the executor's put is
+ * refused, as any put to a bucket that is away or full is): what a run needs of its own session
+ * does not depend on that record. The record is written after the launch reply, so a quick
+ * session may also end before it is there (the first run against a fresh stack did).
+ */
+describe('a stack that cannot record where its sessions live', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  const running: ServiceProcess[] = [];
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-unrecorded-');
+    // The bucket, made first by the test as the executor would make it, but taking no value of more than a byte.
+    const transport = await NatsTransport.connect(nats.url, { log: silentLog });
+    try {
+      const config = {
+        name: `KV_${SESSION_LOCATIONS_BUCKET}`,
+        subjects: [`$KV.${SESSION_LOCATIONS_BUCKET}.>`],
+        max_msgs_per_subject: 1,
+        max_msg_size: 1,
+        discard: 'new',
+        allow_rollup_hdrs: true,
+        deny_delete: true,
+        storage: 'memory',
+        num_replicas: 1,
+      };
+      const reply = JSON.parse(
+        new TextDecoder().decode(await transport.request(`$JS.API.STREAM.CREATE.${config.name}`, new TextEncoder().encode(JSON.stringify(config)), 5_000)),
+      ) as { error?: unknown };
+      expect(reply.error).toBeUndefined();
+    } finally {
+      await transport.close();
+    }
+    for (const name of ['stager', 'executor']) running.push(await startService(name, { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, name) }));
+  });
+
+  afterAll(async () => {
+    for (const service of running) await service.stop();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  it('mur run fetches out/result.txt from the executor that launched its session, whatever that record says', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'unrecorded'), 'capabilities:\n  limits:\n    deadline_seconds: 10\n');
+    const task = JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'the answer, unrecorded' }]);
+    const client = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'client') };
+    const result = await runMur(['run', '--task', task], { cwd: project, env: client });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).not.toContain('could not fetch');
+    const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1] as string;
+    expect(await fs.readFile(path.join(project, 'workdir', sessionId, 'out', 'result.txt'), 'utf8')).toBe('the answer, unrecorded');
+    // What the record is for is refused as it should be: nobody can say where the session lives.
+    const files = await runMur(['files', sessionId], { env: client });
+    expect(files.code).not.toBe(0);
+    expect(files.stderr).toContain('E-SES-001');
   });
 });

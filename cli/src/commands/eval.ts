@@ -246,7 +246,7 @@ async function runSession(context: CaseContext, plan: StagedPlan, caseId: string
 async function localEvalFile(runtime: Runtime, launched: LaunchReply, projectDir: string): Promise<string | undefined> {
   if (runtime.inProcess) return path.join(launched.workdir, EVAL_FILE);
   const local = path.join(projectDir, 'workdir', launched.session_id, EVAL_FILE);
-  const fetched = await fetchSessionFile(runtime.bus, launched.session_id, EVAL_FILE, local).catch(() => false);
+  const fetched = await fetchSessionFile(runtime.bus, launched, EVAL_FILE, local).catch(() => false);
   return fetched ? local : undefined;
 }
 

@@ -600,7 +600,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     await pinning;
 
     if (fetchedResult && end.error?.code !== 'E-EXE-001') {
-      const fetched = await fetchSessionFile(runtime.bus, sessionId, 'out/result.txt', fetchedResult).catch((error: unknown) => {
+      const fetched = await fetchSessionFile(runtime.bus, launched, 'out/result.txt', fetchedResult).catch((error: unknown) => {
         output.err(
           `warning: could not fetch out/result.txt from executor ${launched.executor_id}: ${error instanceof MurmurError ? error.message : String(error)}`,
         );

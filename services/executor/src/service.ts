@@ -150,6 +150,10 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     }
     return locations;
   };
+  // On a stack the bucket is opened (made, on a fresh one) now rather than at the first launch:
+  // the record is written after the launch is answered, and making the bucket then left a quick
+  // first session ended before anyone could find where it lived.
+  if (env.MURMUR_NATS_URL?.trim()) void locationStore();
   const resolveOwnEndpoints = async (): Promise<OwnEndpoints> =>
     OwnEndpoints.of(
       { natsUrl: env.MURMUR_NATS_URL, collectorUrl: env.MURMUR_OTEL_ENDPOINT, listeners: await ownListeners(env, options.listenerPort) },
