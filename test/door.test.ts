@@ -8,7 +8,7 @@ import { probeToolArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { eventually } from './support/processes.js';
 import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
-import { loopbackHostGuard } from '@murmur/shared';
+import { SETTLE_WITHIN_MAX_MS, loopbackHostGuard } from '@murmur/shared';
 
 /**
  * The door in front of a running agent capsule (`mur run --json`, the embedded default): the
@@ -1062,6 +1062,52 @@ describe('the door', () => {
           'a stream to be taken once one closed',
         );
       } finally {
+        for (const response of opened) await response.body?.cancel().catch(() => {});
+        await bounded.stop();
+      }
+    });
+
+    it('lets go of the stream a blocking send follows its task with as soon as that client goes away', async () => {
+      const bounded = await startAgent(
+        await agentProject(
+          path.join(scratch.dir, 'bounded-one'),
+          agentManifest(inference, { name: 'bounded-one', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+        ),
+        { ...env, MURMUR_DOOR_MAX_STREAMS: '1' },
+      );
+      const opened: Response[] = [];
+      const client = new AbortController();
+      try {
+        // A task that works for half a minute: the host answers the send after its own wait
+        // (SETTLE_WITHIN_MAX_MS), still working, and the door then follows it with its one stream.
+        const sending = fetch(bounded.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { ...textMessage('slow one'), configuration: { blocking: true } } }),
+          signal: client.signal,
+        }).catch((error: unknown) => error);
+        await new Promise((resolve) => setTimeout(resolve, SETTLE_WITHIN_MAX_MS + 1_000));
+        const held = await openStream(bounded.url, 'stream/watch', {});
+        expect(held.status).toBe(503);
+        await held.body?.cancel();
+        client.abort();
+        expect(await sending).toBeInstanceOf(Error);
+        // Free again well before the task settles (the model answers 30 s after it was asked).
+        await eventually(
+          async () => {
+            const again = await openStream(bounded.url, 'stream/watch', {});
+            if (again.status !== 200) {
+              await again.body?.cancel();
+              return undefined;
+            }
+            opened.push(again);
+            return true;
+          },
+          3_000,
+          'the stream the blocking send held to be let go',
+        );
+      } finally {
+        client.abort();
         for (const response of opened) await response.body?.cancel().catch(() => {});
         await bounded.stop();
       }
