@@ -895,6 +895,30 @@ describe('a NATS connection the server will not have back', () => {
   });
 });
 
+describe('a NATS connection closing while its server hangs', () => {
+  it('waits for the server to take what was published even when nats.js gives its drain up at once', async () => {
+    const server = await startNatsServer();
+    const transport = await NatsTransport.connect(server.url, { log: new RecordingLog(), name: 'hung-close-test' });
+    try {
+      // A subscription that timed out is ended but never let go of: nats.js's drain then gives up
+      // at once, flushing nothing and closing nothing.
+      const { connection } = transport as unknown as { connection: { subscribe(subject: string, options: { timeout: number; callback(): void }): unknown } };
+      connection.subscribe('hung-close.never', { timeout: 1, callback: () => {} });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      transport.publish('hung-close.last-word', new TextEncoder().encode('bye'));
+      server.pause();
+      const asked = Date.now();
+      await transport.close();
+      // Waited for the server's answer until the close's own limit (2 s), rather than closing at once without it.
+      expect(Date.now() - asked).toBeGreaterThanOrEqual(1_500);
+    } finally {
+      server.resume();
+      await transport.close();
+      await server.stop();
+    }
+  });
+});
+
 describe('a first connection to something that is not a NATS server', () => {
   it('is refused in its own words when the other end never greets, and leaves no connection open', async () => {
     // What the client did alone: time out, and keep the socket open for as long as the other end did.

@@ -243,6 +243,11 @@ export class NatsTransport implements Transport {
    * the server is there, and closes it outright when it is not: nats.js's drain waits for the
    * server's answer, so a drain begun while it reconnects never ends, and its reconnect timers then
    * hold the process for good. A drain the server stops answering is cut short the same way.
+   *
+   * nats.js's drain also gives up at once, neither flushing nor closing, when one of the
+   * connection's subscriptions has already ended without being let go (one that timed out, say):
+   * what was published is then flushed here, within the same wait, so a close never skips the
+   * server's word that it has everything.
    */
   async close(): Promise<void> {
     this.closing = true;
@@ -251,6 +256,7 @@ export class NatsTransport implements Transport {
       let timer: NodeJS.Timeout | undefined;
       const cutShort = new Promise<void>((resolve) => (timer = setTimeout(resolve, DRAIN_WAIT_MS)));
       await Promise.race([this.connection.drain().catch(() => {}), cutShort]);
+      if (!this.connection.isClosed()) await Promise.race([this.connection.flush().catch(() => {}), cutShort]);
       clearTimeout(timer);
     }
     if (!this.connection.isClosed()) await this.connection.close();
