@@ -1028,14 +1028,31 @@ describe('the door', () => {
   });
 
   describe('a door that holds as many streams as it takes', () => {
-    it('refuses one more with 503 and E-DOOR-004, still answers a blocking send, and takes a stream again once one closes', async () => {
-      const bounded = await startAgent(
-        await agentProject(
-          path.join(scratch.dir, 'bounded'),
-          agentManifest(inference, { name: 'bounded', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
-        ),
-        { ...env, MURMUR_DOOR_MAX_STREAMS: '2' },
+    /** A sleeping agent whose door holds at most `maxStreams` streams. */
+    async function boundedAgent(name: string, maxStreams: number): Promise<RunningAgent> {
+      const manifest = agentManifest(inference, { name, lifecycle: '  task_acceptance: queue\n  after_task: sleep' });
+      return startAgent(await agentProject(path.join(scratch.dir, name), manifest), { ...env, MURMUR_DOOR_MAX_STREAMS: String(maxStreams) });
+    }
+
+    /** Waits until the door takes a stream again, which is kept in `opened`. */
+    async function streamTakenAgain(url: string, opened: Response[], timeoutMs: number, what: string): Promise<void> {
+      await eventually(
+        async () => {
+          const again = await openStream(url, 'stream/watch', {});
+          if (again.status !== 200) {
+            await again.body?.cancel();
+            return undefined;
+          }
+          opened.push(again);
+          return true;
+        },
+        timeoutMs,
+        what,
       );
+    }
+
+    it('refuses one more with 503 and E-DOOR-004, still answers a blocking send, and takes a stream again once one closes', async () => {
+      const bounded = await boundedAgent('bounded', 2);
       const opened: Response[] = [];
       try {
         for (let n = 0; n < 2; n += 1) {
@@ -1051,16 +1068,7 @@ describe('the door', () => {
         expect(sent.status).toBe(200);
         expect(['working', 'submitted', 'completed']).toContain((sent.body.result?.status as { state?: string } | undefined)?.state);
         await opened.shift()?.body?.cancel();
-        await eventually(
-          async () => {
-            const again = await openStream(bounded.url, 'stream/watch', {});
-            if (again.status !== 200) return undefined;
-            opened.push(again);
-            return true;
-          },
-          10_000,
-          'a stream to be taken once one closed',
-        );
+        await streamTakenAgain(bounded.url, opened, 10_000, 'a stream to be taken once one closed');
       } finally {
         for (const response of opened) await response.body?.cancel().catch(() => {});
         await bounded.stop();
@@ -1068,13 +1076,7 @@ describe('the door', () => {
     });
 
     it('lets go of the stream a blocking send follows its task with as soon as that client goes away', async () => {
-      const bounded = await startAgent(
-        await agentProject(
-          path.join(scratch.dir, 'bounded-one'),
-          agentManifest(inference, { name: 'bounded-one', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
-        ),
-        { ...env, MURMUR_DOOR_MAX_STREAMS: '1' },
-      );
+      const bounded = await boundedAgent('bounded-one', 1);
       const opened: Response[] = [];
       const client = new AbortController();
       try {
@@ -1093,19 +1095,7 @@ describe('the door', () => {
         client.abort();
         expect(await sending).toBeInstanceOf(Error);
         // Free again well before the task settles (the model answers 30 s after it was asked).
-        await eventually(
-          async () => {
-            const again = await openStream(bounded.url, 'stream/watch', {});
-            if (again.status !== 200) {
-              await again.body?.cancel();
-              return undefined;
-            }
-            opened.push(again);
-            return true;
-          },
-          3_000,
-          'the stream the blocking send held to be let go',
-        );
+        await streamTakenAgain(bounded.url, opened, 3_000, 'the stream the blocking send held to be let go');
       } finally {
         client.abort();
         for (const response of opened) await response.body?.cancel().catch(() => {});

@@ -11,11 +11,17 @@ export const SERVICE_DEFAULT_PORTS: Readonly<Record<ServiceName, number>> = { ro
  */
 export function servicePortIn(env: NodeJS.ProcessEnv, service: ServiceName): number | undefined {
   try {
-    const port = portFromEnv(env[`MURMUR_${service.toUpperCase()}_PORT`], SERVICE_DEFAULT_PORTS[service]);
+    const port = servicePort(env, service);
     return port === 0 ? undefined : port;
   } catch {
     return undefined;
   }
+}
+
+/** The port `service` listens on by `MURMUR_<SERVICE>_PORT` in `env`, else its default (0: any free port); refused, naming the setting, when it is not a port. */
+export function servicePort(env: NodeJS.ProcessEnv, service: ServiceName): number {
+  const setting = `MURMUR_${service.toUpperCase()}_PORT`;
+  return portFromEnv(env[setting], SERVICE_DEFAULT_PORTS[service], setting);
 }
 
 /** A port from the environment or a flag (`source` names which): a whole number 0–65535, or the fallback. */

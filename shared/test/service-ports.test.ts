@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { type MurmurError, SERVICE_DEFAULT_PORTS, portFromEnv, servicePortIn } from '@murmur/shared';
+import { SERVICE_DEFAULT_PORTS, portFromEnv, servicePort, servicePortIn } from '@murmur/shared';
+import { refusalOf } from '../../test/support/refusals.js';
 
 describe("the services' ports", () => {
   it('reads a port from a setting, or the fallback when it is unset or blank', () => {
@@ -11,15 +12,12 @@ describe("the services' ports", () => {
 
   it('refuses a setting that is not a port with E-IO-003, naming the setting', () => {
     for (const value of ['70000', '-1', '7.5', 'http']) {
-      let refusal: MurmurError | undefined;
-      try {
-        portFromEnv(value, 7700, 'MURMUR_STAGER_PORT');
-      } catch (error) {
-        refusal = error as MurmurError;
-      }
-      expect(refusal?.code, value).toBe('E-IO-003');
-      expect(refusal?.message).toContain(`invalid MURMUR_STAGER_PORT: '${value}'`);
+      const refusal = refusalOf(() => portFromEnv(value, 7700, 'MURMUR_STAGER_PORT'));
+      expect(refusal.code, value).toBe('E-IO-003');
+      expect(refusal.message).toContain(`invalid MURMUR_STAGER_PORT: '${value}'`);
     }
+    // A service's own port is refused by the same words, naming its setting.
+    expect(refusalOf(() => servicePort({ MURMUR_WATCHER_PORT: 'http' }, 'watcher')).message).toContain("invalid MURMUR_WATCHER_PORT: 'http'");
   });
 
   it("tells another process a service's port by the same settings, and nothing when it picks a free one or cannot start", () => {

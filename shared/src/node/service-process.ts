@@ -6,7 +6,7 @@ import { installRuntimeMetrics } from '../metrics-sink.js';
 import type { ServiceName } from '../events.js';
 import type { Log } from '../log.js';
 import { newId } from '../ids.js';
-import { SERVICE_DEFAULT_PORTS, portFromEnv } from '../service-ports.js';
+import { servicePort } from '../service-ports.js';
 import { healthOf, serveHealth } from '../service-health.js';
 import { installRuntimeTracing } from '../tracing-sink.js';
 import { numberSetting } from '../settings.js';
@@ -67,7 +67,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   let port: number;
   let stopDeadlineMs: number;
   try {
-    port = portFromEnv(env[`MURMUR_${upper}_PORT`], SERVICE_DEFAULT_PORTS[options.service], `MURMUR_${upper}_PORT`);
+    port = servicePort(env, options.service);
     stopDeadlineMs = numberSetting(env, 'MURMUR_SERVICE_STOP_DEADLINE_MS', DEFAULT_STOP_DEADLINE_MS, { unit: 'milliseconds' });
   } catch (error) {
     refuse(error, {});
