@@ -1,5 +1,4 @@
-import { readFileSync, statSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { closeSync, fstatSync, openSync, read, readSync } from 'node:fs';
 import { watchMemoryGrowth, watchedModuleFile } from './grow-watch.js';
 import { encodeU32 } from './leb128.js';
 /**
@@ -10,8 +9,9 @@ import { encodeU32 } from './leb128.js';
  * module itself is the only bound: with it, `memory.grow` past the limit returns -1 inside the
  * guest instead of taking host memory.
  *
- * Only the memory section (id 5) is rewritten. Every other section is copied as a byte slice,
- * never decoded, so a 12 MB module costs one pass over its section headers and one copy. Imported
+ * Only the memory section (id 5) is rewritten. Every other section is kept as a byte slice, never
+ * decoded, so a 12 MB module costs one pass over its section headers, and one copy only when it is
+ * capped where the caller's bytes cannot be rewritten (`capModuleMemory`; the host caps in place). Imported
  * memories (import section) are left untouched: whoever supplies them decides their size.
  */
 
@@ -67,6 +67,55 @@ export class MemoryLimitError extends Error {
 
 /** Returns a copy of `module` whose defined memories have a maximum of at most floor(maxBytes / 65536) pages. */
 export function capModuleMemory(module: Uint8Array, maxBytes: number): CappedModule {
+  const { rewrite, memories } = planMemoryCap(module, maxBytes);
+  // `new Uint8Array(view)` copies, where `slice()` on a Buffer would return a view of the input.
+  return { bytes: rewrite ? rewritten(module, rewrite) : new Uint8Array(module), memories };
+}
+
+/**
+ * A core module read with room in front of it (`readModuleWithRoom`): `buffer` from `start` on is
+ * the module, the bytes before `start` are free.
+ */
+export interface ModuleWithRoom {
+  buffer: Uint8Array;
+  start: number;
+}
+
+/**
+ * How many free bytes `readModuleWithRoom` leaves in front of a module: more than a rewritten
+ * memory section grows by for up to 20 memories (at most 3 bytes of maximum each, and 4 of section
+ * size), so a module is capped where it lies.
+ */
+const MODULE_HEADROOM = 64;
+
+/**
+ * `capModuleMemory` without the copy: the rewritten memory section is written where the module
+ * lies and the sections before it (type, import, function, table: small) are moved into the room
+ * in front by as much as it grew. A componentize-js module is 12–16 MB, and copying it — a fresh
+ * buffer, every page of it faulted in — took longer than V8's compile of it (~65 ms against ~80 on
+ * these machines) in every capsule host that runs one. `room` is the module's own buffer: it is
+ * rewritten, and the returned bytes are a view of it. A module whose section would outgrow the room
+ * is copied as `capModuleMemory` does.
+ */
+export function capModuleMemoryInPlace(room: ModuleWithRoom, maxBytes: number): CappedModule {
+  const module = room.buffer.subarray(room.start);
+  const { rewrite, memories } = planMemoryCap(module, maxBytes);
+  if (!rewrite) return { bytes: module, memories };
+  const at = room.start - (rewrite.section.length - (rewrite.end - rewrite.start));
+  if (at < 0) return { bytes: rewritten(module, rewrite), memories };
+  room.buffer.copyWithin(at, room.start, room.start + rewrite.start);
+  room.buffer.set(rewrite.section, at + rewrite.start);
+  return { bytes: room.buffer.subarray(at, room.start + module.length), memories };
+}
+
+/** The memory section as capped (`section`: its id, size and payload) and the span of `module` it replaces. */
+interface MemorySectionRewrite {
+  start: number;
+  end: number;
+  section: Uint8Array;
+}
+
+function planMemoryCap(module: Uint8Array, maxBytes: number): { rewrite: MemorySectionRewrite | undefined; memories: MemoryCap[] } {
   if (!Number.isFinite(maxBytes) || maxBytes < 0) {
     throw new RangeError(`memory limit must be a finite, non-negative number of bytes (got ${String(maxBytes)})`);
   }
@@ -92,20 +141,24 @@ export function capModuleMemory(module: Uint8Array, maxBytes: number): CappedMod
     }
     offset = end;
   }
-
-  // `new Uint8Array(view)` copies, where `slice()` on a Buffer would return a view of the input.
-  if (!memorySection) return { bytes: new Uint8Array(module), memories: [] };
+  if (!memorySection) return { rewrite: undefined, memories: [] };
 
   const { payload, memories } = capMemorySection(module, memorySection.payloadStart, memorySection.end, capPages);
-  const header = [MEMORY_SECTION_ID, ...encodeU32(payload.length)];
-  const before = memorySection.start;
-  const after = module.length - memorySection.end;
-  const bytes = new Uint8Array(before + header.length + payload.length + after);
-  bytes.set(module.subarray(0, before), 0);
-  bytes.set(header, before);
-  bytes.set(payload, before + header.length);
-  bytes.set(module.subarray(memorySection.end), before + header.length + payload.length);
-  return { bytes, memories };
+  const size = encodeU32(payload.length);
+  const section = new Uint8Array(1 + size.length + payload.length);
+  section[0] = MEMORY_SECTION_ID;
+  section.set(size, 1);
+  section.set(payload, 1 + size.length);
+  return { rewrite: { start: memorySection.start, end: memorySection.end, section }, memories };
+}
+
+/** `module` with `rewrite` applied, in a new buffer. */
+function rewritten(module: Uint8Array, rewrite: MemorySectionRewrite): Uint8Array {
+  const bytes = new Uint8Array(module.length - (rewrite.end - rewrite.start) + rewrite.section.length);
+  bytes.set(module.subarray(0, rewrite.start), 0);
+  bytes.set(rewrite.section, rewrite.start);
+  bytes.set(module.subarray(rewrite.end), rewrite.start + rewrite.section.length);
+  return bytes;
 }
 
 function checkHeader(module: Uint8Array): void {
@@ -222,9 +275,33 @@ async function compile(bytes: Uint8Array): Promise<WebAssembly.Module> {
   return bytes.byteLength > ON_THREAD_MAX_BYTES ? WebAssembly.compile(bytes) : new WebAssembly.Module(bytes);
 }
 
-/** A file's bytes: read here when it is small, else by the thread pool. */
-async function readBytes(file: string): Promise<Uint8Array> {
-  return statSync(file).size <= ON_THREAD_MAX_BYTES ? readFileSync(file) : readFile(file);
+/**
+ * A module file's bytes, with `MODULE_HEADROOM` free bytes in front for `capModuleMemoryInPlace`:
+ * read here when it is small, else by the thread pool. Its size is the opened file's, so a file
+ * replaced meanwhile (the executor writes by rename) is read whole, as it was when opened.
+ */
+export async function readModuleWithRoom(file: string): Promise<ModuleWithRoom> {
+  // Opened and measured here, whatever the size: a syscall each, where the thread pool costs a
+  // round trip each (see `ON_THREAD_MAX_BYTES`).
+  const fd = openSync(file, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    const buffer = new Uint8Array(MODULE_HEADROOM + size);
+    let filled = 0;
+    while (filled < size) {
+      const at = MODULE_HEADROOM + filled;
+      const read = size <= ON_THREAD_MAX_BYTES ? readSync(fd, buffer, at, size - filled, filled) : await readOffThread(fd, buffer, at, size - filled, filled);
+      if (read === 0) throw new Error(`${file} ended after ${filled} of its ${size} bytes`);
+      filled += read;
+    }
+    return { buffer, start: MODULE_HEADROOM };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function readOffThread(fd: number, buffer: Uint8Array, offset: number, length: number, position: number): Promise<number> {
+  return new Promise((resolve, reject) => read(fd, buffer, offset, length, position, (error, bytesRead) => (error ? reject(error) : resolve(bytesRead))));
 }
 
 /**
@@ -235,18 +312,21 @@ export async function compileCoreModule(file: string, memoryLimitBytes: number):
   const watched = await watchedModule(file);
   if (watched) {
     // A rewrite the engine refuses costs the watch, never the module.
-    const compiled = await compile(capModuleMemory(watched, memoryLimitBytes).bytes).catch(() => undefined);
+    const compiled = await compile(capModuleMemoryInPlace(watched, memoryLimitBytes).bytes).catch(() => undefined);
     if (compiled) return compiled;
   }
-  return compile(capModuleMemory(await readBytes(file), memoryLimitBytes).bytes);
+  return compile(capModuleMemoryInPlace(await readModuleWithRoom(file), memoryLimitBytes).bytes);
 }
 
 /**
  * The watched form of a core module: what the executor keeps beside it (`keepWatchedModule`, once
- * per machine, as the host may not write there), else made here, for this session only.
+ * per machine, as the host may not write there), else made here, for this session only. An empty
+ * kept file says the module cannot be watched.
  */
-async function watchedModule(file: string): Promise<Uint8Array | undefined> {
-  const kept = await readBytes(watchedModuleFile(file)).catch(() => undefined);
-  if (kept) return kept.length > 0 ? kept : undefined;
-  return watchMemoryGrowth(await readBytes(file));
+async function watchedModule(file: string): Promise<ModuleWithRoom | undefined> {
+  const kept = await readModuleWithRoom(watchedModuleFile(file)).catch(() => undefined);
+  if (kept) return kept.buffer.length > kept.start ? kept : undefined;
+  const original = await readModuleWithRoom(file);
+  const made = watchMemoryGrowth(original.buffer.subarray(original.start));
+  return made && { buffer: made, start: 0 };
 }
