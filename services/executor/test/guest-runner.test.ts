@@ -5,12 +5,12 @@ import { parse as parseWat, transpile } from '@bytecodealliance/jco';
 import { describe, expect, it } from 'vitest';
 import { TRANSPILE_OPTIONS } from '@murmur/shared';
 import { prewarmGuestWorker } from '../src/host/first-worker.js';
-import { GuestRunner, precompileCoreModules, preloadInWorker } from '../src/host/guest-runner.js';
+import { GuestRunner, type GuestSpec, precompileCoreModules, preloadInWorker } from '../src/host/guest-runner.js';
 import type { GuestMessage } from '../src/host/guest-worker.js';
 import type { HostComponent } from '../src/host/protocol.js';
 import { LogFile } from '../src/records.js';
 import { tempDir } from '../../../test/support/fs.js';
-import { printingCapsuleWat } from '../../../test/support/guests.js';
+import { printingCapsuleWat, toolComponentWat } from '../../../test/support/guests.js';
 import { probeTool } from '../../../test/support/probe-guests.js';
 import { eventually } from '../../../test/support/processes.js';
 
@@ -219,5 +219,98 @@ describe('files a guest left open when its worker is ended', () => {
     } finally {
       await scratch.cleanup();
     }
+  });
+});
+
+describe('the instance a kept worker makes ahead for its component’s next call (an agent’s driver between turns)', () => {
+  /**
+   * A tool that counts its calls in a global of its instance and answers the count: a fresh
+   * instance answers 1, whatever ran before it.
+   */
+  const COUNTING_TOOL_WAT = toolComponentWat(`(core module $m
+    (memory (export "memory") 1)
+    (global $calls (mut i32) (i32.const 0))
+    (global $heap (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $at i32)
+      (local.set $at (global.get $heap))
+      (global.set $heap (i32.add (global.get $heap) (i32.and (i32.add (local.get 3) (i32.const 7)) (i32.const -8))))
+      (local.get $at))
+    (func (export "run") (param i32 i32 i32 i32 i32 i32) (result i32)
+      (global.set $calls (i32.add (global.get $calls) (i32.const 1)))
+      ;; data: one digit, the count; the result record at 600 (status passed, data some(512, 1))
+      (i32.store8 (i32.const 512) (i32.add (i32.const 48) (global.get $calls)))
+      (i32.store8 (i32.const 616) (i32.const 1))
+      (i32.store (i32.const 620) (i32.const 512))
+      (i32.store (i32.const 624) (i32.const 1))
+      (i32.const 600)))`);
+
+  /** A runner that keeps its workers (as an agent's does) and a spec for the counting tool, in a scratch directory gone after. */
+  const withCountingTool = async (body: (runner: GuestRunner, spec: GuestSpec) => Promise<void>): Promise<void> => {
+    const scratch = await tempDir('murmur-made-ahead-');
+    const bundleDir = path.join(scratch.dir, 'bundle');
+    await fs.mkdir(bundleDir);
+    const { files, imports } = await transpile(await parseWat(COUNTING_TOOL_WAT), { ...TRANSPILE_OPTIONS, name: 'counting' });
+    for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+    const runner = new GuestRunner({
+      memoryLimitBytes: 16 * 1024 * 1024,
+      deadlineMs: 60_000,
+      sessionLog: new LogFile(scratch.dir, 'session.log'),
+      capsuleOutput: () => {},
+      answer: async (op) => {
+        throw new Error(`the counting tool asked the host for ${op}, which this test does not offer`);
+      },
+    });
+    runner.keepWorkersWarm();
+    const spec: GuestSpec = {
+      role: 'tool',
+      label: 'counting',
+      bundleDir,
+      entry: 'counting.js',
+      coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')),
+      imports,
+      preopen: scratch.dir,
+      env: [['TURN', 'any']],
+      grant: 'tool:counting',
+    };
+    try {
+      await body(runner, spec);
+    } finally {
+      runner.releaseIdleWorkers();
+      await scratch.cleanup();
+    }
+  };
+
+  const call = (runner: GuestRunner, spec: GuestSpec) => runner.run({ ...spec, toolInput: { data: '{}' } });
+
+  it('is fresh, and is the one the next call runs', async () => {
+    await withCountingTool(async (runner, spec) => {
+      expect(await call(runner, spec)).toMatchObject({ kind: 'returned', value: { status: 'passed', data: '1' } });
+      runner.prepareNext(spec);
+      const next = await call(runner, spec);
+      expect(next).toMatchObject({ kind: 'returned', value: { status: 'passed', data: '1' }, madeAhead: true });
+      // And once more: each call's instance is made for it, ahead or not, never carried over.
+      runner.prepareNext(spec);
+      expect(await call(runner, spec)).toMatchObject({ kind: 'returned', value: { data: '1' }, madeAhead: true });
+    });
+  });
+
+  it('is let go unused by a call that names anything else than what it was made for', async () => {
+    await withCountingTool(async (runner, spec) => {
+      await call(runner, spec);
+      runner.prepareNext({ ...spec, env: [['TURN', 'other']] });
+      const next = await call(runner, spec);
+      expect(next).toMatchObject({ kind: 'returned', value: { data: '1' } });
+      expect(next).not.toHaveProperty('madeAhead');
+    });
+  });
+
+  it('is not made unless asked: a call finds none and makes its own', async () => {
+    await withCountingTool(async (runner, spec) => {
+      await call(runner, spec);
+      const next = await call(runner, spec);
+      expect(next).toMatchObject({ kind: 'returned', value: { data: '1' } });
+      expect(next).not.toHaveProperty('madeAhead');
+    });
   });
 });

@@ -136,6 +136,9 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       return fail('failed', message, { code: 'E-RUN-007', message: `agent loop failed: ${message}` });
     }
     const reply = readDriverReply(call.result);
+    // The driver is called again after the tools this turn asks for: its next instance is made
+    // while they run (and the hooks are told), not when the call comes.
+    if (reply.kind === 'tools' && turn + 1 < maxTurns) host.prepareDriver(driver, agent.driver_env);
     // The stream's last text says it is the last: once, at the turn that answers, not at every
     // streamed turn (a tool turn's text is followed by more).
     if (call.streamedText && task && reply.kind === 'end') registry.chunk(task, 'text', '', true);

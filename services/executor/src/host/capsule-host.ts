@@ -6,7 +6,7 @@ import { LogFile, type TraceSink } from '../records.js';
 import { ChannelTrace } from './channel-trace.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { LastEgressFailure } from './egress-failures.js';
-import { type CallRecord, GuestRunner, type RunOutcome, guestSpecOf } from './guest-runner.js';
+import { type CallRecord, GuestRunner, type GuestSpec, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import { ResponseBodies } from './response-bodies.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpCheckVerdict, HttpRequest, StartMessage } from './protocol.js';
 import { UPLOAD_PIECE_CHARS, uploadPieces } from './request-body.js';
@@ -237,23 +237,17 @@ export class CapsuleHost implements AgentHost {
     this.guests.keepWorkersWarm(likely);
   }
 
+  prepareDriver(driver: DriverComponentRef, env: Array<[string, string]>): void {
+    this.guests.prepareNext(driverSpec(driver, env));
+  }
+
   /** One call of the driver component with the turn's wire request. */
   async callDriver(driver: DriverComponentRef, env: Array<[string, string]>, data: string, options: { silent?: boolean } = {}): Promise<DriverCall> {
     // A silent call (a hook's completion) streams nothing to the task and asks nobody anything.
     const context = options.silent ? undefined : this.taskContext;
     if (context) context.streamedText = false;
-    const grant = `tool:${driver.name}`;
     const record: CallRecord = { taskless: options.silent === true, egress: new LastEgressFailure() };
-    const outcome = await this.guests.run({
-      record,
-      role: 'tool',
-      label: `driver '${driver.name}'`,
-      ...guestSpecOf(driver.component),
-      preopen: driver.preopen,
-      env,
-      grant,
-      toolInput: { data },
-    });
+    const outcome = await this.guests.run({ ...driverSpec(driver, env), record, toolInput: { data } });
     const egressFailure = record.egress.failure;
     const result = this.toolOutcome(`driver '${driver.name}'`, outcome);
     if (!result.ok) return result;
@@ -805,4 +799,9 @@ function parseInput(data: string | undefined): unknown {
   } catch {
     return { data };
   }
+}
+
+/** What every call of the driver is, whatever its request: the instance it runs is made from this alone. */
+function driverSpec(driver: DriverComponentRef, env: Array<[string, string]>): GuestSpec {
+  return { role: 'tool', label: `driver '${driver.name}'`, ...guestSpecOf(driver.component), preopen: driver.preopen, env, grant: `tool:${driver.name}` };
 }

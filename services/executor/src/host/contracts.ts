@@ -113,6 +113,8 @@ export interface AgentHost {
   setTurn(turn: number): void;
   keepWorkersWarm(likely?: HostComponent): void;
   callDriver(driver: DriverComponentRef, env: Array<[string, string]>, data: string, options?: { silent?: boolean }): Promise<DriverCall>;
+  /** Has the driver's next instance made now, while the session runs the tools a turn asked for (`GuestRunner.prepareNext`). */
+  prepareDriver(driver: DriverComponentRef, env: Array<[string, string]>): void;
   dispatchForAgent(name: string, input: { data: string }): Promise<ToolDispatch>;
   /**
    * A harness CLI run as the capsule's subprocess: the environment a shell tool gets, under `env`

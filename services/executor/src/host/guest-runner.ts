@@ -4,7 +4,7 @@ import type { LogFile } from '../records.js';
 import type { LastEgressFailure } from './egress-failures.js';
 import { type BridgeHandler, createSignal, serveBridge } from './bridge.js';
 import { GUEST_WORKER, prewarmGuestWorker } from './first-worker.js';
-import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload } from './guest-worker.js';
+import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload, GuestPrepare } from './guest-worker.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 import type { HostComponent } from './protocol.js';
 
@@ -181,6 +181,19 @@ export class GuestRunner {
     this.prewarmed = undefined;
     for (const worker of idle) this.endWorker(worker);
     return idle.length;
+  }
+
+  /**
+   * Has the worker kept for `spec`'s component make the instance `spec`'s call will run, now, while
+   * the session does something else: an agent's driver between a turn that asked for tools and the
+   * next (`GuestPrepare`). Nothing happens when no worker is kept for it. A call that comes with
+   * anything else than `spec` names gets an instance of its own, as it would have.
+   */
+  prepareNext(spec: GuestSpec): void {
+    const worker = this.idleWorkers.get(spec.bundleDir);
+    if (!worker) return;
+    const { coreModules: _files, record: _record, ...rest } = spec;
+    worker.postMessage({ type: 'prepare', job: { ...rest, memoryLimitBytes: this.options.memoryLimitBytes, modules: {} } } satisfies GuestPrepare);
   }
 
   /** Ends a worker that runs calls, and closes its bridge. */

@@ -45,7 +45,8 @@ export interface GuestJob {
 }
 
 export type GuestOutcome =
-  | { kind: 'returned'; value?: unknown }
+  /** `madeAhead`: the call ran the instance its worker made before the call came (`prepare`). */
+  | { kind: 'returned'; value?: unknown; madeAhead?: true }
   | { kind: 'exit'; code: number }
   /** `limitMessage`: what the memory limit refused, when a watched module recorded it. */
   | { kind: 'trap'; message: string; memoryExhausted: boolean; limitMessage?: string }
@@ -150,10 +151,14 @@ function loadBundle(file: string): Promise<TranspiledBundle> {
 /** This worker's end of its bridge, from its first job on. */
 let keptBridge: BridgeClient | undefined;
 
-async function run(job: GuestJob): Promise<GuestOutcome> {
-  if (job.bridgePort && job.signal) keptBridge = new BridgeClient(job.bridgePort, job.signal);
-  const bridge = keptBridge;
-  if (bridge === undefined) return { kind: 'trap', message: 'the host gave this worker no bridge', memoryExhausted: false };
+/** An instance linked and ready for its call, with the memories its trap would be judged by. */
+interface Instantiated {
+  instance: Record<string, Record<string, (...args: unknown[]) => unknown>>;
+  memories: WatchedMemories;
+}
+
+/** A fresh instance of `job`'s component, with an import object of its own: every call's, or the one made ahead for it. */
+async function instantiate(job: GuestJob, bridge: BridgeClient): Promise<Instantiated | GuestOutcome> {
   const imports = await buildImports(
     {
       preopen: job.preopen,
@@ -186,9 +191,8 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
     return instance;
   };
   const bundle = await loadBundle(path.join(job.bundleDir, job.entry));
-  let instance: Record<string, Record<string, (...args: unknown[]) => unknown>>;
   try {
-    instance = await bundle.instantiate(getCoreModule, imports, instantiateCore);
+    return { instance: await bundle.instantiate(getCoreModule, imports, instantiateCore), memories };
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     if (error instanceof MemoryLimitError) return { kind: 'too-small', message };
@@ -196,6 +200,46 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
     const missing = /imports\.([\w:/.-]+)|instance import '([^']+)'/.exec(message);
     return { kind: 'link-error', message, ...(missing ? { missing: (missing[1] ?? missing[2]) as string } : {}) };
   }
+}
+
+/**
+ * The instance a kept worker made ahead for its component's next call (`prepare`), and what it was
+ * made for. A call that names anything else — another environment, preopen or grant — gets an
+ * instance of its own, and this one is let go unused.
+ */
+let madeAhead: { key: string; instance: Promise<Instantiated | GuestOutcome> } | undefined;
+
+/** What an instance is made from: two jobs with the same key get instances no call could tell apart. */
+function instanceKey(job: GuestJob): string {
+  return JSON.stringify([job.role, job.bundleDir, job.entry, job.imports, job.memoryLimitBytes, job.preopen, job.env, job.grant]);
+}
+
+/**
+ * Makes the instance of `job`'s component that its next call will run, while the host does
+ * something else (an agent's tools, between two turns of its driver), so the call does not wait
+ * for it: ~100 ms for a 12 MB componentize-js driver. The instance is as fresh as a call's own —
+ * made after the last call ended, with its own import object — and only a head start: one that
+ * fails to instantiate is made again, and reported, by the call. Between calls the bridge refuses
+ * every host call, so nothing made ahead acts for anyone.
+ */
+function prepare(job: GuestJob): void {
+  const bridge = keptBridge;
+  if (bridge === undefined || job.resident) return;
+  madeAhead = {
+    key: instanceKey(job),
+    instance: instantiate(job, bridge).catch((error: unknown): GuestOutcome => ({ kind: 'trap', message: String(error), memoryExhausted: false })),
+  };
+}
+
+async function run(job: GuestJob): Promise<GuestOutcome> {
+  if (job.bridgePort && job.signal) keptBridge = new BridgeClient(job.bridgePort, job.signal);
+  const bridge = keptBridge;
+  if (bridge === undefined) return { kind: 'trap', message: 'the host gave this worker no bridge', memoryExhausted: false };
+  const ahead = madeAhead?.key === instanceKey(job) ? await madeAhead.instance : undefined;
+  madeAhead = undefined;
+  const made = ahead !== undefined && 'instance' in ahead ? ahead : await instantiate(job, bridge);
+  if (!('instance' in made)) return made;
+  const { instance, memories } = made;
   if (job.resident) {
     resident = { instance: instance[HOOK_EXPORT] ?? {}, memories, limit: job.memoryLimitBytes };
     return { kind: 'returned' };
@@ -205,7 +249,7 @@ async function run(job: GuestJob): Promise<GuestOutcome> {
   if (typeof run !== 'function') return { kind: 'link-error', message: `the component does not export ${exportName}#run` };
   try {
     const value = job.role === 'capsule' ? run() : run(job.toolInput ?? {});
-    return { kind: 'returned', value: await value };
+    return { kind: 'returned', value: await value, ...(made === ahead ? { madeAhead: true } : {}) };
   } catch (error) {
     if (error instanceof GuestExit) return { kind: 'exit', code: error.code };
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
@@ -278,6 +322,12 @@ function preload({ bundleDir, entry, imports, id }: GuestPreload['preload']): vo
   if (id !== undefined) void Promise.allSettled(loading).then(() => post({ type: 'preloaded', id }));
 }
 
+/** Tells a kept worker to make the instance its next call, `job`, will run (`prepare`). */
+export interface GuestPrepare {
+  type: 'prepare';
+  job: GuestJob;
+}
+
 /** What a spare worker can load before its job arrives: the component it will most likely run. */
 export interface GuestPreload {
   preload: {
@@ -296,16 +346,21 @@ if (parentPort) {
   const data = workerData as GuestJob | GuestPreload | undefined;
   if (data && 'role' in data) {
     start(data);
-    parentPort.on('message', (message: GuestJob | { type: 'call'; fn: string; args: unknown[] }) => {
+    parentPort.on('message', (message: GuestJob | GuestPrepare | { type: 'call'; fn: string; args: unknown[] }) => {
       if ('type' in message && message.type === 'call') {
         void callResident(message.fn, message.args).then((outcome) => post({ type: 'done', outcome }));
-      } else start(message as GuestJob);
+      } else if ('type' in message && message.type === 'prepare') prepare(message.job);
+      else start(message as GuestJob);
     });
   } else {
     if (data?.preload) preload(data.preload);
     // A worker runs one job at a time, and — kept by the host after a clean return — may be
     // given the next call of the same component: a fresh instance, with its own imports, each time.
     // Before its first job it may be told what that job will load (`preloadInWorker`).
-    parentPort.on('message', (message: GuestJob | GuestPreload) => ('preload' in message ? preload(message.preload) : start(message)));
+    parentPort.on('message', (message: GuestJob | GuestPreload | GuestPrepare) => {
+      if ('preload' in message) preload(message.preload);
+      else if ('type' in message) prepare(message.job);
+      else start(message);
+    });
   }
 }
