@@ -217,7 +217,7 @@ function instanceKey(job: GuestJob): string {
 /**
  * Makes the instance of `job`'s component that its next call will run, while the host does
  * something else (an agent's tools, between two turns of its driver), so the call does not wait
- * for it: ~100 ms for a 12 MB componentize-js driver. The instance is as fresh as a call's own —
+ * for it: 45–100 ms for a 12 MB componentize-js driver. The instance is as fresh as a call's own —
  * made after the last call ended, with its own import object — and only a head start: one that
  * fails to instantiate is made again, and reported, by the call. Between calls the bridge refuses
  * every host call, so nothing made ahead acts for anyone.
