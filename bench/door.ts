@@ -153,11 +153,10 @@ try {
   children.push(sdk.child);
   const sdkBase = sdk.line.slice('listening '.length);
 
-  const targets = [
-    { label: 'murmur door → capsule host', rpc: session, card: new URL('.well-known/agent-card.json', session).href },
-    { label: 'murmur, a blocking hook on every event', rpc: hooked, card: new URL('.well-known/agent-card.json', hooked).href },
-    { label: '@a2a-js/sdk, in-process executor', rpc: `${sdkBase}/rpc`, card: `${sdkBase}/.well-known/agent-card.json` },
-  ];
+  const doorTarget = { label: 'murmur door → capsule host', rpc: session, card: new URL('.well-known/agent-card.json', session).href };
+  const hookedTarget = { label: 'murmur, a blocking hook on every event', rpc: hooked, card: new URL('.well-known/agent-card.json', hooked).href };
+  const sdkTarget = { label: '@a2a-js/sdk, in-process executor', rpc: `${sdkBase}/rpc`, card: `${sdkBase}/.well-known/agent-card.json` };
+  const targets = [doorTarget, hookedTarget, sdkTarget];
   for (const target of targets) {
     const probe = await messages([target.rpc], 0.2, 1);
     if (probe.requests === 0 || probe.failures > 0) throw new Error(`${target.label}: a message round trip did not come back as the echo`);
@@ -181,16 +180,14 @@ try {
   // The card's aim is judged on alternating rounds, as the export cost is below: two phases
   // measured a minute apart put the machine's drift on one side (the SDK's card rate alone came out
   // at 4 800 and 7 300 req/s in two runs of the same build).
-  const cardRounds: Record<'door' | 'sdk', Phase[]> = { door: [], sdk: [] };
-  const cardUrls = { door: targets[0]?.card as string, sdk: targets[2]?.card as string };
-  for (let round = 0; round < 4; round += 1) {
-    for (const which of round % 2 === 0 ? (['door', 'sdk'] as const) : (['sdk', 'door'] as const))
-      cardRounds[which].push(await cards(cardUrls[which], Math.max(2, SECONDS / 2)));
-  }
-  const meanRate = (phases: Phase[]): number => phases.reduce((sum, phase) => sum + phase.perSecond, 0) / phases.length;
-  const cardRatio = meanRate(cardRounds.door) / meanRate(cardRounds.sdk);
-  const roundRates = (phases: Phase[]): string => phases.map((phase) => phase.perSecond.toFixed(0)).join(', ');
-  process.stdout.write(`\nagent card, 4 alternating rounds: murmur ${roundRates(cardRounds.door)}; sdk ${roundRates(cardRounds.sdk)} req/s\n`);
+  const cardRound = Math.max(2, SECONDS / 2);
+  const [doorCards, sdkCards] = await alternatingRounds(
+    4,
+    () => cards(doorTarget.card, cardRound),
+    () => cards(sdkTarget.card, cardRound),
+  );
+  const cardRatio = meanRate(doorCards) / meanRate(sdkCards);
+  process.stdout.write(`\nagent card, 4 alternating rounds: murmur ${roundRates(doorCards)}; sdk ${roundRates(sdkCards)} req/s\n`);
   process.stdout.write(`ratio (murmur / sdk): messages ${messageRatio.toFixed(2)} (aim ≥ 0.5), agent cards ${cardRatio.toFixed(2)} (aim ≥ 4)\n`);
   const hookCost = (withHook?.message.p50 ?? Number.NaN) - (door?.message.p50 ?? Number.NaN);
   process.stdout.write(
@@ -257,30 +254,25 @@ try {
   if ((await messages([exporting], 0.2, 1)).requests === 0) throw new Error('the exporting echo capsule did not answer with the echo');
   const rounds = 6;
   const roundSeconds = Math.max(2, SECONDS / 2);
-  const off: Phase[] = [];
-  const on: Phase[] = [];
   // Both warmed alike first: the exporting session's span code is not yet compiled by V8.
   await messages([session], 2);
   await messages([exporting], 4);
-  for (let round = 0; round < rounds; round += 1) {
-    const order = round % 2 === 0 ? (['off', 'on'] as const) : (['on', 'off'] as const);
-    for (const which of order) {
-      const phase = await messages([which === 'on' ? exporting : session], roundSeconds);
-      (which === 'on' ? on : off).push(phase);
-    }
-  }
-  const rate = (phases: Phase[]): number => phases.reduce((sum, phase) => sum + phase.perSecond, 0) / phases.length;
+  const [off, on] = await alternatingRounds(
+    rounds,
+    () => messages([session], roundSeconds),
+    () => messages([exporting], roundSeconds),
+  );
   const median = (phases: Phase[], pick: (phase: Phase) => number): number => {
     const sorted = phases.map(pick).sort((a, b) => a - b);
     return ((sorted[Math.floor((sorted.length - 1) / 2)] ?? 0) + (sorted[Math.ceil((sorted.length - 1) / 2)] ?? 0)) / 2;
   };
-  const exportRatio = rate(on) / rate(off);
+  const exportRatio = meanRate(on) / meanRate(off);
   process.stdout.write(`\nOpenTelemetry export, ${rounds} alternating rounds of ${roundSeconds} s each:\n`);
   process.stdout.write(
-    `  export off: ${rate(off).toFixed(0)} messages/s (rounds: ${off.map((phase) => phase.perSecond.toFixed(0)).join(', ')}), p50 ${median(off, (phase) => phase.p50).toFixed(1)} ms\n`,
+    `  export off: ${meanRate(off).toFixed(0)} messages/s (rounds: ${roundRates(off)}), p50 ${median(off, (phase) => phase.p50).toFixed(1)} ms\n`,
   );
   process.stdout.write(
-    `  export on:  ${rate(on).toFixed(0)} messages/s (rounds: ${on.map((phase) => phase.perSecond.toFixed(0)).join(', ')}), p50 ${median(on, (phase) => phase.p50).toFixed(1)} ms\n`,
+    `  export on:  ${meanRate(on).toFixed(0)} messages/s (rounds: ${roundRates(on)}), p50 ${median(on, (phase) => phase.p50).toFixed(1)} ms\n`,
   );
   process.stdout.write(
     `  on / off: ${exportRatio.toFixed(3)} (cost ${((1 - exportRatio) * 100).toFixed(1)}%, aim ≤ 5%); the collector took ${collector.requests()} exports, ${(collector.bytes() / 1024 / 1024).toFixed(1)} MB\n`,
@@ -289,6 +281,33 @@ try {
 } finally {
   for (const child of children.reverse()) await stop(child);
   if (!process.env.BENCH_KEEP) await fs.rm(scratch, { recursive: true, force: true });
+}
+
+/**
+ * `first` and `second` measured in `rounds` alternating rounds (first then second, then second then
+ * first, …), so that the machine's drift over the run falls on both alike.
+ */
+async function alternatingRounds(rounds: number, first: () => Promise<Phase>, second: () => Promise<Phase>): Promise<[Phase[], Phase[]]> {
+  const firsts: Phase[] = [];
+  const seconds: Phase[] = [];
+  for (let round = 0; round < rounds; round += 1) {
+    if (round % 2 === 0) {
+      firsts.push(await first());
+      seconds.push(await second());
+    } else {
+      seconds.push(await second());
+      firsts.push(await first());
+    }
+  }
+  return [firsts, seconds];
+}
+
+function meanRate(phases: Phase[]): number {
+  return phases.reduce((sum, phase) => sum + phase.perSecond, 0) / phases.length;
+}
+
+function roundRates(phases: Phase[]): string {
+  return phases.map((phase) => phase.perSecond.toFixed(0)).join(', ');
 }
 
 /** Each A2A task's time in its host, from the trace's `a2a_task_received` to its `task_end`. */

@@ -192,8 +192,7 @@ export class GuestRunner {
   prepareNext(spec: GuestSpec): void {
     const worker = this.idleWorkers.get(spec.bundleDir);
     if (!worker) return;
-    const { coreModules: _files, record: _record, ...rest } = spec;
-    worker.postMessage({ type: 'prepare', job: { ...rest, memoryLimitBytes: this.options.memoryLimitBytes, modules: {} } } satisfies GuestPrepare);
+    worker.postMessage({ type: 'prepare', job: this.jobOf(spec, {}) } satisfies GuestPrepare);
   }
 
   /** Ends a worker that runs calls, and closes its bridge. */
@@ -214,8 +213,7 @@ export class GuestRunner {
     // Abandoned while its modules were being compiled: it never reaches a worker.
     if (this.abandonments !== asked) return { kind: 'abandoned', message: this.abandonedWith };
     if ('failure' in compiled) return compiled.failure;
-    const { coreModules: _files, record, ...rest } = spec;
-    return this.runWorker({ ...rest, modules: compiled.modules }, record);
+    return this.runWorker(this.jobOf(spec, compiled.modules), spec.record);
   }
 
   /**
@@ -241,13 +239,11 @@ export class GuestRunner {
   async startResident(spec: GuestSpec): Promise<{ worker: Worker; lines: LineBuffers; port: MessageChannel['port1']; instance: number } | GuestOutcome> {
     const compiled = await this.compiledOrFailure(spec);
     if ('failure' in compiled) return compiled.failure;
-    const modules = compiled.modules;
-    const { coreModules: _files, record: _record, ...rest } = spec;
     const { port1, port2 } = new MessageChannel();
     const signal = createSignal();
     const instance = this.nextInstance++;
     serveBridge(port1, signal, (op, payload) => this.options.answer(op, payload, spec.grant, instance));
-    const job: GuestJob = { ...rest, modules, resident: true, memoryLimitBytes: this.options.memoryLimitBytes, bridgePort: port2, signal };
+    const job: GuestJob = { ...this.jobOf(spec, compiled.modules), resident: true, bridgePort: port2, signal };
     // A resident gets a worker of its own for its whole life: never an idle one, never the spare.
     const worker = new Worker(GUEST_WORKER, { workerData: job, transferList: [port2], stdout: true, stderr: true });
     return { worker, lines: new LineBuffers(), port: port1, instance };
@@ -291,7 +287,16 @@ export class GuestRunner {
     );
   }
 
-  private runWorker(job: Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes'>, record: CallRecord | undefined): Promise<RunOutcome> {
+  /**
+   * The job a worker is sent for `spec`: one shape for a call, a resident and an instance made
+   * ahead, whose key (`instanceKey` in the worker) a call's must match to take it.
+   */
+  private jobOf(spec: GuestSpec, modules: Record<string, WebAssembly.Module>): GuestJob {
+    const { coreModules: _files, record: _record, ...rest } = spec;
+    return { ...rest, modules, memoryLimitBytes: this.options.memoryLimitBytes };
+  }
+
+  private runWorker(job: GuestJob, record: CallRecord | undefined): Promise<RunOutcome> {
     const instance = this.nextInstance++;
     let timer: NodeJS.Timeout | undefined;
     let remainingMs = this.options.deadlineMs;
@@ -315,7 +320,6 @@ export class GuestRunner {
         arm();
       }
     };
-    const guestJob: GuestJob = { ...job, memoryLimitBytes: this.options.memoryLimitBytes };
     let worker: Worker;
     let bridge: WorkerBridge;
     const idle = this.idleWorkers.get(job.bundleDir);
@@ -326,12 +330,12 @@ export class GuestRunner {
       bridge = idleBridge;
       // It ran this component last, and keeps its modules and its bridge: posting them again costs
       // the host's thread a fraction of a millisecond a call, which an agent pays every turn.
-      worker.postMessage({ ...guestJob, modules: {} } satisfies GuestJob);
+      worker.postMessage({ ...job, modules: {} } satisfies GuestJob);
     } else {
       if (idle) this.endWorker(idle);
       const opened = openBridge();
       bridge = opened.bridge;
-      const first: GuestJob = { ...guestJob, bridgePort: opened.port, signal: opened.signal };
+      const first: GuestJob = { ...job, bridgePort: opened.port, signal: opened.signal };
       if (this.prewarmed) {
         worker = this.prewarmed;
         this.prewarmed = undefined;
