@@ -364,6 +364,63 @@ describe('the capsule sandbox', () => {
     });
   });
 
+  describe('what a command leaves running', () => {
+    // Two ways out of a command's process group, neither holding an output stream: a node started
+    // detached (its own session, setsid), and a background job of the shell, its streams redirected.
+    const leaveTwoBehind = [
+      `a=$(node -e "const c = require('child_process').spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60000)'], { detached: true, stdio: 'ignore' }); console.log(c.pid); c.unref()")`,
+      `node -e 'setTimeout(() => {}, 60000)' >/dev/null 2>&1 </dev/null &`,
+      'b=$!',
+      'kill -0 "$a" && kill -0 "$b" && echo "$a $b alive"',
+    ].join('\n');
+
+    /** Leaves two processes behind from one call, then lists the sandbox's processes from the next. */
+    async function leaveAndList(name: string, extraEnv: Record<string, string> = {}) {
+      const probed = await probe(
+        name,
+        shellCapsule,
+        [
+          { op: 'shell', binary: 'sh', args: ['-c', leaveTwoBehind] },
+          { op: 'shell', binary: 'ps', args: ['-e', '-o', 'pid=,ppid=,stat=,comm='] },
+        ],
+        extraEnv,
+      );
+      expect(probed.code, probed.stderr).toBe(0);
+      const said = ((probed.results[0]?.value ?? {}) as { stdout?: string }).stdout ?? '';
+      const listed = (((probed.results[1]?.value ?? {}) as { stdout?: string }).stdout ?? '')
+        .trim()
+        .split('\n')
+        .map((line) => line.trim().split(/\s+/))
+        .map(([pid, ppid, stat, comm]) => ({ pid: Number(pid), ppid: Number(ppid), stat: String(stat), comm: String(comm) }));
+      return { said: said.trim(), listed };
+    }
+
+    /**
+     * Both were alive when their call ended, and are not by the next: the only live processes listed
+     * are the namespace's init, the host and `ps` itself. A killed process the host must reap itself
+     * (as unshare's init, it is every orphan's parent) may stay listed as a zombie: ended, holding nothing.
+     */
+    function expectNoneLeft({ said, listed }: Awaited<ReturnType<typeof leaveAndList>>): void {
+      const [, first, second] = /^(\d+) (\d+) alive$/.exec(said) ?? [];
+      expect(first, `the command did not leave two processes running: ${said}`).toBeDefined();
+      const ps = listed.find((entry) => entry.comm === 'ps');
+      expect(ps, JSON.stringify(listed)).toBeDefined();
+      const kept = new Set([1, ps?.pid, ps?.ppid]);
+      const live = listed.filter((entry) => !entry.stat.startsWith('Z'));
+      expect(live.filter((entry) => !kept.has(entry.pid))).toEqual([]);
+      expect(live.map((entry) => entry.pid)).not.toContain(Number(first));
+      expect(live.map((entry) => entry.pid)).not.toContain(Number(second));
+    }
+
+    it('ends what left its process group or stayed in it in the background once the call is over, before the next call runs', async () => {
+      expectNoneLeft(await leaveAndList('left-running'));
+    });
+
+    it('does the same with unshare’s namespaces, where the host is its pid namespace’s init', async () => {
+      expectNoneLeft(await leaveAndList('left-running-unshare', { MURMUR_BWRAP: 'none' }));
+    });
+  });
+
   describe('a host that cannot isolate', () => {
     const noIsolation = { MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none' };
 

@@ -636,6 +636,8 @@ export class Session {
       trace_include_tool_output: plan.capsule.manifest.trace?.include_tool_output === true || plan.capsule.manifest.trace?.capture === 'content',
       ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id } : {}),
       effective_grants: {},
+      // bubblewrap and unshare each start the host in a pid namespace of its own (`host-sandbox.ts`).
+      ...(this.environment.namespaces.tool !== undefined ? { pid_namespace: true } : {}),
     };
     start.effective_grants = effectiveGrants(this.containment, plan.policy);
     this.spawnHost(start);

@@ -59,6 +59,15 @@ describe('a shell call', () => {
     expect(alive(pid)).toBe(false);
   });
 
+  it('ends a background job that let go of its output with its command, though nothing held the call open', async () => {
+    const result = await runShell(context(30_000), 'bash', ['-c', 'sleep 600 >/dev/null 2>&1 </dev/null & echo $!'], []);
+    const pid = Number(result.stdout.trim());
+    leftBehind.push(pid);
+    expect(result.exitCode).toBe(0);
+    for (let tries = 0; tries < 100 && alive(pid); tries += 1) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(alive(pid)).toBe(false);
+  });
+
   it('returns at its deadline even when what it forked left its process group holding its output', async () => {
     // `set -m`: the background job leads a process group of its own, out of reach of the group's kill.
     const result = await runShell(context(1_000), 'bash', ['-c', 'set -m; sleep 600 & echo $!; sleep 600'], []);

@@ -6,6 +6,7 @@ import { LogFile, type TraceSink } from '../records.js';
 import { ChannelTrace } from './channel-trace.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { LastEgressFailure } from './egress-failures.js';
+import { EscapeeSweep } from './escapees.js';
 import { type CallRecord, GuestRunner, type GuestSpec, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import { ResponseBodies } from './response-bodies.js';
 import type { CeilingMessage, DriverComponentRef, EgressResult, HostComponent, HostTool, HttpCheckVerdict, HttpRequest, StartMessage } from './protocol.js';
@@ -68,6 +69,8 @@ export class CapsuleHost implements AgentHost {
   private stopSession: (reason: string) => void = () => {};
   /** One completion for a hook's `run-inference`, answered by the agent session that owns the driver. */
   hookInference: ((grant: string, request: unknown) => Promise<Fallible<unknown>>) | undefined;
+  /** Only with a pid namespace of the host's own, where every process is the session's. */
+  private readonly escapees: EscapeeSweep | undefined;
 
   constructor(
     private readonly start: StartMessage,
@@ -81,6 +84,7 @@ export class CapsuleHost implements AgentHost {
     this.responseBodies = new ResponseBodies(channel);
     for (const tool of start.tools) this.tools.set(tool.name, tool);
     this.allowlist = new Set(start.allowlist);
+    this.escapees = start.pid_namespace === true ? new EscapeeSweep() : undefined;
     this.guests = new GuestRunner({
       memoryLimitBytes: start.policy.limits.memory_bytes,
       deadlineMs: start.policy.limits.deadline_seconds * 1000,
@@ -111,6 +115,7 @@ export class CapsuleHost implements AgentHost {
     const sandbox = this.start.sandbox;
     return {
       canceled: this.subprocessCancel.signal,
+      escapees: this.escapees,
       policy: this.start.policy,
       accessibleWorkdir: this.start.accessible_workdir,
       baseEnv: this.start.subprocess_env,

@@ -210,6 +210,11 @@ export const StartMessageSchema = z.object({
   effective_grants: z.record(z.string(), z.unknown()),
   /** Present when the sandbox is sealed. */
   sandbox: SandboxStartSchema.optional(),
+  /**
+   * True when the host runs in a pid namespace of its own (bubblewrap or unshare started it), so
+   * every process it sees is the session's: what outlives its subprocess is ended (`escapees.ts`).
+   */
+  pid_namespace: z.boolean().optional(),
 });
 export type StartMessage = z.infer<typeof StartMessageSchema>;
 

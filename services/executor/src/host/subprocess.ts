@@ -6,6 +6,7 @@ import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import type { CapabilityPolicy } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
+import type { EscapeeSweep } from './escapees.js';
 import { shellSearchPath } from './shell-path.js';
 
 /**
@@ -54,6 +55,8 @@ export interface SubprocessContext {
   counters?: () => Promise<{ oom_kills: number; pids_refusals: number }>;
   /** Aborted when the task a subprocess works for is canceled: it is killed, with all it forked. */
   canceled?: AbortSignal | undefined;
+  /** With a pid namespace of the host's own: what left a subprocess's group, ended once none runs (`escapees.ts`). */
+  escapees?: EscapeeSweep | undefined;
 }
 
 /** The `capabilities.resources` field a subprocess was ended by, when one was. */
@@ -219,6 +222,9 @@ function collect(child: ReturnType<typeof spawn>, options: RunOptions, deadlineM
       afterExit.push(setTimeout(kill, AFTER_EXIT_GRACE_MS), setTimeout(closeOutput, 2 * AFTER_EXIT_GRACE_MS));
     });
     child.once('close', (code, signal) => {
+      // Its output may have closed before the grace ran out: what stayed in its group (a
+      // background job that let go of its streams) ends with it all the same.
+      kill();
       settle();
       resolve({
         code: code ?? (signal ? 128 + (os.constants.signals[signal] ?? 0) : 1),
@@ -280,8 +286,14 @@ async function startSubprocess(
     for (let fd = 3; fd <= highest; fd += 1) stdio.push(confine.cgroupFds.includes(fd) ? fd : 'ignore');
   }
   if (context.canceled?.aborted) throw new Error('its task was canceled');
-  const child = spawn(command, argv, { cwd: context.accessibleWorkdir, env, stdio, detached: true });
-  const collected = await collect(child, { ...options, canceled: context.canceled }, options.deadlineMs ?? context.deadlineMs);
+  context.escapees?.began();
+  let collected: Collected;
+  try {
+    const child = spawn(command, argv, { cwd: context.accessibleWorkdir, env, stdio, detached: true });
+    collected = await collect(child, { ...options, canceled: context.canceled }, options.deadlineMs ?? context.deadlineMs);
+  } finally {
+    context.escapees?.ended();
+  }
   let resourceLimit: ResourceLimit | undefined;
   if (collected.signal === 'SIGXCPU') resourceLimit = 'cpu_seconds';
   else if (collected.signal === 'SIGXFSZ') resourceLimit = 'max_file_size_bytes';
