@@ -4,8 +4,9 @@ import path from 'node:path';
 
 /**
  * Written whole or not at all: a reader never sees half a file. Synchronous, for the host's
- * records between turns (`@murmur/shared/node`'s `writeFileAtomic` is the asynchronous one the
- * services use; the host does not load that package's Node helpers).
+ * records between turns and the glue cache's producer (`@murmur/shared/node`'s `writeFileAtomic`
+ * is the asynchronous one the services use; neither of those processes loads that package, whose
+ * load alone is a few hundred milliseconds of their start).
  *
  * Some of these files are in the workdir, where the guest writes too. The temporary name is
  * random and opened exclusively, so nothing the guest put there beforehand (a file, a symbolic
