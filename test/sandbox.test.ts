@@ -34,7 +34,7 @@ describe('the capsule sandbox', () => {
     actions: unknown[],
     extraEnv: Record<string, string> = {},
     workdir?: string,
-  ): Promise<{ results: ProbeResult[]; workdir: string; code: number | null; stderr: string }> {
+  ): Promise<{ results: ProbeResult[]; workdir: string; code: number | null; stderr: string; log: string }> {
     const project = await probeProject(path.join(scratch.dir, name), manifest);
     const args = ['run', '--json', '--task', JSON.stringify(actions), ...(workdir ? ['--workdir', workdir] : [])];
     const result = await runMur(args, { cwd: project, env: { ...env, ...extraEnv } });
@@ -52,7 +52,7 @@ describe('the capsule sandbox', () => {
           )
           .catch(() => '')
       : '';
-    return { results: probeResults(log.replaceAll('[stdout] ', '')), workdir: launch.workdir, code: result.code, stderr: result.stderr };
+    return { results: probeResults(log.replaceAll('[stdout] ', '')), workdir: launch.workdir, code: result.code, stderr: result.stderr, log };
   }
 
   const shellCapsule = 'capabilities:\n  shell:\n    allow: [sh, ps, touch, node, cat, id]\n';
@@ -392,7 +392,7 @@ describe('the capsule sandbox', () => {
         .split('\n')
         .map((line) => line.trim().split(/\s+/))
         .map(([pid, ppid, stat, comm]) => ({ pid: Number(pid), ppid: Number(ppid), stat: String(stat), comm: String(comm) }));
-      return { said: said.trim(), listed };
+      return { said: said.trim(), listed, log: probed.log };
     }
 
     /**
@@ -400,7 +400,7 @@ describe('the capsule sandbox', () => {
      * are the namespace's init, the host and `ps` itself. A killed process the host must reap itself
      * (as unshare's init, it is every orphan's parent) may stay listed as a zombie: ended, holding nothing.
      */
-    function expectNoneLeft({ said, listed }: Awaited<ReturnType<typeof leaveAndList>>): void {
+    function expectNoneLeft({ said, listed, log }: Awaited<ReturnType<typeof leaveAndList>>): void {
       const [, first, second] = /^(\d+) (\d+) alive$/.exec(said) ?? [];
       expect(first, `the command did not leave two processes running: ${said}`).toBeDefined();
       const ps = listed.find((entry) => entry.comm === 'ps');
@@ -410,6 +410,10 @@ describe('the capsule sandbox', () => {
       expect(live.filter((entry) => !kept.has(entry.pid))).toEqual([]);
       expect(live.map((entry) => entry.pid)).not.toContain(Number(first));
       expect(live.map((entry) => entry.pid)).not.toContain(Number(second));
+      // The detached one is the sweep's (the other went with its command's group), and the session's log says so.
+      const reported = /\[capsule-runtime\] ended (?:a process|\d+ processes) left running after (?:its|their) command's call \(pid ([\d, ]+)\)/.exec(log);
+      expect(reported, log).not.toBeNull();
+      expect(reported?.[1]?.split(', ')).toContain(first);
     }
 
     it('ends what left its process group or stayed in it in the background once the call is over, before the next call runs', async () => {

@@ -37,23 +37,28 @@ const ALIVE = `const alive = (pid) => { try { process.kill(pid, 0); return true;
 const settle = () => new Promise((resolve) => setTimeout(resolve, 200));`;
 
 describe('the sweep of processes that outlived their subprocess', () => {
-  it('kills what is left only once the last running subprocess has ended, and nothing but it', () => {
+  it('kills what is left only once the last running subprocess has ended, and nothing but it, and tells which', () => {
     const seen = inOwnPidNamespace(`${ALIVE}
 import { spawn } from 'node:child_process';
-const sweep = new EscapeeSweep();
+const told = [];
+const sweep = new EscapeeSweep((pids) => told.push(pids));
 sweep.began();
 sweep.began();
 const left = spawn('sleep', ['600'], { detached: true, stdio: 'ignore' });
 const whileOneRuns = sweep.ended();
 const aliveWhileOneRuns = alive(left.pid);
 const once = sweep.ended();
+const again = sweep.ended();
 await settle();
-console.log(JSON.stringify({ pid: left.pid, whileOneRuns, aliveWhileOneRuns, once, aliveAfter: alive(left.pid), self: process.pid }));`);
+console.log(JSON.stringify({ pid: left.pid, whileOneRuns, aliveWhileOneRuns, once, again, told, aliveAfter: alive(left.pid), self: process.pid }));`);
     expect(seen.self).toBe(1);
     expect(seen.whileOneRuns).toEqual([]);
     expect(seen.aliveWhileOneRuns).toBe(true);
     expect(seen.once).toEqual([seen.pid]);
     expect(seen.aliveAfter).toBe(false);
+    // Told once, of what it killed; a sweep that found nothing says nothing.
+    expect(seen.again).toEqual([]);
+    expect(seen.told).toEqual([[seen.pid]]);
   });
 
   it('kills a whole tree, whatever left its session, and what it started as it went', () => {

@@ -84,7 +84,15 @@ export class CapsuleHost implements AgentHost {
     this.responseBodies = new ResponseBodies(channel);
     for (const tool of start.tools) this.tools.set(tool.name, tool);
     this.allowlist = new Set(start.allowlist);
-    this.escapees = start.pid_namespace === true ? new EscapeeSweep() : undefined;
+    // Said in the session's log, beside the output of the commands that left them, and to the launcher.
+    this.escapees =
+      start.pid_namespace === true
+        ? new EscapeeSweep((pids) => {
+            const line = `[capsule-runtime] ended ${pids.length === 1 ? 'a process' : `${pids.length} processes`} left running after ${pids.length === 1 ? 'its' : 'their'} command's call (pid ${pids.join(', ')}): nothing a command starts outlives the calls running with it; run what a tool needs within its call`;
+            this.sessionLog.line(line);
+            channel.output('stderr', `${line}\n`);
+          })
+        : undefined;
     this.guests = new GuestRunner({
       memoryLimitBytes: start.policy.limits.memory_bytes,
       deadlineMs: start.policy.limits.deadline_seconds * 1000,

@@ -21,8 +21,13 @@ import { readFileSync, readdirSync } from 'node:fs';
 export class EscapeeSweep {
   private running = 0;
 
-  /** `procRoot` and `hostPid` are the namespace's `/proc` and this host's pid in it. */
+  /**
+   * `killed` is told the pids of each sweep that killed any, so the capsule's author learns why a
+   * job it left running is gone. `procRoot` and `hostPid` are the namespace's `/proc` and this
+   * host's pid in it.
+   */
   constructor(
+    private readonly killed: (pids: number[]) => void = () => {},
     private readonly procRoot = '/proc',
     private readonly hostPid = process.pid,
   ) {}
@@ -35,7 +40,10 @@ export class EscapeeSweep {
   /** A subprocess ended (with its group): with none left running, whatever remains goes. Returns the pids killed. */
   ended(): number[] {
     this.running = Math.max(0, this.running - 1);
-    return this.running === 0 ? this.sweep() : [];
+    if (this.running > 0) return [];
+    const killed = this.sweep();
+    if (killed.length > 0) this.killed(killed);
+    return killed;
   }
 
   /**
