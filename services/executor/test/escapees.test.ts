@@ -56,7 +56,8 @@ console.log(JSON.stringify({ pid: left.pid, whileOneRuns, aliveWhileOneRuns, onc
     expect(seen.aliveWhileOneRuns).toBe(true);
     expect(seen.once).toEqual([seen.pid]);
     expect(seen.aliveAfter).toBe(false);
-    // Told once, of what it killed; a sweep that found nothing says nothing.
+    // Told once, of what it killed: a sweep right after may still find it dying, and kills it
+    // again without telling of it twice.
     expect(seen.again).toEqual([]);
     expect(seen.told).toEqual([[seen.pid]]);
   });

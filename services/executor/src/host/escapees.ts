@@ -20,30 +20,24 @@ import { readFileSync, readdirSync } from 'node:fs';
  */
 export class EscapeeSweep {
   private running = 0;
+  /** The processes the last sweep signalled, by identity: one still dying is killed again, not told of again. */
+  private signalled = new Set<string>();
 
-  /**
-   * `killed` is told the pids of each sweep that killed any, so the capsule's author learns why a
-   * job it left running is gone. `procRoot` and `hostPid` are the namespace's `/proc` and this
-   * host's pid in it.
-   */
-  constructor(
-    private readonly killed: (pids: number[]) => void = () => {},
-    private readonly procRoot = '/proc',
-    private readonly hostPid = process.pid,
-  ) {}
+  /** `killed` is told the pids each sweep ended, so the capsule's author learns why a job it left running is gone. */
+  constructor(private readonly killed: (pids: number[]) => void = () => {}) {}
 
   /** A subprocess starts. */
   began(): void {
     this.running += 1;
   }
 
-  /** A subprocess ended (with its group): with none left running, whatever remains goes. Returns the pids killed. */
+  /** A subprocess ended (with its group): with none left running, whatever remains goes. Returns the pids it ended. */
   ended(): number[] {
     this.running = Math.max(0, this.running - 1);
     if (this.running > 0) return [];
-    const killed = this.sweep();
-    if (killed.length > 0) this.killed(killed);
-    return killed;
+    const ended = this.sweep();
+    if (ended.length > 0) this.killed(ended);
+    return ended;
   }
 
   /**
@@ -51,14 +45,20 @@ export class EscapeeSweep {
    * round finds none it has not signalled: one may fork between the listing and its kill, and
    * its child shows up in the next round. Bounded, since a ceiling bounds the processes a session
    * may have (`cgroup_pids_max`, `max_processes`) and each round kills every one it sees.
+   *
+   * A process is known by its pid and its start time, since a pid is reused: SIGKILL takes a
+   * moment to end one, so the next call's sweep may still list a process this one signalled, and
+   * kills it again without telling of it twice. Returns the pids of the processes it ended first.
    */
-  sweep(): number[] {
-    const killed = new Set<number>();
+  private sweep(): number[] {
+    const signalled = new Set<string>();
+    const ended: number[] = [];
     for (let round = 0; round < MAX_ROUNDS; round += 1) {
-      const found = this.liveOthers().filter((pid) => !killed.has(pid));
+      const found = liveProcesses().filter((entry) => !signalled.has(entry.identity));
       if (found.length === 0) break;
-      for (const pid of found) {
-        killed.add(pid);
+      for (const { pid, identity } of found) {
+        signalled.add(identity);
+        if (!this.signalled.has(identity)) ended.push(pid);
         try {
           process.kill(pid, 'SIGKILL');
         } catch {
@@ -66,36 +66,42 @@ export class EscapeeSweep {
         }
       }
     }
-    return [...killed];
-  }
-
-  private liveOthers(): number[] {
-    const pids: number[] = [];
-    let entries: string[];
-    try {
-      entries = readdirSync(this.procRoot);
-    } catch {
-      return pids;
-    }
-    for (const entry of entries) {
-      if (!/^[0-9]+$/.test(entry)) continue;
-      const pid = Number(entry);
-      if (pid === 1 || pid === this.hostPid) continue;
-      const state = processState(this.procRoot, entry);
-      if (state !== undefined && state !== 'Z' && state !== 'X') pids.push(pid);
-    }
-    return pids;
+    this.signalled = signalled;
+    return ended;
   }
 }
 
 /** Enough for a process tree that forks while it is being killed; each round kills all it sees. */
 const MAX_ROUNDS = 64;
 
-/** The state letter of `/proc/<pid>/stat` (after the command name, which may hold anything, parentheses too), or undefined when it is gone. */
-function processState(procRoot: string, pid: string): string | undefined {
+/** Every live process of the namespace but its init and this host, each with its identity (pid and start time). */
+function liveProcesses(): Array<{ pid: number; identity: string }> {
+  let entries: string[];
   try {
-    const stat = readFileSync(`${procRoot}/${pid}/stat`, 'latin1');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    entries = readdirSync('/proc');
+  } catch {
+    return [];
+  }
+  const found: Array<{ pid: number; identity: string }> = [];
+  for (const entry of entries) {
+    if (!/^[0-9]+$/.test(entry)) continue;
+    const pid = Number(entry);
+    if (pid === 1 || pid === process.pid) continue;
+    const stat = statOf(entry);
+    if (stat && stat.state !== 'Z' && stat.state !== 'X') found.push({ pid, identity: `${pid}:${stat.startTime}` });
+  }
+  return found;
+}
+
+/**
+ * A process's state letter and start time (fields 3 and 22 of `/proc/<pid>/stat`, read after the
+ * command name, which may hold anything, parentheses too), or undefined when it is gone.
+ */
+function statOf(pid: string): { state: string; startTime: string } | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return { state: fields[0] ?? '', startTime: fields[19] ?? '' };
   } catch {
     return undefined;
   }
