@@ -88,7 +88,7 @@ export class CapsuleHost implements AgentHost {
     this.escapees =
       start.pid_namespace === true
         ? new EscapeeSweep((pids) => {
-            const line = `[capsule-runtime] ended ${pids.length === 1 ? 'a process' : `${pids.length} processes`} left running after ${pids.length === 1 ? 'its' : 'their'} command's call (pid ${pids.join(', ')}): nothing a command starts outlives the calls running with it; run what a tool needs within its call`;
+            const line = escapeesEnded(pids);
             this.sessionLog.line(line);
             channel.output('stderr', `${line}\n`);
           })
@@ -812,6 +812,12 @@ function parseInput(data: string | undefined): unknown {
   } catch {
     return { data };
   }
+}
+
+/** What the capsule's author is told when processes its commands left running are ended (`escapees.ts`). */
+function escapeesEnded(pids: number[]): string {
+  const one = pids.length === 1;
+  return `[capsule-runtime] ended ${one ? 'a process' : `${pids.length} processes`} left running after ${one ? 'its' : 'their'} command's call (pid ${pids.join(', ')}): nothing a command starts outlives the calls running with it; run what a tool needs within its call`;
 }
 
 /** What every call of the driver is, whatever its request: the instance it runs is made from this alone. */

@@ -309,24 +309,25 @@ function readOffThread(fd: number, buffer: Uint8Array, offset: number, length: n
  * instead of succeeding — and, where it can be, with the refused growth remembered (`grow-watch`).
  */
 export async function compileCoreModule(file: string, memoryLimitBytes: number): Promise<WebAssembly.Module> {
-  const watched = await watchedModule(file);
-  if (watched) {
-    // A rewrite the engine refuses costs the watch, never the module.
-    const compiled = await compile(capModuleMemoryInPlace(watched, memoryLimitBytes).bytes).catch(() => undefined);
+  // The watched form the executor keeps beside the module (`keepWatchedModule`, once per machine,
+  // as the host may not write there); an empty kept file says the module cannot be watched.
+  const kept = await readModuleWithRoom(watchedModuleFile(file)).catch(() => undefined);
+  if (kept && kept.buffer.length > kept.start) {
+    const compiled = await compileCapped(kept, memoryLimitBytes);
     if (compiled) return compiled;
   }
-  return compile(capModuleMemoryInPlace(await readModuleWithRoom(file), memoryLimitBytes).bytes);
+  // Read once, whether it is watched here or compiled as it is.
+  const original = await readModuleWithRoom(file);
+  if (!kept) {
+    // None kept: watched here, for this session only.
+    const made = watchMemoryGrowth(original.buffer.subarray(original.start));
+    const compiled = made && (await compileCapped({ buffer: made, start: 0 }, memoryLimitBytes));
+    if (compiled) return compiled;
+  }
+  return compile(capModuleMemoryInPlace(original, memoryLimitBytes).bytes);
 }
 
-/**
- * The watched form of a core module: what the executor keeps beside it (`keepWatchedModule`, once
- * per machine, as the host may not write there), else made here, for this session only. An empty
- * kept file says the module cannot be watched.
- */
-async function watchedModule(file: string): Promise<ModuleWithRoom | undefined> {
-  const kept = await readModuleWithRoom(watchedModuleFile(file)).catch(() => undefined);
-  if (kept) return kept.buffer.length > kept.start ? kept : undefined;
-  const original = await readModuleWithRoom(file);
-  const made = watchMemoryGrowth(original.buffer.subarray(original.start));
-  return made && { buffer: made, start: 0 };
+/** A watched module capped and compiled, or undefined when the engine refuses it: a rewrite it refuses costs the watch, never the module. */
+function compileCapped(watched: ModuleWithRoom, memoryLimitBytes: number): Promise<WebAssembly.Module | undefined> {
+  return compile(capModuleMemoryInPlace(watched, memoryLimitBytes).bytes).catch(() => undefined);
 }
