@@ -11,6 +11,9 @@ interface Glue {
   instantiate(...args: unknown[]): unknown;
 }
 
+/** This node's own `WebAssembly.promising`, read before any glue is loaded here. */
+const nativePromising = (WebAssembly as { promising?: unknown }).promising;
+
 let scratch: { dir: string; cleanup: () => Promise<void> };
 
 beforeEach(async () => {
@@ -63,6 +66,29 @@ describe('a component’s glue, loaded as a script', () => {
     expect(glueAsScript('export default function () {}', url)).toBeUndefined();
     expect(glueAsScript('export function instantiate() { return import.meta.resolve("x"); }', url)).toBeUndefined();
     expect(glueAsScript('function instantiate() {}', url)).toBeUndefined();
+  });
+
+  it('takes the glue’s own way round a JSPI this node lacks, refused at once rather than by V8’s reworded TypeError', async () => {
+    const source = [
+      'export function instantiate(lifted) {',
+      '  let promised;',
+      '  let refusal;',
+      '  try { promised = WebAssembly.promising(lifted); } catch (error) { promised = lifted; refusal = error; }',
+      '  return { promised, refusal };',
+      '}',
+    ].join('\n');
+    const glue = await loadGlue<Glue>(await glueFile('component.js', source));
+    const lifted = (): number => 1;
+    const { promised, refusal } = glue.instantiate(lifted) as { promised: unknown; refusal: unknown };
+    if (typeof nativePromising === 'function') {
+      // A node with JSPI keeps its own.
+      expect((WebAssembly as { promising?: unknown }).promising).toBe(nativePromising);
+      return;
+    }
+    // The same catch the glue took before, now without V8 parsing the calling function again to word its message.
+    expect(promised).toBe(lifted);
+    expect(refusal).toBeInstanceOf(TypeError);
+    expect((refusal as TypeError).message).toContain('no JS promise integration');
   });
 
   it('falls back to the module loader for glue that is a module only (top-level await)', async () => {

@@ -22,9 +22,31 @@ import { Script } from 'node:vm';
  * as if there were none.
  */
 export async function loadGlue<Glue>(file: string): Promise<Glue> {
+  refuseJspiAtOnce();
   const compiled = await compileGlue(file);
   if (compiled) return (compiled.script.runInThisContext() as () => Glue)();
   return import(pathToFileURL(file).href) as Promise<Glue>;
+}
+
+/**
+ * jco's glue asks for JSPI once for each export it lifts and each `cabi_realloc`: `try { f =
+ * WebAssembly.promising(g) } catch { f = g }`. Node 20 has none, so each ask throws V8's own
+ * "WebAssembly.promising is not a function" — and V8 words that message by parsing again the whole
+ * function the call is in, which is the glue's instantiation: one generator as long as the
+ * component's interface. A StarlingMonkey hook's glue asks 11 times, ~20 ms each on these
+ * machines, in every instantiation. Where `promising` is absent it is given as a function that
+ * refuses at once: the glue takes the same `catch` as before, without the parse. A node with JSPI
+ * keeps its own.
+ */
+function refuseJspiAtOnce(): void {
+  if (typeof (WebAssembly as { promising?: unknown }).promising === 'function') return;
+  Object.defineProperty(WebAssembly, 'promising', {
+    configurable: true,
+    writable: true,
+    value: () => {
+      throw new TypeError('WebAssembly.promising is not available: this node has no JS promise integration');
+    },
+  });
 }
 
 /** How a glue's code cache fared: none kept, used, or refused by V8 (and compiled without). */
