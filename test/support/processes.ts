@@ -34,10 +34,6 @@ export function stopAfterFile<T extends ChildProcess>(child: T): T {
 }
 
 /**
- * Runs the real `mur` (the compiled CLI, as a user runs it) with a clean environment: only what
- * the test passes, plus PATH, so a developer's own MURMUR_* settings never leak into a test.
- */
-/**
  * `mur` started as a user starts it, its stdout and stderr collected as they come (`output`, read
  * at any time), stopped with the test file like every process a test starts.
  */
@@ -64,6 +60,11 @@ export function spawnMur(
   return { child, output };
 }
 
+/**
+ * Runs the real `mur` (the compiled CLI, as a user runs it) with a clean environment: only what
+ * the test passes, plus PATH, so a developer's own MURMUR_* settings never leak into a test; it
+ * is killed if it has not exited after `timeoutMs` (two minutes unless told).
+ */
 export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
   const { child, output } = spawnMur(args, options);
   const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000);
