@@ -246,7 +246,10 @@ describe('the instance a kept worker makes ahead for its component’s next call
       (i32.const 600)))`);
 
   /** A runner that keeps its workers (as an agent's does) and a spec for the counting tool, in a scratch directory gone after. */
-  const withCountingTool = async (body: (runner: GuestRunner, spec: GuestSpec) => Promise<void>): Promise<void> => {
+  const withCountingTool = async (
+    body: (runner: GuestRunner, spec: GuestSpec) => Promise<void>,
+    warm: (runner: GuestRunner, spec: GuestSpec) => void = (runner) => runner.keepWorkersWarm(),
+  ): Promise<void> => {
     const scratch = await tempDir('murmur-made-ahead-');
     const bundleDir = path.join(scratch.dir, 'bundle');
     await fs.mkdir(bundleDir);
@@ -261,7 +264,6 @@ describe('the instance a kept worker makes ahead for its component’s next call
         throw new Error(`the counting tool asked the host for ${op}, which this test does not offer`);
       },
     });
-    runner.keepWorkersWarm();
     const spec: GuestSpec = {
       role: 'tool',
       label: 'counting',
@@ -273,6 +275,7 @@ describe('the instance a kept worker makes ahead for its component’s next call
       env: [['TURN', 'any']],
       grant: 'tool:counting',
     };
+    warm(runner, spec);
     try {
       await body(runner, spec);
     } finally {
@@ -282,6 +285,31 @@ describe('the instance a kept worker makes ahead for its component’s next call
   };
 
   const call = (runner: GuestRunner, spec: GuestSpec) => runner.run({ ...spec, toolInput: { data: '{}' } });
+
+  /** The counting tool as the component a session calls most (an agent's driver). */
+  const likely = (spec: GuestSpec): HostComponent =>
+    ({ bundle_dir: spec.bundleDir, entry: spec.entry, core_modules: spec.coreModules, imports: spec.imports, exports: [] }) as unknown as HostComponent;
+
+  it('leaves no worker in reserve once the likely component took it, when the session calls nothing else', async () => {
+    await withCountingTool(
+      async (runner, spec) => {
+        expect(await call(runner, spec)).toMatchObject({ kind: 'returned', value: { data: '1' } });
+        // The one worker left is the one kept for the component's next call.
+        expect(runner.releaseIdleWorkers()).toBe(1);
+      },
+      (runner, spec) => runner.keepWorkersWarm(likely(spec), { othersToCall: false }),
+    );
+  });
+
+  it('starts a worker in reserve again after the likely component took it, when the session has others to call', async () => {
+    await withCountingTool(
+      async (runner, spec) => {
+        expect(await call(runner, spec)).toMatchObject({ kind: 'returned', value: { data: '1' } });
+        expect(runner.releaseIdleWorkers()).toBe(2);
+      },
+      (runner, spec) => runner.keepWorkersWarm(likely(spec), { othersToCall: true }),
+    );
+  });
 
   it('is fresh, and is the one the next call runs', async () => {
     await withCountingTool(async (runner, spec) => {

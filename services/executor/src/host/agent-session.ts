@@ -138,7 +138,9 @@ export class AgentSession {
   }
 
   async run(): Promise<SessionResult> {
-    this.host.keepWorkersWarm(this.agent.driver?.component);
+    // Every turn calls the driver, which keeps a worker of its own after its first call: a reserve
+    // after that serves only the session's WASM tools.
+    this.host.keepWorkersWarm(this.agent.driver?.component, { othersToCall: this.start.tools.some((tool) => tool.kind === 'wasm') });
     const hooks = this.hooks;
     this.host.beforeSessionEnd = () => hooks.flushFaults();
     this.host.hookInference = (grant, request) => this.hookCompletion(grant.slice('hook:'.length), request);

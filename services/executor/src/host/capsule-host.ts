@@ -246,8 +246,8 @@ export class CapsuleHost implements AgentHost {
     this.turn = turn;
   }
 
-  keepWorkersWarm(likely?: HostComponent): void {
-    this.guests.keepWorkersWarm(likely);
+  keepWorkersWarm(likely?: HostComponent, options?: { othersToCall: boolean }): void {
+    this.guests.keepWorkersWarm(likely, options);
   }
 
   prepareDriver(driver: DriverComponentRef, env: Array<[string, string]>): void {

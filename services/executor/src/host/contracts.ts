@@ -111,7 +111,8 @@ export interface AgentHost {
   enterTask(task: Task, registry: TaskRegistry, inputTimeoutMs: number | undefined, answerable: boolean): void;
   leaveTask(): void;
   setTurn(turn: number): void;
-  keepWorkersWarm(likely?: HostComponent): void;
+  /** `GuestRunner.keepWorkersWarm`: `othersToCall` when the session may call components other than `likely` (WASM tools). */
+  keepWorkersWarm(likely?: HostComponent, options?: { othersToCall: boolean }): void;
   callDriver(driver: DriverComponentRef, env: Array<[string, string]>, data: string, options?: { silent?: boolean }): Promise<DriverCall>;
   /** Has the driver's next instance made now, while the session runs the tools a turn asked for (`GuestRunner.prepareNext`). */
   prepareDriver(driver: DriverComponentRef, env: Array<[string, string]>): void;

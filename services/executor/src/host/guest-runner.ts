@@ -145,6 +145,8 @@ export class GuestRunner {
   /** Keep a started worker in reserve after each guest starts, so the next call skips worker start-up (agents make many). */
   private keepSpareWorker = false;
   private spareWorkerPreload: GuestPreload['preload'] | undefined;
+  /** Whether the session calls other components than the likely one: a reserve is worth keeping after it took one. */
+  private spareForOthers = true;
   private prewarmed: Worker | undefined;
   /** How to end each guest running in a worker of its own now: what a canceled task abandons. */
   private readonly running = new Set<(outcome: RunOutcome) => void>();
@@ -161,12 +163,25 @@ export class GuestRunner {
 
   /**
    * From now on a started worker is kept in reserve for the next guest, with `likely` (an agent's
-   * driver, which every turn calls) already loaded in it.
+   * driver, which every turn calls) already loaded in it. Once `likely` has taken the reserve, its
+   * worker is kept for its next call, so the reserve is started again only for `othersToCall`
+   * (an agent with WASM tools), and without `likely` in it: an agent whose every call is its
+   * driver's would start a worker — an isolate, the shim, the driver's glue, ~0.25 s of a core —
+   * that nothing takes. A call with no worker ready starts one, as the first call would have.
    */
-  keepWorkersWarm(likely?: HostComponent): void {
+  keepWorkersWarm(likely?: HostComponent, options: { othersToCall: boolean } = { othersToCall: true }): void {
     this.spareWorkerPreload = likely ? { bundleDir: likely.bundle_dir, entry: likely.entry, imports: likely.imports } : undefined;
     this.keepSpareWorker = true;
+    this.spareForOthers = options.othersToCall;
     this.prewarmed ??= prewarmGuestWorker(this.spareWorkerPreload);
+  }
+
+  /** The reserve to start once `taken` (a job's component) has taken the last one, if any. */
+  private nextSpare(taken: string): Worker | undefined {
+    if (!this.keepSpareWorker) return undefined;
+    const likely = this.spareWorkerPreload;
+    if (likely === undefined || likely.bundleDir !== taken) return prewarmGuestWorker(likely);
+    return this.spareForOthers ? prewarmGuestWorker(undefined) : undefined;
   }
 
   /**
@@ -340,7 +355,7 @@ export class GuestRunner {
         worker = this.prewarmed;
         this.prewarmed = undefined;
         worker.postMessage(first, [opened.port]);
-        if (this.keepSpareWorker) this.prewarmed = prewarmGuestWorker(this.spareWorkerPreload);
+        this.prewarmed = this.nextSpare(job.bundleDir);
       } else {
         worker = new Worker(GUEST_WORKER, { workerData: first, transferList: [opened.port], stdout: true, stderr: true });
       }
