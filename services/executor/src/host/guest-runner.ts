@@ -187,7 +187,8 @@ export class GuestRunner {
   /**
    * Lets go of every worker kept for a next call (the idle ones and the spare): each holds a V8
    * isolate, ~8–10 MB, which a session that sleeps between messages should not hold while nobody
-   * talks to it. The next call starts a worker as the first one did, and keeps a spare again.
+   * talks to it. A call after it finds no worker ready and starts one, as a first call with no
+   * spare does; a worker whose call returns cleanly is kept for its component's next call again.
    * Returns how many were let go.
    */
   releaseIdleWorkers(): number {
