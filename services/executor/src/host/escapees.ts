@@ -23,21 +23,20 @@ export class EscapeeSweep {
   /** The processes the last sweep signalled, by identity: one still dying is killed again, not told of again. */
   private signalled = new Set<string>();
 
-  /** `killed` is told the pids each sweep ended, so the capsule's author learns why a job it left running is gone. */
-  constructor(private readonly killed: (pids: number[]) => void = () => {}) {}
+  /** `killed` is told the pids each sweep ended (never an empty list), so the capsule's author learns why a job it left running is gone. */
+  constructor(private readonly killed: (pids: number[]) => void) {}
 
   /** A subprocess starts. */
   began(): void {
     this.running += 1;
   }
 
-  /** A subprocess ended (with its group): with none left running, whatever remains goes. Returns the pids it ended. */
-  ended(): number[] {
+  /** A subprocess ended (with its group): with none left running, whatever remains goes, and `killed` is told. */
+  ended(): void {
     this.running = Math.max(0, this.running - 1);
-    if (this.running > 0) return [];
+    if (this.running > 0) return;
     const ended = this.sweep();
     if (ended.length > 0) this.killed(ended);
-    return ended;
   }
 
   /**
