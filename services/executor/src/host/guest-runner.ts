@@ -371,8 +371,10 @@ export class GuestRunner {
         if (message.type === 'output') {
           if (job.role === 'capsule') {
             const text = decoder.decode(message.bytes);
-            for (const line of lines.push(message.stream, text)) this.options.sessionLog.line(`[${message.stream}] ${line}`);
+            // The launcher first, then the log: writing the log (opening it, on a session's first
+            // line) is a synchronous file write the launcher's reader need not wait behind.
             this.options.capsuleOutput(message.stream, text);
+            for (const line of lines.push(message.stream, text)) this.options.sessionLog.line(`[${message.stream}] ${line}`);
           } else this.logOutput(lines, job.label, message.stream, message.bytes);
         } else if (message.type === 'done') finish(message.outcome);
       };
