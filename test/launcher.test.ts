@@ -1,13 +1,16 @@
+import { spawnSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from './support/fs.js';
-import { runMur } from './support/processes.js';
+import { murBin, repositoryRoot } from './support/processes.js';
 
 /**
  * `cli/bin/mur`, the launcher every `mur` starts through: what it hands the node it starts. A
  * stand-in `node` first on PATH writes down what it was given; the launcher takes it for a node
  * its snapshot was not built by, so it runs the bundle through it, as it would on such a machine.
+ * A copy of the launcher beside a snapshot that names the stand-in as its builder starts it from
+ * that snapshot instead.
  */
 describe("mur's launcher", () => {
   let scratch: { dir: string; cleanup: () => Promise<void> };
@@ -20,20 +23,36 @@ describe("mur's launcher", () => {
     await fs.mkdir(bin);
     await fs.writeFile(
       path.join(bin, 'node'),
-      `#!/bin/sh\nprintf 'MALLOC_MMAP_THRESHOLD_=%s\\nMALLOC_ARENA_MAX=%s\\n' "$MALLOC_MMAP_THRESHOLD_" "$MALLOC_ARENA_MAX" > '${said}'\nprintf 'arg=%s\\n' "$@" >> '${said}'\n`,
+      `#!/bin/sh\nprintf 'MALLOC_MMAP_THRESHOLD_=%s\\nMALLOC_ARENA_MAX=%s\\nGLIBC_TUNABLES=%s\\n' "$MALLOC_MMAP_THRESHOLD_" "$MALLOC_ARENA_MAX" "$GLIBC_TUNABLES" > '${said}'\nprintf 'arg=%s\\n' "$@" >> '${said}'\n`,
       { mode: 0o755 },
     );
+    // The launcher's copy, and a snapshot (its content is never read: the stand-in starts from it) built by the stand-in.
+    const snapshots = path.join(scratch.dir, 'cli', 'dist', 'snapshot');
+    await fs.mkdir(path.join(scratch.dir, 'cli', 'bin'), { recursive: true });
+    await fs.mkdir(snapshots, { recursive: true });
+    await fs.copyFile(path.join(repositoryRoot, 'cli', 'bin', 'mur'), path.join(scratch.dir, 'cli', 'bin', 'mur'));
+    await fs.writeFile(path.join(snapshots, 'mur.blob.node'), `${await fs.realpath(path.join(bin, 'node'))}\n`);
+    await fs.writeFile(path.join(snapshots, 'mur.blob'), 'not read');
+    // Newer than the node, as a snapshot built by it is.
+    const later = new Date(Date.now() + 60_000);
+    await fs.utimes(path.join(snapshots, 'mur.blob'), later, later);
   });
   afterAll(async () => {
     await scratch.cleanup();
   });
 
-  async function launch(env: Record<string, string>): Promise<string[]> {
+  async function launch(env: Record<string, string>, launcher?: string): Promise<string[]> {
     await fs.rm(said, { force: true });
-    const result = await runMur(['--version'], { env: { PATH: `${path.join(scratch.dir, 'bin')}:${process.env.PATH ?? ''}`, ...env } });
-    expect(result.code, result.stderr).toBe(0);
+    const child = spawnSync(launcher ?? murBin, ['--version'], {
+      env: { PATH: `${path.join(scratch.dir, 'bin')}:${process.env.PATH ?? ''}`, ...env },
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+    expect(child.status, child.stderr).toBe(0);
     return (await fs.readFile(said, 'utf8')).trim().split('\n');
   }
+
+  const fromSnapshot = (env: Record<string, string>): Promise<string[]> => launch(env, path.join(scratch.dir, 'cli', 'bin', 'mur'));
 
   it("starts node with glibc's mmap threshold fixed and one malloc arena, beside its small young generation", async () => {
     const lines = await launch({});
@@ -41,6 +60,19 @@ describe("mur's launcher", () => {
     expect(lines).toContain('MALLOC_ARENA_MAX=1');
     expect(lines).toContain('arg=--max-semi-space-size=1');
     expect(lines.at(-1)).toBe('arg=--version');
+  });
+
+  it("starts node from its snapshot with glibc's huge pages for malloc, and from its bundle without them", async () => {
+    const snapshot = await fromSnapshot({});
+    expect(snapshot).toContain(`arg=${scratch.dir}/cli/bin/../dist/snapshot/mur.blob`);
+    expect(snapshot).toContain('GLIBC_TUNABLES=glibc.malloc.hugetlb=1');
+    expect(await launch({})).toContain('GLIBC_TUNABLES=');
+  });
+
+  it("adds the huge pages to a user's own glibc tunables, and a hugetlb the user chose wins", async () => {
+    expect(await fromSnapshot({ GLIBC_TUNABLES: 'glibc.malloc.check=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.check=0:glibc.malloc.hugetlb=1');
+    expect(await fromSnapshot({ GLIBC_TUNABLES: 'glibc.malloc.hugetlb=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.hugetlb=0');
+    expect(await launch({ GLIBC_TUNABLES: 'glibc.malloc.check=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.check=0');
   });
 
   it("keeps a user's own malloc settings", async () => {
