@@ -26,24 +26,26 @@ describe("mur's launcher", () => {
       `#!/bin/sh\nprintf 'MALLOC_MMAP_THRESHOLD_=%s\\nMALLOC_ARENA_MAX=%s\\nGLIBC_TUNABLES=%s\\n' "$MALLOC_MMAP_THRESHOLD_" "$MALLOC_ARENA_MAX" "$GLIBC_TUNABLES" > '${said}'\nprintf 'arg=%s\\n' "$@" >> '${said}'\n`,
       { mode: 0o755 },
     );
-    // The launcher's copy, and a snapshot (its content is never read: the stand-in starts from it) built by the stand-in.
+    // The launcher's copy, and its two snapshots (their content is never read: the stand-in starts from them) built by the stand-in.
     const snapshots = path.join(scratch.dir, 'cli', 'dist', 'snapshot');
     await fs.mkdir(path.join(scratch.dir, 'cli', 'bin'), { recursive: true });
     await fs.mkdir(snapshots, { recursive: true });
     await fs.copyFile(path.join(repositoryRoot, 'cli', 'bin', 'mur'), path.join(scratch.dir, 'cli', 'bin', 'mur'));
-    await fs.writeFile(path.join(snapshots, 'mur.blob.node'), `${await fs.realpath(path.join(bin, 'node'))}\n`);
-    await fs.writeFile(path.join(snapshots, 'mur.blob'), 'not read');
-    // Newer than the node, as a snapshot built by it is.
     const later = new Date(Date.now() + 60_000);
-    await fs.utimes(path.join(snapshots, 'mur.blob'), later, later);
+    for (const blob of ['mur.blob', 'mur-client.blob']) {
+      await fs.writeFile(path.join(snapshots, `${blob}.node`), `${await fs.realpath(path.join(bin, 'node'))}\n`);
+      await fs.writeFile(path.join(snapshots, blob), 'not read');
+      // Newer than the node, as a snapshot built by it is.
+      await fs.utimes(path.join(snapshots, blob), later, later);
+    }
   });
   afterAll(async () => {
     await scratch.cleanup();
   });
 
-  async function launch(env: Record<string, string>, launcher?: string): Promise<string[]> {
+  async function launch(env: Record<string, string>, launcher?: string, args = ['--version']): Promise<string[]> {
     await fs.rm(said, { force: true });
-    const child = spawnSync(launcher ?? murBin, ['--version'], {
+    const child = spawnSync(launcher ?? murBin, args, {
       env: { PATH: `${path.join(scratch.dir, 'bin')}:${process.env.PATH ?? ''}`, ...env },
       encoding: 'utf8',
       timeout: 20_000,
@@ -52,7 +54,9 @@ describe("mur's launcher", () => {
     return (await fs.readFile(said, 'utf8')).trim().split('\n');
   }
 
-  const fromSnapshot = (env: Record<string, string>): Promise<string[]> => launch(env, path.join(scratch.dir, 'cli', 'bin', 'mur'));
+  const fromSnapshot = (env: Record<string, string>, args?: string[]): Promise<string[]> => launch(env, path.join(scratch.dir, 'cli', 'bin', 'mur'), args);
+  /** `mur run` against a stack: the thin client's snapshot. */
+  const thinClient = (env: Record<string, string>): Promise<string[]> => fromSnapshot({ MURMUR_NATS_URL: 'nats://127.0.0.1:4222', ...env }, ['run']);
 
   it("starts node with glibc's mmap threshold fixed and one malloc arena, beside its small young generation", async () => {
     const lines = await launch({});
@@ -62,17 +66,20 @@ describe("mur's launcher", () => {
     expect(lines.at(-1)).toBe('arg=--version');
   });
 
-  it("starts node from its snapshot with glibc's huge pages for malloc, and from its bundle without them", async () => {
-    const snapshot = await fromSnapshot({});
-    expect(snapshot).toContain(`arg=${scratch.dir}/cli/bin/../dist/snapshot/mur.blob`);
-    expect(snapshot).toContain('GLIBC_TUNABLES=glibc.malloc.hugetlb=1');
-    expect(await launch({})).toContain('GLIBC_TUNABLES=');
+  it("starts the thin client's snapshot with glibc's huge pages for malloc, and the in-process one and the bundle without them", async () => {
+    const client = await thinClient({});
+    expect(client).toContain(`arg=${scratch.dir}/cli/bin/../dist/snapshot/mur-client.blob`);
+    expect(client).toContain('GLIBC_TUNABLES=glibc.malloc.hugetlb=1');
+    const inProcess = await fromSnapshot({});
+    expect(inProcess).toContain(`arg=${scratch.dir}/cli/bin/../dist/snapshot/mur.blob`);
+    expect(inProcess).toContain('GLIBC_TUNABLES=');
+    expect(await launch({ MURMUR_NATS_URL: 'nats://127.0.0.1:4222' }, undefined, ['run'])).toContain('GLIBC_TUNABLES=');
   });
 
   it("adds the huge pages to a user's own glibc tunables, and a hugetlb the user chose wins", async () => {
-    expect(await fromSnapshot({ GLIBC_TUNABLES: 'glibc.malloc.check=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.check=0:glibc.malloc.hugetlb=1');
-    expect(await fromSnapshot({ GLIBC_TUNABLES: 'glibc.malloc.hugetlb=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.hugetlb=0');
-    expect(await launch({ GLIBC_TUNABLES: 'glibc.malloc.check=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.check=0');
+    expect(await thinClient({ GLIBC_TUNABLES: 'glibc.malloc.check=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.check=0:glibc.malloc.hugetlb=1');
+    expect(await thinClient({ GLIBC_TUNABLES: 'glibc.malloc.hugetlb=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.hugetlb=0');
+    expect(await fromSnapshot({ GLIBC_TUNABLES: 'glibc.malloc.check=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.check=0');
   });
 
   it("keeps a user's own malloc settings", async () => {
