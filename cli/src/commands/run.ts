@@ -608,6 +608,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       });
       // With --json, stdout is the launch line alone; it named where the answer goes.
       if (fetched && !options.json) output.out(`result:  ${fetchedResult}`);
+      timing('result fetched');
     }
 
     // Stopped on the launcher's own signal is how a sleeping agent is meant to end: no error to report.
@@ -634,6 +635,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     };
     progress.stop();
     await runtime.close();
+    timing('runtime closed');
     for (const signal of STOP_SIGNALS) process.off(signal, stopSignalListener);
   }
 }
