@@ -9,7 +9,8 @@
 //   never while the snapshot is built, and any warning from Node fails the build.
 // - Evaluating a module must not read the environment (the build's values would be frozen into
 //   every run): the build watches `process.env` and `process.cwd()` while the code is evaluated
-//   and fails naming what was read.
+//   and fails naming what was read. The one exception is a name a library reads afresh on every
+//   call and keeps nothing of (`CALL_TIME_ENV`), read when the build warms that call.
 // - A snapshot cannot `import()`: esbuild turns every dynamic import into a require (the bundle
 //   imports only built-ins and CommonJS packages dynamically), and the build fails if one is left.
 //
@@ -29,6 +30,13 @@ export const NODE_FLAGS = ['--max-semi-space-size=1'];
 // Built-ins Node does not verify for user snapshots (it warns "not yet fully verified"). A require
 // of one returns a stand-in that loads the module on first use.
 const DEFERRED_BUILTINS = ['child_process', 'worker_threads', 'tls', 'http', 'https'];
+
+/**
+ * Read by `yaml` on each parse, as debugging switches (its parser's LOG_TOKENS, its composer's
+ * LOG_STREAM), never kept: the build's parse of a sample manifest (`warmManifestParser`) reads
+ * them and freezes nothing.
+ */
+const CALL_TIME_ENV = ['LOG_TOKENS', 'LOG_STREAM'];
 
 // The snapshot builder's `require` knows built-ins only, and so does the one a snapshot starts
 // with; the external packages (those that find their own files at run time) are required, at run
@@ -58,7 +66,8 @@ require = ((builtin) => {
 var __murmurProcessReads;
 if (require('node:v8').startupSnapshot.isBuildingSnapshot()) {
   const reads = (__murmurProcessReads = { env: new Set(), cwd: 0, realEnv: process.env, realCwd: process.cwd });
-  process.env = new Proxy(reads.realEnv, { get: (target, key) => (typeof key === 'string' && reads.env.add(key), Reflect.get(target, key)) });
+  const callTime = new Set(${JSON.stringify(CALL_TIME_ENV)});
+  process.env = new Proxy(reads.realEnv, { get: (target, key) => (typeof key === 'string' && !callTime.has(key) && reads.env.add(key), Reflect.get(target, key)) });
   process.cwd = () => (reads.cwd += 1, reads.realCwd.call(process));
 }
 `;

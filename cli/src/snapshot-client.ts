@@ -2,7 +2,7 @@ import './zod-jitless.js';
 import * as shared from '@murmur/shared';
 import * as natsBus from '@murmur/shared/bus/nats';
 import * as run from './commands/run.js';
-import { startFromSnapshot, warmObjectSchemas } from './snapshot-main.js';
+import { startFromSnapshot, warmManifestParser, warmObjectSchemas } from './snapshot-main.js';
 
 /**
  * The entry of `mur`'s thin-client snapshot, `mur-client.blob`: what `cli/bin/mur` starts for
@@ -12,7 +12,8 @@ import { startFromSnapshot, warmObjectSchemas } from './snapshot-main.js';
  * starts this snapshot for a command that would reach one).
  *
  * Evaluated: the run command, the NATS transport, and every object schema of the contracts once
- * (`warmObjectSchemas`).
+ * (`warmObjectSchemas`); the manifest's parser warmed (`warmManifestParser`).
  */
 warmObjectSchemas(Object.values(shared));
+warmManifestParser();
 startFromSnapshot([run, natsBus]);

@@ -1,5 +1,6 @@
 import './zod-jitless.js';
 import v8 from 'node:v8';
+import { capabilityPolicy, parseCapsuleManifest } from '@murmur/shared';
 import { main } from './main.js';
 
 /**
@@ -60,4 +61,16 @@ export function warmObjectSchemas(roots: unknown[]): void {
     }
   };
   roots.forEach(visit);
+}
+
+/**
+ * Parses a small capsule manifest once, and makes its capability policy, so the snapshot keeps
+ * YAML's lexer, parser and composer compiled: a run reads its manifest before its first request,
+ * and parsing it cold compiled them then. From the runtime open to the scope explained, eight
+ * interleaved runs of the WAT capsule: against a stack 17–26 ms before, 13–19 after; in-process
+ * ~57 ms before, ~50 after (~0.15 MB more snapshot, no more peak RSS to be seen).
+ */
+export function warmManifestParser(): void {
+  const { manifest } = parseCapsuleManifest('name: warm\nversion: 1.0.0\ncapabilities:\n  env:\n    allow: [HOME]\n', { env: {} });
+  capabilityPolicy(manifest);
 }

@@ -91,6 +91,16 @@ describe('the snapshot build', () => {
     expect(await fs.readdir(path.join(scratch.dir, 'out'))).not.toContain('probe.blob');
   });
 
+  it("lets a warmed call read yaml's debugging switches, which it reads afresh on every parse, and still refuses anything read beside them", async () => {
+    const reading = (names: string[]): string =>
+      `import v8 from 'node:v8';\nconst read = () => [${names.map((name) => `process.env.${name}`).join(', ')}];\nread();\nv8.startupSnapshot.setDeserializeMainFunction(() => console.log(read().length));\n`;
+    expect((await snapshotOf(reading(['LOG_TOKENS', 'LOG_STREAM']))).blob).toBeDefined();
+    await fs.rm(path.join(scratch.dir, 'out'), { recursive: true, force: true });
+    await expect(snapshotOf(reading(['LOG_TOKENS', 'MURMUR_SNAPSHOT_PROBE']))).rejects.toThrow(
+      /read the process it runs in \(process\.env\.MURMUR_SNAPSHOT_PROBE\): read it when it is used/,
+    );
+  });
+
   it('gives code the environment of the run it is started for, and loads deferred built-ins on their first use', async () => {
     const built = await snapshotOf(
       [
