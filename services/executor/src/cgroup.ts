@@ -305,8 +305,11 @@ export class SessionCgroup {
 
   /**
    * Removes the groups once their last process has gone. A group is busy for a moment after its
-   * processes are killed (the kernel tears them down asynchronously), so removal is retried for a
-   * while rather than attempted once and left behind.
+   * processes are killed or have exited (the kernel tears them down asynchronously), so removal is
+   * retried for ~2 s rather than attempted once and left behind. The first retries come soon
+   * (`REMOVE_RETRY_MS`): a session's end is announced once its groups are gone, and a third of
+   * them were busy at the first attempt, each then waiting out a whole 50 ms when the group was
+   * empty a millisecond or two later.
    */
   async remove(): Promise<void> {
     for (const dir of [...this.dirs].reverse()) {
@@ -317,13 +320,16 @@ export class SessionCgroup {
           break;
         } catch (error) {
           const code = (error as NodeJS.ErrnoException).code;
-          if (code === 'ENOENT' || attempt >= 40) break;
-          await new Promise((resolve) => setTimeout(resolve, 50));
+          if (code === 'ENOENT' || attempt >= REMOVE_RETRY_MS.length) break;
+          await new Promise((resolve) => setTimeout(resolve, REMOVE_RETRY_MS[attempt]));
         }
       }
     }
   }
 }
+
+/** The waits between attempts to remove a busy group: soon at first, then every 50 ms, ~2 s in all. */
+const REMOVE_RETRY_MS: readonly number[] = [1, 2, 4, 8, 16, 32, ...Array.from({ length: 38 }, () => 50)];
 
 /** `name N` out of a flat-keyed cgroup file; 0 when it cannot be read. */
 function counter(file: string, name: string): number {
