@@ -308,8 +308,8 @@ export class SessionCgroup {
    * processes are killed or have exited (the kernel tears them down asynchronously), so removal is
    * retried for ~2 s rather than attempted once and left behind. The first retries come soon
    * (`REMOVE_RETRY_MS`): a session's end is announced once its groups are gone, and a third of
-   * them were busy at the first attempt, each then waiting out a whole 50 ms when the group was
-   * empty a millisecond or two later.
+   * them were busy at the first attempt, each then waiting out a whole 50 ms where the group was
+   * empty within ~4–12 ms (a warm executor's script sessions).
    */
   async remove(): Promise<void> {
     for (const dir of [...this.dirs].reverse()) {
