@@ -43,9 +43,13 @@ describe("mur's launcher", () => {
     await scratch.cleanup();
   });
 
-  async function launch(env: Record<string, string>, launcher?: string, args = ['--version']): Promise<string[]> {
+  /** What the stand-in node was given by `launcher` (the repository's own unless named) run with `args`. */
+  async function launch(
+    env: Record<string, string>,
+    { launcher = murBin, args = ['--version'] }: { launcher?: string; args?: string[] } = {},
+  ): Promise<string[]> {
     await fs.rm(said, { force: true });
-    const child = spawnSync(launcher ?? murBin, args, {
+    const child = spawnSync(launcher, args, {
       env: { PATH: `${path.join(scratch.dir, 'bin')}:${process.env.PATH ?? ''}`, ...env },
       encoding: 'utf8',
       timeout: 20_000,
@@ -54,7 +58,9 @@ describe("mur's launcher", () => {
     return (await fs.readFile(said, 'utf8')).trim().split('\n');
   }
 
-  const fromSnapshot = (env: Record<string, string>, args?: string[]): Promise<string[]> => launch(env, path.join(scratch.dir, 'cli', 'bin', 'mur'), args);
+  /** The launcher's copy, which finds the stand-in's snapshots beside it. */
+  const fromSnapshot = (env: Record<string, string>, args?: string[]): Promise<string[]> =>
+    launch(env, { launcher: path.join(scratch.dir, 'cli', 'bin', 'mur'), ...(args ? { args } : {}) });
   /** `mur run` against a stack: the thin client's snapshot. */
   const thinClient = (env: Record<string, string>): Promise<string[]> => fromSnapshot({ MURMUR_NATS_URL: 'nats://127.0.0.1:4222', ...env }, ['run']);
 
@@ -73,7 +79,7 @@ describe("mur's launcher", () => {
     const inProcess = await fromSnapshot({});
     expect(inProcess).toContain(`arg=${scratch.dir}/cli/bin/../dist/snapshot/mur.blob`);
     expect(inProcess).toContain('GLIBC_TUNABLES=');
-    expect(await launch({ MURMUR_NATS_URL: 'nats://127.0.0.1:4222' }, undefined, ['run'])).toContain('GLIBC_TUNABLES=');
+    expect(await launch({ MURMUR_NATS_URL: 'nats://127.0.0.1:4222' }, { args: ['run'] })).toContain('GLIBC_TUNABLES=');
   });
 
   it("adds the huge pages to a user's own glibc tunables, and a hugetlb the user chose wins", async () => {
