@@ -1034,6 +1034,11 @@ describe('the door', () => {
       return startAgent(await agentProject(path.join(scratch.dir, name), manifest), { ...env, MURMUR_DOOR_MAX_STREAMS: String(maxStreams) });
     }
 
+    /** How many times the model has been asked to answer `slow one`, by any agent of this suite. */
+    function slowAsks(): number {
+      return inference.requests().filter((request) => JSON.stringify(request.body).includes('slow one')).length;
+    }
+
     /** Waits until the door takes a stream again, which is kept in `opened`. */
     async function streamTakenAgain(url: string, opened: Response[], timeoutMs: number, what: string): Promise<void> {
       await eventually(
@@ -1082,12 +1087,16 @@ describe('the door', () => {
       try {
         // A task that works for half a minute: the host answers the send after its own wait
         // (SETTLE_WITHIN_MAX_MS), still working, and the door then follows it with its one stream.
+        const askedBefore = slowAsks();
         const sending = fetch(bounded.url, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { ...textMessage('slow one'), configuration: { blocking: true } } }),
           signal: client.signal,
         }).catch((error: unknown) => error);
+        // The host's wait began when it took the send, before its guest asked the model: counted
+        // from the ask, not from the request, a loaded machine's slow start cannot cut it short.
+        await eventually(async () => (slowAsks() > askedBefore ? true : undefined), 30_000, 'the slow task to ask its model');
         await new Promise((resolve) => setTimeout(resolve, SETTLE_WITHIN_MAX_MS + 1_000));
         const held = await openStream(bounded.url, 'stream/watch', {});
         expect(held.status).toBe(503);
