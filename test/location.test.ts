@@ -615,7 +615,9 @@ describe('the stack with nothing shared but the bus', () => {
         }),
       });
       // The host answers a blocking send within 8 s (SETTLE_WITHIN_MAX_MS) with the task as it
-      // stands; past that the door follows the task on the session's feed. It is stopped then.
+      // stands; past that the door follows the task on the session's feed. It is stopped then,
+      // counted from the model's request: the host's wait began before it, however slow the start.
+      await eventually(async () => (slow.requests().length > 0 ? true : undefined), 30_000, 'the task to ask its model');
       await new Promise((resolve) => setTimeout(resolve, SETTLE_WITHIN_MAX_MS + 2_000));
       await bus.request(commands.stopSession.at(agent.sessionId), { reason: 'the test stops it while its task is followed' }, { timeoutMs: 10_000 });
       const response = await answer;
