@@ -1103,8 +1103,9 @@ describe('the door', () => {
         await held.body?.cancel();
         client.abort();
         expect(await sending).toBeInstanceOf(Error);
-        // Free again well before the task settles (the model answers 30 s after it was asked).
-        await streamTakenAgain(bounded.url, opened, 3_000, 'the stream the blocking send held to be let go');
+        // Free again well before the task settles (the model answers 30 s after it was asked, ~10 s
+        // ago): room for a loaded machine, and still ~10 s short of the settling that would free it too.
+        await streamTakenAgain(bounded.url, opened, 10_000, 'the stream the blocking send held to be let go');
       } finally {
         client.abort();
         for (const response of opened) await response.body?.cancel().catch(() => {});
