@@ -1,9 +1,8 @@
-import { spawnSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from './support/fs.js';
-import { murBin, repositoryRoot } from './support/processes.js';
+import { murBin, repositoryRoot, runMur } from './support/processes.js';
 
 /**
  * `cli/bin/mur`, the launcher every `mur` starts through: what it hands the node it starts. A
@@ -49,12 +48,8 @@ describe("mur's launcher", () => {
     { launcher = murBin, args = ['--version'] }: { launcher?: string; args?: string[] } = {},
   ): Promise<string[]> {
     await fs.rm(said, { force: true });
-    const child = spawnSync(launcher, args, {
-      env: { PATH: `${path.join(scratch.dir, 'bin')}:${process.env.PATH ?? ''}`, ...env },
-      encoding: 'utf8',
-      timeout: 20_000,
-    });
-    expect(child.status, child.stderr).toBe(0);
+    const result = await runMur(args, { launcher, env: { PATH: `${path.join(scratch.dir, 'bin')}:${process.env.PATH ?? ''}`, ...env } });
+    expect(result.code, result.stderr).toBe(0);
     return (await fs.readFile(said, 'utf8')).trim().split('\n');
   }
 

@@ -33,16 +33,20 @@ export function stopAfterFile<T extends ChildProcess>(child: T): T {
   return child;
 }
 
+export interface MurOptions {
+  cwd?: string;
+  env?: Record<string, string | undefined>;
+  /** Another copy of `cli/bin/mur` to start instead of the repository's (the launcher's own test). */
+  launcher?: string;
+}
+
 /**
  * `mur` started as a user starts it, its stdout and stderr collected as they come (`output`, read
  * at any time), stopped with the test file like every process a test starts.
  */
-export function spawnMur(
-  args: string[],
-  options: { cwd?: string; env?: Record<string, string | undefined> } = {},
-): { child: ChildProcess; output: { stdout: string; stderr: string } } {
+export function spawnMur(args: string[], options: MurOptions = {}): { child: ChildProcess; output: { stdout: string; stderr: string } } {
   const child = stopAfterFile(
-    spawn(murBin, args, {
+    spawn(options.launcher ?? murBin, args, {
       cwd: options.cwd ?? repositoryRoot,
       // `MURMUR_EXECUTOR_POOL` set for the whole run (`npm run test:fresh-hosts`) reaches every
       // `mur`, so the suites of the sandbox, egress and limits run on fresh hosts as well as pooled.
@@ -65,7 +69,7 @@ export function spawnMur(
  * the test passes, plus PATH, so a developer's own MURMUR_* settings never leak into a test; it
  * is killed if it has not exited after `timeoutMs` (two minutes unless told).
  */
-export async function runMur(args: string[], options: { cwd?: string; env?: Record<string, string | undefined>; timeoutMs?: number } = {}): Promise<MurResult> {
+export async function runMur(args: string[], options: MurOptions & { timeoutMs?: number } = {}): Promise<MurResult> {
   const { child, output } = spawnMur(args, options);
   const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000);
   const [code] = (await once(child, 'exit')) as [number | null];

@@ -141,6 +141,9 @@ export interface ToolCounters {
 
 const CPU_PERIOD_US = 100_000;
 
+/** The waits between attempts to remove a busy group: soon at first, then every 50 ms, ~2 s in all. */
+const REMOVE_RETRY_MS: readonly number[] = [1, 2, 4, 8, 16, 32, ...Array.from({ length: 38 }, () => 50)];
+
 /** One session's groups. */
 export class SessionCgroup {
   /** The group's name (`murmur-<session>`, or a pooled host's until a session takes it). */
@@ -327,9 +330,6 @@ export class SessionCgroup {
     }
   }
 }
-
-/** The waits between attempts to remove a busy group: soon at first, then every 50 ms, ~2 s in all. */
-const REMOVE_RETRY_MS: readonly number[] = [1, 2, 4, 8, 16, 32, ...Array.from({ length: 38 }, () => 50)];
 
 /** `name N` out of a flat-keyed cgroup file; 0 when it cannot be read. */
 function counter(file: string, name: string): number {
