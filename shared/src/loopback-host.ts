@@ -60,9 +60,16 @@ export function loopbackHostGuard(listenerUrl: string, publicUrl: string | undef
       .filter((name) => name !== ''),
   );
   if (publicName !== undefined) admitted.add(publicName);
-  return (host) => {
-    if (host === undefined || host === '') return true;
+  const judge = (host: string): boolean => {
     const name = hostHeaderName(host);
     return name !== undefined && (isLoopbackName(name) || admitted.has(name.replace(/\.$/, '')));
+  };
+  // A client sends the same `Host` on every request of its connection, and most clients the same
+  // one: the last verdict is kept, so a request for it costs a string comparison, not a URL parse.
+  let last: { host: string; admitted: boolean } | undefined;
+  return (host) => {
+    if (host === undefined || host === '') return true;
+    if (last?.host !== host) last = { host, admitted: judge(host) };
+    return last.admitted;
   };
 }

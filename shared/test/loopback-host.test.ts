@@ -16,6 +16,20 @@ describe('the host guard of a service on loopback', () => {
     }
   });
 
+  it('judges each Host on its own, whatever it answered the request before', () => {
+    const guard = loopbackHostGuard('http://127.0.0.1:7730', undefined);
+    const asked = [
+      'localhost:7730',
+      'localhost:7730',
+      'attacker.example:7730',
+      'attacker.example:7730',
+      'localhost:7730',
+      'localhost.attacker.example',
+      '127.0.0.1:7730',
+    ];
+    expect(asked.map((host) => guard?.(host))).toEqual([true, true, false, false, true, false, true]);
+  });
+
   it('answers for the name of its public URL as well', () => {
     const guard = loopbackHostGuard('http://127.0.0.1:7730', 'https://agents.example.org/');
     expect(guard?.('agents.example.org')).toBe(true);

@@ -22,6 +22,9 @@ interface KeptCard extends RenderedCard {
   readonly sessionId: string;
   /** `text` as bytes, for the fast answer. */
   readonly body: Buffer;
+  /** The fast answer's header lines, names and values in one list, for a 200 and for a 304. */
+  readonly fullHead: readonly string[];
+  readonly heldHead: readonly string[];
 }
 
 /** A card as it is served: its JSON and the entity tag naming that JSON. */
@@ -85,7 +88,17 @@ export class CardShelf {
   /** Keeps `rendered` (the card's JSON) as `sessionId`'s card naming `url`. */
   keep(sessionId: string, url: string, rendered: string): RenderedCard {
     const body = Buffer.from(rendered);
-    const card: KeptCard = { sessionId, text: rendered, etag: cardEtag(rendered), body };
+    const etag = cardEtag(rendered);
+    // The router's answer, header for header: a fetch `Headers` lists its names in order, and its
+    // server writes the length before Node's own headers.
+    const card: KeptCard = {
+      sessionId,
+      text: rendered,
+      etag,
+      body,
+      fullHead: ['cache-control', CARD_CACHE_CONTROL, 'content-type', 'application/json', 'etag', etag, 'Content-Length', String(body.length)],
+      heldHead: ['cache-control', CARD_CACHE_CONTROL, 'etag', etag],
+    };
     if (this.byKey.size >= this.capacity) this.drop(this.byKey.keys().next().value as string);
     this.byKey.set(`${sessionId} ${url}`, card);
     if (this.baseUrl !== undefined && url === `${sessionUrl(this.baseUrl, sessionId)}/`) {
@@ -112,15 +125,9 @@ export class CardShelf {
     if (!card) return false;
     const cacheControl = request.headers['cache-control'];
     if (cacheControl !== undefined && /no-cache/i.test(cacheControl)) return false;
-    // The router's answer, header for header: a fetch `Headers` lists its names in order, and its
-    // server writes the length before Node's own headers.
-    const held = holdsCard(request.headers['if-none-match'], card.etag);
-    response.statusCode = held ? 304 : 200;
-    response.setHeader('cache-control', CARD_CACHE_CONTROL);
-    if (!held) response.setHeader('content-type', 'application/json');
-    response.setHeader('etag', card.etag);
-    if (!held) response.setHeader('Content-Length', card.body.length);
-    response.end(held ? undefined : card.body);
+    // The head written as one list, built when the card was kept: nothing validated or stored per request.
+    if (holdsCard(request.headers['if-none-match'], card.etag)) response.writeHead(304, card.heldHead as string[]).end();
+    else response.writeHead(200, card.fullHead as string[]).end(card.body);
     return true;
   }
 
