@@ -308,6 +308,28 @@ describe('roost as a remote registry', () => {
     expect(plan.artifacts).toMatchObject([{ name: 'echo-tool', origin: 'roost' }]);
   });
 
+  it('tells what it cannot find to publish to the roost staging reads, at the URL its user reaches that roost by', async () => {
+    const project = path.join(scratch.dir, 'missing-project');
+    await capsuleProject(project, 'name: app\nversion: 0.1.0\nartifacts:\n  - name: never-published\n    version: 0.1.0\n', (await capsuleWat()).bytes);
+    const direct = await runMur(['stage', project, '--json'], { env: { ...user('stack-user'), MURMUR_ROOST_URL: roost.url } });
+    expect(direct.code).toBe(1);
+    expect(direct.stderr).toContain('error[E-RUN-008]');
+    expect(direct.stderr).toContain(`or publish each to the roost staging reads ('mur publish <zip> --registry ${roost.url}')`);
+    // A stack's stager reaches roost by the stack's own name for it; its user, by the published one.
+    const published = 'http://localhost:7700';
+    const onStack = await runMur(['stage', '--capsule', 'never-published', '--capsule-version', '0.1.0'], {
+      env: { ...user('stack-user'), MURMUR_ROOST_URL: roost.url, MURMUR_ROOST_PUBLIC_URL: published },
+    });
+    expect(onStack.code).toBe(1);
+    expect(onStack.stderr).toContain('error[E-RUN-008]');
+    expect(onStack.stderr).toContain(`or publish it to the roost staging reads ('mur publish <zip> --registry ${published}')`);
+    expect(onStack.stderr).not.toContain(`--registry ${roost.url}`);
+    // Without a roost there is none to name.
+    const alone = await runMur(['stage', project, '--json'], { env: user('stack-user') });
+    expect(alone.stderr).toContain('error[E-RUN-008]');
+    expect(alone.stderr).not.toContain('--registry');
+  });
+
   it('will not serve bytes that no longer match their recorded digest', async () => {
     const zip = path.join(registryPath, 'echo-tool', '0.1.0', 'echo-tool-0.1.0.mur.zip');
     const original = await fs.readFile(zip);

@@ -72,7 +72,15 @@ export function startStagerService(options: StagerServiceOptions): StagerService
   const stopTrimming = options.trimBlobCache ? keepBlobsWithin(blobs, blobCacheMaxBytes(env), log) : () => {};
   // The global store from the same environment as the cache (process.env otherwise decided it).
   const transpileTimeoutMs = numberSetting(env, 'MURMUR_TRANSPILE_TIMEOUT_MS', DEFAULT_TRANSPILE_TIMEOUT_MS, { unit: 'milliseconds' });
-  const stager = new Stager({ cacheDir: cache, globalStore: globalStoreDir(env), blobs, log, transpileTimeoutMs, ...(roostUrl ? { roostUrl } : {}) });
+  const roostPublicUrl = env.MURMUR_ROOST_PUBLIC_URL?.trim();
+  const stager = new Stager({
+    cacheDir: cache,
+    globalStore: globalStoreDir(env),
+    blobs,
+    log,
+    transpileTimeoutMs,
+    ...(roostUrl ? { roostUrl, ...(roostPublicUrl ? { roostPublicUrl } : {}) } : {}),
+  });
   const slots = new StagingSlots(
     numberSetting(env, 'MURMUR_STAGER_CONCURRENCY', DEFAULT_STAGER_CONCURRENCY, { unit: 'stagings' }),
     numberSetting(env, 'MURMUR_STAGER_QUEUE', DEFAULT_STAGER_QUEUE, { unit: 'stagings', zero: true }),

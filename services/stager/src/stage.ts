@@ -83,6 +83,12 @@ export interface StagerOptions {
   globalStore?: string;
   /** roost's base URL; when set, roost is asked after the local stores. */
   roostUrl?: string;
+  /**
+   * Where a user reaches that roost (`MURMUR_ROOST_PUBLIC_URL`; `roostUrl` otherwise): what a
+   * refusal for a missing artifact tells them to publish to. A stack's stager reads its own stores,
+   * not the user's, so its roost is the one store a user can reach.
+   */
+  roostPublicUrl?: string;
   /** The artifacts shipped with the runtime, asked last; undefined finds them, null turns them off. */
   defaultStore?: string | null;
   /** How long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`, 120 s). */
@@ -163,6 +169,15 @@ export class Stager {
     return new RegistryChain(sources);
   }
 
+  /**
+   * How to reach this stager's roost, for a refusal's hint: `mur publish` and `mur install` write
+   * to the user's own machine, which a stack's stager never reads.
+   */
+  private roostAdvice(what: string): string {
+    const url = this.options.roostPublicUrl ?? this.options.roostUrl;
+    return url ? `; or publish ${what} to the roost staging reads ('mur publish <zip> --registry ${url}'), the way to a stack's stager` : '';
+  }
+
   async stage(call: StageCall): Promise<StagedPlan> {
     const started = performance.now();
     const request = StageRequestSchema.parse(call.request);
@@ -183,7 +198,7 @@ export class Stager {
         declaration,
         pin: declaration.source === undefined ? pinOf(declaration, pinContext) : undefined,
       }));
-      const resolutions = await resolveAll(wanted, chain, progress);
+      const resolutions = await resolveAll(wanted, chain, progress, this.roostAdvice('each'));
 
       const staged: StagedArtifact[] = [];
       const lockEntries: LockedArtifact[] = [];
@@ -296,7 +311,7 @@ export class Stager {
       const chain = this.chain(project);
       const declaration: ArtifactDeclaration = { name: request.name, version: request.version, runtime: 'tool', local_source: false, prompt_payload: false };
       const pin: ArtifactPin = { version: request.version, pinnedSha: undefined };
-      const resolutions = await resolveAll([{ declaration, pin }], chain, () => {});
+      const resolutions = await resolveAll([{ declaration, pin }], chain, () => {}, this.roostAdvice('it'));
       const artifact = await this.stageArtifact(
         declaration,
         { ...pin, resolved: resolutions.get(declaration) as ResolvedArtifact },
@@ -452,7 +467,7 @@ export class Stager {
     if (!resolved) {
       throw new MurmurError('E-RUN-008', `capsule ${name}@${version} is not installed: looked in ${chain.describeSearch()}`, {
         path: `${name}@${version}`,
-        hint: `publish it ('mur publish <zip>') or install it ('mur install ${name}@${version}')`,
+        hint: `publish it ('mur publish <zip>') or install it ('mur install ${name}@${version}')${this.roostAdvice('it')}`,
       });
     }
     const sha256 = verifyResolved(resolved);
@@ -758,6 +773,8 @@ async function resolveAll(
   wanted: ReadonlyArray<{ declaration: ArtifactDeclaration; pin: ArtifactPin | undefined }>,
   chain: RegistryChain,
   progress: (progress: StageProgress) => void,
+  /** What the hint adds about the stager's roost (`Stager.roostAdvice`). */
+  roostAdvice: string,
 ): Promise<Map<ArtifactDeclaration, ResolvedArtifact>> {
   const found = new Map<ArtifactDeclaration, ResolvedArtifact>();
   const missing: string[] = [];
@@ -772,7 +789,7 @@ async function resolveAll(
   if (missing.length > 0) {
     throw new MurmurError('E-RUN-008', `missing artifacts: ${missing.join(', ')}`, {
       path: missing.join(', '),
-      hint: `run \`mur install\` to install all manifest dependencies (looked in ${chain.describeSearch()})`,
+      hint: `run \`mur install\` to install all manifest dependencies (looked in ${chain.describeSearch()})${roostAdvice}`,
     });
   }
   return found;
