@@ -906,7 +906,7 @@ describe('a NATS connection closing while its server hangs', () => {
       connection.subscribe('hung-close.never', { timeout: 1, callback: () => {} });
       await new Promise((resolve) => setTimeout(resolve, 50));
       transport.publish('hung-close.last-word', new TextEncoder().encode('bye'));
-      server.pause();
+      await server.pause();
       const asked = Date.now();
       await transport.close();
       // Waited for the server's answer until the close's own limit (2 s), rather than closing at once without it.

@@ -1,9 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { promises as fs } from 'node:fs';
+import { promises as fs, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from './ports.js';
+import { procFile } from './proc.js';
 
 /**
  * A real `nats-server` with JetStream on a free loopback port, started and stopped by the test
@@ -22,8 +23,12 @@ export interface NatsServer {
   /** Stops the server for a while, its port and store kept for `up()`: its clients lose their connections meanwhile. */
   down(): Promise<void>;
   up(): Promise<void>;
-  /** Stops the server's process where it is (SIGSTOP): its connections stay open and nothing answers, as a hung server's. */
-  pause(): void;
+  /**
+   * Stops the server's process where it is (SIGSTOP): its connections stay open and nothing answers,
+   * as a hung server's. Resolves once the kernel shows it stopped: on another core the server goes
+   * on for a moment after the signal is sent, and could still answer what the test sends next.
+   */
+  pause(): Promise<void>;
   resume(): void;
 }
 
@@ -96,7 +101,32 @@ export async function startNatsServer(options: { token?: string } = {}): Promise
     async up() {
       child = await launch(port, storeDir, options.token);
     },
-    pause: () => void child.kill('SIGSTOP'),
+    async pause() {
+      child.kill('SIGSTOP');
+      await untilStopped(child.pid as number);
+    },
     resume: () => void child.kill('SIGCONT'),
   };
+}
+
+/** Waits until every thread of `pid` is in the stopped state (`T` in its stat), within 5 s. */
+async function untilStopped(pid: number): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  const stopped = (stat: string | undefined): boolean => {
+    // The state follows the command name, which is in parentheses and may hold anything.
+    const after = stat?.lastIndexOf(')') ?? -1;
+    return stat === undefined || stat.charAt(after + 2) === 'T';
+  };
+  for (;;) {
+    const threads = (() => {
+      try {
+        return readdirSync(`/proc/${pid}/task`);
+      } catch {
+        return [];
+      }
+    })();
+    if (threads.every((thread) => stopped(procFile(pid, `task/${thread}/stat`)))) return;
+    if (Date.now() > deadline) throw new Error(`nats-server (pid ${pid}) did not stop within 5 s of SIGSTOP`);
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
 }
