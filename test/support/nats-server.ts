@@ -118,15 +118,17 @@ async function untilStopped(pid: number): Promise<void> {
     return stat === undefined || stat.charAt(after + 2) === 'T';
   };
   for (;;) {
-    const threads = (() => {
-      try {
-        return readdirSync(`/proc/${pid}/task`);
-      } catch {
-        return [];
-      }
-    })();
-    if (threads.every((thread) => stopped(procFile(pid, `task/${thread}/stat`)))) return;
+    if (threadsOf(pid).every((thread) => stopped(procFile(pid, `task/${thread}/stat`)))) return;
     if (Date.now() > deadline) throw new Error(`nats-server (pid ${pid}) did not stop within 5 s of SIGSTOP`);
     await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}
+
+/** The thread ids of `pid` (none once it has gone). */
+function threadsOf(pid: number): string[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return [];
   }
 }
