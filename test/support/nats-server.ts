@@ -1,10 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { promises as fs, readdirSync } from 'node:fs';
+import { promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from './ports.js';
-import { procFile } from './proc.js';
+import { threadStates } from './proc.js';
 
 /**
  * A real `nats-server` with JetStream on a free loopback port, started and stopped by the test
@@ -109,26 +109,11 @@ export async function startNatsServer(options: { token?: string } = {}): Promise
   };
 }
 
-/** Waits until every thread of `pid` is in the stopped state (`T` in its stat), within 5 s. */
+/** Waits until every thread of `pid` is in the stopped state (`T`), within 5 s. */
 async function untilStopped(pid: number): Promise<void> {
   const deadline = Date.now() + 5_000;
-  const stopped = (stat: string | undefined): boolean => {
-    // The state follows the command name, which is in parentheses and may hold anything.
-    const after = stat?.lastIndexOf(')') ?? -1;
-    return stat === undefined || stat.charAt(after + 2) === 'T';
-  };
-  for (;;) {
-    if (threadsOf(pid).every((thread) => stopped(procFile(pid, `task/${thread}/stat`)))) return;
+  while (!threadStates(pid).every((state) => state === 'T')) {
     if (Date.now() > deadline) throw new Error(`nats-server (pid ${pid}) did not stop within 5 s of SIGSTOP`);
     await new Promise((resolve) => setTimeout(resolve, 1));
-  }
-}
-
-/** The thread ids of `pid` (none once it has gone). */
-function threadsOf(pid: number): string[] {
-  try {
-    return readdirSync(`/proc/${pid}/task`);
-  } catch {
-    return [];
   }
 }
