@@ -18,8 +18,6 @@ export interface Runtime {
    * when that is the one session it will serve; over NATS, whichever door answers `door.locate`.
    */
   door(bind: string, port: number, soleSession?: string): Promise<string>;
-  /** In-process with `warmHostBase`: starts the one warm host (its sandbox makes nothing on disk; nothing is started before this is called). */
-  warmHost?: () => void;
   close(): Promise<void>;
 }
 
@@ -29,8 +27,11 @@ export interface RuntimeOptions {
   /** Start an executor too (for `mur run`); staging alone does not need one. */
   executor?: boolean;
   /**
-   * The in-process executor starts one capsule host for sessions whose workdirs are made under
-   * this base, before it is asked to launch, so the sandbox starts while the capsule is staged.
+   * The in-process executor starts one capsule host in its sandbox for sessions whose workdirs are
+   * made under this base, as soon as the executor is up and before anything else of the runtime:
+   * the host's start is most of a run's wait, and the rest of the run (the other services, the
+   * manifest, the scope, the staging) happens while it starts. Its sandbox makes nothing on disk,
+   * so a run refused before its launch leaves nothing of it behind.
    */
   warmHostBase?: string | undefined;
 }
@@ -69,19 +70,19 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
     import('@murmur/executor'),
     import('@murmur/watcher'),
   ]);
+  // The executor first: its warm host starts with it.
+  const executor = options.executor
+    ? startExecutorService({ bus, log, env, ...(options.warmHostBase ? { pool: { base: options.warmHostBase, size: 1, refill: false } } : {}) })
+    : undefined;
   const stager = startStagerService({ bus, log, env });
   // A run cut short (a second Ctrl-C) can leave a transpile or a fetch half-made: swept once a day.
   void sweepCacheLeftoversIfDue(cacheDir(env), 24 * LEFTOVER_SWEEP_EVERY_MS, log);
-  const executor = options.executor
-    ? startExecutorService({ bus, log, env, ...(options.warmHostBase ? { pool: { base: options.warmHostBase, size: 1, refill: false, deferred: true } } : {}) })
-    : undefined;
   // The sessions this process runs are on the machine's map while they run.
   const watcher = options.executor ? startWatcherService({ bus, log, env }) : undefined;
   let door: { service: { close(): Promise<void> }; listener: HttpListener; url: string } | undefined;
   return {
     bus,
     inProcess: true,
-    warmHost: () => executor?.warmPool(),
     async door(bind, port, soleSession) {
       if (!door) {
         const { startDoorService } = await import('@murmur/door');

@@ -349,8 +349,11 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   let onStopSignal: (signal: NodeJS.Signals) => void = holdSignal;
   const stopSignalListener = (signal: NodeJS.Signals): void => onStopSignal(signal);
   for (const signal of STOP_SIGNALS) process.on(signal, stopSignalListener);
-  // In-process, one host is started in its sandbox while the capsule is staged, for this run's workdir.
-  const runtime = await openRuntime({ executor: true, warmHostBase: options.workdir === undefined ? localBase : undefined }).catch((error: unknown) => {
+  // In-process, one host is started in its sandbox while the capsule is staged, for this run's
+  // workdir: as the runtime opens, since its start is most of a run's wait. Not for a run that only
+  // explains the scope, which launches nothing.
+  const warmHostBase = options.workdir === undefined && !options.explainScope ? localBase : undefined;
+  const runtime = await openRuntime({ executor: true, warmHostBase }).catch((error: unknown) => {
     for (const signal of STOP_SIGNALS) process.off(signal, stopSignalListener);
     throw error;
   });
@@ -365,10 +368,6 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   // upload's own failure is reported when staging waits for it.
   const uploading = options.explainScope ? undefined : uploadStageSource(runtime.bus, source);
   uploading?.catch(() => {});
-  // In-process, the one warm host starts its sandbox now, while the manifest is read, the scope
-  // explained and the capsule staged: its start is most of a run's wait. A run refused before
-  // staging throws it away, which leaves nothing behind (the pooled sandbox makes nothing on disk).
-  if (!options.explainScope) runtime.warmHost?.();
   try {
     // The containment floor is decided before anything is staged or written (upstream's order):
     // the grants come from the manifest alone, the achievable class from an executor.

@@ -306,10 +306,10 @@ export class HostPool {
   constructor(
     readonly environment: PoolEnvironment,
     readonly size: number,
-    private readonly options: { refill: boolean; deferred?: boolean } = { refill: true },
+    private readonly options: { refill: boolean } = { refill: true },
   ) {
     this.parent = path.join(environment.workdirBase, 'workdir');
-    if (!options.deferred) this.fill();
+    this.fill();
   }
 
   /** How many hosts are warm and waiting. */

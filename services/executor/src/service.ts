@@ -48,10 +48,10 @@ export interface ExecutorServiceOptions {
   instanceId?: string;
   /**
    * The warm pool: none unless asked for. The executor service asks for `DEFAULT_POOL_SIZE`; an
-   * in-process `mur run` for one host for its own launch's workdir base, started when the launch
-   * is sure and not refilled. `MURMUR_EXECUTOR_POOL` sets the size of either (0 turns it off).
+   * in-process `mur run` for one host for its own launch's workdir base, started with the executor
+   * and not refilled. `MURMUR_EXECUTOR_POOL` sets the size of either (0 turns it off).
    */
-  pool?: { base?: string; size: number; refill: boolean; deferred?: boolean } | undefined;
+  pool?: { base?: string; size: number; refill: boolean } | undefined;
   /**
    * A long-running executor (the service process) removes the session groups crashed executors
    * left behind when it starts and every hour (`cgroup-sweep.ts`); every executor does when it
@@ -76,8 +76,6 @@ export interface ExecutorService {
   /** What this executor found it can do for isolation, decided once at start. */
   readonly isolation: { namespaces: string; containment: string; cgroups: string };
   sessions(): Session[];
-  /** Starts the warm pool's hosts when it was made deferred (an in-process executor, once its launch is sure). */
-  warmPool(): void;
   /** How many pooled hosts are started and waiting (0 without a pool). */
   warmHosts(): number;
   close(): Promise<void>;
@@ -357,7 +355,6 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     instanceId,
     isolation,
     sessions: () => [...sessions.values()],
-    warmPool: () => environment.pool?.fill(),
     warmHosts: () => environment.pool?.idle ?? 0,
     async close() {
       clearInterval(heartbeat);
@@ -416,6 +413,6 @@ function startPool(environment: ExecutorEnvironment, wanted: ExecutorServiceOpti
       hostEnv: hostProcessEnv(),
     },
     size,
-    { refill: wanted?.refill ?? true, deferred: wanted?.deferred ?? false },
+    { refill: wanted?.refill ?? true },
   );
 }
