@@ -6,6 +6,7 @@ import type { SessionCgroup } from './cgroup.js';
 import { type ConfineSupport, confinementSpec, nodeExecutables, resolveShellBinaries, toolClosure, toolExecuteGrants } from './confinement.js';
 import { HOST_CHANNEL_FD } from './host/frame-channel.js';
 import { shellSearchPath } from './host/shell-path.js';
+import { handOverArguments, sandboxSockets } from './host/hand-over-argument.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
 import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, bubblewrapArguments, isSystemPath, systemReadable, unshareArguments } from './sandbox.js';
@@ -296,7 +297,12 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     namespaces.binary as string,
     ...bubblewrapArguments(
       { ...layout, ...(pooled ? {} : { pinned: pinnedFrom(pinnedAt) }) },
-      [confine.node, ...(pooled && input.compileAhead ? POOLED_NODE_FLAGS : []), input.hostEntry],
+      [
+        confine.node,
+        ...(pooled && input.compileAhead ? POOLED_NODE_FLAGS : []),
+        input.hostEntry,
+        ...handOverArguments(sandboxSockets({ dns: network.dns, listeners: network.listeners.map((listener) => listener.fd) })),
+      ],
       {
         helper: confine.helper,
         specFd: SPEC_FD,

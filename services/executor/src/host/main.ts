@@ -9,6 +9,7 @@ import type { SessionCall, SessionReply } from '@murmur/shared';
 import type { ExecutorToHost, HostRequest, HostToExecutor } from './protocol.js';
 import { EXECUTOR_FRAME_LIMIT_BYTES, FrameChannel, HOST_CHANNEL_FD } from './frame-channel.js';
 import { fitForExecutor } from './message-fit.js';
+import { sandboxSockets } from './hand-over-argument.js';
 import { handOverSandboxSockets } from './sandbox-sockets.js';
 
 /**
@@ -185,7 +186,7 @@ function onExecutorMessage(raw: unknown): void {
     return;
   }
   if (message.type === 'hand-over' && !started && !handingOver) {
-    handingOver = handOverSandboxSockets(message.sandbox);
+    handingOver = handOverSandboxSockets(sandboxSockets(message.sandbox));
     // Said as the session's failure: the executor, waiting for the sockets, reports it as the launch's.
     handingOver.catch(sandboxNotHandedOver);
     return;

@@ -1,6 +1,6 @@
-import { createSocket } from 'node:dgram';
-import { createServer } from 'node:net';
-import type { SandboxNetworkStart } from './protocol.js';
+import { type Socket, createSocket } from 'node:dgram';
+import { type Server, createServer } from 'node:net';
+import type { HandedSocket } from './hand-over-argument.js';
 
 /**
  * Hands the sealed sandbox's sockets to the executor. `murmur-confine` bound them in the
@@ -11,29 +11,48 @@ import type { SandboxNetworkStart } from './protocol.js';
  * connect to them yet. Then the IPC channel is closed for good (`host-link.ts` says why): the
  * host's messages go over its framed channel.
  */
-export async function handOverSandboxSockets(sandbox: SandboxNetworkStart): Promise<void> {
+async function handOver(sockets: readonly HandedSocket[]): Promise<void> {
   const ipc = process.send as ((message: unknown, handle: unknown, callback: (error: Error | null) => void) => boolean) | undefined;
   if (!ipc) throw new Error('the host was started without the channel a sealed sandbox hands its sockets over');
   const send = (message: { type: 'listener' | 'listeners-done'; fd?: number; protocol?: 'tcp' | 'udp' }, handle: unknown): Promise<void> =>
     new Promise((resolve, reject) => {
       ipc.call(process, message, handle, (error) => (error ? reject(error) : resolve()));
     });
-  const udp = createSocket('udp4');
-  await new Promise<void>((resolve, reject) => {
-    udp.once('error', reject);
-    udp.bind({ fd: sandbox.dns.udpFd }, () => resolve());
-  });
-  await send({ type: 'listener', fd: sandbox.dns.udpFd, protocol: 'udp' }, udp);
-  udp.close();
-  for (const fd of [sandbox.dns.tcpFd, ...sandbox.listeners]) {
-    const server = createServer();
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen({ fd }, () => resolve());
-    });
-    await send({ type: 'listener', fd, protocol: 'tcp' }, server);
-    server.close();
+  for (const handed of sockets) {
+    const socket = await wrap(handed);
+    await send({ type: 'listener', fd: handed.fd, protocol: handed.protocol }, socket);
+    socket.close();
   }
   await send({ type: 'listeners-done' }, undefined);
   process.disconnect?.();
+}
+
+/** The socket at `fd` as node can send it: bound (UDP) or listening (TCP) on the descriptor. */
+function wrap({ fd, protocol }: HandedSocket): Promise<Socket | Server> {
+  return new Promise((resolve, reject) => {
+    if (protocol === 'udp') {
+      const udp = createSocket('udp4');
+      udp.once('error', reject);
+      udp.bind({ fd }, () => resolve(udp));
+    } else {
+      const server = createServer();
+      server.once('error', reject);
+      server.listen({ fd }, () => resolve(server));
+    }
+  });
+}
+
+let handingOver: { sockets: string; done: Promise<void> } | undefined;
+
+/**
+ * Hands `sockets` over, once: begun from the host's command line as it starts (`boot.ts`), the
+ * executor's ask for the same sockets is that same hand-over. An ask for any others is refused,
+ * since what was handed is handed and the channel is closed after it.
+ */
+export function handOverSandboxSockets(sockets: readonly HandedSocket[]): Promise<void> {
+  const named = sockets.map((socket) => `${socket.protocol}:${socket.fd}`).join(',');
+  if (handingOver === undefined) handingOver = { sockets: named, done: handOver(sockets) };
+  else if (handingOver.sockets !== named)
+    return Promise.reject(new Error(`the executor asked for the sockets ${named}, but the host was started to hand over ${handingOver.sockets}`));
+  return handingOver.done;
 }
