@@ -13,8 +13,8 @@ import type { GuestPreload } from './guest-worker.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Beside this file: the bundled worker next to the bundled host, or the module next to the module. */
-export const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.mjs'))
-  ? path.join(here, 'guest-worker.mjs')
+export const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.cjs'))
+  ? path.join(here, 'guest-worker.cjs')
   : path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
 
 /** A guest worker with no job yet: it loads the runtime's WASI pieces while the host waits for `start`. */

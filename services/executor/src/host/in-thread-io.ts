@@ -2,6 +2,7 @@ import { closeSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, futimesS
 import { syncBuiltinESMExports } from 'node:module';
 import { hrtime } from 'node:process';
 import workerThreads, { type MessagePort, type WorkerOptions } from 'node:worker_threads';
+import * as shimCalls from '../../../../node_modules/@bytecodealliance/preview2-shim/dist/io/calls.js';
 
 /**
  * preview2-shim's I/O calls, answered in the guest's own thread instead of on a thread of the shim's.
@@ -70,14 +71,15 @@ const CALL_NAMES = [
 export type ShimCalls = Record<(typeof CALL_NAMES)[number], number> & Record<string, unknown>;
 
 /**
- * The shim's table of call numbers (`dist/io/calls.js`). It is not among the package's exports,
- * so it is found beside the io module; it is the very module the shim's own io module imported.
- * A name missing from it (another version of the shim) fails the guest's start, loudly, rather
- * than leave a call answered wrongly.
+ * The shim's table of call numbers (`dist/io/calls.js`), the very module the shim's own io module
+ * imports. It is not among the package's exports, so it is named by its path in the workspace's
+ * `node_modules`; a path import, unlike an `import()` of the resolved URL, is bundled with the
+ * guest worker, which then loads no ES module at run time (`scripts/bundle.mjs` says why). A name
+ * missing from it (another version of the shim) fails the guest's start, loudly, rather than leave
+ * a call answered wrongly.
  */
-export async function loadShimCalls(): Promise<ShimCalls> {
-  const url = new URL('../io/calls.js', import.meta.resolve('@bytecodealliance/preview2-shim/io'));
-  const calls = (await import(url.href)) as Record<string, unknown>;
+export function shimCallTable(): ShimCalls {
+  const calls = shimCalls as Record<string, unknown>;
   const missing = CALL_NAMES.filter((name) => typeof calls[name] !== 'number');
   if (missing.length > 0)
     throw new Error(`preview2-shim's I/O calls are not the ones this host answers (no ${missing.join(', ')}): rebuild against its pinned version`);
@@ -470,7 +472,7 @@ let inThread: InThreadIo | undefined;
  */
 export function loadShimIo(): Promise<typeof import('@bytecodealliance/preview2-shim/io')> {
   shimIo ??= (async () => {
-    const io = new InThreadIo(await loadShimCalls());
+    const io = new InThreadIo(shimCallTable());
     const RealWorker = workerThreads.Worker;
     (workerThreads as { Worker: unknown }).Worker = function inThreadWorker(filename: string | URL, options?: WorkerOptions) {
       // Only the shim's one I/O worker is answered here: anything else made meanwhile is made as asked.
