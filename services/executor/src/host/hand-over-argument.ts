@@ -4,8 +4,8 @@
  * over as it starts (`boot.ts`), while its own modules load, instead of once they have loaded and
  * it has read the ask: the hand-over is a round trip through the executor for each socket, and for
  * a fresh host, or a pooled one taken while it starts (`mur run`'s), it was on the way to the
- * guest's first instruction. Only node's built-ins here, and none of them: `boot.ts` loads it
- * before anything else of the host.
+ * guest's first instruction. It imports nothing: `boot.ts` reads it before anything else of the
+ * host is loaded.
  */
 export const HAND_OVER_FLAG = '--hand-over';
 
@@ -23,9 +23,14 @@ export function sandboxSockets(sandbox: { dns: { udpFd: number; tcpFd: number };
   ];
 }
 
+/** `sockets` as the command line names them: `udp:5,tcp:6`. */
+export function socketList(sockets: readonly HandedSocket[]): string {
+  return sockets.map((socket) => `${socket.protocol}:${socket.fd}`).join(',');
+}
+
 /** The host's arguments that name `sockets`. */
 export function handOverArguments(sockets: readonly HandedSocket[]): string[] {
-  return [HAND_OVER_FLAG, sockets.map((socket) => `${socket.protocol}:${socket.fd}`).join(',')];
+  return [HAND_OVER_FLAG, socketList(sockets)];
 }
 
 /**

@@ -1,6 +1,6 @@
 import { type Socket, createSocket } from 'node:dgram';
 import { type Server, createServer } from 'node:net';
-import type { HandedSocket } from './hand-over-argument.js';
+import { type HandedSocket, socketList } from './hand-over-argument.js';
 
 /**
  * Hands the sealed sandbox's sockets to the executor. `murmur-confine` bound them in the
@@ -50,7 +50,7 @@ let handingOver: { sockets: string; done: Promise<void> } | undefined;
  * since what was handed is handed and the channel is closed after it.
  */
 export function handOverSandboxSockets(sockets: readonly HandedSocket[]): Promise<void> {
-  const named = sockets.map((socket) => `${socket.protocol}:${socket.fd}`).join(',');
+  const named = socketList(sockets);
   if (handingOver === undefined) handingOver = { sockets: named, done: handOver(sockets) };
   else if (handingOver.sockets !== named)
     return Promise.reject(new Error(`the executor asked for the sockets ${named}, but the host was started to hand over ${handingOver.sockets}`));
