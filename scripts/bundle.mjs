@@ -42,7 +42,6 @@ await build({
   splitting: false,
   entryPoints: ['services/executor/dist/host/guest-worker.js'],
   outfile: 'services/executor/dist/bundle/guest-worker.cjs',
-  outExtension: {},
   // The shim computes URLs from its own (its I/O thread's file, which is never started); a
   // CommonJS file has no import.meta, so it is given the bundle's.
   define: { 'import.meta.url': '__murmurModuleUrl' },

@@ -293,6 +293,13 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   const pinnedAt = FIRST_CGROUP_FD + cgroupFds.length;
   if (pinnedAt + pinned.length > HANDOVER_FD)
     throw new Error(`${cgroupFds.length} cgroup and ${pinned.length} pinned descriptors do not fit below the hand-over channel`);
+  const start: SandboxNetworkStart = {
+    helper: confine.helper,
+    tool_cgroup_fds: cgroupFds.map((_, index) => FIRST_CGROUP_FD + index),
+    tool_executables: toolExecuteGrants({ policy, toolFiles, workdir: input.workdir, tmp }),
+    dns: network.dns,
+    listeners: network.listeners.map((listener) => listener.fd),
+  };
   const argv = [
     namespaces.binary as string,
     ...bubblewrapArguments(
@@ -301,7 +308,8 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
         confine.node,
         ...(pooled && input.compileAhead ? POOLED_NODE_FLAGS : []),
         input.hostEntry,
-        ...handOverArguments(sandboxSockets({ dns: network.dns, listeners: network.listeners.map((listener) => listener.fd) })),
+        // The sockets `start` names, so the command line and the executor's ask name the same.
+        ...handOverArguments(sandboxSockets(start)),
       ],
       {
         helper: confine.helper,
@@ -320,13 +328,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
       for (const fd of [...cgroupFds.splice(0), ...pinned.splice(0)]) closeSync(fd);
     },
     network,
-    start: {
-      helper: confine.helper,
-      tool_cgroup_fds: cgroupFds.map((_, index) => FIRST_CGROUP_FD + index),
-      tool_executables: toolExecuteGrants({ policy, toolFiles, workdir: input.workdir, tmp }),
-      dns: network.dns,
-      listeners: network.listeners.map((listener) => listener.fd),
-    },
+    start,
     sealed: true,
   };
 }
