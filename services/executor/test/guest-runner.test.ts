@@ -107,10 +107,15 @@ describe('a worker told ahead what its job will load (a pooled host’s anticipa
       worker.on('message', (message: GuestMessage) => {
         if (message.type !== 'output') heard.push(message.type);
       });
+      // The preload is asked for right behind the job, as the job is posted (its listener is on):
+      // asked any later, a job this quick can be over, and its worker let go, before the worker reads it.
+      let preloaded: Promise<'preloaded' | 'exited'> | undefined;
+      const post = worker.postMessage.bind(worker);
+      worker.postMessage = (message: { role?: string }, transfer?: readonly TransferListItem[]) => {
+        post(message, transfer);
+        if (message.role !== undefined && preloaded === undefined) preloaded = preloadInWorker(worker, printingComponent(bundleDir));
+      };
       const running = runPrinting(worker, dir, bundle);
-      // The job is posted (its listener is on) before the preload is asked for.
-      await eventually(() => worker.listenerCount('message') >= 2 || undefined, 10_000, 'the job posted');
-      const preloaded = preloadInWorker(worker, printingComponent(bundleDir));
       expect(await running).toEqual({ outcome: { kind: 'returned' }, printed: 'first output\n' });
       expect(await preloaded).toBe('preloaded');
       expect(heard).toEqual(['preloaded', 'done']);
