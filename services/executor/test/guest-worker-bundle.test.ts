@@ -45,7 +45,8 @@ describe('the bundled guest worker', () => {
       // What only an ES module's load brings in: the loader's module jobs and its translators.
       expect(report.loaded.filter((name) => /esm\/(module_job|translators)$/.test(name))).toEqual([]);
       // And the pieces did load (a failed preload says `preloaded` too): the shim's random piece,
-      // the last to load, brings in node's crypto, which nothing else in a worker does.
+      // loaded only once the shim's io module is, brings in node's crypto, which nothing else in a
+      // worker does.
       expect(report.loaded).toContain('NativeModule crypto');
     } finally {
       await worker.terminate();
