@@ -9,8 +9,13 @@
 // that loads any ES module first starts Node's ES module loader in its thread: ~15 ms of a ~45 ms
 // worker start here, before its first instruction. Its shim's own I/O thread is never started
 // (`host/in-thread-io.ts` answers its calls in place), so nothing of the shim is needed from disk.
-import { rmSync } from 'node:fs';
+import { renameSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { Worker } from 'node:worker_threads';
 import { build } from 'esbuild';
+
+// The guest worker starts from its loader, which compiles it with a V8 code cache made here, of the
+// bundle just made (`host/guest-worker-loader.ts` says why, and why only here).
 
 // Chunk names change with their content: an old build's chunks would pile up beside the new ones.
 for (const dir of ['services/executor/dist/bundle', 'cli/dist/bundle']) rmSync(dir, { recursive: true, force: true });
@@ -31,23 +36,46 @@ const common = {
 
 await build({
   ...common,
-  entryPoints: { host: 'services/executor/dist/host/boot.js' },
+  entryPoints: { 'host-main': 'services/executor/dist/host/main.js' },
   outdir: 'services/executor/dist/bundle',
   external: ['@bytecodealliance/*'],
 });
 
-await build({
+// The host's entry: CommonJS, and of node's built-ins only, so that it begins the first guest
+// worker before Node's ES module loader starts (~8 ms sooner into the host's life); it then
+// imports the host's ES modules above.
+const commonJs = {
   ...common,
   format: 'cjs',
   splitting: false,
-  entryPoints: ['services/executor/dist/host/guest-worker.js'],
-  outfile: 'services/executor/dist/bundle/guest-worker.cjs',
-  // The shim computes URLs from its own (its I/O thread's file, which is never started); a
-  // CommonJS file has no import.meta, so it is given the bundle's.
+  outdir: 'services/executor/dist/bundle',
+  outExtension: { '.js': '.cjs' },
+  // A CommonJS file has no import.meta: it is given the bundle's own URL.
   define: { 'import.meta.url': '__murmurModuleUrl' },
   // Strict as the modules it is made of were: the directive must come first.
   banner: { js: "'use strict';\nvar __murmurModuleUrl = require('node:url').pathToFileURL(__filename).href;" },
+};
+await build({
+  ...commonJs,
+  entryPoints: { host: 'services/executor/dist/host/boot.js' },
+  plugins: [
+    {
+      name: 'host-main',
+      setup(builder) {
+        builder.onResolve({ filter: /^\.\/main\.js$/ }, () => ({ path: './host-main.mjs', external: true }));
+      },
+    },
+  ],
 });
+
+await build({
+  ...commonJs,
+  entryPoints: {
+    'guest-worker': 'services/executor/dist/host/guest-worker.js',
+    'guest-worker-loader': 'services/executor/dist/host/guest-worker-loader.js',
+  },
+});
+await makeWorkerCodeCache('services/executor/dist/bundle');
 
 await build({
   ...common,
@@ -55,3 +83,33 @@ await build({
   outdir: 'cli/dist/bundle',
   external: ['@bytecodealliance/*', 'pino', 'thread-stream', 'nats'],
 });
+
+/**
+ * Makes the guest worker's code cache: a worker started from the loader, as a host starts one, but
+ * told to compile the bundle whole and to post its cache once it has loaded. This process runs
+ * with node's default flags, as a fresh host does. A node that cannot make one leaves none, and
+ * says so: workers then compile as they load.
+ */
+async function makeWorkerCodeCache(dir) {
+  const loader = path.resolve(dir, 'guest-worker-loader.cjs');
+  const { workerCodeCacheFile } = await import('../services/executor/dist/host/worker-code-cache.js');
+  try {
+    const codeCache = await new Promise((resolve, reject) => {
+      const worker = new Worker(loader, { workerData: { produceCodeCache: true, preload: { imports: [], id: 0 } }, stdout: true, stderr: true });
+      worker.once('error', reject);
+      worker.once('exit', (code) => reject(new Error(`the worker exited (${code}) before it made its code cache`)));
+      worker.on('message', (message) => {
+        if (!(message?.codeCache instanceof Uint8Array)) return;
+        resolve(Buffer.from(message.codeCache));
+        void worker.terminate();
+      });
+    });
+    const file = workerCodeCacheFile(path.resolve(dir, 'guest-worker.cjs'));
+    writeFileSync(`${file}.tmp`, codeCache);
+    renameSync(`${file}.tmp`, file);
+  } catch (error) {
+    process.stderr.write(
+      `bundle: no code cache for the guest worker (${error instanceof Error ? error.message : String(error)}); its workers compile as they load\n`,
+    );
+  }
+}

@@ -578,7 +578,7 @@ describe('agent capsules', () => {
   });
 });
 
-/** The capsule host under a session's sandbox: the descendant of `root` that runs `host.mjs`. */
+/** The capsule host under a session's sandbox: the descendant of `root` that runs `host.cjs`. */
 function capsuleHostOf(root: number): number | undefined {
   const children = new Map<number, number[]>();
   for (const pid of processIds()) {
@@ -591,7 +591,7 @@ function capsuleHostOf(root: number): number | undefined {
   while (queue.length > 0) {
     const pid = queue.shift() as number;
     const command = procFile(pid, 'cmdline') ?? '';
-    if (command.includes('host.mjs') && !command.startsWith('bwrap')) return pid;
+    if (command.includes('host.cjs') && !command.startsWith('bwrap')) return pid;
     queue.push(...(children.get(pid) ?? []));
   }
   return undefined;

@@ -364,7 +364,7 @@ function findHost(workdirs: string): { pid: number; workdir: string } | undefine
   const sessions = readdirSync(workdirs).map((name) => path.join(workdirs, name));
   for (const pid of processIds()) {
     const command = procFile(pid, 'cmdline') ?? '';
-    if (!command.includes('host.mjs') || command.startsWith('bwrap') || command.includes('murmur-confine')) continue;
+    if (!command.includes('host.cjs') || command.startsWith('bwrap') || command.includes('murmur-confine')) continue;
     if (!/^Seccomp:\t2$/m.test(procFile(pid, 'status') ?? '')) continue;
     const mountinfo = procFile(pid, 'mountinfo') ?? '';
     const workdir = sessions.find((dir) => mountinfo.includes(` ${dir} `));

@@ -139,9 +139,9 @@ export interface ExecutorEnvironment {
 
 type LaunchRequest = z.output<typeof LaunchRequestSchema>;
 
-/** The host as one bundled file when the build made one (it starts several times faster), else its modules. */
+/** The host as bundled when the build made the bundle (it starts several times faster), else its modules. */
 export const HOST_ENTRY = ((): string => {
-  const bundled = packageFile('@murmur/executor', 'dist/bundle/host.mjs', import.meta.url, '../dist/bundle/host.mjs');
+  const bundled = packageFile('@murmur/executor', 'dist/bundle/host.cjs', import.meta.url, '../dist/bundle/host.cjs');
   return existsSync(bundled) ? bundled : packageFile('@murmur/executor', 'dist/host/boot.js', import.meta.url, '../dist/host/boot.js');
 })();
 /** Where this runtime's code and its dependencies live: bound read-only into every sandbox. */

@@ -1,8 +1,9 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Worker } from 'node:worker_threads';
+import { Worker, type WorkerOptions } from 'node:worker_threads';
 import type { GuestPreload } from './guest-worker.js';
+import { hostSlot } from './host-slot.js';
 
 /**
  * Where guest workers come from, and the host's first one, made before anything else of the host
@@ -13,13 +14,21 @@ import type { GuestPreload } from './guest-worker.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Beside this file: the bundled worker next to the bundled host, or the module next to the module. */
-export const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.cjs'))
+const GUEST_WORKER = existsSync(path.join(here, 'guest-worker.cjs'))
   ? path.join(here, 'guest-worker.cjs')
   : path.join(here, '..', '..', 'dist', 'host', 'guest-worker.js');
 
+/** What a worker is started from: the bundled worker's loader, which compiles it with its code cache (`guest-worker-loader.ts`), or the module. */
+const WORKER_ENTRY = existsSync(path.join(here, 'guest-worker-loader.cjs')) ? path.join(here, 'guest-worker-loader.cjs') : GUEST_WORKER;
+
+/** Starts a guest worker: every one, the host's first, a spare, a call's, a resident's. */
+export function startGuestWorker(options: WorkerOptions): Worker {
+  return new Worker(WORKER_ENTRY, options);
+}
+
 /** A guest worker with no job yet: it loads the runtime's WASI pieces while the host waits for `start`. */
 export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
-  return new Worker(GUEST_WORKER, { stdout: true, stderr: true, ...(preload ? { workerData: { preload } satisfies GuestPreload } : {}) });
+  return startGuestWorker({ stdout: true, stderr: true, ...(preload ? { workerData: { preload } satisfies GuestPreload } : {}) });
 }
 
 /**
@@ -30,15 +39,14 @@ export function prewarmGuestWorker(preload?: GuestPreload['preload']): Worker {
  */
 const COMMON_WASI = ['wasi:io/streams', 'wasi:cli/stdout', 'wasi:clocks/monotonic-clock', 'wasi:filesystem/types', 'wasi:random/random'];
 
-let first: Worker | undefined;
-
-/** Begins the host's first guest worker. */
+/** Begins the host's first guest worker, once per process (`host-slot.ts`). */
 export function startFirstGuestWorker(): void {
-  first ??= prewarmGuestWorker({ imports: COMMON_WASI });
+  const slot = hostSlot();
+  slot.firstGuestWorker ??= prewarmGuestWorker({ imports: COMMON_WASI });
 }
 
 /** The host's first guest worker, begun now if `startFirstGuestWorker` was not called (the host's modules loaded without `boot.ts`). */
 export function takeFirstGuestWorker(): Worker {
   startFirstGuestWorker();
-  return first as Worker;
+  return hostSlot().firstGuestWorker as Worker;
 }

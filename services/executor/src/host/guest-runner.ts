@@ -1,9 +1,9 @@
 import path from 'node:path';
-import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import type { LogFile } from '../records.js';
 import type { LastEgressFailure } from './egress-failures.js';
 import { type BridgeHandler, createSignal, serveBridge } from './bridge.js';
-import { GUEST_WORKER, prewarmGuestWorker } from './first-worker.js';
+import { prewarmGuestWorker, startGuestWorker } from './first-worker.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload, GuestPrepare } from './guest-worker.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 import type { HostComponent } from './protocol.js';
@@ -261,7 +261,7 @@ export class GuestRunner {
     serveBridge(port1, signal, (op, payload) => this.options.answer(op, payload, spec.grant, instance));
     const job: GuestJob = { ...this.jobOf(spec, compiled.modules), resident: true, bridgePort: port2, signal };
     // A resident gets a worker of its own for its whole life: never an idle one, never the spare.
-    const worker = new Worker(GUEST_WORKER, { workerData: job, transferList: [port2], stdout: true, stderr: true });
+    const worker = startGuestWorker({ workerData: job, transferList: [port2], stdout: true, stderr: true });
     return { worker, lines: new LineBuffers(), port: port1, instance };
   }
 
@@ -358,7 +358,7 @@ export class GuestRunner {
         worker.postMessage(first, [opened.port]);
         this.prewarmed = this.nextSpare(job.bundleDir);
       } else {
-        worker = new Worker(GUEST_WORKER, { workerData: first, transferList: [opened.port], stdout: true, stderr: true });
+        worker = startGuestWorker({ workerData: first, transferList: [opened.port], stdout: true, stderr: true });
       }
       this.bridges.set(worker, bridge);
     }

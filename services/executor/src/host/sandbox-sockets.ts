@@ -1,6 +1,7 @@
 import { type Socket, createSocket } from 'node:dgram';
 import { type Server, createServer } from 'node:net';
 import { type HandedSocket, socketList } from './hand-over-argument.js';
+import { hostSlot } from './host-slot.js';
 
 /**
  * Hands the sealed sandbox's sockets to the executor. `murmur-confine` bound them in the
@@ -42,8 +43,6 @@ function wrap({ fd, protocol }: HandedSocket): Promise<Socket | Server> {
   });
 }
 
-let handingOver: { sockets: string; done: Promise<void> } | undefined;
-
 /**
  * Hands `sockets` over, once: begun from the host's command line as it starts (`boot.ts`), the
  * executor's ask for the same sockets is that same hand-over. An ask for any others is refused,
@@ -51,8 +50,10 @@ let handingOver: { sockets: string; done: Promise<void> } | undefined;
  */
 export function handOverSandboxSockets(sockets: readonly HandedSocket[]): Promise<void> {
   const named = socketList(sockets);
-  if (handingOver === undefined) handingOver = { sockets: named, done: handOver(sockets) };
-  else if (handingOver.sockets !== named)
-    return Promise.reject(new Error(`the executor asked for the sockets ${named}, but the host was started to hand over ${handingOver.sockets}`));
-  return handingOver.done;
+  // Once per process, whichever copy of this module began it (`host-slot.ts`).
+  const slot = hostSlot();
+  if (slot.handOver === undefined) slot.handOver = { sockets: named, done: handOver(sockets) };
+  else if (slot.handOver.sockets !== named)
+    return Promise.reject(new Error(`the executor asked for the sockets ${named}, but the host was started to hand over ${slot.handOver.sockets}`));
+  return slot.handOver.done;
 }
