@@ -1,10 +1,10 @@
 import { copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { afterAll, describe, expect, it } from 'vitest';
-import { workerCodeCacheFile } from '../src/host/worker-code-cache.js';
+import { compileBundle, runBundle, workerCodeCacheFile } from '../src/host/worker-code-cache.js';
 
 const bundleDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'bundle');
 const IMPORTS = ['wasi:cli/stdout', 'wasi:io/streams', 'wasi:clocks/monotonic-clock', 'wasi:filesystem/types', 'wasi:random/random'];
@@ -100,5 +100,17 @@ describe('the bundled guest worker', () => {
     const none = await startLikeTheHost(copyOfTheBundle(undefined));
     expect(none.codeCache).toBe('none');
     expect(none.loaded).toContain('NativeModule crypto');
+  });
+
+  it('lets the bundle import an ES module as its file could, for glue that is a module only', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'murmur-worker-import-'));
+    copies.push(dir);
+    const esm = path.join(dir, 'glue.mjs');
+    writeFileSync(esm, 'export const answer = 42;\n');
+    const bundle = path.join(dir, 'guest-worker.cjs');
+    writeFileSync(bundle, `globalThis.__murmurBundleImport = import(${JSON.stringify(pathToFileURL(esm).href)});\n`);
+    runBundle(compileBundle(bundle, {}), bundle);
+    const imported = (globalThis as { __murmurBundleImport?: Promise<{ answer: number }> }).__murmurBundleImport;
+    expect((await imported)?.answer).toBe(42);
   });
 });
