@@ -1,21 +1,24 @@
 // Bundles the programs whose start-up time users feel: `mur`, and the capsule host that runs inside
-// every session's sandbox, with its guest worker. `mur` and the host each become a few ES module
-// files instead of hundreds, which is most of their start-up time. Runs after `tsc -b`, from its
+// every session's sandbox, with its guest worker. `mur` and the host each become a few files
+// instead of hundreds, which is most of their start-up time. Runs after `tsc -b`, from its
 // output. Dependencies that find their own files at run time (jco, componentize-js, pino's
 // transports) stay external and are loaded from node_modules as usual.
+//
+// The host's entry (`host.cjs`) is a CommonJS file of node's built-ins only, which begins the first
+// guest worker before it imports the host's ES modules (`host-main.mjs` and its chunks).
 //
 // The guest worker is one CommonJS file with preview2-shim inside it. Every guest instance starts
 // one (the capsule's, each tool call's, a driver's again after its session waited), and a worker
 // that loads any ES module first starts Node's ES module loader in its thread: ~15 ms of a ~45 ms
 // worker start here, before its first instruction. Its shim's own I/O thread is never started
 // (`host/in-thread-io.ts` answers its calls in place), so nothing of the shim is needed from disk.
+// A worker starts from its loader (`guest-worker-loader.cjs`), which compiles the bundle with the V8
+// code cache made here, of the bundle just made (`host/guest-worker-loader.ts` says why, and why
+// only here).
 import { renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { build } from 'esbuild';
-
-// The guest worker starts from its loader, which compiles it with a V8 code cache made here, of the
-// bundle just made (`host/guest-worker-loader.ts` says why, and why only here).
 
 // Chunk names change with their content: an old build's chunks would pile up beside the new ones.
 for (const dir of ['services/executor/dist/bundle', 'cli/dist/bundle']) rmSync(dir, { recursive: true, force: true });
