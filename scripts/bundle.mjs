@@ -95,7 +95,7 @@ await build({
  */
 async function makeWorkerCodeCache(dir) {
   const loader = path.resolve(dir, 'guest-worker-loader.cjs');
-  const { workerCodeCacheFile } = await import('../services/executor/dist/host/worker-code-cache.js');
+  const { codeCacheFile } = await import('../services/executor/dist/host/code-cache-file.js');
   try {
     const codeCache = await new Promise((resolve, reject) => {
       const worker = new Worker(loader, { workerData: { produceCodeCache: true, preload: { imports: [], id: 0 } }, stdout: true, stderr: true });
@@ -107,7 +107,7 @@ async function makeWorkerCodeCache(dir) {
         void worker.terminate();
       });
     });
-    const file = workerCodeCacheFile(path.resolve(dir, 'guest-worker.cjs'));
+    const file = codeCacheFile(path.resolve(dir, 'guest-worker.cjs'));
     writeFileSync(`${file}.tmp`, codeCache);
     renameSync(`${file}.tmp`, file);
   } catch (error) {

@@ -1,13 +1,14 @@
 import v8 from 'node:v8';
 import { Script } from 'node:vm';
-// Node's built-ins and two of the host's own small modules only: this process's start is what a
+// Node's built-ins and three of the host's own small modules only: this process's start is what a
 // bundle's first launch waits for, and `@murmur/shared/node` alone took ~340 ms of it to load.
 import { writeFileAtomic } from './host/atomic-file.js';
-import { glueCacheFile, readGlueScript } from './host/glue.js';
+import { readGlueScript } from './host/glue.js';
+import { codeCacheFile } from './host/code-cache-file.js';
 
 /**
  * `node glue-cache-producer.js <glue file>`: writes the glue's V8 code cache beside it
- * (`glueCacheFile`), or nothing for glue that is not script-shaped. Started by the executor
+ * (`codeCacheFile`), or nothing for glue that is not script-shaped. Started by the executor
  * (`glue-cache.ts`) as a node of its own, with no flags and no `NODE_OPTIONS`, as the capsule host
  * is started: V8 accepts a code cache only from a process with its own flags, and the executor's
  * may have others (`mur` runs with a small young generation). Written whole or not at all.
@@ -39,4 +40,4 @@ if (!file) {
   process.exit(2);
 }
 const cache = await eagerGlueCache(file);
-if (cache) writeFileAtomic(glueCacheFile(file), cache);
+if (cache) writeFileAtomic(codeCacheFile(file), cache);

@@ -1,7 +1,8 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { packageFile } from '@murmur/shared/node';
-import { glueCacheFile, readGlueScript } from './host/glue.js';
+import { readGlueScript } from './host/glue.js';
+import { codeCacheFile } from './host/code-cache-file.js';
 
 const PRODUCER = packageFile('@murmur/executor', 'dist/glue-cache-producer.js', import.meta.url, '../dist/glue-cache-producer.js');
 /** A producer that has not finished in this long is abandoned: the cache only ever saves milliseconds. */
@@ -16,7 +17,7 @@ const PRODUCER_TIMEOUT_MS = 10_000;
  * start, and it compiles the glue as it would without one.
  */
 export async function keepGlueCache(glueFile: string): Promise<void> {
-  if (existsSync(glueCacheFile(glueFile))) return;
+  if (existsSync(codeCacheFile(glueFile))) return;
   // Glue the host will import as a module gets no cache: no node is started for it, in every
   // in-process `mur run` that finds none.
   if ((await readGlueScript(glueFile).catch(() => undefined)) === undefined) return;

@@ -4,8 +4,9 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { keepGlueCache } from '../src/glue-cache.js';
-import { compileGlue, glueAsScript, glueCacheFile, loadGlue } from '../src/host/glue.js';
+import { compileGlue, glueAsScript, loadGlue } from '../src/host/glue.js';
 import { tempDir } from '../../../test/support/fs.js';
+import { codeCacheFile } from '../src/host/code-cache-file.js';
 
 interface Glue {
   instantiate(...args: unknown[]): unknown;
@@ -128,16 +129,16 @@ describe('a glue’s code cache', () => {
     const file = await glueFile('component.js', glueSource);
     expect(cacheUseInHostLikeNode(file)).toBe('none');
     await keepGlueCache(file);
-    const made = await fs.stat(glueCacheFile(file));
+    const made = await fs.stat(codeCacheFile(file));
     expect(cacheUseInHostLikeNode(file)).toBe('accepted');
     // Kept: a second launch of the component makes nothing anew.
     await keepGlueCache(file);
-    expect((await fs.stat(glueCacheFile(file))).mtimeMs).toBe(made.mtimeMs);
+    expect((await fs.stat(codeCacheFile(file))).mtimeMs).toBe(made.mtimeMs);
   });
 
   it('is refused when damaged, and the glue compiles and runs without it', async () => {
     const file = await glueFile('component.js', glueSource);
-    await fs.writeFile(glueCacheFile(file), Buffer.alloc(4096, 7));
+    await fs.writeFile(codeCacheFile(file), Buffer.alloc(4096, 7));
     expect((await compileGlue(file))?.cache).toBe('rejected');
     expect((await loadGlue<Glue>(file)).instantiate(20)).toBe(41);
   });
@@ -146,7 +147,7 @@ describe('a glue’s code cache', () => {
     const awaiting = await glueFile('awaiting.js', 'const value = await Promise.resolve(5);\nexport function instantiate() { return value; }\n');
     const importing = await glueFile('importing.js', "import { readFileSync } from 'node:fs';\nexport function instantiate() { return readFileSync; }\n");
     await Promise.all([keepGlueCache(awaiting), keepGlueCache(importing)]);
-    expect(existsSync(glueCacheFile(awaiting))).toBe(false);
-    expect(existsSync(glueCacheFile(importing))).toBe(false);
+    expect(existsSync(codeCacheFile(awaiting))).toBe(false);
+    expect(existsSync(codeCacheFile(importing))).toBe(false);
   });
 });

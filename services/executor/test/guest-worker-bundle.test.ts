@@ -4,7 +4,8 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { afterAll, describe, expect, it } from 'vitest';
-import { compileBundle, runBundle, workerCodeCacheFile } from '../src/host/worker-code-cache.js';
+import { compileBundle, runBundle } from '../src/host/worker-code-cache.js';
+import { codeCacheFile } from '../src/host/code-cache-file.js';
 
 const bundleDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'dist', 'bundle');
 const IMPORTS = ['wasi:cli/stdout', 'wasi:io/streams', 'wasi:clocks/monotonic-clock', 'wasi:filesystem/types', 'wasi:random/random'];
@@ -63,7 +64,7 @@ function copyOfTheBundle(cache: Buffer | undefined): string {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'murmur-worker-bundle-'));
   copies.push(dir);
   for (const file of ['guest-worker.cjs', 'guest-worker-loader.cjs']) copyFileSync(path.join(bundleDir, file), path.join(dir, file));
-  if (cache) writeFileSync(workerCodeCacheFile(path.join(dir, 'guest-worker.cjs')), cache);
+  if (cache) writeFileSync(codeCacheFile(path.join(dir, 'guest-worker.cjs')), cache);
   return dir;
 }
 
@@ -88,7 +89,7 @@ describe('the bundled guest worker', () => {
   });
 
   it('starts from the code cache the build made, which V8 accepts', async () => {
-    expect(existsSync(workerCodeCacheFile(path.join(bundleDir, 'guest-worker.cjs'))), 'the build makes the code cache beside the bundle').toBe(true);
+    expect(existsSync(codeCacheFile(path.join(bundleDir, 'guest-worker.cjs'))), 'the build makes the code cache beside the bundle').toBe(true);
     expect((await startLikeTheHost(bundleDir)).codeCache).toBe('accepted');
   });
 

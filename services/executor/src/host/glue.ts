@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { Script } from 'node:vm';
+import { codeCacheFile } from './code-cache-file.js';
 
 /**
  * A component's transpiled glue, loaded in its guest worker.
@@ -14,7 +15,7 @@ import { Script } from 'node:vm';
  * await) is imported as a module, as before: the script form is only a faster way to the same
  * `instantiate`, never a different one.
  *
- * With the script comes V8's code cache (`glueCacheFile`): the glue compiled whole, made by the
+ * With the script comes V8's code cache (`codeCacheFile`): the glue compiled whole, made by the
  * executor (`glue-cache.ts`), never by a host. Without it V8 compiles each of the glue's functions
  * the first time it runs, which is during the guest's instantiation and first call; with it the
  * first instantiation and call of the printing capsule take ~1.5 ms rather than ~3.7. A cache V8
@@ -56,7 +57,7 @@ export type GlueCacheUse = 'none' | 'accepted' | 'rejected';
 export async function compileGlue(file: string): Promise<{ script: Script; cache: GlueCacheUse } | undefined> {
   const source = await readGlueScript(file);
   if (source === undefined) return undefined;
-  const cachedData = await readFile(glueCacheFile(file)).catch(() => undefined);
+  const cachedData = await readFile(codeCacheFile(file)).catch(() => undefined);
   try {
     const script = new Script(source, { filename: file, ...(cachedData ? { cachedData } : {}) });
     return { script, cache: cachedData === undefined ? 'none' : script.cachedDataRejected ? 'rejected' : 'accepted' };
@@ -64,15 +65,6 @@ export async function compileGlue(file: string): Promise<{ script: Script; cache
     // Valid as a module but not as a function body (top-level await): the loader's, then.
     return undefined;
   }
-}
-
-/**
- * Where a glue's V8 code cache is kept, beside it, for the node that reads it: V8 accepts a cache
- * only from its own version and flags, so a node of another version finds no file rather than one
- * it refuses.
- */
-export function glueCacheFile(file: string): string {
-  return `${file}.node-${process.version}-${process.arch}.v8cache`;
 }
 
 /** The glue file as the script `glueAsScript` makes of it (what the host compiles, and what its code cache is made from). */

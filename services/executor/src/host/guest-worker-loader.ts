@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parentPort, workerData } from 'node:worker_threads';
-import { type WorkerCodeCache, compileBundle, runBundle, workerCodeCacheFile } from './worker-code-cache.js';
+import { type WorkerCodeCache, compileBundle, runBundle } from './worker-code-cache.js';
+import { codeCacheFile } from './code-cache-file.js';
 
 /**
  * What a bundled guest worker starts as (`scripts/bundle.mjs` makes it `guest-worker-loader.cjs`,
@@ -38,7 +39,7 @@ function start(): WorkerCodeCache {
   }
   let cachedData: Buffer | undefined;
   try {
-    cachedData = readFileSync(workerCodeCacheFile(bundle));
+    cachedData = readFileSync(codeCacheFile(bundle));
   } catch {
     // none made for this node, or unreadable: compiled without
   }

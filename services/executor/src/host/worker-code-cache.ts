@@ -11,11 +11,6 @@ import { Script, constants } from 'node:vm';
  * that source's length, so the build removes the cache before it bundles and makes it after.
  */
 
-/** Where the build keeps the code cache of `bundle`, named for the node that made it: another finds no file. */
-export function workerCodeCacheFile(bundle: string): string {
-  return `${bundle}.node-${process.version}-${process.arch}.v8cache`;
-}
-
 /** How the bundle's code cache fared in a worker. */
 export type WorkerCodeCache = 'none' | 'accepted' | 'rejected';
 
