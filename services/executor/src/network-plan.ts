@@ -1,5 +1,5 @@
-import { isIP } from 'node:net';
 import { type NetworkAllowRule, parseNetworkAllowRules } from '@murmur/shared';
+import { ipFamily } from './egress-address.js';
 
 /**
  * The network a sandbox's processes see, planned from `capabilities.network.allow`.
@@ -65,7 +65,7 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
       names.localhost = '127.0.0.1';
       return names.localhost;
     }
-    const family = isIP(host.replace(/^\[|\]$/g, ''));
+    const family = ipFamily(host.replace(/^\[|\]$/g, ''));
     if (family === 4) return host;
     if (family === 6) return undefined;
     if (!names[host]) {

@@ -1,7 +1,6 @@
-import { isIP } from 'node:net';
 import os from 'node:os';
 import { natsEndpoint } from '@murmur/shared/bus';
-import { bare, embeddedIpv4, systemResolve } from './egress-address.js';
+import { bare, embeddedIpv4, ipFamily, systemResolve } from './egress-address.js';
 
 /**
  * The runtime's own endpoints, which no capsule is connected to whatever its rules say: the bus
@@ -206,9 +205,10 @@ async function resolveAll(host: string): Promise<string[]> {
 /**
  * An IP as one string per address: IPv6 compressed and lowercased (`0:0::1` is `::1`), and an
  * IPv4 address an IPv6 one carries (`::ffff:127.0.0.1`) as that IPv4 address. Not an IP: undefined.
+ * `known`: the family the system gave it with (an interface's), which needs no checking.
  */
-function canonicalAddress(address: string): string | undefined {
-  const family = isIP(address);
+function canonicalAddress(address: string, known?: 4 | 6): string | undefined {
+  const family = known ?? ipFamily(address);
   if (family === 4) return address;
   if (family !== 6) return undefined;
   let compressed: string;
@@ -223,14 +223,16 @@ function canonicalAddress(address: string): string | undefined {
 
 /** Every IPv4 address in 127.0.0.0/8 reaches this machine, and so does `::1`. */
 function isLoopback(address: string): boolean {
-  return address === '::1' || (isIP(address) === 4 && address.startsWith('127.'));
+  return address === '::1' || (address.startsWith('127.') && ipFamily(address) === 4);
 }
 
 /** The addresses a connection made here reaches this machine at: loopback, the unspecified ones, and each interface's. */
 function thisMachine(): string[] {
   let interfaces: string[] = [];
   try {
-    interfaces = Object.values(os.networkInterfaces()).flatMap((entries) => (entries ?? []).flatMap((entry) => canonicalAddress(entry.address) ?? []));
+    interfaces = Object.values(os.networkInterfaces()).flatMap((entries) =>
+      (entries ?? []).flatMap((entry) => canonicalAddress(entry.address, entry.family === 'IPv6' ? 6 : 4) ?? []),
+    );
   } catch {
     // The interfaces could not be listed: loopback and the unspecified addresses are still the machine's.
   }

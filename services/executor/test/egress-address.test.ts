@@ -1,9 +1,9 @@
 import http from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { type AddressInfo, isIP, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openOtelTracer } from '@murmur/shared/otel';
 import { startOtlpReceiver } from '../../../test/support/otlp-receiver.js';
-import { isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve, systemResolve, vettedLookup } from '../src/egress-address.js';
+import { ipFamily, isPublicAddress, namesItsAddress, privateHostsSetting, type Resolve, systemResolve, vettedLookup } from '../src/egress-address.js';
 import { EgressPolicy } from '../src/egress.js';
 import { RequestUploads } from '../src/request-uploads.js';
 
@@ -12,6 +12,33 @@ import { RequestUploads } from '../src/request-uploads.js';
  * bus, a door, the metadata service — and a resolver stands in for the DNS of a domain the
  * capsule's author controls (outside this system), answering whatever the author likes.
  */
+
+describe("an address's family", () => {
+  it('is what node says of every kind of string, an IPv6 one with a zone or a dotted quad among them', () => {
+    const texts = [
+      '127.0.0.1',
+      '8.8.8.8',
+      '01.2.3.4',
+      '1.2.3',
+      '256.1.1.1',
+      '1.2.3.4:80',
+      '::',
+      '::1',
+      'fe80::1%eth0',
+      '::ffff:127.0.0.1',
+      '2001:db8::5',
+      '1:2:3:4:5:6:7:8',
+      '1:2:3:4:5:6:7:8:9',
+      ':::',
+      ':',
+      'localhost',
+      'api.example.com',
+      '[::1]',
+      '',
+    ];
+    for (const text of texts) expect(ipFamily(text), text).toBe(isIP(text));
+  });
+});
 
 describe('a public address', () => {
   it.each([['93.184.216.34'], ['8.8.8.8'], ['2606:4700:4700::1111'], ['::ffff:8.8.8.8'], ['2002:808:808::1'], ['64:ff9b::808:808']])('is %s', (address) => {
