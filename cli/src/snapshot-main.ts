@@ -1,7 +1,7 @@
 import './zod-jitless.js';
 import v8 from 'node:v8';
 import { capabilityPolicy, parseCapsuleManifest } from '@murmur/shared';
-import { main } from './main.js';
+import { buildProgramAhead, main } from './main.js';
 
 /**
  * What both of `mur`'s V8 startup snapshots share (`scripts/snapshot.mjs` builds them with
@@ -24,6 +24,8 @@ export function startFromSnapshot(evaluated: readonly unknown[]): void {
   if (!v8.startupSnapshot.isBuildingSnapshot()) {
     throw new Error("this module is the entry of one of mur's V8 startup snapshots: build it with node --build-snapshot (scripts/snapshot.mjs)");
   }
+  // The commands are defined once, here: a run parses its command line with them at once.
+  buildProgramAhead();
   v8.startupSnapshot.setDeserializeMainFunction(async () => {
     void evaluated;
     // Started as `node --snapshot-blob <blob> -- <args>`: argv holds node and the arguments, and
