@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { copyFileSync, existsSync, promises as fs, readdirSync, realpathSync } from 'node:fs';
+import { copyFileSync, existsSync, promises as fs, readFileSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { interpreterOf } from '../services/executor/src/elf.js';
@@ -623,6 +623,38 @@ describe('containment: declared, achieved, explained', () => {
     } finally {
       await fs.rm(path.join(env.MURMUR_HOME as string, 'config.yaml'), { force: true });
     }
+  });
+
+  it('refuses a launch whose sandbox could not be described after its shell was started, and leaves no process or cgroup of it', async () => {
+    // A workdir whose name holds a newline: the helper's spec cannot name it, which is found as the
+    // spec is worked out, after the sandbox's shell was spawned to join the session's cgroup.
+    const project = await probeProject(path.join(scratch.dir, 'late-refusal'), 'capabilities:\n  containment: sealed\n');
+    const workdir = path.join(scratch.dir, 'late\nrefusal-wd');
+    await fs.mkdir(workdir);
+    const result = await runMur(['run', '--workdir', workdir, '--task', '[]'], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`the sandbox's spec would name the path ${JSON.stringify(workdir)}, which holds a control character; refused`);
+    const session = readdirSync(path.join(workdir, '.murmur')).find((entry) => entry.startsWith('ses_'));
+    expect(session).toBeDefined();
+    // The session's groups, in each hierarchy this process is in (where the executor made them).
+    const groups = readFileSync('/proc/self/cgroup', 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => line.split(':'))
+      .map(([, controllers, at]) =>
+        path.join('/sys/fs/cgroup', controllers === '' ? '' : (controllers as string).replace(/^name=/, ''), at as string, `murmur-${session}`),
+      );
+    expect(groups.filter((group) => existsSync(group))).toEqual([]);
+    const inWorkdir = readdirSync('/proc')
+      .filter((entry) => /^\d+$/.test(entry))
+      .filter((pid) => {
+        try {
+          return readlinkSync(`/proc/${pid}/cwd`) === workdir;
+        } catch {
+          return false;
+        }
+      });
+    expect(inWorkdir).toEqual([]);
   });
 
   it('refuses a workspace config whose containment is not a class, naming the file and the line', async () => {

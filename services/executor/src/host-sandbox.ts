@@ -9,7 +9,19 @@ import { shellSearchPath } from './host/shell-path.js';
 import { handOverArguments, sandboxSockets } from './host/hand-over-argument.js';
 import type { HostComponent, HostTool, SandboxNetworkStart } from './host/protocol.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
-import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, bubblewrapArguments, isSystemPath, systemReadable, unshareArguments } from './sandbox.js';
+import {
+  FIRST_DATA_FD,
+  type NamespaceProbe,
+  SANDBOX_FILES,
+  bubblewrapArguments,
+  bubblewrapIdentity,
+  bubblewrapMounts,
+  bubblewrapSeal,
+  confinedCommand,
+  isSystemPath,
+  systemReadable,
+  unshareArguments,
+} from './sandbox.js';
 import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
 import type { RecordBind } from './workdir.js';
 
@@ -26,8 +38,9 @@ import type { RecordBind } from './workdir.js';
  * | 7 | the confinement spec (read by the helper, then gone) |
  * | 8 | the seccomp program (read by the helper, then gone) |
  * | 9… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
- * | next… | a fresh sandbox's pinned workdir, `/tmp` and records (bound by bubblewrap, then gone; below 20) |
+ * | next… | a fresh sandbox's pinned workdir, `/tmp` and records (bound by bubblewrap, then gone; below 19) |
  * | 9 | a pooled sandbox (which has no tools' cgroup): its held helper's commands and answer |
+ * | 19 | what bubblewrap mounts, as its options, NUL-separated (`--args`: read before it does anything, then gone) |
  * | 20 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
  * | 21… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
  *
@@ -40,6 +53,11 @@ export const SPEC_FD = 7;
 export const SECCOMP_FD = 8;
 export const FIRST_CGROUP_FD = 9;
 export const FIRST_LISTENER_FD = 21;
+/**
+ * Where a sealed sandbox's bubblewrap reads what it mounts (`bubblewrapMounts`): written once that
+ * is worked out, after the spawn (`feed`), while the shell before bubblewrap joins the cgroup.
+ */
+export const BUBBLEWRAP_MOUNTS_FD = 19;
 /**
  * Node's IPC channel, in a sealed sandbox only: the one way a descriptor reaches the executor
  * from a child. It carries the sandbox's sockets and nothing else, and is closed by both sides
@@ -142,7 +160,11 @@ export interface HostSandbox {
   argv: string[];
   /** The descriptors from 4 on, in order, as `spawn`'s `stdio` takes them. */
   stdio: Array<StdioPipe | StdioNull | number>;
-  /** Writes each pipe's content once the host is spawned. */
+  /**
+   * Writes each pipe's content once the host is spawned. A sealed sandbox's contents (bubblewrap's
+   * mounts, the helper's spec, the seccomp filter) are worked out here, and may be refused here:
+   * the sandbox, still waiting for its mounts, is then ended by `spawnSandboxedHost`.
+   */
   feed(pipes: ReadonlyArray<NodeJS.WritableStream | null>): void;
   /** Closes the executor's copies of descriptors passed to the host. */
   release(): void;
@@ -179,7 +201,16 @@ export function spawnSandboxedHost(sandbox: HostSandbox, options: { cgroup: Sess
   // A sandbox that ends before it has read what it was handed resets those pipes: that is told by
   // its exit, and must not become an error event nobody hears, which would end the executor.
   for (const stream of (child.stdio as ReadonlyArray<NodeJS.EventEmitter | null | undefined>).slice(FIRST_DATA_FD)) stream?.on('error', () => {});
-  sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
+  try {
+    sandbox.feed(child.stdio as ReadonlyArray<NodeJS.WritableStream | null>);
+  } catch (error) {
+    // Refused as its contents were worked out: the sandbox has run nothing but the cgroup join,
+    // and bubblewrap, if it started, waits for its mounts. It goes, and the refusal is the launch's.
+    child.on('error', () => {});
+    child.kill('SIGKILL');
+    for (const stream of child.stdio as ReadonlyArray<{ destroy(): void } | null | undefined>) stream?.destroy();
+    throw error;
+  }
   return child;
 }
 
@@ -216,16 +247,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
 
   const pooled = input.pooled === true;
   const tmp = pooled ? '/tmp' : sandboxTmp(input.workdir);
-  const data = new Set<string>();
-  for (const component of input.components) data.add(path.dirname(component.bundle_dir));
-  for (const dir of input.data ?? []) data.add(dir);
-  for (const tool of input.tools) if (tool.kind === 'native' && tool.path) data.add(path.dirname(tool.path));
-  // Runtime trees a shell binary needs, wherever they live (under /usr they are bound already).
-  for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) if (!isSystemPath(dir.path)) data.add(dir.path);
-  for (const grant of policy.staged_runtime) if (!isSystemPath(grant.source_path)) data.add(grant.source_path);
   const harness = input.harness;
-  if (harness && !isSystemPath(harness.binary)) data.add(path.dirname(harness.binary));
-  const pipes: Array<string | Buffer> = SANDBOX_FILES.map((file) => file.content);
   // A fresh sandbox binds its workdir and /tmp by descriptor, opened and checked now (a pooled
   // one is given its workdir by its helper, which mounts what the executor names at attach time).
   const records = pooled ? [] : (input.records ?? []);
@@ -237,62 +259,61 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     tmpFd: at + 1,
     records: records.map((record, index) => ({ fd: at + 2 + index, path: record.path, writable: record.writable })),
   });
-  const code = codeRootEntries(input.codeRoot);
-  const layout = {
-    workdir: input.workdir,
-    code: [input.codeRoot],
-    hidden: [...new Set([...input.hidden, ...code.hidden])],
-    data: [...data],
-    tmp,
-    ...(pooled ? { attachLater: { source: path.dirname(input.workdir), staging: ATTACH_STAGING } } : {}),
+  /** What bubblewrap binds, and the code root's entries a sealed sandbox reads: listed from disk, so worked out where needed. */
+  const layoutOf = () => {
+    const data = new Set<string>();
+    for (const component of input.components) data.add(path.dirname(component.bundle_dir));
+    for (const dir of input.data ?? []) data.add(dir);
+    for (const tool of input.tools) if (tool.kind === 'native' && tool.path) data.add(path.dirname(tool.path));
+    // Runtime trees a shell binary needs, wherever they live (under /usr they are bound already).
+    for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) if (!isSystemPath(dir.path)) data.add(dir.path);
+    for (const grant of policy.staged_runtime) if (!isSystemPath(grant.source_path)) data.add(grant.source_path);
+    if (harness && !isSystemPath(harness.binary)) data.add(path.dirname(harness.binary));
+    const code = codeRootEntries(input.codeRoot);
+    const layout = {
+      workdir: input.workdir,
+      code: [input.codeRoot],
+      hidden: [...new Set([...input.hidden, ...code.hidden])],
+      data: [...data],
+      tmp,
+      ...(pooled ? { attachLater: { source: path.dirname(input.workdir), staging: ATTACH_STAGING } } : {}),
+    };
+    return { layout, codeReadable: code.readable };
   };
+  const files = SANDBOX_FILES.map((file) => file.content);
 
   if (pooled && !confine) throw new Error('a pooled sandbox is sealed: its session is mounted in by the held helper');
   if (!confine) {
-    const pinnedAt = FIRST_DATA_FD + pipes.length;
-    const argv = [namespaces.binary as string, ...bubblewrapArguments({ ...layout, pinned: pinnedFrom(pinnedAt) }, [process.execPath, input.hostEntry])];
-    return { ...pipesOnly(argv, pipes, pinned), network: undefined, start: undefined, sealed: false };
+    const pinnedAt = FIRST_DATA_FD + files.length;
+    const argv = [
+      namespaces.binary as string,
+      ...bubblewrapArguments({ ...layoutOf().layout, pinned: pinnedFrom(pinnedAt) }, [process.execPath, input.hostEntry]),
+    ];
+    return { ...pipesOnly(argv, files, pinned), network: undefined, start: undefined, sealed: false };
   }
 
+  // Sealed. What the command line and the descriptors name, and what the policy may refuse, are
+  // decided before the spawn. What bubblewrap mounts, the helper's spec and the seccomp filter are
+  // read from disk and the system (~6 ms of `mur run`'s way here), so they are worked out after it
+  // (`feed`), while the shell joins the session's cgroup, which waits for the kernel (an RCU grace
+  // period, ~12 ms here) before bubblewrap starts. bubblewrap reads the mounts from a pipe
+  // (`--args`) before it does anything; its namespaces, its capabilities and the read-only root
+  // are on its command line, so what it reads late can only add mounts.
   const arch = nativeSeccompArch();
   if (!arch) throw new Error(`no seccomp filter is built for ${process.arch}`);
   const cgroupFds: number[] = input.cgroup ? pinAll(input.cgroup.toolsProcsFiles.map((file) => () => openSync(file, 'w'))) : [];
   opened.push(...cgroupFds);
   const network = planNetwork(policy.network_allow, FIRST_LISTENER_FD);
-  const nodeDir = path.dirname(confine.node);
-  layout.data.push(nodeDir);
-  const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
-  // Node's install root is read where it is not a system directory's, whose readable part is given as such.
-  const readable = [...systemReadable(), '/etc', '/proc', ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]), ...code.readable, ...layout.data].filter((dir) =>
-    existsSync(dir),
-  );
-  const executables = [...nodeExecutables(confine.node), confine.helper];
   const toolExecutables = [...input.tools.flatMap((tool) => (tool.kind === 'native' && tool.path ? [tool.path] : [])), ...(harness ? [harness.binary] : [])];
   const shellBinaries = resolveShellBinaries(policy.shell_allow, shellSearchPath(input.subprocessPath));
   const toolFiles = toolClosure({ toolExecutables, shellBinaries });
   const keep = [HOST_CHANNEL_FD, HANDOVER_FD, ...cgroupFds.map((_, index) => FIRST_CGROUP_FD + index)];
-  const spec = confinementSpec({
-    policy,
-    network,
-    workdir: input.workdir,
-    tmp,
-    workdirMounts: records.map((record) => record.path),
-    readable,
-    executables,
-    toolExecutables,
-    shellBinaries,
-    toolFiles,
-    seccompFd: SECCOMP_FD,
-    keep,
-    ...(pooled ? { holdFd: ATTACH_FD } : {}),
-  });
-  pipes.push(spec, seccompFilterBytes({ arch, unixSockets: policy.unix_sockets }));
-  if (FIRST_DATA_FD + pipes.length !== FIRST_CGROUP_FD) throw new Error('the sandbox descriptor layout is out of step');
+  if (FIRST_DATA_FD + files.length + 2 !== FIRST_CGROUP_FD) throw new Error('the sandbox descriptor layout is out of step');
   if (pooled && cgroupFds.length > 0) throw new Error('a pooled sandbox starts no subprocess: it is given no tools cgroup');
   // After the cgroup descriptors: the helper closes both before the host runs (they are not in `keep`).
   const pinnedAt = FIRST_CGROUP_FD + cgroupFds.length;
-  if (pinnedAt + pinned.length > HANDOVER_FD)
-    throw new Error(`${cgroupFds.length} cgroup and ${pinned.length} pinned descriptors do not fit below the hand-over channel`);
+  if (pinnedAt + pinned.length + (pooled ? 1 : 0) > BUBBLEWRAP_MOUNTS_FD)
+    throw new Error(`${cgroupFds.length} cgroup and ${pinned.length} pinned descriptors do not fit below bubblewrap's mounts`);
   const start: SandboxNetworkStart = {
     helper: confine.helper,
     tool_cgroup_fds: cgroupFds.map((_, index) => FIRST_CGROUP_FD + index),
@@ -300,29 +321,71 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     dns: network.dns,
     listeners: network.listeners.map((listener) => listener.fd),
   };
+  const command = confinedCommand(
+    [
+      confine.node,
+      ...(pooled && input.compileAhead ? POOLED_NODE_FLAGS : []),
+      input.hostEntry,
+      // The sockets `start` names, so the command line and the executor's ask name the same.
+      ...handOverArguments(sandboxSockets(start)),
+    ],
+    { helper: confine.helper, specFd: SPEC_FD },
+  );
   const argv = [
     namespaces.binary as string,
-    ...bubblewrapArguments(
-      { ...layout, ...(pooled ? {} : { pinned: pinnedFrom(pinnedAt) }) },
-      [
-        confine.node,
-        ...(pooled && input.compileAhead ? POOLED_NODE_FLAGS : []),
-        input.hostEntry,
-        // The sockets `start` names, so the command line and the executor's ask name the same.
-        ...handOverArguments(sandboxSockets(start)),
-      ],
-      {
-        helper: confine.helper,
-        specFd: SPEC_FD,
-      },
-    ),
+    ...bubblewrapIdentity(true),
+    '--args',
+    String(BUBBLEWRAP_MOUNTS_FD),
+    ...bubblewrapSeal(pooled ? '/' : input.workdir),
+    '--',
+    ...command,
   ];
-  const stdio: Array<StdioPipe | number> = [...pipes.map(() => 'pipe' as const), ...cgroupFds, ...pinned, ...(pooled ? ['pipe' as const] : [])];
+  const stdio: Array<StdioPipe | StdioNull | number> = [
+    ...files.map(() => 'pipe' as const),
+    'pipe',
+    'pipe',
+    ...cgroupFds,
+    ...pinned,
+    ...(pooled ? ['pipe' as const] : []),
+  ];
+  while (FIRST_DATA_FD + stdio.length < BUBBLEWRAP_MOUNTS_FD) stdio.push('ignore');
+  stdio.push('pipe');
+  /** What the sandbox reads on its descriptors, worked out from the layout, the system and the policy. */
+  const contents = (): { mounts: string[]; spec: string; seccomp: Buffer } => {
+    const { layout: bound, codeReadable } = layoutOf();
+    bound.data.push(path.dirname(confine.node));
+    const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
+    // Node's install root is read where it is not a system directory's, whose readable part is given as such.
+    const readable = [...systemReadable(), '/etc', '/proc', ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]), ...codeReadable, ...bound.data].filter((dir) =>
+      existsSync(dir),
+    );
+    const spec = confinementSpec({
+      policy,
+      network,
+      workdir: input.workdir,
+      tmp,
+      workdirMounts: records.map((record) => record.path),
+      readable,
+      executables: [...nodeExecutables(confine.node), confine.helper],
+      toolExecutables,
+      shellBinaries,
+      toolFiles,
+      seccompFd: SECCOMP_FD,
+      keep,
+      ...(pooled ? { holdFd: ATTACH_FD } : {}),
+    });
+    const mounts = bubblewrapMounts({ ...bound, ...(pooled ? {} : { pinned: pinnedFrom(pinnedAt) }) });
+    return { mounts, spec, seccomp: seccompFilterBytes({ arch, unixSockets: policy.unix_sockets }) };
+  };
   return {
     argv,
     stdio,
     feed: (streams) => {
-      for (const [index, content] of pipes.entries()) streams[FIRST_DATA_FD + index]?.end(content);
+      // Worked out whole before anything is written: a refusal here leaves the sandbox waiting
+      // for mounts it never gets, and the caller ends it (`spawnSandboxedHost`).
+      const { mounts, spec, seccomp } = contents();
+      streams[BUBBLEWRAP_MOUNTS_FD]?.end(mounts.map((option) => `${option}\0`).join(''));
+      for (const [index, content] of [...files, spec, seccomp].entries()) streams[FIRST_DATA_FD + index]?.end(content);
     },
     release: () => {
       for (const fd of [...cgroupFds.splice(0), ...pinned.splice(0)]) closeSync(fd);

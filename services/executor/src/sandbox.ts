@@ -240,22 +240,35 @@ const ETC_ENTRIES = [
 
 /** bubblewrap's arguments for a host whose command is `command`. */
 export function bubblewrapArguments(layout: SandboxLayout, command: string[], confine?: ConfineStep): string[] {
-  const namespaces = confine ? ['--unshare-user', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'] : ['--unshare-all'];
-  const capabilities = confine ? CONFINE_CAPABILITIES.flatMap((capability) => ['--cap-add', capability]) : [];
-  const args = [
-    ...namespaces,
-    '--die-with-parent',
-    '--new-session',
-    '--cap-drop',
-    'ALL',
-    ...capabilities,
-    '--hostname',
-    'capsule',
-    '--uid',
-    '1000',
-    '--gid',
-    '1000',
+  return [
+    ...bubblewrapIdentity(confine !== undefined),
+    ...bubblewrapMounts(layout),
+    ...bubblewrapSeal(layout.attachLater ? '/' : layout.workdir),
+    '--',
+    ...confinedCommand(command, confine),
   ];
+}
+
+/** What bubblewrap runs for `command`: the helper first when the sandbox is sealed, which confines it and then runs it. */
+export function confinedCommand(command: string[], confine?: ConfineStep): string[] {
+  return confine ? [confine.helper, 'enter', String(confine.specFd), '--', ...command] : command;
+}
+
+/** The sandbox's namespaces, capabilities and identity: the same whatever it mounts. */
+export function bubblewrapIdentity(confined: boolean): string[] {
+  const namespaces = confined ? ['--unshare-user', '--unshare-pid', '--unshare-ipc', '--unshare-uts', '--unshare-cgroup-try'] : ['--unshare-all'];
+  const capabilities = confined ? CONFINE_CAPABILITIES.flatMap((capability) => ['--cap-add', capability]) : [];
+  return [...namespaces, '--die-with-parent', '--new-session', '--cap-drop', 'ALL', ...capabilities, '--hostname', 'capsule', '--uid', '1000', '--gid', '1000'];
+}
+
+/**
+ * What the sandbox's root is composed of, in order: the system, the runtime's code and data, /tmp,
+ * the workdir and the session's records. Read from disk, so a sealed sandbox's bubblewrap reads
+ * them from a descriptor (`--args`) once they are worked out, after it was started; a short read
+ * would only mount less, since its identity and its seal are on its command line.
+ */
+export function bubblewrapMounts(layout: SandboxLayout): string[] {
+  const args: string[] = [];
   for (const dir of SYSTEM_DIRECTORIES) {
     if (!existsSync(dir)) continue;
     const stat = lstatSync(dir);
@@ -297,12 +310,16 @@ export function bubblewrapArguments(layout: SandboxLayout, command: string[], co
   for (const record of layout.pinned?.records ?? []) args.push(record.writable ? '--bind-fd' : '--ro-bind-fd', String(record.fd), record.path);
   for (const dir of hidden) args.push('--remount-ro', dir);
   if (layout.attachLater) args.push('--remount-ro', '/tmp');
-  // Last, so every mount point above exists: the composed root itself is read-only. What is
-  // writable is the workdir (and /tmp, which is a directory inside it), nothing else.
-  args.push('--remount-ro', '/', '--chdir', layout.attachLater ? '/' : layout.workdir, '--');
-  if (confine) args.push(confine.helper, 'enter', String(confine.specFd), '--');
-  args.push(...command);
   return args;
+}
+
+/**
+ * Last, so every mount point before it exists: the composed root itself is read-only, and the
+ * host starts in `startIn` (its workdir; a pooled host, whose workdir comes later, in `/`). What
+ * is writable is the workdir (and /tmp, a directory inside it), nothing else.
+ */
+export function bubblewrapSeal(startIn: string): string[] {
+  return ['--remount-ro', '/', '--chdir', startIn];
 }
 
 /** unshare's arguments: the namespaces, without a composed root. */
