@@ -186,6 +186,20 @@ describe('a framed channel', () => {
     expect(writes).toEqual([1, 2, 1]);
   });
 
+  it('tells its owner the peer ended once every frame it sent was read, before the channel has closed', async () => {
+    const { near, far } = await pair();
+    const events: string[] = [];
+    new FrameChannel(near, 1024, {
+      message: (value) => events.push(`message ${(value as { n: number }).n}`),
+      violation: (why) => events.push(`violation ${why}`),
+      ended: () => events.push('ended'),
+      close: () => events.push('closed'),
+    });
+    far.end(Buffer.concat([frame('{"n":1}'), frame('{"n":2}')]));
+    await until(() => events.includes('closed'));
+    expect(events).toEqual(['message 1', 'message 2', 'ended', 'closed']);
+  });
+
   it('tells a sender its message did not go once the channel has closed', async () => {
     const { near, far } = await pair();
     const { channel, told } = reader(near);

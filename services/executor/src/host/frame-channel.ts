@@ -33,6 +33,11 @@ export interface FrameChannelHandlers {
   violation(why: string): void;
   /** The channel closed, from either side; told once. */
   close?(): void;
+  /**
+   * The peer ended its side, and everything it sent has been read: told as its end of file is
+   * read, before the channel has closed (a side with nothing left to do need not wait for that).
+   */
+  ended?(): void;
 }
 
 export class FrameChannel {
@@ -65,7 +70,10 @@ export class FrameChannel {
     const states = socket as unknown as { _readableState?: { autoDestroy: boolean }; _writableState?: { autoDestroy: boolean } };
     if (states._readableState) states._readableState.autoDestroy = false;
     if (states._writableState) states._writableState.autoDestroy = false;
-    socket.once('end', () => socket.destroy());
+    socket.once('end', () => {
+      this.handlers.ended?.();
+      socket.destroy();
+    });
     // A reset from a peer that died is told by 'close' after the drain; an error event nobody
     // hears would be thrown.
     socket.on('error', () => this.drainAfterError());
