@@ -384,8 +384,8 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
       // Worked out whole before anything is written: a refusal here leaves the sandbox waiting
       // for mounts it never gets, and the caller ends it (`spawnSandboxedHost`).
       const { mounts, spec, seccomp } = contents();
-      streams[BUBBLEWRAP_MOUNTS_FD]?.end(mounts.map((option) => `${option}\0`).join(''));
-      for (const [index, content] of [...files, spec, seccomp].entries()) streams[FIRST_DATA_FD + index]?.end(content);
+      writeWhole(streams[BUBBLEWRAP_MOUNTS_FD], mounts.map((option) => `${option}\0`).join(''));
+      for (const [index, content] of [...files, spec, seccomp].entries()) writeWhole(streams[FIRST_DATA_FD + index], content);
     },
     release: () => {
       for (const fd of [...cgroupFds.splice(0), ...pinned.splice(0)]) closeSync(fd);
@@ -394,6 +394,21 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     start,
     sealed: true,
   };
+}
+
+/**
+ * Writes `content` into a pipe the sandbox reads to its end (bubblewrap, the helper), and closes
+ * this side at once when the pipe took it all, as it does for a few KB: the reader's end of file
+ * then does not wait for the executor's event loop to come round to closing the pipe, which the
+ * launch's own work around the spawn held up for ~15 ms. What the pipe did not take is written,
+ * and the pipe closed, by the stream as it drains.
+ */
+function writeWhole(stream: NodeJS.WritableStream | null | undefined, content: string | Buffer): void {
+  if (!stream) return;
+  const pipe = stream as NodeJS.WritableStream & { writableLength: number; destroy(): void };
+  pipe.write(content);
+  if (pipe.writableLength === 0) pipe.destroy();
+  else pipe.end();
 }
 
 function plain(argv: string[]): HostSandbox {
@@ -405,7 +420,7 @@ function pipesOnly(argv: string[], pipes: Array<string | Buffer>, pinned: number
     argv,
     stdio: [...pipes.map(() => 'pipe' as const), ...pinned],
     feed: (streams) => {
-      for (const [index, content] of pipes.entries()) streams[FIRST_DATA_FD + index]?.end(content);
+      for (const [index, content] of pipes.entries()) writeWhole(streams[FIRST_DATA_FD + index], content);
     },
     release: () => {
       for (const fd of pinned.splice(0)) closeSync(fd);
