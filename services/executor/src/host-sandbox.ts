@@ -292,13 +292,14 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     return { ...pipesOnly(argv, files, pinned), network: undefined, start: undefined, sealed: false };
   }
 
-  // Sealed. What the command line and the descriptors name, and what the policy may refuse, are
-  // decided before the spawn. What bubblewrap mounts, the helper's spec and the seccomp filter are
-  // read from disk and the system (~6 ms of `mur run`'s way here), so they are worked out after it
-  // (`feed`), while the shell joins the session's cgroup, which waits for the kernel (an RCU grace
-  // period, ~12 ms here) before bubblewrap starts. bubblewrap reads the mounts from a pipe
-  // (`--args`) before it does anything; its namespaces, its capabilities and the read-only root
-  // are on its command line, so what it reads late can only add mounts.
+  // Sealed. What the command line and the descriptors name is decided before the spawn, with the
+  // tools' files, which the policy may be refused for. What bubblewrap mounts, the helper's spec
+  // (which refuses a path it cannot name) and the seccomp filter are read from disk and the system
+  // (~6 ms of `mur run`'s way here), so they are worked out after it (`feed`), while the shell joins
+  // the session's cgroup, which waits for the kernel (an RCU grace period, ~10 ms here) before
+  // bubblewrap starts. bubblewrap reads the mounts from a pipe (`--args`) before it does anything;
+  // its namespaces, its capabilities and the read-only root are on its command line, so what it
+  // reads late can only add mounts.
   const arch = nativeSeccompArch();
   if (!arch) throw new Error(`no seccomp filter is built for ${process.arch}`);
   const cgroupFds: number[] = input.cgroup ? pinAll(input.cgroup.toolsProcsFiles.map((file) => () => openSync(file, 'w'))) : [];
