@@ -61,7 +61,7 @@ export type GlueCacheUse = 'none' | 'accepted' | 'rejected';
  * each file) cost it ~1.5 ms of a launch.
  */
 export function compileGlue(file: string): { script: Script; cache: GlueCacheUse } | undefined {
-  const source = glueAsScript(readFileSync(file, 'utf8'), pathToFileURL(file).href);
+  const source = glueScriptOf(file, readFileSync(file, 'utf8'));
   if (source === undefined) return undefined;
   let cachedData: Buffer | undefined;
   try {
@@ -80,7 +80,12 @@ export function compileGlue(file: string): { script: Script; cache: GlueCacheUse
 
 /** The glue file as the script `glueAsScript` makes of it (what the host compiles, and what its code cache is made from). */
 export async function readGlueScript(file: string): Promise<string | undefined> {
-  return glueAsScript(await readFile(file, 'utf8'), pathToFileURL(file).href);
+  return glueScriptOf(file, await readFile(file, 'utf8'));
+}
+
+/** `file`'s glue, read as `source`, as a script (`glueAsScript`, with the file's URL for its `import.meta.url`). */
+function glueScriptOf(file: string, source: string): string | undefined {
+  return glueAsScript(source, pathToFileURL(file).href);
 }
 
 const EXPORT_LINE = /^export\b.*$/gm;
