@@ -15,7 +15,7 @@
 // A worker starts from its loader (`guest-worker-loader.cjs`), which compiles the bundle with the V8
 // code cache made here, of the bundle just made (`host/guest-worker-loader.ts` says why, and why
 // only here).
-import { renameSync, rmSync, writeFileSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { build } from 'esbuild';
@@ -96,6 +96,7 @@ await build({
 async function makeWorkerCodeCache(dir) {
   const loader = path.resolve(dir, 'guest-worker-loader.cjs');
   const { codeCacheFile } = await import('../services/executor/dist/host/code-cache-file.js');
+  const { writeFileAtomic } = await import('../services/executor/dist/host/atomic-file.js');
   try {
     const codeCache = await new Promise((resolve, reject) => {
       const worker = new Worker(loader, { workerData: { produceCodeCache: true, preload: { imports: [], id: 0 } }, stdout: true, stderr: true });
@@ -107,9 +108,7 @@ async function makeWorkerCodeCache(dir) {
         void worker.terminate();
       });
     });
-    const file = codeCacheFile(path.resolve(dir, 'guest-worker.cjs'));
-    writeFileSync(`${file}.tmp`, codeCache);
-    renameSync(`${file}.tmp`, file);
+    writeFileAtomic(codeCacheFile(path.resolve(dir, 'guest-worker.cjs')), codeCache);
   } catch (error) {
     process.stderr.write(
       `bundle: no code cache for the guest worker (${error instanceof Error ? error.message : String(error)}); its workers compile as they load\n`,

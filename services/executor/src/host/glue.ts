@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { pathToFileURL } from 'node:url';
 import { Script } from 'node:vm';
-import { codeCacheFile } from './code-cache-file.js';
+import { type CodeCacheUse, codeCacheUse, readCodeCache } from './code-cache-file.js';
 
 /**
  * A component's transpiled glue, loaded in its guest worker.
@@ -51,27 +51,19 @@ function refuseJspiAtOnce(): void {
   });
 }
 
-/** How a glue's code cache fared: none kept, used, or refused by V8 (and compiled without). */
-export type GlueCacheUse = 'none' | 'accepted' | 'rejected';
-
 /**
  * The glue as a compiled script, with how its code cache fared; undefined for glue that is a module
  * only. The glue and its cache are read at once: a guest worker loads glue before its guest runs,
  * waiting for nothing else, and the thread pool's round trips (open, stat, read and close, for
  * each file) cost it ~1.5 ms of a launch.
  */
-export function compileGlue(file: string): { script: Script; cache: GlueCacheUse } | undefined {
+export function compileGlue(file: string): { script: Script; cache: CodeCacheUse } | undefined {
   const source = glueScriptOf(file, readFileSync(file, 'utf8'));
   if (source === undefined) return undefined;
-  let cachedData: Buffer | undefined;
-  try {
-    cachedData = readFileSync(codeCacheFile(file));
-  } catch {
-    // none kept, or unreadable: compiled without
-  }
+  const cachedData = readCodeCache(file);
   try {
     const script = new Script(source, { filename: file, ...(cachedData ? { cachedData } : {}) });
-    return { script, cache: cachedData === undefined ? 'none' : script.cachedDataRejected ? 'rejected' : 'accepted' };
+    return { script, cache: codeCacheUse(cachedData, script) };
   } catch {
     // Valid as a module but not as a function body (top-level await): the loader's, then.
     return undefined;

@@ -1,9 +1,8 @@
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parentPort, workerData } from 'node:worker_threads';
-import { type WorkerCodeCache, compileBundle, runBundle } from './worker-code-cache.js';
-import { codeCacheFile } from './code-cache-file.js';
+import { type CodeCacheUse, codeCacheUse, readCodeCache } from './code-cache-file.js';
+import { compileBundle, runBundle } from './worker-code-cache.js';
 
 /**
  * What a bundled guest worker starts as (`scripts/bundle.mjs` makes it `guest-worker-loader.cjs`,
@@ -24,7 +23,7 @@ export interface CodeCacheRequest {
   produceCodeCache: true;
 }
 
-function start(): WorkerCodeCache {
+function start(): CodeCacheUse {
   const bundle = path.join(path.dirname(fileURLToPath(import.meta.url)), 'guest-worker.cjs');
   if ((workerData as Partial<CodeCacheRequest> | undefined)?.produceCodeCache === true && parentPort) {
     const script = compileBundle(bundle, { eagerly: true });
@@ -37,16 +36,11 @@ function start(): WorkerCodeCache {
     runBundle(script, bundle);
     return 'none';
   }
-  let cachedData: Buffer | undefined;
-  try {
-    cachedData = readFileSync(codeCacheFile(bundle));
-  } catch {
-    // none made for this node, or unreadable: compiled without
-  }
+  const cachedData = readCodeCache(bundle);
   const script = compileBundle(bundle, cachedData ? { cachedData } : {});
   runBundle(script, bundle);
-  return cachedData === undefined ? 'none' : script.cachedDataRejected ? 'rejected' : 'accepted';
+  return codeCacheUse(cachedData, script);
 }
 
 /** How this worker's start fared with the code cache (the bundle's test reads it). */
-export const codeCache: WorkerCodeCache = start();
+export const codeCache: CodeCacheUse = start();

@@ -11,9 +11,6 @@ import { Script, constants } from 'node:vm';
  * that source's length, so the build removes the cache before it bundles and makes it after.
  */
 
-/** How the bundle's code cache fared in a worker. */
-export type WorkerCodeCache = 'none' | 'accepted' | 'rejected';
-
 /**
  * The bundle as a CommonJS module's function, compiled: with `cachedData` when given, or eagerly
  * (every function, for the build to make the cache of). Dynamic `import()` in it (glue that is a
