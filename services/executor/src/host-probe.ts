@@ -1,7 +1,7 @@
 import { MurmurError } from '@murmur/shared';
 import { cacheDir, packageFile } from '@murmur/shared/node';
 import { type CgroupProbe, probeCgroups } from './cgroup.js';
-import { type ConfineProbe, probeConfinement, sealedSinceBoot } from './confinement.js';
+import { type ConfineProbe, keptConfinement, probeConfinement } from './confinement.js';
 import { type HostContainment, hostContainment } from './containment.js';
 import { type NamespaceProbe, probeNamespaces } from './sandbox.js';
 
@@ -34,13 +34,13 @@ export function probeHost(env: NodeJS.ProcessEnv = process.env, options: { repor
   const sealing = env.MURMUR_CONFINE?.trim() !== 'none';
   const helper = env.MURMUR_CONFINE?.trim() || CONFINE_HELPER;
   const cache = cacheDir(env);
-  // A sandbox sealed with this bubblewrap since boot says its namespaces work; else bubblewrap is
-  // tried. A launch that fails on a kept answer forgets it (`ConfineProbe.forget`), and the next
-  // probe tries both again.
-  const namespaces: NamespaceProbe =
-    sealing && bwrap !== 'none' && sealedSinceBoot({ helper, bwrap, cacheDir: cache })
-      ? { tool: 'bubblewrap', binary: bwrap, reason: undefined }
-      : probeNamespaces({ bwrap, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
+  // A sandbox sealed with this bubblewrap since boot says its namespaces work, and that it seals;
+  // else both are tried. A launch that fails on a kept answer forgets it (`ConfineProbe.forget`),
+  // and the next probe tries both again.
+  const kept = sealing && bwrap !== 'none' ? keptConfinement({ helper, bwrap, cacheDir: cache }) : undefined;
+  const namespaces: NamespaceProbe = kept
+    ? { tool: 'bubblewrap', binary: bwrap, reason: undefined }
+    : probeNamespaces({ bwrap, unshare: env.MURMUR_UNSHARE?.trim() || undefined });
   const parent = env.MURMUR_CGROUP_PARENT?.trim() || undefined;
   const cgroups = probeCgroups(env.MURMUR_CGROUP_ROOT?.trim() || undefined, parent);
   // A parent the operator named and that cannot be used is a setting that does not hold: sessions
@@ -52,7 +52,7 @@ export function probeHost(env: NodeJS.ProcessEnv = process.env, options: { repor
     });
   }
   const confine: ConfineProbe = sealing
-    ? probeConfinement(namespaces, { helper, cacheDir: cache })
+    ? (kept ?? probeConfinement(namespaces, { helper, cacheDir: cache }))
     : { support: undefined, reason: 'sealing is turned off on this executor (MURMUR_CONFINE=none)' };
   return { namespaces, confine, cgroups, containment: hostContainment(namespaces, confine) };
 }
