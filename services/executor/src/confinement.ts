@@ -214,7 +214,8 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
       `the confinement helper ${options.helper} was not built: npm run build compiles it with the system's C compiler (apt-get install gcc libc6-dev, then npm run build)`,
     );
   // Its real path: the sandbox binds real directories, not the symlinks a workspace links them by.
-  const helper = realpathSync(options.helper);
+  // Resolved as `keptConfinement` resolves it, so the key this probe keeps is the key it reads.
+  const helper = realpathSync.native(options.helper);
   let node: string;
   try {
     node = executeOnlyNode(options.cacheDir);
