@@ -1,10 +1,9 @@
-import v8 from 'node:v8';
 import { Script } from 'node:vm';
 // Node's built-ins and three of the host's own small modules only: this process's start is what a
 // bundle's first launch waits for, and `@murmur/shared/node` alone took ~340 ms of it to load.
 import { writeFileAtomic } from './host/atomic-file.js';
 import { readGlueScript } from './host/glue.js';
-import { codeCacheFile } from './host/code-cache-file.js';
+import { codeCacheFile, compiledEagerly } from './host/code-cache-file.js';
 
 /**
  * `node glue-cache-producer.js <glue file>`: writes the glue's V8 code cache beside it
@@ -16,22 +15,17 @@ import { codeCacheFile } from './host/code-cache-file.js';
 
 /**
  * The glue compiled as the host compiles it (`readGlueScript`, the same file name), every function
- * at once: V8 compiles lazily otherwise, and a cache holds only what was compiled. `--no-lazy` is
- * process-wide, which is why this runs in a process of its own and nowhere else.
+ * at once (`compiledEagerly`): the flag that takes is process-wide, which is why this runs in a
+ * process of its own and nowhere else.
  */
 async function eagerGlueCache(file: string): Promise<Buffer | undefined> {
   const source = await readGlueScript(file);
   if (source === undefined) return undefined;
-  v8.setFlagsFromString('--no-lazy');
-  let script: Script;
   try {
-    script = new Script(source, { filename: file });
+    return compiledEagerly(() => new Script(source, { filename: file })).createCachedData();
   } catch {
     return undefined;
-  } finally {
-    v8.setFlagsFromString('--lazy');
   }
-  return script.createCachedData();
 }
 
 const file = process.argv[2];

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
 import type { Script } from 'node:vm';
 
 /**
@@ -26,4 +27,20 @@ export function readCodeCache(file: string): Buffer | undefined {
 /** How `cachedData` (what `readCodeCache` gave) fared in compiling `script`. */
 export function codeCacheUse(cachedData: Buffer | undefined, script: Script): CodeCacheUse {
   return cachedData === undefined ? 'none' : script.cachedDataRejected ? 'rejected' : 'accepted';
+}
+
+/**
+ * What `compile` makes, with every function of it compiled at once: V8 compiles lazily otherwise,
+ * and a cache holds only what was compiled. The flag is the process's, and V8 accepts a cache only
+ * under the flags it was made with, a fresh host's (node's defaults): it is put back before this
+ * returns, whatever `compile` did. The build makes the guest worker's cache so, and the executor's
+ * producer a glue's.
+ */
+export function compiledEagerly<T>(compile: () => T): T {
+  setFlagsFromString('--no-lazy');
+  try {
+    return compile();
+  } finally {
+    setFlagsFromString('--lazy');
+  }
 }

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { setFlagsFromString } from 'node:v8';
 import { Script, constants } from 'node:vm';
+import { compiledEagerly } from './code-cache-file.js';
 
 /**
  * The bundled guest worker's V8 code cache: made by the build (`scripts/bundle.mjs`), read by the
@@ -18,18 +18,13 @@ import { Script, constants } from 'node:vm';
  */
 export function compileBundle(bundle: string, options: { cachedData?: Buffer; eagerly?: boolean }): Script {
   const source = `(function (exports, require, module, __filename, __dirname) {${readFileSync(bundle, 'utf8')}\n})`;
-  if (options.eagerly) setFlagsFromString('--no-lazy');
-  try {
-    return new Script(source, {
+  const compile = (): Script =>
+    new Script(source, {
       filename: bundle,
       importModuleDynamically: constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
       ...(options.cachedData ? { cachedData: options.cachedData } : {}),
     });
-  } finally {
-    // The flag is the process's, and a cache is accepted only under the flags it was made with:
-    // it is made under a fresh host's, node's defaults.
-    if (options.eagerly) setFlagsFromString('--lazy');
-  }
+  return options.eagerly ? compiledEagerly(compile) : compile();
 }
 
 /** Runs the compiled bundle as the CommonJS module `bundle`. */
