@@ -117,7 +117,7 @@ describe('a glue’s code cache', () => {
       [
         '--input-type=module',
         '-e',
-        `const { compileGlue } = await import(${JSON.stringify(pathToFileURL(builtGlue).href)}); process.stdout.write((await compileGlue(${JSON.stringify(file)})).cache);`,
+        `const { compileGlue } = await import(${JSON.stringify(pathToFileURL(builtGlue).href)}); process.stdout.write(compileGlue(${JSON.stringify(file)}).cache);`,
       ],
       { env: {}, encoding: 'utf8' },
     );
@@ -139,7 +139,7 @@ describe('a glue’s code cache', () => {
   it('is refused when damaged, and the glue compiles and runs without it', async () => {
     const file = await glueFile('component.js', glueSource);
     await fs.writeFile(codeCacheFile(file), Buffer.alloc(4096, 7));
-    expect((await compileGlue(file))?.cache).toBe('rejected');
+    expect(compileGlue(file)?.cache).toBe('rejected');
     expect((await loadGlue<Glue>(file)).instantiate(20)).toBe(41);
   });
 
