@@ -161,6 +161,27 @@ describe('mur, given what a new user gets wrong', () => {
     expect(missing.stderr).toContain(`error[E-IO-001]: the manifest --manifest names was not found: ${path.join(project, 'nope.yaml')}`);
   });
 
+  it('names the file --manifest gave in a refusal of its contents, not a murmur.yaml the user never wrote', async () => {
+    const project = path.join(scratch.dir, 'named-refusals');
+    await fs.mkdir(project);
+    const cases = [
+      { file: 'broken.yaml', text: 'name: [unclosed\n', code: 'E-MAN-002', words: 'broken.yaml: YAML syntax error at line 2' },
+      { file: 'nameless.yaml', text: "name: ''\nversion: 1.0.0\n", code: 'E-MAN-001', words: "nameless.yaml: missing required field 'name'" },
+      {
+        file: 'reach.yaml',
+        text: 'name: x\nversion: 1.0.0\ncapabilities:\n  network:\n    allow: ["http://"]\n',
+        code: 'E-CAP-001',
+        words: "reach.yaml: invalid network allow entry 'http://'",
+      },
+    ];
+    for (const { file, text, code, words } of cases) {
+      await fs.writeFile(path.join(project, file), text);
+      const result = await runMur(['run', '--manifest', path.join(project, file)], { env });
+      expect(result.code, result.stderr).toBe(1);
+      expect(result.stderr).toContain(`error[${code}]: ${words}`);
+    }
+  });
+
   it('refuses an agent whose network.internal_port is taken with E-RUN-010, naming the port, and pins nothing', async () => {
     const taken = net.createServer();
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));

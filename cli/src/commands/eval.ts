@@ -297,7 +297,7 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
   const manifestPath = manifestOf(capsule);
   const projectDir = path.dirname(manifestPath);
   const env = environmentWithEnvFile(options.envFile === false ? undefined : projectDir);
-  const { manifest } = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env });
+  const { manifest } = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env, file: path.basename(manifestPath) });
   const dataset = await readDataset(options.dataset);
   if (!manifest.artifacts.some((artifact) => artifact.name === 'murmur-hook-eval')) {
     output.err(

@@ -372,7 +372,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // The containment floor is decided before anything is staged or written (upstream's order):
     // the grants come from the manifest alone, the achievable class from an executor.
     if (!fromRegistry) {
-      const manifest = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env }).manifest;
+      // Named in refusals as the user named it: --manifest may name a file not called murmur.yaml.
+      const manifest = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env, file: path.basename(manifestPath) }).manifest;
       // Upstream's order: the version warned of, the scope explained (and --explain-scope done), then the prompt refused.
       warnOfMurVersion(manifest.mur_version, output);
       const policy = capabilityPolicy(manifest);

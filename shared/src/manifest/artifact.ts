@@ -108,7 +108,7 @@ export const ArtifactManifestSchema = z
   })
   .superRefine((manifest, ctx) => {
     if (manifest.execution !== undefined && !(PACKAGING_TYPES as readonly string[]).includes(manifest.execution.trim().toLowerCase())) {
-      refine(ctx, ['execution'], `${MANIFEST_FILE}: field 'execution' has invalid type (expected one of: wasm, native, static, got ${manifest.execution})`, {
+      refine(ctx, ['execution'], `field 'execution' has invalid type (expected one of: wasm, native, static, got ${manifest.execution})`, {
         whole: true,
       });
     }

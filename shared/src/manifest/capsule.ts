@@ -69,7 +69,7 @@ const NetworkCapabilitySchema = z
         parseNetworkAllowRule(entry);
       } catch (error) {
         if (!(error instanceof MurmurError)) throw error;
-        refine(ctx, ['allow', index], `${MANIFEST_FILE}: ${error.message.replace('invalid network capability allow entry', 'invalid network allow entry')}`, {
+        refine(ctx, ['allow', index], `${error.message.replace('invalid network capability allow entry', 'invalid network allow entry')}`, {
           murmurCode: 'E-CAP-001',
           whole: true,
         });
@@ -88,7 +88,7 @@ const FilesystemCapabilitySchema = z
       validateFilesystemScope(filesystem.scope);
     } catch (error) {
       if (!(error instanceof MurmurError)) throw error;
-      refine(ctx, ['scope'], `${MANIFEST_FILE}: ${error.message.replace('invalid filesystem capability scope', 'invalid filesystem scope')}`, {
+      refine(ctx, ['scope'], `${error.message.replace('invalid filesystem capability scope', 'invalid filesystem scope')}`, {
         murmurCode: 'E-CAP-002',
         whole: true,
       });
@@ -537,8 +537,8 @@ export const CapsuleManifestSchema = z
     requires_files: stringList.optional(),
   })
   .superRefine((manifest, ctx) => {
-    if (manifest.name === '') refine(ctx, ['name'], `${MANIFEST_FILE}: missing required field 'name'`, { murmurCode: 'E-MAN-001', whole: true });
-    if (manifest.version === '') refine(ctx, ['version'], `${MANIFEST_FILE}: missing required field 'version'`, { murmurCode: 'E-MAN-001', whole: true });
+    if (manifest.name === '') refine(ctx, ['name'], "missing required field 'name'", { murmurCode: 'E-MAN-001', whole: true });
+    if (manifest.version === '') refine(ctx, ['version'], "missing required field 'version'", { murmurCode: 'E-MAN-001', whole: true });
     const seen = new Map<string, number>();
     manifest.artifacts.forEach((artifact, index) => {
       const earlier = seen.get(artifact.name);

@@ -11,7 +11,7 @@ import type { YamlSource } from './yaml-source.js';
  */
 export interface IssueParams {
   murmurCode?: ErrorCode;
-  /** The issue's message is already a whole sentence, to be used as is. */
+  /** The issue's message is already a whole sentence, used as is after the file's name. */
   whole?: boolean;
 }
 
@@ -80,7 +80,7 @@ export function issueToError(issue: z.core.$ZodIssue, context: IssueContext): Mu
   const at = line === undefined ? '' : ` (line ${line})`;
   const make = (code: ErrorCode, message: string): MurmurError => new MurmurError(code, `${message}${at}`, { path: dotted });
 
-  if (params.whole) return make(params.murmurCode ?? 'E-MAN-003', issue.message);
+  if (params.whole) return make(params.murmurCode ?? 'E-MAN-003', `${context.file}: ${issue.message}`);
 
   if (issue.code === 'invalid_type' && raw === undefined) {
     if (path.length === 1 && context.requiredTopLevel.has(String(path[0]))) {

@@ -29,7 +29,7 @@ export function parseYamlSource(text: string, file = 'murmur.yaml'): YamlSource 
     const detail = firstError.message.split('\n')[0]?.replace(/ at line \d+, column \d+:?$/, '') ?? firstError.message;
     throw new MurmurError('E-MAN-002', `${file}: YAML syntax error${where}: ${detail}`, {
       path: file,
-      hint: 'fix the YAML syntax; a YAML linter or `yq . murmur.yaml` shows where it breaks',
+      hint: `fix the YAML syntax; a YAML linter or \`yq . ${file}\` shows where it breaks`,
     });
   }
   visit(document, {
