@@ -112,6 +112,16 @@ describe('mur, given what a new user gets wrong', () => {
     );
   });
 
+  it('refuses an empty --context or --resume, naming the flag, before anything is staged', async () => {
+    const manifest = path.join(capsule, 'murmur.yaml');
+    misused(
+      await runMur(['run', '--manifest', manifest, '--context', ''], { env }),
+      '--context is empty',
+      'name the context, e.g. mur run --context support-42',
+    );
+    misused(await runMur(['run', '--manifest', manifest, '--resume', ''], { env }), '--resume is empty', 'name the context, e.g. mur run --resume support-42');
+  });
+
   it('gives every refusal of a mistyped path, reference or option a hint', async () => {
     const odd = path.join(scratch.dir, 'odd');
     await fs.mkdir(path.join(odd, 'murmur.yaml'), { recursive: true });

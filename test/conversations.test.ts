@@ -60,10 +60,12 @@ describe('conversations', () => {
     expect(inference.requests().length).toBe(before);
   });
 
-  it('keeps no file for a context id that is not a path segment, and the run goes on', async () => {
+  it('keeps no file for a context id that is not a path segment, says so, and the run goes on', async () => {
     const project = await agentProject(path.join(scratch.dir, 'odd-id'), threaded());
     const result = await runMur(['run', '--json', '--context', '../../escape', '--task', 'hello'], { cwd: project, env });
     expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain("warning: --context '../../escape' is not a plain name");
+    expect(result.stderr).toContain('so no conversation is kept for it');
     await expect(fs.stat(path.join(env.MURMUR_HOME as string, 'escape'))).rejects.toThrow();
     await expect(fs.stat(path.join(env.MURMUR_HOME as string, 'conversations', 'escape'))).rejects.toThrow();
   });

@@ -20,6 +20,7 @@ import {
   upsertLockEntry,
   numberSetting,
   isLoopbackName,
+  isSafeContextId,
   RUNTIME_VERSION,
   type StagedPlan,
 } from '@murmur/shared';
@@ -287,6 +288,19 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       path: '--resume',
       hint: '--resume <id> is --context <id> refused when no conversation is recorded for it',
     });
+  for (const [flag, id] of [
+    ['--context', options.context],
+    ['--resume', options.resume],
+  ] as const) {
+    // Empty, it names no context at all (and the launch's contract refuses it after staging).
+    if (id === '') throw new UsageError(`${flag} is empty`, { path: flag, hint: `name the context, e.g. mur run ${flag} support-42, or leave ${flag} out` });
+    // Any other id runs, as upstream's (a context id that is no plain name costs its conversation
+    // its file and nothing else), but not silently: the user meant it to be kept.
+    if (id !== undefined && !isSafeContextId(id))
+      output.err(
+        `warning: ${flag} '${id.slice(0, 64)}' is not a plain name (up to 128 letters, digits, '.', '_' or '-', from a letter or digit, no '..'), so no conversation is kept for it`,
+      );
+  }
   // Alone it would be ignored, and the manifest here run instead of the capsule meant.
   if (!fromRegistry && options.capsuleVersion)
     throw new UsageError('--capsule-version needs --capsule', {
