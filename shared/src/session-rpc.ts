@@ -206,3 +206,6 @@ export const RPC_ERRORS = {
 export function isSafeContextId(id: string): boolean {
   return /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(id) && !id.includes('..');
 }
+
+/** `isSafeContextId`'s rule in words, for whoever refuses or warns of an id that breaks it. */
+export const SAFE_CONTEXT_ID_RULE = "letters, digits, '.', '_', '-'; at most 128";

@@ -21,6 +21,7 @@ import {
   numberSetting,
   isLoopbackName,
   isSafeContextId,
+  SAFE_CONTEXT_ID_RULE,
   RUNTIME_VERSION,
   type StagedPlan,
 } from '@murmur/shared';
@@ -297,9 +298,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // Any other id runs, as upstream's (a context id that is no plain name costs its conversation
     // its file and nothing else), but not silently: the user meant it to be kept.
     if (id !== undefined && !isSafeContextId(id))
-      output.err(
-        `warning: ${flag} '${id.slice(0, 64)}' is not a plain name (up to 128 letters, digits, '.', '_' or '-', from a letter or digit, no '..'), so no conversation is kept for it`,
-      );
+      output.err(`warning: ${flag} '${id.slice(0, 64)}' is not a plain name (${SAFE_CONTEXT_ID_RULE}), so no conversation is kept for it`);
   }
   // Alone it would be ignored, and the manifest here run instead of the capsule meant.
   if (!fromRegistry && options.capsuleVersion)

@@ -69,7 +69,7 @@ const NetworkCapabilitySchema = z
         parseNetworkAllowRule(entry);
       } catch (error) {
         if (!(error instanceof MurmurError)) throw error;
-        refine(ctx, ['allow', index], `${error.message.replace('invalid network capability allow entry', 'invalid network allow entry')}`, {
+        refine(ctx, ['allow', index], error.message.replace('invalid network capability allow entry', 'invalid network allow entry'), {
           murmurCode: 'E-CAP-001',
           whole: true,
         });
@@ -88,7 +88,7 @@ const FilesystemCapabilitySchema = z
       validateFilesystemScope(filesystem.scope);
     } catch (error) {
       if (!(error instanceof MurmurError)) throw error;
-      refine(ctx, ['scope'], `${error.message.replace('invalid filesystem capability scope', 'invalid filesystem scope')}`, {
+      refine(ctx, ['scope'], error.message.replace('invalid filesystem capability scope', 'invalid filesystem scope'), {
         murmurCode: 'E-CAP-002',
         whole: true,
       });

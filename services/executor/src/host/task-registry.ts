@@ -4,6 +4,7 @@ import {
   RPC_ERRORS,
   isCompletionMessage,
   isSafeContextId,
+  SAFE_CONTEXT_ID_RULE,
   type RpcError,
   type SessionCall,
   type SessionReply,
@@ -134,7 +135,7 @@ export class TaskRegistry {
       return {
         error: {
           code: RPC_ERRORS.invalidParams,
-          message: `Invalid params: contextId '${call.context_id.slice(0, 64)}' is not a plain name (letters, digits, '.', '_', '-'; at most 128)`,
+          message: `Invalid params: contextId '${call.context_id.slice(0, 64)}' is not a plain name (${SAFE_CONTEXT_ID_RULE})`,
         },
       };
     }
