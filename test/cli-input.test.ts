@@ -215,6 +215,22 @@ describe('mur, given what a new user gets wrong', () => {
     }
   });
 
+  it('refuses an agent whose network.internal_port is one fetch clients will not connect to, with E-RUN-010 naming the port, and pins nothing', async () => {
+    const manifest = agentManifest(
+      { endpoint: 'http://127.0.0.1:9/v1', authority: '127.0.0.1:9' },
+      { name: 'blocked-port', extra: 'network:\n  internal_port: 6666' },
+    );
+    const project = await agentProject(path.join(scratch.dir, 'blocked-port'), manifest);
+    const result = await runMur(['run', '--json'], { cwd: project, env });
+    refused(
+      result,
+      'E-RUN-010',
+      "network.internal_port 6666 is a port fetch clients will not connect to (the Fetch standard's blocked ports)",
+      'set network.internal_port to another port (0 or unset picks a free one)',
+    );
+    expect(existsSync(path.join(project, 'murmur.lock'))).toBe(false);
+  });
+
   it('warns of a mur_version it is not and of a workdir that holds the project, and explains the scope before it looks at --system-prompt', async () => {
     const project = await capsuleProject(
       path.join(scratch.dir, 'versioned'),

@@ -1,5 +1,6 @@
 import { MurmurError } from './errors.js';
 import type { ServiceName } from './events.js';
+import { FETCH_BLOCKED_PORTS } from './fetch-failure.js';
 
 /** The port each service listens on unless `MURMUR_<SERVICE>_PORT` says otherwise (0: any free port). */
 export const SERVICE_DEFAULT_PORTS: Readonly<Record<ServiceName, number>> = { roost: 7700, stager: 7710, executor: 7720, door: 7730, watcher: 7740 };
@@ -24,7 +25,11 @@ export function servicePort(env: NodeJS.ProcessEnv, service: ServiceName): numbe
   return portFromEnv(env[setting], SERVICE_DEFAULT_PORTS[service], setting);
 }
 
-/** A port from the environment or a flag (`source` names which): a whole number 0–65535, or the fallback. */
+/**
+ * A port from the environment or a flag (`source` names which): a whole number 0–65535, or the
+ * fallback. A service listens on it for HTTP clients, so none that fetch clients refuse
+ * (`FETCH_BLOCKED_PORTS`).
+ */
 export function portFromEnv(value: string | undefined, fallback: number, source = 'the port'): number {
   const trimmed = value?.trim();
   if (!trimmed) return fallback;
@@ -33,6 +38,12 @@ export function portFromEnv(value: string | undefined, fallback: number, source 
     throw new MurmurError('E-IO-003', `invalid ${source}: '${trimmed}' is not a port number (0-65535)`, {
       path: source,
       hint: 'give a whole number from 0 to 65535 (0 picks a free port)',
+    });
+  }
+  if (FETCH_BLOCKED_PORTS.has(port)) {
+    throw new MurmurError('E-IO-003', `invalid ${source}: ${port} is a port fetch clients will not connect to (the Fetch standard's blocked ports)`, {
+      path: source,
+      hint: `choose another port (0 picks a free one): browsers, JavaScript clients and mur itself could not reach a service on ${port}`,
     });
   }
   return port;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { SERVICE_DEFAULT_PORTS, portFromEnv, servicePort, servicePortIn } from '@murmur/shared';
+import { FETCH_BLOCKED_PORTS, SERVICE_DEFAULT_PORTS, fetchFailureReason, portFromEnv, servicePort, servicePortIn } from '@murmur/shared';
 import { refusalOf } from '../../test/support/refusals.js';
 
 describe("the services' ports", () => {
@@ -18,6 +18,25 @@ describe("the services' ports", () => {
     }
     // A service's own port is refused by the same words, naming its setting.
     expect(refusalOf(() => servicePort({ MURMUR_WATCHER_PORT: 'http' }, 'watcher')).message).toContain("invalid MURMUR_WATCHER_PORT: 'http'");
+  });
+
+  it('refuses a port fetch clients will not connect to, naming the setting, since no browser or mur could reach the service', () => {
+    const refusal = refusalOf(() => servicePort({ MURMUR_DOOR_PORT: '6000' }, 'door'));
+    expect(refusal.code).toBe('E-IO-003');
+    expect(refusal.message).toBe("invalid MURMUR_DOOR_PORT: 6000 is a port fetch clients will not connect to (the Fetch standard's blocked ports)");
+    expect(refusalOf(() => portFromEnv('10080', 7700, '--port')).message).toContain('invalid --port: 10080 is a port fetch clients will not connect to');
+    expect(portFromEnv('6001', 7700)).toBe(6001);
+  });
+
+  it("holds only ports this node's fetch refuses to connect to, and says so in an operator's words", async () => {
+    // Refused before any connection is tried: nothing on this machine is reached.
+    for (const port of FETCH_BLOCKED_PORTS) {
+      const error = await fetch(`http://127.0.0.1:${port}/`).then(
+        () => undefined,
+        (failure: unknown) => failure,
+      );
+      expect(fetchFailureReason(error), String(port)).toBe('the port is one fetch clients will not connect to (the Fetch standard’s blocked ports)');
+    }
   });
 
   it("tells another process a service's port by the same settings, and nothing when it picks a free one or cannot start", () => {
