@@ -1,5 +1,5 @@
 import { type Bus, connectBus } from '@murmur/shared/bus';
-import { FETCH_BLOCKED_PORTS, type Log, MurmurError, commands, silentLog } from '@murmur/shared';
+import { FETCH_BLOCKED_PORT, FETCH_BLOCKED_PORTS, type Log, MurmurError, commands, silentLog } from '@murmur/shared';
 import { LEFTOVER_SWEEP_EVERY_MS, cacheDir, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
 import type { HttpListener } from '@murmur/shared/service';
 
@@ -88,14 +88,10 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
         // Refused before the door is started: it would bind, and no browser, JavaScript A2A client
         // or child's completion (`mur`'s own fetch) could reach it.
         if (FETCH_BLOCKED_PORTS.has(port))
-          throw new MurmurError(
-            'E-RUN-010',
-            `network.internal_port ${port} is a port fetch clients will not connect to (the Fetch standard's blocked ports), so the session's door cannot use it`,
-            {
-              path: 'network.internal_port',
-              hint: 'set network.internal_port to another port (0 or unset picks a free one)',
-            },
-          );
+          throw new MurmurError('E-RUN-010', `network.internal_port ${port} is ${FETCH_BLOCKED_PORT}, so the session's door cannot use it`, {
+            path: 'network.internal_port',
+            hint: 'set network.internal_port to another port (0 or unset picks a free one)',
+          });
         const { startDoorService } = await import('@murmur/door');
         const { listenHttp } = await import('@murmur/shared/service');
         const service = startDoorService({ bus, log, env, ...(soleSession ? { soleSession } : {}) });

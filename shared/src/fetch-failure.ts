@@ -5,9 +5,12 @@
 export function fetchFailureReason(error: unknown): string {
   const cause = (error as { cause?: { code?: string; message?: string } } | undefined)?.cause;
   // undici's own word for a port it will not connect to says neither which nor why.
-  if (cause?.message === 'bad port') return 'the port is one fetch clients will not connect to (the Fetch standard’s blocked ports)';
+  if (cause?.message === 'bad port') return `it is ${FETCH_BLOCKED_PORT}`;
   return cause?.code ?? cause?.message ?? (error instanceof Error ? error.message : String(error));
 }
+
+/** What a port in `FETCH_BLOCKED_PORTS` is, in the words every refusal of one uses. */
+export const FETCH_BLOCKED_PORT = "a port fetch clients will not connect to (the Fetch standard's blocked ports)";
 
 /**
  * The ports the Fetch standard forbids a client to connect to (fetch.spec.whatwg.org, "port

@@ -1,6 +1,6 @@
 import { MurmurError } from './errors.js';
 import type { ServiceName } from './events.js';
-import { FETCH_BLOCKED_PORTS } from './fetch-failure.js';
+import { FETCH_BLOCKED_PORT, FETCH_BLOCKED_PORTS } from './fetch-failure.js';
 
 /** The port each service listens on unless `MURMUR_<SERVICE>_PORT` says otherwise (0: any free port). */
 export const SERVICE_DEFAULT_PORTS: Readonly<Record<ServiceName, number>> = { roost: 7700, stager: 7710, executor: 7720, door: 7730, watcher: 7740 };
@@ -41,7 +41,7 @@ export function portFromEnv(value: string | undefined, fallback: number, source 
     });
   }
   if (FETCH_BLOCKED_PORTS.has(port)) {
-    throw new MurmurError('E-IO-003', `invalid ${source}: ${port} is a port fetch clients will not connect to (the Fetch standard's blocked ports)`, {
+    throw new MurmurError('E-IO-003', `invalid ${source}: ${port} is ${FETCH_BLOCKED_PORT}`, {
       path: source,
       hint: `choose another port (0 picks a free one): browsers, JavaScript clients and mur itself could not reach a service on ${port}`,
     });

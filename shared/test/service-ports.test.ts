@@ -35,7 +35,7 @@ describe("the services' ports", () => {
         () => undefined,
         (failure: unknown) => failure,
       );
-      expect(fetchFailureReason(error), String(port)).toBe('the port is one fetch clients will not connect to (the Fetch standard’s blocked ports)');
+      expect(fetchFailureReason(error), String(port)).toBe("it is a port fetch clients will not connect to (the Fetch standard's blocked ports)");
     }
   });
 
