@@ -253,7 +253,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       // now, whether or not its end is ever announced (`delegation.completed` is published once).
       const parentId = request.child_of?.session_id;
       const delegationId = request.spawner?.delegation_id;
-      if (parentId !== undefined && delegationId !== undefined) sessions.get(parentId)?.childEnded(delegationId);
+      if (parentId !== undefined && delegationId !== undefined) sessions.get(parentId)?.delegations.childEnded(delegationId);
       if (startedAt) {
         ended.set(session.id, session.remains());
         if (ended.size > ENDED_SESSIONS_KEPT) ended.delete(ended.keys().next().value as string);
@@ -325,7 +325,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     bus.subscribe(topics.delegationCompleted, ({ parent_session_id, outcome }) => {
       sessions
         .get(parent_session_id)
-        ?.delegationEnded(outcome)
+        ?.delegations.completed(outcome)
         .catch((error: unknown) =>
           log.warn({ session_id: parent_session_id, delegation_id: outcome.delegation_id, err: error }, 'could not hand a delegation its end'),
         );

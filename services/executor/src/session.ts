@@ -17,15 +17,8 @@ import {
   type WireError,
   type DelegationOutcome,
   type SpawnerHandle,
-  type DelegationLineage,
-  newDelegationId,
   type LockedArtifact,
-  boundDetail,
-  completionMessageText,
-  newMessageId,
   SPAWNER_ENV,
-  SPAWN_APPROVAL_HEADER,
-  SPAWN_CREDENTIAL_HEADER,
   spawnerHandleToEnv,
   commands,
   guestEnvironment,
@@ -89,6 +82,7 @@ import { LogFile, type RecordsOutsideSandbox, TraceWriter } from './records.js';
 import { fitEventForBus } from './event-fit.js';
 import { RequestUploads } from './request-uploads.js';
 import { ResponseRelays } from './response-relay.js';
+import { SessionDelegations } from './session-delegations.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
 import { type SessionPaths, childrenDirIn, materialiseWorkdir, recordBinds } from './workdir.js';
@@ -335,16 +329,8 @@ export class Session {
   private readonly taskTurns = new Map<string, number>();
   /** The session's last stderr lines: the capsule's, the host's, and the runtime's about it. */
   private readonly stderrTail: string[] = [];
-  /** roost's credential for this session, never given to the guest. */
-  private roostCredential: string | undefined;
-  /**
-   * Every delegation this session launched (or is launching) that has not been heard to end: the
-   * conversation it was for, its place in the delegation tree, and when its launch was answered.
-   * Each is ended with the session, so no child outlives its parent.
-   */
-  private readonly delegations = new Map<string, { contextId: string; release: () => void; launched: Promise<unknown> }>();
-  /** The session's delegations have been ended (it is ending): none is launched any more. */
-  private delegationsEnded = false;
+  /** The session's roost registration and the children it delegates to, ended with it. */
+  readonly delegations: SessionDelegations;
   /**
    * The session's own door token: given to the launcher alone, in the launch reply, and checked
    * here when a door asks (`authorize`). The host and the records never see it.
@@ -360,6 +346,16 @@ export class Session {
   ) {
     this.id = request.session_id;
     this.ended = new Promise((resolve) => (this.resolveEnded = resolve));
+    this.delegations = new SessionDelegations({
+      id: this.id,
+      request,
+      environment,
+      floor: () => this.floor,
+      traceparent: () => this.telemetry?.traceparent,
+      warn: (line) => this.stderrLine(line),
+      note: (line) => this.bootstrap.line(line),
+      callHost: (call) => this.callHost(call),
+    });
     // One transcript at a time: a session's harness runs one task after another.
     const transcriptMax = environment.settings.harnessTranscriptMaxBytes;
     this.transcriptUploads = new RequestUploads(transcriptMax, transcriptMax);
@@ -387,12 +383,6 @@ export class Session {
    */
   get floor(): Containment {
     return strongestFloor(this.plan.policy.containment, this.request.containment_floor);
-  }
-
-  /** Where a child this session delegates to sits: under this session's root, one delegation deeper. */
-  private childLineage(): DelegationLineage {
-    const own = this.request.delegation_lineage;
-    return own ? { root_session_id: own.root_session_id, depth: own.depth + 1 } : { root_session_id: this.id, depth: 1 };
   }
 
   /** Refusals decided before anything is written: what this host cannot do for this capsule. */
@@ -472,7 +462,7 @@ export class Session {
         { hint: '--context and --resume are for agent capsules (a manifest with an inference: block); run this one without them' },
       );
     for (const warning of plan.warnings) this.stderrLine(`warning[${warning.code}]: ${warning.message}`);
-    await this.registerWithRoost();
+    await this.delegations.register();
     const { blobs, bundles } = this.environment;
     const label = `${plan.capsule.name}@${plan.capsule.version}`;
     const capsuleComponent = plan.capsule.component ? await bundles.local(plan.capsule.component, label) : undefined;
@@ -548,7 +538,7 @@ export class Session {
       MURMUR_CAPSULE_VERSION: plan.capsule.version,
       MURMUR_SESSION_ID: this.id,
       MURMUR_CAPSULE_URL: url,
-      ...(this.roostUrl ? { MURMUR_ROOST_URL: this.roostUrl } : {}),
+      ...(this.delegations.roostUrl ? { MURMUR_ROOST_URL: this.delegations.roostUrl } : {}),
       ...(this.request.spawner ? { [SPAWNER_ENV]: spawnerHandleToEnv(this.request.spawner) } : {}),
     };
     const launcherEnv = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => name !== SPAWNER_ENV));
@@ -1402,7 +1392,7 @@ export class Session {
           startedAt,
         );
         value = result;
-      } else if (request.op === 'delegate') value = await this.delegate(request.request);
+      } else if (request.op === 'delegate') value = await this.delegations.delegate(request.request);
       else if (request.op === 'harness-session-get') value = (await this.harnessSessions?.get(this.contextKeyOf(request))) ?? null;
       else if (request.op === 'harness-session-put') {
         const key = this.claimContext(request);
@@ -1662,8 +1652,8 @@ export class Session {
     // A delegated child whose session ended on its own terms reports for itself, before the end is
     // announced: the watcher reads that announcement as "report for it, unless it reported".
     const completionReported = await this.reportOwnCompletion(end);
-    void this.deregisterFromRoost();
-    void this.endDelegations();
+    void this.delegations.deregister();
+    void this.delegations.endAll();
     const plan = this.plan;
     this.environment.bus.publish(topics.sessionEnded, {
       session_id: this.id,
@@ -1683,90 +1673,6 @@ export class Session {
       completion_reported: completionReported,
     });
     this.resolveEnded(end);
-  }
-
-  /**
-   * Asks the watcher of each delegation this session launched to end it (`shutdown`; one that has
-   * ended already is left as it is): a child runs on its parent's grants, for its parent's task,
-   * and neither is there any more. A watcher that does not answer is said in the executor's log.
-   */
-  private async endDelegations(): Promise<void> {
-    // From here no delegation is launched, and one whose launch is still being answered is ended
-    // as soon as it has been (`delegate`).
-    this.delegationsEnded = true;
-    const ids = [...this.delegations.keys()];
-    for (const delegation of this.delegations.values()) delegation.release();
-    this.delegations.clear();
-    await Promise.all(ids.map((id) => this.shutDownDelegation(id)));
-  }
-
-  private async shutDownDelegation(id: string): Promise<void> {
-    try {
-      await this.environment.bus.request(commands.controlDelegation.at(id), { action: 'shutdown' }, { timeoutMs: 10_000 });
-    } catch (error) {
-      this.environment.log.warn({ session_id: this.id, delegation_id: id, err: error }, 'could not end a delegation its parent left running');
-    }
-  }
-
-  /**
-   * A child of this session ended on this executor: its place in the delegation tree is given back.
-   * The delegation stays held until its outcome is heard (`delegationEnded`), which may yet need
-   * delivering to the task awaiting it.
-   */
-  childEnded(delegationId: string): void {
-    this.delegations.get(delegationId)?.release();
-  }
-
-  /**
-   * One of this session's delegations has ended (`delegation.completed`): it is no longer one to end
-   * with the session. A completion whose post failed (the bus timed out, the door was away) is
-   * delivered here by the parent's own runtime, to the task that awaits it — else that task waits
-   * until the session ends. One the task no longer awaits (it was delivered after all, or the task
-   * was canceled) is refused by the host as any late completion is, and only said in the records.
-   */
-  async delegationEnded(outcome: DelegationOutcome): Promise<void> {
-    const delegation = this.delegations.get(outcome.delegation_id);
-    if (!delegation) return;
-    this.delegations.delete(outcome.delegation_id);
-    delegation.release();
-    if (outcome.delivered || outcome.delivery_error === undefined) return;
-    // A child that ended at once may be heard of before its task awaits it: not before the launch is answered.
-    await delegation.launched;
-    const reply = await this.callHost({
-      method: 'send',
-      message_id: newMessageId(),
-      context_id: delegation.contextId,
-      text: completionMessageText(outcome),
-      delegation_id: outcome.delegation_id,
-      completion_session: this.id,
-    });
-    const refusal =
-      reply.error?.message ?? (reply.task?.state === 'rejected' ? 'the session rejected it: its queue is full or it has stopped taking work' : undefined);
-    this.bootstrap.line(
-      `[executor] delegation ${outcome.delegation_id}: its completion was not delivered (${boundDetail(outcome.delivery_error)}); ${
-        refusal !== undefined ? `delivering it from this executor was refused too: ${boundDetail(refusal)}` : 'delivered from this executor instead'
-      }`,
-    );
-  }
-
-  /**
-   * roost's token, as a bearer, only for the roost this executor was configured with: a launch may
-   * name another roost (`mur run` passes its own `MURMUR_ROOST_URL`), and a token sent wherever a
-   * launcher points would hand it to any bus client with a server of its own.
-   */
-  private roostTokenFor(url: string): Record<string, string> {
-    const token = this.environment.roostToken;
-    const own = this.environment.roostUrl;
-    if (token === undefined || own === undefined) return {};
-    try {
-      return new URL(url).origin === new URL(own).origin ? { authorization: `Bearer ${token}` } : {};
-    } catch {
-      return {};
-    }
-  }
-
-  private get roostUrl(): string | undefined {
-    return this.request.roost?.url ?? this.environment.roostUrl;
   }
 
   /** Where to read what a host said: its `host.log` when it wrote one (it is made at its first line), and the session's `bootstrap.log`. */
@@ -1795,158 +1701,6 @@ export class Session {
   private stderrLine(line: string): void {
     this.stderrTail.push(line.length > 2_000 ? `${line.slice(0, 2_000)} […]` : line);
     if (this.stderrTail.length > STDERR_TAIL_LINES) this.stderrTail.shift();
-  }
-
-  /**
-   * A session that may spawn, or was spawned, registers with roost and keeps the credential roost
-   * hands back (the guest never sees it). A child registers under its approval, and is not run
-   * when roost refuses it: a child roost did not referee does not run.
-   */
-  private async registerWithRoost(): Promise<void> {
-    const approval = this.request.roost?.approval;
-    const roostUrl = this.roostUrl;
-    if (!roostUrl || (approval === undefined && this.plan.policy.spawn_allow.length === 0)) return;
-    const refused = (reason: string): MurmurError =>
-      new MurmurError('E-DLG-002', `roost at ${roostUrl} refused to register ${this.plan.capsule.name}@${this.plan.capsule.version}: ${reason}`, {
-        hint: approval
-          ? 'the approval may have expired (60 s) or been used already: ask roost for a new one'
-          : 'check MURMUR_ROOST_URL and that roost is running',
-      });
-    let response: Response;
-    try {
-      response = await fetch(new URL('/v1/sessions', roostUrl), {
-        method: 'POST',
-        // Under an approval the approval is the credential; without one, roost's token when it has one.
-        headers: {
-          'content-type': 'application/json',
-          ...(approval ? { [SPAWN_APPROVAL_HEADER]: approval } : this.roostTokenFor(roostUrl)),
-        },
-        body: JSON.stringify({
-          session_id: this.id,
-          capsule_name: this.plan.capsule.name,
-          capsule_version: this.plan.capsule.version,
-          policy: this.plan.policy,
-        }),
-        signal: AbortSignal.timeout(10_000),
-      });
-    } catch (error) {
-      if (approval) throw refused(`roost did not answer (${(error as Error).message})`);
-      this.stderrLine(`warning: could not register with roost at ${roostUrl}; this session cannot delegate: ${(error as Error).message}`);
-      return;
-    }
-    const body = (await response.json().catch(() => ({}))) as { credential?: string; error?: string };
-    if (!response.ok || !body.credential) {
-      if (approval) throw refused(body.error ?? `HTTP ${response.status}`);
-      this.stderrLine(`warning: roost at ${roostUrl} refused to register this session (${body.error ?? `HTTP ${response.status}`}); it cannot delegate`);
-      return;
-    }
-    this.roostCredential = body.credential;
-  }
-
-  private async deregisterFromRoost(): Promise<void> {
-    const roostUrl = this.roostUrl;
-    if (!roostUrl || !this.roostCredential) return;
-    await fetch(new URL(`/v1/sessions/${this.id}`, roostUrl), {
-      method: 'DELETE',
-      headers: { [SPAWN_CREDENTIAL_HEADER]: this.roostCredential },
-      signal: AbortSignal.timeout(5_000),
-    }).catch(() => undefined);
-  }
-
-  /**
-   * The model's `delegate-task`: roost approves the child against this session's envelope, a
-   * watcher launches it with the task, and the host awaits the completion the child will post to
-   * this session's door. Every refusal is the tool's error text, which the model reads.
-   */
-  private async delegate(request: {
-    capsule: string;
-    version: string;
-    task: string;
-    context_id: string;
-  }): Promise<{ ok: true; value: { delegation_id: string; session_id: string; workdir: string } } | { ok: false; error: string }> {
-    const roostUrl = this.roostUrl;
-    if (!roostUrl) return { ok: false, error: 'delegation needs roost: MURMUR_ROOST_URL is not set for this session' };
-    if (!this.roostCredential) return { ok: false, error: `this session is not registered with roost at ${roostUrl}, so it cannot delegate` };
-    // Bounds roost cannot see (a capsule allowed to spawn itself fits its own ceiling), checked
-    // before an approval is asked for, so a refused child costs roost nothing.
-    const { delegationMaxDepth, delegationMaxTree } = this.environment.settings;
-    const lineage = this.childLineage();
-    if (lineage.depth > delegationMaxDepth)
-      return {
-        ok: false,
-        error: `the delegation of ${request.capsule}@${request.version} is refused: it would run ${lineage.depth} delegation${lineage.depth === 1 ? '' : 's'} deep, and this executor allows ${delegationMaxDepth} (MURMUR_DELEGATION_MAX_DEPTH); do the work in this session instead`,
-      };
-    const release = this.environment.delegationTrees.take(lineage.root_session_id, delegationMaxTree);
-    if (!release)
-      return {
-        ok: false,
-        error: `the delegation of ${request.capsule}@${request.version} is refused: the delegation tree this session belongs to already has ${delegationMaxTree} delegated session${delegationMaxTree === 1 ? '' : 's'} running, the most this executor allows (MURMUR_DELEGATION_MAX_TREE); wait for a delegation to complete, or do the work in this session`,
-      };
-    const refused = (error: string) => {
-      release();
-      return { ok: false as const, error };
-    };
-    let approval: string;
-    try {
-      const response = await fetch(new URL('/spawn', roostUrl), {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: this.roostCredential },
-        body: JSON.stringify({ name: request.capsule, version: request.version }),
-        signal: AbortSignal.timeout(10_000),
-      });
-      const body = (await response.json().catch(() => ({}))) as { approval?: string; error?: string };
-      if (!response.ok || !body.approval)
-        return refused(`roost refused the delegation of ${request.capsule}@${request.version}: ${body.error ?? `HTTP ${response.status}`}`);
-      approval = body.approval;
-    } catch (error) {
-      return refused(`roost at ${roostUrl} did not answer: ${(error as Error).message}`);
-    }
-    if (this.delegationsEnded) return refused(`the delegation of ${request.capsule}@${request.version} is refused: this session is ending`);
-    const values = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => this.plan.policy.env_allow.includes(name)));
-    // The id is minted here, and the delegation held, before the child exists: a child that ends
-    // at once is heard of (`delegationEnded`) while its launch is still being answered.
-    const delegationId = newDelegationId();
-    const launching = this.environment.bus.request(
-      commands.launchDelegation,
-      {
-        approval,
-        delegation_id: delegationId,
-        roost_url: roostUrl,
-        capsule_name: request.capsule,
-        capsule_version: request.version,
-        parent: {
-          session_id: this.id,
-          context_id: request.context_id,
-          ...(this.request.url ? { url: this.request.url } : {}),
-          executor_id: this.environment.executorId,
-        },
-        env: values,
-        task: request.task,
-        completion_deadline_secs: this.environment.settings.delegationDeadlineSecs,
-        ...(this.telemetry?.traceparent ? { traceparent: this.telemetry.traceparent } : {}),
-        containment_floor: this.floor,
-        lineage,
-      },
-      { timeoutMs: 120_000 },
-    );
-    this.delegations.set(delegationId, { contextId: request.context_id, release, launched: launching.catch(() => undefined) });
-    try {
-      const launched = await launching;
-      // The session began to end while the launch was answered: the child does not outlive it.
-      if (this.delegationsEnded) {
-        release();
-        await this.shutDownDelegation(delegationId);
-        return { ok: false, error: `the delegation of ${request.capsule}@${request.version} was ended as it launched: this session is ending` };
-      }
-      return { ok: true, value: { delegation_id: delegationId, session_id: launched.session_id, workdir: launched.workdir } };
-    } catch (error) {
-      this.delegations.delete(delegationId);
-      release();
-      return {
-        ok: false,
-        error: `the delegation of ${request.capsule}@${request.version} could not be launched: ${error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error)}`,
-      };
-    }
   }
 
   /** A delegated child that ended on its own terms (the host gave a result) records and posts its completion. */
