@@ -24,7 +24,6 @@ import {
   guestEnvironment,
   isCredentialShaped,
   SUBPROCESS_BASELINE,
-  isSafeContextId,
   RPC_ERRORS,
   RUNTIME_VERSION,
   runtimeMetrics,
@@ -75,13 +74,14 @@ import {
   type HostTool,
   type StartMessage,
 } from './host/protocol.js';
-import { ConversationRecords, contextKey } from './conversations.js';
+import { ConversationRecords } from './conversations.js';
 import { HarnessSessions } from './harness-sessions.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, type RecordsOutsideSandbox, TraceWriter } from './records.js';
 import { fitEventForBus } from './event-fit.js';
 import { RequestUploads } from './request-uploads.js';
 import { ResponseRelays } from './response-relay.js';
+import { SessionContexts, isContextRequest } from './session-contexts.js';
 import { SessionDelegations } from './session-delegations.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
@@ -281,8 +281,6 @@ export class Session {
   private awaitedResponses = 0;
   /** Request bodies sent ahead of their requests, in pieces (`http-upload`). */
   private readonly requestUploads = new RequestUploads();
-  /** The pieces of a harness transcript the host sends ahead of its `harness-transcript-save`. */
-  private readonly transcriptUploads: RequestUploads;
   private trace!: TraceWriter;
   private telemetry: SessionTelemetry | undefined;
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
@@ -292,8 +290,8 @@ export class Session {
   private hostLog: LogFile | undefined;
   /** Where the executor's own records go: beneath the workdir's root, never through a link the guest made. */
   private recordsOutside!: RecordsOutsideSandbox;
-  private conversations: ConversationRecords | undefined;
-  private harnessSessions: HarnessSessions | undefined;
+  /** What the host keeps of its contexts beyond the session: conversations, harness sessions. */
+  private readonly contexts: SessionContexts;
   private result: (HostToExecutor & { type: 'result' }) | undefined;
   private hardLimit: NodeJS.Timeout | undefined;
   private killedFor: WireError | undefined;
@@ -356,9 +354,7 @@ export class Session {
       note: (line) => this.bootstrap.line(line),
       callHost: (call) => this.callHost(call),
     });
-    // One transcript at a time: a session's harness runs one task after another.
-    const transcriptMax = environment.settings.harnessTranscriptMaxBytes;
-    this.transcriptUploads = new RequestUploads(transcriptMax, transcriptMax);
+    this.contexts = new SessionContexts(this.id, environment.settings.harnessTranscriptMaxBytes);
   }
 
   get plan() {
@@ -551,15 +547,16 @@ export class Session {
         this.bootstrap.line(line);
       });
       // On transport: process the harness holds the conversation; the runtime keeps only its session id.
-      this.conversations = plan.lifecycle.conversation === 'threaded' && !process ? records : undefined;
       const command = plan.capsule.manifest.inference?.command ?? '';
-      this.harnessSessions = process
-        ? new HarnessSessions(records, { harness: 'claude-code', driver: command }, this.environment.settings.harnessTranscriptMaxBytes)
-        : undefined;
+      this.contexts.open({
+        conversations: plan.lifecycle.conversation === 'threaded' && !process ? records : undefined,
+        harnessSessions: process
+          ? new HarnessSessions(records, { harness: 'claude-code', driver: command }, this.environment.settings.harnessTranscriptMaxBytes)
+          : undefined,
+      });
       const contextId = this.request.context_id;
       if (contextId !== undefined && this.request.resume) {
-        const recorded = this.harnessSessions ? await this.harnessSessions.recorded(contextId) : await this.conversations?.exists(contextId);
-        if (!recorded)
+        if (!(await this.contexts.recorded(contextId)))
           throw new MurmurError('E-CTX-001', `no conversation is recorded for context '${contextId}' of ${plan.capsule.name}, so there is nothing to resume`, {
             hint: process
               ? `start it with 'mur run --context ${contextId}' (the harness session of each answered task is recorded)`
@@ -774,7 +771,7 @@ export class Session {
   private callHost(call: SessionCall): Promise<SessionReply> {
     if (call.method === 'authorize') return Promise.resolve(this.authorize(call.session_token_sha256));
     if (!this.link?.open) return Promise.resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
-    if (call.method === 'send') this.messagesRelayed += 1;
+    if (call.method === 'send') this.contexts.messageRelayed();
     const id = this.nextRpcId++;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
@@ -1270,9 +1267,6 @@ export class Session {
   private egressRecords = 0;
   /** The host's requests of `SLOW_HOST_OPS` being answered now. */
   private slowRequests = 0;
-  /** The contexts the host has written records for (`claimContext`), and the client messages relayed to it. */
-  private readonly contextsWritten = new Set<string>();
-  private messagesRelayed = 0;
 
   /** The host's record requests waiting for, or taking, their turn; and the turn they take. */
   private recordRequests = 0;
@@ -1393,24 +1387,8 @@ export class Session {
         );
         value = result;
       } else if (request.op === 'delegate') value = await this.delegations.delegate(request.request);
-      else if (request.op === 'harness-session-get') value = (await this.harnessSessions?.get(this.contextKeyOf(request))) ?? null;
-      else if (request.op === 'harness-session-put') {
-        const key = this.claimContext(request);
-        await this.harnessSessions?.put(key, request.session_id);
-        value = null;
-      } else if (request.op === 'harness-session-forget') value = (await this.harnessSessions?.forget(this.contextKeyOf(request))) ?? null;
-      else if (request.op === 'harness-transcript-load')
-        value = (await this.harnessSessions?.transcript(this.contextKeyOf(request), request.session_id))?.toString('base64') ?? null;
-      else if (request.op === 'harness-transcript-upload') {
-        this.transcriptUploads.add(request.upload, request.chunk_base64);
-        value = null;
-      } else if (request.op === 'harness-transcript-save') value = { kept: await this.keepTranscript(request) };
-      else if (request.op === 'conversation-load') value = (await this.conversations?.load(this.contextKeyOf(request))) ?? [];
-      else if (request.op === 'conversation-save') {
-        const key = this.claimContext(request);
-        await this.conversations?.save(key, request.messages);
-        value = null;
-      } else
+      else if (isContextRequest(request)) value = await this.contexts.answer(request);
+      else
         value = this.environment.pull
           ? await this.environment.pull(this, request.request.name, request.request.version)
           : { ok: false, error: 'this executor cannot pull artifacts' };
@@ -1430,58 +1408,6 @@ export class Session {
         error: `the executor could not send its answer to this ${request.op}: ${error instanceof Error ? error.message : String(error)}`.slice(0, 400),
       });
     }
-  }
-
-  /**
-   * The key of a context the host writes a record for (its conversation, its harness session). What it writes
-   * lands in the executor's home, beyond the session, so a host may start as many contexts as it
-   * was given tasks — one per client message, and the launch's own — and no more: a host that
-   * broke out of its capsule could otherwise write 24 MiB records under as many made-up contexts as
-   * it liked, until the disk every session shares is full.
-   */
-  private claimContext(request: { context_id: string; session_scoped?: true | undefined }): string {
-    const key = this.contextKeyOf(request);
-    if (key === '' || this.contextsWritten.has(key)) return key;
-    const allowed = this.messagesRelayed + 1;
-    if (this.contextsWritten.size >= allowed)
-      throw new Error(
-        `refused to keep a record of context '${key.slice(0, 80)}': this session has written records for ${this.contextsWritten.size} contexts and been sent ${this.messagesRelayed} messages; a session keeps records for at most one context per message it was sent, and its launch's`,
-      );
-    this.contextsWritten.add(key);
-    return key;
-  }
-
-  /**
-   * A host's `harness-transcript-save`: what a run left of a context's harness session, kept in
-   * the context's record (`HarnessSessions.keepTranscript`), or, larger than the executor keeps,
-   * dropped with what the record held. Whether it was kept: when not, the host keeps it in the
-   * session's home, where it lasts as long as the session.
-   */
-  private async keepTranscript(request: {
-    context_id: string;
-    session_id: string;
-    upload?: number | undefined;
-    oversized_bytes?: number | undefined;
-  }): Promise<boolean> {
-    // Taken first, whatever follows: a refused save must not leave its pieces held.
-    const taken = request.upload === undefined ? { body: Buffer.alloc(0) } : this.transcriptUploads.take(request.upload);
-    const sessions = this.harnessSessions;
-    if (!sessions) return false;
-    if ('refused' in taken) throw new Error(taken.refused);
-    const key = this.claimContext(request);
-    if (key === '') return false;
-    if (request.oversized_bytes !== undefined) {
-      await sessions.refuseTranscript(key, request.session_id, request.oversized_bytes);
-      return false;
-    }
-    return sessions.keepTranscript(key, request.session_id, taken.body);
-  }
-
-  /** The name the host's context is kept under: apart, for this session alone, when its task came under the session's own token. */
-  private contextKeyOf(request: { context_id: string; session_scoped?: true | undefined }): string {
-    // A host is not trusted to send a client's plain id: one holding `@` would name another session's key. '' keeps nothing.
-    if (!isSafeContextId(request.context_id)) return '';
-    return contextKey(request.context_id, request.session_scoped ? this.id : undefined);
   }
 
   /**
@@ -1595,7 +1521,7 @@ export class Session {
     this.network?.close();
     this.responseBodies.releaseAll();
     this.requestUploads.clear();
-    this.transcriptUploads.clear();
+    this.contexts.clear();
     this.rpcSubscription?.unsubscribe();
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
     this.pendingRpc.clear();
