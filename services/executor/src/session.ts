@@ -3,7 +3,6 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import {
   type Containment,
-  type EgressDecision,
   type ExitStatus,
   type LaunchReply,
   type LaunchRequestSchema,
@@ -56,13 +55,15 @@ import type { ConfineProbe } from './confinement.js';
 import { rememberBounded } from './bounded-map.js';
 import type { DelegationTrees } from './delegation-trees.js';
 import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
-import { EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
+import { EgressPolicy } from './egress.js';
+import { EgressRecords } from './egress-records.js';
+import { HostEgress, isEgressRequest } from './host-egress.js';
 import type { OwnEndpoints } from './own-endpoints.js';
 import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
 import { HostLink, messageType } from './host-link.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExecutorSettings } from './settings.js';
-import { type EgressRecord, SandboxNetwork, closeHandle } from './sandbox-network.js';
+import { SandboxNetwork, closeHandle } from './sandbox-network.js';
 import { WorkdirGuard } from './workdir-guard.js';
 import { prepareAgentLaunch } from './agent-launch.js';
 import {
@@ -79,8 +80,6 @@ import { HarnessSessions } from './harness-sessions.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, type RecordsOutsideSandbox, TraceWriter } from './records.js';
 import { fitEventForBus } from './event-fit.js';
-import { RequestUploads } from './request-uploads.js';
-import { ResponseRelays } from './response-relay.js';
 import { SessionContexts, isContextRequest } from './session-contexts.js';
 import { SessionDelegations } from './session-delegations.js';
 import { SessionTelemetry } from './session-telemetry.js';
@@ -167,15 +166,6 @@ const HOST_MEMORY_BUDGET_BYTES = 1024 * 1024 * 1024;
 /** …and the host's own threads and workers beyond the tools' tasks. */
 const HOST_TASKS_BUDGET = 256;
 /**
- * Network decisions recorded in the trace, of a sealed sandbox and of the host's requests each;
- * past this, one line says more were not.
- */
-const NETWORK_RECORDS_KEPT = 1_000;
-/** How much of an egress target is recorded (a host name, or what the host sent that is not a URL). */
-const EGRESS_TARGET_KEPT = 512;
-/** A decision's reason names the target: cut so a long one cannot make a long line either. */
-const EGRESS_REASON_KEPT = 2_048;
-/**
  * The host's requests that may wait long on something outside the session — an A2A peer, roost
  * and a child's launch, a stager's download — and how many of one session's the executor works on
  * at once (`http` has its own bound, the response bodies it may hold). A host is a stranger: without
@@ -252,9 +242,6 @@ async function recordChildCompletion(place: CompletionPlace, outcome: Delegation
   return reportCompletion(spawner, located, paths.accessible, (line) => place.bootstrap?.line(line), { bus: place.bus });
 }
 
-/** Response bodies one session may hold open at once (each is a connection of the executor's). */
-const MAX_OPEN_RESPONSE_BODIES = 64;
-
 export class Session {
   readonly id: string;
   paths!: SessionPaths;
@@ -272,15 +259,12 @@ export class Session {
   private cgroup: SessionCgroup | undefined;
   /** A sealed sandbox's network, served here. */
   private network: SandboxNetwork | undefined;
-  private networkRecords = 0;
   private workdirGuard: WorkdirGuard | undefined;
   private egress!: EgressPolicy;
-  /** Allowed responses whose bodies the host is still reading. */
-  private readonly responseBodies = new ResponseRelays(RESPONSE_LIMIT_BYTES, transportError, MAX_OPEN_RESPONSE_BODIES);
-  /** Requests made and not yet answered with a head: they count against `MAX_OPEN_RESPONSE_BODIES` too. */
-  private awaitedResponses = 0;
-  /** Request bodies sent ahead of their requests, in pieces (`http-upload`). */
-  private readonly requestUploads = new RequestUploads();
+  /** Every decision about a way out of the sandbox: the trace, the metrics, the spans, the bus. */
+  private readonly egressRecords: EgressRecords;
+  /** The host's requests to leave, judged by `egress`, made here and recorded. */
+  private readonly hostEgress: HostEgress;
   private trace!: TraceWriter;
   private telemetry: SessionTelemetry | undefined;
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
@@ -354,6 +338,15 @@ export class Session {
       note: (line) => this.bootstrap.line(line),
       callHost: (call) => this.callHost(call),
     });
+    this.egressRecords = new EgressRecords({
+      sessionId: this.id,
+      executorId: environment.executorId,
+      bus: environment.bus,
+      log: environment.log,
+      trace: () => this.trace,
+      telemetry: () => this.telemetry,
+    });
+    this.hostEgress = new HostEgress({ policy: () => this.egress, records: this.egressRecords, traceparent: () => this.telemetry?.traceparent });
     this.contexts = new SessionContexts(this.id, environment.settings.harnessTranscriptMaxBytes);
   }
 
@@ -754,20 +747,6 @@ export class Session {
     if (event.final) this.taskTurns.delete(event.task_id);
   }
 
-  /** One egress decision on the bus (`egress.decision`): target as scheme and authority, never a path or query. */
-  private announceEgress(decision: Omit<EgressDecision, 'session_id' | 'executor_id' | 'at'>): void {
-    try {
-      this.environment.bus.publish(topics.egressDecision, {
-        session_id: this.id,
-        executor_id: this.environment.executorId,
-        ...decision,
-        at: new Date().toISOString(),
-      });
-    } catch (error) {
-      this.environment.log.warn({ session_id: this.id, err: error }, 'could not announce an egress decision');
-    }
-  }
-
   private callHost(call: SessionCall): Promise<SessionReply> {
     if (call.method === 'authorize') return Promise.resolve(this.authorize(call.session_token_sha256));
     if (!this.link?.open) return Promise.resolve({ error: { code: -32603, message: 'Internal error: the session is ending' } });
@@ -946,7 +925,7 @@ export class Session {
     this.network = new SandboxNetwork({
       plan,
       judge: (host, port) => this.egress.judgeTcp(host, port),
-      record: (record) => this.recordNetwork(record),
+      record: (record) => this.egressRecords.network(record),
       lookupTo: (port) => this.egress.lookupTo(port),
     });
     for (const skipped of plan.skipped) this.bootstrap.line(`[capability-policy] network allow entry gets no listener in the sealed sandbox: ${skipped}`);
@@ -1063,38 +1042,6 @@ export class Session {
       },
       this.environment.settings.workdirCheckMs,
     );
-  }
-
-  /** A sealed sandbox's connection or lookup, in the trace like every other egress decision (bounded). */
-  /**
-   * Whether the `count`th decision of its kind is past what a session's trace keeps
-   * (`NETWORK_RECORDS_KEPT`); the first one past it is recorded as the line that says so.
-   */
-  private pastRecordBound(count: number, kind: string, grant: string, decisions: string): boolean {
-    if (count <= NETWORK_RECORDS_KEPT) return false;
-    if (count === NETWORK_RECORDS_KEPT + 1)
-      this.trace.write('egress', {
-        kind,
-        grant,
-        decision: 'suppressed',
-        reason: `more than ${NETWORK_RECORDS_KEPT} ${decisions} in this session; later ones are not recorded`,
-      });
-    return true;
-  }
-
-  private recordNetwork(record: EgressRecord): void {
-    runtimeMetrics().egress(record.kind, record.decision, record.rule);
-    this.networkRecords += 1;
-    if (this.pastRecordBound(this.networkRecords, record.kind, 'sandbox', 'network decisions')) return;
-    this.trace.write('egress', {
-      kind: record.kind,
-      grant: 'sandbox',
-      target: record.target,
-      decision: record.decision,
-      ...(record.reason ? { reason: record.reason } : {}),
-    });
-    this.telemetry?.egress({ kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, rule: record.rule }, Date.now());
-    this.announceEgress({ kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, rule: record.rule ?? null });
   }
 
   private async handshake(start: StartMessage): Promise<void> {
@@ -1263,8 +1210,6 @@ export class Session {
     }
   }
 
-  /** The host's egress decisions recorded so far (`recordEgress`). */
-  private egressRecords = 0;
   /** The host's requests of `SLOW_HOST_OPS` being answered now. */
   private slowRequests = 0;
 
@@ -1322,71 +1267,9 @@ export class Session {
     let reply: { type: 'reply'; id: number; ok: boolean; value?: unknown; error?: string };
     try {
       let value: unknown;
-      const startedAt = Date.now();
-      const full = request.op === 'http' ? this.responseBodies.refusal(this.awaitedResponses) : undefined;
-      if (request.op === 'http' && full !== undefined) {
-        // Refused before it connects, not after it holds one more of the executor's sockets.
-        if (request.request.upload !== undefined) this.requestUploads.take(request.request.upload);
-        this.recordEgress('http', request.request.grant, request.request.url, { decision: 'denied', code: 'internal-error', reason: full });
-        value = { outcome: 'denied', code: 'internal-error', reason: full };
-      } else if (request.op === 'http-upload') {
-        this.requestUploads.add(request.upload, request.chunk_base64);
-        value = null;
-      } else if (request.op === 'http-upload-release') {
-        this.requestUploads.take(request.upload);
-        value = null;
-      } else if (request.op === 'http') {
-        this.awaitedResponses += 1;
-        let result: Awaited<ReturnType<EgressPolicy['http']>>;
-        try {
-          result = await this.egress.http(request.request, this.requestUploads);
-        } finally {
-          this.awaitedResponses -= 1;
-        }
-        this.recordEgress(
-          'http',
-          request.request.grant,
-          request.request.url,
-          result.outcome === 'response' ? { decision: 'allowed', status: result.status } : { decision: 'denied', code: result.code, reason: result.reason },
-          this.egress.ruleForHttp(request.request.url, request.request.grant),
-          startedAt,
-        );
-        // The head goes back now; the body follows as the host asks for it (`http-body`).
-        value =
-          result.outcome === 'response'
-            ? { outcome: 'response', response: { status: result.status, headers: result.headers, body: this.responseBodies.hold(result.body) } }
-            : result;
-      } else if (request.op === 'http-body') value = await this.responseBodies.next(request.body);
-      else if (request.op === 'http-body-release') {
-        this.responseBodies.release(request.body);
-        value = null;
-      } else if (request.op === 'http-check') {
-        const verdict = this.egress.judgeHttp(request.request.url, request.request.grant);
-        // A refusal at `handle` is the request's only decision: it is recorded now, and never relayed.
-        if (!verdict.allowed)
-          this.recordEgress('http', request.request.grant, request.request.url, {
-            decision: 'denied',
-            code: verdict.code,
-            reason: verdict.reason,
-            at: 'handle',
-          });
-        value = verdict;
-      } else if (request.op === 'tool-counters') {
-        value = this.cgroup?.toolCounters() ?? { oom_kills: 0, pids_refusals: 0 };
-      } else if (request.op === 'send') {
-        const result = await this.egress.send(request.request.peer_url, request.request, this.telemetry?.traceparent);
-        this.recordEgress(
-          'a2a',
-          'capsule',
-          request.request.peer_url,
-          result.ok
-            ? { decision: 'allowed', state: result.value.state }
-            : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error },
-          this.egress.ruleForHttp(request.request.peer_url, 'capsule'),
-          startedAt,
-        );
-        value = result;
-      } else if (request.op === 'delegate') value = await this.delegations.delegate(request.request);
+      if (isEgressRequest(request)) value = await this.hostEgress.answer(request);
+      else if (request.op === 'tool-counters') value = this.cgroup?.toolCounters() ?? { oom_kills: 0, pids_refusals: 0 };
+      else if (request.op === 'delegate') value = await this.delegations.delegate(request.request);
       else if (isContextRequest(request)) value = await this.contexts.answer(request);
       else
         value = this.environment.pull
@@ -1408,42 +1291,6 @@ export class Session {
         error: `the executor could not send its answer to this ${request.op}: ${error instanceof Error ? error.message : String(error)}`.slice(0, 400),
       });
     }
-  }
-
-  /**
-   * Every request that tried to leave, allowed or not, in the trace (`egress`): the guest only
-   * sees a WASI error code, so this is where an operator reads what was refused and why.
-   */
-  private recordEgress(kind: 'http' | 'a2a', grant: string, url: string, outcome: Record<string, unknown>, rule?: string, startedAt = Date.now()): void {
-    runtimeMetrics().egress(kind, String(outcome.decision), rule);
-    // As the sandbox's own decisions: the host decides how many of these there are (50 000 denied
-    // checks were as many trace lines and bus messages), so past the bound only the metric counts.
-    this.egressRecords += 1;
-    if (this.pastRecordBound(this.egressRecords, kind, grant, 'egress decisions of the capsule host')) return;
-    // Not a URL, it is recorded as given, up to a length: the host chose it.
-    let target = url.slice(0, EGRESS_TARGET_KEPT);
-    /** What the bus is told: never a path or a query, even of what is not a URL. */
-    let announced = (url.split(/[/?#]/, 1)[0] ?? '').slice(0, EGRESS_TARGET_KEPT);
-    try {
-      const parsed = new URL(url.includes('://') ? url : `http://${url}`);
-      // A host name may be as long as the guest likes (a denied check needs no rule): cut as well.
-      target = `${parsed.protocol}//${parsed.host}`.slice(0, EGRESS_TARGET_KEPT);
-      announced = target;
-    } catch {
-      // not a URL: recorded as given
-    }
-    const reason = typeof outcome.reason === 'string' ? { reason: outcome.reason.slice(0, EGRESS_REASON_KEPT) } : {};
-    this.trace.write('egress', { kind, grant, target, ...outcome, ...reason });
-    this.telemetry?.egress({ kind, grant, target: announced, decision: String(outcome.decision), rule }, startedAt);
-    const decision = outcome.decision === 'allowed' || outcome.decision === 'denied' ? outcome.decision : 'failed';
-    this.announceEgress({
-      kind,
-      grant,
-      target: announced,
-      decision,
-      rule: rule ?? null,
-      ...(typeof outcome.code === 'string' ? { code: outcome.code } : {}),
-    });
   }
 
   /**
@@ -1519,8 +1366,7 @@ export class Session {
     if (this.ceilingKill) clearTimeout(this.ceilingKill);
     this.workdirGuard?.stop();
     this.network?.close();
-    this.responseBodies.releaseAll();
-    this.requestUploads.clear();
+    this.hostEgress.releaseAll();
     this.contexts.clear();
     this.rpcSubscription?.unsubscribe();
     for (const waiting of this.pendingRpc.values()) waiting({ error: { code: -32603, message: 'Internal error: the session ended' } });
