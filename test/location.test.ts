@@ -422,12 +422,17 @@ describe('the stack with nothing shared but the bus', () => {
       await fs.rm(path.join(workdir, 'out', 'big'), { recursive: true });
     });
 
-    it('refuses an unknown session with E-SES-001, and mur files without a stack with E-BUS-005', async () => {
+    it('refuses an unknown session and what is no session id with E-SES-001, saying where ids are found, and mur files without a stack with E-BUS-005', async () => {
       const unknown = await runMur(['files', newSessionId()], { env: client });
       expect(unknown.code).toBe(1);
       expect(unknown.stderr).toMatch(/error\[E-SES-001\]: no session 'ses_[0-9a-f]{32}' is known on nats:\/\//);
+      // `mur ps` lists only the running sessions; an ended one is read by the id its launch printed.
+      expect(unknown.stderr).toContain(
+        "hint: 'mur ps' lists the stack's running sessions; a session that has ended is still read by the id its launch printed",
+      );
       const malformed = await runMur(['files', '../../etc'], { env: client });
-      expect(malformed.stderr).toContain("error[E-SES-001]: no session '../../etc' is known");
+      expect(malformed.code).toBe(1);
+      expect(malformed.stderr).toContain("error[E-SES-001]: '../../etc' is not a session id (ses_ followed by 32 hex digits)");
       const local = await runMur(['files', sessionId], { env: { MURMUR_HOME: home('client') } });
       expect(local.code).toBe(1);
       expect(local.stderr).toContain('error[E-BUS-005]');

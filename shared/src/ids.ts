@@ -35,6 +35,8 @@ function idSchema(kind: IdKind) {
 }
 
 export const SessionIdSchema = idSchema('session');
+/** What a session id looks like, in a refusal of something that is not one. */
+export const SESSION_ID_FORM = `${ID_PREFIXES.session} followed by 32 hex digits`;
 export const ContextIdSchema = idSchema('context');
 export const TaskIdSchema = idSchema('task');
 export const DelegationIdSchema = idSchema('delegation');

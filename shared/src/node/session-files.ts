@@ -1,5 +1,6 @@
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import { MurmurError } from '../errors.js';
+import { SESSION_ID_FORM, SessionIdSchema } from '../ids.js';
 import { SESSION_LOCATIONS_BUCKET, type SessionFileEntry, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
 import { commands } from '../topics.js';
 import type { Bus } from '../bus/bus.js';
@@ -16,10 +17,20 @@ import { removedIfInterrupted, temporarySibling } from './atomic.js';
 /** Which executor holds a session, and the session: all a read needs. */
 export type SessionHolder = Pick<SessionLocation, 'executor_id' | 'session_id'>;
 
+/** Where a user finds a session's id: `mur ps` shows only the running ones, and an ended session's files are still read. */
+const FINDING_A_SESSION =
+  "'mur ps' lists the stack's running sessions; a session that has ended is still read by the id its launch printed ('session:' from mur run, 'session_id' with --json)";
+
 export async function locateSession(bus: Bus, sessionId: string): Promise<SessionLocation> {
-  const raw = /^ses_[0-9a-f]{32}$/.test(sessionId) ? await (await bus.keyValue(SESSION_LOCATIONS_BUCKET)).get(`session.${sessionId}`) : undefined;
+  if (!SessionIdSchema.safeParse(sessionId).success)
+    throw new MurmurError('E-SES-001', `'${sessionId.slice(0, 80)}' is not a session id (${SESSION_ID_FORM})`, {
+      path: sessionId.slice(0, 80),
+      hint: FINDING_A_SESSION,
+    });
+  const raw = await (await bus.keyValue(SESSION_LOCATIONS_BUCKET)).get(`session.${sessionId}`);
   const parsed = raw === undefined ? undefined : SessionLocationSchema.safeParse(JSON.parse(raw));
-  if (!parsed?.success) throw new MurmurError('E-SES-001', `no session '${sessionId}' is known on ${bus.description}`, { path: sessionId });
+  if (!parsed?.success)
+    throw new MurmurError('E-SES-001', `no session '${sessionId}' is known on ${bus.description}`, { path: sessionId, hint: FINDING_A_SESSION });
   return parsed.data;
 }
 
