@@ -1,37 +1,21 @@
 import {
   type A2aVersion,
-  type A2aMessage,
   COMPLETION_SESSION_HEADER,
   DELEGATION_ID_HEADER,
   FORGET_SESSION_HEADER,
   asksToForget,
   type Log,
   MurmurError,
-  ListTasksParamsSchema,
-  OptionalTaskIdParamsSchema,
   QUEUE_GROUPS,
   RPC_ERRORS,
   type RpcError,
-  SendParamsV03Schema,
-  SETTLE_WITHIN_MAX_MS,
-  SendParamsV10Schema,
+  SESSION_ID_FORM,
   SessionIdSchema,
-  type SessionCall,
-  type SessionEvent,
-  type SessionReply,
-  TERMINAL_TASK_STATES,
-  TaskIdParamsSchema,
   type HostGuard,
   loopbackHostGuard,
-  type TaskView,
   a2aVersionOf,
   commands,
   doorPublicUrl,
-  fromProtoJson,
-  hasSettled,
-  settlesItsTask,
-  messageText,
-  unreadablePart,
   newId,
   runtimeTracing,
   sessionUrl,
@@ -42,17 +26,16 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { networkInterfaces } from 'node:os';
 import { type Bus, PayloadTooLarge } from '@murmur/shared/bus';
 import { type Context, Hono } from 'hono';
-import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
-import type * as z from 'zod';
 import type { HttpAhead } from '@murmur/shared/service';
 import { BodyCutShort, keptBody, limitBody } from './body-limit.js';
 import { CARD_CACHE_CONTROL, CardShelf, type RenderedCard, holdsCard } from './card-shelf.js';
 import { refuseForeignHost } from './host-guard.js';
-import { type JsonRpcCall, describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from './json-rpc.js';
+import { isJsonMediaType, readJsonRpc, rpcError } from './json-rpc.js';
 import { COMPLETION_METHODS, WWW_AUTHENTICATE, doorAuth } from './door-auth.js';
-import { renderAgentCard, renderSendResult, renderStreamEvent, renderTask, taskStateFilter } from './rendering.js';
-import { FeedHub, type FeedWatch, SessionLink, SessionUnreachable, TooManyStreams, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from './session-link.js';
+import { renderAgentCard } from './rendering.js';
+import { FeedHub, SessionLink, SessionUnreachable, TooManyStreams } from './session-link.js';
 import { SessionTokens } from './session-tokens.js';
+import { a2aMethods } from './methods.js';
 
 /**
  * The door: the A2A edge of every session. It holds no task state: each request is translated
@@ -62,6 +45,10 @@ import { SessionTokens } from './session-tokens.js';
  *
  * Under a door's base URL a session lives at `/sessions/<id>/`: its agent card at
  * `.well-known/agent-card.json` below that, its JSON-RPC endpoint at that URL itself.
+ *
+ * This module is the door's HTTP side: who may ask (credentials, before a byte of the body is
+ * read), the body's bounds, the JSON-RPC envelope and its version, the cards. What each A2A method
+ * does is in `methods.ts` and `task-streams.ts`.
  */
 
 export interface DoorOptions {
@@ -107,22 +94,6 @@ const DEFAULT_BLOCKING_WAIT_MS = 10 * 60_000;
 /** How many rendered cards a door keeps (one per live session and URL it was asked at); the oldest go first. */
 const CARDS_KEPT = 10_000;
 
-type Handler = (context: Context, request: RpcRequest) => Promise<Response>;
-
-interface RpcRequest {
-  link: SessionLink;
-  version: A2aVersion;
-  call: JsonRpcCall;
-  lastEventId: number | undefined;
-  traceparent: string | undefined;
-  /** A completion's headers: which delegation it reports, and the session it is addressed to. */
-  completion: { delegation_id: string; completion_session: string } | undefined;
-  /** `x-murmur-forget-session`: the task's context starts its harness conversation anew. */
-  forgetSession: boolean;
-  /** Admitted by the session's own token: the contexts it names are the session's alone (`context_scope`). */
-  sessionToken: boolean;
-}
-
 export function startDoorService(options: DoorOptions): DoorService {
   const { bus, log } = options;
   const env = options.env ?? process.env;
@@ -157,6 +128,8 @@ export function startDoorService(options: DoorOptions): DoorService {
 
   const auth = doorAuth(env);
   const feeds = new FeedHub(bus, maxStreams, maxStreamsPerSession);
+  /** The A2A methods of both generations (`methods.ts`, the streaming ones in `task-streams.ts`): what `serveRpc` dispatches to. */
+  const methods = a2aMethods({ blockingWaitMs, heartbeatMs, stalledAfterMs });
   const urlOf = (context: Context, sessionId: string): string => `${sessionUrl(baseUrl ?? new URL(context.req.url).origin, sessionId)}/`;
 
   const app = new Hono();
@@ -187,7 +160,7 @@ export function startDoorService(options: DoorOptions): DoorService {
   const sessionOf = (context: Context): SessionLink | Response => {
     const id = context.req.param('session') ?? '';
     if (!SessionIdSchema.safeParse(id).success) {
-      return context.json({ error: { code: 'E-DOOR-001', message: `'${id.slice(0, 80)}' is not a session id (ses_ followed by 32 hex digits)` } }, 404);
+      return context.json({ error: { code: 'E-DOOR-001', message: `'${id.slice(0, 80)}' is not a session id (${SESSION_ID_FORM})` } }, 404);
     }
     return new SessionLink(bus, feeds, id);
   };
@@ -296,7 +269,7 @@ export function startDoorService(options: DoorOptions): DoorService {
       return context.json(
         rpcError(null, {
           code: RPC_ERRORS.invalidRequest,
-          message: `Invalid Request: '${(context.req.param('session') ?? '').slice(0, 80)}' is not a session id (ses_ followed by 32 hex digits)`,
+          message: `Invalid Request: '${(context.req.param('session') ?? '').slice(0, 80)}' is not a session id (${SESSION_ID_FORM})`,
           data: { murmur_code: 'E-DOOR-001' },
         }),
         404,
@@ -344,9 +317,9 @@ export function startDoorService(options: DoorOptions): DoorService {
       );
     }
     // Own names only: `constructor` or `toString` is no method of either generation.
-    const table = version === '0.3' ? METHODS_V03 : METHODS_V10;
+    const table = version === '0.3' ? methods.v03 : methods.v10;
     const handler = Object.hasOwn(table, call.method) ? table[call.method] : undefined;
-    if (!handler) return context.json(rpcError(call.id, methodNotFound(call.method, version, version === '0.3' ? METHODS_V10 : METHODS_V03)));
+    if (!handler) return context.json(rpcError(call.id, methodNotFound(call.method, version, version === '0.3' ? methods.v10 : methods.v03)));
     const lastEventHeader = context.req.header('last-event-id');
     const lastEventId = lastEventHeader !== undefined && /^\d{1,15}$/.test(lastEventHeader.trim()) ? Number(lastEventHeader.trim()) : undefined;
     // The door is a hop of the caller's trace: the session continues the door's span, or the
@@ -404,429 +377,6 @@ export function startDoorService(options: DoorOptions): DoorService {
   app.post('/sessions/:session', admit, limit, serveRpc);
   app.post('/sessions/:session/', admit, limit, serveRpc);
 
-  // ── methods ───────────────────────────────────────────────────────────────
-
-  const parseParams = <T>(schema: z.ZodType<T>, request: RpcRequest): { ok: true; value: T } | { ok: false; error: RpcError } => {
-    const parsed = schema.safeParse(request.version === '1.0' ? fromProtoJson(request.call.params) : request.call.params);
-    return parsed.success
-      ? { ok: true, value: parsed.data }
-      : { ok: false, error: { code: RPC_ERRORS.invalidParams, message: describeInvalidParams(parsed.error.issues) } };
-  };
-
-  /** A reply's error, or its task: what every task-returning method starts from. */
-  const taskOf = (reply: SessionReply): { task: TaskView } | { error: RpcError } => {
-    if (reply.error) return { error: reply.error };
-    if (!reply.task) return { error: { code: RPC_ERRORS.internal, message: 'Internal error: the session answered without a task' } };
-    return { task: reply.task };
-  };
-
-  const send: Handler = async (context, request) => {
-    const { call, version, link } = request;
-    const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
-    if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const { message, configuration } = params.value as {
-      message: A2aMessage;
-      configuration?: { blocking?: boolean; returnImmediately?: boolean; historyLength?: number };
-    };
-    const notText = refuseNonText(message);
-    if (notText) return context.json(rpcError(call.id, notText));
-    // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless
-    // told not to. A completion never waits: it is answered with its acknowledgement alone, since
-    // following the task would show its poster, who may be the child's own guest, the parent's task.
-    const blocking = request.completion === undefined && (version === '0.3' ? configuration?.blocking === true : configuration?.returnImmediately !== true);
-    // Nor is a completion given history: its reply is the acknowledgement, whatever it asked for.
-    const history = request.completion === undefined ? historyAsked(configuration?.historyLength) : {};
-    if (!blocking) {
-      const sent = taskOf(await link.call({ ...sendCall(message, request), ...history }));
-      return context.json('error' in sent ? rpcError(call.id, sent.error) : rpcResult(call.id, renderSendResult(version, sent.task)));
-    }
-    // The host waits for the task to settle and answers with it: one round trip for most tasks.
-    // One that outlasts the host's wait is followed on the feed until it settles, or until this
-    // door's own wait (MURMUR_DOOR_BLOCKING_WAIT_MS) is over.
-    const deadline = Date.now() + blockingWaitMs;
-    const sent = taskOf(
-      await link.call({
-        ...sendCall(message, request),
-        settle_within_ms: Math.max(1, Math.min(SETTLE_WITHIN_MAX_MS, blockingWaitMs)),
-        ...history,
-      }),
-    );
-    if ('error' in sent) return context.json(rpcError(call.id, sent.error));
-    let task = sent.task;
-    // A client that goes away stops the wait: its watch is let go now, not at the wait's end (up
-    // to MURMUR_DOOR_BLOCKING_WAIT_MS later), and the session is not asked again for it.
-    const gone = context.req.raw.signal;
-    // A door that holds all the streams it takes answers with the task as it stands: the task was
-    // sent, and its client can follow it with tasks/get.
-    const watch =
-      !hasSettled(task.state) && Date.now() < deadline && !gone.aborted
-        ? await link.watch().catch((error: unknown) => {
-            if (error instanceof TooManyStreams) return undefined;
-            throw error;
-          })
-        : undefined;
-    if (watch) {
-      // Watched before asking again, so that a settling between the host's answer and now is not missed.
-      const leave = (): void => watch.close();
-      gone.addEventListener('abort', leave, { once: true });
-      let ended = false;
-      // A session that ended while its task was followed cannot be asked about it any more: its
-      // client is told the task failed with it, as a stream is (`endedEvent`), not that the session never was.
-      const current = async (): Promise<void> => {
-        const latest = await link
-          .call({ method: 'get', task_id: task.id, ...history })
-          .then(taskOf)
-          .catch((error: unknown) => {
-            if (!(error instanceof SessionUnreachable)) throw error;
-            ended = true;
-            return undefined;
-          });
-        if (latest && 'task' in latest) task = latest.task;
-      };
-      try {
-        if (!gone.aborted) await current();
-        if (!hasSettled(task.state) && !gone.aborted && !ended) {
-          let settledAs: SessionEvent | undefined;
-          for (;;) {
-            const next = await watch.next(Math.max(1, deadline - Date.now()));
-            if (next === 'ended') ended = true;
-            if (next === 'ended' || next === 'timeout' || next === 'door-stopping' || next === 'fell-behind' || next === 'closed') break;
-            if (next.task_id === task.id && settlesItsTask(next)) {
-              settledAs = next;
-              break;
-            }
-          }
-          if (!gone.aborted && !ended) await current();
-          // Settled, and the session gone before it could be asked how: the state its event said.
-          if (ended && settledAs?.state && !hasSettled(task.state)) task = { ...task, state: settledAs.state };
-        }
-        if (ended && !hasSettled(task.state)) task = { ...task, state: 'failed', message: 'session ended', updated_at: new Date().toISOString() };
-      } finally {
-        gone.removeEventListener('abort', leave);
-        watch.close();
-      }
-    }
-    return context.json(rpcResult(call.id, renderSendResult(version, task)));
-  };
-
-  const get: Handler = async (context, request) => {
-    const { call, version, link } = request;
-    // 0.3's `tasks/get` may leave the id out (the active or last task, upstream's rule); 1.0 names it.
-    const params = version === '0.3' ? parseParams(OptionalTaskIdParamsSchema, request) : parseParams(TaskIdParamsSchema, request);
-    if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const found = taskOf(
-      await link.call({
-        method: 'get',
-        ...(params.value.id !== undefined ? { task_id: params.value.id } : {}),
-        ...historyAsked(params.value.historyLength),
-      }),
-    );
-    if ('error' in found) return context.json(rpcError(call.id, found.error));
-    return context.json(rpcResult(call.id, renderTask(version, found.task)));
-  };
-
-  /** `ListTasks` / `tasks/list`: a page of the session's tasks, newest first, behind a cursor bound to the session. */
-  const list: Handler = async (context, request) => {
-    const { call, version, link } = request;
-    const params = parseParams(ListTasksParamsSchema, request);
-    if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const given = params.value;
-    const invalid = (field: string, why: string): Response =>
-      context.json(rpcError(call.id, { code: RPC_ERRORS.invalidParams, message: `Invalid params: ${field}: ${why}` }));
-    // Proto3's default state is no filter: a 1.0 client that sets none may still send it.
-    const filter = given.status === undefined ? 'all' : taskStateFilter(version, given.status);
-    if (filter === null) return invalid('status', `'${String(given.status).slice(0, 64)}' is not a task state of A2A ${version}`);
-    const state = filter === 'all' || filter === 'none' ? undefined : filter;
-    let after: { updated_at_ms: number; id: string } | undefined;
-    if (given.pageToken !== undefined && given.pageToken !== '') {
-      after = readPageToken(given.pageToken, link.sessionId);
-      if (!after) return invalid('pageToken', "not a page token this session's ListTasks gave");
-    }
-    const since = given.statusTimestampAfter ?? given.lastUpdatedAfter;
-    const pageSize = given.pageSize ?? 50;
-    if (filter === 'none') {
-      // No task is ever in that state; the session is still asked for, as any listing asks it.
-      const reply = await link.call({ method: 'list', page_size: 1 });
-      if (reply.error) return context.json(rpcError(call.id, reply.error));
-      return context.json(rpcResult(call.id, { tasks: [], nextPageToken: '', pageSize, totalSize: 0 }));
-    }
-    const reply = await link.call({
-      method: 'list',
-      page_size: pageSize,
-      ...(given.contextId !== undefined ? { context_id: given.contextId } : {}),
-      ...(state !== undefined ? { state } : {}),
-      // Before 1970 is before every task.
-      ...(since !== undefined ? { updated_after_ms: Math.max(0, Date.parse(since)) } : {}),
-      include_artifacts: given.includeArtifacts === true,
-      ...(after ? { after } : {}),
-      ...historyAsked(given.historyLength),
-    });
-    if (reply.error) return context.json(rpcError(call.id, reply.error));
-    const tasks = (reply.tasks ?? []).map((task) => {
-      const rendered = renderTask(version, task);
-      // The spec: without includeArtifacts the field is absent, not empty.
-      if (given.includeArtifacts !== true) delete rendered.artifacts;
-      return rendered;
-    });
-    return context.json(
-      rpcResult(call.id, {
-        tasks,
-        nextPageToken: reply.next_after ? pageToken(link.sessionId, reply.next_after) : '',
-        pageSize,
-        totalSize: reply.total_size ?? tasks.length,
-      }),
-    );
-  };
-
-  /** The extended card: there is none, the public card is all there is (each generation's own error for it). */
-  const noExtendedCard: Handler = async (context, request) =>
-    context.json(
-      rpcError(
-        request.call.id,
-        request.version === '0.3'
-          ? {
-              code: RPC_ERRORS.extendedCardNotConfigured,
-              message: 'Authenticated Extended Card is not configured: the agent card at .well-known/agent-card.json is the whole card',
-            }
-          : {
-              code: RPC_ERRORS.unsupportedOperation,
-              message: 'Unsupported operation: this agent has no extended card; the agent card at .well-known/agent-card.json is the whole card',
-            },
-      ),
-    );
-
-  /** Every push-notification configuration method: this runtime offers none (the card says `pushNotifications: false`). */
-  const pushNotSupported: Handler = async (context, request) =>
-    context.json(
-      rpcError(request.call.id, {
-        code: RPC_ERRORS.pushNotificationNotSupported,
-        message: 'Push Notification is not supported: this agent does not offer push notifications (capabilities.pushNotifications is false)',
-      }),
-    );
-
-  const cancel: Handler = async (context, request) => {
-    const { call, version, link } = request;
-    const params = parseParams(TaskIdParamsSchema, request);
-    if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const canceled = taskOf(await link.call({ method: 'cancel', task_id: params.value.id }));
-    if ('error' in canceled) return context.json(rpcError(call.id, canceled.error));
-    return context.json(rpcResult(call.id, renderTask(version, canceled.task)));
-  };
-
-  /**
-   * A stream's opening: watch the feed first (so nothing emitted meanwhile is missed), then ask
-   * the session what the stream starts from. The watch passes to the stream, or is closed when the
-   * opening fails.
-   */
-  const openTaskStream = async (
-    context: Context,
-    request: RpcRequest,
-    origin: 'new' | 'existing',
-    opening: () => Promise<{ task: TaskView; replayed?: SessionReply } | { error: RpcError }>,
-  ): Promise<Response> => {
-    const watch = await request.link.watch();
-    let opened: Awaited<ReturnType<typeof opening>>;
-    try {
-      opened = await opening();
-    } catch (error) {
-      watch.close();
-      throw error;
-    }
-    if ('error' in opened) {
-      watch.close();
-      return context.json(rpcError(request.call.id, opened.error));
-    }
-    return streamTask(context, request, watch, opened.task, opened.replayed, origin);
-  };
-
-  const stream: Handler = async (context, request) => {
-    const { call, version, link } = request;
-    const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
-    if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const { message, configuration } = params.value as { message: A2aMessage; configuration?: { historyLength?: number } };
-    const notText = refuseNonText(message);
-    if (notText) return context.json(rpcError(call.id, notText));
-    // The task the stream opens with holds no more history than asked for, as a send's would.
-    const history = historyAsked(configuration?.historyLength);
-    return openTaskStream(context, request, 'new', async () => {
-      const replayed = request.lastEventId === undefined ? undefined : await link.call({ method: 'replay', after_event_id: request.lastEventId });
-      const sent = taskOf(await link.call({ ...sendCall(message, request), ...history }));
-      return 'error' in sent ? sent : { task: sent.task, ...(replayed ? { replayed } : {}) };
-    });
-  };
-
-  const resubscribe: Handler = async (context, request) => {
-    const { call, link } = request;
-    const params = parseParams(TaskIdParamsSchema, request);
-    if (!params.ok) return context.json(rpcError(call.id, params.error));
-    return openTaskStream(context, request, 'existing', async () => {
-      const replayed = await link.call({ method: 'replay', task_id: params.value.id, after_event_id: request.lastEventId ?? Number.MAX_SAFE_INTEGER });
-      const found = taskOf(replayed);
-      if ('error' in found) return found;
-      // 1.0 says a task that has ended cannot be subscribed to; a client resuming a stream it lost
-      // (Last-Event-ID) still gets what it missed, and 0.3 says nothing, so it gets the task.
-      if (request.version === '1.0' && request.lastEventId === undefined && TERMINAL_TASK_STATES.has(found.task.state))
-        return {
-          error: {
-            code: RPC_ERRORS.unsupportedOperation,
-            message: `Unsupported operation: task '${found.task.id}' is ${found.task.state}, and a task that has ended cannot be subscribed to; GetTask reads it`,
-          },
-        };
-      return { task: found.task, replayed };
-    });
-  };
-
-  /**
-   * One task's stream: the task as it stands, then its events (after any replayed), until its
-   * final status — or until the session ends, when a last `failed` status says so.
-   */
-  const streamTask = (
-    context: Context,
-    request: RpcRequest,
-    watch: FeedWatch,
-    task: TaskView,
-    replayed: SessionReply | undefined,
-    origin: 'new' | 'existing',
-  ): Response => {
-    const { version, call } = request;
-    // The opening (the task with its history, the replay: up to most of a megabyte) is let go
-    // once written: the stream's loop lives as long as its client, and holds only the task's ids.
-    let opening: { task: TaskView; replayed: SessionReply | undefined } | undefined = { task, replayed };
-    const ids = { id: task.id, context_id: task.context_id };
-    return streamSSE(context, async (sse) => {
-      const heartbeat = startHeartbeat(sse, heartbeatMs);
-      sse.onAbort(() => watch.close());
-      const delivered = deliveredOrCut(context, sse, stalledAfterMs);
-      try {
-        const sent = new Set<string>();
-        const frame = (event: string, result: unknown, id?: number): Promise<void> =>
-          delivered(sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) }));
-        // Written by a function of its own: what an async function's frame held, even in a block
-        // long left, stayed in its suspended registers for as long as the loop below waited.
-        const writeOpening = async (): Promise<'done' | 'follow'> => {
-          const { task: opened, replayed: missed } = opening as NonNullable<typeof opening>;
-          opening = undefined;
-          // Every data frame of an A2A stream is a JSON-RPC response, so events lost to the feed's
-          // window are said in a comment, which a client's parser skips and a person reading it sees.
-          if (missed?.first_available_id !== undefined) await delivered(sse.write(`: gap: the earliest event still kept is ${missed.first_available_id}\n\n`));
-          await frame('task', renderSendResult(version, opened));
-          if (missed?.events) watch.push(...missed.events.filter((event) => event.task_id === ids.id));
-          // A task that had already ended when the client subscribed has nothing more to say unless
-          // its last event was among those replayed. A task just sent is followed to its end, even
-          // when that end (a rejection) came before the stream opened: the watch holds it.
-          const ended = origin === 'existing' && TERMINAL_TASK_STATES.has(opened.state);
-          return ended && !missed?.events?.some((event) => event.task_id === ids.id && event.final) ? 'done' : 'follow';
-        };
-        if ((await writeOpening()) === 'done') return;
-        // One event at a time, each in a call of its own: an event kept by the loop's frame was
-        // held until the next one came, and a quiet session's last (a long answer) for ever.
-        const writeNext = async (): Promise<'done' | 'follow'> => {
-          const next = await watch.next(heartbeatMs);
-          if (next === 'timeout') return 'follow';
-          if (next === 'closed') return 'done';
-          if (next === 'door-stopping' || next === 'fell-behind') {
-            await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, STREAM_CUT[next])) }));
-            return 'done';
-          }
-          if (next === 'ended') {
-            await frame('status', renderStreamEvent(version, endedEvent(ids), sent));
-            return 'done';
-          }
-          if (next.task_id !== ids.id) return 'follow';
-          const rendered = renderStreamEvent(version, next, sent);
-          if (rendered) await frame(next.type, rendered, next.id);
-          return next.type === 'status' && next.final ? 'done' : 'follow';
-        };
-        while (!sse.aborted && (await writeNext()) === 'follow');
-      } finally {
-        clearInterval(heartbeat);
-        watch.close();
-      }
-    });
-  };
-
-  /** `stream/watch`: upstream's observer stream — every event of the session, as upstream shapes them, across tasks. */
-  const watchSession: Handler = async (context, request) => {
-    const { link } = request;
-    const watch = await link.watch();
-    let card: SessionReply;
-    let replayed: SessionReply;
-    try {
-      card = await link.call({ method: 'card' });
-      replayed = await link.call({ method: 'replay', after_event_id: request.lastEventId ?? 0 });
-    } catch (error) {
-      watch.close();
-      throw error;
-    }
-    // Let go of once written, as a task stream's opening is: the loop holds nothing of it.
-    let opening: { conversation: string; replayed: SessionReply } | undefined = { conversation: card.card?.conversation ?? 'stateless', replayed };
-    return streamSSE(context, async (sse) => {
-      const heartbeat = startHeartbeat(sse, heartbeatMs);
-      sse.onAbort(() => watch.close());
-      const delivered = deliveredOrCut(context, sse, stalledAfterMs);
-      try {
-        // In a function of its own, as a task stream's opening is: nothing of it stays in the loop's frame.
-        const writeOpening = async (): Promise<void> => {
-          const { conversation, replayed: missed } = opening as NonNullable<typeof opening>;
-          opening = undefined;
-          await delivered(sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: conversation }) }));
-          if (missed.first_available_id !== undefined)
-            await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: missed.first_available_id }) }));
-          watch.push(...(missed.events ?? []));
-        };
-        await writeOpening();
-        // One event at a time in a call of its own, as a task stream's: the loop keeps none of them.
-        const writeNext = async (): Promise<'done' | 'follow'> => {
-          const next = await watch.next(heartbeatMs);
-          if (next === 'timeout') return 'follow';
-          if (next === 'closed') return 'done';
-          if (next === 'door-stopping' || next === 'fell-behind') {
-            await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) }));
-            return 'done';
-          }
-          if (next === 'ended') {
-            await delivered(sse.writeSSE({ event: 'capsule-closed', data: '{}' }));
-            return 'done';
-          }
-          await delivered(sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) }));
-          return 'follow';
-        };
-        while (!sse.aborted && (await writeNext()) === 'follow');
-      } finally {
-        clearInterval(heartbeat);
-        watch.close();
-      }
-    });
-  };
-
-  const METHODS_V03: Record<string, Handler> = {
-    'message/send': send,
-    'message/stream': stream,
-    'tasks/get': get,
-    'tasks/cancel': cancel,
-    'tasks/resubscribe': resubscribe,
-    'tasks/list': list,
-    'agent/getAuthenticatedExtendedCard': noExtendedCard,
-    'stream/watch': watchSession,
-    'tasks/pushNotificationConfig/set': pushNotSupported,
-    'tasks/pushNotificationConfig/get': pushNotSupported,
-    'tasks/pushNotificationConfig/list': pushNotSupported,
-    'tasks/pushNotificationConfig/delete': pushNotSupported,
-  };
-  const METHODS_V10: Record<string, Handler> = {
-    SendMessage: send,
-    SendStreamingMessage: stream,
-    GetTask: get,
-    CancelTask: cancel,
-    SubscribeToTask: resubscribe,
-    ListTasks: list,
-    GetExtendedAgentCard: noExtendedCard,
-    CreateTaskPushNotificationConfig: pushNotSupported,
-    GetTaskPushNotificationConfig: pushNotSupported,
-    ListTaskPushNotificationConfigs: pushNotSupported,
-    DeleteTaskPushNotificationConfig: pushNotSupported,
-  };
-
   return {
     http: app,
     ahead: (request, response) =>
@@ -856,21 +406,6 @@ function methodNotFound(method: string, version: A2aVersion, otherGeneration: Re
   return { code: RPC_ERRORS.methodNotFound, message: `Method not found: '${method.slice(0, 128)}'${hint}` };
 }
 
-/**
- * A message with a part the agent cannot be given, named: one that is not text is the spec's
- * "content type not supported", one that is no part at all (`unreadablePart`) invalid params.
- */
-function refuseNonText(message: A2aMessage): RpcError | undefined {
-  const part = unreadablePart(message);
-  if (part === undefined) return undefined;
-  return part.kind === 'unsupported'
-    ? {
-        code: RPC_ERRORS.contentTypeNotSupported,
-        message: `Content type not supported: ${part.what}; this agent takes text parts only (defaultInputModes: text/plain)`,
-      }
-    : { code: RPC_ERRORS.invalidParams, message: `Invalid params: ${part.what}` };
-}
-
 /** This machine's first address on a network (IPv4 before IPv6), what a door on every interface is reached by. */
 function machineAddress(): string | undefined {
   const external = Object.values(networkInterfaces())
@@ -891,100 +426,4 @@ function serviceParameter(context: Context, name: string): string | undefined {
   if (!context.req.url.includes('?')) return undefined;
   for (const [key, value] of new URL(context.req.url).searchParams) if (key.toLowerCase() === name && value.trim() !== '') return value;
   return undefined;
-}
-
-/** A request's `historyLength` as the session call's field: absent when the client asked for no limit. */
-function historyAsked(historyLength: number | undefined): { history_length?: number } {
-  return historyLength !== undefined ? { history_length: historyLength } : {};
-}
-
-/** A client's message as the host's `send` call: its text parts joined, its ids as given. */
-function sendCall(
-  message: A2aMessage,
-  { traceparent, completion, forgetSession, sessionToken }: Pick<RpcRequest, 'traceparent' | 'completion' | 'forgetSession' | 'sessionToken'>,
-): Extract<SessionCall, { method: 'send' }> {
-  return {
-    method: 'send',
-    message_id: message.messageId,
-    text: messageText(message),
-    ...(message.contextId !== undefined ? { context_id: message.contextId } : {}),
-    ...(message.taskId !== undefined ? { task_id: message.taskId } : {}),
-    ...(traceparent ? { traceparent } : {}),
-    ...(completion ?? {}),
-    ...(forgetSession ? { forget_session: true } : {}),
-    ...(sessionToken ? { context_scope: 'session' as const } : {}),
-  };
-}
-
-/** Why a stream ends while its task goes on, in the error event it ends with: either way, resubscribe. */
-const STREAM_CUT: Readonly<Record<'door-stopping' | 'fell-behind', RpcError>> = {
-  'door-stopping': {
-    code: RPC_ERRORS.internal,
-    message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door',
-  },
-  'fell-behind': {
-    code: RPC_ERRORS.internal,
-    message: `Internal error: this stream's reader fell ${WATCH_QUEUE_LIMIT} events (or ${WATCH_QUEUE_LIMIT_BYTES / 1024 / 1024} MiB of them) behind, more than the door holds for one reader; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) with Last-Event-ID to continue where it stopped`,
-  },
-};
-
-/** The status a stream ends with when the session ended before its task did. */
-function endedEvent(task: Pick<TaskView, 'id' | 'context_id'>): SessionEvent {
-  return {
-    id: 0,
-    type: 'status',
-    task_id: task.id,
-    context_id: task.context_id,
-    state: 'failed',
-    final: true,
-    time: new Date().toISOString(),
-    data: { id: task.id, context_id: task.context_id, status: { state: 'failed', message: 'session ended' }, final: true },
-  };
-}
-
-/**
- * A stream's writes, each given `stalledAfterMs` to be taken by its client. One still waiting by
- * then means the client stopped reading: the stream is aborted (its watch closed, so its loop ends
- * at its next step) and its connection closed, and with them all the door held for it. A reader
- * that stopped reading can be told nothing, and would otherwise keep them for as long as its
- * connection stayed open.
- */
-function deliveredOrCut(context: Context, sse: SSEStreamingApi, stalledAfterMs: number): (write: Promise<unknown>) => Promise<void> {
-  return async (write) => {
-    let timer: NodeJS.Timeout | undefined;
-    const stalled = new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), stalledAfterMs);
-    });
-    const went = await Promise.race([write.then(() => true), stalled]).finally(() => clearTimeout(timer));
-    if (went) return;
-    sse.abort();
-    (context.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket.destroy();
-  };
-}
-
-function startHeartbeat(sse: SSEStreamingApi, everyMs: number): NodeJS.Timeout {
-  const timer = setInterval(() => {
-    if (!sse.aborted && !sse.closed) void sse.write(':heartbeat\n\n').catch(() => {});
-  }, everyMs);
-  timer.unref();
-  return timer;
-}
-
-/**
- * A `ListTasks` cursor: the session and the last task of the page, so that a token can only ever
- * continue the listing of the session that gave it. It names nothing a client could not list.
- */
-function pageToken(sessionId: string, after: { updated_at_ms: number; id: string }): string {
-  return Buffer.from(JSON.stringify({ s: sessionId, u: after.updated_at_ms, i: after.id })).toString('base64url');
-}
-
-function readPageToken(token: string, sessionId: string): { updated_at_ms: number; id: string } | undefined {
-  try {
-    const decoded = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as { s?: unknown; u?: unknown; i?: unknown };
-    if (decoded.s !== sessionId || !Number.isSafeInteger(decoded.u) || (decoded.u as number) < 0 || typeof decoded.i !== 'string' || decoded.i.length > 256)
-      return undefined;
-    return { updated_at_ms: decoded.u as number, id: decoded.i };
-  } catch {
-    return undefined;
-  }
 }

@@ -1,0 +1,274 @@
+import {
+  type A2aMessage,
+  RPC_ERRORS,
+  type RpcError,
+  SendParamsV03Schema,
+  SendParamsV10Schema,
+  type SessionEvent,
+  type SessionReply,
+  TERMINAL_TASK_STATES,
+  TaskIdParamsSchema,
+  type TaskView,
+} from '@murmur/shared';
+import type { IncomingMessage } from 'node:http';
+import type { Context } from 'hono';
+import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
+import { rpcError, rpcResult } from './json-rpc.js';
+import { renderSendResult, renderStreamEvent } from './rendering.js';
+import { type FeedWatch, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from './session-link.js';
+import { type Handler, type RpcRequest, historyAsked, parseParams, refuseNonText, sendCall, taskOf } from './rpc-request.js';
+
+/**
+ * The door's streaming methods: a message sent and its task followed (`message/stream`,
+ * `SendStreamingMessage`), a task followed again (`tasks/resubscribe`, `SubscribeToTask`), and
+ * upstream's observer stream of a whole session (`stream/watch`). Each is a watch on the session's
+ * feed, opened before the session is asked what the stream starts from, so nothing emitted in
+ * between is missed; a heartbeat keeps it open, and a reader that stops reading is cut.
+ */
+export function streamMethods({ heartbeatMs, stalledAfterMs }: { heartbeatMs: number; stalledAfterMs: number }): {
+  stream: Handler;
+  resubscribe: Handler;
+  watchSession: Handler;
+} {
+  /**
+   * A stream's opening: watch the feed first (so nothing emitted meanwhile is missed), then ask
+   * the session what the stream starts from. The watch passes to the stream, or is closed when the
+   * opening fails.
+   */
+  const openTaskStream = async (
+    context: Context,
+    request: RpcRequest,
+    origin: 'new' | 'existing',
+    opening: () => Promise<{ task: TaskView; replayed?: SessionReply } | { error: RpcError }>,
+  ): Promise<Response> => {
+    const watch = await request.link.watch();
+    let opened: Awaited<ReturnType<typeof opening>>;
+    try {
+      opened = await opening();
+    } catch (error) {
+      watch.close();
+      throw error;
+    }
+    if ('error' in opened) {
+      watch.close();
+      return context.json(rpcError(request.call.id, opened.error));
+    }
+    return streamTask(context, request, watch, opened.task, opened.replayed, origin);
+  };
+
+  const stream: Handler = async (context, request) => {
+    const { call, version, link } = request;
+    const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
+    if (!params.ok) return context.json(rpcError(call.id, params.error));
+    const { message, configuration } = params.value as { message: A2aMessage; configuration?: { historyLength?: number } };
+    const notText = refuseNonText(message);
+    if (notText) return context.json(rpcError(call.id, notText));
+    // The task the stream opens with holds no more history than asked for, as a send's would.
+    const history = historyAsked(configuration?.historyLength);
+    return openTaskStream(context, request, 'new', async () => {
+      const replayed = request.lastEventId === undefined ? undefined : await link.call({ method: 'replay', after_event_id: request.lastEventId });
+      const sent = taskOf(await link.call({ ...sendCall(message, request), ...history }));
+      return 'error' in sent ? sent : { task: sent.task, ...(replayed ? { replayed } : {}) };
+    });
+  };
+
+  const resubscribe: Handler = async (context, request) => {
+    const { call, link } = request;
+    const params = parseParams(TaskIdParamsSchema, request);
+    if (!params.ok) return context.json(rpcError(call.id, params.error));
+    return openTaskStream(context, request, 'existing', async () => {
+      const replayed = await link.call({ method: 'replay', task_id: params.value.id, after_event_id: request.lastEventId ?? Number.MAX_SAFE_INTEGER });
+      const found = taskOf(replayed);
+      if ('error' in found) return found;
+      // 1.0 says a task that has ended cannot be subscribed to; a client resuming a stream it lost
+      // (Last-Event-ID) still gets what it missed, and 0.3 says nothing, so it gets the task.
+      if (request.version === '1.0' && request.lastEventId === undefined && TERMINAL_TASK_STATES.has(found.task.state))
+        return {
+          error: {
+            code: RPC_ERRORS.unsupportedOperation,
+            message: `Unsupported operation: task '${found.task.id}' is ${found.task.state}, and a task that has ended cannot be subscribed to; GetTask reads it`,
+          },
+        };
+      return { task: found.task, replayed };
+    });
+  };
+
+  /**
+   * One task's stream: the task as it stands, then its events (after any replayed), until its
+   * final status — or until the session ends, when a last `failed` status says so.
+   */
+  const streamTask = (
+    context: Context,
+    request: RpcRequest,
+    watch: FeedWatch,
+    task: TaskView,
+    replayed: SessionReply | undefined,
+    origin: 'new' | 'existing',
+  ): Response => {
+    const { version, call } = request;
+    // The opening (the task with its history, the replay: up to most of a megabyte) is let go
+    // once written: the stream's loop lives as long as its client, and holds only the task's ids.
+    let opening: { task: TaskView; replayed: SessionReply | undefined } | undefined = { task, replayed };
+    const ids = { id: task.id, context_id: task.context_id };
+    return streamSSE(context, async (sse) => {
+      const heartbeat = startHeartbeat(sse, heartbeatMs);
+      sse.onAbort(() => watch.close());
+      const delivered = deliveredOrCut(context, sse, stalledAfterMs);
+      try {
+        const sent = new Set<string>();
+        const frame = (event: string, result: unknown, id?: number): Promise<void> =>
+          delivered(sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) }));
+        // Written by a function of its own: what an async function's frame held, even in a block
+        // long left, stayed in its suspended registers for as long as the loop below waited.
+        const writeOpening = async (): Promise<'done' | 'follow'> => {
+          const { task: opened, replayed: missed } = opening as NonNullable<typeof opening>;
+          opening = undefined;
+          // Every data frame of an A2A stream is a JSON-RPC response, so events lost to the feed's
+          // window are said in a comment, which a client's parser skips and a person reading it sees.
+          if (missed?.first_available_id !== undefined) await delivered(sse.write(`: gap: the earliest event still kept is ${missed.first_available_id}\n\n`));
+          await frame('task', renderSendResult(version, opened));
+          if (missed?.events) watch.push(...missed.events.filter((event) => event.task_id === ids.id));
+          // A task that had already ended when the client subscribed has nothing more to say unless
+          // its last event was among those replayed. A task just sent is followed to its end, even
+          // when that end (a rejection) came before the stream opened: the watch holds it.
+          const ended = origin === 'existing' && TERMINAL_TASK_STATES.has(opened.state);
+          return ended && !missed?.events?.some((event) => event.task_id === ids.id && event.final) ? 'done' : 'follow';
+        };
+        if ((await writeOpening()) === 'done') return;
+        // One event at a time, each in a call of its own: an event kept by the loop's frame was
+        // held until the next one came, and a quiet session's last (a long answer) for ever.
+        const writeNext = async (): Promise<'done' | 'follow'> => {
+          const next = await watch.next(heartbeatMs);
+          if (next === 'timeout') return 'follow';
+          if (next === 'closed') return 'done';
+          if (next === 'door-stopping' || next === 'fell-behind') {
+            await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, STREAM_CUT[next])) }));
+            return 'done';
+          }
+          if (next === 'ended') {
+            await frame('status', renderStreamEvent(version, endedEvent(ids), sent));
+            return 'done';
+          }
+          if (next.task_id !== ids.id) return 'follow';
+          const rendered = renderStreamEvent(version, next, sent);
+          if (rendered) await frame(next.type, rendered, next.id);
+          return next.type === 'status' && next.final ? 'done' : 'follow';
+        };
+        while (!sse.aborted && (await writeNext()) === 'follow');
+      } finally {
+        clearInterval(heartbeat);
+        watch.close();
+      }
+    });
+  };
+
+  /** `stream/watch`: upstream's observer stream — every event of the session, as upstream shapes them, across tasks. */
+  const watchSession: Handler = async (context, request) => {
+    const { link } = request;
+    const watch = await link.watch();
+    let card: SessionReply;
+    let replayed: SessionReply;
+    try {
+      card = await link.call({ method: 'card' });
+      replayed = await link.call({ method: 'replay', after_event_id: request.lastEventId ?? 0 });
+    } catch (error) {
+      watch.close();
+      throw error;
+    }
+    // Let go of once written, as a task stream's opening is: the loop holds nothing of it.
+    let opening: { conversation: string; replayed: SessionReply } | undefined = { conversation: card.card?.conversation ?? 'stateless', replayed };
+    return streamSSE(context, async (sse) => {
+      const heartbeat = startHeartbeat(sse, heartbeatMs);
+      sse.onAbort(() => watch.close());
+      const delivered = deliveredOrCut(context, sse, stalledAfterMs);
+      try {
+        // In a function of its own, as a task stream's opening is: nothing of it stays in the loop's frame.
+        const writeOpening = async (): Promise<void> => {
+          const { conversation, replayed: missed } = opening as NonNullable<typeof opening>;
+          opening = undefined;
+          await delivered(sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: conversation }) }));
+          if (missed.first_available_id !== undefined)
+            await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: missed.first_available_id }) }));
+          watch.push(...(missed.events ?? []));
+        };
+        await writeOpening();
+        // One event at a time in a call of its own, as a task stream's: the loop keeps none of them.
+        const writeNext = async (): Promise<'done' | 'follow'> => {
+          const next = await watch.next(heartbeatMs);
+          if (next === 'timeout') return 'follow';
+          if (next === 'closed') return 'done';
+          if (next === 'door-stopping' || next === 'fell-behind') {
+            await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) }));
+            return 'done';
+          }
+          if (next === 'ended') {
+            await delivered(sse.writeSSE({ event: 'capsule-closed', data: '{}' }));
+            return 'done';
+          }
+          await delivered(sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) }));
+          return 'follow';
+        };
+        while (!sse.aborted && (await writeNext()) === 'follow');
+      } finally {
+        clearInterval(heartbeat);
+        watch.close();
+      }
+    });
+  };
+
+  return { stream, resubscribe, watchSession };
+}
+
+/** Why a stream ends while its task goes on, in the error event it ends with: either way, resubscribe. */
+const STREAM_CUT: Readonly<Record<'door-stopping' | 'fell-behind', RpcError>> = {
+  'door-stopping': {
+    code: RPC_ERRORS.internal,
+    message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door',
+  },
+  'fell-behind': {
+    code: RPC_ERRORS.internal,
+    message: `Internal error: this stream's reader fell ${WATCH_QUEUE_LIMIT} events (or ${WATCH_QUEUE_LIMIT_BYTES / 1024 / 1024} MiB of them) behind, more than the door holds for one reader; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) with Last-Event-ID to continue where it stopped`,
+  },
+};
+
+/** The status a stream ends with when the session ended before its task did. */
+function endedEvent(task: Pick<TaskView, 'id' | 'context_id'>): SessionEvent {
+  return {
+    id: 0,
+    type: 'status',
+    task_id: task.id,
+    context_id: task.context_id,
+    state: 'failed',
+    final: true,
+    time: new Date().toISOString(),
+    data: { id: task.id, context_id: task.context_id, status: { state: 'failed', message: 'session ended' }, final: true },
+  };
+}
+
+/**
+ * A stream's writes, each given `stalledAfterMs` to be taken by its client. One still waiting by
+ * then means the client stopped reading: the stream is aborted (its watch closed, so its loop ends
+ * at its next step) and its connection closed, and with them all the door held for it. A reader
+ * that stopped reading can be told nothing, and would otherwise keep them for as long as its
+ * connection stayed open.
+ */
+function deliveredOrCut(context: Context, sse: SSEStreamingApi, stalledAfterMs: number): (write: Promise<unknown>) => Promise<void> {
+  return async (write) => {
+    let timer: NodeJS.Timeout | undefined;
+    const stalled = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), stalledAfterMs);
+    });
+    const went = await Promise.race([write.then(() => true), stalled]).finally(() => clearTimeout(timer));
+    if (went) return;
+    sse.abort();
+    (context.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket.destroy();
+  };
+}
+
+function startHeartbeat(sse: SSEStreamingApi, everyMs: number): NodeJS.Timeout {
+  const timer = setInterval(() => {
+    if (!sse.aborted && !sse.closed) void sse.write(':heartbeat\n\n').catch(() => {});
+  }, everyMs);
+  timer.unref();
+  return timer;
+}
