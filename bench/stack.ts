@@ -27,7 +27,7 @@ import { startStagerService } from '@murmur/stager';
 import { capsuleProject } from '../test/support/artifacts.js';
 import { printingCapsuleWat } from '../test/support/guests.js';
 import { ComposeProject, buildImages } from '../test/support/compose.js';
-import { freePort } from '../test/support/ports.js';
+import { freePorts } from '../test/support/ports.js';
 import { percentile } from './stats.js';
 
 const LAUNCHES = Number(process.env.BENCH_LAUNCHES ?? 64);
@@ -102,10 +102,11 @@ function row(result: Result): string {
 }
 
 const scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-bench-stack-'));
+const [natsPort, doorPort, roostPort] = (await freePorts(3)).map(String);
 const compose = new ComposeProject(`murmurbench${randomBytes(3).toString('hex')}`, ['docker-compose.yml'], {
-  MURMUR_NATS_PORT: String(await freePort()),
-  MURMUR_DOOR_PORT: String(await freePort()),
-  MURMUR_ROOST_PORT: String(await freePort()),
+  MURMUR_NATS_PORT: natsPort as string,
+  MURMUR_DOOR_PORT: doorPort as string,
+  MURMUR_ROOST_PORT: roostPort as string,
 });
 const results: Result[] = [];
 /** One client, one launch at a time: a warm launch on an idle machine, the latency without queueing. */

@@ -30,7 +30,7 @@ import { tempDir } from '../support/fs.js';
 import { helloCapsuleJs } from '../support/guests.js';
 import { probeCapsule } from '../support/probe-guests.js';
 import { ComposeProject, buildImages, docker } from '../support/compose.js';
-import { freePort } from '../support/ports.js';
+import { freePorts } from '../support/ports.js';
 import { eventually, repositoryRoot, runMur } from '../support/processes.js';
 
 /**
@@ -172,12 +172,14 @@ describe('the stack in containers', () => {
     );
 
     scratch = await tempDir('murmur-containers-');
+    // Four different ports: picked one at a time, two services were once given the same one.
+    const [natsPort, doorPort, roostPort, watcherPort] = (await freePorts(4)).map(String);
     env = {
-      MURMUR_NATS_PORT: String(await freePort()),
-      MURMUR_DOOR_PORT: String(await freePort()),
-      MURMUR_ROOST_PORT: String(await freePort()),
+      MURMUR_NATS_PORT: natsPort as string,
+      MURMUR_DOOR_PORT: doorPort as string,
+      MURMUR_ROOST_PORT: roostPort as string,
       // The dashboard opened as the compose file says: the watcher on the container's network, behind a token.
-      MURMUR_WATCHER_PORT: String(await freePort()),
+      MURMUR_WATCHER_PORT: watcherPort as string,
       MURMUR_WATCHER_HOST: '0.0.0.0',
       MURMUR_DASHBOARD_TOKEN: randomBytes(24).toString('hex'),
       // The bus as an operator secures it: every client presents the token, the services theirs in their URL.
