@@ -364,7 +364,13 @@ describe('the stack with nothing shared but the bus', () => {
       ['a directory symlink the guest pointed outside', 'out/etc/passwd', 'E-SES-002', "'out/etc/passwd' resolves outside the session's workdir"],
       ['a file symlink the guest pointed outside', 'out/passwd', 'E-SES-002', "'out/passwd' resolves outside the session's workdir"],
       ['a FIFO, which would block a reader', 'out/fifo', 'E-SES-002', "'out/fifo' is not a regular file or a directory"],
-      ['a path that does not exist', 'out/none.txt', 'E-IO-001', "'out/none.txt' does not exist in the session's workdir"],
+      // …and where to look instead: the directory it was looked for in.
+      [
+        'a path that does not exist',
+        'out/none.txt',
+        'E-IO-001',
+        "'out/none.txt' does not exist in the session's workdir\n  hint: list 'out' to see what the session left there",
+      ],
     ])('refuses %s with its code and the path, and the executor goes on serving', async (_what, wanted, code, message) => {
       const target = path.join(scratch.dir, `never-${code}-${wanted.replace(/\W/g, '_')}`);
       const refused = await runMur(['files', sessionId, wanted, '--out', target], { env: client, timeoutMs: 20_000 });

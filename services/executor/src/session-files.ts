@@ -43,7 +43,14 @@ export async function readSessionFiles(workdir: string, query: FilesQuery): Prom
     handle = await fs.open(path.join(root, relative), constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR') throw new MurmurError('E-IO-001', `'${shown}' does not exist in the session's workdir`, { path: shown });
+    if (code === 'ENOENT' || code === 'ENOTDIR') {
+      // What is there is one listing away: the directory it was looked for in, or the workdir's top.
+      const above = path.posix.dirname(shown);
+      throw new MurmurError('E-IO-001', `'${shown}' does not exist in the session's workdir`, {
+        path: shown,
+        hint: `list ${above === '.' ? "the workdir's top" : `'${above}'`} to see what the session left there`,
+      });
+    }
     if (code === 'ELOOP') refuse(shown, 'is a loop of symlinks');
     throw new MurmurError('E-IO-003', `'${shown}' cannot be read: ${code ?? (error as Error).message}`, { path: shown });
   }
