@@ -153,8 +153,8 @@ describe('mur, given what a new user gets wrong', () => {
     );
   });
 
-  it('refuses an empty --bind, or a bare number, which would put the door on every interface', async () => {
-    for (const bind of ['', ' ', '0', '127.1']) {
+  it('refuses an empty --bind, or a bare number, which would put the door on every interface, and what is no host name at all', async () => {
+    for (const bind of ['', ' ', '0', '127.1', 'not an address', 'host/path', 'user@host']) {
       const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });
       misused(result, `--bind takes an IP address or a host name: '${bind}'`, 'e.g. --bind 127.0.0.1 (the default)');
     }

@@ -108,8 +108,10 @@ function taskText(task: string | undefined, output: Output): string | undefined 
 
 /**
  * `--bind`: an address or a host name to listen on. An empty one, or a bare number (`0`, which
- * the resolver reads as 0.0.0.0), would put the door on every interface without saying so;
- * one beyond loopback is said, since a door without MURMUR_DOOR_AUTH answers whoever reaches it.
+ * the resolver reads as 0.0.0.0), would put the door on every interface without saying so, and
+ * what is no name at all (`not an address`) would pass for one beyond loopback until the door
+ * failed to listen; one beyond loopback is said, since a door without MURMUR_DOOR_AUTH answers
+ * whoever reaches it.
  */
 function refuseBind(bind: string, output: Output): void {
   // An address and a port together would be looked up as a host name, and fail as one.
@@ -119,13 +121,22 @@ function refuseBind(bind: string, output: Output): void {
       hint: "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port (unset or 0: any free port)",
     });
   const name = bind.trim().replace(/^\[(.*)\]$/, '$1');
-  if (name === '' || (isIP(name) === 0 && /^[\d.]+$/.test(name)))
+  if (name === '' || (isIP(name) === 0 && (/^[\d.]+$/.test(name) || !isHostName(name))))
     throw new UsageError(`--bind takes an IP address or a host name: '${bind}' is ${name === '' ? 'empty' : 'neither'}`, {
       path: '--bind',
       hint: 'e.g. --bind 127.0.0.1 (the default); --bind 0.0.0.0 listens on every interface, when that is meant',
     });
   if (!isLoopbackName(isIP(name) === 6 ? `[${name}]` : name) && !process.env.MURMUR_DOOR_AUTH?.trim())
     output.err(`warning: --bind ${bind} puts the session's door beyond this machine's loopback, and without MURMUR_DOOR_AUTH it answers whoever reaches it`);
+}
+
+/** A name a resolver could look up, as written: what a URL's host is, with no space, path or user in it. */
+function isHostName(name: string): boolean {
+  try {
+    return new URL(`http://${name}/`).hostname === name.toLowerCase();
+  } catch {
+    return false;
+  }
 }
 
 /** One word that names a file or a directory: a path's start (`./`, `../`, `/`, `~/`), or a task file's ending. */
