@@ -20,6 +20,7 @@ import {
   upsertLockEntry,
   numberSetting,
   isLoopbackName,
+  hostHeaderName,
   isSafeContextId,
   SAFE_CONTEXT_ID_RULE,
   RUNTIME_VERSION,
@@ -121,22 +122,14 @@ function refuseBind(bind: string, output: Output): void {
       hint: "e.g. --bind 127.0.0.1; the door's port is the manifest's network.internal_port (unset or 0: any free port)",
     });
   const name = bind.trim().replace(/^\[(.*)\]$/, '$1');
-  if (name === '' || (isIP(name) === 0 && (/^[\d.]+$/.test(name) || !isHostName(name))))
+  // A host name is one a `Host` header would name as written: no space, path, user or port in it.
+  if (name === '' || (isIP(name) === 0 && (/^[\d.]+$/.test(name) || hostHeaderName(name) !== name.toLowerCase())))
     throw new UsageError(`--bind takes an IP address or a host name: '${bind}' is ${name === '' ? 'empty' : 'neither'}`, {
       path: '--bind',
       hint: 'e.g. --bind 127.0.0.1 (the default); --bind 0.0.0.0 listens on every interface, when that is meant',
     });
   if (!isLoopbackName(isIP(name) === 6 ? `[${name}]` : name) && !process.env.MURMUR_DOOR_AUTH?.trim())
     output.err(`warning: --bind ${bind} puts the session's door beyond this machine's loopback, and without MURMUR_DOOR_AUTH it answers whoever reaches it`);
-}
-
-/** A name a resolver could look up, as written: what a URL's host is, with no space, path or user in it. */
-function isHostName(name: string): boolean {
-  try {
-    return new URL(`http://${name}/`).hostname === name.toLowerCase();
-  } catch {
-    return false;
-  }
 }
 
 /** One word that names a file or a directory: a path's start (`./`, `../`, `/`, `~/`), or a task file's ending. */
