@@ -1,3 +1,4 @@
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type LaunchReply, type MurmurError, commands, newSessionId } from '@murmur/shared';
@@ -22,8 +23,10 @@ describe('a session asked to stop while its launch is still under way', () => {
     stack = startInProcessStack(scratch.dir);
   });
 
+  let closed = false;
+
   afterAll(async () => {
-    await stack.close();
+    if (!closed) await stack.close();
     await scratch.cleanup();
   });
 
@@ -69,5 +72,11 @@ describe('a session asked to stop while its launch is still under way', () => {
       expect(end?.error?.message).toContain('the session was stopped: its launcher stopped waiting');
     }
     await eventually(() => stack.executor.sessions().length === 0 || undefined, 20_000, 'the executor to hold no session');
+    // A refused launch's host was killed, not waited for: the executor's close waits for its exit
+    // and the records it leaves, so nothing writes into the workdir once the executor has closed.
+    await stack.close();
+    closed = true;
+    const bootstrap = await fs.readFile(path.join(scratch.dir, 'home', 'workdir', sessionId, 'logs', 'bootstrap.log'), 'utf8');
+    expect(bootstrap).toContain('[bootstrap] session ended: failed (E-RUN-001: the session was stopped: its launcher stopped waiting)');
   });
 });

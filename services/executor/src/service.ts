@@ -86,6 +86,11 @@ const LAUNCH_CLOCK_SLACK_MS = 2_000;
 
 /** Ended sessions whose workdirs stay readable through this executor (`mur files`), newest kept. */
 const ENDED_SESSIONS_KEPT = 10_000;
+/**
+ * How long a closing executor waits for a host a refused launch killed to be heard ending: its
+ * exit, its last frames (up to 2 s) and the records it leaves; a spawn that failed may never say.
+ */
+const REFUSED_HOST_END_WAIT_MS = 10_000;
 
 /**
  * The listeners on this machine no capsule is connected to: this executor's own once it listens,
@@ -133,6 +138,11 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   const sessions = new Map<string, Session>();
   /** What is kept of the sessions that ended here, whose workdirs this machine still holds. */
   const ended = new Map<string, EndedSession>();
+  /**
+   * The ends of hosts that refused launches started and killed: no longer sessions of this
+   * executor, but still writing their last records into their workdirs, which a close waits for.
+   */
+  const refusedHostsEnding = new Set<Promise<unknown>>();
   const subscriptions: Subscription[] = [];
   const blobs = new BlobCache(
     path.join(cache, 'blobs'),
@@ -290,6 +300,11 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       sessions.delete(session.id);
       session.kill({ code: 'E-RUN-001', message: 'the launch failed' });
       session.releaseRecords();
+      if (session.hostStarted) {
+        const hostEnded = Promise.race([session.ended, new Promise((resolve) => setTimeout(resolve, REFUSED_HOST_END_WAIT_MS).unref())]);
+        refusedHostsEnding.add(hostEnded);
+        void hostEnded.then(() => refusedHostsEnding.delete(hostEnded));
+      }
       if (error instanceof MurmurError) throw error;
       throw new MurmurError('E-RUN-001', `the capsule could not be launched: ${error instanceof Error ? error.message : String(error)}`, {
         hint: "nothing of the capsule ran; what refused the launch is named above (the executor's log has the rest): mend it and run again",
@@ -365,7 +380,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
         session.stop('the executor is shutting down');
         return session.ended;
       });
-      await Promise.all([...ending, poolClosed]);
+      await Promise.all([...ending, ...refusedHostsEnding, poolClosed]);
       clearInterval(sweeping);
       stopSweepingCache();
       stopTrimmingBlobs();

@@ -1322,6 +1322,11 @@ export class Session {
     this.endHandshake?.(this.killedFor ?? reason);
   }
 
+  /** Whether a host was started for this session: then its exit, heard, is what ends it (`ended`). */
+  get hostStarted(): boolean {
+    return this.child !== undefined;
+  }
+
   /** Asks the host to stop, then kills what is left after a grace period. */
   stop(reason: string): boolean {
     if (!this.child) {
