@@ -139,8 +139,9 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   /** What is kept of the sessions that ended here, whose workdirs this machine still holds. */
   const ended = new Map<string, EndedSession>();
   /**
-   * The ends of hosts that refused launches started and killed: no longer sessions of this
-   * executor, but still writing their last records into their workdirs, which a close waits for.
+   * The hosts of refused launches, killed and not yet heard ending: no longer sessions of this
+   * executor, but their sessions still write their last records into the workdirs, so a close
+   * waits for them.
    */
   const refusedHostsEnding = new Set<Promise<unknown>>();
   const subscriptions: Subscription[] = [];

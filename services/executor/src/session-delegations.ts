@@ -26,7 +26,7 @@ export interface DelegatingSession {
   floor(): Containment;
   /** The session's trace context, when it exports spans: a child's launch continues it. */
   traceparent(): string | undefined;
-  /** A line for the launcher (the session's stderr). */
+  /** A line of the runtime's about the session, kept with its stderr (the tail its end reports). */
   warn(line: string): void;
   /** A line for the session's `bootstrap.log`. */
   note(line: string): void;
