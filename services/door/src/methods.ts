@@ -3,9 +3,6 @@ import {
   OptionalTaskIdParamsSchema,
   RPC_ERRORS,
   SETTLE_WITHIN_MAX_MS,
-  SendParamsV03Schema,
-  SendParamsV10Schema,
-  type A2aMessage,
   type SessionEvent,
   TaskIdParamsSchema,
   hasSettled,
@@ -14,7 +11,7 @@ import {
 import { rpcError, rpcResult } from './json-rpc.js';
 import { renderSendResult, renderTask, taskStateFilter } from './rendering.js';
 import { SessionUnreachable, TooManyStreams } from './session-link.js';
-import { type Handler, historyAsked, parseParams, refuseNonText, sendCall, taskOf } from './rpc-request.js';
+import { type Handler, historyAsked, parseParams, parseSendParams, sendCall, taskOf } from './rpc-request.js';
 import { streamMethods } from './task-streams.js';
 
 export interface MethodSettings {
@@ -37,14 +34,9 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
 
   const send: Handler = async (context, request) => {
     const { call, version, link } = request;
-    const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
+    const params = parseSendParams(request);
     if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const { message, configuration } = params.value as {
-      message: A2aMessage;
-      configuration?: { blocking?: boolean; returnImmediately?: boolean; historyLength?: number };
-    };
-    const notText = refuseNonText(message);
-    if (notText) return context.json(rpcError(call.id, notText));
+    const { message, configuration } = params;
     // 0.3 waits only when asked (`blocking: true`, which the SDK's client sends); 1.0 waits unless
     // told not to. A completion never waits: it is answered with its acknowledgement alone, since
     // following the task would show its poster, who may be the child's own guest, the parent's task.

@@ -3,6 +3,8 @@ import {
   type A2aVersion,
   RPC_ERRORS,
   type RpcError,
+  SendParamsV03Schema,
+  SendParamsV10Schema,
   type SessionCall,
   type SessionReply,
   type TaskView,
@@ -51,11 +53,32 @@ export function taskOf(reply: SessionReply): { task: TaskView } | { error: RpcEr
   return { task: reply.task };
 }
 
+/** What a send asks of its handling, in either generation (each reads its own fields). */
+export interface SendConfiguration {
+  blocking?: boolean;
+  returnImmediately?: boolean;
+  historyLength?: number;
+}
+
+/**
+ * A send's params (`message/send`, `message/stream`, `SendMessage`, `SendStreamingMessage`) as
+ * its generation writes them, its message refused unless every part is text the agent can be given.
+ */
+export function parseSendParams(
+  request: RpcRequest,
+): { ok: true; message: A2aMessage; configuration: SendConfiguration | undefined } | { ok: false; error: RpcError } {
+  const params = request.version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
+  if (!params.ok) return params;
+  const { message, configuration } = params.value as { message: A2aMessage; configuration?: SendConfiguration };
+  const notText = refuseNonText(message);
+  return notText ? { ok: false, error: notText } : { ok: true, message, configuration };
+}
+
 /**
  * A message with a part the agent cannot be given, named: one that is not text is the spec's
  * "content type not supported", one that is no part at all (`unreadablePart`) invalid params.
  */
-export function refuseNonText(message: A2aMessage): RpcError | undefined {
+function refuseNonText(message: A2aMessage): RpcError | undefined {
   const part = unreadablePart(message);
   if (part === undefined) return undefined;
   return part.kind === 'unsupported'

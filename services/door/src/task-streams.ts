@@ -1,22 +1,11 @@
-import {
-  type A2aMessage,
-  RPC_ERRORS,
-  type RpcError,
-  SendParamsV03Schema,
-  SendParamsV10Schema,
-  type SessionEvent,
-  type SessionReply,
-  TERMINAL_TASK_STATES,
-  TaskIdParamsSchema,
-  type TaskView,
-} from '@murmur/shared';
+import { RPC_ERRORS, type RpcError, type SessionEvent, type SessionReply, TERMINAL_TASK_STATES, TaskIdParamsSchema, type TaskView } from '@murmur/shared';
 import type { IncomingMessage } from 'node:http';
 import type { Context } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import { rpcError, rpcResult } from './json-rpc.js';
 import { renderSendResult, renderStreamEvent } from './rendering.js';
 import { type FeedWatch, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from './session-link.js';
-import { type Handler, type RpcRequest, historyAsked, parseParams, refuseNonText, sendCall, taskOf } from './rpc-request.js';
+import { type Handler, type RpcRequest, historyAsked, parseParams, parseSendParams, sendCall, taskOf } from './rpc-request.js';
 
 /**
  * The door's streaming methods: a message sent and its task followed (`message/stream`,
@@ -57,12 +46,10 @@ export function streamMethods({ heartbeatMs, stalledAfterMs }: { heartbeatMs: nu
   };
 
   const stream: Handler = async (context, request) => {
-    const { call, version, link } = request;
-    const params = version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
+    const { call, link } = request;
+    const params = parseSendParams(request);
     if (!params.ok) return context.json(rpcError(call.id, params.error));
-    const { message, configuration } = params.value as { message: A2aMessage; configuration?: { historyLength?: number } };
-    const notText = refuseNonText(message);
-    if (notText) return context.json(rpcError(call.id, notText));
+    const { message, configuration } = params;
     // The task the stream opens with holds no more history than asked for, as a send's would.
     const history = historyAsked(configuration?.historyLength);
     return openTaskStream(context, request, 'new', async () => {
