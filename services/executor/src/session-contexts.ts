@@ -12,6 +12,17 @@ export function isContextRequest(request: HostRequest): request is ContextReques
 }
 
 /**
+ * Whether a request reads or writes a whole record in the executor's home (a conversation, a
+ * harness session, a transcript): all of them but a transcript's upload pieces. The executor
+ * answers these one at a time per session and holds only a few: a conversation load of a 20 MB
+ * record holds ~60 MB while it is answered, forty sent at once took the executor to 2.5 GB, and a
+ * save waiting its turn holds its messages, up to a frame's 24 MiB. A task loads once and saves once.
+ */
+export function wholeRecordRequest(request: HostRequest): request is Exclude<ContextRequest, { op: 'harness-transcript-upload' }> {
+  return isContextRequest(request) && request.op !== 'harness-transcript-upload';
+}
+
+/**
  * What a session's host keeps of its contexts beyond the session, in the executor's home: a
  * threaded capsule's conversations, or (`transport: process`) each context's harness session and
  * its transcript. Every write is keyed by the context it names, apart for this session alone when

@@ -80,7 +80,7 @@ import { HarnessSessions } from './harness-sessions.js';
 import { murmurMd } from './murmur-md.js';
 import { LogFile, type RecordsOutsideSandbox, TraceWriter } from './records.js';
 import { fitEventForBus } from './event-fit.js';
-import { SessionContexts, isContextRequest } from './session-contexts.js';
+import { SessionContexts, isContextRequest, wholeRecordRequest } from './session-contexts.js';
 import { SessionDelegations } from './session-delegations.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
@@ -175,21 +175,9 @@ const HOST_TASKS_BUDGET = 256;
 const SLOW_HOST_OPS: ReadonlySet<string> = new Set(['send', 'delegate', 'pull']);
 const SLOW_HOST_REQUESTS_IN_FLIGHT = 16;
 /**
- * The host's requests of its records in the executor's home (its conversations, its harness
- * sessions): answered one at a time per session, and at most `RECORD_REQUESTS_HELD` held, the one
- * answered among them. Each reads or writes a whole record — a conversation load of a 20 MB record
- * holds ~60 MB while it is answered, forty sent at once took the executor to 2.5 GB — and a save
- * waiting its turn holds its messages, up to a frame's 24 MiB. A task loads once and saves once.
+ * How many of a session's requests of its records (`wholeRecordRequest`) the executor holds at
+ * once, the one answered among them: they are answered one at a time, each holding a whole record.
  */
-const RECORD_OPS: ReadonlySet<string> = new Set([
-  'conversation-load',
-  'conversation-save',
-  'harness-session-get',
-  'harness-session-put',
-  'harness-session-forget',
-  'harness-transcript-load',
-  'harness-transcript-save',
-]);
 const RECORD_REQUESTS_HELD = 8;
 
 function findCodeRoot(from: string): string {
@@ -1218,7 +1206,7 @@ export class Session {
   private recordTurn: Promise<void> = Promise.resolve();
 
   private async answer(id: number, request: HostRequest): Promise<void> {
-    if (RECORD_OPS.has(request.op)) return this.answerInTurn(id, request);
+    if (wholeRecordRequest(request)) return this.answerInTurn(id, request);
     if (!SLOW_HOST_OPS.has(request.op)) return this.answerNow(id, request);
     if (this.slowRequests >= SLOW_HOST_REQUESTS_IN_FLIGHT) {
       // Answered as each of these ops answers a refusal (a value that failed), so the guest's call,
@@ -1242,7 +1230,7 @@ export class Session {
     }
   }
 
-  /** A record request, answered after the session's record requests before it (`RECORD_OPS`). */
+  /** A record request, answered after the session's record requests before it (`wholeRecordRequest`). */
   private async answerInTurn(id: number, request: HostRequest): Promise<void> {
     if (this.recordRequests >= RECORD_REQUESTS_HELD) {
       this.tellHost({
