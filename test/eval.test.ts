@@ -446,6 +446,7 @@ describe('mur eval', () => {
       expect(implicit.stderr).toContain('error[E-IO-001]: no dataset found. Expected ./eval.jsonl or specify with --dataset <path>');
       const explicit = await runMur(['eval', 'run', dir, '--dataset', path.join(dir, 'nope.jsonl')], { env });
       expect(explicit.stderr).toContain(`error[E-IO-001]: dataset not found at ${path.join(dir, 'nope.jsonl')}`);
+      expect(explicit.stderr).toContain('hint: --dataset names a JSONL file of cases, one per line, relative to the working directory');
       const empty = await evalRun('\n\n');
       expect(empty.stderr).toContain(`error[E-IO-003]: dataset is empty: ${path.join(dir, 'bad.jsonl')}`);
     });
@@ -535,6 +536,7 @@ describe('mur eval', () => {
       const missing = await runMur(['eval', 'diff', file, path.join(workdir, 'missing.jsonl')]);
       expect(missing.code).toBe(1);
       expect(missing.stderr).toContain(`error[E-IO-001]: eval file not found: ${path.join(workdir, 'missing.jsonl')}`);
+      expect(missing.stderr).toContain("or the path of a session's eval.jsonl");
     });
 
     it('shows a session no scorer scored, and an empty file, without failing', async () => {

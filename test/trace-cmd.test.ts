@@ -264,6 +264,32 @@ describe('mur trace', () => {
       expect(sessionsLine(minutes)).toBe(`Sessions: 2  (${history})`);
     });
 
+    it('says, when --since reaches back to no session, which --since would reach the newest one, and that one does', async () => {
+      const aged = path.join(scratch.dir, 'aged');
+      const threeDaysOld = mintedDaysAgo(3, 'a9e0a9e0');
+      await copySession(path.join(workdir, plainSession), path.join(aged, threeDaysOld));
+      const none = await trace(['report', '--workdir', aged, '--since', '2d'], scratch.dir);
+      expect(none.code).toBe(1);
+      expect(none.stderr).toContain(`error[E-TRC-002]: no sessions matched --since 2d in workdir at ${aged}`);
+      // Three days and a minute are 73 hours: more than two days' worth of hours is counted in days.
+      expect(none.stderr).toContain('hint: its newest session started before that: --since 4d takes it in, or choose with --last N');
+      const suggested = await trace(['report', '--workdir', aged, '--since', '4d'], scratch.dir);
+      expect(suggested.code, suggested.stderr).toBe(0);
+      expect(sessionsLine(suggested)).toBe(`Sessions: 1  (${aged})`);
+    });
+
+    it('says how a report of no complete session can become one', async () => {
+      const unfinished = path.join(scratch.dir, 'unfinished');
+      const running = path.join(unfinished, mintedDaysAgo(0, 'b1b1b1b1'));
+      await fs.mkdir(running, { recursive: true });
+      const events = (await fs.readFile(path.join(workdir, plainSession, 'trace.jsonl'), 'utf8')).trimEnd().split('\n');
+      await fs.writeFile(path.join(running, 'trace.jsonl'), `${events.filter((line) => !line.includes('"session_end"')).join('\n')}\n`);
+      const result = await trace(['report', '--workdir', unfinished], scratch.dir);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain('error[E-TRC-001]: no complete sessions to report — all traces are empty or incomplete');
+      expect(result.stderr).toContain("hint: a session's trace is complete once it has ended");
+    });
+
     it('takes explicit sessions, but not together with --last or --since', async () => {
       const named = await trace(['report', '@1', shellSession.slice(-6)]);
       expect(named.code, named.stderr).toBe(0);
@@ -339,6 +365,10 @@ describe('mur trace', () => {
       const file = await trace(['show', path.join(scratch.dir, 'nowhere', 'trace.jsonl')], scratch.dir);
       expect(file.code).toBe(1);
       expect(file.stderr).toContain(`error[E-IO-001]: trace file not found: ${path.join(scratch.dir, 'nowhere', 'trace.jsonl')}`);
+      // A path to nothing may have been meant as a session: the hint names every way to give one.
+      expect(file.stderr).toContain(
+        "hint: give the last characters of a session id (4 or more rarely match two), a full id, @N (@1 = the newest), or the path of a session's trace.jsonl",
+      );
     });
 
     it('skips and counts garbled and cut-off lines, ignores unknown events and keys, and prints the rest as if they were not there', async () => {

@@ -7,7 +7,7 @@ import {
   EventScoreRecordSchema,
   MurmurError,
 } from '@murmur/shared';
-import { readRecordFile } from '@murmur/shared/node';
+import { readRecordFile, systemFailureHint } from '@murmur/shared/node';
 import { type SessionRecordKind, resolveSessionRecord } from './session-selector.js';
 
 /**
@@ -47,7 +47,7 @@ export interface ScorerTally {
   fail: number;
 }
 
-const EVAL_RECORDS: SessionRecordKind = { file: EVAL_FILE, code: 'E-EVAL-002' };
+const EVAL_RECORDS: SessionRecordKind = { file: EVAL_FILE, code: 'E-EVAL-002', noun: 'eval file' };
 
 /** The eval file a selector names under `workdir` (the selectors of `mur trace`). */
 export function selectEvalFile(selector: string | undefined, workdir: string): Promise<EvalFileChoice> {
@@ -92,7 +92,7 @@ export async function readEvalFile(choice: EvalFileChoice): Promise<EvalFileCont
       });
     }
     if (code === 'ENOENT') throw new MurmurError('E-IO-001', `eval file not found: ${file}`, { path: file });
-    throw new MurmurError('E-IO-003', `failed to read ${file}: ${code ?? (error as Error).message}`, { path: file });
+    throw new MurmurError('E-IO-003', `failed to read ${file}: ${code ?? (error as Error).message}`, { path: file, hint: systemFailureHint(error) });
   }
   const contents: EvalFileContents = { file, eventScores: [], datasetRun: undefined, skipped: [] };
   text.split('\n').forEach((raw, index) => {

@@ -1,4 +1,5 @@
 import { MurmurError, type MurmurErrorOptions, type MurmurWarning, formatWarning } from '@murmur/shared/errors';
+import { systemFailureHint } from '@murmur/shared/node';
 
 /**
  * What `mur` prints and where. stdout carries only what a command promises (a table, a JSON
@@ -83,26 +84,6 @@ export class TerminalSafeStream {
 }
 
 /**
- * What to do about a file system's refusal: these come from the paths a person gave or keeps
- * (a directory where a file belongs, a full disk), and are theirs to mend, not mur's bugs.
- */
-const SYSTEM_FAILURE_HINTS: Readonly<Record<string, string>> = {
-  ENOENT: 'check that the path exists and is spelled as intended',
-  EISDIR: 'a directory is where a file is expected: name the file, or move the directory aside',
-  ENOTDIR: 'a file is where a directory is expected along that path: move it aside, or name another path',
-  EEXIST: 'something is already at that path: move it aside, or name another path',
-  EACCES: 'this user may not do that there: check the permissions along the path',
-  EPERM: 'this user may not do that there: check the permissions and ownership along the path',
-  ENOSPC: 'the file system is full: free some space, then run it again',
-  EDQUOT: 'the disk quota is used up: free some space, then run it again',
-  EROFS: 'that file system is read-only: name a path on a writable one',
-  ENAMETOOLONG: 'the path is longer than the file system takes: use a shorter one',
-  ELOOP: 'the path goes round a loop of symbolic links: name the real path',
-  EMFILE: 'too many files are open: raise the limit (ulimit -n), or close what holds them',
-  ERR_FS_FILE_TOO_LARGE: 'the file is larger than the 2 GiB mur reads at once: leave it out, or make it smaller',
-};
-
-/**
  * A command line mur cannot take as written — flags that contradict each other, a flag or an
  * argument whose value is not one it accepts — found by a command rather than by commander: it
  * exits 2 as commander's own usage errors do (clap's, upstream), so a script can tell a mistyped
@@ -117,8 +98,7 @@ export class UsageError extends MurmurError {
 /** `error[CODE]: message` (+ `  hint: …`), or the unexpected error with a request to report it. */
 export function formatFailure(error: unknown): string {
   if (error instanceof MurmurError) return error.format();
-  const code = error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined;
-  const hint = code === undefined ? undefined : SYSTEM_FAILURE_HINTS[code];
+  const hint = systemFailureHint(error);
   if (hint !== undefined) return new MurmurError('E-IO-003', (error as Error).message, { hint }).format();
   const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
   return `error[E-IO-003]: unexpected failure: ${message}\n  hint: this is a bug in mur; please report it with the command you ran`;

@@ -1,6 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
+import { systemFailureHint } from '@murmur/shared/node';
 
 /**
  * Which session a `mur trace` or `mur eval` selector names, among the sessions under a workdir,
@@ -20,9 +21,11 @@ import { MurmurError } from '@murmur/shared';
 export interface SessionRecordKind {
   file: 'trace.jsonl' | 'eval.jsonl';
   code: 'E-TRC-002' | 'E-EVAL-002';
+  /** The file's name in a refusal of a path to one that is not there (upstream's words). */
+  noun: 'trace file' | 'eval file';
 }
 
-export const TRACE_RECORDS: SessionRecordKind = { file: 'trace.jsonl', code: 'E-TRC-002' };
+export const TRACE_RECORDS: SessionRecordKind = { file: 'trace.jsonl', code: 'E-TRC-002', noun: 'trace file' };
 
 export interface SessionEntry {
   id: string;
@@ -35,14 +38,14 @@ const FULL_ID = /^ses_[0-9a-f]{32}$/i;
 /** How many candidates a refusal lists before it says how many more there are. */
 const LISTED_CANDIDATES = 10;
 const selectorHint = (kind: SessionRecordKind): string =>
-  `give the last characters of a session id (4 or more rarely match two), a full id, @N (@1 = the newest), or the path of a ${kind.file}`;
+  `give the last characters of a session id (4 or more rarely match two), a full id, @N (@1 = the newest), or the path of a session's ${kind.file}`;
 
 export const traceFileOf = (entry: SessionEntry): string => path.join(entry.dir, TRACE_RECORDS.file);
 
 async function sessionDirsIn(dir: string): Promise<SessionEntry[]> {
   const entries = await fs.readdir(dir, { withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
     if (error.code === 'ENOENT' || error.code === 'ENOTDIR') return [];
-    throw new MurmurError('E-IO-003', `failed to read ${dir}: ${error.message}`, { path: dir, cause: error });
+    throw new MurmurError('E-IO-003', `failed to read ${dir}: ${error.message}`, { path: dir, cause: error, hint: systemFailureHint(error) });
   });
   return entries
     .filter((entry) => entry.isDirectory() && entry.name.startsWith(SESSION_PREFIX))
@@ -91,11 +94,21 @@ export function noSessions(workdir: string, kind: SessionRecordKind = TRACE_RECO
 /** A selector that names a file rather than a session: it has a `/` or ends `.jsonl`. */
 export const isPathSelector = (selector: string): boolean => selector.includes('/') || selector.endsWith('.jsonl');
 
-/** The path's record: the file itself, or the record file in it when it is a session directory. */
+/**
+ * The path's record: the file itself, or the record file in it when it is a session directory. A
+ * path to nothing is refused here, where the selector is known to have been a path: a mistyped
+ * one is more likely meant as a session.
+ */
 async function recordAtPath(given: string, kind: SessionRecordKind): Promise<string> {
   const resolved = path.resolve(given);
-  const stat = await fs.stat(resolved).catch(() => undefined);
-  return stat?.isDirectory() ? path.join(resolved, kind.file) : resolved;
+  const stat = await fs.stat(resolved).catch((error: NodeJS.ErrnoException) => error);
+  if (stat instanceof Error) {
+    if (stat.code === 'ENOENT' || stat.code === 'ENOTDIR')
+      throw new MurmurError('E-IO-001', `${kind.noun} not found: ${resolved}`, { path: resolved, hint: selectorHint(kind) });
+    // Any other refusal is the reader's to report, with what to do about it.
+    return resolved;
+  }
+  return stat.isDirectory() ? path.join(resolved, kind.file) : resolved;
 }
 
 /** `@N`: the N-th newest session, `@1` the newest. */
@@ -175,4 +188,16 @@ export function parseSince(given: string): number {
     });
   const unitMs = { m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as 'm' | 'h' | 'd'];
   return Number(match[1]) * unitMs;
+}
+
+/**
+ * The shortest `--since` that reaches back `ms` and a minute more (it is read when the command is
+ * run again), in the largest of its units that is still exact enough: minutes up to two hours,
+ * hours up to two days, then days.
+ */
+export function sinceCovering(ms: number): string {
+  const minutes = Math.ceil(ms / 60_000) + 1;
+  if (minutes <= 120) return `${minutes}m`;
+  const hours = Math.ceil(minutes / 60);
+  return hours <= 48 ? `${hours}h` : `${Math.ceil(hours / 24)}d`;
 }

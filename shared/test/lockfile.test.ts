@@ -110,6 +110,14 @@ artifacts:
     expect(error.code).toBe('E-RUN-003');
     expect(error.message).toContain('invalid murmur.lock');
   });
+
+  it('refuses a lock that is a directory, naming it and saying what to do', async () => {
+    await fs.mkdir(lockPath);
+    const error = await rejection(readLockfile(lockPath));
+    expect(error.code).toBe('E-IO-003');
+    expect(error.message).toContain(`failed to read murmur.lock at ${lockPath}: EISDIR`);
+    expect(error.hint).toBe('a directory is where a file is expected: name the file, or move the directory aside');
+  });
 });
 
 describe('writeLockfile', () => {

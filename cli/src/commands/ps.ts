@@ -99,7 +99,9 @@ export async function stopCommand(sessionId: string, output: Output): Promise<nu
   }
   const kill = signalRunningRecord(record, 'SIGKILL');
   if (kill.outcome === 'refused')
-    throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) outlived SIGTERM and SIGKILL was refused: ${kill.reason}`);
+    throw new MurmurError('E-IO-003', `session '${sessionId}' (pid ${record.pid}) outlived SIGTERM and SIGKILL was refused: ${kill.reason}`, {
+      hint: `nothing more was sent; 'mur ps' shows whether it still runs, and 'mur stop ${sessionId}' tries again`,
+    });
   await gone(record, graceMs);
   removeRunningRecord(sessionId);
   output.out(`${sessionId}: killed after ${graceMs / 1000}s`);

@@ -4,7 +4,7 @@ import { MurmurError, type TraceEvent, isMurmurError } from '@murmur/shared';
 import { readTraceFile } from '@murmur/shared/node';
 import type { Output } from '../output.js';
 import { renderDiff, renderReport, renderShow, renderSteps } from '../trace-render.js';
-import { listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, traceFileOf } from '../session-selector.js';
+import { type SessionEntry, listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, sinceCovering, traceFileOf } from '../session-selector.js';
 import { type TraceSummary, noSessionStart, noTraceEvents, summariseTrace } from '../trace-summary.js';
 
 /**
@@ -93,8 +93,16 @@ async function reportTraces(selectors: string[], options: ReportOptions, workdir
   }
   if (sinceMs !== undefined) {
     const cutoff = Date.now() - sinceMs;
+    const newest = sessionMintedAtMs((sessions.at(-1) as SessionEntry).id);
     sessions = sessions.filter((session) => (sessionMintedAtMs(session.id) ?? -1) >= cutoff);
-    if (sessions.length === 0) throw new MurmurError('E-TRC-002', `no sessions matched --since ${options.since} in workdir at ${workdir}`, { path: workdir });
+    if (sessions.length === 0)
+      throw new MurmurError('E-TRC-002', `no sessions matched --since ${options.since} in workdir at ${workdir}`, {
+        path: workdir,
+        hint:
+          newest === undefined
+            ? 'choose the sessions with --last N, or name them'
+            : `its newest session started before that: --since ${sinceCovering(Date.now() - newest)} takes it in, or choose with --last N`,
+      });
   }
   if (options.last !== undefined) sessions = sessions.slice(-options.last);
   return sessions.map(traceFileOf);
@@ -122,7 +130,11 @@ export async function traceReportCommand(selectors: string[], options: ReportOpt
       else throw error;
     }
   }
-  if (summaries.length === 0) throw new MurmurError('E-TRC-001', 'no complete sessions to report — all traces are empty or incomplete', { path: workdir });
+  if (summaries.length === 0)
+    throw new MurmurError('E-TRC-001', 'no complete sessions to report — all traces are empty or incomplete', {
+      path: workdir,
+      hint: "a session's trace is complete once it has ended: report again when a running one ends, or 'mur trace show <session>' says what one trace lacks",
+    });
   if (incomplete > 0) output.err(`note: skipped ${incomplete} incomplete session(s)`);
   for (const line of renderReport(workdir, summaries)) output.out(line);
 }

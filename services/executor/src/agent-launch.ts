@@ -94,6 +94,7 @@ function systemPrompt(plan: StagedPlan, tools: HostTool[], override: string | un
     if (!skill?.path)
       throw new MurmurError('E-RUN-009', `the system prompt artifact '${inference.system_prompt_artifact}' has no skill.md to read`, {
         path: 'inference.system_prompt_artifact',
+        hint: 'name a skill artifact (runtime: skill) declared in artifacts:, whose skill.md is the prompt',
       });
     return { text: readPrompt(skill.path, `of artifact '${inference.system_prompt_artifact}'`), source: 'manifest' };
   }

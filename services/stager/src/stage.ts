@@ -505,7 +505,9 @@ export class Stager {
     let bytes: Buffer;
     if (loaded.zip) {
       if (!loaded.rootWasm)
-        throw new MurmurError('E-RUN-004', `capsule ${label} has no component: its archive holds no root .wasm and its manifest no inference: block`);
+        throw new MurmurError('E-RUN-004', `capsule ${label} has no component: its archive holds no root .wasm and its manifest no inference: block`, {
+          hint: 'rebuild it with mur build from a directory that holds its component (capsule.wasm), or give its manifest an inference: block to make it an agent capsule',
+        });
       bytes = await loaded.zip.read(loaded.rootWasm);
     } else {
       bytes = await fs.readFile((own as CapsuleFile).local);
@@ -799,7 +801,10 @@ async function resolveAll(
 function stageLocalSkill(declaration: ArtifactDeclaration, capsule: Pick<LoadedCapsule, 'files' | 'label'>): StagedArtifact {
   const source = declaration.source as string;
   const key = capsulePath(source);
-  const where = { path: `artifacts.${declaration.name}.source` };
+  const where = {
+    path: `artifacts.${declaration.name}.source`,
+    hint: "a skill's source is a path in the capsule's directory: its skill.md, or a directory that holds one",
+  };
   let skill: CapsuleFile | undefined = key === undefined ? undefined : capsule.files.get(key);
   if (!skill && key !== undefined) {
     const inDirectory = [...capsule.files.entries()].filter(([file]) => path.posix.dirname(file) === (key === '' ? '.' : key));

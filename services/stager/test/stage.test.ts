@@ -482,6 +482,19 @@ describe('staging refuses, and writes nothing', () => {
     expect(error.message).toContain("the project 'project'");
   });
 
+  it("refuses a local skill whose source is not in the capsule's directory, naming the field and what a source is", async () => {
+    await capsuleProject(
+      world.project,
+      `${SCRIPT}artifacts:\n  - name: house-style\n    version: 0.1.0\n    runtime: skill\n    source: ./skills/house-style\n`,
+      (await capsuleWat()).bytes,
+    );
+    const error = await refusal(directory());
+    expect(error.code).toBe('E-IO-001');
+    expect(error.message).toBe("skill source path not found: './skills/house-style' in the project 'project'");
+    expect(error.path).toBe('artifacts.house-style.source');
+    expect(error.hint).toBe("a skill's source is a path in the capsule's directory: its skill.md, or a directory that holds one");
+  });
+
   it('refuses a directory without murmur.yaml with E-IO-001', async () => {
     await fs.mkdir(world.project, { recursive: true });
     const error = await refusal(directory());
@@ -575,6 +588,19 @@ describe('staging a capsule from a registry', () => {
     expect(plan.capsule.component?.sha256).toBe(capsule.sha256);
     expect(plan.lock.status).toBe('not-applicable');
     expect(plan.capsule.manifest_yaml).toContain('local/worker');
+  });
+
+  it('refuses a published capsule with neither a component nor an inference: block, saying how to make it one that runs', async () => {
+    const archive = rawZip([{ name: 'murmur.yaml', data: Buffer.from('name: local/hollow\nversion: 0.1.0\n') }]);
+    // Stored as if published by someone else: mur build would not pack it.
+    const dir = path.join(world.globalStore, 'local', 'hollow', '0.1.0');
+    await fs.mkdir(dir, { recursive: true });
+    await fs.writeFile(path.join(dir, 'hollow-0.1.0.mur.zip'), archive);
+    await fs.writeFile(path.join(dir, 'hollow-0.1.0.sha256'), sha256Hex(archive));
+    const error = await refusal({ request: { source: { kind: 'registry', name: 'local/hollow', version: '0.1.0' } } });
+    expect(error.code).toBe('E-RUN-004');
+    expect(error.message).toBe('capsule local/hollow@0.1.0 has no component: its archive holds no root .wasm and its manifest no inference: block');
+    expect(error.hint).toContain('rebuild it with mur build from a directory that holds its component (capsule.wasm)');
   });
 
   it('names a capsule that is not published with E-RUN-008', async () => {

@@ -6,6 +6,7 @@ import { MurmurError } from '../errors.js';
 import { LONGEST_ARTIFACT_VERSION, artifactVersionProblem } from '../manifest/artifact-name.js';
 import { isReservedVersion } from '../manifest/artifact.js';
 import { temporarySibling } from '../node/atomic.js';
+import { systemFailureHint } from '../node/system-failure.js';
 import { withLockfileTurn } from './lockfile-io.js';
 
 /**
@@ -345,7 +346,7 @@ export class ArtifactStore {
       throw new MurmurError(
         'E-IO-003',
         `could not install ${meta.name}@${meta.version} into the ${this.scope} store: ${error instanceof Error ? error.message : String(error)}`,
-        { cause: error },
+        { cause: error, hint: systemFailureHint(error) },
       );
     }
     await Promise.all([...backups.values()].map((backup) => fs.rm(backup, { force: true })));

@@ -16,3 +16,4 @@ export * from './harness-command.js';
 export * from './trace-reader.js';
 export * from './bearer.js';
 export * from './session-files.js';
+export * from './system-failure.js';

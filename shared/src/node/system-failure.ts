@@ -1,0 +1,26 @@
+/**
+ * What to do about the operating system's refusal of a file operation, by its `code`. These come
+ * from the paths a person gave or keeps (a directory where a file belongs, a full disk), and are
+ * theirs to mend: a refusal that wraps one says what was refused, and this says what to do.
+ */
+const SYSTEM_FAILURE_HINTS: Readonly<Record<string, string>> = {
+  ENOENT: 'check that the path exists and is spelled as intended',
+  EISDIR: 'a directory is where a file is expected: name the file, or move the directory aside',
+  ENOTDIR: 'a file is where a directory is expected along that path: move it aside, or name another path',
+  EEXIST: 'something is already at that path: move it aside, or name another path',
+  EACCES: 'this user may not do that there: check the permissions along the path',
+  EPERM: 'this user may not do that there: check the permissions and ownership along the path',
+  ENOSPC: 'the file system is full: free some space, then run it again',
+  EDQUOT: 'the disk quota is used up: free some space, then run it again',
+  EROFS: 'that file system is read-only: name a path on a writable one',
+  ENAMETOOLONG: 'the path is longer than the file system takes: use a shorter one',
+  ELOOP: 'the path goes round a loop of symbolic links: name the real path',
+  EMFILE: 'too many files are open: raise the limit (ulimit -n), or close what holds them',
+  ERR_FS_FILE_TOO_LARGE: 'the file is larger than the 2 GiB mur reads at once: leave it out, or make it smaller',
+};
+
+/** The next step for an error the operating system raised, when its code has a usual one. */
+export function systemFailureHint(error: unknown): string | undefined {
+  const code = error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined;
+  return code === undefined ? undefined : SYSTEM_FAILURE_HINTS[code];
+}
