@@ -58,15 +58,23 @@ export const topics = {
   executorHeartbeat: defineEvent('executor.heartbeat', ExecutorHeartbeatSchema),
 } as const;
 
+/** Queue groups: members of one group share the work, so capacity scales by adding processes. */
+export const QUEUE_GROUPS = {
+  stager: 'stager',
+  executor: 'executor',
+  door: 'door',
+  watcher: 'watcher',
+} as const;
+
 export const commands = {
   /** Staging, answered by any stager in the `stager` queue group. */
-  stage: defineCommand('stage', StageRequestSchema, StagedPlanSchema),
+  stage: defineCommand('stage', StageRequestSchema, StagedPlanSchema, { answeredBy: QUEUE_GROUPS.stager }),
   /** One artifact resolved, verified and transpiled, for a running session's `manage.pull()`. */
-  stageArtifact: defineCommand('stage.artifact', StageArtifactRequestSchema, StagedArtifactSchema),
+  stageArtifact: defineCommand('stage.artifact', StageArtifactRequestSchema, StagedArtifactSchema, { answeredBy: QUEUE_GROUPS.stager }),
   /** Launching a staged capsule, answered by any executor in the `executor` queue group. */
-  launch: defineCommand('launch', LaunchRequestSchema, LaunchReplySchema),
+  launch: defineCommand('launch', LaunchRequestSchema, LaunchReplySchema, { answeredBy: QUEUE_GROUPS.executor }),
   /** `mur run --explain-scope`: the containment and grants an executor would give, answered by any executor (queue group `executor`). */
-  explainScope: defineCommand('executor.explain', ExplainScopeRequestSchema, ExplainScopeReplySchema),
+  explainScope: defineCommand('executor.explain', ExplainScopeRequestSchema, ExplainScopeReplySchema, { answeredBy: QUEUE_GROUPS.executor }),
   /** `executor.<id>.launch`: launching on one executor — a delegated child, on its parent's. */
   launchOn: defineCommand('executor.*.launch', LaunchRequestSchema, LaunchReplySchema),
   /** `executor.<id>.files`: a session's workdir, read through the executor that holds it (`mur files`). */
@@ -78,25 +86,17 @@ export const commands = {
   /** `session.<id>.rpc`: a door's A2A call, answered by the capsule host that owns the session (through its executor). */
   sessionRpc: defineCommand('session.*.rpc', SessionCallSchema, SessionReplySchema),
   /** Where a door can be reached: any door in the `door` queue group answers. */
-  locateDoor: defineCommand('door.locate', DoorLocateRequestSchema, DoorLocateReplySchema),
+  locateDoor: defineCommand('door.locate', DoorLocateRequestSchema, DoorLocateReplySchema, { answeredBy: QUEUE_GROUPS.door }),
   /** `executor.<id>.process`: layers 1–2 of a running record, read where the pid lives. */
   probeProcess: defineCommand('executor.*.process', ProcessProbeRequestSchema, ProcessProbeReplySchema),
   /** The watcher's running records, verified: what `mur ps` shows on the stack. */
-  listSessions: defineCommand('watcher.sessions', SessionListRequestSchema, SessionListReplySchema),
+  listSessions: defineCommand('watcher.sessions', SessionListRequestSchema, SessionListReplySchema, { answeredBy: QUEUE_GROUPS.watcher }),
   /** Launching a delegated child: any watcher in the `watcher` queue group launches it, and then watches it. */
-  launchDelegation: defineCommand('delegation.launch', DelegationLaunchRequestSchema, DelegationLaunchReplySchema),
+  launchDelegation: defineCommand('delegation.launch', DelegationLaunchRequestSchema, DelegationLaunchReplySchema, { answeredBy: QUEUE_GROUPS.watcher }),
   /** `delegation.<id>.control`: answered by the watcher watching that delegation. */
   controlDelegation: defineCommand('delegation.*.control', DelegationControlRequestSchema, DelegationControlReplySchema),
   /** `service.<name>.health`: fill in the service name with `.at(name)`. */
   health: defineCommand('service.*.health', HealthRequestSchema, HealthReplySchema),
-} as const;
-
-/** Queue groups: members of one group share the work, so capacity scales by adding processes. */
-export const QUEUE_GROUPS = {
-  stager: 'stager',
-  executor: 'executor',
-  door: 'door',
-  watcher: 'watcher',
 } as const;
 
 /** Every event topic, for monitors that label what they tail. */

@@ -46,6 +46,8 @@ const failing = defineCommand('contract.failing', Add, Sum);
 const crashing = defineCommand('contract.crashing', Add, Sum);
 const broken = defineCommand('contract.broken', Add, Sum);
 const sessionCommand = defineCommand('contract.session.*.stop', Add, Sum);
+/** Answered by any member of one service's queue group, as the stack's stage, launch and the like are. */
+const staffed = defineCommand('contract.staffed', Add, Sum, { answeredBy: 'adder' });
 
 function greeting(id: number, text = `hello ${id}`): Greeting {
   return { id, text, tags: ['a', `t${id}`], meta: { from: 'contract', at: 1_700_000_000_000 + id } };
@@ -305,6 +307,28 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     expect(error.path).toBe('contract.lonely');
     expect(error.message).toContain("'contract.lonely'");
     expect(elapsed).toBeLessThan(1_000);
+  });
+
+  it('names the service a request needs when none of it answers, or none replies in time', async () => {
+    const client = await network.connect();
+    const overNats = client.bus.description !== 'in-process';
+    const unanswered = await rejection(client.bus.request(staffed, { a: 1, b: 1 }, { timeoutMs: 5_000 }));
+    expect(unanswered.code).toBe('E-BUS-004');
+    expect(unanswered.hint).toBe(
+      overNats
+        ? `start the adder service, connected to ${client.bus.description} ('mur health' lists what answers), or unset MURMUR_NATS_URL to run everything in-process`
+        : "this process's own adder did not answer: that is a bug in mur; please report it with the command you ran",
+    );
+    const server = await network.connect();
+    server.bus.serve(staffed, () => new Promise<never>(() => {}));
+    await settle(server.bus);
+    const silent = await rejection(client.bus.request(staffed, { a: 1, b: 1 }, { timeoutMs: 200 }));
+    expect(silent.code).toBe('E-BUS-003');
+    if (overNats) expect(silent.hint).toBe(`check that the adder service is connected to ${client.bus.description} and keeping up ('mur health' says), then try again`);
+    // A command one particular instance answers says nothing of a service to start: that one is gone.
+    expect((await rejection(client.bus.request(lonely, { a: 1, b: 1 }, { timeoutMs: 5_000 }))).hint).toBe(
+      'start the service, or unset MURMUR_NATS_URL to run everything in-process',
+    );
   });
 
   it('fails a request whose server never answers with E-BUS-003 after the timeout', async () => {

@@ -203,6 +203,19 @@ export function createBus(transport: Transport, log: Log): Bus {
     return { ok: true, value: reply.data };
   }
 
+  /**
+   * What to do when no member of `service`'s queue group answers a request: none is connected
+   * (start one), or none replied in time (is one there, and keeping up?). On the in-process bus
+   * the process itself started its services, so either is a bug of its own.
+   */
+  function silentServiceHint(service: string, failure: 'timeout' | 'no-responders'): string {
+    if (transport.description === 'in-process')
+      return `this process's own ${service} did not answer: that is a bug in mur; please report it with the command you ran`;
+    return failure === 'no-responders'
+      ? `start the ${service} service, connected to ${transport.description} ('mur health' lists what answers), or unset MURMUR_NATS_URL to run everything in-process`
+      : `check that the ${service} service is connected to ${transport.description} and keeping up ('mur health' says), then try again`;
+  }
+
   function closed(subject: string): MurmurError {
     return new MurmurError('E-BUS-005', `the bus connection to ${transport.description} is closed`, { path: subject });
   }
@@ -332,9 +345,16 @@ export function createBus(transport: Transport, log: Log): Bus {
       } catch (error) {
         count(false);
         if (error instanceof TransportError) {
-          if (error.failure === 'timeout') throw new MurmurError('E-BUS-003', `no reply on '${topic.subject}' within ${timeoutMs} ms`, { path: topic.subject });
+          if (error.failure === 'timeout')
+            throw new MurmurError('E-BUS-003', `no reply on '${topic.subject}' within ${timeoutMs} ms`, {
+              path: topic.subject,
+              ...(topic.answeredBy ? { hint: silentServiceHint(topic.answeredBy, 'timeout') } : {}),
+            });
           if (error.failure === 'no-responders')
-            throw new MurmurError('E-BUS-004', `no service answers '${topic.subject}' on ${transport.description}`, { path: topic.subject });
+            throw new MurmurError('E-BUS-004', `no service answers '${topic.subject}' on ${transport.description}`, {
+              path: topic.subject,
+              ...(topic.answeredBy ? { hint: silentServiceHint(topic.answeredBy, 'no-responders') } : {}),
+            });
           throw closed(topic.subject);
         }
         throw error;

@@ -24,7 +24,19 @@ export interface CommandTopic<Q, R, QInput = Q, RInput = R> {
   readonly pattern: string;
   readonly request: z.ZodType<Q, QInput>;
   readonly reply: z.ZodType<R, RInput>;
+  /**
+   * The service whose queue group answers it, where any one of them will: named when none does,
+   * so the refusal says which to start. Unset where one particular instance answers (an executor
+   * by its id, a session's host), whose silence means that one is gone.
+   */
+  readonly answeredBy?: string;
   at(...tokens: string[]): CommandTopic<Q, R, QInput, RInput>;
+}
+
+export interface CommandOptions {
+  answeredBy?: string;
+  /** The subject as defined: kept by `at` when it fills the wildcards. */
+  pattern?: string;
 }
 
 function fill(subject: string, tokens: string[]): string {
@@ -55,16 +67,18 @@ export function defineCommand<Q, R, QInput = Q, RInput = R>(
   subject: string,
   request: z.ZodType<Q, QInput>,
   reply: z.ZodType<R, RInput>,
-  pattern = subject,
+  options: CommandOptions = {},
 ): CommandTopic<Q, R, QInput, RInput> {
   checkPattern(subject);
+  const { answeredBy, pattern = subject } = options;
   return {
     kind: 'command',
     subject,
     pattern,
     request,
     reply,
-    at: (...tokens) => defineCommand(fill(subject, tokens), request, reply, pattern),
+    ...(answeredBy ? { answeredBy } : {}),
+    at: (...tokens) => defineCommand(fill(subject, tokens), request, reply, { ...(answeredBy ? { answeredBy } : {}), pattern }),
   };
 }
 
