@@ -266,6 +266,16 @@ describe('mur, given what a new user gets wrong', () => {
     }
   });
 
+  it('says --bind changes nothing for a script capsule, which has no door, rather than warn of a door it never opens', async () => {
+    const script = await capsuleProject(path.join(scratch.dir, 'doorless'), 'name: doorless\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    // A documentation address (TEST-NET-1): nothing here could listen on it, whatever mur did with it.
+    const result = await runMur(['run', '--bind', '192.0.2.1'], { cwd: script, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain('status:  ok');
+    expect(result.stderr).toContain('warning: --bind changes nothing here: doorless is a script capsule (no inference:), which has no door');
+    expect(result.stderr).not.toContain('beyond this machine');
+  });
+
   it('refuses to build an archive no reader would take: two files whose names differ only in case', async () => {
     const casey = path.join(scratch.dir, 'casey');
     await fs.mkdir(casey);

@@ -86,6 +86,26 @@ describe('two doors in front of one session', () => {
     await eventually(async () => ((await card(itsCard)).status === 404 ? true : undefined), 10_000, 'the ended session’s card to be gone');
   });
 
+  it('says --bind changes nothing against a stack, whose doors listen where they were started, and the session is served there', async () => {
+    const project = await agentProject(
+      path.join(scratch.dir, 'bound'),
+      agentManifest(inference, { name: 'bound', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    // A documentation address (TEST-NET-1): nothing could listen on it, whatever mur did with it.
+    const bound = await startAgent(project, { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') }, ['--bind', '192.0.2.1']);
+    try {
+      // Said while staging, before the launch line; read once stderr has caught up with stdout.
+      await eventually(() => (bound.stderr().includes('--bind changes nothing') ? true : undefined), 5_000, 'the --bind warning');
+      expect(bound.stderr()).toContain(
+        "warning: --bind changes nothing against a stack: the session is served by the stack's doors, which listen where they were started (MURMUR_DOOR_HOST)",
+      );
+      expect(bound.stderr()).not.toContain('beyond this machine');
+      expect([doorA.url, doorB.url].some((door) => bound.url.startsWith(doorPublicUrl(door)))).toBe(true);
+    } finally {
+      await bound.stop();
+    }
+  });
+
   it('both doors serve the card, each with its own URL', async () => {
     for (const url of [atA, atB]) {
       const card = (await (await fetch(new URL('.well-known/agent-card.json', url))).json()) as { url: string; session_id: string };

@@ -130,7 +130,7 @@ function murProgram(): MurProgram {
     .option('--json', 'print one launch line as JSON, and nothing else on stdout')
     .option('--no-env-file', "do not load the project's .env")
     .option('-v, --verbose', 'also print the workdir and what the session runs with')
-    .option('--bind <address>', "the address an agent capsule's door binds (in-process runs)", '127.0.0.1')
+    .option('--bind <address>', "the address an agent capsule's door binds in an in-process run (default: 127.0.0.1)")
     .option('--system-prompt <text>', "replace the manifest's system prompt (empty clears it)")
     .option('--context <id>', 'the context the task belongs to: a threaded capsule continues the conversation recorded for it')
     .option('--resume <id>', 'continue the conversation recorded for this context (refused when there is none)')

@@ -111,10 +111,9 @@ function taskText(task: string | undefined, output: Output): string | undefined 
  * `--bind`: an address or a host name to listen on. An empty one, or a bare number (`0`, which
  * the resolver reads as 0.0.0.0), would put the door on every interface without saying so, and
  * what is no name at all (`not an address`) would pass for one beyond loopback until the door
- * failed to listen; one beyond loopback is said, since a door without MURMUR_DOOR_AUTH answers
- * whoever reaches it.
+ * failed to listen. Refused before anything else is done.
  */
-function refuseBind(bind: string, output: Output): void {
+function refuseBind(bind: string): void {
   // An address and a port together would be looked up as a host name, and fail as one.
   if (/^(\[[^\]]*\]|[^:]+):\d+$/.test(bind))
     throw new UsageError(`--bind takes an address, not an address and a port: '${bind}'`, {
@@ -128,6 +127,26 @@ function refuseBind(bind: string, output: Output): void {
       path: '--bind',
       hint: 'e.g. --bind 127.0.0.1 (the default); --bind 0.0.0.0 listens on every interface, when that is meant',
     });
+}
+
+/**
+ * What a given `--bind` comes to, said once the capsule is staged and its kind known: nothing for
+ * a script capsule, which has no door, nor against a stack, whose doors listen where they were
+ * started; a door beyond loopback, which without MURMUR_DOOR_AUTH answers whoever reaches it.
+ */
+function warnOfBind(bind: string | undefined, plan: StagedPlan, inProcess: boolean, output: Output): void {
+  if (bind === undefined) return;
+  if (plan.capsule.kind !== 'agent') {
+    output.err(`warning: --bind changes nothing here: ${plan.capsule.name} is a script capsule (no inference:), which has no door`);
+    return;
+  }
+  if (!inProcess) {
+    output.err(
+      "warning: --bind changes nothing against a stack: the session is served by the stack's doors, which listen where they were started (MURMUR_DOOR_HOST)",
+    );
+    return;
+  }
+  const name = bind.trim().replace(/^\[(.*)\]$/, '$1');
   if (!isLoopbackName(isIP(name) === 6 ? `[${name}]` : name) && !process.env.MURMUR_DOOR_AUTH?.trim())
     output.err(`warning: --bind ${bind} puts the session's door beyond this machine's loopback, and without MURMUR_DOOR_AUTH it answers whoever reaches it`);
 }
@@ -281,7 +300,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
   const fromRegistry = options.capsule !== undefined;
   if (fromRegistry && !options.capsuleVersion)
     throw new UsageError('--capsule needs --capsule-version', { hint: 'e.g. mur run --capsule hello --capsule-version 0.1.0' });
-  if (options.bind !== undefined) refuseBind(options.bind, output);
+  if (options.bind !== undefined) refuseBind(options.bind);
   // Each pair names one thing twice: taking either would run what the other did not mean.
   if (fromRegistry && options.manifest !== undefined)
     throw new UsageError('--manifest and --capsule each name the capsule to run: give one', {
@@ -441,6 +460,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // Held while staging (the runtime opening, the capsule staged): nothing is launched, nor pinned.
     if (heldSignal) return 130;
     for (const warning of plan.warnings) output.warn(warning);
+    warnOfBind(options.bind, plan, runtime.inProcess, output);
     // A script capsule runs its task once, whatever the lifecycle says: a flag that asks otherwise is said to do nothing.
     if (override && plan.capsule.kind === 'script') {
       const flags = Object.keys(override).map((field) => `--lifecycle-${field.replace('_', '-')}`);
