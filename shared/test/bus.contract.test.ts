@@ -324,7 +324,8 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     await settle(server.bus);
     const silent = await rejection(client.bus.request(staffed, { a: 1, b: 1 }, { timeoutMs: 200 }));
     expect(silent.code).toBe('E-BUS-003');
-    if (overNats) expect(silent.hint).toBe(`check that the adder service is connected to ${client.bus.description} and keeping up ('mur health' says), then try again`);
+    if (overNats)
+      expect(silent.hint).toBe(`check that the adder service is connected to ${client.bus.description} and keeping up ('mur health' says), then try again`);
     // A command one particular instance answers says nothing of a service to start: that one is gone.
     expect((await rejection(client.bus.request(lonely, { a: 1, b: 1 }, { timeoutMs: 5_000 }))).hint).toBe(
       'start the service, or unset MURMUR_NATS_URL to run everything in-process',
