@@ -48,10 +48,11 @@ export const SOCKETS_CAPSULE_WAT = `(component
   (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
 
 /**
- * A script capsule of a kilobyte that prints one line, `first output`, through WASI's stdout and
- * returns: the smallest capsule with something to show (what `bench:stack` times a launch by).
+ * A script capsule whose core module's `run` is `body`: WAT that may call `$write` (a stream, a
+ * pointer, a length, where the result goes) on `(call $get-stdout)`, with one page of memory.
  */
-export const PRINTING_CAPSULE_WAT = `(component
+function stdoutCapsuleWat(body: string): string {
+  return `(component
   (import "wasi:io/error@0.2.0" (instance $io-error (export "error" (type (sub resource)))))
   (alias export $io-error "error" (type $error))
   (import "wasi:io/streams@0.2.0" (instance $streams
@@ -75,17 +76,36 @@ export const PRINTING_CAPSULE_WAT = `(component
     (import "env" "memory" (memory 1))
     (import "host" "get-stdout" (func $get-stdout (result i32)))
     (import "host" "write" (func $write (param i32 i32 i32 i32)))
-    (data (i32.const 16) "first output\\n")
-    (func (export "run") (call $write (call $get-stdout) (i32.const 16) (i32.const 13) (i32.const 64))))
+    ${body})
   (core instance $main-instance (instantiate $main
     (with "env" (instance (export "memory" (memory $mem))))
     (with "host" (instance (export "get-stdout" (func $get-stdout-lowered)) (export "write" (func $write-lowered))))))
   (func $run (canon lift (core func $main-instance "run")))
   (instance $inst (export "run" (func $run)))
   (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
+}
+
+/**
+ * A script capsule of a kilobyte that prints one line, `first output`, through WASI's stdout and
+ * returns: the smallest capsule with something to show (what `bench:stack` times a launch by).
+ */
+export const PRINTING_CAPSULE_WAT = stdoutCapsuleWat(`(data (i32.const 16) "first output\\n")
+    (func (export "run") (call $write (call $get-stdout) (i32.const 16) (i32.const 13) (i32.const 64)))`);
+
+/**
+ * A script capsule that writes 16 KiB of x to stdout, with no newline, again and again until it
+ * is stopped: a guest that floods its host with output.
+ */
+const FLOODING_CAPSULE_WAT = stdoutCapsuleWat(`(func (export "run")
+      (memory.fill (i32.const 1024) (i32.const 120) (i32.const 16384))
+      (loop $again (call $write (call $get-stdout) (i32.const 1024) (i32.const 16384) (i32.const 64)) (br $again)))`);
 
 export function printingCapsuleWat(): Promise<BuiltGuest> {
   return componentFromWat(PRINTING_CAPSULE_WAT);
+}
+
+export function floodingCapsuleWat(): Promise<BuiltGuest> {
+  return componentFromWat(FLOODING_CAPSULE_WAT);
 }
 
 export function socketsCapsuleWat(): Promise<BuiltGuest> {
@@ -214,6 +234,7 @@ export async function buildAllGuests(): Promise<void> {
   await toolWat();
   await socketsCapsuleWat();
   await printingCapsuleWat();
+  await floodingCapsuleWat();
   await helloCapsuleJs();
   await probeCapsule();
   await probeTool();

@@ -8,9 +8,10 @@ import { prewarmGuestWorker } from '../src/host/first-worker.js';
 import { GuestRunner, type GuestSpec, precompileCoreModules, preloadInWorker } from '../src/host/guest-runner.js';
 import type { GuestMessage } from '../src/host/guest-worker.js';
 import type { HostComponent } from '../src/host/protocol.js';
+import { OUTPUT_IN_FLIGHT_BYTES } from '../src/host/output-gate.js';
 import { LogFile } from '../src/records.js';
 import { tempDir } from '../../../test/support/fs.js';
-import { printingCapsuleWat, toolComponentWat } from '../../../test/support/guests.js';
+import { floodingCapsuleWat, printingCapsuleWat, toolComponentWat } from '../../../test/support/guests.js';
 import { probeTool } from '../../../test/support/probe-guests.js';
 import { eventually } from '../../../test/support/processes.js';
 
@@ -346,4 +347,64 @@ describe('the instance a kept worker makes ahead for its component’s next call
       expect(next).not.toHaveProperty('madeAhead');
     });
   });
+});
+
+describe('a guest that writes without pause', () => {
+  it('is held while a megabyte of its output has not left the host, goes on as it leaves, and is still stopped at its deadline', async () => {
+    // Before the gate a flooding guest's writes queued in the host without bound: past a gigabyte
+    // in seconds, and the host's thread, behind them, ended the guest at its deadline seconds late.
+    const scratch = await tempDir('murmur-flood-');
+    try {
+      const bundleDir = path.join(scratch.dir, 'bundle');
+      await fs.mkdir(bundleDir);
+      const { files, imports } = await transpile((await floodingCapsuleWat()).bytes, { ...TRANSPILE_OPTIONS, name: 'flood' });
+      for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+      let received = 0;
+      const notCarried: Array<() => void> = [];
+      const runner = new GuestRunner({
+        memoryLimitBytes: 64 * 1024 * 1024,
+        deadlineMs: 5_000,
+        sessionLog: new LogFile(scratch.dir, 'session.log'),
+        // A channel that carries nothing away until told to: the executor behind it not reading.
+        capsuleOutput: (_stream, text, carried) => {
+          received += Buffer.byteLength(text);
+          notCarried.push(carried);
+        },
+        answer: async (op) => {
+          throw new Error(`the flood asked the host for ${op}, which this test does not offer`);
+        },
+      });
+      const running = runner.run({
+        role: 'capsule',
+        label: 'flood',
+        bundleDir,
+        entry: 'flood.js',
+        coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')),
+        imports,
+        preopen: scratch.dir,
+        env: [],
+        grant: 'capsule',
+      });
+      const WRITE = 16 * 1024;
+      await eventually(() => (received > OUTPUT_IN_FLIGHT_BYTES ? true : undefined), 5_000, 'the flood to reach the gate');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const held = received;
+      // One write past the bound is let in (it is counted as it enters), none after it.
+      expect(held).toBeLessThanOrEqual(OUTPUT_IN_FLIGHT_BYTES + WRITE);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(received).toBe(held);
+      for (const carried of notCarried.splice(0)) carried();
+      await eventually(() => (received >= held + OUTPUT_IN_FLIGHT_BYTES ? true : undefined), 5_000, 'the flood to go on once its output left');
+      // Held at the gate again when its deadline comes: ended all the same.
+      expect(await running).toEqual({ kind: 'deadline' });
+      // Its line never ends: the log holds it in pieces, never the whole of it at once.
+      const logged = readFileSync(path.join(scratch.dir, 'logs', 'session.log'), 'utf8')
+        .split('\n')
+        .filter((line) => line !== '');
+      expect(logged.length).toBeGreaterThan(100);
+      expect(logged.every((line) => line.startsWith('[stdout] x') && line.length <= '[stdout] '.length + 16 * 1024 + ' …'.length)).toBe(true);
+    } finally {
+      await scratch.cleanup();
+    }
+  }, 20_000);
 });

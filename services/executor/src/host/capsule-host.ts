@@ -97,7 +97,7 @@ export class CapsuleHost implements AgentHost {
       memoryLimitBytes: start.policy.limits.memory_bytes,
       deadlineMs: start.policy.limits.deadline_seconds * 1000,
       sessionLog: this.sessionLog,
-      capsuleOutput: (stream, text) => channel.output(stream, text),
+      capsuleOutput: (stream, text, carried) => channel.output(stream, text, carried),
       answer: (op, payload, grant, instance, record) => this.answer(op, payload, grant, instance, record),
       instanceEnded: (instance) => this.responseBodies.releaseOwnedBy(instance),
       prewarmed,

@@ -15,7 +15,8 @@ import type { Task, TaskRegistry } from './task-registry.js';
 export interface HostChannel {
   /** Asks the executor something and waits for its answer. */
   request(request: HostRequest): Promise<unknown>;
-  output(stream: 'stdout' | 'stderr', text: string): void;
+  /** A capsule's output, for its launcher; `carried` is told once it has left the host (the guest's output gate, `output-gate.ts`). */
+  output(stream: 'stdout' | 'stderr', text: string, carried?: () => void): void;
   /** Hands one event of the session's A2A feed to the executor, for the doors. */
   event(event: SessionEvent): void;
   /** Hands one trace record, as its JSON line, to the executor: it writes `trace.jsonl`, and makes the session's spans from it. */

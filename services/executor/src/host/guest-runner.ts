@@ -6,6 +6,7 @@ import { type BridgeHandler, createSignal, serveBridge } from './bridge.js';
 import { prewarmGuestWorker, startGuestWorker } from './first-worker.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload, GuestPrepare } from './guest-worker.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
+import { createOutputGate, leaveOutputGate } from './output-gate.js';
 import type { HostComponent } from './protocol.js';
 
 /**
@@ -47,17 +48,22 @@ export function preloadInWorker(worker: Worker, component: HostComponent): Promi
   });
 }
 
-/** The main thread's end of a worker's bridge: `call` answers the guest call the worker runs now, if any. */
+/**
+ * The main thread's end of a worker's bridge: `call` answers the guest call the worker runs now, if
+ * any. `outputGate` is the worker's output gate (`output-gate.ts`), one per worker so that what an
+ * ended worker left counted on it ends with it.
+ */
 interface WorkerBridge {
   port: MessagePort;
   call: BridgeHandler | undefined;
+  outputGate: Int32Array;
 }
 
-/** A bridge for a worker's life; the worker's end (`port`, `signal`) goes with its first job. */
+/** A bridge for a worker's life; the worker's end (`port`, `signal`, the output gate) goes with its first job. */
 function openBridge(): { bridge: WorkerBridge; port: MessagePort; signal: Int32Array } {
   const { port1, port2 } = new MessageChannel();
   const signal = createSignal();
-  const bridge: WorkerBridge = { port: port1, call: undefined };
+  const bridge: WorkerBridge = { port: port1, call: undefined, outputGate: createOutputGate() };
   serveBridge(port1, signal, (op, payload) =>
     bridge.call ? bridge.call(op, payload) : Promise.reject(new Error(`no guest call is running to ask for '${op}'`)),
   );
@@ -90,8 +96,8 @@ export interface GuestRunnerOptions {
   memoryLimitBytes: number;
   deadlineMs: number;
   sessionLog: LogFile;
-  /** The capsule's own stdout and stderr, for the launcher. */
-  capsuleOutput(stream: 'stdout' | 'stderr', text: string): void;
+  /** The capsule's own stdout and stderr, for the launcher; `carried` is to be told once it has left the host. */
+  capsuleOutput(stream: 'stdout' | 'stderr', text: string, carried: () => void): void;
   answer: HostCallHandler;
   /** Told once an instance that called `answer` has ended (returned, trapped, overran, was abandoned or closed). */
   instanceEnded?(instance: number): void;
@@ -100,7 +106,10 @@ export interface GuestRunnerOptions {
 }
 
 /** What a guest job names before the runner compiles its modules and opens its bridge. */
-export type GuestSpec = Omit<GuestJob, 'bridgePort' | 'signal' | 'memoryLimitBytes' | 'modules' | 'resident'> & { coreModules: string[]; record?: CallRecord };
+export type GuestSpec = Omit<GuestJob, 'bridgePort' | 'signal' | 'outputGate' | 'memoryLimitBytes' | 'modules' | 'resident'> & {
+  coreModules: string[];
+  record?: CallRecord;
+};
 
 export function guestSpecOf(component: HostComponent): Pick<GuestSpec, 'bundleDir' | 'entry' | 'coreModules' | 'imports'> {
   return { bundleDir: component.bundle_dir, entry: component.entry, coreModules: component.core_modules, imports: component.imports };
@@ -252,17 +261,20 @@ export class GuestRunner {
   }
 
   /** @internal The pieces a resident guest needs from its runner. */
-  async startResident(spec: GuestSpec): Promise<{ worker: Worker; lines: LineBuffers; port: MessageChannel['port1']; instance: number } | GuestOutcome> {
+  async startResident(
+    spec: GuestSpec,
+  ): Promise<{ worker: Worker; lines: LineBuffers; port: MessageChannel['port1']; instance: number; outputGate: Int32Array } | GuestOutcome> {
     const compiled = await this.compiledOrFailure(spec);
     if ('failure' in compiled) return compiled.failure;
     const { port1, port2 } = new MessageChannel();
     const signal = createSignal();
+    const outputGate = createOutputGate();
     const instance = this.nextInstance++;
     serveBridge(port1, signal, (op, payload) => this.options.answer(op, payload, spec.grant, instance));
-    const job: GuestJob = { ...this.jobOf(spec, compiled.modules), resident: true, bridgePort: port2, signal };
+    const job: GuestJob = { ...this.jobOf(spec, compiled.modules), resident: true, bridgePort: port2, signal, outputGate };
     // A resident gets a worker of its own for its whole life: never an idle one, never the spare.
     const worker = startGuestWorker({ workerData: job, transferList: [port2], stdout: true, stderr: true });
-    return { worker, lines: new LineBuffers(), port: port1, instance };
+    return { worker, lines: new LineBuffers(), port: port1, instance, outputGate };
   }
 
   /** @internal An instance is gone: whatever it still held open is let go. */
@@ -270,10 +282,11 @@ export class GuestRunner {
     this.options.instanceEnded?.(instance);
   }
 
-  /** @internal A guest's output line, into the session log under its label. */
-  logOutput(lines: LineBuffers, label: string, stream: 'stdout' | 'stderr', bytes: Uint8Array): void {
+  /** @internal A guest's output, into the session log under its label, and out of its gate. */
+  logOutput(lines: LineBuffers, label: string, stream: 'stdout' | 'stderr', bytes: Uint8Array, gate: Int32Array): void {
     const prefix = `${label} ${stream}`;
     for (const line of lines.push(prefix, decoder.decode(bytes))) this.options.sessionLog.line(`[${prefix}] ${line}`);
+    leaveOutputGate(gate, bytes.byteLength);
   }
 
   /** @internal */
@@ -351,7 +364,7 @@ export class GuestRunner {
       if (idle) this.endWorker(idle);
       const opened = openBridge();
       bridge = opened.bridge;
-      const first: GuestJob = { ...job, bridgePort: opened.port, signal: opened.signal };
+      const first: GuestJob = { ...job, bridgePort: opened.port, signal: opened.signal, outputGate: bridge.outputGate };
       if (this.prewarmed) {
         worker = this.prewarmed;
         this.prewarmed = undefined;
@@ -372,10 +385,11 @@ export class GuestRunner {
           if (job.role === 'capsule') {
             const text = decoder.decode(message.bytes);
             // The launcher first, then the log: writing the log (opening it, on a session's first
-            // line) is a synchronous file write the launcher's reader need not wait behind.
-            this.options.capsuleOutput(message.stream, text);
+            // line) is a synchronous file write the launcher's reader need not wait behind. Out of
+            // the gate once it has left the host: the channel's buffer is the host's memory too.
+            this.options.capsuleOutput(message.stream, text, () => leaveOutputGate(bridge.outputGate, message.bytes.byteLength));
             for (const line of lines.push(message.stream, text)) this.options.sessionLog.line(`[${message.stream}] ${line}`);
-          } else this.logOutput(lines, job.label, message.stream, message.bytes);
+          } else this.logOutput(lines, job.label, message.stream, message.bytes, bridge.outputGate);
         } else if (message.type === 'done') finish(message.outcome);
       };
       const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
@@ -409,7 +423,7 @@ export class GuestRunner {
  * deadline covers instantiation), and again after any call that did not return cleanly.
  */
 export class ResidentGuest {
-  private live: { worker: Worker; lines: LineBuffers; port: MessageChannel['port1']; instance: number } | undefined;
+  private live: { worker: Worker; lines: LineBuffers; port: MessageChannel['port1']; instance: number; outputGate: Int32Array } | undefined;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
 
@@ -455,7 +469,7 @@ export class ResidentGuest {
     return new Promise((resolve) => {
       let settled = false;
       const onMessage = (message: GuestMessage): void => {
-        if (message.type === 'output') this.runner.logOutput(live.lines, this.spec.label, message.stream, message.bytes);
+        if (message.type === 'output') this.runner.logOutput(live.lines, this.spec.label, message.stream, message.bytes, live.outputGate);
         else if (message.type === 'done') finish(message.outcome);
       };
       const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
@@ -475,6 +489,13 @@ export class ResidentGuest {
   }
 }
 
+/**
+ * The most of a line not yet ended that is held for the session log: past it, what is held is
+ * logged as a piece of the line, ending ` …`. A guest that writes without a newline would
+ * otherwise have its whole output held, and split again at every write.
+ */
+const LONGEST_HELD_LINE = 16 * 1024;
+
 /** Whole lines per stream, so the session log never interleaves half-lines of stdout and stderr. */
 class LineBuffers {
   private readonly partial = new Map<string, string>();
@@ -482,7 +503,9 @@ class LineBuffers {
   push(stream: string, text: string): string[] {
     const combined = (this.partial.get(stream) ?? '') + text;
     const lines = combined.split('\n');
-    this.partial.set(stream, lines.pop() ?? '');
+    let rest = lines.pop() ?? '';
+    for (; rest.length > LONGEST_HELD_LINE; rest = rest.slice(LONGEST_HELD_LINE)) lines.push(`${rest.slice(0, LONGEST_HELD_LINE)} …`);
+    this.partial.set(stream, rest);
     return lines;
   }
 

@@ -6,6 +6,7 @@ import { GuestExit, buildImports, preloadImports } from './imports.js';
 import { GROW_DENIED_EXPORT } from './grow-watch.js';
 import { closeGuestFiles } from './in-thread-io.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
+import { enterOutputGate } from './output-gate.js';
 
 /**
  * One WebAssembly instance, alone in a worker thread: the capsule's own component, or one tool
@@ -34,6 +35,8 @@ export interface GuestJob {
    */
   bridgePort?: MessagePort;
   signal?: Int32Array;
+  /** The worker's output gate (`output-gate.ts`), given with its first job as its bridge is. */
+  outputGate?: Int32Array;
   toolInput?: { data?: string | undefined; logPath?: string | undefined };
   /**
    * The component's core modules, compiled (with their memory capped) by the host once per
@@ -66,6 +69,15 @@ const PAGE = 65_536;
 
 function post(message: GuestMessage): void {
   parentPort?.postMessage(message);
+}
+
+/** This worker's output gate, from its first job on. */
+let keptOutputGate: Int32Array | undefined;
+
+/** A guest's write: once the host has room for it, as a write to a pipe waits for the reader. */
+function postOutput(stream: 'stdout' | 'stderr', bytes: Uint8Array): void {
+  if (keptOutputGate) enterOutputGate(keptOutputGate, bytes.byteLength);
+  post({ type: 'output', stream, bytes });
 }
 
 /**
@@ -167,8 +179,8 @@ async function instantiate(job: GuestJob, bridge: BridgeClient): Promise<Instant
       bridge,
       capsuleImports: job.role === 'capsule',
       hookImports: job.role === 'hook',
-      stdout: (bytes) => post({ type: 'output', stream: 'stdout', bytes }),
-      stderr: (bytes) => post({ type: 'output', stream: 'stderr', bytes }),
+      stdout: (bytes) => postOutput('stdout', bytes),
+      stderr: (bytes) => postOutput('stderr', bytes),
     },
     job.imports,
   );
@@ -233,6 +245,7 @@ function prepare(job: GuestJob): void {
 
 async function run(job: GuestJob): Promise<GuestOutcome> {
   if (job.bridgePort && job.signal) keptBridge = new BridgeClient(job.bridgePort, job.signal);
+  if (job.outputGate) keptOutputGate = job.outputGate;
   const bridge = keptBridge;
   if (bridge === undefined) return { kind: 'trap', message: 'the host gave this worker no bridge', memoryExhausted: false };
   const ahead = madeAhead?.key === instanceKey(job) ? await madeAhead.instance : undefined;

@@ -55,13 +55,15 @@ const executor = new FrameChannel(new Socket({ fd: HOST_CHANNEL_FD, readable: tr
  * Sends `message` fitted to the channel (`message-fit.ts`); returns why it was not sent, if it was
  * not. A message refused whole is said on stderr, which the executor keeps in `host.log`.
  */
-const send = (message: HostToExecutor): string | undefined => {
+/** `carried`: told once the message is handed to the kernel, or will never be (refused, or the channel closed). */
+const send = (message: HostToExecutor, carried?: () => void): string | undefined => {
   const fitted = fitForExecutor(message);
   if ('refused' in fitted) {
     process.stderr.write(`[capsule-host] not sent: ${fitted.refused}\n`);
+    carried?.();
     return fitted.refused;
   }
-  executor.send(fitted.message);
+  executor.send(fitted.message, carried && (() => carried()));
   return undefined;
 };
 
@@ -135,8 +137,8 @@ const channel: HostChannel = {
       reject(new Error(refused));
     });
   },
-  output(stream, text) {
-    send({ type: 'output', stream, text });
+  output(stream, text, carried) {
+    send({ type: 'output', stream, text }, carried);
   },
   event(event) {
     send({ type: 'event', event });
