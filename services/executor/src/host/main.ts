@@ -54,8 +54,9 @@ const executor = new FrameChannel(new Socket({ fd: HOST_CHANNEL_FD, readable: tr
 /**
  * Sends `message` fitted to the channel (`message-fit.ts`); returns why it was not sent, if it was
  * not. A message refused whole is said on stderr, which the executor keeps in `host.log`.
+ * `carried` is told once the message is handed to the kernel, or will never be (refused, or the
+ * channel closed).
  */
-/** `carried`: told once the message is handed to the kernel, or will never be (refused, or the channel closed). */
 const send = (message: HostToExecutor, carried?: () => void): string | undefined => {
   const fitted = fitForExecutor(message);
   if ('refused' in fitted) {
@@ -63,7 +64,7 @@ const send = (message: HostToExecutor, carried?: () => void): string | undefined
     carried?.();
     return fitted.refused;
   }
-  executor.send(fitted.message, carried && (() => carried()));
+  executor.send(fitted.message, carried);
   return undefined;
 };
 

@@ -12,13 +12,16 @@
  * full pipe would; the deadline that terminates the worker ends that wait with it.
  */
 
-/** What may be in flight at once, over all of a host's guests: a few hundred writes of a busy guest. */
+/** What one guest worker may have in flight at once: a few hundred writes of a busy guest. */
 export const OUTPUT_IN_FLIGHT_BYTES = 1024 * 1024;
 
 /** The word is an Int32: what one write counts for is capped well below its range. */
 const MOST_COUNTED = 64 * 1024 * 1024;
 
-/** The shared word: one per host, given to each of its guests' workers. */
+/**
+ * The shared word: one per guest worker, for the worker's life. What a worker ended mid-write left
+ * counted on it (a post the main thread never read) ends with it, and never holds up another.
+ */
 export function createOutputGate(): Int32Array {
   return new Int32Array(new SharedArrayBuffer(4));
 }
