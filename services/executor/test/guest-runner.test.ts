@@ -15,6 +15,14 @@ import { floodingCapsuleWat, printingCapsuleWat, toolComponentWat } from '../../
 import { probeTool } from '../../../test/support/probe-guests.js';
 import { eventually } from '../../../test/support/processes.js';
 
+/** `component` transpiled as `name` into `bundleDir` (made when missing), as a stager leaves a bundle: its core modules and imports. */
+async function writeBundle(component: Uint8Array, name: string, bundleDir: string): Promise<{ coreModules: string[]; imports: string[] }> {
+  await fs.mkdir(bundleDir, { recursive: true });
+  const { files, imports } = await transpile(component, { ...TRANSPILE_OPTIONS, name });
+  for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+  return { coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')), imports };
+}
+
 describe('compiling a component ahead of its run (a pooled host told what to expect)', () => {
   it('a head start the memory cap refuses is dropped without an unhandled rejection', async () => {
     // The failure must surface from the run that uses the module, never from the head start: an
@@ -39,12 +47,8 @@ describe('compiling a component ahead of its run (a pooled host told what to exp
 
 describe('a worker told ahead what its job will load (a pooled host’s anticipation)', () => {
   /** The printing capsule transpiled into `bundleDir`: its core modules and imports. */
-  const writePrintingBundle = async (bundleDir: string): Promise<{ coreModules: string[]; imports: string[] }> => {
-    await fs.mkdir(bundleDir, { recursive: true });
-    const { files, imports } = await transpile((await printingCapsuleWat()).bytes, { ...TRANSPILE_OPTIONS, name: 'printing' });
-    for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
-    return { coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')), imports };
-  };
+  const writePrintingBundle = async (bundleDir: string): Promise<{ coreModules: string[]; imports: string[] }> =>
+    writeBundle((await printingCapsuleWat()).bytes, 'printing', bundleDir);
 
   /** Runs the printing capsule from `bundleDir` on `worker`: its outcome and what it printed. */
   const runPrinting = async (worker: Worker, dir: string, bundle: { coreModules: string[]; imports: string[] }) => {
@@ -174,10 +178,8 @@ describe('files a guest left open when its worker is ended', () => {
     try {
       const bundleDir = path.join(scratch.dir, 'bundle');
       const preopen = path.join(scratch.dir, 'workdir');
-      await fs.mkdir(bundleDir);
       await fs.mkdir(preopen);
-      const { files, imports } = await transpile((await probeTool()).bytes, { ...TRANSPILE_OPTIONS, name: 'probe' });
-      for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+      const bundle = await writeBundle((await probeTool()).bytes, 'probe', bundleDir);
       const sessionLog = new LogFile(scratch.dir, 'session.log');
       const runner = new GuestRunner({
         memoryLimitBytes: 512 * 1024 * 1024,
@@ -193,8 +195,7 @@ describe('files a guest left open when its worker is ended', () => {
         label: 'probe',
         bundleDir,
         entry: 'probe.js',
-        coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')),
-        imports,
+        ...bundle,
         preopen,
         env: [],
         grant: 'tool:probe',
@@ -258,9 +259,7 @@ describe('the instance a kept worker makes ahead for its component’s next call
   ): Promise<void> => {
     const scratch = await tempDir('murmur-made-ahead-');
     const bundleDir = path.join(scratch.dir, 'bundle');
-    await fs.mkdir(bundleDir);
-    const { files, imports } = await transpile(await parseWat(COUNTING_TOOL_WAT), { ...TRANSPILE_OPTIONS, name: 'counting' });
-    for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+    const bundle = await writeBundle(await parseWat(COUNTING_TOOL_WAT), 'counting', bundleDir);
     const runner = new GuestRunner({
       memoryLimitBytes: 16 * 1024 * 1024,
       deadlineMs: 60_000,
@@ -275,8 +274,7 @@ describe('the instance a kept worker makes ahead for its component’s next call
       label: 'counting',
       bundleDir,
       entry: 'counting.js',
-      coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')),
-      imports,
+      ...bundle,
       preopen: scratch.dir,
       env: [['TURN', 'any']],
       grant: 'tool:counting',
@@ -356,9 +354,7 @@ describe('a guest that writes without pause', () => {
     const scratch = await tempDir('murmur-flood-');
     try {
       const bundleDir = path.join(scratch.dir, 'bundle');
-      await fs.mkdir(bundleDir);
-      const { files, imports } = await transpile((await floodingCapsuleWat()).bytes, { ...TRANSPILE_OPTIONS, name: 'flood' });
-      for (const [file, bytes] of Object.entries(files)) if (!file.endsWith('.d.ts')) await fs.writeFile(path.join(bundleDir, file), bytes);
+      const bundle = await writeBundle((await floodingCapsuleWat()).bytes, 'flood', bundleDir);
       let received = 0;
       const notCarried: Array<() => void> = [];
       const runner = new GuestRunner({
@@ -379,8 +375,7 @@ describe('a guest that writes without pause', () => {
         label: 'flood',
         bundleDir,
         entry: 'flood.js',
-        coreModules: Object.keys(files).filter((file) => file.endsWith('.wasm')),
-        imports,
+        ...bundle,
         preopen: scratch.dir,
         env: [],
         grant: 'capsule',

@@ -27,7 +27,7 @@ export function createOutputGate(): Int32Array {
 }
 
 /** What a write of `bytes` counts for on the gate; the worker and the main thread count alike. */
-export function countedBytes(bytes: number): number {
+function countedBytes(bytes: number): number {
   return Math.min(bytes, MOST_COUNTED);
 }
 
