@@ -14,7 +14,7 @@ import { type Handler, type RpcRequest, historyAsked, parseParams, parseSendPara
  * feed, opened before the session is asked what the stream starts from, so nothing emitted in
  * between is missed; a heartbeat keeps it open, and a reader that stops reading is cut.
  */
-export function streamMethods({ heartbeatMs, stalledAfterMs }: { heartbeatMs: number; stalledAfterMs: number }): {
+export function streamMethods(timing: StreamTiming): {
   stream: Handler;
   resubscribe: Handler;
   watchSession: Handler;
@@ -97,17 +97,12 @@ export function streamMethods({ heartbeatMs, stalledAfterMs }: { heartbeatMs: nu
     // once written: the stream's loop lives as long as its client, and holds only the task's ids.
     let opening: { task: TaskView; replayed: SessionReply | undefined } | undefined = { task, replayed };
     const ids = { id: task.id, context_id: task.context_id };
-    return streamSSE(context, async (sse) => {
-      const heartbeat = startHeartbeat(sse, heartbeatMs);
-      sse.onAbort(() => watch.close());
-      const delivered = deliveredOrCut(context, sse, stalledAfterMs);
-      try {
-        const sent = new Set<string>();
-        const frame = (event: string, result: unknown, id?: number): Promise<void> =>
-          delivered(sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) }));
-        // Written by a function of its own: what an async function's frame held, even in a block
-        // long left, stayed in its suspended registers for as long as the loop below waited.
-        const writeOpening = async (): Promise<'done' | 'follow'> => {
+    return followWatch(context, request, watch, timing, (sse, delivered) => {
+      const sent = new Set<string>();
+      const frame = (event: string, result: unknown, id?: number): Promise<void> =>
+        delivered(sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) }));
+      return {
+        async opening() {
           const { task: opened, replayed: missed } = opening as NonNullable<typeof opening>;
           opening = undefined;
           // Every data frame of an A2A stream is a JSON-RPC response, so events lost to the feed's
@@ -120,32 +115,15 @@ export function streamMethods({ heartbeatMs, stalledAfterMs }: { heartbeatMs: nu
           // when that end (a rejection) came before the stream opened: the watch holds it.
           const ended = origin === 'existing' && TERMINAL_TASK_STATES.has(opened.state);
           return ended && !missed?.events?.some((event) => event.task_id === ids.id && event.final) ? 'done' : 'follow';
-        };
-        if ((await writeOpening()) === 'done') return;
-        // One event at a time, each in a call of its own: an event kept by the loop's frame was
-        // held until the next one came, and a quiet session's last (a long answer) for ever.
-        const writeNext = async (): Promise<'done' | 'follow'> => {
-          const next = await watch.next(heartbeatMs);
-          if (next === 'timeout') return 'follow';
-          if (next === 'closed') return 'done';
-          if (next === 'door-stopping' || next === 'fell-behind') {
-            await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(call.id, STREAM_CUT[next])) }));
-            return 'done';
-          }
-          if (next === 'ended') {
-            await frame('status', renderStreamEvent(version, endedEvent(ids), sent));
-            return 'done';
-          }
+        },
+        ended: () => frame('status', renderStreamEvent(version, endedEvent(ids), sent)),
+        async event(next) {
           if (next.task_id !== ids.id) return 'follow';
           const rendered = renderStreamEvent(version, next, sent);
           if (rendered) await frame(next.type, rendered, next.id);
           return next.type === 'status' && next.final ? 'done' : 'follow';
-        };
-        while (!sse.aborted && (await writeNext()) === 'follow');
-      } finally {
-        clearInterval(heartbeat);
-        watch.close();
-      }
+        },
+      };
     });
   };
 
@@ -164,46 +142,85 @@ export function streamMethods({ heartbeatMs, stalledAfterMs }: { heartbeatMs: nu
     }
     // Let go of once written, as a task stream's opening is: the loop holds nothing of it.
     let opening: { conversation: string; replayed: SessionReply } | undefined = { conversation: card.card?.conversation ?? 'stateless', replayed };
-    return streamSSE(context, async (sse) => {
-      const heartbeat = startHeartbeat(sse, heartbeatMs);
-      sse.onAbort(() => watch.close());
-      const delivered = deliveredOrCut(context, sse, stalledAfterMs);
-      try {
-        // In a function of its own, as a task stream's opening is: nothing of it stays in the loop's frame.
-        const writeOpening = async (): Promise<void> => {
-          const { conversation, replayed: missed } = opening as NonNullable<typeof opening>;
-          opening = undefined;
-          await delivered(sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: conversation }) }));
-          if (missed.first_available_id !== undefined)
-            await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: missed.first_available_id }) }));
-          watch.push(...(missed.events ?? []));
-        };
-        await writeOpening();
-        // One event at a time in a call of its own, as a task stream's: the loop keeps none of them.
-        const writeNext = async (): Promise<'done' | 'follow'> => {
-          const next = await watch.next(heartbeatMs);
-          if (next === 'timeout') return 'follow';
-          if (next === 'closed') return 'done';
-          if (next === 'door-stopping' || next === 'fell-behind') {
-            await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) }));
-            return 'done';
-          }
-          if (next === 'ended') {
-            await delivered(sse.writeSSE({ event: 'capsule-closed', data: '{}' }));
-            return 'done';
-          }
-          await delivered(sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) }));
-          return 'follow';
-        };
-        while (!sse.aborted && (await writeNext()) === 'follow');
-      } finally {
-        clearInterval(heartbeat);
-        watch.close();
-      }
-    });
+    return followWatch(context, request, watch, timing, (sse, delivered) => ({
+      async opening() {
+        const { conversation, replayed: missed } = opening as NonNullable<typeof opening>;
+        opening = undefined;
+        await delivered(sse.writeSSE({ event: 'connection-ack', data: JSON.stringify({ role: 'observer', conversation_mode: conversation }) }));
+        if (missed.first_available_id !== undefined)
+          await delivered(sse.writeSSE({ event: 'gap', data: JSON.stringify({ first_available_id: missed.first_available_id }) }));
+        watch.push(...(missed.events ?? []));
+        return 'follow';
+      },
+      ended: () => delivered(sse.writeSSE({ event: 'capsule-closed', data: '{}' })),
+      async event(next) {
+        await delivered(sse.writeSSE({ id: String(next.id), event: next.type, data: JSON.stringify(next.data) }));
+        return 'follow';
+      },
+    }));
   };
 
   return { stream, resubscribe, watchSession };
+}
+
+/** How often a stream says it is alive, and how long a write may wait for its reader before the stream is cut. */
+interface StreamTiming {
+  heartbeatMs: number;
+  stalledAfterMs: number;
+}
+
+/** What one stream writes of the feed it follows: its opening, the end of its session, each event. */
+interface FeedFollower {
+  /** `done` when the opening said all there is to say. */
+  opening(): Promise<'done' | 'follow'>;
+  /** The session ended while the stream was open. */
+  ended(): Promise<void>;
+  event(next: SessionEvent): Promise<'done' | 'follow'>;
+}
+
+/**
+ * An SSE stream that follows a watch on a session's feed: a heartbeat while it waits, the watch
+ * closed when its client goes, each write given `stalledAfterMs` to be taken (`deliveredOrCut`),
+ * and a cut (the door stopping, a reader fallen behind) said in an error event. The opening and
+ * each event are written in calls of their own: what an async function's frame held, even in a
+ * block long left, stayed in its suspended registers for as long as the loop waited, so an event
+ * kept by the loop's frame was held until the next one came, and a quiet session's last (a long
+ * answer) for ever.
+ */
+function followWatch(
+  context: Context,
+  request: RpcRequest,
+  watch: FeedWatch,
+  { heartbeatMs, stalledAfterMs }: StreamTiming,
+  follower: (sse: SSEStreamingApi, delivered: (write: Promise<unknown>) => Promise<void>) => FeedFollower,
+): Response {
+  return streamSSE(context, async (sse) => {
+    const heartbeat = startHeartbeat(sse, heartbeatMs);
+    sse.onAbort(() => watch.close());
+    const delivered = deliveredOrCut(context, sse, stalledAfterMs);
+    try {
+      const writes = follower(sse, delivered);
+      const writeNext = async (): Promise<'done' | 'follow'> => {
+        const next = await watch.next(heartbeatMs);
+        if (next === 'timeout') return 'follow';
+        if (next === 'closed') return 'done';
+        if (next === 'door-stopping' || next === 'fell-behind') {
+          await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) }));
+          return 'done';
+        }
+        if (next === 'ended') {
+          await writes.ended();
+          return 'done';
+        }
+        return writes.event(next);
+      };
+      if ((await writes.opening()) === 'done') return;
+      while (!sse.aborted && (await writeNext()) === 'follow');
+    } finally {
+      clearInterval(heartbeat);
+      watch.close();
+    }
+  });
 }
 
 /** Why a stream ends while its task goes on, in the error event it ends with: either way, resubscribe. */
