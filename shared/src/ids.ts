@@ -35,8 +35,10 @@ function idSchema(kind: IdKind) {
 }
 
 export const SessionIdSchema = idSchema('session');
-/** What a session id looks like, in a refusal of something that is not one. */
-export const SESSION_ID_FORM = `${ID_PREFIXES.session} followed by 32 hex digits`;
+/** The words of every refusal of what is no session id: what was given (its first 80 characters), and what an id looks like. */
+export function notASessionId(given: string): string {
+  return `'${given.slice(0, 80)}' is not a session id (${ID_PREFIXES.session} followed by 32 hex digits)`;
+}
 export const ContextIdSchema = idSchema('context');
 export const TaskIdSchema = idSchema('task');
 export const DelegationIdSchema = idSchema('delegation');

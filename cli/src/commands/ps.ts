@@ -1,4 +1,4 @@
-import { MurmurError, SESSION_ID_FORM, SessionIdSchema, type SessionListReply, commands, numberSetting } from '@murmur/shared';
+import { MurmurError, SessionIdSchema, type SessionListReply, commands, notASessionId, numberSetting } from '@murmur/shared';
 import { listRunningRecords, readRunningRecord, removeRunningRecord, signalRunningRecord, processState, verifyRunningRecord } from '@murmur/shared/node';
 import { type Output, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
@@ -72,7 +72,7 @@ async function gone(record: { pid: number; process_start: string }, withinMs: nu
  */
 export async function stopCommand(sessionId: string, output: Output): Promise<number> {
   if (!SessionIdSchema.safeParse(sessionId).success) {
-    throw new MurmurError('E-SES-001', `'${sessionId.slice(0, 80)}' is not a session id (${SESSION_ID_FORM})`, {
+    throw new MurmurError('E-SES-001', notASessionId(sessionId), {
       hint: "'mur ps' lists the running sessions with their ids",
     });
   }

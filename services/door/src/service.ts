@@ -9,7 +9,7 @@ import {
   QUEUE_GROUPS,
   RPC_ERRORS,
   type RpcError,
-  SESSION_ID_FORM,
+  notASessionId,
   SessionIdSchema,
   type HostGuard,
   loopbackHostGuard,
@@ -160,7 +160,7 @@ export function startDoorService(options: DoorOptions): DoorService {
   const sessionOf = (context: Context): SessionLink | Response => {
     const id = context.req.param('session') ?? '';
     if (!SessionIdSchema.safeParse(id).success) {
-      return context.json({ error: { code: 'E-DOOR-001', message: `'${id.slice(0, 80)}' is not a session id (${SESSION_ID_FORM})` } }, 404);
+      return context.json({ error: { code: 'E-DOOR-001', message: notASessionId(id) } }, 404);
     }
     return new SessionLink(bus, feeds, id);
   };
@@ -269,7 +269,7 @@ export function startDoorService(options: DoorOptions): DoorService {
       return context.json(
         rpcError(null, {
           code: RPC_ERRORS.invalidRequest,
-          message: `Invalid Request: '${(context.req.param('session') ?? '').slice(0, 80)}' is not a session id (${SESSION_ID_FORM})`,
+          message: `Invalid Request: ${notASessionId(context.req.param('session') ?? '')}`,
           data: { murmur_code: 'E-DOOR-001' },
         }),
         404,

@@ -1,6 +1,6 @@
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import { MurmurError } from '../errors.js';
-import { SESSION_ID_FORM, SessionIdSchema } from '../ids.js';
+import { SessionIdSchema, notASessionId } from '../ids.js';
 import { SESSION_LOCATIONS_BUCKET, type SessionFileEntry, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
 import { commands } from '../topics.js';
 import type { Bus } from '../bus/bus.js';
@@ -23,7 +23,7 @@ const FINDING_A_SESSION =
 
 export async function locateSession(bus: Bus, sessionId: string): Promise<SessionLocation> {
   if (!SessionIdSchema.safeParse(sessionId).success)
-    throw new MurmurError('E-SES-001', `'${sessionId.slice(0, 80)}' is not a session id (${SESSION_ID_FORM})`, {
+    throw new MurmurError('E-SES-001', notASessionId(sessionId), {
       path: sessionId.slice(0, 80),
       hint: FINDING_A_SESSION,
     });
