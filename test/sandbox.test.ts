@@ -292,6 +292,25 @@ describe('the capsule sandbox', () => {
       expect(Date.now() - started).toBeLessThan(30_000);
     });
 
+    it('ends a capsule that fills its workdir with empty files past the executor’s entry ceiling, with E-RUN-013', async () => {
+      const { results, code, stderr } = await probe(
+        'inode-filler',
+        '',
+        [
+          { op: 'mkdir', path: 'many' },
+          { op: 'touch', path: 'many', count: 2_000 },
+          { op: 'waitfor', path: 'never-appears', seconds: 60 },
+        ],
+        { MURMUR_WORKDIR_CHECK_MS: '300', MURMUR_HARD_LIMIT_GRACE_MS: '1000', MURMUR_WORKDIR_MAX_ENTRIES: '1000' },
+      );
+      expect(results[1]).toMatchObject({ ok: true, value: { created: 2_000 } });
+      expect(code).toBe(1);
+      expect(stderr).toMatch(
+        /error\[E-RUN-013\]: session workdir grew to \d+ files, directories and links, past the executor's ceiling of 1000 \(MURMUR_WORKDIR_MAX_ENTRIES\)/,
+      );
+      expect(stderr).toContain('ask the executor');
+    });
+
     it('narrows the preopen to filesystem.scope', async () => {
       // task.md sits in the workdir, outside the scope: the actions come from the environment.
       const actions = [

@@ -64,7 +64,7 @@ import { HostLink, messageType } from './host-link.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExecutorSettings } from './settings.js';
 import { SandboxNetwork, closeHandle } from './sandbox-network.js';
-import { WorkdirGuard } from './workdir-guard.js';
+import { WorkdirGuard, workdirBreach } from './workdir-guard.js';
 import { prepareAgentLaunch } from './agent-launch.js';
 import {
   type AgentStart,
@@ -1002,29 +1002,32 @@ export class Session {
   }
 
   /**
-   * The workdir's size, walked every 10 s against `workdir_max_bytes`, for every session: a guest
-   * fills a disk through WASI as well as through a subprocess. The first time it is over, the host
-   * is told: it refuses every later subprocess naming the ceiling, and the session ends with
-   * `E-RUN-013` (at its next turn, or when its guest returns). One that has not ended a grace
-   * later (`MURMUR_HARD_LIMIT_GRACE_MS`) is killed for it: a guest that writes on and never returns,
-   * or a host that ignores the news, is not left to fill the disk.
+   * The workdir against its ceilings, walked every 10 s for every session: a guest fills a disk
+   * through WASI as well as through a subprocess, with bytes (`workdir_max_bytes`) or with entries
+   * (the executor's `MURMUR_WORKDIR_MAX_ENTRIES`, which guards the inodes every session's
+   * workdir shares). The first time one is over, the host is told: it refuses every later
+   * subprocess naming the ceiling, and the session ends with `E-RUN-013` (at its next turn, or
+   * when its guest returns). One that has not ended a grace later (`MURMUR_HARD_LIMIT_GRACE_MS`)
+   * is killed for it: a guest that writes on and never returns, or a host that ignores the news,
+   * is not left to fill the disk.
    */
   private guardWorkdir(): void {
-    const max = this.plan.policy.resources.workdir_max_bytes;
+    const ceilings = { bytes: this.plan.policy.resources.workdir_max_bytes, entries: this.environment.settings.workdirMaxEntries };
     this.workdirGuard = new WorkdirGuard(
       this.paths.accessible,
-      max,
-      (observed) => {
-        const message = `session workdir grew to ${observed} bytes, past the ${max} byte ceiling (capabilities.resources.workdir_max_bytes)`;
-        this.bootstrap.line(`[resources] ${message}`);
-        this.stderrLine(`[capsule-runtime] ${message}`);
-        this.trace.write('resource_limit', { limit: 'workdir_max_bytes', observed_bytes: observed, max_bytes: max });
-        const ceiling = {
-          code: 'E-RUN-013',
-          message,
-          hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
-        };
-        this.tellHost({ type: 'ceiling', limit: 'workdir_max_bytes', ...ceiling });
+      ceilings,
+      (passed, observed) => {
+        const { limit, message, hint } = workdirBreach(passed, observed, ceilings);
+        const ceiling = { code: 'E-RUN-013', message, hint };
+        this.bootstrap.line(`[resources] ${ceiling.message}`);
+        this.stderrLine(`[capsule-runtime] ${ceiling.message}`);
+        this.trace.write(
+          'resource_limit',
+          passed === 'bytes'
+            ? { limit: 'workdir_max_bytes', observed_bytes: observed.bytes, max_bytes: ceilings.bytes }
+            : { limit: 'workdir_max_entries', observed_entries: observed.entries, max_entries: ceilings.entries },
+        );
+        this.tellHost({ type: 'ceiling', limit, ...ceiling });
         this.ceilingKill = setTimeout(() => this.kill(ceiling, { overrule: true }), this.environment.settings.hardLimitGraceMs);
         this.ceilingKill.unref();
       },

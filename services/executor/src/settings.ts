@@ -15,6 +15,8 @@ export interface ExecutorSettings {
   delegationDeadlineSecs: number;
   /** How often a session's workdir is measured against its ceiling (`MURMUR_WORKDIR_CHECK_MS`, 10 s). */
   workdirCheckMs: number;
+  /** How many entries (files, directories, links) a session's workdir may hold (`MURMUR_WORKDIR_MAX_ENTRIES`, 1 000 000). */
+  workdirMaxEntries: number;
   /** The cap on one harness run (`MURMUR_HARNESS_RUN_CAP_SECS`, upstream's 10 minutes). */
   harnessRunCapMs: number;
   /** The largest harness transcript kept for a context (`MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES`, 16 MiB; at most 32 MiB, which a host is sent whole). */
@@ -33,6 +35,7 @@ export function executorSettings(env: NodeJS.ProcessEnv): ExecutorSettings {
     hardLimitGraceMs: numberSetting(env, 'MURMUR_HARD_LIMIT_GRACE_MS', 10_000, ms),
     delegationDeadlineSecs: numberSetting(env, 'MURMUR_DELEGATION_DEADLINE_SECS', 600, seconds),
     workdirCheckMs: numberSetting(env, 'MURMUR_WORKDIR_CHECK_MS', 10_000, ms),
+    workdirMaxEntries: numberSetting(env, 'MURMUR_WORKDIR_MAX_ENTRIES', 1_000_000, { unit: 'entries' }),
     harnessRunCapMs: Math.round(numberSetting(env, 'MURMUR_HARNESS_RUN_CAP_SECS', 600, seconds) * 1000),
     harnessTranscriptMaxBytes: numberSetting(env, 'MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES', HARNESS_TRANSCRIPT_LIMIT_BYTES, {
       unit: 'bytes',

@@ -17,6 +17,7 @@
 //   {op:"read", path}             value: the file's text
 //   {op:"list", path}             value: sorted entry names ("." for the preopen)
 //   {op:"mkdir", path}            create-directory-at
+//   {op:"touch", path, count}     creates `count` empty files in the directory path (0, 1, …)
 //   {op:"symlink", target, path}  symlink-at
 //   {op:"unlink", path}           unlink-file-at (a file or a link, never followed)
 //   {op:"rename", path, to}       rename-at, within the preopen
@@ -333,6 +334,11 @@ async function commonAction(action, report) {
     case 'mkdir':
       rootDescriptor().createDirectoryAt(action.path);
       return null;
+    case 'touch':
+      for (let index = 0; index < Number(action.count ?? 1); index++) {
+        dispose(rootDescriptor().openAt({ symlinkFollow: false }, `${action.path}/${index}`, { create: true }, { write: true }));
+      }
+      return { created: Number(action.count ?? 1) };
     case 'symlink':
       rootDescriptor().symlinkAt(action.target, action.path);
       return null;
