@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -309,6 +310,26 @@ describe('the capsule sandbox', () => {
         /error\[E-RUN-013\]: session workdir grew to \d+ files, directories and links, past the executor's ceiling of 1000 \(MURMUR_WORKDIR_MAX_ENTRIES\)/,
       );
       expect(stderr).toContain('ask the executor');
+    });
+
+    it('ends a capsule whose subprocess nests a directory past the longest path, which no walk could measure, with E-RUN-013', async () => {
+      const nest = 'i=0; while [ $i -lt 300 ]; do mkdir dddddddddddddddd && cd -P dddddddddddddddd || exit 1; i=$((i + 1)); done; echo beneath > f';
+      const { results, code, stderr, workdir } = await probe(
+        'deep-nester',
+        'capabilities:\n  shell:\n    allow: [sh, mkdir]\n',
+        [
+          { op: 'shell', binary: 'sh', args: ['-c', nest] },
+          { op: 'waitfor', path: 'never-appears', seconds: 60 },
+        ],
+        { MURMUR_WORKDIR_CHECK_MS: '300', MURMUR_HARD_LIMIT_GRACE_MS: '1000' },
+      );
+      // rm(1): node's removal goes by whole paths, which this tree outgrows.
+      spawnSync('rm', ['-rf', workdir]);
+      expect(results[0]).toMatchObject({ ok: true, value: { exitCode: 0 } });
+      expect(code).toBe(1);
+      expect(stderr).toMatch(
+        /error\[E-RUN-013\]: session workdir holds 'dddddddddddddddd\/.*', which the executor cannot measure against capabilities\.resources\.workdir_max_bytes \(ENAMETOOLONG\)/,
+      );
     });
 
     it('narrows the preopen to filesystem.scope', async () => {

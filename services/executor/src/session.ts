@@ -1005,7 +1005,8 @@ export class Session {
    * The workdir against its ceilings, walked every 10 s for every session: a guest fills a disk
    * through WASI as well as through a subprocess, with bytes (`workdir_max_bytes`) or with entries
    * (the executor's `MURMUR_WORKDIR_MAX_ENTRIES`, which guards the inodes every session's
-   * workdir shares). The first time one is over, the host is told: it refuses every later
+   * workdir shares), and counted as over when the walk meets what it cannot measure. The first
+   * time one is over, the host is told: it refuses every later
    * subprocess naming the ceiling, and the session ends with `E-RUN-013` (at its next turn, or
    * when its guest returns). One that has not ended a grace later (`MURMUR_HARD_LIMIT_GRACE_MS`)
    * is killed for it: a guest that writes on and never returns, or a host that ignores the news,
@@ -1016,17 +1017,18 @@ export class Session {
     this.workdirGuard = new WorkdirGuard(
       this.paths.accessible,
       ceilings,
-      (passed, observed) => {
-        const { limit, message, hint } = workdirBreach(passed, observed, ceilings);
+      (breach, observed) => {
+        const { limit, message, hint } = workdirBreach(breach, observed, ceilings);
         const ceiling = { code: 'E-RUN-013', message, hint };
         this.bootstrap.line(`[resources] ${ceiling.message}`);
         this.stderrLine(`[capsule-runtime] ${ceiling.message}`);
-        this.trace.write(
-          'resource_limit',
-          passed === 'bytes'
-            ? { limit: 'workdir_max_bytes', observed_bytes: observed.bytes, max_bytes: ceilings.bytes }
-            : { limit: 'workdir_max_entries', observed_entries: observed.entries, max_entries: ceilings.entries },
-        );
+        this.trace.write('resource_limit', {
+          limit,
+          ...(breach === 'entries'
+            ? { observed_entries: observed.entries, max_entries: ceilings.entries }
+            : { observed_bytes: observed.bytes, max_bytes: ceilings.bytes }),
+          ...(observed.hidden ? { unmeasured_path: observed.hidden.path, unmeasured_because: observed.hidden.code } : {}),
+        });
         this.tellHost({ type: 'ceiling', limit, ...ceiling });
         this.ceilingKill = setTimeout(() => this.kill(ceiling, { overrule: true }), this.environment.settings.hardLimitGraceMs);
         this.ceilingKill.unref();

@@ -5,6 +5,8 @@ import path from 'node:path';
 export interface WorkdirUsage {
   bytes: number;
   entries: number;
+  /** The first entry the walk could not read or measure, and why (its path relative to the workdir). */
+  hidden?: { path: string; code: string };
 }
 
 /**
@@ -14,10 +16,18 @@ export interface WorkdirUsage {
  * a guest creates ~14 000 a second through WASI, enough to leave the executor's filesystem
  * without inodes for every other session within an agent's lifetime.
  */
-export type WorkdirCeilings = WorkdirUsage;
+export interface WorkdirCeilings {
+  bytes: number;
+  entries: number;
+}
 
-/** Which ceiling a walk found passed. */
-export type WorkdirCeiling = keyof WorkdirCeilings;
+/**
+ * Why a walk ends the session: a ceiling passed, or an entry it could not measure. A subprocess
+ * can make a directory its owner cannot read (`chmod 000`; the executor of a stack is that owner,
+ * without root's override) or nest one past the kernel's 4 096-byte path (`cd` as it goes), and
+ * whatever it writes beneath would weigh nothing: in doubt, the walk counts such a workdir as over.
+ */
+export type WorkdirBreach = keyof WorkdirCeilings | 'hidden';
 
 /**
  * The workdir against its ceilings, walked every `intervalMs` (10 s; the executor's
@@ -39,7 +49,7 @@ export class WorkdirGuard {
   constructor(
     private readonly workdir: string,
     private readonly ceilings: WorkdirCeilings,
-    private readonly onBreach: (ceiling: WorkdirCeiling, observed: WorkdirUsage) => void,
+    private readonly onBreach: (breach: WorkdirBreach, observed: WorkdirUsage) => void,
     intervalMs: number,
   ) {
     this.timer = setInterval(() => void this.check(), intervalMs);
@@ -51,10 +61,10 @@ export class WorkdirGuard {
     this.walking = true;
     try {
       const observed = await workdirUsage(this.workdir, this.ceilings, () => this.stopped);
-      const passed = passedCeiling(observed, this.ceilings);
-      if (passed && !this.stopped) {
+      const breach = breachOf(observed, this.ceilings);
+      if (breach && !this.stopped) {
         this.stop();
-        this.onBreach(passed, observed);
+        this.onBreach(breach, observed);
       }
     } finally {
       this.walking = false;
@@ -69,22 +79,32 @@ export class WorkdirGuard {
 }
 
 /**
- * A ceiling passed, as the session's end says it: which limit, what was seen, and what to do —
- * the manifest's ceiling a capsule's author may raise; the executor's is its operator's.
+ * A breach as the session's end says it: which limit, what was seen, and what to do — the
+ * manifest's ceiling a capsule's author may raise; the executor's is its operator's.
  */
-export function workdirBreach(passed: WorkdirCeiling, observed: WorkdirUsage, ceilings: WorkdirCeilings): { limit: string; message: string; hint: string } {
-  if (passed === 'bytes') {
-    return {
-      limit: 'workdir_max_bytes',
-      message: `session workdir grew to ${observed.bytes} bytes, past the ${ceilings.bytes} byte ceiling (capabilities.resources.workdir_max_bytes)`,
-      hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
-    };
+export function workdirBreach(breach: WorkdirBreach, observed: WorkdirUsage, ceilings: WorkdirCeilings): { limit: string; message: string; hint: string } {
+  switch (breach) {
+    case 'bytes':
+      return {
+        limit: 'workdir_max_bytes',
+        message: `session workdir grew to ${observed.bytes} bytes, past the ${ceilings.bytes} byte ceiling (capabilities.resources.workdir_max_bytes)`,
+        hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
+      };
+    case 'entries':
+      return {
+        limit: 'workdir_max_entries',
+        message: `session workdir grew to ${observed.entries} files, directories and links, past the executor's ceiling of ${ceilings.entries} (MURMUR_WORKDIR_MAX_ENTRIES)`,
+        hint: "find what is creating so many files (a capsule cannot raise this ceiling: it guards the inodes of the disk every session's workdir shares), or ask the executor's operator to raise MURMUR_WORKDIR_MAX_ENTRIES",
+      };
+    case 'hidden': {
+      const hidden = observed.hidden ?? { path: '?', code: '?' };
+      return {
+        limit: 'workdir_max_bytes',
+        message: `session workdir holds '${hidden.path.length > 200 ? `${hidden.path.slice(0, 200)}…` : hidden.path}', which the executor cannot measure against capabilities.resources.workdir_max_bytes (${hidden.code})`,
+        hint: 'a capsule must leave its workdir readable to its owner (no directory without read and search permission) and every path in it shorter than 4 096 bytes, or the executor counts it as past its ceiling',
+      };
+    }
   }
-  return {
-    limit: 'workdir_max_entries',
-    message: `session workdir grew to ${observed.entries} files, directories and links, past the executor's ceiling of ${ceilings.entries} (MURMUR_WORKDIR_MAX_ENTRIES)`,
-    hint: "find what is creating so many files (a capsule cannot raise this ceiling: it guards the inodes of the disk every session's workdir shares), or ask the executor's operator to raise MURMUR_WORKDIR_MAX_ENTRIES",
-  };
 }
 
 const UNBOUNDED: WorkdirCeilings = { bytes: Number.POSITIVE_INFINITY, entries: Number.POSITIVE_INFINITY };
@@ -94,19 +114,25 @@ const ENTRIES_PER_READ = 128;
 
 /**
  * What `root` holds. The walk ends early once past either of `stopAbove`'s ceilings (the answer
- * is then "over", its figures a lower bound), or when `abandoned()` says so (its figures are then
- * meaningless).
+ * is then "over", its figures a lower bound), at the first entry it cannot read or measure
+ * (`hidden`; one that went away mid-walk is only skipped), or when `abandoned()` says so (its
+ * figures are then meaningless).
  */
 export async function workdirUsage(root: string, stopAbove: WorkdirCeilings = UNBOUNDED, abandoned: () => boolean = () => false): Promise<WorkdirUsage> {
   const usage: WorkdirUsage = { bytes: 0, entries: 0 };
   const pending = [root];
-  const within = () => !abandoned() && passedCeiling(usage, stopAbove) === undefined;
+  const hide = (entry: string, error: unknown) => {
+    const code = (error as NodeJS.ErrnoException).code ?? String(error);
+    if (!GONE.has(code)) usage.hidden ??= { path: path.relative(root, entry) || '.', code };
+  };
+  const within = () => !abandoned() && breachOf(usage, stopAbove) === undefined;
   while (pending.length > 0 && within()) {
     const dir = pending.pop() as string;
     let handle: Awaited<ReturnType<typeof opendir>>;
     try {
       handle = await opendir(dir, { bufferSize: ENTRIES_PER_READ });
-    } catch {
+    } catch (error) {
+      hide(dir, error);
       continue;
     }
     try {
@@ -117,33 +143,41 @@ export async function workdirUsage(root: string, stopAbove: WorkdirCeilings = UN
         if (entry.isDirectory()) pending.push(full);
         else files.push(full);
         if (files.length === ENTRIES_PER_READ) {
-          usage.bytes += await bytesOf(files);
+          usage.bytes += await bytesOf(files, hide);
           files = [];
           if (!within()) break;
         }
       }
-      usage.bytes += await bytesOf(files);
-    } catch {
-      // the directory went away mid-walk (the loop closes the handle however it ends)
+      usage.bytes += await bytesOf(files, hide);
+    } catch (error) {
+      // the directory went away mid-walk (the loop closes the handle however it ends), or cannot be read on
+      hide(dir, error);
     }
   }
   return usage;
 }
 
-/** The sizes of `files` together, each as itself (never followed); one gone or unreadable counts nothing. */
-async function bytesOf(files: string[]): Promise<number> {
+/** What an entry that went away mid-walk fails with: skipped, as a walk that came a moment later would. */
+const GONE = new Set(['ENOENT', 'ENOTDIR']);
+
+/** The sizes of `files` together, each as itself (never followed); one gone counts nothing, one that cannot be measured is hidden. */
+async function bytesOf(files: string[], hide: (entry: string, error: unknown) => void): Promise<number> {
   const sizes = await Promise.all(
     files.map((file) =>
       lstat(file).then(
         (stat) => stat.size,
-        () => 0,
+        (error: unknown) => {
+          hide(file, error);
+          return 0;
+        },
       ),
     ),
   );
   return sizes.reduce((sum, size) => sum + size, 0);
 }
 
-function passedCeiling(usage: WorkdirUsage, ceilings: WorkdirCeilings): WorkdirCeiling | undefined {
+function breachOf(usage: WorkdirUsage, ceilings: WorkdirCeilings): WorkdirBreach | undefined {
+  if (usage.hidden) return 'hidden';
   if (usage.bytes > ceilings.bytes) return 'bytes';
   if (usage.entries > ceilings.entries) return 'entries';
   return undefined;

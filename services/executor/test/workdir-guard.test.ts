@@ -1,4 +1,5 @@
-import { mkdtempSync, mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdtempSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -7,7 +8,8 @@ import { WorkdirGuard, workdirUsage } from '../src/workdir-guard.js';
 describe('the workdir guard', () => {
   const dirs: string[] = [];
   afterEach(() => {
-    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+    // rm(1), not rmSync: node's removal goes by whole paths, which the deepest test's outgrow.
+    for (const dir of dirs.splice(0)) spawnSync('rm', ['-rf', dir]);
   });
   const scratch = (): string => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'murmur-guard-'));
@@ -47,6 +49,46 @@ describe('the workdir guard', () => {
     let reads = 0;
     const usage = await workdirUsage(dir, undefined, () => ++reads > 2);
     expect(usage.entries).toBeLessThan(1_000);
+  });
+
+  it('counts as hidden a directory nested past the longest path the kernel takes, and stops there', async () => {
+    const dir = scratch();
+    const nest = spawnSync('sh', [
+      '-c',
+      'cd "$1" && for i in $(seq 300); do mkdir dddddddddddddddd && cd -P dddddddddddddddd || exit 1; done; echo beneath > f',
+      'sh',
+      dir,
+    ]);
+    expect(nest.status).toBe(0);
+    const usage = await workdirUsage(dir);
+    expect(usage.hidden).toEqual({ path: expect.stringMatching(/^dddddddddddddddd\//), code: 'ENAMETOOLONG' });
+  });
+
+  it('counts as hidden a directory its owner made unreadable, which only root could walk', async () => {
+    const dir = scratch();
+    mkdirSync(path.join(dir, 'closed'));
+    writeFileSync(path.join(dir, 'closed', 'big'), Buffer.alloc(20_000));
+    chmodSync(path.join(dir, 'closed'), 0o000);
+    // Root reads any directory; the stack's executor is uid 1000 and holds no capability, so the walk is made as another user.
+    const nobody = 65_534;
+    const asRoot = process.getuid?.() === 0;
+    if (asRoot) {
+      chownSync(dir, nobody, nobody);
+      chownSync(path.join(dir, 'closed'), nobody, nobody);
+    }
+    const guard = new URL('../dist/workdir-guard.js', import.meta.url).pathname;
+    const walk = spawnSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `import { workdirUsage } from ${JSON.stringify(guard)}; console.log(JSON.stringify(await workdirUsage(${JSON.stringify(dir)})));`,
+      ],
+      { encoding: 'utf8', ...(asRoot ? { uid: nobody, gid: nobody } : {}) },
+    );
+    expect(walk.stderr).toBe('');
+    expect(JSON.parse(walk.stdout)).toEqual({ bytes: 0, entries: 1, hidden: { path: 'closed', code: 'EACCES' } });
+    chmodSync(path.join(dir, 'closed'), 0o700);
   });
 
   it('reports the first walk over the ceiling once, with what it saw, and then stops watching', async () => {
