@@ -22,6 +22,8 @@ import { murBin } from './support/processes.js';
  */
 
 const PYTHON = '/usr/bin/python3';
+/** Where `run` copies the probes, relative to the workdir the shell tool starts in. */
+const PROBES_IN_WORKDIR = 'escape-probes';
 const INHERITED_FDS = [7, 20];
 
 /** The resource block upstream's harness gives the resource cases. */
@@ -66,6 +68,8 @@ async function run(
   actions: unknown[],
   options: { env?: Record<string, string>; whileRunning?: (child: ChildProcess) => Promise<void> } = {},
 ): Promise<Run> {
+  // A sandbox sees nothing of the repository beyond the capsule host's bundle: the probes go in with the workdir.
+  await fs.cp(PROBES_DIR, path.join(workdir, PROBES_IN_WORKDIR), { recursive: true });
   const planted = INHERITED_FDS.map(() => openSync('/etc/hostname', 'r'));
   const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'pipe'];
   for (let fd = 3; fd <= Math.max(...INHERITED_FDS); fd += 1)
@@ -116,7 +120,7 @@ function notExercised(context: { skip: (note?: string) => never }, why: string):
 const probe = (id: string, ...args: string[]): { op: 'shell'; binary: string; args: string[] } => ({
   op: 'shell',
   binary: 'python3',
-  args: [path.join(PROBES_DIR, `${id}.py`), ...args],
+  args: [path.join(PROBES_IN_WORKDIR, `${id}.py`), ...args],
 });
 
 interface ShellValue {

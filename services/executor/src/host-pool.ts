@@ -7,7 +7,7 @@ import { resolvedPath } from '@murmur/shared/node';
 import { type CgroupProbe, SessionCgroup } from './cgroup.js';
 import type { ConfineProbe } from './confinement.js';
 import { HostLink } from './host-link.js';
-import { ATTACH_FD, attachCommands, hostSandbox, spawnSandboxedHost } from './host-sandbox.js';
+import { ATTACH_FD, attachCommands, hostSandbox, runtimeCode, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExpectMessage, HostComponent, SandboxNetworkStart } from './host/protocol.js';
 import type { NetworkPlan } from './network-plan.js';
 import { type NamespaceProbe, SYSTEM_DIRECTORIES, pathWithin } from './sandbox.js';
@@ -396,7 +396,8 @@ export class HostPool {
     // workdirs' own directory is not made: a launch refused before it starts leaves nothing.
     mkdirSync(this.environment.workdirBase, { recursive: true });
     mkdirSync(this.environment.bundlesDir, { recursive: true });
-    const refusal = mountPointRefusal(this.parent, [this.environment.codeRoot, ...SYSTEM_DIRECTORIES], this.environment.hidden);
+    const code = runtimeCode(this.environment.hostEntry, this.environment.codeRoot, this.environment.hidden);
+    const refusal = mountPointRefusal(this.parent, [...code.bound, ...SYSTEM_DIRECTORIES], code.hidden);
     if (refusal) throw new Error(refusal);
     const cgroup = cgroups.support
       ? SessionCgroup.create(cgroups.support, `murmur-pool-${newId('request').slice(4, 20)}`, IDLE_CEILINGS.session, IDLE_CEILINGS.tools)

@@ -71,7 +71,7 @@ export interface HostSandboxInput {
   policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime' | 'network_allow' | 'shell_allow' | 'unix_sockets' | 'workdir_exec'>;
   /** The accessible workdir: the one writable directory. */
   workdir: string;
-  /** The runtime's code, bound read-only; directories under it to hide. */
+  /** The runtime's code root, and directories under it to hide: what of it a sandbox sees is `runtimeCode`'s to say. */
   codeRoot: string;
   hidden: string[];
   components: HostComponent[];
@@ -142,17 +142,29 @@ export function attachCommands(parent: string, accessible: string, records: read
 }
 
 /**
- * The runtime's code root, listed once for each sandbox (what a checkout holds changes): a sealed
- * sandbox reads every entry but the hidden ones (`.git`, `.cache`, a checkout's `.env` or
- * `.npmrc`), which the host never needs and a tool must not read. Every sandbox also covers them
- * (`layout.hidden`: an empty directory, an empty file), since a Landlock grant above the code root
- * (a checkout under `/tmp`) would reach them.
+ * What of the runtime's own code a sandbox sees: `bound` read-only at their own paths, `hidden`
+ * beneath them (an empty directory, an empty file), and `readable`, what a sealed sandbox's
+ * Landlock rules let it read of them.
+ *
+ * The capsule host runs from its bundle (`dist/bundle`: the host, its guest worker with the shim
+ * inside, their code cache), which needs nothing else of the runtime from disk, so that directory
+ * is all a sandbox is given. The code root above it is the repository, or, for a runtime npm
+ * installed into a project, the project itself — its sources, and every other session's workdir
+ * beneath it — and every sandbox that was given the root's entries read them all.
+ *
+ * A host that is not the bundle (a build that made none, a test's own host) loads the workspace's
+ * packages and node_modules: it is given the code root, listed for each sandbox, less its hidden
+ * entries (`.git`, `.cache`, a checkout's `.env` or `.npmrc`), which every such sandbox also
+ * covers, since a Landlock grant above the code root (a checkout under `/tmp`) would reach them.
  */
-function codeRootEntries(codeRoot: string): { readable: string[]; hidden: string[] } {
+export function runtimeCode(hostEntry: string, codeRoot: string, hidden: readonly string[]): { bound: string[]; readable: string[]; hidden: string[] } {
+  const entryDir = path.dirname(hostEntry);
+  if (path.basename(hostEntry) === 'host.cjs' && path.basename(entryDir) === 'bundle') return { bound: [entryDir], readable: [entryDir], hidden: [] };
   const entries = readdirSync(codeRoot);
   return {
+    bound: [codeRoot],
     readable: entries.filter((name) => !name.startsWith('.')).map((name) => path.join(codeRoot, name)),
-    hidden: entries.filter((name) => name.startsWith('.')).map((name) => path.join(codeRoot, name)),
+    hidden: [...new Set([...hidden, ...entries.filter((name) => name.startsWith('.')).map((name) => path.join(codeRoot, name))])],
   };
 }
 
@@ -259,7 +271,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     tmpFd: at + 1,
     records: records.map((record, index) => ({ fd: at + 2 + index, path: record.path, writable: record.writable })),
   });
-  /** What bubblewrap binds, and the code root's entries a sealed sandbox reads: listed from disk, so worked out where needed. */
+  /** What bubblewrap binds, and the runtime's code a sealed sandbox reads: listed from disk, so worked out where needed. */
   const layoutOf = () => {
     const data = new Set<string>();
     for (const component of input.components) data.add(path.dirname(component.bundle_dir));
@@ -269,11 +281,11 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) if (!isSystemPath(dir.path)) data.add(dir.path);
     for (const grant of policy.staged_runtime) if (!isSystemPath(grant.source_path)) data.add(grant.source_path);
     if (harness && !isSystemPath(harness.binary)) data.add(path.dirname(harness.binary));
-    const code = codeRootEntries(input.codeRoot);
+    const code = runtimeCode(input.hostEntry, input.codeRoot, input.hidden);
     const layout = {
       workdir: input.workdir,
-      code: [input.codeRoot],
-      hidden: [...new Set([...input.hidden, ...code.hidden])],
+      code: code.bound,
+      hidden: code.hidden,
       data: [...data],
       tmp,
       ...(pooled ? { attachLater: { source: path.dirname(input.workdir), staging: ATTACH_STAGING } } : {}),
@@ -354,7 +366,8 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   /** What the sandbox reads on its descriptors, worked out from the layout, the system and the policy. */
   const contents = (): { mounts: string[]; spec: string; seccomp: Buffer } => {
     const { layout: bound, codeReadable } = layoutOf();
-    bound.data.push(path.dirname(confine.node));
+    // The helper runs inside, wherever the runtime's code it came with is bound or not.
+    bound.data.push(path.dirname(confine.node), path.dirname(confine.helper));
     const nodeRoot = path.dirname(path.dirname(realpathSync(process.execPath)));
     // Node's install root is read where it is not a system directory's, whose readable part is given as such.
     const readable = [...systemReadable(), '/etc', '/proc', ...(isSystemPath(nodeRoot) ? [] : [nodeRoot]), ...codeReadable, ...bound.data].filter((dir) =>

@@ -13,6 +13,11 @@
  * `memfd_create` (`UNAVAILABLE_SYSCALLS` says why). `socket` is judged by family: IPv4 and IPv6 pass, `AF_UNIX` only when
  * `network.unix_sockets` grants it, netlink and packet sockets get `EACCES` (the sandbox looked
  * and refused), every other family `EPERM`; `socketpair` is allowed for `AF_UNIX` only.
+ * `fallocate` that keeps the file's size (`FALLOC_FL_KEEP_SIZE`, and not to punch a hole) gets
+ * `EOPNOTSUPP`, as from a filesystem without the mode: it reserves disk past the file's end,
+ * which neither `RLIMIT_FSIZE` bounds nor the file's size shows — a tool reserved 3 GiB at once
+ * under a 1 MiB `max_file_size_bytes`. Extending a file (mode 0, what `posix_fallocate` asks)
+ * is bounded as a write is, and passes.
  *
  * The architecture is checked first: a syscall made through another ABI (i386 `int 0x80` on
  * x86_64, 32-bit ARM on aarch64, x32) kills the process rather than slipping past numbers meant
@@ -124,14 +129,18 @@ export const UNAVAILABLE_SYSCALLS: Readonly<Record<string, SyscallNumbers>> = {
 };
 
 /** The syscalls judged by their arguments. */
-export const ARGUMENT_SYSCALLS: Readonly<Record<'socket' | 'socketpair' | 'clone' | 'clone3', SyscallNumbers>> = {
+export const ARGUMENT_SYSCALLS: Readonly<Record<'socket' | 'socketpair' | 'clone' | 'clone3' | 'fallocate', SyscallNumbers>> = {
   socket: { x64: 41, arm64: 198 },
   socketpair: { x64: 53, arm64: 199 },
   clone: { x64: 56, arm64: 220 },
   clone3: { x64: 435, arm64: 435 },
+  fallocate: { x64: 285, arm64: 47 },
 };
 
-export const ERRNO = { EPERM: 1, EACCES: 13, ENOSYS: 38 } as const;
+export const ERRNO = { EPERM: 1, EACCES: 13, ENOSYS: 38, EOPNOTSUPP: 95 } as const;
+
+/** `fallocate`'s modes the filter reads (`<linux/falloc.h>`). */
+export const FALLOC_FL = { KEEP_SIZE: 0x01, PUNCH_HOLE: 0x02 } as const;
 
 export const ADDRESS_FAMILY = { AF_UNIX: 1, AF_INET: 2, AF_INET6: 10, AF_NETLINK: 16, AF_PACKET: 17 } as const;
 
@@ -147,8 +156,8 @@ const BPF_JGE_K = 0x35;
 const BPF_JSET_K = 0x45;
 const BPF_RET_K = 0x06;
 
-/** Offsets into `struct seccomp_data`: the number, the architecture, the low word of args[0]. */
-const DATA = { nr: 0, arch: 4, arg0: 16 } as const;
+/** Offsets into `struct seccomp_data`: the number, the architecture, the low words of args[0] and args[1]. */
+const DATA = { nr: 0, arch: 4, arg0: 16, arg1: 24 } as const;
 
 export interface BpfInstruction {
   code: number;
@@ -220,6 +229,7 @@ export function seccompProgram(options: SeccompOptions): BpfInstruction[] {
     { kind: 'jump', op: BPF_JEQ_K, k: number(ARGUMENT_SYSCALLS.socket) as number, whenTrue: 'socket', whenFalse: null },
     { kind: 'jump', op: BPF_JEQ_K, k: number(ARGUMENT_SYSCALLS.clone) as number, whenTrue: 'clone', whenFalse: null },
     { kind: 'jump', op: BPF_JEQ_K, k: number(ARGUMENT_SYSCALLS.socketpair) as number, whenTrue: 'socketpair', whenFalse: null },
+    { kind: 'jump', op: BPF_JEQ_K, k: number(ARGUMENT_SYSCALLS.fallocate) as number, whenTrue: 'fallocate', whenFalse: null },
     { kind: 'jump', op: BPF_JEQ_K, k: number(ARGUMENT_SYSCALLS.clone3) as number, whenTrue: 'enosys', whenFalse: 'allow' },
     // socket(domain, …): by family.
     { kind: 'label', name: 'socket' },
@@ -238,12 +248,19 @@ export function seccompProgram(options: SeccompOptions): BpfInstruction[] {
     { kind: 'label', name: 'socketpair' },
     { kind: 'load', offset: DATA.arg0 },
     { kind: 'jump', op: BPF_JEQ_K, k: ADDRESS_FAMILY.AF_UNIX, whenTrue: 'allow', whenFalse: 'eperm' },
+    // fallocate(fd, mode, …): no reserving past the file's end; punching a hole frees.
+    { kind: 'label', name: 'fallocate' },
+    { kind: 'load', offset: DATA.arg1 },
+    { kind: 'jump', op: BPF_JSET_K, k: FALLOC_FL.PUNCH_HOLE, whenTrue: 'allow', whenFalse: null },
+    { kind: 'jump', op: BPF_JSET_K, k: FALLOC_FL.KEEP_SIZE, whenTrue: 'eopnotsupp', whenFalse: 'allow' },
     { kind: 'label', name: 'allow' },
     { kind: 'return', value: SECCOMP_RET.ALLOW },
     { kind: 'label', name: 'eperm' },
     { kind: 'return', value: SECCOMP_RET.ERRNO | ERRNO.EPERM },
     { kind: 'label', name: 'eacces' },
     { kind: 'return', value: SECCOMP_RET.ERRNO | ERRNO.EACCES },
+    { kind: 'label', name: 'eopnotsupp' },
+    { kind: 'return', value: SECCOMP_RET.ERRNO | ERRNO.EOPNOTSUPP },
     { kind: 'label', name: 'enosys' },
     { kind: 'return', value: SECCOMP_RET.ERRNO | ERRNO.ENOSYS },
     { kind: 'label', name: 'kill' },

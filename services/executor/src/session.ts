@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import {
   type Containment,
@@ -132,10 +132,15 @@ export interface ExecutorEnvironment {
 
 type LaunchRequest = z.output<typeof LaunchRequestSchema>;
 
-/** The host as bundled when the build made the bundle (it starts several times faster), else its modules. */
+/**
+ * The host as bundled when the build made the bundle (it starts several times faster), else its
+ * modules; by its real path, which is where a sandbox binds it (`runtimeCode`), not by a
+ * workspace's link in node_modules.
+ */
 export const HOST_ENTRY = ((): string => {
   const bundled = packageFile('@murmur/executor', 'dist/bundle/host.cjs', import.meta.url, '../dist/bundle/host.cjs');
-  return existsSync(bundled) ? bundled : packageFile('@murmur/executor', 'dist/host/boot.js', import.meta.url, '../dist/host/boot.js');
+  const entry = existsSync(bundled) ? bundled : packageFile('@murmur/executor', 'dist/host/boot.js', import.meta.url, '../dist/host/boot.js');
+  return existsSync(entry) ? realpathSync(entry) : entry;
 })();
 /** Where this runtime's code and its dependencies live: bound read-only into every sandbox. */
 export const CODE_ROOT = findCodeRoot(path.dirname(HOST_ENTRY));

@@ -160,12 +160,18 @@ export async function workdirUsage(root: string, stopAbove: WorkdirCeilings = UN
 /** What an entry that went away mid-walk fails with: skipped, as a walk that came a moment later would. */
 const GONE = new Set(['ENOENT', 'ENOTDIR']);
 
-/** The sizes of `files` together, each as itself (never followed); one gone counts nothing, one that cannot be measured is hidden. */
+/**
+ * The sizes of `files` together, each as itself (never followed) and the larger of what it says
+ * it holds and what it takes on disk: a sparse file counts all it could be read as, and disk a
+ * tool reserved past a file's end (`fallocate`'s keep-size, which the sealed filter refuses and a
+ * scoped or advisory sandbox does not) counts though the file says it is empty. One gone counts
+ * nothing, one that cannot be measured is hidden.
+ */
 async function bytesOf(files: string[], hide: (entry: string, error: unknown) => void): Promise<number> {
   const sizes = await Promise.all(
     files.map((file) =>
       lstat(file).then(
-        (stat) => stat.size,
+        (stat) => Math.max(stat.size, stat.blocks * 512),
         (error: unknown) => {
           hide(file, error);
           return 0;

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   ADDRESS_FAMILY,
   ARGUMENT_SYSCALLS,
+  FALLOC_FL,
   type BpfInstruction,
   CLONE_NAMESPACE_FLAGS,
   DENIED_SYSCALLS,
@@ -33,6 +34,7 @@ const RET_KILL_PROCESS = 0x80000000;
 const RET_EPERM = 0x00050001;
 const RET_EACCES = 0x0005000d;
 const RET_ENOSYS = 0x00050026;
+const RET_EOPNOTSUPP = 0x0005005f;
 
 const AUDIT_ARCH_X86_64 = 0xc000003e;
 const AUDIT_ARCH_AARCH64 = 0xc00000b7;
@@ -320,6 +322,12 @@ function expectedVerdict(arch: SeccompArch, unixSockets: boolean, data: SeccompD
   if (nr === argumentNumber(arch, 'socketpair')) return arg0Low === AF_UNIX ? RET_ALLOW : RET_EPERM;
   if (nr === argumentNumber(arch, 'clone')) return CLONE_NEW_FLAGS.some(([, bit]) => (arg0Low & bit) !== 0) ? RET_EPERM : RET_ALLOW;
   if (nr === argumentNumber(arch, 'clone3')) return RET_ENOSYS;
+  if (nr === argumentNumber(arch, 'fallocate')) {
+    const mode = Number(BigInt.asUintN(32, data.args?.[1] ?? 0n));
+    const keepSize = (mode & 0x01) !== 0;
+    const punchHole = (mode & 0x02) !== 0;
+    return keepSize && !punchHole ? RET_EOPNOTSUPP : RET_ALLOW;
+  }
   return RET_ALLOW;
 }
 
@@ -417,9 +425,10 @@ const MUST_DENY = [
 // The program's shape.
 
 describe('the seccomp program', () => {
-  it("uses the kernel's values for return actions, errnos, address families and namespace flags", () => {
+  it("uses the kernel's values for return actions, errnos, address families, namespace flags and fallocate's modes", () => {
     expect(SECCOMP_RET).toEqual({ KILL_PROCESS: RET_KILL_PROCESS, ERRNO: 0x00050000, ALLOW: RET_ALLOW });
-    expect(ERRNO).toEqual({ EPERM: 1, EACCES: 13, ENOSYS: 38 });
+    expect(ERRNO).toEqual({ EPERM: 1, EACCES: 13, ENOSYS: 38, EOPNOTSUPP: 95 });
+    expect(FALLOC_FL).toEqual({ KEEP_SIZE: 0x01, PUNCH_HOLE: 0x02 });
     expect(ADDRESS_FAMILY).toEqual({ AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET });
     expect(CLONE_NAMESPACE_FLAGS).toBe(CLONE_NEW_FLAGS.reduce((all, [, bit]) => all | bit, 0));
   });
@@ -458,13 +467,13 @@ describe('the seccomp program', () => {
         expect(second?.k).toBe(AUDIT_ARCH[arch]);
       });
 
-      it('reads only nr, arch and the low word of args[0] from seccomp_data', () => {
+      it('reads only nr, arch and the low words of args[0] and args[1] from seccomp_data', () => {
         const offsets = new Set(
           kernelProgram(arch, unixSockets)
             .filter((instruction) => instruction.code === OP.LD_W_ABS)
             .map((instruction) => instruction.k),
         );
-        expect([...offsets].sort((a, b) => a - b)).toEqual([0, 4, 16]);
+        expect([...offsets].sort((a, b) => a - b)).toEqual([0, 4, 16, 24]);
       });
 
       it('ends every path in a return and gives the documented verdict across a wide sweep of syscalls, arguments and architectures', () => {
@@ -499,20 +508,27 @@ describe('the seccomp program', () => {
           0xffffffff_00000000n | 2n,
           0xffffffff_ffffffffn,
         ];
+        // fallocate's modes: none, keep size, punch a hole (with and without keep size), zero a range with keep size, in a high word too.
+        const secondArgs = [0n, 1n, 2n, 3n, 0x11n, 0x1_00000000n | 1n, 0xffffffff_ffffffffn];
         const mismatches: string[] = [];
         let runs = 0;
         for (const nr of numbers) {
           for (const archField of archFields) {
             for (const arg0 of firstArgs) {
-              const data: SeccompData = { nr, arch: archField, args: [arg0, 0xffffffff_ffffffffn, 0n, 0n, 0n, 0n], instructionPointer: 0x7f00_0000_1234n };
-              const got = runFilter(program, data); // throws if a path falls off the end or leaves the program
-              const want = expectedVerdict(arch, unixSockets, data);
-              runs += 1;
-              if (got !== want) mismatches.push(`nr ${hex(nr)} arch ${hex(archField)} arg0 0x${arg0.toString(16)}: got ${hex(got)}, want ${hex(want)}`);
+              for (const arg1 of secondArgs) {
+                const data: SeccompData = { nr, arch: archField, args: [arg0, arg1, 0n, 0n, 0n, 0n], instructionPointer: 0x7f00_0000_1234n };
+                const got = runFilter(program, data); // throws if a path falls off the end or leaves the program
+                const want = expectedVerdict(arch, unixSockets, data);
+                runs += 1;
+                if (got !== want)
+                  mismatches.push(
+                    `nr ${hex(nr)} arch ${hex(archField)} arg0 0x${arg0.toString(16)} arg1 0x${arg1.toString(16)}: got ${hex(got)}, want ${hex(want)}`,
+                  );
+              }
             }
           }
         }
-        expect(runs).toBe(numbers.length * archFields.length * firstArgs.length);
+        expect(runs).toBe(numbers.length * archFields.length * firstArgs.length * secondArgs.length);
         expect(mismatches.slice(0, 20)).toEqual([]);
       });
     },
@@ -623,6 +639,25 @@ describe.each(ARCHES)('on %s', (arch) => {
 
     it(`refuses clone with every namespace flag at once with EPERM on ${archName}`, () => {
       expect(hex(syscall(arch, cloneNr, [BigInt(CLONE_NAMESPACE_FLAGS)]))).toBe(hex(RET_EPERM));
+    });
+  });
+
+  describe('fallocate()', () => {
+    const fallocateNr = argumentNumber(arch, 'fallocate');
+    it.each([
+      ['FALLOC_FL_KEEP_SIZE', 0x01],
+      ['FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE', 0x11],
+    ])(`answers %s, which reserves disk past the file's end, with EOPNOTSUPP on ${archName}`, (_name, mode) => {
+      expect(hex(syscall(arch, fallocateNr, [3n, BigInt(mode), 0n, 1n << 32n]))).toBe(hex(RET_EOPNOTSUPP));
+      expect(hex(syscall(arch, fallocateNr, [3n, BigInt(mode), 0n, 1n << 32n], { unixSockets: true }))).toBe(hex(RET_EOPNOTSUPP));
+    });
+
+    it.each([
+      ['mode 0 (extends the file, as posix_fallocate does)', 0x00],
+      ['FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE (frees)', 0x03],
+      ['FALLOC_FL_ZERO_RANGE (within the size RLIMIT_FSIZE bounds)', 0x10],
+    ])(`allows fallocate with %s on ${archName}`, (_name, mode) => {
+      expect(hex(syscall(arch, fallocateNr, [3n, BigInt(mode), 0n, 4096n]))).toBe(hex(RET_ALLOW));
     });
   });
 

@@ -39,6 +39,15 @@ describe('a shell call', () => {
     };
   }
 
+  it('gives the command the variables it was given, and refuses a name that would define another before the runtime’s own', async () => {
+    const given = await runShell(context(30_000), 'bash', ['-c', 'echo "$GREETING $HOME"'], [['GREETING', 'hello']]);
+    expect(given.stdout.trim()).toBe(`hello ${path.join(workdir, '.capsule-home')}`);
+    for (const name of ['HOME=/', '', 'A=B=C'])
+      await expect(runShell(context(30_000), 'bash', ['-c', 'echo "$HOME"'], [[name, 'x']])).rejects.toThrow(
+        `environment variable name ${JSON.stringify(name)} is refused: a name is not empty and holds no '=' or NUL`,
+      );
+  });
+
   const alive = (pid: number): boolean => {
     try {
       process.kill(pid, 0);

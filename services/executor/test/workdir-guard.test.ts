@@ -33,6 +33,14 @@ describe('the workdir guard', () => {
     expect(entries).toBe(6);
   });
 
+  it('counts disk reserved past a file’s end, which its size does not show', async () => {
+    const dir = scratch();
+    writeFileSync(path.join(dir, 'reserved'), '');
+    const reserve = spawnSync('fallocate', ['--keep-size', '--length', '8MiB', path.join(dir, 'reserved')], { encoding: 'utf8' });
+    expect(reserve.status, reserve.stderr).toBe(0);
+    expect((await workdirUsage(dir)).bytes).toBeGreaterThanOrEqual(8 * 1024 * 1024);
+  });
+
   it('counts entries that weigh nothing, and stops walking once past a ceiling', async () => {
     const dir = scratch();
     mkdirSync(path.join(dir, 'many'));
@@ -102,7 +110,10 @@ describe('the workdir guard', () => {
     writeFileSync(path.join(dir, 'bigger'), Buffer.alloc(20_000));
     await new Promise((resolve) => setTimeout(resolve, 120));
     guard.stop();
-    expect(seen).toEqual([['bytes', { bytes: 20_000, entries: 1 }]]);
+    // 20 000 bytes, or the blocks they take on disk
+    expect(seen).toEqual([['bytes', { bytes: expect.any(Number), entries: 1 }]]);
+    expect((seen[0] as [string, { bytes: number }])[1].bytes).toBeGreaterThanOrEqual(20_000);
+    expect((seen[0] as [string, { bytes: number }])[1].bytes).toBeLessThan(20_000 + 8192);
   });
 
   it('reports a workdir of too many entries as the entries ceiling passed, whatever their bytes', async () => {

@@ -94,6 +94,13 @@ export function resolveOnPath(binary: string, pathVariable: string | undefined):
 }
 
 function environmentFor(context: SubprocessContext, overrides: Array<[string, string]>): Record<string, string> {
+  // A name with `=` in it is a second definition of what comes before the `=`, ahead of the
+  // runtime's own in the environment a program reads first: `HOME=/` set HOME past §1.5.3's rule
+  // that the capsule's home always wins.
+  for (const [name] of overrides) {
+    if (name === '' || name.includes('=') || name.includes('\0'))
+      throw new Error(`environment variable name ${JSON.stringify(name.slice(0, 80))} is refused: a name is not empty and holds no '=' or NUL`);
+  }
   const home = capsuleHome(context.accessibleWorkdir);
   mkdirSync(home, { recursive: true });
   return subprocessEnvironment(context.policy, context.baseEnv, [...context.identityEnv, ...overrides], home);
