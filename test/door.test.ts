@@ -902,6 +902,9 @@ describe('the door', () => {
         expect(reply.body.error?.message, JSON.stringify(params)).toContain(`Invalid params: ${field}`);
       }
       expect((await rpc(agent.url, 'GetTask', { id: sentIds[0], historyLength: 2 ** 40 })).body.error?.code).toBe(-32602);
+      // Past what JavaScript holds as an integer, the bound said is the field's own.
+      expect((await rpc(agent.url, 'ListTasks', { historyLength: 1e300 })).body.error?.message).toContain('<=2147483647');
+      expect((await rpc(agent.url, 'ListTasks', { pageSize: 1e300 })).body.error?.message).toContain('<=100');
       // A 0.3 filter is a state's name, never a number.
       expect((await rpc(agent.url, 'tasks/list', { status: 3 })).body.error?.code).toBe(-32602);
       // A time before 1970 is a time: everything since.

@@ -65,6 +65,23 @@ describe('roost as a remote registry', () => {
     expect(await listTree(registryPath)).toEqual(stored);
   });
 
+  it('publishes an artifact whose description is as long as build allows, which travels in the archive and not in the URL', async () => {
+    // 2 100 characters that percent-encode to nine bytes each: past a server's 16 KiB of headers in a query.
+    const described = path.join(scratch.dir, 'described-0.1.0.mur.zip');
+    const manifest = `name: described\nversion: "0.1.0"\nruntime: tool\ndescription: ${'説'.repeat(2_100)}\nrequires_files: [described.wasm]\n`;
+    await fs.writeFile(
+      described,
+      await writeMurZip([
+        { name: 'murmur.yaml', data: Buffer.from(manifest) },
+        { name: 'described.wasm', data: (await toolWat()).bytes },
+      ]),
+    );
+    const result = await runMur(['publish', described, '--registry', roost.url], { env: user('describer') });
+    expect(result.code, result.stderr).toBe(0);
+    const index = RegistryIndexSchema.parse(await (await fetch(`${roost.url}/v1/artifacts`)).json());
+    expect(index.find((meta) => meta.name === 'described')?.description).toBe('説'.repeat(2_100));
+  });
+
   it('serves the index and the bytes with their digest in x-murmur-sha256', async () => {
     const index = RegistryIndexSchema.parse(await (await fetch(`${roost.url}/v1/artifacts`)).json());
     expect(index.map((meta) => [meta.name, meta.version, meta.runtime, meta.artifact_runtime])).toContainEqual(['echo-tool', '0.1.0', 'wasm', 'tool']);
@@ -400,6 +417,32 @@ describe('archives a registry refuses', () => {
     });
   });
 
+  it('refuses what staging could not read, as staging words it: a skill without skill.md, a native tool without its binary', async () => {
+    const noSkill = rawZip([
+      { name: 'murmur.yaml', data: Buffer.from('name: hollow\nversion: 0.1.0\nruntime: skill\n') },
+      { name: 'skill.md/', data: Buffer.alloc(0) },
+      { name: 'notes.md', data: Buffer.from('not the skill') },
+    ]);
+    expect(await refusal(noSkill, { publishing: true })).toEqual({
+      code: 'E-ART-003',
+      message: 'upload: skill.md not found at the archive root (ensure skill.md is at the root of the .mur.zip)',
+    });
+    const manifest = 'name: tools/nobin\nversion: 0.1.0\nruntime: tool\nimplementation: native\n';
+    const noBinary = rawZip([
+      { name: 'murmur.yaml', data: Buffer.from(manifest) },
+      { name: 'bin/other', data: Buffer.from('#!/bin/sh\n') },
+    ]);
+    expect(await refusal(noBinary, { platform: 'linux-x86_64' })).toEqual({
+      code: 'E-ART-003',
+      message: "upload: failed to read native binary at 'bin/nobin' from the archive (ensure the binary is at bin/nobin inside the .mur.zip)",
+    });
+    const withBinary = rawZip([
+      { name: 'murmur.yaml', data: Buffer.from(manifest) },
+      { name: 'bin/nobin', data: Buffer.from('#!/bin/sh\n') },
+    ]);
+    expect((await refusal(withBinary, { platform: 'linux-x86_64' })).code).toBeUndefined();
+  });
+
   it('marks no archive but a native one as a platform’s build', async () => {
     const refused = await refusal(skill('name: plain\nversion: 0.1.0\nruntime: skill\n'), { platform: 'linux-x86_64' });
     expect(refused).toMatchObject({ code: 'E-MAN-003', message: expect.stringContaining('a platform build must be a native artifact; this one is static') });
@@ -413,7 +456,9 @@ describe('archives a registry refuses', () => {
       await store.publish(generic, (await inspectArchive(generic, 'generic')).meta);
       const before = await listTree(store.root);
       // Other bytes under the same name and version, claiming to be a platform's native build.
-      const native = skill('name: shared-name\nversion: 0.1.0\nruntime: skill\nexecution: native\n', [{ name: 'bin/tool', data: Buffer.from('#!/bin/sh\n') }]);
+      const native = skill('name: shared-name\nversion: 0.1.0\nruntime: skill\nexecution: native\n', [
+        { name: 'bin/shared-name', data: Buffer.from('#!/bin/sh\n') },
+      ]);
       const inspected = await inspectArchive(native, 'native', { platform: 'linux-x86_64' });
       const shadowing = await store.publish(native, inspected.meta).then(
         () => undefined,

@@ -1,4 +1,5 @@
 import { promises as fs } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { componentArtifact, publishInto } from './support/artifacts.js';
@@ -91,9 +92,41 @@ describe('mur search', () => {
     await fs.writeFile(future, JSON.stringify({ schema_version: '2', artifacts: [] }));
     const unknown = await runMur(['search', 'x', '--registry', future], { env });
     expect(unknown.stderr).toContain(`error[E-IO-003]: unsupported artifact index schema version '2' from ${future} (expected 1)`);
+    const partial = path.join(scratch.dir, 'partial.json');
+    await fs.writeFile(partial, JSON.stringify({ schema_version: '1', artifacts: [{ name: 'x', runtime: 'tool' }] }));
+    const incomplete = await runMur(['search', 'x', '--registry', partial], { env });
+    expect(incomplete.stderr).toMatch(new RegExp(`error\\[E-IO-003\\]: failed to parse artifact index from ${partial}: artifacts\\[0\\]\\.version: .+`));
+    expect(incomplete.stderr).toContain('hint: an artifact index is {"schema_version": "1"');
     const limit = await runMur(['search', 'x', '--registry', 'local', '--limit', '0'], { env });
     expect(limit.code).toBe(2);
     expect(limit.stderr).toContain("error[E-IO-003]: --limit must be a whole number of at least 1; got '0'");
+  });
+
+  it('refuses an answer that breaks off midway, naming what it was and how far it came, never as a bug of mur', async () => {
+    // Declares 1 000 bytes, sends 5 and closes: what a server that crashed or a cut connection leaves.
+    const server = net.createServer((socket) => {
+      socket.once('data', () => {
+        socket.write('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-murmur-sha256: 00\r\ncontent-length: 1000\r\n\r\n{"sch');
+        socket.end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+    try {
+      const search = await runMur(['search', 'x', '--registry', `${url}/index.json`], { env });
+      expect(search.code).toBe(1);
+      expect(search.stderr).toContain(`error[E-IO-003]: the artifact index from ${url}/index.json broke off after 5 bytes`);
+      expect(search.stderr).toContain('hint: the server stopped sending before the end of its answer');
+      const install = await runMur(['install', '-g', 'cut@0.1.0', '--registry', url], { cwd: scratch.dir, env });
+      expect(install.code).toBe(1);
+      expect(install.stderr).toContain(`error[E-ROOST-001]: cut@0.1.0 from roost at ${url} broke off after 5 bytes`);
+      for (const said of [search.stderr, install.stderr]) {
+        expect(said).not.toContain('this is a bug');
+        expect(said).not.toMatch(/\n\s+at /);
+      }
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 
   it('names the configuration as where a bad index came from when no --registry was given', async () => {

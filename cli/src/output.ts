@@ -53,11 +53,15 @@ const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f
  * one of the runtime's own. The bidirectional controls (U+202E and its kin) are shown too: they
  * would make a name read backwards (`safe\u202egnp.exe` shows as `safeexe.png`). Output to a pipe
  * or a file is left as the capsule wrote it.
+ *
+ * The C0 controls are shown as `\x1b`, their familiar form; DEL, the C1 controls and the rest as
+ * `\u009b`, which is also how JSON writes them: `--json` on a terminal stays JSON (JSON.stringify
+ * escapes the C0 controls itself, and leaves DEL and C1 as they are).
  */
 export function terminalSafe(text: string): string {
   return text.replace(TERMINAL_CONTROLS, (control) => {
     const code = control.charCodeAt(0);
-    return code > 0xff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`;
+    return code >= 0x7f ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`;
   });
 }
 

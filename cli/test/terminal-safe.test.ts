@@ -6,7 +6,12 @@ describe('a capsule’s output on a terminal', () => {
     expect(terminalSafe('\u001b]52;c;aGVsbG8=\u0007')).toBe('\\x1b]52;c;aGVsbG8=\\x07');
     expect(terminalSafe('\u001b[8mhidden')).toBe('\\x1b[8mhidden');
     expect(terminalSafe('status:  failed\rstatus:  ok')).toBe('status:  failed\\x0dstatus:  ok');
-    expect(terminalSafe('\u009b31m\u007f')).toBe('\\x9b31m\\x7f');
+    expect(terminalSafe('\u009b31m\u007f')).toBe('\\u009b31m\\u007f');
+  });
+
+  it('keeps a line of JSON JSON: what it leaves of DEL and the C1 controls, it shows as JSON escapes', () => {
+    const record = { said: 'a\u007fb\u009bc\u001bd\re\u202ef' };
+    expect(JSON.parse(terminalSafe(JSON.stringify(record)))).toEqual(record);
   });
 
   it('shows the bidirectional controls that would make text read backwards as their escapes', () => {

@@ -94,9 +94,10 @@ export const HISTORY_LENGTH_MAX = 100;
  */
 const historyLength = z
   .number()
-  .int()
   .nonnegative()
+  // Before .int(): a length past 2^53 is refused first as past the int32 it is, not as past a JavaScript integer.
   .max(2 ** 31 - 1)
+  .int()
   .transform((length) => Math.min(length, HISTORY_LENGTH_MAX));
 
 /** `message/send`, `message/stream` (0.3): the message under `message`, or — as upstream accepts — the params themselves. */
@@ -125,7 +126,7 @@ export const ListTasksParamsSchema = z.looseObject({
   contextId: identifier.optional(),
   /** A state's name, or in 1.0 the proto enum's number (ProtoJSON allows both). */
   status: z.union([z.string().min(1).max(64), z.number().int().min(0).max(64)]).optional(),
-  pageSize: z.number().int().min(1).max(100).optional(),
+  pageSize: z.number().min(1).max(100).int().optional(),
   pageToken: z.string().max(1024).optional(),
   historyLength: historyLength.optional(),
   statusTimestampAfter: z.iso.datetime({ offset: true }).optional(),

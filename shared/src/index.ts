@@ -22,7 +22,7 @@ export * from './wire.js';
 export * from './manifest/capsule.js';
 export * from './manifest/artifact.js';
 export { parseYamlSource, type YamlSource } from './manifest/yaml-source.js';
-export { yamlTypeName } from './manifest/issues.js';
+export { firstIssueText, yamlTypeName } from './manifest/issues.js';
 export * from './artifact-meta.js';
 export * from './service-health.js';
 export * from './service-ports.js';

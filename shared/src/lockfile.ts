@@ -20,7 +20,20 @@ export type LockedArtifact = z.infer<typeof LockedArtifactSchema>;
 
 export const MurmurLockSchema = z.object({
   lock_version: z.literal(LOCK_VERSION, { message: `unsupported lock_version (expected ${LOCK_VERSION})` }),
-  artifacts: z.array(LockedArtifactSchema),
+  // One pin a name: with two, which one a reader honoured was their order's to say.
+  artifacts: z.array(LockedArtifactSchema).superRefine((artifacts, context) => {
+    const first = new Map<string, number>();
+    artifacts.forEach((entry, index) => {
+      const earlier = first.get(entry.name);
+      if (earlier === undefined) first.set(entry.name, index);
+      else
+        context.addIssue({
+          code: 'custom',
+          path: [index, 'name'],
+          message: `'${entry.name.slice(0, 100)}' is pinned twice (artifacts[${earlier}] and artifacts[${index}]); a lock pins each artifact once`,
+        });
+    });
+  }),
 });
 export type MurmurLock = z.infer<typeof MurmurLockSchema>;
 

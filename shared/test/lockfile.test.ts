@@ -104,6 +104,17 @@ artifacts:
     expect(error.message).toContain('resolved_version');
   });
 
+  it('refuses a lock that pins one name twice, whichever order its pins are in', async () => {
+    const pin = (version: string, sha: string) => `  - name: sk\n    resolved_version: "${version}"\n    sha256:\n      wasm: ${sha}\n`;
+    for (const pins of [pin('0.1.0', SHA_A) + pin('9.9.9', SHA_B), pin('9.9.9', SHA_B) + pin('0.1.0', SHA_A)]) {
+      await fs.writeFile(lockPath, `lock_version: 1\nartifacts:\n${pins}`);
+      const error = await rejection(readLockfile(lockPath));
+      expect(error.code).toBe('E-RUN-003');
+      expect(error.message).toContain("'sk' is pinned twice (artifacts[0] and artifacts[1]); a lock pins each artifact once");
+      expect(error.hint).toBe('fix or delete murmur.lock; the next run writes a fresh one');
+    }
+  });
+
   it('refuses an empty file', async () => {
     await fs.writeFile(lockPath, '');
     const error = await rejection(readLockfile(lockPath));

@@ -263,6 +263,16 @@ describe('the capsule manifest', () => {
     expect(error.message).toBe("murmur.yaml: field 'capabilities.limits.memory_bytes' has invalid type (expected number, got string) (line 5)");
   });
 
+  it('refuses a number too large to hold, or not a number, saying which rather than that a number is not a number', () => {
+    const infinite = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  limits:\n    deadline_seconds: 1e400\n');
+    expect(infinite.code).toBe('E-MAN-003');
+    expect(infinite.message).toBe(
+      "murmur.yaml: field 'capabilities.limits.deadline_seconds' has invalid type (expected number, got a number too large to hold (infinite)) (line 5)",
+    );
+    const notANumber = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  limits:\n    deadline_seconds: .nan\n');
+    expect(notANumber.message).toContain('(expected number, got not-a-number (.nan))');
+  });
+
   it('refuses a malformed network rule with E-CAP-001 naming the entry and its position', () => {
     const error = refusal('name: tiny\nversion: 1.0.0\ncapabilities:\n  network:\n    allow:\n      - example.com\n      - ftp://files.example.com\n');
     expect(error.code).toBe('E-CAP-001');

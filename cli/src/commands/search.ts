@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { type ArtifactMeta, INDEX_CEILING_BYTES, MurmurError, fetchFailureReason, readBodyCapped } from '@murmur/shared';
+import { type ArtifactMeta, INDEX_CEILING_BYTES, MurmurError, fetchFailureReason, firstIssueText, readBodyCapped } from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import * as z from 'zod';
@@ -38,18 +38,21 @@ interface Entry {
 }
 
 function fromIndex(text: string, source: string): Entry[] {
-  let parsed: z.infer<typeof IndexSchema>;
+  let json: unknown;
   try {
-    parsed = IndexSchema.parse(JSON.parse(text));
+    json = JSON.parse(text);
   } catch (error) {
-    throw new MurmurError(
-      'E-IO-003',
-      `failed to parse artifact index from ${source}: ${error instanceof Error ? error.message.split('\n')[0] : String(error)}`,
-      {
-        path: source,
-      },
-    );
+    throw new MurmurError('E-IO-003', `failed to parse artifact index from ${source}: ${error instanceof Error ? error.message : String(error)}`, {
+      path: source,
+    });
   }
+  const index = IndexSchema.safeParse(json);
+  if (!index.success)
+    throw new MurmurError('E-IO-003', `failed to parse artifact index from ${source}: ${firstIssueText(index.error, 'it is not an artifact index')}`, {
+      path: source,
+      hint: 'an artifact index is {"schema_version": "1", "artifacts": [{"name", "version", "runtime", …}]}',
+    });
+  const parsed = index.data;
   if (parsed.schema_version !== '1')
     throw new MurmurError('E-IO-003', `unsupported artifact index schema version '${parsed.schema_version}' from ${source} (expected 1)`, { path: source });
   return parsed.artifacts;

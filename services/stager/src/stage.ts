@@ -36,6 +36,7 @@ import {
   type ResolvedArtifact,
   RoostRegistryClient,
   isWasmComponent,
+  missingPayload,
   readLockfile,
   sha256Hex,
   storeSource,
@@ -608,15 +609,9 @@ export class Stager {
         requiredExport: exportFor(declaration.runtime),
         assign: (built) => (staged.component = built),
       };
-    } else if (packaging === 'native') {
-      const binary = `bin/${name.split('/').pop() as string}`;
-      if (!zip.has(binary))
-        throw new MurmurError(
-          'E-ART-003',
-          `${label}: failed to read native binary at '${binary}' from the archive (ensure the binary is at ${binary} inside the .mur.zip)`,
-        );
-    } else if (!zip.has('skill.md')) {
-      throw new MurmurError('E-ART-003', `${label}: skill.md not found at the archive root (ensure skill.md is at the root of the .mur.zip)`);
+    } else {
+      const missing = missingPayload(zip, packaging === 'native' ? 'native' : 'static', name, label);
+      if (missing) throw missing;
     }
     skip.add('murmur.yaml');
     const extraction: ExtractionNeed | undefined = zip.names.some((entry) => !skip.has(entry))

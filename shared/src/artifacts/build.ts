@@ -318,7 +318,7 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
   );
   const bytes = await writeMurZip(inputs);
   await fs.mkdir(path.dirname(outputPath), { recursive: true });
-  await writeFileAtomic(outputPath, bytes);
+  await writeFileAtomic(outputPath, bytes, { interruptible: true });
 
   const platform = packaging === 'native' ? parsePlatform(currentPlatform()) : undefined;
   const meta: ArtifactMeta = {

@@ -1,6 +1,13 @@
 import { type ArtifactMeta, currentPlatform, parsePlatform, requirePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
-import { type PackagedManifest, artifactNameProblem, indexEntryRefusal, packagingTypeOf, parsePackagedManifest } from '../manifest/artifact.js';
+import {
+  type PackagedManifest,
+  type PackagingType,
+  artifactNameProblem,
+  indexEntryRefusal,
+  packagingTypeOf,
+  parsePackagedManifest,
+} from '../manifest/artifact.js';
 import { MurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
 
@@ -9,6 +16,26 @@ export interface InspectedArchive {
   meta: ArtifactMeta;
   sha256: string;
   entries: string[];
+}
+
+/**
+ * What staging reads of an artifact that is not a component, as its refusal when the archive
+ * lacks it: a native tool's binary at `bin/<name>`, a skill's `skill.md` at the root. `mur build`
+ * packs neither without it; an archive made by other means is refused here, at publish and
+ * install, as at staging.
+ */
+export function missingPayload(zip: MurZip, packaging: PackagingType, name: string, label: string): MurmurError | undefined {
+  if (packaging === 'native') {
+    const binary = `bin/${name.split('/').pop() as string}`;
+    if (zip.has(binary)) return undefined;
+    return new MurmurError(
+      'E-ART-003',
+      `${label}: failed to read native binary at '${binary}' from the archive (ensure the binary is at ${binary} inside the .mur.zip)`,
+    );
+  }
+  if (packaging === 'static' && !zip.has('skill.md'))
+    return new MurmurError('E-ART-003', `${label}: skill.md not found at the archive root (ensure skill.md is at the root of the .mur.zip)`);
+  return undefined;
 }
 
 /**
@@ -48,6 +75,9 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
     if (indexRefusal) throw indexRefusal;
     const runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
     if (runtime === 'wasm') zip.rootWasmName();
+    // A capsule without a component is an agent's (its model is its driver); an artifact's payload is what staging reads.
+    const missing = packaged.kind === 'artifact' ? missingPayload(zip, runtime, packaged.manifest.name, label) : undefined;
+    if (missing) throw missing;
     let platforms: Array<[string, string]> = [];
     if (options.platform !== undefined) {
       // A platform names a native build; any other archive is the same on every platform, and one

@@ -8,13 +8,11 @@ import { type LockedArtifact, type MurmurLock, MurmurLockSchema } from '../lockf
 import { writeFileAtomic } from '../node/atomic.js';
 import { resolvedPath } from '../node/beneath.js';
 import { systemFailureHint } from '../node/system-failure.js';
+import { firstIssueText } from '../manifest/issues.js';
 import { parseYamlSource } from '../manifest/yaml-source.js';
 
-function describe(error: { issues: Array<{ path: PropertyKey[]; message: string }> }): string {
-  const issue = error.issues[0];
-  if (!issue) return 'it does not match the lock format';
-  const where = issue.path.map(String).join('.');
-  return where ? `${where}: ${issue.message}` : issue.message;
+function describe(error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> }): string {
+  return firstIssueText(error, 'it does not match the lock format');
 }
 
 /** `murmur.lock` at `file`, or undefined when there is none. A lock that does not parse is refused. */

@@ -153,7 +153,7 @@ export class RoostRegistryClient implements ArtifactSource {
         `roost at ${this.location} sent ${name}@${version} without an ${SHA256_HEADER} header; refusing bytes that cannot be verified`,
       );
     }
-    const bytes = await readBodyCapped(response, maxEntryBytesFromEnv(), `${name}@${version}`);
+    const bytes = await readBodyCapped(response, maxEntryBytesFromEnv(), `${name}@${version} from roost at ${this.location}`, 'E-ART-002', 'E-ROOST-001');
     const meta = await this.metaOf(name, version);
     return {
       name,
@@ -193,10 +193,14 @@ export class RoostRegistryClient implements ArtifactSource {
     return parsed.data;
   }
 
+  /**
+   * The query names what the archive is, and roost checks it against the archive; the description
+   * travels in the archive only: percent-encoded in the query, one of build's 4 096 characters
+   * passed the server's 16 KiB of headers (`431`).
+   */
   async publish(bytes: Uint8Array, meta: ArtifactMeta): Promise<{ sha256: string }> {
     const query = new URLSearchParams({ name: meta.name, version: meta.version, runtime: meta.runtime, artifact_runtime: meta.artifact_runtime });
     for (const [os, arch] of meta.platforms) query.append('platform', `${os}-${arch}`);
-    if (meta.description) query.set('description', meta.description);
     const response = await this.request('POST', `/v1/artifacts?${query.toString()}`, bytes);
     if (response.status !== 201) throw await this.failure(response, `publishing ${meta.name}@${meta.version}`, true);
     const body = (await response.json().catch(() => ({}))) as { sha256?: string };

@@ -5,7 +5,7 @@ import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta, requi
 import { MurmurError } from '../errors.js';
 import { LONGEST_ARTIFACT_VERSION, artifactVersionProblem } from '../manifest/artifact-name.js';
 import { isReservedVersion } from '../manifest/artifact.js';
-import { temporarySibling } from '../node/atomic.js';
+import { removedIfInterrupted, temporarySibling } from '../node/atomic.js';
 import { systemFailureHint } from '../node/system-failure.js';
 import { withLockfileTurn } from './lockfile-io.js';
 
@@ -260,7 +260,7 @@ export class ArtifactStore {
       );
     }
     const stored = kept ? { ...kept, platforms: unionOfPlatforms(kept.platforms, meta.platforms) } : meta;
-    const staged = await stageFiles([
+    const { paths: staged, release } = await stageFiles([
       [files.zip, bytes],
       [files.sha, sha256],
       [this.metaFile(meta.name, meta.version), metaJson(stored)],
@@ -282,6 +282,7 @@ export class ArtifactStore {
       }
     } finally {
       await Promise.all(staged.map((file) => fs.rm(file, { force: true })));
+      release();
     }
     return { sha256, zipPath: files.zip };
   }
@@ -312,11 +313,20 @@ export class ArtifactStore {
   }
 
   private async installVariant(bytes: Uint8Array, meta: ArtifactMeta, actual: string, files: VariantFiles, targets: string[]): Promise<{ zipPath: string }> {
-    const staged = await stageFiles([
+    const { paths: staged, release } = await stageFiles([
       [files.zip, bytes],
       [files.sha, actual],
       [targets[2] as string, metaJson(meta)],
     ]);
+    try {
+      return await this.commitInstall(meta, staged, targets);
+    } finally {
+      release();
+    }
+  }
+
+  /** Renames `staged` over `targets`, each old file kept aside until all are in place. */
+  private async commitInstall(meta: ArtifactMeta, staged: string[], targets: string[]): Promise<{ zipPath: string }> {
     // The old files are kept by a second link each and replaced by renames over them, so every
     // name always holds either the old file or the new one: a reader never finds the version gone.
     const backups = new Map<string, string>();
@@ -350,7 +360,7 @@ export class ArtifactStore {
       );
     }
     await Promise.all([...backups.values()].map((backup) => fs.rm(backup, { force: true })));
-    return { zipPath: files.zip };
+    return { zipPath: targets[0] as string };
   }
 }
 
@@ -375,13 +385,29 @@ function metaJson(meta: ArtifactMeta): string {
   return JSON.stringify(ordered, null, 2);
 }
 
-/** Writes each `[target, data]` to a fsynced temporary sibling; returns the temporary paths. */
-async function stageFiles(files: Array<[string, Uint8Array | string]>): Promise<string[]> {
-  const staged: string[] = [];
+/** Temporary siblings written for a store's commit, and the release of their removal on an interrupt. */
+interface StagedFiles {
+  paths: string[];
+  /** Called once the commit is done, whatever became of the files: renamed into place or removed. */
+  release(): void;
+}
+
+/**
+ * Writes each `[target, data]` to a fsynced temporary sibling. An interrupt (Ctrl-C during a
+ * publish or an install of a large archive) removes those still there before the process ends,
+ * where each stayed in the store as a hidden `.name.pid.tmp` of the archive's size.
+ */
+async function stageFiles(files: Array<[string, Uint8Array | string]>): Promise<StagedFiles> {
+  const paths: string[] = [];
+  const releases: Array<() => void> = [];
+  const release = () => {
+    for (const each of releases.splice(0)) each();
+  };
   try {
     for (const [target, data] of files) {
       const temporary = temporarySibling(target);
-      staged.push(temporary);
+      paths.push(temporary);
+      releases.push(removedIfInterrupted(temporary));
       const handle = await fs.open(temporary, 'wx', 0o644);
       try {
         await handle.writeFile(data);
@@ -390,9 +416,10 @@ async function stageFiles(files: Array<[string, Uint8Array | string]>): Promise<
         await handle.close();
       }
     }
-    return staged;
+    return { paths, release };
   } catch (error) {
-    await Promise.all(staged.map((file) => fs.rm(file, { force: true })));
+    await Promise.all(paths.map((file) => fs.rm(file, { force: true })));
+    release();
     throw error;
   }
 }

@@ -24,6 +24,17 @@ export function yamlPath(path: ReadonlyArray<PropertyKey>): string {
   return out;
 }
 
+/**
+ * A schema's first complaint as one line: where (`artifacts[1].name`) and what. Zod's own message
+ * is its issues as JSON over many lines, of which a refusal that kept the first showed only `[`.
+ */
+export function firstIssueText(error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyKey>; message: string }> }, fallback: string): string {
+  const issue = error.issues[0];
+  if (!issue) return fallback;
+  const where = yamlPath(issue.path);
+  return where ? `${where}: ${issue.message}` : issue.message;
+}
+
 function valueAt(root: unknown, path: ReadonlyArray<PropertyKey>): unknown {
   let current = root;
   for (const segment of path) {
@@ -39,6 +50,8 @@ export function yamlTypeName(value: unknown): string {
   if (Array.isArray(value)) return 'sequence';
   if (typeof value === 'object') return 'mapping';
   if (typeof value === 'bigint') return 'number';
+  // `1e400` reads as infinity, `.nan` as not a number: neither is the number a field asks for.
+  if (typeof value === 'number' && !Number.isFinite(value)) return Number.isNaN(value) ? 'not-a-number (.nan)' : 'a number too large to hold (infinite)';
   return typeof value;
 }
 

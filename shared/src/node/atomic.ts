@@ -42,6 +42,12 @@ export interface AtomicWriteOptions {
   mode?: number;
   /** fsync the file before the rename: for records that must survive a power cut (the lock). */
   fsync?: boolean;
+  /**
+   * Remove the temporary file if the process is interrupted while it is written
+   * (`removedIfInterrupted`): for a command's long write into the user's directory (`mur build`'s
+   * archive), not a service's, whose own shutdown finishes what it was writing.
+   */
+  interruptible?: boolean;
 }
 
 /**
@@ -51,6 +57,7 @@ export interface AtomicWriteOptions {
  */
 export async function writeFileAtomic(target: string, data: string | Uint8Array, options: AtomicWriteOptions = {}): Promise<void> {
   const temporary = temporarySibling(target);
+  const release = options.interruptible ? removedIfInterrupted(temporary) : () => undefined;
   try {
     const handle = await fs.open(temporary, 'wx', options.mode ?? 0o644);
     try {
@@ -64,6 +71,8 @@ export async function writeFileAtomic(target: string, data: string | Uint8Array,
   } catch (error) {
     await fs.rm(temporary, { force: true });
     throw error;
+  } finally {
+    release();
   }
 }
 
