@@ -42,6 +42,21 @@ describe('mur, given what a new user gets wrong', () => {
     refused(result, 'E-IO-003', words, hint, 2);
   }
 
+  it('refuses a file this user may not read as E-IO-002, permission denied, saying what to check', async () => {
+    // Root reads any file: run as root, mur is started as nobody, who may not read a root file of mode 600.
+    const asRoot = process.getuid?.() === 0;
+    const dir = path.join(scratch.dir, 'closed');
+    await fs.mkdir(dir, { mode: 0o755 });
+    const dataset = path.join(dir, 'dataset.jsonl');
+    await fs.writeFile(dataset, '{"task": "a"}\n', { mode: asRoot ? 0o600 : 0o000 });
+    await fs.chmod(scratch.dir, 0o755);
+    const result = await runMur(['eval', 'run', capsule, '--dataset', dataset], {
+      env: { MURMUR_HOME: path.join(dir, 'home') },
+      ...(asRoot ? { user: { uid: 65_534, gid: 65_534 } } : {}),
+    });
+    refused(result, 'E-IO-002', `failed to read dataset ${dataset}: EACCES`, 'this user may not do that there: check the permissions along the path');
+  });
+
   it('refuses a directory given as --manifest, naming the manifest in it', async () => {
     const result = await runMur(['run', '--manifest', capsule], { env });
     refused(

@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { DatasetCaseSchema, MurmurError } from '@murmur/shared';
-import { systemFailureHint } from '@murmur/shared/node';
+import { systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 
 /**
  * A dataset for `mur eval run`: one JSON object per line, `{case_id, task_path, expected?}`.
@@ -34,7 +34,10 @@ export async function readDataset(given: string | undefined, cwd: string = proce
             hint: '--dataset names a JSONL file of cases, one per line, relative to the working directory',
           });
     }
-    throw new MurmurError('E-IO-003', `failed to read dataset ${file}: ${code ?? (error as Error).message}`, { path: file, hint: systemFailureHint(error) });
+    throw new MurmurError(systemFailureCode(error), `failed to read dataset ${file}: ${code ?? (error as Error).message}`, {
+      path: file,
+      hint: systemFailureHint(error),
+    });
   }
   const cases: DatasetRunCase[] = [];
   const lines = text.split('\n');

@@ -7,7 +7,7 @@ import {
   EventScoreRecordSchema,
   MurmurError,
 } from '@murmur/shared';
-import { readRecordFile, systemFailureHint } from '@murmur/shared/node';
+import { readRecordFile, systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 import { type SessionRecordKind, resolveSessionRecord } from './session-selector.js';
 
 /**
@@ -92,7 +92,10 @@ export async function readEvalFile(choice: EvalFileChoice): Promise<EvalFileCont
       });
     }
     if (code === 'ENOENT') throw new MurmurError('E-IO-001', `eval file not found: ${file}`, { path: file });
-    throw new MurmurError('E-IO-003', `failed to read ${file}: ${code ?? (error as Error).message}`, { path: file, hint: systemFailureHint(error) });
+    throw new MurmurError(systemFailureCode(error), `failed to read ${file}: ${code ?? (error as Error).message}`, {
+      path: file,
+      hint: systemFailureHint(error),
+    });
   }
   const contents: EvalFileContents = { file, eventScores: [], datasetRun: undefined, skipped: [] };
   text.split('\n').forEach((raw, index) => {

@@ -1,5 +1,5 @@
 import { MurmurError, type MurmurErrorOptions, type MurmurWarning, formatWarning } from '@murmur/shared/errors';
-import { systemFailureHint } from '@murmur/shared/node';
+import { systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 
 /**
  * What `mur` prints and where. stdout carries only what a command promises (a table, a JSON
@@ -103,7 +103,7 @@ export class UsageError extends MurmurError {
 export function formatFailure(error: unknown): string {
   if (error instanceof MurmurError) return error.format();
   const hint = systemFailureHint(error);
-  if (hint !== undefined) return new MurmurError('E-IO-003', (error as Error).message, { hint }).format();
+  if (hint !== undefined) return new MurmurError(systemFailureCode(error), (error as Error).message, { hint }).format();
   const message = error instanceof Error ? (error.stack ?? error.message) : String(error);
   return `error[E-IO-003]: unexpected failure: ${message}\n  hint: this is a bug in mur; please report it with the command you ran`;
 }

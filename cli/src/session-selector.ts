@@ -1,7 +1,7 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
-import { systemFailureHint } from '@murmur/shared/node';
+import { systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 
 /**
  * Which session a `mur trace` or `mur eval` selector names, among the sessions under a workdir,
@@ -45,7 +45,7 @@ export const traceFileOf = (entry: SessionEntry): string => path.join(entry.dir,
 async function sessionDirsIn(dir: string): Promise<SessionEntry[]> {
   const entries = await fs.readdir(dir, { withFileTypes: true }).catch((error: NodeJS.ErrnoException) => {
     if (error.code === 'ENOENT' || error.code === 'ENOTDIR') return [];
-    throw new MurmurError('E-IO-003', `failed to read ${dir}: ${error.message}`, { path: dir, cause: error, hint: systemFailureHint(error) });
+    throw new MurmurError(systemFailureCode(error), `failed to read ${dir}: ${error.message}`, { path: dir, cause: error, hint: systemFailureHint(error) });
   });
   return entries
     .filter((entry) => entry.isDirectory() && entry.name.startsWith(SESSION_PREFIX))

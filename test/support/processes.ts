@@ -38,6 +38,8 @@ export interface MurOptions {
   env?: Record<string, string | undefined>;
   /** Another copy of `cli/bin/mur` to start instead of the repository's (the launcher's own test). */
   launcher?: string;
+  /** Another user to start it as (a test run as root that needs a refusal root would not meet). */
+  user?: { uid: number; gid: number };
 }
 
 /**
@@ -56,6 +58,7 @@ export function spawnMur(args: string[], options: MurOptions = {}): { child: Chi
         ...options.env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
+      ...(options.user ?? {}),
     }),
   );
   const output = { stdout: '', stderr: '' };

@@ -7,7 +7,7 @@ import { MurmurError } from '../errors.js';
 import { type LockedArtifact, type MurmurLock, MurmurLockSchema } from '../lockfile.js';
 import { writeFileAtomic } from '../node/atomic.js';
 import { resolvedPath } from '../node/beneath.js';
-import { systemFailureHint } from '../node/system-failure.js';
+import { systemFailureCode, systemFailureHint } from '../node/system-failure.js';
 import { firstIssueText } from '../manifest/issues.js';
 import { parseYamlSource } from '../manifest/yaml-source.js';
 
@@ -22,7 +22,10 @@ export async function readLockfile(file: string): Promise<MurmurLock | undefined
     text = await fs.readFile(file, 'utf8');
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
-    throw new MurmurError('E-IO-003', `failed to read murmur.lock at ${file}: ${(error as Error).message}`, { path: file, hint: systemFailureHint(error) });
+    throw new MurmurError(systemFailureCode(error), `failed to read murmur.lock at ${file}: ${(error as Error).message}`, {
+      path: file,
+      hint: systemFailureHint(error),
+    });
   }
   let raw: unknown;
   try {
@@ -54,7 +57,10 @@ export async function writeLockfile(file: string, lock: MurmurLock): Promise<voi
     // Through a symbolic link, the file it points to is replaced, and the link stays one.
     await writeFileAtomic(resolvedPath(file), text, { fsync: true });
   } catch (error) {
-    throw new MurmurError('E-IO-003', `failed to write murmur.lock at ${file}: ${(error as Error).message}`, { path: file, hint: systemFailureHint(error) });
+    throw new MurmurError(systemFailureCode(error), `failed to write murmur.lock at ${file}: ${(error as Error).message}`, {
+      path: file,
+      hint: systemFailureHint(error),
+    });
   }
 }
 
@@ -164,7 +170,7 @@ async function tryCreate(file: string, text: string, what: string): Promise<bool
     handle = await fs.open(file, 'wx', 0o644);
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'EEXIST') return false;
-    throw new MurmurError('E-IO-003', `failed to take a turn at writing ${what} (${file}): ${(error as Error).message}`, {
+    throw new MurmurError(systemFailureCode(error), `failed to take a turn at writing ${what} (${file}): ${(error as Error).message}`, {
       path: file,
       hint: systemFailureHint(error),
     });

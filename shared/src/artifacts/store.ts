@@ -6,7 +6,7 @@ import { MurmurError } from '../errors.js';
 import { LONGEST_ARTIFACT_VERSION, artifactVersionProblem } from '../manifest/artifact-name.js';
 import { isReservedVersion } from '../manifest/artifact.js';
 import { removedIfInterrupted, temporarySibling } from '../node/atomic.js';
-import { systemFailureHint } from '../node/system-failure.js';
+import { systemFailureCode, systemFailureHint } from '../node/system-failure.js';
 import { withLockfileTurn } from './lockfile-io.js';
 
 /**
@@ -354,7 +354,7 @@ export class ArtifactStore {
       const leftovers = [...staged, ...[...backups.values()].filter((backup) => !unrestored.has(backup))];
       await Promise.all(leftovers.map((file) => fs.rm(file, { force: true })));
       throw new MurmurError(
-        'E-IO-003',
+        systemFailureCode(error),
         `could not install ${meta.name}@${meta.version} into the ${this.scope} store: ${error instanceof Error ? error.message : String(error)}`,
         { cause: error, hint: systemFailureHint(error) },
       );

@@ -24,3 +24,12 @@ export function systemFailureHint(error: unknown): string | undefined {
   const code = error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined;
   return code === undefined ? undefined : SYSTEM_FAILURE_HINTS[code];
 }
+
+/**
+ * The code a refusal that wraps the operating system's is given: `E-IO-002` when this user may not
+ * (upstream's "host permission denied"), `E-IO-003` for any other failure of input or output.
+ */
+export function systemFailureCode(error: unknown): 'E-IO-002' | 'E-IO-003' {
+  const code = error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined;
+  return code === 'EACCES' || code === 'EPERM' ? 'E-IO-002' : 'E-IO-003';
+}

@@ -1,6 +1,6 @@
 import { constants, promises as fs } from 'node:fs';
 import { MurmurError } from '../errors.js';
-import { systemFailureHint } from './system-failure.js';
+import { systemFailureCode, systemFailureHint } from './system-failure.js';
 import { type TraceEvent, TraceEventSchema, isKnownTraceEventType } from '../trace-events.js';
 
 /**
@@ -131,7 +131,11 @@ export async function readTraceFile(file: string): Promise<TraceRead> {
     if (error instanceof MurmurError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') throw new MurmurError('E-IO-001', `trace file not found: ${file}`, { path: file });
-    throw new MurmurError('E-IO-003', `failed to read ${file}: ${(error as Error).message}`, { path: file, cause: error, hint: systemFailureHint(error) });
+    throw new MurmurError(systemFailureCode(error), `failed to read ${file}: ${(error as Error).message}`, {
+      path: file,
+      cause: error,
+      hint: systemFailureHint(error),
+    });
   }
   return parseTraceText(text);
 }
