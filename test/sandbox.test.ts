@@ -61,8 +61,9 @@ describe('the capsule sandbox', () => {
   describe('processes, network and files, seen from a shell inside', () => {
     let results: ProbeResult[];
     let workdir: string;
-    // The runtime's own code directory is bound into the sandbox, read-only.
-    const outside = () => path.join(repositoryRoot, `murmur-was-here-${process.pid}.txt`);
+    // The capsule host's bundle is bound into the sandbox, read-only (and nothing else of the
+    // checkout, whose root may be under /tmp, which inside is the workdir's own).
+    const outside = () => path.join(repositoryRoot, 'services', 'executor', 'dist', 'bundle', `murmur-was-here-${process.pid}.txt`);
     const marker = `murmur-sandbox-${process.pid}-${Date.now()}`;
 
     beforeAll(async () => {
