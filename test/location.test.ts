@@ -1,6 +1,7 @@
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -356,6 +357,90 @@ describe('the stack with nothing shared but the bus', () => {
         (await fs.readdir(scratch.dir)).filter((name) => name.includes('.mur-files-')),
         'no staging directory left',
       ).toEqual([]);
+    });
+
+    it('never opens what a link leads to outside the workdir, nor a socket inside it', async () => {
+      // A writer that waits for a reader of a FIFO outside: an executor that opened the link's target would let it go.
+      const outside = path.join(scratch.dir, 'outside-fifo');
+      execFileSync('mkfifo', [outside]);
+      await fs.symlink(outside, path.join(workdir, 'out', 'to-fifo'));
+      const writer = spawn('python3', ['-c', `open(${JSON.stringify(outside)}, 'w'); print('opened')`], { stdio: ['ignore', 'pipe', 'ignore'] });
+      let written = '';
+      writer.stdout.on('data', (chunk: Buffer) => (written += chunk.toString()));
+      try {
+        const refused = await runMur(['files', sessionId, 'out/to-fifo'], { env: client });
+        expect(refused.stderr).toContain("error[E-SES-002]: 'out/to-fifo' resolves outside the session's workdir; nothing was opened");
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        expect(written).toBe('');
+      } finally {
+        writer.kill('SIGKILL');
+      }
+      const socket = net.createServer().listen(path.join(workdir, 'out', 'sock'));
+      await once(socket, 'listening');
+      try {
+        const refused = await runMur(['files', sessionId, 'out/sock'], { env: client });
+        expect(refused.stderr).toContain("error[E-SES-002]: 'out/sock' is not a regular file or a directory");
+      } finally {
+        socket.close();
+      }
+    });
+
+    it('writes no regular file in the place of a device, a FIFO or a link to nothing given as --out, and through a link to a file', async () => {
+      const fifo = path.join(scratch.dir, 'out-fifo');
+      execFileSync('mkfifo', [fifo]);
+      const dangling = path.join(scratch.dir, 'out-dangling');
+      await fs.symlink(path.join(scratch.dir, 'nowhere'), dangling);
+      for (const [target, kind] of [
+        ['/dev/null', 'a character device'],
+        [fifo, 'a FIFO'],
+        [dangling, 'a symbolic link to nothing'],
+      ] as const) {
+        const refused = await runMur(['files', sessionId, 'out/result.txt', '--out', target], { env: client });
+        expect(refused.code).toBe(1);
+        expect(refused.stderr).toContain(`error[E-IO-003]: --out ${target} is ${kind}, where mur files writes out/result.txt as a file`);
+        expect(refused.stderr).toContain(`hint: to send the file there, leave --out out and redirect stdout: mur files <session> out/result.txt > ${target}`);
+      }
+      expect((await fs.stat('/dev/null')).isCharacterDevice()).toBe(true);
+      expect((await fs.lstat(fifo)).isFIFO()).toBe(true);
+      expect((await fs.lstat(dangling)).isSymbolicLink()).toBe(true);
+      const real = path.join(scratch.dir, 'real-result.txt');
+      await fs.writeFile(real, 'old');
+      const link = path.join(scratch.dir, 'link-to-result');
+      await fs.symlink(real, link);
+      expect((await runMur(['files', sessionId, 'out/result.txt', '--out', link], { env: client })).code).toBe(0);
+      expect((await fs.lstat(link)).isSymbolicLink()).toBe(true);
+      expect(await fs.readFile(real, 'utf8')).toBe('line one\nline two\n');
+    });
+
+    it('lists what a guest named with a line break or with bytes that are not UTF-8, each on a row of its own, and says what a copy left out', async () => {
+      const odd = path.join(workdir, 'odd');
+      await fs.mkdir(odd);
+      await fs.writeFile(path.join(odd, 'plain.txt'), 'plain');
+      await fs.writeFile(path.join(odd, 'two\nlines'), 'x');
+      await fs.writeFile(Buffer.concat([Buffer.from(`${odd}/bad`), Buffer.from([0xff]), Buffer.from('name')]), 'x');
+      const table = await runMur(['files', sessionId, 'odd'], { env: client });
+      expect(table.code, table.stderr).toBe(0);
+      const rows = table.stdout.trim().split('\n');
+      expect(rows).toHaveLength(4);
+      expect(rows.some((row) => /other .* bad\\xffname$/.test(row))).toBe(true);
+      expect(rows.some((row) => row.endsWith('two\\nlines'))).toBe(true);
+      const target = path.join(scratch.dir, 'odd-copy');
+      const copied = await runMur(['files', sessionId, 'odd', '--out', target], { env: client });
+      expect(copied.code, copied.stderr).toBe(0);
+      expect(copied.stdout).toContain('copied 1 file');
+      expect(copied.stderr).toContain(
+        'mur: left out 2 entries that are neither a file nor a directory, or no path can name (a link, a FIFO, a device, a name that is not UTF-8 or holds a control character): odd/bad\\xffname, odd/two\\nlines',
+      );
+      expect(await fs.readdir(target)).toEqual(['plain.txt']);
+    });
+
+    it('refuses a path past what a request carries in the words of any other path it refuses', async () => {
+      const long = `out/${'x'.repeat(5_000)}`;
+      const refused = await runMur(['files', sessionId, long], { env: client });
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain("error[E-SES-002]: 'out/xxx");
+      expect(refused.stderr).toContain("is not a path inside the session's workdir");
+      expect(refused.stderr).not.toContain('E-BUS-001');
     });
 
     it.each([

@@ -130,6 +130,17 @@ describe('mur watch', () => {
     const nobody = await runMur(['watch', `127.0.0.1:${port}/sessions/ses_x/`]);
     expect(nobody.code).toBe(1);
     expect(nobody.stderr).toContain(`error[E-IO-003]: failed to connect to 127.0.0.1:${port}: ECONNREFUSED`);
+    // A listener that takes the connection and never answers: refused within seconds, not undici's 300.
+    const silent = http.createServer(() => undefined);
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      const unanswered = await runMur(['watch', `127.0.0.1:${(silent.address() as AddressInfo).port}/sessions/ses_x/`]);
+      expect(unanswered.code).toBe(1);
+      expect(unanswered.stderr).toContain('nothing answered within 10 s');
+    } finally {
+      silent.closeAllConnections();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
     // An id is not a URL: said so, not looked up as a host name.
     const id = `ses_${'0'.repeat(32)}`;
     const byId = await runMur(['watch', id]);

@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { type Stats, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SessionFileEntry, type SessionFilesReply, type SessionLocation } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
@@ -33,6 +33,14 @@ export async function filesCommand(sessionId: string, relative: string | undefin
       output.out(
         `copied ${copied.files} file${copied.files === 1 ? '' : 's'} (${formatBytes(copied.bytes)}) from ${sessionId}:${reply.path} to ${path.resolve(options.out)}`,
       );
+      if (copied.skipped.length > 0) {
+        const shown = copied.skipped.slice(0, SKIPPED_SHOWN).map(tableCell).join(', ');
+        const more = copied.skipped.length > SKIPPED_SHOWN ? `, and ${copied.skipped.length - SKIPPED_SHOWN} more` : '';
+        const one = copied.skipped.length === 1;
+        output.err(
+          `mur: left out ${copied.skipped.length} entr${one ? 'y' : 'ies'} that ${one ? 'is' : 'are'} neither a file nor a directory, or no path can name (a link, a FIFO, a device, a name that is not UTF-8 or holds a control character): ${shown}${more}`,
+        );
+      }
       return 0;
     }
     if (reply.type === 'directory') {
@@ -46,7 +54,7 @@ export async function filesCommand(sessionId: string, relative: string | undefin
             entry.type,
             entry.type === 'file' ? String(entry.size) : '-',
             entry.modified_at,
-            entry.type === 'directory' ? `${entry.name}/` : entry.name,
+            tableCell(entry.type === 'directory' ? `${entry.name}/` : entry.name),
           ]),
         ))
           output.out(line);
@@ -69,16 +77,35 @@ export async function filesCommand(sessionId: string, relative: string | undefin
  * beside the target first and then moved in, after every entry it would replace was checked, so a
  * copy that fails (a file where a directory must go, the bus gone mid-way) leaves nothing behind.
  */
-async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesReply, target: string): Promise<{ files: number; bytes: number }> {
+/** What a copy wrote, and the entries it left out (each by its path in the workdir). */
+interface Copied {
+  files: number;
+  bytes: number;
+  skipped: string[];
+}
+
+/** How many left-out entries a copy names; the rest it counts. */
+const SKIPPED_SHOWN = 5;
+
+/**
+ * A name as one cell of a line: a line break or a tab in a guest's file name would start a row or
+ * a column of its own making, so each is shown as its escape (the terminal's controls are the
+ * output's to show).
+ */
+function tableCell(name: string): string {
+  return name.replace(/[\n\r\t]/g, (control) => (control === '\n' ? '\\n' : control === '\r' ? '\\r' : '\\t'));
+}
+
+async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesReply, target: string): Promise<Copied> {
   try {
     if (reply.type === 'file') {
-      const into = (await fs.stat(target).catch(() => undefined))?.isDirectory() ? path.join(target, path.basename(reply.path)) : target;
+      const into = await fileTarget(target, reply.path);
       await fs.mkdir(path.dirname(into), { recursive: true });
-      return { files: 1, bytes: await writeSessionFile(bus, location, reply.path, into, { first: reply }) };
+      return { files: 1, bytes: await writeSessionFile(bus, location, reply.path, into, { first: reply }), skipped: [] };
     }
     // Followed once, as the file branch does: a link to a directory is that directory.
     const existing = await fs.stat(target).catch(() => undefined);
-    if (existing && !existing.isDirectory()) throw notADirectory(target, reply.path);
+    if (existing && !existing.isDirectory()) throw notADirectory(target, reply.path, existing);
     // Staged inside a directory that exists (its own filesystem, and writable where the copy goes
     // anyway), else beside the one to be made, which is then renamed into place.
     if (!existing) await fs.mkdir(path.dirname(target), { recursive: true });
@@ -109,28 +136,55 @@ async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesR
   }
 }
 
+/**
+ * Where a copied file goes for `--out target`: into a directory; over a file, or through a link to
+ * one (the file it points to replaced whole, the link kept); or at a path that is not there yet.
+ * A file is written whole by a rename, which would put a regular file in the place of a device, a
+ * FIFO, a socket or a link to nothing — `--out /dev/null` made /dev/null a file of the capsule's
+ * bytes — so those are refused, and stdout is where to send a file to them.
+ */
+async function fileTarget(target: string, what: string): Promise<string> {
+  const here = await fs.lstat(target).catch(() => undefined);
+  if (!here) return target;
+  const followed = here.isSymbolicLink() ? await fs.stat(target).catch(() => undefined) : here;
+  if (followed?.isDirectory()) return path.join(target, path.basename(what));
+  if (followed?.isFile()) return here.isSymbolicLink() ? await fs.realpath(target) : target;
+  const kind = !followed ? 'a symbolic link to nothing' : nodeKind(followed);
+  throw new MurmurError('E-IO-003', `--out ${target} is ${kind}, where mur files writes ${what} as a file, whole, by a rename`, {
+    path: target,
+    hint: `to send the file there, leave --out out and redirect stdout: mur files <session> ${what} > ${target}`,
+  });
+}
+
+function nodeKind(stat: Stats): string {
+  if (stat.isCharacterDevice()) return 'a character device';
+  if (stat.isBlockDevice()) return 'a block device';
+  if (stat.isFIFO()) return 'a FIFO';
+  if (stat.isSocket()) return 'a socket';
+  return 'neither a file nor a directory';
+}
+
 /** The name a directory copy is staged under before it is moved into place. */
 const STAGING_PREFIX = '.mur-files-';
 
-function notADirectory(target: string, what: string): MurmurError {
-  return new MurmurError('E-IO-003', `--out ${target} is a file, and ${what} is a directory`, {
+function notADirectory(target: string, what: string, there: Stats): MurmurError {
+  return new MurmurError('E-IO-003', `--out ${target} is ${there.isFile() ? 'a file' : nodeKind(there)}, and ${what} is a directory`, {
     path: target,
     hint: 'name a directory (made when absent), or a path that does not exist yet',
   });
 }
 
 /** The directory `reply` names, copied into the empty directory `into`. */
-async function copyTree(
-  bus: Bus,
-  location: SessionLocation,
-  reply: SessionFilesReply & { type: 'directory' },
-  into: string,
-): Promise<{ files: number; bytes: number }> {
+async function copyTree(bus: Bus, location: SessionLocation, reply: SessionFilesReply & { type: 'directory' }, into: string): Promise<Copied> {
   let files = 0;
   let bytes = 0;
+  const skipped: string[] = [];
   for await (const entry of directoryEntries(bus, location, reply)) {
-    if (entry.type === 'other') continue;
     const child = reply.path === '.' ? entry.name : `${reply.path}/${entry.name}`;
+    if (entry.type === 'other') {
+      skipped.push(child);
+      continue;
+    }
     const childReply = await askExecutor(bus, location, { path: child });
     const destination = path.join(into, entry.name);
     if (childReply.type === 'file') {
@@ -141,9 +195,10 @@ async function copyTree(
       const copied = await copyTree(bus, location, childReply, destination);
       files += copied.files;
       bytes += copied.bytes;
+      skipped.push(...copied.skipped);
     }
   }
-  return { files, bytes };
+  return { files, bytes, skipped };
 }
 
 /**

@@ -14,6 +14,8 @@ import { type Output, TerminalSafeStream, UsageError } from '../output.js';
 
 /** The answer's column: upstream wraps at 80 less its two-space indent. */
 const ANSWER_WIDTH = 78;
+/** How long a door has to answer the watch request (its headers; the stream may then be quiet for as long as the session is). */
+const DOOR_ANSWER_TIMEOUT_MS = 10_000;
 
 interface WatchState {
   threaded: boolean;
@@ -50,17 +52,25 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
       hint: 'pass the url mur run printed (murmur: url …), or the launch line’s url; mur ps lists the running sessions',
     });
   let response: Response;
+  // Until the door answers: a listener that takes the connection and says nothing held mur silent
+  // for undici's 300 s. The stream itself may then be quiet as long as the session is.
+  const unanswered = new AbortController();
+  const timer = setTimeout(() => unanswered.abort(), DOOR_ANSWER_TIMEOUT_MS);
   try {
     response = await fetch(url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'last-event-id': '0' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'stream/watch', params: {} }),
+      signal: unanswered.signal,
     });
   } catch (error) {
-    throw new MurmurError('E-IO-003', `failed to connect to ${url.host}: ${fetchFailureReason(error)}`, {
+    const reason = unanswered.signal.aborted ? `nothing answered within ${DOOR_ANSWER_TIMEOUT_MS / 1000} s` : fetchFailureReason(error);
+    throw new MurmurError('E-IO-003', `failed to connect to ${url.host}: ${reason}`, {
       path: 'url',
       hint: 'is the session still running? mur ps lists the running sessions',
     });
+  } finally {
+    clearTimeout(timer);
   }
   const type = response.headers.get('content-type') ?? '';
   if (!response.ok || !type.includes('text/event-stream')) {

@@ -1,4 +1,5 @@
 import { constants as fsConstants, promises as fs } from 'node:fs';
+import { normaliseEntryName } from '../file-set.js';
 import { MurmurError } from '../errors.js';
 import { SessionIdSchema, notASessionId } from '../ids.js';
 import { SESSION_LOCATIONS_BUCKET, type SessionFileEntry, type SessionFilesReply, type SessionLocation, SessionLocationSchema } from '../launch.js';
@@ -34,8 +35,31 @@ export async function locateSession(bus: Bus, sessionId: string): Promise<Sessio
   return parsed.data;
 }
 
+/**
+ * A path in a session's workdir as a read takes it: `''` for the workdir's top, else the path held
+ * to an archive entry's rules (relative, no `..`, at most 1 024 bytes), or refused (`E-SES-002`).
+ * The executor holds every request to it; `askExecutor` holds its own first, so a path past what a
+ * request carries is refused in these words, not as a bus contract's.
+ */
+export function sessionFilePath(wanted: string): string {
+  const trimmed = wanted.trim();
+  if (trimmed === '' || trimmed === '.' || trimmed === './') return '';
+  const normal = normaliseEntryName(trimmed);
+  if (!normal.ok)
+    throw new MurmurError(
+      'E-SES-002',
+      `'${trimmed.length > 200 ? `${trimmed.slice(0, 200)}…` : trimmed}' is not a path inside the session's workdir: it ${normal.reason}`,
+      {
+        path: trimmed.slice(0, 200),
+        hint: "give a path relative to the session's workdir, as 'mur files <session>' lists it",
+      },
+    );
+  return normal.name;
+}
+
 /** One request to the executor that holds the session, its silence turned into a refusal that names it. */
 export async function askExecutor(bus: Bus, holder: SessionHolder, query: { path: string; offset?: number; after?: string }): Promise<SessionFilesReply> {
+  sessionFilePath(query.path);
   try {
     return await bus.request(
       commands.sessionFiles.at(holder.executor_id),
