@@ -31,7 +31,11 @@ import type { RequestUploads } from './request-uploads.js';
 
 /** The most a response body may hold: a relay that reaches it ends the body with `HTTP-response-body-size`. */
 export const RESPONSE_LIMIT_BYTES = 64 * 1024 * 1024;
-const REQUEST_TIMEOUT_MS = 60_000;
+/**
+ * How long a request may wait for its response's head, and then its body for each next piece: a
+ * server's silence, not a reply's length (which the guest call's deadline bounds).
+ */
+export const REQUEST_TIMEOUT_MS = 60_000;
 /** Hop-by-hop and connection-bound headers: meaningless across the relay, and refused by WASI Fields. */
 const DROPPED_HEADERS = new Set([
   'connection',
@@ -242,16 +246,21 @@ export class EgressPolicy {
         release = inline.release;
       }
       if (body) headers.push(['content-length', String(body.length)]);
+      // Until the head arrives; the body's pieces are timed by their relay.
+      const unanswered = new AbortController();
+      const timer = setTimeout(() => unanswered.abort(new DOMException('the request timed out', 'TimeoutError')), REQUEST_TIMEOUT_MS);
       try {
         response = await egressRequest(request.url, {
           method: request.method,
           headers,
           body,
-          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+          signal: unanswered.signal,
           connections: this.connections,
         });
       } catch (error) {
         return { outcome: 'denied', ...transportError(error) };
+      } finally {
+        clearTimeout(timer);
       }
       void response.sent.then(release);
       releasedWhenSent = true;

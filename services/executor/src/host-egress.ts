@@ -1,4 +1,4 @@
-import { type EgressPolicy, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
+import { type EgressPolicy, REQUEST_TIMEOUT_MS, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
 import type { EgressRecords } from './egress-records.js';
 import type { HostRequest } from './host/protocol.js';
 import { RequestUploads } from './request-uploads.js';
@@ -22,7 +22,7 @@ export function isEgressRequest(request: HostRequest): request is EgressRequest 
  */
 export class HostEgress {
   /** Allowed responses whose bodies the host is still reading. */
-  private readonly responseBodies = new ResponseRelays(RESPONSE_LIMIT_BYTES, transportError, MAX_OPEN_RESPONSE_BODIES);
+  private readonly responseBodies = new ResponseRelays(RESPONSE_LIMIT_BYTES, transportError, MAX_OPEN_RESPONSE_BODIES, REQUEST_TIMEOUT_MS);
   /** Requests made and not yet answered with a head: they count against `MAX_OPEN_RESPONSE_BODIES` too. */
   private awaitedResponses = 0;
   /** Request bodies sent ahead of their requests, in pieces (`http-upload`). */

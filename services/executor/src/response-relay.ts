@@ -8,9 +8,11 @@ import type { HttpBodyPiece } from './host/protocol.js';
  * provider is slowed down by a guest that reads slowly, rather than the executor's memory growing.
  *
  * Each body keeps the limits its request had before streaming: it may not grow past
- * `limitBytes` (then it ends with `HTTP-response-body-size`), and the request's timeout still
- * covers the whole body (the fetch's abort signal ends the read, which ends the body with the
- * transport's error code).
+ * `limitBytes` (then it ends with `HTTP-response-body-size`), and the network may not keep it
+ * waiting for the next piece longer than `idleMs` (then it ends with `connection-timeout`). Its
+ * whole length is not timed here: a model's reply streams for minutes, and the guest call that
+ * reads it has its deadline (a request's whole-body timeout cut every reply at 60 s). The body is
+ * let go when its guest drops it or ends.
  */
 
 type TransportError = (error: unknown) => { code: string; reason: string };
@@ -31,6 +33,8 @@ export class ResponseRelays {
     private readonly transportError: TransportError,
     /** Bodies held at once: each is a connection, so a guest that opens them without reading them is stopped. */
     private readonly maxOpen: number,
+    /** How long a read waits on the network for the next piece. */
+    private readonly idleMs: number,
   ) {}
 
   /**
@@ -80,11 +84,23 @@ export class ResponseRelays {
 
   private async read(id: number, held: HeldBody): Promise<HttpBodyPiece> {
     let chunk: Awaited<ReturnType<typeof held.reader.read>>;
+    // A cancelled read ends as a body that ended would: the flag says it was the silence.
+    let silent = false;
+    const timer = setTimeout(() => {
+      silent = true;
+      held.reader.cancel().catch(() => {});
+    }, this.idleMs);
     try {
       chunk = await held.reader.read();
     } catch (error) {
       this.bodies.delete(id);
-      return { error: this.transportError(error) };
+      return { error: silent ? this.silence() : this.transportError(error) };
+    } finally {
+      clearTimeout(timer);
+    }
+    if (silent) {
+      this.bodies.delete(id);
+      return { error: this.silence() };
     }
     if (chunk.done) {
       this.bodies.delete(id);
@@ -96,5 +112,10 @@ export class ResponseRelays {
       return { error: { code: 'HTTP-response-body-size', reason: `the response is larger than ${this.limitBytes} bytes` } };
     }
     return { chunk_base64: Buffer.from(chunk.value).toString('base64') };
+  }
+
+  private silence(): { code: string; reason: string } {
+    const waited = this.idleMs >= 1000 ? `${Math.round(this.idleMs / 1000)} s` : `${this.idleMs} ms`;
+    return { code: 'connection-timeout', reason: `the response sent nothing for ${waited}` };
   }
 }

@@ -440,6 +440,24 @@ describe('a driver failure as the run reports it', () => {
     expect(failed.error.hint).toContain('capabilities.network.allow');
   });
 
+  it('says why a reply broke off while the driver read it, and what to ask the model for when it was too large', () => {
+    const failed = driverFailure('failed to read inference response: IO error reading from incoming response body', {
+      url: 'http://127.0.0.1:8080/v1/messages',
+      code: 'HTTP-response-body-size',
+      reason: 'the response is larger than 67108864 bytes',
+    });
+    expect(failed.message).toBe(
+      'failed to read inference response: IO error reading from incoming response body (http://127.0.0.1:8080/v1/messages: the response is larger than 67108864 bytes)',
+    );
+    expect(failed.error.hint).toContain('ask it for a shorter reply (max_tokens)');
+  });
+
+  it('points at capabilities.limits.memory_bytes when the driver ran out of memory, not at the endpoint', () => {
+    const failed = driverFailure('driver: out of memory', undefined);
+    expect(failed.error).toMatchObject({ code: 'E-RUN-007', path: 'capabilities.limits.memory_bytes' });
+    expect(failed.error.hint).toContain('raise that limit in murmur.yaml');
+  });
+
   it("keeps the driver's words alone when every request was answered (a provider's own refusal)", () => {
     const failed = driverFailure('anthropic: 401 invalid x-api-key', undefined);
     expect(failed.message).toBe('anthropic: 401 invalid x-api-key');

@@ -31,8 +31,8 @@ function networkBody() {
   return { stream, controller, counts };
 }
 
-function joined(limitBytes = 64 * 1024 * 1024) {
-  const relays = new ResponseRelays(limitBytes, transportError, 64);
+function joined(limitBytes = 64 * 1024 * 1024, idleMs = 60_000) {
+  const relays = new ResponseRelays(limitBytes, transportError, 64, idleMs);
   const asks: string[] = [];
   const bodies = new ResponseBodies({
     request: async (request: HostRequest) => {
@@ -123,6 +123,34 @@ describe('a relayed response body', () => {
     expect(await bodies.read(id, 100, true)).toEqual({ error: { code: 'connection-terminated', reason: 'the connection was reset' } });
   });
 
+  it('lets a body stream for longer than its silence may last, as long as each piece comes within it', async () => {
+    const { relays, bodies } = joined(64 * 1024 * 1024, 200);
+    const network = networkBody();
+    const id = relays.hold(network.stream);
+    bodies.open(id, 1);
+    let said = '';
+    for (const piece of ['one ', 'two ', 'three ', 'four ']) {
+      const waiting = bodies.read(id, 100, true);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      network.controller.enqueue(Buffer.from(piece));
+      said += text(await waiting);
+    }
+    network.controller.close();
+    expect(said).toBe('one two three four ');
+    expect(await bodies.read(id, 100, true)).toEqual({ end: true });
+  });
+
+  it('ends a body whose network says nothing for longer than its silence may last with connection-timeout, never as a whole body', async () => {
+    const { relays, bodies } = joined(64 * 1024 * 1024, 100);
+    const network = networkBody();
+    const id = relays.hold(network.stream);
+    bodies.open(id, 1);
+    network.controller.enqueue(Buffer.from('so far'));
+    expect(text(await bodies.read(id, 100, true))).toBe('so far');
+    expect(await bodies.read(id, 100, true)).toEqual({ error: { code: 'connection-timeout', reason: 'the response sent nothing for 100 ms' } });
+    expect(network.counts.cancelled).toBe(true);
+  });
+
   it('wakes a wait over several bodies at the first with news, and a wait with a timeout at its end', async () => {
     const { relays, bodies } = joined();
     const quiet = networkBody();
@@ -154,7 +182,7 @@ describe('a relayed response body', () => {
   });
 
   it('refuses a further request while as many bodies as it allows are held, and allows one again once one is released', () => {
-    const relays = new ResponseRelays(1024, transportError, 2);
+    const relays = new ResponseRelays(1024, transportError, 2, 60_000);
     const first = relays.hold(null);
     relays.hold(null);
     expect(relays.refusal()).toBe('this session already has 2 responses open or awaited: read or drop one first');
@@ -163,7 +191,7 @@ describe('a relayed response body', () => {
   });
 
   it('counts requests still waiting for their heads as open, since each already holds a connection', () => {
-    const relays = new ResponseRelays(1024, transportError, 2);
+    const relays = new ResponseRelays(1024, transportError, 2, 60_000);
     expect(relays.refusal(1)).toBeUndefined();
     relays.hold(null);
     expect(relays.refusal(1)).toBe('this session already has 2 responses open or awaited: read or drop one first');

@@ -372,12 +372,16 @@ export class CapsuleHost implements AgentHost {
         if (result.outcome === 'denied') record?.egress.failed(request.url, result.code, result.reason);
         else record?.egress.answered();
         // The body starts coming in now, while the guest reads the head.
-        if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance);
+        if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance, request.url);
         return result;
       }
       case 'http-body-read': {
         const { body, max, wait } = payload as { body: number; max: number; wait: boolean };
-        return this.responseBodies.read(body, max, wait);
+        const url = this.responseBodies.urlOf(body);
+        const read = await this.responseBodies.read(body, max, wait);
+        // A body that broke off (too large, silent too long, cut) is the call's failure to say, as a refused request is.
+        if ('error' in read && url !== undefined) record?.egress.failed(url, read.error.code, read.error.reason);
+        return read;
       }
       case 'http-body-wait': {
         const { bodies, timeout_ms } = payload as { bodies: number[]; timeout_ms?: number };

@@ -158,12 +158,30 @@ function wireErrorText(data: string | undefined): string | undefined {
  */
 export function driverFailure(message: string, egress: EgressFailure | undefined): { message: string; error: WireError } {
   const said = egress ? `${message.trimEnd()} (${egress.url}: ${egress.reason})` : message;
-  const [hint, path] = !egress
-    ? ["the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml", 'inference']
-    : egress.code === 'HTTP-request-denied'
-      ? ["name the endpoint's host and port in capabilities.network.allow in murmur.yaml", 'capabilities.network.allow']
-      : ['check that inference.endpoint in murmur.yaml names a model server that is up and reachable from this machine', 'inference.endpoint'];
+  const [hint, path] = failureHint(message, egress);
   return { message: said, error: { code: 'E-RUN-007', message: `agent loop failed: ${said}`, hint, path } };
+}
+
+/** What to do about a driver's failure, and the manifest field it is about. */
+function failureHint(message: string, egress: EgressFailure | undefined): [string, string] {
+  // A JavaScript driver's engine says this of its own heap, which the call's memory limit bounds.
+  if (/out of memory/i.test(message))
+    return [
+      'the driver ran out of the memory capabilities.limits.memory_bytes gives each call (it holds a reply several times over while it reads it): raise that limit in murmur.yaml, or ask the model for a shorter reply',
+      'capabilities.limits.memory_bytes',
+    ];
+  if (!egress) return ["the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml", 'inference'];
+  switch (egress.code) {
+    case 'HTTP-request-denied':
+      return ["name the endpoint's host and port in capabilities.network.allow in murmur.yaml", 'capabilities.network.allow'];
+    case 'HTTP-response-body-size':
+      return [
+        'the model server sent more than a response may hold: ask it for a shorter reply (max_tokens), or check that inference.endpoint names a model server',
+        'inference.endpoint',
+      ];
+    default:
+      return ['check that inference.endpoint in murmur.yaml names a model server that is up and reachable from this machine', 'inference.endpoint'];
+  }
 }
 
 /**

@@ -20,6 +20,8 @@ export type BodyRead = { bytes: Uint8Array } | { end: true } | { error: { code: 
 interface ArrivingBody {
   /** The guest instance that asked for it: when that instance ends, the body is let go. */
   owner: number;
+  /** The request it answers, for what a failure of it says. */
+  url: string | undefined;
   pieces: Uint8Array[];
   buffered: number;
   /** How it ended, once the executor said so. */
@@ -35,10 +37,15 @@ export class ResponseBodies {
   constructor(private readonly channel: Pick<HostChannel, 'request'>) {}
 
   /** Starts taking in body `id`, whose head the guest instance `owner` is about to get. */
-  open(id: number, owner: number): void {
+  open(id: number, owner: number, url?: string): void {
     if (this.bodies.has(id)) return;
-    this.bodies.set(id, { owner, pieces: [], buffered: 0, asking: false, waiters: new Set() });
+    this.bodies.set(id, { owner, url, pieces: [], buffered: 0, asking: false, waiters: new Set() });
     this.askMore(id);
+  }
+
+  /** The URL whose response body `id` is, while it is open. */
+  urlOf(id: number): string | undefined {
+    return this.bodies.get(id)?.url;
   }
 
   /** Up to `max` bytes of body `id`; with `wait`, not before there is at least one, or its end. */
