@@ -400,6 +400,9 @@ describe('the stack with nothing shared but the bus', () => {
         expect(refused.stderr).toContain(`error[E-IO-003]: --out ${target} is ${kind}, where mur files writes out/result.txt as a file`);
         expect(refused.stderr).toContain(`hint: to send the file there, leave --out out and redirect stdout: mur files <session> out/result.txt > ${target}`);
       }
+      const nothing = await runMur(['files', sessionId, 'out/result.txt', '--out', ''], { env: client });
+      expect(nothing.code).toBe(2);
+      expect(nothing.stderr).toContain('error[E-IO-003]: --out names nothing');
       expect((await fs.stat('/dev/null')).isCharacterDevice()).toBe(true);
       expect((await fs.lstat(fifo)).isFIFO()).toBe(true);
       expect((await fs.lstat(dangling)).isSymbolicLink()).toBe(true);

@@ -369,6 +369,11 @@ describe('mur trace', () => {
       expect(file.stderr).toContain(
         "hint: give the last characters of a session id (4 or more rarely match two), a full id, @N (@1 = the newest), or the path of a session's trace.jsonl",
       );
+      // A directory that is no session's is said to be none, with the same ways to give one.
+      const notASession = await trace(['show', empty], scratch.dir);
+      expect(notASession.code).toBe(1);
+      expect(notASession.stderr).toContain(`error[E-IO-001]: ${empty} is not a session's directory: it holds no trace.jsonl`);
+      expect(notASession.stderr).toContain('hint: give the last characters of a session id');
     });
 
     it('skips and counts garbled and cut-off lines, ignores unknown events and keys, and prints the rest as if they were not there', async () => {

@@ -108,7 +108,15 @@ async function recordAtPath(given: string, kind: SessionRecordKind): Promise<str
     // Any other refusal is the reader's to report, with what to do about it.
     return resolved;
   }
-  return stat.isDirectory() ? path.join(resolved, kind.file) : resolved;
+  if (!stat.isDirectory()) return resolved;
+  // A directory that is no session's (`..`, a workdir itself: every session's holds its trace) is
+  // said to be none, rather than read as a session whose record is missing.
+  if (!(await fs.lstat(path.join(resolved, TRACE_RECORDS.file)).catch(() => undefined)))
+    throw new MurmurError('E-IO-001', `${resolved} is not a session's directory: it holds no ${TRACE_RECORDS.file}`, {
+      path: resolved,
+      hint: selectorHint(kind),
+    });
+  return path.join(resolved, kind.file);
 }
 
 /** `@N`: the N-th newest session, `@1` the newest. */

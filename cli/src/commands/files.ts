@@ -3,7 +3,7 @@ import path from 'node:path';
 import { MurmurError, type SessionFileEntry, type SessionFilesReply, type SessionLocation } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import { askExecutor, directoryEntries, locateSession, removedIfInterrupted, sessionFileChunks, writeSessionFile } from '@murmur/shared/node';
-import { type Output, TerminalSafeStream, formatBytes, table } from '../output.js';
+import { type Output, TerminalSafeStream, UsageError, formatBytes, table } from '../output.js';
 import { openRuntime } from '../runtime.js';
 
 export interface FilesOptions {
@@ -23,6 +23,8 @@ export async function filesCommand(sessionId: string, relative: string | undefin
       hint: "point MURMUR_NATS_URL at the stack's NATS; a session run in-process keeps its workdir on this machine (<capsule dir>/workdir/<session>)",
     });
   }
+  if (options.out !== undefined && options.out.trim() === '')
+    throw new UsageError('--out names nothing', { hint: 'name the file or directory to copy to, e.g. --out ./result.txt' });
   const runtime = await openRuntime();
   try {
     const location = await locateSession(runtime.bus, sessionId);
