@@ -452,6 +452,18 @@ describe('a driver failure as the run reports it', () => {
     expect(failed.error.hint).toContain('ask it for a shorter reply (max_tokens)');
   });
 
+  it('says the endpoint redirected, and where, when the driver read nothing of its answer', () => {
+    const failed = driverFailure('failed to parse inference response: empty body', {
+      url: 'http://127.0.0.1:8080/v1/messages',
+      code: 'HTTP-redirect',
+      reason: 'answered 307, a redirect to http://127.0.0.1:8080/v2/messages, which is not followed',
+    });
+    expect(failed.message).toContain(
+      '(http://127.0.0.1:8080/v1/messages: answered 307, a redirect to http://127.0.0.1:8080/v2/messages, which is not followed)',
+    );
+    expect(failed.error).toMatchObject({ path: 'inference.endpoint', hint: expect.stringContaining('a redirect is never followed for a capsule') });
+  });
+
   it('points at capabilities.limits.memory_bytes when the driver ran out of memory, not at the endpoint', () => {
     const failed = driverFailure('driver: out of memory', undefined);
     expect(failed.error).toMatchObject({ code: 'E-RUN-007', path: 'capabilities.limits.memory_bytes' });

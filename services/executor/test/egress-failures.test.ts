@@ -22,6 +22,20 @@ describe("a guest call's last unanswered request", () => {
     expect(failures.failure?.url).toBe('http://a.example/two');
   });
 
+  it('keeps a redirect, which is never followed, with where it led, shown without its query', () => {
+    const failures = new LastEgressFailure();
+    failures.redirected('http://127.0.0.1:8080/v1/messages', 307, '/v2/messages?token=sk-secret');
+    expect(failures.failure).toEqual({
+      url: 'http://127.0.0.1:8080/v1/messages',
+      code: 'HTTP-redirect',
+      reason: 'answered 307, a redirect to http://127.0.0.1:8080/v2/messages, which is not followed',
+    });
+    failures.redirected('http://127.0.0.1:8080/v1/messages', 302, undefined);
+    expect(failures.failure?.reason).toBe('answered 302, a redirect to no Location, which is not followed');
+    failures.redirected('http://127.0.0.1:8080/v1/messages', 302, 'http://[bad');
+    expect(failures.failure?.reason).toBe('answered 302, a redirect to a Location that does not parse, which is not followed');
+  });
+
   it('keeps no user, password, query or fragment of the URL: they may be credentials', () => {
     expect(shownUrl('https://user:secret@api.example.com:8443/v1/messages?key=sk-123#frag')).toBe('https://api.example.com:8443/v1/messages');
     const failures = new LastEgressFailure();

@@ -370,6 +370,8 @@ export class CapsuleHost implements AgentHost {
           return { outcome: 'denied', code: 'internal-error', reason } satisfies EgressResult;
         }
         if (result.outcome === 'denied') record?.egress.failed(request.url, result.code, result.reason);
+        else if (result.response.status >= 300 && result.response.status < 400 && result.response.status !== 304)
+          record?.egress.redirected(request.url, result.response.status, result.response.headers.find(([name]) => name === 'location')?.[1]);
         else record?.egress.answered();
         // The body starts coming in now, while the guest reads the head.
         if (result.outcome === 'response') this.responseBodies.open(result.response.body, instance, request.url);

@@ -174,6 +174,8 @@ function failureHint(message: string, egress: EgressFailure | undefined): [strin
   switch (egress.code) {
     case 'HTTP-request-denied':
       return ["name the endpoint's host and port in capabilities.network.allow in murmur.yaml", 'capabilities.network.allow'];
+    case 'HTTP-redirect':
+      return ['point inference.endpoint in murmur.yaml at the URL the server redirects to: a redirect is never followed for a capsule', 'inference.endpoint'];
     case 'HTTP-response-body-size':
       return [
         'the model server sent more than a response may hold: ask it for a shorter reply (max_tokens), or check that inference.endpoint names a model server',

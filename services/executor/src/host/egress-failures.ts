@@ -23,6 +23,20 @@ export class LastEgressFailure {
     this.last = undefined;
   }
 
+  /**
+   * Answered with a redirect, which is handed to the guest and never followed for it: a driver
+   * that got one says only that the body was empty or ended early, so the call keeps what it was.
+   */
+  redirected(url: string, status: number, location: string | undefined): void {
+    let to = 'no Location';
+    try {
+      if (location !== undefined) to = shownUrl(new URL(location, url).href);
+    } catch {
+      to = 'a Location that does not parse';
+    }
+    this.last = { url: shownUrl(url), code: 'HTTP-redirect', reason: `answered ${status}, a redirect to ${to}, which is not followed` };
+  }
+
   /** The last failure, if the last request failed. */
   get failure(): EgressFailure | undefined {
     return this.last;
