@@ -430,38 +430,35 @@ describe('a driver failure as the run reports it', () => {
     });
   });
 
-  it('points at capabilities.network.allow when the policy refused the request', () => {
-    const failed = driverFailure('inference request failed: NetworkError', {
-      url: 'http://127.0.0.1:8080/v1/messages',
-      code: 'HTTP-request-denied',
-      reason: "network policy: '127.0.0.1:8080' not in capabilities.network.allow",
-    });
-    expect(failed.error.path).toBe('capabilities.network.allow');
-    expect(failed.error.hint).toContain('capabilities.network.allow');
-  });
-
-  it('says why a reply broke off while the driver read it, and what to ask the model for when it was too large', () => {
-    const failed = driverFailure('failed to read inference response: IO error reading from incoming response body', {
-      url: 'http://127.0.0.1:8080/v1/messages',
-      code: 'HTTP-response-body-size',
-      reason: 'the response is larger than 67108864 bytes',
-    });
-    expect(failed.message).toBe(
-      'failed to read inference response: IO error reading from incoming response body (http://127.0.0.1:8080/v1/messages: the response is larger than 67108864 bytes)',
-    );
-    expect(failed.error.hint).toContain('ask it for a shorter reply (max_tokens)');
-  });
-
-  it('says the endpoint redirected, and where, when the driver read nothing of its answer', () => {
-    const failed = driverFailure('failed to parse inference response: empty body', {
-      url: 'http://127.0.0.1:8080/v1/messages',
-      code: 'HTTP-redirect',
-      reason: 'answered 307, a redirect to http://127.0.0.1:8080/v2/messages, which is not followed',
-    });
-    expect(failed.message).toContain(
-      '(http://127.0.0.1:8080/v1/messages: answered 307, a redirect to http://127.0.0.1:8080/v2/messages, which is not followed)',
-    );
-    expect(failed.error).toMatchObject({ path: 'inference.endpoint', hint: expect.stringContaining('a redirect is never followed for a capsule') });
+  it.each([
+    [
+      'the policy refused the request',
+      'inference request failed: NetworkError',
+      'HTTP-request-denied',
+      "network policy: '127.0.0.1:8080' not in capabilities.network.allow",
+      'capabilities.network.allow',
+      'capabilities.network.allow',
+    ],
+    [
+      'the reply broke off past the size a response may hold',
+      'failed to read inference response: IO error reading from incoming response body',
+      'HTTP-response-body-size',
+      'the response is larger than 67108864 bytes',
+      'inference.endpoint',
+      'ask it for a shorter reply (max_tokens)',
+    ],
+    [
+      'the endpoint redirected, which is never followed',
+      'failed to parse inference response: empty body',
+      'HTTP-redirect',
+      'answered 307, a redirect to http://127.0.0.1:8080/v2/messages, which is not followed',
+      'inference.endpoint',
+      'a redirect is never followed for a capsule',
+    ],
+  ])('says why and what to change when %s', (_when, said, code, reason, path, hint) => {
+    const failed = driverFailure(said, { url: 'http://127.0.0.1:8080/v1/messages', code, reason });
+    expect(failed.message).toBe(`${said} (http://127.0.0.1:8080/v1/messages: ${reason})`);
+    expect(failed.error).toMatchObject({ code: 'E-RUN-007', path, hint: expect.stringContaining(hint) });
   });
 
   it('points at capabilities.limits.memory_bytes when the driver ran out of memory, not at the endpoint', () => {
