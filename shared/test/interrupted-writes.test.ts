@@ -56,7 +56,7 @@ describe('a long write interrupted', () => {
     expect(left).toEqual([]);
   });
 
-  it('leaves no temporary file in the store of an install it was writing, and ends on the signal', async () => {
+  it('leaves no temporary file in a command’s store of an install it was writing, and ends on the signal', async () => {
     const dir = await scratch();
     const store = path.join(dir, 'store');
     const version = path.join(store, 'big', '0.1.0');
@@ -66,7 +66,7 @@ describe('a long write interrupted', () => {
       `import { ArtifactStore, sha256Hex } from '@murmur/shared/artifacts';
        const bytes = new Uint8Array(256 * 1024 * 1024);
        const meta = { name: 'big', version: '0.1.0', runtime: 'static', artifact_runtime: 'skill', platforms: [], description: null, tags: [] };
-       await new ArtifactStore(${JSON.stringify(store)}, 'project').install(bytes, meta, sha256Hex(bytes));`,
+       await new ArtifactStore(${JSON.stringify(store)}, 'project', { interruptible: true }).install(bytes, meta, sha256Hex(bytes));`,
     );
     expect(signal).toBe('SIGINT');
     // The version's publish turn may stay (a later writer takes over a dead one's); no archive, whole or partial.

@@ -38,9 +38,9 @@ interface Target {
 }
 
 function target(options: InstallOptions): Target {
-  if (options.global) return { store: new ArtifactStore(globalStoreDir(), 'global'), projectRoot: undefined };
+  if (options.global) return { store: new ArtifactStore(globalStoreDir(), 'global', { interruptible: true }), projectRoot: undefined };
   const projectRoot = requireProjectRoot();
-  return { store: new ArtifactStore(projectStoreDir(projectRoot), 'project'), projectRoot };
+  return { store: new ArtifactStore(projectStoreDir(projectRoot), 'project', { interruptible: true }), projectRoot };
 }
 
 /**

@@ -33,7 +33,7 @@ export async function publishCommand(zipArgument: string | undefined, options: {
   if (choice.kind === 'remote') {
     await new RoostRegistryClient(choice.url).publish(bytes, meta);
   } else {
-    await new ArtifactStore(globalStoreDir(), 'global').publish(bytes, meta);
+    await new ArtifactStore(globalStoreDir(), 'global', { interruptible: true }).publish(bytes, meta);
   }
   output.out(`Published ${meta.name}@${meta.version}`);
 }

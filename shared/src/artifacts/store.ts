@@ -100,6 +100,12 @@ export class ArtifactStore {
   constructor(
     readonly root: string,
     readonly scope: StoreScope,
+    /**
+     * A command's store (`mur publish`, `mur install`): an interrupt removes the temporary files
+     * of a write in flight before the process ends. A service's (roost's) is not: its own shutdown
+     * finishes the write, which files removed under it would fail.
+     */
+    private readonly options: { interruptible?: boolean } = {},
   ) {}
 
   versionDir(name: string, version: string): string {
@@ -260,11 +266,14 @@ export class ArtifactStore {
       );
     }
     const stored = kept ? { ...kept, platforms: unionOfPlatforms(kept.platforms, meta.platforms) } : meta;
-    const { paths: staged, release } = await stageFiles([
-      [files.zip, bytes],
-      [files.sha, sha256],
-      [this.metaFile(meta.name, meta.version), metaJson(stored)],
-    ]);
+    const { paths: staged, release } = await stageFiles(
+      [
+        [files.zip, bytes],
+        [files.sha, sha256],
+        [this.metaFile(meta.name, meta.version), metaJson(stored)],
+      ],
+      this.options.interruptible === true,
+    );
     try {
       try {
         await fs.link(staged[0] as string, files.zip);
@@ -313,11 +322,14 @@ export class ArtifactStore {
   }
 
   private async installVariant(bytes: Uint8Array, meta: ArtifactMeta, actual: string, files: VariantFiles, targets: string[]): Promise<{ zipPath: string }> {
-    const { paths: staged, release } = await stageFiles([
-      [files.zip, bytes],
-      [files.sha, actual],
-      [targets[2] as string, metaJson(meta)],
-    ]);
+    const { paths: staged, release } = await stageFiles(
+      [
+        [files.zip, bytes],
+        [files.sha, actual],
+        [targets[2] as string, metaJson(meta)],
+      ],
+      this.options.interruptible === true,
+    );
     try {
       return await this.commitInstall(meta, staged, targets);
     } finally {
@@ -393,11 +405,11 @@ interface StagedFiles {
 }
 
 /**
- * Writes each `[target, data]` to a fsynced temporary sibling. An interrupt (Ctrl-C during a
- * publish or an install of a large archive) removes those still there before the process ends,
- * where each stayed in the store as a hidden `.name.pid.tmp` of the archive's size.
+ * Writes each `[target, data]` to a fsynced temporary sibling. `interruptible`: an interrupt
+ * (Ctrl-C during a publish or an install of a large archive) removes those still there before the
+ * process ends, where each stayed in the store as a hidden `.name.pid.tmp` of the archive's size.
  */
-async function stageFiles(files: Array<[string, Uint8Array | string]>): Promise<StagedFiles> {
+async function stageFiles(files: Array<[string, Uint8Array | string]>, interruptible: boolean): Promise<StagedFiles> {
   const paths: string[] = [];
   const releases: Array<() => void> = [];
   const release = () => {
@@ -407,7 +419,7 @@ async function stageFiles(files: Array<[string, Uint8Array | string]>): Promise<
     for (const [target, data] of files) {
       const temporary = temporarySibling(target);
       paths.push(temporary);
-      releases.push(removedIfInterrupted(temporary));
+      if (interruptible) releases.push(removedIfInterrupted(temporary));
       const handle = await fs.open(temporary, 'wx', 0o644);
       try {
         await handle.writeFile(data);
