@@ -215,6 +215,11 @@ describe('the sealed sandbox, piece by piece', () => {
             '-c',
             `for target in ['${hostBundle}', '${path.join(repositoryRoot, 'package.json')}', '${path.join(repositoryRoot, 'examples')}', '${path.join(repositoryRoot, '.gitignore')}', '${path.join(repositoryRoot, '.ci', 'run')}']:\n  try:\n    print('read' if open(target).read() else 'empty')\n  except OSError as e:\n    print(e.strerror)`,
           ),
+          // SIGUSR1 to the capsule host, which shares the sandbox's processes and user with every
+          // tool: Node's answer would be its inspector on 127.0.0.1:9229, which runs any code in the host.
+          python(script('inspector.py')),
+          // The names a tool resolves from files: the sandbox's own, never the machine's /etc/hosts.
+          python('-c', "import socket\nprint(open('/etc/hosts').read().split())\nprint(socket.gethostbyname('localhost'), socket.gethostbyname('capsule'))"),
         ],
         async (workdir) => {
           copyFileSync(realpathSync('/usr/bin/python3'), path.join(workdir, 'python-copy'));
@@ -273,6 +278,21 @@ describe('the sealed sandbox, piece by piece', () => {
         'No such file or directory',
         'No such file or directory',
         'No such file or directory',
+      ]);
+    });
+
+    it('lets no tool open the capsule host’s inspector with SIGUSR1: the host ignores the signal, says so once, and goes on', async () => {
+      expect(value(outcome.results[10]).stdout.trim()).toBe('signalled: inspector closed, host alive');
+      const sessions = readdirSync(path.join(outcome.workdir, '.murmur')).filter((entry) => entry.startsWith('ses_'));
+      const hostLog = await fs.readFile(path.join(outcome.workdir, '.murmur', sessions[0] as string, 'logs', 'host.log'), 'utf8');
+      expect(hostLog).toContain('SIGUSR1 ignored: this host opens no inspector');
+      expect(hostLog).not.toContain('Debugger listening');
+    });
+
+    it('gives a tool a hosts file of the sandbox’s own names alone: localhost and its host name, nothing of the machine’s', () => {
+      expect(value(outcome.results[11]).stdout.trim().split('\n')).toEqual([
+        "['127.0.0.1', 'localhost', 'capsule', '::1', 'localhost', 'ip6-localhost', 'ip6-loopback']",
+        '127.0.0.1 127.0.0.1',
       ]);
     });
 

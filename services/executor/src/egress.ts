@@ -286,13 +286,13 @@ export class EgressPolicy {
     message: { message_id: string; context_id?: string | undefined; text: string },
     /** The sending session's span: the peer continues its trace (what `a2a_send.traceparent` records). */
     traceparent?: string,
-  ): Promise<{ ok: true; value: { task_id: string; context_id: string; state: string; traceparent: string | null } } | { ok: false; error: string }> {
-    const url = peerUrl.includes('://') ? peerUrl : `http://${peerUrl}`;
+  ): Promise<PeerSendResult> {
+    const url = peerRequestUrl(peerUrl);
     const target = requestTargetOf(url);
     if (!target) return { ok: false, error: `invalid peer URL '${peerUrl}'` };
-    if (!anyRuleMatches(this.ceiling, target)) return { ok: false, error: `network policy: '${peerUrl}' not in capabilities.network.allow` };
+    if (!anyRuleMatches(this.ceiling, target)) return { ok: false, error: `network policy: '${peerUrl}' not in capabilities.network.allow`, denied: true };
     const own = this.ownEndpointRefusal(target.host, portOf(target));
-    if (own) return { ok: false, error: own };
+    if (own) return { ok: false, error: own, denied: true };
     const body = {
       jsonrpc: '2.0',
       id: newRequestId(),
@@ -322,13 +322,32 @@ export class EgressPolicy {
       });
       reply = JSON.parse(await readCapped(response.body, SEND_REPLY_LIMIT_BYTES)) as typeof reply;
     } catch (error) {
-      return { ok: false, error: `failed to send to '${peerUrl}': ${transportError(error).reason}` };
+      // An address the lookup refused (the runtime's own, or one no capsule may reach) is the
+      // policy's refusal, as it is for `wasi:http`: nothing was connected to.
+      return {
+        ok: false,
+        error: `failed to send to '${peerUrl}': ${transportError(error).reason}`,
+        ...(error instanceof ProhibitedAddress ? { denied: true as const } : {}),
+      };
     }
     if (reply.error) return { ok: false, error: `the peer refused the message: ${reply.error.message ?? 'error'}` };
     const task = reply.result;
     if (!task?.id || !task.contextId || !task.status?.state) return { ok: false, error: `the peer at '${peerUrl}' answered without a task` };
     return { ok: true, value: { task_id: task.id, context_id: task.contextId, state: task.status.state, traceparent: traceparent ?? null } };
   }
+}
+
+/**
+ * What `send` comes to: the peer's task, or the error string the guest receives; `denied` when the
+ * network policy refused it (recorded as a denial, where a peer that failed is recorded as failed).
+ */
+export type PeerSendResult =
+  | { ok: true; value: { task_id: string; context_id: string; state: string; traceparent: string | null } }
+  | { ok: false; error: string; denied?: true };
+
+/** The URL a peer is reached at: a peer named without a scheme (`host:port`, as the spec writes them) is spoken to over http. */
+export function peerRequestUrl(peerUrl: string): string {
+  return peerUrl.includes('://') ? peerUrl : `http://${peerUrl}`;
 }
 
 /** The most a peer's answer to `message/send` may hold: a task, not a payload. */

@@ -1,4 +1,4 @@
-import { type EgressPolicy, REQUEST_TIMEOUT_MS, RESPONSE_LIMIT_BYTES, transportError } from './egress.js';
+import { type EgressPolicy, REQUEST_TIMEOUT_MS, RESPONSE_LIMIT_BYTES, peerRequestUrl, transportError } from './egress.js';
 import type { EgressRecords } from './egress-records.js';
 import type { HostRequest } from './host/protocol.js';
 import { RequestUploads } from './request-uploads.js';
@@ -102,13 +102,11 @@ export class HostEgress {
           'a2a',
           'capsule',
           request.request.peer_url,
-          result.ok
-            ? { decision: 'allowed', state: result.value.state }
-            : { decision: result.error.startsWith('network policy') ? 'denied' : 'failed', reason: result.error },
-          policy.ruleForHttp(request.request.peer_url, 'capsule'),
+          result.ok ? { decision: 'allowed', state: result.value.state } : { decision: result.denied ? 'denied' : 'failed', reason: result.error },
+          policy.ruleForHttp(peerRequestUrl(request.request.peer_url), 'capsule'),
           startedAt,
         );
-        return result;
+        return result.ok ? result : { ok: false, error: result.error };
       }
     }
   }

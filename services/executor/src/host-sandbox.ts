@@ -34,12 +34,12 @@ import type { RecordBind } from './workdir.js';
  * |---|---|
  * | 0–2 | nothing, stdout, stderr |
  * | 3 | the channel to the executor: framed messages (`host/frame-channel.ts`) |
- * | 4–6 | `/etc/passwd`, `/etc/group`, `/etc/resolv.conf` (read by bubblewrap, then gone) |
- * | 7 | the confinement spec (read by the helper, then gone) |
- * | 8 | the seccomp program (read by the helper, then gone) |
- * | 9… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
+ * | 4–7 | `/etc/passwd`, `/etc/group`, `/etc/resolv.conf`, `/etc/hosts` (`SANDBOX_FILES`: read by bubblewrap, then gone) |
+ * | 8 | the confinement spec (read by the helper, then gone) |
+ * | 9 | the seccomp program (read by the helper, then gone) |
+ * | 10… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
  * | next… | a fresh sandbox's pinned workdir, `/tmp` and records (bound by bubblewrap, then gone; below 19) |
- * | 9 | a pooled sandbox (which has no tools' cgroup): its held helper's commands and answer |
+ * | 10 | a pooled sandbox (which has no tools' cgroup): its held helper's commands and answer |
  * | 19 | what bubblewrap mounts, as its options, NUL-separated (`--args`: read before it does anything, then gone) |
  * | 20 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
  * | 21… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
@@ -49,9 +49,9 @@ import type { RecordBind } from './workdir.js';
  * sandbox that is not sealed has no network to hand out, and its host no IPC channel at all.
  */
 
-export const SPEC_FD = 7;
-export const SECCOMP_FD = 8;
-export const FIRST_CGROUP_FD = 9;
+export const SPEC_FD = FIRST_DATA_FD + SANDBOX_FILES.length;
+export const SECCOMP_FD = SPEC_FD + 1;
+export const FIRST_CGROUP_FD = SECCOMP_FD + 1;
 export const FIRST_LISTENER_FD = 21;
 /**
  * Where a sealed sandbox's bubblewrap reads what it mounts (`bubblewrapMounts`): written once that

@@ -61,18 +61,21 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
   let nextFd = firstFd + 2;
   let synthetic = 0;
   const addressOf = (host: string): string | undefined => {
-    if (host === 'localhost') {
+    // A resolver asks for a name without the root's dot (`dns-message.ts`): a rule written fully
+    // qualified (`api.example.`) is the name `api.example` asks for too.
+    const name = host.endsWith('.') ? host.slice(0, -1) : host;
+    if (name === 'localhost') {
       names.localhost = '127.0.0.1';
       return names.localhost;
     }
-    const family = ipFamily(host.replace(/^\[|\]$/g, ''));
-    if (family === 4) return host;
+    const family = ipFamily(name.replace(/^\[|\]$/g, ''));
+    if (family === 4) return name;
     if (family === 6) return undefined;
-    if (!names[host]) {
+    if (!names[name]) {
       synthetic += 1;
-      names[host] = `${SYNTHETIC_BASE[0]}.${SYNTHETIC_BASE[1]}.${Math.floor(synthetic / 256)}.${synthetic % 256}`;
+      names[name] = `${SYNTHETIC_BASE[0]}.${SYNTHETIC_BASE[1]}.${Math.floor(synthetic / 256)}.${synthetic % 256}`;
     }
-    return names[host];
+    return names[name];
   };
   for (const rule of [...rules].sort((left, right) => (left.host < right.host ? -1 : left.host > right.host ? 1 : 0))) {
     // The unspecified address is no destination, and would take its port on every address; the

@@ -111,14 +111,19 @@ export interface SandboxFile {
 export const FIRST_DATA_FD = 4;
 
 /**
- * A user database that names the capsule and nobody else on the machine, and a resolver that asks
+ * A user database that names the capsule and nobody else on the machine, a resolver that asks
  * the sandbox's own DNS (every address in its network namespace is local, so any nameserver line
- * would reach it; this one says so).
+ * would reach it; this one says so), and a hosts file of the sandbox's own names alone. The
+ * machine's `/etc/hosts` would answer its names ahead of that DNS, with the machine's addresses:
+ * an allowlisted name listed there would never reach its listener, and the file tells a capsule
+ * about the machine's network.
  */
 export const SANDBOX_FILES: SandboxFile[] = [
   { path: '/etc/passwd', content: 'root:x:0:0:root:/root:/usr/sbin/nologin\ncapsule:x:1000:1000:capsule:/nonexistent:/usr/sbin/nologin\n' },
   { path: '/etc/group', content: 'root:x:0:\ncapsule:x:1000:\n' },
   { path: '/etc/resolv.conf', content: 'nameserver 127.0.0.1\noptions attempts:1 timeout:2\n' },
+  // `capsule` is the sandbox's host name (`--hostname`): a tool that looks itself up finds it here, at once.
+  { path: '/etc/hosts', content: '127.0.0.1\tlocalhost capsule\n::1\tlocalhost ip6-localhost ip6-loopback\n' },
 ];
 
 /**
@@ -231,7 +236,6 @@ const ETC_ENTRIES = [
   'pki/tls/certs',
   'ca-certificates',
   'ca-certificates.conf',
-  'hosts',
   'nsswitch.conf',
   'localtime',
   'timezone',

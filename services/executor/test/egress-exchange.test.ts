@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { EgressPolicy, transportError } from '../src/egress.js';
+import { HostEgress } from '../src/host-egress.js';
 import { planNetwork } from '../src/network-plan.js';
 import { RequestUploads } from '../src/request-uploads.js';
 import { eventually } from '../../../test/support/processes.js';
@@ -208,6 +209,55 @@ describe('a refusal', () => {
       cause: new DOMException('The operation was aborted due to timeout', 'TimeoutError'),
     });
     expect(transportError(aborted)).toEqual({ code: 'connection-timeout', reason: 'the request timed out' });
+  });
+});
+
+describe('an A2A send', () => {
+  /** The host's egress of one session under `allow`, and every decision it records, with the rule each was counted under. */
+  function hostEgress(allow: string[], resolve?: (host: string) => Promise<Array<{ address: string; family: number }>>) {
+    const egress = new EgressPolicy(
+      { policy: { network_allow: allow } as never, artifacts: [] },
+      { privateHosts: () => false, ...(resolve ? { resolve } : {}) },
+    );
+    const decisions: Array<{ kind: string; target: string; outcome: Record<string, unknown>; rule: string | undefined }> = [];
+    const records = {
+      request: (kind: string, _grant: string, target: string, outcome: Record<string, unknown>, rule?: string) =>
+        void decisions.push({ kind, target, outcome, rule }),
+    };
+    const host = new HostEgress({ policy: () => egress, records: records as never, traceparent: () => undefined });
+    const send = (peer: string) => host.answer({ op: 'send', request: { peer_url: peer, message_id: 'msg_1', text: 'hello' } });
+    return { egress, decisions, send };
+  }
+
+  it('to a peer named as host:port, the way the spec writes peers, is counted under the rule that allowed it', async () => {
+    const port = await serve((request, response) => {
+      request.resume();
+      request.on('end', () => {
+        response.setHeader('content-type', 'application/json');
+        response.end(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { id: 'tsk_peer', contextId: 'ctx_peer', status: { state: 'submitted' } } }));
+      });
+    });
+    const { egress, decisions, send } = hostEgress([`127.0.0.1:${port}`]);
+    expect(await send(`127.0.0.1:${port}`)).toMatchObject({ ok: true, value: { task_id: 'tsk_peer' } });
+    expect(decisions).toEqual([{ kind: 'a2a', target: `127.0.0.1:${port}`, outcome: { decision: 'allowed', state: 'submitted' }, rule: `127.0.0.1:${port}` }]);
+    egress.close();
+  });
+
+  it('to a name that resolves to an address no rule names is the policy’s refusal, recorded as denied as a wasi:http request’s is, and connects nowhere', async () => {
+    let connections = 0;
+    const port = await serve((_request, response) => {
+      connections += 1;
+      response.end();
+    });
+    const { egress, decisions, send } = hostEgress([`peer.example:${port}`], async () => [{ address: '127.0.0.1', family: 4 }]);
+    const result = await send(`peer.example:${port}`);
+    expect(result).toEqual({
+      ok: false,
+      error: expect.stringContaining("network policy: 'peer.example' resolves to 127.0.0.1, which is not a public address"),
+    });
+    expect(decisions).toMatchObject([{ kind: 'a2a', outcome: { decision: 'denied' } }]);
+    expect(connections).toBe(0);
+    egress.close();
   });
 });
 

@@ -26,6 +26,16 @@ describe('the sealed sandbox’s network plan', () => {
     expect(plan.names).toEqual({ localhost: '127.0.0.1' });
   });
 
+  it('answers a rule written fully qualified, with the root’s dot, under the name a resolver asks for', () => {
+    const plan = planNetwork(['api.example.com.:443', 'api.example.com:8443', 'localhost.:9000'], 16);
+    expect(plan.names).toEqual({ 'api.example.com': '127.77.0.1', localhost: '127.0.0.1' });
+    expect(plan.listeners.map((listener) => [listener.address, listener.port, listener.host])).toEqual([
+      ['127.77.0.1', 8443, 'api.example.com'],
+      ['127.77.0.1', 443, 'api.example.com.'],
+      ['127.0.0.1', 9000, 'localhost.'],
+    ]);
+  });
+
   it('opens one listener for rules that land on the same address and port', () => {
     const plan = planNetwork(['https://api.example.com', 'api.example.com:443'], 16);
     expect(plan.listeners).toHaveLength(1);
