@@ -16,8 +16,8 @@ import {
  * a child registers (the envelope its runtime reports inside the one that was approved).
  *
  * - network: every child rule is covered by some ceiling rule (`ceilingCovers`: an unset scheme or
- *   port on the ceiling is a wildcard, never the other way round); unix sockets only if the
- *   ceiling has them.
+ *   port on the ceiling is a wildcard, never the other way round), and so is every rule of its
+ *   hooks (`HookReach`); unix sockets only if the ceiling has them.
  * - filesystem: the child's scope equals the ceiling's or lies beneath it (`.` covers the whole
  *   workdir), compared component by component after `.`/`..` are folded; `workdir_exec` only if
  *   the ceiling has it.
@@ -207,11 +207,50 @@ const CHECKS: ReadonlyArray<(child: CapabilityPolicy, ceiling: CapabilityPolicy,
   checkContainment,
 ];
 
-/** The first axis on which `child` does not fit inside `ceiling`, or undefined when it fits. */
-export function findMisfit(child: CapabilityPolicy, ceiling: CapabilityPolicy, options: FitOptions = { ceiling: "the parent's" }): Misfit | undefined {
+/**
+ * A hook's own network rules (its entry's `capabilities.network.allow`). A hook is given exactly
+ * these when it runs (upstream's §1.4: it inherits nothing, so nothing narrows it), so they are a
+ * child's reach as much as its capsule-wide rules are, and are held to the ceiling the same way.
+ */
+export interface HookReach {
+  hook: string;
+  allow: readonly string[];
+}
+
+/** The hooks' rules of a capsule manifest's artifacts: what `findMisfit` checks besides its envelope. */
+export function hookReachOf(artifacts: ReadonlyArray<{ name: string; runtime: string; capabilities?: { network?: { allow?: string[] } } }>): HookReach[] {
+  return artifacts
+    .filter((artifact) => artifact.runtime === 'hook' && (artifact.capabilities?.network?.allow?.length ?? 0) > 0)
+    .map((artifact) => ({ hook: artifact.name, allow: artifact.capabilities?.network?.allow ?? [] }));
+}
+
+function checkHooks(hooks: readonly HookReach[], ceiling: CapabilityPolicy, owner: string): Misfit | undefined {
+  const ceilingRules = parseRules(ceiling.network_allow)
+    .map(({ rule }) => rule)
+    .filter((rule): rule is NetworkAllowRule => rule !== undefined);
+  for (const { hook, allow } of hooks) {
+    for (const { entry, rule } of parseRules(allow)) {
+      if (rule === undefined || !ceilingCovers(ceilingRules, rule)) {
+        return {
+          axis: 'network',
+          reason: `network: hook '${hook}' rule '${entry}' is not covered by ${owner} capabilities.network.allow (a hook is given exactly its own rules, which nothing narrows)`,
+        };
+      }
+    }
+  }
+  return undefined;
+}
+
+/** The first axis on which `child` (and its hooks' rules) does not fit inside `ceiling`, or undefined when it fits. */
+export function findMisfit(
+  child: CapabilityPolicy,
+  ceiling: CapabilityPolicy,
+  options: FitOptions = { ceiling: "the parent's" },
+  hooks: readonly HookReach[] = [],
+): Misfit | undefined {
   for (const check of CHECKS) {
     const misfit = check(child, ceiling, options.ceiling);
     if (misfit) return misfit;
   }
-  return undefined;
+  return checkHooks(hooks, ceiling, options.ceiling);
 }

@@ -25,7 +25,7 @@ import { bodyLimit } from 'hono/body-limit';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { httpStatusOf } from './http-status.js';
 import type * as z from 'zod';
-import { findMisfit } from './fit.js';
+import { type HookReach, findMisfit, hookReachOf } from './fit.js';
 import { type ApprovalRecord, type RoostState, type SessionRecord, digestsEqual, newSecret, sha256Of } from './state.js';
 
 /**
@@ -263,9 +263,9 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       );
     }
 
-    const childPolicy = await registeredPolicies.of(body.name, body.version);
+    const { policy: childPolicy, hooks } = await registeredPolicies.of(body.name, body.version);
     if (parent) {
-      const misfit = findMisfit(childPolicy, parent.policy);
+      const misfit = findMisfit(childPolicy, parent.policy, undefined, hooks);
       if (misfit) refuse(403, misfit.reason, misfit.axis);
       // Deregistered while the registry was read: no approval for a parent that is gone.
       await authenticated(credential, 'a spawn');
@@ -331,26 +331,33 @@ const POLICIES_KEPT = 256;
  * its recorded digest changes, which the store's record says without reading the bytes.
  */
 class RegisteredPolicies {
-  private readonly kept = new Map<string, { sha256: string; policy: CapabilityPolicy }>();
+  private readonly kept = new Map<string, RegisteredEnvelope>();
 
   constructor(private readonly store: ArtifactStore) {}
 
-  async of(name: string, version: string): Promise<CapabilityPolicy> {
+  async of(name: string, version: string): Promise<RegisteredEnvelope> {
     const key = `${name}@${version}`;
     // A name that cannot be a store path has no record: the full read below refuses it by name.
     const recorded = await this.store.recordedSha256(name, version).catch(() => undefined);
     const kept = this.kept.get(key);
-    if (kept && recorded !== undefined && kept.sha256 === recorded) return kept.policy;
-    const { policy, sha256 } = await registeredCapsulePolicy(this.store, name, version);
+    if (kept && recorded !== undefined && kept.sha256 === recorded) return kept;
+    const envelope = await registeredCapsulePolicy(this.store, name, version);
     this.kept.delete(key);
-    this.kept.set(key, { sha256, policy });
+    this.kept.set(key, envelope);
     if (this.kept.size > POLICIES_KEPT) this.kept.delete(this.kept.keys().next().value as string);
-    return policy;
+    return envelope;
   }
 }
 
+/** A registered capsule's envelope, its hooks' own network rules, and the digest they were read from. */
+interface RegisteredEnvelope {
+  policy: CapabilityPolicy;
+  hooks: HookReach[];
+  sha256: string;
+}
+
 /** The envelope of the capsule `name@version` in roost's registry, from its own manifest. */
-async function registeredCapsulePolicy(store: ArtifactStore, name: string, version: string): Promise<{ policy: CapabilityPolicy; sha256: string }> {
+async function registeredCapsulePolicy(store: ArtifactStore, name: string, version: string): Promise<RegisteredEnvelope> {
   const label = `${name}@${version}`;
   try {
     assertStorable(name, version);
@@ -366,5 +373,6 @@ async function registeredCapsulePolicy(store: ArtifactStore, name: string, versi
   if (inspected.packaged.kind !== 'capsule') {
     throw new Refusal(422, `${label} in roost's registry is a ${inspected.packaged.manifest.runtime} artifact, not a capsule`, { code: 'E-MAN-003' });
   }
-  return { policy: capabilityPolicy(inspected.packaged.manifest), sha256: stored.recordedSha256 };
+  const manifest = inspected.packaged.manifest;
+  return { policy: capabilityPolicy(manifest), hooks: hookReachOf(manifest.artifacts), sha256: stored.recordedSha256 };
 }

@@ -59,6 +59,8 @@ interface Capabilities {
   memoryBytes?: number;
   cpuSeconds?: number;
   containment?: 'advisory' | 'scoped' | 'sealed';
+  /** A hook entry's own network rules (`artifacts[].capabilities.network.allow`). */
+  hookNetwork?: string[];
 }
 
 function list(values: string[]): string {
@@ -67,7 +69,18 @@ function list(values: string[]): string {
 
 /** A capsule manifest declaring exactly these capabilities. */
 function manifest(name: string, version: string, caps: Capabilities): string {
-  const lines = [`name: ${name}`, `version: "${version}"`, 'capabilities:'];
+  const lines = [`name: ${name}`, `version: "${version}"`];
+  if (caps.hookNetwork)
+    lines.push(
+      'artifacts:',
+      '  - name: audit',
+      '    version: 0.1.0',
+      '    runtime: hook',
+      '    capabilities:',
+      '      network:',
+      `        allow: ${list(caps.hookNetwork)}`,
+    );
+  lines.push('capabilities:');
   if (caps.network || caps.unixSockets) {
     lines.push('  network:');
     if (caps.network) lines.push(`    allow: ${list(caps.network)}`);
@@ -100,6 +113,7 @@ const CHILDREN = [
   'local/lax',
   'local/ghost',
   'local/tool',
+  'local/hooked',
 ];
 
 const PARENT = manifest('local/parent', '1.0.0', {
@@ -120,6 +134,8 @@ const FITTING: Capabilities = {
   shell: ['git'],
   memoryBytes: 128 * MiB,
   containment: 'sealed',
+  // A hook's own rules, covered as the capsule's are.
+  hookNetwork: ['https://files.example.com:8443'],
 };
 
 const WORKER = manifest('local/worker', '0.1.0', FITTING);
@@ -136,6 +152,13 @@ const MISFITS: Array<{ axis: string; name: string; caps: Capabilities; message: 
     name: 'local/wide-fs',
     caps: { ...FITTING, scope: 'data/../secrets' },
     message: "filesystem: child scope 'data/../secrets' is not within the parent's capabilities.filesystem.scope 'data'",
+  },
+  {
+    axis: 'network',
+    name: 'local/hooked',
+    caps: { ...FITTING, hookNetwork: ['https://api.example.com', 'collector.example:4318'] },
+    message:
+      "network: hook 'audit' rule 'collector.example:4318' is not covered by the parent's capabilities.network.allow (a hook is given exactly its own rules, which nothing narrows)",
   },
   {
     axis: 'env',
