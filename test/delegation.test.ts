@@ -97,10 +97,12 @@ describe('delegated children and their completions', () => {
     });
     failingInference = await startScriptedInference({ script: [{ raw: '{"content":[{"type":"text","text":"hel' }] });
     const probe = (await probeCapsule()).bytes;
-    const parentManifest = `name: ${PARENT}\nversion: 0.1.0\nartifacts:\n${driverEntry}capabilities:\n  network:\n    allow: [${inference.authority}, ${failingInference.authority}]\n  env:\n    allow: [${MARKER_VAR}]\n  spawn:\n    allow: [local/worker, local/waiting-worker, local/slow-worker, local/failing-worker]\nlifecycle:\n  task_acceptance: queue\n  after_task: sleep\ntrace:\n  capture: content\ninference:\n  endpoint: ${inference.endpoint}\n  model: test-model\n  driver:\n    artifact: ${DRIVER}\n`;
+    const parentManifest = `name: ${PARENT}\nversion: 0.1.0\nartifacts:\n${driverEntry}capabilities:\n  network:\n    allow: [${inference.authority}, ${failingInference.authority}]\n  env:\n    allow: [${MARKER_VAR}]\n  spawn:\n    allow: [local/worker, local/waiting-worker, local/slow-worker, local/failing-worker, local/borrower]\nlifecycle:\n  task_acceptance: queue\n  after_task: sleep\ntrace:\n  capture: content\ninference:\n  endpoint: ${inference.endpoint}\n  model: test-model\n  driver:\n    artifact: ${DRIVER}\n`;
     await publishInto(store, await capsuleArchive(parentManifest));
     await publishInto(store, await capsuleArchive(`name: local/worker\nversion: 0.1.0\ncapabilities:\n  env:\n    allow: [${MARKER_VAR}]\n`, probe));
     await publishInto(store, await capsuleArchive('name: local/waiting-worker\nversion: 0.1.0\n', probe));
+    // Names a variable its parent passes in a reference, without allowing it.
+    await publishInto(store, await capsuleArchive(`name: local/borrower\nversion: 0.1.0\nobservability:\n  otel_endpoint: \${${MARKER_VAR}}\n`, probe));
     await publishInto(
       store,
       await capsuleArchive(
@@ -320,6 +322,19 @@ describe('delegated children and their completions', () => {
         'the child session_start',
       );
       expect(childTrace.spawned_by).toBe(parent.sessionId);
+    } finally {
+      await parent.stop();
+    }
+  });
+
+  it("a child's ${VAR} references resolve only against the variables it allows: one naming a value its parent passes and it does not allow is refused, naming the variable and where", async () => {
+    const parent = await startParent();
+    try {
+      await expect(launch(parent, 'local/borrower', { task: workerTask, env: { [MARKER_VAR]: MARKER } })).rejects.toMatchObject({
+        code: 'E-DLG-002',
+        message: `local/borrower@0.1.0 references \${${MARKER_VAR}} at observability.otel_endpoint, which its capabilities.env.allow does not list: a launched capsule's references resolve only against the variables it allows`,
+      });
+      expect(started.some((event) => event.capsule_name === 'local/borrower')).toBe(false);
     } finally {
       await parent.stop();
     }
@@ -648,7 +663,7 @@ describe('delegated children and their completions', () => {
         () =>
           inference
             .requests()
-            .flatMap((request) => JSON.stringify(request.body).match(/the delegation of local\/worker@0\.1\.0 is refused[^"]*/g) ?? [])
+            .flatMap((request) => JSON.stringify(request.body).match(/E-DLG-003: the delegation of local\/worker@0\.1\.0 is refused[^"]*/g) ?? [])
             .at(0),
         60_000,
         "the grandchild's refusal in the child's model's context",
@@ -677,7 +692,7 @@ describe('delegated children and their completions', () => {
         expect((await rpc(parent.url, 'tasks/cancel', { id: taskId }, headers)).body.result).toMatchObject({ status: { state: 'canceled' } });
       }
       expect(await answerOf(await tellParent(parent, quick))).toContain(
-        'the delegation tree this session belongs to already has 2 delegated sessions running, the most this executor allows (MURMUR_DELEGATION_MAX_TREE)',
+        'E-DLG-003: the delegation of local/worker@0.1.0 is refused: the delegation tree this session belongs to already has 2 delegated sessions running, the most this executor allows (MURMUR_DELEGATION_MAX_TREE)',
       );
       // One of them ends: its place is free again.
       await control(startedIds[0] as string, 'shutdown');
@@ -775,7 +790,9 @@ describe('delegated children and their completions', () => {
         { headers: bearer(parent.token) },
       );
       const answer = (sent.body.result as { status: { message: { parts: Array<{ text: string }> } } }).status.message.parts[0]?.text ?? '';
-      expect(answer).toContain('roost refused the delegation of local/not-allowed@0.1.0');
+      expect(answer).toContain(
+        "roost refused the delegation of local/not-allowed@0.1.0: E-DLG-002: spawn: capsule 'local/not-allowed' is not in capabilities.spawn.allow",
+      );
       expect(answer).toContain('spawn.allow');
       const trace = await traceOf(parent.sessionDir);
       expect(trace.find((event) => event.event_type === 'tool_call')).toMatchObject({ tool_name: 'delegate-task', status: 'error' });

@@ -453,8 +453,29 @@ describe('the capsule manifest', () => {
       }
       expect(refused?.code).toBe('E-MAN-003');
       expect(refused?.message).toContain(
-        "'inference.endpoint' (from ${MODEL_ENDPOINT}): 'http://models.example.com' uses plain http:// with non-loopback host 'models.example.com'",
+        "'inference.endpoint' (from ${MODEL_ENDPOINT}): the value of ${MODEL_ENDPOINT} uses plain http:// with non-loopback host — use https://",
       );
+      expect(refused?.message).not.toContain('models.example.com');
+    });
+
+    it('never shows a variable’s value in a refusal of it: a key named where a URL belongs is said by its name alone', () => {
+      const secret = 'ghp_QAPARENTSECRET0123456789';
+      const refusals: string[] = [];
+      for (const yaml of [
+        'inference:\n  endpoint: ${GITHUB_TOKEN}\n  model: m\n  driver: { artifact: d }\n',
+        'observability:\n  otel_endpoint: ${GITHUB_TOKEN}\n',
+      ]) {
+        const { manifest } = parseCapsuleManifest(`name: agent\nversion: 1.0.0\n${yaml}`, { env: { GITHUB_TOKEN: secret } });
+        try {
+          resolveManifestSecrets(manifest, { GITHUB_TOKEN: secret });
+        } catch (error) {
+          refusals.push(`${(error as MurmurError).code}: ${(error as MurmurError).message}`);
+        }
+      }
+      expect(refusals).toEqual([
+        "E-MAN-003: murmur.yaml: invalid inference config for 'inference.endpoint' (from ${GITHUB_TOKEN}): failed to parse the value of ${GITHUB_TOKEN} as a URL",
+        "E-MAN-003: murmur.yaml: invalid value for 'observability.otel_endpoint' (from ${GITHUB_TOKEN}): the value of ${GITHUB_TOKEN} is not an http(s) URL",
+      ]);
     });
 
     it('treats anything but a whole ${NAME} as a literal', () => {

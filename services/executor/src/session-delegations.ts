@@ -157,13 +157,13 @@ export class SessionDelegations {
     if (lineage.depth > delegationMaxDepth)
       return {
         ok: false,
-        error: `the delegation of ${request.capsule}@${request.version} is refused: it would run ${lineage.depth} delegation${lineage.depth === 1 ? '' : 's'} deep, and this executor allows ${delegationMaxDepth} (MURMUR_DELEGATION_MAX_DEPTH); do the work in this session instead`,
+        error: `E-DLG-003: the delegation of ${request.capsule}@${request.version} is refused: it would run ${lineage.depth} delegation${lineage.depth === 1 ? '' : 's'} deep, and this executor allows ${delegationMaxDepth} (MURMUR_DELEGATION_MAX_DEPTH); do the work in this session instead`,
       };
     const release = environment.delegationTrees.take(lineage.root_session_id, delegationMaxTree);
     if (!release)
       return {
         ok: false,
-        error: `the delegation of ${request.capsule}@${request.version} is refused: the delegation tree this session belongs to already has ${delegationMaxTree} delegated session${delegationMaxTree === 1 ? '' : 's'} running, the most this executor allows (MURMUR_DELEGATION_MAX_TREE); wait for a delegation to complete, or do the work in this session`,
+        error: `E-DLG-003: the delegation of ${request.capsule}@${request.version} is refused: the delegation tree this session belongs to already has ${delegationMaxTree} delegated session${delegationMaxTree === 1 ? '' : 's'} running, the most this executor allows (MURMUR_DELEGATION_MAX_TREE); wait for a delegation to complete, or do the work in this session`,
       };
     const refused = (error: string) => {
       release();
@@ -177,9 +177,11 @@ export class SessionDelegations {
         body: JSON.stringify({ name: request.capsule, version: request.version }),
         signal: AbortSignal.timeout(10_000),
       });
-      const body = (await response.json().catch(() => ({}))) as { approval?: string; error?: string };
+      const body = (await response.json().catch(() => ({}))) as { approval?: string; error?: string; code?: string };
       if (!response.ok || !body.approval)
-        return refused(`roost refused the delegation of ${request.capsule}@${request.version}: ${body.error ?? `HTTP ${response.status}`}`);
+        return refused(
+          `roost refused the delegation of ${request.capsule}@${request.version}: ${typeof body.code === 'string' ? `${body.code}: ` : ''}${body.error ?? `HTTP ${response.status}`}`,
+        );
       approval = body.approval;
     } catch (error) {
       return refused(`roost at ${roostUrl} did not answer: ${(error as Error).message}`);

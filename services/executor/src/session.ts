@@ -1032,6 +1032,7 @@ export class Session {
           ...(breach === 'entries'
             ? { observed_entries: observed.entries, max_entries: ceilings.entries }
             : { observed_bytes: observed.bytes, max_bytes: ceilings.bytes }),
+          ...(breach === 'bytes' && observed.delegatedBytes ? { observed_delegated_bytes: observed.delegatedBytes } : {}),
           ...(observed.hidden ? { unmeasured_path: observed.hidden.path, unmeasured_because: observed.hidden.code } : {}),
         });
         this.tellHost({ type: 'ceiling', limit, ...ceiling });
@@ -1039,6 +1040,7 @@ export class Session {
         this.ceilingKill.unref();
       },
       this.environment.settings.workdirCheckMs,
+      childrenDirIn(this.paths.sessionDir),
     );
   }
 

@@ -7,6 +7,8 @@ export interface WorkdirUsage {
   entries: number;
   /** The first entry the walk could not read or measure, and why (its path relative to the workdir). */
   hidden?: { path: string; code: string };
+  /** Of `bytes`, those under the session's delegated children's workdirs (`children/`), when the walk was told where they are. */
+  delegatedBytes?: number;
 }
 
 /**
@@ -51,6 +53,8 @@ export class WorkdirGuard {
     private readonly ceilings: WorkdirCeilings,
     private readonly onBreach: (breach: WorkdirBreach, observed: WorkdirUsage) => void,
     intervalMs: number,
+    /** Where the session's delegated children have their workdirs: counted too, and said apart. */
+    private readonly delegations?: string,
   ) {
     this.timer = setInterval(() => void this.check(), intervalMs);
     this.timer.unref();
@@ -60,7 +64,7 @@ export class WorkdirGuard {
     if (this.walking || this.stopped) return;
     this.walking = true;
     try {
-      const observed = await workdirUsage(this.workdir, this.ceilings, () => this.stopped);
+      const observed = await workdirUsage(this.workdir, this.ceilings, () => this.stopped, this.delegations);
       const breach = breachOf(observed, this.ceilings);
       if (breach && !this.stopped) {
         this.stop();
@@ -84,12 +88,17 @@ export class WorkdirGuard {
  */
 export function workdirBreach(breach: WorkdirBreach, observed: WorkdirUsage, ceilings: WorkdirCeilings): { limit: string; message: string; hint: string } {
   switch (breach) {
-    case 'bytes':
+    case 'bytes': {
+      const delegated = observed.delegatedBytes ?? 0;
       return {
         limit: 'workdir_max_bytes',
-        message: `session workdir grew to ${observed.bytes} bytes, past the ${ceilings.bytes} byte ceiling (capabilities.resources.workdir_max_bytes)`,
-        hint: 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
+        message: `session workdir grew to ${observed.bytes} bytes${delegated > 0 ? ` (${delegated} of them in its delegated children's workdirs under children/)` : ''}, past the ${ceilings.bytes} byte ceiling (capabilities.resources.workdir_max_bytes)`,
+        hint:
+          delegated > 0
+            ? "a delegated child's workdir lies in its parent's, and what children write counts against the parent's ceiling, finished children's files included: raise capabilities.resources.workdir_max_bytes in the parent's murmur.yaml, or delegate work that writes less"
+            : 'raise capabilities.resources.workdir_max_bytes in murmur.yaml if the capsule legitimately writes this much, or find what is filling the workdir',
       };
+    }
     case 'entries':
       return {
         limit: 'workdir_max_entries',
@@ -118,8 +127,15 @@ const ENTRIES_PER_READ = 128;
  * (`hidden`; one that went away mid-walk is only skipped), or when `abandoned()` says so (its
  * figures are then meaningless).
  */
-export async function workdirUsage(root: string, stopAbove: WorkdirCeilings = UNBOUNDED, abandoned: () => boolean = () => false): Promise<WorkdirUsage> {
-  const usage: WorkdirUsage = { bytes: 0, entries: 0 };
+export async function workdirUsage(
+  root: string,
+  stopAbove: WorkdirCeilings = UNBOUNDED,
+  abandoned: () => boolean = () => false,
+  /** Where delegated children's workdirs are: their bytes are also counted apart (`delegatedBytes`). */
+  delegations?: string,
+): Promise<WorkdirUsage> {
+  const usage: WorkdirUsage = { bytes: 0, entries: 0, ...(delegations === undefined ? {} : { delegatedBytes: 0 }) };
+  const delegated = (dir: string): boolean => delegations !== undefined && (dir === delegations || dir.startsWith(`${delegations}/`));
   const pending = [root];
   const hide = (entry: string, error: unknown) => {
     const code = (error as NodeJS.ErrnoException).code ?? String(error);
@@ -135,6 +151,10 @@ export async function workdirUsage(root: string, stopAbove: WorkdirCeilings = UN
       hide(dir, error);
       continue;
     }
+    const count = (bytes: number): void => {
+      usage.bytes += bytes;
+      if (usage.delegatedBytes !== undefined && delegated(dir)) usage.delegatedBytes += bytes;
+    };
     try {
       let files: string[] = [];
       for await (const entry of handle) {
@@ -143,12 +163,12 @@ export async function workdirUsage(root: string, stopAbove: WorkdirCeilings = UN
         if (entry.isDirectory()) pending.push(full);
         else files.push(full);
         if (files.length === ENTRIES_PER_READ) {
-          usage.bytes += await bytesOf(files, hide);
+          count(await bytesOf(files, hide));
           files = [];
           if (!within()) break;
         }
       }
-      usage.bytes += await bytesOf(files, hide);
+      count(await bytesOf(files, hide));
     } catch (error) {
       // the directory went away mid-walk (the loop closes the handle however it ends), or cannot be read on
       hide(dir, error);

@@ -3,7 +3,7 @@ import { chmodSync, chownSync, mkdtempSync, mkdirSync, symlinkSync, writeFileSyn
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { WorkdirGuard, workdirUsage } from '../src/workdir-guard.js';
+import { WorkdirGuard, workdirBreach, workdirUsage } from '../src/workdir-guard.js';
 
 describe('the workdir guard', () => {
   const dirs: string[] = [];
@@ -31,6 +31,21 @@ describe('the workdir guard', () => {
     expect(bytes).toBeLessThan(3000 + 2 * 4096);
     // one, a, a/b, a/b/two, link, a/loop: the loop is counted once and never walked into
     expect(entries).toBe(6);
+  });
+
+  it('counts the delegated children’s workdirs with the parent’s, and says how much of it is theirs', async () => {
+    const dir = scratch();
+    const children = path.join(dir, '.murmur', 'ses_parent', 'children');
+    mkdirSync(path.join(children, 'dlg_one', 'deep'), { recursive: true });
+    writeFileSync(path.join(dir, 'own'), Buffer.alloc(4096));
+    writeFileSync(path.join(children, 'dlg_one', 'deep', 'theirs'), Buffer.alloc(3 * 4096));
+    const usage = await workdirUsage(dir, undefined, undefined, children);
+    expect(usage).toMatchObject({ bytes: 4 * 4096, delegatedBytes: 3 * 4096 });
+    const { message, hint } = workdirBreach('bytes', usage, { bytes: 8192, entries: 100 });
+    expect(message).toBe(
+      `session workdir grew to ${4 * 4096} bytes (${3 * 4096} of them in its delegated children's workdirs under children/), past the 8192 byte ceiling (capabilities.resources.workdir_max_bytes)`,
+    );
+    expect(hint).toContain("what children write counts against the parent's ceiling");
   });
 
   it('counts disk reserved past a file’s end, which its size does not show', async () => {

@@ -9,10 +9,13 @@ import {
   MurmurError,
   type SessionEnded,
   type SpawnerHandle,
+  type StagedPlan,
   boundDetail,
   commands,
+  envReferenceName,
   newDelegationId,
   newSessionId,
+  secretReferencePaths,
   sessionUrl,
   spawnerHandleToEnv,
   topics,
@@ -64,6 +67,28 @@ function exitStatus(event: SessionEnded): string {
     return number === undefined ? `signal: ${event.signal}` : `signal: ${number} (${event.signal})`;
   }
   return `exit status: ${event.exit_code ?? 'unknown'}`;
+}
+
+/**
+ * What of the values its launcher passed a child is given: those its own `capabilities.env.allow`
+ * names (roost has held that list inside the parent's). A launcher passes every value it may read;
+ * the rest are not the child's, and a `${VAR}` reference in the child's manifest would otherwise
+ * resolve against them — an endpoint whose value its hooks are handed, say. A reference to a
+ * variable the child does not allow refuses the child, naming the variable and where it is used.
+ */
+function childEnvironment(request: Watched['request'], plan: StagedPlan): Record<string, string> {
+  const allowed = new Set(plan.policy.env_allow);
+  const capsule = `${request.capsule_name}@${request.capsule_version}`;
+  for (const { path, value } of secretReferencePaths(plan.capsule.manifest)) {
+    const name = envReferenceName(value);
+    if (name !== undefined && !allowed.has(name))
+      throw new MurmurError(
+        'E-DLG-002',
+        `${capsule} references \${${name}} at ${path}, which its capabilities.env.allow does not list: a launched capsule's references resolve only against the variables it allows`,
+        { path, hint: `the capsule's publisher adds ${name} to its capabilities.env.allow (and the parent must allow it too)` },
+      );
+  }
+  return Object.fromEntries(Object.entries(request.env).filter(([name]) => allowed.has(name)));
 }
 
 export class DelegationWatcher {
@@ -121,6 +146,7 @@ export class DelegationWatcher {
       },
       { timeoutMs: STAGE_TIMEOUT_MS },
     );
+    const env = childEnvironment(request, plan);
     const url =
       plan.capsule.kind === 'agent' ? `${sessionUrl((await this.bus.request(commands.locateDoor, {}, { timeoutMs: 5_000 })).base_url, sessionId)}/` : undefined;
     const handle: SpawnerHandle | undefined = delegationId
@@ -139,7 +165,7 @@ export class DelegationWatcher {
         plan,
         ...(parentExecutor ? { child_of: { session_id: request.parent.session_id, name: delegationId ?? sessionId } } : {}),
         ...(request.task !== undefined ? { task: request.task } : {}),
-        env: request.env,
+        env,
         ...(url ? { url } : {}),
         ...(handle ? { spawner: handle } : {}),
         ...(request.traceparent ? { traceparent: request.traceparent } : {}),

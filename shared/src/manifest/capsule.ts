@@ -354,21 +354,28 @@ function isLoopbackHost(hostname: string): boolean {
  * What is wrong with an inference endpoint, if anything: it carries prompts and keys, so
  * `https://` anywhere, plain `http://` only to this machine.
  */
-function endpointProblem(endpoint: string): string | undefined {
+/**
+ * What is wrong with `endpoint` as an inference endpoint, or undefined. `variable`: the endpoint
+ * is that variable's value, which is said by the variable's name and never shown — a variable
+ * holding a key rather than a URL would otherwise be printed in the error, and a delegated child's
+ * error is read by its parent's model.
+ */
+function endpointProblem(endpoint: string, variable?: string): string | undefined {
+  const shown = variable === undefined ? `'${endpoint}'` : `the value of \${${variable}}`;
   let url: URL;
   try {
     url = new URL(endpoint);
   } catch {
-    return `failed to parse '${endpoint}' as a URL`;
+    return `failed to parse ${shown} as a URL`;
   }
   const scheme = url.protocol.slice(0, -1);
   if (scheme === 'https') return undefined;
   if (scheme === 'http') {
     return isLoopbackHost(url.hostname)
       ? undefined
-      : `'${endpoint}' uses plain http:// with non-loopback host '${url.hostname}' — use https:// for remote endpoints, or http://localhost or a loopback IP literal for local inference`;
+      : `${shown} uses plain http:// with non-loopback host${variable === undefined ? ` '${url.hostname}'` : ''} — use https:// for remote endpoints, or http://localhost or a loopback IP literal for local inference`;
   }
-  return `unsupported scheme '${scheme}' in '${endpoint}' — expected http or https`;
+  return `unsupported scheme${variable === undefined ? ` '${scheme}'` : ''} in ${shown} — expected http or https`;
 }
 
 /** The endpoint rule at parse; a `${VAR}` reference is held to it once resolved, at launch (`resolveManifestSecrets`). */
@@ -690,7 +697,8 @@ export function resolveManifestSecrets(manifest: CapsuleManifest, env: EnvLookup
   };
   const resolveEndpoint = (path: string, value: string | undefined): string | undefined => {
     const resolved = resolve(path, value);
-    const problem = resolved === undefined || resolved === value ? undefined : endpointProblem(resolved);
+    const variable = value === undefined ? undefined : envReferenceName(value);
+    const problem = resolved === undefined || variable === undefined ? undefined : endpointProblem(resolved, variable);
     if (problem) throw new MurmurError('E-MAN-003', `${MANIFEST_FILE}: invalid inference config for '${path}' (from ${value}): ${problem}`, { path });
     return resolved;
   };
@@ -708,9 +716,29 @@ export function resolveManifestSecrets(manifest: CapsuleManifest, env: EnvLookup
     if (apiKey !== undefined) artifact.gateway.api_key = apiKey;
   });
   if (copy.observability?.otel_endpoint !== undefined) {
-    copy.observability.otel_endpoint = resolve('observability.otel_endpoint', copy.observability.otel_endpoint);
+    const written = copy.observability.otel_endpoint;
+    const resolved = resolve('observability.otel_endpoint', written);
+    // A collector's URL, which hooks are given in their environment: a variable's value that is
+    // not one (a key named where a URL belongs) is refused, never handed to a guest.
+    const variable = envReferenceName(written);
+    if (variable !== undefined && resolved !== undefined && !isHttpUrl(resolved))
+      throw new MurmurError(
+        'E-MAN-003',
+        `${MANIFEST_FILE}: invalid value for 'observability.otel_endpoint' (from ${written}): the value of \${${variable}} is not an http(s) URL`,
+        { path: 'observability.otel_endpoint' },
+      );
+    copy.observability.otel_endpoint = resolved;
   }
   return copy;
+}
+
+function isHttpUrl(text: string): boolean {
+  try {
+    const { protocol } = new URL(text);
+    return protocol === 'http:' || protocol === 'https:';
+  } catch {
+    return false;
+  }
 }
 
 /** Whether the manifest describes an agent capsule (an inference loop) rather than a script capsule. */
