@@ -1,5 +1,6 @@
 import { existsSync, promises as fs } from 'node:fs';
 import http from 'node:http';
+import { crc32, createDeflateRaw } from 'node:zlib';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegistryIndexSchema } from '@murmur/shared';
@@ -529,5 +530,70 @@ describe("a first run's pins", () => {
     } finally {
       await scratch.cleanup();
     }
+  });
+});
+
+describe('an archive that inflates far past its size', () => {
+  const MiB = 1024 * 1024;
+  /** Raw deflate of `size` zero bytes, made a piece at a time (the test never holds them), with their CRC-32. */
+  async function deflatedZeros(size: number): Promise<{ data: Buffer; deflated: { size: number; crc: number } }> {
+    const deflate = createDeflateRaw({ level: 9 });
+    const out: Buffer[] = [];
+    deflate.on('data', (chunk: Buffer) => out.push(chunk));
+    const piece = Buffer.alloc(MiB);
+    let crc = 0;
+    for (let written = 0; written < size; written += MiB) {
+      crc = crc32(piece, crc);
+      if (!deflate.write(piece)) await new Promise((resolve) => deflate.once('drain', resolve));
+    }
+    // Its last pieces come out after the writes are taken: read to its end.
+    await new Promise((resolve) => {
+      deflate.on('end', resolve);
+      deflate.end();
+    });
+    return { data: Buffer.concat(out), deflated: { size, crc } };
+  }
+  const skill = (name: string) => [
+    { name: 'murmur.yaml', data: Buffer.from(`name: ${name}\nversion: 1.0.0\nruntime: skill\n`) },
+    { name: 'skill.md', data: Buffer.from('# a skill\n') },
+  ];
+
+  it('is checked as it inflates, never held: roost publishes 400 MiB of zeros from a 400 KB upload without its memory growing by more than pieces', async () => {
+    const scratch = await tempDir('murmur-inflate-');
+    const roost = await startService('roost', { MURMUR_ROOST_REGISTRY_PATH: path.join(scratch.dir, 'registry') });
+    try {
+      const zeros = await deflatedZeros(400 * MiB);
+      const upload = rawZip([...skill('zeros'), { name: 'zeros.txt', ...zeros }]);
+      expect(upload.length).toBeLessThan(MiB);
+      const response = await fetch(`${roost.url}/v1/artifacts?name=zeros&version=1.0.0`, { method: 'POST', body: upload });
+      expect(response.status, await response.clone().text()).toBe(201);
+      // The most the process held at once, as the kernel counted it: it held the 400 MiB whole before.
+      const status = await fs.readFile(`/proc/${roost.ready.pid as number}/status`, 'utf8');
+      const peakKb = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1]);
+      expect(peakKb).toBeGreaterThan(0);
+      expect(peakKb * 1024).toBeLessThan(200 * MiB);
+    } finally {
+      await roost.stop();
+      await scratch.cleanup();
+    }
+  }, 120_000);
+
+  it('is refused as it inflates when its bytes do not match its checksum or its declared size', async () => {
+    const zeros = await deflatedZeros(32 * MiB);
+    const refusal = async (entry: Record<string, unknown>) =>
+      (await inspectArchive(rawZip([...skill('liar'), { name: 'zeros.txt', ...zeros, ...entry } as never]), 'upload').then(
+        () => undefined,
+        (thrown: { code?: string; message?: string }) => `${thrown.code}: ${thrown.message}`,
+      )) ?? 'accepted';
+    expect(await refusal({})).toBe('accepted');
+    expect(await refusal({ deflated: { ...zeros.deflated, crc: zeros.deflated.crc ^ 1 } })).toBe(
+      "E-ART-003: upload: zip entry 'zeros.txt' is corrupt: its bytes do not match the CRC-32 its header declares",
+    );
+    expect(await refusal({ deflated: { ...zeros.deflated, size: 20 * MiB } })).toBe(
+      `E-ART-003: upload: zip entry 'zeros.txt' holds more than the ${20 * MiB} bytes its header declares`,
+    );
+    expect(await refusal({ deflated: { ...zeros.deflated, size: 40 * MiB } })).toBe(
+      `E-ART-003: upload: zip entry 'zeros.txt' holds ${32 * MiB} bytes but its header declares ${40 * MiB}`,
+    );
   });
 });

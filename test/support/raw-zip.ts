@@ -1,7 +1,7 @@
 import { crc32 } from 'node:zlib';
 
 /**
- * A hand-rolled zip writer (stored entries, no compression) for building archives that a
+ * A hand-rolled zip writer (stored entries, or deflate made elsewhere) for building archives that a
  * well-behaved writer refuses to produce: `../` names, absolute paths, symlink entries, entries
  * whose header lies about their size. Only for tests of the reader's guards.
  */
@@ -17,6 +17,8 @@ export interface RawEntry {
    * entry at this index (the overlapping entries of a zip bomb, each inflating the same bytes).
    */
   sharesDataOf?: number;
+  /** `data` is already raw deflate of `size` bytes whose CRC-32 is `crc`: written as a deflated entry. */
+  deflated?: { size: number; crc: number };
 }
 
 export function rawZip(entries: RawEntry[]): Buffer {
@@ -28,13 +30,14 @@ export function rawZip(entries: RawEntry[]): Buffer {
     const name = Buffer.from(entry.name, 'utf8');
     const shared = entry.sharesDataOf === undefined ? undefined : entries[entry.sharesDataOf];
     const data = Buffer.from(shared ? shared.data : entry.data);
-    const crc = crc32(data) >>> 0;
-    const size = entry.claimedSize ?? data.length;
+    const crc = entry.deflated ? entry.deflated.crc >>> 0 : crc32(data) >>> 0;
+    const size = entry.claimedSize ?? entry.deflated?.size ?? data.length;
+    const method = entry.deflated ? 8 : 0;
     const local = Buffer.alloc(30);
     local.writeUInt32LE(0x04034b50, 0);
     local.writeUInt16LE(20, 4);
     local.writeUInt16LE(0x0800, 6);
-    local.writeUInt16LE(0, 8);
+    local.writeUInt16LE(method, 8);
     local.writeUInt32LE(0, 10);
     local.writeUInt32LE(crc, 14);
     local.writeUInt32LE(data.length, 18);
@@ -47,7 +50,7 @@ export function rawZip(entries: RawEntry[]): Buffer {
     central.writeUInt16LE((3 << 8) | 20, 4);
     central.writeUInt16LE(20, 6);
     central.writeUInt16LE(0x0800, 8);
-    central.writeUInt16LE(0, 10);
+    central.writeUInt16LE(method, 10);
     central.writeUInt32LE(0, 12);
     central.writeUInt32LE(crc, 16);
     central.writeUInt32LE(data.length, 20);

@@ -48,7 +48,7 @@ export function missingPayload(zip: MurZip, packaging: PackagingType, name: stri
 export async function inspectArchive(bytes: Uint8Array, label: string, options: { platform?: string; publishing?: boolean } = {}): Promise<InspectedArchive> {
   const zip = await MurZip.open(bytes, { label });
   try {
-    for (const name of zip.names) await zip.read(name);
+    for (const name of zip.names) await zip.verify(name);
     const text = await zip.manifestText();
     let packaged: PackagedManifest;
     try {

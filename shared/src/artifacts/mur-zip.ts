@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
-import { crc32, inflateRaw, inflateRawSync } from 'node:zlib';
+import { crc32, createInflateRaw, inflateRaw, inflateRawSync } from 'node:zlib';
 import yauzl from 'yauzl';
 import yazl from 'yazl';
 import { MurmurError } from '../errors.js';
@@ -16,6 +16,8 @@ const inflateRawAsync = promisify(inflateRaw);
 
 /** Above this, an entry is inflated on the thread pool: a large one (or a bomb) held the event loop, and every other staging with it, for seconds. */
 const INFLATE_IN_THREAD_MAX_BYTES = 1024 * 1024;
+/** Entries `verify` reads whole (quicker, as `read` is); a larger one is inflated as a stream and never held. */
+const VERIFY_WHOLE_MAX_BYTES = 16 * 1024 * 1024;
 
 /**
  * `.mur.zip`: read with every guard up front, written reproducibly.
@@ -252,28 +254,78 @@ export class MurZip {
         else throw unreadable(error);
       }
     }
-    if (bytes.length > this.maxEntryBytes) {
-      throw new MurmurError('E-ART-002', `${this.label}: zip entry '${name}' exceeds the ${this.maxEntryBytes}-byte decompression ceiling`);
-    }
-    // Sizes are checked here, on the bytes, rather than by the zip library: a header that lies is
-    // malformed, and one that lies past the ceiling has already been stopped above.
-    if (bytes.length > entry.declaredSize) {
-      throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds more than the ${entry.declaredSize} bytes its header declares`);
-    }
-    if (bytes.length !== entry.declaredSize) {
-      throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds ${bytes.length} bytes but its header declares ${entry.declaredSize}`);
-    }
+    this.judgeSize(name, entry.declaredSize, bytes.length);
     // Bytes changed in place (a bad disk, a cut download patched up) keep their sizes: only the checksum tells.
     let checksum = 0;
     await inSlices(bytes, (slice) => {
       checksum = crc32(slice, checksum);
     });
-    if (checksum !== entry.raw.crc32) {
+    this.judgeChecksum(name, entry.raw.crc32, checksum);
+    return bytes;
+  }
+
+  /**
+   * Checks one entry as `read` does (its size against its header and the ceiling, its checksum)
+   * without keeping its bytes: a large entry is inflated as a stream, so what checking an archive
+   * holds at once is a piece of it, not the whole. An upload of 450 KB that inflates to 450 MiB
+   * held as much in a registry, for each such upload at once.
+   */
+  async verify(name: string): Promise<void> {
+    const entry = this.entries.get(name);
+    if (!entry || entry.directory || entry.declaredSize <= VERIFY_WHOLE_MAX_BYTES) {
+      await this.read(name);
+      return;
+    }
+    const method = entry.raw.compressionMethod;
+    if (method !== 0 && method !== 8) return void (await this.read(name));
+    const limit = Math.min(this.maxEntryBytes, entry.declaredSize) + 1;
+    let length = 0;
+    let checksum = 0;
+    try {
+      const raw = await new Promise<Readable>((resolve, reject) => {
+        this.zip.openReadStream(entry.raw, (method === 8 ? { decompress: false } : {}) as yauzl.ZipFileOptions, (error, readable) =>
+          error || !readable ? reject(error ?? new Error('no stream')) : resolve(readable),
+        );
+      });
+      const bytes: Readable = method === 8 ? raw.pipe(createInflateRaw()) : raw;
+      raw.on('error', (error) => bytes.destroy(error));
+      for await (const chunk of bytes) {
+        length += (chunk as Buffer).length;
+        // Past what the header declares (or the ceiling): enough to refuse, nothing more is inflated.
+        if (length >= limit) {
+          raw.destroy();
+          bytes.destroy();
+          break;
+        }
+        checksum = crc32(chunk as Buffer, checksum);
+      }
+    } catch (error) {
+      throw new MurmurError('E-ART-003', `${this.label}: cannot read zip entry '${name}': ${error instanceof Error ? error.message : String(error)}`);
+    }
+    this.judgeSize(name, entry.declaredSize, length);
+    this.judgeChecksum(name, entry.raw.crc32, checksum);
+  }
+
+  private judgeSize(name: string, declared: number, length: number): void {
+    if (length > this.maxEntryBytes) {
+      throw new MurmurError('E-ART-002', `${this.label}: zip entry '${name}' exceeds the ${this.maxEntryBytes}-byte decompression ceiling`);
+    }
+    // Sizes are checked here, on the bytes, rather than by the zip library: a header that lies is
+    // malformed, and one that lies past the ceiling has already been stopped above.
+    if (length > declared) {
+      throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds more than the ${declared} bytes its header declares`);
+    }
+    if (length !== declared) {
+      throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' holds ${length} bytes but its header declares ${declared}`);
+    }
+  }
+
+  private judgeChecksum(name: string, declared: number, checksum: number): void {
+    if (checksum !== declared) {
       throw new MurmurError('E-ART-003', `${this.label}: zip entry '${name}' is corrupt: its bytes do not match the CRC-32 its header declares`, {
         hint: 'the archive was damaged after it was built: fetch or copy it again, or rebuild it with mur build',
       });
     }
-    return bytes;
   }
 
   async readText(name: string): Promise<string> {
