@@ -2,7 +2,8 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { TRANSPILER_ID, silentLog } from '@murmur/shared';
-import { LEFTOVER_SWEEP_EVERY_MS, sweepCacheLeftovers, sweepCacheLeftoversIfDue, temporarySibling } from '@murmur/shared/node';
+import { ArtifactStore, inspectArchive, writeMurZip } from '@murmur/shared/artifacts';
+import { LEFTOVER_SWEEP_EVERY_MS, sweepCacheLeftovers, sweepCacheLeftoversIfDue, sweepStoreLeftovers, temporarySibling } from '@murmur/shared/node';
 import { tempDir } from '../../test/support/fs.js';
 
 /** A cache as interrupted writes leave it: what each kind of leftover looks like, and real entries beside them. */
@@ -80,5 +81,27 @@ describe('sweeping a cache for what interrupted writes left', () => {
     await fs.utimes(path.join(cache, '.leftovers-swept'), hoursAgo(2), hoursAgo(2));
     await sweepCacheLeftoversIfDue(cache, LEFTOVER_SWEEP_EVERY_MS, silentLog);
     expect(await exists(second)).toBe(false);
+  });
+
+  it('sweeps a store of what a killed publish or install left, day-old temporaries and backups, and takes a directory named staging for the artifact it is', async () => {
+    // `cache` stands for a store's root here: the layout is the store's.
+    const version = path.join('echo-tool', '0.1.0');
+    const oldZip = await file(path.relative(cache, temporarySibling(path.join(cache, version, 'echo-tool-0.1.0.mur.zip'))), hoursAgo(30));
+    const oldBackup = await file(`${path.relative(cache, temporarySibling(path.join(cache, 'ns', 'tool', '1.0.0', 'tool-1.0.0.sha256')))}.bak`, hoursAgo(30));
+    const liveMeta = await file(path.relative(cache, temporarySibling(path.join(cache, version, 'echo-tool-0.1.0.meta.json'))), hoursAgo(1));
+    const published = await file(path.join(version, 'echo-tool-0.1.0.mur.zip'), hoursAgo(100));
+    const staging = await file(path.join('staging', '0.1.0', 'staging-0.1.0.mur.zip'), hoursAgo(100));
+    expect((await sweepStoreLeftovers(cache)).sort()).toEqual([oldZip, oldBackup].sort());
+    for (const kept of [liveMeta, published, staging]) expect(await exists(kept), kept).toBe(true);
+  });
+
+  it('has a command’s store swept before its first write, so a publish that was killed leaves nothing for good', async () => {
+    const left = await file(path.relative(cache, temporarySibling(path.join(cache, 'echo-tool', '0.1.0', 'echo-tool-0.1.0.mur.zip'))), hoursAgo(30));
+    const bytes = await writeMurZip([
+      { name: 'murmur.yaml', data: Buffer.from('name: notes\nversion: 1.0.0\nruntime: skill\n') },
+      { name: 'skill.md', data: Buffer.from('# notes\n') },
+    ]);
+    await new ArtifactStore(cache, 'global', { interruptible: true }).publish(bytes, (await inspectArchive(bytes, 'notes')).meta);
+    expect(await exists(left)).toBe(false);
   });
 });

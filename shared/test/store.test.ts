@@ -122,6 +122,17 @@ describe('ArtifactStore.publish', () => {
     expect((await store.resolve('echo-tool', '0.1.0', 'unknown'))?.recordedSha256).toBe(sha256Hex(ZIP_A));
   });
 
+  it('lists no version a publish that died before its digest left, a meta beside its zip or a platform build alone, and publishes over it with its own meta', async () => {
+    await writeFiles(root, {
+      'echo-tool/0.1.0/echo-tool-0.1.0.mur.zip': ZIP_B.toString(),
+      'echo-tool/0.1.0/echo-tool-0.1.0.meta.json': JSON.stringify({ meta: meta({ runtime: 'native', artifact_runtime: 'tool', description: 'what died' }) }),
+      'native-tool/1.0.0/native-tool-1.0.0-linux-x86_64.mur.zip': ZIP_B.toString(),
+    });
+    expect(await store.list()).toEqual([]);
+    await store.publish(ZIP_A, meta());
+    expect(await store.list()).toEqual([meta()]);
+  });
+
   it('refuses reserved versions in any case and writes nothing', async () => {
     for (const version of ['latest', 'Stable', 'EDGE']) {
       const error = await rejection(store.publish(ZIP_A, meta({ version })));

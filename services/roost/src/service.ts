@@ -2,7 +2,7 @@ import path from 'node:path';
 import type { Bus } from '@murmur/shared/bus';
 import { type Log, MurmurError, loopbackHostGuard, topics } from '@murmur/shared';
 import { ArtifactStore } from '@murmur/shared/artifacts';
-import { MIN_BEARER_TOKEN_LENGTH, globalStoreDir } from '@murmur/shared/node';
+import { MIN_BEARER_TOKEN_LENGTH, globalStoreDir, keepStoreSwept } from '@murmur/shared/node';
 import { Hono } from 'hono';
 import { registryRoutes } from './registry-routes.js';
 import { sessionRoutes } from './session-routes.js';
@@ -78,6 +78,8 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
   const env = options.env ?? process.env;
   const registryPath = path.resolve(options.registryPath ?? (env.MURMUR_ROOST_REGISTRY_PATH?.trim() || globalStoreDir(env)));
   const store = new ArtifactStore(registryPath, 'global');
+  // A roost killed mid-publish leaves its temporary files in the registry: swept a day later.
+  const stopSweeping = keepStoreSwept(registryPath, options.log);
   const spawnAllow = options.spawnAllow
     ? [...new Set(options.spawnAllow.map((name) => name.trim()).filter((name) => name !== ''))]
     : parseSpawnAllowList(env.MURMUR_ROOST_SPAWN_ALLOW);
@@ -140,5 +142,13 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
       })
       .catch((error: unknown) => options.log.warn({ session_id: ended.session_id, err: error }, 'could not forget an ended session'));
   });
-  return { http, registryPath, spawnAllow, close: async () => ends.unsubscribe() };
+  return {
+    http,
+    registryPath,
+    spawnAllow,
+    close: async () => {
+      stopSweeping();
+      ends.unsubscribe();
+    },
+  };
 }

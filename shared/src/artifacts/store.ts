@@ -5,7 +5,8 @@ import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta, requi
 import { MurmurError } from '../errors.js';
 import { LONGEST_ARTIFACT_VERSION, artifactVersionProblem } from '../manifest/artifact-name.js';
 import { isReservedVersion } from '../manifest/artifact.js';
-import { removedIfInterrupted, temporarySibling } from '../node/atomic.js';
+import { removedIfInterrupted, temporarySibling, writeFileAtomic } from '../node/atomic.js';
+import { sweepStoreOnce } from '../node/cache-leftovers.js';
 import { systemFailureCode, systemFailureHint } from '../node/system-failure.js';
 import { withLockfileTurn } from './lockfile-io.js';
 
@@ -108,6 +109,15 @@ export class ArtifactStore {
     private readonly options: { interruptible?: boolean } = {},
   ) {}
 
+  /**
+   * A command's store is swept, before its first write in a process, of the day-old temporary
+   * files a `kill -9` left in it (an interrupt's are removed as it comes): nothing else would ever
+   * remove them. A service's store is swept by the service (`keepStoreSwept`).
+   */
+  private async sweptIfDue(): Promise<void> {
+    if (this.options.interruptible) await sweepStoreOnce(this.root);
+  }
+
   versionDir(name: string, version: string): string {
     assertStorable(name, version);
     return path.join(this.root, ...name.split('/'), version);
@@ -204,11 +214,18 @@ export class ArtifactStore {
     return found.sort((left, right) => compare(left.name, right.name) || compare(left.version, right.version) || compare(left.runtime, right.runtime));
   }
 
+  /**
+   * Whether a variant of the version is published: its zip and, the last file a publish puts in
+   * place, its digest. A zip alone is what a publish that died left (`publishVariant`).
+   */
   private async hasVariant(nameDir: string, version: string, baseName: string): Promise<boolean> {
-    const files = await fs.readdir(path.join(nameDir, version)).catch(() => [] as string[]);
+    const files = new Set(await fs.readdir(path.join(nameDir, version)).catch(() => [] as string[]));
     const stem = `${baseName}-${version}`;
-    if (files.includes(`${stem}.mur.zip`) && files.includes(`${stem}.sha256`)) return true;
-    return files.some((file) => file.startsWith(`${stem}-`) && file.endsWith('.mur.zip'));
+    for (const file of files) {
+      if (file !== `${stem}.sha256` && !(file.startsWith(`${stem}-`) && file.endsWith('.sha256'))) continue;
+      if (files.has(`${file.slice(0, -'.sha256'.length)}.mur.zip`)) return true;
+    }
+    return false;
   }
 
   /**
@@ -229,6 +246,7 @@ export class ArtifactStore {
         path: files.zip,
       });
     const sha256 = sha256Hex(bytes);
+    await this.sweptIfDue();
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
     // One publish of a version at a time: what was published of it is read, judged and added to
     // as one step (two variants published at once each found none before, and both were kept).
@@ -254,7 +272,9 @@ export class ArtifactStore {
     if (zipThere) await fs.rm(files.zip, { force: true });
     // Another variant of this version was published first: its meta stays (a generic artifact does
     // not turn native), and gains this variant's platform.
-    const kept = (await pathPresent(this.metaFile(meta.name, meta.version))) ? await this.readMeta(meta.name, meta.version) : undefined;
+    // A meta with no variant published beside it is what a publish that died before its digest left.
+    const published = await this.hasVariant(path.dirname(this.versionDir(meta.name, meta.version)), meta.version, meta.name.split('/').pop() as string);
+    const kept = published && (await pathPresent(this.metaFile(meta.name, meta.version))) ? await this.readMeta(meta.name, meta.version) : undefined;
     // Only a native artifact's builds for other platforms join a version already published: any
     // other variant would be what a resolver on its platform prefers, other bytes under a name and
     // version every other machine already trusts.
@@ -281,12 +301,17 @@ export class ArtifactStore {
         if ((error as NodeJS.ErrnoException).code === 'EEXIST') throw conflict();
         throw error;
       }
+      // The meta before the digest: the digest is what makes the variant published (`hasVariant`),
+      // so a publish that dies between them leaves no version listed with no meta (a skill shown
+      // as `wasm`, for good, since its version then exists), only files the next publish replaces.
       try {
-        await fs.rename(staged[1] as string, files.sha);
         await fs.rename(staged[2] as string, this.metaFile(meta.name, meta.version));
+        await fs.rename(staged[1] as string, files.sha);
       } catch (error) {
         await fs.rm(files.zip, { force: true });
         await fs.rm(files.sha, { force: true });
+        if (kept) await writeFileAtomic(this.metaFile(meta.name, meta.version), metaJson(kept)).catch(() => {});
+        else await fs.rm(this.metaFile(meta.name, meta.version), { force: true });
         throw error;
       }
     } finally {
@@ -313,6 +338,7 @@ export class ArtifactStore {
     const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
     const files = this.variantFiles(meta.name, meta.version, platform);
     const targets = [files.zip, files.sha, this.metaFile(meta.name, meta.version)];
+    await this.sweptIfDue();
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
     // In the version's publish turn: a publish meanwhile would take the zip this install has
     // renamed in, before its digest, for what a dead publish left (`publishVariant`).

@@ -27,7 +27,21 @@ export const LEFTOVER_AGE_MS = 24 * 60 * 60 * 1000;
 export const LEFTOVER_SWEEP_EVERY_MS = 60 * 60 * 1000;
 
 /** Removes every leftover in `cacheDir` not written to for `olderThanMs`; returns their paths. */
-export async function sweepCacheLeftovers(cacheDir: string, olderThanMs = LEFTOVER_AGE_MS, now = Date.now()): Promise<string[]> {
+export function sweepCacheLeftovers(cacheDir: string, olderThanMs = LEFTOVER_AGE_MS, now = Date.now()): Promise<string[]> {
+  return sweepLeftovers(cacheDir, olderThanMs, now, true);
+}
+
+/**
+ * The same for an artifact store (`ArtifactStore`: a registry, a project's or the global one),
+ * whose publishes and installs write through temporary siblings too, and which a `kill -9` or a
+ * crashed roost leaves them in. A store has no scratch copies: a directory named `staging` in it
+ * is an artifact's.
+ */
+export function sweepStoreLeftovers(storeRoot: string, olderThanMs = LEFTOVER_AGE_MS, now = Date.now()): Promise<string[]> {
+  return sweepLeftovers(storeRoot, olderThanMs, now, false);
+}
+
+async function sweepLeftovers(root: string, olderThanMs: number, now: number, scratchCopies: boolean): Promise<string[]> {
   const removed: string[] = [];
   const stale = async (entry: string): Promise<boolean> => {
     const stat = await fs.lstat(entry).catch(() => undefined);
@@ -42,7 +56,7 @@ export async function sweepCacheLeftovers(cacheDir: string, olderThanMs = LEFTOV
     const entries = await fs.readdir(dir, { withFileTypes: true }).catch(() => []);
     for (const entry of entries) {
       const full = path.join(dir, entry.name);
-      const scratch = depth === 1 && path.basename(dir) === STAGING_DIR;
+      const scratch = scratchCopies && depth === 1 && path.basename(dir) === STAGING_DIR;
       if (scratch || TEMPORARY.test(entry.name)) {
         if (await stale(full)) await remove(full);
       } else if (entry.isDirectory() && depth < DEPTH) {
@@ -50,7 +64,7 @@ export async function sweepCacheLeftovers(cacheDir: string, olderThanMs = LEFTOV
       }
     }
   };
-  await walk(cacheDir, 0);
+  await walk(root, 0);
   return removed;
 }
 
@@ -82,8 +96,35 @@ export async function sweepCacheLeftoversIfDue(cacheDir: string, everyMs: number
     await fs.mkdir(cacheDir, { recursive: true });
     await writeFileAtomic(marker, `${new Date().toISOString()}\n`);
     const removed = await sweepCacheLeftovers(cacheDir);
-    if (removed.length > 0) log.info({ cache: cacheDir, removed }, 'removed what interrupted writes left in the cache');
+    if (removed.length > 0) log.info({ dir: cacheDir, removed }, 'removed what interrupted writes left behind');
   } catch (error) {
-    log.warn({ cache: cacheDir, err: error }, 'could not sweep the cache for leftovers');
+    log.warn({ dir: cacheDir, err: error }, 'could not sweep for what interrupted writes left behind');
   }
+}
+
+/**
+ * A registry's sweeps of its store (roost's): now, and every `LEFTOVER_SWEEP_EVERY_MS`. No marker
+ * is kept, as a cache's is: a store's files are its artifacts, and a second roost on the same
+ * volume sweeping as well removes nothing twice. Returns how to stop them.
+ */
+export function keepStoreSwept(storeRoot: string, log: Log): () => void {
+  const sweep = (): void =>
+    void sweepStoreLeftovers(storeRoot).then(
+      (removed) => {
+        if (removed.length > 0) log.info({ dir: storeRoot, removed }, 'removed what interrupted writes left behind');
+      },
+      (error: unknown) => log.warn({ dir: storeRoot, err: error }, 'could not sweep for what interrupted writes left behind'),
+    );
+  sweep();
+  const timer = setInterval(sweep, LEFTOVER_SWEEP_EVERY_MS);
+  timer.unref();
+  return () => clearInterval(timer);
+}
+
+const sweptThisProcess = new Set<string>();
+/** A command's store (`mur publish`, `mur install`), swept once in the process that writes to it. */
+export async function sweepStoreOnce(storeRoot: string): Promise<void> {
+  if (sweptThisProcess.has(storeRoot)) return;
+  sweptThisProcess.add(storeRoot);
+  await sweepStoreLeftovers(storeRoot).catch(() => []);
 }
