@@ -8,6 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { type LockedArtifact, type MurmurLock, LOCKFILE_NAME, upsertLockEntry } from '@murmur/shared';
 import { readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
+import { processStartToken } from '@murmur/shared/node';
 import { listTree, tempDir } from '../../test/support/fs.js';
 import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
@@ -261,6 +262,15 @@ describe('withLockfileTurn', () => {
     expect(error.code).toBe('E-IO-003');
     expect(error.message).toContain(`pid ${process.pid}`);
     expect(error.hint).toContain(`remove ${turnPath()}`);
+  });
+
+  it('takes over a turn whose pid is held by a process that started at another time, its own included: a service restarted in a container gets the pid of the one that died', async () => {
+    await fs.writeFile(turnPath(), `${process.pid} ${hostname()} died-before-restart 1\n`);
+    expect(await withLockfileTurn(lockPath, async () => 'written', { waitMs: 300 })).toBe('written');
+    expect(await listTree(dir)).toEqual([]);
+    // The same pid with its own start time is the live writer it says: waited for.
+    await fs.writeFile(turnPath(), `${process.pid} ${hostname()} live-writer ${processStartToken(process.pid)}\n`);
+    expect((await rejection(withLockfileTurn(lockPath, async () => 'written', { waitMs: 300 }))).code).toBe('E-IO-003');
   });
 
   it('never judges a turn written on another host by its pid', async () => {

@@ -6,6 +6,7 @@ import { stringify as stringifyYaml } from 'yaml';
 import { MurmurError } from '../errors.js';
 import { type LockedArtifact, type MurmurLock, MurmurLockSchema } from '../lockfile.js';
 import { writeFileAtomic } from '../node/atomic.js';
+import { processStartToken } from '../node/process.js';
 import { resolvedPath } from '../node/beneath.js';
 import { systemFailureCode, systemFailureHint } from '../node/system-failure.js';
 import { firstIssueText } from '../manifest/issues.js';
@@ -90,6 +91,8 @@ interface TurnHolder {
   pid: number;
   host: string;
   token: string;
+  /** When the writer's process started (`processStartToken`): with the pid, one process, not whichever holds that pid now. */
+  start: string | undefined;
 }
 
 /**
@@ -110,13 +113,13 @@ export async function withLockfileTurn<T>(file: string, change: () => Promise<T>
   /** What the turn guards, for messages: the lock by default, a store's version for a publish. */
   const what = options.what ?? 'murmur.lock';
   const turn = `${file}.writing`;
-  const mine: TurnHolder = { pid: process.pid, host: hostname(), token: randomUUID() };
+  const mine: TurnHolder = { pid: process.pid, host: hostname(), token: randomUUID(), start: processStartToken(process.pid) };
   const started = Date.now();
   for (;;) {
-    if (await tryCreate(turn, `${mine.pid} ${mine.host} ${mine.token}\n`, what)) break;
+    if (await tryCreate(turn, `${mine.pid} ${mine.host} ${mine.token}${mine.start === undefined ? '' : ` ${mine.start}`}\n`, what)) break;
     const text = await fs.readFile(turn, 'utf8').catch(() => undefined);
     const holder = text === undefined ? undefined : parseHolder(text);
-    if (text !== undefined && (holder ? holder.host === mine.host && !processAlive(holder.pid) : await olderThan(turn, TURN_UNWRITTEN_STALE_MS))) {
+    if (text !== undefined && (holder ? holder.host === mine.host && !holderAlive(holder) : await olderThan(turn, TURN_UNWRITTEN_STALE_MS))) {
       // Reaped: try again at once. Another reaper at work: wait like any waiter.
       if (await reapDeadTurn(turn, text, what)) continue;
     }
@@ -188,17 +191,24 @@ async function tryCreate(file: string, text: string, what: string): Promise<bool
  * a bare pid is what an earlier mur wrote, on this host.
  */
 function parseHolder(text: string): TurnHolder | undefined {
-  const [pidText, host, token] = text.trim().split(' ');
+  const [pidText, host, token, start] = text.trim().split(' ');
   const pid = Number(pidText);
   if (!Number.isInteger(pid) || pid <= 0) return undefined;
-  return { pid, host: host ?? hostname(), token: token ?? '' };
+  return { pid, host: host ?? hostname(), token: token ?? '', start };
 }
 
-function processAlive(pid: number): boolean {
+/**
+ * Whether the writer a turn names still runs: its pid is held, and by the process that started
+ * when the turn says. A service restarted in a container is given the same small pid as the one
+ * that died holding a turn, and would otherwise wait on itself for good.
+ */
+function holderAlive(holder: TurnHolder): boolean {
   try {
-    process.kill(pid, 0);
-    return true;
+    process.kill(holder.pid, 0);
   } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') return false;
   }
+  if (holder.start === undefined) return true;
+  const now = processStartToken(holder.pid);
+  return now === undefined || now === holder.start;
 }
