@@ -133,6 +133,21 @@ describe('ArtifactStore.publish', () => {
     expect(await store.list()).toEqual([meta()]);
   });
 
+  it('refuses a name, a version and a platform that together would name a file longer than a file system takes, before it makes anything', async () => {
+    const name = 'n'.repeat(100);
+    const version = `1.${'0'.repeat(62)}`;
+    const platform = `${'o'.repeat(32)}-${'a'.repeat(32)}`;
+    const error = await rejection(store.publish(ZIP_A, meta({ name, version, runtime: 'native', platforms: [[`${'o'.repeat(32)}`, `${'a'.repeat(32)}`]] })));
+    expect(error.code).toBe('E-REG-006');
+    expect(error.message).toBe(
+      `${'n'.repeat(60)}…@1.${'0'.repeat(38)}… for ${platform} would name a store file of 269 bytes as it is written, more than the 255 a file name may have`,
+    );
+    expect(await listTree(dir)).toEqual([]);
+    // The longest name and version alone fit.
+    await store.publish(ZIP_A, meta({ name, version }));
+    expect(await store.list()).toHaveLength(1);
+  });
+
   it('refuses reserved versions in any case and writes nothing', async () => {
     for (const version of ['latest', 'Stable', 'EDGE']) {
       const error = await rejection(store.publish(ZIP_A, meta({ version })));

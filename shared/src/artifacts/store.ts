@@ -47,11 +47,18 @@ export interface StoredArtifact {
 }
 
 const SEGMENT = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
+/** The longest file name (in bytes) Linux file systems take. */
+const FILE_NAME_MAX_BYTES = 255;
+/**
+ * What a store file's temporary name adds to its own (`temporarySibling`: `.<name>.<pid>.<12 hex>.tmp`,
+ * a pid of up to 7 digits) and a backup's `.bak` on top.
+ */
+const TEMPORARY_NAME_OVERHEAD = '.'.length + '.1234567.'.length + 12 + '.tmp'.length + '.bak'.length;
 
 /**
- * The longest name segment (an artifact's own rule, `artifactNameProblem`) and version a store
- * takes: `<name>-<version>-<platform>.meta.json` under a temporary name (`.<file>.<pid>.<hex>.tmp`),
- * or beside its backup, stays within a file name's 255 bytes.
+ * The longest name segment (an artifact's own rule, `artifactNameProblem`) a store takes. With
+ * the longest version it stays within a file name's 255 bytes under a temporary name; a platform
+ * build's name adds the platform, and `variantFiles` refuses what that takes past them.
  */
 const LONGEST_NAME_SEGMENT = 100;
 
@@ -132,6 +139,16 @@ export class ArtifactStore {
     // It becomes part of a file name: nothing but `os-arch`.
     if (platform !== undefined) requirePlatform(platform, 'platform');
     const stem = platform ? `${this.stem(name, version)}-${platform}` : this.stem(name, version);
+    // Each within its own length, a name, a version and a platform can still make a file name
+    // longer than a file system takes, under the temporary name it is written by: refused before
+    // anything is made, not as the write's ENAMETOOLONG with an empty version directory left.
+    const longest = Math.max(`${stem}.mur.zip`.length, `${this.stem(name, version)}.meta.json`.length) + TEMPORARY_NAME_OVERHEAD;
+    if (longest > FILE_NAME_MAX_BYTES)
+      throw new MurmurError(
+        'E-REG-006',
+        `${name.length > 60 ? `${name.slice(0, 60)}…` : name}@${version.length > 40 ? `${version.slice(0, 40)}…` : version}${platform ? ` for ${platform}` : ''} would name a store file of ${longest} bytes as it is written, more than the ${FILE_NAME_MAX_BYTES} a file name may have`,
+        { path: name, hint: 'shorten the artifact name or its version (together with a platform, they make one file name)' },
+      );
     return { zip: path.join(dir, `${stem}.mur.zip`), sha: path.join(dir, `${stem}.sha256`) };
   }
 
