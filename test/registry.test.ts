@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { existsSync, promises as fs } from 'node:fs';
 import http from 'node:http';
 import { crc32, createDeflateRaw } from 'node:zlib';
@@ -97,6 +98,59 @@ describe('roost as a remote registry', () => {
     const response = await fetch(`${roost.url}/v1/artifacts/ghost/1.0.0`);
     expect(response.status).toBe(404);
     expect(await response.json()).toMatchObject({ code: 'E-REG-001' });
+  });
+
+  it('answers every path and method it has no route for with 404 and a code, as JSON', async () => {
+    for (const [method, where] of [
+      ['GET', '/nope'],
+      ['PUT', '/v1/artifacts/echo-tool/0.1.0'],
+      ['DELETE', '/v1/artifacts/echo-tool/0.1.0'],
+    ] as const) {
+      const response = await fetch(`${roost.url}${where}`, { method, headers: { authorization: `Bearer ${token}` } });
+      expect(response.status, `${method} ${where}`).toBe(404);
+      expect(await response.json()).toEqual({ error: `roost has no ${method} ${where}`, code: 'E-ROOST-002' });
+    }
+    // Its own routes beside them still answer.
+    expect((await fetch(`${roost.url}/health`)).status).toBe(200);
+  });
+
+  it('tells a publisher what roost refused of the archive by roost’s own code, not as a roost it cannot reach', async () => {
+    const large = path.join(scratch.dir, 'large-1.0.0.mur.zip');
+    // Two entries each under the 1 MiB ceiling, together past it: the upload is refused whole.
+    const noise = () => randomBytes(700 * 1024);
+    await fs.writeFile(
+      large,
+      await writeMurZip([
+        { name: 'murmur.yaml', data: Buffer.from('name: large\nversion: 1.0.0\nruntime: skill\n') },
+        { name: 'skill.md', data: noise() },
+        { name: 'more.md', data: noise() },
+      ]),
+    );
+    const result = await runMur(['publish', large, '--registry', roost.url], { env: user('publisher') });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(
+      `error[E-ART-002]: roost at ${roost.url} refused publishing large@1.0.0: the artifact is larger than the 1048576-byte ceiling`,
+    );
+    expect(result.stderr).not.toContain('roost is running');
+  });
+
+  it('does not send a publish on where a redirect points, and says where it led', async () => {
+    const redirecting = http.createServer((request, response) => {
+      request.resume();
+      response.writeHead(308, { location: 'https://registry.example/v1/artifacts?name=echo-tool' }).end();
+    });
+    await new Promise<void>((resolve) => redirecting.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(redirecting.address() as { port: number }).port}`;
+    try {
+      const result = await runMur(['publish', toolZip, '--registry', url], { env: user('publisher') });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain(
+        `error[E-ROOST-001]: roost at ${url} answered POST /v1/artifacts with 308, a redirect to https://registry.example/v1/artifacts, which is not followed`,
+      );
+      expect(result.stderr).toContain('name the registry by the URL it redirects to');
+    } finally {
+      await new Promise((resolve) => redirecting.close(resolve));
+    }
   });
 
   it('refuses to publish without the token it was started with', async () => {

@@ -60,8 +60,9 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       const { body, status } = fail(error);
       return context.json(body, status);
     }
+    // What failed is in roost's log: its message names roost's own files, which a client is not told.
     options.log.error({ err: error }, 'registry request failed');
-    return context.json({ error: `internal error: ${error.message}`, code: 'E-IO-003' }, 500);
+    return context.json({ error: `roost failed to handle ${context.req.method} ${context.req.path.slice(0, 200)}; its log says why`, code: 'E-IO-003' }, 500);
   });
 
   app.get('/v1/artifacts', async (context) => context.json(await options.store.list()));

@@ -129,7 +129,9 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
   const token = publishTokenOf(env);
   http.route('/', registryRoutes({ store, publishToken: token, log: options.log }));
   http.route('/', sessionRoutes({ state, store, spawnAllow, registrationToken: token, now: options.now ?? Date.now, log: options.log }));
-  http.notFound((context) => context.json({ error: `roost has no ${context.req.method} ${context.req.path.slice(0, 200)}`, code: 'E-ROOST-002' }, 404));
+  // A route, not `notFound`: roost's routes are mounted in the process's app beside /health
+  // (`service-process.ts`, `mur roost`), which keeps its own not-found answer, a bare text 404.
+  http.all('*', (context) => context.json({ error: `roost has no ${context.req.method} ${context.req.path.slice(0, 200)}`, code: 'E-ROOST-002' }, 404));
   // A session's runtime deregisters it when it ends; one whose executor died cannot, and its record
   // and credential would stay for ever. Every end the bus carries (the watcher announces those of a
   // lost executor's sessions) forgets the session here too: a second deregistration is nothing.

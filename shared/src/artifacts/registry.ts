@@ -1,5 +1,5 @@
 import { type ArtifactMeta, RegistryIndexSchema, currentPlatform, fallbackMeta } from '../artifact-meta.js';
-import { MurmurError } from '../errors.js';
+import { MurmurError, isErrorCode } from '../errors.js';
 import { fetchFailureReason } from '../fetch-failure.js';
 import { INDEX_CEILING_BYTES, readBodyCapped, readBodyPrefix } from '../response-body.js';
 import { maxEntryBytesFromEnv } from './mur-zip.js';
@@ -103,8 +103,27 @@ export class RoostRegistryClient implements ArtifactSource {
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
       };
       if (body) init.body = body;
-      return await fetch(url, init);
+      // A publish is not sent on by a redirect: a 302 turns it into a GET and loses its body, a 308
+      // fails midway; it is said, with where it led. A read follows one (a registry may serve its
+      // archives from elsewhere; fetch drops the token for another origin).
+      if (method !== 'GET') init.redirect = 'manual';
+      const response = await fetch(url, init);
+      if (method !== 'GET' && response.status >= 300 && response.status < 400) {
+        await response.body?.cancel();
+        const location = response.headers.get('location');
+        throw new MurmurError(
+          'E-ROOST-001',
+          `roost at ${this.location} answered ${method} ${pathAndQuery.split('?')[0]} with ${response.status}, a redirect${location ? ` to ${location.split('?')[0]?.slice(0, 200)}` : ''}, which is not followed`,
+          {
+            hint: location
+              ? 'name the registry by the URL it redirects to (--registry, registry.remote_url or MURMUR_ROOST_URL)'
+              : 'name the registry by its own URL',
+          },
+        );
+      }
+      return response;
     } catch (error) {
+      if (error instanceof MurmurError) throw error;
       throw new MurmurError('E-ROOST-001', `cannot reach roost at ${this.location}: ${fetchFailureReason(error)}`, {
         cause: error,
       });
@@ -126,14 +145,14 @@ export class RoostRegistryClient implements ArtifactSource {
         hint: 'set MURMUR_ROOST_TOKEN to the token roost was started with',
       });
     }
+    // What roost judged of the archive itself (too large, malformed, a name it cannot store) keeps
+    // roost's code and hint; E-ROOST-001's hint (is roost running there?) would send the user looking
+    // in the wrong place.
+    const archiveCode = publishing && typeof body.code === 'string' && /^E-(ART|MAN|REG)-/.test(body.code) && isErrorCode(body.code) ? body.code : undefined;
     const code =
       publishing && (body.code === 'E-REG-003' || response.status === 409)
         ? 'E-REG-003'
-        : publishing && body.code === 'E-REG-004'
-          ? 'E-REG-004'
-          : body.code === 'E-REG-001'
-            ? 'E-REG-001'
-            : 'E-ROOST-001';
+        : (archiveCode ?? (body.code === 'E-REG-001' ? 'E-REG-001' : 'E-ROOST-001'));
     return new MurmurError(code, `roost at ${this.location} refused ${what}: ${message}`, body.hint ? { hint: body.hint } : {});
   }
 
