@@ -6,7 +6,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RegistryIndexSchema } from '@murmur/shared';
 import { ArtifactStore, MAX_ENTRIES, inspectArchive, pinFirstRun, readLockfile, sha256Hex, writeLockfile, writeMurZip } from '@murmur/shared/artifacts';
-import { capsuleProject, componentArtifact } from './support/artifacts.js';
+import { capsuleProject, componentArtifact, skillArtifact } from './support/artifacts.js';
 import { listTree, tempDir } from './support/fs.js';
 import { capsuleWat, toolWat } from './support/guests.js';
 import { rawZip } from './support/raw-zip.js';
@@ -327,6 +327,33 @@ describe('roost as a remote registry', () => {
     const lock = await readLockfile(path.join(project, 'murmur.lock'));
     expect(lock?.artifacts).toEqual([{ name: 'echo-tool', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(await fs.readFile(toolZip)) } }]);
     expect(await listTree(path.join(project, '.murmur', 'artifacts'))).toContain('echo-tool/0.1.0/echo-tool-0.1.0.mur.zip');
+  });
+
+  it('publishes to and installs from the roost the project’s registry.remote_url names, with no --registry', async () => {
+    const project = path.join(scratch.dir, 'remote-url-project');
+    await capsuleProject(project, `name: app\nversion: 0.1.0\nregistry:\n  remote_url: ${roost.url}\n`, (await capsuleWat()).bytes);
+    const zip = path.join(scratch.dir, 'remote-notes-1.0.0.mur.zip');
+    await fs.writeFile(zip, await skillArtifact('remote-notes', '1.0.0', '# notes\n'));
+    const published = await runMur(['publish', zip], { cwd: project, env: user('remote-user') });
+    expect(published.code, published.stderr).toBe(0);
+    expect(existsSync(path.join(registryPath, 'remote-notes', '1.0.0'))).toBe(true);
+    // The user's own stores do not have it: the install finds it where the project says.
+    const installed = await runMur(['install', 'remote-notes@1.0.0'], { cwd: project, env: user('remote-user') });
+    expect(installed.code, installed.stderr).toBe(0);
+    expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts.map((entry) => entry.name)).toEqual(['remote-notes']);
+  });
+
+  it('refuses a registry.default that is neither local nor remote, naming the file and the field', async () => {
+    const project = path.join(scratch.dir, 'bogus-default-project');
+    await capsuleProject(project, 'name: app\nversion: 0.1.0\nregistry:\n  default: bogus\n', (await capsuleWat()).bytes);
+    for (const command of [
+      ['install', 'remote-notes@1.0.0'],
+      ['publish', toolZip],
+    ]) {
+      const result = await runMur(command, { cwd: project, env: user('bogus-user') });
+      expect(result.code, command[0]).toBe(1);
+      expect(result.stderr).toContain(`error[E-IO-003]: ${path.join(project, 'murmur.yaml')}: registry.default must be 'local' or 'remote', got 'bogus'`);
+    }
   });
 
   it('installs with -g or from a local zip without pinning, and two installs at once keep both pins', async () => {

@@ -1,6 +1,6 @@
-import { existsSync } from 'node:fs';
+import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
-import { MurmurError } from '@murmur/shared';
+import { MurmurError, parseYamlSource } from '@murmur/shared';
 import { UsageError } from './output.js';
 
 /** The nearest directory at or above `from` that holds a `murmur.yaml`: the project. */
@@ -37,4 +37,44 @@ export function registryChoice(flag: string | undefined): RegistryChoice {
     });
   }
   return { kind: 'remote', url: value.replace(/\/+$/, '') };
+}
+
+/** Where `registry.default: remote` points (upstream's remote registry on this machine). */
+export const DEFAULT_REMOTE_REGISTRY = 'http://localhost:7800';
+
+/**
+ * What the project's `murmur.yaml` says of its registry, as `--registry` would say it (SPEC §2.5):
+ * `registry.remote_url`, else `registry.default` — `local`, or `remote`; undefined when it says
+ * neither (or there is no readable manifest). Read by `mur publish` and `mur install` alike, where
+ * only publish read it and an install went on to look for what it had just published elsewhere.
+ */
+export async function manifestRegistry(projectRoot: string | undefined = findProjectRoot()): Promise<string | undefined> {
+  if (projectRoot === undefined) return undefined;
+  const file = path.join(projectRoot, 'murmur.yaml');
+  const text = await fs.readFile(file, 'utf8').catch(() => undefined);
+  if (text === undefined) return undefined;
+  let registry: { remote_url?: unknown; default?: unknown } | undefined;
+  try {
+    registry = (parseYamlSource(text).value as { registry?: typeof registry } | null)?.registry;
+  } catch {
+    return undefined;
+  }
+  const given = (value: unknown): string | undefined => (typeof value === 'string' && value.trim() !== '' ? value.trim() : undefined);
+  const remote = given(registry?.remote_url);
+  if (remote !== undefined) {
+    if (!/^https?:\/\//.test(remote))
+      throw new MurmurError('E-IO-003', `${file}: registry.remote_url '${remote.slice(0, 120)}' is not an http(s) URL`, {
+        path: 'registry.remote_url',
+        hint: 'give the roost URL, e.g. http://127.0.0.1:7700, or pass --registry',
+      });
+    return remote;
+  }
+  const choice = given(registry?.default);
+  if (choice === undefined) return undefined;
+  if (choice === 'local') return 'local';
+  if (choice === 'remote') return DEFAULT_REMOTE_REGISTRY;
+  throw new MurmurError('E-IO-003', `${file}: registry.default must be 'local' or 'remote', got '${choice.slice(0, 60)}'`, {
+    path: 'registry.default',
+    hint: 'set registry.default to local or remote, or registry.remote_url to a roost URL',
+  });
 }

@@ -15,7 +15,7 @@ import {
 } from '@murmur/shared/artifacts';
 import { defaultArtifactsDir, globalStoreDir, projectStoreDir } from '@murmur/shared/node';
 import { type Output, UsageError, formatFailure } from '../output.js';
-import { registryChoice, requireProjectRoot } from '../project.js';
+import { manifestRegistry, registryChoice, requireProjectRoot } from '../project.js';
 
 /**
  * `mur install <zip | name@version>`, or with no reference every artifact the manifest declares:
@@ -48,8 +48,8 @@ function target(options: InstallOptions): Target {
  * `-g` (as upstream): a version already there is reinstalled from its own stored bytes, which is
  * idempotent when they are intact and an integrity error when they were changed after publishing.
  */
-function sources(options: InstallOptions): ArtifactSource[] {
-  const choice = registryChoice(options.registry);
+async function sources(options: InstallOptions): Promise<ArtifactSource[]> {
+  const choice = registryChoice(options.registry ?? (await manifestRegistry()));
   if (choice.kind === 'remote') return [new RoostRegistryClient(choice.url)];
   const global = storeSource(new ArtifactStore(globalStoreDir(), 'global'));
   // The artifacts this runtime ships (its drivers), last, as staging finds them: what `mur run`
@@ -145,7 +145,7 @@ async function installReference(reference: string, into: Target, options: Instal
       hint: 'e.g. mur install hello@0.1.0, or mur install ./hello-0.1.0.mur.zip (mur search lists what a registry holds)',
     });
   }
-  const from = sources(options);
+  const from = await sources(options);
   for (const source of from) {
     const resolved = await source.resolve(name, version);
     if (!resolved) continue;

@@ -1,10 +1,10 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
-import { MurmurError, manifestIdentity, parsePackagedManifest, parseYamlSource } from '@murmur/shared';
+import { MurmurError, manifestIdentity, parsePackagedManifest } from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient, inspectArchive } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import type { Output } from '../output.js';
-import { registryChoice } from '../project.js';
+import { manifestRegistry, registryChoice } from '../project.js';
 
 /**
  * `mur publish [zip]`: into the global store (or a roost with `--registry <url>`). Published
@@ -57,17 +57,4 @@ async function defaultArtifactPath(): Promise<string> {
     });
   }
   return candidate;
-}
-
-/** `registry.remote_url` of a capsule manifest in the current directory, if any. */
-async function manifestRegistry(): Promise<string | undefined> {
-  const text = await fs.readFile(path.resolve('murmur.yaml'), 'utf8').catch(() => undefined);
-  if (text === undefined) return undefined;
-  try {
-    const raw = parseYamlSource(text).value as { registry?: { remote_url?: unknown } } | null;
-    const url = raw?.registry?.remote_url;
-    return typeof url === 'string' && url.trim() !== '' ? url : undefined;
-  } catch {
-    return undefined;
-  }
 }
