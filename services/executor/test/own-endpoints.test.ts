@@ -143,6 +143,7 @@ describe("the runtime's own endpoints", () => {
       expect(await policy.send('http://127.0.0.1:4999', { message_id: 'm', text: 'hi' })).toEqual({
         ok: false,
         error: "network policy: '127.0.0.1:4999' is the bus this runtime runs on, which no capsule may reach whatever capabilities.network.allow says",
+        denied: true,
       });
     } finally {
       policy.close();
