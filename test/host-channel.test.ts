@@ -100,6 +100,20 @@ describe('an executor whose capsule host breaks its channel', () => {
     }
   });
 
+  it('a launch naming a session its executor already ran is refused, and starts nothing in its workdir', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'replayed'), '', 'waits-for-end');
+    const { ended, sessionId, sessionDir } = await launchToEnd(stack.bus, project, '[]');
+    expect(ended.exit_status).toBe('ok');
+    const before = await fs.readFile(path.join(sessionDir, 'trace.jsonl'), 'utf8');
+    const plan = await requestStaging(stack.bus, { source: { kind: 'project', project: await uploadProject(stack.bus, project) } });
+    const refusal = await rejectionOf(
+      stack.bus.request(commands.launch, { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' } }, { timeoutMs: 10_000 }),
+    );
+    expect(refusal.code).toBe('E-EXE-003');
+    expect(refusal.message).toMatch(new RegExp(`^session ${sessionId} ran on executor \\S+ already; a launch naming it again starts nothing$`));
+    expect(await fs.readFile(path.join(sessionDir, 'trace.jsonl'), 'utf8')).toBe(before);
+  });
+
   it('pulls of one tool at once are taken in turn: each answered, the tool pinned and announced once', async () => {
     await publishInto(path.join(scratch.dir, 'home', 'artifacts'), await componentArtifact('probe-tool', '2.0.0', (await probeTool()).bytes));
     const pinned: string[] = [];

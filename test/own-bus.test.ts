@@ -1,3 +1,4 @@
+import { existsSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ProbeResult, probeProject, probeRun } from './support/capsules.js';
@@ -130,5 +131,28 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     } finally {
       await neighbour.close();
     }
+  });
+
+  it('may not be given a workdir in the executor’s own state, nor one that holds it: its cache’s components, its home', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'cache-writer'), '');
+    const stackHome = path.join(scratch.dir, 'stack-home');
+    const cache = path.join(stackHome, 'cache');
+    await fs.mkdir(cache, { recursive: true });
+    for (const [workdir, relation, state] of [
+      [cache, 'lies in', stackHome],
+      [scratch.dir, 'holds', stackHome],
+    ] as const) {
+      const result = await runMur(['run', '--workdir', workdir, '--task', JSON.stringify([{ op: 'write', path: 'component.js', text: 'x' }])], {
+        cwd: project,
+        env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
+      });
+      expect(result.code, workdir).toBe(1);
+      expect(result.stderr).toContain(
+        `error[E-IO-002]: workdir '${workdir}' ${relation} the executor's own state (${state}): a capsule's workdir is bound writable into its sandbox`,
+      );
+    }
+    // Refused before its sandbox was made: the capsule wrote nothing in either.
+    expect(existsSync(path.join(cache, 'component.js'))).toBe(false);
+    expect(existsSync(path.join(scratch.dir, 'component.js'))).toBe(false);
   });
 });

@@ -142,6 +142,10 @@ export const ERROR_CATALOGUE = {
     title: 'a launch reached its executor after its launcher stopped waiting',
     hint: 'nothing was started: launch it again; an executor this late is overloaded or was stopped (or its clock is ahead of the launcher’s)',
   },
+  'E-EXE-003': {
+    title: 'a launch named a session its executor already runs or ran',
+    hint: 'nothing was started: a session id names one session; launch again (mur run mints a fresh id each time)',
+  },
   'E-STG-001': {
     title: 'a component took too long to transpile',
     hint: 'a component this large may need more time: raise MURMUR_TRANSPILE_TIMEOUT_MS on the stager (default 120000); one that never finishes is malformed or built to stall jco',

@@ -182,6 +182,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     own = { endpoints: resolveOwnEndpoints(), at: Date.now() };
     return own.endpoints;
   };
+  const workdirBase = env.MURMUR_WORKDIR_BASE?.trim() ? path.resolve(env.MURMUR_WORKDIR_BASE.trim()) : murmurHome(env);
   const environment: ExecutorEnvironment = {
     executorId: instanceId,
     bus,
@@ -195,8 +196,9 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     otelEndpoint: env.MURMUR_OTEL_ENDPOINT?.trim() || undefined,
     blobs,
     bundles: new LocalBundles(cache, blobs),
-    workdirBase: env.MURMUR_WORKDIR_BASE?.trim() ? path.resolve(env.MURMUR_WORKDIR_BASE.trim()) : murmurHome(env),
+    workdirBase,
     murmurHome: murmurHome(env),
+    executorState: [...new Set([murmurHome(env), cache, path.join(workdirBase, 'workdir')])],
     settings,
     pool: undefined,
     hostEntry: options.hostEntry,
@@ -251,6 +253,15 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       throw new MurmurError(
         'E-EXE-002',
         `the launch of session ${request.session_id} reached executor ${instanceId} ${Math.ceil(late / 1000)}s after its launcher stopped waiting; nothing was started`,
+      );
+    }
+    // One id, one session: a launch replayed or forged with the id of a session here would start a
+    // second in its workdir and end the first (its pooled sandbox's directory is renamed over).
+    if (sessions.has(request.session_id) || ended.has(request.session_id)) {
+      runtimeMetrics().launch('refused');
+      throw new MurmurError(
+        'E-EXE-003',
+        `session ${request.session_id} ${sessions.has(request.session_id) ? 'runs' : 'ran'} on executor ${instanceId} already; a launch naming it again starts nothing`,
       );
     }
     const session = new Session(environment, request);

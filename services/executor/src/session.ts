@@ -116,6 +116,8 @@ export interface ExecutorEnvironment {
   workdirBase: string;
   /** This executor's `$MURMUR_HOME`: where threaded conversations are kept (`conversations/`). */
   murmurHome: string;
+  /** What a launcher's workdir may neither lie in nor hold: the home, the cache, the sessions' own directories. */
+  executorState: readonly string[];
   /** The executor's numbers from its environment (`settings.ts`), read at its start. */
   settings: ExecutorSettings;
   /** Warm capsule hosts (`MURMUR_EXECUTOR_POOL`), for the launches that can take one. */
@@ -457,6 +459,13 @@ export class Session {
         defaultBase: this.request.default_workdir_base ?? this.environment.workdirBase,
         task: this.request.task,
         madeInGuestTree: this.request.child_of !== undefined,
+        // What the launcher chose, a workdir or a base of its own, is kept apart from the executor's state;
+        // a child's directory, which the executor made under its parent's, is not the launcher's choice.
+        ...(this.request.child_of === undefined &&
+        (this.request.workdir !== undefined ||
+          (this.request.default_workdir_base !== undefined && path.resolve(this.request.default_workdir_base) !== this.environment.workdirBase))
+          ? { executorState: this.environment.executorState }
+          : {}),
       },
       { blobs, bundles },
     );

@@ -43,6 +43,40 @@ export interface WorkdirRequest {
    * in its place where no bubblewrap binds `children/` read-only to it (`assertWorkdirUnmoved`).
    */
   madeInGuestTree?: boolean;
+  /**
+   * The executor's own state (`$MURMUR_HOME`, its cache, where its sessions get their directories):
+   * a directory a launcher names (`workdir`, or a `defaultBase` of its own) may neither lie in it nor
+   * hold it (`assertApartFromExecutor`). Absent: nothing is checked (the executor's own default).
+   */
+  executorState?: readonly string[] | undefined;
+}
+
+/**
+ * Refuses a workdir a launcher named that lies in the executor's own state or holds it. A workdir
+ * is bound writable into the capsule's sandbox: one inside the cache let a capsule rewrite a
+ * transpiled component's `component.js` there, which every later session of that component ran
+ * in its host (a probe made one run of another user's capsule throw); one that holds the
+ * executor's home gives the capsule all of it — other sessions' workdirs, the running records.
+ * A launcher over the bus is not the executor's operator, so neither is its launcher's to choose.
+ */
+export function assertApartFromExecutor(workdir: string, executorState: readonly string[], named: string): void {
+  const real = (dir: string): string => {
+    try {
+      return realpathSync(dir);
+    } catch {
+      return path.resolve(dir);
+    }
+  };
+  const within = (inner: string, outer: string): boolean => inner === outer || inner.startsWith(outer.endsWith('/') ? outer : `${outer}/`);
+  const dir = real(workdir);
+  for (const state of executorState.map(real)) {
+    if (within(dir, state) || within(state, dir))
+      throw new MurmurError(
+        'E-IO-002',
+        `${named} '${dir}' ${within(dir, state) ? 'lies in' : 'holds'} the executor's own state (${state}): a capsule's workdir is bound writable into its sandbox, and could rewrite what other sessions run`,
+        { path: dir, hint: "name a directory apart from the executor's MURMUR_HOME and cache, or leave out --workdir for a fresh one per session" },
+      );
+  }
 }
 
 /**
@@ -126,7 +160,10 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
         hint: 'create it first, or leave out --workdir to get a fresh one per session',
       });
     }
+    if (request.executorState) assertApartFromExecutor(accessible, request.executorState, 'workdir');
   } else {
+    // A base of the launcher's own: its session's directory is made there, so not in the executor's state.
+    if (request.executorState) assertApartFromExecutor(path.join(request.defaultBase, 'workdir', request.sessionId), request.executorState, 'workdir');
     accessible = path.join(path.resolve(request.defaultBase), 'workdir', request.sessionId);
     await fs.mkdir(accessible, { recursive: true });
   }
