@@ -957,6 +957,8 @@ describe('a first connection to something that is not a NATS server', () => {
       expect(refused.code).toBe('E-BUS-005');
       expect(refused.message).toContain('sent no NATS greeting');
       expect(refused.hint).toContain('names the nats-server port');
+      // A nats-server that is stopped (SIGSTOP) or swamped greets no more than another service does.
+      expect(refused.hint).toContain('or the nats-server there is stopped or overloaded');
       await eventually(async () => expect(await new Promise((resolve) => silent.getConnections((_error, count) => resolve(count)))).toBe(0), {
         timeoutMs: 2_000,
         intervalMs: 50,

@@ -458,6 +458,28 @@ describe('the capsule manifest', () => {
       expect(refused?.message).not.toContain('models.example.com');
     });
 
+    it('refuses an endpoint that carries credentials in its URL, written or from a variable, since the capsule’s code is given the endpoint', () => {
+      const written = refusal(
+        'name: agent\nversion: 1.0.0\ninference:\n  endpoint: https://user:pass@models.example.com\n  model: m\n  driver: { artifact: d }\n',
+      );
+      expect(written.code).toBe('E-MAN-003');
+      expect(written.message).toContain(
+        "'https://user:pass@models.example.com' carries credentials in its URL, and the endpoint is given to the capsule's own code: put the key in inference.api_key",
+      );
+      const { manifest } = parseCapsuleManifest('name: agent\nversion: 1.0.0\ninference:\n  endpoint: ${EP}\n  model: m\n  driver: { artifact: d }\n', {
+        env: { EP: '' },
+      });
+      let refused: MurmurError | undefined;
+      try {
+        resolveManifestSecrets(manifest, { EP: 'http://u:SECRETUSERINFO@127.0.0.1:18555' });
+      } catch (error) {
+        refused = error as MurmurError;
+      }
+      expect(refused?.message).toBe(
+        "murmur.yaml: invalid inference config for 'inference.endpoint' (from ${EP}): the value of ${EP} carries credentials in its URL, and the endpoint is given to the capsule's own code: put the key in inference.api_key",
+      );
+    });
+
     it('never shows a variable’s value in a refusal of it: a key named where a URL belongs is said by its name alone', () => {
       const secret = 'ghp_QAPARENTSECRET0123456789';
       const refusals: string[] = [];

@@ -77,7 +77,10 @@ export class NatsTransport implements Transport {
     try {
       if (endpoint.servers.length === 1) {
         const silent = await notNats(endpoint.servers[0] as string, options.connectTimeoutMs ?? CLIENT_CONNECT_TIMEOUT_MS);
-        if (silent) throw new MurmurError('E-BUS-005', `cannot connect to the bus at ${url}: ${silent}`, { hint: NOT_NATS_HINT });
+        if (silent)
+          throw new MurmurError('E-BUS-005', `cannot connect to the bus at ${url}: ${silent}`, {
+            hint: silent.startsWith('TIMEOUT') ? SILENT_HINT : NOT_NATS_HINT,
+          });
       }
       connection = await connect(connectionOptions);
     } catch (error) {
@@ -310,11 +313,14 @@ function connectHint(error: unknown): { hint?: string } {
     return {
       hint: 'the server wants other credentials: give its token in the URL (nats://<token>@host:4222); the compose stack uses MURMUR_NATS_TOKEN',
     };
-  if (code === ErrorCode.Timeout) return { hint: NOT_NATS_HINT };
+  if (code === ErrorCode.Timeout) return { hint: SILENT_HINT };
   return {};
 }
 
 const NOT_NATS_HINT = 'what answers there is not a nats-server: check that MURMUR_NATS_URL names the nats-server port (4222), not another service';
+/** A server that takes the connection and says nothing: another service, or a nats-server that is stopped or swamped. */
+const SILENT_HINT =
+  'what answers there said nothing: either it is not a nats-server (check that MURMUR_NATS_URL names the nats-server port, 4222), or the nats-server there is stopped or overloaded (check its process and its load)';
 
 /** The longest a closing connection waits for the server to take what it drains. */
 const DRAIN_WAIT_MS = 2_000;

@@ -369,6 +369,9 @@ function endpointProblem(endpoint: string, variable?: string): string | undefine
     return `failed to parse ${shown} as a URL`;
   }
   const scheme = url.protocol.slice(0, -1);
+  // The endpoint is handed to the capsule's guests (`MURMUR_INFERENCE_ENDPOINT`), where the key is not.
+  if (url.username !== '' || url.password !== '')
+    return `${shown} carries credentials in its URL, and the endpoint is given to the capsule's own code: put the key in inference.api_key`;
   if (scheme === 'https') return undefined;
   if (scheme === 'http') {
     return isLoopbackHost(url.hostname)
