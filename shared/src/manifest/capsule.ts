@@ -599,7 +599,10 @@ export interface ParseCapsuleManifestOptions {
   /**
    * Variables `${VAR}` references are checked against. A reference to an unset variable is
    * refused here, at parse; the value itself stays a reference in the parsed manifest, so no
-   * secret rides along in a staged plan or over the bus. Omit to skip the check.
+   * secret rides along in a staged plan (which the stager caches and the bus carries to any
+   * executor). The values go only in a launch, to the executor that resolves them
+   * (`resolveManifestSecrets`): the bus is the stack's control plane, which `MURMUR_NATS_TOKEN`
+   * guards. Omit to skip the check.
    */
   env?: EnvLookup;
 }
