@@ -226,6 +226,13 @@ describe('the operator dashboard', () => {
     const wrongInUrl = await fetch(`${watcher.url}/dashboard?token=wrong-token-wrong-token`, { redirect: 'manual' });
     expect(wrongInUrl.status).toBe(401);
     expect(wrongInUrl.headers.get('set-cookie')).toBeNull();
+    // The right token is traded for the cookie on the page's path with its slash too, and leaves the URL.
+    for (const where of ['/dashboard', '/dashboard/']) {
+      const traded = await fetch(`${watcher.url}${where}?token=${TOKEN}`, { redirect: 'manual' });
+      expect(traded.status, where).toBe(303);
+      expect(traded.headers.get('location')).toBe('/dashboard');
+      expect(traded.headers.get('set-cookie')).toContain('HttpOnly; SameSite=Strict');
+    }
     // The right token as a bearer header is admitted, for a script.
     const snapshot = await fetch(`${watcher.url}/dashboard/api/snapshot`, { headers: { authorization: `Bearer ${TOKEN}` } });
     expect(snapshot.status).toBe(200);

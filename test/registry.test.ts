@@ -114,6 +114,25 @@ describe('roost as a remote registry', () => {
     expect((await fetch(`${roost.url}/health`)).status).toBe(200);
   });
 
+  it('answers /health and /metrics only for loopback names, as its registry: a page reaching them through a name of its own reads neither', async () => {
+    const port = new URL(roost.url).port;
+    for (const where of ['/health', '/metrics']) {
+      const rebound = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        // fetch sets Host from the URL; a page rebound to 127.0.0.1 sends its own name.
+        http
+          .get({ host: '127.0.0.1', port, path: where, headers: { host: `attacker.example:${port}` } }, (response) => {
+            let body = '';
+            response.on('data', (chunk) => (body += chunk));
+            response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+          })
+          .on('error', reject);
+      });
+      expect(rebound.status, where).toBe(421);
+      expect(rebound.body).not.toContain('nats://');
+      expect((await fetch(`${roost.url}${where}`)).status, where).toBe(200);
+    }
+  });
+
   it('tells a publisher what roost refused of the archive by roost’s own code, not as a roost it cannot reach', async () => {
     const large = path.join(scratch.dir, 'large-1.0.0.mur.zip');
     // Two entries each under the 1 MiB ceiling, together past it: the upload is refused whole.

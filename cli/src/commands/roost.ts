@@ -1,6 +1,6 @@
 import { createLogger, healthRoutes, listenHttp } from '@murmur/shared/service';
 import { connectBus } from '@murmur/shared/bus';
-import { MurmurError, SERVICE_DEFAULT_PORTS, healthOf, newId, portFromEnv, serveHealth } from '@murmur/shared';
+import { MurmurError, SERVICE_DEFAULT_PORTS, healthOf, loopbackHostGuard, newId, portFromEnv, serveHealth } from '@murmur/shared';
 import { startRoostService } from '@murmur/roost';
 import type { Output } from '../output.js';
 
@@ -23,7 +23,7 @@ export async function roostCommand(options: { port?: string; registryPath?: stri
   });
   // The same `GET /health` (and bus health) a roost service process answers.
   const identity = { service: 'roost' as const, instanceId: `roost-${newId('request').slice(4, 16)}`, httpPort: null as number | null, startedAt: new Date() };
-  const app = healthRoutes(() => healthOf(identity, bus), bus);
+  const app = healthRoutes(() => healthOf(identity, bus), bus, loopbackHostGuard('http://127.0.0.1', undefined, process.env.MURMUR_ROOST_HOSTS));
   app.route('/', roost.http);
   let listener: Awaited<ReturnType<typeof listenHttp>>;
   try {

@@ -42,6 +42,20 @@ describe('the dashboard served on loopback without a token', () => {
     }
   });
 
+  it('answers its API to its own page only: a request a browser says came from another origin is refused before a stream is counted', async () => {
+    for (const site of ['cross-site', 'same-site']) {
+      for (const path of ['/dashboard/api/events', '/dashboard/api/snapshot']) {
+        const refused = await get(path, { host: 's1.localhost:7740', 'sec-fetch-site': site, origin: 'http://127.0.0.1:8080' });
+        expect(refused.status, `${site} ${path}`).toBe(403);
+        expect(await refused.json()).toMatchObject({ error: { code: 'E-DASH-003' } });
+      }
+    }
+    // The page itself, a URL typed in, and a client that is no browser.
+    for (const headers of [{ 'sec-fetch-site': 'same-origin' }, { 'sec-fetch-site': 'none' }, {}] as Array<Record<string, string>>) {
+      expect((await get('/dashboard/api/snapshot', headers)).status, JSON.stringify(headers)).toBe(200);
+    }
+  });
+
   it('takes a cookie that does not decode for no token, rather than failing every request', async () => {
     const response = await get('/dashboard/api/snapshot', { cookie: 'murmur_dashboard=%E0%A4%A' });
     expect(response.status).toBe(200);

@@ -1,7 +1,7 @@
 import { type Server as HttpServer, type IncomingMessage, type RequestListener, type ServerResponse, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
-import { Hono } from 'hono';
+import { Hono, type MiddlewareHandler } from 'hono';
 
 export interface HttpListener {
   readonly host: string;
@@ -65,8 +65,29 @@ export function listenHttp(app: Hono, options: { host?: string; port?: number } 
  * `GET /health`: 200 with the service's health, for probes that speak HTTP rather than the bus;
  * 503 while the service's `bus` connection is lost.
  */
-export function healthRoutes(health: () => object, bus?: { readonly connected: boolean; readonly description: string }): Hono {
+export function healthRoutes(
+  health: () => object,
+  bus?: { readonly connected: boolean; readonly description: string },
+  /**
+   * Which `Host` names `/health` and `/metrics` answer (`loopbackHostGuard`): on loopback, a web page
+   * reaching them through a name of its own (DNS rebinding) read the bus's address and, from an
+   * executor's metrics, every session's egress rules. Set before the routes, which it then guards.
+   */
+  hostGuard?: (host: string | undefined) => boolean,
+): Hono {
   const app = new Hono();
+  if (hostGuard) {
+    const guard: MiddlewareHandler = async (context, next) => {
+      const host = context.req.header('host');
+      if (hostGuard(host)) return next();
+      return context.json(
+        { error: `this service answers only for localhost and the names it is given; a request for '${(host ?? '').slice(0, 80)}' is refused` },
+        421,
+      );
+    };
+    app.use('/health', guard);
+    app.use('/metrics', guard);
+  }
   // A service without its bus serves nothing: a probe (docker's health check) hears so, not `ok`.
   app.get('/health', (context) =>
     bus && !bus.connected

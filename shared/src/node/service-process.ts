@@ -2,6 +2,7 @@ import type { Hono } from 'hono';
 import type { Logger } from 'pino';
 import { type Bus, connectBus, shownNatsUrl } from '../bus/index.js';
 import { MurmurError } from '../errors.js';
+import { loopbackHostGuard } from '../loopback-host.js';
 import { installRuntimeMetrics } from '../metrics-sink.js';
 import type { ServiceName } from '../events.js';
 import type { Log } from '../log.js';
@@ -94,7 +95,12 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
     return;
   }
   const identity = { service: options.service, instanceId, httpPort: null as number | null, startedAt };
-  const app = healthRoutes(() => healthOf(identity, bus), bus);
+  const hostGuard = loopbackHostGuard(
+    `http://${host.includes(':') ? `[${host}]` : host}`,
+    env[`MURMUR_${upper}_PUBLIC_URL`]?.trim() || undefined,
+    env[`MURMUR_${upper}_HOSTS`],
+  );
+  const app = healthRoutes(() => healthOf(identity, bus), bus, hostGuard);
   app.get('/metrics', async (context) => {
     const { contentType, body } = await metricsText();
     return context.body(body, 200, { 'content-type': contentType });

@@ -91,8 +91,23 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
   app.use('/dashboard', loopbackOnly);
   app.use('/dashboard/*', loopbackOnly);
 
+  // The API is the page's own: a page of another origin (a site, or another name of loopback) is
+  // refused by what its browser says of the request (`Sec-Fetch-Site`), before a stream is counted.
+  // Without this, a page with no token needed filled the dashboard's streams from forty names of
+  // localhost, and the operator's own page met 503. A client that is no browser says nothing, and is let on.
+  app.use('/dashboard/api/*', async (context, next) => {
+    const site = context.req.header('sec-fetch-site');
+    if (site === undefined || site === 'same-origin' || site === 'none') return next();
+    return refusal(
+      'E-DASH-003',
+      `the dashboard's API answers its own page only; a ${site} request (from ${(context.req.header('origin') ?? 'another page').slice(0, 80)}) is refused`,
+      403,
+      context.req.path,
+    );
+  });
+
   // `?token=` on the page is traded for a cookie, and the URL loses it (it would stay in history).
-  app.get('/dashboard', (context, next) => {
+  const tradeToken: MiddlewareHandler = async (context, next) => {
     const offered = context.req.query('token');
     if (offered === undefined || !access.required) return next();
     if (!access.admits(offered)) return refuseUnauthorised();
@@ -104,7 +119,9 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
         ...PAGE_HEADERS,
       },
     });
-  });
+  };
+  app.get('/dashboard', tradeToken);
+  app.get('/dashboard/', tradeToken);
 
   const requireToken: MiddlewareHandler = async (context, next) => {
     if (!access.admits(presentedToken({ authorization: context.req.header('authorization'), cookie: context.req.header('cookie') })))

@@ -63,6 +63,8 @@ const joined = (...parts: Array<string | null | false>): string => parts.filter(
 function authority(value: unknown): string | null {
   if (typeof value !== 'string') return null;
   try {
+    // A `host:port` (a sealed sandbox's connection) would parse as a URL of scheme `host`.
+    if (!value.includes('://')) throw new Error('not a URL');
     const url = new URL(value);
     return `${url.protocol}//${url.host}`;
   } catch {

@@ -245,6 +245,9 @@ function setConnection(state, text) {
   $('connection-text').textContent = text;
 }
 
+/** How long the page waits before it asks for a refused stream again (doubled each time, to 30 s). */
+let reconnectDelay = 500;
+
 function connect() {
   const source = new EventSource('/dashboard/api/events');
   source.addEventListener('open', () => setConnection('live', 'live'));
@@ -276,8 +279,15 @@ function connect() {
     source.close();
   });
   source.addEventListener('error', () => {
-    if (source.readyState === EventSource.CLOSED) setConnection('stopped', 'disconnected');
-    else setConnection('connecting', 'reconnecting…');
+    if (source.readyState !== EventSource.CLOSED) return setConnection('connecting', 'reconnecting…');
+    // Refused (the watcher had no stream to spare, or answered with an error): the browser gives
+    // up on such a source for good, so the page asks again, waiting longer each time.
+    setConnection('stopped', 'disconnected');
+    reconnectDelay = Math.min(reconnectDelay * 2, 30_000);
+    setTimeout(connect, reconnectDelay);
+  });
+  source.addEventListener('open', () => {
+    reconnectDelay = 500;
   });
 }
 
