@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, promises as fs } from 'node:fs';
+import { existsSync, promises as fs, lstatSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { capsuleProject } from './support/artifacts.js';
@@ -348,6 +348,28 @@ describe('the capsule sandbox', () => {
       expect(await fs.readFile(path.join(workdir, 'data', 'note.txt'), 'utf8')).toBe('scoped');
       expect(existsSync(path.join(workdir, 'note.txt'))).toBe(false);
       expect(results[1]).toMatchObject({ ok: false, error: 'not-permitted' });
+    });
+
+    it('keeps a scoped preopen on its directory when a tool of the session replaces it with a link to /proc/self', async () => {
+      const actions = [
+        { op: 'write', path: 'mine.txt', text: 'scoped' },
+        { op: 'shell', binary: 'sh', args: ['-c', 'mv data data.moved && ln -s /proc/self data'] },
+        // Through the link, this would be the host's own command line (and its `mem`, what it keeps from guests).
+        { op: 'read', path: 'cmdline' },
+        { op: 'read', path: 'mine.txt' },
+      ];
+      const { results, workdir } = await probe(
+        'scope-swapped',
+        'capabilities:\n  filesystem:\n    scope: data\n  shell:\n    allow: [sh, mv, ln]\n  env:\n    allow: [PROBE_ACTIONS]\n',
+        actions,
+        { PROBE_ACTIONS: JSON.stringify(actions) },
+      );
+      expect(results[1]).toMatchObject({ ok: true, value: { exitCode: 0 } });
+      expect(lstatSync(path.join(workdir, 'data')).isSymbolicLink()).toBe(true);
+      expect(results[2]).toMatchObject({ ok: false });
+      expect(JSON.stringify(results[2])).not.toContain('host.cjs');
+      // The preopen is the directory the session began with, wherever it was moved.
+      expect(results[3]).toMatchObject({ ok: true, value: 'scoped' });
     });
 
     it('gives the allowlisted environment minus credentials, with the runtime’s MURMUR_* values last', async () => {

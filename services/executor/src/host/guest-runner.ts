@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { UnpinnablePreopen, pinnedPreopen } from './pinned-preopen.js';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import type { LogFile } from '../records.js';
 import type { LastEgressFailure } from './egress-failures.js';
@@ -217,7 +218,10 @@ export class GuestRunner {
   prepareNext(spec: GuestSpec): void {
     const worker = this.idleWorkers.get(spec.bundleDir);
     if (!worker) return;
-    worker.postMessage({ type: 'prepare', job: this.jobOf(spec, {}) } satisfies GuestPrepare);
+    const job = this.jobOrFailure(spec, {});
+    // Nothing made ahead for a guest that will not be started: its call says why.
+    if ('kind' in job) return;
+    worker.postMessage({ type: 'prepare', job } satisfies GuestPrepare);
   }
 
   /** Ends a worker that runs calls, and closes its bridge. */
@@ -238,7 +242,9 @@ export class GuestRunner {
     // Abandoned while its modules were being compiled: it never reaches a worker.
     if (this.abandonments !== asked) return { kind: 'abandoned', message: this.abandonedWith };
     if ('failure' in compiled) return compiled.failure;
-    return this.runWorker(this.jobOf(spec, compiled.modules), spec.record);
+    const job = this.jobOrFailure(spec, compiled.modules);
+    if ('kind' in job) return job;
+    return this.runWorker(job, spec.record);
   }
 
   /**
@@ -271,7 +277,9 @@ export class GuestRunner {
     const outputGate = createOutputGate();
     const instance = this.nextInstance++;
     serveBridge(port1, signal, (op, payload) => this.options.answer(op, payload, spec.grant, instance));
-    const job: GuestJob = { ...this.jobOf(spec, compiled.modules), resident: true, bridgePort: port2, signal, outputGate };
+    const made = this.jobOrFailure(spec, compiled.modules);
+    if ('kind' in made) return made;
+    const job: GuestJob = { ...made, resident: true, bridgePort: port2, signal, outputGate };
     // A resident gets a worker of its own for its whole life: never an idle one, never the spare.
     const worker = startGuestWorker({ workerData: job, transferList: [port2], stdout: true, stderr: true });
     return { worker, lines: new LineBuffers(), port: port1, instance, outputGate };
@@ -322,7 +330,18 @@ export class GuestRunner {
    */
   private jobOf(spec: GuestSpec, modules: Record<string, WebAssembly.Module>): GuestJob {
     const { coreModules: _files, record: _record, ...rest } = spec;
-    return { ...rest, modules, memoryLimitBytes: this.options.memoryLimitBytes };
+    // The directory itself, not its path, which a tool of the session could replace with a link (`pinned-preopen.ts`).
+    return { ...rest, preopen: rest.preopen === '' ? '' : pinnedPreopen(rest.preopen), modules, memoryLimitBytes: this.options.memoryLimitBytes };
+  }
+
+  /** `jobOf`, or the guest's failure when its preopen cannot be pinned: the guest is not started. */
+  private jobOrFailure(spec: GuestSpec, modules: Record<string, WebAssembly.Module>): GuestJob | GuestOutcome {
+    try {
+      return this.jobOf(spec, modules);
+    } catch (error) {
+      if (error instanceof UnpinnablePreopen) return { kind: 'link-error', message: error.message };
+      throw error;
+    }
   }
 
   private runWorker(job: GuestJob, record: CallRecord | undefined): Promise<RunOutcome> {
