@@ -109,4 +109,16 @@ describe('mur run --system-prompt', () => {
     expect(released.murmurMd).toContain(`- **${SKILL}** — the house style *(call by name to load guidance)*`);
     expect(released.start.system_prompt_source).toBe('cli');
   });
+
+  it('refuses a call to the system_prompt_artifact while it is bound as the prompt: hidden from the model and not callable either', async () => {
+    const model = await startScriptedInference({ script: [{ toolCalls: [{ name: SKILL, input: {} }] }, { text: 'done' }] });
+    servers.push(model);
+    const options = { artifacts: `  - name: ${SKILL}\n    version: 1.0.0\n    runtime: skill`, inference: `  system_prompt_artifact: ${SKILL}` };
+    const project = await agentProject(path.join(scratch.dir, 'bound-called'), agentManifest(model, options));
+    const result = await runMur(['run', '--json', '--task', 'Say hello.'], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    const answered = JSON.stringify((model.requests()[1]?.body as { messages?: unknown[] }).messages?.at(-1));
+    expect(answered).toContain(`tool '${SKILL}' is not declared in manifest allowlist`);
+    expect(answered).not.toContain('Always answer in haiku.');
+  });
 });

@@ -614,7 +614,12 @@ export class Session {
       subprocess_env: subprocessBase,
       policy: plan.policy,
       tools,
-      allowlist: plan.artifacts.filter((artifact) => artifact.role === 'tool' || artifact.role === 'skill').map((artifact) => artifact.name),
+      // The system prompt's skill, while it is bound as the prompt, is not a tool (SPEC §1.6, removed
+      // from callable tools): hidden from the model, and refused to a call that names it anyway.
+      allowlist: plan.artifacts
+        .filter((artifact) => artifact.role === 'tool' || artifact.role === 'skill')
+        .map((artifact) => artifact.name)
+        .filter((name) => name !== agent?.system_prompt_artifact),
       trace_include_tool_output: plan.capsule.manifest.trace?.include_tool_output === true || plan.capsule.manifest.trace?.capture === 'content',
       ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id } : {}),
       effective_grants: {},

@@ -107,6 +107,29 @@ describe('a guest’s import object', () => {
     expect(Object.keys(built).sort()).toEqual(['murmur:task/task', 'murmur:text/chunks']);
   });
 
+  it('gives a hook only what its world imports: inference, and never the task’s stream or its request for input', async () => {
+    const built = (await buildImports(
+      {
+        preopen: '',
+        env: [],
+        grant: 'hook:audit',
+        stdout: () => {},
+        stderr: () => {},
+        bridge: new BridgeClient(channel.port2, createSignal()),
+        capsuleImports: false,
+        hookImports: true,
+      },
+      [],
+    )) as Record<string, unknown>;
+    expect(built['murmur:runtime/inference']).toBeDefined();
+    for (const name of ['murmur:text/chunks', 'murmur:task/task', 'murmur:tool-registry/invoke', 'murmur:shell/execute'])
+      expect(built[name], name).toBeUndefined();
+    // A tool and a driver keep them: a driver streams its reply, a tool may ask for input.
+    const tool = await imports(EVERYTHING, false);
+    expect(tool['murmur:text/chunks']).toBeDefined();
+    expect(tool['murmur:task/task']).toBeDefined();
+  });
+
   it('gives tools no capsule-only murmur interfaces', async () => {
     const built = await imports(EVERYTHING, false);
     for (const name of ['murmur:tool-registry/invoke', 'murmur:shell/execute', 'murmur:message/send', 'murmur:artifact-manager/manage'])

@@ -202,19 +202,23 @@ function cliImports(grants: GuestGrants, streams: typeof import('./streams.js'))
 
 /** The murmur interfaces: tools, shell, messages, artifacts (capsules), text and task (everyone). */
 function murmurImports(grants: GuestGrants): Record<string, unknown> {
-  const imports: Record<string, unknown> = {
+  const imports: Record<string, unknown> = {};
+  // Not a hook's: its world imports `inference` alone. Given one, a hook with no grant spoke in the
+  // agent's voice on the task's stream, asked the user for input in the task's name (and read the
+  // reply), and left the task waiting on an ask nobody would answer.
+  if (!grants.hookImports) {
     // The host decides what these mean: chunks reach A2A observers of the current task (a no-op
     // outside one, as upstream), and request-input pauses that task until a reply or its timeout.
     // An error from request-input (timeout, cancel, no task) traps the guest: the WIT function
     // returns a plain string, so there is no error arm to lower it into.
-    'murmur:text/chunks': {
+    imports['murmur:text/chunks'] = {
       emitChunk: (chunk: string) => void grants.bridge.call('chunk', { kind: 'text', text: chunk }),
       emitThinkingChunk: (chunk: string) => void grants.bridge.call('chunk', { kind: 'thinking', text: chunk }),
-    },
-    'murmur:task/task': {
+    };
+    imports['murmur:task/task'] = {
       requestInput: (prompt: string) => grants.bridge.call<string>('request-input', { prompt }),
-    },
-  };
+    };
+  }
   if (grants.hookImports) {
     // `inference` uses the lifecycle's `message` record, so the hook world imports the lifecycle
     // interface too (a `use` in an imported interface names an imported one), functions and all.
