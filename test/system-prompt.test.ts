@@ -117,7 +117,8 @@ describe('mur run --system-prompt', () => {
     const project = await agentProject(path.join(scratch.dir, 'bound-called'), agentManifest(model, options));
     const result = await runMur(['run', '--json', '--task', 'Say hello.'], { cwd: project, env });
     expect(result.code, result.stderr).toBe(0);
-    const answered = JSON.stringify((model.requests()[1]?.body as { messages?: unknown[] }).messages?.at(-1));
+    const second = model.requests()[1]?.body as { messages?: unknown[] } | undefined;
+    const answered = JSON.stringify(second?.messages?.at(-1) ?? null);
     expect(answered).toContain(`tool '${SKILL}' is not declared in manifest allowlist`);
     expect(answered).not.toContain('Always answer in haiku.');
   });
