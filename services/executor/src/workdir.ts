@@ -162,9 +162,9 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
     }
     if (request.executorState) assertApartFromExecutor(accessible, request.executorState, 'workdir');
   } else {
-    // A base of the launcher's own: its session's directory is made there, so not in the executor's state.
-    if (request.executorState) assertApartFromExecutor(path.join(request.defaultBase, 'workdir', request.sessionId), request.executorState, 'workdir');
     accessible = path.join(path.resolve(request.defaultBase), 'workdir', request.sessionId);
+    // A base of the launcher's own: its session's directory is made there, so not in the executor's state.
+    if (request.executorState) assertApartFromExecutor(accessible, request.executorState, 'workdir');
     await fs.mkdir(accessible, { recursive: true });
   }
   if (request.madeInGuestTree) assertWorkdirUnmoved(accessible);

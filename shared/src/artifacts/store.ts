@@ -121,7 +121,7 @@ export class ArtifactStore {
    * files a `kill -9` left in it (an interrupt's are removed as it comes): nothing else would ever
    * remove them. A service's store is swept by the service (`keepStoreSwept`).
    */
-  private async sweptIfDue(): Promise<void> {
+  private async sweptOnce(): Promise<void> {
     if (this.options.interruptible) await sweepStoreOnce(this.root);
   }
 
@@ -263,7 +263,7 @@ export class ArtifactStore {
         path: files.zip,
       });
     const sha256 = sha256Hex(bytes);
-    await this.sweptIfDue();
+    await this.sweptOnce();
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
     // One publish of a version at a time: what was published of it is read, judged and added to
     // as one step (two variants published at once each found none before, and both were kept).
@@ -355,7 +355,7 @@ export class ArtifactStore {
     const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
     const files = this.variantFiles(meta.name, meta.version, platform);
     const targets = [files.zip, files.sha, this.metaFile(meta.name, meta.version)];
-    await this.sweptIfDue();
+    await this.sweptOnce();
     await fs.mkdir(path.dirname(files.zip), { recursive: true });
     // In the version's publish turn: a publish meanwhile would take the zip this install has
     // renamed in, before its digest, for what a dead publish left (`publishVariant`).

@@ -73,9 +73,14 @@ async function sweepLeftovers(root: string, olderThanMs: number, now: number, sc
  * skipped when another process sharing the cache swept it meanwhile). Returns how to stop them.
  */
 export function keepCacheSwept(cacheDir: string, log: Log): () => void {
-  const sweep = (): void => void sweepCacheLeftoversIfDue(cacheDir, LEFTOVER_SWEEP_EVERY_MS, log);
-  sweep();
-  const timer = setInterval(sweep, LEFTOVER_SWEEP_EVERY_MS);
+  return nowAndHourly(() => sweepCacheLeftoversIfDue(cacheDir, LEFTOVER_SWEEP_EVERY_MS, log));
+}
+
+/** Runs `sweep` now and every `LEFTOVER_SWEEP_EVERY_MS`, never holding the process open; returns how to stop it. */
+function nowAndHourly(sweep: () => Promise<void>): () => void {
+  const run = (): void => void sweep();
+  run();
+  const timer = setInterval(run, LEFTOVER_SWEEP_EVERY_MS);
   timer.unref();
   return () => clearInterval(timer);
 }
@@ -108,17 +113,14 @@ export async function sweepCacheLeftoversIfDue(cacheDir: string, everyMs: number
  * volume sweeping as well removes nothing twice. Returns how to stop them.
  */
 export function keepStoreSwept(storeRoot: string, log: Log): () => void {
-  const sweep = (): void =>
-    void sweepStoreLeftovers(storeRoot).then(
+  return nowAndHourly(() =>
+    sweepStoreLeftovers(storeRoot).then(
       (removed) => {
         if (removed.length > 0) log.info({ dir: storeRoot, removed }, 'removed what interrupted writes left behind');
       },
       (error: unknown) => log.warn({ dir: storeRoot, err: error }, 'could not sweep for what interrupted writes left behind'),
-    );
-  sweep();
-  const timer = setInterval(sweep, LEFTOVER_SWEEP_EVERY_MS);
-  timer.unref();
-  return () => clearInterval(timer);
+    ),
+  );
 }
 
 const sweptThisProcess = new Set<string>();
