@@ -128,6 +128,7 @@ describe('roost as a remote registry', () => {
           .on('error', reject);
       });
       expect(rebound.status, where).toBe(421);
+      expect(JSON.parse(rebound.body)).toMatchObject({ code: 'E-SVC-001' });
       expect(rebound.body).not.toContain('nats://');
       expect((await fetch(`${roost.url}${where}`)).status, where).toBe(200);
     }

@@ -146,6 +146,10 @@ export const ERROR_CATALOGUE = {
     title: 'a launch named a session its executor already runs or ran',
     hint: 'nothing was started: a session id names one session; launch again (mur run mints a fresh id each time)',
   },
+  'E-SVC-001': {
+    title: 'a service on loopback refused a request for another host name',
+    hint: 'reach it as localhost or 127.0.0.1; a name of its own goes in MURMUR_<SERVICE>_HOSTS (a web page reaching it through a name it owns is what this refuses: DNS rebinding)',
+  },
   'E-STG-001': {
     title: 'a component took too long to transpile',
     hint: 'a component this large may need more time: raise MURMUR_TRANSPILE_TIMEOUT_MS on the stager (default 120000); one that never finishes is malformed or built to stall jco',

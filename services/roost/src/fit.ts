@@ -81,16 +81,27 @@ function parseRules(entries: readonly string[]): Array<{ entry: string; rule: Ne
   });
 }
 
-function checkNetwork(child: CapabilityPolicy, ceiling: CapabilityPolicy, owner: string): Misfit | undefined {
-  const ceilingRules = parseRules(ceiling.network_allow)
+/** The first of `entries` that no rule of `ceiling` covers, and whether it is a rule at all. */
+function firstUncovered(entries: readonly string[], ceiling: readonly string[]): { entry: string; valid: boolean } | undefined {
+  const ceilingRules = parseRules(ceiling)
     .map(({ rule }) => rule)
     .filter((rule): rule is NetworkAllowRule => rule !== undefined);
-  for (const { entry, rule } of parseRules(child.network_allow)) {
-    if (rule === undefined) return { axis: 'network', reason: `network: child rule '${entry}' is not a valid network rule, so nothing covers it` };
-    if (!ceilingCovers(ceilingRules, rule)) {
-      return { axis: 'network', reason: `network: child rule '${entry}' is not covered by ${owner} capabilities.network.allow` };
-    }
+  for (const { entry, rule } of parseRules(entries)) {
+    if (rule === undefined) return { entry, valid: false };
+    if (!ceilingCovers(ceilingRules, rule)) return { entry, valid: true };
   }
+  return undefined;
+}
+
+function checkNetwork(child: CapabilityPolicy, ceiling: CapabilityPolicy, owner: string): Misfit | undefined {
+  const uncovered = firstUncovered(child.network_allow, ceiling.network_allow);
+  if (uncovered)
+    return {
+      axis: 'network',
+      reason: uncovered.valid
+        ? `network: child rule '${uncovered.entry}' is not covered by ${owner} capabilities.network.allow`
+        : `network: child rule '${uncovered.entry}' is not a valid network rule, so nothing covers it`,
+    };
   if (child.unix_sockets && !ceiling.unix_sockets) {
     return { axis: 'network', reason: `network: child asks for capabilities.network.unix_sockets, which ${owner} capabilities do not grant` };
   }
@@ -225,18 +236,13 @@ export function hookReachOf(artifacts: ReadonlyArray<{ name: string; runtime: st
 }
 
 function checkHooks(hooks: readonly HookReach[], ceiling: CapabilityPolicy, owner: string): Misfit | undefined {
-  const ceilingRules = parseRules(ceiling.network_allow)
-    .map(({ rule }) => rule)
-    .filter((rule): rule is NetworkAllowRule => rule !== undefined);
   for (const { hook, allow } of hooks) {
-    for (const { entry, rule } of parseRules(allow)) {
-      if (rule === undefined || !ceilingCovers(ceilingRules, rule)) {
-        return {
-          axis: 'network',
-          reason: `network: hook '${hook}' rule '${entry}' is not covered by ${owner} capabilities.network.allow (a hook is given exactly its own rules, which nothing narrows)`,
-        };
-      }
-    }
+    const uncovered = firstUncovered(allow, ceiling.network_allow);
+    if (uncovered)
+      return {
+        axis: 'network',
+        reason: `network: hook '${hook}' rule '${uncovered.entry}' is not covered by ${owner} capabilities.network.allow (a hook is given exactly its own rules, which nothing narrows)`,
+      };
   }
   return undefined;
 }

@@ -81,7 +81,10 @@ export function healthRoutes(
       const host = context.req.header('host');
       if (hostGuard(host)) return next();
       return context.json(
-        { error: `this service answers only for localhost and the names it is given; a request for '${(host ?? '').slice(0, 80)}' is refused` },
+        {
+          error: `this service answers only for localhost and the names it is given; a request for '${(host ?? '').slice(0, 80)}' is refused`,
+          code: 'E-SVC-001',
+        },
         421,
       );
     };
