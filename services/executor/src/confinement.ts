@@ -20,7 +20,7 @@ import path from 'node:path';
 import { type CapabilityPolicy, hasControlCharacter } from '@murmur/shared';
 import { executionClosure } from './elf.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
-import { FIRST_DATA_FD, type NamespaceProbe, SANDBOX_FILES, bubblewrapArguments, systemReadable } from './sandbox.js';
+import { type NamespaceProbe, SANDBOX_FILES, SECCOMP_FD, SPEC_FD, bubblewrapArguments, systemReadable } from './sandbox.js';
 import { nativeSeccompArch, seccompFilterBytes } from './seccomp.js';
 
 /**
@@ -235,8 +235,6 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
     const tmp = path.join(workdir, '.capsule-tmp');
     mkdirSync(tmp, { recursive: true });
     const network = planNetwork(['probe.invalid:443'], 16);
-    // The sandbox's files come first (as a host's do), then the spec and the seccomp program.
-    const probeSpecFd = FIRST_DATA_FD + SANDBOX_FILES.length;
     const readable = [...systemReadable(), '/etc', '/proc', path.dirname(node), path.dirname(helper)].filter((dir) => existsSync(dir));
     const policy = { interpreter_runtime: [], staged_runtime: [], workdir_exec: false, unix_sockets: false };
     const finalCommand = PROBE_COMMAND.find((file) => existsSync(file)) ?? node;
@@ -248,7 +246,7 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
       readable,
       executables: [...nodeExecutables(node), helper, finalCommand],
       shellBinaries: [],
-      seccompFd: probeSpecFd + 1,
+      seccompFd: SECCOMP_FD,
       keep: [],
     });
     const files: Array<string | Buffer> = [...SANDBOX_FILES.map((file) => file.content), spec, seccompFilterBytes({ arch, unixSockets: false })];
@@ -261,7 +259,7 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
     });
     const layout = { workdir, code: [path.dirname(helper)], hidden: [], data: [path.dirname(node)], tmp };
     const command = [helper, 'limits', 'NOFILE=256', 'CORE=0', '--', finalCommand, ...(finalCommand === node ? ['-e', '0'] : [])];
-    const result = spawnSync(namespaces.binary as string, bubblewrapArguments(layout, command, { helper, specFd: probeSpecFd }), {
+    const result = spawnSync(namespaces.binary as string, bubblewrapArguments(layout, command, { helper, specFd: SPEC_FD }), {
       stdio: ['ignore', 'ignore', 'pipe', 'ignore', ...fds],
       timeout: 20_000,
     });

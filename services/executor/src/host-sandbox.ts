@@ -13,6 +13,8 @@ import {
   FIRST_DATA_FD,
   type NamespaceProbe,
   SANDBOX_FILES,
+  SECCOMP_FD,
+  SPEC_FD,
   bubblewrapArguments,
   bubblewrapIdentity,
   bubblewrapMounts,
@@ -49,8 +51,6 @@ import type { RecordBind } from './workdir.js';
  * sandbox that is not sealed has no network to hand out, and its host no IPC channel at all.
  */
 
-export const SPEC_FD = FIRST_DATA_FD + SANDBOX_FILES.length;
-export const SECCOMP_FD = SPEC_FD + 1;
 export const FIRST_CGROUP_FD = SECCOMP_FD + 1;
 export const FIRST_LISTENER_FD = 21;
 /**

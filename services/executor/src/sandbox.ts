@@ -126,6 +126,10 @@ export const SANDBOX_FILES: SandboxFile[] = [
   { path: '/etc/hosts', content: '127.0.0.1\tlocalhost capsule\n::1\tlocalhost ip6-localhost ip6-loopback\n' },
 ];
 
+/** After the sandbox files, a sealed sandbox's confinement spec and its seccomp program (read by the helper, then gone). */
+export const SPEC_FD = FIRST_DATA_FD + SANDBOX_FILES.length;
+export const SECCOMP_FD = SPEC_FD + 1;
+
 /**
  * Sealed containment: `murmur-confine enter` runs first inside bubblewrap, with exactly the
  * capabilities it needs for the network namespace and the sockets it binds (and to drop them

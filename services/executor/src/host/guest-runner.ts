@@ -1,5 +1,4 @@
 import path from 'node:path';
-import { UnpinnablePreopen, pinnedPreopen } from './pinned-preopen.js';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import type { LogFile } from '../records.js';
 import type { LastEgressFailure } from './egress-failures.js';
@@ -8,6 +7,7 @@ import { prewarmGuestWorker, startGuestWorker } from './first-worker.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload, GuestPrepare } from './guest-worker.js';
 import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
 import { createOutputGate, leaveOutputGate } from './output-gate.js';
+import { UnpinnablePreopen, pinnedPreopen } from './pinned-preopen.js';
 import type { HostComponent } from './protocol.js';
 
 /**
