@@ -157,6 +157,47 @@ describe('WASI I/O answered in the guest’s own thread', () => {
     expect(existsSync(path.join(scratch.dir, 'outside.txt'))).toBe(false);
   });
 
+  it('opens nothing outside the preopen when a checked directory is swapped for a link between the shim’s check and the open', async () => {
+    const { mkdirSync, realpathSync } = await import('node:fs');
+    const root = realpathSync(preopen);
+    const outside = path.join(realpathSync(scratch.dir), 'outside');
+    mkdirSync(outside);
+    writeFileSync(path.join(outside, 'secret.txt'), 'the host’s secret');
+    for (const dir of ['sub', 'sub2', 'inner']) mkdirSync(path.join(root, dir));
+    writeFileSync(path.join(root, 'sub', 'secret.txt'), 'the guest’s own');
+    writeFileSync(path.join(root, 'inner', 'deep.txt'), 'deep inside');
+    // The race, made certain: as the shim looks at the file's last component (its check of the
+    // path), the directory it has just judged is moved aside and a link to outside left there.
+    const swapAt = { [path.join(root, 'sub', 'secret.txt')]: path.join(root, 'sub'), [path.join(root, 'sub2', 'new.txt')]: path.join(root, 'sub2') };
+    const { report } = inGuestWorker(
+      FILESYSTEM,
+      preopen,
+      `const fs = require('node:fs');
+       const swapAt = ${JSON.stringify(swapAt)};
+       const realLstat = fs.lstatSync;
+       fs.lstatSync = function racingLstat(file, ...rest) {
+         const dir = swapAt[file];
+         if (dir) { fs.renameSync(dir, dir + '-moved'); fs.symlinkSync(${JSON.stringify(outside)}, dir); }
+         return realLstat(file, ...rest);
+       };
+       require('node:module').syncBuiltinESMExports();
+       const [[root]] = imports['wasi:filesystem/preopens'].getDirectories();
+       const readAll = (file) => text(file.read(100n, 0n)[0]);
+       const tried = (call) => { try { return call(); } catch (error) { return error instanceof Error ? error.message : error; } };
+       result = {
+         read: tried(() => readAll(root.openAt({ symlinkFollow: true }, 'sub/secret.txt', {}, { read: true }))),
+         created: tried(() => root.openAt({ symlinkFollow: true }, 'sub2/new.txt', { create: true }, { write: true })),
+         nested: tried(() => readAll(root.openAt({ symlinkFollow: true }, 'inner/deep.txt', {}, { read: true }))),
+         moved: tried(() => readAll(root.openAt({ symlinkFollow: false }, 'sub-moved/secret.txt', {}, { read: true }))),
+         itself: tried(() => root.openAt({ symlinkFollow: false }, '.', { directory: true }, { read: true }).getType()),
+       };`,
+    );
+    expect(await report).toMatchObject({
+      result: { read: 'not-permitted', created: 'not-permitted', nested: 'deep inside', moved: 'the guest’s own', itself: 'directory' },
+    });
+    expect(existsSync(path.join(outside, 'new.txt'))).toBe(false);
+  });
+
   it('waits on timers in place: a pollable blocks until due, and a poll answers the first one ready', async () => {
     const { report } = inGuestWorker(
       ['wasi:io/poll', 'wasi:clocks/monotonic-clock', 'wasi:cli/stdout', 'wasi:io/streams'],

@@ -1,5 +1,5 @@
 import type { BridgeClient } from './bridge.js';
-import { loadShimIo } from './in-thread-io.js';
+import { confineOpensTo, loadShimIo } from './in-thread-io.js';
 import type { BodyCalls } from './relayed-body.js';
 import { REQUEST_BODY_LIMIT_BYTES } from './request-body.js';
 import type { HttpCheckVerdict } from './protocol.js';
@@ -116,6 +116,8 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
     imports['wasi:io/streams'] = io.streams;
   }
   if (random) imports['wasi:random/random'] = random.random;
+  // Whatever the shim resolves, the file it opens must still lie beneath this guest's preopen (`openBeneath`).
+  confineOpensTo(filesystemModule ? grants.preopen : undefined);
   if (filesystemModule) {
     // The shim's typings describe its browser build; this is the Node build, which takes host paths.
     const filesystem = (
