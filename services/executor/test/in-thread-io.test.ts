@@ -198,6 +198,57 @@ describe('WASI I/O answered in the guest’s own thread', () => {
     expect(existsSync(path.join(outside, 'new.txt'))).toBe(false);
   });
 
+  it('removes, renames, makes, stats and lists nothing outside the preopen when a checked directory is swapped for a link', async () => {
+    const { mkdirSync, realpathSync, readdirSync } = await import('node:fs');
+    const root = realpathSync(preopen);
+    const outside = path.join(realpathSync(scratch.dir), 'outside');
+    mkdirSync(outside);
+    writeFileSync(path.join(outside, 'victim.txt'), 'the parent’s file');
+    for (const dir of ['d1', 'd2', 'd3', 'd4', 'd5']) mkdirSync(path.join(root, dir));
+    writeFileSync(path.join(root, 'd4', 'victim.txt'), 'x');
+    const swapAt = Object.fromEntries(
+      [
+        ['d1', 'victim.txt'],
+        ['d2', 'victim.txt'],
+        ['d3', 'made'],
+        ['d4', 'victim.txt'],
+      ].map(([dir, entry]) => [path.join(root, dir as string, entry as string), path.join(root, dir as string)]),
+    );
+    const { report } = inGuestWorker(
+      FILESYSTEM,
+      preopen,
+      `const fs = require('node:fs');
+       const swapAt = ${JSON.stringify(swapAt)};
+       const swap = (dir) => { fs.renameSync(dir, dir + '-moved'); fs.symlinkSync(${JSON.stringify(outside)}, dir); };
+       const racedLstat = fs.lstatSync;
+       fs.lstatSync = function racingLstat(file, ...rest) {
+         if (swapAt[file]) swap(swapAt[file]);
+         return racedLstat(file, ...rest);
+       };
+       require('node:module').syncBuiltinESMExports();
+       const [[root]] = imports['wasi:filesystem/preopens'].getDirectories();
+       const tried = (call) => { try { return call(); } catch (error) { return error instanceof Error ? error.message : error; } };
+       const listed = (dir) => { const names = []; const entries = dir.readDirectory(); for (let entry; (entry = entries.readDirectoryEntry()); ) names.push(entry.name); return names.sort(); };
+       const d5 = root.openAt({ symlinkFollow: false }, 'd5', { directory: true }, { read: true });
+       swap(${JSON.stringify(path.join(root, 'd5'))});
+       result = {
+         unlinked: tried(() => root.unlinkFileAt('d1/victim.txt')),
+         renamed: tried(() => root.renameAt('d2/victim.txt', root, 'stolen.txt')),
+         made: tried(() => root.createDirectoryAt('d3/made')),
+         statted: tried(() => Number(root.statAt({ symlinkFollow: false }, 'd4/victim.txt').size)),
+         listed: tried(() => listed(d5)),
+         own: tried(() => { root.createDirectoryAt('fine'); root.renameAt('fine', root, 'finer'); const type = root.statAt({ symlinkFollow: true }, 'finer').type; root.removeDirectoryAt('finer'); return type; }),
+         rootListed: tried(() => listed(root.openAt({ symlinkFollow: false }, '.', { directory: true }, { read: true }))),
+       };`,
+    );
+    const { result } = (await report) as { result: Record<string, unknown> };
+    expect(result).toMatchObject({ unlinked: 'not-permitted', renamed: 'not-permitted', made: 'not-permitted', statted: 'not-permitted', own: 'directory' });
+    // A link where the directory was: not followed (the kernel says ENOTDIR for a directory asked of a link).
+    expect(result.listed).toBe('not-directory');
+    expect(result.rootListed).toEqual(['d1', 'd1-moved', 'd2', 'd2-moved', 'd3', 'd3-moved', 'd4', 'd4-moved', 'd5', 'd5-moved']);
+    expect(readdirSync(outside).sort()).toEqual(['victim.txt']);
+  });
+
   it('waits on timers in place: a pollable blocks until due, and a poll answers the first one ready', async () => {
     const { report } = inGuestWorker(
       ['wasi:io/poll', 'wasi:clocks/monotonic-clock', 'wasi:cli/stdout', 'wasi:io/streams'],

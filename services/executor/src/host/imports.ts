@@ -1,5 +1,6 @@
 import type { BridgeClient } from './bridge.js';
-import { confineOpensTo, loadShimIo } from './in-thread-io.js';
+import { confineOpensTo, holdBeneathPreopen } from './beneath-preopen.js';
+import { loadShimIo } from './in-thread-io.js';
 import type { BodyCalls } from './relayed-body.js';
 import { REQUEST_BODY_LIMIT_BYTES } from './request-body.js';
 import type { HttpCheckVerdict } from './protocol.js';
@@ -116,14 +117,15 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
     imports['wasi:io/streams'] = io.streams;
   }
   if (random) imports['wasi:random/random'] = random.random;
-  // Whatever the shim resolves, the file it opens must still lie beneath this guest's preopen (`openBeneath`).
-  confineOpensTo(filesystemModule ? grants.preopen : undefined);
+  if (!filesystemModule) confineOpensTo(undefined);
   if (filesystemModule) {
     // The shim's typings describe its browser build; this is the Node build, which takes host paths.
     const filesystem = (
       filesystemModule.createFilesystem as unknown as (config: { preopens: Record<string, string> }) => { types: unknown; preopens: unknown }
     )({ preopens: grants.preopen === '' ? {} : { '.': grants.preopen } });
     allowMutateDirectory(filesystem.types as unknown as { Descriptor: { prototype: Record<string, unknown> } });
+    // Whatever the shim resolved, what it reaches must still lie beneath the preopen when it does (`beneath-preopen.ts`).
+    holdBeneathPreopen((filesystem.types as { Descriptor: { prototype: object } }).Descriptor, grants.preopen);
     imports['wasi:filesystem/types'] = filesystem.types;
     imports['wasi:filesystem/preopens'] = filesystem.preopens;
   }

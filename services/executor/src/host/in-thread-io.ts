@@ -1,22 +1,8 @@
-import {
-  closeSync,
-  constants,
-  fdatasyncSync,
-  fstatSync,
-  fsyncSync,
-  ftruncateSync,
-  futimesSync,
-  openSync,
-  readSync,
-  readlinkSync,
-  realpathSync,
-  writeSync,
-  type BigIntStats,
-} from 'node:fs';
-import path from 'node:path';
+import { closeSync, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, futimesSync, readSync, writeSync, type BigIntStats } from 'node:fs';
 import { syncBuiltinESMExports } from 'node:module';
 import { hrtime } from 'node:process';
 import workerThreads, { type MessagePort, type WorkerOptions } from 'node:worker_threads';
+import { openBeneath } from './beneath-preopen.js';
 import * as shimCalls from '../../../../node_modules/@bytecodealliance/preview2-shim/dist/io/calls.js';
 
 /**
@@ -36,7 +22,7 @@ import * as shimCalls from '../../../../node_modules/@bytecodealliance/preview2-
  * descriptors, file streams, clocks and polls — so the shim's sockets, its HTTP client and server
  * and its stdin, none of which a guest is given, have nothing behind them: any other call is
  * refused as a trap. The paths it opens are the ones the shim's filesystem resolved within the
- * preopen; it adds no path of its own.
+ * preopen, opened only if they still lie there (`openBeneath`); it adds no path of its own.
  */
 
 /** The shim's call numbers this responder answers, looked up by name in the shim's own table. */
@@ -163,78 +149,6 @@ interface FileStream {
 /** A pollable: ready at once, or when the monotonic clock reaches `due` (ns). */
 interface Pollable {
   due: bigint | undefined;
-}
-
-/**
- * The directory this worker's guest was given as its preopen (`imports.ts` names it when it makes
- * the guest's filesystem); every open is held beneath it. Unset, as for a guest with no
- * filesystem, nothing opens.
- */
-let preopenRoot: string | undefined;
-
-export function confineOpensTo(dir: string | undefined): void {
-  preopenRoot = dir === '' ? undefined : dir;
-}
-
-function outsidePreopen(what: string): Error {
-  return Object.assign(new Error(`'${what}' is not beneath the guest's preopen: something in the sandbox moved it while the guest opened it`), {
-    code: 'EPERM',
-  });
-}
-
-/** `dir` or a directory beneath it: both are real paths, as `/proc/self/fd` reads them. */
-function isBeneath(real: string, dir: string): boolean {
-  return real === dir || real.startsWith(dir === '/' ? '/' : `${dir}/`);
-}
-
-/**
- * Opens `file`, a path the shim resolved within the preopen, only if it still lies there.
- *
- * The shim checks a path's components one by one (no `..` above the preopen, no link leading out
- * of it) and then hands over the whole path, which the kernel walks again. Between the two, a tool
- * of the session (or a second instance of the guest) can rename a checked directory and leave a
- * link to `/proc/self` in its place; the guest then opens the host's own `mem` or `environ`. So the
- * directory the file is named in is opened first and judged by where it really is (its descriptor's
- * link in `/proc/self/fd`), and the file is opened through that descriptor, never through a link:
- * the shim has already followed any it was asked to, so one found there now was planted since. A
- * file is thus never opened, created or truncated outside the preopen, and the check costs two
- * opens and two reads of a link, on a guest's open only.
- */
-function openBeneath(file: string, flags: number, root: string | undefined): number {
-  if (root === undefined) throw outsidePreopen(file);
-  let rootNow: string;
-  try {
-    rootNow = realpathSync.native(root);
-  } catch {
-    throw outsidePreopen(file);
-  }
-  if (file === rootNow) {
-    // The preopen itself (`.`): it has no parent within the preopen, so it is judged once open.
-    const fd = openSync(file, flags);
-    if (!isBeneathNow(fd, rootNow, true)) {
-      closeSync(fd);
-      throw outsidePreopen(file);
-    }
-    return fd;
-  }
-  const dirFd = openSync(path.dirname(file), constants.O_RDONLY | constants.O_DIRECTORY);
-  try {
-    if (!isBeneathNow(dirFd, rootNow, false)) throw outsidePreopen(file);
-    return openSync(`/proc/self/fd/${dirFd}/${path.basename(file)}`, flags | constants.O_NOFOLLOW);
-  } finally {
-    closeSync(dirFd);
-  }
-}
-
-/** Whether descriptor `fd` is the preopen itself (`exact`) or a directory beneath it, now. */
-function isBeneathNow(fd: number, rootNow: string, exact: boolean): boolean {
-  let real: string;
-  try {
-    real = readlinkSync(`/proc/self/fd/${fd}`);
-  } catch {
-    return false;
-  }
-  return exact ? real === rootNow : isBeneath(real, rootNow);
 }
 
 /** The state behind one guest worker's WASI: its open files, file streams and pollables. */
@@ -372,7 +286,7 @@ export class InThreadIo {
   }
 
   private open({ path, flags }: { path: string; flags: number }): { id: number; type: FileType } {
-    const fd = openBeneath(path, flags, preopenRoot);
+    const fd = openBeneath(path, flags);
     let type: FileType;
     try {
       type = typeOf(fstatSync(fd, { bigint: true }));
