@@ -869,6 +869,29 @@ describe('the door', () => {
       expect(seen).toHaveLength(5);
     });
 
+    it('reads a 1.0 field given as null, or a plain string given empty, as not given, as ProtoJSON writers that emit defaults send them', async () => {
+      const listed = await rpc(agent.url, 'ListTasks', {
+        tenant: '',
+        contextId: '',
+        status: 'TASK_STATE_UNSPECIFIED',
+        pageToken: '',
+        pageSize: null,
+        historyLength: null,
+      });
+      expect(listed.body.error).toBeUndefined();
+      expect((listed.body.result as unknown as Listed).totalSize).toBeGreaterThanOrEqual(3);
+      const got = await rpc(agent.url, 'GetTask', { id: sentIds[0], historyLength: null, tenant: '' });
+      expect(got.body.result).toMatchObject({ id: sentIds[0] });
+      const sent = await rpc(agent.url, 'SendMessage', {
+        message: { messageId: 'm-defaults', contextId: '', taskId: '', role: 'ROLE_USER', parts: [{ text: 'defaults' }], metadata: null },
+        configuration: null,
+      });
+      expect(sent.body.result?.task).toMatchObject({ status: { state: 'TASK_STATE_COMPLETED' } });
+      // A required string stays required: empty, it is refused, naming it.
+      const unnamed = await rpc(agent.url, 'GetTask', { id: '' });
+      expect(unnamed.body.error).toMatchObject({ code: -32602, message: expect.stringContaining('id') });
+    });
+
     it('reads 1.0 params by their proto names too, and an int32 given as a string, as ProtoJSON allows', async () => {
       const listed = (await rpc(agent.url, 'ListTasks', { context_id: contextId, page_size: '1' })).body.result as unknown as Listed;
       expect(listed.tasks.map((task) => task.id)).toEqual([sentIds[2]]);
@@ -881,6 +904,10 @@ describe('the door', () => {
 
     it('refuses ListTasks values that are not valid with -32602 naming the field, and a page token of another session', async () => {
       const foreign = Buffer.from(JSON.stringify({ s: 'ses_00000000000000000000000000000000', u: 1, i: 'tsk_x' })).toString('base64url');
+      const given = ((await rpc(agent.url, 'ListTasks', { contextId, pageSize: 1 })).body.result as unknown as Listed).nextPageToken;
+      const [, signature] = given.split('.');
+      expect(signature, 'a first page of three gives a token').toBeTruthy();
+      const retargeted = `${Buffer.from(JSON.stringify({ s: agent.sessionId, u: Number.MAX_SAFE_INTEGER, i: '' })).toString('base64url')}.${signature}`;
       const cases: Array<[Record<string, unknown>, string]> = [
         [{ pageSize: 0 }, 'pageSize'],
         [{ pageSize: -1 }, 'pageSize'],
@@ -895,6 +922,10 @@ describe('the door', () => {
         [{ status: 9 }, 'status'],
         // A token written by hand whose position no number holds.
         [{ pageToken: Buffer.from(`{"s":"${agent.sessionId}","u":1e400,"i":"x"}`).toString('base64url') }, 'pageToken'],
+        // One written by hand for this session, with a cursor of its own choosing: not one the door signed.
+        [{ pageToken: Buffer.from(JSON.stringify({ s: agent.sessionId, u: Number.MAX_SAFE_INTEGER, i: '' })).toString('base64url') }, 'pageToken'],
+        // A real token of this session, its cursor rewritten and its signature kept.
+        [{ pageToken: retargeted }, 'pageToken'],
       ];
       for (const [params, field] of cases) {
         const reply = await rpc(agent.url, 'ListTasks', params);

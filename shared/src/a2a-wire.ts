@@ -44,6 +44,12 @@ const identifier = z.string().min(1).max(256);
 
 /** Fields whose values are `google.protobuf.Struct`s, a client's own JSON: their keys are never renamed. */
 const STRUCT_FIELDS = new Set(['metadata', 'data']);
+/**
+ * The proto's plain `string` fields among the params read whose empty value is the field unset
+ * (proto3 has no presence for them; a writer that emits defaults writes `""`). A required one
+ * (`messageId`, a task's `id`) is not among them: empty, it is refused.
+ */
+const EMPTY_IS_UNSET = new Set(['contextId', 'taskId', 'tenant']);
 /** The proto's int32 fields among the params read: ProtoJSON writes a number or a string of one. */
 const INT32_FIELDS = new Set(['pageSize', 'historyLength']);
 
@@ -55,7 +61,9 @@ const PROTO_FIELD_DEPTH = 32;
  * accept a field's proto name (`context_id`) as well as its JSON name (`contextId`), and an int32
  * as a string of digits (`"pageSize": "1"`); read only by the JSON names, those requests would
  * lose their filters and settings without a word. A field given under both names keeps its JSON
- * name's value. The keys of a Struct (`metadata`, a part's `data`) are the client's and kept.
+ * name's value. A field given as `null`, or a plain string given empty (`EMPTY_IS_UNSET`), is read
+ * as not given, as ProtoJSON parsers read them: writers that emit default values send them so. The
+ * keys and values of a Struct (`metadata`, a part's `data`) are the client's and kept.
  */
 export function fromProtoJson(value: unknown, depth = 0): unknown {
   // No field the door reads is this deep; below it a request's values are kept as they came, and
@@ -68,6 +76,7 @@ export function fromProtoJson(value: unknown, depth = 0): unknown {
   for (const [key, field] of entries) {
     const name = key.includes('_') ? key.replace(/_([a-z0-9])/g, (_match, next: string) => next.toUpperCase()) : key;
     if (name !== key && Object.hasOwn(value, name)) continue;
+    if (field === null || (field === '' && EMPTY_IS_UNSET.has(name))) continue;
     const read = STRUCT_FIELDS.has(name) ? field : fromProtoJson(field, depth + 1);
     renamed[name] = INT32_FIELDS.has(name) && typeof read === 'string' && /^-?\d{1,10}$/.test(read) ? Number(read) : read;
   }

@@ -1,3 +1,4 @@
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import {
   ListTasksParamsSchema,
   OptionalTaskIdParamsSchema,
@@ -147,7 +148,11 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
     let after: { updated_at_ms: number; id: string } | undefined;
     if (given.pageToken !== undefined && given.pageToken !== '') {
       after = readPageToken(given.pageToken, link.sessionId);
-      if (!after) return invalid('pageToken', "not a page token this session's ListTasks gave");
+      if (!after)
+        return invalid(
+          'pageToken',
+          "not a page token this session's ListTasks gave here (a door forgets its tokens when it restarts): list again from the first page",
+        );
     }
     const since = given.statusTimestampAfter ?? given.lastUpdatedAfter;
     const pageSize = given.pageSize ?? 50;
@@ -252,16 +257,31 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
 }
 
 /**
- * A `ListTasks` cursor: the session and the last task of the page, so that a token can only ever
- * continue the listing of the session that gave it. It names nothing a client could not list.
+ * A `ListTasks` cursor: the session and the last task of the page, signed by this door, so that a
+ * token continues only a listing this door gave, of the session that gave it. A hand-written one
+ * (any position, any session's id) is refused like any other that is not ours. The key lives and
+ * dies with the door's process: a restarted door refuses the tokens of its past life, and its
+ * client lists again from the first page. It names nothing a client could not list.
  */
+const PAGE_TOKEN_KEY = randomBytes(32);
+
+function pageTokenSignature(payload: string): Buffer {
+  return createHmac('sha256', PAGE_TOKEN_KEY).update(payload).digest().subarray(0, 16);
+}
+
 function pageToken(sessionId: string, after: { updated_at_ms: number; id: string }): string {
-  return Buffer.from(JSON.stringify({ s: sessionId, u: after.updated_at_ms, i: after.id })).toString('base64url');
+  const payload = Buffer.from(JSON.stringify({ s: sessionId, u: after.updated_at_ms, i: after.id })).toString('base64url');
+  return `${payload}.${pageTokenSignature(payload).toString('base64url')}`;
 }
 
 function readPageToken(token: string, sessionId: string): { updated_at_ms: number; id: string } | undefined {
+  const [payload, signature, ...rest] = token.split('.');
+  if (payload === undefined || signature === undefined || rest.length > 0) return undefined;
+  const given = Buffer.from(signature, 'base64url');
+  const expected = pageTokenSignature(payload);
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined;
   try {
-    const decoded = JSON.parse(Buffer.from(token, 'base64url').toString('utf8')) as { s?: unknown; u?: unknown; i?: unknown };
+    const decoded = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as { s?: unknown; u?: unknown; i?: unknown };
     if (decoded.s !== sessionId || !Number.isSafeInteger(decoded.u) || (decoded.u as number) < 0 || typeof decoded.i !== 'string' || decoded.i.length > 256)
       return undefined;
     return { updated_at_ms: decoded.u as number, id: decoded.i };
