@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync, promises as fs } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -74,6 +75,19 @@ describe('mur, given what a new user gets wrong', () => {
     refused(result, 'E-IO-001', `murmur.yaml here is a directory, not a manifest: ${path.join(here, 'murmur.yaml')}`, 'pass the murmur.yaml file');
     const empty = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--workdir', ''], { env });
     misused(empty, '--workdir is empty', 'name the directory the session works in');
+  });
+
+  it('refuses a murmur.yaml that is a FIFO at once in every command that reads it, where each waited for a writer for ever', async () => {
+    const project = path.join(scratch.dir, 'fifo-project');
+    await fs.mkdir(project);
+    const manifest = path.join(project, 'murmur.yaml');
+    spawnSync('mkfifo', [manifest]);
+    const words = `murmur.yaml at ${manifest} is a FIFO, not a regular file: nothing was read from it`;
+    for (const command of [['run', '--manifest', manifest], ['stage', project], ['build', project], ['doctor']]) {
+      // runMur's own timeout would end a command that waits; each must answer long before it.
+      const result = await runMur(command, { cwd: project, env });
+      refused(result, 'E-IO-003', words, `put the file itself at ${manifest}`);
+    }
   });
 
   it('refuses the manifest file where stage and build want its directory, naming the directory', async () => {

@@ -397,6 +397,19 @@ describe('roost as a remote registry', () => {
     expect(existsSync(path.join(project, 'murmur.lock.writing'))).toBe(false);
   });
 
+  it('refuses to install into a project store reached through a link, as staging would refuse it, writing nothing there', async () => {
+    const project = path.join(scratch.dir, 'linked-store-project');
+    await capsuleProject(project, 'name: app\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const elsewhere = path.join(scratch.dir, 'elsewhere-store');
+    await fs.mkdir(elsewhere);
+    await fs.symlink(elsewhere, path.join(project, '.murmur'));
+    const result = await runMur(['install', toolZip], { cwd: project, env: user('linker') });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("error[E-PRJ-002]: the project store's '.murmur' is a symlink");
+    expect(await fs.readdir(elsewhere)).toEqual([]);
+    expect(existsSync(path.join(project, 'murmur.lock'))).toBe(false);
+  });
+
   it('refuses to install bytes that are another artifact than the one named, writing nothing', async () => {
     const env = user('mislabelled');
     // A store that holds other-tool's archive under echo-tool's name and version.

@@ -1,7 +1,8 @@
-import { existsSync, promises as fs } from 'node:fs';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, parseYamlSource } from '@murmur/shared';
 import { UsageError } from './output.js';
+import { readManifestText } from '@murmur/shared/node';
 
 /** The nearest directory at or above `from` that holds a `murmur.yaml`: the project. */
 export function findProjectRoot(from: string = process.cwd()): string | undefined {
@@ -51,7 +52,7 @@ export const DEFAULT_REMOTE_REGISTRY = 'http://localhost:7800';
 export async function manifestRegistry(projectRoot: string | undefined = findProjectRoot()): Promise<string | undefined> {
   if (projectRoot === undefined) return undefined;
   const file = path.join(projectRoot, 'murmur.yaml');
-  const text = await fs.readFile(file, 'utf8').catch(() => undefined);
+  const text = await readManifestText(file).catch(() => undefined);
   if (text === undefined) return undefined;
   let registry: { remote_url?: unknown; default?: unknown } | undefined;
   try {

@@ -1,9 +1,11 @@
-import { existsSync, readFileSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type ConfigKey, type Containment, MurmurError, effectiveConfigValue, parseWorkspaceConfig } from '@murmur/shared';
 import { parseDocument } from 'yaml';
-import { murmurHome } from '@murmur/shared/node';
+import { murmurHome, readSmallTextFile, readSmallTextFileSync } from '@murmur/shared/node';
+
+/** A configuration is a handful of keys: a file past this is not one, and is not parsed. */
+const CONFIG_FILE = { what: 'the configuration', maxBytes: 1024 * 1024 };
 
 /** The workspace configuration files, global first: `$MURMUR_HOME/config.yaml` and `<cwd>/.murmur/config.yaml`. */
 export function workspaceConfigFiles(env: NodeJS.ProcessEnv, cwd: string): string[] {
@@ -17,8 +19,9 @@ export function configuredContainment(env: NodeJS.ProcessEnv, cwd: string): Arra
     if (!existsSync(file)) continue;
     let text: string;
     try {
-      text = readFileSync(file, 'utf8');
+      text = readSmallTextFileSync(file, CONFIG_FILE);
     } catch (error) {
+      if (error instanceof MurmurError) throw error;
       throw unreadableConfig(file, error as NodeJS.ErrnoException);
     }
     const config = parseWorkspaceConfig(text, file);
@@ -30,7 +33,8 @@ export function configuredContainment(env: NodeJS.ProcessEnv, cwd: string): Arra
 /** A config file's text, or undefined when there is none. */
 export function readConfigText(file: string): Promise<string | undefined> {
   if (!existsSync(file)) return Promise.resolve(undefined);
-  return readFile(file, 'utf8').catch((error: NodeJS.ErrnoException) => {
+  return readSmallTextFile(file, CONFIG_FILE).catch((error: NodeJS.ErrnoException) => {
+    if (error instanceof MurmurError) throw error;
     throw unreadableConfig(file, error);
   });
 }
@@ -40,7 +44,8 @@ export async function readConfigFile(file: string): Promise<unknown> {
   const text = await readConfigText(file);
   if (text === undefined) return undefined;
   parseWorkspaceConfig(text, file);
-  return parseDocument(text).toJS() as unknown;
+  // Without yaml's own duplicate-key check, which is quadratic; parseWorkspaceConfig has judged the text.
+  return parseDocument(text, { uniqueKeys: false }).toJS() as unknown;
 }
 
 /** A key's merged value over the two files (`global: true`: the global file's alone), with the file it came from. */

@@ -8,6 +8,8 @@ import * as z from 'zod';
  */
 export const LOCK_VERSION = 1;
 export const LOCKFILE_NAME = 'murmur.lock';
+/** The largest `murmur.lock` read: thousands of pins take a few hundred KB. */
+export const LOCKFILE_MAX_BYTES = 8 * 1024 * 1024;
 
 const nonBlank = (what: string) => z.string().refine((value) => value.trim() !== '', { message: `${what} must not be empty` });
 

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { promises as fs, existsSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -209,6 +210,64 @@ describe('buildArtifact: artifacts', () => {
       const error = await refuse({ 'murmur.yaml': toolManifest(['tool.wasm', 'linked/secret.txt']), 'tool.wasm': tool.bytes });
       expect(error.code).toBe('E-BLD-002');
       expect(error.message).toContain('symlink');
+    });
+
+    it('a murmur.yaml that is a symlink, even to a manifest elsewhere that reads well', async () => {
+      await writeFiles(dir, { 'elsewhere.yaml': SCRIPT_CAPSULE, 'capsule.wasm': (await capsuleWat()).bytes });
+      await fs.symlink(path.join(dir, 'elsewhere.yaml'), path.join(src, 'murmur.yaml'));
+      const error = await refuse({ 'capsule.wasm': (await capsuleWat()).bytes });
+      expect(error).toMatchObject({ code: 'E-BLD-002', message: expect.stringContaining('murmur.yaml') });
+      expect(error.message).toContain('symlink');
+    });
+
+    it('a murmur.yaml or a capsule.wasm that is a FIFO, at once, naming what it is', async () => {
+      spawnSync('mkfifo', [path.join(src, 'capsule.wasm')]);
+      const component = await refuse({ 'murmur.yaml': SCRIPT_CAPSULE });
+      expect(component).toMatchObject({ code: 'E-BLD-002', message: expect.stringContaining("the capsule component 'capsule.wasm' is not a regular file") });
+      await fs.rm(path.join(src, 'capsule.wasm'));
+      await fs.rm(path.join(src, 'murmur.yaml'));
+      spawnSync('mkfifo', [path.join(src, 'murmur.yaml')]);
+      const manifest = await rejection(buildArtifact(src));
+      expect(manifest).toMatchObject({ code: 'E-IO-003', message: expect.stringContaining('is a FIFO') });
+    });
+
+    it('a manifest past what a reader takes, or not UTF-8', async () => {
+      const capsule = (await capsuleWat()).bytes;
+      const long = await refuse({ 'murmur.yaml': `${SCRIPT_CAPSULE}x-notes: |\n${'  a note that goes on\n'.repeat(60_000)}`, 'capsule.wasm': capsule });
+      expect(long).toMatchObject({ code: 'E-IO-003', message: expect.stringContaining('at most 1048576') });
+      const latin1 = await refuse({ 'murmur.yaml': Buffer.concat([Buffer.from(`${SCRIPT_CAPSULE}x-note: "`), Buffer.from([0xff, 0xfe]), Buffer.from('"\n')]) });
+      expect(latin1).toMatchObject({ code: 'E-MAN-002', message: expect.stringContaining('not UTF-8') });
+    });
+
+    it('more files than an archive may hold, and a file past the entry ceiling, before reading any', async () => {
+      const tool = await toolWat();
+      const many = Array.from({ length: 10_000 }, (_, index) => `many/f${index}`);
+      await writeFiles(src, Object.fromEntries(many.map((name) => [name, 'x'])));
+      const crowded = await refuse({ 'murmur.yaml': toolManifest(['tool.wasm', ...many]), 'tool.wasm': tool.bytes });
+      expect(crowded).toMatchObject({ code: 'E-ART-003', message: expect.stringContaining('10002 entries') });
+      await fs.rm(path.join(src, 'many'), { recursive: true });
+      const previous = process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES;
+      process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES = '4096';
+      try {
+        const large = await refuse({ 'murmur.yaml': toolManifest(['tool.wasm', 'large.bin']), 'tool.wasm': tool.bytes, 'large.bin': Buffer.alloc(5000) });
+        expect(large).toMatchObject({ code: 'E-ART-002', message: expect.stringContaining("requires_files entry 'large.bin' is 5000 bytes") });
+      } finally {
+        if (previous === undefined) delete process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES;
+        else process.env.MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES = previous;
+      }
+    });
+
+    it('an output path that is a file the manifest packs, leaving that file as it was', async () => {
+      const tool = await toolWat();
+      const dependency = Buffer.from('a dependency the tool ships');
+      await writeFiles(src, { 'murmur.yaml': toolManifest(['tool.wasm', 'vendor/dep.mur.zip']), 'tool.wasm': tool.bytes, 'vendor/dep.mur.zip': dependency });
+      const error = await rejection(buildArtifact(src, { output: path.join(src, 'vendor', 'dep.mur.zip') }));
+      expect(error).toMatchObject({
+        code: 'E-BLD-002',
+        message: expect.stringContaining("requires_files entry 'vendor/dep.mur.zip' is the file mur build was asked to write"),
+      });
+      expect(await fs.readFile(path.join(src, 'vendor', 'dep.mur.zip'))).toEqual(dependency);
+      expect(await outputs(dir)).toEqual([path.join('src', 'vendor', 'dep.mur.zip')]);
     });
 
     it('a requires_files entry that does not exist', async () => {

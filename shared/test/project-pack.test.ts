@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
@@ -126,6 +127,21 @@ describe('packing a capsule project for staging', () => {
     await fs.symlink(path.join(scratch.dir, 'secret.md'), path.join(project, 'inside.md'));
     await fs.writeFile(path.join(project, 'murmur.yaml'), 'name: a\nversion: 0.1.0\ninference:\n  system_prompt_file: inside.md\n');
     expect((await rejectionOf(packProject(project, noCache))).code).toBe('E-PRJ-002');
+  });
+
+  it('refuses a murmur.yaml or a murmur.lock that is a FIFO or a device at once, naming what it is, rather than wait on it', async () => {
+    const fifo = path.join(scratch.dir, 'fifo-manifest');
+    await fs.mkdir(fifo);
+    spawnSync('mkfifo', [path.join(fifo, 'murmur.yaml')]);
+    expect(await rejectionOf(packProject(fifo, noCache))).toMatchObject({ code: 'E-IO-003', message: expect.stringContaining('murmur.yaml at') });
+    const locked = path.join(scratch.dir, 'fifo-lock');
+    await writeFiles(locked, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n' });
+    spawnSync('mkfifo', [path.join(locked, 'murmur.lock')]);
+    expect(await rejectionOf(packProject(locked, noCache))).toMatchObject({ code: 'E-IO-003', message: expect.stringContaining('murmur.lock at') });
+    const endless = path.join(scratch.dir, 'endless');
+    await fs.mkdir(endless);
+    await fs.symlink('/dev/zero', path.join(endless, 'murmur.yaml'));
+    expect(await rejectionOf(packProject(endless, noCache))).toMatchObject({ code: 'E-IO-003', message: expect.stringContaining('is a device') });
   });
 
   it('refuses a directory without murmur.yaml with E-IO-001, and a project over the limit with E-PRJ-001', async () => {

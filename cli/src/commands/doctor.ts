@@ -1,4 +1,3 @@
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import {
   type CapabilityPolicy,
@@ -31,6 +30,7 @@ import { checkStack } from '../doctor/stack-check.js';
 import type { Output } from '../output.js';
 import { findProjectRoot } from '../project.js';
 import { configuredContainment } from '../workspace-config.js';
+import { readManifestTextSync } from '@murmur/shared/node';
 
 /**
  * `mur doctor`: whether `mur run` would accept this project and this machine, without running
@@ -66,7 +66,7 @@ interface Project {
 
 async function loadProject(root: string, env: NodeJS.ProcessEnv, output: Output): Promise<Project> {
   const manifestPath = path.join(root, 'murmur.yaml');
-  const { manifest, warnings } = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'));
+  const { manifest, warnings } = parseCapsuleManifest(readManifestTextSync(manifestPath));
   for (const warning of warnings) output.warn(warning);
   // A lock that exists but does not parse is as fatal as a manifest that does not: nothing could be verified against it.
   const lock = await readLockfile(path.join(root, LOCKFILE_NAME));

@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import {
   type DatasetRunRecord,
@@ -21,6 +21,7 @@ import { type Runtime, openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
 import { stageThroughBus } from '../staging.js';
 import { launchEnvironment, sessionDoorUrl, watchSessionEnd } from '../session-launch.js';
+import { readManifestTextSync } from '@murmur/shared/node';
 
 /**
  * `mur eval show|diff|run`: reading the scores `murmur-hook-eval` writes to a session's
@@ -297,7 +298,7 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
   const manifestPath = manifestOf(capsule);
   const projectDir = path.dirname(manifestPath);
   const env = environmentWithEnvFile(options.envFile === false ? undefined : projectDir);
-  const { manifest } = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env, file: path.basename(manifestPath) });
+  const { manifest } = parseCapsuleManifest(readManifestTextSync(manifestPath), { env, file: path.basename(manifestPath) });
   const dataset = await readDataset(options.dataset);
   if (!manifest.artifacts.some((artifact) => artifact.name === 'murmur-hook-eval')) {
     output.err(

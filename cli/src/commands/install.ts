@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { promises as fs, lstatSync, readlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { type ArtifactMeta, LOCKFILE_NAME, MurmurError, type MurmurLock, parseCapsuleManifest, upsertLockEntry } from '@murmur/shared';
@@ -13,7 +13,7 @@ import {
   withLockfileTurn,
   writeLockfile,
 } from '@murmur/shared/artifacts';
-import { defaultArtifactsDir, globalStoreDir, projectStoreDir } from '@murmur/shared/node';
+import { defaultArtifactsDir, globalStoreDir, projectStoreDir, readManifestText } from '@murmur/shared/node';
 import { type Output, UsageError, formatFailure } from '../output.js';
 import { manifestRegistry, registryChoice, requireProjectRoot } from '../project.js';
 
@@ -40,7 +40,26 @@ interface Target {
 function target(options: InstallOptions): Target {
   if (options.global) return { store: new ArtifactStore(globalStoreDir(), 'global', { interruptible: true }), projectRoot: undefined };
   const projectRoot = requireProjectRoot();
+  refuseStoreOutside(projectRoot);
   return { store: new ArtifactStore(projectStoreDir(projectRoot), 'project', { interruptible: true }), projectRoot };
+}
+
+/**
+ * The project's store must be a directory of the project's own, as staging takes it (`E-PRJ-002`
+ * for a store file that resolves outside the capsule directory): an install through a linked
+ * `.murmur` wrote the artifact where the link led, said it was installed, and every run refused it.
+ */
+function refuseStoreOutside(projectRoot: string): void {
+  const store = projectStoreDir(projectRoot);
+  for (let dir = store; dir.startsWith(`${projectRoot}${path.sep}`); dir = path.dirname(dir)) {
+    const stat = lstatSync(dir, { throwIfNoEntry: false });
+    if (stat?.isSymbolicLink())
+      throw new MurmurError(
+        'E-PRJ-002',
+        `the project store's '${path.relative(projectRoot, dir)}' is a symlink (to ${readlinkSync(dir)}): a run stages only a store inside the capsule directory, so nothing installed there could be used`,
+        { path: dir, hint: `replace the link ${dir} with a directory of the project's own` },
+      );
+  }
 }
 
 /**
@@ -167,7 +186,7 @@ export async function installCommand(reference: string | undefined, options: Ins
     return 0;
   }
   const projectRoot = requireProjectRoot();
-  const text = await fs.readFile(path.join(projectRoot, 'murmur.yaml'), 'utf8');
+  const text = await readManifestText(path.join(projectRoot, 'murmur.yaml'));
   const { manifest, warnings } = parseCapsuleManifest(text);
   for (const warning of warnings) output.warn(warning);
   const wanted = manifest.artifacts.filter((artifact) => artifact.source === undefined);

@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, manifestIdentity, parsePackagedManifest } from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient, inspectArchive } from '@murmur/shared/artifacts';
-import { globalStoreDir } from '@murmur/shared/node';
+import { globalStoreDir, readManifestText } from '@murmur/shared/node';
 import type { Output } from '../output.js';
 import { manifestRegistry, registryChoice } from '../project.js';
 
@@ -41,11 +41,7 @@ export async function publishCommand(zipArgument: string | undefined, options: {
 /** `./<name>-<version>.mur.zip` for the project in the current directory, as `mur build` names it. */
 async function defaultArtifactPath(): Promise<string> {
   const manifestPath = path.resolve('murmur.yaml');
-  const text = await fs.readFile(manifestPath, 'utf8').catch(() => {
-    throw new MurmurError('E-IO-001', `murmur.yaml not found at ${manifestPath}`, {
-      hint: 'pass the .mur.zip to publish, or run this in the directory you built',
-    });
-  });
+  const text = await readManifestText(manifestPath, 'pass the .mur.zip to publish, or run this in the directory you built');
   // Read as `mur build` reads it, so a manifest without a name or version is refused here too.
   const { name, version } = manifestIdentity(parsePackagedManifest(text));
   const candidate = path.resolve(`${name.split('/').pop() as string}-${version}.mur.zip`);

@@ -29,7 +29,7 @@ import {
 import type { Bus } from '@murmur/shared/bus';
 import type { z } from 'zod';
 import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
-import { hasControllingTerminal, locateHarness, resolvedPath } from '@murmur/shared/node';
+import { hasControllingTerminal, locateHarness, readManifestTextSync, resolvedPath } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import { type Output, TerminalSafeStream, UsageError } from '../output.js';
 import { terminalProgress } from '../progress.js';
@@ -409,7 +409,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // the grants come from the manifest alone, the achievable class from an executor.
     if (!fromRegistry) {
       // Named in refusals as the user named it: --manifest may name a file not called murmur.yaml.
-      const manifest = parseCapsuleManifest(readFileSync(manifestPath, 'utf8'), { env, file: path.basename(manifestPath) }).manifest;
+      const manifest = parseCapsuleManifest(readManifestTextSync(manifestPath), { env, file: path.basename(manifestPath) }).manifest;
       // Upstream's order: the version warned of, the scope explained (and --explain-scope done), then the prompt refused.
       warnOfMurVersion(manifest.mur_version, output);
       const policy = capabilityPolicy(manifest);

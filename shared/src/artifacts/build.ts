@@ -15,7 +15,7 @@ import { parseYamlSource } from '../manifest/yaml-source.js';
 import { writeFileAtomic } from '../node/atomic.js';
 import { readManifestText } from '../node/manifest-file.js';
 import { foldedEntryName } from '../file-set.js';
-import { normaliseEntryName, writeMurZip } from './mur-zip.js';
+import { MAX_ENTRIES, MAX_ENTRY_BYTES_ENV, maxEntryBytesFromEnv, normaliseEntryName, writeMurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
 
 /**
@@ -50,9 +50,20 @@ export interface BuildResult {
 
 interface PlannedFile {
   declared: string;
+  /** What declared it, for a refusal: `requires_files entry`, `inference.system_prompt_file`, `the component`. */
+  label: string;
   archiveName: string;
   sourcePath: string;
+  size: number;
 }
+
+/** A file the manifest has packed, and what declared it. */
+interface DeclaredFile {
+  path: string;
+  label: string;
+}
+
+const REQUIRED_FILE = 'requires_files entry';
 
 const WASM_COMPONENT_PREAMBLE = [0x00, 0x61, 0x73, 0x6d];
 
@@ -89,11 +100,20 @@ export function scanForLiteralSecrets(value: unknown, file = 'murmur.yaml'): Mur
   return warnings;
 }
 
-async function planFiles(sourceDir: string, declared: readonly string[], outputPath: string): Promise<{ files: PlannedFile[]; shadowed: PlannedFile[] }> {
-  const candidates: PlannedFile[] = [{ declared: 'murmur.yaml', archiveName: 'murmur.yaml', sourcePath: path.join(sourceDir, 'murmur.yaml') }];
-  for (const entry of declared) {
+async function planFiles(sourceDir: string, declared: readonly DeclaredFile[], outputPath: string): Promise<{ files: PlannedFile[]; shadowed: PlannedFile[] }> {
+  const manifest = await fs.lstat(path.join(sourceDir, 'murmur.yaml'));
+  // The manifest is packed as every other file is: itself, never what a link leads to.
+  if (manifest.isSymbolicLink())
+    throw new MurmurError('E-BLD-002', `murmur.yaml in ${sourceDir} is a symlink; mur build packs the manifest itself, never what a link points to`, {
+      path: 'murmur.yaml',
+      hint: 'put the manifest itself in the source directory',
+    });
+  const candidates: PlannedFile[] = [
+    { declared: 'murmur.yaml', label: 'the manifest', archiveName: 'murmur.yaml', sourcePath: path.join(sourceDir, 'murmur.yaml'), size: manifest.size },
+  ];
+  for (const { path: entry, label } of declared) {
     const unsafe = (reason: string): MurmurError =>
-      new MurmurError('E-BLD-002', `requires_files entry '${entry}' has an unsafe path: ${reason}`, {
+      new MurmurError('E-BLD-002', `${label} '${entry}' has an unsafe path: ${reason}`, {
         path: entry,
         hint: 'declare files by a relative path inside the source directory',
       });
@@ -109,14 +129,10 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
       const prefix = path.join(sourceDir, ...components.slice(0, depth));
       const prefixStat = await fs.lstat(prefix).catch(() => undefined);
       if (prefixStat?.isSymbolicLink()) {
-        throw new MurmurError(
-          'E-BLD-002',
-          `requires_files entry '${entry}' is reached through a symlink (${prefix}); declare files inside the source directory`,
-          {
-            path: entry,
-            hint: 'copy the files into the source directory instead of linking to them',
-          },
-        );
+        throw new MurmurError('E-BLD-002', `${label} '${entry}' is reached through a symlink (${prefix}); declare files inside the source directory`, {
+          path: entry,
+          hint: 'copy the files into the source directory instead of linking to them',
+        });
       }
     }
     let stat: Awaited<ReturnType<typeof fs.lstat>>;
@@ -129,17 +145,23 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
       });
     }
     if (stat.isSymbolicLink()) {
-      throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is a symlink (${sourcePath}); declare the file it points to instead`, {
+      throw new MurmurError('E-BLD-002', `${label} '${entry}' is a symlink (${sourcePath}); declare the file it points to instead`, {
         path: entry,
         hint: 'copy the target into the source directory, or declare its real path',
       });
     }
     if (!stat.isFile())
-      throw new MurmurError('E-BLD-002', `requires_files entry '${entry}' is not a regular file (${sourcePath})`, {
+      throw new MurmurError('E-BLD-002', `${label} '${entry}' is not a regular file (${sourcePath})`, {
         path: entry,
         hint: 'declare each file on its own: a directory is packed by naming the files in it',
       });
-    candidates.push({ declared: entry, archiveName: normalised.name, sourcePath });
+    // The archive is written where this file is read from: it would replace the file, and pack without it.
+    if (path.resolve(sourcePath) === path.resolve(outputPath))
+      throw new MurmurError('E-BLD-002', `${label} '${entry}' is the file mur build was asked to write (${outputPath}); building would replace it`, {
+        path: entry,
+        hint: 'write the archive elsewhere (-o), or take the file out of what the manifest packs',
+      });
+    candidates.push({ declared: entry, label, archiveName: normalised.name, sourcePath, size: Number(stat.size) });
   }
   const files: PlannedFile[] = [];
   const shadowed: PlannedFile[] = [];
@@ -152,7 +174,6 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
       continue;
     }
     seenSources.add(resolved);
-    if (resolved === path.resolve(outputPath)) continue;
     // Names that differ only in case or Unicode form clash too: every reader refuses such a pair
     // (`MurZip`), so an archive holding one could be built but never published or installed.
     const folded = foldedEntryName(candidate.archiveName);
@@ -161,8 +182,8 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
       throw new MurmurError(
         'E-BLD-002',
         clash.archiveName === candidate.archiveName
-          ? `requires_files entries '${clash.declared}' and '${candidate.declared}' both pack as the archive entry '${candidate.archiveName}'`
-          : `requires_files entries '${clash.declared}' and '${candidate.declared}' differ only in case or Unicode form; an archive may not hold both (a case-insensitive file system would extract one over the other)`,
+          ? `${clash.label} '${clash.declared}' and ${candidate.label} '${candidate.declared}' both pack as the archive entry '${candidate.archiveName}'`
+          : `${clash.label} '${clash.declared}' and ${candidate.label} '${candidate.declared}' differ only in case or Unicode form; an archive may not hold both (a case-insensitive file system would extract one over the other)`,
         {
           hint: 'give each packaged file a distinct path inside the artifact',
         },
@@ -172,6 +193,38 @@ async function planFiles(sourceDir: string, declared: readonly string[], outputP
     files.push(candidate);
   }
   return { files, shadowed };
+}
+
+/**
+ * What every reader of an archive refuses (`MurZip`), refused before anything is read or written:
+ * `mur build` made archives that `mur publish` then refused — too many entries, an entry past the
+ * decompression ceiling, more than twice it in all — and read a file past what a buffer holds
+ * before failing with a stack. (The manifest's own bound and encoding are `readManifestText`'s.)
+ */
+function refuseWhatNoReaderTakes(files: readonly PlannedFile[], ceiling: number): void {
+  if (files.length > MAX_ENTRIES)
+    throw new MurmurError('E-ART-003', `the archive would hold ${files.length} entries; an artifact archive holds at most ${MAX_ENTRIES}`, {
+      hint: 'pack fewer files: bundle many small ones into one (a tarball, a zip) and declare that',
+    });
+  for (const file of files)
+    if (file.size > ceiling)
+      throw new MurmurError(
+        'E-ART-002',
+        `${file.label} '${file.declared}' is ${file.size} bytes, over the ${ceiling}-byte ceiling every reader holds an entry to`,
+        {
+          path: file.declared,
+          hint: `keep it out of the archive, or raise ${MAX_ENTRY_BYTES_ENV} wherever the archive is read`,
+        },
+      );
+  const total = files.reduce((sum, file) => sum + file.size, 0);
+  if (total > 2 * ceiling)
+    throw new MurmurError(
+      'E-ART-002',
+      `the archive's files are ${total} bytes in all, over the ${2 * ceiling} bytes (twice the entry ceiling) a reader inflates`,
+      {
+        hint: `pack less, or raise ${MAX_ENTRY_BYTES_ENV} wherever the archive is read`,
+      },
+    );
 }
 
 function lint(files: PlannedFile[], shadowed: PlannedFile[], packaging: PackagingType): MurmurWarning[] {
@@ -286,27 +339,32 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
       hint: `give -o a file name ending in .mur.zip, or a directory to write ${fileName} into (one that exists, or one written with a trailing '/')`,
     });
 
-  let declared: string[];
+  let declared: DeclaredFile[];
   let packaging: PackagingType;
+  const required = (paths: readonly string[] | undefined): DeclaredFile[] => (paths ?? []).map((entry) => ({ path: entry, label: REQUIRED_FILE }));
   if (packaged.kind === 'artifact') {
-    declared = packaged.manifest.requires_files;
+    declared = required(packaged.manifest.requires_files);
     packaging = packagingTypeOf(packaged.manifest);
   } else {
+    // Whatever is there by that name is the component, and judged as one: a link or a FIFO is
+    // refused as what it is, not passed over as if there were none.
     const hasComponent = await fs
       .lstat(path.join(sourceDir, 'capsule.wasm'))
-      .then((stat) => stat.isFile() || stat.isSymbolicLink())
+      .then(() => true)
       .catch(() => false);
     const promptFile = packaged.manifest.inference?.system_prompt_file;
     const compactionPromptFile = packaged.manifest.inference?.compaction?.system_prompt_file;
     declared = [
-      ...(hasComponent ? ['capsule.wasm'] : []),
-      ...(promptFile ? [promptFile] : []),
-      ...(compactionPromptFile ? [compactionPromptFile] : []),
-      ...(packaged.manifest.requires_files ?? []),
+      ...(hasComponent ? [{ path: 'capsule.wasm', label: 'the capsule component' }] : []),
+      ...(promptFile ? [{ path: promptFile, label: 'inference.system_prompt_file' }] : []),
+      ...(compactionPromptFile ? [{ path: compactionPromptFile, label: 'inference.compaction.system_prompt_file' }] : []),
+      ...required(packaged.manifest.requires_files),
     ];
     packaging = hasComponent ? 'wasm' : 'static';
   }
   const { files, shadowed } = await planFiles(sourceDir, declared, outputPath);
+  const ceiling = maxEntryBytesFromEnv();
+  refuseWhatNoReaderTakes(files, ceiling);
   warnings.push(...lint(files, shadowed, packaging));
   await checkPayload(files, packaging, packaged);
 
@@ -317,6 +375,15 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
     }),
   );
   const bytes = await writeMurZip(inputs);
+  // Publishing uploads the archive whole, and roost and every registry client take one of at most the ceiling.
+  if (bytes.length > ceiling)
+    throw new MurmurError(
+      'E-ART-002',
+      `the archive would be ${bytes.length} bytes, over the ${ceiling}-byte ceiling an artifact is fetched and published under`,
+      {
+        hint: `pack less, or raise ${MAX_ENTRY_BYTES_ENV} wherever the archive is read`,
+      },
+    );
   await fs.mkdir(path.dirname(outputPath), { recursive: true });
   await writeFileAtomic(outputPath, bytes, { interruptible: true });
 

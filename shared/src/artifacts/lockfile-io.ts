@@ -4,9 +4,10 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify as stringifyYaml } from 'yaml';
 import { MurmurError } from '../errors.js';
-import { type LockedArtifact, type MurmurLock, MurmurLockSchema } from '../lockfile.js';
+import { LOCKFILE_MAX_BYTES, type LockedArtifact, type MurmurLock, MurmurLockSchema } from '../lockfile.js';
 import { writeFileAtomic } from '../node/atomic.js';
 import { processStartToken } from '../node/process.js';
+import { readSmallTextFile } from '../node/small-text-file.js';
 import { resolvedPath } from '../node/beneath.js';
 import { systemFailureCode, systemFailureHint } from '../node/system-failure.js';
 import { firstIssueText } from '../manifest/issues.js';
@@ -20,9 +21,10 @@ function describe(error: { issues: ReadonlyArray<{ path: ReadonlyArray<PropertyK
 export async function readLockfile(file: string): Promise<MurmurLock | undefined> {
   let text: string;
   try {
-    text = await fs.readFile(file, 'utf8');
+    text = await readSmallTextFile(file, { what: 'murmur.lock', maxBytes: LOCKFILE_MAX_BYTES });
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    if (error instanceof MurmurError) throw error;
     throw new MurmurError(systemFailureCode(error), `failed to read murmur.lock at ${file}: ${(error as Error).message}`, {
       path: file,
       hint: systemFailureHint(error),

@@ -7,6 +7,7 @@ import yauzl from 'yauzl';
 import yazl from 'yazl';
 import { MurmurError } from '../errors.js';
 import { foldedEntryName, normaliseEntryName } from '../file-set.js';
+import { MAX_MANIFEST_BYTES } from '../node/manifest-file.js';
 import { inSlices } from '../node/slices.js';
 import { numberSetting } from '../settings.js';
 
@@ -35,8 +36,8 @@ const VERIFY_WHOLE_MAX_BYTES = 16 * 1024 * 1024;
 export const DEFAULT_MAX_ENTRY_BYTES = 524_288_000;
 /** The most entries an artifact archive may hold (a component, its manifest, the files it requires). */
 export const MAX_ENTRIES = 10_000;
-/** The largest `murmur.yaml` an archive may carry (it is read and parsed whole before anything else). */
-export const MAX_MANIFEST_BYTES = 1024 * 1024;
+/** The largest `murmur.yaml` an archive may carry: a project's, as `mur build` reads it. */
+export { MAX_MANIFEST_BYTES };
 export const MAX_ENTRY_BYTES_ENV = 'MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES';
 
 /** The per-entry ceiling: `MURMUR_MAX_ARTIFACT_DECOMPRESSED_BYTES`, 500 MiB when unset. */

@@ -11,6 +11,8 @@ export * from './running.js';
 export * from './completion.js';
 export * from './blobs.js';
 export * from './project-pack.js';
+export * from './manifest-file.js';
+export * from './small-text-file.js';
 export * from './staging.js';
 export * from './harness-command.js';
 export * from './trace-reader.js';

@@ -1,16 +1,19 @@
 import { createHash } from 'node:crypto';
 import { type Dirent, type Stats, createReadStream, mkdirSync, readFileSync, readdirSync, realpathSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import type { ObjectStore } from '../bus/objects.js';
 import { MurmurError } from '../errors.js';
 import { type ProjectListing, ProjectListingSchema, type SetFile, fileSetBytes, hasControlCharacter } from '../file-set.js';
-import { LOCKFILE_NAME } from '../lockfile.js';
+import { LOCKFILE_MAX_BYTES, LOCKFILE_NAME } from '../lockfile.js';
+import { parseYamlSource } from '../manifest/yaml-source.js';
 import { numberSetting } from '../settings.js';
 import { writeFileAtomic } from './atomic.js';
 import { type BlobRef, hashFile } from './blobs.js';
 import { cacheDir } from './home.js';
 import { readManifestTextSync } from './manifest-file.js';
+import { readSmallTextFileSync } from './small-text-file.js';
+
+const LOCK_FILE = { what: 'murmur.lock', maxBytes: LOCKFILE_MAX_BYTES };
 
 /**
  * A capsule project packed for staging, by whoever asks for it to be staged (`mur`, a test, a
@@ -114,7 +117,8 @@ interface ManifestFacts {
 function manifestFacts(text: string): ManifestFacts {
   let value: unknown;
   try {
-    value = parseYaml(text);
+    // As the stager parses it: yaml's own duplicate-key check is quadratic (a 700 KB mapping took a minute here).
+    value = parseYamlSource(text).value;
   } catch {
     return { agent: false, promptFile: undefined, compactionPromptFile: undefined, skillSources: [], artifacts: [] };
   }
@@ -139,7 +143,7 @@ function lockPins(text: string | undefined): Map<string, string> {
   const pins = new Map<string, string>();
   if (text === undefined) return pins;
   try {
-    const lock = parseYaml(text) as { artifacts?: Array<{ name?: unknown; resolved_version?: unknown }> };
+    const lock = parseYamlSource(text, 'murmur.lock').value as { artifacts?: Array<{ name?: unknown; resolved_version?: unknown }> };
     for (const entry of lock?.artifacts ?? []) if (typeof entry.name === 'string') pins.set(entry.name, String(entry.resolved_version ?? ''));
   } catch {
     // an unreadable lock is packed as it is and refused by the stager
@@ -165,10 +169,12 @@ function statIfAny(file: string): Stats | undefined {
   }
 }
 
-function readTextIfAny(file: string): string | undefined {
+/** The lock's text, or none when there is none; one that is no regular file, or past its bound, is refused (`readSmallTextFileSync`). */
+function readLockTextIfAny(file: string): string | undefined {
   try {
-    return readFileSync(file, 'utf8');
-  } catch {
+    return readSmallTextFileSync(file, LOCK_FILE);
+  } catch (error) {
+    if (error instanceof MurmurError) throw error;
     return undefined;
   }
 }
@@ -246,7 +252,7 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
   const manifestText = readManifestTextSync(manifestPath, 'pass the directory that holds murmur.yaml (mur run: --manifest <file>)');
   const packer = new Packer(root, options.maxBytes ?? maxProjectBytesFromEnv(), digestCacheFor(options));
   await packer.add(path.relative(root, manifestPath), 'the manifest', 'murmur.yaml');
-  const lockText = readTextIfAny(path.join(root, LOCKFILE_NAME));
+  const lockText = readLockTextIfAny(path.join(root, LOCKFILE_NAME));
   await packer.add(LOCKFILE_NAME, 'the lock');
   const facts = manifestFacts(manifestText);
   if (!facts.agent) {
