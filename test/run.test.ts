@@ -1,13 +1,13 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { promises as fs } from 'node:fs';
+import { promises as fs, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
 import { capsuleArchive, capsuleProject, componentArtifact, publishInto } from './support/artifacts.js';
 import { probeProject, probeResults } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
-import { capsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
+import { capsuleWat, floodingCapsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
 import { probeTool } from './support/probe-guests.js';
 import { murBin, runMur, spawnMur, stopAfterFile, untilSaid } from './support/processes.js';
 
@@ -26,6 +26,49 @@ describe('mur run', () => {
   });
 
   const actions = (list: unknown[]): string => JSON.stringify(list);
+
+  function readFileSyncIfAny(file: string): string {
+    try {
+      return readFileSync(file, 'utf8');
+    } catch {
+      return '';
+    }
+  }
+
+  it('drops a flooding capsule’s output past a bound while stdout is not read, says so, and ends as its deadline says, with no stack', async () => {
+    const project = await capsuleProject(
+      path.join(scratch.dir, 'flood'),
+      'name: flood\nversion: 0.1.0\ncapabilities:\n  limits:\n    deadline_seconds: 4\n',
+      (await floodingCapsuleWat()).bytes,
+    );
+    // Nobody reads this stdout until the capsule's deadline is past: its pipe fills, and what mur writes there waits in mur.
+    const child = spawn(murBin, ['run', '--manifest', path.join(project, 'murmur.yaml')], {
+      env: { PATH: process.env.PATH ?? '', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    let peakRssKb = 0;
+    const sampler = setInterval(() => {
+      const rss = /VmRSS:\s+(\d+)/.exec(readFileSyncIfAny(`/proc/${child.pid}/status`))?.[1];
+      if (rss) peakRssKb = Math.max(peakRssKb, Number(rss));
+    }, 100);
+    const reader = setTimeout(() => child.stdout?.resume(), 7_000);
+    const timer = setTimeout(() => child.kill('SIGKILL'), 50_000);
+    const [code] = (await once(child, 'exit')) as [number | null];
+    clearInterval(sampler);
+    clearTimeout(reader);
+    clearTimeout(timer);
+    expect(code, stderr).toBe(1);
+    expect(stderr).toContain('error[E-RUN-001]');
+    expect(stderr).toContain('warning: stdout is not being read as fast as the capsule writes; its output is dropped until stdout catches up');
+    expect(stderr).toMatch(/warning: \d+ bytes of the capsule's stdout were dropped/);
+    expect(stderr).not.toMatch(/\n\s+at |ENOBUFS/);
+    // What waits for stdout is bounded (8 MiB): mur's whole memory stays far from the gigabyte it reached.
+    expect(peakRssKb / 1024).toBeLessThan(400);
+  });
 
   it('runs a script capsule and prints its session, its output and last its status', async () => {
     const project = await probeProject(path.join(scratch.dir, 'hello'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');

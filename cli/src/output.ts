@@ -33,11 +33,23 @@ function writeLine(stream: NodeJS.WriteStream, line: string): void {
 /**
  * A reader that stops early (`mur trace show | head`) closes stdout. What is left unwritten is
  * not wanted, but the command's work is (a session `mur run` started ends as it would have), so
- * a closed stdout is ignored rather than left to crash mur as an unheard EPIPE.
+ * a closed stdout is ignored rather than left to crash mur as an unheard EPIPE. Any other failure
+ * to write there (the kernel refusing a queue, `ENOBUFS`; a full disk under a redirect) is said
+ * once, with its code, and the command's work goes on as for a closed one: it crashed mur, with
+ * a stack, in the middle of a session.
  */
 export function ignoreClosedStdout(): void {
+  let said = false;
   process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-    if (error.code !== 'EPIPE') throw error;
+    if (error.code === 'EPIPE' || said) return;
+    said = true;
+    process.exitCode = 1;
+    writeLine(
+      process.stderr,
+      new MurmurError('E-IO-003', `could not write to stdout: ${error.code ?? error.message}; what was left to write there is lost`, {
+        hint: 'write stdout to a file (> out.txt), or read it as fast as it comes',
+      }).format(),
+    );
   });
 }
 

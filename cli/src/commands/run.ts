@@ -32,6 +32,7 @@ import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@mur
 import { hasControllingTerminal, locateHarness, readManifestTextSync, resolvedPath } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import { type Output, TerminalSafeStream, UsageError } from '../output.js';
+import { OutputRelay } from '../output-relay.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { busClosedError, openRuntime } from '../runtime.js';
@@ -473,11 +474,12 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     const { ended, subscription: endWatch } = watchSessionEnd(runtime.bus, sessionId);
     const subscriptions = [endWatch];
     const terminalStreams = { stdout: new TerminalSafeStream(), stderr: new TerminalSafeStream() };
+    const relays = { stdout: new OutputRelay(process.stdout, 'stdout', output.err), stderr: new OutputRelay(process.stderr, 'stderr', output.err) };
     if (!options.json) {
       subscriptions.push(
         runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
           const stream = chunk.stream === 'stdout' ? process.stdout : process.stderr;
-          stream.write(stream.isTTY ? terminalStreams[chunk.stream].write(chunk.text) : chunk.text);
+          relays[chunk.stream].write(stream.isTTY ? terminalStreams[chunk.stream].write(chunk.text) : chunk.text);
         }),
       );
     }
@@ -627,6 +629,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     for (const subscription of subscriptions) subscription.unsubscribe();
     if (process.stdout.isTTY) process.stdout.write(terminalStreams.stdout.end());
     if (process.stderr.isTTY) process.stderr.write(terminalStreams.stderr.end());
+    relays.stdout.finish();
+    relays.stderr.finish();
     if (!end) return busClosed ? 1 : 130;
     timing('ended');
     // Ended by the interrupt: the executor took the stop (its answer awaited, since the session's

@@ -1,0 +1,46 @@
+/**
+ * A session's output, relayed to one of `mur`'s own streams holding at most a bound of it.
+ *
+ * The output comes off the bus as fast as the capsule writes it, and the bus cannot be told to
+ * wait. Written on regardless to a stdout read slowly (a pipe into a pager, `| (sleep; wc)`),
+ * every chunk was queued in `mur`'s memory: a capsule printing for its whole deadline took `mur`
+ * past a gigabyte, and the kernel's refusal of the queue (`ENOBUFS`) then killed it with a stack.
+ * So while more than `maxPendingBytes` waits for the stream, what arrives is dropped, counted,
+ * and said once on stderr as it begins; what was dropped in all is said when the session ends.
+ * A reader that keeps up loses nothing.
+ */
+export class OutputRelay {
+  private droppedBytes = 0;
+  private dropping = false;
+
+  constructor(
+    private readonly stream: Pick<NodeJS.WriteStream, 'write' | 'writableLength'>,
+    private readonly name: 'stdout' | 'stderr',
+    private readonly warn: (line: string) => void,
+    private readonly maxPendingBytes = OUTPUT_PENDING_MAX_BYTES,
+  ) {}
+
+  write(text: string): void {
+    if (this.stream.writableLength > this.maxPendingBytes) {
+      this.droppedBytes += Buffer.byteLength(text);
+      if (!this.dropping)
+        this.warn(
+          `warning: ${this.name} is not being read as fast as the capsule writes; its output is dropped until ${this.name} catches up (${this.maxPendingBytes} bytes wait there)`,
+        );
+      this.dropping = true;
+      return;
+    }
+    this.dropping = false;
+    this.stream.write(text);
+  }
+
+  /** What was dropped in all, said once the session has ended (nothing when none was). */
+  finish(): void {
+    if (this.droppedBytes > 0)
+      this.warn(`warning: ${this.droppedBytes} bytes of the capsule's ${this.name} were dropped: ${this.name} was not read as fast as the capsule wrote`);
+    this.droppedBytes = 0;
+  }
+}
+
+/** How much of a session's output may wait for a slow reader: far more than a terminal or a pipe holds at once. */
+export const OUTPUT_PENDING_MAX_BYTES = 8 * 1024 * 1024;
