@@ -174,6 +174,26 @@ describe('mur doctor in a capsule project', () => {
     expect(result.stdout).toBe('');
   });
 
+  it('fails, predicting E-PRJ-002, on a project whose manifest or store is a link to outside it, which staging refuses', async () => {
+    const outside = path.join(scratch.dir, 'outside-the-project');
+    await fs.mkdir(outside, { recursive: true });
+    await fs.writeFile(path.join(outside, 'murmur.yaml'), 'name: doctored\nversion: 0.0.1\n');
+    const linkedManifest = path.join(scratch.dir, 'linked-manifest');
+    await fs.mkdir(linkedManifest);
+    await fs.symlink(path.join(outside, 'murmur.yaml'), path.join(linkedManifest, 'murmur.yaml'));
+    const linkedStore = await project(declared, ['guide@0.1.0', 'style@1.2.0']);
+    await fs.rename(path.join(linkedStore, '.murmur'), path.join(outside, 'store'));
+    await fs.symlink(path.join(outside, 'store'), path.join(linkedStore, '.murmur'));
+    for (const dir of [linkedManifest, linkedStore]) {
+      const result = await runMur(['doctor'], { cwd: dir, env });
+      expect(result.code, result.stdout).toBe(1);
+      expect(result.stderr).toContain('[mur doctor] warning[E-PRJ-002]');
+      expect(result.stderr).toContain('`mur stage` and `mur run` will refuse this project as it is');
+      const staged = await runMur(['stage', dir], { env });
+      expect(staged.stderr).toContain('error[E-PRJ-002]');
+    }
+  });
+
   it('passes a local-source skill as local source, never looking it up in a store or the lock', async () => {
     const dir = await project(
       '  - name: local-skill\n    version: 0.1.0\n    runtime: skill\n    source: ./skills\n  - name: guide\n    version: 0.1.0\n    runtime: skill\n',

@@ -3,7 +3,7 @@ import {
   type CapabilityPolicy,
   type CapsuleManifest,
   LOCKFILE_NAME,
-  type MurmurError,
+  MurmurError,
   type MurmurLock,
   capabilityPolicy,
   currentPlatform,
@@ -30,7 +30,7 @@ import { checkStack } from '../doctor/stack-check.js';
 import type { Output } from '../output.js';
 import { findProjectRoot } from '../project.js';
 import { configuredContainment } from '../workspace-config.js';
-import { readManifestTextSync } from '@murmur/shared/node';
+import { packProject, packProjectStore, readManifestTextSync } from '@murmur/shared/node';
 
 /**
  * `mur doctor`: whether `mur run` would accept this project and this machine, without running
@@ -107,6 +107,23 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
       refusal,
       '`mur run` will refuse this capsule on this host until that is resolved. Nothing in murmur.yaml can change it — the refusal is about this machine, not the manifest.',
     );
+  }
+}
+
+/**
+ * What staging would refuse of the project's files — a manifest, prompt or store reached through
+ * a link to outside the capsule directory, a project past the staging limit — found by packing it
+ * as `mur stage` and `mur run` do (nothing is uploaded or written): doctor said all was well for a
+ * project every run refused.
+ */
+async function packingRefusal(root: string): Promise<MurmurError | undefined> {
+  try {
+    await packProject(root, { digestCache: null });
+    await packProjectStore(root, { digestCache: null });
+    return undefined;
+  } catch (error) {
+    if (error instanceof MurmurError) return error;
+    throw error;
   }
 }
 
@@ -208,6 +225,11 @@ export async function doctorCommand(output: Output): Promise<number> {
     const floors = configuredContainment(env, project.root).map((entry) => entry.containment);
     const assessment = assessContainment(host.probe.containment, project.policy, strongestFloor(project.policy.containment, ...floors));
     warnAboutPosture(project, host.probe, assessment, output);
+    const packing = await packingRefusal(project.root);
+    if (packing) {
+      predictedRefusal(output, packing, '`mur stage` and `mur run` will refuse this project as it is: nothing of it is staged.');
+      tally.fixes.push(packing.hint ?? packing.message);
+    }
     const containment = host.lines.find((line) => line.label === 'containment');
     if (containment && !assessment.floorMet) containment.mark = '!';
     containment?.notes.push(
