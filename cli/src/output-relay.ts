@@ -18,6 +18,8 @@ export class OutputRelay {
     private readonly name: 'stdout' | 'stderr',
     private readonly warn: (line: string) => void,
     private readonly maxPendingBytes = OUTPUT_PENDING_MAX_BYTES,
+    /** What is relayed, for the warnings: a session's output, or a bus's messages (`mur events`). */
+    private readonly what = "the capsule's output",
   ) {}
 
   write(text: string): void {
@@ -25,7 +27,7 @@ export class OutputRelay {
       this.droppedBytes += Buffer.byteLength(text);
       if (!this.dropping)
         this.warn(
-          `warning: ${this.name} is not being read as fast as the capsule writes; its output is dropped until ${this.name} catches up (${this.maxPendingBytes} bytes wait there)`,
+          `warning: ${this.name} is not being read as fast as ${this.what} comes; ${this.what} is dropped until ${this.name} catches up (${this.maxPendingBytes} bytes wait there)`,
         );
       this.dropping = true;
       return;
@@ -36,8 +38,7 @@ export class OutputRelay {
 
   /** What was dropped in all, said once the session has ended (nothing when none was). */
   finish(): void {
-    if (this.droppedBytes > 0)
-      this.warn(`warning: ${this.droppedBytes} bytes of the capsule's ${this.name} were dropped: ${this.name} was not read as fast as the capsule wrote`);
+    if (this.droppedBytes > 0) this.warn(`warning: ${this.droppedBytes} bytes of ${this.what} were dropped: ${this.name} was not read as fast as it came`);
     this.droppedBytes = 0;
   }
 }

@@ -1,5 +1,6 @@
 import { MurmurError } from '@murmur/shared';
-import type { Output } from '../output.js';
+import { type Output, terminalSafe } from '../output.js';
+import { OUTPUT_PENDING_MAX_BYTES, OutputRelay } from '../output-relay.js';
 import { busClosedError, openRuntime } from '../runtime.js';
 
 /**
@@ -14,10 +15,15 @@ export async function eventsCommand(pattern: string, options: { json?: boolean }
   }
   const runtime = await openRuntime();
   let subscription: ReturnType<typeof runtime.bus.tap>;
+  let relay: OutputRelay | undefined;
   try {
+    // The bus cannot be told to wait: for a stdout read slowly, what is past the relay's bound is dropped and said.
+    relay = new OutputRelay(process.stdout, 'stdout', output.err, OUTPUT_PENDING_MAX_BYTES, "the bus's messages");
+    const shown = relay;
     subscription = runtime.bus.tap(pattern, (subject, payload) => {
       const time = new Date().toISOString();
-      output.out(options.json ? JSON.stringify({ time, subject, payload }) : `${time} ${subject} ${JSON.stringify(payload)}`);
+      const line = options.json ? JSON.stringify({ time, subject, payload }) : `${time} ${subject} ${JSON.stringify(payload)}`;
+      shown.write(`${process.stdout.isTTY ? terminalSafe(line) : line}\n`);
     });
     await runtime.bus.flush();
   } catch (error) {
@@ -45,6 +51,7 @@ export async function eventsCommand(pattern: string, options: { json?: boolean }
     });
   });
   subscription.unsubscribe();
+  relay?.finish();
   await runtime.close();
   return code;
 }

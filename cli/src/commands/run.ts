@@ -32,7 +32,7 @@ import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@mur
 import { hasControllingTerminal, locateHarness, readManifestTextSync, resolvedPath } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
 import { type Output, TerminalSafeStream, UsageError } from '../output.js';
-import { OutputRelay } from '../output-relay.js';
+import { OUTPUT_PENDING_MAX_BYTES, OutputRelay } from '../output-relay.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { busClosedError, openRuntime } from '../runtime.js';
@@ -474,7 +474,10 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     const { ended, subscription: endWatch } = watchSessionEnd(runtime.bus, sessionId);
     const subscriptions = [endWatch];
     const terminalStreams = { stdout: new TerminalSafeStream(), stderr: new TerminalSafeStream() };
-    const relays = { stdout: new OutputRelay(process.stdout, 'stdout', output.err), stderr: new OutputRelay(process.stderr, 'stderr', output.err) };
+    const relays = {
+      stdout: new OutputRelay(process.stdout, 'stdout', output.err, OUTPUT_PENDING_MAX_BYTES, "the capsule's stdout"),
+      stderr: new OutputRelay(process.stderr, 'stderr', output.err, OUTPUT_PENDING_MAX_BYTES, "the capsule's stderr"),
+    };
     if (!options.json) {
       subscriptions.push(
         runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {

@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import { MurmurError, SessionIdSchema, fetchFailureReason, readBodyPrefix } from '@murmur/shared';
 import { type Output, TerminalSafeStream, UsageError } from '../output.js';
 
@@ -108,6 +109,9 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
   let ended = false;
   const terminal = process.stdout.isTTY ? new TerminalSafeStream() : undefined;
   for await (const frame of sseFrames(response)) {
+    // A stdout read slowly holds the stream, not mur's memory: the door keeps (and drops) what a
+    // slow watcher has not taken, and says so (`gap`), where everything waited here.
+    if (process.stdout.writableNeedDrain) await once(process.stdout, 'drain');
     if (frame.event === 'connection-ack') {
       state.threaded = parse(frame.data).conversation_mode === 'threaded';
     } else if (frame.event === 'gap') {

@@ -1,0 +1,164 @@
+import { closeSync, promises as fs, openSync } from 'node:fs';
+import path from 'node:path';
+import { MurmurError, type SessionFileEntry, type SessionFilesReply } from '@murmur/shared';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { tempDir } from '../../../test/support/fs.js';
+import { LISTING_ENTRIES_MAX, LISTING_KEPT_MS, LISTINGS_KEPT, type ListingLimits, readSessionFiles } from '../src/session-files.js';
+
+/**
+ * `mur files` of a directory a guest filled: one listing reads at most so many entries, and the
+ * pages of one listing are served from the listing kept, not from the directory read again.
+ */
+describe("a session workdir's directory, listed a page at a time", () => {
+  let workdir: string;
+  let cleanup: () => Promise<void>;
+  /** Every read of a directory's names, whichever call made it (`opendir`, or a whole `readdir`). */
+  let reads: () => number;
+
+  beforeEach(async () => {
+    const made = await tempDir('murmur-session-files-');
+    // The listing refuses a workdir that resolves elsewhere than it was named: name it resolved.
+    workdir = await fs.realpath(made.dir);
+    cleanup = made.cleanup;
+    const opendir = vi.spyOn(fs, 'opendir');
+    const readdir = vi.spyOn(fs, 'readdir');
+    const ofSessions = (calls: unknown[][]): number => calls.filter(([where]) => String(where).startsWith('/proc/self/fd/')).length;
+    reads = () => ofSessions(opendir.mock.calls) + ofSessions(readdir.mock.calls);
+    vi.useFakeTimers({ toFake: ['Date'] });
+  });
+
+  afterEach(async () => {
+    vi.restoreAllMocks();
+    vi.useRealTimers();
+    await cleanup();
+  });
+
+  /** `count` empty files in `relative`, named `prefix` and a zero-padded number (so in order). */
+  const fill = async (relative: string, count: number, prefix = 'f'): Promise<string[]> => {
+    const directory = path.join(workdir, relative);
+    await fs.mkdir(directory, { recursive: true });
+    const names = Array.from({ length: count }, (_, index) => `${prefix}${String(index).padStart(6, '0')}`);
+    for (const name of names) closeSync(openSync(path.join(directory, name), 'w'));
+    settle();
+    return names;
+  };
+
+  /**
+   * The clock a few seconds past the directories' last change, as if they had been left alone
+   * that long: a listing is kept only of a directory that has settled.
+   */
+  const settle = (): void => {
+    vi.setSystemTime(vi.getRealSystemTime() + 5_000);
+  };
+
+  const list = async (relative: string, after?: string, limits?: ListingLimits): Promise<Extract<SessionFilesReply, { type: 'directory' }>> => {
+    const reply = await readSessionFiles(workdir, { path: relative, offset: 0, length: 0, after }, limits);
+    if (reply.type !== 'directory') throw new Error(`${relative} listed as a ${reply.type}`);
+    return reply;
+  };
+
+  /** Every page from the first, in order. */
+  const listAll = async (relative: string, limits?: ListingLimits): Promise<Extract<SessionFilesReply, { type: 'directory' }>[]> => {
+    const pages = [await list(relative, undefined, limits)];
+    for (let next = pages[0]?.next; next !== undefined; next = pages.at(-1)?.next) pages.push(await list(relative, next, limits));
+    return pages;
+  };
+
+  const names = (entries: SessionFileEntry[]): string[] => entries.map((entry) => entry.name);
+
+  it('refuses a directory past the cap on entries with E-SES-002, naming the path and the cap, and lists one at the cap whole', async () => {
+    const limits: ListingLimits = { entriesMax: 50, kept: LISTINGS_KEPT, keptMs: LISTING_KEPT_MS };
+    await fill('out/crowded', 51);
+    const atCap = await fill('out/full', 50);
+
+    const refusal = await readSessionFiles(workdir, { path: 'out/crowded', offset: 0, length: 0 }, limits).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(refusal).toBeInstanceOf(MurmurError);
+    expect(refusal).toMatchObject({ code: 'E-SES-002', path: 'out/crowded' });
+    expect((refusal as MurmurError).message).toBe("'out/crowded' holds more than 50 entries, more than one listing reads; nothing was listed");
+    expect((refusal as MurmurError).hint).toBe("read a file in it by its name ('out/crowded/<name>'), or list one of its subdirectories");
+    expect(names((await list('out/full', undefined, limits)).entries)).toEqual(atCap);
+    // The cap a listing keeps to unless told otherwise.
+    expect(LISTING_ENTRIES_MAX).toBe(100_000);
+  });
+
+  it('pages through a directory of 20 000 files to the end, giving every name exactly once and in order, and reads it once', async () => {
+    const made = await fill('many', 20_000);
+
+    const pages = await listAll('many');
+
+    expect(pages.length).toBeGreaterThan(2);
+    expect(names(pages.flatMap((page) => page.entries))).toEqual(made);
+    expect(reads()).toBe(1);
+  });
+
+  it('keeps a listing between pages while its directory is unchanged, and reads the directory anew once it changed', async () => {
+    // Long names, so that a few hundred make more than one page.
+    const made = await fill('long', 2_000, 'n'.repeat(200));
+
+    const first = await list('long');
+    expect(first.next).toBeDefined();
+    expect(reads()).toBe(1);
+    const second = await list('long', first.next);
+    expect(reads()).toBe(1);
+    expect(names([...first.entries, ...second.entries])).toEqual(made.slice(0, first.entries.length + second.entries.length));
+
+    closeSync(openSync(path.join(workdir, 'long', 'zz-added'), 'w'));
+    settle();
+    const rest = (await listAll('long')).flatMap((page) => page.entries);
+    expect(reads()).toBe(2);
+    expect(names(rest)).toEqual([...made, 'zz-added']);
+  });
+
+  it('reads a kept listing anew once its time is up', async () => {
+    await fill('out', 10);
+
+    await list('out');
+    await list('out');
+    expect(reads()).toBe(1);
+    vi.setSystemTime(Date.now() + LISTING_KEPT_MS + 1);
+    await list('out');
+    expect(reads()).toBe(2);
+  });
+
+  it('keeps no listing of a directory changed in the last seconds, whose change time a further change in the same tick would not move', async () => {
+    await fill('fresh', 10);
+    vi.setSystemTime(vi.getRealSystemTime());
+
+    await list('fresh');
+    await list('fresh');
+    expect(reads()).toBe(2);
+    settle();
+    await list('fresh');
+    await list('fresh');
+    expect(reads()).toBe(3);
+  });
+
+  it('keeps only the newest listings, as many as it is told', async () => {
+    const limits: ListingLimits = { entriesMax: LISTING_ENTRIES_MAX, kept: 2, keptMs: LISTING_KEPT_MS };
+    for (const directory of ['a', 'b', 'c']) await fill(directory, 3);
+
+    for (const directory of ['a', 'b', 'c']) await list(directory, undefined, limits);
+    expect(reads()).toBe(3);
+    await list('c', undefined, limits);
+    expect(reads()).toBe(3);
+    await list('a', undefined, limits);
+    expect(reads()).toBe(4);
+  });
+
+  it('shows a name that is not UTF-8 escaped and typed other, with its size, from a kept listing as from a fresh one', async () => {
+    await fs.mkdir(path.join(workdir, 'odd'));
+    await fs.writeFile(Buffer.concat([Buffer.from(`${workdir}/odd/`), Buffer.from([0x66, 0xff, 0x5c])]), 'four');
+    await fs.writeFile(path.join(workdir, 'odd', 'plain'), 'ab');
+    settle();
+
+    const expected = [
+      expect.objectContaining({ name: 'f\\xff\\x5c', type: 'other', size: 4 }),
+      expect.objectContaining({ name: 'plain', type: 'file', size: 2 }),
+    ];
+    expect((await list('odd')).entries).toEqual(expected);
+    expect((await list('odd')).entries).toEqual(expected);
+  });
+});
