@@ -63,7 +63,9 @@ describe('mur run', () => {
     clearTimeout(timer);
     expect(code, stderr).toBe(1);
     expect(stderr).toContain('error[E-RUN-001]');
-    expect(stderr).toContain("warning: stdout is not being read as fast as the capsule's stdout comes; the capsule's stdout is dropped until stdout catches up");
+    expect(stderr).toContain(
+      "warning: stdout is not being read as fast as the capsule's stdout comes; the capsule's stdout is dropped until stdout catches up",
+    );
     expect(stderr).toMatch(/warning: \d+ bytes of the capsule's stdout were dropped: stdout was not read as fast as it came/);
     expect(stderr).not.toMatch(/\n\s+at |ENOBUFS/);
     // What waits for stdout is bounded (8 MiB): mur's whole memory stays far from the gigabyte it reached.
