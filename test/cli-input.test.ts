@@ -88,6 +88,12 @@ describe('mur, given what a new user gets wrong', () => {
       const result = await runMur(command, { cwd: project, env });
       refused(result, 'E-IO-003', words, `put the file itself at ${manifest}`);
     }
+    // The project's .env, which mur run reads beside the manifest, the same.
+    await fs.rm(manifest);
+    await fs.writeFile(manifest, 'name: fifo-env\nversion: 0.1.0\n');
+    spawnSync('mkfifo', [path.join(project, '.env')]);
+    const run = await runMur(['run', '--manifest', manifest], { cwd: project, env });
+    refused(run, 'E-IO-003', `.env at ${path.join(project, '.env')} is a FIFO, not a regular file: nothing was read from it`, 'put the file itself at');
   });
 
   it('refuses the manifest file where stage and build want its directory, naming the directory', async () => {

@@ -1,7 +1,10 @@
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
+import { readSmallTextFileSync } from '@murmur/shared/node';
 import { refuseDanglingLink } from './dangling-link.js';
+
+/** A project's `.env` is a handful of lines: one past this is not read. */
+const ENV_FILE = { what: '.env', maxBytes: 1024 * 1024 };
 
 /**
  * The project's `.env` (upstream's rules): `KEY=VALUE` lines, `#` comments, surrounding quotes
@@ -47,8 +50,10 @@ export function environmentWithEnvFile(projectDir: string | undefined, env: Node
     const file = path.join(projectDir, '.env');
     let text: string | undefined;
     try {
-      text = readFileSync(file, 'utf8');
+      text = readSmallTextFileSync(file, ENV_FILE);
     } catch (error) {
+      // A FIFO, a device, a file past the bound: refused by what it is (a FIFO waited for a writer for ever).
+      if (error instanceof MurmurError) throw error;
       const code = (error as NodeJS.ErrnoException).code;
       // No .env: nothing to add. One that is there and cannot be read is said, not passed over:
       // the capsule would run without the values its author put there. A link to nothing is there.

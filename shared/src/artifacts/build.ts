@@ -182,8 +182,8 @@ async function planFiles(sourceDir: string, declared: readonly DeclaredFile[], o
       throw new MurmurError(
         'E-BLD-002',
         clash.archiveName === candidate.archiveName
-          ? `${clash.label} '${clash.declared}' and ${candidate.label} '${candidate.declared}' both pack as the archive entry '${candidate.archiveName}'`
-          : `${clash.label} '${clash.declared}' and ${candidate.label} '${candidate.declared}' differ only in case or Unicode form; an archive may not hold both (a case-insensitive file system would extract one over the other)`,
+          ? `${bothNamed(clash, candidate)} both pack as the archive entry '${candidate.archiveName}'`
+          : `${bothNamed(clash, candidate)} differ only in case or Unicode form; an archive may not hold both (a case-insensitive file system would extract one over the other)`,
         {
           hint: 'give each packaged file a distinct path inside the artifact',
         },
@@ -225,6 +225,12 @@ function refuseWhatNoReaderTakes(files: readonly PlannedFile[], ceiling: number)
         hint: `pack less, or raise ${MAX_ENTRY_BYTES_ENV} wherever the archive is read`,
       },
     );
+}
+
+/** Two files as a refusal names them: `requires_files entries 'a' and 'b'`, or each by what declared it. */
+function bothNamed(first: PlannedFile, second: PlannedFile): string {
+  if (first.label === REQUIRED_FILE && second.label === REQUIRED_FILE) return `requires_files entries '${first.declared}' and '${second.declared}'`;
+  return `${first.label} '${first.declared}' and ${second.label} '${second.declared}'`;
 }
 
 function lint(files: PlannedFile[], shadowed: PlannedFile[], packaging: PackagingType): MurmurWarning[] {
