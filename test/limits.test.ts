@@ -93,3 +93,87 @@ describe('the memory limit', () => {
     expect(result.stderr).not.toContain('resource limits');
   });
 });
+
+/**
+ * A script capsule that makes `instances` instances of one core module, each with a memory of its
+ * own that it fills with `pages` pages, and a table it grows by `elements`; `run` traps when either
+ * grow was refused. What upstream's limiter bounds besides one memory's size: how many instances a
+ * store makes (each memory is capped alone, so their sum is what `instances` bounds) and how far
+ * each table grows (`table_elements`).
+ */
+function manyInstancesWat(instances: number, pages: number, elements: number): string {
+  const made = Array.from({ length: instances }, (_, index) => index);
+  return `(component
+  (core module $grower
+    (memory 1)
+    (table 1 funcref)
+    (func (export "grow") (result i32)
+      (if (i32.eq (memory.grow (i32.const ${pages})) (i32.const -1)) (then (return (i32.const 0))))
+      (if (i32.eq (table.grow (ref.null func) (i32.const ${elements})) (i32.const -1)) (then (return (i32.const 0))))
+      (i32.const 1)))
+${made.map((index) => `  (core instance $g${index} (instantiate $grower))`).join('\n')}
+  (core module $main
+${made.map((index) => `    (import "g${index}" "grow" (func $grow${index} (result i32)))`).join('\n')}
+    (func (export "run")
+${made.map((index) => `      (if (i32.eqz (call $grow${index})) (then unreachable))`).join('\n')}))
+  (core instance $m (instantiate $main
+${made.map((index) => `    (with "g${index}" (instance (export "grow" (func $g${index} "grow"))))`).join('\n')}))
+  (func $run (canon lift (core func $m "run")))
+  (instance $inst (export "run" (func $run)))
+  (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
+}
+
+describe('the instance and table limits', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-instance-limit-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+  });
+
+  afterAll(async () => {
+    await scratch.cleanup();
+  });
+
+  async function run(name: string, wat: string, limits: string) {
+    const project = await capsuleProject(
+      path.join(scratch.dir, name),
+      `name: ${name}\nversion: 0.0.1\ncapabilities:\n  limits:\n${limits}`,
+      (await componentFromWat(wat)).bytes,
+    );
+    return runMur(['run'], { cwd: project, env, timeoutMs: 60_000 });
+  }
+
+  it('refuses a component that makes more core instances than limits.instances, naming it, before any runs', async () => {
+    // Eight instances of 2 MiB each under a 4 MiB memory cap: each memory alone is within it.
+    const result = await run('instances', manyInstancesWat(8, 31, 1), '    memory_bytes: 4194304\n    instances: 4\n');
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-RUN-001]: capsule execution exceeded its configured resource limits');
+    expect(result.stderr).toContain('past the limit of 4 instances (capabilities.limits.instances = 4)');
+    const within = await run('instances-within', manyInstancesWat(8, 31, 1), '    memory_bytes: 4194304\n    instances: 9\n');
+    expect(within.code, within.stderr).toBe(0);
+  });
+
+  it('refuses a table grown past limits.table_elements inside the guest, as a memory past its cap is', async () => {
+    const past = await run('table-past', manyInstancesWat(1, 0, 100_000), '    table_elements: 1000\n');
+    expect(past.code).toBe(1);
+    expect(past.stderr).toContain('E-RUN-001');
+    const within = await run('table-within', manyInstancesWat(1, 0, 999), '    table_elements: 1000\n');
+    expect(within.code, within.stderr).toBe(0);
+  });
+
+  it('refuses a component whose table starts past limits.table_elements, naming it', async () => {
+    const wat = CAPSULE_WITH_TABLE.replace('TABLE_MIN', '5000');
+    const result = await run('table-start', wat, '    table_elements: 1000\n');
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('declares a minimum of 5000 elements, above the table limit of 1000 elements (capabilities.limits.table_elements = 1000)');
+  });
+});
+
+const CAPSULE_WITH_TABLE = `(component
+  (core module $m (table TABLE_MIN funcref) (func (export "run")))
+  (core instance $i (instantiate $m))
+  (func $run (canon lift (core func $i "run")))
+  (instance $inst (export "run" (func $run)))
+  (export "murmur:capsule/run@0.1.0" (instance $inst)))`;

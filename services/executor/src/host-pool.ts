@@ -112,6 +112,7 @@ export function mountPointRefusal(dir: string, readOnly: string[], writableInsid
 export interface Expectation {
   component: HostComponent;
   memoryLimitBytes: number;
+  tableElementsLimit: number;
   agent: boolean;
 }
 
@@ -201,6 +202,7 @@ export class PooledHost {
       type: 'expect',
       component: expectation.component,
       memory_limit_bytes: expectation.memoryLimitBytes,
+      table_elements_limit: expectation.tableElementsLimit,
       ...(expectation.agent ? { agent: true } : {}),
     };
     const key = JSON.stringify(message);

@@ -841,7 +841,14 @@ export class Session {
       this.cgroup = host.cgroup;
       // The capsule's own component, or an agent's driver: what the guest's first instruction waits for.
       const first = this.components[0];
-      const expectation = first ? { component: first, memoryLimitBytes: plan.policy.limits.memory_bytes, agent: plan.capsule.kind === 'agent' } : undefined;
+      const expectation = first
+        ? {
+            component: first,
+            memoryLimitBytes: plan.policy.limits.memory_bytes,
+            tableElementsLimit: plan.policy.limits.table_elements,
+            agent: plan.capsule.kind === 'agent',
+          }
+        : undefined;
       const ahead = expectation ? host.expect(expectation) : false;
       if (expectation) pool.anticipate(expectation);
       const attaching = host.attach(this.paths.accessible, recordBinds(this.paths));

@@ -34,7 +34,7 @@ describe('compiling a component ahead of its run (a pooled host told what to exp
     try {
       await fs.writeFile(path.join(scratch.dir, 'core.wasm'), await parseWat('(module (memory 4))'));
       const component = { bundle_dir: scratch.dir, entry: 'component.js', core_modules: ['core.wasm'], imports: [], exports: [] } as unknown as HostComponent;
-      precompileCoreModules(component, 2 * 65_536);
+      precompileCoreModules(component, { memoryBytes: 2 * 65_536, tableElements: 100_000 });
       // Long enough for the file to be read and the cap to refuse the 4-page minimum.
       await new Promise((resolve) => setTimeout(resolve, 200));
       expect(unhandled).toEqual([]);
@@ -55,6 +55,8 @@ describe('a worker told ahead what its job will load (a pooled host’s anticipa
     let printed = '';
     const runner = new GuestRunner({
       memoryLimitBytes: 64 * 1024 * 1024,
+      tableElementsLimit: 100_000,
+      instancesLimit: 1_000,
       deadlineMs: 60_000,
       sessionLog: new LogFile(dir, 'session.log'),
       capsuleOutput: (_stream, text) => {
@@ -183,6 +185,8 @@ describe('files a guest left open when its worker is ended', () => {
       const sessionLog = new LogFile(scratch.dir, 'session.log');
       const runner = new GuestRunner({
         memoryLimitBytes: 512 * 1024 * 1024,
+        tableElementsLimit: 100_000,
+        instancesLimit: 1_000,
         deadlineMs: 120_000,
         sessionLog,
         capsuleOutput: () => {},
@@ -262,6 +266,8 @@ describe('the instance a kept worker makes ahead for its component’s next call
     const bundle = await writeBundle(await parseWat(COUNTING_TOOL_WAT), 'counting', bundleDir);
     const runner = new GuestRunner({
       memoryLimitBytes: 16 * 1024 * 1024,
+      tableElementsLimit: 100_000,
+      instancesLimit: 1_000,
       deadlineMs: 60_000,
       sessionLog: new LogFile(scratch.dir, 'session.log'),
       capsuleOutput: () => {},
@@ -359,6 +365,8 @@ describe('a guest that writes without pause', () => {
       const notCarried: Array<() => void> = [];
       const runner = new GuestRunner({
         memoryLimitBytes: 64 * 1024 * 1024,
+        tableElementsLimit: 100_000,
+        instancesLimit: 1_000,
         deadlineMs: 5_000,
         sessionLog: new LogFile(scratch.dir, 'session.log'),
         // A channel that carries nothing away until told to: the executor behind it not reading.

@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parse as parseWat, print as printWasm, transpile } from '@bytecodealliance/jco';
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { TRANSPILE_OPTIONS } from '@murmur/shared';
 import { encodeU32 } from '../src/host/leb128.js';
 import {
@@ -11,6 +11,7 @@ import {
   compileCoreModule,
   MemoryLimitError,
   type ModuleWithRoom,
+  TableLimitError,
   readModuleWithRoom,
 } from '../src/host/memory-limit.js';
 import { tempDir } from '../../../test/support/fs.js';
@@ -431,6 +432,50 @@ function withRoom(module: Uint8Array, room: number): ModuleWithRoom {
   buffer.set(module, room);
   return { buffer, start: room };
 }
+
+describe('capModuleMemory on tables (limits.table_elements)', () => {
+  const TABLE_GROWER = `(module
+    (memory 1)
+    (table $t MIN funcref)
+    (func (export "grow") (param i32) (result i32) (table.grow $t (ref.null func) (local.get 0))))`;
+
+  async function tableGrower(min: number): Promise<Uint8Array> {
+    return parseWat(TABLE_GROWER.replace('MIN', String(min)));
+  }
+
+  it('lets table.grow succeed up to the cap and return -1 beyond it, where uncapped it grows on', async () => {
+    const module = await tableGrower(1);
+    const capped = capModuleMemory(module, 4 * PAGE, 10);
+    const grow = (await wasm.instantiate(capped.bytes)).instance.exports.grow as (elements: number) => number;
+    expect(grow(9)).toBe(1);
+    expect(grow(1)).toBe(-1);
+    expect(grow(1_000_000)).toBe(-1);
+    const uncapped = (await wasm.instantiate(module)).instance.exports.grow as (elements: number) => number;
+    expect(uncapped(9)).toBe(1);
+    expect(uncapped(1_000_000)).toBe(10);
+  });
+
+  it('refuses a table whose minimum is above the cap, naming both counts', async () => {
+    const error = thrown(() => capModuleMemory(tableModule, 4 * PAGE, 10));
+    expect(error).toBeInstanceOf(TableLimitError);
+    expect((error as Error).message).toBe('table 0 of the module declares a minimum of 50 elements, above the table limit of 10 elements');
+  });
+
+  it('caps a table and a memory together in the module’s own buffer, byte for byte what a copy would be', async () => {
+    const module = await tableGrower(2);
+    const copied = capModuleMemory(module, 4 * PAGE, 10);
+    const room = withRoom(module, 64);
+    const capped = capModuleMemoryInPlace(room, 4 * PAGE, 10);
+    expect(capped.bytes.buffer).toBe(room.buffer.buffer);
+    expect(capped.bytes).toEqual(copied.bytes);
+    expect(wasm.validate(capped.bytes)).toBe(true);
+  });
+});
+
+let tableModule: Uint8Array;
+beforeAll(async () => {
+  tableModule = await parseWat('(module (table 50 funcref))');
+});
 
 describe('capModuleMemoryInPlace: capping a module where it lies', () => {
   const cases: Array<[string, Uint8Array, number]> = [

@@ -95,6 +95,8 @@ export class CapsuleHost implements AgentHost {
         : undefined;
     this.guests = new GuestRunner({
       memoryLimitBytes: start.policy.limits.memory_bytes,
+      tableElementsLimit: start.policy.limits.table_elements,
+      instancesLimit: start.policy.limits.instances,
       deadlineMs: start.policy.limits.deadline_seconds * 1000,
       sessionLog: this.sessionLog,
       capsuleOutput: (stream, text, carried) => channel.output(stream, text, carried),
@@ -292,17 +294,24 @@ export class CapsuleHost implements AgentHost {
             path: 'capabilities.limits.deadline_seconds',
           },
         };
-      case 'too-small':
+      case 'too-small': {
+        const limit = outcome.limit ?? 'memory_bytes';
+        const needs = {
+          memory_bytes: 'the memory the component starts with',
+          table_elements: 'the table the component starts with',
+          instances: 'the core instances the component makes',
+        }[limit];
         return {
           status: 'trapped',
           exitCode: 1,
           error: {
             code: 'E-RUN-001',
-            message: `capsule execution exceeded its configured resource limits: ${outcome.message} (capabilities.limits.memory_bytes = ${limits.memory_bytes})`,
-            hint: 'raise capabilities.limits.memory_bytes in murmur.yaml to at least the memory the component starts with',
-            path: 'capabilities.limits.memory_bytes',
+            message: `capsule execution exceeded its configured resource limits: ${outcome.message} (capabilities.limits.${limit} = ${limits[limit]})`,
+            hint: `raise capabilities.limits.${limit} in murmur.yaml to at least ${needs}`,
+            path: `capabilities.limits.${limit}`,
           },
         };
+      }
       case 'abandoned':
         // A script capsule has no task to cancel; only a stopping session abandons its guest.
         return { status: 'failed', exitCode: 1, error: { code: 'E-RUN-001', message: `the capsule was stopped: ${outcome.message}` } };

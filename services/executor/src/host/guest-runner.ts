@@ -5,7 +5,7 @@ import type { LastEgressFailure } from './egress-failures.js';
 import { type BridgeHandler, createSignal, serveBridge } from './bridge.js';
 import { prewarmGuestWorker, startGuestWorker } from './first-worker.js';
 import type { GuestJob, GuestMessage, GuestOutcome, GuestPreload, GuestPrepare } from './guest-worker.js';
-import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
+import { MemoryLimitError, TableLimitError, compileCoreModule } from './memory-limit.js';
 import { createOutputGate, leaveOutputGate } from './output-gate.js';
 import { UnpinnablePreopen, pinnedPreopen } from './pinned-preopen.js';
 import type { HostComponent } from './protocol.js';
@@ -95,6 +95,9 @@ export interface CallRecord {
 
 export interface GuestRunnerOptions {
   memoryLimitBytes: number;
+  /** `limits.table_elements` and `limits.instances`, as `GuestJob` carries them. */
+  tableElementsLimit: number;
+  instancesLimit: number;
   deadlineMs: number;
   sessionLog: LogFile;
   /** The capsule's own stdout and stderr, for the launcher; `carried` is to be told once it has left the host. */
@@ -107,7 +110,10 @@ export interface GuestRunnerOptions {
 }
 
 /** What a guest job names before the runner compiles its modules and opens its bridge. */
-export type GuestSpec = Omit<GuestJob, 'bridgePort' | 'signal' | 'outputGate' | 'memoryLimitBytes' | 'modules' | 'resident'> & {
+export type GuestSpec = Omit<
+  GuestJob,
+  'bridgePort' | 'signal' | 'outputGate' | 'memoryLimitBytes' | 'tableElementsLimit' | 'instancesLimit' | 'modules' | 'resident'
+> & {
   coreModules: string[];
   record?: CallRecord;
 };
@@ -125,11 +131,11 @@ export function guestSpecOf(component: HostComponent): Pick<GuestSpec, 'bundleDi
  */
 const compiledModules = new Map<string, Promise<WebAssembly.Module>>();
 
-function compiledModule(file: string, memoryLimitBytes: number): Promise<WebAssembly.Module> {
-  const key = `${memoryLimitBytes}:${file}`;
+function compiledModule(file: string, caps: CoreCaps): Promise<WebAssembly.Module> {
+  const key = `${caps.memoryBytes}:${caps.tableElements}:${file}`;
   let module = compiledModules.get(key);
   if (!module) {
-    const compiling = compileCoreModule(file, memoryLimitBytes);
+    const compiling = compileCoreModule(file, caps.memoryBytes, caps.tableElements);
     compiledModules.set(key, compiling);
     compiling.catch(() => {
       if (compiledModules.get(key) === compiling) compiledModules.delete(key);
@@ -145,8 +151,14 @@ export function forgetPrecompiled(): void {
 }
 
 /** Compiles `component`'s core modules ahead of its first use: only a head start, whatever fails here fails again there. */
-export function precompileCoreModules(component: HostComponent, memoryLimitBytes: number): void {
-  for (const file of component.core_modules) void compiledModule(path.join(component.bundle_dir, file), memoryLimitBytes).catch(() => {});
+export function precompileCoreModules(component: HostComponent, caps: CoreCaps): void {
+  for (const file of component.core_modules) void compiledModule(path.join(component.bundle_dir, file), caps).catch(() => {});
+}
+
+/** What a core module is compiled under: its memories' cap in bytes and its tables' in elements. */
+export interface CoreCaps {
+  memoryBytes: number;
+  tableElements: number;
 }
 
 export class GuestRunner {
@@ -311,15 +323,17 @@ export class GuestRunner {
         failure:
           error instanceof MemoryLimitError
             ? { kind: 'too-small', message }
-            : { kind: 'link-error', message: `the component's core module does not compile: ${message}` },
+            : error instanceof TableLimitError
+              ? { kind: 'too-small', message, limit: 'table_elements' }
+              : { kind: 'link-error', message: `the component's core module does not compile: ${message}` },
       };
     }
   }
 
   /** The component's core modules, under the session's memory cap. */
   private compiled(bundleDir: string, files: string[]): Promise<Record<string, WebAssembly.Module>> {
-    const limit = this.options.memoryLimitBytes;
-    return Promise.all(files.map(async (file) => [file, await compiledModule(path.join(bundleDir, file), limit)] as const)).then((entries) =>
+    const caps = { memoryBytes: this.options.memoryLimitBytes, tableElements: this.options.tableElementsLimit };
+    return Promise.all(files.map(async (file) => [file, await compiledModule(path.join(bundleDir, file), caps)] as const)).then((entries) =>
       Object.fromEntries(entries),
     );
   }
@@ -331,7 +345,14 @@ export class GuestRunner {
   private jobOf(spec: GuestSpec, modules: Record<string, WebAssembly.Module>): GuestJob {
     const { coreModules: _files, record: _record, ...rest } = spec;
     // The directory itself, not its path, which a tool of the session could replace with a link (`pinned-preopen.ts`).
-    return { ...rest, preopen: rest.preopen === '' ? '' : pinnedPreopen(rest.preopen), modules, memoryLimitBytes: this.options.memoryLimitBytes };
+    return {
+      ...rest,
+      preopen: rest.preopen === '' ? '' : pinnedPreopen(rest.preopen),
+      modules,
+      memoryLimitBytes: this.options.memoryLimitBytes,
+      tableElementsLimit: this.options.tableElementsLimit,
+      instancesLimit: this.options.instancesLimit,
+    };
   }
 
   /** `jobOf`, or the guest's failure when its preopen cannot be pinned: the guest is not started. */

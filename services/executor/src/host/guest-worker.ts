@@ -5,7 +5,7 @@ import { loadGlue } from './glue.js';
 import { GuestExit, buildImports, preloadImports } from './imports.js';
 import { GROW_DENIED_EXPORT } from './grow-watch.js';
 import { closeGuestFiles } from './in-thread-io.js';
-import { MemoryLimitError, compileCoreModule } from './memory-limit.js';
+import { InstanceLimitError, MemoryLimitError, TableLimitError, compileCoreModule } from './memory-limit.js';
 import { enterOutputGate } from './output-gate.js';
 
 /**
@@ -25,6 +25,10 @@ export interface GuestJob {
   /** The interfaces the component imports (from its transpiled bundle): all that is built for it. */
   imports: string[];
   memoryLimitBytes: number;
+  /** `limits.table_elements`: each table's cap, written into its module as the memory cap is. */
+  tableElementsLimit: number;
+  /** `limits.instances`: the most core instances one instance of the component may make. */
+  instancesLimit: number;
   preopen: string;
   env: Array<[string, string]>;
   grant: string;
@@ -54,7 +58,8 @@ export type GuestOutcome =
   /** `limitMessage`: what the memory limit refused, when a watched module recorded it. */
   | { kind: 'trap'; message: string; memoryExhausted: boolean; limitMessage?: string }
   | { kind: 'link-error'; message: string; missing?: string }
-  | { kind: 'too-small'; message: string };
+  /** A limit refused the instance before it ran: `limit` names which (`memory_bytes` when absent). */
+  | { kind: 'too-small'; message: string; limit?: 'table_elements' | 'instances' };
 
 /** `preloaded`: what the `preload` with this id named is loaded, or failed to load (its job will say so). */
 export type GuestMessage =
@@ -193,11 +198,16 @@ async function instantiate(job: GuestJob, bridge: BridgeClient): Promise<Instant
   const getCoreModule = async (file: string): Promise<WebAssembly.Module> => {
     const compiled = keptModules.get(path.join(job.bundleDir, file));
     if (compiled) return compiled;
-    return compileCoreModule(path.join(job.bundleDir, file), job.memoryLimitBytes);
+    return compileCoreModule(path.join(job.bundleDir, file), job.memoryLimitBytes, job.tableElementsLimit);
   };
+  let coreInstances = 0;
   // Synchronous on purpose: the module is already compiled, this thread has nothing else to do,
   // and the asynchronous form costs a round trip through the event loop per core module.
   const instantiateCore: InstantiateCore = async (module, coreImports) => {
+    // Upstream's limiter counts a store's instances: a component that instantiates one module
+    // many times has a memory (capped alone) in each, and took the host past 800 MB that way.
+    coreInstances += 1;
+    if (coreInstances > job.instancesLimit) throw new InstanceLimitError(coreInstances, job.instancesLimit);
     const instance = new WebAssembly.Instance(module, coreImports);
     watchInstance(memories, instance);
     return instance;
@@ -208,6 +218,8 @@ async function instantiate(job: GuestJob, bridge: BridgeClient): Promise<Instant
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     if (error instanceof MemoryLimitError) return { kind: 'too-small', message };
+    if (error instanceof TableLimitError) return { kind: 'too-small', message, limit: 'table_elements' };
+    if (error instanceof InstanceLimitError) return { kind: 'too-small', message, limit: 'instances' };
     if (error instanceof WebAssembly.RuntimeError) return { kind: 'trap', message, ...memoryVerdict(memories, job.memoryLimitBytes) };
     const missing = /imports\.([\w:/.-]+)|instance import '([^']+)'/.exec(message);
     return { kind: 'link-error', message, ...(missing ? { missing: (missing[1] ?? missing[2]) as string } : {}) };
@@ -223,7 +235,18 @@ let madeAhead: { key: string; instance: Promise<Instantiated | GuestOutcome> } |
 
 /** What an instance is made from: two jobs with the same key get instances no call could tell apart. */
 function instanceKey(job: GuestJob): string {
-  return JSON.stringify([job.role, job.bundleDir, job.entry, job.imports, job.memoryLimitBytes, job.preopen, job.env, job.grant]);
+  return JSON.stringify([
+    job.role,
+    job.bundleDir,
+    job.entry,
+    job.imports,
+    job.memoryLimitBytes,
+    job.tableElementsLimit,
+    job.instancesLimit,
+    job.preopen,
+    job.env,
+    job.grant,
+  ]);
 }
 
 /**

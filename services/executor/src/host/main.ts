@@ -219,15 +219,15 @@ let expected: string | undefined;
  * what it had compiled and loaded for the first before it begins on the second.
  */
 function expectComponent(message: ExecutorToHost & { type: 'expect' }): void {
-  const { component, memory_limit_bytes: memoryLimitBytes } = message;
+  const { component, memory_limit_bytes: memoryBytes, table_elements_limit: tableElements } = message;
   // An agent's modules load lazily, and its driver's glue beside them: no eager window opens
   // while they load (`compile-mode.ts`). A capsule's own glue loads in one.
   if (message.agent) void loadLazily(agentSessionModule).catch(() => {});
-  const key = JSON.stringify([component.bundle_dir, component.entry, memoryLimitBytes]);
+  const key = JSON.stringify([component.bundle_dir, component.entry, memoryBytes, tableElements]);
   if (key !== expected) {
     if (expected !== undefined) forgetPrecompiled();
     expected = key;
-    precompileCoreModules(component, memoryLimitBytes);
+    precompileCoreModules(component, { memoryBytes, tableElements });
     eagerWhile(preloadInWorker(prewarmed, component));
   }
 }

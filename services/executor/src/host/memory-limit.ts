@@ -9,8 +9,12 @@ import { encodeU32 } from './leb128.js';
  * module itself is the only bound: with it, `memory.grow` past the limit returns -1 inside the
  * guest instead of taking host memory.
  *
- * Only the memory section (id 5) is rewritten. Every other section is kept as a byte slice, never
- * decoded, so a 12 MB module costs one pass over its section headers, and one copy only when it is
+ * Its tables are capped the same way (`table_elements`, upstream's limiter's per-table bound): a
+ * `table.grow` past it returns -1, where tables grew unbounded and took the host hundreds of MB
+ * outside any memory cap.
+ *
+ * Only the table and memory sections (ids 4 and 5) are rewritten. Every other section is kept as a
+ * byte slice, never decoded, so a 12 MB module costs one pass over its section headers, and one copy only when it is
  * capped where the caller's bytes cannot be rewritten (`capModuleMemory`; the host caps in place). Imported
  * memories (import section) are left untouched: whoever supplies them decides their size.
  */
@@ -19,6 +23,11 @@ const WASM_PAGE_BYTES = 65_536;
 /** The most pages a 32-bit memory can have (4 GiB); a larger declared maximum does not validate. */
 const MAX_MEMORY32_PAGES = 65_536;
 const MEMORY_SECTION_ID = 5;
+const TABLE_SECTION_ID = 4;
+/** The reference types a table may hold in the engines these hosts run (funcref, externref). */
+const TABLE_REFTYPES = new Set([0x70, 0x6f]);
+/** The most elements a table can be declared with (a u32). */
+const MAX_TABLE_ELEMENTS = 2 ** 32 - 1;
 
 const FLAG_HAS_MAX = 0x01;
 const FLAG_SHARED = 0x02;
@@ -65,11 +74,33 @@ export class MemoryLimitError extends Error {
   }
 }
 
-/** Returns a copy of `module` whose defined memories have a maximum of at most floor(maxBytes / 65536) pages. */
-export function capModuleMemory(module: Uint8Array, maxBytes: number): CappedModule {
-  const { rewrite, memories } = planMemoryCap(module, maxBytes);
+/** A defined table whose declared minimum is already above the cap (`table_elements`). */
+export class TableLimitError extends Error {
+  override readonly name = 'TableLimitError';
+
+  constructor(
+    readonly index: number,
+    readonly minElements: number,
+    readonly capElements: number,
+  ) {
+    super(`table ${index} of the module declares a minimum of ${minElements} elements, above the table limit of ${capElements} elements`);
+  }
+}
+
+/** A component that makes more core instances than `limits.instances` allows: the one past it is not made. */
+export class InstanceLimitError extends Error {
+  override readonly name = 'InstanceLimitError';
+
+  constructor(made: number, limit: number) {
+    super(`the component makes core instance ${made}, past the limit of ${limit} instances`);
+  }
+}
+
+/** Returns a copy of `module` whose defined memories have a maximum of at most floor(maxBytes / 65536) pages (and tables of `tableElements`). */
+export function capModuleMemory(module: Uint8Array, maxBytes: number, tableElements = MAX_TABLE_ELEMENTS): CappedModule {
+  const { rewrites, memories } = planCaps(module, maxBytes, tableElements);
   // `new Uint8Array(view)` copies, where `slice()` on a Buffer would return a view of the input.
-  return { bytes: rewrite ? rewritten(module, rewrite) : new Uint8Array(module), memories };
+  return { bytes: rewrites.length > 0 ? rewritten(module, rewrites) : new Uint8Array(module), memories };
 }
 
 /**
@@ -97,32 +128,41 @@ const MODULE_HEADROOM = 64;
  * rewritten, and the returned bytes are a view of it. A module whose section would outgrow the room
  * is copied as `capModuleMemory` does.
  */
-export function capModuleMemoryInPlace(room: ModuleWithRoom, maxBytes: number): CappedModule {
+export function capModuleMemoryInPlace(room: ModuleWithRoom, maxBytes: number, tableElements = MAX_TABLE_ELEMENTS): CappedModule {
   const module = room.buffer.subarray(room.start);
-  const { rewrite, memories } = planMemoryCap(module, maxBytes);
-  if (!rewrite) return { bytes: module, memories };
-  const at = room.start - (rewrite.section.length - (rewrite.end - rewrite.start));
-  if (at < 0) return { bytes: rewritten(module, rewrite), memories };
-  room.buffer.copyWithin(at, room.start, room.start + rewrite.start);
-  room.buffer.set(rewrite.section, at + rewrite.start);
+  const { rewrites, memories } = planCaps(module, maxBytes, tableElements);
+  if (rewrites.length === 0) return { bytes: module, memories };
+  const last = rewrites.at(-1) as SectionRewrite;
+  // The head — every section up to the last one rewritten, rewritten — is small (types, imports,
+  // functions, tables, memories) and made apart, then put where it ends just before what follows
+  // it, which stays where it was read.
+  const head = rewritten(module.subarray(0, last.end), rewrites);
+  const at = room.start + last.end - head.length;
+  if (at < 0) return { bytes: rewritten(module, rewrites), memories };
+  room.buffer.set(head, at);
   return { bytes: room.buffer.subarray(at, room.start + module.length), memories };
 }
 
-/** The memory section as capped (`section`: its id, size and payload) and the span of `module` it replaces. */
-interface MemorySectionRewrite {
+/** A section as capped (`section`: its id, size and payload) and the span of `module` it replaces. */
+interface SectionRewrite {
   start: number;
   end: number;
   section: Uint8Array;
 }
 
-function planMemoryCap(module: Uint8Array, maxBytes: number): { rewrite: MemorySectionRewrite | undefined; memories: MemoryCap[] } {
+function planCaps(module: Uint8Array, maxBytes: number, tableElements: number): { rewrites: SectionRewrite[]; memories: MemoryCap[] } {
   if (!Number.isFinite(maxBytes) || maxBytes < 0) {
     throw new RangeError(`memory limit must be a finite, non-negative number of bytes (got ${String(maxBytes)})`);
   }
+  if (!Number.isInteger(tableElements) || tableElements < 0) {
+    throw new RangeError(`table limit must be a non-negative whole number of elements (got ${String(tableElements)})`);
+  }
   const capPages = Math.min(Math.floor(maxBytes / WASM_PAGE_BYTES), MAX_MEMORY32_PAGES);
+  const capElements = Math.min(tableElements, MAX_TABLE_ELEMENTS);
   checkHeader(module);
 
   let memorySection: { start: number; payloadStart: number; end: number } | undefined;
+  let tableSection: { start: number; payloadStart: number; end: number } | undefined;
   let offset = 8;
   while (offset < module.length) {
     const start = offset;
@@ -139,26 +179,93 @@ function planMemoryCap(module: Uint8Array, maxBytes: number): { rewrite: MemoryS
       if (memorySection) throw new Error(`malformed WebAssembly module: a second memory section at byte ${start}`);
       memorySection = { start, payloadStart, end };
     }
+    if (id === TABLE_SECTION_ID) {
+      if (tableSection) throw new Error(`malformed WebAssembly module: a second table section at byte ${start}`);
+      tableSection = { start, payloadStart, end };
+    }
     offset = end;
   }
-  if (!memorySection) return { rewrite: undefined, memories: [] };
-
+  const rewrites: SectionRewrite[] = [];
+  // In the module's order (the table section comes before the memory section), as the in-place rewrite needs.
+  if (tableSection) {
+    const payload = capTableSection(module, tableSection.payloadStart, tableSection.end, capElements);
+    rewrites.push({ start: tableSection.start, end: tableSection.end, section: sectionOf(TABLE_SECTION_ID, payload) });
+  }
+  if (!memorySection) return { rewrites, memories: [] };
   const { payload, memories } = capMemorySection(module, memorySection.payloadStart, memorySection.end, capPages);
-  const size = encodeU32(payload.length);
-  const section = new Uint8Array(1 + size.length + payload.length);
-  section[0] = MEMORY_SECTION_ID;
-  section.set(size, 1);
-  section.set(payload, 1 + size.length);
-  return { rewrite: { start: memorySection.start, end: memorySection.end, section }, memories };
+  rewrites.push({ start: memorySection.start, end: memorySection.end, section: sectionOf(MEMORY_SECTION_ID, payload) });
+  return { rewrites: rewrites.sort((a, b) => a.start - b.start), memories };
 }
 
-/** `module` with `rewrite` applied, in a new buffer. */
-function rewritten(module: Uint8Array, rewrite: MemorySectionRewrite): Uint8Array {
-  const bytes = new Uint8Array(module.length - (rewrite.end - rewrite.start) + rewrite.section.length);
-  bytes.set(module.subarray(0, rewrite.start), 0);
-  bytes.set(rewrite.section, rewrite.start);
-  bytes.set(module.subarray(rewrite.end), rewrite.start + rewrite.section.length);
+function sectionOf(id: number, payload: Uint8Array): Uint8Array {
+  const size = encodeU32(payload.length);
+  const section = new Uint8Array(1 + size.length + payload.length);
+  section[0] = id;
+  section.set(size, 1);
+  section.set(payload, 1 + size.length);
+  return section;
+}
+
+/** `module` with `rewrites` (in order, apart) applied, in a new buffer. */
+function rewritten(module: Uint8Array, rewrites: readonly SectionRewrite[]): Uint8Array {
+  const growth = rewrites.reduce((sum, rewrite) => sum + rewrite.section.length - (rewrite.end - rewrite.start), 0);
+  const bytes = new Uint8Array(module.length + growth);
+  let cursor = 0;
+  let from = 0;
+  for (const rewrite of rewrites) {
+    bytes.set(module.subarray(from, rewrite.start), cursor);
+    cursor += rewrite.start - from;
+    bytes.set(rewrite.section, cursor);
+    cursor += rewrite.section.length;
+    from = rewrite.end;
+  }
+  bytes.set(module.subarray(from), cursor);
   return bytes;
+}
+
+/**
+ * The table section with every table's maximum at most `capElements`: a table's type is its
+ * reference type and its limits, rewritten as a memory's are. A table of another form (one with
+ * an initialiser, or of a reference type these engines do not take without flags) is refused
+ * rather than passed uncapped.
+ */
+function capTableSection(module: Uint8Array, payloadStart: number, end: number, capElements: number): Uint8Array {
+  const where = (what: string, at: number): string => `${what} in the table section at byte ${at}`;
+  const count = readU32(module, payloadStart, where('table count', payloadStart), end);
+  if (count.value > (end - count.next) / 3) {
+    throw new Error(
+      `malformed WebAssembly module: the table section declares ${count.value} tables but has room for at most ${Math.floor((end - count.next) / 3)}`,
+    );
+  }
+  // Each rewritten tabletype is at most a reftype, flags and two 5-byte LEB128s.
+  const out = new Uint8Array(5 + count.value * 12);
+  let length = writeU32(out, 0, count.value);
+  let offset = count.next;
+  for (let index = 0; index < count.value; index++) {
+    if (offset + 1 >= end) throw new Error(`malformed WebAssembly module: the table section ends after ${index} of its ${count.value} tables`);
+    const reftype = module[offset] as number;
+    if (!TABLE_REFTYPES.has(reftype)) throw new Error(`table ${index} has a form this runtime does not cap (type ${hexByte(reftype)} at byte ${offset})`);
+    const flags = module[offset + 1] as number;
+    if (flags !== 0x00 && flags !== FLAG_HAS_MAX) throw new Error(`table ${index} has unsupported limits flags ${hexByte(flags)} at byte ${offset + 1}`);
+    const minStart = offset + 2;
+    const min = readU32(module, minStart, where(`minimum of table ${index}`, minStart), end);
+    const max = flags === FLAG_HAS_MAX ? readU32(module, min.next, where(`maximum of table ${index}`, min.next), end) : undefined;
+    const next = max ? max.next : min.next;
+    if (min.value > capElements) throw new TableLimitError(index, min.value, capElements);
+    if (max !== undefined && max.value <= capElements) {
+      out.set(module.subarray(offset, next), length);
+      length += next - offset;
+    } else {
+      out[length++] = reftype;
+      out[length++] = FLAG_HAS_MAX;
+      out.set(module.subarray(minStart, min.next), length);
+      length += min.next - minStart;
+      length = writeU32(out, length, max === undefined ? capElements : Math.min(max.value, capElements));
+    }
+    offset = next;
+  }
+  if (offset !== end) throw new Error(`malformed WebAssembly module: ${end - offset} unexpected bytes after the last table of the table section`);
+  return out.subarray(0, length);
 }
 
 function checkHeader(module: Uint8Array): void {
@@ -308,12 +415,12 @@ function readOffThread(fd: number, buffer: Uint8Array, offset: number, length: n
  * A core module compiled with its memories capped — growth past the limit fails in the guest
  * instead of succeeding — and, where it can be, with the refused growth remembered (`grow-watch`).
  */
-export async function compileCoreModule(file: string, memoryLimitBytes: number): Promise<WebAssembly.Module> {
+export async function compileCoreModule(file: string, memoryLimitBytes: number, tableElementsLimit = MAX_TABLE_ELEMENTS): Promise<WebAssembly.Module> {
   // The watched form the executor keeps beside the module (`keepWatchedModule`, once per machine,
   // as the host may not write there); an empty kept file says the module cannot be watched.
   const kept = await readModuleWithRoom(watchedModuleFile(file)).catch(() => undefined);
   if (kept && kept.buffer.length > kept.start) {
-    const compiled = await compileCapped(kept, memoryLimitBytes);
+    const compiled = await compileCapped(kept, memoryLimitBytes, tableElementsLimit);
     if (compiled) return compiled;
   }
   // Read once, whether it is watched here or compiled as it is.
@@ -321,13 +428,15 @@ export async function compileCoreModule(file: string, memoryLimitBytes: number):
   if (!kept) {
     // None kept: watched here, for this session only.
     const made = watchMemoryGrowth(original.buffer.subarray(original.start));
-    const compiled = made && (await compileCapped({ buffer: made, start: 0 }, memoryLimitBytes));
+    const compiled = made && (await compileCapped({ buffer: made, start: 0 }, memoryLimitBytes, tableElementsLimit));
     if (compiled) return compiled;
   }
-  return compile(capModuleMemoryInPlace(original, memoryLimitBytes).bytes);
+  return compile(capModuleMemoryInPlace(original, memoryLimitBytes, tableElementsLimit).bytes);
 }
 
 /** A watched module capped and compiled, or undefined when the engine refuses it: a rewrite it refuses costs the watch, never the module. */
-function compileCapped(watched: ModuleWithRoom, memoryLimitBytes: number): Promise<WebAssembly.Module | undefined> {
-  return compile(capModuleMemoryInPlace(watched, memoryLimitBytes).bytes).catch(() => undefined);
+function compileCapped(watched: ModuleWithRoom, memoryLimitBytes: number, tableElementsLimit: number): Promise<WebAssembly.Module | undefined> {
+  // The caps are decided before the engine sees the module: a refusal of a limit is the limit's, not the watch's.
+  const capped = capModuleMemoryInPlace(watched, memoryLimitBytes, tableElementsLimit).bytes;
+  return compile(capped).catch(() => undefined);
 }

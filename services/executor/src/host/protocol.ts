@@ -180,6 +180,7 @@ export const ExpectMessageSchema = z.object({
   type: z.literal('expect'),
   component: HostComponentSchema,
   memory_limit_bytes: z.number().int().positive(),
+  table_elements_limit: z.number().int().positive(),
   agent: z.boolean().optional(),
 });
 export type ExpectMessage = z.infer<typeof ExpectMessageSchema>;
