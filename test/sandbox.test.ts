@@ -294,6 +294,18 @@ describe('the capsule sandbox', () => {
       expect(Date.now() - started).toBeLessThan(30_000);
     });
 
+    it('ends a capsule that fills its workdir through a file it deleted and still holds, with E-RUN-013 saying so', async () => {
+      const { code, stderr } = await probe(
+        'unlinked-filler',
+        'capabilities:\n  shell:\n    allow: [sh, dd, rm, sleep]\n  resources:\n    workdir_max_bytes: 1048576\n',
+        [{ op: 'shell', binary: 'sh', args: ['-c', 'exec 3>/tmp/big; rm /tmp/big; dd if=/dev/zero bs=1M count=16 >&3 2>/dev/null; sleep 30'] }],
+        { MURMUR_WORKDIR_CHECK_MS: '300', MURMUR_HARD_LIMIT_GRACE_MS: '1000' },
+      );
+      expect(code).toBe(1);
+      expect(stderr).toContain('error[E-RUN-013]: session workdir grew to');
+      expect(stderr).toContain('in files deleted while still open');
+    });
+
     it('ends a capsule that fills its workdir with empty files past the executor’s entry ceiling, with E-RUN-013', async () => {
       const { results, code, stderr } = await probe(
         'inode-filler',

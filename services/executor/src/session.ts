@@ -1054,6 +1054,7 @@ export class Session {
             ? { observed_entries: observed.entries, max_entries: ceilings.entries }
             : { observed_bytes: observed.bytes, max_bytes: ceilings.bytes }),
           ...(breach === 'bytes' && observed.delegatedBytes ? { observed_delegated_bytes: observed.delegatedBytes } : {}),
+          ...(breach === 'bytes' && observed.unlinkedBytes ? { observed_unlinked_bytes: observed.unlinkedBytes } : {}),
           ...(observed.hidden ? { unmeasured_path: observed.hidden.path, unmeasured_because: observed.hidden.code } : {}),
         });
         this.tellHost({ type: 'ceiling', limit, ...ceiling });
@@ -1062,6 +1063,8 @@ export class Session {
       },
       this.environment.settings.workdirCheckMs,
       childrenDirIn(this.paths.sessionDir),
+      // The session's processes, for the files they deleted and still hold: its cgroup's (none without cgroups).
+      () => this.cgroup?.pids() ?? [],
     );
   }
 

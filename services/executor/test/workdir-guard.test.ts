@@ -1,9 +1,43 @@
-import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdtempSync, mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdtempSync, mkdirSync, readdirSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { WorkdirGuard, workdirBreach, workdirUsage } from '../src/workdir-guard.js';
+import { WorkdirGuard, type WorkdirUsage, unlinkedUsage, workdirBreach, workdirUsage } from '../src/workdir-guard.js';
+
+const MiB = 1024 * 1024;
+
+/**
+ * A process that opens each of `files`, deletes it, writes its MiB into it through the
+ * descriptor (as `exec 3>/tmp/big; rm /tmp/big` does, or a guest through WASI) and holds it open;
+ * `wrap` runs it inside something (a sandbox). Resolves once all is written, with the pid that
+ * holds the files.
+ */
+async function holdDeleted(files: [string, number][], wrap: string[] = []): Promise<{ child: ChildProcess; holder: number }> {
+  const script = `
+    const fs = require('node:fs');
+    for (const [file, mib] of ${JSON.stringify(files)}) {
+      const fd = fs.openSync(file, 'w');
+      fs.unlinkSync(file);
+      for (let i = 0; i < mib; i++) fs.writeSync(fd, Buffer.alloc(${MiB}, 1));
+    }
+    console.log('ready ' + process.pid);
+    setInterval(() => {}, 60000);`;
+  const [command, ...args] = [...wrap, process.execPath, '-e', script];
+  const child = spawn(command as string, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  const holder = await new Promise<number>((resolve, reject) => {
+    let out = '';
+    child.stdout?.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const ready = /ready (\d+)/.exec(out);
+      if (ready) resolve(Number(ready[1]));
+    });
+    child.on('exit', (code) => reject(new Error(`the holding process exited (${code}) before it was ready`)));
+  });
+  return { child, holder };
+}
+
+const bwrapWorks = spawnSync('bwrap', ['--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc', 'true']).status === 0;
 
 describe('the workdir guard', () => {
   const dirs: string[] = [];
@@ -140,5 +174,93 @@ describe('the workdir guard', () => {
     guard.stop();
     expect(seen).toEqual([['entries', { bytes: 0, entries: expect.any(Number) }]]);
     expect((seen[0] as [string, { entries: number }])[1].entries).toBeGreaterThan(100);
+  });
+
+  describe('with files its processes deleted while holding them open', () => {
+    const holders: number[] = [];
+    afterEach(() => {
+      for (const pid of holders.splice(0)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    });
+    const hold = async (files: [string, number][], wrap: string[] = []) => {
+      const held = await holdDeleted(files, wrap);
+      if (held.child.pid !== undefined) holders.push(held.child.pid);
+      if (held.holder !== held.child.pid) holders.push(held.holder);
+      return held;
+    };
+    const watch = async (dir: string, processes?: () => Iterable<number>): Promise<[string, WorkdirUsage][]> => {
+      const seen: [string, WorkdirUsage][] = [];
+      const guard = new WorkdirGuard(dir, { bytes: MiB, entries: 100 }, (passed, observed) => seen.push([passed, observed]), 20, undefined, processes);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      guard.stop();
+      return seen;
+    };
+
+    it('counts against the ceiling a file deleted in the workdir that a process still holds and writes, and says so', async () => {
+      const dir = scratch();
+      const { holder } = await hold([[path.join(dir, 'big'), 8]]);
+      expect((await workdirUsage(dir)).bytes).toBe(0);
+      const seen = await watch(dir, () => [holder]);
+      expect(seen).toEqual([['bytes', { bytes: expect.any(Number), entries: 0, unlinkedBytes: expect.any(Number) }]]);
+      const observed = (seen[0] as [string, WorkdirUsage])[1];
+      expect(observed.bytes).toBeGreaterThanOrEqual(8 * MiB);
+      expect(observed.unlinkedBytes).toBe(observed.bytes);
+      const { message, hint } = workdirBreach('bytes', observed, { bytes: MiB, entries: 100 });
+      expect(message).toBe(
+        `session workdir grew to ${observed.bytes} bytes (${observed.bytes} of them in files deleted while still open), past the ${MiB} byte ceiling (capabilities.resources.workdir_max_bytes)`,
+      );
+      expect(hint).toContain('keeps its disk until the last descriptor on it closes');
+    });
+
+    it('cannot see such a file unless told the session’s processes, and never counts one deleted outside the workdir', async () => {
+      const dir = scratch();
+      const { holder } = await hold([
+        [path.join(dir, 'inside'), 2],
+        [path.join(scratch(), 'outside'), 16],
+      ]);
+      // the boundary: a walk goes by names, and these have none
+      expect(await watch(dir)).toEqual([]);
+      const { bytes } = await unlinkedUsage(dir, [holder]);
+      expect(bytes).toBeGreaterThanOrEqual(2 * MiB);
+      expect(bytes).toBeLessThan(3 * MiB);
+      // a process not the session's is not looked at, nor a pid that names no process
+      expect(await unlinkedUsage(dir, [process.pid, 0, -1, 2 ** 40])).toEqual({ bytes: 0, next: 0 });
+    });
+
+    it('counts a file once however many descriptors hold it, and resumes past the descriptors a check had no time for', async () => {
+      const dir = scratch();
+      const { holder } = await hold([[path.join(dir, 'big'), 2]]);
+      const descriptors = readdirSync(`/proc/${holder}/fd`).length;
+      const twice = await unlinkedUsage(dir, [holder, holder, holder]);
+      expect(twice.bytes).toBeGreaterThanOrEqual(2 * MiB);
+      expect(twice.bytes).toBeLessThan(3 * MiB);
+      expect(await unlinkedUsage(dir, [holder], undefined, descriptors)).toEqual({ bytes: 0, next: 0 });
+    });
+
+    it('takes a sandboxed process’s /tmp back to the workdir directory it is, though its link reads /tmp/…', async (context) => {
+      if (!bwrapWorks) {
+        const why = 'bubblewrap cannot make a sandbox on this host (bwrap --ro-bind / / true failed)';
+        console.warn(`[workdir guard] ${why}`);
+        context.skip(why);
+      }
+      const dir = scratch();
+      mkdirSync(path.join(dir, 'tmp'));
+      const { holder } = await hold(
+        [['/tmp/big', 4]],
+        ['bwrap', '--die-with-parent', '--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc', '--bind', path.join(dir, 'tmp'), '/tmp'],
+      );
+      // the path the kernel writes is the sandbox's, which names no directory of the workdir
+      const links = readdirSync(`/proc/${holder}/fd`).map((fd) => readlinkSync(`/proc/${holder}/fd/${fd}`));
+      expect(links).toContain('/tmp/big (deleted)');
+      const seen = await watch(dir, () => [holder]);
+      // over on the deleted file alone, the walk of the names stops before it began: its figures are a lower bound
+      expect(seen).toEqual([['bytes', { bytes: expect.any(Number), entries: expect.any(Number), unlinkedBytes: expect.any(Number) }]]);
+      expect((seen[0] as [string, WorkdirUsage])[1].unlinkedBytes).toBeGreaterThanOrEqual(4 * MiB);
+    });
   });
 });
