@@ -152,7 +152,7 @@ export const ERROR_CATALOGUE = {
   },
   'E-STG-001': {
     title: 'a component took too long to transpile',
-    hint: 'a component this large may need more time: raise MURMUR_TRANSPILE_TIMEOUT_MS on the stager (default 120000); one that never finishes is malformed or built to stall jco',
+    hint: 'an honest component of 12 MB transpiles in about a second, so one that takes minutes is most likely built to stall jco: raise MURMUR_TRANSPILE_TIMEOUT_MS on the stager (default 120000) only for a component whose source you trust',
   },
   'E-STG-002': {
     title: 'the stager’s transpiler failed',

@@ -94,6 +94,8 @@ export interface StagerOptions {
   defaultStore?: string | null;
   /** How long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`, 120 s). */
   transpileTimeoutMs?: number;
+  /** The most JavaScript a component's transpiled bindings may come to (`TRANSPILED_GLUE_MAX_BYTES`; smaller in tests). */
+  transpiledGlueMaxBytes?: number;
   /** Components the runtime's build transpiled (`drivers/dist`); undefined finds them, null turns them off. */
   shippedCache?: string | null;
   log: Log;
@@ -157,7 +159,7 @@ export class Stager {
 
   constructor(private readonly options: StagerOptions) {
     const shippedCache = options.shippedCache === undefined ? shippedCacheDir() : (options.shippedCache ?? undefined);
-    this.components = new ComponentCache(options.cacheDir, options.transpileTimeoutMs, shippedCache);
+    this.components = new ComponentCache(options.cacheDir, options.transpileTimeoutMs, shippedCache, options.transpiledGlueMaxBytes);
   }
 
   private chain(project: OpenedProject | undefined): RegistryChain {

@@ -16,6 +16,14 @@ export type TranspileOutcome =
 /** How long a transpiler worker may take to load jco and warm it before it is given up. */
 const WORKER_START_BUDGET_MS = 60_000;
 
+/**
+ * Past this, the stager's memory after a job ends the worker that ran it: jco's WebAssembly memory
+ * grows with the component it transpiles and never shrinks, so a worker kept for good held what its
+ * largest job took (~4 GB after a few hostile components) for as long as the stager lived. An
+ * honest 12 MB component leaves the stager well under it; a fresh worker costs ~1 s of a later job.
+ */
+export const WORKER_RECYCLE_RSS_BYTES = 1024 * 1024 * 1024;
+
 interface Queued {
   name: string;
   bytes: Uint8Array;
@@ -40,7 +48,13 @@ export class TranspileQueue {
   private nextId = 1;
   private closed = false;
 
-  constructor(private readonly timeoutMs: number) {}
+  /** Workers started so far (a test reads it: a worker let go after a large job is replaced, not reused). */
+  workersStarted = 0;
+
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly recycleAboveRssBytes = WORKER_RECYCLE_RSS_BYTES,
+  ) {}
 
   transpile(name: string, bytes: Uint8Array): Promise<TranspileOutcome> {
     if (this.closed) return Promise.resolve({ kind: 'failed', message: 'the stager is shutting down' });
@@ -81,6 +95,7 @@ export class TranspileQueue {
     // and in a bundle this file is not where the worker is.
     const workerFile = packageFile('@murmur/stager', 'dist/transpile-worker.js', import.meta.url, '../dist/transpile-worker.js');
     const worker = new Worker(workerFile);
+    this.workersStarted += 1;
     this.worker = worker;
     this.ready = false;
     this.startTimer = setTimeout(() => void this.workerFailed(worker, `it did not start within ${WORKER_START_BUDGET_MS / 1000} s`), WORKER_START_BUDGET_MS);
@@ -132,6 +147,15 @@ export class TranspileQueue {
     clearTimeout(running.timer);
     this.running = undefined;
     running.settle(outcome);
+    // A job that left the process this large leaves its worker behind with it (the next job starts a fresh one).
+    if (this.worker && process.memoryUsage.rss() > this.recycleAboveRssBytes) void this.letGo(this.worker);
     this.next();
+  }
+
+  /** Ends an idle worker without failing anything: its exit is no longer this queue's to hear. */
+  private async letGo(worker: Worker): Promise<void> {
+    this.worker = undefined;
+    this.ready = false;
+    await worker.terminate();
   }
 }

@@ -21,6 +21,16 @@ import { type TranspileOutcome, TranspileQueue } from './transpile-queue.js';
  * stager's later stagings for two minutes, not for good.
  */
 export const DEFAULT_TRANSPILE_TIMEOUT_MS = 120_000;
+
+/**
+ * The most JavaScript a component's bindings may transpile to. jco writes the lifting and lowering
+ * of each value out in full, so a type or a component nested to refer to itself twice at every
+ * level doubles the bindings at every level: a component of 1.3 KB came to 409 MB, one of 300 KB
+ * to 674 MB (past what V8 holds as a string, so no host could ever load it), each cached,
+ * published to every executor and never evicted. The largest honest bindings here are ~1.5 MB
+ * (a 12 MB componentize-js capsule's).
+ */
+export const TRANSPILED_GLUE_MAX_BYTES = 32 * 1024 * 1024;
 const ENTRY_NAME = 'component';
 
 /** A transpiled entry not yet in the cache: committed or discarded as one with the rest of a staging. */
@@ -32,6 +42,8 @@ export interface PendingEntry {
 
 export class ComponentCache {
   private readonly transpiler: TranspileQueue;
+  /** Transpiles under way, by the component's digest: the same bytes staged at once are transpiled once. */
+  private readonly inFlight = new Map<string, Promise<TranspileOutcome>>();
 
   /**
    * `transpileTimeoutMs`: how long one component may take to transpile (`MURMUR_TRANSPILE_TIMEOUT_MS`).
@@ -42,8 +54,29 @@ export class ComponentCache {
     readonly cacheDir: string,
     transpileTimeoutMs = DEFAULT_TRANSPILE_TIMEOUT_MS,
     private readonly shippedCacheDir?: string,
+    private readonly glueMaxBytes = TRANSPILED_GLUE_MAX_BYTES,
+    recycleAboveRssBytes?: number,
   ) {
-    this.transpiler = new TranspileQueue(transpileTimeoutMs);
+    this.transpiler = new TranspileQueue(transpileTimeoutMs, recycleAboveRssBytes);
+  }
+
+  /** Transpiler workers started so far (`TranspileQueue.workersStarted`). */
+  get workersStarted(): number {
+    return this.transpiler.workersStarted;
+  }
+
+  /** `bytes` transpiled, or the transpile of the same bytes already under way. */
+  private transpileOnce(sha256: string, bytes: Uint8Array): Promise<TranspileOutcome> {
+    let outcome = this.inFlight.get(sha256);
+    if (!outcome) {
+      const started = this.transpiler.transpile(ENTRY_NAME, bytes);
+      this.inFlight.set(sha256, started);
+      void started.finally(() => {
+        if (this.inFlight.get(sha256) === started) this.inFlight.delete(sha256);
+      });
+      outcome = started;
+    }
+    return outcome;
   }
 
   entryDir(sha256: string): string {
@@ -100,8 +133,17 @@ export class ComponentCache {
    * is visible in the cache until `commit`.
    */
   async prepare(bytes: Uint8Array, sha256: string, label: string): Promise<PendingEntry> {
-    const reply = await this.transpiler.transpile(ENTRY_NAME, bytes);
+    const reply = await this.transpileOnce(sha256, bytes);
     if (reply.kind !== 'done') throw transpileRefusal(reply, label, bytes.byteLength);
+    const glueBytes = Object.entries(reply.files).reduce((sum, [file, content]) => sum + (file.endsWith('.wasm') ? 0 : content.byteLength), 0);
+    if (glueBytes > this.glueMaxBytes)
+      throw new MurmurError(
+        'E-STG-002',
+        `the component of ${label} (${bytes.byteLength} bytes) transpiles to ${glueBytes} bytes of JavaScript bindings, past the ${this.glueMaxBytes} a capsule host loads: it is refused, and nothing of it is kept`,
+        {
+          hint: 'bindings this large come of types or components nested to double at every level; give the component interfaces of an ordinary shape',
+        },
+      );
     const finalDir = this.entryDir(sha256);
     const temporaryDir = temporarySibling(finalDir);
     await fs.mkdir(temporaryDir, { recursive: true });

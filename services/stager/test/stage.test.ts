@@ -10,6 +10,7 @@ import { capsuleArchive, capsuleProject, componentArtifact, publishInto, skillAr
 import { listTree, tempDir } from '../../../test/support/fs.js';
 import { capsuleWat, helloCapsuleJs, toolWat, unversionedCapsuleWat } from '../../../test/support/guests.js';
 import { rawZip } from '../../../test/support/raw-zip.js';
+import { TranspileQueue } from '../src/transpile-queue.js';
 import { ComponentCache } from '../src/transpiler.js';
 
 interface World {
@@ -290,6 +291,55 @@ describe('a transpile is bounded', () => {
       expect(transpiled.some((entry) => entry.includes(quick.capsule.component?.sha256 as string))).toBe(true);
     } finally {
       await stager.close();
+    }
+  });
+
+  it('refuses a component whose bindings transpile past the bound with E-STG-002, keeping nothing of it', async () => {
+    const capsule = await capsuleWat();
+    const cache = new ComponentCache(world.cacheDir, undefined, undefined, 100);
+    try {
+      const error = await cache.prepare(capsule.bytes, sha256Hex(capsule.bytes), 'tiny@0.1.0').then(
+        () => undefined,
+        (failure: MurmurError) => failure,
+      );
+      expect(error?.code).toBe('E-STG-002');
+      expect(error?.message).toMatch(
+        /^the component of tiny@0\.1\.0 \(\d+ bytes\) transpiles to \d+ bytes of JavaScript bindings, past the 100 a capsule host loads/,
+      );
+      expect((await listTree(world.cacheDir)).filter((entry) => entry.startsWith('transpiled/'))).toEqual([]);
+    } finally {
+      await cache.close();
+    }
+  });
+
+  it('transpiles the same bytes staged at once only once, each staging getting its entry', async () => {
+    const capsule = await capsuleWat();
+    const sha256 = sha256Hex(capsule.bytes);
+    const cache = new ComponentCache(world.cacheDir);
+    const transpiles = vi.spyOn(TranspileQueue.prototype, 'transpile');
+    try {
+      const entries = await Promise.all([1, 2, 3].map((at) => cache.prepare(capsule.bytes, sha256, `copy ${at}`)));
+      expect(transpiles).toHaveBeenCalledTimes(1);
+      expect(new Set(entries.map((entry) => entry.temporaryDir)).size).toBe(3);
+      for (const entry of entries) await cache.commit(entry);
+      expect((await cache.lookup(sha256))?.sha256).toBe(sha256);
+    } finally {
+      transpiles.mockRestore();
+      await cache.close();
+    }
+  });
+
+  it('lets a worker go after a job that left the stager past its memory bound, and transpiles the next in a fresh one', async () => {
+    const [first, second] = [await capsuleWat(), await toolWat()];
+    const kept = new ComponentCache(path.join(world.root, 'kept'));
+    const recycled = new ComponentCache(path.join(world.root, 'recycled'), undefined, undefined, undefined, 1);
+    try {
+      for (const cache of [kept, recycled]) for (const bytes of [first.bytes, second.bytes]) await cache.prepare(bytes, sha256Hex(bytes), 'either');
+      expect(kept.workersStarted).toBe(1);
+      expect(recycled.workersStarted).toBe(2);
+    } finally {
+      await kept.close();
+      await recycled.close();
     }
   });
 
