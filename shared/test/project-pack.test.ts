@@ -74,6 +74,24 @@ describe('packing a capsule project for staging', () => {
     expect((await packProject(project, noCache)).listing.files.map((file) => file.path)).toEqual(['murmur.yaml', 'prompts/system.md']);
   });
 
+  it('packs a capsule.wasm that is a link to a component inside the project under its own name, and refuses one leading outside', async () => {
+    const project = path.join(scratch.dir, 'linked-component');
+    await writeFiles(project, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n', 'build/out.wasm': 'the component' });
+    await fs.symlink('build/out.wasm', path.join(project, 'capsule.wasm'));
+    const packed = await packProject(project, noCache);
+    expect(packed.listing.files.map((file) => [file.path, file.sha256])).toEqual([
+      ['capsule.wasm', sha('the component')],
+      ['murmur.yaml', expect.any(String)],
+    ]);
+    await writeFiles(scratch.dir, { 'outside.wasm': 'not the project’s' });
+    await fs.rm(path.join(project, 'capsule.wasm'));
+    await fs.symlink(path.join(scratch.dir, 'outside.wasm'), path.join(project, 'capsule.wasm'));
+    expect(await rejectionOf(packProject(project, noCache))).toMatchObject({
+      code: 'E-PRJ-002',
+      message: expect.stringContaining("the capsule component 'capsule.wasm' resolves to"),
+    });
+  });
+
   it('packs a file the manifest names through a symbolic link inside the project under the name the manifest gives it', async () => {
     const project = path.join(scratch.dir, 'linked');
     await writeFiles(project, {

@@ -258,7 +258,9 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
   if (!facts.agent) {
     // All root components: which one is the capsule's (or that the choice is ambiguous) is the stager's to say.
     const roots = readDirectory(root)
-      .filter((entry) => entry.isFile() && entry.name.endsWith('.wasm'))
+      // A link is the file it leads to, as a named file's is (`add` refuses one that leads outside): passed over, its
+      // capsule was staged as having no component at all.
+      .filter((entry) => (entry.isFile() || entry.isSymbolicLink()) && entry.name.endsWith('.wasm'))
       .map((entry) => entry.name);
     for (const name of roots.includes('capsule.wasm') ? ['capsule.wasm'] : roots) await packer.add(name, 'the capsule component');
   }
