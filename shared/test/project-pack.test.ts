@@ -156,6 +156,13 @@ describe('packing a capsule project for staging', () => {
     await writeFiles(locked, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n' });
     spawnSync('mkfifo', [path.join(locked, 'murmur.lock')]);
     expect(await rejectionOf(packProject(locked, noCache))).toMatchObject({ code: 'E-IO-003', message: expect.stringContaining('murmur.lock at') });
+    const prompted = path.join(scratch.dir, 'fifo-prompt');
+    await writeFiles(prompted, { 'murmur.yaml': 'name: a\nversion: 0.1.0\ninference:\n  system_prompt_file: prompt.md\n' });
+    spawnSync('mkfifo', [path.join(prompted, 'prompt.md')]);
+    expect(await rejectionOf(packProject(prompted, noCache))).toMatchObject({
+      code: 'E-PRJ-003',
+      message: "inference.system_prompt_file 'prompt.md' is a FIFO, not a regular file: nothing of it can be staged",
+    });
     const endless = path.join(scratch.dir, 'endless');
     await fs.mkdir(endless);
     await fs.symlink('/dev/zero', path.join(endless, 'murmur.yaml'));

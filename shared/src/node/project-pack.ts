@@ -202,6 +202,17 @@ class Packer {
   async add(relative: string, what: string, as?: string): Promise<boolean> {
     const absolute = path.resolve(this.root, relative);
     const stat = statIfAny(absolute);
+    // A FIFO, socket or device where the manifest names a file is refused as what it is: passed
+    // over, the stager said the file was not in the capsule's directory.
+    if (stat && !stat.isFile() && !stat.isDirectory())
+      throw new MurmurError(
+        'E-PRJ-003',
+        `${what} '${relative}' is ${stat.isFIFO() ? 'a FIFO' : stat.isSocket() ? 'a socket' : 'a device'}, not a regular file: nothing of it can be staged`,
+        {
+          path: relative,
+          hint: `put the file itself at ${absolute}`,
+        },
+      );
     if (!stat?.isFile()) return false;
     const real = realpathSync(absolute);
     if (!real.startsWith(`${this.realRoot}${path.sep}`)) {
@@ -258,9 +269,9 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
   if (!facts.agent) {
     // All root components: which one is the capsule's (or that the choice is ambiguous) is the stager's to say.
     const roots = readDirectory(root)
-      // A link is the file it leads to, as a named file's is (`add` refuses one that leads outside): passed over, its
-      // capsule was staged as having no component at all.
-      .filter((entry) => (entry.isFile() || entry.isSymbolicLink()) && entry.name.endsWith('.wasm'))
+      // A link is the file it leads to, as a named file's is, and a FIFO is what it is (`add` refuses
+      // one that leads outside, and the FIFO): passed over, the capsule was staged as having no component.
+      .filter((entry) => !entry.isDirectory() && entry.name.endsWith('.wasm'))
       .map((entry) => entry.name);
     for (const name of roots.includes('capsule.wasm') ? ['capsule.wasm'] : roots) await packer.add(name, 'the capsule component');
   }
