@@ -118,8 +118,9 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
  */
 async function packingRefusal(root: string): Promise<MurmurError | undefined> {
   try {
-    await packProject(root, { digestCache: null });
-    await packProjectStore(root, { digestCache: null });
+    // With the digest cache `mur run` keeps: a file packed before, by a run or an earlier doctor, is not hashed again.
+    await packProject(root);
+    await packProjectStore(root);
     return undefined;
   } catch (error) {
     if (error instanceof MurmurError) return error;

@@ -54,25 +54,49 @@ function tooLarge(file: string, size: number | undefined, options: SmallTextFile
 /** Where a read starts: the size the file claims (a little at least, for `/proc`'s that claim none), grown as it fills. */
 const FIRST_READ_BYTES = 64 * 1024;
 
-function firstBuffer(stat: Stats, options: SmallTextFile): Buffer {
-  return Buffer.allocUnsafe(Math.min(Math.max(stat.size, FIRST_READ_BYTES), options.maxBytes) + 1);
-}
+/**
+ * What a read has gathered of a file judged regular: room for the next read, grown as it fills up
+ * to one byte past the bound (which tells a file over it), and the text once the file has ended.
+ */
+class Gathered {
+  private buffer: Buffer;
+  private length = 0;
 
-/** `buffer`, full, made room in for more (to one byte past the bound, which tells a file over it). */
-function grown(buffer: Buffer, options: SmallTextFile): Buffer {
-  const larger = Buffer.allocUnsafe(Math.min(buffer.length * 2, options.maxBytes + 1));
-  buffer.copy(larger);
-  return larger;
-}
+  constructor(
+    private readonly file: string,
+    stat: Stats,
+    private readonly options: SmallTextFile,
+  ) {
+    this.buffer = Buffer.allocUnsafe(Math.min(Math.max(stat.size, FIRST_READ_BYTES), options.maxBytes) + 1);
+  }
 
-function decoded(file: string, bytes: Uint8Array, options: SmallTextFile): string {
-  try {
-    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
-  } catch {
-    throw new MurmurError(options.notUtf8Code ?? 'E-IO-003', `${options.what} at ${file} is not UTF-8 text`, {
-      path: file,
-      hint: `save ${options.what} as UTF-8`,
-    });
+  /** Where the next read goes: the buffer, the offset in it, and how much it may bring. */
+  room(): [Buffer, number, number] {
+    if (this.length === this.buffer.length) {
+      if (this.length > this.options.maxBytes) throw tooLarge(this.file, undefined, this.options);
+      const larger = Buffer.allocUnsafe(Math.min(this.buffer.length * 2, this.options.maxBytes + 1));
+      this.buffer.copy(larger);
+      this.buffer = larger;
+    }
+    return [this.buffer, this.length, this.buffer.length - this.length];
+  }
+
+  /** A read brought `bytes`; whether the file has more. */
+  took(bytes: number): boolean {
+    this.length += bytes;
+    return bytes > 0;
+  }
+
+  text(): string {
+    if (this.length > this.options.maxBytes) throw tooLarge(this.file, undefined, this.options);
+    try {
+      return new TextDecoder('utf-8', { fatal: true }).decode(this.buffer.subarray(0, this.length));
+    } catch {
+      throw new MurmurError(this.options.notUtf8Code ?? 'E-IO-003', `${this.options.what} at ${this.file} is not UTF-8 text`, {
+        path: this.file,
+        hint: `save ${this.options.what} as UTF-8`,
+      });
+    }
   }
 }
 
@@ -82,19 +106,9 @@ export function readSmallTextFileSync(file: string, options: SmallTextFile): str
     const stat = fstatSync(fd);
     const refused = refusal(file, stat, options);
     if (refused) throw refused;
-    let buffer = firstBuffer(stat, options);
-    let length = 0;
-    for (;;) {
-      if (length === buffer.length) {
-        if (length > options.maxBytes) throw tooLarge(file, undefined, options);
-        buffer = grown(buffer, options);
-      }
-      const read = readSync(fd, buffer, length, buffer.length - length, null);
-      if (read === 0) break;
-      length += read;
-    }
-    if (length > options.maxBytes) throw tooLarge(file, undefined, options);
-    return decoded(file, buffer.subarray(0, length), options);
+    const gathered = new Gathered(file, stat, options);
+    while (gathered.took(readSync(fd, ...gathered.room(), null)));
+    return gathered.text();
   } finally {
     closeSync(fd);
   }
@@ -106,19 +120,9 @@ export async function readSmallTextFile(file: string, options: SmallTextFile): P
     const stat = await handle.stat();
     const refused = refusal(file, stat, options);
     if (refused) throw refused;
-    let buffer = firstBuffer(stat, options);
-    let length = 0;
-    for (;;) {
-      if (length === buffer.length) {
-        if (length > options.maxBytes) throw tooLarge(file, undefined, options);
-        buffer = grown(buffer, options);
-      }
-      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null);
-      if (bytesRead === 0) break;
-      length += bytesRead;
-    }
-    if (length > options.maxBytes) throw tooLarge(file, undefined, options);
-    return decoded(file, buffer.subarray(0, length), options);
+    const gathered = new Gathered(file, stat, options);
+    while (gathered.took((await handle.read(...gathered.room(), null)).bytesRead));
+    return gathered.text();
   } finally {
     await handle.close();
   }

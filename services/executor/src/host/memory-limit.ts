@@ -247,22 +247,11 @@ function capTableSection(module: Uint8Array, payloadStart: number, end: number, 
     if (!TABLE_REFTYPES.has(reftype)) throw new Error(`table ${index} has a form this runtime does not cap (type ${hexByte(reftype)} at byte ${offset})`);
     const flags = module[offset + 1] as number;
     if (flags !== 0x00 && flags !== FLAG_HAS_MAX) throw new Error(`table ${index} has unsupported limits flags ${hexByte(flags)} at byte ${offset + 1}`);
-    const minStart = offset + 2;
-    const min = readU32(module, minStart, where(`minimum of table ${index}`, minStart), end);
-    const max = flags === FLAG_HAS_MAX ? readU32(module, min.next, where(`maximum of table ${index}`, min.next), end) : undefined;
-    const next = max ? max.next : min.next;
-    if (min.value > capElements) throw new TableLimitError(index, min.value, capElements);
-    if (max !== undefined && max.value <= capElements) {
-      out.set(module.subarray(offset, next), length);
-      length += next - offset;
-    } else {
-      out[length++] = reftype;
-      out[length++] = FLAG_HAS_MAX;
-      out.set(module.subarray(minStart, min.next), length);
-      length += min.next - minStart;
-      length = writeU32(out, length, max === undefined ? capElements : Math.min(max.value, capElements));
-    }
-    offset = next;
+    out[length++] = reftype;
+    const limits = capLimits(module, offset + 1, end, capElements, `table ${index}`, where, out, length);
+    if (limits.min > capElements) throw new TableLimitError(index, limits.min, capElements);
+    ({ length } = limits);
+    offset = limits.next;
   }
   if (offset !== end) throw new Error(`malformed WebAssembly module: ${end - offset} unexpected bytes after the last table of the table section`);
   return out.subarray(0, length);
@@ -306,32 +295,50 @@ function capMemorySection(module: Uint8Array, payloadStart: number, end: number,
     if ((flags & FLAG_SHARED) !== 0 && !hasMax) {
       throw new Error(`malformed WebAssembly module: memory ${index} is shared but declares no maximum`);
     }
-    const minStart = offset + 1;
-    const min = readU32(module, minStart, where(`minimum of memory ${index}`, minStart), end);
-    const max = hasMax ? readU32(module, min.next, where(`maximum of memory ${index}`, min.next), end) : undefined;
-    const next = max ? max.next : min.next;
-
-    if (min.value > capPages) throw new MemoryLimitError(index, min.value, capPages);
-    const maxPages = max?.value;
-    const cappedMaxPages = maxPages === undefined ? capPages : Math.min(maxPages, capPages);
-    memories.push({ index, minPages: min.value, maxPages, cappedMaxPages });
-
-    if (maxPages !== undefined && maxPages <= capPages) {
-      // Already within the cap: the memtype stays exactly as it was.
-      out.set(module.subarray(offset, next), length);
-      length += next - offset;
-    } else {
-      out[length++] = flags | FLAG_HAS_MAX;
-      out.set(module.subarray(minStart, min.next), length); // the minimum keeps its original encoding
-      length += min.next - minStart;
-      length = writeU32(out, length, cappedMaxPages);
-    }
-    offset = next;
+    const limits = capLimits(module, offset, end, capPages, `memory ${index}`, where, out, length);
+    if (limits.min > capPages) throw new MemoryLimitError(index, limits.min, capPages);
+    memories.push({ index, minPages: limits.min, maxPages: limits.max, cappedMaxPages: limits.cappedMax });
+    ({ length } = limits);
+    offset = limits.next;
   }
   if (offset !== end) {
     throw new Error(`malformed WebAssembly module: ${end - offset} unexpected bytes after the last memory of the memory section`);
   }
   return { payload: out.subarray(0, length), memories };
+}
+
+/**
+ * The limits at `at` (flags, a minimum, a maximum when the flags say so), written into `out` at
+ * `length` with a maximum of at most `cap`: exactly as they were when already within it, else with
+ * the flags' has-maximum bit set (others kept: a shared memory stays shared) and the minimum in its
+ * original encoding. Whether the minimum itself fits is the caller's to judge, by `min`.
+ */
+function capLimits(
+  module: Uint8Array,
+  at: number,
+  end: number,
+  cap: number,
+  what: string,
+  where: (what: string, at: number) => string,
+  out: Uint8Array,
+  length: number,
+): { min: number; max: number | undefined; cappedMax: number; next: number; length: number } {
+  const flags = module[at] as number;
+  const min = readU32(module, at + 1, where(`minimum of ${what}`, at + 1), end);
+  const max = flags & FLAG_HAS_MAX ? readU32(module, min.next, where(`maximum of ${what}`, min.next), end) : undefined;
+  const next = max ? max.next : min.next;
+  const cappedMax = max === undefined ? cap : Math.min(max.value, cap);
+  let written = length;
+  if (max !== undefined && max.value <= cap) {
+    out.set(module.subarray(at, next), written);
+    written += next - at;
+  } else {
+    out[written++] = flags | FLAG_HAS_MAX;
+    out.set(module.subarray(at + 1, min.next), written);
+    written += min.next - (at + 1);
+    written = writeU32(out, written, cappedMax);
+  }
+  return { min: min.value, max: max?.value, cappedMax, next, length: written };
 }
 
 /** Reads an unsigned LEB128 of at most 5 bytes (a u32), stopping at `limit`. */
