@@ -230,15 +230,8 @@ function rewritten(module: Uint8Array, rewrites: readonly SectionRewrite[]): Uin
  * rather than passed uncapped.
  */
 function capTableSection(module: Uint8Array, payloadStart: number, end: number, capElements: number): Uint8Array {
-  const where = (what: string, at: number): string => `${what} in the table section at byte ${at}`;
-  const count = readU32(module, payloadStart, where('table count', payloadStart), end);
-  if (count.value > (end - count.next) / 3) {
-    throw new Error(
-      `malformed WebAssembly module: the table section declares ${count.value} tables but has room for at most ${Math.floor((end - count.next) / 3)}`,
-    );
-  }
-  // Each rewritten tabletype is at most a reftype, flags and two 5-byte LEB128s.
-  const out = new Uint8Array(5 + count.value * 12);
+  // A tabletype takes at least 3 bytes (a reftype, flags, a minimum) and is rewritten in at most 12 (two 5-byte LEB128s).
+  const { where, count, out } = sectionEntries(module, payloadStart, end, { section: 'table', entries: 'tables', least: 3, most: 12 });
   let length = writeU32(out, 0, count.value);
   let offset = count.next;
   for (let index = 0; index < count.value; index++) {
@@ -270,15 +263,8 @@ function checkHeader(module: Uint8Array): void {
 }
 
 function capMemorySection(module: Uint8Array, payloadStart: number, end: number, capPages: number): { payload: Uint8Array; memories: MemoryCap[] } {
-  const where = (what: string, at: number): string => `${what} in the memory section at byte ${at}`;
-  const count = readU32(module, payloadStart, where('memory count', payloadStart), end);
-  if (count.value > (end - count.next) / 2) {
-    throw new Error(
-      `malformed WebAssembly module: the memory section declares ${count.value} memories but has room for at most ${Math.floor((end - count.next) / 2)}`,
-    );
-  }
-  // Each rewritten memtype is at most flags + two 5-byte LEB128s.
-  const out = new Uint8Array(5 + count.value * 11);
+  // A memtype takes at least 2 bytes (flags, a minimum) and is rewritten in at most 11 (two 5-byte LEB128s).
+  const { where, count, out } = sectionEntries(module, payloadStart, end, { section: 'memory', entries: 'memories', least: 2, most: 11 });
   let length = writeU32(out, 0, count.value);
   const memories: MemoryCap[] = [];
   let offset = count.next;
@@ -305,6 +291,25 @@ function capMemorySection(module: Uint8Array, payloadStart: number, end: number,
     throw new Error(`malformed WebAssembly module: ${end - offset} unexpected bytes after the last memory of the memory section`);
   }
   return { payload: out.subarray(0, length), memories };
+}
+
+/**
+ * A section's count of entries, refused when the section could not hold that many (each takes at
+ * least `least` bytes), with room for them rewritten (each in at most `most`) and how to say where
+ * in the section a malformed piece lies.
+ */
+function sectionEntries(
+  module: Uint8Array,
+  payloadStart: number,
+  end: number,
+  shape: { section: string; entries: string; least: number; most: number },
+): { where: (what: string, at: number) => string; count: { value: number; next: number }; out: Uint8Array } {
+  const where = (what: string, at: number): string => `${what} in the ${shape.section} section at byte ${at}`;
+  const count = readU32(module, payloadStart, where(`${shape.section} count`, payloadStart), end);
+  const room = Math.floor((end - count.next) / shape.least);
+  if (count.value > room)
+    throw new Error(`malformed WebAssembly module: the ${shape.section} section declares ${count.value} ${shape.entries} but has room for at most ${room}`);
+  return { where, count, out: new Uint8Array(5 + count.value * shape.most) };
 }
 
 /**
