@@ -37,19 +37,20 @@ function balloon(pages: number): string {
 
 const LIMIT = 16 * 1024 * 1024;
 
+/** One home for the file's capsules: each is a project of its own name beside the others. */
+let scratch: { dir: string; cleanup: () => Promise<void> };
+let env: Record<string, string>;
+
+beforeAll(async () => {
+  scratch = await tempDir('murmur-limits-');
+  env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
+});
+
+afterAll(async () => {
+  await scratch.cleanup();
+});
+
 describe('the memory limit', () => {
-  let scratch: { dir: string; cleanup: () => Promise<void> };
-  let env: Record<string, string>;
-
-  beforeAll(async () => {
-    scratch = await tempDir('murmur-memory-limit-');
-    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
-  });
-
-  afterAll(async () => {
-    await scratch.cleanup();
-  });
-
   async function run(name: string, body: string) {
     const wasm = (await componentFromWat(capsuleWat(body))).bytes;
     const project = await capsuleProject(
@@ -124,18 +125,6 @@ ${made.map((index) => `    (with "g${index}" (instance (export "grow" (func $g${
 }
 
 describe('the instance and table limits', () => {
-  let scratch: { dir: string; cleanup: () => Promise<void> };
-  let env: Record<string, string>;
-
-  beforeAll(async () => {
-    scratch = await tempDir('murmur-instance-limit-');
-    env = { MURMUR_HOME: path.join(scratch.dir, 'home') };
-  });
-
-  afterAll(async () => {
-    await scratch.cleanup();
-  });
-
   async function run(name: string, wat: string, limits: string) {
     const project = await capsuleProject(
       path.join(scratch.dir, name),

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { promises as fs, readFileSync } from 'node:fs';
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
@@ -9,6 +9,7 @@ import { probeProject, probeResults } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
 import { capsuleWat, floodingCapsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
 import { probeTool } from './support/probe-guests.js';
+import { procFile } from './support/proc.js';
 import { murBin, runMur, spawnMur, stopAfterFile, untilSaid } from './support/processes.js';
 
 /** `mur run` as a user runs it, everything inside the one `mur` process (the embedded default). */
@@ -27,14 +28,6 @@ describe('mur run', () => {
 
   const actions = (list: unknown[]): string => JSON.stringify(list);
 
-  function readFileSyncIfAny(file: string): string {
-    try {
-      return readFileSync(file, 'utf8');
-    } catch {
-      return '';
-    }
-  }
-
   it('drops a flooding capsule’s output past a bound while stdout is not read, says so, and ends as its deadline says, with no stack', async () => {
     const project = await capsuleProject(
       path.join(scratch.dir, 'flood'),
@@ -52,7 +45,7 @@ describe('mur run', () => {
     });
     let peakRssKb = 0;
     const sampler = setInterval(() => {
-      const rss = /VmRSS:\s+(\d+)/.exec(readFileSyncIfAny(`/proc/${child.pid}/status`))?.[1];
+      const rss = /VmRSS:\s+(\d+)/.exec(procFile(child.pid as number, 'status') ?? '')?.[1];
       if (rss) peakRssKb = Math.max(peakRssKb, Number(rss));
     }, 100);
     const reader = setTimeout(() => child.stdout?.resume(), 7_000);

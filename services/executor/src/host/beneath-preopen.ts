@@ -194,7 +194,7 @@ function installDispatchers(): void {
  * reaches the system only through `beneath`.
  */
 export function holdBeneathPreopen(descriptor: { prototype: object }, dir: string | undefined): void {
-  preopen = dir === '' ? undefined : dir;
+  confineOpensTo(dir);
   installDispatchers();
   const prototype = descriptor.prototype as Record<string | symbol, unknown>;
   if (prototype[HELD]) return;
