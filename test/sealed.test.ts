@@ -3,6 +3,8 @@ import { once } from 'node:events';
 import { copyFileSync, existsSync, promises as fs, readFileSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { throttleDevice } from '../services/executor/src/block-device.js';
+import { probeCgroups } from '../services/executor/src/cgroup.js';
 import { interpreterOf } from '../services/executor/src/elf.js';
 import { ARGUMENT_SYSCALLS, DENIED_SYSCALLS, UNAVAILABLE_SYSCALLS, nativeSeccompArch } from '../services/executor/src/seccomp.js';
 import { probeProject, probeResults, type ProbeResult } from './support/capsules.js';
@@ -414,7 +416,7 @@ describe('the sealed sandbox, piece by piece', () => {
     beforeAll(async () => {
       outcome = await run(
         'ceilings',
-        '  shell:\n    allow: [python3, dd]\n  resources:\n    cpu_seconds: 1\n    max_file_size_bytes: 1048576\n    memory_bytes: 268435456\n    max_processes: 6\n    cgroup_cpu_percent: 20\n',
+        '  shell:\n    allow: [python3, dd]\n  resources:\n    cpu_seconds: 1\n    max_file_size_bytes: 1048576\n    memory_bytes: 268435456\n    max_processes: 6\n    cgroup_cpu_percent: 20\n    cgroup_io_bytes_per_sec: 262144\n',
         [
           python(script('ceilings.py'), 'cpu'),
           // dd, not python: Python ignores SIGXFSZ (and sees EFBIG instead).
@@ -422,6 +424,9 @@ describe('the sealed sandbox, piece by piece', () => {
           python(script('ceilings.py'), 'memory', '512'),
           python(script('ceilings.py'), 'nproc', '40'),
           python(script('ceilings.py'), 'cpu-share', '1.5'),
+          // Direct I/O: on cgroup v1 a buffered write reaches the disk through writeback, which no group is charged for.
+          { op: 'shell', binary: 'dd', args: ['if=/dev/zero', 'of=io-throttled', 'bs=65536', 'count=8', 'oflag=direct'] },
+          { op: 'shell', binary: 'dd', args: ['if=io-throttled', 'of=/dev/null', 'bs=65536', 'iflag=direct'] },
         ],
       );
       expect(outcome.code, outcome.stderr).toBe(0);
@@ -462,6 +467,53 @@ describe('the sealed sandbox, piece by piece', () => {
       expect(answer.wall).toBeGreaterThanOrEqual(1.5);
       // 20 ms of every 100 ms: about 0.3 s of CPU in 1.5 s (unthrottled it would be ~1.5 s).
       expect(answer.cpu).toBeLessThan(0.75);
+    });
+
+    it('holds a tool’s reads and writes of the workdir’s disk to cgroup_io_bytes_per_sec: 512 KiB at 256 KiB/s takes seconds each way', (context) => {
+      const disk = throttleDevice(outcome.workdir);
+      const io = probeCgroups().support?.ioUnavailable;
+      if (!('device' in disk) || io !== undefined) {
+        const why = `[sealed] cgroup_io_bytes_per_sec not exercised: ${'unresolved' in disk ? disk.unresolved : io}`;
+        console.warn(why);
+        return context.skip(why);
+      }
+      const seconds = (result: ProbeResult | undefined): number => {
+        const copied = / copied, ([\d.]+) s,/.exec(value(result).stderr);
+        expect(copied, value(result).stderr).not.toBeNull();
+        return Number(copied?.[1]);
+      };
+      expect(value(outcome.results[5]).exitCode).toBe(0);
+      expect(value(outcome.results[6]).exitCode).toBe(0);
+      // ~2 s each at the ceiling; unthrottled, a few milliseconds.
+      expect(seconds(outcome.results[5])).toBeGreaterThanOrEqual(1);
+      expect(seconds(outcome.results[6])).toBeGreaterThanOrEqual(1);
+    });
+
+    it('says in the session’s log that cgroup_io_bytes_per_sec does not hold on a workdir with no disk of its own (tmpfs), and runs', async (context) => {
+      const project = await probeProject(path.join(scratch.dir, 'io-on-tmpfs'), "capabilities:\n  containment: sealed\n  shell:\n    allow: ['true']\n");
+      // A tmpfs of the test's own (the machine's /dev/shm lies where a sandbox mounts its own /dev).
+      const workdir = path.join(scratch.dir, 'io-on-tmpfs-wd');
+      await fs.mkdir(workdir);
+      const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'murmur-test', workdir], { encoding: 'utf8' });
+      if (mounted.status !== 0) {
+        const why = `[sealed] the note of an unthrottled workdir not exercised: a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})`;
+        console.warn(why);
+        return context.skip(why);
+      }
+      try {
+        const result = await runMur(['run', '--workdir', workdir, '--task', JSON.stringify([{ op: 'shell', binary: 'true', args: [] }])], {
+          cwd: project,
+          env,
+        });
+        expect(result.code, result.stderr).toBe(0);
+        const [session] = readdirSync(path.join(workdir, '.murmur')).filter((entry) => entry.startsWith('ses_'));
+        const bootstrap = await fs.readFile(path.join(workdir, '.murmur', session as string, 'logs', 'bootstrap.log'), 'utf8');
+        expect(bootstrap).toMatch(
+          /\[sandbox\] note: cgroup_io_bytes_per_sec not applied \(the workdir's filesystem \(device 0:\d+\) lies on no block device of its own.*\); the tools' memory, pids and CPU ceilings still hold/,
+        );
+      } finally {
+        spawnSync('umount', [workdir]);
+      }
     });
   });
 

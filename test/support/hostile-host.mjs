@@ -30,7 +30,7 @@ import { writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 
 // The executor's HANDOVER_FD (services/executor/src/host-sandbox.ts): where a sealed host's IPC channel is.
-const HANDOVER_FD = 20;
+const HANDOVER_FD = 30;
 const channel = new Socket({ fd: 3, readable: true, writable: true });
 
 function frame(message) {

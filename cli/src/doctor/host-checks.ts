@@ -89,7 +89,12 @@ function cgroupsLine(probe: HostProbe): ReportLine {
       mark: '✓',
       label: 'cgroups',
       detail: `${support.version}: this user can make a session cgroup with memory, pids and cpu limits`,
-      notes: [`under ${where}`],
+      notes: [
+        `under ${where}`,
+        support.ioParent === undefined
+          ? `the tools' I/O is not throttled (cgroup_io_bytes_per_sec): ${support.ioUnavailable}`
+          : `the tools' I/O is throttled on the workdir's disk (cgroup_io_bytes_per_sec), under ${support.ioParent}`,
+      ],
     };
   }
   return {

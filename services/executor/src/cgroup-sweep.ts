@@ -29,7 +29,7 @@ export const ABANDONED_AFTER_MS = 60_000;
 /** Removes the abandoned session groups under this executor's parents; returns the names removed. */
 export function sweepAbandonedGroups(support: CgroupSupport, options: { olderThanMs?: number; now?: number } = {}): string[] {
   const cutoff = (options.now ?? Date.now()) - (options.olderThanMs ?? ABANDONED_AFTER_MS);
-  const parents = [...new Set([support.memoryParent, support.pidsParent, support.cpuParent])];
+  const parents = [...new Set([support.memoryParent, support.pidsParent, support.cpuParent, ...(support.ioParent === undefined ? [] : [support.ioParent])])];
   const candidates = new Map<string, string[]>();
   for (const parent of parents) {
     for (const name of childGroups(parent)) {

@@ -27,6 +27,14 @@ export interface CgroupSupport {
   memoryParent: string;
   pidsParent: string;
   cpuParent: string;
+  /**
+   * Where the tools' I/O is throttled (v1: this process's `blkio` directory; v2: the same one
+   * directory, when it delegates `io`); undefined when it cannot be, `ioUnavailable` saying why.
+   * Best-effort, as upstream's `io.max`: of the four ceilings it is the one whose absence makes a
+   * capsule slow rather than dangerous, so it never refuses a launch.
+   */
+  ioParent: string | undefined;
+  ioUnavailable: string | undefined;
 }
 
 export interface CgroupProbe {
@@ -50,14 +58,14 @@ function ownCgroups(): Map<string, string> {
 }
 
 /** Tries to make a child group and write one limit in it; undefined when that works, else why not. */
-function childProblem(parent: string, limitFile: string, value: string): string | undefined {
+function childProblem(parent: string, limitFile: string | undefined, value = ''): string | undefined {
   const probe = path.join(parent, `murmur-probe-${process.pid}-${Date.now()}`);
   try {
     mkdirSync(probe);
-    writeFileSync(path.join(probe, limitFile), value);
+    if (limitFile !== undefined) writeFileSync(path.join(probe, limitFile), value);
     return undefined;
   } catch (error) {
-    return `${path.join(parent, '…', limitFile)}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`;
+    return `${path.join(parent, '…', limitFile ?? '')}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`;
   } finally {
     try {
       rmdirSync(probe);
@@ -85,7 +93,7 @@ function v1Directory(root: string, own: Map<string, string>, controller: string)
  * own group and whose entrypoint made a writable `murmur/` in it.
  */
 export function probeCgroups(root = '/sys/fs/cgroup', parent?: string): CgroupProbe {
-  const own = parent === undefined ? ownCgroups() : new Map(['unified', 'memory', 'pids', 'cpu'].map((controller) => [controller, parent]));
+  const own = parent === undefined ? ownCgroups() : new Map(['unified', 'memory', 'pids', 'cpu', 'blkio'].map((controller) => [controller, parent]));
   const v2Path = own.get('unified');
   const pureV2 = existsSync(path.join(root, 'cgroup.controllers'));
   if (pureV2 && v2Path !== undefined) {
@@ -104,7 +112,18 @@ export function probeCgroups(root = '/sys/fs/cgroup', parent?: string): CgroupPr
       };
     const problem = childProblem(dir, 'memory.max', 'max');
     if (problem) return { support: undefined, reason: `cannot create child groups under ${dir} (${problem})` };
-    return { support: { version: 'v2', memoryParent: dir, pidsParent: dir, cpuParent: dir }, reason: undefined };
+    const io = controllers.split(/\s+/).includes('io');
+    return {
+      support: {
+        version: 'v2',
+        memoryParent: dir,
+        pidsParent: dir,
+        cpuParent: dir,
+        ioParent: io ? dir : undefined,
+        ioUnavailable: io ? undefined : `the cgroup v2 group ${dir} does not delegate the io controller to this process`,
+      },
+      reason: undefined,
+    };
   }
   const memoryParent = v1Directory(root, own, 'memory');
   const pidsParent = v1Directory(root, own, 'pids');
@@ -118,7 +137,19 @@ export function probeCgroups(root = '/sys/fs/cgroup', parent?: string): CgroupPr
     childProblem(pidsParent, 'pids.max', '64') ??
     childProblem(cpuParent, 'cpu.cfs_quota_us', '100000');
   if (problem) return { support: undefined, reason: `cannot create child groups with limits (${problem}): no permission, or no delegation` };
-  return { support: { version: 'v1', memoryParent, pidsParent, cpuParent }, reason: undefined };
+  const blkio = v1Directory(root, own, 'blkio');
+  const ioProblem = blkio === undefined ? 'no blkio cgroup controller is mounted for this process' : childProblem(blkio, undefined);
+  return {
+    support: {
+      version: 'v1',
+      memoryParent,
+      pidsParent,
+      cpuParent,
+      ioParent: ioProblem === undefined ? blkio : undefined,
+      ioUnavailable: ioProblem === undefined ? undefined : blkio === undefined ? ioProblem : `cannot create child groups under ${blkio} (${ioProblem})`,
+    },
+    reason: undefined,
+  };
 }
 
 export interface ToolCeilings {
@@ -157,6 +188,8 @@ export class SessionCgroup {
   private memoryDir = '';
   private toolsMemoryDir = '';
   private toolsPidsDir = '';
+  /** The tools' group that carries their I/O throttle; undefined where there is none. */
+  private toolsIoDir: string | undefined;
 
   private constructor(
     private readonly support: CgroupSupport,
@@ -176,6 +209,7 @@ export class SessionCgroup {
       this.toolsMemoryDir = this.toolsPidsDir = path.join(session, 'tools');
       this.hostProcsFiles = [path.join(session, 'host', 'cgroup.procs')];
       this.toolsProcsFiles = [path.join(session, 'tools', 'cgroup.procs')];
+      this.toolsIoDir = support.ioParent === undefined ? undefined : path.join(session, 'tools');
     } else {
       const memory = path.join(support.memoryParent, name);
       const pids = path.join(support.pidsParent, name);
@@ -186,6 +220,15 @@ export class SessionCgroup {
       this.toolsPidsDir = path.join(pids, 'tools');
       this.hostProcsFiles = [path.join(memory, 'cgroup.procs'), path.join(pids, 'cgroup.procs')];
       this.toolsProcsFiles = [path.join(memory, 'tools', 'cgroup.procs'), path.join(pids, 'tools', 'cgroup.procs'), path.join(cpu, 'tools', 'cgroup.procs')];
+      this.toolsIoDir = undefined;
+      if (support.ioParent !== undefined) {
+        // Only the tools join it: the host's own reads (its code, the capsule's components) are
+        // the runtime's, which a capsule's setting must not slow.
+        const blkio = path.join(support.ioParent, name);
+        this.dirs.push(blkio, path.join(blkio, 'tools'));
+        this.toolsIoDir = path.join(blkio, 'tools');
+        this.toolsProcsFiles.push(path.join(blkio, 'tools', 'cgroup.procs'));
+      }
     }
   }
 
@@ -193,7 +236,8 @@ export class SessionCgroup {
     const group = new SessionCgroup(support, name);
     try {
       for (const dir of group.dirs) mkdirSync(dir, { recursive: true });
-      if (support.version === 'v2') writeFileSync(path.join(group.memoryDir, 'cgroup.subtree_control'), '+memory +pids +cpu');
+      if (support.version === 'v2')
+        writeFileSync(path.join(group.memoryDir, 'cgroup.subtree_control'), support.ioParent === undefined ? '+memory +pids +cpu' : '+memory +pids +cpu +io');
       group.limit(session, tools);
     } catch (error) {
       group.removeNow();
@@ -228,6 +272,29 @@ export class SessionCgroup {
       write(toolsPids, 'pids.max', String(tools.pidsMax));
       write(toolsCpu, 'cpu.cfs_period_us', String(CPU_PERIOD_US));
       write(toolsCpu, 'cpu.cfs_quota_us', quota);
+    }
+  }
+
+  /**
+   * `cgroup_io_bytes_per_sec`: the tools' reads and writes on `device` (a whole disk's `MAJ:MIN`,
+   * `throttleDevice`) held to `bytesPerSec` each. Best-effort, as upstream's `io.max`: undefined
+   * when it holds, else why not, for the session's log; a launch goes on either way.
+   *
+   * On cgroup v1 the kernel throttles what the tools read from the disk and write to it directly
+   * (`O_DIRECT`, and what a sync forces out of them); their buffered writes reach the disk through
+   * the kernel's writeback, which v1 charges to no group. v2 charges writeback to its group too.
+   */
+  throttleToolsIo(device: string, bytesPerSec: number): string | undefined {
+    if (this.toolsIoDir === undefined) return this.support.ioUnavailable ?? 'no io controller';
+    const rate = String(Math.floor(bytesPerSec));
+    try {
+      if (this.support.version === 'v2') writeFileSync(path.join(this.toolsIoDir, 'io.max'), `${device} rbps=${rate} wbps=${rate}`);
+      else
+        for (const file of ['blkio.throttle.read_bps_device', 'blkio.throttle.write_bps_device'])
+          writeFileSync(path.join(this.toolsIoDir, file), `${device} ${rate}`);
+      return undefined;
+    } catch (error) {
+      return `the kernel refused a throttle on device ${device} (${(error as NodeJS.ErrnoException).code ?? String(error)})`;
     }
   }
 

@@ -57,13 +57,15 @@ export function probeHost(env: NodeJS.ProcessEnv = process.env, options: { repor
   return { namespaces, confine, cgroups, containment: hostContainment(namespaces, confine) };
 }
 
-/** The probe in three phrases: what an executor logs at start and reports with each launch. */
-export function isolationSummary(probe: HostProbe): { namespaces: string; containment: string; cgroups: string } {
+/** The probe in four phrases: what an executor logs at start and reports with each launch. */
+export function isolationSummary(probe: HostProbe): { namespaces: string; containment: string; cgroups: string; io_throttle: string } {
   const { namespaces, confine, cgroups, containment } = probe;
+  const io = cgroups.support?.ioParent !== undefined ? (cgroups.support.version === 'v2' ? 'io.max' : 'blkio') : undefined;
   return {
     namespaces: namespaces.tool ?? `none (${namespaces.reason})`,
     containment: `${containment.achieved} (${containment.tier})${confine.reason ? `; not sealed: ${confine.reason}` : ''}`,
     cgroups: cgroups.support ? `${cgroups.support.version}` : `none (${cgroups.reason})`,
+    io_throttle: io ?? `none (${cgroups.support?.ioUnavailable ?? cgroups.reason})`,
   };
 }
 

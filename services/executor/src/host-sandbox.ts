@@ -39,12 +39,12 @@ import type { RecordBind } from './workdir.js';
  * | 4–7 | `/etc/passwd`, `/etc/group`, `/etc/resolv.conf`, `/etc/hosts` (`SANDBOX_FILES`: read by bubblewrap, then gone) |
  * | 8 | the confinement spec (read by the helper, then gone) |
  * | 9 | the seccomp program (read by the helper, then gone) |
- * | 10… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller) |
- * | next… | a fresh sandbox's pinned workdir, `/tmp` and records (bound by bubblewrap, then gone; below 19) |
+ * | 10… | the tools' cgroup, `cgroup.procs` open for writing (one per v1 controller: memory, pids, cpu and blkio) |
+ * | next… | a fresh sandbox's pinned workdir, `/tmp` and records (bound by bubblewrap, then gone; below 29) |
  * | 10 | a pooled sandbox (which has no tools' cgroup): its held helper's commands and answer |
- * | 19 | what bubblewrap mounts, as its options, NUL-separated (`--args`: read before it does anything, then gone) |
- * | 20 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
- * | 21… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
+ * | 29 | what bubblewrap mounts, as its options, NUL-separated (`--args`: read before it does anything, then gone) |
+ * | 30 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
+ * | 31… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
  *
  * The helper keeps 3, 20, the cgroup descriptors and the listeners, and closes everything else, so
  * nothing the executor's own launcher left open (a descriptor without close-on-exec) gets in. A
@@ -52,18 +52,18 @@ import type { RecordBind } from './workdir.js';
  */
 
 export const FIRST_CGROUP_FD = SECCOMP_FD + 1;
-export const FIRST_LISTENER_FD = 21;
+export const FIRST_LISTENER_FD = 31;
 /**
  * Where a sealed sandbox's bubblewrap reads what it mounts (`bubblewrapMounts`): written once that
  * is worked out, after the spawn (`feed`), while the shell before bubblewrap joins the cgroup.
  */
-export const BUBBLEWRAP_MOUNTS_FD = 19;
+export const BUBBLEWRAP_MOUNTS_FD = 29;
 /**
  * Node's IPC channel, in a sealed sandbox only: the one way a descriptor reaches the executor
  * from a child. It carries the sandbox's sockets and nothing else, and is closed by both sides
  * once they are out, before the capsule's code runs (`host-link.ts`).
  */
-export const HANDOVER_FD = 20;
+export const HANDOVER_FD = 30;
 
 export interface HostSandboxInput {
   namespaces: NamespaceProbe;

@@ -74,7 +74,7 @@ export interface ExecutorServiceOptions {
 export interface ExecutorService {
   readonly instanceId: string;
   /** What this executor found it can do for isolation, decided once at start. */
-  readonly isolation: { namespaces: string; containment: string; cgroups: string };
+  readonly isolation: { namespaces: string; containment: string; cgroups: string; io_throttle: string };
   sessions(): Session[];
   /** How many pooled hosts are started and waiting (0 without a pool). */
   warmHosts(): number;

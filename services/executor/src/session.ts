@@ -48,6 +48,7 @@ import {
 } from '@murmur/shared/node';
 import type { z } from 'zod';
 import type { LocalBundles } from './bundles.js';
+import { throttleDevice } from './block-device.js';
 import { type CgroupProbe, SessionCgroup, type SessionCeilings, type ToolCeilings } from './cgroup.js';
 import { type HostPool, type PooledHost, poolRefusal } from './host-pool.js';
 import type { NetworkPlan } from './network-plan.js';
@@ -886,6 +887,7 @@ export class Session {
     if (cgroups.support) {
       const { session, tools } = this.ceilings();
       this.cgroup = SessionCgroup.create(cgroups.support, `murmur-${this.id}`, session, tools);
+      if (this.canSpawn()) this.throttleToolsIo(this.cgroup);
     }
     try {
       this.spawnInSandbox(start);
@@ -896,6 +898,15 @@ export class Session {
       this.cgroup = undefined;
       throw error;
     }
+  }
+
+  /** `cgroup_io_bytes_per_sec` on the workdir's disk, best-effort: what does not hold is said in the session's log. */
+  private throttleToolsIo(cgroup: SessionCgroup): void {
+    const bytesPerSec = this.plan.policy.resources.cgroup_io_bytes_per_sec;
+    const disk = throttleDevice(this.paths.accessible);
+    const unapplied = 'device' in disk ? cgroup.throttleToolsIo(disk.device, bytesPerSec) : disk.unresolved;
+    if (unapplied !== undefined)
+      this.bootstrap.line(`[sandbox] note: cgroup_io_bytes_per_sec not applied (${unapplied}); the tools' memory, pids and CPU ceilings still hold`);
   }
 
   private spawnInSandbox(start: StartMessage): void {
