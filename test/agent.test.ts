@@ -293,6 +293,23 @@ describe('agent capsules', () => {
       expect(probe?.value).not.toHaveProperty('MURMUR_INFERENCE_API_KEY');
     });
 
+    it('gives the driver the endpoint whole and every tool the endpoint without its query, where a ?key= is a credential', async () => {
+      const inference = await model((body, index) =>
+        index === 0 ? { toolCalls: [{ name: 'probe-tool', input: { actions: [{ op: 'env' }] } }] } : { text: toolResults(body)[0]?.text ?? '' },
+      );
+      // The driver appends /v1/messages to the endpoint: written with the path and a query, its
+      // request still reaches the path the scripted model serves, the query behind it.
+      const secretive = { endpoint: `${inference.endpoint}/v1/messages?key=endpoint-secret`, authority: inference.authority };
+      const manifest = agentManifest(secretive, { artifacts: '  - name: probe-tool\n    version: 1.0.0\n    runtime: tool' });
+      const run = await runTask('endpoint-query', manifest, 'show me your environment');
+      expect(run.result.code, run.result.stderr).toBe(0);
+      expect(inference.requests()[0]?.path).toContain('?key=endpoint-secret');
+      const [probe] = JSON.parse(await run.read('out/result.txt')) as Array<{ value: Record<string, string> }>;
+      expect(probe?.value.MURMUR_INFERENCE_ENDPOINT).toBe(`${inference.endpoint}/v1/messages`);
+      const everything = (await Promise.all(['trace.jsonl', 'MURMUR.md', 'logs/bootstrap.log', 'logs/session.log'].map((file) => run.read(file)))).join('\n');
+      expect(everything).not.toContain('endpoint-secret');
+    });
+
     it('resolves inference.api_key from the environment at launch, and never writes it to the plan or the trace', async () => {
       const inference = await model([{ text: 'ok' }]);
       const manifest = agentManifest(inference, { inference: '  api_key: ${SCRIPTED_KEY}' });

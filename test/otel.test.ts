@@ -165,6 +165,54 @@ describe('OpenTelemetry export', () => {
     expect(log).not.toContain(String(closed));
   });
 
+  it("sends none of the operator's OTEL_EXPORTER_OTLP_HEADERS to a collector the capsule named, and still sends them to the operator's", async () => {
+    const inference = await model();
+    const theirs = await startOtlpReceiver();
+    const operators = await startOtlpReceiver();
+    servers.push(theirs, operators);
+    const project = await agentProject(path.join(scratch.dir, 'operator-headers'), agentYaml(inference, 'headers', theirs.endpoint, [theirs.authority]));
+    const operatorEnv = { ...env, OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer operator-otlp-secret,x-honeycomb-team=operator-team-secret' };
+    const result = await runMur(['run', '--json', '--task', 'use both tools'], { cwd: project, env: operatorEnv });
+    expect(result.code, result.stderr).toBe(0);
+    await eventually(
+      () => (theirs.spans().some((span) => span.name === 'capsule.session') ? true : undefined),
+      10_000,
+      'the capsule’s collector got its spans',
+    );
+    expect(JSON.stringify(theirs.requestHeaders())).not.toContain('secret');
+    // The operator's collector, configured by the same environment, still gets them.
+    const operated = await agentProject(path.join(scratch.dir, 'operator-headers-own'), agentYaml(inference, 'operated-headers', undefined, []));
+    const own = await runMur(['run', '--json', '--task', 'use both tools'], {
+      cwd: operated,
+      env: { ...operatorEnv, MURMUR_OTEL_ENDPOINT: operators.endpoint },
+    });
+    expect(own.code, own.stderr).toBe(0);
+    await eventually(() => (operators.requestHeaders().length > 0 ? true : undefined), 10_000, 'the operator’s collector got its spans');
+    expect(operators.requestHeaders()[0]).toMatchObject({ authorization: 'Bearer operator-otlp-secret', 'x-honeycomb-team': 'operator-team-secret' });
+  });
+
+  it("names a collector in the session's otel.log without its user, password or query, which may be credentials", async () => {
+    const inference = await model();
+    const closed = await freePort();
+    const secretive = `http://otel-user:otel-password@127.0.0.1:${closed}/?token=otel-token`;
+    for (const [name, network] of [
+      ['admitted', [`127.0.0.1:${closed}`]],
+      ['unadmitted', []],
+    ] as const) {
+      const project = await agentProject(path.join(scratch.dir, `secretive-${name}`), agentYaml(inference, `secretive-${name}`, secretive, [...network]));
+      const result = await runMur(['run', '--json', '--task', 'use both tools'], { cwd: project, env });
+      expect(result.code, result.stderr).toBe(0);
+      const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+      const log = await fs.readFile(path.join(workdir, 'logs', 'otel.log'), 'utf8');
+      expect(log).toMatch(
+        name === 'admitted'
+          ? /could not export \d+ span\(s\) to http:\/\/127\.0\.0\.1:\d+\/v1\/traces: /
+          : /observability\.otel_endpoint 'http:\/\/127\.0\.0\.1:\d+\/' is not admitted/,
+      );
+      expect(log).not.toMatch(/otel-(user|password|token)/);
+    }
+  });
+
   it("sends nothing to an otel_endpoint the capsule's network.allow does not admit: the spans could carry what the capsule chose past the policy", async () => {
     const inference = await model();
     const before = collector.spans().length;
@@ -179,7 +227,7 @@ describe('OpenTelemetry export', () => {
         .filter((span) => span.resource['service.name'] === 'unadmitted'),
     ).toEqual([]);
     const log = await fs.readFile(path.join(workdir, 'logs', 'otel.log'), 'utf8');
-    expect(log).toContain(`observability.otel_endpoint '${collector.endpoint}' is not admitted by capabilities.network.allow`);
+    expect(log).toContain(`observability.otel_endpoint '${collector.endpoint}/' is not admitted by capabilities.network.allow`);
   });
 
   it("gives an outgoing murmur:message/send the session's traceparent, and records the same one as a2a_send", async () => {

@@ -384,12 +384,22 @@ describe('the capsule sandbox', () => {
       expect(results[3]).toMatchObject({ ok: true, value: 'scoped' });
     });
 
-    it('gives the allowlisted environment minus credentials, with the runtime’s MURMUR_* values last', async () => {
+    it('gives the allowlisted environment minus credentials and the runtime’s own settings, with the runtime’s MURMUR_* values last', async () => {
       const { results, workdir } = await probe(
         'environment',
-        'capabilities:\n  env:\n    allow: [GREETING, GITHUB_TOKEN, STRIPE_API_KEY, MURMUR_SESSION_ID, UNSET_ONE]\n',
+        'capabilities:\n  env:\n    allow: [GREETING, GITHUB_TOKEN, STRIPE_API_KEY, MURMUR_SESSION_ID, UNSET_ONE, MURMUR_ROOST_TOKEN, MURMUR_DASHBOARD_TOKEN, OTEL_EXPORTER_OTLP_HEADERS]\n',
         [{ op: 'env' }],
-        { GREETING: 'hello', GITHUB_TOKEN: 'ghp-secret', STRIPE_API_KEY: 'sk-secret', MURMUR_SESSION_ID: 'ses_decoy', NOT_ALLOWED: 'nope' },
+        {
+          GREETING: 'hello',
+          GITHUB_TOKEN: 'ghp-secret',
+          STRIPE_API_KEY: 'sk-secret',
+          MURMUR_SESSION_ID: 'ses_decoy',
+          NOT_ALLOWED: 'nope',
+          // The control plane's credentials, which a launcher's environment carries: never a capsule's, allowed or not.
+          MURMUR_ROOST_TOKEN: 'roost-secret',
+          MURMUR_DASHBOARD_TOKEN: 'dashboard-secret',
+          OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer otlp-secret',
+        },
       );
       const environment = results[0]?.value as Record<string, string>;
       const sessionId = path.basename(workdir);
@@ -400,6 +410,18 @@ describe('the capsule sandbox', () => {
         MURMUR_SESSION_ID: sessionId,
         MURMUR_CAPSULE_URL: '',
       });
+    });
+
+    it('gives a subprocess none of the runtime’s own settings, even named in shell.baseline_env', async () => {
+      const { results } = await probe(
+        'subprocess-environment',
+        'capabilities:\n  shell:\n    allow: [env]\n    baseline_env: [GREETING, MURMUR_ROOST_TOKEN, OTEL_EXPORTER_OTLP_HEADERS]\n',
+        [{ op: 'shell', binary: 'env', args: [] }],
+        { GREETING: 'hello', MURMUR_ROOST_TOKEN: 'roost-secret', OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer otlp-secret' },
+      );
+      const { stdout } = (results[0]?.value ?? { stdout: '' }) as { stdout: string };
+      expect(stdout).toContain('GREETING=hello\n');
+      expect(stdout).not.toMatch(/secret/);
     });
 
     it('captures stdout and stderr into the session log', async () => {

@@ -4,7 +4,7 @@ import type { CapabilityPolicy } from './policy.js';
  * What environment a capsule's code sees (upstream §1.5.3 and §7.5).
  *
  * Nothing is inherited. A WASM guest sees the names `capabilities.env.allow` lists that are set
- * on the launching side, minus anything credential-shaped, and then the runtime's own `MURMUR_*`
+ * on the launching side, minus anything credential-shaped or the runtime's own (`RUNTIME_OWNED_PATTERNS`), and then the runtime's own `MURMUR_*`
  * values, applied last so allowlisting one of those names never shadows the runtime's value. A
  * subprocess (shell or native tool) starts from a short list of harmless host variables instead,
  * with the same credential scrub and a synthetic `HOME` inside the workdir.
@@ -46,6 +46,25 @@ export function isCredentialShaped(name: string, extraPatterns: readonly string[
   return [...CREDENTIAL_PATTERNS, ...extraPatterns].some((pattern) => globMatches(pattern, name));
 }
 
+/**
+ * Names that configure the runtime itself, never a capsule, whatever a manifest allows: `MURMUR_*`
+ * (the bus URL with its token, the door's and roost's tokens, the dashboard's; upstream reserves
+ * the prefix for the runtime's own values, which are set apart and applied last) and the
+ * OpenTelemetry exporter's `OTEL_EXPORTER_OTLP_*` (the operator's collector headers and client
+ * keys). These are the launcher's environment, which `mur run` against a stack always carries
+ * (`MURMUR_NATS_URL`): allowlisted, they gave a capsule the credentials of the control plane.
+ */
+export const RUNTIME_OWNED_PATTERNS = ['MURMUR_*', 'OTEL_EXPORTER_OTLP_*'] as const;
+
+export function isRuntimeOwned(name: string): boolean {
+  return RUNTIME_OWNED_PATTERNS.some((pattern) => globMatches(pattern, name));
+}
+
+/** Whether a launcher's variable may reach a capsule's code: neither credential-shaped nor the runtime's own. */
+export function isGivenToCapsules(name: string, extraPatterns: readonly string[] = []): boolean {
+  return !isCredentialShaped(name, extraPatterns) && !isRuntimeOwned(name);
+}
+
 export type Environment = Record<string, string>;
 
 /**
@@ -60,7 +79,7 @@ export function guestEnvironment(
   const env: Environment = {};
   for (const name of policy.env_allow) {
     const value = host[name];
-    if (value === undefined || isCredentialShaped(name, policy.shell_strip_env)) continue;
+    if (value === undefined || !isGivenToCapsules(name, policy.shell_strip_env)) continue;
     env[name] = value;
   }
   return { ...env, ...runtime };
@@ -85,7 +104,7 @@ export function subprocessEnvironment(
   for (const [name, value] of overrides) env[name] = value;
   for (const name of policy.shell_baseline_env) {
     const value = host[name];
-    if (value !== undefined) env[name] = value;
+    if (value !== undefined && isGivenToCapsules(name)) env[name] = value;
   }
   for (const name of Object.keys(env)) if (isCredentialShaped(name, policy.shell_strip_env)) delete env[name];
   env.HOME = capsuleHome;

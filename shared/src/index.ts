@@ -27,6 +27,7 @@ export * from './artifact-meta.js';
 export * from './service-health.js';
 export * from './service-ports.js';
 export * from './environment.js';
+export * from './shown-url.js';
 export * from './settings.js';
 export * from './launch.js';
 export * from './eval.js';

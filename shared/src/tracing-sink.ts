@@ -68,10 +68,21 @@ export async function traced<T>(name: string, options: SpanOptions, work: (span:
   }
 }
 
-/** `<endpoint>/v1/traces` (upstream's path), whatever trailing slashes the endpoint was written with. */
+/**
+ * `<endpoint>/v1/traces` (upstream's path), whatever trailing slashes the endpoint was written
+ * with. The path is added to the endpoint's path, not to its end: a collector's `?token=` stays a
+ * query, where appending made it `?token=…/v1/traces` and sent the spans to `/`.
+ */
 export function otelTracesUrl(endpoint: string): string {
-  const base = endpoint.trim().replace(/\/+$/, '');
-  return `${base.includes('://') ? base : `http://${base}`}/v1/traces`;
+  const trimmed = endpoint.trim();
+  const base = trimmed.includes('://') ? trimmed : `http://${trimmed}`;
+  try {
+    const url = new URL(base);
+    url.pathname = `${url.pathname.replace(/\/+$/, '')}/v1/traces`;
+    return url.href;
+  } catch {
+    return `${base.replace(/\/+$/, '')}/v1/traces`;
+  }
 }
 
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;

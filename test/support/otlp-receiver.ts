@@ -29,6 +29,8 @@ export interface OtlpReceiver {
   spans(): ReceivedSpan[];
   /** Requests that were not `POST /v1/traces` with a JSON body (there should be none). */
   strayRequests(): string[];
+  /** The headers of every request, in order. */
+  requestHeaders(): http.IncomingHttpHeaders[];
   close(): Promise<void>;
 }
 
@@ -90,7 +92,9 @@ export function decodeTraces(body: OtlpTraces): ReceivedSpan[] {
 export async function startOtlpReceiver(options: { host?: string } = {}): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = [];
   const stray: string[] = [];
+  const headers: http.IncomingHttpHeaders[] = [];
   const server = http.createServer((request, response) => {
+    headers.push(request.headers);
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
@@ -117,6 +121,7 @@ export async function startOtlpReceiver(options: { host?: string } = {}): Promis
     authority: `127.0.0.1:${port}`,
     spans: () => [...spans],
     strayRequests: () => [...stray],
+    requestHeaders: () => [...headers],
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -7,7 +7,9 @@ import {
   type StagedPlan,
   evalConfigForHooks,
   guestEnvironment,
+  isRuntimeOwned,
   resolveManifestSecrets,
+  shownUrl,
 } from '@murmur/shared';
 import { locateHarness, mkdirBeneath } from '@murmur/shared/node';
 import type { AgentStart, HookStart, HostComponent, HostTool } from './host/protocol.js';
@@ -167,7 +169,14 @@ function compactionSettings(plan: StagedPlan, compaction: NonNullable<StagedPlan
 
 /** Which inference the session runs: a driver component, or a harness CLI (`transport: process`). */
 type InferenceSide =
-  | { kind: 'driver'; driver: NonNullable<AgentStart['driver']>; env: Record<string, string>; apiKey: string | undefined }
+  | {
+      kind: 'driver';
+      driver: NonNullable<AgentStart['driver']>;
+      env: Record<string, string>;
+      /** What the driver alone is given over `env`: the endpoint whole (a `?key=` may be its credential). */
+      driverEnv: Record<string, string>;
+      apiKey: string | undefined;
+    }
   | { kind: 'harness'; harness: NonNullable<AgentStart['harness']>; env: Record<string, string> };
 
 function driverSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolveManifestSecrets>): InferenceSide {
@@ -184,18 +193,32 @@ function driverSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolve
     });
   }
   const gateway = manifest.artifacts.find((artifact) => artifact.name === driverName)?.gateway;
+  const endpoint = inference.endpoint ?? gateway?.endpoint ?? '';
   return {
     kind: 'driver',
     driver: { name: driverName, component: driverComponent, preopen: input.accessible },
     apiKey: inference.api_key ?? gateway?.api_key,
+    driverEnv: { MURMUR_INFERENCE_ENDPOINT: endpoint },
     env: {
       MURMUR_INFERENCE_TRANSPORT: inference.transport,
-      MURMUR_INFERENCE_ENDPOINT: inference.endpoint ?? gateway?.endpoint ?? '',
+      // Every guest and tool is told where the model is, as upstream's; only the driver, which
+      // holds the key, is told how to sign in to it (`driverEnv`): a Google-style `?key=` is one.
+      MURMUR_INFERENCE_ENDPOINT: withoutCredentials(endpoint),
       MURMUR_INFERENCE_MODEL: inference.model ?? '',
       MURMUR_INFERENCE_DRIVER: driverName,
       ...(inference.driver?.config ? { MURMUR_INFERENCE_DRIVER_CONFIG: JSON.stringify(inference.driver.config) } : {}),
     },
   };
+}
+
+/** `url` as written, or without its user, password, query and fragment when it has any. */
+function withoutCredentials(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return parsed.username || parsed.password || parsed.search || parsed.hash ? shownUrl(url) : url;
+  } catch {
+    return url;
+  }
 }
 
 /**
@@ -214,7 +237,10 @@ function harnessSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolv
       command,
       binary: located.binary,
       transcript_limit_bytes: input.harnessTranscriptMaxBytes,
-      env: input.plan.policy.env_allow.flatMap((name): Array<[string, string]> => (input.env[name] !== undefined ? [[name, input.env[name] as string]] : [])),
+      // Credential-shaped names included (a harness is given its model's key), the runtime's own never.
+      env: input.plan.policy.env_allow.flatMap(
+        (name): Array<[string, string]> => (input.env[name] !== undefined && !isRuntimeOwned(name) ? [[name, input.env[name] as string]] : []),
+      ),
       ...(input.forgetContext !== undefined ? { forget_context: input.forgetContext } : {}),
       run_cap_ms: input.harnessRunCapMs,
     },
@@ -256,7 +282,7 @@ export function prepareAgentLaunch(input: AgentLaunchInput): AgentLaunch {
       ...(side.kind === 'driver' ? { driver: side.driver } : { harness: side.harness }),
       driver_env:
         side.kind === 'driver'
-          ? [...Object.entries(guestEnv), ...(apiKey !== undefined ? [['MURMUR_INFERENCE_API_KEY', apiKey] as [string, string]] : [])]
+          ? [...Object.entries({ ...guestEnv, ...side.driverEnv }), ...(apiKey !== undefined ? [['MURMUR_INFERENCE_API_KEY', apiKey] as [string, string]] : [])]
           : [],
       system_prompt: prompt.text,
       system_prompt_source: prompt.source,

@@ -1,4 +1,4 @@
-import { type OpenSpan, type SpanAttributes, otelTracesUrl } from '@murmur/shared';
+import { type OpenSpan, type SpanAttributes, otelTracesUrl, shownUrl } from '@murmur/shared';
 import type { OtelTracer } from '@murmur/shared/otel';
 import type { LookupFunction } from 'node:net';
 import { LogFile, type RecordsOutsideSandbox, type TraceRecord } from './records.js';
@@ -56,7 +56,7 @@ export class SessionTelemetry {
     let endpoint = options.endpoint?.trim() || undefined;
     if (endpoint && !options.endpointAllowed(otelTracesUrl(endpoint))) {
       log.line(
-        `observability.otel_endpoint '${endpoint}' is not admitted by capabilities.network.allow: this session's spans are not sent there${options.operatorEndpoint ? " (the executor's collector gets them)" : ''}; add it to network.allow to export`,
+        `observability.otel_endpoint '${shownUrl(endpoint)}' is not admitted by capabilities.network.allow: this session's spans are not sent there${options.operatorEndpoint ? " (the executor's collector gets them)" : ''}; add it to network.allow to export`,
       );
       endpoint = undefined;
     }
@@ -73,7 +73,7 @@ export class SessionTelemetry {
       scope: 'murmur-capsule-runtime',
       onExportError: (message) => log.line(message),
       // The capsule's collector is reached as its requests are; the operator's is the operator's.
-      ...(collectorLabel ? { collectorLabel } : { lookup: options.capsuleLookup }),
+      ...(collectorLabel ? { collectorLabel } : { lookup: options.capsuleLookup, capsuleCollector: true }),
     });
     return new SessionTelemetry(tracer, options.launchTraceparent);
   }

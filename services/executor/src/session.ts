@@ -21,7 +21,8 @@ import {
   spawnerHandleToEnv,
   commands,
   guestEnvironment,
-  isCredentialShaped,
+  isGivenToCapsules,
+  shownUrl,
   SUBPROCESS_BASELINE,
   RPC_ERRORS,
   RUNTIME_VERSION,
@@ -530,7 +531,8 @@ export class Session {
       MURMUR_CAPSULE_VERSION: plan.capsule.version,
       MURMUR_SESSION_ID: this.id,
       MURMUR_CAPSULE_URL: url,
-      ...(this.delegations.roostUrl ? { MURMUR_ROOST_URL: this.delegations.roostUrl } : {}),
+      // Where roost is, not how to sign in to it: a user, password or query in the URL is the executor's.
+      ...(this.delegations.roostUrl ? { MURMUR_ROOST_URL: shownUrl(this.delegations.roostUrl) } : {}),
       ...(this.request.spawner ? { [SPAWNER_ENV]: spawnerHandleToEnv(this.request.spawner) } : {}),
     };
     const launcherEnv = Object.fromEntries(Object.entries(this.request.env).filter(([name]) => name !== SPAWNER_ENV));
@@ -599,7 +601,7 @@ export class Session {
     // under a name no credential pattern matches) would be the capsule's to read.
     const forSubprocesses = new Set<string>([...SUBPROCESS_BASELINE, ...plan.policy.shell_baseline_env]);
     const subprocessBase = Object.fromEntries(
-      Object.entries(launcherEnv).filter(([name]) => forSubprocesses.has(name) && !isCredentialShaped(name, plan.policy.shell_strip_env)),
+      Object.entries(launcherEnv).filter(([name]) => forSubprocesses.has(name) && isGivenToCapsules(name, plan.policy.shell_strip_env)),
     );
     const start: StartMessage = {
       type: 'start',

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { LastEgressFailure, shownUrl } from '../src/host/egress-failures.js';
+import { shownUrl } from '@murmur/shared';
+import { LastEgressFailure } from '../src/host/egress-failures.js';
 
 describe("a guest call's last unanswered request", () => {
   it('is told to the driver call that made it', () => {

@@ -5,6 +5,7 @@ import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BasicTracerProvider, BatchSpanProcessor, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace-base';
 import { type OpenSpan, type RuntimeTracing, type SpanAttributes, type SpanOptions, isTraceparent, otelTracesUrl } from '../tracing-sink.js';
 import type { LookupFunction } from 'node:net';
+import { shownUrl } from '../shown-url.js';
 
 /**
  * The OpenTelemetry SDK behind the runtime's tracing sink: spans batched and exported as OTLP/HTTP
@@ -35,6 +36,13 @@ export interface OtelTracerOptions {
    * leading to the executor's loopback is refused as its requests are).
    */
   lookup?: LookupFunction;
+  /**
+   * A collector the capsule named: its exporter is made without the process's
+   * `OTEL_EXPORTER_OTLP_*` settings, which the OpenTelemetry exporter otherwise reads as it is
+   * made and merges into every exporter whatever its URL — the operator's collector headers
+   * (an API key) and client certificate would go to wherever a manifest pointed.
+   */
+  capsuleCollector?: boolean;
 }
 
 export interface OtelTracer extends RuntimeTracing {
@@ -60,12 +68,16 @@ export function openOtelTracer(options: OtelTracerOptions): OtelTracer {
   const exporter = new ReportingExporter(
     // No connection is kept between exports: a tracer is opened for each session, and a kept one
     // outlived its session (an idle socket per ended session, for as long as the collector kept it).
-    new OTLPTraceExporter({
-      url,
-      timeoutMillis: EXPORT_TIMEOUT_MS,
-      httpAgentOptions: { keepAlive: false, ...(options.lookup ? { lookup: options.lookup } : {}) },
-    }),
-    options.collectorLabel ?? url,
+    (options.capsuleCollector ? withoutExporterEnvironment : (make: () => OTLPTraceExporter) => make())(
+      () =>
+        new OTLPTraceExporter({
+          url,
+          timeoutMillis: EXPORT_TIMEOUT_MS,
+          httpAgentOptions: { keepAlive: false, ...(options.lookup ? { lookup: options.lookup } : {}) },
+        }),
+    ),
+    // Where failures are read (a session's own `logs/otel.log`) a collector's user or `?token=` must not be.
+    options.collectorLabel ?? shownUrl(url),
     options.collectorLabel === undefined ? describeFailure : failureCode,
     options.onExportError,
   );
@@ -103,6 +115,20 @@ export function openOtelTracer(options: OtelTracerOptions): OtelTracer {
       return bounded(provider.shutdown(), timeoutMs);
     },
   };
+}
+
+/**
+ * Makes `make()`'s exporter with no `OTEL_EXPORTER_OTLP_*` in the environment, restored at once:
+ * the exporter reads them only while it is made, synchronously, so nothing else sees them gone.
+ */
+function withoutExporterEnvironment<T>(make: () => T): T {
+  const saved = Object.entries(process.env).filter(([name]) => name.startsWith('OTEL_EXPORTER_OTLP_'));
+  for (const [name] of saved) delete process.env[name];
+  try {
+    return make();
+  } finally {
+    for (const [name, value] of saved) process.env[name] = value;
+  }
 }
 
 function openSpan(span: Span): OpenSpan {

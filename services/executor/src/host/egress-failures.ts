@@ -1,3 +1,4 @@
+import { shownUrl } from '@murmur/shared';
 import type { EgressFailure } from './contracts.js';
 
 /**
@@ -40,15 +41,5 @@ export class LastEgressFailure {
   /** The last failure, if the last request failed. */
   get failure(): EgressFailure | undefined {
     return this.last;
-  }
-}
-
-/** `url` as it may be shown: its scheme, host, port and path, none of its user, query or fragment. */
-export function shownUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    return `${parsed.protocol}//${parsed.host}${parsed.pathname}`;
-  } catch {
-    return '(a URL that does not parse)';
   }
 }

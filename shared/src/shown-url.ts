@@ -1,0 +1,13 @@
+/**
+ * `url` as it may be shown to whoever reads a record, a log or an error: its scheme, host, port
+ * and path, none of its user, password, query or fragment — each of which may carry a credential
+ * (`https://user:pass@…`, Google's `?key=`, a collector's `?token=`).
+ */
+export function shownUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.protocol}//${parsed.host}${parsed.pathname}`;
+  } catch {
+    return '(a URL that does not parse)';
+  }
+}
