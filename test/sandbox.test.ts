@@ -412,8 +412,8 @@ describe('the capsule sandbox', () => {
       });
     });
 
-    it('gives a subprocess none of the runtime’s own settings, even named in shell.baseline_env', async () => {
-      const { results } = await probe(
+    it('gives a subprocess none of the runtime’s own settings, even named in shell.baseline_env, and says so in the bootstrap log', async () => {
+      const { results, workdir } = await probe(
         'subprocess-environment',
         'capabilities:\n  shell:\n    allow: [env]\n    baseline_env: [GREETING, MURMUR_ROOST_TOKEN, OTEL_EXPORTER_OTLP_HEADERS]\n',
         [{ op: 'shell', binary: 'env', args: [] }],
@@ -422,6 +422,8 @@ describe('the capsule sandbox', () => {
       const { stdout } = (results[0]?.value ?? { stdout: '' }) as { stdout: string };
       expect(stdout).toContain('GREETING=hello\n');
       expect(stdout).not.toMatch(/secret/);
+      const bootstrap = await fs.readFile(path.join(workdir, 'logs', 'bootstrap.log'), 'utf8');
+      expect(bootstrap).toContain("[capability-policy] MURMUR_ROOST_TOKEN, OTEL_EXPORTER_OTLP_HEADERS: the runtime's own settings, never given to a capsule");
     });
 
     it('captures stdout and stderr into the session log', async () => {
