@@ -155,4 +155,25 @@ describe('a capsule on a stack and the bus the stack runs on', () => {
     expect(existsSync(path.join(cache, 'component.js'))).toBe(false);
     expect(existsSync(path.join(scratch.dir, 'component.js'))).toBe(false);
   });
+
+  it('may not be given the machine’s own directories for a workdir: / and /etc would be the capsule’s to write, /dev a sandbox mounts afresh', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'system-writer'), '');
+    for (const [workdir, said] of [
+      ['/', "workdir '/' is the root of the machine: a capsule's workdir is bound writable into its sandbox"],
+      ['/etc', "workdir '/etc' lies in /etc, one of the machine's own directories: a capsule's workdir is bound writable into its sandbox"],
+      [
+        '/dev/shm',
+        "workdir '/dev/shm' lies in /dev, one of the machine's own directories: a capsule's workdir is bound writable into its sandbox, and every sandbox mounts its own /dev",
+      ],
+    ] as const) {
+      const result = await runMur(['run', '--workdir', workdir, '--task', JSON.stringify([{ op: 'write', path: 'murmur-was-here', text: 'x' }])], {
+        cwd: project,
+        env: { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') },
+      });
+      expect(result.code, workdir).toBe(1);
+      expect(result.stderr).toContain(`error[E-IO-002]: ${said}`);
+      expect(existsSync(path.join(workdir, 'murmur-was-here'))).toBe(false);
+      expect(existsSync(path.join(workdir, '.murmur'))).toBe(false);
+    }
+  });
 });

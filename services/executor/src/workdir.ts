@@ -80,6 +80,32 @@ export function assertApartFromExecutor(workdir: string, executorState: readonly
 }
 
 /**
+ * The machine's own directories, which no launcher may make a capsule's workdir. `/dev`, `/proc`
+ * and `/sys` are a sandbox's own (it mounts fresh ones), so a workdir there cannot even be bound:
+ * a launch failed with bubblewrap's `Can't mkdir … Read-only file system` in the host's log. The
+ * rest (and `/` itself) would be bound writable into the sandbox, and an executor runs as root
+ * here: a launcher, over the bus a stranger to the machine, would give a capsule `/etc`.
+ */
+const SYSTEM_DIRECTORIES_REFUSED = ['/dev', '/proc', '/sys', '/etc', '/boot', '/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
+
+/** Refuses a workdir a launcher named that is `/` or lies in one of the machine's own directories. */
+export function assertNoSystemDirectory(workdir: string, named: string): void {
+  let dir: string;
+  try {
+    dir = realpathSync(workdir);
+  } catch {
+    dir = path.resolve(workdir);
+  }
+  const system = dir === '/' ? '/' : SYSTEM_DIRECTORIES_REFUSED.find((root) => dir === root || dir.startsWith(`${root}/`));
+  if (system === undefined) return;
+  throw new MurmurError(
+    'E-IO-002',
+    `${named} '${dir}' ${system === '/' ? 'is the root of the machine' : `lies in ${system}, one of the machine's own directories`}: a capsule's workdir is bound writable into its sandbox${['/dev', '/proc', '/sys'].includes(system) ? `, and every sandbox mounts its own ${system}` : ''}`,
+    { path: dir, hint: 'name a directory of your own (under your home, or /tmp), or leave out --workdir for a fresh one per session' },
+  );
+}
+
+/**
  * Refuses a workdir that no longer resolves to the path the executor made: a parent's guest that
  * swapped its child's directory for a link (to `/etc`, say) would otherwise have the child's
  * records written, and its sandbox's writable bind made, there.
@@ -150,6 +176,12 @@ export function shellToolManifest(binary: string): string {
   ].join('\n');
 }
 
+/** A workdir, or a base, the launcher chose: apart from the executor's state and the machine's own directories. */
+function assertLaunchersChoice(workdir: string, executorState: readonly string[]): void {
+  assertNoSystemDirectory(workdir, 'workdir');
+  assertApartFromExecutor(workdir, executorState, 'workdir');
+}
+
 export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirRequest, files: ArtifactFiles): Promise<{ paths: SessionPaths; tools: HostTool[] }> {
   let accessible: string;
   if (request.workdir !== undefined) {
@@ -160,11 +192,11 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
         hint: 'create it first, or leave out --workdir to get a fresh one per session',
       });
     }
-    if (request.executorState) assertApartFromExecutor(accessible, request.executorState, 'workdir');
+    if (request.executorState) assertLaunchersChoice(accessible, request.executorState);
   } else {
     accessible = path.join(path.resolve(request.defaultBase), 'workdir', request.sessionId);
     // A base of the launcher's own: its session's directory is made there, so not in the executor's state.
-    if (request.executorState) assertApartFromExecutor(accessible, request.executorState, 'workdir');
+    if (request.executorState) assertLaunchersChoice(accessible, request.executorState);
     await fs.mkdir(accessible, { recursive: true });
   }
   if (request.madeInGuestTree) assertWorkdirUnmoved(accessible);
