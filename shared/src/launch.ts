@@ -198,6 +198,11 @@ export const LaunchReplySchema = z.object({
   /** Whether the capsule host runs in kernel namespaces, and how. */
   isolation: z.string(),
   /**
+   * For a capsule that can start subprocesses on a host below `sealed`: what the sandbox does not
+   * hold its tools to (`unenforcedForTools`), which a launcher says. Absent or empty otherwise.
+   */
+  not_enforced_for_tools: z.array(z.string()).optional(),
+  /**
    * The session's own bearer token: a door that takes session tokens (`MURMUR_DOOR_AUTH=session`)
    * admits a request to this session, and to no other, that carries it. Only the launcher gets it;
    * the session's records never hold it.

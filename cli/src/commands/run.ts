@@ -234,6 +234,8 @@ function scopeReport(grants: Record<string, unknown>): string {
     ...list('interpreter runtime', grants.interpreter_runtime_grants),
     ...list('staged runtime', grants.staged_runtime_grants),
   ];
+  const unenforced = Array.isArray(grants.not_enforced_for_tools) ? grants.not_enforced_for_tools.map(String) : [];
+  if (unenforced.length > 0) lines.push('', 'Not enforced here for subprocesses (shell and native tools)', ...unenforced.map((gap) => `  - ${gap}`));
   if (!met) lines.push('', 'This is a report only — `mur run` without --explain-scope would refuse to launch here.');
   return lines.join('\n');
 }
@@ -530,6 +532,16 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     });
 
     timing('launched');
+    // Said whatever the output format (stderr): a capsule with a shell contained below sealed.
+    const unenforced = launched.not_enforced_for_tools ?? [];
+    if (unenforced.length > 0)
+      output.err(
+        [
+          `warning: this executor contains the capsule's tools at ${launched.isolation}, below sealed; they are not held to:`,
+          ...unenforced.map((gap) => `  - ${gap}`),
+          '  hint: declare capabilities.containment: sealed (or mur run --containment sealed) to refuse a host that cannot seal',
+        ].join('\n'),
+      );
     // The first run pins what it resolved; later runs are held to it. Only once a session runs:
     // a run refused on the way (its door, its task, the executor) leaves no lock behind.
     if (plan.lock.status === 'absent' && lockPath && plan.lock.entries.length > 0) {

@@ -87,9 +87,28 @@ export function canSpawnSubprocesses(parts: SpawningParts): boolean {
  * it does not. Every refusal, not the first: a report names both problems at once, a launch
  * throws the first.
  */
-export function subprocessRefusals(canSpawn: boolean, probe: Pick<HostProbe, 'namespaces' | 'cgroups'>): MurmurError[] {
+export function subprocessRefusals(
+  canSpawn: boolean,
+  probe: Pick<HostProbe, 'namespaces' | 'cgroups'>,
+  uid: number | undefined = process.getuid?.(),
+): MurmurError[] {
   if (!canSpawn) return [];
   const refusals: MurmurError[] = [];
+  if (probe.namespaces.tool === 'unshare' && uid === 0) {
+    // unshare's user namespace maps the sandbox's root to the user that made it: to root itself,
+    // with every capability, and with no composed root the tools see this machine as it is. A
+    // probe's shell tool read /etc/shadow, rewrote the executor's code and the cache every later
+    // (sealed) session runs, and left its session's cgroup.
+    refusals.push(
+      new MurmurError(
+        'E-CAP-005',
+        "this executor runs as root and has only unshare's namespaces (no bubblewrap): the capsule's subprocesses would run as this machine's root, with every capability and this machine's own files around them",
+        {
+          hint: "install bubblewrap ('apt-get install bubblewrap') so tools run in a composed root, run the executor as an unprivileged user, or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly",
+        },
+      ),
+    );
+  }
   if (probe.namespaces.tool === undefined) {
     refusals.push(
       new MurmurError(

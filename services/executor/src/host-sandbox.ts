@@ -85,6 +85,13 @@ export interface HostSandboxInput {
   records?: readonly RecordBind[] | undefined;
   tools: HostTool[];
   hostEntry: string;
+  /**
+   * The node an unsealed host runs: the execute-only copy, which makes the host undumpable, so a
+   * tool beside it (the same user, in the same sandbox) cannot read its memory — the inference
+   * key, the allowed environment — through `/proc`. Sealed, the helper's own (`confine.node`).
+   * Absent: this process's node.
+   */
+  node?: string | undefined;
   cgroup: SessionCgroup | undefined;
   /** The subprocess PATH, where the shell allowlist is looked up. */
   subprocessPath: string;
@@ -254,8 +261,9 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
 /** `opened`: every descriptor it opens, as it opens them, for `hostSandbox` to close if a later step throws. */
 function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbox {
   const { namespaces, confine, policy } = input;
-  if (namespaces.tool === 'unshare') return plain([namespaces.binary as string, ...unshareArguments([process.execPath, input.hostEntry])]);
-  if (namespaces.tool !== 'bubblewrap') return plain([process.execPath, input.hostEntry]);
+  const unsealedNode = input.node ?? process.execPath;
+  if (namespaces.tool === 'unshare') return plain([namespaces.binary as string, ...unshareArguments([unsealedNode, input.hostEntry])]);
+  if (namespaces.tool !== 'bubblewrap') return plain([unsealedNode, input.hostEntry]);
 
   const pooled = input.pooled === true;
   const tmp = pooled ? '/tmp' : sandboxTmp(input.workdir);
@@ -276,6 +284,8 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
     const data = new Set<string>();
     for (const component of input.components) data.add(path.dirname(component.bundle_dir));
     for (const dir of input.data ?? []) data.add(dir);
+    // An unsealed host's node copy lies in the cache (a sealed one's is bound with the helper's).
+    if (!confine && input.node && !isSystemPath(input.node)) data.add(path.dirname(input.node));
     for (const tool of input.tools) if (tool.kind === 'native' && tool.path) data.add(path.dirname(tool.path));
     // Runtime trees a shell binary needs, wherever they live (under /usr they are bound already).
     for (const grant of policy.interpreter_runtime) for (const dir of grant.dirs) if (!isSystemPath(dir.path)) data.add(dir.path);
@@ -297,10 +307,7 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   if (pooled && !confine) throw new Error('a pooled sandbox is sealed: its session is mounted in by the held helper');
   if (!confine) {
     const pinnedAt = FIRST_DATA_FD + files.length;
-    const argv = [
-      namespaces.binary as string,
-      ...bubblewrapArguments({ ...layoutOf().layout, pinned: pinnedFrom(pinnedAt) }, [process.execPath, input.hostEntry]),
-    ];
+    const argv = [namespaces.binary as string, ...bubblewrapArguments({ ...layoutOf().layout, pinned: pinnedFrom(pinnedAt) }, [unsealedNode, input.hostEntry])];
     return { ...pipesOnly(argv, files, pinned), network: undefined, start: undefined, sealed: false };
   }
 

@@ -20,6 +20,7 @@ import type { z } from 'zod';
 import { BlobCache, blobCacheMaxBytes, cacheDir, keepBlobsWithin, keepCacheSwept, murmurHome, processState } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
 import { sweepAbandonedGroups } from './cgroup-sweep.js';
+import { type ConfineProbe, executeOnlyNode } from './confinement.js';
 import { HostPool } from './host-pool.js';
 import { assessContainment, effectiveGrants, strongestFloor } from './containment.js';
 import { isolationSummary, probeHost } from './host-probe.js';
@@ -202,6 +203,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     settings,
     pool: undefined,
     hostEntry: options.hostEntry,
+    ...unsealedHostNode(confine, cache),
     session: (id) => sessions.get(id),
     delegationTrees: new DelegationTrees(),
     pull: (session, name, version) => pullForSession(bus, session, name, version),
@@ -416,6 +418,21 @@ export const DEFAULT_POOL_SIZE = 2;
  * The warm pool, when this host seals sandboxes (a pooled host is always a sealed one: its helper
  * mounts the session in). `MURMUR_EXECUTOR_POOL=0` turns it off.
  */
+/**
+ * The node an unsealed host runs (`ExecutorEnvironment.hostNode`): made once, at start. Sealed
+ * sandboxes run the helper's copy, and need none here.
+ */
+function unsealedHostNode(confine: ConfineProbe, cache: string): Pick<ExecutorEnvironment, 'hostNode' | 'hostNodeNote'> {
+  if (confine.support) return {};
+  try {
+    return { hostNode: executeOnlyNode(cache) };
+  } catch (error) {
+    return {
+      hostNodeNote: `the capsule host runs this executor's own node, readable, so its tools can read its memory: the execute-only copy could not be made under ${cache} (${(error as Error).message})`,
+    };
+  }
+}
+
 function startPool(environment: ExecutorEnvironment, wanted: ExecutorServiceOptions['pool'], env: NodeJS.ProcessEnv, log: Log): HostPool | undefined {
   const configured = env.MURMUR_EXECUTOR_POOL?.trim();
   // Only an executor that will launch is given a pool: asked for by its starter, or by the operator.

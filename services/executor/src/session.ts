@@ -57,7 +57,15 @@ import type { NetworkPlan } from './network-plan.js';
 import type { ConfineProbe } from './confinement.js';
 import { rememberBounded } from './bounded-map.js';
 import type { DelegationTrees } from './delegation-trees.js';
-import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
+import {
+  type ContainmentAssessment,
+  assessContainment,
+  containmentRefusal,
+  effectiveGrants,
+  hostContainment,
+  strongestFloor,
+  unenforcedForTools,
+} from './containment.js';
 import { EgressPolicy } from './egress.js';
 import { EgressRecords } from './egress-records.js';
 import { HostEgress, isEgressRequest } from './host-egress.js';
@@ -127,6 +135,13 @@ export interface ExecutorEnvironment {
   pool?: HostPool | undefined;
   /** The capsule host's entry when it is not the runtime's own (`HOST_ENTRY`): a test's host that misbehaves. */
   hostEntry?: string | undefined;
+  /**
+   * The node an unsealed host runs (a sealed one's is its helper's): the execute-only copy
+   * (`executeOnlyNode`), so its tools, the same user beside it, cannot read its memory; this
+   * process's own node where the copy could not be made (`hostNodeNote` says why).
+   */
+  hostNode?: string | undefined;
+  hostNodeNote?: string | undefined;
   /** A session this executor runs, for a child to be placed under its `children/`. */
   session(id: string): Session | undefined;
   /** How many delegated sessions each delegation tree has here (`MURMUR_DELEGATION_MAX_TREE`). */
@@ -513,6 +528,8 @@ export class Session {
     this.bootstrap.line(
       `[bootstrap] containment: ${containment.achieved} (${containment.tier}), declared ${containment.declared}${confine.reason ? `; not sealed: ${confine.reason}` : ''}; cgroup: ${cgroups.support?.version ?? `none (${cgroups.reason})`}`,
     );
+    if (this.canSpawn())
+      for (const gap of unenforcedForTools(containment.tier, plan.policy)) this.bootstrap.line(`[containment] warning: the tools are not held to ${gap}`);
     this.bootstrap.line(
       `[bootstrap] network allow: ${this.egress.describe('capsule')}; env allow: ${plan.policy.env_allow.join(', ') || 'nothing'}; shell allow: ${plan.policy.shell_allow.join(', ') || 'nothing'}`,
     );
@@ -648,6 +665,7 @@ export class Session {
       url: url || null,
       started_at: new Date(this.startedAt).toISOString(),
       isolation: this.containment.tier,
+      ...(this.canSpawn() ? { not_enforced_for_tools: unenforcedForTools(this.containment.tier, plan.policy) } : {}),
       token: this.token,
     };
     // Listed in the heartbeat from here on: a watcher that heard it start and then a heartbeat
@@ -919,6 +937,7 @@ export class Session {
 
   private spawnInSandbox(start: StartMessage): void {
     const plan = this.plan;
+    if (this.environment.hostNodeNote && this.canSpawn()) this.bootstrap.line(`[sandbox] warning: ${this.environment.hostNodeNote}`);
     const { namespaces, confine } = this.environment;
     const sandbox = hostSandbox({
       namespaces,
@@ -931,6 +950,7 @@ export class Session {
       components: this.components,
       tools: this.tools,
       hostEntry: this.environment.hostEntry ?? HOST_ENTRY,
+      ...(this.environment.hostNode ? { node: this.environment.hostNode } : {}),
       cgroup: this.cgroup,
       subprocessPath: start.subprocess_env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
       ...(start.agent?.harness ? { harness: { binary: start.agent.harness.binary } } : {}),
