@@ -1,0 +1,98 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { probeProject, probeResults } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { runMur } from './support/processes.js';
+
+/**
+ * A capsule with a shell on a host that cannot seal (`MURMUR_CONFINE=none`: bubblewrap's composed
+ * root alone, `scoped`). What that class still holds, and what a launcher is told it does not.
+ */
+describe('a capsule with a shell, contained at scoped', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-below-sealed-');
+    env = { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_CONFINE: 'none' };
+  });
+
+  afterAll(async () => {
+    await scratch.cleanup();
+  });
+
+  // Its parent is the capsule host: the environment it was given and its memory both hold the secret.
+  const readHost = [
+    'import json, os',
+    'secret = os.environ.get("NEEDLE", "").encode()',
+    'out = {}',
+    'host = os.getppid()',
+    'try:',
+    '    out["environ"] = secret in open(f"/proc/{host}/environ", "rb").read()',
+    'except OSError as error:',
+    '    out["environ"] = type(error).__name__',
+    'try:',
+    '    maps = open(f"/proc/{host}/maps").read().splitlines()',
+    '    memory = open(f"/proc/{host}/mem", "rb", 0)',
+    '    found = False',
+    '    for line in maps:',
+    '        span, perms = line.split()[0], line.split()[1]',
+    '        start, end = (int(part, 16) for part in span.split("-"))',
+    '        if "r" not in perms or end - start > 256 << 20: continue',
+    '        try:',
+    '            memory.seek(start); found = found or secret in memory.read(end - start)',
+    '        except OSError: continue',
+    '    out["mem"] = found',
+    'except OSError as error:',
+    '    out["mem"] = type(error).__name__',
+    'print(json.dumps(out))',
+  ].join('\n');
+
+  it('runs its host from the execute-only node: a tool cannot read the host’s memory or environment, where an allowed secret is', async () => {
+    const project = await probeProject(
+      path.join(scratch.dir, 'read-host'),
+      'capabilities:\n  env:\n    allow: [BELOW_SEALED_SECRET]\n  shell:\n    allow: [python3]\n',
+    );
+    const result = await runMur(
+      [
+        'run',
+        '--json',
+        '--task',
+        // The tool is told which value to look for by name: its own environment never holds it.
+        JSON.stringify([{ op: 'shell', binary: 'python3', args: ['-c', readHost], env: [['NEEDLE', 'below-sealed-secret-7f3a']] }]),
+      ],
+      { cwd: project, env: { ...env, BELOW_SEALED_SECRET: 'below-sealed-secret-7f3a' } },
+    );
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const [shell] = probeResults((await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8')).replaceAll('[stdout] ', ''));
+    const seen = JSON.parse(((shell?.value ?? { stdout: '{}' }) as { stdout: string }).stdout) as { environ: unknown; mem: unknown };
+    expect(seen).toEqual({ environ: 'PermissionError', mem: 'PermissionError' });
+    expect(await fs.readFile(path.join(workdir, 'logs', 'bootstrap.log'), 'utf8')).toContain('[bootstrap] containment: scoped (mountns+pivot_root)');
+  });
+
+  it('is told, on stderr, in the bootstrap log and in --explain-scope, what its tools are not held to', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'told'), 'capabilities:\n  shell:\n    allow: [sh]\n  network:\n    allow: [127.0.0.1:9]\n');
+    const result = await runMur(['run', '--json', '--task', '[]'], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain("warning: this executor contains the capsule's tools at mountns+pivot_root, below sealed; they are not held to:\n");
+    for (const gap of [
+      '  - network.allow: the tools have no network at all',
+      '  - shell.allow past the program a tool starts',
+      "  - seccomp: the tools' system calls are not filtered",
+    ])
+      expect(result.stderr).toContain(gap);
+    expect(result.stderr).toContain('hint: declare capabilities.containment: sealed');
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const bootstrap = await fs.readFile(path.join(workdir, 'logs', 'bootstrap.log'), 'utf8');
+    expect(bootstrap).toContain('[containment] warning: the tools are not held to network.allow: the tools have no network at all');
+    const report = await runMur(['run', '--explain-scope'], { cwd: project, env });
+    expect(report.code, report.stderr).toBe(0);
+    expect(report.stdout).toContain('Not enforced here for subprocesses (shell and native tools)\n  - network.allow: the tools have no network at all');
+    // Sealed, nothing is listed: the same capsule on this machine's own class.
+    const sealed = await runMur(['run', '--json', '--task', '[]'], { cwd: project, env: { MURMUR_HOME: env.MURMUR_HOME as string } });
+    expect(sealed.code, sealed.stderr).toBe(0);
+    expect(sealed.stderr).not.toContain('below sealed');
+  });
+});
