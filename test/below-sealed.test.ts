@@ -1,7 +1,7 @@
-import { promises as fs } from 'node:fs';
+import { promises as fs, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { probeProject, probeResults } from './support/capsules.js';
+import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { runMur } from './support/processes.js';
 
@@ -70,6 +70,55 @@ describe('a capsule with a shell, contained at scoped', () => {
     const seen = JSON.parse(((shell?.value ?? { stdout: '{}' }) as { stdout: string }).stdout) as { environ: unknown; mem: unknown };
     expect(seen).toEqual({ environ: 'PermissionError', mem: 'PermissionError' });
     expect(await fs.readFile(path.join(workdir, 'logs', 'bootstrap.log'), 'utf8')).toContain('[bootstrap] containment: scoped (mountns+pivot_root)');
+  });
+
+  it('holds its tools to their ceilings, as sealed: rlimits through prlimit, the tools’ cgroup joined before each runs, and the trace names each', async () => {
+    const project = await probeProject(
+      path.join(scratch.dir, 'ceilings'),
+      'capabilities:\n  shell:\n    allow: [python3, dd]\n  resources:\n    cpu_seconds: 1\n    max_file_size_bytes: 1048576\n    memory_bytes: 268435456\n    cgroup_memory_bytes: 67108864\n    cgroup_pids_max: 8\n',
+    );
+    const workdir = path.join(scratch.dir, 'ceilings-wd');
+    await fs.mkdir(workdir);
+    await fs.copyFile(path.join(path.dirname(new URL(import.meta.url).pathname), 'sealed', 'ceilings.py'), path.join(workdir, 'ceilings.py'));
+    const python = (...args: string[]) => ({ op: 'shell', binary: 'python3', args });
+    const result = await runMur(
+      [
+        'run',
+        '--workdir',
+        workdir,
+        '--task',
+        JSON.stringify([
+          python('ceilings.py', 'cpu'),
+          { op: 'shell', binary: 'dd', args: ['if=/dev/zero', 'of=big', 'bs=65536', 'count=64'] },
+          python('ceilings.py', 'memory', '400'),
+          // Written, not only reserved: 128 MiB the tools' 64 MiB group cannot hold.
+          python('-c', 'x = b"x" * (128 << 20); print(len(x))'),
+          python('ceilings.py', 'nproc', '40'),
+        ]),
+      ],
+      { cwd: project, env },
+    );
+    expect(result.code, result.stderr).toBe(0);
+    const [session] = readdirSync(path.join(workdir, '.murmur')).filter((entry) => entry.startsWith('ses_'));
+    const records = path.join(workdir, '.murmur', session as string);
+    const results = probeResults((await fs.readFile(path.join(records, 'logs', 'session.log'), 'utf8')).replaceAll('[stdout] ', ''));
+    const shell = (await fs.readFile(path.join(records, 'trace.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>)
+      .filter((event) => event.event_type === 'shell');
+    const value = (at: number) => (results[at] as ProbeResult).value as { exitCode: number; stdout: string };
+    expect(value(0).exitCode, JSON.stringify(results[0])).toBe(152);
+    expect(shell[0]).toMatchObject({ resource_limit: 'cpu_seconds' });
+    expect(value(1).exitCode).toBe(153);
+    expect(shell[1]).toMatchObject({ resource_limit: 'max_file_size_bytes' });
+    expect((await fs.stat(path.join(workdir, 'big'))).size).toBe(1048576);
+    expect(JSON.parse(value(2).stdout)).toEqual({ error: 'MemoryError', as_limit: 268435456 });
+    expect(value(3).exitCode).toBe(137);
+    expect(shell[3]).toMatchObject({ resource_limit: 'cgroup_memory_bytes' });
+    const forks = JSON.parse(value(4).stdout) as { forked: number; refusal: string | null };
+    expect(forks.refusal).toBe('Resource temporarily unavailable');
+    expect(forks.forked).toBeLessThan(8);
   });
 
   it('is told, on stderr, in the bootstrap log and in --explain-scope, what its tools are not held to', async () => {

@@ -65,3 +65,29 @@ export function capabilityCategories(policy: Pick<CapabilityPolicy, 'network_all
     ...(policy.shell_allow.length > 0 ? ['shell'] : []),
   ];
 }
+
+/**
+ * What the sandbox at `tier` does not hold a capsule's subprocesses (shell and native tools) to,
+ * (an executor's `enforcement_tier`), in the words a launcher reads; empty when sealed. The
+ * executor says it with a launch and in the bootstrap log, `mur run --explain-scope` from the
+ * grants' tier, so both say the same. A WebAssembly guest is held by the host's
+ * grants on every tier: these are the tools' alone. A class is a floor the manifest may demand,
+ * so a class below `sealed` that says nothing of what it lacks left a capsule with a shell to
+ * find out (QA: `network.allow` listed as granted where no tool could connect anywhere).
+ */
+export function unenforcedForTools(tier: string, policy: Pick<CapabilityPolicy, 'workdir_exec'>): string[] {
+  const unenforced: string[] = [];
+  if (tier === 'none') unenforced.push('any sandbox at all: no namespaces (a capsule that can start subprocesses is refused here, E-CAP-005)');
+  if (tier === 'namespaces')
+    unenforced.push("the workdir boundary: there is no composed root, so tools see and write this machine's files as the executor's user");
+  if (tier === 'mountns+pivot_root' || tier === 'namespaces') {
+    unenforced.push(
+      'network.allow: the tools have no network at all, so every connection they make is refused (the capsule’s own requests still go by its rules)',
+    );
+    unenforced.push('shell.allow past the program a tool starts: without Landlock an allowed interpreter or shell runs any program it can reach');
+    unenforced.push("seccomp: the tools' system calls are not filtered");
+    unenforced.push("max_processes: the tools' tasks are bounded by cgroup_pids_max alone");
+  }
+  if (policy.workdir_exec && tier !== 'none') unenforced.push('shell.allow against the workdir: workdir_exec lets a program written there run');
+  return unenforced;
+}

@@ -25,6 +25,7 @@ import {
   SAFE_CONTEXT_ID_RULE,
   RUNTIME_VERSION,
   type StagedPlan,
+  unenforcedForTools,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import type { z } from 'zod';
@@ -234,7 +235,8 @@ function scopeReport(grants: Record<string, unknown>): string {
     ...list('interpreter runtime', grants.interpreter_runtime_grants),
     ...list('staged runtime', grants.staged_runtime_grants),
   ];
-  const unenforced = Array.isArray(grants.not_enforced_for_tools) ? grants.not_enforced_for_tools.map(String) : [];
+  const spawns = Array.isArray(grants.shell_allow) && grants.shell_allow.length > 0;
+  const unenforced = spawns ? unenforcedForTools(String(grants.enforcement_tier), { workdir_exec: grants.workdir_exec === true }) : [];
   if (unenforced.length > 0) lines.push('', 'Not enforced here for subprocesses (shell and native tools)', ...unenforced.map((gap) => `  - ${gap}`));
   if (!met) lines.push('', 'This is a report only — `mur run` without --explain-scope would refuse to launch here.');
   return lines.join('\n');

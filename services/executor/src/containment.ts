@@ -88,29 +88,6 @@ export function containmentRefusal(assessment: ContainmentAssessment): MurmurErr
  * The trace's `effective_grants` (and what `mur run --explain-scope --json` prints): upstream's
  * keys, in upstream's order.
  */
-/**
- * What the sandbox at `tier` does not hold a capsule's subprocesses (shell and native tools) to,
- * in the words a launcher reads; empty when sealed. A WebAssembly guest is held by the host's
- * grants on every tier: these are the tools' alone. A class is a floor the manifest may demand,
- * so a class below `sealed` that says nothing of what it lacks left a capsule with a shell to
- * find out (QA: `network.allow` listed as granted where no tool could connect anywhere).
- */
-export function unenforcedForTools(tier: EnforcementTier, policy: Pick<CapabilityPolicy, 'workdir_exec'>): string[] {
-  const unenforced: string[] = [];
-  if (tier === 'none') unenforced.push('any sandbox at all: no namespaces (a capsule that can start subprocesses is refused here, E-CAP-005)');
-  if (tier === 'namespaces')
-    unenforced.push("the workdir boundary: there is no composed root, so tools see and write this machine's files as the executor's user");
-  if (tier === 'mountns+pivot_root' || tier === 'namespaces') {
-    unenforced.push(
-      'network.allow: the tools have no network at all, so every connection they make is refused (the capsule’s own requests still go by its rules)',
-    );
-    unenforced.push('shell.allow past the program a tool starts: without Landlock an allowed interpreter or shell runs any program it can reach');
-    unenforced.push("seccomp: the tools' system calls are not filtered");
-  }
-  if (policy.workdir_exec && tier !== 'none') unenforced.push('shell.allow against the workdir: workdir_exec lets a program written there run');
-  return unenforced;
-}
-
 export function effectiveGrants(assessment: ContainmentAssessment, policy: CapabilityPolicy): Record<string, unknown> {
   return {
     declared_containment: assessment.declared,
@@ -118,7 +95,6 @@ export function effectiveGrants(assessment: ContainmentAssessment, policy: Capab
     floor_met: assessment.floorMet,
     ...(assessment.shortfall !== undefined ? { shortfall_reason: assessment.shortfall } : {}),
     enforcement_tier: assessment.tier,
-    not_enforced_for_tools: unenforcedForTools(assessment.tier, policy),
     filesystem_scope: policy.filesystem_scope,
     workdir_exec: policy.workdir_exec,
     network_allow: policy.network_allow,

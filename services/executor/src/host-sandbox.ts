@@ -191,6 +191,11 @@ export interface HostSandbox {
   network: NetworkPlan | undefined;
   /** What the host is told about its sandbox (`start.sandbox`). */
   start: SandboxNetworkStart | undefined;
+  /**
+   * Unsealed: the numbers, in the host, of the tools' cgroup descriptors it inherits
+   * (`start.unsealed_tools`); empty without a cgroup. Undefined when sealed.
+   */
+  unsealedToolCgroupFds?: number[] | undefined;
   sealed: boolean;
 }
 
@@ -262,7 +267,19 @@ export function hostSandbox(input: HostSandboxInput): HostSandbox {
 function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbox {
   const { namespaces, confine, policy } = input;
   const unsealedNode = input.node ?? process.execPath;
-  if (namespaces.tool === 'unshare') return plain([namespaces.binary as string, ...unshareArguments([unsealedNode, input.hostEntry])]);
+  // Without the helper to start each tool, the host passes these on to its tools itself (`unsealed_tools`).
+  const unsealedCgroupFds = (): number[] => {
+    const fds = input.cgroup && !confine ? pinAll(input.cgroup.toolsProcsFiles.map((file) => () => openSync(file, 'w'))) : [];
+    opened.push(...fds);
+    return fds;
+  };
+  if (namespaces.tool === 'unshare') {
+    const cgroupFds = unsealedCgroupFds();
+    return {
+      ...pipesOnly([namespaces.binary as string, ...unshareArguments([unsealedNode, input.hostEntry])], [], cgroupFds),
+      ...unsealedStart(FIRST_DATA_FD, cgroupFds),
+    };
+  }
   if (namespaces.tool !== 'bubblewrap') return plain([unsealedNode, input.hostEntry]);
 
   const pooled = input.pooled === true;
@@ -308,7 +325,8 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   if (!confine) {
     const pinnedAt = FIRST_DATA_FD + files.length;
     const argv = [namespaces.binary as string, ...bubblewrapArguments({ ...layoutOf().layout, pinned: pinnedFrom(pinnedAt) }, [unsealedNode, input.hostEntry])];
-    return { ...pipesOnly(argv, files, pinned), network: undefined, start: undefined, sealed: false };
+    const cgroupFds = unsealedCgroupFds();
+    return { ...pipesOnly(argv, files, [...pinned, ...cgroupFds]), ...unsealedStart(pinnedAt + pinned.length, cgroupFds) };
   }
 
   // Sealed. What the command line and the descriptors name is decided before the spawn, with the
@@ -430,6 +448,11 @@ function writeWhole(stream: NodeJS.WritableStream | null | undefined, content: s
   pipe.write(content);
   if (pipe.writableLength === 0) pipe.destroy();
   else pipe.end();
+}
+
+/** An unsealed sandbox's own fields: the tools' cgroup descriptors the host finds from `at` on. */
+function unsealedStart(at: number, cgroupFds: number[]): Pick<HostSandbox, 'network' | 'start' | 'sealed' | 'unsealedToolCgroupFds'> {
+  return { network: undefined, start: undefined, sealed: false, unsealedToolCgroupFds: cgroupFds.map((_, index) => at + index) };
 }
 
 function plain(argv: string[]): HostSandbox {

@@ -24,6 +24,7 @@ import {
   isGivenToCapsules,
   isRuntimeOwned,
   shownUrl,
+  unenforcedForTools,
   SUBPROCESS_BASELINE,
   RPC_ERRORS,
   RUNTIME_VERSION,
@@ -57,15 +58,7 @@ import type { NetworkPlan } from './network-plan.js';
 import type { ConfineProbe } from './confinement.js';
 import { rememberBounded } from './bounded-map.js';
 import type { DelegationTrees } from './delegation-trees.js';
-import {
-  type ContainmentAssessment,
-  assessContainment,
-  containmentRefusal,
-  effectiveGrants,
-  hostContainment,
-  strongestFloor,
-  unenforcedForTools,
-} from './containment.js';
+import { type ContainmentAssessment, assessContainment, containmentRefusal, effectiveGrants, hostContainment, strongestFloor } from './containment.js';
 import { EgressPolicy } from './egress.js';
 import { EgressRecords } from './egress-records.js';
 import { HostEgress, isEgressRequest } from './host-egress.js';
@@ -102,6 +95,13 @@ import { type SessionPaths, childrenDirIn, materialiseWorkdir, recordBinds } fro
  * it starts, the requests it judges for that host, and the account it gives of how the session
  * ended — including when the host could not give one itself.
  */
+
+/**
+ * util-linux's `prlimit`, which starts an unsealed sandbox's tools with their rlimits (the sealed
+ * helper sets them itself): looked for where Debian and others put it, the same path inside a
+ * sandbox (whose `/usr` is the machine's) as here.
+ */
+const PRLIMIT_CANDIDATES = ['/usr/bin/prlimit', '/bin/prlimit'];
 
 export interface ExecutorEnvironment {
   executorId: string;
@@ -956,6 +956,14 @@ export class Session {
       ...(start.agent?.harness ? { harness: { binary: start.agent.harness.binary } } : {}),
     });
     if (sandbox.start) start.sandbox = sandbox.start;
+    if (sandbox.unsealedToolCgroupFds && this.canSpawn()) {
+      const prlimit = PRLIMIT_CANDIDATES.find((candidate) => existsSync(candidate));
+      start.unsealed_tools = { cgroup_fds: sandbox.unsealedToolCgroupFds, ...(prlimit ? { prlimit } : {}) };
+      if (!prlimit)
+        this.bootstrap.line(
+          "[sandbox] warning: no prlimit (util-linux) here: the tools' rlimits (cpu_seconds, max_file_size_bytes, memory_bytes, max_open_files) are not set below sealed; their cgroup still holds them",
+        );
+    }
     if (sandbox.network) this.serveNetwork(sandbox.network);
     this.watchHost(new HostLink(spawnSandboxedHost(sandbox, { cgroup: this.cgroup, cwd: this.paths.accessible, env: hostProcessEnv() })), []);
   }

@@ -123,6 +123,8 @@ export class CapsuleHost implements AgentHost {
 
   private subprocessContext(): SubprocessContext {
     const sandbox = this.start.sandbox;
+    const unsealed = this.start.unsealed_tools;
+    const counters = () => this.channel.request({ op: 'tool-counters' }) as Promise<{ oom_kills: number; pids_refusals: number }>;
     return {
       canceled: this.subprocessCancel.signal,
       escapees: this.escapees,
@@ -134,9 +136,13 @@ export class CapsuleHost implements AgentHost {
       ...(sandbox
         ? {
             confine: { helper: sandbox.helper, cgroupFds: sandbox.tool_cgroup_fds, executables: sandbox.tool_executables },
-            ...(sandbox.tool_cgroup_fds.length > 0
-              ? { counters: () => this.channel.request({ op: 'tool-counters' }) as Promise<{ oom_kills: number; pids_refusals: number }> }
-              : {}),
+            ...(sandbox.tool_cgroup_fds.length > 0 ? { counters } : {}),
+          }
+        : {}),
+      ...(unsealed
+        ? {
+            unsealed: { cgroupFds: unsealed.cgroup_fds, ...(unsealed.prlimit ? { prlimit: unsealed.prlimit } : {}) },
+            ...(unsealed.cgroup_fds.length > 0 ? { counters } : {}),
           }
         : {}),
       breached: () => this.breach?.message,

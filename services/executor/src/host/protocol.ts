@@ -212,6 +212,13 @@ export const StartMessageSchema = z.object({
   /** Present when the sandbox is sealed. */
   sandbox: SandboxStartSchema.optional(),
   /**
+   * An unsealed sandbox's tools (no helper to start them through): the tools' cgroup, as
+   * `cgroup.procs` descriptors the host inherited, which each subprocess joins before it runs, and
+   * util-linux's `prlimit`, which sets its `capabilities.resources` rlimits (absent where there is
+   * none: the bootstrap log says so).
+   */
+  unsealed_tools: z.object({ cgroup_fds: z.array(z.number().int().min(3)), prlimit: z.string().optional() }).optional(),
+  /**
    * True when the host runs in a pid namespace of its own (bubblewrap or unshare started it), so
    * every process it sees is the session's: what outlives its subprocess is ended (`escapees.ts`).
    */

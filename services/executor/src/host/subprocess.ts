@@ -49,6 +49,11 @@ export interface SubprocessContext {
   deadlineMs: number;
   /** The sealed sandbox's helper and the descriptors of the tools' cgroup; absent when not sealed. */
   confine?: { helper: string; cgroupFds: number[]; executables: string[] } | undefined;
+  /**
+   * An unsealed sandbox's tools: the descriptors of the tools' cgroup, which a small shell joins
+   * before it execs the tool, and `prlimit`, through which it is exec'd with its rlimits.
+   */
+  unsealed?: { cgroupFds: number[]; prlimit?: string } | undefined;
   /** A ceiling the session already crossed: every spawn is refused with this text. */
   breached?: () => string | undefined;
   /** The tools' cgroup counters, around each subprocess (absent without a cgroup). */
@@ -104,6 +109,40 @@ function environmentFor(context: SubprocessContext, overrides: Array<[string, st
   const home = capsuleHome(context.accessibleWorkdir);
   mkdirSync(home, { recursive: true });
   return subprocessEnvironment(context.policy, context.baseEnv, [...context.identityEnv, ...overrides], home);
+}
+
+/**
+ * How an unsealed sandbox starts a tool, as the sealed helper does: `/bin/sh` writes its own pid
+ * into each of the tools' `cgroup.procs` descriptors (the kernel reads the pid in the writer's pid
+ * namespace), closes them, and execs the tool through `prlimit` with the `capabilities.resources`
+ * rlimits, hard — so the ceilings bind the tool and all it starts before it runs a single
+ * instruction, and never the host. `max_processes` is left to the tools' cgroup (`cgroup_pids_max`):
+ * the helper counts it over the tasks the user already runs, which no shell can. Without `prlimit`
+ * only the cgroup holds the tool (the session's bootstrap log says so).
+ */
+export function unsealedStart(
+  unsealed: { cgroupFds: number[]; prlimit?: string },
+  resources: CapabilityPolicy['resources'],
+  binaryPath: string,
+  args: string[],
+): { command: string; argv: string[] } {
+  // The descriptors are the shell's 3, 4, …: `startSubprocess` hands them over there.
+  const fds = unsealed.cgroupFds.map((_, index) => 3 + index);
+  const joins = fds.map((fd) => `echo $$ >&${fd} && `).join('');
+  const closes = fds.map((fd) => ` ${fd}>&-`).join('');
+  const limits = unsealed.prlimit
+    ? [
+        unsealed.prlimit,
+        `--nofile=${resources.max_open_files}:${resources.max_open_files}`,
+        `--fsize=${resources.max_file_size_bytes}:${resources.max_file_size_bytes}`,
+        // Hard one second above soft, as sealed: SIGXCPU at the soft limit names the ceiling.
+        `--cpu=${resources.cpu_seconds}:${resources.cpu_seconds + 1}`,
+        `--as=${resources.memory_bytes}:${resources.memory_bytes}`,
+        '--core=0:0',
+        '--',
+      ]
+    : [];
+  return { command: '/bin/sh', argv: ['-c', `${joins}exec "$@"${closes}`, 'murmur-tool', ...limits, binaryPath, ...args] };
 }
 
 interface Collected {
@@ -291,6 +330,10 @@ async function startSubprocess(
     // The cgroup's descriptors at their own numbers: the helper writes itself into each, then closes them.
     const highest = Math.max(2, ...confine.cgroupFds);
     for (let fd = 3; fd <= highest; fd += 1) stdio.push(confine.cgroupFds.includes(fd) ? fd : 'ignore');
+  } else if (context.unsealed) {
+    ({ command, argv } = unsealedStart(context.unsealed, context.policy.resources, binaryPath, args));
+    // From 3 on in the tool's shell, whatever their numbers in the host: dash names no descriptor past 9.
+    stdio.push(...context.unsealed.cgroupFds);
   }
   if (context.canceled?.aborted) throw new Error('its task was canceled');
   context.escapees?.began();
