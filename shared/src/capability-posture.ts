@@ -79,7 +79,9 @@ export function unenforcedForTools(tier: string, policy: Pick<CapabilityPolicy, 
   const unenforced: string[] = [];
   if (tier === 'none') unenforced.push('any sandbox at all: no namespaces (a capsule that can start subprocesses is refused here, E-CAP-005)');
   if (tier === 'namespaces')
-    unenforced.push("the workdir boundary: there is no composed root, so tools see and write this machine's files as the executor's user");
+    unenforced.push(
+      "the workdir boundary: there is no composed root, so tools see and write this machine's files as the executor's user, the executor's own code and cache (which later sessions run) among them",
+    );
   if (tier === 'mountns+pivot_root' || tier === 'namespaces') {
     unenforced.push(
       'network.allow: the tools have no network at all, so every connection they make is refused (the capsule’s own requests still go by its rules)',
