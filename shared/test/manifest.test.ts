@@ -440,6 +440,32 @@ describe('the capsule manifest', () => {
       expect(error.message).toBe('murmur.yaml: inference.api_key references ${MISSING_KEY} but the environment variable is not set');
     });
 
+    it('refuses a reference to one of the runtime’s own settings, set or not: its value would go where the capsule says', () => {
+      for (const [text, path, name] of [
+        [withKey('${MURMUR_DOOR_AUTH}'), 'inference.api_key', 'MURMUR_DOOR_AUTH'],
+        [
+          'name: agent\nversion: 1.0.0\ninference:\n  endpoint: ${MURMUR_NATS_URL}\n  model: m\n  driver: { artifact: d }\n',
+          'inference.endpoint',
+          'MURMUR_NATS_URL',
+        ],
+        [
+          'name: probe\nversion: 1.0.0\nobservability:\n  otel_endpoint: ${OTEL_EXPORTER_OTLP_HEADERS}\n',
+          'observability.otel_endpoint',
+          'OTEL_EXPORTER_OTLP_HEADERS',
+        ],
+      ] as const) {
+        const error = refusal(text, { [name]: 'the-operators-secret' });
+        expect(error).toMatchObject({ code: 'E-MAN-003', path });
+        expect(error.message).toBe(`murmur.yaml: ${path} references \${${name}}, one of the runtime's own settings, which no capsule is given`);
+        expect(error.message).not.toContain('the-operators-secret');
+      }
+      // Nor is a manifest that came by another way than parsing resolved with one.
+      const { manifest } = parseCapsuleManifest(withKey('${MY_KEY}'), { env: { MY_KEY: 'k' } });
+      const smuggled = structuredClone(manifest);
+      if (smuggled.inference) smuggled.inference.api_key = '${MURMUR_ROOST_TOKEN}';
+      expect(() => resolveManifestSecrets(smuggled, { MURMUR_ROOST_TOKEN: 'roost-secret' })).toThrow(/MURMUR_ROOST_TOKEN\}, one of the runtime's own settings/);
+    });
+
     it('holds an endpoint that comes from a variable to the https rule once it is resolved', () => {
       const viaVariable = 'name: agent\nversion: 1.0.0\ninference:\n  endpoint: ${MODEL_ENDPOINT}\n  model: m\n  driver: { artifact: d }\n';
       const { manifest } = parseCapsuleManifest(viaVariable, { env: { MODEL_ENDPOINT: '' } });

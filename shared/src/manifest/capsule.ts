@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { type EnvLookup, envReferenceName, resolveEnvReference } from '../env-reference.js';
+import { isRuntimeOwned } from '../environment.js';
 import { MurmurError, type MurmurWarning } from '../errors.js';
 import { SCORER_TYPES } from '../eval.js';
 import { validateFilesystemScope } from '../filesystem-scope.js';
@@ -675,6 +676,7 @@ export function parseCapsuleManifest(text: string, options: ParseCapsuleManifest
       path: `observability.eval.scorers[${index}].type`,
     });
   });
+  for (const { path, value } of secretReferencePaths(manifest)) refuseRuntimeOwnedReference(file, path, value);
   if (options.env !== undefined) {
     for (const { path, value } of secretReferencePaths(manifest)) {
       const resolved = resolveEnvReference(value, options.env);
@@ -690,12 +692,27 @@ export function parseCapsuleManifest(text: string, options: ParseCapsuleManifest
 }
 
 /**
+ * A `${VAR}` reference to one of the runtime's own settings (`MURMUR_*`, `OTEL_EXPORTER_OTLP_*`):
+ * resolved, `inference.api_key: ${MURMUR_DOOR_AUTH}` sent the door's operator token to whatever
+ * endpoint the capsule names, and an endpoint from `${MURMUR_NATS_URL}` gave every tool the bus.
+ */
+function refuseRuntimeOwnedReference(file: string, path: string, value: string): void {
+  const name = envReferenceName(value);
+  if (name === undefined || !isRuntimeOwned(name)) return;
+  throw new MurmurError('E-MAN-003', `${file}: ${path} references \${${name}}, one of the runtime's own settings, which no capsule is given`, {
+    path,
+    hint: `name a variable of the capsule's own for ${path} (ANTHROPIC_API_KEY, say), set where mur runs`,
+  });
+}
+
+/**
  * A copy of the manifest with every `${VAR}` reference replaced by its value. An endpoint that came
  * from a variable is held to the endpoint rule now, as a written one was at parse.
  */
 export function resolveManifestSecrets(manifest: CapsuleManifest, env: EnvLookup): CapsuleManifest {
   const resolve = (path: string, value: string | undefined): string | undefined => {
     if (value === undefined) return undefined;
+    refuseRuntimeOwnedReference(MANIFEST_FILE, path, value);
     const resolved = resolveEnvReference(value, env);
     if (!resolved.ok)
       throw new MurmurError('E-MAN-003', `${MANIFEST_FILE}: ${path} references \${${resolved.name}} but the environment variable is not set`, { path });
