@@ -121,6 +121,56 @@ describe('a capsule with a shell, contained at scoped', () => {
     expect(forks.forked).toBeLessThan(8);
   });
 
+  // A harness the capsule names by path is its own program: a subprocess like any tool.
+  async function harnessProject(name: string): Promise<{ project: string; workdir: string }> {
+    const project = path.join(scratch.dir, name);
+    await fs.mkdir(project, { recursive: true });
+    await fs.writeFile(
+      path.join(project, 'murmur.yaml'),
+      'name: harnessed\nversion: 0.1.0\ninference:\n  transport: process\n  command: ./harness.sh\n  model: test-model\n',
+    );
+    await fs.writeFile(
+      path.join(project, 'harness.sh'),
+      [
+        '#!/bin/sh',
+        'cat /proc/self/cgroup > "$PWD/harness-cgroup.txt"',
+        'echo \'{"type":"result","subtype":"success","result":"done","session_id":"00000000-0000-0000-0000-000000000000"}\'',
+        '',
+      ].join('\n'),
+      { mode: 0o755 },
+    );
+    const workdir = path.join(project, 'wd');
+    await fs.mkdir(workdir);
+    return { project, workdir };
+  }
+
+  it('counts a harness the manifest names as a subprocess: it runs in the tools’ cgroup, and its launch is told what it is not held to', async () => {
+    const { project, workdir } = await harnessProject('harness-scoped');
+    const result = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml'), '--workdir', workdir, '--task', 'hi'], { cwd: project, env });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stderr).toContain("warning: this executor contains the capsule's tools at mountns+pivot_root, below sealed");
+    const groups = await fs.readFile(path.join(workdir, 'harness-cgroup.txt'), 'utf8');
+    // Seen from its cgroup namespace, whose root is the session's group.
+    expect(groups).toMatch(/^\d+:memory:\/tools$/m);
+    expect(groups).toMatch(/^\d+:pids:\/tools$/m);
+  });
+
+  it('refuses such a harness, as any subprocess, on a root executor with only unshare', async (context) => {
+    if (process.getuid?.() !== 0) {
+      const why = '[below sealed] an unprivileged executor under unshare maps its tools to its own user, not root: the refusal is a root executor’s';
+      console.warn(why);
+      return context.skip(why);
+    }
+    const { project, workdir } = await harnessProject('harness-unshare');
+    const result = await runMur(['run', '--manifest', path.join(project, 'murmur.yaml'), '--workdir', workdir, '--task', 'hi'], {
+      cwd: project,
+      env: { MURMUR_HOME: env.MURMUR_HOME as string, MURMUR_BWRAP: 'none' },
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("error[E-CAP-005]: this executor runs as root and has only unshare's namespaces");
+    await expect(fs.stat(path.join(workdir, 'harness-cgroup.txt'))).rejects.toThrow(/ENOENT/);
+  });
+
   it('is told, on stderr, in the bootstrap log and in --explain-scope, what its tools are not held to', async () => {
     const project = await probeProject(path.join(scratch.dir, 'told'), 'capabilities:\n  shell:\n    allow: [sh]\n  network:\n    allow: [127.0.0.1:9]\n');
     const result = await runMur(['run', '--json', '--task', '[]'], { cwd: project, env });

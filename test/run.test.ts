@@ -28,6 +28,14 @@ describe('mur run', () => {
 
   const actions = (list: unknown[]): string => JSON.stringify(list);
 
+  it('refuses a project whose workdir directory is a link into the machine’s own directories, at once, where mkdir spun on /proc for good', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'linked-workdir'));
+    await fs.symlink('/proc', path.join(project, 'workdir'));
+    const result = await runMur(['run', '--task', '[]'], { cwd: project, env });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/error\[E-IO-002\]: workdir '\/proc\/ses_[0-9a-f]+' lies in \/proc, one of the machine's own directories/);
+  });
+
   it('drops a flooding capsule’s output past a bound while stdout is not read, says so, and ends as its deadline says, with no stack', async () => {
     const project = await capsuleProject(
       path.join(scratch.dir, 'flood'),

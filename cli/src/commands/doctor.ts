@@ -100,7 +100,7 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
   }
   // Native tools are subprocesses too: their packaging is known once the artifacts are resolved.
   const artifacts = project.checks.flatMap((check) => ('stored' in check.verdict ? [{ role: check.role, packaging: check.verdict.stored.meta.runtime }] : []));
-  const canSpawn = canSpawnSubprocesses({ shellAllow: policy.shell_allow, artifacts });
+  const canSpawn = canSpawnSubprocesses({ shellAllow: policy.shell_allow, artifacts, harness: project.manifest.inference?.transport === 'process' });
   for (const refusal of subprocessRefusals(canSpawn, host)) {
     predictedRefusal(
       output,

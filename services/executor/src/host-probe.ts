@@ -74,11 +74,21 @@ export interface SpawningParts {
   shellAllow: readonly string[];
   /** Its artifacts: a native tool is a subprocess. */
   artifacts: ReadonlyArray<{ role: string; packaging: string }>;
+  /**
+   * `inference.transport: process`: its harness is a subprocess too, and one the manifest names —
+   * a path (`./harness.sh`) may be the capsule's own program. Left out, it ran as the machine's
+   * root under a root executor with only unshare, and outside the tools' cgroup below sealed.
+   */
+  harness?: boolean | undefined;
 }
 
 /** Whether the capsule can start native subprocesses, which only a real sandbox may allow. */
 export function canSpawnSubprocesses(parts: SpawningParts): boolean {
-  return parts.shellAllow.length > 0 || parts.artifacts.some((artifact) => artifact.role === 'tool' && artifact.packaging === 'native');
+  return (
+    parts.harness === true ||
+    parts.shellAllow.length > 0 ||
+    parts.artifacts.some((artifact) => artifact.role === 'tool' && artifact.packaging === 'native')
+  );
 }
 
 /**

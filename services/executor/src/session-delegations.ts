@@ -11,6 +11,7 @@ import {
   boundDetail,
   commands,
   completionMessageText,
+  isRuntimeOwned,
   newDelegationId,
   newMessageId,
 } from '@murmur/shared';
@@ -188,7 +189,7 @@ export class SessionDelegations {
     }
     if (this.ended) return refused(`the delegation of ${request.capsule}@${request.version} is refused: this session is ending`);
     const launch = this.session.request;
-    const values = Object.fromEntries(Object.entries(launch.env).filter(([name]) => launch.plan.policy.env_allow.includes(name)));
+    const values = Object.fromEntries(Object.entries(launch.env).filter(([name]) => launch.plan.policy.env_allow.includes(name) && !isRuntimeOwned(name)));
     const traceparent = this.session.traceparent();
     // The id is minted here, and the delegation held, before the child exists: a child that ends
     // at once is heard of (`ended`) while its launch is still being answered.

@@ -369,7 +369,11 @@ export class Session {
 
   /** Whether the capsule can start native subprocesses, which only a real sandbox may allow. */
   private canSpawn(): boolean {
-    return canSpawnSubprocesses({ shellAllow: this.plan.policy.shell_allow, artifacts: this.plan.artifacts });
+    return canSpawnSubprocesses({
+      shellAllow: this.plan.policy.shell_allow,
+      artifacts: this.plan.artifacts,
+      harness: this.plan.capsule.manifest.inference?.transport === 'process',
+    });
   }
 
   /** The session's containment: the strongest floor it was given, against what this host achieves. */

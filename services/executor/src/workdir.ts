@@ -86,17 +86,57 @@ export function assertApartFromExecutor(workdir: string, executorState: readonly
  * rest (and `/` itself) would be bound writable into the sandbox, and an executor runs as root
  * here: a launcher, over the bus a stranger to the machine, would give a capsule `/etc`.
  */
-const SYSTEM_DIRECTORIES_REFUSED = ['/dev', '/proc', '/sys', '/etc', '/boot', '/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
+const SYSTEM_DIRECTORIES_REFUSED = [
+  '/dev',
+  '/proc',
+  '/sys',
+  '/etc',
+  '/boot',
+  '/usr',
+  '/bin',
+  '/sbin',
+  '/lib',
+  '/lib32',
+  '/lib64',
+  '/libx32',
+  // Root's home (its `.ssh`), the machine's state (`/var/spool/cron`) and runtime sockets, and
+  // what is installed beside the distribution's own.
+  '/root',
+  '/var',
+  '/run',
+  '/opt',
+  '/srv',
+  '/snap',
+  '/nix',
+];
+/** Within those, the places any user keeps scratch files: `/var/tmp`, and a user's own runtime directory. */
+const SCRATCH_DIRECTORIES_ALLOWED = ['/var/tmp', '/run/user'];
+
+/**
+ * `dir` with every link in it resolved, even where its last parts do not exist yet: the deepest
+ * part that exists is resolved, and the rest laid on it (a workdir under `project/link/new`, with
+ * `link` pointing at `/etc`, lies in `/etc`).
+ */
+function resolvedThroughLinks(dir: string): string {
+  const missing: string[] = [];
+  let current = path.resolve(dir);
+  for (;;) {
+    try {
+      return path.join(realpathSync(current), ...missing.reverse());
+    } catch {
+      const parent = path.dirname(current);
+      if (parent === current) return path.resolve(dir);
+      missing.push(path.basename(current));
+      current = parent;
+    }
+  }
+}
 
 /** Refuses a workdir a launcher named that is `/` or lies in one of the machine's own directories. */
 export function assertNoSystemDirectory(workdir: string, named: string): void {
-  let dir: string;
-  try {
-    dir = realpathSync(workdir);
-  } catch {
-    dir = path.resolve(workdir);
-  }
-  const system = dir === '/' ? '/' : SYSTEM_DIRECTORIES_REFUSED.find((root) => dir === root || dir.startsWith(`${root}/`));
+  const dir = resolvedThroughLinks(workdir);
+  const within = (root: string): boolean => dir === root || dir.startsWith(`${root}/`);
+  const system = dir === '/' ? '/' : SCRATCH_DIRECTORIES_ALLOWED.some(within) ? undefined : SYSTEM_DIRECTORIES_REFUSED.find(within);
   if (system === undefined) return;
   throw new MurmurError(
     'E-IO-002',
