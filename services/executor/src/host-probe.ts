@@ -85,9 +85,7 @@ export interface SpawningParts {
 /** Whether the capsule can start native subprocesses, which only a real sandbox may allow. */
 export function canSpawnSubprocesses(parts: SpawningParts): boolean {
   return (
-    parts.harness === true ||
-    parts.shellAllow.length > 0 ||
-    parts.artifacts.some((artifact) => artifact.role === 'tool' && artifact.packaging === 'native')
+    parts.harness === true || parts.shellAllow.length > 0 || parts.artifacts.some((artifact) => artifact.role === 'tool' && artifact.packaging === 'native')
   );
 }
 
