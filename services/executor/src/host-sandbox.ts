@@ -46,7 +46,7 @@ import type { RecordBind } from './workdir.js';
  * | 30 | Node's IPC channel, which hands the sandbox's sockets out, then is closed (`HANDOVER_FD`) |
  * | 31… | the sandbox's DNS (UDP, TCP) and one listener per allowlisted destination |
  *
- * The helper keeps 3, 20, the cgroup descriptors and the listeners, and closes everything else, so
+ * The helper keeps 3, 30, the cgroup descriptors and the listeners, and closes everything else, so
  * nothing the executor's own launcher left open (a descriptor without close-on-exec) gets in. A
  * sandbox that is not sealed has no network to hand out, and its host no IPC channel at all.
  */

@@ -543,10 +543,10 @@ export class Session {
       );
     }
     for (const warning of plan.warnings) this.bootstrap.line(`[staging] warning[${warning.code}]: ${warning.message}`);
-    const runtimeOwned = [...plan.policy.env_allow, ...plan.policy.shell_baseline_env].filter(isRuntimeOwned);
+    const runtimeOwned = [...new Set([...plan.policy.env_allow, ...plan.policy.shell_baseline_env].filter(isRuntimeOwned))];
     if (runtimeOwned.length > 0)
       this.bootstrap.line(
-        `[capability-policy] ${[...new Set(runtimeOwned)].join(', ')}: the runtime's own setting${runtimeOwned.length > 1 ? 's' : ''}, never given to a capsule (env.allow and shell.baseline_env pass none of MURMUR_* and OTEL_EXPORTER_OTLP_*)`,
+        `[capability-policy] ${runtimeOwned.join(', ')}: the runtime's own setting${runtimeOwned.length > 1 ? 's' : ''}, never given to a capsule (env.allow and shell.baseline_env pass none of MURMUR_* and OTEL_EXPORTER_OTLP_*)`,
       );
 
     const url = plan.capsule.kind === 'agent' ? (this.request.url ?? '') : '';

@@ -60,20 +60,12 @@ export interface WorkdirRequest {
  * A launcher over the bus is not the executor's operator, so neither is its launcher's to choose.
  */
 export function assertApartFromExecutor(workdir: string, executorState: readonly string[], named: string): void {
-  const real = (dir: string): string => {
-    try {
-      return realpathSync(dir);
-    } catch {
-      return path.resolve(dir);
-    }
-  };
-  const within = (inner: string, outer: string): boolean => inner === outer || inner.startsWith(outer.endsWith('/') ? outer : `${outer}/`);
-  const dir = real(workdir);
-  for (const state of executorState.map(real)) {
-    if (within(dir, state) || within(state, dir))
+  const dir = resolvedThroughLinks(workdir);
+  for (const state of executorState.map(resolvedThroughLinks)) {
+    if (liesWithin(dir, state) || liesWithin(state, dir))
       throw new MurmurError(
         'E-IO-002',
-        `${named} '${dir}' ${within(dir, state) ? 'lies in' : 'holds'} the executor's own state (${state}): a capsule's workdir is bound writable into its sandbox, and could rewrite what other sessions run`,
+        `${named} '${dir}' ${liesWithin(dir, state) ? 'lies in' : 'holds'} the executor's own state (${state}): a capsule's workdir is bound writable into its sandbox, and could rewrite what other sessions run`,
         { path: dir, hint: "name a directory apart from the executor's MURMUR_HOME and cache, or leave out --workdir for a fresh one per session" },
       );
   }
@@ -132,10 +124,15 @@ function resolvedThroughLinks(dir: string): string {
   }
 }
 
+/** Whether `inner` is `outer` or lies below it; both resolved. */
+function liesWithin(inner: string, outer: string): boolean {
+  return inner === outer || inner.startsWith(outer.endsWith('/') ? outer : `${outer}/`);
+}
+
 /** Refuses a workdir a launcher named that is `/` or lies in one of the machine's own directories. */
 export function assertNoSystemDirectory(workdir: string, named: string): void {
   const dir = resolvedThroughLinks(workdir);
-  const within = (root: string): boolean => dir === root || dir.startsWith(`${root}/`);
+  const within = (root: string): boolean => liesWithin(dir, root);
   const system = dir === '/' ? '/' : SCRATCH_DIRECTORIES_ALLOWED.some(within) ? undefined : SYSTEM_DIRECTORIES_REFUSED.find(within);
   if (system === undefined) return;
   throw new MurmurError(
