@@ -67,11 +67,11 @@ export function capabilityCategories(policy: Pick<CapabilityPolicy, 'network_all
 }
 
 /**
- * What the sandbox at `tier` does not hold a capsule's subprocesses (shell and native tools) to,
- * (an executor's `enforcement_tier`), in the words a launcher reads; empty when sealed. The
- * executor says it with a launch and in the bootstrap log, `mur run --explain-scope` from the
- * grants' tier, so both say the same. A WebAssembly guest is held by the host's
- * grants on every tier: these are the tools' alone. A class is a floor the manifest may demand,
+ * What a sandbox at `tier` (an executor's `enforcement_tier`) does not hold a capsule's
+ * subprocesses to — its shell and native tools, its harness — in the words a launcher reads;
+ * empty when sealed. The executor says it with a launch and in the bootstrap log, and `mur run
+ * --explain-scope` works it out from the grants' tier, so both say the same. A WebAssembly guest
+ * is held by the host's grants on every tier: these are the tools' alone. A class is a floor the manifest may demand,
  * so a class below `sealed` that says nothing of what it lacks left a capsule with a shell to
  * find out (QA: `network.allow` listed as granted where no tool could connect anywhere).
  */
