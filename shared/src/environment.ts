@@ -4,10 +4,11 @@ import type { CapabilityPolicy } from './policy.js';
  * What environment a capsule's code sees (upstream §1.5.3 and §7.5).
  *
  * Nothing is inherited. A WASM guest sees the names `capabilities.env.allow` lists that are set
- * on the launching side, minus anything credential-shaped or the runtime's own (`RUNTIME_OWNED_PATTERNS`), and then the runtime's own `MURMUR_*`
- * values, applied last so allowlisting one of those names never shadows the runtime's value. A
- * subprocess (shell or native tool) starts from a short list of harmless host variables instead,
- * with the same credential scrub and a synthetic `HOME` inside the workdir.
+ * on the launching side, minus anything credential-shaped or the runtime's own settings
+ * (`RUNTIME_OWNED_PATTERNS`), and then the runtime's own `MURMUR_*` values, applied last so
+ * allowlisting one of those names never shadows the runtime's value. A subprocess (shell or native
+ * tool) starts from a short list of harmless host variables instead, with the same scrub and a
+ * synthetic `HOME` inside the workdir.
  */
 
 /** Credential-shaped names, always scrubbed. `*X*` contains, `*X` suffix, `X*` prefix, else exact. */
