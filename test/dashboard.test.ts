@@ -29,7 +29,7 @@ const WORKER = 'local/dash-worker';
 const DRIVER = 'murmur-driver-anthropic';
 /** In the delegated task's text and so in the parent's trace (`tool_call.input`): it must never reach the page. */
 const TASK_MARKER = 'task-text-marker-5e1d';
-const SECRET_VAR = 'MURMUR_TEST_DASH_SECRET';
+const SECRET_VAR = 'DASHBOARD_TEST_SECRET';
 const SECRET_VALUE = 'sk-dash-secret-value-77c2';
 const CHROMIUM = '/usr/bin/chromium';
 

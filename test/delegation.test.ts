@@ -41,7 +41,7 @@ import { type ScriptedInference, startScriptedInference } from './support/script
  * executors run, so where a child lands is a fact the suite can check: on its parent's.
  */
 
-const MARKER_VAR = 'MURMUR_TEST_ALLOWED_VAR';
+const MARKER_VAR = 'DELEGATION_TEST_ALLOWED_VAR';
 const MARKER = 'child-result-marker-91f3';
 const PARENT = 'local/completion-parent';
 const DRIVER = 'murmur-driver-anthropic';
