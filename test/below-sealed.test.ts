@@ -1,12 +1,10 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
-import { existsSync, promises as fs, readdirSync } from 'node:fs';
+import { promises as fs, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
-import { removeCgroup } from './support/cgroups.js';
-import { murBin, runMur } from './support/processes.js';
+import { UNPRIVILEGED, delegatedCgroups } from './support/cgroups.js';
+import { runMur } from './support/processes.js';
 
 /**
  * A capsule with a shell on a host that cannot seal (`MURMUR_CONFINE=none`: bubblewrap's composed
@@ -205,10 +203,7 @@ describe('a capsule with a shell, contained at scoped', () => {
  * uid 1000 in a cgroup subtree delegated to it, as the container image runs its executor.
  */
 describe('a capsule with a shell, contained by an unprivileged executor under unshare', () => {
-  const isRoot = process.getuid?.() === 0;
-  const v1 = existsSync('/sys/fs/cgroup/memory') && !existsSync('/sys/fs/cgroup/cgroup.controllers');
-  const parent = `murmur-unshare-test-${process.pid}`;
-  const groups = ['memory', 'pids', 'cpu'].map((controller) => path.join('/sys/fs/cgroup', controller, parent));
+  const cgroups = delegatedCgroups('murmur-unshare-test');
   let scratch: { dir: string; cleanup: () => Promise<void> };
 
   beforeAll(async () => {
@@ -216,49 +211,34 @@ describe('a capsule with a shell, contained by an unprivileged executor under un
   });
 
   afterAll(async () => {
-    // The session's own groups are gone already (the executor removes them); a straggler is not.
-    for (const group of groups) await removeCgroup(group);
+    await cgroups.remove();
     await scratch.cleanup();
   });
 
   it('holds its tools to cpu_seconds and cgroup_pids_max, and says they see the machine as its user', async (context) => {
-    if (!isRoot || !v1) {
-      const why = !isRoot
-        ? '[below sealed] needs root to delegate a cgroup subtree to uid 1000'
-        : '[below sealed] an executor as uid 1000 needs a cgroup v1 subtree to delegate, and this host is cgroup v2';
+    if (cgroups.unavailable) {
+      const why = `[below sealed] an executor as uid 1000 under unshare not exercised: ${cgroups.unavailable}`;
       console.warn(why);
       return context.skip(why);
     }
-    for (const group of groups) {
-      await fs.mkdir(group, { recursive: true });
-      await fs.chown(group, 1000, 1000);
-      for (const file of readdirSync(group)) await fs.chown(path.join(group, file), 1000, 1000);
-    }
-    await fs.chmod(scratch.dir, 0o755);
+    await cgroups.delegate();
     const project = await probeProject(
       path.join(scratch.dir, 'capsule'),
       'capabilities:\n  shell:\n    allow: [python3]\n  resources:\n    cpu_seconds: 1\n    cgroup_pids_max: 8\n',
     );
-    await fs.chown(scratch.dir, 1000, 1000);
-    for (const entry of readdirSync(project)) await fs.chown(path.join(project, entry), 1000, 1000);
-    await fs.chown(project, 1000, 1000);
+    for (const entry of [scratch.dir, project, ...readdirSync(project).map((name) => path.join(project, name))])
+      await fs.chown(entry, UNPRIVILEGED.uid, UNPRIVILEGED.gid);
     const ceilings = await fs.readFile(path.join(path.dirname(new URL(import.meta.url).pathname), 'sealed', 'ceilings.py'), 'utf8');
     const task = JSON.stringify([
       { op: 'shell', binary: 'python3', args: ['-c', ceilings, 'cpu'] },
       { op: 'shell', binary: 'python3', args: ['-c', ceilings, 'nproc', '40'] },
     ]);
-    const child = spawn(murBin, ['run', '--task', task], {
+    const { code, stdout, stderr } = await runMur(['run', '--task', task], {
       cwd: project,
-      env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_CGROUP_PARENT: parent, MURMUR_BWRAP: 'none' },
-      uid: 1000,
-      gid: 1000,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_CGROUP_PARENT: cgroups.parent, MURMUR_BWRAP: 'none' },
+      user: UNPRIVILEGED,
+      timeoutMs: 60_000,
     });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const [code] = (await once(child, 'exit')) as [number | null];
     expect(code, stderr).toBe(0);
     expect(stderr).toContain("warning: this executor contains the capsule's tools at namespaces, below sealed; they are not held to:");
     expect(stderr).toContain("  - the workdir boundary: there is no composed root, so tools see and write this machine's files as the executor's user");

@@ -8,7 +8,7 @@ import { probeCgroups } from '../services/executor/src/cgroup.js';
 import { interpreterOf } from '../services/executor/src/elf.js';
 import { ARGUMENT_SYSCALLS, DENIED_SYSCALLS, UNAVAILABLE_SYSCALLS, nativeSeccompArch } from '../services/executor/src/seccomp.js';
 import { probeProject, probeResults, type ProbeResult } from './support/capsules.js';
-import { removeCgroup } from './support/cgroups.js';
+import { UNPRIVILEGED, delegatedCgroups, removeCgroup } from './support/cgroups.js';
 import { tempDir } from './support/fs.js';
 import { murBin, repositoryRoot, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer, startCountingTlsServer, startCountingUdp } from './support/servers.js';
@@ -520,29 +520,20 @@ describe('the sealed sandbox, piece by piece', () => {
   // Root's own user is exempt from RLIMIT_NPROC, so as root the test runs `mur` as uid 1000 in a
   // cgroup subtree delegated to it, as the container image runs its executor.
   describe('max_processes, with an unprivileged executor', () => {
-    const isRoot = process.getuid?.() === 0;
-    const v1 = existsSync('/sys/fs/cgroup/memory') && !existsSync('/sys/fs/cgroup/cgroup.controllers');
-    const parent = `murmur-test-${process.pid}`;
-    const groups = ['memory', 'pids', 'cpu'].map((controller) => path.join('/sys/fs/cgroup', controller, parent));
+    const cgroups = delegatedCgroups('murmur-test');
 
-    afterAll(async () => {
-      // The session's own groups are gone already (the executor removes them); a straggler is not.
-      for (const group of groups) await removeCgroup(group);
-    });
+    afterAll(() => cgroups.remove());
 
     it('refuses a fork past max_processes, counted over the tasks the sandbox’s user already runs', async (context) => {
-      if (!isRoot || !v1) {
-        const why = !isRoot
-          ? '[sealed] covered by the resource ceilings above: this run is unprivileged already'
-          : '[sealed] max_processes as uid 1000 needs a cgroup v1 subtree to delegate, and this host is cgroup v2';
+      if (process.getuid?.() !== 0 || cgroups.unavailable) {
+        const why =
+          process.getuid?.() !== 0
+            ? '[sealed] covered by the resource ceilings above: this run is unprivileged already'
+            : `[sealed] max_processes as uid 1000 not exercised: ${cgroups.unavailable}`;
         console.warn(why);
         return context.skip(why);
       }
-      for (const group of groups) {
-        await fs.mkdir(group, { recursive: true });
-        await fs.chown(group, 1000, 1000);
-        for (const file of readdirSync(group)) await fs.chown(path.join(group, file), 1000, 1000);
-      }
+      await cgroups.delegate();
       // uid 1000 must reach its own directory inside the scratch one.
       await fs.chmod(scratch.dir, 0o755);
       const dir = path.join(scratch.dir, 'unprivileged');
@@ -552,21 +543,15 @@ describe('the sealed sandbox, piece by piece', () => {
         'capabilities:\n  containment: sealed\n  shell:\n    allow: [python3]\n  resources:\n    max_processes: 6\n',
       );
       for (const entry of [dir, path.join(dir, 'capsule'), path.join(dir, 'capsule', 'murmur.yaml'), path.join(dir, 'capsule', 'capsule.wasm')])
-        await fs.chown(entry, 1000, 1000);
+        await fs.chown(entry, UNPRIVILEGED.uid, UNPRIVILEGED.gid);
       // Its workdir is made by the run: the script goes as python's -c (the same argv after it).
       const task = JSON.stringify([python('-c', readFileSync(path.join(here, 'sealed', 'ceilings.py'), 'utf8'), 'nproc', '40')]);
-      const child = spawn(murBin, ['run', '--task', task], {
+      const { code, stdout, stderr } = await runMur(['run', '--task', task], {
         cwd: project,
-        env: { PATH: process.env.PATH ?? '', MURMUR_HOME: path.join(dir, 'home'), MURMUR_CGROUP_PARENT: parent },
-        uid: 1000,
-        gid: 1000,
-        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { MURMUR_HOME: path.join(dir, 'home'), MURMUR_CGROUP_PARENT: cgroups.parent },
+        user: UNPRIVILEGED,
+        timeoutMs: 60_000,
       });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-      const [code] = (await once(child, 'exit')) as [number | null];
       expect(code, stderr).toBe(0);
       const answer = JSON.parse((probeResults(stdout)[0]!.value as ShellValue).stdout) as { forked: number; refusal: string | null; nproc_limit: number };
       expect(answer.refusal).toBe('Resource temporarily unavailable');
