@@ -1,5 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { once } from 'node:events';
+import { spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, promises as fs, readFileSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,9 +7,9 @@ import { probeCgroups } from '../services/executor/src/cgroup.js';
 import { interpreterOf } from '../services/executor/src/elf.js';
 import { ARGUMENT_SYSCALLS, DENIED_SYSCALLS, UNAVAILABLE_SYSCALLS, nativeSeccompArch } from '../services/executor/src/seccomp.js';
 import { probeProject, probeResults, type ProbeResult } from './support/capsules.js';
-import { UNPRIVILEGED, delegatedCgroups, removeCgroup } from './support/cgroups.js';
+import { UNPRIVILEGED, delegatedCgroups } from './support/cgroups.js';
 import { tempDir } from './support/fs.js';
-import { murBin, repositoryRoot, runMur } from './support/processes.js';
+import { repositoryRoot, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer, startCountingTlsServer, startCountingUdp } from './support/servers.js';
 
 /**
