@@ -391,6 +391,41 @@ describe('waiting for input', () => {
     expect(stateOf(registry, task.id).state).toBe('failed');
   });
 
+  it('stops waiting when the guest that asked ends first: the task works again and the next message is a new task', async () => {
+    vi.useFakeTimers();
+    const { registry, task, input, events } = await waitingTask('queue', 1_000);
+    const before = events.length;
+    registry.abandonInput(task, "tool 'asker' ended before its request for input was answered");
+    await expect(input).rejects.toThrow("tool 'asker' ended");
+    const view = stateOf(registry, task.id);
+    expect(view.state).toBe('working');
+    expect(view.message).toBe("tool 'asker' ended before its request for input was answered");
+    expect(view).not.toHaveProperty('prompt');
+    expect(statusEvents(events.slice(before))).toEqual([expect.objectContaining({ state: 'working', final: false })]);
+    // Its input timer went with the wait: the task is not failed later for an answer nobody awaits.
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(stateOf(registry, task.id).state).toBe('working');
+    const next = taskOf(send(registry, { text: 'a new question' }));
+    expect(next.id).not.toBe(task.id);
+    expect(next.state).toBe('submitted');
+    // Nothing waits any more: another request for input may wait in its turn.
+    const again = track(registry.requestInput(task, 'Once more?', undefined));
+    expect(stateOf(registry, task.id).state).toBe('input-required');
+    registry.close('test over');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(again.error).toBeInstanceOf(Error);
+  });
+
+  it('lets go of a wait only for the task it belongs to, and never brings an ended task back', async () => {
+    const { registry, task, input } = await waitingTask();
+    registry.abandonInput({ ...task, id: 'tsk_other' } as Task, 'not this one');
+    expect(stateOf(registry, task.id).state).toBe('input-required');
+    task.state = 'completed';
+    registry.abandonInput(task, 'ended meanwhile');
+    await expect(input).rejects.toThrow('ended meanwhile');
+    expect(stateOf(registry, task.id).state).toBe('completed');
+  });
+
   it('stops the input timer once the answer arrives', async () => {
     vi.useFakeTimers();
     const { registry, task, input } = await waitingTask('queue', 1_000);

@@ -62,6 +62,8 @@ export class CapsuleHost implements AgentHost {
   /** The agent turn tool and shell events belong to (0 for a script capsule). */
   private turn = 0;
   private taskContext: TaskContext | undefined;
+  /** The guest instances waiting for an answer to their `request-input`, and how each wait is let go should the instance end first. */
+  private readonly askingInput = new Map<number, () => void>();
   readonly guests: GuestRunner;
   /** Relayed response bodies, as they arrive from the executor and until the guests have read them. */
   private readonly responseBodies: ResponseBodies;
@@ -101,7 +103,12 @@ export class CapsuleHost implements AgentHost {
       sessionLog: this.sessionLog,
       capsuleOutput: (stream, text, carried) => channel.output(stream, text, carried),
       answer: (op, payload, grant, instance, record) => this.answer(op, payload, grant, instance, record),
-      instanceEnded: (instance) => this.responseBodies.releaseOwnedBy(instance),
+      instanceEnded: (instance) => {
+        this.responseBodies.releaseOwnedBy(instance);
+        const abandon = this.askingInput.get(instance);
+        this.askingInput.delete(instance);
+        abandon?.();
+      },
       prewarmed,
     });
   }
@@ -455,7 +462,14 @@ export class CapsuleHost implements AgentHost {
       }
       case 'request-input': {
         if (!taskContext?.answerable) throw new Error('request-input is not available outside an A2A task context');
-        return taskContext.registry.requestInput(taskContext.task, (payload as { prompt: string }).prompt, taskContext.inputTimeoutMs);
+        const { registry, task } = taskContext;
+        const asker = grant.includes(':') ? `${grant.slice(0, grant.indexOf(':'))} '${grant.slice(grant.indexOf(':') + 1)}'` : `the ${grant}`;
+        this.askingInput.set(instance, () => registry.abandonInput(task, `${asker} ended before its request for input was answered`));
+        try {
+          return await registry.requestInput(task, (payload as { prompt: string }).prompt, taskContext.inputTimeoutMs);
+        } finally {
+          this.askingInput.delete(instance);
+        }
       }
       default:
         throw new Error(`unknown host call '${op}' from ${grant}`);

@@ -334,6 +334,22 @@ export class TaskRegistry {
   }
 
   /**
+   * The guest that asked for input ended before an answer came (its call's deadline, a trap): the
+   * task stops waiting and is `working` again, as its loop goes on with the failed tool call. Left
+   * waiting, the session's next message would be taken as the answer nobody can read any more —
+   * the new task lost, the old one set back to `working` even after it had ended.
+   */
+  abandonInput(task: Task, why: string): void {
+    const wait = this.inputWait;
+    if (wait?.task !== task) return;
+    this.inputWait = undefined;
+    if (wait.timer) clearTimeout(wait.timer);
+    delete task.prompt;
+    if (!TERMINAL_TASK_STATES.has(task.state)) this.transition(task, 'working', why);
+    wait.reject(new Error(why));
+  }
+
+  /**
    * A completion: never a new task. It goes to the task that awaits its delegation, or it is
    * refused with -31002 naming why — a completion nobody awaits, or one addressed to another
    * session (a parent that restarted onto the same address), which is what the child records.
