@@ -109,9 +109,10 @@ function murProgram(): MurProgram {
     .option('--capsule <name>', 'stage a capsule from a registry instead')
     .option('--capsule-version <version>', 'the version of --capsule')
     .option('--json', 'print the staged plan as JSON')
+    .option('--no-env-file', "do not load the project's .env")
     .option('-v, --verbose', 'log what the services do')
     .action(
-      run((dir: string | undefined, options: { capsule?: string; capsuleVersion?: string; json?: boolean; verbose?: boolean }) =>
+      run((dir: string | undefined, options: { capsule?: string; capsuleVersion?: string; json?: boolean; verbose?: boolean; envFile?: boolean }) =>
         import('./commands/stage.js').then((module) => module.stageCommand(dir, options, output)),
       ),
     );

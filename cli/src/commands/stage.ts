@@ -1,5 +1,6 @@
 import path from 'node:path';
 import type { StagedPlan } from '@murmur/shared';
+import { environmentWithEnvFile } from '../env-file.js';
 import { type Output, UsageError, formatBytes } from '../output.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
@@ -11,9 +12,23 @@ export interface StageOptions {
   capsuleVersion?: string;
   json?: boolean;
   verbose?: boolean;
+  /** False for `--no-env-file`: the project's `.env` is not read. */
+  envFile?: boolean;
 }
 
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+
 function stageSourceFor(directory: string | undefined, options: StageOptions): CliStageSource {
+  for (const [flag, value] of [
+    ['--capsule', options.capsule],
+    ['--capsule-version', options.capsuleVersion],
+  ] as const) {
+    if (value !== undefined && value.trim() === '')
+      throw new UsageError(`${flag} is empty`, {
+        path: flag,
+        hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0, or mur stage <dir> for a project',
+      });
+  }
   if (options.capsule !== undefined) {
     if (!options.capsuleVersion) throw new UsageError('--capsule needs --capsule-version', { hint: 'e.g. mur stage --capsule hello --capsule-version 0.1.0' });
     if (directory !== undefined)
@@ -32,19 +47,43 @@ function stageSourceFor(directory: string | undefined, options: StageOptions): C
   return { kind: 'directory', dir: path.resolve(directory ?? '.') };
 }
 
-/** `mur stage [dir]`: resolve, verify and transpile a capsule, and say what was staged. */
-export async function stageCommand(directory: string | undefined, options: StageOptions, output: Output): Promise<void> {
+/**
+ * `mur stage [dir]`: resolve, verify and transpile a capsule, and say what was staged.
+ *
+ * The names a manifest's `${VAR}`s may use are `mur run`'s: the environment and the project's
+ * `.env`, so staging never refuses what a run takes. In-process, an interrupt is held until the
+ * staging under way has ended — the stager then removes its scratch copy of the project, which an
+ * exit at once would leave in the cache — and the command exits 130; a second one leaves at once.
+ */
+export async function stageCommand(directory: string | undefined, options: StageOptions, output: Output): Promise<number> {
   const source = stageSourceFor(directory, options);
+  const projectDir = source.kind === 'directory' ? source.dir : source.projectDir;
+  const env = environmentWithEnvFile(options.envFile === false ? undefined : projectDir);
   const progress = terminalProgress(output);
+  let heldSignal: NodeJS.Signals | undefined;
+  const holdSignal = (signal: NodeJS.Signals): void => {
+    if (heldSignal) process.exit(130);
+    heldSignal = signal;
+    progress.stop();
+    output.err(`mur: ${signal}: stopping once the staging under way has ended and cleaned up after itself (again to leave at once)`);
+  };
   const runtime = await openRuntime(options.verbose === undefined ? {} : { verbose: options.verbose });
+  // Against a stack the stager cleans up whatever becomes of this process: nothing to wait for.
+  if (runtime.inProcess) for (const signal of STOP_SIGNALS) process.on(signal, holdSignal);
   try {
-    const plan = await stageThroughBus(runtime.bus, source, { env_names: Object.keys(process.env) }, progress.report);
+    const plan = await stageThroughBus(runtime.bus, source, { env_names: Object.keys(env) }, progress.report);
+    if (heldSignal) return 130;
     for (const warning of plan.warnings) output.warn(warning);
     if (options.json) output.out(JSON.stringify(plan));
     else for (const line of describePlan(plan)) output.out(line);
+    return 0;
+  } catch (error) {
+    if (heldSignal) return 130;
+    throw error;
   } finally {
     progress.stop();
     await runtime.close();
+    for (const signal of STOP_SIGNALS) process.off(signal, holdSignal);
   }
 }
 

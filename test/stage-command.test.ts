@@ -1,0 +1,73 @@
+import { once } from 'node:events';
+import { existsSync, promises as fs, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { agentManifest, agentProject } from './support/agents.js';
+import { capsuleProject } from './support/artifacts.js';
+import { tempDir } from './support/fs.js';
+import { helloCapsuleJs } from './support/guests.js';
+import { eventually, runMur, spawnMur } from './support/processes.js';
+
+/** `mur stage` as a user runs it: with the same environment as `mur run`, and interrupted. */
+describe('mur stage', () => {
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+
+  beforeAll(async () => {
+    scratch = await tempDir('murmur-stage-command-');
+  });
+  afterAll(async () => {
+    await scratch.cleanup();
+  });
+
+  /** An agent whose key is `${STAGE_TEST_KEY}`, which only its project's `.env` sets. */
+  async function projectWithDotenv(name: string): Promise<string> {
+    const manifest = agentManifest({ endpoint: 'http://127.0.0.1:9/v1', authority: '127.0.0.1:9' }, { name, inference: '  api_key: ${STAGE_TEST_KEY}' });
+    return agentProject(path.join(scratch.dir, name), manifest, { '.env': 'STAGE_TEST_KEY=from-the-dotenv\n' });
+  }
+
+  it("takes a ${VAR} from the project's .env, as mur run does, unless --no-env-file", async () => {
+    const project = await projectWithDotenv('dotenv-staged');
+    const env = { MURMUR_HOME: path.join(scratch.dir, 'home-dotenv') };
+    const staged = await runMur(['stage', project, '--json'], { env });
+    expect(staged.code, staged.stderr).toBe(0);
+    expect(JSON.parse(staged.stdout)).toMatchObject({ capsule: { name: 'dotenv-staged' } });
+    const without = await runMur(['stage', project, '--no-env-file'], { env });
+    expect(without.code).toBe(1);
+    expect(without.stderr).toContain('error[E-MAN-003]');
+    expect(without.stderr).toContain('STAGE_TEST_KEY');
+    // The value is the capsule's secret: staged or refused, it is never shown.
+    expect(staged.stdout + staged.stderr + without.stderr).not.toContain('from-the-dotenv');
+  });
+
+  it('refuses an empty --capsule or --capsule-version, naming the flag, rather than ask for the one that was given', async () => {
+    const env = { MURMUR_HOME: path.join(scratch.dir, 'home-empty') };
+    for (const [args, flag] of [
+      [['--capsule', '', '--capsule-version', '1.0.0'], '--capsule'],
+      [['--capsule', 'hello', '--capsule-version', ''], '--capsule-version'],
+    ] as const) {
+      const result = await runMur(['stage', ...args], { env });
+      expect(result.code, result.stderr).toBe(2);
+      expect(result.stderr).toContain(`${flag} is empty`);
+      expect(result.stderr).toContain('hint: ');
+    }
+  });
+
+  it('interrupted while it stages in-process, waits for the staging to clean up after itself, leaves nothing in the cache and exits 130', async () => {
+    const home = path.join(scratch.dir, 'home-interrupted');
+    const project = await capsuleProject(path.join(scratch.dir, 'large'), 'name: large\nversion: 0.1.0\n', (await helloCapsuleJs()).bytes);
+    const staging = path.join(home, 'cache', 'staging');
+    const { child, output } = spawnMur(['stage', project], { env: { MURMUR_HOME: home } });
+    try {
+      // The stager's scratch copy of the project is there: the staging is under way.
+      await eventually(() => (existsSync(staging) && readdirSync(staging).length > 0) || undefined, 60_000, 'the staging to copy the project');
+      child.kill('SIGINT');
+      const [code] = (await once(child, 'exit')) as [number | null];
+      expect(code, output.stderr).toBe(130);
+      expect(output.stderr).toContain('mur: SIGINT: stopping once the staging under way has ended');
+      expect(output.stdout).toBe('');
+      expect(existsSync(staging) ? readdirSync(staging) : []).toEqual([]);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
