@@ -164,6 +164,14 @@ export type SessionLocation = z.infer<typeof SessionLocationSchema>;
 export const SESSION_LOCATIONS_BUCKET = 'murmur-sessions';
 
 /**
+ * The watchers' own bucket: `lost.<session id>` is written (by the first watcher to get there)
+ * before a session is announced ended with its lost executor, so it is announced once, and so
+ * that executor, answering again, knows which of its sessions the stack has given up on.
+ */
+export const WATCHER_BUCKET = 'murmur-watcher';
+export const lostSessionKey = (sessionId: string): string => `lost.${sessionId}`;
+
+/**
  * An executor's heartbeat: that it is alive, and the sessions it holds. The watcher declares an
  * executor lost after a few missed beats and ends its sessions on its behalf.
  */

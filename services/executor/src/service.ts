@@ -8,7 +8,9 @@ import {
   QUEUE_GROUPS,
   SESSION_LOCATIONS_BUCKET,
   type SessionLocation,
+  WATCHER_BUCKET,
   commands,
+  lostSessionKey,
   newId,
   numberSetting,
   servicePortIn,
@@ -361,7 +363,53 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     }),
   );
 
+  /**
+   * The sessions a watcher gave up on while this executor did not answer (stopped, starved, or
+   * cut off from the bus for longer than `MURMUR_EXECUTOR_LOST_MS`): the stack has announced them
+   * ended with it (E-EXE-001), their launchers have left and were told to launch again. Left
+   * running, each would go on unseen — `mur ps` shows none of them, and its work would be done
+   * twice. So they are ended here too, once this executor hears of it: by the announcement
+   * itself when it comes after the executor is back, else by the watchers' record of it
+   * (`lost.<session id>`), read when the executor finds it was silent (a late beat) or back on
+   * the bus. A store that cannot be read costs nothing: the next occasion reads it again.
+   */
+  const endGivenUp = (session: Session, why: string): void => {
+    log.warn({ session_id: session.id, why }, 'ending a session the stack announced ended with this executor');
+    session.kill(
+      {
+        code: 'E-EXE-001',
+        message: `the session was ended: the stack declared executor ${instanceId} lost while it did not answer (${why}) and announced the session ended with it; it is ended here too rather than left running where nobody waits for it`,
+        hint: 'launch it again: new launches go to the executors that answer; if this executor stalls often, look at its load and memory',
+      },
+      { overrule: true },
+    );
+  };
+  let watcherStore: Promise<KeyValueStore> | undefined;
+  const endSessionsGivenUp = async (why: string): Promise<void> => {
+    if (sessions.size === 0) return;
+    watcherStore ??= bus.keyValue(WATCHER_BUCKET);
+    watcherStore.catch(() => (watcherStore = undefined));
+    const store = await watcherStore;
+    for (const session of [...sessions.values()]) if ((await store.get(lostSessionKey(session.id))) !== undefined) endGivenUp(session, why);
+  };
+  const lookForSessionsGivenUp = (why: string): void =>
+    void endSessionsGivenUp(why).catch((error: unknown) => log.warn({ err: error }, 'could not read which sessions the stack gave up on'));
+  subscriptions.push(
+    bus.subscribe(topics.sessionEnded, (event) => {
+      const session = sessions.get(event.session_id);
+      if (session && event.executor_id === instanceId && event.error?.code === 'E-EXE-001') endGivenUp(session, 'its loss was announced');
+    }),
+  );
+  bus.onConnectionChange((state) => {
+    if (state === 'reconnected') lookForSessionsGivenUp('it was away from the bus');
+  });
+
+  let lastBeatAt = performance.now();
   const beat = (): void => {
+    const now = performance.now();
+    // Three beats late: long enough to have been taken for lost by a watcher that waits less.
+    if (now - lastBeatAt > 3 * settings.heartbeatMs) lookForSessionsGivenUp(`it sent no heartbeat for ${((now - lastBeatAt) / 1000).toFixed(1)}s`);
+    lastBeatAt = now;
     try {
       bus.publish(topics.executorHeartbeat, {
         executor_id: instanceId,

@@ -1,4 +1,4 @@
-import { type ExecutorHeartbeat, type Log, type SessionEnded, topics } from '@murmur/shared';
+import { type ExecutorHeartbeat, type Log, type SessionEnded, WATCHER_BUCKET, lostSessionKey, topics } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 
 /**
@@ -147,11 +147,11 @@ export class ExecutorMonitor {
 
   private async announce(executorId: string, session: ExecutorHeartbeat['sessions'][number], silentFor: number): Promise<void> {
     if (!this.announcements) {
-      this.announcements = this.options.bus.keyValue('murmur-watcher');
+      this.announcements = this.options.bus.keyValue(WATCHER_BUCKET);
       this.announcements.catch(() => (this.announcements = undefined));
     }
     const store = await this.announcements;
-    if (!(await store.create(`lost.${session.session_id}`, this.options.watcherId))) return;
+    if (!(await store.create(lostSessionKey(session.session_id), this.options.watcherId))) return;
     const endedAt = new Date().toISOString();
     const line = `executor ${executorId} stopped answering (no heartbeat for ${(silentFor / 1000).toFixed(1)}s); the session ended with it`;
     const event: SessionEnded = {

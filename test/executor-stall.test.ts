@@ -1,0 +1,84 @@
+import { existsSync, promises as fs, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTokenFromStat } from '@murmur/shared/node';
+import { probeProject } from './support/capsules.js';
+import { tempDir } from './support/fs.js';
+import { type NatsServer, startNatsServer } from './support/nats-server.js';
+import { type ServiceProcess, eventually, spawnMur, startService } from './support/processes.js';
+
+/**
+ * An executor that stops answering for longer than a watcher waits is declared lost, and its
+ * sessions are announced ended (E-EXE-001): their launchers leave and are told to launch again.
+ * When it answers again, those sessions must not go on running unseen.
+ */
+describe('an executor back from a stall', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  const services: ServiceProcess[] = [];
+  let executor: ServiceProcess;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-executor-stall-');
+    env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    services.push(await startService('stager', env));
+    executor = await startService('executor', env);
+    services.push(executor);
+    services.push(await startService('watcher', { ...env, MURMUR_EXECUTOR_LOST_MS: '1500' }));
+  });
+
+  afterAll(async () => {
+    executor?.kill('SIGCONT');
+    for (const service of services) await service.stop();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  const alive = (pid: number): boolean => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return startTokenFromStat(stat) !== undefined && !/ Z /.test(stat);
+    } catch {
+      return false;
+    }
+  };
+
+  it('ends the sessions the stack announced ended with it, rather than leave them running where nobody waits', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'waiting'), 'capabilities:\n  limits:\n    deadline_seconds: 600\n');
+    const workdir = path.join(scratch.dir, 'waiting-workdir');
+    await fs.mkdir(workdir);
+    const actions = [
+      { op: 'waitfor', path: 'go', seconds: 600 },
+      { op: 'write', path: 'after-the-stall', text: 'ran on' },
+    ];
+    const { child, output } = spawnMur(['run', '--json', '--workdir', workdir, '--task', JSON.stringify(actions)], { cwd: project, env });
+    try {
+      const launch = await eventually(
+        () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
+        // A fresh stack transpiles the probe first.
+        90_000,
+        'the launch line',
+      ).catch((error: unknown) => {
+        throw new Error(`${String(error)}\n${output.stderr}`);
+      });
+      expect(alive(launch.pid)).toBe(true);
+      // Stalled well past the watcher's 1.5 s: it declares the executor lost and the session ended.
+      executor.kill('SIGSTOP');
+      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+      expect(code, output.stderr).toBe(1);
+      expect(output.stderr).toContain('error[E-EXE-001]');
+      executor.kill('SIGCONT');
+      // Back, the executor ends the session the stack gave up on: its work is not done twice.
+      await eventually(() => (alive(launch.pid) ? undefined : true), 15_000, `the session's host (pid ${launch.pid}) to be ended`);
+      await fs.writeFile(path.join(workdir, 'go'), 'go');
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(existsSync(path.join(workdir, 'after-the-stall'))).toBe(false);
+      expect(executor.logs()).toContain('ending a session the stack announced ended with this executor');
+    } finally {
+      executor.kill('SIGCONT');
+      child.kill('SIGKILL');
+    }
+  }, 180_000);
+});
