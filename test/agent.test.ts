@@ -340,6 +340,20 @@ describe('agent capsules', () => {
       );
     });
 
+    it("says a reply the model never finished was cut at the call's deadline, with a hint at deadline_seconds and the endpoint", async () => {
+      // The stream's first piece, and then nothing ever again: the connection stays open.
+      const inference = await model([{ pieces: [{ text: 'I am starting' }, { text: ' and never end' }], release: () => new Promise<void>(() => {}) }], {
+        stream: true,
+      });
+      const run = await runTask('never-finished', agentManifest(inference, { capabilities: '  limits:\n    deadline_seconds: 3' }), 'hi');
+      expect(run.result.code, run.result.stderr).toBe(1);
+      expect(run.result.stderr).toContain(
+        "error[E-RUN-007]: agent loop failed: driver invocation failed: driver 'murmur-driver-anthropic' exceeded its 3s deadline",
+      );
+      expect(run.result.stderr).toContain('hint: the model did not finish its reply within the call');
+      expect(run.result.stderr).toContain('capabilities.limits.deadline_seconds');
+    });
+
     it("gives a provider's own refusal in the driver's words alone, with a hint at the inference settings", async () => {
       const inference = await model([{ status: 401, raw: '{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}' }]);
       const run = await runTask('provider-refused', agentManifest(inference), 'hi');

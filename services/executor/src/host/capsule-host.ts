@@ -278,7 +278,10 @@ export class CapsuleHost implements AgentHost {
     const outcome = await this.guests.run({ ...driverSpec(driver, env), record, toolInput: { data } });
     const egressFailure = record.egress.failure;
     const result = this.toolOutcome(`driver '${driver.name}'`, outcome);
-    if (!result.ok) return result;
+    if (!result.ok) {
+      const memory = outcome.kind === 'too-small' || (outcome.kind === 'trap' && outcome.memoryExhausted);
+      return { ...result, ...(outcome.kind === 'deadline' ? { overran: 'deadline' as const } : memory ? { overran: 'memory' as const } : {}) };
+    }
     return {
       ok: true,
       result: result.value,

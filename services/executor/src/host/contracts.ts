@@ -67,7 +67,10 @@ export interface EgressFailure {
  * reports its own failure with whatever its fetch told it (in a JavaScript driver, a bare
  * `NetworkError`), where the runtime knows which URL it was and why (`egress-failures.ts`).
  */
-export type DriverCall = { ok: true; result: ToolResultShape; streamedText: boolean; egressFailure?: EgressFailure } | { ok: false; error: string };
+export type DriverCall =
+  | { ok: true; result: ToolResultShape; streamedText: boolean; egressFailure?: EgressFailure }
+  /** `overran`: the call's limit that ended it (its deadline, its memory), which says what to change. */
+  | { ok: false; error: string; overran?: 'deadline' | 'memory' };
 
 /** Counts kept across the whole session: the last `session_end` carries them. */
 export interface SessionTotals {
