@@ -1,7 +1,9 @@
 import { once } from 'node:events';
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, startAgent } from './support/agents.js';
+import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { type ServiceProcess, eventually, runMur, spawnMur, startService } from './support/processes.js';
@@ -91,6 +93,35 @@ describe('mur run against a stack whose NATS server goes away', () => {
     agents.splice(agents.indexOf(agent), 1);
     await agent.stop();
   });
+
+  it('hears a session that ended while its bus was away: back, it asks the executor, and ends as the session did', async () => {
+    const probe = await probeProject(path.join(scratch.dir, 'ends-while-away'), 'capabilities:\n  limits:\n    deadline_seconds: 600\n');
+    const actions = [{ op: 'waitfor', path: 'go', seconds: 600 }];
+    const { child, output } = spawnMur(['run', '--json', '--task', JSON.stringify(actions)], { cwd: probe, env });
+    try {
+      const launch = await eventually(
+        () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { session_id: string; workdir: string }) : undefined),
+        90_000,
+        'the launch line',
+      );
+      await nats.down();
+      await eventually(() => output.stderr.includes('lost the stack') || undefined, 10_000, 'the loss said');
+      // The session ends, and its end is announced, while nobody can hear it.
+      await fs.writeFile(path.join(launch.workdir, 'go'), 'go');
+      await eventually(
+        async () => (await fs.readFile(path.join(launch.workdir, 'trace.jsonl'), 'utf8').catch(() => '')).includes('"session_end"') || undefined,
+        20_000,
+        'the session to end',
+      );
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      await nats.up();
+      const [code] = (await once(child, 'exit')) as [number | null];
+      expect(code, output.stderr).toBe(0);
+      expect(output.stderr).toContain("mur: the stack's bus is back");
+    } finally {
+      child.kill('SIGKILL');
+    }
+  }, 180_000);
 
   it('an interrupt that cannot reach the executor ends the run, naming the session to stop later; a second leaves at once', async () => {
     const first = await startAgent(project, env);

@@ -61,6 +61,21 @@ export const SessionEndedSchema = z.object({
 export type SessionEnded = z.infer<typeof SessionEndedSchema>;
 
 /**
+ * `executor.<id>.ended`: how a session of that executor stands, for a launcher that may have
+ * missed its `session.ended` (published while the launcher's bus was away, and NATS keeps no
+ * message for a subscriber that is not connected). An ended session is answered with the very
+ * announcement it was given, for as long as the executor remembers it.
+ */
+export const SessionEndRequestSchema = z.object({ session_id: z.string() });
+export const SessionEndReplySchema = z.discriminatedUnion('state', [
+  z.object({ state: z.literal('running') }),
+  z.object({ state: z.literal('ended'), ended: SessionEndedSchema }),
+  /** Not a session of this executor's, or one it no longer remembers. */
+  z.object({ state: z.literal('unknown') }),
+]);
+export type SessionEndReply = z.infer<typeof SessionEndReplySchema>;
+
+/**
  * `session.activity`: a session's task moved (a new task, a state, an inference turn), told by the
  * executor relaying the host's feed. Ids, a state and a count only — never the task's text, a
  * prompt or the model's output, which stay on the session's own feed for whoever may read it.

@@ -5,6 +5,8 @@ import {
   HealthReplySchema,
   HealthRequestSchema,
   SessionActivitySchema,
+  SessionEndReplySchema,
+  SessionEndRequestSchema,
   SessionEndedSchema,
   SessionStagedSchema,
   SessionStartedSchema,
@@ -81,6 +83,8 @@ export const commands = {
   sessionFiles: defineCommand('executor.*.files', SessionFilesRequestSchema, SessionFilesReplySchema),
   /** `executor.<id>.completion`: a delegation outcome a watcher decided, recorded in the child's workdir where it lives. */
   recordCompletion: defineCommand('executor.*.completion', CompletionRecordRequestSchema, CompletionRecordReplySchema),
+  /** `executor.<id>.ended`: whether a session of that executor still runs, or how it ended. */
+  sessionEnd: defineCommand('executor.*.ended', SessionEndRequestSchema, SessionEndReplySchema),
   /** `session.<id>.stop`: answered by the executor that owns the session. */
   stopSession: defineCommand('session.*.stop', StopRequestSchema, StopReplySchema),
   /** `session.<id>.rpc`: a door's A2A call, answered by the capsule host that owns the session (through its executor). */

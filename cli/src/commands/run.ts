@@ -9,6 +9,7 @@ import {
   type LaunchReply,
   type LaunchRequestSchema,
   type LifecycleOverride,
+  type SessionEnded,
   LifecycleOverrideSchema,
   MurmurError,
   capabilityPolicy,
@@ -184,6 +185,9 @@ function lifecycleOverride(options: RunOptions): LifecycleOverride | undefined {
  * undo `nohup`'s ignoring it, and a run whose terminal is gone fails its first write to it.
  */
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+/** How often, and how far apart, a run back on its bus asks its session's executor how the session stands. */
+const END_ASK_ATTEMPTS = 30;
+const END_ASK_PAUSE_MS = 1_000;
 
 /** `MURMUR_TIMING=1`: where a run's start-up time goes, on stderr. */
 function timing(label: string): void {
@@ -588,6 +592,24 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     let busClosed = false;
     let leave!: () => void;
     const left = new Promise<undefined>((resolve) => (leave = () => resolve(undefined)));
+    // NATS keeps nothing for a subscriber that is away: an end announced while this run's bus was
+    // gone is never heard, and the run waited for ever. Back, it asks the session's executor how
+    // the session stands — again while that executor is not back on the bus itself — and takes
+    // the end it was announced with. An executor that never answers is the watcher's to declare lost.
+    let resolveHeardLate!: (event: SessionEnded) => void;
+    const heardLate = new Promise<SessionEnded>((resolve) => (resolveHeardLate = resolve));
+    let waiting = true;
+    const askHowItStands = async (): Promise<void> => {
+      for (let attempt = 0; attempt < END_ASK_ATTEMPTS && waiting; attempt += 1) {
+        try {
+          const reply = await runtime.bus.request(commands.sessionEnd.at(launched.executor_id), { session_id: sessionId }, { timeoutMs: 2_000 });
+          if (reply.state === 'ended') resolveHeardLate(reply.ended);
+          return;
+        } catch {
+          await new Promise((resolve) => setTimeout(resolve, END_ASK_PAUSE_MS).unref());
+        }
+      }
+    };
     if (!runtime.inProcess) {
       runtime.bus.onConnectionChange((state, reason) => {
         if (state === 'closed') {
@@ -609,6 +631,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
             ? `mur: lost the stack's bus at ${runtime.bus.description}; session ${sessionId} goes on on its executor, and mur waits for the bus to come back (Ctrl-C leaves)`
             : "mur: the stack's bus is back",
         );
+        if (state === 'reconnected') void askHowItStands();
       });
     }
     const onSignal = (): void => {
@@ -640,7 +663,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     onStopSignal = onSignal;
     // One that came while the session was being launched.
     if (heldSignal) onSignal();
-    const end = await Promise.race([ended, left]);
+    const end = await Promise.race([ended, heardLate, left]);
+    waiting = false;
     // The session is over; what is left (pinning, a fetched result) is not waited for past a signal.
     onStopSignal = () => process.exit(130);
     for (const subscription of subscriptions) subscription.unsubscribe();

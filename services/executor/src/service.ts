@@ -349,6 +349,11 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     ),
     bus.serve(commands.launchOn.at(instanceId), launch),
     bus.serve(commands.sessionFiles.at(instanceId), (request) => readSessionFiles(held(request.session_id).paths.accessible, request)),
+    bus.serve(commands.sessionEnd.at(instanceId), ({ session_id }) => {
+      if (sessions.has(session_id)) return { state: 'running' as const };
+      const announcement = ended.get(session_id)?.announcement;
+      return announcement ? { state: 'ended' as const, ended: announcement } : { state: 'unknown' as const };
+    }),
     bus.serve(commands.recordCompletion.at(instanceId), async (request) => ({
       outcome: await held(request.session_id).recordCompletion(request.outcome, request.post),
     })),

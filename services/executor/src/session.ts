@@ -11,6 +11,7 @@ import {
   MurmurError,
   isErrorCode,
   type SessionCall,
+  type SessionEnded,
   type SessionEvent,
   type SessionReply,
   type WireError,
@@ -231,6 +232,8 @@ export interface SessionEnd {
  */
 export interface EndedSession {
   readonly id: string;
+  /** What its `session.ended` said, when it was announced. */
+  readonly announcement: SessionEnded | undefined;
   readonly paths: SessionPaths;
   readonly telemetryDrained: Promise<void>;
   recordCompletion(outcome: DelegationOutcome, post: boolean): Promise<DelegationOutcome>;
@@ -290,6 +293,8 @@ export class Session {
   /** What the host keeps of its contexts beyond the session: conversations, harness sessions. */
   private readonly contexts: SessionContexts;
   private result: (HostToExecutor & { type: 'result' }) | undefined;
+  /** Its `session.ended`, once announced: answered again to a launcher that missed it (`executor.<id>.ended`). */
+  private announcement: SessionEnded | undefined;
   private hardLimit: NodeJS.Timeout | undefined;
   private killedFor: WireError | undefined;
   /**
@@ -1507,7 +1512,7 @@ export class Session {
     void this.delegations.deregister();
     void this.delegations.endAll();
     const plan = this.plan;
-    this.environment.bus.publish(topics.sessionEnded, {
+    this.announcement = {
       session_id: this.id,
       capsule_name: plan.capsule.name,
       capsule_version: plan.capsule.version,
@@ -1523,7 +1528,8 @@ export class Session {
       exited_at: exitedAt,
       stderr_tail: [...this.stderrTail],
       completion_reported: completionReported,
-    });
+    };
+    this.environment.bus.publish(topics.sessionEnded, this.announcement);
     this.resolveEnded(end);
   }
 
@@ -1604,6 +1610,7 @@ export class Session {
     const place = this.completionPlace();
     return {
       id: this.id,
+      announcement: this.announcement,
       paths: this.paths,
       telemetryDrained: this.telemetryDrained,
       recordCompletion: (outcome, post) => recordChildCompletion(place, outcome, post),
