@@ -186,6 +186,12 @@ describe('mur run on the stack', () => {
         'session events in mur events',
       );
       expect(seen).toEqual(expect.arrayContaining(['session.started', 'session.ended', `session.${sessionId}.output`]));
+      // A tail of every session's events answers for none of their requests: NATS still says
+      // nobody runs a session that is not there, rather than leave the asker to its timeout.
+      const stop = await runMur(['stop', 'ses_00000000000000000000000000000000'], { env: { MURMUR_NATS_URL: nats.url } });
+      expect(stop.code).toBe(1);
+      expect(stop.stderr).toContain('error[E-SES-001]: no executor on nats://127.0.0.1:');
+      expect(stop.stderr).toContain("runs session 'ses_00000000000000000000000000000000'");
     } finally {
       events.kill('SIGINT');
       await new Promise((resolve) => events.once('exit', resolve));

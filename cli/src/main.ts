@@ -311,7 +311,7 @@ function murProgram(): MurProgram {
 
   program
     .command('events')
-    .description('tail the bus (MURMUR_NATS_URL): every subject, or those matching a pattern')
+    .description("tail the stack's events (MURMUR_NATS_URL): every event subject, or those a pattern covers")
     .argument('[pattern]', "a subject pattern, e.g. 'session.>'", '>')
     .option('--json', 'one JSON object per line: {subject, payload}')
     .action(

@@ -1,11 +1,18 @@
-import { MurmurError } from '@murmur/shared';
-import { type Output, terminalSafe } from '../output.js';
+import { ALL_EVENT_TOPICS, MurmurError } from '@murmur/shared';
+import { isValidPattern, patternWithin } from '@murmur/shared/bus';
+import { type Output, UsageError, terminalSafe } from '../output.js';
 import { OUTPUT_PENDING_MAX_BYTES, OutputRelay } from '../output-relay.js';
 import { busClosedError, openRuntime } from '../runtime.js';
 
 /**
- * `mur events [pattern]`: every message on the stack's bus, as it passes. Monitoring is
- * subscribing; nothing is stored here. Runs until interrupted.
+ * `mur events [pattern]`: the stack's events, as they pass. Monitoring is subscribing; nothing is
+ * stored here. Runs until interrupted.
+ *
+ * Only the event subjects the pattern covers are subscribed to, never the services' requests
+ * (`session.<id>.stop`, `launch`, …): NATS counts any subscriber of a request's subject as one
+ * that may answer, so a tail of `session.>` turned every "no such session" into a timeout — a door
+ * asked for an ended session's card answered 504 after 15 s, `mur stop` waited 5 s — and a request
+ * carries what is not for a monitor (a launch, its capsule's environment).
  */
 export async function eventsCommand(pattern: string, options: { json?: boolean }, output: Output): Promise<number> {
   if (!process.env.MURMUR_NATS_URL?.trim()) {
@@ -13,18 +20,30 @@ export async function eventsCommand(pattern: string, options: { json?: boolean }
       hint: 'export MURMUR_NATS_URL=nats://127.0.0.1:4222; without it every service runs inside the mur that started it',
     });
   }
+  if (!isValidPattern(pattern))
+    throw new MurmurError('E-BUS-001', `'${pattern}' is not a valid subject pattern`, {
+      hint: "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'",
+    });
+  const eventSubjects = ALL_EVENT_TOPICS.map((topic) => topic.subject);
+  const within = [...new Set(eventSubjects.flatMap((subject) => patternWithin(pattern, subject) ?? []))];
+  if (within.length === 0)
+    throw new UsageError(`'${pattern}' covers none of the stack's event subjects`, {
+      path: 'pattern',
+      hint: `mur events shows events, not the services' requests: e.g. 'session.>' or 'executor.heartbeat'; the event subjects are ${eventSubjects.join(', ')}`,
+    });
   const runtime = await openRuntime();
-  let subscription: ReturnType<typeof runtime.bus.tap>;
+  let subscriptions: Array<ReturnType<typeof runtime.bus.tap>>;
   let relay: OutputRelay | undefined;
   try {
     // The bus cannot be told to wait: for a stdout read slowly, what is past the relay's bound is dropped and said.
     relay = new OutputRelay(process.stdout, 'stdout', output.err, OUTPUT_PENDING_MAX_BYTES, "the bus's messages");
     const shown = relay;
-    subscription = runtime.bus.tap(pattern, (subject, payload) => {
+    const show = (subject: string, payload: unknown): void => {
       const time = new Date().toISOString();
       const line = options.json ? JSON.stringify({ time, subject, payload }) : `${time} ${subject} ${JSON.stringify(payload)}`;
       shown.write(`${process.stdout.isTTY ? terminalSafe(line) : line}\n`);
-    });
+    };
+    subscriptions = within.map((subject) => runtime.bus.tap(subject, show));
     await runtime.bus.flush();
   } catch (error) {
     // A pattern the bus refuses: the connection goes too, or mur would wait on it for ever.
@@ -50,7 +69,7 @@ export async function eventsCommand(pattern: string, options: { json?: boolean }
       );
     });
   });
-  subscription.unsubscribe();
+  for (const subscription of subscriptions) subscription.unsubscribe();
   relay?.finish();
   await runtime.close();
   return code;

@@ -14,7 +14,7 @@ export { type KeyValueEntry, type KeyValueStore, isValidBucketName, isValidKeyVa
 export { type ObjectInfo, type ObjectSource, type ObjectStore, isValidObjectName } from './objects.js';
 // The NATS transport is its own entry point, `@murmur/shared/bus/nats`: importing the bus must not
 // load the NATS client for a process that runs on the in-process bus.
-export { isPublishableSubject, isValidPattern, subjectMatches } from './subject.js';
+export { isPublishableSubject, isValidPattern, patternWithin, subjectMatches } from './subject.js';
 export { type CommandTopic, type EventTopic, defineCommand, defineEvent } from './topic.js';
 export { type BusConnectionState, type GatherWindow, type RawMessage, type RawSubscription, type Transport, TransportError } from './transport.js';
 export { connectBus, type ConnectBusOptions } from './connect.js';

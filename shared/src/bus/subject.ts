@@ -35,3 +35,23 @@ export function subjectMatches(pattern: string, subject: string): boolean {
   }
   return patternTokens.length === subjectTokens.length;
 }
+
+/**
+ * The subjects both `pattern` and `template` match, as one pattern, or undefined when they share
+ * none. `template` holds no `>` (a topic's subject: tokens and `*`): `session.>` and
+ * `session.*.output` give `session.*.output`, `*.ended` and `session.ended` give `session.ended`.
+ */
+export function patternWithin(pattern: string, template: string): string | undefined {
+  const wanted = pattern.split('.');
+  const tokens = template.split('.');
+  const shared: string[] = [];
+  for (const [index, token] of tokens.entries()) {
+    const asked = wanted[index];
+    if (asked === undefined) return undefined;
+    if (asked === '>') return [...shared, ...tokens.slice(index)].join('.');
+    if (asked === '*') shared.push(token);
+    else if (token === '*' || token === asked) shared.push(asked);
+    else return undefined;
+  }
+  return wanted.length === tokens.length ? shared.join('.') : undefined;
+}
