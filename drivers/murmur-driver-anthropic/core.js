@@ -211,6 +211,9 @@ function createAnthropicStreamParser(onText, onThinking) {
         case 'content_block_start': {
           const start = isObject(payload.content_block) ? payload.content_block : {};
           const index = typeof payload.index === 'number' ? payload.index : blocks.size;
+          // A block started again would replace one whose text already reached the stream's
+          // readers: what they were shown and the answer would part ways.
+          if (blocks.has(index)) return fail(`${PARSE_ERROR_PREFIX}the stream started content block ${index} twice`);
           if (start.type === 'text') {
             const text = typeof start.text === 'string' ? start.text : '';
             emitTo(onText, text);

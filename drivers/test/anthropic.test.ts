@@ -291,6 +291,24 @@ describe('the Anthropic response', () => {
     expect(outcome.error).toMatch(/^failed to parse inference response: /);
   });
 
+  it('refuses a stream that starts a content block twice, whose first text its readers were already shown', () => {
+    const chunks: string[] = [];
+    const body = sse([
+      ['message_start', { type: 'message_start', message: { usage: { input_tokens: 1 } } }],
+      ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }],
+      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'first ' } }],
+      ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }],
+      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'second' } }],
+      ['message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 2 } }],
+      ['message_stop', { type: 'message_stop' }],
+    ]);
+    expect(anthropic.parse(200, body, (chunk: string) => void chunks.push(chunk))).toEqual({
+      ok: false,
+      error: 'failed to parse inference response: the stream started content block 0 twice',
+    });
+    expect(chunks.join('')).toBe('first ');
+  });
+
   it('turns an error event in the stream into an error', () => {
     const body = sse([
       ['message_start', { type: 'message_start', message: { usage: { input_tokens: 1 } } }],
