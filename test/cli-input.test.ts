@@ -188,6 +188,36 @@ describe('mur, given what a new user gets wrong', () => {
     );
   });
 
+  it('refuses a registry or door URL that carries a user or password without repeating it, and one that is no http(s) URL', async () => {
+    const secret = 's3cr3t-in-the-url';
+    for (const args of [
+      ['install', 'tool1@1.0.0', '-g', '--registry', `http://user:${secret}@127.0.0.1:9`],
+      ['search', 'x', '--registry', `http://user:${secret}@127.0.0.1:9`],
+    ]) {
+      const result = await runMur(args, { env });
+      refused(
+        result,
+        'E-ROOST-001',
+        'the registry URL http://127.0.0.1:9/ carries a user or password, which is never sent',
+        "give roost's token in MURMUR_ROOST_TOKEN",
+      );
+      expect(result.stderr).not.toContain(secret);
+    }
+    const query = await runMur(['install', 'tool1@1.0.0', '-g', '--registry', `http://127.0.0.1:9/?token=${secret}`], { env });
+    refused(query, 'E-ROOST-001', 'the registry URL http://127.0.0.1:9/ has a query or a fragment', 'name roost by its URL');
+    expect(query.stderr).not.toContain(secret);
+    const watched = await runMur(['watch', `http://user:${secret}@127.0.0.1:9/`], { env });
+    refused(watched, 'E-IO-003', 'the URL http://127.0.0.1:9/ carries a user or password, which is never sent', 'pass the door URL alone', 2);
+    expect(watched.stderr).not.toContain(secret);
+    refused(
+      await runMur(['watch', 'ftp://127.0.0.1:1234'], { env }),
+      'E-IO-003',
+      "ftp://127.0.0.1:1234/ is not an http(s) URL, which a door's is",
+      'pass the url mur run printed',
+      2,
+    );
+  });
+
   it('refuses an empty --bind, or a bare number, which would put the door on every interface, and what is no host name at all', async () => {
     for (const bind of ['', ' ', '0', '127.1', 'not an address', 'host/path', 'user@host']) {
       const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });

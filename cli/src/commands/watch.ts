@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { MurmurError, SessionIdSchema, fetchFailureReason, readBodyPrefix } from '@murmur/shared';
+import { MurmurError, SessionIdSchema, fetchFailureReason, readBodyPrefix, shownUrl } from '@murmur/shared';
 import { type Output, TerminalSafeStream, UsageError } from '../output.js';
 
 /**
@@ -35,14 +35,27 @@ function doorUrl(given: string): URL {
     });
   }
   const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(given) ? given : `http://${given}`;
+  let url: URL;
   try {
-    return new URL(withScheme);
+    url = new URL(withScheme);
   } catch {
     throw new UsageError(`'${given}' is not a URL`, {
       path: 'url',
       hint: 'pass the url mur run printed (murmur: url …), or the launch line’s url',
     });
   }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new UsageError(`${shownUrl(url.href)} is not an http(s) URL, which a door's is`, {
+      path: 'url',
+      hint: 'pass the url mur run printed (murmur: url …), or the launch line’s url',
+    });
+  // Never sent: fetch refuses such a URL, and said so repeating it whole, password and all.
+  if (url.username !== '' || url.password !== '')
+    throw new UsageError(`the URL ${shownUrl(url.href)} carries a user or password, which is never sent`, {
+      path: 'url',
+      hint: 'pass the door URL alone, as mur run printed it (murmur: url …)',
+    });
+  return url;
 }
 
 export async function watchCommand(given: string, output: Output): Promise<number> {

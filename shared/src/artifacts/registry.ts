@@ -1,6 +1,7 @@
 import { type ArtifactMeta, RegistryIndexSchema, currentPlatform, fallbackMeta } from '../artifact-meta.js';
 import { MurmurError, isErrorCode } from '../errors.js';
 import { fetchFailureReason } from '../fetch-failure.js';
+import { shownUrl } from '../shown-url.js';
 import { INDEX_CEILING_BYTES, readBodyCapped, readBodyPrefix } from '../response-body.js';
 import { maxEntryBytesFromEnv } from './mur-zip.js';
 import type { ArtifactStore } from './store.js';
@@ -77,6 +78,34 @@ interface ErrorBody {
  * `POST /v1/artifacts?name&version&runtime` (publish). Names are URL-encoded, so a namespaced
  * `local/worker` is one path segment.
  */
+const REGISTRY_URL_HINT = 'name roost by its URL, e.g. http://127.0.0.1:7700 (--registry, registry.remote_url or MURMUR_ROOST_URL)';
+
+/**
+ * A registry URL that could not be a roost's, refused before anything is asked: not http(s), no
+ * host, or holding what a base URL cannot (a query, a fragment) — and a user or password, which
+ * fetch would refuse with the URL whole in its words, the password among them; roost's token goes
+ * in MURMUR_ROOST_TOKEN. Refusals show the URL without any of those parts.
+ */
+function refuseRegistryUrl(baseUrl: string): void {
+  let parsed: URL;
+  try {
+    parsed = new URL(baseUrl);
+  } catch {
+    throw new MurmurError('E-ROOST-001', `the registry '${baseUrl.slice(0, 200)}' is not a URL`, { hint: REGISTRY_URL_HINT });
+  }
+  const shown = shownUrl(baseUrl);
+  if ((parsed.protocol !== 'http:' && parsed.protocol !== 'https:') || parsed.hostname === '')
+    throw new MurmurError('E-ROOST-001', `the registry ${shown} is not an http(s) URL with a host`, { hint: REGISTRY_URL_HINT });
+  if (parsed.username !== '' || parsed.password !== '')
+    throw new MurmurError('E-ROOST-001', `the registry URL ${shown} carries a user or password, which is never sent`, {
+      hint: "give roost's token in MURMUR_ROOST_TOKEN, and name roost by its URL alone",
+    });
+  if (parsed.search !== '' || parsed.hash !== '')
+    throw new MurmurError('E-ROOST-001', `the registry URL ${shown} has a query or a fragment, which a registry's base URL cannot have`, {
+      hint: REGISTRY_URL_HINT,
+    });
+}
+
 export class RoostRegistryClient implements ArtifactSource {
   readonly origin = 'roost' as const;
   readonly location: string;
@@ -87,6 +116,7 @@ export class RoostRegistryClient implements ArtifactSource {
     baseUrl: string,
     private readonly token: string | undefined = process.env.MURMUR_ROOST_TOKEN,
   ) {
+    refuseRegistryUrl(baseUrl);
     this.location = baseUrl.replace(/\/+$/, '');
   }
 
