@@ -218,6 +218,18 @@ describe('mur, given what a new user gets wrong', () => {
     );
   });
 
+  it('refuses a roost whose --registry-path is a file or empty, or whose --port is empty, before it listens', async () => {
+    const file = path.join(capsule, 'murmur.yaml');
+    refused(
+      await runMur(['roost', '--port', '0', '--registry-path', file], { env }),
+      'E-IO-002',
+      `--registry-path names ${file}, which is not a directory`,
+      'name the directory roost keeps its artifacts in',
+    );
+    refused(await runMur(['roost', '--port', '0', '--registry-path', ''], { env }), 'E-IO-003', '--registry-path is empty', 'give --registry-path a value', 2);
+    refused(await runMur(['roost', '--port', ''], { env }), 'E-IO-003', '--port is empty', 'give --port a value', 2);
+  });
+
   it('refuses an empty --bind, or a bare number, which would put the door on every interface, and what is no host name at all', async () => {
     for (const bind of ['', ' ', '0', '127.1', 'not an address', 'host/path', 'user@host']) {
       const result = await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--bind', bind], { env });

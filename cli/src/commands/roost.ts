@@ -2,7 +2,9 @@ import { createLogger, healthRoutes, listenHttp } from '@murmur/shared/service';
 import { connectBus } from '@murmur/shared/bus';
 import { MurmurError, SERVICE_DEFAULT_PORTS, healthOf, loopbackHostGuard, newId, portFromEnv, serveHealth } from '@murmur/shared';
 import { startRoostService } from '@murmur/roost';
-import type { Output } from '../output.js';
+import { existsSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { type Output, UsageError } from '../output.js';
 
 /**
  * `mur roost`: roost on 127.0.0.1, upstream's flags. Runs until interrupted; the registry it
@@ -11,6 +13,20 @@ import type { Output } from '../output.js';
  * Sessions and approvals live on the bus: in memory without `MURMUR_NATS_URL`, in JetStream with it.
  */
 export async function roostCommand(options: { port?: string; registryPath?: string; spawnAllow?: string[] }, output: Output): Promise<number> {
+  for (const [flag, value] of [
+    ['--port', options.port],
+    ['--registry-path', options.registryPath],
+  ] as const) {
+    // Empty, either named nothing, and roost served the default in its place without a word.
+    if (value !== undefined && value.trim() === '')
+      throw new UsageError(`${flag} is empty`, { path: flag, hint: `give ${flag} a value, or leave it out for the default` });
+  }
+  // A file there is no store: roost listened, listed nothing and failed every publish (ENOTDIR in its log).
+  if (options.registryPath !== undefined && existsSync(options.registryPath) && !statSync(options.registryPath).isDirectory())
+    throw new MurmurError('E-IO-002', `--registry-path names ${path.resolve(options.registryPath)}, which is not a directory`, {
+      path: '--registry-path',
+      hint: 'name the directory roost keeps its artifacts in (it is made if it is not there), or leave --registry-path out for the global store',
+    });
   const port = portFromEnv(options.port, SERVICE_DEFAULT_PORTS.roost, '--port');
   const log = createLogger('roost');
   const bus = await connectBus({ natsUrl: process.env.MURMUR_NATS_URL, name: 'mur-roost', log });

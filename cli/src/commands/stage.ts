@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs';
 import path from 'node:path';
 import type { StagedPlan } from '@murmur/shared';
 import { environmentWithEnvFile } from '../env-file.js';
@@ -57,7 +58,9 @@ function stageSourceFor(directory: string | undefined, options: StageOptions): C
  */
 export async function stageCommand(directory: string | undefined, options: StageOptions, output: Output): Promise<number> {
   const source = stageSourceFor(directory, options);
-  const projectDir = source.kind === 'directory' ? source.dir : source.projectDir;
+  // What is no directory is the stager's to refuse, by what it is, not a .env's to fail on beneath it.
+  const projectDir =
+    source.kind === 'directory' ? (statSync(source.dir, { throwIfNoEntry: false })?.isDirectory() ? source.dir : undefined) : source.projectDir;
   const env = environmentWithEnvFile(options.envFile === false ? undefined : projectDir);
   const progress = terminalProgress(output);
   let heldSignal: NodeJS.Signals | undefined;
