@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject } from './support/agents.js';
 import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
-import { helloCapsuleJs } from './support/guests.js';
+import { capsuleWat, helloCapsuleJs } from './support/guests.js';
 import { eventually, runMur, spawnMur } from './support/processes.js';
 
 /** `mur stage` as a user runs it: with the same environment as `mur run`, and interrupted. */
@@ -37,6 +37,18 @@ describe('mur stage', () => {
     expect(without.stderr).toContain('STAGE_TEST_KEY');
     // The value is the capsule's secret: staged or refused, it is never shown.
     expect(staged.stdout + staged.stderr + without.stderr).not.toContain('from-the-dotenv');
+  });
+
+  it('refuses a manifest whose plan is too large for the bus, naming its largest field, where the bus refused the reply itself', async () => {
+    const manifest = `name: wordy\nversion: 0.1.0\ndescription: ${'a long description '.repeat(32_000)}\n`;
+    const project = await capsuleProject(path.join(scratch.dir, 'wordy'), manifest, (await capsuleWat()).bytes);
+    const result = await runMur(['stage', project], { env: { MURMUR_HOME: path.join(scratch.dir, 'home-wordy') } });
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toMatch(
+      /error\[E-MAN-003\]: the manifest of wordy@0\.1\.0 is too large to stage: the plan it makes is \d+ bytes, over the \d+ a reply on the bus may carry; its largest parts: description \(\d+ bytes\)/,
+    );
+    expect(result.stderr).toContain('hint: shorten what it names');
+    expect(result.stderr).not.toContain('E-BUS-001');
   });
 
   it('refuses an empty --capsule or --capsule-version, naming the flag, rather than ask for the one that was given', async () => {

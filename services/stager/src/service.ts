@@ -14,6 +14,7 @@ import {
   topics,
 } from '@murmur/shared';
 import { BlobCache, blobCacheMaxBytes, cacheDir, globalStoreDir, keepBlobsWithin } from '@murmur/shared/node';
+import { refuseOversizedPlan } from './plan-size.js';
 import { type StageProgress, Stager } from './stage.js';
 import { DEFAULT_STAGER_CONCURRENCY, DEFAULT_STAGER_QUEUE, StagingSlots } from './staging-slots.js';
 import { DEFAULT_TRANSPILE_TIMEOUT_MS } from './transpiler.js';
@@ -129,6 +130,7 @@ export function startStagerService(options: StagerServiceOptions): StagerService
               (ahead) => report({ phase: 'queued', stager_id: instanceId, ahead }),
             ),
           );
+          refuseOversizedPlan(plan, bus.maxPayload);
           span.setAttributes({
             'murmur.capsule': `${plan.capsule.name}@${plan.capsule.version}`,
             'murmur.stage.components': plan.stats.components,

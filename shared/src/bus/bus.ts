@@ -45,6 +45,8 @@ export interface Gathered<R> {
 export interface Bus {
   /** `in-process`, or the NATS server URL. */
   readonly description: string;
+  /** The most bytes one message may carry (the server's `max_payload`): a reply over it is refused. */
+  readonly maxPayload: number;
   publish<T, TInput>(topic: EventTopic<T, TInput>, payload: TInput): void;
   subscribe<T, TInput>(topic: EventTopic<T, TInput>, handler: (payload: T, info: MessageInfo) => unknown, options?: SubscribeOptions): Subscription;
   /** Every message on `pattern`, undecoded past JSON: what a monitor such as `mur events` wants. */
@@ -291,6 +293,9 @@ export function createBus(transport: Transport, log: Log): Bus {
 
   return {
     description: transport.description,
+    get maxPayload() {
+      return transport.maxPayload;
+    },
 
     publish(topic, payload) {
       const valid = validateOutgoing(topic.subject, topic.schema, payload);
