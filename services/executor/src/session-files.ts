@@ -63,8 +63,19 @@ const LISTING_LIMITS: ListingLimits = { entriesMax: LISTING_ENTRIES_MAX, kept: L
 
 export async function readSessionFiles(workdir: string, query: FilesQuery, limits: ListingLimits = LISTING_LIMITS): Promise<SessionFilesReply> {
   const relative = sessionFilePath(query.path);
-  const root = await fs.realpath(workdir);
   const shown = relative === '' ? '.' : relative;
+  let root: string;
+  try {
+    root = await fs.realpath(workdir);
+  } catch (error) {
+    // Removed after the session (by hand, by a cleanup): said as that, not as the executor's failure.
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new MurmurError('E-IO-001', `the session's workdir ${workdir} is no longer there: it was removed after the session`, {
+        path: shown,
+        hint: 'nothing of the session is left to read on its executor',
+      });
+    throw error;
+  }
   // The workdir was recorded as it resolved at launch. One that resolves elsewhere now was
   // replaced by a link — a delegated child's, by its parent's guest where no bubblewrap made
   // children/ read-only to it, or by an earlier guest of a reused workdir — and reading beneath
@@ -79,6 +90,13 @@ export async function readSessionFiles(workdir: string, query: FilesQuery, limit
     if (code === 'ENOENT' || code === 'ENOTDIR') {
       // What is there is one listing away: the directory it was looked for in, or the workdir's top.
       const above = path.posix.dirname(shown);
+      // Listed, and then said not to exist: a link whose target is not there as this machine sees it.
+      const isLink = (await fs.lstat(path.join(root, relative)).catch(() => undefined))?.isSymbolicLink() === true;
+      if (isLink)
+        throw new MurmurError('E-IO-001', `'${shown}' is a symbolic link whose target is not there on the session's executor`, {
+          path: shown,
+          hint: "mur files reads what a link names only where that lies in the session's workdir",
+        });
       throw new MurmurError('E-IO-001', `'${shown}' does not exist in the session's workdir`, {
         path: shown,
         hint: `list ${above === '.' ? "the workdir's top" : `'${above}'`} to see what the session left there`,

@@ -162,3 +162,32 @@ describe("a session workdir's directory, listed a page at a time", () => {
     expect((await list('odd')).entries).toEqual(expected);
   });
 });
+
+describe("a session workdir's file that is not there", () => {
+  it('says a link whose target is not there is a link, and a workdir removed after the session is gone, each by what it is', async () => {
+    const made = await tempDir('murmur-session-files-gone-');
+    try {
+      const workdir = await fs.realpath(made.dir);
+      await fs.mkdir(path.join(workdir, 'out'));
+      // What a guest's link to its own /etc/passwd names on the executor: nothing at all.
+      await fs.symlink('../../../../../../../../no-such-place/passwd', path.join(workdir, 'out', 'uplink'));
+      const linked = readSessionFiles(workdir, { path: 'out/uplink', offset: 0, length: 100 });
+      await expect(linked).rejects.toThrow(MurmurError);
+      await expect(linked).rejects.toMatchObject({
+        code: 'E-IO-001',
+        message: "'out/uplink' is a symbolic link whose target is not there on the session's executor",
+      });
+      await expect(readSessionFiles(workdir, { path: 'out/absent', offset: 0, length: 100 })).rejects.toMatchObject({
+        code: 'E-IO-001',
+        message: "'out/absent' does not exist in the session's workdir",
+      });
+      await fs.rm(workdir, { recursive: true, force: true });
+      await expect(readSessionFiles(workdir, { path: '', offset: 0, length: 0 })).rejects.toMatchObject({
+        code: 'E-IO-001',
+        message: `the session's workdir ${workdir} is no longer there: it was removed after the session`,
+      });
+    } finally {
+      await made.cleanup();
+    }
+  });
+});
