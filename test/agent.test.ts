@@ -354,7 +354,7 @@ describe('agent capsules', () => {
       expect(run.result.stderr).toContain('capabilities.limits.deadline_seconds');
     });
 
-    it("gives a provider's own refusal in the driver's words alone, with a hint at the inference settings", async () => {
+    it("gives a provider's own refusal in the driver's words alone, with a hint at the key it refused", async () => {
       const inference = await model([{ status: 401, raw: '{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}' }]);
       const run = await runTask('provider-refused', agentManifest(inference), 'hi');
       expect(run.result.code, run.result.stderr).toBe(1);
@@ -362,7 +362,7 @@ describe('agent capsules', () => {
       expect(run.result.stderr).toContain('invalid x-api-key');
       // The request was answered: no URL and no transport reason are added to the driver's words.
       expect(run.result.stderr).not.toContain(`(${inference.endpoint}`);
-      expect(run.result.stderr).toContain("hint: the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml");
+      expect(run.result.stderr).toContain("hint: the model's provider refused the key (HTTP 401): check inference.api_key");
     });
 
     it('names the network policy when the endpoint is not in capabilities.network.allow, and the model hears nothing', async () => {

@@ -467,6 +467,17 @@ describe('a driver failure as the run reports it', () => {
     expect(failed.error.hint).toContain('raise that limit in murmur.yaml');
   });
 
+  it.each([
+    ['HTTP 429: {"type":"error","error":{"type":"rate_limit_error"}}', 'inference', "limiting this key's rate (HTTP 429): run again once its limit has passed"],
+    ['HTTP 529: {"type":"error","error":{"type":"overloaded_error"}}', 'inference.endpoint', 'overloaded or down for now (HTTP 529): run again later'],
+    ['HTTP 503: Service Unavailable', 'inference.endpoint', 'overloaded or down for now (HTTP 503)'],
+    ['HTTP 401: {"error":"invalid x-api-key"}', 'inference.api_key', 'refused the key (HTTP 401): check inference.api_key'],
+  ])("says what the provider's status means rather than to check the settings: %s", (said, path, hint) => {
+    const failed = driverFailure(said, undefined);
+    expect(failed.message).toBe(said);
+    expect(failed.error).toMatchObject({ code: 'E-RUN-007', path, hint: expect.stringContaining(hint) });
+  });
+
   it("keeps the driver's words alone when every request was answered (a provider's own refusal)", () => {
     const failed = driverFailure('anthropic: 401 invalid x-api-key', undefined);
     expect(failed.message).toBe('anthropic: 401 invalid x-api-key');

@@ -170,6 +170,15 @@ function failureHint(message: string, egress: EgressFailure | undefined): [strin
       'the driver ran out of the memory capabilities.limits.memory_bytes gives each call (it holds a reply several times over while it reads it): raise that limit in murmur.yaml, or ask the model for a shorter reply',
       'capabilities.limits.memory_bytes',
     ];
+  // The provider's own answer by its status (a driver says `HTTP <status>: <body>`), where checking
+  // the settings would be the wrong advice: the request was right, and it is to be made later.
+  const status = /^(?:.*?: )?HTTP (\d{3}):/.exec(message)?.[1];
+  if (status === '429')
+    return ["the model's provider is limiting this key's rate (HTTP 429): run again once its limit has passed, or ask it less often", 'inference'];
+  if (status === '529' || status === '503')
+    return [`the model's provider is overloaded or down for now (HTTP ${status}): run again later`, 'inference.endpoint'];
+  if (status === '401' || status === '403')
+    return [`the model's provider refused the key (HTTP ${status}): check inference.api_key (or the driver's gateway key) in murmur.yaml`, 'inference.api_key'];
   if (!egress) return ["the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml", 'inference'];
   switch (egress.code) {
     case 'HTTP-request-denied':
