@@ -777,18 +777,26 @@ async function resolveAll(
 ): Promise<Map<ArtifactDeclaration, ResolvedArtifact>> {
   const found = new Map<ArtifactDeclaration, ResolvedArtifact>();
   const missing: string[] = [];
+  /** Missing at the version murmur.lock pins where murmur.yaml asks for another: `mur install` refuses that conflict. */
+  const pinnedAway: string[] = [];
   for (const { declaration, pin } of wanted) {
     if (!pin) continue;
     const reference = `${declaration.name}@${pin.version}`;
     progress({ phase: 'resolve', artifact: reference });
     const resolved = await chain.resolve(declaration.name, pin.version);
     if (resolved) found.set(declaration, resolved);
-    else missing.push(reference);
+    else {
+      missing.push(reference);
+      if (pin.version !== declaration.version) pinnedAway.push(`'${declaration.name}' (murmur.yaml asks for ${declaration.version})`);
+    }
   }
   if (missing.length > 0) {
     throw new MurmurError('E-RUN-008', `missing artifacts: ${missing.join(', ')}`, {
       path: missing.join(', '),
-      hint: `run \`mur install\` to install all manifest dependencies (looked in ${chain.describeSearch()})${roostAdvice}`,
+      hint:
+        pinnedAway.length > 0
+          ? `murmur.lock pins a version no store holds for ${pinnedAway.join(', ')}: remove those entries from murmur.lock to run what murmur.yaml asks for (it is pinned again), or install the pinned version (looked in ${chain.describeSearch()})`
+          : `run \`mur install\` to install all manifest dependencies (looked in ${chain.describeSearch()})${roostAdvice}`,
     });
   }
   return found;

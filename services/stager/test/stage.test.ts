@@ -477,6 +477,24 @@ describe('staging refuses, and writes nothing', () => {
     expect(error.message).toContain('invalid murmur.lock');
   });
 
+  it("says a pinned version no store holds is murmur.lock's, and how to run what the manifest asks for, when pins are honoured", async () => {
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.2.0', (await toolWat()).bytes));
+    await capsuleProject(world.project, WITH_TOOL('0.2.0'), (await capsuleWat()).bytes);
+    await writeLockfile(path.join(world.project, LOCKFILE_NAME), {
+      lock_version: 1,
+      artifacts: [{ name: 'echo-tool', resolved_version: '8.8.8', sha256: { wasm: '0'.repeat(64) } }],
+    });
+    const call = await directory();
+    const error = await refusal({ ...call, request: { ...call.request, honour_pins: true } });
+    expect(error.code).toBe('E-RUN-008');
+    expect(error.message).toBe('missing artifacts: echo-tool@8.8.8');
+    // Not `mur install`, which refuses the lock's conflict with the manifest (E-REG-005).
+    expect(error.hint).toContain(
+      "murmur.lock pins a version no store holds for 'echo-tool' (murmur.yaml asks for 0.2.0): remove those entries from murmur.lock",
+    );
+    expect(error.hint).not.toContain('run `mur install`');
+  });
+
   it('names a missing artifact with E-RUN-008 in upstream words, and where it looked', async () => {
     await capsuleProject(world.project, WITH_TOOL(), (await capsuleWat()).bytes);
     const before = await listTree(world.project);
