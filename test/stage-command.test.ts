@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { existsSync, promises as fs, readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject } from './support/agents.js';
