@@ -1,5 +1,5 @@
 import { ALL_EVENT_TOPICS, MurmurError } from '@murmur/shared';
-import { isValidPattern, patternWithin } from '@murmur/shared/bus';
+import { patternWithin, refuseInvalidPattern } from '@murmur/shared/bus';
 import { type Output, UsageError, terminalSafe } from '../output.js';
 import { OUTPUT_PENDING_MAX_BYTES, OutputRelay } from '../output-relay.js';
 import { busClosedError, openRuntime } from '../runtime.js';
@@ -20,10 +20,7 @@ export async function eventsCommand(pattern: string, options: { json?: boolean }
       hint: 'export MURMUR_NATS_URL=nats://127.0.0.1:4222; without it every service runs inside the mur that started it',
     });
   }
-  if (!isValidPattern(pattern))
-    throw new MurmurError('E-BUS-001', `'${pattern}' is not a valid subject pattern`, {
-      hint: "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'",
-    });
+  refuseInvalidPattern(pattern);
   const eventSubjects = ALL_EVENT_TOPICS.map((topic) => topic.subject);
   const within = [...new Set(eventSubjects.flatMap((subject) => patternWithin(pattern, subject) ?? []))];
   if (within.length === 0)

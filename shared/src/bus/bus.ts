@@ -42,6 +42,14 @@ export interface Gathered<R> {
  * for a request, answered with its error), for the same reason: one bad message must not cost a
  * service its other sessions.
  */
+/** A subscription pattern the bus cannot take (`E-BUS-001`), refused before anything is asked. */
+export function refuseInvalidPattern(pattern: string): void {
+  if (!isValidPattern(pattern))
+    throw new MurmurError('E-BUS-001', `'${pattern}' is not a valid subject pattern`, {
+      hint: "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'",
+    });
+}
+
 export interface Bus {
   /** `in-process`, or the NATS server URL. */
   readonly description: string;
@@ -320,10 +328,7 @@ export function createBus(transport: Transport, log: Log): Bus {
     },
 
     tap(pattern, handler) {
-      if (!isValidPattern(pattern))
-        throw new MurmurError('E-BUS-001', `'${pattern}' is not a valid subject pattern`, {
-          hint: "use dot-separated tokens, '*' for one token and '>' for the rest, e.g. 'session.>'",
-        });
+      refuseInvalidPattern(pattern);
       return transport.subscribe(pattern, (message) => {
         // Reply inboxes are plumbing, not traffic: over NATS a `>` tap would otherwise see every
         // reply, which the in-process bus never routes through subjects at all.

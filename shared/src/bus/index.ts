@@ -8,6 +8,7 @@ export {
   DEFAULT_REQUEST_TIMEOUT_MS,
   PayloadTooLarge,
   createBus,
+  refuseInvalidPattern,
 } from './bus.js';
 export { InProcessTransport } from './in-process.js';
 export { type KeyValueEntry, type KeyValueStore, isValidBucketName, isValidKeyValueKey } from './kv.js';
