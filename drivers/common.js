@@ -175,16 +175,22 @@ function createSseLineSplitter(onLine) {
   let afterCr = false;
   let event = '';
   let stopped;
+  /** Whether a line of the event stream's own has come (a comment, or a field SSE defines). */
+  let spoken = false;
   const take = (line) => {
     if (line === '') {
       event = '';
       return;
     }
-    if (line.startsWith(':')) return;
+    if (line.startsWith(':')) {
+      spoken = true;
+      return;
+    }
     const colon = line.indexOf(':');
     const field = colon === -1 ? line : line.slice(0, colon);
     let value = colon === -1 ? '' : line.slice(colon + 1);
     if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'event' || field === 'data' || field === 'id' || field === 'retry') spoken = true;
     if (field === 'event') event = value;
     else if (field === 'data') stopped = onLine({ event, data: value });
   };
@@ -219,6 +225,8 @@ function createSseLineSplitter(onLine) {
       }
       return stopped;
     },
+    /** Whether anything came that an event stream says: none, and the body was something else. */
+    spoke: () => spoken,
   };
 }
 
@@ -357,7 +365,8 @@ function createResponseReader(status, onText, onThinking, dialect) {
       begun = true;
       if (first.startsWith('{')) return undefined;
       const parser = dialect.streamParser(onText, onThinking);
-      stream = { parser, splitter: createSseLineSplitter((line) => parser.line(line)) };
+      // What it began with, to say what it was should no line of it be an event stream's.
+      stream = { parser, splitter: createSseLineSplitter((line) => parser.line(line)), head: first.slice(0, 40) };
       const everything = pieces.join('');
       pieces.length = 0;
       return stream.splitter.push(everything);
@@ -365,7 +374,12 @@ function createResponseReader(status, onText, onThinking, dialect) {
     finish() {
       if (status >= 400) return fail(httpErrorMessage(status, pieces.join('')));
       if (stream === undefined) return wholeBody();
-      return stream.splitter.finish() ?? stream.parser.finish();
+      const ended = stream.splitter.finish();
+      if (ended !== undefined) return ended;
+      // An HTML page (a proxy's login), a compressed body, a bare `null`: said as what it is, not as a stream cut short.
+      if (!stream.splitter.spoke())
+        return fail(`${PARSE_ERROR_PREFIX}the body is neither a JSON object nor an event stream: it begins ${JSON.stringify(stream.head)}`);
+      return stream.parser.finish();
     },
   };
 }

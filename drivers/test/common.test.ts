@@ -436,6 +436,24 @@ describe('parsing a response in a dialect', () => {
     expect(seen.slice(2)).toEqual([['line', { event: '', data: '2' }], ['finish']]);
   });
 
+  it('says a body that is neither JSON nor an event stream is that, by how it begins, not a stream cut short', () => {
+    const { dialect, seen } = recording();
+    // Its first 40 characters: the page's, the bare value, a compressed body's bytes as they decoded.
+    for (const [body, head] of [
+      ['<html><body>Please log in to the proxy</body></html>', '<html><body>Please log in to the proxy</'],
+      ['null', 'null'],
+      ['\u001f\ufffd\b\u0000compressed', '\u001f\ufffd\b\u0000compressed'],
+    ]) {
+      expect(lib.parseResponse(200, body, undefined, undefined, dialect)).toEqual({
+        ok: false,
+        error: `failed to parse inference response: the body is neither a JSON object nor an event stream: it begins ${JSON.stringify(head)}`,
+      });
+    }
+    // An event stream's comment alone is one: it is read to its end as a stream.
+    expect(lib.parseResponse(200, ': keep-alive\n', undefined, undefined, dialect)).toEqual({ ok: true, value: { from: 'stream' } });
+    expect(seen.filter(([what]) => what === 'line')).toEqual([]);
+  });
+
   it('answers an HTTP error status, an empty body and a broken JSON body itself', () => {
     const { dialect, seen } = recording();
     expect(lib.parseResponse(429, '{"a":1}', undefined, undefined, dialect)).toEqual({ ok: false, error: 'HTTP 429: {"a":1}' });
