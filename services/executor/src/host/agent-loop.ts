@@ -7,7 +7,16 @@ import { writeFileAtomic } from './atomic-file.js';
 import { fromHookMessages, sortedJson, summaryOf, toHookMessages } from './compaction.js';
 import type { AgentHost } from './contracts.js';
 import { type DriverContinuation, continuationIdOf } from './driver-continuation.js';
-import { type WireMessage, driverFailure, driverRequestData, estimateTokens, readDriverReply, toolResultMessage, userMessage } from './driver-wire.js';
+import {
+  type WireMessage,
+  driverFailure,
+  driverRequestData,
+  estimateTokens,
+  overrunHint,
+  readDriverReply,
+  toolResultMessage,
+  userMessage,
+} from './driver-wire.js';
 import type { HookRuntime } from './hooks.js';
 import type { AgentStart, StartMessage } from './protocol.js';
 import { type Task, type TaskRegistry, localContextKey } from './task-registry.js';
@@ -133,7 +142,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     if (task?.abortedWith) return fail('failed', task.abortedWith);
     if (!call.ok) {
       const message = `driver invocation failed: ${call.error}`;
-      return fail('failed', message, { code: 'E-RUN-007', message: `agent loop failed: ${message}`, ...driverFailureHint(call.overran) });
+      return fail('failed', message, { code: 'E-RUN-007', message: `agent loop failed: ${message}`, ...overrunHint(call.overran) });
     }
     const reply = readDriverReply(call.result);
     // The driver is called again after the tools this turn asks for: its next instance is made
@@ -262,29 +271,4 @@ async function compact(input: { run: AgentLoopRun; turn: number; messages: WireM
   }
   bootstrap.line(`[compaction] hook compaction at turn ${turn}; new session_tokens: ${tokensAfter}`);
   return { ok: true, messages: replacement.messages };
-}
-
-/**
- * What to change when a driver's call failed by a limit of the call rather than by what the model
- * said (that comes back as the driver's own error, with its own hint): its deadline, which a model
- * endpoint that keeps its reply open without finishing it runs into, or its memory.
- */
-function driverFailureHint(overran: 'deadline' | 'memory' | undefined): { hint: string; path: string } {
-  switch (overran) {
-    case 'deadline':
-      return {
-        hint: "the model did not finish its reply within the call's deadline: check that inference.endpoint answers and ends its replies (one that keeps a stream open is cut here), or raise capabilities.limits.deadline_seconds in murmur.yaml if replies really take longer",
-        path: 'capabilities.limits.deadline_seconds',
-      };
-    case 'memory':
-      return {
-        hint: 'the driver ran out of the memory capabilities.limits.memory_bytes gives each call (it holds a reply several times over while it reads it): raise that limit in murmur.yaml, or ask the model for a shorter reply (max_tokens)',
-        path: 'capabilities.limits.memory_bytes',
-      };
-    default:
-      return {
-        hint: "the driver itself failed, not the model's answer: the session's logs (logs/bootstrap.log, logs/host.log) say more",
-        path: 'inference.driver',
-      };
-  }
 }

@@ -162,14 +162,35 @@ export function driverFailure(message: string, egress: EgressFailure | undefined
   return { message: said, error: { code: 'E-RUN-007', message: `agent loop failed: ${said}`, hint, path } };
 }
 
+const OUT_OF_MEMORY_HINT =
+  'the driver ran out of the memory capabilities.limits.memory_bytes gives each call (it holds a reply several times over while it reads it): raise that limit in murmur.yaml, or ask the model for a shorter reply (max_tokens)';
+
+/**
+ * What to change when a driver's call failed by a limit of the call rather than by what the model
+ * said (that comes back as the driver's own error, hinted by `driverFailure`): its deadline, which
+ * a model endpoint that keeps its reply open without finishing it runs into, or its memory.
+ */
+export function overrunHint(overran: 'deadline' | 'memory' | undefined): { hint: string; path: string } {
+  switch (overran) {
+    case 'deadline':
+      return {
+        hint: "the model did not finish its reply within the call's deadline: check that inference.endpoint answers and ends its replies (one that keeps a stream open is cut here), or raise capabilities.limits.deadline_seconds in murmur.yaml if replies really take longer",
+        path: 'capabilities.limits.deadline_seconds',
+      };
+    case 'memory':
+      return { hint: OUT_OF_MEMORY_HINT, path: 'capabilities.limits.memory_bytes' };
+    default:
+      return {
+        hint: "the driver itself failed, not the model's answer: the session's logs (logs/bootstrap.log, logs/host.log) say more",
+        path: 'inference.driver',
+      };
+  }
+}
+
 /** What to do about a driver's failure, and the manifest field it is about. */
 function failureHint(message: string, egress: EgressFailure | undefined): [string, string] {
   // A JavaScript driver's engine says this of its own heap, which the call's memory limit bounds.
-  if (/out of memory/i.test(message))
-    return [
-      'the driver ran out of the memory capabilities.limits.memory_bytes gives each call (it holds a reply several times over while it reads it): raise that limit in murmur.yaml, or ask the model for a shorter reply',
-      'capabilities.limits.memory_bytes',
-    ];
+  if (/out of memory/i.test(message)) return [OUT_OF_MEMORY_HINT, 'capabilities.limits.memory_bytes'];
   // The provider's own answer by its status (a driver says `HTTP <status>: <body>`), where checking
   // the settings would be the wrong advice: the request was right, and it is to be made later.
   const status = /^(?:.*?: )?HTTP (\d{3}):/.exec(message)?.[1];
