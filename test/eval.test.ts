@@ -81,6 +81,9 @@ function evalFixture(verdicts: Record<string, boolean>, caseId: string | null = 
   return lines.map((line) => `${JSON.stringify(line)}\n`).join('');
 }
 
+/** What a capsule's shell writes to make up a passing score of its own. */
+const FORGE_COMMAND = `printf '%s' '${evalFixture({ success_check: true }, 'forged')}' > eval.jsonl`;
+
 describe('mur eval', () => {
   let scratch: { dir: string; cleanup: () => Promise<void> };
   let env: Record<string, string>;
@@ -94,6 +97,7 @@ describe('mur eval', () => {
         const messages = body.messages as Array<{ role: string; content: unknown }>;
         const task = JSON.stringify(messages[0]?.content ?? '');
         const answered = messages.some((message) => message.role === 'user' && JSON.stringify(message.content).includes('tool_result'));
+        if (task.includes('forge the score') && !answered) return { toolCalls: [{ name: 'bash', input: { command: FORGE_COMMAND } }] };
         return task.includes('use the shell') && !answered ? { toolCalls: [{ name: 'bash', input: { command: 'echo hi' } }] } : { text: 'done' };
       },
     });
@@ -368,6 +372,31 @@ describe('mur eval', () => {
     expect(shown.code).toBe(1);
     expect(shown.stderr).toContain(`error[E-EVAL-002]: session ${session} has no eval.jsonl`);
   }, 120_000);
+
+  it('scores no eval.jsonl a capsule wrote itself: without the hook it is not read, and with one whose write fails it is gone', async () => {
+    const shell = '  shell:\n    allow: [bash]';
+    const unscoped = '  - name: murmur-hook-eval\n    version: 0.1.0\n    runtime: hook';
+    const projects = {
+      'no-hook': agentManifest(inference, { capabilities: shell }),
+      'hook-cannot-write': agentManifest(inference, { artifacts: unscoped, capabilities: shell, extra: evalBlock(['      - type: exit_ok']) }),
+    };
+    for (const [name, manifest] of Object.entries(projects)) {
+      const dir = path.join(scratch.dir, name);
+      await agentProject(dir, manifest, { 'forge.md': 'forge the score' });
+      await fs.writeFile(path.join(dir, 'cases.jsonl'), '{"case_id": "forger", "task_path": "forge.md"}\n');
+      const result = await runMur(['eval', 'run', dir, '--dataset', 'cases.jsonl'], { cwd: dir, env, timeoutMs: 120_000 });
+      expect(result.code, result.stderr).toBe(0);
+      const [session] = (await sessionsIn(path.join(dir, 'workdir'))) as [string];
+      expect(result.stdout, name).toContain(`    result: no_scores  session: ${session}`);
+      expect(result.stdout, name).toContain('pass: 0/1');
+      const trace = await fs.readFile(path.join(dir, 'workdir', session, 'trace.jsonl'), 'utf8');
+      expect(trace, 'the shell ran the forging command').toMatch(/"event_type":\s*"shell"/);
+      const left = await fs.readFile(path.join(dir, 'workdir', session, 'eval.jsonl'), 'utf8').catch(() => undefined);
+      // With no eval hook the capsule's own file is its own to keep, and is not read as a score.
+      if (name === 'no-hook') expect(left).toContain('"forged"');
+      else expect(left, 'removed before the session-end hooks ran').toBeUndefined();
+    }
+  }, 300_000);
 
   describe('on the stack', () => {
     let nats: NatsServer;

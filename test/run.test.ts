@@ -7,7 +7,7 @@ import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
 import { capsuleArchive, capsuleProject, componentArtifact, publishInto } from './support/artifacts.js';
 import { probeProject, probeResults } from './support/capsules.js';
 import { listTree, tempDir } from './support/fs.js';
-import { capsuleWat, floodingCapsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
+import { capsuleWat, floodingCapsuleWat, forgingStatusCapsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
 import { probeTool } from './support/probe-guests.js';
 import { procFile } from './support/proc.js';
 import { murBin, runMur, spawnMur, stopAfterFile, untilSaid } from './support/processes.js';
@@ -196,6 +196,15 @@ describe('mur run', () => {
     expect(result.code).toBe(1);
     expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
     expect(result.stderr).toContain('error[E-RUN-001]: capsule execution trapped');
+  });
+
+  it("begins its status line on a line of its own when the capsule's output left its last line open", async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'forger'), 'name: forger\nversion: 0.1.0\n', (await forgingStatusCapsuleWat()).bytes);
+    const result = await runMur(['run'], { cwd: project, env });
+    expect(result.code).toBe(1);
+    const lines = result.stdout.split('\n');
+    // The capsule's own words stay on their line; the runtime's status is the last line, whole.
+    expect(lines.slice(-3)).toEqual(['status:  ok', 'status:  trapped', '']);
   });
 
   it('refuses a component that exports only the unversioned capsule interface', async () => {

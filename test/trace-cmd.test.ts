@@ -428,6 +428,25 @@ describe('mur trace', () => {
       expect(crowded.stdout.split('{"command":"echo hello from the shell"}').length - 1).toBe(60_000);
     }, 60_000);
 
+    it('prints a tool name and input that hold line breaks on their one line, escaped, where they added lines of their choosing', async () => {
+      const original = path.join(workdir, shellSession, 'trace.jsonl');
+      const text = await fs.readFile(original, 'utf8');
+      const forged = path.join(scratch.dir, 'forged-names.jsonl');
+      // A model may call a tool by any name, and give it any input: the trace records what it asked.
+      await fs.writeFile(forged, text.replaceAll('"sh"', JSON.stringify('sh\nstatus:  ok')).replaceAll('echo hello', 'echo\\n[completed]'));
+      for (const command of [['show'], ['steps', '--verbose']]) {
+        const result = await trace([...command, forged]);
+        expect(result.code, result.stderr).toBe(0);
+        const printed = lines(result);
+        expect(
+          printed.some((line) => line.startsWith('status:  ok') || line.startsWith('[completed]')),
+          result.stdout,
+        ).toBe(false);
+        expect(printed.length, command.join(' ')).toBe(lines(await trace([...command, original])).length);
+        expect(result.stdout).toContain('sh\\nstatus:  ok');
+      }
+    });
+
     it('refuses a trace with no session_end (a session still running) with E-TRC-001', async () => {
       const original = path.join(workdir, plainSession, 'trace.jsonl');
       const events = (await fs.readFile(original, 'utf8')).trimEnd().split('\n');

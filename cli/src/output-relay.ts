@@ -12,6 +12,8 @@
 export class OutputRelay {
   private droppedBytes = 0;
   private dropping = false;
+  /** Whether what the stream was last given left its line open: mur's own next line must not continue it. */
+  private midLine = false;
 
   constructor(
     private readonly stream: Pick<NodeJS.WriteStream, 'write' | 'writableLength'>,
@@ -33,11 +35,21 @@ export class OutputRelay {
       return;
     }
     this.dropping = false;
+    if (text === '') return;
     this.stream.write(text);
+    this.midLine = !text.endsWith('\n');
   }
 
-  /** What was dropped in all, said once the session has ended (nothing when none was). */
+  /**
+   * Once the session has ended: its last line is ended if it left it open, so that what mur says
+   * next (`status:`, an error) begins a line of its own rather than finishing the capsule's — a
+   * capsule printing `status:  ok` without a newline made the real status line read as its tail,
+   * and `grep '^status:'` found only the capsule's. Then what was dropped in all is said (nothing
+   * when none was).
+   */
   finish(): void {
+    if (this.midLine) this.stream.write('\n');
+    this.midLine = false;
     if (this.droppedBytes > 0) this.warn(`warning: ${this.droppedBytes} bytes of ${this.what} were dropped: ${this.name} was not read as fast as it came`);
     this.droppedBytes = 0;
   }

@@ -77,6 +77,26 @@ export function terminalSafe(text: string): string {
   });
 }
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this pattern finds
+const LINE_CONTROLS = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+const NAMED_ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+/**
+ * Strangers' text bound for one line or one table cell — a tool name a model made up, a tool's
+ * input, a registry's description, a record of a trace its guest could write — with every control
+ * character shown as its escape, line breaks and tabs among them, to a pipe as to a terminal. Left
+ * as it was, a `\n` in a tool's name printed `[completed]` at the start of a line of its own in
+ * `mur watch`, and a description in a registry's index added a row of its choosing to `mur search`.
+ */
+export function oneLine(text: string): string {
+  return text.replace(LINE_CONTROLS, (control) => {
+    const named = NAMED_ESCAPES[control];
+    if (named !== undefined) return named;
+    const code = control.charCodeAt(0);
+    return code >= 0x7f ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`;
+  });
+}
+
 /**
  * `terminalSafe` over a stream that comes in chunks: a carriage return that ends one chunk is held
  * until the next says whether it ends a line (`\r\n`, kept) or stands alone (shown escaped).
@@ -120,8 +140,12 @@ export function formatFailure(error: unknown): string {
   return `error[E-IO-003]: unexpected failure: ${message}\n  hint: this is a bug in mur; please report it with the command you ran`;
 }
 
-/** Left-aligned columns separated by two spaces; the last column is not padded. */
-export function table(header: string[], rows: string[][]): string[] {
+/**
+ * Left-aligned columns separated by two spaces; the last column is not padded. A cell is one line
+ * whatever it holds (`oneLine`), and is measured as it will be shown.
+ */
+export function table(header: string[], cellsOfRows: string[][]): string[] {
+  const rows = cellsOfRows.map((row) => row.map(oneLine));
   const widths = header.map((title, column) => rows.reduce((widest, row) => Math.max(widest, (row[column] ?? '').length), title.length));
   const render = (row: string[]): string =>
     row

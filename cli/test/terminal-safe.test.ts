@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { TerminalSafeStream, terminalSafe } from '../src/output.js';
+import { OutputRelay } from '../src/output-relay.js';
+import { TerminalSafeStream, oneLine, table, terminalSafe } from '../src/output.js';
 
 describe('a capsule’s output on a terminal', () => {
   it('shows every control a terminal would act on as its escape: OSC 52, a title, conceal, a bell, a lone carriage return, a C1 CSI', () => {
@@ -29,5 +30,53 @@ describe('a capsule’s output on a terminal', () => {
     expect(stream.write('one\r') + stream.write('\ntwo\r') + stream.write('three')).toBe('one\r\ntwo\\x0dthree');
     expect(stream.write('last\r') + stream.end()).toBe('last\\x0d');
     expect(stream.end()).toBe('');
+  });
+});
+
+describe('strangers’ text on one line', () => {
+  it('shows line breaks, tabs and every other control as escapes, to a pipe as to a terminal, and keeps the rest', () => {
+    expect(oneLine('echo\n[completed]\r\n  FORGED\tall passed')).toBe('echo\\n[completed]\\r\\n  FORGED\\tall passed');
+    expect(oneLine('a\u001b[2Jb\u009bc\u2028d\u202ee')).toBe('a\\x1b[2Jb\\u009bc\\u2028d\\u202ee');
+    expect(oneLine('ünïcödé → 日本 🙂')).toBe('ünïcödé → 日本 🙂');
+  });
+
+  it('keeps a table a table: a cell with a line break adds no row, and columns are measured as shown', () => {
+    const lines = table(
+      ['NAME', 'VERSION', 'DESCRIPTION'],
+      [
+        ['fetch', '1.0.0', 'Fetches.\nofficial-fetch  9.9.9  Official, audited (verified)'],
+        ['a\u001bb', '2.0.0', 'x'],
+      ],
+    );
+    expect(lines).toEqual([
+      'NAME    VERSION  DESCRIPTION',
+      'fetch   1.0.0    Fetches.\\nofficial-fetch  9.9.9  Official, audited (verified)',
+      'a\\x1bb  2.0.0    x',
+    ]);
+  });
+});
+
+describe('a session’s output relayed', () => {
+  function sink() {
+    const written: string[] = [];
+    return { written, stream: { write: (text: string) => written.push(text) > 0, writableLength: 0 } };
+  }
+
+  it('ends a last line the capsule left open once the session ends, so that what mur says next begins a line', () => {
+    const { written, stream } = sink();
+    const relay = new OutputRelay(stream, 'stdout', () => {});
+    relay.write('status:  ok');
+    relay.finish();
+    expect(written.join('')).toBe('status:  ok\n');
+  });
+
+  it('adds nothing to output that ended its line, or to none', () => {
+    for (const chunks of [['one\n', 'two\n'], [], ['']]) {
+      const { written, stream } = sink();
+      const relay = new OutputRelay(stream, 'stdout', () => {});
+      for (const chunk of chunks) relay.write(chunk);
+      relay.finish();
+      expect(written.join('')).toBe(chunks.join(''));
+    }
   });
 });

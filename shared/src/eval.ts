@@ -77,6 +77,13 @@ export function evalConfigForHooks(manifestEval: ManifestEval): EvalConfig {
 
 export const EVAL_FILE = 'eval.jsonl';
 
+/**
+ * The first-party hook that writes `EVAL_FILE`. The file lies in a workdir its guest writes, so
+ * it is the hook's only where the hook ran: the capsule host removes whatever is there before
+ * the session-end hooks run, and `mur eval run` reads no score from a session that had no hook.
+ */
+export const EVAL_HOOK = 'murmur-hook-eval';
+
 /** One scorer's verdict on one event (the hook scores at `session_end`). */
 export const EventScoreRecordSchema = z.object({
   record_type: z.literal('event_score'),

@@ -181,6 +181,18 @@ describe('the capsule manifest', () => {
     expect(error.path).toBe('version');
   });
 
+  it('refuses a name or version holding a line break or an escape with E-MAN-003 naming the field, where it would add lines to what mur prints', () => {
+    const name = refusal('name: "evil\\nstatus:  ok"\nversion: 1.0.0\n');
+    expect(name.code).toBe('E-MAN-003');
+    expect(name.path).toBe('name');
+    expect(name.message).toContain('control character');
+    const version = refusal('name: tiny\nversion: "1.0.0\\u001b[2J"\n');
+    expect(version.code).toBe('E-MAN-003');
+    expect(version.path).toBe('version');
+    // A name mur build would refuse is still run from a project, as upstream runs it.
+    expect(parseCapsuleManifest('name: My Agent\nversion: 1.0.0\n').manifest.name).toBe('My Agent');
+  });
+
   it('warns about an unknown top-level key with W-SEC-019 instead of refusing the manifest', () => {
     const { manifest, warnings } = parseCapsuleManifest('name: tiny\nversion: 1.0.0\ncapabilites:\n  network:\n    allow: [example.com]\n');
     expect(manifest.name).toBe('tiny');

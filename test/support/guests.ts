@@ -100,6 +100,17 @@ const FLOODING_CAPSULE_WAT = stdoutCapsuleWat(`(func (export "run")
       (memory.fill (i32.const 1024) (i32.const 120) (i32.const 16384))
       (loop $again (call $write (call $get-stdout) (i32.const 1024) (i32.const 16384) (i32.const 64)) (br $again)))`);
 
+/**
+ * A script capsule that prints `status:  ok` with no newline and then traps: a guest forging the
+ * runtime's last line, which the real one must not finish.
+ */
+const FORGING_STATUS_CAPSULE_WAT = stdoutCapsuleWat(`(data (i32.const 16) "status:  ok")
+    (func (export "run") (call $write (call $get-stdout) (i32.const 16) (i32.const 11) (i32.const 64)) unreachable)`);
+
+export function forgingStatusCapsuleWat(): Promise<BuiltGuest> {
+  return componentFromWat(FORGING_STATUS_CAPSULE_WAT);
+}
+
 export function printingCapsuleWat(): Promise<BuiltGuest> {
   return componentFromWat(PRINTING_CAPSULE_WAT);
 }

@@ -3,6 +3,7 @@ import path from 'node:path';
 import {
   type DatasetRunRecord,
   EVAL_FILE,
+  EVAL_HOOK,
   type EvalOverall,
   type LaunchReply,
   MurmurError,
@@ -16,7 +17,7 @@ import { pinFirstRun } from '@murmur/shared/artifacts';
 import { environmentWithEnvFile } from '../env-file.js';
 import { readDataset } from '../eval-dataset.js';
 import { type EvalFileContents, overallOf, readEvalFile, selectEvalFile, skippedWarning, tallyByScorer } from '../eval-records.js';
-import type { Output } from '../output.js';
+import { type Output, oneLine } from '../output.js';
 import { type Runtime, openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
 import { stageThroughBus } from '../staging.js';
@@ -115,7 +116,7 @@ function showJson(contents: EvalFileContents): Record<string, unknown> {
 export async function evalShowCommand(selector: string | undefined, options: { workdir?: string; json?: boolean }, output: Output): Promise<void> {
   const contents = await readSelected(selector, options.workdir, output);
   if (options.json) output.out(JSON.stringify(showJson(contents), null, 2));
-  else for (const line of showText(contents)) output.out(line);
+  else for (const line of showText(contents)) output.out(oneLine(line));
 }
 
 // ── diff ────────────────────────────────────────────────────────────────────
@@ -146,7 +147,7 @@ export async function evalDiffCommand(a: string, b: string, options: { workdir?:
   for (const name of names) {
     const tallyA = talliesA.get(name);
     const tallyB = talliesB.get(name);
-    output.out(row(name, percent(tallyA ?? { pass: 0, fail: 0 }), percent(tallyB ?? { pass: 0, fail: 0 }), delta(tallyA, tallyB)));
+    output.out(oneLine(row(name, percent(tallyA ?? { pass: 0, fail: 0 }), percent(tallyB ?? { pass: 0, fail: 0 }), delta(tallyA, tallyB))));
   }
   output.out('');
   // Upstream pads the last column too.
@@ -271,7 +272,10 @@ async function runCase(context: CaseContext, caseId: string, task: string, outpu
   const { launched, end } = session;
   if (end.exit_status === 'trapped') output.err(`    session trapped: ${end.error?.message ?? 'the capsule trapped'}`);
   else if (end.error) output.err(`    session failed: error[${end.error.code}]: ${end.error.message.split('\n')[0]}`);
-  const file = await localEvalFile(runtime, launched, projectDir);
+  // Only the eval hook's file is a score: a capsule with none that wrote an eval.jsonl itself (its
+  // guest writes its workdir) scored whatever it liked.
+  const scored = plan.capsule.kind === 'agent' && plan.artifacts.some((artifact) => artifact.name === EVAL_HOOK && artifact.hook !== undefined);
+  const file = scored ? await localEvalFile(runtime, launched, projectDir) : undefined;
   let datasetRun: DatasetRunRecord | undefined;
   if (file !== undefined && existsSync(file)) {
     try {
@@ -300,7 +304,7 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
   const env = environmentWithEnvFile(options.envFile === false ? undefined : projectDir);
   const { manifest } = parseCapsuleManifest(readManifestTextSync(manifestPath), { env, file: path.basename(manifestPath) });
   const dataset = await readDataset(options.dataset);
-  if (!manifest.artifacts.some((artifact) => artifact.name === 'murmur-hook-eval')) {
+  if (!manifest.artifacts.some((artifact) => artifact.name === EVAL_HOOK)) {
     output.err(
       `warning: ${manifest.name} declares no murmur-hook-eval in its artifacts:, so its sessions write no ${EVAL_FILE} and every case scores no_scores`,
     );
@@ -327,7 +331,7 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
         .map(([name, score]) => `${name}=${score.toFixed(2)}`)
         .sort()
         .join(' ');
-      output.out(`  ${outcome.caseId.padEnd(NAME_COLUMN)} ${outcome.result}  ${scores}  (${outcome.workdir})`);
+      output.out(oneLine(`  ${outcome.caseId.padEnd(NAME_COLUMN)} ${outcome.result}  ${scores}  (${outcome.workdir})`));
     }
     const unrun = outcomes.filter((outcome) => outcome.didNotRun);
     if (unrun.length === 0) return 0;

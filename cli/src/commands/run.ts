@@ -668,8 +668,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // The session is over; what is left (pinning, a fetched result) is not waited for past a signal.
     onStopSignal = () => process.exit(130);
     for (const subscription of subscriptions) subscription.unsubscribe();
-    if (process.stdout.isTTY) process.stdout.write(terminalStreams.stdout.end());
-    if (process.stderr.isTTY) process.stderr.write(terminalStreams.stderr.end());
+    if (process.stdout.isTTY) relays.stdout.write(terminalStreams.stdout.end());
+    if (process.stderr.isTTY) relays.stderr.write(terminalStreams.stderr.end());
     relays.stdout.finish();
     relays.stderr.finish();
     if (!end) return busClosed ? 1 : 130;

@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type TraceEvent, isMurmurError } from '@murmur/shared';
 import { readTraceFile } from '@murmur/shared/node';
-import type { Output } from '../output.js';
+import { type Output, oneLine } from '../output.js';
 import { renderDiff, renderReport, renderShow, renderSteps } from '../trace-render.js';
 import { type SessionEntry, listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, sinceCovering, traceFileOf } from '../session-selector.js';
 import { type TraceSummary, noSessionStart, noTraceEvents, summariseTrace } from '../trace-summary.js';
@@ -39,7 +39,7 @@ async function summaryOf(file: string, output: Output): Promise<TraceSummary> {
 
 export async function traceShowCommand(selector: string | undefined, options: TraceOptions, output: Output): Promise<void> {
   const summary = await summaryOf(await resolveTrace(selector, workdirOf(options)), output);
-  for (const line of renderShow(summary)) output.out(line);
+  for (const line of renderShow(summary)) output.out(oneLine(line));
 }
 
 export async function traceStepsCommand(selector: string | undefined, options: TraceOptions & { verbose?: boolean }, output: Output): Promise<void> {
@@ -48,7 +48,7 @@ export async function traceStepsCommand(selector: string | undefined, options: T
   if (events.length === 0) throw noTraceEvents(file);
   // A trace still being written (no session_end) is read as it is; one that never started is no run's.
   if (!events.some((event) => event.event_type === 'session_start')) throw noSessionStart(file);
-  for (const line of renderSteps(events, options.verbose === true)) output.out(line);
+  for (const line of renderSteps(events, options.verbose === true)) output.out(oneLine(line));
 }
 
 /** Runs A and B: `@2 @1` (the two newest) when none are given. */
@@ -69,7 +69,7 @@ export async function traceDiffCommand(before: string | undefined, after: string
   if (b.status === 'rejected') throw b.reason;
   const runA = await summaryOf(a.value, output);
   const runB = await summaryOf(b.value, output);
-  for (const line of renderDiff(runA, runB)) output.out(line);
+  for (const line of renderDiff(runA, runB)) output.out(oneLine(line));
 }
 
 export interface ReportOptions extends TraceOptions {
@@ -136,5 +136,5 @@ export async function traceReportCommand(selectors: string[], options: ReportOpt
       hint: "a session's trace is complete once it has ended: report again when a running one ends, or 'mur trace show <session>' says what one trace lacks",
     });
   if (incomplete > 0) output.err(`note: skipped ${incomplete} incomplete session(s)`);
-  for (const line of renderReport(workdir, summaries)) output.out(line);
+  for (const line of renderReport(workdir, summaries)) output.out(oneLine(line));
 }

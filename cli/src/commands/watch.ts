@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { MurmurError, SessionIdSchema, fetchFailureReason, readBodyPrefix, shownUrl } from '@murmur/shared';
-import { type Output, TerminalSafeStream, UsageError } from '../output.js';
+import { type Output, TerminalSafeStream, UsageError, oneLine } from '../output.js';
 
 /**
  * `mur watch <url>`: upstream's observer. It asks a session's door for `stream/watch` (every event
@@ -195,7 +195,8 @@ function printStatus(event: Record<string, unknown>, state: WatchState, print: (
 function printArtifact(event: Record<string, unknown>, print: (line: string) => void): void {
   const artifact = (event.artifact ?? {}) as { tool_name?: string; content?: string };
   const [first, ...rest] = (artifact.content ?? '').split('\n');
-  const name = artifact.tool_name ?? 'unknown';
+  // The tool's name is the model's to choose, even one no tool has: shown on its one line whatever it holds.
+  const name = oneLine(artifact.tool_name ?? 'unknown');
   print(first ? `[artifact] tool: ${name} | ${first}` : `[artifact] tool: ${name}`);
   for (const line of rest) print(`  ${line}`);
 }

@@ -550,6 +550,13 @@ export const CapsuleManifestSchema = z
   .superRefine((manifest, ctx) => {
     if (manifest.name === '') refine(ctx, ['name'], "missing required field 'name'", { murmurCode: 'E-MAN-001', whole: true });
     if (manifest.version === '') refine(ctx, ['version'], "missing required field 'version'", { murmurCode: 'E-MAN-001', whole: true });
+    // Name and version are printed on lines of their own (mur run -v, mur trace show, mur ps): one
+    // holding a line break or an escape would add lines of its choosing there (a forged `status:  ok`).
+    // mur build holds them to the artifact rules; a run of an unbuilt project takes other names, as upstream's.
+    for (const field of ['name', 'version'] as const) {
+      if (hasControlCharacter(manifest[field]))
+        refine(ctx, [field], `'${field}' must not hold a control character (a line break, a tab, an escape): it is printed on a line of its own`);
+    }
     const seen = new Map<string, number>();
     manifest.artifacts.forEach((artifact, index) => {
       const earlier = seen.get(artifact.name);

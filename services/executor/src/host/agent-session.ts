@@ -1,6 +1,8 @@
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import {
+  EVAL_FILE,
+  EVAL_HOOK,
   type ForgetAsker,
   type SessionCall,
   type SessionEvent,
@@ -55,6 +57,7 @@ export class AgentSession {
   private readonly feed: EventFeed;
   readonly registry: TaskRegistry;
   private readonly taskFile: string;
+  private readonly evalFile: string;
   private readonly hooks: HookRuntime;
   /** Shell tools' descriptions from manifests an on-stage hook wrote. */
   private shellDescriptions = new Map<string, string>();
@@ -80,6 +83,7 @@ export class AgentSession {
     });
     this.registry = new TaskRegistry(agent.lifecycle, this.feed, start.session_id);
     this.taskFile = path.join(start.accessible_workdir, 'task.md');
+    this.evalFile = path.join(start.accessible_workdir, EVAL_FILE);
     this.hooks = new HookRuntime(agent.hooks, host.guests, host.trace, start.session_dir);
     this.forgetContext = agent.harness?.forget_context;
     // The canceled task's work stops at once: the guest calls in flight, and the commands they ran.
@@ -249,6 +253,9 @@ export class AgentSession {
     const breached = this.host.breachError();
     const totals = this.host.totals;
     const ok = !breached && (!last || last.status === 'ok');
+    // What the eval hook writes next is the session's score: an eval.jsonl the capsule wrote itself
+    // (its guest writes the workdir) must not stand in for it should the hook's write fail.
+    if (this.agent.hooks.some((hook) => hook.name === EVAL_HOOK)) rmSync(this.evalFile, { force: true, recursive: true });
     await hooks.dispatch('on-session-end', () => ({
       totalTurns: totals.turns,
       totalInputTokens: BigInt(totals.inputTokens),
