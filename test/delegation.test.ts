@@ -737,11 +737,14 @@ describe('delegated children and their completions', () => {
         capsule_version: '0.1.0',
         session_id: started.child_session_id as string,
         status: 'ok',
-        workdir: '/nowhere',
+        // The child's own workdir, under its parent's children/: a completion naming any other is not its runtime's.
+        workdir: path.join(parent.sessionDir, 'children', delegationId),
         duration_ms: 1,
         reported_by: 'child',
         delivered: false,
       });
+      const elsewhere = await asChild(wellFormed.replace(`workdir: ${path.join(parent.sessionDir, 'children', delegationId)}`, 'workdir: /nowhere'));
+      expect(elsewhere.body.error?.message).toContain('is not a completion message as the runtime writes one');
       const admitted = await asChild(wellFormed, 50);
       // Answered at once, blocking or not, with the task's id and state alone: no history, however much it asked for.
       expect(admitted.body.result).toEqual({

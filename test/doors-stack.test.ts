@@ -127,6 +127,20 @@ describe('two doors in front of one session', () => {
     expect(replayed.map(resultOf)).toEqual(frames.map(resultOf));
   });
 
+  it('a listing begun at one door goes on at the other: the page token is the session’s, not a door’s', async () => {
+    for (const text of ['page one', 'page two']) expect((await rpc(atA, 'message/send', textMessage(text))).body.error).toBeUndefined();
+    const first = (await rpc(atA, 'tasks/list', { pageSize: 1 })).body.result as unknown as { tasks: Array<{ id: string }>; nextPageToken: string };
+    expect(first.nextPageToken, 'two tasks or more, one a page: a next page').not.toBe('');
+    const second = await rpc(atB, 'tasks/list', { pageSize: 1, pageToken: first.nextPageToken });
+    expect(second.body.error).toBeUndefined();
+    const secondPage = second.body.result as unknown as { tasks: Array<{ id: string }> };
+    expect(secondPage.tasks).toHaveLength(1);
+    expect(secondPage.tasks[0]?.id).not.toBe(first.tasks[0]?.id);
+    // The same token at the door that gave it names the same page.
+    const again = (await rpc(atA, 'tasks/list', { pageSize: 1, pageToken: first.nextPageToken })).body.result as unknown as { tasks: Array<{ id: string }> };
+    expect(again.tasks.map((task) => task.id)).toEqual(secondPage.tasks.map((task) => task.id));
+  });
+
   it("is on the watcher's map: mur ps over the bus lists it live, its pid verified by its executor", async () => {
     const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
     const result = await runMur(['ps', '--json'], { env });

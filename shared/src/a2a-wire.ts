@@ -90,7 +90,14 @@ const MessageSchema = z.looseObject({
   messageId: identifier,
   contextId: identifier.optional(),
   taskId: identifier.optional(),
-  role: z.string().optional(),
+  /**
+   * Who wrote the message, as either generation spells it (0.3's `user`/`agent`, ProtoJSON's
+   * `ROLE_USER`/`ROLE_AGENT` or the enum's number). Anything else is refused, as the spec asks a
+   * server to validate what it is given; **decided:** a message with no role (or the proto's
+   * default, which writers that emit defaults send for it) is still read as the user's, as clients
+   * before the proto's REQUIRED sent it.
+   */
+  role: z.union([z.enum(['user', 'agent', 'ROLE_USER', 'ROLE_AGENT', 'ROLE_UNSPECIFIED']), z.number().int().min(0).max(2)]).optional(),
   parts: z.array(PartSchema).min(1, 'a message holds at least one part').max(1024),
 });
 export type A2aMessage = z.infer<typeof MessageSchema>;
@@ -125,6 +132,9 @@ export const SendParamsV10Schema = z.looseObject({
   configuration: z.looseObject({ returnImmediately: z.boolean().optional(), historyLength: historyLength.optional() }).optional(),
 });
 
+/** The latest time a JavaScript date holds, in milliseconds since the epoch. */
+const MAX_DATE_MS = 8.64e15;
+
 /**
  * `ListTasks` (1.0) / `tasks/list` (0.3): filters, a page of 1–100 (50 when not said), the cursor a
  * previous page gave. `status` is checked against the generation's own state names by the door.
@@ -139,7 +149,18 @@ export const ListTasksParamsSchema = z.looseObject({
   pageToken: z.string().max(1024).optional(),
   historyLength: historyLength.optional(),
   statusTimestampAfter: z.iso.datetime({ offset: true }).optional(),
-  lastUpdatedAfter: z.iso.datetime({ offset: true }).optional(),
+  /** The drafts' field was milliseconds since the epoch (`int64`, a string in ProtoJSON); a time as the proto's is taken too. */
+  lastUpdatedAfter: z
+    .union([
+      z.iso.datetime({ offset: true }),
+      z.number().int().nonnegative().max(MAX_DATE_MS),
+      z
+        .string()
+        .regex(/^\d{1,16}$/)
+        .transform(Number)
+        .pipe(z.number().max(MAX_DATE_MS)),
+    ])
+    .optional(),
   includeArtifacts: z.boolean().optional(),
 });
 

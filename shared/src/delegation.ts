@@ -1,5 +1,6 @@
 import * as z from 'zod';
 import { MurmurError } from './errors.js';
+import { artifactNameProblem, artifactVersionProblem } from './manifest/artifact-name.js';
 import { ContainmentSchema } from './manifest/capsule.js';
 import { DelegationIdSchema } from './ids.js';
 
@@ -138,15 +139,33 @@ export function completionMessageText(outcome: DelegationOutcome): string {
 /** The words every completion message ends with (`completionMessageText`). */
 const COMPLETION_TAIL = "\n\nThe child's own output is in that file and is not reproduced here.";
 
+/** The child a delegation launched, as its parent was told when the launch was answered. */
+export interface LaunchedChild {
+  sessionId: string;
+  /** Its workdir (`DelegationLaunchReply.workdir`), which its completion names. */
+  workdir: string;
+}
+
+/**
+ * Where a child's runtime can say its answer is (`childResultPath`): `out/result.txt` in its
+ * workdir, or in its session's directory under a workdir of the launcher's choosing.
+ */
+function resultPathsOf(child: LaunchedChild): string[] {
+  const base = child.workdir.replace(/\/+$/, '');
+  return [`${base}/out/result.txt`, `${base}/.murmur/${child.sessionId}/out/result.txt`];
+}
+
 /**
  * Whether `text` is a completion message exactly as `completionMessageText` writes one for
  * `delegationId`. A parent's host admits nothing else as a completion: the delegation id is in
  * the child's own environment (`MURMUR_SPAWNER`), so a child's guest can post a "completion"
  * itself, and what it posts must be no more than what its runtime could have said — a status, a
- * duration, paths and the bounded detail on one line — never free text for the parent's model —
- * and, given `childSessionId`, about the child the delegation launched.
+ * duration, a capsule's name and version as an artifact has them, and the bounded detail, each on
+ * one line: never free text for the parent's model. Given `child`, it must be about the child the
+ * delegation launched: its session, its workdir and a result where its runtime puts one. Without
+ * that, a guest's "workdir" line carried ~1 MB of instructions to the parent's model.
  */
-export function isCompletionMessage(text: string, delegationId: string, childSessionId?: string): boolean {
+export function isCompletionMessage(text: string, delegationId: string, child?: LaunchedChild): boolean {
   if (!text.endsWith(COMPLETION_TAIL)) return false;
   const lines = text.slice(0, -COMPLETION_TAIL.length).split('\n');
   const field = (at: number, name: string): string | undefined => {
@@ -161,9 +180,13 @@ export function isCompletionMessage(text: string, delegationId: string, childSes
   const detailLines = lines.slice(8);
   const detail = detailLines.length === 0 ? undefined : detailLines.join('\n');
   if (lines[0] !== 'Delegated capsule finished.' || field(1, 'delegation_id') !== delegationId) return false;
-  // The child the delegation launched, when the parent knows it: no other session's name is taken.
-  if (childSessionId !== undefined && field(3, 'session_id') !== childSessionId) return false;
+  // The child the delegation launched, when the parent knows it: no other session's name, workdir or file is taken.
+  if (child !== undefined) {
+    if (field(3, 'session_id') !== child.sessionId || workdir !== child.workdir) return false;
+    if (result?.[1] !== undefined && !resultPathsOf(child).includes(result[1])) return false;
+  }
   if (!capsule || !status.success || duration === undefined || !/^\d{1,15}$/.test(duration) || workdir === undefined || !result) return false;
+  if (artifactNameProblem(capsule[1] as string) !== undefined || artifactVersionProblem(capsule[2] as string) !== undefined) return false;
   if (detail !== undefined && (!detail.startsWith('detail: ') || boundDetail(detail.slice('detail: '.length)) !== detail.slice('detail: '.length)))
     return false;
   const outcome: DelegationOutcome = {

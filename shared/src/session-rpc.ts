@@ -136,8 +136,9 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
   z.object({ method: z.literal('get'), task_id: z.string().max(256).optional(), history_length: z.number().int().nonnegative().optional() }),
   z.object({ method: z.literal('cancel'), task_id: z.string().max(256) }),
   /**
-   * A page of the session's tasks, most recently updated first (then by id): those after the
-   * cursor `after` (the last task of the previous page), filtered by context, state and update time.
+   * A page of the session's tasks, most recently updated first (then by id): those after where
+   * `page_token` (the previous page's, as this session's host issued it) says it ended, filtered by
+   * context, state and update time.
    */
   z.object({
     method: z.literal('list'),
@@ -145,7 +146,7 @@ export const SessionCallSchema = z.discriminatedUnion('method', [
     state: TaskStateSchema.optional(),
     updated_after_ms: z.number().nonnegative().optional(),
     page_size: z.number().int().min(1).max(100),
-    after: z.object({ updated_at_ms: z.number().nonnegative(), id: z.string().max(256) }).optional(),
+    page_token: z.string().max(1024).optional(),
     history_length: z.number().int().nonnegative().optional(),
     /** `includeArtifacts`: without it a page's tasks carry none, which the reply would only carry to be dropped. */
     include_artifacts: z.boolean().optional(),
@@ -174,10 +175,10 @@ export const SessionReplySchema = z.object({
   first_available_id: z.number().int().nonnegative().optional(),
   /** The id the next event will get: a stream forwards live events from here on. */
   next_event_id: z.number().int().nonnegative().optional(),
-  /** `list`: the page, how many tasks match in all, and the cursor of the next page (none: the last). */
+  /** `list`: the page, how many tasks match in all, and the token of the next page (none: the last). */
   tasks: z.array(TaskViewSchema).optional(),
   total_size: z.number().int().nonnegative().optional(),
-  next_after: z.object({ updated_at_ms: z.number().nonnegative(), id: z.string() }).optional(),
+  next_page_token: z.string().optional(),
 });
 export type SessionReply = z.infer<typeof SessionReplySchema>;
 

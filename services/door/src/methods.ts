@@ -1,4 +1,3 @@
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import {
   ListTasksParamsSchema,
   OptionalTaskIdParamsSchema,
@@ -145,15 +144,8 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
     const filter = given.status === undefined ? 'all' : taskStateFilter(version, given.status);
     if (filter === null) return invalid('status', `'${String(given.status).slice(0, 64)}' is not a task state of A2A ${version}`);
     const state = filter === 'all' || filter === 'none' ? undefined : filter;
-    let after: { updated_at_ms: number; id: string } | undefined;
-    if (given.pageToken !== undefined && given.pageToken !== '') {
-      after = readPageToken(given.pageToken, link.sessionId);
-      if (!after)
-        return invalid(
-          'pageToken',
-          "not a page token this session's ListTasks gave here (a door forgets its tokens when it restarts): list again from the first page",
-        );
-    }
+    // The session's host issued it and reads it (`page-tokens.ts`): any door in front of the session serves its pages.
+    const pageToken = given.pageToken !== undefined && given.pageToken !== '' ? given.pageToken : undefined;
     const since = given.statusTimestampAfter ?? given.lastUpdatedAfter;
     const pageSize = given.pageSize ?? 50;
     if (filter === 'none') {
@@ -168,9 +160,9 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
       ...(given.contextId !== undefined ? { context_id: given.contextId } : {}),
       ...(state !== undefined ? { state } : {}),
       // Before 1970 is before every task.
-      ...(since !== undefined ? { updated_after_ms: Math.max(0, Date.parse(since)) } : {}),
+      ...(since !== undefined ? { updated_after_ms: typeof since === 'number' ? since : Math.max(0, Date.parse(since)) } : {}),
       include_artifacts: given.includeArtifacts === true,
-      ...(after ? { after } : {}),
+      ...(pageToken !== undefined ? { page_token: pageToken } : {}),
       ...historyAsked(given.historyLength),
     });
     if (reply.error) return context.json(rpcError(call.id, reply.error));
@@ -183,7 +175,7 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
     return context.json(
       rpcResult(call.id, {
         tasks,
-        nextPageToken: reply.next_after ? pageToken(link.sessionId, reply.next_after) : '',
+        nextPageToken: reply.next_page_token ?? '',
         pageSize,
         totalSize: reply.total_size ?? tasks.length,
       }),
@@ -254,38 +246,4 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
   };
 
   return { v03: METHODS_V03, v10: METHODS_V10 };
-}
-
-/**
- * A `ListTasks` cursor: the session and the last task of the page, signed by this door, so that a
- * token continues only a listing this door gave, of the session that gave it. A hand-written one
- * (any position, any session's id) is refused like any other that is not ours. The key lives and
- * dies with the door's process: a restarted door refuses the tokens of its past life, and its
- * client lists again from the first page. It names nothing a client could not list.
- */
-const PAGE_TOKEN_KEY = randomBytes(32);
-
-function pageTokenSignature(payload: string): Buffer {
-  return createHmac('sha256', PAGE_TOKEN_KEY).update(payload).digest().subarray(0, 16);
-}
-
-function pageToken(sessionId: string, after: { updated_at_ms: number; id: string }): string {
-  const payload = Buffer.from(JSON.stringify({ s: sessionId, u: after.updated_at_ms, i: after.id })).toString('base64url');
-  return `${payload}.${pageTokenSignature(payload).toString('base64url')}`;
-}
-
-function readPageToken(token: string, sessionId: string): { updated_at_ms: number; id: string } | undefined {
-  const [payload, signature, ...rest] = token.split('.');
-  if (payload === undefined || signature === undefined || rest.length > 0) return undefined;
-  const given = Buffer.from(signature, 'base64url');
-  const expected = pageTokenSignature(payload);
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined;
-  try {
-    const decoded = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as { s?: unknown; u?: unknown; i?: unknown };
-    if (decoded.s !== sessionId || !Number.isSafeInteger(decoded.u) || (decoded.u as number) < 0 || typeof decoded.i !== 'string' || decoded.i.length > 256)
-      return undefined;
-    return { updated_at_ms: decoded.u as number, id: decoded.i };
-  } catch {
-    return undefined;
-  }
 }

@@ -1,4 +1,14 @@
-import { type A2aMessage, SendParamsV03Schema, a2aVersionOf, fromProtoJson, isSafeContextId, messageText, unreadablePart } from '@murmur/shared';
+import {
+  type A2aMessage,
+  ListTasksParamsSchema,
+  SendParamsV03Schema,
+  SendParamsV10Schema,
+  a2aVersionOf,
+  fromProtoJson,
+  isSafeContextId,
+  messageText,
+  unreadablePart,
+} from '@murmur/shared';
 import { describe, expect, it } from 'vitest';
 import { describeInvalidParams, isJsonMediaType, readJsonRpc, rpcError, rpcResult } from '../src/json-rpc.js';
 
@@ -267,6 +277,26 @@ describe('0.3 send params', () => {
 
   it('refuses a negative historyLength', () => {
     expect(SendParamsV03Schema.safeParse({ message, configuration: { historyLength: -1 } }).success).toBe(false);
+  });
+
+  it('takes a role as either generation spells it, or none, and refuses one neither has, naming the field', () => {
+    for (const role of ['user', 'agent', 'ROLE_USER', 'ROLE_AGENT', 'ROLE_UNSPECIFIED', 1, 0, undefined])
+      expect(SendParamsV10Schema.safeParse({ message: { ...message, role } }).success, String(role)).toBe(true);
+    for (const role of ['ROLE_BOGUS', 'User', '', 3, true]) {
+      const parsed = SendParamsV03Schema.safeParse({ message: { ...message, role } });
+      expect(parsed.success, String(role)).toBe(false);
+      expect(parsed.error?.issues[0]?.path).toEqual(['message', 'role']);
+    }
+  });
+});
+
+describe('ListTasks params', () => {
+  it("takes the drafts' lastUpdatedAfter in milliseconds since the epoch, as a number or ProtoJSON's string, as well as a time", () => {
+    expect(ListTasksParamsSchema.parse({ lastUpdatedAfter: 1_700_000_000_000 }).lastUpdatedAfter).toBe(1_700_000_000_000);
+    expect(ListTasksParamsSchema.parse({ lastUpdatedAfter: '1700000000000' }).lastUpdatedAfter).toBe(1_700_000_000_000);
+    expect(ListTasksParamsSchema.parse({ lastUpdatedAfter: '2026-01-01T00:00:00Z' }).lastUpdatedAfter).toBe('2026-01-01T00:00:00Z');
+    for (const bad of [-1, 1.5, 1e300, 'yesterday', '17000000000000000000'])
+      expect(ListTasksParamsSchema.safeParse({ lastUpdatedAfter: bad }).success, String(bad)).toBe(false);
   });
 });
 

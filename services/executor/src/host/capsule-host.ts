@@ -541,7 +541,7 @@ export class CapsuleHost implements AgentHost {
     const context = this.taskContext;
     if (!context) return fail('delegate-task is available only inside a task');
     const launchAnswered = context.registry.beginDelegationLaunch();
-    let launched: { ok: true; value: { delegation_id: string; session_id: string } } | { ok: false; error: string };
+    let launched: { ok: true; value: { delegation_id: string; session_id: string; workdir: string } } | { ok: false; error: string };
     try {
       launched = (await this.channel.request({ op: 'delegate', request: { ...request, context_id: context.task.contextId } })) as typeof launched;
     } catch (error) {
@@ -561,7 +561,10 @@ export class CapsuleHost implements AgentHost {
     });
     let text: string;
     try {
-      const completion = context.registry.awaitDelegation(context.task, launched.value.delegation_id, launched.value.session_id);
+      const completion = context.registry.awaitDelegation(context.task, launched.value.delegation_id, {
+        sessionId: launched.value.session_id,
+        workdir: launched.value.workdir,
+      });
       // Awaited now: a completion that came early, held until this, finds its task.
       launchAnswered();
       text = await completion;

@@ -1,5 +1,6 @@
 import {
   COMPLETION_NOT_AWAITED,
+  type LaunchedChild,
   type Lifecycle,
   RPC_ERRORS,
   isCompletionMessage,
@@ -18,6 +19,7 @@ import {
 } from '@murmur/shared';
 import { cutLongStrings } from '../event-fit.js';
 import type { EventFeed } from './event-feed.js';
+import { PageTokens } from './page-tokens.js';
 
 /**
  * The session's tasks, owned by the capsule host (a door keeps none): what `message/send`
@@ -107,9 +109,10 @@ export class TaskRegistry {
   private inputWait: InputWait | undefined;
   private waiter: ((task: Task | undefined) => void) | undefined;
   private closed = false;
+  private readonly pageTokens: PageTokens;
 
   /** Delegations a running task awaits (the model's `delegate-task`), by delegation id. */
-  private readonly delegations = new Map<string, { task: Task; childSessionId: string; resolve(text: string): void; reject(error: Error): void }>();
+  private readonly delegations = new Map<string, { task: Task; child: LaunchedChild; resolve(text: string): void; reject(error: Error): void }>();
   /** Delegations being launched, whose ids are not known here until the launch is answered. */
   private launching = 0;
   /** Completions that came while a launch was being answered, for a delegation no task awaits yet. */
@@ -120,7 +123,9 @@ export class TaskRegistry {
     private readonly feed: EventFeed,
     /** This session's id: a completion addressed to another is refused. */
     private readonly sessionId = '',
-  ) {}
+  ) {
+    this.pageTokens = new PageTokens(sessionId);
+  }
 
   /**
    * `message/send` and its kin: a delegated child's completion enters the task awaiting it (and
@@ -366,11 +371,11 @@ export class TaskRegistry {
     }
     const awaiting = this.delegations.get(delegationId);
     if (!awaiting) return { error: { code: COMPLETION_NOT_AWAITED, message: `no task of this session awaits delegation ${delegationId}` } };
-    if (!isCompletionMessage(call.text, delegationId, awaiting.childSessionId)) {
+    if (!isCompletionMessage(call.text, delegationId, awaiting.child)) {
       return {
         error: {
           code: RPC_ERRORS.invalidParams,
-          message: `Invalid params: the completion of delegation ${delegationId} is not a completion message as the runtime writes one (status, duration, workdir, result path, bounded detail); the task still awaits its completion`,
+          message: `Invalid params: the completion of delegation ${delegationId} is not a completion message as the runtime writes one (status, duration, the child's workdir and result path, bounded detail); the task still awaits its completion`,
         },
       };
     }
@@ -418,9 +423,9 @@ export class TaskRegistry {
   }
 
   /** The running task waits for a delegation's completion; the text is what the child's runtime (or its watcher) posted. */
-  awaitDelegation(task: Task, delegationId: string, childSessionId: string): Promise<string> {
+  awaitDelegation(task: Task, delegationId: string, child: LaunchedChild): Promise<string> {
     return new Promise((resolve, reject) => {
-      this.delegations.set(delegationId, { task, childSessionId, resolve, reject });
+      this.delegations.set(delegationId, { task, child, resolve, reject });
     });
   }
 
@@ -488,6 +493,14 @@ export class TaskRegistry {
    */
   list(query: Extract<SessionCall, { method: 'list' }>): SessionReply {
     type Position = Pick<Task, 'updatedAt' | 'id'>;
+    const after = query.page_token === undefined ? undefined : this.pageTokens.read(query.page_token);
+    if (query.page_token !== undefined && !after)
+      return {
+        error: {
+          code: RPC_ERRORS.invalidParams,
+          message: "Invalid params: pageToken: not a page token this session's ListTasks gave: list again from the first page",
+        },
+      };
     const newestFirst = (a: Position, b: Position): number => b.updatedAt - a.updatedAt || (a.id < b.id ? 1 : a.id > b.id ? -1 : 0);
     const matching = [...this.tasks.values()]
       .filter(
@@ -497,7 +510,6 @@ export class TaskRegistry {
           (query.updated_after_ms === undefined || task.updatedAt >= query.updated_after_ms),
       )
       .sort(newestFirst);
-    const after = query.after;
     const start = after ? matching.findIndex((task) => newestFirst(task, { updatedAt: after.updated_at_ms, id: after.id }) > 0) : 0;
     const candidates = start < 0 ? [] : matching.slice(start, start + query.page_size);
     // A page is cut short, and continues on the next, where its tasks would outgrow what one
@@ -519,7 +531,7 @@ export class TaskRegistry {
     return {
       tasks: views,
       total_size: matching.length,
-      ...(more && last ? { next_after: { updated_at_ms: last.updatedAt, id: last.id } } : {}),
+      ...(more && last ? { next_page_token: this.pageTokens.issue({ updated_at_ms: last.updatedAt, id: last.id }) } : {}),
     };
   }
 
