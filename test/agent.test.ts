@@ -190,6 +190,9 @@ describe('agent capsules', () => {
       ]);
       expect(trace.find((event) => event.event_type === 'skill_call')).toMatchObject({ skill_name: 'style-guide', status: 'ok', turn: 0 });
       expect(trace.find((event) => event.event_type === 'shell')).toMatchObject({ turn: 0, exit_code: 0 });
+      // A shell call's record follows its tool_call's, as upstream's trace orders them.
+      const shellAt = trace.findIndex((event) => event.event_type === 'shell');
+      expect(trace[shellAt - 1]).toMatchObject({ event_type: 'tool_call', tool_name: 'sh' });
       expect(trace.at(-2)).toMatchObject({ event_type: 'session_end', total_tool_calls: 4, total_shell_calls: 1, total_turns: 2 });
     });
 
@@ -205,6 +208,27 @@ describe('agent capsules', () => {
       const run = await runTask('order', manifest, 'the task text');
       expect(run.result.code, run.result.stderr).toBe(0);
       expect(await run.read('out/result.txt')).toContain('Stdout:\nthe task text');
+    });
+
+    it("tells the model what is wrong with a shell call's input in upstream's words", async () => {
+      const inference = await model((body, index) =>
+        index === 0
+          ? {
+              toolCalls: [
+                { name: 'sh', input: {} },
+                { name: 'sh', input: { command: '   ' } },
+              ],
+            }
+          : {
+              text: toolResults(body)
+                .map((result) => `${result.isError}:${result.text}`)
+                .join('|'),
+            },
+      );
+      const run = await runTask('shell-input', agentManifest(inference, { capabilities: '  shell:\n    allow: [sh]' }), 'call the shell badly');
+      expect(run.result.code, run.result.stderr).toBe(0);
+      const said = "shell tool input must include a non-empty 'command' string";
+      expect(await run.read('out/result.txt')).toBe(`true:${said}|true:${said}`);
     });
 
     it('cuts shell output past 16 KiB and keeps all of it in a file', async () => {

@@ -141,7 +141,11 @@ describe('tools and the artifact manager', () => {
     ]);
     // Its sandbox's launcher could not execute it (the interpreter its #! names is not there): the
     // tool's error, with the launcher's reason, for the guest to read.
-    expect(results[0]).toMatchObject({ op: 'invoke', ok: true, value: { status: 'error', summary: "native tool 'native-unstartable' exited with 125" } });
+    expect(results[0]).toMatchObject({
+      op: 'invoke',
+      ok: true,
+      value: { status: 'error', summary: "native tool 'native-unstartable' exited with exit status: 125" },
+    });
     expect((results[0]?.value as { data?: string } | undefined)?.data).toMatch(
       /^murmur-confine: running \S+\/native-unstartable: the file is there, but the interpreter its #! line names \(or the loader it was linked for\) is not\n$/,
     );
@@ -193,6 +197,22 @@ describe('tools and the artifact manager', () => {
       expect((await readLockfile(path.join(project, 'murmur.lock')))?.artifacts).toEqual([
         { name: 'probe-tool', resolved_version: '2.0.0', sha256: { wasm: sha256Hex(zip) } },
       ]);
+    });
+
+    it('pulls a skill as a skill, read when called, and a native tool as installed and described but not callable in a sandbox made before it', async () => {
+      const { results, workdir } = await run('pull-kinds', '', [
+        { op: 'pull', name: 'house-style', version: '1.0.0' },
+        { op: 'invoke', name: 'house-style' },
+        { op: 'pull', name: 'native-echo', version: '1.0.0' },
+        { op: 'describe', name: 'native-echo' },
+        { op: 'invoke', name: 'native-echo', data: 'hello' },
+      ]);
+      expect(results[0]).toEqual({ op: 'pull', ok: true, value: { name: 'house-style', version: '1.0.0', runtime: 'wasm' } });
+      expect(results[1]).toMatchObject({ ok: true, value: { status: 'passed', data: '# House style\nWrite plainly.\n' } });
+      expect(await fs.readFile(path.join(workdir, 'tools', 'house-style', 'skill.md'), 'utf8')).toBe('# House style\nWrite plainly.\n');
+      expect(results[2]).toEqual({ op: 'pull', ok: true, value: { name: 'native-echo', version: '1.0.0', runtime: 'native' } });
+      expect(results[3]).toMatchObject({ ok: true, value: { name: 'native-echo', version: '1.0.0', runtime: 'native' } });
+      expect(results[4]).toMatchObject({ ok: false, error: expect.stringContaining("'native-echo' is not declared in manifest allowlist") });
     });
 
     it('a pull writes nothing through a link the guest planted in tools/: a file link is replaced, a directory link refuses the pull', async () => {
@@ -256,6 +276,40 @@ describe('tools and the artifact manager', () => {
         expect(code, output.stderr).toBe(0);
         expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(unreadable);
         expect(output.stderr).toContain(`warning: could not pin probe-tool@2.0.0 in ${path.join(project, 'murmur.lock')}: invalid murmur.lock`);
+      } finally {
+        child.kill('SIGKILL');
+      }
+    });
+
+    it('leaves a pin written while the session ran as it is when the session pulls another version: the conflict is said, not written over', async () => {
+      const project = await probeProject(path.join(scratch.dir, 'pull-pinned-meanwhile'));
+      const { child, output } = spawnMur(
+        [
+          'run',
+          '--json',
+          '--task',
+          JSON.stringify([
+            { op: 'waitfor', path: 'go', seconds: 30 },
+            { op: 'pull', name: 'probe-tool', version: '2.0.0' },
+          ]),
+        ],
+        { cwd: project, env },
+      );
+      try {
+        const { workdir } = await eventually(
+          () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { workdir: string }) : undefined),
+          30_000,
+          'the launch line',
+        );
+        // Pinned by someone else while the session runs (mur install probe-tool@1.0.0, say).
+        const pinned = `lock_version: 1\nartifacts:\n  - name: probe-tool\n    resolved_version: 1.0.0\n    sha256:\n      wasm: ${'c'.repeat(64)}\n`;
+        await fs.writeFile(path.join(project, 'murmur.lock'), pinned);
+        await fs.writeFile(path.join(workdir, 'go'), 'go');
+        const [code] = (await once(child, 'exit')) as [number | null];
+        expect(code, output.stderr).toBe(0);
+        expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(pinned);
+        expect(output.stderr).toContain('warning: the session pulled probe-tool@2.0.0, but');
+        expect(output.stderr).toContain('now pins probe-tool@1.0.0; the pin is left as it is (murmur.lock conflict)');
       } finally {
         child.kill('SIGKILL');
       }

@@ -206,7 +206,7 @@ describe('mur stage', () => {
     expect(terminal.stdout).toContain('staged hello@0.1.0 (script capsule)');
   });
 
-  it('on a terminal, shows a manifest’s control characters instead of acting on them, in what it staged and in a refusal', async () => {
+  it('refuses a manifest whose name holds control characters, shown as escapes on a terminal and to a pipe, never acted on', async () => {
     const project = await capsuleProject(path.join(scratch.dir, 'escapes'), 'name: "x\\e]0;PWNED\\a"\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     const onTerminal = (args: string) =>
       spawnSync('script', ['-qec', `${JSON.stringify(murBin)} ${args}`, '/dev/null'], {
@@ -214,13 +214,16 @@ describe('mur stage', () => {
         encoding: 'utf8',
       }).stdout;
     const staged = onTerminal(`stage ${JSON.stringify(project)}`);
-    expect(staged).toContain('staged x\\x1b]0;PWNED\\x07@0.1.0');
-    const refused = onTerminal(`build ${JSON.stringify(project)}`);
-    expect(refused).toContain('error[E-BLD-001]');
-    expect(refused).toContain('\\x1b]0;PWNED\\x07');
-    for (const output of [staged, refused]) expect(output).not.toContain('\u001b]0;PWNED');
-    // To a pipe, what was written is passed on as it is.
-    expect((await runMur(['stage', project], { env })).stdout).toContain('staged x\u001b]0;PWNED\u0007@0.1.0');
+    expect(staged).toContain('error[E-MAN-003]');
+    expect(staged).toContain(`'name' must not hold a control character`);
+    const built = onTerminal(`build ${JSON.stringify(project)}`);
+    expect(built).toMatch(/error\[E-(MAN-003|BLD-001)\]/);
+    for (const output of [staged, built]) expect(output).not.toContain('\u001b]0;PWNED');
+    // To a pipe as well: the refusal quotes the name as JSON writes it, escapes and all.
+    const piped = await runMur(['stage', project], { env });
+    expect(piped.code).toBe(1);
+    expect(piped.stderr).toContain('as "x\\u001b]0;PWNED\\u0007" does');
+    expect(piped.stdout).toBe('');
   });
 
   it('takes a first-party driver already transpiled from what the runtime ships, in a home that never transpiled it', async () => {

@@ -502,7 +502,19 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
           pinning = pinning
             .then(() =>
               // A lock that cannot be read is left as it is (the warning below), never written over.
-              withLockfileTurn(lockPath, async () => writeLockfile(lockPath, upsertLockEntry(await readLockfile(lockPath), artifact))),
+              withLockfileTurn(lockPath, async () => {
+                const lock = await readLockfile(lockPath);
+                // A pin written since the run staged (another install, an edit) is not the session's to
+                // override, as upstream's pull refuses to: left as it is, and said.
+                const pinned = lock?.artifacts.find((entry) => entry.name === artifact.name);
+                if (pinned && (pinned.resolved_version !== artifact.resolved_version || pinned.sha256.wasm !== artifact.sha256.wasm)) {
+                  output.err(
+                    `warning: the session pulled ${artifact.name}@${artifact.resolved_version}, but ${lockPath} now pins ${pinned.name}@${pinned.resolved_version}; the pin is left as it is (murmur.lock conflict)`,
+                  );
+                  return;
+                }
+                if (!pinned) await writeLockfile(lockPath, upsertLockEntry(lock, artifact));
+              }),
             )
             .catch((error: unknown) =>
               output.err(`warning: could not pin ${artifact.name}@${artifact.resolved_version} in ${lockPath}: ${(error as Error).message}`),

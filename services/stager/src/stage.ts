@@ -328,7 +328,10 @@ export class Stager {
       await this.prepare(tx, () => {});
       await this.commit(tx);
       await this.publishArtifact(artifact.staged);
-      return artifact.staged;
+      // What the artifact is, not what it was asked for as: a pulled skill is a skill (its skill.md
+      // installed and read), as upstream's pull installs a static package's. Declared as a tool, it
+      // went into the workdir as a tool with no component, and no call could reach it.
+      return artifact.staged.packaging === 'static' ? { ...artifact.staged, role: 'skill' } : artifact.staged;
     } finally {
       await this.rollback(tx);
     }

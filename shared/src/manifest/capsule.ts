@@ -555,7 +555,11 @@ export const CapsuleManifestSchema = z
     // mur build holds them to the artifact rules; a run of an unbuilt project takes other names, as upstream's.
     for (const field of ['name', 'version'] as const) {
       if (hasControlCharacter(manifest[field]))
-        refine(ctx, [field], `'${field}' must not hold a control character (a line break, a tab, an escape): it is printed on a line of its own`);
+        refine(
+          ctx,
+          [field],
+          `'${field}' must not hold a control character (a line break, a tab, an escape), as ${JSON.stringify(manifest[field].slice(0, 60))} does: it is printed on a line of its own`,
+        );
     }
     const seen = new Map<string, number>();
     manifest.artifacts.forEach((artifact, index) => {

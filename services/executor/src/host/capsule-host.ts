@@ -594,6 +594,7 @@ export class CapsuleHost implements AgentHost {
     let result: Fallible<ToolResultShape>;
     let kind: 'tool' | 'skill' = 'tool';
     let shell: ShellRun | undefined;
+    let shellRecord: Record<string, unknown> | undefined;
     if (tool?.kind === 'native' && tool.path) {
       // One that cannot start (gone, a ceiling already crossed, its task canceled) is the tool's
       // error, which the model reads, as a shell binary's is; never the task's failure.
@@ -606,6 +607,7 @@ export class CapsuleHost implements AgentHost {
       const ran = await this.shellTool(name, input);
       result = ran.result;
       shell = ran.run;
+      shellRecord = ran.record;
     } else if (tool?.kind === 'skill' && tool.path) {
       kind = 'skill';
       try {
@@ -635,6 +637,8 @@ export class CapsuleHost implements AgentHost {
       result = refused(`tool '${name}' is not available in this session`);
     }
     this.recordToolCall(name, input, result, Date.now() - started, kind);
+    // A shell tool's `shell` record follows its `tool_call` (upstream's trace order).
+    if (shellRecord) this.trace.write('shell', shellRecord);
     return { result, kind, ...(shell ? { shell } : {}) };
   }
 
@@ -687,25 +691,21 @@ export class CapsuleHost implements AgentHost {
 
   /** A shell binary called as a tool: `{"command": "..."}` in, upstream's text report out. */
   /** A shell binary called as a tool: its result, and — when it ran — the run itself (for on-shell). */
-  private async shellTool(binary: string, input: { data?: string }): Promise<{ result: Fallible<ToolResultShape>; run?: ShellRun }> {
-    let command: string;
-    try {
-      const parsed = JSON.parse(input.data ?? '') as { command?: unknown };
-      if (typeof parsed.command !== 'string' || parsed.command.trim() === '') throw new Error('missing command');
-      command = parsed.command.trim();
-    } catch {
+  /** A shell binary called as a tool; its `shell` record is handed back for the caller to write after the call's own. */
+  private async shellTool(
+    binary: string,
+    input: { data?: string },
+  ): Promise<{ result: Fallible<ToolResultShape>; run?: ShellRun; record?: Record<string, unknown> }> {
+    const parsed = shellCommandOf(input.data);
+    if (!parsed.ok)
       return {
-        result: ok({
-          status: 'error',
-          summary: 'shell command parsing failed',
-          data: "shell tool input must be JSON with a non-empty 'command' string",
-          dataPath: undefined,
-          truncated: false,
-          metadata: [],
-        }),
+        result: ok({ status: 'error', summary: 'shell command parsing failed', data: parsed.error, dataPath: undefined, truncated: false, metadata: [] }),
       };
-    }
-    const shell = await this.shell(binary, shellArguments(binary, command), []);
+    const command = parsed.value;
+    let record: Record<string, unknown> | undefined;
+    const shell = await this.shell(binary, shellArguments(binary, command), [], (fields) => {
+      record = fields;
+    });
     if (!shell.ok)
       return { result: ok({ status: 'error', summary: 'shell execution failed', data: shell.error, dataPath: undefined, truncated: false, metadata: [] }) };
     const value = shell.value;
@@ -733,6 +733,7 @@ export class CapsuleHost implements AgentHost {
         metadata,
       }),
       run,
+      ...(record ? { record } : {}),
     };
   }
 
@@ -740,6 +741,8 @@ export class CapsuleHost implements AgentHost {
     binary: string,
     args: string[],
     env: Array<[string, string]>,
+    /** Where the run's `shell` record goes when its caller writes it (after a record of its own); else it is written now. */
+    recordLater?: (record: Record<string, unknown>) => void,
   ): Promise<
     Fallible<{
       exitCode: number;
@@ -754,7 +757,7 @@ export class CapsuleHost implements AgentHost {
     try {
       const result = await runShell(this.subprocessContext(), binary, args, env);
       this.totals.shellCalls += 1;
-      this.trace.write('shell', {
+      const record = {
         turn: this.turn,
         binary: result.binaryPath,
         command: args.join(' '),
@@ -763,7 +766,9 @@ export class CapsuleHost implements AgentHost {
         stderr_bytes: Buffer.byteLength(result.stderr),
         duration_ms: Math.round(result.durationMs),
         ...(result.resourceLimit ? { resource_limit: result.resourceLimit } : {}),
-      });
+      };
+      if (recordLater) recordLater(record);
+      else this.trace.write('shell', record);
       return ok({
         exitCode: result.exitCode,
         stdout: result.stdout,
@@ -833,7 +838,10 @@ export class CapsuleHost implements AgentHost {
     if (!result.ok) return result;
     const tool = result.value.tool;
     this.tools.set(tool.name, tool);
-    this.allowlist.add(tool.name);
+    // A native tool's executable cannot join a sandbox already made (its binds are fixed at start),
+    // so a pulled one is installed and described, as upstream's pull leaves it, and not callable:
+    // a call is refused as undeclared, where it was let through to fail in the sandbox (exit 125).
+    if (tool.kind !== 'native') this.allowlist.add(tool.name);
     return ok({ name: tool.name, version: tool.version, runtime: tool.runtime });
   }
 }
@@ -844,6 +852,20 @@ const SHELL_TOOL_INFO: HostTool['info'] = {
   tags: [],
   input_schema: JSON.stringify({ type: 'object', properties: { command: { type: 'string' } }, required: ['command'] }),
 };
+
+/** A shell tool's command from its input, or what is wrong with the input, in upstream's words for each case. */
+function shellCommandOf(data: string | undefined): Fallible<string> {
+  if (data === undefined) return refused('shell tool input.data is required');
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(data);
+  } catch (error) {
+    return refused(`shell tool input must be valid JSON: ${(error as Error).message}`);
+  }
+  const command = parsed !== null && typeof parsed === 'object' ? (parsed as { command?: unknown }).command : undefined;
+  if (typeof command !== 'string' || command.trim() === '') return refused("shell tool input must include a non-empty 'command' string");
+  return ok(command.trim());
+}
 
 function parseInput(data: string | undefined): unknown {
   if (data === undefined) return {};

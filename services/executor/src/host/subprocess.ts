@@ -486,7 +486,8 @@ export async function runNativeTool(
   if (out === '') {
     return {
       status: code === 0 ? 'passed' : 'error',
-      summary: `native tool '${name}' exited with ${code}`,
+      // As upstream words it (Rust's ExitStatus prints `exit status: N`).
+      summary: `native tool '${name}' exited with exit status: ${code}`,
       data: errText || undefined,
       dataPath: undefined,
       truncated: false,
