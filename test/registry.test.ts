@@ -11,6 +11,7 @@ import { listTree, tempDir } from './support/fs.js';
 import { capsuleWat, toolWat } from './support/guests.js';
 import { rawZip } from './support/raw-zip.js';
 import { type ServiceProcess, runMur, startService } from './support/processes.js';
+import { UPLOADS_AT_ONCE } from '../services/roost/src/registry-routes.js';
 
 /**
  * roost serving the registry over HTTP, and `mur` using it as a remote registry: publish,
@@ -171,6 +172,76 @@ describe('roost as a remote registry', () => {
     } finally {
       await new Promise((resolve) => redirecting.close(resolve));
     }
+  });
+
+  it('says a publish was not done when the server answers 201 without the digest of what was sent, or with more than a digest, reading no more than its ceiling', async () => {
+    const answers: Record<string, (response: http.ServerResponse) => void> = {
+      '/wrong': (response) => response.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ sha256: 'a'.repeat(64) })),
+      '/empty': (response) => response.writeHead(201).end(),
+      // Endless: a server that answers for ever is cut at the ceiling, not read into memory.
+      '/endless': (response) => {
+        response.writeHead(201, { 'content-type': 'application/json' });
+        const chunk = Buffer.alloc(64 * 1024, 0x20);
+        const write = (): void => {
+          while (!response.destroyed && response.write(chunk));
+          if (!response.destroyed) response.once('drain', write);
+        };
+        write();
+      },
+    };
+    const hostile = http.createServer((request, response) => {
+      request.resume();
+      request.on('end', () => answers[new URL(request.url ?? '/', 'http://x').pathname.replace('/v1/artifacts', '')]?.(response));
+    });
+    await new Promise<void>((resolve) => hostile.listen(0, '127.0.0.1', resolve));
+    const base = `http://127.0.0.1:${(hostile.address() as { port: number }).port}`;
+    try {
+      for (const [prefix, said] of [
+        ['/wrong', 'without the digest of the bytes sent'],
+        ['/empty', 'without the digest of the bytes sent'],
+        ['/endless', 'E-ROOST-001'],
+      ] as const) {
+        const result = await runMur(['publish', toolZip, '--registry', `${base}${prefix}`], { env: user('publisher') });
+        expect(result.code, prefix).toBe(1);
+        expect(result.stderr, prefix).toContain(said);
+        expect(result.stdout, prefix).not.toContain('Published');
+      }
+    } finally {
+      hostile.closeAllConnections();
+      await new Promise((resolve) => hostile.close(resolve));
+    }
+  });
+
+  it('takes a few uploads at once and tells the next to come back (503, Retry-After), then takes it once one has ended', async () => {
+    const url = new URL(`/v1/artifacts?name=slow-tool&version=0.1.0`, roost.url);
+    // Uploads that stall half-way: each holds its place until its client goes.
+    const stalled = Array.from({ length: UPLOADS_AT_ONCE }, () => {
+      const request = http.request(url, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream', 'content-length': '100000' },
+      });
+      request.on('error', () => {});
+      request.write(Buffer.alloc(1000));
+      return request;
+    });
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const refused = await fetch(url, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: Buffer.alloc(10) });
+      expect(refused.status).toBe(503);
+      expect(refused.headers.get('retry-after')).toBe('1');
+      expect(await refused.json()).toMatchObject({ code: 'E-ROOST-002', error: `roost is taking ${UPLOADS_AT_ONCE} uploads already` });
+    } finally {
+      for (const request of stalled) request.destroy();
+    }
+    // Their places are given back as they go.
+    const zip = path.join(scratch.dir, 'after-the-stall-0.1.0.mur.zip');
+    await fs.writeFile(zip, await componentArtifact('after-the-stall', '0.1.0', (await toolWat()).bytes));
+    let published: Awaited<ReturnType<typeof runMur>> | undefined;
+    for (let attempt = 0; attempt < 20 && published?.code !== 0; attempt += 1) {
+      if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 100));
+      published = await runMur(['publish', zip, '--registry', roost.url], { env: user('publisher') });
+    }
+    expect(published?.code, published?.stderr).toBe(0);
   });
 
   it('refuses to publish without the token it was started with', async () => {

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -148,11 +149,27 @@ describe('ArtifactStore.publish', () => {
     expect(await store.list()).toHaveLength(1);
   });
 
+  it('says what it was writing and into which store when the system refuses the write, with the system’s reason', async () => {
+    // A file where the store's directory should be: what a full disk or a read-only store is to a write, a refusal by the system.
+    await fs.writeFile(path.join(dir, 'not-a-directory'), '');
+    const blocked = new ArtifactStore(path.join(dir, 'not-a-directory', 'artifacts'), 'global');
+    for (const write of [() => blocked.publish(ZIP_A, meta()), () => blocked.install(ZIP_A, meta(), sha256Hex(ZIP_A))]) {
+      const error = await rejection(write());
+      expect(error.code).toBe('E-IO-003');
+      expect(error.message).toContain(`could not write echo-tool@0.1.0 into the global store at ${path.join(dir, 'not-a-directory', 'artifacts')}: ENOTDIR`);
+      expect(error.hint).toContain('a file is where a directory is expected');
+    }
+  });
+
   it('refuses reserved versions in any case and writes nothing', async () => {
     for (const version of ['latest', 'Stable', 'EDGE']) {
       const error = await rejection(store.publish(ZIP_A, meta({ version })));
       expect(error.code, version).toBe('E-REG-004');
       expect(error.message).toContain(`'${version}'`);
+      // Nor installed: what no registry could publish does not get in from a zip.
+      const installed = await rejection(store.install(ZIP_A, meta({ version }), sha256Hex(ZIP_A)));
+      expect(installed.code, version).toBe('E-REG-004');
+      expect(installed.message).toContain('cannot be installed');
     }
     expect(await listTree(dir)).toEqual([]);
   });
@@ -360,6 +377,24 @@ describe('ArtifactStore.resolve', () => {
       [`${generic}.meta.json`]: '{"meta": {"name": ',
     });
     expect((await store.resolve('echo-tool', '0.1.0', 'unknown'))?.meta).toEqual(fallbackMeta('echo-tool', '0.1.0'));
+  });
+
+  it('refuses a FIFO or a device at a store file by what it is, naming it, where reading it waited for ever or without end', async () => {
+    await store.publish(ZIP_A, meta());
+    const metaFile = path.join(root, `${generic}.meta.json`);
+    await fs.rm(metaFile);
+    execFileSync('mkfifo', [metaFile]);
+    for (const read of [() => store.resolve('echo-tool', '0.1.0', 'unknown'), () => store.list()]) {
+      const error = await rejection(read());
+      expect(error).toBeInstanceOf(MurmurError);
+      expect(error).toMatchObject({ code: 'E-REG-002', path: metaFile });
+      expect(error.message).toContain('echo-tool-0.1.0.meta.json in the store is not a regular file');
+    }
+    await fs.rm(metaFile);
+    const zipFile = path.join(root, `${generic}.mur.zip`);
+    await fs.rm(zipFile);
+    await fs.symlink('/dev/zero', zipFile);
+    expect(await rejection(store.resolve('echo-tool', '0.1.0', 'unknown'))).toMatchObject({ code: 'E-REG-002', path: zipFile });
   });
 
   it('returns the published meta with the bytes', async () => {

@@ -49,6 +49,9 @@ function nameAndVersion(rest: string): { name: string; version: string } | undef
   return { name: segments.join('/'), version };
 }
 
+/** Uploads roost reads and checks at once; each may be held whole in memory, up to the archive ceiling. */
+export const UPLOADS_AT_ONCE = 4;
+
 export function registryRoutes(options: RegistryRoutesOptions): Hono {
   // By digest, in constant time: neither the time a refusal takes nor a length check says how much of a guess was right.
   const publishers = options.publishToken === undefined ? undefined : tokenMatcher([options.publishToken]);
@@ -84,6 +87,7 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
     return context.body(new Uint8Array(stored.bytes), 200, { 'content-type': 'application/octet-stream', [SHA256_HEADER]: stored.recordedSha256 });
   });
 
+  let uploading = 0;
   app.post(
     '/v1/artifacts',
     // Before the body is read: hono's limit buffers a body sent without a length (chunked) up to
@@ -96,7 +100,24 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       const version = context.req.query('version')?.trim();
       if (!name || !version) return context.json({ error: 'name and version query parameters are required', code: 'E-MAN-001' }, 400);
       if (isReservedVersion(version)) throw new MurmurError('E-REG-004', `reserved artifact version '${version}' is not allowed`);
-      await next();
+      // Each upload is held whole while it is checked (up to the archive's ceiling): a few at once,
+      // and the rest told to come back, where eight of 450 MB held 5 GB of roost's memory.
+      if (uploading >= UPLOADS_AT_ONCE)
+        return context.json(
+          {
+            error: `roost is taking ${UPLOADS_AT_ONCE} uploads already`,
+            code: 'E-ROOST-002',
+            hint: 'publish again in a moment',
+          },
+          503,
+          { 'retry-after': '1' },
+        );
+      uploading += 1;
+      try {
+        await next();
+      } finally {
+        uploading -= 1;
+      }
     },
     bodyLimit({
       maxSize: maxEntryBytesFromEnv(),

@@ -4,7 +4,7 @@ import { fetchFailureReason } from '../fetch-failure.js';
 import { shownUrl } from '../shown-url.js';
 import { INDEX_CEILING_BYTES, readBodyCapped, readBodyPrefix } from '../response-body.js';
 import { maxEntryBytesFromEnv } from './mur-zip.js';
-import type { ArtifactStore } from './store.js';
+import { type ArtifactStore, sha256Hex } from './store.js';
 
 /**
  * Where artifacts come from, in the order staging asks: the project store, the global store,
@@ -252,10 +252,31 @@ export class RoostRegistryClient implements ArtifactSource {
     for (const [os, arch] of meta.platforms) query.append('platform', `${os}-${arch}`);
     const response = await this.request('POST', `/v1/artifacts?${query.toString()}`, bytes);
     if (response.status !== 201) throw await this.failure(response, `publishing ${meta.name}@${meta.version}`, true);
-    const body = (await response.json().catch(() => ({}))) as { sha256?: string };
-    return { sha256: body.sha256 ?? '' };
+    // An answer is read with a ceiling, as every answer of a server is: a 201 of 1.5 GB held 3 GB of mur's memory.
+    const text = (
+      await readBodyCapped(response, PUBLISH_ANSWER_CEILING_BYTES, `roost's answer to publishing ${meta.name}@${meta.version}`, 'E-ROOST-001')
+    ).toString('utf8');
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    const sha256 = (body as { sha256?: unknown } | undefined)?.sha256;
+    const sent = sha256Hex(bytes);
+    // What roost stored is what was sent, or the publish is not said to have happened.
+    if (typeof sha256 !== 'string' || sha256.toLowerCase() !== sent)
+      throw new MurmurError(
+        'E-ROOST-001',
+        `roost at ${this.location} answered the publish of ${meta.name}@${meta.version} without the digest of the bytes sent (${sent}): it may not have stored them`,
+        { hint: `check with 'mur search ${meta.name} --registry ${this.location}' whether it holds them, or publish to a roost that answers as roost does` },
+      );
+    return { sha256 };
   }
 }
+
+/** The most of roost's answer to a publish that is read: a digest, in a small JSON object. */
+const PUBLISH_ANSWER_CEILING_BYTES = 64 * 1024;
 
 export interface ChainHit {
   artifact: ResolvedArtifact;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { constants, promises as fs } from 'node:fs';
 import path from 'node:path';
 import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta, requirePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
@@ -251,11 +251,33 @@ export class ArtifactStore {
    * exists, so two concurrent publishers cannot both win.
    */
   async publish(bytes: Uint8Array, meta: ArtifactMeta): Promise<{ sha256: string; zipPath: string }> {
-    if (isReservedVersion(meta.version)) {
-      throw new MurmurError('E-REG-004', `version '${meta.version}' is reserved and cannot be published`, {
-        hint: 'reserved strings: latest, stable, edge — use an explicit version',
-      });
+    refuseReservedVersion(meta, 'published');
+    return this.naming(meta, () => this.publishInTurn(bytes, meta));
+  }
+
+  /**
+   * The system's refusal of a write (a full disk, a read-only store) said with what was being
+   * written and where: `ENOSPC: no space left on device, write` named neither the artifact nor the store.
+   */
+  private async naming<T>(meta: ArtifactMeta, write: () => Promise<T>): Promise<T> {
+    try {
+      return await write();
+    } catch (error) {
+      const errno = error as NodeJS.ErrnoException;
+      if (error instanceof MurmurError || !(error instanceof Error) || typeof errno.code !== 'string') throw error;
+      throw new MurmurError(
+        systemFailureCode(error),
+        `could not write ${meta.name}@${meta.version} into the ${this.scope} store at ${this.root}: ${error.message}`,
+        {
+          path: errno.path ?? this.root,
+          hint: systemFailureHint(error) ?? 'check that the store is writable and its disk has room',
+          cause: error,
+        },
+      );
     }
+  }
+
+  private async publishInTurn(bytes: Uint8Array, meta: ArtifactMeta): Promise<{ sha256: string; zipPath: string }> {
     const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
     const files = this.variantFiles(meta.name, meta.version, platform);
     const conflict = (): MurmurError =>
@@ -345,6 +367,13 @@ export class ArtifactStore {
    * version or the new one, never none (it reads a mismatched pair again, `readPair`).
    */
   async install(bytes: Uint8Array, meta: ArtifactMeta, expectedSha256: string): Promise<{ zipPath: string }> {
+    // What could not be published is not installed either: a `latest` archive installed from a zip
+    // was listed, passed mur doctor, and was pinned as `resolved_version: latest`.
+    refuseReservedVersion(meta, 'installed');
+    return this.naming(meta, () => this.installInTurn(bytes, meta, expectedSha256));
+  }
+
+  private async installInTurn(bytes: Uint8Array, meta: ArtifactMeta, expectedSha256: string): Promise<{ zipPath: string }> {
     const actual = sha256Hex(bytes);
     if (actual !== expectedSha256) {
       throw new MurmurError(
@@ -488,6 +517,13 @@ const PAIR_READS = 5;
  * is read again a few times, and only one that still does not is handed on, for the caller to
  * refuse. Undefined when either file is missing.
  */
+function refuseReservedVersion(meta: ArtifactMeta, verb: 'published' | 'installed'): void {
+  if (isReservedVersion(meta.version))
+    throw new MurmurError('E-REG-004', `version '${meta.version}' is reserved and cannot be ${verb}`, {
+      hint: 'reserved strings: latest, stable, edge — use an explicit version',
+    });
+}
+
 async function readPair(files: VariantFiles): Promise<{ bytes: Buffer; recordedSha256: string; bytesSha256: string } | undefined> {
   for (let read = 1; ; read += 1) {
     const [bytes, sha] = await Promise.all([readIfExists(files.zip), readIfExists(files.sha)]);
@@ -499,10 +535,31 @@ async function readPair(files: VariantFiles): Promise<{ bytes: Buffer; recordedS
   }
 }
 
+/**
+ * A store's file, read only if it is a regular file. Opened without blocking and judged by its
+ * descriptor: a FIFO at a store's name held `mur list -g`, `mur search` and `mur install` for
+ * ever, and a link to a device (`/dev/zero`) was read until memory gave out.
+ */
 async function readIfExists(file: string): Promise<Buffer | undefined> {
   try {
-    return await fs.readFile(file);
+    const handle = await fs.open(file, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+    try {
+      const stat = await handle.stat();
+      if (!stat.isFile() && !stat.isDirectory())
+        throw new MurmurError(
+          'E-REG-002',
+          `${path.basename(file)} in the store is not a regular file (a FIFO, a socket or a device): nothing was read from it`,
+          {
+            path: file,
+            hint: 'remove what is there and reinstall the artifact',
+          },
+        );
+      return await handle.readFile();
+    } finally {
+      await handle.close();
+    }
   } catch (error) {
+    if (error instanceof MurmurError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' || code === 'ENOTDIR') return undefined;
     // A store's file that is a directory, or cannot be read, is said with a code and its name,
