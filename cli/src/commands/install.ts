@@ -139,7 +139,7 @@ async function installBytes(
     return { meta, zipPath };
   };
   // The lock's check, the install and the pin in one turn: another install's pin is not lost.
-  return into.projectRoot ? withLockfileTurn(path.join(into.projectRoot, LOCKFILE_NAME), install) : install();
+  return into.projectRoot ? withLockfileTurn(path.join(into.projectRoot, LOCKFILE_NAME), install, { interruptible: true }) : install();
 }
 
 async function installReference(reference: string, into: Target, options: InstallOptions, output: Output): Promise<void> {

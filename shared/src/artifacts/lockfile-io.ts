@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify as stringifyYaml } from 'yaml';
 import { MurmurError } from '../errors.js';
 import { LOCKFILE_MAX_BYTES, type LockedArtifact, type MurmurLock, MurmurLockSchema } from '../lockfile.js';
-import { writeFileAtomic } from '../node/atomic.js';
+import { removedIfInterrupted, writeFileAtomic } from '../node/atomic.js';
 import { processStartToken } from '../node/process.js';
 import { readSmallTextFile } from '../node/small-text-file.js';
 import { resolvedPath } from '../node/beneath.js';
@@ -58,7 +58,8 @@ export async function writeLockfile(file: string, lock: MurmurLock): Promise<voi
   const text = stringifyYaml(valid, { defaultStringType: 'PLAIN', defaultKeyType: 'PLAIN' });
   try {
     // Through a symbolic link, the file it points to is replaced, and the link stays one.
-    await writeFileAtomic(resolvedPath(file), text, { fsync: true });
+    // A lock is written by a command in the user's project: an interrupt leaves no half of it there.
+    await writeFileAtomic(resolvedPath(file), text, { fsync: true, interruptible: true });
   } catch (error) {
     throw new MurmurError(systemFailureCode(error), `failed to write murmur.lock at ${file}: ${(error as Error).message}`, {
       path: file,
@@ -110,7 +111,16 @@ interface TurnHolder {
  * dead. A pid means something only on the host that wrote it: another host's turn is waited for,
  * never judged. A writer removes the turn at the end only if it is still its own.
  */
-export async function withLockfileTurn<T>(file: string, change: () => Promise<T>, options: { waitMs?: number; what?: string } = {}): Promise<T> {
+export async function withLockfileTurn<T>(
+  file: string,
+  change: () => Promise<T>,
+  options: {
+    waitMs?: number;
+    what?: string;
+    /** The turn goes with the process on an interrupt (`removedIfInterrupted`): for a command that ends on one, not a service finishing its writes. */
+    interruptible?: boolean;
+  } = {},
+): Promise<T> {
   const waitMs = options.waitMs ?? LOCK_TURN_WAIT_MS;
   /** What the turn guards, for messages: the lock by default, a store's version for a publish. */
   const what = options.what ?? 'murmur.lock';
@@ -134,9 +144,11 @@ export async function withLockfileTurn<T>(file: string, change: () => Promise<T>
     }
     await sleep(25);
   }
+  const release = options.interruptible ? removedIfInterrupted(turn) : () => undefined;
   try {
     return await change();
   } finally {
+    release();
     const still = await fs.readFile(turn, 'utf8').catch(() => undefined);
     if (still !== undefined && parseHolder(still)?.token === mine.token) await fs.rm(turn, { force: true });
   }

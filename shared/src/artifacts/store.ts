@@ -291,6 +291,7 @@ export class ArtifactStore {
     // as one step (two variants published at once each found none before, and both were kept).
     return withLockfileTurn(path.join(path.dirname(files.zip), '.publish'), () => this.publishVariant(bytes, meta, sha256, files, platform, conflict), {
       what: `${meta.name}@${meta.version} in the ${this.scope} store`,
+      interruptible: this.options.interruptible === true,
     });
   }
 
@@ -390,6 +391,7 @@ export class ArtifactStore {
     // renamed in, before its digest, for what a dead publish left (`publishVariant`).
     return withLockfileTurn(path.join(path.dirname(files.zip), '.publish'), () => this.installVariant(bytes, meta, actual, files, targets), {
       what: `${meta.name}@${meta.version} in the ${this.scope} store`,
+      interruptible: this.options.interruptible === true,
     });
   }
 
