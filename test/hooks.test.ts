@@ -404,6 +404,15 @@ describe('hooks', () => {
     }
   });
 
+  it('hands on-shell the whole command, however long: only the OTel attribute is cut', async () => {
+    const command = `echo ${'x'.repeat(300)}`;
+    const inference = await model([{ toolCalls: [{ name: 'bash', input: { command }, id: 'call-1' }] }, { text: 'all done' }]);
+    const run = await runWithHooks('long-command', { inference, hooks: { recorder: {} }, manifest: withShell });
+    expect(run.result.code, run.result.stderr).toBe(0);
+    const shell = (await run.recorded('recorder')).find((event) => event.fn === 'on-shell');
+    expect(shell?.event.command).toBe(command);
+  });
+
   it("gives a hook one completion through the session's driver, traced with its origin, and its artifact reaches A2A clients", async () => {
     const inference = await model((body) => ((body.system as string | undefined) === 'be brief' ? { text: 'hook answer' } : { text: 'the capsule answer' }));
     const project = path.join(scratch.dir, 'a2a-artifact');
@@ -428,7 +437,8 @@ describe('hooks', () => {
       await agent.exited;
       const trace = await traceOf(path.join(workdir, '.murmur', agent.sessionId));
       expect(trace.filter((event) => event.event_type === 'inference' && event.origin === 'hook:annotator')).toMatchObject([
-        { turn: 0, decision: 'end_turn', tool_name: null, model: 'test-model' },
+        // Counted as an agent turn's: the provider's reported usage, where it was estimated from the request.
+        { turn: 0, decision: 'end_turn', tool_name: null, model: 'test-model', input_tokens: 11, output_tokens: 7 },
       ]);
     } finally {
       await agent.stop();

@@ -127,7 +127,8 @@ export class SessionTelemetry {
         return;
       case 'shell':
         this.child('capsule.shell', at - (number(record.duration_ms) ?? 0), at, {
-          command: text(record.command)?.slice(0, 200),
+          // 200 characters, not UTF-16 units: a cut through a pair left a lone surrogate in the attribute.
+          command: firstCharacters(text(record.command), 200),
           exit_code: number(record.exit_code),
           duration_ms: number(record.duration_ms),
         });
@@ -138,6 +139,10 @@ export class SessionTelemetry {
         return;
       case 'session_end':
         this.endSession(text(record.exit_status) ?? 'failed', at);
+        return;
+      case 'task_end':
+        // The caller parents every attempt of its task, a reopened one too (each its own
+        // session_start … session_end), and no later task: forgotten when the task ends.
         this.callerTraceparent = undefined;
         return;
     }
@@ -198,6 +203,12 @@ class LazyLog {
     this.file ??= new LogFile(this.sessionDir, 'otel.log', this.outside);
     this.file.line(`[${new Date().toISOString()}] ${message}`);
   }
+}
+
+/** The first `count` characters of `value` (code points, never half of a surrogate pair). */
+function firstCharacters(value: string | undefined, count: number): string | undefined {
+  if (value === undefined || value.length <= count) return value;
+  return Array.from(value).slice(0, count).join('');
 }
 
 function text(value: unknown): string | undefined {

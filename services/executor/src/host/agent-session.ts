@@ -356,33 +356,27 @@ export class AgentSession {
       tools: [],
       system: request.systemPrompt ?? '',
     });
-    const inputTokens = estimateTokens(data);
-    const record = (outputTokens: number, decision: 'end_turn' | 'error'): void => {
-      this.host.totals.inputTokens += inputTokens;
-      this.host.totals.outputTokens += outputTokens;
-      this.host.trace.write('inference', {
-        turn: this.host.currentTurn,
-        input_tokens: inputTokens,
-        output_tokens: outputTokens,
-        decision,
-        tool_name: null,
-        origin: `hook:${hook}`,
-        model,
-      });
-    };
     const call = await this.host.callDriver(driver, this.agent.driver_env, data, { silent: true });
-    if (!call.ok) {
-      record(0, 'error');
-      return { ok: false, error: `inference driver '${driver.name}' failed: ${call.error}` };
-    }
+    // A completion that failed made no inference worth recording, as an agent turn's does not: the
+    // hook hears why, and the trace's `decision` keeps to the values it has (no `error`).
+    if (!call.ok) return { ok: false, error: `inference driver '${driver.name}' failed: ${call.error}` };
     const replyText = call.result.data ?? call.result.summary;
     const reply = readDriverReply(call.result);
-    if (reply.kind === 'error') {
-      record(0, 'error');
-      return { ok: false, error: `inference driver returned an error: ${reply.message}` };
-    }
+    if (reply.kind === 'error') return { ok: false, error: `inference driver returned an error: ${reply.message}` };
+    // Counted as an agent turn's are: what the provider reported, else estimated.
+    const inputTokens = reply.usage?.input_tokens ?? estimateTokens(data);
     const outputTokens = reply.usage?.output_tokens ?? estimateTokens(replyText ?? '');
-    record(outputTokens, 'end_turn');
+    this.host.totals.inputTokens += inputTokens;
+    this.host.totals.outputTokens += outputTokens;
+    this.host.trace.write('inference', {
+      turn: this.host.currentTurn,
+      input_tokens: inputTokens,
+      output_tokens: outputTokens,
+      decision: 'end_turn',
+      tool_name: null,
+      origin: `hook:${hook}`,
+      model,
+    });
     const text = reply.content
       .filter((block) => block.type === 'text' && typeof block.text === 'string')
       .map((block) => block.text as string)

@@ -34,7 +34,8 @@ export async function callTool(scene: ToolCallScene, name: string, input: string
     await hooks.dispatch('on-shell', () => ({
       turn,
       binary: shell.binary,
-      command: [...shell.command].slice(0, 200).join(''),
+      // Whole, as upstream hands it: only the OTel attribute is cut (to 200 characters).
+      command: shell.command,
       exitCode: shell.exitCode,
       stdout: shell.stdout,
       stderr: shell.stderr,
