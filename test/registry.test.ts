@@ -233,9 +233,9 @@ describe('roost as a remote registry', () => {
     } finally {
       for (const request of stalled) request.destroy();
     }
-    // Their places are given back as they go.
-    const zip = path.join(scratch.dir, 'after-the-stall-0.1.0.mur.zip');
-    await fs.writeFile(zip, await componentArtifact('after-the-stall', '0.1.0', (await toolWat()).bytes));
+    // Their places are given back as they go. (A name no longer than echo-tool's: mur list's columns are asserted below.)
+    const zip = path.join(scratch.dir, 'unstalled-0.1.0.mur.zip');
+    await fs.writeFile(zip, await componentArtifact('unstalled', '0.1.0', (await toolWat()).bytes));
     let published: Awaited<ReturnType<typeof runMur>> | undefined;
     for (let attempt = 0; attempt < 20 && published?.code !== 0; attempt += 1) {
       if (attempt > 0) await new Promise((resolve) => setTimeout(resolve, 100));
