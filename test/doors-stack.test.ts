@@ -149,6 +149,26 @@ describe('two doors in front of one session', () => {
     expect(sessions.find((session) => session.session_id === agent.sessionId)).toMatchObject({ liveness: 'live', pid: agent.pid });
   });
 
+  it('is not called gone by a watcher restarted under it: unverified until an executor names it, then live, and never dropped', async () => {
+    const env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    const index = services.findIndex((service) => service.name === 'watcher');
+    await services[index]?.stop();
+    const watcher = await startService('watcher', env);
+    services[index] = watcher;
+    const listed = async () => {
+      const result = await runMur(['ps', '--json'], { env });
+      expect(result.code, result.stderr).toBe(0);
+      return (JSON.parse(result.stdout) as Array<{ session_id: string; liveness: string; executor_id?: string }>).find(
+        (session) => session.session_id === agent.sessionId,
+      );
+    };
+    const first = await listed();
+    expect(first, 'still listed').toBeDefined();
+    expect(first?.liveness).not.toBe('gone');
+    const live = await eventually(async () => ((await listed())?.liveness === 'live' ? await listed() : undefined), 15_000, 'the session live again');
+    expect(live?.executor_id).toMatch(/^executor-/);
+  });
+
   it('keeps serving through the other door when one door stops', async () => {
     const sent = await rpc(atA, 'message/send', textMessage('before the door stops'));
     const taskId = sent.body.result?.id as string;

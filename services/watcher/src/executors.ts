@@ -52,6 +52,7 @@ export class ExecutorMonitor {
   private announcements: Promise<KeyValueStore> | undefined;
   private readonly judgeEveryMs: number;
   private lastJudged = performance.now();
+  private readonly startedAt = performance.now();
 
   constructor(private readonly options: ExecutorMonitorOptions) {
     const { bus } = options;
@@ -82,6 +83,20 @@ export class ExecutorMonitor {
   /** Whether the executor is known to be lost (its sessions then are gone). */
   isLost(executorId: string): boolean {
     return this.lost.has(executorId);
+  }
+
+  /** The executor whose heartbeat (or start announcement) names the session, if one does. */
+  ownerOf(sessionId: string): string | undefined {
+    for (const [executorId, known] of this.executors) if (known.sessions.has(sessionId)) return executorId;
+    return undefined;
+  }
+
+  /**
+   * Whether every executor alive has had time to be heard since this watcher started: before that,
+   * a session no heartbeat names yet may still be one a live executor holds.
+   */
+  get heardEveryone(): boolean {
+    return performance.now() - this.startedAt >= this.options.lostAfterMs;
   }
 
   private known(executorId: string): Known {

@@ -57,10 +57,21 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
     };
   };
 
+  /**
+   * Which executor holds a session: heard from its start, or — for a watcher that started after
+   * it (a restart, a new replica) — from the executors' heartbeats, which name every session each holds.
+   */
+  const ownerOf = (sessionId: string): string | undefined => owners.get(sessionId) ?? executors.ownerOf(sessionId);
+
   /** Layers 1–2, read by the owning executor when one is known, else here. */
   const layersOneAndTwo = async (record: RunningRecord): Promise<ProcessState> => {
-    const owner = owners.get(record.session_id);
+    const owner = ownerOf(record.session_id);
     if (owner && executors.isLost(owner)) return { state: 'gone', reason: `its executor ${owner} was lost` };
+    // Just started, this watcher may not have heard yet from the executor that holds it: its own
+    // process table (another container's, on a stack) is no evidence, and a live session judged
+    // gone by it was dropped from every later mur ps.
+    if (!owner && !executors.heardEveryone)
+      return { state: 'unverified', reason: 'this watcher has only just started and has not yet heard which executor holds it: ask again in a few seconds' };
     if (owner) {
       try {
         return await bus.request(commands.probeProcess.at(owner), { pid: record.pid, process_start: record.process_start }, { timeoutMs: PROBE_TIMEOUT_MS });
@@ -110,7 +121,7 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
       const sessions = await Promise.all(
         records.map(async (record) => {
           const liveness = await verifyRunningRecord(record, await layersOneAndTwo(record), cardOverBus);
-          const owner = owners.get(record.session_id);
+          const owner = ownerOf(record.session_id);
           if (liveness.liveness === 'gone') {
             removeRunningRecord(record.session_id, env);
             owners.delete(record.session_id);
