@@ -5,6 +5,7 @@ import { type SessionEnded, type SessionStarted, silentLog, topics } from '@murm
 import { type Bus, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
 import { startTokenFromStat } from '@murmur/shared/node';
+import { nativeTool, publishInto } from './support/artifacts.js';
 import { probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
@@ -75,6 +76,26 @@ describe('mur run on the stack', () => {
     const sessionId = /^session: (\S+)$/m.exec(overNats.stdout)?.[1];
     await eventually(() => (ended.some((event) => event.session_id === sessionId) ? true : undefined), 5_000, 'session.ended');
     expect(ended.find((event) => event.session_id === sessionId)?.executor_id).toBe(executor.ready.instance_id);
+  });
+
+  it("starts a capsule's tools from the executor's own PATH and LANG, never the launcher's, which describe another machine", async () => {
+    const reporter = '#!/bin/sh\nprintf \'{"status":"passed","data":"PATH=%s LANG=%s"}\' "$PATH" "$LANG"\n';
+    await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await nativeTool('path-tool', '1.0.0', reporter));
+    const manifest = `${probeManifest}artifacts:\n  - name: path-tool\n    version: 1.0.0\n`;
+    const result = await runProbe(
+      'launcher-path',
+      [{ op: 'invoke', name: 'path-tool' }],
+      {
+        PATH: `${process.env.PATH ?? ''}:/launcher-only/bin`,
+        LANG: 'launcher-only-lang',
+      },
+      manifest,
+    );
+    expect(result.code, result.stderr).toBe(0);
+    const data = (probeResults(result.stdout)[0]?.value as { data?: string } | undefined)?.data ?? '';
+    expect(data).toMatch(/^PATH=\S+ LANG=/);
+    expect(data).not.toContain('/launcher-only/bin');
+    expect(data).not.toContain('launcher-only-lang');
   });
 
   it('stops a spinning guest at its deadline with E-RUN-001, and the executor keeps serving', async () => {

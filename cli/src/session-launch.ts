@@ -1,4 +1,4 @@
-import { SUBPROCESS_BASELINE, type SessionEnded, type StagedPlan, isRuntimeOwned, sessionUrl, topics } from '@murmur/shared';
+import { type SessionEnded, type StagedPlan, isRuntimeOwned, sessionUrl, topics } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import type { Runtime } from './runtime.js';
 
@@ -35,13 +35,16 @@ export async function sessionDoorUrl(
 }
 
 /**
- * The launching side's values a capsule may receive: its allowlist, its `${VAR}`s, the subprocess
- * baseline — never one of the runtime's own settings (`isRuntimeOwned`), which would otherwise
- * cross the bus in the launch and be copied on into a delegated child's — and the launcher's
- * `MURMUR_FORMATION_ID`, which hooks are given.
+ * The launching side's values a capsule may receive: its allowlist, its `${VAR}`s, the names its
+ * `shell.baseline_env` asks for — never one of the runtime's own settings (`isRuntimeOwned`),
+ * which would otherwise cross the bus in the launch and be copied on into a delegated child's —
+ * and the launcher's `MURMUR_FORMATION_ID`, which hooks are given. The subprocess baseline (`PATH`,
+ * `HOME`, …) is the executor's own: it describes the machine the tools run on, and a launcher's
+ * (the operator's `PATH`, its home) was meaningless in the executor's container and told the
+ * capsule the operator's layout.
  */
 export function launchEnvironment(plan: StagedPlan, env: Record<string, string>): Record<string, string> {
-  const names = new Set([...plan.policy.env_allow, ...plan.secret_env, ...SUBPROCESS_BASELINE, ...plan.policy.shell_baseline_env]);
+  const names = new Set([...plan.policy.env_allow, ...plan.secret_env, ...plan.policy.shell_baseline_env]);
   const values: Record<string, string> = {};
   for (const name of names) if (env[name] !== undefined && !isRuntimeOwned(name)) values[name] = env[name] as string;
   if (env.MURMUR_FORMATION_ID !== undefined) values.MURMUR_FORMATION_ID = env.MURMUR_FORMATION_ID;

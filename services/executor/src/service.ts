@@ -1,6 +1,7 @@
 import path from 'node:path';
 import {
   BLOB_BUCKET,
+  SUBPROCESS_BASELINE,
   type LaunchReply,
   type LaunchRequestSchema,
   type Log,
@@ -203,6 +204,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     murmurHome: murmurHome(env),
     executorState: [...new Set([murmurHome(env), cache, path.join(workdirBase, 'workdir')])],
     settings,
+    hostBaseline: Object.fromEntries(SUBPROCESS_BASELINE.flatMap((name) => (env[name] !== undefined ? [[name, env[name] as string]] : []))),
     pool: undefined,
     hostEntry: options.hostEntry,
     ...unsealedHostNode(confine, cache),

@@ -26,7 +26,6 @@ import {
   isRuntimeOwned,
   shownUrl,
   unenforcedForTools,
-  SUBPROCESS_BASELINE,
   RPC_ERRORS,
   RUNTIME_VERSION,
   runtimeMetrics,
@@ -132,6 +131,8 @@ export interface ExecutorEnvironment {
   executorState: readonly string[];
   /** The executor's numbers from its environment (`settings.ts`), read at its start. */
   settings: ExecutorSettings;
+  /** This machine's own values of the subprocess baseline (`SUBPROCESS_BASELINE`): what a tool here starts from. */
+  hostBaseline: Readonly<Record<string, string>>;
   /** Warm capsule hosts (`MURMUR_EXECUTOR_POOL`), for the launches that can take one. */
   pool?: HostPool | undefined;
   /** The capsule host's entry when it is not the runtime's own (`HOST_ENTRY`): a test's host that misbehaves. */
@@ -176,7 +177,8 @@ export function hostProcessEnv(): NodeJS.ProcessEnv {
   return { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) };
 }
 /** What a session ended by a stop (`mur stop`, a signal to its host) tells whoever reads its end. */
-const STOPPED_HINT = 'nothing in the capsule failed: it was stopped; its records stay in its workdir, and running it again starts a new session';
+const STOPPED_HINT =
+  "nothing in the capsule failed: it was stopped; its records stay in its workdir on the executor that ran it (unless that executor's container was removed with it), and running it again starts a new session";
 const READY_TIMEOUT_MS = 30_000;
 /** A pooled host taken while it was still starting: how long it may take to be ready, before a fresh one is started instead. */
 const POOLED_READY_TIMEOUT_MS = 10_000;
@@ -631,9 +633,13 @@ export class Session {
     // Only what a subprocess's environment is made from (`subprocessEnvironment`): the host runs
     // inside the sandbox, so whatever else of the launcher's environment it were given (a secret
     // under a name no credential pattern matches) would be the capsule's to read.
-    const forSubprocesses = new Set<string>([...SUBPROCESS_BASELINE, ...plan.policy.shell_baseline_env]);
+    // The baseline (`PATH`, `HOME`, …) is this machine's, where the tools run; what the manifest's
+    // `shell.baseline_env` names comes from the launcher, as its other values do.
+    const declared = new Set<string>(plan.policy.shell_baseline_env);
     const subprocessBase = Object.fromEntries(
-      Object.entries(launcherEnv).filter(([name]) => forSubprocesses.has(name) && isGivenToCapsules(name, plan.policy.shell_strip_env)),
+      [...Object.entries(this.environment.hostBaseline), ...Object.entries(launcherEnv).filter(([name]) => declared.has(name))].filter(([name]) =>
+        isGivenToCapsules(name, plan.policy.shell_strip_env),
+      ),
     );
     const start: StartMessage = {
       type: 'start',
