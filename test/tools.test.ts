@@ -248,8 +248,12 @@ describe('tools and the artifact manager', () => {
       expect(await listTree(path.join(workdir, 'tools'))).toEqual([]);
     });
 
-    it('leaves a murmur.lock it cannot read as it is when a pull pins: the pin is said, not written over it', async () => {
-      const project = await probeProject(path.join(scratch.dir, 'pull-unreadable-lock'));
+    /**
+     * A session that pulls probe-tool@2.0.0 once `lock` has been written over its project's
+     * murmur.lock while it ran (by another mur, or by hand): its exit, its stderr and the lock after.
+     */
+    async function pullAfterLockWritten(name: string, lock: string): Promise<{ code: number | null; stderr: string; lockAfter: string; lockPath: string }> {
+      const project = await probeProject(path.join(scratch.dir, name));
       const { child, output } = spawnMur(
         [
           'run',
@@ -268,51 +272,33 @@ describe('tools and the artifact manager', () => {
           30_000,
           'the launch line',
         );
-        // Written while the session runs: a lock of a version this mur does not read.
-        const unreadable = 'lock_version: 2\nartifacts:\n  - name: precious\n    resolved_version: 1.0.0\n    sha256:\n      wasm: abc\n';
-        await fs.writeFile(path.join(project, 'murmur.lock'), unreadable);
+        const lockPath = path.join(project, 'murmur.lock');
+        await fs.writeFile(lockPath, lock);
         await fs.writeFile(path.join(workdir, 'go'), 'go');
         const [code] = (await once(child, 'exit')) as [number | null];
-        expect(code, output.stderr).toBe(0);
-        expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(unreadable);
-        expect(output.stderr).toContain(`warning: could not pin probe-tool@2.0.0 in ${path.join(project, 'murmur.lock')}: invalid murmur.lock`);
+        return { code, stderr: output.stderr, lockAfter: await fs.readFile(lockPath, 'utf8'), lockPath };
       } finally {
         child.kill('SIGKILL');
       }
+    }
+
+    it('leaves a murmur.lock it cannot read as it is when a pull pins: the pin is said, not written over it', async () => {
+      // A lock of a version this mur does not read.
+      const unreadable = 'lock_version: 2\nartifacts:\n  - name: precious\n    resolved_version: 1.0.0\n    sha256:\n      wasm: abc\n';
+      const { code, stderr, lockAfter, lockPath } = await pullAfterLockWritten('pull-unreadable-lock', unreadable);
+      expect(code, stderr).toBe(0);
+      expect(lockAfter).toBe(unreadable);
+      expect(stderr).toContain(`warning: could not pin probe-tool@2.0.0 in ${lockPath}: invalid murmur.lock`);
     });
 
     it('leaves a pin written while the session ran as it is when the session pulls another version: the conflict is said, not written over', async () => {
-      const project = await probeProject(path.join(scratch.dir, 'pull-pinned-meanwhile'));
-      const { child, output } = spawnMur(
-        [
-          'run',
-          '--json',
-          '--task',
-          JSON.stringify([
-            { op: 'waitfor', path: 'go', seconds: 30 },
-            { op: 'pull', name: 'probe-tool', version: '2.0.0' },
-          ]),
-        ],
-        { cwd: project, env },
-      );
-      try {
-        const { workdir } = await eventually(
-          () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { workdir: string }) : undefined),
-          30_000,
-          'the launch line',
-        );
-        // Pinned by someone else while the session runs (mur install probe-tool@1.0.0, say).
-        const pinned = `lock_version: 1\nartifacts:\n  - name: probe-tool\n    resolved_version: 1.0.0\n    sha256:\n      wasm: ${'c'.repeat(64)}\n`;
-        await fs.writeFile(path.join(project, 'murmur.lock'), pinned);
-        await fs.writeFile(path.join(workdir, 'go'), 'go');
-        const [code] = (await once(child, 'exit')) as [number | null];
-        expect(code, output.stderr).toBe(0);
-        expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(pinned);
-        expect(output.stderr).toContain('warning: the session pulled probe-tool@2.0.0, but');
-        expect(output.stderr).toContain('now pins probe-tool@1.0.0; the pin is left as it is (murmur.lock conflict)');
-      } finally {
-        child.kill('SIGKILL');
-      }
+      // Pinned by someone else while the session runs (mur install probe-tool@1.0.0, say).
+      const pinned = `lock_version: 1\nartifacts:\n  - name: probe-tool\n    resolved_version: 1.0.0\n    sha256:\n      wasm: ${'c'.repeat(64)}\n`;
+      const { code, stderr, lockAfter } = await pullAfterLockWritten('pull-pinned-meanwhile', pinned);
+      expect(code, stderr).toBe(0);
+      expect(lockAfter).toBe(pinned);
+      expect(stderr).toContain('warning: the session pulled probe-tool@2.0.0, but');
+      expect(stderr).toContain('now pins probe-tool@1.0.0; the pin is left as it is (murmur.lock conflict)');
     });
 
     it('writes no first-run pins for a run whose launch is refused', async () => {

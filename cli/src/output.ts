@@ -71,10 +71,13 @@ const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f
  * escapes the C0 controls itself, and leaves DEL and C1 as they are).
  */
 export function terminalSafe(text: string): string {
-  return text.replace(TERMINAL_CONTROLS, (control) => {
-    const code = control.charCodeAt(0);
-    return code >= 0x7f ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`;
-  });
+  return text.replace(TERMINAL_CONTROLS, escapeOf);
+}
+
+/** A control character as it is shown: `\x1b` for C0, `\u009b` for DEL, C1 and the rest. */
+function escapeOf(control: string): string {
+  const code = control.charCodeAt(0);
+  return code >= 0x7f ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`;
 }
 
 // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this pattern finds
@@ -89,12 +92,7 @@ const NAMED_ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': 
  * `mur watch`, and a description in a registry's index added a row of its choosing to `mur search`.
  */
 export function oneLine(text: string): string {
-  return text.replace(LINE_CONTROLS, (control) => {
-    const named = NAMED_ESCAPES[control];
-    if (named !== undefined) return named;
-    const code = control.charCodeAt(0);
-    return code >= 0x7f ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`;
-  });
+  return text.replace(LINE_CONTROLS, (control) => NAMED_ESCAPES[control] ?? escapeOf(control));
 }
 
 /**

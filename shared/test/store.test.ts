@@ -388,7 +388,7 @@ describe('ArtifactStore.resolve', () => {
       const error = await rejection(read());
       expect(error).toBeInstanceOf(MurmurError);
       expect(error).toMatchObject({ code: 'E-REG-002', path: metaFile });
-      expect(error.message).toContain('echo-tool-0.1.0.meta.json in the store is not a regular file');
+      expect(error.message).toContain('echo-tool-0.1.0.meta.json in the store is a FIFO, not a regular file');
     }
     await fs.rm(metaFile);
     const zipFile = path.join(root, `${generic}.mur.zip`);

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { constants, promises as fs } from 'node:fs';
+import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { type ArtifactMeta, MetaFileSchema, currentPlatform, fallbackMeta, requirePlatform } from '../artifact-meta.js';
 import { MurmurError } from '../errors.js';
@@ -7,6 +7,7 @@ import { LONGEST_ARTIFACT_VERSION, artifactVersionProblem } from '../manifest/ar
 import { isReservedVersion } from '../manifest/artifact.js';
 import { removedIfInterrupted, temporarySibling, writeFileAtomic } from '../node/atomic.js';
 import { sweepStoreOnce } from '../node/cache-leftovers.js';
+import { OPEN_WITHOUT_BLOCKING, kindOf } from '../node/small-text-file.js';
 import { systemFailureCode, systemFailureHint } from '../node/system-failure.js';
 import { withLockfileTurn } from './lockfile-io.js';
 
@@ -544,18 +545,14 @@ async function readPair(files: VariantFiles): Promise<{ bytes: Buffer; recordedS
  */
 async function readIfExists(file: string): Promise<Buffer | undefined> {
   try {
-    const handle = await fs.open(file, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+    const handle = await fs.open(file, OPEN_WITHOUT_BLOCKING);
     try {
       const stat = await handle.stat();
       if (!stat.isFile() && !stat.isDirectory())
-        throw new MurmurError(
-          'E-REG-002',
-          `${path.basename(file)} in the store is not a regular file (a FIFO, a socket or a device): nothing was read from it`,
-          {
-            path: file,
-            hint: 'remove what is there and reinstall the artifact',
-          },
-        );
+        throw new MurmurError('E-REG-002', `${path.basename(file)} in the store is ${kindOf(stat)}, not a regular file: nothing was read from it`, {
+          path: file,
+          hint: 'remove what is there and reinstall the artifact',
+        });
       return await handle.readFile();
     } finally {
       await handle.close();

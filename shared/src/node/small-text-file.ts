@@ -25,9 +25,12 @@ export interface SmallTextFile {
   notUtf8Code?: ErrorCode;
 }
 
-const OPEN_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
+/** Opening for a read that a FIFO cannot hold (its open returns at once) and a terminal cannot take over. */
+export const OPEN_WITHOUT_BLOCKING = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
+const OPEN_FLAGS = OPEN_WITHOUT_BLOCKING;
 
-function kindOf(stat: Stats): string {
+/** What a file that is not a regular file is, for a refusal: `a FIFO`, `a socket`, `a device`. */
+export function kindOf(stat: Stats): string {
   if (stat.isFIFO()) return 'a FIFO';
   if (stat.isSocket()) return 'a socket';
   if (stat.isCharacterDevice() || stat.isBlockDevice()) return 'a device';

@@ -689,9 +689,11 @@ export class CapsuleHost implements AgentHost {
     }
   }
 
-  /** A shell binary called as a tool: `{"command": "..."}` in, upstream's text report out. */
-  /** A shell binary called as a tool: its result, and — when it ran — the run itself (for on-shell). */
-  /** A shell binary called as a tool; its `shell` record is handed back for the caller to write after the call's own. */
+  /**
+   * A shell binary called as a tool: `{"command": "..."}` in, upstream's text report out; and, when
+   * it ran, the run itself (for on-shell) and its `shell` record, which the caller writes after the
+   * call's own `tool_call`.
+   */
   private async shellTool(
     binary: string,
     input: { data?: string },
@@ -702,13 +704,10 @@ export class CapsuleHost implements AgentHost {
         result: ok({ status: 'error', summary: 'shell command parsing failed', data: parsed.error, dataPath: undefined, truncated: false, metadata: [] }),
       };
     const command = parsed.value;
-    let record: Record<string, unknown> | undefined;
-    const shell = await this.shell(binary, shellArguments(binary, command), [], (fields) => {
-      record = fields;
-    });
+    const shell = await this.shellRun(binary, shellArguments(binary, command), []);
     if (!shell.ok)
       return { result: ok({ status: 'error', summary: 'shell execution failed', data: shell.error, dataPath: undefined, truncated: false, metadata: [] }) };
-    const value = shell.value;
+    const value = shell.value.outcome;
     const run: ShellRun = {
       binary: value.binaryPath,
       command,
@@ -733,27 +732,24 @@ export class CapsuleHost implements AgentHost {
         metadata,
       }),
       run,
-      ...(record ? { record } : {}),
+      record: shell.value.record,
     };
   }
 
-  private async shell(
+  /** `murmur:shell`'s call: a run recorded in the trace as it ends. */
+  private async shell(binary: string, args: string[], env: Array<[string, string]>): Promise<Fallible<ShellOutcome>> {
+    const ran = await this.shellRun(binary, args, env);
+    if (!ran.ok) return ran;
+    this.trace.write('shell', ran.value.record);
+    return ok(ran.value.outcome);
+  }
+
+  /** A shell binary run, counted, with its `shell` trace record for the caller to write where it belongs. */
+  private async shellRun(
     binary: string,
     args: string[],
     env: Array<[string, string]>,
-    /** Where the run's `shell` record goes when its caller writes it (after a record of its own); else it is written now. */
-    recordLater?: (record: Record<string, unknown>) => void,
-  ): Promise<
-    Fallible<{
-      exitCode: number;
-      stdout: string;
-      stderr: string;
-      truncated: boolean;
-      fullOutputPath: string | undefined;
-      binaryPath: string;
-      durationMs: number;
-    }>
-  > {
+  ): Promise<Fallible<{ outcome: ShellOutcome; record: Record<string, unknown> }>> {
     try {
       const result = await runShell(this.subprocessContext(), binary, args, env);
       this.totals.shellCalls += 1;
@@ -767,9 +763,7 @@ export class CapsuleHost implements AgentHost {
         duration_ms: Math.round(result.durationMs),
         ...(result.resourceLimit ? { resource_limit: result.resourceLimit } : {}),
       };
-      if (recordLater) recordLater(record);
-      else this.trace.write('shell', record);
-      return ok({
+      const outcome: ShellOutcome = {
         exitCode: result.exitCode,
         stdout: result.stdout,
         stderr: result.stderr,
@@ -777,7 +771,8 @@ export class CapsuleHost implements AgentHost {
         fullOutputPath: result.fullOutputPath,
         binaryPath: result.binaryPath,
         durationMs: Math.round(result.durationMs),
-      });
+      };
+      return ok({ outcome, record });
     } catch (error) {
       return refused(error instanceof Error ? error.message : String(error));
     }
@@ -844,6 +839,17 @@ export class CapsuleHost implements AgentHost {
     if (tool.kind !== 'native') this.allowlist.add(tool.name);
     return ok({ name: tool.name, version: tool.version, runtime: tool.runtime });
   }
+}
+
+/** What a shell binary's run came to, as `murmur:shell` answers it. */
+interface ShellOutcome {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  truncated: boolean;
+  fullOutputPath: string | undefined;
+  binaryPath: string;
+  durationMs: number;
 }
 
 /** What a shell binary is described as: upstream's synthetic manifest. */
