@@ -192,13 +192,14 @@ describe('an executor whose capsule host breaks its channel', () => {
     }
   });
 
-  it('is given, for subprocesses, only the environment a subprocess is made from: nothing else of the launcher’s reaches the sandbox', async () => {
-    const { ended, sessionDir } = await runToEnd('tells-its-env', { LAUNCHER_ONLY_VALUE: 'kept-outside', LANG: 'C.UTF-8' });
+  it('is given, for subprocesses, only the environment a subprocess is made from, its baseline the executor’s own: nothing of the launcher’s reaches the sandbox', async () => {
+    const { ended, sessionDir } = await runToEnd('tells-its-env', { LAUNCHER_ONLY_VALUE: 'kept-outside', LANG: 'launcher-lang', PATH: '/launcher-only/bin' });
     expect(ended.exit_status).toBe('ok');
     const told = /subprocess_env (\{.*\})/.exec(await fs.readFile(path.join(sessionDir, 'logs', 'host.log'), 'utf8'))?.[1];
     const env = JSON.parse(told ?? 'null') as Record<string, string>;
-    expect(env.LANG).toBe('C.UTF-8');
+    // The executor here was started with a PATH and no LANG (in-process-stack.ts).
     expect(env.PATH).toBe(process.env.PATH);
+    expect(env).not.toHaveProperty('LANG');
     expect(env).not.toHaveProperty('LAUNCHER_ONLY_VALUE');
   });
 

@@ -19,9 +19,8 @@ describe('what a launch carries of the launcher’s environment', () => {
     MURMUR_FORMATION_ID: 'formation-7',
   };
 
-  it('is what the capsule may be given, named by its allowlist, its ${VAR}s and the subprocess baseline, and the formation id its hooks get', () => {
+  it('is what the capsule may be given, named by its allowlist and its ${VAR}s, and the formation id its hooks get: never the subprocess baseline, which is the executor’s', () => {
     expect(launchEnvironment(plan, launcher)).toEqual({
-      PATH: '/usr/bin:/bin',
       GREETING: 'hello',
       ANTHROPIC_API_KEY: 'sk-the-capsules-own',
       MURMUR_FORMATION_ID: 'formation-7',
