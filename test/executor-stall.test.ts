@@ -82,3 +82,65 @@ describe('an executor back from a stall', () => {
     }
   }, 180_000);
 });
+
+/**
+ * The same stall with no watcher on the bus: nobody else judges the executor, so the session's own
+ * `mur run` does, by the executor's heartbeats, and announces the end as a watcher would.
+ */
+describe('an executor that falls silent while no watcher runs', () => {
+  let nats: NatsServer;
+  let scratch: { dir: string; cleanup: () => Promise<void> };
+  const services: ServiceProcess[] = [];
+  let executor: ServiceProcess;
+  let env: Record<string, string>;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir('murmur-executor-silent-');
+    env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    services.push(await startService('stager', env));
+    executor = await startService('executor', env);
+    services.push(executor);
+  });
+
+  afterAll(async () => {
+    executor?.kill('SIGCONT');
+    for (const service of services) await service.stop();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+
+  it('is judged by the run that waits on it: the run ends with E-EXE-001, and the executor, back, ends the session', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'waiting'), 'capabilities:\n  limits:\n    deadline_seconds: 600\n');
+    const actions = [{ op: 'waitfor', path: 'go', seconds: 600 }];
+    const { child, output } = spawnMur(['run', '--json', '--task', JSON.stringify(actions)], {
+      cwd: project,
+      env: { ...env, MURMUR_EXECUTOR_LOST_MS: '1500' },
+    });
+    try {
+      const launch = await eventually(
+        () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
+        90_000,
+        'the launch line',
+      ).catch((error: unknown) => {
+        throw new Error(`${String(error)}\n${output.stderr}`);
+      });
+      executor.kill('SIGSTOP');
+      const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+      expect(code, output.stderr).toBe(1);
+      expect(output.stderr).toContain('stopped answering; no watcher said so');
+      expect(output.stderr).toContain('error[E-EXE-001]');
+      executor.kill('SIGCONT');
+      // The run took the session's lost record as a watcher does: back, the executor ends the session.
+      await eventually(
+        () => (executor.logs().includes('ending a session the stack announced ended with this executor') ? true : undefined),
+        15_000,
+        'the executor to end it',
+      );
+      expect(launch.session_id).toMatch(/^ses_/);
+    } finally {
+      executor.kill('SIGCONT');
+      child.kill('SIGKILL');
+    }
+  }, 180_000);
+});

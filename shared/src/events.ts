@@ -61,6 +61,40 @@ export const SessionEndedSchema = z.object({
 export type SessionEnded = z.infer<typeof SessionEndedSchema>;
 
 /**
+ * The end of a session whose executor fell silent (no heartbeat for `silentForMs`), announced for
+ * it by whoever judged it lost — a watcher, or the session's own `mur run` when no watcher did —
+ * after taking the session's `lost.<id>` record, so that it is announced once and the executor,
+ * should it answer again, ends the session rather than run it on unseen.
+ */
+export function sessionLostWithExecutor(
+  session: { session_id: string; capsule_name: string; capsule_version: string; pid: number; process_start: string; started_at: string },
+  executorId: string,
+  silentForMs: number,
+): SessionEnded {
+  const line = `executor ${executorId} stopped answering (no heartbeat for ${(silentForMs / 1000).toFixed(1)}s); the session ended with it`;
+  return {
+    session_id: session.session_id,
+    capsule_name: session.capsule_name,
+    capsule_version: session.capsule_version,
+    executor_id: executorId,
+    pid: session.pid,
+    process_start: session.process_start,
+    exit_status: 'failed',
+    exit_code: null,
+    signal: null,
+    error: {
+      code: 'E-EXE-001',
+      message: `the session was lost with its executor: ${line}`,
+      hint: 'launch it again: new launches go to the executors still alive',
+    },
+    duration_ms: Math.max(0, Date.now() - Date.parse(session.started_at)),
+    ended_at: new Date().toISOString(),
+    stderr_tail: [line],
+    completion_reported: false,
+  };
+}
+
+/**
  * `executor.<id>.ended`: how a session of that executor stands, for a launcher that may have
  * missed its `session.ended` (published while the launcher's bus was away, and NATS keeps no
  * message for a subscriber that is not connected). An ended session is answered with the very

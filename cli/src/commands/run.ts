@@ -27,6 +27,9 @@ import {
   RUNTIME_VERSION,
   type StagedPlan,
   unenforcedForTools,
+  WATCHER_BUCKET,
+  lostSessionKey,
+  sessionLostWithExecutor,
 } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
 import type { z } from 'zod';
@@ -622,6 +625,21 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         }
       }
     };
+    // An executor that dies while no watcher runs has its sessions' ends announced by nobody, and
+    // the run waited for ever: the run judges its own executor by its heartbeats as a watcher
+    // would, a little later than one, and announces the end in its place.
+    const silence = runtime.inProcess
+      ? undefined
+      : watchExecutorSilence(
+          runtime.bus,
+          { ...launched, capsule_name: plan.capsule.name, capsule_version: plan.capsule.version },
+          numberSetting(env, 'MURMUR_EXECUTOR_LOST_MS', 5_000, { unit: 'milliseconds' }),
+          (lost) => {
+            output.err(`mur: executor ${launched.executor_id} stopped answering; no watcher said so, so this run says session ${sessionId} ended with it`);
+            resolveHeardLate(lost);
+          },
+        );
+    if (silence) subscriptions.push(silence);
     if (!runtime.inProcess) {
       runtime.bus.onConnectionChange((state, reason) => {
         if (state === 'closed') {
@@ -643,6 +661,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
             ? `mur: lost the stack's bus at ${runtime.bus.description}; session ${sessionId} goes on on its executor, and mur waits for the bus to come back (Ctrl-C leaves)`
             : "mur: the stack's bus is back",
         );
+        silence?.hearing(state === 'reconnected');
         if (state === 'reconnected') void askHowItStands();
       });
     }
@@ -752,4 +771,52 @@ async function launchNaming(bus: Bus, sessionId: string, request: z.input<typeof
       hint: `is an executor running and keeping up? If ${sessionId} shows in 'mur ps' after all, 'mur stop ${sessionId}' ends it`,
     });
   }
+}
+
+/** How much later than a watcher a run judges its executor lost, so that a running watcher announces it first. */
+const RUN_SILENCE_MARGIN_MS = 3_000;
+
+/**
+ * The launched session's executor, judged by its heartbeats while the bus is heard: silent past
+ * `lostAfterMs` (and a margin), the session's `lost.<id>` record is taken, the end announced as a
+ * watcher announces it (`sessionLostWithExecutor`) and handed to `lost`. The record makes the
+ * executor end the session should it answer again; one a watcher took first leaves the
+ * announcement to that watcher, whose end this run has heard or will ask for.
+ */
+function watchExecutorSilence(
+  bus: Bus,
+  launched: LaunchReply & { capsule_name: string; capsule_version: string },
+  lostAfterMs: number,
+  lost: (ended: SessionEnded) => void,
+): { unsubscribe(): void; hearing(heard: boolean): void } {
+  let lastBeat = performance.now();
+  let heard = true;
+  let judged = false;
+  const beats = bus.subscribe(topics.executorHeartbeat, (beat) => {
+    if (beat.executor_id === launched.executor_id) lastBeat = performance.now();
+  });
+  const timer = setInterval(() => {
+    const silentFor = performance.now() - lastBeat;
+    if (!heard || judged || silentFor < lostAfterMs + RUN_SILENCE_MARGIN_MS) return;
+    judged = true;
+    const ended = sessionLostWithExecutor(launched, launched.executor_id, silentFor);
+    void (async () => {
+      const store = await bus.keyValue(WATCHER_BUCKET);
+      if (await store.create(lostSessionKey(launched.session_id), `mur-run-${process.pid}`)) bus.publish(topics.sessionEnded, ended);
+    })()
+      .catch(() => {})
+      .finally(() => lost(ended));
+  }, 1_000);
+  timer.unref();
+  return {
+    unsubscribe: () => {
+      clearInterval(timer);
+      beats.unsubscribe();
+    },
+    // Silence counts only while the bus is heard; back, every silence starts again.
+    hearing: (isHeard) => {
+      heard = isHeard;
+      lastBeat = performance.now();
+    },
+  };
 }

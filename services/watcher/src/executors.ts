@@ -1,4 +1,4 @@
-import { type ExecutorHeartbeat, type Log, type SessionEnded, WATCHER_BUCKET, lostSessionKey, topics } from '@murmur/shared';
+import { type ExecutorHeartbeat, type Log, WATCHER_BUCKET, lostSessionKey, sessionLostWithExecutor, topics } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 
 /**
@@ -167,28 +167,7 @@ export class ExecutorMonitor {
     }
     const store = await this.announcements;
     if (!(await store.create(lostSessionKey(session.session_id), this.options.watcherId))) return;
-    const endedAt = new Date().toISOString();
-    const line = `executor ${executorId} stopped answering (no heartbeat for ${(silentFor / 1000).toFixed(1)}s); the session ended with it`;
-    const event: SessionEnded = {
-      session_id: session.session_id,
-      capsule_name: session.capsule_name,
-      capsule_version: session.capsule_version,
-      executor_id: executorId,
-      pid: session.pid,
-      process_start: session.process_start,
-      exit_status: 'failed',
-      exit_code: null,
-      signal: null,
-      error: {
-        code: 'E-EXE-001',
-        message: `the session was lost with its executor: ${line}`,
-        hint: 'launch it again: new launches go to the executors still alive',
-      },
-      duration_ms: Math.max(0, Date.now() - Date.parse(session.started_at)),
-      ended_at: endedAt,
-      stderr_tail: [line],
-      completion_reported: false,
-    };
+    const event = sessionLostWithExecutor(session, executorId, silentFor);
     this.options.bus.publish(topics.sessionEnded, event);
   }
 
