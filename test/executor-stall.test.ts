@@ -8,33 +8,52 @@ import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { type ServiceProcess, eventually, spawnMur, startService } from './support/processes.js';
 
 /**
+ * NATS, a stager and an executor (and, when `withWatcher`, a watcher judging executors lost after
+ * 1.5 s), started before a describe's tests and stopped after them; the executor is let go on
+ * before it is stopped, whatever a test left it.
+ */
+function stackToStall(prefix: string, withWatcher: boolean): { env: Record<string, string>; scratch: string; executor: ServiceProcess } {
+  const stack = { env: {} as Record<string, string>, scratch: '', executor: undefined as unknown as ServiceProcess };
+  let nats: NatsServer | undefined;
+  let scratch: { dir: string; cleanup: () => Promise<void> } | undefined;
+  const services: ServiceProcess[] = [];
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    scratch = await tempDir(prefix);
+    stack.scratch = scratch.dir;
+    stack.env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
+    services.push(await startService('stager', stack.env));
+    stack.executor = await startService('executor', stack.env);
+    services.push(stack.executor);
+    if (withWatcher) services.push(await startService('watcher', { ...stack.env, MURMUR_EXECUTOR_LOST_MS: '1500' }));
+  });
+  afterAll(async () => {
+    stack.executor?.kill('SIGCONT');
+    for (const service of services) await service.stop();
+    await nats?.stop();
+    await scratch?.cleanup();
+  });
+  return stack;
+}
+
+/** The launch line a `mur run --json` prints, once it has. A fresh stack transpiles the probe first. */
+function launchLine(output: { stdout: string; stderr: string }): Promise<{ session_id: string; pid: number }> {
+  return eventually(
+    () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
+    90_000,
+    'the launch line',
+  ).catch((error: unknown) => {
+    throw new Error(`${String(error)}\n${output.stderr}`);
+  });
+}
+
+/**
  * An executor that stops answering for longer than a watcher waits is declared lost, and its
  * sessions are announced ended (E-EXE-001): their launchers leave and are told to launch again.
  * When it answers again, those sessions must not go on running unseen.
  */
 describe('an executor back from a stall', () => {
-  let nats: NatsServer;
-  let scratch: { dir: string; cleanup: () => Promise<void> };
-  const services: ServiceProcess[] = [];
-  let executor: ServiceProcess;
-  let env: Record<string, string>;
-
-  beforeAll(async () => {
-    nats = await startNatsServer();
-    scratch = await tempDir('murmur-executor-stall-');
-    env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
-    services.push(await startService('stager', env));
-    executor = await startService('executor', env);
-    services.push(executor);
-    services.push(await startService('watcher', { ...env, MURMUR_EXECUTOR_LOST_MS: '1500' }));
-  });
-
-  afterAll(async () => {
-    executor?.kill('SIGCONT');
-    for (const service of services) await service.stop();
-    await nats?.stop();
-    await scratch?.cleanup();
-  });
+  const stack = stackToStall('murmur-executor-stall-', true);
 
   const alive = (pid: number): boolean => {
     try {
@@ -46,38 +65,31 @@ describe('an executor back from a stall', () => {
   };
 
   it('ends the sessions the stack announced ended with it, rather than leave them running where nobody waits', async () => {
-    const project = await probeProject(path.join(scratch.dir, 'waiting'), 'capabilities:\n  limits:\n    deadline_seconds: 600\n');
-    const workdir = path.join(scratch.dir, 'waiting-workdir');
+    const project = await probeProject(path.join(stack.scratch, 'waiting'), 'capabilities:\n  limits:\n    deadline_seconds: 600\n');
+    const workdir = path.join(stack.scratch, 'waiting-workdir');
     await fs.mkdir(workdir);
     const actions = [
       { op: 'waitfor', path: 'go', seconds: 600 },
       { op: 'write', path: 'after-the-stall', text: 'ran on' },
     ];
-    const { child, output } = spawnMur(['run', '--json', '--workdir', workdir, '--task', JSON.stringify(actions)], { cwd: project, env });
+    const { child, output } = spawnMur(['run', '--json', '--workdir', workdir, '--task', JSON.stringify(actions)], { cwd: project, env: stack.env });
     try {
-      const launch = await eventually(
-        () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
-        // A fresh stack transpiles the probe first.
-        90_000,
-        'the launch line',
-      ).catch((error: unknown) => {
-        throw new Error(`${String(error)}\n${output.stderr}`);
-      });
+      const launch = await launchLine(output);
       expect(alive(launch.pid)).toBe(true);
       // Stalled well past the watcher's 1.5 s: it declares the executor lost and the session ended.
-      executor.kill('SIGSTOP');
+      stack.executor.kill('SIGSTOP');
       const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
       expect(code, output.stderr).toBe(1);
       expect(output.stderr).toContain('error[E-EXE-001]');
-      executor.kill('SIGCONT');
+      stack.executor.kill('SIGCONT');
       // Back, the executor ends the session the stack gave up on: its work is not done twice.
       await eventually(() => (alive(launch.pid) ? undefined : true), 15_000, `the session's host (pid ${launch.pid}) to be ended`);
       await fs.writeFile(path.join(workdir, 'go'), 'go');
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       expect(existsSync(path.join(workdir, 'after-the-stall'))).toBe(false);
-      expect(executor.logs()).toContain('ending a session the stack announced ended with this executor');
+      expect(stack.executor.logs()).toContain('ending a session the stack announced ended with this executor');
     } finally {
-      executor.kill('SIGCONT');
+      stack.executor.kill('SIGCONT');
       child.kill('SIGKILL');
     }
   }, 180_000);
@@ -88,58 +100,32 @@ describe('an executor back from a stall', () => {
  * `mur run` does, by the executor's heartbeats, and announces the end as a watcher would.
  */
 describe('an executor that falls silent while no watcher runs', () => {
-  let nats: NatsServer;
-  let scratch: { dir: string; cleanup: () => Promise<void> };
-  const services: ServiceProcess[] = [];
-  let executor: ServiceProcess;
-  let env: Record<string, string>;
-
-  beforeAll(async () => {
-    nats = await startNatsServer();
-    scratch = await tempDir('murmur-executor-silent-');
-    env = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'home') };
-    services.push(await startService('stager', env));
-    executor = await startService('executor', env);
-    services.push(executor);
-  });
-
-  afterAll(async () => {
-    executor?.kill('SIGCONT');
-    for (const service of services) await service.stop();
-    await nats?.stop();
-    await scratch?.cleanup();
-  });
+  const stack = stackToStall('murmur-executor-silent-', false);
 
   it('is judged by the run that waits on it: the run ends with E-EXE-001, and the executor, back, ends the session', async () => {
-    const project = await probeProject(path.join(scratch.dir, 'waiting'), 'capabilities:\n  limits:\n    deadline_seconds: 600\n');
+    const project = await probeProject(path.join(stack.scratch, 'waiting'), 'capabilities:\n  limits:\n    deadline_seconds: 600\n');
     const actions = [{ op: 'waitfor', path: 'go', seconds: 600 }];
     const { child, output } = spawnMur(['run', '--json', '--task', JSON.stringify(actions)], {
       cwd: project,
-      env: { ...env, MURMUR_EXECUTOR_LOST_MS: '1500' },
+      env: { ...stack.env, MURMUR_EXECUTOR_LOST_MS: '1500' },
     });
     try {
-      const launch = await eventually(
-        () => (output.stdout.includes('\n') ? (JSON.parse(output.stdout.split('\n')[0] as string) as { session_id: string; pid: number }) : undefined),
-        90_000,
-        'the launch line',
-      ).catch((error: unknown) => {
-        throw new Error(`${String(error)}\n${output.stderr}`);
-      });
-      executor.kill('SIGSTOP');
+      const launch = await launchLine(output);
+      stack.executor.kill('SIGSTOP');
       const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
       expect(code, output.stderr).toBe(1);
       expect(output.stderr).toContain('stopped answering; no watcher said so');
       expect(output.stderr).toContain('error[E-EXE-001]');
-      executor.kill('SIGCONT');
+      stack.executor.kill('SIGCONT');
       // The run took the session's lost record as a watcher does: back, the executor ends the session.
       await eventually(
-        () => (executor.logs().includes('ending a session the stack announced ended with this executor') ? true : undefined),
+        () => (stack.executor.logs().includes('ending a session the stack announced ended with this executor') ? true : undefined),
         15_000,
         'the executor to end it',
       );
       expect(launch.session_id).toMatch(/^ses_/);
     } finally {
-      executor.kill('SIGCONT');
+      stack.executor.kill('SIGCONT');
       child.kill('SIGKILL');
     }
   }, 180_000);
