@@ -187,6 +187,8 @@ export const ExecutorHeartbeatSchema = z.object({
       pid: z.number().int().positive(),
       process_start: z.string(),
       started_at: z.string(),
+      /** Whether it is an agent (it has a door): what a watcher that never saw it start shows it as. */
+      agent: z.boolean().optional(),
     }),
   ),
 });

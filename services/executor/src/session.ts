@@ -3,6 +3,7 @@ import { existsSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import {
   type Containment,
+  type ExecutorHeartbeat,
   type ExitStatus,
   type LaunchReply,
   type LaunchRequestSchema,
@@ -1628,7 +1629,7 @@ export class Session {
   }
 
   /** Who holds the session, once its host has started: what an executor's heartbeat lists. */
-  identity(): { session_id: string; capsule_name: string; capsule_version: string; pid: number; process_start: string; started_at: string } | undefined {
+  identity(): ExecutorHeartbeat['sessions'][number] | undefined {
     const pid = this.child?.pid;
     if (!pid || !this.startAnnounced) return undefined;
     return {
@@ -1638,6 +1639,7 @@ export class Session {
       pid,
       process_start: this.processStart,
       started_at: new Date(this.startedAt).toISOString(),
+      agent: this.plan.capsule.kind === 'agent',
     };
   }
 

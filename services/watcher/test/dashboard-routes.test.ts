@@ -124,6 +124,20 @@ describe('what the dashboard shows of a session whose end it never heard', () =>
     expect(await stateOf(B)).toBe('running');
   });
 
+  it('shows a session it never saw start as an agent when its heartbeat says it is one', async () => {
+    bus.publish(topics.executorHeartbeat, {
+      executor_id: EXECUTOR,
+      sent_at: new Date().toISOString(),
+      interval_ms: 1_000,
+      sessions: [{ ...heldSession(A), agent: true }, heldSession(B)],
+    });
+    await bus.flush();
+    const response = await dashboard.http.fetch(new Request('http://127.0.0.1:7740/dashboard/api/snapshot'));
+    const sessions = ((await response.json()) as { sessions: Array<{ session_id: string; agent: boolean }> }).sessions;
+    expect(sessions.find((session) => session.session_id === A)?.agent).toBe(true);
+    expect(sessions.find((session) => session.session_id === B)?.agent).toBe(false);
+  });
+
   it('keeps the real status of an end that arrives after the first heartbeat without the session', async () => {
     start(A);
     beat(A);

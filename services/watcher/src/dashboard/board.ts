@@ -186,9 +186,9 @@ export class DashboardBoard {
   }
 }
 
-/** A session this board never saw start: only what an end or a heartbeat tells of it. */
+/** A session this board never saw start: only what an end or a heartbeat tells of it (a heartbeat says whether it is an agent). */
 function unseenSession(
-  seen: { session_id: string; capsule_name: string; capsule_version: string; started_at: string },
+  seen: { session_id: string; capsule_name: string; capsule_version: string; started_at: string; agent?: boolean | undefined },
   executorId: string,
   state: DashboardSession['state'],
 ): DashboardSession {
@@ -198,7 +198,7 @@ function unseenSession(
     capsule_version: seen.capsule_version,
     executor_id: executorId,
     state,
-    agent: false,
+    agent: seen.agent === true,
     started_at: seen.started_at,
     ended_at: null,
     error_code: null,
