@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type SessionEnded, type SessionStarted, silentLog, topics } from '@murmur/shared';
+import { type SessionEnded, type SessionStarted, commands, silentLog, topics } from '@murmur/shared';
 import { type Bus, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
 import { startTokenFromStat } from '@murmur/shared/node';
@@ -158,6 +158,23 @@ describe('mur run on the stack', () => {
         5_000,
         `pid ${pid} to be gone`,
       );
+    }
+  });
+
+  it('asks an executor about the scope only for a run that declares a floor above advisory, the one thing it could refuse', async () => {
+    const listener = await NatsTransport.connect(nats.url, { log: silentLog });
+    let asked = 0;
+    listener.subscribe(commands.explainScope.subject, () => void (asked += 1));
+    try {
+      await listener.flush();
+      const plain = await runProbe('no-floor', [{ op: 'print', text: 'plain' }]);
+      expect(plain.code, plain.stderr).toBe(0);
+      const floored = await runProbe('scoped-floor', [{ op: 'print', text: 'floored' }], {}, 'capabilities:\n  containment: scoped\n');
+      expect(floored.code, floored.stderr).toBe(0);
+      await listener.flush();
+      expect(asked).toBe(1);
+    } finally {
+      await listener.close();
     }
   });
 

@@ -425,14 +425,18 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       // Upstream's order: the version warned of, the scope explained (and --explain-scope done), then the prompt refused.
       warnOfMurVersion(manifest.mur_version, output);
       const policy = capabilityPolicy(manifest);
-      const grants = await explainScope(runtime.bus, policy, floor);
+      // A floor above advisory is the only thing here an executor can refuse: advisory, the lowest
+      // class, is met on every host. A run that declares none does not pay a round trip to ask
+      // (on a stack, ~6 ms of a WAT capsule's ~120); its launch checks the floor again anyway.
+      const declaresFloor = [policy.containment, floor].some((declared) => declared !== undefined && declared !== 'advisory');
+      const grants = options.explainScope || declaresFloor ? await explainScope(runtime.bus, policy, floor) : undefined;
       timing('scope explained');
-      if (options.explainScope) {
+      if (options.explainScope && grants) {
         output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));
         return 0;
       }
       refuseSystemPromptWithoutInference(options, manifest);
-      if (grants.floor_met !== true) {
+      if (grants && grants.floor_met !== true) {
         throw new MurmurError(
           'E-CAP-003',
           `declared containment class '${String(grants.declared_containment)}' is not achievable on this host (achieved: '${String(grants.achieved_containment)}'): ${String(grants.shortfall_reason)}`,
