@@ -8,6 +8,7 @@ import { probeToolArtifact, publishInto } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { eventually } from './support/processes.js';
 import { type ScriptedInference, type ScriptedReply, startScriptedInference } from './support/scripted-inference.js';
+import { rawExchange } from './support/servers.js';
 import { SETTLE_WITHIN_MAX_MS, loopbackHostGuard } from '@murmur/shared';
 
 /**
@@ -47,7 +48,13 @@ describe('the door', () => {
 
   beforeAll(async () => {
     scratch = await tempDir('murmur-door-');
-    env = { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_SSE_HEARTBEAT_MS: '150', MURMUR_DOOR_MAX_BODY_BYTES: '65536' };
+    env = {
+      MURMUR_HOME: path.join(scratch.dir, 'home'),
+      MURMUR_SSE_HEARTBEAT_MS: '150',
+      MURMUR_DOOR_MAX_BODY_BYTES: '65536',
+      // Each request of this suite is sent whole at once; a stream or a blocking send outlasts it.
+      MURMUR_HTTP_READ_TIMEOUT_MS: '2000',
+    };
     await publishInto(path.join(env.MURMUR_HOME as string, 'artifacts'), await probeToolArtifact());
     inference = await startScriptedInference({ script: echoScript, stream: true });
     const project = await agentProject(
@@ -410,6 +417,15 @@ describe('the door', () => {
       return { status: response.status, body: (await response.json()) as { result?: Record<string, unknown>; error?: { code: number; message: string } } };
     }
 
+    it('answers a client that stops sending its body 408 at the read timeout, and goes on serving', async () => {
+      const url = new URL(agent.url);
+      const head = `POST ${url.pathname} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n`;
+      const { received, closed } = await rawExchange(Number(url.port), `${head}{"jsonrpc": "2.0",`, 15_000);
+      expect(closed).toBe(true);
+      expect(received).toMatch(/^HTTP\/1\.1 408 /);
+      expect((await post('{"jsonrpc": "2.0", "method": ')).body).toMatchObject({ error: { code: -32700 } });
+    });
+
     it('answers garbage with -32700', async () => {
       const reply = await post('{"jsonrpc": "2.0", "method": ');
       expect(reply.body).toMatchObject({ id: null, error: { code: -32700 } });
@@ -600,14 +616,14 @@ describe('the door', () => {
 
     it('refuses a body declared too large before it is sent, when the client waits to be told to send it (Expect: 100-continue)', async () => {
       // Over the limit (65536) and well under what the door would read and drop (16×): the early refusal's own case.
-      const head = await rawExchange(agent.url, { 'content-length': '100000', expect: '100-continue' });
+      const head = await headAnswer(agent.url, { 'content-length': '100000', expect: '100-continue' });
       expect(head).toMatch(/^HTTP\/1\.1 413 /);
       expect(head).not.toContain('100 Continue');
       expect(head).toContain('larger than 65536 bytes (MURMUR_DOOR_MAX_BODY_BYTES)');
     });
 
     it('answers a body declared past what the door would read at all with 413 at once, before any of it is sent', async () => {
-      const head = await rawExchange(agent.url, { 'content-length': String(2 ** 31) });
+      const head = await headAnswer(agent.url, { 'content-length': String(2 ** 31) });
       expect(head).toMatch(/^HTTP\/1\.1 413 /);
       expect(head).toContain('larger than 65536 bytes (MURMUR_DOOR_MAX_BODY_BYTES)');
     });
@@ -1217,30 +1233,15 @@ describe('the door', () => {
  * Writes a POST's head to `url` over a bare socket, no body, and returns what the door answers
  * before the body would be sent (what it wrote within a second).
  */
-async function rawExchange(url: string, headers: Record<string, string>): Promise<string> {
+async function headAnswer(url: string, headers: Record<string, string>): Promise<string> {
   const target = new URL(url);
-  const socket = net.connect(Number(target.port), target.hostname);
-  try {
-    await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
-    const lines = [
-      `POST ${target.pathname} HTTP/1.1`,
-      `host: ${target.host}`,
-      'content-type: application/json',
-      ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
-    ];
-    socket.write(`${lines.join('\r\n')}\r\n\r\n`);
-    let answer = '';
-    socket.on('data', (chunk: Buffer) => {
-      answer += chunk.toString('latin1');
-    });
-    await new Promise((resolve) => {
-      socket.once('close', resolve);
-      setTimeout(resolve, 1_000);
-    });
-    return answer;
-  } finally {
-    socket.destroy();
-  }
+  const lines = [
+    `POST ${target.pathname} HTTP/1.1`,
+    `host: ${target.host}`,
+    'content-type: application/json',
+    ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`),
+  ];
+  return (await rawExchange(Number(target.port), `${lines.join('\r\n')}\r\n\r\n`, 1_000)).received;
 }
 
 describe('the Host a door answers for', () => {

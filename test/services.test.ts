@@ -11,6 +11,7 @@ import { uploadProject } from '@murmur/shared/node';
 import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { capsuleWat } from './support/guests.js';
+import { rawExchange } from './support/servers.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { type ServiceProcess, eventually, repositoryRoot, runMur, startService } from './support/processes.js';
 
@@ -226,6 +227,21 @@ describe('the services as processes on NATS', () => {
     } finally {
       await taken.stop();
     }
+  });
+
+  it('a service answers a client that trickles its request 408 at MURMUR_HTTP_READ_TIMEOUT_MS, and refuses a value that is no duration', async () => {
+    const door = await startService('door', { MURMUR_NATS_URL: nats.url, MURMUR_HTTP_READ_TIMEOUT_MS: '300' });
+    try {
+      // Headers never ended: what the service itself is never shown, so only the server's bound can end it.
+      const { received, closed } = await rawExchange(door.port, 'POST /sessions/ HTTP/1.1\r\nHost: localhost\r\nContent-Le', 10_000);
+      expect(closed).toBe(true);
+      expect(received).toMatch(/^HTTP\/1\.1 408 /);
+    } finally {
+      await door.stop();
+    }
+    const { code, log } = await refusedStart('door', { MURMUR_HTTP_READ_TIMEOUT_MS: 'soon' });
+    expect(code).toBe(1);
+    expect(log).toContain("error[E-CFG-003]: invalid MURMUR_HTTP_READ_TIMEOUT_MS: 'soon'");
   });
 
   it('a service stops cleanly on SIGTERM', async () => {

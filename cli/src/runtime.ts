@@ -93,9 +93,10 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
             hint: 'set network.internal_port to another port (0 or unset picks a free one)',
           });
         const { startDoorService } = await import('@murmur/door');
-        const { listenHttp } = await import('@murmur/shared/service');
+        const { httpReadTimeoutMs, listenHttp } = await import('@murmur/shared/service');
+        const readTimeoutMs = httpReadTimeoutMs(env);
         const service = startDoorService({ bus, log, env, ...(soleSession ? { soleSession } : {}) });
-        const listener = await listenHttp(service.http, { host: bind, port }, service.ahead).catch((error: NodeJS.ErrnoException) => {
+        const listener = await listenHttp(service.http, { host: bind, port, readTimeoutMs }, service.ahead).catch((error: NodeJS.ErrnoException) => {
           void service.close();
           // The manifest's own port taken is upstream's E-RUN-010; any other failure to listen is the address's.
           if (error.code === 'EADDRINUSE' && port !== 0)

@@ -1,5 +1,6 @@
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { once } from 'node:events';
+import net, { type AddressInfo } from 'node:net';
 
 /**
  * A loopback HTTP server that counts every TCP connection made to it, so a test can prove a
@@ -102,4 +103,24 @@ export async function startCountingUdp(): Promise<{ port: number; datagrams(): n
   });
   await new Promise<void>((resolve) => socket.bind(0, '127.0.0.1', resolve));
   return { port: socket.address().port, datagrams: () => datagrams, close: () => new Promise<void>((resolve) => socket.close(() => resolve())) };
+}
+
+/**
+ * Sends `sent` raw to a loopback port, as a client that then says nothing more: what it is sent
+ * back, and whether the server closed the connection within `waitMs`.
+ */
+export async function rawExchange(port: number, sent: string, waitMs: number): Promise<{ received: string; closed: boolean }> {
+  const socket = net.connect(port, '127.0.0.1');
+  let received = '';
+  socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+  await once(socket, 'connect');
+  socket.write(sent);
+  let timer: NodeJS.Timeout | undefined;
+  const closed = await Promise.race([
+    once(socket, 'close').then(() => true),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), waitMs))),
+  ]);
+  clearTimeout(timer);
+  socket.destroy();
+  return { received, closed };
 }

@@ -2,6 +2,7 @@ import { type Server as HttpServer, type IncomingMessage, type RequestListener, 
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import { Hono, type MiddlewareHandler } from 'hono';
+import { numberSetting } from '../settings.js';
 
 export interface HttpListener {
   readonly host: string;
@@ -19,15 +20,51 @@ export interface HttpListener {
 export type HttpAhead = (request: IncomingMessage, response: ServerResponse) => boolean;
 
 /**
+ * How long a client of a service's HTTP (a door, the dashboard, health and metrics) has to send
+ * its whole request, headers and body (`MURMUR_HTTP_READ_TIMEOUT_MS`, 30 s); past it the request
+ * is answered 408 and its connection closed. Node's own bound is 300 s, so a client that trickled
+ * its requests held a connection that long, and any number of clients as many connections. Only
+ * the request is bounded: a response (a stream, a blocking send) lasts as long as it needs.
+ */
+export const DEFAULT_HTTP_READ_TIMEOUT_MS = 30_000;
+
+/** `MURMUR_HTTP_READ_TIMEOUT_MS`, or the default. */
+export function httpReadTimeoutMs(env: Record<string, string | undefined>): number {
+  return numberSetting(env, 'MURMUR_HTTP_READ_TIMEOUT_MS', DEFAULT_HTTP_READ_TIMEOUT_MS, { unit: 'milliseconds' });
+}
+
+export interface ListenOptions {
+  host?: string;
+  /** 0 (the default) picks a free port. */
+  port?: number;
+  /** How long a client may take to send a whole request (`httpReadTimeoutMs`); unset, Node's own 300 s. */
+  readTimeoutMs?: number;
+}
+
+/**
  * Serves a hono app on `host:port` (0 picks a free port) and resolves once it is listening;
  * `ahead`, when given, is offered each request first — a request that asks to be told before it
  * sends its body (`Expect: 100-continue`) before it is told to go on, so what `ahead` refuses
  * (a body declared too large) is never sent.
  */
-export function listenHttp(app: Hono, options: { host?: string; port?: number } = {}, ahead?: HttpAhead): Promise<HttpListener> {
+export function listenHttp(app: Hono, options: ListenOptions = {}, ahead?: HttpAhead): Promise<HttpListener> {
   const host = options.host ?? '127.0.0.1';
+  const readTimeoutMs = options.readTimeoutMs;
+  // Node checks its connections against the bound on an interval (30 s by default), so a bound is
+  // kept to within a quarter of itself, and at least every 5 s.
+  const bounded =
+    readTimeoutMs === undefined
+      ? {}
+      : {
+          requestTimeout: readTimeoutMs,
+          headersTimeout: readTimeoutMs,
+          connectionsCheckingInterval: Math.max(50, Math.min(readTimeoutMs / 4, 5_000)),
+        };
   const withAhead = (serverOptions: object, toApp: RequestListener): HttpServer => {
-    const server = createServer(serverOptions, ahead ? (request, response) => void (ahead(request, response) || toApp(request, response)) : toApp);
+    const server = createServer(
+      { ...serverOptions, ...bounded },
+      ahead ? (request, response) => void (ahead(request, response) || toApp(request, response)) : toApp,
+    );
     if (ahead) {
       server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
         if (ahead(request, response)) return;

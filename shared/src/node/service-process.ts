@@ -12,7 +12,7 @@ import { healthOf, serveHealth } from '../service-health.js';
 import { installRuntimeTracing } from '../tracing-sink.js';
 import { numberSetting } from '../settings.js';
 import { RUNTIME_VERSION } from '../version.js';
-import { type HttpAhead, healthRoutes, listenHttp } from './http.js';
+import { type HttpAhead, healthRoutes, httpReadTimeoutMs, listenHttp } from './http.js';
 import { createLogger } from './logger.js';
 import type { OtelTracer } from './otel.js';
 
@@ -67,8 +67,10 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   const host = env[`MURMUR_${upper}_HOST`]?.trim() || '127.0.0.1';
   let port: number;
   let stopDeadlineMs: number;
+  let readTimeoutMs: number;
   try {
     port = servicePort(env, options.service);
+    readTimeoutMs = httpReadTimeoutMs(env);
     stopDeadlineMs = numberSetting(env, 'MURMUR_SERVICE_STOP_DEADLINE_MS', DEFAULT_STOP_DEADLINE_MS, { unit: 'milliseconds' });
   } catch (error) {
     refuse(error, {});
@@ -108,7 +110,7 @@ export async function runServiceProcess(options: ServiceProcessOptions): Promise
   if (started.http) app.route('/', started.http);
   let listener: Awaited<ReturnType<typeof listenHttp>>;
   try {
-    listener = await listenHttp(app, { host, port }, started.ahead);
+    listener = await listenHttp(app, { host, port, readTimeoutMs }, started.ahead);
   } catch (error) {
     refuse(
       new MurmurError('E-IO-003', `${options.service} cannot listen on ${host}:${port}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
