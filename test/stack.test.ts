@@ -164,7 +164,9 @@ describe('mur run on the stack', () => {
   it('asks an executor about the scope only for a run that declares a floor above advisory, the one thing it could refuse', async () => {
     const listener = await NatsTransport.connect(nats.url, { log: silentLog });
     let asked = 0;
-    listener.subscribe(commands.explainScope.subject, () => void (asked += 1));
+    listener.subscribe(commands.explainScope.subject, () => {
+      asked += 1;
+    });
     try {
       await listener.flush();
       const plain = await runProbe('no-floor', [{ op: 'print', text: 'plain' }]);
