@@ -73,6 +73,33 @@ describe('a capsule with a shell, contained at scoped', () => {
     expect(await fs.readFile(path.join(workdir, 'logs', 'bootstrap.log'), 'utf8')).toContain('[bootstrap] containment: scoped (mountns+pivot_root)');
   });
 
+  it('keeps /proc read-only for its tools: no kernel setting can be opened for writing, whichever user the executor is', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'proc-sys'), 'capabilities:\n  shell:\n    allow: [python3]\n');
+    // Opened to append and never written: on a host where the old sandbox let it through, nothing changes.
+    const tryOpen = [
+      'import json',
+      'out = {}',
+      'for name in ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger"]:',
+      '    try:',
+      '        open(name, "a").close(); out[name] = "opened"',
+      '    except OSError as error:',
+      '        out[name] = type(error).__name__',
+      'proc = [line.split() for line in open("/proc/self/mountinfo") if line.split()[4] == "/proc"]',
+      'out["mount"] = proc[-1][5].split(",")[0] if proc else "none"',
+      'print(json.dumps(out))',
+    ].join('\n');
+    const result = await runMur(['run', '--json', '--task', JSON.stringify([{ op: 'shell', binary: 'python3', args: ['-c', tryOpen] }])], {
+      cwd: project,
+      env,
+    });
+    expect(result.code, result.stderr).toBe(0);
+    const { workdir } = JSON.parse(result.stdout) as { workdir: string };
+    const [shell] = probeResults((await fs.readFile(path.join(workdir, 'logs', 'session.log'), 'utf8')).replaceAll('[stdout] ', ''));
+    const seen = JSON.parse(((shell?.value ?? { stdout: '{}' }) as { stdout: string }).stdout) as Record<string, string>;
+    expect(seen.mount).toBe('ro');
+    for (const name of ['/proc/sys/kernel/core_pattern', '/proc/sys/vm/drop_caches', '/proc/sysrq-trigger']) expect(seen[name], name).not.toBe('opened');
+  });
+
   it('holds its tools to their ceilings, as sealed: rlimits through prlimit, the tools’ cgroup joined before each runs, and the trace names each', async () => {
     const project = await probeProject(
       path.join(scratch.dir, 'ceilings'),

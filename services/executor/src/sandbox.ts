@@ -285,8 +285,13 @@ export function bubblewrapMounts(layout: SandboxLayout): string[] {
   }
   for (const entry of ETC_ENTRIES) args.push('--ro-bind-try', `/etc/${entry}`, `/etc/${entry}`);
   for (const [index, file] of SANDBOX_FILES.entries()) args.push('--ro-bind-data', String(FIRST_DATA_FD + index), file.path);
-  // A private /proc for the new pid namespace; a minimal /dev, read-only but for its device nodes.
-  args.push('--proc', '/proc', '--dev', '/dev', '--remount-ro', '/dev');
+  // A private /proc for the new pid namespace, read-only: its kernel settings (/proc/sys,
+  // /proc/sysrq-trigger) are the machine's, not the namespace's. bubblewrap covers /proc/sys only
+  // when the sandbox's user may write it, and under a root executor the tools' user is root
+  // outside: below sealed (Landlock keeps /proc read-only there) a tool wrote the host's
+  // kernel.core_pattern, which the kernel runs as root at the next crash. A minimal /dev,
+  // read-only but for its device nodes.
+  args.push('--proc', '/proc', '--remount-ro', '/proc', '--dev', '/dev', '--remount-ro', '/dev');
   // /tmp before everything that may live under it (the code, the cache, the workdir itself), so
   // those binds land on top of it rather than being hidden by it.
   if (layout.attachLater) args.push('--tmpfs', '/tmp');
