@@ -533,6 +533,36 @@ describe('the capsule sandbox', () => {
     });
   });
 
+  describe('a workdir whose disk the capsule filled', () => {
+    it('goes on running: a log line the host cannot write is dropped and the launcher told the disk is full, where the host ended without a result', async (context) => {
+      const workdir = path.join(scratch.dir, 'full-disk-wd');
+      await fs.mkdir(workdir);
+      const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'murmur-test', workdir], { encoding: 'utf8' });
+      if (mounted.status !== 0) {
+        const why = `[sandbox] a full workdir not exercised: a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})`;
+        console.warn(why);
+        return context.skip(why);
+      }
+      try {
+        const project = await probeProject(path.join(scratch.dir, 'full-disk'), 'capabilities:\n  shell:\n    allow: [dd]\n');
+        const actions = [
+          { op: 'shell', binary: 'dd', args: ['if=/dev/zero', 'of=fill', 'bs=65536', 'count=128'] },
+          { op: 'print', text: 'still here' },
+        ];
+        // Not --json: the host's notice is on the capsule's stderr, which a --json run does not relay.
+        const result = await runMur(['run', '--workdir', workdir, '--task', JSON.stringify(actions)], { cwd: project, env });
+        expect(result.stderr).not.toContain('ended without a result');
+        expect(result.stderr).toMatch(
+          /\[capsule-runtime\] logs\/session\.log could not be written \(ENOSPC: the disk that holds the workdir is full\); its later lines are dropped/,
+        );
+        expect(result.stdout).toContain('still here');
+        expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
+      } finally {
+        spawnSync('umount', [workdir]);
+      }
+    });
+  });
+
   describe('a host that cannot isolate', () => {
     const noIsolation = { MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none' };
 

@@ -16,23 +16,33 @@ export interface RecordsOutsideSandbox {
 }
 
 /**
- * Runs a write beneath the root; a failure is said once per file and the write dropped. Any
- * failure: a link or FIFO refused (`E-SES-004`), and a disk the guest filled (`ENOSPC`) alike —
- * these writes run in the executor's event handlers, where a throw ends every session on it.
+ * What a writer does with a record it cannot write: it is dropped, and this is told once per file.
+ * The executor's (`RecordsOutsideSandbox.refused`) logs it; the capsule host's tells the launcher.
  */
-function guarded(outside: RecordsOutsideSandbox, file: string, state: { refused: boolean }, write: () => void): void {
+export type RecordRefused = (file: string, error: Error) => void;
+
+/**
+ * Runs a write; a failure is said once per file and the write dropped. Any failure: a link or
+ * FIFO refused (`E-SES-004`), and a disk the guest filled (`ENOSPC`) alike — in the executor these
+ * writes run in its event handlers, where a throw ends every session on it; in the capsule host,
+ * in its handler of the guest's messages, where a throw ended the session "without a result" and
+ * said nothing of the disk.
+ */
+function guarded(refused: RecordRefused, file: string, state: { refused: boolean }, write: () => void): void {
   if (state.refused) return;
   try {
     write();
   } catch (error) {
     state.refused = true;
-    outside.refused(file, error instanceof Error ? error : new Error(String(error)));
+    refused(file, error instanceof Error ? error : new Error(String(error)));
   }
 }
 
-function makeDirectory(dir: string, outside: RecordsOutsideSandbox | undefined, state: { refused: boolean }): void {
-  if (!outside) mkdirSync(dir, { recursive: true });
-  else if (path.resolve(dir) !== path.resolve(outside.root)) guarded(outside, dir, state, () => mkdirBeneath(outside.root, dir));
+function makeDirectory(dir: string, outside: RecordsOutsideSandbox | undefined, state: { refused: boolean }, refused?: RecordRefused): void {
+  if (outside) {
+    if (path.resolve(dir) !== path.resolve(outside.root)) guarded(outside.refused, dir, state, () => mkdirBeneath(outside.root, dir));
+  } else if (refused) guarded(refused, dir, state, () => mkdirSync(dir, { recursive: true }));
+  else mkdirSync(dir, { recursive: true });
 }
 
 /**
@@ -49,13 +59,21 @@ class RecordFile {
   private readonly open: () => number;
   private readonly appendOnce: (text: string) => void;
 
-  /** `state` is shared with whatever made the file's directory: a refusal there stops the writes too. */
+  private readonly refused: RecordRefused | undefined;
+
+  /**
+   * `state` is shared with whatever made the file's directory: a refusal there stops the writes
+   * too. A write that fails is dropped and told to `refused` (outside the sandbox, `outside`'s);
+   * with neither, it throws.
+   */
   constructor(
     readonly file: string,
     private readonly state: { refused: boolean },
-    private readonly outside: RecordsOutsideSandbox | undefined,
+    outside: RecordsOutsideSandbox | undefined,
     held: boolean,
+    refused?: RecordRefused,
   ) {
+    this.refused = outside?.refused ?? refused;
     this.closed = !held;
     this.open = outside ? () => openAppendBeneath(outside.root, file) : () => openSync(file, 'a');
     this.appendOnce = outside ? (text) => appendBeneath(outside.root, file, text) : (text) => appendFileSync(file, text);
@@ -69,7 +87,7 @@ class RecordFile {
         writeSync(this.fd, text);
       }
     };
-    if (this.outside) guarded(this.outside, this.file, this.state, write);
+    if (this.refused) guarded(this.refused, this.file, this.state, write);
     else write();
   }
 
@@ -220,17 +238,18 @@ export type TraceRecord = { event_type: string; session_id: string; timestamp: n
 /**
  * `logs/<name>` under the session directory, appended a line at a time. `held`: its descriptor is
  * kept from the first line until `close`, which its owner must call (see `RecordFile`).
+ * `refused`: inside the sandbox, where a line that cannot be written goes (see `RecordRefused`).
  */
 export class LogFile {
   readonly file: string;
   private readonly state = { refused: false };
   private readonly records: RecordFile;
 
-  constructor(sessionDir: string, name: string, outside?: RecordsOutsideSandbox, options: { held?: boolean } = {}) {
+  constructor(sessionDir: string, name: string, outside?: RecordsOutsideSandbox, options: { held?: boolean; refused?: RecordRefused } = {}) {
     const dir = path.join(sessionDir, 'logs');
-    makeDirectory(dir, outside, this.state);
+    makeDirectory(dir, outside, this.state, options.refused);
     this.file = path.join(dir, name);
-    this.records = new RecordFile(this.file, this.state, outside, options.held ?? false);
+    this.records = new RecordFile(this.file, this.state, outside, options.held ?? false, options.refused);
   }
 
   line(text: string): void {

@@ -213,7 +213,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       // The record beyond the session is a convenience, never the task's failure: the answer is
       // given, and the session's own history of the context is kept above.
       await run.conversation.save(task.contextId, kept).catch((error: unknown) => {
-        new LogFile(sessionDir, 'bootstrap.log').line(
+        new LogFile(sessionDir, 'bootstrap.log', undefined, { refused: host.recordRefused }).line(
           `[conversation] context ${task.contextId} was not recorded beyond this session: ${error instanceof Error ? error.message : String(error)}`,
         );
       });
@@ -243,7 +243,7 @@ type Compacted = { ok: true; messages: WireMessage[] } | { ok: false; message: s
 async function compact(input: { run: AgentLoopRun; turn: number; messages: WireMessage[]; sessionTokens: number }): Promise<Compacted> {
   const { run, turn, messages, sessionTokens } = input;
   const { host, agent, hooks, start } = run;
-  const bootstrap = new LogFile(start.session_dir, 'bootstrap.log');
+  const bootstrap = new LogFile(start.session_dir, 'bootstrap.log', undefined, { refused: host.recordRefused });
   const given = toHookMessages(messages);
   const contextWindow = agent.context_max_tokens ?? 1;
   const answer = await hooks.dispatch('on-compaction', () => ({

@@ -84,7 +84,7 @@ export class AgentSession {
     this.registry = new TaskRegistry(agent.lifecycle, this.feed, start.session_id);
     this.taskFile = path.join(start.accessible_workdir, 'task.md');
     this.evalFile = path.join(start.accessible_workdir, EVAL_FILE);
-    this.hooks = new HookRuntime(agent.hooks, host.guests, host.trace, start.session_dir);
+    this.hooks = new HookRuntime(agent.hooks, host.guests, host.trace, start.session_dir, host.recordRefused);
     this.forgetContext = agent.harness?.forget_context;
     // The canceled task's work stops at once: the guest calls in flight, and the commands they ran.
     this.registry.whenRunningCanceled(() => {

@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import type { Worker } from 'node:worker_threads';
 import { type WireError, capabilityCategories } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
-import { LogFile, type TraceSink } from '../records.js';
+import path from 'node:path';
+import { LogFile, type RecordRefused, type TraceSink } from '../records.js';
 import { ChannelTrace } from './channel-trace.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
 import { LastEgressFailure } from './egress-failures.js';
@@ -55,6 +56,7 @@ function refused(error: string): Fallible<never> {
 export class CapsuleHost implements AgentHost {
   readonly trace: TraceSink;
   private readonly sessionLog: LogFile;
+  readonly recordRefused: RecordRefused;
   readonly tools = new Map<string, HostTool>();
   private readonly allowlist: Set<string>;
   readonly totals: SessionTotals = { turns: 0, inputTokens: 0, outputTokens: 0, toolCalls: 0, shellCalls: 0 };
@@ -81,8 +83,15 @@ export class CapsuleHost implements AgentHost {
     prewarmed?: Worker,
   ) {
     this.trace = new ChannelTrace(start.session_id, (line) => channel.trace(line));
+    // Said on the capsule's stderr as the host's other notices are: in-process and on a stack alike
+    // it reaches whoever launched the session, which the session's own logs, on the full disk, cannot.
+    this.recordRefused = (file, error) =>
+      channel.output(
+        'stderr',
+        `[capsule-runtime] logs/${path.basename(file)} could not be written (${(error as NodeJS.ErrnoException).code ?? error.message}${(error as NodeJS.ErrnoException).code === 'ENOSPC' ? ': the disk that holds the workdir is full' : ''}); its later lines are dropped\n`,
+      );
     // Held for the host's life, which is the session's: every line of the guest's output is one.
-    this.sessionLog = new LogFile(start.session_dir, 'session.log', undefined, { held: true });
+    this.sessionLog = new LogFile(start.session_dir, 'session.log', undefined, { held: true, refused: this.recordRefused });
     this.responseBodies = new ResponseBodies(channel);
     for (const tool of start.tools) this.tools.set(tool.name, tool);
     this.allowlist = new Set(start.allowlist);

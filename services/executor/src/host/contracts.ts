@@ -1,5 +1,5 @@
 import type { SessionCall, SessionEvent, SessionReply, WireError } from '@murmur/shared';
-import type { TraceSink } from '../records.js';
+import type { RecordRefused, TraceSink } from '../records.js';
 import type { GuestRunner } from './guest-runner.js';
 import type { DriverComponentRef, HostComponent, HostRequest, HostTool } from './protocol.js';
 import type { HarnessExit, ToolResultShape } from './subprocess.js';
@@ -97,6 +97,8 @@ export type Fallible<T> = { ok: true; value: T } | { ok: false; error: string };
 /** The capsule host as an agent's session uses it. */
 export interface AgentHost {
   readonly trace: TraceSink;
+  /** Where a log line the host cannot write goes (a disk the guest filled): dropped, and the launcher told once per file. */
+  readonly recordRefused: RecordRefused;
   readonly totals: SessionTotals;
   readonly tools: ReadonlyMap<string, HostTool>;
   readonly breach: { message: string } | undefined;

@@ -1,4 +1,4 @@
-import { LogFile, type TraceSink } from '../records.js';
+import { LogFile, type RecordRefused, type TraceSink } from '../records.js';
 import { type GuestRunner, type ResidentGuest, type RunOutcome, guestSpecOf } from './guest-runner.js';
 import type { HookStart } from './protocol.js';
 
@@ -156,13 +156,15 @@ export class HookRuntime {
     guests: GuestRunner,
     private readonly trace: TraceSink,
     sessionDir: string,
+    /** Where a hook's log line that cannot be written goes (`AgentHost.recordRefused`). */
+    refused: RecordRefused,
   ) {
     this.hooks = specs.map((spec) => {
       const guest = guests.resident(
         { role: 'hook', label: `hook '${spec.name}'`, ...guestSpecOf(spec.component), preopen: spec.preopen, env: spec.env, grant: `hook:${spec.name}` },
         spec.deadline_ms,
       );
-      const live: LiveHook = { spec, guest, queue: undefined, log: new LogFile(sessionDir, `hook-${spec.name}.log`) };
+      const live: LiveHook = { spec, guest, queue: undefined, log: new LogFile(sessionDir, `hook-${spec.name}.log`, undefined, { refused }) };
       if (spec.mode === 'async') live.queue = new AsyncQueue((job) => this.runAsync(live, job));
       return live;
     });
