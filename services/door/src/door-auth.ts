@@ -1,5 +1,5 @@
 import { MurmurError } from '@murmur/shared';
-import { MIN_BEARER_TOKEN_LENGTH, bearerOf, tokenMatcher } from '@murmur/shared/node';
+import { bearerOf, configuredTokenRefusal, tokenMatcher } from '@murmur/shared/node';
 
 /**
  * Who may talk to the sessions behind a door. Without `MURMUR_DOOR_AUTH` anyone who reaches the
@@ -24,6 +24,8 @@ import { MIN_BEARER_TOKEN_LENGTH, bearerOf, tokenMatcher } from '@murmur/shared/
  */
 export interface DoorAuth {
   readonly required: boolean;
+  /** Whether a session's own token admits to it (`MURMUR_DOOR_AUTH` names `session`). */
+  readonly sessionTokens: boolean;
   /**
    * What a request with these headers may do: reach its session (`admitted`), reach it only if its
    * bearer is the session's own token (`session-token`, with that bearer), reach it only as a
@@ -51,7 +53,7 @@ const COMPLETION: AuthVerdict = { verdict: 'completion' };
 
 export function doorAuth(env: NodeJS.ProcessEnv): DoorAuth {
   const configured = env.MURMUR_DOOR_AUTH;
-  if (configured === undefined) return { required: false, judge: () => ADMITTED, cardFields: {} };
+  if (configured === undefined) return { required: false, sessionTokens: false, judge: () => ADMITTED, cardFields: {} };
   const entries = configured
     .split(',')
     .map((token) => token.trim())
@@ -66,24 +68,23 @@ export function doorAuth(env: NodeJS.ProcessEnv): DoorAuth {
   }
   const sessionTokens = entries.includes(SESSION_TOKENS_ENTRY);
   const tokens = entries.filter((entry) => entry !== SESSION_TOKENS_ENTRY);
-  const short = tokens.findIndex((token) => token.length < MIN_BEARER_TOKEN_LENGTH);
-  if (short >= 0) {
-    throw new MurmurError(
-      'E-CFG-003',
-      `MURMUR_DOOR_AUTH's token ${entries.indexOf(tokens[short] as string) + 1} is ${tokens[short]?.length} characters long; a door token needs at least ${MIN_BEARER_TOKEN_LENGTH}`,
-      {
-        path: 'MURMUR_DOOR_AUTH',
-        hint: `use long random values, e.g. \`openssl rand -hex 32\`, separated by commas (or '${SESSION_TOKENS_ENTRY}' for each session's own token)`,
-      },
+  for (const token of tokens) {
+    const refusal = configuredTokenRefusal(
+      token,
+      `MURMUR_DOOR_AUTH's token ${entries.indexOf(token) + 1}`,
+      'door',
+      `use long random values, e.g. \`openssl rand -hex 32\`, separated by commas (or '${SESSION_TOKENS_ENTRY}' for each session's own token)`,
     );
+    if (refusal) throw refusal;
   }
   const matcher = tokenMatcher(tokens);
   const description = [
     ...(tokens.length > 0 ? ['a bearer token this door was given (MURMUR_DOOR_AUTH)'] : []),
-    ...(sessionTokens ? ["the session's own token, which its launch returned (mur run --json prints it as token)"] : []),
+    ...(sessionTokens ? ["the session's own token, which its launch returned (mur run prints it as its token)"] : []),
   ].join(', or ');
   return {
     required: true,
+    sessionTokens,
     judge: ({ authorization, delegationId, completionSession }) => {
       const bearer = bearerOf(authorization);
       if (matcher.admits(bearer)) return ADMITTED;

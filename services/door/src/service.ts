@@ -11,6 +11,7 @@ import {
   type RpcError,
   notASessionId,
   SessionIdSchema,
+  type DoorCredentials,
   type HostGuard,
   loopbackHostGuard,
   a2aVersionOf,
@@ -70,6 +71,8 @@ export interface DoorService {
    */
   readonly ahead: HttpAhead;
   readonly doorId: string;
+  /** What the door asks of its clients (`MURMUR_DOOR_AUTH`), as `door.locate` tells it. */
+  readonly credentials: DoorCredentials;
   /**
    * Where this door is reached, from the address it listens on (a loopback one named `localhost`),
    * unless `MURMUR_DOOR_PUBLIC_URL` already says; the URL it puts in cards and tells `door.locate`
@@ -117,16 +120,17 @@ export function startDoorService(options: DoorOptions): DoorService {
   /** Set with the address the door listens on (`setBaseUrl`): only a door on loopback has one. */
   let hostGuard: HostGuard | undefined;
 
+  const auth = doorAuth(env);
+  const credentials = { required: auth.required, session_tokens: auth.sessionTokens };
   const locate = bus.serve(
     commands.locateDoor,
     () => {
       if (!baseUrl) throw new MurmurError('E-DOOR-002', `door ${doorId} is not listening yet`);
-      return { base_url: baseUrl, door_id: doorId };
+      return { base_url: baseUrl, door_id: doorId, credentials };
     },
     { queue: QUEUE_GROUPS.door },
   );
 
-  const auth = doorAuth(env);
   const feeds = new FeedHub(bus, maxStreams, maxStreamsPerSession);
   /** The A2A methods of both generations (`methods.ts`, the streaming ones in `task-streams.ts`): what `serveRpc` dispatches to. */
   const methods = a2aMethods({ blockingWaitMs, heartbeatMs, stalledAfterMs });
@@ -382,6 +386,7 @@ export function startDoorService(options: DoorOptions): DoorService {
     ahead: (request, response) =>
       refuseForeignHost(hostGuard, request, response) || refuseDeclaredTooLarge(request, response) || cards.answer(request, response),
     doorId,
+    credentials,
     setBaseUrl(url: string) {
       hostGuard = loopbackHostGuard(url, publicUrl, env.MURMUR_DOOR_HOSTS);
       baseUrl ??= doorPublicUrl(url, machineAddress);

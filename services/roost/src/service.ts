@@ -1,8 +1,8 @@
 import path from 'node:path';
 import type { Bus } from '@murmur/shared/bus';
-import { type Log, MurmurError, loopbackHostGuard, topics } from '@murmur/shared';
+import { type Log, loopbackHostGuard, topics } from '@murmur/shared';
 import { ArtifactStore } from '@murmur/shared/artifacts';
-import { MIN_BEARER_TOKEN_LENGTH, globalStoreDir, keepStoreSwept } from '@murmur/shared/node';
+import { configuredTokenRefusal, globalStoreDir, keepStoreSwept } from '@murmur/shared/node';
 import { Hono } from 'hono';
 import { registryRoutes } from './registry-routes.js';
 import { sessionRoutes } from './session-routes.js';
@@ -54,16 +54,14 @@ export function parseSpawnAllowList(value: string | undefined): string[] {
 
 /**
  * `MURMUR_ROOST_TOKEN`, the bearer publishing needs (none: anyone who reaches roost may publish).
- * A short one is refused at start, naming the setting, as a door's is: a token guessable over the
+ * A short one (or one no client sends alike) is refused at start, naming the setting, as a door's is: a token guessable over the
  * network would let anyone replace what every executor of the stack runs.
  */
 function publishTokenOf(env: NodeJS.ProcessEnv): string | undefined {
   const token = env.MURMUR_ROOST_TOKEN?.trim() || undefined;
-  if (token !== undefined && token.length < MIN_BEARER_TOKEN_LENGTH)
-    throw new MurmurError('E-CFG-003', `MURMUR_ROOST_TOKEN is ${token.length} characters long; a publishing token needs at least ${MIN_BEARER_TOKEN_LENGTH}`, {
-      path: 'MURMUR_ROOST_TOKEN',
-      hint: 'use a long random value, e.g. `openssl rand -hex 32`',
-    });
+  const refusal =
+    token === undefined ? undefined : configuredTokenRefusal(token, 'MURMUR_ROOST_TOKEN', 'publishing', 'use a long random value, e.g. `openssl rand -hex 32`');
+  if (refusal) throw refusal;
   return token;
 }
 

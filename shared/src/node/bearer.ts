@@ -1,4 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { MurmurError } from '../errors.js';
 
 /**
  * Bearer tokens, checked as a service that faces a network must check them: by their SHA-256 in
@@ -13,6 +14,29 @@ export interface TokenMatcher {
 
 /** The minimum length of a token: a short one is a password, guessable over the network. */
 export const MIN_BEARER_TOKEN_LENGTH = 16;
+
+/**
+ * Why a token a service was configured with cannot serve, as `E-CFG-003` naming the setting
+ * (`named`, e.g. `MURMUR_ROOST_TOKEN`, or `MURMUR_DOOR_AUTH's token 2`) and never the token; or
+ * undefined. Too short, it is guessable over the network. A character outside visible ASCII is
+ * sent differently by each client (curl as UTF-8, Node's fetch not at all, and a header is read
+ * here as latin1), so such a token admitted some clients and not others, or none at all.
+ */
+export function configuredTokenRefusal(token: string, named: string, what: string, hint: string): MurmurError | undefined {
+  if (token.length < MIN_BEARER_TOKEN_LENGTH)
+    return new MurmurError('E-CFG-003', `${named} is ${token.length} characters long; a ${what} token needs at least ${MIN_BEARER_TOKEN_LENGTH}`, {
+      path: named.split("'")[0] as string,
+      hint,
+    });
+  const odd = [...token].findIndex((character) => character < '!' || character > '~');
+  if (odd >= 0)
+    return new MurmurError(
+      'E-CFG-003',
+      `${named} holds a character that is not visible ASCII (character ${odd + 1}), which clients send in different encodings, so some would be refused with the right token`,
+      { path: named.split("'")[0] as string, hint },
+    );
+  return undefined;
+}
 
 export function tokenMatcher(tokens: readonly string[]): TokenMatcher {
   const expected = tokens.map(digest);

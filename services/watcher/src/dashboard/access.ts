@@ -1,5 +1,5 @@
 import { MurmurError } from '@murmur/shared';
-import { MIN_BEARER_TOKEN_LENGTH, bearerOf, tokenMatcher } from '@murmur/shared/node';
+import { bearerOf, configuredTokenRefusal, tokenMatcher } from '@murmur/shared/node';
 
 /**
  * Who may see the dashboard. It is for operators only: on the default bind (loopback) anyone who
@@ -35,16 +35,9 @@ export function dashboardAccess(env: NodeJS.ProcessEnv): DashboardAccess {
       { path: 'MURMUR_DASHBOARD_TOKEN' },
     );
   }
-  if (token !== '' && token.length < MIN_BEARER_TOKEN_LENGTH) {
-    throw new MurmurError(
-      'E-CFG-003',
-      `MURMUR_DASHBOARD_TOKEN is ${token.length} characters long; a dashboard token needs at least ${MIN_BEARER_TOKEN_LENGTH}`,
-      {
-        path: 'MURMUR_DASHBOARD_TOKEN',
-        hint: 'use a long random value, e.g. `openssl rand -hex 32`',
-      },
-    );
-  }
+  const refusal =
+    token === '' ? undefined : configuredTokenRefusal(token, 'MURMUR_DASHBOARD_TOKEN', 'dashboard', 'use a long random value, e.g. `openssl rand -hex 32`');
+  if (refusal) throw refusal;
   if (token === '') return { required: false, admits: () => true };
   const matcher = tokenMatcher([token]);
   return { required: true, admits: (presented) => matcher.admits(presented) };
