@@ -211,6 +211,10 @@ describe('a door with authentication', () => {
     expect(['working', 'completed']).toContain((still.body.result as { status: { state: string } }).status.state);
   });
 
+  it('hands out no session token when it takes only its own tokens: the launch line has none, since this door would refuse it', async () => {
+    expect(agent.token as string | undefined).toBeUndefined();
+  });
+
   it('refuses to start a door whose token is too short to be safe, naming MURMUR_DOOR_AUTH', async () => {
     const project = await agentProject(path.join(scratch.dir, 'short-token'), agentManifest(inference, { name: 'short' }));
     const result = await runMur(['run', '--json', '--task', 'hello'], { cwd: project, env: { ...env, MURMUR_DOOR_AUTH: 'xq9zv' } });
@@ -273,7 +277,17 @@ describe("a door that takes each session's own token", () => {
     const card = (await (await fetch(new URL('.well-known/agent-card.json', agent.url))).json()) as {
       securitySchemes: { murmur_bearer: { description: string } };
     };
-    expect(card.securitySchemes.murmur_bearer.description).toBe("the session's own token, which its launch returned (mur run --json prints it as token)");
+    expect(card.securitySchemes.murmur_bearer.description).toBe("the session's own token, which its launch returned (mur run prints it as its token)");
+  });
+
+  it('prints the session token on a line of its own when run without --json, where it was printed nowhere and no client could reach the session', async () => {
+    const project = await agentProject(path.join(scratch.dir, 'plain'), agentManifest(inference, { name: 'plain-run' }));
+    const result = await runMur(['run', '--task', 'hello'], {
+      cwd: project,
+      env: { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_DOOR_AUTH: 'session' },
+    });
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toMatch(/^murmur: token mst_[A-Za-z0-9_-]{43}$/m);
   });
 
   it('answers a request that carries the session token, raw and through @a2a-js/sdk', async () => {

@@ -160,6 +160,38 @@ describe('mur watch', () => {
     expect(byId.stderr).toContain(`error[E-IO-003]: '${id}' is a session id; mur watch follows a session through its door's URL`);
   });
 
+  it('watches a session behind a door that needs credentials with MURMUR_DOOR_TOKEN, and without one says what to set, not that it is no door', async () => {
+    const project = await agentProject(
+      path.join(scratch.dir, 'guarded'),
+      agentManifest(inference, { name: 'guarded', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+    );
+    const agent = await startAgent(project, { ...env, MURMUR_DOOR_AUTH: 'session' });
+    try {
+      const refused = await runMur(['watch', agent.url]);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain(`error[E-DOOR-003]: the door at ${new URL(agent.url).host} requires a bearer token to watch ${agent.url}`);
+      expect(refused.stderr).toContain('set MURMUR_DOOR_TOKEN');
+      const wrong = await runMur(['watch', agent.url], { env: { MURMUR_DOOR_TOKEN: `mst_${'x'.repeat(43)}` } });
+      expect(wrong.stderr).toContain('refused the token in MURMUR_DOOR_TOKEN');
+      expect(wrong.stderr).not.toContain('x'.repeat(43));
+      const watched = spawn(murBin, ['watch', agent.url], {
+        env: { PATH: process.env.PATH ?? '', MURMUR_DOOR_TOKEN: agent.token },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stdout = '';
+      watched.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+      try {
+        const sent = await rpc(agent.url, 'message/send', textMessage('first task'), { headers: { authorization: `Bearer ${agent.token}` } });
+        expect(sent.status).toBe(200);
+        await eventually(() => (stdout.includes('[completed]') ? true : undefined), 30_000, 'the watched task to complete');
+      } finally {
+        watched.kill('SIGKILL');
+      }
+    } finally {
+      await agent.stop();
+    }
+  }, 90_000);
+
   it('says a session no longer runs when its door answers that it does not, rather than that the door is not one', async () => {
     const agent = await startAgent(await agentProject(path.join(scratch.dir, 'ended'), agentManifest(inference, { name: 'ended' })), env);
     try {

@@ -1,5 +1,5 @@
 import { type Bus, connectBus } from '@murmur/shared/bus';
-import { FETCH_BLOCKED_PORT, FETCH_BLOCKED_PORTS, type Log, MurmurError, commands, silentLog } from '@murmur/shared';
+import { type DoorCredentials, FETCH_BLOCKED_PORT, FETCH_BLOCKED_PORTS, type Log, MurmurError, commands, silentLog } from '@murmur/shared';
 import { LEFTOVER_SWEEP_EVERY_MS, cacheDir, sweepCacheLeftoversIfDue } from '@murmur/shared/node';
 import type { HttpListener } from '@murmur/shared/service';
 
@@ -13,12 +13,18 @@ export interface Runtime {
   bus: Bus;
   inProcess: boolean;
   /**
-   * A door's base URL for the sessions this runtime launches: in-process, a door started here on
-   * `bind:port` (0 for any free port), which serves `soleSession`'s card at its origin root too
-   * when that is the one session it will serve; over NATS, whichever door answers `door.locate`.
+   * A door for the sessions this runtime launches — its base URL and what it asks of clients: in
+   * process, a door started here on `bind:port` (0 for any free port), which serves
+   * `soleSession`'s card at its origin root too when that is the one session it will serve; over
+   * NATS, whichever door answers `door.locate`.
    */
-  door(bind: string, port: number, soleSession?: string): Promise<string>;
+  door(bind: string, port: number, soleSession?: string): Promise<LocatedDoor>;
   close(): Promise<void>;
+}
+
+export interface LocatedDoor {
+  base: string;
+  credentials: DoorCredentials;
 }
 
 export interface RuntimeOptions {
@@ -54,7 +60,7 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
               })
             : error;
         });
-        return located.base_url;
+        return { base: located.base_url, credentials: located.credentials ?? { required: false, session_tokens: false } };
       },
       close: () => bus.close(),
     };
@@ -79,7 +85,7 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
   void sweepCacheLeftoversIfDue(cacheDir(env), 24 * LEFTOVER_SWEEP_EVERY_MS, log);
   // The sessions this process runs are on the machine's map while they run.
   const watcher = options.executor ? startWatcherService({ bus, log, env }) : undefined;
-  let door: { service: { close(): Promise<void> }; listener: HttpListener; url: string } | undefined;
+  let door: { service: { close(): Promise<void> }; listener: HttpListener; located: LocatedDoor } | undefined;
   return {
     bus,
     inProcess: true,
@@ -108,9 +114,9 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
             hint: 'choose another --bind address, or another network.internal_port (0 picks a free port)',
           });
         });
-        door = { service, listener, url: service.setBaseUrl(listener.url) };
+        door = { service, listener, located: { base: service.setBaseUrl(listener.url), credentials: service.credentials } };
       }
-      return door.url;
+      return door.located;
     },
     async close() {
       // Streams that are ending (the final status of a task whose session just ended) get to finish.

@@ -1,4 +1,4 @@
-import { type SessionEnded, type StagedPlan, isRuntimeOwned, sessionUrl, topics } from '@murmur/shared';
+import { type DoorCredentials, type SessionEnded, type StagedPlan, isRuntimeOwned, sessionUrl, topics } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import type { Runtime } from './runtime.js';
 
@@ -20,18 +20,19 @@ export function watchSessionEnd(bus: Bus, sessionId: string): { ended: Promise<S
 
 /**
  * Where an agent session is reached (undefined for a script), known before its launch so that its
- * `MURMUR_CAPSULE_URL` and MURMUR.md can carry it. `sole`: the door serves only this session, and
- * its card at the origin's root as well (`mur run`'s own door).
+ * `MURMUR_CAPSULE_URL` and MURMUR.md can carry it, and what that door asks of its clients.
+ * `sole`: the door serves only this session, and its card at the origin's root as well (`mur
+ * run`'s own door).
  */
-export async function sessionDoorUrl(
+export async function sessionDoor(
   runtime: Runtime,
   plan: StagedPlan,
   sessionId: string,
   options: { bind?: string; sole?: boolean } = {},
-): Promise<string | undefined> {
+): Promise<{ url: string; credentials: DoorCredentials } | undefined> {
   if (plan.capsule.kind !== 'agent') return undefined;
-  const base = await runtime.door(options.bind ?? '127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0, options.sole ? sessionId : undefined);
-  return `${sessionUrl(base, sessionId)}/`;
+  const door = await runtime.door(options.bind ?? '127.0.0.1', plan.capsule.manifest.network?.internal_port ?? 0, options.sole ? sessionId : undefined);
+  return { url: `${sessionUrl(door.base, sessionId)}/`, credentials: door.credentials };
 }
 
 /**

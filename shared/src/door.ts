@@ -6,7 +6,15 @@ export const DoorLocateReplySchema = z.object({
   /** The door's base URL (`http://localhost:7730`); a session is served at `<base>/sessions/<id>`. */
   base_url: z.string().url(),
   door_id: z.string(),
+  /**
+   * What the door asks of a client (`MURMUR_DOOR_AUTH`): whether it needs a bearer token at all,
+   * and whether a session's own token (the launch's `token`) is one it takes. Absent from a door
+   * that predates it: taken as no credentials needed.
+   */
+  credentials: z.object({ required: z.boolean(), session_tokens: z.boolean() }).optional(),
 });
+/** What a door asks of its clients, as `door.locate` says it. */
+export type DoorCredentials = NonNullable<z.infer<typeof DoorLocateReplySchema>['credentials']>;
 export type DoorLocateReply = z.infer<typeof DoorLocateReplySchema>;
 
 /** A session's URL at a door: the agent card and the JSON-RPC endpoint are relative to it. */

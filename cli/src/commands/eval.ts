@@ -21,7 +21,7 @@ import { type Output, oneLine } from '../output.js';
 import { type Runtime, openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
 import { stageThroughBus } from '../staging.js';
-import { launchEnvironment, sessionDoorUrl, watchSessionEnd } from '../session-launch.js';
+import { launchEnvironment, sessionDoor, watchSessionEnd } from '../session-launch.js';
 import { readManifestTextSync } from '@murmur/shared/node';
 
 /**
@@ -224,7 +224,7 @@ async function runSession(context: CaseContext, plan: StagedPlan, caseId: string
   const { ended, subscription } = watchSessionEnd(runtime.bus, sessionId);
   try {
     await runtime.bus.flush();
-    const url = await sessionDoorUrl(runtime, plan, sessionId);
+    const url = (await sessionDoor(runtime, plan, sessionId))?.url;
     const launched = await runtime.bus.request(
       commands.launch,
       {

@@ -42,7 +42,7 @@ import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { busClosedError, openRuntime } from '../runtime.js';
 import { fetchSessionFile } from '../session-files.js';
-import { launchEnvironment, sessionDoorUrl, watchSessionEnd } from '../session-launch.js';
+import { launchEnvironment, sessionDoor, watchSessionEnd } from '../session-launch.js';
 import { type CliStageSource, stageThroughBus, uploadStageSource } from '../staging.js';
 import { configuredContainment } from '../workspace-config.js';
 
@@ -532,7 +532,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     await runtime.bus.flush();
 
     if (heldSignal) return 130;
-    const url = await sessionDoorUrl(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
+    const door = await sessionDoor(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
+    const url = door?.url;
     const a2aTimeout = numberSetting(env, 'MURMUR_A2A_TIMEOUT_SECS', undefined, { unit: 'seconds', fractional: true, zero: true });
     const launched: LaunchReply = await launchNaming(runtime.bus, sessionId, {
       session_id: sessionId,
@@ -586,14 +587,17 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
           name: plan.capsule.name,
           version: plan.capsule.version,
           workdir: launched.workdir,
-          // The session's own door token, for a session a door serves (MURMUR_DOOR_AUTH=session).
-          ...(launched.url ? { token: launched.token } : {}),
+          // The session's own door token, when its door takes one (MURMUR_DOOR_AUTH names session):
+          // a door that does not would refuse it, so it is not handed out as a credential.
+          ...(launched.url && door?.credentials.session_tokens ? { token: launched.token } : {}),
           // The workdir above is the executor's: where this run copies the answer once the session ends.
           ...(fetchedResult ? { executor_id: launched.executor_id, result: fetchedResult } : {}),
         }),
       );
     } else {
       if (launched.url) output.out(`murmur: url ${launched.url}`);
+      // Without it no client could talk to a session whose door takes only session tokens.
+      if (launched.url && door?.credentials.session_tokens && launched.token) output.out(`murmur: token ${launched.token}`);
       output.out(`session: ${launched.session_id}`);
       if (options.verbose) {
         output.out(`workdir: ${launched.workdir}${runtime.inProcess ? '' : ` (on executor ${launched.executor_id})`}`);

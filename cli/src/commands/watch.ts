@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import { MurmurError, SessionIdSchema, fetchFailureReason, readBodyPrefix, shownUrl } from '@murmur/shared';
+import { configuredTokenRefusal } from '@murmur/shared/node';
 import { type Output, TerminalSafeStream, UsageError, oneLine } from '../output.js';
 
 /**
@@ -58,8 +59,23 @@ function doorUrl(given: string): URL {
   return url;
 }
 
-export async function watchCommand(given: string, output: Output): Promise<number> {
+/** Where to get a credential for a door that asks for one (MURMUR_DOOR_TOKEN names the one to send). */
+const TOKEN_HINT = "set MURMUR_DOOR_TOKEN to the session's own token (mur run prints it as its token) or to one of the door's MURMUR_DOOR_AUTH tokens";
+
+/**
+ * The bearer `mur watch` sends (`MURMUR_DOOR_TOKEN`), from the environment rather than the command
+ * line, where every user of the machine could read it in the process list.
+ */
+function doorToken(env: NodeJS.ProcessEnv): string | undefined {
+  const token = env.MURMUR_DOOR_TOKEN?.trim() || undefined;
+  const refusal = token === undefined ? undefined : configuredTokenRefusal(token, 'MURMUR_DOOR_TOKEN', 'door', TOKEN_HINT);
+  if (refusal) throw refusal;
+  return token;
+}
+
+export async function watchCommand(given: string, output: Output, env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const url = doorUrl(given);
+  const token = doorToken(env);
   const notADoor = (why: string): MurmurError =>
     new MurmurError('E-IO-003', `${url.href} is not a Murmur session's door: ${why}`, {
       path: 'url',
@@ -73,7 +89,12 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
   try {
     response = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', accept: 'text/event-stream', 'last-event-id': '0' },
+      headers: {
+        'content-type': 'application/json',
+        accept: 'text/event-stream',
+        'last-event-id': '0',
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+      },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'stream/watch', params: {} }),
       signal: unanswered.signal,
     });
@@ -99,6 +120,15 @@ export async function watchCommand(given: string, output: Output): Promise<numbe
     } catch {
       // not JSON-RPC: the status says enough
     }
+    // A door that asks for credentials is a door: what it needs is said, never that it is not one.
+    if (response.status === 401)
+      throw new MurmurError(
+        'E-DOOR-003',
+        token
+          ? `the door at ${url.host} refused the token in MURMUR_DOOR_TOKEN for ${url.href}`
+          : `the door at ${url.host} requires a bearer token to watch ${url.href}`,
+        { path: 'MURMUR_DOOR_TOKEN', hint: TOKEN_HINT },
+      );
     // A door that says no session of that id runs behind it: the session ended, or is elsewhere.
     // Unless the id itself is not one (mistyped), which no session could ever have answered.
     const pathId = /\/sessions\/([^/]*)/.exec(url.pathname)?.[1];
