@@ -83,6 +83,20 @@ describe("mur's launcher", () => {
     expect(await fromSnapshot({ GLIBC_TUNABLES: 'glibc.malloc.check=0' })).toContain('GLIBC_TUNABLES=glibc.malloc.check=0');
   });
 
+  it('starts from the bundle when NODE_OPTIONS carries a V8 flag, which V8 refuses a snapshot under, and from the snapshot for node options', async () => {
+    for (const options of ['--max-old-space-size=100', '--expose_gc --no-warnings', '--stack-trace-limit=50', '--jitless']) {
+      const lines = await fromSnapshot({ NODE_OPTIONS: options });
+      expect(lines, options).toContain(`arg=${scratch.dir}/cli/bin/mur.js`);
+      expect(
+        lines.some((line) => line.includes('.blob')),
+        options,
+      ).toBe(false);
+    }
+    for (const options of ['--no-warnings', '--enable-source-maps', '--require /dev/null']) {
+      expect(await fromSnapshot({ NODE_OPTIONS: options }), options).toContain(`arg=${scratch.dir}/cli/bin/../dist/snapshot/mur.blob`);
+    }
+  });
+
   it("keeps a user's own malloc settings", async () => {
     const lines = await launch({ MALLOC_MMAP_THRESHOLD_: '65536', MALLOC_ARENA_MAX: '4' });
     expect(lines).toContain('MALLOC_MMAP_THRESHOLD_=65536');
