@@ -107,6 +107,59 @@ describe('mur trace', () => {
       expect(result.stdout).toContain('── Compaction ───────────────────────────────────\nfired:      no\n');
     });
 
+    it('counts a session still at work on a task up to its last session_end, and says how much it left out', async () => {
+      // A queue agent's trace as its host writes it, read while the second task's tool has run
+      // and its session_end is not written yet. The first task's task_end, just after its
+      // session_end, is the first task's: 5 events are left out, not 6.
+      const id = `ses_${'a'.repeat(32)}`;
+      const at = (fields: Record<string, unknown>) => JSON.stringify({ session_id: id, timestamp: 1_796_640_678_000, ...fields });
+      const task = (taskId: string) => [
+        at({ event_type: 'task_start', task_id: taskId, context_id: `ctx_${'c'.repeat(32)}`, source: 'a2a', message_parts_bytes: 4 }),
+        at({ event_type: 'session_start', capsule_name: 'queued', capsule_version: '0.1.0', model: 'm', max_turns: 10 }),
+        at({ event_type: 'inference', turn: 0, input_tokens: 11, output_tokens: 7, decision: 'tool_call', tool_name: 'sh', model: 'm' }),
+        at({ event_type: 'tool_call', turn: 0, tool_name: 'sh', input: { command: 'ls' }, input_bytes: 15, output_bytes: 2, duration_ms: 5, status: 'ok' }),
+        at({ event_type: 'shell', turn: 0, binary: '/usr/bin/sh', command: '-c ls', exit_code: 0, stdout_bytes: 2, stderr_bytes: 0, duration_ms: 4 }),
+      ];
+      const first = `tsk_${'1'.repeat(32)}`;
+      const trace$ = [
+        ...task(first),
+        at({ event_type: 'inference', turn: 1, input_tokens: 11, output_tokens: 7, decision: 'end_turn', tool_name: null, model: 'm' }),
+        at({
+          event_type: 'session_end',
+          total_turns: 2,
+          total_input_tokens: 22,
+          total_output_tokens: 14,
+          total_tool_calls: 1,
+          total_shell_calls: 1,
+          duration_ms: 600,
+          exit_status: 'ok',
+        }),
+        at({
+          event_type: 'task_end',
+          task_id: first,
+          exit_status: 'ok',
+          duration_ms: 583,
+          turns: 2,
+          input_tokens: 22,
+          output_tokens: 14,
+          tool_calls: 1,
+          shell_calls: 1,
+          reopen_count: 0,
+        }),
+        ...task(`tsk_${'2'.repeat(32)}`),
+      ];
+      const dir = path.join(scratch.dir, 'mid-task', id);
+      await fs.mkdir(dir, { recursive: true });
+      await fs.writeFile(path.join(dir, 'trace.jsonl'), `${trace$.join('\n')}\n`);
+      const result = await trace(['show', path.join(dir, 'trace.jsonl')]);
+      expect(result.code, result.stderr).toBe(0);
+      expect(lines(result)).toContain(
+        'status:     ok (as of its last session_end: 5 later events are not counted; the session is still running, or its trace was cut short)',
+      );
+      expect(result.stdout).toContain('── Tool calls ───────────────────────────────────\ncount:      1  (1 ok, 0 error)  success 100.0%\n');
+      expect(result.stdout).toMatch(/exit codes: 1 ok/);
+    });
+
     it('lists each turn’s tool calls with their input, and the shell calls with their exit codes', async () => {
       const result = await trace(['show', '@2']);
       expect(result.code, result.stderr).toBe(0);

@@ -138,7 +138,7 @@ export function renderShow(summary: TraceSummary): string[] {
     `session:    ${summary.sessionId}`,
     `capsule:    ${summary.capsuleName} v${summary.capsuleVersion}`,
     `model:      ${summary.model ?? DASH}`,
-    `status:     ${summary.exitStatus}`,
+    `status:     ${summary.exitStatus}${summary.eventsAfterEnd > 0 ? ` (as of its last session_end: ${summary.eventsAfterEnd} later ${summary.eventsAfterEnd === 1 ? 'event is' : 'events are'} not counted; the session is still running, or its trace was cut short)` : ''}`,
     `duration:   ${duration(summary.durationMs)}`,
     '',
     heading('Turns'),

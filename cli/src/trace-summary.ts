@@ -3,8 +3,10 @@ import { MurmurError, type TraceEvent, type TraceEventOf } from '@murmur/shared'
 /**
  * One session's trace reduced to what `mur trace show|diff|report` print, as upstream reduces it.
  *
- * The totals are the last `session_end`'s (a task loop writes one per attempt, each cumulative);
- * the identity is the last `session_start`'s. A trace without either is not a session this can
+ * The totals are the last `session_end`'s (a task loop writes one per attempt, each cumulative),
+ * and everything else is counted up to it too, so that the two agree: a session still working on a
+ * task has written records past it (`eventsAfterEnd`), which counted against its totals made a
+ * tool success rate of 200%. The identity is the last `session_start`'s. A trace without either is not a session this can
  * summarise (`E-TRC-001`: a session still running, or one that failed before it started).
  */
 
@@ -60,6 +62,8 @@ export interface TraceSummary {
   compaction: { turn: number; tokensBefore: number; tokensAfter: number } | undefined;
   reopens: Array<{ reopenNumber: number; hookName: string; reason: string }>;
   tasks: TaskSummary[];
+  /** Events written after the last `session_end`, not counted: the session is still running, or its trace was cut short. */
+  eventsAfterEnd: number;
 }
 
 export const mean = (values: number[]): number | undefined => (values.length === 0 ? undefined : values.reduce((sum, value) => sum + value, 0) / values.length);
@@ -102,7 +106,12 @@ export function summariseTrace(file: string, events: TraceEvent[]): TraceSummary
   const openTasks = new Set<string>();
   const tasks: TaskSummary[] = [];
 
-  for (const event of events) {
+  // The attempt a `session_end` closes ends with its `task_end`, written just after it.
+  let countedUpTo = events.findLastIndex((event) => event.event_type === 'session_end') + 1;
+  if (countedUpTo === 0) countedUpTo = events.length;
+  while (events[countedUpTo]?.event_type === 'task_end') countedUpTo += 1;
+  const counted = events.slice(0, countedUpTo);
+  for (const event of counted) {
     switch (event.event_type) {
       case 'session_start':
         start = event;
@@ -188,6 +197,7 @@ export function summariseTrace(file: string, events: TraceEvent[]): TraceSummary
     compaction,
     reopens,
     tasks,
+    eventsAfterEnd: events.length - counted.length,
   };
 }
 
