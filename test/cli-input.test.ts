@@ -112,6 +112,24 @@ describe('mur, given what a new user gets wrong', () => {
     expect(after.stderr).not.toContain('E-BUS-001');
   });
 
+  it("takes --version after a command as the command's, never mur's own: mur build --version 1.0.0 built nothing and printed mur's version", async () => {
+    misused(
+      await runMur(['build', '--version', '1.0.0'], { cwd: capsule, env }),
+      '--version is for a skill packaged with --skill; a build from murmur.yaml takes its version from the manifest',
+      'set version: in murmur.yaml',
+    );
+    for (const args of [
+      ['run', '--version'],
+      ['list', '--version', '--json'],
+    ]) {
+      const result = await runMur(args, { cwd: capsule, env });
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stdout, args.join(' ')).toBe('');
+      expect(result.stderr, args.join(' ')).toContain("error[E-IO-003]: unknown option '--version'");
+    }
+    expect((await runMur(['--version'], { env })).stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+  });
+
   it('refuses --capsule-version without --capsule rather than run the manifest here instead', async () => {
     const result = await runMur(['run', '--capsule-version', '0.1.0'], { cwd: capsule, env });
     misused(result, '--capsule-version needs --capsule', 'e.g. mur run --capsule <name> --capsule-version 0.1.0');

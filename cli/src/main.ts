@@ -1,4 +1,5 @@
 import './zod-jitless.js';
+import path from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { type Output, UsageError, formatFailure, ignoreClosedStdout, processOutput } from './output.js';
 
@@ -32,6 +33,15 @@ export function buildProgramAhead(): void {
   programAhead = murProgram();
 }
 
+/** `mur build`'s flags; `--skill` alone is `true`, with a name its name. */
+interface BuildOptions {
+  output?: string;
+  json?: boolean;
+  skill?: string | true;
+  version?: string;
+  description?: string;
+}
+
 function murProgram(): MurProgram {
   let output: Output = processOutput;
   let exitCode = 0;
@@ -45,6 +55,10 @@ function murProgram(): MurProgram {
   const program = new Command('mur')
     .description('Build, publish, install, stage and run Murmur capsules')
     .version('0.1.0')
+    // mur's own options (`--version`, `--help`) only before a command: after one they are the
+    // command's, so `mur build --version 1.0.0` is build's flag (upstream's), where it printed
+    // mur's version, built nothing and exited 0.
+    .enablePositionalOptions()
     .exitOverride()
     .configureOutput({
       writeOut: (text) => process.stdout.write(text),
@@ -55,14 +69,26 @@ function murProgram(): MurProgram {
 
   program
     .command('build')
-    .description('pack a capsule or artifact source directory into a .mur.zip')
-    .argument('[source]', 'directory holding murmur.yaml', '.')
+    .description('pack a capsule or artifact source directory into a .mur.zip; with --skill, a folder or .zip holding SKILL.md')
+    .argument('[source]', 'directory holding murmur.yaml (with --skill: the folder or .zip holding SKILL.md; default ".")')
     .option('-o, --output <path>', 'output .mur.zip, or a directory to write it into')
+    .option('--skill [name]', 'package a folder or .zip holding SKILL.md as a skill artifact, no murmur.yaml needed (name inferred from the path unless given)')
+    .option('--version <version>', "with --skill: the artifact's version (default 0.1.0)")
+    .option('--description <text>', "with --skill: the artifact's description")
     .option('--json', 'print the result as one JSON line')
     .action(
-      run((source: string, options: { output?: string; json?: boolean }) =>
-        import('./commands/build.js').then((module) => module.buildCommand(source, options, output)),
-      ),
+      run((source: string | undefined, options: BuildOptions) => {
+        if (options.skill !== undefined)
+          return import('./commands/build-skill.js').then((module) => module.buildSkillCommand(options.skill as string | true, source, options, output));
+        // A capsule's or an artifact's version and description are its murmur.yaml's: a flag would be ignored.
+        const flag = options.version !== undefined ? '--version' : options.description !== undefined ? '--description' : undefined;
+        if (flag)
+          throw new UsageError(`${flag} is for a skill packaged with --skill; a build from murmur.yaml takes its ${flag.slice(2)} from the manifest`, {
+            path: flag,
+            hint: `set ${flag.slice(2)}: in ${path.join(source ?? '.', 'murmur.yaml')}, or package a SKILL.md folder: mur build --skill <path> ${flag} …`,
+          });
+        return import('./commands/build.js').then((module) => module.buildCommand(source ?? '.', options, output));
+      }),
     );
 
   program
