@@ -21,8 +21,10 @@ import {
   MAX_MANIFEST_BYTES,
   MurZip,
   type ZipInput,
+  archiveOutputPath,
   inspectArchive,
   maxEntryBytesFromEnv,
+  refuseArchiveOverCeiling,
   scanForLiteralSecrets,
   sha256Hex,
   writeMurZip,
@@ -69,17 +71,11 @@ export async function buildSkillCommand(
     const { manifestText, manifest } = await skillManifest(skillSource, explicitName, options);
     const warnings: MurmurWarning[] = scanForLiteralSecrets(parseYamlSource(manifestText).value);
     const files = await packedFiles(skillSource, manifest, manifestText, warnings, ceiling);
-    const outputPath = await resolveOutputPath(options.output, archiveFileName(manifest));
+    // Upstream writes it in the current directory, not beside the skill.
+    const outputPath = await archiveOutputPath('.', archiveFileName(manifest), options.output);
 
     const bytes = await writeMurZip(files);
-    if (bytes.length > ceiling)
-      throw new MurmurError(
-        'E-ART-002',
-        `the archive would be ${bytes.length} bytes, over the ${ceiling}-byte ceiling an artifact is fetched and published under`,
-        {
-          hint: `pack less, or raise ${MAX_ENTRY_BYTES_ENV} wherever the archive is read`,
-        },
-      );
+    refuseArchiveOverCeiling(bytes, ceiling);
     // Read back as `mur publish` and `mur install` read it: what this writes, they take.
     const inspected = await inspectArchive(bytes, outputPath, { publishing: true });
 
@@ -612,31 +608,4 @@ async function packedFiles(
 /** `<name>-<version>.mur.zip`, a namespaced name by its last segment (as `mur build` names it). */
 function archiveFileName(manifest: ArtifactManifest): string {
   return `${manifest.name.split('/').pop() as string}-${manifest.version}.mur.zip`;
-}
-
-/**
- * Where the archive goes: the current directory (upstream's rule for `--skill`, not the source's
- * folder), or `-o` as `mur build` takes it: a file ending in `.mur.zip`, or a directory to write
- * into (one that exists, or one written with a trailing `/`). Refused before anything is built
- * when what is there could never be replaced by a file.
- */
-async function resolveOutputPath(outputOption: string | undefined, fileName: string): Promise<string> {
-  let outputPath = path.resolve(fileName);
-  if (outputOption !== undefined) {
-    const stat = await fs.stat(outputOption).catch(() => undefined);
-    const directory = stat?.isDirectory() || outputOption.endsWith('/');
-    outputPath = directory ? path.join(path.resolve(outputOption), fileName) : path.resolve(outputOption);
-  }
-  if (!outputPath.endsWith('.mur.zip'))
-    throw new MurmurError('E-IO-003', `output path must end with .mur.zip: ${outputPath}`, {
-      path: outputPath,
-      hint: `give -o a file name ending in .mur.zip, or a directory to write ${fileName} into (one that exists, or one written with a trailing '/')`,
-    });
-  const existing = await fs.lstat(outputPath).catch(() => undefined);
-  if (existing?.isDirectory())
-    throw new MurmurError('E-IO-003', `${outputPath} is a directory; the archive cannot be written in its place`, {
-      path: outputPath,
-      hint: 'move that directory out of the way, or write the archive elsewhere with -o',
-    });
-  return outputPath;
 }

@@ -74,6 +74,44 @@ export function isWasmComponent(bytes: Uint8Array): boolean {
   return bytes[6] === 0x01 && bytes[7] === 0x00 && !(bytes[4] === 0x01 && bytes[5] === 0x00);
 }
 
+/**
+ * Where an archive named `fileName` is written: in `defaultDir`, or where `-o` says — a directory
+ * (one that exists, or one written with a trailing '/', made as a file's missing parents are) to
+ * write it into, or a file ending in `.mur.zip`. A directory already at that path is refused: the
+ * archive cannot be renamed over it.
+ */
+export async function archiveOutputPath(defaultDir: string, fileName: string, output: string | undefined): Promise<string> {
+  let outputPath = path.resolve(defaultDir, fileName);
+  if (output !== undefined) {
+    const stat = await fs.stat(output).catch(() => undefined);
+    const directory = stat?.isDirectory() || output.endsWith('/');
+    outputPath = directory ? path.join(path.resolve(output), fileName) : path.resolve(output);
+  }
+  if (!outputPath.endsWith('.mur.zip'))
+    throw new MurmurError('E-IO-003', `output path must end with .mur.zip: ${outputPath}`, {
+      path: outputPath,
+      hint: `give -o a file name ending in .mur.zip, or a directory to write ${fileName} into (one that exists, or one written with a trailing '/')`,
+    });
+  if ((await fs.lstat(outputPath).catch(() => undefined))?.isDirectory())
+    throw new MurmurError('E-IO-003', `${outputPath} is a directory; the archive cannot be written in its place`, {
+      path: outputPath,
+      hint: 'move that directory out of the way, or write the archive elsewhere with -o',
+    });
+  return outputPath;
+}
+
+/** Publishing uploads an archive whole, and roost and every registry client take one of at most the ceiling. */
+export function refuseArchiveOverCeiling(bytes: Uint8Array, ceiling: number): void {
+  if (bytes.length > ceiling)
+    throw new MurmurError(
+      'E-ART-002',
+      `the archive would be ${bytes.length} bytes, over the ${ceiling}-byte ceiling an artifact is fetched and published under`,
+      {
+        hint: `pack less, or raise ${MAX_ENTRY_BYTES_ENV} wherever the archive is read`,
+      },
+    );
+}
+
 /** W-SEC-004: a key that names a secret holding what looks like the secret itself. */
 export function scanForLiteralSecrets(value: unknown, file = 'murmur.yaml'): MurmurWarning[] {
   const warnings: MurmurWarning[] = [];
@@ -332,18 +370,7 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
     });
 
   const fileName = `${name.split('/').pop() as string}-${version}.mur.zip`;
-  let outputPath = path.join(sourceDir, fileName);
-  if (options.output !== undefined) {
-    const stat = await fs.stat(options.output).catch(() => undefined);
-    // A trailing '/' names a directory whether or not it exists yet: it is made, as a file's missing parents are.
-    const directory = stat?.isDirectory() || options.output.endsWith('/');
-    outputPath = directory ? path.join(path.resolve(options.output), fileName) : path.resolve(options.output);
-  }
-  if (!outputPath.endsWith('.mur.zip'))
-    throw new MurmurError('E-IO-003', `output path must end with .mur.zip: ${outputPath}`, {
-      path: outputPath,
-      hint: `give -o a file name ending in .mur.zip, or a directory to write ${fileName} into (one that exists, or one written with a trailing '/')`,
-    });
+  const outputPath = await archiveOutputPath(sourceDir, fileName, options.output);
 
   let declared: DeclaredFile[];
   let packaging: PackagingType;
@@ -381,15 +408,7 @@ export async function buildArtifact(sourceDirInput: string, options: BuildOption
     }),
   );
   const bytes = await writeMurZip(inputs);
-  // Publishing uploads the archive whole, and roost and every registry client take one of at most the ceiling.
-  if (bytes.length > ceiling)
-    throw new MurmurError(
-      'E-ART-002',
-      `the archive would be ${bytes.length} bytes, over the ${ceiling}-byte ceiling an artifact is fetched and published under`,
-      {
-        hint: `pack less, or raise ${MAX_ENTRY_BYTES_ENV} wherever the archive is read`,
-      },
-    );
+  refuseArchiveOverCeiling(bytes, ceiling);
   await fs.mkdir(path.dirname(outputPath), { recursive: true });
   await writeFileAtomic(outputPath, bytes, { interruptible: true });
 
