@@ -563,6 +563,30 @@ describe('the capsule sandbox', () => {
     });
   });
 
+  describe('a workdir on a read-only disk', () => {
+    it('refuses the launch saying the file system is read-only and where else to put the session, where it said the path did not exist', async (context) => {
+      const workdir = path.join(scratch.dir, 'read-only-wd');
+      await fs.mkdir(workdir);
+      const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=1m', 'murmur-test', workdir], { encoding: 'utf8' });
+      if (mounted.status !== 0) {
+        const why = `[sandbox] a read-only workdir not exercised: a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})`;
+        console.warn(why);
+        return context.skip(why);
+      }
+      try {
+        const project = await probeProject(path.join(scratch.dir, 'read-only'), 'capabilities: {}\n');
+        const result = await runMur(['run', '--workdir', workdir, '--task', '[]'], { cwd: project, env });
+        expect(result.code).toBe(1);
+        expect(result.stderr).toContain('error[E-RUN-001]: the capsule could not be launched');
+        expect(result.stderr).toContain(
+          'hint: nothing of the capsule ran: that file system is read-only: name a path on a writable one (mur run --workdir <dir>',
+        );
+      } finally {
+        spawnSync('umount', [workdir]);
+      }
+    });
+  });
+
   describe('a host that cannot isolate', () => {
     const noIsolation = { MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none' };
 

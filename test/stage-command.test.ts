@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import { existsSync, readdirSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject } from './support/agents.js';
@@ -49,6 +50,17 @@ describe('mur stage', () => {
     );
     expect(result.stderr).toContain('hint: shorten what it names');
     expect(result.stderr).not.toContain('E-BUS-001');
+  });
+
+  it('says a MURMUR_HOME it cannot write in as the file system said it, with what to do, not as a failure of the stager', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'homeless'), 'name: homeless\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const file = path.join(scratch.dir, 'home-is-a-file');
+    await writeFile(file, 'not a directory\n');
+    const result = await runMur(['stage', project], { env: { MURMUR_HOME: file } });
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toMatch(/error\[E-IO-003\]: the service could not do its work: ENOTDIR: not a directory, mkdir '.*home-is-a-file\//);
+    expect(result.stderr).toContain('hint: a file is where a directory is expected along that path');
+    expect(result.stderr).not.toContain('E-BUS-006');
   });
 
   it('refuses an empty --capsule or --capsule-version, naming the flag, rather than ask for the one that was given', async () => {

@@ -20,7 +20,7 @@ import {
 } from '@murmur/shared';
 import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
 import type { z } from 'zod';
-import { BlobCache, blobCacheMaxBytes, cacheDir, keepBlobsWithin, keepCacheSwept, murmurHome, processState } from '@murmur/shared/node';
+import { BlobCache, blobCacheMaxBytes, cacheDir, keepBlobsWithin, keepCacheSwept, murmurHome, processState, systemFailureHint } from '@murmur/shared/node';
 import { LocalBundles } from './bundles.js';
 import { sweepAbandonedGroups } from './cgroup-sweep.js';
 import { type ConfineProbe, executeOnlyNode } from './confinement.js';
@@ -324,8 +324,13 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
         void hostEnded.then(() => refusedHostsEnding.delete(hostEnded));
       }
       if (error instanceof MurmurError) throw error;
+      // The file system's own refusal (a workdir on a read-only or full disk) says what to mend.
+      const failed = systemFailureHint(error);
       throw new MurmurError('E-RUN-001', `the capsule could not be launched: ${error instanceof Error ? error.message : String(error)}`, {
-        hint: "nothing of the capsule ran; what refused the launch is named above (the executor's log has the rest): mend it and run again",
+        hint: failed
+          ? `nothing of the capsule ran: ${failed} (mur run --workdir <dir> puts the session's directory elsewhere)`
+          : "nothing of the capsule ran; what refused the launch is named above (the executor's log has the rest): mend it and run again",
+        ...(failed && (error as NodeJS.ErrnoException).path ? { path: (error as NodeJS.ErrnoException).path } : {}),
       });
     }
   };

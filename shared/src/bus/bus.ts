@@ -6,6 +6,7 @@ import { type ObjectStore, checkedObjectStore } from './objects.js';
 import { isValidPattern } from './subject.js';
 import { type CommandTopic, type EventTopic, isConcrete } from './topic.js';
 import { runtimeMetrics } from '../metrics-sink.js';
+import { systemFailureCode, systemFailureHint } from '../node/system-failure.js';
 import { type BusConnectionState, type GatherWindow, type RawMessage, type Transport, TransportError } from './transport.js';
 
 export interface MessageInfo {
@@ -127,6 +128,13 @@ function describeIssues(error: z.ZodError): string {
 function toErrorJson(error: unknown): MurmurErrorJson {
   if (error instanceof MurmurError) return error.toJSON();
   const message = error instanceof Error ? error.message : String(error);
+  // The operating system's refusal of a file operation (a home that is a file, a read-only or full
+  // disk) is the user's to mend: said with its code and what to do, not as the service's failure.
+  const hint = systemFailureHint(error);
+  if (hint) {
+    const failed = (error as NodeJS.ErrnoException).path;
+    return { code: systemFailureCode(error), message: `the service could not do its work: ${message}`, hint, ...(failed ? { path: failed } : {}) };
+  }
   return { code: 'E-BUS-006', message: `the service failed while handling the request: ${message}` };
 }
 

@@ -1,3 +1,6 @@
+import { accessSync, constants, existsSync } from 'node:fs';
+import path from 'node:path';
+
 /**
  * What to do about the operating system's refusal of a file operation, by its `code`. These come
  * from the paths a person gave or keeps (a directory where a file belongs, a full disk), and are
@@ -19,9 +22,29 @@ const SYSTEM_FAILURE_HINTS: Readonly<Record<string, string>> = {
   ERR_FS_FILE_TOO_LARGE: 'the file is larger than the 2 GiB mur reads at once: leave it out, or make it smaller',
 };
 
+/**
+ * The code that says what went wrong. Node's recursive `mkdir` answers `ENOENT` wherever it could
+ * not make a directory — on a read-only file system (`EROFS`) and in a directory this user may not
+ * write (`EACCES`) too — so such an `ENOENT` is asked again of the nearest directory that exists:
+ * its hint had said to check that the path exists.
+ */
+export function systemFailureOf(error: unknown): string | undefined {
+  if (!(error instanceof Error)) return undefined;
+  const { code, syscall, path: failed } = error as NodeJS.ErrnoException;
+  if (code !== 'ENOENT' || syscall !== 'mkdir' || typeof failed !== 'string') return code;
+  let existing = path.dirname(path.resolve(failed));
+  while (!existsSync(existing) && existing !== path.dirname(existing)) existing = path.dirname(existing);
+  try {
+    accessSync(existing, constants.W_OK);
+  } catch (cause) {
+    return (cause as NodeJS.ErrnoException).code ?? code;
+  }
+  return code;
+}
+
 /** The next step for an error the operating system raised, when its code has a usual one. */
 export function systemFailureHint(error: unknown): string | undefined {
-  const code = error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined;
+  const code = systemFailureOf(error);
   return code === undefined ? undefined : SYSTEM_FAILURE_HINTS[code];
 }
 
@@ -30,6 +53,6 @@ export function systemFailureHint(error: unknown): string | undefined {
  * (upstream's "host permission denied"), `E-IO-003` for any other failure of input or output.
  */
 export function systemFailureCode(error: unknown): 'E-IO-002' | 'E-IO-003' {
-  const code = error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined;
+  const code = systemFailureOf(error);
   return code === 'EACCES' || code === 'EPERM' ? 'E-IO-002' : 'E-IO-003';
 }

@@ -1,0 +1,39 @@
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, promises as fs } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { systemFailureCode, systemFailureHint } from '../src/node/system-failure.js';
+
+describe("the operating system's refusal, said as what to do", () => {
+  it('says a directory that could not be made on a read-only file system is on one, where Node reports it missing', async (context) => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-ro-'));
+    const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=1m', 'murmur-test', dir], { encoding: 'utf8' });
+    if (mounted.status !== 0) {
+      const why = `[system-failure] a read-only file system not exercised: a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})`;
+      console.warn(why);
+      await fs.rm(dir, { recursive: true });
+      return context.skip(why);
+    }
+    try {
+      let refusal: unknown;
+      try {
+        mkdirSync(path.join(dir, 'cache', 'blobs'), { recursive: true });
+      } catch (error) {
+        refusal = error;
+      }
+      // What Node itself says: the reason this check exists.
+      expect((refusal as NodeJS.ErrnoException).code).toBe('ENOENT');
+      expect(systemFailureHint(refusal)).toBe('that file system is read-only: name a path on a writable one');
+      expect(systemFailureCode(refusal)).toBe('E-IO-003');
+    } finally {
+      spawnSync('umount', [dir]);
+      await fs.rm(dir, { recursive: true });
+    }
+  });
+
+  it('keeps a path that is missing for a read or an open as missing', () => {
+    const missing = Object.assign(new Error('ENOENT: no such file or directory'), { code: 'ENOENT', syscall: 'open', path: '/nonexistent/x' });
+    expect(systemFailureHint(missing)).toBe('check that the path exists and is spelled as intended');
+  });
+});
