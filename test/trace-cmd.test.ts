@@ -244,7 +244,8 @@ describe('mur trace', () => {
       const explicit = await trace(['diff', '@2', '@1']);
       expect(bare.stdout).toBe(explicit.stdout);
       const one = await trace(['diff', '@1']);
-      expect(one.code).toBe(1);
+      // A command line mur cannot take as written, as `diff @1 @2 @3` is: a usage error.
+      expect(one.code).toBe(2);
       expect(one.stderr).toContain('error[E-TRC-002]: mur trace diff expects 0 or 2 arguments, got 1');
     });
 
@@ -348,16 +349,17 @@ describe('mur trace', () => {
       expect(named.code, named.stderr).toBe(0);
       expect(sessionsLine(named)).toBe(`Sessions: 2  (${workdir})`);
       const mixed = await trace(['report', '@1', '--since', '2h']);
-      expect(mixed.code).toBe(1);
+      expect(mixed.code).toBe(2);
       expect(mixed.stderr).toContain('error[E-TRC-002]: --since cannot be combined with explicit session arguments');
     });
 
-    it('refuses a --since it cannot read, and --last 0', async () => {
+    it('refuses a --since it cannot read, and --last 0, as usage errors (exit 2)', async () => {
       const since = await trace(['report', '--since', '5y']);
-      expect(since.code).toBe(1);
+      expect(since.code).toBe(2);
       expect(since.stderr).toContain("error[E-TRC-002]: unrecognised --since format '5y' — expected <N>m, <N>h, or <N>d");
       const last = await trace(['report', '--last', '0']);
-      expect(last.code).toBe(1);
+      // As `--last x`, which commander refuses: the same misuse, the same exit.
+      expect(last.code).toBe(2);
       expect(last.stderr).toContain('error[E-TRC-002]: --last must be at least 1');
     });
 

@@ -1,4 +1,4 @@
-import { MurmurError, type MurmurErrorOptions, type MurmurWarning, formatWarning } from '@murmur/shared/errors';
+import { type ErrorCode, MurmurError, type MurmurErrorOptions, type MurmurWarning, formatWarning } from '@murmur/shared/errors';
 import { systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 
 /**
@@ -124,8 +124,10 @@ export class TerminalSafeStream {
  * command from a refusal of what it asked for (1).
  */
 export class UsageError extends MurmurError {
-  constructor(message: string, options: Omit<MurmurErrorOptions, 'cause'> = {}) {
-    super('E-IO-003', message, options);
+  /** `code`: upstream's own for a command's misuse where it has one (`E-TRC-002`); `E-IO-003` otherwise. */
+  constructor(message: string, options: Omit<MurmurErrorOptions, 'cause'> & { code?: ErrorCode } = {}) {
+    const { code, ...rest } = options;
+    super(code ?? 'E-IO-003', message, rest);
   }
 }
 

@@ -2,6 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
 import { systemFailureCode, systemFailureHint } from '@murmur/shared/node';
+import { UsageError } from './output.js';
 
 /**
  * Which session a `mur trace` or `mur eval` selector names, among the sessions under a workdir,
@@ -190,7 +191,8 @@ export async function resolveTrace(selector: string | undefined, workdir: string
 export function parseSince(given: string): number {
   const match = /^(\d+)([mhd])$/.exec(given);
   if (!match)
-    throw new MurmurError('E-TRC-002', `unrecognised --since format '${given}' — expected <N>m, <N>h, or <N>d`, {
+    throw new UsageError(`unrecognised --since format '${given}' — expected <N>m, <N>h, or <N>d`, {
+      code: 'E-TRC-002',
       path: '--since',
       hint: 'for example --since 30m, --since 2h or --since 1d',
     });

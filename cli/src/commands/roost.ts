@@ -27,7 +27,13 @@ export async function roostCommand(options: { port?: string; registryPath?: stri
       path: '--registry-path',
       hint: 'name the directory roost keeps its artifacts in (it is made if it is not there), or leave --registry-path out for the global store',
     });
-  const port = portFromEnv(options.port, SERVICE_DEFAULT_PORTS.roost, '--port');
+  // A flag that is no port is the command line's misuse (exit 2), as any other bad flag is.
+  let port: number;
+  try {
+    port = portFromEnv(options.port, SERVICE_DEFAULT_PORTS.roost, '--port');
+  } catch (error) {
+    throw error instanceof MurmurError ? new UsageError(error.message, { ...(error.hint ? { hint: error.hint } : {}), path: '--port' }) : error;
+  }
   const log = createLogger('roost');
   const bus = await connectBus({ natsUrl: process.env.MURMUR_NATS_URL, name: 'mur-roost', log });
   const roost = startRoostService({

@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type TraceEvent, isMurmurError } from '@murmur/shared';
 import { readTraceFile } from '@murmur/shared/node';
-import { type Output, oneLine } from '../output.js';
+import { type Output, UsageError, oneLine } from '../output.js';
 import { renderDiff, renderReport, renderShow, renderSteps } from '../trace-render.js';
 import { type SessionEntry, listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, sinceCovering, traceFileOf } from '../session-selector.js';
 import { type TraceSummary, noSessionStart, noTraceEvents, summariseTrace } from '../trace-summary.js';
@@ -54,7 +54,8 @@ export async function traceStepsCommand(selector: string | undefined, options: T
 /** Runs A and B: `@2 @1` (the two newest) when none are given. */
 export async function traceDiffCommand(before: string | undefined, after: string | undefined, options: TraceOptions, output: Output): Promise<void> {
   if ((before === undefined) !== (after === undefined))
-    throw new MurmurError('E-TRC-002', 'mur trace diff expects 0 or 2 arguments, got 1. Usage: mur trace diff [<before> <after>]', {
+    throw new UsageError('mur trace diff expects 0 or 2 arguments, got 1. Usage: mur trace diff [<before> <after>]', {
+      code: 'E-TRC-002',
       hint: 'name both runs, or neither to compare the two newest (@2 @1)',
     });
   const workdir = workdirOf(options);
@@ -110,12 +111,13 @@ async function reportTraces(selectors: string[], options: ReportOptions, workdir
 
 export async function traceReportCommand(selectors: string[], options: ReportOptions, output: Output): Promise<void> {
   if (selectors.length > 0 && (options.last !== undefined || options.since !== undefined))
-    throw new MurmurError('E-TRC-002', `${options.since !== undefined ? '--since' : '--last'} cannot be combined with explicit session arguments`, {
+    throw new UsageError(`${options.since !== undefined ? '--since' : '--last'} cannot be combined with explicit session arguments`, {
+      code: 'E-TRC-002',
       path: options.since !== undefined ? '--since' : '--last',
       hint: 'name the sessions to report (@1 @2, ids or trace files), or choose them with --last or --since, not both',
     });
   if (options.last === 0)
-    throw new MurmurError('E-TRC-002', '--last must be at least 1', { path: '--last', hint: 'e.g. mur trace report --last 5: the five newest sessions' });
+    throw new UsageError('--last must be at least 1', { code: 'E-TRC-002', path: '--last', hint: 'e.g. mur trace report --last 5: the five newest sessions' });
   const workdir = workdirOf(options);
   const summaries: TraceSummary[] = [];
   let incomplete = 0;
