@@ -102,6 +102,15 @@ describe('mur, given what a new user gets wrong', () => {
       const result = await runMur([command, manifest], { env });
       refused(result, 'E-IO-001', `${manifest} is a file, not a capsule directory`, `pass the directory that holds murmur.yaml: ${capsule}`);
     }
+    // Another file of a directory without a manifest: that directory is not the one to pass.
+    const notes = path.join(scratch.dir, 'notes.txt');
+    await fs.writeFile(notes, 'not a capsule\n');
+    refused(
+      await runMur(['build', notes], { env }),
+      'E-IO-001',
+      `${notes} is a file, not a capsule directory`,
+      `pass a capsule directory, one that holds a murmur.yaml (${scratch.dir} holds none)`,
+    );
   });
 
   it('refuses a lifecycle override that is not one of its modes, naming the flag, before anything runs', async () => {
@@ -203,7 +212,23 @@ describe('mur, given what a new user gets wrong', () => {
       'E-TRC-002',
       '--last cannot be combined',
       'name the sessions to report',
+      2,
     );
+  });
+
+  it('gives hints that work where they are given: outside a project, install -g names what to install, and a capsule not installed can be installed globally', async () => {
+    const nowhere = path.join(scratch.dir, 'no-project');
+    await fs.mkdir(nowhere, { recursive: true });
+    refused(
+      await runMur(['install', '-g'], { cwd: nowhere, env }),
+      'E-IO-001',
+      'no project root found (no murmur.yaml in current or parent directories) for mur install -g to install the artifacts of',
+      'name what to install into the global store: mur install -g <name>@<version>, or mur install -g <file>.mur.zip',
+    );
+    const missing = await runMur(['stage', '--capsule', 'nosuch', '--capsule-version', '1.0.0'], { cwd: nowhere, env });
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('error[E-RUN-008]: capsule nosuch@1.0.0 is not installed');
+    expect(missing.stderr).toContain("'mur install -g nosuch@1.0.0' anywhere");
   });
 
   it('refuses a registry or door URL that carries a user or password without repeating it, and one that is no http(s) URL', async () => {
@@ -246,6 +271,13 @@ describe('mur, given what a new user gets wrong', () => {
     );
     refused(await runMur(['roost', '--port', '0', '--registry-path', ''], { env }), 'E-IO-003', '--registry-path is empty', 'give --registry-path a value', 2);
     refused(await runMur(['roost', '--port', ''], { env }), 'E-IO-003', '--port is empty', 'give --port a value', 2);
+    refused(
+      await runMur(['roost', '--port', 'abc'], { env }),
+      'E-IO-003',
+      "invalid --port: 'abc' is not a port number (0-65535)",
+      'give a whole number from 0 to 65535 (0 picks a free port)',
+      2,
+    );
   });
 
   it('refuses an empty --bind, or a bare number, which would put the door on every interface, and what is no host name at all', async () => {

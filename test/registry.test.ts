@@ -62,7 +62,7 @@ describe('roost as a remote registry', () => {
 
     const again = await runMur(['publish', toolZip, '--registry', roost.url], { env: user('publisher') });
     expect(again.code).toBe(1);
-    expect(again.stderr).toContain('error[E-REG-003]');
+    expect(again.stderr).toContain('artifact echo-tool@0.1.0 already exists in registry (the store roost serves)');
     // The registry's files are roost's own: a publisher is not told where roost keeps them.
     expect(again.stderr).not.toContain(registryPath);
     expect(await listTree(registryPath)).toEqual(stored);
@@ -99,6 +99,10 @@ describe('roost as a remote registry', () => {
     const response = await fetch(`${roost.url}/v1/artifacts/ghost/1.0.0`);
     expect(response.status).toBe(404);
     expect(await response.json()).toMatchObject({ code: 'E-REG-001' });
+    // mur install from it says to publish there, not to the global store a plain publish fills.
+    const install = await runMur(['install', 'ghost@1.0.0', '-g', '--registry', roost.url], { env: user('installer') });
+    expect(install.code).toBe(1);
+    expect(install.stderr).toContain(`hint: publish it there first ('mur publish <zip> --registry ${roost.url}')`);
   });
 
   it('answers every path and method it has no route for with 404 and a code, as JSON', async () => {

@@ -372,6 +372,11 @@ function murProgram(): MurProgram {
     async parse(argv, given) {
       output = given;
       try {
+        // commander answers `mur help <what is no command>` with the whole help on stderr and
+        // nothing that names what it did not know.
+        const [first, asked] = argv.slice(2);
+        if (first === 'help' && asked !== undefined && !program.commands.some((command) => command.name() === asked || command.aliases().includes(asked)))
+          throw new UsageError(`unknown command '${asked}'`, { path: asked, hint: 'run mur --help for usage' });
         await program.parseAsync(argv);
         return exitCode;
       } catch (error) {

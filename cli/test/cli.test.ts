@@ -55,7 +55,9 @@ describe('mur build', () => {
     await fs.mkdir(path.join(out, 'hello-0.1.0.mur.zip'), { recursive: true });
     const result = await runMur(['build', project, '-o', `${out}/`], { env });
     expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/^error\[E-IO-003\]: EISDIR: .*\n {2}hint: a directory is where a file is expected/);
+    expect(result.stderr).toBe(
+      `error[E-IO-003]: ${out}/hello-0.1.0.mur.zip is a directory; the archive cannot be written in its place\n  hint: move that directory out of the way, or write the archive elsewhere with -o\n`,
+    );
     expect(result.stderr).not.toContain('this is a bug');
     expect((await listTree(out)).filter((name) => name.endsWith('.tmp'))).toEqual([]);
   });
@@ -283,6 +285,11 @@ describe('usage', () => {
     expect(missing.stderr).toBe("error[E-IO-003]: missing required argument 'key'\n  hint: run mur config set --help for usage\n");
     const unknownCommand = await runMur(['frobnicate'], { env });
     expect(unknownCommand.stderr).toBe("error[E-IO-003]: unknown command 'frobnicate'\n  hint: run mur --help for usage\n");
+    // Asked for its help, an unknown command is named as well, not answered with the whole help.
+    const unknownHelp = await runMur(['help', 'frobnicate'], { env });
+    expect(unknownHelp.code).toBe(2);
+    expect(unknownHelp.stderr).toBe("error[E-IO-003]: unknown command 'frobnicate'\n  hint: run mur --help for usage\n");
+    expect((await runMur(['help', 'build'], { env })).stdout).toContain('Usage: mur build');
     expect((await runMur(['list', '--all', '-g'], { env })).stderr).toMatch(/^error\[E-IO-003\]: .*\n {2}hint: run mur list --help for usage\n$/);
   });
 

@@ -15,7 +15,7 @@ import {
 } from '@murmur/shared/artifacts';
 import { defaultArtifactsDir, globalStoreDir, projectStoreDir, readManifestText } from '@murmur/shared/node';
 import { type Output, UsageError, formatFailure } from '../output.js';
-import { manifestRegistry, registryChoice, requireProjectRoot } from '../project.js';
+import { findProjectRoot, manifestRegistry, registryChoice, requireProjectRoot } from '../project.js';
 
 /**
  * `mur install <zip | name@version>`, or with no reference every artifact the manifest declares:
@@ -174,8 +174,13 @@ async function installReference(reference: string, into: Target, options: Instal
     return;
   }
   const searched = from.map((source) => source.location).join(', ');
+  // Published where this install looked: a roost named with --registry is published to with it too.
+  const registry = registryChoice(options.registry);
   throw new MurmurError('E-REG-001', `artifact ${name}@${version} not found in registry: looked in ${searched}`, {
-    hint: `publish it first ('mur publish <zip>'), or point MURMUR_ROOST_URL at a roost that has it`,
+    hint:
+      registry.kind === 'remote'
+        ? `publish it there first ('mur publish <zip> --registry ${registry.url}'), or name a roost that has it`
+        : `publish it first ('mur publish <zip>'), or point MURMUR_ROOST_URL at a roost that has it`,
   });
 }
 
@@ -185,6 +190,15 @@ export async function installCommand(reference: string | undefined, options: Ins
     await installReference(reference, into, options, output);
     return 0;
   }
+  // With no artifact named, the manifest's are installed: -g alone has none to take them from.
+  if (options.global && findProjectRoot() === undefined)
+    throw new MurmurError(
+      'E-IO-001',
+      'no project root found (no murmur.yaml in current or parent directories) for mur install -g to install the artifacts of',
+      {
+        hint: 'name what to install into the global store: mur install -g <name>@<version>, or mur install -g <file>.mur.zip',
+      },
+    );
   const projectRoot = requireProjectRoot();
   const text = await readManifestText(path.join(projectRoot, 'murmur.yaml'));
   const { manifest, warnings } = parseCapsuleManifest(text);

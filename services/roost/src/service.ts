@@ -75,7 +75,8 @@ function publishTokenOf(env: NodeJS.ProcessEnv): string | undefined {
 export function startRoostService(options: RoostServiceOptions): RoostService {
   const env = options.env ?? process.env;
   const registryPath = path.resolve(options.registryPath ?? (env.MURMUR_ROOST_REGISTRY_PATH?.trim() || globalStoreDir(env)));
-  const store = new ArtifactStore(registryPath, 'global');
+  // Named without its path: where roost keeps its files is roost's own, not its publishers'.
+  const store = new ArtifactStore(registryPath, 'global', { shownAs: 'the store roost serves' });
   // A roost killed mid-publish leaves its temporary files in the registry: swept a day later.
   const stopSweeping = keepStoreSwept(registryPath, options.log);
   const spawnAllow = options.spawnAllow

@@ -473,7 +473,8 @@ export class Stager {
     if (!resolved) {
       throw new MurmurError('E-RUN-008', `capsule ${name}@${version} is not installed: looked in ${chain.describeSearch()}`, {
         path: `${name}@${version}`,
-        hint: `publish it ('mur publish <zip>') or install it ('mur install ${name}@${version}')${this.roostAdvice('it')}`,
+        // Outside a capsule project, only the global store can take it.
+        hint: `publish it ('mur publish <zip>') or install it ('mur install ${name}@${version}' in a capsule project, 'mur install -g ${name}@${version}' anywhere)${this.roostAdvice('it')}`,
       });
     }
     const sha256 = verifyResolved(resolved);

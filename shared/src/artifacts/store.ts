@@ -114,8 +114,16 @@ export class ArtifactStore {
      * of a write in flight before the process ends. A service's (roost's) is not: its own shutdown
      * finishes the write, which files removed under it would fail.
      */
-    private readonly options: { interruptible?: boolean } = {},
+    private readonly options: {
+      interruptible?: boolean;
+      /** How messages name it (`the store roost serves at …`); `the <scope> store` unless said. */
+      shownAs?: string;
+    } = {},
   ) {}
+
+  private get shown(): string {
+    return this.options.shownAs ?? `the ${this.scope} store`;
+  }
 
   /**
    * A command's store is swept, before its first write in a process, of the day-old temporary
@@ -170,7 +178,7 @@ export class ArtifactStore {
       if (pair === undefined) continue;
       const { bytes, recordedSha256, bytesSha256 } = pair;
       if (recordedSha256 === '') {
-        throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar in the ${this.scope} store`, {
+        throw new MurmurError('E-REG-002', `artifact ${name}@${version} has an empty sha256 sidecar in ${this.shown}`, {
           path: candidate.files.sha,
           hint: 'republish or reinstall the artifact',
         });
@@ -266,15 +274,11 @@ export class ArtifactStore {
     } catch (error) {
       const errno = error as NodeJS.ErrnoException;
       if (error instanceof MurmurError || !(error instanceof Error) || typeof errno.code !== 'string') throw error;
-      throw new MurmurError(
-        systemFailureCode(error),
-        `could not write ${meta.name}@${meta.version} into the ${this.scope} store at ${this.root}: ${error.message}`,
-        {
-          path: errno.path ?? this.root,
-          hint: systemFailureHint(error) ?? 'check that the store is writable and its disk has room',
-          cause: error,
-        },
-      );
+      throw new MurmurError(systemFailureCode(error), `could not write ${meta.name}@${meta.version} into ${this.shown} at ${this.root}: ${error.message}`, {
+        path: errno.path ?? this.root,
+        hint: systemFailureHint(error) ?? 'check that the store is writable and its disk has room',
+        cause: error,
+      });
     }
   }
 
@@ -282,7 +286,7 @@ export class ArtifactStore {
     const platform = meta.runtime === 'native' && meta.platforms[0] ? meta.platforms[0].join('-') : undefined;
     const files = this.variantFiles(meta.name, meta.version, platform);
     const conflict = (): MurmurError =>
-      new MurmurError('E-REG-003', `artifact ${meta.name}@${meta.version} already exists in registry (the ${this.scope} store)`, {
+      new MurmurError('E-REG-003', `artifact ${meta.name}@${meta.version} already exists in registry (${this.shown})`, {
         path: files.zip,
       });
     const sha256 = sha256Hex(bytes);
@@ -291,7 +295,7 @@ export class ArtifactStore {
     // One publish of a version at a time: what was published of it is read, judged and added to
     // as one step (two variants published at once each found none before, and both were kept).
     return withLockfileTurn(path.join(path.dirname(files.zip), '.publish'), () => this.publishVariant(bytes, meta, sha256, files, platform, conflict), {
-      what: `${meta.name}@${meta.version} in the ${this.scope} store`,
+      what: `${meta.name}@${meta.version} in ${this.shown}`,
       interruptible: this.options.interruptible === true,
     });
   }
@@ -322,7 +326,7 @@ export class ArtifactStore {
     if (kept && (kept.runtime !== 'native' || meta.runtime !== 'native' || platform === undefined)) {
       throw new MurmurError(
         'E-REG-003',
-        `artifact ${meta.name}@${meta.version} already exists in registry (the ${this.scope} store); only a native artifact's build for another platform may be added to a published version`,
+        `artifact ${meta.name}@${meta.version} already exists in registry (${this.shown}); only a native artifact's build for another platform may be added to a published version`,
         { path: this.metaFile(meta.name, meta.version), hint: 'published versions are immutable: bump the version and publish again' },
       );
     }
@@ -391,7 +395,7 @@ export class ArtifactStore {
     // In the version's publish turn: a publish meanwhile would take the zip this install has
     // renamed in, before its digest, for what a dead publish left (`publishVariant`).
     return withLockfileTurn(path.join(path.dirname(files.zip), '.publish'), () => this.installVariant(bytes, meta, actual, files, targets), {
-      what: `${meta.name}@${meta.version} in the ${this.scope} store`,
+      what: `${meta.name}@${meta.version} in ${this.shown}`,
       interruptible: this.options.interruptible === true,
     });
   }
@@ -442,7 +446,7 @@ export class ArtifactStore {
       await Promise.all(leftovers.map((file) => fs.rm(file, { force: true })));
       throw new MurmurError(
         systemFailureCode(error),
-        `could not install ${meta.name}@${meta.version} into the ${this.scope} store: ${error instanceof Error ? error.message : String(error)}`,
+        `could not install ${meta.name}@${meta.version} into ${this.shown}: ${error instanceof Error ? error.message : String(error)}`,
         { cause: error, hint: systemFailureHint(error) },
       );
     }

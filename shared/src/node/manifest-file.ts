@@ -42,7 +42,10 @@ function unreadableManifest(manifestPath: string, error: unknown, hint: string |
   if (code === 'ENOTDIR' && isFile(given)) {
     return new MurmurError('E-IO-001', `${given} is a file, not a capsule directory`, {
       path: given,
-      hint: `pass the directory that holds murmur.yaml: ${path.dirname(given)}`,
+      // Named only when it does hold one: a file of any other directory (mur build /etc/passwd) sent the user to a directory without a manifest.
+      hint: isFile(path.join(path.dirname(given), 'murmur.yaml'))
+        ? `pass the directory that holds murmur.yaml: ${path.dirname(given)}`
+        : `pass a capsule directory, one that holds a murmur.yaml (${path.dirname(given)} holds none)`,
     });
   }
   if (code === 'EISDIR')
