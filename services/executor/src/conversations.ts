@@ -1,7 +1,8 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { isSafeContextId } from '@murmur/shared';
-import { pathExists, writeFileAtomic } from '@murmur/shared/node';
+import { writeFileAtomic } from '@murmur/shared/node';
+import { readRecordFile } from './record-file.js';
 
 /**
  * A threaded capsule's conversations, kept beyond the capsule (upstream 0.6.0):
@@ -19,7 +20,19 @@ import { pathExists, writeFileAtomic } from '@murmur/shared/node';
  *   no other user of the machine reads a conversation.
  * - Never fatal: a home that cannot be written costs the conversation its memory beyond this
  *   capsule, reported once, and the session goes on.
+ * - Read only as what it is: a regular file of at most `CONVERSATION_RECORD_LIMIT_BYTES`, every
+ *   line a message, reached through no link. Anything else (a FIFO, whose read waited for ever
+ *   and wedged the session; a link, which sent another file to the model as its history; a
+ *   damaged or oversized record) cannot be resumed, and is left as it is rather than written
+ *   over by the fresh conversation a task then starts.
  */
+
+/**
+ * The largest record read: what a host may send the executor to save (`HOST_MESSAGE_LIMIT`, 8 MiB
+ * of JSON). A larger one could be loaded but never saved again, so the context forgot every
+ * later turn without a word.
+ */
+export const CONVERSATION_RECORD_LIMIT_BYTES = 8 * 1024 * 1024;
 
 const DIRECTORY_MODE = 0o700;
 export const FILE_MODE = 0o600;
@@ -39,8 +52,13 @@ function isContextKey(key: string): boolean {
   return more.length === 0 && isSafeContextId(contextId) && (session === undefined || isSafeContextId(session));
 }
 
+/** What reading a context's record found: its messages (none when nothing is recorded), or why it cannot be read. */
+export type RecordRead = { messages: unknown[] } | { unreadable: string; file: string };
+
 export class ConversationRecords {
   private reported = false;
+  /** Contexts whose record could not be read: never written over by the fresh conversation their task started. */
+  private readonly unreadable = new Set<string>();
 
   constructor(
     /** `<home>/conversations`, and the record under it; no record when the capsule keeps none. */
@@ -89,9 +107,25 @@ export class ConversationRecords {
     for (const level of ['', this.store.record, name]) {
       dir = path.join(dir, level);
       await fs.mkdir(dir, { recursive: true, mode: DIRECTORY_MODE });
+      // mkdir and chmod follow a link: one in a level's place would have the record written, and
+      // whatever it points to made 0700, wherever that is.
+      if (!(await fs.lstat(dir)).isDirectory()) throw Object.assign(new Error(`${dir} is not a directory (a link?)`), { code: 'ENOTDIR' });
       await fs.chmod(dir, DIRECTORY_MODE);
     }
     return dir;
+  }
+
+  /** The first level on the way to the context's directory that is a link (followed, it would read a record from elsewhere), if any. */
+  private async linkedLevel(contextId: string): Promise<string | undefined> {
+    if (!this.store) return undefined;
+    let dir = this.store.conversations;
+    for (const level of ['', this.store.record, contextId]) {
+      dir = path.join(dir, level);
+      const stat = await fs.lstat(dir).catch(() => undefined);
+      if (stat?.isSymbolicLink()) return dir;
+      if (!stat?.isDirectory()) return undefined;
+    }
+    return undefined;
   }
 
   /** Says `line` the first time something could not be kept, and never again: an unwritable home must not cost a line per task. */
@@ -101,29 +135,60 @@ export class ConversationRecords {
     this.report(line);
   }
 
+  /** Whether anything is recorded for the context: a record, readable or not. */
   async exists(contextId: string): Promise<boolean> {
     const file = this.fileFor(contextId);
-    return file !== undefined && (await pathExists(file));
+    return (
+      file !== undefined &&
+      (await fs.lstat(file).then(
+        () => true,
+        () => false,
+      ))
+    );
   }
 
-  /** The messages recorded for the context; nothing for an unknown, unreadable or damaged record (one nested too deep among them). */
-  async load(contextId: string): Promise<unknown[]> {
+  /** The context's record, read as `RecordRead` says: never through a link, never waited on, never past the limit. */
+  async read(contextId: string): Promise<RecordRead> {
     const file = this.fileFor(contextId);
-    if (!file) return [];
-    try {
-      const messages = (await fs.readFile(file, 'utf8'))
-        .split('\n')
-        .filter((line) => line !== '')
-        .map((line) => JSON.parse(line) as unknown);
-      return messages.some((message) => nestedDeeperThan(message, MESSAGE_DEPTH_LIMIT)) ? [] : messages;
-    } catch {
-      return [];
+    if (!file) return { messages: [] };
+    const linked = await this.linkedLevel(contextId);
+    if (linked !== undefined) return { unreadable: `${linked} is a symbolic link, which is not followed`, file };
+    const found = await readRecordFile(file, CONVERSATION_RECORD_LIMIT_BYTES);
+    if ('missing' in found) return { messages: [] };
+    if ('unreadable' in found) return { unreadable: found.unreadable, file };
+    const messages: unknown[] = [];
+    for (const [index, line] of found.content.toString('utf8').split('\n').entries()) {
+      if (line === '') continue;
+      let message: unknown;
+      try {
+        message = JSON.parse(line);
+      } catch {
+        return { unreadable: `line ${index + 1} is not JSON (the record is damaged)`, file };
+      }
+      if (nestedDeeperThan(message, MESSAGE_DEPTH_LIMIT)) return { unreadable: `line ${index + 1} nests more than ${MESSAGE_DEPTH_LIMIT} levels deep`, file };
+      messages.push(message);
     }
+    return { messages };
+  }
+
+  /**
+   * The messages recorded for the context; none for an unknown record. One that cannot be read
+   * (`read`) is said once and left as it is: the task starts afresh, and its conversation is not
+   * saved over the record.
+   */
+  async load(contextId: string): Promise<unknown[]> {
+    const found = await this.read(contextId);
+    if ('messages' in found) return found.messages;
+    this.unreadable.add(contextId);
+    this.reportOnce(
+      `[conversation] the record of context '${contextId}' at ${found.file} cannot be read: ${found.unreadable}; this task starts afresh, and the record is left as it is (move it aside to record the context anew)`,
+    );
+    return [];
   }
 
   async save(contextId: string, messages: readonly unknown[]): Promise<void> {
     const file = this.fileFor(contextId);
-    if (!file || !this.store) return;
+    if (!file || !this.store || this.unreadable.has(contextId)) return;
     if (messages.some((message) => nestedDeeperThan(message, MESSAGE_DEPTH_LIMIT))) {
       this.reportOnce(
         `[conversation] the conversation for context '${contextId}' was not written: a message in it is nested more than ${MESSAGE_DEPTH_LIMIT} levels deep, which no model's message is`,

@@ -1,7 +1,8 @@
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { HARNESS_SESSION_FILE, HARNESS_SESSION_TYPE, type HarnessSessionEntry, HarnessSessionEntrySchema, HarnessSessionIdSchema } from '@murmur/shared';
-import { TAIL_READ, writeFileAtomic } from '@murmur/shared/node';
+import { writeFileAtomic } from '@murmur/shared/node';
+import { readRecordFile } from './record-file.js';
 import { type ConversationRecords, FILE_MODE } from './conversations.js';
 import { rememberBounded } from './bounded-map.js';
 
@@ -157,29 +158,15 @@ export class HarnessSessions {
     for (const name of names) if (name !== keep && TRANSCRIPT_NAME.test(name)) await fs.rm(path.join(dir, name), { force: true }).catch(() => {});
   }
 
-  /** A regular file of at most the limit, read through no link at its end (nor waited on, a FIFO); undefined when it is not one. */
+  /** A regular file of at most the limit (`readRecordFile`); undefined when it is not one, said when it is too large. */
   private async readTranscript(file: string, contextId: string): Promise<Buffer | undefined> {
-    let handle: fs.FileHandle;
-    try {
-      handle = await fs.open(file, TAIL_READ);
-    } catch {
-      return undefined;
-    }
-    try {
-      const stat = await handle.stat();
-      if (!stat.isFile()) return undefined;
-      if (stat.size > this.transcriptLimitBytes) {
-        this.records.reportOnce(
-          `[harness-session] the transcript of context '${contextId}' at ${file} is ${stat.size} bytes, more than the ${this.transcriptLimitBytes} an executor keeps (MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES); it was not resumed`,
-        );
-        return undefined;
-      }
-      return await handle.readFile();
-    } catch {
-      return undefined;
-    } finally {
-      await handle.close();
-    }
+    const found = await readRecordFile(file, this.transcriptLimitBytes);
+    if ('content' in found) return found.content;
+    if ('oversized' in found)
+      this.records.reportOnce(
+        `[harness-session] the transcript of context '${contextId}' at ${file}: ${found.unreadable} (MURMUR_HARNESS_TRANSCRIPT_MAX_BYTES); it was not resumed`,
+      );
+    return undefined;
   }
 
   /**
@@ -211,9 +198,15 @@ const EARLIER_HOME = '.harness-home';
 
 const TRANSCRIPT_NAME = /^harness-[0-9a-f-]{36}\.jsonl$/i;
 
+/** The most a harness session's entry (a few ids and a time) is read of. */
+const ENTRY_LIMIT_BYTES = 64 * 1024;
+
+/** A context's harness session entry (`readRecordFile`); undefined when there is none to read. */
 async function readEntry(file: string): Promise<HarnessSessionEntry | undefined> {
+  const found = await readRecordFile(file, ENTRY_LIMIT_BYTES);
+  if (!('content' in found)) return undefined;
   try {
-    const parsed = HarnessSessionEntrySchema.safeParse(JSON.parse(await fs.readFile(file, 'utf8')));
+    const parsed = HarnessSessionEntrySchema.safeParse(JSON.parse(found.content.toString('utf8')));
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;

@@ -57,6 +57,13 @@ export class SessionContexts {
     return this.harnessSessions ? this.harnessSessions.recorded(contextId) : ((await this.conversations?.exists(contextId)) ?? false);
   }
 
+  /** Why the context's recorded conversation cannot be resumed (`ConversationRecords.read`), or undefined. */
+  async unresumable(contextId: string): Promise<{ file: string; reason: string } | undefined> {
+    if (this.harnessSessions || !this.conversations) return undefined;
+    const found = await this.conversations.read(contextId);
+    return 'unreadable' in found ? { file: found.file, reason: found.unreadable } : undefined;
+  }
+
   /** A client's message was relayed to the host: it may start one more context. */
   messageRelayed(): void {
     this.messagesRelayed += 1;

@@ -36,6 +36,8 @@ import {
   topics,
   traced,
   otelTracesUrl,
+  SAFE_CONTEXT_ID_RULE,
+  isSafeContextId,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
 import {
@@ -591,14 +593,36 @@ export class Session {
       if (contextId !== undefined && this.request.resume) {
         if (!(await this.contexts.recorded(contextId)))
           throw new MurmurError('E-CTX-001', `no conversation is recorded for context '${contextId}' of ${plan.capsule.name}, so there is nothing to resume`, {
-            hint: process
-              ? `start it with 'mur run --context ${contextId}' (the harness session of each answered task is recorded)`
-              : plan.lifecycle.conversation === 'threaded'
-                ? `start it with 'mur run --context ${contextId}' (a threaded capsule records its conversation after each answered task)`
-                : 'only a capsule with lifecycle.conversation: threaded keeps its conversations',
+            hint: !isSafeContextId(contextId)
+              ? `'${contextId.slice(0, 64)}' is not a plain name (${SAFE_CONTEXT_ID_RULE}), so nothing is ever recorded for it: name the context with one`
+              : process
+                ? `start it with 'mur run --context ${contextId}' (the harness session of each answered task is recorded)`
+                : plan.lifecycle.conversation === 'threaded'
+                  ? `start it with 'mur run --context ${contextId}' (a threaded capsule records its conversation after each answered task)`
+                  : 'only a capsule with lifecycle.conversation: threaded keeps its conversations',
             path: process ? 'context.record' : 'lifecycle.conversation',
           });
+        // Resumed, it would start afresh without a word: what was asked for is the conversation recorded.
+        const unresumable = await this.contexts.unresumable(contextId);
+        if (unresumable)
+          throw new MurmurError(
+            'E-CTX-001',
+            `the conversation recorded for context '${contextId}' of ${plan.capsule.name} cannot be resumed: ${unresumable.reason}`,
+            {
+              hint: `move ${unresumable.file} aside to start the context afresh, or run with another --context`,
+              path: unresumable.file,
+            },
+          );
       }
+      // A flag that would do nothing here is said, not dropped: each names a conversation to keep or forget.
+      if (contextId !== undefined && !process && plan.lifecycle.conversation !== 'threaded')
+        this.tellLauncher(
+          `warning: context '${contextId.slice(0, 64)}' names a conversation, and ${plan.capsule.name} keeps none (lifecycle.conversation is not threaded): each task starts afresh`,
+        );
+      if (this.request.forget_session && !process)
+        this.tellLauncher(
+          `warning: --forget-session forgets a harness's session (inference.transport: process); ${plan.capsule.name} calls its model itself, and its conversation of context '${(contextId ?? '').slice(0, 64)}' is kept`,
+        );
       const launch = prepareAgentLaunch({
         plan,
         env: launcherEnv,

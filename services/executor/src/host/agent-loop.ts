@@ -212,10 +212,12 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       if (file !== undefined) writeFileAtomic(file, JSON.stringify(kept));
       // The record beyond the session is a convenience, never the task's failure: the answer is
       // given, and the session's own history of the context is kept above.
+      // Said to the launcher as well: a context that stops being recorded (a conversation grown past
+      // what a save may carry) otherwise forgot every later turn with a line in a log nobody reads.
       await run.conversation.save(task.contextId, kept).catch((error: unknown) => {
-        new LogFile(sessionDir, 'bootstrap.log', undefined, { refused: host.recordRefused }).line(
-          `[conversation] context ${task.contextId} was not recorded beyond this session: ${error instanceof Error ? error.message : String(error)}`,
-        );
+        const line = `[conversation] context ${task.contextId} was not recorded beyond this session: ${error instanceof Error ? error.message : String(error)}`;
+        new LogFile(sessionDir, 'bootstrap.log', undefined, { refused: host.recordRefused }).line(line);
+        host.notice(line);
       });
       run.continuation.advance(localContextKey(task), kept);
     }

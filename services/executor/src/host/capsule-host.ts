@@ -57,6 +57,10 @@ export class CapsuleHost implements AgentHost {
   readonly trace: TraceSink;
   private readonly sessionLog: LogFile;
   readonly recordRefused: RecordRefused;
+
+  notice(line: string): void {
+    this.channel.output('stderr', `${line}\n`);
+  }
   readonly tools = new Map<string, HostTool>();
   private readonly allowlist: Set<string>;
   readonly totals: SessionTotals = { turns: 0, inputTokens: 0, outputTokens: 0, toolCalls: 0, shellCalls: 0 };
@@ -86,9 +90,8 @@ export class CapsuleHost implements AgentHost {
     // Said on the capsule's stderr as the host's other notices are: in-process and on a stack alike
     // it reaches whoever launched the session, which the session's own logs, on the full disk, cannot.
     this.recordRefused = (file, error) =>
-      channel.output(
-        'stderr',
-        `[capsule-runtime] logs/${path.basename(file)} could not be written (${(error as NodeJS.ErrnoException).code ?? error.message}${(error as NodeJS.ErrnoException).code === 'ENOSPC' ? ': the disk that holds the workdir is full' : ''}); its later lines are dropped\n`,
+      this.notice(
+        `[capsule-runtime] logs/${path.basename(file)} could not be written (${(error as NodeJS.ErrnoException).code ?? error.message}${(error as NodeJS.ErrnoException).code === 'ENOSPC' ? ': the disk that holds the workdir is full' : ''}); its later lines are dropped`,
       );
     // Held for the host's life, which is the session's: every line of the guest's output is one.
     this.sessionLog = new LogFile(start.session_dir, 'session.log', undefined, { held: true, refused: this.recordRefused });

@@ -99,6 +99,8 @@ export interface AgentHost {
   readonly trace: TraceSink;
   /** Where a log line the host cannot write goes (a disk the guest filled): dropped, and the launcher told once per file. */
   readonly recordRefused: RecordRefused;
+  /** Says a line of the runtime's on the capsule's stderr, which reaches whoever launched the session. */
+  notice(line: string): void;
   readonly totals: SessionTotals;
   readonly tools: ReadonlyMap<string, HostTool>;
   readonly breach: { message: string } | undefined;
