@@ -59,6 +59,9 @@ type Completion = Record<string, unknown> & {
   capsule_name: string;
 };
 
+/** roost's token: a session registers to delegate only with it, which the executors hold. */
+const ROOST_TOKEN = 'a-roost-token-for-the-delegation-tests';
+
 describe('delegated children and their completions', () => {
   let nats: NatsServer;
   let scratch: { dir: string; cleanup: () => Promise<void> };
@@ -118,11 +121,10 @@ describe('delegated children and their completions', () => {
     await publishInto(store, await capsuleArchive(`name: local/not-allowed\nversion: 0.1.0\n`, probe));
 
     // roost with a token: a session registers to delegate only with it, which the executors hold.
-    const roostToken = 'a-roost-token-for-the-delegation-tests';
-    const roost = await startService('roost', { ...env, MURMUR_ROOST_REGISTRY_PATH: store, MURMUR_ROOST_TOKEN: roostToken });
+    const roost = await startService('roost', { ...env, MURMUR_ROOST_REGISTRY_PATH: store, MURMUR_ROOST_TOKEN: ROOST_TOKEN });
     services.push(roost);
     roostUrl = roost.url;
-    const withRoost = { ...env, MURMUR_ROOST_URL: roostUrl, MURMUR_ROOST_TOKEN: roostToken };
+    const withRoost = { ...env, MURMUR_ROOST_URL: roostUrl, MURMUR_ROOST_TOKEN: ROOST_TOKEN };
     // Delegation's own bounds, small enough to reach: a child may not delegate, a tree holds two.
     const limits = { MURMUR_DELEGATION_MAX_DEPTH: '1', MURMUR_DELEGATION_MAX_TREE: '2' };
     executors.push(await startService('executor', { ...withRoost, ...limits }), await startService('executor', { ...withRoost, ...limits }));
@@ -141,7 +143,7 @@ describe('delegated children and their completions', () => {
     // The suite registers a session of its own, as the parent capsule, to ask roost for approvals (with roost's token, as an executor does).
     const registered = await fetch(new URL('/v1/sessions', roostUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${roostToken}` },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${ROOST_TOKEN}` },
       body: JSON.stringify({
         session_id: 'ses_0199c4e2f1b7712a9d3e4f5061728300',
         capsule_name: PARENT,
@@ -571,6 +573,35 @@ describe('delegated children and their completions', () => {
     } finally {
       await parent.stop();
     }
+  });
+
+  it('a child of an in-process mur run stopped by Ctrl-C is recorded as ended by its parent, as on a stack, where its executor closed first and recorded nothing', async () => {
+    const dir = await fs.mkdtemp(path.join(scratch.dir, 'in-process-'));
+    const { MURMUR_NATS_URL: _stack, ...inProcess } = env;
+    const parent = await startAgent(dir, { ...inProcess, MURMUR_ROOST_URL: roostUrl, MURMUR_ROOST_TOKEN: ROOST_TOKEN, MURMUR_DOOR_AUTH: 'session' }, [
+      '--capsule',
+      PARENT,
+      '--capsule-version',
+      '0.1.0',
+      '--workdir',
+      dir,
+      '--no-env-file',
+    ]);
+    const sessionDir = path.join(dir, '.murmur', parent.sessionId);
+    let started: Record<string, unknown> | undefined;
+    try {
+      await tellParent(parent, DELEGATE_TO_WAITING_WORKER);
+      started = await delegationStarted({ sessionDir });
+      parent.process.kill('SIGINT');
+      expect((await parent.exited).code).toBe(130);
+    } finally {
+      await parent.stop();
+    }
+    const completion = JSON.parse(
+      await fs.readFile(path.join(sessionDir, 'children', started?.delegation_id as string, 'completion.json'), 'utf8'),
+    ) as Completion;
+    expect(completion).toMatchObject({ status: 'terminated', reported_by: 'launcher' });
+    expect(completion.detail).toContain('ended by its parent');
   });
 
   it("the parent's model delegates: the child's completion enters the delegating task as the tool's result", async () => {

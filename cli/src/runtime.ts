@@ -42,6 +42,9 @@ export interface RuntimeOptions {
   warmHostBase?: string | undefined;
 }
 
+/** How long an in-process runtime that is closing waits for its delegated children's endings to be recorded. */
+const DELEGATIONS_END_WITHIN_MS = 10_000;
+
 export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime> {
   const env = options.env ?? process.env;
   // The services' logs stay quiet inside `mur` unless asked for (MURMUR_LOG_LEVEL, or -v on stage).
@@ -122,6 +125,9 @@ export async function openRuntime(options: RuntimeOptions = {}): Promise<Runtime
       // Streams that are ending (the final status of a task whose session just ended) get to finish.
       await door?.listener.close(2_000);
       await door?.service.close();
+      // Children end as their parents' doing, recorded by the executor that holds them, before it
+      // closes: closed first, it ended them as "shutting down" and recorded nothing of them.
+      await watcher?.endDelegations(DELEGATIONS_END_WITHIN_MS);
       await executor?.close();
       await watcher?.close();
       await stager.close();

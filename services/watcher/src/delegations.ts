@@ -56,6 +56,9 @@ interface Watched {
   stderrTail: string[];
   outcome: DelegationOutcome | undefined;
   control: Subscription | undefined;
+  /** Resolved once the child's ending is recorded (`onEnded` done). */
+  settled: Promise<void>;
+  settle: () => void;
 }
 
 const STAGE_TIMEOUT_MS = 120_000;
@@ -189,7 +192,11 @@ export class DelegationWatcher {
       ...(handle ? { spawner: spawnerHandleToEnv(handle) } : {}),
       token: launched.token,
     };
+    let settle!: () => void;
+    const settled = new Promise<void>((resolve) => (settle = resolve));
     const watched: Watched = {
+      settled,
+      settle,
       delegationId,
       request,
       handle,
@@ -337,12 +344,32 @@ export class DelegationWatcher {
       this.log.error({ session_id: watched.reply.session_id, err: error }, 'could not record a delegated child’s ending');
     } finally {
       watched.finished = true;
+      watched.settle();
       // The control subject stays answerable a while, so whoever holds the delegation can read how it ended.
       setTimeout(() => {
         watched.control?.unsubscribe();
         this.watched.delete(watched.reply.session_id);
       }, 60_000).unref();
     }
+  }
+
+  /**
+   * Ends every child still running as its parent's doing, and waits (at most `withinMs`) until
+   * each one's ending is recorded: for a runtime that is leaving with the parents, as in-process
+   * `mur run` does, which had closed the children's executor first, so that a child ended as "the
+   * executor is shutting down" and no `completion.json` or outcome was ever recorded.
+   */
+  async endAll(withinMs: number): Promise<void> {
+    const running = [...this.watched.values()].filter((watched) => !watched.finished);
+    for (const watched of running) void this.end(watched, 'parent');
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all(running.map((watched) => watched.settled)),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, withinMs);
+      }),
+    ]);
+    clearTimeout(timer);
   }
 
   close(): void {

@@ -17,6 +17,8 @@ import { type ProcessState, listRunningRecords, processState, removeRunningRecor
  * heartbeats (`executors.ts`) and ends the sessions of one that is lost.
  */
 export interface WatcherService {
+  /** Ends the delegated children it watches as their parents' doing, and waits until their endings are recorded (`DelegationWatcher.endAll`). */
+  endDelegations(withinMs: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -139,6 +141,7 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
   ];
 
   return {
+    endDelegations: (withinMs) => delegations.endAll(withinMs),
     async close() {
       for (const subscription of subscriptions) subscription.unsubscribe();
       executors.close();
