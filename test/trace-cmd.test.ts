@@ -214,6 +214,37 @@ describe('mur trace', () => {
       ]);
     });
 
+    it('shows each turn its own call’s duration across tasks, whose turns count from 0 again, and a long tool name apart from it', async () => {
+      const id = `ses_${'b'.repeat(32)}`;
+      const at = (fields: Record<string, unknown>) => JSON.stringify({ session_id: id, timestamp: 1_796_640_678_000, ...fields });
+      const turn = (durationMs: number) => [
+        at({ event_type: 'inference', turn: 0, input_tokens: 1, output_tokens: 1, decision: 'tool_call', tool_name: 'delegate-task-longer', model: 'm' }),
+        at({
+          event_type: 'tool_call',
+          turn: 0,
+          tool_name: 'delegate-task-longer',
+          input: {},
+          input_bytes: 2,
+          output_bytes: 2,
+          duration_ms: durationMs,
+          status: 'ok',
+        }),
+        at({ event_type: 'inference', turn: 1, input_tokens: 1, output_tokens: 1, decision: 'end_turn', tool_name: null, model: 'm' }),
+      ];
+      const file = path.join(scratch.dir, 'two-tasks', id, 'trace.jsonl');
+      await fs.mkdir(path.dirname(file), { recursive: true });
+      const start = at({ event_type: 'session_start', capsule_name: 'parent', capsule_version: '0.1.0', model: 'm', max_turns: 10 });
+      await fs.writeFile(file, `${[start, ...turn(3_797), start, ...turn(871)].join('\n')}\n`);
+      const result = await trace(['steps', file]);
+      expect(result.code, result.stderr).toBe(0);
+      expect(lines(result).slice(2, 6)).toEqual([
+        '  0  tool_call    delegate-task-longer  3.8s',
+        '  1  end_turn     —                     —',
+        '  0  tool_call    delegate-task-longer  871ms',
+        '  1  end_turn     —                     —',
+      ]);
+    });
+
     it('adds the start of each turn’s tool input with --verbose', async () => {
       const result = await trace(['steps', '--verbose', '@2']);
       expect(result.code, result.stderr).toBe(0);

@@ -211,27 +211,28 @@ export function renderShow(summary: TraceSummary): string[] {
 
 export function renderSteps(events: TraceEvent[], verbose: boolean): string[] {
   let sessionId = '';
-  const inferences: Array<{ turn: number; decision: string; tool: string }> = [];
-  // A turn's duration and input are its first call's.
-  const durations = new Map<number, number>();
-  const inputs = new Map<number, string>();
+  // A turn's duration and input are its first call's: the call that follows its inference in the
+  // trace. Matched by the turn's number alone, a later task's turn 0 showed the first task's.
+  const rows: Array<{ turn: number; decision: string; tool: string; durationMs?: number; input?: string }> = [];
   for (const event of events) {
     if (event.event_type === 'session_start') sessionId = event.session_id;
-    else if (event.event_type === 'inference') inferences.push({ turn: event.turn, decision: event.decision, tool: event.tool_name ?? DASH });
+    else if (event.event_type === 'inference') rows.push({ turn: event.turn, decision: event.decision, tool: event.tool_name ?? DASH });
     else if (event.event_type === 'tool_call' || event.event_type === 'skill_call') {
-      if (!durations.has(event.turn)) durations.set(event.turn, event.duration_ms);
-      if (verbose && event.event_type === 'tool_call' && event.input !== undefined && !inputs.has(event.turn)) {
+      const row = rows.at(-1);
+      if (row === undefined || row.turn !== event.turn || row.durationMs !== undefined) continue;
+      row.durationMs = event.duration_ms;
+      if (verbose && event.event_type === 'tool_call' && event.input !== undefined) {
         const summary = inputSummary(event.input);
-        if (summary !== '') inputs.set(event.turn, summary);
+        if (summary !== '') row.input = summary;
       }
     }
   }
-  // A loop, not a spread: a trace of 200 000 turns is more arguments than a call takes.
-  const toolWidth = inferences.reduce((widest, row) => Math.max(widest, Array.from(row.tool).length), 12);
-  const lines = [`Session ${sessionId}  (${plural(inferences.length, 'turn')})`, ''];
-  for (const { turn, decision, tool } of inferences) {
-    const spent = durations.has(turn) ? duration(durations.get(turn) as number) : DASH;
-    const input = inputs.get(turn);
+  // A loop, not a spread: a trace of 200 000 turns is more arguments than a call takes. Two
+  // spaces past the widest name, so that it never runs into the duration.
+  const toolWidth = rows.reduce((widest, row) => Math.max(widest, Array.from(row.tool).length + 2), 12);
+  const lines = [`Session ${sessionId}  (${plural(rows.length, 'turn')})`, ''];
+  for (const { turn, decision, tool, durationMs, input } of rows) {
+    const spent = durationMs !== undefined ? duration(durationMs) : DASH;
     lines.push(
       verbose && input
         ? `  ${pad(turn, 3)}${pad(decision, 13)}${pad(tool, toolWidth)}${pad(spent, 5)}   ${input}`
