@@ -296,10 +296,25 @@ function textsOf(content) {
     .map((block) => block.text);
 }
 
-/** Token usage on the wire, a missing count as 0; undefined when the API reported neither. */
+/**
+ * Token usage on the wire, a count the API did not report left out (the host estimates it: a 0
+ * undercounted the trace's totals and the compaction threshold); undefined when it reported neither.
+ */
 function usageOf(inputTokens, outputTokens) {
   if (typeof inputTokens !== 'number' && typeof outputTokens !== 'number') return undefined;
-  return { input_tokens: typeof inputTokens === 'number' ? inputTokens : 0, output_tokens: typeof outputTokens === 'number' ? outputTokens : 0 };
+  const usage = {};
+  if (typeof inputTokens === 'number') usage.input_tokens = inputTokens;
+  if (typeof outputTokens === 'number') usage.output_tokens = outputTokens;
+  return usage;
+}
+
+/**
+ * A stop reason the API documents but the loop cannot go on from, said as the model's own ending
+ * (`what`), never as the runtime's limitation ("unsupported"), which sent users to check settings
+ * that were right. The host's hint reads the `ended its reply with` of it.
+ */
+function endedWith(field, reason, what) {
+  return fail(`the model ended its reply with ${field} '${String(reason)}'${what ? ` (${what})` : ''}, which ends the task`);
 }
 
 /** The wire response, usage left out when the API reported none. */

@@ -142,8 +142,14 @@ function mapAnthropicStopReason(reason) {
       return ok('tool_call');
     case 'max_tokens':
       return ok('max_tokens');
+    case 'refusal':
+      return endedWith('stop_reason', reason, 'it refused to answer');
+    case 'pause_turn':
+      return endedWith('stop_reason', reason, 'a server tool paused its turn, which this runtime does not continue');
+    case 'model_context_window_exceeded':
+      return endedWith('stop_reason', reason, "the conversation fills the model's context window");
     default:
-      return fail(`unsupported stop_reason '${String(reason)}'`);
+      return endedWith('stop_reason', reason, 'a reason this driver does not know');
   }
 }
 
@@ -166,7 +172,12 @@ function anthropicMessageToWire(message) {
     if (block.type === 'text') {
       if (typeof block.text === 'string' && block.text !== '') content.push({ type: 'text', text: block.text });
     } else if (block.type === 'tool_use') {
-      content.push({ type: 'tool_call', id: String(block.id ?? ''), name: String(block.name ?? ''), input: isObject(block.input) ? block.input : {} });
+      const name = String(block.name ?? '');
+      // Held to what a streamed call is held to: an input that is no object is not quietly run as {}.
+      const input =
+        block.input === undefined ? ok({}) : isObject(block.input) ? ok(block.input) : parseToolInput(JSON.stringify(block.input), name, stop.value);
+      if (!input.ok) return input;
+      if (input.value !== undefined) content.push({ type: 'tool_call', id: String(block.id ?? ''), name, input: input.value });
     } else if (block.type === 'thinking') {
       const thinking = { type: 'thinking', text: String(block.thinking ?? '') };
       if (typeof block.signature === 'string' && block.signature !== '') thinking.signature = block.signature;

@@ -21,11 +21,16 @@ function joinedText(content) {
   return textsOf(content).join('\n');
 }
 
-/** An assistant wire message as a Chat Completions message; thinking is not sent back. */
+/**
+ * An assistant wire message as a Chat Completions message; thinking is not sent back. Its content
+ * is null only beside tool calls: the API refuses an assistant message with neither, and one empty
+ * reply, once recorded in a context, had every later turn of it refused (HTTP 400).
+ */
 function openAIAssistantMessage(message) {
   const blocks = contentBlocks(message.content);
   const texts = blocks.filter((block) => block.type === 'text' && typeof block.text === 'string' && block.text !== '').map((block) => block.text);
-  const out = { role: 'assistant', content: texts.length > 0 ? texts.join('\n') : null };
+  const hasToolCalls = blocks.some((block) => block.type === 'tool_call');
+  const out = { role: 'assistant', content: texts.length > 0 ? texts.join('') : hasToolCalls ? null : '' };
   const toolCalls = blocks
     .filter((block) => block.type === 'tool_call')
     .map((block) => ({
@@ -102,8 +107,10 @@ function mapOpenAIFinishReason(reason, hasToolCalls) {
       return ok('tool_call');
     case 'length':
       return ok('max_tokens');
+    case 'content_filter':
+      return endedWith('finish_reason', reason, "the provider's content filter withheld the reply");
     default:
-      return fail(`unsupported finish_reason '${String(reason)}'`);
+      return endedWith('finish_reason', reason, 'a reason this driver does not know');
   }
 }
 
@@ -124,18 +131,22 @@ function partialTagLength(text, tag) {
 }
 
 /**
- * Routes `<think>…</think>` segments of streamed content to thinking: `push(delta)` for each
- * content delta, then `finish()` for `{text, thinking}`. Text goes to `onText` and thinking to
- * `onThinking` as it is read; a tag split across deltas is held back until it is complete.
+ * Routes a `<think>…</think>` that opens the streamed content (reasoning models put their
+ * reasoning there, before the answer) to thinking: `push(delta)` for each content delta, then
+ * `finish()` for `{text, thinking}`. Text goes to `onText` and thinking to `onThinking` as it is
+ * read; a tag split across deltas is held back until it is complete. Only at the start: the same
+ * characters later are the answer's own (a reply about the tag), and read as a tag they sent the
+ * rest of the answer to thinking.
  */
 function createThinkSplitter(onText, onThinking) {
-  let inThink = false;
+  /** `start` until the content's first characters that are not white space have told; then `thinking` until the close, and `text` for good. */
+  let state = 'start';
   let pending = '';
   let text = '';
   let thinking = '';
-  const out = (part) => {
+  const out = (part, into) => {
     if (part === '') return;
-    if (inThink) {
+    if (into === 'thinking') {
       thinking += part;
       emitTo(onThinking, part);
     } else {
@@ -145,21 +156,40 @@ function createThinkSplitter(onText, onThinking) {
   };
   return {
     push(delta) {
-      pending += delta;
-      for (;;) {
-        const tag = inThink ? THINK_CLOSE : THINK_OPEN;
-        const at = pending.indexOf(tag);
-        if (at === -1) break;
-        out(pending.slice(0, at));
-        pending = pending.slice(at + tag.length);
-        inThink = !inThink;
+      if (state === 'text') {
+        out(delta, 'text');
+        return;
       }
-      const hold = partialTagLength(pending, inThink ? THINK_CLOSE : THINK_OPEN);
-      out(pending.slice(0, pending.length - hold));
+      pending += delta;
+      if (state === 'start') {
+        const opening = pending.trimStart();
+        if (opening.startsWith(THINK_OPEN)) {
+          state = 'thinking';
+          pending = opening.slice(THINK_OPEN.length);
+        } else if (THINK_OPEN.startsWith(opening)) {
+          return;
+        } else {
+          state = 'text';
+          out(pending, 'text');
+          pending = '';
+          return;
+        }
+      }
+      const at = pending.indexOf(THINK_CLOSE);
+      if (at !== -1) {
+        out(pending.slice(0, at), 'thinking');
+        const rest = pending.slice(at + THINK_CLOSE.length);
+        pending = '';
+        state = 'text';
+        out(rest, 'text');
+        return;
+      }
+      const hold = partialTagLength(pending, THINK_CLOSE);
+      out(pending.slice(0, pending.length - hold), 'thinking');
       pending = pending.slice(pending.length - hold);
     },
     finish() {
-      out(pending);
+      out(pending, state === 'thinking' ? 'thinking' : 'text');
       pending = '';
       return { text, thinking };
     },
@@ -223,7 +253,8 @@ function openAICompletionToWire(completion) {
   const choice = Array.isArray(completion.choices) ? completion.choices.find(isObject) : undefined;
   if (choice === undefined) return fail(`${PARSE_ERROR_PREFIX}no choices`);
   const message = isObject(choice.message) ? choice.message : {};
-  const split = splitThinkTags(openAIContentText(message.content));
+  // A refusal is the model's answer, in a field of its own: dropped, the task ended ok with none.
+  const split = splitThinkTags(openAIContentText(message.content) || (typeof message.refusal === 'string' ? message.refusal : ''));
   const reasoning = openAIReasoning(message);
   const thinking = reasoning !== '' && split.thinking !== '' ? `${reasoning}\n${split.thinking}` : reasoning + split.thinking;
   const toolCalls = (Array.isArray(message.tool_calls) ? message.tool_calls : []).filter(isObject).map((call) => {
@@ -278,6 +309,7 @@ function createOpenAIStreamParser(onText, onThinking) {
         }
         const text = openAIContentText(delta.content);
         if (text !== '') splitter.push(text);
+        if (typeof delta.refusal === 'string' && delta.refusal !== '') splitter.push(delta.refusal);
         for (const fragment of Array.isArray(delta.tool_calls) ? delta.tool_calls : []) {
           if (!isObject(fragment)) continue;
           const index = typeof fragment.index === 'number' ? fragment.index : calls.size;
@@ -291,6 +323,8 @@ function createOpenAIStreamParser(onText, onThinking) {
           // Most servers send the name once; some repeat it whole in every fragment.
           if (typeof fn.name === 'string' && fn.name !== '' && fn.name !== call.name) call.name += fn.name;
           if (typeof fn.arguments === 'string') call.arguments += fn.arguments;
+          // Some servers send the arguments as an object, as a JSON reply may: read alike.
+          else if (isObject(fn.arguments)) call.arguments = JSON.stringify(fn.arguments);
         }
         if (typeof choice.finish_reason === 'string' && choice.finish_reason !== '') finishReason = choice.finish_reason;
       }

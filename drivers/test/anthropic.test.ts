@@ -267,9 +267,22 @@ describe('the Anthropic response', () => {
     expect(anthropic.mapAnthropicStopReason('max_tokens')).toEqual({ ok: true, value: 'max_tokens' });
   });
 
-  it('refuses any other stop reason', () => {
+  it('ends the task at any other stop reason, said as the model’s own ending and what it means, never as unsupported', () => {
     const body = JSON.stringify({ content: [{ type: 'text', text: 'no' }], stop_reason: 'refusal' });
-    expect(anthropic.parse(200, body)).toEqual({ ok: false, error: "unsupported stop_reason 'refusal'" });
+    expect(anthropic.parse(200, body)).toEqual({
+      ok: false,
+      error: "the model ended its reply with stop_reason 'refusal' (it refused to answer), which ends the task",
+    });
+    expect(anthropic.mapAnthropicStopReason('pause_turn').error).toContain('a server tool paused its turn');
+    expect(anthropic.mapAnthropicStopReason('model_context_window_exceeded').error).toContain("the conversation fills the model's context window");
+    expect(anthropic.mapAnthropicStopReason('novel').error).toBe(
+      "the model ended its reply with stop_reason 'novel' (a reason this driver does not know), which ends the task",
+    );
+  });
+
+  it('holds a JSON reply’s tool input to what a streamed one is held to: one that is no object ends the task, never runs as {}', () => {
+    const body = JSON.stringify({ content: [{ type: 'tool_use', id: 't1', name: 'echo', input: ['echo', 'x'] }], stop_reason: 'tool_use' });
+    expect(anthropic.parse(200, body)).toMatchObject({ ok: false, error: expect.stringContaining("the input of tool call 'echo' is not a JSON object") });
   });
 
   it('turns a truncated JSON body into a parse error', () => {

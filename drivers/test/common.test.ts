@@ -336,10 +336,10 @@ describe('wire message content', () => {
 });
 
 describe('the wire response', () => {
-  it('reports usage with a missing count as 0, and no usage when neither count is a number', () => {
+  it('reports usage with a missing count left out, for the host to estimate, and no usage when neither count is a number', () => {
     expect(lib.usageOf(10, 5)).toEqual({ input_tokens: 10, output_tokens: 5 });
-    expect(lib.usageOf(10, undefined)).toEqual({ input_tokens: 10, output_tokens: 0 });
-    expect(lib.usageOf('10', 5)).toEqual({ input_tokens: 0, output_tokens: 5 });
+    expect(lib.usageOf(10, undefined)).toEqual({ input_tokens: 10 });
+    expect(lib.usageOf('10', 5)).toEqual({ output_tokens: 5 });
     expect(lib.usageOf(undefined, null)).toBeUndefined();
   });
 

@@ -249,14 +249,53 @@ describe('the OpenAI-compatible response', () => {
     expect(openai.parse(200, body).value.stop_reason).toBe('tool_call');
   });
 
-  it('refuses content_filter and other finish reasons', () => {
+  it('ends the task at content_filter and other finish reasons, said as the model’s own ending and what it means', () => {
     const body = sse([
       ['', chunk({ content: 'Sor' })],
       ['', chunk({}, 'content_filter')],
       ['', '[DONE]'],
     ]);
-    expect(openai.parse(200, body)).toEqual({ ok: false, error: "unsupported finish_reason 'content_filter'" });
+    expect(openai.parse(200, body)).toEqual({
+      ok: false,
+      error: "the model ended its reply with finish_reason 'content_filter' (the provider's content filter withheld the reply), which ends the task",
+    });
     expect(openai.mapOpenAIFinishReason('weird', false).ok).toBe(false);
+  });
+
+  it('sends an earlier empty answer back as empty content, never null without tool calls, which the API refuses', () => {
+    const request = openai.buildOpenAIRequest(
+      {
+        model: 'm',
+        messages: [
+          { role: 'user', content: [{ type: 'text', text: 'hi' }] },
+          { role: 'assistant', content: [] },
+          { role: 'user', content: [{ type: 'text', text: 'again' }] },
+        ],
+      },
+      env(),
+    );
+    expect(request.body.messages[1]).toEqual({ role: 'assistant', content: '' });
+  });
+
+  it('takes a refusal as the model’s answer, where the task ended ok with none', () => {
+    const json = JSON.stringify({
+      choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: 'I cannot help with that.' }, finish_reason: 'stop' }],
+    });
+    expect(openai.parse(200, json).value.content).toEqual([{ type: 'text', text: 'I cannot help with that.' }]);
+    const streamed = sse([
+      ['', chunk({ refusal: 'I cannot ' })],
+      ['', chunk({ refusal: 'help.' })],
+      ['', chunk({}, 'stop')],
+      ['', '[DONE]'],
+    ]);
+    expect(openai.parse(200, streamed).value.content).toEqual([{ type: 'text', text: 'I cannot help.' }]);
+  });
+
+  it('reads only a <think> that opens the content as reasoning: the same characters later are the answer', () => {
+    expect(openai.splitThinkTags('  <think>plan</think>The answer.')).toEqual({ text: 'The answer.', thinking: 'plan' });
+    const mentioned = 'Models put reasoning inside a <think> element, then answer. The answer is 42.';
+    expect(openai.splitThinkTags(mentioned)).toEqual({ text: mentioned, thinking: '' });
+    expect(openai.splitThinkTags('<think>a</think>b<think>c</think>')).toEqual({ text: 'b<think>c</think>', thinking: 'a' });
   });
 
   it('turns a truncated JSON body into a parse error', () => {
@@ -349,11 +388,11 @@ describe('the OpenAI-compatible driver end to end', () => {
     expect(result.summary).toBe('failed to read inference response: stream reset');
   });
 
-  /** Reasoning, then content with a `<think>` segment, characters of two, three and four bytes. */
+  /** Reasoning, then content that opens with a `<think>` segment, characters of two, three and four bytes. */
   const UNICODE_STREAM = sse([
     ['', chunk({ reasoning_content: 'réfléchir…' })],
-    ['', chunk({ content: 'ça ' })],
-    ['', chunk({ content: '<think>h€m</think>va 🚀' })],
+    ['', chunk({ content: '<think>h€m</think>ça ' })],
+    ['', chunk({ content: 'va 🚀' })],
     ['', chunk({}, 'stop')],
     ['', '[DONE]'],
   ]);

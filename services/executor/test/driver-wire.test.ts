@@ -72,13 +72,13 @@ describe('the request a driver receives', () => {
 });
 
 describe('reading a driver’s reply', () => {
-  it('reads end_turn as the end, joining its text blocks with newlines', () => {
+  it('reads end_turn as the end, joining its text blocks as they were streamed (citations split one sentence into several)', () => {
     const content = [
       { type: 'thinking', thinking: 'hmm' },
       { type: 'text', text: 'first' },
       { type: 'text', text: 'second' },
     ];
-    expect(readDriverReply(passed({ stop_reason: 'end_turn', content }))).toEqual({ kind: 'end', stopReason: 'end_turn', text: 'first\nsecond', content });
+    expect(readDriverReply(passed({ stop_reason: 'end_turn', content }))).toEqual({ kind: 'end', stopReason: 'end_turn', text: 'firstsecond', content });
   });
 
   it('reads max_tokens as the end too, keeping the stop reason', () => {
@@ -472,6 +472,14 @@ describe('a driver failure as the run reports it', () => {
     ['HTTP 529: {"type":"error","error":{"type":"overloaded_error"}}', 'inference.endpoint', 'overloaded or down for now (HTTP 529): run again later'],
     ['HTTP 503: Service Unavailable', 'inference.endpoint', 'overloaded or down for now (HTTP 503)'],
     ['HTTP 401: {"error":"invalid x-api-key"}', 'inference.api_key', 'refused the key (HTTP 401): check inference.api_key'],
+    ['HTTP 500: {"type":"error","error":{"type":"api_error"}}', 'inference.endpoint', 'failed on its side for now: run again later'],
+    ['inference error: overloaded_error: Overloaded', 'inference.endpoint', 'failed on its side for now: run again later'],
+    ['inference error: server_error: The server had an error', 'inference.endpoint', 'failed on its side for now: run again later'],
+    [
+      "the model ended its reply with stop_reason 'refusal' (it refused to answer), which ends the task",
+      'inference',
+      "the model's reply ended the task, not a setting: rephrase the task",
+    ],
   ])("says what the provider's status means rather than to check the settings: %s", (said, path, hint) => {
     const failed = driverFailure(said, undefined);
     expect(failed.message).toBe(said);

@@ -112,10 +112,12 @@ export function readDriverReply(result: ToolResultLike): DriverReply {
       return {
         kind: 'end',
         stopReason,
+        // Joined as streamed: a reply's text blocks (citations split one sentence into several)
+        // are one text, and a newline between them made the answer differ from what was shown.
         text: blocks
           .filter((block) => block.type === 'text' && typeof block.text === 'string')
           .map((block) => block.text as string)
-          .join('\n'),
+          .join(''),
         // A turn that ends runs no tool: calls it carries (a reply cut at max_tokens keeps those it
         // finished) are not kept, or the history would hold calls no result answers, which a
         // provider refuses on every later turn of the context.
@@ -198,6 +200,12 @@ function failureHint(message: string, egress: EgressFailure | undefined): [strin
     return ["the model's provider is limiting this key's rate (HTTP 429): run again once its limit has passed, or ask it less often", 'inference'];
   if (status === '529' || status === '503')
     return [`the model's provider is overloaded or down for now (HTTP ${status}): run again later`, 'inference.endpoint'];
+  // The provider's own failure, by its status or by the error it put in the stream: the request was right.
+  if (status === '500' || status === '502' || status === '504' || /inference error: (?:overloaded_error|api_error|server_error)\b/.test(message))
+    return ["the model's provider failed on its side for now: run again later", 'inference.endpoint'];
+  // The model's own ending of its reply (a refusal, a content filter): its answer, not the settings.
+  if (/the model ended its reply with (?:stop_reason|finish_reason) /.test(message))
+    return ["the model's reply ended the task, not a setting: rephrase the task, or give it another (what it said so far was streamed)", 'inference'];
   if (status === '401' || status === '403')
     return [`the model's provider refused the key (HTTP ${status}): check inference.api_key (or the driver's gateway key) in murmur.yaml`, 'inference.api_key'];
   if (!egress) return ["the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml", 'inference'];
