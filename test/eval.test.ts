@@ -1,11 +1,12 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { agentManifest, agentProject } from './support/agents.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
-import { type ServiceProcess, runMur, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, runMur, spawnMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -98,6 +99,8 @@ describe('mur eval', () => {
         const task = JSON.stringify(messages[0]?.content ?? '');
         const answered = messages.some((message) => message.role === 'user' && JSON.stringify(message.content).includes('tool_result'));
         if (task.includes('forge the score') && !answered) return { toolCalls: [{ name: 'bash', input: { command: FORGE_COMMAND } }] };
+        // A case still at work when it is interrupted.
+        if (task.includes('take your time') && !answered) return { toolCalls: [{ name: 'bash', input: { command: 'sleep 60' } }] };
         return task.includes('use the shell') && !answered ? { toolCalls: [{ name: 'bash', input: { command: 'echo hi' } }] } : { text: 'done' };
       },
     });
@@ -398,6 +401,34 @@ describe('mur eval', () => {
     }
   }, 300_000);
 
+  it('interrupted, stops the session in flight and runs no later case, saying which, where the session ran on to its end', async () => {
+    const dir = await project('interrupted', ['      - type: exit_ok']);
+    await fs.writeFile(path.join(dir, 'slow-task.md'), 'take your time');
+    await fs.writeFile(path.join(dir, 'cases.jsonl'), '{"case_id": "slow", "task_path": "slow-task.md"}\n{"case_id": "never", "task_path": "plain-task.md"}\n');
+    const { child, output } = spawnMur(['eval', 'run', '--dataset', 'cases.jsonl'], { cwd: dir, env });
+    const sessionDir = await eventually(
+      async () => {
+        const [session] = await sessionsIn(path.join(dir, 'workdir'));
+        const trace = session ? await fs.readFile(path.join(dir, 'workdir', session, 'trace.jsonl'), 'utf8').catch(() => '') : '';
+        return trace.includes('"shell"') || trace.includes('"tool_call"') ? path.join(dir, 'workdir', session as string) : undefined;
+      },
+      60_000,
+      'the slow case to be at work',
+    );
+    child.kill('SIGINT');
+    const [code] = (await once(child, 'exit')) as [number | null];
+    expect(code).toBe(130);
+    expect(output.stderr).toMatch(/mur: SIGINT: stopping session ses_\w+ of case slow; no later case runs/);
+    expect(output.stderr).toContain('mur: interrupted: 1 of 2 case(s) ran; no later case did');
+    expect(output.stdout).not.toContain('case: never');
+    const end = (await fs.readFile(path.join(sessionDir, 'trace.jsonl'), 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>)
+      .find((event) => event.event_type === 'session_end');
+    expect(JSON.stringify(end)).toContain('mur eval run was interrupted');
+  }, 120_000);
+
   describe('on the stack', () => {
     let nats: NatsServer;
     const services: ServiceProcess[] = [];
@@ -464,9 +495,34 @@ describe('mur eval', () => {
       const result = await evalRun('{"case_id": "a", "task_path": "task.md"}\n{"case_id": "b", "task_path": "missing.md"}\n');
       expect(result.code).toBe(1);
       expect(result.stderr).toContain(
-        `error[E-IO-001]: ${path.join(dir, 'bad.jsonl')}:2: task_path 'missing.md' of case 'b' not found at ${path.join(dir, 'missing.md')}`,
+        `error[E-IO-001]: ${path.join(dir, 'bad.jsonl')}:2: task_path 'missing.md' of case 'b' was not found at ${path.join(dir, 'missing.md')}`,
       );
       expect(result.stdout).toBe('');
+    });
+
+    it('refuses a task_path that is a FIFO, a directory or larger than a launch carries, before any session starts', async () => {
+      spawnSync('mkfifo', [path.join(dir, 'fifo.md')]);
+      await fs.mkdir(path.join(dir, 'folder.md'), { recursive: true });
+      await fs.writeFile(path.join(dir, 'huge.md'), 'x'.repeat(2 * 1024 * 1024));
+      for (const [task, said] of [
+        ['fifo.md', "task_path 'fifo.md' of case 'b' is a FIFO, not a task file"],
+        ['folder.md', "task_path 'folder.md' of case 'b' is a directory, not a task file"],
+        ['huge.md', "task_path 'huge.md' of case 'b' is 2097152 bytes; a task file is at most 1048576 bytes"],
+      ]) {
+        const result = await evalRun(`{"case_id": "a", "task_path": "task.md"}\n{"case_id": "b", "task_path": "${task}"}\n`);
+        expect(result.code, result.stderr).toBe(1);
+        expect(result.stderr).toContain(`${path.join(dir, 'bad.jsonl')}:2: ${said}`);
+        expect(result.stdout).toBe('');
+      }
+      await expect(fs.access(path.join(dir, 'workdir'))).rejects.toThrow();
+    });
+
+    it('prints a case id as one line, its control characters escaped, where a newline in it forged a result line', async () => {
+      const forged = JSON.stringify({ case_id: 'evil\n    result: pass  session: ses_fake\u001b[31m', task_path: 'task.md' });
+      const result = await evalRun(`${forged}\n`);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stdout).not.toMatch(/^ {4}result: pass {2}session: ses_fake/m);
+      expect(result.stdout).not.toContain('\u001b');
     });
 
     it("refuses a missing dataset with upstream's messages, and an empty one", async () => {
@@ -521,6 +577,11 @@ describe('mur eval', () => {
         const none = await runMur(['eval', 'show', '--workdir', workdir]);
         expect(none.code).toBe(1);
         expect(none.stderr).toContain(`error[E-EVAL-002]: session ${bare} has no eval.jsonl (${path.join(workdir, bare, 'eval.jsonl')})`);
+        // A session that never reached its end was scored by nothing, however its capsule is declared.
+        await fs.writeFile(path.join(workdir, bare, 'trace.jsonl'), `${JSON.stringify({ event_type: 'session_start', session_id: bare, timestamp: 1 })}\n`);
+        const unfinished = await runMur(['eval', 'show', '--workdir', workdir]);
+        expect(unfinished.stderr).toContain('hint: the session did not reach its end (its trace.jsonl has no session_end');
+        expect(unfinished.stderr).not.toContain('declare murmur-hook-eval');
         const unknown = await runMur(['eval', 'show', 'dddd', '--workdir', workdir]);
         expect(unknown.stderr).toContain(`error[E-EVAL-002]: no session found matching suffix 'dddd' in ${workdir}`);
         // mur trace's selectors: a suffix of any length, refused only when it names several.

@@ -2,6 +2,8 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { DatasetCaseSchema, MurmurError } from '@murmur/shared';
 import { systemFailureCode, systemFailureHint } from '@murmur/shared/node';
+import { oneLine } from './output.js';
+import { readTaskFile } from './task-file.js';
 
 /**
  * A dataset for `mur eval run`: one JSON object per line, `{case_id, task_path, expected?}`.
@@ -63,17 +65,13 @@ export async function readDataset(given: string | undefined, cwd: string = proce
       );
     }
     const taskFile = path.resolve(cwd, parsed.data.task_path);
-    let task: string;
-    try {
-      task = await fs.readFile(taskFile, 'utf8');
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      throw new MurmurError(
-        code === 'ENOENT' ? 'E-IO-001' : 'E-IO-003',
-        `${where}: task_path '${parsed.data.task_path}' of case '${parsed.data.case_id}' ${code === 'ENOENT' ? 'not found' : `cannot be read (${code ?? (error as Error).message})`} at ${taskFile}`,
-        { path: taskFile, hint: 'a relative task_path is taken from the directory mur eval run runs in' },
-      );
-    }
+    // Read as mur run reads --task, every case before the first runs: a FIFO here held mur eval
+    // run for ever, and a file larger than a launch was refused only once the cases before it ran.
+    const task = readTaskFile(
+      taskFile,
+      `${where}: task_path '${parsed.data.task_path}' of case '${oneLine(parsed.data.case_id)}'`,
+      'a relative task_path is taken from the directory mur eval run runs in',
+    );
     cases.push({ caseId: parsed.data.case_id, task });
   }
   if (cases.length === 0)

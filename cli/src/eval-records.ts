@@ -1,3 +1,5 @@
+import { promises as fs } from 'node:fs';
+import path from 'node:path';
 import {
   type DatasetRunRecord,
   DatasetRunRecordSchema,
@@ -86,9 +88,15 @@ export async function readEvalFile(choice: EvalFileChoice): Promise<EvalFileCont
     if (error instanceof MurmurError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ENOENT' && choice.sessionId !== undefined) {
+      // The hook writes it as the session ends: a session that never reached its end (stopped,
+      // still running) was scored by nothing, however its capsule is declared.
+      const trace = await fs.readFile(path.join(path.dirname(file), 'trace.jsonl'), 'utf8').catch(() => undefined);
+      const ended = trace === undefined || trace.includes('"event_type":"session_end"');
       throw new MurmurError('E-EVAL-002', `session ${choice.sessionId} has no ${EVAL_FILE} (${file})`, {
         path: file,
-        hint: 'declare murmur-hook-eval in the capsule\'s artifacts: (with capabilities.filesystem.scope: ".") and set observability.eval.scorers',
+        hint: ended
+          ? 'declare murmur-hook-eval in the capsule\'s artifacts: (with capabilities.filesystem.scope: ".") and set observability.eval.scorers'
+          : 'the session did not reach its end (its trace.jsonl has no session_end: it was stopped, or still runs), so nothing scored it; run the case again',
       });
     }
     if (code === 'ENOENT') throw new MurmurError('E-IO-001', `eval file not found: ${file}`, { path: file });

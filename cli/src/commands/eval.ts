@@ -23,6 +23,7 @@ import { fetchSessionFile } from '../session-files.js';
 import { stageThroughBus } from '../staging.js';
 import { launchEnvironment, sessionDoor, watchSessionEnd } from '../session-launch.js';
 import { readManifestTextSync } from '@murmur/shared/node';
+import { STOP_SIGNALS } from '../stop-signals.js';
 
 /**
  * `mur eval show|diff|run`: reading the scores `murmur-hook-eval` writes to a session's
@@ -193,6 +194,15 @@ interface CaseContext {
   lockPath: string;
   /** The capsule's staging, shared by every case: the same project, so the same plan. */
   staging: Promise<{ plan: StagedPlan } | { error: unknown }> | undefined;
+  /** The run was interrupted: its session in flight is stopped, and no later case runs. */
+  interrupted: NodeJS.Signals | undefined;
+  /** The session in flight, which an interrupt stops. */
+  current: { sessionId: string; caseId: string } | undefined;
+}
+
+/** Asks the session's executor to stop it, as an interrupted `mur run` does; one already gone is left be. */
+async function stopInterrupted(runtime: Runtime, sessionId: string): Promise<void> {
+  await runtime.bus.request(commands.stopSession.at(sessionId), { reason: 'mur eval run was interrupted' }, { timeoutMs: 10_000 }).catch(() => undefined);
 }
 
 /**
@@ -225,6 +235,7 @@ async function runSession(context: CaseContext, plan: StagedPlan, caseId: string
   try {
     await runtime.bus.flush();
     const url = (await sessionDoor(runtime, plan, sessionId))?.url;
+    context.current = { sessionId, caseId };
     const launched = await runtime.bus.request(
       commands.launch,
       {
@@ -238,8 +249,11 @@ async function runSession(context: CaseContext, plan: StagedPlan, caseId: string
       },
       { timeoutMs: 60_000 },
     );
+    // Interrupted while it was being launched, when there was nothing yet to stop.
+    if (context.interrupted) await stopInterrupted(runtime, sessionId);
     return { launched, end: await ended };
   } finally {
+    context.current = undefined;
     subscription.unsubscribe();
   }
 }
@@ -254,7 +268,7 @@ async function localEvalFile(runtime: Runtime, launched: LaunchReply, projectDir
 
 async function runCase(context: CaseContext, caseId: string, task: string, output: Output): Promise<CaseOutcome> {
   const { runtime, projectDir } = context;
-  output.out(`  case: ${caseId}`);
+  output.out(oneLine(`  case: ${caseId}`));
   const staged = await stagedOnce(context, output);
   if ('error' in staged) {
     output.err(`    stage failed: ${failureText(staged.error)}`);
@@ -310,18 +324,35 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
     );
   }
   const runtime = await openRuntime({ executor: true });
+  const context: CaseContext = {
+    runtime,
+    projectDir,
+    env,
+    datasetId: manifest.observability?.eval?.dataset_id,
+    lockPath: path.join(projectDir, 'murmur.lock'),
+    staging: undefined,
+    interrupted: undefined,
+    current: undefined,
+  };
+  // An interrupt stops the session in flight, as `mur run`'s does (left to its default, mur left
+  // at once and the session ran on to its end, unseen), and runs no later case; again, mur leaves.
+  const onStop = (signal: NodeJS.Signals): void => {
+    if (context.interrupted) process.exit(130);
+    context.interrupted = signal;
+    const current = context.current;
+    output.err(
+      `mur: ${signal}: ${current ? `stopping session ${current.sessionId} of case ${oneLine(current.caseId)}; ` : ''}no later case runs (again to leave at once)`,
+    );
+    if (current) void stopInterrupted(runtime, current.sessionId);
+  };
+  for (const signal of STOP_SIGNALS) process.on(signal, onStop);
   try {
-    const context: CaseContext = {
-      runtime,
-      projectDir,
-      env,
-      datasetId: manifest.observability?.eval?.dataset_id,
-      lockPath: path.join(projectDir, 'murmur.lock'),
-      staging: undefined,
-    };
     output.out(`Running ${dataset.cases.length} case(s) …`);
     const outcomes: CaseOutcome[] = [];
-    for (const { caseId, task } of dataset.cases) outcomes.push(await runCase(context, caseId, task, output));
+    for (const { caseId, task } of dataset.cases) {
+      if (context.interrupted) break;
+      outcomes.push(await runCase(context, caseId, task, output));
+    }
     output.out('');
     output.out(SECTION.summary);
     output.out(`pass: ${outcomes.filter((outcome) => outcome.result === 'pass').length}/${outcomes.length}`);
@@ -333,6 +364,10 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
         .join(' ');
       output.out(oneLine(`  ${outcome.caseId.padEnd(NAME_COLUMN)} ${outcome.result}  ${scores}  (${outcome.workdir})`));
     }
+    if (context.interrupted) {
+      output.err(`mur: interrupted: ${outcomes.length} of ${dataset.cases.length} case(s) ran; no later case did`);
+      return 130;
+    }
     const unrun = outcomes.filter((outcome) => outcome.didNotRun);
     if (unrun.length === 0) return 0;
     output.err(
@@ -341,5 +376,6 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
     return 1;
   } finally {
     await runtime.close();
+    for (const signal of STOP_SIGNALS) process.off(signal, onStop);
   }
 }

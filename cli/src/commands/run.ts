@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
 import path from 'node:path';
 import {
@@ -45,6 +45,8 @@ import { fetchSessionFile } from '../session-files.js';
 import { launchEnvironment, sessionDoor, watchSessionEnd } from '../session-launch.js';
 import { type CliStageSource, stageThroughBus, uploadStageSource } from '../staging.js';
 import { configuredContainment } from '../workspace-config.js';
+import { STOP_SIGNALS } from '../stop-signals.js';
+import { readTaskFile } from '../task-file.js';
 
 export interface RunOptions {
   manifest?: string;
@@ -68,9 +70,6 @@ export interface RunOptions {
 
 const LAUNCH_TIMEOUT_MS = 60_000;
 
-/** The largest task file a launch can carry: the bus's message limit (the plan rides beside it). */
-const TASK_FILE_MAX_BYTES = 1024 * 1024;
-
 /**
  * `--task`: a file's content when it names a file, else the text itself. Something that is there
  * but is not a file it can read (a directory, a file it may not read, one too large to launch) is
@@ -91,26 +90,7 @@ function taskText(task: string | undefined, output: Output): string | undefined 
     if (looksLikeAPath(task)) output.err(`warning: --task '${task}' is not a file here, so the task is that text as written`);
     return task;
   }
-  const hint = 'name a file whose content is the task, or give the task itself as text';
-  if (!stat.isFile())
-    throw new MurmurError('E-IO-001', `--task '${task}' is ${stat.isDirectory() ? 'a directory' : 'not a regular file'}, not a task file`, {
-      path: '--task',
-      hint,
-    });
-  if (stat.size > TASK_FILE_MAX_BYTES)
-    throw new MurmurError('E-IO-003', `--task '${task}' is ${stat.size} bytes; a task file is at most ${TASK_FILE_MAX_BYTES} bytes, what one launch carries`, {
-      path: '--task',
-      hint: 'put large inputs beside the task in the workdir and name them in a short task',
-    });
-  try {
-    return readFileSync(task, 'utf8');
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code ?? String(error);
-    throw new MurmurError(code === 'EACCES' || code === 'EPERM' ? 'E-IO-002' : 'E-IO-001', `--task '${task}' cannot be read (${code})`, {
-      path: '--task',
-      hint,
-    });
-  }
+  return readTaskFile(task, `--task '${task}'`, 'name a file whose content is the task, or give the task itself as text');
 }
 
 /**
@@ -183,11 +163,6 @@ function lifecycleOverride(options: RunOptions): LifecycleOverride | undefined {
   return Object.keys(override).length > 0 ? (override as LifecycleOverride) : undefined;
 }
 
-/**
- * The signals that stop a run: an interrupt and a termination. Not SIGHUP: listening for it would
- * undo `nohup`'s ignoring it, and a run whose terminal is gone fails its first write to it.
- */
-const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 /** How often, and how far apart, a run back on its bus asks its session's executor how the session stands. */
 const END_ASK_ATTEMPTS = 30;
 const END_ASK_PAUSE_MS = 1_000;

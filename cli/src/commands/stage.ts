@@ -7,6 +7,7 @@ import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { openRuntime } from '../runtime.js';
 import { type CliStageSource, stageThroughBus } from '../staging.js';
+import { STOP_SIGNALS } from '../stop-signals.js';
 
 export interface StageOptions {
   capsule?: string;
@@ -16,8 +17,6 @@ export interface StageOptions {
   /** False for `--no-env-file`: the project's `.env` is not read. */
   envFile?: boolean;
 }
-
-const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 
 function stageSourceFor(directory: string | undefined, options: StageOptions): CliStageSource {
   for (const [flag, value] of [
