@@ -505,7 +505,7 @@ describe('hooks', () => {
 
     // The first compaction (history: the task alone) keeps it; the second, with a tool call and its result, breaks it.
     it.each([
-      ['drops a tool result', 'drop-tools', "returned a history that breaks tool-call pairing: tool call 'call-1' has no tool result"],
+      ['drops a tool result', 'drop-tools', "returned a history this runtime cannot use: tool call 'call-1' has no tool result"],
       ['alters a tool result', 'tamper-tools', 'is a tool result that is not one the hook was given unmodified'],
     ])('fails the session, naming why, when the replacement %s', async (_what, keep, reason) => {
       const inference = await model(shellThenDone());
@@ -562,7 +562,22 @@ describe('hooks', () => {
       const trace = await run.trace();
       expect(trace.filter((event) => event.event_type === 'task_reopened')).toHaveLength(1);
       expect(trace.find((event) => event.event_type === 'task_end')).toMatchObject({ exit_status: 'reopen_budget_exhausted', reopen_count: 1 });
-      expect(run.result.stderr).toContain("task reopen budget exhausted after 1 reopen(s): hook 'reviewer' still requested another reopen");
+      expect(run.result.stderr).toContain(
+        "task reopen budget exhausted after 1 reopen(s): hook 'reviewer' still requested another reopen, and inference.max_task_reopens allows 1",
+      );
+      expect(run.result.stderr).toContain('or raise inference.max_task_reopens in murmur.yaml');
+    });
+
+    it('names the turns as the budget spent when they run out before the reopens do', async () => {
+      const inference = await model([{ text: 'never good enough' }]);
+      const run = await runWithHooks('reopen-turns', {
+        inference,
+        hooks: { reviewer: { 'on-task-end': [{ return: 'reopen-task', val: 'again' }] } },
+        manifest: { inference: '  max_turns: 3\n  max_task_reopens: 1000' },
+      });
+      expect(run.result.code).toBe(1);
+      expect(run.result.stderr).toContain("hook 'reviewer' still requested another reopen, and the task's 3 turns (inference.max_turns) are used up");
+      expect(run.result.stderr).toContain('or raise inference.max_turns in murmur.yaml');
     });
 
     it('never reopens when max_task_reopens is 0', async () => {

@@ -262,7 +262,7 @@ async function compact(input: { run: AgentLoopRun; turn: number; messages: WireM
   }
   const replacement = fromHookMessages(answer.replaceContext.messages, given);
   if (!replacement.ok)
-    return { ok: false, message: `compaction hook '${answer.replaceContext.hook}' returned a history that breaks tool-call pairing: ${replacement.reason}` };
+    return { ok: false, message: `compaction hook '${answer.replaceContext.hook}' returned a history this runtime cannot use: ${replacement.reason}` };
   const tokensAfter = estimateTokens(JSON.stringify(replacement.messages));
   host.trace.write('compaction', { turn, tokens_before: sessionTokens, tokens_after: tokensAfter });
   if (agent.compaction.dump_summaries) {

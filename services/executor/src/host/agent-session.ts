@@ -467,8 +467,22 @@ export class AgentSession {
         const turnsLeft = this.agent.max_turns - (this.host.totals.turns - before.turns);
         if (feedback.length >= this.agent.max_task_reopens || turnsLeft <= 0) {
           exitStatus = 'reopen_budget_exhausted';
-          const message = `task reopen budget exhausted after ${feedback.length} reopen(s): hook '${ended.reopen.hook}' still requested another reopen`;
-          outcome = { status: 'failed', message, error: { code: 'E-RUN-007', message: `agent loop failed: ${message}` } };
+          // Which budget ran out: a hook that always reopens is stopped by the turns as often as by its reopens.
+          const spent =
+            turnsLeft <= 0
+              ? `the task's ${this.agent.max_turns} turns (inference.max_turns) are used up`
+              : `inference.max_task_reopens allows ${this.agent.max_task_reopens}`;
+          const message = `task reopen budget exhausted after ${feedback.length} reopen(s): hook '${ended.reopen.hook}' still requested another reopen, and ${spent}`;
+          outcome = {
+            status: 'failed',
+            message,
+            error: {
+              code: 'E-RUN-007',
+              message: `agent loop failed: ${message}`,
+              hint: `the hook was not satisfied with the answer: read its reasons in the trace (task_reopened), then change the task or the hook, or raise ${turnsLeft <= 0 ? 'inference.max_turns' : 'inference.max_task_reopens'} in murmur.yaml`,
+              path: turnsLeft <= 0 ? 'inference.max_turns' : 'inference.max_task_reopens',
+            },
+          };
           break;
         }
         feedback.push({ hook: ended.reopen.hook, reason: ended.reopen.reason });
