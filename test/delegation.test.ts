@@ -164,9 +164,15 @@ describe('delegated children and their completions', () => {
     await scratch?.cleanup();
   });
 
-  async function startParent(extraArgs: string[] = []): Promise<RunningAgent & { dir: string; sessionDir: string }> {
+  /**
+   * The parent, `mur run` of the capsule against the stack; `inProcess`, with every service inside
+   * its own process instead (and its own door, taking the session's token, as the stack's does).
+   */
+  async function startParent(extraArgs: string[] = [], { inProcess = false } = {}): Promise<RunningAgent & { dir: string; sessionDir: string }> {
     const dir = await fs.mkdtemp(path.join(scratch.dir, 'parent-'));
-    const agent = await startAgent(dir, { ...env, MURMUR_ROOST_URL: roostUrl }, [
+    const { MURMUR_NATS_URL: stack, ...local } = env;
+    const where = inProcess ? { ...local, MURMUR_ROOST_TOKEN: ROOST_TOKEN, MURMUR_DOOR_AUTH: 'session' } : { ...local, MURMUR_NATS_URL: stack as string };
+    const agent = await startAgent(dir, { ...where, MURMUR_ROOST_URL: roostUrl }, [
       '--capsule',
       PARENT,
       '--capsule-version',
@@ -576,29 +582,18 @@ describe('delegated children and their completions', () => {
   });
 
   it('a child of an in-process mur run stopped by Ctrl-C is recorded as ended by its parent, as on a stack, where its executor closed first and recorded nothing', async () => {
-    const dir = await fs.mkdtemp(path.join(scratch.dir, 'in-process-'));
-    const { MURMUR_NATS_URL: _stack, ...inProcess } = env;
-    const parent = await startAgent(dir, { ...inProcess, MURMUR_ROOST_URL: roostUrl, MURMUR_ROOST_TOKEN: ROOST_TOKEN, MURMUR_DOOR_AUTH: 'session' }, [
-      '--capsule',
-      PARENT,
-      '--capsule-version',
-      '0.1.0',
-      '--workdir',
-      dir,
-      '--no-env-file',
-    ]);
-    const sessionDir = path.join(dir, '.murmur', parent.sessionId);
+    const parent = await startParent([], { inProcess: true });
     let started: Record<string, unknown> | undefined;
     try {
       await tellParent(parent, DELEGATE_TO_WAITING_WORKER);
-      started = await delegationStarted({ sessionDir });
+      started = await delegationStarted(parent);
       parent.process.kill('SIGINT');
       expect((await parent.exited).code).toBe(130);
     } finally {
       await parent.stop();
     }
     const completion = JSON.parse(
-      await fs.readFile(path.join(sessionDir, 'children', started?.delegation_id as string, 'completion.json'), 'utf8'),
+      await fs.readFile(path.join(parent.sessionDir, 'children', started?.delegation_id as string, 'completion.json'), 'utf8'),
     ) as Completion;
     expect(completion).toMatchObject({ status: 'terminated', reported_by: 'launcher' });
     expect(completion.detail).toContain('ended by its parent');

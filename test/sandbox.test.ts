@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { capsuleProject } from './support/artifacts.js';
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
-import { tempDir } from './support/fs.js';
+import { mountTmpfs, tempDir } from './support/fs.js';
 import { capsuleWat, rustCapsule, socketsCapsuleWat } from './support/guests.js';
 import { repositoryRoot, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer } from './support/servers.js';
@@ -537,9 +537,9 @@ describe('the capsule sandbox', () => {
     it('goes on running: a log line the host cannot write is dropped and the launcher told the disk is full, where the host ended without a result', async (context) => {
       const workdir = path.join(scratch.dir, 'full-disk-wd');
       await fs.mkdir(workdir);
-      const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'murmur-test', workdir], { encoding: 'utf8' });
-      if (mounted.status !== 0) {
-        const why = `[sandbox] a full workdir not exercised: a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})`;
+      const mounted = mountTmpfs(workdir, 'size=4m');
+      if ('why' in mounted) {
+        const why = `[sandbox] a full workdir not exercised: ${mounted.why}`;
         console.warn(why);
         return context.skip(why);
       }
@@ -558,7 +558,7 @@ describe('the capsule sandbox', () => {
         expect(result.stdout).toContain('still here');
         expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  ok');
       } finally {
-        spawnSync('umount', [workdir]);
+        mounted.unmount();
       }
     });
   });
@@ -567,9 +567,9 @@ describe('the capsule sandbox', () => {
     it('refuses the launch saying the file system is read-only and where else to put the session, where it said the path did not exist', async (context) => {
       const workdir = path.join(scratch.dir, 'read-only-wd');
       await fs.mkdir(workdir);
-      const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=1m', 'murmur-test', workdir], { encoding: 'utf8' });
-      if (mounted.status !== 0) {
-        const why = `[sandbox] a read-only workdir not exercised: a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})`;
+      const mounted = mountTmpfs(workdir, 'ro,size=1m');
+      if ('why' in mounted) {
+        const why = `[sandbox] a read-only workdir not exercised: ${mounted.why}`;
         console.warn(why);
         return context.skip(why);
       }
@@ -582,7 +582,7 @@ describe('the capsule sandbox', () => {
           'hint: nothing of the capsule ran: that file system is read-only: name a path on a writable one (mur run --workdir <dir>',
         );
       } finally {
-        spawnSync('umount', [workdir]);
+        mounted.unmount();
       }
     });
   });

@@ -8,7 +8,7 @@ import { interpreterOf } from '../services/executor/src/elf.js';
 import { ARGUMENT_SYSCALLS, DENIED_SYSCALLS, UNAVAILABLE_SYSCALLS, nativeSeccompArch } from '../services/executor/src/seccomp.js';
 import { probeProject, probeResults, type ProbeResult } from './support/capsules.js';
 import { UNPRIVILEGED, delegatedCgroups } from './support/cgroups.js';
-import { tempDir } from './support/fs.js';
+import { mountTmpfs, tempDir } from './support/fs.js';
 import { repositoryRoot, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer, startCountingTlsServer, startCountingUdp } from './support/servers.js';
 
@@ -493,9 +493,9 @@ describe('the sealed sandbox, piece by piece', () => {
       // A tmpfs of the test's own (the machine's /dev/shm lies where a sandbox mounts its own /dev).
       const workdir = path.join(scratch.dir, 'io-on-tmpfs-wd');
       await fs.mkdir(workdir);
-      const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=16m', 'murmur-test', workdir], { encoding: 'utf8' });
-      if (mounted.status !== 0) {
-        const why = `[sealed] the note of an unthrottled workdir not exercised: a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})`;
+      const mounted = mountTmpfs(workdir, 'size=16m');
+      if ('why' in mounted) {
+        const why = `[sealed] the note of an unthrottled workdir not exercised: ${mounted.why}`;
         console.warn(why);
         return context.skip(why);
       }
@@ -511,7 +511,7 @@ describe('the sealed sandbox, piece by piece', () => {
           /\[sandbox\] note: cgroup_io_bytes_per_sec not applied \(the workdir's filesystem \(device 0:\d+\) lies on no block device of its own.*\); the tools' memory, pids and CPU ceilings still hold/,
         );
       } finally {
-        spawnSync('umount', [workdir]);
+        mounted.unmount();
       }
     });
   });

@@ -1,16 +1,16 @@
-import { spawnSync } from 'node:child_process';
 import { mkdirSync, promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { mountTmpfs } from '../../test/support/fs.js';
 import { systemFailureCode, systemFailureHint } from '../src/node/system-failure.js';
 
 describe("the operating system's refusal, said as what to do", () => {
   it('says a directory that could not be made on a read-only file system is on one, where Node reports it missing', async (context) => {
     const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'murmur-ro-'));
-    const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'ro,size=1m', 'murmur-test', dir], { encoding: 'utf8' });
-    if (mounted.status !== 0) {
-      const why = `[system-failure] a read-only file system not exercised: a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})`;
+    const mounted = mountTmpfs(dir, 'ro,size=1m');
+    if ('why' in mounted) {
+      const why = `[system-failure] a read-only file system not exercised: ${mounted.why}`;
       console.warn(why);
       await fs.rm(dir, { recursive: true });
       return context.skip(why);
@@ -27,7 +27,7 @@ describe("the operating system's refusal, said as what to do", () => {
       expect(systemFailureHint(refusal)).toBe('that file system is read-only: name a path on a writable one');
       expect(systemFailureCode(refusal)).toBe('E-IO-003');
     } finally {
-      spawnSync('umount', [dir]);
+      mounted.unmount();
       await fs.rm(dir, { recursive: true });
     }
   });

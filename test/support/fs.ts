@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { type Dirent, promises as fs } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -34,4 +35,15 @@ export async function writeFiles(root: string, files: Record<string, string | Ui
     await fs.mkdir(path.dirname(file), { recursive: true });
     await fs.writeFile(file, content);
   }
+}
+
+/**
+ * A tmpfs of the test's own mounted at `dir` (`options` as `mount -o` takes them, e.g.
+ * `ro,size=1m`), named `murmur-test` so that a leftover is found by name; or why none can be
+ * mounted here (not root), for the test to say and skip on. The caller unmounts it.
+ */
+export function mountTmpfs(dir: string, options: string): { unmount(): void } | { why: string } {
+  const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', options, 'murmur-test', dir], { encoding: 'utf8' });
+  if (mounted.status !== 0) return { why: `a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})` };
+  return { unmount: () => void spawnSync('umount', [dir]) };
 }
