@@ -10,7 +10,6 @@ import {
   foldedEntryName,
   indexEntryRefusal,
   isReservedVersion,
-  normaliseEntryName,
   packagingTypeOf,
   parseArtifactManifest,
   parseYamlSource,
@@ -22,6 +21,7 @@ import {
   MurZip,
   type ZipInput,
   archiveOutputPath,
+  declaredEntryName,
   inspectArchive,
   maxEntryBytesFromEnv,
   refuseArchiveOverCeiling,
@@ -554,16 +554,8 @@ async function packedFiles(
   const declared: string[] = [];
   const byFoldedName = new Map<string, string>();
   for (const entry of manifest.requires_files) {
-    const unsafe = (reason: string): MurmurError =>
-      new MurmurError('E-BLD-002', `requires_files entry '${entry}' has an unsafe path: ${reason}`, {
-        path: entry,
-        hint: "declare files by a relative path inside the skill's folder",
-      });
-    if (entry.startsWith('/') || path.isAbsolute(entry)) throw unsafe('is an absolute path');
-    if (entry.split(/[/\\]/).includes('..')) throw unsafe("contains a '..' component");
-    const normalised = normaliseEntryName(entry.replaceAll('\\', '/'));
-    if (!normalised.ok) throw unsafe(normalised.reason);
-    const name = normalised.name.toLowerCase() === SKILL_FILE ? SKILL_FILE : normalised.name;
+    const entryName = declaredEntryName(entry, 'requires_files entry', "the skill's folder");
+    const name = entryName.toLowerCase() === SKILL_FILE ? SKILL_FILE : entryName;
     if (name === MANIFEST_FILE) {
       warnings.push({
         code: 'W-BLD-001',

@@ -75,6 +75,24 @@ export function isWasmComponent(bytes: Uint8Array): boolean {
 }
 
 /**
+ * The archive entry a declared file is packed as: a relative path inside `within`, never absolute,
+ * never through `..`, of the names an archive may hold; else `E-BLD-002`, naming the declaration
+ * as `label` (`requires_files entry`).
+ */
+export function declaredEntryName(entry: string, label: string, within: string): string {
+  const unsafe = (reason: string): MurmurError =>
+    new MurmurError('E-BLD-002', `${label} '${entry}' has an unsafe path: ${reason}`, {
+      path: entry,
+      hint: `declare files by a relative path inside ${within}`,
+    });
+  if (entry.startsWith('/') || path.isAbsolute(entry)) throw unsafe('is an absolute path');
+  if (entry.split(/[/\\]/).includes('..')) throw unsafe("contains a '..' component");
+  const normalised = normaliseEntryName(entry.replaceAll('\\', '/'));
+  if (!normalised.ok) throw unsafe(normalised.reason);
+  return normalised.name;
+}
+
+/**
  * Where an archive named `fileName` is written: in `defaultDir`, or where `-o` says — a directory
  * (one that exists, or one written with a trailing '/', made as a file's missing parents are) to
  * write it into, or a file ending in `.mur.zip`. A directory already at that path is refused: the
@@ -150,15 +168,7 @@ async function planFiles(sourceDir: string, declared: readonly DeclaredFile[], o
     { declared: 'murmur.yaml', label: 'the manifest', archiveName: 'murmur.yaml', sourcePath: path.join(sourceDir, 'murmur.yaml'), size: manifest.size },
   ];
   for (const { path: entry, label } of declared) {
-    const unsafe = (reason: string): MurmurError =>
-      new MurmurError('E-BLD-002', `${label} '${entry}' has an unsafe path: ${reason}`, {
-        path: entry,
-        hint: 'declare files by a relative path inside the source directory',
-      });
-    if (entry.startsWith('/') || path.isAbsolute(entry)) throw unsafe('is an absolute path');
-    if (entry.split(/[/\\]/).includes('..')) throw unsafe("contains a '..' component");
-    const normalised = normaliseEntryName(entry.replaceAll('\\', '/'));
-    if (!normalised.ok) throw unsafe(normalised.reason);
+    const normalised = { name: declaredEntryName(entry, label, 'the source directory') };
     const sourcePath = path.join(sourceDir, entry);
     // Every directory on the way must be a real directory: a symlinked `linked/` would pack
     // whatever it points at, from anywhere on the machine.
