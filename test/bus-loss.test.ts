@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningAgent, agentManifest, agentProject, startAgent } from './support/agents.js';
+import { type RunningAgent, agentManifest, agentProject, rpc, startAgent, textMessage } from './support/agents.js';
 import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
@@ -56,6 +56,30 @@ describe('mur run against a stack whose NATS server goes away', () => {
     agents.splice(agents.indexOf(agent), 1);
     await agent.stop();
   });
+
+  it('ends no session when the NATS server hangs longer than an executor may be silent: the silence was the bus’s, not the executor’s', async () => {
+    const agent = await startAgent(project, env);
+    agents.push(agent);
+    const executor = services[1] as ServiceProcess;
+    // Past the watcher's 5 s and mur run's 8 s: a stopped server sends no connection change.
+    await nats.pause();
+    await new Promise((resolve) => setTimeout(resolve, 9_000));
+    nats.resume();
+    const sent = await eventually(
+      async () => {
+        const reply = await rpc(agent.url, 'message/send', { ...textMessage('still there?'), configuration: { blocking: true } });
+        return reply.status === 200 ? reply : undefined;
+      },
+      20_000,
+      'the session to answer after the stall',
+    );
+    expect((sent.body.result as { status?: { state?: string } } | undefined)?.status?.state).toBe('completed');
+    expect(agent.process.exitCode).toBeNull();
+    expect(agent.stderr()).not.toContain('E-EXE-001');
+    expect(executor.logs()).not.toContain('its loss was announced');
+    agents.splice(agents.indexOf(agent), 1);
+    await agent.stop();
+  }, 60_000);
 
   it('a door asked to watch a session while its bus was down watches it again once the bus is back', async () => {
     const agent = await startAgent(project, env);

@@ -775,12 +775,21 @@ function watchExecutorSilence(
   let lastBeat = performance.now();
   let heard = true;
   let judged = false;
+  let asking = false;
   const beats = bus.subscribe(topics.executorHeartbeat, (beat) => {
     if (beat.executor_id === launched.executor_id) lastBeat = performance.now();
   });
-  const timer = setInterval(() => {
+  // The bus is asked first, as the watcher asks it (`ExecutorMonitor`): the time its server took to
+  // answer is no executor's silence, and a server that hung for seconds silenced every executor.
+  const judge = async (): Promise<void> => {
+    const asked = performance.now();
+    const answered = await bus.flush().then(
+      () => true,
+      () => false,
+    );
+    lastBeat = Math.min(performance.now(), lastBeat + (performance.now() - asked));
     const silentFor = performance.now() - lastBeat;
-    if (!heard || judged || silentFor < lostAfterMs + RUN_SILENCE_MARGIN_MS) return;
+    if (!answered || !heard || judged || silentFor < lostAfterMs + RUN_SILENCE_MARGIN_MS) return;
     judged = true;
     const ended = sessionLostWithExecutor(launched, launched.executor_id, silentFor);
     void (async () => {
@@ -789,6 +798,13 @@ function watchExecutorSilence(
     })()
       .catch(() => {})
       .finally(() => lost(ended));
+  };
+  const timer = setInterval(() => {
+    if (!heard || judged || asking) return;
+    asking = true;
+    void judge().finally(() => {
+      asking = false;
+    });
   }, 1_000);
   timer.unref();
   return {

@@ -130,7 +130,45 @@ export class ExecutorMonitor {
     for (const known of this.executors.values()) known.lastSeen = now;
   }
 
+  /** A judgement is under way (it may wait on the bus): the next is skipped, not stacked. */
+  private judging = false;
+
   private async judge(): Promise<void> {
+    if (this.judging) return;
+    this.judging = true;
+    try {
+      await this.judgeNow();
+    } finally {
+      this.judging = false;
+    }
+  }
+
+  /**
+   * Asks the bus itself (a round trip to its server) and forgives every executor the time that
+   * took, or says it did not answer. A server that hangs (stopped, its host stalled) sends no
+   * connection change, and every executor is silent while it does: taken for their silence, a
+   * 7 s stall of the server ended every session of a healthy executor as lost with it. Asked at
+   * each judgement, the first ask of a stall waits it out and forgives it; on a healthy bus it
+   * forgives a millisecond.
+   */
+  private async busAnswered(): Promise<boolean> {
+    const asked = performance.now();
+    const answered = await this.options.bus.flush().then(
+      () => true,
+      () => false,
+    );
+    const waited = performance.now() - asked;
+    if (waited > this.judgeEveryMs)
+      this.options.log.warn({ waited_ms: Math.round(waited) }, 'the bus did not answer for a while; no executor is judged by that silence');
+    const now = performance.now();
+    for (const known of this.executors.values()) known.lastSeen = Math.min(now, known.lastSeen + waited);
+    // Forgiven once: not again below as this process being late to judge.
+    this.lastJudged += waited;
+    return answered;
+  }
+
+  private async judgeNow(): Promise<void> {
+    if (this.hearing && !(await this.busAnswered())) return;
     const now = performance.now();
     // However late this judgement comes, that much of every silence is this process's own (it was
     // not running, or not on time): it is forgiven, so silence counts only time kept on schedule.
