@@ -5,7 +5,8 @@ import { type SessionEnded, type SessionStarted, commands, silentLog, topics } f
 import { type Bus, createBus } from '@murmur/shared/bus';
 import { NatsTransport } from '@murmur/shared/bus/nats';
 import { startTokenFromStat } from '@murmur/shared/node';
-import { nativeTool, publishInto } from './support/artifacts.js';
+import { capsuleProject, nativeTool, publishInto } from './support/artifacts.js';
+import { printingCapsuleWat } from './support/guests.js';
 import { probeProject, probeResults } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
@@ -177,6 +178,17 @@ describe('mur run on the stack', () => {
       expect(asked).toBe(1);
     } finally {
       await listener.close();
+    }
+  });
+
+  it('says the session before any of its output, however close the two come off the bus', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'printing'), 'name: printing\nversion: 0.1.0\n', (await printingCapsuleWat()).bytes);
+    // At once, as a loaded machine reads them: the launch's answer and the first output then often
+    // came in one read, and the output was written first.
+    const runs = await Promise.all(Array.from({ length: 12 }, () => runMur(['run'], { cwd: project, env })));
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout.split('\n')[0], run.stdout).toMatch(/^session: ses_[0-9a-f]{32}$/);
     }
   });
 

@@ -468,11 +468,26 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       stdout: new OutputRelay(process.stdout, 'stdout', output.err, OUTPUT_PENDING_MAX_BYTES, "the capsule's stdout"),
       stderr: new OutputRelay(process.stderr, 'stderr', output.err, OUTPUT_PENDING_MAX_BYTES, "the capsule's stderr"),
     };
+    const relay = (chunk: { stream: 'stdout' | 'stderr'; text: string }): void => {
+      const stream = chunk.stream === 'stdout' ? process.stdout : process.stderr;
+      relays[chunk.stream].write(stream.isTTY ? terminalStreams[chunk.stream].write(chunk.text) : chunk.text);
+    };
+    // Held until the launch lines are out: the capsule's first output and the launch's answer can
+    // come in one read off the bus, and the output went first, before `session:` (a reader of the
+    // first line took it for the session's). At most a launch's worth is held.
+    let held: Array<{ stream: 'stdout' | 'stderr'; text: string }> | undefined = [];
+    let heldBytes = 0;
+    const releaseHeld = (): void => {
+      for (const chunk of held ?? []) relay(chunk);
+      held = undefined;
+    };
     if (!options.json) {
       subscriptions.push(
         runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
-          const stream = chunk.stream === 'stdout' ? process.stdout : process.stderr;
-          relays[chunk.stream].write(stream.isTTY ? terminalStreams[chunk.stream].write(chunk.text) : chunk.text);
+          if (held === undefined) return relay(chunk);
+          held.push(chunk);
+          heldBytes += chunk.text.length;
+          if (heldBytes > OUTPUT_PENDING_MAX_BYTES) releaseHeld();
         }),
       );
     }
@@ -581,6 +596,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
         output.out(`isolation: ${launched.isolation}`);
       }
     }
+    releaseHeld();
 
     // On the stack the session lives on its executor: a bus that goes away is said, as is its
     // return, and the run waits for it (NATS reconnects for as long as it takes).
