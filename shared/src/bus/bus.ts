@@ -243,7 +243,11 @@ export function createBus(transport: Transport, log: Log): Bus {
     if (!(error instanceof TransportError)) return error;
     const path = `${kind === 'key-value' ? 'kv' : 'obj'}:${bucket}`;
     if (error.failure === 'timeout')
-      return new MurmurError('E-BUS-003', `the ${kind} bucket '${bucket}' on ${transport.description} did not answer in time: ${error.message}`, { path });
+      // A bucket is the NATS server's own (JetStream), not a service's: the catalogue's hint about the service is not for it.
+      return new MurmurError('E-BUS-003', `the ${kind} bucket '${bucket}' on ${transport.description} did not answer in time: ${error.message}`, {
+        path,
+        hint: `the NATS server at ${transport.description} answers for its buckets: check that it runs and is not overloaded or stalled, then run again`,
+      });
     if (error.failure === 'no-responders') {
       return new MurmurError('E-BUS-005', `no ${kind} store answers for bucket '${bucket}' on ${transport.description}: ${error.message}`, {
         path,
