@@ -767,7 +767,7 @@ async function launchNaming(bus: Bus, sessionId: string, request: z.input<typeof
       .request(commands.stopSession.at(sessionId), { reason: 'its launcher stopped waiting for its launch' }, { timeoutMs: 2_000 })
       .catch(() => undefined);
     throw new MurmurError('E-BUS-003', `${error.message}: session ${sessionId} was not launched in time, and was asked to stop`, {
-      hint: `is an executor running and keeping up? If ${sessionId} shows in 'mur ps' after all, 'mur stop ${sessionId}' ends it`,
+      hint: `is an executor running and keeping up? Should ${sessionId} run after all (mur ps lists it if it has a door), 'mur stop ${sessionId}' ends it`,
     });
   }
 }
