@@ -22,13 +22,13 @@ describe('a token a service is configured with', () => {
 
   it('is refused when it holds a character outside visible ASCII, named by its setting and never shown', () => {
     for (const token of notAscii) {
-      const refusal = configuredTokenRefusal(token, 'MURMUR_ROOST_TOKEN', 'publishing', 'use a long random value');
+      const refusal = configuredTokenRefusal(token, { setting: 'MURMUR_ROOST_TOKEN', what: 'publishing', hint: 'use a long random value' });
       expect(refusal?.code, JSON.stringify(token)).toBe('E-CFG-003');
       expect(refusal?.message).toMatch(/^MURMUR_ROOST_TOKEN holds a character that is not visible ASCII \(character \d+\)/);
       expect(refusal?.format()).not.toContain(token);
     }
-    expect(configuredTokenRefusal('0123456789abcdef0123456789abcdef', 'MURMUR_ROOST_TOKEN', 'publishing', 'h')).toBeUndefined();
-    expect(configuredTokenRefusal('A-Za-z0-9._~+/=!#$%&*?@^|', 'MURMUR_ROOST_TOKEN', 'publishing', 'h')).toBeUndefined();
+    expect(configuredTokenRefusal('0123456789abcdef0123456789abcdef', { setting: 'MURMUR_ROOST_TOKEN', what: 'publishing', hint: 'h' })).toBeUndefined();
+    expect(configuredTokenRefusal('A-Za-z0-9._~+/=!#$%&*?@^|', { setting: 'MURMUR_ROOST_TOKEN', what: 'publishing', hint: 'h' })).toBeUndefined();
   });
 
   it('stops a door and a dashboard from starting with such a token, as a short one does', () => {

@@ -31,7 +31,7 @@ import {
   lostSessionKey,
   sessionLostWithExecutor,
 } from '@murmur/shared';
-import type { Bus } from '@murmur/shared/bus';
+import { type Bus, busRoundTrip } from '@murmur/shared/bus';
 import type { z } from 'zod';
 import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
 import { hasControllingTerminal, locateHarness, readManifestTextSync, resolvedPath } from '@murmur/shared/node';
@@ -795,15 +795,11 @@ function watchExecutorSilence(
   const beats = bus.subscribe(topics.executorHeartbeat, (beat) => {
     if (beat.executor_id === launched.executor_id) lastBeat = performance.now();
   });
-  // The bus is asked first, as the watcher asks it (`ExecutorMonitor`): the time its server took to
-  // answer is no executor's silence, and a server that hung for seconds silenced every executor.
+  // The bus is asked first, as the watcher asks it: the time its server took to answer is no
+  // executor's silence (`busRoundTrip`).
   const judge = async (): Promise<void> => {
-    const asked = performance.now();
-    const answered = await bus.flush().then(
-      () => true,
-      () => false,
-    );
-    lastBeat = Math.min(performance.now(), lastBeat + (performance.now() - asked));
+    const { answered, waitedMs } = await busRoundTrip(bus);
+    lastBeat = Math.min(performance.now(), lastBeat + waitedMs);
     const silentFor = performance.now() - lastBeat;
     if (!answered || !heard || judged || silentFor < lostAfterMs + RUN_SILENCE_MARGIN_MS) return;
     judged = true;

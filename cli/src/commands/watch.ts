@@ -68,7 +68,7 @@ const TOKEN_HINT = "set MURMUR_DOOR_TOKEN to the session's own token (mur run pr
  */
 function doorToken(env: NodeJS.ProcessEnv): string | undefined {
   const token = env.MURMUR_DOOR_TOKEN?.trim() || undefined;
-  const refusal = token === undefined ? undefined : configuredTokenRefusal(token, 'MURMUR_DOOR_TOKEN', 'door', TOKEN_HINT);
+  const refusal = token === undefined ? undefined : configuredTokenRefusal(token, { setting: 'MURMUR_DOOR_TOKEN', what: 'door', hint: TOKEN_HINT });
   if (refusal) throw refusal;
   return token;
 }

@@ -69,12 +69,12 @@ export function doorAuth(env: NodeJS.ProcessEnv): DoorAuth {
   const sessionTokens = entries.includes(SESSION_TOKENS_ENTRY);
   const tokens = entries.filter((entry) => entry !== SESSION_TOKENS_ENTRY);
   for (const token of tokens) {
-    const refusal = configuredTokenRefusal(
-      token,
-      `MURMUR_DOOR_AUTH's token ${entries.indexOf(token) + 1}`,
-      'door',
-      `use long random values, e.g. \`openssl rand -hex 32\`, separated by commas (or '${SESSION_TOKENS_ENTRY}' for each session's own token)`,
-    );
+    const refusal = configuredTokenRefusal(token, {
+      setting: 'MURMUR_DOOR_AUTH',
+      named: `MURMUR_DOOR_AUTH's token ${entries.indexOf(token) + 1}`,
+      what: 'door',
+      hint: `use long random values, e.g. \`openssl rand -hex 32\`, separated by commas (or '${SESSION_TOKENS_ENTRY}' for each session's own token)`,
+    });
     if (refusal) throw refusal;
   }
   const matcher = tokenMatcher(tokens);

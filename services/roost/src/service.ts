@@ -60,7 +60,9 @@ export function parseSpawnAllowList(value: string | undefined): string[] {
 function publishTokenOf(env: NodeJS.ProcessEnv): string | undefined {
   const token = env.MURMUR_ROOST_TOKEN?.trim() || undefined;
   const refusal =
-    token === undefined ? undefined : configuredTokenRefusal(token, 'MURMUR_ROOST_TOKEN', 'publishing', 'use a long random value, e.g. `openssl rand -hex 32`');
+    token === undefined
+      ? undefined
+      : configuredTokenRefusal(token, { setting: 'MURMUR_ROOST_TOKEN', what: 'publishing', hint: 'use a long random value, e.g. `openssl rand -hex 32`' });
   if (refusal) throw refusal;
   return token;
 }

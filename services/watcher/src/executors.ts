@@ -1,5 +1,5 @@
 import { type ExecutorHeartbeat, type Log, WATCHER_BUCKET, lostSessionKey, sessionLostWithExecutor, topics } from '@murmur/shared';
-import type { Bus, KeyValueStore, Subscription } from '@murmur/shared/bus';
+import { type Bus, type KeyValueStore, type Subscription, busRoundTrip } from '@murmur/shared/bus';
 
 /**
  * Which executors are alive, judged by their heartbeats (`executor.heartbeat`, every second), and
@@ -143,21 +143,9 @@ export class ExecutorMonitor {
     }
   }
 
-  /**
-   * Asks the bus itself (a round trip to its server) and forgives every executor the time that
-   * took, or says it did not answer. A server that hangs (stopped, its host stalled) sends no
-   * connection change, and every executor is silent while it does: taken for their silence, a
-   * 7 s stall of the server ended every session of a healthy executor as lost with it. Asked at
-   * each judgement, the first ask of a stall waits it out and forgives it; on a healthy bus it
-   * forgives a millisecond.
-   */
+  /** Asks the bus itself at each judgement and forgives every executor the time that took (`busRoundTrip`); false when it did not answer. */
   private async busAnswered(): Promise<boolean> {
-    const asked = performance.now();
-    const answered = await this.options.bus.flush().then(
-      () => true,
-      () => false,
-    );
-    const waited = performance.now() - asked;
+    const { answered, waitedMs: waited } = await busRoundTrip(this.options.bus);
     if (waited > this.judgeEveryMs)
       this.options.log.warn({ waited_ms: Math.round(waited) }, 'the bus did not answer for a while; no executor is judged by that silence');
     const now = performance.now();

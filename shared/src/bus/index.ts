@@ -10,6 +10,7 @@ export {
   createBus,
   refuseInvalidPattern,
 } from './bus.js';
+export { busRoundTrip } from './round-trip.js';
 export { InProcessTransport } from './in-process.js';
 export { type KeyValueEntry, type KeyValueStore, isValidBucketName, isValidKeyValueKey } from './kv.js';
 export { type ObjectInfo, type ObjectSource, type ObjectStore, isValidObjectName } from './objects.js';

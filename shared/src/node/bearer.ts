@@ -15,25 +15,36 @@ export interface TokenMatcher {
 /** The minimum length of a token: a short one is a password, guessable over the network. */
 export const MIN_BEARER_TOKEN_LENGTH = 16;
 
+/** The setting a token came from, as a refusal names it: the variable, and the token in it when it holds several. */
+export interface ConfiguredToken {
+  /** The variable (`MURMUR_ROOST_TOKEN`). */
+  setting: string;
+  /** How the token is named, when not by the variable alone (`MURMUR_DOOR_AUTH's token 2`). */
+  named?: string;
+  /** What it admits to (`publishing`, `door`). */
+  what: string;
+  hint: string;
+}
+
 /**
- * Why a token a service was configured with cannot serve, as `E-CFG-003` naming the setting
- * (`named`, e.g. `MURMUR_ROOST_TOKEN`, or `MURMUR_DOOR_AUTH's token 2`) and never the token; or
- * undefined. Too short, it is guessable over the network. A character outside visible ASCII is
- * sent differently by each client (curl as UTF-8, Node's fetch not at all, and a header is read
- * here as latin1), so such a token admitted some clients and not others, or none at all.
+ * Why a token a service was configured with cannot serve, as `E-CFG-003` naming the setting and
+ * never the token; or undefined. Too short, it is guessable over the network. A character outside
+ * visible ASCII is sent differently by each client (curl as UTF-8, Node's fetch not at all, and a
+ * header is read here as latin1), so such a token admitted some clients and not others, or none.
  */
-export function configuredTokenRefusal(token: string, named: string, what: string, hint: string): MurmurError | undefined {
+export function configuredTokenRefusal(token: string, from: ConfiguredToken): MurmurError | undefined {
+  const named = from.named ?? from.setting;
   if (token.length < MIN_BEARER_TOKEN_LENGTH)
-    return new MurmurError('E-CFG-003', `${named} is ${token.length} characters long; a ${what} token needs at least ${MIN_BEARER_TOKEN_LENGTH}`, {
-      path: named.split("'")[0] as string,
-      hint,
+    return new MurmurError('E-CFG-003', `${named} is ${token.length} characters long; a ${from.what} token needs at least ${MIN_BEARER_TOKEN_LENGTH}`, {
+      path: from.setting,
+      hint: from.hint,
     });
   const odd = [...token].findIndex((character) => character < '!' || character > '~');
   if (odd >= 0)
     return new MurmurError(
       'E-CFG-003',
       `${named} holds a character that is not visible ASCII (character ${odd + 1}), which clients send in different encodings, so some would be refused with the right token`,
-      { path: named.split("'")[0] as string, hint },
+      { path: from.setting, hint: from.hint },
     );
   return undefined;
 }

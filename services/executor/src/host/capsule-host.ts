@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import { type WireError, capabilityCategories } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
-import path from 'node:path';
 import { LogFile, type RecordRefused, type TraceSink } from '../records.js';
 import { ChannelTrace } from './channel-trace.js';
 import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
@@ -57,10 +57,6 @@ export class CapsuleHost implements AgentHost {
   readonly trace: TraceSink;
   private readonly sessionLog: LogFile;
   readonly recordRefused: RecordRefused;
-
-  notice(line: string): void {
-    this.channel.output('stderr', `${line}\n`);
-  }
   readonly tools = new Map<string, HostTool>();
   private readonly allowlist: Set<string>;
   readonly totals: SessionTotals = { turns: 0, inputTokens: 0, outputTokens: 0, toolCalls: 0, shellCalls: 0 };
@@ -123,6 +119,10 @@ export class CapsuleHost implements AgentHost {
       },
       prewarmed,
     });
+  }
+
+  notice(line: string): void {
+    this.channel.output('stderr', `${line}\n`);
   }
 
   /** Whoever stops the session (an agent's task loop) is told here. */

@@ -36,7 +36,9 @@ export function dashboardAccess(env: NodeJS.ProcessEnv): DashboardAccess {
     );
   }
   const refusal =
-    token === '' ? undefined : configuredTokenRefusal(token, 'MURMUR_DASHBOARD_TOKEN', 'dashboard', 'use a long random value, e.g. `openssl rand -hex 32`');
+    token === ''
+      ? undefined
+      : configuredTokenRefusal(token, { setting: 'MURMUR_DASHBOARD_TOKEN', what: 'dashboard', hint: 'use a long random value, e.g. `openssl rand -hex 32`' });
   if (refusal) throw refusal;
   if (token === '') return { required: false, admits: () => true };
   const matcher = tokenMatcher([token]);
