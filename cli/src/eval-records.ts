@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { openSync } from 'node:fs';
 import path from 'node:path';
 import {
   type DatasetRunRecord,
@@ -9,7 +9,7 @@ import {
   EventScoreRecordSchema,
   MurmurError,
 } from '@murmur/shared';
-import { readRecordFile, systemFailureCode, systemFailureHint } from '@murmur/shared/node';
+import { TAIL_READ, readRecordFile, readTailOf, systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 import { type SessionRecordKind, resolveSessionRecord } from './session-selector.js';
 
 /**
@@ -79,6 +79,24 @@ function readLine(text: string): { record: EventScoreRecord | DatasetRunRecord }
  * Reads an eval file. A missing file is refused: as `E-EVAL-002` when it was a session's (the
  * session wrote no scores), as `E-IO-001` when the path was given.
  */
+/** How much of a trace's end is read for its last `session_end`: an agent writes one after each task. */
+const TRACE_TAIL_BYTES = 256 * 1024;
+
+/**
+ * The end of a session's `trace.jsonl`, or undefined for none: its guest writes the workdir, so it
+ * is read as the executor reads it, through no link and without waiting (a FIFO), and only its
+ * tail, where a `session_end` lies, not a trace of hundreds of megabytes whole.
+ */
+function traceTail(file: string): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(file, TAIL_READ);
+  } catch {
+    return undefined;
+  }
+  return readTailOf(fd, TRACE_TAIL_BYTES);
+}
+
 export async function readEvalFile(choice: EvalFileChoice): Promise<EvalFileContents> {
   const { file } = choice;
   let text: string;
@@ -90,7 +108,7 @@ export async function readEvalFile(choice: EvalFileChoice): Promise<EvalFileCont
     if (code === 'ENOENT' && choice.sessionId !== undefined) {
       // The hook writes it as the session ends: a session that never reached its end (stopped,
       // still running) was scored by nothing, however its capsule is declared.
-      const trace = await fs.readFile(path.join(path.dirname(file), 'trace.jsonl'), 'utf8').catch(() => undefined);
+      const trace = traceTail(path.join(path.dirname(file), 'trace.jsonl'));
       const ended = trace === undefined || trace.includes('"event_type":"session_end"');
       throw new MurmurError('E-EVAL-002', `session ${choice.sessionId} has no ${EVAL_FILE} (${file})`, {
         path: file,

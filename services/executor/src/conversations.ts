@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { isSafeContextId } from '@murmur/shared';
 import { writeFileAtomic } from '@murmur/shared/node';
-import { readRecordFile } from './record-file.js';
+import { readKeptRecord } from './record-file.js';
 
 /**
  * A threaded capsule's conversations, kept beyond the capsule (upstream 0.6.0):
@@ -153,7 +153,7 @@ export class ConversationRecords {
     if (!file) return { messages: [] };
     const linked = await this.linkedLevel(contextId);
     if (linked !== undefined) return { unreadable: `${linked} is a symbolic link, which is not followed`, file };
-    const found = await readRecordFile(file, CONVERSATION_RECORD_LIMIT_BYTES);
+    const found = await readKeptRecord(file, CONVERSATION_RECORD_LIMIT_BYTES);
     if ('missing' in found) return { messages: [] };
     if ('unreadable' in found) return { unreadable: found.unreadable, file };
     const messages: unknown[] = [];

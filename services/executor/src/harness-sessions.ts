@@ -2,7 +2,7 @@ import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { HARNESS_SESSION_FILE, HARNESS_SESSION_TYPE, type HarnessSessionEntry, HarnessSessionEntrySchema, HarnessSessionIdSchema } from '@murmur/shared';
 import { writeFileAtomic } from '@murmur/shared/node';
-import { readRecordFile } from './record-file.js';
+import { readKeptRecord } from './record-file.js';
 import { type ConversationRecords, FILE_MODE } from './conversations.js';
 import { rememberBounded } from './bounded-map.js';
 
@@ -158,9 +158,9 @@ export class HarnessSessions {
     for (const name of names) if (name !== keep && TRANSCRIPT_NAME.test(name)) await fs.rm(path.join(dir, name), { force: true }).catch(() => {});
   }
 
-  /** A regular file of at most the limit (`readRecordFile`); undefined when it is not one, said when it is too large. */
+  /** A regular file of at most the limit (`readKeptRecord`); undefined when it is not one, said when it is too large. */
   private async readTranscript(file: string, contextId: string): Promise<Buffer | undefined> {
-    const found = await readRecordFile(file, this.transcriptLimitBytes);
+    const found = await readKeptRecord(file, this.transcriptLimitBytes);
     if ('content' in found) return found.content;
     if ('oversized' in found)
       this.records.reportOnce(
@@ -201,9 +201,9 @@ const TRANSCRIPT_NAME = /^harness-[0-9a-f-]{36}\.jsonl$/i;
 /** The most a harness session's entry (a few ids and a time) is read of. */
 const ENTRY_LIMIT_BYTES = 64 * 1024;
 
-/** A context's harness session entry (`readRecordFile`); undefined when there is none to read. */
+/** A context's harness session entry (`readKeptRecord`); undefined when there is none to read. */
 async function readEntry(file: string): Promise<HarnessSessionEntry | undefined> {
-  const found = await readRecordFile(file, ENTRY_LIMIT_BYTES);
+  const found = await readKeptRecord(file, ENTRY_LIMIT_BYTES);
   if (!('content' in found)) return undefined;
   try {
     const parsed = HarnessSessionEntrySchema.safeParse(JSON.parse(found.content.toString('utf8')));

@@ -1,31 +1,28 @@
-import { promises as fs } from 'node:fs';
-import { TAIL_READ, kindOf } from '@murmur/shared/node';
+import { readRegularFile } from '@murmur/shared/node';
 
 /**
  * A record the executor keeps in its home (a conversation, a harness session and its transcript),
- * read as what it is: a regular file of at most `maxBytes`, opened through no link at its end and
- * without waiting (a FIFO in its place held a session's task, and the session, for ever).
+ * read as `readRegularFile` reads one (through no link, without waiting: a FIFO in its place held
+ * a session's task, and the session, for ever), and worded for the launcher told why a record
+ * cannot be used: missing (nothing is recorded), its content, or why not.
  */
-export type RecordFileRead = { missing: true } | { content: Buffer } | { unreadable: string; oversized?: true };
+export type KeptRecordRead = { missing: true } | { content: Buffer } | { unreadable: string; oversized?: true };
 
-export async function readRecordFile(file: string, maxBytes: number): Promise<RecordFileRead> {
-  let handle: fs.FileHandle;
-  try {
-    handle = await fs.open(file, TAIL_READ);
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    // Nothing there, or a file where a directory on the way belongs: nothing is recorded.
-    if (code === 'ENOENT' || code === 'ENOTDIR') return { missing: true };
-    return { unreadable: code === 'ELOOP' ? 'it is a symbolic link, which is not followed' : `it cannot be opened (${code ?? String(error)})` };
-  }
-  try {
-    const stat = await handle.stat();
-    if (!stat.isFile()) return { unreadable: stat.isDirectory() ? 'it is a directory' : `it is ${kindOf(stat)}` };
-    if (stat.size > maxBytes) return { unreadable: `it is ${stat.size} bytes, more than the ${maxBytes} such a record may hold`, oversized: true };
-    return { content: await handle.readFile() };
-  } catch (error) {
-    return { unreadable: `it cannot be read (${(error as NodeJS.ErrnoException).code ?? String(error)})` };
-  } finally {
-    await handle.close();
+export async function readKeptRecord(file: string, maxBytes: number): Promise<KeptRecordRead> {
+  const read = await readRegularFile(file, maxBytes);
+  switch (read.found) {
+    case 'content':
+      return { content: read.content };
+    case 'missing':
+      return { missing: true };
+    case 'link':
+      return { unreadable: 'it is a symbolic link, which is not followed' };
+    case 'not-regular':
+      return { unreadable: `it is ${read.kind}` };
+    case 'oversized':
+      return { unreadable: `it is ${read.size} bytes, more than the ${maxBytes} such a record may hold`, oversized: true };
+    case 'unreadable':
+      // A file where a directory on the way belongs: nothing is recorded.
+      return read.error.code === 'ENOTDIR' ? { missing: true } : { unreadable: `it cannot be read (${read.error.code ?? read.error.message})` };
   }
 }

@@ -1,5 +1,6 @@
 import { constants, promises as fs } from 'node:fs';
 import { MurmurError } from '../errors.js';
+import { kindOf } from './small-text-file.js';
 import { systemFailureCode, systemFailureHint } from './system-failure.js';
 import { type TraceEvent, TraceEventSchema, isKnownTraceEventType } from '../trace-events.js';
 
@@ -89,25 +90,32 @@ export function parseTraceText(text: string): TraceRead {
 export const RECORD_FILE_MAX_BYTES = 256 * 1024 * 1024;
 
 /**
- * A record file in a session's workdir, read whole — a workdir is its guest's to write, so the name
- * may be a link planted there (to a secret, to `/dev/zero`) or a FIFO: one that is not a regular
- * file, or is over `maxBytes`, is refused (`E-IO-003`) and never read. A missing file is thrown
- * as it was (`ENOENT`), for the caller to say what its absence means.
+ * A regular file read whole, as what it is: opened through no link at its end and without waiting
+ * (a FIFO in its place would hold the reader until a writer came), judged by its descriptor, and
+ * not read past `maxBytes`. What was found instead is said, for each caller to word: records in a
+ * workdir its guest writes (`readRecordFile`), and those an executor keeps in its home.
  */
-export async function readRecordFile(file: string, maxBytes = RECORD_FILE_MAX_BYTES): Promise<string> {
+export type RegularFileRead =
+  | { found: 'content'; content: Buffer }
+  | { found: 'missing'; error: NodeJS.ErrnoException }
+  | { found: 'link' }
+  | { found: 'not-regular'; kind: string }
+  | { found: 'oversized'; size: number }
+  | { found: 'unreadable'; error: NodeJS.ErrnoException };
+
+export async function readRegularFile(file: string, maxBytes: number): Promise<RegularFileRead> {
   let handle: fs.FileHandle;
   try {
     handle = await fs.open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ELOOP') throw new MurmurError('E-IO-003', `refused to read ${file}: it is a symbolic link, not the record file`, { path: file });
-    throw error;
+    const failure = error as NodeJS.ErrnoException;
+    if (failure.code === 'ELOOP') return { found: 'link' };
+    return failure.code === 'ENOENT' ? { found: 'missing', error: failure } : { found: 'unreadable', error: failure };
   }
   try {
     const stat = await handle.stat();
-    if (!stat.isFile()) throw new MurmurError('E-IO-003', `refused to read ${file}: it is not a regular file`, { path: file });
-    if (stat.size > maxBytes)
-      throw new MurmurError('E-IO-003', `refused to read ${file}: it is ${stat.size} bytes, over the ${maxBytes} a record file may be`, { path: file });
+    if (!stat.isFile()) return { found: 'not-regular', kind: stat.isDirectory() ? 'a directory' : kindOf(stat) };
+    if (stat.size > maxBytes) return { found: 'oversized', size: stat.size };
     const bytes = Buffer.alloc(stat.size);
     // Read until the size it had, or its end: a read may return less than asked (a network mount).
     let filled = 0;
@@ -116,9 +124,34 @@ export async function readRecordFile(file: string, maxBytes = RECORD_FILE_MAX_BY
       if (bytesRead === 0) break;
       filled += bytesRead;
     }
-    return bytes.subarray(0, filled).toString('utf8');
+    return { found: 'content', content: bytes.subarray(0, filled) };
+  } catch (error) {
+    return { found: 'unreadable', error: error as NodeJS.ErrnoException };
   } finally {
     await handle.close();
+  }
+}
+
+/**
+ * A record file in a session's workdir, read whole (`readRegularFile`) — a workdir is its guest's
+ * to write, so the name may be a link planted there (to a secret, to `/dev/zero`) or a FIFO: one
+ * that is not a regular file, or is over `maxBytes`, is refused (`E-IO-003`) and never read. A
+ * missing file is thrown as it was (`ENOENT`), for the caller to say what its absence means.
+ */
+export async function readRecordFile(file: string, maxBytes = RECORD_FILE_MAX_BYTES): Promise<string> {
+  const read = await readRegularFile(file, maxBytes);
+  switch (read.found) {
+    case 'content':
+      return read.content.toString('utf8');
+    case 'missing':
+    case 'unreadable':
+      throw read.error;
+    case 'link':
+      throw new MurmurError('E-IO-003', `refused to read ${file}: it is a symbolic link, not the record file`, { path: file });
+    case 'not-regular':
+      throw new MurmurError('E-IO-003', `refused to read ${file}: it is not a regular file`, { path: file });
+    case 'oversized':
+      throw new MurmurError('E-IO-003', `refused to read ${file}: it is ${read.size} bytes, over the ${maxBytes} a record file may be`, { path: file });
   }
 }
 
