@@ -41,13 +41,14 @@ async function register(
   name: string,
   version: string,
   text: string,
-  approval?: string,
+  approval?: { approval: string; sha256: string },
 ): Promise<{ status: number; body: Record<string, unknown>; sessionId: string }> {
   const sessionId = newSessionId();
   const answer = await post(
     `${roostUrl}/v1/sessions`,
-    { session_id: sessionId, capsule_name: name, capsule_version: version, policy: policyOf(text) },
-    approval ? { [SPAWN_APPROVAL_HEADER]: approval } : {},
+    // A child reports the archive it runs: here, the one roost approved.
+    { session_id: sessionId, capsule_name: name, capsule_version: version, policy: policyOf(text), ...(approval ? { capsule_sha256: approval.sha256 } : {}) },
+    approval ? { [SPAWN_APPROVAL_HEADER]: approval.approval } : {},
   );
   return { ...answer, sessionId };
 }
@@ -82,7 +83,7 @@ describe('roost on NATS across a restart of its process', () => {
     const { credential } = RegisterSessionResponseSchema.parse(parent.body);
     const spawned = await post(`${first.url}/spawn`, { name: 'local/worker', version: '0.1.0' }, { [SPAWN_CREDENTIAL_HEADER]: credential });
     expect(spawned.status, JSON.stringify(spawned.body)).toBe(200);
-    const { approval } = SpawnApprovalSchema.parse(spawned.body);
+    const approval = SpawnApprovalSchema.parse(spawned.body);
     const statusBefore = SessionStatusSchema.parse(await (await fetch(`${first.url}/status/${parent.sessionId}`)).json());
 
     expect(await first.stop()).toBe(0);

@@ -1,4 +1,5 @@
 import * as z from 'zod';
+import { Sha256HexSchema } from './file-set.js';
 import { SessionIdSchema } from './ids.js';
 import { CapabilityPolicySchema } from './policy.js';
 
@@ -38,6 +39,11 @@ export const RegisterSessionRequestSchema = z.object({
   capsule_version: text,
   /** The envelope the trusted runtime (the executor) reports for the session. */
   policy: CapabilityPolicySchema,
+  /**
+   * sha256 of the `.mur.zip` the session runs, when it runs a capsule by name (absent for a
+   * project staged from its directory). Under an approval it must be the archive roost approved.
+   */
+  capsule_sha256: Sha256HexSchema.optional(),
 });
 export type RegisterSessionRequest = z.infer<typeof RegisterSessionRequestSchema>;
 
@@ -74,6 +80,8 @@ export const SpawnApprovalSchema = z.object({
   expires_at: z.string(),
   name: z.string(),
   version: z.string(),
+  /** sha256 of the archive in roost's registry that was checked: the one the child must run. */
+  sha256: Sha256HexSchema,
   /** The session that asked, or null for a spawn admitted by roost's global allowlist. */
   parent_session_id: SessionIdSchema.nullable(),
 });

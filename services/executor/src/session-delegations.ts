@@ -113,6 +113,7 @@ export class SessionDelegations {
           capsule_name: plan.capsule.name,
           capsule_version: plan.capsule.version,
           policy: plan.policy,
+          ...(plan.capsule.origin.kind === 'registry' ? { capsule_sha256: plan.capsule.origin.sha256 } : {}),
         }),
         signal: AbortSignal.timeout(10_000),
       });

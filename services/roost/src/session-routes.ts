@@ -33,7 +33,8 @@ import { type ApprovalRecord, type RoostState, type SessionRecord, digestsEqual,
  *
  * - `POST   /v1/sessions`               201 `{session_id, credential}`; 400 bad body, 409 taken,
  *                                        403 for an approval that is unknown, spent, expired, for
- *                                        another capsule, or narrower than what the child reports
+ *                                        another capsule or archive, or narrower than what the
+ *                                        child reports
  * - `DELETE /v1/sessions/{session_id}`  200 `{deregistered: true}`; 401 credential, 404 unknown
  * - `GET    /status/{session_id}`       200 the session; 404 `{error: 'session not found'}`
  * - `POST   /spawn`                     200 an approval for 60 s; 401 credential, 403 not allowed
@@ -185,6 +186,14 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       if (granted.name !== body.capsule_name || granted.version !== body.capsule_version) {
         refuse(`the spawn approval was issued for capsule ${granted.name}@${granted.version}, not ${body.capsule_name}@${body.capsule_version}`);
       }
+      if (body.capsule_sha256 !== granted.sha256) {
+        refuse(
+          `the spawn approval was issued for the archive of ${granted.name}@${granted.version} in roost's registry (sha256 ${granted.sha256}), ` +
+            (body.capsule_sha256 === undefined
+              ? 'and this session reports no archive it runs'
+              : `and this session runs another archive under that name and version (sha256 ${body.capsule_sha256}): the stager's stores hold bytes roost did not check`),
+        );
+      }
       const misfit = findMisfit(body.policy, granted.policy, { ceiling: `the approved ${granted.name}@${granted.version}'s` });
       if (misfit) refuse(`the reported envelope is wider than the one approved: ${misfit.reason}`, misfit.axis);
       // A delegation ends with its parent: an approval its parent left unused is not a way in after it.
@@ -263,7 +272,7 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       );
     }
 
-    const { policy: childPolicy, hooks } = await registeredPolicies.of(body.name, body.version);
+    const { policy: childPolicy, hooks, sha256 } = await registeredPolicies.of(body.name, body.version);
     if (parent) {
       const misfit = findMisfit(childPolicy, parent.policy, undefined, hooks);
       if (misfit) refuse(403, misfit.reason, misfit.axis);
@@ -280,6 +289,7 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       issued_at: issuedAt,
       expires_at: issuedAt + SPAWN_APPROVAL_TTL_MS,
       policy: childPolicy,
+      sha256,
     };
     await state.createApproval(approval, record);
     log.info({ parent_session_id: record.parent_session_id, child, expires_at: iso(record.expires_at) }, 'spawn approved');
@@ -289,6 +299,7 @@ export function sessionRoutes(options: SessionRoutesOptions): Hono {
       expires_at: iso(record.expires_at),
       name: body.name,
       version: body.version,
+      sha256,
       parent_session_id: record.parent_session_id,
     };
     return context.json(response, 200);

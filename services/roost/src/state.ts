@@ -34,6 +34,12 @@ export const ApprovalRecordSchema = z.object({
   expires_at: z.number(),
   /** The child envelope that was approved: what the registering child may report at most. */
   policy: CapabilityPolicySchema,
+  /**
+   * sha256 of the archive the envelope was read from. The child's stager resolves the name from
+   * its own stores, which may hold other bytes under it, whose hooks reach elsewhere: only this
+   * archive was refereed.
+   */
+  sha256: z.string(),
   used_by: SessionIdSchema.optional(),
   used_at: z.number().optional(),
 });

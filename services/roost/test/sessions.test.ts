@@ -205,12 +205,17 @@ describe('roost: sessions, credentials and spawn approvals', () => {
   let clock: number;
   let roost: RoostService;
 
+  /** The sha256 of each capsule archive in the registry, by name@version: what its runtime reports. */
+  const published = new Map<string, string>();
+
   beforeAll(async () => {
     scratch = await tempDir('murmur-roost-sessions-');
-    await publishInto(scratch.dir, await capsuleArchive(PARENT));
-    await publishInto(scratch.dir, await capsuleArchive(WORKER));
-    await publishInto(scratch.dir, await capsuleArchive(manifest('local/worker', '0.2.0', FITTING)));
-    for (const misfit of MISFITS) await publishInto(scratch.dir, await capsuleArchive(manifest(misfit.name, '0.1.0', misfit.caps)));
+    const publish = async (name: string, version: string, text: string) =>
+      published.set(`${name}@${version}`, (await publishInto(scratch.dir, await capsuleArchive(text))).sha256);
+    await publish('local/parent', '1.0.0', PARENT);
+    await publish('local/worker', '0.1.0', WORKER);
+    await publish('local/worker', '0.2.0', manifest('local/worker', '0.2.0', FITTING));
+    for (const misfit of MISFITS) await publish(misfit.name, '0.1.0', manifest(misfit.name, '0.1.0', misfit.caps));
     await publishInto(scratch.dir, await componentArtifact('local/tool', '0.1.0', new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0])));
   });
 
@@ -267,11 +272,19 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     name: string,
     version: string,
     text: string,
-    options: { approval?: string; sessionId?: string; policy?: CapabilityPolicy; app?: RoostService } = {},
+    options: { approval?: string; sessionId?: string; policy?: CapabilityPolicy; sha256?: string | null; app?: RoostService } = {},
   ): Promise<Answer & { sessionId: string }> {
     const sessionId = options.sessionId ?? newSessionId();
+    // As the executor reports a capsule by name: the archive it runs (null: a project from its directory).
+    const sha256 = options.sha256 === undefined ? published.get(`${name}@${version}`) : (options.sha256 ?? undefined);
     const answer = await call('POST', '/v1/sessions', {
-      body: { session_id: sessionId, capsule_name: name, capsule_version: version, policy: options.policy ?? policyOf(text) },
+      body: {
+        session_id: sessionId,
+        capsule_name: name,
+        capsule_version: version,
+        policy: options.policy ?? policyOf(text),
+        ...(sha256 === undefined ? {} : { capsule_sha256: sha256 }),
+      },
       ...(options.approval === undefined ? {} : { headers: { [SPAWN_APPROVAL_HEADER]: options.approval } }),
       ...(options.app ? { app: options.app } : {}),
     });
@@ -458,6 +471,7 @@ describe('roost: sessions, credentials and spawn approvals', () => {
       expires_at: new Date(clock + SPAWN_APPROVAL_TTL_MS).toISOString(),
       name: 'local/worker',
       version: '0.1.0',
+      sha256: published.get('local/worker@0.1.0'),
       parent_session_id: parent.sessionId,
     });
     expect(SPAWN_APPROVAL_TTL_MS).toBe(60_000);
@@ -589,6 +603,28 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     const otherName = await register('local/parent', '1.0.0', PARENT, { approval });
     expect(otherName.status).toBe(403);
     expect(otherName.body.error).toContain('issued for capsule local/worker@0.1.0, not local/parent@1.0.0');
+
+    expect((await register('local/worker', '0.1.0', WORKER, { approval })).status).toBe(201);
+  });
+
+  it('refuses a child that runs other bytes under the approved name and version, or reports none, and keeps the approval for the archive it approved', async () => {
+    const parent = await registerParent();
+    const approval = await approvalFor(parent.credential, 'local/worker');
+    const approved = published.get('local/worker@0.1.0') as string;
+    const other = 'a'.repeat(64);
+
+    const substituted = await register('local/worker', '0.1.0', WORKER, { approval, sha256: other });
+    expect(substituted.status).toBe(403);
+    expect(substituted.body).toEqual({
+      code: 'E-DLG-002',
+      error:
+        `the spawn approval was issued for the archive of local/worker@0.1.0 in roost's registry (sha256 ${approved}), ` +
+        `and this session runs another archive under that name and version (sha256 ${other}): the stager's stores hold bytes roost did not check`,
+    });
+    const unnamed = await register('local/worker', '0.1.0', WORKER, { approval, sha256: null });
+    expect(unnamed.status).toBe(403);
+    expect(unnamed.body.error).toContain('and this session reports no archive it runs');
+    for (const refused of [substituted, unnamed]) expect((await call('GET', `/status/${refused.sessionId}`)).status).toBe(404);
 
     expect((await register('local/worker', '0.1.0', WORKER, { approval })).status).toBe(201);
   });
