@@ -279,6 +279,31 @@ describe('mur doctor in a capsule project', () => {
     expect(result.stderr).toContain('[mur doctor] warning[E-CAP-003]:');
   });
 
+  it('says the same posture warnings when the capsule runs: W-SEC-011 at staging, and W-SEC-012 from the machine that launches it', async () => {
+    const wasm = (await capsuleWat()).bytes;
+    const execDir = await capsuleProject(
+      path.join(scratch.dir, 'run-workdir-exec'),
+      'name: run-workdir-exec\nversion: 0.0.1\ncapabilities:\n  filesystem:\n    workdir_exec: true\n',
+      wasm,
+    );
+    const staged = await runMur(['run'], { cwd: execDir, env });
+    expect(staged.code, staged.stderr).toBe(0);
+    expect(staged.stderr).toContain('[capsule-runtime] warning[W-SEC-011]: capabilities.filesystem.workdir_exec is true');
+
+    const compilerDir = await capsuleProject(
+      path.join(scratch.dir, 'run-sealed-cc'),
+      'name: run-sealed-cc\nversion: 0.0.1\ncapabilities:\n  containment: sealed\n  shell:\n    allow: [cc]\n',
+      wasm,
+    );
+    const launched = await runMur(['run'], { cwd: compilerDir, env });
+    expect(launched.code, launched.stderr).toBe(0);
+    expect(launched.stderr).toContain(
+      "[capsule-runtime] warning[W-SEC-012]: capabilities.shell.allow grants the compiler driver 'cc', but its helper 'cc1' at ",
+    );
+    const bootstrap = await fs.readFile(path.join(compilerDir, 'workdir', await onlySession(compilerDir), 'logs', 'bootstrap.log'), 'utf8');
+    expect(bootstrap).toContain("[containment] warning[W-SEC-012]: capabilities.shell.allow grants the compiler driver 'cc'");
+  });
+
   it('predicts E-CAP-005 and E-RUN-012 for a native tool on a host that can neither sandbox nor bound it, and still passes its artifacts', async () => {
     await publishInto(globalStore, await nativeEchoTool('echoer', '0.3.0'));
     const dir = await project('  - name: echoer\n    version: 0.3.0\n    runtime: tool\n');
@@ -382,3 +407,10 @@ describe('mur doctor and the stack', () => {
     }
   });
 });
+
+/** The id of the one session a capsule directory's `workdir/` holds. */
+async function onlySession(capsuleDir: string): Promise<string> {
+  const sessions = (await fs.readdir(path.join(capsuleDir, 'workdir'))).filter((name) => name.startsWith('ses_'));
+  expect(sessions).toHaveLength(1);
+  return sessions[0] as string;
+}

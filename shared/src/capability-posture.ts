@@ -1,6 +1,7 @@
 import type { MurmurWarning } from './errors.js';
 import { MurmurError } from './errors.js';
-import type { Containment } from './manifest/capsule.js';
+import type { ArtifactRole, Capabilities, Containment } from './manifest/capsule.js';
+import { type NetworkAllowRule, ceilingCovers, parseNetworkAllowRule, parseNetworkAllowRules } from './network-rules.js';
 import type { CapabilityPolicy } from './policy.js';
 
 /**
@@ -36,6 +37,104 @@ export function workdirExecWarning(policy: Pick<CapabilityPolicy, 'workdir_exec'
       "capabilities.filesystem.workdir_exec is true — the session workdir keeps its Landlock Execute right, so anything the capsule writes there can run regardless of capabilities.shell.allow; this capsule reports containment class 'advisory' on every host, including a Landlock-capable one",
     path: 'capabilities.filesystem.workdir_exec',
   };
+}
+
+/** A capsule's artifact entry as its per-artifact grant is read: role, packaging, the operator's block. */
+export interface GrantedArtifact {
+  name: string;
+  role: ArtifactRole;
+  /** `native` for a tool that runs as a program; unknown until the artifact is resolved. */
+  packaging?: string | undefined;
+  capabilities?: Capabilities | undefined;
+}
+
+/** The only sub-blocks of an artifact entry's `capabilities` the runtime reads (upstream's §1.4). */
+const READ_PER_ARTIFACT = new Set(['network', 'filesystem']);
+
+/**
+ * An artifact's own network rules, as the runtime holds it to them: a hook exactly its entry's
+ * (it inherits nothing, so nothing narrows it); a tool or a driver the entries the capsule's own
+ * rules cover, the others `dropped` (`W-SEC-007`). Undefined when the entry declares none: the
+ * artifact then goes by the capsule's rules (a hook by none).
+ */
+export function artifactNetworkRules(
+  ceiling: readonly NetworkAllowRule[],
+  artifact: Pick<GrantedArtifact, 'role' | 'capabilities'>,
+): { kept: NetworkAllowRule[]; dropped: string[] } | undefined {
+  const declared = artifact.capabilities?.network?.allow;
+  if (declared === undefined) return undefined;
+  const kept: NetworkAllowRule[] = [];
+  const dropped: string[] = [];
+  for (const entry of declared) {
+    const rule = parseNetworkAllowRule(entry);
+    if (artifact.role === 'hook' || ceilingCovers(ceiling, rule)) kept.push(rule);
+    else dropped.push(entry);
+  }
+  return { kept, dropped };
+}
+
+/**
+ * The warnings a capsule's artifact grants earn at staging, once the artifacts are resolved:
+ * `W-SEC-007` for each tool or driver rule the capsule's own rules do not cover (dropped, so the
+ * artifact cannot reach it), `W-SEC-006` (a hook) and `W-SEC-008` (a tool or a driver) for a
+ * sub-block the runtime does not read there, and `W-SEC-008` for any block on a native tool, which
+ * runs as a program under the capsule's own subprocess containment. Each is something the
+ * manifest says that does not happen, which nobody should find out from a refused request.
+ */
+export function artifactGrantWarnings(policy: Pick<CapabilityPolicy, 'network_allow'>, artifacts: readonly GrantedArtifact[]): MurmurWarning[] {
+  const ceiling = parseNetworkAllowRules(policy.network_allow);
+  const warnings: MurmurWarning[] = [];
+  for (const artifact of artifacts) {
+    const block = artifact.capabilities;
+    if (block === undefined || artifact.role === 'skill') continue;
+    const path = `artifacts.${artifact.name}.capabilities`;
+    if (artifact.role === 'tool' && artifact.packaging === 'native') {
+      warnings.push({
+        code: 'W-SEC-008',
+        message: `${artifact.name}: a native tool runs as a program under the capsule's own subprocess containment (capabilities.network, filesystem and shell), so its entry's capabilities block is not read; remove it, or grant what the tool needs in the capsule's capabilities`,
+        path,
+      });
+      continue;
+    }
+    for (const entry of artifactNetworkRules(ceiling, artifact)?.dropped ?? []) {
+      warnings.push({
+        code: 'W-SEC-007',
+        message: `${artifact.name}: network allow entry '${entry}' is not covered by the capsule's capabilities.network.allow and was dropped`,
+        path: `${path}.network.allow`,
+      });
+    }
+    const inert = Object.keys(block).filter((key) => !READ_PER_ARTIFACT.has(key) && block[key as keyof Capabilities] !== undefined);
+    if (inert.length === 0) continue;
+    const listed = inert.map((key) => `capabilities.${key}`).join(', ');
+    warnings.push(
+      artifact.role === 'hook'
+        ? {
+            code: 'W-SEC-006',
+            message: `${artifact.name}: ${listed} on a hook entry ${inert.length === 1 ? 'is' : 'are'} not read — a hook is given only its entry's network and filesystem grants; remove ${inert.length === 1 ? 'it' : 'them'}`,
+            path,
+          }
+        : {
+            code: 'W-SEC-008',
+            message: `${artifact.name}: ${listed} on a ${artifact.role} entry ${inert.length === 1 ? 'is' : 'are'} not read — a ${artifact.role} is narrowed only by its entry's network and filesystem grants, and otherwise holds the capsule's; remove ${inert.length === 1 ? 'it' : 'them'}, or set ${inert.length === 1 ? 'it' : 'them'} in the capsule's capabilities`,
+            path,
+          },
+    );
+  }
+  return warnings;
+}
+
+/**
+ * Every warning a capsule's declarations earn at staging, in upstream's order of the codes: what
+ * the artifact grants say that does not happen (`W-SEC-006/007/008`), each `interpreter_runtime`
+ * grant (`W-SEC-009`), and `workdir_exec` (`W-SEC-011`). The host's own (`W-SEC-012`) is the
+ * executor's to say at launch, on the machine the tools run on.
+ */
+export function stagingPostureWarnings(
+  policy: Pick<CapabilityPolicy, 'network_allow' | 'interpreter_runtime' | 'workdir_exec'>,
+  artifacts: readonly GrantedArtifact[],
+): MurmurWarning[] {
+  const workdirExec = workdirExecWarning(policy);
+  return [...artifactGrantWarnings(policy, artifacts), ...interpreterRuntimeWarnings(policy), ...(workdirExec ? [workdirExec] : [])];
 }
 
 /**

@@ -5,6 +5,7 @@ import { DelegationLineageSchema, SpawnerHandleSchema } from './delegation.js';
 import { ContainmentSchema } from './manifest/capsule.js';
 import { CapabilityPolicySchema } from './policy.js';
 import { LivenessSchema, RunningRecordSchema } from './running-record.js';
+import { MurmurWarningSchema } from './wire.js';
 
 /**
  * Launching a staged capsule: what a client (`mur run`) asks of an executor, and what it is told.
@@ -212,6 +213,8 @@ export const LaunchReplySchema = z.object({
    * hold its tools to (`unenforcedForTools`), which a launcher says. Absent or empty otherwise.
    */
   not_enforced_for_tools: z.array(z.string()).optional(),
+  /** What the executor's machine says of the capsule at launch (`W-SEC-012`), which a launcher says on stderr. */
+  warnings: z.array(MurmurWarningSchema).optional(),
   /**
    * The session's own bearer token: a door that takes session tokens (`MURMUR_DOOR_AUTH=session`)
    * admits a request to this session, and to no other, that carries it. Only the launcher gets it;

@@ -548,6 +548,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     });
 
     timing('launched');
+    for (const warning of launched.warnings ?? []) output.warn(warning);
     // Said whatever the output format (stderr): a capsule with a shell contained below sealed.
     const unenforced = launched.not_enforced_for_tools ?? [];
     if (unenforced.length > 0)

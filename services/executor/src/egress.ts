@@ -2,10 +2,9 @@ import {
   type NetworkAllowRule,
   type StagedPlan,
   anyRuleMatches,
-  ceilingCovers,
+  artifactNetworkRules,
   formatRule,
   newRequestId,
-  parseNetworkAllowRule,
   parseNetworkAllowRules,
   requestTargetOf,
   ruleMatches,
@@ -67,11 +66,6 @@ export type EgressOpened =
   | { outcome: 'response'; status: number; headers: Array<[string, string]>; body: ReadableStream<Uint8Array> | null }
   | { outcome: 'denied'; code: string; reason: string };
 
-export interface NarrowingWarning {
-  artifact: string;
-  entry: string;
-}
-
 /** The port a request target goes to: its own, or its scheme's. */
 function portOf(target: { scheme: string; port?: number | undefined }): number {
   return target.port ?? (target.scheme === 'https' ? 443 : 80);
@@ -81,8 +75,6 @@ function portOf(target: { scheme: string; port?: number | undefined }): number {
 export class EgressPolicy {
   private readonly ceiling: NetworkAllowRule[];
   private readonly tools = new Map<string, NetworkAllowRule[]>();
-  /** Per-tool entries dropped because the ceiling does not cover them (`W-SEC-007`). */
-  readonly dropped: NarrowingWarning[] = [];
   /** How every allowed connection finds its address: vetted (`egress-address.ts`); reached through `lookupTo`. */
   private readonly lookup: net.LookupFunction;
   /** This session's HTTP connections, kept alive between its requests. */
@@ -99,18 +91,10 @@ export class EgressPolicy {
     this.lookup = vettedLookup(options.privateHosts ?? privateHostsSetting(process.env), options.resolve);
     this.connections = new EgressConnections((port) => this.lookupTo(port));
     this.ceiling = parseNetworkAllowRules(plan.policy.network_allow);
+    // The entries dropped here were said at staging (`W-SEC-007`, `artifactGrantWarnings`).
     for (const artifact of plan.artifacts) {
-      const declared = artifact.capabilities?.network?.allow;
-      if (declared === undefined) continue;
-      const kept: NetworkAllowRule[] = [];
-      for (const entry of declared) {
-        const rule = parseNetworkAllowRule(entry);
-        // A hook gets exactly what its entry names (upstream's §1.4: it inherits nothing, so nothing
-        // narrows it); a tool or a driver is narrowed to what the capsule itself may reach.
-        if (artifact.role === 'hook' || ceilingCovers(this.ceiling, rule)) kept.push(rule);
-        else this.dropped.push({ artifact: artifact.name, entry });
-      }
-      this.tools.set(artifact.name, kept);
+      const rules = artifactNetworkRules(this.ceiling, artifact);
+      if (rules) this.tools.set(artifact.name, rules.kept);
     }
   }
 

@@ -2,6 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import { existsSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import {
+  type MurmurWarning,
   type Containment,
   type ExecutorHeartbeat,
   type ExitStatus,
@@ -58,6 +59,7 @@ import { throttleDevice } from './block-device.js';
 import { type CgroupProbe, SessionCgroup, type SessionCeilings, type ToolCeilings } from './cgroup.js';
 import { type HostPool, type PooledHost, poolRefusal } from './host-pool.js';
 import type { NetworkPlan } from './network-plan.js';
+import { toolchainHelperGaps, toolchainHelperWarning } from './toolchain-helpers.js';
 import type { ConfineProbe } from './confinement.js';
 import { rememberBounded } from './bounded-map.js';
 import type { DelegationTrees } from './delegation-trees.js';
@@ -291,6 +293,8 @@ export class Session {
   /** The session's spans exported (or given up on) after its end: what a stopping executor waits for. */
   telemetryDrained: Promise<void> = Promise.resolve();
   private bootstrap!: LogFile;
+  /** What this machine says of the capsule at launch (`W-SEC-012`): in the launch's reply and the bootstrap log. */
+  private launchWarnings: MurmurWarning[] = [];
   /** The host's stdout and stderr, from its start until its pipes close (or the session's end). */
   private hostLog: LogFile | undefined;
   /** Where the executor's own records go: beneath the workdir's root, never through a link the guest made. */
@@ -544,14 +548,12 @@ export class Session {
     );
     if (this.canSpawn())
       for (const gap of unenforcedForTools(containment.tier, plan.policy)) this.bootstrap.line(`[containment] warning: the tools are not held to ${gap}`);
+    // Asked of this machine's compilers, where the tools will run: the stager's may differ.
+    this.launchWarnings = toolchainHelperGaps(plan.policy, containment.declared).map((gap) => ({ code: 'W-SEC-012', message: toolchainHelperWarning(gap) }));
+    for (const warning of this.launchWarnings) this.bootstrap.line(`[containment] warning[${warning.code}]: ${warning.message}`);
     this.bootstrap.line(
       `[bootstrap] network allow: ${this.egress.describe('capsule')}; env allow: ${plan.policy.env_allow.join(', ') || 'nothing'}; shell allow: ${plan.policy.shell_allow.join(', ') || 'nothing'}`,
     );
-    for (const drop of this.egress.dropped) {
-      this.bootstrap.line(
-        `[capability-policy] warning[W-SEC-007]: ${drop.artifact}: network allow entry '${drop.entry}' is not covered by the capsule's capabilities.network.allow and was dropped`,
-      );
-    }
     for (const warning of plan.warnings) this.bootstrap.line(`[staging] warning[${warning.code}]: ${warning.message}`);
     const runtimeOwned = [...new Set([...plan.policy.env_allow, ...plan.policy.shell_baseline_env].filter(isRuntimeOwned))];
     if (runtimeOwned.length > 0)
@@ -706,6 +708,7 @@ export class Session {
       started_at: new Date(this.startedAt).toISOString(),
       isolation: this.containment.tier,
       ...(this.canSpawn() ? { not_enforced_for_tools: unenforcedForTools(this.containment.tier, plan.policy) } : {}),
+      ...(this.launchWarnings.length > 0 ? { warnings: this.launchWarnings } : {}),
       token: this.token,
     };
     // Listed in the heartbeat from here on: a watcher that heard it start and then a heartbeat

@@ -26,6 +26,7 @@ import {
   parseArtifactManifest,
   parseCapsuleManifest,
   referencedEnvNames,
+  stagingPostureWarnings,
 } from '@murmur/shared';
 import {
   type ArtifactSource,
@@ -241,6 +242,9 @@ export class Stager {
       await this.commit(tx);
 
       const policy = capabilityPolicy(manifest);
+      // Said here, where the artifacts are resolved (a native tool is known only now), so that
+      // `mur run` and `mur stage` say them on stderr before anything runs.
+      warnings.push(...stagingPostureWarnings(policy, staged));
       const baseLifecycle = LifecycleSchema.parse(manifest.lifecycle ?? {});
       const lifecycle = { ...baseLifecycle, ...stripUndefined(request.lifecycle_override ?? {}) };
       const cacheHits = [...staged.map((artifact) => artifact.component), capsuleComponent].filter((component) => component?.cache_hit).length;

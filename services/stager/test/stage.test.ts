@@ -6,9 +6,9 @@ import { ArtifactStore, readLockfile, sha256Hex, writeLockfile } from '@murmur/s
 import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
 import { BlobCache, uploadProject } from '@murmur/shared/node';
 import { type StageCall, type StageProgress, Stager } from '@murmur/stager';
-import { capsuleArchive, capsuleProject, componentArtifact, publishInto, skillArtifact } from '../../../test/support/artifacts.js';
+import { capsuleArchive, capsuleProject, componentArtifact, nativeTool, publishInto, skillArtifact } from '../../../test/support/artifacts.js';
 import { listTree, tempDir } from '../../../test/support/fs.js';
-import { capsuleWat, helloCapsuleJs, toolWat, unversionedCapsuleWat } from '../../../test/support/guests.js';
+import { capsuleWat, halfHookWat, helloCapsuleJs, toolWat, unversionedCapsuleWat } from '../../../test/support/guests.js';
 import { rawZip } from '../../../test/support/raw-zip.js';
 import { TranspileQueue } from '../src/transpile-queue.js';
 import { ComponentCache } from '../src/transpiler.js';
@@ -194,6 +194,69 @@ describe('staging a capsule directory', () => {
     });
     const plan = await world.stager.stage(await directory());
     expect(plan.lock.status).toBe('honoured');
+  });
+
+  it("says at staging what the manifest grants that does not happen: inert sub-blocks, a native tool's block, dropped rules, interpreter grants and workdir_exec", async () => {
+    const tool = await toolWat();
+    await publishInto(world.globalStore, await componentArtifact('echo-tool', '0.1.0', tool.bytes));
+    await publishInto(world.globalStore, await componentArtifact('audit', '0.1.0', (await halfHookWat()).bytes, 'hook'));
+    await publishInto(world.globalStore, await nativeTool('lister', '0.1.0', '#!/bin/sh\necho {}\n'));
+    const manifest = [
+      'name: hello',
+      'version: 0.1.0',
+      'artifacts:',
+      '  - name: echo-tool',
+      '    version: 0.1.0',
+      '    runtime: tool',
+      '    capabilities:',
+      '      network:',
+      '        allow: [api.example.com, elsewhere.example]',
+      '      shell:',
+      '        allow: [curl]',
+      '      env:',
+      '        allow: [HOME]',
+      '  - name: audit',
+      '    version: 0.1.0',
+      '    runtime: hook',
+      '    capabilities:',
+      '      network:',
+      '        allow: [collector.example:4318]',
+      '      limits:',
+      '        memory_bytes: 1024',
+      '  - name: lister',
+      '    version: 0.1.0',
+      '    runtime: tool',
+      '    capabilities:',
+      '      network:',
+      '        allow: [api.example.com]',
+      'capabilities:',
+      '  network:',
+      '    allow: [api.example.com]',
+      '  filesystem:',
+      '    workdir_exec: true',
+      '  shell:',
+      '    allow: [python3]',
+      '    interpreter_runtime:',
+      '      - binary: python3',
+      '        dirs: [{path: /usr/lib/python3, list_dir: true}]',
+      '',
+    ].join('\n');
+    await capsuleProject(world.project, manifest, (await capsuleWat()).bytes);
+    const plan = await world.stager.stage(await directory());
+    expect(plan.warnings.map((warning) => [warning.code, warning.path])).toEqual([
+      ['W-SEC-007', 'artifacts.echo-tool.capabilities.network.allow'],
+      ['W-SEC-008', 'artifacts.echo-tool.capabilities'],
+      ['W-SEC-006', 'artifacts.audit.capabilities'],
+      ['W-SEC-008', 'artifacts.lister.capabilities'],
+      ['W-SEC-009', 'capabilities.shell.interpreter_runtime'],
+      ['W-SEC-011', 'capabilities.filesystem.workdir_exec'],
+    ]);
+    const messages = plan.warnings.map((warning) => warning.message);
+    expect(messages[0]).toBe("echo-tool: network allow entry 'elsewhere.example' is not covered by the capsule's capabilities.network.allow and was dropped");
+    expect(messages[1]).toContain('echo-tool: capabilities.shell, capabilities.env on a tool entry are not read');
+    // A hook's own network rules are exactly its own (never dropped), its other blocks inert.
+    expect(messages[2]).toContain('audit: capabilities.limits on a hook entry is not read');
+    expect(messages[3]).toContain("lister: a native tool runs as a program under the capsule's own subprocess containment");
   });
 
   it('returns warnings for unknown top-level keys in the plan', async () => {
