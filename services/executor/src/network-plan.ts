@@ -45,6 +45,11 @@ export const MAX_LISTENERS = 64;
 const SYNTHETIC_BASE = [127, 77];
 const DNS_PORT = 53;
 
+/** The `n`th name's address in `127.77.0.0/16`, from `127.77.0.1`: at most `MAX_LISTENERS` are ever given. */
+function syntheticAddress(n: number): string {
+  return `${SYNTHETIC_BASE[0]}.${SYNTHETIC_BASE[1]}.${Math.floor(n / 256)}.${n % 256}`;
+}
+
 function portsOf(rule: NetworkAllowRule): number[] {
   if (rule.port !== undefined) return [rule.port];
   if (rule.scheme === 'https') return [443];
@@ -60,22 +65,26 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
   const skipped: string[] = [];
   let nextFd = firstFd + 2;
   let synthetic = 0;
-  const addressOf = (host: string): string | undefined => {
+  /**
+   * Where connections to `host` are listened for: an IPv4 literal itself, `localhost` its
+   * address, a name the synthetic address it is (or will be) given. A name is given one only with
+   * its first listener (`nameAddress`), so the names a sandbox's DNS answers are never more than
+   * its listeners — a capsule's allowlist of 65 536 names could otherwise count past the range.
+   */
+  const addressOf = (host: string): { address: string; name?: string } | undefined => {
     // A resolver asks for a name without the root's dot (`dns-message.ts`): a rule written fully
     // qualified (`api.example.`) is the name `api.example` asks for too.
     const name = host.endsWith('.') ? host.slice(0, -1) : host;
-    if (name === 'localhost') {
-      names.localhost = '127.0.0.1';
-      return names.localhost;
-    }
+    if (name === 'localhost') return { address: '127.0.0.1', name };
     const family = ipFamily(name.replace(/^\[|\]$/g, ''));
-    if (family === 4) return name;
+    if (family === 4) return { address: name };
     if (family === 6) return undefined;
-    if (!names[name]) {
-      synthetic += 1;
-      names[name] = `${SYNTHETIC_BASE[0]}.${SYNTHETIC_BASE[1]}.${Math.floor(synthetic / 256)}.${synthetic % 256}`;
-    }
-    return names[name];
+    return { address: names[name] ?? syntheticAddress(synthetic + 1), name };
+  };
+  const nameAddress = (name: string, address: string): void => {
+    if (names[name] !== undefined) return;
+    names[name] = address;
+    if (name !== 'localhost') synthetic += 1;
   };
   for (const rule of [...rules].sort((left, right) => (left.host < right.host ? -1 : left.host > right.host ? 1 : 0))) {
     // The unspecified address is no destination, and would take its port on every address; the
@@ -84,11 +93,12 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
       skipped.push(`${rule.host}: not an address a sandbox's connection can stand for`);
       continue;
     }
-    const address = addressOf(rule.host);
-    if (address === undefined) {
+    const target = addressOf(rule.host);
+    if (target === undefined) {
       skipped.push(`${rule.host}: the sandbox's network is IPv4 only`);
       continue;
     }
+    const { address } = target;
     for (const port of portsOf(rule)) {
       if (port === DNS_PORT) {
         skipped.push(`${rule.host}:${port}: port ${DNS_PORT} is the sandbox's own DNS`);
@@ -101,6 +111,7 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
         continue;
       }
       wanted.set(key, { fd: nextFd++, address, port, host: rule.host });
+      if (target.name !== undefined) nameAddress(target.name, address);
     }
   }
   return { listeners: [...wanted.values()], names, dns: { udpFd: firstFd, tcpFd: firstFd + 1 }, skipped };

@@ -152,18 +152,33 @@ export class SandboxNetwork {
     server.on('error', () => undefined);
   }
 
+  /**
+   * The reply to one question, or undefined to drop it. Never throws: it runs in a socket's event
+   * handler, where a throw ends the executor and every session on it, and whatever is inside the
+   * sandbox chooses the bytes.
+   */
   private answer(message: Buffer): Buffer | undefined {
-    const query = parseQuery(message);
-    if (!query) return undefined;
-    const decision = decide(query, this.options.plan.names);
-    if (decision.rcode !== 0)
+    try {
+      const query = parseQuery(message);
+      if (!query) return undefined;
+      const decision = decide(query, this.options.plan.names);
+      if (decision.rcode !== 0)
+        this.options.record({
+          kind: 'dns',
+          target: query.question?.name ?? '(malformed)',
+          decision: 'denied',
+          reason: query.question ? 'not in capabilities.network.allow' : 'malformed question',
+        });
+      return encodeAnswer(query, decision);
+    } catch (error) {
       this.options.record({
         kind: 'dns',
-        target: query.question?.name ?? '(malformed)',
-        decision: 'denied',
-        reason: query.question ? 'not in capabilities.network.allow' : 'malformed question',
+        target: '(unanswerable)',
+        decision: 'failed',
+        reason: `the question could not be answered: ${(error as Error).message}`,
       });
-    return encodeAnswer(query, decision);
+      return undefined;
+    }
   }
 
   private serveListener(server: Server, listener: PlannedListener): void {

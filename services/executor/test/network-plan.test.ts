@@ -57,6 +57,20 @@ describe('the sealed sandbox’s network plan', () => {
     expect(plan.skipped[0]).toContain(`past the ${MAX_LISTENERS} listeners a sandbox gets`);
   });
 
+  it('gives an address only to a name that gets a listener, so no allowlist counts past the range (65 540 names)', () => {
+    const allow = Array.from({ length: 65_540 }, (_, index) => `n${index}.example`);
+    const plan = planNetwork(allow, 16);
+    expect(plan.listeners).toHaveLength(MAX_LISTENERS);
+    const addresses = Object.values(plan.names);
+    expect(addresses).toHaveLength(MAX_LISTENERS / 2);
+    for (const address of addresses) expect(address).toMatch(/^127\.77\.0\.([1-9]|[1-5][0-9]|6[0-4])$/);
+    // Every name answered has its listeners; the rest are refused by the sandbox's DNS.
+    for (const [name, address] of Object.entries(plan.names)) {
+      expect(plan.listeners.filter((listener) => listener.host === name).map((listener) => listener.address)).toEqual([address, address]);
+    }
+    expect(plan.skipped).toHaveLength(allow.length * 2 - MAX_LISTENERS);
+  });
+
   it('plans nothing but DNS for an empty allowlist', () => {
     expect(planNetwork([], 16)).toEqual({ listeners: [], names: {}, dns: { udpFd: 16, tcpFd: 17 }, skipped: [] });
   });

@@ -153,6 +153,23 @@ describe('the executor’s end of a sealed sandbox’s network', () => {
     expect(records).toEqual([{ kind: 'dns', target: 'exfil.attacker.example', decision: 'denied', reason: 'not in capabilities.network.allow' }]);
   });
 
+  it('drops a question it cannot answer and records it, and goes on answering: no question ends the executor', async () => {
+    const { network, records, dnsUdpPort } = await setup(() => ({ allowed: true }));
+    // An address no A record can carry, as a plan that counted past its range once gave a name.
+    (network as unknown as { options: { plan: NetworkPlan } }).options.plan.names['broken.example'] = '127.77.256.0';
+    const client = createSocket('udp4');
+    cleanups.push(() => client.close());
+    client.send(query('broken.example', 9), dnsUdpPort, '127.0.0.1');
+    await eventually(() => records.find((record) => record.target === '(unanswerable)'), 5_000, 'the unanswerable question to be recorded');
+    const answered = await new Promise<Buffer>((resolve) => {
+      client.once('message', resolve);
+      client.send(query('api.example.com', 10), dnsUdpPort, '127.0.0.1');
+    });
+    expect(answered.readUInt16BE(0)).toBe(10);
+    expect([...answered.subarray(answered.length - 4)]).toEqual([127, 77, 0, 1]);
+    expect(records[0]).toMatchObject({ kind: 'dns', decision: 'failed', reason: expect.stringContaining('could not be answered') });
+  });
+
   it('answers a sandbox’s DNS questions within its budget a second, drops the rest unanswered, and records the first drop', async () => {
     const { records, dnsUdpPort } = await setup(() => ({ allowed: true }), undefined, undefined, 10);
     const client = createSocket('udp4');
