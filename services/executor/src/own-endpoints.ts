@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { natsEndpoint } from '@murmur/shared/bus';
 import { bare, embeddedIpv4, ipFamily, systemResolve } from './egress-address.js';
@@ -104,6 +105,10 @@ export class OwnEndpoints {
     const named = this.names.get(plain)?.get(port) ?? keys.map((key) => this.taken.get(key)?.get(port)).find((what) => what !== undefined);
     if (named) return named;
     if (keys.some((key) => this.whole.has(key))) return BUS_HOST;
+    // An address the machine holds that it did not when this was built (an interface that came
+    // up since), or that the interface list left out (one up with no link, as `docker0` with no
+    // container is): whatever is taken on every address of the machine is taken there too.
+    if (written.some((address) => !this.isHere(address) && localAddresses.has(address))) return this.names.get('localhost')?.get(port);
     return undefined;
   }
 
@@ -226,7 +231,12 @@ function isLoopback(address: string): boolean {
   return address === '::1' || (address.startsWith('127.') && ipFamily(address) === 4);
 }
 
-/** The addresses a connection made here reaches this machine at: loopback, the unspecified ones, and each interface's. */
+/**
+ * The addresses a connection made here reaches this machine at: loopback, the unspecified ones,
+ * each interface's, and each the kernel routes locally (`localAddresses`): Node lists only the
+ * interfaces that are up and have a link, and a connection to the address of one without a link
+ * (`docker0` before its first container) reaches this machine all the same.
+ */
 function thisMachine(): string[] {
   let interfaces: string[] = [];
   try {
@@ -236,5 +246,61 @@ function thisMachine(): string[] {
   } catch {
     // The interfaces could not be listed: loopback and the unspecified addresses are still the machine's.
   }
-  return ['127.0.0.1', '::1', '0.0.0.0', '::', ...interfaces];
+  return [...new Set(['127.0.0.1', '::1', '0.0.0.0', '::', ...interfaces, ...localAddresses.list()])];
+}
+
+/** How long the kernel's local addresses are taken as read: a judgment may ask at every connection. */
+const LOCAL_ADDRESSES_FRESH_MS = 1_000;
+
+/**
+ * The addresses the kernel holds as this machine's now: IPv4 from its local routing table
+ * (`/proc/net/fib_trie`, each `/32 host LOCAL` leaf), IPv6 from `/proc/net/if_inet6` (every address
+ * configured, on an interface with a link or without: when in doubt, the machine's). Read again
+ * when a second old. Where neither can be read (not Linux), none: the interface list stands.
+ */
+export const localAddresses = {
+  read: 0,
+  held: new Set<string>(),
+  has(address: string): boolean {
+    return this.current().has(address);
+  },
+  list(): string[] {
+    return [...this.current()];
+  },
+  current(): Set<string> {
+    const now = Date.now();
+    if (now - this.read < LOCAL_ADDRESSES_FRESH_MS) return this.held;
+    this.read = now;
+    this.held = new Set([...readProc('/proc/net/fib_trie', localIpv4Of), ...readProc('/proc/net/if_inet6', localIpv6Of)]);
+    return this.held;
+  },
+};
+
+function readProc(file: string, parse: (text: string) => string[]): string[] {
+  try {
+    return parse(readFileSync(file, 'utf8'));
+  } catch {
+    return [];
+  }
+}
+
+/** The `/32 host LOCAL` leaves of `/proc/net/fib_trie`: each under the `|-- <address>` line before it. */
+export function localIpv4Of(fibTrie: string): string[] {
+  const addresses: string[] = [];
+  let leaf: string | undefined;
+  for (const line of fibTrie.split('\n')) {
+    const node = /^\s*\|-- (\S+)$/.exec(line);
+    if (node) leaf = node[1];
+    else if (leaf !== undefined && /^\s*\/32 host LOCAL\b/.test(line) && ipFamily(leaf) === 4) addresses.push(leaf);
+  }
+  return addresses;
+}
+
+/** The addresses of `/proc/net/if_inet6`: 32 hex digits a line, canonical. */
+export function localIpv6Of(ifInet6: string): string[] {
+  return ifInet6.split('\n').flatMap((line) => {
+    const hex = line.trim().split(/\s+/)[0] ?? '';
+    if (!/^[0-9a-f]{32}$/i.test(hex)) return [];
+    return canonicalAddress(hex.match(/.{4}/g)!.join(':'), 6) ?? [];
+  });
 }

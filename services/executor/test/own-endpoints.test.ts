@@ -1,7 +1,7 @@
 import os from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { EgressPolicy } from '../src/egress.js';
-import { OWN_LISTENERS, OwnEndpoints, busServers } from '../src/own-endpoints.js';
+import { OWN_LISTENERS, OwnEndpoints, busServers, localAddresses, localIpv4Of, localIpv6Of } from '../src/own-endpoints.js';
 
 const BUS = 'the bus this runtime runs on';
 const BUS_HOST = 'the host of the bus this runtime runs on';
@@ -62,6 +62,59 @@ describe("the runtime's own endpoints", () => {
     // But a local bus's monitoring is (nats-server's usual port): /connz names every session's subjects.
     for (const host of ['127.0.0.1', 'localhost', '::1', ...interfaces]) expect(own.covers(host, 8222), `${host}:8222`).toBe(BUS);
     expect(own.unresolved).toBe(false);
+  });
+
+  it('takes a local bus on every address the kernel routes to this machine, those of interfaces without a link and those that came up later included', async () => {
+    const own = await OwnEndpoints.of({ natsUrl: 'nats://127.0.0.1:4999' }, { resolve: noDns });
+    // The kernel's own list, read here: Node lists only interfaces that are up with a link.
+    for (const address of localAddresses.list()) expect(own.covers(address.includes(':') ? `[${address}]` : address, 4999), address).toBe(BUS);
+    // An address the machine takes after the endpoints were worked out (an interface coming up).
+    const held = localAddresses.held;
+    localAddresses.held = new Set([...held, '198.51.100.7']);
+    localAddresses.read = Date.now() + 60_000;
+    try {
+      expect(own.covers('198.51.100.7', 4999)).toBe(BUS);
+      expect(own.covers('198.51.100.7', 4998)).toBeUndefined();
+    } finally {
+      localAddresses.held = held;
+      localAddresses.read = 0;
+    }
+    expect(own.covers('198.51.100.7', 4999)).toBeUndefined();
+  });
+
+  it("reads the machine's addresses as the kernel lists them: the local /32 leaves of fib_trie, and if_inet6's", () => {
+    const fibTrie = [
+      'Main:',
+      '  +-- 0.0.0.0/0 3 0 5',
+      '     |-- 0.0.0.0',
+      '        /0 universe UNICAST',
+      '     +-- 127.0.0.0/8 2 0 2',
+      '        +-- 127.0.0.0/31 1 0 0',
+      '           |-- 127.0.0.0',
+      '              /8 host LOCAL',
+      '           |-- 127.0.0.1',
+      '              /32 host LOCAL',
+      '     |-- 172.17.0.1',
+      '        /32 host LOCAL',
+      '     |-- 172.17.255.255',
+      '        /32 link BROADCAST',
+      '     |-- 192.0.2.0',
+      '        /24 link UNICAST',
+    ].join('\n');
+    expect(localIpv4Of(fibTrie)).toEqual(['127.0.0.1', '172.17.0.1']);
+    const ifInet6 = [
+      '00000000000000000000000000000001 01 80 10 80       lo',
+      'fe8000000000000000428efffebfa108 05 40 20 80  docker0',
+      'fd000000000000000000000000000002 04 40 00 82     eth0',
+      '',
+    ].join('\n');
+    // `::1` is held in the IPv4 form its last word spells (`canonicalAddress`), as everywhere here.
+    expect(localIpv6Of(ifInet6)).toEqual(['0.0.0.1', 'fe80::42:8eff:febf:a108', 'fd00::2']);
+    // Every address Node lists is among the kernel's (but `::1`, held as above).
+    const listed = Object.values(os.networkInterfaces()).flatMap((entries) =>
+      (entries ?? []).filter((entry) => !entry.scopeid && entry.address !== '::1').map((entry) => entry.address),
+    );
+    expect(localAddresses.list()).toEqual(expect.arrayContaining(listed));
   });
 
   it('keeps a name that does not resolve as the name, whole, and says it did not resolve', async () => {
