@@ -82,11 +82,33 @@ function parseHostRule(entry: string, path: string | undefined): NetworkAllowRul
   return { scheme: undefined, host: url.hostname.toLowerCase(), port: explicitPort(url) };
 }
 
-/** Parses one allow entry; `path` names it in the error (`capabilities.network.allow[2]`). */
+/**
+ * Parses one allow entry; `path` names it in the error (`capabilities.network.allow[2]`).
+ *
+ * Stricter than upstream's parser in two ways, each an entry that reads as something it does not
+ * grant: credentials before an `@` (`api.good.example@evil.example` grants `evil.example`, the
+ * part a reader skims past; a URL's parser takes what precedes the `@` as a user name), and a
+ * `*` (hosts match exactly, so `*.example.com` grants nothing at all, not every subdomain).
+ */
 export function parseNetworkAllowRule(entry: string, path?: string): NetworkAllowRule {
   const trimmed = entry.trim();
   if (trimmed === '') throw invalidEntry(entry, 'entry must not be empty', path);
-  return trimmed.includes('://') ? parseUrlRule(trimmed, path) : parseHostRule(trimmed, path);
+  if (trimmed.includes('@')) {
+    throw invalidEntry(
+      entry,
+      `an allow entry names a host, never credentials: what follows the '@' (${trimmed.slice(trimmed.lastIndexOf('@') + 1)}) is the host it would grant; write that host alone`,
+      path,
+    );
+  }
+  const rule = trimmed.includes('://') ? parseUrlRule(trimmed, path) : parseHostRule(trimmed, path);
+  if (rule.host.includes('*')) {
+    throw invalidEntry(
+      entry,
+      'a host matches exactly, so a wildcard grants nothing (not every host, nor every subdomain); list each host the capsule needs',
+      path,
+    );
+  }
+  return rule;
 }
 
 export function parseNetworkAllowRules(entries: readonly string[], basePath = 'capabilities.network.allow'): NetworkAllowRule[] {

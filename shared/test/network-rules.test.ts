@@ -88,6 +88,17 @@ describe('refusing a network allow entry', () => {
     ['api.example.com?x', 'host allow entries must be host or host:port only'],
     ['api.example.com#', 'host allow entries must be host or host:port only'],
     ['api.example.com:notaport', 'invalid host allow entry: it is not a host or host:port'],
+    // What reads as one host and grants another, or grants nothing while reading as everything.
+    [
+      '127.0.0.1:40039@127.0.0.1:37013',
+      "an allow entry names a host, never credentials: what follows the '@' (127.0.0.1:37013) is the host it would grant; write that host alone",
+    ],
+    [
+      'https://api.good.example@evil.example',
+      "an allow entry names a host, never credentials: what follows the '@' (evil.example) is the host it would grant; write that host alone",
+    ],
+    ['*', 'a host matches exactly, so a wildcard grants nothing (not every host, nor every subdomain); list each host the capsule needs'],
+    ['https://*.example.com', 'a host matches exactly, so a wildcard grants nothing (not every host, nor every subdomain); list each host the capsule needs'],
   ])('refuses %j with E-CAP-001 and the reason %j', (entry, reason) => {
     const error = refusal(() => parseNetworkAllowRule(entry));
     expect(error.code).toBe('E-CAP-001');
