@@ -189,6 +189,43 @@ describe('egress through the executor', () => {
     expect(peer.connections()).toBe(before + 1);
   });
 
+  it('traces an allowed request that could not connect as failed, never as denied, and says what a peer that is no A2A agent answered', async () => {
+    const closed = await startCountingServer();
+    const closedPort = closed.port;
+    await closed.close();
+    const redirecting = await startCountingServer(() => ({ status: 302, body: '', headers: { location: 'http://127.0.0.1:1/elsewhere' } }));
+    try {
+      const { results, trace } = await run(
+        'failed-not-denied',
+        `capabilities:\n  network:\n    allow: [127.0.0.1:${closedPort}, 127.0.0.1:${redirecting.port}, 127.0.0.1:${allowed.port}]\n`,
+        [
+          { op: 'fetch', url: `http://127.0.0.1:${closedPort}/` },
+          { op: 'send', peer: `127.0.0.1:${redirecting.port}`, text: 'hello' },
+          { op: 'send', peer: `127.0.0.1:${allowed.port}`, text: 'hello' },
+        ],
+      );
+      expect(results[0]).toMatchObject({ ok: false });
+      expect(trace.find((event) => event.event_type === 'egress' && event.kind === 'http')).toMatchObject({
+        target: `http://127.0.0.1:${closedPort}`,
+        decision: 'failed',
+        code: 'connection-refused',
+      });
+      expect(results[1]).toEqual({
+        op: 'send',
+        ok: false,
+        error: `the peer at '127.0.0.1:${redirecting.port}' answered HTTP 302 to http://127.0.0.1:1/elsewhere, a redirect, which is not followed: send to the URL it names, if the capsule's rules allow it`,
+      });
+      expect(results[2]).toEqual({
+        op: 'send',
+        ok: false,
+        error: `the peer at '127.0.0.1:${allowed.port}' answered HTTP 200 with a body that is not JSON: is it an A2A agent's URL?`,
+      });
+      expect(trace.filter((event) => event.event_type === 'egress' && event.kind === 'a2a').map((event) => event.decision)).toEqual(['failed', 'failed']);
+    } finally {
+      await redirecting.close();
+    }
+  });
+
   it('sends an allowed A2A message and records it as a2a_send', async () => {
     const { results, trace } = await run('send-allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${peer.port}]\n`, [
       { op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'hello peer', contextId: 'ctx_thread', messageId: 'msg_one' },

@@ -64,7 +64,8 @@ const DROPPED_REQUEST_HEADERS = new Set([...DROPPED_HEADERS, 'content-length']);
  */
 export type EgressOpened =
   | { outcome: 'response'; status: number; headers: Array<[string, string]>; body: ReadableStream<Uint8Array> | null }
-  | { outcome: 'denied'; code: string; reason: string };
+  /** `failed`: the policy allowed it, and the connection or the exchange failed (traced as such, never as a refusal). */
+  | { outcome: 'denied'; code: string; reason: string; failed?: true };
 
 /** The port a request target goes to: its own, or its scheme's. */
 function portOf(target: { scheme: string; port?: number | undefined }): number {
@@ -242,7 +243,8 @@ export class EgressPolicy {
           connections: this.connections,
         });
       } catch (error) {
-        return { outcome: 'denied', ...transportError(error) };
+        // An address the lookup refused is the policy's refusal; anything else, the network's failure.
+        return { outcome: 'denied', ...transportError(error), ...(error instanceof ProhibitedAddress ? {} : { failed: true as const }) };
       } finally {
         clearTimeout(timer);
       }
@@ -304,7 +306,10 @@ export class EgressPolicy {
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
         connections: this.connections,
       });
-      reply = JSON.parse(await readCapped(response.body, SEND_REPLY_LIMIT_BYTES)) as typeof reply;
+      const text = await readCapped(response.body, SEND_REPLY_LIMIT_BYTES);
+      const unreadable = peerAnswerRefusal(peerUrl, response.status, response.headers, text);
+      if (unreadable !== undefined) return { ok: false, error: unreadable };
+      reply = JSON.parse(text) as typeof reply;
     } catch (error) {
       // An address the lookup refused (the runtime's own, or one no capsule may reach) is the
       // policy's refusal, as it is for `wasi:http`: nothing was connected to.
@@ -328,6 +333,27 @@ export class EgressPolicy {
 export type PeerSendResult =
   | { ok: true; value: { task_id: string; context_id: string; state: string; traceparent: string | null } }
   | { ok: false; error: string; denied?: true };
+
+/**
+ * Why a peer's answer to `message/send` is no JSON-RPC reply, in words the model can act on: the
+ * status it answered with (a redirect says where it led, as it is not followed), or that its body
+ * is not JSON. Undefined when it can be read as a reply (a JSON-RPC error rides on any status).
+ */
+function peerAnswerRefusal(peerUrl: string, status: number, headers: ReadonlyArray<[string, string]>, text: string): string | undefined {
+  let json = true;
+  try {
+    JSON.parse(text);
+  } catch {
+    json = false;
+  }
+  if (json) return undefined;
+  if (status >= 300 && status < 400) {
+    const location = headers.find(([name]) => name === 'location')?.[1];
+    return `the peer at '${peerUrl}' answered HTTP ${status}${location ? ` to ${location.slice(0, 200)}` : ''}, a redirect, which is not followed: send to the URL it names, if the capsule's rules allow it`;
+  }
+  if (status < 200 || status >= 300) return `the peer at '${peerUrl}' answered HTTP ${status} with no JSON-RPC reply: is it an A2A agent's URL?`;
+  return `the peer at '${peerUrl}' answered HTTP ${status} with a body that is not JSON: is it an A2A agent's URL?`;
+}
 
 /** The URL a peer is reached at: a peer named without a scheme (`host:port`, as the spec writes them) is spoken to over http. */
 export function peerRequestUrl(peerUrl: string): string {

@@ -63,14 +63,16 @@ export class HostEgress {
           'http',
           request.request.grant,
           request.request.url,
-          result.outcome === 'response' ? { decision: 'allowed', status: result.status } : { decision: 'denied', code: result.code, reason: result.reason },
+          result.outcome === 'response'
+            ? { decision: 'allowed', status: result.status }
+            : { decision: result.failed ? 'failed' : 'denied', code: result.code, reason: result.reason },
           policy.ruleForHttp(request.request.url, request.request.grant),
           startedAt,
         );
         // The head goes back now; the body follows as the host asks for it (`http-body`).
         return result.outcome === 'response'
           ? { outcome: 'response', response: { status: result.status, headers: result.headers, body: this.responseBodies.hold(result.body) } }
-          : result;
+          : { outcome: 'denied', code: result.code, reason: result.reason };
       }
       case 'http-upload':
         this.requestUploads.add(request.upload, request.chunk_base64);
