@@ -168,6 +168,20 @@ describe('the capsule manifest', () => {
     expect(() => parseWorkspaceConfig(laughs, '.murmur/config.yaml')).toThrow(expect.objectContaining({ code: 'E-CFG-003' }));
   });
 
+  it('refuses, before composing any of it, YAML with more tokens than any manifest holds or collections nested past 64', () => {
+    const list = `name: x\nversion: 1.0.0\nx:\n${'  - 1\n'.repeat(200_000)}`;
+    // Counted, not composed (composing this took seconds and a gigabyte): the refusal says so.
+    const long = refusal(list);
+    expect(long.code).toBe('E-MAN-002');
+    expect(long.message).toBe('murmur.yaml: more than 100000 YAML tokens, far more than any such file holds; it is not read');
+    const deep = refusal(`name: x\nversion: 1.0.0\nx: ${'['.repeat(65)}${']'.repeat(65)}\n`);
+    expect(deep.message).toBe('murmur.yaml: collections nested more than 64 deep; it is not read');
+    expect(deep.hint).toContain('unclosed');
+    expect(() => parseCapsuleManifest(`name: x\nversion: 1.0.0\nx: ${'['.repeat(64)}${']'.repeat(64)}\n`)).not.toThrow();
+    // The lockfile and the workspace configuration read YAML the same way.
+    expect(() => parseWorkspaceConfig(list, '.murmur/config.yaml')).toThrow(expect.objectContaining({ code: 'E-CFG-003' }));
+  });
+
   it('refuses a manifest with no name with E-MAN-001 naming the field', () => {
     const error = refusal('version: 1.0.0\n');
     expect(error.code).toBe('E-MAN-001');

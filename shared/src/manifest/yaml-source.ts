@@ -1,4 +1,4 @@
-import { LineCounter, YAMLParseError, isPair, isScalar, parseDocument, visit } from 'yaml';
+import { Lexer, LineCounter, YAMLParseError, isPair, isScalar, parseDocument, visit } from 'yaml';
 import { MurmurError } from '../errors.js';
 
 /**
@@ -17,7 +17,45 @@ export interface YamlSource {
  */
 const TEXT_VALUED_KEYS = new Set(['name', 'version', 'resolved_version', 'mur_version', 'model', 'wasm']);
 
+/**
+ * The most lexical tokens a file is read with. A manifest with every field written out has a few
+ * thousand; composing is what costs (~10 µs and hundreds of bytes a token), and a 1.6 KB archive
+ * inflating to a 1 MiB list of a quarter million items held roost's one thread for seconds and
+ * took a gigabyte. Counting the lexer's tokens first costs ~0.4 µs each.
+ */
+export const MAX_YAML_TOKENS = 100_000;
+/** The deepest flow collections (`[`, `{`) nest: a manifest's deepest value is a handful down. */
+export const MAX_YAML_DEPTH = 64;
+
+/**
+ * Refuses, before any of it is composed, a YAML text that would cost more to read than any file
+ * of its kind needs: past `MAX_YAML_TOKENS`, or nested past `MAX_YAML_DEPTH`.
+ */
+export function refuseCostlyYaml(text: string, file: string): void {
+  let tokens = 0;
+  let depth = 0;
+  for (const token of new Lexer().lex(text)) {
+    tokens += 1;
+    if (tokens > MAX_YAML_TOKENS) {
+      throw new MurmurError('E-MAN-002', `${file}: more than ${MAX_YAML_TOKENS} YAML tokens, far more than any such file holds; it is not read`, {
+        path: file,
+        hint: 'a long text belongs in a file of its own (inference.system_prompt_file), and long lists are written once, not generated',
+      });
+    }
+    if (token === '[' || token === '{') {
+      depth += 1;
+      if (depth > MAX_YAML_DEPTH) {
+        throw new MurmurError('E-MAN-002', `${file}: collections nested more than ${MAX_YAML_DEPTH} deep; it is not read`, {
+          path: file,
+          hint: 'no field of this file nests more than a few levels: look for an unclosed [ or {',
+        });
+      }
+    } else if (token === ']' || token === '}') depth = Math.max(0, depth - 1);
+  }
+}
+
 export function parseYamlSource(text: string, file = 'murmur.yaml'): YamlSource {
+  refuseCostlyYaml(text, file);
   const lineCounter = new LineCounter();
   // Keys are checked for duplicates here, in one pass: the parser's own check compares every key
   // of a mapping with every other, and a 1 MB manifest of one mapping held a stager for minutes.
