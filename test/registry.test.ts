@@ -472,6 +472,21 @@ describe('roost as a remote registry', () => {
     expect(existsSync(path.join(project, 'murmur.lock.writing'))).toBe(false);
   });
 
+  it('says when an install replaces other bytes under the same name and version, and not when it installs the same again', async () => {
+    const env = user('replacer');
+    expect((await runMur(['install', '-g', toolZip], { env })).code).toBe(0);
+    const again = await runMur(['install', '-g', toolZip], { env });
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stderr).not.toContain('W-REG-001');
+    const other = path.join(scratch.dir, 'echo-tool-rebuilt', 'echo-tool-0.1.0.mur.zip');
+    await fs.mkdir(path.dirname(other), { recursive: true });
+    await fs.writeFile(other, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes, 'tool', 'tags: [rebuilt]\n'));
+    const replacing = await runMur(['install', '-g', other], { env });
+    expect(replacing.code, replacing.stderr).toBe(0);
+    expect(replacing.stderr).toContain(`warning[W-REG-001]: echo-tool@0.1.0 at `);
+    expect(replacing.stderr).toContain(`held other bytes (sha256 ${sha256Hex(await fs.readFile(toolZip))}), which this install replaced`);
+  });
+
   it('refuses to install into a project store reached through a link, as staging would refuse it, writing nothing there', async () => {
     const project = path.join(scratch.dir, 'linked-store-project');
     await capsuleProject(project, 'name: app\nversion: 0.1.0\n', (await capsuleWat()).bytes);

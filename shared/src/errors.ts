@@ -174,6 +174,7 @@ export const ERROR_CATALOGUE = {
   'W-SEC-011': { title: 'workdir_exec: the shell allowlist is not enforceable inside the workdir' },
   'W-SEC-012': { title: "sealed: a compiler driver's helper has no execute grant" },
   'W-SEC-019': { title: 'unrecognized manifest key' },
+  'W-REG-001': { title: 'an install replaced other bytes under the same name and version' },
   'W-LCK-001': { title: 'murmur.lock pins another version than the manifest asks for' },
   'W-BLD-001': { title: 'reserved entry redeclared in requires_files' },
   'W-BLD-002': { title: 'capsule.wasm shadows another root wasm' },

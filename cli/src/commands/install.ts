@@ -1,7 +1,7 @@
 import { promises as fs, lstatSync, readlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { type ArtifactMeta, LOCKFILE_NAME, MurmurError, type MurmurLock, parseCapsuleManifest, upsertLockEntry } from '@murmur/shared';
+import { type ArtifactMeta, LOCKFILE_NAME, MurmurError, type MurmurLock, type MurmurWarning, parseCapsuleManifest, upsertLockEntry } from '@murmur/shared';
 import {
   ArtifactStore,
   type ArtifactSource,
@@ -123,7 +123,7 @@ async function installBytes(
   bytes: Buffer,
   label: string,
   expected: { name: string; version: string; location: string } | undefined,
-): Promise<{ meta: ArtifactMeta; zipPath: string }> {
+): Promise<{ meta: ArtifactMeta; zipPath: string; replaced: string | undefined }> {
   const { meta, sha256 } = await inspectArchive(bytes, label);
   if (expected && (meta.name !== expected.name || meta.version !== expected.version)) {
     throw new MurmurError(
@@ -132,14 +132,28 @@ async function installBytes(
       { path: `${expected.name}@${expected.version}`, hint: 'publish the artifact again under its own name, or ask the registry’s keeper' },
     );
   }
-  const install = async (): Promise<{ meta: ArtifactMeta; zipPath: string }> => {
+  const install = async (): Promise<{ meta: ArtifactMeta; zipPath: string; replaced: string | undefined }> => {
     const lock = await checkPin(into.projectRoot, meta.name, meta.version, sha256);
+    // An install overwrites, as upstream's does; other bytes under the same version are said.
+    const before = meta.runtime === 'native' ? undefined : await into.store.recordedSha256(meta.name, meta.version).catch(() => undefined);
     const { zipPath } = await into.store.install(bytes, meta, sha256);
     if (expected) await pin(into.projectRoot, lock, meta.name, meta.version, sha256);
-    return { meta, zipPath };
+    return { meta, zipPath, replaced: before !== undefined && before !== sha256 ? before : undefined };
   };
   // The lock's check, the install and the pin in one turn: another install's pin is not lost.
   return into.projectRoot ? withLockfileTurn(path.join(into.projectRoot, LOCKFILE_NAME), install, { interruptible: true }) : install();
+}
+
+/**
+ * `W-REG-001`: an install replaced other bytes under the same name and version. A store's version
+ * is what a lock pins, so a project that pinned the old bytes now refuses the new ones.
+ */
+function replacedWarning(name: string, version: string, replaced: string, zipPath: string): MurmurWarning {
+  return {
+    code: 'W-REG-001',
+    message: `${name}@${version} at ${tildePath(zipPath)} held other bytes (sha256 ${replaced}), which this install replaced; a murmur.lock that pins them refuses these (a published version does not change: publish a new one)`,
+    path: `${name}@${version}`,
+  };
 }
 
 async function installReference(reference: string, into: Target, options: InstallOptions, output: Output): Promise<void> {
@@ -151,8 +165,9 @@ async function installReference(reference: string, into: Target, options: Instal
         hint: 'give the path of a .mur.zip file (mur build writes one), or name@version to install from a registry',
       });
     });
-    const { meta } = await installBytes(into, bytes, reference, undefined);
+    const { meta, zipPath, replaced } = await installBytes(into, bytes, reference, undefined);
     output.out(`Installed ${meta.name}@${meta.version} from ${reference}`);
+    if (replaced) output.warn(replacedWarning(meta.name, meta.version, replaced, zipPath));
     return;
   }
   const at = reference.lastIndexOf('@');
@@ -169,8 +184,9 @@ async function installReference(reference: string, into: Target, options: Instal
     const resolved = await source.resolve(name, version);
     if (!resolved) continue;
     verifyResolved(resolved);
-    const { zipPath } = await installBytes(into, resolved.bytes, `${name}@${version}`, { name, version, location: resolved.location });
+    const { zipPath, replaced } = await installBytes(into, resolved.bytes, `${name}@${version}`, { name, version, location: resolved.location });
     output.out(`Installed ${name}@${version} → ${tildePath(zipPath)}`);
+    if (replaced) output.warn(replacedWarning(name, version, replaced, zipPath));
     return;
   }
   const searched = from.map((source) => source.location).join(', ');
