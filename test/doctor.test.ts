@@ -155,6 +155,24 @@ describe('mur doctor in a capsule project', () => {
     expect(result.stdout).toContain(`        actual sha256 (on disk):       ${sha256Hex(await fs.readFile(zip))}`);
   });
 
+  it('fails on a store whose bytes are another artifact, digest and lock rewritten to match them, as staging refuses them', async () => {
+    const dir = await project('  - name: guide\n    version: 0.1.0\n    runtime: skill\n', ['guide@0.1.0']);
+    const zip = path.join(dir, '.murmur', 'artifacts', 'guide', '0.1.0', 'guide-0.1.0.mur.zip');
+    const other = await skillArtifact('style', '1.2.0', '# style\n');
+    await fs.writeFile(zip, other);
+    await fs.writeFile(zip.replace(/\.mur\.zip$/, '.sha256'), sha256Hex(other));
+    await writeLockfile(path.join(dir, 'murmur.lock'), {
+      lock_version: 1,
+      artifacts: [{ name: 'guide', resolved_version: '0.1.0', sha256: { wasm: sha256Hex(other) } }],
+    });
+    const result = await runMur(['doctor'], { cwd: dir, env });
+    expect(result.code).toBe(1);
+    expect(result.stdout).toContain(`  ✗  guide@0.1.0   ${platform}   — E-REG-002: ${zip} holds style@1.2.0, not guide@0.1.0\n`);
+    const run = await runMur(['run'], { cwd: dir, env });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('error[E-REG-002]');
+  });
+
   it('refuses a malformed murmur.lock with E-RUN-003 before any checklist line', async () => {
     const dir = await project('  - name: guide\n    version: 0.1.0\n    runtime: skill\n', ['guide@0.1.0']);
     await fs.writeFile(path.join(dir, 'murmur.lock'), 'lock_version: [\n');

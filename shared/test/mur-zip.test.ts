@@ -373,7 +373,8 @@ describe('MurZip.open guards', () => {
   it('has publish and install refuse a damaged archive whose manifest is whole: every entry is read before one is stored', async () => {
     const good = await writeMurZip([
       { name: 'murmur.yaml', data: text('name: damaged\nversion: 0.1.0\n') },
-      { name: 'capsule.wasm', data: noise(4096) },
+      // A component's preamble, then bytes that do not compress: a flipped byte lands in them.
+      { name: 'capsule.wasm', data: Buffer.concat([Buffer.from([0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00]), noise(4096)]) },
     ]);
     expect((await inspectArchive(good, 'damaged-0.1.0.mur.zip')).meta.name).toBe('damaged');
     const damaged = Buffer.from(good);
@@ -383,6 +384,21 @@ describe('MurZip.open guards', () => {
     const error = await rejection(inspectArchive(damaged, 'damaged-0.1.0.mur.zip'));
     expect(error.code).toBe('E-ART-003');
     expect(error.message).toMatch(/^damaged-0\.1\.0\.mur\.zip: (cannot read )?zip entry 'capsule\.wasm'/);
+  });
+
+  it('has publish and install refuse, as mur build does, a payload that is not a WebAssembly component (E-BLD-003)', async () => {
+    for (const [what, data] of [
+      ['a core module', Buffer.from([0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00])],
+      ['not wasm at all', text('#!/bin/sh\necho hello\n')],
+    ] as const) {
+      const archive = await writeMurZip([
+        { name: 'murmur.yaml', data: text('name: not-a-component\nversion: 0.1.0\nruntime: tool\nrequires_files: [tool.wasm]\n') },
+        { name: 'tool.wasm', data },
+      ]);
+      const error = await rejection(inspectArchive(archive, 'not-a-component-0.1.0.mur.zip'));
+      expect(error.code, what).toBe('E-BLD-003');
+      expect(error.message).toBe('not-a-component-0.1.0.mur.zip: tool.wasm is not a WebAssembly component (a core module, or not wasm at all)');
+    }
   });
 
   it('refuses bytes that are not a zip at all as E-ART-003, naming the archive', async () => {

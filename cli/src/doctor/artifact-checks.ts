@@ -1,5 +1,5 @@
-import type { CapsuleManifest, MurmurLock } from '@murmur/shared';
-import { ArtifactStore, type StoredArtifact } from '@murmur/shared/artifacts';
+import { type CapsuleManifest, MurmurError, type MurmurLock } from '@murmur/shared';
+import { ArtifactStore, type StoredArtifact, inspectArchive } from '@murmur/shared/artifacts';
 import { defaultArtifactsDir, globalStoreDir, projectStoreDir } from '@murmur/shared/node';
 
 /**
@@ -22,7 +22,7 @@ export type ArtifactVerdict =
   /** The bytes no longer hash to their own `.sha256` sidecar: the store was changed after install. */
   | { kind: 'store-digest-mismatch'; stored: StoredArtifact; actual: string }
   | { kind: 'lock-digest-mismatch'; stored: StoredArtifact; expected: string; actual: string }
-  /** The store refused to say (an empty sidecar): its own words. */
+  /** The store refused to say (an empty sidecar), or the archive is not what staging could run: its own words. */
   | { kind: 'unreadable'; reason: string };
 
 export interface ArtifactCheck {
@@ -74,7 +74,25 @@ async function verdictFor(
   const actual = stored.bytesSha256;
   if (actual !== stored.recordedSha256.toLowerCase()) return { kind: 'store-digest-mismatch', stored, actual };
   if (pin && pin.sha256.wasm.toLowerCase() !== actual) return { kind: 'lock-digest-mismatch', stored, expected: pin.sha256.wasm, actual };
+  const refusal = await archiveRefusal(stored, name, version);
+  if (refusal) return { kind: 'unreadable', reason: refusal };
   return { kind: 'ok', stored };
+}
+
+/**
+ * What staging would refuse of the archive itself, its digest matching: bytes that are another
+ * artifact's (a store whose files were swapped, digests and lock rewritten to match), or an
+ * archive staging cannot read (a payload that is no component). A digest alone passed both.
+ */
+async function archiveRefusal(stored: StoredArtifact, name: string, version: string): Promise<string | undefined> {
+  try {
+    const { meta } = await inspectArchive(stored.bytes, stored.zipPath);
+    if (meta.name !== name || meta.version !== version) return `E-REG-002: ${stored.zipPath} holds ${meta.name}@${meta.version}, not ${name}@${version}`;
+    return undefined;
+  } catch (error) {
+    if (error instanceof MurmurError) return `${error.code}: ${error.message}`;
+    throw error;
+  }
 }
 
 export async function checkArtifacts(manifest: CapsuleManifest, stores: readonly ArtifactStore[], lock: MurmurLock | undefined): Promise<ArtifactCheck[]> {

@@ -216,7 +216,7 @@ describe('roost: sessions, credentials and spawn approvals', () => {
     await publish('local/worker', '0.1.0', WORKER);
     await publish('local/worker', '0.2.0', manifest('local/worker', '0.2.0', FITTING));
     for (const misfit of MISFITS) await publish(misfit.name, '0.1.0', manifest(misfit.name, '0.1.0', misfit.caps));
-    await publishInto(scratch.dir, await componentArtifact('local/tool', '0.1.0', new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0])));
+    await publishInto(scratch.dir, await componentArtifact('local/tool', '0.1.0', new Uint8Array([0, 97, 115, 109, 0x0d, 0, 1, 0])));
   });
 
   afterAll(async () => {

@@ -17,6 +17,9 @@ import { readManifestText } from '../node/manifest-file.js';
 import { foldedEntryName } from '../file-set.js';
 import { MAX_ENTRIES, MAX_ENTRY_BYTES_ENV, maxEntryBytesFromEnv, normaliseEntryName, writeMurZip } from './mur-zip.js';
 import { sha256Hex } from './store.js';
+import { isWasmComponent } from './wasm-component.js';
+
+export { isWasmComponent };
 
 /**
  * `mur build`: a source directory with a `murmur.yaml` becomes a `.mur.zip`.
@@ -64,15 +67,6 @@ interface DeclaredFile {
 }
 
 const REQUIRED_FILE = 'requires_files entry';
-
-const WASM_COMPONENT_PREAMBLE = [0x00, 0x61, 0x73, 0x6d];
-
-/** Whether the bytes are a WebAssembly component (layer 1), as opposed to a core module. */
-export function isWasmComponent(bytes: Uint8Array): boolean {
-  if (bytes.length < 8 || WASM_COMPONENT_PREAMBLE.some((byte, index) => bytes[index] !== byte)) return false;
-  // Core modules carry version 1 (01 00 00 00); components a version with layer 1 (.. .. 01 00).
-  return bytes[6] === 0x01 && bytes[7] === 0x00 && !(bytes[4] === 0x01 && bytes[5] === 0x00);
-}
 
 /**
  * The archive entry a declared file is packed as: a relative path inside `within`, never absolute,

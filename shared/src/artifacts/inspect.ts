@@ -9,6 +9,7 @@ import {
   parsePackagedManifest,
 } from '../manifest/artifact.js';
 import { MurZip } from './mur-zip.js';
+import { isWasmComponent } from './wasm-component.js';
 import { sha256Hex } from './store.js';
 
 export interface InspectedArchive {
@@ -74,7 +75,17 @@ export async function inspectArchive(bytes: Uint8Array, label: string, options: 
     const indexRefusal = options.publishing ? indexEntryRefusal(packaged, 'E-MAN-003', label) : undefined;
     if (indexRefusal) throw indexRefusal;
     const runtime = packaged.kind === 'artifact' ? packagingTypeOf(packaged.manifest) : zip.hasRootWasm() ? 'wasm' : 'static';
-    if (runtime === 'wasm') zip.rootWasmName();
+    // What `mur build` refuses to pack is not stored either: a core module or other bytes under a
+    // `.wasm` name were published and installed, passed `mur doctor`, and failed only at a run.
+    if (runtime === 'wasm') {
+      const wasm = zip.rootWasmName();
+      if (!isWasmComponent(await zip.read(wasm))) {
+        throw new MurmurError('E-BLD-003', `${label}: ${wasm} is not a WebAssembly component (a core module, or not wasm at all)`, {
+          path: wasm,
+          hint: 'build it as a component (componentize-js, cargo component, or wasm-tools component new) and pack it with mur build',
+        });
+      }
+    }
     // A capsule without a component is an agent's (its model is its driver); an artifact's payload is what staging reads.
     const missing = packaged.kind === 'artifact' ? missingPayload(zip, runtime, packaged.manifest.name, label) : undefined;
     if (missing) throw missing;
