@@ -313,6 +313,15 @@ describe('mur doctor in a capsule project', () => {
       'name: run-sealed-cc\nversion: 0.0.1\ncapabilities:\n  containment: sealed\n  shell:\n    allow: [cc]\n',
       wasm,
     );
+    // --explain-scope stages nothing, so it says what the manifest alone shows, a misspelt key too.
+    await fs.appendFile(path.join(execDir, 'murmur.yaml'), '  containmnet: sealed\n');
+    const explained = await runMur(['run', '--explain-scope'], { cwd: execDir, env });
+    expect(explained.code, explained.stderr).toBe(0);
+    expect(explained.stderr).toContain('[capsule-runtime] warning[W-SEC-011]: capabilities.filesystem.workdir_exec is true');
+    expect(explained.stderr).toContain(
+      "[capsule-runtime] warning[W-SEC-019]: murmur.yaml: unrecognized key 'capabilities.containmnet' (line 6); it is ignored",
+    );
+
     const launched = await runMur(['run'], { cwd: compilerDir, env });
     expect(launched.code, launched.stderr).toBe(0);
     expect(launched.stderr).toContain(

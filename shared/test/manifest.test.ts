@@ -182,6 +182,37 @@ describe('the capsule manifest', () => {
     expect(() => parseWorkspaceConfig(list, '.murmur/config.yaml')).toThrow(expect.objectContaining({ code: 'E-CFG-003' }));
   });
 
+  it('warns of an unrecognized key at any depth, with its path and line, where a misspelt one was dropped without a word', () => {
+    const { manifest, warnings } = parseCapsuleManifest(
+      [
+        'name: x',
+        'version: 1.0.0',
+        'capabilities:',
+        '  containmnet: sealed',
+        '  resources:',
+        '    max_proceses: 1',
+        'artifacts:',
+        '  - name: t',
+        '    version: 1.0.0',
+        '    runtime: tool',
+        '    capabilitys: {}',
+        '',
+      ].join('\n'),
+    );
+    expect(warnings).toEqual([
+      { code: 'W-SEC-019', message: "murmur.yaml: unrecognized key 'capabilities.containmnet' (line 4); it is ignored", path: 'capabilities.containmnet' },
+      {
+        code: 'W-SEC-019',
+        message: "murmur.yaml: unrecognized key 'capabilities.resources.max_proceses' (line 6); it is ignored",
+        path: 'capabilities.resources.max_proceses',
+      },
+      { code: 'W-SEC-019', message: "murmur.yaml: unrecognized key 'artifacts[0].capabilitys' (line 11); it is ignored", path: 'artifacts[0].capabilitys' },
+    ]);
+    // Ignored as it says: the default floor, no per-artifact block.
+    expect(manifest.capabilities?.containment).toBeUndefined();
+    expect(manifest.artifacts[0]?.capabilities).toBeUndefined();
+  });
+
   it('refuses a manifest with no name with E-MAN-001 naming the field', () => {
     const error = refusal('version: 1.0.0\n');
     expect(error.code).toBe('E-MAN-001');

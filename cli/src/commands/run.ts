@@ -13,6 +13,7 @@ import {
   LifecycleOverrideSchema,
   MurmurError,
   capabilityPolicy,
+  stagingPostureWarnings,
   commands,
   newSessionId,
   parseCapsuleManifest,
@@ -396,7 +397,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // the grants come from the manifest alone, the achievable class from an executor.
     if (!fromRegistry) {
       // Named in refusals as the user named it: --manifest may name a file not called murmur.yaml.
-      const manifest = parseCapsuleManifest(readManifestTextSync(manifestPath), { env, file: path.basename(manifestPath) }).manifest;
+      const parsed = parseCapsuleManifest(readManifestTextSync(manifestPath), { env, file: path.basename(manifestPath) });
+      const { manifest } = parsed;
       // Upstream's order: the version warned of, the scope explained (and --explain-scope done), then the prompt refused.
       warnOfMurVersion(manifest.mur_version, output);
       const policy = capabilityPolicy(manifest);
@@ -407,6 +409,10 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       const grants = options.explainScope || declaresFloor ? await explainScope(runtime.bus, policy, floor) : undefined;
       timing('scope explained');
       if (options.explainScope && grants) {
+        // Staging, which says the manifest's warnings, does not happen here: what the manifest
+        // alone shows is said now (a native tool is not known until its archive is read).
+        const declared = manifest.artifacts.map((artifact) => ({ name: artifact.name, role: artifact.runtime, capabilities: artifact.capabilities }));
+        for (const warning of [...parsed.warnings, ...stagingPostureWarnings(policy, declared)]) output.warn(warning);
         output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));
         return 0;
       }

@@ -10,6 +10,7 @@ import { artifactNameProblem } from './artifact-name.js';
 import { type IssueParams, issueToError, yamlPath } from './issues.js';
 import { isSafeContextId } from '../session-rpc.js';
 import { parseYamlSource } from './yaml-source.js';
+import { unknownNestedKeys } from './unknown-keys.js';
 
 /**
  * The capsule manifest, `murmur.yaml`: what a capsule is and exactly what it may do.
@@ -667,6 +668,13 @@ export function parseCapsuleManifest(text: string, options: ParseCapsuleManifest
   for (const key of Object.keys(raw)) {
     if (!known.has(key))
       warnings.push({ code: 'W-SEC-019', message: `${file}: unrecognized key '${key}' (line ${source.lineOf([key]) ?? '?'}); it is ignored`, path: key });
+  }
+  for (const at of unknownNestedKeys(CapsuleManifestSchema, raw)) {
+    const dotted = at
+      .map((part) => (typeof part === 'number' ? `[${part}]` : part))
+      .join('.')
+      .replace(/\.\[/g, '[');
+    warnings.push({ code: 'W-SEC-019', message: `${file}: unrecognized key '${dotted}' (line ${source.lineOf(at) ?? '?'}); it is ignored`, path: dotted });
   }
   const result = CapsuleManifestSchema.safeParse(raw);
   if (!result.success) {
