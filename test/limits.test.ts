@@ -166,3 +166,112 @@ const CAPSULE_WITH_TABLE = `(component
   (func $run (canon lift (core func $i "run")))
   (instance $inst (export "run" (func $run)))
   (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
+
+/** A capsule of `imports` (component WAT) whose core module, over one page and a bump `realloc`, is `main`. */
+function hostCallWat(imports: string, lowered: string, main: string, withs: string): string {
+  return `(component
+  ${imports}
+  (core module $mem
+    (memory (export "memory") 1)
+    (global $heap (mut i32) (i32.const 4096))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $at i32)
+      (local.set $at (global.get $heap))
+      (global.set $heap (i32.add (global.get $heap) (local.get 3)))
+      (local.get $at)))
+  (core instance $mem-instance (instantiate $mem))
+  (alias core export $mem-instance "memory" (core memory $m))
+  (alias core export $mem-instance "realloc" (core func $realloc))
+  ${lowered}
+  (core module $main
+    (import "env" "memory" (memory 1))
+    ${main})
+  (core instance $main-instance (instantiate $main
+    (with "env" (instance (export "memory" (memory $m))))
+    (with "host" (instance ${withs}))))
+  (func $run (canon lift (core func $main-instance "run")))
+  (instance $inst (export "run" (func $run)))
+  (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
+}
+
+const STDOUT_IMPORTS = `(import "wasi:io/error@0.2.0" (instance $io-error (export "error" (type (sub resource)))))
+  (alias export $io-error "error" (type $error))
+  (import "wasi:io/streams@0.2.0" (instance $streams
+    (export "error" (type $e (eq $error)))
+    (export "output-stream" (type $os (sub resource)))
+    (type $stream-error (variant (case "last-operation-failed" (own $e)) (case "closed")))
+    (export "stream-error" (type $se (eq $stream-error)))
+    (export "[method]output-stream.blocking-write-and-flush" (func (param "self" (borrow $os)) (param "contents" (list u8)) (result (result (error $se)))))
+    (export "[method]output-stream.blocking-write-zeroes-and-flush" (func (param "self" (borrow $os)) (param "len" u64) (result (result (error $se)))))))
+  (alias export $streams "output-stream" (type $output-stream))
+  (alias export $streams "[method]output-stream.blocking-write-and-flush" (func $write))
+  (alias export $streams "[method]output-stream.blocking-write-zeroes-and-flush" (func $zeroes))
+  (import "wasi:cli/stdout@0.2.0" (instance $stdout
+    (export "output-stream" (type $os (eq $output-stream)))
+    (export "get-stdout" (func (result (own $os))))))
+  (alias export $stdout "get-stdout" (func $get-stdout))`;
+
+describe('what a guest asks its host to make', () => {
+  async function run(name: string, wat: string, memoryBytes = LIMIT) {
+    const wasm = (await componentFromWat(wat)).bytes;
+    const project = await capsuleProject(
+      path.join(scratch.dir, name),
+      `name: ${name}\nversion: 0.0.1\ncapabilities:\n  limits:\n    memory_bytes: ${memoryBytes}\n`,
+      wasm,
+    );
+    return runMur(['run'], { cwd: project, env: { ...env, MURMUR_EXECUTOR_POOL: '0' } });
+  }
+
+  const stdoutCapsule = (body: string, pages = 1): string =>
+    hostCallWat(
+      STDOUT_IMPORTS,
+      `(core func $get-stdout-lowered (canon lower (func $get-stdout)))
+  (core func $write-lowered (canon lower (func $write) (memory $m)))
+  (core func $zeroes-lowered (canon lower (func $zeroes) (memory $m)))`,
+      `(import "host" "get-stdout" (func $get-stdout (result i32)))
+    (import "host" "write" (func $write (param i32 i32 i32 i32)))
+    (import "host" "zeroes" (func $zeroes (param i32 i64 i32)))
+    (func (export "run") ${pages > 1 ? `(drop (memory.grow (i32.const ${pages - 1})))` : ''} ${body})`,
+      '(export "get-stdout" (func $get-stdout-lowered)) (export "write" (func $write-lowered)) (export "zeroes" (func $zeroes-lowered))',
+    );
+
+  it('refuses write-zeroes of more than check-write permits as a trap, before making them, and the host ends the session itself', async () => {
+    const result = await run('zeroes', stdoutCapsule('(call $zeroes (call $get-stdout) (i64.const 100000000) (i32.const 64))'));
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-RUN-001]: capsule execution trapped');
+    expect(result.stderr).toContain('a write of 100000000 zeroes, more than the 1048576 check-write permits');
+    expect(result.stderr).not.toContain('ended without a result');
+  });
+
+  it('carries one write of 4 MiB of control characters whole, in pieces, as a pipe would', async () => {
+    // Four MiB of NULs, each six characters of JSON on its way to the executor, then a last line.
+    const result = await run(
+      'control-characters',
+      stdoutCapsule(
+        `(call $write (call $get-stdout) (i32.const 65536) (i32.const 4194304) (i32.const 64))
+      (i32.store (i32.const 32) (i32.const 0x656e6f64)) (i32.store8 (i32.const 36) (i32.const 10))
+      (call $write (call $get-stdout) (i32.const 32) (i32.const 5) (i32.const 64))`,
+        66,
+      ),
+      8 * 1024 * 1024,
+    );
+    expect(result.code, result.stderr).toBe(0);
+    const nuls = result.stdout.match(/\0+/)?.[0].length;
+    expect(nuls).toBe(4 * 1024 * 1024);
+    expect(result.stdout).toContain('\0done\n');
+  });
+
+  it('refuses get-random-bytes of more than the guest memory may hold, naming memory_bytes, before making them', async () => {
+    const wat = hostCallWat(
+      '(import "wasi:random/random@0.2.0" (instance $random (export "get-random-bytes" (func (param "len" u64) (result (list u8))))))\n  (alias export $random "get-random-bytes" (func $random-bytes))',
+      '(core func $random-lowered (canon lower (func $random-bytes) (memory $m) (realloc $realloc)))',
+      '(import "host" "random" (func $random (param i64 i32)))\n    (func (export "run") (call $random (i64.const 2000000000) (i32.const 16)))',
+      '(export "random" (func $random-lowered))',
+    );
+    const result = await run('random-bytes', wat);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(
+      `wasi:random get-random-bytes asked for 2000000000 bytes, more than the guest's memory may hold (capabilities.limits.memory_bytes: ${LIMIT})`,
+    );
+  });
+});

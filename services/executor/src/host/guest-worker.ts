@@ -79,10 +79,21 @@ function post(message: GuestMessage): void {
 /** This worker's output gate, from its first job on. */
 let keptOutputGate: Int32Array | undefined;
 
-/** A guest's write: once the host has room for it, as a write to a pipe waits for the reader. */
+/**
+ * The most of one write posted at once. A guest may hand one write of what its memory holds, and
+ * every piece crosses to the executor as JSON, in which a control character takes six: one 90 MB
+ * write of NULs made a string past V8's bound and ended the capsule host with it.
+ */
+const OUTPUT_PIECE_BYTES = 64 * 1024;
+
+/** A guest's write, piece by piece, each once the host has room for it, as a write to a pipe waits for the reader. */
 function postOutput(stream: 'stdout' | 'stderr', bytes: Uint8Array): void {
-  if (keptOutputGate) enterOutputGate(keptOutputGate, bytes.byteLength);
-  post({ type: 'output', stream, bytes });
+  for (let start = 0; start < bytes.byteLength; start += OUTPUT_PIECE_BYTES) {
+    // A copy of the piece: a view would post the whole buffer under it.
+    const piece = bytes.byteLength <= OUTPUT_PIECE_BYTES ? bytes : bytes.slice(start, start + OUTPUT_PIECE_BYTES);
+    if (keptOutputGate) enterOutputGate(keptOutputGate, piece.byteLength);
+    post({ type: 'output', stream, bytes: piece });
+  }
 }
 
 /**
@@ -186,6 +197,7 @@ async function instantiate(job: GuestJob, bridge: BridgeClient): Promise<Instant
       hookImports: job.role === 'hook',
       stdout: (bytes) => postOutput('stdout', bytes),
       stderr: (bytes) => postOutput('stderr', bytes),
+      memoryLimitBytes: job.memoryLimitBytes,
     },
     job.imports,
   );

@@ -37,6 +37,8 @@ export interface GuestGrants {
   capsuleImports: boolean;
   /** The import only a hook has: `murmur:runtime/inference`, one completion through the session's driver. */
   hookImports?: boolean;
+  /** `limits.memory_bytes`: no list the host makes for the guest can be larger than what its memory may hold. */
+  memoryLimitBytes?: number;
 }
 
 /** The guest's `Descriptor.openAt`, minus the `mutate-directory` flag the shim refuses. */
@@ -99,6 +101,40 @@ async function importPieces(needed: readonly string[]) {
   ]);
 }
 
+/**
+ * `wasi:random/random` whose `get-random-bytes` refuses, before making them, more bytes than the
+ * guest's memory may hold: the length is the guest's to choose, and the shim made any it was
+ * asked for (2 GB of the host's memory under a 16 MiB cap, then a raw RangeError).
+ */
+function boundedRandom<Random extends { getRandomBytes(len: bigint): Uint8Array }>(random: Random, memoryLimitBytes: number | undefined): Random {
+  if (memoryLimitBytes === undefined) return random;
+  const refuseOver = (len: bigint | number): void => {
+    if (BigInt(len) > BigInt(memoryLimitBytes)) {
+      throw new Error(
+        `wasi:random get-random-bytes asked for ${len} bytes, more than the guest's memory may hold (capabilities.limits.memory_bytes: ${memoryLimitBytes})`,
+      );
+    }
+  };
+  const getRandomBytes = (len: bigint): Uint8Array => {
+    refuseOver(len);
+    return random.getRandomBytes(len);
+  };
+  // The shim's own lowering, which fills the guest's memory directly, is kept behind the same check.
+  const LOWER = Symbol.for('cabiLower');
+  type Lowering = (context: unknown) => (len: bigint | number, retptr: number) => void;
+  const lower = (random.getRandomBytes as unknown as Record<symbol, Lowering | undefined>)[LOWER];
+  if (lower) {
+    (getRandomBytes as unknown as Record<symbol, Lowering>)[LOWER] = (context) => {
+      const lowered = lower(context);
+      return (len, retptr) => {
+        refuseOver(len);
+        lowered(len, retptr);
+      };
+    };
+  }
+  return { ...random, getRandomBytes };
+}
+
 /** Loads the pieces a component will need before its job arrives: a spare worker's head start. */
 export async function preloadImports(needed: readonly string[]): Promise<void> {
   await loadPieces(needed);
@@ -116,7 +152,7 @@ export async function buildImports(grants: GuestGrants, needed: readonly string[
     imports['wasi:io/poll'] = relayedBody ? { ...io.poll, poll: relayedBody.pollWithBodies } : io.poll;
     imports['wasi:io/streams'] = io.streams;
   }
-  if (random) imports['wasi:random/random'] = random.random;
+  if (random) imports['wasi:random/random'] = boundedRandom(random.random, grants.memoryLimitBytes);
   if (!filesystemModule) confineOpensTo(undefined);
   if (filesystemModule) {
     // The shim's typings describe its browser build; this is the Node build, which takes host paths.

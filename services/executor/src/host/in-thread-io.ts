@@ -258,6 +258,8 @@ export class InThreadIo {
         return undefined;
       case c.OUTPUT_STREAM_WRITE_ZEROES:
       case c.OUTPUT_STREAM_BLOCKING_WRITE_ZEROES_AND_FLUSH:
+        // Held to the permit before the zeroes are made: the length is the guest's to choose.
+        if (BigInt(payload as bigint) > BigInt(STREAM_BUDGET)) throw new Error('wasi-io trap: a write larger than check-write allowed');
         this.writeStream(id, new Uint8Array(Number(payload)));
         return undefined;
       case c.OUTPUT_STREAM_FLUSH:

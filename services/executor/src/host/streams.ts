@@ -56,6 +56,9 @@ export class MemoryInputStream extends BaseInput {
   [Symbol.dispose](): void {}
 }
 
+/** What `check-write` permits a write at once. */
+const WRITE_PERMIT = 1 << 20;
+
 /** An output stream that hands every write to `sink`, optionally capped at `limit` bytes. */
 export class SinkOutputStream extends BaseOutput {
   private written = 0;
@@ -68,7 +71,7 @@ export class SinkOutputStream extends BaseOutput {
   }
 
   checkWrite(): bigint {
-    return 1n << 20n;
+    return BigInt(WRITE_PERMIT);
   }
 
   write(contents: Uint8Array): void {
@@ -86,6 +89,9 @@ export class SinkOutputStream extends BaseOutput {
   blockingFlush(): void {}
 
   writeZeroes(length: bigint): void {
+    // The stream's contract: no more than `check-write` permits. A length is the guest's to choose,
+    // and allocated before anything else looked at it, so it is held to the permit first.
+    if (length > BigInt(WRITE_PERMIT)) throw new Error(`wasi-io trap: a write of ${length} zeroes, more than the ${WRITE_PERMIT} check-write permits`);
     this.write(new Uint8Array(Number(length)));
   }
 
