@@ -84,6 +84,8 @@ describe('the memory limit', () => {
     expect(result.stderr).toContain('E-RUN-001');
     expect(result.stderr).toContain('capsule execution trapped');
     expect(result.stderr).not.toContain('resource limits');
+    // Where to look next: the capsule's own output.
+    expect(result.stderr).toContain("hint: the capsule's own code stopped it: what it wrote to stdout and stderr before is in the session's logs/session.log");
   });
 
   it('reports an unreachable after growth that was granted as a trap, even with memory close to the ceiling', async () => {

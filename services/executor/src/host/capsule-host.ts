@@ -365,7 +365,17 @@ export class CapsuleHost implements AgentHost {
             },
           };
         }
-        return { status: 'trapped', exitCode: 1, error: { code: 'E-RUN-001', message: `capsule execution trapped: ${outcome.message}` } };
+        return {
+          status: 'trapped',
+          exitCode: 1,
+          error: {
+            code: 'E-RUN-001',
+            message: `capsule execution trapped: ${outcome.message}`,
+            // The capsule's own code failed (an unreachable, a stack overflow, a failed assertion):
+            // what it printed before is the clue, and it is kept.
+            hint: "the capsule's own code stopped it: what it wrote to stdout and stderr before is in the session's logs/session.log (mur trace show names the session)",
+          },
+        };
     }
   }
 
