@@ -290,6 +290,17 @@ describe('the capsule manifest', () => {
     expect(error.message).toBe(`murmur.yaml: invalid capability config for 'capabilities.resources.${field}': ${said} (line 5)`);
   });
 
+  it('refuses a capabilities.resources.max_open_files below what any tool needs to start, naming the floor', () => {
+    const manifest = (value: number) => `name: tiny\nversion: 1.0.0\ncapabilities:\n  resources:\n    max_open_files: ${value}\n`;
+    expect(() => parseCapsuleManifest(manifest(8))).not.toThrow();
+    const error = refusal(manifest(4));
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.path).toBe('capabilities.resources.max_open_files');
+    expect(error.message).toBe(
+      "murmur.yaml: invalid capability config for 'capabilities.resources.max_open_files': must be at least 8 (a program's standard streams and the files its loader opens; below it no tool can start) (line 5)",
+    );
+  });
+
   it.each([
     ['capabilities:\n  limits:\n    deadline_seconds', 'capabilities.limits.deadline_seconds'],
     ['lifecycle:\n  input_timeout_secs', 'lifecycle.input_timeout_secs'],

@@ -214,10 +214,20 @@ const LimitsSchema = z.object({
  */
 const MOST_CGROUP_PIDS = 4_194_304 - 256;
 const MOST_CGROUP_CPU_PERCENT = 1024 * 100;
+/**
+ * The fewest descriptors a tool can start with: its three standard streams, and what its loader
+ * and the sandbox's helper open before it runs. Below it every tool failed inside the helper
+ * (`Too many open files`, exit 125) while the session ended `ok`.
+ */
+export const FEWEST_OPEN_FILES = 8;
 
 const ResourcesSchema = z.object({
   max_processes: positiveCount.optional(),
-  max_open_files: positiveCount.optional(),
+  max_open_files: positiveCount
+    .refine((value) => value >= FEWEST_OPEN_FILES, {
+      message: `must be at least ${FEWEST_OPEN_FILES} (a program's standard streams and the files its loader opens; below it no tool can start)`,
+    })
+    .optional(),
   max_file_size_bytes: positiveCount.optional(),
   cpu_seconds: positiveCount.optional(),
   memory_bytes: positiveCount.optional(),
