@@ -77,6 +77,6 @@ describe('a session asked to stop while its launch is still under way', () => {
     await stack.close();
     closed = true;
     const bootstrap = await fs.readFile(path.join(scratch.dir, 'home', 'workdir', sessionId, 'logs', 'bootstrap.log'), 'utf8');
-    expect(bootstrap).toContain('[bootstrap] session ended: failed (E-RUN-001: the session was stopped: its launcher stopped waiting)');
+    expect(bootstrap).toContain('[bootstrap] session ended: failed (E-SES-005: the session was stopped: its launcher stopped waiting)');
   });
 });

@@ -80,7 +80,10 @@ describe('mur ps and mur stop', () => {
       const exited = await agent.exited;
       expect(exited.code).toBe(1);
       // A stop, said as one: not a host that ended without a result, pointing at a log it never wrote.
-      expect(exited.stderr).toContain('the session was stopped: its capsule host was sent SIGTERM from outside the executor (as mur stop does)');
+      // Its own code, not a trap's (E-RUN-001 is what the capsule's code did).
+      expect(exited.stderr).toContain(
+        'error[E-SES-005]: the session was stopped: its capsule host was sent SIGTERM from outside the executor (as mur stop does)',
+      );
       expect(exited.stderr).toContain('hint: nothing in the capsule failed: it was stopped');
       expect(exited.stderr).not.toContain('host.log');
       expect(await fs.readFile(path.join(agent.workdir, 'logs', 'bootstrap.log'), 'utf8')).toContain(

@@ -134,6 +134,10 @@ export const ERROR_CATALOGUE = {
     title: 'a link or special file in a session workdir was refused',
     hint: 'something in the sandbox replaced a file or directory the runtime writes with a link, a FIFO or a hard link; the write was refused and nothing outside the workdir was touched',
   },
+  'E-SES-005': {
+    title: 'the session was stopped before it finished',
+    hint: 'nothing in the capsule failed: whoever ran or operated it stopped it (an interrupt, mur stop, its launcher giving up, the executor shutting down)',
+  },
   'E-EXE-001': {
     title: 'the executor running the session was lost',
     hint: 'the session ended with its executor; launch it again (the stack sends new launches to the executors still alive)',

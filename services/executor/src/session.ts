@@ -181,7 +181,12 @@ export const SANDBOX_HIDDEN = [path.join(CODE_ROOT, '.cache'), path.join(CODE_RO
 export function hostProcessEnv(): NodeJS.ProcessEnv {
   return { PATH: '/usr/local/bin:/usr/bin:/bin', LANG: 'C.UTF-8', ...(process.env.MURMUR_TIMING ? { MURMUR_TIMING: '1' } : {}) };
 }
-/** What a session ended by a stop (`mur stop`, a signal to its host) tells whoever reads its end. */
+/**
+ * What a session ended by a stop (`mur stop`, a signal to its host, its launcher interrupted)
+ * tells whoever reads its end: `E-SES-005`, never a trap's `E-RUN-001` (upstream's code for what
+ * the capsule's own code did), so a script or `mur trace report` can tell the two apart.
+ */
+const STOPPED = 'E-SES-005';
 const STOPPED_HINT =
   "nothing in the capsule failed: it was stopped; its records stay in its workdir on the executor that ran it (unless that executor's container was removed with it), and running it again starts a new session";
 const READY_TIMEOUT_MS = 30_000;
@@ -1450,7 +1455,7 @@ export class Session {
       return true;
     }
     if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return false;
-    const stopped: WireError = { code: 'E-RUN-001', message: `the session was stopped: ${reason}`, hint: STOPPED_HINT };
+    const stopped: WireError = { code: STOPPED, message: `the session was stopped: ${reason}`, hint: STOPPED_HINT };
     this.killedFor ??= stopped;
     // Its host has not started the session yet: there is nothing to stop gracefully.
     if (this.endHandshake) {
@@ -1508,7 +1513,7 @@ export class Session {
           : signal === 'SIGTERM'
             ? // Not this executor's doing (what it kills for is `killedFor`): someone asked the session to stop, as `mur stop` does.
               {
-                code: 'E-RUN-001',
+                code: STOPPED,
                 message: 'the session was stopped: its capsule host was sent SIGTERM from outside the executor (as mur stop does)',
                 hint: STOPPED_HINT,
               }

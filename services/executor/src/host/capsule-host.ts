@@ -342,7 +342,7 @@ export class CapsuleHost implements AgentHost {
       }
       case 'abandoned':
         // A script capsule has no task to cancel; only a stopping session abandons its guest.
-        return { status: 'failed', exitCode: 1, error: { code: 'E-RUN-001', message: `the capsule was stopped: ${outcome.message}` } };
+        return { status: 'failed', exitCode: 1, error: { code: 'E-SES-005', message: `the capsule was stopped: ${outcome.message}` } };
       case 'link-error':
         return {
           status: 'failed',
