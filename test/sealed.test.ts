@@ -434,6 +434,8 @@ describe('the sealed sandbox, piece by piece', () => {
     it('kills a tool past cpu_seconds with SIGXCPU: exit 128+24, and the trace names the ceiling', () => {
       expect(value(outcome.results[0]).exitCode).toBe(152);
       expect(shellEvents(outcome.trace)[0]).toMatchObject({ exit_code: 152, resource_limit: 'cpu_seconds' });
+      // And whoever called it (a model reading a shell tool's result) is told so, in upstream's code.
+      expect(value(outcome.results[0]).stderr).toContain('[killed: E-RUN-011: the command exceeded capabilities.resources.cpu_seconds]');
     });
 
     it('kills a tool writing past max_file_size_bytes with SIGXFSZ: exit 128+25, the file cut at the ceiling', async () => {

@@ -383,7 +383,12 @@ export async function runShell(context: SubprocessContext, binary: string, args:
   return {
     exitCode: timedOut ? 124 : code,
     stdout: cut(stdout),
-    stderr: timedOut ? `${cut(stderr)}\n[killed: the command outlived its ${Math.round(context.deadlineMs / 1000)}s deadline]` : cut(stderr),
+    stderr: timedOut
+      ? `${cut(stderr)}\n[killed: the command outlived its ${Math.round(context.deadlineMs / 1000)}s deadline]`
+      : resourceLimit
+        ? // Upstream's code for it, which the model reads as the trace records it (`resource_limit`).
+          `${cut(stderr)}\n[killed: E-RUN-011: the command exceeded capabilities.resources.${resourceLimit}]`
+        : cut(stderr),
     truncated,
     fullOutputPath,
     durationMs,
@@ -455,7 +460,7 @@ export async function runNativeTool(
   if (resourceLimit) {
     return {
       status: 'error',
-      summary: `native tool '${name}' was killed for exceeding capabilities.resources.${resourceLimit}`,
+      summary: `E-RUN-011: native tool '${name}' was killed for exceeding capabilities.resources.${resourceLimit}`,
       data: stderr.toString('utf8') || `exit code ${code}`,
       dataPath: undefined,
       truncated: false,
