@@ -155,12 +155,15 @@ export function stagedRuntimeFloorRefusal(policy: Pick<CapabilityPolicy, 'staged
 /**
  * The capability categories a capsule holds, in upstream's fixed order (the trace's
  * `session_start.capabilities` and a hook's `session-context.capabilities`): `network` with any
- * allow rule, `filesystem` with a scope narrower than the workdir, `shell` with any binary.
+ * allow rule, `filesystem` with a declared scope (`.` too, as upstream's `Some(scope)`), `shell`
+ * with any binary.
  */
-export function capabilityCategories(policy: Pick<CapabilityPolicy, 'network_allow' | 'filesystem_scope' | 'shell_allow'>): string[] {
+export function capabilityCategories(
+  policy: Pick<CapabilityPolicy, 'network_allow' | 'filesystem_scope' | 'shell_allow'> & { filesystem_scope_declared?: boolean | undefined },
+): string[] {
   return [
     ...(policy.network_allow.length > 0 ? ['network'] : []),
-    ...(policy.filesystem_scope !== '.' ? ['filesystem'] : []),
+    ...(policy.filesystem_scope_declared || policy.filesystem_scope !== '.' ? ['filesystem'] : []),
     ...(policy.shell_allow.length > 0 ? ['shell'] : []),
   ];
 }

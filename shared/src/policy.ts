@@ -61,6 +61,11 @@ export const CapabilityPolicySchema = z.object({
   containment: ContainmentSchema,
   /** Whether `limits.deadline_seconds` was written (it then binds hooks too, not just the default). */
   deadline_declared: z.boolean(),
+  /**
+   * Whether `filesystem.scope` was written, `.` included: upstream's categories name `filesystem`
+   * for any declared scope. Absent on the wire from a runtime that predates it: not declared.
+   */
+  filesystem_scope_declared: z.boolean().default(false),
 });
 export type CapabilityPolicy = z.infer<typeof CapabilityPolicySchema>;
 
@@ -82,6 +87,7 @@ export function capabilityPolicy(manifest: CapsuleManifest): CapabilityPolicy {
     resources: { ...DEFAULT_RESOURCES, ...stripUndefined(capabilities.resources ?? {}) },
     containment: capabilities.containment ?? 'advisory',
     deadline_declared: capabilities.limits?.deadline_seconds !== undefined,
+    filesystem_scope_declared: capabilities.filesystem?.scope !== undefined,
   };
 }
 

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { CapsuleManifestSchema, type MurmurError, capabilityPolicy, parseCapsuleManifest, parseWorkspaceConfig, resolveManifestSecrets } from '@murmur/shared';
+import {
+  CapsuleManifestSchema,
+  type MurmurError,
+  capabilityCategories,
+  capabilityPolicy,
+  parseCapsuleManifest,
+  parseWorkspaceConfig,
+  resolveManifestSecrets,
+} from '@murmur/shared';
 
 function refusal(text: string, env?: Record<string, string>): MurmurError {
   try {
@@ -211,6 +219,14 @@ describe('the capsule manifest', () => {
     // Ignored as it says: the default floor, no per-artifact block.
     expect(manifest.capabilities?.containment).toBeUndefined();
     expect(manifest.artifacts[0]?.capabilities).toBeUndefined();
+  });
+
+  it("names the capability categories as upstream's session_start does: filesystem for any declared scope, '.' included", () => {
+    const categories = (caps: string) => capabilityCategories(capabilityPolicy(parseCapsuleManifest(`name: x\nversion: 1.0.0\n${caps}`).manifest));
+    expect(categories('capabilities:\n  filesystem:\n    scope: "."\n')).toEqual(['filesystem']);
+    expect(categories('capabilities:\n  filesystem:\n    scope: data\n  network:\n    allow: [a.example]\n')).toEqual(['network', 'filesystem']);
+    expect(categories('capabilities:\n  filesystem:\n    workdir_exec: true\n')).toEqual([]);
+    expect(categories('')).toEqual([]);
   });
 
   it('refuses a manifest with no name with E-MAN-001 naming the field', () => {
