@@ -42,10 +42,15 @@ export interface NetworkPlan {
 
 /** Listeners beyond this are not opened (each is a descriptor in every sandbox). */
 export const MAX_LISTENERS = 64;
+/**
+ * Names beyond this get no address (the synthetic range holds 65 534): a name is answered even
+ * where its ports get no listener, so a connection to it is refused as to any port not allowed.
+ */
+export const MAX_NAMES = 4_096;
 const SYNTHETIC_BASE = [127, 77];
 const DNS_PORT = 53;
 
-/** The `n`th name's address in `127.77.0.0/16`, from `127.77.0.1`: at most `MAX_LISTENERS` are ever given. */
+/** The `n`th name's address in `127.77.0.0/16`, from `127.77.0.1`: at most `MAX_NAMES` are ever given. */
 function syntheticAddress(n: number): string {
   return `${SYNTHETIC_BASE[0]}.${SYNTHETIC_BASE[1]}.${Math.floor(n / 256)}.${n % 256}`;
 }
@@ -67,24 +72,27 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
   let synthetic = 0;
   /**
    * Where connections to `host` are listened for: an IPv4 literal itself, `localhost` its
-   * address, a name the synthetic address it is (or will be) given. A name is given one only with
-   * its first listener (`nameAddress`), so the names a sandbox's DNS answers are never more than
-   * its listeners — a capsule's allowlist of 65 536 names could otherwise count past the range.
+   * address, a name an address of its own in the synthetic range, up to `MAX_NAMES` of them (an
+   * allowlist of 65 536 names counted past the range, and the DNS's answer for the last threw in
+   * the executor's event loop). A name past them is not answered: `exhausted`.
    */
-  const addressOf = (host: string): { address: string; name?: string } | undefined => {
+  const addressOf = (host: string): string | undefined | 'exhausted' => {
     // A resolver asks for a name without the root's dot (`dns-message.ts`): a rule written fully
     // qualified (`api.example.`) is the name `api.example` asks for too.
     const name = host.endsWith('.') ? host.slice(0, -1) : host;
-    if (name === 'localhost') return { address: '127.0.0.1', name };
+    if (name === 'localhost') {
+      names.localhost = '127.0.0.1';
+      return names.localhost;
+    }
     const family = ipFamily(name.replace(/^\[|\]$/g, ''));
-    if (family === 4) return { address: name };
+    if (family === 4) return name;
     if (family === 6) return undefined;
-    return { address: names[name] ?? syntheticAddress(synthetic + 1), name };
-  };
-  const nameAddress = (name: string, address: string): void => {
-    if (names[name] !== undefined) return;
-    names[name] = address;
-    if (name !== 'localhost') synthetic += 1;
+    if (!names[name]) {
+      if (synthetic >= MAX_NAMES) return 'exhausted';
+      synthetic += 1;
+      names[name] = syntheticAddress(synthetic);
+    }
+    return names[name];
   };
   for (const rule of [...rules].sort((left, right) => (left.host < right.host ? -1 : left.host > right.host ? 1 : 0))) {
     // The unspecified address is no destination, and would take its port on every address; the
@@ -93,12 +101,15 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
       skipped.push(`${rule.host}: not an address a sandbox's connection can stand for`);
       continue;
     }
-    const target = addressOf(rule.host);
-    if (target === undefined) {
+    const address = addressOf(rule.host);
+    if (address === undefined) {
       skipped.push(`${rule.host}: the sandbox's network is IPv4 only`);
       continue;
     }
-    const { address } = target;
+    if (address === 'exhausted') {
+      skipped.push(`${rule.host}: past the ${MAX_NAMES} names a sandbox's DNS answers`);
+      continue;
+    }
     for (const port of portsOf(rule)) {
       if (port === DNS_PORT) {
         skipped.push(`${rule.host}:${port}: port ${DNS_PORT} is the sandbox's own DNS`);
@@ -111,7 +122,6 @@ export function planNetwork(allow: readonly string[], firstFd: number): NetworkP
         continue;
       }
       wanted.set(key, { fd: nextFd++, address, port, host: rule.host });
-      if (target.name !== undefined) nameAddress(target.name, address);
     }
   }
   return { listeners: [...wanted.values()], names, dns: { udpFd: firstFd, tcpFd: firstFd + 1 }, skipped };
