@@ -401,6 +401,22 @@ describe('MurZip.open guards', () => {
     }
   });
 
+  it('refuses an archive whose central directory holds records its end record does not count, which other tools list', async () => {
+    const whole = await writeMurZip([
+      { name: 'murmur.yaml', data: text('name: shown\nversion: 1.0.0\n') },
+      { name: 'hidden.txt', data: text('what Python and unzip list, and this reader would not') },
+    ]);
+    expect((await MurZip.open(whole, { label: 'whole.mur.zip' })).names).toEqual(['murmur.yaml', 'hidden.txt']);
+    // The end record counts one record of the two its central directory holds.
+    const hiding = Buffer.from(whole);
+    const end = hiding.lastIndexOf(Buffer.from([0x50, 0x4b, 0x05, 0x06]));
+    hiding.writeUInt16LE(1, end + 8);
+    hiding.writeUInt16LE(1, end + 10);
+    const error = await rejection(MurZip.open(hiding, { label: 'hiding.mur.zip' }));
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toMatch(/^hiding\.mur\.zip: the central directory holds more than the 1 records its end record counts \(\d+ bytes past them\)/);
+  });
+
   it('refuses bytes that are not a zip at all as E-ART-003, naming the archive', async () => {
     for (const bytes of [text('this is plainly not a zip archive'), Buffer.alloc(0)]) {
       const error = await rejection(MurZip.open(bytes, { label: 'junk.mur.zip' }));

@@ -86,6 +86,29 @@ function readEntries(zip: yauzl.ZipFile): Promise<yauzl.Entry[]> {
 }
 
 /**
+ * Where the central directory ends as the archive's end record declares it (its offset plus its
+ * size; zip64's when the 32-bit fields are saturated), or undefined when that cannot be read.
+ */
+function declaredCentralDirectoryEnd(bytes: Uint8Array): number | undefined {
+  const archive = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  // The end record is 22 bytes and a comment of up to 65 535; the reader took the one whose
+  // comment length reaches the archive's end, as this does.
+  for (let at = archive.length - 22; at >= Math.max(0, archive.length - 22 - 0xffff); at -= 1) {
+    if (archive.readUInt32LE(at) !== 0x06054b50 || archive.readUInt16LE(at + 20) !== archive.length - at - 22) continue;
+    const size = archive.readUInt32LE(at + 12);
+    const offset = archive.readUInt32LE(at + 16);
+    const locator = at - 20;
+    if ((size === 0xffffffff || offset === 0xffffffff) && locator >= 0 && archive.readUInt32LE(locator) === 0x07064b50) {
+      const record = Number(archive.readBigUInt64LE(locator + 8));
+      if (record + 56 > archive.length || archive.readUInt32LE(record) !== 0x06064b50) return undefined;
+      return Number(archive.readBigUInt64LE(record + 48)) + Number(archive.readBigUInt64LE(record + 40));
+    }
+    return offset + size;
+  }
+  return undefined;
+}
+
+/**
  * Why two entries share bytes, if any do: each entry's data, from its local header to the end of
  * its compressed bytes, must lie in the archive apart from every other entry's, under the name its
  * central record gives.
@@ -156,6 +179,16 @@ export class MurZip {
       zip.close();
       throw new MurmurError(code, `${options.label}: ${message}`);
     };
+    // The records the end record counts must fill the directory it declares: records past them
+    // are entries other readers list (a second `murmur.yaml`, which Python's zipfile reads), an
+    // archive with two readings. The reader's cursor stands after the last record it read.
+    const recordsEnd = (zip as unknown as { readEntryCursor?: number }).readEntryCursor;
+    const declaredEnd = declaredCentralDirectoryEnd(bytes);
+    if (recordsEnd !== undefined && declaredEnd !== undefined && recordsEnd !== declaredEnd)
+      refuse(
+        'E-ART-001',
+        `the central directory holds ${declaredEnd > recordsEnd ? 'more' : 'less'} than the ${rawEntries.length} records its end record counts (${Math.abs(declaredEnd - recordsEnd)} bytes ${declaredEnd > recordsEnd ? 'past them' : 'short'}): other tools read entries there that this reader does not; an archive with two readings is refused`,
+      );
     const sharing = sharedBytes(bytes, rawEntries);
     if (sharing) refuse('E-ART-001', sharing);
     let total = 0;
