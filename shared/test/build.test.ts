@@ -148,6 +148,16 @@ describe('buildArtifact: artifacts', () => {
     expect(Buffer.compare(packed[1]?.bytes ?? Buffer.alloc(0), tool.bytes)).toBe(0);
   });
 
+  it('packs a requires_files entry written with a backslash from the file its archive name names', async () => {
+    const tool = await toolWat();
+    // A file literally named with a backslash beside the one the entry means: the archive's is read.
+    await writeFiles(src, { 'murmur.yaml': toolManifest(['tool.wasm', 'sub\\A.txt']), 'tool.wasm': tool.bytes, 'sub/A.txt': 'meant', 'sub\\A.txt': 'other' });
+    const result = await buildArtifact(src);
+    const packed = await entriesOf(result.outputPath);
+    expect(packed.map((entry) => entry.name)).toEqual(['murmur.yaml', 'tool.wasm', 'sub/A.txt']);
+    expect(packed[2]?.bytes.toString()).toBe('meant');
+  });
+
   it('writes to a given .mur.zip path or into a given directory', async () => {
     const tool = await toolWat();
     await writeFiles(src, { 'murmur.yaml': toolManifest(['tool.wasm']), 'tool.wasm': tool.bytes });
@@ -277,13 +287,13 @@ describe('buildArtifact: artifacts', () => {
       expect(error.message).toContain("'missing.txt'");
     });
 
-    it('two requires_files entries that pack as one archive name', async () => {
+    it('two requires_files entries that pack as one archive name from two files', async () => {
       const tool = await toolWat();
       const error = await refuse({
-        'murmur.yaml': toolManifest(['tool.wasm', 'docs/a.txt', 'docs\\a.txt']),
+        'murmur.yaml': toolManifest(['tool.wasm', 'docs/a.txt', 'docs/A.txt']),
         'tool.wasm': tool.bytes,
         'docs/a.txt': 'one',
-        'docs\\a.txt': 'two',
+        'docs/A.txt': 'two',
       });
       expect(error.code).toBe('E-BLD-002');
       expect(error.message).toContain("'docs/a.txt'");

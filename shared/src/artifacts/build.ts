@@ -163,7 +163,9 @@ async function planFiles(sourceDir: string, declared: readonly DeclaredFile[], o
   ];
   for (const { path: entry, label } of declared) {
     const normalised = { name: declaredEntryName(entry, label, 'the source directory') };
-    const sourcePath = path.join(sourceDir, entry);
+    // Read from the path the archive names it by (`sub\A.txt` is `sub/A.txt`, SPEC §2.1): the
+    // entry as written read another file, one literally named with a backslash.
+    const sourcePath = path.join(sourceDir, ...normalised.name.split('/'));
     // Every directory on the way must be a real directory: a symlinked `linked/` would pack
     // whatever it points at, from anywhere on the machine.
     const components = normalised.name.split('/');
@@ -195,7 +197,9 @@ async function planFiles(sourceDir: string, declared: readonly DeclaredFile[], o
     if (!stat.isFile())
       throw new MurmurError('E-BLD-002', `${label} '${entry}' is not a regular file (${sourcePath})`, {
         path: entry,
-        hint: 'declare each file on its own: a directory is packed by naming the files in it',
+        hint: stat.isDirectory()
+          ? 'declare each file on its own: a directory is packed by naming the files in it'
+          : 'declare regular files only: a FIFO, a socket or a device has no contents to pack',
       });
     // The archive is written where this file is read from: it would replace the file, and pack without it.
     if (path.resolve(sourcePath) === path.resolve(outputPath))
