@@ -169,6 +169,17 @@ describe('packing a capsule project for staging', () => {
     expect(await rejectionOf(packProject(endless, noCache))).toMatchObject({ code: 'E-IO-003', message: expect.stringContaining('is a device') });
   });
 
+  it('refuses a murmur.lock that is a directory, which no run could write a lock over, saying to remove it', async () => {
+    const locked = path.join(scratch.dir, 'directory-lock');
+    await writeFiles(locked, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n' });
+    await fs.mkdir(path.join(locked, 'murmur.lock'));
+    expect(await rejectionOf(packProject(locked, noCache))).toMatchObject({
+      code: 'E-PRJ-003',
+      message: `murmur.lock in ${locked} is a directory, not a lockfile: no run could pin what it resolves`,
+      hint: `remove the directory ${path.join(locked, 'murmur.lock')}; the next run writes the lock`,
+    });
+  });
+
   it('refuses a directory without murmur.yaml with E-IO-001, and a project over the limit with E-PRJ-001', async () => {
     const empty = path.join(scratch.dir, 'empty');
     await fs.mkdir(empty);

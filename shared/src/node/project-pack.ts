@@ -175,6 +175,13 @@ function readLockTextIfAny(file: string): string | undefined {
     return readSmallTextFileSync(file, LOCK_FILE);
   } catch (error) {
     if (error instanceof MurmurError) throw error;
+    // A directory there is no lock, and no run could write one: each ran unpinned, warning without
+    // a code that the next run would pin what it resolved.
+    if ((error as NodeJS.ErrnoException).code === 'EISDIR')
+      throw new MurmurError('E-PRJ-003', `${LOCKFILE_NAME} in ${path.dirname(file)} is a directory, not a lockfile: no run could pin what it resolves`, {
+        path: file,
+        hint: `remove the directory ${file}; the next run writes the lock`,
+      });
     return undefined;
   }
 }
