@@ -61,7 +61,10 @@ export const ERROR_CATALOGUE = {
   'E-RUN-002': { title: 'missing WASI import' },
   'E-RUN-003': { title: 'murmur.lock does not match the manifest or the installed artifacts' },
   'E-RUN-004': { title: 'capsule component not found' },
-  'E-RUN-005': { title: 'inference driver not configured' },
+  'E-RUN-005': {
+    title: 'inference driver not configured',
+    hint: 'name the driver artifact in inference.driver.artifact (e.g. murmur-driver-anthropic, which this runtime ships) and declare it under artifacts:',
+  },
   'E-RUN-006': { title: 'inference driver or harness not installed' },
   'E-RUN-007': { title: 'the agent loop failed' },
   'E-RUN-008': { title: 'artifact not installed', hint: "install it with 'mur install <name>@<version>' or publish it to the global store" },

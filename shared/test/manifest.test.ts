@@ -4,6 +4,7 @@ import {
   type MurmurError,
   capabilityCategories,
   capabilityPolicy,
+  parseArtifactManifest,
   parseCapsuleManifest,
   parseWorkspaceConfig,
   resolveManifestSecrets,
@@ -229,6 +230,15 @@ describe('the capsule manifest', () => {
     expect(categories('')).toEqual([]);
   });
 
+  it("refuses an agent capsule with no driver as upstream's E-RUN-005, driver not configured, saying how to name one", () => {
+    for (const driver of ['', '  driver: {}\n']) {
+      const error = refusal(`name: x\nversion: 1.0.0\ninference:\n  endpoint: https://api.example.com\n  model: m\n${driver}`);
+      expect(error.code, driver).toBe('E-RUN-005');
+      expect(error.message).toContain('missing required field: no driver is configured');
+      expect(error.hint).toContain('inference.driver.artifact');
+    }
+  });
+
   it('refuses a manifest with no name with E-MAN-001 naming the field', () => {
     const error = refusal('version: 1.0.0\n');
     expect(error.code).toBe('E-MAN-001');
@@ -429,6 +439,19 @@ describe('the capsule manifest', () => {
       expect(error.code).toBe('E-MAN-003');
       expect(error.message).toContain('invalid artifact declaration at index 0');
       expect(error.message).toContain("use 'runtime: tool'");
+    });
+
+    it("refuses an artifact's own manifest whose runtime is no role, as a capsule's declaration of it is", () => {
+      let error: unknown;
+      try {
+        parseArtifactManifest('name: odd\nversion: 1.0.0\nruntime: banana\nrequires_files: [odd.wasm]\n');
+      } catch (caught) {
+        error = caught;
+      }
+      expect(error).toMatchObject({
+        code: 'E-MAN-003',
+        message: expect.stringContaining("field 'runtime' has invalid value 'banana' (expected one of: tool, driver, hook, skill)"),
+      });
     });
 
     it('refuses an unknown role, listing the four there are', () => {

@@ -2,6 +2,7 @@ import * as z from 'zod';
 import { MurmurError, type MurmurWarning } from '../errors.js';
 import { type CapsuleManifest, type ParseCapsuleManifestOptions, parseCapsuleManifest } from './capsule.js';
 import { type IssueParams, issueToError, yamlTypeName } from './issues.js';
+import { ARTIFACT_ROLES } from './roles.js';
 import { parseYamlSource } from './yaml-source.js';
 
 /**
@@ -109,6 +110,12 @@ export const ArtifactManifestSchema = z
   .superRefine((manifest, ctx) => {
     if (manifest.execution !== undefined && !(PACKAGING_TYPES as readonly string[]).includes(manifest.execution.trim().toLowerCase())) {
       refine(ctx, ['execution'], `field 'execution' has invalid type (expected one of: wasm, native, static, got ${manifest.execution})`, {
+        whole: true,
+      });
+    }
+    // A role no runtime plays: packed and published, it ran as whatever a capsule declared it as.
+    if (!(ARTIFACT_ROLES as readonly string[]).includes(manifest.runtime)) {
+      refine(ctx, ['runtime'], `field 'runtime' has invalid value '${manifest.runtime.slice(0, 40)}' (expected one of: ${ARTIFACT_ROLES.join(', ')})`, {
         whole: true,
       });
     }

@@ -9,6 +9,7 @@ import { parseNetworkAllowRule } from '../network-rules.js';
 import { artifactNameProblem } from './artifact-name.js';
 import { type IssueParams, issueToError, yamlPath } from './issues.js';
 import { isSafeContextId } from '../session-rpc.js';
+import { ARTIFACT_ROLES } from './roles.js';
 import { parseYamlSource } from './yaml-source.js';
 import { unknownNestedKeys } from './unknown-keys.js';
 
@@ -262,7 +263,7 @@ export type Capabilities = z.infer<typeof CapabilitiesSchema>;
 
 // ── artifacts ───────────────────────────────────────────────────────────────
 
-export const ARTIFACT_ROLES = ['tool', 'driver', 'hook', 'skill'] as const;
+export { ARTIFACT_ROLES };
 export const ArtifactRoleSchema = z.enum(ARTIFACT_ROLES);
 export type ArtifactRole = z.infer<typeof ArtifactRoleSchema>;
 
@@ -403,7 +404,8 @@ function checkEndpoint(ctx: z.core.$RefinementCtx, path: PropertyKey[], endpoint
 }
 
 const DriverSchema = z.object({
-  artifact: trimmed,
+  // Absent is refused with the driver's own code where the inference block is checked (E-RUN-005).
+  artifact: trimmed.default(''),
   config: z.record(z.string(), z.unknown()).nullable().optional(),
 });
 
@@ -455,8 +457,9 @@ export const InferenceSchema = z
     }
     if (inference.model === undefined) refine(ctx, ['model'], 'missing required field');
     const driver = inference.driver ?? inference.provider;
-    if (driver === undefined) refine(ctx, ['driver'], 'missing required field');
-    else if (driver.artifact === '') refine(ctx, ['driver', 'artifact'], 'missing required field');
+    // Upstream's code for it: the driver is not configured (SPEC §1.6), not a manifest's type error.
+    if (driver === undefined) refine(ctx, ['driver'], 'missing required field: no driver is configured', { murmurCode: 'E-RUN-005' });
+    else if (driver.artifact === '') refine(ctx, ['driver', 'artifact'], 'missing required field: no driver is configured', { murmurCode: 'E-RUN-005' });
     if (inference.endpoint !== undefined) checkEndpoint(ctx, ['endpoint'], inference.endpoint);
   })
   .transform(({ provider, ...inference }) => {
