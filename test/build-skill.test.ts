@@ -352,7 +352,7 @@ describe('mur build --skill', () => {
 
     const listed = await runMur(['list', '-g'], { cwd: work, env });
     expect(listed.code, listed.stderr).toBe(0);
-    expect(listed.stdout.split('\n')[1]?.split(/\s+/)).toEqual(['house-style', '0.1.0', 'skill', '—']);
+    expect(listed.stdout.split('\n')[1]?.split(/\s+/)).toEqual(['house-style', '0.1.0', 'skill', 'static']);
     const asJson = await runMur(['list', '-g', '--json'], { cwd: work, env });
     expect(JSON.parse(asJson.stdout)).toEqual([
       expect.objectContaining({ name: 'house-style', artifact_runtime: 'skill', runtime: 'static', description: 'House review style' }),

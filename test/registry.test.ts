@@ -409,8 +409,8 @@ describe('roost as a remote registry', () => {
   it('lists roost’s index with mur list --registry', async () => {
     const result = await runMur(['list', '--registry', roost.url], { env: user('lister') });
     expect(result.code, result.stderr).toBe(0);
-    expect(result.stdout.split('\n')[0]).toBe('NAME       VERSION  RUNTIME  PLATFORMS');
-    expect(result.stdout).toContain('echo-tool  0.1.0    tool     —');
+    expect(result.stdout.split('\n')[0]).toBe('NAME       VERSION  RUNTIME  PLATFORM');
+    expect(result.stdout).toContain('echo-tool  0.1.0    tool     wasm');
   });
 
   it('installs from roost into the project store and pins the artifact in murmur.lock', async () => {

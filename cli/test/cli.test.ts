@@ -116,12 +116,17 @@ describe('mur publish, install and list', () => {
     });
 
     const list = await runMur(['list'], { cwd: project, env });
-    expect(list.stdout).toBe('NAME       VERSION  RUNTIME  PLATFORMS\necho-tool  0.1.0    tool     —\n');
+    expect(list.stdout).toBe('NAME       VERSION  RUNTIME  PLATFORM\necho-tool  0.1.0    tool     wasm\n');
     const all = await runMur(['list', '--all'], { cwd: project, env });
-    expect(all.stdout.split('\n').slice(0, 3)).toEqual([
-      'SCOPE    NAME       VERSION  RUNTIME  PLATFORMS',
-      'project  echo-tool  0.1.0    tool     —',
-      'global   echo-tool  0.1.0    tool     —',
+    expect(
+      all.stdout
+        .split('\n')
+        .slice(0, 3)
+        .map((line) => line.trimEnd()),
+    ).toEqual([
+      'NAME       VERSION  RUNTIME  PLATFORM  SCOPE',
+      'echo-tool  0.1.0    tool     wasm      project',
+      'echo-tool  0.1.0    tool     wasm      global',
     ]);
   });
 

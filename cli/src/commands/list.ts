@@ -4,13 +4,18 @@ import { globalStoreDir, projectStoreDir } from '@murmur/shared/node';
 import { type Output, table } from '../output.js';
 import { findProjectRoot, registryChoice } from '../project.js';
 
-function platforms(meta: ArtifactMeta): string {
-  return meta.platforms.length === 0 ? '—' : meta.platforms.map((pair) => pair.join('-')).join(', ');
+/**
+ * Upstream's PLATFORM column: a native build's platform tag, else what runs anywhere (`wasm`).
+ * **Decided:** a generic archive that is no component (a skill) says `static`, not `wasm`.
+ */
+function platform(meta: ArtifactMeta): string {
+  return meta.platforms.length === 0 ? meta.runtime : meta.platforms.map((pair) => pair.join('-')).join(', ');
 }
 
 /**
  * `mur list`: the project store (or the global one outside a project, or with `-g`); `--all` shows
- * both with a SCOPE column; `--registry <url>` lists a roost's index instead.
+ * both with a SCOPE column, last (upstream's `NAME VERSION RUNTIME PLATFORM [SCOPE]`);
+ * `--registry <url>` lists a roost's index instead.
  */
 export async function listCommand(options: { global?: boolean; all?: boolean; registry?: string; json?: boolean }, output: Output): Promise<void> {
   const rows: Array<{ scope: string; meta: ArtifactMeta }> = [];
@@ -46,15 +51,7 @@ export async function listCommand(options: { global?: boolean; all?: boolean; re
     output.out('No artifacts found.');
     return;
   }
-  const header = ['NAME', 'VERSION', 'RUNTIME', 'PLATFORMS'];
-  const cells = rows.map(({ meta }) => [meta.name, meta.version, meta.artifact_runtime, platforms(meta)]);
-  if (options.all) {
-    for (const line of table(
-      ['SCOPE', ...header],
-      cells.map((cell, index) => [rows[index]?.scope ?? '', ...cell]),
-    ))
-      output.out(line);
-  } else {
-    for (const line of table(header, cells)) output.out(line);
-  }
+  const header = ['NAME', 'VERSION', 'RUNTIME', 'PLATFORM', ...(options.all ? ['SCOPE'] : [])];
+  const cells = rows.map(({ meta, scope }) => [meta.name, meta.version, meta.artifact_runtime, platform(meta), ...(options.all ? [scope] : [])]);
+  for (const line of table(header, cells)) output.out(line);
 }
