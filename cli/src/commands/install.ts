@@ -200,7 +200,27 @@ async function installReference(reference: string, into: Target, options: Instal
   });
 }
 
+/**
+ * A reference with a source prefix (`github:acme/tool@1.0.0`), refused before anything is looked
+ * up: upstream's `github:` release sources are not built here, and any other prefix is unknown
+ * (SPEC §2.5 rejects it).
+ */
+function refuseSourcePrefix(reference: string): void {
+  const prefix = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(reference)?.[1];
+  if (prefix === undefined || isZipReference(reference)) return;
+  if (prefix.toLowerCase() === 'github')
+    throw new MurmurError('E-IO-003', `'${reference.slice(0, 120)}': installing from GitHub releases (github:) is not built in this runtime`, {
+      path: reference,
+      hint: "download the release's .mur.zip and install its path (mur install ./<name>-<version>.mur.zip), or publish it to a roost and install name@version",
+    });
+  throw new UsageError(`'${reference.slice(0, 120)}': unknown install source '${prefix}:'`, {
+    path: reference,
+    hint: 'give name@version (from the stores and MURMUR_ROOST_URL), or the path of a .mur.zip',
+  });
+}
+
 export async function installCommand(reference: string | undefined, options: InstallOptions, output: Output): Promise<number> {
+  if (reference !== undefined) refuseSourcePrefix(reference);
   const into = target(options);
   if (reference !== undefined) {
     await installReference(reference, into, options, output);
