@@ -226,6 +226,27 @@ describe('egress through the executor', () => {
     }
   });
 
+  it('names, when a script capsule fails, its last request that got no answer and the rule it lacked', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'failed-after-denial'), `capabilities:\n  network:\n    allow: [127.0.0.1:${allowed.port}]\n`);
+    const result = await runMur(
+      [
+        'run',
+        '--task',
+        JSON.stringify([
+          { op: 'fetch', url: `${denied.url}/secret?token=x` },
+          { op: 'exit', code: 1 },
+        ]),
+      ],
+      { cwd: project, env },
+    );
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain('error[E-RUN-001]: capsule exited with code 1');
+    // Without the query, which may carry a credential.
+    expect(result.stderr).toContain(
+      `hint: its last request, to http://127.0.0.1:${denied.port}/secret, got no answer: network policy: '127.0.0.1:${denied.port}' not in capabilities.network.allow (HTTP-request-denied); if the capsule needs that host, add it to capabilities.network.allow`,
+    );
+  });
+
   it('sends an allowed A2A message and records it as a2a_send', async () => {
     const { results, trace } = await run('send-allowed', `capabilities:\n  network:\n    allow: [127.0.0.1:${peer.port}]\n`, [
       { op: 'send', peer: `127.0.0.1:${peer.port}`, text: 'hello peer', contextId: 'ctx_thread', messageId: 'msg_one' },

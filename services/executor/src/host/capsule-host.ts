@@ -5,7 +5,18 @@ import { type WireError, capabilityCategories } from '@murmur/shared';
 import { subprocessEnvironment } from '@murmur/shared/environment';
 import { LogFile, type RecordRefused, type TraceSink } from '../records.js';
 import { ChannelTrace } from './channel-trace.js';
-import type { AgentHost, DriverCall, Fallible, HostChannel, SessionResult, SessionStartRun, SessionTotals, ShellRun, ToolDispatch } from './contracts.js';
+import type {
+  AgentHost,
+  DriverCall,
+  EgressFailure,
+  Fallible,
+  HostChannel,
+  SessionResult,
+  SessionStartRun,
+  SessionTotals,
+  ShellRun,
+  ToolDispatch,
+} from './contracts.js';
 import { LastEgressFailure } from './egress-failures.js';
 import { EscapeeSweep } from './escapees.js';
 import { type CallRecord, GuestRunner, type GuestSpec, type RunOutcome, guestSpecOf } from './guest-runner.js';
@@ -186,7 +197,7 @@ export class CapsuleHost implements AgentHost {
     return breach ? { code: breach.code, message: breach.message, hint: breach.hint, path: `capabilities.resources.${breach.limit}` } : undefined;
   }
 
-  /** A script capsule's session: its component's `run`, once. */
+  /** A script capsule's session: its component's `run`, once (a failure says the last request that got no answer, if one did). */
   async run(): Promise<SessionResult> {
     this.trace.write(
       'session_start',
@@ -199,6 +210,7 @@ export class CapsuleHost implements AgentHost {
         exitCode: 1,
         error: { code: 'E-RUN-004', message: `${this.start.capsule_name}@${this.start.capsule_version} has no component and no inference: nothing to run` },
       };
+    const record: CallRecord = { taskless: false, egress: new LastEgressFailure() };
     const outcome = await this.guests.run({
       role: 'capsule',
       label: `${this.start.capsule_name}@${this.start.capsule_version}`,
@@ -206,9 +218,10 @@ export class CapsuleHost implements AgentHost {
       preopen: this.start.preopen,
       env: this.start.guest_env,
       grant: 'capsule',
+      record,
     });
     const breached = this.breachError();
-    const result: SessionResult = breached ? { status: 'failed', exitCode: 1, error: breached } : this.classify(outcome);
+    const result: SessionResult = breached ? { status: 'failed', exitCode: 1, error: breached } : withEgressClue(this.classify(outcome), record.egress.failure);
     this.writeSessionEnd(result.status === 'ok' ? 'ok' : 'failed', breached ? { error: breached } : {});
     return result;
   }
@@ -914,4 +927,19 @@ function escapeesEnded(pids: number[]): string {
 /** What every call of the driver is, whatever its request: the instance it runs is made from this alone. */
 function driverSpec(driver: DriverComponentRef, env: Array<[string, string]>): GuestSpec {
   return { role: 'tool', label: `driver '${driver.name}'`, ...guestSpecOf(driver.component), preopen: driver.preopen, env, grant: `tool:${driver.name}` };
+}
+
+/** The egress codes that are the policy's refusal, not the network's failure. */
+const POLICY_REFUSALS = new Set(['HTTP-request-denied', 'destination-IP-prohibited']);
+
+/**
+ * A failed script capsule's end with its last unanswered request as a clue: a guest's own error
+ * for a refused request says only that the host call failed (`fetch_https: An error occurred while
+ * using the host API`), and nothing a user reads named the host or the rule.
+ */
+function withEgressClue(result: SessionResult, failure: EgressFailure | undefined): SessionResult {
+  if (result.status === 'ok' || !failure || !result.error) return result;
+  const refused = POLICY_REFUSALS.has(failure.code);
+  const clue = `its last request, to ${failure.url}, got no answer: ${failure.reason} (${failure.code})${refused ? '; if the capsule needs that host, add it to capabilities.network.allow' : ''}`;
+  return { ...result, error: { ...result.error, hint: result.error.hint ? `${clue}. ${result.error.hint}` : clue } };
 }
