@@ -46,8 +46,12 @@ describe('mur stage', () => {
     const result = await runMur(['stage', project], { env: { MURMUR_HOME: path.join(scratch.dir, 'home-wordy') } });
     expect(result.code, result.stderr).toBe(1);
     expect(result.stderr).toMatch(
-      /error\[E-MAN-003\]: the manifest of wordy@0\.1\.0 is too large to stage: the plan it makes is \d+ bytes, over the \d+ a reply on the bus may carry; its largest parts: description \(\d+ bytes\)/,
+      /error\[E-MAN-003\]: the manifest of wordy@0\.1\.0 is too large to stage: the plan it makes is \d+ bytes, over the \d+ a reply on the bus may carry of a plan; its largest parts: description \(\d+ bytes\)/,
     );
+    // The bound it says is the one it held the plan to, below the plan's size (the reply's own, less its envelope).
+    const [, planBytes, bound] = /the plan it makes is (\d+) bytes, over the (\d+)/.exec(result.stderr) ?? [];
+    expect(Number(bound)).toBeLessThan(Number(planBytes));
+    expect(Number(bound)).toBe(1024 * 1024 - 4096);
     expect(result.stderr).toContain('hint: shorten what it names');
     expect(result.stderr).not.toContain('E-BUS-001');
   });

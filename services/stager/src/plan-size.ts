@@ -11,11 +11,13 @@ const REPLY_ENVELOPE_BYTES = 4_096;
  */
 export function refuseOversizedPlan(plan: StagedPlan, maxPayload: number): void {
   const bytes = Buffer.byteLength(JSON.stringify(plan));
-  if (bytes <= maxPayload - REPLY_ENVELOPE_BYTES) return;
+  // The bound the plan is held to, and said: the reply's, less its envelope.
+  const most = maxPayload - REPLY_ENVELOPE_BYTES;
+  if (bytes <= most) return;
   const largest = largestParts(plan.capsule.manifest).slice(0, 3);
   throw new MurmurError(
     'E-MAN-003',
-    `the manifest of ${plan.capsule.name}@${plan.capsule.version} is too large to stage: the plan it makes is ${bytes} bytes, over the ${maxPayload} a reply on the bus may carry${largest.length > 0 ? `; its largest parts: ${largest.map(([where, size]) => `${where} (${size} bytes)`).join(', ')}` : ''}`,
+    `the manifest of ${plan.capsule.name}@${plan.capsule.version} is too large to stage: the plan it makes is ${bytes} bytes, over the ${most} a reply on the bus may carry of a plan${largest.length > 0 ? `; its largest parts: ${largest.map(([where, size]) => `${where} (${size} bytes)`).join(', ')}` : ''}`,
     {
       ...(largest[0] ? { path: largest[0][0] } : {}),
       hint: "shorten what it names: a manifest says what a capsule is and may do in a few kilobytes; long text belongs in the capsule's files",
