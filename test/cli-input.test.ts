@@ -204,6 +204,18 @@ describe('mur, given what a new user gets wrong', () => {
       "artifact reference 'hello' must be in the format <name@version> or a path to a .mur.zip",
       'e.g. mur install hello@0.1.0',
     );
+    // A source prefix: GitHub releases are not built here (said, with what to do), any other is unknown.
+    refused(
+      await runMur(['install', '-g', 'github:acme/tool@1.0.0'], { env }),
+      'E-IO-003',
+      "'github:acme/tool@1.0.0': installing from GitHub releases (github:) is not built in this runtime",
+      "download the release's .mur.zip and install its path",
+    );
+    misused(
+      await runMur(['install', '-g', 'gitlab:acme/tool@1.0.0'], { env }),
+      "'gitlab:acme/tool@1.0.0': unknown install source 'gitlab:'",
+      'give name@version',
+    );
     const garbage = path.join(scratch.dir, 'garbage.jsonl');
     await fs.writeFile(garbage, 'not json\nnor this\n');
     refused(await runMur(['trace', 'show', garbage], { env }), 'E-TRC-001', `${garbage}: holds no trace event`, "a session's trace is trace.jsonl");
@@ -427,6 +439,21 @@ describe('mur, given what a new user gets wrong', () => {
       'registries index the description and tags for search: keep them to a paragraph and a few words',
     );
     expect((await fs.readdir(casey)).filter((name) => name.endsWith('.mur.zip'))).toEqual([]);
+  });
+
+  it('says, for a session that ran on a stack, where its trace is and how to fetch it', async () => {
+    // What `mur run` against a stack leaves in the capsule's directory: the answer it fetched, no records.
+    const project = path.join(scratch.dir, 'ran-on-a-stack');
+    const session = 'ses_019c0000000070008000000000000001';
+    await fs.mkdir(path.join(project, 'workdir', session, 'out'), { recursive: true });
+    await fs.writeFile(path.join(project, 'murmur.yaml'), 'name: stacked\nversion: 0.1.0\n');
+    await fs.writeFile(path.join(project, 'workdir', session, 'out', 'result.txt'), 'the answer');
+    refused(
+      await runMur(['trace', 'show', '@1'], { cwd: project, env }),
+      'E-IO-001',
+      `trace file not found: ${path.join(project, 'workdir', session, 'trace.jsonl')}`,
+      `session ${session} ran on a stack's executor, which keeps its records: fetch the trace with 'mur files ${session} trace.jsonl --out <file>'`,
+    );
   });
 
   it('says what a bad manifest value is and that the field is to be corrected', async () => {

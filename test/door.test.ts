@@ -626,6 +626,8 @@ describe('the door', () => {
       const head = await headAnswer(agent.url, { 'content-length': String(2 ** 31) });
       expect(head).toMatch(/^HTTP\/1\.1 413 /);
       expect(head).toContain('larger than 65536 bytes (MURMUR_DOOR_MAX_BODY_BYTES)');
+      // With the door's own code for what it refused, as its other refusals carry one.
+      expect(head).toContain('"E-DOOR-002"');
     });
 
     it('refuses a body that is not JSON by content-type with 415, comparing the media type rather than searching it', async () => {

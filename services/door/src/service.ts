@@ -222,6 +222,7 @@ export function startDoorService(options: DoorOptions): DoorService {
   const tooLarge = rpcError(null, {
     code: RPC_ERRORS.invalidRequest,
     message: `Invalid Request: the body is larger than ${maxBodyBytes} bytes (MURMUR_DOOR_MAX_BODY_BYTES)`,
+    data: { murmur_code: 'E-DOOR-002' },
   });
   const limit = limitBody(maxBodyBytes, (context) => context.json(tooLarge, 413));
   /** A request that waits to be told to send its body (`Expect: 100-continue`) and declares one over the limit: refused before it sends it. */

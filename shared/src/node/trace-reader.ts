@@ -1,4 +1,5 @@
-import { constants, promises as fs } from 'node:fs';
+import { constants, existsSync, promises as fs } from 'node:fs';
+import path from 'node:path';
 import { MurmurError } from '../errors.js';
 import { kindOf } from './small-text-file.js';
 import { systemFailureCode, systemFailureHint } from './system-failure.js';
@@ -155,6 +156,18 @@ export async function readRecordFile(file: string, maxBytes = RECORD_FILE_MAX_BY
   }
 }
 
+/**
+ * What to do about a session directory without its trace: one holding only `out/` is where `mur
+ * run` against a stack fetched the answer to, the records staying on the executor that ran it.
+ */
+function missingTraceHint(file: string): string {
+  const dir = path.dirname(file);
+  const session = path.basename(dir);
+  if (session.startsWith('ses_') && existsSync(path.join(dir, 'out')))
+    return `session ${session} ran on a stack's executor, which keeps its records: fetch the trace with 'mur files ${session} trace.jsonl --out <file>' (while the stack knows the session), then name that file`;
+  return 'name a session whose workdir holds its trace.jsonl (@1 is the newest), or the path of a trace.jsonl';
+}
+
 /** The file read whole (`readRecordFile`); a missing file is `E-IO-001`, any other failure to read it `E-IO-003`. */
 export async function readTraceFile(file: string): Promise<TraceRead> {
   let text: string;
@@ -163,7 +176,7 @@ export async function readTraceFile(file: string): Promise<TraceRead> {
   } catch (error) {
     if (error instanceof MurmurError) throw error;
     const code = (error as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new MurmurError('E-IO-001', `trace file not found: ${file}`, { path: file });
+    if (code === 'ENOENT') throw new MurmurError('E-IO-001', `trace file not found: ${file}`, { path: file, hint: missingTraceHint(file) });
     throw new MurmurError(systemFailureCode(error), `failed to read ${file}: ${(error as Error).message}`, {
       path: file,
       cause: error,
