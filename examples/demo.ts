@@ -12,7 +12,8 @@
  *                     a question over A2A while its answer streams back
  *
  * Everything it writes goes to .cache/demo/ in this repository (its own MURMUR_HOME), which it
- * clears first, so it can be run again and again.
+ * clears first, so it can be run again and again; the compiled component goes to the guest build
+ * cache the tests share (.cache/guests/, or MURMUR_GUEST_CACHE), so it is compiled once.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
