@@ -2,6 +2,7 @@ import path from 'node:path';
 import { componentFromWat } from '@murmur/guest-kit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { capsuleProject } from './support/artifacts.js';
+import { BUMP_REALLOC_WAT, stdoutImportsWat } from './support/guests.js';
 import { tempDir } from './support/fs.js';
 import { runMur } from './support/processes.js';
 
@@ -175,12 +176,7 @@ function hostCallWat(imports: string, lowered: string, main: string, withs: stri
   ${imports}
   (core module $mem
     (memory (export "memory") 1)
-    (global $heap (mut i32) (i32.const 4096))
-    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
-      (local $at i32)
-      (local.set $at (global.get $heap))
-      (global.set $heap (i32.add (global.get $heap) (local.get 3)))
-      (local.get $at)))
+    ${BUMP_REALLOC_WAT})
   (core instance $mem-instance (instantiate $mem))
   (alias core export $mem-instance "memory" (core memory $m))
   (alias core export $mem-instance "realloc" (core func $realloc))
@@ -196,23 +192,6 @@ function hostCallWat(imports: string, lowered: string, main: string, withs: stri
   (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
 }
 
-const STDOUT_IMPORTS = `(import "wasi:io/error@0.2.0" (instance $io-error (export "error" (type (sub resource)))))
-  (alias export $io-error "error" (type $error))
-  (import "wasi:io/streams@0.2.0" (instance $streams
-    (export "error" (type $e (eq $error)))
-    (export "output-stream" (type $os (sub resource)))
-    (type $stream-error (variant (case "last-operation-failed" (own $e)) (case "closed")))
-    (export "stream-error" (type $se (eq $stream-error)))
-    (export "[method]output-stream.blocking-write-and-flush" (func (param "self" (borrow $os)) (param "contents" (list u8)) (result (result (error $se)))))
-    (export "[method]output-stream.blocking-write-zeroes-and-flush" (func (param "self" (borrow $os)) (param "len" u64) (result (result (error $se)))))))
-  (alias export $streams "output-stream" (type $output-stream))
-  (alias export $streams "[method]output-stream.blocking-write-and-flush" (func $write))
-  (alias export $streams "[method]output-stream.blocking-write-zeroes-and-flush" (func $zeroes))
-  (import "wasi:cli/stdout@0.2.0" (instance $stdout
-    (export "output-stream" (type $os (eq $output-stream)))
-    (export "get-stdout" (func (result (own $os))))))
-  (alias export $stdout "get-stdout" (func $get-stdout))`;
-
 describe('what a guest asks its host to make', () => {
   async function run(name: string, wat: string, memoryBytes = LIMIT) {
     const wasm = (await componentFromWat(wat)).bytes;
@@ -226,7 +205,7 @@ describe('what a guest asks its host to make', () => {
 
   const stdoutCapsule = (body: string, pages = 1): string =>
     hostCallWat(
-      STDOUT_IMPORTS,
+      stdoutImportsWat({ zeroes: true }),
       `(core func $get-stdout-lowered (canon lower (func $get-stdout)))
   (core func $write-lowered (canon lower (func $write) (memory $m)))
   (core func $zeroes-lowered (canon lower (func $zeroes) (memory $m)))`,

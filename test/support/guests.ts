@@ -48,25 +48,54 @@ export const SOCKETS_CAPSULE_WAT = `(component
   (export "murmur:capsule/run@0.1.0" (instance $inst)))`;
 
 /**
- * A script capsule whose core module's `run` is `body`: WAT that may call `$write` (a stream, a
- * pointer, a length, where the result goes) on `(call $get-stdout)`, with one page of memory.
+ * Component WAT importing WASI's stdout and its stream's `blocking-write-and-flush` (as `$write`),
+ * and with `zeroes` its `blocking-write-zeroes-and-flush` (as `$zeroes`); `$get-stdout` too.
  */
-function stdoutCapsuleWat(body: string): string {
-  return `(component
-  (import "wasi:io/error@0.2.0" (instance $io-error (export "error" (type (sub resource)))))
+export function stdoutImportsWat({ zeroes = false }: { zeroes?: boolean } = {}): string {
+  return `(import "wasi:io/error@0.2.0" (instance $io-error (export "error" (type (sub resource)))))
   (alias export $io-error "error" (type $error))
   (import "wasi:io/streams@0.2.0" (instance $streams
     (export "error" (type $e (eq $error)))
     (export "output-stream" (type $os (sub resource)))
     (type $stream-error (variant (case "last-operation-failed" (own $e)) (case "closed")))
     (export "stream-error" (type $se (eq $stream-error)))
-    (export "[method]output-stream.blocking-write-and-flush" (func (param "self" (borrow $os)) (param "contents" (list u8)) (result (result (error $se)))))))
+    (export "[method]output-stream.blocking-write-and-flush" (func (param "self" (borrow $os)) (param "contents" (list u8)) (result (result (error $se)))))${
+      zeroes
+        ? `
+    (export "[method]output-stream.blocking-write-zeroes-and-flush" (func (param "self" (borrow $os)) (param "len" u64) (result (result (error $se)))))`
+        : ''
+    }))
   (alias export $streams "output-stream" (type $output-stream))
-  (alias export $streams "[method]output-stream.blocking-write-and-flush" (func $write))
+  (alias export $streams "[method]output-stream.blocking-write-and-flush" (func $write))${
+    zeroes
+      ? `
+  (alias export $streams "[method]output-stream.blocking-write-zeroes-and-flush" (func $zeroes))`
+      : ''
+  }
   (import "wasi:cli/stdout@0.2.0" (instance $stdout
     (export "output-stream" (type $os (eq $output-stream)))
     (export "get-stdout" (func (result (own $os))))))
-  (alias export $stdout "get-stdout" (func $get-stdout))
+  (alias export $stdout "get-stdout" (func $get-stdout))`;
+}
+
+/**
+ * A core function `realloc` that bumps a heap from 4096 and never frees: what a canonical-ABI
+ * lowering that returns a list or a string needs of a guest with no allocator.
+ */
+export const BUMP_REALLOC_WAT = `(global $heap (mut i32) (i32.const 4096))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $at i32)
+      (local.set $at (global.get $heap))
+      (global.set $heap (i32.add (global.get $heap) (local.get 3)))
+      (local.get $at))`;
+
+/**
+ * A script capsule whose core module's `run` is `body`: WAT that may call `$write` (a stream, a
+ * pointer, a length, where the result goes) on `(call $get-stdout)`, with one page of memory.
+ */
+function stdoutCapsuleWat(body: string): string {
+  return `(component
+  ${stdoutImportsWat()}
   (core module $memory (memory (export "memory") 1))
   (core instance $memory-instance (instantiate $memory))
   (alias core export $memory-instance "memory" (core memory $mem))
@@ -129,12 +158,7 @@ export function socketsCapsuleWat(): Promise<BuiltGuest> {
  */
 export const TOOL_WAT = toolComponentWat(`(core module $m
     (memory (export "memory") 1)
-    (global $heap (mut i32) (i32.const 4096))
-    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
-      (local $p i32)
-      (local.set $p (global.get $heap))
-      (global.set $heap (i32.add (global.get $heap) (local.get 3)))
-      (local.get $p))
+    ${BUMP_REALLOC_WAT}
     (func (export "run") (param i32 i32 i32 i32 i32 i32) (result i32)
       (i32.const 1024)))`);
 
