@@ -235,6 +235,34 @@ describe('tools and the artifact manager', () => {
       expect(existsSync(path.join(project, 'workdir', 'murmur.yaml'))).toBe(false);
     });
 
+    it('a pull of a tool the manifest declares keeps the folder its entry grants it: pulled again, it reaches no more of the workdir', async () => {
+      const toolActions = [
+        { op: 'write', path: 'after.txt', text: 'written by the pulled tool' },
+        { op: 'read', path: 'task.md' },
+      ];
+      const { results, workdir } = await run('pull-declared', declared('    capabilities:\n      filesystem:\n        scope: tool-area\n'), [
+        { op: 'pull', name: 'probe-tool', version: '1.0.0' },
+        { op: 'invoke', name: 'probe-tool', data: JSON.stringify({ actions: toolActions }) },
+      ]);
+      expect(results[0]).toMatchObject({ op: 'pull', ok: true });
+      const toolResults = JSON.parse((results[1]!.value as { data: string }).data) as ProbeResult[];
+      expect(toolResults[0]).toMatchObject({ ok: true });
+      expect(existsSync(path.join(workdir, 'tool-area', 'after.txt'))).toBe(true);
+      expect(existsSync(path.join(workdir, 'after.txt'))).toBe(false);
+      // The session's task.md is outside the tool's folder.
+      expect(toolResults[1]).toMatchObject({ ok: false });
+    });
+
+    it('a pull a copy of which the guest made impossible leaves no manifest saying it is installed', async () => {
+      const { results, workdir } = await run('pull-blocked', '', [
+        { op: 'mkdir', path: 'tools/house-style' },
+        { op: 'mkdir', path: 'tools/house-style/skill.md' },
+        { op: 'pull', name: 'house-style', version: '1.0.0' },
+      ]);
+      expect(results[2]).toMatchObject({ op: 'pull', ok: false, error: expect.stringContaining('failed to install house-style@1.0.0') });
+      expect(existsSync(path.join(workdir, 'tools', 'house-style', 'murmur.yaml'))).toBe(false);
+    });
+
     it('refuses a pull that contradicts murmur.lock and writes nothing', async () => {
       const project = await probeProject(path.join(scratch.dir, 'pull-conflict'));
       const lock = `lock_version: 1\nartifacts:\n  - name: probe-tool\n    resolved_version: 1.0.0\n    sha256:\n      wasm: ${'c'.repeat(64)}\n`;

@@ -39,6 +39,12 @@ async function pullOnce(bus: Bus, session: Session, name: string, version: strin
   } catch (error) {
     return { ok: false, error: `failed to resolve ${name}@${version}: ${error instanceof MurmurError ? `${error.code}: ${error.message}` : String(error)}` };
   }
+  // A pull of an artifact the manifest declares keeps the operator's grant for it (its entry's
+  // `capabilities`, never the artifact's own): pulled again, a tool declared with a folder of its
+  // own was installed without one, and read and wrote the whole workdir.
+  const declared = plan.artifacts.find((artifact) => artifact.name === name);
+  const { capabilities: _notTheOperators, ...resolved } = staged;
+  staged = { ...resolved, ...(declared?.capabilities ? { capabilities: declared.capabilities } : {}) };
   const pin = [...session.pulledPins, ...plan.lock.entries].find((entry) => entry.name === name);
   if (pin && (pin.resolved_version !== version || pin.sha256.wasm !== staged.sha256)) {
     return {

@@ -357,9 +357,10 @@ export async function installArtifact(sessionDir: string, accessible: string, ar
     };
   }
   // Written beneath the workdir's root: a pull comes while the guest runs, and it may have put a
-  // link in the way.
-  writeFileBeneath(accessible, path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
+  // link in the way. The manifest last, as what says the artifact is installed: a copy the guest
+  // made impossible (a directory planted at its name) failed the pull after it was written.
   for (const copy of copies) copyFileBeneath(accessible, copy.source, copy.target, copy.mode);
+  writeFileBeneath(accessible, path.join(toolDir, 'murmur.yaml'), artifact.manifest_yaml);
   return tool;
 }
 
