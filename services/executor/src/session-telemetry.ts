@@ -44,7 +44,8 @@ export class SessionTelemetry {
   static async open(options: {
     capsule: { name: string; version: string };
     endpoint: string | undefined;
-    endpointAllowed: (url: string) => boolean;
+    /** The capsule's policy on its collector's URL: undefined when it may send there, else why not. */
+    endpointRefusal: (url: string) => { code: string; reason: string } | undefined;
     /** How the capsule's own endpoint is resolved: the session's vetted lookup (`egress-address.ts`). */
     capsuleLookup: LookupFunction;
     operatorEndpoint: string | undefined;
@@ -54,9 +55,15 @@ export class SessionTelemetry {
   }): Promise<SessionTelemetry | undefined> {
     const log = new LazyLog(options.sessionDir, options.recordsOutside);
     let endpoint = options.endpoint?.trim() || undefined;
-    if (endpoint && !options.endpointAllowed(otelTracesUrl(endpoint))) {
+    const refusal = endpoint ? options.endpointRefusal(otelTracesUrl(endpoint)) : undefined;
+    if (endpoint && refusal) {
+      const elsewhere = options.operatorEndpoint ? " (the executor's collector gets them)" : '';
+      // Said as the policy refused it: a collector the rules admit may still be one of the runtime's
+      // own endpoints, and adding it to network.allow again would change nothing.
       log.line(
-        `observability.otel_endpoint '${shownUrl(endpoint)}' is not admitted by capabilities.network.allow: this session's spans are not sent there${options.operatorEndpoint ? " (the executor's collector gets them)" : ''}; add it to network.allow to export`,
+        refusal.code === 'HTTP-request-denied'
+          ? `observability.otel_endpoint '${shownUrl(endpoint)}' is not admitted by capabilities.network.allow: this session's spans are not sent there${elsewhere}; add it to network.allow to export`
+          : `observability.otel_endpoint '${shownUrl(endpoint)}' is refused: ${refusal.reason}; this session's spans are not sent there${elsewhere}`,
       );
       endpoint = undefined;
     }

@@ -534,7 +534,10 @@ export class Session {
     this.telemetry = await SessionTelemetry.open({
       capsule: plan.capsule,
       endpoint: capsuleCollector,
-      endpointAllowed: (url) => this.egress.judgeHttp(url, 'capsule').allowed,
+      endpointRefusal: (url) => {
+        const verdict = this.egress.judgeHttp(url, 'capsule');
+        return verdict.allowed ? undefined : verdict;
+      },
       // Looked up for the port the traces go to: the endpoint as written may name none (`collector:4318` has no scheme).
       capsuleLookup: this.egress.lookupToUrl(capsuleCollector === undefined ? undefined : otelTracesUrl(capsuleCollector)),
       operatorEndpoint: this.environment.otelEndpoint,

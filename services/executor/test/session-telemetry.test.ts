@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { lookup } from 'node:dns';
 import os from 'node:os';
 import path from 'node:path';
@@ -28,7 +28,7 @@ describe('a session’s spans, made from its trace records', () => {
     const telemetry = await SessionTelemetry.open({
       capsule: { name: 'probe', version: '0.1.0' },
       endpoint: undefined,
-      endpointAllowed: () => false,
+      endpointRefusal: () => ({ code: 'HTTP-request-denied', reason: 'not in capabilities.network.allow' }),
       capsuleLookup: lookup,
       operatorEndpoint: receiver.endpoint,
       sessionDir: dir,
@@ -40,6 +40,25 @@ describe('a session’s spans, made from its trace records', () => {
     await telemetry.close(5_000);
     return receiver.spans();
   }
+
+  it("says a capsule's collector refused as the policy refused it: the runtime's own endpoint is not a rule to add", async () => {
+    const open = (refusal: { code: string; reason: string }) =>
+      SessionTelemetry.open({
+        capsule: { name: 'probe', version: '0.1.0' },
+        endpoint: 'http://127.0.0.1:7740',
+        endpointRefusal: () => refusal,
+        capsuleLookup: lookup,
+        operatorEndpoint: undefined,
+        sessionDir: dir,
+        recordsOutside: { root: dir, refused: () => {} },
+        launchTraceparent: undefined,
+      });
+    const own = "'127.0.0.1:7740' is the watcher's dashboard on this machine, which no capsule may reach whatever capabilities.network.allow says";
+    expect(await open({ code: 'destination-IP-prohibited', reason: own })).toBeUndefined();
+    const said = readFileSync(path.join(dir, 'logs', 'otel.log'), 'utf8');
+    expect(said).toContain(`observability.otel_endpoint 'http://127.0.0.1:7740/' is refused: ${own}; this session's spans are not sent there`);
+    expect(said).not.toContain('add it to network.allow');
+  });
 
   it('puts every attempt of a task its caller sent under that caller, a reopened one too, and no later task', async () => {
     const spans = await spansOf([
