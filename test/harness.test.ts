@@ -433,6 +433,21 @@ describe('the harness transport (Claude Code)', () => {
     expect((await traceOf(workdir)).find((event) => event.event_type === 'task_end')).toMatchObject({ exit_status: 'failed' });
   }, 180_000);
 
+  it("fails a task the harness ended at its turn limit in the harness's own words, and says which setting to raise", async () => {
+    const project = await agentProject(
+      path.join(scratch.dir, 'turn-limit'),
+      manifest().replace('  model: test-model\n', '  model: test-model\n  max_turns: 1\n'),
+    );
+    // Every reply asks for a tool: the harness runs out of turns before an answer.
+    answer = () => ({ toolCalls: [{ name: 'mcp__murmur__echo', input: { command: 'again' } }] });
+    const result = await runMur(['run', '--json', '--context', 'ctx-turn-limit', '--task', 'hello'], { cwd: project, env, timeoutMs: 120_000 });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      /error\[E-RUN-007\]: agent loop failed: harness 'claude' (exited with code \d+|ended its run failed): .*maximum number of turns/i,
+    );
+    expect(result.stderr).toContain('hint: the harness stopped at the turn limit the capsule gives it (inference.max_turns)');
+  }, 180_000);
+
   it('kills a harness run that outlives its cap and fails the task saying so (the cap set low by the executor’s operator)', async () => {
     const project = await agentProject(path.join(scratch.dir, 'slow'), manifest());
     answer = () => ({ text: 'too late', delayMs: 8_000 });

@@ -54,6 +54,7 @@ describe("Claude Code's dialect", () => {
     ).toEqual({
       kind: 'result',
       isError: true,
+      subtype: 'success',
       text: 'API Error: 401',
       errors: [],
       sessionId: '0191d6b2-7c4e-7000-8000-000000000001',

@@ -86,6 +86,8 @@ export type HarnessLine =
   | {
       kind: 'result';
       isError: boolean;
+      /** The result's `subtype` (`success`, `error_max_turns`, `error_during_execution`, …). */
+      subtype: string | undefined;
       text: string;
       errors: string[];
       sessionId: string | undefined;
@@ -138,6 +140,7 @@ export function readClaudeCodeLine(line: string): HarnessLine {
       kind: 'result',
       // A failed API call still says `subtype: success`: only `is_error` tells.
       isError: record.is_error === true,
+      subtype: typeof record.subtype === 'string' ? record.subtype : undefined,
       text: typeof record.result === 'string' ? record.result : '',
       errors,
       sessionId,

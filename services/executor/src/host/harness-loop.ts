@@ -275,9 +275,19 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   if (exit.timedOut) return fail(`harness '${harness.command}' ran past its ${capText(harness.run_cap_ms)} cap on one run and was killed`);
   if (exit.resourceLimit) return fail(`harness '${harness.command}' was killed for exceeding capabilities.resources.${exit.resourceLimit}`);
   if (exit.exitCode !== 0 || !result || result.isError) {
-    const why = !result ? ' without a result line' : result.isError && result.text !== '' ? `: ${result.text}` : '';
+    // Its own words: a result with no text says why in `errors` (Claude Code at its turn limit:
+    // "Reached maximum number of turns (10)"), which the message left out.
+    const words = result?.isError ? [result.text, ...result.errors].filter((said) => said.trim() !== '').join('; ') : '';
+    const why = !result ? ' without a result line' : words !== '' ? `: ${words}` : '';
     const tail = stderrTail(exit.stderr);
-    return fail(`harness '${harness.command}' exited with code ${exit.exitCode}${why}${tail ? `; stderr: ${tail}` : ''}`);
+    const message = `harness '${harness.command}' ${result?.isError && exit.exitCode === 0 ? 'ended its run failed' : `exited with code ${exit.exitCode}`}${why}${tail ? `; stderr: ${tail}` : ''}`;
+    if (result?.subtype === 'error_max_turns')
+      return fail(message, {
+        code: 'E-RUN-007',
+        message: `agent loop failed: ${message}`,
+        hint: `the harness stopped at the turn limit the capsule gives it (inference.max_turns): raise it in murmur.yaml, or ask for less in one task`,
+      });
+    return fail(message);
   }
   writeFileAtomic(resultFile, result.text);
   if (task) registry.chunk(task, 'text', '', true);
