@@ -64,6 +64,8 @@ describe('egress through the executor', () => {
       target: `http://127.0.0.1:${allowed.port}`,
       decision: 'allowed',
       status: 200,
+      // The rule that admitted it, as its span and the bus say it.
+      rule: `127.0.0.1:${allowed.port}`,
     });
   });
 

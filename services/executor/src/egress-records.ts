@@ -58,7 +58,8 @@ export class EgressRecords {
       // not a URL: recorded as given
     }
     const reason = typeof outcome.reason === 'string' ? { reason: outcome.reason.slice(0, EGRESS_REASON_KEPT) } : {};
-    this.options.trace().write('egress', { kind, grant, target, ...outcome, ...reason });
+    // The rule that admitted it, as the span and the bus say it: a span says nothing the trace does not.
+    this.options.trace().write('egress', { kind, grant, target, ...outcome, ...reason, ...(rule ? { rule } : {}) });
     this.options.telemetry()?.egress({ kind, grant, target: announced, decision: String(outcome.decision), rule }, startedAt);
     const decision = outcome.decision === 'allowed' || outcome.decision === 'denied' ? outcome.decision : 'failed';
     this.announce({
@@ -82,6 +83,7 @@ export class EgressRecords {
       target: record.target,
       decision: record.decision,
       ...(record.reason ? { reason: record.reason } : {}),
+      ...(record.rule ? { rule: record.rule } : {}),
     });
     this.options.telemetry()?.egress({ kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, rule: record.rule }, Date.now());
     this.announce({ kind: record.kind, grant: 'sandbox', target: record.target, decision: record.decision, rule: record.rule ?? null });
