@@ -141,6 +141,10 @@ describe('the operator dashboard', () => {
     expect(allowed).toContain(inference.authority);
     expect(await page.locator(`#egress-rules [data-rule="${inference.authority}"]`).textContent()).toContain('allowed');
     expect(await page.content()).not.toContain(SECRET_VALUE);
+    // The policy's refusal counted as one, apart from failures of the network (none here).
+    expect(await page.locator('#count-denied').textContent()).toBe('1');
+    expect(await page.locator('#count-failed').textContent()).toBe('0');
+    expect(await page.locator('#count-executors').textContent()).toBe('1');
 
     await fs.writeFile(path.join(probe.workdir, 'go.txt'), 'go');
     expect((await probe.exited).code).toBe(0);

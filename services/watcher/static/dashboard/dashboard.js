@@ -41,9 +41,12 @@ function renderCounts() {
   const all = [...sessions.values()];
   $('count-running').textContent = String(all.filter((session) => session.state === 'running').length);
   $('count-ended').textContent = String(all.filter((session) => session.state !== 'running').length);
+  // Executors with a session running: the board hears of executors only through their sessions.
   $('count-executors').textContent = String(new Set(all.filter((session) => session.state === 'running').map((session) => session.executor_id)).size);
   $('count-allowed').textContent = String(egress.filter((decision) => decision.decision === 'allowed').length);
-  $('count-denied').textContent = String(egress.filter((decision) => decision.decision !== 'allowed').length);
+  // The policy's refusals apart from the network's failures (allowed, then not reached).
+  $('count-denied').textContent = String(egress.filter((decision) => decision.decision === 'denied').length);
+  $('count-failed').textContent = String(egress.filter((decision) => decision.decision === 'failed').length);
 }
 
 function renderSessions() {
