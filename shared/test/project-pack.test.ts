@@ -40,6 +40,10 @@ describe('packing a capsule project for staging', () => {
       '.murmur/artifacts/echo-tool/0.1.0/echo-tool-0.1.0.mur.zip': 'zip',
       '.murmur/artifacts/echo-tool/0.1.0/echo-tool-0.1.0.sha256': sha('zip'),
       '.murmur/artifacts/undeclared/1.0.0/undeclared-1.0.0.mur.zip': 'not declared',
+      // What an install under way has beside the version: its turn, its temporary, its backup.
+      '.murmur/artifacts/echo-tool/0.1.0/.publish.writing': '4242',
+      '.murmur/artifacts/echo-tool/0.1.0/.echo-tool-0.1.0.mur.zip.4242.abcdef.tmp': '',
+      '.murmur/artifacts/echo-tool/0.1.0/.echo-tool-0.1.0.sha256.4242.abcdef.tmp.bak': 'old',
       'workdir/ses_1/out/result.txt': 'a session of an earlier run',
       '.env': 'SECRET=never-packed',
     });
@@ -194,7 +198,11 @@ describe('packing a capsule project for staging', () => {
 
   it('packs a project store alone for a capsule staged by name, and nothing when there is none', async () => {
     const project = path.join(scratch.dir, 'store-only');
-    await writeFiles(project, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n', '.murmur/artifacts/x/1.0.0/x-1.0.0.mur.zip': 'z' });
+    await writeFiles(project, {
+      'murmur.yaml': 'name: a\nversion: 0.1.0\n',
+      '.murmur/artifacts/x/1.0.0/x-1.0.0.mur.zip': 'z',
+      '.murmur/artifacts/x/1.0.0/.publish.writing': '4242',
+    });
     expect((await packProjectStore(project, noCache))?.listing.files.map((file) => file.path)).toEqual(['.murmur/artifacts/x/1.0.0/x-1.0.0.mur.zip']);
     expect(await packProjectStore(path.join(scratch.dir, 'nowhere'), noCache)).toBeUndefined();
   });

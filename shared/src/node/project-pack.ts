@@ -251,14 +251,23 @@ class Packer {
     return true;
   }
 
-  /** Every regular file below `relative`, recursively, when it is a directory. */
+  /**
+   * Every regular file below `relative` (a store's), recursively, when it is a directory: not one
+   * whose name starts with a dot, which no artifact's file has — another writer's turn file, a
+   * temporary or a backup of an install under way, hashed half-written and uploaded with it — and
+   * not one an install renames away meanwhile.
+   */
   async addTree(relative: string, what: string): Promise<void> {
     const absolute = path.resolve(this.root, relative);
     const entries = readDirectory(absolute);
     for (const entry of entries) {
+      if (entry.name.startsWith('.')) continue;
       const child = path.join(relative, entry.name);
       if (entry.isDirectory()) await this.addTree(child, what);
-      else if (entry.isFile()) await this.add(child, what);
+      else if (entry.isFile())
+        await this.add(child, what).catch((error: NodeJS.ErrnoException) => {
+          if (error.code !== 'ENOENT') throw error;
+        });
     }
   }
 }
