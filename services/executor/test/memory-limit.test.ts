@@ -14,6 +14,7 @@ import {
   TableLimitError,
   readModuleWithRoom,
 } from '../src/host/memory-limit.js';
+import { watchedModuleFile } from '../src/host/grow-watch.js';
 import { tempDir } from '../../../test/support/fs.js';
 
 /*
@@ -550,6 +551,22 @@ describe('a core module read from its file and compiled capped', () => {
         expect(read.start).toBeGreaterThanOrEqual(16);
         expect(sameBytes(read.buffer.subarray(read.start), bytes)).toBe(true);
       }
+    } finally {
+      await cleanup();
+    }
+  });
+
+  it('compiles the module as it is when the watched form kept beside it is damaged, rather than fail every run', async () => {
+    const { dir, cleanup } = await tempDir('murmur-memory-limit-');
+    try {
+      const file = path.join(dir, 'core.wasm');
+      await fs.writeFile(file, growModule(minOnly(1)));
+      // Cut short, as a crash or a full disk leaves the file the executor keeps for every session.
+      await fs.writeFile(watchedModuleFile(file), growModule(minOnly(1)).subarray(0, 10));
+      const instance = new wasm.Instance(await compileCoreModule(file, 4 * PAGE));
+      const grow = instance.exports.grow as (pages: number) => number;
+      expect(grow(3)).toBe(1);
+      expect(grow(1)).toBe(-1);
     } finally {
       await cleanup();
     }

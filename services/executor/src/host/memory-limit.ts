@@ -446,9 +446,20 @@ export async function compileCoreModule(file: string, memoryLimitBytes: number, 
   return compile(capModuleMemoryInPlace(original, memoryLimitBytes, tableElementsLimit).bytes);
 }
 
-/** A watched module capped and compiled, or undefined when the engine refuses it: a rewrite it refuses costs the watch, never the module. */
-function compileCapped(watched: ModuleWithRoom, memoryLimitBytes: number, tableElementsLimit: number): Promise<WebAssembly.Module | undefined> {
-  // The caps are decided before the engine sees the module: a refusal of a limit is the limit's, not the watch's.
-  const capped = capModuleMemoryInPlace(watched, memoryLimitBytes, tableElementsLimit).bytes;
+/**
+ * A watched module capped and compiled, or undefined when it cannot be: a rewrite the engine
+ * refuses, or a kept file that is damaged (cut short by a crash, a full disk) costs the watch,
+ * never the module — the module as it is is compiled instead.
+ */
+async function compileCapped(watched: ModuleWithRoom, memoryLimitBytes: number, tableElementsLimit: number): Promise<WebAssembly.Module | undefined> {
+  let capped: Uint8Array;
+  try {
+    capped = capModuleMemoryInPlace(watched, memoryLimitBytes, tableElementsLimit).bytes;
+  } catch (error) {
+    // The caps are decided before the engine sees the module: a refusal of a limit is the limit's,
+    // and the module as it is would be refused the same. Anything else is this file's damage.
+    if (error instanceof MemoryLimitError || error instanceof TableLimitError || error instanceof InstanceLimitError) throw error;
+    return undefined;
+  }
   return compile(capped).catch(() => undefined);
 }
