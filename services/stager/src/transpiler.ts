@@ -93,7 +93,14 @@ export class ComponentCache {
    * the runtime shipped is copied into this cache first, so what a plan names is always here.
    */
   async lookup(sha256: string): Promise<TranspiledComponent | undefined> {
-    return (await readEntry(this.entryDir(sha256), sha256)) ?? (await this.adoptShipped(sha256));
+    const dir = this.entryDir(sha256);
+    const local = await readEntry(dir, sha256);
+    if (local && (await filesHaveRecordedSizes(dir, local))) return local;
+    // An entry whose files are not the sizes its record gives (cut short by a crash before they
+    // reached the disk, or a full one) was handed on for ever, each run trapping in its glue: it is
+    // taken out of the way, and these bytes are transpiled again.
+    if (local) await removeDamagedEntry(dir);
+    return this.adoptShipped(sha256);
   }
 
   /**
@@ -196,6 +203,30 @@ export class ComponentCache {
 /** Where a cache rooted at `cacheDir` keeps the entry of the component whose bytes hash to `sha256`. */
 function entryIn(cacheDir: string, sha256: string): string {
   return path.join(cacheDir, 'transpiled', TRANSPILER_ID, sha256);
+}
+
+/**
+ * Whether each file an entry's record names is there at the size it gives: a stat each, on every
+ * cache hit (a digest of a 12 MB bundle at every staging would cost more than the staging).
+ */
+async function filesHaveRecordedSizes(dir: string, component: TranspiledComponent): Promise<boolean> {
+  for (const file of component.bundle.files) {
+    const size = await fs.stat(path.join(dir, file.path)).then(
+      (stat) => stat.size,
+      () => undefined,
+    );
+    if (size !== file.size) return false;
+  }
+  return true;
+}
+
+/** Moves a damaged entry aside, then removes it: a staging that finds it meanwhile finds none. */
+async function removeDamagedEntry(dir: string): Promise<void> {
+  const aside = temporarySibling(dir);
+  await fs.rename(dir, aside).then(
+    () => fs.rm(aside, { recursive: true, force: true }),
+    () => undefined,
+  );
 }
 
 /** The component an entry's record describes, or undefined when there is no whole entry there for these bytes. */

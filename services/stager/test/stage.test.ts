@@ -116,6 +116,21 @@ describe('staging a capsule directory', () => {
     expect(progress.filter((event) => event.phase === 'transpile').map((event) => (event as { state: string }).state)).toEqual(['cached']);
   });
 
+  it('transpiles again, rather than hand on, an entry whose files are cut short of the sizes its record gives', async () => {
+    await capsuleProject(world.project, SCRIPT, (await capsuleWat()).bytes);
+    const first = await world.stager.stage(await directory());
+    const component = first.capsule.component;
+    if (!component) throw new Error('a script capsule stages its component');
+    const entry = path.join(world.cacheDir, 'transpiled', component.bundle.key);
+    const glue = path.join(entry, component.entry);
+    const whole = await fs.readFile(glue);
+    // What a crash before the files reached the disk leaves: the record whole, a file cut short.
+    await fs.truncate(glue, 10);
+    const second = await world.stager.stage(await directory());
+    expect(second.capsule.component?.cache_hit).toBe(false);
+    expect(Buffer.compare(await fs.readFile(glue), whole)).toBe(0);
+  });
+
   it('reports a transpile as it starts and ends, with the bytes it is working on', async () => {
     const hello = await helloCapsuleJs();
     await capsuleProject(world.project, SCRIPT, hello.bytes);
