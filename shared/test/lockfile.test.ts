@@ -9,7 +9,7 @@ import { parse as parseYaml } from 'yaml';
 import { type LockedArtifact, type MurmurLock, LOCKFILE_NAME, upsertLockEntry } from '@murmur/shared';
 import { readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
 import { processStartToken } from '@murmur/shared/node';
-import { listTree, tempDir } from '../../test/support/fs.js';
+import { listTree, mountTmpfs, tempDir } from '../../test/support/fs.js';
 import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
 const SHA_A = 'a'.repeat(64);
@@ -279,5 +279,28 @@ describe('withLockfileTurn', () => {
     const error = await rejection(withLockfileTurn(lockPath, async () => 'written', { waitMs: 300 }));
     expect(error.message).toContain(`pid ${pid} on some-other-host`);
     expect(await fs.readFile(turnPath(), 'utf8')).toContain('its-token');
+  });
+
+  it('says which turn it could not take on a full disk, and leaves no empty turn file for the next writer to wait out', async (context) => {
+    const full = path.join(dir, 'full');
+    await fs.mkdir(full);
+    const mounted = mountTmpfs(full, 'size=64k');
+    if ('why' in mounted) {
+      const why = `[lockfile] a full disk not exercised: ${mounted.why}`;
+      console.warn(why);
+      return context.skip(why);
+    }
+    try {
+      // Filled to the last page: a new file can be made, and nothing written into it.
+      await fs.writeFile(path.join(full, 'filler'), Buffer.alloc(64 * 1024)).catch(() => {});
+      const lock = path.join(full, LOCKFILE_NAME);
+      const error = await rejection(withLockfileTurn(lock, async () => 'written', { waitMs: 300 }));
+      expect(error.message).toContain(`failed to take a turn at writing`);
+      expect(error.message).toContain(`${lock}.writing`);
+      expect(error.message).toContain('ENOSPC');
+      expect(await fs.readdir(full)).toEqual(['filler']);
+    } finally {
+      mounted.unmount();
+    }
   });
 });

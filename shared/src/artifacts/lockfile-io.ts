@@ -194,9 +194,16 @@ async function tryCreate(file: string, text: string, what: string): Promise<bool
   }
   try {
     await handle.writeFile(text);
-  } finally {
-    await handle.close();
+  } catch (error) {
+    // Not left behind empty (a full disk): another writer would wait out its staleness for nothing.
+    await handle.close().catch(() => {});
+    await fs.rm(file, { force: true });
+    throw new MurmurError(systemFailureCode(error), `failed to take a turn at writing ${what} (${file}): ${(error as Error).message}`, {
+      path: file,
+      hint: systemFailureHint(error),
+    });
   }
+  await handle.close();
   return true;
 }
 
