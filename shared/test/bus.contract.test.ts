@@ -549,6 +549,24 @@ describe.each(transports)('the contract bus over $name', ({ network: makeNetwork
     expect((await rejection(client.bus.request(crashing, { a: 1, b: 1 }))).code).toBe('E-BUS-006');
   });
 
+  it("says a handler's file-system failure as the user's to mend, naming the file even where the system's message does not (a write)", async () => {
+    const server = await network.connect();
+    const client = await network.connect();
+    server.bus.serve(crashing, () => {
+      throw Object.assign(new Error('ENOSPC: no space left on device, write'), {
+        code: 'ENOSPC',
+        syscall: 'write',
+        path: '/var/lib/murmur/cache/blobs/ab/abc',
+      });
+    });
+    await settle(server.bus);
+    const full = await rejection(client.bus.request(crashing, { a: 1, b: 1 }));
+    expect(full.code).toBe('E-IO-003');
+    expect(full.message).toBe('the service could not do its work: ENOSPC: no space left on device, write (/var/lib/murmur/cache/blobs/ab/abc)');
+    expect(full.path).toBe('/var/lib/murmur/cache/blobs/ab/abc');
+    expect(full.hint).toContain('full');
+  });
+
   it('makes the requester reject a reply that breaks the reply schema (E-BUS-001 from the server) rather than receive it', async () => {
     const server = await network.connect();
     const client = await network.connect();

@@ -133,7 +133,9 @@ function toErrorJson(error: unknown): MurmurErrorJson {
   const hint = systemFailureHint(error);
   if (hint) {
     const failed = (error as NodeJS.ErrnoException).path;
-    return { code: systemFailureCode(error), message: `the service could not do its work: ${message}`, hint, ...(failed ? { path: failed } : {}) };
+    // Node's message names the path for an open, never for a write: said either way.
+    const where = failed !== undefined && !message.includes(failed) ? ` (${failed})` : '';
+    return { code: systemFailureCode(error), message: `the service could not do its work: ${message}${where}`, hint, ...(failed ? { path: failed } : {}) };
   }
   return { code: 'E-BUS-006', message: `the service failed while handling the request: ${message}` };
 }

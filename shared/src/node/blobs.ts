@@ -93,7 +93,7 @@ export class BlobCache {
         created?.push(target);
       } catch (error) {
         await fs.rm(temporary, { force: true });
-        throw error;
+        throw namingItsFile(error, target);
       }
     }
     return { sha256, path: target };
@@ -283,7 +283,7 @@ export class BlobCache {
     } catch (error) {
       await handle.close().catch(() => {});
       await fs.rm(temporary, { force: true });
-      throw error;
+      throw namingItsFile(error, target);
     }
   }
 
@@ -395,4 +395,14 @@ export function keepBlobsWithin(blobs: BlobCache, maxBytes: number, log: Log): (
   const timer = setInterval(() => void trim(), BLOB_TRIM_EVERY_MS);
   timer.unref();
   return () => clearInterval(timer);
+}
+
+/**
+ * A file operation's failure with the file it was for: a `write` that failed (a full disk) names
+ * none, and a service's refusal then said only `ENOSPC` with no file system to free space on.
+ */
+function namingItsFile(error: unknown, file: string): unknown {
+  const failure = error as NodeJS.ErrnoException;
+  if (typeof failure?.code === 'string' && failure.path === undefined) failure.path = file;
+  return error;
 }
