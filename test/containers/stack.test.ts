@@ -576,7 +576,8 @@ describe('the stack in containers', () => {
       headers: { 'content-type': 'application/json', [SPAWN_CREDENTIAL_HEADER]: credential },
       body: JSON.stringify({ name: 'local/contained-child', version: '0.1.0' }),
     });
-    const { approval } = (await spawn.json()) as { approval: string };
+    // The approval names the archive roost refereed, which the child must report it runs.
+    const { approval, sha256: approvedArchive } = (await spawn.json()) as { approval: string; sha256: string };
     expect(approval).toBeTruthy();
     const running = (await docker('ps', '--format', '{{.Names}}', '--filter', `label=com.docker.compose.project=${project.name}`))
       .split('\n')
@@ -651,6 +652,7 @@ describe('the stack in containers', () => {
         capsule_name: 'local/contained-child',
         capsule_version: '0.1.0',
         policy: capabilityPolicy(parseCapsuleManifest('name: local/contained-child\nversion: 0.1.0\n').manifest),
+        capsule_sha256: approvedArchive,
       }),
     });
     expect(registeredChild.status, await registeredChild.clone().text()).toBe(201);
