@@ -106,21 +106,29 @@ export function artifactGrantWarnings(policy: Pick<CapabilityPolicy, 'network_al
     const inert = Object.keys(block).filter((key) => !READ_PER_ARTIFACT.has(key) && block[key as keyof Capabilities] !== undefined);
     if (inert.length === 0) continue;
     const listed = inert.map((key) => `capabilities.${key}`).join(', ');
+    const [is, it] = inert.length === 1 ? ['is', 'it'] : ['are', 'them'];
     warnings.push(
       artifact.role === 'hook'
         ? {
             code: 'W-SEC-006',
-            message: `${artifact.name}: ${listed} on a hook entry ${inert.length === 1 ? 'is' : 'are'} not read — a hook is given only its entry's network and filesystem grants; remove ${inert.length === 1 ? 'it' : 'them'}`,
+            message: `${artifact.name}: ${listed} on a hook entry ${is} not read — a hook is given only its entry's network and filesystem grants; remove ${it}`,
             path,
           }
         : {
             code: 'W-SEC-008',
-            message: `${artifact.name}: ${listed} on a ${artifact.role} entry ${inert.length === 1 ? 'is' : 'are'} not read — a ${artifact.role} is narrowed only by its entry's network and filesystem grants, and otherwise holds the capsule's; remove ${inert.length === 1 ? 'it' : 'them'}, or set ${inert.length === 1 ? 'it' : 'them'} in the capsule's capabilities`,
+            message: `${artifact.name}: ${listed} on a ${artifact.role} entry ${is} not read — a ${artifact.role} is narrowed only by its entry's network and filesystem grants, and otherwise holds the capsule's; remove ${it}, or set ${it} in the capsule's capabilities`,
             path,
           },
     );
   }
   return warnings;
+}
+
+/** A manifest's artifact entries as grants, before any is resolved (a native tool is not known yet). */
+export function declaredArtifactGrants(manifest: {
+  artifacts: ReadonlyArray<{ name: string; runtime: ArtifactRole; capabilities?: Capabilities | undefined }>;
+}): GrantedArtifact[] {
+  return manifest.artifacts.map((artifact) => ({ name: artifact.name, role: artifact.runtime, capabilities: artifact.capabilities }));
 }
 
 /**

@@ -7,10 +7,10 @@ import {
   type MurmurLock,
   capabilityPolicy,
   currentPlatform,
-  interpreterRuntimeWarnings,
+  declaredArtifactGrants,
   parseCapsuleManifest,
   stagedRuntimeFloorRefusal,
-  workdirExecWarning,
+  stagingPostureWarnings,
 } from '@murmur/shared';
 import { readLockfile } from '@murmur/shared/artifacts';
 import {
@@ -40,8 +40,8 @@ import { packProject, packProjectStore, readManifestTextSync } from '@murmur/sha
  * checklist: one ✓/✗ line per declared artifact (installed, its bytes matching their digest and
  * `murmur.lock`), then this runtime's additions — a line for the lock itself, the host (the
  * executor's own containment probe, bubblewrap, cgroups, `nats-server`) and, when
- * `MURMUR_NATS_URL` is set, whether the stack answers. Upstream's posture warnings (`W-SEC-009`,
- * `W-SEC-011`, `W-SEC-012`) and the refusals a run would make (`E-CAP-003`, `E-CAP-004`,
+ * `MURMUR_NATS_URL` is set, whether the stack answers. Upstream's posture warnings (staging's
+ * `W-SEC-006`–`009` and `W-SEC-011`, the host's `W-SEC-012`) and the refusals a run would make (`E-CAP-003`, `E-CAP-004`,
  * `E-CAP-005`, `E-RUN-012`) go to stderr first, as warnings: doctor launches nothing, so it has
  * nothing to refuse, and one capability problem must not hide every artifact problem.
  *
@@ -83,9 +83,8 @@ function predictedRefusal(output: Output, refusal: MurmurError, consequence: str
 function warnAboutPosture(project: Project, host: HostProbe, assessment: ContainmentAssessment, output: Output): void {
   const { policy } = project;
   const { declared } = assessment;
-  for (const warning of interpreterRuntimeWarnings(policy)) output.warn(warning);
-  const workdirExec = workdirExecWarning(policy);
-  if (workdirExec) output.warn(workdirExec);
+  // What staging says of the manifest, in its words (the artifacts as declared: doctor resolves none).
+  for (const warning of stagingPostureWarnings(policy, declaredArtifactGrants(project.manifest))) output.warn(warning);
   const staged = stagedRuntimeFloorRefusal(policy, declared);
   if (staged) {
     predictedRefusal(

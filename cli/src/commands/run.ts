@@ -13,6 +13,7 @@ import {
   LifecycleOverrideSchema,
   MurmurError,
   capabilityPolicy,
+  declaredArtifactGrants,
   stagingPostureWarnings,
   commands,
   newSessionId,
@@ -411,8 +412,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       if (options.explainScope && grants) {
         // Staging, which says the manifest's warnings, does not happen here: what the manifest
         // alone shows is said now (a native tool is not known until its archive is read).
-        const declared = manifest.artifacts.map((artifact) => ({ name: artifact.name, role: artifact.runtime, capabilities: artifact.capabilities }));
-        for (const warning of [...parsed.warnings, ...stagingPostureWarnings(policy, declared)]) output.warn(warning);
+        for (const warning of [...parsed.warnings, ...stagingPostureWarnings(policy, declaredArtifactGrants(manifest))]) output.warn(warning);
         output.out(options.json ? JSON.stringify(grants) : scopeReport(grants));
         return 0;
       }

@@ -556,13 +556,16 @@ describe('a core module read from its file and compiled capped', () => {
     }
   });
 
-  it('compiles the module as it is when the watched form kept beside it is damaged, rather than fail every run', async () => {
+  /**
+   * A module of one page and no maximum, compiled from its file under a cap of four pages (after
+   * `beside` has put what it likes next to it): it grows to the cap and no further.
+   */
+  async function growsToTheCapFromFile(beside: (file: string) => Promise<void> = async () => {}): Promise<void> {
     const { dir, cleanup } = await tempDir('murmur-memory-limit-');
     try {
       const file = path.join(dir, 'core.wasm');
       await fs.writeFile(file, growModule(minOnly(1)));
-      // Cut short, as a crash or a full disk leaves the file the executor keeps for every session.
-      await fs.writeFile(watchedModuleFile(file), growModule(minOnly(1)).subarray(0, 10));
+      await beside(file);
       const instance = new wasm.Instance(await compileCoreModule(file, 4 * PAGE));
       const grow = instance.exports.grow as (pages: number) => number;
       expect(grow(3)).toBe(1);
@@ -570,20 +573,15 @@ describe('a core module read from its file and compiled capped', () => {
     } finally {
       await cleanup();
     }
+  }
+
+  it('compiles the module as it is when the watched form kept beside it is damaged, rather than fail every run', async () => {
+    // Cut short, as a crash or a full disk leaves the file the executor keeps for every session.
+    await growsToTheCapFromFile((file) => fs.writeFile(watchedModuleFile(file), growModule(minOnly(1)).subarray(0, 10)));
   });
 
   it('grows up to the cap and no further, from a module file that declared no maximum', async () => {
-    const { dir, cleanup } = await tempDir('murmur-memory-limit-');
-    try {
-      const file = path.join(dir, 'core.wasm');
-      await fs.writeFile(file, growModule(minOnly(1)));
-      const instance = new wasm.Instance(await compileCoreModule(file, 4 * PAGE));
-      const grow = instance.exports.grow as (pages: number) => number;
-      expect(grow(3)).toBe(1);
-      expect(grow(1)).toBe(-1);
-    } finally {
-      await cleanup();
-    }
+    await growsToTheCapFromFile();
   });
 });
 
