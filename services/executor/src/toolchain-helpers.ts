@@ -84,6 +84,16 @@ function declaredGrantDirs(policy: ShellGrants): string[] {
  * itself meaning "on PATH". Anything else — a driver that does not know the flag — is no answer.
  */
 function helperPath(driver: string, helper: string, pathDirs: readonly string[]): string | undefined {
+  // Asked once per executor: a launch asks (`W-SEC-012`), and each answer is a process the launch
+  // would wait for on the event loop every session shares.
+  const key = `${driver}\0${helper}\0${pathDirs.join(':')}`;
+  if (!helperPaths.has(key)) helperPaths.set(key, askHelperPath(driver, helper, pathDirs));
+  return helperPaths.get(key);
+}
+
+const helperPaths = new Map<string, string | undefined>();
+
+function askHelperPath(driver: string, helper: string, pathDirs: readonly string[]): string | undefined {
   const result = spawnSync(driver, [`-print-prog-name=${helper}`], { stdio: ['ignore', 'pipe', 'ignore'], timeout: 5_000 });
   if (result.error || result.status !== 0) return undefined;
   const printed = result.stdout.toString('utf8').trim();
