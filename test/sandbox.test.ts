@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { capsuleProject } from './support/artifacts.js';
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
-import { mountTmpfs, tempDir } from './support/fs.js';
+import { tmpfsOrSkip, tempDir } from './support/fs.js';
 import { capsuleWat, rustCapsule, socketsCapsuleWat } from './support/guests.js';
 import { repositoryRoot, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer } from './support/servers.js';
@@ -537,12 +537,7 @@ describe('the capsule sandbox', () => {
     it('goes on running: a log line the host cannot write is dropped and the launcher told the disk is full, where the host ended without a result', async (context) => {
       const workdir = path.join(scratch.dir, 'full-disk-wd');
       await fs.mkdir(workdir);
-      const mounted = mountTmpfs(workdir, 'size=4m');
-      if ('why' in mounted) {
-        const why = `[sandbox] a full workdir not exercised: ${mounted.why}`;
-        console.warn(why);
-        return context.skip(why);
-      }
+      const mounted = tmpfsOrSkip(context, workdir, 'size=4m', '[sandbox] a full workdir not exercised');
       try {
         const project = await probeProject(path.join(scratch.dir, 'full-disk'), 'capabilities:\n  shell:\n    allow: [dd]\n');
         const actions = [
@@ -567,12 +562,7 @@ describe('the capsule sandbox', () => {
     it('refuses the launch saying the file system is read-only and where else to put the session, where it said the path did not exist', async (context) => {
       const workdir = path.join(scratch.dir, 'read-only-wd');
       await fs.mkdir(workdir);
-      const mounted = mountTmpfs(workdir, 'ro,size=1m');
-      if ('why' in mounted) {
-        const why = `[sandbox] a read-only workdir not exercised: ${mounted.why}`;
-        console.warn(why);
-        return context.skip(why);
-      }
+      const mounted = tmpfsOrSkip(context, workdir, 'ro,size=1m', '[sandbox] a read-only workdir not exercised');
       try {
         const project = await probeProject(path.join(scratch.dir, 'read-only'), 'capabilities: {}\n');
         const result = await runMur(['run', '--workdir', workdir, '--task', '[]'], { cwd: project, env });

@@ -8,7 +8,7 @@ import { interpreterOf } from '../services/executor/src/elf.js';
 import { ARGUMENT_SYSCALLS, DENIED_SYSCALLS, UNAVAILABLE_SYSCALLS, nativeSeccompArch } from '../services/executor/src/seccomp.js';
 import { probeProject, probeResults, type ProbeResult } from './support/capsules.js';
 import { UNPRIVILEGED, delegatedCgroups } from './support/cgroups.js';
-import { mountTmpfs, tempDir } from './support/fs.js';
+import { tmpfsOrSkip, tempDir } from './support/fs.js';
 import { repositoryRoot, runMur } from './support/processes.js';
 import { type CountingServer, startCountingServer, startCountingTlsServer, startCountingUdp } from './support/servers.js';
 
@@ -495,12 +495,7 @@ describe('the sealed sandbox, piece by piece', () => {
       // A tmpfs of the test's own (the machine's /dev/shm lies where a sandbox mounts its own /dev).
       const workdir = path.join(scratch.dir, 'io-on-tmpfs-wd');
       await fs.mkdir(workdir);
-      const mounted = mountTmpfs(workdir, 'size=16m');
-      if ('why' in mounted) {
-        const why = `[sealed] the note of an unthrottled workdir not exercised: ${mounted.why}`;
-        console.warn(why);
-        return context.skip(why);
-      }
+      const mounted = tmpfsOrSkip(context, workdir, 'size=16m', '[sealed] the note of an unthrottled workdir not exercised');
       try {
         const result = await runMur(['run', '--workdir', workdir, '--task', JSON.stringify([{ op: 'shell', binary: 'true', args: [] }])], {
           cwd: project,

@@ -1,4 +1,3 @@
-import { openSync } from 'node:fs';
 import path from 'node:path';
 import {
   type DatasetRunRecord,
@@ -9,7 +8,7 @@ import {
   EventScoreRecordSchema,
   MurmurError,
 } from '@murmur/shared';
-import { TAIL_READ, readRecordFile, readTailOf, systemFailureCode, systemFailureHint } from '@murmur/shared/node';
+import { readRecordFile, readTailOfFile, systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 import { type SessionRecordKind, resolveSessionRecord } from './session-selector.js';
 
 /**
@@ -88,13 +87,7 @@ const TRACE_TAIL_BYTES = 256 * 1024;
  * tail, where a `session_end` lies, not a trace of hundreds of megabytes whole.
  */
 function traceTail(file: string): string | undefined {
-  let fd: number;
-  try {
-    fd = openSync(file, TAIL_READ);
-  } catch {
-    return undefined;
-  }
-  return readTailOf(fd, TRACE_TAIL_BYTES);
+  return readTailOfFile(file, TRACE_TAIL_BYTES);
 }
 
 export async function readEvalFile(choice: EvalFileChoice): Promise<EvalFileContents> {

@@ -9,7 +9,7 @@ import { parse as parseYaml } from 'yaml';
 import { type LockedArtifact, type MurmurLock, LOCKFILE_NAME, upsertLockEntry } from '@murmur/shared';
 import { readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
 import { processStartToken } from '@murmur/shared/node';
-import { listTree, mountTmpfs, tempDir } from '../../test/support/fs.js';
+import { listTree, tmpfsOrSkip, tempDir } from '../../test/support/fs.js';
 import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
 const SHA_A = 'a'.repeat(64);
@@ -284,12 +284,7 @@ describe('withLockfileTurn', () => {
   it('says which turn it could not take on a full disk, and leaves no empty turn file for the next writer to wait out', async (context) => {
     const full = path.join(dir, 'full');
     await fs.mkdir(full);
-    const mounted = mountTmpfs(full, 'size=64k');
-    if ('why' in mounted) {
-      const why = `[lockfile] a full disk not exercised: ${mounted.why}`;
-      console.warn(why);
-      return context.skip(why);
-    }
+    const mounted = tmpfsOrSkip(context, full, 'size=64k', '[lockfile] a full disk not exercised');
     try {
       // Filled to the last page: a new file can be made, and nothing written into it.
       await fs.writeFile(path.join(full, 'filler'), Buffer.alloc(64 * 1024)).catch(() => {});

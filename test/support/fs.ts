@@ -47,3 +47,17 @@ export function mountTmpfs(dir: string, options: string): { unmount(): void } | 
   if (mounted.status !== 0) return { why: `a tmpfs cannot be mounted here (${mounted.stderr.trim() || mounted.error?.message})` };
   return { unmount: () => void spawnSync('umount', [dir]) };
 }
+
+/**
+ * `mountTmpfs` for a test that needs the tmpfs: where none can be mounted, the test is skipped,
+ * printing `${untested}: <why>` (`[sandbox] a full workdir not exercised`), and this never returns.
+ */
+export function tmpfsOrSkip(context: { skip(note?: string): never }, dir: string, options: string, untested: string): { unmount(): void } {
+  const mounted = mountTmpfs(dir, options);
+  if ('why' in mounted) {
+    const why = `${untested}: ${mounted.why}`;
+    console.warn(why);
+    return context.skip(why);
+  }
+  return mounted;
+}

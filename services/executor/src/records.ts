@@ -1,6 +1,6 @@
 import { appendFileSync, closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import path from 'node:path';
-import { TAIL_READ, appendBeneath, mkdirBeneath, openAppendBeneath, readTailBeneath, readTailOf } from '@murmur/shared/node';
+import { appendBeneath, mkdirBeneath, openAppendBeneath, readTailBeneath, readTailOfFile } from '@murmur/shared/node';
 
 /**
  * Where records are written from. Inside the sandbox (the capsule host) a path is a path: a link
@@ -178,7 +178,7 @@ export class TraceWriter implements TraceSink {
     const totals: SessionTotals = { total_turns: 0, total_input_tokens: 0, total_output_tokens: 0, total_tool_calls: 0, total_shell_calls: 0 };
     let tail: string | undefined;
     try {
-      tail = this.outside ? readTailBeneath(this.outside.root, this.file, TOTALS_TAIL_BYTES) : readTail(this.file, TOTALS_TAIL_BYTES);
+      tail = this.outside ? readTailBeneath(this.outside.root, this.file, TOTALS_TAIL_BYTES) : readTailOfFile(this.file, TOTALS_TAIL_BYTES);
     } catch {
       // Read in the executor's handlers, where a throw would end every session: zeros instead.
       return totals;
@@ -219,17 +219,6 @@ export interface SessionTotals {
   total_output_tokens: number;
   total_tool_calls: number;
   total_shell_calls: number;
-}
-
-/** `readTailBeneath` for a trace with no sandbox around it: the same refusals, by path. */
-function readTail(file: string, maxBytes: number): string | undefined {
-  let fd: number;
-  try {
-    fd = openSync(file, TAIL_READ);
-  } catch {
-    return undefined;
-  }
-  return readTailOf(fd, maxBytes);
 }
 
 /** One line of `trace.jsonl`: its type, session and Unix-ms timestamp, then the event's own fields. */

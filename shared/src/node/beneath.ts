@@ -148,6 +148,20 @@ export function readTailBeneath(root: string, file: string, maxBytes: number): s
 /** How a tail is opened: for reading, refusing a link, never waiting on a FIFO. */
 export const TAIL_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
 
+/**
+ * The last `maxBytes` of `file` by its path, with `readTailBeneath`'s refusals (a link, a FIFO,
+ * anything but a regular file, a missing file: undefined) where no sandbox's root stands around it.
+ */
+export function readTailOfFile(file: string, maxBytes: number): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(file, TAIL_READ);
+  } catch {
+    return undefined;
+  }
+  return readTailOf(fd, maxBytes);
+}
+
 /** The last `maxBytes` of the regular file open on `fd` (undefined for anything else), which it closes. */
 export function readTailOf(fd: number, maxBytes: number): string | undefined {
   try {
