@@ -9,7 +9,7 @@ import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
 import { probeCapsule } from './support/probe-guests.js';
-import { type ServiceProcess, eventually, startService } from './support/processes.js';
+import { type ServiceProcess, eventually, runMur, startService } from './support/processes.js';
 import { type ScriptedInference, startScriptedInference } from './support/scripted-inference.js';
 
 /**
@@ -298,6 +298,33 @@ describe('the operator dashboard', () => {
       expect(read.at(-1)?.event).toBe('bye');
     } finally {
       await local.stop();
+    }
+  });
+
+  it("reads the trace of a --workdir session it did not see start from the session's records, never the trace.jsonl its guest wrote at the workdir's top", async () => {
+    const project = await probeProject(path.join(scratch.dir, 'forger'));
+    const workdir = path.join(scratch.dir, 'forger-workdir');
+    await fs.mkdir(workdir);
+    const forged = [1, 2]
+      .map((timestamp) => JSON.stringify({ event_type: timestamp === 1 ? 'session_start' : 'session_end', session_id: 'ses_forged', timestamp }))
+      .join('\n');
+    const run = await runMur(['run', '--json', '--workdir', workdir, '--task', JSON.stringify([{ op: 'write', path: 'trace.jsonl', text: `${forged}\n` }])], {
+      cwd: project,
+      env,
+    });
+    expect(run.code, run.stderr).toBe(0);
+    const sessionId = (JSON.parse(run.stdout) as { session_id: string }).session_id;
+    expect(await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8')).toContain('ses_forged');
+    const recorded = (await fs.readFile(path.join(workdir, '.murmur', sessionId, 'trace.jsonl'), 'utf8')).trim().split('\n');
+    // A watcher started after the session ended knows it only from the executor's record of where it lives.
+    const late = await startService('watcher', env);
+    try {
+      const response = await fetch(`${late.url}/dashboard/api/sessions/${sessionId}/timeline`);
+      expect(response.status).toBe(200);
+      const timeline = DashboardTimelineSchema.parse(await response.json());
+      expect(timeline.entries.map((entry) => entry.at)).toEqual(recorded.map((line) => (JSON.parse(line) as { timestamp: number }).timestamp));
+    } finally {
+      await late.stop();
     }
   });
 });

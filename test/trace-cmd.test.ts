@@ -439,6 +439,28 @@ describe('mur trace', () => {
       expect((await trace(['show', '--workdir', linked], scratch.dir)).code).toBe(0);
     });
 
+    it("reads a --workdir's sessions from its .murmur alone: a session directory at its top is its guest's making, whatever it is named", async () => {
+      const [real] = (await fs.readdir(path.join(scriptWorkdir, '.murmur'))).filter((name) => name.startsWith('ses_'));
+      // What the script session's guest could have written at the top of its workdir: its own
+      // session's directory with another capsule's trace, and a session newer than any.
+      const forgedNewest = `ses_${'f'.repeat(32)}`;
+      await copySession(path.join(workdir, plainSession), path.join(scriptWorkdir, real as string));
+      await copySession(path.join(workdir, plainSession), path.join(scriptWorkdir, forgedNewest));
+      try {
+        for (const selector of [real as string, (real as string).slice(-8), '@1']) {
+          const result = await trace(['show', '--workdir', scriptWorkdir, selector], scratch.dir);
+          expect(result.code, result.stderr).toBe(0);
+          expect(lines(result).slice(1, 3), selector).toEqual([`session:    ${real}`, 'capsule:    probe v0.1.0']);
+        }
+        const forged = await trace(['show', '--workdir', scriptWorkdir, forgedNewest], scratch.dir);
+        expect(forged.code).toBe(1);
+        expect(forged.stderr).toContain(`error[E-TRC-002]: session ${forgedNewest} not found in ${scriptWorkdir}`);
+      } finally {
+        await fs.rm(path.join(scriptWorkdir, real as string), { recursive: true });
+        await fs.rm(path.join(scriptWorkdir, forgedNewest), { recursive: true });
+      }
+    });
+
     it('says so when the workdir holds no sessions, or a report’s workdir does not exist', async () => {
       const empty = path.join(scratch.dir, 'empty');
       await fs.mkdir(empty);

@@ -53,17 +53,18 @@ async function sessionDirsIn(dir: string): Promise<SessionEntry[]> {
     .map((entry) => ({ id: entry.name, dir: path.join(dir, entry.name) }));
 }
 
-/** The workdir's sessions, oldest first; an id present in both places is the workdir's own. */
+/**
+ * The workdir's sessions, oldest first. A directory that holds a `.murmur` is a `--workdir`, whose
+ * top is its sessions' guests' to write: a `ses_*` directory there is one a guest made, with a
+ * trace of its own making, so only `.murmur`'s sessions are read (and none when `.murmur` is a
+ * link, which leads elsewhere — the runtime makes it a directory). Without one, the directory is
+ * where `mur run` puts each session beside the others, out of every guest's reach.
+ */
 export async function listSessions(workdir: string): Promise<SessionEntry[]> {
-  const byId = new Map<string, SessionEntry>();
-  // `.murmur` lies in the workdir, which a guest writes: one that is a link leads elsewhere, and is not looked in.
   const records = path.join(workdir, '.murmur');
-  const linked = await fs.lstat(records).then(
-    (stat) => stat.isSymbolicLink(),
-    () => false,
-  );
-  for (const entry of [...(linked ? [] : await sessionDirsIn(records)), ...(await sessionDirsIn(workdir))]) byId.set(entry.id, entry);
-  return [...byId.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  const there = await fs.lstat(records).catch(() => undefined);
+  const entries = there ? (there.isDirectory() ? await sessionDirsIn(records) : []) : await sessionDirsIn(workdir);
+  return entries.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
 /** The millisecond a session id was minted: its UUIDv7's leading 48 bits. */
@@ -169,7 +170,7 @@ export async function resolveSessionRecord(
       const found = entries.find((entry) => entry.id.toLowerCase() === selector.toLowerCase());
       if (!found) {
         // A session run by a stack keeps its records on its executor, not in any local workdir.
-        const onStack = `a session a stack ran keeps its records on its executor: 'mur files ${selector} ${kind.file} --out <dir>' fetches them, then give <dir>/${kind.file}`;
+        const onStack = `a session a stack ran keeps its records on its executor: 'mur files ${selector} ${kind.file} --out <dir>' fetches them (under a --workdir, '.murmur/${selector}/${kind.file}'), then give <dir>/${kind.file}`;
         throw new MurmurError(kind.code, `session ${selector} not found in ${workdir}${entries.length > 0 ? `\n${candidateLines(entries)}` : ''}`, {
           path: workdir,
           hint: `${onStack}; else ${selectorHint(kind)}`,

@@ -160,6 +160,8 @@ export const SessionLocationSchema = z.object({
   capsule_version: z.string(),
   started_at: z.string(),
   ended_at: z.string().optional(),
+  /** Its `trace.jsonl` as a path in its workdir (`.murmur/<session>/trace.jsonl` under a `--workdir`). */
+  trace_file: z.string().optional(),
 });
 export type SessionLocation = z.infer<typeof SessionLocationSchema>;
 export const SESSION_LOCATIONS_BUCKET = 'murmur-sessions';

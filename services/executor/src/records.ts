@@ -103,6 +103,15 @@ export function traceFileIn(sessionDir: string): string {
   return path.join(sessionDir, 'trace.jsonl');
 }
 
+/**
+ * A session's `trace.jsonl` as a path in its workdir, as a reader asks its executor for it:
+ * `trace.jsonl` at the top of a workdir of its own, `.murmur/<session>/trace.jsonl` under a
+ * `--workdir`, whose top is the guest's to write (a `trace.jsonl` there is one it made).
+ */
+export function traceFileInWorkdir(paths: { accessible: string; sessionDir: string }): string {
+  return path.relative(paths.accessible, traceFileIn(paths.sessionDir));
+}
+
 /** Records only the executor writes (its policy's decisions): a host that sends one is not believed. */
 const EXECUTOR_RECORDS = new Set(['egress', 'resource_limit']);
 

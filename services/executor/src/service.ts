@@ -28,6 +28,7 @@ import { HostPool } from './host-pool.js';
 import { assessContainment, effectiveGrants, strongestFloor } from './containment.js';
 import { isolationSummary, probeHost } from './host-probe.js';
 import { pullForSession } from './pull.js';
+import { traceFileInWorkdir } from './records.js';
 import { DelegationTrees } from './delegation-trees.js';
 import { executorSettings } from './settings.js';
 import { readSessionFiles } from './session-files.js';
@@ -293,6 +294,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
           capsule_version: plan.capsule.version,
           started_at: startedAt,
           ended_at: new Date().toISOString(),
+          trace_file: traceFileInWorkdir(session.paths),
         });
       }
       log.info({ session_id: session.id, status: end.status, code: end.error?.code }, 'session ended');
@@ -309,6 +311,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
         capsule_name: request.plan.capsule.name,
         capsule_version: request.plan.capsule.version,
         started_at: reply.started_at,
+        trace_file: traceFileInWorkdir(session.paths),
       });
       log.info({ session_id: session.id, capsule: `${request.plan.capsule.name}@${request.plan.capsule.version}`, pid: reply.pid }, 'session started');
       return reply;

@@ -87,7 +87,7 @@ import {
 import { ConversationRecords } from './conversations.js';
 import { HarnessSessions } from './harness-sessions.js';
 import { murmurMd } from './murmur-md.js';
-import { LogFile, type RecordsOutsideSandbox, TraceWriter } from './records.js';
+import { LogFile, type RecordsOutsideSandbox, TraceWriter, traceFileInWorkdir } from './records.js';
 import { fitEventForBus } from './event-fit.js';
 import { SessionContexts, isContextRequest, wholeRecordRequest } from './session-contexts.js';
 import { SessionDelegations } from './session-delegations.js';
@@ -734,7 +734,7 @@ export class Session {
       started_at: reply.started_at,
       outlives_launcher: this.request.outlives_launcher,
       ...(this.request.spawner ? { spawned_by: this.request.spawner.session_id, delegation_id: this.request.spawner.delegation_id } : {}),
-      trace_file: path.relative(paths.accessible, this.trace.file),
+      trace_file: traceFileInWorkdir(paths),
     });
     // The door may be asked for the session the moment the launch is answered: the subscription
     // must be on the server first, or the first call finds nobody answering.

@@ -29,7 +29,13 @@ export async function locateTrace(bus: Bus, sessionId: string, known: TraceLocat
   const raw = await (await bus.keyValue(SESSION_LOCATIONS_BUCKET)).get(`session.${sessionId}`);
   const parsed = raw === undefined ? undefined : SessionLocationSchema.safeParse(JSON.parse(raw));
   if (!parsed?.success) throw new MurmurError('E-SES-001', `no session '${sessionId}' is known to this watcher or on the bus`, { path: sessionId });
-  return { executorId: parsed.data.executor_id, traceFile: 'trace.jsonl' };
+  // Never guessed: under a `--workdir` the workdir's own `trace.jsonl` is one its guest wrote.
+  if (parsed.data.trace_file === undefined)
+    throw new MurmurError('E-SES-001', `the record of where session '${sessionId}' lives does not say where its trace is`, {
+      path: sessionId,
+      hint: 'its executor is older than this watcher; mur files lists the session’s workdir',
+    });
+  return { executorId: parsed.data.executor_id, traceFile: parsed.data.trace_file };
 }
 
 export async function readTimeline(bus: Bus, sessionId: string, location: TraceLocation): Promise<DashboardTimeline> {
