@@ -235,11 +235,26 @@ describe('the stack with nothing shared but the bus', () => {
     expect(failed.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
   });
 
+  it('mur run fetches no result larger than it fetches unasked (a sparse file costs the executor nothing), and says how to copy it', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'sparse-result'), 'capabilities:\n  shell:\n    allow: [truncate]\n');
+    const task = JSON.stringify([{ op: 'shell', binary: 'truncate', args: ['-s', '65M', 'out/result.txt'] }]);
+    const result = await runMur(['run', '--task', task], { cwd: project, env: client });
+    expect(result.code, result.stderr).toBe(0);
+    const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1] as string;
+    expect(result.stderr).toContain(`could not fetch out/result.txt from executor executor-`);
+    expect(result.stderr).toContain(
+      `error[E-IO-003]: out/result.txt is ${65 * 1024 * 1024} bytes, more than the ${64 * 1024 * 1024} bytes a run fetches by itself; nothing was fetched ('mur files ${sessionId} out/result.txt --out <file>' copies it whole)`,
+    );
+    expect(result.stdout).not.toContain('result:');
+    expect(await listTree(path.join(project, 'workdir'))).toEqual([]);
+  });
+
   it('mur run interrupted (Ctrl-C) while it fetches out/result.txt leaves nothing of the fetch behind', async () => {
     const project = await probeProject(path.join(scratch.dir, 'big-result'), 'capabilities:\n  shell:\n    allow: [truncate]\n');
     // Large enough that the fetch, a slice at a time over the bus, is still going when it is interrupted.
     const task = JSON.stringify([{ op: 'shell', binary: 'truncate', args: ['-s', '512M', 'out/result.txt'] }]);
-    const { child } = spawnMur(['run', '--task', task], { cwd: project, env: client });
+    // Past what a run fetches unasked (64 MiB), so it is raised for this one.
+    const { child } = spawnMur(['run', '--task', task], { cwd: project, env: { ...client, MURMUR_RESULT_FETCH_MAX_BYTES: String(1024 * 1024 * 1024) } });
     const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
     const outDir = async (): Promise<string | undefined> => {
       const sessions = await fs.readdir(path.join(project, 'workdir')).catch(() => []);
@@ -435,6 +450,30 @@ describe('the stack with nothing shared but the bus', () => {
         'mur: left out 2 entries that are neither a file nor a directory, or no path can name (a link, a FIFO, a device, a name that is not UTF-8 or holds a control character): odd/bad\\xffname, odd/two\\nlines',
       );
       expect(await fs.readdir(target)).toEqual(['plain.txt']);
+    });
+
+    it('copies a file whose name is as long as a name may be, and a directory holding one, leaving out and naming what no request can ask for', async () => {
+      const long = path.join(workdir, 'long');
+      const longest = 'L'.repeat(255);
+      await fs.mkdir(path.join(long, ...Array.from({ length: 520 }, () => 'd')), { recursive: true });
+      await fs.writeFile(path.join(long, longest), 'long name');
+      const into = path.join(scratch.dir, 'long-into');
+      await fs.mkdir(into);
+      const single = await runMur(['files', sessionId, `long/${longest}`, '--out', into], { env: client });
+      expect(single.code, single.stderr).toBe(0);
+      expect(await fs.readFile(path.join(into, longest), 'utf8')).toBe('long name');
+
+      const target = path.join(scratch.dir, 'long-copy');
+      const copied = await runMur(['files', sessionId, 'long', '--out', target], { env: client });
+      expect(copied.code, copied.stderr).toBe(0);
+      expect(copied.stdout).toContain('copied 1 file');
+      expect(await fs.readFile(path.join(target, longest), 'utf8')).toBe('long name');
+      // The tree below d/ is copied as deep as a path can name, and what lies past it is named as left out.
+      expect(copied.stderr).toMatch(
+        /mur: left out 1 entry the session's executor would not read: long\/d\/d\/.*….* \(error\[E-SES-002\]: .*longer than 1024 bytes\)/,
+      );
+      expect(copied.stderr.length).toBeLessThan(1_000);
+      await fs.rm(long, { recursive: true });
     });
 
     it('refuses a path past what a request carries in the words of any other path it refuses', async () => {

@@ -116,6 +116,7 @@ describe('mur run', () => {
     const project = await capsuleProject(path.join(scratch.dir, 'settings'), 'name: settings\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     const cases: Array<[name: string, value: string, expected: string]> = [
       ['MURMUR_A2A_TIMEOUT_SECS', 'soon', "invalid MURMUR_A2A_TIMEOUT_SECS: 'soon' is not a number of seconds"],
+      ['MURMUR_RESULT_FETCH_MAX_BYTES', '64M', "invalid MURMUR_RESULT_FETCH_MAX_BYTES: '64M' is not a whole number of bytes above 0"],
       ['MURMUR_HARD_LIMIT_GRACE_MS', '10s', "invalid MURMUR_HARD_LIMIT_GRACE_MS: '10s' is not a whole number of milliseconds above 0"],
       // Named, and no group can be made there: sessions would have run with no group's ceilings.
       ['MURMUR_CGROUP_PARENT', 'murmur-no-such-parent', "MURMUR_CGROUP_PARENT names 'murmur-no-such-parent', where no session cgroups can be made"],

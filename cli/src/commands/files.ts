@@ -43,6 +43,12 @@ export async function filesCommand(sessionId: string, relative: string | undefin
           `mur: left out ${copied.skipped.length} entr${one ? 'y' : 'ies'} that ${one ? 'is' : 'are'} neither a file nor a directory, or no path can name (a link, a FIFO, a device, a name that is not UTF-8 or holds a control character): ${shown}${more}`,
         );
       }
+      if (copied.refused.length > 0) {
+        const more = copied.refused.length > SKIPPED_SHOWN ? `; and ${copied.refused.length - SKIPPED_SHOWN} more` : '';
+        output.err(
+          `mur: left out ${copied.refused.length} entr${copied.refused.length === 1 ? 'y' : 'ies'} the session's executor would not read: ${copied.refused.slice(0, SKIPPED_SHOWN).map(tableCell).join('; ')}${more}`,
+        );
+      }
       return 0;
     }
     if (reply.type === 'directory') {
@@ -84,7 +90,16 @@ interface Copied {
   files: number;
   bytes: number;
   skipped: string[];
+  /** Entries the executor would not read (a path too long, permissions the session set, gone meanwhile), each with why. */
+  refused: string[];
 }
+
+/**
+ * What the executor says of one entry of a directory being copied that is that entry's alone: the
+ * rest of the copy goes on without it, and the entry is named with the reason. A guest decides
+ * what its workdir holds, and one unreadable file of its making kept every other from being copied.
+ */
+const ENTRY_REFUSALS = new Set(['E-SES-002', 'E-IO-001', 'E-IO-002', 'E-IO-003']);
 
 /** How many left-out entries a copy names; the rest it counts. */
 const SKIPPED_SHOWN = 5;
@@ -98,12 +113,17 @@ function tableCell(name: string): string {
   return name.replace(/[\n\r\t]/g, (control) => (control === '\n' ? '\\n' : control === '\r' ? '\\r' : '\\t'));
 }
 
+/** A path or a reason as a left-out line shows it: a guest's 1 000-level tree made paths of kilobytes. */
+function cutShort(text: string): string {
+  return text.length > 240 ? `${text.slice(0, 160)}…${text.slice(-60)}` : text;
+}
+
 async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesReply, target: string): Promise<Copied> {
   try {
     if (reply.type === 'file') {
       const into = await fileTarget(target, reply.path);
       await fs.mkdir(path.dirname(into), { recursive: true });
-      return { files: 1, bytes: await writeSessionFile(bus, location, reply.path, into, { first: reply }), skipped: [] };
+      return { files: 1, bytes: await writeSessionFile(bus, location, reply.path, into, { first: reply }), skipped: [], refused: [] };
     }
     // Followed once, as the file branch does: a link to a directory is that directory.
     const existing = await fs.stat(target).catch(() => undefined);
@@ -181,13 +201,19 @@ async function copyTree(bus: Bus, location: SessionLocation, reply: SessionFiles
   let files = 0;
   let bytes = 0;
   const skipped: string[] = [];
+  const refused: string[] = [];
   for await (const entry of directoryEntries(bus, location, reply)) {
     const child = reply.path === '.' ? entry.name : `${reply.path}/${entry.name}`;
     if (entry.type === 'other') {
       skipped.push(child);
       continue;
     }
-    const childReply = await askExecutor(bus, location, { path: child });
+    const childReply = await askExecutor(bus, location, { path: child }).catch((error: unknown) => {
+      if (!(error instanceof MurmurError && ENTRY_REFUSALS.has(error.code))) throw error;
+      refused.push(`${cutShort(child)} (error[${error.code}]: ${cutShort(error.message)})`);
+      return undefined;
+    });
+    if (childReply === undefined) continue;
     const destination = path.join(into, entry.name);
     if (childReply.type === 'file') {
       bytes += await writeSessionFile(bus, location, childReply.path, destination, { first: childReply, exclusive: true });
@@ -198,9 +224,10 @@ async function copyTree(bus: Bus, location: SessionLocation, reply: SessionFiles
       files += copied.files;
       bytes += copied.bytes;
       skipped.push(...copied.skipped);
+      refused.push(...copied.refused);
     }
   }
-  return { files, bytes, skipped };
+  return { files, bytes, skipped, refused };
 }
 
 /**

@@ -43,7 +43,7 @@ import { OUTPUT_PENDING_MAX_BYTES, OutputRelay } from '../output-relay.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { busClosedError, openRuntime } from '../runtime.js';
-import { fetchSessionFile } from '../session-files.js';
+import { FETCHED_FILE_MAX_BYTES, fetchSessionFile } from '../session-files.js';
 import { launchEnvironment, sessionDoor, watchSessionEnd } from '../session-launch.js';
 import { type CliStageSource, stageThroughBus, uploadStageSource } from '../staging.js';
 import { configuredContainment } from '../workspace-config.js';
@@ -531,6 +531,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     const door = await sessionDoor(runtime, plan, sessionId, { bind: options.bind ?? '127.0.0.1', sole: true });
     const url = door?.url;
     const a2aTimeout = numberSetting(env, 'MURMUR_A2A_TIMEOUT_SECS', undefined, { unit: 'seconds', fractional: true, zero: true });
+    const resultFetchMaxBytes = numberSetting(env, 'MURMUR_RESULT_FETCH_MAX_BYTES', FETCHED_FILE_MAX_BYTES, { unit: 'bytes' });
     const launched: LaunchReply = await launchNaming(runtime.bus, sessionId, {
       session_id: sessionId,
       launch_by: Date.now() + LAUNCH_TIMEOUT_MS,
@@ -719,9 +720,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     await pinning;
 
     if (fetchedResult && end.error?.code !== 'E-EXE-001') {
-      const fetched = await fetchSessionFile(runtime.bus, launched, 'out/result.txt', fetchedResult).catch((error: unknown) => {
+      const fetched = await fetchSessionFile(runtime.bus, launched, 'out/result.txt', fetchedResult, resultFetchMaxBytes).catch((error: unknown) => {
         output.err(
-          `warning: could not fetch out/result.txt from executor ${launched.executor_id}: ${error instanceof MurmurError ? error.message : String(error)}`,
+          `warning: could not fetch out/result.txt from executor ${launched.executor_id}: ${error instanceof MurmurError ? `error[${error.code}]: ${error.message}${error.hint ? ` (${error.hint})` : ''}` : String(error)}`,
         );
         return false;
       });

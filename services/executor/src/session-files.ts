@@ -36,6 +36,22 @@ function refuse(relative: string, reason: string, hint?: string): never {
 }
 
 /**
+ * What the executor could not open, named by its path in the workdir: the error's own words name
+ * the descriptor it was opened through (`/proc/self/fd/24`), which says nothing to whoever asked.
+ * A permission refused is the session's doing — its guest sets the modes of what it writes, and a
+ * non-root executor is held to them — so it is said as that.
+ */
+function unreadable(shown: string, error: unknown): MurmurError {
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === 'EACCES' || code === 'EPERM')
+    return new MurmurError('E-IO-002', `'${shown}' cannot be read on the session's executor: its permissions refuse it (${code}); nothing was read`, {
+      path: shown,
+      hint: 'the session set those permissions on what it wrote; a session that should hand it over leaves it readable',
+    });
+  return new MurmurError('E-IO-003', `'${shown}' cannot be read: ${code ?? (error as Error).message}`, { path: shown });
+}
+
+/**
  * The most entries one listing reads of a directory. Reading, naming and sorting this many takes
  * the executor's thread a fraction of a second, once per listing (the sort, which is not cut into
  * slices, held it some 60 ms at once); a directory past it is refused rather than read whole, since its names, held and sorted,
@@ -103,7 +119,7 @@ export async function readSessionFiles(workdir: string, query: FilesQuery, limit
       });
     }
     if (code === 'ELOOP') refuse(shown, 'is a loop of symlinks');
-    throw new MurmurError('E-IO-003', `'${shown}' cannot be read: ${code ?? (error as Error).message}`, { path: shown });
+    throw unreadable(shown, error);
   }
   try {
     const located = `/proc/self/fd/${found.fd}`;
@@ -113,12 +129,16 @@ export async function readSessionFiles(workdir: string, query: FilesQuery, limit
     const stat = await found.stat({ bigint: true });
     if (stat.isDirectory()) {
       const key = [root, relative, stat.dev, stat.ino, stat.mtimeNs, stat.ctimeNs].join('\0');
-      const names = await sortedNames(key, stat.ctimeNs, located, shown, limits);
+      const names = await sortedNames(key, stat.ctimeNs, located, shown, limits).catch((error: unknown) => {
+        throw error instanceof MurmurError ? error : unreadable(shown, error);
+      });
       return { type: 'directory', path: shown, ...(await listPage(located, names, query.after)) };
     }
     if (!stat.isFile()) refuse(shown, 'is not a regular file or a directory');
     const size = Number(stat.size);
-    const handle = await fs.open(located, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY);
+    const handle = await fs.open(located, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY).catch((error: unknown) => {
+      throw unreadable(shown, error);
+    });
     try {
       const length = Math.max(0, Math.min(query.length, size - query.offset));
       const buffer = Buffer.alloc(length);

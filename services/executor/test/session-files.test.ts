@@ -1,5 +1,7 @@
+import { spawnSync } from 'node:child_process';
 import { closeSync, promises as fs, openSync } from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { MurmurError, type SessionFileEntry, type SessionFilesReply } from '@murmur/shared';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { tempDir } from '../../../test/support/fs.js';
@@ -187,6 +189,50 @@ describe("a session workdir's file that is not there", () => {
         message: `the session's workdir ${workdir} is no longer there: it was removed after the session`,
       });
     } finally {
+      await made.cleanup();
+    }
+  });
+});
+
+describe("a session workdir's entry its permissions keep from the executor", () => {
+  /**
+   * `readSessionFiles` from the built executor, in a process of its own: as `nobody` when this one
+   * is root (to whom no mode refuses anything), else as this user. The built module: a child node
+   * runs no TypeScript.
+   */
+  const readAsExecutor = (workdir: string, relative: string): { code?: string; message?: string; type?: string } => {
+    const module = pathToFileURL(path.resolve(import.meta.dirname, '../dist/session-files.js')).href;
+    const script = `const { readSessionFiles } = await import(${JSON.stringify(module)});
+      try { console.log(JSON.stringify({ type: (await readSessionFiles(process.argv[1], { path: process.argv[2], offset: 0, length: 100 })).type })); }
+      catch (error) { console.log(JSON.stringify({ code: error.code, message: error.message })); }`;
+    const asNobody = process.getuid?.() === 0 ? { uid: 65534, gid: 65534 } : {};
+    const result = spawnSync(process.execPath, ['--input-type=module', '-e', script, workdir, relative], { encoding: 'utf8', ...asNobody });
+    expect(result.status, result.stderr).toBe(0);
+    return JSON.parse(result.stdout) as { code?: string; message?: string; type?: string };
+  };
+
+  it('is refused by its path in the workdir and said as the session’s doing, never by the descriptor it was opened through', async () => {
+    const made = await tempDir('murmur-session-files-mode-');
+    try {
+      const workdir = await fs.realpath(made.dir);
+      await fs.chmod(workdir, 0o755);
+      await fs.mkdir(path.join(workdir, 'out', 'locked'), { recursive: true });
+      await fs.writeFile(path.join(workdir, 'out', 'secret.txt'), 'kept from the executor');
+      await fs.writeFile(path.join(workdir, 'out', 'open.txt'), 'readable');
+      await fs.chmod(path.join(workdir, 'out', 'secret.txt'), 0o000);
+      await fs.chmod(path.join(workdir, 'out', 'locked'), 0o000);
+      expect(readAsExecutor(workdir, 'out/open.txt')).toEqual({ type: 'file' });
+      expect(readAsExecutor(workdir, 'out/secret.txt')).toEqual({
+        code: 'E-IO-002',
+        message: "'out/secret.txt' cannot be read on the session's executor: its permissions refuse it (EACCES); nothing was read",
+      });
+      expect(readAsExecutor(workdir, 'out/locked')).toEqual({
+        code: 'E-IO-002',
+        message: "'out/locked' cannot be read on the session's executor: its permissions refuse it (EACCES); nothing was read",
+      });
+    } finally {
+      // A directory of mode 000 cannot be emptied by a user other than root.
+      await fs.chmod(path.join(made.dir, 'out', 'locked'), 0o755).catch(() => {});
       await made.cleanup();
     }
   });

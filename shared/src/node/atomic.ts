@@ -5,10 +5,17 @@ import path from 'node:path';
 /**
  * A sibling temporary name for `target`: same directory (so the rename is atomic, never a
  * cross-device copy), dot-prefixed (so listings skip it), unique (so two writers never share it).
+ * It names the target by its first `TEMPORARY_NAME_STEM` characters only: a target whose own name
+ * is near the 255 bytes a name may have (a guest names its files as it likes) left no room for the
+ * suffix, and its copy failed with ENAMETOOLONG where the target itself could be written.
  */
 export function temporarySibling(target: string): string {
-  return path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  const stem = Array.from(path.basename(target)).slice(0, TEMPORARY_NAME_STEM).join('');
+  return path.join(path.dirname(target), `.${stem}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
 }
+
+/** Characters of the target's name a temporary name keeps: at 4 bytes each, with its suffix, still within 255 bytes. */
+const TEMPORARY_NAME_STEM = 48;
 
 /**
  * Temporary files (or directories) a long write holds: an interrupt (Ctrl-C, a TERM) while one is
