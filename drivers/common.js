@@ -177,7 +177,7 @@ function createSseLineSplitter(onLine) {
   let stopped;
   /** Whether a line of the event stream's own has come (a comment, or a field SSE defines). */
   let spoken = false;
-  const take = (line) => {
+  const take = (line, unended = false) => {
     if (line === '') {
       event = '';
       return;
@@ -192,7 +192,7 @@ function createSseLineSplitter(onLine) {
     if (value.startsWith(' ')) value = value.slice(1);
     if (field === 'event' || field === 'data' || field === 'id' || field === 'retry') spoken = true;
     if (field === 'event') event = value;
-    else if (field === 'data') stopped = onLine({ event, data: value });
+    else if (field === 'data') stopped = onLine(unended ? { event, data: value, unended } : { event, data: value });
   };
   const lineEnd = /[\r\n]/g;
   return {
@@ -221,7 +221,9 @@ function createSseLineSplitter(onLine) {
       if (partial.length > 0) {
         const line = partial.join('');
         partial = [];
-        if (line !== '') take(line);
+        // The body ended inside this line: whole, perhaps (a server that ends without a newline),
+        // perhaps cut short. Handed over marked, for the reader to tell the two apart.
+        if (line !== '') take(line, true);
       }
       return stopped;
     },
@@ -381,7 +383,7 @@ function createResponseReader(status, onText, onThinking, dialect) {
       if (first.startsWith('{')) return undefined;
       const parser = dialect.streamParser(onText, onThinking);
       // What it began with, to say what it was should no line of it be an event stream's.
-      stream = { parser, splitter: createSseLineSplitter((line) => parser.line(line)), head: first.slice(0, 40) };
+      stream = { parser, splitter: createSseLineSplitter((line) => streamLine(parser, line)), head: first.slice(0, 40) };
       const everything = pieces.join('');
       pieces.length = 0;
       return stream.splitter.push(everything);
@@ -397,6 +399,20 @@ function createResponseReader(status, onText, onThinking, dialect) {
       return stream.parser.finish();
     },
   };
+}
+
+/**
+ * One line of a stream, to its parser. The last line of a body that ended without ending it is
+ * taken when the parser can read it, and else said to be what it most likely is — the stream cut
+ * off inside an event (a proxy's timeout, the server going away) — rather than the parser's
+ * complaint about half a JSON object, which read as a setting to check.
+ */
+function streamLine(parser, line) {
+  const outcome = parser.line(line.unended ? { event: line.event, data: line.data } : line);
+  if (!line.unended || outcome === undefined || outcome.ok) return outcome;
+  const shown = line.data.length > 60 ? `…${line.data.slice(-60)}` : line.data;
+  const why = outcome.error.startsWith(PARSE_ERROR_PREFIX) ? outcome.error.slice(PARSE_ERROR_PREFIX.length) : outcome.error;
+  return fail(`${PARSE_ERROR_PREFIX}the stream was cut off inside its last event (${why}; its last line ended ${JSON.stringify(shown)})`);
 }
 
 /** A whole HTTP response on the wire, in `dialect`'s terms (what `createResponseReader` answers for it read at once). */

@@ -297,11 +297,15 @@ describe('the Anthropic response', () => {
     expect(outcome).toEqual({ ok: false, error: 'failed to parse inference response: the stream ended before the stop reason' });
   });
 
-  it('turns a stream cut inside a data line into a parse error', () => {
+  it('says a stream cut inside a data line was cut off inside its last event, not that its JSON is bad', () => {
     const cut = STREAM.slice(0, STREAM.indexOf('"partial_json":"{\\"path') + 20);
     const outcome = anthropic.parse(200, cut);
     expect(outcome.ok).toBe(false);
-    expect(outcome.error).toMatch(/^failed to parse inference response: /);
+    expect(outcome.error).toMatch(
+      /^failed to parse inference response: the stream was cut off inside its last event \(Unterminated string .*; its last line ended ".*partial_json.*"\)$/,
+    );
+    // A last event whole but for its newline is read as any other.
+    expect(anthropic.parse(200, STREAM.trimEnd())).toMatchObject({ ok: true });
   });
 
   it('refuses a stream that starts a content block twice, whose first text its readers were already shown', () => {

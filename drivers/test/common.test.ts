@@ -261,7 +261,8 @@ describe('splitting an SSE body', () => {
   it('yields the same lines from a body pushed in pieces cut anywhere, a CRLF cut in two included', () => {
     const body = ': keep-alive\r\nevent: a\r\ndata: {"x":1}\r\n\r\ndata:{"y":2}\n\nevent: b\ndata: 1\rdata: 2\r\n\r\ndata: last';
     const whole = lib.sseDataLines(body);
-    expect(whole.at(-1)).toEqual({ event: '', data: 'last' });
+    // The body ended inside its last line: handed over marked as such.
+    expect(whole.at(-1)).toEqual({ event: '', data: 'last', unended: true });
     for (let cut = 0; cut <= body.length; cut += 1) {
       for (const size of [1, 3]) {
         const lines: unknown[] = [];

@@ -304,11 +304,13 @@ describe('the OpenAI-compatible response', () => {
     expect(outcome.error).toMatch(/^failed to parse inference response: /);
   });
 
-  it('turns a stream cut before the finish reason into a parse error', () => {
+  it('turns a stream cut before the finish reason into a parse error that says the stream was cut off, inside a line or between two', () => {
     const cut = STREAM.slice(0, STREAM.indexOf('"finish_reason":"tool_calls"') - 40);
     const outcome = openai.parse(200, cut);
     expect(outcome.ok).toBe(false);
-    expect(outcome.error).toMatch(/^failed to parse inference response: /);
+    expect(outcome.error).toMatch(/^failed to parse inference response: the stream was cut off inside its last event \(/);
+    const betweenLines = STREAM.slice(0, STREAM.lastIndexOf('data: ', STREAM.indexOf('"finish_reason":"tool_calls"')));
+    expect(openai.parse(200, betweenLines)).toEqual({ ok: false, error: 'failed to parse inference response: the stream ended before a finish_reason' });
   });
 
   it('turns tool call arguments that are not JSON into an error', () => {

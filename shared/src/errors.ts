@@ -74,6 +74,10 @@ export const ERROR_CATALOGUE = {
   'E-RUN-012': { title: 'no cgroup scope for a capsule that can spawn' },
   'E-RUN-013': { title: 'workdir over its size limit' },
   'E-RUN-014': { title: 'sealed root build failed' },
+  'E-RUN-015': {
+    title: "a command's arguments cannot be passed to a program",
+    hint: 'an argument holds a NUL byte, or the arguments are larger than Linux passes: write the long part to a file in the workdir and pass its name',
+  },
   'E-TRC-001': { title: 'a trace cannot be summarised: empty, or without its session_start or session_end' },
   'E-TRC-002': { title: 'no session, or more than one, matches the selector; or a bad trace command argument' },
   'E-CTX-001': { title: 'no conversation is recorded for the context to resume' },

@@ -10,6 +10,7 @@ import {
   toolResultMessage,
   userMessage,
 } from '../src/host/driver-wire.js';
+import { countTokens } from '../src/host/contracts.js';
 import type { HostTool } from '../src/host/protocol.js';
 import { shellToolDescription } from '../src/host/subprocess.js';
 import { toolInventory } from '../src/host/tool-inventory.js';
@@ -480,6 +481,12 @@ describe('a driver failure as the run reports it', () => {
       'inference',
       "the model's reply ended the task, not a setting: rephrase the task",
     ],
+    [
+      'failed to parse inference response: the stream was cut off inside its last event (Unterminated string in JSON at position 95; its last line ended "…")',
+      'inference.endpoint',
+      'closed its stream before its reply was whole',
+    ],
+    ['failed to parse inference response: the stream ended before the stop reason', 'inference.endpoint', 'closed its stream before its reply was whole'],
   ])("says what the provider's status means rather than to check the settings: %s", (said, path, hint) => {
     const failed = driverFailure(said, undefined);
     expect(failed.message).toBe(said);
@@ -490,5 +497,18 @@ describe('a driver failure as the run reports it', () => {
     const failed = driverFailure('anthropic: 401 invalid x-api-key', undefined);
     expect(failed.message).toBe('anthropic: 401 invalid x-api-key');
     expect(failed.error).toMatchObject({ code: 'E-RUN-007', message: 'agent loop failed: anthropic: 401 invalid x-api-key', path: 'inference' });
+  });
+});
+
+describe("a session's token totals", () => {
+  it('add up what each turn reported, and stop at the largest safe integer rather than state a sum it cannot hold', () => {
+    const totals = { turns: 0, inputTokens: 0, outputTokens: 0, toolCalls: 0, shellCalls: 0 };
+    countTokens(totals, 12, 3);
+    countTokens(totals, 30, 4);
+    expect(totals).toMatchObject({ inputTokens: 42, outputTokens: 7 });
+    // What a provider may report for one turn: each a safe integer, their sum not.
+    countTokens(totals, Number.MAX_SAFE_INTEGER, 1);
+    countTokens(totals, Number.MAX_SAFE_INTEGER, 1);
+    expect(totals).toMatchObject({ inputTokens: Number.MAX_SAFE_INTEGER, outputTokens: 9 });
   });
 });

@@ -48,6 +48,24 @@ describe('a shell call', () => {
       );
   });
 
+  it('refuses, before anything runs and with its code, an argument no program can be given: a NUL byte, one past 128 KiB, all of them past what the kernel passes', async () => {
+    const refusals: Array<[args: string[], env: Array<[string, string]>, said: string]> = [
+      [['-c', 'echo a\0b'], [], "E-RUN-015: argument 2 holds a NUL byte, which no program's argument can hold; nothing was run"],
+      [['-c', `echo ${'é'.repeat(70_000)}`], [], "E-RUN-015: argument 2 is 140005 bytes, more than the 131071 a program's one argument may hold on Linux"],
+      [['-c', 'true'], [['GREETING', 'a\0b']], "E-RUN-015: environment variable GREETING's value holds a NUL byte"],
+      [
+        ['-c', 'true', ...Array.from({ length: 40 }, () => 'x'.repeat(120 * 1024))],
+        [],
+        'bytes, are more than the system passes to a program at once (E2BIG); nothing was run',
+      ],
+    ];
+    for (const [args, env, said] of refusals) {
+      const refused = runShell(context(30_000), 'bash', args, env);
+      await expect(refused).rejects.toThrow(said);
+      await expect(refused).rejects.not.toThrow('args[');
+    }
+  });
+
   const alive = (pid: number): boolean => {
     try {
       process.kill(pid, 0);

@@ -5,7 +5,7 @@ import { type WireError, isSafeContextId } from '@murmur/shared';
 import { LogFile } from '../records.js';
 import { writeFileAtomic } from './atomic-file.js';
 import { fromHookMessages, sortedJson, summaryOf, toHookMessages } from './compaction.js';
-import type { AgentHost } from './contracts.js';
+import { type AgentHost, countTokens } from './contracts.js';
 import { type DriverContinuation, continuationIdOf } from './driver-continuation.js';
 import {
   type WireMessage,
@@ -158,8 +158,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
     // so took no turn: the totals count what the trace's `inference` events show, nothing else.
     if (call.result.status === 'passed') {
       host.totals.turns += 1;
-      host.totals.inputTokens += inputTokens;
-      host.totals.outputTokens += outputTokens;
+      countTokens(host.totals, inputTokens, outputTokens);
       const decision = reply.kind === 'tools' ? 'tool_call' : reply.kind === 'end' ? 'end_turn' : (reply.decision ?? 'text');
       const toolName = reply.kind === 'tools' ? (reply.calls[0]?.name ?? null) : null;
       host.trace.write('inference', { turn, input_tokens: inputTokens, output_tokens: outputTokens, decision, tool_name: toolName, model: agent.model });

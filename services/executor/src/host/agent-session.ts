@@ -15,7 +15,7 @@ import {
 import { type AgentLoopRun, type LoopOutcome, runAgentLoop } from './agent-loop.js';
 import { DriverContinuation } from './driver-continuation.js';
 import { writeFileAtomic } from './atomic-file.js';
-import type { AgentHost, HostChannel, SessionResult } from './contracts.js';
+import { type AgentHost, type HostChannel, type SessionResult, countTokens } from './contracts.js';
 import { type WireMessage, driverRequestData, estimateTokens, readDriverReply } from './driver-wire.js';
 import { EventFeed } from './event-feed.js';
 import { type HarnessLoopRun, type HarnessScene, runHarnessLoop } from './harness-loop.js';
@@ -366,8 +366,7 @@ export class AgentSession {
     // Counted as an agent turn's are: what the provider reported, else estimated.
     const inputTokens = reply.usage?.input_tokens ?? estimateTokens(data);
     const outputTokens = reply.usage?.output_tokens ?? estimateTokens(replyText ?? '');
-    this.host.totals.inputTokens += inputTokens;
-    this.host.totals.outputTokens += outputTokens;
+    countTokens(this.host.totals, inputTokens, outputTokens);
     this.host.trace.write('inference', {
       turn: this.host.currentTurn,
       input_tokens: inputTokens,

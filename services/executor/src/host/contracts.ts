@@ -81,6 +81,16 @@ export interface SessionTotals {
   shellCalls: number;
 }
 
+/**
+ * Adds a turn's token counts to the session's. Each count is the provider's to report (a safe
+ * integer, or estimated), so their sum is held at the largest safe integer: past it, two reports
+ * of 2^53 - 1 summed to a total the trace stated wrongly.
+ */
+export function countTokens(totals: SessionTotals, input: number, output: number): void {
+  totals.inputTokens = Math.min(Number.MAX_SAFE_INTEGER, totals.inputTokens + input);
+  totals.outputTokens = Math.min(Number.MAX_SAFE_INTEGER, totals.outputTokens + output);
+}
+
 /** Who a `session_start` says runs, and under which prompt. */
 export interface SessionStartRun {
   model: string | null;

@@ -206,6 +206,12 @@ function failureHint(message: string, egress: EgressFailure | undefined): [strin
   // The model's own ending of its reply (a refusal, a content filter): its answer, not the settings.
   if (/the model ended its reply with (?:stop_reason|finish_reason) /.test(message))
     return ["the model's reply ended the task, not a setting: rephrase the task, or give it another (what it said so far was streamed)", 'inference'];
+  // The model server's stream closed before the reply was whole: nothing in the settings made it.
+  if (/the stream (?:was cut off inside its last event|ended before)/.test(message))
+    return [
+      'the model server closed its stream before its reply was whole (a proxy’s timeout, the server going away): run again; if it keeps happening, check what lies between this machine and inference.endpoint',
+      'inference.endpoint',
+    ];
   if (status === '401' || status === '403')
     return [`the model's provider refused the key (HTTP ${status}): check inference.api_key (or the driver's gateway key) in murmur.yaml`, 'inference.api_key'];
   if (!egress) return ["the driver's message says why: check inference (endpoint, model, api_key) in murmur.yaml", 'inference'];

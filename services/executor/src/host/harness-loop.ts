@@ -13,6 +13,7 @@ import {
   isUnknownSession,
   readClaudeCodeLine,
 } from './claude-code.js';
+import { countTokens } from './contracts.js';
 import { sortedJson } from './compaction.js';
 import { handBackTranscript, placeTranscript } from './harness-transcripts.js';
 import { capsuleHome } from './subprocess.js';
@@ -255,8 +256,7 @@ export async function runHarnessLoop(run: HarnessLoopRun): Promise<LoopOutcome> 
   await told;
 
   if (result?.usage) {
-    host.totals.inputTokens += result.usage.inputTokens;
-    host.totals.outputTokens += result.usage.outputTokens;
+    countTokens(host.totals, result.usage.inputTokens, result.usage.outputTokens);
   }
   // The harness said which session it started (or resumed): that is what the context keeps.
   const holding = started ?? (exit.exitCode === 0 ? result?.sessionId : undefined);

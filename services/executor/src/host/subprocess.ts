@@ -102,9 +102,11 @@ function environmentFor(context: SubprocessContext, overrides: Array<[string, st
   // A name with `=` in it is a second definition of what comes before the `=`, ahead of the
   // runtime's own in the environment a program reads first: `HOME=/` set HOME past §1.5.3's rule
   // that the capsule's home always wins.
-  for (const [name] of overrides) {
+  for (const [name, value] of overrides) {
     if (name === '' || name.includes('=') || name.includes('\0'))
       throw new Error(`environment variable name ${JSON.stringify(name.slice(0, 80))} is refused: a name is not empty and holds no '=' or NUL`);
+    if (value.includes('\0'))
+      throw new Error(`E-RUN-015: environment variable ${name}'s value holds a NUL byte, which no program's environment can hold; nothing was run`);
   }
   const home = capsuleHome(context.accessibleWorkdir);
   mkdirSync(home, { recursive: true });
@@ -302,6 +304,8 @@ async function startSubprocess(
 ): Promise<Collected & { resourceLimit: ResourceLimit | undefined }> {
   const breach = context.breached?.();
   if (breach) throw new Error(breach);
+  const unpassable = unpassableArgument(args);
+  if (unpassable) throw new Error(unpassable);
   const before = context.counters ? await context.counters() : undefined;
   const confine = context.confine;
   let command = binaryPath;
@@ -341,6 +345,12 @@ async function startSubprocess(
   try {
     const child = spawn(command, argv, { cwd: context.accessibleWorkdir, env, stdio, detached: true });
     collected = await collect(child, { ...options, canceled: context.canceled }, options.deadlineMs ?? context.deadlineMs);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'E2BIG') throw error;
+    const bytes = [...argv, ...Object.entries(env).map(([name, value]) => `${name}=${value}`)].reduce((sum, each) => sum + Buffer.byteLength(each) + 1, 0);
+    throw new Error(
+      `E-RUN-015: the command's arguments and environment, ${bytes} bytes, are more than the system passes to a program at once (E2BIG); nothing was run: write the long part to a file in the workdir and pass the file's name`,
+    );
   } finally {
     context.escapees?.ended();
   }
@@ -353,6 +363,27 @@ async function startSubprocess(
     else if (after.pids_refusals > before.pids_refusals) resourceLimit = 'cgroup_pids_max';
   }
   return { ...collected, resourceLimit };
+}
+
+/**
+ * The most bytes one argument may have: Linux refuses a longer one (`MAX_ARG_STRLEN`, 32 pages,
+ * its terminating NUL included) with `E2BIG`.
+ */
+const ARGUMENT_MAX_BYTES = 128 * 1024 - 1;
+
+/**
+ * Why `args` cannot reach a program, said before anything starts: what a model or a guest passes
+ * is its own to choose, and node's refusals name the argument's index in the sandbox helper's
+ * command line (`args[17]`) or say only `spawn E2BIG`.
+ */
+function unpassableArgument(args: readonly string[]): string | undefined {
+  for (const [index, arg] of args.entries()) {
+    if (arg.includes('\0')) return `E-RUN-015: argument ${index + 1} holds a NUL byte, which no program's argument can hold; nothing was run`;
+    const bytes = Buffer.byteLength(arg);
+    if (bytes > ARGUMENT_MAX_BYTES)
+      return `E-RUN-015: argument ${index + 1} is ${bytes} bytes, more than the ${ARGUMENT_MAX_BYTES} a program's one argument may hold on Linux; nothing was run: write it to a file in the workdir and pass the file's name`;
+  }
+  return undefined;
 }
 
 /** `murmur:shell/execute#run`: an allowlisted binary with its arguments. */
