@@ -139,7 +139,7 @@ export const ERROR_CATALOGUE = {
   'E-SES-003': { title: 'the executor holding the session does not answer', hint: "the executor may have been lost: 'mur ps' shows what the stack knows" },
   'E-SES-004': {
     title: 'a link or special file in a session workdir was refused',
-    hint: 'something in the sandbox replaced a file or directory the runtime writes with a link, a FIFO or a hard link; the write was refused and nothing outside the workdir was touched',
+    hint: 'something in the sandbox replaced a file or directory the runtime writes with a link, a FIFO or a hard link; the write was refused and nothing outside the workdir was touched. A --workdir used again keeps what an earlier session left there: remove what the path names before running in it again',
   },
   'E-SES-005': {
     title: 'the session was stopped before it finished',
