@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
@@ -168,6 +168,22 @@ describe('mur run', () => {
     expect(output.stderr).not.toContain('error[');
   });
 
+  it('stops its session when its terminal hangs up (SIGHUP), as on an interrupt: the trace ends, and nothing of the session is left running or held', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'hung-up'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const { child, output } = spawnMur(['run'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'spin' }]) } });
+    const exited = once(child, 'close');
+    const sessionId = await untilSaid(child, 'stdout', (text) => /session: (ses_\w+)/.exec(text)?.[1]);
+    child.kill('SIGHUP');
+    const [code, signal] = (await exited) as [number | null, NodeJS.Signals | null];
+    expect({ code, signal }, output.stderr).toEqual({ code: 130, signal: null });
+    expect(output.stdout.trim().split('\n').at(-1)).toBe('status:  stopped');
+    const trace = await fs.readFile(path.join(project, 'workdir', sessionId, 'trace.jsonl'), 'utf8');
+    expect(trace).toContain('"event_type":"session_end"');
+    // Its cgroups are gone with it (a hangup left them for the next run's sweep).
+    const groups = spawnSync('find', ['/sys/fs/cgroup', '-maxdepth', '6', '-name', `*${sessionId}*`], { encoding: 'utf8' }).stdout.trim();
+    expect(groups).toBe('');
+  });
+
   it("says a session was stopped when a terminal's Ctrl-C reaches its host too, as it does a host outside bubblewrap", async () => {
     const project = await probeProject(path.join(scratch.dir, 'interrupted-group'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
     // Its own process group, as a terminal's foreground job is: the interrupt goes to the whole group.
@@ -189,6 +205,34 @@ describe('mur run', () => {
     expect(code, output.stderr).toBe(130);
     expect(output.stdout.trim().split('\n').at(-1)).toBe('status:  stopped');
     expect(output.stderr).not.toContain('error[');
+  });
+
+  it("exits 130 saying nothing more when a terminal's Ctrl-C reaches its host as it starts, at any moment of the start", async () => {
+    const project = await probeProject(path.join(scratch.dir, 'interrupted-start'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    // A fresh host (no pool), whose start is the launch's longest part, and the whole group signalled
+    // a while after the launch is asked for: the interrupt reaches the host at one moment or another
+    // of its start (each of these landed somewhere else on this machine: refused as a failure, a 30 s
+    // wait, a stop after the launch).
+    for (const delayMs of [0, 25, 50, 100, 150]) {
+      const child = stopAfterFile(
+        spawn(murBin, ['run'], {
+          cwd: project,
+          detached: true,
+          env: { PATH: process.env.PATH ?? '', ...env, MURMUR_EXECUTOR_POOL: '0', MURMUR_TIMING: '1', PROBE_ACTIONS: actions([{ op: 'spin' }]) },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        }),
+      );
+      const output = { stdout: '', stderr: '' };
+      child.stdout.on('data', (chunk: Buffer) => (output.stdout += chunk.toString()));
+      child.stderr.on('data', (chunk: Buffer) => (output.stderr += chunk.toString()));
+      const exited = once(child, 'close');
+      await untilSaid(child, 'stderr', (text) => (/\[timing\] launch asked/.test(text) ? true : undefined));
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      process.kill(-(child.pid as number), 'SIGINT');
+      const [code] = (await exited) as [number | null];
+      expect(code, `${delayMs} ms: ${output.stderr}`).toBe(130);
+      expect(output.stderr, `${delayMs} ms`).not.toContain('error[');
+    }
   });
 
   it('reports a trap as status trapped', async () => {

@@ -39,6 +39,9 @@ function writeLine(stream: NodeJS.WriteStream, line: string): void {
  * a stack, in the middle of a session.
  */
 export function ignoreClosedStdout(): void {
+  // A terminal that hung up refuses every write to it (EIO): nowhere is left to say so, and the
+  // refusal must not end a command that is stopping its session.
+  process.stderr.on('error', () => {});
   let said = false;
   process.stdout.on('error', (error: NodeJS.ErrnoException) => {
     if (error.code === 'EPIPE' || said) return;

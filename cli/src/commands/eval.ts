@@ -228,9 +228,14 @@ function stagedOnce(context: CaseContext, output: Output): Promise<{ plan: Stage
 }
 
 /** Launches one staged session with the case's task and ids, and waits for it to end. */
-async function runSession(context: CaseContext, plan: StagedPlan, caseId: string, task: string): Promise<{ launched: LaunchReply; end: SessionEnded }> {
+async function runSession(
+  context: CaseContext,
+  plan: StagedPlan,
+  caseId: string,
+  task: string,
+  sessionId: string,
+): Promise<{ launched: LaunchReply; end: SessionEnded }> {
   const { runtime } = context;
-  const sessionId = newSessionId();
   const { ended, subscription } = watchSessionEnd(runtime.bus, sessionId);
   try {
     await runtime.bus.flush();
@@ -276,12 +281,23 @@ async function runCase(context: CaseContext, caseId: string, task: string, outpu
   }
   const { plan } = staged;
   let session: { launched: LaunchReply; end: SessionEnded };
+  const sessionId = newSessionId();
   try {
-    session = await runSession(context, plan, caseId, task);
+    session = await runSession(context, plan, caseId, task, sessionId);
   } catch (error) {
     output.err(`    session failed: ${failureText(error)}`);
-    output.out('    result: no_scores  session: n/a');
-    return { caseId, result: 'no_scores', workdir: path.join(projectDir, 'workdir'), datasetRun: undefined, didNotRun: true };
+    // A launch stopped while under way (an interrupt) had made the session, and its records: it is
+    // named, as any other case's is, rather than said to be none.
+    const made = runtime.inProcess ? path.join(projectDir, 'workdir', sessionId) : undefined;
+    const exists = made !== undefined ? existsSync(made) : error instanceof MurmurError && error.code === 'E-SES-005';
+    output.out(`    result: no_scores  session: ${exists ? sessionId : 'n/a'}`);
+    return {
+      caseId,
+      result: 'no_scores',
+      workdir: made !== undefined && exists ? made : path.join(projectDir, 'workdir'),
+      datasetRun: undefined,
+      didNotRun: true,
+    };
   }
   const { launched, end } = session;
   if (end.exit_status === 'trapped') output.err(`    session trapped: ${end.error?.message ?? 'the capsule trapped'}`);

@@ -532,7 +532,8 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     const url = door?.url;
     const a2aTimeout = numberSetting(env, 'MURMUR_A2A_TIMEOUT_SECS', undefined, { unit: 'seconds', fractional: true, zero: true });
     const resultFetchMaxBytes = numberSetting(env, 'MURMUR_RESULT_FETCH_MAX_BYTES', FETCHED_FILE_MAX_BYTES, { unit: 'bytes' });
-    const launched: LaunchReply = await launchNaming(runtime.bus, sessionId, {
+    timing('launch asked');
+    const launching = launchNaming(runtime.bus, sessionId, {
       session_id: sessionId,
       launch_by: Date.now() + LAUNCH_TIMEOUT_MS,
       plan,
@@ -553,6 +554,14 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       ...(floor ? { containment_floor: floor } : {}),
       ...(process.env.MURMUR_ROOST_URL?.trim() ? { roost: { url: process.env.MURMUR_ROOST_URL.trim() } } : {}),
     });
+    // A signal held while the launch was under way that stopped its host before it started (a
+    // terminal's Ctrl-C reaches an in-process host too): the interrupt the user asked for, which
+    // was said when it came, not a failure to report.
+    const launched = await launching.catch((error: unknown) => {
+      if (heldSignal && error instanceof MurmurError && error.code === 'E-SES-005') return undefined;
+      throw error;
+    });
+    if (!launched) return 130;
 
     timing('launched');
     for (const warning of launched.warnings ?? []) output.warn(warning);

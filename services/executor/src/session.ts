@@ -1179,10 +1179,13 @@ export class Session {
       // channel they came over is closed (`host-link.ts` says why).
       const sandbox = start.sandbox && !start.sandbox.handed_over ? start.sandbox : undefined;
       /** The wait is over, whichever way: nothing else of it may fire. */
+      let exitedAwhile: NodeJS.Timeout | undefined;
       const settled = (): void => {
         clearTimeout(timer);
+        clearTimeout(exitedAwhile);
         link.off('startable', started);
         child.off('close', onEarlyExit);
+        child.off('exit', onExit);
         this.endHandshake = undefined;
       };
       const started = (): void => {
@@ -1218,7 +1221,11 @@ export class Session {
           );
           return;
         }
-        reject(new MurmurError('E-RUN-001', `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${this.hostLogs()}`));
+        // Ended by a stop signal: an interrupt that reached it, as a terminal's Ctrl-C reaches a
+        // host in its launcher's process group. Nothing of the capsule failed, so it is said so.
+        if (signal === 'SIGINT' || signal === 'SIGTERM' || signal === 'SIGHUP')
+          reject(new MurmurError('E-SES-005', `the capsule host was stopped by ${signal} before it started; nothing of the session ran`));
+        else reject(new MurmurError('E-RUN-001', `the capsule host exited before it started (${signal ?? `exit ${code}`}); see ${this.hostLogs()}`));
       };
       // Stopped or killed before it started: the launch is refused with that reason at once, not
       // once its sandbox's last process has let go of its pipes (under load that was the whole
@@ -1229,8 +1236,14 @@ export class Session {
         reject(new MurmurError(isErrorCode(reason.code) ? reason.code : 'E-RUN-001', reason.message, { hint: reason.hint }));
       };
       link.once('startable', started);
-      // 'close', not 'exit': by then its stderr is read, and the helper's reason with it.
+      // 'close', not 'exit': by then its stderr is read, and the helper's reason with it. But not
+      // for ever: a process of its sandbox that outlives it holds its pipes open (a terminal's
+      // Ctrl-C that reached the host as it started kept the launch waiting its whole 30 s).
+      const onExit = (code: number | null, signal: string | null): void => {
+        exitedAwhile = setTimeout(() => onEarlyExit(code, signal), LAST_FRAMES_WAIT_MS);
+      };
       child.once('close', onEarlyExit);
+      child.once('exit', onExit);
       // Sent at once, not after `ready`: the host reads it as soon as it listens, so its start-up
       // and the executor's wait overlap instead of adding up (a sealed host's start waits for
       // its hand-over, asked for at once).

@@ -24,7 +24,8 @@ const TEMPORARY_NAME_STEM = 48;
  * otherwise ends on a signal exactly as it would have.
  */
 const interruptible = new Set<string>();
-const INTERRUPTS = ['SIGINT', 'SIGTERM'] as const;
+/** A hangup too: node starts every program with it at its default, which ended the process with its temporary files left. */
+const INTERRUPTS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
 function removeOnInterrupt(signal: NodeJS.Signals): void {
   for (const file of interruptible) rmSync(file, { recursive: true, force: true });
