@@ -136,6 +136,39 @@ describe('the warm pool', () => {
     }
   });
 
+  it('a warm host that dies while it waits is replaced at once, its group removed, and the next launch takes a warm host', async () => {
+    const { home, bus, executor, stage, close } = pooledExecutor('died-waiting-home');
+    try {
+      const plan = await stage(await probeProject(path.join(scratch.dir, 'died-waiting'), ''));
+      await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
+      const warm = await eventually(
+        () => {
+          const pids = pooledSandbox(home);
+          return pids.length > 0 ? pids : undefined;
+        },
+        10_000,
+        'the warm sandbox’s processes',
+      );
+      const poolGroup = groupOf(warm[0] as number);
+      // What the OOM killer or an operator's kill does to a host nobody has taken yet.
+      for (const pid of warm) process.kill(pid, 'SIGKILL');
+      await eventually(() => warm.every((pid) => !isRunning(pid)) || undefined, 10_000, 'the killed host to be gone');
+      // Replaced with no launch asking: a new sandbox, warm.
+      await eventually(() => (executor.warmHosts() === 1 && pooledSandbox(home).some((pid) => !warm.includes(pid))) || undefined, 20_000, 'a new warm host');
+      if (poolGroup) await eventually(() => !existsSync(poolGroup) || undefined, 10_000, `${poolGroup} to be removed`);
+      else console.log('[pool] the warm host ran in no cgroup of its own here: that its group is removed is not checked');
+      const sessionId = newSessionId();
+      const launched: LaunchReply = await bus.request(
+        commands.launch,
+        { session_id: sessionId, plan, env: { PATH: process.env.PATH ?? '' }, task: JSON.stringify([{ op: 'print', text: 'ran' }]) },
+        { timeoutMs: 60_000 },
+      );
+      expect(readFileSync(path.join(launched.session_dir, 'logs', 'bootstrap.log'), 'utf8')).toContain('[sandbox] a warm host from the executor’s pool');
+    } finally {
+      await close();
+    }
+  });
+
   it('a warm host told to expect a component its memory cap refuses reports it as a fresh host does', async () => {
     // Taken for this launch, the warm host compiles what it was told to expect while its workdir is
     // attached; that compile fails (the module's minimum is above the cap), and the failure must

@@ -289,8 +289,9 @@ export class PooledHost {
 }
 
 /**
- * Keeps `size` hosts warm. A host that dies before it is used is replaced; a pool whose hosts
- * keep failing to start stops trying (a launch still starts a fresh host, which says why).
+ * Keeps `size` hosts warm. A host that dies before it is used is replaced (one that died while it
+ * waited as soon as it is gone); a pool whose hosts keep failing to start stops trying (a launch
+ * still starts a fresh host, which says why).
  */
 export class HostPool {
   private readonly hosts: PooledHost[] = [];
@@ -367,6 +368,16 @@ export class HostPool {
       host.ready.then(
         () => {
           this.failures = 0;
+          // Gone while it waited (the OOM killer, someone's kill): thrown away and replaced now,
+          // not found dead by the next launch, which then started a fresh host, and its group left
+          // empty until then. After a while, so that hosts that die as soon as they are ready are
+          // not started again as fast as they die.
+          host.child.once('exit', (code, signal) => {
+            if (this.closed || !this.hosts.includes(host)) return;
+            this.environment.log.warn({ code, signal }, 'a warm capsule host died while it waited; the pool replaces it');
+            this.drop(host);
+            setTimeout(() => this.fill(), REFILL_DELAY_MS).unref();
+          });
         },
         (error: unknown) => {
           // A host a session took is the session's to end: its group may carry the session's name by now.
