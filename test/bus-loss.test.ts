@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningAgent, agentManifest, agentProject, rpc, startAgent, textMessage } from './support/agents.js';
+import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage } from './support/agents.js';
 import { probeProject } from './support/capsules.js';
 import { tempDir } from './support/fs.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
@@ -116,6 +116,34 @@ describe('mur run against a stack whose NATS server goes away', () => {
     expect(after).toBe('stream');
     agents.splice(agents.indexOf(agent), 1);
     await agent.stop();
+  });
+
+  it("a door's open stream whose task ended while the bus was away is caught up once it is back, to the task's end", async () => {
+    // A model that answers after 3 s: the task ends while the bus is down.
+    const slow = await startScriptedInference({ script: () => ({ text: 'answered while the bus was away', delayMs: 3_000 }) });
+    const agent = await startAgent(
+      await agentProject(path.join(scratch.dir, 'streamed-across'), agentManifest(slow, { lifecycle: '  task_acceptance: queue\n  after_task: sleep' })),
+      env,
+    );
+    agents.push(agent);
+    try {
+      const response = await openStream(agent.url, 'message/stream', textMessage('answer slowly'), { headers: { authorization: `Bearer ${agent.token}` } });
+      expect(response.status).toBe(200);
+      const frames = readSse(response, (frame) => frame.data.includes('"final":true'));
+      await eventually(() => (slow.requests().length > 0 ? true : undefined), 30_000, 'the task to ask its model');
+      await nats.down();
+      // Past the model's answer: the task completes while the door hears nothing.
+      await new Promise((resolve) => setTimeout(resolve, 5_000));
+      await nats.up();
+      const read = await Promise.race([frames, new Promise<'still open'>((resolve) => setTimeout(() => resolve('still open'), 30_000).unref())]);
+      expect(read).not.toBe('still open');
+      const last = JSON.parse((read as Array<{ data: string }>).at(-1)?.data ?? '{}') as { result?: { status?: { state?: string }; final?: boolean } };
+      expect(last.result).toMatchObject({ status: { state: 'completed' }, final: true });
+    } finally {
+      agents.splice(agents.indexOf(agent), 1);
+      await agent.stop();
+      await slow.close();
+    }
   });
 
   it('hears a session that ended while its bus was away: back, it asks the executor, and ends as the session did', async () => {

@@ -762,7 +762,8 @@ describe('the stack with nothing shared but the bus', () => {
       expect(response.status).toBe(200);
       const body = (await response.json()) as { result?: { task?: { status?: { state?: string; message?: { parts?: Array<{ text?: string }> } } } } };
       expect(body.result?.task?.status?.state).toBe('TASK_STATE_FAILED');
-      expect(JSON.stringify(body.result?.task?.status?.message)).toContain('session ended');
+      // Why it ended, by its code and what that means, never the end's own message (the executor's paths).
+      expect(JSON.stringify(body.result?.task?.status?.message)).toContain('session ended: E-SES-005 (the session was stopped before it finished)');
     } finally {
       await agent.stop();
       await slow.close();
@@ -906,7 +907,14 @@ describe('a stager or a door that stops mid-request', () => {
         const read = await frames;
         const last = read.at(-1);
         expect(last?.event).toBe('error');
-        expect(JSON.parse(last?.data ?? '{}')).toMatchObject({ error: { code: -32603, message: expect.stringContaining('this door is shutting down') } });
+        expect(JSON.parse(last?.data ?? '{}')).toMatchObject({
+          error: {
+            code: -32603,
+            message: expect.stringContaining('this door is shutting down'),
+            // The cut carries its own code, as the door's other refusals do.
+            data: [{ reason: 'E_DOOR_005', domain: 'murmur', metadata: { murmur_code: 'E-DOOR-005' } }],
+          },
+        });
         const other = await startService('door', env);
         running.push(other);
         const card = await fetch(new URL(`/sessions/${agent.sessionId}/.well-known/agent-card.json`, other.url));

@@ -109,6 +109,10 @@ export const ERROR_CATALOGUE = {
     title: 'the door holds as many open streams as it takes',
     hint: 'close a stream this door serves, or reach the session through another door; MURMUR_DOOR_MAX_STREAMS sets the bound',
   },
+  'E-DOOR-005': {
+    title: 'a stream was cut while its task goes on',
+    hint: 'resubscribe (tasks/resubscribe or SubscribeToTask), at this door or another, with Last-Event-ID to continue where the stream stopped',
+  },
   'E-DASH-001': {
     title: 'the dashboard needs a token where its bind is configured',
     hint: 'set MURMUR_DASHBOARD_TOKEN to a long random value (e.g. `openssl rand -hex 32`), or leave MURMUR_WATCHER_HOST unset to serve on loopback only',

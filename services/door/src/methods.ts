@@ -12,7 +12,7 @@ import { rpcError, rpcResult } from './json-rpc.js';
 import { renderSendResult, renderTask, taskStateFilter } from './rendering.js';
 import { SessionUnreachable, TooManyStreams } from './session-link.js';
 import { type Handler, historyAsked, parseParams, parseSendParams, sendCall, taskOf } from './rpc-request.js';
-import { streamMethods } from './task-streams.js';
+import { sessionEndedMessage, streamMethods } from './task-streams.js';
 
 export interface MethodSettings {
   /** How long a blocking send follows its task before answering with the task as it stands (`MURMUR_DOOR_BLOCKING_WAIT_MS`). */
@@ -97,7 +97,7 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
           for (;;) {
             const next = await watch.next(Math.max(1, deadline - Date.now()));
             if (next === 'ended') ended = true;
-            if (next === 'ended' || next === 'timeout' || next === 'door-stopping' || next === 'fell-behind' || next === 'closed') break;
+            if (next === 'ended' || next === 'timeout' || next === 'door-stopping' || next === 'fell-behind' || next === 'missed' || next === 'closed') break;
             if (next.task_id === task.id && settlesItsTask(next)) {
               settledAs = next;
               break;
@@ -107,7 +107,8 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
           // Settled, and the session gone before it could be asked how: the state its event said.
           if (ended && settledAs?.state && !hasSettled(task.state)) task = { ...task, state: settledAs.state };
         }
-        if (ended && !hasSettled(task.state)) task = { ...task, state: 'failed', message: 'session ended', updated_at: new Date().toISOString() };
+        if (ended && !hasSettled(task.state))
+          task = { ...task, state: 'failed', message: sessionEndedMessage(watch.endCode), updated_at: new Date().toISOString() };
       } finally {
         gone.removeEventListener('abort', leave);
         watch.close();

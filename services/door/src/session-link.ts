@@ -18,6 +18,13 @@ export class SessionUnreachable extends Error {
 }
 
 const CALL_TIMEOUT_MS = 15_000;
+/**
+ * How often, and how far apart, a door back on the bus asks a watched session for what it missed
+ * while nobody answers: its executor reconnects on its own time (seconds after the door, as seen),
+ * and only a session unanswered for all of them is taken to have ended meanwhile.
+ */
+const CATCH_UP_ATTEMPTS = 20;
+const CATCH_UP_RETRY_MS = 500;
 
 export class SessionLink {
   constructor(
@@ -81,8 +88,47 @@ export class FeedHub {
     private readonly maxWatchesPerSession = maxWatches,
   ) {
     this.ended = bus.subscribe(topics.sessionEnded, (event) => {
-      for (const watch of this.sessions.get(event.session_id)?.watchers ?? []) watch.end();
+      for (const watch of this.sessions.get(event.session_id)?.watchers ?? []) watch.end(event.error?.code);
     });
+    bus.onConnectionChange((state) => {
+      if (state === 'reconnected') void this.catchUp();
+    });
+  }
+
+  /**
+   * After the bus was away: what each watched session said meanwhile, asked of the session (its
+   * replay, from the earliest event a watcher of it has not been handed) and handed to its
+   * watchers, which drop what they have had. The bus does not keep what a subscriber missed while
+   * it was away, and a stream whose task ended then waited for its end for ever, its heartbeats
+   * keeping it open. A session that no longer answers ended meanwhile (its `session.ended` was
+   * missed too); one whose replay no longer reaches back far enough, or that cannot be asked, has
+   * its streams cut with a word to resubscribe.
+   */
+  private async catchUp(): Promise<void> {
+    await Promise.all([...this.sessions].map(([sessionId, session]) => this.catchUpSession(sessionId, session.watchers)));
+  }
+
+  private async catchUpSession(sessionId: string, current: ReadonlySet<FeedWatch>): Promise<void> {
+    // The executor comes back to the bus on its own time: no answer at first is not yet an end.
+    for (let attempt = 1; ; attempt += 1) {
+      const watchers = [...current];
+      if (watchers.length === 0) return;
+      const after = Math.min(...watchers.map((watch) => watch.deliveredId));
+      try {
+        const replayed = await this.bus.request(commands.sessionRpc.at(sessionId), { method: 'replay', after_event_id: after }, { timeoutMs: CALL_TIMEOUT_MS });
+        if (replayed.first_available_id !== undefined && replayed.first_available_id > after + 1) for (const watch of watchers) watch.missed();
+        else for (const watch of watchers) watch.push(...(replayed.events ?? []));
+        return;
+      } catch (error) {
+        const unanswered = error instanceof MurmurError && error.code === 'E-BUS-004';
+        if (unanswered && attempt < CATCH_UP_ATTEMPTS) {
+          await new Promise((resolve) => setTimeout(resolve, CATCH_UP_RETRY_MS));
+          continue;
+        }
+        for (const watch of watchers) unanswered ? watch.end() : watch.missed();
+        return;
+      }
+    }
   }
 
   async watch(sessionId: string): Promise<FeedWatch> {
@@ -176,10 +222,14 @@ export class FeedWatch {
   private readonly queued = new Set<number>();
   private queuedBytes = 0;
   private fellBehind = false;
+  /** Events were lost while the bus was away, and cannot be had again: the reader resubscribes. */
+  private lost = false;
   /** The id of the last event handed out: anything at or below it is a duplicate. */
   private delivered = 0;
   private wake: (() => void) | undefined;
   private ended = false;
+  /** The code the session ended with, when it ended with one: its stream's last status says it. */
+  private endedWith: string | undefined;
   private closed = false;
   private stopping = false;
 
@@ -222,10 +272,27 @@ export class FeedWatch {
     return low;
   }
 
-  /** The session ended: once the queue is empty, `next` says so. */
-  end(): void {
-    this.ended = true;
+  /** The id of the last event handed out (0: none yet). */
+  get deliveredId(): number {
+    return this.delivered;
+  }
+
+  /** What the session said while the bus was away cannot be had: `next` says so at once. */
+  missed(): void {
+    this.lost = true;
     this.wake?.();
+  }
+
+  /** The session ended (with `code`, when its end carried one): once the queue is empty, `next` says so. */
+  end(code?: string): void {
+    this.ended = true;
+    this.endedWith ??= code;
+    this.wake?.();
+  }
+
+  /** The code the session ended with, if it ended with one. */
+  get endCode(): string | undefined {
+    return this.endedWith;
   }
 
   /** The door is stopping: `next` says so at once, whatever is still queued (another door replays it). */
@@ -236,16 +303,17 @@ export class FeedWatch {
 
   /**
    * The next event, `ended` once the session is gone, `door-stopping`, `fell-behind` once its
-   * reader left `WATCH_QUEUE_LIMIT` events untaken, `closed` once the watch is (its client went
-   * away), or `timeout` after `waitMs` of quiet.
+   * reader left `WATCH_QUEUE_LIMIT` events untaken, `missed` once events were lost to the bus,
+   * `closed` once the watch is (its client went away), or `timeout` after `waitMs` of quiet.
    */
-  async next(waitMs: number): Promise<SessionEvent | 'ended' | 'door-stopping' | 'fell-behind' | 'closed' | 'timeout'> {
+  async next(waitMs: number): Promise<SessionEvent | 'ended' | 'door-stopping' | 'fell-behind' | 'missed' | 'closed' | 'timeout'> {
     for (;;) {
       // A closed watch is told at once: waiting out `waitMs` for a client that is gone held a
       // stopping `mur run` for a whole heartbeat (15 s) after its watcher was killed.
       if (this.closed) return 'closed';
       if (this.stopping) return 'door-stopping';
       if (this.fellBehind) return 'fell-behind';
+      if (this.lost) return 'missed';
       const event = this.queue.shift();
       if (event) {
         this.queued.delete(event.id);

@@ -1,4 +1,13 @@
-import { RPC_ERRORS, type RpcError, type SessionEvent, type SessionReply, TERMINAL_TASK_STATES, TaskIdParamsSchema, type TaskView } from '@murmur/shared';
+import {
+  ERROR_CATALOGUE,
+  RPC_ERRORS,
+  type RpcError,
+  type SessionEvent,
+  type SessionReply,
+  TERMINAL_TASK_STATES,
+  TaskIdParamsSchema,
+  type TaskView,
+} from '@murmur/shared';
 import type { IncomingMessage } from 'node:http';
 import type { Context } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
@@ -116,7 +125,7 @@ export function streamMethods(timing: StreamTiming): {
           const ended = origin === 'existing' && TERMINAL_TASK_STATES.has(opened.state);
           return ended && !missed?.events?.some((event) => event.task_id === ids.id && event.final) ? 'done' : 'follow';
         },
-        ended: () => frame('status', renderStreamEvent(version, endedEvent(ids), sent)),
+        ended: (code) => frame('status', renderStreamEvent(version, endedEvent(ids, code), sent)),
         async event(next) {
           if (next.task_id !== ids.id) return 'follow';
           const rendered = renderStreamEvent(version, next, sent);
@@ -173,8 +182,8 @@ interface StreamTiming {
 interface FeedFollower {
   /** `done` when the opening said all there is to say. */
   opening(): Promise<'done' | 'follow'>;
-  /** The session ended while the stream was open. */
-  ended(): Promise<void>;
+  /** The session ended while the stream was open (with `code`, when its end carried one). */
+  ended(code: string | undefined): Promise<void>;
   event(next: SessionEvent): Promise<'done' | 'follow'>;
 }
 
@@ -204,12 +213,12 @@ function followWatch(
         const next = await watch.next(heartbeatMs);
         if (next === 'timeout') return 'follow';
         if (next === 'closed') return 'done';
-        if (next === 'door-stopping' || next === 'fell-behind') {
+        if (next === 'door-stopping' || next === 'fell-behind' || next === 'missed') {
           await delivered(sse.writeSSE({ event: 'error', data: JSON.stringify(rpcError(request.call.id, STREAM_CUT[next])) }));
           return 'done';
         }
         if (next === 'ended') {
-          await writes.ended();
+          await writes.ended(watch.endCode);
           return 'done';
         }
         return writes.event(next);
@@ -224,19 +233,37 @@ function followWatch(
 }
 
 /** Why a stream ends while its task goes on, in the error event it ends with: either way, resubscribe. */
-const STREAM_CUT: Readonly<Record<'door-stopping' | 'fell-behind', RpcError>> = {
+const STREAM_CUT: Readonly<Record<'door-stopping' | 'fell-behind' | 'missed', RpcError>> = {
   'door-stopping': {
     code: RPC_ERRORS.internal,
+    data: { murmur_code: 'E-DOOR-005' },
     message: 'Internal error: this door is shutting down; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) at any door',
   },
   'fell-behind': {
     code: RPC_ERRORS.internal,
+    data: { murmur_code: 'E-DOOR-005' },
     message: `Internal error: this stream's reader fell ${WATCH_QUEUE_LIMIT} events (or ${WATCH_QUEUE_LIMIT_BYTES / 1024 / 1024} MiB of them) behind, more than the door holds for one reader; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) with Last-Event-ID to continue where it stopped`,
+  },
+  missed: {
+    code: RPC_ERRORS.internal,
+    data: { murmur_code: 'E-DOOR-005' },
+    message:
+      'Internal error: the bus between this door and the session was away, and what the session said meanwhile could not be had again; the task goes on — resubscribe (tasks/resubscribe or SubscribeToTask) to read where it stands',
   },
 };
 
+/**
+ * What a task's last status says of a session that ended before the task did: that it ended, and
+ * with which code and what that code means (a crashed executor is not a stop) — never the end's own
+ * message, which names the executor's paths and logs.
+ */
+export function sessionEndedMessage(code: string | undefined): string {
+  const title = code === undefined ? undefined : (ERROR_CATALOGUE as Record<string, { title: string } | undefined>)[code]?.title;
+  return code === undefined ? 'session ended' : `session ended: ${code}${title ? ` (${title})` : ''}`;
+}
+
 /** The status a stream ends with when the session ended before its task did. */
-function endedEvent(task: Pick<TaskView, 'id' | 'context_id'>): SessionEvent {
+function endedEvent(task: Pick<TaskView, 'id' | 'context_id'>, code: string | undefined): SessionEvent {
   return {
     id: 0,
     type: 'status',
@@ -245,7 +272,7 @@ function endedEvent(task: Pick<TaskView, 'id' | 'context_id'>): SessionEvent {
     state: 'failed',
     final: true,
     time: new Date().toISOString(),
-    data: { id: task.id, context_id: task.context_id, status: { state: 'failed', message: 'session ended' }, final: true },
+    data: { id: task.id, context_id: task.context_id, status: { state: 'failed', message: sessionEndedMessage(code) }, final: true },
   };
 }
 
