@@ -17,7 +17,8 @@ import {
 } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { type CapabilityPolicy, hasControlCharacter } from '@murmur/shared';
+import { type CapabilityPolicy, MurmurError, hasControlCharacter } from '@murmur/shared';
+import { replaceableByOthers } from '@murmur/shared/node';
 import { executionClosure } from './elf.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
 import { type NamespaceProbe, SANDBOX_FILES, SECCOMP_FD, SPEC_FD, bubblewrapArguments, systemReadable } from './sandbox.js';
@@ -355,7 +356,7 @@ function readProbeCache(file: string, key: string): ConfineSupport | undefined {
 function writeProbeCache(file: string, key: string, support: ConfineSupport): void {
   const temporary = `${file}.${process.pid}.tmp`;
   try {
-    mkdirSync(path.dirname(file), { recursive: true });
+    mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
     writeFileSync(temporary, `${JSON.stringify({ key, support })}\n`);
     renameSync(temporary, file);
   } catch {
@@ -390,9 +391,19 @@ function executeOnlyNodePath(cacheDir: string): { source: string; size: number; 
 export function executeOnlyNode(cacheDir: string): string {
   const { source, size, target } = executeOnlyNodePath(cacheDir);
   const dir = path.dirname(target);
+  // What is made here is this user's alone (whatever the umask), and what is found is run only if
+  // no other user could have put it there: a copy is trusted by its size and mode, which another
+  // local user who could write on its way (a home made under `umask 000`, a cache dir of theirs)
+  // gave their own program, and the capsule host ran it.
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const unsafe = replaceableByOthers(target);
+  if (unsafe)
+    throw new MurmurError('E-IO-002', `the capsule host's node is kept at ${target}, which another user could replace: ${unsafe}`, {
+      path: target,
+      hint: `make every directory on the way this user's and not writable by others (chmod go-w <dir>; remove ${dir} if another user made it), or set MURMUR_CACHE_DIR to a directory of this user's`,
+    });
   const existing = statSync(target, { throwIfNoEntry: false });
   if (existing?.isFile() && existing.size === size && (existing.mode & 0o777) === 0o111) return target;
-  mkdirSync(dir, { recursive: true });
   const temporary = `${target}.${process.pid}.tmp`;
   try {
     copyFileSync(source, temporary);

@@ -1,10 +1,10 @@
 import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { confinementSpec, resolveShellBinaries } from '../src/confinement.js';
+import { confinementSpec, executeOnlyNode, resolveShellBinaries } from '../src/confinement.js';
 import { systemReadable, systemReadableUnder } from '../src/sandbox.js';
 import { executionClosure, interpreterOf } from '../src/elf.js';
 import { planNetwork } from '../src/network-plan.js';
@@ -194,5 +194,33 @@ describe('murmur-confine enter', () => {
     const withoutDrop = enter('no-drop', ['landlock 1']);
     expect(withoutDrop.status).toBe(125);
     expect(withoutDrop.ran).toBe(false);
+  });
+});
+
+describe("the capsule host's execute-only node", () => {
+  it('is made in directories of this user’s alone, whatever the umask, and is not run from where another user could have replaced it', () => {
+    const cache = mkdtempSync(path.join(os.tmpdir(), 'murmur-node-copy-'));
+    const previous = process.umask(0);
+    try {
+      const node = executeOnlyNode(cache);
+      for (const dir of [path.join(cache, 'runtime'), path.dirname(node)]) expect(statSync(dir).mode & 0o777, dir).toBe(0o700);
+      expect(statSync(node).mode & 0o777).toBe(0o111);
+      // A home or cache made writable by every user: whoever could write there could have put their
+      // own program in the copy's place, so it is refused, naming the directory.
+      chmodSync(path.join(cache, 'runtime'), 0o777);
+      expect(() => executeOnlyNode(cache)).toThrow(
+        expect.objectContaining({ code: 'E-IO-002', message: expect.stringContaining(`${path.join(cache, 'runtime')} may be written by every user (mode 0777)`) }),
+      );
+      chmodSync(path.join(cache, 'runtime'), 0o700);
+      expect(executeOnlyNode(cache)).toBe(node);
+      if (process.getuid?.() === 0) {
+        // A copy another user owns (planted before the directory was made safe) is not theirs to be run.
+        chownSync(node, 65534, 65534);
+        expect(() => executeOnlyNode(cache)).toThrow(expect.objectContaining({ code: 'E-IO-002', message: expect.stringContaining('belongs to uid 65534') }));
+      } else console.log('[confinement] not root: a copy another user owns cannot be made here, and is not checked');
+    } finally {
+      process.umask(previous);
+      rmSync(cache, { recursive: true, force: true });
+    }
   });
 });

@@ -6,6 +6,7 @@ export * from './cache-leftovers.js';
 export * from './beneath.js';
 export * from './home.js';
 export * from './locate.js';
+export * from './private-path.js';
 export * from './process.js';
 export * from './running.js';
 export * from './completion.js';
