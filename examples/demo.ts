@@ -101,9 +101,18 @@ const agent = spawn(mur, ['run', '--json'], {
   stdio: ['ignore', 'pipe', 'inherit'],
   env: { ...process.env, MURMUR_HOME: home, MURMUR_NATS_URL: '' },
 });
-const launchLine = await new Promise<string>((resolve, reject) => {
-  createInterface({ input: agent.stdout }).once('line', resolve);
-  agent.once('exit', (code) => reject(new Error(`mur run exited with ${code} before it launched`)));
+const launchLine = await new Promise<string>((resolve) => {
+  // Its refusal is on the terminal already (stderr is inherited): the demo stops as at any other step.
+  const refused = async (code: number | null): Promise<void> => {
+    process.stderr.write(`\nthe demo stopped: 'mur run' exited with ${code} before it launched\n`);
+    await model.close();
+    process.exit(code || 1);
+  };
+  agent.once('exit', refused);
+  createInterface({ input: agent.stdout }).once('line', (line) => {
+    agent.off('exit', refused);
+    resolve(line);
+  });
 });
 process.stdout.write(`${launchLine}\n`);
 const { url } = JSON.parse(launchLine) as { url: string };

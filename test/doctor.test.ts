@@ -267,6 +267,17 @@ describe('mur doctor in a capsule project', () => {
     expect(result.stdout).toContain('All checks passed.');
   });
 
+  it('fails, naming E-CFG-003, when MURMUR_CGROUP_PARENT names a cgroup no session group can be made under, which refuses every run', async () => {
+    const empty = path.join(scratch.dir, 'no-project-parent');
+    await fs.mkdir(empty, { recursive: true });
+    const result = await runMur(['doctor'], { cwd: empty, env: { ...env, MURMUR_CGROUP_PARENT: 'murmur-no-such-parent' } });
+    expect(result.code, result.stdout + result.stderr).toBe(1);
+    expect(markedLines(result.stdout, '✗', 'cgroups')).toHaveLength(1);
+    expect(result.stdout).toContain("every 'mur run' on this machine is refused (E-CFG-003): MURMUR_CGROUP_PARENT names 'murmur-no-such-parent'");
+    expect(result.stdout).toContain('Fix: make MURMUR_CGROUP_PARENT name a cgroup this user may create groups under');
+    expect(result.stdout).not.toContain('All checks passed.');
+  });
+
   it("warns, in upstream's words, about the grants a run would warn about or refuse, without failing", async () => {
     const dir = await capsuleProject(
       path.join(scratch.dir, 'postured'),

@@ -235,6 +235,41 @@ describe('mur run', () => {
     }
   });
 
+  it('says a sandbox that could no longer be made in bubblewrap’s words, with what to do, and probes the host again next time', async () => {
+    // A bubblewrap that works, then stops making namespaces: user namespaces turned off after the
+    // host's containment was probed and kept.
+    const bin = path.join(scratch.dir, 'failing-bwrap');
+    await fs.mkdir(bin, { recursive: true });
+    const failing = path.join(bin, 'fail');
+    await fs.writeFile(
+      path.join(bin, 'bwrap'),
+      `#!/bin/sh
+if [ -e ${failing} ]; then echo "bwrap: Creating new namespace failed: No space left on device" >&2; exit 1; fi
+exec bwrap "$@"
+`,
+      { mode: 0o755 },
+    );
+    const project = await probeProject(path.join(scratch.dir, 'sandbox-gone'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const runEnv = {
+      ...env,
+      MURMUR_HOME: path.join(scratch.dir, 'sandbox-gone-home'),
+      MURMUR_BWRAP: path.join(bin, 'bwrap'),
+      PROBE_ACTIONS: actions([{ op: 'print', text: 'ran' }]),
+    };
+    expect((await runMur(['run'], { cwd: project, env: runEnv })).code).toBe(0);
+    await fs.writeFile(failing, '');
+    const refused = await runMur(['run'], { cwd: project, env: runEnv });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(
+      "error[E-CAP-005]: the session's sandbox could not be made: bwrap: Creating new namespace failed: No space left on device",
+    );
+    expect(refused.stderr).toContain('hint: bubblewrap needs unprivileged user namespaces');
+    // Probed again: no namespaces, so the capsule runs at the class this host now achieves.
+    const again = await runMur(['run'], { cwd: project, env: runEnv });
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout).toContain('ran');
+  });
+
   it('reports a trap as status trapped', async () => {
     const project = await probeProject(path.join(scratch.dir, 'trap'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
     const result = await runMur(['run'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'trap' }]) } });

@@ -240,6 +240,23 @@ export async function doctorCommand(output: Output): Promise<number> {
     stdout.push(`No murmur.yaml in ${process.cwd()} or any parent directory: no artifacts to check.`);
   }
 
+  // A cgroup parent named where none can be made refuses every run on this machine, not only a
+  // capsule that can spawn (`probeHost` refuses it with E-CFG-003 when not only reporting).
+  const cgroupParent = env.MURMUR_CGROUP_PARENT?.trim();
+  if (cgroupParent && !host.probe.cgroups.support) {
+    const cgroups = host.lines.find((line) => line.label === 'cgroups');
+    if (cgroups) {
+      cgroups.mark = '✗';
+      cgroups.notes.splice(
+        0,
+        cgroups.notes.length,
+        `${host.probe.cgroups.reason}`,
+        `every 'mur run' on this machine is refused (E-CFG-003): MURMUR_CGROUP_PARENT names '${cgroupParent}'`,
+      );
+    }
+    tally.fixes.push(`make MURMUR_CGROUP_PARENT name a cgroup this user may create groups under (one delegated to it), or unset it`);
+  }
+
   const stack = await checkStack(env);
   if (stack.passed === true) tally.passed += 1;
   if (stack.passed === false) tally.fixes.push("start the stack's services, or unset MURMUR_NATS_URL to run everything in-process");

@@ -89,6 +89,13 @@ export function canSpawnSubprocesses(parts: SpawningParts): boolean {
   );
 }
 
+/** What bubblewrap says when it is there and the kernel refuses it a user namespace. */
+const USER_NAMESPACES_REFUSED = /bubblewrap \([^)]*\): [^;]*(namespace|Operation not permitted|Permission denied|No space left on device)/i;
+
+/** How unprivileged user namespaces are let back in, by what turns them off. */
+export const USER_NAMESPACES_HINT =
+  "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces above 0; on Ubuntu 23.10 and later, AppArmor's kernel.apparmor_restrict_unprivileged_userns=0)";
+
 /**
  * Why this host refuses a capsule that can spawn (`E-CAP-005` without namespaces, `E-RUN-012`
  * without a cgroup to bound the subprocess tree), in the order a launch checks them; empty when
@@ -123,7 +130,10 @@ export function subprocessRefusals(
         'E-CAP-005',
         `this host cannot give the capsule's subprocess tree its own namespaces, so capabilities.network.allow and the workdir boundary cannot be enforced for it: ${probe.namespaces.reason}`,
         {
-          hint: "install bubblewrap ('apt-get install bubblewrap'), or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly",
+          // bubblewrap there and refused its namespaces: installing it again changes nothing.
+          hint: USER_NAMESPACES_REFUSED.test(probe.namespaces.reason ?? '')
+            ? `bubblewrap is installed, and the kernel refused it user namespaces: ${USER_NAMESPACES_HINT}; or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly`
+            : "install bubblewrap ('apt-get install bubblewrap'), or remove shell.allow and native tools from the manifest to run the capsule as pure WebAssembly",
         },
       ),
     );
@@ -134,7 +144,7 @@ export function subprocessRefusals(
         'E-RUN-012',
         `this capsule can spawn native subprocesses but no cgroup could be created to bound them (${probe.cgroups.reason}); the runtime refuses to launch rather than run a subprocess tree with no aggregate memory/pids/cpu ceiling`,
         {
-          hint: 'run the executor where it may create cgroups (as root, or with a delegated cgroup subtree that has the memory, pids and cpu controllers)',
+          hint: 'run the executor where it may create cgroups: as root, or in a cgroup subtree delegated to its user that has the memory, pids and cpu controllers, named by MURMUR_CGROUP_PARENT (on cgroup v2 with systemd: systemd-run --user --scope -p Delegate=yes, then run there)',
         },
       ),
     );

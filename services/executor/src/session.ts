@@ -68,7 +68,7 @@ import { EgressPolicy } from './egress.js';
 import { EgressRecords } from './egress-records.js';
 import { HostEgress, isEgressRequest } from './host-egress.js';
 import type { OwnEndpoints } from './own-endpoints.js';
-import { canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
+import { USER_NAMESPACES_HINT, canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
 import { HostLink, messageType } from './host-link.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExecutorSettings } from './settings.js';
@@ -1218,6 +1218,19 @@ export class Session {
                 hint: "the host passed the sealed probe when the executor started and then failed to seal this session — check that nothing changed the host since (kernel, AppArmor, the container's security options); the executor probes again when it restarts",
               },
             ),
+          );
+          return;
+        }
+        // bubblewrap could not make the sandbox (user namespaces turned off since the executor's
+        // probe, a kernel's namespace limit reached): said in its words, and the probe's kept
+        // answer dropped, where every later run failed alike on an answer never asked again.
+        const sandboxFailure = code !== 0 && signal === null ? this.stderrTail.find((line) => line.startsWith('bwrap: ')) : undefined;
+        if (sandboxFailure) {
+          this.environment.confine.forget?.();
+          reject(
+            new MurmurError('E-CAP-005', `the session's sandbox could not be made: ${sandboxFailure}`, {
+              hint: `bubblewrap needs unprivileged user namespaces: ${USER_NAMESPACES_HINT}; the containment this host achieves is probed again at the next start ('mur doctor' says what it finds)`,
+            }),
           );
           return;
         }

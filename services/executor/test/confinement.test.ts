@@ -1,5 +1,18 @@
 import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -209,7 +222,10 @@ describe("the capsule host's execute-only node", () => {
       // own program in the copy's place, so it is refused, naming the directory.
       chmodSync(path.join(cache, 'runtime'), 0o777);
       expect(() => executeOnlyNode(cache)).toThrow(
-        expect.objectContaining({ code: 'E-IO-002', message: expect.stringContaining(`${path.join(cache, 'runtime')} may be written by every user (mode 0777)`) }),
+        expect.objectContaining({
+          code: 'E-IO-002',
+          message: expect.stringContaining(`${path.join(cache, 'runtime')} may be written by every user (mode 0777)`),
+        }),
       );
       chmodSync(path.join(cache, 'runtime'), 0o700);
       expect(executeOnlyNode(cache)).toBe(node);

@@ -1,7 +1,7 @@
 import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { probeHost } from '../src/host-probe.js';
+import { probeHost, subprocessRefusals } from '../src/host-probe.js';
 import { tempDir } from '../../../test/support/fs.js';
 
 let scratch: { dir: string; cleanup: () => Promise<void> };
@@ -69,5 +69,32 @@ describe('the host probe', () => {
     expect(probe.namespaces.reason).toContain(
       `bubblewrap (${old}) cannot bind a directory by descriptor, which it does since 0.7 (--ro-bind-fd: bwrap: Unknown option --ro-bind-fd); install bubblewrap 0.7 or later`,
     );
+  });
+});
+
+describe('a refusal of a capsule that can spawn', () => {
+  const noCgroups = { support: undefined, reason: 'EACCES on /sys/fs/cgroup/memory/murmur' } as unknown as Parameters<typeof subprocessRefusals>[1]['cgroups'];
+  const withoutNamespaces = (reason: string) => ({ namespaces: { tool: undefined, binary: undefined, reason }, cgroups: noCgroups });
+
+  it('says to turn user namespaces on where bubblewrap is installed and was refused them, and to install it only where it is missing', () => {
+    const refused = subprocessRefusals(
+      true,
+      withoutNamespaces(
+        'bubblewrap (bwrap): bwrap: Creating new namespace failed: No space left on device; unshare (unshare): unshare failed: Operation not permitted',
+      ),
+    );
+    expect(refused[0]).toMatchObject({
+      code: 'E-CAP-005',
+      hint: expect.stringContaining('bubblewrap is installed, and the kernel refused it user namespaces'),
+    });
+    expect(refused[0]?.hint).not.toContain('apt-get install bubblewrap');
+    const missing = subprocessRefusals(true, withoutNamespaces('bubblewrap (bwrap): spawnSync bwrap ENOENT; unshare (unshare): spawnSync unshare ENOENT'));
+    expect(missing[0]?.hint).toContain("install bubblewrap ('apt-get install bubblewrap')");
+  });
+
+  it('names MURMUR_CGROUP_PARENT where no cgroup can be made, the one way to point at a delegated subtree on cgroup v1', () => {
+    const refused = subprocessRefusals(true, { namespaces: { tool: 'bubblewrap', binary: 'bwrap', reason: undefined }, cgroups: noCgroups }, 1000);
+    expect(refused).toHaveLength(1);
+    expect(refused[0]).toMatchObject({ code: 'E-RUN-012', hint: expect.stringContaining('MURMUR_CGROUP_PARENT') });
   });
 });

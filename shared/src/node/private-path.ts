@@ -23,7 +23,8 @@ export function replaceableByOthers(file: string): string | undefined {
     if (each) {
       const mode = each.mode & 0o7777;
       if (!ownedSafely(each.uid)) return `${dir} belongs to uid ${each.uid}, not to this user (uid ${uid}) or root`;
-      if (mode & 0o022 && !(mode & 0o1000)) return `${dir} may be written by ${mode & 0o002 ? 'every user' : 'its group'} (mode ${mode.toString(8).padStart(4, '0')})`;
+      if (mode & 0o022 && !(mode & 0o1000))
+        return `${dir} may be written by ${mode & 0o002 ? 'every user' : 'its group'} (mode ${mode.toString(8).padStart(4, '0')})`;
     }
     if (dir === path.dirname(dir)) return undefined;
   }
