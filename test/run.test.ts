@@ -278,6 +278,14 @@ exec bwrap "$@"
     expect(result.stderr).toContain('error[E-RUN-001]: capsule execution trapped');
   });
 
+  it('says why a guest that wrote past check-write to a file stream trapped, where its worker was ended without a word', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'stream-trap'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const result = await runMur(['run'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'stream-zeroes', path: 'zeroes', count: 2 * 1024 * 1024 }]) } });
+    expect(result.code).toBe(1);
+    expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
+    expect(result.stderr).toContain(`wasi-io trap: a write of ${2 * 1024 * 1024} zeroes to a file, more than the 1048576 check-write permits`);
+  });
+
   it("begins its status line on a line of its own when the capsule's output left its last line open", async () => {
     const project = await capsuleProject(path.join(scratch.dir, 'forger'), 'name: forger\nversion: 0.1.0\n', (await forgingStatusCapsuleWat()).bytes);
     const result = await runMur(['run'], { cwd: project, env });

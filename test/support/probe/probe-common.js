@@ -350,6 +350,15 @@ async function commonAction(action, report) {
       return null;
     case 'stat':
       return plain(rootDescriptor().statAt(pathFlags(action), action.path));
+    case 'stream-zeroes': {
+      // Zeroes through a file's output stream in one call, as many as asked: past what check-write permits, a trap.
+      const file = rootDescriptor().openAt({ symlinkFollow: false }, action.path, { create: true }, { write: true });
+      const stream = file.writeViaStream(0n);
+      stream.blockingWriteZeroesAndFlush(BigInt(action.count));
+      dispose(stream);
+      dispose(file);
+      return null;
+    }
     case 'hold':
       heldFiles.push(rootDescriptor().openAt({ symlinkFollow: true }, action.path, { create: true }, { read: true, write: true }));
       return null;

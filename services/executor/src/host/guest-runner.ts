@@ -431,9 +431,11 @@ export class GuestRunner {
             for (const line of lines.push(message.stream, text)) this.options.sessionLog.line(`[${message.stream}] ${line}`);
           } else this.logOutput(lines, job.label, message.stream, message.bytes, bridge.outputGate);
         } else if (message.type === 'done') finish(message.outcome);
+        else if (message.type === 'trap') trapped = message.message;
       };
+      let trapped: string | undefined;
       const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
-      const onExit = (): void => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false });
+      const onExit = (): void => finish({ kind: 'trap', message: trapped ?? 'the guest worker exited without a result', memoryExhausted: false });
       const finish = (outcome: RunOutcome): void => {
         if (settled) return;
         settled = true;
@@ -511,9 +513,11 @@ export class ResidentGuest {
       const onMessage = (message: GuestMessage): void => {
         if (message.type === 'output') this.runner.logOutput(live.lines, this.spec.label, message.stream, message.bytes, live.outputGate);
         else if (message.type === 'done') finish(message.outcome);
+        else if (message.type === 'trap') trapped = message.message;
       };
+      let trapped: string | undefined;
       const onError = (error: Error): void => finish({ kind: 'trap', message: error.message, memoryExhausted: false });
-      const onExit = (): void => finish({ kind: 'trap', message: 'the guest worker exited without a result', memoryExhausted: false });
+      const onExit = (): void => finish({ kind: 'trap', message: trapped ?? 'the guest worker exited without a result', memoryExhausted: false });
       const timer = setTimeout(() => finish({ kind: 'deadline' }), remaining);
       const finish = (outcome: RunOutcome): void => {
         if (settled) return;

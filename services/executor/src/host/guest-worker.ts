@@ -4,7 +4,7 @@ import { BridgeClient } from './bridge.js';
 import { loadGlue } from './glue.js';
 import { GuestExit, buildImports, preloadImports } from './imports.js';
 import { GROW_DENIED_EXPORT } from './grow-watch.js';
-import { closeGuestFiles } from './in-thread-io.js';
+import { closeGuestFiles, onIoTrap } from './in-thread-io.js';
 import { InstanceLimitError, MemoryLimitError, TableLimitError, compileCoreModule } from './memory-limit.js';
 import { enterOutputGate } from './output-gate.js';
 
@@ -65,7 +65,9 @@ export type GuestOutcome =
 export type GuestMessage =
   | { type: 'output'; stream: 'stdout' | 'stderr'; bytes: Uint8Array }
   | { type: 'done'; outcome: GuestOutcome }
-  | { type: 'preloaded'; id: number };
+  | { type: 'preloaded'; id: number }
+  /** Why the worker is about to end without a result: a trap of its I/O that the shim ends the worker for. */
+  | { type: 'trap'; message: string };
 
 const CAPSULE_EXPORT = 'murmur:capsule/run@0.1.0';
 const TOOL_EXPORT = 'murmur:tool/run@0.1.0';
@@ -75,6 +77,9 @@ const PAGE = 65_536;
 function post(message: GuestMessage): void {
   parentPort?.postMessage(message);
 }
+
+// Said before the shim ends this worker for it, so that the session says why its guest stopped.
+onIoTrap((message) => post({ type: 'trap', message }));
 
 /** This worker's output gate, from its first job on. */
 let keptOutputGate: Int32Array | undefined;

@@ -259,7 +259,8 @@ export class InThreadIo {
       case c.OUTPUT_STREAM_WRITE_ZEROES:
       case c.OUTPUT_STREAM_BLOCKING_WRITE_ZEROES_AND_FLUSH:
         // Held to the permit before the zeroes are made: the length is the guest's to choose.
-        if (BigInt(payload as bigint) > BigInt(STREAM_BUDGET)) throw new Error('wasi-io trap: a write larger than check-write allowed');
+        if (BigInt(payload as bigint) > BigInt(STREAM_BUDGET))
+          throw new Error(`${IO_TRAP} a write of ${payload} zeroes to a file, more than the ${STREAM_BUDGET} check-write permits`);
         this.writeStream(id, new Uint8Array(Number(payload)));
         return undefined;
       case c.OUTPUT_STREAM_FLUSH:
@@ -370,7 +371,7 @@ export class InThreadIo {
   private writeStream(id: number | null, bytes: Uint8Array): void {
     const stream = this.stream(id, 'output');
     // The stream's contract: never more than `check-write` allowed. A guest that writes more is broken.
-    if (bytes.byteLength > STREAM_BUDGET) throw new Error('wasi-io trap: a write larger than check-write allowed');
+    if (bytes.byteLength > STREAM_BUDGET) throw new Error(`${IO_TRAP} a write of ${bytes.byteLength} bytes to a file, more than the ${STREAM_BUDGET} check-write permits`);
     try {
       stream.position += BigInt(this.writeAt(this.file(stream.file).fd, bytes, stream.position));
     } catch (error) {
@@ -449,6 +450,9 @@ class InThreadWorker {
     try {
       reply = { cid, result: this.io.answer(...args) };
     } catch (error) {
+      // A trap the shim does not pass on: for what is no stream error it traces and ends the worker
+      // (`exit(1)`), and the session said only that its worker exited without a result.
+      if (error instanceof Error && error.message.startsWith(IO_TRAP)) ioTrapListener?.(error.message);
       reply = { cid, error, properties: error && typeof error === 'object' ? { ...error } : undefined };
     }
     this.port.postMessage(reply);
@@ -492,6 +496,15 @@ export function loadShimIo(): Promise<typeof import('@bytecodealliance/preview2-
     }
   })();
   return shimIo;
+}
+
+/** How an error the host throws as a guest's trap begins (`wasi-io trap: a write larger than …`). */
+const IO_TRAP = 'wasi-io trap:';
+let ioTrapListener: ((message: string) => void) | undefined;
+
+/** Who is told of a trap of the guest's I/O as it is thrown: the worker, which the shim then ends. */
+export function onIoTrap(listener: (message: string) => void): void {
+  ioTrapListener = listener;
 }
 
 /** Closes the files the instance that just ended left open (`InThreadIo.closeAll`). */
