@@ -280,10 +280,34 @@ exec bwrap "$@"
 
   it('says why a guest that wrote past check-write to a file stream trapped, where its worker was ended without a word', async () => {
     const project = await probeProject(path.join(scratch.dir, 'stream-trap'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
-    const result = await runMur(['run'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'stream-zeroes', path: 'zeroes', count: 2 * 1024 * 1024 }]) } });
+    const result = await runMur(['run'], {
+      cwd: project,
+      env: { ...env, PROBE_ACTIONS: actions([{ op: 'stream-zeroes', path: 'zeroes', count: 2 * 1024 * 1024 }]) },
+    });
     expect(result.code).toBe(1);
     expect(result.stdout.trim().split('\n').at(-1)).toBe('status:  trapped');
     expect(result.stderr).toContain(`wasi-io trap: a write of ${2 * 1024 * 1024} zeroes to a file, more than the 1048576 check-write permits`);
+  });
+
+  it("answers a positioned read it cannot make with the filesystem's error code, never a trap in node's words", async () => {
+    const project = await probeProject(path.join(scratch.dir, 'pread-codes'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const reads = [
+      { op: 'write', path: 'file.txt', text: 'five!' },
+      { op: 'mkdir', path: 'dir' },
+      { op: 'pread', path: 'file.txt' },
+      { op: 'pread', path: 'dir', directory: true },
+      { op: 'pread', path: 'file.txt', write: true },
+      { op: 'pread', path: 'file.txt', offset: '18446744073709551615' },
+      { op: 'print', text: 'still running' },
+    ];
+    const result = await runMur(['run'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions(reads) } });
+    expect(result.code, result.stderr).toBe(0);
+    const [read, fromDirectory, fromWriteOnly, pastAnyOffset] = probeResults(result.stdout).filter((each) => each.op === 'pread');
+    expect(read).toMatchObject({ ok: true, value: { bytes: 5, eof: false } });
+    expect(fromDirectory).toMatchObject({ ok: false, error: expect.stringContaining('is-directory') });
+    expect(fromWriteOnly).toMatchObject({ ok: false, error: expect.stringContaining('bad-descriptor') });
+    expect(pastAnyOffset).toMatchObject({ ok: false, error: expect.stringContaining('invalid') });
+    expect(result.stdout).toContain('still running');
   });
 
   it("begins its status line on a line of its own when the capsule's output left its last line open", async () => {

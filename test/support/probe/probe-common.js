@@ -359,6 +359,21 @@ async function commonAction(action, report) {
       dispose(file);
       return null;
     }
+    case 'pread': {
+      // One positioned read through a descriptor opened as asked: what `read` answers, or its error code.
+      const opened = rootDescriptor().openAt(
+        { symlinkFollow: false },
+        action.path,
+        action.directory ? { directory: true } : {},
+        action.write ? { write: true } : { read: true },
+      );
+      try {
+        const [bytes, eof] = opened.read(BigInt(action.length ?? 16), BigInt(action.offset ?? 0));
+        return { bytes: bytes.byteLength, eof };
+      } finally {
+        dispose(opened);
+      }
+    }
     case 'hold':
       heldFiles.push(rootDescriptor().openAt({ symlinkFollow: true }, action.path, { create: true }, { read: true, write: true }));
       return null;

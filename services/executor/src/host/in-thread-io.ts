@@ -129,6 +129,38 @@ function offsetOf(position: bigint): number {
   return Number(position);
 }
 
+/**
+ * `fn`'s failure as the `wasi:filesystem` error code a guest is given. The shim passes on what
+ * these calls throw (`read`, `write`, `set-size`) without turning it into a code, as it does for
+ * its other calls: node's own error was a trap, saying `EISDIR` or a descriptor's number.
+ */
+function asErrorCode<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (error) {
+    if (error instanceof RangeError) throw 'file-too-large';
+    throw FILESYSTEM_ERROR_CODES[(error as NodeJS.ErrnoException).code ?? ''] ?? 'io';
+  }
+}
+
+const FILESYSTEM_ERROR_CODES: Readonly<Record<string, string>> = {
+  EACCES: 'access',
+  EPERM: 'not-permitted',
+  EAGAIN: 'would-block',
+  EBADF: 'bad-descriptor',
+  EFBIG: 'file-too-large',
+  EINVAL: 'invalid',
+  EIO: 'io',
+  EISDIR: 'is-directory',
+  ENOSPC: 'insufficient-space',
+  EDQUOT: 'quota',
+  EROFS: 'read-only',
+  ENXIO: 'no-such-device',
+  ESPIPE: 'invalid-seek',
+  ETXTBSY: 'text-file-busy',
+  EOVERFLOW: 'overflow',
+};
+
 /** A call the shim made that this host does not answer: the guest traps. */
 function refused(what: string): Error {
   return new Error(`wasi-io trap: ${what} is not offered in this sandbox`);
@@ -182,19 +214,19 @@ export class InThreadIo {
       case c.FILESYSTEM_DESCRIPTOR_GET_TYPE:
         return typeOf(fstatSync(this.file(id).fd, { bigint: true }));
       case c.FILESYSTEM_DESCRIPTOR_SET_SIZE:
-        return ftruncateSync(this.file(id).fd, Number(payload));
+        return asErrorCode(() => ftruncateSync(this.file(id).fd, Number(payload)));
       case c.FILESYSTEM_DESCRIPTOR_SET_TIMES: {
         const { atime, mtime } = payload as { atime: number | Date; mtime: number | Date };
         return futimesSync(this.file(id).fd, atime, mtime);
       }
       case c.FILESYSTEM_DESCRIPTOR_READ: {
         const { length, offset } = payload as { length: number | bigint; offset: number | bigint };
-        const bytes = this.readAt(this.file(id).fd, Number(length), BigInt(offset));
+        const bytes = asErrorCode(() => this.readAt(this.file(id).fd, Number(length), BigInt(offset)));
         return { bytes, eof: bytes.byteLength === 0 };
       }
       case c.FILESYSTEM_DESCRIPTOR_WRITE: {
         const { buffer, offset } = payload as { buffer: Uint8Array; offset: number | bigint };
-        return this.writeAt(this.file(id).fd, buffer, BigInt(offset));
+        return asErrorCode(() => this.writeAt(this.file(id).fd, buffer, BigInt(offset)));
       }
       case c.FILESYSTEM_DESCRIPTOR_STAT: {
         const stats = fstatSync(this.file(id).fd, { bigint: true });
@@ -371,7 +403,8 @@ export class InThreadIo {
   private writeStream(id: number | null, bytes: Uint8Array): void {
     const stream = this.stream(id, 'output');
     // The stream's contract: never more than `check-write` allowed. A guest that writes more is broken.
-    if (bytes.byteLength > STREAM_BUDGET) throw new Error(`${IO_TRAP} a write of ${bytes.byteLength} bytes to a file, more than the ${STREAM_BUDGET} check-write permits`);
+    if (bytes.byteLength > STREAM_BUDGET)
+      throw new Error(`${IO_TRAP} a write of ${bytes.byteLength} bytes to a file, more than the ${STREAM_BUDGET} check-write permits`);
     try {
       stream.position += BigInt(this.writeAt(this.file(stream.file).fd, bytes, stream.position));
     } catch (error) {
