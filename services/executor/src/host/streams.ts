@@ -16,7 +16,8 @@ export function readyPollable(): unknown {
   return monotonicClock.subscribeDuration(0n);
 }
 
-const CLOSED = { tag: 'closed' } as const;
+/** A stream's end, as WASI's stream-error says it. */
+export const CLOSED = { tag: 'closed' } as const;
 
 export class MemoryInputStream extends BaseInput {
   private offset = 0;

@@ -1,7 +1,7 @@
 import { types as shimHttpTypes } from '@bytecodealliance/preview2-shim/http';
 import { type BodyCalls, RelayedBodyStream } from './relayed-body.js';
 import { REQUEST_BODY_LIMIT_BYTES } from './request-body.js';
-import { SinkOutputStream, readyPollable } from './streams.js';
+import { CLOSED, SinkOutputStream, readyPollable } from './streams.js';
 
 /**
  * `wasi:http/types` and `wasi:http/outgoing-handler` for a guest whose every request leaves
@@ -37,6 +37,11 @@ interface ShimFields {
   entries(): Array<[string, Uint8Array]>;
 }
 
+/** RFC 9110's token: what a method may be. */
+const HTTP_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** A request target's characters: visible ASCII, no space (anything else is percent-encoded by whoever builds it). */
+const REQUEST_TARGET = /^[\x21-\x7e]*$/;
+
 const Fields = shimHttpTypes.Fields as unknown as { fromList(entries: Array<[string, Uint8Array]>): ShimFields; new (): ShimFields };
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -53,6 +58,11 @@ class OutgoingBody {
   /** Every byte the guest wrote, kept or not. */
   written = 0;
   finished = false;
+  /** Its request was relayed: what is written after would be sent nowhere. */
+  sent = false;
+
+  /** `declaredLength`: the request's `content-length`, which `finish` holds the body to. */
+  constructor(private readonly declaredLength: () => number | undefined) {}
 
   write(): SinkOutputStream {
     if (this.streamTaken) throw undefined;
@@ -61,6 +71,8 @@ class OutgoingBody {
   }
 
   private take(bytes: Uint8Array): void {
+    // Said as the stream closed, never taken and dropped: the request went with what it had.
+    if (this.sent) throw CLOSED;
     this.written += bytes.byteLength;
     if (this.written > REQUEST_BODY_LIMIT_BYTES) {
       // Nothing of an oversized body will be sent: what was kept is let go at once.
@@ -76,8 +88,19 @@ class OutgoingBody {
     return this.kept === 0 ? new Uint8Array() : Buffer.concat(this.chunks, this.kept);
   }
 
+  /**
+   * The body is whole. A `content-length` it does not match fails here (WASI's contract), where
+   * the host rewrote the header to what was written and sent a request the guest never declared.
+   */
   static finish(body: OutgoingBody): void {
+    const declared = body.declaredLength();
+    if (declared !== undefined && declared !== body.written) throw { tag: 'HTTP-request-body-size', val: BigInt(body.written) };
     body.finished = true;
+  }
+
+  /** Taken and written to, and never finished: dropped part-way, or waited on before it was whole. */
+  get unfinished(): boolean {
+    return this.streamTaken && this.written > 0 && !this.finished;
   }
 
   [Symbol.dispose](): void {}
@@ -89,9 +112,16 @@ class OutgoingRequest {
   private pathValue: string | undefined;
   private authorityValue: string | undefined;
   private bodyTaken = false;
-  readonly outgoingBody = new OutgoingBody();
+  readonly outgoingBody = new OutgoingBody(() => this.declaredLength());
 
   constructor(private readonly headerFields: ShimFields) {}
+
+  private declaredLength(): number | undefined {
+    const value = this.headerFields.entries().find(([name]) => name.toLowerCase() === 'content-length')?.[1];
+    if (value === undefined) return undefined;
+    const text = decoder.decode(value).trim();
+    return /^\d+$/.test(text) ? Number(text) : undefined;
+  }
 
   body(): OutgoingBody {
     if (this.bodyTaken) throw undefined;
@@ -103,7 +133,9 @@ class OutgoingRequest {
     return this.methodValue;
   }
 
+  /** A method of its own must be an HTTP token: anything else (a space, a line break) is refused here, as WASI has it. */
   setMethod(method: Variant): void {
+    if (method.tag === 'other' && !HTTP_TOKEN.test(String(method.val))) throw undefined;
     this.methodValue = method;
   }
 
@@ -111,7 +143,9 @@ class OutgoingRequest {
     return this.pathValue;
   }
 
+  /** A path that is not one (a space, a control character: what a URL would quietly re-encode into another path) is refused. */
   setPathWithQuery(path: string | undefined): void {
+    if (path !== undefined && !REQUEST_TARGET.test(path)) throw undefined;
     this.pathValue = path;
   }
 
@@ -144,9 +178,10 @@ class OutgoingRequest {
         : this.schemeValue.tag === 'other'
           ? String(this.schemeValue.val).toLowerCase()
           : this.schemeValue.tag.toLowerCase();
-    const method = this.methodValue.tag === 'other' ? String(this.methodValue.val) : this.methodValue.tag;
+    // A method of the guest's own is sent as it is: methods are case-sensitive.
+    const method = this.methodValue.tag === 'other' ? String(this.methodValue.val) : this.methodValue.tag.toUpperCase();
     return {
-      method: method.toUpperCase(),
+      method,
       url: `${scheme}://${this.authorityValue}${this.pathValue ?? '/'}`,
       headers: this.headerFields.entries().map(([name, value]) => [name, decoder.decode(value)]),
       body: this.outgoingBody.bytes(),
@@ -284,6 +319,18 @@ export function relayedHttp(
       const refusal = check(target.url);
       if (refusal) throw refusal;
       return new FutureIncomingResponse(() => {
+        // A body is sent whole: one waited on before it was finished, or dropped part-way, would
+        // go out cut short as if it were complete (WASI: a body dropped unfinished is an error).
+        const body = request.outgoingBody;
+        body.sent = true;
+        if (body.unfinished)
+          return {
+            tag: 'err',
+            val: {
+              tag: 'internal-error',
+              val: 'the request body was not finished (outgoing-body.finish) before its response was waited on: a body is sent whole, and this one would have gone cut short',
+            },
+          };
         const relayed = request.relayed();
         if ('tag' in relayed) return { tag: 'err', val: relayed };
         const outcome = send(relayed);
