@@ -355,7 +355,21 @@ describe('mur doctor in a capsule project', () => {
     expect(result.stdout).toContain('  !  cgroups       this user cannot make a session cgroup with memory, pids and cpu limits\n');
     expect(result.stderr).toContain("[mur doctor] warning[E-CAP-005]: this host cannot give the capsule's subprocess tree its own namespaces");
     expect(result.stderr).toContain('[mur doctor] warning[E-RUN-012]: this capsule can spawn native subprocesses but no cgroup could be created to bound them');
-    expect(result.stderr).toContain('Nothing in murmur.yaml can change it — the refusal is about this machine, not the manifest.');
+    expect(result.stderr).toContain('Nothing in murmur.yaml can change it — the refusal is about the machine, not the manifest.');
+    // With a stack named, the prediction is said to be this machine's, not the stack executor's.
+    const withStack = await runMur(['doctor'], {
+      cwd: dir,
+      env: {
+        ...env,
+        MURMUR_BWRAP: 'none',
+        MURMUR_UNSHARE: 'none',
+        MURMUR_CGROUP_ROOT: path.join(scratch.dir, 'no-cgroups'),
+        MURMUR_NATS_URL: 'nats://127.0.0.1:9',
+      },
+    });
+    expect(withStack.stderr).toContain(
+      "will refuse this capsule on this host until that is resolved — on this machine: `mur run` against the stack at nats://127.0.0.1:9 is judged by its executor's host, which 'mur doctor' does not see.",
+    );
   });
 
   it('warns about a staged_runtime below the sealed floor, and mur run refuses it with the same E-CAP-004', async () => {

@@ -80,7 +80,11 @@ function predictedRefusal(output: Output, refusal: MurmurError, consequence: str
 }
 
 /** The warnings and predicted refusals, in the order staging would reach them. */
-function warnAboutPosture(project: Project, host: HostProbe, assessment: ContainmentAssessment, output: Output): void {
+function warnAboutPosture(project: Project, host: HostProbe, assessment: ContainmentAssessment, output: Output, stackUrl: string | undefined): void {
+  // The host judged is this one: a run against a stack is judged by its executor's, on its machine.
+  const where = stackUrl
+    ? ` — on this machine: \`mur run\` against the stack at ${stackUrl} is judged by its executor's host, which 'mur doctor' does not see`
+    : '';
   const { policy } = project;
   const { declared } = assessment;
   // What staging says of the manifest, in its words (the artifacts as declared: doctor resolves none).
@@ -95,7 +99,11 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
   }
   for (const gap of toolchainHelperGaps(policy, declared)) output.warn({ code: 'W-SEC-012', message: toolchainHelperWarning(gap) });
   if (!assessment.floorMet) {
-    predictedRefusal(output, containmentRefusal(assessment), '`mur run` will refuse this capsule here — `mur run --explain-scope` shows what this host gives.');
+    predictedRefusal(
+      output,
+      containmentRefusal(assessment),
+      `\`mur run\` will refuse this capsule here — \`mur run --explain-scope\` shows what this host gives${where}.`,
+    );
   }
   // Native tools are subprocesses too: their packaging is known once the artifacts are resolved.
   const artifacts = project.checks.flatMap((check) => ('stored' in check.verdict ? [{ role: check.role, packaging: check.verdict.stored.meta.runtime }] : []));
@@ -104,7 +112,7 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
     predictedRefusal(
       output,
       refusal,
-      '`mur run` will refuse this capsule on this host until that is resolved. Nothing in murmur.yaml can change it — the refusal is about this machine, not the manifest.',
+      `\`mur run\` will refuse this capsule on this host until that is resolved${where}. Nothing in murmur.yaml can change it — the refusal is about the machine, not the manifest.`,
     );
   }
 }
@@ -224,7 +232,7 @@ export async function doctorCommand(output: Output): Promise<number> {
   if (project) {
     const floors = configuredContainment(env, project.root).map((entry) => entry.containment);
     const assessment = assessContainment(host.probe.containment, project.policy, strongestFloor(project.policy.containment, ...floors));
-    warnAboutPosture(project, host.probe, assessment, output);
+    warnAboutPosture(project, host.probe, assessment, output, env.MURMUR_NATS_URL?.trim() || undefined);
     const packing = await packingRefusal(project.root);
     if (packing) {
       predictedRefusal(output, packing, '`mur stage` and `mur run` will refuse this project as it is: nothing of it is staged.');
