@@ -141,14 +141,7 @@ describe('the warm pool', () => {
     try {
       const plan = await stage(await probeProject(path.join(scratch.dir, 'died-waiting'), ''));
       await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
-      const warm = await eventually(
-        () => {
-          const pids = pooledSandbox(home);
-          return pids.length > 0 ? pids : undefined;
-        },
-        10_000,
-        'the warm sandbox’s processes',
-      );
+      const warm = await warmSandbox(home);
       const poolGroup = groupOf(warm[0] as number);
       // What the OOM killer or an operator's kill does to a host nobody has taken yet.
       for (const pid of warm) process.kill(pid, 'SIGKILL');
@@ -265,14 +258,7 @@ describe('the warm pool', () => {
       );
       const plan = await stage(await agentProject(path.join(scratch.dir, 'refused-threaded'), manifest));
       await eventually(() => executor.warmHosts() === 1 || undefined, 20_000, 'a warm host');
-      const warm = await eventually(
-        () => {
-          const pids = pooledSandbox(home);
-          return pids.length > 0 ? pids : undefined;
-        },
-        10_000,
-        'the warm sandbox’s processes',
-      );
+      const warm = await warmSandbox(home);
       const poolGroup = groupOf(warm[0] as number);
       const sessionId = newSessionId();
       const refused = bus.request(
@@ -409,6 +395,18 @@ function findHost(workdirs: string): { pid: number; workdir: string } | undefine
 /** The processes of a warm sandbox whose workdirs are under `base` (its staging view is mounted in each). */
 function pooledSandbox(base: string): number[] {
   return processIds().filter((pid) => procFile(pid, 'mountinfo')?.includes(` ${base} /.murmur-attach `) === true);
+}
+
+/** The processes of the warm sandbox whose workdirs are under `home`, once there are any. */
+function warmSandbox(home: string): Promise<number[]> {
+  return eventually(
+    () => {
+      const pids = pooledSandbox(home);
+      return pids.length > 0 ? pids : undefined;
+    },
+    10_000,
+    'the warm sandbox’s processes',
+  );
 }
 
 /** The directory of the warm sandbox group `pid` runs in: cgroup v2's one hierarchy, or v1's memory controller. */

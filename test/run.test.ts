@@ -184,21 +184,20 @@ describe('mur run', () => {
     expect(groups).toBe('');
   });
 
-  it("says a session was stopped when a terminal's Ctrl-C reaches its host too, as it does a host outside bubblewrap", async () => {
-    const project = await probeProject(path.join(scratch.dir, 'interrupted-group'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
-    // Its own process group, as a terminal's foreground job is: the interrupt goes to the whole group.
+  /** `mur run` in `project` in a process group of its own, as a terminal's foreground job is: an interrupt goes to the whole group. */
+  function runInOwnGroup(project: string, extraEnv: Record<string, string>) {
     const child = stopAfterFile(
-      spawn(murBin, ['run'], {
-        cwd: project,
-        detached: true,
-        env: { PATH: process.env.PATH ?? '', ...env, MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none', PROBE_ACTIONS: actions([{ op: 'spin' }]) },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      }),
+      spawn(murBin, ['run'], { cwd: project, detached: true, env: { PATH: process.env.PATH ?? '', ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] }),
     );
     const output = { stdout: '', stderr: '' };
     child.stdout.on('data', (chunk: Buffer) => (output.stdout += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (output.stderr += chunk.toString()));
-    const exited = once(child, 'close');
+    return { child, output, exited: once(child, 'close') };
+  }
+
+  it("says a session was stopped when a terminal's Ctrl-C reaches its host too, as it does a host outside bubblewrap", async () => {
+    const project = await probeProject(path.join(scratch.dir, 'interrupted-group'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
+    const { child, output, exited } = runInOwnGroup(project, { MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none', PROBE_ACTIONS: actions([{ op: 'spin' }]) });
     await untilSaid(child, 'stdout', (text) => /session: (ses_\w+)/.exec(text)?.[1]);
     process.kill(-(child.pid as number), 'SIGINT');
     const [code] = (await exited) as [number | null];
@@ -214,18 +213,7 @@ describe('mur run', () => {
     // of its start (each of these landed somewhere else on this machine: refused as a failure, a 30 s
     // wait, a stop after the launch).
     for (const delayMs of [0, 25, 50, 100, 150]) {
-      const child = stopAfterFile(
-        spawn(murBin, ['run'], {
-          cwd: project,
-          detached: true,
-          env: { PATH: process.env.PATH ?? '', ...env, MURMUR_EXECUTOR_POOL: '0', MURMUR_TIMING: '1', PROBE_ACTIONS: actions([{ op: 'spin' }]) },
-          stdio: ['ignore', 'pipe', 'pipe'],
-        }),
-      );
-      const output = { stdout: '', stderr: '' };
-      child.stdout.on('data', (chunk: Buffer) => (output.stdout += chunk.toString()));
-      child.stderr.on('data', (chunk: Buffer) => (output.stderr += chunk.toString()));
-      const exited = once(child, 'close');
+      const { child, output, exited } = runInOwnGroup(project, { MURMUR_EXECUTOR_POOL: '0', MURMUR_TIMING: '1', PROBE_ACTIONS: actions([{ op: 'spin' }]) });
       await untilSaid(child, 'stderr', (text) => (/\[timing\] launch asked/.test(text) ? true : undefined));
       await new Promise((resolve) => setTimeout(resolve, delayMs));
       process.kill(-(child.pid as number), 'SIGINT');
