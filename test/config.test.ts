@@ -161,8 +161,49 @@ describe('mur config', () => {
     await fs.writeFile(projectFile, aliased);
     const alias = await mur(['set', 'registry.default', 'local']);
     expect(alias.code).toBe(1);
-    expect(alias.stderr).toContain(`error[E-CFG-003]: ${projectFile}: 'registry' is an alias (*d)`);
+    expect(alias.stderr).toContain(`error[E-CFG-003]: ${projectFile} holds a YAML anchor or alias (&d)`);
     expect(await fs.readFile(projectFile, 'utf8')).toBe(aliased);
+    // A value anchored under one key and aliased under another: setting one would change both.
+    const shared = 'registry:\n  index_url: &u https://index.example.com/index.json\ninference:\n  endpoint: *u\n';
+    await fs.writeFile(projectFile, shared);
+    const through = await mur(['set', 'registry.index_url', './local-index.json']);
+    expect(through.code).toBe(1);
+    expect(through.stderr).toContain(`error[E-CFG-003]: ${projectFile} holds a YAML anchor or alias (&u)`);
+    expect(await fs.readFile(projectFile, 'utf8')).toBe(shared);
+  });
+
+  it('keeps every key of sets made at once, each taking its turn at the file', async () => {
+    const { mur, globalFile } = await place();
+    const keys = ['registry.default', 'registry.index_url', 'inference.provider', 'inference.model'];
+    const sets = await Promise.all(keys.map((key) => mur(['set', '-g', key, key === 'registry.index_url' ? 'https://example.com/index.json' : 'v'])));
+    for (const set of sets) expect(set.code, set.stderr).toBe(0);
+    const text = await fs.readFile(globalFile, 'utf8');
+    for (const key of keys) expect(text, key).toContain(`${key.split('.')[1]}: `);
+  });
+
+  it('refuses an endpoint with credentials in its URL, and says which keys it keeps but nothing reads', async () => {
+    const { mur, projectFile } = await place();
+    const credentialed = await mur(['set', 'inference.endpoint', 'https://user:hunter2@api.example.com/v1']);
+    expect(credentialed.code).toBe(1);
+    expect(credentialed.stderr).toContain("error[E-CFG-003]: the value for 'inference.endpoint' carries credentials in its URL");
+    expect(credentialed.stderr).not.toContain('hunter2');
+    await expect(fs.stat(projectFile)).rejects.toThrow();
+    const unread = await mur(['set', 'registry.default', 'remote']);
+    expect(unread.code, unread.stderr).toBe(0);
+    expect(unread.stderr).toContain('note: registry.default is kept in the configuration, but this runtime reads it nowhere');
+    expect((await mur(['set', 'registry.index_url', 'https://example.com/index.json'])).stderr).not.toContain('note:');
+  });
+
+  it('refuses a configuration that is a link to nothing, where it was read as none and its containment floor dropped', async () => {
+    const { home, project, mur, globalFile } = await place();
+    await fs.mkdir(home, { recursive: true });
+    await fs.symlink(path.join(home, 'not-mounted', 'config.yaml'), globalFile);
+    const read = await mur(['get', 'registry.default']);
+    expect(read.code).toBe(1);
+    expect(read.stderr).toContain(`error[E-IO-002]: ${globalFile} is a link to nothing`);
+    const explained = await runMur(['run', '--explain-scope'], { cwd: project, env: { MURMUR_HOME: home } });
+    expect(explained.code).toBe(1);
+    expect(explained.stderr).toContain(`error[E-IO-002]: ${globalFile} is a link to nothing`);
   });
 
   it('keeps the mode of the project file it edits, and writes a global file that is a link where the link leads, refusing a link to nothing', async () => {
@@ -184,7 +225,7 @@ describe('mur config', () => {
     await fs.rm(dotfile);
     const dangling = await mur(['set', '-g', 'inference.model', 'm3']);
     expect(dangling.code).toBe(1);
-    expect(dangling.stderr).toContain(`error[E-IO-002]: cannot write ${globalFile}: it is a link to ${dotfile}, which does not exist`);
+    expect(dangling.stderr).toContain(`error[E-IO-002]: ${globalFile} is a link to nothing (${dotfile})`);
     expect(await fs.readlink(globalFile)).toBe(dotfile);
   });
 

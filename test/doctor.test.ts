@@ -255,6 +255,9 @@ describe('mur doctor in a capsule project', () => {
     expect(result.stderr).toContain(
       "[mur doctor] warning[E-CAP-003]: declared containment class 'sealed' is not achievable on this host (achieved: 'advisory')",
     );
+    // Not "all passed": the run it predicts is refused.
+    expect(result.stdout).toContain('All checks of the project passed, but `mur run` would refuse it on this host: the warning above says why.');
+    expect(result.stdout).not.toContain('All checks passed.');
   });
 
   it('still reports the host outside any capsule project, and exits 0', async () => {

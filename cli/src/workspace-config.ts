@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
 import { type ConfigKey, type Containment, MurmurError, effectiveConfigValue, parseWorkspaceConfig } from '@murmur/shared';
 import { parseDocument } from 'yaml';
@@ -12,11 +12,26 @@ export function workspaceConfigFiles(env: NodeJS.ProcessEnv, cwd: string): strin
   return [path.join(murmurHome(env), 'config.yaml'), path.join(cwd, '.murmur', 'config.yaml')];
 }
 
+/**
+ * Whether `file` is there to be read: false when absent, refused (`E-IO-002`) when it is a link to
+ * nothing — a global config on a volume not mounted yet, whose `containment: sealed` was read as no
+ * floor at all, and the capsule ran at the host's lowest.
+ */
+function configPresent(file: string): boolean {
+  if (existsSync(file)) return true;
+  if (lstatSync(file, { throwIfNoEntry: false })?.isSymbolicLink())
+    throw new MurmurError('E-IO-002', `${file} is a link to nothing (${readlinkSync(file)}): the configuration it names cannot be read`, {
+      path: file,
+      hint: 'restore what the link names, or remove the link to run with no configuration there',
+    });
+  return false;
+}
+
 /** Each configured containment floor, with the file that set it; a file that is absent sets none. */
 export function configuredContainment(env: NodeJS.ProcessEnv, cwd: string): Array<{ file: string; containment: Containment }> {
   const floors: Array<{ file: string; containment: Containment }> = [];
   for (const file of workspaceConfigFiles(env, cwd)) {
-    if (!existsSync(file)) continue;
+    if (!configPresent(file)) continue;
     let text: string;
     try {
       text = readSmallTextFileSync(file, CONFIG_FILE);
@@ -32,7 +47,7 @@ export function configuredContainment(env: NodeJS.ProcessEnv, cwd: string): Arra
 
 /** A config file's text, or undefined when there is none. */
 export function readConfigText(file: string): Promise<string | undefined> {
-  if (!existsSync(file)) return Promise.resolve(undefined);
+  if (!configPresent(file)) return Promise.resolve(undefined);
   return readSmallTextFile(file, CONFIG_FILE).catch((error: NodeJS.ErrnoException) => {
     if (error instanceof MurmurError) throw error;
     throw unreadableConfig(file, error);

@@ -52,7 +52,8 @@ export function parseWorkspaceConfig(text: string, file: string): WorkspaceConfi
         `${file}: '${key}' must be a single value, not a ${Array.isArray(item) ? 'list' : 'mapping'}${line([section, name])}`,
         {
           path: key,
-          hint: `mur config set ${key} <value> writes it as one`,
+          // Not `mur config set`: it reads the whole file first, and would refuse it for this.
+          hint: `edit ${file} to give '${key}' one value (or remove it), then mur config set can change it`,
         },
       );
   }
@@ -62,7 +63,7 @@ export function parseWorkspaceConfig(text: string, file: string): WorkspaceConfi
     const line = source.lineOf(['containment']);
     throw new MurmurError(
       'E-CFG-003',
-      `${file}: invalid configuration value for 'containment': must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got '${String(containment)}'${line ? ` (line ${line})` : ''}`,
+      `${file}: invalid configuration value for 'containment': must be one of: ${CONTAINMENT_CLASSES.join(', ')}; got ${containment !== null && typeof containment === 'object' ? (Array.isArray(containment) ? 'a list' : 'a mapping') : `'${String(containment)}'`}${line ? ` (line ${line})` : ''}`,
       {
         path: 'containment',
         hint: `set containment to one of ${CONTAINMENT_CLASSES.join(', ')} in ${file}, or remove it`,

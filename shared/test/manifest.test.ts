@@ -597,8 +597,10 @@ describe('the capsule manifest', () => {
       );
       expect(written.code).toBe('E-MAN-003');
       expect(written.message).toContain(
-        "'https://user:pass@models.example.com' carries credentials in its URL, and the endpoint is given to the capsule's own code: put the key in inference.api_key",
+        "'https://models.example.com/' carries credentials in its URL, and the endpoint is given to the capsule's own code: put the key in inference.api_key",
       );
+      // The credential itself is not printed back.
+      expect(written.message).not.toContain('pass@');
       const { manifest } = parseCapsuleManifest('name: agent\nversion: 1.0.0\ninference:\n  endpoint: ${EP}\n  model: m\n  driver: { artifact: d }\n', {
         env: { EP: '' },
       });

@@ -80,7 +80,9 @@ function predictedRefusal(output: Output, refusal: MurmurError, consequence: str
 }
 
 /** The warnings and predicted refusals, in the order staging would reach them. */
-function warnAboutPosture(project: Project, host: HostProbe, assessment: ContainmentAssessment, output: Output, stackUrl: string | undefined): void {
+/** Says what staging would warn about and what `mur run` would refuse; returns how many refusals it predicted. */
+function warnAboutPosture(project: Project, host: HostProbe, assessment: ContainmentAssessment, output: Output, stackUrl: string | undefined): number {
+  let predicted = 0;
   // The host judged is this one: a run against a stack is judged by its executor's, on its machine.
   const where = stackUrl
     ? ` — on this machine: \`mur run\` against the stack at ${stackUrl} is judged by its executor's host, which 'mur doctor' does not see`
@@ -91,6 +93,7 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
   for (const warning of stagingPostureWarnings(policy, declaredArtifactGrants(project.manifest))) output.warn(warning);
   const staged = stagedRuntimeFloorRefusal(policy, declared);
   if (staged) {
+    predicted += 1;
     predictedRefusal(
       output,
       staged,
@@ -99,6 +102,7 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
   }
   for (const gap of toolchainHelperGaps(policy, declared)) output.warn({ code: 'W-SEC-012', message: toolchainHelperWarning(gap) });
   if (!assessment.floorMet) {
+    predicted += 1;
     predictedRefusal(
       output,
       containmentRefusal(assessment),
@@ -109,12 +113,14 @@ function warnAboutPosture(project: Project, host: HostProbe, assessment: Contain
   const artifacts = project.checks.flatMap((check) => ('stored' in check.verdict ? [{ role: check.role, packaging: check.verdict.stored.meta.runtime }] : []));
   const canSpawn = canSpawnSubprocesses({ shellAllow: policy.shell_allow, artifacts, harness: project.manifest.inference?.transport === 'process' });
   for (const refusal of subprocessRefusals(canSpawn, host)) {
+    predicted += 1;
     predictedRefusal(
       output,
       refusal,
       `\`mur run\` will refuse this capsule on this host until that is resolved${where}. Nothing in murmur.yaml can change it — the refusal is about the machine, not the manifest.`,
     );
   }
+  return predicted;
 }
 
 /**
@@ -229,10 +235,12 @@ export async function doctorCommand(output: Output): Promise<number> {
   const tally: Tally = { passed: 0, fixes: [] };
 
   const stdout: string[] = [];
+  let refusalsPredicted = 0;
   if (project) {
-    const floors = configuredContainment(env, project.root).map((entry) => entry.containment);
+    // Where `mur run` reads them: the project's config is the one under the directory it runs in (upstream's).
+    const floors = configuredContainment(env, process.cwd()).map((entry) => entry.containment);
     const assessment = assessContainment(host.probe.containment, project.policy, strongestFloor(project.policy.containment, ...floors));
-    warnAboutPosture(project, host.probe, assessment, output, env.MURMUR_NATS_URL?.trim() || undefined);
+    refusalsPredicted = warnAboutPosture(project, host.probe, assessment, output, env.MURMUR_NATS_URL?.trim() || undefined);
     const packing = await packingRefusal(project.root);
     if (packing) {
       predictedRefusal(output, packing, '`mur stage` and `mur run` will refuse this project as it is: nothing of it is staged.');
@@ -271,7 +279,13 @@ export async function doctorCommand(output: Output): Promise<number> {
   stdout.push('', `Host (${platform})`, ...reportLines([...host.lines, stack.line]), '');
 
   if (tally.fixes.length === 0) {
-    stdout.push('All checks passed.');
+    // What this host gives is reported, not failed (it is no fault of the project); but a run it
+    // would refuse is not "all passed".
+    stdout.push(
+      refusalsPredicted === 0
+        ? 'All checks passed.'
+        : `All checks of the project passed, but \`mur run\` would refuse it on this host: ${refusalsPredicted === 1 ? 'the warning' : 'the warnings'} above say${refusalsPredicted === 1 ? 's' : ''} why.`,
+    );
   } else {
     const failed = tally.fixes.length;
     stdout.push(`${tally.passed} check${tally.passed === 1 ? '' : 's'} passed, ${failed} error${failed === 1 ? '' : 's'} found.`, '');

@@ -94,7 +94,8 @@ async function entriesAt(source: string): Promise<Entry[]> {
   // A store's entries name their runtime as the artifact's manifest does, as an index's do.
   const entries = (metas: ArtifactMeta[]): Entry[] => metas.map((meta) => ({ ...meta, runtime: meta.artifact_runtime }));
   if (source.toLowerCase() === 'local') return entries(await new ArtifactStore(globalStoreDir(), 'global').list());
-  if (/^https?:\/\//.test(source)) {
+  // A scheme is a scheme in any case (`HTTPS://`), as the config that stores it has it.
+  if (/^https?:\/\//i.test(source)) {
     if (!URL.canParse(source)) throw new MurmurError('E-IO-003', `'${source}' is not a URL`, { path: source });
     if (new URL(source).pathname.endsWith('.json')) return fetchIndex(source);
     return entries(await new RoostRegistryClient(source.replace(/\/+$/, '')).list());

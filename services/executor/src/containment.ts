@@ -78,7 +78,7 @@ export function containmentRefusal(assessment: ContainmentAssessment): MurmurErr
     'E-CAP-003',
     `declared containment class '${declared}' is not achievable on this host (achieved: '${achieved}'): ${assessment.shortfall}`,
     {
-      hint: `lower the declared floor to '${achieved}' (capabilities.containment in murmur.yaml, containment in .murmur/config.yaml, or --containment), or run on a host that provides '${declared}' — mur run --explain-scope shows what this host gives`,
+      hint: `lower the declared floor to '${achieved}' (capabilities.containment in murmur.yaml, containment in .murmur/config.yaml or in $MURMUR_HOME/config.yaml, or --containment; the strongest of them holds), or run on a host that provides '${declared}' — mur run --explain-scope shows what this host gives`,
       path: 'capabilities.containment',
     },
   );

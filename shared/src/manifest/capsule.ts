@@ -5,6 +5,7 @@ import { MurmurError, type MurmurWarning } from '../errors.js';
 import { SCORER_TYPES } from '../eval.js';
 import { validateFilesystemScope } from '../filesystem-scope.js';
 import { hasControlCharacter } from '../file-set.js';
+import { shownUrl } from '../shown-url.js';
 import { parseNetworkAllowRule } from '../network-rules.js';
 import { artifactNameProblem } from './artifact-name.js';
 import { type IssueParams, issueToError, yamlPath } from './issues.js';
@@ -374,7 +375,9 @@ function isLoopbackHost(hostname: string): boolean {
  * error is read by its parent's model.
  */
 function endpointProblem(endpoint: string, variable?: string): string | undefined {
-  const shown = variable === undefined ? `'${endpoint}'` : `the value of \${${variable}}`;
+  // Shown without its user, password or query, any of which may be a credential (the error is read
+  // by a parent's model too); one that does not parse is shown as it was written.
+  const shown = variable === undefined ? `'${URL.canParse(endpoint) ? shownUrl(endpoint) : endpoint}'` : `the value of \${${variable}}`;
   let url: URL;
   try {
     url = new URL(endpoint);
