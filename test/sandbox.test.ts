@@ -294,6 +294,25 @@ describe('the capsule sandbox', () => {
       expect(Date.now() - started).toBeLessThan(30_000);
     });
 
+    it('fails a session that wrote past workdir_max_bytes and returned before any check looked, measuring its workdir as it ends', async () => {
+      const { results, code, stderr, workdir } = await probe(
+        'quick-filler',
+        'capabilities:\n  resources:\n    workdir_max_bytes: 1048576\n',
+        [{ op: 'write', path: 'filler', text: 'x', repeat: 2_097_152 }],
+        // No check while it runs: the one at its end finds it.
+        { MURMUR_WORKDIR_CHECK_MS: '600000' },
+      );
+      expect(results[0]).toMatchObject({ ok: true });
+      expect(code).toBe(1);
+      expect(stderr).toContain('error[E-RUN-013]: session workdir grew to');
+      const trace = (await fs.readFile(path.join(workdir, 'trace.jsonl'), 'utf8'))
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as { event_type: string; exit_status?: string });
+      expect(trace.some((event) => event.event_type === 'resource_limit')).toBe(true);
+      expect(trace.filter((event) => event.event_type === 'session_end').at(-1)?.exit_status).toBe('failed');
+    });
+
     it('ends a capsule that fills its workdir through a file it deleted and still holds, with E-RUN-013 saying so', async () => {
       const { code, stderr } = await probe(
         'unlinked-filler',

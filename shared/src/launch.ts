@@ -197,6 +197,18 @@ export const ExecutorHeartbeatSchema = z.object({
 });
 export type ExecutorHeartbeat = z.infer<typeof ExecutorHeartbeatSchema>;
 
+/** How many of an executor's own heartbeats may go unheard before it is judged lost, whatever the judge's bound. */
+const HEARTBEATS_MISSED = 3;
+
+/**
+ * The silence after which an executor is lost: the judge's bound (`MURMUR_EXECUTOR_LOST_MS`), or
+ * three of the intervals the executor says it keeps, whichever is longer. An executor set to beat
+ * every 8 s, judged on the default 5 s, was declared lost while alive, and its sessions killed.
+ */
+export function executorLostAfterMs(lostAfterMs: number, intervalMs: number): number {
+  return Math.max(lostAfterMs, HEARTBEATS_MISSED * intervalMs);
+}
+
 export const LaunchReplySchema = z.object({
   session_id: z.string(),
   executor_id: z.string(),

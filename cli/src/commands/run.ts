@@ -32,6 +32,7 @@ import {
   WATCHER_BUCKET,
   lostSessionKey,
   sessionLostWithExecutor,
+  executorLostAfterMs,
 } from '@murmur/shared';
 import { type Bus, busRoundTrip } from '@murmur/shared/bus';
 import type { z } from 'zod';
@@ -806,11 +807,15 @@ function watchExecutorSilence(
   lost: (ended: SessionEnded) => void,
 ): { unsubscribe(): void; hearing(heard: boolean): void } {
   let lastBeat = performance.now();
+  /** The interval the executor says it beats at, from its first beat heard. */
+  let intervalMs = 0;
   let heard = true;
   let judged = false;
   let asking = false;
   const beats = bus.subscribe(topics.executorHeartbeat, (beat) => {
-    if (beat.executor_id === launched.executor_id) lastBeat = performance.now();
+    if (beat.executor_id !== launched.executor_id) return;
+    lastBeat = performance.now();
+    intervalMs = beat.interval_ms;
   });
   // The bus is asked first, as the watcher asks it: the time its server took to answer is no
   // executor's silence (`busRoundTrip`).
@@ -818,7 +823,7 @@ function watchExecutorSilence(
     const { answered, waitedMs } = await busRoundTrip(bus);
     lastBeat = Math.min(performance.now(), lastBeat + waitedMs);
     const silentFor = performance.now() - lastBeat;
-    if (!answered || !heard || judged || silentFor < lostAfterMs + RUN_SILENCE_MARGIN_MS) return;
+    if (!answered || !heard || judged || silentFor < executorLostAfterMs(lostAfterMs, intervalMs) + RUN_SILENCE_MARGIN_MS) return;
     judged = true;
     const ended = sessionLostWithExecutor(launched, launched.executor_id, silentFor);
     void (async () => {

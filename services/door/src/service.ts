@@ -22,6 +22,7 @@ import {
   sessionUrl,
   topics,
   numberSetting,
+  LONGEST_TIMER_MS,
 } from '@murmur/shared';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { networkInterfaces } from 'node:os';
@@ -112,8 +113,12 @@ export function startDoorService(options: DoorOptions): DoorService {
     }),
   );
   const heartbeatMs = numberSetting(env, 'MURMUR_SSE_HEARTBEAT_MS', DEFAULT_HEARTBEAT_MS, { unit: 'milliseconds' });
-  /** How long a stream's write may wait for its client to read (`deliveredOrCut`): four heartbeats. */
-  const stalledAfterMs = heartbeatMs * 4;
+  /**
+   * How long a stream's write may wait for its client to read (`deliveredOrCut`): four heartbeats,
+   * at most what a timer holds — past it node fires the timer at once, and every write not taken
+   * within a millisecond cut its stream.
+   */
+  const stalledAfterMs = Math.min(heartbeatMs * 4, LONGEST_TIMER_MS);
   const blockingWaitMs = numberSetting(env, 'MURMUR_DOOR_BLOCKING_WAIT_MS', DEFAULT_BLOCKING_WAIT_MS, { unit: 'milliseconds' });
   const publicUrl = env.MURMUR_DOOR_PUBLIC_URL?.trim() || undefined;
   let baseUrl = publicUrl;

@@ -73,7 +73,7 @@ import { HostLink, messageType } from './host-link.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExecutorSettings } from './settings.js';
 import { SandboxNetwork, closeHandle } from './sandbox-network.js';
-import { WorkdirGuard, workdirBreach } from './workdir-guard.js';
+import { type WorkdirBreach, WorkdirGuard, type WorkdirUsage, workdirBreach } from './workdir-guard.js';
 import { prepareAgentLaunch } from './agent-launch.js';
 import {
   type AgentStart,
@@ -1142,19 +1142,7 @@ export class Session {
       this.paths.accessible,
       ceilings,
       (breach, observed) => {
-        const { limit, message, hint } = workdirBreach(breach, observed, ceilings);
-        const ceiling = { code: 'E-RUN-013', message, hint };
-        this.bootstrap.line(`[resources] ${ceiling.message}`);
-        this.stderrLine(`[capsule-runtime] ${ceiling.message}`);
-        this.trace.write('resource_limit', {
-          limit,
-          ...(breach === 'entries'
-            ? { observed_entries: observed.entries, max_entries: ceilings.entries }
-            : { observed_bytes: observed.bytes, max_bytes: ceilings.bytes }),
-          ...(breach === 'bytes' && observed.delegatedBytes ? { observed_delegated_bytes: observed.delegatedBytes } : {}),
-          ...(breach === 'bytes' && observed.unlinkedBytes ? { observed_unlinked_bytes: observed.unlinkedBytes } : {}),
-          ...(observed.hidden ? { unmeasured_path: observed.hidden.path, unmeasured_because: observed.hidden.code } : {}),
-        });
+        const { limit, ceiling } = this.recordWorkdirBreach(breach, observed);
         this.tellHost({ type: 'ceiling', limit, ...ceiling });
         this.ceilingKill = setTimeout(() => this.kill(ceiling, { overrule: true }), this.environment.settings.hardLimitGraceMs);
         this.ceilingKill.unref();
@@ -1164,6 +1152,25 @@ export class Session {
       // The session's processes, for the files they deleted and still hold: its cgroup's (none without cgroups).
       () => this.cgroup?.pids() ?? [],
     );
+  }
+
+  /** A workdir past its ceiling, recorded where the session's reader looks: its bootstrap log, stderr and trace. */
+  private recordWorkdirBreach(breach: WorkdirBreach, observed: WorkdirUsage): { limit: string; ceiling: WireError } {
+    const ceilings = { bytes: this.plan.policy.resources.workdir_max_bytes, entries: this.environment.settings.workdirMaxEntries };
+    const { limit, message, hint } = workdirBreach(breach, observed, ceilings);
+    const ceiling = { code: 'E-RUN-013', message, hint };
+    this.bootstrap.line(`[resources] ${ceiling.message}`);
+    this.stderrLine(`[capsule-runtime] ${ceiling.message}`);
+    this.trace.write('resource_limit', {
+      limit,
+      ...(breach === 'entries'
+        ? { observed_entries: observed.entries, max_entries: ceilings.entries }
+        : { observed_bytes: observed.bytes, max_bytes: ceilings.bytes }),
+      ...(breach === 'bytes' && observed.delegatedBytes ? { observed_delegated_bytes: observed.delegatedBytes } : {}),
+      ...(breach === 'bytes' && observed.unlinkedBytes ? { observed_unlinked_bytes: observed.unlinkedBytes } : {}),
+      ...(observed.hidden ? { unmeasured_path: observed.hidden.path, unmeasured_because: observed.hidden.code } : {}),
+    });
+    return { limit, ceiling };
   }
 
   private async handshake(start: StartMessage): Promise<void> {
@@ -1517,7 +1524,11 @@ export class Session {
     const exitedAt = new Date(exitedAtMs).toISOString();
     if (this.hardLimit) clearTimeout(this.hardLimit);
     if (this.ceilingKill) clearTimeout(this.ceilingKill);
-    this.workdirGuard?.stop();
+    const guard = this.workdirGuard;
+    guard?.stop();
+    // Measured once more now that nothing writes there: what grew past the ceiling between checks
+    // (all of a session shorter than one) ends the session as a breach found by a check would have.
+    const breachAtEnd = guard && !this.killedFor ? await guard.lastLook().catch(() => undefined) : undefined;
     this.network?.close();
     this.hostEgress.releaseAll();
     this.contexts.clear();
@@ -1526,7 +1537,17 @@ export class Session {
     this.pendingRpc.clear();
     let end: SessionEnd;
     const result = this.resultOverruled ? undefined : this.result;
-    if (result) {
+    if (breachAtEnd) {
+      const { ceiling } = this.recordWorkdirBreach(breachAtEnd.breach, breachAtEnd.observed);
+      end = { status: 'failed', exitCode: result?.exit_code ?? code, signal, error: ceiling };
+      // The last session_end is the session's: this one says how it ended, with the totals the host last wrote.
+      this.trace.write('session_end', {
+        ...this.trace.lastTotals(),
+        duration_ms: Math.max(0, exitedAtMs - this.startedAt),
+        exit_status: 'failed',
+        error: ceiling,
+      });
+    } else if (result) {
       end = { status: result.status, exitCode: result.exit_code, signal: null, error: result.error };
     } else {
       const oom = this.cgroup?.oomKilled() ?? false;
@@ -1559,7 +1580,8 @@ export class Session {
       // end, with the totals of the last end the host wrote (an agent's, after each task).
       this.trace.write('session_end', {
         ...this.trace.lastTotals(),
-        duration_ms: exitedAtMs - this.startedAt,
+        // Never below 0: the wall clock may have stepped back meanwhile, and a negative duration is refused on the bus.
+        duration_ms: Math.max(0, exitedAtMs - this.startedAt),
         exit_status: 'failed',
         error,
       });
@@ -1591,7 +1613,7 @@ export class Session {
       exit_code: end.exitCode,
       signal: end.signal,
       ...(end.error ? { error: end.error } : {}),
-      duration_ms: exitedAtMs - this.startedAt,
+      duration_ms: Math.max(0, exitedAtMs - this.startedAt),
       ended_at: new Date().toISOString(),
       exited_at: exitedAt,
       stderr_tail: [...this.stderrTail],
@@ -1642,7 +1664,7 @@ export class Session {
       status: end.status === 'ok' ? 'ok' : 'error',
       ...(resultPath ? { result_path: resultPath } : {}),
       workdir: this.paths.accessible,
-      duration_ms: Date.now() - this.startedAt,
+      duration_ms: Math.max(0, Date.now() - this.startedAt),
       ...(end.status === 'ok' ? {} : { detail: end.error ? `${end.error.code}: ${end.error.message}` : `exit status ${end.exitCode}` }),
       reported_by: 'child',
       delivered: false,

@@ -114,6 +114,18 @@ export class WorkdirGuard {
     }
   }
 
+  /**
+   * One last measure, once the session's processes are gone (so without the deleted files they
+   * held), whether or not the guard is stopped: the breach it finds, if any. A session shorter
+   * than one check (10 s) was never measured at all, and ended `ok` with its workdir 250 times its
+   * ceiling, left on the executor's disk.
+   */
+  async lastLook(): Promise<{ breach: WorkdirBreach; observed: WorkdirUsage } | undefined> {
+    const observed = await workdirUsage(this.workdir, this.ceilings, () => false, this.delegations);
+    const breach = breachOf(observed, this.ceilings);
+    return breach ? { breach, observed } : undefined;
+  }
+
   stop(): void {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);

@@ -1,4 +1,4 @@
-import { type ExecutorHeartbeat, type Log, WATCHER_BUCKET, lostSessionKey, sessionLostWithExecutor, topics } from '@murmur/shared';
+import { type ExecutorHeartbeat, type Log, WATCHER_BUCKET, executorLostAfterMs, lostSessionKey, sessionLostWithExecutor, topics } from '@murmur/shared';
 import { type Bus, type KeyValueStore, type Subscription, busRoundTrip } from '@murmur/shared/bus';
 
 /**
@@ -170,7 +170,7 @@ export class ExecutorMonitor {
     for (const [executorId, known] of [...this.executors]) {
       // A judgement still announcing (a slow key-value store) is overtaken by the next: an executor
       // one of them declared lost and that has answered since is another entry, not this one.
-      if (this.executors.get(executorId) !== known || now - known.lastSeen < this.options.lostAfterMs) continue;
+      if (this.executors.get(executorId) !== known || now - known.lastSeen < executorLostAfterMs(this.options.lostAfterMs, known.intervalMs)) continue;
       // Lost: it leaves the executors judged, and is remembered as lost (a bounded memory).
       this.executors.delete(executorId);
       this.lost.add(executorId);
