@@ -195,15 +195,19 @@ describe('mur run', () => {
     return { child, output, exited: once(child, 'close') };
   }
 
-  it("says a session was stopped when a terminal's Ctrl-C reaches its host too, as it does a host outside bubblewrap", async () => {
+  it("says a session was stopped when a terminal's Ctrl-C or hangup reaches its host too, as it does a host outside bubblewrap", async () => {
     const project = await probeProject(path.join(scratch.dir, 'interrupted-group'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
-    const { child, output, exited } = runInOwnGroup(project, { MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none', PROBE_ACTIONS: actions([{ op: 'spin' }]) });
-    await untilSaid(child, 'stdout', (text) => /session: (ses_\w+)/.exec(text)?.[1]);
-    process.kill(-(child.pid as number), 'SIGINT');
-    const [code] = (await exited) as [number | null];
-    expect(code, output.stderr).toBe(130);
-    expect(output.stdout.trim().split('\n').at(-1)).toBe('status:  stopped');
-    expect(output.stderr).not.toContain('error[');
+    // Outside bubblewrap, and inside it (bubblewrap in the group, the host its child).
+    const sandboxes: Array<Record<string, string>> = [{ MURMUR_BWRAP: 'none', MURMUR_UNSHARE: 'none' }, {}];
+    for (const [signal, sandbox] of (['SIGINT', 'SIGHUP'] as const).flatMap((each) => sandboxes.map((one) => [each, one] as const))) {
+      const { child, output, exited } = runInOwnGroup(project, { ...sandbox, PROBE_ACTIONS: actions([{ op: 'spin' }]) });
+      await untilSaid(child, 'stdout', (text) => /session: (ses_\w+)/.exec(text)?.[1]);
+      process.kill(-(child.pid as number), signal);
+      const [code] = (await exited) as [number | null];
+      expect(code, `${signal}: ${output.stderr}`).toBe(130);
+      expect(output.stdout.trim().split('\n').at(-1), signal).toBe('status:  stopped');
+      expect(output.stderr, signal).not.toContain('error[');
+    }
   });
 
   it("exits 130 saying nothing more when a terminal's Ctrl-C reaches its host as it starts, at any moment of the start", async () => {

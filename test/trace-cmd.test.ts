@@ -454,7 +454,10 @@ describe('mur trace', () => {
         }
         const forged = await trace(['show', '--workdir', scriptWorkdir, forgedNewest], scratch.dir);
         expect(forged.code).toBe(1);
-        expect(forged.stderr).toContain(`error[E-TRC-002]: session ${forgedNewest} not found in ${scriptWorkdir}`);
+        // Said to be there and passed over, with why and how to read one anyway.
+        expect(forged.stderr).toContain(
+          `error[E-TRC-002]: session ${forgedNewest} not found in ${scriptWorkdir}; 2 session directories at its top are not read: ${scriptWorkdir} holds a .murmur, so it was given to 'mur run --workdir'`,
+        );
       } finally {
         await fs.rm(path.join(scriptWorkdir, real as string), { recursive: true });
         await fs.rm(path.join(scriptWorkdir, forgedNewest), { recursive: true });

@@ -67,6 +67,22 @@ export async function listSessions(workdir: string): Promise<SessionEntry[]> {
   return entries.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
+/**
+ * How many `ses_*` directories at the top of a workdir `listSessions` passed over because the
+ * workdir holds a `.murmur` (it was given to `mur run --workdir`, whose capsule could write them,
+ * and rewrite what earlier sessions left there): said in a refusal, so that a user who ran
+ * `--workdir` on a directory of sessions is told why they are not found, and how to read one.
+ */
+export async function passedOverSessions(workdir: string): Promise<number> {
+  if (!(await fs.lstat(path.join(workdir, '.murmur')).catch(() => undefined))) return 0;
+  return (await sessionDirsIn(workdir)).length;
+}
+
+function passedOverNote(workdir: string, passedOver: number): string {
+  if (passedOver === 0) return '';
+  return `; ${passedOver} session director${passedOver === 1 ? 'y' : 'ies'} at its top ${passedOver === 1 ? 'is' : 'are'} not read: ${workdir} holds a .murmur, so it was given to 'mur run --workdir', whose capsule could have written or rewritten ${passedOver === 1 ? 'it' : 'them'} (read one by its path if you trust it: <workdir>/<session>/trace.jsonl)`;
+}
+
 /** The millisecond a session id was minted: its UUIDv7's leading 48 bits. */
 export function sessionMintedAtMs(id: string): number | undefined {
   const hex = id.slice(SESSION_PREFIX.length, SESSION_PREFIX.length + 12);
@@ -86,8 +102,8 @@ function refusal(kind: SessionRecordKind, message: string, entries: SessionEntry
   return new MurmurError(kind.code, `${message}${listing}`, { path: workdir, hint: selectorHint(kind) });
 }
 
-export function noSessions(workdir: string, kind: SessionRecordKind = TRACE_RECORDS): MurmurError {
-  return new MurmurError(kind.code, `no sessions found in workdir at ${workdir}`, {
+export function noSessions(workdir: string, kind: SessionRecordKind = TRACE_RECORDS, passedOver = 0): MurmurError {
+  return new MurmurError(kind.code, `no sessions found in workdir at ${workdir}${passedOverNote(workdir, passedOver)}`, {
     path: workdir,
     hint: "run a capsule with 'mur run' first, or point --workdir at the directory that holds its sessions (mur run puts them in <capsule dir>/workdir)",
   });
@@ -162,7 +178,8 @@ export async function resolveSessionRecord(
 ): Promise<{ file: string; sessionId?: string }> {
   if (selector !== undefined && isPathSelector(selector)) return { file: await recordAtPath(selector, kind) };
   const entries = await listSessions(workdir);
-  if (entries.length === 0 && (selector === undefined || selector.startsWith('@'))) throw noSessions(workdir, kind);
+  const passedOver = await passedOverSessions(workdir);
+  if (entries.length === 0 && (selector === undefined || selector.startsWith('@'))) throw noSessions(workdir, kind, passedOver);
   const chosen = ((): SessionEntry => {
     if (selector === undefined) return entries.at(-1) as SessionEntry;
     if (selector.startsWith('@')) return byOrdinal(kind, selector, entries, workdir);
@@ -171,10 +188,14 @@ export async function resolveSessionRecord(
       if (!found) {
         // A session run by a stack keeps its records on its executor, not in any local workdir.
         const onStack = `a session a stack ran keeps its records on its executor: 'mur files ${selector} ${kind.file} --out <dir>' fetches them (under a --workdir, '.murmur/${selector}/${kind.file}'), then give <dir>/${kind.file}`;
-        throw new MurmurError(kind.code, `session ${selector} not found in ${workdir}${entries.length > 0 ? `\n${candidateLines(entries)}` : ''}`, {
-          path: workdir,
-          hint: `${onStack}; else ${selectorHint(kind)}`,
-        });
+        throw new MurmurError(
+          kind.code,
+          `session ${selector} not found in ${workdir}${passedOverNote(workdir, passedOver)}${entries.length > 0 ? `\n${candidateLines(entries)}` : ''}`,
+          {
+            path: workdir,
+            hint: `${onStack}; else ${selectorHint(kind)}`,
+          },
+        );
       }
       return found;
     }

@@ -47,6 +47,14 @@ export function numberSetting(env: Environment, name: string, fallback: number |
       });
     return value;
   }
+  // Whole and above 0, but past what is counted exactly: said as too large, not as no number.
+  if (wellFormed && Number.isFinite(value) && value > Number.MAX_SAFE_INTEGER) {
+    const bound = boundOf(setting) ?? { value: Number.MAX_SAFE_INTEGER, exceeded: `is more than can be counted exactly (at most ${Number.MAX_SAFE_INTEGER})` };
+    throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' ${setting.unit} ${bound.exceeded}`, {
+      path: name,
+      hint: `give at most ${bound.value} ${setting.unit}${orUnset(fallback)}`,
+    });
+  }
   throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' is not ${describe(setting)}`, {
     path: name,
     hint: `give ${describe(setting)}${orUnset(fallback)}`,

@@ -15,7 +15,7 @@ describe('a number read from the environment', () => {
   });
 
   it('is refused with E-CFG-003 naming the variable, its value and what it should be, whenever it is anything else', () => {
-    for (const value of ['8s', '64k', '-1', '1e3', '0x10', 'two', '1.5', '0', 'Infinity', '99999999999999999999']) {
+    for (const value of ['8s', '64k', '-1', '1e3', '0x10', 'two', '1.5', '0', 'Infinity']) {
       const error = refusalOf(() => numberSetting({ MURMUR_X_MS: value }, 'MURMUR_X_MS', 250, MS));
       expect(error.code, value).toBe('E-CFG-003');
       expect(error.message).toBe(`invalid MURMUR_X_MS: '${value}' is not a whole number of milliseconds above 0`);
@@ -42,6 +42,15 @@ describe('a number read from the environment', () => {
     const seconds = { unit: 'seconds', fractional: true };
     expect(numberSetting({ MURMUR_X_SECS: '2147483' }, 'MURMUR_X_SECS', 30, seconds)).toBe(2147483);
     expect(refusalOf(() => numberSetting({ MURMUR_X_SECS: '2147483.9' }, 'MURMUR_X_SECS', 30, seconds)).code).toBe('E-CFG-003');
+  });
+
+  it('is refused as too large, not as no number, past what is counted exactly', () => {
+    const huge = '99999999999999999999';
+    expect(refusalOf(() => numberSetting({ MURMUR_X_BYTES: huge }, 'MURMUR_X_BYTES', 512, { unit: 'bytes' })).message).toBe(
+      `invalid MURMUR_X_BYTES: '${huge}' bytes is more than can be counted exactly (at most ${Number.MAX_SAFE_INTEGER})`,
+    );
+    // A duration says the timer's bound, the tighter one.
+    expect(refusalOf(() => numberSetting({ MURMUR_X_MS: huge }, 'MURMUR_X_MS', 250, MS)).message).toMatch(/longer than a timer can hold/);
   });
 
   it('is refused above the most a setting may be, saying what sets that bound', () => {

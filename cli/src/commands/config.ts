@@ -84,7 +84,9 @@ export async function configSetCommand(key: string, value: string, options: { gl
   const directory = path.dirname(file);
   const made = await mkdir(directory, { recursive: true, ...(options.global ? { mode: 0o700 } : {}) });
   try {
-    return await withLockfileTurn(file, () => setIn(file, known, value, options, output), { what: path.basename(file), interruptible: true });
+    // Beside the file a link leads to, where it is written (a link's own directory may be read-only).
+    const written = await realpath(file).catch(() => file);
+    return await withLockfileTurn(written, () => setIn(file, known, value, options, output), { what: path.basename(file), interruptible: true });
   } catch (error) {
     if (made !== undefined) await removeEmptyParents(directory, path.dirname(made));
     throw error;

@@ -726,7 +726,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
     // end can be read before it, both in one read from the bus), or the interrupt reached the host
     // itself (a host outside bubblewrap shares this run's process group, and a terminal's Ctrl-C
     // signals it too).
-    const endedByInterrupt = interrupted && ((await stopTaken) === true || end.signal === 'SIGINT' || end.signal === 'SIGTERM');
+    const endedByInterrupt = interrupted && ((await stopTaken) === true || (STOP_SIGNALS as readonly string[]).includes(end.signal ?? ''));
     await pinning;
 
     if (fetchedResult && end.error?.code !== 'E-EXE-001') {

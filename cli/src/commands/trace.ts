@@ -4,7 +4,17 @@ import { MurmurError, type TraceEvent, isMurmurError } from '@murmur/shared';
 import { readTraceFile } from '@murmur/shared/node';
 import { type Output, UsageError, oneLine } from '../output.js';
 import { renderDiff, renderReport, renderShow, renderSteps } from '../trace-render.js';
-import { type SessionEntry, listSessions, noSessions, parseSince, resolveTrace, sessionMintedAtMs, sinceCovering, traceFileOf } from '../session-selector.js';
+import {
+  type SessionEntry,
+  listSessions,
+  noSessions,
+  parseSince,
+  passedOverSessions,
+  resolveTrace,
+  sessionMintedAtMs,
+  sinceCovering,
+  traceFileOf,
+} from '../session-selector.js';
 import { type TraceSummary, noSessionStart, noTraceEvents, summariseTrace } from '../trace-summary.js';
 
 /**
@@ -90,7 +100,7 @@ async function reportTraces(selectors: string[], options: ReportOptions, workdir
     );
     if (!isDirectory)
       throw new MurmurError('E-IO-001', `workdir not found: ${workdir}`, { path: workdir, hint: 'point --workdir at the directory that holds the sessions' });
-    throw noSessions(workdir);
+    throw noSessions(workdir, undefined, await passedOverSessions(workdir));
   }
   if (sinceMs !== undefined) {
     const cutoff = Date.now() - sinceMs;
