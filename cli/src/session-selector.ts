@@ -178,9 +178,8 @@ export async function resolveSessionRecord(
 ): Promise<{ file: string; sessionId?: string }> {
   if (selector !== undefined && isPathSelector(selector)) return { file: await recordAtPath(selector, kind) };
   const entries = await listSessions(workdir);
-  const passedOver = await passedOverSessions(workdir);
-  if (entries.length === 0 && (selector === undefined || selector.startsWith('@'))) throw noSessions(workdir, kind, passedOver);
-  const chosen = ((): SessionEntry => {
+  if (entries.length === 0 && (selector === undefined || selector.startsWith('@'))) throw noSessions(workdir, kind, await passedOverSessions(workdir));
+  const chosen = await (async (): Promise<SessionEntry> => {
     if (selector === undefined) return entries.at(-1) as SessionEntry;
     if (selector.startsWith('@')) return byOrdinal(kind, selector, entries, workdir);
     if (FULL_ID.test(selector)) {
@@ -188,6 +187,8 @@ export async function resolveSessionRecord(
       if (!found) {
         // A session run by a stack keeps its records on its executor, not in any local workdir.
         const onStack = `a session a stack ran keeps its records on its executor: 'mur files ${selector} ${kind.file} --out <dir>' fetches them (under a --workdir, '.murmur/${selector}/${kind.file}'), then give <dir>/${kind.file}`;
+        // Counted only for this refusal: a selector that names a session never reads the top.
+        const passedOver = await passedOverSessions(workdir);
         throw new MurmurError(
           kind.code,
           `session ${selector} not found in ${workdir}${passedOverNote(workdir, passedOver)}${entries.length > 0 ? `\n${candidateLines(entries)}` : ''}`,
