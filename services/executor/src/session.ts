@@ -1137,7 +1137,7 @@ export class Session {
    * is not left to fill the disk.
    */
   private guardWorkdir(): void {
-    const ceilings = { bytes: this.plan.policy.resources.workdir_max_bytes, entries: this.environment.settings.workdirMaxEntries };
+    const ceilings = this.workdirCeilings;
     this.workdirGuard = new WorkdirGuard(
       this.paths.accessible,
       ceilings,
@@ -1154,9 +1154,14 @@ export class Session {
     );
   }
 
+  /** The workdir's ceilings: the manifest's bytes, the executor's entries. */
+  private get workdirCeilings(): { bytes: number; entries: number } {
+    return { bytes: this.plan.policy.resources.workdir_max_bytes, entries: this.environment.settings.workdirMaxEntries };
+  }
+
   /** A workdir past its ceiling, recorded where the session's reader looks: its bootstrap log, stderr and trace. */
   private recordWorkdirBreach(breach: WorkdirBreach, observed: WorkdirUsage): { limit: string; ceiling: WireError } {
-    const ceilings = { bytes: this.plan.policy.resources.workdir_max_bytes, entries: this.environment.settings.workdirMaxEntries };
+    const ceilings = this.workdirCeilings;
     const { limit, message, hint } = workdirBreach(breach, observed, ceilings);
     const ceiling = { code: 'E-RUN-013', message, hint };
     this.bootstrap.line(`[resources] ${ceiling.message}`);
