@@ -200,10 +200,10 @@ describe('mur config', () => {
     await fs.symlink(path.join(home, 'not-mounted', 'config.yaml'), globalFile);
     const read = await mur(['get', 'registry.default']);
     expect(read.code).toBe(1);
-    expect(read.stderr).toContain(`error[E-IO-002]: ${globalFile} is a link to nothing`);
+    expect(read.stderr).toContain(`error[E-IO-002]: cannot read ${globalFile}: it is a link to`);
     const explained = await runMur(['run', '--explain-scope'], { cwd: project, env: { MURMUR_HOME: home } });
     expect(explained.code).toBe(1);
-    expect(explained.stderr).toContain(`error[E-IO-002]: ${globalFile} is a link to nothing`);
+    expect(explained.stderr).toContain(`error[E-IO-002]: cannot read ${globalFile}: it is a link to`);
   });
 
   it('keeps the mode of the project file it edits, and writes a global file that is a link where the link leads, refusing a link to nothing', async () => {
@@ -225,7 +225,7 @@ describe('mur config', () => {
     await fs.rm(dotfile);
     const dangling = await mur(['set', '-g', 'inference.model', 'm3']);
     expect(dangling.code).toBe(1);
-    expect(dangling.stderr).toContain(`error[E-IO-002]: ${globalFile} is a link to nothing (${dotfile})`);
+    expect(dangling.stderr).toContain(`error[E-IO-002]: cannot read ${globalFile}: it is a link to ${dotfile}, which does not exist`);
     expect(await fs.readlink(globalFile)).toBe(dotfile);
   });
 

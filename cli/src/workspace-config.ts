@@ -1,7 +1,8 @@
-import { existsSync, lstatSync, readlinkSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type ConfigKey, type Containment, MurmurError, effectiveConfigValue, parseWorkspaceConfig } from '@murmur/shared';
 import { parseDocument } from 'yaml';
+import { refuseDanglingLink } from './dangling-link.js';
 import { murmurHome, readSmallTextFile, readSmallTextFileSync } from '@murmur/shared/node';
 
 /** A configuration is a handful of keys: a file past this is not one, and is not parsed. */
@@ -19,11 +20,7 @@ export function workspaceConfigFiles(env: NodeJS.ProcessEnv, cwd: string): strin
  */
 function configPresent(file: string): boolean {
   if (existsSync(file)) return true;
-  if (lstatSync(file, { throwIfNoEntry: false })?.isSymbolicLink())
-    throw new MurmurError('E-IO-002', `${file} is a link to nothing (${readlinkSync(file)}): the configuration it names cannot be read`, {
-      path: file,
-      hint: 'restore what the link names, or remove the link to run with no configuration there',
-    });
+  refuseDanglingLink(file, 'read', 'restore what the link names, or remove the link to run with no configuration there');
   return false;
 }
 
