@@ -401,33 +401,44 @@ describe('mur eval', () => {
     }
   }, 300_000);
 
-  it('interrupted, stops the session in flight and runs no later case, saying which, where the session ran on to its end', async () => {
+  it('interrupted, stops the session in flight and runs no later case, saying which and that the session was stopped, where the session ran on to its end', async () => {
     const dir = await project('interrupted', ['      - type: exit_ok']);
     await fs.writeFile(path.join(dir, 'slow-task.md'), 'take your time');
     await fs.writeFile(path.join(dir, 'cases.jsonl'), '{"case_id": "slow", "task_path": "slow-task.md"}\n{"case_id": "never", "task_path": "plain-task.md"}\n');
-    const { child, output } = spawnMur(['eval', 'run', '--dataset', 'cases.jsonl'], { cwd: dir, env });
-    const sessionDir = await eventually(
-      async () => {
-        const [session] = await sessionsIn(path.join(dir, 'workdir'));
-        const trace = session ? await fs.readFile(path.join(dir, 'workdir', session, 'trace.jsonl'), 'utf8').catch(() => '') : '';
-        return trace.includes('"shell"') || trace.includes('"tool_call"') ? path.join(dir, 'workdir', session as string) : undefined;
-      },
-      60_000,
-      'the slow case to be at work',
-    );
-    child.kill('SIGINT');
-    const [code] = (await once(child, 'exit')) as [number | null];
-    expect(code).toBe(130);
-    expect(output.stderr).toMatch(/mur: SIGINT: stopping session ses_\w+ of case slow; no later case runs/);
-    expect(output.stderr).toContain('mur: interrupted: 1 of 2 case(s) ran; no later case did');
-    expect(output.stdout).not.toContain('case: never');
-    const end = (await fs.readFile(path.join(sessionDir, 'trace.jsonl'), 'utf8'))
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line) as Record<string, unknown>)
-      .find((event) => event.event_type === 'session_end');
-    expect(JSON.stringify(end)).toContain('mur eval run was interrupted');
-  }, 120_000);
+    // mur alone, and a terminal's Ctrl-C, which reaches the whole group: the session's host as well,
+    // which may end on its own before mur's stop reaches it (said as the case's failure, E-RUN-001).
+    const seen = new Set<string>();
+    for (const wholeGroup of [false, true]) {
+      const { child, output } = spawnMur(['eval', 'run', '--dataset', 'cases.jsonl'], { cwd: dir, env, ownGroup: wholeGroup });
+      const sessionDir = await eventually(
+        async () => {
+          const sessions = await sessionsIn(path.join(dir, 'workdir'));
+          const session = sessions.find((each) => !seen.has(each));
+          const trace = session ? await fs.readFile(path.join(dir, 'workdir', session, 'trace.jsonl'), 'utf8').catch(() => '') : '';
+          return trace.includes('"shell"') || trace.includes('"tool_call"') ? path.join(dir, 'workdir', session as string) : undefined;
+        },
+        60_000,
+        'the slow case to be at work',
+      );
+      seen.add(path.basename(sessionDir));
+      if (wholeGroup) process.kill(-(child.pid as number), 'SIGINT');
+      else child.kill('SIGINT');
+      const [code] = (await once(child, 'exit')) as [number | null];
+      expect(code, output.stderr).toBe(130);
+      expect(output.stderr).toMatch(/mur: SIGINT: stopping session ses_\w+ of case slow; no later case runs/);
+      expect(output.stderr).toContain('    session stopped: mur eval run was interrupted (SIGINT)');
+      expect(output.stderr, `whole group: ${wholeGroup}`).not.toContain('error[');
+      expect(output.stderr).toContain('mur: interrupted: 1 of 2 case(s) ran; no later case did');
+      expect(output.stdout).not.toContain('case: never');
+      if (wholeGroup) continue;
+      const end = (await fs.readFile(path.join(sessionDir, 'trace.jsonl'), 'utf8'))
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+        .find((event) => event.event_type === 'session_end');
+      expect(JSON.stringify(end)).toContain('mur eval run was interrupted');
+    }
+  }, 180_000);
 
   describe('on the stack', () => {
     let nats: NatsServer;
@@ -455,6 +466,17 @@ describe('mur eval', () => {
       expect(result.stdout).toContain(`  ${'remote-case'.padEnd(24)} pass  tool_sequence=1.00  (${path.join(dir, 'workdir', session as string)})`);
       const shown = await runMur(['eval', 'show', '--json'], { cwd: dir, env: client });
       expect(JSON.parse(shown.stdout)).toMatchObject({ overall: 'pass', dataset_run: { case_id: 'remote-case', dataset_id: 'remote' } });
+    }, 200_000);
+
+    it("says a session's eval.jsonl that could not be fetched, where the case scored no_scores in silence", async () => {
+      const dir = await project('stack-unfetched', ['      - type: exit_ok'], 'remote');
+      await fs.writeFile(path.join(dir, 'eval.jsonl'), '{"case_id": "unfetched", "task_path": "plain-task.md"}\n');
+      // Where the fetched file would go cannot be made: a file stands where the workdir would be.
+      await fs.writeFile(path.join(dir, 'workdir'), 'not a directory');
+      const client = { MURMUR_NATS_URL: nats.url, MURMUR_HOME: path.join(scratch.dir, 'stack', 'client') };
+      const result = await runMur(['eval', 'run'], { cwd: dir, env: client, timeoutMs: 180_000 });
+      expect(result.stdout).toMatch(/^ {4}result: no_scores {2}session: ses_[0-9a-f]{32}$/m);
+      expect(result.stderr).toMatch(/^ {4}warning: could not fetch eval\.jsonl from executor executor-\w+: .*workdir.*; this case has no scores here$/m);
     }, 200_000);
   });
 

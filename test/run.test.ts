@@ -10,7 +10,7 @@ import { listTree, tempDir } from './support/fs.js';
 import { capsuleWat, floodingCapsuleWat, forgingStatusCapsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
 import { probeTool } from './support/probe-guests.js';
 import { procFile } from './support/proc.js';
-import { murBin, runMur, spawnMur, stopAfterFile, untilSaid } from './support/processes.js';
+import { murBin, runMur, spawnMur, untilSaid } from './support/processes.js';
 
 /** `mur run` as a user runs it, everything inside the one `mur` process (the embedded default). */
 describe('mur run', () => {
@@ -186,12 +186,7 @@ describe('mur run', () => {
 
   /** `mur run` in `project` in a process group of its own, as a terminal's foreground job is: an interrupt goes to the whole group. */
   function runInOwnGroup(project: string, extraEnv: Record<string, string>) {
-    const child = stopAfterFile(
-      spawn(murBin, ['run'], { cwd: project, detached: true, env: { PATH: process.env.PATH ?? '', ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] }),
-    );
-    const output = { stdout: '', stderr: '' };
-    child.stdout.on('data', (chunk: Buffer) => (output.stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output.stderr += chunk.toString()));
+    const { child, output } = spawnMur(['run'], { cwd: project, env: { ...env, ...extraEnv }, ownGroup: true });
     return { child, output, exited: once(child, 'close') };
   }
 

@@ -40,6 +40,8 @@ export interface MurOptions {
   launcher?: string;
   /** Another user to start it as (a test run as root that needs a refusal root would not meet). */
   user?: { uid: number; gid: number };
+  /** In a process group of its own, as a terminal's foreground job is: `process.kill(-pid, signal)` then reaches the whole group. */
+  ownGroup?: boolean;
 }
 
 /**
@@ -59,6 +61,7 @@ export function spawnMur(args: string[], options: MurOptions = {}): { child: Chi
       },
       stdio: ['ignore', 'pipe', 'pipe'],
       ...(options.user ?? {}),
+      ...(options.ownGroup ? { detached: true } : {}),
     }),
   );
   const output = { stdout: '', stderr: '' };

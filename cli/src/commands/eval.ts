@@ -263,11 +263,18 @@ async function runSession(
   }
 }
 
-/** The session's eval.jsonl on this machine: where it is in-process, fetched from its executor on the stack. */
-async function localEvalFile(runtime: Runtime, launched: LaunchReply, projectDir: string): Promise<string | undefined> {
+/**
+ * The session's eval.jsonl on this machine: where it is in-process, fetched from its executor on
+ * the stack. A fetch that fails is said: the case would otherwise score no_scores with nothing to
+ * tell it from a session that wrote no scores.
+ */
+async function localEvalFile(runtime: Runtime, launched: LaunchReply, projectDir: string, output: Output): Promise<string | undefined> {
   if (runtime.inProcess) return path.join(launched.workdir, EVAL_FILE);
   const local = path.join(projectDir, 'workdir', launched.session_id, EVAL_FILE);
-  const fetched = await fetchSessionFile(runtime.bus, launched, EVAL_FILE, local).catch(() => false);
+  const fetched = await fetchSessionFile(runtime.bus, launched, EVAL_FILE, local).catch((error: unknown) => {
+    output.err(`    warning: could not fetch ${EVAL_FILE} from executor ${launched.executor_id}: ${failureText(error)}; this case has no scores here`);
+    return false;
+  });
   return fetched ? local : undefined;
 }
 
@@ -300,12 +307,15 @@ async function runCase(context: CaseContext, caseId: string, task: string, outpu
     };
   }
   const { launched, end } = session;
-  if (end.exit_status === 'trapped') output.err(`    session trapped: ${end.error?.message ?? 'the capsule trapped'}`);
+  // Stopped by this run's own interrupt (asked of its executor, or a terminal's Ctrl-C that reached
+  // its host too): the session did not fail, it was stopped, as `mur run` says of its own.
+  if (context.interrupted && end.exit_status === 'failed') output.err(`    session stopped: mur eval run was interrupted (${context.interrupted})`);
+  else if (end.exit_status === 'trapped') output.err(`    session trapped: ${end.error?.message ?? 'the capsule trapped'}`);
   else if (end.error) output.err(`    session failed: error[${end.error.code}]: ${end.error.message.split('\n')[0]}`);
   // Only the eval hook's file is a score: a capsule with none that wrote an eval.jsonl itself (its
   // guest writes its workdir) scored whatever it liked.
   const scored = plan.capsule.kind === 'agent' && plan.artifacts.some((artifact) => artifact.name === EVAL_HOOK && artifact.hook !== undefined);
-  const file = scored ? await localEvalFile(runtime, launched, projectDir) : undefined;
+  const file = scored ? await localEvalFile(runtime, launched, projectDir, output) : undefined;
   let datasetRun: DatasetRunRecord | undefined;
   if (file !== undefined && existsSync(file)) {
     try {
