@@ -162,8 +162,11 @@ export const SessionLocationSchema = z.object({
   ended_at: z.string().optional(),
   /** Its `trace.jsonl` as a path in its workdir (`.murmur/<session>/trace.jsonl` under a `--workdir`). */
   trace_file: z.string().optional(),
+  /** When its executor removed its workdir, past the retention its operator gave (`MURMUR_SESSION_RETENTION_HOURS`). */
+  workdir_removed_at: z.string().optional(),
 });
 export type SessionLocation = z.infer<typeof SessionLocationSchema>;
+
 export const SESSION_LOCATIONS_BUCKET = 'murmur-sessions';
 
 /**

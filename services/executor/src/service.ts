@@ -9,6 +9,7 @@ import {
   QUEUE_GROUPS,
   SESSION_LOCATIONS_BUCKET,
   type SessionLocation,
+  SessionLocationSchema,
   WATCHER_BUCKET,
   commands,
   lostSessionKey,
@@ -34,6 +35,7 @@ import { executorSettings } from './settings.js';
 import { readSessionFiles } from './session-files.js';
 import { CODE_ROOT, type EndedSession, type ExecutorEnvironment, HOST_ENTRY, SANDBOX_HIDDEN, hostProcessEnv, Session, type SessionEnd } from './session.js';
 import { OWN_LISTENERS, type OwnListener, OwnEndpoints } from './own-endpoints.js';
+import { keepWorkdirsWithinRetention } from './workdir-retention.js';
 
 export { Session, type SessionEnd } from './session.js';
 export { probeNamespaces, bubblewrapArguments, type NamespaceProbe } from './sandbox.js';
@@ -231,6 +233,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
   let sweeping: NodeJS.Timeout | undefined;
   let stopSweepingCache = (): void => {};
   let stopTrimmingBlobs = (): void => {};
+  let stopRemovingWorkdirs = (): void => {};
   // Before the pool makes its hosts' groups: what is swept is never this executor's.
   if (options.sweepAtStartAndHourly) {
     sweep();
@@ -250,6 +253,38 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       .then((store) => store.put(`session.${location.session_id}`, JSON.stringify(location)))
       .catch((error: unknown) => log.warn({ session_id: location.session_id, err: error }, 'could not record where the session lives'));
   };
+
+  /**
+   * A workdir past its retention is gone: its record says so, so that whoever asks for the session
+   * is told why there is nothing to read rather than that no such session ever was.
+   */
+  const recordWorkdirRemoved = (sessionId: string): void => {
+    const key = `session.${sessionId}`;
+    void locationStore()
+      .then(async (store) => {
+        const raw = await store.get(key);
+        const parsed = raw === undefined ? undefined : SessionLocationSchema.safeParse(JSON.parse(raw));
+        if (parsed?.success) await store.put(key, JSON.stringify({ ...parsed.data, workdir_removed_at: new Date().toISOString() }));
+      })
+      .catch((error: unknown) => log.warn({ session_id: sessionId, err: error }, 'could not record that the workdir of a session was removed'));
+  };
+
+  // A long-running executor given a retention removes the workdirs of sessions that ended longer ago.
+  const retentionHours = options.sweepAtStartAndHourly
+    ? numberSetting(env, 'MURMUR_SESSION_RETENTION_HOURS', 0, { unit: 'hours', fractional: true, zero: true })
+    : 0;
+  if (retentionHours > 0) {
+    stopRemovingWorkdirs = keepWorkdirsWithinRetention({
+      root: path.join(workdirBase, 'workdir'),
+      retentionMs: retentionHours * 3_600_000,
+      runsHere: (sessionId) => sessions.has(sessionId),
+      removed: (sessionId) => {
+        ended.delete(sessionId);
+        recordWorkdirRemoved(sessionId);
+      },
+      log,
+    });
+  }
 
   const launch = async (request: z.output<typeof LaunchRequestSchema>): Promise<LaunchReply> => {
     // Judged on this machine's clock against the launcher's: the stack's services share one, and a
@@ -461,6 +496,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       clearInterval(sweeping);
       stopSweepingCache();
       stopTrimmingBlobs();
+      stopRemovingWorkdirs();
       sweep();
       // Every session's last spans, sent or given up on (each bounded), before the process may exit.
       await Promise.all([...sessions.values(), ...ended.values()].map((session) => session.telemetryDrained));

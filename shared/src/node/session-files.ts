@@ -22,6 +22,23 @@ export type SessionHolder = Pick<SessionLocation, 'executor_id' | 'session_id'>;
 const FINDING_A_SESSION =
   "'mur ps' lists the stack's running sessions; a session that has ended is still read by the id its launch printed ('session:' from mur run, 'session_id' with --json)";
 
+/**
+ * Refuses a session whose workdir its executor removed past its retention (`E-SES-001`): there is
+ * nothing left to read, and the reader is told why rather than that no such session ever was.
+ */
+export function refuseRemovedWorkdir(location: SessionLocation): void {
+  if (location.workdir_removed_at === undefined) return;
+  throw new MurmurError(
+    'E-SES-001',
+    `session '${location.session_id}'${location.ended_at ? ` ended at ${location.ended_at}, and` : ''} its workdir was removed at ${location.workdir_removed_at} by executor ${location.executor_id}, past the retention its operator set (MURMUR_SESSION_RETENTION_HOURS)`,
+    {
+      path: location.session_id,
+      hint: "copy what a session leaves with 'mur files' before the retention passes, or raise MURMUR_SESSION_RETENTION_HOURS on the executors",
+    },
+  );
+}
+
+/** Where the session lives, from the stack's record of it; refused when there is none, or its workdir was removed. */
 export async function locateSession(bus: Bus, sessionId: string): Promise<SessionLocation> {
   if (!SessionIdSchema.safeParse(sessionId).success)
     throw new MurmurError('E-SES-001', notASessionId(sessionId), {
@@ -32,6 +49,7 @@ export async function locateSession(bus: Bus, sessionId: string): Promise<Sessio
   const parsed = raw === undefined ? undefined : SessionLocationSchema.safeParse(JSON.parse(raw));
   if (!parsed?.success)
     throw new MurmurError('E-SES-001', `no session '${sessionId}' is known on ${bus.description}`, { path: sessionId, hint: FINDING_A_SESSION });
+  refuseRemovedWorkdir(parsed.data);
   return parsed.data;
 }
 

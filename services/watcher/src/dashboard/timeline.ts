@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { type DashboardTimeline, MurmurError, SESSION_LOCATIONS_BUCKET, SessionLocationSchema, type TimelineEntry } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
-import { askExecutor, sessionFileChunks, traceRecordLines } from '@murmur/shared/node';
+import { askExecutor, refuseRemovedWorkdir, sessionFileChunks, traceRecordLines } from '@murmur/shared/node';
 import type { TraceLocation } from './board.js';
 
 /**
@@ -29,6 +29,7 @@ export async function locateTrace(bus: Bus, sessionId: string, known: TraceLocat
   const raw = await (await bus.keyValue(SESSION_LOCATIONS_BUCKET)).get(`session.${sessionId}`);
   const parsed = raw === undefined ? undefined : SessionLocationSchema.safeParse(JSON.parse(raw));
   if (!parsed?.success) throw new MurmurError('E-SES-001', `no session '${sessionId}' is known to this watcher or on the bus`, { path: sessionId });
+  refuseRemovedWorkdir(parsed.data);
   // Never guessed: under a `--workdir` the workdir's own `trace.jsonl` is one its guest wrote.
   if (parsed.data.trace_file === undefined)
     throw new MurmurError('E-SES-001', `the record of where session '${sessionId}' lives does not say where its trace is`, {
