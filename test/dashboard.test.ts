@@ -179,6 +179,9 @@ describe('the operator dashboard', () => {
     await child.waitFor({ timeout: 15_000 });
     await child.locator('[data-completion="ok"]').waitFor({ timeout: 15_000 });
     expect(await child.textContent()).toContain(WORKER);
+    // Never a delegation's id, its completion's credential: not drawn, not in the data the page reads.
+    expect(await page.content()).not.toMatch(/dlg_/);
+    expect(JSON.stringify(await page.evaluate(async () => (await fetch('/dashboard/api/snapshot')).json()))).not.toMatch(/dlg_/);
     // The parent's task and its turn, as session.activity told them.
     const parentRow = page.locator(`#sessions tr[data-session-id="${parent.sessionId}"]`);
     await eventually(async () => ((await parentRow.textContent())?.includes('completed') ? true : undefined), 15_000, 'the parent task completed');
@@ -205,6 +208,7 @@ describe('the operator dashboard', () => {
     const html = await page.content();
     expect(html).not.toContain(TASK_MARKER);
     expect(html).not.toContain(SECRET_VALUE);
+    expect(html).not.toMatch(/dlg_/);
     if (process.env.MURMUR_DASHBOARD_SCREENSHOT) await page.screenshot({ path: process.env.MURMUR_DASHBOARD_SCREENSHOT, fullPage: true });
   });
 

@@ -622,6 +622,7 @@ describe('delegated children and their completions', () => {
       expect(trace.find((event) => event.event_type === 'delegation_completed')).toMatchObject({
         task_id: task.id,
         delegation_id: started?.delegation_id,
+        child_session_id: started?.child_session_id,
         origin: 'completion',
       });
       expect(trace.filter((event) => event.event_type === 'task_start')).toHaveLength(1);

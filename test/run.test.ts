@@ -85,14 +85,17 @@ describe('mur run', () => {
     expect(lines.at(-1)).toBe('status:  ok');
   });
 
-  it('adds the accessible workdir with -v', async () => {
+  it('adds the accessible workdir with -v, a directory its owner alone may read', async () => {
     const project = await capsuleProject(path.join(scratch.dir, 'tiny'), 'name: tiny\nversion: 0.1.0\n', (await capsuleWat()).bytes);
     const result = await runMur(['run', '-v'], { cwd: project, env });
     expect(result.code, result.stderr).toBe(0);
     const workdir = /^workdir: (.+)$/m.exec(result.stdout)?.[1];
     expect(workdir).toBeDefined();
     expect(workdir?.startsWith(path.join(project, 'workdir', 'ses_'))).toBe(true);
-    expect((await fs.stat(workdir as string)).isDirectory()).toBe(true);
+    const stat = await fs.stat(workdir as string);
+    expect(stat.isDirectory()).toBe(true);
+    // Another local user could list its children/, whose names are its delegations' completion credentials.
+    expect((stat.mode & 0o777).toString(8)).toBe('700');
   });
 
   it('refuses a context given to a script capsule, which has no conversation, and runs nothing', async () => {
@@ -333,6 +336,7 @@ exec bwrap "$@"
     const project = await probeProject(path.join(scratch.dir, 'chosen'));
     const workdir = path.join(scratch.dir, 'chosen-workdir');
     await fs.mkdir(workdir);
+    await fs.chmod(workdir, 0o755);
     const result = await runMur(['run', '--json', '--workdir', workdir, '--task', actions([{ op: 'write', path: 'made-here.txt', text: 'x' }])], {
       cwd: project,
       env,
@@ -344,6 +348,9 @@ exec bwrap "$@"
     expect(await fs.readFile(path.join(workdir, 'murmur.yaml'), 'utf8')).toContain('name: probe');
     const sessionDir = path.join(workdir, '.murmur', launch.session_id);
     expect(await listTree(sessionDir)).toEqual(expect.arrayContaining(['trace.jsonl', 'logs/', 'logs/bootstrap.log', 'logs/session.log', 'out/', 'tools/']));
+    // The workdir is the user's to share; the runtime's records in it are its owner's alone.
+    expect(((await fs.stat(workdir)).mode & 0o777).toString(8)).toBe('755');
+    expect(((await fs.stat(path.join(workdir, '.murmur'))).mode & 0o777).toString(8)).toBe('700');
   });
 
   it('records session_start with the effective grants, and session_end, in trace.jsonl', async () => {

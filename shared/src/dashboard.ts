@@ -30,9 +30,12 @@ export const DashboardSessionSchema = z.object({
   error_code: z.string().nullable(),
   /** Its current (or last) task, as `session.activity` told it. */
   task: z.object({ task_id: z.string(), state: TaskStateSchema, turn: z.number().int().positive().nullable(), at: z.string() }).nullable(),
-  /** The session that spawned it, and the delegation it runs under. */
+  /**
+   * The session that spawned it. Never the delegation it runs under: a delegation's id is the
+   * credential its completion is posted with (`services/door/src/door-auth.ts`), and the page is
+   * anyone's who reaches the dashboard.
+   */
   parent_session_id: z.string().nullable(),
-  delegation_id: z.string().nullable(),
   /** How it ended as a delegated child, once `delegation.completed` said so. */
   completion: z.object({ status: z.string(), reported_by: z.string(), delivered: z.boolean() }).nullable(),
 });

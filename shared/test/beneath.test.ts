@@ -42,6 +42,35 @@ describe('writing beneath a workdir the guest can write', () => {
     expect(statSync(path.join(root, 'a', 'b', 'c')).isDirectory()).toBe(true);
   });
 
+  it('makes a private directory its owner’s alone, whether it made it or found it', () => {
+    mkdirBeneath(root, path.join(root, '.murmur'), { private: true });
+    expect((statSync(path.join(root, '.murmur')).mode & 0o777).toString(8)).toBe('700');
+    mkdirSync(path.join(root, 'shared'), { mode: 0o755 });
+    mkdirBeneath(root, path.join(root, 'shared'), { private: true });
+    expect((statSync(path.join(root, 'shared')).mode & 0o777).toString(8)).toBe('700');
+  });
+
+  it('names a failure by its path in the workdir, never the descriptor it was reached through', () => {
+    const long = 'n'.repeat(300);
+    for (const write of [
+      () => mkdirBeneath(root, path.join(root, 'logs', long, 'x')),
+      () => writeFileBeneath(root, path.join(root, 'logs', long), 'x'),
+      () => appendBeneath(root, path.join(root, 'logs', long), 'x'),
+    ]) {
+      const failure = (() => {
+        try {
+          write();
+        } catch (error) {
+          return error as NodeJS.ErrnoException;
+        }
+        return undefined;
+      })();
+      expect(failure?.code).toBe('ENAMETOOLONG');
+      expect(failure?.message).not.toContain('/proc/self/fd/');
+      expect(failure?.message).toContain(path.join(root, 'logs', long));
+    }
+  });
+
   it('replaces a link in place of the file it writes, never following it', () => {
     symlinkSync(path.join(outside, 'cron'), path.join(root, 'task.md'));
     writeFileBeneath(root, path.join(root, 'task.md'), 'the task');

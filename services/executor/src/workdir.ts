@@ -234,11 +234,15 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
     accessible = path.join(path.resolve(request.defaultBase), 'workdir', request.sessionId);
     // A base of the launcher's own: its session's directory is made there, so not in the executor's state.
     if (request.executorState) assertLaunchersChoice(accessible, request.executorState);
-    await fs.mkdir(accessible, { recursive: true });
+    // Its owner's alone, as every record of the runtime's is: another local user could otherwise
+    // list it, and read its delegations' ids (a completion's credential) in children/'s names.
+    await fs.mkdir(accessible, { recursive: true, mode: 0o700 });
   }
   if (request.madeInGuestTree) assertWorkdirUnmoved(accessible);
   accessible = realpathSync(accessible);
   const sessionDir = request.workdir !== undefined ? path.join(accessible, '.murmur', request.sessionId) : accessible;
+  // A chosen workdir is the user's to share or not; the runtime's records in it are not.
+  if (request.workdir !== undefined) mkdirBeneath(accessible, path.join(accessible, '.murmur'), { private: true });
   for (const dir of ['tools', 'out', 'logs']) mkdirBeneath(accessible, path.join(sessionDir, dir));
   mkdirBeneath(accessible, path.join(accessible, '.capsule-home'));
   // Where a capsule writes its own answer (`out/result.txt`), whichever directory holds the records.

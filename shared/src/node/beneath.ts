@@ -38,6 +38,21 @@ function namesBeneath(root: string, file: string): string[] {
 const at = (directory: number, name: string): string => `/proc/self/fd/${directory}/${name}`;
 
 /**
+ * A system error named by the path beneath `root` it was about. Reached through a descriptor, it
+ * named `/proc/self/fd/<n>/…`, which tells its reader nothing, and a failed write named no file at
+ * all (`ENOSPC: no space left on device, write`).
+ */
+function named(error: unknown, root: string, relative: string): unknown {
+  if (error instanceof MurmurError || !(error instanceof Error)) return error;
+  const failure = error as NodeJS.ErrnoException;
+  const shown = path.join(root, relative);
+  if (failure.message.includes('/proc/self/fd/')) failure.message = failure.message.replace(/'\/proc\/self\/fd\/\d+[^']*'/g, `'${shown}'`);
+  else if (!failure.message.includes(shown)) failure.message = `${failure.message} '${shown}'`;
+  failure.path = shown;
+  return failure;
+}
+
+/**
  * Opens `name` in `directory` as a directory, never through a link; made first when missing and
  * `make`. Opened before it is made: nearly every name on a record's way exists already (each log
  * line walks the same few), and a refused `mkdir` costs a system call and an error object each.
@@ -83,14 +98,25 @@ function openParent(root: string, names: string[], make: boolean): number {
     return directory;
   } catch (error) {
     closeSync(directory);
-    throw error;
+    throw named(error, root, relative);
   }
 }
 
-/** Makes `dir` and its parents beneath `root`, refusing a link on the way. */
-export function mkdirBeneath(root: string, dir: string): void {
+/**
+ * Makes `dir` and its parents beneath `root`, refusing a link on the way. `private`: `dir` itself
+ * is then its owner's alone (0700), made so or made so now, through its descriptor.
+ */
+export function mkdirBeneath(root: string, dir: string, options: { private?: boolean } = {}): void {
   const names = namesBeneath(root, dir);
-  closeSync(openParent(root, [...names, '.'], true));
+  const fd = openParent(root, [...names, '.'], true);
+  try {
+    if (options.private) fchmodSync(fd, 0o700);
+  } catch (error) {
+    // Another user's directory (a workdir shared on purpose) stays as its owner left it.
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') throw named(error, root, names.join('/'));
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /**
@@ -112,7 +138,7 @@ export function openAppendBeneath(root: string, file: string, mode = 0o644): num
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ELOOP' || code === 'ENXIO' || code === 'EISDIR')
       throw refused(root, relative, 'it is a link, a FIFO or a directory (something in the sandbox put it there)');
-    throw error;
+    throw named(error, root, relative);
   } finally {
     closeSync(directory);
   }
@@ -181,6 +207,8 @@ export function appendBeneath(root: string, file: string, text: string): void {
   const fd = openAppendBeneath(root, file);
   try {
     writeSync(fd, text);
+  } catch (error) {
+    throw named(error, root, namesBeneath(root, file).join('/'));
   } finally {
     closeSync(fd);
   }
@@ -192,6 +220,14 @@ export function appendBeneath(root: string, file: string, text: string): void {
  */
 function replaceBeneath(root: string, file: string, mode: number, fill: (fd: number) => void): void {
   const names = namesBeneath(root, file);
+  try {
+    replaceIn(root, names, mode, fill);
+  } catch (error) {
+    throw named(error, root, names.join('/'));
+  }
+}
+
+function replaceIn(root: string, names: string[], mode: number, fill: (fd: number) => void): void {
   const directory = openParent(root, names, true);
   const name = names.at(-1) as string;
   const staged = `.${name}.${randomBytes(6).toString('hex')}.tmp`;

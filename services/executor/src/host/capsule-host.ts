@@ -606,7 +606,13 @@ export class CapsuleHost implements AgentHost {
     } catch (error) {
       return fail(`delegation ${launched.value.delegation_id} ended without a completion: ${(error as Error).message}`);
     }
-    this.trace.write('delegation_completed', { turn: this.turn, task_id: context.task.id, delegation_id: launched.value.delegation_id, origin: 'completion' });
+    this.trace.write('delegation_completed', {
+      turn: this.turn,
+      task_id: context.task.id,
+      delegation_id: launched.value.delegation_id,
+      child_session_id: launched.value.session_id,
+      origin: 'completion',
+    });
     const result: Fallible<ToolResultShape> = ok({
       status: 'passed',
       summary: `delegation ${launched.value.delegation_id} completed`,

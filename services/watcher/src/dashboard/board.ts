@@ -59,7 +59,6 @@ export class DashboardBoard {
         this.update(outcome.session_id, (session) => ({
           ...session,
           parent_session_id: session.parent_session_id ?? parent_session_id,
-          delegation_id: session.delegation_id ?? outcome.delegation_id,
           completion: { status: outcome.status, reported_by: outcome.reported_by, delivered: outcome.delivered },
         }));
       }),
@@ -112,7 +111,6 @@ export class DashboardBoard {
       error_code: known?.error_code ?? null,
       task: known?.task ?? null,
       parent_session_id: event.spawned_by ?? known?.parent_session_id ?? null,
-      delegation_id: event.delegation_id ?? known?.delegation_id ?? null,
       completion: known?.completion ?? null,
     });
     if (event.trace_file !== undefined) this.traceFiles.set(event.session_id, event.trace_file);
@@ -204,7 +202,6 @@ function unseenSession(
     error_code: null,
     task: null,
     parent_session_id: null,
-    delegation_id: null,
     completion: null,
   };
 }

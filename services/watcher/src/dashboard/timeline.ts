@@ -150,13 +150,11 @@ export function timelineEntry(event: Record<string, unknown>): TimelineEntry {
     }
     case 'a2a_send':
       return entry(joined('a2a send', authority(event.peer_url)), joined(name(event.task_id)));
+    // Never the delegation's id, which is its completion's credential: the child names it.
     case 'delegation_started':
-      return entry(
-        `delegation ${name(event.capsule) ?? ''}`.trim(),
-        joined(name(event.delegation_id), name(event.child_session_id) && `child ${name(event.child_session_id)}`),
-      );
+      return entry(`delegation ${name(event.capsule) ?? ''}`.trim(), joined(name(event.child_session_id) && `child ${name(event.child_session_id)}`));
     case 'delegation_completed':
-      return entry('delegation completed', joined(name(event.delegation_id), name(event.origin)), 'ok');
+      return entry('delegation completed', joined(name(event.child_session_id) && `child ${name(event.child_session_id)}`, name(event.origin)), 'ok');
     case 'task_end': {
       const status = name(event.exit_status);
       return entry(

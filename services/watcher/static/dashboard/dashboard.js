@@ -110,7 +110,6 @@ function renderDelegations() {
         element('span', { class: 'mono' }, short(session.session_id)),
         badge(session.state),
         completion,
-        session.delegation_id ? element('span', { class: 'mono dim', title: session.delegation_id }, short(session.delegation_id)) : null,
       ),
       kids.length > 0 ? element('ul', {}, ...kids.map((kid) => node(kid, session.session_id))) : null,
     );
@@ -124,7 +123,6 @@ function renderDelegations() {
         state: 'unknown',
         parent_session_id: null,
         completion: null,
-        delegation_id: null,
       },
   );
   const topLevel = roots.filter((root) => !root.parent_session_id || !sessions.has(root.parent_session_id));
