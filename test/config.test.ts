@@ -181,12 +181,18 @@ describe('mur config', () => {
     for (const key of keys) expect(text, key).toContain(`${key.split('.')[1]}: `);
   });
 
-  it('refuses an endpoint with credentials in its URL, and says which keys it keeps but nothing reads', async () => {
+  it('refuses an endpoint or an index URL with credentials in it, never printing them, and says which keys it keeps but nothing reads', async () => {
     const { mur, projectFile } = await place();
-    const credentialed = await mur(['set', 'inference.endpoint', 'https://user:hunter2@api.example.com/v1']);
-    expect(credentialed.code).toBe(1);
-    expect(credentialed.stderr).toContain("error[E-CFG-003]: the value for 'inference.endpoint' carries credentials in its URL");
-    expect(credentialed.stderr).not.toContain('hunter2');
+    for (const [key, url] of [
+      ['inference.endpoint', 'https://user:hunter2@api.example.com/v1'],
+      ['registry.index_url', 'https://user:hunter2@example.com/index.json'],
+      ['registry.index_url', 's3://AKIA:hunter2@bucket/index.json'],
+    ]) {
+      const credentialed = await mur(['set', key as string, url as string]);
+      expect(credentialed.code, url).toBe(1);
+      expect(credentialed.stderr).toContain(`error[E-CFG-003]: the value for '${key}' carries credentials in its URL`);
+      expect(credentialed.stderr).not.toContain('hunter2');
+    }
     await expect(fs.stat(projectFile)).rejects.toThrow();
     const unread = await mur(['set', 'registry.default', 'remote']);
     expect(unread.code, unread.stderr).toBe(0);

@@ -77,11 +77,16 @@ describe('mur search', () => {
     expect(result.stdout.split('\n').filter((line) => line.trim() !== '')).toHaveLength(2);
   });
 
-  it('fails naming the URL of an index it cannot fetch', async () => {
+  it('fails naming the URL of an index it cannot fetch, never its query or a password', async () => {
     const url = 'http://127.0.0.1:9/artifacts-index.json';
-    const result = await runMur(['search', 'git', '--registry', url], { env });
+    const result = await runMur(['search', 'git', '--registry', `${url}?signature=hunter2`], { env });
     expect(result.code).toBe(1);
-    expect(result.stderr).toContain(`error[E-IO-003]: failed to fetch artifact index from ${url}`);
+    expect(result.stderr).toContain(`error[E-IO-003]: failed to fetch artifact index from ${url}:`);
+    expect(result.stderr).not.toContain('hunter2');
+    const credentialed = await runMur(['search', 'git', '--registry', 'http://user:hunter2@127.0.0.1:9/artifacts-index.json'], { env });
+    expect(credentialed.code).toBe(1);
+    expect(credentialed.stderr).toContain(`error[E-IO-003]: the index URL ${url} carries a user or password, which is never sent`);
+    expect(credentialed.stderr).not.toContain('hunter2');
   });
 
   it('refuses an index it cannot read or does not know, and a bad limit, with E-IO-003', async () => {

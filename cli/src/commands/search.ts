@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { type ArtifactMeta, INDEX_CEILING_BYTES, MurmurError, fetchFailureReason, firstIssueText, readBodyCapped } from '@murmur/shared';
+import { type ArtifactMeta, INDEX_CEILING_BYTES, MurmurError, fetchFailureReason, firstIssueText, readBodyCapped, shownUrl } from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import * as z from 'zod';
@@ -58,15 +58,23 @@ function fromIndex(text: string, source: string): Entry[] {
   return parsed.artifacts;
 }
 
+/** An index at `url`, named in every message without its query, which may carry a signed URL's credential. */
 async function fetchIndex(url: string): Promise<Entry[]> {
+  const shown = shownUrl(url);
+  // Never sent (fetch refuses them) and never printed back, as a roost's are not.
+  if (new URL(url).username !== '' || new URL(url).password !== '')
+    throw new MurmurError('E-IO-003', `the index URL ${shown} carries a user or password, which is never sent`, {
+      path: shown,
+      hint: 'give the URL without user and password',
+    });
   let response: Response;
   try {
     response = await fetch(url, { signal: AbortSignal.timeout(30_000) });
   } catch (error) {
-    throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: ${fetchFailureReason(error)}`, { path: url });
+    throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${shown}: ${fetchFailureReason(error)}`, { path: shown });
   }
-  if (!response.ok) throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${url}: HTTP ${response.status}`, { path: url });
-  return fromIndex((await readBodyCapped(response, INDEX_CEILING_BYTES, `the artifact index from ${url}`, 'E-IO-003')).toString('utf8'), url);
+  if (!response.ok) throw new MurmurError('E-IO-003', `failed to fetch artifact index from ${shown}: HTTP ${response.status}`, { path: shown });
+  return fromIndex((await readBodyCapped(response, INDEX_CEILING_BYTES, `the artifact index from ${shown}`, 'E-IO-003')).toString('utf8'), shown);
 }
 
 async function entriesFrom(registry: string | undefined): Promise<Entry[]> {
