@@ -140,6 +140,17 @@ function readDriverEnv(environment) {
   return ok({ endpoint, apiKey: apiKey === '' ? undefined : apiKey, config });
 }
 
+/**
+ * The URL of one of the API's paths (`/v1/messages`) at `endpoint`: added to the endpoint's path,
+ * before its query (a Google-style `?key=`, Azure's `?api-version=`) and its fragment, which stay
+ * as they were. Added after them, the key was sent as `key=…/v1/messages` to the endpoint's root.
+ */
+function endpointUrl(endpoint, suffix) {
+  const cut = endpoint.search(/[?#]/);
+  if (cut < 0) return `${endpoint}${suffix}`;
+  return `${endpoint.slice(0, cut).replace(/\/+$/, '')}${suffix}${endpoint.slice(cut)}`;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Response
 

@@ -126,7 +126,7 @@ function buildAnthropicRequest(payload, env) {
   for (const [key, value] of Object.entries(params)) {
     body[key] = key === 'tool_choice' ? anthropicToolChoice(value) : value;
   }
-  return { url: `${env.endpoint}/v1/messages`, headers, body };
+  return { url: endpointUrl(env.endpoint, '/v1/messages'), headers, body };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ function buildOpenAIRequest(payload, env) {
   Object.assign(body, params);
   // stream_options is refused without streaming.
   if (body.stream !== true && !Object.hasOwn(params, 'stream_options')) delete body.stream_options;
-  return { url: `${env.endpoint}/chat/completions`, headers, body };
+  return { url: endpointUrl(env.endpoint, '/chat/completions'), headers, body };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -40,6 +40,10 @@ describe('the Anthropic request', () => {
   it('posts to /v1/messages under the endpoint with the version, key and beta headers', () => {
     const request = anthropic.buildAnthropicRequest(basePayload, env({ beta_features: ['interleaved-thinking-2025-05-14', 'context-1m'] }));
     expect(request.url).toBe('https://api.example.test/v1/messages');
+    // A key in the endpoint's query stays the query's, after the path.
+    expect(anthropic.buildAnthropicRequest(basePayload, { ...env(), endpoint: 'https://api.example.test/?key=k' }).url).toBe(
+      'https://api.example.test/v1/messages?key=k',
+    );
     expect(request.headers).toEqual({
       'content-type': 'application/json',
       'anthropic-version': '2023-06-01',

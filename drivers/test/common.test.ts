@@ -20,6 +20,7 @@ const SHARED = [
   'driverResult',
   'parsePayload',
   'readDriverEnv',
+  'endpointUrl',
   'httpErrorMessage',
   'emitTo',
   'createSseLineSplitter',
@@ -152,6 +153,15 @@ describe('parsing the payload', () => {
 });
 
 describe('reading the driver environment', () => {
+  it("adds the API's path to the endpoint's path, before a query or a fragment, which stay as they were", () => {
+    expect(lib.endpointUrl('https://x.test/v1', '/chat/completions')).toBe('https://x.test/v1/chat/completions');
+    expect(lib.endpointUrl('https://x.test/?key=k', '/v1/messages')).toBe('https://x.test/v1/messages?key=k');
+    expect(lib.endpointUrl('https://x.test/openai?api-version=2024-10-21', '/chat/completions')).toBe(
+      'https://x.test/openai/chat/completions?api-version=2024-10-21',
+    );
+    expect(lib.endpointUrl('https://x.test/v1#frag', '/messages')).toBe('https://x.test/v1/messages#frag');
+  });
+
   it('takes the endpoint without trailing slashes, the key and the config from a list of pairs', () => {
     expect(
       lib.readDriverEnv([

@@ -38,6 +38,9 @@ describe('the OpenAI-compatible request', () => {
   it('posts to /chat/completions under the endpoint with a bearer key', () => {
     const request = openai.buildOpenAIRequest(basePayload, env());
     expect(request.url).toBe('http://localhost:8000/v1/chat/completions');
+    expect(openai.buildOpenAIRequest(basePayload, { ...env(), endpoint: 'http://localhost:8000/v1?api-version=1' }).url).toBe(
+      'http://localhost:8000/v1/chat/completions?api-version=1',
+    );
     expect(request.headers).toEqual({ 'content-type': 'application/json', authorization: 'Bearer sk-test' });
     expect(openai.buildOpenAIRequest(basePayload, env({ keyless: true })).headers).toEqual({ 'content-type': 'application/json' });
   });
