@@ -8,7 +8,7 @@ import { capsuleProject } from './support/artifacts.js';
 import { tempDir } from './support/fs.js';
 import { capsuleWat } from './support/guests.js';
 import { type NatsServer, startNatsServer } from './support/nats-server.js';
-import { runMur } from './support/processes.js';
+import { murBin, runMur } from './support/processes.js';
 
 /**
  * What a new user types by mistake, and what `mur` says back: an `error[CODE]` naming what was
@@ -241,6 +241,25 @@ describe('mur, given what a new user gets wrong', () => {
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain('error[E-RUN-008]: capsule nosuch@1.0.0 is not installed');
     expect(missing.stderr).toContain("'mur install -g nosuch@1.0.0' anywhere");
+  });
+
+  it('exits 1 when what it writes on stdout is lost to a full disk, saying so, where the command exited 0', async () => {
+    // A run writes its session line first and then waits for the session, which ends well.
+    const project = await capsuleProject(path.join(scratch.dir, 'stdout-full'), 'name: full\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const full = await fs.open('/dev/full', 'w');
+    try {
+      const result = spawnSync(murBin, ['run'], {
+        cwd: project,
+        env: { PATH: process.env.PATH ?? '', ...env },
+        stdio: ['ignore', full.fd, 'pipe'],
+        encoding: 'utf8',
+      });
+      expect(result.status, result.stderr).toBe(1);
+      expect(result.stderr).toContain('error[E-IO-003]: could not write to stdout: ENOSPC; what was left to write there is lost');
+      expect(result.stderr).toContain('hint: the disk stdout is written to is full');
+    } finally {
+      await full.close();
+    }
   });
 
   it('refuses a registry or door URL that carries a user or password without repeating it, and one that is no http(s) URL', async () => {

@@ -9,4 +9,6 @@ import { existsSync } from 'node:fs';
 const bundled = new URL('../dist/bundle/mur.mjs', import.meta.url);
 const { main } = await import(existsSync(bundled) ? bundled.href : new URL('../dist/main.js', import.meta.url).href);
 
-process.exitCode = await main(process.argv);
+const code = await main(process.argv);
+// An exit code set while the command ran (stdout that could not be written) is not taken back.
+process.exitCode = Math.max(code, Number(process.exitCode ?? 0));

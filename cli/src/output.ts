@@ -46,11 +46,15 @@ export function ignoreClosedStdout(): void {
   process.stdout.on('error', (error: NodeJS.ErrnoException) => {
     if (error.code === 'EPIPE' || said) return;
     said = true;
-    process.exitCode = 1;
+    // Whatever else the command ends with, it did not end well: its output is not whole.
+    process.exitCode = Math.max(1, Number(process.exitCode ?? 0));
+    const full = error.code === 'ENOSPC' || error.code === 'EDQUOT';
     writeLine(
       process.stderr,
       new MurmurError('E-IO-003', `could not write to stdout: ${error.code ?? error.message}; what was left to write there is lost`, {
-        hint: 'write stdout to a file (> out.txt), or read it as fast as it comes',
+        hint: full
+          ? 'the disk stdout is written to is full: free space there, or write it elsewhere, and run again'
+          : 'write stdout to a file (> out.txt), or read it as fast as it comes',
       }).format(),
     );
   });

@@ -32,7 +32,9 @@ export function startFromSnapshot(evaluated: readonly unknown[]): void {
     void evaluated;
     // Started as `node --snapshot-blob <blob> -- <args>`: argv holds node and the arguments, and
     // `main` expects node and a script before them, as a script's argv has.
-    process.exitCode = await main([process.argv[0] as string, 'mur', ...process.argv.slice(1)]);
+    const code = await main([process.argv[0] as string, 'mur', ...process.argv.slice(1)]);
+    // An exit code set while the command ran (stdout that could not be written) is not taken back.
+    process.exitCode = Math.max(code, Number(process.exitCode ?? 0));
   });
 }
 
