@@ -89,6 +89,41 @@ describe('a public address', () => {
   });
 });
 
+describe('a vetted lookup', () => {
+  /** What `lookup` answers for `host` under `options`: the error, or the addresses given. */
+  const looked = (resolve: Resolve, options: { all?: boolean; family?: number }) =>
+    new Promise<{ error: Error | null; address: unknown }>((done) =>
+      vettedLookup(() => false, resolve)('a.example', options as never, ((error: Error | null, address: unknown) => done({ error, address })) as never),
+    );
+
+  it('refuses a name any of whose addresses is not public, wherever in the answer it is, asked for one address or all', async () => {
+    for (const answer of [
+      [
+        { address: '93.184.216.34', family: 4 },
+        { address: '127.0.0.1', family: 4 },
+      ],
+      [
+        { address: '2606:2800:220:1:248:1893:25c8:1946', family: 6 },
+        { address: '93.184.216.34', family: 4 },
+        { address: 'fd00::1', family: 6 },
+      ],
+    ]) {
+      for (const options of [{}, { all: true }, { family: 4 }]) {
+        const { error } = await looked(async () => answer, options);
+        expect(error?.constructor.name, `${JSON.stringify(answer)} ${JSON.stringify(options)}`).toBe('ProhibitedAddress');
+        expect(error?.message).toMatch(/^network policy: 'a\.example' resolves to (127\.0\.0\.1|fd00::1), which is not a public address/);
+      }
+    }
+    // Every address public: the first is given, or all of them.
+    const publicOnly = async () => [
+      { address: '93.184.216.34', family: 4 },
+      { address: '93.184.216.35', family: 4 },
+    ];
+    expect(await looked(publicOnly, {})).toEqual({ error: null, address: '93.184.216.34' });
+    expect((await looked(publicOnly, { all: true })).address).toHaveLength(2);
+  });
+});
+
 describe("the system's resolver", () => {
   it('looks a name up once at a time: every request for it meanwhile waits on the same lookup', async () => {
     const first = systemResolve('localhost');

@@ -202,6 +202,24 @@ describe('a refusal', () => {
     });
   });
 
+  it('of a hook with no network entry of its own gives it nothing, never the capsule’s rules', () => {
+    const egress = policy(['api.example.com'], [{ name: 'plain', role: 'hook' }]);
+    expect(egress.judgeHttp('https://api.example.com/', 'capsule')).toMatchObject({ allowed: true });
+    expect(egress.judgeHttp('https://api.example.com/', 'hook:plain')).toMatchObject({
+      allowed: false,
+      code: 'HTTP-request-denied',
+      reason: "network policy: 'api.example.com:443' not in hook:plain's network.allow (nothing)",
+    });
+  });
+
+  it("of a sealed sandbox's connection holds a rule's port: another port of the same host is refused", () => {
+    const egress = policy(['127.0.0.1:8080', 'any-port.example']);
+    expect(egress.judgeTcp('127.0.0.1', 8080)).toMatchObject({ allowed: true, rule: '127.0.0.1:8080' });
+    expect(egress.judgeTcp('127.0.0.1', 8081)).toEqual({ allowed: false, reason: "network policy: '127.0.0.1:8081' not in capabilities.network.allow" });
+    // A host rule without a port admits any.
+    expect(egress.judgeTcp('any-port.example', 9)).toMatchObject({ allowed: true });
+  });
+
   it('of a request that timed out says so, whatever shape the abort came in', () => {
     const aborted = Object.assign(new Error('The operation was aborted due to timeout'), {
       name: 'AbortError',

@@ -39,6 +39,16 @@ describe('a shell call', () => {
     };
   }
 
+  it('runs only a binary capabilities.shell.allow names: another is refused before anything runs, whatever the sandbox would allow', async () => {
+    const marker = path.join(workdir, 'ran');
+    for (const binary of ['sh', 'touch', '/bin/bash', 'bash ']) {
+      await expect(runShell(context(30_000), binary, ['-c', `touch ${marker}`], [])).rejects.toThrow(
+        `shell binary '${binary}' is not in capabilities.shell.allow`,
+      );
+    }
+    await expect(fs.access(marker)).rejects.toThrow();
+  });
+
   it('gives the command the variables it was given, and refuses a name that would define another before the runtime’s own', async () => {
     const given = await runShell(context(30_000), 'bash', ['-c', 'echo "$GREETING $HOME"'], [['GREETING', 'hello']]);
     expect(given.stdout.trim()).toBe(`hello ${path.join(workdir, '.capsule-home')}`);
