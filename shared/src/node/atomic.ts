@@ -78,10 +78,23 @@ export async function writeFileAtomic(target: string, data: string | Uint8Array,
     await fs.rename(temporary, target);
   } catch (error) {
     await fs.rm(temporary, { force: true });
-    throw error;
+    throw namedFor(error, temporary, target);
   } finally {
     release();
   }
+}
+
+/**
+ * A failed write named by the file it was for: a write or a sync names no file at all
+ * (`ENOSPC: no space left on device, write`), and an open or a rename the temporary one, which
+ * was never the user's.
+ */
+function namedFor(error: unknown, temporary: string, target: string): unknown {
+  if (!(error instanceof Error) || typeof (error as NodeJS.ErrnoException).code !== 'string') return error;
+  const failure = error as NodeJS.ErrnoException;
+  failure.message = failure.message.includes(temporary) ? failure.message.split(temporary).join(target) : `${failure.message} '${target}'`;
+  failure.path = target;
+  return failure;
 }
 
 /**

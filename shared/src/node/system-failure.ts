@@ -1,4 +1,4 @@
-import { accessSync, constants, existsSync } from 'node:fs';
+import { accessSync, constants, existsSync, statfsSync } from 'node:fs';
 import path from 'node:path';
 
 /**
@@ -24,9 +24,9 @@ const SYSTEM_FAILURE_HINTS: Readonly<Record<string, string>> = {
 
 /**
  * The code that says what went wrong. Node's recursive `mkdir` answers `ENOENT` wherever it could
- * not make a directory — on a read-only file system (`EROFS`) and in a directory this user may not
- * write (`EACCES`) too — so such an `ENOENT` is asked again of the nearest directory that exists:
- * its hint had said to check that the path exists.
+ * not make a directory — on a read-only file system (`EROFS`), in a directory this user may not
+ * write (`EACCES`), on a full one (`ENOSPC`) too — so such an `ENOENT` is asked again of the
+ * nearest directory that exists: its hint had said to check that the path exists.
  */
 export function systemFailureOf(error: unknown): string | undefined {
   if (!(error instanceof Error)) return undefined;
@@ -38,6 +38,13 @@ export function systemFailureOf(error: unknown): string | undefined {
     accessSync(existing, constants.W_OK);
   } catch (cause) {
     return (cause as NodeJS.ErrnoException).code ?? code;
+  }
+  // Writable, and still nothing could be made in it: no block or no inode left.
+  try {
+    const space = statfsSync(existing);
+    if (space.bavail === 0 || space.ffree === 0) return 'ENOSPC';
+  } catch {
+    // not asked: the code stands
   }
   return code;
 }
