@@ -234,7 +234,7 @@ describe('mur run', () => {
     await fs.writeFile(
       path.join(bin, 'bwrap'),
       `#!/bin/sh
-if [ -e ${failing} ]; then echo "bwrap: Creating new namespace failed: No space left on device" >&2; exit 1; fi
+if [ -e ${failing} ]; then cat ${failing} >&2; exit 1; fi
 exec bwrap "$@"
 `,
       { mode: 0o755 },
@@ -246,8 +246,26 @@ exec bwrap "$@"
       MURMUR_BWRAP: path.join(bin, 'bwrap'),
       PROBE_ACTIONS: actions([{ op: 'print', text: 'ran' }]),
     };
+    // What else bubblewrap may say at a launch gets its own hint: a full disk, or nothing at all.
+    for (const [said, shown, hint] of [
+      [
+        "bwrap: Can't mkdir parents for /tmp/x: No space left on device\n",
+        "bwrap: Can't mkdir parents for /tmp/x: No space left on device",
+        "the file system bubblewrap made the sandbox's directories on is full",
+      ],
+      ['bwrap: \n', 'bwrap: it exited 1 without saying why', "bubblewrap's words above say what it could not do"],
+    ]) {
+      await fs.rm(failing, { force: true });
+      expect((await runMur(['run'], { cwd: project, env: runEnv })).code).toBe(0);
+      await fs.writeFile(failing, said as string);
+      const refused = await runMur(['run'], { cwd: project, env: runEnv });
+      expect(refused.stderr).toContain(`error[E-CAP-005]: the session's sandbox could not be made: ${shown}`);
+      expect(refused.stderr).toContain(`hint: ${hint}`);
+      expect(refused.stderr).not.toContain('user namespaces');
+    }
+    await fs.rm(failing, { force: true });
     expect((await runMur(['run'], { cwd: project, env: runEnv })).code).toBe(0);
-    await fs.writeFile(failing, '');
+    await fs.writeFile(failing, 'bwrap: Creating new namespace failed: No space left on device\n');
     const refused = await runMur(['run'], { cwd: project, env: runEnv });
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(

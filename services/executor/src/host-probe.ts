@@ -97,6 +97,21 @@ export const USER_NAMESPACES_HINT =
   "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces above 0; on Ubuntu 23.10 and later, AppArmor's kernel.apparmor_restrict_unprivileged_userns=0)";
 
 /**
+ * What to do about bubblewrap's refusal, by what it said: a namespace it could not make (user
+ * namespaces off, or their limit reached, which the kernel says as ENOSPC), a disk with no room
+ * for the sandbox's directories, or anything else, which its words say.
+ */
+export function sandboxFailureHint(said: string): string {
+  if (/namespace|uid map|gid map|setgroups/i.test(said))
+    return `bubblewrap needs unprivileged user namespaces, under their limit (user.max_user_namespaces): ${USER_NAMESPACES_HINT}`;
+  if (/No space left on device|Disk quota exceeded/i.test(said))
+    return "the file system bubblewrap made the sandbox's directories on is full (the workdir's, or the temporary directory's): free some space, then run it again";
+  if (/Read-only file system/i.test(said))
+    return "bubblewrap could not write where it makes the sandbox's directories: name a workdir on a writable file system";
+  return "bubblewrap's words above say what it could not do; 'mur doctor' checks what the sandbox needs";
+}
+
+/**
  * Why this host refuses a capsule that can spawn (`E-CAP-005` without namespaces, `E-RUN-012`
  * without a cgroup to bound the subprocess tree), in the order a launch checks them; empty when
  * it does not. Every refusal, not the first: a report names both problems at once, a launch

@@ -68,7 +68,7 @@ import { EgressPolicy } from './egress.js';
 import { EgressRecords } from './egress-records.js';
 import { HostEgress, isEgressRequest } from './host-egress.js';
 import type { OwnEndpoints } from './own-endpoints.js';
-import { USER_NAMESPACES_HINT, canSpawnSubprocesses, subprocessRefusals } from './host-probe.js';
+import { canSpawnSubprocesses, sandboxFailureHint, subprocessRefusals } from './host-probe.js';
 import { HostLink, messageType } from './host-link.js';
 import { hostSandbox, sandboxTmp, spawnSandboxedHost } from './host-sandbox.js';
 import type { ExecutorSettings } from './settings.js';
@@ -1236,12 +1236,13 @@ export class Session {
         // bubblewrap could not make the sandbox (user namespaces turned off since the executor's
         // probe, a kernel's namespace limit reached): said in its words, and the probe's kept
         // answer dropped, where every later run failed alike on an answer never asked again.
-        const sandboxFailure = code !== 0 && signal === null ? this.stderrTail.find((line) => line.startsWith('bwrap: ')) : undefined;
-        if (sandboxFailure) {
+        const bwrapLines = code !== 0 && signal === null ? this.stderrTail.filter((line) => line.startsWith('bwrap:')) : [];
+        if (bwrapLines.length > 0) {
           this.environment.confine.forget?.();
+          const sandboxFailure = bwrapLines.find((line) => line.slice('bwrap:'.length).trim() !== '') ?? `bwrap: it exited ${code} without saying why`;
           reject(
             new MurmurError('E-CAP-005', `the session's sandbox could not be made: ${sandboxFailure}`, {
-              hint: `bubblewrap needs unprivileged user namespaces: ${USER_NAMESPACES_HINT}; the containment this host achieves is probed again at the next start ('mur doctor' says what it finds)`,
+              hint: `${sandboxFailureHint(sandboxFailure)}; the containment this host achieves is probed again at the next start ('mur doctor' says what it finds)`,
             }),
           );
           return;
