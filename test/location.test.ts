@@ -249,6 +249,28 @@ describe('the stack with nothing shared but the bus', () => {
     expect(await listTree(path.join(project, 'workdir'))).toEqual([]);
   });
 
+  it('mur run says with a code and what to do when out/result.txt cannot be written here, the answer left on the executor', async () => {
+    const project = await probeProject(path.join(scratch.dir, 'unwritable-result'), '');
+    // Where the answer would go cannot be made: a file stands where the workdir would be.
+    await fs.writeFile(path.join(project, 'workdir'), 'not a directory');
+    const task = JSON.stringify([{ op: 'write', path: 'out/result.txt', text: 'kept on the executor' }]);
+    const result = await runMur(['run', '--task', task], { cwd: project, env: client });
+    expect(result.code, result.stderr).toBe(0);
+    const sessionId = /^session: (\S+)$/m.exec(result.stdout)?.[1] as string;
+    expect(result.stderr).toMatch(
+      new RegExp(
+        `warning: could not fetch out/result\\.txt from executor executor-\\w+: error\\[E-IO-003\\]: could not write ${path.join(project, 'workdir', sessionId, 'out', 'result.txt').replaceAll('.', '\\.')}: .*ENOTDIR.* \\(a file is where a directory is expected along that path: move it aside, or name another path; 'mur files ${sessionId} out/result\\.txt --out <file>' copies it from the executor\\)`,
+      ),
+    );
+    expect(result.stdout).not.toContain('result:');
+    // Fetched into a project whose path holds a line break, the result line is still one line.
+    const broken = await probeProject(path.join(scratch.dir, 'line\nbreak'), '');
+    const fetched = await runMur(['run', '--task', task], { cwd: broken, env: client });
+    expect(fetched.code, fetched.stderr).toBe(0);
+    const said = /^result: {2}(.+)$/m.exec(fetched.stdout)?.[1];
+    expect(said).toMatch(/line\\nbreak\/workdir\/ses_[0-9a-f]{32}\/out\/result\.txt$/);
+  });
+
   it('mur run interrupted (Ctrl-C) while it fetches out/result.txt leaves nothing of the fetch behind', async () => {
     const project = await probeProject(path.join(scratch.dir, 'big-result'), 'capabilities:\n  shell:\n    allow: [truncate]\n');
     // Large enough that the fetch, a slice at a time over the bus, is still going when it is interrupted.

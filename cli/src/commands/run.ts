@@ -37,9 +37,9 @@ import {
 import { type Bus, busRoundTrip } from '@murmur/shared/bus';
 import type { z } from 'zod';
 import { pinFirstRun, readLockfile, withLockfileTurn, writeLockfile } from '@murmur/shared/artifacts';
-import { hasControllingTerminal, locateHarness, readManifestTextSync, resolvedPath } from '@murmur/shared/node';
+import { hasControllingTerminal, locateHarness, readManifestTextSync, resolvedPath, systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 import { environmentWithEnvFile } from '../env-file.js';
-import { type Output, TerminalSafeStream, UsageError } from '../output.js';
+import { type Output, TerminalSafeStream, UsageError, oneLine } from '../output.js';
 import { OUTPUT_PENDING_MAX_BYTES, OutputRelay } from '../output-relay.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
@@ -731,13 +731,22 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
 
     if (fetchedResult && end.error?.code !== 'E-EXE-001') {
       const fetched = await fetchSessionFile(runtime.bus, launched, 'out/result.txt', fetchedResult, resultFetchMaxBytes).catch((error: unknown) => {
+        // This machine's own refusal (a full disk, a directory it may not write) is said with its
+        // code and what to do, and the answer is still on the executor for another copy.
+        const refusal =
+          error instanceof MurmurError
+            ? error
+            : new MurmurError(systemFailureCode(error), `could not write ${fetchedResult}: ${error instanceof Error ? error.message : String(error)}`, {
+                hint: `${systemFailureHint(error) ?? 'name a place this user can write'}; 'mur files ${sessionId} out/result.txt --out <file>' copies it from the executor`,
+              });
         output.err(
-          `warning: could not fetch out/result.txt from executor ${launched.executor_id}: ${error instanceof MurmurError ? `error[${error.code}]: ${error.message}${error.hint ? ` (${error.hint})` : ''}` : String(error)}`,
+          `warning: could not fetch out/result.txt from executor ${launched.executor_id}: error[${refusal.code}]: ${refusal.message}${refusal.hint ? ` (${refusal.hint})` : ''}`,
         );
         return false;
       });
-      // With --json, stdout is the launch line alone; it named where the answer goes.
-      if (fetched && !options.json) output.out(`result:  ${fetchedResult}`);
+      // With --json, stdout is the launch line alone; it named where the answer goes. One line,
+      // whatever the project's path holds: a script reads the path from it.
+      if (fetched && !options.json) output.out(`result:  ${oneLine(fetchedResult)}`);
       timing('result fetched');
     }
 
