@@ -243,6 +243,29 @@ describe('mur, given what a new user gets wrong', () => {
     expect(missing.stderr).toContain("'mur install -g nosuch@1.0.0' anywhere");
   });
 
+  it('refuses a project or a runtime directory whose path no sandbox rule can name before anything is made, where it crashed or left a session behind', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'line\nbreak'), 'name: broken\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    refused(
+      await runMur(['run'], { cwd: project, env }),
+      'E-IO-003',
+      `the workdir ${JSON.stringify(path.join(project, 'workdir'))} holds a control character (a line break, a tab), which the sandbox's rules cannot name; nothing was made or run`,
+      'move the capsule to a path without control characters, or pass --workdir such a path',
+    );
+    expect(existsSync(path.join(project, 'workdir'))).toBe(false);
+    const tiny = await capsuleProject(path.join(scratch.dir, 'plain'), 'name: plain\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const home = path.join(scratch.dir, 'home\twith-tab');
+    refused(
+      await runMur(['run'], { cwd: tiny, env: { MURMUR_HOME: home } }),
+      'E-IO-003',
+      `the sandbox's rules would name the path ${JSON.stringify(path.join(home, 'cache', 'runtime')).slice(0, -1)}`,
+      "give the runtime's directories paths without control characters",
+    );
+    // mur doctor reports it as what keeps this host from sealing, rather than stopping at it.
+    const doctor = await runMur(['doctor'], { cwd: scratch.dir, env: { MURMUR_HOME: home } });
+    expect(doctor.stdout).toMatch(/why: .*not sealed: the sandbox's rules would name the path/);
+    expect(doctor.stderr).not.toMatch(/\n\s+at |this is a bug in mur/);
+  });
+
   it('exits 1 when what it writes on stdout is lost to a full disk, saying so, where the command exited 0', async () => {
     // A run writes its session line first and then waits for the session, which ends well.
     const project = await capsuleProject(path.join(scratch.dir, 'stdout-full'), 'name: full\nversion: 0.1.0\n', (await capsuleWat()).bytes);

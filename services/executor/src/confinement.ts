@@ -162,7 +162,14 @@ function refuseBrokenPaths(input: ConfinementInput): void {
   ];
   const broken = paths.find(hasControlCharacter);
   if (broken !== undefined)
-    throw new Error(`the sandbox's spec would name the path ${JSON.stringify(broken.slice(0, 120))}, which holds a control character; refused`);
+    throw new MurmurError(
+      'E-IO-003',
+      `the sandbox's rules would name the path ${JSON.stringify(broken.slice(0, 120))}, which holds a control character (a line break, a tab), and no rule can name it; nothing ran`,
+      {
+        path: broken.slice(0, 120),
+        hint: "give the runtime's directories paths without control characters: the project or --workdir, MURMUR_HOME (or MURMUR_CACHE_DIR) and TMPDIR, and the directories on PATH",
+      },
+    );
 }
 
 /** The shell allowlist as files on `PATH` (every match, as a shell's lookup could find any of them). */

@@ -52,9 +52,23 @@ export function probeHost(env: NodeJS.ProcessEnv = process.env, options: { repor
     });
   }
   const confine: ConfineProbe = sealing
-    ? (kept ?? probeConfinement(namespaces, { helper, cacheDir: cache }))
+    ? (kept ?? reportedIf(options.report === true, () => probeConfinement(namespaces, { helper, cacheDir: cache })))
     : { support: undefined, reason: 'sealing is turned off on this executor (MURMUR_CONFINE=none)' };
   return { namespaces, confine, cgroups, containment: hostContainment(namespaces, confine) };
+}
+
+/**
+ * The probe, or, when only reporting (`mur doctor`), its refusal as the reason sealing is not
+ * achieved: a setting no sandbox can be made under (a path of the runtime's that no rule can
+ * name) is what the report is for, and an executor or a run refuses it outright.
+ */
+function reportedIf(report: boolean, probe: () => ConfineProbe): ConfineProbe {
+  try {
+    return probe();
+  } catch (error) {
+    if (!report || !(error instanceof MurmurError)) throw error;
+    return { support: undefined, reason: `${error.message} (${error.hint ?? error.code})` };
+  }
 }
 
 /** The probe in four phrases: what an executor logs at start and reports with each launch. */

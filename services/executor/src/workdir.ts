@@ -1,6 +1,6 @@
 import { existsSync, promises as fs, lstatSync, realpathSync } from 'node:fs';
 import path from 'node:path';
-import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, parseYamlSource } from '@murmur/shared';
+import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, hasControlCharacter, parseYamlSource } from '@murmur/shared';
 import { type BlobCache, appendBeneath, copyFileBeneath, mkdirBeneath, writeFileBeneath } from '@murmur/shared/node';
 import type { LocalBundles } from './bundles.js';
 import type { HostTool } from './host/protocol.js';
@@ -213,6 +213,27 @@ export function shellToolManifest(binary: string): string {
   ].join('\n');
 }
 
+/**
+ * A workdir whose path holds a control character is refused before anything is made in it: the
+ * sandbox's rules name it one path a line, so its launch would be refused anyway, after its
+ * session's directories were made (in a `--workdir`, the user's own).
+ */
+function refuseUnnameableWorkdir(request: WorkdirRequest): void {
+  const chosen = request.workdir !== undefined;
+  const where = chosen ? path.resolve(request.workdir as string) : path.join(path.resolve(request.defaultBase), 'workdir');
+  if (!hasControlCharacter(where)) return;
+  throw new MurmurError(
+    'E-IO-003',
+    `the workdir ${JSON.stringify(where.slice(0, 200))} holds a control character (a line break, a tab), which the sandbox's rules cannot name; nothing was made or run`,
+    {
+      path: where.slice(0, 200),
+      hint: chosen
+        ? 'pass --workdir a path without control characters'
+        : 'move the capsule to a path without control characters, or pass --workdir such a path',
+    },
+  );
+}
+
 /** A workdir, or a base, the launcher chose: apart from the executor's state and the machine's own directories. */
 function assertLaunchersChoice(workdir: string, executorState: readonly string[]): void {
   assertNoSystemDirectory(workdir, 'workdir');
@@ -220,6 +241,7 @@ function assertLaunchersChoice(workdir: string, executorState: readonly string[]
 }
 
 export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirRequest, files: ArtifactFiles): Promise<{ paths: SessionPaths; tools: HostTool[] }> {
+  refuseUnnameableWorkdir(request);
   let accessible: string;
   if (request.workdir !== undefined) {
     accessible = path.resolve(request.workdir);
