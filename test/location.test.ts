@@ -358,6 +358,11 @@ describe('the stack with nothing shared but the bus', () => {
       const single = await runMur(['files', sessionId, 'out/result.txt', '--out', path.join(scratch.dir, 'single.txt')], { env: client });
       expect(single.code, single.stderr).toBe(0);
       expect(await fs.readFile(path.join(scratch.dir, 'single.txt'), 'utf8')).toBe('line one\nline two\n');
+      // To a new directory whose name is as long as a name may be: its staging name was longer, and refused.
+      const long = path.join(scratch.dir, 'T'.repeat(250));
+      const longCopy = await runMur(['files', sessionId, 'out/deep', '--out', long], { env: client });
+      expect(longCopy.code, longCopy.stderr).toBe(0);
+      expect(await fs.readFile(path.join(long, 'note.txt'), 'utf8')).toBe('deep');
     });
 
     it('copies a directory whole or not at all: into a directory it merges, onto a file or a clash it writes nothing', async () => {

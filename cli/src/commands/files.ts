@@ -131,9 +131,10 @@ async function copyOut(bus: Bus, location: SessionLocation, reply: SessionFilesR
     // Staged inside a directory that exists (its own filesystem, and writable where the copy goes
     // anyway), else beside the one to be made, which is then renamed into place.
     if (!existing) await fs.mkdir(path.dirname(target), { recursive: true });
-    const staging = await fs.mkdtemp(
-      existing ? path.join(target, STAGING_PREFIX) : path.join(path.dirname(target), `.${path.basename(target)}${STAGING_PREFIX}`),
-    );
+    // Named by the target's first characters only: a target's own name near the 255 bytes a name
+    // may have left no room for the prefix and mkdtemp's suffix, and the copy failed ENAMETOOLONG.
+    const stem = Array.from(path.basename(target)).slice(0, STAGING_NAME_STEM).join('');
+    const staging = await fs.mkdtemp(existing ? path.join(target, STAGING_PREFIX) : path.join(path.dirname(target), `.${stem}${STAGING_PREFIX}`));
     // Interrupted (Ctrl-C) in the middle, the staging directory goes with the process.
     const release = removedIfInterrupted(staging);
     try {
@@ -188,6 +189,8 @@ function nodeKind(stat: Stats): string {
 
 /** The name a directory copy is staged under before it is moved into place. */
 const STAGING_PREFIX = '.mur-files-';
+/** Characters of the target's name its staging directory keeps: at 4 bytes each, with the prefix and suffix, within 255 bytes. */
+const STAGING_NAME_STEM = 48;
 
 function notADirectory(target: string, what: string, there: Stats): MurmurError {
   return new MurmurError('E-IO-003', `--out ${target} is ${there.isFile() ? 'a file' : nodeKind(there)}, and ${what} is a directory`, {
