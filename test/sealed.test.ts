@@ -702,14 +702,21 @@ describe('containment: declared, achieved, explained', () => {
   });
 
   it('refuses a launch whose sandbox could not be described after its shell was started, and leaves no process or cgroup of it', async () => {
-    // A workdir whose name holds a newline: the helper's spec cannot name it, which is found as the
-    // spec is worked out, after the sandbox's shell was spawned to join the session's cgroup.
-    const project = await probeProject(path.join(scratch.dir, 'late-refusal'), 'capabilities:\n  containment: sealed\n');
-    const workdir = path.join(scratch.dir, 'late\nrefusal-wd');
+    // A shell binary found in a directory on PATH whose name holds a newline: the helper's spec
+    // cannot name it, which is found as the spec is worked out, after the sandbox's shell was
+    // spawned to join the session's cgroup. (A workdir so named is refused before anything.)
+    const project = await probeProject(path.join(scratch.dir, 'late-refusal'), 'capabilities:\n  containment: sealed\n  shell:\n    allow: [late-tool]\n');
+    const bin = path.join(scratch.dir, 'late\nrefusal-bin');
+    await fs.mkdir(bin);
+    await fs.copyFile('/bin/true', path.join(bin, 'late-tool'));
+    await fs.chmod(path.join(bin, 'late-tool'), 0o755);
+    const workdir = path.join(scratch.dir, 'late-refusal-wd');
     await fs.mkdir(workdir);
-    const result = await runMur(['run', '--workdir', workdir, '--task', '[]'], { cwd: project, env });
+    const result = await runMur(['run', '--workdir', workdir, '--task', '[]'], { cwd: project, env: { ...env, PATH: `${bin}:${process.env.PATH ?? ''}` } });
     expect(result.code).toBe(1);
-    expect(result.stderr).toContain(`the sandbox's spec would name the path ${JSON.stringify(workdir)}, which holds a control character; refused`);
+    expect(result.stderr).toContain(
+      `error[E-IO-003]: the sandbox's rules would name the path ${JSON.stringify(path.join(bin, 'late-tool'))}, which holds a control character (a line break, a tab), and no rule can name it; nothing ran`,
+    );
     const session = readdirSync(path.join(workdir, '.murmur')).find((entry) => entry.startsWith('ses_'));
     expect(session).toBeDefined();
     // The session's groups, in each hierarchy this process is in (where the executor made them).

@@ -18,7 +18,7 @@ import {
 import os from 'node:os';
 import path from 'node:path';
 import { type CapabilityPolicy, MurmurError, hasControlCharacter } from '@murmur/shared';
-import { replaceableByOthers } from '@murmur/shared/node';
+import { replaceableByOthers, systemFailureCode, systemFailureHint } from '@murmur/shared/node';
 import { executionClosure } from './elf.js';
 import { type NetworkPlan, planNetwork } from './network-plan.js';
 import { type NamespaceProbe, SANDBOX_FILES, SECCOMP_FD, SPEC_FD, bubblewrapArguments, systemReadable } from './sandbox.js';
@@ -224,11 +224,22 @@ export function probeConfinement(namespaces: NamespaceProbe, options: { helper: 
   // Its real path: the sandbox binds real directories, not the symlinks a workspace links them by.
   // Resolved as `keptConfinement` resolves it, so the key this probe keeps is the key it reads.
   const helper = realpathSync.native(options.helper);
+  // Not a refusal of sealing but of the run: a cache that cannot take the copy (a full or read-only
+  // disk, a directory another user could write) is this machine's to mend, and sealing refused
+  // for it left every session of an executor's life below sealed, said only as a lower class.
   let node: string;
   try {
     node = executeOnlyNode(options.cacheDir);
   } catch (error) {
-    return refuse(`could not prepare the execute-only copy of node under ${options.cacheDir}: ${(error as Error).message}`);
+    if (error instanceof MurmurError) throw error;
+    throw new MurmurError(
+      systemFailureCode(error),
+      `could not prepare the capsule host's execute-only copy of node under ${options.cacheDir}: ${(error as Error).message}`,
+      {
+        path: options.cacheDir,
+        hint: `${systemFailureHint(error) ?? 'check that this user can write there'}; the sandbox is sealed once the copy can be made`,
+      },
+    );
   }
   // A host that sealed a sandbox once since it booted, with this helper, bubblewrap and node, can
   // again: the answer is kept, so an in-process `mur run` does not pay for the probe every time.

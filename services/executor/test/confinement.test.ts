@@ -18,6 +18,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { confinementSpec, executeOnlyNode, resolveShellBinaries } from '../src/confinement.js';
+import { probeHost } from '../src/host-probe.js';
+import { mountTmpfs } from '../../../test/support/fs.js';
 import { systemReadable, systemReadableUnder } from '../src/sandbox.js';
 import { executionClosure, interpreterOf } from '../src/elf.js';
 import { planNetwork } from '../src/network-plan.js';
@@ -120,7 +122,10 @@ describe('the confinement spec murmur-confine carries out', () => {
       { ...base, policy: { ...policy, staged_runtime: [{ binary: 'python3', source_path: injected, pin: '3' }] } },
       { ...base, workdir: '/w\nallow rwxdm /' },
     ];
-    for (const input of cases) expect(() => confinementSpec(input), JSON.stringify(input).slice(0, 200)).toThrow(/holds a control character; refused/);
+    for (const input of cases)
+      expect(() => confinementSpec(input), JSON.stringify(input).slice(0, 200)).toThrow(
+        /holds a control character \(a line break, a tab\), and no rule can name it; nothing ran/,
+      );
   });
 });
 
@@ -237,6 +242,47 @@ describe("the capsule host's execute-only node", () => {
     } finally {
       process.umask(previous);
       rmSync(cache, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('a cache that cannot take the execute-only node', () => {
+  it('refuses the executor (or the run), saying why and what to do, rather than seal nothing for its whole life', async (context) => {
+    const home = mkdtempSync(path.join(os.tmpdir(), 'murmur-full-cache-'));
+    const mounted = mountTmpfs(home, 'size=64k,nr_inodes=4');
+    if ('why' in mounted) {
+      const why = `[confinement] a full cache not exercised: ${mounted.why}`;
+      console.log(why);
+      rmSync(home, { recursive: true, force: true });
+      return context.skip(why);
+    }
+    try {
+      for (let index = 0; ; index += 1) {
+        try {
+          mkdirSync(path.join(home, `filler-${index}`));
+        } catch {
+          break;
+        }
+      }
+      const env = { PATH: process.env.PATH ?? '', MURMUR_HOME: home };
+      const report = probeHost(env, { report: true });
+      if (report.namespaces.tool !== 'bubblewrap') {
+        const why = `[confinement] this host has no bubblewrap, so sealing is refused before the cache is asked: ${report.namespaces.reason}`;
+        console.log(why);
+        return context.skip(why);
+      }
+      expect(() => probeHost(env)).toThrow(
+        expect.objectContaining({
+          code: 'E-IO-003',
+          message: expect.stringContaining(`could not prepare the capsule host's execute-only copy of node under ${path.join(home, 'cache')}`),
+          hint: expect.stringContaining('the file system is full: free some space'),
+        }),
+      );
+      // mur doctor is told it as what keeps the host from sealing.
+      expect(report.confine.reason).toContain("could not prepare the capsule host's execute-only copy of node");
+    } finally {
+      mounted.unmount();
+      rmSync(home, { recursive: true, force: true });
     }
   });
 });
