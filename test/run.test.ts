@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
 import { capsuleArchive, capsuleProject, componentArtifact, publishInto } from './support/artifacts.js';
 import { probeProject, probeResults } from './support/capsules.js';
-import { listTree, tempDir } from './support/fs.js';
+import { listTree, tempDir, tmpfsOrSkip } from './support/fs.js';
 import { capsuleWat, floodingCapsuleWat, forgingStatusCapsuleWat, toolWat, unversionedCapsuleWat } from './support/guests.js';
 import { probeTool } from './support/probe-guests.js';
 import { procFile } from './support/proc.js';
@@ -434,6 +434,29 @@ exec bwrap "$@"
     expect(seen.SHADOWED).toBe('environment wins');
     const withoutFile = await runMur(['run', '--no-env-file', '--task', task], { cwd: project, env });
     expect((probeResults(withoutFile.stdout)[0]!.value as Record<string, string>).FROM_DOTENV).toBeUndefined();
+  });
+
+  it('leaves nothing of a session whose workdir a full disk refused, and names the directory it could not make', async (context) => {
+    const project = await probeProject(path.join(scratch.dir, 'full-workdir'));
+    const workdir = path.join(scratch.dir, 'full-workdir-mount');
+    await fs.mkdir(workdir);
+    // Room for .murmur, the session's directory and two of its own: the third is refused.
+    const mounted = tmpfsOrSkip(context, workdir, 'size=1m,nr_inodes=5', '[run] a workdir on a full disk not exercised');
+    try {
+      const result = await runMur(['run', '--workdir', workdir, '--task', '[]'], { cwd: project, env });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(
+        new RegExp(
+          `^error\\[E-RUN-001\\]: the capsule could not be launched: ENOSPC: no space left on device, mkdir '${workdir}/\\.murmur/ses_[0-9a-f]{32}/logs'$`,
+          'm',
+        ),
+      );
+      expect(result.stderr).toContain('the file system is full: free some space');
+      // Where the newest session was taken to be this half-made one, which held no trace.
+      expect(await fs.readdir(path.join(workdir, '.murmur'))).toEqual([]);
+    } finally {
+      mounted.unmount();
+    }
   });
 
   it('refuses a --workdir that does not exist with E-IO-001', async () => {

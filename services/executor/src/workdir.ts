@@ -263,33 +263,42 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
   if (request.madeInGuestTree) assertWorkdirUnmoved(accessible);
   accessible = realpathSync(accessible);
   const sessionDir = request.workdir !== undefined ? path.join(accessible, '.murmur', request.sessionId) : accessible;
-  // A chosen workdir is the user's to share or not; the runtime's records in it are not.
-  if (request.workdir !== undefined) mkdirBeneath(accessible, path.join(accessible, '.murmur'), { private: true });
-  for (const dir of ['tools', 'out', 'logs']) mkdirBeneath(accessible, path.join(sessionDir, dir));
-  mkdirBeneath(accessible, path.join(accessible, '.capsule-home'));
-  // Where a capsule writes its own answer (`out/result.txt`), whichever directory holds the records.
-  mkdirBeneath(accessible, path.join(accessible, 'out'));
-  if (request.task !== undefined) writeFileBeneath(accessible, path.join(accessible, 'task.md'), request.task);
-  // Written only where nothing has the name: not even a dangling link, which a write would follow.
-  if (request.workdir !== undefined && !lstatSync(path.join(accessible, 'murmur.yaml'), { throwIfNoEntry: false })) {
-    writeFileBeneath(accessible, path.join(accessible, 'murmur.yaml'), plan.capsule.manifest_yaml);
-  }
-  const preopen = await inside(accessible, plan.policy.filesystem_scope, 'capabilities.filesystem.scope');
+  // A launch refused while its workdir is made (a full disk, an artifact refused) ran nothing: what
+  // it made of the session's records goes with it, where a half-made session directory stayed and
+  // was taken for the newest session (`mur trace show`). A chosen workdir's own entries are the
+  // user's, and stay.
+  try {
+    // A chosen workdir is the user's to share or not; the runtime's records in it are not.
+    if (request.workdir !== undefined) mkdirBeneath(accessible, path.join(accessible, '.murmur'), { private: true });
+    for (const dir of ['tools', 'out', 'logs']) mkdirBeneath(accessible, path.join(sessionDir, dir));
+    mkdirBeneath(accessible, path.join(accessible, '.capsule-home'));
+    // Where a capsule writes its own answer (`out/result.txt`), whichever directory holds the records.
+    mkdirBeneath(accessible, path.join(accessible, 'out'));
+    if (request.task !== undefined) writeFileBeneath(accessible, path.join(accessible, 'task.md'), request.task);
+    // Written only where nothing has the name: not even a dangling link, which a write would follow.
+    if (request.workdir !== undefined && !lstatSync(path.join(accessible, 'murmur.yaml'), { throwIfNoEntry: false })) {
+      writeFileBeneath(accessible, path.join(accessible, 'murmur.yaml'), plan.capsule.manifest_yaml);
+    }
+    const preopen = await inside(accessible, plan.policy.filesystem_scope, 'capabilities.filesystem.scope');
 
-  const tools: HostTool[] = [];
-  for (const artifact of plan.artifacts) {
-    const tool = await installArtifact(sessionDir, accessible, artifact, files);
-    if (tool) tools.push(tool);
+    const tools: HostTool[] = [];
+    for (const artifact of plan.artifacts) {
+      const tool = await installArtifact(sessionDir, accessible, artifact, files);
+      if (tool) tools.push(tool);
+    }
+    for (const binary of plan.policy.shell_allow) {
+      const manifest = path.join(sessionDir, 'tools', binary, 'murmur.yaml');
+      if (lstatSync(manifest, { throwIfNoEntry: false })) continue;
+      writeFileBeneath(accessible, manifest, shellToolManifest(binary));
+    }
+    // Made before any host runs, so a sandbox can bind each over its own name from the start.
+    mkdirBeneath(accessible, childrenDirIn(sessionDir));
+    appendBeneath(accessible, traceFileIn(sessionDir), '');
+    return { paths: { accessible, sessionDir, preopen }, tools };
+  } catch (error) {
+    await fs.rm(sessionDir, { recursive: true, force: true }).catch(() => {});
+    throw error;
   }
-  for (const binary of plan.policy.shell_allow) {
-    const manifest = path.join(sessionDir, 'tools', binary, 'murmur.yaml');
-    if (lstatSync(manifest, { throwIfNoEntry: false })) continue;
-    writeFileBeneath(accessible, manifest, shellToolManifest(binary));
-  }
-  // Made before any host runs, so a sandbox can bind each over its own name from the start.
-  mkdirBeneath(accessible, childrenDirIn(sessionDir));
-  appendBeneath(accessible, traceFileIn(sessionDir), '');
-  return { paths: { accessible, sessionDir, preopen }, tools };
 }
 
 /** Where a session's delegated children get their workdirs, each under its own name. */
