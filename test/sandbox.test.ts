@@ -154,12 +154,17 @@ describe('the capsule sandbox', () => {
           { op: 'read', path: 'etc-link/hostname' },
           { op: 'symlink', target: '../sibling-secret.txt', path: 'sneaky' },
           { op: 'read', path: 'sneaky' },
+          { op: 'mkdir', path: 'dir' },
+          { op: 'write', path: 'dir\\name.txt', text: 'x' },
         ],
         {},
         workdir,
       );
       expect(code, stderr).toBe(0);
       const byIndex = (index: number) => results[index];
+      // A backslash is a byte of a name, never a separator: refused rather than written as dir/name.txt.
+      expect(byIndex(8), JSON.stringify(byIndex(8))).toMatchObject({ ok: false, error: 'invalid' });
+      expect(await fs.readdir(path.join(workdir, 'dir'))).toEqual([]);
       expect(byIndex(0)).toMatchObject({ ok: true, value: '.' });
       expect(byIndex(1)).toMatchObject({ ok: true });
       expect(await fs.readFile(path.join(workdir, 'ok.txt'), 'utf8')).toBe('fine');

@@ -203,6 +203,10 @@ export function holdBeneathPreopen(descriptor: { prototype: object }, dir: strin
     const method = Object.getOwnPropertyDescriptor(prototype, name)?.value;
     if (name === 'constructor' || typeof method !== 'function') continue;
     prototype[name] = function heldBeneath(this: unknown, ...args: unknown[]): unknown {
+      // A backslash is a byte of a name on Linux, as wasmtime takes it; the shim turns it into a
+      // separator, and `a\b.txt` was written as `a/b.txt`. Refused (`invalid`), never written
+      // somewhere the guest did not name. (Every string a Descriptor method takes is a path.)
+      if (args.some((arg) => typeof arg === 'string' && arg.includes('\\'))) throw 'invalid';
       inShim += 1;
       try {
         return method.apply(this, args);
