@@ -424,7 +424,17 @@ describe('agent capsules', () => {
       const run = await runTask('prompt-missing', agentManifest(inference, { inference: '  system_prompt_file: nowhere.md' }), 'x');
       expect(run.result.code).toBe(1);
       expect(run.result.stderr).toContain('error[E-RUN-009]');
-      expect(run.result.stderr).toContain('nowhere.md');
+      expect(run.result.stderr).toContain("cannot read the system prompt file 'nowhere.md' of");
+      expect(run.result.stderr).toContain("it is not in the capsule's directory");
+      // A directory of the capsule's is said to be one, not to be missing.
+      const project = await agentProject(path.join(scratch.dir, 'prompt-directory'), agentManifest(inference, { inference: '  system_prompt_file: prompts' }));
+      await fs.mkdir(path.join(project, 'prompts'));
+      await fs.writeFile(path.join(project, 'prompts', 'one.md'), 'one');
+      const directory = await runMur(['run', '--task', 'x'], { cwd: project, env });
+      expect(directory.code).toBe(1);
+      expect(directory.stderr).toContain(
+        "error[E-RUN-009]: cannot read the system prompt file 'prompts' (inference.system_prompt_file): it is a directory, not a file",
+      );
       expect(inference.requests()).toHaveLength(0);
     });
 

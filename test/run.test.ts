@@ -34,6 +34,14 @@ describe('mur run', () => {
     const result = await runMur(['run', '--task', '[]'], { cwd: project, env });
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/error\[E-IO-002\]: workdir '\/proc\/ses_[0-9a-f]+' lies in \/proc, one of the machine's own directories/);
+    // A link to nothing is said to be one, where mkdir's ENOENT said to check the path.
+    const dangling = await probeProject(path.join(scratch.dir, 'dangling-workdir'));
+    await fs.symlink(path.join(scratch.dir, 'not-mounted'), path.join(dangling, 'workdir'));
+    const refused = await runMur(['run', '--task', '[]'], { cwd: dangling, env });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(
+      `error[E-IO-001]: the directory sessions' workdirs are made in, ${path.join(dangling, 'workdir')}, is a link to nothing (${path.join(scratch.dir, 'not-mounted')})`,
+    );
   });
 
   it('drops a flooding capsule’s output past a bound while stdout is not read, says so, and ends as its deadline says, with no stack', async () => {

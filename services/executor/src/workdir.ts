@@ -1,4 +1,4 @@
-import { existsSync, promises as fs, lstatSync, realpathSync } from 'node:fs';
+import { existsSync, promises as fs, lstatSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, hasControlCharacter, parseYamlSource } from '@murmur/shared';
 import { type BlobCache, appendBeneath, copyFileBeneath, mkdirBeneath, writeFileBeneath } from '@murmur/shared/node';
@@ -234,6 +234,21 @@ function refuseUnnameableWorkdir(request: WorkdirRequest): void {
   );
 }
 
+/** `<base>/workdir` as a link to nothing (a volume not mounted, a directory moved) is said to be one: mkdir said ENOENT or ENOTDIR of it. */
+function refuseDanglingWorkdirs(dir: string): void {
+  if (!lstatSync(dir, { throwIfNoEntry: false })?.isSymbolicLink() || existsSync(dir)) return;
+  let target = '';
+  try {
+    target = readlinkSync(dir);
+  } catch {
+    // gone meanwhile: said without its target
+  }
+  throw new MurmurError('E-IO-001', `the directory sessions' workdirs are made in, ${dir}, is a link to nothing${target ? ` (${target})` : ''}`, {
+    path: dir,
+    hint: 'make the directory it leads to, or remove the link; mur run --workdir <dir> runs in another directory',
+  });
+}
+
 /** A workdir, or a base, the launcher chose: apart from the executor's state and the machine's own directories. */
 function assertLaunchersChoice(workdir: string, executorState: readonly string[]): void {
   assertNoSystemDirectory(workdir, 'workdir');
@@ -256,6 +271,7 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
     accessible = path.join(path.resolve(request.defaultBase), 'workdir', request.sessionId);
     // A base of the launcher's own: its session's directory is made there, so not in the executor's state.
     if (request.executorState) assertLaunchersChoice(accessible, request.executorState);
+    refuseDanglingWorkdirs(path.dirname(accessible));
     // Its owner's alone, as every record of the runtime's is: another local user could otherwise
     // list it, and read its delegations' ids (a completion's credential) in children/'s names.
     await fs.mkdir(accessible, { recursive: true, mode: 0o700 });

@@ -291,8 +291,19 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
       .map((entry) => entry.name);
     for (const name of roots.includes('capsule.wasm') ? ['capsule.wasm'] : roots) await packer.add(name, 'the capsule component');
   }
-  if (facts.promptFile !== undefined) await packer.add(facts.promptFile, 'inference.system_prompt_file');
-  if (facts.compactionPromptFile !== undefined) await packer.add(facts.compactionPromptFile, 'inference.compaction.system_prompt_file');
+  for (const [file, what] of [
+    [facts.promptFile, 'inference.system_prompt_file'],
+    [facts.compactionPromptFile, 'inference.compaction.system_prompt_file'],
+  ] as const) {
+    if (file === undefined) continue;
+    // A directory is refused as one: passed over, the stager said the file was not there.
+    if (statIfAny(path.resolve(root, file))?.isDirectory())
+      throw new MurmurError('E-RUN-009', `cannot read the system prompt file '${file}' (${what}): it is a directory, not a file`, {
+        path: what,
+        hint: 'name the prompt file itself in murmur.yaml (relative to the manifest directory), or pass --system-prompt',
+      });
+    await packer.add(file, what);
+  }
   for (const source of facts.skillSources) {
     const absolute = path.resolve(root, source);
     const stat = statIfAny(absolute);
