@@ -1,6 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { promises as fs, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BLOB_BUCKET, ProjectListingSchema, silentLog } from '@murmur/shared';
@@ -171,6 +171,17 @@ describe('packing a capsule project for staging', () => {
     await fs.mkdir(endless);
     await fs.symlink('/dev/zero', path.join(endless, 'murmur.yaml'));
     expect(await rejectionOf(packProject(endless, noCache))).toMatchObject({ code: 'E-IO-003', message: expect.stringContaining('is a device') });
+  });
+
+  it('refuses a component whose name is not UTF-8 as what it is, where the capsule was staged as having none', async () => {
+    const dir = path.join(scratch.dir, 'latin1-name');
+    await writeFiles(dir, { 'murmur.yaml': 'name: a\nversion: 0.1.0\n' });
+    writeFileSync(Buffer.concat([Buffer.from(`${dir}/`), Buffer.from([0xff, 0xfe]), Buffer.from('cap.wasm')]), 'not a component');
+    expect(await rejectionOf(packProject(dir, noCache))).toMatchObject({
+      code: 'E-PRJ-003',
+      message: `the component "\ufffd\ufffdcap.wasm" in ${dir} has a name that is not UTF-8, which no listing can hold`,
+      hint: 'rename it, e.g. to capsule.wasm',
+    });
   });
 
   it('refuses a murmur.lock that is a directory, which no run could write a lock over, saying to remove it', async () => {

@@ -160,6 +160,15 @@ function readDirectory(dir: string): Dirent[] {
   }
 }
 
+/** A directory's entries' names as the bytes they are, or none when it cannot be read. */
+function readRawNames(dir: string): Buffer[] {
+  try {
+    return readdirSync(dir, { encoding: 'buffer' });
+  } catch {
+    return [];
+  }
+}
+
 /** A path's stat, or none when it cannot be had (missing, or a file where a directory was named): it is not packed. */
 function statIfAny(file: string): Stats | undefined {
   try {
@@ -283,6 +292,21 @@ export async function packProject(dir: string, options: PackOptions = {}): Promi
   await packer.add(LOCKFILE_NAME, 'the lock');
   const facts = manifestFacts(manifestText);
   if (!facts.agent) {
+    // A component whose name is not UTF-8 cannot be named in a listing (node reads it with U+FFFD
+    // in place of the bytes, a name no file has): refused as what it is, where the capsule was
+    // staged as having no component at all.
+    const unnameable = readRawNames(root).find(
+      (name) => name.subarray(-5).toString('latin1') === '.wasm' && !Buffer.from(name.toString('utf8'), 'utf8').equals(name),
+    );
+    if (unnameable)
+      throw new MurmurError(
+        'E-PRJ-003',
+        `the component ${JSON.stringify(unnameable.toString('utf8'))} in ${root} has a name that is not UTF-8, which no listing can hold`,
+        {
+          path: root,
+          hint: 'rename it, e.g. to capsule.wasm',
+        },
+      );
     // All root components: which one is the capsule's (or that the choice is ambiguous) is the stager's to say.
     const roots = readDirectory(root)
       // A link is the file it leads to, as a named file's is, and a FIFO is what it is (`add` refuses
