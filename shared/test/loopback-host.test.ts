@@ -9,9 +9,19 @@ describe('the host guard of a service on loopback', () => {
     }
   });
 
-  it('refuses any other name, one that only starts like a loopback name, and a Host that is not one', () => {
+  it('refuses any other name, one that only starts or ends like a loopback name, and a Host that is not one', () => {
     const guard = loopbackHostGuard('http://[::1]:7730', undefined);
-    for (const host of ['attacker.example', 'attacker.example:7730', 'localhost.attacker.example', '127.0.0.1.nip.io', '10.0.0.5:7730', 'a b', '@evil']) {
+    for (const host of [
+      'attacker.example',
+      'attacker.example:7730',
+      'localhost.attacker.example',
+      'evillocalhost',
+      'xlocalhost:7730',
+      '127.0.0.1.nip.io',
+      '10.0.0.5:7730',
+      'a b',
+      '@evil',
+    ]) {
       expect(guard?.(host), host).toBe(false);
     }
   });

@@ -13,7 +13,7 @@ import {
   writeMurZip,
 } from '@murmur/shared/artifacts';
 import { listTree, tempDir } from '../../test/support/fs.js';
-import { type RawEntry, rawZip } from '../../test/support/raw-zip.js';
+import { type RawEntry, rawLocalEntry, rawZip } from '../../test/support/raw-zip.js';
 import { rejectionOf as rejection } from '../../test/support/refusals.js';
 
 const text = (value: string): Buffer => Buffer.from(value, 'utf8');
@@ -228,6 +228,33 @@ describe('MurZip.open guards', () => {
     expect(await listTree(target)).toEqual([]);
   });
 
+  it('refuses entries whose bytes overlap, each header nested in the data of the one before, though each is named alike in both headers', async () => {
+    const inner = text('payload'.repeat(100));
+    const nested = rawLocalEntry('b.bin', inner);
+    const prefix = text('name: x\n#');
+    const bytes = rawZip([
+      { name: 'murmur.yaml', data: Buffer.concat([prefix, nested]) },
+      { name: 'b.bin', data: inner, embeddedIn: { index: 0, at: prefix.length } },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toBe(
+      "evil.mur.zip: zip entries 'murmur.yaml' and 'b.bin' share bytes; an archive that reads one payload as several entries is refused",
+    );
+    expect(await listTree(target)).toEqual([]);
+  });
+
+  it('refuses an encrypted entry, which another reader would ask a password for', async () => {
+    const bytes = rawZip([
+      { name: 'murmur.yaml', data: text('name: x\n') },
+      { name: 'secret.bin', data: text('not really encrypted'), flags: 0x1 },
+    ]);
+    const { error, target } = await refuseAndExtract(bytes);
+    expect(error.code).toBe('E-ART-001');
+    expect(error.message).toContain("zip entry 'secret.bin' is encrypted");
+    expect(await listTree(target)).toEqual([]);
+  });
+
   it('refuses an entry whose local header names another file than its central record', async () => {
     const bytes = rawZip([{ name: 'murmur.yaml', data: text('name: x\n') }]);
     // The local header's name sits right after its 30 fixed bytes.
@@ -310,8 +337,13 @@ describe('MurZip.open guards', () => {
     expect(await listTree(target)).toEqual([]);
   });
 
-  it('refuses a stored entry over the ceiling whose header claims it is small, and extracts nothing', async () => {
+  it('refuses a stored entry over the ceiling whose header claims it is small, when it is opened, and extracts nothing', async () => {
     const entries: RawEntry[] = [{ name: 'big.bin', data: noise(4096), claimedSize: 16 }];
+    // At the open: its stored bytes are what it holds, whatever it claims they inflate to.
+    expect(await rejection(MurZip.open(rawZip(entries), { label: 'evil.mur.zip', maxEntryBytes: 1024 }))).toMatchObject({
+      code: 'E-ART-002',
+      message: "evil.mur.zip: zip entry 'big.bin' exceeds the 1024-byte decompression ceiling",
+    });
     const { error, target } = await refuseAndExtract(rawZip(entries), { maxEntryBytes: 1024 });
     expect(error.code).toBe('E-ART-002');
     expect(error.message).toContain("'big.bin'");

@@ -19,6 +19,28 @@ export interface RawEntry {
   sharesDataOf?: number;
   /** `data` is already raw deflate of `size` bytes whose CRC-32 is `crc`: written as a deflated entry. */
   deflated?: { size: number; crc: number };
+  /**
+   * Writes no local entry of its own: its central record points `at` bytes into the data of the
+   * entry at `index`, which holds its local entry there (`rawLocalEntry`): overlapping files, each
+   * header nested in the one before's data.
+   */
+  embeddedIn?: { index: number; at: number };
+  /** General purpose bits set beside UTF-8 names' (0x0800): 0x1 says the entry is encrypted. */
+  flags?: number;
+}
+
+/** A stored entry's local header, name and data, as `rawZip` writes them: to embed in another entry's data. */
+export function rawLocalEntry(name: string, data: Uint8Array): Buffer {
+  const nameBytes = Buffer.from(name, 'utf8');
+  const local = Buffer.alloc(30);
+  local.writeUInt32LE(0x04034b50, 0);
+  local.writeUInt16LE(20, 4);
+  local.writeUInt16LE(0x0800, 6);
+  local.writeUInt32LE(crc32(data) >>> 0, 14);
+  local.writeUInt32LE(data.length, 18);
+  local.writeUInt32LE(data.length, 22);
+  local.writeUInt16LE(nameBytes.length, 26);
+  return Buffer.concat([local, nameBytes, data]);
 }
 
 export function rawZip(entries: RawEntry[]): Buffer {
@@ -33,10 +55,11 @@ export function rawZip(entries: RawEntry[]): Buffer {
     const crc = entry.deflated ? entry.deflated.crc >>> 0 : crc32(data) >>> 0;
     const size = entry.claimedSize ?? entry.deflated?.size ?? data.length;
     const method = entry.deflated ? 8 : 0;
+    const flags = 0x0800 | (entry.flags ?? 0);
     const local = Buffer.alloc(30);
     local.writeUInt32LE(0x04034b50, 0);
     local.writeUInt16LE(20, 4);
-    local.writeUInt16LE(0x0800, 6);
+    local.writeUInt16LE(flags, 6);
     local.writeUInt16LE(method, 8);
     local.writeUInt32LE(0, 10);
     local.writeUInt32LE(crc, 14);
@@ -44,12 +67,13 @@ export function rawZip(entries: RawEntry[]): Buffer {
     local.writeUInt32LE(size, 22);
     local.writeUInt16LE(name.length, 26);
     local.writeUInt16LE(0, 28);
-    if (!shared) locals.push(local, name, data);
+    const embedded = entry.embeddedIn;
+    if (!shared && !embedded) locals.push(local, name, data);
     const central = Buffer.alloc(46);
     central.writeUInt32LE(0x02014b50, 0);
     central.writeUInt16LE((3 << 8) | 20, 4);
     central.writeUInt16LE(20, 6);
-    central.writeUInt16LE(0x0800, 8);
+    central.writeUInt16LE(flags, 8);
     central.writeUInt16LE(method, 10);
     central.writeUInt32LE(0, 12);
     central.writeUInt32LE(crc, 16);
@@ -57,11 +81,16 @@ export function rawZip(entries: RawEntry[]): Buffer {
     central.writeUInt32LE(size, 24);
     central.writeUInt16LE(name.length, 28);
     central.writeUInt32LE(((entry.unixMode ?? 0o100644) << 16) >>> 0, 38);
-    const at = entry.sharesDataOf === undefined ? offset : (offsets[entry.sharesDataOf] as number);
+    const host = embedded ? entries[embedded.index] : undefined;
+    const at = embedded
+      ? (offsets[embedded.index] as number) + 30 + Buffer.byteLength(host?.name ?? '', 'utf8') + embedded.at
+      : entry.sharesDataOf === undefined
+        ? offset
+        : (offsets[entry.sharesDataOf] as number);
     offsets.push(at);
     central.writeUInt32LE(at, 42);
     centrals.push(central, name);
-    if (!shared) offset += 30 + name.length + data.length;
+    if (!shared && !embedded) offset += 30 + name.length + data.length;
   }
   const centralSize = centrals.reduce((sum, part) => sum + part.length, 0);
   const end = Buffer.alloc(22);

@@ -501,6 +501,11 @@ describe('roost: sessions, credentials and spawn approvals', () => {
       code: 'E-DLG-002',
       error: `spawn: capsule 'local/worker' is not in capabilities.spawn.allow of session ${answer.sessionId}`,
     });
+    // A name is allowed whole, never because an allowed name begins it.
+    const prefixed = await register('local/prefixed', '1.0.0', manifest('local/prefixed', '1.0.0', { spawn: ['local/work'] }));
+    const longer = await spawn(RegisterSessionResponseSchema.parse(prefixed.body).credential, 'local/worker');
+    expect(longer.status).toBe(403);
+    expect(longer.body).toMatchObject({ axis: 'spawn', code: 'E-DLG-002' });
   });
 
   describe.each(MISFITS)('a child that does not fit on the $axis axis', ({ axis, name, message }) => {
