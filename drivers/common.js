@@ -124,7 +124,10 @@ function readDriverEnv(environment) {
   for (const pair of pairs) {
     if (Array.isArray(pair) && typeof pair[0] === 'string') vars[pair[0]] = String(pair[1] ?? '');
   }
-  const endpoint = (vars.MURMUR_INFERENCE_ENDPOINT ?? '').trim().replace(/\/+$/, '');
+  // Trailing slashes off the path, never off a query or a fragment (a key may end in one).
+  const given = (vars.MURMUR_INFERENCE_ENDPOINT ?? '').trim();
+  const cut = given.search(/[?#]/);
+  const endpoint = cut < 0 ? given.replace(/\/+$/, '') : `${given.slice(0, cut).replace(/\/+$/, '')}${given.slice(cut)}`;
   if (endpoint === '') return fail('driver: missing MURMUR_INFERENCE_ENDPOINT');
   const apiKey = (vars.MURMUR_INFERENCE_API_KEY ?? '').trim();
   let config = {};

@@ -321,15 +321,14 @@ describe('agent capsules', () => {
       const inference = await model((body, index) =>
         index === 0 ? { toolCalls: [{ name: 'probe-tool', input: { actions: [{ op: 'env' }] } }] } : { text: toolResults(body)[0]?.text ?? '' },
       );
-      // The driver appends /v1/messages to the endpoint: written with the path and a query, its
-      // request still reaches the path the scripted model serves, the query behind it.
-      const secretive = { endpoint: `${inference.endpoint}/v1/messages?key=endpoint-secret`, authority: inference.authority };
+      // The driver adds /v1/messages to the endpoint's path, before its query.
+      const secretive = { endpoint: `${inference.endpoint}/?key=endpoint-secret`, authority: inference.authority };
       const manifest = agentManifest(secretive, { artifacts: '  - name: probe-tool\n    version: 1.0.0\n    runtime: tool' });
       const run = await runTask('endpoint-query', manifest, 'show me your environment');
       expect(run.result.code, run.result.stderr).toBe(0);
-      expect(inference.requests()[0]?.path).toContain('?key=endpoint-secret');
+      expect(inference.requests()[0]?.path).toBe('/v1/messages?key=endpoint-secret');
       const [probe] = JSON.parse(await run.read('out/result.txt')) as Array<{ value: Record<string, string> }>;
-      expect(probe?.value.MURMUR_INFERENCE_ENDPOINT).toBe(`${inference.endpoint}/v1/messages`);
+      expect(probe?.value.MURMUR_INFERENCE_ENDPOINT).toBe(`${inference.endpoint}/`);
       const everything = (await Promise.all(['trace.jsonl', 'MURMUR.md', 'logs/bootstrap.log', 'logs/session.log'].map((file) => run.read(file)))).join('\n');
       expect(everything).not.toContain('endpoint-secret');
     });

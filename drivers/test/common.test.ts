@@ -160,6 +160,10 @@ describe('reading the driver environment', () => {
       'https://x.test/openai/chat/completions?api-version=2024-10-21',
     );
     expect(lib.endpointUrl('https://x.test/v1#frag', '/messages')).toBe('https://x.test/v1/messages#frag');
+    // A key that ends in a slash keeps it: only the path's trailing slashes go.
+    const read = lib.readDriverEnv({ MURMUR_INFERENCE_ENDPOINT: 'https://x.test/v1/?key=a/b/' });
+    expect(read).toMatchObject({ ok: true, value: { endpoint: 'https://x.test/v1?key=a/b/' } });
+    expect(lib.endpointUrl((read as { value: { endpoint: string } }).value.endpoint, '/messages')).toBe('https://x.test/v1/messages?key=a/b/');
   });
 
   it('takes the endpoint without trailing slashes, the key and the config from a list of pairs', () => {
