@@ -83,30 +83,33 @@ describe('workdir retention', () => {
     expect(removed).toEqual([]);
   });
 
-  it('an executor given a retention removes an ended session’s workdir and says so to whoever asks for it, and keeps a running one’s', async () => {
+  it('an executor given a retention removes an ended session’s workdir and says so to whoever asks for it, and keeps those of sessions still running, here or on another executor sharing its base', async () => {
     const home = path.join(scratch.dir, 'executor-home');
     const log = new RecordingLog();
-    // 1.5 s, looked at every second.
+    // 1.5 s, looked at every second (the first look once other executors have been heard).
     const env = { ...process.env, MURMUR_HOME: home, MURMUR_EXECUTOR_POOL: '0', MURMUR_SESSION_RETENTION_HOURS: String(1.5 / 3600) };
     const bus = createBus(new InProcessTransport(), silentLog);
     const stager = startStagerService({ bus, log: silentLog, env });
     const executor = startExecutorService({ bus, log, env, sweepAtStartAndHourly: true });
+    // Another executor on the same machine and MURMUR_HOME, with no retention of its own.
+    const other = startExecutorService({ bus, log: silentLog, env: { ...env, MURMUR_SESSION_RETENTION_HOURS: '' } });
     try {
       const project = await probeProject(path.join(scratch.dir, 'probe'), '');
       const plan = await requestStaging(bus, { source: { kind: 'project', project: await uploadProject(bus, project) } });
       const ends = new Map<string, SessionEnded>();
       bus.subscribe(topics.sessionEnded, (event) => void ends.set(event.session_id, event));
       await bus.flush();
-      const launch = async (actions: unknown[]): Promise<LaunchReply> =>
+      const launch = async (actions: unknown[], on: { instanceId: string }): Promise<LaunchReply> =>
         bus.request(
-          commands.launch,
+          commands.launchOn.at(on.instanceId),
           { session_id: newSessionId(), plan, env: { PATH: process.env.PATH ?? '' }, task: JSON.stringify(actions) },
           { timeoutMs: 60_000 },
         );
-      const done = await launch([{ op: 'write', path: 'out/result.txt', text: 'the answer' }]);
+      const done = await launch([{ op: 'write', path: 'out/result.txt', text: 'the answer' }], executor);
       await eventually(() => ends.get(done.session_id), 20_000, 'the first session’s end');
-      const spinning = await launch([{ op: 'spin' }]);
-      await eventually(() => (executor.sessions().length === 1 ? true : undefined), 20_000, 'the second session running');
+      const spinning = await launch([{ op: 'spin' }], executor);
+      const spinningElsewhere = await launch([{ op: 'spin' }], other);
+      expect(path.dirname(spinningElsewhere.workdir)).toBe(path.dirname(done.workdir));
 
       await eventually(
         async () =>
@@ -114,7 +117,7 @@ describe('workdir retention', () => {
             () => undefined,
             () => true,
           ),
-        15_000,
+        20_000,
         'the ended session’s workdir removed',
       );
       const refusal = await locateSession(bus, done.session_id).then(
@@ -124,16 +127,23 @@ describe('workdir retention', () => {
       expect(refusal).toMatchObject({ code: 'E-SES-001' });
       expect((refusal as Error).message).toMatch(
         new RegExp(
-          `^session '${done.session_id}' ended at \\S+, and its workdir was removed at \\S+ by executor ${executor.instanceId}, past the retention its operator set \\(MURMUR_SESSION_RETENTION_HOURS\\)$`,
+          `^the workdir of session '${done.session_id}', which ended at \\S+, was removed at \\S+ by executor ${executor.instanceId}, past the retention its operator set \\(MURMUR_SESSION_RETENTION_HOURS\\)$`,
         ),
       );
       expect(
         log.entries.some((entry) => entry.message?.includes('removed the workdirs of sessions that ended longer ago than MURMUR_SESSION_RETENTION_HOURS')),
       ).toBe(true);
-      // Running past the retention: still there.
-      await expect(fs.access(spinning.workdir)).resolves.toBeUndefined();
-      expect((await locateSession(bus, spinning.session_id)).workdir_removed_at).toBeUndefined();
+      // Running past the retention, here and on the other executor: still there after looks that
+      // would have removed them (their workdirs unchanged longer than the retention and two looks).
+      const oldest = Math.max(...(await Promise.all([spinning, spinningElsewhere].map(async (running) => (await fs.stat(running.workdir)).ctimeMs))));
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, oldest + 1_500 + 2_500 - Date.now())));
+      for (const running of [spinning, spinningElsewhere]) {
+        await expect(fs.access(running.workdir)).resolves.toBeUndefined();
+        expect((await locateSession(bus, running.session_id)).workdir_removed_at).toBeUndefined();
+      }
+      expect([...ends.keys()]).toEqual([done.session_id]);
     } finally {
+      await other.close();
       await executor.close();
       await stager.close();
       await bus.close();

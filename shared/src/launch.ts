@@ -162,8 +162,9 @@ export const SessionLocationSchema = z.object({
   ended_at: z.string().optional(),
   /** Its `trace.jsonl` as a path in its workdir (`.murmur/<session>/trace.jsonl` under a `--workdir`). */
   trace_file: z.string().optional(),
-  /** When its executor removed its workdir, past the retention its operator gave (`MURMUR_SESSION_RETENTION_HOURS`). */
+  /** When its workdir was removed, past the retention its operator gave (`MURMUR_SESSION_RETENTION_HOURS`), and by which executor (one sharing its workdir base may). */
   workdir_removed_at: z.string().optional(),
+  workdir_removed_by: z.string().optional(),
 });
 export type SessionLocation = z.infer<typeof SessionLocationSchema>;
 

@@ -264,7 +264,8 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       .then(async (store) => {
         const raw = await store.get(key);
         const parsed = raw === undefined ? undefined : SessionLocationSchema.safeParse(JSON.parse(raw));
-        if (parsed?.success) await store.put(key, JSON.stringify({ ...parsed.data, workdir_removed_at: new Date().toISOString() }));
+        if (parsed?.success)
+          await store.put(key, JSON.stringify({ ...parsed.data, workdir_removed_at: new Date().toISOString(), workdir_removed_by: instanceId }));
       })
       .catch((error: unknown) => log.warn({ session_id: sessionId, err: error }, 'could not record that the workdir of a session was removed'));
   };
@@ -274,10 +275,33 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     ? numberSetting(env, 'MURMUR_SESSION_RETENTION_HOURS', 0, { unit: 'hours', fractional: true, zero: true })
     : 0;
   if (retentionHours > 0) {
+    // Executors on one machine may share a workdir base (each service its own process, one
+    // MURMUR_HOME): a session another of them runs, which its heartbeat lists, is running too.
+    const heardRunning = new Map<string, { sessions: Set<string>; at: number; intervalMs: number }>();
+    subscriptions.push(
+      bus.subscribe(topics.executorHeartbeat, (beat) => {
+        if (beat.executor_id !== instanceId)
+          heardRunning.set(beat.executor_id, {
+            sessions: new Set(beat.sessions.map((session) => session.session_id)),
+            at: Date.now(),
+            intervalMs: beat.interval_ms,
+          });
+      }),
+    );
+    const runsElsewhere = (sessionId: string): boolean => {
+      for (const [executorId, heard] of heardRunning) {
+        // Heard from lately: an executor gone silent is the watcher's to declare lost, and its sessions with it.
+        if (Date.now() - heard.at > Math.max(EXECUTOR_SILENCE_MS, 3 * heard.intervalMs)) heardRunning.delete(executorId);
+        else if (heard.sessions.has(sessionId)) return true;
+      }
+      return false;
+    };
     stopRemovingWorkdirs = keepWorkdirsWithinRetention({
       root: path.join(workdirBase, 'workdir'),
       retentionMs: retentionHours * 3_600_000,
-      runsHere: (sessionId) => sessions.has(sessionId),
+      runsHere: (sessionId) => sessions.has(sessionId) || runsElsewhere(sessionId),
+      // Not before the other executors' heartbeats have been heard.
+      firstLookAfterMs: EXECUTOR_SILENCE_MS,
       removed: (sessionId) => {
         ended.delete(sessionId);
         recordWorkdirRemoved(sessionId);
@@ -503,6 +527,13 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     },
   };
 }
+
+/**
+ * How long another executor may be unheard before its sessions no longer count as running for
+ * the workdir retention; and how long the retention waits before its first look, so that every
+ * executor sharing its workdir base has been heard. The watcher's own bound (`MURMUR_EXECUTOR_LOST_MS`).
+ */
+const EXECUTOR_SILENCE_MS = 5_000;
 
 /** How soon the bus's endpoints are resolved again after one of its names did not resolve. */
 const OWN_ENDPOINTS_RETRY_MS = 30_000;

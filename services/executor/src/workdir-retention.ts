@@ -26,6 +26,8 @@ export interface WorkdirRetentionOptions {
   runsHere(sessionId: string): boolean;
   /** Said of each workdir removed, once it is gone. */
   removed(sessionId: string): void;
+  /** How long after the start the first look is made (what `runsHere` knows may take a while to learn). */
+  firstLookAfterMs?: number;
   log: Log;
 }
 
@@ -47,10 +49,14 @@ export function keepWorkdirsWithinRetention(options: WorkdirRetentionOptions): (
       .catch((error: unknown) => options.log.warn({ dir: options.root, err: error }, 'could not look for workdirs past their retention'))
       .finally(() => (sweeping = false));
   };
-  run();
+  const first = setTimeout(run, options.firstLookAfterMs ?? 0);
+  first.unref();
   const timer = setInterval(run, retentionSweepEveryMs(options.retentionMs));
   timer.unref();
-  return () => clearInterval(timer);
+  return () => {
+    clearTimeout(first);
+    clearInterval(timer);
+  };
 }
 
 /** One pass: every ended session's workdir under `root` last changed more than the retention ago is removed. Returns the sessions removed. */
@@ -88,7 +94,12 @@ async function lastChanged(dir: string): Promise<number | undefined> {
   const own = await fs.lstat(dir);
   if (!own.isDirectory()) return undefined;
   let latest = own.ctimeMs;
-  const entries = await fs.readdir(dir);
+  // A guest may have taken its own directory's permissions away (chmod 000 .): that change, the
+  // last it could make, is the directory's own change time.
+  const entries = await fs.readdir(dir).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'EACCES' || error.code === 'EPERM') return [] as string[];
+    throw error;
+  });
   for (const entry of entries.slice(0, ENTRIES_LOOKED_AT)) {
     const stat = await fs.lstat(path.join(dir, entry)).catch(() => undefined);
     if (stat) latest = Math.max(latest, stat.ctimeMs);

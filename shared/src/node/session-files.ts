@@ -30,7 +30,7 @@ export function refuseRemovedWorkdir(location: SessionLocation): void {
   if (location.workdir_removed_at === undefined) return;
   throw new MurmurError(
     'E-SES-001',
-    `session '${location.session_id}'${location.ended_at ? ` ended at ${location.ended_at}, and` : ''} its workdir was removed at ${location.workdir_removed_at} by executor ${location.executor_id}, past the retention its operator set (MURMUR_SESSION_RETENTION_HOURS)`,
+    `the workdir of session '${location.session_id}'${location.ended_at ? `, which ended at ${location.ended_at},` : ''} was removed at ${location.workdir_removed_at} by executor ${location.workdir_removed_by ?? location.executor_id}, past the retention its operator set (MURMUR_SESSION_RETENTION_HOURS)`,
     {
       path: location.session_id,
       hint: "copy what a session leaves with 'mur files' before the retention passes, or raise MURMUR_SESSION_RETENTION_HOURS on the executors",
