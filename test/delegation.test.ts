@@ -357,7 +357,7 @@ describe('delegated children and their completions', () => {
     } finally {
       await parent.stop();
     }
-    const childRecords = path.join(parent.sessionDir, 'children', started?.delegation_id as string, '.murmur', started?.child_session_id as string);
+    const childRecords = path.join(parent.sessionDir, 'children', started?.child_session_id as string, '.murmur', started?.child_session_id as string);
     const end = await eventually(
       async () => (await traceOf(childRecords).catch(() => [])).find((event) => event.event_type === 'session_end'),
       30_000,
@@ -372,7 +372,7 @@ describe('delegated children and their completions', () => {
       // Delegated by the parent's own runtime, which carries its floor in the delegation's launch.
       await tellParent(parent, delegating('local/worker', workerTask));
       const started = await delegationStarted(parent);
-      const childRecords = path.join(parent.sessionDir, 'children', started.delegation_id as string, '.murmur', started.child_session_id as string);
+      const childRecords = path.join(parent.sessionDir, 'children', started.child_session_id as string, '.murmur', started.child_session_id as string);
       const bootstrap = await eventually(
         async () => {
           const text = await fs.readFile(path.join(childRecords, 'logs', 'bootstrap.log'), 'utf8').catch(() => '');
@@ -593,7 +593,7 @@ describe('delegated children and their completions', () => {
       await parent.stop();
     }
     const completion = JSON.parse(
-      await fs.readFile(path.join(parent.sessionDir, 'children', started?.delegation_id as string, 'completion.json'), 'utf8'),
+      await fs.readFile(path.join(parent.sessionDir, 'children', started?.child_session_id as string, 'completion.json'), 'utf8'),
     ) as Completion;
     expect(completion).toMatchObject({ status: 'terminated', reported_by: 'launcher' });
     expect(completion.detail).toContain('ended by its parent');
@@ -626,7 +626,7 @@ describe('delegated children and their completions', () => {
         origin: 'completion',
       });
       expect(trace.filter((event) => event.event_type === 'task_start')).toHaveLength(1);
-      const child = path.join(parent.sessionDir, 'children', started?.delegation_id as string);
+      const child = path.join(parent.sessionDir, 'children', started?.child_session_id as string);
       expect(JSON.parse(await fs.readFile(path.join(child, 'completion.json'), 'utf8'))).toMatchObject({ status: 'ok', delivered: true, reported_by: 'child' });
       expect(await completionsCounted(true)).toBe(deliveredBefore + 1);
     } finally {
@@ -649,7 +649,7 @@ describe('delegated children and their completions', () => {
         capsule_version: '0.1.0',
         session_id: started.child_session_id as string,
         status: 'error' as const,
-        workdir: path.join(parent.sessionDir, 'children', delegationId),
+        workdir: path.join(parent.sessionDir, 'children', started.child_session_id as string),
         duration_ms: 7,
         detail: 'E-RUN-009: it gave up',
         reported_by: 'child' as const,
@@ -696,7 +696,9 @@ describe('delegated children and their completions', () => {
         "the grandchild's refusal in the child's model's context",
       );
       expect(refusal).toContain('it would run 2 delegations deep, and this executor allows 1 (MURMUR_DELEGATION_MAX_DEPTH)');
-      const childTrace = await traceOf(path.join(parent.sessionDir, 'children', delegationId, '.murmur', started.child_session_id as string));
+      const childTrace = await traceOf(
+        path.join(parent.sessionDir, 'children', started.child_session_id as string, '.murmur', started.child_session_id as string),
+      );
       expect(childTrace.some((event) => event.event_type === 'delegation_started')).toBe(false);
     } finally {
       if (delegationId) await control(delegationId, 'shutdown').catch(() => undefined);
@@ -765,12 +767,14 @@ describe('delegated children and their completions', () => {
         session_id: started.child_session_id as string,
         status: 'ok',
         // The child's own workdir, under its parent's children/: a completion naming any other is not its runtime's.
-        workdir: path.join(parent.sessionDir, 'children', delegationId),
+        workdir: path.join(parent.sessionDir, 'children', started.child_session_id as string),
         duration_ms: 1,
         reported_by: 'child',
         delivered: false,
       });
-      const elsewhere = await asChild(wellFormed.replace(`workdir: ${path.join(parent.sessionDir, 'children', delegationId)}`, 'workdir: /nowhere'));
+      const elsewhere = await asChild(
+        wellFormed.replace(`workdir: ${path.join(parent.sessionDir, 'children', started.child_session_id as string)}`, 'workdir: /nowhere'),
+      );
       expect(elsewhere.body.error?.message).toContain('is not a completion message as the runtime writes one');
       const admitted = await asChild(wellFormed, 50);
       // Answered at once, blocking or not, with the task's id and state alone: no history, however much it asked for.
@@ -797,7 +801,8 @@ describe('delegated children and their completions', () => {
         const home = await eventually(() => started.find((event) => event.session_id === parent.sessionId), 10_000, 'the parent session.started');
         const child = await launch(parent, 'local/worker', { task: workerTask });
         expect(child.executor_id).toBe(home.executor_id);
-        expect(child.workdir).toBe(path.join(parent.sessionDir, 'children', child.delegation_id as string));
+        // Named by the child's session, never by its delegation, whose id is its completion's credential.
+        expect(child.workdir).toBe(path.join(parent.sessionDir, 'children', child.session_id));
         const childStart = await eventually(() => started.find((event) => event.session_id === child.session_id), 10_000, 'the child session.started');
         expect(childStart.executor_id).toBe(home.executor_id);
         const completion = await settledCompletion(child.workdir);

@@ -455,7 +455,7 @@ describe('the stack in containers', () => {
       const answer = JSON.stringify(await sent.json());
       expect(answer).toContain('Delegated capsule finished.');
       expect(answer).toContain('status: ok');
-      expect(answer).toMatch(new RegExp(`workdir: \\S*/${parent.sessionId}/children/dlg_[0-9a-f]{32}`));
+      expect(answer).toMatch(new RegExp(`workdir: \\S*/${parent.sessionId}/children/ses_[0-9a-f]{32}`));
       const report = await eventually(() => completed.find((event) => event.parent_session_id === parent.sessionId), 15_000, 'the delegation.completed');
       expect((await startOf(report.outcome.session_id)).executor_id).toBe((await startOf(parent.sessionId)).executor_id);
     } finally {

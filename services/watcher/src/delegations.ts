@@ -161,12 +161,14 @@ export class DelegationWatcher {
         }
       : undefined;
     // On the parent's executor, under its children/; a parent no executor holds gets its child anywhere.
+    // Named by the child's session, never its delegation: a delegation's id is its completion's
+    // credential, and a path is on sandboxes' command lines, which every local user may read.
     const launched = await this.bus.request(
       parentExecutor ? commands.launchOn.at(parentExecutor) : commands.launch,
       {
         session_id: sessionId,
         plan,
-        ...(parentExecutor ? { child_of: { session_id: request.parent.session_id, name: delegationId ?? sessionId } } : {}),
+        ...(parentExecutor ? { child_of: { session_id: request.parent.session_id, name: sessionId } } : {}),
         ...(request.task !== undefined ? { task: request.task } : {}),
         env,
         ...(url ? { url } : {}),
