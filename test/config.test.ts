@@ -187,6 +187,10 @@ describe('mur config', () => {
       ['inference.endpoint', 'https://user:hunter2@api.example.com/v1'],
       ['registry.index_url', 'https://user:hunter2@example.com/index.json'],
       ['registry.index_url', 's3://AKIA:hunter2@bucket/index.json'],
+      // What does not parse as a URL, a user and password before its host all the same.
+      ['registry.index_url', 'http://u:hunter2@x.example:99999/i'],
+      ['registry.index_url', 'https://u:hunter2@[bad/i.json'],
+      ['inference.endpoint', 'http://u:hunter2@x:99999/'],
     ]) {
       const credentialed = await mur(['set', key as string, url as string]);
       expect(credentialed.code, url).toBe(1);

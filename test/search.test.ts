@@ -83,6 +83,9 @@ describe('mur search', () => {
     expect(result.code).toBe(1);
     expect(result.stderr).toContain(`error[E-IO-003]: failed to fetch artifact index from ${url}:`);
     expect(result.stderr).not.toContain('hunter2');
+    const unparsable = await runMur(['search', 'git', '--registry', 'http://user:hunter2@127.0.0.1:99999/artifacts-index.json'], { env });
+    expect(unparsable.stderr).toContain("error[E-IO-003]: 'http://127.0.0.1:99999/artifacts-index.json' is not a URL");
+    expect(unparsable.stderr).not.toContain('hunter2');
     const credentialed = await runMur(['search', 'git', '--registry', 'http://user:hunter2@127.0.0.1:9/artifacts-index.json'], { env });
     expect(credentialed.code).toBe(1);
     expect(credentialed.stderr).toContain(`error[E-IO-003]: the index URL ${url} carries a user or password, which is never sent`);

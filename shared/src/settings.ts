@@ -47,8 +47,9 @@ export function numberSetting(env: Environment, name: string, fallback: number |
       });
     return value;
   }
-  // Whole and above 0, but past what is counted exactly: said as too large, not as no number.
-  if (wellFormed && Number.isFinite(value) && value > Number.MAX_SAFE_INTEGER) {
+  // Written as a number, but past what is counted exactly (or so long that it is no number at all
+  // to JavaScript, Infinity): said as too large, not as no number.
+  if (wellFormed && value > Number.MAX_SAFE_INTEGER) {
     const bound = boundOf(setting) ?? { value: Number.MAX_SAFE_INTEGER, exceeded: `is more than can be counted exactly (at most ${Number.MAX_SAFE_INTEGER})` };
     throw new MurmurError('E-CFG-003', `invalid ${name}: '${raw}' ${setting.unit} ${bound.exceeded}`, {
       path: name,

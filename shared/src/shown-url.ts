@@ -11,3 +11,12 @@ export function shownUrl(url: string): string {
     return '(a URL that does not parse)';
   }
 }
+
+/**
+ * What was given as a URL, shown back when it does not parse as one: as given, but for a user and
+ * password before a host (`http://user:pass@x:99999/`), which `shownUrl` cannot find in what
+ * does not parse.
+ */
+export function withoutUserinfo(given: string): string {
+  return given.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^/?#]*@/i, '$1');
+}

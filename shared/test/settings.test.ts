@@ -51,6 +51,11 @@ describe('a number read from the environment', () => {
     );
     // A duration says the timer's bound, the tighter one.
     expect(refusalOf(() => numberSetting({ MURMUR_X_MS: huge }, 'MURMUR_X_MS', 250, MS)).message).toMatch(/longer than a timer can hold/);
+    // So long that it is Infinity to JavaScript: too large all the same.
+    const endless = '9'.repeat(400);
+    expect(refusalOf(() => numberSetting({ MURMUR_X_HOURS: endless }, 'MURMUR_X_HOURS', undefined, { unit: 'hours', fractional: true })).message).toBe(
+      `invalid MURMUR_X_HOURS: '${endless}' hours is more than can be counted exactly (at most ${Number.MAX_SAFE_INTEGER})`,
+    );
   });
 
   it('is refused above the most a setting may be, saying what sets that bound', () => {

@@ -1,6 +1,15 @@
 import { chmod, mkdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
-import { type ConfigKey, MurmurError, SECRET_CONFIG_KEYS, configKey, hasControlCharacter, parseWorkspaceConfig, shownUrl } from '@murmur/shared';
+import {
+  type ConfigKey,
+  MurmurError,
+  SECRET_CONFIG_KEYS,
+  configKey,
+  hasControlCharacter,
+  parseWorkspaceConfig,
+  shownUrl,
+  withoutUserinfo,
+} from '@murmur/shared';
 import { withLockfileTurn } from '@murmur/shared/artifacts';
 import { removeEmptyParents, writeFileAtomic } from '@murmur/shared/node';
 import { YAMLMap, isAlias, isNode, isScalar, parseDocument, visit } from 'yaml';
@@ -47,22 +56,26 @@ export async function configSetCommand(key: string, value: string, options: { gl
   // An index may be a file's path as well as a URL; an endpoint is always a URL. Either way, no other scheme.
   const otherScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(value) && !/^https?:\/\//i.test(value);
   // A password in a URL is printed back by `get` and kept in a file that may travel with the project.
-  if (
-    (known === 'inference.endpoint' || known === 'registry.index_url') &&
-    URL.canParse(value) &&
-    (new URL(value).username !== '' || new URL(value).password !== '')
-  )
-    throw new MurmurError('E-CFG-003', `the value for '${known}' carries credentials in its URL: ${shownUrl(value)}`, {
-      path: known,
-      hint:
-        known === 'inference.endpoint'
-          ? 'give the URL without user and password; a key goes in inference.api_key (mur config set -g inference.api_key <key>)'
-          : 'give the URL without user and password: mur never sends them to an index or a roost',
-    });
-  if ((known === 'inference.endpoint' && !isHttpUrl(value)) || (known === 'registry.index_url' && otherScheme))
+  // A URL that carries credentials, or one that does not parse but looks as if it did (`user:pass@` before its host).
+  const credentialed = URL.canParse(value) ? new URL(value).username !== '' || new URL(value).password !== '' : withoutUserinfo(value) !== value;
+  if ((known === 'inference.endpoint' || known === 'registry.index_url') && credentialed)
     throw new MurmurError(
       'E-CFG-003',
-      `the value for '${known}' is not an http(s) URL${known === 'registry.index_url' ? ' or a path' : ''}: '${URL.canParse(value) ? shownUrl(value) : value.slice(0, 80)}'`,
+      `the value for '${known}' carries credentials in its URL: ${URL.canParse(value) ? shownUrl(value) : withoutUserinfo(value).slice(0, 80)}`,
+      {
+        path: known,
+        hint:
+          known === 'inference.endpoint'
+            ? 'give the URL without user and password; a key goes in inference.api_key (mur config set -g inference.api_key <key>)'
+            : 'give the URL without user and password: mur never sends them to an index or a roost',
+      },
+    );
+  // An index that names an http(s) scheme is a URL, and one that does not parse is no path either.
+  const brokenHttp = /^https?:\/\//i.test(value) && !URL.canParse(value);
+  if ((known === 'inference.endpoint' && !isHttpUrl(value)) || (known === 'registry.index_url' && (otherScheme || brokenHttp)))
+    throw new MurmurError(
+      'E-CFG-003',
+      `the value for '${known}' is not an http(s) URL${known === 'registry.index_url' ? ' or a path' : ''}: '${URL.canParse(value) ? shownUrl(value) : withoutUserinfo(value).slice(0, 80)}'`,
       {
         path: known,
         hint:

@@ -1,5 +1,14 @@
 import { readFile } from 'node:fs/promises';
-import { type ArtifactMeta, INDEX_CEILING_BYTES, MurmurError, fetchFailureReason, firstIssueText, readBodyCapped, shownUrl } from '@murmur/shared';
+import {
+  type ArtifactMeta,
+  INDEX_CEILING_BYTES,
+  MurmurError,
+  fetchFailureReason,
+  firstIssueText,
+  readBodyCapped,
+  shownUrl,
+  withoutUserinfo,
+} from '@murmur/shared';
 import { ArtifactStore, RoostRegistryClient } from '@murmur/shared/artifacts';
 import { globalStoreDir } from '@murmur/shared/node';
 import * as z from 'zod';
@@ -104,7 +113,7 @@ async function entriesAt(source: string): Promise<Entry[]> {
   if (source.toLowerCase() === 'local') return entries(await new ArtifactStore(globalStoreDir(), 'global').list());
   // A scheme is a scheme in any case (`HTTPS://`), as the config that stores it has it.
   if (/^https?:\/\//i.test(source)) {
-    if (!URL.canParse(source)) throw new MurmurError('E-IO-003', `'${source}' is not a URL`, { path: source });
+    if (!URL.canParse(source)) throw new MurmurError('E-IO-003', `'${withoutUserinfo(source)}' is not a URL`, { path: withoutUserinfo(source) });
     if (new URL(source).pathname.endsWith('.json')) return fetchIndex(source);
     return entries(await new RoostRegistryClient(source.replace(/\/+$/, '')).list());
   }
