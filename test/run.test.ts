@@ -460,8 +460,11 @@ exec bwrap "$@"
         ),
       );
       expect(result.stderr).toContain('the file system is full: free some space');
-      // Where the newest session was taken to be this half-made one, which held no trace.
-      expect(await fs.readdir(path.join(workdir, '.murmur'))).toEqual([]);
+      // --workdir was given: its hint does not offer it.
+      expect(result.stderr).not.toContain('mur run --workdir <dir>');
+      // Where the newest session was taken to be this half-made one, which held no trace; and the
+      // directories the launch made in the user's workdir are gone with it.
+      expect(await fs.readdir(workdir)).toEqual([]);
     } finally {
       mounted.unmount();
     }

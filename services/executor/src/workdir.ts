@@ -282,7 +282,11 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
   // A launch refused while its workdir is made (a full disk, an artifact refused) ran nothing: what
   // it made of the session's records goes with it, where a half-made session directory stayed and
   // was taken for the newest session (`mur trace show`). A chosen workdir's own entries are the
-  // user's, and stay.
+  // user's, and stay; the empty directories the launch made in it go.
+  const madeInChosen =
+    request.workdir === undefined
+      ? []
+      : ['.murmur', '.capsule-home', 'out'].filter((name) => !lstatSync(path.join(accessible, name), { throwIfNoEntry: false }));
   try {
     // A chosen workdir is the user's to share or not; the runtime's records in it are not.
     if (request.workdir !== undefined) mkdirBeneath(accessible, path.join(accessible, '.murmur'), { private: true });
@@ -313,6 +317,8 @@ export async function materialiseWorkdir(plan: StagedPlan, request: WorkdirReque
     return { paths: { accessible, sessionDir, preopen }, tools };
   } catch (error) {
     await fs.rm(sessionDir, { recursive: true, force: true }).catch(() => {});
+    // Only while empty: another session in the same workdir may have put something in them since.
+    for (const name of madeInChosen) await fs.rmdir(path.join(accessible, name)).catch(() => {});
     throw error;
   }
 }
