@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, promises as fs, mkdirSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
 import { once } from 'node:events';
 import path from 'node:path';
 import { probeCgroups } from '@murmur/executor';
@@ -169,12 +169,20 @@ describe('session cgroups that an executor left behind', () => {
     if (cannotRunHere(context)) return;
     const scratch = await tempDir('murmur-refused-launch-');
     try {
-      // A project whose path the sandbox's spec refuses to name (it holds a line break): every
-      // host for it, pooled or fresh, is refused after its group was made.
-      const project = await probeProject(path.join(scratch.dir, 'line\nbreak'));
-      const result = await runMur(['run'], { cwd: project, env: { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_CGROUP_PARENT: parent } });
+      // A shell binary in a directory whose name the sandbox's spec refuses (it holds a line break):
+      // the host for it is refused after its group was made, and the warm host started while the
+      // capsule was staged is let go.
+      const project = await probeProject(path.join(scratch.dir, 'refused'), 'capabilities:\n  shell:\n    allow: [late-tool]\n');
+      const bin = path.join(scratch.dir, 'line\nbreak');
+      await fs.mkdir(bin);
+      await fs.copyFile('/bin/true', path.join(bin, 'late-tool'));
+      await fs.chmod(path.join(bin, 'late-tool'), 0o755);
+      const result = await runMur(['run'], {
+        cwd: project,
+        env: { MURMUR_HOME: path.join(scratch.dir, 'home'), MURMUR_CGROUP_PARENT: parent, PATH: `${bin}:${process.env.PATH ?? ''}` },
+      });
       expect(result.code).toBe(1);
-      expect(result.stderr).toContain('error[E-RUN-001]');
+      expect(result.stderr).toContain("error[E-IO-003]: the sandbox's rules would name the path");
       expect(result.stderr).toContain('control character');
       const left = (): string[] =>
         CONTROLLERS.flatMap((controller) => readdirSync(path.join(ROOT, controller, parent)).filter((name) => name.startsWith('murmur-')));

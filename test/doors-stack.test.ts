@@ -128,16 +128,21 @@ describe('two doors in front of one session', () => {
   });
 
   it('a listing begun at one door goes on at the other: the page token is the session’s, not a door’s', async () => {
-    for (const text of ['page one', 'page two']) expect((await rpc(atA, 'message/send', textMessage(text))).body.error).toBeUndefined();
-    const first = (await rpc(atA, 'tasks/list', { pageSize: 1 })).body.result as unknown as { tasks: Array<{ id: string }>; nextPageToken: string };
-    expect(first.nextPageToken, 'two tasks or more, one a page: a next page').not.toBe('');
-    const second = await rpc(atB, 'tasks/list', { pageSize: 1, pageToken: first.nextPageToken });
+    // A context of their own: the session's other tasks (the earlier cases') may still change, and
+    // a change moves a task to the front of a listing, newest first.
+    const contextId = `listing-${Date.now()}`;
+    for (const text of ['page one', 'page two']) expect((await rpc(atA, 'message/send', textMessage(text, { contextId }))).body.error).toBeUndefined();
+    const first = (await rpc(atA, 'tasks/list', { pageSize: 1, contextId })).body.result as unknown as { tasks: Array<{ id: string }>; nextPageToken: string };
+    expect(first.nextPageToken, 'two tasks, one a page: a next page').not.toBe('');
+    const second = await rpc(atB, 'tasks/list', { pageSize: 1, contextId, pageToken: first.nextPageToken });
     expect(second.body.error).toBeUndefined();
     const secondPage = second.body.result as unknown as { tasks: Array<{ id: string }> };
     expect(secondPage.tasks).toHaveLength(1);
     expect(secondPage.tasks[0]?.id).not.toBe(first.tasks[0]?.id);
     // The same token at the door that gave it names the same page.
-    const again = (await rpc(atA, 'tasks/list', { pageSize: 1, pageToken: first.nextPageToken })).body.result as unknown as { tasks: Array<{ id: string }> };
+    const again = (await rpc(atA, 'tasks/list', { pageSize: 1, contextId, pageToken: first.nextPageToken })).body.result as unknown as {
+      tasks: Array<{ id: string }>;
+    };
     expect(again.tasks.map((task) => task.id)).toEqual(secondPage.tasks.map((task) => task.id));
   });
 
