@@ -622,6 +622,30 @@ describe('the door', () => {
       expect(head).toContain('larger than 65536 bytes (MURMUR_DOOR_MAX_BODY_BYTES)');
     });
 
+    it('cuts off a client that goes on sending a body of no declared length past what the door reads and drops', async () => {
+      const target = new URL(agent.url);
+      const socket = net.connect(Number(target.port), target.hostname);
+      await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+      let received = '';
+      socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+      socket.on('error', () => {});
+      const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+      let gone = false;
+      void closed.then(() => (gone = true));
+      socket.write(`POST ${target.pathname} HTTP/1.1\r\nhost: ${target.host}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`);
+      // 16 × the 64 KiB limit is read and dropped; sent here are 8 MiB, in 64 KiB chunks.
+      const chunk = `10000\r\n${'x'.repeat(0x10000)}\r\n`;
+      let sent = 0;
+      for (; sent < 8 * 1024 * 1024 && !gone; sent += 0x10000) {
+        if (!socket.write(chunk)) await Promise.race([new Promise((resolve) => socket.once('drain', resolve)), closed]);
+      }
+      await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+      socket.destroy();
+      expect(gone, `the door read ${sent} bytes of a body it refuses, and kept the connection`).toBe(true);
+      // Cut off for what it sent, not let run until its time to send a request was up.
+      expect(received).not.toMatch(/^HTTP\/1\.1 408 /);
+    });
+
     it('answers a body declared past what the door would read at all with 413 at once, before any of it is sent', async () => {
       const head = await headAnswer(agent.url, { 'content-length': String(2 ** 31) });
       expect(head).toMatch(/^HTTP\/1\.1 413 /);
