@@ -6,6 +6,7 @@ import { ContainmentSchema } from './manifest/capsule.js';
 import { CapabilityPolicySchema } from './policy.js';
 import { LivenessSchema, RunningRecordSchema } from './running-record.js';
 import { MurmurWarningSchema } from './wire.js';
+import { numberSetting } from './settings.js';
 
 /**
  * Launching a staged capsule: what a client (`mur run`) asks of an executor, and what it is told.
@@ -211,6 +212,11 @@ const HEARTBEATS_MISSED = 3;
  */
 export function executorLostAfterMs(lostAfterMs: number, intervalMs: number): number {
   return Math.max(lostAfterMs, HEARTBEATS_MISSED * intervalMs);
+}
+
+/** The judge's bound on an executor's silence (`MURMUR_EXECUTOR_LOST_MS`, 5 s), as the watcher, `mur run` and a workdir retention read it. */
+export function executorLostSetting(env: Readonly<Record<string, string | undefined>>): number {
+  return numberSetting(env, 'MURMUR_EXECUTOR_LOST_MS', 5_000, { unit: 'milliseconds' });
 }
 
 export const LaunchReplySchema = z.object({

@@ -16,6 +16,7 @@ import {
   declaredArtifactGrants,
   stagingPostureWarnings,
   commands,
+  executorLostSetting,
   newSessionId,
   parseCapsuleManifest,
   spawnerHandleFromEnv,
@@ -650,7 +651,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       : watchExecutorSilence(
           runtime.bus,
           { ...launched, capsule_name: plan.capsule.name, capsule_version: plan.capsule.version },
-          numberSetting(env, 'MURMUR_EXECUTOR_LOST_MS', 5_000, { unit: 'milliseconds' }),
+          executorLostSetting(env),
           (lost) => {
             output.err(`mur: executor ${launched.executor_id} stopped answering; no watcher said so, so this run says session ${sessionId} ended with it`);
             resolveHeardLate(lost);

@@ -12,6 +12,8 @@ import {
   SessionLocationSchema,
   WATCHER_BUCKET,
   commands,
+  executorLostAfterMs,
+  executorLostSetting,
   lostSessionKey,
   newId,
   numberSetting,
@@ -288,10 +290,11 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
           });
       }),
     );
+    // The watcher's bound: an executor silent longer is lost, and its sessions ended with it.
+    const lostAfterMs = executorLostSetting(env);
     const runsElsewhere = (sessionId: string): boolean => {
       for (const [executorId, heard] of heardRunning) {
-        // Heard from lately: an executor gone silent is the watcher's to declare lost, and its sessions with it.
-        if (Date.now() - heard.at > Math.max(EXECUTOR_SILENCE_MS, 3 * heard.intervalMs)) heardRunning.delete(executorId);
+        if (Date.now() - heard.at > executorLostAfterMs(lostAfterMs, heard.intervalMs)) heardRunning.delete(executorId);
         else if (heard.sessions.has(sessionId)) return true;
       }
       return false;
@@ -301,7 +304,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       retentionMs: retentionHours * 3_600_000,
       runsHere: (sessionId) => sessions.has(sessionId) || runsElsewhere(sessionId),
       // Not before the other executors' heartbeats have been heard.
-      firstLookAfterMs: EXECUTOR_SILENCE_MS,
+      firstLookAfterMs: lostAfterMs,
       removed: (sessionId) => {
         ended.delete(sessionId);
         recordWorkdirRemoved(sessionId);
@@ -527,13 +530,6 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
     },
   };
 }
-
-/**
- * How long another executor may be unheard before its sessions no longer count as running for
- * the workdir retention; and how long the retention waits before its first look, so that every
- * executor sharing its workdir base has been heard. The watcher's own bound (`MURMUR_EXECUTOR_LOST_MS`).
- */
-const EXECUTOR_SILENCE_MS = 5_000;
 
 /** How soon the bus's endpoints are resolved again after one of its names did not resolve. */
 const OWN_ENDPOINTS_RETRY_MS = 30_000;

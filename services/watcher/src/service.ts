@@ -1,4 +1,14 @@
-import { type Log, QUEUE_GROUPS, type RunningRecord, type SessionListReply, type SessionStarted, commands, newId, numberSetting, topics } from '@murmur/shared';
+import {
+  type Log,
+  QUEUE_GROUPS,
+  type RunningRecord,
+  type SessionListReply,
+  type SessionStarted,
+  commands,
+  executorLostSetting,
+  newId,
+  topics,
+} from '@murmur/shared';
 import { DelegationWatcher } from './delegations.js';
 import { ExecutorMonitor } from './executors.js';
 
@@ -40,7 +50,7 @@ export function startWatcherService(options: WatcherOptions): WatcherService {
   const executors = new ExecutorMonitor({
     bus,
     log,
-    lostAfterMs: numberSetting(env, 'MURMUR_EXECUTOR_LOST_MS', 5_000, { unit: 'milliseconds' }),
+    lostAfterMs: executorLostSetting(env),
     watcherId: instanceId,
   });
 
