@@ -460,8 +460,8 @@ exec bwrap "$@"
         ),
       );
       expect(result.stderr).toContain('the file system is full: free some space');
-      // --workdir was given: its hint does not offer it.
-      expect(result.stderr).not.toContain('mur run --workdir <dir>');
+      // --workdir was given: its hint offers another.
+      expect(result.stderr).toContain("(mur run --workdir <another dir> puts the session's directory elsewhere)");
       // Where the newest session was taken to be this half-made one, which held no trace; and the
       // directories the launch made in the user's workdir are gone with it.
       expect(await fs.readdir(workdir)).toEqual([]);

@@ -593,7 +593,7 @@ describe('the capsule sandbox', () => {
         expect(result.code).toBe(1);
         expect(result.stderr).toContain('error[E-RUN-001]: the capsule could not be launched');
         expect(result.stderr).toContain(
-          'hint: nothing of the capsule ran: that file system is read-only: name a path on a writable one (mur run --workdir <dir>',
+          'hint: nothing of the capsule ran: that file system is read-only: name a path on a writable one (mur run --workdir <another dir>',
         );
       } finally {
         mounted.unmount();

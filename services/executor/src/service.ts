@@ -393,7 +393,7 @@ export function startExecutorService(options: ExecutorServiceOptions): ExecutorS
       const failed = systemFailureHint(error);
       throw new MurmurError('E-RUN-001', `the capsule could not be launched: ${error instanceof Error ? error.message : String(error)}`, {
         hint: failed
-          ? `nothing of the capsule ran: ${failed}${request.workdir === undefined ? " (mur run --workdir <dir> puts the session's directory elsewhere)" : ''}`
+          ? `nothing of the capsule ran: ${failed} (mur run --workdir <${request.workdir === undefined ? 'dir' : 'another dir'}> puts the session's directory elsewhere)`
           : "nothing of the capsule ran; what refused the launch is named above (the executor's log has the rest): mend it and run again",
         ...(failed && (error as NodeJS.ErrnoException).path ? { path: (error as NodeJS.ErrnoException).path } : {}),
       });
