@@ -11,7 +11,7 @@ import { type Log, SessionIdSchema } from '@murmur/shared';
  *
  * Only what the executor made is removed: a directory named as a session id directly under its
  * own `<workdir base>/workdir`, never a `--workdir` (the user's), and never the workdir of a session
- * that still runs here. A session's age is counted from the last change of its directory or of an
+ * that still runs. A session's age is counted from the last change of its directory or of an
  * entry directly in it, by change time (`ctime`): its end writes its last records there, and a
  * guest can set a file's modification time (`utimes`) but never its change time, so a guest that
  * dates its files in the future is not kept for ever, nor one that dates them in the past removed
@@ -22,7 +22,7 @@ export interface WorkdirRetentionOptions {
   /** `<workdir base>/workdir`: where the executor makes its sessions' workdirs. */
   root: string;
   retentionMs: number;
-  /** Whether the session runs on this executor now: its workdir is never removed. */
+  /** Whether the session runs now, on this executor or (as far as it has heard) another sharing its base: its workdir is never removed. */
   runsHere(sessionId: string): boolean;
   /** Said of each workdir removed, once it is gone. */
   removed(sessionId: string): void;
@@ -49,10 +49,14 @@ export function keepWorkdirsWithinRetention(options: WorkdirRetentionOptions): (
       .catch((error: unknown) => options.log.warn({ dir: options.root, err: error }, 'could not look for workdirs past their retention'))
       .finally(() => (sweeping = false));
   };
-  const first = setTimeout(run, options.firstLookAfterMs ?? 0);
+  // The looks begin with the first: none before it, whatever the interval.
+  let timer: NodeJS.Timeout | undefined;
+  const first = setTimeout(() => {
+    run();
+    timer = setInterval(run, retentionSweepEveryMs(options.retentionMs));
+    timer.unref();
+  }, options.firstLookAfterMs ?? 0);
   first.unref();
-  const timer = setInterval(run, retentionSweepEveryMs(options.retentionMs));
-  timer.unref();
   return () => {
     clearTimeout(first);
     clearInterval(timer);
