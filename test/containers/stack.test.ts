@@ -622,7 +622,7 @@ describe('the stack in containers', () => {
         async () => {
           const listed = await runMur(['files', parent.sessionId, 'children', '--json'], { env: client });
           return listed.code === 0
-            ? (JSON.parse(listed.stdout) as { entries: Array<{ name: string }> }).entries.find((entry) => entry.name.startsWith('dlg_'))
+            ? (JSON.parse(listed.stdout) as { entries: Array<{ name: string }> }).entries.find((entry) => entry.name.startsWith('ses_'))
             : undefined;
         },
         30_000,
