@@ -40,7 +40,7 @@ describe('mur run', () => {
     const refused = await runMur(['run', '--task', '[]'], { cwd: dangling, env });
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain(
-      `error[E-IO-001]: the directory sessions' workdirs are made in, ${path.join(dangling, 'workdir')}, is a link to nothing (${path.join(scratch.dir, 'not-mounted')})`,
+      `error[E-IO-002]: cannot write ${path.join(dangling, 'workdir')}: it is a link to ${path.join(scratch.dir, 'not-mounted')}, which does not exist`,
     );
   });
 

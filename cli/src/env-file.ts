@@ -1,7 +1,6 @@
 import path from 'node:path';
 import { MurmurError } from '@murmur/shared';
-import { readSmallTextFileSync } from '@murmur/shared/node';
-import { refuseDanglingLink } from './dangling-link.js';
+import { readSmallTextFileSync, refuseDanglingLink } from '@murmur/shared/node';
 
 /** A project's `.env` is a handful of lines: one past this is not read. */
 const ENV_FILE = { what: '.env', maxBytes: 1024 * 1024 };

@@ -2,8 +2,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type ConfigKey, type Containment, MurmurError, effectiveConfigValue, parseWorkspaceConfig } from '@murmur/shared';
 import { parseDocument } from 'yaml';
-import { refuseDanglingLink } from './dangling-link.js';
-import { murmurHome, readSmallTextFile, readSmallTextFileSync } from '@murmur/shared/node';
+import { murmurHome, readSmallTextFile, readSmallTextFileSync, refuseDanglingLink } from '@murmur/shared/node';
 
 /** A configuration is a handful of keys: a file past this is not one, and is not parsed. */
 const CONFIG_FILE = { what: 'the configuration', maxBytes: 1024 * 1024 };

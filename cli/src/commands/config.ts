@@ -11,10 +11,9 @@ import {
   withoutUserinfo,
 } from '@murmur/shared';
 import { withLockfileTurn } from '@murmur/shared/artifacts';
-import { removeEmptyParents, writeFileAtomic } from '@murmur/shared/node';
+import { refuseDanglingLink, removeEmptyParents, writeFileAtomic } from '@murmur/shared/node';
 import { YAMLMap, isAlias, isNode, isScalar, parseDocument, visit } from 'yaml';
 import type { Output } from '../output.js';
-import { refuseDanglingLink } from '../dangling-link.js';
 import { effectiveConfig, readConfigText, workspaceConfigFiles } from '../workspace-config.js';
 
 /**

@@ -1,7 +1,7 @@
-import { existsSync, promises as fs, lstatSync, readlinkSync, realpathSync } from 'node:fs';
+import { existsSync, promises as fs, lstatSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, hasControlCharacter, parseYamlSource } from '@murmur/shared';
-import { type BlobCache, appendBeneath, copyFileBeneath, mkdirBeneath, writeFileBeneath } from '@murmur/shared/node';
+import { type BlobCache, appendBeneath, copyFileBeneath, mkdirBeneath, refuseDanglingLink, writeFileBeneath } from '@murmur/shared/node';
 import type { LocalBundles } from './bundles.js';
 import type { HostTool } from './host/protocol.js';
 import { shellToolDescription } from './host/subprocess.js';
@@ -236,17 +236,8 @@ function refuseUnnameableWorkdir(request: WorkdirRequest): void {
 
 /** `<base>/workdir` as a link to nothing (a volume not mounted, a directory moved) is said to be one: mkdir said ENOENT or ENOTDIR of it. */
 function refuseDanglingWorkdirs(dir: string): void {
-  if (!lstatSync(dir, { throwIfNoEntry: false })?.isSymbolicLink() || existsSync(dir)) return;
-  let target = '';
-  try {
-    target = readlinkSync(dir);
-  } catch {
-    // gone meanwhile: said without its target
-  }
-  throw new MurmurError('E-IO-001', `the directory sessions' workdirs are made in, ${dir}, is a link to nothing${target ? ` (${target})` : ''}`, {
-    path: dir,
-    hint: 'make the directory it leads to, or remove the link; mur run --workdir <dir> runs in another directory',
-  });
+  if (!existsSync(dir))
+    refuseDanglingLink(dir, 'write', 'make the directory it leads to, or remove the link; mur run --workdir <dir> runs in another directory');
 }
 
 /** A workdir, or a base, the launcher chose: apart from the executor's state and the machine's own directories. */

@@ -20,3 +20,4 @@ export * from './trace-reader.js';
 export * from './bearer.js';
 export * from './session-files.js';
 export * from './system-failure.js';
+export * from './dangling-link.js';

@@ -1,5 +1,5 @@
 import { readlinkSync } from 'node:fs';
-import { MurmurError } from '@murmur/shared';
+import { MurmurError } from '../errors.js';
 
 /**
  * Refuses `file`, which could not be found, when it is a symbolic link to nothing (a dotfiles
