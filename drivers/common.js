@@ -125,9 +125,7 @@ function readDriverEnv(environment) {
     if (Array.isArray(pair) && typeof pair[0] === 'string') vars[pair[0]] = String(pair[1] ?? '');
   }
   // Trailing slashes off the path, never off a query or a fragment (a key may end in one).
-  const given = (vars.MURMUR_INFERENCE_ENDPOINT ?? '').trim();
-  const cut = given.search(/[?#]/);
-  const endpoint = cut < 0 ? given.replace(/\/+$/, '') : `${given.slice(0, cut).replace(/\/+$/, '')}${given.slice(cut)}`;
+  const endpoint = endpointUrl((vars.MURMUR_INFERENCE_ENDPOINT ?? '').trim(), '');
   if (endpoint === '') return fail('driver: missing MURMUR_INFERENCE_ENDPOINT');
   const apiKey = (vars.MURMUR_INFERENCE_API_KEY ?? '').trim();
   let config = {};
@@ -145,13 +143,14 @@ function readDriverEnv(environment) {
 
 /**
  * The URL of one of the API's paths (`/v1/messages`) at `endpoint`: added to the endpoint's path,
- * before its query (a Google-style `?key=`, Azure's `?api-version=`) and its fragment, which stay
- * as they were. Added after them, the key was sent as `key=…/v1/messages` to the endpoint's root.
+ * its trailing slashes dropped, before its query (a Google-style `?key=`, Azure's `?api-version=`)
+ * and its fragment, which stay as they were. Added after them, the key was sent as
+ * `key=…/v1/messages` to the endpoint's root. With no suffix, the endpoint as a driver keeps it.
  */
 function endpointUrl(endpoint, suffix) {
   const cut = endpoint.search(/[?#]/);
-  if (cut < 0) return `${endpoint}${suffix}`;
-  return `${endpoint.slice(0, cut).replace(/\/+$/, '')}${suffix}${endpoint.slice(cut)}`;
+  const [path, rest] = cut < 0 ? [endpoint, ''] : [endpoint.slice(0, cut), endpoint.slice(cut)];
+  return `${path.replace(/\/+$/, '')}${suffix}${rest}`;
 }
 
 // ---------------------------------------------------------------------------------------------
