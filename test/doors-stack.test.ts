@@ -128,10 +128,14 @@ describe('two doors in front of one session', () => {
   });
 
   it('a listing begun at one door goes on at the other: the page token is the session’s, not a door’s', async () => {
-    // A context of their own: the session's other tasks (the earlier cases') may still change, and
-    // a change moves a task to the front of a listing, newest first.
+    // A context of their own, and each send answered once its task is done: a task that changes
+    // (the earlier cases', or one of these still working) moves to the front of a listing, newest first.
     const contextId = `listing-${Date.now()}`;
-    for (const text of ['page one', 'page two']) expect((await rpc(atA, 'message/send', textMessage(text, { contextId }))).body.error).toBeUndefined();
+    for (const text of ['page one', 'page two']) {
+      const sent = await rpc(atA, 'message/send', { ...textMessage(text, { contextId }), configuration: { blocking: true } });
+      expect(sent.body.error).toBeUndefined();
+      expect((sent.body.result as { status?: { state?: string } } | undefined)?.status?.state).toBe('completed');
+    }
     const first = (await rpc(atA, 'tasks/list', { pageSize: 1, contextId })).body.result as unknown as { tasks: Array<{ id: string }>; nextPageToken: string };
     expect(first.nextPageToken, 'two tasks, one a page: a next page').not.toBe('');
     const second = await rpc(atB, 'tasks/list', { pageSize: 1, contextId, pageToken: first.nextPageToken });
