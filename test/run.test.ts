@@ -143,9 +143,20 @@ describe('mur run', () => {
     await expect(fs.readdir(path.join(project, 'workdir'))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
-  it('prints exactly one launch line with --json, and nothing else on stdout', async () => {
+  it('prints exactly one launch line with --json, and nothing else on stdout, while the capsule’s stderr still reaches stderr', async () => {
     const project = await probeProject(path.join(scratch.dir, 'json'), 'capabilities:\n  env:\n    allow: [PROBE_ACTIONS]\n');
-    const result = await runMur(['run', '--json'], { cwd: project, env: { ...env, PROBE_ACTIONS: actions([{ op: 'print', text: 'not on stdout' }]) } });
+    const result = await runMur(['run', '--json'], {
+      cwd: project,
+      env: {
+        ...env,
+        PROBE_ACTIONS: actions([
+          { op: 'print', text: 'not on stdout' },
+          { op: 'stderr', text: 'the capsule complains' },
+        ]),
+      },
+    });
+    expect(result.stderr).toContain('the capsule complains');
+    expect(result.stderr).not.toContain('not on stdout');
     expect(result.code, result.stderr).toBe(0);
     const lines = result.stdout.split('\n').filter((line) => line !== '');
     expect(lines).toHaveLength(1);

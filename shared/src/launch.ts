@@ -75,8 +75,12 @@ export const LaunchRequestSchema = z.object({
   roost: z.object({ url: z.string().min(1), approval: z.string().optional() }).optional(),
   /** The launcher had no controlling terminal, so the session outlives its window (running records). */
   outlives_launcher: z.boolean().default(false),
-  /** Relay the capsule's stdout/stderr as `session.<id>.output` events. */
-  relay_output: z.boolean().default(false),
+  /**
+   * Relay the capsule's output as `session.<id>.output` events: `true` both streams, `'stderr'` its
+   * stderr alone (a `mur run --json`, whose stdout is its launch line, still shows the capsule's
+   * complaints and the runtime's notices), `false` neither.
+   */
+  relay_output: z.union([z.boolean(), z.literal('stderr')]).default(false),
   /**
    * The launcher's containment floor beyond the manifest's (workspace config, `--containment`):
    * the session's declared class is the strongest of the two.

@@ -489,16 +489,16 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       for (const chunk of held ?? []) relay(chunk);
       held = undefined;
     };
-    if (!options.json) {
-      subscriptions.push(
-        runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
-          if (held === undefined) return relay(chunk);
-          held.push(chunk);
-          heldBytes += chunk.text.length;
-          if (heldBytes > OUTPUT_PENDING_MAX_BYTES) releaseHeld();
-        }),
-      );
-    }
+    // With --json the capsule's stderr alone is relayed: stdout is the launch line and nothing else.
+    subscriptions.push(
+      runtime.bus.subscribe(topics.sessionOutput.at(sessionId), (chunk) => {
+        if (options.json && chunk.stream !== 'stderr') return;
+        if (held === undefined) return relay(chunk);
+        held.push(chunk);
+        heldBytes += chunk.text.length;
+        if (heldBytes > OUTPUT_PENDING_MAX_BYTES) releaseHeld();
+      }),
+    );
     // What the session pulls at run time is pinned here, where the lock is; one write at a time.
     let pinning = Promise.resolve();
     if (lockPath) {
@@ -550,7 +550,7 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
       ...(options.resume !== undefined ? { context_id: options.resume, resume: true } : options.context !== undefined ? { context_id: options.context } : {}),
       ...(options.forgetSession ? { forget_session: true } : {}),
       ...(a2aTimeout !== undefined ? { a2a_timeout_secs: a2aTimeout } : {}),
-      relay_output: !options.json,
+      relay_output: options.json ? 'stderr' : true,
       outlives_launcher: !hasControllingTerminal(),
       ...(spawner ? { spawner } : {}),
       ...(floor ? { containment_floor: floor } : {}),

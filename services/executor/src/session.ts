@@ -1323,7 +1323,7 @@ export class Session {
         return;
       case 'output':
         if (message.stream === 'stderr') for (const line of message.text.split('\n')) if (line.trim() !== '') this.stderrLine(line);
-        if (this.request.relay_output) {
+        if (this.relays(message.stream)) {
           for (let offset = 0; offset < message.text.length; offset += 64 * 1024) {
             this.environment.bus.publish(topics.sessionOutput.at(this.id), {
               session_id: this.id,
@@ -1649,7 +1649,12 @@ export class Session {
   /** A line the executor itself has for the person who launched the session: on their stderr, as the capsule's own. */
   private tellLauncher(line: string): void {
     this.stderrLine(line);
-    if (this.request.relay_output) this.environment.bus.publish(topics.sessionOutput.at(this.id), { session_id: this.id, stream: 'stderr', text: `${line}\n` });
+    if (this.relays('stderr')) this.environment.bus.publish(topics.sessionOutput.at(this.id), { session_id: this.id, stream: 'stderr', text: `${line}\n` });
+  }
+
+  private relays(stream: 'stdout' | 'stderr'): boolean {
+    const relayed = this.request.relay_output;
+    return relayed === true || relayed === stream;
   }
 
   private stderrLine(line: string): void {
