@@ -174,6 +174,24 @@ describe('mur, given what a new user gets wrong', () => {
     );
   });
 
+  it('refuses an option of one value given twice, as upstream does, rather than run whichever came last', async () => {
+    const other = path.join(scratch.dir, 'other.yaml');
+    await fs.writeFile(other, 'name: other\nversion: 0.1.0\n');
+    misused(
+      await runMur(['run', '--manifest', path.join(capsule, 'murmur.yaml'), '--manifest', other], { env }),
+      "option '--manifest <path>' was given more than once; give it once",
+      'run mur run --help for usage',
+    );
+    misused(
+      await runMur(['build', capsule, '-o', 'a.zip', '--output=b.zip'], { env }),
+      "option '-o, --output <path>' was given more than once; give it once",
+      'run mur build --help for usage',
+    );
+    // Nothing was run or built for either.
+    expect(existsSync(path.join(capsule, 'workdir'))).toBe(false);
+    expect(existsSync(path.join(capsule, 'a.zip')) || existsSync(path.join(capsule, 'b.zip'))).toBe(false);
+  });
+
   it('refuses an empty --context or --resume, naming the flag, before anything is staged', async () => {
     const manifest = path.join(capsule, 'murmur.yaml');
     misused(

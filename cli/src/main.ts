@@ -367,6 +367,7 @@ function murProgram(): MurProgram {
     );
 
   usageHints(program, 'mur');
+  refuseRepeatedValues(program);
 
   return {
     async parse(argv, given) {
@@ -386,6 +387,24 @@ function murProgram(): MurProgram {
       }
     },
   };
+}
+
+/**
+ * An option that takes one value may be given once, as upstream's (clap's) refuse a second: commander
+ * keeps the last, so `mur run --manifest a.yaml --manifest b.yaml` ran b in silence. An option whose
+ * parser folds the previous value in (`--spawn-allow`, "repeat for more") is meant to be repeated.
+ */
+function refuseRepeatedValues(command: Command): void {
+  for (const option of command.options) {
+    const takesOne = (option.required || option.optional) && !option.variadic && (option.parseArg?.length ?? 0) < 2;
+    if (!takesOne) continue;
+    let given = 0;
+    command.on(`option:${option.name()}`, () => {
+      given += 1;
+      if (given > 1) command.error(`error: option '${option.flags}' was given more than once; give it once`, { code: 'murmur.repeatedOption', exitCode: 2 });
+    });
+  }
+  for (const sub of command.commands) refuseRepeatedValues(sub);
 }
 
 /** A usage error names the help of the command it was made in (`mur config set --help`), not only `mur`'s. */
