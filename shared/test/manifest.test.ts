@@ -177,18 +177,51 @@ describe('the capsule manifest', () => {
     expect(() => parseWorkspaceConfig(laughs, '.murmur/config.yaml')).toThrow(expect.objectContaining({ code: 'E-CFG-003' }));
   });
 
-  it('refuses, before composing any of it, YAML with more tokens than any manifest holds or collections nested past 64', () => {
+  it('refuses, before composing any of it, YAML with more tokens than any manifest holds or values nested past 64 (brackets, block lists, explicit keys), each time it is read', () => {
     const list = `name: x\nversion: 1.0.0\nx:\n${'  - 1\n'.repeat(200_000)}`;
     // Counted, not composed (composing this took seconds and a gigabyte): the refusal says so.
     const long = refusal(list);
     expect(long.code).toBe('E-MAN-002');
     expect(long.message).toBe('murmur.yaml: more than 100000 YAML tokens, far more than any such file holds; it is not read');
     const deep = refusal(`name: x\nversion: 1.0.0\nx: ${'['.repeat(65)}${']'.repeat(65)}\n`);
-    expect(deep.message).toBe('murmur.yaml: collections nested more than 64 deep; it is not read');
+    expect(deep.message).toBe('murmur.yaml: values nested more than 64 deep; it is not read');
     expect(deep.hint).toContain('unclosed');
     expect(() => parseCapsuleManifest(`name: x\nversion: 1.0.0\nx: ${'['.repeat(64)}${']'.repeat(64)}\n`)).not.toThrow();
+    // Block lists and explicit keys nest as deep as brackets do: 2 KB of `- ` ended the process that
+    // composed it (V8 out of memory, nothing to catch), on its second read if not its first.
+    for (const nested of [
+      `${'- '.repeat(1_000)}x`,
+      `${'? '.repeat(3_000)}x`,
+      `x:\n${Array.from({ length: 70 }, (_, level) => `${' '.repeat(level + 2)}k${level}:`).join('\n')} 1\n`,
+    ]) {
+      for (let read = 0; read < 3; read += 1) expect(refusal(nested).message).toBe('murmur.yaml: values nested more than 64 deep; it is not read');
+    }
     // The lockfile and the workspace configuration read YAML the same way.
     expect(() => parseWorkspaceConfig(list, '.murmur/config.yaml')).toThrow(expect.objectContaining({ code: 'E-CFG-003' }));
+  });
+
+  it('refuses a key that is a list, a mapping or an alias with E-MAN-002 naming its line, where Node printed a warning of its own on stderr', () => {
+    const warned: unknown[] = [];
+    const listen = (warning: unknown): void => {
+      warned.push(warning);
+    };
+    process.on('warning', listen);
+    try {
+      for (const [text, line] of [
+        ['name: x\nversion: 1.0.0\n? [a, b]\n: 1\n', '3, column 3'],
+        ['name: x\nversion: 1.0.0\n{a: 1}: 2\n', '3, column 1'],
+        ['name: &n x\nversion: 1.0.0\n*n : 2\n', '3, column 1'],
+      ] as const) {
+        const error = refusal(text);
+        expect(error.code).toBe('E-MAN-002');
+        expect(error.message).toMatch(
+          new RegExp(`^murmur\\.yaml: YAML syntax error at line ${line}: a key must be a plain name, not a list, a mapping or an alias$`),
+        );
+      }
+    } finally {
+      process.off('warning', listen);
+    }
+    expect(warned).toEqual([]);
   });
 
   it('warns of an unrecognized key at any depth, with its path and line, where a misspelt one was dropped without a word', () => {
@@ -289,6 +322,12 @@ describe('the capsule manifest', () => {
     ['resources', 'cgroup_io_bytes_per_sec'],
     ['resources', 'workdir_max_bytes'],
   ] as const;
+
+  it("names a context field's refusal as the context's, not the inference's", () => {
+    const error = refusal('name: a\nversion: 1.0.0\ncontext:\n  record: "a b"\n');
+    expect(error.code).toBe('E-MAN-003');
+    expect(error.message).toMatch(/^murmur\.yaml: invalid context config for 'context\.record': 'a b' is not a record name/);
+  });
 
   it.each(zeroable)('refuses a zero capabilities.%s.%s as "must be greater than zero" with its YAML path', (block, field) => {
     const error = refusal(`name: tiny\nversion: 1.0.0\ncapabilities:\n  ${block}:\n    ${field}: 0\n`);

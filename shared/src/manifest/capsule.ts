@@ -656,7 +656,8 @@ function describeKey(path: ReadonlyArray<PropertyKey>, dotted: string): string {
   const [section, index] = path;
   if (section === 'artifacts' && typeof index === 'number') return `invalid artifact declaration at index ${index} ('${dotted}')`;
   if (section === 'capabilities') return `invalid capability config for '${dotted}'`;
-  if (section === 'inference' || section === 'context') return `invalid inference config for '${dotted}'`;
+  if (section === 'inference') return `invalid inference config for '${dotted}'`;
+  if (section === 'context') return `invalid context config for '${dotted}'`;
   return `invalid value for '${dotted}'`;
 }
 

@@ -1,4 +1,4 @@
-import { Lexer, LineCounter, YAMLParseError, isPair, isScalar, parseDocument, visit } from 'yaml';
+import { Lexer, LineCounter, Parser, YAMLParseError, isPair, isScalar, parseDocument, visit } from 'yaml';
 import { MurmurError } from '../errors.js';
 
 /**
@@ -24,7 +24,12 @@ const TEXT_VALUED_KEYS = new Set(['name', 'version', 'resolved_version', 'mur_ve
  * took a gigabyte. Counting the lexer's tokens first costs ~0.4 µs each.
  */
 export const MAX_YAML_TOKENS = 100_000;
-/** The deepest flow collections (`[`, `{`) nest: a manifest's deepest value is a handful down. */
+/**
+ * The deepest a value nests, counted on the parser's syntax tree: a block list (`- - - x`), an
+ * explicit key (`? ? x`) and a flow collection (`[[x]]`) each count. A manifest's deepest value is
+ * a handful down; composing recurses once a level, and a 2 KB run of `- ` ended the process that
+ * read it (V8 out of memory, no error to catch: roost, for anyone who could post an archive).
+ */
 export const MAX_YAML_DEPTH = 64;
 
 /**
@@ -33,8 +38,7 @@ export const MAX_YAML_DEPTH = 64;
  */
 export function refuseCostlyYaml(text: string, file: string): void {
   let tokens = 0;
-  let depth = 0;
-  for (const token of new Lexer().lex(text)) {
+  for (const _ of new Lexer().lex(text)) {
     tokens += 1;
     if (tokens > MAX_YAML_TOKENS) {
       throw new MurmurError('E-MAN-002', `${file}: more than ${MAX_YAML_TOKENS} YAML tokens, far more than any such file holds; it is not read`, {
@@ -42,25 +46,41 @@ export function refuseCostlyYaml(text: string, file: string): void {
         hint: 'a long text belongs in a file of its own (inference.system_prompt_file), and long lists are written once, not generated',
       });
     }
-    if (token === '[' || token === '{') {
-      depth += 1;
-      if (depth > MAX_YAML_DEPTH) {
-        throw new MurmurError('E-MAN-002', `${file}: collections nested more than ${MAX_YAML_DEPTH} deep; it is not read`, {
-          path: file,
-          hint: 'no field of this file nests more than a few levels: look for an unclosed [ or {',
-        });
-      }
-    } else if (token === ']' || token === '}') depth = Math.max(0, depth - 1);
   }
+  if (syntaxDepth(text) > MAX_YAML_DEPTH) {
+    throw new MurmurError('E-MAN-002', `${file}: values nested more than ${MAX_YAML_DEPTH} deep; it is not read`, {
+      path: file,
+      hint: 'no field of this file nests more than a few levels: look for an unclosed [ or {, or a run of "- " or "? "',
+    });
+  }
+}
+
+/** How deep the parser's syntax tree nests, walked with a stack of its own (the parser's is one too). */
+function syntaxDepth(text: string): number {
+  type Node = { type?: string; value?: unknown; items?: Array<{ key?: unknown; value?: unknown }> };
+  const pending: Array<[Node | undefined, number]> = [];
+  for (const token of new Parser().parse(text)) pending.push([token as Node, 0]);
+  let deepest = 0;
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [node, depth] = next;
+    if (node === undefined || node === null || typeof node !== 'object') continue;
+    deepest = Math.max(deepest, depth);
+    // A document holds one value; a collection's items each hold a key and a value a level down.
+    if (node.type === 'document') pending.push([node.value as Node, depth]);
+    else if (Array.isArray(node.items)) {
+      for (const item of node.items) pending.push([item.key as Node, depth + 1], [item.value as Node, depth + 1]);
+    }
+  }
+  return deepest;
 }
 
 export function parseYamlSource(text: string, file = 'murmur.yaml'): YamlSource {
   refuseCostlyYaml(text, file);
   const lineCounter = new LineCounter();
-  // Keys are checked for duplicates here, in one pass: the parser's own check compares every key
+  // Keys are checked here (for duplicates, and for keys that are no names), in one pass: the parser's own check compares every key
   // of a mapping with every other, and a 1 MB manifest of one mapping held a stager for minutes.
   const document = parseDocument(text, { lineCounter, prettyErrors: true, uniqueKeys: false });
-  const [firstError] = document.errors.length > 0 ? document.errors : duplicateKeyErrors(document, lineCounter);
+  const [firstError] = document.errors.length > 0 ? document.errors : keyErrors(document, lineCounter);
   if (firstError) {
     const position = firstError.linePos?.[0];
     const where = position ? ` at line ${position.line}, column ${position.col}` : '';
@@ -120,26 +140,33 @@ function findKeyNode(document: ReturnType<typeof parseDocument>, path: ReadonlyA
 }
 
 /**
- * The first key of a mapping that repeats an earlier one of the same mapping, as the parser would
- * have reported it (a scalar key equal by value; a key that is itself a mapping or list is not
- * compared, as the parser compares those by identity only).
+ * The first key of a mapping that the file's value could not keep as written: one that repeats an
+ * earlier key of the same mapping, as the parser would have reported it (a scalar key equal by
+ * value), or one that is itself a list, a mapping or an alias, which no field of these files is
+ * named by and which the conversion to plain objects would turn into text with a warning of Node's
+ * on stderr.
  */
-function duplicateKeyErrors(document: ReturnType<typeof parseDocument>, lineCounter: LineCounter): YAMLParseError[] {
+function keyErrors(document: ReturnType<typeof parseDocument>, lineCounter: LineCounter): YAMLParseError[] {
   let found: YAMLParseError | undefined;
+  const refuse = (key: { range?: [number, number, number] | null }, code: 'DUPLICATE_KEY' | 'NON_STRING_KEY', message: string): typeof visit.BREAK => {
+    const at = key.range?.[0] ?? 0;
+    found = new YAMLParseError([at, at + 1], code, message);
+    found.linePos = [lineCounter.linePos(at)];
+    return visit.BREAK;
+  };
   visit(document, {
     Map(_, map) {
       const seen = new Set<unknown>();
       for (const item of map.items) {
-        if (!isScalar(item.key)) continue;
+        if (item.key === null || item.key === undefined) continue;
+        if (!isScalar(item.key))
+          return refuse(item.key as { range?: [number, number, number] }, 'NON_STRING_KEY', 'a key must be a plain name, not a list, a mapping or an alias');
         const key = item.key.value;
         if (!seen.has(key)) {
           seen.add(key);
           continue;
         }
-        const at = item.key.range?.[0] ?? 0;
-        found = new YAMLParseError([at, at + 1], 'DUPLICATE_KEY', 'Map keys must be unique');
-        found.linePos = [lineCounter.linePos(at)];
-        return visit.BREAK;
+        return refuse(item.key, 'DUPLICATE_KEY', 'Map keys must be unique');
       }
       return undefined;
     },
