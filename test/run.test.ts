@@ -44,6 +44,27 @@ describe('mur run', () => {
     );
   });
 
+  it('refuses a runtime grant that reaches where sessions’ workdirs are made or the executor’s home, before anything is made, where it read other sessions’ files and ran what they wrote', async () => {
+    const grant = (dir: string): string =>
+      `capabilities:\n  shell:\n    allow: [cat]\n    interpreter_runtime:\n      - binary: cat\n        dirs:\n          - { path: "${dir}", list_dir: true }\n`;
+    const project = path.join(scratch.dir, 'grant-over-workdirs');
+    await probeProject(project, grant(project));
+    const over = await runMur(['run', '--task', '[]'], { cwd: project, env });
+    expect(over.code).toBe(1);
+    expect(over.stderr).toContain(
+      `error[E-IO-002]: capabilities.shell.interpreter_runtime names '${project}' for 'cat', which holds ${path.join(project, 'workdir')}, the executor's own state or where sessions' workdirs are made`,
+    );
+    expect(over.stderr).toContain("hint: grant only the directories the runtime itself needs (its interpreter's library tree)");
+    // The executor's home (its config's keys, its cache) is as far out of reach, through a link too.
+    const linked = path.join(scratch.dir, 'link-to-scratch');
+    await fs.symlink(scratch.dir, linked);
+    const homeward = await probeProject(path.join(scratch.dir, 'grant-over-home'), grant(linked));
+    const home = await runMur(['run', '--task', '[]'], { cwd: homeward, env });
+    expect(home.code).toBe(1);
+    expect(home.stderr).toContain(`names '${linked}' for 'cat', which holds ${await fs.realpath(scratch.dir)}`);
+    for (const refused of [project, homeward]) await expect(fs.readdir(path.join(refused, 'workdir'))).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
   it('drops a flooding capsule’s output past a bound while stdout is not read, says so, and ends as its deadline says, with no stack', async () => {
     const project = await capsuleProject(
       path.join(scratch.dir, 'flood'),

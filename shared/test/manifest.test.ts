@@ -323,6 +323,28 @@ describe('the capsule manifest', () => {
     ['resources', 'workdir_max_bytes'],
   ] as const;
 
+  it('refuses a runtime grant of the whole filesystem, of what the sandbox mounts fresh, or of its own /tmp, naming the field', () => {
+    const interpreter = (dir: string): string =>
+      `name: a\nversion: 1.0.0\ncapabilities:\n  shell:\n    allow: [python3]\n    interpreter_runtime:\n      - binary: python3\n        dirs:\n          - { path: "${dir}", list_dir: true }\n`;
+    for (const [dir, said] of [
+      ['/', "'/' is the host's whole filesystem"],
+      ['/usr/..', "'/usr/..' is the host's whole filesystem"],
+      ['/proc/1/root', "'/proc/1/root' lies in /proc, which the sandbox mounts fresh"],
+      ['/dev', "'/dev' lies in /dev, which the sandbox mounts fresh"],
+      ['/tmp/', "'/tmp/' is the sandbox's own /tmp, which the grant would hide"],
+    ] as const) {
+      const error = refusal(interpreter(dir));
+      expect(error.code, dir).toBe('E-MAN-003');
+      expect(error.message, dir).toContain(`'capabilities.shell.interpreter_runtime[0].dirs[0].path': ${said}`);
+    }
+    // A tree under /tmp is a runtime's as any other.
+    expect(() => parseCapsuleManifest(interpreter('/tmp/venv/lib'))).not.toThrow();
+    const staged = refusal(
+      'name: a\nversion: 1.0.0\ncapabilities:\n  containment: sealed\n  shell:\n    allow: [python3]\n    staged_runtime:\n      - { binary: python3, source_path: /sys/fs, pin: "1" }\n',
+    );
+    expect(staged.message).toContain("'capabilities.shell.staged_runtime[0].source_path': '/sys/fs' lies in /sys, which the sandbox mounts fresh");
+  });
+
   it("names a context field's refusal as the context's, not the inference's", () => {
     const error = refusal('name: a\nversion: 1.0.0\ncontext:\n  record: "a b"\n');
     expect(error.code).toBe('E-MAN-003');

@@ -1,6 +1,6 @@
 import { existsSync, promises as fs, lstatSync, realpathSync } from 'node:fs';
 import path from 'node:path';
-import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, hasControlCharacter, parseYamlSource } from '@murmur/shared';
+import { type CapabilityPolicy, MurmurError, type SetFile, type StagedArtifact, type StagedPlan, hasControlCharacter, parseYamlSource } from '@murmur/shared';
 import { type BlobCache, appendBeneath, copyFileBeneath, mkdirBeneath, refuseDanglingLink, writeFileBeneath } from '@murmur/shared/node';
 import type { LocalBundles } from './bundles.js';
 import type { HostTool } from './host/protocol.js';
@@ -68,6 +68,36 @@ export function assertApartFromExecutor(workdir: string, executorState: readonly
         `${named} '${dir}' ${liesWithin(dir, state) ? 'lies in' : 'holds'} the executor's own state (${state}): a capsule's workdir is bound writable into its sandbox, and could rewrite what other sessions run`,
         { path: dir, hint: "name a directory apart from the executor's MURMUR_HOME and cache, or leave out --workdir for a fresh one per session" },
       );
+  }
+}
+
+/**
+ * Refuses a runtime grant (`interpreter_runtime`, `staged_runtime`) that reaches the executor's own
+ * state or a place sessions' workdirs are made (`places`), lying in one or holding it. A grant's
+ * tree is bound into the sandbox readable and executable: one naming the workdir base read every
+ * other session's files, live, and ran what an earlier session had written there (no workdir is
+ * executable), and one holding `$MURMUR_HOME` read its config's keys. A manifest has no business
+ * with the executor's paths, so a grant that names them is refused whatever the containment.
+ */
+export function assertRuntimeGrantsApart(policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime'>, places: readonly string[]): void {
+  const granted = [
+    ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => ({ field: 'interpreter_runtime', binary: grant.binary, dir: dir.path }))),
+    ...policy.staged_runtime.map((grant) => ({ field: 'staged_runtime', binary: grant.binary, dir: grant.source_path })),
+  ];
+  if (granted.length === 0) return;
+  const resolvedPlaces = [...new Set(places.map(resolvedThroughLinks))];
+  for (const { field, binary, dir } of granted) {
+    const tree = resolvedThroughLinks(dir);
+    const place = resolvedPlaces.find((candidate) => liesWithin(tree, candidate) || liesWithin(candidate, tree));
+    if (place === undefined) continue;
+    throw new MurmurError(
+      'E-IO-002',
+      `capabilities.shell.${field} names '${dir}' for '${binary}', which ${liesWithin(tree, place) ? 'lies in' : 'holds'} ${place}, the executor's own state or where sessions' workdirs are made: a runtime grant is bound into the sandbox readable and executable, and would give the capsule other sessions' files`,
+      {
+        path: `capabilities.shell.${field}`,
+        hint: "grant only the directories the runtime itself needs (its interpreter's library tree), apart from the executor's MURMUR_HOME, its cache and the sessions' workdirs",
+      },
+    );
   }
 }
 

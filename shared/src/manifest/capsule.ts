@@ -112,6 +112,25 @@ const StagedRuntimeGrantSchema = z.object({
   pin: trimmed,
 });
 
+/**
+ * Why a runtime grant may not name `hostPath`: `/` is every file of the host; `/proc`, `/sys` and
+ * `/dev` are mounted fresh in the sandbox, so no runtime tree is there; and `/tmp` is the session's
+ * own, which a grant of it hid behind the host's, read-only (a grant under `/tmp` is bound as any).
+ */
+function sandboxOwnPath(hostPath: string): string | undefined {
+  const parts: string[] = [];
+  for (const part of hostPath.split('/')) {
+    if (part === '..') parts.pop();
+    else if (part !== '' && part !== '.') parts.push(part);
+  }
+  const [top] = parts;
+  if (top === undefined) return `'${hostPath}' is the host's whole filesystem — name the directories the runtime needs`;
+  if (top === 'proc' || top === 'sys' || top === 'dev') return `'${hostPath}' lies in /${top}, which the sandbox mounts fresh — no runtime tree is there`;
+  if (top === 'tmp' && parts.length === 1)
+    return `'${hostPath}' is the sandbox's own /tmp, which the grant would hide — name the directory under /tmp that holds the runtime`;
+  return undefined;
+}
+
 const ShellCapabilitySchema = z
   .object({
     allow: stringList,
@@ -153,6 +172,9 @@ const ShellCapabilitySchema = z
             [...base, 'dirs', dirIndex, 'path'],
             `'${dir.path}' must be an absolute host path (start with '/') — these are filesystem paths outside the workdir`,
           );
+        } else {
+          const sandboxOwn = sandboxOwnPath(dir.path);
+          if (sandboxOwn) refine(ctx, [...base, 'dirs', dirIndex, 'path'], sandboxOwn);
         }
       });
     }
@@ -192,6 +214,11 @@ const ShellCapabilitySchema = z
           [...base, 'source_path'],
           `'${grant.source_path}' must be an absolute host path (start with '/') — staged-runtime sources are host filesystem paths outside the workdir`,
         );
+        continue;
+      }
+      const sandboxOwn = sandboxOwnPath(grant.source_path);
+      if (sandboxOwn) {
+        refine(ctx, [...base, 'source_path'], sandboxOwn);
         continue;
       }
       if (grant.pin === '') {
