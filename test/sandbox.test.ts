@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, promises as fs, lstatSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TRANSPILER_ID } from '@murmur/shared';
 import { capsuleProject } from './support/artifacts.js';
 import { type ProbeResult, probeProject, probeResults } from './support/capsules.js';
 import { tmpfsOrSkip, tempDir } from './support/fs.js';
@@ -66,7 +67,13 @@ describe('the capsule sandbox', () => {
     const outside = () => path.join(repositoryRoot, 'services', 'executor', 'dist', 'bundle', `murmur-was-here-${process.pid}.txt`);
     const marker = `murmur-sandbox-${process.pid}-${Date.now()}`;
 
+    // Another capsule transpiled on this machine before: its component is its own, not this capsule's to read.
+    const transpiled = () => path.join(env.MURMUR_HOME as string, 'cache', 'transpiled', TRANSPILER_ID);
+
     beforeAll(async () => {
+      const other = await capsuleProject(path.join(scratch.dir, 'other-tenant'), 'name: other-tenant\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+      const staged = await runMur(['stage', other], { env });
+      expect(staged.code, staged.stderr).toBe(0);
       const connect = `require('net').connect(${server.port}, '127.0.0.1').on('connect', () => console.log('connected')).on('error', (e) => console.log(e.code))`;
       const probed = await probe('shell-inside', shellCapsule, [
         { op: 'shell', binary: 'ps', args: ['-e', '-o', 'comm='] },
@@ -80,6 +87,8 @@ describe('the capsule sandbox', () => {
         { op: 'shell', binary: 'sh', args: ['-c', 'id -u'] },
         // A PATH the guest sets is the subprocess's, not where the allowlisted binary is looked up.
         { op: 'shell', binary: 'id', args: ['-u'], env: { PATH: '/nonexistent-murmur-path' } },
+        // ls is not allowlisted: the shell's own glob lists the directory.
+        { op: 'shell', binary: 'sh', args: ['-c', `for entry in ${transpiled()}/*; do echo "\${entry##*/}"; done`] },
       ]);
       results = probed.results;
       workdir = probed.workdir;
@@ -95,6 +104,14 @@ describe('the capsule sandbox', () => {
         .split('\n')
         .map((line) => line.trim());
       expect(processes.sort()).toEqual(['bwrap', 'node', 'ps']);
+    });
+
+    it('reads its own transpiled component and no other capsule’s, where the whole cache of them was bound', async () => {
+      const bundles = (await fs.readdir(transpiled())).filter((entry) => !entry.startsWith('.'));
+      expect(bundles.length).toBeGreaterThanOrEqual(2);
+      const seen = shellOutput(10).stdout.trim().split('\n');
+      expect(seen).toHaveLength(1);
+      expect(bundles).toContain(seen[0]);
     });
 
     it('reaches no network: a loopback server on the host is never contacted', () => {

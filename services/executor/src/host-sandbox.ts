@@ -299,7 +299,10 @@ function buildHostSandbox(input: HostSandboxInput, opened: number[]): HostSandbo
   /** What bubblewrap binds, and the runtime's code a sealed sandbox reads: listed from disk, so worked out where needed. */
   const layoutOf = () => {
     const data = new Set<string>();
-    for (const component of input.components) data.add(path.dirname(component.bundle_dir));
+    // Each component's bundle alone: their parent holds every capsule's transpiled on this machine,
+    // which a shell tool read. A pooled sandbox is given that parent (`data`), as it must be before
+    // it knows its session; no capsule that can start a process is given one.
+    for (const component of input.components) data.add(component.bundle_dir);
     for (const dir of input.data ?? []) data.add(dir);
     // An unsealed host's node copy lies in the cache (a sealed one's is bound with the helper's).
     if (!confine && input.node && !isSystemPath(input.node)) data.add(path.dirname(input.node));
