@@ -65,10 +65,6 @@ export function listenHttp(app: Hono, options: ListenOptions = {}, ahead?: HttpA
       { ...serverOptions, ...bounded },
       ahead ? (request, response) => void (ahead(request, response) || toApp(request, response)) : toApp,
     );
-    // A client that sent its whole request and then closed its side (`shutdown(SHUT_WR)`, `nc -N`)
-    // is still reading: Node otherwise aborts the request at its end of input, so the work ran (a
-    // task was sent) and its answer was dropped. The answer is written and the connection then ends.
-    (server as HttpServer & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
     if (ahead) {
       server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
         if (ahead(request, response)) return;
