@@ -106,6 +106,24 @@ describe('two doors in front of one session', () => {
     }
   });
 
+  it('answers what it does not serve with 404 and E-DOOR-002 as JSON, as mur run’s door does, where it was a bare text 404', async () => {
+    for (const [method, at] of [
+      ['PUT', atA],
+      ['DELETE', atA],
+      ['POST', new URL('.well-known/agent-card.json', atA).href],
+      ['GET', `${doorA.url}/`],
+    ] as const) {
+      const response = await fetch(at, { method });
+      expect(response.status, `${method} ${at}`).toBe(404);
+      expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+      const body = (await response.json()) as { error: { code: string; message: string } };
+      expect(body.error.code).toBe('E-DOOR-002');
+      expect(body.error.message).toContain(`it has no ${method} ${new URL(at).pathname}`);
+    }
+    // Its own /health stays its own.
+    expect((await fetch(`${doorA.url}/health`)).status).toBe(200);
+  });
+
   it('both doors serve the card, each with its own URL', async () => {
     for (const url of [atA, atB]) {
       const card = (await (await fetch(new URL('.well-known/agent-card.json', url))).json()) as { url: string; session_id: string };

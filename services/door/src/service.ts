@@ -153,18 +153,6 @@ export function startDoorService(options: DoorOptions): DoorService {
     return context.json(rpcError(null, { code: RPC_ERRORS.internal, message: `Internal error: ${error.message.slice(0, 512)}` }), 500);
   });
 
-  app.notFound((context) =>
-    context.json(
-      {
-        error: {
-          code: 'E-DOOR-002',
-          message: `a door serves /sessions/<id>/ and its agent cards; it has no ${context.req.method} ${context.req.path.slice(0, 200)}`,
-        },
-      },
-      404,
-    ),
-  );
-
   /** The session a path names, or a 404 before anything reaches the bus: only a real session id becomes a subject. */
   const sessionOf = (context: Context): SessionLink | Response => {
     const id = context.req.param('session') ?? '';
@@ -386,6 +374,19 @@ export function startDoorService(options: DoorOptions): DoorService {
   };
   app.post('/sessions/:session', admit, limit, serveRpc);
   app.post('/sessions/:session/', admit, limit, serveRpc);
+  // A route, not `notFound`, and the last: the door's routes are mounted in the process's app beside
+  // /health (`service-process.ts`), whose own not-found answer is a bare text 404 with no code.
+  app.all('*', (context) =>
+    context.json(
+      {
+        error: {
+          code: 'E-DOOR-002',
+          message: `a door serves /sessions/<id>/ and its agent cards; it has no ${context.req.method} ${context.req.path.slice(0, 200)}`,
+        },
+      },
+      404,
+    ),
+  );
 
   return {
     http: app,
