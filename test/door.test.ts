@@ -291,6 +291,28 @@ describe('the door', () => {
       expect(frames.filter((frame) => frame.event === 'status').length).toBeGreaterThanOrEqual(2);
     });
 
+    it('streams to an HTTP/1.0 client, or one that asked to close, without chunks and closes once the task is final', async () => {
+      const url = new URL(agent.url);
+      for (const [version, connection] of [
+        ['1.0', ''],
+        ['1.1', 'Connection: close\r\n'],
+      ] as const) {
+        const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/stream', params: textMessage(`stream over ${version}`) });
+        const head = `POST ${url.pathname} HTTP/${version}\r\nHost: ${url.host}\r\n${connection}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+        // Well short of the door's keep-alive timeout, which had held the socket open after the last event.
+        const { received, closed } = await rawExchange(Number(url.port), `${head}${body}`, 3_000);
+        const [responseHead = '', stream = ''] = received.split('\r\n\r\n', 2);
+        expect(closed, version).toBe(true);
+        expect(responseHead).toMatch(/^HTTP\/1\.1 200 /);
+        expect(responseHead.toLowerCase()).toContain('connection: close');
+        if (version === '1.0') {
+          expect(responseHead.toLowerCase()).not.toContain('transfer-encoding');
+          expect(stream.startsWith('event: ') || stream.startsWith('id: ') || stream.startsWith('data: ')).toBe(true);
+        }
+        expect(received).toContain('"final":true');
+      }
+    });
+
     it('streams in 1.0 shapes with A2A-Version: 1.0', async () => {
       const response = await openStream(
         agent.url,

@@ -203,7 +203,7 @@ function followWatch(
   { heartbeatMs, stalledAfterMs }: StreamTiming,
   follower: (sse: SSEStreamingApi, delivered: (write: Promise<unknown>) => Promise<void>) => FeedFollower,
 ): Response {
-  return streamSSE(context, async (sse) => {
+  const stream = streamSSE(context, async (sse) => {
     const heartbeat = startHeartbeat(sse, heartbeatMs);
     sse.onAbort(() => watch.close());
     const delivered = deliveredOrCut(context, sse, stalledAfterMs);
@@ -230,6 +230,12 @@ function followWatch(
       watch.close();
     }
   });
+  // The framing is Node's to choose, as for every other answer: hono's SSE helper names chunks and a
+  // kept-alive connection, which an HTTP/1.0 client cannot read (chunk sizes in its stream) and
+  // which held open, until the keep-alive timeout, a connection its client asked to close.
+  stream.headers.delete('transfer-encoding');
+  stream.headers.delete('connection');
+  return stream;
 }
 
 /** Why a stream ends while its task goes on, in the error event it ends with: either way, resubscribe. */
