@@ -2,6 +2,7 @@ import { promises as fs } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningAgent, agentManifest, agentProject, openStream, readSse, rpc, startAgent, textMessage, traceOf } from './support/agents.js';
 import { probeToolArtifact, publishInto } from './support/artifacts.js';
@@ -681,12 +682,29 @@ describe('the door', () => {
       for (const contentType of ['text/plain', 'text/plain;charset=application/json', 'text/html; x=application/json']) {
         const reply = await post('{}', { 'content-type': contentType });
         expect(reply.status, contentType).toBe(415);
-        expect(reply.body.error?.code).toBe(-32600);
+        expect(reply.body.error).toMatchObject({ code: -32600, data: [{ metadata: { murmur_code: 'E-DOOR-002' } }] });
       }
       const suffixed = await post(JSON.stringify({ jsonrpc: '2.0', id: 5, method: 'tasks/get', params: { id: 'tsk_none' } }), {
         'content-type': 'Application/JSON; charset=utf-8',
       });
       expect(suffixed.body.error?.code).toBe(-32001);
+    });
+
+    it('refuses a body with a content-encoding by its coding with 415, where gzip was read as text that is not UTF-8 and a mislabelled body as plain', async () => {
+      const call = JSON.stringify({ jsonrpc: '2.0', id: 6, method: 'tasks/get', params: { id: 'tsk_none' } });
+      for (const [coding, body] of [
+        ['gzip', gzipSync(call)],
+        ['br', Buffer.from(call)],
+      ] as const) {
+        const response = await fetch(agent.url, { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': coding }, body });
+        expect(response.status, coding).toBe(415);
+        expect(response.headers.get('accept-encoding')).toBe('identity');
+        const reply = (await response.json()) as { error: { code: number; message: string } };
+        expect(reply.error).toMatchObject({ code: -32600, data: [{ metadata: { murmur_code: 'E-DOOR-002' } }] });
+        expect(reply.error.message).toContain(`content-encoding '${coding}' is not read here`);
+      }
+      // Identity is no coding at all.
+      expect((await post(call, { 'content-type': 'application/json', 'content-encoding': 'identity' })).body.error?.code).toBe(-32001);
     });
 
     it('answers only for localhost while it listens on loopback: a request naming another host (DNS rebinding) is 421 before anything is read', async () => {

@@ -291,8 +291,23 @@ export function startDoorService(options: DoorOptions): DoorService {
         rpcError(null, {
           code: RPC_ERRORS.invalidRequest,
           message: `Invalid Request: content-type must be application/json (got '${contentType.slice(0, 80)}')`,
+          data: { murmur_code: 'E-DOOR-002' },
         }),
         415,
+      );
+    }
+    // A body the client encoded (gzip) is no JSON as sent, and one merely labelled so would be read
+    // as what it is not: refused by its coding, as RFC 9110 says, naming the one the door reads.
+    const contentEncoding = (context.req.header('content-encoding') ?? '').trim().toLowerCase();
+    if (contentEncoding !== '' && contentEncoding !== 'identity') {
+      return context.json(
+        rpcError(null, {
+          code: RPC_ERRORS.invalidRequest,
+          message: `Invalid Request: content-encoding '${contentEncoding.slice(0, 80)}' is not read here; send the body as it is, without a content-encoding`,
+          data: { murmur_code: 'E-DOOR-002' },
+        }),
+        415,
+        { 'accept-encoding': 'identity' },
       );
     }
     const text = await keptBody(context);
