@@ -112,6 +112,28 @@ describe('a door with authentication', () => {
     } finally {
       socket.destroy();
     }
+    // A client that asks before it sends (Expect: 100-continue) is refused then, never told to go on
+    // and send a body it is refused for; one with its token is told to go on.
+    for (const [authorization, first] of [
+      ['', /^HTTP\/1\.1 401 [\s\S]*www-authenticate: Bearer realm="murmur door"\r\n/i],
+      ['Authorization: Bearer not-the-token\r\n', /^HTTP\/1\.1 401 [\s\S]*error="invalid_token"/i],
+      [`Authorization: Bearer ${tokenB}\r\n`, /^HTTP\/1\.1 100 Continue/],
+    ] as const) {
+      const asking = connect(Number(port), hostname === 'localhost' ? '127.0.0.1' : hostname);
+      try {
+        asking.write(
+          `POST ${pathname} HTTP/1.1\r\nHost: localhost:${port}\r\n${authorization}Content-Type: application/json\r\nContent-Length: 4000\r\nExpect: 100-continue\r\n\r\n`,
+        );
+        const head = await new Promise<string>((resolve, reject) => {
+          asking.once('data', (chunk) => resolve(chunk.toString('latin1')));
+          asking.once('error', reject);
+          setTimeout(() => reject(new Error('no answer within 5s')), 5_000).unref();
+        });
+        expect(head).toMatch(first);
+      } finally {
+        asking.destroy();
+      }
+    }
   });
 
   it('answers a completion’s headers with a session id that is not one as it answers no token: 401, nothing about sessions', async () => {

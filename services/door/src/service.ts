@@ -229,19 +229,43 @@ export function startDoorService(options: DoorOptions): DoorService {
 
   // RFC 6750: a request that presented credentials is told they were not good (`invalid_token`);
   // one that presented none is only told the scheme. Neither says anything of the session.
-  const unauthorized = (context: Context): Response => {
-    const presented = /^bearer\s/i.test(context.req.header('authorization') ?? '');
-    return context.json(
-      rpcError(null, {
+  const unauthorizedAnswer = (authorization: string | undefined): { body: Record<string, unknown>; headers: Record<string, string> } => {
+    const presented = /^bearer\s/i.test(authorization ?? '');
+    return {
+      body: rpcError(null, {
         code: RPC_ERRORS.invalidRequest,
         message: presented
           ? "Unauthorized: the credentials sent are not good at this door (it takes 'Authorization: Bearer <token>'); its agent card declares the scheme"
           : "Unauthorized: this door requires a bearer token ('Authorization: Bearer <token>'); its agent card declares the scheme",
         data: { murmur_code: 'E-DOOR-003' },
       }),
-      401,
-      { 'www-authenticate': presented ? `${WWW_AUTHENTICATE}, error="invalid_token"` : WWW_AUTHENTICATE },
-    );
+      headers: { 'www-authenticate': presented ? `${WWW_AUTHENTICATE}, error="invalid_token"` : WWW_AUTHENTICATE },
+    };
+  };
+  const unauthorized = (context: Context): Response => {
+    const { body, headers } = unauthorizedAnswer(context.req.header('authorization'));
+    return context.json(body, 401, headers);
+  };
+  /**
+   * A client that asks before it sends its body (`Expect: 100-continue`) with no credential the door
+   * takes is refused then, not told to go on and send what it is refused for. Judged from the
+   * headers as `admit` judges them; what is not refused here is judged by `admit` again.
+   */
+  const refuseUnauthorizedAhead = (request: IncomingMessage, response: ServerResponse): boolean => {
+    if (request.method !== 'POST' || !/100-continue/i.test(request.headers.expect ?? '')) return false;
+    const header = (name: string): string | undefined => {
+      const value = request.headers[name.toLowerCase()];
+      return Array.isArray(value) ? value.join(', ') : value;
+    };
+    const judged = auth.judge({
+      authorization: header('authorization'),
+      delegationId: header(DELEGATION_ID_HEADER),
+      completionSession: header(COMPLETION_SESSION_HEADER),
+    });
+    if (judged.verdict !== 'refused') return false;
+    const { body, headers } = unauthorizedAnswer(header('authorization'));
+    response.writeHead(401, { 'content-type': 'application/json', connection: 'close', ...headers }).end(JSON.stringify(body));
+    return true;
   };
 
   /** What `admit` decided of a request, for `serveRpc` once its body has been read. */
@@ -406,7 +430,10 @@ export function startDoorService(options: DoorOptions): DoorService {
   return {
     http: app,
     ahead: (request, response) =>
-      refuseForeignHost(hostGuard, request, response) || refuseDeclaredTooLarge(request, response) || cards.answer(request, response),
+      refuseForeignHost(hostGuard, request, response) ||
+      refuseUnauthorizedAhead(request, response) ||
+      refuseDeclaredTooLarge(request, response) ||
+      cards.answer(request, response),
     doorId,
     credentials,
     setBaseUrl(url: string) {
