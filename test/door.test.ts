@@ -739,6 +739,11 @@ describe('the door', () => {
       for (const host of [`localhost:${target.port}`, `127.0.0.1:${target.port}`, 'LOCALHOST', `agent.localhost:${target.port}`]) {
         expect((await ask('GET', cardPath, host)).status, host).toBe(200);
       }
+      // A target in absolute form names the authority the request is for, whatever Host says (RFC 9112).
+      const absolute = async (authority: string, host: string): Promise<string> =>
+        (await rawExchange(Number(target.port), `GET http://${authority}${cardPath} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`, 2_000)).received;
+      expect(await absolute('attacker.example', `localhost:${target.port}`)).toMatch(/^HTTP\/1\.1 421 /);
+      expect(await absolute(`localhost:${target.port}`, 'attacker.example')).toMatch(/^HTTP\/1\.1 200 /);
     });
 
     it('keeps serving after all of that', async () => {

@@ -6,8 +6,9 @@ import type { HostGuard } from '@murmur/shared';
  * server does not answer for that authority), before anything of it is read. Returns whether it did.
  */
 export function refuseForeignHost(guard: HostGuard | undefined, request: IncomingMessage, response: ServerResponse): boolean {
-  if (!guard || guard(request.headers.host)) return false;
-  const shown = (request.headers.host ?? '').slice(0, 80);
+  const host = requestedAuthority(request);
+  if (!guard || guard(host)) return false;
+  const shown = (host ?? '').slice(0, 80);
   const body = {
     error: {
       code: 'E-DOOR-002',
@@ -17,4 +18,19 @@ export function refuseForeignHost(guard: HostGuard | undefined, request: Incomin
   };
   response.writeHead(421, { 'content-type': 'application/json', connection: 'close' }).end(JSON.stringify(body));
   return true;
+}
+
+/**
+ * The authority a request is for: an absolute-form target's (`POST http://host/…`, as a proxy
+ * sends it), which RFC 9112 says wins over the Host header and which the app's URL is built from,
+ * else the Host header's.
+ */
+function requestedAuthority(request: IncomingMessage): string | undefined {
+  const target = request.url ?? '';
+  if (!/^https?:\/\//i.test(target)) return request.headers.host;
+  try {
+    return new URL(target).host;
+  } catch {
+    return '';
+  }
 }
