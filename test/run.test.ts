@@ -1,6 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { promises as fs } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readLockfile, sha256Hex } from '@murmur/shared/artifacts';
@@ -63,6 +64,36 @@ describe('mur run', () => {
     expect(home.code).toBe(1);
     expect(home.stderr).toContain(`names '${linked}' for 'cat', which holds ${await fs.realpath(scratch.dir)}`);
     for (const refused of [project, homeward]) await expect(fs.readdir(path.join(refused, 'workdir'))).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('refuses a runtime grant in /run, or one holding a socket when the capsule may make unix sockets, where a granted docker.sock was the host’s root', async () => {
+    const grant = (dir: string, unixSockets: boolean): string =>
+      `capabilities:\n  network:\n    unix_sockets: ${unixSockets}\n  shell:\n    allow: [cat]\n    interpreter_runtime:\n      - binary: cat\n        dirs:\n          - { path: "${dir}", list_dir: true }\n`;
+    const inRun = await probeProject(path.join(scratch.dir, 'grant-in-run'), grant('/run/lock', false));
+    const run = await runMur(['run', '--task', '[]'], { cwd: inRun, env });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain(
+      "error[E-IO-002]: capabilities.shell.interpreter_runtime names '/run/lock' for 'cat', which lies in /run, where the host keeps its services' sockets and secrets",
+    );
+    // A runtime tree with a service's socket in it, a level down.
+    const tree = path.join(scratch.dir, 'runtime-with-socket');
+    await fs.mkdir(path.join(tree, 'lib'), { recursive: true });
+    const service = net.createServer((connection) => connection.end('host secret\n'));
+    await new Promise<void>((resolve) => service.listen(path.join(tree, 'lib', 'service.sock'), resolve));
+    try {
+      const sockets = await probeProject(path.join(scratch.dir, 'grant-with-socket'), grant(tree, true));
+      const refused = await runMur(['run', '--task', '[]'], { cwd: sockets, env });
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain(
+        `names '${tree}' for 'cat', which holds the socket ${path.join(tree, 'lib', 'service.sock')}, which capabilities.network.unix_sockets would let the capsule connect to`,
+      );
+      // Without unix sockets none can be made at all, so the same tree is granted.
+      const withoutSockets = await probeProject(path.join(scratch.dir, 'grant-without-sockets'), grant(tree, false));
+      const ran = await runMur(['run', '--task', '[]'], { cwd: withoutSockets, env });
+      expect(ran.code, ran.stderr).toBe(0);
+    } finally {
+      await new Promise((resolve) => service.close(resolve));
+    }
   });
 
   it('drops a flooding capsule’s output past a bound while stdout is not read, says so, and ends as its deadline says, with no stack', async () => {

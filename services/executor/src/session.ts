@@ -93,7 +93,8 @@ import { SessionContexts, isContextRequest, wholeRecordRequest } from './session
 import { SessionDelegations } from './session-delegations.js';
 import { SessionTelemetry } from './session-telemetry.js';
 import type { NamespaceProbe } from './sandbox.js';
-import { type SessionPaths, assertRuntimeGrantsApart, childrenDirIn, materialiseWorkdir, recordBinds } from './workdir.js';
+import { type SessionPaths, childrenDirIn, materialiseWorkdir, recordBinds } from './workdir.js';
+import { assertRuntimeGrantsContained } from './runtime-grants.js';
 
 /**
  * One session, from the executor's side: the workdir it materialises, the sandboxed capsule host
@@ -420,7 +421,7 @@ export class Session {
     const stagedBelowSealed = stagedRuntimeFloorRefusal(this.plan.policy, containment.declared);
     if (stagedBelowSealed) throw stagedBelowSealed;
     const parentWorkdir = this.request.child_of ? this.environment.session(this.request.child_of.session_id)?.paths?.accessible : undefined;
-    assertRuntimeGrantsApart(this.plan.policy, [
+    assertRuntimeGrantsContained(this.plan.policy, [
       ...this.environment.executorState,
       path.join(this.request.default_workdir_base ?? this.environment.workdirBase, 'workdir'),
       ...[this.request.workdir, parentWorkdir].filter((dir): dir is string => dir !== undefined),

@@ -1,6 +1,6 @@
 import { existsSync, promises as fs, lstatSync, realpathSync } from 'node:fs';
 import path from 'node:path';
-import { type CapabilityPolicy, MurmurError, type SetFile, type StagedArtifact, type StagedPlan, hasControlCharacter, parseYamlSource } from '@murmur/shared';
+import { MurmurError, type SetFile, type StagedArtifact, type StagedPlan, hasControlCharacter, parseYamlSource } from '@murmur/shared';
 import { type BlobCache, appendBeneath, copyFileBeneath, mkdirBeneath, refuseDanglingLink, writeFileBeneath } from '@murmur/shared/node';
 import type { LocalBundles } from './bundles.js';
 import type { HostTool } from './host/protocol.js';
@@ -72,36 +72,6 @@ export function assertApartFromExecutor(workdir: string, executorState: readonly
 }
 
 /**
- * Refuses a runtime grant (`interpreter_runtime`, `staged_runtime`) that reaches the executor's own
- * state or a place sessions' workdirs are made (`places`), lying in one or holding it. A grant's
- * tree is bound into the sandbox readable and executable: one naming the workdir base read every
- * other session's files, live, and ran what an earlier session had written there (no workdir is
- * executable), and one holding `$MURMUR_HOME` read its config's keys. A manifest has no business
- * with the executor's paths, so a grant that names them is refused whatever the containment.
- */
-export function assertRuntimeGrantsApart(policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime'>, places: readonly string[]): void {
-  const granted = [
-    ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => ({ field: 'interpreter_runtime', binary: grant.binary, dir: dir.path }))),
-    ...policy.staged_runtime.map((grant) => ({ field: 'staged_runtime', binary: grant.binary, dir: grant.source_path })),
-  ];
-  if (granted.length === 0) return;
-  const resolvedPlaces = [...new Set(places.map(resolvedThroughLinks))];
-  for (const { field, binary, dir } of granted) {
-    const tree = resolvedThroughLinks(dir);
-    const place = resolvedPlaces.find((candidate) => liesWithin(tree, candidate) || liesWithin(candidate, tree));
-    if (place === undefined) continue;
-    throw new MurmurError(
-      'E-IO-002',
-      `capabilities.shell.${field} names '${dir}' for '${binary}', which ${liesWithin(tree, place) ? 'lies in' : 'holds'} ${place}, the executor's own state or where sessions' workdirs are made: a runtime grant is bound into the sandbox readable and executable, and would give the capsule other sessions' files`,
-      {
-        path: `capabilities.shell.${field}`,
-        hint: "grant only the directories the runtime itself needs (its interpreter's library tree), apart from the executor's MURMUR_HOME, its cache and the sessions' workdirs",
-      },
-    );
-  }
-}
-
-/**
  * The machine's own directories, which no launcher may make a capsule's workdir. `/dev`, `/proc`
  * and `/sys` are a sandbox's own (it mounts fresh ones), so a workdir there cannot even be bound:
  * a launch failed with bubblewrap's `Can't mkdir … Read-only file system` in the host's log. The
@@ -139,7 +109,7 @@ const SCRATCH_DIRECTORIES_ALLOWED = ['/var/tmp', '/run/user'];
  * part that exists is resolved, and the rest laid on it (a workdir under `project/link/new`, with
  * `link` pointing at `/etc`, lies in `/etc`).
  */
-function resolvedThroughLinks(dir: string): string {
+export function resolvedThroughLinks(dir: string): string {
   const missing: string[] = [];
   let current = path.resolve(dir);
   for (;;) {
@@ -155,7 +125,7 @@ function resolvedThroughLinks(dir: string): string {
 }
 
 /** Whether `inner` is `outer` or lies below it; both resolved. */
-function liesWithin(inner: string, outer: string): boolean {
+export function liesWithin(inner: string, outer: string): boolean {
   return inner === outer || inner.startsWith(outer.endsWith('/') ? outer : `${outer}/`);
 }
 

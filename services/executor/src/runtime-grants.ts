@@ -1,0 +1,103 @@
+import { type Dirent, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
+import { liesWithin, resolvedThroughLinks } from './workdir.js';
+
+/**
+ * Where the host keeps its services' sockets, pid files and, in a container, its secrets
+ * (`/run/secrets`): no runtime's tree lies there, and a granted socket there (`/run/docker.sock`)
+ * is the host's root to a capsule that may make unix sockets.
+ */
+const HOST_RUNTIME_STATE = '/run';
+
+/**
+ * How many entries of the granted trees are looked through for a socket when the capsule may make
+ * unix sockets: an interpreter's library tree has a few thousand (`/usr/lib/python3`, ~4 500); a
+ * tree too large to look through at a launch is refused rather than granted unseen.
+ */
+export const SOCKET_SCAN_ENTRIES = 20_000;
+
+type RuntimeGrant = { field: 'interpreter_runtime' | 'staged_runtime'; binary: string; dir: string };
+
+/**
+ * Refuses, before anything of the session is made, a runtime grant (`interpreter_runtime` dir,
+ * `staged_runtime` source) that would give the capsule more than a runtime's files. A grant's tree
+ * is bound into the sandbox readable and executable, so it may not:
+ *
+ * - lie in or hold the executor's own state or a place sessions' workdirs are made (`places`): one
+ *   naming the workdir base read every other session's files, live, and ran what an earlier session
+ *   had written there (no workdir is executable); one holding `$MURMUR_HOME` read its config's keys;
+ * - lie in `/run` (`HOST_RUNTIME_STATE`);
+ * - hold a socket, when the capsule may make unix sockets (`network.unix_sockets`): a read-only bind
+ *   does not stop a connect, and the sandbox's user is the executor's outside it, so a granted
+ *   `docker.sock` was a way out. Without that grant no unix socket can be made at all (seccomp).
+ *
+ * A manifest has no business with the executor's paths, so such a grant is refused whatever the
+ * containment.
+ */
+export function assertRuntimeGrantsContained(
+  policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime' | 'unix_sockets'>,
+  places: readonly string[],
+): void {
+  const granted: RuntimeGrant[] = [
+    ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => ({ field: 'interpreter_runtime' as const, binary: grant.binary, dir: dir.path }))),
+    ...policy.staged_runtime.map((grant) => ({ field: 'staged_runtime' as const, binary: grant.binary, dir: grant.source_path })),
+  ];
+  if (granted.length === 0) return;
+  const resolvedPlaces = [...new Set(places.map(resolvedThroughLinks))];
+  const trees = granted.map((grant) => ({ grant, tree: resolvedThroughLinks(grant.dir) }));
+  for (const { grant, tree } of trees) {
+    const place = resolvedPlaces.find((candidate) => liesWithin(tree, candidate) || liesWithin(candidate, tree));
+    if (place !== undefined)
+      throw refusal(
+        grant,
+        `${liesWithin(tree, place) ? 'lies in' : 'holds'} ${place}, the executor's own state or where sessions' workdirs are made: a runtime grant is bound into the sandbox readable and executable, and would give the capsule other sessions' files`,
+      );
+    if (liesWithin(tree, HOST_RUNTIME_STATE))
+      throw refusal(grant, `lies in ${HOST_RUNTIME_STATE}, where the host keeps its services' sockets and secrets; no runtime's tree is there`);
+  }
+  if (!policy.unix_sockets) return;
+  const budget = { left: SOCKET_SCAN_ENTRIES };
+  for (const { grant, tree } of trees) {
+    const found = socketBeneath(tree, budget);
+    if (found === 'too-large')
+      throw refusal(
+        grant,
+        `is too large to be looked through for sockets (past ${SOCKET_SCAN_ENTRIES} entries in all) while capabilities.network.unix_sockets lets the capsule connect to one`,
+      );
+    if (found !== undefined)
+      throw refusal(grant, `holds the socket ${found}, which capabilities.network.unix_sockets would let the capsule connect to, as the executor's user`);
+  }
+}
+
+function refusal(grant: RuntimeGrant, what: string): MurmurError {
+  return new MurmurError('E-IO-002', `capabilities.shell.${grant.field} names '${grant.dir}' for '${grant.binary}', which ${what}`, {
+    path: `capabilities.shell.${grant.field}`,
+    hint: "grant only the directories the runtime itself needs (its interpreter's library tree), apart from the executor's MURMUR_HOME, its cache, the sessions' workdirs and the host's services",
+  });
+}
+
+/**
+ * The first socket in `tree`, walked without following links (a link is bound as a link, and
+ * resolves inside the sandbox, where only what is bound exists), within what is left of `budget`.
+ */
+function socketBeneath(tree: string, budget: { left: number }): string | 'too-large' | undefined {
+  const pending = [tree];
+  for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
+    let entries: Dirent[];
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch {
+      // What the executor cannot list, the sandbox's user (the executor's, outside) cannot either.
+      continue;
+    }
+    budget.left -= entries.length;
+    if (budget.left < 0) return 'too-large';
+    for (const entry of entries) {
+      const at = path.join(dir, entry.name);
+      if (entry.isSocket()) return at;
+      if (entry.isDirectory()) pending.push(at);
+    }
+  }
+  return undefined;
+}
