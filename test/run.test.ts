@@ -66,7 +66,7 @@ describe('mur run', () => {
     for (const refused of [project, homeward]) await expect(fs.readdir(path.join(refused, 'workdir'))).rejects.toMatchObject({ code: 'ENOENT' });
   });
 
-  it('refuses a runtime grant in /run, or one holding a socket when the capsule may make unix sockets, where a granted docker.sock was the host’s root', async () => {
+  it('refuses a runtime grant in /run, outside where the executor takes runtimes from, or holding a socket when the capsule may make unix sockets, where a granted docker.sock was the host’s root', async () => {
     const grant = (dir: string, unixSockets: boolean): string =>
       `capabilities:\n  network:\n    unix_sockets: ${unixSockets}\n  shell:\n    allow: [cat]\n    interpreter_runtime:\n      - binary: cat\n        dirs:\n          - { path: "${dir}", list_dir: true }\n`;
     const inRun = await probeProject(path.join(scratch.dir, 'grant-in-run'), grant('/run/lock', false));
@@ -80,17 +80,27 @@ describe('mur run', () => {
     await fs.mkdir(path.join(tree, 'lib'), { recursive: true });
     const service = net.createServer((connection) => connection.end('host secret\n'));
     await new Promise<void>((resolve) => service.listen(path.join(tree, 'lib', 'service.sock'), resolve));
+    // This executor's operator takes runtimes from the scratch directory as well.
+    const rooted = { ...env, MURMUR_RUNTIME_GRANT_ROOTS: `/usr:${scratch.dir}` };
     try {
       const sockets = await probeProject(path.join(scratch.dir, 'grant-with-socket'), grant(tree, true));
-      const refused = await runMur(['run', '--task', '[]'], { cwd: sockets, env });
+      const refused = await runMur(['run', '--task', '[]'], { cwd: sockets, env: rooted });
       expect(refused.code).toBe(1);
       expect(refused.stderr).toContain(
-        `names '${tree}' for 'cat', which holds the socket ${path.join(tree, 'lib', 'service.sock')}, which capabilities.network.unix_sockets would let the capsule connect to`,
+        `names '${tree}' for 'cat', which holds the socket ${path.join(tree, 'lib', 'service.sock')}, which the capsule could connect to as the executor's user`,
       );
-      // Without unix sockets none can be made at all, so the same tree is granted.
+      // Without unix sockets none can be made at all (sealed, as this host seals), so the same tree is granted.
       const withoutSockets = await probeProject(path.join(scratch.dir, 'grant-without-sockets'), grant(tree, false));
-      const ran = await runMur(['run', '--task', '[]'], { cwd: withoutSockets, env });
+      const ran = await runMur(['run', '--task', '[]'], { cwd: withoutSockets, env: rooted });
       expect(ran.code, ran.stderr).toBe(0);
+      // Where the operator takes no runtimes from, the same tree is the capsule's word alone.
+      const unrooted = await runMur(['run', '--task', '[]'], { cwd: withoutSockets, env });
+      expect(unrooted.code).toBe(1);
+      expect(unrooted.stderr).toContain(`names '${tree}' for 'cat', which lies outside where this executor takes runtimes from (/usr, /opt, /lib,`);
+      expect(unrooted.stderr).toContain("have the executor's operator add its place to MURMUR_RUNTIME_GRANT_ROOTS");
+      const misnamed = await runMur(['run', '--task', '[]'], { cwd: withoutSockets, env: { ...env, MURMUR_RUNTIME_GRANT_ROOTS: '/usr:runtimes' } });
+      expect(misnamed.code).toBe(1);
+      expect(misnamed.stderr).toContain('error[E-CFG-003]: MURMUR_RUNTIME_GRANT_ROOTS names "runtimes", which is no absolute directory');
     } finally {
       await new Promise((resolve) => service.close(resolve));
     }

@@ -28,16 +28,21 @@ type RuntimeGrant = { field: 'interpreter_runtime' | 'staged_runtime'; binary: s
  *   naming the workdir base read every other session's files, live, and ran what an earlier session
  *   had written there (no workdir is executable); one holding `$MURMUR_HOME` read its config's keys;
  * - lie in `/run` (`HOST_RUNTIME_STATE`);
- * - hold a socket, when the capsule may make unix sockets (`network.unix_sockets`): a read-only bind
- *   does not stop a connect, and the sandbox's user is the executor's outside it, so a granted
- *   `docker.sock` was a way out. Without that grant no unix socket can be made at all (seccomp).
+ * - lie outside `roots`, where the executor takes runtimes from (`MURMUR_RUNTIME_GRANT_ROOTS`): a
+ *   user's home, another launcher's `--workdir`, a directory a local user could swap for a link
+ *   between this check and the bind are no capsule's to name;
+ * - hold a socket, when the capsule can make unix sockets (`socketsMade`: `network.unix_sockets`, or
+ *   a sandbox below sealed, which has no seccomp filter to refuse one): a read-only bind does not
+ *   stop a connect, and the sandbox's user is the executor's outside it, so a granted `docker.sock`
+ *   was a way out.
  *
  * A manifest has no business with the executor's paths, so such a grant is refused whatever the
  * containment.
  */
 export function assertRuntimeGrantsContained(
-  policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime' | 'unix_sockets'>,
+  policy: Pick<CapabilityPolicy, 'interpreter_runtime' | 'staged_runtime'>,
   places: readonly string[],
+  { socketsMade, roots }: { socketsMade: boolean; roots: readonly string[] },
 ): void {
   const granted: RuntimeGrant[] = [
     ...policy.interpreter_runtime.flatMap((grant) => grant.dirs.map((dir) => ({ field: 'interpreter_runtime' as const, binary: grant.binary, dir: dir.path }))),
@@ -45,6 +50,7 @@ export function assertRuntimeGrantsContained(
   ];
   if (granted.length === 0) return;
   const resolvedPlaces = [...new Set(places.map(resolvedThroughLinks))];
+  const resolvedRoots = roots.map(resolvedThroughLinks);
   const trees = granted.map((grant) => ({ grant, tree: resolvedThroughLinks(grant.dir) }));
   for (const { grant, tree } of trees) {
     const place = resolvedPlaces.find((candidate) => liesWithin(tree, candidate) || liesWithin(candidate, tree));
@@ -55,25 +61,38 @@ export function assertRuntimeGrantsContained(
       );
     if (liesWithin(tree, HOST_RUNTIME_STATE))
       throw refusal(grant, `lies in ${HOST_RUNTIME_STATE}, where the host keeps its services' sockets and secrets; no runtime's tree is there`);
+    if (!resolvedRoots.some((root) => liesWithin(tree, root)))
+      throw refusal(
+        grant,
+        `${tree === grant.dir ? '' : `(${tree}) `}lies outside where this executor takes runtimes from (${roots.join(', ')})`,
+        `install the runtime under one of those, or have the executor's operator add its place to MURMUR_RUNTIME_GRANT_ROOTS (':'-separated; it replaces ${roots.join(':')})`,
+      );
   }
-  if (!policy.unix_sockets) return;
+  if (!socketsMade) return;
   const budget = { left: SOCKET_SCAN_ENTRIES };
   for (const { grant, tree } of trees) {
     const found = socketBeneath(tree, budget);
     if (found === 'too-large')
       throw refusal(
         grant,
-        `is too large to be looked through for sockets (past ${SOCKET_SCAN_ENTRIES} entries in all) while capabilities.network.unix_sockets lets the capsule connect to one`,
+        `is too large to be looked through for sockets (past ${SOCKET_SCAN_ENTRIES} entries in all), and the capsule can connect to one (capabilities.network.unix_sockets, or a sandbox below sealed)`,
       );
     if (found !== undefined)
-      throw refusal(grant, `holds the socket ${found}, which capabilities.network.unix_sockets would let the capsule connect to, as the executor's user`);
+      throw refusal(
+        grant,
+        `holds the socket ${found}, which the capsule could connect to as the executor's user (capabilities.network.unix_sockets, or a sandbox below sealed)`,
+      );
   }
 }
 
-function refusal(grant: RuntimeGrant, what: string): MurmurError {
+function refusal(
+  grant: RuntimeGrant,
+  what: string,
+  hint = "grant only the directories the runtime itself needs (its interpreter's library tree), apart from the executor's MURMUR_HOME, its cache, the sessions' workdirs and the host's services",
+): MurmurError {
   return new MurmurError('E-IO-002', `capabilities.shell.${grant.field} names '${grant.dir}' for '${grant.binary}', which ${what}`, {
     path: `capabilities.shell.${grant.field}`,
-    hint: "grant only the directories the runtime itself needs (its interpreter's library tree), apart from the executor's MURMUR_HOME, its cache, the sessions' workdirs and the host's services",
+    hint,
   });
 }
 

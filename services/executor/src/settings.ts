@@ -1,4 +1,4 @@
-import { numberSetting } from '@murmur/shared';
+import { MurmurError, hasControlCharacter, numberSetting } from '@murmur/shared';
 import { HARNESS_TRANSCRIPT_LIMIT_BYTES } from './harness-sessions.js';
 
 /**
@@ -25,6 +25,32 @@ export interface ExecutorSettings {
   delegationMaxDepth: number;
   /** How many delegated sessions one delegation tree may have running at once, its root not counted (`MURMUR_DELEGATION_MAX_TREE`, 16). */
   delegationMaxTree: number;
+  /** Where a runtime grant's tree may lie (`MURMUR_RUNTIME_GRANT_ROOTS`, `:`-separated; `DEFAULT_RUNTIME_GRANT_ROOTS`). */
+  runtimeGrantRoots: readonly string[];
+}
+
+/**
+ * Where installed runtimes live on a host (a distribution's, `/opt`'s, Nix's, snaps'): a capsule's
+ * runtime grant (`interpreter_runtime`, `staged_runtime`) names a tree here, or in a place its
+ * executor's operator adds. A manifest is the capsule's word, and a runtime grant is bound into its
+ * sandbox readable and executable: anywhere else on the host (a user's home, another launcher's
+ * `--workdir`, a directory a local user can swap for a link) is the operator's to allow, not the
+ * capsule's to name.
+ */
+export const DEFAULT_RUNTIME_GRANT_ROOTS = ['/usr', '/opt', '/lib', '/lib32', '/lib64', '/libx32', '/nix/store', '/snap'] as const;
+
+/** `MURMUR_RUNTIME_GRANT_ROOTS`: absolute directories, `:`-separated; unset or empty, the defaults. */
+export function runtimeGrantRoots(env: NodeJS.ProcessEnv): readonly string[] {
+  const given = env.MURMUR_RUNTIME_GRANT_ROOTS?.trim();
+  if (!given) return DEFAULT_RUNTIME_GRANT_ROOTS;
+  const roots = given.split(':').filter((root) => root.trim() !== '');
+  const bad = roots.find((root) => !root.startsWith('/') || hasControlCharacter(root));
+  if (bad !== undefined)
+    throw new MurmurError('E-CFG-003', `MURMUR_RUNTIME_GRANT_ROOTS names ${JSON.stringify(bad)}, which is no absolute directory`, {
+      path: 'MURMUR_RUNTIME_GRANT_ROOTS',
+      hint: `give absolute directories separated by ':', e.g. ${[...DEFAULT_RUNTIME_GRANT_ROOTS.slice(0, 2), '/srv/runtimes'].join(':')} (unset: ${DEFAULT_RUNTIME_GRANT_ROOTS.join(':')})`,
+    });
+  return roots;
 }
 
 export function executorSettings(env: NodeJS.ProcessEnv): ExecutorSettings {
@@ -43,5 +69,6 @@ export function executorSettings(env: NodeJS.ProcessEnv): ExecutorSettings {
     }),
     delegationMaxDepth: numberSetting(env, 'MURMUR_DELEGATION_MAX_DEPTH', 4, { unit: 'delegations', zero: true }),
     delegationMaxTree: numberSetting(env, 'MURMUR_DELEGATION_MAX_TREE', 16, { unit: 'sessions', zero: true }),
+    runtimeGrantRoots: runtimeGrantRoots(env),
   };
 }
