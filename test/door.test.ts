@@ -690,7 +690,7 @@ describe('the door', () => {
       expect(suffixed.body.error?.code).toBe(-32001);
     });
 
-    it('refuses a body with a content-encoding by its coding with 415, where gzip was read as text that is not UTF-8 and a mislabelled body as plain', async () => {
+    it('refuses a body with a content-encoding by its coding with 415, and a transfer coding other than chunked with 501, where gzip was read as text that is not UTF-8 and a mislabelled body as plain', async () => {
       const call = JSON.stringify({ jsonrpc: '2.0', id: 6, method: 'tasks/get', params: { id: 'tsk_none' } });
       for (const [coding, body] of [
         ['gzip', gzipSync(call)],
@@ -705,6 +705,17 @@ describe('the door', () => {
       }
       // Identity is no coding at all.
       expect((await post(call, { 'content-type': 'application/json', 'content-encoding': 'identity' })).body.error?.code).toBe(-32001);
+      // A transfer coding other than chunked is one the door does not implement (RFC 9112: 501).
+      const target = new URL(agent.url);
+      // The body is the plain call, labelled as what it is not: it would be read as the call.
+      const { received } = await rawExchange(
+        Number(target.port),
+        `POST ${target.pathname} HTTP/1.1\r\nHost: ${target.host}\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n${call.length.toString(16)}\r\n${call}\r\n0\r\n\r\n`,
+        3_000,
+      );
+      expect(received).toMatch(/^HTTP\/1\.1 501 /);
+      expect(received).toContain("transfer-encoding 'gzip' is not read here");
+      expect(received).toContain('"murmur_code":"E-DOOR-002"');
     });
 
     it('answers only for localhost while it listens on loopback: a request naming another host (DNS rebinding) is 421 before anything is read', async () => {

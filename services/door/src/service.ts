@@ -320,6 +320,23 @@ export function startDoorService(options: DoorOptions): DoorService {
         415,
       );
     }
+    // A transfer coding other than chunked (`gzip, chunked`) is left on the body by Node's parser:
+    // refused as one the door does not implement (RFC 9112, 501), where it was read as text.
+    const transferCodings = (context.req.header('transfer-encoding') ?? '')
+      .toLowerCase()
+      .split(',')
+      .map((coding) => coding.trim())
+      .filter((coding) => coding !== '' && coding !== 'chunked');
+    if (transferCodings.length > 0) {
+      return context.json(
+        rpcError(null, {
+          code: RPC_ERRORS.invalidRequest,
+          message: `Invalid Request: transfer-encoding '${transferCodings.join(', ').slice(0, 80)}' is not read here; send the body as it is, chunked or with a content-length`,
+          data: { murmur_code: 'E-DOOR-002' },
+        }),
+        501,
+      );
+    }
     // A body the client encoded (gzip) is no JSON as sent, and one merely labelled so would be read
     // as what it is not: refused by its coding, as RFC 9110 says, naming the one the door reads.
     const contentEncoding = (context.req.header('content-encoding') ?? '').trim().toLowerCase();
