@@ -45,6 +45,12 @@ export const CapabilityPolicySchema = z.object({
   staged_runtime: z.array(z.object({ binary: z.string(), source_path: z.string(), pin: z.string() })),
   spawn_allow: z.array(z.string()),
   env_allow: z.array(z.string()),
+  /**
+   * The host program a `transport: process` inference runs (`inference.command`), a subprocess as
+   * much as a `shell.allow` binary is; absent for every other capsule, and on the wire from a
+   * runtime that predates it.
+   */
+  harness_command: z.string().optional(),
   limits: z.object({ memory_bytes: count, table_elements: count, instances: count, deadline_seconds: count }),
   resources: z.object({
     max_processes: count,
@@ -83,6 +89,7 @@ export function capabilityPolicy(manifest: CapsuleManifest): CapabilityPolicy {
     staged_runtime: capabilities.shell?.staged_runtime ?? [],
     spawn_allow: capabilities.spawn?.allow ?? [],
     env_allow: capabilities.env?.allow ?? [],
+    ...(manifest.inference?.transport === 'process' && manifest.inference.command !== undefined ? { harness_command: manifest.inference.command } : {}),
     limits: { ...DEFAULT_LIMITS, ...stripUndefined(capabilities.limits ?? {}) },
     resources: { ...DEFAULT_RESOURCES, ...stripUndefined(capabilities.resources ?? {}) },
     containment: capabilities.containment ?? 'advisory',

@@ -107,6 +107,21 @@ describe('whether a child envelope fits inside its parent', () => {
       expect(findMisfit(withPolicy({ shell_baseline_env: ['NODE_PATH'] }), parent)?.reason).toContain("child passes 'NODE_PATH' to subprocesses");
     });
 
+    it('lets a child run a harness only when the parent runs the same one or may run its program, where a parent with no subprocess at all approved one', () => {
+      const harnessChild = capabilityPolicy(
+        parseCapsuleManifest('name: local/h\nversion: 0.1.0\ninference:\n  transport: process\n  command: claude\n').manifest,
+      );
+      expect(harnessChild.harness_command).toBe('claude');
+      expect(findMisfit(harnessChild, base)).toEqual({
+        axis: 'shell',
+        reason:
+          "shell: child runs its inference as the host program 'claude' (inference.transport: process), which the parent's capabilities neither run as their own harness nor list in capabilities.shell.allow",
+      });
+      expect(findMisfit(harnessChild, withPolicy({ harness_command: 'claude' }))).toBeUndefined();
+      expect(findMisfit(harnessChild, withPolicy({ shell_allow: ['claude'] }))).toBeUndefined();
+      expect(findMisfit(harnessChild, withPolicy({ harness_command: 'codex' }))?.axis).toBe('shell');
+    });
+
     it('needs the child to strip everything the parent strips', () => {
       const parent = withPolicy({ shell_strip_env: ['SECRET_*'] });
       expect(findMisfit(withPolicy({ shell_strip_env: ['SECRET_*', 'MORE'] }), parent)).toBeUndefined();
