@@ -678,6 +678,40 @@ describe('delegated children and their completions', () => {
     }
   });
 
+  it('a parent roost would not register is told why when its model delegates, with a code and what to set, and its launcher was warned', async () => {
+    const dir = await fs.mkdtemp(path.join(scratch.dir, 'unregistered-'));
+    const { MURMUR_NATS_URL: _stack, ...local } = env;
+    // In one process, without the roost's token: roost answers the registration 401.
+    const parent = await startAgent(dir, { ...local, MURMUR_DOOR_AUTH: 'session', MURMUR_ROOST_URL: roostUrl }, [
+      '--capsule',
+      PARENT,
+      '--capsule-version',
+      '0.1.0',
+      '--workdir',
+      dir,
+      '--no-env-file',
+    ]);
+    try {
+      await tellParent(parent, delegating('local/worker', workerTask));
+      const refusal = await eventually(
+        () =>
+          inference
+            .requests()
+            .flatMap((request) => JSON.stringify(request.body).match(/E-DLG-003: this session is not registered with roost[^"]*/g) ?? [])
+            .at(0),
+        60_000,
+        "the refusal in the parent's model's context",
+      );
+      expect(refusal).toContain(`so it cannot delegate: roost at ${roostUrl} refused to register it (`);
+      expect(refusal).toContain('MURMUR_ROOST_TOKEN');
+      // Its launcher heard it at the launch, where it was kept in the session's record alone.
+      expect(parent.stderr()).toContain(`warning: roost at ${roostUrl} refused to register this session (`);
+      expect(parent.stderr()).toContain('a roost that takes a token is given it in MURMUR_ROOST_TOKEN); it cannot delegate');
+    } finally {
+      await parent.stop();
+    }
+  });
+
   it('a child may not delegate deeper than the executor allows: the refusal is a tool error its model reads', async () => {
     const parent = await startParent();
     let delegationId: string | undefined;

@@ -61,6 +61,16 @@ export function isRuntimeOwned(name: string): boolean {
   return RUNTIME_OWNED_PATTERNS.some((pattern) => globMatches(pattern, name));
 }
 
+/**
+ * Whether a launcher's variable may reach a harness (`transport: process`), or a delegated child
+ * as its parent forwards it: the runtime's own never, and nothing the capsule's `shell.strip_env`
+ * strips; a credential-shaped name does (a harness is given its model's key, a child resolves its
+ * own secrets with it), where a capsule's code is given none (`isGivenToCapsules`).
+ */
+export function isGivenToHarness(name: string, stripped: readonly string[]): boolean {
+  return !isRuntimeOwned(name) && !stripped.some((pattern) => globMatches(pattern, name));
+}
+
 /** Whether a launcher's variable may reach a capsule's code: neither credential-shaped nor the runtime's own. */
 export function isGivenToCapsules(name: string, extraPatterns: readonly string[] = []): boolean {
   return !isCredentialShaped(name, extraPatterns) && !isRuntimeOwned(name);

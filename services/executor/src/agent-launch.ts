@@ -7,7 +7,7 @@ import {
   type StagedPlan,
   evalConfigForHooks,
   guestEnvironment,
-  isRuntimeOwned,
+  isGivenToHarness,
   resolveManifestSecrets,
   shownUrl,
 } from '@murmur/shared';
@@ -237,9 +237,11 @@ function harnessSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolv
       command,
       binary: located.binary,
       transcript_limit_bytes: input.harnessTranscriptMaxBytes,
-      // Credential-shaped names included (a harness is given its model's key), the runtime's own never.
+      // Credential-shaped names included (a harness is given its model's key); the runtime's own and
+      // what shell.strip_env strips never.
       env: input.plan.policy.env_allow.flatMap(
-        (name): Array<[string, string]> => (input.env[name] !== undefined && !isRuntimeOwned(name) ? [[name, input.env[name] as string]] : []),
+        (name): Array<[string, string]> =>
+          input.env[name] !== undefined && isGivenToHarness(name, input.plan.policy.shell_strip_env) ? [[name, input.env[name] as string]] : [],
       ),
       ...(input.forgetContext !== undefined ? { forget_context: input.forgetContext } : {}),
       run_cap_ms: input.harnessRunCapMs,

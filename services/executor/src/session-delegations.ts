@@ -11,7 +11,7 @@ import {
   boundDetail,
   commands,
   completionMessageText,
-  isRuntimeOwned,
+  isGivenToHarness,
   newDelegationId,
   newMessageId,
 } from '@murmur/shared';
@@ -45,6 +45,8 @@ export type DelegateResult = { ok: true; value: { delegation_id: string; session
 export class SessionDelegations {
   /** roost's credential for this session, never given to the guest. */
   private roostCredential: string | undefined;
+  /** Why the session holds no roost credential, when roost would not register it: said to a model that delegates. */
+  private unregistered: string | undefined;
   /**
    * Every delegation this session launched (or is launching) that has not been heard to end: the
    * conversation it was for, its place in the delegation tree, and when its launch was answered.
@@ -119,13 +121,16 @@ export class SessionDelegations {
       });
     } catch (error) {
       if (approval) throw refused(`roost did not answer (${(error as Error).message})`);
+      this.unregistered = `roost at ${roostUrl} did not answer its registration (${(error as Error).message})`;
       this.session.warn(`warning: could not register with roost at ${roostUrl}; this session cannot delegate: ${(error as Error).message}`);
       return;
     }
     const body = (await response.json().catch(() => ({}))) as { credential?: string; error?: string };
     if (!response.ok || !body.credential) {
       if (approval) throw refused(body.error ?? `HTTP ${response.status}`);
-      this.session.warn(`warning: roost at ${roostUrl} refused to register this session (${body.error ?? `HTTP ${response.status}`}); it cannot delegate`);
+      const why = `${body.error ?? `HTTP ${response.status}`}${response.status === 401 ? '; a roost that takes a token is given it in MURMUR_ROOST_TOKEN' : ''}`;
+      this.unregistered = `roost at ${roostUrl} refused to register it (${why})`;
+      this.session.warn(`warning: roost at ${roostUrl} refused to register this session (${why}); it cannot delegate`);
       return;
     }
     this.roostCredential = body.credential;
@@ -150,8 +155,17 @@ export class SessionDelegations {
   async delegate(request: { capsule: string; version: string; task: string; context_id: string }): Promise<DelegateResult> {
     const { environment } = this.session;
     const roostUrl = this.roostUrl;
-    if (!roostUrl) return { ok: false, error: 'delegation needs roost: MURMUR_ROOST_URL is not set for this session' };
-    if (!this.roostCredential) return { ok: false, error: `this session is not registered with roost at ${roostUrl}, so it cannot delegate` };
+    if (!roostUrl)
+      return {
+        ok: false,
+        error:
+          'E-DLG-003: delegation needs roost, and MURMUR_ROOST_URL is not set for this session; its launcher sets it to a roost that holds the capsules it may delegate to',
+      };
+    if (!this.roostCredential)
+      return {
+        ok: false,
+        error: `E-DLG-003: this session is not registered with roost, so it cannot delegate: ${this.unregistered ?? `roost at ${roostUrl} gave it no credential`}`,
+      };
     // Bounds roost cannot see (a capsule allowed to spawn itself fits its own ceiling), checked
     // before an approval is asked for, so a refused child costs roost nothing.
     const { delegationMaxDepth, delegationMaxTree } = environment.settings;
@@ -186,11 +200,14 @@ export class SessionDelegations {
         );
       approval = body.approval;
     } catch (error) {
-      return refused(`roost at ${roostUrl} did not answer: ${(error as Error).message}`);
+      return refused(`E-DLG-003: roost at ${roostUrl} did not answer the delegation of ${request.capsule}@${request.version}: ${(error as Error).message}`);
     }
     if (this.ended) return refused(`the delegation of ${request.capsule}@${request.version} is refused: this session is ending`);
     const launch = this.session.request;
-    const values = Object.fromEntries(Object.entries(launch.env).filter(([name]) => launch.plan.policy.env_allow.includes(name) && !isRuntimeOwned(name)));
+    // What the parent's launcher gave it, as far as its env.allow and strip_env let anything of it through.
+    const values = Object.fromEntries(
+      Object.entries(launch.env).filter(([name]) => launch.plan.policy.env_allow.includes(name) && isGivenToHarness(name, launch.plan.policy.shell_strip_env)),
+    );
     const traceparent = this.session.traceparent();
     // The id is minted here, and the delegation held, before the child exists: a child that ends
     // at once is heard of (`ended`) while its launch is still being answered.

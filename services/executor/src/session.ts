@@ -367,7 +367,8 @@ export class Session {
       environment,
       floor: () => this.floor,
       traceparent: () => this.telemetry?.traceparent,
-      warn: (line) => this.stderrLine(line),
+      // A warning of the session's delegations (roost would not register it) is its launcher's to see.
+      warn: (line) => this.tellLauncher(line),
       note: (line) => this.bootstrap.line(line),
       callHost: (call) => this.callHost(call),
     });

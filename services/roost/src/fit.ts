@@ -22,8 +22,9 @@ import {
  *   workdir), compared component by component after `.`/`..` are folded; `workdir_exec` only if
  *   the ceiling has it.
  * - env: `env.allow` is a subset.
- * - shell: a harness (`inference.transport: process`) runs a program the ceiling runs as its own
- *   harness or lists in `shell.allow`; `shell.allow` and `baseline_env` are subsets; every pattern the ceiling strips
+ * - shell: a harness (`inference.transport: process`) only under a ceiling that runs the same one
+ *   (it is given its env's credentials, which a `shell.allow` subprocess is not); `shell.allow` and
+ *   `baseline_env` are subsets; every pattern the ceiling strips
  *   (`strip_env`) the child strips too; an interpreter directory grant must be covered by one the
  *   ceiling gives the same binary (equal or beneath it, `list_dir` only if the ceiling lists);
  *   a staged runtime must be one the ceiling stages (same binary, source and pin).
@@ -149,12 +150,13 @@ function checkEnv(child: CapabilityPolicy, ceiling: CapabilityPolicy, owner: str
 }
 
 function checkShell(child: CapabilityPolicy, ceiling: CapabilityPolicy, owner: string): Misfit | undefined {
-  // A harness is a host program the child starts: the ceiling's own harness, or a binary it may run.
+  // A harness is a host program the child starts, given the credentials of its env.allow (a
+  // subprocess of shell.allow is given none): only a ceiling that runs the same harness has as much.
   const harness = child.harness_command;
-  if (harness !== undefined && harness !== ceiling.harness_command && !ceiling.shell_allow.includes(harness)) {
+  if (harness !== undefined && harness !== ceiling.harness_command) {
     return {
       axis: 'shell',
-      reason: `shell: child runs its inference as the host program '${harness}' (inference.transport: process), which ${owner} capabilities neither run as their own harness nor list in capabilities.shell.allow`,
+      reason: `shell: child runs its inference as the host program '${harness}' (inference.transport: process), which ${owner} capabilities do not run as their own harness`,
     };
   }
   const binary = missing(child.shell_allow, ceiling.shell_allow);
