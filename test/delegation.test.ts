@@ -168,10 +168,15 @@ describe('delegated children and their completions', () => {
    * The parent, `mur run` of the capsule against the stack; `inProcess`, with every service inside
    * its own process instead (and its own door, taking the session's token, as the stack's does).
    */
-  async function startParent(extraArgs: string[] = [], { inProcess = false } = {}): Promise<RunningAgent & { dir: string; sessionDir: string }> {
+  async function startParent(
+    extraArgs: string[] = [],
+    { inProcess = false, roostToken = true } = {},
+  ): Promise<RunningAgent & { dir: string; sessionDir: string }> {
     const dir = await fs.mkdtemp(path.join(scratch.dir, 'parent-'));
     const { MURMUR_NATS_URL: stack, ...local } = env;
-    const where = inProcess ? { ...local, MURMUR_ROOST_TOKEN: ROOST_TOKEN, MURMUR_DOOR_AUTH: 'session' } : { ...local, MURMUR_NATS_URL: stack as string };
+    const where = inProcess
+      ? { ...local, ...(roostToken ? { MURMUR_ROOST_TOKEN: ROOST_TOKEN } : {}), MURMUR_DOOR_AUTH: 'session' }
+      : { ...local, MURMUR_NATS_URL: stack as string };
     const agent = await startAgent(dir, { ...where, MURMUR_ROOST_URL: roostUrl }, [
       '--capsule',
       PARENT,
@@ -679,18 +684,8 @@ describe('delegated children and their completions', () => {
   });
 
   it('a parent roost would not register is told why when its model delegates, with a code and what to set, and its launcher was warned', async () => {
-    const dir = await fs.mkdtemp(path.join(scratch.dir, 'unregistered-'));
-    const { MURMUR_NATS_URL: _stack, ...local } = env;
     // In one process, without the roost's token: roost answers the registration 401.
-    const parent = await startAgent(dir, { ...local, MURMUR_DOOR_AUTH: 'session', MURMUR_ROOST_URL: roostUrl }, [
-      '--capsule',
-      PARENT,
-      '--capsule-version',
-      '0.1.0',
-      '--workdir',
-      dir,
-      '--no-env-file',
-    ]);
+    const parent = await startParent([], { inProcess: true, roostToken: false });
     try {
       await tellParent(parent, delegating('local/worker', workerTask));
       const refusal = await eventually(
