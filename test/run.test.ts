@@ -93,6 +93,19 @@ describe('mur run', () => {
       const withoutSockets = await probeProject(path.join(scratch.dir, 'grant-without-sockets'), grant(tree, false));
       const ran = await runMur(['run', '--task', '[]'], { cwd: withoutSockets, env: rooted });
       expect(ran.code, ran.stderr).toBe(0);
+      // The grant's own path is bound, later: a socket named as the grant, or a link (its owner could
+      // point it elsewhere before the bind), is refused as well.
+      const named = await probeProject(path.join(scratch.dir, 'grant-is-socket'), grant(path.join(tree, 'lib', 'service.sock'), true));
+      expect((await runMur(['run', '--task', '[]'], { cwd: named, env: rooted })).stderr).toContain(
+        `which is the socket ${path.join(tree, 'lib', 'service.sock')}, which the capsule could connect to`,
+      );
+      const link = path.join(scratch.dir, 'runtime-link');
+      await fs.symlink(tree, link);
+      const linked = await probeProject(path.join(scratch.dir, 'grant-through-link'), grant(link, false));
+      const throughLink = await runMur(['run', '--task', '[]'], { cwd: linked, env: rooted });
+      expect(throughLink.code).toBe(1);
+      expect(throughLink.stderr).toContain(`names '${link}' for 'cat', which leads through a link to ${tree}: it is bound by the path it names`);
+      expect(throughLink.stderr).toContain(`hint: name the directory itself (${tree}) in the manifest`);
       // Where the operator takes no runtimes from, the same tree is the capsule's word alone.
       const unrooted = await runMur(['run', '--task', '[]'], { cwd: withoutSockets, env });
       expect(unrooted.code).toBe(1);

@@ -328,7 +328,8 @@ describe('the capsule manifest', () => {
       `name: a\nversion: 1.0.0\ncapabilities:\n  shell:\n    allow: [python3]\n    interpreter_runtime:\n      - binary: python3\n        dirs:\n          - { path: "${dir}", list_dir: true }\n`;
     for (const [dir, said] of [
       ['/', "'/' is the host's whole filesystem"],
-      ['/usr/..', "'/usr/..' is the host's whole filesystem"],
+      ['/usr/..', "'/usr/..' holds '.' or '..': name the directory as it is"],
+      ['/usr/lib/ssl/certs/../../../home', "'/usr/lib/ssl/certs/../../../home' holds '.' or '..'"],
       ['/proc/1/root', "'/proc/1/root' lies in /proc, which the sandbox mounts fresh"],
       ['/dev', "'/dev' lies in /dev, which the sandbox mounts fresh"],
       ['/tmp/', "'/tmp/' is the sandbox's own /tmp, which the grant would hide"],

@@ -1,6 +1,7 @@
-import { type Dirent, readdirSync } from 'node:fs';
+import { type Dirent, lstatSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { type CapabilityPolicy, MurmurError } from '@murmur/shared';
+import { isSystemPath } from './sandbox.js';
 import { liesWithin, resolvedThroughLinks } from './workdir.js';
 
 /**
@@ -31,8 +32,10 @@ type RuntimeGrant = { field: 'interpreter_runtime' | 'staged_runtime'; binary: s
  * - lie outside `roots`, where the executor takes runtimes from (`MURMUR_RUNTIME_GRANT_ROOTS`): a
  *   user's home, another launcher's `--workdir`, a directory a local user could swap for a link
  *   between this check and the bind are no capsule's to name;
- * - hold a socket, when the capsule can make unix sockets (`socketsMade`: `network.unix_sockets`, or
- *   a sandbox below sealed, which has no seccomp filter to refuse one): a read-only bind does not
+ * - lead through a link, outside the system's directories (it is bound by the path it names, and the
+ *   link would be followed again then);
+ * - be or hold a socket, when the capsule can make unix sockets (`socketsMade`: `network.unix_sockets`,
+ *   or a sandbox with no seccomp filter to refuse one): a read-only bind does not
  *   stop a connect, and the sandbox's user is the executor's outside it, so a granted `docker.sock`
  *   was a way out.
  *
@@ -67,20 +70,30 @@ export function assertRuntimeGrantsContained(
         `${tree === grant.dir ? '' : `(${tree}) `}lies outside where this executor takes runtimes from (${roots.join(', ')})`,
         `install the runtime under one of those, or have the executor's operator add its place to MURMUR_RUNTIME_GRANT_ROOTS (':'-separated; it replaces ${roots.join(':')})`,
       );
+    // Outside the system's directories a grant is bound by the path it names, later: a link on it
+    // is followed again then, to wherever whoever owns the link has pointed it since.
+    if (tree !== grant.dir.replace(/\/+/g, '/').replace(/(.)\/$/, '$1') && !isSystemPath(grant.dir))
+      throw refusal(
+        grant,
+        `leads through a link to ${tree}: it is bound by the path it names, and the link would be followed again then`,
+        `name the directory itself (${tree}) in the manifest`,
+      );
   }
   if (!socketsMade) return;
   const budget = { left: SOCKET_SCAN_ENTRIES };
-  for (const { grant, tree } of trees) {
+  // The system's directories are bound whole whatever is granted (`isSystemPath`): looking through
+  // a grant of one would find nothing the sandbox does not hold anyway.
+  for (const { grant, tree } of trees.filter(({ grant }) => !isSystemPath(grant.dir))) {
     const found = socketBeneath(tree, budget);
     if (found === 'too-large')
       throw refusal(
         grant,
-        `is too large to be looked through for sockets (past ${SOCKET_SCAN_ENTRIES} entries in all), and the capsule can connect to one (capabilities.network.unix_sockets, or a sandbox below sealed)`,
+        `is too large to be looked through for sockets (past ${SOCKET_SCAN_ENTRIES} entries in all), and the capsule can connect to one (capabilities.network.unix_sockets, or a sandbox with no seccomp filter)`,
       );
     if (found !== undefined)
       throw refusal(
         grant,
-        `holds the socket ${found}, which the capsule could connect to as the executor's user (capabilities.network.unix_sockets, or a sandbox below sealed)`,
+        `${found === tree ? 'is' : 'holds'} the socket ${found}, which the capsule could connect to as the executor's user (capabilities.network.unix_sockets, or a sandbox with no seccomp filter)`,
       );
   }
 }
@@ -101,6 +114,11 @@ function refusal(
  * resolves inside the sandbox, where only what is bound exists), within what is left of `budget`.
  */
 function socketBeneath(tree: string, budget: { left: number }): string | 'too-large' | undefined {
+  try {
+    if (lstatSync(tree).isSocket()) return tree;
+  } catch {
+    return undefined;
+  }
   const pending = [tree];
   for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
     let entries: Dirent[];

@@ -421,17 +421,6 @@ export class Session {
     // A staged runtime is bound into the composed root, which only a declared sealed floor builds.
     const stagedBelowSealed = stagedRuntimeFloorRefusal(this.plan.policy, containment.declared);
     if (stagedBelowSealed) throw stagedBelowSealed;
-    const parentWorkdir = this.request.child_of ? this.environment.session(this.request.child_of.session_id)?.paths?.accessible : undefined;
-    assertRuntimeGrantsContained(
-      this.plan.policy,
-      [
-        ...this.environment.executorState,
-        path.join(this.request.default_workdir_base ?? this.environment.workdirBase, 'workdir'),
-        ...[this.request.workdir, parentWorkdir].filter((dir): dir is string => dir !== undefined),
-      ],
-      // Below sealed no seccomp filter refuses a unix socket that was not granted.
-      { socketsMade: this.plan.policy.unix_sockets || containment.achieved !== 'sealed', roots: this.environment.settings.runtimeGrantRoots },
-    );
     for (const grant of this.plan.policy.staged_runtime) {
       if (!existsSync(grant.source_path)) {
         throw new MurmurError(
@@ -444,6 +433,20 @@ export class Session {
         );
       }
     }
+    const parentWorkdir = this.request.child_of ? this.environment.session(this.request.child_of.session_id)?.paths?.accessible : undefined;
+    assertRuntimeGrantsContained(
+      this.plan.policy,
+      [
+        ...this.environment.executorState,
+        path.join(this.request.default_workdir_base ?? this.environment.workdirBase, 'workdir'),
+        ...[this.request.workdir, parentWorkdir].filter((dir): dir is string => dir !== undefined),
+      ],
+      // Without the seal's seccomp filter nothing refuses a unix socket that was not granted.
+      {
+        socketsMade: this.plan.policy.unix_sockets || containment.tier !== 'mountns+pivot_root+landlock+seccomp',
+        roots: this.environment.settings.runtimeGrantRoots,
+      },
+    );
   }
 
   /**

@@ -113,16 +113,16 @@ const StagedRuntimeGrantSchema = z.object({
 });
 
 /**
- * Why a runtime grant may not name `hostPath`: `/` is every file of the host; `/proc`, `/sys` and
+ * Why a runtime grant may not name `hostPath`: a `.` or `..` in it; `/` is every file of the host; `/proc`, `/sys` and
  * `/dev` are mounted fresh in the sandbox, so no runtime tree is there; and `/tmp` is the session's
  * own, which a grant of it hid behind the host's, read-only (a grant under `/tmp` is bound as any).
  */
 function sandboxOwnPath(hostPath: string): string | undefined {
-  const parts: string[] = [];
-  for (const part of hostPath.split('/')) {
-    if (part === '..') parts.pop();
-    else if (part !== '' && part !== '.') parts.push(part);
-  }
+  const written = hostPath.split('/');
+  // Folded as text, `a/link/..` is `a`; the kernel goes where the link leads and up from there.
+  if (written.some((part) => part === '.' || part === '..'))
+    return `'${hostPath}' holds '.' or '..': name the directory as it is, since a link before a '..' is followed to wherever it leads`;
+  const parts = written.filter((part) => part !== '');
   const [top] = parts;
   if (top === undefined) return `'${hostPath}' is the host's whole filesystem — name the directories the runtime needs`;
   if (top === 'proc' || top === 'sys' || top === 'dev') return `'${hostPath}' lies in /${top}, which the sandbox mounts fresh — no runtime tree is there`;
