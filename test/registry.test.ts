@@ -10,6 +10,7 @@ import { capsuleProject, componentArtifact, skillArtifact } from './support/arti
 import { listTree, tempDir } from './support/fs.js';
 import { capsuleWat, toolWat } from './support/guests.js';
 import { rawZip } from './support/raw-zip.js';
+import { rawExchange } from './support/servers.js';
 import { type ServiceProcess, runMur, startService } from './support/processes.js';
 import { UPLOADS_AT_ONCE } from '../services/roost/src/registry-routes.js';
 
@@ -136,6 +137,13 @@ describe('roost as a remote registry', () => {
       expect(JSON.parse(rebound.body)).toMatchObject({ code: 'E-SVC-001' });
       expect(rebound.body).not.toContain('nats://');
       expect((await fetch(`${roost.url}${where}`)).status, where).toBe(200);
+      // A target in absolute form names the authority it is for, whatever Host says (RFC 9112).
+      const absolute = await rawExchange(
+        Number(port),
+        `GET http://attacker.example:${port}${where} HTTP/1.1\r\nHost: localhost:${port}\r\nConnection: close\r\n\r\n`,
+        2_000,
+      );
+      expect(absolute.received, where).toMatch(/^HTTP\/1\.1 421 /);
     }
   });
 

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HostGuard } from '@murmur/shared';
+import { requestedAuthority } from '@murmur/shared/service';
 
 /**
  * Answers a request for a host the guard refuses with 421 Misdirected Request (RFC 9110: this
@@ -18,19 +19,4 @@ export function refuseForeignHost(guard: HostGuard | undefined, request: Incomin
   };
   response.writeHead(421, { 'content-type': 'application/json', connection: 'close' }).end(JSON.stringify(body));
   return true;
-}
-
-/**
- * The authority a request is for: an absolute-form target's (`POST http://host/…`, as a proxy
- * sends it), which RFC 9112 says wins over the Host header and which the app's URL is built from,
- * else the Host header's.
- */
-function requestedAuthority(request: IncomingMessage): string | undefined {
-  const target = request.url ?? '';
-  if (!/^https?:\/\//i.test(target)) return request.headers.host;
-  try {
-    return new URL(target).host;
-  } catch {
-    return '';
-  }
 }

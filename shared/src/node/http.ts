@@ -115,7 +115,8 @@ export function healthRoutes(
   const app = new Hono();
   if (hostGuard) {
     const guard: MiddlewareHandler = async (context, next) => {
-      const host = context.req.header('host');
+      const incoming = (context.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+      const host = incoming ? requestedAuthority(incoming) : context.req.header('host');
       if (hostGuard(host)) return next();
       return context.json(
         {
@@ -135,4 +136,19 @@ export function healthRoutes(
       : context.json(health()),
   );
   return app;
+}
+
+/**
+ * The authority a request is for: an absolute-form target's (`POST http://host/…`, as a proxy
+ * sends it), which RFC 9112 says wins over the Host header and which the app's URL is built from,
+ * else the Host header's.
+ */
+export function requestedAuthority(request: IncomingMessage): string | undefined {
+  const target = request.url ?? '';
+  if (!/^https?:\/\//i.test(target)) return request.headers.host;
+  try {
+    return new URL(target).host;
+  } catch {
+    return '';
+  }
 }
