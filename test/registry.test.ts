@@ -322,6 +322,13 @@ describe('roost as a remote registry', () => {
       expect(refused.status, requestPath).toBe(421);
       expect(JSON.parse(refused.body)).toMatchObject({ code: 'E-ROOST-002', error: expect.stringContaining("'attacker.example:") });
       for (const host of [`localhost:${port}`, `127.0.0.1:${port}`]) expect((await get(requestPath, host)).status, `${requestPath} as ${host}`).toBe(200);
+      // A target in absolute form names the authority it is for, whatever Host says (RFC 9112).
+      const absolute = await rawExchange(
+        Number(port),
+        `GET http://attacker.example:${port}${requestPath} HTTP/1.1\r\nHost: localhost:${port}\r\nConnection: close\r\n\r\n`,
+        2_000,
+      );
+      expect(absolute.received, requestPath).toMatch(/^HTTP\/1\.1 421 /);
     }
   });
 

@@ -3,6 +3,7 @@ import type { Bus } from '@murmur/shared/bus';
 import { type Log, loopbackHostGuard, topics } from '@murmur/shared';
 import { ArtifactStore } from '@murmur/shared/artifacts';
 import { configuredTokenRefusal, globalStoreDir, keepStoreSwept } from '@murmur/shared/node';
+import { requestedHost } from '@murmur/shared/service';
 import { Hono } from 'hono';
 import { registryRoutes } from './registry-routes.js';
 import { sessionRoutes } from './session-routes.js';
@@ -116,7 +117,7 @@ export function startRoostService(options: RoostServiceOptions): RoostService {
   );
   if (hostGuard)
     http.use('*', async (context, next) => {
-      const host = context.req.header('host');
+      const host = requestedHost(context);
       if (hostGuard(host)) return next();
       return context.json(
         {

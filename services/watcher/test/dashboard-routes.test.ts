@@ -3,6 +3,8 @@ import { silentLog, topics } from '@murmur/shared';
 import { type Bus, InProcessTransport, createBus } from '@murmur/shared/bus';
 import { type Dashboard, startDashboard } from '../src/dashboard/dashboard.js';
 import { heldSession } from '../../../test/support/heartbeats.js';
+import { rawExchange } from '../../../test/support/servers.js';
+import { listenHttp } from '@murmur/shared/service';
 
 /** A dashboard on its own in-process bus for each test, with no token: `use` is given both before each test. */
 function servedForEachTest(use: (served: { bus: Bus; dashboard: Dashboard }) => void): void {
@@ -39,6 +41,18 @@ describe('the dashboard served on loopback without a token', () => {
       const body = await refused.text();
       expect(JSON.parse(body)).toMatchObject({ error: { code: 'E-DASH-003', path: 'rebound.example:7740' } });
       expect(body).not.toContain('watcher-test');
+    }
+  });
+
+  it('judges a target in absolute form by its own authority, whatever Host says (RFC 9112), when served by Node', async () => {
+    const listener = await listenHttp(dashboard.http, { port: 0 });
+    try {
+      const ask = (authority: string, host: string) =>
+        rawExchange(listener.port, `GET http://${authority}/dashboard/api/snapshot HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`, 2_000);
+      expect((await ask('rebound.example:7740', 'localhost:7740')).received).toMatch(/^HTTP\/1\.1 421 /);
+      expect((await ask('localhost:7740', 'rebound.example:7740')).received).toMatch(/^HTTP\/1\.1 200 /);
+    } finally {
+      await listener.close();
     }
   });
 

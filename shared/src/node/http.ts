@@ -1,7 +1,7 @@
 import { type Server as HttpServer, type IncomingMessage, type RequestListener, type ServerResponse, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
-import { Hono, type MiddlewareHandler } from 'hono';
+import { type Context, Hono, type MiddlewareHandler } from 'hono';
 import { numberSetting } from '../settings.js';
 
 export interface HttpListener {
@@ -115,8 +115,7 @@ export function healthRoutes(
   const app = new Hono();
   if (hostGuard) {
     const guard: MiddlewareHandler = async (context, next) => {
-      const incoming = (context.env as { incoming?: IncomingMessage } | undefined)?.incoming;
-      const host = incoming ? requestedAuthority(incoming) : context.req.header('host');
+      const host = requestedHost(context);
       if (hostGuard(host)) return next();
       return context.json(
         {
@@ -151,4 +150,10 @@ export function requestedAuthority(request: IncomingMessage): string | undefined
   } catch {
     return '';
   }
+}
+
+/** `requestedAuthority` of a request an app was handed by `@hono/node-server` (its Node request), else its Host header. */
+export function requestedHost(context: Context): string | undefined {
+  const incoming = (context.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  return incoming ? requestedAuthority(incoming) : context.req.header('host');
 }

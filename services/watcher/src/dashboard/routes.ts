@@ -3,6 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ErrorCode, type Log, MurmurError, SessionIdSchema, hostHeaderName, isLoopbackName } from '@murmur/shared';
 import type { Bus } from '@murmur/shared/bus';
+import { requestedHost } from '@murmur/shared/service';
 import { Hono, type MiddlewareHandler } from 'hono';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import { streamSSE } from 'hono/streaming';
@@ -77,7 +78,7 @@ export function dashboardRoutes(options: DashboardRoutesOptions): DashboardRoute
   // own pointed at 127.0.0.1 (DNS rebinding) and reads it as that site's: only a request for a
   // loopback name is answered. A request with no `Host` comes from no browser.
   const loopbackOnly: MiddlewareHandler = async (context, next) => {
-    const host = context.req.header('host');
+    const host = requestedHost(context);
     if (access.required || host === undefined || host === '') return next();
     const name = hostHeaderName(host);
     if (name !== undefined && isLoopbackName(name)) return next();
