@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import type { IncomingMessage } from 'node:http';
 import { loopbackHostGuard } from '../src/loopback-host.js';
+import { requestedAuthority } from '../src/node/http.js';
 
 describe('the host guard of a service on loopback', () => {
   it('answers for loopback names and addresses, with or without a port, and for a request that names no host', () => {
@@ -52,5 +54,14 @@ describe('the host guard of a service on loopback', () => {
     expect(loopbackHostGuard('http://0.0.0.0:8080', undefined)).toBeUndefined();
     expect(loopbackHostGuard('http://[::]:8080', undefined)).toBeUndefined();
     expect(loopbackHostGuard('http://10.1.2.3:8080', undefined)).toBeUndefined();
+  });
+
+  it('judges the authority of a target in absolute form over Host, and a target with none as no name it answers, never as a request that named no host', () => {
+    const guard = loopbackHostGuard('http://127.0.0.1:7730', undefined);
+    const asked = (url: string, host?: string) => requestedAuthority({ url, headers: host === undefined ? {} : { host } } as IncomingMessage);
+    expect(asked('/health', 'localhost:7730')).toBe('localhost:7730');
+    expect(asked('http://attacker.example:7730/health', 'localhost:7730')).toBe('attacker.example:7730');
+    expect(asked('http://localhost:7730/health', 'attacker.example')).toBe('localhost:7730');
+    expect(guard?.(asked('http://[bad/health', 'localhost:7730'))).toBe(false);
   });
 });

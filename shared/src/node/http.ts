@@ -148,7 +148,9 @@ export function requestedAuthority(request: IncomingMessage): string | undefined
   try {
     return new URL(target).host;
   } catch {
-    return '';
+    // No authority to be had: the target itself, which no guard takes for a name it answers
+    // (an empty one a guard may take for a client that sent no Host).
+    return target.slice(0, 200);
   }
 }
 
