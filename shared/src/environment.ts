@@ -97,6 +97,22 @@ export function guestEnvironment(
 }
 
 /**
+ * What of a launcher's environment reaches a harness, or a delegated child as its parent forwards
+ * it: `env.allow` ∩ `host`, as far as `isGivenToHarness` lets each through.
+ */
+export function harnessEnvironment(
+  policy: Pick<CapabilityPolicy, 'env_allow' | 'shell_strip_env'>,
+  host: Readonly<Record<string, string | undefined>>,
+): Environment {
+  const env: Environment = {};
+  for (const name of policy.env_allow) {
+    const value = host[name];
+    if (value !== undefined && isGivenToHarness(name, policy.shell_strip_env)) env[name] = value;
+  }
+  return env;
+}
+
+/**
  * A subprocess's environment: the baseline host variables, the caller's overrides, the policy's
  * `shell.baseline_env` names, minus credentials and `shell.strip_env`, and `HOME`/`USERPROFILE`
  * pointing at `capsuleHome` whatever anything else said.

@@ -7,7 +7,7 @@ import {
   type StagedPlan,
   evalConfigForHooks,
   guestEnvironment,
-  isGivenToHarness,
+  harnessEnvironment,
   resolveManifestSecrets,
   shownUrl,
 } from '@murmur/shared';
@@ -239,10 +239,7 @@ function harnessSide(input: AgentLaunchInput, manifest: ReturnType<typeof resolv
       transcript_limit_bytes: input.harnessTranscriptMaxBytes,
       // Credential-shaped names included (a harness is given its model's key); the runtime's own and
       // what shell.strip_env strips never.
-      env: input.plan.policy.env_allow.flatMap(
-        (name): Array<[string, string]> =>
-          input.env[name] !== undefined && isGivenToHarness(name, input.plan.policy.shell_strip_env) ? [[name, input.env[name] as string]] : [],
-      ),
+      env: Object.entries(harnessEnvironment(input.plan.policy, input.env)),
       ...(input.forgetContext !== undefined ? { forget_context: input.forgetContext } : {}),
       run_cap_ms: input.harnessRunCapMs,
     },

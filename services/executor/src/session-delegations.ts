@@ -11,7 +11,7 @@ import {
   boundDetail,
   commands,
   completionMessageText,
-  isGivenToHarness,
+  harnessEnvironment,
   newDelegationId,
   newMessageId,
 } from '@murmur/shared';
@@ -202,12 +202,10 @@ export class SessionDelegations {
     } catch (error) {
       return refused(`E-DLG-003: roost at ${roostUrl} did not answer the delegation of ${request.capsule}@${request.version}: ${(error as Error).message}`);
     }
-    if (this.ended) return refused(`the delegation of ${request.capsule}@${request.version} is refused: this session is ending`);
+    if (this.ended) return refused(`E-DLG-003: the delegation of ${request.capsule}@${request.version} is refused: this session is ending`);
     const launch = this.session.request;
     // What the parent's launcher gave it, as far as its env.allow and strip_env let anything of it through.
-    const values = Object.fromEntries(
-      Object.entries(launch.env).filter(([name]) => launch.plan.policy.env_allow.includes(name) && isGivenToHarness(name, launch.plan.policy.shell_strip_env)),
-    );
+    const values = harnessEnvironment(launch.plan.policy, launch.env);
     const traceparent = this.session.traceparent();
     // The id is minted here, and the delegation held, before the child exists: a child that ends
     // at once is heard of (`ended`) while its launch is still being answered.
