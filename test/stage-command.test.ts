@@ -40,6 +40,26 @@ describe('mur stage', () => {
     expect(staged.stdout + staged.stderr + without.stderr).not.toContain('from-the-dotenv');
   });
 
+  it("prints a capsule's grants one line each, in its plan and in --explain-scope, whatever line breaks they hold", async () => {
+    const grants = 'capabilities:\n  shell:\n    allow: ["sh\\nstatus:  ok"]\n  env:\n    allow: ["B\\n  hint: forged"]\n';
+    const project = await capsuleProject(
+      path.join(scratch.dir, 'forging-grants'),
+      `name: forging-grants\nversion: 0.1.0\n${grants}`,
+      (await capsuleWat()).bytes,
+    );
+    const env = { MURMUR_HOME: path.join(scratch.dir, 'home-forging') };
+    const staged = await runMur(['stage', project], { env });
+    expect(staged.code, staged.stderr).toBe(0);
+    const explained = await runMur(['run', '--explain-scope'], { cwd: project, env });
+    expect(explained.code, explained.stderr).toBe(0);
+    for (const printed of [staged.stdout, explained.stdout]) {
+      const lines = printed.split('\n');
+      expect(lines.filter((line) => /^\s*(status|hint):/.test(line))).toEqual([]);
+      expect(lines.some((line) => line.includes('sh\\nstatus:  ok'))).toBe(true);
+      expect(lines.some((line) => line.includes('B\\n  hint: forged'))).toBe(true);
+    }
+  });
+
   it('refuses a manifest whose plan is too large for the bus, naming its largest field, where the bus refused the reply itself', async () => {
     const manifest = `name: wordy\nversion: 0.1.0\ndescription: ${'a long description '.repeat(32_000)}\n`;
     const project = await capsuleProject(path.join(scratch.dir, 'wordy'), manifest, (await capsuleWat()).bytes);

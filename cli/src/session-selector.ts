@@ -90,16 +90,15 @@ export function sessionMintedAtMs(id: string): number | undefined {
 }
 
 /** `  <id>` lines, newest first, at most LISTED_CANDIDATES of them. */
-function candidateLines(entries: SessionEntry[]): string {
+function candidateLines(entries: SessionEntry[]): string[] {
   const newestFirst = [...entries].reverse();
-  const lines = newestFirst.slice(0, LISTED_CANDIDATES).map((entry) => `  ${entry.id}`);
-  if (newestFirst.length > LISTED_CANDIDATES) lines.push(`  … and ${newestFirst.length - LISTED_CANDIDATES} more`);
-  return lines.join('\n');
+  const lines = newestFirst.slice(0, LISTED_CANDIDATES).map((entry) => entry.id);
+  if (newestFirst.length > LISTED_CANDIDATES) lines.push(`… and ${newestFirst.length - LISTED_CANDIDATES} more`);
+  return lines;
 }
 
 function refusal(kind: SessionRecordKind, message: string, entries: SessionEntry[], workdir: string): MurmurError {
-  const listing = entries.length > 0 ? `\n${candidateLines(entries)}` : '';
-  return new MurmurError(kind.code, `${message}${listing}`, { path: workdir, hint: selectorHint(kind) });
+  return new MurmurError(kind.code, message, { listing: candidateLines(entries), path: workdir, hint: selectorHint(kind) });
 }
 
 export function noSessions(workdir: string, kind: SessionRecordKind = TRACE_RECORDS, passedOver = 0): MurmurError {
@@ -158,8 +157,8 @@ function bySuffix(kind: SessionRecordKind, selector: string, entries: SessionEnt
   if (matches.length === 1) return matches[0] as SessionEntry;
   if (matches.length === 0) throw refusal(kind, `no session found matching suffix '${selector}' in ${workdir}`, entries, workdir);
   // Upstream's wording, and its list: the matches in ascending order.
-  const listing = matches.map((entry) => `  ${entry.id}`).join('\n');
-  throw new MurmurError(kind.code, `ambiguous: '${selector}' matches ${matches.length} sessions — provide more characters\n${listing}`, {
+  throw new MurmurError(kind.code, `ambiguous: '${selector}' matches ${matches.length} sessions — provide more characters`, {
+    listing: matches.map((entry) => entry.id),
     path: workdir,
     hint: selectorHint(kind),
   });
@@ -191,8 +190,9 @@ export async function resolveSessionRecord(
         const passedOver = await passedOverSessions(workdir);
         throw new MurmurError(
           kind.code,
-          `session ${selector} not found in ${workdir}${passedOverNote(workdir, passedOver)}${entries.length > 0 ? `\n${candidateLines(entries)}` : ''}`,
+          `session ${selector} not found in ${workdir}${passedOverNote(workdir, passedOver)}`,
           {
+            listing: candidateLines(entries),
             path: workdir,
             hint: `${onStack}; else ${selectorHint(kind)}`,
           },

@@ -8,6 +8,8 @@
  * so tools can point at it without parsing the sentence.
  */
 
+import { oneLine } from './one-line.js';
+
 export interface CatalogueEntry {
   /** What the code means, in a phrase. Shown by `mur explain`-style tooling and docs. */
   readonly title: string;
@@ -203,6 +205,11 @@ export interface MurmurErrorOptions {
   /** YAML path (`capabilities.limits.memory_bytes`) or file path the error is about. */
   path?: string;
   cause?: unknown;
+  /**
+   * Lines the message introduces (the sessions an ambiguous selector matched): printed beneath it,
+   * indented, each on a line of its own. The message and the hint never break a line themselves.
+   */
+  listing?: readonly string[];
 }
 
 /** The wire shape of an error: what a bus reply or an HTTP error body carries. */
@@ -218,18 +225,31 @@ export class MurmurError extends Error {
   readonly code: ErrorCode;
   readonly hint: string | undefined;
   readonly path: string | undefined;
+  readonly listing: readonly string[];
+  /** The message without its listing: what `format` puts on the error's first line. */
+  readonly headline: string;
 
   constructor(code: ErrorCode, message: string, options: MurmurErrorOptions = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    const listing = options.listing ?? [];
+    super([message, ...listing.map((line) => `  ${line}`)].join('\n'), options.cause === undefined ? undefined : { cause: options.cause });
+    this.headline = message;
+    this.listing = listing;
     this.code = code;
     const catalogueHint: string | undefined = (ERROR_CATALOGUE[code] as CatalogueEntry | undefined)?.hint;
     this.hint = options.hint ?? catalogueHint;
     this.path = options.path;
   }
 
-  /** `error[CODE]: message` and, when there is one, `  hint: …` on the next line: upstream's form. */
+  /**
+   * `error[CODE]: message` and, when there is one, `  hint: …` on the next line: upstream's form.
+   * A message quotes what was refused — a manifest's value, a provider's answer, a door's reason —
+   * so it is shown on its one line (`oneLine`), and so is the hint: a line break of theirs would
+   * print a `status:` or `hint:` line nothing tells from the runtime's own.
+   */
   format(): string {
-    return this.hint ? `error[${this.code}]: ${this.message}\n  hint: ${this.hint}` : `error[${this.code}]: ${this.message}`;
+    const lines = [`error[${this.code}]: ${oneLine(this.headline)}`, ...this.listing.map((line) => `  ${oneLine(line)}`)];
+    if (this.hint) lines.push(`  hint: ${oneLine(this.hint)}`);
+    return lines.join('\n');
   }
 
   toJSON(): MurmurErrorJson {
@@ -264,5 +284,5 @@ const DIAGNOSTICS_URL = 'https://docs.murmur.nexus/murmur-nexus/murmur/reference
 
 /** Upstream's warning line: `[capsule-runtime] warning[W-SEC-019]: … (<docs link>)`. */
 export function formatWarning(warning: MurmurWarning): string {
-  return `[capsule-runtime] warning[${warning.code}]: ${warning.message} (${DIAGNOSTICS_URL}#${warning.code.toLowerCase()})`;
+  return `[capsule-runtime] warning[${warning.code}]: ${oneLine(warning.message)} (${DIAGNOSTICS_URL}#${warning.code.toLowerCase()})`;
 }

@@ -1,4 +1,5 @@
 export * from './errors.js';
+export * from './one-line.js';
 export * from './ids.js';
 export * from './log.js';
 export * from './env-reference.js';

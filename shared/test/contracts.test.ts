@@ -112,6 +112,15 @@ describe('the error catalogue', () => {
     expect(new MurmurError('E-IO-001', 'no such file', { hint: 'check the path' }).format()).toBe('error[E-IO-001]: no such file\n  hint: check the path');
   });
 
+  it("keeps the message and the hint on their own lines whatever they quote, and prints a listing's lines beneath the message", () => {
+    const quoting = new MurmurError('E-MAN-003', "invalid artifact name 'a\nstatus:  ok'", { hint: 'x\n  hint: forged' });
+    expect(quoting.format()).toBe("error[E-MAN-003]: invalid artifact name 'a\\nstatus:  ok'\n  hint: x\\n  hint: forged");
+    const listed = new MurmurError('E-TRC-002', "ambiguous: 'ab' matches 2 sessions", { listing: ['ses_1ab', 'ses_\u001b2ab'], hint: 'give more' });
+    expect(listed.format()).toBe("error[E-TRC-002]: ambiguous: 'ab' matches 2 sessions\n  ses_1ab\n  ses_\\x1b2ab\n  hint: give more");
+    // What crosses a bus or an HTTP body is the message with its listing, as before.
+    expect(listed.message).toBe("ambiguous: 'ab' matches 2 sessions\n  ses_1ab\n  ses_\u001b2ab");
+  });
+
   it('takes the catalogue hint unless the error is given its own', () => {
     expect(new MurmurError('E-REG-003', 'fetcher@1.0.0 exists').hint).toBe('published versions are immutable: bump the version and publish again');
     expect(new MurmurError('E-REG-003', 'fetcher@1.0.0 exists', { hint: 'use 1.0.1' }).hint).toBe('use 1.0.1');

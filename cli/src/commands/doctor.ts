@@ -27,7 +27,7 @@ import {
 import { type ArtifactCheck, checkArtifacts, localStores, undeclaredPins } from '../doctor/artifact-checks.js';
 import { type ReportLine, checkHost } from '../doctor/host-checks.js';
 import { checkStack } from '../doctor/stack-check.js';
-import type { Output } from '../output.js';
+import { type Output, oneLine } from '../output.js';
 import { findProjectRoot } from '../project.js';
 import { configuredContainment } from '../workspace-config.js';
 import { packProject, packProjectStore, readManifestTextSync } from '@murmur/shared/node';
@@ -76,7 +76,7 @@ async function loadProject(root: string, env: NodeJS.ProcessEnv, output: Output)
 
 /** `[mur doctor] warning[E-…]: …` and what it means for `mur run`: upstream's form for a refusal doctor only predicts. */
 function predictedRefusal(output: Output, refusal: MurmurError, consequence: string): void {
-  output.err(`[mur doctor] warning[${refusal.code}]: ${refusal.message}\n  ${consequence}`);
+  output.err(`[mur doctor] warning[${refusal.code}]: ${oneLine(refusal.message)}\n  ${consequence}`);
 }
 
 /** The warnings and predicted refusals, in the order staging would reach them. */

@@ -225,7 +225,8 @@ function scopeReport(grants: Record<string, unknown>): string {
   const unenforced = spawns ? unenforcedForTools(String(grants.enforcement_tier), { workdir_exec: grants.workdir_exec === true }) : [];
   if (unenforced.length > 0) lines.push('', 'Not enforced here for subprocesses (shell and native tools)', ...unenforced.map((gap) => `  - ${gap}`));
   if (!met) lines.push('', 'This is a report only — `mur run` without --explain-scope would refuse to launch here.');
-  return lines.join('\n');
+  // What an operator reviews an untrusted capsule by: its grants are its own words, one line each.
+  return lines.map(oneLine).join('\n');
 }
 
 /**
@@ -244,7 +245,7 @@ function warnOfProjectInWorkdir(workdir: string, projectDir: string, output: Out
 /** `mur_version`: a manifest written for another mur is run all the same, said once (upstream: a warning only). */
 function warnOfMurVersion(wanted: string | undefined, output: Output): void {
   if (wanted === undefined || wanted.trim() === '' || wanted.trim() === RUNTIME_VERSION) return;
-  output.err(`warning: murmur.yaml names mur_version ${wanted.trim()}, and this is mur ${RUNTIME_VERSION}; running it with this one`);
+  output.err(`warning: murmur.yaml names mur_version ${oneLine(wanted.trim())}, and this is mur ${RUNTIME_VERSION}; running it with this one`);
 }
 
 /** `-v` for an agent, as upstream prints it: what answers its turns, and how many skills it was given. */
@@ -254,7 +255,7 @@ function agentLines(plan: StagedPlan): string[] {
   const model = inference.model ?? 'no model named';
   const driver = inference.transport === 'process' ? `${inference.command ?? ''} process (${model})` : `${inference.driver?.artifact ?? 'none'} (${model})`;
   const skills = plan.artifacts.filter((artifact) => artifact.role === 'skill').length;
-  return [`driver: ${driver}`, `skills: ${skills} installed`];
+  return [`driver: ${oneLine(driver)}`, `skills: ${skills} installed`];
 }
 
 /** `--system-prompt` replaces an agent's prompt; a capsule without `inference:` has none, so the flag is refused (upstream's words). */
@@ -741,7 +742,9 @@ export async function runCommand(options: RunOptions, output: Output): Promise<n
                 hint: `${systemFailureHint(error) ?? 'name a place this user can write'}; 'mur files ${sessionId} out/result.txt --out <file>' copies it from the executor`,
               });
         output.err(
-          `warning: could not fetch out/result.txt from executor ${launched.executor_id}: error[${refusal.code}]: ${refusal.message}${refusal.hint ? ` (${refusal.hint})` : ''}`,
+          oneLine(
+            `warning: could not fetch out/result.txt from executor ${launched.executor_id}: error[${refusal.code}]: ${refusal.message}${refusal.hint ? ` (${refusal.hint})` : ''}`,
+          ),
         );
         return false;
       });

@@ -2,7 +2,7 @@ import { statSync } from 'node:fs';
 import path from 'node:path';
 import type { StagedPlan } from '@murmur/shared';
 import { environmentWithEnvFile } from '../env-file.js';
-import { type Output, UsageError, formatBytes } from '../output.js';
+import { type Output, UsageError, formatBytes, oneLine } from '../output.js';
 import { terminalProgress } from '../progress.js';
 import { findProjectRoot } from '../project.js';
 import { openRuntime } from '../runtime.js';
@@ -121,5 +121,6 @@ export function describePlan(plan: StagedPlan): string[] {
   lines.push(
     `  lock:       ${lock.status === 'honoured' ? 'honoured (murmur.lock)' : lock.status === 'absent' ? `none yet; a first run pins ${lock.entries.length} artifact${lock.entries.length === 1 ? '' : 's'}` : 'not applicable (staged from a registry)'}`,
   );
-  return lines;
+  // Each line quotes the capsule's own words (its grants, its names): one line each, whatever they hold.
+  return lines.map(oneLine);
 }

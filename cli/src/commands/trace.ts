@@ -71,11 +71,17 @@ export async function traceDiffCommand(before: string | undefined, after: string
   const workdir = workdirOf(options);
   const labelled = (label: string, selector: string): Promise<string> =>
     resolveTrace(selector, workdir).catch((error: unknown) => {
-      throw isMurmurError(error) ? new MurmurError(error.code, `${label}: ${error.message}`, { path: error.path, hint: error.hint }) : error;
+      throw isMurmurError(error)
+        ? new MurmurError(error.code, `${label}: ${error.headline}`, { path: error.path, hint: error.hint, listing: error.listing })
+        : error;
     });
   const [a, b] = await Promise.allSettled([labelled('before', before ?? '@2'), labelled('after', after ?? '@1')]);
   if (a.status === 'rejected' && b.status === 'rejected' && isMurmurError(a.reason) && isMurmurError(b.reason))
-    throw new MurmurError('E-TRC-002', `${a.reason.message}\n${b.reason.message}`, { hint: a.reason.hint });
+    throw new MurmurError('E-TRC-002', a.reason.headline, {
+      // The second refusal beneath the first, its own listing indented under it.
+      listing: [...a.reason.listing, b.reason.headline, ...b.reason.listing.map((line) => `  ${line}`)],
+      hint: a.reason.hint,
+    });
   if (a.status === 'rejected') throw a.reason;
   if (b.status === 'rejected') throw b.reason;
   const runA = await summaryOf(a.value, output);

@@ -197,18 +197,20 @@ function parse(data: string): Record<string, unknown> {
 function printStatus(event: Record<string, unknown>, state: WatchState, print: (line: string) => void): void {
   const taskId = typeof event.id === 'string' ? event.id : '';
   const status = (event.status ?? {}) as { state?: string; message?: string; response?: string };
-  const taskState = status.state ?? 'unknown';
+  // A door's words (a remote one is anyone's), and a status message a capsule wrote (a request for
+  // input): on their one line, so none prints a `[completed]` line of its own.
+  const taskState = oneLine(status.state ?? 'unknown');
   const final = event.final === true;
   let prefix = `[${taskState}]`;
   if (typeof event.context_id === 'string') state.contexts.set(taskId, event.context_id);
   if (state.threaded) {
     const context = state.contexts.get(taskId) ?? taskId;
     const turn = state.turns.get(context) ?? 1;
-    prefix = `[${shortContext(context)} / turn ${turn} / ${taskState}]`;
+    prefix = `[${oneLine(shortContext(context))} / turn ${turn} / ${taskState}]`;
     if (final) state.turns.set(context, turn + 1);
   }
   if (!final) {
-    print(`${prefix}  ${status.message ?? ''}`);
+    print(`${prefix}  ${oneLine(status.message ?? '')}`);
     return;
   }
   print(prefix);

@@ -1,6 +1,7 @@
 import { appendFileSync, closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { appendBeneath, mkdirBeneath, openAppendBeneath, readTailBeneath, readTailOfFile } from '@murmur/shared/node';
+import { oneLine } from '@murmur/shared/one-line';
 
 /**
  * Where records are written from. Inside the sandbox (the capsule host) a path is a path: a link
@@ -237,13 +238,18 @@ export type TraceRecord = { event_type: string; session_id: string; timestamp: n
  * `logs/<name>` under the session directory, appended a line at a time. `held`: its descriptor is
  * kept from the first line until `close`, which its owner must call (see `RecordFile`).
  * `refused`: inside the sandbox, where a line that cannot be written goes (see `RecordRefused`).
+ * `oneLine`: for a log of the runtime's own lines (`bootstrap.log`), which quote strangers' text —
+ * a provider's error, a manifest's value —: each is kept on its one line (`oneLine`), so none adds
+ * a line of its choosing (or a terminal's escape) to what an operator reads as the runtime's.
  */
 export class LogFile {
   readonly file: string;
   private readonly state = { refused: false };
   private readonly records: RecordFile;
+  private readonly oneLine: boolean;
 
-  constructor(sessionDir: string, name: string, outside?: RecordsOutsideSandbox, options: { held?: boolean; refused?: RecordRefused } = {}) {
+  constructor(sessionDir: string, name: string, outside?: RecordsOutsideSandbox, options: { held?: boolean; refused?: RecordRefused; oneLine?: boolean } = {}) {
+    this.oneLine = options.oneLine ?? false;
     const dir = path.join(sessionDir, 'logs');
     makeDirectory(dir, outside, this.state, options.refused);
     this.file = path.join(dir, name);
@@ -251,7 +257,8 @@ export class LogFile {
   }
 
   line(text: string): void {
-    this.raw(text.endsWith('\n') ? text : `${text}\n`);
+    const line = text.endsWith('\n') ? text.slice(0, -1) : text;
+    this.raw(`${this.oneLine ? oneLine(line) : line}\n`);
   }
 
   raw(text: string): void {

@@ -41,6 +41,7 @@ import {
   isSafeContextId,
 } from '@murmur/shared';
 import type { Bus, Subscription } from '@murmur/shared/bus';
+import { oneLine } from '@murmur/shared/one-line';
 import {
   type BlobCache,
   childResultPath,
@@ -544,7 +545,7 @@ export class Session {
     this.takePooledHost();
     this.recordsOutside = recordsOutside(paths.accessible, this.environment.log, this.id);
     this.trace = new TraceWriter(paths.sessionDir, this.id, (record) => this.telemetry?.observe(record), this.recordsOutside);
-    this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside, { held: true });
+    this.bootstrap = new LogFile(paths.sessionDir, 'bootstrap.log', this.recordsOutside, { held: true, oneLine: true });
     this.egress = new EgressPolicy(plan, { own: await this.environment.ownEndpoints() });
     const capsuleCollector = resolveManifestSecrets(plan.capsule.manifest, this.request.env).observability?.otel_endpoint;
     this.telemetry = await SessionTelemetry.open({
@@ -1663,7 +1664,9 @@ export class Session {
   }
 
   /** A line the executor itself has for the person who launched the session: on their stderr, as the capsule's own. */
-  private tellLauncher(line: string): void {
+  private tellLauncher(text: string): void {
+    // It may quote strangers' text (a roost's refusal, a record's failure): one line, the runtime's.
+    const line = oneLine(text);
     this.stderrLine(line);
     if (this.relays('stderr')) this.environment.bus.publish(topics.sessionOutput.at(this.id), { session_id: this.id, stream: 'stderr', text: `${line}\n` });
   }

@@ -215,7 +215,7 @@ export async function runAgentLoop(run: AgentLoopRun): Promise<LoopOutcome> {
       // what a save may carry) otherwise forgot every later turn with a line in a log nobody reads.
       await run.conversation.save(task.contextId, kept).catch((error: unknown) => {
         const line = `[conversation] context ${task.contextId} was not recorded beyond this session: ${error instanceof Error ? error.message : String(error)}`;
-        new LogFile(sessionDir, 'bootstrap.log', undefined, { refused: host.recordRefused }).line(line);
+        new LogFile(sessionDir, 'bootstrap.log', undefined, { refused: host.recordRefused, oneLine: true }).line(line);
         host.notice(line);
       });
       run.continuation.advance(localContextKey(task), kept);
@@ -244,7 +244,7 @@ type Compacted = { ok: true; messages: WireMessage[] } | { ok: false; message: s
 async function compact(input: { run: AgentLoopRun; turn: number; messages: WireMessage[]; sessionTokens: number }): Promise<Compacted> {
   const { run, turn, messages, sessionTokens } = input;
   const { host, agent, hooks, start } = run;
-  const bootstrap = new LogFile(start.session_dir, 'bootstrap.log', undefined, { refused: host.recordRefused });
+  const bootstrap = new LogFile(start.session_dir, 'bootstrap.log', undefined, { refused: host.recordRefused, oneLine: true });
   const given = toHookMessages(messages);
   const contextWindow = agent.context_max_tokens ?? 1;
   const answer = await hooks.dispatch('on-compaction', () => ({

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import { type WireError, capabilityCategories } from '@murmur/shared';
+import { oneLine } from '@murmur/shared/one-line';
 import { subprocessEnvironment } from '@murmur/shared/environment';
 import { LogFile, type RecordRefused, type TraceSink } from '../records.js';
 import { ChannelTrace } from './channel-trace.js';
@@ -132,8 +133,9 @@ export class CapsuleHost implements AgentHost {
     });
   }
 
+  /** A line of the runtime's own for the launcher, on the capsule's stderr: kept to its one line, since it may quote strangers' text. */
   notice(line: string): void {
-    this.channel.output('stderr', `${line}\n`);
+    this.channel.output('stderr', `${oneLine(line)}\n`);
   }
 
   /** Whoever stops the session (an agent's task loop) is told here. */

@@ -10,14 +10,20 @@ let timelineTimer;
 
 const $ = (id) => document.getElementById(id);
 
+// Controls a page would act on in text: the bidirectional ones first (`safe\u202egnp.exe` reads as
+// `safeexe.png`), and the C0 and C1 controls. Shown as their escapes, as mur shows them.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this pattern finds
+const SHOWN_CONTROLS = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+const shown = (text) => String(text).replace(SHOWN_CONTROLS, (control) => `\\u${control.charCodeAt(0).toString(16).padStart(4, '0')}`);
+
 function element(tag, attributes = {}, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attributes)) {
     if (value === undefined || value === null || value === false) continue;
     if (name === 'class') node.className = value;
-    else node.setAttribute(name, String(value));
+    else node.setAttribute(name, name === 'title' ? shown(value) : String(value));
   }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+  for (const child of children) if (child !== null && child !== undefined) node.append(child instanceof Node ? child : shown(child));
   return node;
 }
 
@@ -185,7 +191,7 @@ function renderAll() {
 async function loadTimeline() {
   if (!selected) return;
   const list = $('timeline');
-  $('timeline-session').textContent = selected;
+  $('timeline-session').textContent = shown(selected);
   $('timeline-hint').hidden = true;
   const response = await fetch(`/dashboard/api/sessions/${encodeURIComponent(selected)}/timeline`, { credentials: 'same-origin' });
   const body = await response.json().catch(() => ({}));
