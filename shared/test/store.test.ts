@@ -195,6 +195,19 @@ describe('ArtifactStore.publish', () => {
     expect((await store.list()).map((entry) => `${entry.name}@${entry.version}`)).toEqual(['local@worker', 'local/worker@0.2.0']);
   });
 
+  it("refuses a namespaced version named as another artifact's files are, so no publish makes a directory where vic@2's archive or digest is read", async () => {
+    await store.publish(ZIP_A, meta({ name: 'vic', version: '2' }));
+    const before = await snapshot(root);
+    for (const version of ['vic-2-linux-x86_64.mur.zip', 'vic-2-linux-x86_64.sha256', 'vic-2.MUR.ZIP', 'vic-2.meta.json']) {
+      const error = await rejection(store.publish(ZIP_B, meta({ name: 'vic/2', version })));
+      expect(error.code, version).toBe('E-REG-006');
+      expect(error.message).toContain(`'${version}' cannot be an artifact version in a store: it must not end in`);
+    }
+    expect(await snapshot(root)).toEqual(before);
+    expect((await store.resolve('vic', '2', 'linux-x86_64'))?.bytesSha256).toBe(sha256Hex(ZIP_A));
+    expect((await store.list()).map((entry) => `${entry.name}@${entry.version}`)).toEqual(['vic@2']);
+  });
+
   it('refuses names and versions that could escape or hide in the store, writing nothing', async () => {
     const cases: Array<Partial<ArtifactMeta>> = [
       { name: '../x' },

@@ -91,10 +91,11 @@ export function assertStorable(name: string, version: string): void {
         hint: "an artifact is named as its murmur.yaml names it, e.g. 'hello' or 'acme/hello'",
       },
     );
-  if (artifactVersionProblem(version) !== undefined) {
+  const versionProblem = artifactVersionProblem(version);
+  if (versionProblem !== undefined) {
     throw new MurmurError(
       'E-REG-006',
-      `'${shown(version)}' cannot be an artifact version in a store: use letters, digits, '.', '+', '-' and '_', at most ${LONGEST_ARTIFACT_VERSION} of them`,
+      `'${shown(version)}' cannot be an artifact version in a store: it ${versionProblem} (letters, digits, '.', '+', '-' and '_', at most ${LONGEST_ARTIFACT_VERSION} of them)`,
       { path: version, hint: "a version is as the artifact's murmur.yaml gives it, e.g. 0.1.0" },
     );
   }

@@ -28,5 +28,15 @@ export function artifactVersionProblem(version: string): string | undefined {
   if (bad !== undefined) return `may contain only letters, digits, '.', '+', '-' and '_' (found ${JSON.stringify(bad)})`;
   if (!/^[A-Za-z0-9]/.test(version)) return 'must start with a letter or a digit';
   if (version.includes('..')) return "must not contain '..'";
+  const suffix = STORE_FILE_SUFFIXES.find((ending) => version.toLowerCase().endsWith(ending));
+  if (suffix !== undefined) return `must not end in '${suffix}', as a store's files do`;
   return undefined;
 }
+
+/**
+ * The endings of the files a store keeps in a version's directory. `acme@tool`'s files and
+ * `acme/tool@<version>`'s directory share `acme/tool/`: a version ending as one of those files
+ * does would make a directory where another publisher's archive or digest is read (or will be
+ * written), breaking a version someone else published and listing one nobody did.
+ */
+const STORE_FILE_SUFFIXES = ['.mur.zip', '.sha256', '.meta.json'];
