@@ -439,6 +439,33 @@ describe('roost as a remote registry', () => {
     expect(await listTree(path.join(project, '.murmur', 'artifacts'))).toContain('echo-tool/0.1.0/echo-tool-0.1.0.mur.zip');
   });
 
+  it("takes the bytes a lock pins from the source that has them, passing a global store's other build, and names that build when no source has them", async () => {
+    const env = user('pinned-elsewhere');
+    const project = path.join(scratch.dir, 'pinned-elsewhere-project');
+    await capsuleProject(project, 'name: app\nversion: 0.1.0\nartifacts:\n  - name: echo-tool\n    version: 0.1.0\n', (await capsuleWat()).bytes);
+    const pinned = sha256Hex(await fs.readFile(toolZip));
+    const lockText = `lock_version: 1\nartifacts:\n  - name: echo-tool\n    resolved_version: 0.1.0\n    sha256:\n      wasm: ${pinned}\n`;
+    await fs.writeFile(path.join(project, 'murmur.lock'), lockText);
+    // An earlier build of the same version, in this user's global store (looked in first).
+    const rebuilt = path.join(scratch.dir, 'echo-tool-other-build', 'echo-tool-0.1.0.mur.zip');
+    await fs.mkdir(path.dirname(rebuilt), { recursive: true });
+    await fs.writeFile(rebuilt, await componentArtifact('echo-tool', '0.1.0', (await toolWat()).bytes, 'tool', 'tags: [other-build]\n'));
+    expect((await runMur(['install', '-g', rebuilt], { env })).code).toBe(0);
+    const other = sha256Hex(await fs.readFile(rebuilt));
+    // No source but the global store: refused, naming where the other bytes are.
+    const refused = await runMur(['install', 'echo-tool@0.1.0'], { cwd: project, env });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(`error[E-REG-005]: murmur.lock pins echo-tool@0.1.0 as sha256 ${pinned}, and no source holds those bytes: `);
+    expect(refused.stderr).toContain(`echo-tool-0.1.0.mur.zip (sha256 ${other}) holds others; nothing was installed`);
+    expect(refused.stderr).toContain('hint: install the pinned bytes from the registry they came from (--registry <roost url>)');
+    expect(existsSync(path.join(project, '.murmur', 'artifacts'))).toBe(false);
+    // With the roost that published them among the sources: its bytes, the lock as it was.
+    const installed = await runMur(['install', 'echo-tool@0.1.0'], { cwd: project, env: { ...env, MURMUR_ROOST_URL: roost.url } });
+    expect(installed.code, installed.stderr).toBe(0);
+    expect(sha256Hex(await fs.readFile(path.join(project, '.murmur', 'artifacts', 'echo-tool', '0.1.0', 'echo-tool-0.1.0.mur.zip')))).toBe(pinned);
+    expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(lockText);
+  });
+
   it('publishes to and installs from the roost the project’s registry.remote_url names, with no --registry', async () => {
     const project = path.join(scratch.dir, 'remote-url-project');
     await capsuleProject(project, `name: app\nversion: 0.1.0\nregistry:\n  remote_url: ${roost.url}\n`, (await capsuleWat()).bytes);
@@ -513,6 +540,23 @@ describe('roost as a remote registry', () => {
     expect(result.stderr).toContain("error[E-PRJ-002]: the project store's '.murmur' is a symlink");
     expect(await fs.readdir(elsewhere)).toEqual([]);
     expect(existsSync(path.join(project, 'murmur.lock'))).toBe(false);
+  });
+
+  it("refuses to install through a link at the artifact's own directory in the project store, or at its version's, writing nothing there", async () => {
+    for (const linked of [['echo-tool'], ['echo-tool', '0.1.0']]) {
+      const project = path.join(scratch.dir, `linked-${linked.length}-project`);
+      await capsuleProject(project, 'name: app\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+      const elsewhere = path.join(scratch.dir, `elsewhere-${linked.length}`);
+      await fs.mkdir(elsewhere);
+      const link = path.join(project, '.murmur', 'artifacts', ...linked);
+      await fs.mkdir(path.dirname(link), { recursive: true });
+      await fs.symlink(elsewhere, link);
+      const result = await runMur(['install', toolZip], { cwd: project, env: user(`linker-${linked.length}`) });
+      expect(result.code, result.stderr).toBe(1);
+      expect(result.stderr).toContain(`error[E-PRJ-002]: the project store's '${path.join('.murmur', 'artifacts', ...linked)}' is a symlink`);
+      expect(await fs.readdir(elsewhere)).toEqual([]);
+      expect(existsSync(path.join(project, 'murmur.lock'))).toBe(false);
+    }
   });
 
   it('refuses to install bytes that are another artifact than the one named, writing nothing', async () => {

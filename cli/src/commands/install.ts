@@ -48,10 +48,11 @@ function target(options: InstallOptions): Target {
  * The project's store must be a directory of the project's own, as staging takes it (`E-PRJ-002`
  * for a store file that resolves outside the capsule directory): an install through a linked
  * `.murmur` wrote the artifact where the link led, said it was installed, and every run refused it.
+ * `within`: a directory in the store, each of whose parents up to the project is looked at (an
+ * artifact's `<name>/<version>/` once its archive names them: a linked `<name>` led out the same way).
  */
-function refuseStoreOutside(projectRoot: string): void {
-  const store = projectStoreDir(projectRoot);
-  for (let dir = store; dir.startsWith(`${projectRoot}${path.sep}`); dir = path.dirname(dir)) {
+function refuseStoreOutside(projectRoot: string, within: string = projectStoreDir(projectRoot)): void {
+  for (let dir = within; dir.startsWith(`${projectRoot}${path.sep}`); dir = path.dirname(dir)) {
     const stat = lstatSync(dir, { throwIfNoEntry: false });
     if (stat?.isSymbolicLink())
       throw new MurmurError(
@@ -105,6 +106,13 @@ async function checkPin(projectRoot: string | undefined, name: string, version: 
   return lock;
 }
 
+/** The digest murmur.lock pins for exactly `name@version`, if the project's lock pins that version. */
+async function pinnedDigest(projectRoot: string | undefined, name: string, version: string): Promise<string | undefined> {
+  if (!projectRoot) return undefined;
+  const pin = (await readLockfile(path.join(projectRoot, LOCKFILE_NAME)))?.artifacts.find((entry) => entry.name === name);
+  return pin?.resolved_version === version ? pin.sha256.wasm : undefined;
+}
+
 async function pin(projectRoot: string | undefined, lock: MurmurLock | undefined, name: string, version: string, sha256: string): Promise<void> {
   if (!projectRoot) return;
   await writeLockfile(path.join(projectRoot, LOCKFILE_NAME), upsertLockEntry(lock, { name, resolved_version: version, sha256: { wasm: sha256 } }));
@@ -133,6 +141,7 @@ async function installBytes(
     );
   }
   const install = async (): Promise<{ meta: ArtifactMeta; zipPath: string; replaced: string | undefined }> => {
+    if (into.projectRoot) refuseStoreOutside(into.projectRoot, into.store.versionDir(meta.name, meta.version));
     const lock = await checkPin(into.projectRoot, meta.name, meta.version, sha256);
     // An install overwrites, as upstream's does; other bytes under the same version are said.
     const before = meta.runtime === 'native' ? undefined : await into.store.recordedSha256(meta.name, meta.version).catch(() => undefined);
@@ -180,15 +189,32 @@ async function installReference(reference: string, into: Target, options: Instal
     });
   }
   const from = await sources(options);
+  // A lock that pins this version names its bytes: a source that holds others (a global store's
+  // older build) is passed for the next, rather than taken and refused as a conflict.
+  const pinned = await pinnedDigest(into.projectRoot, name, version);
+  const holdingOthers: string[] = [];
   for (const source of from) {
     const resolved = await source.resolve(name, version);
     if (!resolved) continue;
-    verifyResolved(resolved);
+    const digest = verifyResolved(resolved);
+    if (pinned !== undefined && digest !== pinned) {
+      holdingOthers.push(`${tildePath(resolved.location)} (sha256 ${digest})`);
+      continue;
+    }
     const { zipPath, replaced } = await installBytes(into, resolved.bytes, `${name}@${version}`, { name, version, location: resolved.location });
     output.out(`Installed ${name}@${version} → ${tildePath(zipPath)}`);
     if (replaced) output.warn(replacedWarning(name, version, replaced, zipPath));
     return;
   }
+  if (holdingOthers.length > 0)
+    throw new MurmurError(
+      'E-REG-005',
+      `murmur.lock pins ${name}@${version} as sha256 ${pinned}, and no source holds those bytes: ${holdingOthers.join(', ')} ${holdingOthers.length === 1 ? 'holds' : 'hold'} others; nothing was installed`,
+      {
+        path: LOCKFILE_NAME,
+        hint: 'install the pinned bytes from the registry they came from (--registry <roost url>); to take other bytes on purpose, remove the entry from murmur.lock and install again',
+      },
+    );
   const searched = from.map((source) => source.location).join(', ');
   // Published where this install looked: a roost named with --registry is published to with it too.
   const registry = registryChoice(options.registry);
