@@ -60,6 +60,20 @@ describe('mur stage', () => {
     }
   });
 
+  it('refuses an artifact version no store can hold (a range) as such, with a lock as without one', async () => {
+    const manifest = 'name: ranged\nversion: 0.1.0\nartifacts:\n  - name: echo-tool\n    version: ">=1.0"\n';
+    const project = await capsuleProject(path.join(scratch.dir, 'ranged'), manifest, (await capsuleWat()).bytes);
+    const env = { MURMUR_HOME: path.join(scratch.dir, 'home-ranged') };
+    const unlocked = await runMur(['stage', project], { env });
+    await writeFile(path.join(project, 'murmur.lock'), 'lock_version: 1\nartifacts: []\n');
+    const locked = await runMur(['stage', project], { env });
+    for (const staged of [unlocked, locked]) {
+      expect(staged.code).toBe(1);
+      expect(staged.stderr).toContain(`error[E-REG-006]: '>=1.0' cannot be an artifact version in a store: it may contain only letters`);
+      expect(staged.stderr).not.toContain('mur install');
+    }
+  });
+
   it('refuses a manifest whose plan is too large for the bus, naming its largest field, where the bus refused the reply itself', async () => {
     const manifest = `name: wordy\nversion: 0.1.0\ndescription: ${'a long description '.repeat(32_000)}\n`;
     const project = await capsuleProject(path.join(scratch.dir, 'wordy'), manifest, (await capsuleWat()).bytes);

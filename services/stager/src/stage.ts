@@ -36,6 +36,7 @@ import {
   RegistryChain,
   type ResolvedArtifact,
   RoostRegistryClient,
+  assertStorable,
   isWasmComponent,
   missingPayload,
   readLockfile,
@@ -748,6 +749,9 @@ function pinOf(
   context: { lock: MurmurLock | undefined; lockPath: string | undefined; honourPins: boolean; warnings: MurmurWarning[] },
 ): ArtifactPin {
   const { name, version } = declaration;
+  // A name or version no store can hold (a range, `>=1.0`) is refused as such, lock or no lock:
+  // told it was missing from the lock, its user was told to install what no install takes.
+  assertStorable(name, version);
   if (!context.lock) return { version, pinnedSha: undefined };
   const pin = context.lock.artifacts.find((entry) => entry.name === name);
   if (!pin) {
