@@ -200,6 +200,10 @@ export class RoostRegistryClient implements ArtifactSource {
       throw new MurmurError(
         'E-REG-002',
         `roost at ${this.location} sent ${name}@${version} without an ${SHA256_HEADER} header; refusing bytes that cannot be verified`,
+        {
+          path: this.location,
+          hint: `a Murmur registry sends each archive's digest: check that ${this.location} is a roost (and no proxy before it drops the header), or install from another registry`,
+        },
       );
     }
     const bytes = await readBodyCapped(response, maxEntryBytesFromEnv(), `${name}@${version} from roost at ${this.location}`, 'E-ART-002', 'E-ROOST-001');
