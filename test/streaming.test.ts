@@ -43,6 +43,8 @@ describe.each(['anthropic', 'openai'] as const)('a streamed %s reply', (dialect)
   const seenAt: number[] = [];
   /** Pieces the model wrote because the client had not seen the one before in time. */
   const writtenUnseen: number[] = [];
+  /** The task the first test streamed, which the second resumes. */
+  let streamedTask: string | undefined;
 
   beforeAll(async () => {
     scratch = await tempDir(`murmur-streaming-${dialect}-`);
@@ -119,6 +121,31 @@ describe.each(['anthropic', 'openai'] as const)('a streamed %s reply', (dialect)
     const task = await rpc(agent.url, 'tasks/get', { id: taskId });
     const artifacts = (task.body.result?.artifacts ?? []) as Array<{ name: string; parts: Array<{ text: string }> }>;
     expect(artifacts.find((artifact) => artifact.name === 'response')?.parts[0]?.text).toBe(WHOLE_TEXT);
+    streamedTask = taskId;
+  });
+
+  it('goes on appending to the streams a client resuming after an event (Last-Event-ID) had seen begin, and begins those it had not', async () => {
+    expect(streamedTask, 'the task streamed above').toBeDefined();
+    /** The streamed chunks of a resumption after `after`: event, id, artifact and whether it appends. */
+    const resumed = async (after: number) =>
+      (await readSse(await openStream(agent.url, 'tasks/resubscribe', { id: streamedTask }, { headers: { 'last-event-id': String(after) } })))
+        .filter((frame) => frame.event === 'text' || frame.event === 'thinking')
+        .map((frame) => {
+          const result = (JSON.parse(frame.data) as { result: { append?: boolean; artifact: { artifactId: string } } }).result;
+          return { event: frame.event, id: Number(frame.id), artifactId: result.artifact.artifactId, append: result.append === true };
+        });
+    const all = await resumed(0);
+    const thinking = all.filter((chunk) => chunk.event === 'thinking');
+    const texts = all.filter((chunk) => chunk.event === 'text');
+    expect(thinking).toHaveLength(1);
+    expect(texts.length).toBeGreaterThan(1);
+    expect(thinking[0]?.id).toBeLessThan(texts[0]?.id as number);
+    // Resumed after the first piece of the reply: every chunk it is sent appends to it.
+    const afterFirstText = await resumed(texts[0]?.id as number);
+    expect(afterFirstText.map(({ artifactId, append }) => [artifactId, append])).toEqual(texts.slice(1).map(() => ['response-stream', true]));
+    // Resumed after the thinking alone: the reply's stream is begun by its first chunk.
+    const afterThinking = await resumed(thinking[0]?.id as number);
+    expect(afterThinking.map(({ append }) => append)).toEqual(texts.map((_, index) => index > 0));
   });
 });
 

@@ -173,6 +173,8 @@ export const SessionReplySchema = z.object({
   events: z.array(SessionEventSchema).optional(),
   /** Set when events the caller asked for were already evicted: the oldest id still held. */
   first_available_id: z.number().int().nonnegative().optional(),
+  /** `replay` of one task after an event: its streamed artifacts begun by then, which a resumed stream appends to. */
+  streams_begun: z.array(z.enum(['text', 'thinking'])).optional(),
   /** The id the next event will get: a stream forwards live events from here on. */
   next_event_id: z.number().int().nonnegative().optional(),
   /** `list`: the page, how many tasks match in all, and the token of the next page (none: the last). */

@@ -112,6 +112,11 @@ export function renderSendResult(version: A2aVersion, task: TaskView): Record<st
   return version === '0.3' ? rendered : { task: rendered };
 }
 
+/** The artifact a task's streamed reply (`text`) or thinking is sent as, chunk by chunk. */
+export function streamedArtifactId(type: 'text' | 'thinking'): string {
+  return type === 'text' ? 'response-stream' : 'thinking-stream';
+}
+
 /**
  * One feed event as a stream event, or undefined for what A2A streams do not carry. `sent` holds
  * the ids of the streamed artifacts this stream has already carried: a streamed reply's chunks share one
@@ -146,9 +151,7 @@ export function renderStreamEvent(version: A2aVersion, event: SessionEvent, sent
       // streamed text is not the task's `response` artifact, which holds the last turn's answer only.
       const seq = data.artifact?.seq;
       const artifactId = streamed
-        ? event.type === 'text'
-          ? 'response-stream'
-          : 'thinking-stream'
+        ? streamedArtifactId(event.type as 'text' | 'thinking')
         : seq !== undefined
           ? toolArtifactId(ids.taskId, seq)
           : `${ids.taskId}-event-${event.id}`;

@@ -12,7 +12,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Context } from 'hono';
 import { type SSEStreamingApi, streamSSE } from 'hono/streaming';
 import { rpcError, rpcResult } from './json-rpc.js';
-import { renderSendResult, renderStreamEvent } from './rendering.js';
+import { renderSendResult, renderStreamEvent, streamedArtifactId } from './rendering.js';
 import { type FeedWatch, WATCH_QUEUE_LIMIT, WATCH_QUEUE_LIMIT_BYTES } from './session-link.js';
 import { type Handler, type RpcRequest, historyAsked, parseParams, parseSendParams, sendCall, taskOf } from './rpc-request.js';
 
@@ -106,8 +106,11 @@ export function streamMethods(timing: StreamTiming): {
     // once written: the stream's loop lives as long as its client, and holds only the task's ids.
     let opening: { task: TaskView; replayed: SessionReply | undefined } | undefined = { task, replayed };
     const ids = { id: task.id, context_id: task.context_id };
+    // A client resuming after an event it holds (Last-Event-ID) holds the streamed artifacts begun
+    // by then: their next chunks append, where beginning them again replaced what it had.
+    const begun = request.lastEventId === undefined ? [] : (replayed?.streams_begun ?? []);
     return followWatch(context, request, watch, timing, (sse, delivered) => {
-      const sent = new Set<string>();
+      const sent = new Set<string>(begun.map(streamedArtifactId));
       const frame = (event: string, result: unknown, id?: number): Promise<void> =>
         delivered(sse.writeSSE({ event, data: JSON.stringify(rpcResult(call.id, result)), ...(id !== undefined ? { id: String(id) } : {}) }));
       return {

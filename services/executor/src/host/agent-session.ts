@@ -127,8 +127,12 @@ export class AgentSession {
         const replayed = this.feed.replay(call.after_event_id ?? Number.MAX_SAFE_INTEGER, call.task_id);
         const found = call.task_id === undefined ? undefined : this.registry.get(call.task_id);
         const task = found && 'task' in found ? found.task : undefined;
+        // A client resuming one task's stream (Last-Event-ID) already holds the streams it saw begin.
+        const resumed = call.task_id !== undefined && call.after_event_id !== undefined;
+        const begun = resumed ? this.feed.streamsBegun(call.task_id as string, call.after_event_id as number) : [];
         return {
           events: replayed.events,
+          ...(begun.length > 0 ? { streams_begun: begun } : {}),
           ...(replayed.firstAvailableId !== undefined ? { first_available_id: replayed.firstAvailableId } : {}),
           next_event_id: this.feed.nextEventId,
           // With the replayed events, under the bus's 1 MiB.

@@ -10,6 +10,12 @@ export const REPLAY_BUDGET_BYTES = 512 * 1024;
 /** The most bytes of events (as JSON) the feed keeps for replays: many replays' worth. */
 export const BUFFER_KEPT_BYTES = 16 * 1024 * 1024;
 
+/** How many tasks' first streamed events the feed remembers: a session's tasks of many hours. */
+const STREAMED_TASKS_KEPT = 4096;
+const STREAMED_TYPES = ['text', 'thinking'] as const;
+type StreamedType = (typeof STREAMED_TYPES)[number];
+const isStreamed = (type: string): type is StreamedType => (STREAMED_TYPES as readonly string[]).includes(type);
+
 /**
  * A session's A2A feed: every status, artifact and text event, numbered from 1 in the order the
  * host emitted them, and the last `capacity` of them kept for replay (`Last-Event-ID`). The host is
@@ -22,11 +28,20 @@ export class EventFeed {
   /** Each kept event's size as JSON, in the buffer's order. */
   private readonly sizes: number[] = [];
   private bufferBytes = 0;
+  /** The id of each task's first event of each streamed type, for the last `STREAMED_TASKS_KEPT` tasks that streamed. */
+  private readonly firstStreamed = new Map<string, Partial<Record<StreamedType, number>>>();
 
   constructor(
     private readonly publish: (event: SessionEvent) => void,
     private readonly capacity = 512,
   ) {}
+
+  private noteStreamed(taskId: string, type: StreamedType, id: number): void {
+    const first = this.firstStreamed.get(taskId);
+    if (first?.[type] !== undefined) return;
+    this.firstStreamed.set(taskId, { ...first, [type]: id });
+    if (this.firstStreamed.size > STREAMED_TASKS_KEPT) this.firstStreamed.delete(this.firstStreamed.keys().next().value as string);
+  }
 
   get nextEventId(): number {
     return this.nextId;
@@ -61,6 +76,7 @@ export class EventFeed {
       this.buffer.shift();
       this.bufferBytes -= this.sizes.shift() ?? 0;
     }
+    if (numbered.task_id !== null && isStreamed(numbered.type)) this.noteStreamed(numbered.task_id, numbered.type, numbered.id);
     this.publish(numbered);
     return numbered;
   }
@@ -72,6 +88,16 @@ export class EventFeed {
    * a stream can say there may be a gap. (The feed does not remember what it dropped, so for one
    * task the gap is possible, not certain.)
    */
+  /**
+   * Which of a task's streamed artifacts (its reply's `text`, its `thinking`) a client that holds
+   * every event up to `throughId` has begun: a stream it resumes goes on appending to them, where
+   * a chunk that began one again replaced what the client had.
+   */
+  streamsBegun(taskId: string, throughId: number): StreamedType[] {
+    const first = this.firstStreamed.get(taskId) ?? {};
+    return STREAMED_TYPES.filter((type) => (first[type] ?? Number.POSITIVE_INFINITY) <= throughId);
+  }
+
   replay(afterId: number, taskId?: string): { events: SessionEvent[]; firstAvailableId?: number } {
     // The wanted events' places in the buffer, whose sizes were measured as they were kept.
     const wanted = this.buffer.flatMap((event, at) => (event.id > afterId && (taskId === undefined || event.task_id === taskId) ? [at] : []));
