@@ -188,15 +188,11 @@ export async function resolveSessionRecord(
         const onStack = `a session a stack ran keeps its records on its executor: 'mur files ${selector} ${kind.file} --out <dir>' fetches them (under a --workdir, '.murmur/${selector}/${kind.file}'), then give <dir>/${kind.file}`;
         // Counted only for this refusal: a selector that names a session never reads the top.
         const passedOver = await passedOverSessions(workdir);
-        throw new MurmurError(
-          kind.code,
-          `session ${selector} not found in ${workdir}${passedOverNote(workdir, passedOver)}`,
-          {
-            listing: candidateLines(entries),
-            path: workdir,
-            hint: `${onStack}; else ${selectorHint(kind)}`,
-          },
-        );
+        throw new MurmurError(kind.code, `session ${selector} not found in ${workdir}${passedOverNote(workdir, passedOver)}`, {
+          listing: candidateLines(entries),
+          path: workdir,
+          hint: `${onStack}; else ${selectorHint(kind)}`,
+        });
       }
       return found;
     }
