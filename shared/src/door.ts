@@ -23,17 +23,19 @@ export function sessionUrl(baseUrl: string, sessionId: string): string {
 }
 
 /**
- * The base URL a door names itself by, from the address it listens on: a loopback address is
+ * The base URL a door names itself by, from the address it listens on: loopback is
  * `localhost`, as upstream's cards and URLs say, so a card read on one machine names the door the
- * way a person types it. The unspecified address (`0.0.0.0`, `[::]`: every interface) is no
- * address a client can reach, so it is named by `machineAddress`, this machine's own address on
+ * way a person types it. Only the loopback addresses `localhost` resolves to (`127.0.0.1`, `::1`):
+ * the name must still reach the door, and a door bound to `127.0.0.2` named `localhost` would name
+ * where nothing listens, so any other address of 127/8 is kept. The unspecified address
+ * (`0.0.0.0`, `[::]`: every interface) is no address a client can reach, so it is named by `machineAddress`, this machine's own address on
  * its network when it has one (the door's `MURMUR_DOOR_PUBLIC_URL` names it otherwise); any other
  * address is kept. Only the name changes: the door still listens where it was bound.
  */
 export function doorPublicUrl(listenerUrl: string, machineAddress: () => string | undefined = () => undefined): string {
   const url = new URL(listenerUrl);
   const host = url.hostname;
-  if (host === '[::1]' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)) url.hostname = 'localhost';
+  if (host === '127.0.0.1' || host === '[::1]') url.hostname = 'localhost';
   else if (host === '0.0.0.0' || host === '[::]') {
     const address = machineAddress();
     url.hostname = address === undefined ? 'localhost' : address.includes(':') ? `[${address}]` : address;
