@@ -91,13 +91,21 @@ const MessageSchema = z.looseObject({
   contextId: identifier.optional(),
   taskId: identifier.optional(),
   /**
-   * Who wrote the message, as either generation spells it (0.3's `user`/`agent`, ProtoJSON's
-   * `ROLE_USER`/`ROLE_AGENT` or the enum's number). Anything else is refused, as the spec asks a
-   * server to validate what it is given; **decided:** a message with no role (or the proto's
-   * default, which writers that emit defaults send for it) is still read as the user's, as clients
-   * before the proto's REQUIRED sent it.
+   * Who wrote the message, as either generation spells it (0.3's `user`, ProtoJSON's `ROLE_USER`
+   * or the enum's number). A client writes as the user: a message it sends as the agent's
+   * (`agent`, `ROLE_AGENT`, 2) would stand in the task's history as words the agent never said,
+   * so it is refused, as is anything else, as the spec asks a server to validate what it is
+   * given; **decided:** a message with no role (or the proto's default, which writers that emit
+   * defaults send for it) is still read as the user's, as clients before the proto's REQUIRED sent it.
    */
-  role: z.union([z.enum(['user', 'agent', 'ROLE_USER', 'ROLE_AGENT', 'ROLE_UNSPECIFIED']), z.number().int().min(0).max(2)]).optional(),
+  role: z
+    .union([z.enum(['user', 'ROLE_USER', 'ROLE_UNSPECIFIED']), z.literal(0), z.literal(1)], {
+      error: (issue) =>
+        issue.input === 'agent' || issue.input === 'ROLE_AGENT' || issue.input === 2
+          ? `a client's message is the user's (role 'user', ROLE_USER); ${JSON.stringify(issue.input)} is the agent's own role`
+          : "a client's message is the user's: role 'user' (0.3) or ROLE_USER (1.0)",
+    })
+    .optional(),
   parts: z.array(PartSchema).min(1, 'a message holds at least one part').max(1024),
 });
 export type A2aMessage = z.infer<typeof MessageSchema>;

@@ -279,13 +279,24 @@ describe('0.3 send params', () => {
     expect(SendParamsV03Schema.safeParse({ message, configuration: { historyLength: -1 } }).success).toBe(false);
   });
 
-  it('takes a role as either generation spells it, or none, and refuses one neither has, naming the field', () => {
-    for (const role of ['user', 'agent', 'ROLE_USER', 'ROLE_AGENT', 'ROLE_UNSPECIFIED', 1, 0, undefined])
+  it("takes the user's role as either generation spells it, or none, and refuses one neither has, naming the field", () => {
+    for (const role of ['user', 'ROLE_USER', 'ROLE_UNSPECIFIED', 1, 0, undefined])
       expect(SendParamsV10Schema.safeParse({ message: { ...message, role } }).success, String(role)).toBe(true);
     for (const role of ['ROLE_BOGUS', 'User', '', 3, true]) {
       const parsed = SendParamsV03Schema.safeParse({ message: { ...message, role } });
       expect(parsed.success, String(role)).toBe(false);
       expect(parsed.error?.issues[0]?.path).toEqual(['message', 'role']);
+    }
+  });
+
+  it("refuses a client's message written as the agent's, which would stand in the history as words the agent never said", () => {
+    for (const role of ['agent', 'ROLE_AGENT', 2]) {
+      const parsed = SendParamsV10Schema.safeParse({ message: { ...message, role } });
+      expect(parsed.success, String(role)).toBe(false);
+      expect(parsed.error?.issues[0]?.path).toEqual(['message', 'role']);
+      expect(parsed.error?.issues[0]?.message).toBe(
+        `a client's message is the user's (role 'user', ROLE_USER); ${JSON.stringify(role)} is the agent's own role`,
+      );
     }
   });
 });
