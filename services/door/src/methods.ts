@@ -11,7 +11,7 @@ import {
 import { rpcError, rpcResult } from './json-rpc.js';
 import { renderSendResult, renderTask, taskStateFilter } from './rendering.js';
 import { SessionUnreachable, TooManyStreams } from './session-link.js';
-import { type Handler, historyAsked, parseParams, parseSendParams, sendCall, taskOf } from './rpc-request.js';
+import { type Handler, PUSH_NOT_SUPPORTED, historyAsked, parseParams, parseSendParams, sendCall, taskOf } from './rpc-request.js';
 import { sessionEndedMessage, streamMethods } from './task-streams.js';
 
 export interface MethodSettings {
@@ -201,13 +201,7 @@ export function a2aMethods(settings: MethodSettings): { v03: Record<string, Hand
     );
 
   /** Every push-notification configuration method: this runtime offers none (the card says `pushNotifications: false`). */
-  const pushNotSupported: Handler = async (context, request) =>
-    context.json(
-      rpcError(request.call.id, {
-        code: RPC_ERRORS.pushNotificationNotSupported,
-        message: 'Push Notification is not supported: this agent does not offer push notifications (capabilities.pushNotifications is false)',
-      }),
-    );
+  const pushNotSupported: Handler = async (context, request) => context.json(rpcError(request.call.id, PUSH_NOT_SUPPORTED));
 
   const cancel: Handler = async (context, request) => {
     const { call, version, link } = request;

@@ -60,16 +60,31 @@ export interface SendConfiguration {
   historyLength?: number;
 }
 
+/** The spec's refusal of every push-notification feature: this runtime offers none (the card says `pushNotifications: false`). */
+export const PUSH_NOT_SUPPORTED: RpcError = {
+  code: RPC_ERRORS.pushNotificationNotSupported,
+  message: 'Push Notification is not supported: this agent does not offer push notifications (capabilities.pushNotifications is false)',
+};
+
+/**
+ * Where a send's configuration asks for a push notification: 0.3's `pushNotificationConfig`,
+ * 1.0's `taskPushNotificationConfig` (its drafts' `pushNotificationConfig`).
+ */
+const PUSH_CONFIG_FIELDS = ['pushNotificationConfig', 'taskPushNotificationConfig'] as const;
+
 /**
  * A send's params (`message/send`, `message/stream`, `SendMessage`, `SendStreamingMessage`) as
  * its generation writes them, its message refused unless every part is text the agent can be given.
+ * A send that asks to be told of the task's end by a push is refused as the push methods are,
+ * rather than accepted: its client would wait for a call that never comes.
  */
 export function parseSendParams(
   request: RpcRequest,
 ): { ok: true; message: A2aMessage; configuration: SendConfiguration | undefined } | { ok: false; error: RpcError } {
   const params = request.version === '0.3' ? parseParams(SendParamsV03Schema, request) : parseParams(SendParamsV10Schema, request);
   if (!params.ok) return params;
-  const { message, configuration } = params.value as { message: A2aMessage; configuration?: SendConfiguration };
+  const { message, configuration } = params.value as { message: A2aMessage; configuration?: SendConfiguration & Record<string, unknown> };
+  if (configuration && PUSH_CONFIG_FIELDS.some((field) => configuration[field] !== undefined)) return { ok: false, error: PUSH_NOT_SUPPORTED };
   const notText = refuseNonText(message);
   return notText ? { ok: false, error: notText } : { ok: true, message, configuration };
 }
