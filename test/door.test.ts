@@ -519,6 +519,20 @@ describe('the door', () => {
       expect(reply.body.error?.message).toMatch(/^Invalid params: .*messageId/);
     });
 
+    it("refuses a client's message written as the agent's with -32602 naming message.role, in both generations", async () => {
+      const legacy = await rpc(agent.url, 'message/send', textMessage('words put in its mouth', { role: 'agent' }));
+      const modern = await rpc(
+        agent.url,
+        'SendMessage',
+        { message: { messageId: 'm-as-agent', role: 'ROLE_AGENT', parts: [{ text: 'words put in its mouth' }] } },
+        { version: '1.0' },
+      );
+      for (const reply of [legacy, modern]) {
+        expect(reply.body.error?.code).toBe(-32602);
+        expect(reply.body.error?.message).toMatch(/^Invalid params: message\.role: a client's message is the user's/);
+      }
+    });
+
     it('refuses a context id that is not a plain path segment with -32602, and starts no task', async () => {
       for (const contextId of ['../escape', 'a/b', '.', '..', 'x'.repeat(200)]) {
         const reply = await rpc(agent.url, 'message/send', textMessage('escape', { contextId }));
@@ -895,6 +909,26 @@ describe('the door', () => {
         await plain.stop();
       }
     });
+
+    it('names a door bound to another loopback address by that address, since localhost does not reach it', async () => {
+      const elsewhere = await startAgent(
+        await agentProject(
+          path.join(scratch.dir, 'elsewhere'),
+          agentManifest(inference, { name: 'elsewhere', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
+        ),
+        env,
+        ['--bind', '127.0.0.2'],
+      );
+      try {
+        expect(new URL(elsewhere.url).hostname).toBe('127.0.0.2');
+        const response = await fetch(new URL('.well-known/agent-card.json', elsewhere.url));
+        expect(response.status).toBe(200);
+        const card = (await response.json()) as { url: string; session_id: string };
+        expect(card).toMatchObject({ url: elsewhere.url, session_id: elsewhere.sessionId });
+      } finally {
+        await elsewhere.stop();
+      }
+    });
   });
 
   describe('ListTasks, version negotiation and push notifications', () => {
@@ -1138,6 +1172,32 @@ describe('the door', () => {
         expect(reply.body.error?.code, method).toBe(-32003);
         expect(reply.body.error?.message, method).toContain('Push Notification is not supported');
       }
+    });
+
+    it('refuses a message that asks to be told of its end by a push with -32003, and starts no task for it', async () => {
+      const tasksKept = async (): Promise<number> => ((await rpc(agent.url, 'tasks/list', { pageSize: 1 })).body.result as { totalSize: number }).totalSize;
+      const before = await tasksKept();
+      const push = { url: 'http://127.0.0.1:9/hook', token: 't' };
+      const sends: Array<[string, Record<string, unknown>, string | undefined]> = [
+        ['message/send', { ...textMessage('push me'), configuration: { pushNotificationConfig: push } }, undefined],
+        ['message/stream', { ...textMessage('push me'), configuration: { pushNotificationConfig: push } }, undefined],
+        [
+          'SendMessage',
+          { message: { messageId: 'm-push', role: 'ROLE_USER', parts: [{ text: 'push me' }] }, configuration: { taskPushNotificationConfig: push } },
+          '1.0',
+        ],
+        [
+          'SendStreamingMessage',
+          { message: { messageId: 'm-push-s', role: 'ROLE_USER', parts: [{ text: 'push me' }] }, configuration: { task_push_notification_config: push } },
+          '1.0',
+        ],
+      ];
+      for (const [method, params, version] of sends) {
+        const reply = await rpc(agent.url, method, params, version ? { version } : {});
+        expect(reply.body.error?.code, method).toBe(-32003);
+        expect(reply.body.error?.message, method).toContain('Push Notification is not supported');
+      }
+      expect(await tasksKept()).toBe(before);
     });
   });
 
