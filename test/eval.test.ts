@@ -253,7 +253,7 @@ describe('mur eval', () => {
           `  ${'turn_limit'.padEnd(24)} 1.0000`,
           '',
           '── Worst events ─────────────────────────────────',
-          `  turn   1  session_end   ${'tool_order'.padEnd(24)} fail  score=0.00`,
+          `  turn   1  session_end   ${'tool_order'.padEnd(24)} fail  score=0.00  expected=[bash] observed=[]`,
           '',
         ].join('\n'),
       );
@@ -278,6 +278,7 @@ describe('mur eval', () => {
           turn_limit: { pass: 1, fail: 0, total: 1, pass_rate: 1 },
         },
         dataset_run: { ts: recorded.ts, dataset_id: 'smoke', case_id: 'uses-shell', overall: 'pass', scores: recorded.scores },
+        failing_events: [],
       });
       // Pretty-printed, as upstream prints it.
       expect(shown.stdout.split('\n')[1]).toBe('  "overall": "pass",');
@@ -539,6 +540,22 @@ describe('mur eval', () => {
       await expect(fs.access(path.join(dir, 'workdir'))).rejects.toThrow();
     });
 
+    it("refuses a task_path outside the directory it runs in — outright, by '..' or through a link — handing the capsule nothing of it", async () => {
+      const secret = path.join(scratch.dir, 'operator-secret.txt');
+      await fs.writeFile(secret, 'the operator’s secret');
+      await fs.symlink(secret, path.join(dir, 'innocent.md'));
+      for (const task of [secret, '../operator-secret.txt', 'innocent.md']) {
+        const result = await evalRun(`{"case_id": "a", "task_path": "task.md"}\n{"case_id": "b", "task_path": "${task}"}\n`);
+        expect(result.code, result.stderr).toBe(1);
+        expect(result.stderr).toContain(
+          `error[E-EVAL-001]: ${path.join(dir, 'bad.jsonl')}:2: task_path '${task}' of case 'b' is outside the directory mur eval run runs in (${await fs.realpath(dir)}): ${await fs.realpath(secret)}`,
+        );
+        expect(result.stderr).toContain('copy the task there');
+        expect(result.stdout).toBe('');
+      }
+      await expect(fs.access(path.join(dir, 'workdir'))).rejects.toThrow();
+    });
+
     it('prints a case id as one line, its control characters escaped, where a newline in it forged a result line', async () => {
       const forged = JSON.stringify({ case_id: 'evil\n    result: pass  session: ses_fake\u001b[31m', task_path: 'task.md' });
       const result = await evalRun(`${forged}\n`);
@@ -551,6 +568,7 @@ describe('mur eval', () => {
       const implicit = await runMur(['eval', 'run'], { cwd: dir, env });
       expect(implicit.code).toBe(1);
       expect(implicit.stderr).toContain('error[E-IO-001]: no dataset found. Expected ./eval.jsonl or specify with --dataset <path>');
+      expect(implicit.stderr).toContain('hint: write one case a line to ./eval.jsonl');
       const explicit = await runMur(['eval', 'run', dir, '--dataset', path.join(dir, 'nope.jsonl')], { env });
       expect(explicit.stderr).toContain(`error[E-IO-001]: dataset not found at ${path.join(dir, 'nope.jsonl')}`);
       expect(explicit.stderr).toContain('hint: --dataset names a JSONL file of cases, one per line, relative to the working directory');
@@ -588,9 +606,13 @@ describe('mur eval', () => {
         `warning[E-EVAL-001]: skipped 2 unreadable lines in ${path.join(workdir, newer, 'eval.jsonl')}: line 2 (not JSON), line 3 (event_score record: ts: Invalid input: expected number, received undefined)`,
       );
       expect(shown.stdout).toContain(`  ${'turn_limit'.padEnd(24)} 0/1 pass  (0.0%)`);
-      expect(shown.stdout).toContain(`  turn   2  session_end   ${'turn_limit'.padEnd(24)} fail  score=0.00`);
+      expect(shown.stdout).toContain(`  turn   2  session_end   ${'turn_limit'.padEnd(24)} fail  score=0.00  fixture turn_limit`);
       const json = JSON.parse((await runMur(['eval', 'show', '--json', 'bbb1', '--workdir', workdir])).stdout) as Record<string, unknown>;
-      expect(json).toMatchObject({ overall: 'fail', skipped_lines: 2 });
+      expect(json).toMatchObject({
+        overall: 'fail',
+        skipped_lines: 2,
+        failing_events: [{ turn: 2, event_type: 'session_end', scorer: 'turn_limit', score: 0, reason: 'fixture turn_limit' }],
+      });
     });
 
     it('refuses a session without eval.jsonl, an unknown or ambiguous suffix (listing the sessions), and an ordinal past the last session', async () => {
@@ -671,7 +693,12 @@ describe('mur eval', () => {
       const empty = await runMur(['eval', 'show', file]);
       expect(empty.code, empty.stderr).toBe(0);
       expect(empty.stdout).toBe(`── Eval: ${file} ─────────────────────────────────────\n  (no scored events)\n`);
-      expect(JSON.parse((await runMur(['eval', 'show', '--json', file])).stdout)).toEqual({ overall: 'no_scores', scorers: {}, dataset_run: null });
+      expect(JSON.parse((await runMur(['eval', 'show', '--json', file])).stdout)).toEqual({
+        overall: 'no_scores',
+        scorers: {},
+        dataset_run: null,
+        failing_events: [],
+      });
     });
 
     it('marks a scorer only one run has', async () => {

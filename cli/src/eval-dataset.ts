@@ -1,4 +1,4 @@
-import { promises as fs } from 'node:fs';
+import { promises as fs, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { DatasetCaseSchema, MurmurError } from '@murmur/shared';
 import { systemFailureCode, systemFailureHint } from '@murmur/shared/node';
@@ -11,7 +11,11 @@ import { readTaskFile } from './task-file.js';
  * The whole dataset is read and every case's task file is read before the first session starts:
  * a bad line or a missing task is refused up front, naming the line, instead of after half the
  * cases have run (upstream runs a case whose task is missing without one, with a warning).
- * A relative `task_path` is taken from the directory `mur` runs in, as upstream takes it.
+ * A relative `task_path` is taken from the directory `mur` runs in, as upstream takes it, and
+ * every task file must be there, below that directory (`taskFileWithin`): a task's text is handed
+ * to the capsule, and a dataset comes with a capsule as often as not (`./eval.jsonl` is the
+ * default), so a line naming `/home/me/.ssh/id_ed25519` or `../../secrets.env` gave whoever wrote
+ * it the operator's file, read with the operator's rights, inside a capsule that may send it on.
  */
 
 export interface DatasetRunCase {
@@ -30,7 +34,10 @@ export async function readDataset(given: string | undefined, cwd: string = proce
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') {
       throw given === undefined
-        ? new MurmurError('E-IO-001', 'no dataset found. Expected ./eval.jsonl or specify with --dataset <path>', { path: file })
+        ? new MurmurError('E-IO-001', 'no dataset found. Expected ./eval.jsonl or specify with --dataset <path>', {
+            path: file,
+            hint: 'write one case a line to ./eval.jsonl, {"case_id": "…", "task_path": "…"}, or name a dataset with --dataset',
+          })
         : new MurmurError('E-IO-001', `dataset not found at ${file}`, {
             path: file,
             hint: '--dataset names a JSONL file of cases, one per line, relative to the working directory',
@@ -64,17 +71,40 @@ export async function readDataset(given: string | undefined, cwd: string = proce
         field === undefined ? 'expected a JSON object' : missing ? `missing field '${String(field)}'` : `'${String(field)}': ${issue?.message ?? 'invalid'}`,
       );
     }
-    const taskFile = path.resolve(cwd, parsed.data.task_path);
+    const named = `${where}: task_path '${oneLine(parsed.data.task_path)}' of case '${oneLine(parsed.data.case_id)}'`;
+    const taskFile = taskFileWithin(cwd, path.resolve(cwd, parsed.data.task_path), named);
     // Read as mur run reads --task, every case before the first runs: a FIFO here held mur eval
     // run for ever, and a file larger than a launch was refused only once the cases before it ran.
-    const task = readTaskFile(
-      taskFile,
-      `${where}: task_path '${parsed.data.task_path}' of case '${oneLine(parsed.data.case_id)}'`,
-      'a relative task_path is taken from the directory mur eval run runs in',
-    );
+    const task = readTaskFile(taskFile, named, 'a relative task_path is taken from the directory mur eval run runs in');
     cases.push({ caseId: parsed.data.case_id, task });
   }
   if (cases.length === 0)
     throw new MurmurError('E-IO-003', `dataset is empty: ${file}`, { path: file, hint: 'add one line per case: {"case_id": "…", "task_path": "…"}' });
   return { file, cases };
+}
+
+/**
+ * `file` with its links resolved, refused (`E-EVAL-001`) unless it lies below `cwd` (itself
+ * resolved): a path outside it, given outright or through a link, is no case of this run's.
+ * A file that is not there is passed on as named, for the reader to say so.
+ */
+function taskFileWithin(cwd: string, file: string, named: string): string {
+  let real: string;
+  try {
+    real = realpathSync(file);
+  } catch {
+    return file;
+  }
+  let root: string;
+  try {
+    root = realpathSync(cwd);
+  } catch {
+    root = path.resolve(cwd);
+  }
+  const relative = path.relative(root, real);
+  if (!relative.startsWith(`..${path.sep}`) && relative !== '..' && !path.isAbsolute(relative)) return real;
+  throw new MurmurError('E-EVAL-001', `${named} is outside the directory mur eval run runs in (${root}): ${real}`, {
+    path: file,
+    hint: "a task's text is handed to the capsule, so a dataset names only files below the directory it is run from; copy the task there",
+  });
 }

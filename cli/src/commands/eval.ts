@@ -84,12 +84,10 @@ function showText(contents: EvalFileContents): string[] {
   }
   if (contents.eventScores.length > 0) {
     lines.push('', SECTION.worstEvents);
-    const failing = contents.eventScores
-      .filter((score) => score.result === 'fail')
-      .sort((left, right) => (left.scorer < right.scorer ? -1 : left.scorer > right.scorer ? 1 : left.turn - right.turn));
+    const failing = failingEvents(contents);
     for (const score of failing.slice(0, WORST_EVENTS)) {
       lines.push(
-        `  turn ${String(score.turn).padStart(3)}  ${score.event_type.padEnd(12)}  ${score.scorer.padEnd(NAME_COLUMN)} ${score.result}  score=${(score.score ?? 0).toFixed(2)}`,
+        `  turn ${String(score.turn).padStart(3)}  ${score.event_type.padEnd(12)}  ${score.scorer.padEnd(NAME_COLUMN)} ${score.result}  score=${(score.score ?? 0).toFixed(2)}${score.reason ? `  ${score.reason}` : ''}`,
       );
     }
     if (failing.length === 0) lines.push('  (no failing events)');
@@ -97,7 +95,18 @@ function showText(contents: EvalFileContents): string[] {
   return lines;
 }
 
-/** Upstream's `--json` document: the verdict, each scorer's tally, and the `dataset_run` summary as recorded (null without one). */
+/** The events a scorer failed, by scorer and then turn: what `show` lists, and why each failed where the hook said. */
+function failingEvents(contents: EvalFileContents): EvalFileContents['eventScores'] {
+  return contents.eventScores
+    .filter((score) => score.result === 'fail')
+    .sort((left, right) => (left.scorer < right.scorer ? -1 : left.scorer > right.scorer ? 1 : left.turn - right.turn));
+}
+
+/**
+ * Upstream's `--json` document: the verdict, each scorer's tally, and the `dataset_run` summary as
+ * recorded (null without one); and, as the text lists them, the failing events (every one, with
+ * its reason), which a script judging a run reads first.
+ */
 function showJson(contents: EvalFileContents): Record<string, unknown> {
   const scorers: Record<string, unknown> = {};
   for (const [name, tally] of tallyByScorer(contents)) {
@@ -110,6 +119,13 @@ function showJson(contents: EvalFileContents): Record<string, unknown> {
     overall: overallOf(contents),
     scorers,
     dataset_run: datasetRun,
+    failing_events: failingEvents(contents).map(({ turn, event_type, scorer, score, reason }) => ({
+      turn,
+      event_type,
+      scorer,
+      score: score ?? null,
+      reason: reason ?? null,
+    })),
     ...(contents.skipped.length > 0 ? { skipped_lines: contents.skipped.length } : {}),
   };
 }
@@ -346,7 +362,7 @@ export async function evalRunCommand(capsule: string | undefined, options: { dat
   const dataset = await readDataset(options.dataset);
   if (!manifest.artifacts.some((artifact) => artifact.name === EVAL_HOOK)) {
     output.err(
-      `warning: ${manifest.name} declares no murmur-hook-eval in its artifacts:, so its sessions write no ${EVAL_FILE} and every case scores no_scores`,
+      `warning: ${manifest.name} declares no murmur-hook-eval in its artifacts, so its sessions write no ${EVAL_FILE} and every case scores no_scores`,
     );
   }
   const runtime = await openRuntime({ executor: true });
