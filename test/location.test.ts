@@ -445,6 +445,14 @@ describe('the stack with nothing shared but the bus', () => {
       const nothing = await runMur(['files', sessionId, 'out/result.txt', '--out', ''], { env: client });
       expect(nothing.code).toBe(2);
       expect(nothing.stderr).toContain('error[E-IO-003]: --out names nothing');
+      // --json is a listing's form: a file's bytes or a copy's report under it is no JSON, and is refused as misuse.
+      const fileAsJson = await runMur(['files', sessionId, 'out/result.txt', '--json'], { env: client });
+      expect(fileAsJson).toMatchObject({ code: 2, stdout: '' });
+      expect(fileAsJson.stderr).toContain("error[E-IO-003]: --json prints a directory listing, and 'out/result.txt' is a file");
+      const copyAsJson = await runMur(['files', sessionId, 'out', '--json', '--out', path.join(scratch.dir, 'never-copied')], { env: client });
+      expect(copyAsJson).toMatchObject({ code: 2, stdout: '' });
+      expect(copyAsJson.stderr).toContain('error[E-IO-003]: --json and --out cannot be given together');
+      await expect(fs.access(path.join(scratch.dir, 'never-copied'))).rejects.toThrow();
       expect((await fs.stat('/dev/null')).isCharacterDevice()).toBe(true);
       expect((await fs.lstat(fifo)).isFIFO()).toBe(true);
       expect((await fs.lstat(dangling)).isSymbolicLink()).toBe(true);

@@ -25,6 +25,12 @@ export async function filesCommand(sessionId: string, relative: string | undefin
   }
   if (options.out !== undefined && options.out.trim() === '')
     throw new UsageError('--out names nothing', { hint: 'name the file or directory to copy to, e.g. --out ./result.txt' });
+  // --json is a listing's form: a copy's report or a file's bytes under it would be no JSON a
+  // script reading stdout could parse, and saying nothing of it let one think it was.
+  if (options.json && options.out !== undefined)
+    throw new UsageError('--json and --out cannot be given together: --json prints a directory listing, --out copies', {
+      hint: 'leave out --json to copy, or --out to list the directory as JSON',
+    });
   const runtime = await openRuntime();
   try {
     const location = await locateSession(runtime.bus, sessionId);
@@ -51,6 +57,10 @@ export async function filesCommand(sessionId: string, relative: string | undefin
       }
       return 0;
     }
+    if (options.json && reply.type !== 'directory')
+      throw new UsageError(`--json prints a directory listing, and '${reply.path}' is a file`, {
+        hint: `leave out --json to print the file, or copy it with --out <path>`,
+      });
     if (reply.type === 'directory') {
       const entries: SessionFileEntry[] = [];
       for await (const entry of directoryEntries(runtime.bus, location, reply)) entries.push(entry);
