@@ -62,6 +62,23 @@ describe('mur build', () => {
     expect((await listTree(out)).filter((name) => name.endsWith('.tmp'))).toEqual([]);
   });
 
+  it('refuses an -o that names nothing, or a file as a directory, saying which, and prints the path it wrote on one line', async () => {
+    const project = await capsuleProject(path.join(scratch.dir, 'hello-o'), 'name: hello\nversion: 0.1.0\n', (await capsuleWat()).bytes);
+    const empty = await runMur(['build', project, '-o', ''], { env });
+    expect(empty.code).toBe(1);
+    expect(empty.stderr).toContain('error[E-IO-003]: -o names nothing');
+    const file = path.join(project, 'murmur.yaml');
+    const fileAsDirectory = await runMur(['build', project, '-o', `${file}/`], { env });
+    expect(fileAsDirectory.code).toBe(1);
+    expect(fileAsDirectory.stderr).toContain(`error[E-IO-003]: -o ${file}/ names a directory, and ${file} is a file`);
+    expect(fileAsDirectory.stderr).not.toContain('EEXIST');
+    const broken = path.join(scratch.dir, 'broken\nline.mur.zip');
+    const written = await runMur(['build', project, '-o', broken], { env });
+    expect(written.code, written.stderr).toBe(0);
+    expect(written.stdout).toBe(`Built artifact: ${path.join(scratch.dir, 'broken\\nline.mur.zip')}\n`);
+    expect(await listTree(project)).toEqual(['capsule.wasm', 'murmur.yaml']);
+  });
+
   it('prints W-SEC-019 on stderr for an unknown key and still builds', async () => {
     const project = await capsuleProject(path.join(scratch.dir, 'typo'), 'name: typo\nversion: 0.1.0\ncapabilites: {}\n', (await capsuleWat()).bytes);
     const result = await runMur(['build', project], { env });

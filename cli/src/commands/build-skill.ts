@@ -31,7 +31,7 @@ import {
 } from '@murmur/shared/artifacts';
 import { readManifestText, writeFileAtomic } from '@murmur/shared/node';
 import { Document, isScalar, parseDocument } from 'yaml';
-import { type Output, UsageError } from '../output.js';
+import { type Output, UsageError, oneLine } from '../output.js';
 
 /**
  * `mur build --skill [NAME] [source]`: a folder or `.zip` holding a `SKILL.md` (any case) becomes
@@ -96,7 +96,7 @@ export async function buildSkillCommand(
         }),
       );
     } else {
-      output.out(`Built artifact: ${outputPath}`);
+      output.out(`Built artifact: ${oneLine(outputPath)}`);
     }
     return 0;
   } finally {

@@ -1,5 +1,5 @@
 import { buildArtifact } from '@murmur/shared/artifacts';
-import type { Output } from '../output.js';
+import { type Output, oneLine } from '../output.js';
 
 export async function buildCommand(source: string, options: { output?: string; json?: boolean }, output: Output): Promise<void> {
   const result = await buildArtifact(source, options.output === undefined ? {} : { output: options.output });
@@ -18,5 +18,5 @@ export async function buildCommand(source: string, options: { output?: string; j
     );
     return;
   }
-  output.out(`Built artifact: ${result.outputPath}`);
+  output.out(`Built artifact: ${oneLine(result.outputPath)}`);
 }

@@ -95,7 +95,17 @@ export function declaredEntryName(entry: string, label: string, within: string):
 export async function archiveOutputPath(defaultDir: string, fileName: string, output: string | undefined): Promise<string> {
   let outputPath = path.resolve(defaultDir, fileName);
   if (output !== undefined) {
-    const stat = await fs.stat(output).catch(() => undefined);
+    // An empty -o is no path: resolved, it named the working directory, refused as no .mur.zip.
+    if (output.trim() === '')
+      throw new MurmurError('E-IO-003', '-o names nothing', { hint: `give -o a file name ending in .mur.zip, or a directory to write ${fileName} into` });
+    // Judged without its trailing '/': a file's path with one fails to stat (ENOTDIR), and was then
+    // taken for a directory to make, which failed as EEXIST.
+    const stat = await fs.stat(path.resolve(output)).catch(() => undefined);
+    if (stat && !stat.isDirectory() && output.endsWith('/'))
+      throw new MurmurError('E-IO-003', `-o ${output} names a directory, and ${path.resolve(output)} is a file`, {
+        path: path.resolve(output),
+        hint: `leave out the trailing '/' to write the archive in its place (a name ending in .mur.zip), or name another directory`,
+      });
     const directory = stat?.isDirectory() || output.endsWith('/');
     outputPath = directory ? path.join(path.resolve(output), fileName) : path.resolve(output);
   }
