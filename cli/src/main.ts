@@ -191,7 +191,10 @@ function murProgram(): MurProgram {
   evaluation
     .command('show')
     .description("summarise one session's eval.jsonl: each scorer's pass rate, the overall result, the failing events")
-    .argument('[session]', 'a session id, the last 4+ characters of one, @N (the N-th newest), or a path to an eval.jsonl (default: the newest session)')
+    .argument(
+      '[session]',
+      'a session id, an ending of one that names only it (4+ characters usually do), @N (the N-th newest), or a path to an eval.jsonl (default: the newest session)',
+    )
     .option('--workdir <dir>', 'the directory holding the ses_* sessions', './workdir')
     .option('--json', 'print one JSON document instead')
     .action(
@@ -235,7 +238,7 @@ function murProgram(): MurProgram {
       './workdir',
     );
   const selectorHelp =
-    'a session: the last 4+ characters of its id, the full id, @N (@1 = newest), or a path (trace.jsonl or a session directory); default: the newest';
+    'a session: an ending of its id that names only it (4+ characters usually do), the full id, @N (@1 = newest), or a path (trace.jsonl or a session directory); default: the newest';
   trace
     .command('show')
     .description('a summary of one session: status, turns, tokens, tool, skill and shell calls, compaction')
@@ -260,7 +263,7 @@ function murProgram(): MurProgram {
   trace
     .command('diff')
     .description('compare two sessions side by side (default: @2 @1, the two newest)')
-    .argument('[before]', 'run A: a session id suffix (4+), full id, @N or path')
+    .argument('[before]', 'run A: an ending of a session id that names only it, the full id, @N or path')
     .argument('[after]', 'run B: the same forms')
     .addOption(workdirOption())
     .action(
