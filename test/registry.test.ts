@@ -466,12 +466,20 @@ describe('roost as a remote registry', () => {
     expect(await fs.readFile(path.join(project, 'murmur.lock'), 'utf8')).toBe(lockText);
   });
 
-  it('publishes to and installs from the roost the project’s registry.remote_url names, with no --registry', async () => {
+  it('publishes to and installs from the roost the project’s registry.remote_url names, with no --registry, its token given only where the user names that roost', async () => {
     const project = path.join(scratch.dir, 'remote-url-project');
     await capsuleProject(project, `name: app\nversion: 0.1.0\nregistry:\n  remote_url: ${roost.url}\n`, (await capsuleWat()).bytes);
     const zip = path.join(scratch.dir, 'remote-notes-1.0.0.mur.zip');
     await fs.writeFile(zip, await skillArtifact('remote-notes', '1.0.0', '# notes\n'));
-    const published = await runMur(['publish', zip], { cwd: project, env: user('remote-user') });
+    // The project alone naming a registry does not give it the user's token: a cloned project would collect it.
+    const withheld = await runMur(['publish', zip], { cwd: project, env: user('remote-user') });
+    expect(withheld.code).toBe(1);
+    expect(withheld.stderr).toContain(`error[E-ROOST-001]: roost at ${roost.url} refused publishing remote-notes@1.0.0`);
+    expect(withheld.stderr).toContain(
+      `hint: MURMUR_ROOST_TOKEN goes only to a registry you name, and ${roost.url} is named by murmur.yaml's registry settings`,
+    );
+    expect(existsSync(path.join(registryPath, 'remote-notes'))).toBe(false);
+    const published = await runMur(['publish', zip], { cwd: project, env: { ...user('remote-user'), MURMUR_ROOST_URL: `${roost.url}/` } });
     expect(published.code, published.stderr).toBe(0);
     expect(existsSync(path.join(registryPath, 'remote-notes', '1.0.0'))).toBe(true);
     // The user's own stores do not have it: the install finds it where the project says.

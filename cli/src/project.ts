@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { MurmurError, parseYamlSource } from '@murmur/shared';
 import { UsageError } from './output.js';
+import type { RoostCredentials } from '@murmur/shared/artifacts';
 import { readManifestText } from '@murmur/shared/node';
 
 /** The nearest directory at or above `from` that holds a `murmur.yaml`: the project. */
@@ -78,4 +79,27 @@ export async function manifestRegistry(projectRoot: string | undefined = findPro
     path: 'registry.default',
     hint: 'set registry.default to local or remote, or registry.remote_url to a roost URL',
   });
+}
+
+/**
+ * What of `MURMUR_ROOST_TOKEN` a publish to `url` carries. The token is the operator's, for the
+ * registry the operator names — `--registry`, or the roost `MURMUR_ROOST_URL` names — and never
+ * for one a project's `murmur.yaml` names on its own: a cloned project's `registry.remote_url`
+ * would collect it with the first publish (npm binds a token to its registry for the same reason).
+ */
+export function publishCredentials(url: string, namedByFlag: boolean, env: NodeJS.ProcessEnv = process.env): RoostCredentials {
+  const token = env.MURMUR_ROOST_TOKEN?.trim() || undefined;
+  if (token === undefined || namedByFlag || sameOrigin(url, env.MURMUR_ROOST_URL)) return { token };
+  return {
+    withheld: `MURMUR_ROOST_TOKEN goes only to a registry you name, and ${url} is named by murmur.yaml's registry settings: publish with --registry ${url}, or set MURMUR_ROOST_URL to it, to send the token there`,
+  };
+}
+
+function sameOrigin(url: string, other: string | undefined): boolean {
+  if (!other?.trim()) return false;
+  try {
+    return new URL(url).origin === new URL(other.trim()).origin;
+  } catch {
+    return false;
+  }
 }

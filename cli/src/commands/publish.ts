@@ -4,7 +4,7 @@ import { MurmurError, manifestIdentity, parsePackagedManifest } from '@murmur/sh
 import { ArtifactStore, RoostRegistryClient, inspectArchive } from '@murmur/shared/artifacts';
 import { globalStoreDir, readManifestText } from '@murmur/shared/node';
 import type { Output } from '../output.js';
-import { manifestRegistry, registryChoice } from '../project.js';
+import { manifestRegistry, publishCredentials, registryChoice } from '../project.js';
 
 /**
  * `mur publish [zip]`: into the global store (or a roost with `--registry <url>`). Published
@@ -29,9 +29,10 @@ export async function publishCommand(zipArgument: string | undefined, options: {
   for (const warning of inspected.packaged.warnings) output.warn(warning);
   const { meta } = inspected;
   const choice = registryChoice(options.registry ?? (await manifestRegistry()));
+  const namedByFlag = options.registry !== undefined;
   if (meta.runtime === 'native' && options.platform === undefined) output.out(`Platform: ${meta.platforms[0]?.join('-') ?? 'unknown'} (auto-detected)`);
   if (choice.kind === 'remote') {
-    await new RoostRegistryClient(choice.url).publish(bytes, meta);
+    await new RoostRegistryClient(choice.url, publishCredentials(choice.url, namedByFlag)).publish(bytes, meta);
   } else {
     await new ArtifactStore(globalStoreDir(), 'global', { interruptible: true }).publish(bytes, meta);
   }

@@ -106,22 +106,38 @@ function refuseRegistryUrl(baseUrl: string): void {
     });
 }
 
+/**
+ * What a registry client may show a roost of its operator's: `token`, roost's bearer, given only
+ * with a publish; or, where the operator has one but this registry is not where it goes, why
+ * (`withheld`), for the refusal a roost that needs it answers with.
+ */
+export interface RoostCredentials {
+  token?: string | undefined;
+  withheld?: string | undefined;
+}
+
 export class RoostRegistryClient implements ArtifactSource {
   readonly origin = 'roost' as const;
   readonly location: string;
   /** The index last read for `metaOf`, and when. */
   private indexRead: { at: number; metas: Promise<ArtifactMeta[]> } | undefined;
 
+  /**
+   * The token goes with a publish alone: roost's reads are open, and a read is sent to whatever
+   * registry a project's `murmur.yaml` names — `mur install` in a cloned project gave the user's
+   * publishing token to a server of the project author's choosing.
+   */
   constructor(
     baseUrl: string,
-    private readonly token: string | undefined = process.env.MURMUR_ROOST_TOKEN,
+    private readonly credentials: RoostCredentials = { token: process.env.MURMUR_ROOST_TOKEN },
   ) {
     refuseRegistryUrl(baseUrl);
     this.location = baseUrl.replace(/\/+$/, '');
   }
 
-  private headers(extra: Record<string, string> = {}): Record<string, string> {
-    return this.token ? { authorization: `Bearer ${this.token}`, ...extra } : extra;
+  private headers(method: string, extra: Record<string, string> = {}): Record<string, string> {
+    const token = method === 'POST' ? this.credentials.token?.trim() : undefined;
+    return token ? { authorization: `Bearer ${token}`, ...extra } : extra;
   }
 
   private async request(method: string, pathAndQuery: string, body?: Uint8Array): Promise<Response> {
@@ -129,7 +145,7 @@ export class RoostRegistryClient implements ArtifactSource {
     try {
       const init: RequestInit = {
         method,
-        headers: this.headers(body ? { 'content-type': 'application/octet-stream' } : {}),
+        headers: this.headers(method, body ? { 'content-type': 'application/octet-stream' } : {}),
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
       };
       if (body) init.body = body;
@@ -172,7 +188,7 @@ export class RoostRegistryClient implements ArtifactSource {
     const message = body.error?.trim() || `HTTP ${response.status}`;
     if (response.status === 401 || response.status === 403) {
       return new MurmurError('E-ROOST-001', `roost at ${this.location} refused ${what}: ${message}`, {
-        hint: 'set MURMUR_ROOST_TOKEN to the token roost was started with',
+        hint: this.credentials.withheld ?? 'set MURMUR_ROOST_TOKEN to the token roost was started with',
       });
     }
     // What roost judged of the archive itself (too large, malformed, a name it cannot store) keeps
