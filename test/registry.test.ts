@@ -394,6 +394,26 @@ describe('roost as a remote registry', () => {
     expect(await listTree(registryPath)).toEqual(before);
   });
 
+  it('takes a native build only for the platform its upload names, and tells a client asking for another which builds there are', async () => {
+    const native = skill('name: farside\nversion: 1.0.0\nruntime: skill\nexecution: native\n', [{ name: 'bin/farside', data: Buffer.from('#!/bin/sh\n') }]);
+    const before = await listTree(registryPath);
+    // With no platform it was filed under roost's own, which is not the publisher's.
+    const unnamed = await post('name=farside&version=1.0.0', native);
+    expect(unnamed).toMatchObject({ status: 422, body: { code: 'E-REG-006' } });
+    expect(unnamed.body.error).toBe('farside@1.0.0 is a native artifact, and its upload names no platform');
+    expect(await listTree(registryPath)).toEqual(before);
+    expect((await post('name=farside&version=1.0.0&platform=darwin-aarch64', native)).status).toBe(201);
+    for (const [query, said] of [
+      ['', 'artifact farside@1.0.0 has no build for a request that names no platform (?platform=os-arch); it has darwin-aarch64'],
+      ['?platform=linux-x86_64', 'artifact farside@1.0.0 has no build for platform linux-x86_64; it has darwin-aarch64'],
+    ]) {
+      const response = await fetch(`${roost.url}/v1/artifacts/farside/1.0.0${query}`);
+      expect(response.status).toBe(404);
+      expect(await response.json()).toEqual({ error: said, code: 'E-REG-001' });
+    }
+    expect((await fetch(`${roost.url}/v1/artifacts/farside/1.0.0?platform=darwin-aarch64`)).status).toBe(200);
+  });
+
   it('refuses a platform that is not os-arch and a name whose escapes do not decode, serving and storing nothing outside its store', async () => {
     const before = await listTree(registryPath);
     const climbing = await post('name=echo-tool&version=0.2.0&platform=linux-x/../../../escaped/pwn', await fs.readFile(toolZip));

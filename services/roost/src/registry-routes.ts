@@ -76,7 +76,16 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
     if (!parsed) return context.json({ error: 'expected /v1/artifacts/{name}/{version}', code: 'E-REG-001' }, 404);
     const platform = context.req.query('platform');
     const stored = await options.store.resolve(parsed.name, parsed.version, platform ?? 'unknown');
-    if (!stored) return context.json({ error: `artifact ${parsed.name}@${parsed.version} not found in registry`, code: 'E-REG-001' }, 404);
+    if (!stored) {
+      // A native artifact built for other platforms alone is not "not found": its client is told
+      // which builds there are, where it was sent looking for a version nobody published.
+      const builds = (await options.store.readMeta(parsed.name, parsed.version).catch(() => undefined))?.platforms ?? [];
+      const error =
+        builds.length > 0
+          ? `artifact ${parsed.name}@${parsed.version} has no build for ${platform ? `platform ${platform.slice(0, 64)}` : 'a request that names no platform (?platform=os-arch)'}; it has ${builds.map(([os, arch]) => `${os}-${arch}`).join(', ')}`
+          : `artifact ${parsed.name}@${parsed.version} not found in registry`;
+      return context.json({ error, code: 'E-REG-001' }, 404);
+    }
     // Served only if the bytes still match their digest: a corrupted store is reported, not passed on.
     if (stored.bytesSha256 !== stored.recordedSha256) {
       throw new MurmurError(
@@ -131,6 +140,13 @@ export function registryRoutes(options: RegistryRoutesOptions): Hono {
       if (platforms.length > 1)
         throw new MurmurError('E-REG-006', `an upload is one platform’s build; this one names ${platforms.length} (${platforms.slice(0, 4).join(', ')})`);
       const inspected = await inspectArchive(bytes, `${name}@${version}`, { publishing: true, ...(platforms[0] ? { platform: platforms[0] } : {}) });
+      // A native build is one platform's: with none named it was filed under roost's own, which is
+      // not the publisher's (a darwin binary sent by curl was listed as linux-x86_64).
+      if (inspected.meta.runtime === 'native' && platforms.length === 0)
+        throw new MurmurError('E-REG-006', `${name}@${version} is a native artifact, and its upload names no platform`, {
+          path: 'platform',
+          hint: "name the platform it was built for, ?platform=<os>-<arch> (e.g. linux-x86_64); 'mur publish --registry' sends it",
+        });
       if (inspected.meta.name !== name || inspected.meta.version !== version) {
         throw new MurmurError('E-MAN-003', `the archive's murmur.yaml names ${inspected.meta.name}@${inspected.meta.version}, not ${name}@${version}`);
       }
