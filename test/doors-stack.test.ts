@@ -112,6 +112,7 @@ describe('two doors in front of one session', () => {
       ['DELETE', atA],
       ['POST', new URL('.well-known/agent-card.json', atA).href],
       ['GET', `${doorA.url}/`],
+      ['OPTIONS', atA],
     ] as const) {
       const response = await fetch(at, { method });
       expect(response.status, `${method} ${at}`).toBe(404);
@@ -119,6 +120,8 @@ describe('two doors in front of one session', () => {
       const body = (await response.json()) as { error: { code: string; message: string } };
       expect(body.error.code).toBe('E-DOOR-002');
       expect(body.error.message).toContain(`it has no ${method} ${new URL(at).pathname}`);
+      expect(body.error.message).toContain('a door answers POST /sessions/<id> (JSON-RPC) and GET of its agent cards');
+      if (method === 'OPTIONS') expect(body.error.message).toContain('it answers no CORS preflight');
     }
     // Its own /health stays its own.
     expect((await fetch(`${doorA.url}/health`)).status).toBe(200);

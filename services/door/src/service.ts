@@ -397,7 +397,7 @@ export function startDoorService(options: DoorOptions): DoorService {
       {
         error: {
           code: 'E-DOOR-002',
-          message: `a door serves /sessions/<id>/ and its agent cards; it has no ${context.req.method} ${context.req.path.slice(0, 200)}`,
+          message: `a door answers POST /sessions/<id> (JSON-RPC) and GET of its agent cards (/sessions/<id>/.well-known/agent-card.json); it has no ${context.req.method} ${context.req.path.slice(0, 200)}${context.req.method === 'OPTIONS' ? ' (it answers no CORS preflight: a web page is not among its clients)' : ''}`,
         },
       },
       404,
