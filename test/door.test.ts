@@ -74,6 +74,11 @@ describe('the door', () => {
     await scratch?.cleanup();
   });
 
+  /** Another agent of this suite's model, without tools, from its own project in `dir`; the caller stops it. */
+  async function startPlainAgent(dir: string, name: string, lifecycle: string, args: string[] = []): Promise<RunningAgent> {
+    return startAgent(await agentProject(path.join(scratch.dir, dir), agentManifest(inference, { name, lifecycle })), env, args);
+  }
+
   async function completed(taskId: string, version?: string, at = agent.url): Promise<Record<string, unknown>> {
     return eventually(
       async () => {
@@ -806,13 +811,7 @@ describe('the door', () => {
       expect((await rpc(agent.url, 'GetTask', { id: taskId })).body.result?.status).toMatchObject({ state: 'TASK_STATE_CANCELED' });
     });
     it('says a session that ends with its one task, canceled by a client, was canceled, not that its loop failed', async () => {
-      const single = await startAgent(
-        await agentProject(
-          path.join(scratch.dir, 'single-canceled'),
-          agentManifest(inference, { name: 'single', lifecycle: '  task_acceptance: single\n  after_task: exit' }),
-        ),
-        env,
-      );
+      const single = await startPlainAgent('single-canceled', 'single', '  task_acceptance: single\n  after_task: exit');
       try {
         const sent = await rpc(single.url, 'SendMessage', {
           message: { messageId: `m-slow-${Date.now()}`, role: 'ROLE_USER', parts: [{ text: 'slow single' }] },
@@ -895,13 +894,7 @@ describe('the door', () => {
     });
 
     it('describes a capsule without tools as one skill of its own, since a card must have at least one', async () => {
-      const plain = await startAgent(
-        await agentProject(
-          path.join(scratch.dir, 'toolless'),
-          agentManifest(inference, { name: 'toolless', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
-        ),
-        env,
-      );
+      const plain = await startPlainAgent('toolless', 'toolless', '  task_acceptance: queue\n  after_task: sleep');
       try {
         const card = (await (await fetch(new URL('.well-known/agent-card.json', plain.url))).json()) as { skills: unknown[] };
         expect(card.skills).toEqual([{ id: 'toolless', name: 'toolless', description: 'an agent capsule under test', tags: ['capsule'] }]);
@@ -911,14 +904,7 @@ describe('the door', () => {
     });
 
     it('names a door bound to another loopback address by that address, since localhost does not reach it', async () => {
-      const elsewhere = await startAgent(
-        await agentProject(
-          path.join(scratch.dir, 'elsewhere'),
-          agentManifest(inference, { name: 'elsewhere', lifecycle: '  task_acceptance: queue\n  after_task: sleep' }),
-        ),
-        env,
-        ['--bind', '127.0.0.2'],
-      );
+      const elsewhere = await startPlainAgent('elsewhere', 'elsewhere', '  task_acceptance: queue\n  after_task: sleep', ['--bind', '127.0.0.2']);
       try {
         expect(new URL(elsewhere.url).hostname).toBe('127.0.0.2');
         const response = await fetch(new URL('.well-known/agent-card.json', elsewhere.url));
