@@ -128,8 +128,7 @@ export class AgentSession {
         const found = call.task_id === undefined ? undefined : this.registry.get(call.task_id);
         const task = found && 'task' in found ? found.task : undefined;
         // A client resuming one task's stream (Last-Event-ID) already holds the streams it saw begin.
-        const resumed = call.task_id !== undefined && call.after_event_id !== undefined;
-        const begun = resumed ? this.feed.streamsBegun(call.task_id as string, call.after_event_id as number) : [];
+        const begun = call.task_id !== undefined && call.after_event_id !== undefined ? this.feed.streamsBegun(call.task_id, call.after_event_id) : [];
         return {
           events: replayed.events,
           ...(begun.length > 0 ? { streams_begun: begun } : {}),

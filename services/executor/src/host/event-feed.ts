@@ -82,13 +82,6 @@ export class EventFeed {
   }
 
   /**
-   * The held events after `afterId` (of one task, or all), as many of the latest as fit
-   * `REPLAY_BUDGET_BYTES` (the latest one alone, with its long strings cut, when even it does not),
-   * and — when events after `afterId` were already evicted or left out — the oldest id it gives, so
-   * a stream can say there may be a gap. (The feed does not remember what it dropped, so for one
-   * task the gap is possible, not certain.)
-   */
-  /**
    * Which of a task's streamed artifacts (its reply's `text`, its `thinking`) a client that holds
    * every event up to `throughId` has begun: a stream it resumes goes on appending to them, where
    * a chunk that began one again replaced what the client had.
@@ -98,6 +91,13 @@ export class EventFeed {
     return STREAMED_TYPES.filter((type) => (first[type] ?? Number.POSITIVE_INFINITY) <= throughId);
   }
 
+  /**
+   * The held events after `afterId` (of one task, or all), as many of the latest as fit
+   * `REPLAY_BUDGET_BYTES` (the latest one alone, with its long strings cut, when even it does not),
+   * and — when events after `afterId` were already evicted or left out — the oldest id it gives, so
+   * a stream can say there may be a gap. (The feed does not remember what it dropped, so for one
+   * task the gap is possible, not certain.)
+   */
   replay(afterId: number, taskId?: string): { events: SessionEvent[]; firstAvailableId?: number } {
     // The wanted events' places in the buffer, whose sizes were measured as they were kept.
     const wanted = this.buffer.flatMap((event, at) => (event.id > afterId && (taskId === undefined || event.task_id === taskId) ? [at] : []));
